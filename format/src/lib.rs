@@ -1,0 +1,1 @@
+//! `aetrace-format`: everything aetrace writes to disk.

@@ -1,0 +1,2 @@
+//! `aetrace-record`: the static side.
+pub mod report;
