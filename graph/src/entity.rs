@@ -252,6 +252,7 @@ mod tests {
         let b = p.push("b");
         assert_eq!(p[b], "b");
         assert_eq!(format!("{a}"), "e0");
+        assert_eq!(E::from_u32(b.as_u32()), b);
         let mut s: SecondaryMap<E, u32> = SecondaryMap::new();
         assert_eq!(s[b], 0);
         s[b] = 7;
