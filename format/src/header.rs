@@ -1,0 +1,132 @@
+//! The 64-byte file header that opens every trace (layout in `docs/format.md`).
+//!
+//! Invariants: the header is exactly [`HEADER_LEN`] bytes for every 1.x version (new
+//! file-wide facts go into new section kinds, never into a longer header), so its
+//! checksum sits at a fixed place and a single damaged byte is always caught.
+//! The version is checked before the checksum because another major may lay the
+//! header out differently.
+
+use crate::bytes::{le_u16, le_u32, le_u64};
+use crate::error::{Error, Result};
+use crate::section::SectionKind;
+
+/// The first 8 bytes of every trace.
+pub const MAGIC: [u8; 8] = *b"AETRACE\0";
+/// Major version written and read: a reader refuses any other major.
+pub const VERSION_MAJOR: u16 = 1;
+/// Minor version written: readers accept any minor of their major (see docs/format.md).
+pub const VERSION_MINOR: u16 = 0;
+/// Size of the file header; the first section starts here.
+pub const HEADER_LEN: usize = 64;
+/// `e_machine` of x86-64, the only architecture traced so far.
+pub const ARCH_X86_64: u32 = 62;
+/// Incompatible feature flags this reader understands (none yet).
+pub const KNOWN_INCOMPAT_FLAGS: u32 = 0;
+
+const CREATOR_LEN: usize = 24;
+
+/// The decoded file header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub major: u16,
+    pub minor: u16,
+    /// Feature bits a reader must understand to read the file.
+    pub incompat_flags: u32,
+    /// Feature bits a reader may ignore.
+    pub compat_flags: u32,
+    /// ELF `e_machine` of the traced program.
+    pub arch: u32,
+    /// Creation time, nanoseconds since the Unix epoch.
+    pub created_unix_ns: u64,
+    /// The program that wrote the trace, e.g. `aetrace 0.1.0` (at most 24 bytes).
+    pub creator: String,
+}
+
+impl Header {
+    /// A header for a trace written now by this crate's version.
+    pub fn new(creator: &str, created_unix_ns: u64) -> Result<Self> {
+        if creator.len() > CREATOR_LEN || creator.contains('\0') {
+            return Err(Error::Misuse(format!(
+                "creator {creator:?} must be at most {CREATOR_LEN} bytes without NUL"
+            )));
+        }
+        Ok(Header {
+            major: VERSION_MAJOR,
+            minor: VERSION_MINOR,
+            incompat_flags: 0,
+            compat_flags: 0,
+            arch: ARCH_X86_64,
+            created_unix_ns,
+            creator: creator.to_owned(),
+        })
+    }
+
+    pub(crate) fn encode(&self) -> [u8; HEADER_LEN] {
+        // Fixed offsets into a fixed-size array: cannot go out of bounds.
+        let mut h = [0u8; HEADER_LEN];
+        h[0..8].copy_from_slice(&MAGIC);
+        h[8..10].copy_from_slice(&self.major.to_le_bytes());
+        h[10..12].copy_from_slice(&self.minor.to_le_bytes());
+        h[12..16].copy_from_slice(&self.incompat_flags.to_le_bytes());
+        h[16..20].copy_from_slice(&self.compat_flags.to_le_bytes());
+        h[20..24].copy_from_slice(&self.arch.to_le_bytes());
+        h[24..32].copy_from_slice(&self.created_unix_ns.to_le_bytes());
+        let creator = self.creator.as_bytes();
+        let n = creator.len().min(CREATOR_LEN);
+        h[32..32 + n].copy_from_slice(&creator[..n]);
+        // 56..60 reserved, zero.
+        let crc = crc32fast::hash(&h[..60]);
+        h[60..64].copy_from_slice(&crc.to_le_bytes());
+        h
+    }
+
+    /// Decodes and checks the header at the start of `bytes`.
+    pub fn decode(bytes: &[u8]) -> Result<Header> {
+        let magic = bytes.get(..MAGIC.len()).unwrap_or(bytes);
+        if MAGIC.get(..magic.len()) != Some(magic) {
+            return Err(Error::NotATrace);
+        }
+        let truncated = Error::Truncated {
+            offset: 0,
+            what: "file header",
+        };
+        let (Some(major), Some(minor)) = (le_u16(bytes, 8), le_u16(bytes, 10)) else {
+            return Err(truncated);
+        };
+        if major != VERSION_MAJOR {
+            return Err(Error::UnsupportedVersion { major, minor });
+        }
+        let Some(h) = bytes.get(..HEADER_LEN) else {
+            return Err(truncated);
+        };
+        let stored = le_u32(h, 60).unwrap_or(0);
+        if crc32fast::hash(h.get(..60).unwrap_or(&[])) != stored {
+            return Err(Error::BadChecksum {
+                offset: 0,
+                kind: SectionKind::FILE_HEADER,
+                part: "header",
+            });
+        }
+        let field = |at| le_u32(h, at).unwrap_or(0);
+        let incompat_flags = field(12);
+        if incompat_flags & !KNOWN_INCOMPAT_FLAGS != 0 {
+            return Err(Error::UnsupportedFeatures {
+                flags: incompat_flags & !KNOWN_INCOMPAT_FLAGS,
+            });
+        }
+        let creator = h.get(32..32 + CREATOR_LEN).unwrap_or(&[]);
+        let creator = creator.split(|&b| b == 0).next().unwrap_or(&[]);
+        let creator = std::str::from_utf8(creator)
+            .map_err(|_| Error::corrupt(32, "creator is not UTF-8"))?
+            .to_owned();
+        Ok(Header {
+            major,
+            minor,
+            incompat_flags,
+            compat_flags: field(16),
+            arch: field(20),
+            created_unix_ns: le_u64(h, 24).unwrap_or(0),
+            creator,
+        })
+    }
+}
