@@ -44,6 +44,7 @@ enum Command {
         json: bool,
     },
     /// Run the Dinero-compatible cache simulator (same options as `cachesim`).
+    #[command(disable_help_flag = true)]
     Cachesim {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,

@@ -1,6 +1,69 @@
-//! `aetrace-cachesim`.
-pub mod cli {
-    pub fn main(_args: Vec<std::ffi::OsString>) -> std::process::ExitCode {
-        std::process::ExitCode::SUCCESS
-    }
+//! `aetrace-cachesim`: a Dinero IV-compatible, trace-driven cache simulator,
+//! the consumer of `aetrace regen | cachesim`.
+//!
+//! - [`trace`]: the input formats (Dinero's traditional din `-informat d`,
+//!   its extended din `-informat D`, the default, and aetrace's binary `bin`
+//!   format `-informat b`, also recognised by its header), parsed without
+//!   per-line allocation.
+//! - [`config`]: Dinero IV's option family (`-lN-Tsize` and friends) and the
+//!   geometry checks.
+//! - [`cache`]: one cache's sets and replacement state.
+//! - [`dinero`]: Dinero IV's reference semantics for a hierarchy (block
+//!   splitting, write-back/write-through, write-allocate, the order of the
+//!   references sent towards memory, compulsory/capacity/conflict).
+//! - [`cachegrind`]: cachegrind's simpler semantics (`--model cachegrind`).
+//! - [`sweep`]: one-pass LRU miss ratios for many sizes and associativities
+//!   (Mattson stack distances; per-set-count stacks), and the SVG curve.
+//! - [`report`]: Dinero's statistics layout and `--json`.
+//! - [`cli`]: the command line shared by `cachesim` and `aetrace cachesim`.
+//!
+//! Exit codes of [`cli::main`]:
+//! - `0`: success.
+//! - `1`: bad input or a runtime error (a malformed trace line, named by its
+//!   line number; an unreadable file; a reference the model cannot take).
+//! - `2`: usage error (unknown option, missing or impossible geometry).
+//!
+//! Invariants: every simulated reference is counted exactly as Dinero IV
+//! counts it (see `docs/cachesim.md` for the few documented departures);
+//! input that cannot be simulated exactly is refused with a message, never
+//! approximated.
+
+pub mod cache;
+pub mod cachegrind;
+pub mod cli;
+pub mod config;
+pub mod dinero;
+pub mod report;
+pub mod sweep;
+pub mod trace;
+
+pub use aetrace_format::addrtrace::AccessKind;
+
+/// Everything that can go wrong in cachesim.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The command line is wrong (exit code 2).
+    #[error("{0}")]
+    Usage(String),
+    /// A text trace line is malformed.
+    #[error("line {line}: {message}")]
+    Line { line: u64, message: String },
+    /// A reference cannot be simulated (e.g. it straddles more lines than
+    /// the model allows).
+    #[error("reference {index}: {message}")]
+    Reference { index: u64, message: String },
+    #[error(transparent)]
+    Format(#[from] aetrace_format::Error),
+    #[error("{path}: {source}")]
+    File {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("cannot draw the miss-ratio curve: {0}")]
+    Plot(String),
 }
+
+/// Shorthand for results in this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,278 @@
+//! `--model cachegrind`: the semantics of cachegrind's cache simulator
+//! (valgrind's `cg_sim.c`), so our numbers can be set beside its numbers.
+//!
+//! - Instruction fetches go to I1, reads, writes and misc references to D1;
+//!   a write behaves as a read and there is no dirty state (no write-back
+//!   traffic).
+//! - An access straddling two lines is one access; it misses if either line
+//!   misses, and both lines are looked up (both update LRU state).  An
+//!   access straddling more than two lines is refused (cachegrind aborts).
+//! - The last level (LL) is looked up only on a first-level miss, with the
+//!   same address and size; LL is unified.
+//! - Replacement is LRU.
+//!
+//! Geometry comes from `-l1-i*`, `-l1-d*` and `-l2-u*` (LL), as cachegrind's
+//! `--I1=size,assoc,line --D1=... --LL=...`.
+
+use crate::cache::{Repl, Rng, Store};
+use crate::config::{CacheConfig, Side};
+use crate::trace::Ref;
+use crate::{AccessKind, Error, Result};
+
+struct Level {
+    store: Store,
+    bshift: u32,
+    set_mask: u64,
+}
+
+impl Level {
+    fn new(c: &CacheConfig) -> Self {
+        Level {
+            store: Store::new(c.sets() as usize, c.assoc as usize),
+            bshift: c.bsize.trailing_zeros(),
+            set_mask: c.sets() - 1,
+        }
+    }
+
+    #[inline]
+    fn block_is_miss(&mut self, block: u64, rng: &mut Rng) -> bool {
+        let set = (block & self.set_mask) as usize;
+        match self.store.find(set, block) {
+            Some(s) => {
+                self.store.touch(set, s);
+                false
+            }
+            None => {
+                self.store.insert(set, block, Repl::Lru, rng);
+                true
+            }
+        }
+    }
+
+    /// cachegrind's `cachesim_ref_is_miss`; `None` if the access straddles
+    /// more than two lines.
+    #[inline]
+    fn is_miss(&mut self, addr: u64, size: u32, rng: &mut Rng) -> Option<bool> {
+        let b1 = addr >> self.bshift;
+        let b2 = (addr + u64::from(size) - 1) >> self.bshift;
+        if b1 == b2 {
+            Some(self.block_is_miss(b1, rng))
+        } else if b1 + 1 == b2 {
+            let m1 = self.block_is_miss(b1, rng);
+            let m2 = self.block_is_miss(b2, rng);
+            Some(m1 || m2)
+        } else {
+            None
+        }
+    }
+}
+
+/// Counters in cachegrind's terms.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CgStats {
+    pub i_refs: u64,
+    pub i1_misses: u64,
+    pub lli_misses: u64,
+    pub d_reads: u64,
+    pub d_writes: u64,
+    pub d1_read_misses: u64,
+    pub d1_write_misses: u64,
+    pub lld_read_misses: u64,
+    pub lld_write_misses: u64,
+}
+
+/// The cachegrind-model simulator.
+pub struct Cachegrind {
+    i1: Level,
+    d1: Level,
+    ll: Option<Level>,
+    /// Never used by LRU; the store interface takes one.
+    rng: Rng,
+    pub stats: CgStats,
+    index: u64,
+}
+
+impl Cachegrind {
+    /// Takes the caches from the Dinero-style options: level 1 split, and an
+    /// optional unified level 2 as LL.
+    pub fn new(caches: &[CacheConfig]) -> Result<Self> {
+        let find = |l, s| caches.iter().find(|c| c.level == l && c.side == s);
+        let shape_err = || {
+            Error::Usage(
+                "--model cachegrind needs -l1-i* and -l1-d* caches and optionally a unified -l2-u* (LL), nothing else"
+                    .into(),
+            )
+        };
+        let (Some(i1), Some(d1)) = (find(1, Side::Instr), find(1, Side::Data)) else {
+            return Err(shape_err());
+        };
+        let ll = find(2, Side::Unified);
+        if caches.len() != 2 + usize::from(ll.is_some()) {
+            return Err(shape_err());
+        }
+        for c in caches {
+            if c.repl != Repl::Lru || c.ccc {
+                return Err(Error::Usage(format!(
+                    "{}: cachegrind simulates LRU only and has no -ccc",
+                    c.name
+                )));
+            }
+        }
+        Ok(Cachegrind {
+            i1: Level::new(i1),
+            d1: Level::new(d1),
+            ll: ll.map(Level::new),
+            rng: Rng::new(0),
+            stats: CgStats::default(),
+            index: 0,
+        })
+    }
+
+    /// Simulates one reference.
+    #[inline]
+    pub fn reference(&mut self, r: Ref) -> Result<()> {
+        self.index += 1;
+        let straddle = |index| {
+            Error::Reference {
+            index,
+            message: format!(
+                "{:?} at {:#x} size {} straddles more than two cache lines (cachegrind refuses it too)",
+                r.kind, r.addr, r.size
+            ),
+        }
+        };
+        let (l1, is_instr) = match r.kind {
+            AccessKind::Instr => (&mut self.i1, true),
+            _ => (&mut self.d1, false),
+        };
+        let m1 = l1
+            .is_miss(r.addr, r.size, &mut self.rng)
+            .ok_or_else(|| straddle(self.index))?;
+        let mut mll = false;
+        if m1 {
+            if let Some(ll) = &mut self.ll {
+                mll = ll
+                    .is_miss(r.addr, r.size, &mut self.rng)
+                    .ok_or_else(|| straddle(self.index))?;
+            }
+        }
+        let s = &mut self.stats;
+        let (m1, mll) = (u64::from(m1), u64::from(mll));
+        match r.kind {
+            AccessKind::Instr => {
+                debug_assert!(is_instr);
+                s.i_refs += 1;
+                s.i1_misses += m1;
+                s.lli_misses += mll;
+            }
+            AccessKind::Write => {
+                s.d_writes += 1;
+                s.d1_write_misses += m1;
+                s.lld_write_misses += mll;
+            }
+            AccessKind::Read | AccessKind::Misc => {
+                s.d_reads += 1;
+                s.d1_read_misses += m1;
+                s.lld_read_misses += mll;
+            }
+        }
+        Ok(())
+    }
+
+    /// A summary in cachegrind's terms.
+    pub fn report(&self) -> String {
+        let s = &self.stats;
+        let pct = |m: u64, n: u64| {
+            if n == 0 {
+                0.0
+            } else {
+                100.0 * m as f64 / n as f64
+            }
+        };
+        let d = s.d_reads + s.d_writes;
+        let d1 = s.d1_read_misses + s.d1_write_misses;
+        let lld = s.lld_read_misses + s.lld_write_misses;
+        let mut o = String::from("---aetrace cachesim --model cachegrind\n");
+        o += &format!("I refs:        {}\n", s.i_refs);
+        o += &format!("I1  misses:    {}\n", s.i1_misses);
+        o += &format!("LLi misses:    {}\n", s.lli_misses);
+        o += &format!("I1  miss rate: {:.2}%\n", pct(s.i1_misses, s.i_refs));
+        o += &format!("LLi miss rate: {:.2}%\n\n", pct(s.lli_misses, s.i_refs));
+        o += &format!(
+            "D refs:        {} ({} rd + {} wr)\n",
+            d, s.d_reads, s.d_writes
+        );
+        o += &format!(
+            "D1  misses:    {} ({} rd + {} wr)\n",
+            d1, s.d1_read_misses, s.d1_write_misses
+        );
+        o += &format!(
+            "LLd misses:    {} ({} rd + {} wr)\n",
+            lld, s.lld_read_misses, s.lld_write_misses
+        );
+        o += &format!("D1  miss rate: {:.1}%\n", pct(d1, d));
+        o += &format!("LLd miss rate: {:.1}%\n\n", pct(lld, d));
+        o += &format!("LL refs:       {}\n", s.i1_misses + d1);
+        o += &format!("LL misses:     {}\n", s.lli_misses + lld);
+        o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cg(refs: &[Ref]) -> CgStats {
+        let i1 = CacheConfig::new(1, Side::Instr, 64, 16, 1).unwrap();
+        let d1 = CacheConfig::new(1, Side::Data, 64, 16, 2).unwrap();
+        let ll = CacheConfig::new(2, Side::Unified, 256, 16, 4).unwrap();
+        let mut c = Cachegrind::new(&[i1, d1, ll]).unwrap();
+        for &r in refs {
+            c.reference(r).unwrap();
+        }
+        c.stats
+    }
+
+    fn rf(kind: AccessKind, addr: u64, size: u32) -> Ref {
+        Ref { kind, addr, size }
+    }
+
+    #[test]
+    fn straddle_is_one_access_missing_if_either_line_misses() {
+        // I1: 4 blocks of 16.  0xe+4 straddles blocks 0 and 1: one ref, miss.
+        // Then 0x10+2: hit (block 1 was loaded by the straddle).
+        // Then 0x4e+4 straddles 4 (set 0, evicts 0) and 5 (set 1, evicts 1).
+        // Then 0xe+4 again: both lines miss, still one miss.
+        let s = cg(&[
+            rf(AccessKind::Instr, 0xe, 4),
+            rf(AccessKind::Instr, 0x10, 2),
+            rf(AccessKind::Instr, 0x4e, 4),
+            rf(AccessKind::Instr, 0xe, 4),
+        ]);
+        assert_eq!((s.i_refs, s.i1_misses), (4, 3));
+        // LL (16 blocks, 4-way) holds everything: only the first two LL
+        // lookups miss... the last access hits LL.
+        assert_eq!(s.lli_misses, 2);
+    }
+
+    #[test]
+    fn writes_behave_as_reads_and_ll_only_on_l1_miss() {
+        let s = cg(&[
+            rf(AccessKind::Write, 0x100, 8),
+            rf(AccessKind::Read, 0x100, 8),
+            rf(AccessKind::Write, 0x100, 4),
+        ]);
+        assert_eq!((s.d_writes, s.d_reads), (2, 1));
+        assert_eq!((s.d1_write_misses, s.d1_read_misses), (1, 0));
+        assert_eq!(s.lld_write_misses, 1);
+    }
+
+    #[test]
+    fn three_line_access_is_refused() {
+        let i1 = CacheConfig::new(1, Side::Instr, 64, 16, 1).unwrap();
+        let d1 = CacheConfig::new(1, Side::Data, 64, 16, 1).unwrap();
+        let mut c = Cachegrind::new(&[i1, d1]).unwrap();
+        let e = c.reference(rf(AccessKind::Read, 0xf, 20)).unwrap_err();
+        assert!(e.to_string().contains("straddles more than two"));
+    }
+}

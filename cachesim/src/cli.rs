@@ -1,0 +1,449 @@
+//! The command line of `cachesim` and `aetrace cachesim`.
+//!
+//! Dinero IV's single-dash options are parsed by hand (`-l1-isize 16k` is
+//! not clap-friendly).  The trace is read from stdin or from the one
+//! positional FILE.  How the reading is spread over threads:
+//! - a binary file is memory-mapped and decoded in small batches on the
+//!   simulating thread (decoding is cheaper than any hand-off);
+//! - a text file is memory-mapped, cut into pieces at line ends, and the
+//!   pieces are parsed by two threads while the main thread simulates them
+//!   in order;
+//! - a pipe is read and parsed by one thread that hands batches to the
+//!   simulating thread over a bounded channel.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::mpsc;
+
+use crate::cachegrind::Cachegrind;
+use crate::config::HierarchyBuilder;
+use crate::dinero::Hierarchy;
+use crate::sweep::{Sweep, SweepSpec};
+use crate::trace::{InFormat, Input, Reader, Ref};
+use crate::{report, Error, Result};
+
+const USAGE: &str = "\
+usage: cachesim [options] [FILE]
+Reads a trace from FILE or stdin and simulates caches with Dinero IV semantics.
+
+Cache options (N = 1..5 level, T = u unified, i instruction, d data):
+  -lN-Tsize P      cache size (required; P = power of two, k/m/g suffix)
+  -lN-Tbsize P     block size (required)
+  -lN-Tsbsize P    sub-block size (only = block size is implemented)
+  -lN-Tassoc U     associativity (default 1)
+  -lN-Trepl C      replacement: l LRU, f FIFO, r random (default l)
+  -lN-Tfetch C     fetch policy: d demand (the only one implemented)
+  -lN-Twalloc C    write allocate: a always, n never, f no-fetch (default a)
+  -lN-Twback C     write back: a always, n never (write through), f no-fetch (default a)
+  -lN-Tccc         compulsory/capacity/conflict miss statistics
+Input and run:
+  -informat C      D extended din (default), d traditional din, b aetrace binary
+                   (a binary trace is recognised by its header without -informat)
+  -skipcount U     skip the first U references
+  -maxcount U      stop after U references (0: no limit)
+  --seed U         seed of random replacement (default 1)
+  --model M        dinero (default) or cachegrind (I1/D1 + optional -l2-u LL)
+  --json           print statistics as JSON
+One-pass LRU sweep (instead of the options above):
+  --sweep LO..HI   every power-of-two size from LO to HI
+  --assoc LIST     associativities, e.g. 1,2,4,8,full (default 1,2,4,8,full)
+  --bsize P        block size of the sweep (default 64)
+  --svg FILE       also draw the miss-ratio curves as SVG
+Exit status: 0 ok, 1 bad input or runtime error, 2 usage error.
+";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Model {
+    Dinero,
+    Cachegrind,
+}
+
+/// A parsed command line.
+#[derive(Debug)]
+struct Cli {
+    caches: HierarchyBuilder,
+    informat: Option<InFormat>,
+    input: Input,
+    skipcount: u64,
+    maxcount: Option<u64>,
+    seed: u64,
+    model: Model,
+    json: bool,
+    sweep: Option<String>,
+    assoc: Option<String>,
+    bsize: Option<u64>,
+    svg: Option<PathBuf>,
+    help: bool,
+}
+
+fn number(opt: &str, v: Option<&str>) -> Result<u64> {
+    let v = v.ok_or_else(|| Error::Usage(format!("\"{opt}\" option requires an argument")))?;
+    v.parse()
+        .map_err(|_| Error::Usage(format!("{opt} {v}: expected an unsigned decimal number")))
+}
+
+fn parse(args: &[String]) -> Result<Cli> {
+    let mut cli = Cli {
+        caches: HierarchyBuilder::default(),
+        informat: None,
+        input: Input::Stdin,
+        skipcount: 0,
+        maxcount: None,
+        seed: 1,
+        model: Model::Dinero,
+        json: false,
+        sweep: None,
+        assoc: None,
+        bsize: None,
+        svg: None,
+        help: false,
+    };
+    let mut file: Option<PathBuf> = None;
+    let mut k = 0;
+    while k < args.len() {
+        let opt = args[k].as_str();
+        let arg = args.get(k + 1).map(String::as_str);
+        let need = |v: Option<&str>| {
+            v.map(str::to_owned)
+                .ok_or_else(|| Error::Usage(format!("\"{opt}\" option requires an argument")))
+        };
+        let mut used = 2;
+        match opt {
+            "-help" | "--help" | "-h" => {
+                cli.help = true;
+                used = 1;
+            }
+            "-informat" => {
+                let v = need(arg)?;
+                cli.informat = Some(InFormat::from_letter(&v).ok_or_else(|| {
+                    Error::Usage(format!(
+                        "-informat {v}: expected D (extended din), d (traditional din) or b (aetrace binary)"
+                    ))
+                })?);
+            }
+            "-skipcount" => cli.skipcount = number(opt, arg)?,
+            // As in Dinero, 0 means no limit.
+            "-maxcount" => cli.maxcount = Some(number(opt, arg)?).filter(|&n| n != 0),
+            "--seed" => cli.seed = number(opt, arg)?,
+            "--model" => {
+                cli.model = match need(arg)?.as_str() {
+                    "dinero" => Model::Dinero,
+                    "cachegrind" => Model::Cachegrind,
+                    v => {
+                        return Err(Error::Usage(format!(
+                            "--model {v}: expected dinero or cachegrind"
+                        )))
+                    }
+                }
+            }
+            "--json" => {
+                cli.json = true;
+                used = 1;
+            }
+            "--sweep" => cli.sweep = Some(need(arg)?),
+            "--assoc" => cli.assoc = Some(need(arg)?),
+            "--bsize" => cli.bsize = Some(crate::config::parse_scaled(opt, &need(arg)?)?),
+            "--svg" => cli.svg = Some(PathBuf::from(need(arg)?)),
+            "-flushcount" | "-stat-interval" | "-on-trigger" | "-off-trigger"
+            | "-stat-idcombine" | "-custom" => {
+                return Err(Error::Usage(format!(
+                    "\"{opt}\": this Dinero IV option is not implemented"
+                )))
+            }
+            "-" => {
+                file = None;
+                used = 1;
+            }
+            _ => match cli.caches.take(opt, arg)? {
+                Some(n) => used = n,
+                None if opt.starts_with('-') => {
+                    return Err(Error::Usage(format!("\"{opt}\" option not recognized")))
+                }
+                None => {
+                    if file.is_some() {
+                        return Err(Error::Usage(format!("more than one input file ({opt})")));
+                    }
+                    file = Some(PathBuf::from(opt));
+                    used = 1;
+                }
+            },
+        }
+        k += used;
+    }
+    if let Some(f) = file {
+        cli.input = Input::File(f);
+    }
+    Ok(cli)
+}
+
+/// `-skipcount` and `-maxcount` applied to a stream of batches.
+struct Window {
+    skip: u64,
+    left: u64,
+    simulated: u64,
+}
+
+impl Window {
+    /// Simulates the part of `batch` inside the window; false when done.
+    fn feed(&mut self, batch: &[Ref], sim: &mut impl FnMut(&[Ref]) -> Result<()>) -> Result<bool> {
+        let s = (self.skip as usize).min(batch.len());
+        self.skip -= s as u64;
+        let refs = &batch[s..];
+        let n = self.left.min(refs.len() as u64) as usize;
+        sim(&refs[..n])?;
+        self.simulated += n as u64;
+        self.left -= n as u64;
+        Ok(self.left > 0)
+    }
+
+    fn finish(self) -> u64 {
+        if self.skip > 0 {
+            eprintln!("cachesim: warning: input ended before -skipcount was satisfied");
+        }
+        self.simulated
+    }
+}
+
+/// Reads the trace and sends batches to `sim`.  Text and piped input are
+/// parsed on a second thread; an in-memory binary trace is decoded in small
+/// batches on this one.
+fn drive(cli: &Cli, mut sim: impl FnMut(&[Ref]) -> Result<()>) -> Result<u64> {
+    let mut reader = Reader::open(&cli.input, cli.informat)?;
+    let mut window = Window {
+        skip: cli.skipcount,
+        left: cli.maxcount.unwrap_or(u64::MAX),
+        simulated: 0,
+    };
+    if reader.is_mapped_binary() {
+        let mut batch = Vec::new();
+        loop {
+            reader.next_batch(&mut batch)?;
+            if batch.is_empty() || !window.feed(&batch, &mut sim)? {
+                return Ok(window.finish());
+            }
+        }
+    }
+    if let Some((text, format)) = reader.mapped_text() {
+        return drive_chunks(text, format, window, sim);
+    }
+    let (tx, rx) = mpsc::sync_channel::<Result<Vec<Ref>>>(4);
+    let (back_tx, back_rx) = mpsc::channel::<Vec<Ref>>();
+    // `move`: an early return drops `rx`, which unblocks and stops the parser
+    // thread before the scope joins it.
+    std::thread::scope(move |scope| {
+        scope.spawn(move || loop {
+            let mut batch = back_rx.try_recv().unwrap_or_default();
+            let r = reader.next_batch(&mut batch);
+            let end = matches!(&r, Ok(()) if batch.is_empty());
+            let failed = r.is_err();
+            if tx.send(r.map(|()| batch)).is_err() || end || failed {
+                return;
+            }
+        });
+        for msg in rx.iter() {
+            let batch = msg?;
+            if batch.is_empty() || !window.feed(&batch, &mut sim)? {
+                break;
+            }
+            let _ = back_tx.send(batch);
+        }
+        // Dropping `rx` here stops the parser thread at its next send.
+        drop(rx);
+        Ok(window.finish())
+    })
+}
+
+/// Parser threads for a memory-mapped text file.
+const PARSERS: usize = 2;
+/// Bytes of text per piece handed to a parser thread.
+const CHUNK: usize = 1 << 20;
+
+/// A memory-mapped text file: [`PARSERS`] threads parse alternate pieces
+/// while this thread simulates them in order, so text parsing, the slow
+/// part, uses every core.  Errors keep their file line numbers: a piece's
+/// line numbers are offset by the lines of the pieces before it.
+fn drive_chunks(
+    text: &[u8],
+    format: InFormat,
+    mut window: Window,
+    mut sim: impl FnMut(&[Ref]) -> Result<()>,
+) -> Result<u64> {
+    let bounds = crate::trace::chunk_bounds(text, CHUNK);
+    std::thread::scope(|scope| {
+        let mut results = Vec::new();
+        let mut recycle = Vec::new();
+        for w in 0..PARSERS {
+            let (tx, rx) = mpsc::sync_channel::<Result<(Vec<Ref>, u64)>>(2);
+            let (back_tx, back_rx) = mpsc::channel::<Vec<Ref>>();
+            results.push(rx);
+            recycle.push(back_tx);
+            let bounds = &bounds;
+            scope.spawn(move || {
+                for &(a, b) in bounds.iter().skip(w).step_by(PARSERS) {
+                    let mut out = back_rx.try_recv().unwrap_or_default();
+                    let r =
+                        crate::trace::parse_chunk(&text[a..b], format, &mut out).map(|n| (out, n));
+                    let failed = r.is_err();
+                    if tx.send(r).is_err() || failed {
+                        return;
+                    }
+                }
+            });
+        }
+        // Returning drops `results`, which stops the parsers at their next send.
+        let mut lines_before = 0u64;
+        for k in 0..bounds.len() {
+            let msg = results[k % PARSERS]
+                .recv()
+                .map_err(|_| Error::Io(std::io::Error::other("a parser thread stopped")))?;
+            let (refs, lines) = msg.map_err(|e| match e {
+                Error::Line { line, message } => Error::Line {
+                    line: line + lines_before,
+                    message,
+                },
+                e => e,
+            })?;
+            lines_before += lines;
+            if !window.feed(&refs, &mut sim)? {
+                break;
+            }
+            let _ = recycle[k % PARSERS].send(refs);
+        }
+        Ok(window.finish())
+    })
+}
+
+fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
+    if let Some(range) = &cli.sweep {
+        if !cli.caches.is_empty() || cli.model != Model::Dinero {
+            return Err(Error::Usage(
+                "--sweep takes --assoc/--bsize, not -lN-T cache options or --model".into(),
+            ));
+        }
+        let spec = SweepSpec::parse(
+            range,
+            cli.assoc.as_deref().unwrap_or("1,2,4,8,full"),
+            cli.bsize.unwrap_or(64),
+        )?;
+        let bsize = spec.bsize;
+        let mut sw = Sweep::new(spec);
+        drive(&cli, |refs| {
+            sw.run(refs);
+            Ok(())
+        })?;
+        let points = sw.results();
+        if let Some(path) = &cli.svg {
+            crate::sweep::svg(&points, bsize, path)?;
+        }
+        if cli.json {
+            let v = serde_json::json!({"model": "sweep", "block_size": bsize, "points": points});
+            writeln!(
+                out,
+                "{}",
+                serde_json::to_string_pretty(&v).expect("JSON of plain data")
+            )?;
+        } else {
+            out.write_all(crate::sweep::table(&points, bsize).as_bytes())?;
+        }
+        return Ok(());
+    }
+    if cli.assoc.is_some() || cli.svg.is_some() || cli.bsize.is_some() {
+        return Err(Error::Usage(
+            "--assoc, --bsize and --svg belong to --sweep".into(),
+        ));
+    }
+    let caches = cli.caches.build()?;
+    match cli.model {
+        Model::Dinero => {
+            let mut h = Hierarchy::new(caches, cli.seed);
+            let refs = drive(&cli, |refs| {
+                h.run(refs);
+                Ok(())
+            })?;
+            h.finish();
+            if cli.json {
+                let v = report::dinero_json(&h.caches, refs);
+                writeln!(
+                    out,
+                    "{}",
+                    serde_json::to_string_pretty(&v).expect("JSON of plain data")
+                )?;
+            } else {
+                out.write_all(report::dinero_report(&h.caches, refs).as_bytes())?;
+            }
+        }
+        Model::Cachegrind => {
+            let mut cg = Cachegrind::new(&caches)?;
+            let base = cli.skipcount;
+            let refs = drive(&cli, |refs| {
+                for &r in refs {
+                    cg.reference(r).map_err(|e| match e {
+                        Error::Reference { index, message } => Error::Reference {
+                            index: index + base,
+                            message,
+                        },
+                        e => e,
+                    })?;
+                }
+                Ok(())
+            })?;
+            if cli.json {
+                let v = serde_json::json!({"model": "cachegrind", "references": refs, "stats": cg.stats});
+                writeln!(
+                    out,
+                    "{}",
+                    serde_json::to_string_pretty(&v).expect("JSON of plain data")
+                )?;
+            } else {
+                out.write_all(cg.report().as_bytes())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Entry point of `cachesim ARGS` and `aetrace cachesim ARGS` (arguments
+/// without the program name).  Exit codes: 0 ok, 1 bad input or runtime
+/// error, 2 usage error.
+pub fn main(args: Vec<OsString>) -> ExitCode {
+    let mut strings = Vec::with_capacity(args.len());
+    for a in args {
+        match a.into_string() {
+            Ok(s) => strings.push(s),
+            Err(a) => {
+                eprintln!("cachesim: argument {a:?} is not valid UTF-8\n(run \"cachesim -help\" for usage)");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let cli = match parse(&strings) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("cachesim: {e}\n(run \"cachesim -help\" for usage)");
+            return ExitCode::from(2);
+        }
+    };
+    if cli.help {
+        print!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    match run(cli, &mut out) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Error::Usage(m)) => {
+            eprintln!("cachesim: {m}\n(run \"cachesim -help\" for usage)");
+            ExitCode::from(2)
+        }
+        // The reader of our output went away (`cachesim ... | head`): not an
+        // error of ours, as ripgrep also treats it.
+        Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = out.flush();
+            eprintln!("cachesim: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
