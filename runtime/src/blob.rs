@@ -1,0 +1,954 @@
+//! The generated runtime: `init`, `attach_thread`, `flush`, `fork_child`,
+//! `signal_entry`, emitted with iced-x86 `code_asm` as one
+//! position-independent blob (design decision 6: generated, not linked; raw
+//! syscalls only, no libc).
+//!
+//! Layout of the blob: code (map it read+execute) padded to a page, then
+//! one data page (map it read+write) at [`Blob::data_offset`]. The code
+//! reaches the data and its own strings RIP-relatively only, so the blob
+//! needs no relocation wherever it is placed, as long as the data page
+//! stays at `data_offset` from the code.
+//!
+//! Every public entry point preserves all general registers and the flags
+//! and uses no vector state: instrumented code calls them at arbitrary
+//! points. They block all signals while they run, so they are never
+//! re-entered on one thread (a handler's own buffer check would otherwise
+//! flush a half in the middle of its sealing).
+
+use iced_x86::code_asm::*;
+use iced_x86::BlockEncoderOptions;
+
+use crate::layout::*;
+use crate::Error;
+
+// Linux x86-64 syscall numbers and constants.
+const SYS_WRITE: u32 = 1;
+const SYS_OPEN: u32 = 2;
+const SYS_FSTAT: u32 = 5;
+const SYS_MMAP: u32 = 9;
+const SYS_RT_SIGPROCMASK: u32 = 14;
+const SYS_PWRITE64: u32 = 18;
+const SYS_GETPID: u32 = 39;
+const SYS_EXIT_GROUP: u32 = 231;
+const SYS_FTRUNCATE: u32 = 77;
+const SYS_ARCH_PRCTL: u32 = 158;
+const SYS_GETTID: u32 = 186;
+const SYS_FUTEX: u32 = 202;
+const ARCH_SET_GS: u32 = 0x1001;
+const ARCH_GET_GS: u32 = 0x1004;
+const FUTEX_WAIT: u32 = 0;
+const FUTEX_WAKE: u32 = 1;
+const O_RDWR_CREAT_TRUNC_CLOEXEC: u32 = 0o2 | 0o100 | 0o1000 | 0o2000000;
+/// Exit status of a program the runtime has to stop (message on stderr).
+pub const FATAL_STATUS: u32 = 125;
+
+/// Data page fields (offsets from the data page).
+const D_READY: u64 = 0;
+const D_REGION: u64 = 8;
+const D_FD: u64 = 16;
+/// Offsets (from the blob start) of the instrumented code range in which a
+/// signal may interrupt a pending witness store; 0/0 = no fix-up. Written by
+/// the rewriter into the blob's data page (position independent).
+const D_WIN_LO: u64 = 24;
+const D_WIN_HI: u64 = 32;
+/// Number of interrupted witness stores completed at signal entry.
+const D_FIXUPS: u64 = 40;
+const DATA_SIZE: u64 = 4096;
+
+/// A generated runtime: bytes plus its symbol table.
+#[derive(Debug, Clone)]
+pub struct Blob {
+    /// Code, padding and the zeroed data page.
+    pub bytes: Vec<u8>,
+    /// Offset of the read+write data page (page aligned); code before it.
+    pub data_offset: u64,
+    /// Entry points and data words: name -> offset in `bytes`.
+    pub symbols: Vec<(&'static str, u64)>,
+}
+
+impl Blob {
+    /// Offset of a symbol: `init`, `attach_thread`, `flush`, `fork_child`, `ready`.
+    pub fn symbol(&self, name: &str) -> Option<u64> {
+        self.symbols
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, o)| *o)
+    }
+}
+
+struct Labels {
+    init: CodeLabel,
+    attach: CodeLabel,
+    flush: CodeLabel,
+    fork_child: CodeLabel,
+    claim: CodeLabel,
+    prefix: CodeLabel,
+    parse_dec: CodeLabel,
+    fatal: CodeLabel,
+    block_signals: CodeLabel,
+    restore_signals: CodeLabel,
+    slot_index: CodeLabel,
+    d_ready: CodeLabel,
+    d_region: CodeLabel,
+    d_fd: CodeLabel,
+    d_win_lo: CodeLabel,
+    d_win_hi: CodeLabel,
+    d_fixups: CodeLabel,
+    signal_entry: CodeLabel,
+    restorer: CodeLabel,
+    regmap: CodeLabel,
+    s_shm: CodeLabel,
+    s_out: CodeLabel,
+    m_noenv: CodeLabel,
+    m_region: CodeLabel,
+    m_notready: CodeLabel,
+    m_slots: CodeLabel,
+    m_write: CodeLabel,
+}
+
+const SAVED: [AsmRegister64; 15] = [
+    rax, rcx, rdx, rbx, rbp, rsi, rdi, r8, r9, r10, r11, r12, r13, r14, r15,
+];
+
+fn save_all(a: &mut CodeAssembler) -> Result<(), IcedError> {
+    a.pushfq()?;
+    for r in SAVED {
+        a.push(r)?;
+    }
+    // Signal-mask save area (8 bytes) and keep 16-byte alignment irrelevant:
+    // no C code is ever called.
+    a.sub(rsp, 16)?;
+    Ok(())
+}
+
+fn restore_all(a: &mut CodeAssembler) -> Result<(), IcedError> {
+    a.add(rsp, 16)?;
+    for r in SAVED.iter().rev() {
+        a.pop(*r)?;
+    }
+    a.popfq()?;
+    a.ret()
+}
+
+fn msg(a: &mut CodeAssembler, label: &mut CodeLabel, text: &str) -> Result<(), IcedError> {
+    a.set_label(label)?;
+    let mut bytes = text.as_bytes().to_vec();
+    bytes.push(0);
+    a.db(&bytes)
+}
+
+/// Generates the runtime.
+pub fn generate() -> Result<Blob, Error> {
+    // Pass 1 measures the code; pass 2 pads it to a page boundary.
+    let (_, code_len) = assemble(0)?;
+    let data_offset = code_len.div_ceil(4096) * 4096;
+    let (blob, check) = assemble(data_offset - code_len)?;
+    debug_assert_eq!(check, data_offset);
+    Ok(blob)
+}
+
+fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
+    let mut a = CodeAssembler::new(64)?;
+    let mut l = Labels {
+        init: a.create_label(),
+        attach: a.create_label(),
+        flush: a.create_label(),
+        fork_child: a.create_label(),
+        claim: a.create_label(),
+        prefix: a.create_label(),
+        parse_dec: a.create_label(),
+        fatal: a.create_label(),
+        block_signals: a.create_label(),
+        restore_signals: a.create_label(),
+        slot_index: a.create_label(),
+        d_ready: a.create_label(),
+        d_region: a.create_label(),
+        d_fd: a.create_label(),
+        d_win_lo: a.create_label(),
+        d_win_hi: a.create_label(),
+        d_fixups: a.create_label(),
+        signal_entry: a.create_label(),
+        restorer: a.create_label(),
+        regmap: a.create_label(),
+        s_shm: a.create_label(),
+        s_out: a.create_label(),
+        m_noenv: a.create_label(),
+        m_region: a.create_label(),
+        m_notready: a.create_label(),
+        m_slots: a.create_label(),
+        m_write: a.create_label(),
+    };
+    emit_init(&mut a, &mut l)?;
+    emit_attach(&mut a, &mut l)?;
+    emit_fork_child(&mut a, &mut l)?;
+    emit_flush(&mut a, &mut l)?;
+    emit_claim(&mut a, &mut l)?;
+    emit_helpers(&mut a, &mut l)?;
+    emit_signal_entry(&mut a, &mut l)?;
+    // glibc's __restore_rt: `mov rax, 15` + first byte of `syscall`.
+    a.set_label(&mut l.restorer)?;
+    a.db(&[0x48, 0xC7, 0xC0, 0x0F, 0x00, 0x00, 0x00, 0x0F])?;
+    // x86 register number -> index in the signal frame's gregs.
+    a.set_label(&mut l.regmap)?;
+    a.db(&[13, 14, 12, 11, 15, 10, 9, 8, 0, 1, 2, 3, 4, 5, 6, 7])?;
+    msg(&mut a, &mut l.s_shm, "AETRACE_SHM_FD=")?;
+    msg(&mut a, &mut l.s_out, "AETRACE_OUT=")?;
+    msg(
+        &mut a,
+        &mut l.m_noenv,
+        "aetrace: neither AETRACE_SHM_FD nor AETRACE_OUT is set; cannot trace\n",
+    )?;
+    msg(
+        &mut a,
+        &mut l.m_region,
+        "aetrace: cannot map the witness region (bad fd, file or layout version)\n",
+    )?;
+    msg(&mut a, &mut l.m_notready, "aetrace: instrumented code ran before the runtime's init (init must be the first DT_PREINIT_ARRAY entry)\n")?;
+    msg(
+        &mut a,
+        &mut l.m_slots,
+        "aetrace: no free thread slot left in the witness region (too many threads/processes)\n",
+    )?;
+    msg(
+        &mut a,
+        &mut l.m_write,
+        "aetrace: cannot write the standalone trace file\n",
+    )?;
+    if pad > 0 {
+        a.db(&vec![0xCC; pad as usize])?;
+    }
+    // The data page: one label per field (a label plus a displacement
+    // would name another label), then zeros to the end of the page.
+    a.set_label(&mut l.d_ready)?;
+    a.db(&[0u8; 8])?;
+    a.set_label(&mut l.d_region)?;
+    a.db(&[0u8; 8])?;
+    a.set_label(&mut l.d_fd)?;
+    a.db(&[0u8; 8])?;
+    a.set_label(&mut l.d_win_lo)?;
+    a.db(&[0u8; 8])?;
+    a.set_label(&mut l.d_win_hi)?;
+    a.db(&[0u8; 8])?;
+    a.set_label(&mut l.d_fixups)?;
+    a.db(&[0u8; 8])?;
+    a.db(&vec![0u8; (DATA_SIZE - D_FIXUPS - 8) as usize])?;
+    let res = a.assemble_options(0, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)?;
+    let data_offset = res.label_ip(&l.d_ready)?;
+    debug_assert_eq!(res.label_ip(&l.d_region)?, data_offset + D_REGION);
+    debug_assert_eq!(res.label_ip(&l.d_fd)?, data_offset + D_FD);
+    debug_assert_eq!(res.label_ip(&l.d_fixups)?, data_offset + D_FIXUPS);
+    let symbols = vec![
+        ("init", res.label_ip(&l.init)?),
+        ("attach_thread", res.label_ip(&l.attach)?),
+        ("flush", res.label_ip(&l.flush)?),
+        ("fork_child", res.label_ip(&l.fork_child)?),
+        ("signal_entry", res.label_ip(&l.signal_entry)?),
+        ("restorer_bytes", res.label_ip(&l.restorer)?),
+        ("ready", data_offset + D_READY),
+        ("witness_code_start", data_offset + D_WIN_LO),
+        ("witness_code_end", data_offset + D_WIN_HI),
+        ("signal_fixups", data_offset + D_FIXUPS),
+    ];
+    debug_assert_eq!(res.label_ip(&l.init)?, 0, "init is the blob's base label");
+    let bytes = res.inner.code_buffer;
+    Ok((
+        Blob {
+            bytes,
+            data_offset,
+            symbols,
+        },
+        data_offset,
+    ))
+}
+
+/// `init(argc, argv, envp)`: the DT_PREINIT_ARRAY calling convention.
+/// Maps the region (recorder: fd from `AETRACE_SHM_FD`; standalone: creates
+/// the file `AETRACE_OUT`), then attaches the calling thread. Idempotent.
+fn emit_init(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
+    let mut env_loop = a.create_label();
+    let mut try_out = a.create_label();
+    let mut next = a.create_label();
+    let mut env_done = a.create_label();
+    let mut shm = a.create_label();
+    let mut out_mode = a.create_label();
+    let mut mapped = a.create_label();
+    let mut done = a.create_label();
+    let mut bad_region = a.create_label();
+    a.set_label(&mut l.init)?;
+    save_all(a)?;
+    a.cmp(dword_ptr(l.d_ready), 0)?;
+    a.jne(done)?;
+    a.mov(rbx, rdx)?; // envp (block_signals clobbers rdx)
+    a.call(l.block_signals)?;
+    a.mov(r12, -1i64)?;
+    a.xor(r13d, r13d)?;
+    a.test(rbx, rbx)?;
+    a.jz(env_done)?;
+    a.set_label(&mut env_loop)?;
+    a.mov(rsi, qword_ptr(rbx))?;
+    a.test(rsi, rsi)?;
+    a.jz(env_done)?;
+    a.lea(rdi, ptr(l.s_shm))?;
+    a.call(l.prefix)?;
+    a.test(rax, rax)?;
+    a.jz(try_out)?;
+    a.call(l.parse_dec)?;
+    a.mov(r12, rax)?;
+    a.jmp(next)?;
+    a.set_label(&mut try_out)?;
+    a.mov(rsi, qword_ptr(rbx))?;
+    a.lea(rdi, ptr(l.s_out))?;
+    a.call(l.prefix)?;
+    a.test(rax, rax)?;
+    a.jz(next)?;
+    a.mov(r13, rax)?;
+    a.set_label(&mut next)?;
+    a.add(rbx, 8)?;
+    a.jmp(env_loop)?;
+    a.set_label(&mut env_done)?;
+    a.cmp(r12, -1)?;
+    a.jne(shm)?;
+    a.test(r13, r13)?;
+    a.jnz(out_mode)?;
+    a.lea(rsi, ptr(l.m_noenv))?;
+    a.jmp(l.fatal)?;
+
+    // Recorder mode: size from fstat, map, validate the header.
+    a.set_label(&mut shm)?;
+    a.sub(rsp, 144)?; // struct stat
+    a.mov(rdi, r12)?;
+    a.mov(rsi, rsp)?;
+    a.mov(eax, SYS_FSTAT)?;
+    a.syscall()?;
+    a.mov(r14, qword_ptr(rsp + 48))?; // st_size
+    a.add(rsp, 144)?;
+    a.test(rax, rax)?;
+    a.jnz(bad_region)?;
+    a.cmp(r14, HEADER_SIZE as i32)?;
+    a.jb(bad_region)?;
+    a.xor(edi, edi)?;
+    a.mov(rsi, r14)?;
+    a.mov(edx, 3u32)?; // PROT_READ|PROT_WRITE
+    a.mov(r10d, 1u32)?; // MAP_SHARED
+    a.mov(r8, r12)?;
+    a.xor(r9d, r9d)?;
+    a.mov(eax, SYS_MMAP)?;
+    a.syscall()?;
+    a.cmp(rax, -4096)?;
+    a.ja(bad_region)?;
+    a.mov(r15, rax)?;
+    a.mov(rcx, MAGIC)?;
+    a.cmp(qword_ptr(r15 + H_MAGIC), rcx)?;
+    a.jne(bad_region)?;
+    a.cmp(dword_ptr(r15 + H_VERSION), VERSION)?;
+    a.jne(bad_region)?;
+    a.cmp(qword_ptr(r15 + H_REGION_SIZE), r14)?;
+    a.ja(bad_region)?;
+    a.jmp(mapped)?;
+    a.set_label(&mut bad_region)?;
+    a.lea(rsi, ptr(l.m_region))?;
+    a.jmp(l.fatal)?;
+
+    // Standalone: create the file with the same layout.
+    let g = Geometry {
+        slot_count: STANDALONE_SLOTS,
+        half_size: STANDALONE_HALF,
+    };
+    a.set_label(&mut out_mode)?;
+    a.mov(rdi, r13)?;
+    a.mov(esi, O_RDWR_CREAT_TRUNC_CLOEXEC)?;
+    a.mov(edx, 0o644u32)?;
+    a.mov(eax, SYS_OPEN)?;
+    a.syscall()?;
+    a.test(rax, rax)?;
+    a.js(bad_region)?;
+    a.mov(r12, rax)?;
+    a.mov(rdi, r12)?;
+    a.mov(rsi, g.region_size())?;
+    a.mov(eax, SYS_FTRUNCATE)?;
+    a.syscall()?;
+    a.test(rax, rax)?;
+    a.jnz(bad_region)?;
+    a.xor(edi, edi)?;
+    a.mov(rsi, g.region_size())?;
+    a.mov(edx, 3u32)?;
+    a.mov(r10d, 1u32)?;
+    a.mov(r8, r12)?;
+    a.xor(r9d, r9d)?;
+    a.mov(eax, SYS_MMAP)?;
+    a.syscall()?;
+    a.cmp(rax, -4096)?;
+    a.ja(bad_region)?;
+    a.mov(r15, rax)?;
+    a.mov(rax, MAGIC)?;
+    a.mov(qword_ptr(r15 + H_MAGIC), rax)?;
+    a.mov(dword_ptr(r15 + H_VERSION), VERSION)?;
+    a.mov(dword_ptr(r15 + H_FLAGS), FLAG_STANDALONE)?;
+    a.mov(rax, g.region_size())?;
+    a.mov(qword_ptr(r15 + H_REGION_SIZE), rax)?;
+    a.mov(qword_ptr(r15 + H_FILE_END), rax)?;
+    a.mov(dword_ptr(r15 + H_SLOT_COUNT), g.slot_count)?;
+    a.mov(dword_ptr(r15 + H_HEADROOM), HEADROOM as u32)?;
+    a.mov(rax, g.slot_size())?;
+    a.mov(qword_ptr(r15 + H_SLOT_SIZE), rax)?;
+    a.mov(rax, g.half_size)?;
+    a.mov(qword_ptr(r15 + H_HALF_SIZE), rax)?;
+    a.mov(eax, SYS_GETPID)?;
+    a.syscall()?;
+    a.mov(dword_ptr(r15 + H_PID), eax)?;
+
+    a.set_label(&mut mapped)?;
+    a.mov(qword_ptr(l.d_region), r15)?;
+    a.mov(qword_ptr(l.d_fd), r12)?;
+    a.mov(dword_ptr(l.d_ready), 1)?;
+    a.mov(ebx, RecordKind::Thread as u32)?;
+    a.mov(ebp, u32::MAX)?;
+    a.call(l.claim)?;
+    a.call(l.restore_signals)?;
+    a.set_label(&mut done)?;
+    restore_all(a)
+}
+
+/// `attach_thread()`: claim a slot for the calling thread (a new thread,
+/// detected by an outside-entry stub) and point %gs at it.
+fn emit_attach(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
+    let mut ready = a.create_label();
+    a.set_label(&mut l.attach)?;
+    save_all(a)?;
+    a.cmp(dword_ptr(l.d_ready), 0)?;
+    a.jne(ready)?;
+    a.lea(rsi, ptr(l.m_notready))?;
+    a.jmp(l.fatal)?;
+    a.set_label(&mut ready)?;
+    a.call(l.block_signals)?;
+    a.call(l.slot_index)?;
+    a.mov(ebp, eax)?;
+    a.mov(ebx, RecordKind::Thread as u32)?;
+    a.call(l.claim)?;
+    a.call(l.restore_signals)?;
+    restore_all(a)
+}
+
+/// `fork_child()`: called in a fork/vfork child right after the call
+/// returned 0; gives the child its own slot with a FORK record.
+fn emit_fork_child(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
+    a.set_label(&mut l.fork_child)?;
+    save_all(a)?;
+    a.call(l.block_signals)?;
+    a.call(l.slot_index)?;
+    a.mov(ebp, eax)?;
+    a.mov(ebx, RecordKind::Fork as u32)?;
+    a.call(l.claim)?;
+    a.call(l.restore_signals)?;
+    restore_all(a)
+}
+
+/// `flush()`: the buffer check found `POS >= LIMIT`.
+fn emit_flush(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
+    let mut standalone = a.create_label();
+    let mut wait = a.create_label();
+    let mut free = a.create_label();
+    let mut done = a.create_label();
+    let mut bad_write = a.create_label();
+    a.set_label(&mut l.flush)?;
+    save_all(a)?;
+    a.call(l.block_signals)?;
+    a.mov(rbx, qword_ptr(S_BASE).gs())?;
+    a.mov(r15, qword_ptr(l.d_region))?;
+    a.mov(r12, qword_ptr(r15 + H_HALF_SIZE))?;
+    a.test(dword_ptr(r15 + H_FLAGS), FLAG_STANDALONE)?;
+    a.jnz(standalone)?;
+
+    // Recorder: seal the current half, wake the recorder, take the other.
+    a.mov(r13d, dword_ptr(rbx + S_CUR_HALF))?;
+    a.mov(rax, r13)?;
+    a.imul_2(rax, r12)?;
+    a.lea(rdx, qword_ptr(rbx + rax + SLOT_HEADER_SIZE as i32))?;
+    a.mov(rax, qword_ptr(rbx + S_POS))?;
+    a.sub(rax, rdx)?;
+    a.mov(qword_ptr(rbx + r13 * 8 + S_HALF_FILL as i32), rax)?;
+    // x86 stores are ordered: the fill is visible before the state.
+    a.mov(dword_ptr(rbx + r13 * 4 + S_HALF_STATE as i32), HALF_FULL)?;
+    a.add(qword_ptr(rbx + S_SEQ), 1)?;
+    a.lock().add(dword_ptr(r15 + H_FUTEX), 1)?;
+    a.lea(rdi, ptr(r15 + H_FUTEX))?;
+    a.mov(esi, FUTEX_WAKE)?;
+    a.mov(edx, i32::MAX as u32)?;
+    a.mov(eax, SYS_FUTEX)?;
+    a.syscall()?;
+    a.xor(r13d, 1)?;
+    a.set_label(&mut wait)?;
+    a.cmp(dword_ptr(rbx + r13 * 4 + S_HALF_STATE as i32), HALF_EMPTY)?;
+    a.je(free)?;
+    a.lea(rdi, qword_ptr(rbx + r13 * 4 + S_HALF_STATE as i32))?;
+    a.mov(esi, FUTEX_WAIT)?;
+    a.mov(edx, HALF_FULL)?;
+    a.xor(r10d, r10d)?;
+    a.mov(eax, SYS_FUTEX)?;
+    a.syscall()?;
+    a.jmp(wait)?;
+    a.set_label(&mut free)?;
+    a.mov(dword_ptr(rbx + S_CUR_HALF), r13d)?;
+    a.mov(rax, r13)?;
+    a.imul_2(rax, r12)?;
+    a.lea(rdx, qword_ptr(rbx + rax + SLOT_HEADER_SIZE as i32))?;
+    a.lea(rax, qword_ptr(rdx + r12 - HEADROOM as i32))?;
+    a.mov(qword_ptr(rbx + S_LIMIT), rax)?;
+    a.mov(qword_ptr(rbx + S_POS), rdx)?;
+    a.jmp(done)?;
+
+    // Standalone: append the half to the file as a chunk, zero it, reuse it.
+    a.set_label(&mut standalone)?;
+    a.lea(r14, qword_ptr(rbx + SLOT_HEADER_SIZE))?; // half start
+    a.mov(r13, qword_ptr(rbx + S_POS))?;
+    a.sub(r13, r14)?; // fill
+    a.lea(rbp, qword_ptr(r12 + CHUNK_HEADER_SIZE))?;
+    a.lock().xadd(qword_ptr(r15 + H_FILE_END), rbp)?; // rbp = chunk offset
+                                                      // Data first, header last: the header marks the chunk complete.
+    a.mov(rdi, qword_ptr(l.d_fd))?;
+    a.mov(rsi, r14)?;
+    a.mov(rdx, r13)?;
+    a.lea(r10, qword_ptr(rbp + CHUNK_HEADER_SIZE))?;
+    a.mov(eax, SYS_PWRITE64)?;
+    a.syscall()?;
+    a.cmp(rax, r13)?;
+    a.jne(bad_write)?;
+    a.sub(rsp, CHUNK_HEADER_SIZE as i32)?;
+    a.mov(dword_ptr(rsp + C_MAGIC), CHUNK_MAGIC)?;
+    a.call(l.slot_index)?;
+    a.mov(dword_ptr(rsp + C_SLOT), eax)?;
+    a.mov(rax, qword_ptr(rbx + S_SEQ))?;
+    a.mov(qword_ptr(rsp + C_SEQ), rax)?;
+    a.mov(qword_ptr(rsp + C_LEN), r13)?;
+    a.mov(eax, dword_ptr(rbx + S_PID))?;
+    a.mov(dword_ptr(rsp + C_PID), eax)?;
+    a.mov(eax, dword_ptr(rbx + S_TID))?;
+    a.mov(dword_ptr(rsp + C_TID), eax)?;
+    a.mov(rdi, qword_ptr(l.d_fd))?;
+    a.mov(rsi, rsp)?;
+    a.mov(edx, CHUNK_HEADER_SIZE as u32)?;
+    a.mov(r10, rbp)?;
+    a.mov(eax, SYS_PWRITE64)?;
+    a.syscall()?;
+    a.add(rsp, CHUNK_HEADER_SIZE as i32)?;
+    a.cmp(rax, CHUNK_HEADER_SIZE as i32)?;
+    a.jne(bad_write)?;
+    // Zero and rewind before bumping SEQ: a reader that finds a chunk
+    // numbered SEQ knows the half in the region is stale.
+    a.mov(rdi, r14)?;
+    a.mov(rcx, r13)?;
+    a.xor(eax, eax)?;
+    a.rep().stosb()?;
+    a.mov(qword_ptr(rbx + S_POS), r14)?;
+    a.add(qword_ptr(rbx + S_SEQ), 1)?;
+    a.jmp(done)?;
+    a.set_label(&mut bad_write)?;
+    a.lea(rsi, ptr(l.m_write))?;
+    a.jmp(l.fatal)?;
+    a.set_label(&mut done)?;
+    a.call(l.restore_signals)?;
+    restore_all(a)
+}
+
+/// Internal `claim`: ebx = record kind (THREAD/FORK), ebp = parent slot.
+/// Claims the first free slot (CAS FREE->ACTIVE), fills it, sets %gs and
+/// writes `[0xFF][kind][parent u32]` as the stream's first record.
+/// Clobbers everything but rsp; signals must be blocked.
+fn emit_claim(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
+    let mut lp = a.create_label();
+    let mut got = a.create_label();
+    let mut exhausted = a.create_label();
+    a.set_label(&mut l.claim)?;
+    a.mov(r15, qword_ptr(l.d_region))?;
+    a.mov(ecx, dword_ptr(r15 + H_SLOT_COUNT))?;
+    a.mov(rsi, qword_ptr(r15 + H_SLOT_SIZE))?;
+    a.lea(r14, qword_ptr(r15 + HEADER_SIZE))?;
+    a.xor(edx, edx)?;
+    a.mov(r8d, SLOT_ACTIVE)?;
+    a.set_label(&mut lp)?;
+    a.cmp(edx, ecx)?;
+    a.jae(exhausted)?;
+    a.xor(eax, eax)?;
+    a.lock().cmpxchg(dword_ptr(r14 + S_STATE), r8d)?;
+    a.je(got)?;
+    a.add(r14, rsi)?;
+    a.inc(edx)?;
+    a.jmp(lp)?;
+    a.set_label(&mut exhausted)?;
+    a.lock()
+        .or(dword_ptr(r15 + H_FLAGS), FLAG_SLOTS_EXHAUSTED)?;
+    a.lea(rsi, ptr(l.m_slots))?;
+    a.jmp(l.fatal)?;
+    a.set_label(&mut got)?;
+    a.mov(rax, qword_ptr(0u64).fs())?;
+    a.mov(qword_ptr(r14 + S_OWNER), rax)?;
+    a.mov(qword_ptr(r14 + S_BASE), r14)?;
+    a.mov(dword_ptr(r14 + S_PARENT), ebp)?;
+    a.mov(eax, SYS_GETTID)?;
+    a.syscall()?;
+    a.mov(dword_ptr(r14 + S_TID), eax)?;
+    a.mov(eax, SYS_GETPID)?;
+    a.syscall()?;
+    a.mov(dword_ptr(r14 + S_PID), eax)?;
+    a.mov(dword_ptr(r14 + S_CUR_HALF), 0)?;
+    a.mov(rax, qword_ptr(r15 + H_HALF_SIZE))?;
+    a.lea(rdx, qword_ptr(r14 + SLOT_HEADER_SIZE))?;
+    a.lea(rax, qword_ptr(rdx + rax - HEADROOM as i32))?;
+    a.mov(qword_ptr(r14 + S_LIMIT), rax)?;
+    a.mov(qword_ptr(r14 + S_POS), rdx)?;
+    a.mov(edi, ARCH_SET_GS)?;
+    a.mov(rsi, r14)?;
+    a.mov(eax, SYS_ARCH_PRCTL)?;
+    a.syscall()?;
+    // First record: payload, then kind last (same protocol as emit_record).
+    a.mov(eax, RecordKind::Thread.encoded_len() as u32)?;
+    a.xadd(qword_ptr(S_POS).gs(), rax)?;
+    a.mov(word_ptr(rax), ESCAPE as u32 | (KIND_PENDING as u32) << 8)?;
+    a.mov(dword_ptr(rax + 2), ebp)?;
+    a.mov(byte_ptr(rax + 1), bl)?;
+    a.ret()
+}
+
+fn emit_helpers(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
+    // prefix(rdi = NUL-terminated needle, rsi = string) -> rax = string
+    // after the needle, or 0. Clobbers rcx, rdx.
+    let mut matched = a.create_label();
+    let mut nomatch = a.create_label();
+    a.set_label(&mut l.prefix)?;
+    a.movzx(ecx, byte_ptr(rdi))?;
+    a.test(cl, cl)?;
+    a.jz(matched)?;
+    a.cmp(cl, byte_ptr(rsi))?;
+    a.jne(nomatch)?;
+    a.inc(rdi)?;
+    a.inc(rsi)?;
+    a.jmp(l.prefix)?;
+    a.set_label(&mut matched)?;
+    a.mov(rax, rsi)?;
+    a.ret()?;
+    a.set_label(&mut nomatch)?;
+    a.xor(eax, eax)?;
+    a.ret()?;
+
+    // parse_dec(rax = string) -> rax = value, or -1 if not all decimal digits.
+    let mut dloop = a.create_label();
+    let mut ddone = a.create_label();
+    let mut dbad = a.create_label();
+    a.set_label(&mut l.parse_dec)?;
+    a.mov(rsi, rax)?;
+    a.xor(eax, eax)?;
+    a.cmp(byte_ptr(rsi), 0)?;
+    a.je(dbad)?;
+    a.set_label(&mut dloop)?;
+    a.movzx(ecx, byte_ptr(rsi))?;
+    a.test(ecx, ecx)?;
+    a.jz(ddone)?;
+    a.sub(ecx, b'0' as i32)?;
+    a.cmp(ecx, 9)?;
+    a.ja(dbad)?;
+    a.imul_3(rax, rax, 10)?;
+    a.add(rax, rcx)?;
+    a.inc(rsi)?;
+    a.jmp(dloop)?;
+    a.set_label(&mut dbad)?;
+    a.mov(rax, -1i64)?;
+    a.set_label(&mut ddone)?;
+    a.ret()?;
+
+    // fatal(rsi = NUL-terminated message): write it to stderr, exit_group.
+    let mut fl = a.create_label();
+    let mut fdone = a.create_label();
+    a.set_label(&mut l.fatal)?;
+    a.xor(edx, edx)?;
+    a.set_label(&mut fl)?;
+    a.cmp(byte_ptr(rsi + rdx), 0)?;
+    a.je(fdone)?;
+    a.inc(rdx)?;
+    a.jmp(fl)?;
+    a.set_label(&mut fdone)?;
+    a.mov(edi, 2u32)?;
+    a.mov(eax, SYS_WRITE)?;
+    a.syscall()?;
+    a.mov(edi, FATAL_STATUS)?;
+    a.mov(eax, SYS_EXIT_GROUP)?;
+    a.syscall()?;
+    a.ud2()?;
+
+    // block_signals: save the old mask in the caller's save area
+    // ([rsp+8] at entry = the 16-byte area reserved by save_all), block all.
+    a.set_label(&mut l.block_signals)?;
+    a.push(-1)?; // new mask (all ones), at [rsp]; save area now at [rsp+16]
+    a.xor(edi, edi)?; // SIG_BLOCK
+    a.mov(rsi, rsp)?;
+    a.lea(rdx, ptr(rsp + 16))?;
+    a.mov(r10d, 8u32)?;
+    a.mov(eax, SYS_RT_SIGPROCMASK)?;
+    a.syscall()?;
+    a.add(rsp, 8)?;
+    a.ret()?;
+
+    // restore_signals: SIG_SETMASK from the save area ([rsp+8] at entry).
+    a.set_label(&mut l.restore_signals)?;
+    a.mov(edi, 2u32)?; // SIG_SETMASK
+    a.lea(rsi, ptr(rsp + 8))?;
+    a.xor(edx, edx)?;
+    a.mov(r10d, 8u32)?;
+    a.mov(eax, SYS_RT_SIGPROCMASK)?;
+    a.syscall()?;
+    a.ret()?;
+
+    // slot_index() -> eax = index of the slot %gs points at, or u32::MAX
+    // when %gs is not inside the region. Clobbers rcx, rdx, rdi, rsi, r11.
+    let mut none = a.create_label();
+    a.set_label(&mut l.slot_index)?;
+    a.sub(rsp, 8)?;
+    a.mov(edi, ARCH_GET_GS)?;
+    a.mov(rsi, rsp)?;
+    a.mov(eax, SYS_ARCH_PRCTL)?;
+    a.syscall()?;
+    a.pop(rax)?;
+    a.mov(rcx, qword_ptr(l.d_region))?;
+    a.lea(rdx, qword_ptr(rcx + HEADER_SIZE))?;
+    a.sub(rax, rdx)?;
+    a.jb(none)?;
+    a.xor(edx, edx)?;
+    a.div(qword_ptr(rcx + H_SLOT_SIZE))?;
+    a.cmp(eax, dword_ptr(rcx + H_SLOT_COUNT))?;
+    a.jae(none)?;
+    a.ret()?;
+    a.set_label(&mut none)?;
+    a.mov(eax, u32::MAX)?;
+    a.ret()
+}
+
+/// `signal_entry()`: called by the outside-entry stub when its return
+/// address is glibc's `__restore_rt`, i.e. at the start of a signal handler
+/// (edi = signal number, the kernel's signal frame right above the return
+/// address). If the interrupted code had reserved witness or record bytes
+/// (its `xadd gs:[0], r` done) but not finished storing them, perform the
+/// remaining stores now and step the saved RIP over them, so no reserved
+/// byte stays unwritten even if the handler never returns (longjmp) or
+/// fills the buffer. Then write `SIGNAL(signo)`.
+///
+/// The interrupted context is in a reservation window when (A) the 10
+/// bytes before its RIP are `xadd gs:[0], r` and RIP is at a store through
+/// `r`, or (B) RIP is at a store through `r` and `[r]` holds a record
+/// header still marked pending. Stores through `r` are then emulated one by
+/// one (the forms `emit.rs` produces: `mov byte/word/dword [r+d8], imm`,
+/// `mov word/dword/qword [r+d8], reg`) until the next instruction is not
+/// one; every target must lie in this thread's slot.
+fn emit_signal_entry(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
+    let mut record = a.create_label();
+    let mut hi_reg = a.create_label();
+    let mut decode = a.create_label();
+    let mut lp = a.create_label();
+    let mut no66 = a.create_label();
+    let mut norex = a.create_label();
+    let mut rm_ok = a.create_label();
+    let mut have_b = a.create_label();
+    let mut nodisp = a.create_label();
+    let mut nr = a.create_label();
+    let mut op_c6 = a.create_label();
+    let mut op_c7 = a.create_label();
+    let mut c7d = a.create_label();
+    let mut op_89 = a.create_label();
+    let mut st_w = a.create_label();
+    let mut st_q = a.create_label();
+    let mut one = a.create_label();
+    let mut stop = a.create_label();
+    a.set_label(&mut l.signal_entry)?;
+    save_all(a)?;
+    // [rsp+144] return into the stub, [rsp+152] pretcode, [rsp+160] ucontext;
+    // uc_mcontext (the gregs) starts 40 bytes into the ucontext.
+    a.mov(r12d, edi)?;
+    a.lea(r13, ptr(rsp + 200))?;
+    a.mov(r14, qword_ptr(r13 + 16 * 8))?; // interrupted rip = committed cursor
+    a.lea(rax, ptr(l.init))?; // blob base
+    a.mov(rcx, qword_ptr(l.d_win_lo))?;
+    a.test(rcx, rcx)?;
+    a.jz(record)?;
+    a.add(rcx, rax)?;
+    a.add(rcx, 10)?;
+    a.cmp(r14, rcx)?;
+    a.jb(record)?;
+    a.mov(rdx, qword_ptr(l.d_win_hi))?;
+    a.add(rdx, rax)?;
+    a.sub(rdx, 64)?; // room to decode a few stores
+    a.cmp(r14, rdx)?;
+    a.ja(record)?;
+    // This thread's slot: every emulated store must land inside it.
+    a.mov(r15, qword_ptr(S_BASE).gs())?;
+    a.mov(rax, qword_ptr(l.d_region))?;
+    a.mov(rbx, qword_ptr(rax + H_SLOT_SIZE))?;
+    a.add(rbx, r15)?;
+    // Case A: `xadd gs:[0], r` right before RIP (65 48|4C 0F C1 modrm 25 0).
+    a.mov(ebp, u32::MAX)?;
+    a.cmp(byte_ptr(r14 - 10), 0x65)?;
+    a.jne(decode)?;
+    a.xor(r8d, r8d)?;
+    a.movzx(eax, byte_ptr(r14 - 9))?;
+    a.cmp(eax, 0x48)?;
+    a.je(hi_reg)?;
+    a.cmp(eax, 0x4C)?;
+    a.jne(decode)?;
+    a.mov(r8d, 8u32)?;
+    a.set_label(&mut hi_reg)?;
+    a.cmp(word_ptr(r14 - 8), 0xC10F)?;
+    a.jne(decode)?;
+    a.cmp(byte_ptr(r14 - 5), 0x25)?;
+    a.jne(decode)?;
+    a.cmp(dword_ptr(r14 - 4), S_POS as i32)?;
+    a.jne(decode)?;
+    a.movzx(ecx, byte_ptr(r14 - 6))?;
+    a.mov(edx, ecx)?;
+    a.and(edx, 0xC7)?;
+    a.cmp(edx, 0x04)?;
+    a.jne(decode)?;
+    a.shr(ecx, 3)?;
+    a.and(ecx, 7)?;
+    a.add(ecx, r8d)?;
+    a.mov(ebp, ecx)?; // b = the reserving register
+    a.set_label(&mut decode)?;
+    a.xor(r9d, r9d)?; // stores emulated
+    a.mov(rsi, r14)?;
+    // Decode one store at rsi: [66] [REX] op modrm [disp8] [imm].
+    a.set_label(&mut lp)?;
+    a.xor(r10d, r10d)?; // operand-size prefix
+    a.xor(r11d, r11d)?; // REX
+    a.movzx(eax, byte_ptr(rsi))?;
+    a.cmp(eax, 0x66)?;
+    a.jne(no66)?;
+    a.mov(r10d, 1u32)?;
+    a.inc(rsi)?;
+    a.movzx(eax, byte_ptr(rsi))?;
+    a.set_label(&mut no66)?;
+    a.mov(edx, eax)?;
+    a.and(edx, 0xF0)?;
+    a.cmp(edx, 0x40)?;
+    a.jne(norex)?;
+    a.mov(r11d, eax)?;
+    a.inc(rsi)?;
+    a.movzx(eax, byte_ptr(rsi))?;
+    a.set_label(&mut norex)?;
+    a.movzx(ecx, byte_ptr(rsi + 1))?; // modrm
+    a.add(rsi, 2)?;
+    a.mov(edx, ecx)?;
+    a.shr(edx, 6)?; // mod
+    a.cmp(edx, 1)?;
+    a.ja(stop)?;
+    a.mov(r8d, ecx)?;
+    a.and(r8d, 7)?; // rm
+    a.cmp(r8d, 4)?; // SIB / rip-relative / rbp forms: never ours
+    a.je(stop)?;
+    a.cmp(r8d, 5)?;
+    a.je(stop)?;
+    a.test(r11d, 1)?;
+    a.jz(rm_ok)?;
+    a.add(r8d, 8)?;
+    a.set_label(&mut rm_ok)?;
+    a.cmp(ebp, u32::MAX)?;
+    a.jne(have_b)?;
+    // Case B: the base register must point at a pending record header.
+    a.lea(rdi, ptr(l.regmap))?;
+    a.movzx(edi, byte_ptr(rdi + r8))?;
+    a.mov(rdi, qword_ptr(r13 + rdi * 8))?;
+    a.cmp(rdi, r15)?;
+    a.jb(stop)?;
+    a.lea(rdi, ptr(rdi + 2))?;
+    a.cmp(rdi, rbx)?;
+    a.ja(stop)?;
+    a.cmp(byte_ptr(rdi - 2), ESCAPE as i32)?;
+    a.jne(stop)?;
+    a.test(byte_ptr(rdi - 1), KIND_PENDING as i32)?;
+    a.jz(stop)?;
+    a.mov(ebp, r8d)?;
+    a.set_label(&mut have_b)?;
+    a.cmp(r8d, ebp)?;
+    a.jne(stop)?;
+    a.lea(rdi, ptr(l.regmap))?;
+    a.movzx(edi, byte_ptr(rdi + r8))?;
+    a.mov(r8, qword_ptr(r13 + rdi * 8))?; // value of the base register
+    a.test(edx, edx)?;
+    a.jz(nodisp)?;
+    a.movsx(rdx, byte_ptr(rsi))?;
+    a.inc(rsi)?;
+    a.add(r8, rdx)?;
+    a.set_label(&mut nodisp)?;
+    // r8 = target: inside the slot, 8 bytes to spare.
+    a.cmp(r8, r15)?;
+    a.jb(stop)?;
+    a.lea(rdx, ptr(r8 + 8))?;
+    a.cmp(rdx, rbx)?;
+    a.ja(stop)?;
+    a.shr(ecx, 3)?;
+    a.and(ecx, 7)?; // modrm.reg
+    a.test(r11d, 4)?;
+    a.jz(nr)?;
+    a.add(ecx, 8)?;
+    a.set_label(&mut nr)?;
+    a.cmp(eax, 0xC6)?;
+    a.je(op_c6)?;
+    a.cmp(eax, 0xC7)?;
+    a.je(op_c7)?;
+    a.cmp(eax, 0x89)?;
+    a.je(op_89)?;
+    a.jmp(stop)?;
+    a.set_label(&mut op_c6)?;
+    a.test(ecx, ecx)?;
+    a.jnz(stop)?;
+    a.movzx(eax, byte_ptr(rsi))?;
+    a.inc(rsi)?;
+    a.mov(byte_ptr(r8), al)?;
+    a.jmp(one)?;
+    a.set_label(&mut op_c7)?;
+    a.test(ecx, ecx)?;
+    a.jnz(stop)?;
+    a.test(r11d, 8)?; // REX.W imm32 sign-extended: never emitted
+    a.jnz(stop)?;
+    a.test(r10d, r10d)?;
+    a.jz(c7d)?;
+    a.movzx(eax, word_ptr(rsi))?;
+    a.add(rsi, 2)?;
+    a.mov(word_ptr(r8), ax)?;
+    a.jmp(one)?;
+    a.set_label(&mut c7d)?;
+    a.mov(eax, dword_ptr(rsi))?;
+    a.add(rsi, 4)?;
+    a.mov(dword_ptr(r8), eax)?;
+    a.jmp(one)?;
+    a.set_label(&mut op_89)?;
+    a.lea(rdi, ptr(l.regmap))?;
+    a.movzx(ecx, byte_ptr(rdi + rcx))?;
+    a.mov(rax, qword_ptr(r13 + rcx * 8))?;
+    a.test(r10d, r10d)?;
+    a.jnz(st_w)?;
+    a.test(r11d, 8)?;
+    a.jnz(st_q)?;
+    a.mov(dword_ptr(r8), eax)?;
+    a.jmp(one)?;
+    a.set_label(&mut st_w)?;
+    a.mov(word_ptr(r8), ax)?;
+    a.jmp(one)?;
+    a.set_label(&mut st_q)?;
+    a.mov(qword_ptr(r8), rax)?;
+    a.set_label(&mut one)?;
+    a.mov(r14, rsi)?; // commit: this store is done
+    a.inc(r9d)?;
+    a.cmp(r9d, 8)?; // a record is at most 3 stores; bound the loop anyway
+    a.jb(lp)?;
+    a.set_label(&mut stop)?;
+    a.test(r9d, r9d)?;
+    a.jz(record)?;
+    a.mov(qword_ptr(r13 + 16 * 8), r14)?;
+    a.add(qword_ptr(l.d_fixups), 1)?;
+    a.set_label(&mut record)?;
+    a.mov(eax, RecordKind::Signal.encoded_len() as u32)?;
+    a.xadd(qword_ptr(S_POS).gs(), rax)?;
+    a.mov(
+        word_ptr(rax),
+        ESCAPE as u32 | (KIND_PENDING as u32 | RecordKind::Signal as u32) << 8,
+    )?;
+    a.mov(dword_ptr(rax + 2), r12d)?;
+    a.mov(byte_ptr(rax + 1), RecordKind::Signal as u32)?;
+    restore_all(a)
+}

@@ -1,0 +1,460 @@
+//! Emitters for the inline instrumentation the rewriter places in
+//! relocated code: witness writes, escape records, buffer checks and the
+//! outside-entry stub (paper 003 section 4: a witness is written when an
+//! instrumented edge is traversed).
+//!
+//! Invariants of every emitted sequence:
+//! - All registers and, when [`Site::flags_live`], all arithmetic flags are
+//!   preserved; only the dead [`Site::scratch`] register may be clobbered.
+//! - The slot is reserved with ONE instruction (`xadd gs:[POS], r`, atomic
+//!   with respect to signals on the same thread) before anything is written,
+//!   so a signal handler that interrupts the sequence and writes its own
+//!   witnesses never shares a byte with it.
+//! - Multi-byte records write their kind byte last; until then it reads as
+//!   `KIND_PENDING`, which the drainer treats as the end of valid data.
+//! - Stack use below `rsp` steps over the 128-byte red zone first when
+//!   [`Site::red_zone_live`].
+
+use iced_x86::code_asm::*;
+use iced_x86::{Code, Instruction, MemoryOperand, Register};
+
+use crate::layout::{RecordKind, ESCAPE, KIND_PENDING, S_LIMIT, S_OWNER, S_POS};
+use crate::{Blob, Error};
+
+/// How live arithmetic flags are saved around a sequence that clobbers them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlagsSave {
+    /// `lahf; seto al` ... `add al,0x7f; sahf` (needs `rax`).
+    Lahf,
+    /// `pushfq` ... `popfq`.
+    Pushf,
+}
+
+/// What the rewriter knows at an instrumentation point (from liveness).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Site {
+    /// A general register dead here, free to clobber.
+    pub scratch: Option<AsmRegister64>,
+    /// Arithmetic flags are live here and must be preserved.
+    pub flags_live: bool,
+    /// The 128 bytes below `rsp` may hold live data (a leaf using the red zone).
+    pub red_zone_live: bool,
+    /// How to save live flags (see `docs/runtime.md` for the measurement).
+    pub flags_save: FlagsSave,
+}
+
+impl Site {
+    /// The conservative site: no dead register, flags live, red zone live.
+    pub const CONSERVATIVE: Site = Site {
+        scratch: None,
+        flags_live: true,
+        red_zone_live: true,
+        flags_save: FlagsSave::Lahf,
+    };
+
+    /// A site with a dead register and dead flags: the cheapest sequence.
+    pub const fn with_scratch(r: AsmRegister64) -> Site {
+        Site {
+            scratch: Some(r),
+            flags_live: false,
+            red_zone_live: true,
+            flags_save: FlagsSave::Lahf,
+        }
+    }
+}
+
+/// A record payload known to the rewriter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Payload {
+    None,
+    /// An immediate (procedure number, exit status known statically, ...).
+    Imm32(u32),
+    /// A 16-bit immediate (wide witness).
+    Imm16(u16),
+    /// The low 32 bits of a register (e.g. `edi`, the signal number).
+    Reg32(AsmRegister32),
+    /// A 64-bit register (indirect target, desync address).
+    Reg64(AsmRegister64),
+}
+
+const RED_ZONE: i32 = 128;
+
+/// The registers a sequence borrows and how it restores them.
+struct Frame {
+    reg: AsmRegister64,
+    pushed: Vec<AsmRegister64>,
+    flags: Option<FlagsSave>,
+    stepped_red_zone: bool,
+}
+
+fn same(a: AsmRegister64, b: AsmRegister64) -> bool {
+    a == b
+}
+
+fn pick_free(avoid: &[AsmRegister64]) -> AsmRegister64 {
+    // Low registers first: shorter encodings (no REX.B).
+    [rax, rcx, rdx, rsi, rdi, r8, r9, r10, r11]
+        .into_iter()
+        .find(|r| !avoid.iter().any(|x| same(*x, *r)))
+        .expect("at most 3 registers are ever avoided")
+}
+
+/// Saves what the sequence needs; `avoid` lists registers the body reads
+/// (payload registers) that must not be borrowed.
+fn begin(
+    a: &mut CodeAssembler,
+    site: &Site,
+    clobbers_flags: bool,
+    avoid: &[AsmRegister64],
+) -> Result<Frame, Error> {
+    let flags = (clobbers_flags && site.flags_live).then_some(site.flags_save);
+    if site.scratch == Some(rsp) {
+        return Err(Error::Emit("rsp cannot be a scratch register".into()));
+    }
+    // rbp/r12/r13 as base registers need other store encodings, which the
+    // signal-entry fix-up does not recognise: borrow another register.
+    let scratch = site
+        .scratch
+        .filter(|s| ![rbp, r12, r13].contains(s) && !avoid.iter().any(|x| same(*x, *s)));
+    let mut pushed = Vec::new();
+    let reg = match (flags, scratch) {
+        (Some(FlagsSave::Lahf), Some(s)) if same(s, rax) => {
+            let r = pick_free(&[&[rax][..], avoid].concat());
+            pushed.push(r);
+            r
+        }
+        (Some(FlagsSave::Lahf), Some(s)) => {
+            if avoid.iter().any(|x| same(*x, rax)) {
+                return Err(Error::Emit(
+                    "lahf flag save needs rax; payload uses it".into(),
+                ));
+            }
+            pushed.push(rax);
+            s
+        }
+        (Some(FlagsSave::Lahf), None) => {
+            if avoid.iter().any(|x| same(*x, rax)) {
+                return Err(Error::Emit(
+                    "lahf flag save needs rax; payload uses it".into(),
+                ));
+            }
+            let r = pick_free(&[&[rax][..], avoid].concat());
+            pushed.push(rax);
+            pushed.push(r);
+            r
+        }
+        (_, Some(s)) => s,
+        (_, None) => {
+            let r = pick_free(avoid);
+            pushed.push(r);
+            r
+        }
+    };
+    let uses_stack = !pushed.is_empty() || flags == Some(FlagsSave::Pushf);
+    let stepped_red_zone = uses_stack && site.red_zone_live;
+    if stepped_red_zone {
+        a.lea(rsp, ptr(rsp - RED_ZONE))?;
+    }
+    if flags == Some(FlagsSave::Pushf) {
+        a.pushfq()?;
+    }
+    for r in &pushed {
+        a.push(*r)?;
+    }
+    if flags == Some(FlagsSave::Lahf) {
+        a.lahf()?;
+        a.seto(al)?;
+    }
+    Ok(Frame {
+        reg,
+        pushed,
+        flags,
+        stepped_red_zone,
+    })
+}
+
+fn end(a: &mut CodeAssembler, f: Frame) -> Result<(), Error> {
+    if f.flags == Some(FlagsSave::Lahf) {
+        a.add(al, 0x7f)?;
+        a.sahf()?;
+    }
+    for r in f.pushed.iter().rev() {
+        a.pop(*r)?;
+    }
+    if f.flags == Some(FlagsSave::Pushf) {
+        a.popfq()?;
+    }
+    if f.stepped_red_zone {
+        a.lea(rsp, ptr(rsp + RED_ZONE))?;
+    }
+    Ok(())
+}
+
+/// `gs:[off]` as an absolute (SIB, no base) operand.
+fn gs_q(off: u64) -> AsmMemoryOperand {
+    qword_ptr(off).gs()
+}
+
+/// Reserves `len` bytes: afterwards `r` holds the address of the first.
+fn reserve(a: &mut CodeAssembler, r: AsmRegister64, len: u64) -> Result<(), Error> {
+    a.mov(gpr32_of(r), len as u32)?;
+    a.xadd(gs_q(S_POS), r)?;
+    Ok(())
+}
+
+fn gpr32_of(r: AsmRegister64) -> AsmRegister32 {
+    let all64 = [
+        rax, rcx, rdx, rbx, rsp, rbp, rsi, rdi, r8, r9, r10, r11, r12, r13, r14, r15,
+    ];
+    let all32 = [
+        eax, ecx, edx, ebx, esp, ebp, esi, edi, r8d, r9d, r10d, r11d, r12d, r13d, r14d, r15d,
+    ];
+    let i = all64
+        .iter()
+        .position(|x| same(*x, r))
+        .expect("a general register");
+    all32[i]
+}
+
+/// Emits one witness write of `byte` (1..=0xFE).
+pub fn emit_witness(a: &mut CodeAssembler, byte: u8, site: Site) -> Result<(), Error> {
+    if byte == 0 || byte == ESCAPE {
+        return Err(Error::Emit(format!(
+            "witness byte {byte:#04x} is reserved (0x00 = unwritten, 0xFF = escape)"
+        )));
+    }
+    let f = begin(a, &site, true, &[])?;
+    reserve(a, f.reg, 1)?;
+    a.mov(byte_ptr(f.reg), byte as u32)?;
+    end(a, f)
+}
+
+/// Emits one escape record of `kind` with `payload` (which must match the
+/// kind's payload length). Payload registers must not be `rsp`.
+pub fn emit_record(
+    a: &mut CodeAssembler,
+    kind: RecordKind,
+    payload: Payload,
+    site: Site,
+) -> Result<(), Error> {
+    let plen = match payload {
+        Payload::None => 0,
+        Payload::Imm16(_) => 2,
+        Payload::Imm32(_) | Payload::Reg32(_) => 4,
+        Payload::Reg64(_) => 8,
+    };
+    if plen != kind.payload_len() {
+        return Err(Error::Emit(format!(
+            "{kind:?} takes a {}-byte payload, got {payload:?}",
+            kind.payload_len()
+        )));
+    }
+    let avoid: Vec<AsmRegister64> = match payload {
+        Payload::Reg64(r) => vec![r],
+        Payload::Reg32(r) => vec![gpr64_of(r)],
+        _ => vec![],
+    };
+    if avoid.iter().any(|r| same(*r, rsp)) {
+        return Err(Error::Emit("record payload cannot be rsp".into()));
+    }
+    let f = begin(a, &site, true, &avoid)?;
+    if f.pushed.iter().any(|p| avoid.iter().any(|x| same(*x, *p)))
+        || (f.flags == Some(FlagsSave::Lahf) && avoid.iter().any(|x| same(*x, rax)))
+    {
+        return Err(Error::Emit(format!(
+            "payload register of {kind:?} is needed by the sequence"
+        )));
+    }
+    let r = f.reg;
+    reserve(a, r, kind.encoded_len())?;
+    let k = kind as u8 as u32;
+    if plen == 0 {
+        a.mov(word_ptr(r), ESCAPE as u32 | k << 8)?;
+    } else {
+        a.mov(word_ptr(r), ESCAPE as u32 | (k | KIND_PENDING as u32) << 8)?;
+        match payload {
+            Payload::None => unreachable!("plen == 0 handled above"),
+            Payload::Imm16(v) => a.mov(word_ptr(r + 2), v as u32)?,
+            Payload::Imm32(v) => a.mov(dword_ptr(r + 2), v)?,
+            Payload::Reg32(v) => a.mov(dword_ptr(r + 2), v)?,
+            Payload::Reg64(v) => a.mov(qword_ptr(r + 2), v)?,
+        }
+        a.mov(byte_ptr(r + 1), k)?;
+    }
+    end(a, f)
+}
+
+fn gpr64_of(r: AsmRegister32) -> AsmRegister64 {
+    let all64 = [
+        rax, rcx, rdx, rbx, rsp, rbp, rsi, rdi, r8, r9, r10, r11, r12, r13, r14, r15,
+    ];
+    let all32 = [
+        eax, ecx, edx, ebx, esp, ebp, esi, edi, r8d, r9d, r10d, r11d, r12d, r13d, r14d, r15d,
+    ];
+    let i = all32
+        .iter()
+        .position(|x| *x == r)
+        .expect("a general register");
+    all64[i]
+}
+
+/// Emits the buffer check placed at procedure entries, loop headers and
+/// call return points: when `POS >= LIMIT`, call the runtime's `flush`
+/// (absolute address `flush`; it preserves every register and the flags).
+pub fn emit_buffer_check(a: &mut CodeAssembler, flush: u64, site: Site) -> Result<(), Error> {
+    let f = begin(a, &site, true, &[])?;
+    let mut done = a.create_label();
+    a.mov(f.reg, gs_q(S_POS))?;
+    a.cmp(f.reg, gs_q(S_LIMIT))?;
+    a.jb(done)?;
+    // `call` pushes below rsp: step over a live red zone unless done already.
+    let step = site.red_zone_live && !f.stepped_red_zone;
+    if step {
+        a.lea(rsp, ptr(rsp - RED_ZONE))?;
+    }
+    a.call(flush)?;
+    if step {
+        a.lea(rsp, ptr(rsp + RED_ZONE))?;
+    }
+    a.set_label(&mut done)?;
+    end_with_label_target(a, f)
+}
+
+/// `end` after a label: a label needs an instruction to attach to.
+fn end_with_label_target(a: &mut CodeAssembler, f: Frame) -> Result<(), Error> {
+    if f.flags.is_none() && f.pushed.is_empty() && !f.stepped_red_zone {
+        a.nop()?;
+        Ok(())
+    } else {
+        end(a, f)
+    }
+}
+
+/// Absolute addresses of the runtime's entry points and words once the
+/// blob is placed at `base`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuntimeAddrs {
+    pub ready: u64,
+    pub attach: u64,
+    pub flush: u64,
+    pub fork_child: u64,
+    pub signal_entry: u64,
+    pub restorer_bytes: u64,
+}
+
+impl RuntimeAddrs {
+    /// The addresses of `blob`'s symbols when its first byte is at `base`.
+    pub fn new(blob: &Blob, base: u64) -> RuntimeAddrs {
+        let at = |name| {
+            base + blob
+                .symbol(name)
+                .expect("the blob defines every runtime symbol")
+        };
+        RuntimeAddrs {
+            ready: at("ready"),
+            attach: at("attach_thread"),
+            flush: at("flush"),
+            fork_child: at("fork_child"),
+            signal_entry: at("signal_entry"),
+            restorer_bytes: at("restorer_bytes"),
+        }
+    }
+}
+
+fn rip_rel(addr: u64) -> MemoryOperand {
+    MemoryOperand::with_base_displ_size(Register::RIP, addr as i64, 8)
+}
+
+/// Emits the outside-entry stub placed at the head of every procedure copy
+/// reached from untraced code (its springboard target): make sure this
+/// thread owns a slot; at a signal handler's entry let the runtime complete
+/// an interrupted witness store and write `SIGNAL`; check the buffer; then
+/// record `ENTER(proc)`.
+///
+/// Runs at a procedure entry, so (SysV ABI) flags are dead, the red zone
+/// holds nothing and `r11` is dead. The runtime's words are reached
+/// RIP-relatively (within 2 GiB of the stub).
+pub fn emit_outside_entry(
+    a: &mut CodeAssembler,
+    proc_id: u32,
+    rt: &RuntimeAddrs,
+) -> Result<(), Error> {
+    let site = Site {
+        scratch: Some(r11),
+        flags_live: false,
+        red_zone_live: false,
+        flags_save: FlagsSave::Lahf,
+    };
+    let mut attach_l = a.create_label();
+    let mut owned = a.create_label();
+    let mut not_signal = a.create_label();
+    // Before init the GS base is 0: test `ready` first so gs:[..] never faults.
+    a.add_instruction(Instruction::with2(
+        Code::Cmp_rm32_imm8,
+        rip_rel(rt.ready),
+        0i32,
+    )?)?;
+    a.je(attach_l)?;
+    a.mov(r11, qword_ptr(0u64).fs())?;
+    a.cmp(r11, gs_q(S_OWNER))?;
+    a.je(owned)?;
+    a.set_label(&mut attach_l)?;
+    a.call(rt.attach)?;
+    a.set_label(&mut owned)?;
+    // Called from the kernel's signal trampoline? The return address then
+    // points at glibc's `__restore_rt` (`mov rax, 15; syscall`).
+    a.mov(r11, qword_ptr(rsp))?;
+    a.mov(r11, qword_ptr(r11))?;
+    a.add_instruction(Instruction::with2(
+        Code::Cmp_r64_rm64,
+        Register::R11,
+        rip_rel(rt.restorer_bytes),
+    )?)?;
+    a.jne(not_signal)?;
+    a.call(rt.signal_entry)?;
+    a.set_label(&mut not_signal)?;
+    emit_buffer_check(a, rt.flush, site)?;
+    emit_record(a, RecordKind::Enter, Payload::Imm32(proc_id), site)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn size(f: impl Fn(&mut CodeAssembler)) -> usize {
+        let mut a = CodeAssembler::new(64).unwrap();
+        f(&mut a);
+        a.assemble(0x40_0000).unwrap().len()
+    }
+
+    /// The byte sizes quoted in docs/runtime.md.
+    #[test]
+    fn sequence_sizes_match_the_documentation() {
+        let s = |scratch, flags_live, red_zone_live, flags_save| Site {
+            scratch,
+            flags_live,
+            red_zone_live,
+            flags_save,
+        };
+        let w = |site: Site| size(|a| emit_witness(a, 7, site).unwrap());
+        assert_eq!(w(s(Some(rax), false, true, FlagsSave::Lahf)), 18);
+        assert_eq!(w(s(Some(r11), false, true, FlagsSave::Lahf)), 20);
+        assert_eq!(w(s(None, false, false, FlagsSave::Lahf)), 20);
+        assert_eq!(w(s(None, false, true, FlagsSave::Lahf)), 33);
+        assert_eq!(w(s(Some(r11), true, true, FlagsSave::Lahf)), 42);
+        assert_eq!(w(s(Some(r11), true, true, FlagsSave::Pushf)), 35);
+        assert_eq!(w(Site::CONSERVATIVE), 42);
+        let check = size(|a| emit_buffer_check(a, 0x40_1000, Site::with_scratch(r11)).unwrap());
+        assert_eq!(check, 39);
+        let enter = size(|a| {
+            emit_record(
+                a,
+                RecordKind::Enter,
+                Payload::Imm32(5),
+                Site::with_scratch(r11),
+            )
+            .unwrap()
+        });
+        assert_eq!(enter, 35);
+    }
+}

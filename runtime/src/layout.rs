@@ -1,0 +1,230 @@
+//! The byte layout of the shared witness region and the witness/record
+//! encoding: the single source of truth for the generated runtime, the
+//! emitters and the recorder-side [`crate::Drainer`]. `docs/runtime.md`
+//! describes the same layout byte by byte.
+//!
+//! Invariants:
+//! - All multi-byte fields are little-endian and naturally aligned.
+//! - The region is `HEADER_SIZE + slot_count * slot_size` bytes; slot `i`
+//!   starts at `HEADER_SIZE + i * slot_size`; its data area (two halves of
+//!   `half_size` bytes) starts `SLOT_HEADER_SIZE` bytes into the slot.
+//! - Witness bytes are `1..=0xFE`; `0x00` means "never written" and `0xFF`
+//!   starts an escape record `[0xFF][kind][payload]` whose length is fixed by
+//!   `kind`. A record's kind byte is written last: a kind with bit 7 set is a
+//!   record still being written (or abandoned) and ends the valid data.
+
+/// `b"AETRSHM1"` read as a little-endian u64.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"AETRSHM1");
+/// Layout version in the header.
+pub const VERSION: u32 = 1;
+
+/// Size of the region header; slots start here (page aligned).
+pub const HEADER_SIZE: u64 = 4096;
+
+// Region header field offsets.
+pub const H_MAGIC: u64 = 0;
+pub const H_VERSION: u64 = 8;
+pub const H_FLAGS: u64 = 12;
+pub const H_REGION_SIZE: u64 = 16;
+pub const H_SLOT_COUNT: u64 = 24;
+pub const H_HEADROOM: u64 = 28;
+pub const H_SLOT_SIZE: u64 = 32;
+pub const H_HALF_SIZE: u64 = 40;
+pub const H_PID: u64 = 48;
+/// Futex word: incremented (and woken) by the runtime each time a half is sealed.
+pub const H_FUTEX: u64 = 52;
+/// Standalone mode: next free file offset for spilled chunks (`lock xadd`).
+pub const H_FILE_END: u64 = 56;
+
+/// Header flag: the region is a standalone file (no recorder); full halves
+/// are appended to the file as chunks.
+pub const FLAG_STANDALONE: u32 = 1;
+/// Header flag: a thread or process found no free slot (the program was
+/// stopped with a message; the trace is incomplete).
+pub const FLAG_SLOTS_EXHAUSTED: u32 = 2;
+
+/// Size of a slot header; the data halves follow it.
+pub const SLOT_HEADER_SIZE: u64 = 256;
+
+// Slot header field offsets (the %gs base points at the slot header).
+/// Absolute address of the next byte to write (writer's address space).
+pub const S_POS: u64 = 0;
+/// Absolute address of the high-water mark: `POS >= LIMIT` calls `flush`.
+pub const S_LIMIT: u64 = 8;
+/// The owning thread's `fs:[0]` (glibc TCB self pointer).
+pub const S_OWNER: u64 = 16;
+/// Absolute address of this slot header in the writer's address space.
+pub const S_BASE: u64 = 24;
+/// `SLOT_FREE`, `SLOT_ACTIVE` or `SLOT_ENDED`.
+pub const S_STATE: u64 = 32;
+pub const S_TID: u64 = 36;
+pub const S_PID: u64 = 40;
+/// The half (0 or 1) the writer is filling.
+pub const S_CUR_HALF: u64 = 44;
+/// Per-half state words (u32 each): `HALF_EMPTY` or `HALF_FULL`.
+pub const S_HALF_STATE: u64 = 48;
+/// Per-half fill (u64 each): bytes reserved in the half when it was sealed.
+pub const S_HALF_FILL: u64 = 56;
+/// Number of halves sealed so far (standalone: chunk sequence number).
+pub const S_SEQ: u64 = 72;
+/// Slot index of the creating thread/process, `u32::MAX` for the first.
+pub const S_PARENT: u64 = 80;
+
+pub const SLOT_FREE: u32 = 0;
+pub const SLOT_ACTIVE: u32 = 1;
+pub const SLOT_ENDED: u32 = 2;
+pub const HALF_EMPTY: u32 = 0;
+pub const HALF_FULL: u32 = 1;
+
+/// Bytes kept free above the high-water mark: the most any path between two
+/// buffer checks may write (all nesting signal handlers included; see
+/// `docs/runtime.md`). The rewriter must keep its per-path bound below
+/// [`MAX_BYTES_BETWEEN_CHECKS`].
+pub const HEADROOM: u64 = 4096;
+/// Upper bound the rewriter must respect for the bytes one context writes
+/// between two checks; the rest of the headroom is for signal handlers that
+/// interrupt it before their own first check (they check first thing).
+pub const MAX_BYTES_BETWEEN_CHECKS: u64 = 1024;
+
+/// Standalone chunk header (appended to the file after the region).
+pub const CHUNK_MAGIC: u32 = u32::from_le_bytes(*b"AECK");
+pub const CHUNK_HEADER_SIZE: u64 = 32;
+pub const C_MAGIC: u64 = 0;
+pub const C_SLOT: u64 = 4;
+pub const C_SEQ: u64 = 8;
+pub const C_LEN: u64 = 16;
+pub const C_PID: u64 = 24;
+pub const C_TID: u64 = 28;
+
+/// Standalone defaults (the runtime creates the file itself).
+pub const STANDALONE_SLOTS: u32 = 64;
+pub const STANDALONE_HALF: u64 = 64 * 1024;
+
+/// The "never written" byte.
+pub const UNWRITTEN: u8 = 0x00;
+/// First byte of every escape record.
+pub const ESCAPE: u8 = 0xFF;
+/// Set in the kind byte while the record's payload is being written.
+pub const KIND_PENDING: u8 = 0x80;
+
+/// Escape record kinds. Record layout: `[0xFF][kind][payload]`, payload
+/// little-endian, total length [`RecordKind::encoded_len`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum RecordKind {
+    /// Outside entry into procedure `u32` (callback, thread start, handler, main).
+    Enter = 1,
+    /// Indirect branch to `u64` (absolute target in the original code).
+    Indirect = 2,
+    /// A signal handler starts: `u32` signal number.
+    Signal = 3,
+    /// Execution resumed at a setjmp return point (after longjmp).
+    SetjmpResume = 4,
+    /// Control escaped to uninstrumented original code at `u64`.
+    Desync = 5,
+    /// `exit`/`_exit` called with status `u32` (frames may still be active).
+    Exit = 6,
+    /// First record of a fork child's stream: `u32` parent slot.
+    Fork = 7,
+    /// First record of a new thread's stream: `u32` slot of the creating thread.
+    Thread = 8,
+    /// A witness of a procedure with more than 254 witness edges: `u16`.
+    Wide = 9,
+}
+
+impl RecordKind {
+    /// Total encoded length (prefix and kind included).
+    pub const fn encoded_len(self) -> u64 {
+        2 + self.payload_len()
+    }
+
+    /// Payload length in bytes.
+    pub const fn payload_len(self) -> u64 {
+        match self {
+            RecordKind::SetjmpResume => 0,
+            RecordKind::Wide => 2,
+            RecordKind::Enter
+            | RecordKind::Signal
+            | RecordKind::Exit
+            | RecordKind::Fork
+            | RecordKind::Thread => 4,
+            RecordKind::Indirect | RecordKind::Desync => 8,
+        }
+    }
+
+    /// Decodes a (final, not pending) kind byte.
+    pub const fn from_byte(b: u8) -> Option<RecordKind> {
+        Some(match b {
+            1 => RecordKind::Enter,
+            2 => RecordKind::Indirect,
+            3 => RecordKind::Signal,
+            4 => RecordKind::SetjmpResume,
+            5 => RecordKind::Desync,
+            6 => RecordKind::Exit,
+            7 => RecordKind::Fork,
+            8 => RecordKind::Thread,
+            9 => RecordKind::Wide,
+            _ => return None,
+        })
+    }
+}
+
+/// Region geometry, as written in the header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    pub slot_count: u32,
+    pub half_size: u64,
+}
+
+impl Geometry {
+    /// Bytes per slot: header plus two halves.
+    pub const fn slot_size(&self) -> u64 {
+        SLOT_HEADER_SIZE + 2 * self.half_size
+    }
+
+    /// Bytes of the whole region.
+    pub const fn region_size(&self) -> u64 {
+        HEADER_SIZE + self.slot_count as u64 * self.slot_size()
+    }
+
+    /// Offset of slot `i` in the region.
+    pub const fn slot_offset(&self, i: u32) -> u64 {
+        HEADER_SIZE + i as u64 * self.slot_size()
+    }
+
+    /// Offset of half `h` of a slot, relative to the slot.
+    pub const fn half_offset(&self, h: u32) -> u64 {
+        SLOT_HEADER_SIZE + h as u64 * self.half_size
+    }
+
+    /// File bytes one standalone chunk occupies (header + a full half + headroom).
+    pub const fn chunk_space(&self) -> u64 {
+        CHUNK_HEADER_SIZE + self.half_size
+    }
+}
+
+/// How far the bytes in `data` form complete witnesses and records.
+/// Returns the length of the longest valid prefix, or an error offset and
+/// byte for an unknown record kind.
+pub fn valid_prefix(data: &[u8]) -> Result<usize, (usize, u8)> {
+    let mut i = 0usize;
+    while let Some(&b) = data.get(i) {
+        match b {
+            UNWRITTEN => break,
+            ESCAPE => {
+                let Some(&k) = data.get(i + 1) else { break };
+                if k == UNWRITTEN || k & KIND_PENDING != 0 {
+                    break;
+                }
+                let kind = RecordKind::from_byte(k).ok_or((i + 1, k))?;
+                let end = i + kind.encoded_len() as usize;
+                if end > data.len() {
+                    break;
+                }
+                i = end;
+            }
+            _ => i += 1,
+        }
+    }
+    Ok(i)
+}

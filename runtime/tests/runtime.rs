@@ -1,0 +1,750 @@
+//! End-to-end tests of the generated runtime and the buffer protocol: the
+//! blob and generated witness routines run in this process (or a re-executed
+//! child), the recorder-side drainer reads the region concurrently, and the
+//! drained streams are compared with the sequences the routines were given.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use aetrace_runtime::emit::{
+    emit_outside_entry, emit_record, emit_witness, FlagsSave, Payload, Site,
+};
+use aetrace_runtime::layout::{RecordKind, FLAG_SLOTS_EXHAUSTED};
+use aetrace_runtime::{read_standalone, Geometry, Region};
+use common::*;
+use iced_x86::code_asm::*;
+
+/// Small halves force a flush every ~8 KiB.
+const SMALL: Geometry = Geometry {
+    slot_count: 8,
+    half_size: 12288,
+};
+
+type Streams = BTreeMap<u32, (u32, Vec<u8>)>;
+
+/// Runs `work` while another thread drains `region`; returns slot -> (pid, bytes).
+fn drain_while(region: &Region, work: impl FnOnce()) -> Streams {
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            let mut d = region.drainer();
+            let mut out = Streams::new();
+            let mut sink = |b: aetrace_runtime::Batch<'_>| {
+                out.entry(b.slot)
+                    .or_insert((b.pid, Vec::new()))
+                    .1
+                    .extend_from_slice(b.bytes)
+            };
+            while !stop.load(Ordering::Acquire) {
+                d.poll(false, &mut sink).unwrap();
+                d.wait(Duration::from_millis(1));
+            }
+            d.poll(true, &mut sink).unwrap();
+            out
+        });
+        // A lost byte would leave the drainer waiting and the writer blocked
+        // on a full half forever: fail loudly instead of hanging CI.
+        s.spawn(|| {
+            let t = Instant::now();
+            while !stop.load(Ordering::Acquire) {
+                if t.elapsed() > Duration::from_secs(120) {
+                    eprintln!("runtime test stuck for 120 s: a reserved witness was never written");
+                    std::process::abort();
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        work();
+        stop.store(true, Ordering::Release);
+        h.join().unwrap()
+    })
+}
+
+fn expected_main(proc_id: u32, seq: &[u8]) -> Vec<u8> {
+    let mut e = thread_record(u32::MAX);
+    e.extend(enter_record(proc_id));
+    e.extend_from_slice(seq);
+    e
+}
+
+fn check_variant(site: Site) {
+    let mut m = Mapped::new();
+    let region = Region::create(SMALL).unwrap();
+    let run = runner(&mut m, 7, site);
+    let seq = sequence(0x1234, 300_000, 1, 254);
+    let saved_gs = get_gs();
+    let streams = drain_while(&region, || {
+        m.init(&[region.env()]);
+        assert_eq!(
+            run(seq.as_ptr(), seq.len()),
+            0,
+            "a site clobbered a register or flag"
+        );
+        set_gs(saved_gs);
+    });
+    assert_eq!(streams.len(), 1, "one slot used");
+    let (pid, got) = &streams[&0];
+    assert_eq!(*pid, std::process::id());
+    assert!(
+        got.len() > 20 * SMALL.half_size as usize / 2,
+        "many flushes happened"
+    );
+    assert!(
+        *got == expected_main(7, &seq),
+        "drained stream differs from the sequence"
+    );
+}
+
+#[test]
+fn scratch_register_sequence_is_exact_across_flushes() {
+    check_variant(Site {
+        scratch: Some(r11),
+        flags_live: false,
+        red_zone_live: false,
+        flags_save: FlagsSave::Lahf,
+    });
+}
+
+#[test]
+fn no_scratch_red_zone_sequence_is_exact() {
+    check_variant(Site {
+        scratch: None,
+        flags_live: false,
+        red_zone_live: true,
+        flags_save: FlagsSave::Lahf,
+    });
+}
+
+#[test]
+fn live_flags_lahf_and_pushf_are_preserved() {
+    for flags_save in [FlagsSave::Lahf, FlagsSave::Pushf] {
+        for scratch in [None, Some(r11), Some(rcx)] {
+            check_variant(Site {
+                scratch,
+                flags_live: true,
+                red_zone_live: true,
+                flags_save,
+            });
+        }
+    }
+}
+
+#[test]
+fn threads_get_their_own_slots() {
+    let mut m = Mapped::new();
+    let region = Region::create(SMALL).unwrap();
+    let site = Site::with_scratch(r10);
+    let run = runner(&mut m, 3, site);
+    let seqs: Vec<Vec<u8>> = (0..4).map(|t| sequence(100 + t, 120_000, 1, 254)).collect();
+    let saved_gs = get_gs();
+    let streams = drain_while(&region, || {
+        m.init(&[region.env()]);
+        std::thread::scope(|s| {
+            for seq in &seqs {
+                // New threads inherit nothing: the outside-entry stub attaches them.
+                s.spawn(move || assert_eq!(run(seq.as_ptr(), seq.len()), 0));
+            }
+        });
+        set_gs(saved_gs);
+    });
+    // Slot 0: the initialising thread (THREAD record only).
+    assert_eq!(streams[&0].1, thread_record(u32::MAX));
+    let mut got: Vec<Vec<u8>> = (1..=4).map(|s| streams[&s].1.clone()).collect();
+    let mut want: Vec<Vec<u8>> = seqs
+        .iter()
+        .map(|seq| {
+            let mut e = thread_record(0);
+            e.extend(enter_record(3));
+            e.extend_from_slice(seq);
+            e
+        })
+        .collect();
+    got.sort();
+    want.sort();
+    assert!(got == want, "per-thread streams differ");
+}
+
+// --- signals -------------------------------------------------------------
+
+static HANDLER_CALLS: AtomicU32 = AtomicU32::new(0);
+const HANDLER_PROC: u32 = 9;
+/// What each handler invocation writes after its SIGNAL and ENTER records.
+const HANDLER_BLOCK: [u8; 4] = [0xF0, 0xF1, 0xF2, 0xF3];
+
+/// An instrumented signal handler, installed directly (so the kernel's
+/// trampoline calls it and its outside-entry stub sees `__restore_rt`):
+/// counts itself, then writes `HANDLER_BLOCK`.
+fn handler_routine(m: &mut Mapped) -> u64 {
+    let mut a = CodeAssembler::new(64).unwrap();
+    emit_outside_entry(&mut a, HANDLER_PROC, &m.addrs()).unwrap();
+    a.mov(rax, &HANDLER_CALLS as *const AtomicU32 as u64)
+        .unwrap();
+    a.lock().inc(dword_ptr(rax)).unwrap();
+    for w in HANDLER_BLOCK {
+        emit_witness(&mut a, w, Site::with_scratch(r11)).unwrap();
+    }
+    a.ret().unwrap();
+    let code = a.assemble(m.next_ip()).unwrap();
+    m.place(&code)
+}
+
+#[test]
+fn signal_handler_witnesses_are_inserted_whole() {
+    // The no-scratch sequence (longest window between reserving and
+    // writing; store through rcx) and a dead r9 (REX store form).
+    let mut fixups = 0;
+    for site in [Site::CONSERVATIVE, Site::with_scratch(r9)] {
+        fixups += signal_case(site);
+    }
+    // Some signals landed between a reservation and its store: the runtime
+    // completed those stores at the handler's entry (else the stream checks
+    // above would still pass, but this path would be untested).
+    assert!(fixups > 0, "no signal interrupted a pending witness store");
+}
+
+/// Runs 3 M witnesses under a 20 us timer signal whose handler runs its own
+/// instrumented routine; checks the merged stream; returns the number of
+/// pending stores completed at signal entry.
+fn signal_case(main_site: Site) -> u64 {
+    let mut m = Mapped::new();
+    let region = Region::create(SMALL).unwrap();
+    HANDLER_CALLS.store(0, Ordering::Relaxed);
+    let main_run = runner(&mut m, 7, main_site);
+    let handler = handler_routine(&mut m);
+    let seq = sequence(77, 3_000_000, 1, 0xBF);
+    let saved_gs = get_gs();
+    let tid = unsafe { libc::gettid() };
+    let streams = drain_while(&region, || {
+        m.init(&[region.env()]);
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = handler as usize;
+            sa.sa_flags = libc::SA_RESTART;
+            assert_eq!(libc::sigaction(libc::SIGUSR2, &sa, std::ptr::null_mut()), 0);
+            // A timer aimed at this thread only (other tests run in parallel).
+            let mut sev: libc::sigevent = std::mem::zeroed();
+            sev.sigev_notify = libc::SIGEV_THREAD_ID;
+            sev.sigev_signo = libc::SIGUSR2;
+            sev.sigev_notify_thread_id = tid;
+            let mut timer: libc::timer_t = std::mem::zeroed();
+            assert_eq!(
+                libc::timer_create(libc::CLOCK_MONOTONIC, &mut sev, &mut timer),
+                0
+            );
+            let it = libc::itimerspec {
+                it_interval: libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 20_000,
+                },
+                it_value: libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 20_000,
+                },
+            };
+            assert_eq!(libc::timer_settime(timer, 0, &it, std::ptr::null_mut()), 0);
+            let r = main_run(seq.as_ptr(), seq.len());
+            libc::timer_delete(timer);
+            assert_eq!(r, 0, "main sites saw clobbered state");
+        }
+        set_gs(saved_gs);
+    });
+    let calls = HANDLER_CALLS.load(Ordering::Relaxed);
+    assert!(
+        calls > 10,
+        "only {calls} signals landed; the test did not test anything"
+    );
+    let got = &streams[&0].1;
+    let mut main = Vec::new();
+    let mut k = 0u32; // handler occurrences
+    let mut i = 0usize;
+    // The stream: THREAD, then main's ENTER(7) and witnesses with whole
+    // handler occurrences anywhere in between (a signal may even land
+    // before main's ENTER record).
+    let head = thread_record(u32::MAX);
+    assert_eq!(got[..head.len()], head[..]);
+    i += head.len();
+    let main_enter = enter_record(7);
+    let mut entered = false;
+    let mut enter = vec![0xFF, 3, libc::SIGUSR2 as u8, 0, 0, 0]; // SIGNAL(SIGUSR2)
+    enter.extend(enter_record(HANDLER_PROC));
+    while i < got.len() {
+        if got[i..].starts_with(&main_enter) && !entered {
+            entered = true;
+            i += main_enter.len();
+        } else if got[i] == 0xFF {
+            assert_eq!(got[i..i + 12], enter[..], "byte {i}: unexpected record");
+            assert_eq!(
+                got[i + 12..i + 16],
+                HANDLER_BLOCK,
+                "byte {i}: handler block {k} not whole"
+            );
+            k += 1;
+            i += 16;
+        } else {
+            assert!(entered, "byte {i}: main witness before main's ENTER");
+            assert!(
+                got[i] < 0xF0,
+                "byte {i}: handler witness outside a handler block"
+            );
+            main.push(got[i]);
+            i += 1;
+        }
+    }
+    assert_eq!(k, calls, "every handler invocation appears once");
+    assert!(main == seq, "main's witnesses differ from its sequence");
+    eprintln!(
+        "{main_site:?}: {calls} signals, {} stores completed at signal entry",
+        m.fixups()
+    );
+    m.fixups()
+}
+
+// --- records ---------------------------------------------------------------
+
+#[test]
+fn records_are_written_with_their_payloads() {
+    let mut m = Mapped::new();
+    let region = Region::create(SMALL).unwrap();
+    let mut a = CodeAssembler::new(64).unwrap();
+    let site = Site::CONSERVATIVE;
+    emit_record(&mut a, RecordKind::Indirect, Payload::Reg64(rdi), site).unwrap();
+    emit_record(&mut a, RecordKind::Signal, Payload::Reg32(esi), site).unwrap();
+    emit_record(&mut a, RecordKind::SetjmpResume, Payload::None, site).unwrap();
+    emit_record(&mut a, RecordKind::Wide, Payload::Imm16(0x1234), site).unwrap();
+    emit_witness(&mut a, 0x42, site).unwrap();
+    a.ret().unwrap();
+    assert!(emit_record(&mut a, RecordKind::Enter, Payload::Reg64(rdi), site).is_err());
+    assert!(emit_witness(&mut a, 0, site).is_err() && emit_witness(&mut a, 0xFF, site).is_err());
+    let code = a.assemble(m.next_ip()).unwrap();
+    let f: extern "C" fn(u64, u32) = unsafe { std::mem::transmute(m.place(&code)) };
+    let saved_gs = get_gs();
+    let streams = drain_while(&region, || {
+        m.init(&[region.env()]);
+        f(0x1122_3344_5566_7788, 11);
+        set_gs(saved_gs);
+    });
+    let mut want = thread_record(u32::MAX);
+    want.extend([0xFF, 2, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11]);
+    want.extend([0xFF, 3, 11, 0, 0, 0]);
+    want.extend([0xFF, 4]);
+    want.extend([0xFF, 9, 0x34, 0x12]);
+    want.push(0x42);
+    assert_eq!(streams[&0].1, want);
+}
+
+// --- standalone --------------------------------------------------------------
+
+#[test]
+fn standalone_file_holds_the_sequence() {
+    let mut m = Mapped::new();
+    let run = runner(&mut m, 5, Site::with_scratch(rax));
+    let seq = sequence(9, 400_000, 1, 254); // ~6 chunks of 64 KiB
+    let dir = std::env::temp_dir().join(format!("aetrace-rt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("standalone.raw");
+    let saved_gs = get_gs();
+    m.init(&[("AETRACE_OUT", path.display().to_string())]);
+    assert_eq!(run(seq.as_ptr(), seq.len()), 0);
+    set_gs(saved_gs);
+    let bytes = std::fs::read(&path).unwrap();
+    let streams = read_standalone(&bytes).unwrap();
+    assert_eq!(streams.len(), 1);
+    assert_eq!(streams[0].pid, std::process::id());
+    assert!(
+        streams[0].bytes == expected_main(5, &seq),
+        "standalone stream differs"
+    );
+    // Damaged files are errors, not panics.
+    assert!(read_standalone(&bytes[..100]).is_err());
+    let mut bad = bytes.clone();
+    bad[0] ^= 1;
+    assert!(read_standalone(&bad).is_err());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// --- SIGKILL ------------------------------------------------------------------
+
+const CHILD_ENV: &str = "AETRACE_RT_TEST_CHILD";
+const CHILD_SEQ: usize = 1 << 20;
+
+/// Runs only in a re-executed child (modes: `kill`: write a sequence
+/// forever; `fork`: write, fork, write in both; `threads`: exceed the slots;
+/// `noenv`: init without the variables; `early`: traced code before init).
+#[test]
+fn child_helper_writes_until_killed() {
+    if std::env::var(CHILD_ENV).is_err() {
+        return; // parent run: the child mode is driven by the SIGKILL test
+    }
+    let mode = std::env::var(CHILD_ENV).unwrap();
+    let mut m = Mapped::new();
+    let run = runner(&mut m, 11, Site::CONSERVATIVE);
+    match mode.as_str() {
+        "noenv" => m.init(&[]), // must not return
+        "early" => {
+            run([1u8].as_ptr(), 1); // traced code before init: must not return
+        }
+        _ => m.init(&[("AETRACE_SHM_FD", std::env::var("AETRACE_SHM_FD").unwrap())]),
+    }
+    match mode.as_str() {
+        "kill" => {
+            let seq = sequence(4242, CHILD_SEQ, 1, 254);
+            loop {
+                assert_eq!(run(seq.as_ptr(), seq.len()), 0);
+            }
+        }
+        "fork" => {
+            let [a, b, c] = fork_sequences();
+            assert_eq!(run(a.as_ptr(), a.len()), 0);
+            let fork_child: extern "C" fn() = unsafe { std::mem::transmute(m.sym("fork_child")) };
+            // SAFETY: the child only runs generated code and _exit.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                fork_child();
+                let ok = run(b.as_ptr(), b.len()) == 0;
+                unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+            }
+            let mut st = 0;
+            assert_eq!(unsafe { libc::waitpid(pid, &mut st, 0) }, pid);
+            assert!(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0);
+            println!("GRANDCHILD {pid}");
+            assert_eq!(run(c.as_ptr(), c.len()), 0);
+            std::process::exit(0);
+        }
+        "threads" => {
+            // More threads than slots: the runtime must stop the program loudly.
+            let seq = sequence(1, 1000, 1, 254);
+            std::thread::scope(|s| {
+                for _ in 0..4 {
+                    s.spawn(|| run(seq.as_ptr(), seq.len()));
+                }
+            });
+            std::process::exit(0); // not reached if the runtime stops us
+        }
+        other => panic!("unknown child mode {other}"),
+    }
+}
+
+fn fork_sequences() -> [Vec<u8>; 3] {
+    [
+        sequence(31, 50_000, 1, 254),
+        sequence(32, 70_000, 1, 254),
+        sequence(33, 60_000, 1, 254),
+    ]
+}
+
+/// Re-executes this test binary in child `mode` with the region's fd.
+fn spawn_child(region: &Region, mode: &str) -> std::process::Child {
+    region.inherit().unwrap();
+    let (k, v) = region.env();
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_helper_writes_until_killed",
+            "--test-threads=1",
+            "--nocapture",
+        ])
+        .env(CHILD_ENV, mode)
+        .env(k, v)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn fork_child_gets_its_own_stream() {
+    let region = Region::create(SMALL).unwrap();
+    let child = spawn_child(&region, "fork");
+    let mut d = region.drainer();
+    let mut streams = Streams::new();
+    let mut sink = |b: aetrace_runtime::Batch<'_>| {
+        streams
+            .entry(b.slot)
+            .or_insert((b.pid, Vec::new()))
+            .1
+            .extend_from_slice(b.bytes)
+    };
+    // Drain while it runs (the halves are small), then after it exits.
+    let out = std::thread::scope(|s| {
+        let h = s.spawn(|| child.wait_with_output().unwrap());
+        while !h.is_finished() {
+            d.poll(false, &mut sink).unwrap();
+            d.wait(Duration::from_millis(1));
+        }
+        h.join().unwrap()
+    });
+    d.poll(true, &mut sink).unwrap();
+    assert!(
+        out.status.success(),
+        "child failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let grandchild: u32 = stdout
+        .lines()
+        .find_map(|l| l.split("GRANDCHILD ").nth(1))
+        .unwrap_or_else(|| panic!("no grandchild pid in child stdout: {stdout}"))
+        .parse()
+        .unwrap();
+    let [a, b, c] = fork_sequences();
+    let mut parent = expected_main(11, &a);
+    parent.extend(enter_record(11));
+    parent.extend_from_slice(&c);
+    let mut forked = vec![0xFF, 7, 0, 0, 0, 0]; // FORK(parent slot 0)
+    forked.extend(enter_record(11));
+    forked.extend_from_slice(&b);
+    assert_eq!(streams.len(), 2);
+    assert!(streams[&0].1 == parent, "parent stream differs");
+    assert_eq!(
+        streams[&1].0, grandchild,
+        "slot 1 belongs to the fork child"
+    );
+    assert!(streams[&1].1 == forked, "fork child's stream differs");
+}
+
+#[test]
+fn missing_environment_and_early_entry_stop_the_program_loudly() {
+    let region = Region::create(SMALL).unwrap();
+    for (mode, msg) in [
+        ("noenv", "neither AETRACE_SHM_FD nor AETRACE_OUT is set"),
+        ("early", "ran before the runtime's init"),
+    ] {
+        let out = spawn_child(&region, mode).wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{mode}: {err}");
+        assert!(err.contains(msg), "{mode}: stderr: {err}");
+    }
+}
+
+#[test]
+fn running_out_of_slots_stops_the_program_loudly() {
+    let region = Region::create(Geometry {
+        slot_count: 2,
+        half_size: 12288,
+    })
+    .unwrap();
+    let out = spawn_child(&region, "threads").wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no free thread slot"), "stderr: {err}");
+    assert_ne!(region.flags() & FLAG_SLOTS_EXHAUSTED, 0);
+}
+
+#[test]
+fn sigkilled_child_leaves_an_exact_prefix() {
+    let region = Region::create(SMALL).unwrap();
+    let mut child = spawn_child(&region, "kill");
+    let mut d = region.drainer();
+    let got = std::cell::RefCell::new(Vec::new());
+    let pid = std::cell::Cell::new(0);
+    let start = Instant::now();
+    let mut sink = |b: aetrace_runtime::Batch<'_>| {
+        pid.set(b.pid);
+        got.borrow_mut().extend_from_slice(b.bytes)
+    };
+    // Let it write a few sequences' worth, then kill it mid-stream.
+    while got.borrow().len() < 3 * CHILD_SEQ && start.elapsed() < Duration::from_secs(60) {
+        d.poll(false, &mut sink).unwrap();
+        d.wait(Duration::from_millis(1));
+        if let Ok(Some(st)) = child.try_wait() {
+            panic!("child exited early: {st}");
+        }
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    d.poll(true, &mut sink).unwrap();
+    let got = got.into_inner();
+    assert_eq!(pid.get(), child.id());
+    assert!(
+        got.len() >= 3 * CHILD_SEQ,
+        "child wrote too little before the deadline"
+    );
+    let seq = sequence(4242, CHILD_SEQ, 1, 254);
+    let mut want = thread_record(u32::MAX);
+    while want.len() < got.len() {
+        want.extend(enter_record(11));
+        want.extend_from_slice(&seq);
+    }
+    assert!(
+        got[..] == want[..got.len()],
+        "drained data is not a prefix of what the child wrote"
+    );
+    assert_eq!(region.flags() & FLAG_SLOTS_EXHAUSTED, 0);
+}
+
+static TRAP_CALLS: AtomicU32 = AtomicU32::new(0);
+/// The trap tests share `TRAP_CALLS`: run them one at a time.
+static TRAP_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Sets TF with `pushfq; or [rsp],0x100; popfq`; the first single-step trap
+/// lands before or after the next instruction (CPUs differ), which the
+/// handler below tolerates.
+fn set_tf(a: &mut CodeAssembler) {
+    a.pushfq().unwrap();
+    a.or(qword_ptr(rsp), 0x100).unwrap();
+    a.popfq().unwrap();
+}
+
+/// Runs `body` (which sets TF just before the instruction it labels `at`)
+/// under an instrumented SIGTRAP handler that writes `HANDLER_BLOCK` and
+/// clears TF unless the (possibly fixed-up) RIP is still `at`. `body` gets
+/// 0x1122334455667788 in rdi. Returns (slot 0 stream, traps, fix-ups).
+fn trap_case(body: impl Fn(&mut CodeAssembler, &mut CodeLabel)) -> (Vec<u8>, u32, u64) {
+    let _serial = TRAP_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut m = Mapped::new();
+    let region = Region::create(SMALL).unwrap();
+    TRAP_CALLS.store(0, Ordering::Relaxed);
+    let mut a = CodeAssembler::new(64).unwrap();
+    let mut at = a.create_label();
+    body(&mut a, &mut at);
+    a.ret().unwrap();
+    let ip = m.next_ip();
+    let res = a
+        .assemble_options(
+            ip,
+            iced_x86::BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
+        )
+        .unwrap();
+    let at_ip = res.label_ip(&at).unwrap();
+    let traced: extern "C" fn(u64) =
+        unsafe { std::mem::transmute(m.place(&res.inner.code_buffer)) };
+    let rt = m.addrs();
+    let mut a = CodeAssembler::new(64).unwrap();
+    let mut keep = a.create_label();
+    emit_outside_entry(&mut a, HANDLER_PROC, &rt).unwrap();
+    a.mov(rax, &TRAP_CALLS as *const AtomicU32 as u64).unwrap();
+    a.lock().inc(dword_ptr(rax)).unwrap();
+    // rsp -> pretcode; gregs at +48: rip is gregs[16], eflags gregs[17].
+    a.mov(rax, at_ip).unwrap();
+    a.cmp(qword_ptr(rsp + (48 + 16 * 8)), rax).unwrap();
+    a.je(keep).unwrap();
+    a.and(qword_ptr(rsp + (48 + 17 * 8)), !0x100i32).unwrap();
+    a.set_label(&mut keep).unwrap();
+    for w in HANDLER_BLOCK {
+        emit_witness(&mut a, w, Site::with_scratch(r11)).unwrap();
+    }
+    a.ret().unwrap();
+    let code = a.assemble(m.next_ip()).unwrap();
+    let handler = m.place(&code);
+    let saved_gs = get_gs();
+    let streams = drain_while(&region, || {
+        m.init(&[region.env()]);
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = handler as usize;
+            assert_eq!(libc::sigaction(libc::SIGTRAP, &sa, std::ptr::null_mut()), 0);
+        }
+        traced(0x1122_3344_5566_7788);
+        set_gs(saved_gs);
+    });
+    (
+        streams[&0].1.clone(),
+        TRAP_CALLS.load(Ordering::Relaxed),
+        m.fixups(),
+    )
+}
+
+fn trap_handler_bytes() -> Vec<u8> {
+    let mut v = vec![0xFF, 3, libc::SIGTRAP as u8, 0, 0, 0];
+    v.extend(enter_record(HANDLER_PROC));
+    v.extend(HANDLER_BLOCK);
+    v
+}
+
+const INDIRECT_RECORD: [u8; 10] = [0xFF, 2, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11];
+
+/// `emit_record(INDIRECT(rdi))` with scratch rcx, as the individual
+/// instructions a test can interleave with a TF trick; checked against the
+/// emitter so the tests exercise the real encoding.
+fn indirect_parts(a: &mut CodeAssembler, step: usize, at: &mut CodeLabel) {
+    let parts: [&dyn Fn(&mut CodeAssembler); 5] = [
+        &|a| a.mov(ecx, 10u32).unwrap(),
+        &|a| a.xadd(qword_ptr(0u64).gs(), rcx).unwrap(),
+        &|a| a.mov(word_ptr(rcx), 0x82FFu32).unwrap(),
+        &|a| a.mov(qword_ptr(rcx + 2), rdi).unwrap(),
+        &|a| a.mov(byte_ptr(rcx + 1), 2u32).unwrap(),
+    ];
+    for (i, p) in parts.iter().enumerate() {
+        if i == step {
+            set_tf(a);
+            a.set_label(at).unwrap();
+        }
+        p(a);
+    }
+}
+
+#[test]
+fn indirect_parts_match_the_emitter() {
+    let mut a = CodeAssembler::new(64).unwrap();
+    emit_record(
+        &mut a,
+        RecordKind::Indirect,
+        Payload::Reg64(rdi),
+        Site::with_scratch(rcx),
+    )
+    .unwrap();
+    let mut b = CodeAssembler::new(64).unwrap();
+    let mut unused = b.create_label();
+    indirect_parts(&mut b, usize::MAX, &mut unused);
+    assert_eq!(a.assemble(0x1000).unwrap(), b.assemble(0x1000).unwrap());
+}
+
+/// A single-step trap lands between a witness's `xadd` and its store: the
+/// instrumented SIGTRAP handler's entry must complete the store and step
+/// RIP over it: witness, SIGNAL(SIGTRAP), handler, next witness.
+#[test]
+fn signal_entry_completes_an_interrupted_witness_store() {
+    let (got, calls, fixups) = trap_case(|a, at| {
+        emit_witness(a, 0x21, Site::with_scratch(rcx)).unwrap();
+        a.mov(ecx, 1u32).unwrap();
+        set_tf(a);
+        a.set_label(at).unwrap();
+        a.xadd(qword_ptr(0u64).gs(), rcx).unwrap();
+        a.mov(byte_ptr(rcx), 0x55u32).unwrap();
+        emit_witness(a, 0x66, Site::with_scratch(rcx)).unwrap();
+    });
+    assert!((1..=2).contains(&calls), "{calls} traps");
+    let mut want = thread_record(u32::MAX);
+    want.push(0x21);
+    if calls == 2 {
+        want.extend(trap_handler_bytes()); // the trap before the xadd
+    }
+    want.push(0x55);
+    want.extend(trap_handler_bytes());
+    want.push(0x66);
+    assert_eq!(got, want);
+    assert_eq!(
+        fixups, 1,
+        "the pending store was not completed at signal entry"
+    );
+}
+
+/// The same for a 10-byte INDIRECT record, trapped right after its `xadd`
+/// (case A: header, payload and kind emulated) and after its header
+/// (case B: found by the pending header; payload/kind emulated).
+#[test]
+fn signal_entry_completes_an_interrupted_record() {
+    for step in [1usize, 3] {
+        let (got, calls, fixups) = trap_case(|a, at| {
+            indirect_parts(a, step, at);
+            emit_witness(a, 0x66, Site::with_scratch(rcx)).unwrap();
+        });
+        let mut want = thread_record(u32::MAX);
+        if step == 1 && calls == 2 {
+            want.extend(trap_handler_bytes()); // the trap before the xadd
+        } else {
+            assert_eq!(calls, 1, "step {step}");
+        }
+        want.extend(INDIRECT_RECORD);
+        want.extend(trap_handler_bytes());
+        want.push(0x66);
+        assert_eq!(got, want, "step {step}");
+        assert_eq!(
+            fixups, 1,
+            "step {step}: the pending record was not completed"
+        );
+    }
+}
