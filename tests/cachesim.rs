@@ -430,26 +430,6 @@ fn pycachesim_equal_miss_counts_on_load_streams() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-const CG_PROGRAM: &str = r#"
-#include <stdio.h>
-static int f0(int x) { return x * 3 + 1; }
-static int f1(int x) { return x ^ (x >> 3); }
-static int f2(int x) { return x + 7; }
-static int f3(int x) { return x * x; }
-static int (*const table[])(int) = { f0, f1, f2, f3 };
-static int data[4096];
-int main(void) {
-    unsigned s = 1, acc = 0;
-    for (int i = 0; i < 3000; i++) {
-        s = s * 1103515245u + 12345u;
-        data[(s >> 8) & 4095] += i;
-        acc += table[(s >> 16) & 3](data[i & 4095]);
-    }
-    printf("%u\n", acc);
-    return 0;
-}
-"#;
-
 /// Lackey prints `I  addr,size` (hex address, decimal size) per
 /// instruction and ` L|S|M addr,size` per data access; extended din wants
 /// hex sizes.
@@ -492,9 +472,8 @@ fn cachegrind_number(summary: &str, label: &str) -> u64 {
 #[test]
 fn cachegrind_model_matches_cachegrind_on_a_lackey_stream() {
     let dir = scratch("cachegrind");
-    let src = dir.join("prog.c");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("traces/cache_mix.c");
     let exe = dir.join("prog");
-    std::fs::write(&src, CG_PROGRAM).unwrap();
     // Static: no dynamic loader, so the instruction stream is the same in
     // every run and under every tool.
     let cc = Command::new("gcc")

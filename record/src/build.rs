@@ -1,0 +1,1030 @@
+//! Building one procedure's [`Cfg`] from its decoded ranges.
+//!
+//! Leaders are the entries, the range starts, the targets of direct branches
+//! inside the procedure, the targets of resolved jump tables, and every
+//! instruction after a block-ending one (branch, call, return, `hlt`, `ud2`,
+//! `int3`). A call ends its block: the block is a call vertex whose
+//! successor is the block after the call (`CallReturn`), or EXIT
+//! (`NoReturn`) when the call's fall-through leaves the procedure. Which
+//! callees never return is decided afterwards for the whole module
+//! (`noreturn`), which turns `CallReturn` edges into `NoReturn` ones.
+//!
+//! Jump tables need blocks (for the slice) and make blocks (their targets
+//! are leaders): resolution repeats on the refined blocks until the leaders
+//! no longer change.
+//!
+//! Invariant: a procedure is either built exactly or refused with a reason
+//! (`Err`): a branch or entry into the middle of an instruction, or bytes
+//! that do not decode, never produce a CFG.
+
+use std::collections::{BTreeSet, HashMap};
+
+use aetrace_graph::{BlockId, EntityRef, PrimaryMap};
+use iced_x86::{FlowControl, Instruction, Mnemonic, OpKind, Register};
+
+use crate::cfg::{
+    Block, BlockKind, CallKind, CallSite, Cfg, CfgEdge, EdgeKind, IndirectJump, JumpResolution,
+};
+use crate::jumptable::{self, EntryFact, TableReader};
+use crate::procs::{direct_target, falls_through, is_straight};
+
+/// What the builder needs to know about the rest of the module.
+pub struct Context<'a> {
+    pub reader: TableReader<'a>,
+    /// PLT stub start -> import name (`None`: an unnamed stub).
+    pub plt: &'a HashMap<u64, Option<String>>,
+    /// GOT slot -> import name.
+    pub got: &'a HashMap<u64, String>,
+    /// Procedure entry -> name.
+    pub names: &'a HashMap<u64, String>,
+    /// Code addresses the module takes, sorted (`Discovery::taken`).
+    pub taken: &'a [u64],
+}
+
+/// The rounds of jump-table resolution before we give up on convergence.
+const MAX_ROUNDS: usize = 6;
+/// Single predecessors followed back from an indirect jump.
+const MAX_CHAIN: usize = 8;
+/// Paths followed back from one indirect jump.
+const MAX_PATHS: usize = 32;
+
+/// A block as a run `[first, last]` of instruction indices.
+#[derive(Copy, Clone, Debug)]
+struct Run {
+    first: usize,
+    last: usize,
+}
+
+struct Builder<'a> {
+    insns: &'a [Instruction],
+    ranges: &'a [(u64, u64)],
+    ctx: &'a Context<'a>,
+    is_plt: bool,
+}
+
+impl<'a> Builder<'a> {
+    fn in_proc(&self, a: u64) -> bool {
+        self.ranges.iter().any(|&(s, e)| a >= s && a < e)
+    }
+
+    fn index_of(&self, a: u64) -> Option<usize> {
+        self.insns.binary_search_by_key(&a, Instruction::ip).ok()
+    }
+
+    /// Whether `insn` calls an import known by name never to return
+    /// (`call exit@plt`, `call *exit@GOT`): its fall-through is no way to
+    /// the next block. Module-internal callees are decided later
+    /// (`noreturn`), once every CFG exists.
+    fn calls_noreturn_import(&self, insn: &Instruction) -> bool {
+        let name = match insn.flow_control() {
+            FlowControl::Call => direct_target(insn)
+                .and_then(|t| self.ctx.plt.get(&t))
+                .cloned()
+                .flatten(),
+            FlowControl::IndirectCall if insn.memory_base() == Register::RIP => {
+                self.ctx.got.get(&insn.ip_rel_memory_address()).cloned()
+            }
+            _ => None,
+        };
+        name.is_some_and(|n| crate::noreturn::is_noreturn_name(&n))
+    }
+
+    /// Alignment padding: nothing jumps to it, even an unresolved jump
+    /// (compilers and assemblers only ever fall into it).
+    fn is_padding(&self, run: Run) -> bool {
+        self.insns[run.first..=run.last]
+            .iter()
+            .all(|i| i.mnemonic() == Mnemonic::Nop)
+    }
+
+    /// The leaders implied by the instructions alone.
+    fn static_leaders(&self, entries: &[u64]) -> Result<BTreeSet<u64>, String> {
+        let mut leaders: BTreeSet<u64> = entries.iter().copied().collect();
+        leaders.extend(self.ranges.iter().map(|&(s, _)| s));
+        for (k, insn) in self.insns.iter().enumerate() {
+            let aliased = self
+                .insns
+                .get(k + 1)
+                .is_some_and(|n| n.ip() < insn.next_ip());
+            if !is_straight(insn) || aliased {
+                leaders.insert(insn.next_ip());
+            }
+            if aliased {
+                leaders.insert(self.insns[k + 1].ip());
+            }
+            if let Some(t) = direct_target(insn) {
+                if insn.flow_control() != FlowControl::Call && self.in_proc(t) {
+                    leaders.insert(t);
+                }
+            }
+        }
+        for &l in &leaders {
+            if self.in_proc(l) && self.index_of(l).is_none() {
+                return Err(format!("control enters {l:#x}, inside an instruction"));
+            }
+        }
+        leaders.retain(|&l| self.in_proc(l));
+        Ok(leaders)
+    }
+
+    fn partition(&self, leaders: &BTreeSet<u64>) -> Vec<Run> {
+        let mut runs = Vec::new();
+        let mut first = 0;
+        for i in 0..self.insns.len() {
+            let insn = &self.insns[i];
+            let next = self.insns.get(i + 1);
+            let ends = !is_straight(insn)
+                || next.is_none_or(|n| n.ip() != insn.next_ip() || leaders.contains(&n.ip()));
+            if ends {
+                runs.push(Run { first, last: i });
+                first = i + 1;
+            }
+        }
+        runs
+    }
+
+    /// Predecessor runs of each run through direct transfers, plus the
+    /// jump-table edges known so far. A call's successor counts, so that
+    /// slices stop at calls.
+    fn preds(
+        &self,
+        runs: &[Run],
+        start_of: &HashMap<u64, usize>,
+        tables: &HashMap<usize, Vec<u64>>,
+    ) -> Vec<Vec<(usize, bool)>> {
+        let mut preds = vec![Vec::new(); runs.len()];
+        for (r, run) in runs.iter().enumerate() {
+            let last = &self.insns[run.last];
+            if falls_through(last) && !self.calls_noreturn_import(last) {
+                if let Some(&s) = start_of.get(&last.next_ip()) {
+                    preds[s].push((r, false));
+                }
+            }
+            if last.flow_control() != FlowControl::Call {
+                if let Some(t) = direct_target(last) {
+                    if let Some(&s) = start_of.get(&t) {
+                        preds[s].push((r, true));
+                    }
+                }
+            }
+            for t in tables.get(&r).into_iter().flatten() {
+                if let Some(&s) = start_of.get(t) {
+                    preds[s].push((r, true));
+                }
+            }
+        }
+        preds
+    }
+
+    /// Resolves the indirect jump ending run `r`.
+    fn resolve(
+        &self,
+        runs: &[Run],
+        r: usize,
+        preds: &[Vec<(usize, bool)>],
+        entries: &BTreeSet<u64>,
+        strict: bool,
+    ) -> JumpResolution {
+        // Every way back from the jump, up to MAX_CHAIN runs deep: a path
+        // stops at an entry, a call, a loop, or when the budget is spent, so
+        // the paths together cover every way the jump is reached.
+        let mut paths: Vec<(Vec<usize>, Vec<bool>)> = Vec::new();
+        // Whether a path from code without known predecessors was left out
+        // (only outside strict mode): then "no path" proves nothing.
+        let mut dropped_dead = false;
+        let mut stack: Vec<(Vec<usize>, Vec<bool>)> = vec![(vec![r], Vec::new())];
+        while let Some((chain, taken)) = stack.pop() {
+            let cur = *chain.last().expect("paths are non-empty");
+            let mut ps: Vec<(usize, bool)> = preds[cur].clone();
+            ps.sort_unstable();
+            ps.dedup();
+            let stop = chain.len() >= MAX_CHAIN
+                || entries.contains(&self.insns[runs[cur].first].ip())
+                || ps.is_empty()
+                || paths.len() + stack.len() + ps.len() > MAX_PATHS
+                || ps.iter().any(|&(p, _)| {
+                    chain.contains(&p)
+                        || matches!(
+                            self.insns[runs[p].last].flow_control(),
+                            FlowControl::Call | FlowControl::IndirectCall
+                        )
+                });
+            if stop {
+                // Outside strict mode a path from code nothing reaches (the
+                // padding after a jump) is no way to the jump at all.
+                let dead = ps.is_empty() && !entries.contains(&self.insns[runs[cur].first].ip());
+                if !dead || (strict && !self.is_padding(runs[cur])) {
+                    paths.push((chain, taken));
+                } else if !self.is_padding(runs[cur]) {
+                    dropped_dead = true;
+                }
+                continue;
+            }
+            for (p, t) in ps {
+                let (mut c, mut tk) = (chain.clone(), taken.clone());
+                c.push(p);
+                tk.push(t);
+                stack.push((c, tk));
+            }
+        }
+        let mut result: Option<JumpResolution> = None;
+        for (mut chain, mut taken) in paths {
+            chain.reverse();
+            taken.reverse();
+            let slices: Vec<&[Instruction]> = chain
+                .iter()
+                .map(|&c| &self.insns[runs[c].first..=runs[c].last])
+                .collect();
+            let head = chain[0];
+            let mut entry_value =
+                |r: Register| self.reaching_fact(runs, preds, head, r, entries, strict);
+            let in_proc = |a: u64| self.in_proc(a);
+            let Some(res) = jumptable::resolve(
+                &slices,
+                &taken,
+                &self.ctx.reader,
+                &mut entry_value,
+                &in_proc,
+            ) else {
+                continue;
+            };
+            result = Some(match (result, res) {
+                (_, JumpResolution::Unresolved(why)) => return JumpResolution::Unresolved(why),
+                (None, res) => res,
+                (Some(JumpResolution::TailCall), JumpResolution::TailCall) => {
+                    JumpResolution::TailCall
+                }
+                (Some(JumpResolution::Computed(mut a)), JumpResolution::Computed(b)) => {
+                    a.extend(b);
+                    a.sort_unstable();
+                    a.dedup();
+                    JumpResolution::Computed(a)
+                }
+                (
+                    Some(JumpResolution::Table { table, targets }),
+                    JumpResolution::Table {
+                        table: t2,
+                        targets: g2,
+                    },
+                ) if table == t2 => {
+                    // Each path bounds the same table; together they reach
+                    // its longest bound. The shorter list must be a prefix.
+                    let (long, short) = if g2.len() > targets.len() {
+                        (g2, targets)
+                    } else {
+                        (targets, g2)
+                    };
+                    if long[..short.len()] != short[..] {
+                        return JumpResolution::Unresolved("paths read the table differently");
+                    }
+                    JumpResolution::Table {
+                        table,
+                        targets: long,
+                    }
+                }
+                _ => return JumpResolution::Unresolved("paths disagree on the jump's shape"),
+            });
+        }
+        match result {
+            Some(r) => r,
+            // Code nothing known reaches leads to the jump: the strict
+            // redo decides.
+            None if dropped_dead => {
+                JumpResolution::Unresolved("reached only from unreachable code")
+            }
+            // Every path's guards compare constants the other way (like
+            // `deregister_tm_clones`): the jump never executes.
+            None => JumpResolution::Computed(Vec::new()),
+        }
+    }
+
+    /// What `r` holds on entry to run `head` when every definition reaching
+    /// it agrees: the same `lea r, [rip+X]` (a table base that the compiler
+    /// hoisted out of a loop), a `pmovmskb` mask (a bit count), or, in PIC
+    /// code, an 8-byte load from a pointer field or global (a code pointer). Paths that
+    /// reach an entry of the procedure without a definition, or cross a call
+    /// that may clobber `r`, give `None`.
+    fn reaching_fact(
+        &self,
+        runs: &[Run],
+        preds: &[Vec<(usize, bool)>],
+        head: usize,
+        r: Register,
+        entries: &BTreeSet<u64>,
+        strict: bool,
+    ) -> Option<EntryFact> {
+        self.fact_before(runs, preds, (head, runs[head].first), r, entries, strict, 0)
+    }
+
+    /// What `r` holds just before instruction `at.1` of run `at.0`, from
+    /// every definition reaching that point (see `reaching_fact`). A
+    /// register copy `mov r, r2` asks the same of `r2` there.
+    #[allow(clippy::too_many_arguments)]
+    fn fact_before(
+        &self,
+        runs: &[Run],
+        preds: &[Vec<(usize, bool)>],
+        at: (usize, usize),
+        r: Register,
+        entries: &BTreeSet<u64>,
+        strict: bool,
+        depth: u32,
+    ) -> Option<EntryFact> {
+        const CALLEE_SAVED: [Register; 6] = [
+            Register::RBX,
+            Register::RBP,
+            Register::R12,
+            Register::R13,
+            Register::R14,
+            Register::R15,
+        ];
+        // An argument register unchanged since an entry holds what the
+        // caller passed: for a jump target, a code pointer (a label of this
+        // procedure cannot come from outside it).
+        const ARGS: [Register; 6] = [
+            Register::RDI,
+            Register::RSI,
+            Register::RDX,
+            Register::RCX,
+            Register::R8,
+            Register::R9,
+        ];
+        if !r.is_gpr64() || r == Register::RSP || depth > 4 {
+            return None;
+        }
+        let from_entry = (self.ctx.reader.pic && ARGS.contains(&r)).then_some(EntryFact::Pointer);
+        let mut info = iced_x86::InstructionInfoFactory::new();
+        let mut value: Option<EntryFact> = None;
+        let merge = |value: &mut Option<EntryFact>, fact: EntryFact| -> Option<()> {
+            *value = Some(match (*value, fact) {
+                (None, f) => f,
+                (Some(EntryFact::Bits(a)), EntryFact::Bits(b)) => EntryFact::Bits(a.max(b)),
+                (Some(v), f) if v == f => f,
+                _ => return None,
+            });
+            Some(())
+        };
+        let mut seen = vec![false; runs.len()];
+        // (run, end): scan instructions [first, end) of the run backwards.
+        let mut work: Vec<(usize, usize)> = vec![at];
+        let mut budget = 4096;
+        let mut first = true;
+        while let Some((k, end)) = work.pop() {
+            if !std::mem::take(&mut first) && std::mem::replace(&mut seen[k], true) {
+                continue;
+            }
+            budget -= 1;
+            if budget == 0 {
+                return None;
+            }
+            let run = runs[k];
+            let mut defined = false;
+            for i in (run.first..end).rev() {
+                let insn = &self.insns[i];
+                let fc = insn.flow_control();
+                if matches!(fc, FlowControl::Call | FlowControl::IndirectCall)
+                    && !is_straight(insn)
+                    && !CALLEE_SAVED.contains(&r)
+                {
+                    return None;
+                }
+                let writes = info.info(insn).used_registers().iter().any(|u| {
+                    u.register().is_gpr()
+                        && u.register().full_register() == r
+                        && !matches!(
+                            u.access(),
+                            iced_x86::OpAccess::Read
+                                | iced_x86::OpAccess::CondRead
+                                | iced_x86::OpAccess::NoMemAccess
+                        )
+                });
+                if !writes {
+                    continue;
+                }
+                let fact = match insn.mnemonic() {
+                    Mnemonic::Lea
+                        if insn.op0_register() == r && insn.memory_base() == Register::RIP =>
+                    {
+                        EntryFact::Const(insn.ip_rel_memory_address())
+                    }
+                    Mnemonic::Pmovmskb | Mnemonic::Vpmovmskb
+                        if insn.op0_register().full_register() == r =>
+                    {
+                        EntryFact::Bits(insn.op1_register().size() as u32)
+                    }
+                    Mnemonic::Mov
+                        if self.ctx.reader.pic
+                            && insn.op0_register() == r
+                            && insn.op1_kind() == OpKind::Memory
+                            && insn.memory_index() == Register::None
+                            && !matches!(insn.memory_base(), Register::RSP | Register::RBP)
+                            && insn.segment_prefix() == Register::None =>
+                    {
+                        EntryFact::Pointer
+                    }
+                    Mnemonic::Mov
+                        if insn.op0_register().full_register() == r
+                            && insn.op0_register().size() >= 4
+                            && matches!(
+                                insn.op1_kind(),
+                                OpKind::Immediate32 | OpKind::Immediate64 | OpKind::Immediate32to64
+                            ) =>
+                    {
+                        // `mov $T, %r12d` (non-PIC table base); a 32-bit
+                        // move zero-extends.
+                        let v = insn.immediate(1);
+                        EntryFact::Const(if insn.op0_register().size() == 4 {
+                            v & 0xffff_ffff
+                        } else {
+                            v
+                        })
+                    }
+                    // A mask shifted right stays within its width.
+                    Mnemonic::Shr
+                        if insn.op0_kind() == OpKind::Register && insn.op0_register() == r =>
+                    {
+                        match self.fact_before(
+                            runs,
+                            preds,
+                            (k, i),
+                            r,
+                            entries,
+                            strict,
+                            depth + 1,
+                        )? {
+                            EntryFact::Bits(b) => EntryFact::Bits(b),
+                            _ => return None,
+                        }
+                    }
+                    Mnemonic::Mov
+                        if insn.op0_register() == r
+                            && insn.op1_kind() == OpKind::Register
+                            && insn.op1_register().is_gpr64() =>
+                    {
+                        self.fact_before(
+                            runs,
+                            preds,
+                            (k, i),
+                            insn.op1_register(),
+                            entries,
+                            strict,
+                            depth + 1,
+                        )?
+                    }
+                    _ => return None,
+                };
+                merge(&mut value, fact)?;
+                defined = true;
+                break;
+            }
+            if defined {
+                continue;
+            }
+            if entries.contains(&self.insns[run.first].ip()) {
+                merge(&mut value, from_entry?)?;
+            } else if strict && preds[k].is_empty() && !self.is_padding(run) {
+                return None;
+            }
+            work.extend(preds[k].iter().map(|&(p, _)| (p, runs[p].last + 1)));
+        }
+        value
+    }
+
+    fn build(&self, entries: &[u64]) -> Result<Cfg, String> {
+        let base = self.static_leaders(entries)?;
+        let (mut leaders, mut resolutions) = self.resolve_tables(&base, entries, false)?;
+        if resolutions
+            .values()
+            .any(|r| matches!(r, JumpResolution::Unresolved(_)))
+        {
+            // Code without known predecessors may be the target of the
+            // unresolved jump: redo without ignoring it.
+            (leaders, resolutions) = self.resolve_tables(&base, entries, true)?;
+        }
+        // A procedure that takes the address of one of its own labels
+        // (`&&label`) may jump to it through any pointer: its pointer jumps
+        // are not tail calls.
+        let labels = self.ranges.iter().any(|&(s, e)| {
+            let i = self.ctx.taken.partition_point(|&a| a < s);
+            self.ctx.taken[i..]
+                .iter()
+                .take_while(|&&a| a < e)
+                .any(|a| !entries.contains(a))
+        });
+        if labels {
+            for r in resolutions.values_mut() {
+                if *r == JumpResolution::TailCall {
+                    *r = JumpResolution::Unresolved(
+                        "the procedure takes the address of its own labels",
+                    );
+                }
+            }
+        }
+        self.assemble(&leaders, &resolutions, entries[0])
+    }
+
+    /// Resolves the jump tables until the leaders stop changing. With
+    /// `strict` false, runs without predecessors (reachable only through an
+    /// indirect jump, if at all) are ignored when looking for the reaching
+    /// definitions of a table base; the caller redoes the work strictly
+    /// when any jump stays unresolved.
+    fn resolve_tables(
+        &self,
+        base: &BTreeSet<u64>,
+        entries: &[u64],
+        strict: bool,
+    ) -> Result<(BTreeSet<u64>, HashMap<u64, JumpResolution>), String> {
+        let entry_set: BTreeSet<u64> = entries.iter().copied().collect();
+        let mut leaders = base.clone();
+        let mut resolutions: HashMap<u64, JumpResolution> = HashMap::new();
+        let mut converged = false;
+        for _ in 0..MAX_ROUNDS {
+            let runs = self.partition(&leaders);
+            let start_of: HashMap<u64, usize> = runs
+                .iter()
+                .enumerate()
+                .map(|(k, r)| (self.insns[r.first].ip(), k))
+                .collect();
+            let tables: HashMap<usize, Vec<u64>> = runs
+                .iter()
+                .enumerate()
+                .filter_map(|(k, r)| match resolutions.get(&self.insns[r.last].ip()) {
+                    Some(
+                        JumpResolution::Table { targets, .. } | JumpResolution::Computed(targets),
+                    ) => Some((k, targets.clone())),
+                    _ => None,
+                })
+                .collect();
+            let preds = self.preds(&runs, &start_of, &tables);
+            let mut next = base.clone();
+            resolutions.clear();
+            for (k, run) in runs.iter().enumerate() {
+                let last = &self.insns[run.last];
+                if last.flow_control() != FlowControl::IndirectBranch || self.is_plt {
+                    continue;
+                }
+                let mut res = self.resolve(&runs, k, &preds, &entry_set, strict);
+                if let JumpResolution::Table { targets, .. } | JumpResolution::Computed(targets) =
+                    &res
+                {
+                    // A target outside the procedure must be another
+                    // procedure's entry (a `.cold` default that aborts).
+                    let inside = |t: u64| self.in_proc(t) && self.index_of(t).is_some();
+                    if targets.iter().any(|&t| {
+                        !inside(t) && (self.in_proc(t) || !self.ctx.names.contains_key(&t))
+                    }) {
+                        res = JumpResolution::Unresolved(
+                            "a table entry is outside the procedure or inside an instruction",
+                        );
+                    } else {
+                        next.extend(targets.iter().copied().filter(|&t| inside(t)));
+                    }
+                }
+                resolutions.insert(last.ip(), res);
+            }
+            if next == leaders {
+                converged = true;
+                break;
+            }
+            leaders = next;
+        }
+        if !converged {
+            return Err("jump-table resolution did not converge".into());
+        }
+        Ok((leaders, resolutions))
+    }
+
+    fn assemble(
+        &self,
+        leaders: &BTreeSet<u64>,
+        resolutions: &HashMap<u64, JumpResolution>,
+        entry: u64,
+    ) -> Result<Cfg, String> {
+        let runs = self.partition(leaders);
+        let mut blocks: PrimaryMap<BlockId, Block> = PrimaryMap::with_capacity(runs.len());
+        for run in &runs {
+            let start = self.insns[run.first].ip();
+            let insns = self.insns[run.first..=run.last]
+                .iter()
+                .map(|i| (i.ip() - start) as u32)
+                .collect();
+            blocks.push(Block {
+                start,
+                end: self.insns[run.last].next_ip(),
+                insns,
+                kind: BlockKind::Plain,
+            });
+        }
+        let exit = BlockId::new(blocks.len());
+        let starts: Vec<u64> = blocks.values().map(|b| b.start).collect();
+        let block_at =
+            |a: u64| -> Option<BlockId> { starts.binary_search(&a).ok().map(BlockId::new) };
+        let mut is_call = vec![false; blocks.len()];
+        let mut edges: Vec<CfgEdge> = Vec::new();
+        let mut calls = Vec::new();
+        let mut jumps = Vec::new();
+        for (k, run) in runs.iter().enumerate() {
+            let b = BlockId::new(k);
+            let last = &self.insns[run.last];
+            let next = last.next_ip();
+            let mut edge = |to: BlockId, kind: EdgeKind| edges.push(CfgEdge { from: b, to, kind });
+            let mut call =
+                |kind: CallKind, target: Option<u64>, name: Option<String>, tail: bool| {
+                    calls.push(CallSite {
+                        block: b,
+                        kind,
+                        target,
+                        name,
+                        returns: true,
+                        tail,
+                    })
+                };
+            let classify = |t: u64| -> (CallKind, Option<String>) {
+                match self.ctx.plt.get(&t) {
+                    Some(name) => (CallKind::Plt, name.clone()),
+                    None => (CallKind::Direct, self.ctx.names.get(&t).cloned()),
+                }
+            };
+            let got_name = |insn: &Instruction| -> Option<String> {
+                (insn.op0_kind() == OpKind::Memory && insn.memory_base() == Register::RIP)
+                    .then(|| self.ctx.got.get(&insn.ip_rel_memory_address()).cloned())
+                    .flatten()
+            };
+            match last.flow_control() {
+                _ if is_straight(last) => match block_at(next).filter(|_| self.in_proc(next)) {
+                    Some(n) => edge(n, EdgeKind::FallThrough),
+                    None => {
+                        // Falls off the end of the procedure into the next one.
+                        is_call[k] = true;
+                        let (kind, name) = classify(next);
+                        call(kind, Some(next), name, true);
+                        edge(exit, EdgeKind::TailCall);
+                    }
+                },
+                FlowControl::ConditionalBranch | FlowControl::XbeginXabortXend => {
+                    let t = direct_target(last).ok_or("conditional branch without a target")?;
+                    let fall = block_at(next)
+                        .filter(|_| self.in_proc(next))
+                        .ok_or_else(|| {
+                            format!("the branch at {:#x} falls off the procedure", last.ip())
+                        })?;
+                    match block_at(t).filter(|_| self.in_proc(t)) {
+                        Some(tb) if tb == fall => edge(fall, EdgeKind::FallThrough),
+                        Some(tb) => {
+                            edge(tb, EdgeKind::Taken);
+                            edge(fall, EdgeKind::FallThrough);
+                        }
+                        None => {
+                            // A conditional tail call.
+                            let (kind, name) = classify(t);
+                            call(kind, Some(t), name, true);
+                            edge(exit, EdgeKind::TailCall);
+                            edge(fall, EdgeKind::FallThrough);
+                        }
+                    }
+                }
+                FlowControl::UnconditionalBranch => {
+                    let t = direct_target(last).ok_or("jump without a target")?;
+                    match block_at(t).filter(|_| self.in_proc(t)) {
+                        Some(tb) => edge(tb, EdgeKind::Taken),
+                        None => {
+                            is_call[k] = true;
+                            let (kind, name) = classify(t);
+                            call(kind, Some(t), name, true);
+                            edge(exit, EdgeKind::TailCall);
+                        }
+                    }
+                }
+                FlowControl::IndirectBranch if self.is_plt => {
+                    // The stub's `jmp *GOT`: a tail call to the import; in a
+                    // lazily bound `.plt` entry it first lands on the `push`.
+                    let name = got_name(last)
+                        .or_else(|| self.ctx.plt.get(&self.ranges[0].0).cloned().flatten());
+                    call(CallKind::Plt, None, name, true);
+                    edge(exit, EdgeKind::TailCall);
+                    if let Some(n) = block_at(next).filter(|_| self.in_proc(next)) {
+                        if self.insns[runs[n.index()].first].mnemonic() == Mnemonic::Push {
+                            edge(n, EdgeKind::Taken);
+                        }
+                    }
+                }
+                FlowControl::IndirectBranch => {
+                    let res = resolutions
+                        .get(&last.ip())
+                        .cloned()
+                        .unwrap_or(JumpResolution::Unresolved("not analysed"));
+                    match &res {
+                        JumpResolution::Table { targets, .. }
+                        | JumpResolution::Computed(targets) => {
+                            let mut seen = BTreeSet::new();
+                            let mut outside = BTreeSet::new();
+                            for &t in targets {
+                                if !self.in_proc(t) {
+                                    outside.insert(t);
+                                    continue;
+                                }
+                                let tb = block_at(t).ok_or("table target is not a block")?;
+                                if seen.insert(tb) {
+                                    edge(tb, EdgeKind::JumpTable);
+                                }
+                            }
+                            // Cases that leave for another procedure's entry
+                            // are tail calls.
+                            for &t in &outside {
+                                let (kind, name) = classify(t);
+                                call(kind, Some(t), name, true);
+                            }
+                            if !outside.is_empty() {
+                                edge(exit, EdgeKind::TailCall);
+                            }
+                        }
+                        JumpResolution::TailCall | JumpResolution::Unresolved(_) => {
+                            is_call[k] = true;
+                            call(CallKind::Indirect, None, got_name(last), true);
+                            edge(exit, EdgeKind::TailCall);
+                        }
+                    }
+                    jumps.push(IndirectJump {
+                        block: b,
+                        addr: last.ip(),
+                        resolution: res,
+                    });
+                }
+                FlowControl::Call | FlowControl::IndirectCall => {
+                    is_call[k] = true;
+                    let (kind, target, name) = match direct_target(last) {
+                        Some(t) => {
+                            let (k, n) = classify(t);
+                            (k, Some(t), n)
+                        }
+                        None => (CallKind::Indirect, None, got_name(last)),
+                    };
+                    let ret = block_at(next).filter(|_| self.in_proc(next));
+                    calls.push(CallSite {
+                        block: b,
+                        kind,
+                        target,
+                        name,
+                        returns: ret.is_some(),
+                        tail: false,
+                    });
+                    match ret {
+                        Some(n) => edge(n, EdgeKind::CallReturn),
+                        None => edge(exit, EdgeKind::NoReturn),
+                    }
+                }
+                FlowControl::Return => edge(exit, EdgeKind::Return),
+                FlowControl::Interrupt | FlowControl::Exception | FlowControl::Next => {
+                    edge(exit, EdgeKind::Halt)
+                }
+            }
+        }
+        for (k, c) in is_call.into_iter().enumerate() {
+            if c {
+                blocks[BlockId::new(k)].kind = BlockKind::Call;
+            }
+        }
+        let entry = block_at(entry).ok_or("the entry is not a block")?;
+        let mut edge_map: PrimaryMap<aetrace_graph::EdgeId, CfgEdge> =
+            PrimaryMap::with_capacity(edges.len());
+        let mut seen = std::collections::HashSet::new();
+        for e in edges {
+            if seen.insert((e.from, e.to)) {
+                edge_map.push(e);
+            }
+        }
+        let cfg = Cfg {
+            blocks,
+            entry,
+            edges: edge_map,
+            calls,
+            indirect_jumps: jumps,
+        };
+        debug_assert_eq!(cfg.check(), Ok(()), "CFG invariants at {entry:?}");
+        Ok(cfg)
+    }
+}
+
+/// Adds the second decodings that branches into the middle of an
+/// instruction need, when they end where that instruction ends: glibc's
+/// `je 1f; lock; 1: cmpxchg` skips a `lock` prefix. Returns `None` when no
+/// branch needs one. Other mid-instruction targets stay and are refused by
+/// the builder.
+fn add_aliases(
+    insns: &[Instruction],
+    ranges: &[(u64, u64)],
+    ctx: &Context,
+) -> Option<Vec<Instruction>> {
+    let in_proc = |a: u64| ranges.iter().any(|&(s, e)| a >= s && a < e);
+    let mut extra: Vec<Instruction> = Vec::new();
+    for insn in insns {
+        let Some(t) = direct_target(insn) else {
+            continue;
+        };
+        if insn.flow_control() == FlowControl::Call || !in_proc(t) {
+            continue;
+        }
+        let i = insns.partition_point(|x| x.ip() <= t);
+        if i == 0 || insns[i - 1].ip() == t || extra.iter().any(|x| x.ip() == t) {
+            continue;
+        }
+        let host = &insns[i - 1];
+        let Some(bytes) = ctx.reader.memory.bytes_at(t, host.next_ip() - t) else {
+            continue;
+        };
+        let alias =
+            iced_x86::Decoder::with_ip(64, bytes, t, iced_x86::DecoderOptions::NONE).decode();
+        if !alias.is_invalid() && alias.next_ip() == host.next_ip() && is_straight(&alias) {
+            extra.push(alias);
+        }
+    }
+    if extra.is_empty() {
+        return None;
+    }
+    let mut all = insns.to_vec();
+    all.extend(extra);
+    all.sort_by_key(Instruction::ip);
+    Some(all)
+}
+
+/// Builds the CFG of a procedure made of `ranges` (sorted, disjoint) whose
+/// instructions are `insns` (sorted by address), entered at `entries`
+/// (primary entry first).
+pub fn build(
+    insns: &[Instruction],
+    ranges: &[(u64, u64)],
+    entries: &[u64],
+    is_plt: bool,
+    ctx: &Context,
+) -> Result<Cfg, String> {
+    if insns.is_empty() {
+        return Err("no instructions".into());
+    }
+    let aliased;
+    let insns = match add_aliases(insns, ranges, ctx) {
+        Some(v) => {
+            aliased = v;
+            &aliased[..]
+        }
+        None => insns,
+    };
+    Builder {
+        insns,
+        ranges,
+        ctx,
+        is_plt,
+    }
+    .build(entries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jumptable::Memory;
+    use iced_x86::{Decoder, DecoderOptions};
+
+    struct Code(Vec<u8>);
+
+    impl Memory for Code {
+        fn bytes_at(&self, addr: u64, len: u64) -> Option<&[u8]> {
+            let off = usize::try_from(addr.checked_sub(0x1000)?).ok()?;
+            self.0.get(off..off + usize::try_from(len).ok()?)
+        }
+    }
+
+    /// Builds the procedure `[0x1000, 0x1000 + code.len())` with entry 0x1000.
+    fn cfg_of(code: &[u8]) -> Result<Cfg, String> {
+        let mem = Code(code.to_vec());
+        let relative = HashMap::new();
+        let (plt, got, names) = (HashMap::new(), HashMap::new(), HashMap::new());
+        let ctx = Context {
+            reader: TableReader {
+                memory: &mem,
+                pic: true,
+                relative: &relative,
+            },
+            plt: &plt,
+            got: &got,
+            names: &names,
+            taken: &[],
+        };
+        let insns: Vec<Instruction> = Decoder::with_ip(64, code, 0x1000, DecoderOptions::NONE)
+            .into_iter()
+            .collect();
+        build(
+            &insns,
+            &[(0x1000, 0x1000 + code.len() as u64)],
+            &[0x1000],
+            false,
+            &ctx,
+        )
+    }
+
+    fn edges(cfg: &Cfg) -> Vec<(u64, Option<u64>, EdgeKind)> {
+        cfg.edges
+            .values()
+            .map(|e| {
+                let to = (e.to != cfg.exit()).then(|| cfg.blocks[e.to].start);
+                (cfg.blocks[e.from].start, to, e.kind)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn branch_over_a_lock_prefix_gets_a_second_decoding() {
+        // je 1f; lock; 1: cmpxchg [rdi], esi; ret
+        let cfg = cfg_of(&[0x74, 0x01, 0xf0, 0x0f, 0xb1, 0x37, 0xc3]).unwrap();
+        let starts: Vec<u64> = cfg.blocks.values().map(|b| b.start).collect();
+        assert_eq!(starts, [0x1000, 0x1002, 0x1003, 0x1006]);
+        let mut e = edges(&cfg);
+        e.sort_by_key(|&(f, t, _)| (f, t));
+        assert_eq!(
+            e,
+            [
+                (0x1000, Some(0x1002), EdgeKind::FallThrough),
+                (0x1000, Some(0x1003), EdgeKind::Taken),
+                (0x1002, Some(0x1006), EdgeKind::FallThrough),
+                (0x1003, Some(0x1006), EdgeKind::FallThrough),
+                (0x1006, None, EdgeKind::Return),
+            ]
+        );
+        assert_eq!(cfg.to_graph().check(), Ok(()));
+    }
+
+    #[test]
+    fn a_branch_into_an_instruction_is_refused() {
+        // jmp 1f+1 (into the middle of the mov); 1: mov eax, 1; ret
+        let e = cfg_of(&[0xeb, 0x01, 0xb8, 0x01, 0x00, 0x00, 0x00, 0xc3]).unwrap_err();
+        assert!(e.contains("inside an instruction"), "{e}");
+    }
+
+    #[test]
+    fn parallel_transfers_are_one_edge() {
+        // je +0 (target = fall-through); ret
+        let cfg = cfg_of(&[0x74, 0x00, 0xc3]).unwrap();
+        assert_eq!(
+            edges(&cfg),
+            [
+                (0x1000, Some(0x1002), EdgeKind::FallThrough),
+                (0x1002, None, EdgeKind::Return),
+            ]
+        );
+        assert_eq!(cfg.num_predicates(), 0);
+    }
+
+    #[test]
+    fn calls_tail_calls_and_halts() {
+        // call 0x2000; jne 0x3000 (conditional tail call); jmp 0x4000 (tail call)
+        let mut code = vec![0xe8];
+        code.extend((0x2000i32 - 0x1005).to_le_bytes());
+        code.extend([0x0f, 0x85]);
+        code.extend((0x3000i32 - 0x100b).to_le_bytes());
+        code.push(0xe9);
+        code.extend((0x4000i32 - 0x1010).to_le_bytes());
+        code.extend([0x0f, 0x0b]); // ud2 (unreachable)
+        let cfg = cfg_of(&code).unwrap();
+        assert_eq!(
+            edges(&cfg),
+            [
+                (0x1000, Some(0x1005), EdgeKind::CallReturn),
+                (0x1005, None, EdgeKind::TailCall),
+                (0x1005, Some(0x100b), EdgeKind::FallThrough),
+                (0x100b, None, EdgeKind::TailCall),
+                (0x1010, None, EdgeKind::Halt),
+            ]
+        );
+        let kinds: Vec<BlockKind> = cfg.blocks.values().map(|b| b.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                BlockKind::Call,
+                BlockKind::Plain,
+                BlockKind::Call,
+                BlockKind::Plain
+            ]
+        );
+        let targets: Vec<(Option<u64>, bool)> =
+            cfg.calls.iter().map(|c| (c.target, c.tail)).collect();
+        assert_eq!(
+            targets,
+            [
+                (Some(0x2000), false),
+                (Some(0x3000), true),
+                (Some(0x4000), true)
+            ]
+        );
+        let g = cfg.to_graph();
+        assert_eq!(g.num_vertices(), 5);
+        assert!(g.is_predicate(aetrace_graph::BlockId::new(1)));
+    }
+
+    #[test]
+    fn a_call_at_the_end_never_returns() {
+        // push rbx; call 0x2000 (the procedure ends after it)
+        let mut code = vec![0x53, 0xe8];
+        code.extend((0x2000i32 - 0x1006).to_le_bytes());
+        let cfg = cfg_of(&code).unwrap();
+        assert_eq!(edges(&cfg), [(0x1000, None, EdgeKind::NoReturn)]);
+        assert!(!cfg.calls[0].returns);
+    }
+}

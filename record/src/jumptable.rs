@@ -1,0 +1,1321 @@
+//! Jump-table recognition by a small forward symbolic evaluation of the
+//! instructions that lead to an indirect `jmp`.
+//!
+//! The slice is the jump's block and its chain of single predecessors
+//! (no calls in between). Each register and each stack slot (`[rsp+d]`,
+//! `[rbp+d]`, for `-O0` code) holds a symbolic value: a linear form
+//! `sym*scale + off` over opaque symbols, a load from such an address, or a
+//! loaded entry plus a constant. Comparisons against an immediate followed by
+//! a conditional branch bound a symbol (`cmp i, N; ja default` on the
+//! fall-through path gives `i <= N`). The recognised shapes are those of gcc
+//! and clang at -O0 to -O3, PIC or not:
+//!
+//! - `jmp [T + i*8]`, `mov r, [T + i*8]; jmp r` (absolute 8-byte entries,
+//!   RELATIVE-relocated in PIE/shared objects);
+//! - `movsxd r, [T + i*4]; add r, B; jmp r` (int32 entries relative to B,
+//!   usually B = T), in any register arrangement, including the `-O0`
+//!   `mov eax, [rdx+rax]; cdqe` form;
+//! - an index that is itself a byte loaded from a bounded table
+//!   (`movzx i, byte [T2 + j]`, glibc's printf), bounded by that table's
+//!   largest entry.
+//!
+//! Invariant: a table is returned only with a proven bound; anything else is
+//! `Unresolved` (with the missing piece named) or, for a jump through a
+//! pointer loaded without an index, `TailCall`. Nothing is guessed.
+
+use std::collections::HashMap;
+
+use iced_x86::{
+    ConditionCode, Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register,
+};
+
+use crate::cfg::JumpResolution;
+use crate::elf::Module;
+
+/// The largest table we accept (a bound above this is not a switch).
+const MAX_ENTRIES: u64 = 1 << 16;
+
+/// `sym * scale + off`, or the constant `off` when `sym` is `None`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Lin {
+    sym: Option<(u32, u64)>,
+    off: u64,
+}
+
+impl Lin {
+    fn konst(c: u64) -> Lin {
+        Lin { sym: None, off: c }
+    }
+    fn add(self, o: Lin) -> Option<Lin> {
+        let sym = match (self.sym, o.sym) {
+            (None, s) | (s, None) => s,
+            (Some((a, x)), Some((b, y))) if a == b => Some((a, x.wrapping_add(y))),
+            _ => return None,
+        };
+        Some(Lin {
+            sym,
+            off: self.off.wrapping_add(o.off),
+        })
+    }
+    fn mul(self, k: u64) -> Lin {
+        Lin {
+            sym: self.sym.map(|(s, x)| (s, x.wrapping_mul(k))),
+            off: self.off.wrapping_mul(k),
+        }
+    }
+    fn plain_sym(self) -> Option<u32> {
+        match self {
+            Lin {
+                sym: Some((s, 1)),
+                off: 0,
+            } => Some(s),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Val {
+    Lin(Lin),
+    /// `size` bytes loaded from `addr`, zero- or sign-extended.
+    Load {
+        addr: Lin,
+        size: u8,
+        signed: bool,
+    },
+    /// A loaded entry plus a constant.
+    Rel {
+        addr: Lin,
+        size: u8,
+        signed: bool,
+        add: u64,
+    },
+}
+
+/// What is known about a register on entry to the slice, from all the
+/// definitions that reach it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryFact {
+    /// It holds this constant.
+    Const(u64),
+    /// It is a `pmovmskb` mask of this many bits.
+    Bits(u32),
+    /// It was loaded as 8 bytes from a pointer field or a global (no index,
+    /// not the stack): in PIC code, a code pointer.
+    Pointer,
+}
+
+/// Bytes of the module's image by virtual address.
+pub trait Memory: Sync {
+    fn bytes_at(&self, addr: u64, len: u64) -> Option<&[u8]>;
+}
+
+impl Memory for Module {
+    fn bytes_at(&self, addr: u64, len: u64) -> Option<&[u8]> {
+        Module::bytes_at(self, addr, len)
+    }
+}
+
+/// The machine needs of the evaluation: table bytes and relocations.
+pub struct TableReader<'a> {
+    pub memory: &'a dyn Memory,
+    /// Position-independent code (PIE, shared object): its jump tables hold
+    /// 32-bit offsets, never 8-byte addresses loaded through a register
+    /// base, so such a load is a code pointer.
+    pub pic: bool,
+    /// RELATIVE relocations: slot -> value (absolute tables of PIE/shared
+    /// objects are zero in the file).
+    pub relative: &'a HashMap<u64, u64>,
+}
+
+impl TableReader<'_> {
+    fn u64_at(&self, a: u64) -> Option<u64> {
+        match self.relative.get(&a) {
+            Some(&v) => Some(v),
+            None => Some(u64::from_le_bytes(
+                self.memory.bytes_at(a, 8)?.try_into().ok()?,
+            )),
+        }
+    }
+    fn u32_at(&self, a: u64) -> Option<u32> {
+        Some(u32::from_le_bytes(
+            self.memory.bytes_at(a, 4)?.try_into().ok()?,
+        ))
+    }
+    fn u16_at(&self, a: u64) -> Option<u16> {
+        Some(u16::from_le_bytes(
+            self.memory.bytes_at(a, 2)?.try_into().ok()?,
+        ))
+    }
+    fn u8_at(&self, a: u64) -> Option<u8> {
+        self.memory.bytes_at(a, 1).map(|b| b[0])
+    }
+}
+
+struct Sim<'o> {
+    regs: HashMap<Register, Val>,
+    /// Values of registers at the start of the slice, when every definition
+    /// reaching it loads the same constant (a table base hoisted out of a
+    /// loop).
+    entry_value: &'o mut dyn FnMut(Register) -> Option<EntryFact>,
+    /// Narrow views (`al`, `eax` of a non-plain value) and loads through a
+    /// symbolic pointer, memoised so that re-reading gives the same symbol.
+    memo: HashMap<(Val, u8), Val>,
+    /// Symbols that are values loaded from memory without an index (or
+    /// demangled from one with `ror`/`xor %fs:`).
+    pointers: std::collections::HashSet<u32>,
+    /// 32-bit `value + constant` and sign extensions, memoised so that the
+    /// compare and the index computed separately meet in one symbol.
+    arith: HashMap<(Val, u64, u8), Val>,
+    /// `sym -> s` when `sym` is the sign extension of the 32-bit `s`.
+    sext_of: HashMap<u32, u32>,
+    /// Symbols known to fit in this many bits (`pmovmskb` masks).
+    bits: HashMap<u32, u32>,
+    slots: HashMap<(Register, u64), Val>,
+    next_sym: u32,
+    bounds: HashMap<u32, u64>,
+    /// Symbols defined by `movzx r, byte/word [addr]`.
+    small_loads: HashMap<u32, (Lin, u8)>,
+    last_cmp: Option<(Val, u64)>,
+    /// Whether the last `test r, r` or `cmp` of constants set ZF.
+    last_zero: Option<bool>,
+    /// A branch on the path went the way its constant flags forbid.
+    infeasible: bool,
+    info: InstructionInfoFactory,
+}
+
+impl Sim<'_> {
+    fn fresh(&mut self) -> Val {
+        self.next_sym += 1;
+        Val::Lin(Lin {
+            sym: Some((self.next_sym, 1)),
+            off: 0,
+        })
+    }
+
+    fn read_full(&mut self, full: Register) -> Val {
+        if let Some(&v) = self.regs.get(&full) {
+            return v;
+        }
+        let v = match (self.entry_value)(full) {
+            Some(EntryFact::Const(c)) => Val::Lin(Lin::konst(c)),
+            Some(EntryFact::Bits(b)) => {
+                let v = self.fresh();
+                if let Some(s) = Self::sym_of(v) {
+                    self.bits.insert(s, b);
+                }
+                v
+            }
+            Some(EntryFact::Pointer) => {
+                let v = self.fresh();
+                if let Some(s) = Self::sym_of(v) {
+                    self.pointers.insert(s);
+                }
+                v
+            }
+            None => self.fresh(),
+        };
+        self.regs.insert(full, v);
+        v
+    }
+
+    fn arith(&mut self, v: Val, c: u64, op: u8) -> Val {
+        if let Some(&r) = self.arith.get(&(v, c, op)) {
+            return r;
+        }
+        let r = self.fresh();
+        self.arith.insert((v, c, op), r);
+        r
+    }
+
+    fn sym_of(v: Val) -> Option<u32> {
+        match v {
+            Val::Lin(l) => l.plain_sym(),
+            _ => None,
+        }
+    }
+
+    fn memoised(&mut self, key: (Val, u8)) -> Val {
+        if let Some(&v) = self.memo.get(&key) {
+            return v;
+        }
+        let v = self.fresh();
+        self.memo.insert(key, v);
+        v
+    }
+
+    /// The value of `r` as its width reads it.
+    fn read(&mut self, r: Register) -> Val {
+        let v = self.read_full(r.full_register());
+        self.narrow(v, r.size())
+    }
+
+    /// The zero-extended low `size` bytes of `v`.
+    fn narrow(&mut self, v: Val, size: usize) -> Val {
+        match v {
+            _ if size >= 8 => v,
+            Val::Lin(Lin { sym: None, off }) => {
+                Val::Lin(Lin::konst(off & ((1u64 << (8 * size)) - 1)))
+            }
+            // A 32-bit view of a symbol is the symbol: compilers compare and
+            // index with the same width, and `mov eI, eI` zero-extends.
+            Val::Lin(l) if size == 4 && l.plain_sym().is_some() => v,
+            Val::Load { addr, size: n, .. } if usize::from(n) <= size => Val::Load {
+                addr,
+                size: n,
+                signed: false,
+            },
+            _ => self.memoised((v, size as u8)),
+        }
+    }
+
+    fn write(&mut self, r: Register, v: Val) {
+        let v = match r.size() {
+            8 => v,
+            4 => self.narrow(v, 4),
+            _ => self.fresh(),
+        };
+        let full = r.full_register();
+        self.regs.insert(full, v);
+        if full == Register::RSP || full == Register::RBP {
+            self.slots.retain(|(b, _), _| *b != full);
+        }
+    }
+
+    fn slot_key(insn: &Instruction) -> Option<(Register, u64)> {
+        let b = insn.memory_base();
+        ((b == Register::RSP || b == Register::RBP)
+            && insn.memory_index() == Register::None
+            && insn.segment_prefix() == Register::None)
+            .then(|| (b, insn.memory_displacement64()))
+    }
+
+    fn addr_of(&mut self, insn: &Instruction) -> Option<Lin> {
+        if insn.segment_prefix() == Register::FS || insn.segment_prefix() == Register::GS {
+            return None;
+        }
+        if insn.memory_base() == Register::RIP {
+            return Some(Lin::konst(insn.ip_rel_memory_address()));
+        }
+        let mut a = Lin::konst(insn.memory_displacement64());
+        for (r, scale) in [
+            (insn.memory_base(), 1),
+            (insn.memory_index(), u64::from(insn.memory_index_scale())),
+        ] {
+            if r == Register::None {
+                continue;
+            }
+            if r.size() != 8 {
+                return None;
+            }
+            let Val::Lin(l) = self.read_full(r) else {
+                return None;
+            };
+            a = a.add(l.mul(scale))?;
+        }
+        Some(a)
+    }
+
+    /// The value of a memory operand read as `size` bytes.
+    fn load(&mut self, insn: &Instruction, size: u8, signed: bool) -> Val {
+        if let Some(k) = Self::slot_key(insn) {
+            if let Some(&v) = self.slots.get(&k) {
+                return v;
+            }
+            let v = self.fresh();
+            if let Some(p) = Self::sym_of(v) {
+                self.pointers.insert(p);
+            }
+            self.slots.insert(k, v);
+            return v;
+        }
+        match self.addr_of(insn) {
+            // Through a pointer (no scaled index): a value of its own, the
+            // same each time it is read until memory is written.
+            Some(addr) if matches!(addr.sym, Some((_, 1))) => {
+                let v = self.memoised((
+                    Val::Load {
+                        addr,
+                        size,
+                        signed: false,
+                    },
+                    size,
+                ));
+                if let Val::Lin(Lin {
+                    sym: Some((p, _)), ..
+                }) = v
+                {
+                    self.pointers.insert(p);
+                }
+                v
+            }
+            Some(addr) => Val::Load { addr, size, signed },
+            None => self.fresh(),
+        }
+    }
+
+    fn operand(&mut self, insn: &Instruction, op: u32) -> Val {
+        match insn.op_kind(op) {
+            OpKind::Register => self.read(insn.op_register(op)),
+            OpKind::Memory => {
+                let size = insn.memory_size().size() as u8;
+                self.load(insn, size, false)
+            }
+            OpKind::Immediate8
+            | OpKind::Immediate16
+            | OpKind::Immediate32
+            | OpKind::Immediate64
+            | OpKind::Immediate8to16
+            | OpKind::Immediate8to32
+            | OpKind::Immediate8to64
+            | OpKind::Immediate32to64 => Val::Lin(Lin::konst(insn.immediate(op))),
+            _ => self.fresh(),
+        }
+    }
+
+    fn add(&mut self, a: Val, b: Val) -> Val {
+        match (a, b) {
+            (Val::Lin(x), Val::Lin(y)) => match x.add(y) {
+                Some(l) => Val::Lin(l),
+                None => self.fresh(),
+            },
+            (
+                Val::Load { addr, size, signed },
+                Val::Lin(Lin {
+                    sym: None,
+                    off: add,
+                }),
+            )
+            | (
+                Val::Lin(Lin {
+                    sym: None,
+                    off: add,
+                }),
+                Val::Load { addr, size, signed },
+            ) => Val::Rel {
+                addr,
+                size,
+                signed,
+                add,
+            },
+            _ => self.fresh(),
+        }
+    }
+
+    fn step(&mut self, insn: &Instruction) {
+        let op0_reg = insn.op_count() > 0 && insn.op0_kind() == OpKind::Register;
+        let handled = match insn.mnemonic() {
+            Mnemonic::Cmp => {
+                let v = self.operand(insn, 0);
+                let width = match insn.op0_kind() {
+                    OpKind::Register => insn.op0_register().size(),
+                    _ => insn.memory_size().size(),
+                };
+                let n = match self.operand(insn, 1) {
+                    Val::Lin(Lin { sym: None, off }) if width >= 8 => Some(off),
+                    Val::Lin(Lin { sym: None, off }) => Some(off & ((1u64 << (8 * width)) - 1)),
+                    _ => None,
+                };
+                self.last_cmp = n.map(|n| (v, n));
+                self.last_zero = match (v, self.operand(insn, 1)) {
+                    (Val::Lin(Lin { sym: None, off: a }), Val::Lin(Lin { sym: None, off: b })) => {
+                        let mask = if width >= 8 {
+                            u64::MAX
+                        } else {
+                            (1u64 << (8 * width)) - 1
+                        };
+                        Some((a & mask) == (b & mask))
+                    }
+                    _ => None,
+                };
+                return;
+            }
+            Mnemonic::Test
+                if op0_reg
+                    && insn.op1_kind() == OpKind::Register
+                    && insn.op1_register() == insn.op0_register() =>
+            {
+                self.last_cmp = None;
+                self.last_zero = match self.read(insn.op0_register()) {
+                    Val::Lin(Lin { sym: None, off }) => Some(off == 0),
+                    _ => None,
+                };
+                return;
+            }
+            Mnemonic::Mov if op0_reg => {
+                let v = match insn.op1_kind() {
+                    OpKind::Memory => {
+                        let size = insn.memory_size().size() as u8;
+                        self.load(insn, size, false)
+                    }
+                    _ => self.operand(insn, 1),
+                };
+                self.write(insn.op0_register(), v);
+                true
+            }
+            Mnemonic::Mov if insn.op0_kind() == OpKind::Memory => {
+                let v = self.operand(insn, 1);
+                match Self::slot_key(insn) {
+                    Some(k) => {
+                        self.slots.insert(k, v);
+                    }
+                    None => self.memo.retain(|(v, _), _| !matches!(v, Val::Load { .. })),
+                }
+                true
+            }
+            Mnemonic::Movsxd | Mnemonic::Cdqe => {
+                let (dst, src) = if insn.mnemonic() == Mnemonic::Cdqe {
+                    (Register::RAX, self.read(Register::EAX))
+                } else if insn.op1_kind() == OpKind::Memory {
+                    (insn.op0_register(), self.load(insn, 4, true))
+                } else {
+                    (insn.op0_register(), self.read(insn.op1_register()))
+                };
+                let v = match src {
+                    Val::Load { addr, size: 4, .. } => Val::Load {
+                        addr,
+                        size: 4,
+                        signed: true,
+                    },
+                    Val::Lin(l) if l.plain_sym().is_some() => {
+                        let r = self.arith(src, 0, 2);
+                        if let (Some(a), Some(b)) = (Self::sym_of(r), l.plain_sym()) {
+                            self.sext_of.insert(a, b);
+                        }
+                        r
+                    }
+                    _ => self.fresh(),
+                };
+                if dst.size() == 8 {
+                    self.write(dst, v);
+                } else {
+                    let f = self.fresh();
+                    self.write(dst, f);
+                }
+                true
+            }
+            Mnemonic::Movzx if op0_reg && insn.op1_kind() == OpKind::Register => {
+                let v = self.read(insn.op1_register());
+                self.write(insn.op0_register(), v);
+                true
+            }
+            Mnemonic::Movzx if op0_reg => {
+                let v = self.fresh();
+                if insn.op1_kind() == OpKind::Memory {
+                    if let (
+                        Some(addr),
+                        Val::Lin(Lin {
+                            sym: Some((s, 1)), ..
+                        }),
+                    ) = (self.addr_of(insn), v)
+                    {
+                        self.small_loads
+                            .insert(s, (addr, insn.memory_size().size() as u8));
+                    }
+                }
+                self.write(insn.op0_register(), v);
+                true
+            }
+            Mnemonic::Lea if op0_reg && insn.op0_register().size() == 4 => {
+                // `lea -0x20(%rax), %edx`: a 32-bit `value + constant`.
+                let v = if insn.memory_index() == Register::None
+                    && insn.memory_base().is_gpr64()
+                    && insn.memory_base() != Register::RIP
+                {
+                    let b = self.read_full(insn.memory_base());
+                    let b = self.narrow(b, 4);
+                    self.arith(b, insn.memory_displacement64() & 0xffff_ffff, 1)
+                } else {
+                    self.fresh()
+                };
+                self.write(insn.op0_register(), v);
+                true
+            }
+            Mnemonic::Lea if op0_reg => {
+                let v = match self.addr_of(insn) {
+                    Some(l) => Val::Lin(l),
+                    // `lea (%r11,%rcx,1), %rcx` adding a loaded entry to a base.
+                    None if insn.memory_index_scale() == 1
+                        && insn.memory_displacement64() == 0
+                        && insn.memory_base().is_gpr64()
+                        && insn.memory_index().is_gpr64() =>
+                    {
+                        let a = self.read_full(insn.memory_base());
+                        let b = self.read_full(insn.memory_index());
+                        self.add(a, b)
+                    }
+                    None => self.fresh(),
+                };
+                self.write(insn.op0_register(), v);
+                true
+            }
+            Mnemonic::Add | Mnemonic::Sub
+                if op0_reg
+                    && insn.op0_register().size() == 4
+                    && matches!(
+                        insn.op1_kind(),
+                        OpKind::Immediate32 | OpKind::Immediate8to32
+                    ) =>
+            {
+                let a = self.read(insn.op0_register());
+                let mut c = insn.immediate(1);
+                if insn.mnemonic() == Mnemonic::Sub {
+                    c = c.wrapping_neg();
+                }
+                let v = self.arith(a, c & 0xffff_ffff, 1);
+                self.write(insn.op0_register(), v);
+                true
+            }
+            Mnemonic::Pmovmskb | Mnemonic::Vpmovmskb if op0_reg => {
+                let v = self.fresh();
+                let width = insn.op1_register().size() as u32;
+                if let Some(s) = Self::sym_of(v) {
+                    self.bits.insert(s, width);
+                }
+                self.write(insn.op0_register(), v);
+                true
+            }
+            Mnemonic::Bsf if op0_reg && insn.op1_kind() == OpKind::Register => {
+                // The index of the lowest set bit of a nonzero source. With
+                // the register as its own source a zero source leaves zero;
+                // otherwise we need the source to be a mask of known width
+                // and rely on the code never scanning an empty mask (the
+                // destination would be left undefined), see docs/cfg.md.
+                let src = self.read(insn.op1_register());
+                let known = Self::sym_of(src).and_then(|s| self.bits.get(&s).copied());
+                let same = insn.op1_register() == insn.op0_register();
+                let width = match (known, same) {
+                    (Some(b), _) => Some(b),
+                    (None, true) => Some(8 * insn.op0_register().size() as u32),
+                    (None, false) => None,
+                };
+                let v = self.fresh();
+                if let (Some(w), Some(s)) = (width, Self::sym_of(v)) {
+                    self.bounds.insert(s, u64::from(w.saturating_sub(1)));
+                }
+                self.write(insn.op0_register(), v);
+                true
+            }
+            Mnemonic::And
+                if op0_reg
+                    && matches!(
+                        insn.op1_kind(),
+                        OpKind::Immediate32
+                            | OpKind::Immediate8to32
+                            | OpKind::Immediate8to64
+                            | OpKind::Immediate32to64
+                            | OpKind::Immediate8
+                    ) =>
+            {
+                let m = insn.immediate(1);
+                let v = self.fresh();
+                if let Some(s) = Self::sym_of(v) {
+                    // Sign-extended negative masks do not bound anything.
+                    if m < 1 << 31 {
+                        self.bounds.insert(s, m);
+                    }
+                }
+                self.write(insn.op0_register(), v);
+                true
+            }
+            Mnemonic::Ror | Mnemonic::Rol | Mnemonic::Xor
+                if op0_reg
+                    && insn.op0_register().size() == 8
+                    && Self::sym_of(
+                        self.regs
+                            .get(&insn.op0_register())
+                            .copied()
+                            .unwrap_or(Val::Lin(Lin::konst(0))),
+                    )
+                    .is_some_and(|p| self.pointers.contains(&p))
+                    && (insn.mnemonic() != Mnemonic::Xor
+                        || insn.segment_prefix() == Register::FS) =>
+            {
+                // glibc's PTR_DEMANGLE: the result is still a code pointer.
+                let v = self.fresh();
+                if let Some(s) = Self::sym_of(v) {
+                    self.pointers.insert(s);
+                }
+                self.write(insn.op0_register(), v);
+                true
+            }
+            Mnemonic::Add | Mnemonic::Sub if op0_reg && insn.op0_register().size() == 8 => {
+                let a = self.read(insn.op0_register());
+                let mut b = self.operand(insn, 1);
+                if insn.mnemonic() == Mnemonic::Sub {
+                    b = match b {
+                        Val::Lin(l) if l.sym.is_none() => {
+                            Val::Lin(Lin::konst(l.off.wrapping_neg()))
+                        }
+                        _ => self.fresh(),
+                    };
+                }
+                let v = self.add(a, b);
+                self.write(insn.op0_register(), v);
+                true
+            }
+            Mnemonic::Shr if op0_reg => {
+                // A mask shifted right keeps (at most) its width.
+                let src = self.read(insn.op0_register());
+                let known = Self::sym_of(src).and_then(|s| self.bits.get(&s).copied());
+                let v = self.fresh();
+                if let (Some(b), Some(s)) = (known, Self::sym_of(v)) {
+                    self.bits.insert(s, b);
+                }
+                self.write(insn.op0_register(), v);
+                true
+            }
+            Mnemonic::Shl
+                if op0_reg
+                    && insn.op0_register().size() == 8
+                    && insn.op1_kind() == OpKind::Immediate8 =>
+            {
+                let v = match self.read(insn.op0_register()) {
+                    Val::Lin(l) if insn.immediate(1) < 64 => {
+                        Val::Lin(l.mul(1 << insn.immediate(1)))
+                    }
+                    _ => self.fresh(),
+                };
+                self.write(insn.op0_register(), v);
+                true
+            }
+            _ => false,
+        };
+        if !handled {
+            self.clobber(insn);
+        }
+        if insn.rflags_modified() != 0 {
+            self.last_cmp = None;
+            self.last_zero = None;
+        }
+    }
+
+    /// Everything `insn` writes becomes an unknown value.
+    fn clobber(&mut self, insn: &Instruction) {
+        let info = self.info.info(insn);
+        let regs: Vec<Register> = info
+            .used_registers()
+            .iter()
+            .filter(|u| {
+                matches!(
+                    u.access(),
+                    OpAccess::Write
+                        | OpAccess::CondWrite
+                        | OpAccess::ReadWrite
+                        | OpAccess::ReadCondWrite
+                )
+            })
+            .map(|u| u.register())
+            .collect();
+        let writes_mem = info.used_memory().iter().any(|m| {
+            matches!(
+                m.access(),
+                OpAccess::Write
+                    | OpAccess::CondWrite
+                    | OpAccess::ReadWrite
+                    | OpAccess::ReadCondWrite
+            )
+        });
+        for r in regs {
+            if r.is_gpr() {
+                let f = self.fresh();
+                self.regs.insert(r.full_register(), f);
+                let full = r.full_register();
+                if full == Register::RSP || full == Register::RBP {
+                    self.slots.retain(|(b, _), _| *b != full);
+                }
+            }
+        }
+        if writes_mem {
+            self.memo.retain(|(v, _), _| !matches!(v, Val::Load { .. }));
+            if let Some(k) = Self::slot_key(insn) {
+                let f = self.fresh();
+                self.slots.insert(k, f);
+            }
+        }
+    }
+
+    /// Applies `cmp x, N; jcc` to the path that continues `taken` or not.
+    fn branch(&mut self, insn: &Instruction, taken: bool) {
+        // `mov $0, %eax; test %rax, %rax; je` cannot fall through.
+        match (insn.condition_code(), self.last_zero) {
+            (ConditionCode::e, Some(zero)) if taken != zero => self.infeasible = true,
+            (ConditionCode::ne, Some(zero)) if taken == zero => self.infeasible = true,
+            _ => {}
+        }
+        let Some((Val::Lin(l), n)) = self.last_cmp else {
+            return;
+        };
+        let Some(s) = l.plain_sym() else { return };
+        let max = match (insn.condition_code(), taken) {
+            (ConditionCode::a, false) | (ConditionCode::be, true) => Some(n),
+            (ConditionCode::ae, false) | (ConditionCode::b, true) => n.checked_sub(1),
+            _ => None,
+        };
+        if let Some(m) = max {
+            let e = self.bounds.entry(s).or_insert(m);
+            *e = (*e).min(m);
+        }
+    }
+
+    /// `s = zext8(x) - c` (32-bit) when `low8(x - c) <= n` was compared
+    /// (`lea -c(%x), %eax; cmp $n, %al; ja` then `movzbl %xb, %eax; sub $c,
+    /// %eax`, glibc's printf): with `c + n <= 255`, the byte `x` lies in
+    /// `[c, c + n]`, so `s <= n`.
+    fn byte_range_bound(&self, s: u32) -> Option<u64> {
+        let (&(cval, k, _), _) = self
+            .arith
+            .iter()
+            .find(|(&(_, _, op), &r)| op == 1 && Self::sym_of(r) == Some(s))?;
+        let c = k.wrapping_neg() & 0xffff_ffff;
+        let csym = Self::sym_of(cval)?;
+        let (&(x, _), _) = self
+            .memo
+            .iter()
+            .find(|(&(_, size), &r)| size == 1 && Self::sym_of(r) == Some(csym))?;
+        Self::sym_of(x)?;
+        let a = *self.arith.get(&(x, k, 1))?;
+        let b = Self::sym_of(*self.memo.get(&(a, 1))?)?;
+        let n = *self.bounds.get(&b)?;
+        (c <= 255 && c + n <= 255).then_some(n)
+    }
+
+    fn bound(&self, s: u32, reader: &TableReader) -> Option<u64> {
+        if let Some(&b) = self.bounds.get(&s) {
+            return Some(b);
+        }
+        if let Some(&inner) = self.sext_of.get(&s) {
+            // Sign extension of a 32-bit value known to be below 2^31.
+            return self.bound(inner, reader).filter(|&b| b < 1 << 31);
+        }
+        if let Some(b) = self.byte_range_bound(s) {
+            return Some(b);
+        }
+        // The index was loaded from a small table of bytes/words whose own
+        // index is bounded: its largest entry bounds ours.
+        let &(addr, size) = self.small_loads.get(&s)?;
+        let (inner, scale) = addr.sym?;
+        let n = self.bound(inner, reader)?;
+        if n >= MAX_ENTRIES || scale != u64::from(size) {
+            return None;
+        }
+        let mut max = 0u64;
+        for i in 0..=n {
+            let a = addr.off.wrapping_add(i * scale);
+            let v = match size {
+                1 => u64::from(reader.u8_at(a)?),
+                2 => u64::from(reader.u16_at(a)?),
+                _ => return None,
+            };
+            max = max.max(v);
+        }
+        Some(max)
+    }
+}
+
+/// Classifies the indirect `jmp` ending `chain`'s last block.
+///
+/// `chain` lists the slice's blocks in execution order (each a slice of
+/// instructions); `taken[i]` says whether control went from `chain[i]` to
+/// `chain[i + 1]` through the taken side of `chain[i]`'s final branch.
+///
+/// `entry_value(r)` tells what a 64-bit register holds on entry to the
+/// slice when all its reaching definitions agree; `in_proc(a)` whether `a`
+/// lies in the jump's procedure. `None`: the path cannot
+/// be taken (a branch on constant flags goes the other way).
+pub fn resolve(
+    chain: &[&[Instruction]],
+    taken: &[bool],
+    reader: &TableReader,
+    entry_value: &mut dyn FnMut(Register) -> Option<EntryFact>,
+    in_proc: &dyn Fn(u64) -> bool,
+) -> Option<JumpResolution> {
+    let mut infeasible = false;
+    let r = resolve_path(chain, taken, reader, entry_value, in_proc, &mut infeasible);
+    (!infeasible).then_some(r)
+}
+
+fn resolve_path(
+    chain: &[&[Instruction]],
+    taken: &[bool],
+    reader: &TableReader,
+    entry_value: &mut dyn FnMut(Register) -> Option<EntryFact>,
+    in_proc: &dyn Fn(u64) -> bool,
+    infeasible: &mut bool,
+) -> JumpResolution {
+    debug_assert_eq!(taken.len() + 1, chain.len());
+    let Some(jmp) = chain.last().and_then(|b| b.last()) else {
+        return JumpResolution::Unresolved("empty slice");
+    };
+    debug_assert_eq!(jmp.mnemonic(), Mnemonic::Jmp);
+    let mut sim = Sim {
+        regs: HashMap::new(),
+        entry_value,
+        memo: HashMap::new(),
+        pointers: Default::default(),
+        arith: HashMap::new(),
+        sext_of: HashMap::new(),
+        bits: HashMap::new(),
+        slots: HashMap::new(),
+        next_sym: 0,
+        bounds: HashMap::new(),
+        small_loads: HashMap::new(),
+        last_cmp: None,
+        last_zero: None,
+        infeasible: false,
+        info: InstructionInfoFactory::new(),
+    };
+    for (i, block) in chain.iter().enumerate() {
+        let Some((last, body)) = block.split_last() else {
+            continue;
+        };
+        for insn in body {
+            sim.step(insn);
+        }
+        if i + 1 < chain.len() {
+            if last.flow_control() == iced_x86::FlowControl::ConditionalBranch {
+                sim.branch(last, taken[i]);
+            } else {
+                sim.step(last);
+            }
+        }
+    }
+    if sim.infeasible {
+        *infeasible = true;
+        return JumpResolution::Unresolved("infeasible path");
+    }
+    let target = match jmp.op0_kind() {
+        OpKind::Register => sim.read(jmp.op0_register()),
+        OpKind::Memory if jmp.memory_base() == Register::RIP => return JumpResolution::TailCall,
+        OpKind::Memory => sim.load(jmp, 8, false),
+        _ => return JumpResolution::Unresolved("unexpected operand"),
+    };
+    let (addr, entry_size, signed, add) = match target {
+        Val::Load { addr, size: 8, .. } => (addr, 8u64, false, 0u64),
+        Val::Rel {
+            addr,
+            size: 4,
+            signed,
+            add,
+        } => (addr, 4, signed, add),
+        Val::Lin(Lin {
+            sym: Some((p, 1)),
+            off: 0,
+        }) if sim.pointers.contains(&p) => return JumpResolution::TailCall,
+        Val::Lin(Lin { sym: None, off }) => return JumpResolution::Computed(vec![off]),
+        Val::Lin(_) => return JumpResolution::Unresolved("target not computed in the slice"),
+        _ => return JumpResolution::Unresolved("target is not a table entry"),
+    };
+    let Some((s, scale)) = addr.sym else {
+        return JumpResolution::TailCall;
+    };
+    if scale == 1 && entry_size == 8 && add == 0 {
+        // `jmp [reg + d]`: a pointer field, not an indexed table.
+        return JumpResolution::TailCall;
+    }
+    if scale != entry_size {
+        return JumpResolution::Unresolved("index scale differs from the entry size");
+    }
+    let Some(n) = sim.bound(s, reader) else {
+        // PIC jump tables hold 32-bit offsets (8-byte addresses would each
+        // need a dynamic relocation), so an unbounded indexed 8-byte load
+        // in PIC code reads a function pointer from an array of structures.
+        // ... unless the table's first entries are labels of this very
+        // procedure (GNU `goto *labels[i]` in PIC code: absolute entries
+        // with RELATIVE relocations).
+        let labels = (0..2).any(|i| {
+            reader
+                .u64_at(addr.off.wrapping_add(8 * i))
+                .is_some_and(in_proc)
+        });
+        if reader.pic && entry_size == 8 && !labels {
+            return JumpResolution::TailCall;
+        }
+        return JumpResolution::Unresolved("no bounding compare on the index");
+    };
+    if n >= MAX_ENTRIES {
+        return JumpResolution::Unresolved("table bound too large");
+    }
+    let table = addr.off;
+    let mut targets = Vec::with_capacity(n as usize + 1);
+    for i in 0..=n {
+        let a = table.wrapping_add(i * entry_size);
+        let t = if entry_size == 8 {
+            reader.u64_at(a)
+        } else {
+            reader.u32_at(a).map(|e| {
+                let e = if signed {
+                    e as i32 as i64 as u64
+                } else {
+                    u64::from(e)
+                };
+                add.wrapping_add(e)
+            })
+        };
+        match t {
+            Some(t) => targets.push(t),
+            None => return JumpResolution::Unresolved("table outside the file's sections"),
+        }
+    }
+    JumpResolution::Table { table, targets }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iced_x86::{Decoder, DecoderOptions};
+
+    /// One readable region, for the table.
+    struct Region(Vec<(u64, Vec<u8>)>);
+
+    impl Memory for Region {
+        fn bytes_at(&self, addr: u64, len: u64) -> Option<&[u8]> {
+            self.0.iter().find_map(|(base, bytes)| {
+                let off = usize::try_from(addr.checked_sub(*base)?).ok()?;
+                bytes.get(off..off.checked_add(usize::try_from(len).ok()?)?)
+            })
+        }
+    }
+
+    const T: u64 = 0x2000;
+
+    /// Assembles blocks of hand-encoded instructions laid out from 0x1000;
+    /// `Rip(bytes)` is an instruction whose last four bytes are a
+    /// RIP-relative displacement to `T`.
+    enum I {
+        Raw(&'static [u8]),
+        Rip(&'static [u8]),
+    }
+
+    fn decode(blocks: &[&[I]]) -> Vec<Vec<Instruction>> {
+        let mut ip = 0x1000u64;
+        blocks
+            .iter()
+            .map(|b| {
+                let mut bytes = Vec::new();
+                let start = ip;
+                for i in b.iter() {
+                    match i {
+                        I::Raw(r) => bytes.extend_from_slice(r),
+                        I::Rip(r) => {
+                            let next = start + (bytes.len() + r.len() + 4) as u64;
+                            bytes.extend_from_slice(r);
+                            bytes.extend_from_slice(
+                                &((T as i64 - next as i64) as i32).to_le_bytes(),
+                            );
+                        }
+                    }
+                }
+                ip += bytes.len() as u64;
+                Decoder::with_ip(64, &bytes, start, DecoderOptions::NONE)
+                    .into_iter()
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn run(
+        blocks: &[&[I]],
+        taken: &[bool],
+        table: Vec<u8>,
+        relative: &HashMap<u64, u64>,
+    ) -> JumpResolution {
+        run_with(blocks, taken, vec![(T, table)], relative, &mut |_| None)
+    }
+
+    fn run_with(
+        blocks: &[&[I]],
+        taken: &[bool],
+        regions: Vec<(u64, Vec<u8>)>,
+        relative: &HashMap<u64, u64>,
+        entry: &mut dyn FnMut(Register) -> Option<EntryFact>,
+    ) -> JumpResolution {
+        let insns = decode(blocks);
+        let slices: Vec<&[Instruction]> = insns.iter().map(Vec::as_slice).collect();
+        let mem = Region(regions);
+        let reader = TableReader {
+            memory: &mem,
+            pic: true,
+            relative,
+        };
+        resolve(&slices, taken, &reader, entry, &|_| false).expect("a feasible path")
+    }
+
+    fn rel_table(targets: &[u64]) -> Vec<u8> {
+        targets
+            .iter()
+            .flat_map(|&t| ((t as i64 - T as i64) as i32).to_le_bytes())
+            .collect()
+    }
+
+    // cmp edi, 5; ja +0x10
+    const GUARD_JA: &[I] = &[I::Raw(&[0x83, 0xff, 0x05]), I::Raw(&[0x77, 0x10])];
+    // lea rdx, [rip+T]; movsxd rax, [rdx+rdi*4]; add rax, rdx; jmp rax
+    const PIC: &[I] = &[
+        I::Rip(&[0x48, 0x8d, 0x15]),
+        I::Raw(&[0x48, 0x63, 0x04, 0xba]),
+        I::Raw(&[0x48, 0x01, 0xd0]),
+        I::Raw(&[0xff, 0xe0]),
+    ];
+
+    #[test]
+    fn gcc_pic_table_bounded_by_ja() {
+        let targets = [0x1100, 0x1110, 0x1100, 0x1120, 0x1130, 0x1140];
+        let r = run(
+            &[GUARD_JA, PIC],
+            &[false],
+            rel_table(&targets),
+            &HashMap::new(),
+        );
+        assert_eq!(
+            r,
+            JumpResolution::Table {
+                table: T,
+                targets: targets.to_vec()
+            }
+        );
+    }
+
+    #[test]
+    fn the_taken_side_of_ja_bounds_nothing() {
+        let r = run(
+            &[GUARD_JA, PIC],
+            &[true],
+            rel_table(&[0x1100; 6]),
+            &HashMap::new(),
+        );
+        assert!(matches!(r, JumpResolution::Unresolved(_)), "{r:?}");
+    }
+
+    #[test]
+    fn no_compare_no_table() {
+        let r = run(&[PIC], &[], rel_table(&[0x1100; 6]), &HashMap::new());
+        assert_eq!(
+            r,
+            JumpResolution::Unresolved("no bounding compare on the index")
+        );
+    }
+
+    #[test]
+    fn jbe_taken_and_jae_not_taken_bound() {
+        // cmp edi, 5; jbe: taken means edi <= 5.
+        let jbe: &[I] = &[I::Raw(&[0x83, 0xff, 0x05]), I::Raw(&[0x76, 0x10])];
+        let r = run(
+            &[jbe, PIC],
+            &[true],
+            rel_table(&[0x1100; 6]),
+            &HashMap::new(),
+        );
+        assert!(
+            matches!(r, JumpResolution::Table { ref targets, .. } if targets.len() == 6),
+            "{r:?}"
+        );
+        // cmp edi, 5; jae: not taken means edi <= 4.
+        let jae: &[I] = &[I::Raw(&[0x83, 0xff, 0x05]), I::Raw(&[0x73, 0x10])];
+        let r = run(
+            &[jae, PIC],
+            &[false],
+            rel_table(&[0x1100; 6]),
+            &HashMap::new(),
+        );
+        assert!(
+            matches!(r, JumpResolution::Table { ref targets, .. } if targets.len() == 5),
+            "{r:?}"
+        );
+    }
+
+    #[test]
+    fn absolute_entries_through_relative_relocations() {
+        // cmp edi, 2; ja; mov eax, edi; jmp [rax*8 + T]
+        let guard: &[I] = &[I::Raw(&[0x83, 0xff, 0x02]), I::Raw(&[0x77, 0x10])];
+        let jump: &[I] = &[
+            I::Raw(&[0x89, 0xf8]),
+            I::Raw(&[0xff, 0x24, 0xc5, 0x00, 0x20, 0x00, 0x00]),
+        ];
+        // The file holds zeros; RELATIVE relocations give the values (PIE).
+        let relative: HashMap<u64, u64> = [(T, 0x1100), (T + 8, 0x1180), (T + 16, 0x1100)].into();
+        let r = run(&[guard, jump], &[false], vec![0; 24], &relative);
+        assert_eq!(
+            r,
+            JumpResolution::Table {
+                table: T,
+                targets: vec![0x1100, 0x1180, 0x1100]
+            }
+        );
+    }
+
+    #[test]
+    fn gcc_o0_stack_slot_form() {
+        let guard: &[I] = &[
+            I::Raw(&[0x89, 0x7d, 0xfc]),       // mov [rbp-4], edi
+            I::Raw(&[0x83, 0x7d, 0xfc, 0x03]), // cmp dword [rbp-4], 3
+            I::Raw(&[0x77, 0x10]),             // ja
+        ];
+        let jump: &[I] = &[
+            I::Raw(&[0x8b, 0x45, 0xfc]),                   // mov eax, [rbp-4]
+            I::Raw(&[0x48, 0x8d, 0x14, 0x85, 0, 0, 0, 0]), // lea rdx, [rax*4]
+            I::Rip(&[0x48, 0x8d, 0x05]),                   // lea rax, [rip+T]
+            I::Raw(&[0x8b, 0x04, 0x02]),                   // mov eax, [rdx+rax]
+            I::Raw(&[0x48, 0x98]),                         // cdqe
+            I::Rip(&[0x48, 0x8d, 0x15]),                   // lea rdx, [rip+T]
+            I::Raw(&[0x48, 0x01, 0xd0]),                   // add rax, rdx
+            I::Raw(&[0xff, 0xe0]),                         // jmp rax
+        ];
+        let targets = [0x1200, 0x1210, 0x1220, 0x1230];
+        let r = run(
+            &[guard, jump],
+            &[false],
+            rel_table(&targets),
+            &HashMap::new(),
+        );
+        assert_eq!(
+            r,
+            JumpResolution::Table {
+                table: T,
+                targets: targets.to_vec()
+            }
+        );
+    }
+
+    #[test]
+    fn a_clobbered_index_loses_its_bound() {
+        // cmp edi, 5; ja; add edi, edi (the index changes after the compare)
+        let jump: &[I] = &[
+            I::Raw(&[0x01, 0xff]),
+            I::Rip(&[0x48, 0x8d, 0x15]),
+            I::Raw(&[0x48, 0x63, 0x04, 0xba]),
+            I::Raw(&[0x48, 0x01, 0xd0]),
+            I::Raw(&[0xff, 0xe0]),
+        ];
+        let r = run(
+            &[GUARD_JA, jump],
+            &[false],
+            rel_table(&[0x1100; 12]),
+            &HashMap::new(),
+        );
+        assert!(matches!(r, JumpResolution::Unresolved(_)), "{r:?}");
+    }
+
+    #[test]
+    fn pointer_jumps_are_tail_calls() {
+        // mov rax, [rdi+8]; jmp rax
+        let jump: &[I] = &[I::Raw(&[0x48, 0x8b, 0x47, 0x08]), I::Raw(&[0xff, 0xe0])];
+        assert_eq!(
+            run(&[jump], &[], Vec::new(), &HashMap::new()),
+            JumpResolution::TailCall
+        );
+        // jmp [rip+slot]
+        let got: &[I] = &[I::Rip(&[0xff, 0x25])];
+        assert_eq!(
+            run(&[got], &[], Vec::new(), &HashMap::new()),
+            JumpResolution::TailCall
+        );
+        // jmp rsi: an argument, nothing known.
+        let arg: &[I] = &[I::Raw(&[0xff, 0xe6])];
+        assert!(matches!(
+            run(&[arg], &[], Vec::new(), &HashMap::new()),
+            JumpResolution::Unresolved(_)
+        ));
+    }
+
+    #[test]
+    fn table_outside_memory_is_unresolved() {
+        let r = run(
+            &[GUARD_JA, PIC],
+            &[false],
+            rel_table(&[0x1100; 2]),
+            &HashMap::new(),
+        );
+        assert_eq!(
+            r,
+            JumpResolution::Unresolved("table outside the file's sections")
+        );
+    }
+
+    #[test]
+    fn glibc_printf_byte_class_then_table() {
+        // lea eax, [r9-0x20]; cmp al, 0x5a; ja   (the character is checked)
+        let guard: &[I] = &[
+            I::Raw(&[0x41, 0x8d, 0x41, 0xe0]),
+            I::Raw(&[0x3c, 0x5a]),
+            I::Raw(&[0x77, 0x10]),
+        ];
+        // movzx eax, r9b; sub eax, 0x20; cdqe; movzx eax, byte [rdi+rax];
+        // movsxd rax, [rsi+rax*4]; add rax, rcx; jmp rax
+        let jump: &[I] = &[
+            I::Raw(&[0x41, 0x0f, 0xb6, 0xc1]),
+            I::Raw(&[0x83, 0xe8, 0x20]),
+            I::Raw(&[0x48, 0x98]),
+            I::Raw(&[0x0f, 0xb6, 0x04, 0x07]),
+            I::Raw(&[0x48, 0x63, 0x04, 0x86]),
+            I::Raw(&[0x48, 0x01, 0xc8]),
+            I::Raw(&[0xff, 0xe0]),
+        ];
+        const CLASSES: u64 = 0x3000;
+        const BASE: u64 = 0x1800;
+        // 0x5b character classes in 0..=2; three jump-table entries.
+        let classes: Vec<u8> = (0..0x5b).map(|i| (i % 3) as u8).collect();
+        let table: Vec<u8> = [0x10i32, 0x20, 0x30]
+            .iter()
+            .flat_map(|e| e.to_le_bytes())
+            .collect();
+        let mut entry = |r: Register| match r {
+            Register::RDI => Some(EntryFact::Const(CLASSES)),
+            Register::RSI => Some(EntryFact::Const(T)),
+            Register::RCX => Some(EntryFact::Const(BASE)),
+            _ => None,
+        };
+        let r = run_with(
+            &[guard, jump],
+            &[false],
+            vec![(T, table), (CLASSES, classes)],
+            &HashMap::new(),
+            &mut entry,
+        );
+        assert_eq!(
+            r,
+            JumpResolution::Table {
+                table: T,
+                targets: vec![BASE + 0x10, BASE + 0x20, BASE + 0x30]
+            }
+        );
+    }
+
+    #[test]
+    fn a_constant_target_is_computed() {
+        // lea rax, [rip+T]; jmp rax
+        let jump: &[I] = &[I::Rip(&[0x48, 0x8d, 0x05]), I::Raw(&[0xff, 0xe0])];
+        assert_eq!(
+            run(&[jump], &[], Vec::new(), &HashMap::new()),
+            JumpResolution::Computed(vec![T])
+        );
+    }
+
+    #[test]
+    fn a_branch_on_constant_flags_prunes_the_path() {
+        // mov eax, 0; test rax, rax; je  (never falls through) ... jmp rax
+        let guard: &[I] = &[
+            I::Raw(&[0xb8, 0, 0, 0, 0]),
+            I::Raw(&[0x48, 0x85, 0xc0]),
+            I::Raw(&[0x74, 0x10]),
+        ];
+        let jump: &[I] = &[I::Raw(&[0xff, 0xe0])];
+        let insns = decode(&[guard, jump]);
+        let slices: Vec<&[Instruction]> = insns.iter().map(Vec::as_slice).collect();
+        let mem = Region(Vec::new());
+        let relative = HashMap::new();
+        let reader = TableReader {
+            memory: &mem,
+            pic: true,
+            relative: &relative,
+        };
+        assert_eq!(
+            resolve(&slices, &[false], &reader, &mut |_| None, &|_| false),
+            None
+        );
+        assert_eq!(
+            resolve(&slices, &[true], &reader, &mut |_| None, &|_| false),
+            Some(JumpResolution::Computed(vec![0]))
+        );
+    }
+}

@@ -1,0 +1,678 @@
+//! Procedure discovery: which address ranges are procedures, and which
+//! ranges form one procedure.
+//!
+//! Sources, strongest first: `.eh_frame` FDE ranges (parsed with gimli,
+//! present in stripped binaries too), sized `.symtab`/`.dynsym` function
+//! symbols, then start addresses without a known end: the entry point,
+//! `DT_INIT`/`DT_FINI` and the init/fini arrays, unsized symbols, direct
+//! call and jump targets found by decoding, code addresses taken by
+//! RIP-relative `lea` or RELATIVE relocations (only where no other source
+//! covers them), and the address a range falls through to at its end. A
+//! start without an end gets the extent a recursive descent from it reaches
+//! before the next known range. PLT stubs are ranges of their own.
+//!
+//! Decoding and scanning repeat until no source adds a range. Then ranges
+//! are grouped: a direct jump from range A into the *middle* of range B
+//! (gcc's `foo.cold` jumping back into `foo`, shared tails in hand-written
+//! assembly) puts A and B in one procedure, whose primary range is one that
+//! is not such a jumper. A call target or symbol in the middle of a range is
+//! an extra entry of its procedure.
+//!
+//! Invariants: ranges are disjoint, non-empty, and lie inside one executable
+//! section each; every range belongs to exactly one plan; a plan's entries
+//! include its primary start.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, UnwindSection};
+use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind, Register};
+use rayon::prelude::*;
+
+use crate::elf::{Module, R_X86_64_RELATIVE};
+use crate::plt::PltStub;
+
+/// Why an address is believed to start a procedure.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Source {
+    Fde,
+    Symtab,
+    Dynsym,
+    Entry,
+    InitFini,
+    Plt,
+    CallTarget,
+    JumpTarget,
+    FallThrough,
+    AddressTaken,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Fde => "fde",
+            Source::Symtab => "symtab",
+            Source::Dynsym => "dynsym",
+            Source::Entry => "entry",
+            Source::InitFini => "init-fini",
+            Source::Plt => "plt",
+            Source::CallTarget => "call-target",
+            Source::JumpTarget => "jump-target",
+            Source::FallThrough => "fall-through",
+            Source::AddressTaken => "address-taken",
+        }
+    }
+}
+
+/// A contiguous run of code belonging to one procedure.
+#[derive(Clone, Debug)]
+pub struct Range {
+    pub start: u64,
+    pub end: u64,
+    pub sources: BTreeSet<Source>,
+    /// The PLT stub this range is, if it is one.
+    pub stub: Option<usize>,
+}
+
+/// The linear-sweep decoding of one range.
+#[derive(Clone, Debug, Default)]
+pub struct Decoded {
+    pub insns: Vec<Instruction>,
+    /// Why the sweep failed (undecodable bytes, a range ending inside an
+    /// instruction); `insns` then holds what decoded before.
+    pub error: Option<String>,
+}
+
+/// What decoding a range tells discovery.
+#[derive(Clone, Debug, Default)]
+struct Scan {
+    calls: Vec<u64>,
+    /// Direct jump targets outside the range.
+    jumps: Vec<u64>,
+    /// The address control falls through to at the end of the range.
+    falloff: Option<u64>,
+    /// Code addresses formed by RIP-relative `lea`.
+    refs: Vec<u64>,
+}
+
+/// One procedure to build: a group of ranges.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// Indices into `Discovery::ranges`, in address order.
+    pub ranges: Vec<usize>,
+    pub primary: usize,
+    /// Addresses where control may enter from outside (primary start first).
+    pub entries: Vec<u64>,
+    pub name: String,
+}
+
+/// The result of discovery.
+#[derive(Debug)]
+pub struct Discovery {
+    pub ranges: Vec<Range>,
+    pub decoded: Vec<Decoded>,
+    pub plans: Vec<Plan>,
+    pub stubs: Vec<PltStub>,
+    /// Number of FDEs whose range lies in an executable section.
+    pub fdes: usize,
+    /// Every code address the module takes (RIP-relative `lea`, RELATIVE
+    /// relocations), sorted: inside a procedure, other than at an entry,
+    /// one is a label (GNU `&&label`), which a pointer jump may reach.
+    pub taken: Vec<u64>,
+}
+
+/// Decodes `[start, end)` linearly.
+pub fn decode_range(module: &Module, start: u64, end: u64) -> Decoded {
+    let Some(bytes) = module.bytes_at(start, end - start) else {
+        return Decoded {
+            insns: Vec::new(),
+            error: Some(format!("no file bytes for [{start:#x}, {end:#x})")),
+        };
+    };
+    let mut d = Decoder::with_ip(64, bytes, start, DecoderOptions::NONE);
+    let mut insns = Vec::with_capacity(bytes.len() / 4);
+    let mut error = None;
+    while d.can_decode() {
+        let insn = d.decode();
+        if insn.is_invalid() {
+            error = Some(
+                if insn.next_ip() >= end || d.last_error() == iced_x86::DecoderError::NoMoreBytes {
+                    format!(
+                        "the range [{start:#x}, {end:#x}) ends inside the instruction at {:#x}",
+                        insn.ip()
+                    )
+                } else {
+                    format!("undecodable bytes at {:#x}", insn.ip())
+                },
+            );
+            break;
+        }
+        insns.push(insn);
+    }
+    Decoded { insns, error }
+}
+
+/// Whether `insn` continues to the next instruction (no block end).
+pub fn is_straight(insn: &Instruction) -> bool {
+    match insn.flow_control() {
+        FlowControl::Next | FlowControl::XbeginXabortXend => insn.mnemonic() != Mnemonic::Xbegin,
+        FlowControl::Call => matches!(insn.mnemonic(), Mnemonic::Syscall | Mnemonic::Sysenter),
+        FlowControl::Interrupt => insn.mnemonic() == Mnemonic::Int,
+        _ => false,
+    }
+}
+
+/// Whether control can continue at `insn.next_ip()` after `insn`.
+pub fn falls_through(insn: &Instruction) -> bool {
+    is_straight(insn)
+        || matches!(
+            insn.flow_control(),
+            FlowControl::ConditionalBranch | FlowControl::Call | FlowControl::IndirectCall
+        )
+        || insn.mnemonic() == Mnemonic::Xbegin
+}
+
+/// The direct target of a branch, call or `xbegin`.
+pub fn direct_target(insn: &Instruction) -> Option<u64> {
+    matches!(
+        insn.op0_kind(),
+        OpKind::NearBranch64 | OpKind::NearBranch32 | OpKind::NearBranch16
+    )
+    .then(|| insn.near_branch_target())
+}
+
+fn scan(decoded: &Decoded, start: u64, end: u64, module: &Module) -> Scan {
+    let mut s = Scan::default();
+    for insn in &decoded.insns {
+        match insn.flow_control() {
+            FlowControl::Call => {
+                if let Some(t) = direct_target(insn) {
+                    s.calls.push(t);
+                }
+            }
+            FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch => {
+                if let Some(t) = direct_target(insn) {
+                    if t < start || t >= end {
+                        s.jumps.push(t);
+                    }
+                }
+            }
+            _ => {}
+        }
+        // Position-dependent code takes code addresses as immediates
+        // (`mov $fn, %edi`).
+        if module.kind == crate::elf::ElfKind::Exec {
+            for op in 0..insn.op_count() {
+                if matches!(
+                    insn.op_kind(op),
+                    OpKind::Immediate32 | OpKind::Immediate32to64 | OpKind::Immediate64
+                ) {
+                    let a = insn.immediate(op);
+                    if module.is_exec(a) {
+                        s.refs.push(a);
+                    }
+                }
+            }
+        }
+        if insn.mnemonic() == Mnemonic::Lea && insn.memory_base() == Register::RIP {
+            let a = insn.ip_rel_memory_address();
+            if module.is_exec(a) {
+                s.refs.push(a);
+            }
+        }
+    }
+    if decoded.error.is_none() {
+        if let Some(last) = decoded.insns.last() {
+            if last.next_ip() == end
+                && (is_straight(last) || last.flow_control() == FlowControl::ConditionalBranch)
+            {
+                s.falloff = Some(end);
+            }
+        }
+    }
+    s
+}
+
+/// FDE ranges `[start, end)` from `.eh_frame` (signal trampolines'
+/// ranges corrected to start at their first instruction).
+pub fn fde_ranges(module: &Module) -> Vec<(u64, u64)> {
+    let Some(sec) = module.section(".eh_frame") else {
+        return Vec::new();
+    };
+    let Some(bytes) = module.section_bytes(sec) else {
+        return Vec::new();
+    };
+    let eh = EhFrame::new(bytes, LittleEndian);
+    let mut bases = BaseAddresses::default().set_eh_frame(sec.addr);
+    if let Some(t) = module.section(".text") {
+        bases = bases.set_text(t.addr);
+    }
+    if let Some(g) = module.section(".got") {
+        bases = bases.set_got(g.addr);
+    }
+    let mut out = Vec::new();
+    let mut entries = eh.entries(&bases);
+    // A malformed entry ends the walk: later FDEs cannot be located without
+    // the length of the bad one.
+    while let Ok(Some(entry)) = entries.next() {
+        if let CieOrFde::Fde(partial) = entry {
+            if let Ok(fde) = partial.parse(EhFrame::cie_from_offset) {
+                let s = fde.initial_address();
+                let e = s.saturating_add(fde.len());
+                // A signal trampoline's FDE (CIE augmentation "S") starts one
+                // byte before the code, because unwinders look up the return
+                // address minus one (glibc's `__restore_rt`).
+                let s = if fde.cie().is_signal_trampoline() {
+                    s + 1
+                } else {
+                    s
+                };
+                if e > s {
+                    out.push((s, e));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// How far a recursive descent from `start` gets before `limit`.
+fn explore(module: &Module, start: u64, limit: u64) -> u64 {
+    let Some(bytes) = module.bytes_at(start, limit - start) else {
+        return start;
+    };
+    let mut end = start;
+    let mut seen = BTreeSet::new();
+    let mut work = vec![start];
+    let mut budget = 200_000;
+    while let Some(a) = work.pop() {
+        if a < start || a >= limit || !seen.insert(a) || budget == 0 {
+            continue;
+        }
+        budget -= 1;
+        let off = (a - start) as usize;
+        let mut d = Decoder::with_ip(64, &bytes[off..], a, DecoderOptions::NONE);
+        let insn = d.decode();
+        if insn.is_invalid() {
+            continue;
+        }
+        end = end.max(insn.next_ip());
+        if falls_through(&insn) {
+            work.push(insn.next_ip());
+        }
+        if matches!(
+            insn.flow_control(),
+            FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch
+        ) || insn.mnemonic() == Mnemonic::Xbegin
+        {
+            if let Some(t) = direct_target(&insn) {
+                work.push(t);
+            }
+        }
+    }
+    end
+}
+
+/// Union-find over range indices.
+fn find(parent: &mut [usize], mut x: usize) -> usize {
+    while parent[x] != x {
+        parent[x] = parent[parent[x]];
+        x = parent[x];
+    }
+    x
+}
+
+struct State<'m> {
+    module: &'m Module,
+    ranges: Vec<Range>,
+    /// start -> index into `ranges`.
+    by_start: BTreeMap<u64, usize>,
+    /// Executable, non-PLT sections `[addr, end)` where new ranges may start.
+    code: Vec<(u64, u64)>,
+}
+
+impl State<'_> {
+    /// The range containing `a`.
+    fn containing(&self, a: u64) -> Option<usize> {
+        let (_, &i) = self.by_start.range(..=a).next_back()?;
+        (a < self.ranges[i].end).then_some(i)
+    }
+
+    fn add(
+        &mut self,
+        start: u64,
+        end: u64,
+        sources: BTreeSet<Source>,
+        stub: Option<usize>,
+    ) -> usize {
+        let i = self.ranges.len();
+        self.ranges.push(Range {
+            start,
+            end,
+            sources,
+            stub,
+        });
+        self.by_start.insert(start, i);
+        i
+    }
+
+    /// Adds ranges for `starts` (sorted) not inside any range, each up to
+    /// where a descent from it reaches before the next known start.
+    fn add_open_starts(&mut self, starts: &BTreeMap<u64, BTreeSet<Source>>) -> bool {
+        let mut added = false;
+        let keys: Vec<u64> = starts.keys().copied().collect();
+        for (k, &a) in keys.iter().enumerate() {
+            if self.containing(a).is_some() {
+                continue;
+            }
+            let Some(&(_, sec_end)) = self.code.iter().find(|(s, e)| a >= *s && a < *e) else {
+                continue;
+            };
+            let next_range = self
+                .by_start
+                .range(a..)
+                .next()
+                .map_or(u64::MAX, |(&s, _)| s);
+            let next_start = keys.get(k + 1).copied().unwrap_or(u64::MAX);
+            let limit = sec_end.min(next_range).min(next_start);
+            let end = explore(self.module, a, limit);
+            if end > a {
+                self.add(a, end, starts[&a].clone(), None);
+                added = true;
+            }
+        }
+        added
+    }
+}
+
+/// Finds the module's procedures.
+pub fn discover(module: &Module, stubs: Vec<PltStub>) -> Discovery {
+    let plt_secs: Vec<(u64, u64)> = module
+        .exec_sections()
+        .filter(|s| s.name.starts_with(".plt"))
+        .map(|s| (s.addr, s.end()))
+        .collect();
+    let in_plt = |a: u64| plt_secs.iter().any(|&(s, e)| a >= s && a < e);
+    let code: Vec<(u64, u64)> = module
+        .exec_sections()
+        .filter(|s| !s.name.starts_with(".plt"))
+        .map(|s| (s.addr, s.end()))
+        .collect();
+    let section_of = |a: u64| code.iter().position(|&(s, e)| a >= s && a < e);
+    let mut st = State {
+        module,
+        ranges: Vec::new(),
+        by_start: BTreeMap::new(),
+        code: code.clone(),
+    };
+    for (i, s) in stubs.iter().enumerate() {
+        st.add(s.start, s.end, BTreeSet::from([Source::Plt]), Some(i));
+    }
+
+    // Sized candidates: FDEs, then symbols. Overlapping candidates merge into
+    // the first; a start inside another range becomes an entry.
+    let fdes = fde_ranges(module);
+    let mut sized: Vec<(u64, u64, Source)> = Vec::new();
+    let mut fde_count = 0;
+    for &(s, e) in &fdes {
+        if let Some(k) = section_of(s) {
+            if e <= code[k].1 {
+                sized.push((s, e, Source::Fde));
+                fde_count += 1;
+            }
+        }
+    }
+    let mut open: BTreeMap<u64, BTreeSet<Source>> = BTreeMap::new();
+    for sym in &module.func_symbols {
+        if in_plt(sym.addr) {
+            continue;
+        }
+        let src = match sym.source {
+            crate::elf::SymSource::Symtab => Source::Symtab,
+            crate::elf::SymSource::Dynsym => Source::Dynsym,
+        };
+        match section_of(sym.addr) {
+            Some(k) if sym.size > 0 && sym.addr.saturating_add(sym.size) <= code[k].1 => {
+                sized.push((sym.addr, sym.addr + sym.size, src))
+            }
+            Some(_) => {
+                open.entry(sym.addr).or_default().insert(src);
+            }
+            None => {}
+        }
+    }
+    sized.sort_by_key(|&(s, e, src)| (s, std::cmp::Reverse(e), src));
+    let mut entry_facts: Vec<(u64, Source)> = Vec::new();
+    for (s, e, src) in sized {
+        match st.containing(s) {
+            Some(i) if st.ranges[i].start == s => {
+                st.ranges[i].sources.insert(src);
+            }
+            Some(_) => entry_facts.push((s, src)),
+            None => {
+                // A sized candidate overlapping the next range is cut short:
+                // the earlier-starting, stronger source wins its bytes.
+                let next = st.by_start.range(s..).next().map_or(u64::MAX, |(&a, _)| a);
+                st.add(s, e.min(next), BTreeSet::from([src]), None);
+            }
+        }
+    }
+    for &a in std::iter::once(&module.entry).chain(&module.init_fini) {
+        let src = if a == module.entry {
+            Source::Entry
+        } else {
+            Source::InitFini
+        };
+        open.entry(a).or_default().insert(src);
+    }
+    let open_facts: Vec<(u64, Source)> = open
+        .iter()
+        .flat_map(|(&a, ss)| ss.iter().map(move |&s| (a, s)))
+        .collect();
+    entry_facts.extend(open_facts);
+    let mut pending = open;
+
+    // Pointers to code in relocated data (function pointer tables).
+    let mut ref_facts: Vec<u64> = module
+        .dyn_relocs
+        .iter()
+        .filter(|r| r.r_type == R_X86_64_RELATIVE)
+        .map(|r| r.addend as u64)
+        .filter(|&a| section_of(a).is_some())
+        .collect();
+
+    let mut decoded: Vec<Option<Decoded>> = Vec::new();
+    let mut scans: Vec<Scan> = Vec::new();
+    let mut jump_facts: Vec<(usize, u64)> = Vec::new();
+    let mut call_facts: Vec<u64> = Vec::new();
+    let mut falloff_facts: Vec<(usize, u64)> = Vec::new();
+    loop {
+        st.add_open_starts(&pending);
+        pending.clear();
+        // Decode and scan the ranges added since the last round.
+        let first_new = decoded.len();
+        let fresh: Vec<(Decoded, Scan)> = st.ranges[first_new..]
+            .par_iter()
+            .map(|r| {
+                let d = decode_range(module, r.start, r.end);
+                let s = if r.stub.is_some() {
+                    Scan::default()
+                } else {
+                    scan(&d, r.start, r.end, module)
+                };
+                (d, s)
+            })
+            .collect();
+        for (k, (d, s)) in fresh.into_iter().enumerate() {
+            let i = first_new + k;
+            jump_facts.extend(s.jumps.iter().map(|&t| (i, t)));
+            call_facts.extend(&s.calls);
+            falloff_facts.extend(s.falloff.map(|t| (i, t)));
+            ref_facts.extend(&s.refs);
+            decoded.push(Some(d));
+            scans.push(s);
+        }
+        // Facts whose address no range holds start new ranges.
+        let mut add = |a: u64, src: Source, st: &State| {
+            if st.containing(a).is_none() && section_of(a).is_some() {
+                pending.entry(a).or_default().insert(src);
+            }
+        };
+        for &a in &call_facts {
+            add(a, Source::CallTarget, &st);
+        }
+        for &(_, a) in &jump_facts {
+            add(a, Source::JumpTarget, &st);
+        }
+        for &(_, a) in &falloff_facts {
+            add(a, Source::FallThrough, &st);
+        }
+        for &a in &ref_facts {
+            add(a, Source::AddressTaken, &st);
+        }
+        if pending.is_empty() {
+            break;
+        }
+    }
+    drop(scans);
+
+    // Sources on range starts, extra entries in range middles.
+    let mut extra: HashMap<usize, BTreeSet<u64>> = HashMap::new();
+    let mut note = |a: u64, src: Source, st: &mut State| {
+        if let Some(i) = st.containing(a) {
+            if st.ranges[i].start == a {
+                st.ranges[i].sources.insert(src);
+            } else if src != Source::JumpTarget && src != Source::FallThrough {
+                extra.entry(i).or_default().insert(a);
+            }
+        }
+    };
+    for &(a, src) in &entry_facts {
+        note(a, src, &mut st);
+    }
+    for &a in &call_facts {
+        note(a, Source::CallTarget, &mut st);
+    }
+    // A code address taken at a range start (an ifunc resolver returning
+    // `lea impl(%rip)`, a callback) makes that start an entry; inside a
+    // range it is a label, not an entry.
+    for &a in &ref_facts {
+        if let Some(i) = st.containing(a) {
+            if st.ranges[i].start == a {
+                st.ranges[i].sources.insert(Source::AddressTaken);
+            }
+        }
+    }
+
+    // Group ranges joined by jumps into the middle.
+    let n = st.ranges.len();
+    let mut parent: Vec<usize> = (0..n).collect();
+    let mut jumper = vec![false; n];
+    for &(from, t) in &jump_facts {
+        let Some(to) = st.containing(t) else { continue };
+        if st.ranges[to].start == t {
+            st.ranges[to].sources.insert(Source::JumpTarget);
+            continue;
+        }
+        if to == from || st.ranges[to].stub.is_some() || st.ranges[from].stub.is_some() {
+            continue;
+        }
+        jumper[from] = true;
+        let (a, b) = (find(&mut parent, from), find(&mut parent, to));
+        parent[a] = b;
+    }
+    // A range that runs into the next one (hand-written assembly such as
+    // `__memcpy_chk` followed by `memmove`) forms one procedure with it: the
+    // transfer is an ordinary fall-through.
+    for &(from, t) in &falloff_facts {
+        if let Some(to) = st.containing(t) {
+            if st.ranges[to].start == t && st.ranges[to].stub.is_none() {
+                st.ranges[to].sources.insert(Source::FallThrough);
+                let (a, b) = (find(&mut parent, from), find(&mut parent, to));
+                parent[a] = b;
+            }
+        }
+    }
+    let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by_key(|&i| st.ranges[i].start);
+    for i in order {
+        let root = find(&mut parent, i);
+        groups.entry(root).or_default().push(i);
+    }
+    let symbol_names: HashMap<u64, &str> = {
+        let mut m = HashMap::new();
+        // .symtab names win over .dynsym ones (they come first).
+        for s in &module.func_symbols {
+            if !s.name.is_empty() {
+                m.entry(s.addr).or_insert(s.name.as_str());
+            }
+        }
+        m
+    };
+    let mut plans: Vec<Plan> = groups
+        .into_values()
+        .map(|members| {
+            // A `.cold` part jumps into another member's middle and is
+            // itself entered by jumps; the hot part may jump into the cold
+            // part's middle too, but nothing jumps to its start.
+            let cold = |i: usize| jumper[i] && st.ranges[i].sources.contains(&Source::JumpTarget);
+            let primary = members
+                .iter()
+                .copied()
+                .find(|&i| !jumper[i])
+                .or_else(|| members.iter().copied().find(|&i| !cold(i)))
+                .unwrap_or(members[0]);
+            let mut entries = vec![st.ranges[primary].start];
+            for &i in &members {
+                let r = &st.ranges[i];
+                // A joined range is entered from outside unless it is a
+                // `.cold` part (it jumps into another range's middle and
+                // nothing but its FDE, a `.cold` symbol or jumps name it).
+                let cold_symbol = symbol_names
+                    .get(&r.start)
+                    .is_some_and(|n| n.contains(".cold"));
+                let entered = !cold(i)
+                    || r.sources.iter().any(|s| {
+                        matches!(
+                            s,
+                            Source::CallTarget
+                                | Source::Entry
+                                | Source::InitFini
+                                | Source::AddressTaken
+                                | Source::Dynsym
+                        ) || (*s == Source::Symtab && !cold_symbol)
+                    });
+                if i != primary && entered {
+                    entries.push(r.start);
+                }
+                entries.extend(extra.get(&i).into_iter().flatten());
+            }
+            entries[1..].sort_unstable();
+            entries.dedup();
+            let p = &st.ranges[primary];
+            let name = match p.stub {
+                Some(k) => stubs[k].name(),
+                None => symbol_names
+                    .get(&p.start)
+                    .map_or_else(|| format!("sub_{:x}", p.start), |s| s.to_string()),
+            };
+            Plan {
+                ranges: members,
+                primary,
+                entries,
+                name,
+            }
+        })
+        .collect();
+    plans.sort_by_key(|p| st.ranges[p.primary].start);
+    ref_facts.sort_unstable();
+    ref_facts.dedup();
+    Discovery {
+        taken: ref_facts,
+        ranges: st.ranges,
+        decoded: decoded.into_iter().map(Option::unwrap_or_default).collect(),
+        plans,
+        stubs,
+        fdes: fde_count,
+    }
+}

@@ -1,0 +1,160 @@
+//! A minimal ELF64 little-endian section-header reader, written for the
+//! tests so the coverage figures do not come from the code they check.
+//! Input files are the machine's own binaries; malformed input panics with
+//! a message (this is test code, not a parser of untrusted bytes).
+
+use std::path::Path;
+
+pub struct Section {
+    pub name: String,
+    pub addr: u64,
+    pub offset: u64,
+    pub size: u64,
+    pub exec: bool,
+    pub nobits: bool,
+}
+
+pub struct Elf {
+    pub bytes: Vec<u8>,
+    pub sections: Vec<Section>,
+}
+
+fn u16_at(b: &[u8], off: usize) -> u64 {
+    u64::from(u16::from_le_bytes(b[off..off + 2].try_into().unwrap()))
+}
+fn u32_at(b: &[u8], off: usize) -> u64 {
+    u64::from(u32::from_le_bytes(b[off..off + 4].try_into().unwrap()))
+}
+fn u64_at(b: &[u8], off: usize) -> u64 {
+    u64::from_le_bytes(b[off..off + 8].try_into().unwrap())
+}
+
+const SHF_EXECINSTR: u64 = 0x4;
+const SHT_NOBITS: u64 = 8;
+
+impl Elf {
+    pub fn read(path: &Path) -> Elf {
+        let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(
+            bytes.len() >= 64 && &bytes[..4] == b"\x7fELF",
+            "{}: not ELF",
+            path.display()
+        );
+        assert_eq!(
+            (bytes[4], bytes[5]),
+            (2, 1),
+            "{}: not ELF64 LE",
+            path.display()
+        );
+        let shoff = u64_at(&bytes, 0x28) as usize;
+        let shentsize = u16_at(&bytes, 0x3a) as usize;
+        let shnum = u16_at(&bytes, 0x3c) as usize;
+        let shstrndx = u16_at(&bytes, 0x3e) as usize;
+        let raw: Vec<(u64, u64, u64, u64, u64, u64)> = (0..shnum)
+            .map(|i| {
+                let h = shoff + i * shentsize;
+                (
+                    u32_at(&bytes, h),        // name offset
+                    u32_at(&bytes, h + 4),    // type
+                    u64_at(&bytes, h + 8),    // flags
+                    u64_at(&bytes, h + 0x10), // addr
+                    u64_at(&bytes, h + 0x18), // offset
+                    u64_at(&bytes, h + 0x20), // size
+                )
+            })
+            .collect();
+        let strtab_off = raw[shstrndx].4 as usize;
+        let sections = raw
+            .iter()
+            .map(|&(name, ty, flags, addr, offset, size)| {
+                let start = strtab_off + name as usize;
+                let len = bytes[start..].iter().position(|&c| c == 0).unwrap();
+                Section {
+                    name: String::from_utf8_lossy(&bytes[start..start + len]).into_owned(),
+                    addr,
+                    offset,
+                    size,
+                    exec: flags & SHF_EXECINSTR != 0,
+                    nobits: ty == SHT_NOBITS,
+                }
+            })
+            .collect();
+        Elf { bytes, sections }
+    }
+
+    /// The file bytes of `[addr, addr + len)` inside `s`.
+    pub fn bytes_of(&self, s: &Section, addr: u64, len: u64) -> &[u8] {
+        let off = (s.offset + (addr - s.addr)) as usize;
+        &self.bytes[off..off + len as usize]
+    }
+}
+
+/// Whether `bytes` are nothing but the padding compilers and linkers put
+/// between functions: the multi-byte NOP forms (with any number of 0x66 and
+/// a `cs` prefix), `xchg %ax,%ax`, `int3` and zero fill.
+pub fn is_padding(bytes: &[u8]) -> bool {
+    let mut i = 0;
+    while i < bytes.len() {
+        let rest = &bytes[i..];
+        if rest[0] == 0x90 || rest[0] == 0xcc || rest[0] == 0x00 {
+            i += 1;
+            continue;
+        }
+        // Prefixes of the long NOP: 0x66 (any number) then optional 0x2e.
+        let mut j = 0;
+        while j < rest.len() && rest[j] == 0x66 {
+            j += 1;
+        }
+        if j < rest.len() && rest[j] == 0x2e {
+            j += 1;
+        }
+        if j > 0 && j < rest.len() && rest[j] == 0x90 {
+            i += j + 1; // xchg %ax,%ax and friends
+            continue;
+        }
+        // 0f 1f /0 with a ModRM-encoded memory operand.
+        if rest.len() < j + 3 || rest[j] != 0x0f || rest[j + 1] != 0x1f {
+            return false;
+        }
+        let modrm = rest[j + 2];
+        if (modrm >> 3) & 7 != 0 {
+            return false;
+        }
+        let md = modrm >> 6;
+        let rm = modrm & 7;
+        let mut len = j + 3;
+        if md != 3 && rm == 4 {
+            len += 1; // SIB
+        }
+        len += match md {
+            0 if rm == 5 => 4,
+            1 => 1,
+            2 => 4,
+            _ => 0,
+        };
+        if rest.len() < len {
+            return false;
+        }
+        i += len;
+    }
+    true
+}
+
+impl Elf {
+    /// Addresses of signal-return stubs (`__restore_rt`: `mov $15,%rax;
+    /// syscall`, i.e. rt_sigreturn), found by their bytes: a signal handler
+    /// returns there, to no return address.
+    pub fn sigreturn_stubs(&self) -> super::FastSet<u64> {
+        const STUB: &[u8] = &[0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
+        let mut out = super::FastSet::default();
+        for s in self.sections.iter().filter(|s| s.exec && !s.nobits) {
+            let b = self.bytes_of(s, s.addr, s.size);
+            for (i, w) in b.windows(STUB.len()).enumerate() {
+                if w == STUB {
+                    out.insert(s.addr + i as u64);
+                }
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,459 @@
+//! Running a program under `valgrind --tool=lackey --trace-mem=yes` and
+//! reducing its instruction stream, while it streams, to per-module sets:
+//! executed addresses, distinct consecutive pairs, entries into the module.
+//!
+//! Module load bases come from valgrind itself, not from our code: with
+//! `--trace-symtab=yes --trace-symtab-patt=PATTERN` valgrind 3.19 dumps, for
+//! every object whose name matches PATTERN, a block opening with
+//! `------ name = PATH`, containing `rx_map:  avma 0x.. size N foff N` (the
+//! runtime range of each executable mapping) and
+//! `PT_LOAD[i]:   acquired as rx, bias 0x..` (runtime minus link-time
+//! address). This dump goes to the same log as lackey's `I  addr,size` lines
+//! and precedes the module's first instruction (it is written when the
+//! mapping appears), so one pass over the log suffices. A runtime address
+//! inside a module's rx mapping normalises to `addr - bias`, the address the
+//! CFG uses.
+//!
+//! Consecutive pairs are taken per thread: valgrind runs one thread at a
+//! time and, with `--trace-sched=yes`, logs `SCHED[tid]:  acquired lock`
+//! in the same stream whenever a thread (re)starts running, so the reducer
+//! keeps each thread's previous instruction across switches (lackey's
+//! events of a superblock are flushed before control returns to the
+//! scheduler, so the order is exact).
+//!
+//! Signal delivery is followed the same way (`--trace-signals=yes` logs
+//! `push_signal_frame` and `VG_(signal_return)`): a handler's first
+//! instruction is an entry, and after `rt_sigreturn` the interrupted chain
+//! resumes where it stopped.
+//!
+//! The chain of consecutive instructions is broken whenever the stream
+//! leaves the modules being checked (the dynamic loader, libc, valgrind's
+//! own replacement functions in vgpreload, the vdso): a pair is recorded only
+//! for two consecutive instructions of the same module, and the first
+//! instruction after a break is recorded as an *entry* of its module.
+//!
+//! The log goes through a pipe (`--log-fd=3`, fd 3 being our pipe), never
+//! into memory whole: bzip2 on 20 kB is about 25 million `I` lines. Programs
+//! that fork use per-process log files (`--log-file=DIR/lackey.%p`) instead,
+//! because two processes writing one pipe would interleave lines; a forked
+//! child inherits its parent's mappings but valgrind does not dump them
+//! again, so the maps are read from all files before any instruction.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+
+use super::FastSet;
+
+/// What the instruction stream did inside one module (addresses normalised
+/// to link-time addresses).
+#[derive(Default, Debug)]
+pub struct ModuleTrace {
+    pub path: PathBuf,
+    pub bias: Option<u64>,
+    /// Number of executed instructions (`I` lines) inside the module.
+    pub executed: u64,
+    /// Distinct (a, b): b executed right after a, both in this module.
+    pub pairs: FastSet<(u64, u64)>,
+    /// First instructions after the stream came from outside the module (or
+    /// at the start of a process).
+    pub entries: FastSet<u64>,
+    /// First instructions of a new thread or a forked child, when in the
+    /// module: they continue the `clone`/`fork` system call of their
+    /// parent, so they must directly follow a `syscall` instruction.
+    pub resumes: FastSet<u64>,
+}
+
+impl ModuleTrace {
+    /// Every executed address of the module.
+    pub fn executed_addrs(&self) -> FastSet<u64> {
+        let mut s: FastSet<u64> = self.entries.union(&self.resumes).copied().collect();
+        for &(a, b) in &self.pairs {
+            s.insert(a);
+            s.insert(b);
+        }
+        s
+    }
+}
+
+pub struct Run {
+    pub status: ExitStatus,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub modules: Vec<ModuleTrace>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum LogMode {
+    Pipe,
+    PerProcessFiles,
+}
+
+struct Range {
+    lo: u64,
+    hi: u64,
+    module: usize,
+}
+
+const CACHE_SLOTS: usize = 1 << 12;
+
+/// The streaming reducer: the state carried from one log line to the next.
+struct Reducer {
+    wanted: Vec<PathBuf>,
+    modules: Vec<ModuleTrace>,
+    ranges: Vec<Range>,
+    current_object: Option<usize>,
+    last_range: usize,
+    /// The previous instruction of the running thread, if it was in a
+    /// module.
+    prev: Option<(usize, u64)>,
+    /// Valgrind's id of the running thread, and each switched-out thread's
+    /// `prev`.
+    thread: usize,
+    parked: Vec<Option<(usize, u64)>>,
+    /// Per thread, the `prev` of each signal frame being handled.
+    signal_frames: Vec<Vec<Option<(usize, u64)>>>,
+    /// The next instruction starts a new thread or forked process.
+    resume_next: bool,
+    /// Direct-mapped cache of recently seen pairs, so the hot loops of a
+    /// program do not pay a hash-set insertion per instruction.
+    recent: Vec<(usize, u64, u64)>,
+}
+
+fn hex(s: &[u8]) -> Option<u64> {
+    let mut v: u64 = 0;
+    if s.is_empty() || s.len() > 16 {
+        return None;
+    }
+    for &c in s {
+        let d = match c {
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'f' => c - b'a' + 10,
+            b'A'..=b'F' => c - b'A' + 10,
+            _ => return None,
+        };
+        v = v << 4 | u64::from(d);
+    }
+    Some(v)
+}
+
+/// The decimal number following `key` in `line`.
+fn number_after(line: &[u8], key: &[u8]) -> Option<usize> {
+    let at = line.windows(key.len()).position(|w| w == key)? + key.len();
+    let rest = &line[at..];
+    let len = rest.iter().take_while(|c| c.is_ascii_digit()).count();
+    std::str::from_utf8(&rest[..len]).ok()?.parse().ok()
+}
+
+/// The hex number following `key` in `line` (`key` includes the `0x`).
+fn hex_after(line: &[u8], key: &[u8]) -> Option<u64> {
+    let at = line.windows(key.len()).position(|w| w == key)? + key.len();
+    let rest = &line[at..];
+    let len = rest.iter().take_while(|c| c.is_ascii_hexdigit()).count();
+    hex(&rest[..len])
+}
+
+fn dec_after(line: &[u8], key: &[u8]) -> Option<u64> {
+    let at = line.windows(key.len()).position(|w| w == key)? + key.len();
+    let rest = &line[at..];
+    let rest = &rest[rest.iter().take_while(|c| **c == b' ').count()..];
+    let len = rest.iter().take_while(|c| c.is_ascii_digit()).count();
+    std::str::from_utf8(&rest[..len]).ok()?.parse().ok()
+}
+
+impl Reducer {
+    fn new(wanted: &[PathBuf]) -> Reducer {
+        let wanted: Vec<PathBuf> = wanted
+            .iter()
+            .map(|p| std::fs::canonicalize(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+            .collect();
+        let modules = wanted
+            .iter()
+            .map(|p| ModuleTrace {
+                path: p.clone(),
+                ..Default::default()
+            })
+            .collect();
+        Reducer {
+            wanted,
+            modules,
+            ranges: Vec::new(),
+            current_object: None,
+            last_range: 0,
+            prev: None,
+            thread: 1,
+            parked: Vec::new(),
+            signal_frames: Vec::new(),
+            resume_next: false,
+            recent: vec![(usize::MAX, 0, 0); CACHE_SLOTS],
+        }
+    }
+
+    /// A line of valgrind's symbol-table trace (object name, rx maps, bias).
+    fn symtab_line(&mut self, line: &[u8]) {
+        if line.starts_with(b"------ end ELF OBJECT") {
+            self.current_object = None;
+        } else if let Some(name) = line.strip_prefix(b"------ name = ") {
+            let name = String::from_utf8_lossy(name).trim().to_owned();
+            self.current_object = std::fs::canonicalize(&name)
+                .ok()
+                .and_then(|p| self.wanted.iter().position(|w| *w == p));
+        } else if let Some(m) = self.current_object {
+            if line.starts_with(b"rx_map:") {
+                let lo = hex_after(line, b"avma 0x").expect("rx_map line has avma");
+                let size = dec_after(line, b"size").expect("rx_map line has size");
+                if !self.ranges.iter().any(|r| r.lo == lo && r.module == m) {
+                    self.ranges.push(Range {
+                        lo,
+                        hi: lo + size,
+                        module: m,
+                    });
+                }
+            } else if line.windows(15).any(|w| w == b"acquired as rx,") {
+                let bias = hex_after(line, b"bias 0x").expect("PT_LOAD line has a bias");
+                let old = self.modules[m].bias.replace(bias);
+                assert!(
+                    old.is_none() || old == Some(bias),
+                    "valgrind reports two biases for {}",
+                    self.modules[m].path.display()
+                );
+            }
+        }
+    }
+
+    fn module_of(&mut self, addr: u64) -> Option<usize> {
+        if let Some(r) = self.ranges.get(self.last_range) {
+            if r.lo <= addr && addr < r.hi {
+                return Some(r.module);
+            }
+        }
+        let i = self
+            .ranges
+            .iter()
+            .position(|r| r.lo <= addr && addr < r.hi)?;
+        self.last_range = i;
+        Some(self.ranges[i].module)
+    }
+
+    fn instruction(&mut self, runtime: u64) {
+        let resume = std::mem::take(&mut self.resume_next);
+        let Some(m) = self.module_of(runtime) else {
+            self.prev = None;
+            return;
+        };
+        let bias = self.modules[m].bias.unwrap_or_else(|| {
+            panic!(
+                "valgrind gave no load bias for {} before its first instruction",
+                self.modules[m].path.display()
+            )
+        });
+        let addr = runtime.wrapping_sub(bias);
+        let t = &mut self.modules[m];
+        t.executed += 1;
+        match self.prev {
+            Some((pm, a)) if pm == m => {
+                let h = (a ^ addr.rotate_left(23)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52;
+                let slot = &mut self.recent[h as usize % CACHE_SLOTS];
+                if *slot != (m, a, addr) {
+                    *slot = (m, a, addr);
+                    t.pairs.insert((a, addr));
+                }
+            }
+            _ if resume => {
+                t.resumes.insert(addr);
+            }
+            _ => {
+                t.entries.insert(addr);
+            }
+        }
+        self.prev = Some((m, addr));
+    }
+
+    /// A line of valgrind's own log. Scheduler events (`--trace-sched=yes`):
+    /// `SCHED[tid]:  acquired lock (...)` says thread tid runs from here on;
+    /// a new thread starts and an exiting thread ends its chain. Signal
+    /// events (`--trace-signals=yes`): `push_signal_frame (thread tid)`
+    /// starts the handler as a new chain (an entry) and
+    /// `VG_(signal_return) (thread tid)` resumes the interrupted one.
+    fn core_line(&mut self, line: &[u8]) {
+        let has = |s: &[u8]| line.windows(s.len()).any(|w| w == s);
+        if has(b"push_signal_frame (thread ") || has(b"VG_(signal_return) (thread ") {
+            let Some(tid) = number_after(line, b"(thread ") else {
+                return;
+            };
+            if self.signal_frames.len() <= tid {
+                self.signal_frames.resize(tid + 1, Vec::new());
+            }
+            if has(b"push_signal_frame") {
+                self.signal_frames[tid].push(self.prev);
+                self.prev = None;
+            } else {
+                self.prev = self.signal_frames[tid].pop().flatten();
+            }
+            return;
+        }
+        let Some(tid) = number_after(line, b"SCHED[") else {
+            return;
+        };
+        if has(b"acquired lock") {
+            if self.parked.len() <= tid.max(self.thread) {
+                self.parked.resize(tid.max(self.thread) + 1, None);
+            }
+            self.parked[self.thread] = self.prev;
+            self.thread = tid;
+            self.prev = if has(b"starting new thread") {
+                // Thread 1 starts the process; the others return from clone.
+                self.resume_next = tid != 1;
+                None
+            } else {
+                self.parked[tid]
+            };
+        } else if has(b"exit_thread") || has(b"exiting VG_(scheduler)") {
+            self.prev = None;
+        }
+    }
+
+    fn line(&mut self, line: &[u8], maps: bool, trace: bool) {
+        if let Some(rest) = line.strip_prefix(b"I  ") {
+            if trace {
+                let len = rest.iter().position(|&c| c == b',').unwrap_or(rest.len());
+                match hex(&rest[..len]) {
+                    Some(a) => self.instruction(a),
+                    None => panic!("bad lackey line {:?}", String::from_utf8_lossy(line)),
+                }
+            }
+        } else if !line.starts_with(b" ") {
+            // (Lines opening with a space are data references, ` L
+            // addr,size`, the other frequent kind.)
+            if trace && line.starts_with(b"--") {
+                self.core_line(line);
+            }
+            if maps {
+                self.symtab_line(line);
+            }
+        }
+    }
+
+    /// Reduces one log; `forked`: the log of a forked child, whose first
+    /// instruction returns from `fork`.
+    fn feed(&mut self, input: impl Read, maps: bool, trace: bool, forked: bool) {
+        let mut r = BufReader::with_capacity(1 << 20, input);
+        let mut buf = Vec::with_capacity(256);
+        self.prev = None;
+        self.thread = 1;
+        self.parked.clear();
+        self.signal_frames.clear();
+        self.resume_next = forked;
+        loop {
+            buf.clear();
+            match r.read_until(b'\n', &mut buf) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) => panic!("reading the lackey log: {e}"),
+            }
+            let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
+            self.line(line, maps, trace);
+        }
+        self.prev = None;
+    }
+}
+
+/// Reduces one complete valgrind log (symbol-table trace, scheduler trace
+/// and lackey lines) for `modules`.
+pub fn reduce(log: impl Read, modules: &[PathBuf]) -> Vec<ModuleTrace> {
+    let mut reducer = Reducer::new(modules);
+    reducer.feed(log, true, true, false);
+    reducer.modules
+}
+
+/// Runs `exe args` (stdin from /dev/null) under lackey and reduces
+/// the instruction stream for each module in `modules` (paths of the files
+/// the CFGs were computed from). `pattern` is valgrind's
+/// `--trace-symtab-patt` glob: it must match the object names of all of
+/// `modules` and should match little else (the dumps are large).
+pub fn run(exe: &Path, args: &[&str], modules: &[PathBuf], pattern: &str, mode: LogMode) -> Run {
+    let work = super::scratch("lackey");
+    let tag = format!(
+        "{}-{}-{:?}",
+        exe.file_name().unwrap().to_string_lossy(),
+        std::process::id(),
+        std::thread::current().id()
+    )
+    .replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_");
+    let out_path = work.join(format!("{tag}.stdout"));
+    let err_path = work.join(format!("{tag}.stderr"));
+    let log_dir = work.join(format!("{tag}.logs"));
+    let mut vg: Vec<String> = vec![
+        "valgrind".into(),
+        "--tool=lackey".into(),
+        "--trace-mem=yes".into(),
+        "--basic-counts=no".into(),
+        "--trace-symtab=yes".into(),
+        "--trace-sched=yes".into(),
+        "--trace-signals=yes".into(),
+        format!("--trace-symtab-patt={pattern}"),
+    ];
+    match mode {
+        LogMode::Pipe => vg.push("--log-fd=3".into()),
+        LogMode::PerProcessFiles => {
+            let _ = std::fs::remove_dir_all(&log_dir);
+            std::fs::create_dir_all(&log_dir).unwrap();
+            vg.push(format!("--log-file={}/lackey.%p", log_dir.display()));
+        }
+    }
+    vg.push(exe.display().to_string());
+    vg.extend(args.iter().map(|s| s.to_string()));
+    // The shell routes the program's stdout/stderr to files and valgrind's
+    // log (fd 3) to our pipe.
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(r#"exec "$@" 3>&1 1>"$AE_OUT" 2>"$AE_ERR""#)
+        .arg("sh")
+        .args(&vg)
+        .env("AE_OUT", &out_path)
+        .env("AE_ERR", &err_path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    cmd.stdin(Stdio::null());
+    let mut child = cmd.spawn().expect("spawning valgrind");
+    let mut reducer = Reducer::new(modules);
+    let pipe = child.stdout.take().unwrap();
+    reducer.feed(pipe, true, true, false);
+    let status = child.wait().expect("waiting for valgrind");
+    if mode == LogMode::PerProcessFiles {
+        let mut logs: Vec<PathBuf> = std::fs::read_dir(&log_dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        logs.sort();
+        for l in &logs {
+            reducer.feed(File::open(l).unwrap(), true, false, false);
+        }
+        // `sh` execs valgrind: the first process keeps the shell's pid.
+        let first = format!("lackey.{}", child.id());
+        for l in &logs {
+            let forked = l.file_name().is_some_and(|n| *n != *first);
+            reducer.feed(File::open(l).unwrap(), false, true, forked);
+        }
+        let _ = std::fs::remove_dir_all(&log_dir);
+    }
+    let stdout = std::fs::read(&out_path).unwrap_or_default();
+    let stderr = std::fs::read(&err_path).unwrap_or_default();
+    let _ = std::fs::remove_file(&out_path);
+    let _ = std::fs::remove_file(&err_path);
+    for m in &reducer.modules {
+        assert!(
+            m.bias.is_some(),
+            "valgrind never mapped {} (pattern {pattern:?}); stderr: {}",
+            m.path.display(),
+            String::from_utf8_lossy(&stderr)
+        );
+    }
+    Run {
+        status,
+        stdout,
+        stderr,
+        modules: reducer.modules,
+    }
+}

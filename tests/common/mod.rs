@@ -1,0 +1,99 @@
+//! Shared harness of the end-to-end tests: building the `traces/` programs in
+//! their variants, running `aetrace cfg --json`, running programs under
+//! valgrind lackey, and the CFG oracle that compares the two.
+//!
+//! Nothing here uses the aetrace crates: the oracle must share no code with
+//! what it checks. Each test binary uses a subset of these helpers, hence the
+//! `dead_code` allowance.
+#![allow(dead_code)]
+
+pub mod build;
+pub mod cfg;
+pub mod elf;
+pub mod lackey;
+pub mod lsda;
+pub mod oracle;
+
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// A small multiplicative hasher for the u64 keys of the oracle's sets: the
+/// lackey streams have tens of millions of lines and SipHash in a debug build
+/// would dominate the test time.
+#[derive(Default, Clone, Copy)]
+pub struct FastHasher(u64);
+
+impl Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+pub type FastMap<K, V> = std::collections::HashMap<K, V, BuildHasherDefault<FastHasher>>;
+pub type FastSet<K> = std::collections::HashSet<K, BuildHasherDefault<FastHasher>>;
+
+/// The `aetrace` binary of this build.
+pub fn aetrace() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_BIN_EXE_aetrace"))
+}
+
+/// A scratch directory for this test binary's artifacts.
+pub fn scratch(sub: &str) -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(sub);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+    dir
+}
+
+/// The directory holding the workspace (where `traces/` lives).
+pub fn repo_root() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A deterministic, compressible 20 kB text-like input for gzip/bzip2
+/// (words drawn by an LCG), the same in every run.
+pub fn text_input(len: usize) -> Vec<u8> {
+    const WORDS: &[&str] = &[
+        "the",
+        "trace",
+        "witness",
+        "edge",
+        "block",
+        "procedure",
+        "regenerate",
+        "abstract",
+        "execution",
+        "of",
+        "a",
+        "program",
+        "cache",
+        "miss",
+        "branch",
+        "predicate",
+        "loop",
+        "call",
+        "return",
+        "stack",
+        "x86-64",
+        "elf",
+        "0x4010",
+        "42",
+        "\n",
+    ];
+    let mut out = Vec::with_capacity(len + 16);
+    let mut state: u32 = 12345;
+    while out.len() < len {
+        state = state.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        let w = WORDS[(state >> 16) as usize % WORDS.len()];
+        out.extend_from_slice(w.as_bytes());
+        out.push(b' ');
+    }
+    out.truncate(len);
+    out
+}
