@@ -3,6 +3,8 @@
 #
 #   bench/cachesim.sh            (N=20000000 SWEEP_N=2000000 PY_N=5000000)
 #   DINERO=/path/to/dineroIV bench/cachesim.sh   (also times Dinero IV)
+#   BASELINE=/path/to/old/cachesim bench/cachesim.sh   (also times an older
+#       build on every input, run by run beside the new one)
 #
 # 1. references per second for extended din, traditional din and the binary
 #    format (from a file and from a pipe), L1I 32k/8 + L1D 32k/8 + unified
@@ -59,23 +61,36 @@ echo "trace:   $N references (xdin $(($(stat -c %s "$DIR/t.xdin") >> 20)) MiB," 
 "$SIM" "${GEOM[@]}" "$DIR/t.bin" | awk '/^l[0-9]-/ { name = $1 } /Demand miss rate/ { printf "         %s demand miss rate %s\n", name, $4 }'
 echo
 printf "%-20s %8s %9s %8s %14s\n" "input" "wall s" "Mrefs/s" "CPU s" "Mrefs/CPU-s"
-run_pipe() { cat "$1" | "$SIM" "${@:2}"; }
+if [[ -n ${BASELINE:-} ]]; then
+    [[ -x $BASELINE ]] || { echo "BASELINE=$BASELINE is not an executable"; exit 1; }
+    cmp -s <("$SIM" "${GEOM[@]}" "$DIR/t.bin") <("$BASELINE" "${GEOM[@]}" "$DIR/t.bin") \
+        || { echo "BASELINE statistics DIFFER from this build's"; exit 1; }
+fi
+run_pipe() { cat "$1" | "$SIM_RUN" "${@:2}"; }
 declare -A R
 for spec in "xdin file:$DIR/t.xdin" "xdin pipe:pipe $DIR/t.xdin" "din file:-informat d $DIR/t.din" \
             "din pipe:pipe -informat d $DIR/t.din" "bin file (mmap):$DIR/t.bin" "bin pipe:pipe $DIR/t.bin"; do
     name=${spec%%:*}
     read -r -a args <<<"${spec#*:}"
-    if [[ ${args[0]} == pipe ]]; then
-        file=${args[-1]}
-        extra=("${args[@]:1:${#args[@]}-2}")
-        m=$(best_of3 run_pipe "$file" "${GEOM[@]}" "${extra[@]}")
-    else
-        m=$(best_of3 "$SIM" "${GEOM[@]}" "${args[@]}")
-    fi
-    t=${m% *}
-    c=${m#* }
-    R[$name]=$(rate "$N" "$t")
-    printf "%-20s %8s %9s %8s %14s\n" "$name" "$t" "${R[$name]}" "$c" "$(rate "$N" "$c")"
+    for who in ${BASELINE:+baseline} new; do
+        [[ $who == new ]] && SIM_RUN=$SIM || SIM_RUN=$BASELINE
+        if [[ ${args[0]} == pipe ]]; then
+            file=${args[-1]}
+            extra=("${args[@]:1:${#args[@]}-2}")
+            m=$(best_of3 run_pipe "$file" "${GEOM[@]}" "${extra[@]}")
+        else
+            m=$(best_of3 "$SIM_RUN" "${GEOM[@]}" "${args[@]}")
+        fi
+        t=${m% *}
+        c=${m#* }
+        label=$name
+        if [[ $who == baseline ]]; then
+            label="  (baseline)"
+        else
+            R[$name]=$(rate "$N" "$t")
+        fi
+        printf "%-20s %8s %9s %8s %14s\n" "$label" "$t" "$(rate "$N" "$t")" "$c" "$(rate "$N" "$c")"
+    done
 done
 # The same statistics from every format (din differs: Dinero III implies size 4).
 cmp -s <("$SIM" "${GEOM[@]}" "$DIR/t.xdin") <("$SIM" "${GEOM[@]}" "$DIR/t.bin") \

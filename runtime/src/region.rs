@@ -407,15 +407,7 @@ pub fn read_standalone(b: &[u8]) -> Result<Vec<Stream>, Error> {
                 complete = false;
                 break;
             }
-            let data = &b[coff as usize..(coff + len) as usize];
-            let n = valid_prefix(data).map_err(|(at, kind)| Error::BadRecord {
-                slot,
-                half: 0,
-                offset: at as u64,
-                kind,
-            })?;
-            bytes.extend_from_slice(&data[..n]);
-            complete = n as u64 == len;
+            complete = append_valid(&mut bytes, b, coff, len, slot)? == len;
             next += 1;
         }
         // The live half holds what came after the last chunk, unless the
@@ -429,14 +421,7 @@ pub fn read_standalone(b: &[u8]) -> Result<Vec<Stream>, Error> {
                 .ok_or_else(|| {
                     Error::BadRegion(format!("slot {slot}: write position outside its buffer"))
                 })?;
-            let data = &b[(s + g.half_offset(0)) as usize..(s + g.half_offset(0) + end) as usize];
-            let n = valid_prefix(data).map_err(|(at, kind)| Error::BadRecord {
-                slot,
-                half: 0,
-                offset: at as u64,
-                kind,
-            })?;
-            bytes.extend_from_slice(&data[..n]);
+            append_valid(&mut bytes, b, s + g.half_offset(0), end, slot)?;
         }
         out.push(Stream {
             slot,
@@ -446,4 +431,23 @@ pub fn read_standalone(b: &[u8]) -> Result<Vec<Stream>, Error> {
         });
     }
     Ok(out)
+}
+
+/// Appends the complete witnesses and records of `b[off..off + len]` to
+/// `out` and returns how many bytes that was (less than `len` when the data
+/// stops at a never-written byte or an unfinished record).
+fn append_valid(out: &mut Vec<u8>, b: &[u8], off: u64, len: u64, slot: u32) -> Result<u64, Error> {
+    let data = usize::try_from(off)
+        .ok()
+        .zip(usize::try_from(off.saturating_add(len)).ok())
+        .and_then(|(start, end)| b.get(start..end))
+        .ok_or_else(|| Error::BadRegion(format!("slot {slot}: data outside the file")))?;
+    let n = valid_prefix(data).map_err(|(at, kind)| Error::BadRecord {
+        slot,
+        half: 0,
+        offset: at as u64,
+        kind,
+    })?;
+    out.extend_from_slice(&data[..n]);
+    Ok(n as u64)
 }
