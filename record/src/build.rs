@@ -1,7 +1,8 @@
 //! Building one procedure's [`Cfg`] from its decoded ranges.
 //!
 //! Leaders are the entries, the range starts, the targets of direct branches
-//! inside the procedure, the targets of resolved jump tables, and every
+//! inside the procedure, the targets of resolved jump tables, the labels
+//! whose address the procedure takes (GNU `&&label`), and every
 //! instruction after a block-ending one (branch, call, return, `hlt`, `ud2`,
 //! `int3`). A call ends its block: the block is a call vertex whose
 //! successor is the block after the call (`CallReturn`), or EXIT
@@ -39,6 +40,9 @@ pub struct Context<'a> {
     pub names: &'a HashMap<u64, String>,
     /// Code addresses the module takes, sorted (`Discovery::taken`).
     pub taken: &'a [u64],
+    /// Code addresses held by data words, `(value, word address)` sorted
+    /// (`Discovery::data_words`).
+    pub data_words: &'a [(u64, u64)],
 }
 
 /// The rounds of jump-table resolution before we give up on convergence.
@@ -501,26 +505,212 @@ impl<'a> Builder<'a> {
             // unresolved jump: redo without ignoring it.
             (leaders, resolutions) = self.resolve_tables(&base, entries, true)?;
         }
-        // A procedure that takes the address of one of its own labels
-        // (`&&label`) may jump to it through any pointer: its pointer jumps
-        // are not tail calls.
-        let labels = self.ranges.iter().any(|&(s, e)| {
+        self.assemble(&leaders, &resolutions, entries[0])
+    }
+
+    /// The procedure's address-taken labels, sorted: instruction starts
+    /// strictly inside it (not entries) whose address the module takes by
+    /// RIP-relative `lea`, a RELATIVE relocation, an immediate (`ET_EXEC`),
+    /// or an absolute data word (`ET_EXEC`); none unless one of them lies
+    /// outside the resolved jump tables of `resolutions`.
+    ///
+    /// gcc materialises every `&&label` in one of these forms, so when a
+    /// procedure has any, its pointer jumps can reach exactly these labels.
+    /// The assumption fails for labels formed by arithmetic on other labels
+    /// (`&&a - &&b` offset tables, as in glibc's printf): the set would then
+    /// miss targets. gcc never emits such arithmetic for plain `goto *p`
+    /// with `p = &&label`; sources that write it themselves defeat the rule,
+    /// so a procedure whose `lea` of a label feeds arithmetic
+    /// (`adds_to_labels`) gets `None`: its pointer jumps stay unresolved.
+    fn labels(
+        &self,
+        entries: &BTreeSet<u64>,
+        resolutions: &HashMap<u64, JumpResolution>,
+    ) -> Option<Vec<u64>> {
+        let tables: Vec<(u64, u64)> = resolutions
+            .values()
+            .filter_map(|r| match r {
+                JumpResolution::Table { table, targets } => {
+                    Some((*table, table.saturating_add(8 * targets.len() as u64)))
+                }
+                _ => None,
+            })
+            .collect();
+        // Words of resolved tables are accounted for by their jumps: alone
+        // they do not make the procedure one that takes its labels (a
+        // non-PIC switch), but once it does, they are labels like any.
+        let mut out = Vec::new();
+        let mut outside_tables = false;
+        for &(s, e) in self.ranges {
             let i = self.ctx.taken.partition_point(|&a| a < s);
-            self.ctx.taken[i..]
-                .iter()
-                .take_while(|&&a| a < e)
-                .any(|a| !entries.contains(a))
-        });
-        if labels {
-            for r in resolutions.values_mut() {
-                if *r == JumpResolution::TailCall {
-                    *r = JumpResolution::Unresolved(
-                        "the procedure takes the address of its own labels",
-                    );
+            for &a in self.ctx.taken[i..].iter().take_while(|&&a| a < e) {
+                out.push(a);
+                outside_tables |= !entries.contains(&a) && self.index_of(a).is_some();
+            }
+            let j = self.ctx.data_words.partition_point(|&(v, _)| v < s);
+            for &(v, at) in self.ctx.data_words[j..].iter().take_while(|&&(v, _)| v < e) {
+                out.push(v);
+                outside_tables |= !entries.contains(&v)
+                    && self.index_of(v).is_some()
+                    && !tables.iter().any(|&(ts, te)| at >= ts && at < te);
+            }
+        }
+        if !outside_tables {
+            return Some(Vec::new());
+        }
+        out.retain(|a| !entries.contains(a) && self.index_of(*a).is_some());
+        out.sort_unstable();
+        out.dedup();
+        if self.adds_to_labels() {
+            return None;
+        }
+        Some(out)
+    }
+
+    /// Whether the indirect jump ending run `k` goes to an 8-byte pointer
+    /// read from memory other than an import's GOT slot: `jmp *m`, or
+    /// `jmp *r` where every last definition of `r` reaching the jump (in its
+    /// block, or at the end of each predecessor, a few blocks back) is
+    /// `mov r, m` (`goto *dispatch[*pc++]`, also with gcc -O0's shared
+    /// `jmp *%rax` block). Not a jump to a table entry plus a base (`movslq;
+    /// add; jmp`: a switch), nor to a value from a call or an entry.
+    fn loads_pointer(
+        &self,
+        runs: &[Run],
+        preds: &[Vec<(usize, bool)>],
+        entries: &BTreeSet<u64>,
+        k: usize,
+    ) -> bool {
+        let jmp = &self.insns[runs[k].last];
+        if jmp.op0_kind() == OpKind::Memory {
+            return self.reads_pointer(jmp, 0);
+        }
+        let mut info = iced_x86::InstructionInfoFactory::new();
+        let mut seen = BTreeSet::new();
+        let mut work = vec![(k, runs[k].last, 0u32)];
+        while let Some((k, end, depth)) = work.pop() {
+            if !seen.insert((k, end)) {
+                continue;
+            }
+            let run = runs[k];
+            let mut defined = false;
+            for insn in self.insns[run.first..end].iter().rev() {
+                if !is_straight(insn)
+                    && insn.flow_control() != FlowControl::ConditionalBranch
+                    && insn.flow_control() != FlowControl::UnconditionalBranch
+                {
+                    return false;
+                }
+                let r = jmp.op0_register();
+                let writes = info.info(insn).used_registers().iter().any(|u| {
+                    u.register().is_gpr()
+                        && u.register().full_register() == r
+                        && !matches!(
+                            u.access(),
+                            iced_x86::OpAccess::Read
+                                | iced_x86::OpAccess::CondRead
+                                | iced_x86::OpAccess::NoMemAccess
+                        )
+                });
+                if writes {
+                    if !(insn.mnemonic() == Mnemonic::Mov
+                        && insn.op0_register() == r
+                        && self.reads_pointer(insn, 1))
+                    {
+                        return false;
+                    }
+                    defined = true;
+                    break;
+                }
+            }
+            if defined {
+                continue;
+            }
+            if depth >= 4 || preds[k].is_empty() || entries.contains(&self.insns[run.first].ip()) {
+                return false;
+            }
+            work.extend(
+                preds[k]
+                    .iter()
+                    .map(|&(p, _)| (p, runs[p].last + 1, depth + 1)),
+            );
+        }
+        true
+    }
+
+    /// Whether operand `op` of `insn` is an 8-byte load other than from an
+    /// import's GOT slot.
+    fn reads_pointer(&self, insn: &Instruction, op: u32) -> bool {
+        insn.op_kind(op) == OpKind::Memory
+            && insn.memory_size().size() == 8
+            && !self.reads_got(insn)
+    }
+
+    /// Whether `insn` reads an import's GOT slot (which never holds a label).
+    fn reads_got(&self, insn: &Instruction) -> bool {
+        insn.memory_base() == Register::RIP
+            && self.ctx.got.contains_key(&insn.ip_rel_memory_address())
+    }
+
+    /// Whether a label address formed by `lea r, [rip+L]` (L inside the
+    /// procedure) feeds arithmetic before `r` is redefined in its block:
+    /// glibc's `&&base + offset[i]` dispatch (`printf`) and hand-written
+    /// `lea L(%rip), %r9; shl $6, %ecx; add %r9, %rcx; jmp *%rcx`
+    /// (`memmove-ssse3`). The procedure's jump targets are then not the
+    /// addresses it takes.
+    fn adds_to_labels(&self) -> bool {
+        let mut info = iced_x86::InstructionInfoFactory::new();
+        for (k, insn) in self.insns.iter().enumerate() {
+            if insn.mnemonic() != Mnemonic::Lea
+                || insn.memory_base() != Register::RIP
+                || !self.in_proc(insn.ip_rel_memory_address())
+            {
+                continue;
+            }
+            let r = insn.op0_register().full_register();
+            for next in &self.insns[k + 1..] {
+                let used = info.info(next).used_registers().to_vec();
+                let reads = used.iter().any(|u| {
+                    u.register().full_register() == r
+                        && matches!(
+                            u.access(),
+                            iced_x86::OpAccess::Read | iced_x86::OpAccess::ReadWrite
+                        )
+                });
+                let arith = matches!(
+                    next.mnemonic(),
+                    Mnemonic::Add
+                        | Mnemonic::Sub
+                        | Mnemonic::Adc
+                        | Mnemonic::Sbb
+                        | Mnemonic::Or
+                        | Mnemonic::Xor
+                        | Mnemonic::And
+                        | Mnemonic::Lea
+                        | Mnemonic::Shl
+                        | Mnemonic::Shr
+                        | Mnemonic::Sar
+                        | Mnemonic::Imul
+                );
+                // A memory operand with the label as base and an index:
+                // `movslq (%r9,%rax,4)` reads relative to a label.
+                let indexed = next.op_count() > 0
+                    && (0..next.op_count()).any(|o| next.op_kind(o) == OpKind::Memory)
+                    && next.memory_base().full_register() == r
+                    && next.memory_index() != Register::None;
+                if reads && (arith || indexed) {
+                    return true;
+                }
+                let writes = used.iter().any(|u| {
+                    u.register().full_register() == r
+                        && matches!(u.access(), iced_x86::OpAccess::Write)
+                });
+                if writes || !is_straight(next) {
+                    break;
                 }
             }
         }
-        self.assemble(&leaders, &resolutions, entries[0])
+        false
     }
 
     /// Resolves the jump tables until the leaders stop changing. With
@@ -539,6 +729,7 @@ impl<'a> Builder<'a> {
         let mut resolutions: HashMap<u64, JumpResolution> = HashMap::new();
         let mut converged = false;
         for _ in 0..MAX_ROUNDS {
+            let labels = self.labels(&entry_set, &resolutions);
             let runs = self.partition(&leaders);
             let start_of: HashMap<u64, usize> = runs
                 .iter()
@@ -557,13 +748,43 @@ impl<'a> Builder<'a> {
                 .collect();
             let preds = self.preds(&runs, &start_of, &tables);
             let mut next = base.clone();
+            next.extend(labels.iter().flatten());
             resolutions.clear();
+            let mut found: Vec<(usize, JumpResolution)> = Vec::new();
             for (k, run) in runs.iter().enumerate() {
                 let last = &self.insns[run.last];
                 if last.flow_control() != FlowControl::IndirectBranch || self.is_plt {
                     continue;
                 }
-                let mut res = self.resolve(&runs, k, &preds, &entry_set, strict);
+                found.push((k, self.resolve(&runs, k, &preds, &entry_set, strict)));
+            }
+            // A procedure that takes the addresses of its own labels (GNU
+            // `&&label`) jumps to them through pointers: such a pointer jump
+            // (see `loads_pointer`) may go to any of them and only to them
+            // (see `labels`). Not when the procedure adds variables to a
+            // label: its targets are then no address it takes.
+            let arithmetic = labels.is_none()
+                || found.iter().any(|(_, r)| {
+                    matches!(r, JumpResolution::Unresolved(why) if *why == jumptable::LABEL_ARITHMETIC)
+                });
+            let takes_labels = labels.as_ref().is_none_or(|l| !l.is_empty());
+            let labels = labels.unwrap_or_default();
+            for (k, mut res) in found {
+                let last = &self.insns[runs[k].last];
+                if matches!(
+                    res,
+                    JumpResolution::TailCall | JumpResolution::Unresolved(_)
+                ) && takes_labels
+                {
+                    if !arithmetic && self.loads_pointer(&runs, &preds, &entry_set, k) {
+                        res = JumpResolution::Computed(labels.clone());
+                    } else if res == JumpResolution::TailCall && !self.reads_got(last) {
+                        // Any pointer here may be a label: no tail call.
+                        res = JumpResolution::Unresolved(
+                            "the procedure takes the address of its own labels",
+                        );
+                    }
+                }
                 if let JumpResolution::Table { targets, .. } | JumpResolution::Computed(targets) =
                     &res
                 {
@@ -894,6 +1115,12 @@ mod tests {
 
     /// Builds the procedure `[0x1000, 0x1000 + code.len())` with entry 0x1000.
     fn cfg_of(code: &[u8]) -> Result<Cfg, String> {
+        cfg_taking(code, &[])
+    }
+
+    /// `cfg_of` in a module that takes the code addresses `taken` (`lea`,
+    /// RELATIVE relocations).
+    fn cfg_taking(code: &[u8], taken: &[u64]) -> Result<Cfg, String> {
         let mem = Code(code.to_vec());
         let relative = HashMap::new();
         let (plt, got, names) = (HashMap::new(), HashMap::new(), HashMap::new());
@@ -906,7 +1133,8 @@ mod tests {
             plt: &plt,
             got: &got,
             names: &names,
-            taken: &[],
+            taken,
+            data_words: &[],
         };
         let insns: Vec<Instruction> = Decoder::with_ip(64, code, 0x1000, DecoderOptions::NONE)
             .into_iter()
@@ -1026,5 +1254,52 @@ mod tests {
         let cfg = cfg_of(&code).unwrap();
         assert_eq!(edges(&cfg), [(0x1000, None, EdgeKind::NoReturn)]);
         assert!(!cfg.calls[0].returns);
+    }
+
+    /// `mov rax, [rdi]; jmp rax` then two labels (`mov eax, n; ret`).
+    const POINTER_JUMP: [u8; 17] = [
+        0x48, 0x8b, 0x07, 0xff, 0xe0, 0xb8, 0x01, 0x00, 0x00, 0x00, 0xc3, 0xb8, 0x02, 0x00, 0x00,
+        0x00, 0xc3,
+    ];
+
+    #[test]
+    fn a_pointer_jump_goes_to_every_address_taken_label() {
+        let cfg = cfg_taking(&POINTER_JUMP, &[0x1005, 0x100b]).unwrap();
+        assert_eq!(
+            cfg.indirect_jumps[0].resolution,
+            JumpResolution::Computed(vec![0x1005, 0x100b])
+        );
+        let mut e = edges(&cfg);
+        e.sort_by_key(|&(f, t, _)| (f, t));
+        assert_eq!(
+            e,
+            [
+                (0x1000, Some(0x1005), EdgeKind::JumpTable),
+                (0x1000, Some(0x100b), EdgeKind::JumpTable),
+                (0x1005, None, EdgeKind::Return),
+                (0x100b, None, EdgeKind::Return),
+            ]
+        );
+        assert_eq!(cfg.blocks[cfg.entry].kind, BlockKind::Plain);
+        // Without labels the same jump is an indirect tail call.
+        let cfg = cfg_of(&POINTER_JUMP).unwrap();
+        assert_eq!(cfg.indirect_jumps[0].resolution, JumpResolution::TailCall);
+    }
+
+    #[test]
+    fn arithmetic_on_a_label_leaves_the_jump_unresolved() {
+        // lea r9, [rip+6] (= 0x100d); add rcx, r9; jmp rcx; ret; ret
+        let code = [
+            0x4c, 0x8d, 0x0d, 0x06, 0x00, 0x00, 0x00, 0x4c, 0x01, 0xc9, 0xff, 0xe1, 0xc3, 0xc3,
+        ];
+        let cfg = cfg_taking(&code, &[0x100d]).unwrap();
+        assert!(
+            matches!(
+                cfg.indirect_jumps[0].resolution,
+                JumpResolution::Unresolved(_)
+            ),
+            "{:?}",
+            cfg.indirect_jumps[0].resolution
+        );
     }
 }

@@ -32,6 +32,11 @@ use iced_x86::{
 use crate::cfg::JumpResolution;
 use crate::elf::Module;
 
+/// The reason given for a jump to a label of the procedure plus a variable
+/// (glibc's `lea L(%rip), %r9; shl $6, %ecx; add %r9, %rcx; jmp *%rcx`):
+/// such a procedure's targets are not its address-taken labels.
+pub const LABEL_ARITHMETIC: &str = "target is a label plus a variable";
+
 /// The largest table we accept (a bound above this is not a switch).
 const MAX_ENTRIES: u64 = 1 << 16;
 
@@ -903,6 +908,9 @@ fn resolve_path(
             off: 0,
         }) if sim.pointers.contains(&p) => return JumpResolution::TailCall,
         Val::Lin(Lin { sym: None, off }) => return JumpResolution::Computed(vec![off]),
+        Val::Lin(Lin { sym: Some(_), off }) if in_proc(off) => {
+            return JumpResolution::Unresolved(LABEL_ARITHMETIC)
+        }
         Val::Lin(_) => return JumpResolution::Unresolved("target not computed in the slice"),
         _ => return JumpResolution::Unresolved("target is not a table entry"),
     };
@@ -914,6 +922,12 @@ fn resolve_path(
         return JumpResolution::TailCall;
     }
     if scale != entry_size {
+        // An 8-byte pointer read at a stride larger than 8 in PIC code is a
+        // field of an array of structures (`ops[i].fn`, liblzma's
+        // `lzma_properties_decode`): PIC jump tables hold 4-byte offsets.
+        if reader.pic && entry_size == 8 && scale > 8 {
+            return JumpResolution::TailCall;
+        }
         return JumpResolution::Unresolved("index scale differs from the entry size");
     }
     let Some(n) = sim.bound(s, reader) else {
@@ -1208,6 +1222,18 @@ mod tests {
         let got: &[I] = &[I::Rip(&[0xff, 0x25])];
         assert_eq!(
             run(&[got], &[], Vec::new(), &HashMap::new()),
+            JumpResolution::TailCall
+        );
+        // shl rax, 5; lea r10, [rip+T]; mov rax, [r10+rax+0x18]; jmp rax:
+        // a function pointer in an array of 32-byte structures.
+        let field: &[I] = &[
+            I::Raw(&[0x48, 0xc1, 0xe0, 0x05]),
+            I::Rip(&[0x4c, 0x8d, 0x15]),
+            I::Raw(&[0x49, 0x8b, 0x44, 0x02, 0x18]),
+            I::Raw(&[0xff, 0xe0]),
+        ];
+        assert_eq!(
+            run(&[field], &[], Vec::new(), &HashMap::new()),
             JumpResolution::TailCall
         );
         // jmp rsi: an argument, nothing known.

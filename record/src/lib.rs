@@ -132,6 +132,7 @@ pub fn analyze(module: Module) -> Program {
         got: &got,
         names: &names,
         taken: &disc.taken,
+        data_words: &disc.data_words,
     };
     let symbols: HashMap<u64, &str> = module
         .func_symbols

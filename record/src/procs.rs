@@ -118,6 +118,12 @@ pub struct Discovery {
     /// relocations), sorted: inside a procedure, other than at an entry,
     /// one is a label (GNU `&&label`), which a pointer jump may reach.
     pub taken: Vec<u64>,
+    /// In position-dependent (`ET_EXEC`) files: every 8-byte aligned word
+    /// of `.rodata*`/`.data*` that holds a code address, as `(value, word
+    /// address)` sorted. Absolute code pointers there are function pointers,
+    /// jump-table entries or labels (`static void *t[] = {&&a, ...}`); PIC
+    /// files have RELATIVE relocations instead (in `taken`).
+    pub data_words: Vec<(u64, u64)>,
 }
 
 /// Decodes `[start, end)` linearly.
@@ -272,6 +278,37 @@ pub fn fde_ranges(module: &Module) -> Vec<(u64, u64)> {
             }
         }
     }
+    out
+}
+
+/// The 8-byte aligned words of the module's data sections (`.rodata*`,
+/// `.data*`) whose value satisfies `is_code`, as `(value, address)` sorted.
+fn code_words(module: &Module, is_code: impl Fn(u64) -> bool) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    for sec in &module.sections {
+        if !sec.alloc
+            || sec.exec
+            || !(sec.name.starts_with(".rodata") || sec.name.starts_with(".data"))
+        {
+            continue;
+        }
+        let Some(bytes) = module.section_bytes(sec) else {
+            continue;
+        };
+        let skip = (sec.addr.wrapping_neg() % 8) as usize;
+        let Some(aligned) = bytes.get(skip..) else {
+            continue;
+        };
+        for (k, w) in aligned.chunks_exact(8).enumerate() {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(w);
+            let v = u64::from_le_bytes(b);
+            if is_code(v) {
+                out.push((v, sec.addr + (skip + 8 * k) as u64));
+            }
+        }
+    }
+    out.sort_unstable();
     out
 }
 
@@ -667,8 +704,14 @@ pub fn discover(module: &Module, stubs: Vec<PltStub>) -> Discovery {
     plans.sort_by_key(|p| st.ranges[p.primary].start);
     ref_facts.sort_unstable();
     ref_facts.dedup();
+    let data_words = if module.kind == crate::elf::ElfKind::Exec {
+        code_words(module, |a| section_of(a).is_some())
+    } else {
+        Vec::new()
+    };
     Discovery {
         taken: ref_facts,
+        data_words,
         ranges: st.ranges,
         decoded: decoded.into_iter().map(Option::unwrap_or_default).collect(),
         plans,

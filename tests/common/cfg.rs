@@ -322,8 +322,9 @@ impl<'a> Index<'a> {
         &self.cfg.procs[l.proc].blocks[l.block]
     }
 
-    /// "name+0xoff" for an address, using the first procedure holding it or
-    /// the nearest procedure start below it.
+    /// "name+0xoff" for an address, using the first procedure holding it,
+    /// the procedure whose ranges contain it, or the nearest procedure
+    /// start below it.
     pub fn describe(&self, addr: u64) -> String {
         if let Some(locs) = self.insn.get(&addr) {
             let p = &self.cfg.procs[locs[0].proc];
@@ -334,6 +335,16 @@ impl<'a> Index<'a> {
                 format!("{addr:#x} ({}-{:#x})", p.name, p.start - addr)
             };
         }
+        // Procedures own their `ranges` (joined `.cold` parts included),
+        // not only [start, end).
+        if let Some(p) = self
+            .cfg
+            .procs
+            .iter()
+            .find(|p| p.ranges.iter().any(|&(s, e)| s <= addr && addr < e))
+        {
+            return format!("{addr:#x} (inside {} but not an instruction of it)", p.name);
+        }
         let below = self
             .cfg
             .procs
@@ -341,9 +352,6 @@ impl<'a> Index<'a> {
             .filter(|p| p.start <= addr)
             .max_by_key(|p| p.start);
         match below {
-            Some(p) if addr < p.end => {
-                format!("{addr:#x} (inside {} but not an instruction of it)", p.name)
-            }
             Some(p) => format!(
                 "{addr:#x} (no procedure; after {} which ends at {:#x})",
                 p.name, p.end

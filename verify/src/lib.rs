@@ -1,0 +1,210 @@
+//! `aetrace-verify`: the independent ptrace checker of paper 004 (Moseley,
+//! Debray & Andrews, "Verifying Program Profiles"). It runs the original,
+//! uninstrumented program under ptrace and follows each traced module block
+//! by block the paper's way (Section 3.1): a breakpoint on the last
+//! instruction of every block reached, inserted lazily; at the breakpoint the
+//! last instruction is executed (emulated when it is a near branch, else
+//! single-stepped) and the new `rip` is the next block's start. It shares
+//! nothing with the instrumented code: only the CFG recovered from the
+//! original file by `aetrace-record`, which it checks as it goes (the
+//! paper's missing blocks, case (b), and missing edges, case (c)).
+//!
+//! This crate is the engine: [`follow`] launches the program and reports
+//! every block entered, per thread, to an [`Observer`]; the trace comparison
+//! and profile decrementing of `aetrace verify` plug in there.
+//! `docs/verify.md` documents the method, the choices (breakpoints, threads,
+//! signals, fork, exec) and the measured speed.
+//!
+//! Invariants: the tracer is single-threaded and drives all stops through
+//! one `waitpid(__WALL)` loop; every breakpoint byte we write is restored
+//! in any process we stop following (fork children) and the program's own
+//! traps and signals are delivered to it unchanged.
+
+mod emulate;
+pub mod module;
+mod sys;
+mod tracer;
+
+use std::path::PathBuf;
+
+pub use sys::Pid;
+pub use tracer::follow;
+
+/// Everything that can stop the checker. Each message is one line naming
+/// the program, thread, module or address concerned.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Loading a module or recovering its CFG failed.
+    #[error(transparent)]
+    Record(#[from] aetrace_record::Error),
+    /// The CFG of a module cannot be followed (names what is wrong).
+    #[error("{}: {what}", path.display())]
+    Cfg { path: PathBuf, what: String },
+    /// The program to run was not found (not a path, not on `PATH`).
+    #[error("{program}: program not found")]
+    NotFound { program: String },
+    /// The program's stdin or stdout file could not be opened.
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// An argument contains a NUL byte.
+    #[error("argument {arg:?} contains a NUL byte")]
+    Nul { arg: String },
+    /// The program did not reach its first instruction (exec failed).
+    #[error("{program}: could not be started (wait status {status:#x})")]
+    Launch { program: String, status: i32 },
+    /// A system call on a traced thread failed.
+    #[error("{what} on thread {tid}: {source}")]
+    Sys {
+        what: &'static str,
+        tid: Pid,
+        source: std::io::Error,
+    },
+    /// Reading or writing the program's memory failed.
+    #[error("memory of process {pid} at {addr:#x}: {source}")]
+    Memory {
+        pid: Pid,
+        addr: u64,
+        source: std::io::Error,
+    },
+    /// A traced module never appeared in the process's mappings.
+    #[error("{}: not mapped by the program (is it loaded with dlopen?)", path.display())]
+    NotMapped { path: PathBuf },
+    /// The bytes at a module's runtime entry differ from the file: the load
+    /// base is wrong or the file is not what runs.
+    #[error("{}: code in memory at {addr:#x} differs from the file", path.display())]
+    CodeMismatch { path: PathBuf, addr: u64 },
+}
+
+/// The crate's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What to follow.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Shared libraries to follow besides the main executable (their blocks
+    /// are followed from the program's entry point on; code they run
+    /// earlier, in the dynamic loader's initialisation, is not).
+    pub libs: Vec<PathBuf>,
+    /// Environment variables to set (or override) for the program; the
+    /// rest of the environment is inherited.
+    pub env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+    /// The program's standard input (the recorded run's input file); `None`
+    /// inherits ours.
+    pub stdin: Option<PathBuf>,
+    /// Where the program's standard output goes; `None` inherits ours.
+    pub stdout: Option<PathBuf>,
+}
+
+/// How a thread came to a block.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Arrival {
+    /// From the previous block of the same thread (its last instruction
+    /// was executed and led here).
+    Flow,
+    /// From code that is not followed (libc calling back, a return from a
+    /// library call, a signal handler's first block, thread start).
+    Entry,
+    /// Resumed after the block's start was missed (a signal handler that
+    /// did not return normally, an unforeseen entry): the block is known
+    /// only from the breakpoint at its end. Also reported as [`Event::Resync`].
+    Unobserved,
+}
+
+/// Something the observer should know besides blocks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A new thread (reported on the new thread's id).
+    ThreadStart,
+    /// The thread ended (its wait status).
+    ThreadExit { status: i32 },
+    /// A signal was delivered to the program.
+    Signal { sig: i32 },
+    /// The paper's case (b): control reached `addr`, which no block of the
+    /// CFG starts at; it lies inside the block starting at `containing`
+    /// (which is followed from there on).
+    MissingBlock {
+        module: usize,
+        addr: u64,
+        containing: u64,
+        proc: String,
+    },
+    /// The paper's case (c): both blocks exist in the same procedure but the
+    /// CFG has no edge between them.
+    MissingEdge {
+        module: usize,
+        from: u64,
+        to: u64,
+        proc: String,
+    },
+    /// Control reached module code outside every recovered block (a
+    /// procedure without CFG, or bytes no procedure covers).
+    Untraced { module: usize, addr: u64 },
+    /// The thread's position was lost and found again at `at`.
+    Resync {
+        module: usize,
+        at: u64,
+        reason: &'static str,
+    },
+    /// A forked child: breakpoints removed from its memory, then detached.
+    ForkDetached { child: Pid },
+    /// The program called `execve`: following stops there.
+    Exec,
+}
+
+/// Receives the followed execution. Addresses are link-time addresses of
+/// module `module` (an index into [`Outcome::modules`]; 0 is the program).
+pub trait Observer {
+    fn block(&mut self, tid: Pid, module: usize, start: u64, arrival: Arrival);
+    fn event(&mut self, tid: Pid, event: &Event) {
+        let _ = (tid, event);
+    }
+}
+
+/// How the program ended (after an `execve` the new image runs untraced
+/// and its end is still reported here).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Exit {
+    Code(i32),
+    Signal(i32),
+}
+
+/// A traced module, as loaded in the run.
+#[derive(Clone, Debug)]
+pub struct LoadedModule {
+    pub path: PathBuf,
+    /// Runtime minus link-time address.
+    pub base: u64,
+}
+
+/// Counters of one run.
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    /// Blocks reported to the observer.
+    pub blocks: u64,
+    /// Breakpoint stops.
+    pub traps: u64,
+    /// Single steps (last instructions that could not be emulated, and
+    /// first instructions under an entry breakpoint).
+    pub steps: u64,
+    /// Last instructions executed by emulation.
+    pub emulated: u64,
+    /// Breakpoints written (entries at start, block ends lazily).
+    pub breakpoints: u64,
+    /// Signals passed on to the program.
+    pub signals: u64,
+    /// Positions lost and found again (should be 0).
+    pub resyncs: u64,
+    pub threads: u64,
+}
+
+/// What a run produced besides the observer's view.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub exit: Exit,
+    pub modules: Vec<LoadedModule>,
+    pub stats: Stats,
+    pub elapsed: std::time::Duration,
+}

@@ -1,0 +1,262 @@
+//! Thin wrappers over the Linux calls the tracer is made of: fork + execv
+//! under `PTRACE_TRACEME`, `waitpid(__WALL)`, `PTRACE_CONT`/`SINGLESTEP`,
+//! register access, and memory access through `/proc/PID/mem` (one `pread`
+//! or `pwrite` per access instead of one `PEEKDATA` per word; writes work on
+//! read-only text pages because the kernel forces them for a tracer).
+//!
+//! Invariant: every `unsafe` block of the crate is in this module; each call
+//! checks its return value and turns failures into [`Error::Sys`].
+
+use std::ffi::CString;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+
+use crate::Error;
+
+pub type Pid = libc::pid_t;
+pub type Regs = libc::user_regs_struct;
+
+fn sys(what: &'static str, tid: Pid) -> Error {
+    Error::Sys {
+        what,
+        tid,
+        source: std::io::Error::last_os_error(),
+    }
+}
+
+/// Forks; the child asks to be traced and `execve`s `path` with `argv` and
+/// `envp`, with `stdin`/`stdout` (already open) as its fd 0/1 when given and
+/// its other streams untouched. Returns the child's pid; the child stops with
+/// `SIGTRAP` right after the exec.
+pub fn spawn(
+    path: &CString,
+    argv: &[CString],
+    envp: &[CString],
+    stdin: Option<&std::fs::File>,
+    stdout: Option<&std::fs::File>,
+) -> Result<Pid, Error> {
+    use std::os::fd::AsRawFd;
+    let stdin = stdin.map(|f| f.as_raw_fd());
+    let stdout = stdout.map(|f| f.as_raw_fd());
+    let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    let mut envs: Vec<*const libc::c_char> = envp.iter().map(|a| a.as_ptr()).collect();
+    envs.push(std::ptr::null());
+    // SAFETY: between fork and execv the child only makes async-signal-safe
+    // calls on memory prepared before the fork.
+    unsafe {
+        match libc::fork() {
+            -1 => Err(sys("fork", 0)),
+            0 => {
+                // Give the program the environment a shell would: Rust
+                // ignores SIGPIPE in its own process, and the ignored
+                // disposition and the mask would be inherited otherwise
+                // (gzip tests whether SIGPIPE is ignored: a different path).
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+                libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+                if let Some(fd) = stdin {
+                    libc::dup2(fd, 0);
+                }
+                if let Some(fd) = stdout {
+                    libc::dup2(fd, 1);
+                }
+                libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0);
+                libc::execve(path.as_ptr(), ptrs.as_ptr(), envs.as_ptr());
+                libc::_exit(127)
+            }
+            pid => Ok(pid),
+        }
+    }
+}
+
+/// `waitpid(-1, __WALL)`: any traced thread or child.
+pub fn wait_any() -> Result<(Pid, i32), Error> {
+    let mut status = 0;
+    loop {
+        // SAFETY: plain syscall with a valid out-pointer.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::__WALL | libc::__WNOTHREAD) };
+        if pid >= 0 {
+            return Ok((pid, status));
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return Err(sys("waitpid", -1));
+        }
+    }
+}
+
+fn ptrace(
+    req: libc::c_uint,
+    what: &'static str,
+    tid: Pid,
+    addr: usize,
+    data: usize,
+) -> Result<libc::c_long, Error> {
+    // SAFETY: the requests used here take integers or pointers to owned,
+    // properly sized buffers.
+    let r = unsafe { libc::ptrace(req, tid, addr, data) };
+    if r == -1 {
+        Err(sys(what, tid))
+    } else {
+        Ok(r)
+    }
+}
+
+pub fn set_options(tid: Pid, options: i32) -> Result<(), Error> {
+    ptrace(
+        libc::PTRACE_SETOPTIONS,
+        "PTRACE_SETOPTIONS",
+        tid,
+        0,
+        options as usize,
+    )
+    .map(drop)
+}
+
+pub fn cont(tid: Pid, sig: i32) -> Result<(), Error> {
+    ptrace(libc::PTRACE_CONT, "PTRACE_CONT", tid, 0, sig as usize).map(drop)
+}
+
+pub fn step(tid: Pid, sig: i32) -> Result<(), Error> {
+    ptrace(
+        libc::PTRACE_SINGLESTEP,
+        "PTRACE_SINGLESTEP",
+        tid,
+        0,
+        sig as usize,
+    )
+    .map(drop)
+}
+
+pub fn detach(tid: Pid, sig: i32) -> Result<(), Error> {
+    ptrace(libc::PTRACE_DETACH, "PTRACE_DETACH", tid, 0, sig as usize).map(drop)
+}
+
+pub fn event_msg(tid: Pid) -> Result<u64, Error> {
+    let mut msg: libc::c_ulong = 0;
+    ptrace(
+        libc::PTRACE_GETEVENTMSG,
+        "PTRACE_GETEVENTMSG",
+        tid,
+        0,
+        &mut msg as *mut _ as usize,
+    )?;
+    Ok(msg)
+}
+
+pub fn get_regs(tid: Pid) -> Result<Regs, Error> {
+    // SAFETY: user_regs_struct is plain old data.
+    let mut regs: Regs = unsafe { std::mem::zeroed() };
+    ptrace(
+        libc::PTRACE_GETREGS,
+        "PTRACE_GETREGS",
+        tid,
+        0,
+        &mut regs as *mut _ as usize,
+    )?;
+    Ok(regs)
+}
+
+pub fn set_regs(tid: Pid, regs: &Regs) -> Result<(), Error> {
+    ptrace(
+        libc::PTRACE_SETREGS,
+        "PTRACE_SETREGS",
+        tid,
+        0,
+        regs as *const _ as usize,
+    )
+    .map(drop)
+}
+
+/// The memory of one process (all its threads share it).
+pub struct Mem {
+    file: File,
+    pid: Pid,
+}
+
+impl Mem {
+    pub fn open(pid: Pid) -> Result<Mem, Error> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/{pid}/mem"))
+            .map_err(|source| Error::Sys {
+                what: "open /proc/PID/mem",
+                tid: pid,
+                source,
+            })?;
+        Ok(Mem { file, pid })
+    }
+
+    pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), Error> {
+        self.file
+            .read_exact_at(buf, addr)
+            .map_err(|source| Error::Memory {
+                pid: self.pid,
+                addr,
+                source,
+            })
+    }
+
+    pub fn read_u64(&self, addr: u64) -> Result<u64, Error> {
+        let mut b = [0u8; 8];
+        self.read(addr, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    pub fn write(&self, addr: u64, buf: &[u8]) -> Result<(), Error> {
+        self.file
+            .write_all_at(buf, addr)
+            .map_err(|source| Error::Memory {
+                pid: self.pid,
+                addr,
+                source,
+            })
+    }
+}
+
+/// The runtime start of the lowest mapping of `path` (file offset 0) in
+/// `/proc/PID/maps`.
+pub fn map_base(pid: Pid, path: &std::path::Path) -> Result<Option<u64>, Error> {
+    let maps =
+        std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|source| Error::Sys {
+            what: "read /proc/PID/maps",
+            tid: pid,
+            source,
+        })?;
+    let want = path.to_string_lossy();
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(range), Some(_perm), Some(off)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        let name = f.nth(2).unwrap_or("");
+        if name != want || u64::from_str_radix(off, 16) != Ok(0) {
+            continue;
+        }
+        if let Some(lo) = range
+            .split('-')
+            .next()
+            .and_then(|s| u64::from_str_radix(s, 16).ok())
+        {
+            return Ok(Some(lo));
+        }
+    }
+    Ok(None)
+}
+
+/// Waits for the next stop or exit of `tid` alone.
+pub fn wait_pid(tid: Pid) -> Result<i32, Error> {
+    let mut status = 0;
+    loop {
+        // SAFETY: plain syscall with a valid out-pointer.
+        let r = unsafe { libc::waitpid(tid, &mut status, libc::__WALL | libc::__WNOTHREAD) };
+        if r == tid {
+            return Ok(status);
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return Err(sys("waitpid", tid));
+        }
+    }
+}
