@@ -46,7 +46,7 @@ pub struct Context<'a> {
 }
 
 /// The rounds of jump-table resolution before we give up on convergence.
-const MAX_ROUNDS: usize = 6;
+const MAX_ROUNDS: usize = 16;
 /// Single predecessors followed back from an indirect jump.
 const MAX_CHAIN: usize = 8;
 /// Paths followed back from one indirect jump.
@@ -186,6 +186,7 @@ impl<'a> Builder<'a> {
         runs: &[Run],
         r: usize,
         preds: &[Vec<(usize, bool)>],
+        live: &[bool],
         entries: &BTreeSet<u64>,
         strict: bool,
     ) -> JumpResolution {
@@ -214,9 +215,11 @@ impl<'a> Builder<'a> {
                         )
                 });
             if stop {
-                // Outside strict mode a path from code nothing reaches (the
-                // padding after a jump) is no way to the jump at all.
-                let dead = ps.is_empty() && !entries.contains(&self.insns[runs[cur].first].ip());
+                // Outside strict mode a path from code nothing known
+                // reaches (the padding after a jump, or code reached only
+                // through a table not resolved yet) is no way to the jump at
+                // all: the next round, with that table's edges, decides.
+                let dead = !live[cur];
                 if !dead || (strict && !self.is_padding(runs[cur])) {
                     paths.push((chain, taken));
                 } else if !self.is_padding(runs[cur]) {
@@ -728,6 +731,11 @@ impl<'a> Builder<'a> {
         let mut leaders = base.clone();
         let mut resolutions: HashMap<u64, JumpResolution> = HashMap::new();
         let mut converged = false;
+        // Jumps that lost their resolution once the edges of a table (often
+        // their own) joined the paths: they stay unresolved, which keeps the
+        // rounds from oscillating (`_nl_intern_locale_data`: bounded on the
+        // paths from the entry, unbounded on the way back from its targets).
+        let mut lost: HashMap<u64, JumpResolution> = HashMap::new();
         for _ in 0..MAX_ROUNDS {
             let labels = self.labels(&entry_set, &resolutions);
             let runs = self.partition(&leaders);
@@ -747,16 +755,25 @@ impl<'a> Builder<'a> {
                 })
                 .collect();
             let preds = self.preds(&runs, &start_of, &tables);
+            let live = live_runs(&runs, &preds, |k| {
+                entry_set.contains(&self.insns[runs[k].first].ip())
+            });
             let mut next = base.clone();
             next.extend(labels.iter().flatten());
-            resolutions.clear();
+            // The fixpoint is over the leaders AND the table edges: a table
+            // resolved this round may give a block that was already a leader
+            // (the code after a `ret`) its first predecessor, and a jump
+            // reached from that block must be resolved again with that path
+            // (`handle_amd` in static glibc: a table's target holds a second
+            // table jump).
+            let previous = std::mem::take(&mut resolutions);
             let mut found: Vec<(usize, JumpResolution)> = Vec::new();
             for (k, run) in runs.iter().enumerate() {
                 let last = &self.insns[run.last];
                 if last.flow_control() != FlowControl::IndirectBranch || self.is_plt {
                     continue;
                 }
-                found.push((k, self.resolve(&runs, k, &preds, &entry_set, strict)));
+                found.push((k, self.resolve(&runs, k, &preds, &live, &entry_set, strict)));
             }
             // A procedure that takes the addresses of its own labels (GNU
             // `&&label`) jumps to them through pointers: such a pointer jump
@@ -801,9 +818,18 @@ impl<'a> Builder<'a> {
                         next.extend(targets.iter().copied().filter(|&t| inside(t)));
                     }
                 }
+                if let Some(u) = lost.get(&last.ip()) {
+                    res = u.clone();
+                } else if matches!(res, JumpResolution::Unresolved(_))
+                    && previous
+                        .get(&last.ip())
+                        .is_some_and(|p| !matches!(p, JumpResolution::Unresolved(_)))
+                {
+                    lost.insert(last.ip(), res.clone());
+                }
                 resolutions.insert(last.ip(), res);
             }
-            if next == leaders {
+            if next == leaders && resolutions == previous {
                 converged = true;
                 break;
             }
@@ -1098,6 +1124,29 @@ pub fn build(
     .build(entries)
 }
 
+/// Which runs the known edges (`preds`) reach from the runs `is_entry`
+/// picks.
+fn live_runs(
+    runs: &[Run],
+    preds: &[Vec<(usize, bool)>],
+    is_entry: impl Fn(usize) -> bool,
+) -> Vec<bool> {
+    let mut succs = vec![Vec::new(); runs.len()];
+    for (k, ps) in preds.iter().enumerate() {
+        for &(p, _) in ps {
+            succs[p].push(k);
+        }
+    }
+    let mut live = vec![false; runs.len()];
+    let mut work: Vec<usize> = (0..runs.len()).filter(|&k| is_entry(k)).collect();
+    while let Some(k) = work.pop() {
+        if !std::mem::replace(&mut live[k], true) {
+            work.extend(succs[k].iter().copied().filter(|&s| !live[s]));
+        }
+    }
+    live
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1121,7 +1170,13 @@ mod tests {
     /// `cfg_of` in a module that takes the code addresses `taken` (`lea`,
     /// RELATIVE relocations).
     fn cfg_taking(code: &[u8], taken: &[u64]) -> Result<Cfg, String> {
-        let mem = Code(code.to_vec());
+        cfg_with_data(code, &[], taken)
+    }
+
+    /// `cfg_taking` with `data` (jump tables) placed right after the code,
+    /// outside the procedure.
+    fn cfg_with_data(code: &[u8], data: &[u8], taken: &[u64]) -> Result<Cfg, String> {
+        let mem = Code([code, data].concat());
         let relative = HashMap::new();
         let (plt, got, names) = (HashMap::new(), HashMap::new(), HashMap::new());
         let ctx = Context {
@@ -1174,6 +1229,66 @@ mod tests {
                 (0x1002, Some(0x1006), EdgeKind::FallThrough),
                 (0x1003, Some(0x1006), EdgeKind::FallThrough),
                 (0x1006, None, EdgeKind::Return),
+            ]
+        );
+        assert_eq!(cfg.to_graph().check(), Ok(()));
+    }
+
+    /// A table target that was already a leader (code after `jmp *%rax`)
+    /// and holds a second table jump: `handle_amd` in static glibc. The
+    /// second jump is reached from that target (index masked to 0..=3) and
+    /// from a guard bounding it to 0..=1; the fixpoint must include the
+    /// first table's edge, or the second table loses entries 2 and 3.
+    #[test]
+    fn a_table_target_reaching_another_table_is_a_path_to_it() {
+        let code: Vec<u8> = [
+            &[0x83, 0xff, 0x01][..],            // 1000: cmp edi, 1
+            &[0x77, 0x16],                      // 1003: ja 101b
+            &[0x48, 0x8d, 0x15, 0x2c, 0, 0, 0], // 1005: lea rdx, [rip+0x2c] (T1 = 1038)
+            &[0x48, 0x63, 0x04, 0xba],          // 100c: movsxd rax, [rdx+rdi*4]
+            &[0x48, 0x01, 0xd0],                // 1010: add rax, rdx
+            &[0xff, 0xe0],                      // 1013: jmp rax (T1: 1015, 101a)
+            &[0x83, 0xe6, 0x03],                // 1015: and esi, 3
+            &[0xeb, 0x06],                      // 1018: jmp 1020
+            &[0xc3],                            // 101a: ret
+            &[0x83, 0xfe, 0x01],                // 101b: cmp esi, 1
+            &[0x77, 0xfa],                      // 101e: ja 101a
+            &[0x48, 0x8d, 0x15, 0x19, 0, 0, 0], // 1020: lea rdx, [rip+0x19] (T2 = 1040)
+            &[0x48, 0x63, 0x04, 0xb2],          // 1027: movsxd rax, [rdx+rsi*4]
+            &[0x48, 0x01, 0xd0],                // 102b: add rax, rdx
+            &[0xff, 0xe0],                      // 102e: jmp rax (T2: 1030..=1033)
+            &[0xc3, 0xc3, 0xc3, 0xc3],          // 1030: ret x4
+            &[0xcc; 4],                         // 1034: int3 (padding)
+        ]
+        .concat();
+        assert_eq!(code.len(), 0x38);
+        let data: Vec<u8> = [-0x23i32, -0x1e, -0x10, -0xf, -0xe, -0xd]
+            .iter()
+            .flat_map(|e| e.to_le_bytes())
+            .collect();
+        let cfg = cfg_with_data(&code, &data, &[]).unwrap();
+        let jumps: Vec<(u64, JumpResolution)> = cfg
+            .indirect_jumps
+            .iter()
+            .map(|j| (j.addr, j.resolution.clone()))
+            .collect();
+        assert_eq!(
+            jumps,
+            [
+                (
+                    0x1013,
+                    JumpResolution::Table {
+                        table: 0x1038,
+                        targets: vec![0x1015, 0x101a]
+                    }
+                ),
+                (
+                    0x102e,
+                    JumpResolution::Table {
+                        table: 0x1040,
+                        targets: vec![0x1030, 0x1031, 0x1032, 0x1033]
+                    }
+                ),
             ]
         );
         assert_eq!(cfg.to_graph().check(), Ok(()));

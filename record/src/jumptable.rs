@@ -17,7 +17,10 @@
 //!   `mov eax, [rdx+rax]; cdqe` form;
 //! - an index that is itself a byte loaded from a bounded table
 //!   (`movzx i, byte [T2 + j]`, glibc's printf), bounded by that table's
-//!   largest entry.
+//!   largest entry;
+//! - an index `i + c` compared as a whole 64-bit register (`sub $4, %rax;
+//!   cmp $0x16, %rax; ja`): the table starts `scale * c` before the
+//!   address's constant part.
 //!
 //! Invariant: a table is returned only with a proven bound; anything else is
 //! `Unresolved` (with the missing piece named) or, for a jump through a
@@ -179,6 +182,10 @@ struct Sim<'o> {
     slots: HashMap<(Register, u64), Val>,
     next_sym: u32,
     bounds: HashMap<u32, u64>,
+    /// `sym -> (c, m)`: `sym + c <= m` (64-bit, unsigned), from a 64-bit
+    /// compare of `sym + c` (`sub $4, %rax; cmp $0x16, %rax; ja`, glibc's
+    /// `_dl_tunable_set_hwcaps`). The index into the table is `sym + c`.
+    off_bounds: HashMap<u32, (u64, u64)>,
     /// Symbols defined by `movzx r, byte/word [addr]`.
     small_loads: HashMap<u32, (Lin, u8)>,
     last_cmp: Option<(Val, u64)>,
@@ -421,7 +428,11 @@ impl Sim<'_> {
                     Val::Lin(Lin { sym: None, off }) => Some(off & ((1u64 << (8 * width)) - 1)),
                     _ => None,
                 };
-                self.last_cmp = n.map(|n| (v, n));
+                // `sym + c` bounds the index only when compared whole: the
+                // low half of a 64-bit value kept in a stack slot is no bound.
+                let whole =
+                    width >= 8 || !matches!(v, Val::Lin(l) if l.sym.is_some() && l.off != 0);
+                self.last_cmp = n.filter(|_| whole).map(|n| (v, n));
                 self.last_zero = match (v, self.operand(insn, 1)) {
                     (Val::Lin(Lin { sym: None, off: a }), Val::Lin(Lin { sym: None, off: b })) => {
                         let mask = if width >= 8 {
@@ -751,15 +762,25 @@ impl Sim<'_> {
         let Some((Val::Lin(l), n)) = self.last_cmp else {
             return;
         };
-        let Some(s) = l.plain_sym() else { return };
+        let Some((s, 1)) = l.sym else { return };
         let max = match (insn.condition_code(), taken) {
             (ConditionCode::a, false) | (ConditionCode::be, true) => Some(n),
             (ConditionCode::ae, false) | (ConditionCode::b, true) => n.checked_sub(1),
             _ => None,
         };
-        if let Some(m) = max {
+        let Some(m) = max else { return };
+        if l.off == 0 {
             let e = self.bounds.entry(s).or_insert(m);
             *e = (*e).min(m);
+        } else {
+            // Only a 64-bit compare keeps `sym + c` (see `Cmp`; narrower
+            // register views are symbols of their own, see `narrow`). Of
+            // two bounds with different offsets either is sound: keep the
+            // first.
+            let e = self.off_bounds.entry(s).or_insert((l.off, m));
+            if e.0 == l.off {
+                e.1 = e.1.min(m);
+            }
         }
     }
 
@@ -864,6 +885,7 @@ fn resolve_path(
         slots: HashMap::new(),
         next_sym: 0,
         bounds: HashMap::new(),
+        off_bounds: HashMap::new(),
         small_loads: HashMap::new(),
         last_cmp: None,
         last_zero: None,
@@ -930,7 +952,15 @@ fn resolve_path(
         }
         return JumpResolution::Unresolved("index scale differs from the entry size");
     }
-    let Some(n) = sim.bound(s, reader) else {
+    // An index `s + c` bounded by `m` reads entries `0..=m` of the table
+    // at `addr.off - scale*c`: the address is `(addr.off - scale*c) +
+    // scale*(s + c)` whatever the order in which the code formed it.
+    let bounded = sim.bound(s, reader).map(|n| (n, addr.off)).or_else(|| {
+        sim.off_bounds
+            .get(&s)
+            .map(|&(c, m)| (m, addr.off.wrapping_sub(scale.wrapping_mul(c))))
+    });
+    let Some((n, table)) = bounded else {
         // PIC jump tables hold 32-bit offsets (8-byte addresses would each
         // need a dynamic relocation), so an unbounded indexed 8-byte load
         // in PIC code reads a function pointer from an array of structures.
@@ -950,7 +980,6 @@ fn resolve_path(
     if n >= MAX_ENTRIES {
         return JumpResolution::Unresolved("table bound too large");
     }
-    let table = addr.off;
     let mut targets = Vec::with_capacity(n as usize + 1);
     for i in 0..=n {
         let a = table.wrapping_add(i * entry_size);
@@ -1303,6 +1332,109 @@ mod tests {
             JumpResolution::Table {
                 table: T,
                 targets: vec![BASE + 0x10, BASE + 0x20, BASE + 0x30]
+            }
+        );
+    }
+
+    /// `_dl_tunable_set_hwcaps` in static glibc (gcc 12 -O2): the table base
+    /// `rbx` is set at the entry; `sub $4, %rax; cmp $0x16, %rax; ja default;
+    /// movslq (%rbx,%rax,4), %rax; add %rbx, %rax; jmp *%rax`. The 64-bit
+    /// compare bounds `rax - 4`, not a plain symbol.
+    const OFFSET_GUARD: &[I] = &[
+        I::Raw(&[0x48, 0x83, 0xe8, 0x04]),
+        I::Raw(&[0x48, 0x83, 0xf8, 0x16]),
+        I::Raw(&[0x77, 0x10]),
+    ];
+    // movsxd rax, [rbx+rax*4]; add rax, rbx; jmp rax
+    const RBX_TABLE: &[I] = &[
+        I::Raw(&[0x48, 0x63, 0x04, 0x83]),
+        I::Raw(&[0x48, 0x01, 0xd8]),
+        I::Raw(&[0xff, 0xe0]),
+    ];
+
+    fn rbx_is_t(r: Register) -> Option<EntryFact> {
+        (r == Register::RBX).then_some(EntryFact::Const(T))
+    }
+
+    #[test]
+    fn a_64_bit_compare_of_index_minus_constant_bounds_the_table() {
+        let targets: Vec<u64> = (0..0x17).map(|i| 0x1100 + 0x10 * (i % 5)).collect();
+        let r = run_with(
+            &[OFFSET_GUARD, RBX_TABLE],
+            &[false],
+            vec![(T, rel_table(&targets))],
+            &HashMap::new(),
+            &mut rbx_is_t,
+        );
+        assert_eq!(
+            r,
+            JumpResolution::Table {
+                table: T,
+                targets: targets.clone()
+            }
+        );
+        // The taken side of `ja` (the default) bounds nothing.
+        let r = run_with(
+            &[OFFSET_GUARD, RBX_TABLE],
+            &[true],
+            vec![(T, rel_table(&targets))],
+            &HashMap::new(),
+            &mut rbx_is_t,
+        );
+        assert_eq!(
+            r,
+            JumpResolution::Unresolved("no bounding compare on the index")
+        );
+    }
+
+    #[test]
+    fn a_32_bit_compare_of_a_64_bit_index_minus_constant_bounds_nothing() {
+        // sub rax, 4; mov [rbp-0x18], rax; cmp dword [rbp-0x18], 0x16; ja:
+        // only the low half of `rax - 4` is bounded.
+        let guard: &[I] = &[
+            I::Raw(&[0x48, 0x83, 0xe8, 0x04]),
+            I::Raw(&[0x48, 0x89, 0x45, 0xe8]),
+            I::Raw(&[0x83, 0x7d, 0xe8, 0x16]),
+            I::Raw(&[0x77, 0x10]),
+        ];
+        // mov rax, [rbp-0x18]; then the table jump
+        let reload: &[I] = &[I::Raw(&[0x48, 0x8b, 0x45, 0xe8])];
+        let r = run_with(
+            &[guard, reload, RBX_TABLE],
+            &[false, false],
+            vec![(T, rel_table(&[0x1100; 0x17]))],
+            &HashMap::new(),
+            &mut rbx_is_t,
+        );
+        assert_eq!(
+            r,
+            JumpResolution::Unresolved("no bounding compare on the index")
+        );
+    }
+
+    #[test]
+    fn an_index_compared_with_an_offset_reads_the_shifted_table() {
+        // mov rcx, rax; sub rcx, 4; cmp rcx, 2; ja: 4 <= rax <= 6, so
+        // `movsxd rax, [rbx+rax*4]` reads entries 4..=6 of T.
+        let guard: &[I] = &[
+            I::Raw(&[0x48, 0x89, 0xc1]),
+            I::Raw(&[0x48, 0x83, 0xe9, 0x04]),
+            I::Raw(&[0x48, 0x83, 0xf9, 0x02]),
+            I::Raw(&[0x77, 0x10]),
+        ];
+        let all: Vec<u64> = (0..7).map(|i| 0x1100 + 0x10 * i).collect();
+        let r = run_with(
+            &[guard, RBX_TABLE],
+            &[false],
+            vec![(T, rel_table(&all))],
+            &HashMap::new(),
+            &mut rbx_is_t,
+        );
+        assert_eq!(
+            r,
+            JumpResolution::Table {
+                table: T + 16,
+                targets: all[4..].to_vec()
             }
         );
     }
