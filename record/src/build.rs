@@ -395,17 +395,7 @@ impl<'a> Builder<'a> {
                 {
                     return None;
                 }
-                let writes = info.info(insn).used_registers().iter().any(|u| {
-                    u.register().is_gpr()
-                        && u.register().full_register() == r
-                        && !matches!(
-                            u.access(),
-                            iced_x86::OpAccess::Read
-                                | iced_x86::OpAccess::CondRead
-                                | iced_x86::OpAccess::NoMemAccess
-                        )
-                });
-                if !writes {
+                if !writes_gpr(&mut info, insn, r) {
                     continue;
                 }
                 let fact = match insn.mnemonic() {
@@ -605,17 +595,7 @@ impl<'a> Builder<'a> {
                     return false;
                 }
                 let r = jmp.op0_register();
-                let writes = info.info(insn).used_registers().iter().any(|u| {
-                    u.register().is_gpr()
-                        && u.register().full_register() == r
-                        && !matches!(
-                            u.access(),
-                            iced_x86::OpAccess::Read
-                                | iced_x86::OpAccess::CondRead
-                                | iced_x86::OpAccess::NoMemAccess
-                        )
-                });
-                if writes {
+                if writes_gpr(&mut info, insn, r) {
                     if !(insn.mnemonic() == Mnemonic::Mov
                         && insn.op0_register() == r
                         && self.reads_pointer(insn, 1))
@@ -1145,6 +1125,25 @@ fn live_runs(
         }
     }
     live
+}
+
+/// Whether `insn` writes (any part of) the general-purpose register whose
+/// full form is `r`.
+fn writes_gpr(
+    info: &mut iced_x86::InstructionInfoFactory,
+    insn: &iced_x86::Instruction,
+    r: iced_x86::Register,
+) -> bool {
+    info.info(insn).used_registers().iter().any(|u| {
+        u.register().is_gpr()
+            && u.register().full_register() == r
+            && !matches!(
+                u.access(),
+                iced_x86::OpAccess::Read
+                    | iced_x86::OpAccess::CondRead
+                    | iced_x86::OpAccess::NoMemAccess
+            )
+    })
 }
 
 #[cfg(test)]
