@@ -22,7 +22,7 @@
 //! section each; every range belongs to exactly one plan; a plan's entries
 //! include its primary start.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, UnwindSection};
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind, Register};
@@ -522,8 +522,12 @@ pub fn discover(module: &Module, stubs: Vec<PltStub>) -> Discovery {
     let mut jump_facts: Vec<(usize, u64)> = Vec::new();
     let mut call_facts: Vec<u64> = Vec::new();
     let mut falloff_facts: Vec<(usize, u64)> = Vec::new();
+    // Starts already tried: one that gave no range (nothing decodable there)
+    // would give none again, and must not keep the loop going.
+    let mut tried: HashSet<u64> = HashSet::new();
     loop {
         st.add_open_starts(&pending);
+        tried.extend(pending.keys().copied());
         pending.clear();
         // Decode and scan the ranges added since the last round.
         let first_new = decoded.len();
@@ -550,7 +554,7 @@ pub fn discover(module: &Module, stubs: Vec<PltStub>) -> Discovery {
         }
         // Facts whose address no range holds start new ranges.
         let mut add = |a: u64, src: Source, st: &State| {
-            if st.containing(a).is_none() && section_of(a).is_some() {
+            if st.containing(a).is_none() && section_of(a).is_some() && !tried.contains(&a) {
                 pending.entry(a).or_default().insert(src);
             }
         };
