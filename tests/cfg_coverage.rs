@@ -706,3 +706,35 @@ fn cfg_json_does_not_depend_on_thread_count() {
         "aetrace cfg --json on libc differs between 1 and 3 threads"
     );
 }
+
+/// Procedure discovery terminates on a large stripped library whose code
+/// holds starts that decode to nothing (it once looped forever on
+/// libgcrypt). A watchdog turns a hang into a failure instead of a CI
+/// time-out; 120 s is far above the ~0.05 s the run takes.
+#[test]
+fn discovery_terminates_on_libgcrypt() {
+    let path = Path::new("/usr/lib/x86_64-linux-gnu/libgcrypt.so.20");
+    assert!(
+        path.exists(),
+        "{}: .ci/deps installs libgcrypt20",
+        path.display()
+    );
+    let mut child = Command::new(common::aetrace())
+        .arg("cfg")
+        .arg(path)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("aetrace runs");
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if start.elapsed() > std::time::Duration::from_secs(120) {
+            child.kill().ok();
+            panic!("aetrace cfg {} did not finish in 120 s", path.display());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(status.success(), "aetrace cfg {}: {status}", path.display());
+}
