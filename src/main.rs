@@ -8,6 +8,8 @@
 //! - `1`: the input was refused or the work failed (the one-line message on
 //!   stderr says why).
 //! - `2`: the command line itself was wrong (clap's usage error).
+//! - `record`: the traced program's own exit status; when a signal killed
+//!   it, the recorder re-raises that signal (or exits 128+signal).
 //! - `cachesim` keeps the exit codes documented in `aetrace-cachesim`.
 
 use std::ffi::OsString;
@@ -43,12 +45,84 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Rewrite an executable so that it writes its witness trace (to the file named by
+    /// AETRACE_OUT when run without `aetrace record`).
+    Instrument {
+        file: PathBuf,
+        #[arg(short, long)]
+        output: PathBuf,
+        #[arg(long, value_enum, default_value = "optimal")]
+        placement: PlacementArg,
+    },
+    /// Run a program with its trace recorded; exits with the program's status.
+    Record {
+        /// Trace file to write (default: PROGRAM's base name + .aet).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Shared libraries to trace too (only `none` is supported so far).
+        #[arg(long, default_value = "none")]
+        libs: String,
+        #[arg(long, value_enum, default_value = "optimal")]
+        placement: PlacementArg,
+        /// The program and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<OsString>,
+    },
+    /// Rebuild the instruction or block trace of a recorded run.
+    Regen {
+        trace: PathBuf,
+        /// insn, block, din, xdin or bin.
+        #[arg(long, default_value = "insn")]
+        format: String,
+        /// Keep only this module (file name or path).
+        #[arg(long)]
+        module: Option<String>,
+        /// Offsets from the module's base instead of run-time addresses.
+        #[arg(long)]
+        relative: bool,
+        /// Only this thread.
+        #[arg(long)]
+        thread: Option<u32>,
+        /// Threads regenerated in parallel (0: one per CPU).
+        #[arg(short = 'j', long, default_value_t = 0)]
+        jobs: usize,
+        /// Print totals only.
+        #[arg(long)]
+        count: bool,
+        /// Write here instead of stdout.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
+    /// Summarise a trace: modules, threads, sizes, procedures left alone, bits per instruction.
+    Info {
+        trace: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
     /// Run the Dinero-compatible cache simulator (same options as `cachesim`).
     #[command(disable_help_flag = true)]
     Cachesim {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
+}
+
+#[derive(Copy, Clone, clap::ValueEnum)]
+enum PlacementArg {
+    Optimal,
+    AllPredicates,
+    NaiveBlocking,
+}
+
+impl From<PlacementArg> for aetrace_record::rewrite::Placement {
+    fn from(p: PlacementArg) -> Self {
+        use aetrace_record::rewrite::Placement;
+        match p {
+            PlacementArg::Optimal => Placement::Optimal,
+            PlacementArg::AllPredicates => Placement::AllPredicates,
+            PlacementArg::NaiveBlocking => Placement::NaiveBlocking,
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -70,6 +144,51 @@ fn main() -> ExitCode {
             aetrace_record::report::cfg_command(&file, function.as_deref(), output)
                 .map_err(|e| e.to_string())
         }
+        Command::Instrument {
+            file,
+            output,
+            placement,
+        } => aetrace_record::commands::instrument_command(&file, &output, placement.into())
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        Command::Record {
+            output,
+            libs,
+            placement,
+            mut command,
+        } => {
+            if libs != "none" {
+                eprintln!("aetrace: error: --libs {libs}: only `none` is supported so far");
+                return ExitCode::from(1);
+            }
+            let program = PathBuf::from(command.remove(0));
+            let opts = aetrace_record::commands::RecordOptions {
+                trace: output,
+                placement: placement.into(),
+                program,
+                args: command,
+            };
+            match aetrace_record::commands::record_command(&opts) {
+                Ok(outcome) => return aetrace_record::commands::exit_like(outcome),
+                Err(e) => Err(e.to_string()),
+            }
+        }
+        Command::Regen {
+            trace,
+            format,
+            module,
+            relative,
+            thread,
+            jobs,
+            count,
+            output,
+        } => regen(
+            trace, &format, module, relative, thread, jobs, count, output,
+        ),
+        Command::Info { trace, json } => {
+            aetrace_regen::info::info_command(&trace, json, &mut std::io::stdout().lock())
+                .map_err(|e| e.to_string())
+        }
         Command::Cachesim { args } => return aetrace_cachesim::cli::main(args),
     };
     match result {
@@ -77,6 +196,40 @@ fn main() -> ExitCode {
         Err(message) => {
             eprintln!("aetrace: error: {message}");
             ExitCode::from(1)
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn regen(
+    trace: PathBuf,
+    format: &str,
+    module: Option<String>,
+    relative: bool,
+    thread: Option<u32>,
+    jobs: usize,
+    count: bool,
+    output: Option<PathBuf>,
+) -> Result<(), String> {
+    let opts = aetrace_regen::Options {
+        format: format
+            .parse()
+            .map_err(|e: aetrace_regen::Error| e.to_string())?,
+        module,
+        relative,
+        thread,
+        jobs,
+        count,
+    };
+    let run = |out: &mut dyn std::io::Write| {
+        aetrace_regen::regen_command(&trace, &opts, out).map_err(|e| e.to_string())
+    };
+    match output {
+        None => run(&mut std::io::stdout().lock()),
+        Some(path) => {
+            let mut f =
+                std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            run(&mut f)
         }
     }
 }

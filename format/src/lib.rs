@@ -48,6 +48,7 @@ mod bytes;
 pub mod error;
 pub mod header;
 pub mod index;
+pub mod progdb;
 pub mod section;
 pub mod stats;
 pub mod trace;

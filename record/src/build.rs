@@ -1,6 +1,7 @@
 //! Building one procedure's [`Cfg`] from its decoded ranges.
 //!
-//! Leaders are the entries, the range starts, the targets of direct branches
+//! Leaders are the entries, the range starts, the C++ landing pads (from
+//! the LSDAs: the unwinder enters them), the targets of direct branches
 //! inside the procedure, the targets of resolved jump tables, the labels
 //! whose address the procedure takes (GNU `&&label`), and every
 //! instruction after a block-ending one (branch, call, return, `hlt`, `ud2`,
@@ -487,7 +488,12 @@ impl<'a> Builder<'a> {
         value
     }
 
-    fn build(&self, entries: &[u64]) -> Result<Cfg, String> {
+    /// `pads` are the landing pads: leaders, and roots with unknown
+    /// register state like entries (the unwinder enters them).
+    fn build(&self, entries: &[u64], pads: &[u64]) -> Result<Cfg, String> {
+        let primary = entries[0];
+        let roots: Vec<u64> = entries.iter().chain(pads).copied().collect();
+        let entries = &roots[..];
         let base = self.static_leaders(entries)?;
         let (mut leaders, mut resolutions) = self.resolve_tables(&base, entries, false)?;
         if resolutions
@@ -498,7 +504,7 @@ impl<'a> Builder<'a> {
             // unresolved jump: redo without ignoring it.
             (leaders, resolutions) = self.resolve_tables(&base, entries, true)?;
         }
-        self.assemble(&leaders, &resolutions, entries[0])
+        self.assemble(&leaders, &resolutions, primary)
     }
 
     /// The procedure's address-taken labels, sorted: instruction starts
@@ -1076,11 +1082,13 @@ fn add_aliases(
 
 /// Builds the CFG of a procedure made of `ranges` (sorted, disjoint) whose
 /// instructions are `insns` (sorted by address), entered at `entries`
-/// (primary entry first).
+/// (primary entry first) and, by the unwinder, at the landing pads
+/// `landing_pads` (each one starts a block).
 pub fn build(
     insns: &[Instruction],
     ranges: &[(u64, u64)],
     entries: &[u64],
+    landing_pads: &[u64],
     is_plt: bool,
     ctx: &Context,
 ) -> Result<Cfg, String> {
@@ -1101,7 +1109,7 @@ pub fn build(
         ctx,
         is_plt,
     }
-    .build(entries)
+    .build(entries, landing_pads)
 }
 
 /// Which runs the known edges (`preds`) reach from the runs `is_entry`
@@ -1175,6 +1183,11 @@ mod tests {
     /// `cfg_taking` with `data` (jump tables) placed right after the code,
     /// outside the procedure.
     fn cfg_with_data(code: &[u8], data: &[u8], taken: &[u64]) -> Result<Cfg, String> {
+        cfg_full(code, data, taken, &[])
+    }
+
+    /// `cfg_with_data` with landing pads `pads`.
+    fn cfg_full(code: &[u8], data: &[u8], taken: &[u64], pads: &[u64]) -> Result<Cfg, String> {
         let mem = Code([code, data].concat());
         let relative = HashMap::new();
         let (plt, got, names) = (HashMap::new(), HashMap::new(), HashMap::new());
@@ -1197,9 +1210,24 @@ mod tests {
             &insns,
             &[(0x1000, 0x1000 + code.len() as u64)],
             &[0x1000],
+            pads,
             false,
             &ctx,
         )
+    }
+
+    #[test]
+    fn landing_pads_start_blocks() {
+        // call +0; mov eax, 1; mov edx, 2; ret: a pad at the second mov
+        // (reached only by the unwinder) splits straight-line code.
+        let code = [0xe8, 0, 0, 0, 0, 0xb8, 1, 0, 0, 0, 0xba, 2, 0, 0, 0, 0xc3];
+        let plain = cfg_of(&code).unwrap();
+        let with = cfg_full(&code, &[], &[], &[0x100a]).unwrap();
+        assert_eq!(with.blocks.len(), plain.blocks.len() + 1);
+        assert!(with.block_at(0x100a).is_some() && plain.block_at(0x100a).is_none());
+        // A pad inside an instruction is refused, never rounded.
+        let e = cfg_full(&code, &[], &[], &[0x100b]).unwrap_err();
+        assert!(e.contains("0x100b"), "{e}");
     }
 
     fn edges(cfg: &Cfg) -> Vec<(u64, Option<u64>, EdgeKind)> {

@@ -259,7 +259,8 @@ impl Module {
         })
     }
 
-    fn bytes(&self) -> &[u8] {
+    /// The whole file.
+    pub fn bytes(&self) -> &[u8] {
         match &self.data {
             Data::Map(m) => m,
             Data::Owned(v) => v,

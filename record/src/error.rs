@@ -27,6 +27,12 @@ pub enum Error {
     /// `--function` named nothing the module has.
     #[error("{}: no procedure named or starting at `{name}`", path.display())]
     NoSuchFunction { path: PathBuf, name: String },
+    /// The rewritten ELF could not be produced.
+    #[error("{}: cannot rewrite: {what}", path.display())]
+    Rewrite { path: PathBuf, what: String },
+    /// Recording a run failed (witness region, trace file, a child process).
+    #[error("recording failed: {what}")]
+    Record { what: String },
     /// Writing the report failed (closed pipe, full disk).
     #[error("writing the report: {0}")]
     Output(#[from] std::io::Error),

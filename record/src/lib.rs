@@ -11,13 +11,17 @@
 
 pub mod build;
 pub mod cfg;
+pub mod commands;
 pub mod elf;
 pub mod error;
 pub mod jumptable;
+pub mod launch;
+pub mod lsda;
 pub mod noreturn;
 pub mod plt;
 pub mod procs;
 pub mod report;
+pub mod rewrite;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -56,6 +60,9 @@ pub struct Procedure {
     pub ranges: Vec<(u64, u64)>,
     /// Where control may enter (the primary start first).
     pub entries: Vec<u64>,
+    /// Where the unwinder may enter (C++ landing pads from the LSDAs of the
+    /// procedure's FDEs), sorted; each one starts a block.
+    pub landing_pads: Vec<u64>,
     pub sources: Vec<Source>,
     pub noreturn: bool,
     /// The CFG, or why the procedure could not be analysed exactly.
@@ -134,6 +141,19 @@ pub fn analyze(module: Module) -> Program {
         taken: &disc.taken,
         data_words: &disc.data_words,
     };
+    // Landing pads, and the FDEs whose LSDA cannot be read exactly: a
+    // procedure containing one is not analysed (its unwinder entries are
+    // unknown).
+    let mut pads: Vec<u64> = Vec::new();
+    let mut bad_lsda: Vec<(u64, String)> = Vec::new();
+    for (fde, r) in lsda::landing_pads_by_fde(&module) {
+        match r {
+            Ok(p) => pads.extend(p),
+            Err(e) => bad_lsda.push((fde, e)),
+        }
+    }
+    pads.sort_unstable();
+    pads.dedup();
     let symbols: HashMap<u64, &str> = module
         .func_symbols
         .iter()
@@ -158,10 +178,17 @@ pub fn analyze(module: Module) -> Program {
                 .collect();
             sources.sort_unstable();
             sources.dedup();
+            let inside = |a: u64| ranges.iter().any(|&(s, e)| a >= s && a < e);
+            let landing_pads: Vec<u64> = pads.iter().copied().filter(|&a| inside(a)).collect();
+            let lsda_error = bad_lsda
+                .iter()
+                .find(|(fde, _)| inside(*fde))
+                .map(|(_, e)| e.clone());
             let cfg = match plan
                 .ranges
                 .iter()
                 .find_map(|&i| disc.decoded[i].error.clone())
+                .or(lsda_error)
             {
                 Some(e) => Err(e),
                 None => {
@@ -170,7 +197,14 @@ pub fn analyze(module: Module) -> Program {
                         .iter()
                         .flat_map(|&i| disc.decoded[i].insns.iter().copied())
                         .collect();
-                    build::build(&insns, &ranges, &plan.entries, stub.is_some(), &ctx)
+                    build::build(
+                        &insns,
+                        &ranges,
+                        &plan.entries,
+                        &landing_pads,
+                        stub.is_some(),
+                        &ctx,
+                    )
                 }
             };
             Procedure {
@@ -186,6 +220,7 @@ pub fn analyze(module: Module) -> Program {
                 end: primary.end,
                 ranges,
                 entries: plan.entries.clone(),
+                landing_pads,
                 sources,
                 noreturn: false,
                 cfg,

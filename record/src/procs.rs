@@ -160,7 +160,10 @@ pub fn decode_range(module: &Module, start: u64, end: u64) -> Decoded {
 /// Whether `insn` continues to the next instruction (no block end).
 pub fn is_straight(insn: &Instruction) -> bool {
     match insn.flow_control() {
-        FlowControl::Next | FlowControl::XbeginXabortXend => insn.mnemonic() != Mnemonic::Xbegin,
+        // `hlt` faults in user mode: it ends the thread like `ud2`.
+        FlowControl::Next | FlowControl::XbeginXabortXend => {
+            !matches!(insn.mnemonic(), Mnemonic::Xbegin | Mnemonic::Hlt)
+        }
         FlowControl::Call => matches!(insn.mnemonic(), Mnemonic::Syscall | Mnemonic::Sysenter),
         FlowControl::Interrupt => insn.mnemonic() == Mnemonic::Int,
         _ => false,
@@ -653,38 +656,46 @@ pub fn discover(module: &Module, stubs: Vec<PltStub>) -> Discovery {
     let mut plans: Vec<Plan> = groups
         .into_values()
         .map(|members| {
-            // A `.cold` part jumps into another member's middle and is
-            // itself entered by jumps; the hot part may jump into the cold
-            // part's middle too, but nothing jumps to its start.
-            let cold = |i: usize| jumper[i] && st.ranges[i].sources.contains(&Source::JumpTarget);
-            let primary = members
+            // Where control enters the group from outside: a range start
+            // that something outside names (a call, a symbol that is not a
+            // `.cold` part, the ELF entry, init/fini arrays, an address taken,
+            // or a jump from another group: a tail call). A `.cold` part is
+            // entered only by jumps of its own group.
+            let outside_jump: BTreeSet<u64> = jump_facts
                 .iter()
-                .copied()
-                .find(|&i| !jumper[i])
-                .or_else(|| members.iter().copied().find(|&i| !cold(i)))
-                .unwrap_or(members[0]);
-            let mut entries = vec![st.ranges[primary].start];
-            for &i in &members {
+                .filter(|&&(from, _)| !members.contains(&from))
+                .map(|&(_, t)| t)
+                .collect();
+            let named = |i: usize| {
                 let r = &st.ranges[i];
-                // A joined range is entered from outside unless it is a
-                // `.cold` part (it jumps into another range's middle and
-                // nothing but its FDE, a `.cold` symbol or jumps name it).
                 let cold_symbol = symbol_names
                     .get(&r.start)
                     .is_some_and(|n| n.contains(".cold"));
-                let entered = !cold(i)
-                    || r.sources.iter().any(|s| {
-                        matches!(
-                            s,
-                            Source::CallTarget
-                                | Source::Entry
-                                | Source::InitFini
-                                | Source::AddressTaken
-                                | Source::Dynsym
-                        ) || (*s == Source::Symtab && !cold_symbol)
-                    });
-                if i != primary && entered {
-                    entries.push(r.start);
+                r.sources.iter().any(|s| {
+                    matches!(
+                        s,
+                        Source::CallTarget
+                            | Source::Entry
+                            | Source::InitFini
+                            | Source::AddressTaken
+                            | Source::Dynsym
+                    ) || (*s == Source::Symtab && !cold_symbol)
+                }) || outside_jump.contains(&r.start)
+            };
+            // The primary range: the largest named one; without any, the
+            // first that does not jump into another member's middle.
+            let size = |i: usize| st.ranges[i].end - st.ranges[i].start;
+            let primary = members
+                .iter()
+                .copied()
+                .filter(|&i| named(i))
+                .max_by_key(|&i| (size(i), std::cmp::Reverse(st.ranges[i].start)))
+                .or_else(|| members.iter().copied().find(|&i| !jumper[i]))
+                .unwrap_or(members[0]);
+            let mut entries = vec![st.ranges[primary].start];
+            for &i in &members {
+                if i != primary && named(i) {
+                    entries.push(st.ranges[i].start);
                 }
                 entries.extend(extra.get(&i).into_iter().flatten());
             }

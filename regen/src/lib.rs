@@ -1,6 +1,33 @@
-//! `aetrace-regen`: the dynamic side (paper 003, Figure 7 and Section 4.2;
-//! DESIGN.md decision 7).
+//! `aetrace-regen`: the dynamic side. Rebuilds the exact block and
+//! instruction trace of every thread of a recorded run from its witness
+//! streams and the program database (paper 003: Figure 7's regeneration
+//! with a procedure stack, Section 4.2; DESIGN.md decisions 7 and 8).
 //!
-//! Not written yet: the regenerator needs the rewriter's trace files (issue 4).
-//! The reference regenerator it will be tested against already lives in
-//! `aetrace-graph`.
+//! - [`stream`]: the byte encoding a thread writes, read as items;
+//! - [`compile`]: a program database turned into dense per-block successor
+//!   tables, per-predicate witness choices and preformatted output;
+//! - [`machine`]: the regeneration rules (the contract with the rewriter,
+//!   `docs/regen.md`);
+//! - [`output`]: threads, modules, formats, `-j` parallelism, `--count`.
+//!
+//! Invariants: output is exact or regeneration stops with an [`Error`]
+//! naming thread, procedure, block and stream offset; output is
+//! byte-identical for any number of jobs. The reference regenerator the
+//! tests compare against is `aetrace_graph::regen_ref`'s model, through
+//! executions of random programs (`src/tests.rs`).
+
+pub mod compile;
+pub mod error;
+pub mod info;
+pub mod machine;
+pub mod output;
+pub mod stream;
+
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;
+
+#[cfg(test)]
+mod tests;
+
+pub use error::{Error, Result};
+pub use output::{regen_command, regen_trace, Format, Options};

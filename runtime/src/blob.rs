@@ -591,6 +591,11 @@ fn emit_claim(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.syscall()?;
     a.mov(dword_ptr(r14 + S_PID), eax)?;
     a.mov(dword_ptr(r14 + S_CUR_HALF), 0)?;
+    // The blob's run-time start (init is at offset 0): the recorder learns
+    // this process's load bias from it. Stored before POS, which the
+    // drainer reads first.
+    a.lea(rax, ptr(l.init))?;
+    a.mov(qword_ptr(r14 + S_RUNTIME), rax)?;
     a.mov(rax, qword_ptr(r15 + H_HALF_SIZE))?;
     a.lea(rdx, qword_ptr(r14 + SLOT_HEADER_SIZE))?;
     a.lea(rax, qword_ptr(rdx + rax - HEADROOM as i32))?;
@@ -728,7 +733,8 @@ fn emit_helpers(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> 
 /// (its `xadd gs:[0], r` done) but not finished storing them, perform the
 /// remaining stores now and step the saved RIP over them, so no reserved
 /// byte stays unwritten even if the handler never returns (longjmp) or
-/// fills the buffer. Then write `SIGNAL(signo)`.
+/// fills the buffer. Then write `SIGNAL(signo, rip)` with the saved RIP
+/// as the handler will return to it.
 ///
 /// The interrupted context is in a reservation window when (A) the 10
 /// bytes before its RIP are `xadd gs:[0], r` and RIP is at a store through
@@ -942,6 +948,8 @@ fn emit_signal_entry(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedEr
     a.mov(qword_ptr(r13 + 16 * 8), r14)?;
     a.add(qword_ptr(l.d_fixups), 1)?;
     a.set_label(&mut record)?;
+    // SIGNAL(signo, rip): r14 is the saved RIP, advanced past any stores
+    // completed above (the instruction the handler returns to).
     a.mov(eax, RecordKind::Signal.encoded_len() as u32)?;
     a.xadd(qword_ptr(S_POS).gs(), rax)?;
     a.mov(
@@ -949,6 +957,7 @@ fn emit_signal_entry(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedEr
         ESCAPE as u32 | (KIND_PENDING as u32 | RecordKind::Signal as u32) << 8,
     )?;
     a.mov(dword_ptr(rax + 2), r12d)?;
+    a.mov(qword_ptr(rax + 6), r14)?;
     a.mov(byte_ptr(rax + 1), RecordKind::Signal as u32)?;
     restore_all(a)
 }

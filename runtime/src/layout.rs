@@ -69,6 +69,9 @@ pub const S_HALF_FILL: u64 = 56;
 pub const S_SEQ: u64 = 72;
 /// Slot index of the creating thread/process, `u32::MAX` for the first.
 pub const S_PARENT: u64 = 80;
+/// Run-time address of the runtime blob's start in the process owning the
+/// slot (the recorder derives the module's load bias from it).
+pub const S_RUNTIME: u64 = 88;
 
 pub const SLOT_FREE: u32 = 0;
 pub const SLOT_ACTIVE: u32 = 1;
@@ -116,7 +119,9 @@ pub enum RecordKind {
     Enter = 1,
     /// Indirect branch to `u64` (absolute target in the original code).
     Indirect = 2,
-    /// A signal handler starts: `u32` signal number.
+    /// A signal handler starts: `u32` signal number, then `u64` the
+    /// interrupted RIP as saved in the kernel's ucontext (after the fix-up
+    /// completed any pending witness stores and advanced it).
     Signal = 3,
     /// Execution resumed at a setjmp return point (after longjmp).
     SetjmpResume = 4,
@@ -130,6 +135,13 @@ pub enum RecordKind {
     Thread = 8,
     /// A witness of a procedure with more than 254 witness edges: `u16`.
     Wide = 9,
+    /// Control came back from an external (untraced) call, after any
+    /// callbacks it made; no payload.
+    Return = 10,
+    /// The unwinder entered a landing pad of procedure `u32` (C++
+    /// exceptions): frames above the one whose current call site has that
+    /// landing pad were discarded.
+    Landing = 11,
 }
 
 impl RecordKind {
@@ -141,14 +153,15 @@ impl RecordKind {
     /// Payload length in bytes.
     pub const fn payload_len(self) -> u64 {
         match self {
-            RecordKind::SetjmpResume => 0,
+            RecordKind::SetjmpResume | RecordKind::Return => 0,
             RecordKind::Wide => 2,
             RecordKind::Enter
-            | RecordKind::Signal
             | RecordKind::Exit
             | RecordKind::Fork
-            | RecordKind::Thread => 4,
+            | RecordKind::Thread
+            | RecordKind::Landing => 4,
             RecordKind::Indirect | RecordKind::Desync => 8,
+            RecordKind::Signal => 12,
         }
     }
 
@@ -164,6 +177,8 @@ impl RecordKind {
             7 => RecordKind::Fork,
             8 => RecordKind::Thread,
             9 => RecordKind::Wide,
+            10 => RecordKind::Return,
+            11 => RecordKind::Landing,
             _ => return None,
         })
     }
@@ -227,4 +242,48 @@ pub fn valid_prefix(data: &[u8]) -> Result<usize, (usize, u8)> {
         }
     }
     Ok(i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kinds and total lengths of the table in `docs/runtime.md` section 2.
+    const TABLE: [(u8, u64); 11] = [
+        (1, 6),
+        (2, 10),
+        (3, 14),
+        (4, 2),
+        (5, 10),
+        (6, 6),
+        (7, 6),
+        (8, 6),
+        (9, 4),
+        (10, 2),
+        (11, 6),
+    ];
+
+    #[test]
+    fn every_kind_decodes_with_its_documented_length() {
+        for (byte, len) in TABLE {
+            let k = RecordKind::from_byte(byte).expect("documented kind decodes");
+            assert_eq!(k as u8, byte);
+            assert_eq!(k.encoded_len(), len, "{k:?}");
+        }
+        for b in [0u8, 12, 0x7F, 0x80, 0xFF] {
+            assert_eq!(RecordKind::from_byte(b), None, "{b:#x}");
+        }
+    }
+
+    #[test]
+    fn valid_prefix_stops_at_holes_and_pending_records() {
+        let mut d = vec![0x11, 0xFF, 10, 0x22, 0xFF, 3];
+        d.extend(7u32.to_le_bytes());
+        d.extend(0x4000_1234u64.to_le_bytes());
+        assert_eq!(valid_prefix(&d), Ok(d.len()));
+        assert_eq!(valid_prefix(&d[..d.len() - 1]), Ok(4), "truncated SIGNAL");
+        assert_eq!(valid_prefix(&[0x11, 0xFF, 0x80 | 10]), Ok(1));
+        assert_eq!(valid_prefix(&[0x11, 0x00, 0x22]), Ok(1));
+        assert_eq!(valid_prefix(&[0x11, 0xFF, 0x42]), Err((2, 0x42)));
+    }
 }

@@ -9,7 +9,9 @@
 //!   write order, each byte exactly once; it stops at the first `0x00`
 //!   (reserved, not yet written) or pending record, and resumes there.
 //! - A half is zeroed and handed back (`HALF_EMPTY`, futex wake) only after
-//!   every byte up to its sealed fill was yielded.
+//!   every byte up to its sealed fill was yielded, or unread when its
+//!   slot's stream is broken (an error was returned for it): a writer never
+//!   blocks for ever on a stream the recorder cannot use.
 //! - Bytes read from a region or file are untrusted: every offset is bounds
 //!   checked and bad layouts are errors, never panics.
 
@@ -160,6 +162,9 @@ struct SlotCursor {
     off: u64,
     /// The writer is gone and the stream ended at a hole: nothing more comes.
     ended: bool,
+    /// The stream could not be read (an unknown record, a bad fill): it
+    /// yields nothing more, and its sealed halves are handed back unread.
+    broken: bool,
 }
 
 /// One batch of a slot's stream.
@@ -168,6 +173,9 @@ pub struct Batch<'a> {
     pub slot: u32,
     pub pid: u32,
     pub tid: u32,
+    /// Run-time address of the runtime blob in the writing process (the
+    /// slot's `S_RUNTIME`): its load bias is `runtime - runtime_vaddr`.
+    pub runtime: u64,
     /// Complete witnesses and records, continuing the slot's previous batch.
     pub bytes: &'a [u8],
 }
@@ -183,13 +191,23 @@ impl Drainer<'_> {
     /// Yields every slot's new complete bytes to `sink`. `finished` says no
     /// process can write any more (all have exited or been killed): then a
     /// `0x00` ends the slot's stream for good instead of being waited for.
-    /// Returns the number of bytes yielded.
+    /// Returns the number of bytes yielded, or the first error of this
+    /// pass. A slot that fails is broken from then on: it yields nothing
+    /// more, but its writer never blocks (its sealed halves are handed
+    /// back unread), and the other slots go on as before.
     pub fn poll(&mut self, finished: bool, sink: &mut dyn FnMut(Batch<'_>)) -> Result<u64, Error> {
         let mut total = 0;
+        let mut first_error = None;
         for slot in 0..self.region.geometry.slot_count {
-            total += self.poll_slot(slot, finished, sink)?;
+            match self.poll_slot(slot, finished, sink) {
+                Ok(n) => total += n,
+                Err(e) => {
+                    self.slots[slot as usize].broken = true;
+                    first_error.get_or_insert(e);
+                }
+            }
         }
-        Ok(total)
+        first_error.map_or(Ok(total), Err)
     }
 
     /// Sleeps until a half is sealed somewhere or `timeout` passes.
@@ -212,6 +230,33 @@ impl Drainer<'_> {
         }
     }
 
+    /// Zeroes sealed half `h` of `slot`, marks it EMPTY, wakes its
+    /// writer, and moves the slot's cursor to the other half.
+    fn hand_back(&mut self, slot: u32, h: u32) {
+        let r = self.region;
+        let g = r.geometry;
+        let s = g.slot_offset(slot);
+        let data = s + g.half_offset(h);
+        // SAFETY: in bounds; the writer does not touch a FULL half.
+        unsafe { std::ptr::write_bytes(r.base.add(data as usize), 0, g.half_size as usize) };
+        r.a64(s + S_HALF_FILL + 8 * h as u64)
+            .store(0, Ordering::Release);
+        let state = r.a32(s + S_HALF_STATE + 4 * h as u64);
+        state.store(HALF_EMPTY, Ordering::Release);
+        // SAFETY: futex wake on a word of the shared mapping.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                state as *const AtomicU32,
+                libc::FUTEX_WAKE,
+                i32::MAX,
+            );
+        }
+        let c = &mut self.slots[slot as usize];
+        c.half = h ^ 1;
+        c.off = 0;
+    }
+
     fn poll_slot(
         &mut self,
         slot: u32,
@@ -229,6 +274,13 @@ impl Drainer<'_> {
             }
             let h = cur.half;
             let state = r.a32(s + S_HALF_STATE + 4 * h as u64);
+            if cur.broken {
+                if state.load(Ordering::Acquire) != HALF_FULL {
+                    return Ok(yielded);
+                }
+                self.hand_back(slot, h);
+                continue;
+            }
             let (end, sealed) = if state.load(Ordering::Acquire) == HALF_FULL {
                 (
                     r.a64(s + S_HALF_FILL + 8 * h as u64)
@@ -256,12 +308,14 @@ impl Drainer<'_> {
                 )));
             }
             let data = s + g.half_offset(h);
-            self.buf.clear();
-            for i in cur.off..end {
-                // SAFETY: in bounds; volatile because another process writes it.
-                self.buf
-                    .push(unsafe { std::ptr::read_volatile(r.base.add((data + i) as usize)) });
-            }
+            // SAFETY: `data + cur.off .. data + end` lies in this slot's half.
+            unsafe {
+                copy_volatile(
+                    &mut self.buf,
+                    r.base.add((data + cur.off) as usize),
+                    end - cur.off,
+                )
+            };
             fence(Ordering::Acquire);
             let n = valid_prefix(&self.buf).map_err(|(at, kind)| Error::BadRecord {
                 slot,
@@ -274,6 +328,7 @@ impl Drainer<'_> {
                     slot,
                     pid: r.a32(s + S_PID).load(Ordering::Acquire),
                     tid: r.a32(s + S_TID).load(Ordering::Acquire),
+                    runtime: r.a64(s + S_RUNTIME).load(Ordering::Acquire),
                     bytes: &self.buf[..n],
                 });
                 yielded += n as u64;
@@ -281,28 +336,7 @@ impl Drainer<'_> {
             let off = cur.off + n as u64;
             self.slots[slot as usize].off = off;
             if sealed && off == end {
-                // Hand the half back: zero it, then EMPTY (release), then wake.
-                // SAFETY: the writer does not touch a FULL half.
-                unsafe {
-                    std::ptr::write_bytes(r.base.add(data as usize), 0, g.half_size as usize)
-                };
-                r.a64(s + S_HALF_FILL + 8 * h as u64)
-                    .store(0, Ordering::Release);
-                state.store(HALF_EMPTY, Ordering::Release);
-                // SAFETY: futex wake on a word of the shared mapping.
-                unsafe {
-                    libc::syscall(
-                        libc::SYS_futex,
-                        state as *const AtomicU32,
-                        libc::FUTEX_WAKE,
-                        i32::MAX,
-                    );
-                }
-                self.slots[slot as usize] = SlotCursor {
-                    half: h ^ 1,
-                    off: 0,
-                    ended: false,
-                };
+                self.hand_back(slot, h);
                 continue;
             }
             if finished && off < end {
@@ -313,12 +347,43 @@ impl Drainer<'_> {
     }
 }
 
+/// Replaces `out` with `len` bytes read from `src`, which another process
+/// may be writing: volatile loads in increasing address order, whole
+/// aligned words where possible (8 times fewer loads than bytes). Each
+/// load is one instant's view of its bytes and the loads are not
+/// reordered (x86-TSO; volatile for the compiler), so a record whose
+/// final kind byte is seen also shows the payload stored before it.
+///
+/// # Safety
+/// `src .. src + len` must be mapped and readable.
+unsafe fn copy_volatile(out: &mut Vec<u8>, src: *const u8, len: u64) {
+    out.clear();
+    out.reserve(len as usize);
+    let mut i = 0usize;
+    let len = len as usize;
+    while i < len && !(src as usize + i).is_multiple_of(8) {
+        out.push(std::ptr::read_volatile(src.add(i)));
+        i += 1;
+    }
+    while i + 8 <= len {
+        let w = std::ptr::read_volatile(src.add(i) as *const u64);
+        out.extend_from_slice(&w.to_ne_bytes());
+        i += 8;
+    }
+    while i < len {
+        out.push(std::ptr::read_volatile(src.add(i)));
+        i += 1;
+    }
+}
+
 /// One slot's stream read from a standalone file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stream {
     pub slot: u32,
     pub pid: u32,
     pub tid: u32,
+    /// Run-time address of the runtime blob in the writing process.
+    pub runtime: u64,
     pub bytes: Vec<u8>,
 }
 
@@ -427,6 +492,7 @@ pub fn read_standalone(b: &[u8]) -> Result<Vec<Stream>, Error> {
             slot,
             pid: rd32(b, s + S_PID)?,
             tid: rd32(b, s + S_TID)?,
+            runtime: rd64(b, s + S_RUNTIME)?,
             bytes,
         });
     }

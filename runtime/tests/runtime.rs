@@ -26,24 +26,43 @@ const SMALL: Geometry = Geometry {
 type Streams = BTreeMap<u32, (u32, Vec<u8>)>;
 
 /// Runs `work` while another thread drains `region`; returns slot -> (pid, bytes).
-fn drain_while(region: &Region, work: impl FnOnce()) -> Streams {
+/// Every batch must carry `runtime`, where the test mapped the blob (the
+/// slot's `S_RUNTIME`, set by init and attach_thread).
+fn drain_while(region: &Region, runtime: u64, work: impl FnOnce()) -> Streams {
+    let (streams, errors) = drain_collecting_errors(region, runtime, work);
+    assert!(errors.is_empty(), "drainer errors: {errors:?}");
+    streams
+}
+
+/// [`drain_while`], also returning the errors `poll` reported.
+fn drain_collecting_errors(
+    region: &Region,
+    runtime: u64,
+    work: impl FnOnce(),
+) -> (Streams, Vec<String>) {
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         let h = s.spawn(|| {
             let mut d = region.drainer();
             let mut out = Streams::new();
+            let mut errors = Vec::new();
             let mut sink = |b: aetrace_runtime::Batch<'_>| {
+                assert_eq!(b.runtime, runtime, "slot {}: runtime address", b.slot);
                 out.entry(b.slot)
                     .or_insert((b.pid, Vec::new()))
                     .1
                     .extend_from_slice(b.bytes)
             };
             while !stop.load(Ordering::Acquire) {
-                d.poll(false, &mut sink).unwrap();
+                if let Err(e) = d.poll(false, &mut sink) {
+                    errors.push(e.to_string());
+                }
                 d.wait(Duration::from_millis(1));
             }
-            d.poll(true, &mut sink).unwrap();
-            out
+            if let Err(e) = d.poll(true, &mut sink) {
+                errors.push(e.to_string());
+            }
+            (out, errors)
         });
         // A lost byte would leave the drainer waiting and the writer blocked
         // on a full half forever: fail loudly instead of hanging CI.
@@ -76,7 +95,7 @@ fn check_variant(site: Site) {
     let run = runner(&mut m, 7, site);
     let seq = sequence(0x1234, 300_000, 1, 254);
     let saved_gs = get_gs();
-    let streams = drain_while(&region, || {
+    let streams = drain_while(&region, m.base as u64, || {
         m.init(&[region.env()]);
         assert_eq!(
             run(seq.as_ptr(), seq.len()),
@@ -140,7 +159,7 @@ fn threads_get_their_own_slots() {
     let run = runner(&mut m, 3, site);
     let seqs: Vec<Vec<u8>> = (0..4).map(|t| sequence(100 + t, 120_000, 1, 254)).collect();
     let saved_gs = get_gs();
-    let streams = drain_while(&region, || {
+    let streams = drain_while(&region, m.base as u64, || {
         m.init(&[region.env()]);
         std::thread::scope(|s| {
             for seq in &seqs {
@@ -212,12 +231,14 @@ fn signal_case(main_site: Site) -> u64 {
     let mut m = Mapped::new();
     let region = Region::create(SMALL).unwrap();
     HANDLER_CALLS.store(0, Ordering::Relaxed);
+    let main_lo = m.next_ip();
     let main_run = runner(&mut m, 7, main_site);
+    let main_hi = m.next_ip();
     let handler = handler_routine(&mut m);
     let seq = sequence(77, 3_000_000, 1, 0xBF);
     let saved_gs = get_gs();
     let tid = unsafe { libc::gettid() };
-    let streams = drain_while(&region, || {
+    let streams = drain_while(&region, m.base as u64, || {
         m.init(&[region.env()]);
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
@@ -268,21 +289,40 @@ fn signal_case(main_site: Site) -> u64 {
     i += head.len();
     let main_enter = enter_record(7);
     let mut entered = false;
-    let mut enter = vec![0xFF, 3, libc::SIGUSR2 as u8, 0, 0, 0]; // SIGNAL(SIGUSR2)
-    enter.extend(enter_record(HANDLER_PROC));
+    let signal = [0xFF, 3, libc::SIGUSR2 as u8, 0, 0, 0]; // SIGNAL(SIGUSR2, ..)
+    let handler_enter = enter_record(HANDLER_PROC);
+    let boundaries = instruction_starts(main_lo, main_hi);
+    let mut in_main = 0;
     while i < got.len() {
         if got[i..].starts_with(&main_enter) && !entered {
             entered = true;
             i += main_enter.len();
         } else if got[i] == 0xFF {
-            assert_eq!(got[i..i + 12], enter[..], "byte {i}: unexpected record");
+            assert_eq!(got[i..i + 6], signal[..], "byte {i}: unexpected record");
+            let rip = u64::from_le_bytes(got[i + 6..i + 14].try_into().unwrap());
+            if (main_lo..main_hi).contains(&rip) {
+                // The handler returns to an instruction of the runner, never
+                // to a witness store whose reservation it saw (the fix-up
+                // completed those and stepped over them).
+                in_main += 1;
+                match boundaries.get(&rip) {
+                    Some(prev_is_xadd) => {
+                        assert!(
+                            !prev_is_xadd,
+                            "byte {i}: SIGNAL rip {rip:#x} at a pending store"
+                        )
+                    }
+                    None => panic!("byte {i}: SIGNAL rip {rip:#x} inside an instruction"),
+                }
+            }
+            assert_eq!(got[i + 14..i + 20], handler_enter[..], "byte {i}");
             assert_eq!(
-                got[i + 12..i + 16],
+                got[i + 20..i + 24],
                 HANDLER_BLOCK,
                 "byte {i}: handler block {k} not whole"
             );
             k += 1;
-            i += 16;
+            i += 24;
         } else {
             assert!(entered, "byte {i}: main witness before main's ENTER");
             assert!(
@@ -294,12 +334,35 @@ fn signal_case(main_site: Site) -> u64 {
         }
     }
     assert_eq!(k, calls, "every handler invocation appears once");
+    // The rest land in the runtime (delivered when flush unblocks signals)
+    // or in libc around the timer calls.
+    assert!(
+        in_main * 4 > k,
+        "only {in_main} of {k} SIGNAL records name an instruction of the runner"
+    );
     assert!(main == seq, "main's witnesses differ from its sequence");
     eprintln!(
-        "{main_site:?}: {calls} signals, {} stores completed at signal entry",
+        "{main_site:?}: {calls} signals ({in_main} in the runner), {} stores completed at signal entry",
         m.fixups()
     );
     m.fixups()
+}
+
+/// Instruction starts of the generated code in `lo..hi` (decoded linearly
+/// from `lo`), each with whether the instruction before it is an
+/// `xadd gs:[0], r` (a witness reservation).
+fn instruction_starts(lo: u64, hi: u64) -> std::collections::HashMap<u64, bool> {
+    // SAFETY: the range was placed by `Mapped::place` and is mapped readable.
+    let code = unsafe { std::slice::from_raw_parts(lo as *const u8, (hi - lo) as usize) };
+    let mut d = iced_x86::Decoder::with_ip(64, code, lo, iced_x86::DecoderOptions::NONE);
+    let mut out = std::collections::HashMap::new();
+    let mut prev_xadd = false;
+    for ins in &mut d {
+        out.insert(ins.ip(), prev_xadd);
+        prev_xadd = ins.mnemonic() == iced_x86::Mnemonic::Xadd
+            && ins.segment_prefix() == iced_x86::Register::GS;
+    }
+    out
 }
 
 // --- records ---------------------------------------------------------------
@@ -311,28 +374,81 @@ fn records_are_written_with_their_payloads() {
     let mut a = CodeAssembler::new(64).unwrap();
     let site = Site::CONSERVATIVE;
     emit_record(&mut a, RecordKind::Indirect, Payload::Reg64(rdi), site).unwrap();
-    emit_record(&mut a, RecordKind::Signal, Payload::Reg32(esi), site).unwrap();
+    emit_record(&mut a, RecordKind::Exit, Payload::Reg32(esi), site).unwrap();
     emit_record(&mut a, RecordKind::SetjmpResume, Payload::None, site).unwrap();
+    emit_record(&mut a, RecordKind::Return, Payload::None, site).unwrap();
     emit_record(&mut a, RecordKind::Wide, Payload::Imm16(0x1234), site).unwrap();
     emit_witness(&mut a, 0x42, site).unwrap();
     a.ret().unwrap();
     assert!(emit_record(&mut a, RecordKind::Enter, Payload::Reg64(rdi), site).is_err());
+    // SIGNAL (12-byte payload) is written by the runtime's signal_entry only.
+    assert!(emit_record(&mut a, RecordKind::Signal, Payload::Reg32(esi), site).is_err());
     assert!(emit_witness(&mut a, 0, site).is_err() && emit_witness(&mut a, 0xFF, site).is_err());
     let code = a.assemble(m.next_ip()).unwrap();
     let f: extern "C" fn(u64, u32) = unsafe { std::mem::transmute(m.place(&code)) };
     let saved_gs = get_gs();
-    let streams = drain_while(&region, || {
+    let streams = drain_while(&region, m.base as u64, || {
         m.init(&[region.env()]);
         f(0x1122_3344_5566_7788, 11);
         set_gs(saved_gs);
     });
     let mut want = thread_record(u32::MAX);
     want.extend([0xFF, 2, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11]);
-    want.extend([0xFF, 3, 11, 0, 0, 0]);
+    want.extend([0xFF, 6, 11, 0, 0, 0]);
     want.extend([0xFF, 4]);
+    want.extend([0xFF, 10]);
     want.extend([0xFF, 9, 0x34, 0x12]);
     want.push(0x42);
     assert_eq!(streams[&0].1, want);
+}
+
+/// An unknown record kind in a stream is an error for that slot only: the
+/// drainer reports it once, yields nothing of that slot after it, keeps
+/// handing its halves back so the writer runs to its end, and drains the
+/// other slots as before.
+#[test]
+fn a_broken_stream_is_reported_once_and_never_blocks_its_writer() {
+    let mut m = Mapped::new();
+    let region = Region::create(SMALL).unwrap();
+    let run = runner(&mut m, 4, Site::with_scratch(r11));
+    // `[0xFF][0x42]` written through the protocol: a record kind nobody knows.
+    let mut a = CodeAssembler::new(64).unwrap();
+    a.mov(r11d, 2u32).unwrap();
+    a.xadd(qword_ptr(0u64).gs(), r11).unwrap();
+    a.mov(word_ptr(r11), 0x42FFu32).unwrap();
+    a.ret().unwrap();
+    let code = a.assemble(m.next_ip()).unwrap();
+    let bad: extern "C" fn() = unsafe { std::mem::transmute(m.place(&code)) };
+    let head = sequence(5, 1000, 1, 254);
+    let rest = sequence(6, 300_000, 1, 254); // ~25 flushes after the bad record
+    let other = sequence(7, 50_000, 1, 254);
+    let saved_gs = get_gs();
+    let (streams, errors) = drain_collecting_errors(&region, m.base as u64, || {
+        m.init(&[region.env()]);
+        assert_eq!(run(head.as_ptr(), head.len()), 0);
+        bad();
+        assert_eq!(run(rest.as_ptr(), rest.len()), 0);
+        // Another thread (slot 1) is drained as usual.
+        std::thread::scope(|s| {
+            s.spawn(|| assert_eq!(run(other.as_ptr(), other.len()), 0));
+        });
+        set_gs(saved_gs);
+    });
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains("slot 0: unknown record kind 0x42"),
+        "{errors:?}"
+    );
+    let good = expected_main(4, &head);
+    let got = &streams.get(&0).map_or(&[][..], |s| &s.1[..]);
+    assert!(
+        good.starts_with(got),
+        "slot 0 yielded bytes beyond the bad record"
+    );
+    let mut want = thread_record(0);
+    want.extend(enter_record(4));
+    want.extend_from_slice(&other);
+    assert!(streams[&1].1 == want, "slot 1 differs");
 }
 
 // --- standalone --------------------------------------------------------------
@@ -353,6 +469,7 @@ fn standalone_file_holds_the_sequence() {
     let streams = read_standalone(&bytes).unwrap();
     assert_eq!(streams.len(), 1);
     assert_eq!(streams[0].pid, std::process::id());
+    assert_eq!(streams[0].runtime, m.base as u64, "runtime address");
     assert!(
         streams[0].bytes == expected_main(5, &seq),
         "standalone stream differs"
@@ -388,6 +505,7 @@ fn child_helper_writes_until_killed() {
         }
         _ => m.init(&[("AETRACE_SHM_FD", std::env::var("AETRACE_SHM_FD").unwrap())]),
     }
+    println!("RUNTIME {}", m.base as u64);
     match mode.as_str() {
         "kill" => {
             let seq = sequence(4242, CHILD_SEQ, 1, 254);
@@ -460,7 +578,9 @@ fn fork_child_gets_its_own_stream() {
     let child = spawn_child(&region, "fork");
     let mut d = region.drainer();
     let mut streams = Streams::new();
+    let mut runtimes = BTreeMap::new();
     let mut sink = |b: aetrace_runtime::Batch<'_>| {
+        runtimes.insert(b.slot, b.runtime);
         streams
             .entry(b.slot)
             .or_insert((b.pid, Vec::new()))
@@ -489,6 +609,14 @@ fn fork_child_gets_its_own_stream() {
         .unwrap_or_else(|| panic!("no grandchild pid in child stdout: {stdout}"))
         .parse()
         .unwrap();
+    let runtime: u64 = stdout
+        .lines()
+        .find_map(|l| l.split("RUNTIME ").nth(1))
+        .unwrap_or_else(|| panic!("no runtime address in child stdout: {stdout}"))
+        .parse()
+        .unwrap();
+    // fork_child records the child's own (inherited) runtime address.
+    assert_eq!(runtimes, BTreeMap::from([(0, runtime), (1, runtime)]));
     let [a, b, c] = fork_sequences();
     let mut parent = expected_main(11, &a);
     parent.extend(enter_record(11));
@@ -590,16 +718,18 @@ fn set_tf(a: &mut CodeAssembler) {
 
 /// Runs `body` (which sets TF just before the instruction it labels `at`)
 /// under an instrumented SIGTRAP handler that writes `HANDLER_BLOCK` and
-/// clears TF unless the (possibly fixed-up) RIP is still `at`. `body` gets
-/// 0x1122334455667788 in rdi. Returns (slot 0 stream, traps, fix-ups).
-fn trap_case(body: impl Fn(&mut CodeAssembler, &mut CodeLabel)) -> (Vec<u8>, u32, u64) {
+/// clears TF unless the (possibly fixed-up) RIP is still `at`. `body` also
+/// labels `after`, where the fix-up must resume, and gets
+/// 0x1122334455667788 in rdi.
+fn trap_case(body: impl Fn(&mut CodeAssembler, &mut CodeLabel, &mut CodeLabel)) -> TrapRun {
     let _serial = TRAP_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let mut m = Mapped::new();
     let region = Region::create(SMALL).unwrap();
     TRAP_CALLS.store(0, Ordering::Relaxed);
     let mut a = CodeAssembler::new(64).unwrap();
     let mut at = a.create_label();
-    body(&mut a, &mut at);
+    let mut after = a.create_label();
+    body(&mut a, &mut at, &mut after);
     a.ret().unwrap();
     let ip = m.next_ip();
     let res = a
@@ -609,6 +739,7 @@ fn trap_case(body: impl Fn(&mut CodeAssembler, &mut CodeLabel)) -> (Vec<u8>, u32
         )
         .unwrap();
     let at_ip = res.label_ip(&at).unwrap();
+    let after_ip = res.label_ip(&after).unwrap();
     let traced: extern "C" fn(u64) =
         unsafe { std::mem::transmute(m.place(&res.inner.code_buffer)) };
     let rt = m.addrs();
@@ -630,7 +761,7 @@ fn trap_case(body: impl Fn(&mut CodeAssembler, &mut CodeLabel)) -> (Vec<u8>, u32
     let code = a.assemble(m.next_ip()).unwrap();
     let handler = m.place(&code);
     let saved_gs = get_gs();
-    let streams = drain_while(&region, || {
+    let streams = drain_while(&region, m.base as u64, || {
         m.init(&[region.env()]);
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
@@ -640,15 +771,32 @@ fn trap_case(body: impl Fn(&mut CodeAssembler, &mut CodeLabel)) -> (Vec<u8>, u32
         traced(0x1122_3344_5566_7788);
         set_gs(saved_gs);
     });
-    (
-        streams[&0].1.clone(),
-        TRAP_CALLS.load(Ordering::Relaxed),
-        m.fixups(),
-    )
+    TrapRun {
+        got: streams[&0].1.clone(),
+        calls: TRAP_CALLS.load(Ordering::Relaxed),
+        fixups: m.fixups(),
+        at: at_ip,
+        after: after_ip,
+    }
 }
 
-fn trap_handler_bytes() -> Vec<u8> {
+/// What a [`trap_case`] observed.
+struct TrapRun {
+    /// Slot 0's stream.
+    got: Vec<u8>,
+    /// SIGTRAP deliveries.
+    calls: u32,
+    /// Pending stores completed at signal entry.
+    fixups: u64,
+    /// Addresses of the `at` and `after` labels.
+    at: u64,
+    after: u64,
+}
+
+/// SIGNAL(SIGTRAP, rip) and the handler's ENTER and witnesses.
+fn trap_handler_bytes(rip: u64) -> Vec<u8> {
     let mut v = vec![0xFF, 3, libc::SIGTRAP as u8, 0, 0, 0];
+    v.extend(rip.to_le_bytes());
     v.extend(enter_record(HANDLER_PROC));
     v.extend(HANDLER_BLOCK);
     v
@@ -694,30 +842,32 @@ fn indirect_parts_match_the_emitter() {
 
 /// A single-step trap lands between a witness's `xadd` and its store: the
 /// instrumented SIGTRAP handler's entry must complete the store and step
-/// RIP over it: witness, SIGNAL(SIGTRAP), handler, next witness.
+/// RIP over it: witness, SIGNAL(SIGTRAP, after the store), handler, next
+/// witness.
 #[test]
 fn signal_entry_completes_an_interrupted_witness_store() {
-    let (got, calls, fixups) = trap_case(|a, at| {
+    let t = trap_case(|a, at, after| {
         emit_witness(a, 0x21, Site::with_scratch(rcx)).unwrap();
         a.mov(ecx, 1u32).unwrap();
         set_tf(a);
         a.set_label(at).unwrap();
         a.xadd(qword_ptr(0u64).gs(), rcx).unwrap();
         a.mov(byte_ptr(rcx), 0x55u32).unwrap();
+        a.set_label(after).unwrap();
         emit_witness(a, 0x66, Site::with_scratch(rcx)).unwrap();
     });
-    assert!((1..=2).contains(&calls), "{calls} traps");
+    assert!((1..=2).contains(&t.calls), "{} traps", t.calls);
     let mut want = thread_record(u32::MAX);
     want.push(0x21);
-    if calls == 2 {
-        want.extend(trap_handler_bytes()); // the trap before the xadd
+    if t.calls == 2 {
+        want.extend(trap_handler_bytes(t.at)); // the trap before the xadd
     }
     want.push(0x55);
-    want.extend(trap_handler_bytes());
+    want.extend(trap_handler_bytes(t.after));
     want.push(0x66);
-    assert_eq!(got, want);
+    assert_eq!(t.got, want);
     assert_eq!(
-        fixups, 1,
+        t.fixups, 1,
         "the pending store was not completed at signal entry"
     );
 }
@@ -728,22 +878,23 @@ fn signal_entry_completes_an_interrupted_witness_store() {
 #[test]
 fn signal_entry_completes_an_interrupted_record() {
     for step in [1usize, 3] {
-        let (got, calls, fixups) = trap_case(|a, at| {
+        let t = trap_case(|a, at, after| {
             indirect_parts(a, step, at);
+            a.set_label(after).unwrap();
             emit_witness(a, 0x66, Site::with_scratch(rcx)).unwrap();
         });
         let mut want = thread_record(u32::MAX);
-        if step == 1 && calls == 2 {
-            want.extend(trap_handler_bytes()); // the trap before the xadd
+        if step == 1 && t.calls == 2 {
+            want.extend(trap_handler_bytes(t.at)); // the trap before the xadd
         } else {
-            assert_eq!(calls, 1, "step {step}");
+            assert_eq!(t.calls, 1, "step {step}");
         }
         want.extend(INDIRECT_RECORD);
-        want.extend(trap_handler_bytes());
+        want.extend(trap_handler_bytes(t.after));
         want.push(0x66);
-        assert_eq!(got, want, "step {step}");
+        assert_eq!(t.got, want, "step {step}");
         assert_eq!(
-            fixups, 1,
+            t.fixups, 1,
             "step {step}: the pending record was not completed"
         );
     }

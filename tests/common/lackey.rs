@@ -63,6 +63,9 @@ pub struct ModuleTrace {
     /// module: they continue the `clone`/`fork` system call of their
     /// parent, so they must directly follow a `syscall` instruction.
     pub resumes: FastSet<u64>,
+    /// With [`Capture::Sequences`]: every executed address in order, per
+    /// valgrind thread id.
+    pub sequences: std::collections::BTreeMap<usize, Vec<u64>>,
 }
 
 impl ModuleTrace {
@@ -119,6 +122,15 @@ struct Reducer {
     /// Direct-mapped cache of recently seen pairs, so the hot loops of a
     /// program do not pay a hash-set insertion per instruction.
     recent: Vec<(usize, u64, u64)>,
+    capture: Capture,
+}
+
+/// Whether to keep the whole instruction sequence of each module (exact
+/// trace comparisons) or only the reduced sets.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Capture {
+    Sets,
+    Sequences,
 }
 
 fn hex(s: &[u8]) -> Option<u64> {
@@ -163,7 +175,7 @@ fn dec_after(line: &[u8], key: &[u8]) -> Option<u64> {
 }
 
 impl Reducer {
-    fn new(wanted: &[PathBuf]) -> Reducer {
+    fn new(wanted: &[PathBuf], capture: Capture) -> Reducer {
         let wanted: Vec<PathBuf> = wanted
             .iter()
             .map(|p| std::fs::canonicalize(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
@@ -187,6 +199,7 @@ impl Reducer {
             signal_frames: Vec::new(),
             resume_next: false,
             recent: vec![(usize::MAX, 0, 0); CACHE_SLOTS],
+            capture,
         }
     }
 
@@ -251,6 +264,9 @@ impl Reducer {
         let addr = runtime.wrapping_sub(bias);
         let t = &mut self.modules[m];
         t.executed += 1;
+        if self.capture == Capture::Sequences {
+            t.sequences.entry(self.thread).or_default().push(addr);
+        }
         match self.prev {
             Some((pm, a)) if pm == m => {
                 let h = (a ^ addr.rotate_left(23)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52;
@@ -362,7 +378,7 @@ impl Reducer {
 /// Reduces one complete valgrind log (symbol-table trace, scheduler trace
 /// and lackey lines) for `modules`.
 pub fn reduce(log: impl Read, modules: &[PathBuf]) -> Vec<ModuleTrace> {
-    let mut reducer = Reducer::new(modules);
+    let mut reducer = Reducer::new(modules, Capture::Sets);
     reducer.feed(log, true, true, false);
     reducer.modules
 }
@@ -373,6 +389,18 @@ pub fn reduce(log: impl Read, modules: &[PathBuf]) -> Vec<ModuleTrace> {
 /// `--trace-symtab-patt` glob: it must match the object names of all of
 /// `modules` and should match little else (the dumps are large).
 pub fn run(exe: &Path, args: &[&str], modules: &[PathBuf], pattern: &str, mode: LogMode) -> Run {
+    run_with(exe, args, modules, pattern, mode, Capture::Sets)
+}
+
+/// [`run`], keeping the instruction sequences when `capture` says so.
+pub fn run_with(
+    exe: &Path,
+    args: &[&str],
+    modules: &[PathBuf],
+    pattern: &str,
+    mode: LogMode,
+    capture: Capture,
+) -> Run {
     let work = super::scratch("lackey");
     let tag = format!(
         "{}-{}-{:?}",
@@ -388,6 +416,11 @@ pub fn run(exe: &Path, args: &[&str], modules: &[PathBuf], pattern: &str, mode: 
         "valgrind".into(),
         "--tool=lackey".into(),
         "--trace-mem=yes".into(),
+        // VEX's chasing into conditional branch targets makes lackey report
+        // instructions of the untaken side (measured: nested_if's `je` at
+        // 0x10dc, 1026 reported executions of its fall-through block against
+        // 505 counted by gdb breakpoints); without chasing the stream is exact.
+        "--vex-guest-chase=no".into(),
         "--basic-counts=no".into(),
         "--trace-symtab=yes".into(),
         "--trace-sched=yes".into(),
@@ -417,7 +450,7 @@ pub fn run(exe: &Path, args: &[&str], modules: &[PathBuf], pattern: &str, mode: 
         .stderr(Stdio::inherit());
     cmd.stdin(Stdio::null());
     let mut child = cmd.spawn().expect("spawning valgrind");
-    let mut reducer = Reducer::new(modules);
+    let mut reducer = Reducer::new(modules, capture);
     let pipe = child.stdout.take().unwrap();
     reducer.feed(pipe, true, true, false);
     let status = child.wait().expect("waiting for valgrind");

@@ -1,0 +1,908 @@
+//! The program database of one instrumented module: everything the
+//! regenerator needs to rebuild the module's block and instruction trace
+//! without the binary (paper 003, Section 4.2: the CFG, the witness edges
+//! and their numbers, and what each call vertex calls).
+//!
+//! Stored as the opaque payload of a PROGRAM_DATABASE section
+//! ([`ProgramDb::encode`] / [`ProgramDb::decode`], version [`VERSION`]);
+//! the byte layout is in `docs/format.md`.
+//!
+//! Invariants (checked by [`ProgramDb::check`], which `decode` runs):
+//! - procedure `i` is the procedure numbered `i` in ENTER records;
+//! - in each procedure, blocks are sorted by `start`, EXIT is the virtual
+//!   block `blocks.len()`, `entry < blocks.len()`, edge endpoints are
+//!   `<= blocks.len()` and edges leave real blocks only;
+//! - witness numbers of a procedure are `0..n` without gaps or repeats;
+//! - a block with `call: Some(_)` ends in a call (or tail call) instruction,
+//!   and `CallTarget::Proc(q)` names a traced procedure.
+
+/// Version of the encoding written by [`ProgramDb::encode`].
+pub const VERSION: u32 = 1;
+
+/// One instrumented module.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ProgramDb {
+    /// Link-time address of the module's lowest PT_LOAD (page-aligned down):
+    /// `--relative` offsets are `vaddr - link_base`.
+    pub link_base: u64,
+    /// Link-time address where the rewriter placed the runtime blob: the
+    /// recorder learns the blob's run-time address from each thread's slot,
+    /// so the load bias is `runtime address - runtime_vaddr`.
+    pub runtime_vaddr: u64,
+    /// Indexed by procedure number.
+    pub procs: Vec<ProcDb>,
+}
+
+/// Whether a procedure's copy is instrumented.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProcStatus {
+    /// Relocated and instrumented: its blocks appear in the trace.
+    Traced,
+    /// Left as it was (it runs untraced, like library code); the reason.
+    LeftAlone(String),
+}
+
+/// One procedure.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcDb {
+    pub name: String,
+    pub status: ProcStatus,
+    /// Entry block (meaningless for a procedure left alone with no blocks).
+    pub entry: u32,
+    pub blocks: Vec<BlockDb>,
+    pub edges: Vec<EdgeDb>,
+}
+
+/// A basic block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockDb {
+    /// Link-time address of the first instruction.
+    pub start: u64,
+    /// Length in bytes of each instruction, in order.
+    pub insn_lens: Vec<u8>,
+    /// The call the block ends with, if it is a call vertex or a tail call.
+    pub call: Option<CallDb>,
+}
+
+/// How control leaves along an edge (mirrors the CFG's edge kinds).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum EdgeKindDb {
+    FallThrough = 0,
+    Taken = 1,
+    JumpTable = 2,
+    CallReturn = 3,
+    Return = 4,
+    TailCall = 5,
+    NoReturn = 6,
+    Halt = 7,
+}
+
+/// An edge of a procedure's CFG.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EdgeDb {
+    pub from: u32,
+    /// `blocks.len()` is EXIT.
+    pub to: u32,
+    pub kind: EdgeKindDb,
+    /// The witness number written when the edge is taken (stream byte
+    /// `n + 1` for `n < 254`, else a WIDE record).
+    pub witness: Option<u16>,
+}
+
+/// What a call vertex calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallTarget {
+    /// A traced procedure of this module, entered without an ENTER record.
+    Proc(u32),
+    /// Untraced code (an import, an indirect target, a procedure left
+    /// alone): traced procedures it calls announce themselves with ENTER.
+    External,
+    /// `exit`-like: an EXIT(status) record is written just before the call.
+    Exit,
+}
+
+/// The call a block ends with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallDb {
+    pub target: CallTarget,
+    /// A RETURN record is written when control comes back from the callee
+    /// (after any callbacks), so callbacks are never ambiguous. False when
+    /// the callee can never run traced code (or does not return).
+    pub marker: bool,
+    /// False for calls that never return.
+    pub returns: bool,
+    /// A tail call (`jmp`): the block's edge goes to EXIT.
+    pub tail: bool,
+    /// For a PLT stub's jump through its GOT slot: the procedure number of
+    /// the lazy-binding entry the slot points to before the import is
+    /// bound (its ENTER follows at most once per thread).
+    pub lazy: Option<u32>,
+}
+
+use crate::error::{Error, Result};
+
+/// First bytes of an encoded database.
+pub const MAGIC: [u8; 4] = *b"AEDB";
+
+/// Longest x86-64 instruction.
+const MAX_INSN_LEN: u8 = 15;
+
+// Tags of `BlockDb::call` (low 2 bits of the call byte) and its flag bits.
+const CALL_NONE: u8 = 0;
+const CALL_PROC: u8 = 1;
+const CALL_EXTERNAL: u8 = 2;
+const CALL_EXIT: u8 = 3;
+const CALL_MARKER: u8 = 0x10;
+const CALL_RETURNS: u8 = 0x20;
+const CALL_TAIL: u8 = 0x40;
+const CALL_LAZY: u8 = 0x80;
+/// Edge byte: kind in the low 3 bits, this bit when a witness number follows.
+const EDGE_WITNESS: u8 = 0x80;
+
+impl EdgeKindDb {
+    /// Every kind, indexed by its `repr(u8)` value.
+    pub const ALL: [EdgeKindDb; 8] = [
+        EdgeKindDb::FallThrough,
+        EdgeKindDb::Taken,
+        EdgeKindDb::JumpTable,
+        EdgeKindDb::CallReturn,
+        EdgeKindDb::Return,
+        EdgeKindDb::TailCall,
+        EdgeKindDb::NoReturn,
+        EdgeKindDb::Halt,
+    ];
+
+    /// Kinds that leave the procedure (their edge goes to EXIT).
+    pub fn is_exit(self) -> bool {
+        matches!(
+            self,
+            EdgeKindDb::Return | EdgeKindDb::TailCall | EdgeKindDb::NoReturn | EdgeKindDb::Halt
+        )
+    }
+}
+
+impl BlockDb {
+    /// Size of the block in bytes.
+    pub fn size(&self) -> u64 {
+        self.insn_lens.iter().map(|&l| u64::from(l)).sum()
+    }
+}
+
+impl ProcDb {
+    /// The virtual EXIT block.
+    pub fn exit(&self) -> u32 {
+        self.blocks.len() as u32
+    }
+
+    /// Whether the procedure's blocks appear in traces.
+    pub fn is_traced(&self) -> bool {
+        self.status == ProcStatus::Traced
+    }
+}
+
+fn put_uleb(out: &mut Vec<u8>, mut v: u64) {
+    loop {
+        let b = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            out.push(b);
+            return;
+        }
+        out.push(b | 0x80);
+    }
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    put_uleb(out, s.len() as u64);
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// A read cursor over database bytes; every failure names the byte position.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn err(&self, what: impl std::fmt::Display) -> String {
+        format!("at database byte {}: {what}", self.pos)
+    }
+    fn take(&mut self, n: usize, field: &str) -> Result<&'a [u8], String> {
+        match self
+            .pos
+            .checked_add(n)
+            .and_then(|end| self.bytes.get(self.pos..end))
+        {
+            Some(s) => {
+                self.pos += n;
+                Ok(s)
+            }
+            None => Err(self.err(format_args!(
+                "{field} ({n} bytes) runs past the end ({} bytes)",
+                self.bytes.len()
+            ))),
+        }
+    }
+    fn u8(&mut self, field: &str) -> Result<u8, String> {
+        Ok(self.take(1, field)?[0])
+    }
+    fn u32(&mut self, field: &str) -> Result<u32, String> {
+        let s = self.take(4, field)?;
+        Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+    }
+    fn u64(&mut self, field: &str) -> Result<u64, String> {
+        let s = self.take(8, field)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(s);
+        Ok(u64::from_le_bytes(a))
+    }
+    fn uleb(&mut self, field: &str) -> Result<u64, String> {
+        let start = self.pos;
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.u8(field)?;
+            let bits = u64::from(b & 0x7f);
+            if shift == 63 && bits > 1 {
+                self.pos = start;
+                return Err(self.err(format_args!("{field} overflows 64 bits")));
+            }
+            v |= bits << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        self.pos = start;
+        Err(self.err(format_args!("{field} overflows 64 bits")))
+    }
+    fn u32_leb(&mut self, field: &str) -> Result<u32, String> {
+        let at = self.pos;
+        let v = self.uleb(field)?;
+        u32::try_from(v).map_err(|_| {
+            self.pos = at;
+            self.err(format_args!("{field} {v} does not fit 32 bits"))
+        })
+    }
+    /// A count of items that each take at least `min_bytes`: bounded by what is
+    /// left, so a hostile count cannot make us allocate.
+    fn count(&mut self, field: &str, min_bytes: usize) -> Result<usize, String> {
+        let at = self.pos;
+        let n = self.uleb(field)?;
+        let left = (self.bytes.len() - self.pos) as u64;
+        if n.saturating_mul(min_bytes as u64) > left {
+            self.pos = at;
+            return Err(self.err(format_args!(
+                "{field} {n} needs more than the {left} bytes left"
+            )));
+        }
+        Ok(n as usize)
+    }
+    fn string(&mut self, field: &str) -> Result<String, String> {
+        let n = self.count(field, 1)?;
+        let at = self.pos;
+        let s = self.take(n, field)?;
+        String::from_utf8(s.to_vec()).map_err(|_| {
+            self.pos = at;
+            self.err(format_args!("{field} is not UTF-8"))
+        })
+    }
+}
+
+impl ProgramDb {
+    /// The compact encoding (layout in `docs/format.md`, "The program
+    /// database"): little-endian, counts and numbers in unsigned LEB128,
+    /// block starts as deltas from the previous block, instruction lengths
+    /// as raw bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        debug_assert_eq!(self.check().map_err(|e| e.to_string()), Ok(()));
+        self.encode_raw()
+    }
+
+    /// [`ProgramDb::encode`] without its debug check (tests build invalid inputs).
+    fn encode_raw(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(&VERSION.to_le_bytes());
+        out.extend_from_slice(&self.link_base.to_le_bytes());
+        out.extend_from_slice(&self.runtime_vaddr.to_le_bytes());
+        put_uleb(&mut out, self.procs.len() as u64);
+        for p in &self.procs {
+            put_str(&mut out, &p.name);
+            match &p.status {
+                ProcStatus::Traced => out.push(0),
+                ProcStatus::LeftAlone(why) => {
+                    out.push(1);
+                    put_str(&mut out, why);
+                }
+            }
+            put_uleb(&mut out, u64::from(p.entry));
+            put_uleb(&mut out, p.blocks.len() as u64);
+            // Deltas are taken modulo 2^64 so that encoding is total; `check`
+            // (run by `decode`) rejects unsorted blocks.
+            let mut prev = 0u64;
+            for b in &p.blocks {
+                put_uleb(&mut out, b.start.wrapping_sub(prev));
+                prev = b.start;
+                put_uleb(&mut out, b.insn_lens.len() as u64);
+                out.extend_from_slice(&b.insn_lens);
+                match b.call {
+                    None => out.push(CALL_NONE),
+                    Some(c) => {
+                        let (tag, proc) = match c.target {
+                            CallTarget::Proc(q) => (CALL_PROC, Some(q)),
+                            CallTarget::External => (CALL_EXTERNAL, None),
+                            CallTarget::Exit => (CALL_EXIT, None),
+                        };
+                        let mut byte = tag;
+                        for (flag, bit) in [
+                            (c.marker, CALL_MARKER),
+                            (c.returns, CALL_RETURNS),
+                            (c.tail, CALL_TAIL),
+                            (c.lazy.is_some(), CALL_LAZY),
+                        ] {
+                            if flag {
+                                byte |= bit;
+                            }
+                        }
+                        out.push(byte);
+                        if let Some(q) = proc {
+                            put_uleb(&mut out, u64::from(q));
+                        }
+                        if let Some(l) = c.lazy {
+                            put_uleb(&mut out, u64::from(l));
+                        }
+                    }
+                }
+            }
+            put_uleb(&mut out, p.edges.len() as u64);
+            for e in &p.edges {
+                put_uleb(&mut out, u64::from(e.from));
+                put_uleb(&mut out, u64::from(e.to));
+                let mut byte = e.kind as u8;
+                if e.witness.is_some() {
+                    byte |= EDGE_WITNESS;
+                }
+                out.push(byte);
+                if let Some(w) = e.witness {
+                    put_uleb(&mut out, u64::from(w));
+                }
+            }
+        }
+        out
+    }
+
+    /// Decodes and checks a database (see [`ProgramDb::decode_at`]).
+    pub fn decode(bytes: &[u8]) -> Result<ProgramDb> {
+        Self::decode_at(bytes, 0)
+    }
+
+    /// Decodes and [`check`](ProgramDb::check)s a database found in the
+    /// PROGRAM_DATABASE section at file offset `offset` (named in errors).
+    /// Never panics; every count is bounded by the bytes left.
+    pub fn decode_at(bytes: &[u8], offset: u64) -> Result<ProgramDb> {
+        let fail = |what: String| Error::corrupt(offset, format!("program database: {what}"));
+        let db = Self::decode_inner(bytes).map_err(fail)?;
+        db.violation().map_or(Ok(db), |v| Err(fail(v)))
+    }
+
+    fn decode_inner(bytes: &[u8]) -> Result<ProgramDb, String> {
+        let mut r = Reader { bytes, pos: 0 };
+        if r.take(4, "magic")? != MAGIC {
+            return Err("bad magic (not a program database)".into());
+        }
+        let version = r.u32("version")?;
+        if version != VERSION {
+            return Err(format!(
+                "unsupported version {version} (this reader reads {VERSION})"
+            ));
+        }
+        let link_base = r.u64("link base")?;
+        let runtime_vaddr = r.u64("runtime address")?;
+        // A procedure takes at least 5 bytes (name length, status, entry, two counts).
+        let nprocs = r.count("procedure count", 5)?;
+        let mut procs = Vec::with_capacity(nprocs);
+        for _ in 0..nprocs {
+            let name = r.string("procedure name")?;
+            let status = match r.u8("procedure status")? {
+                0 => ProcStatus::Traced,
+                1 => ProcStatus::LeftAlone(r.string("reason")?),
+                s => return Err(r.err(format_args!("unknown procedure status {s}"))),
+            };
+            let entry = r.u32_leb("entry block")?;
+            // A block takes at least 4 bytes (delta, count, one length, call).
+            let nblocks = r.count("block count", 4)?;
+            let mut blocks = Vec::with_capacity(nblocks);
+            let mut prev = 0u64;
+            for _ in 0..nblocks {
+                let start = prev.wrapping_add(r.uleb("block start")?);
+                prev = start;
+                let n = r.count("instruction count", 1)?;
+                let insn_lens = r.take(n, "instruction lengths")?.to_vec();
+                let byte = r.u8("call")?;
+                let call = if byte & 3 == CALL_NONE {
+                    if byte != CALL_NONE {
+                        return Err(
+                            r.err(format_args!("call byte {byte:#04x}: flags without a call"))
+                        );
+                    }
+                    None
+                } else {
+                    if byte & 0x0c != 0 {
+                        return Err(r.err(format_args!("call byte {byte:#04x}: reserved bits set")));
+                    }
+                    let target = match byte & 3 {
+                        CALL_PROC => CallTarget::Proc(r.u32_leb("callee")?),
+                        CALL_EXTERNAL => CallTarget::External,
+                        _ => CallTarget::Exit,
+                    };
+                    let lazy = if byte & CALL_LAZY != 0 {
+                        Some(r.u32_leb("lazy-binding procedure")?)
+                    } else {
+                        None
+                    };
+                    Some(CallDb {
+                        target,
+                        marker: byte & CALL_MARKER != 0,
+                        returns: byte & CALL_RETURNS != 0,
+                        tail: byte & CALL_TAIL != 0,
+                        lazy,
+                    })
+                };
+                blocks.push(BlockDb {
+                    start,
+                    insn_lens,
+                    call,
+                });
+            }
+            let nedges = r.count("edge count", 3)?;
+            let mut edges = Vec::with_capacity(nedges);
+            for _ in 0..nedges {
+                let from = r.u32_leb("edge source")?;
+                let to = r.u32_leb("edge target")?;
+                let byte = r.u8("edge kind")?;
+                let Some(&kind) = EdgeKindDb::ALL.get(usize::from(byte & !EDGE_WITNESS)) else {
+                    return Err(r.err(format_args!("unknown edge kind byte {byte:#04x}")));
+                };
+                let witness = if byte & EDGE_WITNESS != 0 {
+                    let at = r.pos;
+                    let w = r.uleb("witness number")?;
+                    Some(u16::try_from(w).map_err(|_| {
+                        r.pos = at;
+                        r.err(format_args!("witness number {w} does not fit 16 bits"))
+                    })?)
+                } else {
+                    None
+                };
+                edges.push(EdgeDb {
+                    from,
+                    to,
+                    kind,
+                    witness,
+                });
+            }
+            procs.push(ProcDb {
+                name,
+                status,
+                entry,
+                blocks,
+                edges,
+            });
+        }
+        if r.pos != bytes.len() {
+            return Err(r.err(format_args!("{} trailing bytes", bytes.len() - r.pos)));
+        }
+        Ok(ProgramDb {
+            link_base,
+            runtime_vaddr,
+            procs,
+        })
+    }
+
+    /// Checks the invariants listed at the top of this module.
+    pub fn check(&self) -> Result<()> {
+        match self.violation() {
+            None => Ok(()),
+            Some(v) => Err(Error::corrupt(0, format!("program database: {v}"))),
+        }
+    }
+
+    /// The first broken invariant, described.
+    fn violation(&self) -> Option<String> {
+        let nprocs = self.procs.len();
+        for (pi, p) in self.procs.iter().enumerate() {
+            if let Some(v) = p.violation(nprocs, &self.procs) {
+                return Some(format!("procedure {pi} ({}): {v}", p.name));
+            }
+        }
+        None
+    }
+}
+
+impl ProcDb {
+    fn violation(&self, nprocs: usize, procs: &[ProcDb]) -> Option<String> {
+        let n = self.blocks.len();
+        if n > u32::MAX as usize - 1 {
+            return Some(format!("{n} blocks"));
+        }
+        let exit = n as u32;
+        if self.is_traced() && self.entry >= exit {
+            return Some(format!("entry block {} of {n} blocks", self.entry));
+        }
+        let mut end = 0u64;
+        for (bi, b) in self.blocks.iter().enumerate() {
+            if bi > 0 && b.start < end {
+                return Some(format!(
+                    "block {bi} at {:#x} starts before the end of the previous block ({end:#x})",
+                    b.start
+                ));
+            }
+            if b.insn_lens.is_empty() {
+                return Some(format!("block {bi} at {:#x} has no instruction", b.start));
+            }
+            if let Some(&l) = b.insn_lens.iter().find(|&&l| l == 0 || l > MAX_INSN_LEN) {
+                return Some(format!(
+                    "block {bi} at {:#x} has an instruction of {l} bytes",
+                    b.start
+                ));
+            }
+            end = match b.start.checked_add(b.size()) {
+                Some(e) => e,
+                None => return Some(format!("block {bi} at {:#x} wraps around", b.start)),
+            };
+            if let Some(c) = b.call {
+                for (what, q) in [
+                    (
+                        "callee",
+                        match c.target {
+                            CallTarget::Proc(q) => Some(q),
+                            _ => None,
+                        },
+                    ),
+                    ("lazy-binding procedure", c.lazy),
+                ] {
+                    let Some(q) = q else { continue };
+                    match procs.get(q as usize) {
+                        Some(t) if t.is_traced() => {}
+                        Some(_) => {
+                            return Some(format!(
+                                "block {bi} at {:#x}: {what} {q} is not traced",
+                                b.start
+                            ))
+                        }
+                        None => {
+                            return Some(format!(
+                                "block {bi} at {:#x}: {what} {q} of {nprocs} procedures",
+                                b.start
+                            ))
+                        }
+                    }
+                }
+                if c.lazy.is_some() && !(c.tail && c.target == CallTarget::External) {
+                    return Some(format!(
+                        "block {bi} at {:#x}: a lazy-binding path on a call that is not an external tail call",
+                        b.start
+                    ));
+                }
+            }
+        }
+        let mut witnesses = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        let mut to_exit = vec![false; n];
+        for (ei, e) in self.edges.iter().enumerate() {
+            if e.from >= exit || e.to > exit {
+                return Some(format!(
+                    "edge {ei} {} -> {} leaves {} blocks",
+                    e.from, e.to, n
+                ));
+            }
+            if !seen.insert((e.from, e.to)) {
+                return Some(format!("edge {ei} repeats {} -> {}", e.from, e.to));
+            }
+            if e.kind.is_exit() != (e.to == exit) {
+                return Some(format!(
+                    "edge {ei} {} -> {} has kind {:?}",
+                    e.from, e.to, e.kind
+                ));
+            }
+            let call = self.blocks[e.from as usize].call;
+            if matches!(e.kind, EdgeKindDb::CallReturn | EdgeKindDb::NoReturn) && call.is_none() {
+                return Some(format!(
+                    "edge {ei} of kind {:?} leaves block {} which makes no call",
+                    e.kind, e.from
+                ));
+            }
+            to_exit[e.from as usize] |= e.to == exit;
+            if let Some(w) = e.witness {
+                witnesses.push(w);
+            }
+        }
+        for (bi, b) in self.blocks.iter().enumerate() {
+            // A tail call applies when its edge to EXIT is taken; other
+            // successors are allowed (a conditional tail call, or a PLT
+            // stub's jump that goes to its lazy-binding half until bound).
+            if let Some(c) = b.call.filter(|c| c.tail) {
+                if !to_exit[bi] {
+                    return Some(format!(
+                        "block {bi} at {:#x} is a tail call ({:?}) but has no edge to EXIT",
+                        b.start, c.target
+                    ));
+                }
+            }
+        }
+        witnesses.sort_unstable();
+        if let Some((i, &w)) = witnesses
+            .iter()
+            .enumerate()
+            .find(|&(i, &w)| usize::from(w) != i)
+        {
+            return Some(format!(
+                "witness numbers are not 0..{}: {w} found where {i} belongs",
+                witnesses.len()
+            ));
+        }
+        if !self.is_traced() && !witnesses.is_empty() {
+            return Some("a procedure left alone has witness edges".into());
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A valid random database built from a seed (SplitMix64), so shrinking
+    /// and reproduction are by seed.
+    fn random_db(seed: u64, nprocs: usize) -> ProgramDb {
+        let mut x = seed;
+        let mut rnd = move |n: u64| {
+            x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            (z ^ (z >> 31)) % n.max(1)
+        };
+        let nprocs = nprocs.max(1);
+        let mut addr = 0x40_1000 + rnd(1 << 40);
+        let mut procs = Vec::new();
+        for pi in 0..nprocs {
+            let left_alone = pi > 0 && rnd(5) == 0;
+            let n = if left_alone { rnd(3) } else { 1 + rnd(12) } as usize;
+            let mut blocks = Vec::new();
+            for _ in 0..n {
+                let lens: Vec<u8> = (0..1 + rnd(6)).map(|_| 1 + rnd(15) as u8).collect();
+                let start = addr;
+                addr += lens.iter().map(|&l| u64::from(l)).sum::<u64>() + rnd(3);
+                blocks.push(BlockDb {
+                    start,
+                    insn_lens: lens,
+                    call: None,
+                });
+            }
+            let exit = n as u32;
+            let mut edges = Vec::new();
+            let mut seen = std::collections::HashSet::new();
+            for b in 0..n as u32 {
+                let kind_call = rnd(4);
+                if !left_alone && kind_call == 0 {
+                    // A call block: one edge, to the next block or EXIT.
+                    let tail = rnd(3) == 0;
+                    let target = match rnd(3) {
+                        0 if pi > 0 => CallTarget::Proc(0),
+                        1 => CallTarget::Exit,
+                        _ => CallTarget::External,
+                    };
+                    let lazy = (tail && target == CallTarget::External && rnd(2) == 0).then_some(0);
+                    blocks[b as usize].call = Some(CallDb {
+                        target,
+                        marker: rnd(2) == 0,
+                        returns: rnd(2) == 0,
+                        tail,
+                        lazy,
+                    });
+                    let (to, kind) = if tail {
+                        (exit, EdgeKindDb::TailCall)
+                    } else if b + 1 < exit && rnd(4) != 0 {
+                        (b + 1, EdgeKindDb::CallReturn)
+                    } else {
+                        (exit, EdgeKindDb::NoReturn)
+                    };
+                    seen.insert((b, to));
+                    edges.push(EdgeDb {
+                        from: b,
+                        to,
+                        kind,
+                        witness: None,
+                    });
+                    continue;
+                }
+                for _ in 0..1 + rnd(3) {
+                    let to = rnd(u64::from(exit) + 1) as u32;
+                    if !seen.insert((b, to)) {
+                        continue;
+                    }
+                    let kind = if to == exit {
+                        [EdgeKindDb::Return, EdgeKindDb::TailCall, EdgeKindDb::Halt]
+                            [rnd(3) as usize]
+                    } else {
+                        [
+                            EdgeKindDb::FallThrough,
+                            EdgeKindDb::Taken,
+                            EdgeKindDb::JumpTable,
+                        ][rnd(3) as usize]
+                    };
+                    edges.push(EdgeDb {
+                        from: b,
+                        to,
+                        kind,
+                        witness: None,
+                    });
+                }
+            }
+            if !left_alone {
+                let mut w = 0u16;
+                for e in &mut edges {
+                    if rnd(3) == 0 {
+                        e.witness = Some(w);
+                        w += 1;
+                    }
+                }
+            }
+            procs.push(ProcDb {
+                name: format!("proc_{pi}_\u{e9}"),
+                status: if left_alone {
+                    ProcStatus::LeftAlone("indirect jump".into())
+                } else {
+                    ProcStatus::Traced
+                },
+                entry: if n == 0 { 0 } else { rnd(n as u64) as u32 },
+                blocks,
+                edges,
+            });
+        }
+        ProgramDb {
+            link_base: 0x40_0000,
+            runtime_vaddr: 0x80_0000 + rnd(1 << 20),
+            procs,
+        }
+    }
+
+    fn err_text(bytes: &[u8]) -> String {
+        match ProgramDb::decode(bytes) {
+            Ok(_) => "ok".into(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn empty_database_round_trips() {
+        let db = ProgramDb::default();
+        let bytes = db.encode();
+        assert_eq!(bytes.len(), 4 + 4 + 8 + 8 + 1);
+        assert_eq!(ProgramDb::decode(&bytes).unwrap(), db);
+    }
+
+    #[test]
+    fn layout_of_a_small_database_is_as_documented() {
+        let db = ProgramDb {
+            link_base: 0x40_0000,
+            runtime_vaddr: 0x50_0000,
+            procs: vec![ProcDb {
+                name: "f".into(),
+                status: ProcStatus::Traced,
+                entry: 0,
+                blocks: vec![
+                    BlockDb {
+                        start: 0x40_1000,
+                        insn_lens: vec![4, 5],
+                        call: Some(CallDb {
+                            target: CallTarget::External,
+                            marker: true,
+                            returns: true,
+                            tail: false,
+                            lazy: None,
+                        }),
+                    },
+                    BlockDb {
+                        start: 0x40_1009,
+                        insn_lens: vec![1],
+                        call: None,
+                    },
+                ],
+                edges: vec![
+                    EdgeDb {
+                        from: 0,
+                        to: 1,
+                        kind: EdgeKindDb::CallReturn,
+                        witness: None,
+                    },
+                    EdgeDb {
+                        from: 1,
+                        to: 2,
+                        kind: EdgeKindDb::Return,
+                        witness: Some(0),
+                    },
+                ],
+            }],
+        };
+        let bytes = db.encode();
+        let mut want = b"AEDB".to_vec();
+        want.extend_from_slice(&1u32.to_le_bytes());
+        want.extend_from_slice(&0x40_0000u64.to_le_bytes());
+        want.extend_from_slice(&0x50_0000u64.to_le_bytes());
+        want.extend_from_slice(&[1, 1, b'f', 0, 0, 2]);
+        want.extend_from_slice(&[0x80, 0xa0, 0x80, 0x02, 2, 4, 5, 0x32]);
+        want.extend_from_slice(&[9, 1, 1, 0]);
+        want.extend_from_slice(&[2, 0, 1, 3, 1, 2, 0x84, 0]);
+        assert_eq!(bytes, want);
+        assert_eq!(ProgramDb::decode(&bytes).unwrap(), db);
+    }
+
+    #[test]
+    fn invariant_violations_are_named() {
+        let mut db = random_db(7, 3);
+        db.procs[0].blocks[0].insn_lens.push(16);
+        let e = ProgramDb::decode(&db.encode_raw()).unwrap_err().to_string();
+        assert!(e.contains("procedure 0") && e.contains("16 bytes"), "{e}");
+
+        let mut db = random_db(7, 3);
+        let w = db.procs[0]
+            .edges
+            .iter()
+            .filter(|e| e.witness.is_some())
+            .count() as u16;
+        db.procs[0].edges[0].witness = Some(w + 3);
+        let e = db.check().unwrap_err().to_string();
+        assert!(e.contains("witness numbers are not"), "{e}");
+
+        let mut db = random_db(9, 2);
+        db.procs[0].entry = 99;
+        assert!(db
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("entry block 99"));
+    }
+
+    proptest! {
+        #[test]
+        fn round_trip(seed in any::<u64>(), n in 1usize..8) {
+            let db = random_db(seed, n);
+            prop_assert_eq!(db.check().map_err(|e| e.to_string()), Ok(()));
+            let bytes = db.encode();
+            prop_assert_eq!(ProgramDb::decode(&bytes).unwrap(), db);
+        }
+
+        /// Every strict prefix is an error (never a panic, never a shorter database).
+        #[test]
+        fn truncations_are_errors(seed in any::<u64>(), n in 1usize..5) {
+            let bytes = random_db(seed, n).encode();
+            for len in 0..bytes.len() {
+                prop_assert!(ProgramDb::decode(&bytes[..len]).is_err(), "prefix {}", len);
+            }
+        }
+
+        /// Any damaged byte decodes to an error or to a database that passes
+        /// its own check; never a panic.
+        #[test]
+        fn damaged_bytes_never_panic(seed in any::<u64>(), at in any::<usize>(), x in 1u8..) {
+            let mut bytes = random_db(seed, 4).encode();
+            let i = at % bytes.len();
+            bytes[i] ^= x;
+            if let Ok(db) = ProgramDb::decode(&bytes) {
+                prop_assert_eq!(db.check().map_err(|e| e.to_string()), Ok(()));
+            }
+            let _ = err_text(&bytes);
+        }
+
+        #[test]
+        fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let mut with_magic = MAGIC.to_vec();
+            with_magic.extend_from_slice(&VERSION.to_le_bytes());
+            with_magic.extend_from_slice(&bytes);
+            let _ = ProgramDb::decode(&bytes);
+            let _ = ProgramDb::decode(&with_magic);
+        }
+    }
+}

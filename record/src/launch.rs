@@ -1,0 +1,720 @@
+//! The recorder behind `aetrace record`: runs a rewritten program with the
+//! shared witness region (`docs/runtime.md`) and writes the trace file
+//! (`docs/format.md`) while the program runs.
+//!
+//! Each thread's stream is Ball & Larus's `trace_record(EX, epl)` (paper 003,
+//! section 4.1: the witnesses in the order the run crossed them); the
+//! recorder adds nothing to it and drops nothing: the bytes of every slot
+//! are copied into the trace exactly as drained, first THREAD/FORK record
+//! included, and the regenerator parses them. Design decision 4: compress
+//! in the recorder, not in the program; a program killed by any signal
+//! leaves every witness it wrote.
+//!
+//! Invariants:
+//! - Thread ids are dense, in order of each slot's first bytes; a slot's
+//!   parent (from its THREAD/FORK record) has its id already, because a
+//!   parent claims its slot before it creates the child, and slots are
+//!   claimed lowest first and scanned in index order.
+//! - A chunk holds whole records only: batches end at record boundaries and
+//!   a thread's buffer is a concatenation of batches.
+//! - `Drainer::poll(true, ..)` runs only after `waitpid` said ECHILD: as
+//!   child subreaper the recorder sees every descendant, so no process that
+//!   could write to the region is left.
+//! - The trace gets END only if every section was written; after any
+//!   failure the file stays a valid, explicitly incomplete prefix.
+//!
+//! While `record` runs it owns every child of the calling process (it reaps
+//! with `waitpid(-1)`) and the dispositions of SIGINT, SIGQUIT, SIGTERM and
+//! SIGHUP; it sets PR_SET_CHILD_SUBREAPER on the process for good.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::fs::File;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use aetrace_format::{
+    module_flags, EndReason, ExitStatus, Header, Module, ModuleId, ProcessExit, StartReason,
+    ThreadId, ThreadStart, TraceWriter,
+};
+use aetrace_runtime::layout::ESCAPE;
+use aetrace_runtime::{Batch, Geometry, RecordKind, Region};
+
+use crate::{Error, Result};
+
+/// One module of the traced program, as the rewriter describes it.
+#[derive(Clone, Debug)]
+pub struct ModuleSpec {
+    /// The ORIGINAL module path (what the user named).
+    pub path: PathBuf,
+    pub build_id: Vec<u8>,
+    /// [`aetrace_format::module_flags`] bits (`MAIN | INSTRUMENTED`).
+    pub flags: u32,
+    /// Bytes of address space from vaddr 0 (the highest PT_LOAD end).
+    pub size: u64,
+    /// The encoded program database (opaque here).
+    pub db: Vec<u8>,
+    pub db_version: u32,
+    /// Link-time vaddr of the runtime blob in the rewritten module.
+    pub runtime_vaddr: u64,
+    /// Facts worth keeping with the trace, e.g. procedures left alone.
+    pub notes: Vec<String>,
+}
+
+/// What to run and where to write its trace.
+#[derive(Clone, Debug)]
+pub struct Launch {
+    /// The rewritten executable to exec.
+    pub program: PathBuf,
+    /// `argv[0]` exactly as the user typed it.
+    pub argv0: OsString,
+    pub args: Vec<OsString>,
+    /// Variables ADDED to the inherited environment (e.g. `LD_LIBRARY_PATH`
+    /// for rewritten libraries).
+    pub env: Vec<(OsString, OsString)>,
+    pub trace: PathBuf,
+    /// `modules[0]` is the main executable.
+    pub modules: Vec<ModuleSpec>,
+    pub geometry: Geometry,
+}
+
+impl Launch {
+    /// 256 threads/processes over the whole run, 1 MiB halves: a writer
+    /// flushes (and may wait for the recorder) once per ~1 M witnesses, and
+    /// untouched slots cost no memory (the memfd is sparse).
+    pub const DEFAULT_GEOMETRY: Geometry = Geometry {
+        slot_count: 256,
+        half_size: 1 << 20,
+    };
+}
+
+/// How the main process of the traced program ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// `exit(code)`.
+    Exited(i32),
+    /// Killed by this signal.
+    Signaled(i32),
+}
+
+/// Raw stream bytes a thread collects before they become a chunk.
+const CHUNK_BYTES: usize = 1 << 20;
+/// A partial chunk is written after this long anyway, so a recorder that
+/// dies loses at most about this much of a slow thread's stream.
+const CHUNK_AGE: Duration = Duration::from_secs(1);
+/// Drain interval when no half fills; bounds the delay in noticing exits.
+const POLL: Duration = Duration::from_millis(10);
+const CREATOR: &str = concat!("aetrace ", env!("CARGO_PKG_VERSION"));
+
+/// Runs `l.program` under the recorder and writes `l.trace`; returns how
+/// the main process ended. The program's own failure (a non-zero exit, a
+/// crash) is an `Outcome`, not an error.
+pub fn record(l: &Launch) -> Result<Outcome> {
+    check_launch(l)?;
+    let region = Region::create(l.geometry).map_err(|e| record_err(format!("{e}")))?;
+    // Before the program starts: orphans of its descendants must come to
+    // us, or we could not know when the last writer is gone.
+    // SAFETY: prctl with integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        return Err(record_err(format!(
+            "PR_SET_CHILD_SUBREAPER: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let signals = Signals::install()?;
+    let header = Header::new(CREATOR, now).map_err(|e| trace_err(&l.trace, e))?;
+    let out = TraceWriter::create(&l.trace, &header).map_err(|e| trace_err(&l.trace, e))?;
+    let main = match spawn(l, &region, &signals) {
+        Ok(pid) => pid,
+        Err(e) => {
+            // Nothing ran: leave no trace file behind.
+            let _ = std::fs::remove_file(&l.trace);
+            return Err(e);
+        }
+    };
+    signals.forward_to(main);
+
+    let mut rec = Recorder::new(l, out);
+    let mut reaper = Reaper {
+        main,
+        main_status: None,
+        exits: Vec::new(),
+    };
+    let mut drainer = region.drainer();
+    loop {
+        rec.drain(&mut drainer, false);
+        rec.flush_aged();
+        if reaper.reap()? {
+            break;
+        }
+        drainer.wait(POLL);
+    }
+    // No process is left that could write: every stream ends at its first
+    // unwritten byte (an exact prefix for a killed writer).
+    rec.drain(&mut drainer, true);
+    drop(signals);
+    rec.finish(&reaper.exits)?;
+    match reaper.main_status {
+        Some(ExitStatus::Exited(c)) => Ok(Outcome::Exited(c)),
+        Some(ExitStatus::Signaled { signal, .. }) => Ok(Outcome::Signaled(signal)),
+        None => Err(record_err(format!(
+            "process {main} was never reaped, yet no child is left"
+        ))),
+    }
+}
+
+fn record_err(what: String) -> Error {
+    Error::Record { what }
+}
+
+fn trace_err(trace: &Path, e: aetrace_format::Error) -> Error {
+    record_err(format!("writing {}: {e}", trace.display()))
+}
+
+fn check_launch(l: &Launch) -> Result<()> {
+    let Some(main) = l.modules.first() else {
+        return Err(record_err("no module given for the main executable".into()));
+    };
+    if main.flags & module_flags::MAIN == 0 {
+        return Err(record_err(format!(
+            "{}: the first module must be the main executable",
+            main.path.display()
+        )));
+    }
+    // Only the main executable carries the runtime whose address gives
+    // the load bias; a library's base would be a guess.
+    if let Some(lib) = l.modules.get(1) {
+        return Err(record_err(format!(
+            "{}: recording shared libraries is not supported yet (their load address is unknown to the recorder)",
+            lib.path.display()
+        )));
+    }
+    Ok(())
+}
+
+// --- the program ---------------------------------------------------------
+
+fn spawn(l: &Launch, region: &Region, signals: &Signals) -> Result<i32> {
+    let mut cmd = std::process::Command::new(&l.program);
+    cmd.arg0(&l.argv0).args(&l.args);
+    let (k, v) = region.env();
+    cmd.env(k, v);
+    for (k, v) in &l.env {
+        cmd.env(k, v);
+    }
+    let fd = region.fd();
+    let saved = signals.saved;
+    // SAFETY: the closure runs in the forked child before exec and makes
+    // only async-signal-safe calls (fcntl, sigaction). The region fd loses
+    // CLOEXEC in this child only (not in the recorder, where other spawns
+    // would inherit it); the child gets the signal dispositions the
+    // recorder had before it started ignoring SIGINT/SIGQUIT.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            for (sig, act) in &saved {
+                libc::sigaction(*sig, act, std::ptr::null_mut());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().map_err(|source| Error::Io {
+        path: l.program.clone(),
+        source,
+    })?;
+    // Reaped with waitpid(-1) like every other descendant; `child` need
+    // not be waited for through std.
+    Ok(child.id() as i32)
+}
+
+/// The main child's pid for the SIGTERM/SIGHUP handler (0: not started).
+static FORWARD_TO: AtomicI32 = AtomicI32::new(0);
+/// A SIGTERM/SIGHUP that arrived before the child existed.
+static PENDING: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward(sig: libc::c_int) {
+    let pid = FORWARD_TO.load(Ordering::Acquire);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe.
+        unsafe { libc::kill(pid, sig) };
+    } else {
+        PENDING.store(sig, Ordering::Release);
+    }
+}
+
+/// The recorder's own signal dispositions while the program runs: SIGINT
+/// and SIGQUIT ignored (the terminal sends them to the program too, in
+/// the same process group), SIGTERM and SIGHUP forwarded to the program's
+/// main process until it is reaped (then its pid may be reused; orphaned
+/// descendants the recorder still waits for get nothing).
+/// Dropping it restores the previous dispositions.
+struct Signals {
+    saved: [(libc::c_int, libc::sigaction); 4],
+}
+
+impl Signals {
+    fn install() -> Result<Signals> {
+        FORWARD_TO.store(0, Ordering::Release);
+        PENDING.store(0, Ordering::Release);
+        // SAFETY: zeroed sigaction structs are valid; sigaction calls only.
+        unsafe {
+            let mut saved = [(0, std::mem::zeroed::<libc::sigaction>()); 4];
+            for (i, sig) in [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP]
+                .into_iter()
+                .enumerate()
+            {
+                let mut act: libc::sigaction = std::mem::zeroed();
+                act.sa_sigaction = if sig == libc::SIGINT || sig == libc::SIGQUIT {
+                    libc::SIG_IGN
+                } else {
+                    forward as extern "C" fn(libc::c_int) as libc::sighandler_t
+                };
+                act.sa_flags = libc::SA_RESTART;
+                libc::sigemptyset(&mut act.sa_mask);
+                saved[i].0 = sig;
+                if libc::sigaction(sig, &act, &mut saved[i].1) != 0 {
+                    let e = std::io::Error::last_os_error();
+                    for (s, old) in &saved[..i] {
+                        libc::sigaction(*s, old, std::ptr::null_mut());
+                    }
+                    return Err(record_err(format!("installing signal handlers: {e}")));
+                }
+            }
+            Ok(Signals { saved })
+        }
+    }
+
+    fn forward_to(&self, pid: i32) {
+        FORWARD_TO.store(pid, Ordering::Release);
+        let early = PENDING.swap(0, Ordering::AcqRel);
+        if early != 0 {
+            // SAFETY: plain kill of our own child.
+            unsafe { libc::kill(pid, early) };
+        }
+    }
+}
+
+impl Drop for Signals {
+    fn drop(&mut self) {
+        // SAFETY: restoring dispositions saved by `install`.
+        for (sig, act) in &self.saved {
+            unsafe { libc::sigaction(*sig, act, std::ptr::null_mut()) };
+        }
+        FORWARD_TO.store(0, Ordering::Release);
+    }
+}
+
+/// Collects the exit status of every child (and, as subreaper, of every
+/// orphaned descendant).
+struct Reaper {
+    main: i32,
+    main_status: Option<ExitStatus>,
+    exits: Vec<ProcessExit>,
+}
+
+impl Reaper {
+    /// Reaps whatever has ended; true once no child is left.
+    fn reap(&mut self) -> Result<bool> {
+        loop {
+            let mut st = 0;
+            // SAFETY: waitpid with a valid status pointer.
+            let pid = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG | libc::__WALL) };
+            if pid == 0 {
+                return Ok(false);
+            }
+            if pid < 0 {
+                let e = std::io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    Some(libc::ECHILD) => return Ok(true),
+                    _ => return Err(record_err(format!("waitpid: {e}"))),
+                }
+            }
+            let status = if libc::WIFEXITED(st) {
+                ExitStatus::Exited(libc::WEXITSTATUS(st))
+            } else if libc::WIFSIGNALED(st) {
+                ExitStatus::Signaled {
+                    signal: libc::WTERMSIG(st),
+                    core_dumped: libc::WCOREDUMP(st),
+                }
+            } else {
+                continue; // stopped/continued: not asked for, not an end
+            };
+            if pid == self.main {
+                self.main_status = Some(status);
+                // Its pid may be reused from now on: forward nothing more.
+                FORWARD_TO.store(0, Ordering::Release);
+            }
+            self.exits.push(ProcessExit {
+                pid: pid as u32,
+                status,
+            });
+        }
+    }
+}
+
+// --- the trace -------------------------------------------------------------
+
+/// A slot that has written: its thread and the bytes not yet in a chunk.
+struct Slot {
+    thread: ThreadId,
+    buf: Vec<u8>,
+    /// When `buf` became non-empty.
+    since: Instant,
+}
+
+struct Thread {
+    pid: u32,
+    /// Its process called execve: the stream ended there.
+    exec: bool,
+}
+
+struct Recorder<'l> {
+    launch: &'l Launch,
+    /// `None` once something failed: the file stays an incomplete prefix.
+    out: Option<TraceWriter<File>>,
+    error: Option<Error>,
+    slots: HashMap<u32, Slot>,
+    threads: Vec<Thread>,
+}
+
+impl<'l> Recorder<'l> {
+    fn new(launch: &'l Launch, out: TraceWriter<File>) -> Self {
+        Recorder {
+            launch,
+            out: Some(out),
+            error: None,
+            slots: HashMap::new(),
+            threads: Vec::new(),
+        }
+    }
+
+    /// One pass of the drainer. A slot it cannot read is lost (and the
+    /// recording failed), but the drainer keeps its writer from blocking.
+    fn drain(&mut self, drainer: &mut aetrace_runtime::Drainer<'_>, finished: bool) {
+        if let Err(e) = drainer.poll(finished, &mut |b| self.batch(b)) {
+            self.fail(record_err(format!("reading the witness region: {e}")));
+        }
+    }
+
+    fn fail(&mut self, e: Error) {
+        if self.error.is_none() {
+            self.error = Some(e);
+            self.out = None;
+        }
+    }
+
+    fn batch(&mut self, b: Batch<'_>) {
+        // After a failure the program still runs to its end: keep draining
+        // so it never blocks, but write nothing more.
+        if self.error.is_none() {
+            if let Err(e) = self.take(b) {
+                self.fail(e);
+            }
+        }
+    }
+
+    fn take(&mut self, b: Batch<'_>) -> Result<()> {
+        if !self.slots.contains_key(&b.slot) {
+            let thread = self.start_thread(&b)?;
+            self.slots.insert(
+                b.slot,
+                Slot {
+                    thread,
+                    buf: Vec::with_capacity(CHUNK_BYTES + (1 << 16)),
+                    since: Instant::now(),
+                },
+            );
+        }
+        let s = self
+            .slots
+            .get_mut(&b.slot)
+            .expect("slot inserted just above");
+        if s.buf.is_empty() {
+            s.since = Instant::now();
+        }
+        s.buf.extend_from_slice(b.bytes);
+        if s.buf.len() >= CHUNK_BYTES {
+            self.chunk(b.slot)?;
+        }
+        Ok(())
+    }
+
+    /// THREAD_START for a slot's first bytes (and the modules, for the very
+    /// first). The first record names the creator: THREAD(0xFFFFFFFF) is a
+    /// program's initial thread, THREAD(slot) a new thread, FORK(slot) a
+    /// new process.
+    fn start_thread(&mut self, b: &Batch<'_>) -> Result<ThreadId> {
+        let first = b
+            .bytes
+            .get(..6)
+            .filter(|r| r[0] == ESCAPE)
+            .map(|r| (r[1], u32::from_le_bytes([r[2], r[3], r[4], r[5]])));
+        let bad = || {
+            record_err(format!(
+                "slot {} (pid {}, tid {}): stream starts with {:02x?} instead of a THREAD or FORK record",
+                b.slot,
+                b.pid,
+                b.tid,
+                &b.bytes[..b.bytes.len().min(6)]
+            ))
+        };
+        let (kind, parent_slot) = first.ok_or_else(bad)?;
+        let thread = ThreadId(self.threads.len() as u32);
+        let mut notes = Vec::new();
+        let (reason, parent) = match RecordKind::from_byte(kind) {
+            Some(RecordKind::Thread) if parent_slot == u32::MAX => {
+                if self.threads.is_empty() {
+                    self.write_modules(b)?;
+                    (StartReason::Main, None)
+                } else if let Some(prev) = self.threads.iter().rposition(|t| t.pid == b.pid) {
+                    // The same process initialised a runtime again: it
+                    // exec'd an instrumented program.
+                    for t in self.threads.iter_mut().filter(|t| t.pid == b.pid) {
+                        t.exec = true;
+                    }
+                    notes.push(format!(
+                        "thread {thread} (pid {}): process exec'd an instrumented program (runtime at {:#x}) whose modules the recorder does not know",
+                        b.pid, b.runtime
+                    ));
+                    (StartReason::Exec, Some(ThreadId(prev as u32)))
+                } else {
+                    notes.push(format!(
+                        "thread {thread} (pid {}): an instrumented program (runtime at {:#x}) started by an untraced process; the recorder does not know its modules",
+                        b.pid, b.runtime
+                    ));
+                    (StartReason::Main, None)
+                }
+            }
+            Some(k @ (RecordKind::Thread | RecordKind::Fork)) => {
+                let p = self.slots.get(&parent_slot).map(|s| s.thread).ok_or_else(|| {
+                    record_err(format!(
+                        "slot {} (pid {}, tid {}): created by slot {parent_slot}, which has written nothing",
+                        b.slot, b.pid, b.tid
+                    ))
+                })?;
+                let reason = if k == RecordKind::Fork {
+                    StartReason::Fork
+                } else {
+                    StartReason::Thread
+                };
+                (reason, Some(p))
+            }
+            _ => return Err(bad()),
+        };
+        let out = self.writer()?;
+        out.thread_start(&ThreadStart {
+            thread,
+            parent,
+            os_tid: b.tid,
+            pid: b.pid,
+            reason,
+        })
+        .map_err(|e| trace_err(&self.launch.trace, e))?;
+        for n in notes {
+            self.writer()?
+                .note(None, &n)
+                .map_err(|e| trace_err(&self.launch.trace, e))?;
+        }
+        self.threads.push(Thread {
+            pid: b.pid,
+            exec: false,
+        });
+        Ok(thread)
+    }
+
+    /// MODULE, PROGRAM_DATABASE and NOTE sections, once the main process's
+    /// runtime address gives the load bias.
+    fn write_modules(&mut self, b: &Batch<'_>) -> Result<()> {
+        let trace = &self.launch.trace;
+        let out = self
+            .out
+            .as_mut()
+            .ok_or_else(|| record_err("trace closed".into()))?;
+        for (i, m) in self.launch.modules.iter().enumerate() {
+            let id = ModuleId(i as u32);
+            let bias = b
+                .runtime
+                .checked_sub(m.runtime_vaddr)
+                .filter(|_| b.runtime != 0)
+                .ok_or_else(|| {
+                    record_err(format!(
+                        "{}: pid {} reports its runtime at {:#x}, below the runtime's link address {:#x}",
+                        m.path.display(),
+                        b.pid,
+                        b.runtime,
+                        m.runtime_vaddr
+                    ))
+                })?;
+            let w = |e| trace_err(trace, e);
+            out.module(&Module {
+                id,
+                pid: b.pid,
+                flags: m.flags,
+                load_base: bias,
+                size: m.size,
+                build_id: m.build_id.clone(),
+                path: m.path.as_os_str().as_bytes().to_vec(),
+            })
+            .map_err(w)?;
+            if m.flags & module_flags::INSTRUMENTED != 0 {
+                out.program_database(id, m.db_version, &m.db).map_err(w)?;
+            }
+            for n in &m.notes {
+                out.note(Some(id), n).map_err(w)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn writer(&mut self) -> Result<&mut TraceWriter<File>> {
+        self.out
+            .as_mut()
+            .ok_or_else(|| record_err("trace closed after an earlier failure".into()))
+    }
+
+    /// Writes a slot's buffered bytes as its thread's next chunk.
+    fn chunk(&mut self, slot: u32) -> Result<()> {
+        let Some(s) = self.slots.get_mut(&slot) else {
+            return Ok(());
+        };
+        if s.buf.is_empty() {
+            return Ok(());
+        }
+        let thread = s.thread;
+        let witnesses = count_witnesses(&s.buf).map_err(|at| {
+            record_err(format!(
+                "thread {thread}: record cut at byte {at} of a chunk (drainer broke a record)"
+            ))
+        })?;
+        let raw = std::mem::take(&mut s.buf);
+        let out = self
+            .out
+            .as_mut()
+            .ok_or_else(|| record_err("trace closed".into()))?;
+        out.chunk(thread, &raw, witnesses)
+            .map_err(|e| trace_err(&self.launch.trace, e))?;
+        // Reuse the allocation for the next chunk.
+        let mut raw = raw;
+        raw.clear();
+        if let Some(s) = self.slots.get_mut(&slot) {
+            s.buf = raw;
+        }
+        Ok(())
+    }
+
+    /// Chunks for threads whose bytes have waited longer than [`CHUNK_AGE`].
+    fn flush_aged(&mut self) {
+        if self.error.is_some() {
+            return;
+        }
+        let old: Vec<u32> = self
+            .slots
+            .iter()
+            .filter(|(_, s)| !s.buf.is_empty() && s.since.elapsed() >= CHUNK_AGE)
+            .map(|(k, _)| *k)
+            .collect();
+        for slot in old {
+            if let Err(e) = self.chunk(slot) {
+                self.fail(e);
+                return;
+            }
+        }
+    }
+
+    /// Last chunks, THREAD_END for every thread, PROCESS_EXIT for every
+    /// reaped process, END.
+    fn finish(mut self, exits: &[ProcessExit]) -> Result<()> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        let mut slots: Vec<u32> = self.slots.keys().copied().collect();
+        slots.sort_unstable();
+        for slot in slots {
+            self.chunk(slot)?;
+        }
+        let trace = self.launch.trace.clone();
+        let w = |e| trace_err(&trace, e);
+        let mut out = self
+            .out
+            .take()
+            .ok_or_else(|| record_err("trace closed".into()))?;
+        for (i, t) in self.threads.iter().enumerate() {
+            let killed = exits
+                .iter()
+                .any(|x| x.pid == t.pid && matches!(x.status, ExitStatus::Signaled { .. }));
+            let reason = if t.exec {
+                EndReason::Exec
+            } else if killed {
+                EndReason::Killed
+            } else {
+                EndReason::Exit
+            };
+            out.thread_end(ThreadId(i as u32), reason).map_err(w)?;
+        }
+        for x in exits {
+            out.process_exit(x).map_err(w)?;
+        }
+        if self.threads.is_empty() {
+            out.note(
+                None,
+                "the program wrote no witnesses: it ran no instrumented code (is it a rewritten executable?)",
+            )
+            .map_err(w)?;
+        }
+        let (file, _end) = out.finish().map_err(w)?;
+        file.sync_data().map_err(|source| Error::Io {
+            path: trace.clone(),
+            source,
+        })?;
+        Ok(())
+    }
+}
+
+/// Witness bytes in a stream of whole witnesses and records; `Err(offset)`
+/// where a record is unknown or cut.
+fn count_witnesses(raw: &[u8]) -> std::result::Result<u64, usize> {
+    let mut n = 0u64;
+    let mut i = 0usize;
+    while let Some(&b) = raw.get(i) {
+        if b == ESCAPE {
+            let kind = raw
+                .get(i + 1)
+                .and_then(|k| RecordKind::from_byte(*k))
+                .ok_or(i)?;
+            let end = i + kind.encoded_len() as usize;
+            if end > raw.len() {
+                return Err(i);
+            }
+            i = end;
+        } else {
+            n += 1;
+            i += 1;
+        }
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn witnesses_are_counted_around_records() {
+        let mut s = vec![0xFF, 8, 0xFF, 0xFF, 0xFF, 0xFF, 1, 2, 0xFF, 10, 3];
+        let signal = s.len();
+        s.extend([0xFF, 3, 11, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(count_witnesses(&s), Ok(3));
+        assert_eq!(count_witnesses(&s[..s.len() - 1]), Err(signal));
+        assert_eq!(count_witnesses(&[1, 0xFF, 0x42]), Err(1));
+        assert_eq!(count_witnesses(&[]), Ok(0));
+    }
+}

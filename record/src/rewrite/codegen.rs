@@ -1,0 +1,774 @@
+//! Code generation: the instrumented copies of the traced procedures, laid
+//! out in one block of instructions and encoded by iced-x86's
+//! `BlockEncoder` (paper 003 Section 4: a witness is written when its edge
+//! is traversed; design decision 2).
+//!
+//! Layout of one procedure copy: its outside-entry stub (the springboard
+//! target), then its blocks in address order, then the out-of-line stubs of
+//! witnessed taken edges and jump-table cases. Within a block, a witness on
+//! a fall-through edge is inline (no jump), one on a taken edge costs one
+//! stub; witnesses on edges leaving by `ret`/`jmp` go just before that
+//! instruction. Buffer checks sit at the entry block, loop headers and
+//! every call's return point (docs/runtime.md section 4).
+//!
+//! Invariants:
+//! - every emitted instruction's `ip` is 0 or a label from [`LABEL_BASE`]
+//!   upwards (never an address), so `BlockEncoder` resolves exactly the
+//!   branches we retargeted and encodes every other target as the absolute
+//!   original address;
+//! - original instructions are copied unchanged except for branch targets
+//!   inside the copy and references to rewritten jump tables; RIP-relative
+//!   operands keep their absolute targets (the encoder re-derives the
+//!   displacement, the new segment lies within 2 GiB of the module);
+//! - every instrumentation sequence comes from `aetrace_runtime::emit`
+//!   unchanged (the signal fix-up recognises exactly those encodings).
+
+use std::collections::HashMap;
+
+use aetrace_graph::{BlockId, EdgeId, EntityRef};
+use aetrace_runtime::layout::RecordKind;
+use aetrace_runtime::{
+    emit_buffer_check, emit_outside_entry, emit_record, emit_witness, Payload, RuntimeAddrs, Site,
+};
+use iced_x86::code_asm::{edi, r11, CodeAssembler};
+use iced_x86::{
+    BlockEncoder, BlockEncoderOptions, Code, FlowControl, Instruction, InstructionBlock,
+    MemoryOperand, OpKind, Register,
+};
+
+use crate::cfg::{Cfg, EdgeKind};
+use crate::rewrite::liveness::Liveness;
+
+/// First label id: non-canonical, so never a real code address.
+pub const LABEL_BASE: u64 = 0xFFFF_8000_0000_0000;
+/// Label ids a single emitter call may use (CodeAssembler numbers from 1).
+const SEQ_LABELS: u64 = 0x100;
+
+/// How untraced code enters a procedure copy.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum EntryStub {
+    /// The full outside-entry stub (callbacks, thread starts, handlers).
+    Full,
+    /// The process entry point: `[rsp]` is `argc`, not a return address,
+    /// and the main thread already owns a slot (init ran from preinit).
+    ProcessEntry,
+}
+
+/// What the rewriter adds around one call site.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct CallPlan {
+    /// A RETURN record at the return point (the callee may call back).
+    pub marker: bool,
+    /// An EXIT(edi) record just before the call or GOT jump.
+    pub exit_record: bool,
+    /// `call fork_child` in the child (the call returned 0) at the return point.
+    pub fork: bool,
+}
+
+/// A resolved jump table rewritten to point into the copy.
+#[derive(Clone, Debug)]
+pub struct Table {
+    pub old: u64,
+    pub new: u64,
+    /// int32 entries relative to the table (else absolute 8-byte entries).
+    pub rel32: bool,
+    /// The case block of each entry, in table order.
+    pub targets: Vec<BlockId>,
+    /// The jump's block.
+    pub block: BlockId,
+}
+
+impl Table {
+    pub fn size(&self) -> u64 {
+        self.targets.len() as u64 * if self.rel32 { 4 } else { 8 }
+    }
+}
+
+/// Everything code generation needs about one traced procedure.
+pub struct ProcPlan<'a> {
+    pub number: u32,
+    pub name: &'a str,
+    pub start: u64,
+    pub stub: EntryStub,
+    pub cfg: &'a Cfg,
+    pub insns: Vec<Vec<Instruction>>,
+    pub live: Liveness,
+    /// Witness number per edge.
+    pub witness: Vec<Option<u32>>,
+    /// Per block: the call plan of its call site (call blocks and PLT-style
+    /// GOT jumps).
+    pub calls: Vec<CallPlan>,
+    pub tables: Vec<Table>,
+    /// Blocks that are targets of a back edge (address order): get a check.
+    pub loop_header: Vec<bool>,
+    /// Landing pads (C++ exceptions): each gets a stub that writes
+    /// LANDING(number) before entering the block; the copy's LSDA points
+    /// there, so normal control flow into the block writes nothing.
+    pub landing_pads: Vec<BlockId>,
+}
+
+/// Where one procedure's copy ended up (for unwind tables).
+#[derive(Clone, Debug, Default)]
+pub struct ProcCopy {
+    /// Original start.
+    pub start: u64,
+    /// `[new_start, new_end)`: stub, blocks and out-of-line stubs.
+    pub new_start: u64,
+    pub new_end: u64,
+    /// `(original address, copy address)` of every copied instruction, in
+    /// layout order (original addresses ascending within a procedure).
+    pub insn_map: Vec<(u64, u64)>,
+    /// `(original landing pad, its LANDING stub in the copy)`.
+    pub landing: Vec<(u64, u64)>,
+}
+
+/// The encoded copies.
+pub struct Copies {
+    pub bytes: Vec<u8>,
+    /// `(original entry, outside-entry stub address)` for the springboards.
+    pub springboards: Vec<(u64, u64)>,
+    /// Table bytes to place at each table's `new` address.
+    pub tables: Vec<(u64, Vec<u8>)>,
+    /// One per plan, in order.
+    pub procs: Vec<ProcCopy>,
+}
+
+/// Error from generation: a message naming the procedure.
+pub type GenResult<T> = std::result::Result<T, String>;
+
+struct Emitter {
+    out: Vec<Instruction>,
+    next_label: u64,
+    /// label -> index of the instruction carrying it.
+    at: HashMap<u64, usize>,
+    /// Label to put on the next emitted instruction.
+    pending: Option<u64>,
+    /// `(index in out, original address)` of copied instructions.
+    origin: Vec<(usize, u64)>,
+}
+
+fn near_branch(i: &Instruction) -> bool {
+    (0..i.op_count()).any(|k| {
+        matches!(
+            i.op_kind(k),
+            OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64
+        )
+    })
+}
+
+impl Emitter {
+    fn label(&mut self) -> u64 {
+        self.next_label += 1;
+        self.next_label
+    }
+
+    fn bind(&mut self, label: u64) {
+        debug_assert!(self.pending.is_none(), "two labels on one instruction");
+        self.pending = Some(label);
+    }
+
+    fn push(&mut self, mut insn: Instruction) {
+        match self.pending.take() {
+            Some(l) => {
+                insn.set_ip(l);
+                self.at.insert(l, self.out.len());
+            }
+            None => insn.set_ip(0),
+        }
+        self.out.push(insn);
+    }
+
+    /// Appends what `f` emits, its local labels renamed into ours.
+    fn seq(
+        &mut self,
+        f: impl FnOnce(&mut CodeAssembler) -> Result<(), aetrace_runtime::Error>,
+    ) -> GenResult<()> {
+        let mut a = CodeAssembler::new(64).map_err(|e| e.to_string())?;
+        f(&mut a).map_err(|e| e.to_string())?;
+        let base = self.next_label;
+        self.next_label += SEQ_LABELS;
+        for mut insn in a.take_instructions() {
+            let local = insn.ip();
+            if near_branch(&insn) && insn.near_branch_target() < SEQ_LABELS {
+                insn.set_near_branch64(base + insn.near_branch_target());
+            }
+            if local != 0 {
+                debug_assert!(local < SEQ_LABELS);
+                if self.pending.is_some() {
+                    // The sequence starts with its own label: carry ours on a nop.
+                    self.push(Instruction::with(Code::Nopd));
+                }
+                self.bind(base + local);
+            }
+            self.push(insn);
+        }
+        Ok(())
+    }
+
+    fn jmp(&mut self, target: u64) -> GenResult<()> {
+        let i = Instruction::with_branch(Code::Jmp_rel32_64, target).map_err(|e| e.to_string())?;
+        self.push(i);
+        Ok(())
+    }
+
+    fn witness(&mut self, n: u32, site: Site) -> GenResult<()> {
+        if n < 254 {
+            self.seq(|a| emit_witness(a, n as u8 + 1, site))
+        } else {
+            let n = u16::try_from(n).map_err(|_| format!("witness number {n} exceeds 16 bits"))?;
+            self.seq(|a| emit_record(a, RecordKind::Wide, Payload::Imm16(n), site))
+        }
+    }
+}
+
+/// Generates the copies of `plans`, their code starting at `rip`.
+/// `bodies` maps the original start of every traced procedure to the label
+/// of its body (direct calls skip the outside-entry stub).
+pub fn generate(plans: &[ProcPlan<'_>], rt: &RuntimeAddrs, rip: u64) -> GenResult<Copies> {
+    let mut em = Emitter {
+        out: Vec::new(),
+        next_label: LABEL_BASE,
+        at: HashMap::new(),
+        pending: None,
+        origin: Vec::new(),
+    };
+    let mut bodies: HashMap<u64, u64> = HashMap::new();
+    let mut block_labels: Vec<Vec<u64>> = Vec::with_capacity(plans.len());
+    let mut stub_labels = Vec::with_capacity(plans.len());
+    for p in plans {
+        let labels: Vec<u64> = (0..p.cfg.blocks.len()).map(|_| em.label()).collect();
+        bodies.insert(p.start, labels[p.cfg.entry.index()]);
+        block_labels.push(labels);
+        stub_labels.push(em.label());
+    }
+    // Table entries: (table index in plan, entry index) -> label.
+    let mut table_entries: Vec<Vec<Vec<u64>>> = Vec::with_capacity(plans.len());
+    // Per plan: out-index range, origin range, landing stub labels.
+    let mut spans = Vec::with_capacity(plans.len());
+    for (k, p) in plans.iter().enumerate() {
+        let (first, first_origin) = (em.out.len(), em.origin.len());
+        let landing: Vec<(u64, u64)> = p
+            .landing_pads
+            .iter()
+            .map(|&b| (p.cfg.blocks[b].start, em.label()))
+            .collect();
+        let entries = ProcGen {
+            em: &mut em,
+            p,
+            labels: &block_labels[k],
+            bodies: &bodies,
+            rt,
+        }
+        .emit(stub_labels[k], &landing)
+        .map_err(|e| format!("procedure {}: {e}", p.name))?;
+        table_entries.push(entries);
+        spans.push((first, em.out.len(), first_origin, em.origin.len(), landing));
+    }
+    let block = InstructionBlock::new(&em.out, rip);
+    let res = BlockEncoder::encode(
+        64,
+        block,
+        BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
+    )
+    .map_err(|e| format!("encoding the copies: {e}"))?;
+    let addr = |label: u64| -> GenResult<u64> {
+        let i = *em.at.get(&label).ok_or("internal: unbound label")?;
+        match res.new_instruction_offsets[i] {
+            u32::MAX => Err("internal: a labelled instruction was rewritten".into()),
+            off => Ok(rip + u64::from(off)),
+        }
+    };
+    let at_index = |i: usize| -> u64 {
+        res.new_instruction_offsets
+            .get(i)
+            .map_or(rip + res.code_buffer.len() as u64, |&o| rip + u64::from(o))
+    };
+    let mut springboards = Vec::with_capacity(plans.len());
+    let mut tables = Vec::new();
+    let mut procs = Vec::with_capacity(plans.len());
+    for (k, p) in plans.iter().enumerate() {
+        springboards.push((p.start, addr(stub_labels[k])?));
+        let (first, end, o0, o1, landing) = &spans[k];
+        let mut insn_map = Vec::with_capacity(o1 - o0);
+        for &(i, old) in &em.origin[*o0..*o1] {
+            match res.new_instruction_offsets[i] {
+                u32::MAX => {
+                    return Err(format!(
+                        "procedure {}: instruction at {old:#x} was rewritten by the encoder",
+                        p.name
+                    ))
+                }
+                off => insn_map.push((old, rip + u64::from(off))),
+            }
+        }
+        procs.push(ProcCopy {
+            start: p.start,
+            new_start: at_index(*first),
+            new_end: at_index(*end),
+            insn_map,
+            landing: landing
+                .iter()
+                .map(|&(old, l)| Ok((old, addr(l)?)))
+                .collect::<GenResult<_>>()?,
+        });
+        for (t, entries) in p.tables.iter().zip(&table_entries[k]) {
+            let mut bytes = Vec::with_capacity(t.size() as usize);
+            for &l in entries {
+                let target = addr(l)?;
+                if t.rel32 {
+                    let d = i32::try_from(target as i64 - t.new as i64)
+                        .map_err(|_| "jump table case out of int32 range".to_string())?;
+                    bytes.extend_from_slice(&d.to_le_bytes());
+                } else {
+                    bytes.extend_from_slice(&target.to_le_bytes());
+                }
+            }
+            tables.push((t.new, bytes));
+        }
+    }
+    Ok(Copies {
+        bytes: res.code_buffer,
+        springboards,
+        tables,
+        procs,
+    })
+}
+
+struct ProcGen<'e, 'p> {
+    em: &'e mut Emitter,
+    p: &'p ProcPlan<'p>,
+    labels: &'p [u64],
+    bodies: &'p HashMap<u64, u64>,
+    rt: &'p RuntimeAddrs,
+}
+
+/// A stub emitted after the procedure's blocks.
+struct Stub {
+    label: u64,
+    witness: Option<u32>,
+    site: Site,
+    exit_record: bool,
+    target: u64,
+}
+
+impl ProcGen<'_, '_> {
+    fn site(&self, live: crate::rewrite::liveness::RegSet) -> Site {
+        self.p.live.site(live)
+    }
+
+    /// Where a branch to original address `t` goes in the copy.
+    fn retarget(&self, t: u64) -> u64 {
+        if let Some(b) = self.p.cfg.block_at(t) {
+            return self.labels[b.index()];
+        }
+        self.bodies.get(&t).copied().unwrap_or(t)
+    }
+
+    /// Copies `insn`, retargeting a direct branch and redirecting
+    /// references to rewritten tables.
+    fn copy(&mut self, mut insn: Instruction) {
+        self.em.origin.push((self.em.out.len(), insn.ip()));
+        if near_branch(&insn) {
+            let t = self.retarget(insn.near_branch_target());
+            insn.set_near_branch64(t);
+        }
+        for t in &self.p.tables {
+            let refs = (0..insn.op_count()).any(|k| insn.op_kind(k) == OpKind::Memory);
+            if !refs {
+                continue;
+            }
+            let rip_rel = insn.is_ip_rel_memory_operand() && insn.ip_rel_memory_address() == t.old;
+            let absolute =
+                insn.memory_base() == Register::None && insn.memory_displacement64() == t.old;
+            if rip_rel || absolute {
+                insn.set_memory_displacement64(t.new);
+            }
+        }
+        self.em.push(insn);
+    }
+
+    fn edges_from(&self, b: BlockId) -> Vec<EdgeId> {
+        self.p
+            .cfg
+            .edges
+            .iter()
+            .filter(|(_, e)| e.from == b)
+            .map(|(id, _)| id)
+            .collect()
+    }
+
+    fn emit(mut self, stub_label: u64, landing: &[(u64, u64)]) -> GenResult<Vec<Vec<u64>>> {
+        let p = self.p;
+        let cfg = p.cfg;
+        let order: Vec<BlockId> = cfg.blocks.keys().collect();
+        // Outside-entry stub.
+        self.em.bind(stub_label);
+        match p.stub {
+            EntryStub::Full => {
+                let (n, rt) = (p.number, *self.rt);
+                self.em.seq(|a| emit_outside_entry(a, n, &rt))?
+            }
+            EntryStub::ProcessEntry => {
+                let (n, flush) = (p.number, self.rt.flush);
+                let site = Site {
+                    scratch: Some(r11),
+                    flags_live: false,
+                    red_zone_live: false,
+                    flags_save: aetrace_runtime::FlagsSave::Lahf,
+                };
+                self.em.seq(|a| {
+                    emit_buffer_check(a, flush, site)?;
+                    emit_record(a, RecordKind::Enter, Payload::Imm32(n), site)
+                })?
+            }
+        }
+        if order.first() != Some(&cfg.entry) {
+            self.em.jmp(self.labels[cfg.entry.index()])?;
+        }
+        let mut stubs: Vec<Stub> = Vec::new();
+        let mut case_labels: HashMap<EdgeId, u64> = HashMap::new();
+        for (pos, &b) in order.iter().enumerate() {
+            let next = order.get(pos + 1).copied();
+            self.block(b, next, &mut stubs, &mut case_labels)?;
+        }
+        for s in stubs {
+            self.em.bind(s.label);
+            if let Some(w) = s.witness {
+                self.em.witness(w, s.site)?;
+            }
+            if s.exit_record {
+                self.exit_record(s.site)?;
+            }
+            self.em.jmp(s.target)?;
+        }
+        for (&b, &(_, label)) in p.landing_pads.iter().zip(landing) {
+            self.em.bind(label);
+            let site = self.site(p.live.live_in(b));
+            self.check(site)?;
+            let n = p.number;
+            self.em
+                .seq(|a| emit_record(a, RecordKind::Landing, Payload::Imm32(n), site))?;
+            self.em.jmp(self.labels[b.index()])?;
+        }
+        // Table entries: a case with a witness goes through its stub.
+        let mut out = Vec::with_capacity(p.tables.len());
+        for t in &p.tables {
+            let mut entries = Vec::with_capacity(t.targets.len());
+            for &target in &t.targets {
+                let e = cfg
+                    .edges
+                    .iter()
+                    .find(|(_, e)| e.from == t.block && e.to == target)
+                    .map(|(id, _)| id)
+                    .ok_or("jump table case without an edge")?;
+                entries.push(
+                    case_labels
+                        .get(&e)
+                        .copied()
+                        .unwrap_or(self.labels[target.index()]),
+                );
+            }
+            out.push(entries);
+        }
+        Ok(out)
+    }
+
+    fn exit_record(&mut self, site: Site) -> GenResult<()> {
+        self.em
+            .seq(|a| emit_record(a, RecordKind::Exit, Payload::Reg32(edi), site))
+    }
+
+    fn check(&mut self, site: Site) -> GenResult<()> {
+        let flush = self.rt.flush;
+        self.em.seq(|a| emit_buffer_check(a, flush, site))
+    }
+
+    /// Continues at block `to` (or the tail-call target `orig`) after the
+    /// current block when it is not laid out next.
+    fn goto(&mut self, to: BlockId, next: Option<BlockId>, orig: u64) -> GenResult<()> {
+        if to == self.p.cfg.exit() {
+            let t = self.retarget(orig);
+            return self.em.jmp(t);
+        }
+        if Some(to) != next {
+            self.em.jmp(self.labels[to.index()])?;
+        }
+        Ok(())
+    }
+
+    fn block(
+        &mut self,
+        b: BlockId,
+        next: Option<BlockId>,
+        stubs: &mut Vec<Stub>,
+        case_labels: &mut HashMap<EdgeId, u64>,
+    ) -> GenResult<()> {
+        let p = self.p;
+        let cfg = p.cfg;
+        let blk = &cfg.blocks[b];
+        let insns = &p.insns[b.index()];
+        let last_i = insns.len() - 1;
+        let last = insns[last_i];
+        let exit = cfg.exit();
+        self.em.bind(self.labels[b.index()]);
+        if b == cfg.entry || p.loop_header[b.index()] {
+            let s = self.site(p.live.live_in(b));
+            self.check(s)?;
+        }
+        for &i in &insns[..last_i] {
+            self.copy(i);
+        }
+        let edges = self.edges_from(b);
+        let wit = |e: EdgeId| p.witness[e.index()];
+        let before_last = self.site(p.live.live_before(b, last_i));
+        let cp = p.calls[b.index()];
+        let fc = last.flow_control();
+        match fc {
+            FlowControl::Call | FlowControl::IndirectCall => {
+                if cp.exit_record {
+                    self.exit_record(before_last)?;
+                }
+                self.copy(last);
+                let ret = edges
+                    .iter()
+                    .find(|&&e| cfg.edges[e].kind == EdgeKind::CallReturn)
+                    .copied();
+                if let Some(e) = ret {
+                    debug_assert!(wit(e).is_none(), "call-return edges carry no witness");
+                    let to = cfg.edges[e].to;
+                    let site = self.site(p.live.live_in(to));
+                    if cp.fork {
+                        self.fork_child(site)?;
+                    }
+                    self.check(site)?;
+                    if cp.marker {
+                        self.em
+                            .seq(|a| emit_record(a, RecordKind::Return, Payload::None, site))?;
+                    }
+                    self.goto(to, next, 0)?;
+                }
+            }
+            FlowControl::ConditionalBranch => {
+                let target = last.near_branch_target();
+                let taken = edges.iter().copied().find(|&e| {
+                    let ed = cfg.edges[e];
+                    ed.kind == EdgeKind::Taken || (ed.to == exit && ed.kind == EdgeKind::TailCall)
+                });
+                let fall = edges
+                    .iter()
+                    .copied()
+                    .find(|&e| cfg.edges[e].kind == EdgeKind::FallThrough);
+                let mut insn = last;
+                let dest = self.retarget(target);
+                match taken {
+                    Some(e) if wit(e).is_some() => {
+                        let to = cfg.edges[e].to;
+                        let live = p.live.live_on_edge(cfg, e);
+                        let label = self.em.label();
+                        stubs.push(Stub {
+                            label,
+                            witness: wit(e),
+                            site: self.site(live),
+                            exit_record: false,
+                            target: if to == exit {
+                                dest
+                            } else {
+                                self.labels[to.index()]
+                            },
+                        });
+                        insn.set_near_branch64(label);
+                        self.em.origin.push((self.em.out.len(), last.ip()));
+                        self.em.push(insn);
+                    }
+                    _ => {
+                        insn.set_near_branch64(dest);
+                        self.em.origin.push((self.em.out.len(), last.ip()));
+                        self.em.push(insn);
+                    }
+                }
+                if let Some(e) = fall {
+                    let to = cfg.edges[e].to;
+                    if let Some(w) = wit(e) {
+                        let s = self.site(p.live.live_on_edge(cfg, e));
+                        self.em.witness(w, s)?;
+                    }
+                    self.goto(to, next, blk.end)?;
+                } else if let Some(to) = cfg.block_at(blk.end) {
+                    // Both outcomes reach the same block (one edge).
+                    self.goto(to, next, blk.end)?;
+                }
+            }
+            FlowControl::UnconditionalBranch => {
+                if let Some(&e) = edges.first() {
+                    if let Some(w) = wit(e) {
+                        self.em.witness(w, before_last)?;
+                    }
+                }
+                self.copy(last);
+            }
+            FlowControl::IndirectBranch => {
+                self.indirect(b, last, &edges, before_last, stubs, case_labels)?
+            }
+            FlowControl::Return | FlowControl::Exception | FlowControl::Interrupt => {
+                if fc == FlowControl::Interrupt && edges.iter().any(|&e| cfg.edges[e].to != exit) {
+                    // `syscall`, `int n`: execution continues.
+                    self.copy(last);
+                    self.fallthrough(&edges, next, blk.end)?;
+                } else {
+                    for &e in &edges {
+                        if let Some(w) = wit(e) {
+                            self.em.witness(w, before_last)?;
+                        }
+                    }
+                    self.copy(last);
+                }
+            }
+            FlowControl::Next => {
+                self.copy(last);
+                self.fallthrough(&edges, next, blk.end)?;
+            }
+            FlowControl::XbeginXabortXend => {
+                return Err("transactional memory (xbegin) is not relocated".into())
+            }
+        }
+        Ok(())
+    }
+
+    /// The single fall-through successor of a block ending without a branch
+    /// (or into another procedure: a tail call).
+    fn fallthrough(&mut self, edges: &[EdgeId], next: Option<BlockId>, end: u64) -> GenResult<()> {
+        let cfg = self.p.cfg;
+        let Some(&e) = edges.first() else {
+            return Ok(());
+        };
+        let to = cfg.edges[e].to;
+        if let Some(w) = self.p.witness[e.index()] {
+            let s = self.site(self.p.live.live_on_edge(cfg, e));
+            self.em.witness(w, s)?;
+        }
+        self.goto(to, next, end)
+    }
+
+    fn fork_child(&mut self, site: Site) -> GenResult<()> {
+        // Flags are dead at a call's return point (the callee clobbered them).
+        let fork_child = self.rt.fork_child;
+        let _ = site;
+        self.em.seq(|a| {
+            let mut parent = a.create_label();
+            a.test(iced_x86::code_asm::eax, iced_x86::code_asm::eax)?;
+            a.jne(parent)?;
+            a.call(fork_child)?;
+            a.set_label(&mut parent)?;
+            a.nop()?;
+            Ok(())
+        })
+    }
+
+    fn indirect(
+        &mut self,
+        b: BlockId,
+        last: Instruction,
+        edges: &[EdgeId],
+        before_last: Site,
+        stubs: &mut Vec<Stub>,
+        case_labels: &mut HashMap<EdgeId, u64>,
+    ) -> GenResult<()> {
+        let p = self.p;
+        let cfg = p.cfg;
+        let exit = cfg.exit();
+        let is_table = p.tables.iter().any(|t| t.block == b);
+        if is_table {
+            for &e in edges {
+                if let Some(w) = p.witness[e.index()] {
+                    let to = cfg.edges[e].to;
+                    let label = self.em.label();
+                    stubs.push(Stub {
+                        label,
+                        witness: Some(w),
+                        site: self.site(p.live.live_in(to)),
+                        exit_record: false,
+                        target: self.labels[to.index()],
+                    });
+                    case_labels.insert(e, label);
+                }
+            }
+            self.copy(last);
+            return Ok(());
+        }
+        let cp = p.calls[b.index()];
+        let tail = edges.iter().copied().find(|&e| cfg.edges[e].to == exit);
+        let lazy = edges.iter().copied().find(|&e| cfg.edges[e].to != exit);
+        match (tail, lazy, edges.len()) {
+            // Unreachable (the CFG proved no path gets here): copied as is; if
+            // it ever ran, the regenerator would stop at a block without
+            // successors.
+            (None, None, 0) => {
+                self.copy(last);
+                Ok(())
+            }
+            (Some(e), None, 1) => {
+                if let Some(w) = p.witness[e.index()] {
+                    self.em.witness(w, before_last)?;
+                }
+                if cp.exit_record {
+                    self.exit_record(before_last)?;
+                }
+                self.copy(last);
+                Ok(())
+            }
+            (Some(t), Some(l), 2) if last.is_ip_rel_memory_operand() => {
+                // A PLT stub's `jmp [GOT]`: the slot holds the lazy-binding
+                // path (the stub's own second half) until the import is
+                // bound. Compare and witness the outcome.
+                let to = cfg.edges[l].to;
+                let lazy_addr = cfg.blocks[to].start;
+                let got = last.ip_rel_memory_address();
+                let label = self.em.label();
+                // r11 is free at a PLT stub (SysV: the linker's scratch register).
+                let site = Site {
+                    scratch: Some(r11),
+                    flags_live: false,
+                    red_zone_live: true,
+                    flags_save: aetrace_runtime::FlagsSave::Lahf,
+                };
+                let lea = Instruction::with2(
+                    Code::Lea_r64_m,
+                    Register::R11,
+                    MemoryOperand::with_base_displ(Register::RIP, lazy_addr as i64),
+                )
+                .map_err(|e| e.to_string())?;
+                self.em.push(lea);
+                let cmp = Instruction::with2(
+                    Code::Cmp_rm64_r64,
+                    MemoryOperand::with_base_displ(Register::RIP, got as i64),
+                    Register::R11,
+                )
+                .map_err(|e| e.to_string())?;
+                self.em.push(cmp);
+                let je = Instruction::with_branch(Code::Je_rel32_64, label)
+                    .map_err(|e| e.to_string())?;
+                self.em.push(je);
+                if let Some(w) = p.witness[t.index()] {
+                    self.em.witness(w, site)?;
+                }
+                if cp.exit_record {
+                    self.exit_record(site)?;
+                }
+                self.copy(last);
+                stubs.push(Stub {
+                    label,
+                    witness: p.witness[l.index()],
+                    site,
+                    exit_record: cp.exit_record,
+                    target: self.labels[to.index()],
+                });
+                Ok(())
+            }
+            _ => Err(format!(
+                "indirect jump at {:#x} with {} successors is not relocatable",
+                last.ip(),
+                edges.len()
+            )),
+        }
+    }
+}

@@ -1,0 +1,556 @@
+//! The static rewriter (design decisions 2-6; paper 003 Section 4): decides
+//! which procedures are traced, places their witnesses (Section 4.2:
+//! blocking witnesses, then the constrained maximum spanning tree), plans
+//! what each call site records, generates the instrumented copies
+//! ([`codegen`]) next to the generated runtime, and writes the new ELF
+//! ([`elfout`]) and the program database the regenerator reads.
+//!
+//! Invariants:
+//! - a procedure is either traced (relocated, springboard at its entry) or
+//!   left alone with a reason recorded in the database; nothing in between;
+//! - the database's witness numbers are the placement's
+//!   (`WitnessPlacement` numbering) and call-return edges never carry one
+//!   (their weight forces them into the spanning tree), so a witness is
+//!   always written in the procedure that owns it;
+//! - a call site has a RETURN record exactly when its callee may run traced
+//!   code as a callback before control comes back (`docs/rewrite.md`).
+
+pub mod codegen;
+pub mod elfout;
+pub mod imports;
+pub mod liveness;
+pub mod unwind;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use aetrace_format::progdb::{
+    BlockDb, CallDb, CallTarget, EdgeDb, EdgeKindDb, ProcDb, ProcStatus, ProgramDb,
+};
+use aetrace_graph::trace::{
+    all_predicate_edges, naive_blocking, place_witnesses, WitnessPlacement,
+};
+use aetrace_graph::weights::heuristic;
+use aetrace_graph::{EntityRef, ProcId, VertexKind};
+use aetrace_runtime::RuntimeAddrs;
+
+use crate::cfg::{BlockKind, CallKind, Cfg, EdgeKind, JumpResolution};
+use crate::elf::ElfKind;
+use crate::{Error, ProcKind, Program, Result};
+use codegen::{CallPlan, EntryStub, ProcPlan, Table};
+
+/// Which witness placement to use (paper 003 compares them).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub enum Placement {
+    /// Blocking witnesses, then the constrained maximum spanning tree.
+    #[default]
+    Optimal,
+    /// Old AE: a witness on every edge out of a predicate.
+    AllPredicates,
+    /// A witness on every edge into a call or EXIT, then the tree.
+    NaiveBlocking,
+}
+
+/// The rewritten module.
+pub struct Instrumented {
+    pub elf: Vec<u8>,
+    pub db: ProgramDb,
+    pub build_id: Vec<u8>,
+    /// Bytes of address space from vaddr 0 in the original module.
+    pub size: u64,
+    /// Procedures left alone and why, one line each.
+    pub notes: Vec<String>,
+    pub traced: usize,
+    pub witness_edges: usize,
+}
+
+const PAGE: u64 = 4096;
+/// R_X86_64_IRELATIVE: its addend is an IFUNC resolver, run by ld.so
+/// before the runtime is initialised.
+const R_X86_64_IRELATIVE: u32 = 37;
+
+fn rewrite_err(path: &Path, what: impl Into<String>) -> Error {
+    Error::Rewrite {
+        path: path.to_owned(),
+        what: what.into(),
+    }
+}
+
+/// Why procedure `proc` cannot be traced, if it cannot.
+fn left_alone_reason(prog: &Program, id: ProcId, ifuncs: &[u64]) -> Option<String> {
+    let p = &prog.procs[id];
+    let cfg = match &p.cfg {
+        Err(e) => return Some(format!("not analysable: {e}")),
+        Ok(c) => c,
+    };
+    if p.size() < 5 {
+        return Some("shorter than a springboard (5 bytes)".into());
+    }
+    if ifuncs.contains(&p.start) {
+        return Some("IFUNC resolver (runs before the runtime)".into());
+    }
+    if p.entries.len() > 1 {
+        return Some(format!("{} entry points", p.entries.len()));
+    }
+    for j in &cfg.indirect_jumps {
+        match &j.resolution {
+            JumpResolution::Unresolved(why) => {
+                return Some(format!("unresolved indirect jump at {:#x}: {why}", j.addr))
+            }
+            // No path reaches the jump (its guards compare constants).
+            JumpResolution::Computed(t) if t.is_empty() => {}
+            JumpResolution::Computed(_) => {
+                return Some(format!(
+                    "indirect jump at {:#x} to computed code addresses",
+                    j.addr
+                ))
+            }
+            JumpResolution::Table { .. } | JumpResolution::TailCall => {}
+        }
+    }
+    None
+}
+
+/// Decodes the entry format of a jump table from its first entry.
+fn table_format(prog: &Program, table: u64, first: u64) -> Option<bool> {
+    let rel = prog.module.bytes_at(table, 4)?;
+    let rel = i32::from_le_bytes(rel.try_into().ok()?);
+    if table.wrapping_add(rel as i64 as u64) == first {
+        return Some(true);
+    }
+    let abs = prog.module.bytes_at(table, 8)?;
+    (u64::from_le_bytes(abs.try_into().ok()?) == first).then_some(false)
+}
+
+fn edge_kind_db(k: EdgeKind) -> EdgeKindDb {
+    match k {
+        EdgeKind::FallThrough => EdgeKindDb::FallThrough,
+        EdgeKind::Taken => EdgeKindDb::Taken,
+        EdgeKind::JumpTable => EdgeKindDb::JumpTable,
+        EdgeKind::CallReturn => EdgeKindDb::CallReturn,
+        EdgeKind::Return => EdgeKindDb::Return,
+        EdgeKind::TailCall => EdgeKindDb::TailCall,
+        EdgeKind::NoReturn => EdgeKindDb::NoReturn,
+        EdgeKind::Halt => EdgeKindDb::Halt,
+    }
+}
+
+/// The witness placement of one procedure.
+fn placement(cfg: &Cfg, which: Placement) -> WitnessPlacement {
+    let g = cfg.to_graph();
+    let mut w = heuristic(&g);
+    // Edges out of call vertices never carry a witness: it would be
+    // written after the callee's records (or never, after a call that does
+    // not return). Such edges form no cycle among themselves, so a weight
+    // above every other puts all of them in the maximum spanning tree.
+    let top = w.values().fold(1.0f64, |m, &x| m.max(x)) * 4.0 + 1.0;
+    for e in g.edge_ids() {
+        if g.kind(g.edge(e).from) == VertexKind::Call && e != g.exit_root() {
+            w[e] = top;
+        }
+    }
+    match which {
+        Placement::Optimal => place_witnesses(&g, &w),
+        Placement::AllPredicates => all_predicate_edges(&g),
+        Placement::NaiveBlocking => naive_blocking(&g, &w),
+    }
+}
+
+/// The build-id note's descriptor, if the module has one.
+fn build_id(prog: &Program) -> Vec<u8> {
+    let Some(s) = prog.module.section(".note.gnu.build-id") else {
+        return Vec::new();
+    };
+    let Some(b) = prog.module.section_bytes(s) else {
+        return Vec::new();
+    };
+    let u32_at = |o: usize| {
+        b.get(o..o + 4)
+            .map(|x| u32::from_le_bytes(x.try_into().unwrap_or([0; 4])) as usize)
+    };
+    match (u32_at(0), u32_at(4)) {
+        (Some(namesz), Some(descsz)) => {
+            let off = 12 + namesz.div_ceil(4) * 4;
+            b.get(off..off + descsz)
+                .map(<[u8]>::to_vec)
+                .unwrap_or_default()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Rewrites the executable at `path`.
+pub fn instrument(path: &Path, which: Placement) -> Result<Instrumented> {
+    let prog = Program::open(path)?;
+    let module = &prog.module;
+    if module.is_static {
+        return Err(rewrite_err(
+            path,
+            "static executables are not supported yet (no dynamic section for the runtime's \
+             preinit entry)",
+        ));
+    }
+    if module.kind != ElfKind::Exec && module.kind != ElfKind::Pie {
+        return Err(rewrite_err(
+            path,
+            format!("{} modules are not supported yet", module.kind.as_str()),
+        ));
+    }
+    let elf = goblin::elf::Elf::parse(module.bytes())
+        .map_err(|e| rewrite_err(path, format!("program headers: {e}")))?;
+    let loads: Vec<_> = elf
+        .program_headers
+        .iter()
+        .filter(|ph| ph.p_type == goblin::elf::program_header::PT_LOAD)
+        .collect();
+    let link_base = loads.iter().map(|ph| ph.p_vaddr).min().unwrap_or(0) & !(PAGE - 1);
+    let size = loads
+        .iter()
+        .map(|ph| ph.p_vaddr + ph.p_memsz)
+        .max()
+        .unwrap_or(0);
+    let ifuncs: Vec<u64> = module
+        .dyn_relocs
+        .iter()
+        .chain(&module.plt_relocs)
+        .filter(|r| r.r_type == R_X86_64_IRELATIVE)
+        .map(|r| r.addend as u64)
+        .collect();
+
+    // 1. What is traced.
+    let mut reasons: HashMap<ProcId, String> = HashMap::new();
+    for id in prog.procs.keys() {
+        if let Some(r) = left_alone_reason(&prog, id, &ifuncs) {
+            reasons.insert(id, r);
+        }
+    }
+    // Jump tables must be rewritable.
+    let mut tables: HashMap<ProcId, Vec<(u64, bool, crate::cfg::IndirectJump)>> = HashMap::new();
+    for (id, p) in prog.procs.iter() {
+        let Ok(cfg) = &p.cfg else { continue };
+        if reasons.contains_key(&id) {
+            continue;
+        }
+        for j in &cfg.indirect_jumps {
+            if let JumpResolution::Table { table, targets } = &j.resolution {
+                match targets
+                    .first()
+                    .and_then(|&t| table_format(&prog, *table, t))
+                {
+                    Some(false) if module.kind == ElfKind::Pie => {
+                        reasons.insert(id, format!("absolute jump table at {table:#x} in a PIE"));
+                    }
+                    Some(rel) => tables.entry(id).or_default().push((*table, rel, j.clone())),
+                    None => {
+                        reasons.insert(
+                            id,
+                            format!("jump table at {table:#x}: unknown entry format"),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    let traced = |id: ProcId, reasons: &HashMap<ProcId, String>| !reasons.contains_key(&id);
+    let by_start: HashMap<u64, ProcId> = prog.procs.iter().map(|(id, p)| (p.start, id)).collect();
+
+    // 2. Call targets and which calls need a RETURN record.
+    let plt0 = prog
+        .procs
+        .iter()
+        .find(|(_, p)| p.kind == ProcKind::Plt && p.name == "<plt0>")
+        .map(|(id, _)| id);
+    let callback_capable = |name: Option<&str>| match name {
+        Some(n) => !imports::is_callback_free(n) && !imports::is_exit_like(n),
+        None => true,
+    };
+    // may_tail[p]: p may leave by a tail call into code that calls back.
+    let mut may_tail: HashMap<ProcId, bool> = HashMap::new();
+    for (id, p) in prog.procs.iter() {
+        let Ok(cfg) = &p.cfg else { continue };
+        let direct = cfg.calls.iter().filter(|c| c.tail).any(|c| {
+            let to_traced = c
+                .target
+                .and_then(|t| by_start.get(&t))
+                .is_some_and(|&q| traced(q, &reasons));
+            !to_traced && Some(id) != plt0 && callback_capable(c.name.as_deref())
+        });
+        may_tail.insert(id, direct);
+    }
+    loop {
+        let mut changed = false;
+        for (id, p) in prog.procs.iter() {
+            let Ok(cfg) = &p.cfg else { continue };
+            if may_tail[&id] {
+                continue;
+            }
+            let via = cfg.calls.iter().filter(|c| c.tail).any(|c| {
+                c.target
+                    .and_then(|t| by_start.get(&t))
+                    .is_some_and(|q| traced(*q, &reasons) && may_tail[q])
+            });
+            if via {
+                may_tail.insert(id, true);
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+
+    // 3. Placements, liveness, plans.
+    let mut db = ProgramDb {
+        link_base,
+        runtime_vaddr: 0,
+        procs: Vec::with_capacity(prog.procs.len()),
+    };
+    let mut plans: Vec<ProcPlan<'_>> = Vec::new();
+    let mut notes = Vec::new();
+    let mut witness_edges = 0;
+    let first_free = elfout::first_free_vaddr(module.bytes())?;
+    let blob = aetrace_runtime::generate().map_err(|e| rewrite_err(path, e.to_string()))?;
+    let runtime_vaddr = first_free;
+    let rt = RuntimeAddrs::new(&blob, runtime_vaddr);
+    let code_seg = runtime_vaddr + blob.bytes.len() as u64;
+    debug_assert_eq!(code_seg % PAGE, 0);
+    let mut table_cursor = code_seg;
+    for (id, p) in prog.procs.iter() {
+        let number = id.index() as u32;
+        if let Some(r) = reasons.get(&id) {
+            notes.push(format!(
+                "procedure {} at {:#x} left alone: {r}",
+                p.name, p.start
+            ));
+            db.procs.push(ProcDb {
+                name: p.name.clone(),
+                status: ProcStatus::LeftAlone(r.clone()),
+                entry: 0,
+                blocks: Vec::new(),
+                edges: Vec::new(),
+            });
+            continue;
+        }
+        let cfg = p.cfg.as_ref().expect("traced procedures have a CFG");
+        let insns = liveness::decode_blocks(module, cfg)?;
+        let live = liveness::analyze(cfg, &insns);
+        let pl = placement(cfg, which);
+        witness_edges += pl.len();
+        let witness: Vec<Option<u32>> = cfg.edges.keys().map(|e| pl.witness(e)).collect();
+        let mut calls = vec![CallPlan::default(); cfg.blocks.len()];
+        let mut call_db: Vec<Option<CallDb>> = vec![None; cfg.blocks.len()];
+        for c in &cfg.calls {
+            let name = c.name.as_deref();
+            let target_proc = c
+                .target
+                .and_then(|t| by_start.get(&t).copied())
+                .filter(|&q| traced(q, &reasons));
+            let got_jump = c.kind != CallKind::Direct && c.target.is_none();
+            let (target, marker) = match target_proc {
+                Some(q) => (CallTarget::Proc(q.index() as u32), may_tail[&q]),
+                None => (
+                    CallTarget::External,
+                    callback_capable(name) || c.kind == CallKind::Direct,
+                ),
+            };
+            let exit_record = got_jump && name.is_some_and(imports::is_exit_like);
+            let marker = marker && c.returns && !c.tail;
+            calls[c.block.index()] = CallPlan {
+                marker,
+                exit_record,
+                fork: !c.tail && name.is_some_and(imports::is_fork_like),
+            };
+            call_db[c.block.index()] = Some(CallDb {
+                target: if exit_record && !c.tail {
+                    CallTarget::Exit
+                } else {
+                    target
+                },
+                marker,
+                returns: c.returns,
+                tail: c.tail,
+                lazy: None,
+            });
+        }
+        let mut ptables = Vec::new();
+        for (old, rel32, j) in tables.remove(&id).unwrap_or_default() {
+            let JumpResolution::Table { targets, .. } = &j.resolution else {
+                continue;
+            };
+            let targets: Vec<_> = targets
+                .iter()
+                .map(|&t| cfg.block_at(t).ok_or(t))
+                .collect::<std::result::Result<_, _>>()
+                .map_err(|t| {
+                    rewrite_err(path, format!("{}: case {t:#x} is not a block", p.name))
+                })?;
+            let t = Table {
+                old,
+                new: table_cursor,
+                rel32,
+                targets,
+                block: j.block,
+            };
+            table_cursor += t.size().next_multiple_of(8);
+            ptables.push(t);
+        }
+        let mut loop_header = vec![false; cfg.blocks.len()];
+        for e in cfg.edges.values() {
+            if e.to != cfg.exit() && cfg.blocks[e.to].start <= cfg.blocks[e.from].start {
+                loop_header[e.to.index()] = true;
+            }
+        }
+        db.procs.push(ProcDb {
+            name: p.name.clone(),
+            status: ProcStatus::Traced,
+            entry: cfg.entry.index() as u32,
+            blocks: cfg
+                .blocks
+                .iter()
+                .map(|(b, blk)| BlockDb {
+                    start: blk.start,
+                    insn_lens: insns[b.index()].iter().map(|i| i.len() as u8).collect(),
+                    call: call_db[b.index()].filter(|c| c.tail || blk.kind == BlockKind::Call),
+                })
+                .collect(),
+            edges: cfg
+                .edges
+                .iter()
+                .map(|(e, ed)| EdgeDb {
+                    from: ed.from.index() as u32,
+                    to: ed.to.index() as u32,
+                    kind: edge_kind_db(ed.kind),
+                    witness: witness[e.index()].map(|w| w as u16),
+                })
+                .collect(),
+        });
+        plans.push(ProcPlan {
+            number,
+            name: &p.name,
+            start: p.start,
+            stub: if p.start == module.entry {
+                EntryStub::ProcessEntry
+            } else {
+                EntryStub::Full
+            },
+            cfg,
+            insns,
+            live,
+            witness,
+            calls,
+            tables: ptables,
+            loop_header,
+            // The copy's LSDAs point at LANDING stubs (see `unwind`).
+            landing_pads: p
+                .landing_pads
+                .iter()
+                .filter_map(|&a| cfg.block_at(a))
+                .collect(),
+        });
+    }
+    if plans.is_empty() {
+        return Err(rewrite_err(path, "no procedure can be traced"));
+    }
+    if db.procs.iter().any(|p| {
+        p.edges
+            .iter()
+            .any(|e| e.witness.is_some_and(|w| w == u16::MAX))
+    }) {
+        return Err(rewrite_err(
+            path,
+            "a procedure has more than 65535 witness edges",
+        ));
+    }
+    db.runtime_vaddr = runtime_vaddr;
+
+    // 4. Code, tables, runtime, springboards.
+    let code_vaddr = table_cursor.next_multiple_of(64);
+    let code = codegen::generate(&plans, &rt, code_vaddr).map_err(|e| rewrite_err(path, e))?;
+    // Unwind tables for the copies, in a read-only segment on the page
+    // after the code (see `unwind`).
+    let unwind_vaddr = (code_vaddr + code.bytes.len() as u64).next_multiple_of(PAGE);
+    let unwind = unwind::build(module, &code.procs, &code.bytes, code_vaddr, unwind_vaddr)?;
+    let unwind = (unwind.fdes > 0).then_some(unwind);
+    let code_end = code_vaddr + code.bytes.len() as u64;
+    let mut seg = vec![0u8; (code_end - code_seg) as usize];
+    for (at, bytes) in &code.tables {
+        let o = (at - code_seg) as usize;
+        seg[o..o + bytes.len()].copy_from_slice(bytes);
+    }
+    let o = (code_vaddr - code_seg) as usize;
+    seg[o..].copy_from_slice(&code.bytes);
+    let mut blob_bytes = blob.bytes.clone();
+    for (sym, value) in [
+        ("witness_code_start", code_vaddr - runtime_vaddr),
+        ("witness_code_end", code_end - runtime_vaddr),
+    ] {
+        let off = blob
+            .symbol(sym)
+            .ok_or_else(|| rewrite_err(path, format!("runtime lacks {sym}")))?
+            as usize;
+        blob_bytes[off..off + 8].copy_from_slice(&value.to_le_bytes());
+    }
+    let data = blob.data_offset as usize;
+    let patches = code
+        .springboards
+        .iter()
+        .map(|&(from, to)| {
+            let rel = i32::try_from(to as i64 - (from as i64 + 5))
+                .map_err(|_| rewrite_err(path, "springboard out of range"))?;
+            let mut bytes = vec![0xE9];
+            bytes.extend_from_slice(&rel.to_le_bytes());
+            Ok(elfout::Patch { vaddr: from, bytes })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let init = runtime_vaddr
+        + blob
+            .symbol("init")
+            .ok_or_else(|| rewrite_err(path, "runtime lacks init"))?;
+    let mut add = elfout::Additions {
+        segments: vec![
+            elfout::NewSegment {
+                vaddr: runtime_vaddr,
+                flags: 5,
+                mem_size: data as u64,
+                bytes: blob_bytes[..data].to_vec(),
+            },
+            elfout::NewSegment {
+                vaddr: runtime_vaddr + data as u64,
+                flags: 6,
+                mem_size: (blob_bytes.len() - data) as u64,
+                bytes: blob_bytes[data..].to_vec(),
+            },
+            elfout::NewSegment {
+                vaddr: code_seg,
+                flags: 5,
+                mem_size: seg.len() as u64,
+                bytes: seg,
+            },
+        ],
+        patches,
+        preinit: Some(init),
+        entry: None,
+        eh_frame_hdr: unwind.as_ref().map(|u| (u.hdr_vaddr, u.hdr_size)),
+        eh_frame: unwind
+            .as_ref()
+            .map(|u| (u.eh_frame.0, u.eh_frame.1 - u.eh_frame.0)),
+    };
+    if let Some(u) = unwind {
+        add.segments.push(elfout::NewSegment {
+            vaddr: u.hdr_vaddr,
+            flags: 4,
+            mem_size: u.bytes.len() as u64,
+            bytes: u.bytes,
+        });
+    }
+    let out = elfout::write(path, module.bytes(), &add)?;
+    Ok(Instrumented {
+        elf: out,
+        traced: plans.len(),
+        witness_edges,
+        db,
+        build_id: build_id(&prog),
+        size,
+        notes,
+    })
+}

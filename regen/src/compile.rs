@@ -1,0 +1,359 @@
+//! A program database compiled for the regenerator's hot loop (DESIGN.md
+//! decision 7; paper 003 Section 4.2).
+//!
+//! Every traced block of every procedure gets a global index; per block a
+//! dense successor list `(target, witness, kind)` and, for a predicate, the
+//! sorted `(witness, successor)` pairs of its witness sets (Figure 7's
+//! choice is one binary search); and the block's output bytes in the chosen
+//! format, formatted once, so emitting a block is one copy.
+//!
+//! Invariants: the witness numbers stored in the database are exactly the
+//! numbering `WitnessPlacement::from_edges` gives the witness edges of the
+//! procedure's `Graph` (checked, else [`Error::Database`]); a witness that
+//! is in the sets of two successors of one predicate (a placement that does
+//! not solve `Trace(G, epl)`) is recorded as [`AMBIGUOUS`] and is an error
+//! only if the stream ever uses it there.
+
+use crate::error::{Error, Result};
+use crate::output::Format;
+use aetrace_format::addrtrace::{AccessKind, AddrRecord};
+use aetrace_format::progdb::{CallDb, EdgeKindDb, ProgramDb};
+use aetrace_graph::trace::{witness_sets, Sym, WitnessPlacement};
+use aetrace_graph::{EdgeId, EntityRef, GraphBuilder, VertexKind};
+
+/// `Succ::to` of an edge to EXIT.
+pub const EXIT: u32 = u32::MAX;
+/// `Succ::witness` of an edge without a witness.
+pub const NO_WITNESS: u32 = u32::MAX;
+/// A choice whose witness is in two successors' sets.
+pub const AMBIGUOUS: u32 = u32::MAX;
+
+/// One successor edge of a block.
+#[derive(Clone, Copy, Debug)]
+pub struct Succ {
+    /// Global block index, or [`EXIT`].
+    pub to: u32,
+    pub witness: u32,
+    pub kind: EdgeKindDb,
+}
+
+/// One traced block.
+#[derive(Clone, Copy, Debug)]
+pub struct Block {
+    pub proc: u32,
+    /// Link-time address.
+    pub start: u64,
+    pub size: u32,
+    pub ninsns: u32,
+    pub call: Option<CallDb>,
+    /// `succs[succ_lo..succ_hi]`.
+    pub succ_lo: u32,
+    pub succ_hi: u32,
+    /// `choices[choice_lo..choice_hi]`, sorted by witness (predicates only).
+    pub choice_lo: u32,
+    pub choice_hi: u32,
+    /// `text[text_lo..text_hi]`: the block's output.
+    pub text_lo: usize,
+    pub text_hi: usize,
+}
+
+/// One procedure.
+#[derive(Clone, Debug)]
+pub struct Proc {
+    pub name: String,
+    pub traced: bool,
+    /// Global index of the entry block (meaningless when not traced).
+    pub entry: u32,
+}
+
+/// A compiled module.
+#[derive(Debug, Default)]
+pub struct Module {
+    /// How messages name the module (its path).
+    pub name: String,
+    pub procs: Vec<Proc>,
+    pub blocks: Vec<Block>,
+    pub succs: Vec<Succ>,
+    /// `(witness, index into succs)`, `AMBIGUOUS` for a shared witness.
+    pub choices: Vec<(u32, u32)>,
+    pub text: Vec<u8>,
+}
+
+/// Where output addresses come from.
+#[derive(Clone, Copy, Debug)]
+pub enum Addressing {
+    /// `load_base + vaddr`: the run's addresses.
+    Runtime { load_base: u64 },
+    /// `vaddr - link_base`.
+    Relative { link_base: u64 },
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// Appends `v` in lowercase hex without leading zeros.
+pub fn push_hex(out: &mut Vec<u8>, v: u64) {
+    let digits = (16 - (v | 1).leading_zeros() as usize / 4).max(1);
+    for i in (0..digits).rev() {
+        out.push(HEX[((v >> (i * 4)) & 15) as usize]);
+    }
+}
+
+/// Appends `v` in decimal.
+pub fn push_dec(out: &mut Vec<u8>, v: u64) {
+    let mut tmp = [0u8; 20];
+    let mut i = tmp.len();
+    let mut v = v;
+    loop {
+        i -= 1;
+        tmp[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&tmp[i..]);
+}
+
+impl Module {
+    /// Compiles `db`. `format` `None` formats no text (counting).
+    pub fn compile(
+        name: &str,
+        db: &ProgramDb,
+        format: Option<Format>,
+        addressing: Addressing,
+    ) -> Result<Module> {
+        let mut m = Module {
+            name: name.to_owned(),
+            ..Module::default()
+        };
+        // Global indices first: a call may name any procedure's entry.
+        let mut first = Vec::with_capacity(db.procs.len());
+        let mut total = 0u32;
+        for p in &db.procs {
+            first.push(total);
+            if p.is_traced() {
+                total = u32::try_from(p.blocks.len())
+                    .ok()
+                    .and_then(|n| total.checked_add(n))
+                    .filter(|&t| t < EXIT)
+                    .ok_or_else(|| Error::Usage(format!("{name}: too many blocks")))?;
+            }
+        }
+        for (pi, p) in db.procs.iter().enumerate() {
+            m.procs.push(Proc {
+                name: p.name.clone(),
+                traced: p.is_traced(),
+                entry: first[pi] + p.entry,
+            });
+            if !p.is_traced() {
+                continue;
+            }
+            let derr = |what: String| Error::Database {
+                module: name.to_owned(),
+                proc: p.name.clone(),
+                what,
+            };
+            // The graph the rewriter placed witnesses on: call vertices are
+            // the blocks that end in a call or an unconditional tail call (a
+            // conditional tail call, like a PLT stub's jump with its lazy
+            // binding alternative, is a predicate).
+            let mut out_degree = vec![0u32; p.blocks.len()];
+            for e in &p.edges {
+                if let Some(d) = out_degree.get_mut(e.from as usize) {
+                    *d += 1;
+                }
+            }
+            let mut gb = GraphBuilder::new();
+            for (b, d) in p.blocks.iter().zip(&out_degree) {
+                gb.add_vertex(match b.call {
+                    Some(c) if !c.tail || *d == 1 => VertexKind::Call,
+                    _ => VertexKind::Plain,
+                });
+            }
+            let exit = gb.add_vertex(VertexKind::Exit);
+            for e in &p.edges {
+                gb.add_edge(
+                    aetrace_graph::BlockId::from_u32(e.from),
+                    aetrace_graph::BlockId::from_u32(e.to),
+                );
+            }
+            let g = gb.finish(aetrace_graph::BlockId::from_u32(p.entry), exit);
+            let in_epl: Vec<bool> = p.edges.iter().map(|e| e.witness.is_some()).collect();
+            let pl = WitnessPlacement::from_edges(&g, &in_epl, 0, true);
+            for (ei, e) in p.edges.iter().enumerate() {
+                let placed = pl.witness(EdgeId::new(ei));
+                if placed != e.witness.map(u32::from) {
+                    return Err(derr(format!(
+                        "edge {ei} ({} -> {}) has witness {:?} but the placement numbering (witness edges numbered in edge order) gives it {placed:?}",
+                        e.from, e.to, e.witness
+                    )));
+                }
+            }
+            let sets = witness_sets(&g, &pl);
+            let base = first[pi];
+            for (bi, b) in p.blocks.iter().enumerate() {
+                let v = aetrace_graph::BlockId::new(bi);
+                let succ_lo = m.succs.len() as u32;
+                for &e in g.succs(v) {
+                    let ed = &p.edges[e.index()];
+                    m.succs.push(Succ {
+                        to: if ed.to == p.exit() {
+                            EXIT
+                        } else {
+                            base + ed.to
+                        },
+                        witness: ed.witness.map_or(NO_WITNESS, u32::from),
+                        kind: ed.kind,
+                    });
+                }
+                let choice_lo = m.choices.len();
+                if g.is_predicate(v) {
+                    for (k, &e) in g.succs(v).iter().enumerate() {
+                        for s in sets.set(e) {
+                            if let Sym::W(w) = *s {
+                                m.choices.push((w, succ_lo + k as u32));
+                            }
+                        }
+                    }
+                    let cs = &mut m.choices[choice_lo..];
+                    cs.sort_unstable();
+                    // A witness in two successors' sets: keep one entry, ambiguous.
+                    let mut out = choice_lo;
+                    for i in choice_lo..m.choices.len() {
+                        let (w, s) = m.choices[i];
+                        if out > choice_lo && m.choices[out - 1].0 == w {
+                            m.choices[out - 1].1 = AMBIGUOUS;
+                        } else {
+                            m.choices[out] = (w, s);
+                            out += 1;
+                        }
+                    }
+                    m.choices.truncate(out);
+                }
+                let text_lo = m.text.len();
+                let addr = match addressing {
+                    Addressing::Runtime { load_base } => load_base.wrapping_add(b.start),
+                    Addressing::Relative { link_base } => b.start.wrapping_sub(link_base),
+                };
+                if let Some(f) = format {
+                    format_block(&mut m.text, f, addr, &b.insn_lens)
+                        .map_err(|what| derr(format!("block {:#x}: {what}", b.start)))?;
+                }
+                m.blocks.push(Block {
+                    proc: pi as u32,
+                    start: b.start,
+                    size: b.size() as u32,
+                    ninsns: b.insn_lens.len() as u32,
+                    call: b.call,
+                    succ_lo,
+                    succ_hi: m.succs.len() as u32,
+                    choice_lo: choice_lo as u32,
+                    choice_hi: m.choices.len() as u32,
+                    text_lo,
+                    text_hi: m.text.len(),
+                });
+            }
+        }
+        debug_assert_eq!(m.blocks.len(), total as usize);
+        Ok(m)
+    }
+
+    /// The successor of predicate `b` whose witness set holds `w`
+    /// (`Some(AMBIGUOUS)` if two do).
+    #[inline]
+    pub fn choose(&self, b: &Block, w: u32) -> Option<u32> {
+        let cs = &self.choices[b.choice_lo as usize..b.choice_hi as usize];
+        cs.binary_search_by_key(&w, |&(cw, _)| cw)
+            .ok()
+            .map(|i| cs[i].1)
+    }
+
+    /// How messages name a block: `0x401000`.
+    pub fn block_name(&self, b: u32) -> String {
+        format!("{:#x}", self.blocks[b as usize].start)
+    }
+
+    /// How messages name an edge target.
+    pub fn target_name(&self, to: u32) -> String {
+        if to == EXIT {
+            "EXIT".into()
+        } else {
+            format!("block {}", self.block_name(to))
+        }
+    }
+
+    /// The block's output bytes.
+    #[inline]
+    pub fn text(&self, b: &Block) -> &[u8] {
+        &self.text[b.text_lo..b.text_hi]
+    }
+}
+
+/// Appends the output of one block at run-time address `addr`.
+fn format_block(out: &mut Vec<u8>, f: Format, addr: u64, lens: &[u8]) -> Result<(), String> {
+    if f == Format::Block {
+        push_hex(out, addr);
+        out.push(b' ');
+        push_dec(out, lens.iter().map(|&l| u64::from(l)).sum());
+        out.push(b' ');
+        push_dec(out, lens.len() as u64);
+        out.push(b'\n');
+        return Ok(());
+    }
+    let mut a = addr;
+    for &len in lens {
+        match f {
+            Format::Insn => {
+                push_hex(out, a);
+                out.push(b'\n');
+            }
+            Format::Din => {
+                out.extend_from_slice(b"2 ");
+                push_hex(out, a);
+                out.push(b'\n');
+            }
+            Format::Xdin => {
+                out.extend_from_slice(b"i ");
+                push_hex(out, a);
+                out.push(b' ');
+                push_hex(out, u64::from(len));
+                out.push(b'\n');
+            }
+            Format::Bin => {
+                let w = AddrRecord::encode(AccessKind::Instr, a, u32::from(len))
+                    .map_err(|e| e.to_string())?;
+                out.extend_from_slice(&w.to_le_bytes());
+            }
+            // Formatted per block above.
+            Format::Block => {}
+        }
+        a = a.wrapping_add(u64::from(len));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_and_decimal() {
+        for (v, h) in [
+            (0u64, "0"),
+            (1, "1"),
+            (0xf, "f"),
+            (0x10, "10"),
+            (0x40_1000, "401000"),
+            (u64::MAX, "ffffffffffffffff"),
+        ] {
+            let mut out = Vec::new();
+            push_hex(&mut out, v);
+            assert_eq!(out, h.as_bytes());
+        }
+        for v in [0u64, 9, 10, 12345, u64::MAX] {
+            let mut out = Vec::new();
+            push_dec(&mut out, v);
+            assert_eq!(out, v.to_string().as_bytes());
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! The one error type of `aetrace-regen`.
+//!
+//! Regeneration is exact or it stops: every way a trace can disagree with
+//! its program database is a variant here, and each names what it can of
+//! thread, procedure, block (link-time address) and stream byte offset (the
+//! offset in the thread's decompressed witness stream, counted from 0).
+//! Output written before an error is exact; the error says where it stops.
+
+use aetrace_format::ThreadId;
+
+/// Result alias of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can stop a regeneration.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The trace container or a program database is unreadable.
+    #[error(transparent)]
+    Format(#[from] aetrace_format::Error),
+
+    /// Writing the output failed (a closed pipe, a full disk).
+    #[error("writing the regenerated trace: {0}")]
+    Output(std::io::Error),
+
+    /// The options ask for something the trace does not have.
+    #[error("{0}")]
+    Usage(String),
+
+    /// A program database whose witness numbering is not the one the
+    /// placement algorithm gives its edges (the regenerator would misread
+    /// every witness of the procedure).
+    #[error("program database of {module}: procedure {proc}: {what}")]
+    Database {
+        module: String,
+        proc: String,
+        what: String,
+    },
+
+    /// A witness that fits no successor of the predicate being decided.
+    #[error("thread {thread}: procedure {proc} block {block:#x}: witness {witness} (stream byte offset {offset}) is not in any successor's witness set")]
+    BadWitness {
+        thread: ThreadId,
+        proc: String,
+        block: u64,
+        witness: u32,
+        offset: u64,
+    },
+
+    /// A witness edge was traversed but the stream holds another witness.
+    #[error("thread {thread}: procedure {proc} block {block:#x}: the edge to {to} writes witness {expected}, but the stream has witness {found} (stream byte offset {offset})")]
+    WrongWitness {
+        thread: ThreadId,
+        proc: String,
+        block: u64,
+        to: String,
+        expected: u32,
+        found: u32,
+        offset: u64,
+    },
+
+    /// A record that cannot occur where it was read.
+    #[error("thread {thread}: {record} at stream byte offset {offset} cannot occur {at}")]
+    Unexpected {
+        thread: ThreadId,
+        record: String,
+        offset: u64,
+        /// Where the regenerator was ("in procedure f after block 0x401000").
+        at: String,
+    },
+
+    /// The stream ends where the program must have written more.
+    #[error("thread {thread}: the witness stream ends at byte offset {offset} {at}{note}")]
+    Truncated {
+        thread: ThreadId,
+        offset: u64,
+        at: String,
+        /// Why the stream may be short (an incomplete trace), or empty.
+        note: String,
+    },
+
+    /// Bytes that are no record of the stream encoding.
+    #[error("thread {thread}: malformed witness stream at byte offset {offset}: {what}")]
+    BadStream {
+        thread: ThreadId,
+        offset: u64,
+        what: String,
+    },
+
+    /// A signal handler ran traced code.
+    #[error("thread {thread}: signal {signo} handler entered at stream offset {offset} (interrupted rip {rip:#x}): regeneration of signals is not implemented")]
+    Signal {
+        thread: ThreadId,
+        signo: u32,
+        rip: u64,
+        offset: u64,
+    },
+
+    /// A record the regenerator cannot follow yet (INDIRECT, SETJMP_RESUME)
+    /// or one that says the trace lost the program (DESYNC).
+    #[error("thread {thread}: {record} at stream byte offset {offset} {at}: {why}")]
+    Unsupported {
+        thread: ThreadId,
+        record: String,
+        offset: u64,
+        at: String,
+        why: &'static str,
+    },
+}

@@ -1,0 +1,183 @@
+//! `aetrace info TRACE [--json]`: what a trace holds (the container's
+//! [`aetrace_format::Stats`]: modules, threads, chunks, witness bytes raw and
+//! compressed), which procedures each instrumented module traced and which
+//! it left alone and why (its program database), and, by regenerating every
+//! thread, the executed instructions the witnesses stand for: bits per
+//! executed instruction, the paper's measure of trace size (paper 003,
+//! Table 3).
+//!
+//! Invariant: every figure is measured from the file; an instruction count
+//! is only reported when every thread regenerates without error (otherwise
+//! the error is reported instead, and the sizes still are).
+
+use std::io::Write;
+use std::path::Path;
+
+use aetrace_format::progdb::{ProcStatus, ProgramDb};
+use aetrace_format::{addrtrace, Stats, Trace, TraceFile};
+use serde::Serialize;
+
+use crate::output::{regen_trace, Format, Options};
+use crate::{Error, Result};
+
+/// A procedure an instrumented module left alone.
+#[derive(Clone, Debug, Serialize)]
+pub struct LeftAlone {
+    pub name: String,
+    pub reason: String,
+}
+
+/// One instrumented module's program database, summarised.
+#[derive(Clone, Debug, Serialize)]
+pub struct ModuleProcs {
+    pub path: String,
+    pub procedures: usize,
+    pub traced: usize,
+    pub witness_edges: usize,
+    pub left_alone: Vec<LeftAlone>,
+}
+
+/// Everything `aetrace info` reports.
+#[derive(Clone, Debug, Serialize)]
+pub struct Info {
+    #[serde(flatten)]
+    pub stats: Stats,
+    pub programs: Vec<ModuleProcs>,
+    /// Executed instructions regenerated per thread (thread order of
+    /// `stats.threads`), when regeneration succeeded.
+    pub instructions: Option<Vec<u64>>,
+    /// Why `instructions` is missing.
+    pub regen_error: Option<String>,
+    pub bits_per_instruction_raw: Option<f64>,
+    pub bits_per_instruction_compressed: Option<f64>,
+}
+
+/// Counts the bytes written to it.
+struct Counter(u64);
+
+impl Write for Counter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Executed instructions of each thread: the records of its `bin` output.
+fn instructions<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<Vec<u64>> {
+    trace
+        .threads()
+        .map(|t| {
+            let opts = Options {
+                format: Format::Bin,
+                thread: Some(t.start.thread.0),
+                jobs: 1,
+                ..Options::default()
+            };
+            let mut c = Counter(0);
+            regen_trace(trace, &opts, &mut c)?;
+            Ok(c.0.saturating_sub(addrtrace::HEADER_LEN as u64) / addrtrace::RECORD_LEN as u64)
+        })
+        .collect()
+}
+
+/// Gathers [`Info`] for the trace at `path`.
+pub fn info(path: &Path) -> Result<Info> {
+    let trace = TraceFile::open(path)?;
+    let stats = trace.stats();
+    let mut programs = Vec::new();
+    for m in trace.modules() {
+        let Some(db) = trace.program_database(m.id) else {
+            continue;
+        };
+        let db = ProgramDb::decode(&db.decompress()?)?;
+        let left_alone: Vec<LeftAlone> = db
+            .procs
+            .iter()
+            .filter_map(|p| match &p.status {
+                ProcStatus::LeftAlone(r) => Some(LeftAlone {
+                    name: p.name.clone(),
+                    reason: r.clone(),
+                }),
+                ProcStatus::Traced => None,
+            })
+            .collect();
+        programs.push(ModuleProcs {
+            path: String::from_utf8_lossy(&m.path).into_owned(),
+            procedures: db.procs.len(),
+            traced: db.procs.len() - left_alone.len(),
+            witness_edges: db
+                .procs
+                .iter()
+                .map(|p| p.edges.iter().filter(|e| e.witness.is_some()).count())
+                .sum(),
+            left_alone,
+        });
+    }
+    let (instructions, regen_error) = match instructions(&trace) {
+        Ok(v) => (Some(v), None),
+        Err(e) => (None, Some(e.to_string())),
+    };
+    let total: Option<u64> = instructions.as_ref().map(|v| v.iter().sum());
+    let per = |bytes: u64| {
+        total
+            .filter(|&n| n > 0)
+            .map(|n| bytes as f64 * 8.0 / n as f64)
+    };
+    Ok(Info {
+        bits_per_instruction_raw: per(stats.raw_bytes),
+        bits_per_instruction_compressed: per(stats.compressed_bytes),
+        stats,
+        programs,
+        instructions,
+        regen_error,
+    })
+}
+
+/// `aetrace info`: prints [`Info`] as text or JSON.
+pub fn info_command(path: &Path, json: bool, out: &mut dyn Write) -> Result<()> {
+    let i = info(path)?;
+    let text = if json {
+        serde_json::to_string_pretty(&i).map_err(|e| Error::Usage(e.to_string()))? + "\n"
+    } else {
+        let mut s = i.stats.to_string();
+        for p in &i.programs {
+            s += &format!(
+                "program {}: {} procedures, {} traced ({} witness edges), {} left alone\n",
+                p.path,
+                p.procedures,
+                p.traced,
+                p.witness_edges,
+                p.left_alone.len()
+            );
+            for l in &p.left_alone {
+                s += &format!("  left alone: {}: {}\n", l.name, l.reason);
+            }
+        }
+        match (&i.instructions, &i.regen_error) {
+            (Some(v), _) => {
+                s += &format!(
+                    "executed instructions: {} ({})\n",
+                    v.iter().sum::<u64>(),
+                    v.iter()
+                        .enumerate()
+                        .map(|(t, n)| format!("thread {t}: {n}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                if let (Some(r), Some(c)) = (
+                    i.bits_per_instruction_raw,
+                    i.bits_per_instruction_compressed,
+                ) {
+                    s += &format!("bits per executed instruction: {r:.4} raw, {c:.4} compressed\n");
+                }
+            }
+            (None, Some(e)) => s += &format!("regeneration failed: {e}\n"),
+            (None, None) => {}
+        }
+        s
+    };
+    out.write_all(text.as_bytes()).map_err(Error::Output)
+}

@@ -1,0 +1,551 @@
+//! The regeneration state machine: paper 003's Figure 7 with a procedure
+//! stack (Section 4.2), extended to the records a real program writes
+//! (`docs/regen.md` states the rules; they are the contract with the
+//! rewriter).
+//!
+//! State: `cur` (the block executing next, `None` while untraced code runs),
+//! a stack of frames (`Ret`: a traced caller waiting at a call vertex, `Cb`:
+//! untraced code that called traced code back, `Lazy`: a lazy-binding path
+//! in progress), the pending witness of Figure 7 and the lazy-binding
+//! procedures already seen by this thread.
+//!
+//! Invariants: every block output was executed, in this order, unless an
+//! error follows it (and then only the forced moves since the last record
+//! read are unconfirmed); the pending witness is empty at every call vertex
+//! and EXIT (the blocking property), which is checked; locations carry their
+//! module so several instrumented modules can share one stack later (today
+//! ENTER always names a procedure of module 0).
+
+use crate::compile::{Block, Module, AMBIGUOUS, EXIT, NO_WITNESS};
+use crate::error::{Error, Result};
+use crate::stream::{Item, Stream};
+use aetrace_format::progdb::{CallTarget, EdgeKindDb};
+use aetrace_format::ThreadId;
+use std::collections::HashSet;
+
+/// A traced block of one module.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Loc {
+    pub module: u32,
+    pub block: u32,
+}
+
+/// A procedure-stack entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Frame {
+    /// A traced caller at its call vertex.
+    Ret(Loc),
+    /// Untraced code that called traced code.
+    Cb,
+    /// A lazy-binding path entered from a PLT stub.
+    Lazy,
+}
+
+/// Where regenerated blocks go.
+pub enum Sink {
+    /// Output bytes; the machine pauses when more than `limit` are buffered.
+    Bytes { out: Vec<u8>, limit: usize },
+    /// Execution counts per module, per global block.
+    Counts(Vec<Vec<u64>>),
+}
+
+/// What `run` stopped for.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// The output buffer is full: call `run` again.
+    More,
+    /// The stream ended cleanly.
+    Done,
+}
+
+/// One thread's regenerator.
+pub struct Machine<'a> {
+    thread: ThreadId,
+    modules: &'a [&'a Module],
+    stream: Stream<'a>,
+    cur: Option<Loc>,
+    stack: Vec<Frame>,
+    /// The pending witness of Figure 7 and its stream offset.
+    pending: Option<(u32, u64)>,
+    seen_lazy: HashSet<(u32, u32)>,
+    started: bool,
+    /// Entries into each procedure, per module.
+    pub entries: Vec<Vec<u64>>,
+    /// Appended to truncation messages (e.g. "the trace is incomplete").
+    note: String,
+}
+
+impl<'a> Machine<'a> {
+    pub fn new(
+        thread: ThreadId,
+        modules: &'a [&'a Module],
+        stream: Stream<'a>,
+        note: String,
+    ) -> Self {
+        Machine {
+            thread,
+            modules,
+            stream,
+            cur: None,
+            stack: Vec::new(),
+            pending: None,
+            seen_lazy: HashSet::new(),
+            started: false,
+            entries: modules.iter().map(|m| vec![0; m.procs.len()]).collect(),
+            note,
+        }
+    }
+
+    fn module(&self, l: Loc) -> &'a Module {
+        self.modules[l.module as usize]
+    }
+
+    fn block(&self, l: Loc) -> &'a Block {
+        &self.module(l).blocks[l.block as usize]
+    }
+
+    fn proc_name(&self, l: Loc) -> &'a str {
+        let m = self.module(l);
+        &m.procs[m.blocks[l.block as usize].proc as usize].name
+    }
+
+    /// "in procedure f after block 0x401000" / "while untraced code runs".
+    fn at(&self, l: Option<Loc>) -> String {
+        match l {
+            Some(l) => format!(
+                "in procedure {} after block {}",
+                self.proc_name(l),
+                self.module(l).block_name(l.block)
+            ),
+            None => "while untraced code runs".into(),
+        }
+    }
+
+    fn unexpected(&self, item: Item, offset: u64, at: Option<Loc>) -> Error {
+        let at = self.at(at);
+        match item {
+            Item::End => Error::Truncated {
+                thread: self.thread,
+                offset,
+                at: format!("{at}, where the program must have written more"),
+                note: self.note.clone(),
+            },
+            Item::Signal { signo, rip } => Error::Signal {
+                thread: self.thread,
+                signo,
+                rip,
+                offset,
+            },
+            Item::Indirect(_) => Error::Unsupported {
+                thread: self.thread,
+                record: item.describe(),
+                offset,
+                at,
+                why: "unresolved indirect jumps are not regenerated yet",
+            },
+            Item::SetjmpResume => Error::Unsupported {
+                thread: self.thread,
+                record: item.describe(),
+                offset,
+                at,
+                why: "setjmp/longjmp is not regenerated yet",
+            },
+            Item::Landing(_) => Error::Unsupported {
+                thread: self.thread,
+                record: item.describe(),
+                offset,
+                at,
+                why: "C++ exception landing pads are not regenerated yet",
+            },
+            Item::Fork(_) => Error::Unsupported {
+                thread: self.thread,
+                record: item.describe(),
+                offset,
+                at,
+                why: "a fork child continues from its parent's state at the fork, which is not reconstructed yet",
+            },
+            Item::Desync(_) => Error::Unsupported {
+                thread: self.thread,
+                record: item.describe(),
+                offset,
+                at,
+                why: "the program left instrumented code here; nothing after it can be regenerated",
+            },
+            _ => Error::Unexpected {
+                thread: self.thread,
+                record: item.describe(),
+                offset,
+                at,
+            },
+        }
+    }
+
+    /// Reads the witness the program wrote when leaving `at`.
+    fn read_witness(&mut self, at: Loc) -> Result<(u32, u64)> {
+        match self.stream.next_item()? {
+            (Item::Witness(w), off) => Ok((w, off)),
+            (item, off) => Err(self.unexpected(item, off, Some(at))),
+        }
+    }
+
+    /// Checks that no witness is pending where the blocking property says
+    /// none can be (a call vertex, EXIT).
+    fn no_pending(&self, at: Loc, what: &str) -> Result<()> {
+        match self.pending {
+            None => Ok(()),
+            Some((w, off)) => Err(Error::Unexpected {
+                thread: self.thread,
+                record: format!("witness {w} (still pending)"),
+                offset: off,
+                at: format!("{} at {what}", self.at(Some(at))),
+            }),
+        }
+    }
+
+    fn enter(&mut self, module: u32, q: u32, offset: u64) -> Result<()> {
+        let m = self.modules[module as usize];
+        match m.procs.get(q as usize) {
+            Some(p) if p.traced => {
+                self.entries[module as usize][q as usize] += 1;
+                self.cur = Some(Loc {
+                    module,
+                    block: p.entry,
+                });
+                Ok(())
+            }
+            Some(p) => Err(Error::Unexpected {
+                thread: self.thread,
+                record: format!("ENTER({q})"),
+                offset,
+                at: format!("(procedure {q}, {}, is not traced)", p.name),
+            }),
+            None => Err(Error::Unexpected {
+                thread: self.thread,
+                record: format!("ENTER({q})"),
+                offset,
+                at: format!("(module {} has {} procedures)", m.name, m.procs.len()),
+            }),
+        }
+    }
+
+    /// Takes the successor edge of `from` (Figure 7 at predicates; witness
+    /// edges consume their witness), then follows returns through EXIT
+    /// until control is at a block or in untraced code.
+    fn step_from(&mut self, mut from: Loc) -> Result<()> {
+        loop {
+            let m = self.module(from);
+            let b = &m.blocks[from.block as usize];
+            let si = match b.succ_hi - b.succ_lo {
+                0 => {
+                    return Err(Error::Unexpected {
+                        thread: self.thread,
+                        record: "control flow".into(),
+                        offset: self.stream.offset(),
+                        at: format!(
+                            "{}: the block has no successor in the program database",
+                            self.at(Some(from))
+                        ),
+                    })
+                }
+                1 => {
+                    let s = m.succs[b.succ_lo as usize];
+                    if s.witness != NO_WITNESS {
+                        let (w, off) = match self.pending.take() {
+                            Some(p) => p,
+                            None => self.read_witness(from)?,
+                        };
+                        if w != s.witness {
+                            return Err(Error::WrongWitness {
+                                thread: self.thread,
+                                proc: self.proc_name(from).to_owned(),
+                                block: b.start,
+                                to: m.target_name(s.to),
+                                expected: s.witness,
+                                found: w,
+                                offset: off,
+                            });
+                        }
+                    }
+                    b.succ_lo
+                }
+                _ => {
+                    let (w, off) = match self.pending.take() {
+                        Some(p) => p,
+                        None => self.read_witness(from)?,
+                    };
+                    let si = match m.choose(b, w) {
+                        Some(si) if si != AMBIGUOUS => si,
+                        found => {
+                            let mut e = Error::BadWitness {
+                                thread: self.thread,
+                                proc: self.proc_name(from).to_owned(),
+                                block: b.start,
+                                witness: w,
+                                offset: off,
+                            };
+                            if found == Some(AMBIGUOUS) {
+                                e = Error::Database {
+                                    module: m.name.clone(),
+                                    proc: self.proc_name(from).to_owned(),
+                                    what: format!(
+                                        "block {:#x}: witness {w} (thread {}, stream byte offset {off}) is in the witness sets of two successors: the placement does not satisfy Trace(G, epl)",
+                                        b.start, self.thread
+                                    ),
+                                };
+                            }
+                            return Err(e);
+                        }
+                    };
+                    if m.succs[si as usize].witness == NO_WITNESS {
+                        self.pending = Some((w, off));
+                    }
+                    si
+                }
+            };
+            let s = m.succs[si as usize];
+            if s.to != EXIT {
+                self.cur = Some(Loc {
+                    module: from.module,
+                    block: s.to,
+                });
+                return Ok(());
+            }
+            self.no_pending(from, "EXIT")?;
+            if let Some(c) = b.call.filter(|c| c.tail && s.kind == EdgeKindDb::TailCall) {
+                return self.call(from, c);
+            }
+            match s.kind {
+                EdgeKindDb::Halt => {
+                    // hlt/ud2/int3 trap to the kernel: nothing returns from them.
+                    self.stack.clear();
+                    self.cur = None;
+                    return Ok(());
+                }
+                // A jump out of the procedure (a PLT stub's bound-import
+                // outcome, a conditional tail call): untraced code runs.
+                EdgeKindDb::TailCall => return self.jump_untraced(),
+                _ => {}
+            }
+            // Return from the procedure.
+            loop {
+                match self.stack.pop() {
+                    None | Some(Frame::Cb) => {
+                        self.cur = None;
+                        return Ok(());
+                    }
+                    Some(Frame::Lazy) => continue,
+                    Some(Frame::Ret(c)) => {
+                        if self.call_of(c).marker {
+                            self.expect_return(c)?;
+                        }
+                        from = c;
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    fn call_of(&self, c: Loc) -> aetrace_format::progdb::CallDb {
+        self.block(c)
+            .call
+            .expect("a Ret frame is pushed at call blocks only")
+    }
+
+    fn expect_return(&mut self, c: Loc) -> Result<()> {
+        match self.stream.next_item()? {
+            (Item::Return, _) => Ok(()),
+            (item, off) => Err(self.unexpected(item, off, Some(c))),
+        }
+    }
+
+    /// Control jumped to untraced code (it never returns here). An
+    /// `exit`-like import reached this way announces itself with EXIT just
+    /// before the jump; otherwise the untraced code returns to the top of
+    /// the stack.
+    fn jump_untraced(&mut self) -> Result<()> {
+        if let (Item::Exit(_), _, len) = self.stream.peek()? {
+            self.stream.advance(len);
+            self.stack.clear();
+            self.cur = None;
+            return Ok(());
+        }
+        self.leave()
+    }
+
+    /// Untraced code returns to whatever is on top of the stack.
+    fn leave(&mut self) -> Result<()> {
+        loop {
+            match self.stack.last().copied() {
+                None => {
+                    self.cur = None;
+                    return Ok(());
+                }
+                Some(Frame::Cb) => {
+                    self.stack.pop();
+                    self.cur = None;
+                    return Ok(());
+                }
+                Some(Frame::Lazy) => {
+                    self.stack.pop();
+                }
+                Some(Frame::Ret(c)) => {
+                    let call = self.call_of(c);
+                    if call.marker {
+                        // Callbacks and then RETURN follow.
+                        self.cur = None;
+                        return Ok(());
+                    }
+                    self.stack.pop();
+                    if !call.returns {
+                        // A call that never returns (exit through a PLT stub):
+                        // its frames are abandoned.
+                        self.stack.clear();
+                        self.cur = None;
+                        return Ok(());
+                    }
+                    return self.step_from(c);
+                }
+            }
+        }
+    }
+
+    /// Control leaves call block `at`.
+    fn call(&mut self, at: Loc, c: aetrace_format::progdb::CallDb) -> Result<()> {
+        self.no_pending(at, "a call")?;
+        match c.target {
+            CallTarget::Proc(q) => {
+                if !c.tail {
+                    self.stack.push(Frame::Ret(at));
+                }
+                let off = self.stream.offset();
+                self.enter(at.module, q, off)
+            }
+            CallTarget::External if !c.tail => {
+                if c.marker {
+                    self.stack.push(Frame::Ret(at));
+                    self.cur = None;
+                    Ok(())
+                } else if c.returns {
+                    self.step_from(at)
+                } else {
+                    self.stack.clear();
+                    self.cur = None;
+                    Ok(())
+                }
+            }
+            CallTarget::External => {
+                if let Some(l) = c.lazy {
+                    if !self.seen_lazy.contains(&(at.module, l)) {
+                        let (item, off, len) = self.stream.peek()?;
+                        if item == Item::Enter(l) {
+                            self.stream.advance(len);
+                            self.seen_lazy.insert((at.module, l));
+                            self.stack.push(Frame::Lazy);
+                            return self.enter(at.module, l, off);
+                        }
+                    }
+                }
+                self.jump_untraced()
+            }
+            CallTarget::Exit => match self.stream.next_item()? {
+                (Item::Exit(_), _) => {
+                    self.stack.clear();
+                    self.cur = None;
+                    Ok(())
+                }
+                (item, off) => Err(self.unexpected(item, off, Some(at))),
+            },
+        }
+    }
+
+    /// One item while untraced code runs; false at the end of the stream.
+    fn untraced(&mut self) -> Result<bool> {
+        let (item, off) = self.stream.next_item()?;
+        match item {
+            Item::End => return Ok(false),
+            Item::Enter(q) => {
+                self.stack.push(Frame::Cb);
+                self.enter(0, q, off)?;
+            }
+            Item::Return => match self.stack.last().copied() {
+                Some(Frame::Ret(c)) if self.call_of(c).marker => {
+                    self.stack.pop();
+                    self.step_from(c)?;
+                }
+                _ => {
+                    return Err(Error::Unexpected {
+                        thread: self.thread,
+                        record: "RETURN".into(),
+                        offset: off,
+                        at: "while untraced code runs with no marked call waiting for it".into(),
+                    })
+                }
+            },
+            Item::Exit(_) => {
+                self.stack.clear();
+            }
+            other => return Err(self.unexpected(other, off, None)),
+        }
+        Ok(true)
+    }
+
+    /// Regenerates into `sink` until its buffer is full or the stream ends.
+    /// On error, everything regenerated before it is in `sink`.
+    pub fn run(&mut self, sink: &mut Sink) -> Result<Progress> {
+        if !self.started {
+            self.started = true;
+            match self.stream.next_item()? {
+                (Item::End, _) => return Ok(Progress::Done),
+                (Item::Thread(_), _) => {}
+                (Item::Fork(slot), off) => {
+                    // A child that only execs (or dies) writes nothing more.
+                    return match self.stream.peek()? {
+                        (Item::End, _, _) => Ok(Progress::Done),
+                        _ => Err(self.unexpected(Item::Fork(slot), off, None)),
+                    };
+                }
+                (item, off) => {
+                    return Err(Error::Unexpected {
+                        thread: self.thread,
+                        record: item.describe(),
+                        offset: off,
+                        at: "as the first record of a stream (THREAD or FORK must come first)"
+                            .into(),
+                    })
+                }
+            }
+        }
+        loop {
+            let Some(l) = self.cur else {
+                if !self.untraced()? {
+                    return Ok(Progress::Done);
+                }
+                continue;
+            };
+            let m = self.module(l);
+            let b = &m.blocks[l.block as usize];
+            match sink {
+                Sink::Bytes { out, limit } => {
+                    out.extend_from_slice(m.text(b));
+                    if out.len() >= *limit {
+                        // Decide the next block before pausing so that a
+                        // resumed run starts by emitting it.
+                        self.leave_block(l, b)?;
+                        return Ok(Progress::More);
+                    }
+                }
+                Sink::Counts(c) => c[l.module as usize][l.block as usize] += 1,
+            }
+            self.leave_block(l, b)?;
+        }
+    }
+
+    #[inline]
+    fn leave_block(&mut self, l: Loc, b: &Block) -> Result<()> {
+        match b.call {
+            Some(c) if !c.tail => self.call(l, c),
+            _ => self.step_from(l),
+        }
+    }
+}

@@ -1,0 +1,478 @@
+//! Driving the regeneration of a whole trace: choosing threads and modules,
+//! running one [`Machine`] per thread (in parallel with `-j`), and writing
+//! the output in thread order, byte-identical for any number of jobs.
+//!
+//! Output formats (`docs/regen.md`): `insn` one lowercase hex address per
+//! instruction; `block` `ADDR SIZE NINSNS` (hex, decimal, decimal); `din`
+//! `2 ADDR` per instruction (Dinero's traditional format); `xdin`
+//! `i ADDR SIZE` per instruction (extended din, both hex); `bin` the
+//! `aetrace_format::addrtrace` format with an unknown count. Text formats
+//! `insn` and `block` announce each thread with `# thread N pid P tid T`;
+//! `din`, `xdin` and `bin` carry no comments (Dinero IV accepts none).
+//!
+//! Invariants: a thread's output is produced in batches of about
+//! [`BATCH`] bytes; with `jobs > 1` at most `jobs` threads regenerate at
+//! once, each at most [`AHEAD`] batches ahead of the writer, so memory stays
+//! bounded however long the streams are.
+
+use crate::compile::{Addressing, Module};
+use crate::error::{Error, Result};
+use crate::machine::{Machine, Progress, Sink};
+use crate::stream::Stream;
+use aetrace_format::{module_flags, ModuleId, Status, ThreadId, ThreadInfo, Trace};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
+
+/// Bytes of output a machine produces before handing them to the writer.
+pub const BATCH: usize = 1 << 20;
+/// Batches a parallel worker may produce ahead of the writer.
+pub const AHEAD: usize = 16;
+
+/// Output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Insn,
+    Block,
+    Din,
+    Xdin,
+    Bin,
+}
+
+impl Format {
+    /// Names as the command line spells them.
+    pub const NAMES: [(&'static str, Format); 5] = [
+        ("insn", Format::Insn),
+        ("block", Format::Block),
+        ("din", Format::Din),
+        ("xdin", Format::Xdin),
+        ("bin", Format::Bin),
+    ];
+
+    fn comments(self) -> bool {
+        matches!(self, Format::Insn | Format::Block)
+    }
+}
+
+impl FromStr for Format {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Format> {
+        Format::NAMES
+            .iter()
+            .find(|(n, _)| *n == s)
+            .map(|&(_, f)| f)
+            .ok_or_else(|| {
+                Error::Usage(format!(
+                    "unknown format {s:?} (insn, block, din, xdin, bin)"
+                ))
+            })
+    }
+}
+
+/// What `aetrace regen` was asked for.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub format: Format,
+    /// Keep only blocks of the module with this file name or path.
+    pub module: Option<String>,
+    /// Addresses as `vaddr - link_base` instead of run-time addresses.
+    pub relative: bool,
+    /// Regenerate only this thread.
+    pub thread: Option<u32>,
+    /// Threads regenerated at once; 0 means one per CPU.
+    pub jobs: usize,
+    /// Print totals instead of the trace.
+    pub count: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            format: Format::Insn,
+            module: None,
+            relative: false,
+            thread: None,
+            jobs: 1,
+            count: false,
+        }
+    }
+}
+
+/// Regenerates the trace at `path` into `out`.
+pub fn regen_command(trace: &std::path::Path, opts: &Options, out: &mut dyn Write) -> Result<()> {
+    let t = aetrace_format::TraceFile::open(trace)?;
+    regen_trace(&t, opts, out)
+}
+
+/// A thread to regenerate, with its module.
+struct Job<'t> {
+    info: &'t ThreadInfo,
+    /// Index into the compiled modules.
+    module: usize,
+}
+
+fn path_name(p: &[u8]) -> String {
+    String::from_utf8_lossy(p).into_owned()
+}
+
+/// Whether `name` names the module at `path` (full path or file name).
+fn matches_module(path: &[u8], name: &str) -> bool {
+    let p = path_name(path);
+    p == name || p.rsplit('/').next() == Some(name)
+}
+
+/// Regenerates an already parsed trace into `out`.
+pub fn regen_trace<B: AsRef<[u8]> + Sync>(
+    trace: &Trace<B>,
+    opts: &Options,
+    out: &mut dyn Write,
+) -> Result<()> {
+    // Instrumented modules with a program database, by pid.
+    let mut by_pid: BTreeMap<u32, ModuleId> = BTreeMap::new();
+    for m in trace.modules() {
+        if m.flags & module_flags::INSTRUMENTED != 0 && trace.program_database(m.id).is_some() {
+            by_pid.entry(m.pid).or_insert(m.id);
+        }
+    }
+    if by_pid.is_empty() {
+        return Err(Error::Usage(
+            "the trace has no instrumented module with a program database".into(),
+        ));
+    }
+    if let Some(name) = &opts.module {
+        let known: Vec<String> = trace.modules().iter().map(|m| path_name(&m.path)).collect();
+        let hit: Vec<_> = trace
+            .modules()
+            .iter()
+            .filter(|m| matches_module(&m.path, name))
+            .collect();
+        if hit.is_empty() {
+            return Err(Error::Usage(format!(
+                "no module named {name} in the trace (modules: {})",
+                known.join(", ")
+            )));
+        }
+        if !hit.iter().any(|m| by_pid.values().any(|&id| id == m.id)) {
+            return Err(Error::Usage(format!(
+                "module {name} is not instrumented: none of its blocks are in the trace"
+            )));
+        }
+    }
+    let threads: Vec<&ThreadInfo> = match opts.thread {
+        Some(n) => vec![trace.thread(ThreadId(n)).ok_or_else(|| {
+            let ids: Vec<String> = trace
+                .threads()
+                .map(|t| t.start.thread.to_string())
+                .collect();
+            Error::Usage(format!(
+                "no thread {n} in the trace (threads: {})",
+                ids.join(", ")
+            ))
+        })?],
+        None => trace.threads().collect(),
+    };
+    // Each thread's module: its process's, else its creator's (a fork child
+    // runs its parent's image).
+    let mut module_ids: Vec<ModuleId> = Vec::new();
+    let mut jobs = Vec::new();
+    for info in threads {
+        let mut t = info;
+        let mut hops = 0;
+        let id = loop {
+            if let Some(&id) = by_pid.get(&t.start.pid) {
+                break Some(id);
+            }
+            match t.start.parent.and_then(|p| trace.thread(p)) {
+                Some(p) if hops < 1 << 20 => {
+                    t = p;
+                    hops += 1;
+                }
+                _ => break None,
+            }
+        };
+        let Some(id) = id else {
+            return Err(Error::Usage(format!(
+                "thread {} (pid {}) runs no instrumented module of the trace",
+                info.start.thread, info.start.pid
+            )));
+        };
+        let m = trace.module(id).expect("indexed module");
+        if let Some(name) = &opts.module {
+            if !matches_module(&m.path, name) {
+                continue;
+            }
+        }
+        let module = match module_ids.iter().position(|&x| x == id) {
+            Some(i) => i,
+            None => {
+                module_ids.push(id);
+                module_ids.len() - 1
+            }
+        };
+        jobs.push(Job { info, module });
+    }
+    let compiled: Vec<Module> = module_ids
+        .iter()
+        .map(|&id| {
+            let m = trace.module(id).expect("indexed module");
+            let dbs = trace.program_database(id).expect("checked above");
+            let raw = dbs.decompress()?;
+            let db = aetrace_format::progdb::ProgramDb::decode_at(&raw, dbs.meta.section_offset)?;
+            let addressing = if opts.relative {
+                Addressing::Relative {
+                    link_base: db.link_base,
+                }
+            } else {
+                Addressing::Runtime {
+                    load_base: m.load_base,
+                }
+            };
+            let format = (!opts.count).then_some(opts.format);
+            Module::compile(&path_name(&m.path), &db, format, addressing)
+        })
+        .collect::<Result<_>>()?;
+    let note = match trace.status() {
+        Status::Complete(_) => String::new(),
+        Status::Incomplete { tear: None } => {
+            " (the trace is incomplete: the recorder did not finish it)".into()
+        }
+        Status::Incomplete { tear: Some(e) } => {
+            format!(" (the trace is incomplete: {e})")
+        }
+    };
+    let ctx = Ctx {
+        trace,
+        compiled: &compiled,
+        jobs: &jobs,
+        note,
+        opts,
+    };
+    if opts.count {
+        return ctx.count(out);
+    }
+    ctx.write(out)
+}
+
+struct Ctx<'a, B> {
+    trace: &'a Trace<B>,
+    compiled: &'a [Module],
+    jobs: &'a [Job<'a>],
+    note: String,
+    opts: &'a Options,
+}
+
+/// A batch of one thread's output, or how the thread ended.
+enum Msg {
+    Bytes(Vec<u8>),
+    End(Result<()>),
+}
+
+impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
+    fn threads_jobs(&self) -> usize {
+        let n = if self.opts.jobs == 0 {
+            rayon::current_num_threads()
+        } else {
+            self.opts.jobs
+        };
+        n.min(self.jobs.len()).max(1)
+    }
+
+    fn machine<'m>(&'m self, job: &Job<'m>, mods: &'m [&'m Module]) -> Machine<'m> {
+        let thread = job.info.start.thread;
+        let stream = Stream::new(thread, self.trace.chunks(thread).collect());
+        let mut note = self.note.clone();
+        if note.is_empty() && job.info.end.is_none() {
+            note = format!(" (thread {thread} has no THREAD_END)");
+        }
+        Machine::new(thread, &mods[job.module..=job.module], stream, note)
+    }
+
+    fn header(&self, job: &Job<'_>) -> Vec<u8> {
+        let s = &job.info.start;
+        if self.opts.format.comments() {
+            format!("# thread {} pid {} tid {}\n", s.thread, s.pid, s.os_tid).into_bytes()
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Regenerates one thread, handing batches to `emit` (false: stop).
+    fn produce(
+        &self,
+        job: &Job<'_>,
+        mods: &[&Module],
+        emit: &mut dyn FnMut(Vec<u8>) -> bool,
+    ) -> Result<()> {
+        let mut m = self.machine(job, mods);
+        let mut sink = Sink::Bytes {
+            out: self.header(job),
+            limit: BATCH,
+        };
+        loop {
+            let r = m.run(&mut sink);
+            let Sink::Bytes { out, .. } = &mut sink else {
+                unreachable!("a byte sink stays one")
+            };
+            let bytes = std::mem::replace(out, Vec::with_capacity(BATCH + BATCH / 4));
+            if !bytes.is_empty() && !emit(bytes) {
+                return Ok(());
+            }
+            match r? {
+                Progress::More => {}
+                Progress::Done => return Ok(()),
+            }
+        }
+    }
+
+    fn write(&self, out: &mut dyn Write) -> Result<()> {
+        let mods: Vec<&Module> = self.compiled.iter().collect();
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, out);
+        if self.opts.format == crate::Format::Bin {
+            let h = aetrace_format::addrtrace::Header { count: None };
+            out.write_all(&h.to_bytes()).map_err(Error::Output)?;
+        }
+        let workers = self.threads_jobs();
+        if workers <= 1 {
+            for job in self.jobs {
+                let mut werr = None;
+                let r = self.produce(job, &mods, &mut |b| match out.write_all(&b) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        werr = Some(e);
+                        false
+                    }
+                });
+                if let Some(e) = werr {
+                    return Err(Error::Output(e));
+                }
+                if let Err(e) = r {
+                    out.flush().map_err(Error::Output)?;
+                    return Err(e);
+                }
+            }
+        } else {
+            self.write_parallel(&mods, workers, &mut out)?;
+        }
+        out.flush().map_err(Error::Output)
+    }
+
+    /// Workers take threads in order; the writer drains thread after thread.
+    /// A worker blocks when its thread is `AHEAD` batches ahead of the
+    /// writer; threads are assigned in order, so the thread the writer waits
+    /// for always has a worker: no deadlock.
+    fn write_parallel(&self, mods: &[&Module], workers: usize, out: &mut dyn Write) -> Result<()> {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(workers)
+            .build()
+            .map_err(|e| Error::Usage(format!("cannot start {workers} worker threads: {e}")))?;
+        let (senders, receivers): (Vec<_>, Vec<_>) = self
+            .jobs
+            .iter()
+            .map(|_| mpsc::sync_channel::<Msg>(AHEAD))
+            .unzip();
+        let next = AtomicUsize::new(0);
+        let stop = AtomicBool::new(false);
+        pool.in_place_scope(|s| {
+            for _ in 0..workers {
+                s.spawn(|_| loop {
+                    let i = next.fetch_add(1, Ordering::SeqCst);
+                    if i >= self.jobs.len() || stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    let tx = &senders[i];
+                    let r =
+                        self.produce(&self.jobs[i], mods, &mut |b| tx.send(Msg::Bytes(b)).is_ok());
+                    let _ = tx.send(Msg::End(r));
+                });
+            }
+            let result = (|| {
+                for rx in &receivers {
+                    loop {
+                        match rx.recv() {
+                            Ok(Msg::Bytes(b)) => out.write_all(&b).map_err(Error::Output)?,
+                            Ok(Msg::End(r)) => {
+                                r?;
+                                break;
+                            }
+                            Err(_) => {
+                                return Err(Error::Usage("a regeneration worker died".into()))
+                            }
+                        }
+                    }
+                }
+                Ok(())
+            })();
+            if result.is_err() {
+                // Unblock and stop every worker: their sends now fail.
+                stop.store(true, Ordering::SeqCst);
+                drop(receivers);
+            }
+            result
+        })
+    }
+
+    /// `--count`: totals per thread and module, calls per procedure.
+    fn count(&self, out: &mut dyn Write) -> Result<()> {
+        use rayon::prelude::*;
+        let mods: Vec<&Module> = self.compiled.iter().collect();
+        let run = |job: &Job<'_>| -> Result<(Vec<u64>, Vec<u64>)> {
+            let mut m = self.machine(job, &mods);
+            let mut sink = Sink::Counts(vec![vec![0; mods[job.module].blocks.len()]]);
+            while m.run(&mut sink)? == Progress::More {}
+            let Sink::Counts(mut c) = sink else {
+                unreachable!("a count sink stays one")
+            };
+            Ok((c.swap_remove(0), m.entries.swap_remove(0)))
+        };
+        let workers = self.threads_jobs();
+        let results: Vec<Result<(Vec<u64>, Vec<u64>)>> = if workers <= 1 {
+            self.jobs.iter().map(run).collect()
+        } else {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(workers)
+                .build()
+                .map_err(|e| Error::Usage(format!("cannot start {workers} worker threads: {e}")))?;
+            pool.install(|| self.jobs.par_iter().map(run).collect())
+        };
+        let mut text = String::new();
+        let mut calls: Vec<Vec<u64>> = mods.iter().map(|m| vec![0; m.procs.len()]).collect();
+        let (mut all_i, mut all_b) = (0u64, 0u64);
+        for (job, r) in self.jobs.iter().zip(results) {
+            let (blocks, entries) = r?;
+            let m = mods[job.module];
+            let (mut ni, mut nb) = (0u64, 0u64);
+            for (b, &n) in m.blocks.iter().zip(&blocks) {
+                nb += n;
+                ni += n * u64::from(b.ninsns);
+            }
+            all_i += ni;
+            all_b += nb;
+            for (c, e) in calls[job.module].iter_mut().zip(entries) {
+                *c += e;
+            }
+            let s = &job.info.start;
+            text.push_str(&format!(
+                "thread {} pid {} tid {} module {}: {ni} instructions, {nb} blocks\n",
+                s.thread, s.pid, s.os_tid, m.name
+            ));
+        }
+        text.push_str(&format!("total: {all_i} instructions, {all_b} blocks\n"));
+        for (m, c) in mods.iter().zip(&calls) {
+            text.push_str(&format!("calls per procedure of {}:\n", m.name));
+            let mut rows: Vec<(u64, &str)> = m
+                .procs
+                .iter()
+                .zip(c)
+                .filter(|(_, &n)| n > 0)
+                .map(|(p, &n)| (n, p.name.as_str()))
+                .collect();
+            rows.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+            for (n, name) in rows {
+                text.push_str(&format!("{n:>12} {name}\n"));
+            }
+        }
+        out.write_all(text.as_bytes()).map_err(Error::Output)
+    }
+}

@@ -1,0 +1,235 @@
+//! Reading one thread's witness stream (`docs/runtime.md` section 2) as
+//! items: witnesses and escape records.
+//!
+//! The stream is the concatenation of the thread's chunks, decompressed one
+//! at a time (a record may straddle two chunks). Invariants: nothing here
+//! panics on any byte sequence; every item knows its stream byte offset; a
+//! byte 0x00, a record kind this table does not know or a record cut by the
+//! end of the stream is a typed error, never skipped.
+
+use crate::error::{Error, Result};
+use aetrace_format::{Chunk, ThreadId};
+
+/// Byte that starts an escape record.
+pub const ESCAPE: u8 = 0xFF;
+
+/// Record kinds (`docs/runtime.md` section 2) and their total lengths,
+/// escape byte and kind byte included.
+pub mod kind {
+    pub const ENTER: u8 = 1;
+    pub const INDIRECT: u8 = 2;
+    pub const SIGNAL: u8 = 3;
+    pub const SETJMP_RESUME: u8 = 4;
+    pub const DESYNC: u8 = 5;
+    pub const EXIT: u8 = 6;
+    pub const FORK: u8 = 7;
+    pub const THREAD: u8 = 8;
+    pub const WIDE: u8 = 9;
+    pub const RETURN: u8 = 10;
+    pub const LANDING: u8 = 11;
+
+    /// Total length of a record of `kind`, `None` for an unknown kind.
+    pub fn len(kind: u8) -> Option<usize> {
+        Some(match kind {
+            ENTER | EXIT | FORK | THREAD | LANDING => 6,
+            INDIRECT | DESYNC => 10,
+            SIGNAL => 14,
+            SETJMP_RESUME | RETURN => 2,
+            WIDE => 4,
+            _ => return None,
+        })
+    }
+}
+
+/// One item of a stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Item {
+    /// Witness number `n` of the current procedure (a byte `n + 1`, or WIDE).
+    Witness(u32),
+    Enter(u32),
+    Indirect(u64),
+    Signal {
+        signo: u32,
+        rip: u64,
+    },
+    SetjmpResume,
+    Desync(u64),
+    Exit(u32),
+    Fork(u32),
+    Thread(u32),
+    Return,
+    /// The unwinder entered a landing pad of this procedure.
+    Landing(u32),
+    /// The end of the stream.
+    End,
+}
+
+impl Item {
+    /// How messages name the item.
+    pub fn describe(&self) -> String {
+        match *self {
+            Item::Witness(n) => format!("witness {n}"),
+            Item::Enter(p) => format!("ENTER({p})"),
+            Item::Indirect(t) => format!("INDIRECT({t:#x})"),
+            Item::Signal { signo, rip } => format!("SIGNAL({signo}, {rip:#x})"),
+            Item::SetjmpResume => "SETJMP_RESUME".into(),
+            Item::Desync(a) => format!("DESYNC({a:#x})"),
+            Item::Exit(s) => format!("EXIT({s})"),
+            Item::Fork(s) => format!("FORK({s})"),
+            Item::Thread(s) => format!("THREAD({s})"),
+            Item::Return => "RETURN".into(),
+            Item::Landing(p) => format!("LANDING({p})"),
+            Item::End => "the end of the stream".into(),
+        }
+    }
+}
+
+/// A thread's stream, read front to back.
+pub struct Stream<'t> {
+    thread: ThreadId,
+    chunks: std::vec::IntoIter<Chunk<'t>>,
+    /// Bytes not consumed yet start at `buf[pos]`.
+    buf: Vec<u8>,
+    pos: usize,
+    /// Stream offset of `buf[0]`.
+    base: u64,
+    spare: Vec<u8>,
+}
+
+fn le(bytes: &[u8]) -> u64 {
+    bytes
+        .iter()
+        .rev()
+        .fold(0u64, |acc, &b| (acc << 8) | u64::from(b))
+}
+
+impl<'t> Stream<'t> {
+    pub fn new(thread: ThreadId, chunks: Vec<Chunk<'t>>) -> Self {
+        Stream {
+            thread,
+            chunks: chunks.into_iter(),
+            buf: Vec::new(),
+            pos: 0,
+            base: 0,
+            spare: Vec::new(),
+        }
+    }
+
+    /// Stream offset of the next unread byte.
+    pub fn offset(&self) -> u64 {
+        self.base + self.pos as u64
+    }
+
+    /// Makes at least `need` unread bytes available if the stream has them;
+    /// returns how many there are (fewer only at the end of the stream).
+    fn fill(&mut self, need: usize) -> Result<usize> {
+        while self.buf.len() - self.pos < need {
+            let Some(chunk) = self.chunks.next() else {
+                break;
+            };
+            chunk.decompress_into(&mut self.spare)?;
+            if self.pos == self.buf.len() {
+                self.base += self.buf.len() as u64;
+                std::mem::swap(&mut self.buf, &mut self.spare);
+            } else {
+                self.buf.drain(..self.pos);
+                self.base += self.pos as u64;
+                self.buf.extend_from_slice(&self.spare);
+            }
+            self.pos = 0;
+        }
+        Ok(self.buf.len() - self.pos)
+    }
+
+    fn bad(&self, offset: u64, what: String) -> Error {
+        Error::BadStream {
+            thread: self.thread,
+            offset,
+            what,
+        }
+    }
+
+    /// The next item and its offset, without consuming it; `len` is its size.
+    pub fn peek(&mut self) -> Result<(Item, u64, usize)> {
+        let offset = self.offset();
+        if self.fill(2)? == 0 {
+            return Ok((Item::End, offset, 0));
+        }
+        let first = self.buf[self.pos];
+        match first {
+            0 => {
+                return Err(self.bad(
+                    offset,
+                    "byte 0x00 (reserved, never written by the runtime)".into(),
+                ))
+            }
+            ESCAPE => {}
+            w => return Ok((Item::Witness(u32::from(w) - 1), offset, 1)),
+        }
+        let Some(&k) = self.buf.get(self.pos + 1) else {
+            return Err(Error::Truncated {
+                thread: self.thread,
+                offset: offset + 1,
+                at: "inside a record (the stream stops after its escape byte)".into(),
+                note: String::new(),
+            });
+        };
+        let Some(len) = kind::len(k) else {
+            let what = if k & 0x80 != 0 {
+                format!("record kind {k:#04x} is still being written (bit 7 set)")
+            } else {
+                format!("unknown record kind {k}")
+            };
+            return Err(self.bad(offset, what));
+        };
+        let have = self.fill(len)?;
+        if have < len {
+            return Err(Error::Truncated {
+                thread: self.thread,
+                offset: offset + have as u64,
+                at: format!("inside a record of kind {k} ({len} bytes, {have} present)"),
+                note: String::new(),
+            });
+        }
+        let p = &self.buf[self.pos + 2..self.pos + len];
+        let item = match k {
+            kind::ENTER => Item::Enter(le(p) as u32),
+            kind::INDIRECT => Item::Indirect(le(p)),
+            kind::SIGNAL => Item::Signal {
+                signo: le(&p[..4]) as u32,
+                rip: le(&p[4..]),
+            },
+            kind::SETJMP_RESUME => Item::SetjmpResume,
+            kind::DESYNC => Item::Desync(le(p)),
+            kind::EXIT => Item::Exit(le(p) as u32),
+            kind::FORK => Item::Fork(le(p) as u32),
+            kind::THREAD => Item::Thread(le(p) as u32),
+            kind::WIDE => Item::Witness(le(p) as u32),
+            kind::LANDING => Item::Landing(le(p) as u32),
+            _ => Item::Return,
+        };
+        Ok((item, offset, len))
+    }
+
+    /// Consumes `len` bytes of a peeked item.
+    pub fn advance(&mut self, len: usize) {
+        debug_assert!(self.pos + len <= self.buf.len());
+        self.pos += len;
+    }
+
+    /// The next item and its offset, consumed.
+    #[inline]
+    pub fn next_item(&mut self) -> Result<(Item, u64)> {
+        // Hot path: a one-byte witness already in the buffer.
+        if let Some(&b) = self.buf.get(self.pos) {
+            if b.wrapping_sub(1) < 0xFE {
+                let offset = self.offset();
+                self.pos += 1;
+                return Ok((Item::Witness(u32::from(b) - 1), offset));
+            }
+        }
+        let (item, offset, len) = self.peek()?;
+        self.advance(len);
+        Ok((item, offset))
+    }
+}

@@ -1,0 +1,855 @@
+//! Tests of the regenerator on traces synthesised without the rewriter.
+//!
+//! Oracle: random programs and executions from `aetrace_graph::testgen`.
+//! Each program becomes a program database (invented addresses and
+//! instruction lengths; witnesses placed by `place_witnesses`); each
+//! execution becomes the byte stream the rewritten program would write
+//! (witness bytes as edges are traversed, ENTER where untraced code enters
+//! traced code, RETURN after marked calls, EXIT before `exit`), written into
+//! a real trace by `TraceWriter`. The expected output is formatted here from
+//! the execution's steps, independently of the regenerator's tables.
+//! Hand-written programs cover each rule of `docs/regen.md` that random
+//! programs do not reach (callbacks, lazy binding, tail calls, exit with
+//! frames active, signals) and each kind of damage.
+
+use crate::testkit::*;
+use crate::{regen_trace, Error, Format, Options};
+use aetrace_format::progdb::{
+    BlockDb, CallDb, CallTarget, EdgeDb, EdgeKindDb, ProcDb, ProcStatus, ProgramDb,
+};
+use aetrace_format::{ThreadId, Trace};
+use aetrace_graph::program::Execution;
+use aetrace_graph::testgen::{self, Rng};
+use proptest::prelude::*;
+
+fn run(bytes: &[u8], opts: &Options) -> (Vec<u8>, Result<(), Error>) {
+    let mut out = Vec::new();
+    let r = match Trace::parse(bytes) {
+        Ok(t) => regen_trace(&t, opts, &mut out),
+        Err(e) => Err(e.into()),
+    };
+    (out, r)
+}
+
+fn opts(format: Format) -> Options {
+    Options {
+        format,
+        ..Options::default()
+    }
+}
+
+fn text(v: &[u8]) -> &str {
+    std::str::from_utf8(v).unwrap()
+}
+
+// ---------------------------------------------------------------- hand-written programs
+
+/// A procedure with blocks of 2 instructions (3 + 2 bytes) laid out from
+/// `*addr`; `edges` as `(from, to, kind, witness)`.
+fn proc(
+    addr: &mut u64,
+    name: &str,
+    calls: Vec<Option<CallDb>>,
+    edges: Vec<(u32, u32, EdgeKindDb, Option<u16>)>,
+) -> ProcDb {
+    let blocks = calls
+        .into_iter()
+        .map(|call| {
+            let b = BlockDb {
+                start: *addr,
+                insn_lens: vec![3, 2],
+                call,
+            };
+            *addr += 0x10;
+            b
+        })
+        .collect();
+    ProcDb {
+        name: name.into(),
+        status: ProcStatus::Traced,
+        entry: 0,
+        blocks,
+        edges: edges
+            .into_iter()
+            .map(|(from, to, kind, witness)| EdgeDb {
+                from,
+                to,
+                kind,
+                witness,
+            })
+            .collect(),
+    }
+}
+
+fn call(
+    target: CallTarget,
+    marker: bool,
+    returns: bool,
+    tail: bool,
+    lazy: Option<u32>,
+) -> Option<CallDb> {
+    Some(CallDb {
+        target,
+        marker,
+        returns,
+        tail,
+        lazy,
+    })
+}
+
+use EdgeKindDb::*;
+
+/// Expected `block` lines for `(proc, block)` steps of a hand-written db.
+fn blocks_of(db: &ProgramDb, steps: &[(usize, usize)]) -> String {
+    steps
+        .iter()
+        .map(|&(p, b)| {
+            let blk = &db.procs[p].blocks[b];
+            format!(
+                "{:x} {} {}\n",
+                LOAD_BASE + blk.start,
+                blk.size(),
+                blk.insn_lens.len()
+            )
+        })
+        .collect()
+}
+
+const HDR: &str = "# thread 0 pid 4242 tid 4242\n";
+
+fn hand(db: &ProgramDb, stream: &[u8]) -> (String, Result<(), Error>) {
+    let bytes = trace_bytes(db, &[stream.to_vec()], 3);
+    let (out, r) = run(&bytes, &opts(Format::Block));
+    (String::from_utf8(out).unwrap(), r)
+}
+
+/// main: b0 calls external code (marker), b1 returns. cb: one block.
+fn callback_db() -> ProgramDb {
+    let mut a = LINK_BASE + 0x1000;
+    ProgramDb {
+        link_base: LINK_BASE,
+        runtime_vaddr: 0,
+        procs: vec![
+            proc(
+                &mut a,
+                "main",
+                vec![call(CallTarget::External, true, true, false, None), None],
+                vec![(0, 1, CallReturn, None), (1, 2, Return, None)],
+            ),
+            proc(&mut a, "cb", vec![None], vec![(0, 1, Return, None)]),
+        ],
+    }
+}
+
+#[test]
+fn external_call_with_marker_and_callbacks() {
+    let db = callback_db();
+    let mut s = Vec::new();
+    thread_rec(&mut s);
+    enter(&mut s, 0);
+    enter(&mut s, 1);
+    enter(&mut s, 1);
+    ret(&mut s);
+    let (out, r) = hand(&db, &s);
+    r.unwrap();
+    assert_eq!(
+        out,
+        HDR.to_owned() + &blocks_of(&db, &[(0, 0), (1, 0), (1, 0), (0, 1)])
+    );
+    // Without RETURN the stream ends inside the external call: a clean end.
+    let (out, r) = hand(&db, &s[..s.len() - 2]);
+    r.unwrap();
+    assert_eq!(
+        out,
+        HDR.to_owned() + &blocks_of(&db, &[(0, 0), (1, 0), (1, 0)])
+    );
+    // RETURN with no marked call waiting is an error naming its offset.
+    let mut bad = s.clone();
+    ret(&mut bad);
+    let (_, r) = hand(&db, &bad);
+    let e = r.unwrap_err().to_string();
+    assert!(e.contains("RETURN at stream byte offset 26"), "{e}");
+}
+
+#[test]
+fn lazy_binding_path_is_followed_once_per_thread() {
+    let mut a = LINK_BASE + 0x1000;
+    let ext_tail = |lazy| call(CallTarget::External, false, true, true, lazy);
+    let db = ProgramDb {
+        link_base: LINK_BASE,
+        runtime_vaddr: 0,
+        procs: vec![
+            proc(
+                &mut a,
+                "main",
+                vec![
+                    call(CallTarget::Proc(1), false, true, false, None),
+                    None,
+                    call(CallTarget::Proc(1), false, true, false, None),
+                    None,
+                ],
+                vec![
+                    (0, 1, CallReturn, None),
+                    (1, 2, FallThrough, None),
+                    (2, 3, CallReturn, None),
+                    (3, 4, Return, None),
+                ],
+            ),
+            proc(
+                &mut a,
+                "puts@plt",
+                vec![ext_tail(Some(2))],
+                vec![(0, 1, TailCall, None)],
+            ),
+            proc(
+                &mut a,
+                "plt0",
+                vec![ext_tail(None)],
+                vec![(0, 1, TailCall, None)],
+            ),
+        ],
+    };
+    let mut s = Vec::new();
+    thread_rec(&mut s);
+    enter(&mut s, 0);
+    enter(&mut s, 2);
+    let (out, r) = hand(&db, &s);
+    r.unwrap();
+    let want = [(0, 0), (1, 0), (2, 0), (0, 1), (0, 2), (1, 0), (0, 3)];
+    assert_eq!(out, HDR.to_owned() + &blocks_of(&db, &want));
+    // A second ENTER of the lazy path is not a lazy path any more: main has
+    // returned, so it is an outside entry (a callback), and plt0 returns to
+    // untraced code.
+    enter(&mut s, 2);
+    let (out, r) = hand(&db, &s);
+    r.unwrap();
+    let mut want = want.to_vec();
+    want.push((2, 0));
+    assert_eq!(out, HDR.to_owned() + &blocks_of(&db, &want));
+}
+
+#[test]
+fn tail_calls_external_and_traced() {
+    let mut a = LINK_BASE + 0x1000;
+    let db = ProgramDb {
+        link_base: LINK_BASE,
+        runtime_vaddr: 0,
+        procs: vec![
+            proc(
+                &mut a,
+                "main",
+                vec![
+                    call(CallTarget::Proc(1), false, true, false, None),
+                    // A predicate: loop back (witness 0) or return (witness 1).
+                    None,
+                ],
+                vec![
+                    (0, 1, CallReturn, None),
+                    (1, 0, Taken, Some(0)),
+                    (1, 2, Return, Some(1)),
+                ],
+            ),
+            // f: tail-calls g, whose edge carries a witness.
+            proc(
+                &mut a,
+                "f",
+                vec![call(CallTarget::Proc(2), false, true, true, None)],
+                vec![(0, 1, TailCall, Some(0))],
+            ),
+            // g: jumps to untraced code (jmp puts), which returns to main.
+            proc(
+                &mut a,
+                "g",
+                vec![call(CallTarget::External, false, true, true, None)],
+                vec![(0, 1, TailCall, None)],
+            ),
+        ],
+    };
+    let mut s = Vec::new();
+    thread_rec(&mut s);
+    enter(&mut s, 0);
+    witness(&mut s, 0); // f -> g
+    witness(&mut s, 0); // main loops
+    witness(&mut s, 0); // f -> g
+    witness(&mut s, 1); // main returns
+    let (out, r) = hand(&db, &s);
+    r.unwrap();
+    let want = [
+        (0, 0),
+        (1, 0),
+        (2, 0),
+        (0, 1),
+        (0, 0),
+        (1, 0),
+        (2, 0),
+        (0, 1),
+    ];
+    assert_eq!(out, HDR.to_owned() + &blocks_of(&db, &want));
+    // The tail edge's witness is checked.
+    s[12] = 5;
+    let (_, r) = hand(&db, &s);
+    let e = r.unwrap_err().to_string();
+    assert!(
+        e.contains("procedure f block 0x401020") && e.contains("witness 4 (stream byte offset 12)"),
+        "{e}"
+    );
+}
+
+#[test]
+fn exit_with_frames_active_then_an_exit_handler() {
+    let mut a = LINK_BASE + 0x1000;
+    let db = ProgramDb {
+        link_base: LINK_BASE,
+        runtime_vaddr: 0,
+        procs: vec![
+            proc(
+                &mut a,
+                "main",
+                vec![call(CallTarget::Proc(1), false, true, false, None), None],
+                vec![(0, 1, CallReturn, None), (1, 2, Return, None)],
+            ),
+            proc(
+                &mut a,
+                "die",
+                vec![call(CallTarget::Exit, false, false, false, None)],
+                vec![(0, 1, NoReturn, None)],
+            ),
+            proc(&mut a, "handler", vec![None], vec![(0, 1, Return, None)]),
+        ],
+    };
+    let mut s = Vec::new();
+    thread_rec(&mut s);
+    enter(&mut s, 0);
+    exit_rec(&mut s, 3);
+    enter(&mut s, 2);
+    let (out, r) = hand(&db, &s);
+    r.unwrap();
+    assert_eq!(
+        out,
+        HDR.to_owned() + &blocks_of(&db, &[(0, 0), (1, 0), (2, 0)])
+    );
+    // The EXIT record must be there.
+    let (out, r) = hand(&db, &s[..12]);
+    let e = r.unwrap_err().to_string();
+    assert!(
+        e.contains("ends at byte offset 12 in procedure die after block 0x401020"),
+        "{e}"
+    );
+    assert_eq!(out, HDR.to_owned() + &blocks_of(&db, &[(0, 0), (1, 0)]));
+}
+
+#[test]
+fn marked_traced_call_needs_its_return_record() {
+    let mut a = LINK_BASE + 0x1000;
+    let db = ProgramDb {
+        link_base: LINK_BASE,
+        runtime_vaddr: 0,
+        procs: vec![
+            proc(
+                &mut a,
+                "main",
+                vec![call(CallTarget::Proc(1), true, true, false, None), None],
+                vec![(0, 1, CallReturn, None), (1, 2, Return, None)],
+            ),
+            proc(&mut a, "f", vec![None], vec![(0, 1, Return, None)]),
+        ],
+    };
+    let mut s = Vec::new();
+    thread_rec(&mut s);
+    enter(&mut s, 0);
+    ret(&mut s);
+    let (out, r) = hand(&db, &s);
+    r.unwrap();
+    assert_eq!(
+        out,
+        HDR.to_owned() + &blocks_of(&db, &[(0, 0), (1, 0), (0, 1)])
+    );
+    let mut bad = s[..12].to_vec();
+    witness(&mut bad, 0);
+    let (_, r) = hand(&db, &bad);
+    let e = r.unwrap_err().to_string();
+    assert!(e.contains("witness 0 at stream byte offset 12 cannot occur in procedure main after block 0x401000"), "{e}");
+}
+
+#[test]
+fn signal_and_desync_stop_with_everything_before_them_written() {
+    let db = callback_db();
+    let mut s = Vec::new();
+    thread_rec(&mut s);
+    enter(&mut s, 0);
+    enter(&mut s, 1);
+    rec(&mut s, 3, &[11, 0, 0, 0, 0x34, 0x12, 0, 0, 0, 0, 0, 0]);
+    let (out, r) = hand(&db, &s);
+    let e = r.unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "thread 0: signal 11 handler entered at stream offset 18 (interrupted rip 0x1234): regeneration of signals is not implemented"
+    );
+    assert_eq!(out, HDR.to_owned() + &blocks_of(&db, &[(0, 0), (1, 0)]));
+    let mut s2 = s[..18].to_vec();
+    rec(&mut s2, 5, &0x401000u64.to_le_bytes());
+    let e = hand(&db, &s2).1.unwrap_err().to_string();
+    assert!(
+        e.contains("DESYNC(0x401000) at stream byte offset 18"),
+        "{e}"
+    );
+}
+
+#[test]
+fn malformed_streams_are_named_errors() {
+    let db = callback_db();
+    let cases: [(&[u8], &str); 6] = [
+        (
+            &[0xFF, 8, 0, 0, 0, 0, 0xFF, 1, 0],
+            "ends at byte offset 9 inside a record",
+        ),
+        (&[0xFF, 8, 0, 0, 0, 0, 0xFF], "ends at byte offset 7"),
+        (&[0xFF, 8, 0, 0, 0, 0, 0x00], "byte 0x00"),
+        (&[0xFF, 8, 0, 0, 0, 0, 0xFF, 0x42], "unknown record kind 66"),
+        (
+            &[0xFF, 8, 0, 0, 0, 0, 0xFF, 0x81, 0, 0, 0, 0],
+            "still being written",
+        ),
+        (&[0xFF, 1, 0, 0, 0, 0], "THREAD or FORK must come first"),
+    ];
+    for (s, want) in cases {
+        let e = hand(&db, s).1.unwrap_err().to_string();
+        assert!(e.contains(want), "{s:?}: {e}");
+    }
+    // A witness while untraced code runs.
+    let e = hand(&db, &[0xFF, 8, 0, 0, 0, 0, 3])
+        .1
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("witness 2 at stream byte offset 6 cannot occur while untraced code runs"),
+        "{e}"
+    );
+    // ENTER of a procedure that does not exist.
+    let e = hand(&db, &[0xFF, 8, 0, 0, 0, 0, 0xFF, 1, 9, 0, 0, 0])
+        .1
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("ENTER(9)") && e.contains("2 procedures"), "{e}");
+}
+
+/// main loops on witness 0 (stream byte 1) and leaves on witness 1.
+fn loop_db() -> ProgramDb {
+    let mut a = LINK_BASE + 0x1000;
+    ProgramDb {
+        link_base: LINK_BASE,
+        runtime_vaddr: 0,
+        procs: vec![proc(
+            &mut a,
+            "main",
+            vec![None, None, None],
+            vec![
+                (0, 1, FallThrough, None),
+                (1, 1, Taken, Some(0)),
+                (1, 2, FallThrough, Some(1)),
+                (2, 3, Return, None),
+            ],
+        )],
+    }
+}
+
+fn loop_stream(n: usize) -> Vec<u8> {
+    let mut s = Vec::new();
+    thread_rec(&mut s);
+    enter(&mut s, 0);
+    s.extend(std::iter::repeat_n(1u8, n));
+    s.push(2);
+    s
+}
+
+#[test]
+fn damaged_traces_give_clear_errors() {
+    let db = loop_db();
+    let s = loop_stream(2000);
+    let bytes = trace_bytes(&db, std::slice::from_ref(&s), 1000);
+    let (full, r) = run(&bytes, &opts(Format::Insn));
+    r.unwrap();
+    assert_eq!(full.iter().filter(|&&b| b == b'\n').count(), 1 + 2 * 2003);
+
+    // A changed witness byte: 0xFE is witness 253, which main does not have.
+    let mut s2 = s.clone();
+    s2[700] = 0xFE;
+    let (out, r) = run(&trace_bytes(&db, &[s2], 1000), &opts(Format::Insn));
+    let e = r.unwrap_err().to_string();
+    assert!(
+        e.contains("procedure main block 0x401010: witness 253 (stream byte offset 700) is not in any successor's witness set"),
+        "{e}"
+    );
+    assert!(full.starts_with(&out) && !out.is_empty());
+
+    // A wrong checksum: one byte of the first chunk's compressed data.
+    let t = Trace::parse(&bytes[..]).unwrap();
+    let c = t.chunks(ThreadId(0)).next().unwrap().meta.data.clone();
+    let mut bad = bytes.clone();
+    bad[c.start + 3] ^= 0x40;
+    let e = run(&bad, &opts(Format::Insn)).1.unwrap_err().to_string();
+    assert!(e.contains("bad checksum"), "{e}");
+
+    // A truncated chunk (the recorder died writing it): an incomplete trace
+    // whose stream stops where a witness is needed.
+    let last = t.chunks(ThreadId(0)).last().unwrap().meta.data.clone();
+    let cut = &bytes[..last.start + 5];
+    let (out, r) = run(cut, &opts(Format::Insn));
+    let e = r.unwrap_err().to_string();
+    assert!(
+        e.contains("ends at byte offset 2000 in procedure main after block 0x401010")
+            && e.contains("the trace is incomplete"),
+        "{e}"
+    );
+    assert!(full.starts_with(&out) && out.len() > 1000);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Complete and terminated executions come back exactly, for every
+    /// thread, with any chunking, and `-j 2` writes the same bytes as `-j 1`.
+    #[test]
+    fn random_executions_regenerate_exactly(
+        seed in any::<u64>(),
+        nprocs in 1usize..6,
+        max_blocks in 1usize..40,
+        structured in any::<bool>(),
+        nthreads in 1usize..4,
+        chunk in 1usize..64,
+    ) {
+        let s = random_case(seed, nprocs, max_blocks, structured);
+        let mut rng = Rng::new(seed ^ 0x5eed);
+        let ex = testgen::Executor::new(&s.prog);
+        let execs: Vec<Execution> = (0..nthreads)
+            .map(|_| {
+                let budget = 1 + rng.below(300);
+                ex.run(&mut rng, budget, false)
+            })
+            .collect();
+        let streams: Vec<Vec<u8>> = execs.iter().map(|e| s.stream(e)).collect();
+        let bytes = trace_bytes(&s.db, &streams, chunk);
+        let mut want = String::new();
+        for (i, e) in execs.iter().enumerate() {
+            want.push_str(&format!("# thread {i} pid {PID} tid {}\n", PID + i as u32));
+            want.push_str(&s.expected_insns(e));
+        }
+        let (out, r) = run(&bytes, &opts(Format::Insn));
+        prop_assert!(r.is_ok(), "{}", r.unwrap_err());
+        prop_assert_eq!(text(&out), want.as_str());
+        let (out2, r2) = run(&bytes, &Options { jobs: 2, ..opts(Format::Insn) });
+        prop_assert!(r2.is_ok());
+        prop_assert_eq!(&out2, &out);
+        // One thread alone, relative addresses.
+        let last = nthreads as u32 - 1;
+        let (one, r3) = run(&bytes, &Options { thread: Some(last), relative: true, ..opts(Format::Insn) });
+        prop_assert!(r3.is_ok());
+        let mut want_one = format!("# thread {last} pid {PID} tid {}\n", PID + last);
+        for line in s.expected_insns(&execs[last as usize]).lines() {
+            let a = u64::from_str_radix(line, 16).unwrap() - LOAD_BASE - LINK_BASE;
+            want_one.push_str(&format!("{a:x}\n"));
+        }
+        prop_assert_eq!(text(&one), want_one.as_str());
+    }
+
+    /// A cut stream (the program was killed): the output and the execution
+    /// are prefixes of one another, and a stream stopping where a record is
+    /// needed is a `Truncated` error.
+    #[test]
+    fn cut_executions_give_prefixes(
+        seed in any::<u64>(),
+        nprocs in 1usize..5,
+        max_blocks in 1usize..30,
+        structured in any::<bool>(),
+    ) {
+        let s = random_case(seed, nprocs, max_blocks, structured);
+        let mut rng = Rng::new(seed ^ 0xc07);
+        let budget = 1 + rng.below(200);
+        let e = testgen::Executor::new(&s.prog).run(&mut rng, budget, true);
+        let bytes = trace_bytes(&s.db, &[s.stream(&e)], 7);
+        let (out, r) = run(&bytes, &opts(Format::Insn));
+        if let Err(err) = &r {
+            prop_assert!(matches!(err, Error::Truncated { .. }), "{}", err);
+        }
+        let want = format!("# thread 0 pid {PID} tid {PID}\n{}", s.expected_insns(&e));
+        let out = text(&out);
+        prop_assert!(out.starts_with(&want) || want.starts_with(out), "{out}\n---\n{want}");
+    }
+}
+
+#[test]
+fn every_format_and_count_agree_with_the_execution() {
+    let s = random_case(11, 4, 30, true);
+    let mut rng = Rng::new(3);
+    let e = testgen::Executor::new(&s.prog).run(&mut rng, 400, false);
+    let bytes = trace_bytes(&s.db, &[s.stream(&e)], 100);
+    let insns: Vec<u64> = s
+        .expected_insns(&e)
+        .lines()
+        .map(|l| u64::from_str_radix(l, 16).unwrap())
+        .collect();
+    let steps: Vec<_> = s.executed(&e).collect();
+    let lens: Vec<u8> = steps
+        .iter()
+        .flat_map(|b| b.insn_lens.iter().copied())
+        .collect();
+
+    let din = run(&bytes, &opts(Format::Din)).0;
+    let want: String = insns.iter().map(|a| format!("2 {a:x}\n")).collect();
+    assert_eq!(text(&din), want);
+
+    let xdin = run(&bytes, &opts(Format::Xdin)).0;
+    let want: String = insns
+        .iter()
+        .zip(&lens)
+        .map(|(a, l)| format!("i {a:x} {l:x}\n"))
+        .collect();
+    assert_eq!(text(&xdin), want);
+
+    let block = run(&bytes, &opts(Format::Block)).0;
+    let want: String = HDR.to_owned()
+        + &steps
+            .iter()
+            .map(|b| {
+                format!(
+                    "{:x} {} {}\n",
+                    LOAD_BASE + b.start,
+                    b.size(),
+                    b.insn_lens.len()
+                )
+            })
+            .collect::<String>();
+    assert_eq!(text(&block), want);
+
+    let bin = run(&bytes, &opts(Format::Bin)).0;
+    let t = aetrace_format::addrtrace::AddrTrace::parse(&bin).unwrap();
+    let recs: Vec<(u64, u8)> = t.records().map(|r| (r.addr, r.size)).collect();
+    let want: Vec<(u64, u8)> = insns.iter().copied().zip(lens.iter().copied()).collect();
+    assert_eq!(recs, want);
+    assert!(t
+        .records()
+        .all(|r| r.kind == aetrace_format::addrtrace::AccessKind::Instr));
+
+    let count = run(
+        &bytes,
+        &Options {
+            count: true,
+            ..opts(Format::Insn)
+        },
+    )
+    .0;
+    let count = text(&count);
+    let first = format!(
+        "thread 0 pid {PID} tid {PID} module /tmp/prog: {} instructions, {} blocks\n",
+        insns.len(),
+        steps.len()
+    );
+    assert!(count.starts_with(&first), "{count}");
+    let main_entries = format!("{:>12} p0\n", 1);
+    assert!(count.contains(&main_entries), "{count}");
+
+    // --module by file name and by path; an unknown or uninstrumented name fails.
+    for name in ["prog", "/tmp/prog"] {
+        let o = Options {
+            module: Some(name.into()),
+            ..opts(Format::Din)
+        };
+        assert_eq!(run(&bytes, &o).0, din);
+    }
+    let e = run(
+        &bytes,
+        &Options {
+            module: Some("libc.so.6".into()),
+            ..opts(Format::Din)
+        },
+    )
+    .1;
+    assert!(e
+        .unwrap_err()
+        .to_string()
+        .contains("no module named libc.so.6"));
+    let e = run(
+        &bytes,
+        &Options {
+            thread: Some(7),
+            ..opts(Format::Din)
+        },
+    )
+    .1;
+    assert!(e.unwrap_err().to_string().contains("no thread 7"));
+}
+
+#[test]
+fn regen_command_reads_a_file() {
+    let db = loop_db();
+    let bytes = trace_bytes(&db, &[loop_stream(3)], 4);
+    let path = std::env::temp_dir().join(format!("aetrace-regen-test-{}.aet", std::process::id()));
+    std::fs::write(&path, &bytes).unwrap();
+    let mut out = Vec::new();
+    crate::regen_command(&path, &opts(Format::Block), &mut out).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let b = |i: usize| {
+        format!(
+            "{:x} 5 2\n",
+            LOAD_BASE + LINK_BASE + 0x1000 + 0x10 * i as u64
+        )
+    };
+    assert_eq!(
+        text(&out),
+        HDR.to_owned() + &b(0) + &b(1) + &b(1) + &b(1) + &b(1) + &b(2)
+    );
+}
+
+#[test]
+fn witness_numbering_must_match_the_placement() {
+    let mut db = loop_db();
+    db.procs[0].edges[1].witness = Some(1);
+    db.procs[0].edges[2].witness = Some(0);
+    let bytes = trace_bytes(&db, &[loop_stream(3)], 4);
+    let e = run(&bytes, &opts(Format::Insn)).1.unwrap_err().to_string();
+    assert!(
+        e.contains("procedure main: edge 1 (1 -> 1) has witness Some(1)"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_error_in_one_thread_stops_parallel_output_at_the_same_byte() {
+    let db = loop_db();
+    let mut bad = loop_stream(3000);
+    bad[2500] = 0xF0;
+    let streams = [
+        loop_stream(300_000),
+        bad,
+        loop_stream(5),
+        loop_stream(70_000),
+    ];
+    let bytes = trace_bytes(&db, &streams, 4096);
+    let (out1, r1) = run(&bytes, &opts(Format::Xdin));
+    let e1 = r1.unwrap_err().to_string();
+    assert!(
+        e1.starts_with(
+            "thread 1: procedure main block 0x401010: witness 239 (stream byte offset 2500)"
+        ),
+        "{e1}"
+    );
+    for jobs in [2, 3, 8] {
+        let (out, r) = run(
+            &bytes,
+            &Options {
+                jobs,
+                ..opts(Format::Xdin)
+            },
+        );
+        assert_eq!(r.unwrap_err().to_string(), e1);
+        assert!(
+            out == out1,
+            "-j {jobs}: {} bytes, -j 1: {}",
+            out.len(),
+            out1.len()
+        );
+    }
+    // Thread 0's output is longer than a batch: it came in several.
+    assert!(out1.len() > 2 * crate::output::BATCH);
+}
+
+/// The rewriter's PLT stub: `jmp [GOT]` becomes a predicate whose outcomes
+/// are the bound import (a tail-call edge to EXIT, witness 0) and the
+/// unbound path `push n; jmp plt0` (block 1, witness 1).
+fn plt_db(marked: bool) -> ProgramDb {
+    let mut a = LINK_BASE + 0x1000;
+    ProgramDb {
+        link_base: LINK_BASE,
+        runtime_vaddr: 0,
+        procs: vec![
+            proc(
+                &mut a,
+                "main",
+                vec![call(CallTarget::Proc(1), marked, true, false, None), None],
+                vec![(0, 1, CallReturn, None), (1, 2, Return, None)],
+            ),
+            proc(
+                &mut a,
+                "qsort@plt",
+                vec![None, call(CallTarget::Proc(2), false, true, true, None)],
+                vec![
+                    (0, 2, TailCall, Some(0)),
+                    (0, 1, Taken, Some(1)),
+                    (1, 2, TailCall, None),
+                ],
+            ),
+            proc(
+                &mut a,
+                "plt0",
+                vec![call(CallTarget::External, false, true, true, None)],
+                vec![(0, 1, TailCall, None)],
+            ),
+            proc(&mut a, "cmp", vec![None], vec![(0, 1, Return, None)]),
+        ],
+    }
+}
+
+#[test]
+fn plt_stub_predicate_with_callbacks_before_return() {
+    let db = plt_db(true);
+    for (bound, want) in [
+        (
+            false,
+            vec![(0, 0), (1, 0), (1, 1), (2, 0), (3, 0), (3, 0), (0, 1)],
+        ),
+        (true, vec![(0, 0), (1, 0), (3, 0), (3, 0), (0, 1)]),
+    ] {
+        let mut s = Vec::new();
+        thread_rec(&mut s);
+        enter(&mut s, 0);
+        witness(&mut s, if bound { 0 } else { 1 });
+        enter(&mut s, 3);
+        enter(&mut s, 3);
+        ret(&mut s);
+        let (out, r) = hand(&db, &s);
+        r.unwrap();
+        assert_eq!(
+            out,
+            HDR.to_owned() + &blocks_of(&db, &want),
+            "bound {bound}"
+        );
+    }
+}
+
+#[test]
+fn exit_reached_through_a_plt_jump_stops_the_frames() {
+    let db = plt_db(false);
+    let mut s = Vec::new();
+    thread_rec(&mut s);
+    enter(&mut s, 0);
+    witness(&mut s, 0);
+    exit_rec(&mut s, 0);
+    let (out, r) = hand(&db, &s);
+    r.unwrap();
+    // main's return point never runs.
+    assert_eq!(out, HDR.to_owned() + &blocks_of(&db, &[(0, 0), (1, 0)]));
+}
+
+#[test]
+fn fork_children_and_landing_pads_are_refused_clearly() {
+    let db = callback_db();
+    let mut fork = vec![0xFF, 7, 0, 0, 0, 0];
+    let (out, r) = hand(&db, &fork);
+    r.unwrap();
+    assert_eq!(out, HDR);
+    witness(&mut fork, 0);
+    let e = hand(&db, &fork).1.unwrap_err().to_string();
+    assert!(
+        e.contains("FORK(0) at stream byte offset 0") && e.contains("parent's state"),
+        "{e}"
+    );
+    let mut s = Vec::new();
+    thread_rec(&mut s);
+    enter(&mut s, 0);
+    rec(&mut s, 11, &1u32.to_le_bytes());
+    let e = hand(&db, &s).1.unwrap_err().to_string();
+    assert!(
+        e.contains("LANDING(1) at stream byte offset 12") && e.contains("landing pads"),
+        "{e}"
+    );
+}
