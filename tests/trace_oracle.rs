@@ -140,8 +140,15 @@ fn left_alone_ranges(exe: &Path, trace: &Path) -> Vec<(u64, u64)> {
 }
 
 /// Records `exe args`, checks its behaviour against the native run and
-/// its regenerated trace against lackey. Single-process programs.
+/// its regenerated trace against lackey.
 fn check(exe: &Path, args: &[&str]) {
+    check_with(exe, args, LogMode::Pipe)
+}
+
+/// [`check`]; `mode` is [`LogMode::PerProcessFiles`] for programs that fork
+/// (each process's threads follow its parent's, in pid order, like
+/// aetrace's streams).
+fn check_with(exe: &Path, args: &[&str], mode: LogMode) {
     let name = exe.file_name().unwrap().to_string_lossy().into_owned();
     let native = run_native(exe, args);
     let dir = common::scratch("trace-oracle");
@@ -168,7 +175,7 @@ fn check(exe: &Path, args: &[&str]) {
         "{name}: status differs"
     );
     let modules = [exe.to_path_buf()];
-    let run = lackey::run_with(exe, args, &modules, "*", LogMode::Pipe, Capture::Sequences);
+    let run = lackey::run_with(exe, args, &modules, "*", mode, Capture::Sequences);
     let base = link_base(exe);
     let alone = left_alone_ranges(exe, &trace);
     let elf = Elf::read(exe);
@@ -301,4 +308,27 @@ fn debian_sort() {
         .collect();
     std::fs::write(&p, lines).unwrap();
     check(Path::new("/usr/bin/sort"), &[&p.display().to_string()]);
+}
+
+#[test]
+fn threads() {
+    // One stream per thread; lackey's threads in creation order (its
+    // thread ids), aetrace's in the order their streams appear.
+    traced("threads.c", O2_PIE, &[]);
+}
+
+#[test]
+fn fork_child_continues_from_its_parent() {
+    check_with(&build("fork.c", O2_PIE), &[], LogMode::PerProcessFiles);
+}
+
+#[test]
+fn cxx_exceptions_land_in_the_right_frames() {
+    traced("cxx_exceptions.cpp", O2_PIE, &[]);
+    traced("cxx_unwind_deep.cpp", O2_PIE, &[]);
+    traced(
+        "cxx_unwind_deep.cpp",
+        Variant::new(Opt::O0, Link::NoPie, false),
+        &[],
+    );
 }

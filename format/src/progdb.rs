@@ -118,6 +118,9 @@ pub struct CallDb {
     /// the lazy-binding entry the slot points to before the import is
     /// bound (its ENTER follows at most once per thread).
     pub lazy: Option<u32>,
+    /// The block of this procedure where the unwinder lands when the call
+    /// throws (C++ exceptions: its LSDA call-site entry), if any.
+    pub landing: Option<u32>,
 }
 
 use crate::error::{Error, Result};
@@ -137,6 +140,7 @@ const CALL_MARKER: u8 = 0x10;
 const CALL_RETURNS: u8 = 0x20;
 const CALL_TAIL: u8 = 0x40;
 const CALL_LAZY: u8 = 0x80;
+const CALL_LANDING: u8 = 0x08;
 /// Edge byte: kind in the low 3 bits, this bit when a witness number follows.
 const EDGE_WITNESS: u8 = 0x80;
 
@@ -339,6 +343,7 @@ impl ProgramDb {
                             (c.returns, CALL_RETURNS),
                             (c.tail, CALL_TAIL),
                             (c.lazy.is_some(), CALL_LAZY),
+                            (c.landing.is_some(), CALL_LANDING),
                         ] {
                             if flag {
                                 byte |= bit;
@@ -349,6 +354,9 @@ impl ProgramDb {
                             put_uleb(&mut out, u64::from(q));
                         }
                         if let Some(l) = c.lazy {
+                            put_uleb(&mut out, u64::from(l));
+                        }
+                        if let Some(l) = c.landing {
                             put_uleb(&mut out, u64::from(l));
                         }
                     }
@@ -427,7 +435,7 @@ impl ProgramDb {
                     }
                     None
                 } else {
-                    if byte & 0x0c != 0 {
+                    if byte & 0x04 != 0 {
                         return Err(r.err(format_args!("call byte {byte:#04x}: reserved bits set")));
                     }
                     let target = match byte & 3 {
@@ -440,12 +448,18 @@ impl ProgramDb {
                     } else {
                         None
                     };
+                    let landing = if byte & CALL_LANDING != 0 {
+                        Some(r.u32_leb("landing pad")?)
+                    } else {
+                        None
+                    };
                     Some(CallDb {
                         target,
                         marker: byte & CALL_MARKER != 0,
                         returns: byte & CALL_RETURNS != 0,
                         tail: byte & CALL_TAIL != 0,
                         lazy,
+                        landing,
                     })
                 };
                 blocks.push(BlockDb {
@@ -577,6 +591,12 @@ impl ProcDb {
                         }
                     }
                 }
+                if c.landing.is_some_and(|l| l as usize >= n) {
+                    return Some(format!(
+                        "block {bi} at {:#x}: landing pad {:?} is not a block",
+                        b.start, c.landing
+                    ));
+                }
                 if c.lazy.is_some() && !(c.tail && c.target == CallTarget::External) {
                     return Some(format!(
                         "block {bi} at {:#x}: a lazy-binding path on a call that is not an external tail call",
@@ -694,12 +714,14 @@ mod tests {
                         _ => CallTarget::External,
                     };
                     let lazy = (tail && target == CallTarget::External && rnd(2) == 0).then_some(0);
+                    let landing = (!tail && rnd(3) == 0).then(|| rnd(u64::from(exit)) as u32);
                     blocks[b as usize].call = Some(CallDb {
                         target,
                         marker: rnd(2) == 0,
                         returns: rnd(2) == 0,
                         tail,
                         lazy,
+                        landing,
                     });
                     let (to, kind) = if tail {
                         (exit, EdgeKindDb::TailCall)
@@ -802,6 +824,7 @@ mod tests {
                             returns: true,
                             tail: false,
                             lazy: None,
+                            landing: None,
                         }),
                     },
                     BlockDb {

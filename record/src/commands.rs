@@ -79,45 +79,151 @@ pub struct RecordOptions {
     pub args: Vec<OsString>,
 }
 
-/// `aetrace record`: rewrites the program into a private directory, runs
+/// A rewritten module as the recorder needs it, ready to run.
+struct Prepared {
+    /// The rewritten executable.
+    elf: PathBuf,
+    module: ModuleSpec,
+}
+
+/// The cache of rewritten programs: `$AETRACE_CACHE`, else
+/// `$XDG_CACHE_HOME/aetrace`, else `~/.cache/aetrace`, else a directory in
+/// the temporary directory.
+fn cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("AETRACE_CACHE") {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
+        return PathBuf::from(d).join("aetrace");
+    }
+    match std::env::var_os("HOME") {
+        Some(h) => PathBuf::from(h).join(".cache/aetrace"),
+        None => std::env::temp_dir().join("aetrace-cache"),
+    }
+}
+
+/// The cache key: what the rewrite depends on. The program's build-id (or
+/// a hash of its bytes when it has none), its size and modification time,
+/// the placement, and this aetrace executable (a rebuilt rewriter must not
+/// reuse old copies).
+fn cache_key(exe: &Path, bytes: &[u8], placement: Placement) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    format!("{:?}", placement).hash(&mut h);
+    env!("CARGO_PKG_VERSION").hash(&mut h);
+    if let Ok(me) = std::env::current_exe().and_then(|p| p.metadata()) {
+        me.len().hash(&mut h);
+        me.modified().ok().hash(&mut h);
+    }
+    let name = exe
+        .file_name()
+        .map_or_else(|| "program".into(), |n| n.to_string_lossy().into_owned());
+    format!("{name}-{:016x}", h.finish())
+}
+
+/// Rewrites `exe`, or takes the copy a previous run cached.
+fn prepare(exe: &Path, placement: Placement) -> Result<Prepared> {
+    let bytes = std::fs::read(exe).map_err(|e| io_err(exe, e))?;
+    let dir = cache_dir();
+    let key = cache_key(exe, &bytes, placement);
+    let (elf, meta_path) = (dir.join(&key), dir.join(format!("{key}.meta")));
+    let path = exe.canonicalize().unwrap_or_else(|_| exe.to_owned());
+    if let (Ok(meta), true) = (std::fs::read(&meta_path), elf.is_file()) {
+        if let Some(module) = decode_meta(&meta, path.clone()) {
+            return Ok(Prepared { elf, module });
+        }
+    }
+    let ins = rewrite::instrument(exe, placement)?;
+    let module = ModuleSpec {
+        path,
+        build_id: ins.build_id.clone(),
+        flags: module_flags::MAIN | module_flags::INSTRUMENTED,
+        size: ins.size,
+        db: ins.db.encode(),
+        db_version: progdb::VERSION,
+        runtime_vaddr: ins.db.runtime_vaddr,
+        notes: ins.notes.clone(),
+    };
+    std::fs::create_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
+    write_executable(&elf, &ins.elf)?;
+    // The metadata goes last: its presence marks a complete entry.
+    let tmp = meta_path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, encode_meta(&module)).map_err(|e| io_err(&tmp, e))?;
+    std::fs::rename(&tmp, &meta_path).map_err(|e| io_err(&meta_path, e))?;
+    Ok(Prepared { elf, module })
+}
+
+/// `[u64 size][u64 runtime_vaddr][u32 n][n x (u32 len, bytes)]` for the
+/// build-id, the notes, then the database to the end.
+fn encode_meta(m: &ModuleSpec) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&m.size.to_le_bytes());
+    out.extend_from_slice(&m.runtime_vaddr.to_le_bytes());
+    let fields: Vec<&[u8]> = std::iter::once(m.build_id.as_slice())
+        .chain(m.notes.iter().map(|n| n.as_bytes()))
+        .collect();
+    out.extend_from_slice(&(fields.len() as u32).to_le_bytes());
+    for f in fields {
+        out.extend_from_slice(&(f.len() as u32).to_le_bytes());
+        out.extend_from_slice(f);
+    }
+    out.extend_from_slice(&m.db);
+    out
+}
+
+/// The inverse of [`encode_meta`]; `None` for a damaged entry (it is then
+/// rewritten).
+fn decode_meta(b: &[u8], path: PathBuf) -> Option<ModuleSpec> {
+    let u64_at = |o: usize| Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?));
+    let u32_at = |o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?) as usize);
+    let (size, runtime_vaddr, n) = (u64_at(0)?, u64_at(8)?, u32_at(16)?);
+    let mut at = 20;
+    let mut fields = Vec::new();
+    for _ in 0..n {
+        let len = u32_at(at)?;
+        fields.push(b.get(at + 4..at + 4 + len)?.to_vec());
+        at += 4 + len;
+    }
+    let db = b.get(at..)?.to_vec();
+    progdb::ProgramDb::decode(&db).ok()?;
+    let mut fields = fields.into_iter();
+    Some(ModuleSpec {
+        path,
+        build_id: fields.next()?,
+        flags: module_flags::MAIN | module_flags::INSTRUMENTED,
+        size,
+        db,
+        db_version: progdb::VERSION,
+        runtime_vaddr,
+        notes: fields
+            .map(|f| String::from_utf8_lossy(&f).into_owned())
+            .collect(),
+    })
+}
+
+/// `aetrace record`: rewrites the program (or reuses the cached copy), runs
 /// it with the recorder, and returns how it ended.
 pub fn record_command(o: &RecordOptions) -> Result<Outcome> {
     let exe = find_program(&o.program)?;
-    let ins = rewrite::instrument(&exe, o.placement)?;
-    let name = exe
-        .file_name()
-        .map(|n| n.to_os_string())
-        .unwrap_or_else(|| "program".into());
+    let prepared = prepare(&exe, o.placement)?;
     let trace = o.trace.clone().unwrap_or_else(|| {
-        let mut t = name.clone();
+        let mut t = exe
+            .file_name()
+            .map(|n| n.to_os_string())
+            .unwrap_or_else(|| "program".into());
         t.push(".aet");
         PathBuf::from(t)
     });
-    let dir = std::env::temp_dir().join(format!("aetrace-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
-    let rewritten = dir.join(&name);
-    let result = write_executable(&rewritten, &ins.elf).and_then(|()| {
-        launch::record(&Launch {
-            program: rewritten.clone(),
-            argv0: o.program.clone().into_os_string(),
-            args: o.args.clone(),
-            env: Vec::new(),
-            trace,
-            modules: vec![ModuleSpec {
-                path: exe.canonicalize().unwrap_or(exe.clone()),
-                build_id: ins.build_id.clone(),
-                flags: module_flags::MAIN | module_flags::INSTRUMENTED,
-                size: ins.size,
-                db: ins.db.encode(),
-                db_version: progdb::VERSION,
-                runtime_vaddr: ins.db.runtime_vaddr,
-                notes: ins.notes.clone(),
-            }],
-            geometry: Launch::DEFAULT_GEOMETRY,
-        })
-    });
-    let _ = std::fs::remove_dir_all(&dir);
-    result
+    launch::record(&Launch {
+        program: prepared.elf,
+        argv0: o.program.clone().into_os_string(),
+        args: o.args.clone(),
+        env: Vec::new(),
+        trace,
+        modules: vec![prepared.module],
+        geometry: Launch::DEFAULT_GEOMETRY,
+    })
 }
 
 /// The exit code `aetrace record` ends with: the program's status, or for

@@ -147,6 +147,10 @@ pub fn record(l: &Launch) -> Result<Outcome> {
         exits: Vec::new(),
     };
     let mut drainer = region.drainer();
+    WAKE.store(
+        region.ready_word() as *const _ as *mut std::sync::atomic::AtomicU32,
+        Ordering::Release,
+    );
     loop {
         rec.drain(&mut drainer, false);
         rec.flush_aged();
@@ -239,6 +243,23 @@ fn spawn(l: &Launch, region: &Region, signals: &Signals) -> Result<i32> {
 static FORWARD_TO: AtomicI32 = AtomicI32::new(0);
 /// A SIGTERM/SIGHUP that arrived before the child existed.
 static PENDING: AtomicI32 = AtomicI32::new(0);
+/// The region's "data ready" futex word, bumped and woken on SIGCHLD so the
+/// drain loop notices an exit at once instead of at its next poll.
+static WAKE: std::sync::atomic::AtomicPtr<std::sync::atomic::AtomicU32> =
+    std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+
+extern "C" fn child_exited(_sig: libc::c_int) {
+    let w = WAKE.load(Ordering::Acquire);
+    if !w.is_null() {
+        // SAFETY: the word lives in the region, which outlives the handler
+        // (the pointer is cleared before the region is dropped); an atomic
+        // add and a futex wake are async-signal-safe.
+        unsafe {
+            (*w).fetch_add(1, Ordering::AcqRel);
+            libc::syscall(libc::SYS_futex, w, libc::FUTEX_WAKE, i32::MAX);
+        }
+    }
+}
 
 extern "C" fn forward(sig: libc::c_int) {
     let pid = FORWARD_TO.load(Ordering::Acquire);
@@ -257,7 +278,7 @@ extern "C" fn forward(sig: libc::c_int) {
 /// descendants the recorder still waits for get nothing).
 /// Dropping it restores the previous dispositions.
 struct Signals {
-    saved: [(libc::c_int, libc::sigaction); 4],
+    saved: [(libc::c_int, libc::sigaction); 5],
 }
 
 impl Signals {
@@ -266,16 +287,24 @@ impl Signals {
         PENDING.store(0, Ordering::Release);
         // SAFETY: zeroed sigaction structs are valid; sigaction calls only.
         unsafe {
-            let mut saved = [(0, std::mem::zeroed::<libc::sigaction>()); 4];
-            for (i, sig) in [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP]
-                .into_iter()
-                .enumerate()
+            let mut saved = [(0, std::mem::zeroed::<libc::sigaction>()); 5];
+            for (i, sig) in [
+                libc::SIGINT,
+                libc::SIGQUIT,
+                libc::SIGTERM,
+                libc::SIGHUP,
+                libc::SIGCHLD,
+            ]
+            .into_iter()
+            .enumerate()
             {
                 let mut act: libc::sigaction = std::mem::zeroed();
-                act.sa_sigaction = if sig == libc::SIGINT || sig == libc::SIGQUIT {
-                    libc::SIG_IGN
-                } else {
-                    forward as extern "C" fn(libc::c_int) as libc::sighandler_t
+                act.sa_sigaction = match sig {
+                    libc::SIGINT | libc::SIGQUIT => libc::SIG_IGN,
+                    libc::SIGCHLD => {
+                        child_exited as extern "C" fn(libc::c_int) as libc::sighandler_t
+                    }
+                    _ => forward as extern "C" fn(libc::c_int) as libc::sighandler_t,
                 };
                 act.sa_flags = libc::SA_RESTART;
                 libc::sigemptyset(&mut act.sa_mask);
@@ -309,6 +338,7 @@ impl Drop for Signals {
             unsafe { libc::sigaction(*sig, act, std::ptr::null_mut()) };
         }
         FORWARD_TO.store(0, Ordering::Release);
+        WAKE.store(std::ptr::null_mut(), Ordering::Release);
     }
 }
 

@@ -586,6 +586,36 @@ pub fn landing_pads_by_fde(
     out
 }
 
+/// Every call-site range with a landing pad, over all readable LSDAs:
+/// `(start, end, landing pad)`, sorted by start.
+pub fn call_site_pads(module: &Module) -> Vec<(u64, u64, u64)> {
+    let mut out = Vec::new();
+    let Some((eh, bases, _)) = eh_frame(module) else {
+        return out;
+    };
+    let relocs = LoadRelocs::of(module);
+    let mut entries = eh.entries(&bases);
+    while let Ok(Some(entry)) = entries.next() {
+        let CieOrFde::Fde(partial) = entry else {
+            continue;
+        };
+        let Ok(fde) = partial.parse(EhFrame::cie_from_offset) else {
+            continue;
+        };
+        if let Some(gimli::Pointer::Direct(a)) = fde.lsda() {
+            if let Ok(l) = Lsda::parse(module, &relocs, a, fde.initial_address()) {
+                out.extend(
+                    l.call_sites
+                        .iter()
+                        .filter_map(|c| Some((c.start, c.start + c.len, c.landing_pad?))),
+                );
+            }
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
 /// Every FDE's landing pads (keyed by the FDE's start); the first LSDA that
 /// cannot be read exactly is an error.
 pub fn landing_pads(module: &Module) -> Result<BTreeMap<u64, Vec<u64>>> {

@@ -55,6 +55,9 @@ pub struct Block {
     /// `text[text_lo..text_hi]`: the block's output.
     pub text_lo: usize,
     pub text_hi: usize,
+    /// The only successor, when control always goes there without a call,
+    /// a witness or EXIT (the regenerator's fast path); else [`EXIT`].
+    pub next: u32,
 }
 
 /// One procedure.
@@ -143,7 +146,12 @@ impl Module {
             m.procs.push(Proc {
                 name: p.name.clone(),
                 traced: p.is_traced(),
-                entry: first[pi] + p.entry,
+                // `check` bounds a traced entry; another one is never used.
+                entry: if p.is_traced() {
+                    first[pi] + p.entry
+                } else {
+                    EXIT
+                },
             });
             if !p.is_traced() {
                 continue;
@@ -239,12 +247,22 @@ impl Module {
                     format_block(&mut m.text, f, addr, &b.insn_lens)
                         .map_err(|what| derr(format!("block {:#x}: {what}", b.start)))?;
                 }
+                let only = &m.succs[succ_lo as usize..];
+                let next = match only {
+                    [s] if b.call.is_none() && s.witness == NO_WITNESS => s.to,
+                    _ => EXIT,
+                };
                 m.blocks.push(Block {
+                    next,
                     proc: pi as u32,
                     start: b.start,
                     size: b.size() as u32,
                     ninsns: b.insn_lens.len() as u32,
-                    call: b.call,
+                    // Landing pads become global block indices like successors.
+                    call: b.call.map(|c| aetrace_format::progdb::CallDb {
+                        landing: c.landing.map(|l| base + l),
+                        ..c
+                    }),
                     succ_lo,
                     succ_hi: m.succs.len() as u32,
                     choice_lo: choice_lo as u32,

@@ -1,20 +1,25 @@
 //! `aetrace-regen`: the dynamic side. Rebuilds the exact block and
 //! instruction trace of every thread of a recorded run from its witness
 //! streams and the program database (paper 003: Figure 7's regeneration
-//! with a procedure stack, Section 4.2; DESIGN.md decisions 7 and 8).
+//! with a procedure stack, Section 4.2; DESIGN.md decision 8, and decision
+//! 7's parallelism across threads — not yet within one stream).
 //!
 //! - [`stream`]: the byte encoding a thread writes, read as items;
 //! - [`compile`]: a program database turned into dense per-block successor
 //!   tables, per-predicate witness choices and preformatted output;
 //! - [`machine`]: the regeneration rules (the contract with the rewriter,
 //!   `docs/regen.md`);
-//! - [`output`]: threads, modules, formats, `-j` parallelism, `--count`.
+//! - [`output`]: threads, modules, formats, `-j` parallelism, `--count`;
+//! - [`info`]: `aetrace info` (container statistics, databases, bits per
+//!   instruction);
+//! - `testkit` (feature `testkit`): synthetic traces from random programs.
 //!
 //! Invariants: output is exact or regeneration stops with an [`Error`]
 //! naming thread, procedure, block and stream offset; output is
-//! byte-identical for any number of jobs. The reference regenerator the
-//! tests compare against is `aetrace_graph::regen_ref`'s model, through
-//! executions of random programs (`src/tests.rs`).
+//! byte-identical for any number of jobs. The tests compare it with random
+//! executions of `aetrace_graph::testgen` programs, the oracle that shares
+//! nothing with it (`src/tests.rs`); the benchmark with the reference
+//! regenerator `aetrace_graph::regen_ref`.
 
 pub mod compile;
 pub mod error;
@@ -30,4 +35,4 @@ pub mod testkit;
 mod tests;
 
 pub use error::{Error, Result};
-pub use output::{regen_command, regen_trace, Format, Options};
+pub use output::{regen_command, regen_trace, totals, Format, Options, ThreadTotals, Totals};

@@ -41,12 +41,21 @@ enum Frame {
     Lazy,
 }
 
-/// Where regenerated blocks go.
-pub enum Sink {
-    /// Output bytes; the machine pauses when more than `limit` are buffered.
-    Bytes { out: Vec<u8>, limit: usize },
-    /// Execution counts per module, per global block.
-    Counts(Vec<Vec<u64>>),
+/// A fork's parent state where its child continues (the child's stream,
+/// after its FORK record, goes on from here: RETURN of the fork call first).
+#[derive(Clone, Debug)]
+pub struct ForkState {
+    stack: Vec<Frame>,
+    seen_lazy: HashSet<(u32, u32)>,
+}
+
+/// Where regenerated blocks go: their output bytes, or (when `counts` is
+/// set) execution counts per module and global block instead.
+pub struct Sink {
+    pub out: Vec<u8>,
+    /// The machine pauses once `out` holds this many bytes.
+    pub limit: usize,
+    pub counts: Option<Vec<Vec<u64>>>,
 }
 
 /// What `run` stopped for.
@@ -73,6 +82,10 @@ pub struct Machine<'a> {
     pub entries: Vec<Vec<u64>>,
     /// Appended to truncation messages (e.g. "the trace is incomplete").
     note: String,
+    /// For a fork child: its parent's state at the fork.
+    forked_from: Option<ForkState>,
+    /// FORKED records read: each child pid with the state it continues from.
+    pub forks: Vec<(u32, ForkState)>,
 }
 
 impl<'a> Machine<'a> {
@@ -93,7 +106,14 @@ impl<'a> Machine<'a> {
             started: false,
             entries: modules.iter().map(|m| vec![0; m.procs.len()]).collect(),
             note,
+            forked_from: None,
+            forks: Vec::new(),
         }
+    }
+
+    /// Makes this the machine of a fork child that continues from `state`.
+    pub fn continue_fork(&mut self, state: ForkState) {
+        self.forked_from = Some(state);
     }
 
     fn module(&self, l: Loc) -> &'a Module {
@@ -155,14 +175,14 @@ impl<'a> Machine<'a> {
                 record: item.describe(),
                 offset,
                 at,
-                why: "C++ exception landing pads are not regenerated yet",
+                why: "a landing pad is entered by the unwinder (untraced code), never from traced code",
             },
             Item::Fork(_) => Error::Unsupported {
                 thread: self.thread,
                 record: item.describe(),
                 offset,
                 at,
-                why: "a fork child continues from its parent's state at the fork, which is not reconstructed yet",
+                why: "a fork child continues from its parent's state at the fork, and the parent's stream has no FORKED record for this child (the parent was not traced at the fork)",
             },
             Item::Desync(_) => Error::Unsupported {
                 thread: self.thread,
@@ -180,7 +200,20 @@ impl<'a> Machine<'a> {
         }
     }
 
+    /// The pending witness, or the one the program wrote when leaving `at`.
+    #[inline(always)]
+    fn take_witness(&mut self, at: Loc) -> Result<(u32, u64)> {
+        if let Some(p) = self.pending.take() {
+            return Ok(p);
+        }
+        if let Some(w) = self.stream.next_byte_witness() {
+            return Ok(w);
+        }
+        self.read_witness(at)
+    }
+
     /// Reads the witness the program wrote when leaving `at`.
+    #[inline(never)]
     fn read_witness(&mut self, at: Loc) -> Result<(u32, u64)> {
         match self.stream.next_item()? {
             (Item::Witness(w), off) => Ok((w, off)),
@@ -228,80 +261,84 @@ impl<'a> Machine<'a> {
         }
     }
 
-    /// Takes the successor edge of `from` (Figure 7 at predicates; witness
-    /// edges consume their witness), then follows returns through EXIT
-    /// until control is at a block or in untraced code.
+    /// Chooses the successor edge `from` leaves by (Figure 7 at
+    /// predicates; a witness edge consumes its witness) and returns its
+    /// index in `succs`.
+    fn choose_succ(&mut self, from: Loc) -> Result<u32> {
+        let m = self.module(from);
+        let b = &m.blocks[from.block as usize];
+        let si = match b.succ_hi - b.succ_lo {
+            0 => {
+                return Err(Error::Unexpected {
+                    thread: self.thread,
+                    record: "control flow".into(),
+                    offset: self.stream.offset(),
+                    at: format!(
+                        "{}: the block has no successor in the program database",
+                        self.at(Some(from))
+                    ),
+                })
+            }
+            1 => {
+                let s = m.succs[b.succ_lo as usize];
+                if s.witness != NO_WITNESS {
+                    let (w, off) = self.take_witness(from)?;
+                    if w != s.witness {
+                        return Err(Error::WrongWitness {
+                            thread: self.thread,
+                            proc: self.proc_name(from).to_owned(),
+                            block: b.start,
+                            to: m.target_name(s.to),
+                            expected: s.witness,
+                            found: w,
+                            offset: off,
+                        });
+                    }
+                }
+                b.succ_lo
+            }
+            _ => {
+                let (w, off) = self.take_witness(from)?;
+                let si = match m.choose(b, w) {
+                    Some(si) if si != AMBIGUOUS => si,
+                    found => {
+                        let mut e = Error::BadWitness {
+                            thread: self.thread,
+                            proc: self.proc_name(from).to_owned(),
+                            block: b.start,
+                            witness: w,
+                            offset: off,
+                        };
+                        if found == Some(AMBIGUOUS) {
+                            e = Error::Database {
+                                module: m.name.clone(),
+                                proc: self.proc_name(from).to_owned(),
+                                what: format!(
+                                    "block {:#x}: witness {w} (thread {}, stream byte offset {off}) is in the witness sets of two successors: the placement does not satisfy Trace(G, epl)",
+                                    b.start, self.thread
+                                ),
+                            };
+                        }
+                        return Err(e);
+                    }
+                };
+                if m.succs[si as usize].witness == NO_WITNESS {
+                    self.pending = Some((w, off));
+                }
+                si
+            }
+        };
+        Ok(si)
+    }
+
+    /// Takes the successor edge of `from`, then follows returns through
+    /// EXIT until control is at a block or in untraced code (or, on a tail
+    /// call's edge, makes the tail call).
     fn step_from(&mut self, mut from: Loc) -> Result<()> {
         loop {
+            let si = self.choose_succ(from)?;
             let m = self.module(from);
             let b = &m.blocks[from.block as usize];
-            let si = match b.succ_hi - b.succ_lo {
-                0 => {
-                    return Err(Error::Unexpected {
-                        thread: self.thread,
-                        record: "control flow".into(),
-                        offset: self.stream.offset(),
-                        at: format!(
-                            "{}: the block has no successor in the program database",
-                            self.at(Some(from))
-                        ),
-                    })
-                }
-                1 => {
-                    let s = m.succs[b.succ_lo as usize];
-                    if s.witness != NO_WITNESS {
-                        let (w, off) = match self.pending.take() {
-                            Some(p) => p,
-                            None => self.read_witness(from)?,
-                        };
-                        if w != s.witness {
-                            return Err(Error::WrongWitness {
-                                thread: self.thread,
-                                proc: self.proc_name(from).to_owned(),
-                                block: b.start,
-                                to: m.target_name(s.to),
-                                expected: s.witness,
-                                found: w,
-                                offset: off,
-                            });
-                        }
-                    }
-                    b.succ_lo
-                }
-                _ => {
-                    let (w, off) = match self.pending.take() {
-                        Some(p) => p,
-                        None => self.read_witness(from)?,
-                    };
-                    let si = match m.choose(b, w) {
-                        Some(si) if si != AMBIGUOUS => si,
-                        found => {
-                            let mut e = Error::BadWitness {
-                                thread: self.thread,
-                                proc: self.proc_name(from).to_owned(),
-                                block: b.start,
-                                witness: w,
-                                offset: off,
-                            };
-                            if found == Some(AMBIGUOUS) {
-                                e = Error::Database {
-                                    module: m.name.clone(),
-                                    proc: self.proc_name(from).to_owned(),
-                                    what: format!(
-                                        "block {:#x}: witness {w} (thread {}, stream byte offset {off}) is in the witness sets of two successors: the placement does not satisfy Trace(G, epl)",
-                                        b.start, self.thread
-                                    ),
-                                };
-                            }
-                            return Err(e);
-                        }
-                    };
-                    if m.succs[si as usize].witness == NO_WITNESS {
-                        self.pending = Some((w, off));
-                    }
-                    si
-                }
-            };
             let s = m.succs[si as usize];
             if s.to != EXIT {
                 self.cur = Some(Loc {
@@ -396,14 +433,14 @@ impl<'a> Machine<'a> {
                         self.cur = None;
                         return Ok(());
                     }
-                    self.stack.pop();
                     if !call.returns {
-                        // A call that never returns (exit through a PLT stub):
-                        // its frames are abandoned.
-                        self.stack.clear();
+                        // A call that never returns (exit, abort, a C++
+                        // throw through a PLT stub): the frames stay, for a
+                        // LANDING record to unwind to.
                         self.cur = None;
                         return Ok(());
                     }
+                    self.stack.pop();
                     return self.step_from(c);
                 }
             }
@@ -429,7 +466,8 @@ impl<'a> Machine<'a> {
                 } else if c.returns {
                     self.step_from(at)
                 } else {
-                    self.stack.clear();
+                    // Never returns; the frame stays for a LANDING record.
+                    self.stack.push(Frame::Ret(at));
                     self.cur = None;
                     Ok(())
                 }
@@ -459,6 +497,32 @@ impl<'a> Machine<'a> {
         }
     }
 
+    /// The unwinder entered a landing pad of procedure `q`: the frames
+    /// above the newest frame of `q` whose call site has a landing pad are
+    /// gone, and that frame continues at its landing pad (the unwinder
+    /// stops at the first frame, from the top, with a handler or cleanup
+    /// for its call site).
+    fn land(&mut self, q: u32, offset: u64) -> Result<()> {
+        while let Some(f) = self.stack.pop() {
+            let Frame::Ret(c) = f else { continue };
+            if self.block(c).proc == q {
+                if let Some(pad) = self.call_of(c).landing {
+                    self.cur = Some(Loc {
+                        module: c.module,
+                        block: pad,
+                    });
+                    return Ok(());
+                }
+            }
+        }
+        Err(Error::Unexpected {
+            thread: self.thread,
+            record: format!("LANDING({q})"),
+            offset,
+            at: "with no active frame of that procedure at a call site with a landing pad".into(),
+        })
+    }
+
     /// One item while untraced code runs; false at the end of the stream.
     fn untraced(&mut self) -> Result<bool> {
         let (item, off) = self.stream.next_item()?;
@@ -485,6 +549,14 @@ impl<'a> Machine<'a> {
             Item::Exit(_) => {
                 self.stack.clear();
             }
+            Item::Landing(q) => self.land(q, off)?,
+            Item::Forked(pid) => self.forks.push((
+                pid,
+                ForkState {
+                    stack: self.stack.clone(),
+                    seen_lazy: self.seen_lazy.clone(),
+                },
+            )),
             other => return Err(self.unexpected(other, off, None)),
         }
         Ok(true)
@@ -498,13 +570,19 @@ impl<'a> Machine<'a> {
             match self.stream.next_item()? {
                 (Item::End, _) => return Ok(Progress::Done),
                 (Item::Thread(_), _) => {}
-                (Item::Fork(slot), off) => {
+                (Item::Fork(slot), off) => match self.forked_from.take() {
+                    Some(state) => {
+                        self.stack = state.stack;
+                        self.seen_lazy = state.seen_lazy;
+                    }
                     // A child that only execs (or dies) writes nothing more.
-                    return match self.stream.peek()? {
-                        (Item::End, _, _) => Ok(Progress::Done),
-                        _ => Err(self.unexpected(Item::Fork(slot), off, None)),
-                    };
-                }
+                    None => {
+                        return match self.stream.peek()? {
+                            (Item::End, _, _) => Ok(Progress::Done),
+                            _ => Err(self.unexpected(Item::Fork(slot), off, None)),
+                        }
+                    }
+                },
                 (item, off) => {
                     return Err(Error::Unexpected {
                         thread: self.thread,
@@ -525,17 +603,25 @@ impl<'a> Machine<'a> {
             };
             let m = self.module(l);
             let b = &m.blocks[l.block as usize];
-            match sink {
-                Sink::Bytes { out, limit } => {
-                    out.extend_from_slice(m.text(b));
-                    if out.len() >= *limit {
+            match &mut sink.counts {
+                Some(c) => c[l.module as usize][l.block as usize] += 1,
+                None => {
+                    sink.out.extend_from_slice(m.text(b));
+                    if sink.out.len() >= sink.limit {
                         // Decide the next block before pausing so that a
                         // resumed run starts by emitting it.
                         self.leave_block(l, b)?;
                         return Ok(Progress::More);
                     }
                 }
-                Sink::Counts(c) => c[l.module as usize][l.block as usize] += 1,
+            }
+            if b.next != EXIT {
+                // Fast path: a block that always falls into the next one.
+                self.cur = Some(Loc {
+                    module: l.module,
+                    block: b.next,
+                });
+                continue;
             }
             self.leave_block(l, b)?;
         }

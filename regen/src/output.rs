@@ -12,15 +12,15 @@
 //!
 //! Invariants: a thread's output is produced in batches of about
 //! [`BATCH`] bytes; with `jobs > 1` at most `jobs` threads regenerate at
-//! once, each at most [`AHEAD`] batches ahead of the writer, so memory stays
-//! bounded however long the streams are.
+//! once, together at most [`AHEAD_BYTES`] ahead of the writer, so memory
+//! stays bounded however long the streams are.
 
 use crate::compile::{Addressing, Module};
 use crate::error::{Error, Result};
-use crate::machine::{Machine, Progress, Sink};
+use crate::machine::{ForkState, Machine, Progress, Sink};
 use crate::stream::Stream;
-use aetrace_format::{module_flags, ModuleId, Status, ThreadId, ThreadInfo, Trace};
-use std::collections::BTreeMap;
+use aetrace_format::{module_flags, ModuleId, StartReason, Status, ThreadId, ThreadInfo, Trace};
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -28,8 +28,11 @@ use std::sync::mpsc;
 
 /// Bytes of output a machine produces before handing them to the writer.
 pub const BATCH: usize = 1 << 20;
-/// Batches a parallel worker may produce ahead of the writer.
-pub const AHEAD: usize = 16;
+/// Output the parallel workers may hold ahead of the writer, in total: the
+/// thread being written streams through, the others can only get this far
+/// ahead (measured: 16 MiB per worker gave `-j 2` no speed-up on two
+/// threads of 110 MB of output each; 128 MiB gave 1.19x on a loaded machine).
+pub const AHEAD_BYTES: usize = 256 << 20;
 
 /// Output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,6 +132,99 @@ pub fn regen_trace<B: AsRef<[u8]> + Sync>(
     opts: &Options,
     out: &mut dyn Write,
 ) -> Result<()> {
+    regen_trace_ahead(trace, opts, out, AHEAD_BYTES)
+}
+
+/// [`regen_trace`] with another lookahead budget (tests make workers block).
+pub(crate) fn regen_trace_ahead<B: AsRef<[u8]> + Sync>(
+    trace: &Trace<B>,
+    opts: &Options,
+    out: &mut dyn Write,
+    ahead_bytes: usize,
+) -> Result<()> {
+    let (compiled, jobs, note) = prepare(trace, opts)?;
+    let ctx = Ctx {
+        trace,
+        forks: fork_states(trace)?,
+        compiled: &compiled,
+        jobs: &jobs,
+        note,
+        opts,
+        ahead_bytes,
+    };
+    if opts.count {
+        let text = ctx.totals()?.to_string();
+        return out.write_all(text.as_bytes()).map_err(Error::Output);
+    }
+    ctx.write(out)
+}
+
+/// Totals of a whole trace (`--count`; `aetrace info`).
+pub fn totals<B: AsRef<[u8]> + Sync>(trace: &Trace<B>, opts: &Options) -> Result<Totals> {
+    let opts = Options {
+        count: true,
+        ..opts.clone()
+    };
+    let (compiled, jobs, note) = prepare(trace, &opts)?;
+    Ctx {
+        trace,
+        forks: fork_states(trace)?,
+        compiled: &compiled,
+        jobs: &jobs,
+        note,
+        opts: &opts,
+        ahead_bytes: AHEAD_BYTES,
+    }
+    .totals()
+}
+
+/// What `--count` reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Totals {
+    pub threads: Vec<ThreadTotals>,
+    /// Per module regenerated: entries into each procedure (calls, tail
+    /// calls, ENTERs), nonzero only, largest first.
+    pub calls: Vec<(String, Vec<(String, u64)>)>,
+}
+
+/// One thread's totals.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadTotals {
+    pub thread: ThreadId,
+    pub pid: u32,
+    pub tid: u32,
+    pub module: String,
+    pub instructions: u64,
+    pub blocks: u64,
+}
+
+impl std::fmt::Display for Totals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (mut all_i, mut all_b) = (0u64, 0u64);
+        for t in &self.threads {
+            writeln!(
+                f,
+                "thread {} pid {} tid {} module {}: {} instructions, {} blocks",
+                t.thread, t.pid, t.tid, t.module, t.instructions, t.blocks
+            )?;
+            all_i += t.instructions;
+            all_b += t.blocks;
+        }
+        writeln!(f, "total: {all_i} instructions, {all_b} blocks")?;
+        for (m, rows) in &self.calls {
+            writeln!(f, "calls per procedure of {m}:")?;
+            for (name, n) in rows {
+                writeln!(f, "{n:>12} {name}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+type Prepared<'t> = (Vec<Module>, Vec<Job<'t>>, String);
+
+/// Chooses the threads and their modules, and compiles the modules.
+fn prepare<'t, B: AsRef<[u8]> + Sync>(trace: &'t Trace<B>, opts: &Options) -> Result<Prepared<'t>> {
     // Instrumented modules with a program database, by pid.
     let mut by_pid: BTreeMap<u32, ModuleId> = BTreeMap::new();
     for m in trace.modules() {
@@ -242,25 +338,62 @@ pub fn regen_trace<B: AsRef<[u8]> + Sync>(
             format!(" (the trace is incomplete: {e})")
         }
     };
-    let ctx = Ctx {
-        trace,
-        compiled: &compiled,
-        jobs: &jobs,
-        note,
-        opts,
-    };
-    if opts.count {
-        return ctx.count(out);
+    Ok((compiled, jobs, note))
+}
+
+/// The state each fork child continues from: the parents' machines run
+/// (without output, in thread order, so a parent that is itself a fork
+/// child has its own state already) and note it at each FORKED record.
+fn fork_states<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<HashMap<u32, ForkState>> {
+    let mut forks = HashMap::new();
+    let parents: Vec<ThreadId> = trace
+        .threads()
+        .filter(|t| t.start.reason == StartReason::Fork)
+        .filter_map(|t| t.start.parent)
+        .collect();
+    if parents.is_empty() {
+        return Ok(forks);
     }
-    ctx.write(out)
+    let opts = Options {
+        count: true,
+        ..Options::default()
+    };
+    let (compiled, jobs, note) = prepare(trace, &opts)?;
+    let mods: Vec<&Module> = compiled.iter().collect();
+    for job in jobs
+        .iter()
+        .filter(|j| parents.contains(&j.info.start.thread))
+    {
+        let thread = job.info.start.thread;
+        let stream = Stream::new(thread, trace.chunks(thread).collect());
+        let mut m = Machine::new(thread, &mods[job.module..=job.module], stream, note.clone());
+        if job.info.start.reason == StartReason::Fork {
+            if let Some(state) = forks.get(&job.info.start.pid) {
+                m.continue_fork(ForkState::clone(state));
+            }
+        }
+        let mut sink = Sink {
+            out: Vec::new(),
+            limit: usize::MAX,
+            counts: Some(vec![vec![0; mods[job.module].blocks.len()]]),
+        };
+        // A parent whose own regeneration fails later still gave its
+        // children their states up to there.
+        let _ = m.run(&mut sink);
+        forks.extend(m.forks.drain(..));
+    }
+    Ok(forks)
 }
 
 struct Ctx<'a, B> {
     trace: &'a Trace<B>,
+    /// Each fork child's (by pid) parent state at the fork.
+    forks: HashMap<u32, ForkState>,
     compiled: &'a [Module],
     jobs: &'a [Job<'a>],
     note: String,
     opts: &'a Options,
+    ahead_bytes: usize,
 }
 
 /// A batch of one thread's output, or how the thread ended.
@@ -286,7 +419,13 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         if note.is_empty() && job.info.end.is_none() {
             note = format!(" (thread {thread} has no THREAD_END)");
         }
-        Machine::new(thread, &mods[job.module..=job.module], stream, note)
+        let mut m = Machine::new(thread, &mods[job.module..=job.module], stream, note);
+        if job.info.start.reason == StartReason::Fork {
+            if let Some(state) = self.forks.get(&job.info.start.pid) {
+                m.continue_fork(state.clone());
+            }
+        }
+        m
     }
 
     fn header(&self, job: &Job<'_>) -> Vec<u8> {
@@ -306,16 +445,14 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         emit: &mut dyn FnMut(Vec<u8>) -> bool,
     ) -> Result<()> {
         let mut m = self.machine(job, mods);
-        let mut sink = Sink::Bytes {
+        let mut sink = Sink {
             out: self.header(job),
             limit: BATCH,
+            counts: None,
         };
         loop {
             let r = m.run(&mut sink);
-            let Sink::Bytes { out, .. } = &mut sink else {
-                unreachable!("a byte sink stays one")
-            };
-            let bytes = std::mem::replace(out, Vec::with_capacity(BATCH + BATCH / 4));
+            let bytes = std::mem::replace(&mut sink.out, Vec::with_capacity(BATCH + BATCH / 4));
             if !bytes.is_empty() && !emit(bytes) {
                 return Ok(());
             }
@@ -359,7 +496,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     }
 
     /// Workers take threads in order; the writer drains thread after thread.
-    /// A worker blocks when its thread is `AHEAD` batches ahead of the
+    /// A worker blocks when its thread is its share of `AHEAD_BYTES` ahead of the
     /// writer; threads are assigned in order, so the thread the writer waits
     /// for always has a worker: no deadlock.
     fn write_parallel(&self, mods: &[&Module], workers: usize, out: &mut dyn Write) -> Result<()> {
@@ -367,10 +504,12 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             .num_threads(workers)
             .build()
             .map_err(|e| Error::Usage(format!("cannot start {workers} worker threads: {e}")))?;
+        // Batches per thread channel: the workers' share of AHEAD_BYTES.
+        let ahead = (self.ahead_bytes / BATCH / workers).max(4);
         let (senders, receivers): (Vec<_>, Vec<_>) = self
             .jobs
             .iter()
-            .map(|_| mpsc::sync_channel::<Msg>(AHEAD))
+            .map(|_| mpsc::sync_channel::<Msg>(ahead))
             .unzip();
         let next = AtomicUsize::new(0);
         let stop = AtomicBool::new(false);
@@ -414,17 +553,21 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     }
 
     /// `--count`: totals per thread and module, calls per procedure.
-    fn count(&self, out: &mut dyn Write) -> Result<()> {
+    fn totals(&self) -> Result<Totals> {
         use rayon::prelude::*;
         let mods: Vec<&Module> = self.compiled.iter().collect();
         let run = |job: &Job<'_>| -> Result<(Vec<u64>, Vec<u64>)> {
             let mut m = self.machine(job, &mods);
-            let mut sink = Sink::Counts(vec![vec![0; mods[job.module].blocks.len()]]);
-            while m.run(&mut sink)? == Progress::More {}
-            let Sink::Counts(mut c) = sink else {
-                unreachable!("a count sink stays one")
+            let mut sink = Sink {
+                out: Vec::new(),
+                limit: usize::MAX,
+                counts: Some(vec![vec![0; mods[job.module].blocks.len()]]),
             };
-            Ok((c.swap_remove(0), m.entries.swap_remove(0)))
+            while m.run(&mut sink)? == Progress::More {}
+            // One module per machine: its counts are the first (only) entries.
+            let blocks = sink.counts.into_iter().flatten().next().unwrap_or_default();
+            let entries = m.entries.into_iter().next().unwrap_or_default();
+            Ok((blocks, entries))
         };
         let workers = self.threads_jobs();
         let results: Vec<Result<(Vec<u64>, Vec<u64>)>> = if workers <= 1 {
@@ -436,9 +579,8 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                 .map_err(|e| Error::Usage(format!("cannot start {workers} worker threads: {e}")))?;
             pool.install(|| self.jobs.par_iter().map(run).collect())
         };
-        let mut text = String::new();
         let mut calls: Vec<Vec<u64>> = mods.iter().map(|m| vec![0; m.procs.len()]).collect();
-        let (mut all_i, mut all_b) = (0u64, 0u64);
+        let mut threads = Vec::new();
         for (job, r) in self.jobs.iter().zip(results) {
             let (blocks, entries) = r?;
             let m = mods[job.module];
@@ -447,32 +589,34 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                 nb += n;
                 ni += n * u64::from(b.ninsns);
             }
-            all_i += ni;
-            all_b += nb;
             for (c, e) in calls[job.module].iter_mut().zip(entries) {
                 *c += e;
             }
             let s = &job.info.start;
-            text.push_str(&format!(
-                "thread {} pid {} tid {} module {}: {ni} instructions, {nb} blocks\n",
-                s.thread, s.pid, s.os_tid, m.name
-            ));
+            threads.push(ThreadTotals {
+                thread: s.thread,
+                pid: s.pid,
+                tid: s.os_tid,
+                module: m.name.clone(),
+                instructions: ni,
+                blocks: nb,
+            });
         }
-        text.push_str(&format!("total: {all_i} instructions, {all_b} blocks\n"));
-        for (m, c) in mods.iter().zip(&calls) {
-            text.push_str(&format!("calls per procedure of {}:\n", m.name));
-            let mut rows: Vec<(u64, &str)> = m
-                .procs
-                .iter()
-                .zip(c)
-                .filter(|(_, &n)| n > 0)
-                .map(|(p, &n)| (n, p.name.as_str()))
-                .collect();
-            rows.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
-            for (n, name) in rows {
-                text.push_str(&format!("{n:>12} {name}\n"));
-            }
-        }
-        out.write_all(text.as_bytes()).map_err(Error::Output)
+        let calls = mods
+            .iter()
+            .zip(&calls)
+            .map(|(m, c)| {
+                let mut rows: Vec<(String, u64)> = m
+                    .procs
+                    .iter()
+                    .zip(c)
+                    .filter(|(_, &n)| n > 0)
+                    .map(|(p, &n)| (p.name.clone(), n))
+                    .collect();
+                rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+                (m.name.clone(), rows)
+            })
+            .collect();
+        Ok(Totals { threads, calls })
     }
 }

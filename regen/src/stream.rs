@@ -27,11 +27,12 @@ pub mod kind {
     pub const WIDE: u8 = 9;
     pub const RETURN: u8 = 10;
     pub const LANDING: u8 = 11;
+    pub const FORKED: u8 = 12;
 
     /// Total length of a record of `kind`, `None` for an unknown kind.
     pub fn len(kind: u8) -> Option<usize> {
         Some(match kind {
-            ENTER | EXIT | FORK | THREAD | LANDING => 6,
+            ENTER | EXIT | FORK | THREAD | LANDING | FORKED => 6,
             INDIRECT | DESYNC => 10,
             SIGNAL => 14,
             SETJMP_RESUME | RETURN => 2,
@@ -60,6 +61,8 @@ pub enum Item {
     Return,
     /// The unwinder entered a landing pad of this procedure.
     Landing(u32),
+    /// In a fork's parent: the child with this pid continues from here.
+    Forked(u32),
     /// The end of the stream.
     End,
 }
@@ -79,6 +82,7 @@ impl Item {
             Item::Thread(s) => format!("THREAD({s})"),
             Item::Return => "RETURN".into(),
             Item::Landing(p) => format!("LANDING({p})"),
+            Item::Forked(p) => format!("FORKED({p})"),
             Item::End => "the end of the stream".into(),
         }
     }
@@ -206,6 +210,7 @@ impl<'t> Stream<'t> {
             kind::THREAD => Item::Thread(le(p) as u32),
             kind::WIDE => Item::Witness(le(p) as u32),
             kind::LANDING => Item::Landing(le(p) as u32),
+            kind::FORKED => Item::Forked(le(p) as u32),
             _ => Item::Return,
         };
         Ok((item, offset, len))
@@ -217,16 +222,25 @@ impl<'t> Stream<'t> {
         self.pos += len;
     }
 
+    /// The next item if it is a one-byte witness already buffered (the hot
+    /// path of Figure 7), consumed; `None` otherwise (nothing consumed).
+    #[inline(always)]
+    pub fn next_byte_witness(&mut self) -> Option<(u32, u64)> {
+        let b = *self.buf.get(self.pos)?;
+        if b.wrapping_sub(1) < 0xFE {
+            let offset = self.offset();
+            self.pos += 1;
+            Some((u32::from(b) - 1, offset))
+        } else {
+            None
+        }
+    }
+
     /// The next item and its offset, consumed.
     #[inline]
     pub fn next_item(&mut self) -> Result<(Item, u64)> {
-        // Hot path: a one-byte witness already in the buffer.
-        if let Some(&b) = self.buf.get(self.pos) {
-            if b.wrapping_sub(1) < 0xFE {
-                let offset = self.offset();
-                self.pos += 1;
-                return Ok((Item::Witness(u32::from(b) - 1), offset));
-            }
+        if let Some((w, offset)) = self.next_byte_witness() {
+            return Ok((Item::Witness(w), offset));
         }
         let (item, offset, len) = self.peek()?;
         self.advance(len);

@@ -143,6 +143,7 @@ pub fn synth(prog: Program, rng: &mut Rng) -> Synth {
                     returns,
                     tail: false,
                     lazy: None,
+                    landing: None,
                 }
             });
             let start = addr;

@@ -94,6 +94,7 @@ fn call(
         returns,
         tail,
         lazy,
+        landing: None,
     })
 }
 
@@ -831,7 +832,7 @@ fn exit_reached_through_a_plt_jump_stops_the_frames() {
 }
 
 #[test]
-fn fork_children_and_landing_pads_are_refused_clearly() {
+fn fork_children_without_a_parent_and_misplaced_landings_are_refused_clearly() {
     let db = callback_db();
     let mut fork = vec![0xFF, 7, 0, 0, 0, 0];
     let (out, r) = hand(&db, &fork);
@@ -849,7 +850,65 @@ fn fork_children_and_landing_pads_are_refused_clearly() {
     rec(&mut s, 11, &1u32.to_le_bytes());
     let e = hand(&db, &s).1.unwrap_err().to_string();
     assert!(
-        e.contains("LANDING(1) at stream byte offset 12") && e.contains("landing pads"),
+        e.contains("LANDING(1) at stream byte offset 12")
+            && e.contains("no active frame of that procedure"),
         "{e}"
     );
+}
+
+#[test]
+fn wide_witnesses_of_big_procedures() {
+    // A 300-way jump table: witnesses 254.. need WIDE records.
+    let mut a = LINK_BASE + 0x1000;
+    let n = 300u32;
+    let mut edges: Vec<(u32, u32, EdgeKindDb, Option<u16>)> = (1..=n)
+        .map(|t| (0, t, JumpTable, Some(t as u16 - 1)))
+        .collect();
+    edges.extend((1..=n).map(|t| (t, n + 1, Return, None)));
+    let db = ProgramDb {
+        link_base: LINK_BASE,
+        runtime_vaddr: 0,
+        procs: vec![proc(&mut a, "big", vec![None; n as usize + 1], edges)],
+    };
+    let mut s = Vec::new();
+    thread_rec(&mut s);
+    enter(&mut s, 0);
+    witness(&mut s, 280);
+    enter(&mut s, 0);
+    witness(&mut s, 5);
+    enter(&mut s, 0);
+    witness(&mut s, 253);
+    let (out, r) = hand(&db, &s);
+    r.unwrap();
+    let want = [(0, 0), (0, 281), (0, 0), (0, 6), (0, 0), (0, 254)];
+    assert_eq!(out, HDR.to_owned() + &blocks_of(&db, &want));
+    assert_eq!(s[12..16], [0xFF, 9, 24, 1]);
+    assert_eq!(s[22], 6);
+}
+
+#[test]
+fn workers_that_block_on_a_full_channel_still_write_every_thread_in_order() {
+    // 4 batches of lookahead per thread (the minimum); threads 0 and 2 need
+    // about 10 each, so workers block while the writer is behind them.
+    let db = loop_db();
+    let streams = [loop_stream(300_000), loop_stream(5), loop_stream(300_000)];
+    let bytes = trace_bytes(&db, &streams, 4096);
+    let t = Trace::parse(&bytes[..]).unwrap();
+    let o = |jobs| Options {
+        jobs,
+        ..opts(Format::Xdin)
+    };
+    let mut seq = Vec::new();
+    crate::output::regen_trace_ahead(&t, &o(1), &mut seq, 0).unwrap();
+    assert!(seq.len() > 16 * crate::output::BATCH);
+    assert_eq!(
+        seq.iter().filter(|&&b| b == b'\n').count(),
+        // Blocks b0, b1 (n + 1 times), b2: 2 instructions each.
+        2 * 2 * (300_000 + 3) + 2 * (5 + 3)
+    );
+    for jobs in [2, 3] {
+        let mut par = Vec::new();
+        crate::output::regen_trace_ahead(&t, &o(jobs), &mut par, 0).unwrap();
+        assert!(par == seq, "-j {jobs} differs with blocking workers");
+    }
 }

@@ -142,6 +142,9 @@ pub enum RecordKind {
     /// exceptions): frames above the one whose current call site has that
     /// landing pad were discarded.
     Landing = 11,
+    /// In the parent, right after `fork`/`vfork` returned: `u32` child pid
+    /// (the child's stream, FORK first, continues from this point).
+    Forked = 12,
 }
 
 impl RecordKind {
@@ -159,7 +162,8 @@ impl RecordKind {
             | RecordKind::Exit
             | RecordKind::Fork
             | RecordKind::Thread
-            | RecordKind::Landing => 4,
+            | RecordKind::Landing
+            | RecordKind::Forked => 4,
             RecordKind::Indirect | RecordKind::Desync => 8,
             RecordKind::Signal => 12,
         }
@@ -179,6 +183,7 @@ impl RecordKind {
             9 => RecordKind::Wide,
             10 => RecordKind::Return,
             11 => RecordKind::Landing,
+            12 => RecordKind::Forked,
             _ => return None,
         })
     }
@@ -249,7 +254,7 @@ mod tests {
     use super::*;
 
     /// The kinds and total lengths of the table in `docs/runtime.md` section 2.
-    const TABLE: [(u8, u64); 11] = [
+    const TABLE: [(u8, u64); 12] = [
         (1, 6),
         (2, 10),
         (3, 14),
@@ -261,6 +266,7 @@ mod tests {
         (9, 4),
         (10, 2),
         (11, 6),
+        (12, 6),
     ];
 
     #[test]
@@ -270,7 +276,7 @@ mod tests {
             assert_eq!(k as u8, byte);
             assert_eq!(k.encoded_len(), len, "{k:?}");
         }
-        for b in [0u8, 12, 0x7F, 0x80, 0xFF] {
+        for b in [0u8, 13, 0x7F, 0x80, 0xFF] {
             assert_eq!(RecordKind::from_byte(b), None, "{b:#x}");
         }
     }

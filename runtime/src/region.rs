@@ -143,6 +143,13 @@ impl Region {
         self.a32(off).store(v, Ordering::Release);
     }
 
+    /// The header's "data ready" futex word: bumping it and waking it makes
+    /// a [`Drainer::wait`] return at once (the recorder does so when a child
+    /// exits).
+    pub fn ready_word(&self) -> &AtomicU32 {
+        self.a32(H_FUTEX)
+    }
+
     fn a32(&self, off: u64) -> &AtomicU32 {
         debug_assert!(off & 3 == 0 && off + 4 <= self.geometry.region_size());
         // SAFETY: in bounds (all offsets come from the layout), aligned, shared.

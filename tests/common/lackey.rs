@@ -64,7 +64,8 @@ pub struct ModuleTrace {
     /// parent, so they must directly follow a `syscall` instruction.
     pub resumes: FastSet<u64>,
     /// With [`Capture::Sequences`]: every executed address in order, per
-    /// valgrind thread id.
+    /// thread, keyed by the order threads started (valgrind reuses its
+    /// thread ids once a thread has exited).
     pub sequences: std::collections::BTreeMap<usize, Vec<u64>>,
 }
 
@@ -123,6 +124,9 @@ struct Reducer {
     /// program do not pay a hash-set insertion per instruction.
     recent: Vec<(usize, u64, u64)>,
     capture: Capture,
+    /// Per valgrind thread id, the start-order key of the thread it runs.
+    thread_key: Vec<usize>,
+    threads_started: usize,
 }
 
 /// Whether to keep the whole instruction sequence of each module (exact
@@ -200,6 +204,8 @@ impl Reducer {
             resume_next: false,
             recent: vec![(usize::MAX, 0, 0); CACHE_SLOTS],
             capture,
+            thread_key: Vec::new(),
+            threads_started: 0,
         }
     }
 
@@ -265,7 +271,8 @@ impl Reducer {
         let t = &mut self.modules[m];
         t.executed += 1;
         if self.capture == Capture::Sequences {
-            t.sequences.entry(self.thread).or_default().push(addr);
+            let key = self.thread_key.get(self.thread).copied().unwrap_or(0);
+            t.sequences.entry(key).or_default().push(addr);
         }
         match self.prev {
             Some((pm, a)) if pm == m => {
@@ -318,6 +325,13 @@ impl Reducer {
             }
             self.parked[self.thread] = self.prev;
             self.thread = tid;
+            if has(b"starting new thread") {
+                if self.thread_key.len() <= tid {
+                    self.thread_key.resize(tid + 1, 0);
+                }
+                self.thread_key[tid] = self.threads_started;
+                self.threads_started += 1;
+            }
             self.prev = if has(b"starting new thread") {
                 // Thread 1 starts the process; the others return from clone.
                 self.resume_next = tid != 1;
@@ -361,6 +375,14 @@ impl Reducer {
         self.parked.clear();
         self.signal_frames.clear();
         self.resume_next = forked;
+        if trace {
+            // Each process's first thread is a new sequence.
+            if self.thread_key.len() < 2 {
+                self.thread_key.resize(2, 0);
+            }
+            self.thread_key[1] = self.threads_started;
+            self.threads_started += 1;
+        }
         loop {
             buf.clear();
             match r.read_until(b'\n', &mut buf) {
@@ -459,12 +481,21 @@ pub fn run_with(
             .unwrap()
             .map(|e| e.unwrap().path())
             .collect();
-        logs.sort();
+        // `sh` execs valgrind: the first process keeps the shell's pid.
+        let first = format!("lackey.{}", child.id());
+        // The first process, then the others in pid order.
+        let pid = |l: &PathBuf| -> (bool, u64) {
+            let name = l.file_name().unwrap().to_string_lossy().into_owned();
+            let n = name
+                .trim_start_matches("lackey.")
+                .parse()
+                .unwrap_or(u64::MAX);
+            (name != first, n)
+        };
+        logs.sort_by_key(pid);
         for l in &logs {
             reducer.feed(File::open(l).unwrap(), true, false, false);
         }
-        // `sh` execs valgrind: the first process keeps the shell's pid.
-        let first = format!("lackey.{}", child.id());
         for l in &logs {
             let forked = l.file_name().is_some_and(|n| *n != *first);
             reducer.feed(File::open(l).unwrap(), false, true, forked);

@@ -538,7 +538,7 @@ impl ProcGen<'_, '_> {
                     let to = cfg.edges[e].to;
                     let site = self.site(p.live.live_in(to));
                     if cp.fork {
-                        self.fork_child(site)?;
+                        self.fork_return(p.live.live_in(to))?;
                     }
                     self.check(site)?;
                     if cp.marker {
@@ -649,16 +649,26 @@ impl ProcGen<'_, '_> {
         self.goto(to, next, end)
     }
 
-    fn fork_child(&mut self, site: Site) -> GenResult<()> {
-        // Flags are dead at a call's return point (the callee clobbered them).
+    /// At a fork's return point: the parent (result > 0) writes
+    /// FORKED(child pid), the child (result 0) claims its own slot before
+    /// anything else; a failed fork (< 0) writes nothing. `live` is what is
+    /// live there (flags are dead: the callee clobbered them).
+    fn fork_return(&mut self, live: crate::rewrite::liveness::RegSet) -> GenResult<()> {
         let fork_child = self.rt.fork_child;
-        let _ = site;
+        // The payload is eax: never pick rax as the scratch register.
+        let site = self.site(live | crate::rewrite::liveness::RegSet::gpr(Register::RAX));
         self.em.seq(|a| {
-            let mut parent = a.create_label();
-            a.test(iced_x86::code_asm::eax, iced_x86::code_asm::eax)?;
-            a.jne(parent)?;
+            use iced_x86::code_asm::eax;
+            let mut child = a.create_label();
+            let mut done = a.create_label();
+            a.test(eax, eax)?;
+            a.je(child)?;
+            a.jl(done)?;
+            emit_record(a, RecordKind::Forked, Payload::Reg32(eax), site)?;
+            a.jmp(done)?;
+            a.set_label(&mut child)?;
             a.call(fork_child)?;
-            a.set_label(&mut parent)?;
+            a.set_label(&mut done)?;
             a.nop()?;
             Ok(())
         })

@@ -315,6 +315,7 @@ pub fn instrument(path: &Path, which: Placement) -> Result<Instrumented> {
     let code_seg = runtime_vaddr + blob.bytes.len() as u64;
     debug_assert_eq!(code_seg % PAGE, 0);
     let mut table_cursor = code_seg;
+    let pads = crate::lsda::call_site_pads(module);
     for (id, p) in prog.procs.iter() {
         let number = id.index() as u32;
         if let Some(r) = reasons.get(&id) {
@@ -370,6 +371,15 @@ pub fn instrument(path: &Path, which: Placement) -> Result<Instrumented> {
                 returns: c.returns,
                 tail: c.tail,
                 lazy: None,
+                landing: {
+                    let at = cfg.blocks[c.block].last_insn();
+                    let i = pads.partition_point(|&(s, _, _)| s <= at);
+                    i.checked_sub(1)
+                        .map(|i| pads[i])
+                        .filter(|&(_, end, _)| at < end)
+                        .and_then(|(_, _, pad)| cfg.block_at(pad))
+                        .map(|b| b.index() as u32)
+                },
             });
         }
         let mut ptables = Vec::new();

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Recording cost and trace size (issue 4; paper 003, Table 3), and
+# regeneration speed (issue 5), on the machine's Debian binaries.
+#
+# Usage (from the repository root):  bench/record.sh
+#   REPS=N      repetitions of each timed run (best is reported; default 3)
+#   LACKEY=0    skip the valgrind lackey baseline (slow on the 2 MB inputs)
+#
+# For each workload, from one run of this script: native time; recorded time
+# and slowdown for the optimal placement and for --placement all-predicates
+# (old AE); lackey's time and slowdown; trace bytes raw and compressed; bits
+# per executed instruction (executed instructions counted by regenerating
+# the trace); then regeneration time of `--format bin` to /dev/null and of
+# `--count` at -j1 and -j2, in executed instructions per second and as a
+# ratio to the native run. Targets (issue 4/5): geometric-mean slowdown <=
+# 1.5x, <= 0.2 compressed bits per instruction, optimal >= 1.5x smaller than
+# all-predicates, regeneration no slower than the native run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+REPS=${REPS:-3}
+LACKEY=${LACKEY:-1}
+cargo build --release -p aetrace --quiet
+AETRACE=$(realpath "${CARGO_TARGET_DIR:-target}/release/aetrace")
+WORK=$(mktemp -d /tmp/aetrace-bench.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+
+python3 - "$WORK" <<'EOF'
+import random, sys
+work = sys.argv[1]
+words = "the trace witness edge block procedure regenerate abstract execution of a program cache".split()
+rng = random.Random(7)
+def text(n):
+    out, size = [], 0
+    while size < n:
+        w = rng.choice(words) + rng.choice([" ", " ", " ", "\n"])
+        out.append(w); size += len(w)
+    return "".join(out)[:n]
+for name, n in [("20k", 20_000), ("2m", 2_000_000)]:
+    open(f"{work}/text-{name}", "w").write(text(n))
+open(f"{work}/lines-100k", "w").write("".join(f"{rng.randrange(10**9)}\n" for _ in range(100_000)))
+EOF
+
+# name|command (run from $WORK, output to /dev/null)
+WORKLOADS=(
+    "gzip 20kB|/usr/bin/gzip -c text-20k"
+    "gzip 2MB|/usr/bin/gzip -c text-2m"
+    "bzip2 20kB|/usr/bin/bzip2 -c text-20k"
+    "bzip2 2MB|/usr/bin/bzip2 -c text-2m"
+    "xz 20kB|/usr/bin/xz -c text-20k"
+    "xz 2MB|/usr/bin/xz -c text-2m"
+    "sort 100k lines|/usr/bin/sort lines-100k"
+)
+
+# Best wall time in seconds of REPS runs of "$@" (stdout discarded).
+best() {
+    local i t0 t1 b=""
+    for ((i = 0; i < REPS; i++)); do
+        t0=$(date +%s%N)
+        "$@" >/dev/null
+        t1=$(date +%s%N)
+        t=$((t1 - t0))
+        if [ -z "$b" ] || [ "$t" -lt "$b" ]; then b=$t; fi
+    done
+    awk -v b="$b" 'BEGIN {printf "%.4f", b / 1e9}'
+}
+
+cd "$WORK"
+RESULTS="$WORK/results.tsv"
+: >"$RESULTS"
+echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+for w in "${WORKLOADS[@]}"; do
+    name=${w%%|*}
+    read -r -a cmd <<<"${w#*|}"
+    native=$(best "${cmd[@]}")
+    opt=$(best "$AETRACE" record -o opt.aet -- "${cmd[@]}")
+    allp=$(best "$AETRACE" record --placement all-predicates -o allp.aet -- "${cmd[@]}")
+    if [ "$LACKEY" = 1 ]; then
+        t0=$(date +%s%N)
+        valgrind -q --tool=lackey --trace-mem=yes --log-file=/dev/null "${cmd[@]}" >/dev/null
+        t1=$(date +%s%N)
+        lackey=$(awk -v t=$((t1 - t0)) 'BEGIN {printf "%.4f", t / 1e9}')
+    else
+        lackey=nan
+    fi
+    "$AETRACE" info --json opt.aet >opt.json
+    "$AETRACE" info --json allp.aet >allp.json
+    bin1=$(best "$AETRACE" regen --format bin -j 1 -o /dev/null opt.aet)
+    bin2=$(best "$AETRACE" regen --format bin -j 2 -o /dev/null opt.aet)
+    cnt1=$(best "$AETRACE" regen --count -j 1 opt.aet)
+    cnt2=$(best "$AETRACE" regen --count -j 2 opt.aet)
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$native" "$opt" "$allp" "$lackey" \
+        "$bin1" "$bin2" "$cnt1" "$cnt2" >>"$RESULTS"
+    python3 - "$name" <<'EOF' >>"$RESULTS.sizes"
+import json, sys
+o, a = json.load(open("opt.json")), json.load(open("allp.json"))
+ins = sum(o["instructions"] or [0])
+print("\t".join(map(str, [sys.argv[1], ins, o["raw_bytes"], o["compressed_bytes"],
+                          a["raw_bytes"], a["compressed_bytes"]])))
+EOF
+done
+
+python3 - "$RESULTS" <<'EOF'
+import math, sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
+sizes = {l.split("\t")[0]: l.rstrip("\n").split("\t")[1:] for l in open(sys.argv[1] + ".sizes")}
+f = lambda x: float(x)
+print()
+print("Recording (paper 003, Table 3): times in seconds, best of the runs")
+hdr = f"{'workload':16} {'native':>8} {'record':>8} {'slow':>6} {'allpred':>8} {'slow':>6} {'lackey':>8} {'slow':>7} " \
+      f"{'instrs':>11} {'raw B':>10} {'zstd B':>8} {'bits/i':>7} {'AP raw':>10} {'AP zstd':>8} {'AP b/i':>7} {'AP/opt':>6}"
+print(hdr)
+slows, bits, ratios = [], [], []
+for r in rows:
+    name, native, opt, allp, lackey = r[0], f(r[1]), f(r[2]), f(r[3]), f(r[4])
+    ins, raw, z, araw, az = map(int, sizes[name])
+    b = z * 8 / ins if ins else float("nan")
+    ab = az * 8 / ins if ins else float("nan")
+    slows.append(opt / native); bits.append(b); ratios.append(az / z if z else float("nan"))
+    print(f"{name:16} {native:8.4f} {opt:8.4f} {opt/native:6.2f} {allp:8.4f} {allp/native:6.2f} {lackey:8.2f} {lackey/native:7.1f} "
+          f"{ins:11d} {raw:10d} {z:8d} {b:7.4f} {araw:10d} {az:8d} {ab:7.4f} {az/z if z else float('nan'):6.2f}")
+g = math.exp(sum(map(math.log, slows)) / len(slows))
+print(f"geometric-mean slowdown {g:.2f}x (target <= 1.5); compressed bits per instruction "
+      f"max {max(bits):.4f} (target <= 0.2); all-predicates / optimal compressed size "
+      f"min {min(ratios):.2f}x (target >= 1.5)")
+print()
+print("Regeneration of the optimal traces: seconds, executed instructions per second, ratio to the native run")
+print(f"{'workload':16} {'native':>8} {'bin -j1':>8} {'Mi/s':>7} {'x nat':>6} {'bin -j2':>8} {'x nat':>6} {'count -j1':>9} {'x nat':>6} {'count -j2':>9} {'x nat':>6}")
+for r in rows:
+    name, native = r[0], f(r[1])
+    b1, b2, c1, c2 = map(f, r[5:9])
+    ins = int(sizes[name][0])
+    print(f"{name:16} {native:8.4f} {b1:8.4f} {ins/b1/1e6:7.1f} {b1/native:6.2f} {b2:8.4f} {b2/native:6.2f} {c1:9.4f} {c1/native:6.2f} {c2:9.4f} {c2/native:6.2f}")
+EOF
