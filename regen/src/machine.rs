@@ -542,7 +542,7 @@ impl<'a> Machine<'a> {
                         thread: self.thread,
                         record: "RETURN".into(),
                         offset: off,
-                        at: "while untraced code runs with no marked call waiting for it".into(),
+                        at: "while untraced code runs with no marked call waiting for it (a longjmp back to a setjmp's return point writes this; setjmp/longjmp is not regenerated yet)".into(),
                     })
                 }
             },
