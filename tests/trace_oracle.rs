@@ -332,3 +332,9 @@ fn cxx_exceptions_land_in_the_right_frames() {
         &[],
     );
 }
+
+#[test]
+fn setjmp_longjmp() {
+    traced("setjmp.c", O2_PIE, &[]);
+    traced("setjmp.c", O0_NOPIE, &[]);
+}

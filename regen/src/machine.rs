@@ -86,6 +86,11 @@ pub struct Machine<'a> {
     forked_from: Option<ForkState>,
     /// FORKED records read: each child pid with the state it continues from.
     pub forks: Vec<(u32, ForkState)>,
+    /// Each jmp_buf's setjmp: the stack depth and call block where it was
+    /// called (a later longjmp returns there).
+    jmpbufs: std::collections::HashMap<u64, (usize, Loc)>,
+    /// A longjmp in progress: its jmp_buf.
+    longjmp_to: Option<(u64, u64)>,
 }
 
 impl<'a> Machine<'a> {
@@ -108,6 +113,8 @@ impl<'a> Machine<'a> {
             note,
             forked_from: None,
             forks: Vec::new(),
+            jmpbufs: Default::default(),
+            longjmp_to: None,
         }
     }
 
@@ -435,10 +442,9 @@ impl<'a> Machine<'a> {
                     }
                     if !call.returns {
                         // A call that never returns (exit, abort, a C++
-                        // throw through a PLT stub): the frames stay, for a
-                        // LANDING record to unwind to.
-                        self.cur = None;
-                        return Ok(());
+                        // throw or a longjmp through a PLT stub): the frames
+                        // stay, for a LANDING record to unwind to.
+                        return self.never_returns();
                     }
                     self.stack.pop();
                     return self.step_from(c);
@@ -447,9 +453,51 @@ impl<'a> Machine<'a> {
         }
     }
 
+    /// Untraced code runs after a call that never returns: a longjmp in
+    /// progress lands at its setjmp's return point (the frames above that
+    /// setjmp's caller are gone); otherwise the call's frame stays.
+    fn never_returns(&mut self) -> Result<()> {
+        self.cur = None;
+        let Some((buf, offset)) = self.longjmp_to.take() else {
+            return Ok(());
+        };
+        let Some(&(depth, at)) = self.jmpbufs.get(&buf) else {
+            return Err(Error::Unexpected {
+                thread: self.thread,
+                record: format!("LONGJMP({buf:#x})"),
+                offset,
+                at: "with no setjmp recorded for that jmp_buf".into(),
+            });
+        };
+        if depth > self.stack.len() {
+            return Err(Error::Unexpected {
+                thread: self.thread,
+                record: format!("LONGJMP({buf:#x})"),
+                offset,
+                at: "to a setjmp whose frame has returned".into(),
+            });
+        }
+        self.stack.truncate(depth);
+        self.step_from(at)
+    }
+
     /// Control leaves call block `at`.
     fn call(&mut self, at: Loc, c: aetrace_format::progdb::CallDb) -> Result<()> {
         self.no_pending(at, "a call")?;
+        if !c.tail {
+            // SETJMP/LONGJMP are written just before their call.
+            match self.stream.peek()? {
+                (Item::Setjmp(buf), _, len) => {
+                    self.stream.advance(len);
+                    self.jmpbufs.insert(buf, (self.stack.len(), at));
+                }
+                (Item::Longjmp(buf), off, len) => {
+                    self.stream.advance(len);
+                    self.longjmp_to = Some((buf, off));
+                }
+                _ => {}
+            }
+        }
         match c.target {
             CallTarget::Proc(q) => {
                 if !c.tail {
@@ -468,8 +516,7 @@ impl<'a> Machine<'a> {
                 } else {
                     // Never returns; the frame stays for a LANDING record.
                     self.stack.push(Frame::Ret(at));
-                    self.cur = None;
-                    Ok(())
+                    self.never_returns()
                 }
             }
             CallTarget::External => {
@@ -542,7 +589,7 @@ impl<'a> Machine<'a> {
                         thread: self.thread,
                         record: "RETURN".into(),
                         offset: off,
-                        at: "while untraced code runs with no marked call waiting for it (a longjmp back to a setjmp's return point writes this; setjmp/longjmp is not regenerated yet)".into(),
+                        at: "while untraced code runs with no marked call waiting for it".into(),
                     })
                 }
             },

@@ -28,12 +28,14 @@ pub mod kind {
     pub const RETURN: u8 = 10;
     pub const LANDING: u8 = 11;
     pub const FORKED: u8 = 12;
+    pub const SETJMP: u8 = 13;
+    pub const LONGJMP: u8 = 14;
 
     /// Total length of a record of `kind`, `None` for an unknown kind.
     pub fn len(kind: u8) -> Option<usize> {
         Some(match kind {
             ENTER | EXIT | FORK | THREAD | LANDING | FORKED => 6,
-            INDIRECT | DESYNC => 10,
+            INDIRECT | DESYNC | SETJMP | LONGJMP => 10,
             SIGNAL => 14,
             SETJMP_RESUME | RETURN => 2,
             WIDE => 4,
@@ -63,6 +65,10 @@ pub enum Item {
     Landing(u32),
     /// In a fork's parent: the child with this pid continues from here.
     Forked(u32),
+    /// Before a call to setjmp: its jmp_buf.
+    Setjmp(u64),
+    /// Before a call to longjmp: its jmp_buf.
+    Longjmp(u64),
     /// The end of the stream.
     End,
 }
@@ -83,6 +89,8 @@ impl Item {
             Item::Return => "RETURN".into(),
             Item::Landing(p) => format!("LANDING({p})"),
             Item::Forked(p) => format!("FORKED({p})"),
+            Item::Setjmp(b) => format!("SETJMP({b:#x})"),
+            Item::Longjmp(b) => format!("LONGJMP({b:#x})"),
             Item::End => "the end of the stream".into(),
         }
     }
@@ -211,6 +219,8 @@ impl<'t> Stream<'t> {
             kind::WIDE => Item::Witness(le(p) as u32),
             kind::LANDING => Item::Landing(le(p) as u32),
             kind::FORKED => Item::Forked(le(p) as u32),
+            kind::SETJMP => Item::Setjmp(le(p)),
+            kind::LONGJMP => Item::Longjmp(le(p)),
             _ => Item::Return,
         };
         Ok((item, offset, len))

@@ -145,6 +145,10 @@ pub enum RecordKind {
     /// In the parent, right after `fork`/`vfork` returned: `u32` child pid
     /// (the child's stream, FORK first, continues from this point).
     Forked = 12,
+    /// Just before a call to `setjmp`-like functions: `u64` jmp_buf address.
+    Setjmp = 13,
+    /// Just before a call to `longjmp`-like functions: `u64` jmp_buf address.
+    Longjmp = 14,
 }
 
 impl RecordKind {
@@ -164,7 +168,10 @@ impl RecordKind {
             | RecordKind::Thread
             | RecordKind::Landing
             | RecordKind::Forked => 4,
-            RecordKind::Indirect | RecordKind::Desync => 8,
+            RecordKind::Indirect
+            | RecordKind::Desync
+            | RecordKind::Setjmp
+            | RecordKind::Longjmp => 8,
             RecordKind::Signal => 12,
         }
     }
@@ -184,6 +191,8 @@ impl RecordKind {
             10 => RecordKind::Return,
             11 => RecordKind::Landing,
             12 => RecordKind::Forked,
+            13 => RecordKind::Setjmp,
+            14 => RecordKind::Longjmp,
             _ => return None,
         })
     }
@@ -254,7 +263,7 @@ mod tests {
     use super::*;
 
     /// The kinds and total lengths of the table in `docs/runtime.md` section 2.
-    const TABLE: [(u8, u64); 12] = [
+    const TABLE: [(u8, u64); 14] = [
         (1, 6),
         (2, 10),
         (3, 14),
@@ -267,6 +276,8 @@ mod tests {
         (10, 2),
         (11, 6),
         (12, 6),
+        (13, 10),
+        (14, 10),
     ];
 
     #[test]
@@ -276,7 +287,7 @@ mod tests {
             assert_eq!(k as u8, byte);
             assert_eq!(k.encoded_len(), len, "{k:?}");
         }
-        for b in [0u8, 13, 0x7F, 0x80, 0xFF] {
+        for b in [0u8, 15, 0x7F, 0x80, 0xFF] {
             assert_eq!(RecordKind::from_byte(b), None, "{b:#x}");
         }
     }

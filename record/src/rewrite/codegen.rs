@@ -63,6 +63,8 @@ pub struct CallPlan {
     pub exit_record: bool,
     /// `call fork_child` in the child (the call returned 0) at the return point.
     pub fork: bool,
+    /// SETJMP(rdi) or LONGJMP(rdi) just before the call.
+    pub jmpbuf: Option<RecordKind>,
 }
 
 /// A resolved jump table rewritten to point into the copy.
@@ -527,6 +529,11 @@ impl ProcGen<'_, '_> {
             FlowControl::Call | FlowControl::IndirectCall => {
                 if cp.exit_record {
                     self.exit_record(before_last)?;
+                }
+                if let Some(kind) = cp.jmpbuf {
+                    self.em.seq(|a| {
+                        emit_record(a, kind, Payload::Reg64(iced_x86::code_asm::rdi), before_last)
+                    })?;
                 }
                 self.copy(last);
                 let ret = edges

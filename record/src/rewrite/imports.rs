@@ -375,6 +375,12 @@ const CALLBACK_FREE: &[&str] = &[
     "getrandom",
     "__stack_chk_fail",
     "abort",
+    // setjmp returns normally first; a later return through longjmp is
+    // announced by the LONGJMP record written before the longjmp call
+    "setjmp",
+    "_setjmp",
+    "__sigsetjmp",
+    "sigsetjmp",
 ];
 
 /// `exit`-like imports: the program ends inside them after running exit
@@ -384,6 +390,12 @@ const EXIT_LIKE: &[&str] = &["exit", "_exit", "_Exit", "quick_exit"];
 /// Imports after which a new process may run the next instruction (the
 /// child must claim its own slot before writing anything).
 const FORK_LIKE: &[&str] = &["fork", "vfork", "__libc_fork", "_Fork"];
+
+/// Imports that save a context `longjmp` can return to (jmp_buf in rdi).
+const SETJMP_LIKE: &[&str] = &["setjmp", "_setjmp", "__sigsetjmp", "sigsetjmp"];
+
+/// Imports that return to a saved context (jmp_buf in rdi).
+const LONGJMP_LIKE: &[&str] = &["longjmp", "_longjmp", "siglongjmp", "__longjmp_chk"];
 
 /// Strips a symbol version (`memcpy@GLIBC_2.14`).
 fn base(name: &str) -> &str {
@@ -401,6 +413,14 @@ pub fn is_exit_like(name: &str) -> bool {
 
 pub fn is_fork_like(name: &str) -> bool {
     FORK_LIKE.contains(&base(name))
+}
+
+pub fn is_setjmp_like(name: &str) -> bool {
+    SETJMP_LIKE.contains(&base(name))
+}
+
+pub fn is_longjmp_like(name: &str) -> bool {
+    LONGJMP_LIKE.contains(&base(name))
 }
 
 #[cfg(test)]

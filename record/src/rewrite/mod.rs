@@ -360,6 +360,15 @@ pub fn instrument(path: &Path, which: Placement) -> Result<Instrumented> {
                 marker,
                 exit_record,
                 fork: !c.tail && name.is_some_and(imports::is_fork_like),
+                jmpbuf: match name {
+                    Some(n) if !c.tail && imports::is_setjmp_like(n) => {
+                        Some(aetrace_runtime::RecordKind::Setjmp)
+                    }
+                    Some(n) if !c.tail && imports::is_longjmp_like(n) => {
+                        Some(aetrace_runtime::RecordKind::Longjmp)
+                    }
+                    _ => None,
+                },
             };
             call_db[c.block.index()] = Some(CallDb {
                 target: if exit_record && !c.tail {
