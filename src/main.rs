@@ -221,15 +221,5 @@ fn regen(
         jobs,
         count,
     };
-    let run = |out: &mut dyn std::io::Write| {
-        aetrace_regen::regen_command(&trace, &opts, out).map_err(|e| e.to_string())
-    };
-    match output {
-        None => run(&mut std::io::stdout().lock()),
-        Some(path) => {
-            let mut f =
-                std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-            run(&mut f)
-        }
-    }
+    aetrace_regen::regen_to(&trace, &opts, output.as_deref()).map_err(|e| e.to_string())
 }

@@ -35,4 +35,6 @@ pub mod testkit;
 mod tests;
 
 pub use error::{Error, Result};
-pub use output::{regen_command, regen_trace, totals, Format, Options, ThreadTotals, Totals};
+pub use output::{
+    regen_command, regen_to, regen_trace, totals, Format, Options, ThreadTotals, Totals,
+};

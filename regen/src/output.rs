@@ -103,6 +103,44 @@ impl Default for Options {
     }
 }
 
+/// `aetrace regen -o FILE` (or stdout when `path` is `None`). A regular
+/// file is written under a temporary name and renamed when regeneration
+/// succeeded, so a failed run never leaves a complete-looking output;
+/// other targets (a device such as /dev/null, a pipe) are written directly.
+pub fn regen_to(
+    trace: &std::path::Path,
+    opts: &Options,
+    path: Option<&std::path::Path>,
+) -> Result<()> {
+    let Some(path) = path else {
+        return regen_command(trace, opts, &mut std::io::stdout().lock());
+    };
+    let regular = std::fs::metadata(path).map_or(true, |m| m.is_file());
+    if !regular {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(Error::Output)?;
+        return regen_command(trace, opts, &mut f);
+    }
+    let tmp = path.with_file_name(format!(
+        ".{}.partial{}",
+        path.file_name()
+            .map_or_else(|| "out".into(), |n| n.to_string_lossy()),
+        std::process::id()
+    ));
+    let mut f = std::fs::File::create(&tmp).map_err(Error::Output)?;
+    let r = regen_command(trace, opts, &mut f).and_then(|()| f.sync_all().map_err(Error::Output));
+    drop(f);
+    match r {
+        Ok(()) => std::fs::rename(&tmp, path).map_err(Error::Output),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
+}
+
 /// Regenerates the trace at `path` into `out`.
 pub fn regen_command(trace: &std::path::Path, opts: &Options, out: &mut dyn Write) -> Result<()> {
     let t = aetrace_format::TraceFile::open(trace)?;
@@ -396,6 +434,51 @@ struct Ctx<'a, B> {
     ahead_bytes: usize,
 }
 
+/// Output bytes written so far, shown on stderr while it is a terminal
+/// (long regenerations); a plain pass-through otherwise.
+struct ProgressOut<'w> {
+    inner: &'w mut dyn Write,
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl<'w> ProgressOut<'w> {
+    fn on_terminal(inner: &'w mut dyn Write) -> ProgressOut<'w> {
+        use std::io::IsTerminal;
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = indicatif::ProgressBar::new_spinner();
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "regenerating: {bytes} written ({bytes_per_sec}) {elapsed}",
+                )
+                .expect("a valid template"),
+            );
+            bar
+        });
+        ProgressOut { inner, bar }
+    }
+}
+
+impl Write for ProgressOut<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        if let Some(b) = &self.bar {
+            b.inc(n as u64);
+        }
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+impl Drop for ProgressOut<'_> {
+    fn drop(&mut self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
 /// A batch of one thread's output, or how the thread ended.
 enum Msg {
     Bytes(Vec<u8>),
@@ -465,7 +548,8 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
 
     fn write(&self, out: &mut dyn Write) -> Result<()> {
         let mods: Vec<&Module> = self.compiled.iter().collect();
-        let mut out = std::io::BufWriter::with_capacity(1 << 20, out);
+        let mut progress = ProgressOut::on_terminal(out);
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, &mut progress);
         if self.opts.format == crate::Format::Bin {
             let h = aetrace_format::addrtrace::Header { count: None };
             out.write_all(&h.to_bytes()).map_err(Error::Output)?;

@@ -532,7 +532,12 @@ impl ProcGen<'_, '_> {
                 }
                 if let Some(kind) = cp.jmpbuf {
                     self.em.seq(|a| {
-                        emit_record(a, kind, Payload::Reg64(iced_x86::code_asm::rdi), before_last)
+                        emit_record(
+                            a,
+                            kind,
+                            Payload::Reg64(iced_x86::code_asm::rdi),
+                            before_last,
+                        )
                     })?;
                 }
                 self.copy(last);

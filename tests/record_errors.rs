@@ -1,0 +1,158 @@
+//! Bad input to `aetrace record`, `aetrace regen` and `aetrace info`: a
+//! missing program, a file that is not ELF, a trace that is not a trace, a
+//! truncated or corrupted trace. Each gives one line on stderr starting with
+//! `aetrace: error:`, exit status 1, never a panic, and `regen -o FILE`
+//! leaves no file behind. A program killed by SIGKILL exits the recorder
+//! the same way and still leaves a trace whose regeneration writes what ran
+//! and then stops with a message.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::build::{build, Link, Opt, Variant};
+
+fn dir() -> PathBuf {
+    common::scratch("record-errors")
+}
+
+fn aetrace(args: &[&str]) -> Output {
+    Command::new(common::aetrace()).args(args).output().unwrap()
+}
+
+fn one_line_error(out: &Output, what: &str) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{what}: status, stderr {stderr}"
+    );
+    assert!(
+        stderr.starts_with("aetrace: error:") && stderr.lines().count() == 1,
+        "{what}: {stderr:?}"
+    );
+    assert!(!stderr.contains("panicked"), "{what}: {stderr}");
+    stderr
+}
+
+/// A complete trace of a small program.
+fn good_trace(name: &str) -> PathBuf {
+    let exe = build("loops.c", Variant::new(Opt::O2, Link::Pie, false));
+    let t = dir().join(format!("{name}.aet"));
+    let out = Command::new(common::aetrace())
+        .arg("record")
+        .arg("-o")
+        .arg(&t)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    t
+}
+
+#[test]
+fn record_refuses_what_it_cannot_run() {
+    let e = one_line_error(
+        &aetrace(&["record", "--", "/nonexistent/program"]),
+        "missing",
+    );
+    assert!(e.contains("/nonexistent/program"), "{e}");
+    let text = dir().join("script.sh");
+    std::fs::write(&text, "#!/bin/sh\necho hi\n").unwrap();
+    let e = one_line_error(
+        &aetrace(&["record", "--", text.to_str().unwrap()]),
+        "script",
+    );
+    assert!(e.contains("not an ELF"), "{e}");
+}
+
+#[test]
+fn regen_and_info_refuse_bad_traces_and_leave_no_output_file() {
+    let good = good_trace("good");
+    let bytes = std::fs::read(&good).unwrap();
+    let not_trace = dir().join("not-a-trace");
+    std::fs::write(&not_trace, b"hello, world\n").unwrap();
+    let truncated = dir().join("truncated.aet");
+    std::fs::write(&truncated, &bytes[..bytes.len() / 3]).unwrap();
+    let flipped = dir().join("flipped.aet");
+    let mut f = bytes.clone();
+    let mid = f.len() / 2;
+    f[mid] ^= 0x40;
+    std::fs::write(&flipped, &f).unwrap();
+    for (what, t) in [
+        ("not a trace", &not_trace),
+        ("truncated", &truncated),
+        ("corrupted", &flipped),
+    ] {
+        let out_file = dir().join(format!("{}.insn", what.replace(' ', "-")));
+        let _ = std::fs::remove_file(&out_file);
+        let o = aetrace(&[
+            "regen",
+            t.to_str().unwrap(),
+            "-o",
+            out_file.to_str().unwrap(),
+        ]);
+        one_line_error(&o, what);
+        assert!(
+            !out_file.exists(),
+            "{what}: regen left {}",
+            out_file.display()
+        );
+        let leftovers: Vec<_> = std::fs::read_dir(dir())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().contains(".partial"))
+            .collect();
+        assert!(leftovers.is_empty(), "{what}: temporary output left behind");
+        if what != "truncated" {
+            one_line_error(&aetrace(&["info", t.to_str().unwrap()]), what);
+        }
+    }
+    // The good trace regenerates into the file.
+    let out_file = dir().join("good.insn");
+    let o = aetrace(&[
+        "regen",
+        good.to_str().unwrap(),
+        "-o",
+        out_file.to_str().unwrap(),
+    ]);
+    assert!(o.status.success());
+    assert!(std::fs::metadata(&out_file).unwrap().len() > 1000);
+}
+
+#[test]
+fn a_killed_program_leaves_a_trace_up_to_its_death() {
+    let t = dir().join("killed.aet");
+    let out = Command::new(common::aetrace())
+        .arg("record")
+        .arg("-o")
+        .arg(&t)
+        .args(["--", "/bin/sh", "-c", "echo before; kill -9 $$; echo after"])
+        .output()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert!(
+        out.status.code() == Some(137) || out.status.signal() == Some(9),
+        "{:?}",
+        out.status
+    );
+    assert_eq!(out.stdout, b"before\n");
+    let info = aetrace(&["info", "--json", t.to_str().unwrap()]);
+    assert!(
+        info.status.success(),
+        "{}",
+        String::from_utf8_lossy(&info.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
+    assert_eq!(v["process_exits"][0]["signal"], 9, "{v}");
+    // Regeneration writes the exact prefix, then stops where the killed
+    // program wrote nothing more, with a message and a non-zero exit.
+    let r = aetrace(&["regen", "--format", "insn", t.to_str().unwrap()]);
+    let e = one_line_error(&r, "killed");
+    assert!(e.contains("stream ends"), "{e}");
+    let lines = r.stdout.split(|&c| c == b'\n').count();
+    assert!(lines > 1000, "{lines} instructions before the kill");
+    assert!(Path::new(&t).exists());
+}
