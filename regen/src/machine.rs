@@ -53,7 +53,12 @@ pub struct ForkState {
 /// set) execution counts per module and global block instead.
 pub struct Sink {
     pub out: Vec<u8>,
-    /// The machine pauses once `out` holds this many bytes.
+    /// `out[..certain]` certainly ran: a witness or record the program wrote
+    /// later has been read. The blocks after it were forced moves since the
+    /// program's last write; a stream that ends there (a killed program)
+    /// does not say how far the program got, so they are not output.
+    pub certain: usize,
+    /// The machine pauses once `certain` reaches this many bytes.
     pub limit: usize,
     pub counts: Option<Vec<Vec<u64>>>,
 }
@@ -644,33 +649,44 @@ impl<'a> Machine<'a> {
         loop {
             let Some(l) = self.cur else {
                 if !self.untraced()? {
+                    sink.certain = sink.out.len();
                     return Ok(Progress::Done);
                 }
+                sink.certain = sink.out.len();
                 continue;
             };
             let m = self.module(l);
             let b = &m.blocks[l.block as usize];
-            match &mut sink.counts {
-                Some(c) => c[l.module as usize][l.block as usize] += 1,
+            let counting = match &mut sink.counts {
+                Some(c) => {
+                    c[l.module as usize][l.block as usize] += 1;
+                    true
+                }
                 None => {
                     sink.out.extend_from_slice(m.text(b));
-                    if sink.out.len() >= sink.limit {
-                        // Decide the next block before pausing so that a
-                        // resumed run starts by emitting it.
-                        self.leave_block(l, b)?;
-                        return Ok(Progress::More);
-                    }
+                    false
                 }
-            }
+            };
             if b.next != EXIT {
                 // Fast path: a block that always falls into the next one.
+                if self.pending.is_some() {
+                    // The pending witness was written further on.
+                    sink.certain = sink.out.len();
+                }
                 self.cur = Some(Loc {
                     module: l.module,
                     block: b.next,
                 });
-                continue;
+            } else {
+                let (pending, offset) = (self.pending.is_some(), self.stream.offset());
+                self.leave_block(l, b)?;
+                if pending || self.pending.is_some() || self.stream.offset() != offset {
+                    sink.certain = sink.out.len();
+                }
             }
-            self.leave_block(l, b)?;
+            if !counting && sink.certain >= sink.limit {
+                return Ok(Progress::More);
+            }
         }
     }
 

@@ -412,6 +412,7 @@ fn fork_states<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<HashMap<u32, F
         }
         let mut sink = Sink {
             out: Vec::new(),
+            certain: 0,
             limit: usize::MAX,
             counts: Some(vec![vec![0; mods[job.module].blocks.len()]]),
         };
@@ -528,14 +529,20 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         emit: &mut dyn FnMut(Vec<u8>) -> bool,
     ) -> Result<()> {
         let mut m = self.machine(job, mods);
+        let header = self.header(job);
         let mut sink = Sink {
-            out: self.header(job),
+            certain: header.len(),
+            out: header,
             limit: BATCH,
             counts: None,
         };
         loop {
             let r = m.run(&mut sink);
-            let bytes = std::mem::replace(&mut sink.out, Vec::with_capacity(BATCH + BATCH / 4));
+            // Only what certainly ran is output (see `Sink::certain`); after a
+            // pause the uncertain tail waits for the next batch.
+            let tail = sink.out.split_off(sink.certain.min(sink.out.len()));
+            let bytes = std::mem::replace(&mut sink.out, tail);
+            sink.certain = 0;
             if !bytes.is_empty() && !emit(bytes) {
                 return Ok(());
             }
@@ -644,6 +651,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             let mut m = self.machine(job, &mods);
             let mut sink = Sink {
                 out: Vec::new(),
+                certain: 0,
                 limit: usize::MAX,
                 counts: Some(vec![vec![0; mods[job.module].blocks.len()]]),
             };

@@ -336,7 +336,9 @@ fn exit_with_frames_active_then_an_exit_handler() {
         e.contains("ends at byte offset 12 in procedure die after block 0x401020"),
         "{e}"
     );
-    assert_eq!(out, HDR.to_owned() + &blocks_of(&db, &[(0, 0), (1, 0)]));
+    // Nothing the program wrote after ENTER(main) shows how far it got: the
+    // forced moves since are not output (`Sink::certain`).
+    assert_eq!(out, HDR);
 }
 
 #[test]
@@ -386,7 +388,9 @@ fn signal_and_desync_stop_with_everything_before_them_written() {
         e,
         "thread 0: signal 11 handler entered at stream offset 18 (interrupted rip 0x1234): regeneration of signals is not implemented"
     );
-    assert_eq!(out, HDR.to_owned() + &blocks_of(&db, &[(0, 0), (1, 0)]));
+    // The handler may have interrupted the callback's block: only what ran
+    // before the callback's ENTER is certain.
+    assert_eq!(out, HDR.to_owned() + &blocks_of(&db, &[(0, 0)]));
     let mut s2 = s[..18].to_vec();
     rec(&mut s2, 5, &0x401000u64.to_le_bytes());
     let e = hand(&db, &s2).1.unwrap_err().to_string();
