@@ -10,8 +10,9 @@
 //! procedures already seen by this thread.
 //!
 //! Invariants: every block output was executed, in this order (the sink
-//! only hands out blocks a later witness or record proves ran); the pending witness is empty at every call vertex
-//! and EXIT (the blocking property), which is checked; locations carry their
+//! only hands out blocks a later witness or record proves ran); the
+//! pending witness is empty at every call vertex and EXIT (the blocking
+//! property), which is checked; locations carry their
 //! module so several instrumented modules can share one stack later (today
 //! ENTER always names a procedure of module 0).
 
