@@ -156,3 +156,22 @@ fn a_killed_program_leaves_a_trace_up_to_its_death() {
     assert!(lines > 1000, "{lines} instructions before the kill");
     assert!(Path::new(&t).exists());
 }
+
+#[test]
+fn static_executables_are_refused_clearly() {
+    let exe = build("loops.c", Variant::new(Opt::O2, Link::Static, false));
+    let t = dir().join("static.aet");
+    let _ = std::fs::remove_file(&t);
+    let e = one_line_error(
+        &aetrace(&[
+            "record",
+            "-o",
+            t.to_str().unwrap(),
+            "--",
+            exe.to_str().unwrap(),
+        ]),
+        "static",
+    );
+    assert!(e.contains("static executables are not supported"), "{e}");
+    assert!(!t.exists(), "a refused program leaves no trace file");
+}

@@ -338,3 +338,34 @@ fn setjmp_longjmp() {
     traced("setjmp.c", O2_PIE, &[]);
     traced("setjmp.c", O0_NOPIE, &[]);
 }
+
+/// Builds `traces/<source>` with extra gcc flags (into the scratch dir).
+fn build_with(source: &str, tag: &str, flags: &[&str]) -> PathBuf {
+    let out = common::scratch("trace-oracle-builds").join(format!("{source}-{tag}"));
+    let st = Command::new("gcc")
+        .args(flags)
+        .arg("-o")
+        .arg(&out)
+        .arg(common::repo_root().join("traces").join(source))
+        .status()
+        .unwrap();
+    assert!(st.success(), "gcc {source} {flags:?}");
+    out
+}
+
+#[test]
+fn stripped_binary_without_unwind_tables() {
+    // No FDEs for the program's own functions and no symbols: procedures
+    // come from the entry point, init/fini arrays and call targets.
+    let exe = build_with(
+        "switch.c",
+        "noeh-stripped",
+        &[
+            "-O2",
+            "-fno-asynchronous-unwind-tables",
+            "-fno-unwind-tables",
+            "-s",
+        ],
+    );
+    check(&exe, &[]);
+}
