@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use aetrace_record::rewrite::elfout::{self, Additions, NewSegment, Patch};
+use common::build::run_checked;
 
 const PF_R: u32 = 4;
 const LD_SO: &str = "/lib64/ld-linux-x86-64.so.2";
@@ -23,25 +24,12 @@ fn dir() -> PathBuf {
     common::scratch("rewrite-elf")
 }
 
-fn run_ok(cmd: &mut Command, what: &str) -> Output {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
-    assert!(
-        out.status.success(),
-        "{what}: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
 /// Compiles C `source` (written to `<name>.c`) with `flags` into `<name>`.
 fn gcc(name: &str, source: &str, flags: &[&str]) -> PathBuf {
     let src = dir().join(format!("{name}.c"));
     std::fs::write(&src, source).unwrap();
     let exe = dir().join(name);
-    run_ok(
+    run_checked(
         Command::new("gcc")
             .args(flags)
             .arg("-o")
@@ -98,7 +86,7 @@ fn rewrite(exe: &Path, dest: Option<&Path>, add: &Additions) -> PathBuf {
 /// 5.18 pass as `AT_PHDR` (newer ones translate `e_phoff` through the
 /// `PT_LOAD` that contains it). Read from `readelf -lW`.
 fn phdrs_where_old_kernels_look(file: &Path) -> bool {
-    let out = run_ok(Command::new("readelf").arg("-lW").arg(file), "readelf -l");
+    let out = run_checked(Command::new("readelf").arg("-lW").arg(file), "readelf -l");
     let text = String::from_utf8_lossy(&out.stdout);
     let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
     let phoff: u64 = text
@@ -126,7 +114,7 @@ fn phdrs_where_old_kernels_look(file: &Path) -> bool {
 /// the file without a warning. (gdb, BFD again, is not in CI's packages.)
 fn tools_read_cleanly(file: &Path) {
     for args in [&["-lW"][..], &["-dW"], &["-SW"], &["-nW"], &["-rW"]] {
-        let out = run_ok(
+        let out = run_checked(
             Command::new("readelf").args(args).arg(file),
             &format!("readelf {args:?} {}", file.display()),
         );
@@ -138,7 +126,7 @@ fn tools_read_cleanly(file: &Path) {
         );
     }
     for args in ["-h", "-p"] {
-        let out = run_ok(
+        let out = run_checked(
             Command::new("objdump").arg(args).arg(file),
             &format!("objdump {args} {}", file.display()),
         );
@@ -158,7 +146,7 @@ fn symbol(file: &Path, name: &str, dynamic: bool) -> u64 {
     if dynamic {
         cmd.arg("-D");
     }
-    let out = run_ok(cmd.arg(file), &format!("nm {}", file.display()));
+    let out = run_checked(cmd.arg(file), &format!("nm {}", file.display()));
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .find_map(|l| {
@@ -322,7 +310,7 @@ fn preinit_without_spare_dynamic_tags() {
         });
         check_preinit(name, &flags, false);
         check_preinit(&format!("{name}-old"), &flags, true);
-        let out = run_ok(
+        let out = run_checked(
             Command::new("readelf")
                 .arg("-dW")
                 .arg(dir().join(format!("{name}.out"))),
@@ -339,7 +327,7 @@ fn preinit_with_relr() {
     let flags = ["-fPIE", "-pie", "-Wl,-z,pack-relative-relocs"];
     check_preinit("relr", &flags, false);
     check_preinit("relr-old", &flags, true);
-    let out = run_ok(
+    let out = run_checked(
         Command::new("readelf").arg("-dW").arg(dir().join("relr")),
         "readelf -d",
     );
@@ -366,7 +354,7 @@ fn cet_bits_are_cleared() {
     );
     let notes = |f: &Path| {
         String::from_utf8_lossy(
-            &run_ok(Command::new("readelf").arg("-nW").arg(f), "readelf -n").stdout,
+            &run_checked(Command::new("readelf").arg("-nW").arg(f), "readelf -n").stdout,
         )
         .into_owned()
     };
@@ -408,7 +396,7 @@ fn patch_main() {
         assert_eq!(out.status.code(), Some(42), "{name}");
         assert!(out.stdout.is_empty(), "{name}");
         // The new code has a section: objdump shows it, and the springboard.
-        let dis = run_ok(
+        let dis = run_checked(
             Command::new("objdump")
                 .args(["-d", "--no-show-raw-insn"])
                 .arg(&new),
@@ -490,7 +478,7 @@ fn shared_object_patch() {
         "int answer(int x) { return x + 1; }\nint other(void) { return 9; }\n",
     )
     .unwrap();
-    run_ok(
+    run_checked(
         Command::new("gcc")
             .args(["-O2", "-shared", "-fPIC", "-o"])
             .arg(&lib)
@@ -505,7 +493,7 @@ fn shared_object_patch() {
          int main(void) { printf(\"%d %d\\n\", answer(1), other()); return 0; }\n",
     )
     .unwrap();
-    run_ok(
+    run_checked(
         Command::new("gcc")
             .arg("-O2")
             .arg("-o")

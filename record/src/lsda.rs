@@ -548,11 +548,9 @@ pub(crate) fn eh_frame(
     Some((EhFrame::new(bytes, LittleEndian), bases, sec.addr))
 }
 
-/// Per FDE with an LSDA (keyed by the FDE's start): its landing pads,
-/// sorted, or why its LSDA cannot be read exactly.
-pub fn landing_pads_by_fde(
-    module: &Module,
-) -> BTreeMap<u64, std::result::Result<Vec<u64>, String>> {
+/// Per FDE with an LSDA (keyed by the FDE's start): its LSDA, or why it
+/// cannot be read exactly.
+pub fn lsdas_by_fde(module: &Module) -> BTreeMap<u64, std::result::Result<Lsda, String>> {
     let mut out = BTreeMap::new();
     let Some((eh, bases, _)) = eh_frame(module) else {
         return out;
@@ -569,49 +567,46 @@ pub fn landing_pads_by_fde(
             continue;
         };
         let start = fde.initial_address();
-        let pads = match fde.lsda() {
+        let lsda = match fde.lsda() {
             None => continue,
             Some(gimli::Pointer::Indirect(p)) => {
                 Err(format!("FDE at {start:#x}: indirect LSDA pointer {p:#x}"))
             }
-            Some(gimli::Pointer::Direct(a)) => Lsda::parse(module, &relocs, a, start).map(|l| {
+            Some(gimli::Pointer::Direct(a)) => Lsda::parse(module, &relocs, a, start),
+        };
+        out.insert(start, lsda);
+    }
+    out
+}
+
+/// Per FDE with an LSDA (keyed by the FDE's start): its landing pads,
+/// sorted, or why its LSDA cannot be read exactly.
+pub fn landing_pads_by_fde(
+    module: &Module,
+) -> BTreeMap<u64, std::result::Result<Vec<u64>, String>> {
+    lsdas_by_fde(module)
+        .into_iter()
+        .map(|(start, lsda)| {
+            let pads = lsda.map(|l| {
                 let mut v: Vec<u64> = l.call_sites.iter().filter_map(|c| c.landing_pad).collect();
                 v.sort_unstable();
                 v.dedup();
                 v
-            }),
-        };
-        out.insert(start, pads);
-    }
-    out
+            });
+            (start, pads)
+        })
+        .collect()
 }
 
 /// Every call-site range with a landing pad, over all readable LSDAs:
 /// `(start, end, landing pad)`, sorted by start.
 pub fn call_site_pads(module: &Module) -> Vec<(u64, u64, u64)> {
-    let mut out = Vec::new();
-    let Some((eh, bases, _)) = eh_frame(module) else {
-        return out;
-    };
-    let relocs = LoadRelocs::of(module);
-    let mut entries = eh.entries(&bases);
-    while let Ok(Some(entry)) = entries.next() {
-        let CieOrFde::Fde(partial) = entry else {
-            continue;
-        };
-        let Ok(fde) = partial.parse(EhFrame::cie_from_offset) else {
-            continue;
-        };
-        if let Some(gimli::Pointer::Direct(a)) = fde.lsda() {
-            if let Ok(l) = Lsda::parse(module, &relocs, a, fde.initial_address()) {
-                out.extend(
-                    l.call_sites
-                        .iter()
-                        .filter_map(|c| Some((c.start, c.start + c.len, c.landing_pad?))),
-                );
-            }
-        }
-    }
+    let mut out: Vec<(u64, u64, u64)> = lsdas_by_fde(module)
+        .into_values()
+        .flatten()
+        .flat_map(|l| l.call_sites)
+        .filter_map(|c| Some((c.start, c.start + c.len, c.landing_pad?)))
+        .collect();
     out.sort_unstable();
     out
 }

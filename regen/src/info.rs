@@ -14,10 +14,10 @@ use std::io::Write;
 use std::path::Path;
 
 use aetrace_format::progdb::{ProcStatus, ProgramDb};
-use aetrace_format::{addrtrace, Stats, Trace, TraceFile};
+use aetrace_format::{Stats, Trace, TraceFile};
 use serde::Serialize;
 
-use crate::output::{regen_trace, Format, Options};
+use crate::output::{totals, Options};
 use crate::{Error, Result};
 
 /// A procedure an instrumented module left alone.
@@ -52,35 +52,21 @@ pub struct Info {
     pub bits_per_instruction_compressed: Option<f64>,
 }
 
-/// Counts the bytes written to it.
-struct Counter(u64);
-
-impl Write for Counter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0 += buf.len() as u64;
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Executed instructions of each thread: the records of its `bin` output.
+/// Executed instructions of each thread, in the order of `trace.threads()`
+/// (the `--count` regeneration: no output is formatted).
 fn instructions<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<Vec<u64>> {
-    trace
+    let totals = totals(trace, &Options::default())?;
+    Ok(trace
         .threads()
         .map(|t| {
-            let opts = Options {
-                format: Format::Bin,
-                thread: Some(t.start.thread.0),
-                jobs: 1,
-                ..Options::default()
-            };
-            let mut c = Counter(0);
-            regen_trace(trace, &opts, &mut c)?;
-            Ok(c.0.saturating_sub(addrtrace::HEADER_LEN as u64) / addrtrace::RECORD_LEN as u64)
+            totals
+                .threads
+                .iter()
+                .filter(|x| x.thread == t.start.thread)
+                .map(|x| x.instructions)
+                .sum()
         })
-        .collect()
+        .collect())
 }
 
 /// Gathers [`Info`] for the trace at `path`.

@@ -540,8 +540,10 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             let r = m.run(&mut sink);
             // Only what certainly ran is output (see `Sink::certain`); after a
             // pause the uncertain tail waits for the next batch.
-            let tail = sink.out.split_off(sink.certain.min(sink.out.len()));
-            let bytes = std::mem::replace(&mut sink.out, tail);
+            let mut next = Vec::with_capacity(BATCH + BATCH / 4);
+            next.extend_from_slice(&sink.out[sink.certain.min(sink.out.len())..]);
+            sink.out.truncate(sink.certain);
+            let bytes = std::mem::replace(&mut sink.out, next);
             sink.certain = 0;
             if !bytes.is_empty() && !emit(bytes) {
                 return Ok(());

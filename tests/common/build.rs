@@ -90,7 +90,8 @@ pub fn build(source: &str, variant: Variant) -> PathBuf {
     slot.get_or_init(|| compile(source, variant)).clone()
 }
 
-fn run_checked(cmd: &mut Command, what: &str) -> Output {
+/// Runs `cmd`; panics with `what` and its stderr unless it succeeds.
+pub fn run_checked(cmd: &mut Command, what: &str) -> Output {
     let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
