@@ -11,8 +11,8 @@
 # and slowdown for the optimal placement and for --placement all-predicates
 # (old AE); lackey's time and slowdown; trace bytes raw and compressed; bits
 # per executed instruction (executed instructions counted by regenerating
-# the trace); then regeneration time of `--format bin` to /dev/null and of
-# `--count` at -j1 and -j2, in executed instructions per second and as a
+# the trace); then regeneration time of `--format bin` and `--format insn`
+# to /dev/null and of `--count` at -j1 and -j2, in executed instructions per second and as a
 # ratio to the native run. Targets (issue 4/5): geometric-mean slowdown <=
 # 1.5x, <= 0.2 compressed bits per instruction, optimal >= 1.5x smaller than
 # all-predicates, regeneration no slower than the native run.
@@ -88,10 +88,12 @@ for w in "${WORKLOADS[@]}"; do
     "$AETRACE" info --json allp.aet >allp.json
     bin1=$(best "$AETRACE" regen --format bin -j 1 -o /dev/null opt.aet)
     bin2=$(best "$AETRACE" regen --format bin -j 2 -o /dev/null opt.aet)
+    insn1=$(best "$AETRACE" regen --format insn -j 1 -o /dev/null opt.aet)
+    insn2=$(best "$AETRACE" regen --format insn -j 2 -o /dev/null opt.aet)
     cnt1=$(best "$AETRACE" regen --count -j 1 opt.aet)
     cnt2=$(best "$AETRACE" regen --count -j 2 opt.aet)
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$native" "$opt" "$allp" "$lackey" \
-        "$bin1" "$bin2" "$cnt1" "$cnt2" >>"$RESULTS"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$native" "$opt" "$allp" "$lackey" \
+        "$bin1" "$bin2" "$cnt1" "$cnt2" "$insn1" "$insn2" >>"$RESULTS"
     python3 - "$name" <<'EOF' >>"$RESULTS.sizes"
 import json, sys
 o, a = json.load(open("opt.json")), json.load(open("allp.json"))
@@ -126,10 +128,11 @@ print(f"geometric-mean slowdown {g:.2f}x (target <= 1.5); compressed bits per in
       f"min {min(ratios):.2f}x (target >= 1.5)")
 print()
 print("Regeneration of the optimal traces: seconds, executed instructions per second, ratio to the native run")
-print(f"{'workload':16} {'native':>8} {'bin -j1':>8} {'Mi/s':>7} {'x nat':>6} {'bin -j2':>8} {'x nat':>6} {'count -j1':>9} {'x nat':>6} {'count -j2':>9} {'x nat':>6}")
+print(f"{'workload':16} {'native':>8} {'mode':>9} {'-j1 s':>8} {'Mi/s':>7} {'x nat':>6} {'-j2 s':>8} {'Mi/s':>7} {'x nat':>6} {'j1/j2':>6}")
 for r in rows:
     name, native = r[0], f(r[1])
-    b1, b2, c1, c2 = map(f, r[5:9])
     ins = int(sizes[name][0])
-    print(f"{name:16} {native:8.4f} {b1:8.4f} {ins/b1/1e6:7.1f} {b1/native:6.2f} {b2:8.4f} {b2/native:6.2f} {c1:9.4f} {c1/native:6.2f} {c2:9.4f} {c2/native:6.2f}")
+    for mode, (t1, t2) in [("bin", r[5:7]), ("insn", r[9:11]), ("count", r[7:9])]:
+        t1, t2 = f(t1), f(t2)
+        print(f"{name:16} {native:8.4f} {mode:>9} {t1:8.4f} {ins/t1/1e6:7.1f} {t1/native:6.2f} {t2:8.4f} {ins/t2/1e6:7.1f} {t2/native:6.2f} {t1/t2:6.2f}")
 EOF

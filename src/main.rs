@@ -83,12 +83,15 @@ enum Command {
         /// Only this thread.
         #[arg(long)]
         thread: Option<u32>,
-        /// Threads regenerated in parallel (0: one per CPU).
+        /// Parallel workers (0: one per CPU): threads, and pieces of long streams.
         #[arg(short = 'j', long, default_value_t = 0)]
         jobs: usize,
         /// Print totals only.
         #[arg(long)]
         count: bool,
+        /// Stream bytes per parallel piece of one thread (default: automatic).
+        #[arg(long, value_name = "BYTES", default_value_t = 0)]
+        piece: u64,
         /// Write here instead of stdout.
         #[arg(short, long)]
         output: Option<PathBuf>,
@@ -181,10 +184,23 @@ fn main() -> ExitCode {
             thread,
             jobs,
             count,
+            piece,
             output,
-        } => regen(
-            trace, &format, module, relative, thread, jobs, count, output,
-        ),
+        } => format
+            .parse()
+            .and_then(|format| {
+                let opts = aetrace_regen::Options {
+                    format,
+                    module,
+                    relative,
+                    thread,
+                    jobs,
+                    count,
+                    piece_bytes: piece,
+                };
+                aetrace_regen::regen_to(&trace, &opts, output.as_deref())
+            })
+            .map_err(|e: aetrace_regen::Error| e.to_string()),
         Command::Info { trace, json } => {
             aetrace_regen::info::info_command(&trace, json, &mut std::io::stdout().lock())
                 .map_err(|e| e.to_string())
@@ -198,28 +214,4 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn regen(
-    trace: PathBuf,
-    format: &str,
-    module: Option<String>,
-    relative: bool,
-    thread: Option<u32>,
-    jobs: usize,
-    count: bool,
-    output: Option<PathBuf>,
-) -> Result<(), String> {
-    let opts = aetrace_regen::Options {
-        format: format
-            .parse()
-            .map_err(|e: aetrace_regen::Error| e.to_string())?,
-        module,
-        relative,
-        thread,
-        jobs,
-        count,
-    };
-    aetrace_regen::regen_to(&trace, &opts, output.as_deref()).map_err(|e| e.to_string())
 }

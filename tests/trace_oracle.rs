@@ -33,18 +33,33 @@ fn link_base(exe: &Path) -> u64 {
         & !0xfff
 }
 
-/// The instruction sequences of `aetrace regen`, one per thread.
+/// The instruction sequences of `aetrace regen`, one per thread; the same
+/// bytes with each stream cut into 4 kB pieces expanded in parallel.
 fn regen_threads(trace: &Path) -> Vec<Vec<u64>> {
-    let out = Command::new(common::aetrace())
-        .args(["regen", "--format", "insn", "--relative", "-j", "1"])
-        .arg(trace)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "aetrace regen failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let regen = |jobs: &str| {
+        let out = Command::new(common::aetrace())
+            .args([
+                "regen",
+                "--format",
+                "insn",
+                "--relative",
+                "-j",
+                jobs,
+                "--piece",
+                "4096",
+            ])
+            .arg(trace)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "aetrace regen -j {jobs} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    };
+    let out = regen("1");
+    assert!(regen("2").stdout == out.stdout, "-j 2 differs from -j 1");
     let mut threads: Vec<Vec<u64>> = Vec::new();
     for line in out.stdout.split(|&c| c == b'\n') {
         if line.starts_with(b"#") {
@@ -337,6 +352,35 @@ fn cxx_exceptions_land_in_the_right_frames() {
 fn setjmp_longjmp() {
     traced("setjmp.c", O2_PIE, &[]);
     traced("setjmp.c", O0_NOPIE, &[]);
+}
+
+#[test]
+fn exec_ends_the_traced_process_cleanly() {
+    // argv[0] is the original program: the new image runs untraced (and
+    // outside lackey, which does not follow exec by default); the trace is
+    // the first image's, complete, with the new image's exit status 3.
+    let exe = build("exec.c", O2_PIE);
+    check(&exe, &[]);
+    let trace = common::scratch("trace-oracle").join(format!("exec-{}.aet", std::process::id()));
+    let st = Command::new(common::aetrace())
+        .arg("record")
+        .arg("-o")
+        .arg(&trace)
+        .arg("--")
+        .arg(&exe)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(st.code(), Some(3));
+    let info = Command::new(common::aetrace())
+        .args(["info"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let info = String::from_utf8_lossy(&info.stdout);
+    assert!(info.contains(": complete"), "{info}");
+    assert!(info.contains("exited with status 3"), "{info}");
+    let _ = std::fs::remove_file(&trace);
 }
 
 /// Builds `traces/<source>` with extra gcc flags (into the scratch dir).

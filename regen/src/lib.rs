@@ -27,6 +27,7 @@ pub mod info;
 pub mod machine;
 pub mod output;
 pub mod stream;
+pub mod summary;
 
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;

@@ -19,6 +19,7 @@
 use crate::compile::{Block, Module, AMBIGUOUS, EXIT, NO_WITNESS};
 use crate::error::{Error, Result};
 use crate::stream::{Item, Stream};
+use crate::summary::{Seg, Summaries};
 use aetrace_format::progdb::{CallTarget, EdgeKindDb};
 use aetrace_format::ThreadId;
 use std::collections::HashSet;
@@ -50,7 +51,7 @@ pub struct ForkState {
 }
 
 /// Where regenerated blocks go: their output bytes, or (when `counts` is
-/// set) execution counts per module and global block instead.
+/// set) only how many there were.
 pub struct Sink {
     pub out: Vec<u8>,
     /// `out[..certain]` certainly ran: a witness or record the program wrote
@@ -60,7 +61,45 @@ pub struct Sink {
     pub certain: usize,
     /// The machine pauses once `certain` reaches this many bytes.
     pub limit: usize,
-    pub counts: Option<Vec<Vec<u64>>>,
+    /// The machine pauses at the first read point (`summary` module) whose
+    /// witness is at this stream offset or later, before the block there:
+    /// where a long stream is cut into pieces.
+    pub pause_at: u64,
+    pub counts: Option<Counts>,
+}
+
+impl Sink {
+    /// A sink for output bytes, pausing every `limit` bytes.
+    pub fn output(out: Vec<u8>, limit: usize) -> Sink {
+        Sink {
+            certain: out.len(),
+            out,
+            limit,
+            pause_at: u64::MAX,
+            counts: None,
+        }
+    }
+
+    /// A sink that counts, for a machine over `modules`.
+    pub fn counting(modules: &[&Module]) -> Sink {
+        Sink {
+            out: Vec::new(),
+            certain: 0,
+            limit: usize::MAX,
+            pause_at: u64::MAX,
+            counts: Some(Counts {
+                totals: vec![(0, 0); modules.len()],
+                summaries: modules.iter().map(|m| Summaries::new(m)).collect(),
+            }),
+        }
+    }
+}
+
+/// What a counting sink accumulates.
+pub struct Counts {
+    /// Per module: instructions and blocks executed.
+    pub totals: Vec<(u64, u64)>,
+    summaries: Vec<Summaries>,
 }
 
 /// What `run` stopped for.
@@ -70,9 +109,13 @@ pub enum Progress {
     More,
     /// The stream ended cleanly.
     Done,
+    /// At `Sink::pause_at`: the machine is at a read point, before its block.
+    Paused,
 }
 
-/// One thread's regenerator.
+/// One thread's regenerator. A clone is a snapshot: run from it, it
+/// regenerates the rest of the stream as the original would.
+#[derive(Clone)]
 pub struct Machine<'a> {
     thread: ThreadId,
     modules: &'a [&'a Module],
@@ -121,6 +164,11 @@ impl<'a> Machine<'a> {
             jmpbufs: Default::default(),
             longjmp_to: None,
         }
+    }
+
+    /// Stream offset of the next unread byte.
+    pub fn stream_offset(&self) -> u64 {
+        self.stream.offset()
     }
 
     /// Makes this the machine of a fork child that continues from `state`.
@@ -657,9 +705,37 @@ impl<'a> Machine<'a> {
             };
             let m = self.module(l);
             let b = &m.blocks[l.block as usize];
+            // A read point (see `summary`): where pieces are cut and where
+            // counting takes one step per witness.
+            let read = match (self.pending, b.next, b.call) {
+                (None, EXIT, None) => self.stream.peek_byte_witness(),
+                _ => None,
+            };
+            if read.is_some() && self.stream.offset() >= sink.pause_at {
+                // The witness is there, so everything output so far ran.
+                sink.certain = sink.out.len();
+                return Ok(Progress::Paused);
+            }
             let counting = match &mut sink.counts {
                 Some(c) => {
-                    c[l.module as usize][l.block as usize] += 1;
+                    let t = &mut c.totals[l.module as usize];
+                    t.0 += u64::from(b.ninsns);
+                    t.1 += 1;
+                    if let Some(w) = read {
+                        let seg = c.summaries[l.module as usize].get(m, l.block, w);
+                        if seg != Seg::NONE {
+                            let (_, off) = self.stream.next_byte_witness().expect("peeked");
+                            t.0 += u64::from(seg.insns);
+                            t.1 += u64::from(seg.blocks);
+                            self.pending =
+                                (seg.pending != NO_WITNESS).then_some((seg.pending, off));
+                            self.cur = Some(Loc {
+                                module: l.module,
+                                block: seg.end,
+                            });
+                            continue;
+                        }
+                    }
                     true
                 }
                 None => {

@@ -1,6 +1,8 @@
 //! Driving the regeneration of a whole trace: choosing threads and modules,
-//! running one [`Machine`] per thread (in parallel with `-j`), and writing
-//! the output in thread order, byte-identical for any number of jobs.
+//! running one [`Machine`] per thread, with `-j N` cut into pieces by the
+//! summarised fast pass and expanded in parallel (`docs/regen.md` section
+//! 4), and writing the output in thread and piece order, byte-identical
+//! for any number of jobs and any piece size.
 //!
 //! Output formats (`docs/regen.md`): `insn` one lowercase hex address per
 //! instruction; `block` `ADDR SIZE NINSNS` (hex, decimal, decimal); `din`
@@ -10,10 +12,12 @@
 //! `insn` and `block` announce each thread with `# thread N pid P tid T`;
 //! `din`, `xdin` and `bin` carry no comments (Dinero IV accepts none).
 //!
-//! Invariants: a thread's output is produced in batches of about
-//! [`BATCH`] bytes; with `jobs > 1` at most `jobs` threads regenerate at
-//! once, together at most [`AHEAD_BYTES`] ahead of the writer, so memory
-//! stays bounded however long the streams are.
+//! Invariants: output is produced in batches of about [`BATCH`] bytes;
+//! with `jobs > 1` at most `jobs` pieces expand at once, together at most
+//! [`AHEAD_BYTES`] ahead of the writer, and at most `2 * jobs` cut pieces
+//! wait, so memory stays bounded however long the streams are; a piece
+//! ends exactly where the next one's snapshot was taken (the same read
+//! point, checked by the equality tests against `-j 1`).
 
 use crate::compile::{Addressing, Module};
 use crate::error::{Error, Result};
@@ -23,7 +27,7 @@ use aetrace_format::{module_flags, ModuleId, StartReason, Status, ThreadId, Thre
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 
 /// Bytes of output a machine produces before handing them to the writer.
@@ -88,6 +92,9 @@ pub struct Options {
     pub jobs: usize,
     /// Print totals instead of the trace.
     pub count: bool,
+    /// Stream bytes per piece when a stream is cut for parallel expansion;
+    /// 0 chooses from the stream's length and the number of jobs.
+    pub piece_bytes: u64,
 }
 
 impl Default for Options {
@@ -99,6 +106,7 @@ impl Default for Options {
             thread: None,
             jobs: 1,
             count: false,
+            piece_bytes: 0,
         }
     }
 }
@@ -410,12 +418,7 @@ fn fork_states<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<HashMap<u32, F
                 m.continue_fork(ForkState::clone(state));
             }
         }
-        let mut sink = Sink {
-            out: Vec::new(),
-            certain: 0,
-            limit: usize::MAX,
-            counts: Some(vec![vec![0; mods[job.module].blocks.len()]]),
-        };
+        let mut sink = Sink::counting(&mods[job.module..=job.module]);
         // A parent whose own regeneration fails later still gave its
         // children their states up to there.
         let _ = m.run(&mut sink);
@@ -480,20 +483,31 @@ impl Drop for ProgressOut<'_> {
     }
 }
 
-/// A batch of one thread's output, or how the thread ended.
+/// A batch of one piece's output, or how the piece ended.
 enum Msg {
     Bytes(Vec<u8>),
     End(Result<()>),
 }
 
+/// A piece of one thread's regeneration: a machine at its start, where it
+/// pauses (`u64::MAX`: the end of the stream), and what precedes its output.
+struct Piece<'m> {
+    machine: Machine<'m>,
+    pause_at: u64,
+    header: Vec<u8>,
+}
+
+/// The smallest piece worth a snapshot (a machine clone holds a chunk).
+const MIN_PIECE_BYTES: u64 = 1 << 20;
+
 impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
-    fn threads_jobs(&self) -> usize {
-        let n = if self.opts.jobs == 0 {
+    fn workers(&self) -> usize {
+        if self.opts.jobs == 0 {
             rayon::current_num_threads()
         } else {
             self.opts.jobs
-        };
-        n.min(self.jobs.len()).max(1)
+        }
+        .max(1)
     }
 
     fn machine<'m>(&'m self, job: &Job<'m>, mods: &'m [&'m Module]) -> Machine<'m> {
@@ -521,21 +535,61 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         }
     }
 
-    /// Regenerates one thread, handing batches to `emit` (false: stop).
-    fn produce(
-        &self,
-        job: &Job<'_>,
-        mods: &[&Module],
-        emit: &mut dyn FnMut(Vec<u8>) -> bool,
-    ) -> Result<()> {
-        let mut m = self.machine(job, mods);
-        let header = self.header(job);
-        let mut sink = Sink {
-            certain: header.len(),
-            out: header,
-            limit: BATCH,
-            counts: None,
+    /// A whole thread as one piece.
+    fn whole<'m>(&'m self, job: &Job<'m>, mods: &'m [&'m Module]) -> Piece<'m> {
+        Piece {
+            machine: self.machine(job, mods),
+            pause_at: u64::MAX,
+            header: self.header(job),
+        }
+    }
+
+    /// Cuts a thread into pieces of about `piece` stream bytes with the fast
+    /// pass (counting with summaries), handing each to `give` as soon as its
+    /// end is known (false: stop). A pass that fails ends the last piece at
+    /// the end of the stream: its expansion meets the same error after
+    /// writing everything before it.
+    fn cut<'m>(
+        &'m self,
+        job: &Job<'m>,
+        mods: &'m [&'m Module],
+        give: &mut dyn FnMut(Piece<'m>) -> bool,
+    ) {
+        let thread = job.info.start.thread;
+        let stream_len: u64 = self.trace.chunks(thread).map(|c| c.meta.raw_len).sum();
+        let piece = match self.opts.piece_bytes {
+            0 => (stream_len / (4 * self.workers() as u64)).max(MIN_PIECE_BYTES),
+            n => n,
         };
+        let mut start = self.whole(job, mods);
+        let mut fast = start.machine.clone();
+        let mut sink = Sink::counting(&mods[job.module..=job.module]);
+        sink.pause_at = piece;
+        while let Ok(Progress::Paused) = fast.run(&mut sink) {
+            let at = fast.stream_offset();
+            let next = Piece {
+                machine: fast.clone(),
+                pause_at: u64::MAX,
+                header: Vec::new(),
+            };
+            start.pause_at = at;
+            if !give(std::mem::replace(&mut start, next)) {
+                return;
+            }
+            sink.pause_at = at.saturating_add(piece);
+        }
+        give(start);
+    }
+
+    /// Regenerates one piece, handing batches to `emit` (false: stop).
+    fn produce(&self, piece: Piece<'_>, emit: &mut dyn FnMut(Vec<u8>) -> bool) -> Result<()> {
+        let Piece {
+            machine: mut m,
+            pause_at,
+            header,
+        } = piece;
+        let mut sink = Sink::output(header, BATCH);
+        sink.pause_at = pause_at;
         loop {
             let r = m.run(&mut sink);
             // Only what certainly ran is output (see `Sink::certain`); after a
@@ -550,7 +604,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             }
             match r? {
                 Progress::More => {}
-                Progress::Done => return Ok(()),
+                Progress::Done | Progress::Paused => return Ok(()),
             }
         }
     }
@@ -563,11 +617,11 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             let h = aetrace_format::addrtrace::Header { count: None };
             out.write_all(&h.to_bytes()).map_err(Error::Output)?;
         }
-        let workers = self.threads_jobs();
+        let workers = self.workers();
         if workers <= 1 {
             for job in self.jobs {
                 let mut werr = None;
-                let r = self.produce(job, &mods, &mut |b| match out.write_all(&b) {
+                let r = self.produce(self.whole(job, &mods), &mut |b| match out.write_all(&b) {
                     Ok(()) => true,
                     Err(e) => {
                         werr = Some(e);
@@ -588,39 +642,54 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         out.flush().map_err(Error::Output)
     }
 
-    /// Workers take threads in order; the writer drains thread after thread.
-    /// A worker blocks when its thread is its share of `AHEAD_BYTES` ahead of the
-    /// writer; threads are assigned in order, so the thread the writer waits
+    /// One thread cuts the streams into pieces, thread after thread; the
+    /// workers expand pieces in the order they were cut; the writer drains
+    /// piece after piece. A worker blocks when its piece is its share of
+    /// `AHEAD_BYTES` ahead of the writer, and the cutter when `2 * workers`
+    /// pieces wait; pieces are taken in order, so the piece the writer waits
     /// for always has a worker: no deadlock.
     fn write_parallel(&self, mods: &[&Module], workers: usize, out: &mut dyn Write) -> Result<()> {
         let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(workers)
+            .num_threads(workers + 1)
             .build()
             .map_err(|e| Error::Usage(format!("cannot start {workers} worker threads: {e}")))?;
-        // Batches per thread channel: the workers' share of AHEAD_BYTES.
+        // Batches per piece channel: the workers' share of AHEAD_BYTES.
         let ahead = (self.ahead_bytes / BATCH / workers).max(4);
-        let (senders, receivers): (Vec<_>, Vec<_>) = self
-            .jobs
-            .iter()
-            .map(|_| mpsc::sync_channel::<Msg>(ahead))
-            .unzip();
-        let next = AtomicUsize::new(0);
+        let (order_tx, order_rx) = mpsc::channel::<mpsc::Receiver<Msg>>();
+        let (work_tx, work_rx) =
+            mpsc::sync_channel::<(Piece<'_>, mpsc::SyncSender<Msg>)>(2 * workers);
+        let work_rx = std::sync::Mutex::new(work_rx);
         let stop = AtomicBool::new(false);
         pool.in_place_scope(|s| {
-            for _ in 0..workers {
-                s.spawn(|_| loop {
-                    let i = next.fetch_add(1, Ordering::SeqCst);
-                    if i >= self.jobs.len() || stop.load(Ordering::SeqCst) {
+            s.spawn(|_| {
+                let (order_tx, work_tx) = (order_tx, work_tx);
+                for job in self.jobs {
+                    let mut go = true;
+                    self.cut(job, mods, &mut |p| {
+                        let (tx, rx) = mpsc::sync_channel::<Msg>(ahead);
+                        go = !stop.load(Ordering::SeqCst)
+                            && order_tx.send(rx).is_ok()
+                            && work_tx.send((p, tx)).is_ok();
+                        go
+                    });
+                    if !go {
                         return;
                     }
-                    let tx = &senders[i];
-                    let r =
-                        self.produce(&self.jobs[i], mods, &mut |b| tx.send(Msg::Bytes(b)).is_ok());
+                }
+            });
+            for _ in 0..workers {
+                s.spawn(|_| loop {
+                    let next = work_rx.lock().map(|rx| rx.recv());
+                    let Ok(Ok((piece, tx))) = next else { return };
+                    if stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    let r = self.produce(piece, &mut |b| tx.send(Msg::Bytes(b)).is_ok());
                     let _ = tx.send(Msg::End(r));
                 });
             }
             let result = (|| {
-                for rx in &receivers {
+                for rx in &order_rx {
                     loop {
                         match rx.recv() {
                             Ok(Msg::Bytes(b)) => out.write_all(&b).map_err(Error::Output)?,
@@ -637,9 +706,12 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                 Ok(())
             })();
             if result.is_err() {
-                // Unblock and stop every worker: their sends now fail.
+                // Stop the cutter and the workers: their sends now fail.
                 stop.store(true, Ordering::SeqCst);
-                drop(receivers);
+                drop(order_rx);
+                if let Ok(rx) = work_rx.lock() {
+                    while rx.try_recv().is_ok() {}
+                }
             }
             result
         })
@@ -649,22 +721,17 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     fn totals(&self) -> Result<Totals> {
         use rayon::prelude::*;
         let mods: Vec<&Module> = self.compiled.iter().collect();
-        let run = |job: &Job<'_>| -> Result<(Vec<u64>, Vec<u64>)> {
+        let run = |job: &Job<'_>| -> Result<((u64, u64), Vec<u64>)> {
             let mut m = self.machine(job, &mods);
-            let mut sink = Sink {
-                out: Vec::new(),
-                certain: 0,
-                limit: usize::MAX,
-                counts: Some(vec![vec![0; mods[job.module].blocks.len()]]),
-            };
+            let mut sink = Sink::counting(&mods[job.module..=job.module]);
             while m.run(&mut sink)? == Progress::More {}
             // One module per machine: its counts are the first (only) entries.
-            let blocks = sink.counts.into_iter().flatten().next().unwrap_or_default();
+            let totals = sink.counts.map_or((0, 0), |c| c.totals[0]);
             let entries = m.entries.into_iter().next().unwrap_or_default();
-            Ok((blocks, entries))
+            Ok((totals, entries))
         };
-        let workers = self.threads_jobs();
-        let results: Vec<Result<(Vec<u64>, Vec<u64>)>> = if workers <= 1 {
+        let workers = self.workers().min(self.jobs.len()).max(1);
+        let results: Vec<Result<((u64, u64), Vec<u64>)>> = if workers <= 1 {
             self.jobs.iter().map(run).collect()
         } else {
             let pool = rayon::ThreadPoolBuilder::new()
@@ -676,13 +743,8 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         let mut calls: Vec<Vec<u64>> = mods.iter().map(|m| vec![0; m.procs.len()]).collect();
         let mut threads = Vec::new();
         for (job, r) in self.jobs.iter().zip(results) {
-            let (blocks, entries) = r?;
+            let ((ni, nb), entries) = r?;
             let m = mods[job.module];
-            let (mut ni, mut nb) = (0u64, 0u64);
-            for (b, &n) in m.blocks.iter().zip(&blocks) {
-                nb += n;
-                ni += n * u64::from(b.ninsns);
-            }
             for (c, e) in calls[job.module].iter_mut().zip(entries) {
                 *c += e;
             }

@@ -97,6 +97,7 @@ impl Item {
 }
 
 /// A thread's stream, read front to back.
+#[derive(Clone)]
 pub struct Stream<'t> {
     thread: ThreadId,
     chunks: std::vec::IntoIter<Chunk<'t>>,
@@ -244,6 +245,14 @@ impl<'t> Stream<'t> {
         } else {
             None
         }
+    }
+
+    /// The next item if it is a one-byte witness already buffered, not
+    /// consumed.
+    #[inline(always)]
+    pub fn peek_byte_witness(&self) -> Option<u32> {
+        let b = *self.buf.get(self.pos)?;
+        (b.wrapping_sub(1) < 0xFE).then(|| u32::from(b) - 1)
     }
 
     /// The next item and its offset, consumed.

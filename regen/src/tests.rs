@@ -522,6 +522,7 @@ proptest! {
         structured in any::<bool>(),
         nthreads in 1usize..4,
         chunk in 1usize..64,
+        piece in 1u64..24,
     ) {
         let s = random_case(seed, nprocs, max_blocks, structured);
         let mut rng = Rng::new(seed ^ 0x5eed);
@@ -545,6 +546,15 @@ proptest! {
         let (out2, r2) = run(&bytes, &Options { jobs: 2, ..opts(Format::Insn) });
         prop_assert!(r2.is_ok());
         prop_assert_eq!(&out2, &out);
+        // Streams cut into pieces of a few bytes by the summarised fast pass.
+        let (out3, r3) = run(&bytes, &Options { jobs: 3, piece_bytes: piece, ..opts(Format::Insn) });
+        prop_assert!(r3.is_ok());
+        prop_assert_eq!(&out3, &out);
+        // Counting with summaries counts what the walk outputs.
+        let (count, rc) = run(&bytes, &Options { count: true, ..opts(Format::Insn) });
+        prop_assert!(rc.is_ok());
+        let want_total = format!("total: {} instructions", want.lines().filter(|l| !l.starts_with('#')).count());
+        prop_assert!(text(&count).contains(&want_total), "{}\n{}", text(&count), want_total);
         // One thread alone, relative addresses.
         let last = nthreads as u32 - 1;
         let (one, r3) = run(&bytes, &Options { thread: Some(last), relative: true, ..opts(Format::Insn) });
@@ -577,6 +587,10 @@ proptest! {
             prop_assert!(matches!(err, Error::Truncated { .. }), "{}", err);
         }
         let want = format!("# thread 0 pid {PID} tid {PID}\n{}", s.expected_insns(&e));
+        // Pieces end where the whole walk ends, with the same error.
+        let (cut, rcut) = run(&bytes, &Options { jobs: 2, piece_bytes: 3, ..opts(Format::Insn) });
+        prop_assert_eq!(&cut, &out);
+        prop_assert_eq!(rcut.err().map(|e| e.to_string()), r.as_ref().err().map(|e| e.to_string()));
         let out = text(&out);
         prop_assert!(out.starts_with(&want) || want.starts_with(out), "{out}\n---\n{want}");
     }
@@ -738,11 +752,12 @@ fn an_error_in_one_thread_stops_parallel_output_at_the_same_byte() {
         ),
         "{e1}"
     );
-    for jobs in [2, 3, 8] {
+    for (jobs, piece_bytes) in [(2, 0), (3, 0), (8, 0), (2, 1000), (3, 777)] {
         let (out, r) = run(
             &bytes,
             &Options {
                 jobs,
+                piece_bytes,
                 ..opts(Format::Xdin)
             },
         );

@@ -1,0 +1,171 @@
+//! Per-(block, witness) summaries: the regenerator's fast pass (issue 5,
+//! item 3; DESIGN.md decision 7).
+//!
+//! Between two reads of the witness stream, Figure 7's walk is a function
+//! of the block where the last witness was read and that witness: the
+//! blocks it passes are forced (fall-through, a pending witness choosing at
+//! the next predicates). A [`Seg`] records where such a walk stops and how
+//! many blocks and instructions it passed, so counting (`--count`, the
+//! fork pre-pass, and the pass that cuts one long stream into pieces for
+//! parallel expansion) takes one step per witness instead of one per block.
+//!
+//! A segment starts at a *read point*: a block without a call, whose exit
+//! is not a plain fall-through (`Block::next == EXIT`), reached with no
+//! pending witness, where the next stream item is a one-byte witness `w`.
+//! It ends at the first block `e` that the full machine would treat at its
+//! loop head with something other than a forced move: a read point (no
+//! witness pending, `e.next == EXIT`), a call block, an edge to EXIT, a
+//! witness that does not fit, or [`MAX_BLOCKS`] blocks. `e` itself is not
+//! in the segment: the machine handles it as it would without summaries.
+//!
+//! Invariants: a segment consumes exactly the witness `w` from the stream
+//! and nothing else; following it leaves the machine in the state the
+//! block-by-block walk reaches at `e` (same block, same pending witness),
+//! having passed `blocks` blocks of `insns` instructions (checked against
+//! the walk's output by `tests::random_executions_regenerate_exactly`).
+
+use crate::compile::{Block, Module, AMBIGUOUS, EXIT, NO_WITNESS};
+
+/// Longest walk one segment summarises (keeps `insns` in a `u32`).
+pub const MAX_BLOCKS: u32 = 1 << 12;
+
+/// A summarised walk from a read point, for one witness.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Seg {
+    /// The block the walk stops at (not part of the segment), or
+    /// [`Seg::NONE`]`.end` when the read point must take the slow path.
+    pub end: u32,
+    /// The witness still pending at `end`, or [`NO_WITNESS`].
+    pub pending: u32,
+    pub blocks: u32,
+    pub insns: u32,
+}
+
+impl Seg {
+    /// No summary: the machine walks this one block by block.
+    pub const NONE: Seg = Seg {
+        end: EXIT,
+        pending: NO_WITNESS,
+        blocks: 0,
+        insns: 0,
+    };
+    /// Not computed yet.
+    const UNKNOWN: Seg = Seg {
+        end: EXIT - 1,
+        pending: NO_WITNESS,
+        blocks: 0,
+        insns: 0,
+    };
+}
+
+/// The segments of one module, computed on first use: one per witness
+/// choice of each predicate (`Module::choices`) and one per block whose only
+/// successor carries a witness.
+#[derive(Clone, Debug)]
+pub struct Summaries {
+    choice: Vec<Seg>,
+    single: Vec<Seg>,
+}
+
+impl Summaries {
+    pub fn new(m: &Module) -> Summaries {
+        Summaries {
+            choice: vec![Seg::UNKNOWN; m.choices.len()],
+            single: vec![Seg::UNKNOWN; m.blocks.len()],
+        }
+    }
+
+    /// The segment from read point `l` for witness `w`.
+    #[inline]
+    pub fn get(&mut self, m: &Module, l: u32, w: u32) -> Seg {
+        let b = &m.blocks[l as usize];
+        let slot = if b.choice_hi > b.choice_lo {
+            let cs = &m.choices[b.choice_lo as usize..b.choice_hi as usize];
+            match cs.binary_search_by_key(&w, |&(cw, _)| cw) {
+                Ok(i) => &mut self.choice[b.choice_lo as usize + i],
+                Err(_) => return Seg::NONE,
+            }
+        } else {
+            // One slot per block: only its successor's own witness fits.
+            if b.succ_hi - b.succ_lo != 1 || m.succs[b.succ_lo as usize].witness != w {
+                return Seg::NONE;
+            }
+            &mut self.single[l as usize]
+        };
+        if *slot == Seg::UNKNOWN {
+            *slot = walk(m, l, w);
+        }
+        *slot
+    }
+}
+
+/// The successor `b` leaves by with `pending`, and the witness pending
+/// after it; `None` where the full machine must decide (a call, EXIT, no
+/// successor, a witness needed or not fitting).
+#[inline]
+fn forced(m: &Module, b: &Block, pending: u32) -> Option<(u32, u32)> {
+    if b.call.is_some() {
+        return None;
+    }
+    let si = match b.succ_hi - b.succ_lo {
+        0 => return None,
+        1 => {
+            let s = m.succs[b.succ_lo as usize];
+            if s.witness == NO_WITNESS {
+                (b.succ_lo, pending)
+            } else if s.witness == pending {
+                (b.succ_lo, NO_WITNESS)
+            } else {
+                return None;
+            }
+        }
+        _ => {
+            if pending == NO_WITNESS {
+                return None;
+            }
+            match m.choose(b, pending) {
+                Some(si) if si != AMBIGUOUS => {
+                    let p = if m.succs[si as usize].witness == NO_WITNESS {
+                        pending
+                    } else {
+                        NO_WITNESS
+                    };
+                    (si, p)
+                }
+                _ => return None,
+            }
+        }
+    };
+    (m.succs[si.0 as usize].to != EXIT).then_some(si)
+}
+
+/// Walks from read point `l` having read `w` (see the module comment).
+fn walk(m: &Module, l: u32, w: u32) -> Seg {
+    let Some((si, mut pending)) = forced(m, &m.blocks[l as usize], w) else {
+        return Seg::NONE;
+    };
+    let mut to = m.succs[si as usize].to;
+    let (mut blocks, mut insns) = (0u32, 0u32);
+    loop {
+        let b = &m.blocks[to as usize];
+        let stop = Seg {
+            end: to,
+            pending,
+            blocks,
+            insns,
+        };
+        if (b.next == EXIT && pending == NO_WITNESS) || blocks >= MAX_BLOCKS {
+            return stop;
+        }
+        let Some((si, p)) = forced(m, b, pending) else {
+            return stop;
+        };
+        let Some(n) = insns.checked_add(b.ninsns).filter(|&n| n < u32::MAX / 2) else {
+            return stop;
+        };
+        insns = n;
+        blocks += 1;
+        pending = p;
+        to = m.succs[si as usize].to;
+    }
+}
