@@ -33,13 +33,15 @@ fn link_base(exe: &Path) -> u64 {
         & !0xfff
 }
 
-/// The instruction sequences of `aetrace regen`, one per thread.
-fn regen_threads(trace: &Path) -> Vec<Vec<u64>> {
-    let out = Command::new(common::aetrace())
-        .args(["regen", "--format", "insn", "--relative", "-j", "1"])
-        .arg(trace)
-        .output()
-        .unwrap();
+/// The instruction sequences of `aetrace regen`, one per thread (of
+/// module `module` only, when given).
+fn regen_threads(trace: &Path, module: Option<&str>) -> Vec<Vec<u64>> {
+    let mut cmd = Command::new(common::aetrace());
+    cmd.args(["regen", "--format", "insn", "--relative", "-j", "1"]);
+    if let Some(m) = module {
+        cmd.args(["--module", m]);
+    }
+    let out = cmd.arg(trace).output().unwrap();
     assert!(
         out.status.success(),
         "aetrace regen failed: {}",
@@ -107,16 +109,21 @@ fn is_rep(elf: &Elf, addr: u64) -> bool {
         .any(|&b| b == 0xf2 || b == 0xf3)
 }
 
-/// Address ranges of the procedures `aetrace info` says were left alone.
-fn left_alone_ranges(exe: &Path, trace: &Path) -> Vec<(u64, u64)> {
+/// `aetrace info --json TRACE`.
+fn info_json(trace: &Path) -> serde_json::Value {
     let info = Command::new(common::aetrace())
         .args(["info", "--json"])
         .arg(trace)
         .output()
         .unwrap();
     assert!(info.status.success(), "aetrace info failed");
-    let info: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
-    let names: Vec<String> = info["programs"][0]["left_alone"]
+    serde_json::from_slice(&info.stdout).unwrap()
+}
+
+/// Address ranges of the procedures of module `exe` (the `k`th program of
+/// the trace) that `aetrace info` says were left alone.
+fn left_alone_ranges(exe: &Path, info: &serde_json::Value, k: usize) -> Vec<(u64, u64)> {
+    let names: Vec<String> = info["programs"][k]["left_alone"]
         .as_array()
         .unwrap()
         .iter()
@@ -149,14 +156,29 @@ fn check(exe: &Path, args: &[&str]) {
 /// (each process's threads follow its parent's, in pid order, like
 /// aetrace's streams).
 fn check_with(exe: &Path, args: &[&str], mode: LogMode) {
+    check_libs(exe, args, &[], mode)
+}
+
+/// [`check_with`] recording with `--libs LIBS` too: every instrumented
+/// module of the trace (the executable, then each library) is compared
+/// with lackey's instructions inside that module, through `aetrace regen
+/// --module M --relative` (threads that never ran in M are skipped on both
+/// sides).
+fn check_libs(exe: &Path, args: &[&str], libs: &[&str], mode: LogMode) {
     let name = exe.file_name().unwrap().to_string_lossy().into_owned();
     let native = run_native(exe, args);
     let dir = common::scratch("trace-oracle");
     let trace = dir.join(format!("{name}-{}.aet", std::process::id()));
+    let libs_arg = if libs.is_empty() {
+        "none".to_owned()
+    } else {
+        libs.join(",")
+    };
     let recorded = Command::new(common::aetrace())
         .arg("record")
         .arg("-o")
         .arg(&trace)
+        .args(["--libs", &libs_arg])
         .arg("--")
         .arg(exe)
         .args(args)
@@ -174,14 +196,45 @@ fn check_with(exe: &Path, args: &[&str], mode: LogMode) {
         native.status.code(),
         "{name}: status differs"
     );
-    let modules = [exe.to_path_buf()];
+    let info = info_json(&trace);
+    let modules: Vec<PathBuf> = info["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["instrumented"] == true)
+        .map(|m| PathBuf::from(m["path"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        modules.len(),
+        1 + libs.len(),
+        "{name}: instrumented modules in the trace: {modules:?}"
+    );
     let run = lackey::run_with(exe, args, &modules, "*", mode, Capture::Sequences);
+    for (k, module) in modules.iter().enumerate() {
+        let filter = (!libs.is_empty()).then(|| module.to_str().unwrap());
+        compare_module(&name, module, &info, k, &run.modules[k], &trace, filter);
+    }
+    let _ = std::fs::remove_file(&trace);
+}
+
+/// Lackey's instructions inside `module` (the `k`th program of the trace)
+/// against `aetrace regen` (of that module only when `filter` is given).
+fn compare_module(
+    name: &str,
+    module: &Path,
+    info: &serde_json::Value,
+    k: usize,
+    lackey: &lackey::ModuleTrace,
+    trace: &Path,
+    filter: Option<&str>,
+) {
+    let exe = module;
     let base = link_base(exe);
-    let alone = left_alone_ranges(exe, &trace);
+    let alone = left_alone_ranges(exe, info, k);
     let elf = Elf::read(exe);
     let mut rep_cache: std::collections::HashMap<u64, bool> = Default::default();
     let mut untraced = 0usize;
-    let lk: Vec<Vec<u64>> = run.modules[0]
+    let mut lk: Vec<Vec<u64>> = lackey
         .sequences
         .values()
         .map(|s| {
@@ -204,10 +257,19 @@ fn check_with(exe: &Path, args: &[&str], mode: LogMode) {
             kept
         })
         .collect();
+    let name = format!("{name} ({})", module.display());
     if untraced > 0 {
         eprintln!("{name}: {untraced} instructions in procedures left alone ({alone:x?})");
     }
-    let rg = regen_threads(&trace);
+    let mut rg = regen_threads(trace, filter);
+    if filter.is_some() {
+        lk.retain(|s| !s.is_empty());
+        rg.retain(|s| !s.is_empty());
+    }
+    assert!(
+        lk.iter().map(Vec::len).sum::<usize>() > 0,
+        "{name}: lackey saw no instruction of the module"
+    );
     assert_eq!(
         lk.len(),
         rg.len(),
@@ -220,7 +282,10 @@ fn check_with(exe: &Path, args: &[&str], mode: LogMode) {
             panic!("{name}: thread {t}: {d}");
         }
     }
-    let _ = std::fs::remove_file(&trace);
+    eprintln!(
+        "{name}: {} instructions equal to lackey's",
+        lk.iter().map(Vec::len).sum::<usize>()
+    );
 }
 
 fn traced(source: &str, v: Variant, args: &[&str]) {
@@ -298,6 +363,28 @@ fn debian_bzip2() {
 #[test]
 fn debian_xz() {
     check(Path::new("/usr/bin/xz"), &["-c", &input("xz")]);
+}
+
+#[test]
+fn debian_bzip2_with_libbz2() {
+    check_libs(
+        Path::new("/usr/bin/bzip2"),
+        &["-c", &input("bzip2-libs")],
+        &["libbz2.so.1.0"],
+        LogMode::Pipe,
+    );
+}
+
+#[test]
+fn debian_xz_with_liblzma() {
+    let p = common::scratch("inputs").join("trace-oracle-xz-libs");
+    std::fs::write(&p, common::text_input(4_000)).unwrap();
+    check_libs(
+        Path::new("/usr/bin/xz"),
+        &["-c", &p.display().to_string()],
+        &["liblzma.so.5"],
+        LogMode::Pipe,
+    );
 }
 
 #[test]
