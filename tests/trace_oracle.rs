@@ -204,11 +204,15 @@ fn check_libs(exe: &Path, args: &[&str], libs: &[&str], mode: LogMode) {
         .filter(|m| m["instrumented"] == true)
         .map(|m| PathBuf::from(m["path"].as_str().unwrap()))
         .collect();
-    assert_eq!(
-        modules.len(),
-        1 + libs.len(),
-        "{name}: instrumented modules in the trace: {modules:?}"
-    );
+    if libs == ["all"] {
+        assert!(modules.len() > 1, "{name}: --libs all traced no library");
+    } else {
+        assert_eq!(
+            modules.len(),
+            1 + libs.len(),
+            "{name}: instrumented modules in the trace: {modules:?}"
+        );
+    }
     let run = lackey::run_with(exe, args, &modules, "*", mode, Capture::Sequences);
     for (k, module) in modules.iter().enumerate() {
         let filter = (!libs.is_empty()).then(|| module.to_str().unwrap());
@@ -455,4 +459,40 @@ fn stripped_binary_without_unwind_tables() {
         ],
     );
     check(&exe, &[]);
+}
+
+/// Builds `traces/shlib_callback.c` against its own shared library
+/// (`traces/shlib_callback_lib.c` as `libaecb.so.1`, found through an
+/// absolute DT_RUNPATH, as the loader would).
+fn build_shlib_callback() -> PathBuf {
+    let dir = common::scratch("trace-oracle-builds").join(format!("shlib-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let traces = common::repo_root().join("traces");
+    let st = Command::new("gcc")
+        .args(["-O2", "-shared", "-fPIC", "-Wl,-soname,libaecb.so.1", "-o"])
+        .arg(dir.join("libaecb.so.1"))
+        .arg(traces.join("shlib_callback_lib.c"))
+        .status()
+        .unwrap();
+    assert!(st.success(), "gcc -shared shlib_callback_lib.c");
+    let exe = dir.join("shlib_callback");
+    let st = Command::new("gcc")
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(traces.join("shlib_callback.c"))
+        .arg(format!("-L{}", dir.display()))
+        .arg("-l:libaecb.so.1")
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .status()
+        .unwrap();
+    assert!(st.success(), "gcc shlib_callback.c");
+    exe
+}
+
+#[test]
+fn shared_library_calling_back_into_the_program() {
+    let exe = build_shlib_callback();
+    check_libs(&exe, &["300"], &["libaecb.so.1"], LogMode::Pipe);
+    // `all`: every library but glibc's (left alone with a note).
+    check_libs(&exe, &["50"], &["all"], LogMode::Pipe);
 }
