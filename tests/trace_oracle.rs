@@ -496,3 +496,55 @@ fn shared_library_calling_back_into_the_program() {
     // `all`: every library but glibc's (left alone with a note).
     check_libs(&exe, &["50"], &["all"], LogMode::Pipe);
 }
+
+/// A rewritten library loaded by an executable that is not instrumented
+/// (what a traced program's uninstrumented child would meet through the
+/// inherited `LD_LIBRARY_PATH`) has no runtime to attach to: it stops at
+/// its first traced code with a message and status 125, never running
+/// untraced or writing a wrong stream.
+#[test]
+fn a_traced_library_without_a_traced_executable_stops_clearly() {
+    let exe = build_shlib_callback();
+    let dir = exe.parent().unwrap();
+    let cache = dir.join("cache");
+    let trace = dir.join("t.aet");
+    let st = Command::new(common::aetrace())
+        .env("AETRACE_CACHE", &cache)
+        .arg("record")
+        .arg("-o")
+        .arg(&trace)
+        .args(["--libs", "libaecb.so.1", "--"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let copy = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            let n = p.file_name().unwrap().to_string_lossy();
+            n.starts_with("libaecb.so.1-") && !n.ends_with(".meta")
+        })
+        .expect("the rewritten library is cached");
+    let libdir = dir.join("rewritten");
+    std::fs::create_dir_all(&libdir).unwrap();
+    let link = libdir.join("libaecb.so.1");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&copy, &link).unwrap();
+    let out = Command::new(&exe)
+        .env("LD_LIBRARY_PATH", &libdir)
+        .env("AETRACE_OUT", dir.join("standalone.out"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "stderr {stderr}");
+    assert!(
+        stderr.contains("instrumented shared library ran before the executable's runtime init"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "it ran untraced: {:?}", out.stdout);
+}
