@@ -91,8 +91,8 @@ for w in "${WORKLOADS[@]}"; do
     fi
     "$AETRACE" info --json opt.aet >opt.json
     "$AETRACE" info --json allp.aet >allp.json
-    bin1=$(best "$AETRACE" regen --format bin -j 1 -o /dev/null opt.aet)
-    bin2=$(best "$AETRACE" regen --format bin -j 2 -o /dev/null opt.aet)
+    bin1=$(best "$AETRACE" regen --format bin -j 1 opt.aet)
+    bin2=$(best "$AETRACE" regen --format bin -j 2 opt.aet)
     cnt1=$(best "$AETRACE" regen --count -j 1 opt.aet)
     cnt2=$(best "$AETRACE" regen --count -j 2 opt.aet)
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$native" "$opt" "$allp" "$lackey" \

@@ -463,9 +463,11 @@ fn stripped_binary_without_unwind_tables() {
 
 /// Builds `traces/shlib_callback.c` against its own shared library
 /// (`traces/shlib_callback_lib.c` as `libaecb.so.1`, found through an
-/// absolute DT_RUNPATH, as the loader would).
-fn build_shlib_callback() -> PathBuf {
-    let dir = common::scratch("trace-oracle-builds").join(format!("shlib-{}", std::process::id()));
+/// absolute DT_RUNPATH, or with `origin` through `$ORIGIN`, as the loader
+/// would).
+fn build_shlib_callback(origin: bool) -> PathBuf {
+    let dir = common::scratch("trace-oracle-builds")
+        .join(format!("shlib-{}-{origin}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let traces = common::repo_root().join("traces");
     let st = Command::new("gcc")
@@ -482,7 +484,11 @@ fn build_shlib_callback() -> PathBuf {
         .arg(traces.join("shlib_callback.c"))
         .arg(format!("-L{}", dir.display()))
         .arg("-l:libaecb.so.1")
-        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .arg(if origin {
+            "-Wl,-rpath,$ORIGIN".to_owned()
+        } else {
+            format!("-Wl,-rpath,{}", dir.display())
+        })
         .status()
         .unwrap();
     assert!(st.success(), "gcc shlib_callback.c");
@@ -491,10 +497,20 @@ fn build_shlib_callback() -> PathBuf {
 
 #[test]
 fn shared_library_calling_back_into_the_program() {
-    let exe = build_shlib_callback();
+    let exe = build_shlib_callback(false);
     check_libs(&exe, &["300"], &["libaecb.so.1"], LogMode::Pipe);
     // `all`: every library but glibc's (left alone with a note).
     check_libs(&exe, &["50"], &["all"], LogMode::Pipe);
+}
+
+/// The rewritten executable runs from the cache, so its `$ORIGIN` moves:
+/// an untraced library found through a `$ORIGIN` DT_RUNPATH is linked into
+/// the per-run library directory, under its name, and still loads.
+#[test]
+fn libraries_found_through_origin_still_load() {
+    let exe = build_shlib_callback(true);
+    check_libs(&exe, &["40"], &[], LogMode::Pipe);
+    check_libs(&exe, &["40"], &["libaecb.so.1"], LogMode::Pipe);
 }
 
 /// A rewritten library loaded by an executable that is not instrumented
@@ -504,7 +520,7 @@ fn shared_library_calling_back_into_the_program() {
 /// untraced or writing a wrong stream.
 #[test]
 fn a_traced_library_without_a_traced_executable_stops_clearly() {
-    let exe = build_shlib_callback();
+    let exe = build_shlib_callback(false);
     let dir = exe.parent().unwrap();
     let cache = dir.join("cache");
     let trace = dir.join("t.aet");

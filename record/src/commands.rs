@@ -224,14 +224,19 @@ fn decode_meta(b: &[u8], path: PathBuf, flags: u32) -> Option<ModuleSpec> {
 pub fn record_command(o: &RecordOptions) -> Result<Outcome> {
     let exe = find_program(&o.program)?;
     let prepared = prepare(&exe, o.placement, 0)?;
-    let (libs, lib_notes) = crate::libs::select(&exe, &o.libs)?;
+    let sel = crate::libs::select(&exe, &o.libs)?;
     let mut modules = vec![prepared.module];
-    modules[0].notes.extend(lib_notes);
+    modules[0].notes.extend(sel.notes);
     let mut links = Vec::new();
-    for (i, lib) in libs.iter().enumerate() {
+    for (i, lib) in sel.traced.iter().enumerate() {
         let p = prepare(&lib.path, o.placement, i as u32 + 1)?;
         links.push((lib.needed.clone(), p.elf));
         modules.push(p.module);
+    }
+    // The rewritten copies live in the cache: what their `$ORIGIN` found
+    // must still be found.
+    for lib in &sel.origin_relative {
+        links.push((lib.needed.clone(), lib.path.clone()));
     }
     let dir = LibDir::create(&links)?;
     let trace = o.trace.clone().unwrap_or_else(|| {

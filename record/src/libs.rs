@@ -58,6 +58,9 @@ pub struct Library {
     pub path: PathBuf,
     /// Found through a DT_RPATH, which `LD_LIBRARY_PATH` cannot override.
     pub via_rpath: bool,
+    /// Found in a directory relative to this object's `$ORIGIN`: once that
+    /// object is a rewritten copy elsewhere, its `$ORIGIN` moves.
+    pub origin: Option<PathBuf>,
 }
 
 fn lib_err(what: String) -> Error {
@@ -112,7 +115,7 @@ pub fn closure(exe: &Path) -> Result<Vec<Library>> {
                 continue;
             }
             let found = if needed.contains('/') {
-                Some((PathBuf::from(needed), false))
+                Some((PathBuf::from(needed), false, None))
             } else {
                 search(
                     needed,
@@ -122,7 +125,7 @@ pub fn closure(exe: &Path) -> Result<Vec<Library>> {
                     &cache,
                 )
             };
-            let Some((path, via_rpath)) = found else {
+            let Some((path, via_rpath, origin_dir)) = found else {
                 return Err(lib_err(format!(
                     "{}: needed library {needed} not found (DT_RPATH, LD_LIBRARY_PATH, DT_RUNPATH, ld.so.cache, default directories)",
                     obj.display()
@@ -134,31 +137,77 @@ pub fn closure(exe: &Path) -> Result<Vec<Library>> {
                 Vec::new()
             };
             queue.push_back((path.clone(), chain));
+            // Whose `$ORIGIN` found it (an RPATH may be a loader's).
+            let origin = origin_dir.and_then(|d| {
+                std::iter::once(&obj)
+                    .chain(out.iter().map(|l: &Library| &l.path))
+                    .find(|o| o.parent() == Some(d.as_path()))
+                    .cloned()
+            });
             out.push(Library {
                 needed: needed.clone(),
                 path,
                 via_rpath,
+                origin,
             });
         }
     }
     Ok(out)
 }
 
+/// What `--libs` resolves to.
+#[derive(Debug, Default)]
+pub struct Selection {
+    /// The libraries to rewrite, in module-tag order (tag = index + 1).
+    pub traced: Vec<Library>,
+    /// Untraced libraries found relative to the `$ORIGIN` of the
+    /// executable or of a traced library: the rewritten copies live
+    /// elsewhere, so these are linked into the per-run directory too
+    /// (the same files under the same names: what the loader would load).
+    pub origin_relative: Vec<Library>,
+    /// Libraries skipped by `all`, and why.
+    pub notes: Vec<String>,
+}
+
 /// The libraries of `exe`'s closure that `sel` names; glibc's, named
 /// explicitly, are refused; with `All` they are skipped and described in
-/// the returned notes.
-pub fn select(exe: &Path, sel: &LibSelection) -> Result<(Vec<Library>, Vec<String>)> {
+/// the notes.
+pub fn select(exe: &Path, sel: &LibSelection) -> Result<Selection> {
+    let all = match closure(exe) {
+        Ok(all) => all,
+        // Without libraries to trace a search failure is the loader's to
+        // report, exactly as in a native run.
+        Err(_) if *sel == LibSelection::None => return Ok(Selection::default()),
+        Err(e) => return Err(e),
+    };
+    let (chosen, notes) = choose(exe, &all, sel)?;
+    let rewritten: Vec<&Path> = std::iter::once(exe)
+        .chain(chosen.iter().map(|l| l.path.as_path()))
+        .collect();
+    let origin_relative = all
+        .iter()
+        .filter(|l| !chosen.contains(l))
+        .filter(|l| l.origin.as_deref().is_some_and(|o| rewritten.contains(&o)))
+        .cloned()
+        .collect();
+    Ok(Selection {
+        traced: chosen,
+        origin_relative,
+        notes,
+    })
+}
+
+fn choose(exe: &Path, all: &[Library], sel: &LibSelection) -> Result<(Vec<Library>, Vec<String>)> {
     let names = match sel {
         LibSelection::None => return Ok((Vec::new(), Vec::new())),
         LibSelection::All => None,
         LibSelection::Named(n) => Some(n),
     };
-    let all = closure(exe)?;
     let mut chosen = Vec::new();
     let mut notes = Vec::new();
     match names {
         None => {
-            for l in all {
+            for l in all.iter().cloned() {
                 if is_glibc(&l.needed) {
                     notes.push(format!(
                         "library {} left alone: glibc's libraries and ld.so run before the runtime's init and are not traced",
@@ -223,35 +272,40 @@ fn expand(dir: &str, origin: &Path) -> PathBuf {
     PathBuf::from(dir.replace("${ORIGIN}", &o).replace("$ORIGIN", &o))
 }
 
-/// The search for one name; `(path, found through DT_RPATH)`.
+/// `(path, found through DT_RPATH, the $ORIGIN directory the directory
+/// that found it was relative to)`.
+type Found = (PathBuf, bool, Option<PathBuf>);
+
+/// The search for one name.
 fn search(
     name: &str,
     rpaths: &[(PathBuf, Vec<String>)],
     ld_library_path: &[String],
     runpath: (&Path, &[String]),
     cache: &LdCache,
-) -> Option<(PathBuf, bool)> {
+) -> Option<Found> {
     let try_dir = |d: PathBuf| Some(d.join(name)).filter(|p| is_x86_64_elf(p));
+    let origin_of = |d: &str, o: &Path| d.contains("ORIGIN").then(|| o.to_owned());
     for (origin, dirs) in rpaths {
         for d in dirs {
             if let Some(p) = try_dir(expand(d, origin)) {
-                return Some((p, true));
+                return Some((p, true, origin_of(d, origin)));
             }
         }
     }
     let here = PathBuf::from(".");
     for d in ld_library_path {
         if let Some(p) = try_dir(expand(d, &here)) {
-            return Some((p, false));
+            return Some((p, false, None));
         }
     }
     for d in runpath.1 {
         if let Some(p) = try_dir(expand(d, runpath.0)) {
-            return Some((p, false));
+            return Some((p, false, origin_of(d, runpath.0)));
         }
     }
     if let Some(p) = cache.lookup(name).filter(|p| is_x86_64_elf(p)) {
-        return Some((p, false));
+        return Some((p, false, None));
     }
     [
         "/lib/x86_64-linux-gnu",
@@ -263,7 +317,7 @@ fn search(
     ]
     .into_iter()
     .find_map(|d| try_dir(PathBuf::from(d)))
-    .map(|p| (p, false))
+    .map(|p| (p, false, None))
 }
 
 fn is_x86_64_elf(p: &Path) -> bool {
