@@ -71,7 +71,8 @@ pub struct Blob {
 }
 
 impl Blob {
-    /// Offset of a symbol: `init`, `attach_thread`, `flush`, `fork_child`, `ready`.
+    /// Offset of a symbol: `init`, `attach_thread`, `flush`, `fork_child`,
+    /// `ready`, `module_tag`, ...
     pub fn symbol(&self, name: &str) -> Option<u64> {
         self.symbols
             .iter()
