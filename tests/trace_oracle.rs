@@ -168,7 +168,10 @@ fn check_libs(exe: &Path, args: &[&str], libs: &[&str], mode: LogMode) {
     let name = exe.file_name().unwrap().to_string_lossy().into_owned();
     let native = run_native(exe, args);
     let dir = common::scratch("trace-oracle");
-    let trace = dir.join(format!("{name}-{}.aet", std::process::id()));
+    // Unique per call: concurrent tests may record the same program.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let trace = dir.join(format!("{name}-{}-{call}.aet", std::process::id()));
     let libs_arg = if libs.is_empty() {
         "none".to_owned()
     } else {

@@ -9,6 +9,10 @@ void lib_sort(int *a, int n, int (*cmp)(int, int));
 int *lib_sorted_copy(const int *a, int n, int (*cmp)(int, int));
 long lib_visit(const int *a, int n, long (*visit)(int, long));
 void lib_report(const char *what, long v);
+long lib_pick(long v);
+
+/* Its address, taken here, is bound when ld.so relocates the program. */
+long (*volatile pick)(long) = lib_pick;
 
 static long compares, allocs;
 
@@ -43,6 +47,7 @@ int main(int argc, char **argv) {
     lib_report("compares", compares);
     lib_report("allocs", allocs);
     printf("mix: %ld\n", lib_visit(up, n, mix));
+    printf("pick: %ld\n", pick(n) + lib_pick(1));
     free(up);
     free(a);
     return 0;

@@ -2,7 +2,9 @@
  * program calls through its PLT, callbacks into the program (a comparator,
  * an allocator hook, a visitor), calls between the library's own exported
  * functions (through the library's PLT: semantic interposition), a
- * constructor that ld.so runs before main, and calls into libc. */
+ * constructor that ld.so runs before main, an exported IFUNC whose resolver
+ * ld.so runs while relocating the program (before any runtime exists), and
+ * calls into libc. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -43,3 +45,10 @@ long lib_visit(const int *a, int n, long (*visit)(int, long)) {
 }
 
 void lib_report(const char *what, long v) { printf("%s: %ld\n", what, v); }
+
+static long twice(long v) { return 2 * v; }
+static long thrice(long v) { return 3 * v; }
+
+/* The resolver: ld.so calls it, not the program. */
+static long (*resolve_pick(void))(long) { return ready == 42 ? thrice : twice; }
+long lib_pick(long) __attribute__((ifunc("resolve_pick")));

@@ -234,13 +234,22 @@ pub fn instrument_module(path: &Path, which: Placement, tag: u32) -> Result<Inst
         .map(|ph| ph.p_vaddr + ph.p_memsz)
         .max()
         .unwrap_or(0);
-    let ifuncs: Vec<u64> = module
+    let mut ifuncs: Vec<u64> = module
         .dyn_relocs
         .iter()
         .chain(&module.plt_relocs)
         .filter(|r| r.r_type == R_X86_64_IRELATIVE)
         .map(|r| r.addend as u64)
         .collect();
+    // An exported IFUNC's resolver runs when ld.so relocates the objects
+    // that import it, before the executable's preinit: a library's too.
+    ifuncs.extend(
+        elf.syms
+            .iter()
+            .chain(elf.dynsyms.iter())
+            .filter(|s| s.st_type() == goblin::elf::sym::STT_GNU_IFUNC && s.st_shndx != 0)
+            .map(|s| s.st_value),
+    );
 
     // 1. What is traced.
     let mut reasons: HashMap<ProcId, String> = HashMap::new();
