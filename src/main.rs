@@ -59,7 +59,8 @@ enum Command {
         /// Trace file to write (default: PROGRAM's base name + .aet).
         #[arg(short, long)]
         output: Option<PathBuf>,
-        /// Shared libraries to trace too (only `none` is supported so far).
+        /// Shared libraries to trace too: `none`, `all` (but glibc's) or
+        /// DT_NEEDED names such as `libbz2.so.1.0`, comma-separated.
         #[arg(long, default_value = "none")]
         libs: String,
         #[arg(long, value_enum, default_value = "optimal")]
@@ -160,13 +161,17 @@ fn main() -> ExitCode {
             placement,
             mut command,
         } => {
-            if libs != "none" {
-                eprintln!("aetrace: error: --libs {libs}: only `none` is supported so far");
-                return ExitCode::from(1);
-            }
+            let libs = match aetrace_record::libs::LibSelection::parse(&libs) {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("aetrace: error: {e}");
+                    return ExitCode::from(1);
+                }
+            };
             let program = PathBuf::from(command.remove(0));
             let opts = aetrace_record::commands::RecordOptions {
                 trace: output,
+                libs,
                 placement: placement.into(),
                 program,
                 args: command,

@@ -175,3 +175,30 @@ fn static_executables_are_refused_clearly() {
     assert!(e.contains("static executables are not supported"), "{e}");
     assert!(!t.exists(), "a refused program leaves no trace file");
 }
+
+#[test]
+fn libraries_that_cannot_be_traced_are_refused_clearly() {
+    let exe = build("loops.c", Variant::new(Opt::O2, Link::Pie, false));
+    let exe = exe.to_str().unwrap();
+    let t = dir().join("libs-refused.aet");
+    let t = t.to_str().unwrap();
+    let e = one_line_error(
+        &aetrace(&["record", "-o", t, "--libs", "libc.so.6", "--", exe]),
+        "--libs libc.so.6",
+    );
+    assert!(e.contains("libc.so.6") && e.contains("glibc"), "{e}");
+    let e = one_line_error(
+        &aetrace(&["record", "-o", t, "--libs", "libnothere.so.7", "--", exe]),
+        "--libs of a library the program does not load",
+    );
+    assert!(
+        e.contains("libnothere.so.7") && e.contains("libc.so.6"),
+        "{e}"
+    );
+    let e = one_line_error(
+        &aetrace(&["record", "-o", t, "--libs", "a.so,", "--", exe]),
+        "--libs with an empty name",
+    );
+    assert!(e.contains("empty"), "{e}");
+    assert!(!Path::new(t).exists(), "a refused recording left {t}");
+}

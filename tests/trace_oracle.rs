@@ -33,24 +33,17 @@ fn link_base(exe: &Path) -> u64 {
         & !0xfff
 }
 
-/// The instruction sequences of `aetrace regen`, one per thread; the same
-/// bytes with each stream cut into 4 kB pieces expanded in parallel.
-fn regen_threads(trace: &Path) -> Vec<Vec<u64>> {
+/// The instruction sequences of `aetrace regen`, one per thread (of
+/// module `module` only, when given); the same bytes with each stream cut
+/// into 4 kB pieces expanded in parallel.
+fn regen_threads(trace: &Path, module: Option<&str>) -> Vec<Vec<u64>> {
     let regen = |jobs: &str| {
-        let out = Command::new(common::aetrace())
-            .args([
-                "regen",
-                "--format",
-                "insn",
-                "--relative",
-                "-j",
-                jobs,
-                "--piece",
-                "4096",
-            ])
-            .arg(trace)
-            .output()
-            .unwrap();
+        let mut cmd = Command::new(common::aetrace());
+        cmd.args(["regen", "--format", "insn", "--relative", "-j", jobs, "--piece", "4096"]);
+        if let Some(m) = module {
+            cmd.args(["--module", m]);
+        }
+        let out = cmd.arg(trace).output().unwrap();
         assert!(
             out.status.success(),
             "aetrace regen -j {jobs} failed: {}",
@@ -122,16 +115,21 @@ fn is_rep(elf: &Elf, addr: u64) -> bool {
         .any(|&b| b == 0xf2 || b == 0xf3)
 }
 
-/// Address ranges of the procedures `aetrace info` says were left alone.
-fn left_alone_ranges(exe: &Path, trace: &Path) -> Vec<(u64, u64)> {
+/// `aetrace info --json TRACE`.
+fn info_json(trace: &Path) -> serde_json::Value {
     let info = Command::new(common::aetrace())
         .args(["info", "--json"])
         .arg(trace)
         .output()
         .unwrap();
     assert!(info.status.success(), "aetrace info failed");
-    let info: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
-    let names: Vec<String> = info["programs"][0]["left_alone"]
+    serde_json::from_slice(&info.stdout).unwrap()
+}
+
+/// Address ranges of the procedures of module `exe` (the `k`th program of
+/// the trace) that `aetrace info` says were left alone.
+fn left_alone_ranges(exe: &Path, info: &serde_json::Value, k: usize) -> Vec<(u64, u64)> {
+    let names: Vec<String> = info["programs"][k]["left_alone"]
         .as_array()
         .unwrap()
         .iter()
@@ -164,14 +162,32 @@ fn check(exe: &Path, args: &[&str]) {
 /// (each process's threads follow its parent's, in pid order, like
 /// aetrace's streams).
 fn check_with(exe: &Path, args: &[&str], mode: LogMode) {
+    check_libs(exe, args, &[], mode)
+}
+
+/// [`check_with`] recording with `--libs LIBS` too: every instrumented
+/// module of the trace (the executable, then each library) is compared
+/// with lackey's instructions inside that module, through `aetrace regen
+/// --module M --relative` (threads that never ran in M are skipped on both
+/// sides).
+fn check_libs(exe: &Path, args: &[&str], libs: &[&str], mode: LogMode) {
     let name = exe.file_name().unwrap().to_string_lossy().into_owned();
     let native = run_native(exe, args);
     let dir = common::scratch("trace-oracle");
-    let trace = dir.join(format!("{name}-{}.aet", std::process::id()));
+    // Unique per call: concurrent tests may record the same program.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let trace = dir.join(format!("{name}-{}-{call}.aet", std::process::id()));
+    let libs_arg = if libs.is_empty() {
+        "none".to_owned()
+    } else {
+        libs.join(",")
+    };
     let recorded = Command::new(common::aetrace())
         .arg("record")
         .arg("-o")
         .arg(&trace)
+        .args(["--libs", &libs_arg])
         .arg("--")
         .arg(exe)
         .args(args)
@@ -189,14 +205,49 @@ fn check_with(exe: &Path, args: &[&str], mode: LogMode) {
         native.status.code(),
         "{name}: status differs"
     );
-    let modules = [exe.to_path_buf()];
+    let info = info_json(&trace);
+    let modules: Vec<PathBuf> = info["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["instrumented"] == true)
+        .map(|m| PathBuf::from(m["path"].as_str().unwrap()))
+        .collect();
+    if libs == ["all"] {
+        assert!(modules.len() > 1, "{name}: --libs all traced no library");
+    } else {
+        assert_eq!(
+            modules.len(),
+            1 + libs.len(),
+            "{name}: instrumented modules in the trace: {modules:?}"
+        );
+    }
     let run = lackey::run_with(exe, args, &modules, "*", mode, Capture::Sequences);
+    for (k, module) in modules.iter().enumerate() {
+        let filter = (!libs.is_empty()).then(|| module.to_str().unwrap());
+        compare_module(&name, module, &info, k, &run.modules[k], &trace, filter);
+    }
+    let _ = std::fs::remove_file(&trace);
+}
+
+/// Lackey's instructions inside `module` (the `k`th program of the trace)
+/// against `aetrace regen` (of that module only when `filter` is given).
+fn compare_module(
+    name: &str,
+    module: &Path,
+    info: &serde_json::Value,
+    k: usize,
+    lackey: &lackey::ModuleTrace,
+    trace: &Path,
+    filter: Option<&str>,
+) {
+    let exe = module;
     let base = link_base(exe);
-    let alone = left_alone_ranges(exe, &trace);
+    let alone = left_alone_ranges(exe, info, k);
     let elf = Elf::read(exe);
     let mut rep_cache: std::collections::HashMap<u64, bool> = Default::default();
     let mut untraced = 0usize;
-    let lk: Vec<Vec<u64>> = run.modules[0]
+    let mut lk: Vec<Vec<u64>> = lackey
         .sequences
         .values()
         .map(|s| {
@@ -219,10 +270,19 @@ fn check_with(exe: &Path, args: &[&str], mode: LogMode) {
             kept
         })
         .collect();
+    let name = format!("{name} ({})", module.display());
     if untraced > 0 {
         eprintln!("{name}: {untraced} instructions in procedures left alone ({alone:x?})");
     }
-    let rg = regen_threads(&trace);
+    let mut rg = regen_threads(trace, filter);
+    if filter.is_some() {
+        lk.retain(|s| !s.is_empty());
+        rg.retain(|s| !s.is_empty());
+    }
+    assert!(
+        lk.iter().map(Vec::len).sum::<usize>() > 0,
+        "{name}: lackey saw no instruction of the module"
+    );
     assert_eq!(
         lk.len(),
         rg.len(),
@@ -235,7 +295,10 @@ fn check_with(exe: &Path, args: &[&str], mode: LogMode) {
             panic!("{name}: thread {t}: {d}");
         }
     }
-    let _ = std::fs::remove_file(&trace);
+    eprintln!(
+        "{name}: {} instructions equal to lackey's",
+        lk.iter().map(Vec::len).sum::<usize>()
+    );
 }
 
 fn traced(source: &str, v: Variant, args: &[&str]) {
@@ -313,6 +376,28 @@ fn debian_bzip2() {
 #[test]
 fn debian_xz() {
     check(Path::new("/usr/bin/xz"), &["-c", &input("xz")]);
+}
+
+#[test]
+fn debian_bzip2_with_libbz2() {
+    check_libs(
+        Path::new("/usr/bin/bzip2"),
+        &["-c", &input("bzip2-libs")],
+        &["libbz2.so.1.0"],
+        LogMode::Pipe,
+    );
+}
+
+#[test]
+fn debian_xz_with_liblzma() {
+    let p = common::scratch("inputs").join("trace-oracle-xz-libs");
+    std::fs::write(&p, common::text_input(4_000)).unwrap();
+    check_libs(
+        Path::new("/usr/bin/xz"),
+        &["-c", &p.display().to_string()],
+        &["liblzma.so.5"],
+        LogMode::Pipe,
+    );
 }
 
 #[test]
@@ -412,4 +497,108 @@ fn stripped_binary_without_unwind_tables() {
         ],
     );
     check(&exe, &[]);
+}
+
+/// Builds `traces/shlib_callback.c` against its own shared library
+/// (`traces/shlib_callback_lib.c` as `libaecb.so.1`, found through an
+/// absolute DT_RUNPATH, or with `origin` through `$ORIGIN`, as the loader
+/// would).
+fn build_shlib_callback(origin: bool) -> PathBuf {
+    let dir = common::scratch("trace-oracle-builds")
+        .join(format!("shlib-{}-{origin}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let traces = common::repo_root().join("traces");
+    let st = Command::new("gcc")
+        .args(["-O2", "-shared", "-fPIC", "-Wl,-soname,libaecb.so.1", "-o"])
+        .arg(dir.join("libaecb.so.1"))
+        .arg(traces.join("shlib_callback_lib.c"))
+        .status()
+        .unwrap();
+    assert!(st.success(), "gcc -shared shlib_callback_lib.c");
+    let exe = dir.join("shlib_callback");
+    let st = Command::new("gcc")
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(traces.join("shlib_callback.c"))
+        .arg(format!("-L{}", dir.display()))
+        .arg("-l:libaecb.so.1")
+        .arg(if origin {
+            "-Wl,-rpath,$ORIGIN".to_owned()
+        } else {
+            format!("-Wl,-rpath,{}", dir.display())
+        })
+        .status()
+        .unwrap();
+    assert!(st.success(), "gcc shlib_callback.c");
+    exe
+}
+
+#[test]
+fn shared_library_calling_back_into_the_program() {
+    let exe = build_shlib_callback(false);
+    check_libs(&exe, &["300"], &["libaecb.so.1"], LogMode::Pipe);
+    // `all`: every library but glibc's (left alone with a note).
+    check_libs(&exe, &["50"], &["all"], LogMode::Pipe);
+}
+
+/// The rewritten executable runs from the cache, so its `$ORIGIN` moves:
+/// an untraced library found through a `$ORIGIN` DT_RUNPATH is linked into
+/// the per-run library directory, under its name, and still loads.
+#[test]
+fn libraries_found_through_origin_still_load() {
+    let exe = build_shlib_callback(true);
+    check_libs(&exe, &["40"], &[], LogMode::Pipe);
+    check_libs(&exe, &["40"], &["libaecb.so.1"], LogMode::Pipe);
+}
+
+/// A rewritten library loaded by an executable that is not instrumented
+/// (what a traced program's uninstrumented child would meet through the
+/// inherited `LD_LIBRARY_PATH`) has no runtime to attach to: it stops at
+/// its first traced code with a message and status 125, never running
+/// untraced or writing a wrong stream.
+#[test]
+fn a_traced_library_without_a_traced_executable_stops_clearly() {
+    let exe = build_shlib_callback(false);
+    let dir = exe.parent().unwrap();
+    let cache = dir.join("cache");
+    let trace = dir.join("t.aet");
+    let st = Command::new(common::aetrace())
+        .env("AETRACE_CACHE", &cache)
+        .arg("record")
+        .arg("-o")
+        .arg(&trace)
+        .args(["--libs", "libaecb.so.1", "--"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let copy = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            let n = p.file_name().unwrap().to_string_lossy();
+            n.starts_with("libaecb.so.1-") && !n.ends_with(".meta")
+        })
+        .expect("the rewritten library is cached");
+    let libdir = dir.join("rewritten");
+    std::fs::create_dir_all(&libdir).unwrap();
+    let link = libdir.join("libaecb.so.1");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&copy, &link).unwrap();
+    let out = Command::new(&exe)
+        .env("LD_LIBRARY_PATH", &libdir)
+        .env("AETRACE_OUT", dir.join("standalone.out"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "stderr {stderr}");
+    assert!(
+        stderr.contains("instrumented shared library ran before the executable's runtime init"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "it ran untraced: {:?}", out.stdout);
 }

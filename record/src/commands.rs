@@ -15,6 +15,7 @@ use aetrace_format::module_flags;
 use aetrace_format::progdb;
 
 use crate::launch::{self, Launch, ModuleSpec, Outcome};
+use crate::libs::LibSelection;
 use crate::rewrite::{self, Instrumented, Placement};
 use crate::{Error, Result};
 
@@ -75,6 +76,8 @@ pub fn find_program(program: &Path) -> Result<PathBuf> {
 pub struct RecordOptions {
     pub trace: Option<PathBuf>,
     pub placement: Placement,
+    /// Shared libraries rewritten and traced with the program.
+    pub libs: LibSelection,
     pub program: PathBuf,
     pub args: Vec<OsString>,
 }
@@ -106,11 +109,13 @@ fn cache_dir() -> PathBuf {
 /// a hash of its bytes when it has none), its size and modification time,
 /// the placement, and this aetrace executable (a rebuilt rewriter must not
 /// reuse old copies).
-fn cache_key(exe: &Path, bytes: &[u8], placement: Placement) -> String {
+fn cache_key(exe: &Path, bytes: &[u8], placement: Placement, tag: u32) -> String {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     bytes.hash(&mut h);
     format!("{:?}", placement).hash(&mut h);
+    // A library's module tag is baked into its ENTER records.
+    tag.hash(&mut h);
     env!("CARGO_PKG_VERSION").hash(&mut h);
     if let Ok(me) = std::env::current_exe().and_then(|p| p.metadata()) {
         me.len().hash(&mut h);
@@ -122,23 +127,35 @@ fn cache_key(exe: &Path, bytes: &[u8], placement: Placement) -> String {
     format!("{name}-{:016x}", h.finish())
 }
 
-/// Rewrites `exe`, or takes the copy a previous run cached.
-fn prepare(exe: &Path, placement: Placement) -> Result<Prepared> {
+/// Rewrites `exe` (module tag 0) or a library (`tag` > 0), or takes the
+/// copy a previous run cached.
+fn prepare(exe: &Path, placement: Placement, tag: u32) -> Result<Prepared> {
     let bytes = std::fs::read(exe).map_err(|e| io_err(exe, e))?;
     let dir = cache_dir();
-    let key = cache_key(exe, &bytes, placement);
+    let key = cache_key(exe, &bytes, placement, tag);
     let (elf, meta_path) = (dir.join(&key), dir.join(format!("{key}.meta")));
-    let path = exe.canonicalize().unwrap_or_else(|_| exe.to_owned());
+    // A library keeps the path the loader finds it by (its DT_NEEDED
+    // name as the file name: `--module libbz2.so.1.0`).
+    let path = if tag == 0 {
+        exe.canonicalize().unwrap_or_else(|_| exe.to_owned())
+    } else {
+        exe.to_owned()
+    };
+    let flags = if tag == 0 {
+        module_flags::MAIN | module_flags::INSTRUMENTED
+    } else {
+        module_flags::INSTRUMENTED
+    };
     if let (Ok(meta), true) = (std::fs::read(&meta_path), elf.is_file()) {
-        if let Some(module) = decode_meta(&meta, path.clone()) {
+        if let Some(module) = decode_meta(&meta, path.clone(), flags) {
             return Ok(Prepared { elf, module });
         }
     }
-    let ins = rewrite::instrument(exe, placement)?;
+    let ins = rewrite::instrument_module(exe, placement, tag)?;
     let module = ModuleSpec {
         path,
         build_id: ins.build_id.clone(),
-        flags: module_flags::MAIN | module_flags::INSTRUMENTED,
+        flags,
         size: ins.size,
         db: ins.db.encode(),
         db_version: progdb::VERSION,
@@ -174,7 +191,7 @@ fn encode_meta(m: &ModuleSpec) -> Vec<u8> {
 
 /// The inverse of [`encode_meta`]; `None` for a damaged entry (it is then
 /// rewritten).
-fn decode_meta(b: &[u8], path: PathBuf) -> Option<ModuleSpec> {
+fn decode_meta(b: &[u8], path: PathBuf, flags: u32) -> Option<ModuleSpec> {
     let u64_at = |o: usize| Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?));
     let u32_at = |o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?) as usize);
     let (size, runtime_vaddr, n) = (u64_at(0)?, u64_at(8)?, u32_at(16)?);
@@ -191,7 +208,7 @@ fn decode_meta(b: &[u8], path: PathBuf) -> Option<ModuleSpec> {
     Some(ModuleSpec {
         path,
         build_id: fields.next()?,
-        flags: module_flags::MAIN | module_flags::INSTRUMENTED,
+        flags,
         size,
         db,
         db_version: progdb::VERSION,
@@ -206,7 +223,22 @@ fn decode_meta(b: &[u8], path: PathBuf) -> Option<ModuleSpec> {
 /// it with the recorder, and returns how it ended.
 pub fn record_command(o: &RecordOptions) -> Result<Outcome> {
     let exe = find_program(&o.program)?;
-    let prepared = prepare(&exe, o.placement)?;
+    let prepared = prepare(&exe, o.placement, 0)?;
+    let sel = crate::libs::select(&exe, &o.libs)?;
+    let mut modules = vec![prepared.module];
+    modules[0].notes.extend(sel.notes);
+    let mut links = Vec::new();
+    for (i, lib) in sel.traced.iter().enumerate() {
+        let p = prepare(&lib.path, o.placement, i as u32 + 1)?;
+        links.push((lib.needed.clone(), p.elf));
+        modules.push(p.module);
+    }
+    // The rewritten copies live in the cache: what their `$ORIGIN` found
+    // must still be found.
+    for lib in &sel.origin_relative {
+        links.push((lib.needed.clone(), lib.path.clone()));
+    }
+    let dir = LibDir::create(&links)?;
     let trace = o.trace.clone().unwrap_or_else(|| {
         let mut t = exe
             .file_name()
@@ -215,15 +247,55 @@ pub fn record_command(o: &RecordOptions) -> Result<Outcome> {
         t.push(".aet");
         PathBuf::from(t)
     });
+    let mut env = Vec::new();
+    if let Some(d) = &dir {
+        let mut v = d.0.clone().into_os_string();
+        if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|v| !v.is_empty()) {
+            v.push(":");
+            v.push(old);
+        }
+        env.push(("LD_LIBRARY_PATH".into(), v));
+    }
     launch::record(&Launch {
         program: prepared.elf,
         argv0: o.program.clone().into_os_string(),
         args: o.args.clone(),
-        env: Vec::new(),
+        env,
         trace,
-        modules: vec![prepared.module],
+        modules,
         geometry: Launch::DEFAULT_GEOMETRY,
     })
+}
+
+/// The per-run directory of symlinks, named by DT_NEEDED names, to the
+/// cached rewritten libraries; first in `LD_LIBRARY_PATH`, so the loader
+/// loads them instead of the originals. Removed when dropped.
+struct LibDir(PathBuf);
+
+impl LibDir {
+    fn create(links: &[(String, PathBuf)]) -> Result<Option<LibDir>> {
+        if links.is_empty() {
+            return Ok(None);
+        }
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let dir = std::env::temp_dir().join(format!("aetrace-libs-{}-{nanos}", std::process::id()));
+        std::fs::create_dir(&dir).map_err(|e| io_err(&dir, e))?;
+        let d = LibDir(dir);
+        for (name, target) in links {
+            let link = d.0.join(name);
+            let target = target.canonicalize().unwrap_or_else(|_| target.clone());
+            std::os::unix::fs::symlink(&target, &link).map_err(|e| io_err(&link, e))?;
+        }
+        Ok(Some(d))
+    }
+}
+
+impl Drop for LibDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// The exit code `aetrace record` ends with: the program's status, or for

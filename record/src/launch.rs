@@ -153,6 +153,7 @@ pub fn record(l: &Launch) -> Result<Outcome> {
     );
     loop {
         rec.drain(&mut drainer, false);
+        rec.libraries(&region);
         rec.flush_aged();
         if reaper.reap()? {
             break;
@@ -162,6 +163,7 @@ pub fn record(l: &Launch) -> Result<Outcome> {
     // No process is left that could write: every stream ends at its first
     // unwritten byte (an exact prefix for a killed writer).
     rec.drain(&mut drainer, true);
+    rec.libraries(&region);
     drop(signals);
     rec.finish(&reaper.exits)?;
     match reaper.main_status {
@@ -191,13 +193,22 @@ fn check_launch(l: &Launch) -> Result<()> {
             main.path.display()
         )));
     }
-    // Only the main executable carries the runtime whose address gives
-    // the load bias; a library's base would be a guess.
-    if let Some(lib) = l.modules.get(1) {
-        return Err(record_err(format!(
-            "{}: recording shared libraries is not supported yet (their load address is unknown to the recorder)",
-            lib.path.display()
-        )));
+    // Libraries report their runtime's address in the region's module
+    // table under their tag, which is their index here.
+    for (i, lib) in l.modules.iter().enumerate().skip(1) {
+        if lib.flags & module_flags::MAIN != 0 || lib.flags & module_flags::INSTRUMENTED == 0 {
+            return Err(record_err(format!(
+                "{}: a library module must be instrumented and not the main executable",
+                lib.path.display()
+            )));
+        }
+        if i as u32 >= aetrace_runtime::layout::MAX_MODULES {
+            return Err(record_err(format!(
+                "{}: more than {} instrumented libraries",
+                lib.path.display(),
+                aetrace_runtime::layout::MAX_MODULES - 1
+            )));
+        }
     }
     Ok(())
 }
@@ -414,6 +425,9 @@ struct Recorder<'l> {
     error: Option<Error>,
     slots: HashMap<u32, Slot>,
     threads: Vec<Thread>,
+    /// Libraries (module indices) whose MODULE is not written yet: their
+    /// runtime has not attached (no traced code of theirs ran so far).
+    libs_pending: Vec<usize>,
 }
 
 impl<'l> Recorder<'l> {
@@ -424,6 +438,7 @@ impl<'l> Recorder<'l> {
             error: None,
             slots: HashMap::new(),
             threads: Vec::new(),
+            libs_pending: (1..launch.modules.len()).collect(),
         }
     }
 
@@ -561,33 +576,63 @@ impl<'l> Recorder<'l> {
         Ok(thread)
     }
 
-    /// MODULE, PROGRAM_DATABASE and NOTE sections, once the main process's
-    /// runtime address gives the load bias.
+    /// MODULE, PROGRAM_DATABASE and NOTE sections of the main executable,
+    /// once the main process's runtime address gives the load bias.
     fn write_modules(&mut self, b: &Batch<'_>) -> Result<()> {
+        self.write_module(0, b.pid, b.runtime)
+    }
+
+    /// The libraries whose runtime attached since the last call: their
+    /// address in the region's module table gives their load bias.
+    fn libraries(&mut self, region: &Region) {
+        let Some(pid) = self.threads.first().map(|t| t.pid) else {
+            return;
+        };
+        if self.error.is_some() {
+            return;
+        }
+        let ready: Vec<(usize, u64)> = self
+            .libs_pending
+            .iter()
+            .map(|&i| (i, region.module_runtime(i as u32)))
+            .filter(|&(_, rt)| rt != 0)
+            .collect();
+        for (i, rt) in ready {
+            self.libs_pending.retain(|&j| j != i);
+            if let Err(e) = self.write_module(i, pid, rt) {
+                self.fail(e);
+                return;
+            }
+        }
+    }
+
+    /// MODULE, PROGRAM_DATABASE and NOTE sections of module `i`, whose
+    /// runtime blob runs at `runtime` in process `pid`.
+    fn write_module(&mut self, i: usize, pid: u32, runtime: u64) -> Result<()> {
         let trace = &self.launch.trace;
         let out = self
             .out
             .as_mut()
             .ok_or_else(|| record_err("trace closed".into()))?;
-        for (i, m) in self.launch.modules.iter().enumerate() {
+        {
+            let m = &self.launch.modules[i];
             let id = ModuleId(i as u32);
-            let bias = b
-                .runtime
+            let bias = runtime
                 .checked_sub(m.runtime_vaddr)
-                .filter(|_| b.runtime != 0)
+                .filter(|_| runtime != 0)
                 .ok_or_else(|| {
                     record_err(format!(
                         "{}: pid {} reports its runtime at {:#x}, below the runtime's link address {:#x}",
                         m.path.display(),
-                        b.pid,
-                        b.runtime,
+                        pid,
+                        runtime,
                         m.runtime_vaddr
                     ))
                 })?;
             let w = |e| trace_err(trace, e);
             out.module(&Module {
                 id,
-                pid: b.pid,
+                pid,
                 flags: m.flags,
                 load_base: bias,
                 size: m.size,
@@ -692,6 +737,16 @@ impl<'l> Recorder<'l> {
         }
         for x in exits {
             out.process_exit(x).map_err(w)?;
+        }
+        for &i in &self.libs_pending {
+            out.note(
+                None,
+                &format!(
+                    "library {} (module {i}) ran no traced code in this run: its load address is unknown and the trace has no MODULE for it",
+                    self.launch.modules[i].path.display()
+                ),
+            )
+            .map_err(w)?;
         }
         if self.threads.is_empty() {
             out.note(

@@ -1,7 +1,9 @@
 //! `aetrace-record`: the static side. ELF loading ([`elf`]), PLT stubs
 //! ([`plt`]), procedure discovery ([`procs`]), disassembly and CFG recovery
 //! ([`build`], [`jumptable`], [`noreturn`]) into one [`cfg::Cfg`] per
-//! procedure, and the `aetrace cfg` report ([`report`]). `docs/cfg.md`
+//! procedure, and the `aetrace cfg` report ([`report`]); the rewriter
+//! ([`rewrite`]), the shared libraries `aetrace record --libs` traces
+//! ([`libs`]) and the recorder ([`launch`], [`commands`]). `docs/cfg.md`
 //! explains how procedures, blocks and edges are found and where that can
 //! fail.
 //!
@@ -16,6 +18,7 @@ pub mod elf;
 pub mod error;
 pub mod jumptable;
 pub mod launch;
+pub mod libs;
 pub mod lsda;
 pub mod noreturn;
 pub mod plt;

@@ -546,7 +546,7 @@ fn launch_missing_program_is_a_clear_error() {
 }
 
 #[test]
-fn launch_without_a_main_module_or_with_libraries_is_refused() {
+fn launch_without_a_main_module_or_with_a_bad_library_module_is_refused() {
     let dir = Dir::new("modules");
     let mut l = launch(&dir, "exit3", SMALL);
     l.modules.clear();
@@ -554,9 +554,14 @@ fn launch_without_a_main_module_or_with_libraries_is_refused() {
         .unwrap_err()
         .to_string()
         .contains("main executable"));
+    // A second main executable, and an uninstrumented library, cannot be
+    // library modules (a library is found by its tag in the region).
     let mut lib = main_module();
-    lib.flags = module_flags::INSTRUMENTED;
     lib.path = "/lib/libfoo.so".into();
+    l.modules = vec![main_module(), lib.clone()];
+    let e = record(&l).unwrap_err().to_string();
+    assert!(e.contains("/lib/libfoo.so"), "{e}");
+    lib.flags = 0;
     l.modules = vec![main_module(), lib];
     let e = record(&l).unwrap_err().to_string();
     assert!(e.contains("/lib/libfoo.so"), "{e}");

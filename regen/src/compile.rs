@@ -80,6 +80,11 @@ pub struct Module {
     /// `(witness, index into succs)`, `AMBIGUOUS` for a shared witness.
     pub choices: Vec<(u32, u32)>,
     pub text: Vec<u8>,
+    /// The module tag ENTER and LANDING records name it by (its module id
+    /// in the trace; 0 for the executable).
+    pub tag: u32,
+    /// Its blocks are output and counted (`--module` hides the others).
+    pub shown: bool,
 }
 
 /// Where output addresses come from.
@@ -127,6 +132,7 @@ impl Module {
     ) -> Result<Module> {
         let mut m = Module {
             name: name.to_owned(),
+            shown: true,
             ..Module::default()
         };
         // Global indices first: a call may name any procedure's entry.

@@ -12,9 +12,10 @@
 //! Invariants: every block output was executed, in this order (the sink
 //! only hands out blocks a later witness or record proves ran); the
 //! pending witness is empty at every call vertex and EXIT (the blocking
-//! property), which is checked; locations carry their
-//! module so several instrumented modules can share one stack later (today
-//! ENTER always names a procedure of module 0).
+//! property), which is checked; locations carry their module: the
+//! executable and its instrumented libraries share one stack, and ENTER
+//! and LANDING name a procedure by module tag (its top bits, see
+//! [`TAG_SHIFT`]) and number within that module.
 
 use crate::compile::{Block, Module, AMBIGUOUS, EXIT, NO_WITNESS};
 use crate::error::{Error, Result};
@@ -23,6 +24,10 @@ use crate::summary::{Seg, Summaries};
 use aetrace_format::progdb::{CallTarget, EdgeKindDb};
 use aetrace_format::ThreadId;
 use std::collections::HashSet;
+
+/// ENTER and LANDING payloads: `tag << TAG_SHIFT | procedure` (the
+/// rewriter's encoding, `docs/runtime.md` section 2).
+pub const TAG_SHIFT: u32 = 24;
 
 /// A traced block of one module.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,6 +124,8 @@ pub enum Progress {
 pub struct Machine<'a> {
     thread: ThreadId,
     modules: &'a [&'a Module],
+    /// Module tag -> index in `modules`.
+    by_tag: Vec<Option<u32>>,
     stream: Stream<'a>,
     cur: Option<Loc>,
     stack: Vec<Frame>,
@@ -148,9 +155,18 @@ impl<'a> Machine<'a> {
         stream: Stream<'a>,
         note: String,
     ) -> Self {
+        let mut by_tag = Vec::new();
+        for (i, m) in modules.iter().enumerate() {
+            let t = m.tag as usize;
+            if by_tag.len() <= t {
+                by_tag.resize(t + 1, None);
+            }
+            by_tag[t] = Some(i as u32);
+        }
         Machine {
             thread,
             modules,
+            by_tag,
             stream,
             cur: None,
             stack: Vec::new(),
@@ -293,6 +309,27 @@ impl<'a> Machine<'a> {
                 at: format!("{} at {what}", self.at(Some(at))),
             }),
         }
+    }
+
+    /// The module index and procedure number an ENTER or LANDING names.
+    fn locate(&self, record: &str, raw: u32, offset: u64) -> Result<(u32, u32)> {
+        let tag = raw >> TAG_SHIFT;
+        match self.by_tag.get(tag as usize).copied().flatten() {
+            Some(i) => Ok((i, raw & ((1 << TAG_SHIFT) - 1))),
+            None => Err(Error::Unexpected {
+                thread: self.thread,
+                record: format!("{record}({raw})"),
+                offset,
+                at: format!(
+                    "(module tag {tag}: the trace has no instrumented module {tag} for this process)"
+                ),
+            }),
+        }
+    }
+
+    /// The ENTER payload naming procedure `q` of module `module`.
+    fn raw_id(&self, module: u32, q: u32) -> u32 {
+        self.modules[module as usize].tag << TAG_SHIFT | q
     }
 
     fn enter(&mut self, module: u32, q: u32, offset: u64) -> Result<()> {
@@ -576,7 +613,7 @@ impl<'a> Machine<'a> {
                 if let Some(l) = c.lazy {
                     if !self.seen_lazy.contains(&(at.module, l)) {
                         let (item, off, len) = self.stream.peek()?;
-                        if item == Item::Enter(l) {
+                        if item == Item::Enter(self.raw_id(at.module, l)) {
                             self.stream.advance(len);
                             self.seen_lazy.insert((at.module, l));
                             self.stack.push(Frame::Lazy);
@@ -602,10 +639,11 @@ impl<'a> Machine<'a> {
     /// gone, and that frame continues at its landing pad (the unwinder
     /// stops at the first frame, from the top, with a handler or cleanup
     /// for its call site).
-    fn land(&mut self, q: u32, offset: u64) -> Result<()> {
+    fn land(&mut self, raw: u32, offset: u64) -> Result<()> {
+        let (module, q) = self.locate("LANDING", raw, offset)?;
         while let Some(f) = self.stack.pop() {
             let Frame::Ret(c) = f else { continue };
-            if self.block(c).proc == q {
+            if c.module == module && self.block(c).proc == q {
                 if let Some(pad) = self.call_of(c).landing {
                     self.cur = Some(Loc {
                         module: c.module,
@@ -617,7 +655,7 @@ impl<'a> Machine<'a> {
         }
         Err(Error::Unexpected {
             thread: self.thread,
-            record: format!("LANDING({q})"),
+            record: format!("LANDING({raw})"),
             offset,
             at: "with no active frame of that procedure at a call site with a landing pad".into(),
         })
@@ -628,9 +666,10 @@ impl<'a> Machine<'a> {
         let (item, off) = self.stream.next_item()?;
         match item {
             Item::End => return Ok(false),
-            Item::Enter(q) => {
+            Item::Enter(raw) => {
                 self.stack.push(Frame::Cb);
-                self.enter(0, q, off)?;
+                let (module, q) = self.locate("ENTER", raw, off)?;
+                self.enter(module, q, off)?;
             }
             Item::Return => match self.stack.last().copied() {
                 Some(Frame::Ret(c)) if self.call_of(c).marker => {

@@ -155,11 +155,12 @@ pub fn regen_command(trace: &std::path::Path, opts: &Options, out: &mut dyn Writ
     regen_trace(&t, opts, out)
 }
 
-/// A thread to regenerate, with its module.
+/// A thread to regenerate, with its process image's modules.
 struct Job<'t> {
     info: &'t ThreadInfo,
-    /// Index into the compiled modules.
-    module: usize,
+    /// Index into the groups: the compiled modules of one process image
+    /// (the executable and its instrumented libraries).
+    group: usize,
 }
 
 fn path_name(p: &[u8]) -> String {
@@ -188,11 +189,13 @@ pub(crate) fn regen_trace_ahead<B: AsRef<[u8]> + Sync>(
     out: &mut dyn Write,
     ahead_bytes: usize,
 ) -> Result<()> {
-    let (compiled, jobs, note) = prepare(trace, opts)?;
+    let (compiled, groups, jobs, note) = prepare(trace, opts)?;
     let ctx = Ctx {
         trace,
         forks: fork_states(trace)?,
         compiled: &compiled,
+        groups: group_views(&compiled, &groups),
+        group_ids: groups.clone(),
         jobs: &jobs,
         note,
         opts,
@@ -211,11 +214,13 @@ pub fn totals<B: AsRef<[u8]> + Sync>(trace: &Trace<B>, opts: &Options) -> Result
         count: true,
         ..opts.clone()
     };
-    let (compiled, jobs, note) = prepare(trace, &opts)?;
+    let (compiled, groups, jobs, note) = prepare(trace, &opts)?;
     Ctx {
         trace,
         forks: fork_states(trace)?,
         compiled: &compiled,
+        groups: group_views(&compiled, &groups),
+        group_ids: groups.clone(),
         jobs: &jobs,
         note,
         opts: &opts,
@@ -267,16 +272,33 @@ impl std::fmt::Display for Totals {
     }
 }
 
-type Prepared<'t> = (Vec<Module>, Vec<Job<'t>>, String);
+type Prepared<'t> = (Vec<Module>, Vec<Vec<usize>>, Vec<Job<'t>>, String);
+
+fn group_views<'a>(compiled: &'a [Module], groups: &[Vec<usize>]) -> Vec<Vec<&'a Module>> {
+    groups
+        .iter()
+        .map(|g| g.iter().map(|&i| &compiled[i]).collect())
+        .collect()
+}
 
 /// Chooses the threads and their modules, and compiles the modules.
 fn prepare<'t, B: AsRef<[u8]> + Sync>(trace: &'t Trace<B>, opts: &Options) -> Result<Prepared<'t>> {
-    // Instrumented modules with a program database, by pid.
-    let mut by_pid: BTreeMap<u32, ModuleId> = BTreeMap::new();
+    // Instrumented modules with a program database, by pid: one process
+    // image, the executable first, then its libraries by module id (the
+    // module tag their ENTER records carry).
+    let mut by_pid: BTreeMap<u32, Vec<ModuleId>> = BTreeMap::new();
     for m in trace.modules() {
         if m.flags & module_flags::INSTRUMENTED != 0 && trace.program_database(m.id).is_some() {
-            by_pid.entry(m.pid).or_insert(m.id);
+            by_pid.entry(m.pid).or_default().push(m.id);
         }
+    }
+    for ids in by_pid.values_mut() {
+        ids.sort_by_key(|&id| {
+            let main = trace
+                .module(id)
+                .is_some_and(|m| m.flags & module_flags::MAIN != 0);
+            (!main, id.0)
+        });
     }
     if by_pid.is_empty() {
         return Err(Error::Usage(
@@ -296,7 +318,10 @@ fn prepare<'t, B: AsRef<[u8]> + Sync>(trace: &'t Trace<B>, opts: &Options) -> Re
                 known.join(", ")
             )));
         }
-        if !hit.iter().any(|m| by_pid.values().any(|&id| id == m.id)) {
+        if !hit
+            .iter()
+            .any(|m| by_pid.values().flatten().any(|&id| id == m.id))
+        {
             return Err(Error::Usage(format!(
                 "module {name} is not instrumented: none of its blocks are in the trace"
             )));
@@ -315,16 +340,17 @@ fn prepare<'t, B: AsRef<[u8]> + Sync>(trace: &'t Trace<B>, opts: &Options) -> Re
         })?],
         None => trace.threads().collect(),
     };
-    // Each thread's module: its process's, else its creator's (a fork child
-    // runs its parent's image).
+    // Each thread's modules: its process's, else its creator's (a fork
+    // child runs its parent's image).
     let mut module_ids: Vec<ModuleId> = Vec::new();
+    let mut groups: Vec<Vec<usize>> = Vec::new();
     let mut jobs = Vec::new();
     for info in threads {
         let mut t = info;
         let mut hops = 0;
-        let id = loop {
-            if let Some(&id) = by_pid.get(&t.start.pid) {
-                break Some(id);
+        let ids = loop {
+            if let Some(ids) = by_pid.get(&t.start.pid) {
+                break Some(ids);
             }
             match t.start.parent.and_then(|p| trace.thread(p)) {
                 Some(p) if hops < 1 << 20 => {
@@ -334,26 +360,36 @@ fn prepare<'t, B: AsRef<[u8]> + Sync>(trace: &'t Trace<B>, opts: &Options) -> Re
                 _ => break None,
             }
         };
-        let Some(id) = id else {
+        let Some(ids) = ids else {
             return Err(Error::Usage(format!(
                 "thread {} (pid {}) runs no instrumented module of the trace",
                 info.start.thread, info.start.pid
             )));
         };
-        let m = trace.module(id).expect("indexed module");
         if let Some(name) = &opts.module {
-            if !matches_module(&m.path, name) {
+            let path = |id| &trace.module(id).expect("indexed module").path;
+            if !ids.iter().any(|&id| matches_module(path(id), name)) {
                 continue;
             }
         }
-        let module = match module_ids.iter().position(|&x| x == id) {
+        let group: Vec<usize> = ids
+            .iter()
+            .map(|&id| match module_ids.iter().position(|&x| x == id) {
+                Some(i) => i,
+                None => {
+                    module_ids.push(id);
+                    module_ids.len() - 1
+                }
+            })
+            .collect();
+        let group = match groups.iter().position(|g| *g == group) {
             Some(i) => i,
             None => {
-                module_ids.push(id);
-                module_ids.len() - 1
+                groups.push(group);
+                groups.len() - 1
             }
         };
-        jobs.push(Job { info, module });
+        jobs.push(Job { info, group });
     }
     let compiled: Vec<Module> = module_ids
         .iter()
@@ -371,8 +407,17 @@ fn prepare<'t, B: AsRef<[u8]> + Sync>(trace: &'t Trace<B>, opts: &Options) -> Re
                     load_base: m.load_base,
                 }
             };
-            let format = (!opts.count).then_some(opts.format);
-            Module::compile(&path_name(&m.path), &db, format, addressing)
+            // `--module`: the other modules of the image are walked (the
+            // procedure stack crosses them) but print nothing.
+            let shown = opts
+                .module
+                .as_ref()
+                .is_none_or(|name| matches_module(&m.path, name));
+            let format = (!opts.count && shown).then_some(opts.format);
+            let mut c = Module::compile(&path_name(&m.path), &db, format, addressing)?;
+            c.tag = m.id.0;
+            c.shown = shown;
+            Ok(c)
         })
         .collect::<Result<_>>()?;
     let note = match trace.status() {
@@ -384,7 +429,7 @@ fn prepare<'t, B: AsRef<[u8]> + Sync>(trace: &'t Trace<B>, opts: &Options) -> Re
             format!(" (the trace is incomplete: {e})")
         }
     };
-    Ok((compiled, jobs, note))
+    Ok((compiled, groups, jobs, note))
 }
 
 /// The state each fork child continues from: the parents' machines run
@@ -404,21 +449,22 @@ fn fork_states<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<HashMap<u32, F
         count: true,
         ..Options::default()
     };
-    let (compiled, jobs, note) = prepare(trace, &opts)?;
-    let mods: Vec<&Module> = compiled.iter().collect();
+    let (compiled, groups, jobs, note) = prepare(trace, &opts)?;
+    let views = group_views(&compiled, &groups);
     for job in jobs
         .iter()
         .filter(|j| parents.contains(&j.info.start.thread))
     {
         let thread = job.info.start.thread;
         let stream = Stream::new(thread, trace.chunks(thread).collect());
-        let mut m = Machine::new(thread, &mods[job.module..=job.module], stream, note.clone());
+        let mods = &views[job.group];
+        let mut m = Machine::new(thread, mods, stream, note.clone());
         if job.info.start.reason == StartReason::Fork {
             if let Some(state) = forks.get(&job.info.start.pid) {
                 m.continue_fork(ForkState::clone(state));
             }
         }
-        let mut sink = Sink::counting(&mods[job.module..=job.module]);
+        let mut sink = Sink::counting(mods);
         // A parent whose own regeneration fails later still gave its
         // children their states up to there.
         let _ = m.run(&mut sink);
@@ -432,6 +478,10 @@ struct Ctx<'a, B> {
     /// Each fork child's (by pid) parent state at the fork.
     forks: HashMap<u32, ForkState>,
     compiled: &'a [Module],
+    /// Each group's modules, in the machine's order.
+    groups: Vec<Vec<&'a Module>>,
+    /// The same groups as indices into `compiled`.
+    group_ids: Vec<Vec<usize>>,
     jobs: &'a [Job<'a>],
     note: String,
     opts: &'a Options,
@@ -501,6 +551,10 @@ struct Piece<'m> {
 const MIN_PIECE_BYTES: u64 = 1 << 20;
 
 impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
+    fn groups_idx(&self, job: &Job<'_>) -> &[usize] {
+        &self.group_ids[job.group]
+    }
+
     fn workers(&self) -> usize {
         if self.opts.jobs == 0 {
             rayon::current_num_threads()
@@ -510,14 +564,14 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         .max(1)
     }
 
-    fn machine<'m>(&'m self, job: &Job<'m>, mods: &'m [&'m Module]) -> Machine<'m> {
+    fn machine<'m>(&'m self, job: &Job<'m>) -> Machine<'m> {
         let thread = job.info.start.thread;
         let stream = Stream::new(thread, self.trace.chunks(thread).collect());
         let mut note = self.note.clone();
         if note.is_empty() && job.info.end.is_none() {
             note = format!(" (thread {thread} has no THREAD_END)");
         }
-        let mut m = Machine::new(thread, &mods[job.module..=job.module], stream, note);
+        let mut m = Machine::new(thread, &self.groups[job.group], stream, note);
         if job.info.start.reason == StartReason::Fork {
             if let Some(state) = self.forks.get(&job.info.start.pid) {
                 m.continue_fork(state.clone());
@@ -536,9 +590,9 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     }
 
     /// A whole thread as one piece.
-    fn whole<'m>(&'m self, job: &Job<'m>, mods: &'m [&'m Module]) -> Piece<'m> {
+    fn whole<'m>(&'m self, job: &Job<'m>) -> Piece<'m> {
         Piece {
-            machine: self.machine(job, mods),
+            machine: self.machine(job),
             pause_at: u64::MAX,
             header: self.header(job),
         }
@@ -549,21 +603,16 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     /// end is known (false: stop). A pass that fails ends the last piece at
     /// the end of the stream: its expansion meets the same error after
     /// writing everything before it.
-    fn cut<'m>(
-        &'m self,
-        job: &Job<'m>,
-        mods: &'m [&'m Module],
-        give: &mut dyn FnMut(Piece<'m>) -> bool,
-    ) {
+    fn cut<'m>(&'m self, job: &Job<'m>, give: &mut dyn FnMut(Piece<'m>) -> bool) {
         let thread = job.info.start.thread;
         let stream_len: u64 = self.trace.chunks(thread).map(|c| c.meta.raw_len).sum();
         let piece = match self.opts.piece_bytes {
             0 => (stream_len / (4 * self.workers() as u64)).max(MIN_PIECE_BYTES),
             n => n,
         };
-        let mut start = self.whole(job, mods);
+        let mut start = self.whole(job);
         let mut fast = start.machine.clone();
-        let mut sink = Sink::counting(&mods[job.module..=job.module]);
+        let mut sink = Sink::counting(&self.groups[job.group]);
         sink.pause_at = piece;
         while let Ok(Progress::Paused) = fast.run(&mut sink) {
             let at = fast.stream_offset();
@@ -610,7 +659,6 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     }
 
     fn write(&self, out: &mut dyn Write) -> Result<()> {
-        let mods: Vec<&Module> = self.compiled.iter().collect();
         let mut progress = ProgressOut::on_terminal(out);
         let mut out = std::io::BufWriter::with_capacity(1 << 20, &mut progress);
         if self.opts.format == crate::Format::Bin {
@@ -621,7 +669,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         if workers <= 1 {
             for job in self.jobs {
                 let mut werr = None;
-                let r = self.produce(self.whole(job, &mods), &mut |b| match out.write_all(&b) {
+                let r = self.produce(self.whole(job), &mut |b| match out.write_all(&b) {
                     Ok(()) => true,
                     Err(e) => {
                         werr = Some(e);
@@ -637,7 +685,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                 }
             }
         } else {
-            self.write_parallel(&mods, workers, &mut out)?;
+            self.write_parallel(workers, &mut out)?;
         }
         out.flush().map_err(Error::Output)
     }
@@ -648,7 +696,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     /// `AHEAD_BYTES` ahead of the writer, and the cutter when `2 * workers`
     /// pieces wait; pieces are taken in order, so the piece the writer waits
     /// for always has a worker: no deadlock.
-    fn write_parallel(&self, mods: &[&Module], workers: usize, out: &mut dyn Write) -> Result<()> {
+    fn write_parallel(&self, workers: usize, out: &mut dyn Write) -> Result<()> {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(workers + 1)
             .build()
@@ -665,7 +713,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                 let (order_tx, work_tx) = (order_tx, work_tx);
                 for job in self.jobs {
                     let mut go = true;
-                    self.cut(job, mods, &mut |p| {
+                    self.cut(job, &mut |p| {
                         let (tx, rx) = mpsc::sync_channel::<Msg>(ahead);
                         go = !stop.load(Ordering::SeqCst)
                             && order_tx.send(rx).is_ok()
@@ -720,18 +768,15 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     /// `--count`: totals per thread and module, calls per procedure.
     fn totals(&self) -> Result<Totals> {
         use rayon::prelude::*;
-        let mods: Vec<&Module> = self.compiled.iter().collect();
-        let run = |job: &Job<'_>| -> Result<((u64, u64), Vec<u64>)> {
-            let mut m = self.machine(job, &mods);
-            let mut sink = Sink::counting(&mods[job.module..=job.module]);
+        let run = |job: &Job<'_>| -> Result<(Vec<(u64, u64)>, Vec<Vec<u64>>)> {
+            let mut m = self.machine(job);
+            let mut sink = Sink::counting(&self.groups[job.group]);
             while m.run(&mut sink)? == Progress::More {}
-            // One module per machine: its counts are the first (only) entries.
-            let totals = sink.counts.map_or((0, 0), |c| c.totals[0]);
-            let entries = m.entries.into_iter().next().unwrap_or_default();
-            Ok((totals, entries))
+            Ok((sink.counts.map(|c| c.totals).unwrap_or_default(), m.entries))
         };
         let workers = self.workers().min(self.jobs.len()).max(1);
-        let results: Vec<Result<((u64, u64), Vec<u64>)>> = if workers <= 1 {
+        #[allow(clippy::type_complexity)]
+        let results: Vec<Result<(Vec<(u64, u64)>, Vec<Vec<u64>>)>> = if workers <= 1 {
             self.jobs.iter().map(run).collect()
         } else {
             let pool = rayon::ThreadPoolBuilder::new()
@@ -740,27 +785,40 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                 .map_err(|e| Error::Usage(format!("cannot start {workers} worker threads: {e}")))?;
             pool.install(|| self.jobs.par_iter().map(run).collect())
         };
-        let mut calls: Vec<Vec<u64>> = mods.iter().map(|m| vec![0; m.procs.len()]).collect();
+        let mut calls: Vec<Vec<u64>> = self
+            .compiled
+            .iter()
+            .map(|m| vec![0; m.procs.len()])
+            .collect();
         let mut threads = Vec::new();
         for (job, r) in self.jobs.iter().zip(results) {
-            let ((ni, nb), entries) = r?;
-            let m = mods[job.module];
-            for (c, e) in calls[job.module].iter_mut().zip(entries) {
-                *c += e;
-            }
+            let (totals, entries) = r?;
             let s = &job.info.start;
-            threads.push(ThreadTotals {
-                thread: s.thread,
-                pid: s.pid,
-                tid: s.os_tid,
-                module: m.name.clone(),
-                instructions: ni,
-                blocks: nb,
-            });
+            // One row per module shown (every module without `--module`).
+            for (k, &ci) in self.groups_idx(job).iter().enumerate() {
+                let m = &self.compiled[ci];
+                if !m.shown {
+                    continue;
+                }
+                let (ni, nb) = totals[k];
+                for (c, e) in calls[ci].iter_mut().zip(&entries[k]) {
+                    *c += e;
+                }
+                threads.push(ThreadTotals {
+                    thread: s.thread,
+                    pid: s.pid,
+                    tid: s.os_tid,
+                    module: m.name.clone(),
+                    instructions: ni,
+                    blocks: nb,
+                });
+            }
         }
-        let calls = mods
+        let calls = self
+            .compiled
             .iter()
             .zip(&calls)
+            .filter(|(m, _)| m.shown)
             .map(|(m, c)| {
                 let mut rows: Vec<(String, u64)> = m
                     .procs

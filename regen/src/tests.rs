@@ -931,3 +931,133 @@ fn workers_that_block_on_a_full_channel_still_write_every_thread_in_order() {
         assert!(par == seq, "-j {jobs} differs with blocking workers");
     }
 }
+
+// ---------------------------------------------------------------- several modules
+
+const LIB_LOAD: u64 = 0x7f00_0000_0000;
+
+/// A trace of one thread running the executable `exe` (module 0) and an
+/// instrumented library `lib` (module 1, `/lib/libx.so.1`), whose MODULE
+/// comes after the chunks, as the recorder writes it when the library's
+/// runtime first reports its address.
+fn two_module_trace(exe: &ProgramDb, lib: &ProgramDb, stream: &[u8]) -> Vec<u8> {
+    use aetrace_format::{
+        module_flags, EndReason, Header, Module, ModuleId, StartReason, ThreadStart, TraceWriter,
+    };
+    let mut w = TraceWriter::new(Vec::new(), &Header::new("regen test", 0).unwrap()).unwrap();
+    let module = |id, flags, load_base, path: &str| Module {
+        id: ModuleId(id),
+        pid: PID,
+        flags,
+        load_base,
+        size: 0x10_0000,
+        build_id: vec![],
+        path: path.as_bytes().to_vec(),
+    };
+    w.module(&module(
+        0,
+        module_flags::MAIN | module_flags::INSTRUMENTED,
+        LOAD_BASE,
+        "/tmp/prog",
+    ))
+    .unwrap();
+    w.program_database(ModuleId(0), aetrace_format::progdb::VERSION, &exe.encode())
+        .unwrap();
+    w.thread_start(&ThreadStart {
+        thread: ThreadId(0),
+        parent: None,
+        os_tid: PID,
+        pid: PID,
+        reason: StartReason::Main,
+    })
+    .unwrap();
+    for c in stream.chunks(5) {
+        w.chunk(ThreadId(0), c, 0).unwrap();
+    }
+    w.module(&module(
+        1,
+        module_flags::INSTRUMENTED,
+        LIB_LOAD,
+        "/lib/libx.so.1",
+    ))
+    .unwrap();
+    w.program_database(ModuleId(1), aetrace_format::progdb::VERSION, &lib.encode())
+        .unwrap();
+    w.thread_end(ThreadId(0), EndReason::Exit).unwrap();
+    w.finish().unwrap().0
+}
+
+/// bzip2 and libbz2 in miniature: the program calls an exported library
+/// function (ENTER with tag 1), which calls back into the program (ENTER
+/// with tag 0) before both calls return; one stack across both modules.
+#[test]
+fn calls_and_callbacks_across_modules_share_one_stack() {
+    let exe = callback_db();
+    let mut a = 0x2000;
+    let lib = ProgramDb {
+        link_base: 0,
+        runtime_vaddr: 0,
+        procs: vec![proc(
+            &mut a,
+            "lib_f",
+            vec![call(CallTarget::External, true, true, false, None), None],
+            vec![(0, 1, CallReturn, None), (1, 2, Return, None)],
+        )],
+    };
+    let mut s = Vec::new();
+    thread_rec(&mut s);
+    enter(&mut s, 0); // main
+    enter(&mut s, 1 << crate::machine::TAG_SHIFT); // lib_f, from main's external call
+    enter(&mut s, 1); // cb, called back by lib_f
+    ret(&mut s); // lib_f's external call returns
+    ret(&mut s); // main's external call returns
+    let bytes = two_module_trace(&exe, &lib, &s);
+    let line = |base: u64, b: &BlockDb| format!("{:x} 5 2\n", base + b.start);
+    let (m, c) = (&exe.procs[0].blocks, &exe.procs[1].blocks);
+    let l = &lib.procs[0].blocks;
+    let (out, r) = run(&bytes, &opts(Format::Block));
+    r.unwrap();
+    assert_eq!(
+        text(&out),
+        HDR.to_owned()
+            + &line(LOAD_BASE, &m[0])
+            + &line(LIB_LOAD, &l[0])
+            + &line(LOAD_BASE, &c[0])
+            + &line(LIB_LOAD, &l[1])
+            + &line(LOAD_BASE, &m[1])
+    );
+    // One module: the other's blocks are walked but not printed.
+    let only_lib = Options {
+        module: Some("libx.so.1".into()),
+        relative: true,
+        ..opts(Format::Block)
+    };
+    let (out, r) = run(&bytes, &only_lib);
+    r.unwrap();
+    assert_eq!(
+        text(&out),
+        HDR.to_owned() + &line(0, &l[0]) + &line(0, &l[1])
+    );
+    let counts = Options {
+        count: true,
+        ..Options::default()
+    };
+    let (out, r) = run(&bytes, &counts);
+    r.unwrap();
+    let out = text(&out);
+    assert!(
+        out.contains("module /tmp/prog: 6 instructions, 3 blocks"),
+        "{out}"
+    );
+    assert!(
+        out.contains("module /lib/libx.so.1: 4 instructions, 2 blocks"),
+        "{out}"
+    );
+    // A tag no module of the process has is an error naming it.
+    let mut bad = s.clone();
+    bad.truncate(s.len() - 4);
+    enter(&mut bad, 2 << crate::machine::TAG_SHIFT);
+    let (_, r) = run(&two_module_trace(&exe, &lib, &bad), &opts(Format::Block));
+    let e = r.unwrap_err().to_string();
+    assert!(e.contains("module tag 2"), "{e}");
+}

@@ -53,6 +53,10 @@ const D_WIN_LO: u64 = 24;
 const D_WIN_HI: u64 = 32;
 /// Number of interrupted witness stores completed at signal entry.
 const D_FIXUPS: u64 = 40;
+/// The module tag of the instrumented module this blob belongs to (0: the
+/// executable; a shared library's is 1..`MAX_MODULES`), written by the
+/// rewriter. A library's blob attaches to the executable's region.
+const D_TAG: u64 = 48;
 const DATA_SIZE: u64 = 4096;
 
 /// A generated runtime: bytes plus its symbol table.
@@ -67,7 +71,8 @@ pub struct Blob {
 }
 
 impl Blob {
-    /// Offset of a symbol: `init`, `attach_thread`, `flush`, `fork_child`, `ready`.
+    /// Offset of a symbol: `init`, `attach_thread`, `flush`, `fork_child`,
+    /// `ready`, `module_tag`, ...
     pub fn symbol(&self, name: &str) -> Option<u64> {
         self.symbols
             .iter()
@@ -94,6 +99,7 @@ struct Labels {
     d_win_lo: CodeLabel,
     d_win_hi: CodeLabel,
     d_fixups: CodeLabel,
+    d_tag: CodeLabel,
     signal_entry: CodeLabel,
     restorer: CodeLabel,
     regmap: CodeLabel,
@@ -102,6 +108,7 @@ struct Labels {
     m_noenv: CodeLabel,
     m_region: CodeLabel,
     m_notready: CodeLabel,
+    m_early: CodeLabel,
     m_slots: CodeLabel,
     m_write: CodeLabel,
 }
@@ -167,6 +174,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         d_win_lo: a.create_label(),
         d_win_hi: a.create_label(),
         d_fixups: a.create_label(),
+        d_tag: a.create_label(),
         signal_entry: a.create_label(),
         restorer: a.create_label(),
         regmap: a.create_label(),
@@ -175,6 +183,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         m_noenv: a.create_label(),
         m_region: a.create_label(),
         m_notready: a.create_label(),
+        m_early: a.create_label(),
         m_slots: a.create_label(),
         m_write: a.create_label(),
     };
@@ -204,6 +213,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         "aetrace: cannot map the witness region (bad fd, file or layout version)\n",
     )?;
     msg(&mut a, &mut l.m_notready, "aetrace: instrumented code ran before the runtime's init (init must be the first DT_PREINIT_ARRAY entry)\n")?;
+    msg(&mut a, &mut l.m_early, "aetrace: an instrumented shared library ran before the executable's runtime init (an IFUNC resolver, or a process whose executable is not instrumented)\n")?;
     msg(
         &mut a,
         &mut l.m_slots,
@@ -231,12 +241,15 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     a.db(&[0u8; 8])?;
     a.set_label(&mut l.d_fixups)?;
     a.db(&[0u8; 8])?;
-    a.db(&vec![0u8; (DATA_SIZE - D_FIXUPS - 8) as usize])?;
+    a.set_label(&mut l.d_tag)?;
+    a.db(&[0u8; 8])?;
+    a.db(&vec![0u8; (DATA_SIZE - D_TAG - 8) as usize])?;
     let res = a.assemble_options(0, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)?;
     let data_offset = res.label_ip(&l.d_ready)?;
     debug_assert_eq!(res.label_ip(&l.d_region)?, data_offset + D_REGION);
     debug_assert_eq!(res.label_ip(&l.d_fd)?, data_offset + D_FD);
     debug_assert_eq!(res.label_ip(&l.d_fixups)?, data_offset + D_FIXUPS);
+    debug_assert_eq!(res.label_ip(&l.d_tag)?, data_offset + D_TAG);
     let symbols = vec![
         ("init", res.label_ip(&l.init)?),
         ("attach_thread", res.label_ip(&l.attach)?),
@@ -248,6 +261,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         ("witness_code_start", data_offset + D_WIN_LO),
         ("witness_code_end", data_offset + D_WIN_HI),
         ("signal_fixups", data_offset + D_FIXUPS),
+        ("module_tag", data_offset + D_TAG),
     ];
     debug_assert_eq!(res.label_ip(&l.init)?, 0, "init is the blob's base label");
     let bytes = res.inner.code_buffer;
@@ -396,6 +410,7 @@ fn emit_init(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.mov(eax, SYS_GETPID)?;
     a.syscall()?;
     a.mov(dword_ptr(r15 + H_PID), eax)?;
+    a.mov(qword_ptr(r15 + H_FD), r12)?;
 
     a.set_label(&mut mapped)?;
     a.mov(qword_ptr(l.d_region), r15)?;
@@ -411,14 +426,73 @@ fn emit_init(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
 
 /// `attach_thread()`: claim a slot for the calling thread (a new thread,
 /// detected by an outside-entry stub) and point %gs at it.
+///
+/// In a shared library's blob (`module_tag` != 0) the first call, before
+/// `ready` is set, attaches the blob to the region the executable's `init`
+/// mapped: its address comes from the slot `%gs` points at (the thread's
+/// slot, claimed by the executable's runtime), the standalone fd from the
+/// header; the blob's own run-time address goes to the header's module
+/// table. Then a thread that already owns its slot keeps it.
 fn emit_attach(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     let mut ready = a.create_label();
+    let mut library = a.create_label();
+    let mut has_gs = a.create_label();
+    let mut mapped = a.create_label();
+    let mut done = a.create_label();
     a.set_label(&mut l.attach)?;
     save_all(a)?;
     a.cmp(dword_ptr(l.d_ready), 0)?;
     a.jne(ready)?;
+    a.cmp(qword_ptr(l.d_tag), 0)?;
+    a.jne(library)?;
     a.lea(rsi, ptr(l.m_notready))?;
     a.jmp(l.fatal)?;
+
+    a.set_label(&mut library)?;
+    a.call(l.block_signals)?;
+    a.sub(rsp, 8)?;
+    a.mov(edi, ARCH_GET_GS)?;
+    a.mov(rsi, rsp)?;
+    a.mov(eax, SYS_ARCH_PRCTL)?;
+    a.syscall()?;
+    a.pop(rax)?;
+    a.test(rax, rax)?;
+    a.jnz(has_gs)?;
+    a.lea(rsi, ptr(l.m_early))?;
+    a.jmp(l.fatal)?;
+    a.set_label(&mut has_gs)?;
+    a.mov(r15, qword_ptr(rax + S_REGION))?;
+    a.mov(rcx, MAGIC)?;
+    a.cmp(qword_ptr(r15 + H_MAGIC), rcx)?;
+    a.je(mapped)?;
+    a.lea(rsi, ptr(l.m_region))?;
+    a.jmp(l.fatal)?;
+    a.set_label(&mut mapped)?;
+    a.mov(qword_ptr(l.d_region), r15)?;
+    a.mov(rax, qword_ptr(r15 + H_FD))?;
+    a.mov(qword_ptr(l.d_fd), rax)?;
+    // Publish this blob's address under its tag (first writer wins: a
+    // fork child has the same mappings; an exec'd image's modules are
+    // not known to the recorder anyway).
+    a.mov(rdx, qword_ptr(l.d_tag))?;
+    a.and(edx, (MAX_MODULES - 1) as i32)?;
+    a.lea(rcx, ptr(l.init))?;
+    a.xor(eax, eax)?;
+    a.lock()
+        .cmpxchg(qword_ptr(r15 + rdx * 8 + H_MODULES as i32), rcx)?;
+    a.mov(dword_ptr(l.d_ready), 1)?;
+    // A thread that owns its slot already (the usual case) keeps it.
+    a.mov(rax, qword_ptr(0u64).fs())?;
+    a.cmp(rax, qword_ptr(S_OWNER).gs())?;
+    a.je(done)?;
+    a.call(l.slot_index)?;
+    a.mov(ebp, eax)?;
+    a.mov(ebx, RecordKind::Thread as u32)?;
+    a.call(l.claim)?;
+    a.set_label(&mut done)?;
+    a.call(l.restore_signals)?;
+    restore_all(a)?;
+
     a.set_label(&mut ready)?;
     a.call(l.block_signals)?;
     a.call(l.slot_index)?;
@@ -583,6 +657,7 @@ fn emit_claim(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.mov(rax, qword_ptr(0u64).fs())?;
     a.mov(qword_ptr(r14 + S_OWNER), rax)?;
     a.mov(qword_ptr(r14 + S_BASE), r14)?;
+    a.mov(qword_ptr(r14 + S_REGION), r15)?;
     a.mov(dword_ptr(r14 + S_PARENT), ebp)?;
     a.mov(eax, SYS_GETTID)?;
     a.syscall()?;

@@ -35,6 +35,21 @@ pub const H_PID: u64 = 48;
 pub const H_FUTEX: u64 = 52;
 /// Standalone mode: next free file offset for spilled chunks (`lock xadd`).
 pub const H_FILE_END: u64 = 56;
+/// Standalone mode: the trace file's descriptor (u64), for the runtime
+/// copies of instrumented shared libraries, which attach to the region the
+/// executable's `init` created instead of creating it again.
+pub const H_FD: u64 = 64;
+/// Module table: `u64` run-time address of each instrumented module's
+/// runtime blob, indexed by its module tag (1..[`MAX_MODULES`]; tag 0, the
+/// executable, reports its address in each slot's `S_RUNTIME`). Written
+/// once (`lock cmpxchg` 0 -> address) by a library's runtime when it first
+/// attaches; the recorder derives the library's load bias from it.
+pub const H_MODULES: u64 = 512;
+/// Module tags are `0..MAX_MODULES`; the table ends at `H_MODULES + 8 * MAX_MODULES`.
+pub const MAX_MODULES: u32 = 256;
+/// ENTER and LANDING payloads carry the module tag in their top bits and
+/// the procedure number (within the module) below `1 << TAG_SHIFT`.
+pub const TAG_SHIFT: u32 = 24;
 
 /// Header flag: the region is a standalone file (no recorder); full halves
 /// are appended to the file as chunks.
@@ -72,6 +87,9 @@ pub const S_PARENT: u64 = 80;
 /// Run-time address of the runtime blob's start in the process owning the
 /// slot (the recorder derives the module's load bias from it).
 pub const S_RUNTIME: u64 = 88;
+/// Absolute address of the region header in the writer's address space
+/// (instrumented shared libraries find the region through their `%gs` slot).
+pub const S_REGION: u64 = 96;
 
 pub const SLOT_FREE: u32 = 0;
 pub const SLOT_ACTIVE: u32 = 1;

@@ -126,6 +126,17 @@ impl Region {
         self.a32(H_FLAGS).load(Ordering::Acquire)
     }
 
+    /// The run-time address of the runtime blob of the instrumented shared
+    /// library with module tag `tag` (1..`MAX_MODULES`), once that library
+    /// has attached (its first traced code ran); 0 before.
+    pub fn module_runtime(&self, tag: u32) -> u64 {
+        if tag == 0 || tag >= MAX_MODULES {
+            return 0;
+        }
+        self.a64(H_MODULES + 8 * u64::from(tag))
+            .load(Ordering::Acquire)
+    }
+
     /// A drainer over every slot, starting from the beginning.
     pub fn drainer(&self) -> Drainer<'_> {
         Drainer {

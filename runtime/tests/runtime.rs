@@ -899,3 +899,41 @@ fn signal_entry_completes_an_interrupted_record() {
         );
     }
 }
+
+/// An instrumented shared library's runtime copy (`module_tag` != 0, no
+/// init of its own) entered by a thread that owns a slot through the
+/// executable's runtime: it attaches to the same region, writes into the
+/// thread's own stream, claims no slot, and publishes its address in the
+/// header's module table under its tag.
+#[test]
+fn a_library_runtime_attaches_to_the_executables_region() {
+    use aetrace_runtime::layout::TAG_SHIFT;
+    let mut exe = Mapped::new();
+    let mut lib = Mapped::new();
+    unsafe { *(lib.sym("module_tag") as *mut u64) = 3 };
+    let region = Region::create(SMALL).unwrap();
+    let site = Site::with_scratch(r11);
+    let run_exe = runner(&mut exe, 7, site);
+    let lib_proc = 3 << TAG_SHIFT | 5;
+    let run_lib = runner(&mut lib, lib_proc, site);
+    let a = sequence(0x51, 20_000, 1, 254);
+    let b = sequence(0x52, 30_000, 1, 254);
+    let saved_gs = get_gs();
+    assert_eq!(region.module_runtime(3), 0);
+    let streams = drain_while(&region, exe.base as u64, || {
+        exe.init(&[region.env()]);
+        assert_eq!(run_exe(a.as_ptr(), a.len()), 0);
+        assert_eq!(run_lib(b.as_ptr(), b.len()), 0);
+        assert_eq!(run_exe(a.as_ptr(), 10), 0);
+        set_gs(saved_gs);
+    });
+    assert_eq!(streams.len(), 1, "the library claimed no slot of its own");
+    let mut want = expected_main(7, &a);
+    want.extend(enter_record(lib_proc));
+    want.extend_from_slice(&b);
+    want.extend(enter_record(7));
+    want.extend_from_slice(&a[..10]);
+    assert!(streams[&0].1 == want, "stream differs");
+    assert_eq!(region.module_runtime(3), lib.base as u64);
+    assert_eq!(region.module_runtime(2), 0);
+}

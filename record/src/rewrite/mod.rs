@@ -181,6 +181,16 @@ fn build_id(prog: &Program) -> Vec<u8> {
 
 /// Rewrites the executable at `path`.
 pub fn instrument(path: &Path, which: Placement) -> Result<Instrumented> {
+    instrument_module(path, which, 0)
+}
+
+/// Rewrites the executable (`tag` 0) or a shared library (`tag` in
+/// `1..MAX_MODULES`, its module id in the trace). A library's ENTER and
+/// LANDING records carry `tag` above `TAG_SHIFT`; its runtime copy has no
+/// preinit entry (shared objects have no DT_PREINIT_ARRAY) and attaches to
+/// the executable's region when its first traced code runs.
+pub fn instrument_module(path: &Path, which: Placement, tag: u32) -> Result<Instrumented> {
+    use aetrace_runtime::layout::{MAX_MODULES, TAG_SHIFT};
     let prog = Program::open(path)?;
     let module = &prog.module;
     if module.is_static {
@@ -190,10 +200,25 @@ pub fn instrument(path: &Path, which: Placement) -> Result<Instrumented> {
              preinit entry)",
         ));
     }
-    if module.kind != ElfKind::Exec && module.kind != ElfKind::Pie {
+    let library = module.kind == ElfKind::Shared;
+    if library != (tag != 0) || tag >= MAX_MODULES {
         return Err(rewrite_err(
             path,
-            format!("{} modules are not supported yet", module.kind.as_str()),
+            if library {
+                "a shared object can only be instrumented as a library (aetrace record --libs)"
+            } else {
+                "an executable cannot be instrumented as a library"
+            },
+        ));
+    }
+    if prog.procs.len() >= 1 << TAG_SHIFT {
+        return Err(rewrite_err(
+            path,
+            format!(
+                "{} procedures: ENTER records number at most {} per module",
+                prog.procs.len(),
+                1u32 << TAG_SHIFT
+            ),
         ));
     }
     let elf = goblin::elf::Elf::parse(module.bytes())
@@ -209,13 +234,22 @@ pub fn instrument(path: &Path, which: Placement) -> Result<Instrumented> {
         .map(|ph| ph.p_vaddr + ph.p_memsz)
         .max()
         .unwrap_or(0);
-    let ifuncs: Vec<u64> = module
+    let mut ifuncs: Vec<u64> = module
         .dyn_relocs
         .iter()
         .chain(&module.plt_relocs)
         .filter(|r| r.r_type == R_X86_64_IRELATIVE)
         .map(|r| r.addend as u64)
         .collect();
+    // An exported IFUNC's resolver runs when ld.so relocates the objects
+    // that import it, before the executable's preinit: a library's too.
+    ifuncs.extend(
+        elf.syms
+            .iter()
+            .chain(elf.dynsyms.iter())
+            .filter(|s| s.st_type() == goblin::elf::sym::STT_GNU_IFUNC && s.st_shndx != 0)
+            .map(|s| s.st_value),
+    );
 
     // 1. What is traced.
     let mut reasons: HashMap<ProcId, String> = HashMap::new();
@@ -317,7 +351,7 @@ pub fn instrument(path: &Path, which: Placement) -> Result<Instrumented> {
     let mut table_cursor = code_seg;
     let pads = crate::lsda::call_site_pads(module);
     for (id, p) in prog.procs.iter() {
-        let number = id.index() as u32;
+        let number = tag << TAG_SHIFT | id.index() as u32;
         if let Some(r) = reasons.get(&id) {
             notes.push(format!(
                 "procedure {} at {:#x} left alone: {r}",
@@ -447,7 +481,7 @@ pub fn instrument(path: &Path, which: Placement) -> Result<Instrumented> {
             number,
             name: &p.name,
             start: p.start,
-            stub: if p.start == module.entry {
+            stub: if p.start == module.entry && !library {
                 EntryStub::ProcessEntry
             } else {
                 EntryStub::Full
@@ -502,6 +536,7 @@ pub fn instrument(path: &Path, which: Placement) -> Result<Instrumented> {
     for (sym, value) in [
         ("witness_code_start", code_vaddr - runtime_vaddr),
         ("witness_code_end", code_end - runtime_vaddr),
+        ("module_tag", u64::from(tag)),
     ] {
         let off = blob
             .symbol(sym)
@@ -547,7 +582,7 @@ pub fn instrument(path: &Path, which: Placement) -> Result<Instrumented> {
             },
         ],
         patches,
-        preinit: Some(init),
+        preinit: (!library).then_some(init),
         entry: None,
         eh_frame_hdr: unwind.as_ref().map(|u| (u.hdr_vaddr, u.hdr_size)),
         eh_frame: unwind

@@ -1,0 +1,468 @@
+//! Finding the shared libraries `aetrace record --libs` instruments, as the
+//! dynamic loader would find them (glibc `ld.so(8)`, "search order"): the
+//! DT_NEEDED closure of the executable, breadth first; for each name
+//! without a slash, the loading object's DT_RPATH (and its loaders', only
+//! when it has no DT_RUNPATH), `LD_LIBRARY_PATH`, its DT_RUNPATH,
+//! `/etc/ld.so.cache`, then the default directories. `$ORIGIN` (also
+//! `${ORIGIN}`) is the loading object's directory.
+//!
+//! Invariants: a library is identified by the DT_NEEDED name that loaded it
+//! first (what the loader matches later requests against), each is
+//! resolved once, and a candidate is accepted only if it is a 64-bit
+//! x86-64 ELF (the loader skips others too). The rewritten copies are put
+//! in front of the search through `LD_LIBRARY_PATH`, so a selected library
+//! that the loader finds through DT_RPATH (which precedes it) is refused:
+//! the rewritten copy would not be the one loaded.
+
+use std::collections::{HashSet, VecDeque};
+use std::path::{Path, PathBuf};
+
+use crate::{Error, Result};
+
+/// Which libraries `--libs` selects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LibSelection {
+    /// Only the executable.
+    None,
+    /// Every library of the DT_NEEDED closure except glibc's own
+    /// ([`is_glibc`]), which are left alone with a note.
+    All,
+    /// These DT_NEEDED names (e.g. `libbz2.so.1.0`) or file names.
+    Named(Vec<String>),
+}
+
+impl LibSelection {
+    /// Parses `none`, `all` or `NAME,NAME,...`.
+    pub fn parse(s: &str) -> Result<LibSelection> {
+        match s {
+            "none" => Ok(LibSelection::None),
+            "all" => Ok(LibSelection::All),
+            _ => {
+                let names: Vec<String> = s.split(',').map(str::to_owned).collect();
+                if names.iter().any(|n| n.is_empty()) {
+                    return Err(lib_err(format!("--libs {s:?}: an empty library name")));
+                }
+                Ok(LibSelection::Named(names))
+            }
+        }
+    }
+}
+
+/// A library of the executable's DT_NEEDED closure.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Library {
+    /// The DT_NEEDED name that loaded it (the loader's key; the name of
+    /// its symlink in the per-run directory).
+    pub needed: String,
+    /// Where the loader finds it today.
+    pub path: PathBuf,
+    /// Found through a DT_RPATH, which `LD_LIBRARY_PATH` cannot override.
+    pub via_rpath: bool,
+    /// Found in a directory relative to this object's `$ORIGIN`: once that
+    /// object is a rewritten copy elsewhere, its `$ORIGIN` moves.
+    pub origin: Option<PathBuf>,
+}
+
+fn lib_err(what: String) -> Error {
+    Error::Record { what }
+}
+
+/// glibc's own objects: the loader and libraries whose code runs while
+/// ld.so relocates and initialises (`__libc_early_init` runs before the
+/// executable's DT_PREINIT_ARRAY, i.e. before the runtime exists), and
+/// which the runtime's own conventions (TCB at `fs:[0]`) depend on.
+pub fn is_glibc(needed: &str) -> bool {
+    let stem = needed.split(".so").next().unwrap_or(needed);
+    needed.starts_with("ld-linux")
+        || matches!(
+            stem,
+            "libc"
+                | "libm"
+                | "libpthread"
+                | "libdl"
+                | "librt"
+                | "libresolv"
+                | "libutil"
+                | "libanl"
+                | "libmvec"
+                | "libnsl"
+                | "libBrokenLocale"
+                | "libthread_db"
+        )
+}
+
+/// The DT_NEEDED closure of `exe`, in the loader's breadth-first order.
+pub fn closure(exe: &Path) -> Result<Vec<Library>> {
+    let cache = LdCache::load();
+    let ld_library_path: Vec<String> = std::env::var("LD_LIBRARY_PATH")
+        .map(|v| split_path(&v))
+        .unwrap_or_default();
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut out = Vec::new();
+    // (object, the DT_RPATH chain of its loaders when it has no RUNPATH)
+    let mut queue: VecDeque<(PathBuf, Vec<(PathBuf, Vec<String>)>)> = VecDeque::new();
+    queue.push_back((exe.to_owned(), Vec::new()));
+    while let Some((obj, loaders_rpath)) = queue.pop_front() {
+        let info = DynInfo::read(&obj)?;
+        let origin = obj.parent().map(Path::to_owned).unwrap_or_default();
+        let mut rpaths = Vec::new();
+        if info.runpath.is_empty() {
+            rpaths.push((origin.clone(), info.rpath.clone()));
+            rpaths.extend(loaders_rpath.iter().cloned());
+        }
+        for needed in &info.needed {
+            if !seen.insert(needed.clone()) {
+                continue;
+            }
+            let found = if needed.contains('/') {
+                Some((PathBuf::from(needed), false, None))
+            } else {
+                search(
+                    needed,
+                    &rpaths,
+                    &ld_library_path,
+                    (&origin, &info.runpath),
+                    &cache,
+                )
+            };
+            let Some((path, via_rpath, origin_dir)) = found else {
+                return Err(lib_err(format!(
+                    "{}: needed library {needed} not found (DT_RPATH, LD_LIBRARY_PATH, DT_RUNPATH, ld.so.cache, default directories)",
+                    obj.display()
+                )));
+            };
+            let chain = if info.runpath.is_empty() {
+                rpaths.clone()
+            } else {
+                Vec::new()
+            };
+            queue.push_back((path.clone(), chain));
+            // Whose `$ORIGIN` found it (an RPATH may be a loader's).
+            let origin = origin_dir.and_then(|d| {
+                std::iter::once(&obj)
+                    .chain(out.iter().map(|l: &Library| &l.path))
+                    .find(|o| o.parent() == Some(d.as_path()))
+                    .cloned()
+            });
+            out.push(Library {
+                needed: needed.clone(),
+                path,
+                via_rpath,
+                origin,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// What `--libs` resolves to.
+#[derive(Debug, Default)]
+pub struct Selection {
+    /// The libraries to rewrite, in module-tag order (tag = index + 1).
+    pub traced: Vec<Library>,
+    /// Untraced libraries found relative to the `$ORIGIN` of the
+    /// executable or of a traced library: the rewritten copies live
+    /// elsewhere, so these are linked into the per-run directory too
+    /// (the same files under the same names: what the loader would load).
+    pub origin_relative: Vec<Library>,
+    /// Libraries skipped by `all`, and why.
+    pub notes: Vec<String>,
+}
+
+/// The libraries of `exe`'s closure that `sel` names; glibc's, named
+/// explicitly, are refused; with `All` they are skipped and described in
+/// the notes.
+pub fn select(exe: &Path, sel: &LibSelection) -> Result<Selection> {
+    let all = match closure(exe) {
+        Ok(all) => all,
+        // Without libraries to trace a search failure is the loader's to
+        // report, exactly as in a native run.
+        Err(_) if *sel == LibSelection::None => return Ok(Selection::default()),
+        Err(e) => return Err(e),
+    };
+    let (chosen, notes) = choose(exe, &all, sel)?;
+    let rewritten: Vec<&Path> = std::iter::once(exe)
+        .chain(chosen.iter().map(|l| l.path.as_path()))
+        .collect();
+    let origin_relative = all
+        .iter()
+        .filter(|l| !chosen.contains(l))
+        .filter(|l| l.origin.as_deref().is_some_and(|o| rewritten.contains(&o)))
+        .cloned()
+        .collect();
+    Ok(Selection {
+        traced: chosen,
+        origin_relative,
+        notes,
+    })
+}
+
+fn choose(exe: &Path, all: &[Library], sel: &LibSelection) -> Result<(Vec<Library>, Vec<String>)> {
+    let names = match sel {
+        LibSelection::None => return Ok((Vec::new(), Vec::new())),
+        LibSelection::All => None,
+        LibSelection::Named(n) => Some(n),
+    };
+    let mut chosen = Vec::new();
+    let mut notes = Vec::new();
+    match names {
+        None => {
+            for l in all.iter().cloned() {
+                if is_glibc(&l.needed) {
+                    notes.push(format!(
+                        "library {} left alone: glibc's libraries and ld.so run before the runtime's init and are not traced",
+                        l.needed
+                    ));
+                } else {
+                    chosen.push(l);
+                }
+            }
+        }
+        Some(names) => {
+            for n in names {
+                let l = all
+                    .iter()
+                    .find(|l| &l.needed == n || l.path.file_name().is_some_and(|f| f == n.as_str()))
+                    .ok_or_else(|| {
+                        lib_err(format!(
+                            "--libs: {n} is not among the libraries {} loads ({})",
+                            exe.display(),
+                            all.iter()
+                                .map(|l| l.needed.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ))
+                    })?;
+                if is_glibc(&l.needed) {
+                    return Err(lib_err(format!(
+                        "--libs: {n} cannot be traced: glibc's libraries and ld.so run before the runtime's init (libc's early init, IFUNC resolution) and the runtime relies on them"
+                    )));
+                }
+                if !chosen.contains(l) {
+                    chosen.push(l.clone());
+                }
+            }
+        }
+    }
+    if let Some(l) = chosen.iter().find(|l| l.via_rpath) {
+        return Err(lib_err(format!(
+            "--libs: {} is found through a DT_RPATH ({}), which the loader searches before LD_LIBRARY_PATH: the rewritten copy could not be substituted",
+            l.needed,
+            l.path.display()
+        )));
+    }
+    Ok((chosen, notes))
+}
+
+fn split_path(v: &str) -> Vec<String> {
+    // An empty element means the current directory to ld.so.
+    v.split([':', ';'])
+        .map(|s| {
+            if s.is_empty() {
+                ".".into()
+            } else {
+                s.to_owned()
+            }
+        })
+        .collect()
+}
+
+fn expand(dir: &str, origin: &Path) -> PathBuf {
+    let o = origin.to_string_lossy();
+    PathBuf::from(dir.replace("${ORIGIN}", &o).replace("$ORIGIN", &o))
+}
+
+/// `(path, found through DT_RPATH, the $ORIGIN directory the directory
+/// that found it was relative to)`.
+type Found = (PathBuf, bool, Option<PathBuf>);
+
+/// The search for one name.
+fn search(
+    name: &str,
+    rpaths: &[(PathBuf, Vec<String>)],
+    ld_library_path: &[String],
+    runpath: (&Path, &[String]),
+    cache: &LdCache,
+) -> Option<Found> {
+    let try_dir = |d: PathBuf| Some(d.join(name)).filter(|p| is_x86_64_elf(p));
+    let origin_of = |d: &str, o: &Path| d.contains("ORIGIN").then(|| o.to_owned());
+    for (origin, dirs) in rpaths {
+        for d in dirs {
+            if let Some(p) = try_dir(expand(d, origin)) {
+                return Some((p, true, origin_of(d, origin)));
+            }
+        }
+    }
+    let here = PathBuf::from(".");
+    for d in ld_library_path {
+        if let Some(p) = try_dir(expand(d, &here)) {
+            return Some((p, false, None));
+        }
+    }
+    for d in runpath.1 {
+        if let Some(p) = try_dir(expand(d, runpath.0)) {
+            return Some((p, false, origin_of(d, runpath.0)));
+        }
+    }
+    if let Some(p) = cache.lookup(name).filter(|p| is_x86_64_elf(p)) {
+        return Some((p, false, None));
+    }
+    [
+        "/lib/x86_64-linux-gnu",
+        "/usr/lib/x86_64-linux-gnu",
+        "/lib64",
+        "/usr/lib64",
+        "/lib",
+        "/usr/lib",
+    ]
+    .into_iter()
+    .find_map(|d| try_dir(PathBuf::from(d)))
+    .map(|p| (p, false, None))
+}
+
+fn is_x86_64_elf(p: &Path) -> bool {
+    use std::io::Read;
+    let mut h = [0u8; 20];
+    std::fs::File::open(p)
+        .and_then(|mut f| f.read_exact(&mut h))
+        .is_ok()
+        && h[..4] == *b"\x7fELF"
+        && h[4] == 2
+        && h[5] == 1
+        && u16::from_le_bytes([h[18], h[19]]) == goblin::elf::header::EM_X86_64
+}
+
+/// The dynamic-section facts the search needs.
+struct DynInfo {
+    needed: Vec<String>,
+    rpath: Vec<String>,
+    runpath: Vec<String>,
+}
+
+impl DynInfo {
+    fn read(path: &Path) -> Result<DynInfo> {
+        let bytes = std::fs::read(path).map_err(|source| Error::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        let elf = goblin::elf::Elf::parse(&bytes).map_err(|e| Error::Malformed {
+            path: path.to_owned(),
+            what: format!("dynamic section: {e}"),
+        })?;
+        let dirs = |v: &[&str]| v.iter().flat_map(|s| split_path(s)).collect::<Vec<_>>();
+        Ok(DynInfo {
+            needed: elf.libraries.iter().map(|s| s.to_string()).collect(),
+            rpath: dirs(&elf.rpaths),
+            runpath: dirs(&elf.runpaths),
+        })
+    }
+}
+
+/// `/etc/ld.so.cache` in glibc's format 1.1 (`glibc-ld.so.cache1.1`: a
+/// 48-byte header, 24-byte entries whose key and value are offsets of
+/// NUL-terminated strings from the file start). An absent or unreadable
+/// cache is empty, as for ld.so.
+struct LdCache {
+    bytes: Vec<u8>,
+}
+
+impl LdCache {
+    const MAGIC: &'static [u8] = b"glibc-ld.so.cache1.1";
+    /// FLAG_ELF_LIBC6 | FLAG_X8664_LIB64.
+    const X86_64_LIBC6: i32 = 0x0303;
+
+    fn load() -> LdCache {
+        let bytes = std::fs::read("/etc/ld.so.cache").unwrap_or_default();
+        LdCache {
+            bytes: if bytes.starts_with(Self::MAGIC) {
+                bytes
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    fn u32_at(&self, o: usize) -> Option<u32> {
+        Some(u32::from_le_bytes(
+            self.bytes.get(o..o + 4)?.try_into().ok()?,
+        ))
+    }
+
+    fn str_at(&self, o: usize) -> Option<&str> {
+        let rest = self.bytes.get(o..)?;
+        let end = rest.iter().position(|&b| b == 0)?;
+        std::str::from_utf8(&rest[..end]).ok()
+    }
+
+    fn lookup(&self, name: &str) -> Option<PathBuf> {
+        let n = self.u32_at(20)? as usize;
+        (0..n).find_map(|i| {
+            let e = 48 + 24 * i;
+            let flags = self.u32_at(e)? as i32;
+            if flags != Self::X86_64_LIBC6 {
+                return None;
+            }
+            (self.str_at(self.u32_at(e + 4)? as usize)? == name)
+                .then(|| self.str_at(self.u32_at(e + 8)? as usize).map(PathBuf::from))
+                .flatten()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selection_parses() {
+        assert_eq!(LibSelection::parse("none").unwrap(), LibSelection::None);
+        assert_eq!(LibSelection::parse("all").unwrap(), LibSelection::All);
+        assert_eq!(
+            LibSelection::parse("a.so.1,b.so").unwrap(),
+            LibSelection::Named(vec!["a.so.1".into(), "b.so".into()])
+        );
+        assert!(LibSelection::parse("a.so,").is_err());
+    }
+
+    #[test]
+    fn glibc_is_recognised() {
+        for n in [
+            "libc.so.6",
+            "ld-linux-x86-64.so.2",
+            "libm.so.6",
+            "libpthread.so.0",
+        ] {
+            assert!(is_glibc(n), "{n}");
+        }
+        for n in [
+            "libbz2.so.1.0",
+            "liblzma.so.5",
+            "libcrypt.so.2",
+            "libcore.so",
+        ] {
+            assert!(!is_glibc(n), "{n}");
+        }
+    }
+
+    /// The cache agrees with `ldconfig -p` on the machine's libc (both are
+    /// the loader's view; ldconfig is an independent reader).
+    #[test]
+    fn ld_cache_finds_libc_like_ldconfig() {
+        let Ok(out) = std::process::Command::new("/sbin/ldconfig")
+            .arg("-p")
+            .output()
+        else {
+            return;
+        };
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("libc.so.6 (libc6,x86-64)"))
+            .expect("ldconfig -p lists libc.so.6");
+        let want = line.rsplit("=> ").next().unwrap().trim();
+        assert_eq!(
+            LdCache::load().lookup("libc.so.6"),
+            Some(PathBuf::from(want))
+        );
+    }
+}
