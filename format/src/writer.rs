@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::header::{Header, HEADER_LEN};
 use crate::index::Index;
 use crate::section::{
-    self, ChunkHeader, Codec, DatabaseHeader, End, Module, Note, ProcessExit, Record, ThreadEnd,
+    self, ChunkHeader, Codec, Command, DatabaseHeader, End, Module, Note, ProcessExit, Record, ThreadEnd,
     ThreadStart, SECTION_HEADER_LEN,
 };
 use crate::{ModuleId, ThreadId};
@@ -244,6 +244,11 @@ impl<W: Write> TraceWriter<W> {
     /// PROCESS_EXIT.
     pub fn process_exit(&mut self, exit: &ProcessExit) -> Result<()> {
         self.append(&Record::ProcessExit(*exit))
+    }
+
+    /// COMMAND: how the program is started (at most once).
+    pub fn command(&mut self, command: &Command) -> Result<()> {
+        self.append(&Record::Command(command.clone()))
     }
 
     /// NOTE.
