@@ -62,7 +62,7 @@ pub use header::Header;
 pub use index::{ChunkRef, DatabaseRef, ThreadInfo};
 pub use section::{
     module_flags, Codec, Command, EndReason, ExitStatus, Module, Note, ProcessExit, SectionKind,
-    Stdin, StartReason, ThreadEnd, ThreadStart,
+    StartReason, Stdin, ThreadEnd, ThreadStart,
 };
 pub use stats::{ExitStats, ModuleStats, Stats, ThreadStats};
 pub use trace::{Chunk, Database, Status, Trace, TraceFile};

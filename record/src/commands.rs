@@ -104,13 +104,15 @@ fn cache_dir() -> PathBuf {
 
 /// The cache key: what the rewrite depends on. The program's build-id (or
 /// a hash of its bytes when it has none), its size and modification time,
-/// the placement, and this aetrace executable (a rebuilt rewriter must not
+/// the placement, the fault injection if any, and this aetrace executable (a rebuilt rewriter must not
 /// reuse old copies).
 fn cache_key(exe: &Path, bytes: &[u8], placement: Placement) -> String {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     bytes.hash(&mut h);
     format!("{:?}", placement).hash(&mut h);
+    // A fault-injected copy must never be taken for a correct one.
+    std::env::var_os(rewrite::FAULT_ENV).hash(&mut h);
     env!("CARGO_PKG_VERSION").hash(&mut h);
     if let Ok(me) = std::env::current_exe().and_then(|p| p.metadata()) {
         me.len().hash(&mut h);

@@ -37,8 +37,8 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use aetrace_format::{
-    module_flags, Command, EndReason, ExitStatus, Header, Module, ModuleId, ProcessExit, StartReason,
-    Stdin, ThreadId, ThreadStart, TraceWriter,
+    module_flags, Command, EndReason, ExitStatus, Header, Module, ModuleId, ProcessExit,
+    StartReason, Stdin, ThreadId, ThreadStart, TraceWriter,
 };
 use aetrace_runtime::layout::ESCAPE;
 use aetrace_runtime::{Batch, Geometry, RecordKind, Region};
@@ -193,8 +193,11 @@ fn command(l: &Launch, hidden: &str) -> Command {
         })
         .collect();
     // fd 0 is inherited by the program unchanged.
+    let link = std::fs::read_link("/proc/self/fd/0");
     let stdin = match std::fs::metadata("/proc/self/fd/0") {
-        Ok(m) if m.is_file() => match std::fs::read_link("/proc/self/fd/0") {
+        // Some sandboxes make /dev/null a regular file; it is still "no input".
+        _ if link.as_deref().is_ok_and(|p| p == Path::new("/dev/null")) => Stdin::Null,
+        Ok(m) if m.is_file() => match link {
             Ok(p) => Stdin::File {
                 path: bytes(p.as_os_str()),
                 size: m.len(),
@@ -205,7 +208,11 @@ fn command(l: &Launch, hidden: &str) -> Command {
         _ => Stdin::Other,
     };
     Command {
-        program: bytes(l.modules.first().map_or(l.program.as_os_str(), |m| m.path.as_os_str())),
+        program: bytes(
+            l.modules
+                .first()
+                .map_or(l.program.as_os_str(), |m| m.path.as_os_str()),
+        ),
         argv: std::iter::once(&l.argv0)
             .chain(&l.args)
             .map(|a| bytes(a))

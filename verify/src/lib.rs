@@ -20,13 +20,16 @@
 //! in any process we stop following (fork children) and the program's own
 //! traps and signals are delivered to it unchanged.
 
+pub mod check;
 mod emulate;
+pub mod lines;
 pub mod module;
 mod sys;
 mod tracer;
 
 use std::path::PathBuf;
 
+pub use check::{verify_trace, Report, VerifyOptions};
 pub use sys::Pid;
 pub use tracer::follow;
 
@@ -72,6 +75,10 @@ pub enum Error {
     /// A traced module never appeared in the process's mappings.
     #[error("{}: not mapped by the program (is it loaded with dlopen?)", path.display())]
     NotMapped { path: PathBuf },
+    /// The trace cannot be checked (unreadable, or it does not match the
+    /// program on disk); the message says what.
+    #[error("{0}")]
+    Trace(String),
     /// The bytes at a module's runtime entry differ from the file: the load
     /// base is wrong or the file is not what runs.
     #[error("{}: code in memory at {addr:#x} differs from the file", path.display())]
@@ -96,6 +103,13 @@ pub struct Options {
     pub stdin: Option<PathBuf>,
     /// Where the program's standard output goes; `None` inherits ours.
     pub stdout: Option<PathBuf>,
+    /// `argv[0]` (default: the program as given).
+    pub argv0: Option<std::ffi::OsString>,
+    /// The program's whole environment (`KEY=VALUE`, e.g. a recorded run's),
+    /// replacing ours; `env` still overrides it.
+    pub environment: Option<Vec<std::ffi::OsString>>,
+    /// The working directory (default: ours).
+    pub cwd: Option<PathBuf>,
 }
 
 /// How a thread came to a block.

@@ -121,14 +121,30 @@ pub fn follow(
             arg: s.to_string_lossy().into_owned(),
         })
     };
-    let mut argv = vec![cstr(program.as_os_str())?];
+    let mut argv = vec![cstr(
+        options.argv0.as_deref().unwrap_or(program.as_os_str()),
+    )?];
     for a in args {
         argv.push(cstr(a)?);
     }
     let mut envp = Vec::new();
-    for (k, v) in std::env::vars_os() {
-        if !options.env.iter().any(|(o, _)| *o == k) {
-            envp.push(kv(&k, &v)?);
+    let overridden = |k: &[u8]| options.env.iter().any(|(o, _)| o.as_bytes() == k);
+    match &options.environment {
+        Some(all) => {
+            for e in all {
+                let b = e.as_bytes();
+                let key = b.split(|&c| c == b'=').next().unwrap_or(b);
+                if !overridden(key) {
+                    envp.push(cstr(e)?);
+                }
+            }
+        }
+        None => {
+            for (k, v) in std::env::vars_os() {
+                if !overridden(k.as_bytes()) {
+                    envp.push(kv(&k, &v)?);
+                }
+            }
         }
     }
     for (k, v) in &options.env {
@@ -156,10 +172,24 @@ pub fn follow(
         .as_deref()
         .map(|p| open(p, true))
         .transpose()?;
+    let cwd = match &options.cwd {
+        Some(d) => {
+            // Checked here: in the child a failed chdir could only exit.
+            if !d.is_dir() {
+                return Err(Error::Io {
+                    path: d.clone(),
+                    source: std::io::Error::from(std::io::ErrorKind::NotFound),
+                });
+            }
+            Some(cstr(d.as_os_str())?)
+        }
+        None => None,
+    };
     let pid = sys::spawn(
         &cstr(path.as_os_str())?,
         &argv,
         &envp,
+        cwd.as_ref(),
         stdin.as_ref(),
         stdout.as_ref(),
     )?;
