@@ -28,6 +28,7 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
 use aetrace_format::progdb::{ProcStatus, ProgramDb};
 use aetrace_format::{module_flags, ExitStatus, Module, StartReason, Stdin, TraceFile};
+use aetrace_graph::EntityRef;
 use aetrace_record::elf;
 
 use crate::lines::Lines;
@@ -685,7 +686,15 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
             thread: t.thread,
             tid: t.tid,
             position,
-            notes: describe.environment(t.before.last().copied(), expected, seen),
+            notes: describe.environment(
+                t.before.last().copied(),
+                &t.before
+                    .iter()
+                    .chain(&expected)
+                    .chain(&seen)
+                    .copied()
+                    .collect::<Vec<_>>(),
+            ),
             expected: expected.map(|a| describe.place(a)),
             seen: seen.map(|a| describe.place(a)),
             before: t.before.iter().map(|&a| describe.place(a)).collect(),
@@ -768,79 +777,127 @@ impl<'a> Describer<'a> {
             .as_ref()
     }
 
-    /// Paper 004, Section 4.2: what in the last common block, or its
-    /// procedure, may make two runs of the same program differ.
-    fn environment(
-        &mut self,
-        last: Option<u64>,
-        expected: Option<u64>,
-        seen: Option<u64>,
-    ) -> Vec<String> {
+    /// Paper 004, Section 4.2: what may make two runs of the same program
+    /// differ, looked for in the last block both runs executed (a call or
+    /// a system call, whose result comes from outside) and in the
+    /// procedures of the blocks around the divergence (`path`): reads of
+    /// code addresses or of the return address, which the instrumented
+    /// run sees changed.
+    fn environment(&mut self, last: Option<u64>, path: &[u64]) -> Vec<String> {
         let mut notes = Vec::new();
-        let (Some(last), Some(_), Some(_)) = (last, expected, seen) else {
-            return notes;
-        };
         let Some(prog) = self.program() else {
             return notes;
         };
         let module = &prog.module;
-        for (_, p) in prog.procs.iter() {
-            let Ok(cfg) = &p.cfg else { continue };
-            let Some(b) = cfg.block_at(last) else {
-                continue;
-            };
-            let blk = &cfg.blocks[b];
-            // A call or system call just before: its result comes from outside.
-            if let Some(c) = cfg.calls.iter().find(|c| c.block == b) {
-                let name = c.name.clone().unwrap_or_else(|| match c.target {
-                    Some(t) => format!("{t:#x}"),
-                    None => "an indirect target".into(),
-                });
-                notes.push(format!(
-                    "the divergence follows a call to {name}: if its result differs between runs (time, pid, input, addresses), the run can legitimately take another path"
-                ));
-            }
-            if let Some(bytes) = module.bytes_at(blk.start, blk.end - blk.start) {
-                let mut d = iced_x86::Decoder::with_ip(
-                    64,
-                    bytes,
-                    blk.start,
-                    iced_x86::DecoderOptions::NONE,
-                );
-                if d.iter()
-                    .any(|i| i.mnemonic() == iced_x86::Mnemonic::Syscall)
-                {
-                    notes.push(
-                        "the divergence follows a system call: its result may differ between runs"
-                            .into(),
-                    );
-                }
-            }
-            // Code that reads code or code addresses.
-            let mut reads_code = Vec::new();
-            for b in cfg.blocks.values() {
-                let Some(bytes) = module.bytes_at(b.start, b.end - b.start) else {
+        let code_end = module.exec_sections().map(|s| s.end()).max().unwrap_or(0);
+        let decode = |start: u64, end: u64| {
+            let bytes = module.bytes_at(start, end - start).unwrap_or(&[]);
+            iced_x86::Decoder::with_ip(64, bytes, start, iced_x86::DecoderOptions::NONE)
+                .into_iter()
+                .collect::<Vec<_>>()
+        };
+        let mut done: Vec<usize> = Vec::new();
+        for &addr in last.iter().chain(path) {
+            for (id, p) in prog.procs.iter() {
+                let Ok(cfg) = &p.cfg else { continue };
+                let Some(b) = cfg.block_at(addr) else {
                     continue;
                 };
-                let d =
-                    iced_x86::Decoder::with_ip(64, bytes, b.start, iced_x86::DecoderOptions::NONE);
-                for i in d {
-                    if i.is_ip_rel_memory_operand()
-                        && !i.flow_control().eq(&iced_x86::FlowControl::Call)
-                        && module.is_exec(i.ip_rel_memory_address())
+                if Some(addr) == last {
+                    let blk = &cfg.blocks[b];
+                    if let Some(c) = cfg.calls.iter().find(|c| c.block == b) {
+                        let name = c.name.clone().unwrap_or_else(|| match c.target {
+                            Some(t) => format!("{t:#x}"),
+                            None => "an indirect target".into(),
+                        });
+                        notes.push(format!(
+                            "the last block both runs executed calls {name}: if its result differs between runs (time, pid, input, addresses, the environment), the two runs can legitimately part here"
+                        ));
+                    }
+                    if decode(blk.start, blk.end)
+                        .iter()
+                        .any(|i| i.mnemonic() == iced_x86::Mnemonic::Syscall)
                     {
-                        reads_code.push((i.ip(), i.ip_rel_memory_address()));
+                        notes.push("the last block both runs executed makes a system call: its result may differ between runs".into());
                     }
                 }
+                if done.contains(&id.index()) {
+                    break;
+                }
+                done.push(id.index());
+                if let Some(at) = reads_return_address(&decode(
+                    cfg.blocks[cfg.entry].start,
+                    cfg.blocks[cfg.entry].end,
+                )) {
+                    notes.push(format!(
+                        "procedure {} reads its return address (at {at:#x}): in the instrumented run return addresses point into the relocated copies, so code that looks at them behaves differently (paper 004, Section 4.2 and Figure 2); the trace describes the instrumented run, which differs from the original",
+                        p.name
+                    ));
+                }
+                let code_ref = cfg.blocks.values().find_map(|b| {
+                    decode(b.start, b.end).into_iter().find_map(|i| {
+                        let target = i.ip_rel_memory_address();
+                        (i.is_ip_rel_memory_operand()
+                            && i.flow_control() == iced_x86::FlowControl::Next
+                            && target <= code_end)
+                            .then_some((i.ip(), target))
+                    })
+                });
+                if let Some((at, target)) = code_ref {
+                    notes.push(format!(
+                        "procedure {} uses the address {target:#x} of code or of the program's headers (at {at:#x}): a program that reads its own code bytes or compares code addresses sees other values in the instrumented run, which runs relocated copies and has springboards patched into the original text (paper 004, Section 4.2 and Figure 2)",
+                        p.name
+                    ));
+                }
+                break;
             }
-            if let Some(&(at, target)) = reads_code.first() {
-                notes.push(format!(
-                    "procedure {} uses the address of code ({target:#x}, at {at:#x}): a program that reads its own code bytes, code addresses or return addresses sees different values in the instrumented run, whose procedures are relocated copies with springboards patched into the original text (paper 004, Section 4.2 and Figure 2); the trace is then right about the instrumented run, and this run differs",
-                    p.name
-                ));
-            }
-            break;
         }
         notes
     }
+}
+
+/// Where an entry block reads the return address (`[rsp]` before the
+/// stack pointer moves, or `[rsp+N]` after N bytes of pushes and `sub`),
+/// if it does.
+fn reads_return_address(insns: &[iced_x86::Instruction]) -> Option<u64> {
+    use iced_x86::{Mnemonic, OpKind, Register};
+    let mut depth: i64 = 0;
+    let mut frame: Option<i64> = None;
+    for i in insns {
+        let reads_mem = (0..i.op_count()).any(|k| i.op_kind(k) == OpKind::Memory)
+            && !matches!(
+                i.mnemonic(),
+                Mnemonic::Push | Mnemonic::Pop | Mnemonic::Ret | Mnemonic::Call | Mnemonic::Lea
+            );
+        let disp = i.memory_displacement64() as i64;
+        if reads_mem && i.memory_index() == Register::None {
+            if i.memory_base() == Register::RSP && disp == depth {
+                return Some(i.ip());
+            }
+            if i.memory_base() == Register::RBP && frame.is_some_and(|f| disp == depth - f) {
+                return Some(i.ip());
+            }
+        }
+        match i.mnemonic() {
+            Mnemonic::Push => depth += 8,
+            Mnemonic::Pop => depth -= 8,
+            Mnemonic::Sub
+                if i.op0_register() == Register::RSP && i.op_kind(1) != OpKind::Register =>
+            {
+                depth += i.immediate(1) as i64
+            }
+            Mnemonic::Add
+                if i.op0_register() == Register::RSP && i.op_kind(1) != OpKind::Register =>
+            {
+                depth -= i.immediate(1) as i64
+            }
+            Mnemonic::Mov
+                if i.op0_register() == Register::RBP && i.op1_register() == Register::RSP =>
+            {
+                frame = Some(depth)
+            }
+            _ => {}
+        }
+    }
+    None
 }
