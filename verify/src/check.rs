@@ -495,7 +495,7 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
     options.stdout = Some(PathBuf::from("/dev/null"));
 
     // The file that runs must be the one that was traced.
-    let run_path = std::fs::canonicalize(&program).unwrap_or_else(|_| program.clone());
+    let run_path = crate::tracer::resolve(&program)?;
     let traced_path = std::fs::canonicalize(&module_path).unwrap_or(module_path.clone());
     if run_path != traced_path && opts.command.is_empty() {
         return Err(Error::Trace(format!(
@@ -504,12 +504,12 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
             run_path.display()
         )));
     }
-    let elf = elf::Module::open(&traced_path).map_err(Error::Record)?;
+    let elf = elf::Module::open(&run_path).map_err(Error::Record)?;
     let build_id = elf.build_id();
     if build_id != module.build_id {
         return Err(Error::Trace(format!(
             "{}: build-id {} differs from the traced module's {}: not the binary that was traced",
-            traced_path.display(),
+            run_path.display(),
             hex(&build_id),
             hex(&module.build_id)
         )));
@@ -673,7 +673,7 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
         }
         (None, _) => notes.push("the trace records no exit for the process".into()),
     }
-    let mut describe = Describer::new(&elf, &traced_path, &db);
+    let mut describe = Describer::new(&elf, &run_path, &db);
     let mut divergences = Vec::new();
     let mut blocks = 0;
     let compared = done.len();
@@ -686,15 +686,19 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
             thread: t.thread,
             tid: t.tid,
             position,
-            notes: describe.environment(
-                t.before.last().copied(),
-                &t.before
+            // A trace the regenerator refuses says nothing about the run.
+            notes: if regen_error.is_some() {
+                Vec::new()
+            } else {
+                let path: Vec<u64> = t
+                    .before
                     .iter()
                     .chain(&expected)
                     .chain(&seen)
                     .copied()
-                    .collect::<Vec<_>>(),
-            ),
+                    .collect();
+                describe.environment(t.before.last().copied(), &path)
+            },
             expected: expected.map(|a| describe.place(a)),
             seen: seen.map(|a| describe.place(a)),
             before: t.before.iter().map(|&a| describe.place(a)).collect(),
@@ -797,13 +801,13 @@ impl<'a> Describer<'a> {
                 .collect::<Vec<_>>()
         };
         let mut done: Vec<usize> = Vec::new();
-        for &addr in last.iter().chain(path) {
+        for (k, &addr) in last.iter().chain(path).enumerate() {
             for (id, p) in prog.procs.iter() {
                 let Ok(cfg) = &p.cfg else { continue };
                 let Some(b) = cfg.block_at(addr) else {
                     continue;
                 };
-                if Some(addr) == last {
+                if k == 0 && Some(addr) == last {
                     let blk = &cfg.blocks[b];
                     if let Some(c) = cfg.calls.iter().find(|c| c.block == b) {
                         let name = c.name.clone().unwrap_or_else(|| match c.target {

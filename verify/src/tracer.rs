@@ -285,7 +285,7 @@ fn kv(k: &OsStr, v: &OsStr) -> Result<CString> {
 
 /// `program` as a canonical path: as given when it contains a `/`, else
 /// searched on `PATH` like `execvp`.
-fn resolve(program: &Path) -> Result<PathBuf> {
+pub(crate) fn resolve(program: &Path) -> Result<PathBuf> {
     let not_found = || Error::NotFound {
         program: program.display().to_string(),
     };
