@@ -101,10 +101,34 @@ fn regen_blocks(trace: &Path) -> u64 {
 
 /// Asserts verify calls the trace exact, over every block the trace has.
 fn assert_exact(trace: &Path, extra: &[&str]) {
+    assert_exact_threads(trace, extra, "1 thread");
+}
+
+fn assert_exact_threads(trace: &Path, extra: &[&str], threads: &str) {
     let (code, out, err) = verify(trace, extra);
     assert_eq!(code, 0, "{}: verify:\n{out}{err}", trace.display());
-    let want = format!("exact: {} blocks in 1 thread ", regen_blocks(trace));
+    let want = format!("exact: {} blocks in {threads} ", regen_blocks(trace));
     assert!(out.contains(&want), "{want:?} not in\n{out}");
+}
+
+/// Four workers running the same loop at once: every thread followed
+/// exactly (breakpoints stay in memory; instructions that are not emulated
+/// run from a per-thread copy, so no thread can slip past a restored byte).
+/// Each recorded run and each verifying run interleave differently.
+#[test]
+fn exact_on_threads() {
+    let exe = build("threads.c", O2_PIE);
+    for _ in 0..3 {
+        let (trace, out) = record(&exe, &["a", "b", "c"], None, &[]);
+        assert!(out.status.success());
+        for _ in 0..3 {
+            assert_exact_threads(&trace, &[], "5 threads");
+        }
+        let (code, out, _) = verify(&trace, &["--thread", "2"]);
+        assert_eq!(code, 0, "{out}");
+        assert!(out.contains(" blocks in 1 thread "), "{out}");
+        let _ = std::fs::remove_file(&trace);
+    }
 }
 
 #[test]

@@ -196,7 +196,13 @@ fn command(l: &Launch, hidden: &str) -> Command {
     let link = std::fs::read_link("/proc/self/fd/0");
     let stdin = match std::fs::metadata("/proc/self/fd/0") {
         // Some sandboxes make /dev/null a regular file; it is still "no input".
-        _ if link.as_deref().is_ok_and(|p| p == Path::new("/dev/null")) => Stdin::Null,
+        // (or replace it, leaving "/dev/null (deleted)").
+        _ if link
+            .as_deref()
+            .is_ok_and(|p| p.as_os_str().as_bytes().starts_with(b"/dev/null")) =>
+        {
+            Stdin::Null
+        }
         Ok(m) if m.is_file() => match link {
             Ok(p) => Stdin::File {
                 path: bytes(p.as_os_str()),

@@ -24,6 +24,7 @@ pub mod check;
 mod emulate;
 pub mod lines;
 pub mod module;
+mod scratch;
 mod sys;
 mod tracer;
 
@@ -203,6 +204,8 @@ pub struct Stats {
     /// Single steps (last instructions that could not be emulated, and
     /// first instructions under an entry breakpoint).
     pub steps: u64,
+    /// Of the single steps, those run from a copy in the scratch page.
+    pub displaced: u64,
     /// Last instructions executed by emulation.
     pub emulated: u64,
     /// Breakpoints written (entries at start, block ends lazily).
