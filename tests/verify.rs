@@ -370,7 +370,7 @@ fn broken_placement_is_caught() {
     let (good_trace, good_out) = record(&exe, &[], None, &[]);
     let good = regen_blocks_of(&TraceFile::open(&good_trace).unwrap()).unwrap();
     let mut caught = 0;
-    for k in 0..6 {
+    for k in 0..16 {
         let fault = format!("main:{k}");
         let (trace, out) = record(&exe, &[], None, &[("AETRACE_FAULT_DROP_WITNESS", &fault)]);
         if !out.status.success() {
