@@ -372,12 +372,25 @@ fn broken_placement_is_caught() {
     let mut caught = 0;
     for k in 0..16 {
         let fault = format!("main:{k}");
-        let (trace, out) = record(&exe, &[], None, &[("AETRACE_FAULT_DROP_WITNESS", &fault)]);
-        if !out.status.success() {
+        let rewritten = dir().join(format!("loops-fault-{}", std::process::id()));
+        let ins = Command::new(common::aetrace())
+            .arg("instrument")
+            .arg(&exe)
+            .arg("-o")
+            .arg(&rewritten)
+            .env("AETRACE_FAULT_DROP_WITNESS", &fault)
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_file(&rewritten);
+        if !ins.status.success() {
             // No witness k in main: the rewriter refuses with a message.
-            assert!(String::from_utf8_lossy(&out.stderr).contains("has no witness"));
+            let err = String::from_utf8_lossy(&ins.stderr);
+            assert!(err.contains("main has no witness"), "{err}");
+            assert!(k > 0, "main has witnesses");
             break;
         }
+        let (trace, out) = record(&exe, &[], None, &[("AETRACE_FAULT_DROP_WITNESS", &fault)]);
+        assert!(out.status.success());
         assert_eq!(
             out.stdout, good_out.stdout,
             "the program itself is unaffected"
@@ -409,7 +422,16 @@ fn broken_placement_is_caught() {
 /// (its own output says so); verify reports where and why.
 #[test]
 fn figure_2_program_that_sees_its_relocation() {
-    let exe = build("own_address.c", O2_PIE);
+    // With DWARF (-g), so the report gives source lines.
+    let exe = dir().join("own_address-g");
+    let src = common::repo_root().join("traces/own_address.c");
+    run_checked(
+        Command::new("gcc")
+            .args(["-O2", "-g", "-o"])
+            .arg(&exe)
+            .arg(&src),
+        "gcc -g own_address.c",
+    );
     let native = common::build::run_native(&exe, &[]);
     let (trace, recorded) = record(&exe, &[], None, &[]);
     assert_ne!(
@@ -420,7 +442,7 @@ fn figure_2_program_that_sees_its_relocation() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("diverges at block"), "{out}");
     assert!(
-        out.contains("expected (trace):") && out.contains(" in hash_insert"),
+        out.contains("expected (trace):") && out.contains(" in hash_insert (own_address.c:"),
         "{out}"
     );
     assert!(

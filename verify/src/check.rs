@@ -284,6 +284,17 @@ impl Expected {
     }
 }
 
+/// Where a thread's sequences part: the position, the trace's block there
+/// (`None`: it ends, `regen_error` says if the regenerator gave up) and the
+/// run's (`None`: the thread ended).
+#[derive(Clone, Debug)]
+struct Split {
+    position: u64,
+    expected: Option<u64>,
+    seen: Option<u64>,
+    regen_error: Option<String>,
+}
+
 /// A thread of the run, paired with a trace thread.
 struct Track {
     thread: u32,
@@ -291,8 +302,8 @@ struct Track {
     /// Blocks compared equal so far.
     equal: u64,
     before: VecDeque<u64>,
-    /// Set at the first divergence: (position, expected, seen, regen error).
-    diverged: Option<(u64, Option<u64>, Option<u64>, Option<String>)>,
+    /// Set at the first divergence.
+    diverged: Option<Split>,
     seen_after: Vec<u64>,
     finished: bool,
     /// Paired but not compared (`--thread` chose another).
@@ -320,7 +331,12 @@ impl Track {
             }
             e => {
                 let err = self.expected.end.clone().and_then(Result::err);
-                self.diverged = Some((self.equal, e, Some(addr), err));
+                self.diverged = Some(Split {
+                    position: self.equal,
+                    expected: e,
+                    seen: Some(addr),
+                    regen_error: err,
+                });
             }
         }
     }
@@ -335,7 +351,12 @@ impl Track {
             let next = self.expected.next();
             let err = self.expected.end.clone().and_then(Result::err);
             if next.is_some() || err.is_some() {
-                self.diverged = Some((self.equal, next, None, err));
+                self.diverged = Some(Split {
+                    position: self.equal,
+                    expected: next,
+                    seen: None,
+                    regen_error: err,
+                });
             }
         }
     }
@@ -347,7 +368,7 @@ struct Done {
     tid: Pid,
     equal: u64,
     before: Vec<u64>,
-    diverged: Option<(u64, Option<u64>, Option<u64>, Option<String>)>,
+    diverged: Option<Split>,
     seen_after: Vec<u64>,
     expected_after: Vec<u64>,
 }
@@ -602,7 +623,7 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
             .map(|(tid, mut t)| {
                 t.finish();
                 let mut expected_after = Vec::new();
-                if matches!(t.diverged, Some((_, Some(_), _, _))) {
+                if t.diverged.as_ref().is_some_and(|d| d.expected.is_some()) {
                     while expected_after.len() < AFTER {
                         match t.expected.next() {
                             Some(a) => expected_after.push(a),
@@ -679,7 +700,13 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
     let compared = done.len();
     for t in done {
         blocks += t.equal;
-        let Some((position, expected, seen, regen_error)) = t.diverged else {
+        let Some(Split {
+            position,
+            expected,
+            seen,
+            regen_error,
+        }) = t.diverged
+        else {
             continue;
         };
         let d = Divergence {
