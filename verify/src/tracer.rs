@@ -756,8 +756,17 @@ impl Tracer<'_> {
             FlowControl::UnconditionalBranch
             | FlowControl::IndirectBranch
             | FlowControl::ConditionalBranch => {
+                // The top word (a tail call); the third (PLT0's lazy path
+                // jumps out with the link map and the relocation index
+                // pushed over the return address of a call, or of a tail
+                // call's caller, which `last_call` may not be: found on
+                // `sort`).
                 let top = self.mem.read_u64(regs.rsp)?;
                 self.arm_entry(top)?;
+                // Above the top of a stack it may not be mapped.
+                if let Ok(third) = self.mem.read_u64(regs.rsp + 16) {
+                    self.arm_entry(third)?;
+                }
                 let last = self.thread(tid).last_call;
                 self.arm_entry(last)
             }
