@@ -932,3 +932,36 @@ fn reads_return_address(insns: &[iced_x86::Instruction]) -> Option<u64> {
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::reads_return_address;
+
+    fn decode(bytes: &[u8]) -> Vec<iced_x86::Instruction> {
+        iced_x86::Decoder::with_ip(64, bytes, 0x1000, iced_x86::DecoderOptions::NONE)
+            .into_iter()
+            .collect()
+    }
+
+    #[test]
+    fn return_address_reads() {
+        // mov rax, [rsp]
+        assert_eq!(
+            reads_return_address(&decode(&[0x48, 0x8b, 0x04, 0x24])),
+            Some(0x1000)
+        );
+        // push rbp; mov rbp, rsp; mov rax, [rbp+8]
+        let framed = [0x55, 0x48, 0x89, 0xe5, 0x48, 0x8b, 0x45, 0x08];
+        assert_eq!(reads_return_address(&decode(&framed)), Some(0x1004));
+        // sub rsp, 8; mov rax, [rsp+8]
+        let sub = [0x48, 0x83, 0xec, 0x08, 0x48, 0x8b, 0x44, 0x24, 0x08];
+        assert_eq!(reads_return_address(&decode(&sub)), Some(0x1004));
+        // mov rax, [rsp+8] before any push: the caller's frame, not the
+        // return address; push rax; pop rax: the stack, not a read.
+        assert_eq!(
+            reads_return_address(&decode(&[0x48, 0x8b, 0x44, 0x24, 0x08])),
+            None
+        );
+        assert_eq!(reads_return_address(&decode(&[0x50, 0x58])), None);
+    }
+}
