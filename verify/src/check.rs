@@ -905,7 +905,7 @@ fn reads_return_address(insns: &[iced_x86::Instruction]) -> Option<u64> {
             if i.memory_base() == Register::RSP && disp == depth {
                 return Some(i.ip());
             }
-            if i.memory_base() == Register::RBP && frame.is_some_and(|f| disp == depth - f) {
+            if i.memory_base() == Register::RBP && frame == Some(disp) {
                 return Some(i.ip());
             }
         }
