@@ -512,8 +512,9 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
         }
         (None, _) => Some(PathBuf::from("/dev/null")),
     };
-    // The program's output is not ours to print.
-    options.stdout = Some(PathBuf::from("/dev/null"));
+    // The program's output is not ours to print (and /dev/null is not ours
+    // to create where a sandbox lacks it).
+    options.stdout = Some(PathBuf::from("/dev/null")).filter(|p| p.exists());
 
     // The file that runs must be the one that was traced.
     let run_path = crate::tracer::resolve(&program)?;
