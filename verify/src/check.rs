@@ -293,6 +293,8 @@ struct Split {
     expected: Option<u64>,
     seen: Option<u64>,
     regen_error: Option<String>,
+    /// A signal delivered to the thread since the last equal block.
+    signal: Option<i32>,
 }
 
 /// A thread of the run, paired with a trace thread.
@@ -306,6 +308,8 @@ struct Track {
     diverged: Option<Split>,
     seen_after: Vec<u64>,
     finished: bool,
+    /// A signal delivered since the last equal block.
+    signal: Option<i32>,
     /// Paired but not compared (`--thread` chose another).
     ignored: bool,
 }
@@ -324,6 +328,7 @@ impl Track {
         match self.expected.next() {
             Some(e) if e == addr => {
                 self.equal += 1;
+                self.signal = None;
                 if self.before.len() == CONTEXT {
                     self.before.pop_front();
                 }
@@ -336,6 +341,7 @@ impl Track {
                     expected: e,
                     seen: Some(addr),
                     regen_error: err,
+                    signal: self.signal,
                 });
             }
         }
@@ -356,6 +362,7 @@ impl Track {
                     expected: next,
                     seen: None,
                     regen_error: err,
+                    signal: self.signal,
                 });
             }
         }
@@ -414,6 +421,11 @@ impl Observer for Compare<'_> {
                         self.tracks.insert(tid, t);
                     }
                     None => self.extra_threads += 1,
+                }
+            }
+            Event::Signal { sig } => {
+                if let Some(t) = self.tracks.get_mut(&tid) {
+                    t.signal = Some(*sig);
                 }
             }
             Event::ThreadExit { .. } => {
@@ -602,6 +614,7 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
                 diverged: None,
                 seen_after: Vec::new(),
                 finished: false,
+                signal: None,
                 ignored,
             });
         }
@@ -706,6 +719,7 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
             expected,
             seen,
             regen_error,
+            signal,
         }) = t.diverged
         else {
             continue;
@@ -725,7 +739,13 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
                     .chain(&seen)
                     .copied()
                     .collect();
-                describe.environment(t.before.last().copied(), &path)
+                let mut notes = describe.environment(t.before.last().copied(), &path);
+                if let Some(sig) = signal {
+                    notes.push(format!(
+                        "signal {sig} was delivered to the thread just before: signals arrive at other points in other runs"
+                    ));
+                }
+                notes
             },
             expected: expected.map(|a| describe.place(a)),
             seen: seen.map(|a| describe.place(a)),
