@@ -10,6 +10,8 @@
 //! - `2`: the command line itself was wrong (clap's usage error).
 //! - `record`: the traced program's own exit status; when a signal killed
 //!   it, the recorder re-raises that signal (or exits 128+signal).
+//! - `verify`: 0 when the trace is exact, 1 when a thread diverges or the
+//!   check could not be made (the report or the message says which).
 //! - `cachesim` keeps the exit codes documented in `aetrace-cachesim`.
 
 use std::ffi::OsString;
@@ -102,6 +104,20 @@ enum Command {
         trace: PathBuf,
         #[arg(long)]
         json: bool,
+    },
+    /// Run the original program again under ptrace and check a trace block by block
+    /// (exit 0: exact; 1: a divergence, or the check could not be made).
+    Verify {
+        trace: PathBuf,
+        /// The program's stdin instead of the recorded run's.
+        #[arg(long)]
+        stdin: Option<PathBuf>,
+        /// Compare only this trace thread.
+        #[arg(long)]
+        thread: Option<u32>,
+        /// PROGRAM ARGS for a trace that does not record its command (or to override it).
+        #[arg(last = true)]
+        command: Vec<OsString>,
     },
     /// Run the Dinero-compatible cache simulator (same options as `cachesim`).
     #[command(disable_help_flag = true)]
@@ -209,6 +225,29 @@ fn main() -> ExitCode {
         Command::Info { trace, json } => {
             aetrace_regen::info::info_command(&trace, json, &mut std::io::stdout().lock())
                 .map_err(|e| e.to_string())
+        }
+        Command::Verify {
+            trace,
+            stdin,
+            thread,
+            command,
+        } => {
+            let opts = aetrace_verify::VerifyOptions {
+                stdin,
+                thread,
+                command,
+            };
+            match aetrace_verify::verify_trace(&trace, &opts) {
+                Ok(report) => {
+                    print!("{report}");
+                    return if report.exact() {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::from(1)
+                    };
+                }
+                Err(e) => Err(e.to_string()),
+            }
         }
         Command::Cachesim { args } => return aetrace_cachesim::cli::main(args),
     };

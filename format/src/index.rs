@@ -16,7 +16,7 @@
 
 use crate::error::{Error, Result};
 use crate::section::{
-    Codec, DatabaseHeader, End, Module, Note, ProcessExit, Record, ThreadEnd, ThreadStart,
+    Codec, Command, DatabaseHeader, End, Module, Note, ProcessExit, Record, ThreadEnd, ThreadStart,
     MAX_RAW_LEN,
 };
 use crate::{ModuleId, ThreadId};
@@ -67,6 +67,7 @@ pub struct Index {
     pub(crate) threads: BTreeMap<ThreadId, ThreadInfo>,
     pub(crate) exits: Vec<ProcessExit>,
     pub(crate) notes: Vec<Note>,
+    pub(crate) command: Option<Command>,
     pub(crate) end: Option<End>,
     /// Sections accepted so far (END excluded), unknown kinds included.
     pub(crate) sections: u64,
@@ -299,6 +300,12 @@ impl Index {
                 }
                 self.end = Some(*e);
                 return Ok(());
+            }
+            Record::Command(c) => {
+                if self.command.is_some() {
+                    return Err(Error::corrupt(offset, "a second COMMAND section"));
+                }
+                self.command = Some(c.clone());
             }
             Record::Unknown(_) => {}
         }

@@ -39,6 +39,9 @@ impl SectionKind {
     pub const PROCESS_EXIT: SectionKind = SectionKind(6);
     pub const NOTE: SectionKind = SectionKind(7);
     pub const END: SectionKind = SectionKind(8);
+    /// How to run the program again (`aetrace verify`); not critical: a
+    /// reader that does not know it loses nothing else.
+    pub const COMMAND: SectionKind = SectionKind(9);
     /// Bit that makes an unknown kind fatal rather than skippable.
     pub const CRITICAL: u16 = 0x8000;
 
@@ -53,6 +56,7 @@ impl SectionKind {
             Self::PROCESS_EXIT => "PROCESS_EXIT",
             Self::NOTE => "NOTE",
             Self::END => "END",
+            Self::COMMAND => "COMMAND",
             _ => return None,
         })
     }
@@ -212,6 +216,33 @@ pub struct End {
     pub process_exits: u32,
 }
 
+/// Where the traced program's standard input came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Stdin {
+    /// A regular file: its path (as `/proc/self/fd/0` named it) and size
+    /// when the program started.
+    File { path: Vec<u8>, size: u64 },
+    /// `/dev/null`.
+    Null,
+    /// Anything else (a terminal, a pipe, a socket): cannot be replayed.
+    Other,
+}
+
+/// COMMAND: how the traced program was started, written before it ran, so
+/// that `aetrace verify` can run the original program the same way.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Command {
+    /// The original (not rewritten) executable that was run, as bytes.
+    pub program: Vec<u8>,
+    /// `argv`, `argv[0]` first, exactly as the program received it.
+    pub argv: Vec<Vec<u8>>,
+    /// The environment as `KEY=VALUE`, without the recorder's own variables.
+    pub env: Vec<Vec<u8>>,
+    /// Working directory.
+    pub cwd: Vec<u8>,
+    pub stdin: Stdin,
+}
+
 /// The fixed fields of a CHUNK (the data follows them in the payload).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChunkHeader {
@@ -255,6 +286,7 @@ pub enum Record<'a> {
     ProcessExit(ProcessExit),
     Note(Note),
     End(End),
+    Command(Command),
     /// A non-critical kind this reader does not know; skipped.
     Unknown(SectionKind),
 }
@@ -277,6 +309,7 @@ impl Record<'_> {
             Record::ProcessExit(_) => SectionKind::PROCESS_EXIT,
             Record::Note(_) => SectionKind::NOTE,
             Record::End(_) => SectionKind::END,
+            Record::Command(_) => SectionKind::COMMAND,
             Record::Unknown(k) => *k,
         }
     }
@@ -364,6 +397,27 @@ impl Record<'_> {
                 out.put_u32(e.modules);
                 out.put_u32(e.process_exits);
                 out.put_u32(0);
+            }
+            Record::Command(c) => {
+                let (kind, size, path): (u32, u64, &[u8]) = match &c.stdin {
+                    Stdin::Other => (0, 0, &[]),
+                    Stdin::File { path, size } => (1, *size, path),
+                    Stdin::Null => (2, 0, &[]),
+                };
+                out.put_u32(kind);
+                out.put_u32(0);
+                out.put_u64(size);
+                out.put_bytes32(&c.program)?;
+                out.put_bytes32(&c.cwd)?;
+                out.put_bytes32(path)?;
+                for list in [&c.argv, &c.env] {
+                    let n = u32::try_from(list.len())
+                        .map_err(|_| Error::Misuse("more than 2^32 arguments".into()))?;
+                    out.put_u32(n);
+                    for a in list.iter() {
+                        out.put_bytes32(a)?;
+                    }
+                }
             }
             Record::Unknown(k) => {
                 return Err(Error::Misuse(format!("cannot write a section of {k}")))
@@ -518,6 +572,36 @@ pub(crate) fn decode(
             };
             c.u32("reserved")?;
             Record::End(end)
+        }
+        SectionKind::COMMAND => {
+            let kind = c.u32("stdin kind")?;
+            c.u32("reserved")?;
+            let size = c.u64("stdin size")?;
+            let program = c.bytes32("program")?.to_vec();
+            let cwd = c.bytes32("working directory")?.to_vec();
+            let path = c.bytes32("stdin path")?.to_vec();
+            let stdin = match kind {
+                0 => Stdin::Other,
+                1 => Stdin::File { path, size },
+                2 => Stdin::Null,
+                k => return Err(bad(format!("unknown stdin kind {k}"))),
+            };
+            // No capacity from the counts: each string is bounded by the payload.
+            let mut lists = [Vec::new(), Vec::new()];
+            for (list, what) in lists.iter_mut().zip(["argument", "environment variable"]) {
+                let n = c.u32("count")?;
+                for _ in 0..n {
+                    list.push(c.bytes32(what)?.to_vec());
+                }
+            }
+            let [argv, env] = lists;
+            Record::Command(Command {
+                program,
+                argv,
+                env,
+                cwd,
+                stdin,
+            })
         }
         SectionKind::FILE_HEADER => return Err(bad("section of kind 0".into())),
         k if k.0 & SectionKind::CRITICAL != 0 => {

@@ -236,7 +236,7 @@ fn round_trip_every_kind() {
     assert!(stats.complete);
     let text = stats.to_string();
     for want in [
-        "trace format 1.0 written by \"aetrace test\": complete",
+        "trace format 1.1 written by \"aetrace test\": complete",
         "build-id abcd0001 database 3000 ->",
         "/tmp/\u{fffd}not-utf8",
         "process 4002 killed by signal 9",
@@ -631,8 +631,14 @@ fn versions_and_unknown_kinds() {
         section::frame(SectionKind::THREAD_START, &p, &mut out).unwrap();
         out
     };
-    assert_eq!(Trace::parse(with_trailing(1)).unwrap().threads().len(), 1);
-    let e = Trace::parse(with_trailing(0)).err().unwrap();
+    let newer = crate::header::VERSION_MINOR + 1;
+    assert_eq!(
+        Trace::parse(with_trailing(newer)).unwrap().threads().len(),
+        1
+    );
+    let e = Trace::parse(with_trailing(crate::header::VERSION_MINOR))
+        .err()
+        .unwrap();
     assert!(e.to_string().contains("trailing"), "{e}");
     assert!(matches!(
         Trace::parse(&b"ELF\x7f..."[..]),
@@ -942,4 +948,43 @@ fn summary_lenient<B: AsRef<[u8]>>(t: &Trace<B>) -> usize {
         }
     }
     n
+}
+
+#[test]
+fn command_round_trip_and_rules() {
+    let cmd = Command {
+        program: b"/usr/bin/gzip".to_vec(),
+        argv: vec![b"gzip".to_vec(), b"-c".to_vec(), Vec::new()],
+        env: vec![b"LANG=C".to_vec(), b"EMPTY=".to_vec()],
+        cwd: b"/tmp/\xffdir".to_vec(),
+        stdin: Stdin::File {
+            path: b"/tmp/in".to_vec(),
+            size: 20_000,
+        },
+    };
+    let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+    w.command(&cmd).unwrap();
+    assert!(w.command(&cmd).is_err(), "a second COMMAND is refused");
+    let (bytes, _) = w.finish().unwrap();
+    let t = Trace::parse(&bytes[..]).unwrap();
+    assert_eq!(t.command(), Some(&cmd));
+    for stdin in [Stdin::Null, Stdin::Other] {
+        let c = Command {
+            stdin: stdin.clone(),
+            ..cmd.clone()
+        };
+        let t = Trace::parse(raw_trace(0, &[Record::Command(c)])).unwrap();
+        assert_eq!(t.command().map(|c| &c.stdin), Some(&stdin));
+    }
+    // A count larger than the payload is corruption, not an allocation.
+    let mut p = Vec::new();
+    Record::Command(cmd.clone()).encode(&mut p).unwrap();
+    // Fixed 16 bytes, then program, cwd and stdin path, each after its length.
+    let argc_at = 16 + (4 + 13) + (4 + cmd.cwd.len()) + (4 + 7);
+    assert_eq!(p[argc_at..argc_at + 4], 3u32.to_le_bytes());
+    p[argc_at..argc_at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+    let mut out = raw_trace(0, &[]);
+    section::frame(SectionKind::COMMAND, &p, &mut out).unwrap();
+    let e = Trace::parse(out).err().unwrap();
+    assert!(e.to_string().contains("payload too short"), "{e}");
 }

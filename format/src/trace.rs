@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::header::{Header, HEADER_LEN, VERSION_MINOR};
 use crate::index::{ChunkRef, DatabaseRef, Index, ThreadInfo};
 use crate::section::SECTION_HEADER_LEN;
-use crate::section::{self, Codec, End, Module, Note, ProcessExit, Section, Sections};
+use crate::section::{self, Codec, Command, End, Module, Note, ProcessExit, Section, Sections};
 use crate::{ModuleId, ThreadId};
 use std::cell::RefCell;
 use std::path::Path;
@@ -180,6 +180,11 @@ impl<B: AsRef<[u8]>> Trace<B> {
     /// PROCESS_EXIT records in file order.
     pub fn process_exits(&self) -> &[ProcessExit] {
         &self.index.exits
+    }
+
+    /// How the program was started (COMMAND), if the recorder wrote it.
+    pub fn command(&self) -> Option<&Command> {
+        self.index.command.as_ref()
     }
 
     /// NOTE records in file order.

@@ -19,8 +19,8 @@ use crate::error::{Error, Result};
 use crate::header::{Header, HEADER_LEN};
 use crate::index::Index;
 use crate::section::{
-    self, ChunkHeader, Codec, DatabaseHeader, End, Module, Note, ProcessExit, Record, ThreadEnd,
-    ThreadStart, SECTION_HEADER_LEN,
+    self, ChunkHeader, Codec, Command, DatabaseHeader, End, Module, Note, ProcessExit, Record,
+    ThreadEnd, ThreadStart, SECTION_HEADER_LEN,
 };
 use crate::{ModuleId, ThreadId};
 use std::cell::RefCell;
@@ -244,6 +244,11 @@ impl<W: Write> TraceWriter<W> {
     /// PROCESS_EXIT.
     pub fn process_exit(&mut self, exit: &ProcessExit) -> Result<()> {
         self.append(&Record::ProcessExit(*exit))
+    }
+
+    /// COMMAND: how the program is started (at most once).
+    pub fn command(&mut self, command: &Command) -> Result<()> {
+        self.append(&Record::Command(command.clone()))
     }
 
     /// NOTE.

@@ -107,7 +107,7 @@ fn cache_dir() -> PathBuf {
 
 /// The cache key: what the rewrite depends on. The program's build-id (or
 /// a hash of its bytes when it has none), its size and modification time,
-/// the placement, and this aetrace executable (a rebuilt rewriter must not
+/// the placement, the fault injection if any, and this aetrace executable (a rebuilt rewriter must not
 /// reuse old copies).
 fn cache_key(exe: &Path, bytes: &[u8], placement: Placement, tag: u32) -> String {
     use std::hash::{Hash, Hasher};
@@ -116,6 +116,8 @@ fn cache_key(exe: &Path, bytes: &[u8], placement: Placement, tag: u32) -> String
     format!("{:?}", placement).hash(&mut h);
     // A library's module tag is baked into its ENTER records.
     tag.hash(&mut h);
+    // A fault-injected copy must never be taken for a correct one.
+    std::env::var_os(rewrite::FAULT_ENV).hash(&mut h);
     env!("CARGO_PKG_VERSION").hash(&mut h);
     if let Ok(me) = std::env::current_exe().and_then(|p| p.metadata()) {
         me.len().hash(&mut h);

@@ -304,6 +304,29 @@ impl Module {
     pub fn is_exec(&self, addr: u64) -> bool {
         self.exec_sections().any(|s| s.contains(addr))
     }
+
+    /// The descriptor of the `NT_GNU_BUILD_ID` note (empty when there is none).
+    pub fn build_id(&self) -> Vec<u8> {
+        let Some(b) = self
+            .section(".note.gnu.build-id")
+            .and_then(|s| self.section_bytes(s))
+        else {
+            return Vec::new();
+        };
+        let u32_at = |o: usize| {
+            b.get(o..o + 4)
+                .map(|x| u32::from_le_bytes(x.try_into().unwrap_or([0; 4])) as usize)
+        };
+        match (u32_at(0), u32_at(4)) {
+            (Some(namesz), Some(descsz)) => {
+                let off = 12 + namesz.div_ceil(4) * 4;
+                b.get(off..off + descsz)
+                    .map(<[u8]>::to_vec)
+                    .unwrap_or_default()
+            }
+            _ => Vec::new(),
+        }
+    }
 }
 
 /// Everything taken out of goblin's borrowed view.

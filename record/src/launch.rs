@@ -37,8 +37,8 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use aetrace_format::{
-    module_flags, EndReason, ExitStatus, Header, Module, ModuleId, ProcessExit, StartReason,
-    ThreadId, ThreadStart, TraceWriter,
+    module_flags, Command, EndReason, ExitStatus, Header, Module, ModuleId, ProcessExit,
+    StartReason, Stdin, ThreadId, ThreadStart, TraceWriter,
 };
 use aetrace_runtime::layout::ESCAPE;
 use aetrace_runtime::{Batch, Geometry, RecordKind, Region};
@@ -129,7 +129,10 @@ pub fn record(l: &Launch) -> Result<Outcome> {
         .map_or(0, |d| d.as_nanos() as u64);
     let signals = Signals::install()?;
     let header = Header::new(CREATOR, now).map_err(|e| trace_err(&l.trace, e))?;
-    let out = TraceWriter::create(&l.trace, &header).map_err(|e| trace_err(&l.trace, e))?;
+    let mut out = TraceWriter::create(&l.trace, &header).map_err(|e| trace_err(&l.trace, e))?;
+    // Before the program runs, so even a trace cut short says how to re-run it.
+    out.command(&command(l, region.env().0))
+        .map_err(|e| trace_err(&l.trace, e))?;
     let main = match spawn(l, &region, &signals) {
         Ok(pid) => pid,
         Err(e) => {
@@ -172,6 +175,59 @@ pub fn record(l: &Launch) -> Result<Outcome> {
         None => Err(record_err(format!(
             "process {main} was never reaped, yet no child is left"
         ))),
+    }
+}
+
+/// The COMMAND section: the ORIGINAL program, argv as the program gets it,
+/// the environment it inherits (without the recorder's `hidden` variable
+/// and the overrides of `l.env`, which only the rewritten program needs),
+/// the working directory and where stdin comes from.
+fn command(l: &Launch, hidden: &str) -> Command {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let bytes = |s: &std::ffi::OsStr| s.as_bytes().to_vec();
+    let env = std::env::vars_os()
+        .filter(|(k, _)| k != hidden && !l.env.iter().any(|(o, _)| o == k))
+        .map(|(k, v)| {
+            let mut kv = bytes(&k);
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            kv
+        })
+        .collect();
+    // fd 0 is inherited by the program unchanged.
+    let link = std::fs::read_link("/proc/self/fd/0");
+    let stdin = match std::fs::metadata("/proc/self/fd/0") {
+        // Some sandboxes make /dev/null a regular file; it is still "no input".
+        // (or replace it, leaving "/dev/null (deleted)").
+        _ if link
+            .as_deref()
+            .is_ok_and(|p| p.as_os_str().as_bytes().starts_with(b"/dev/null")) =>
+        {
+            Stdin::Null
+        }
+        Ok(m) if m.is_file() => match link {
+            Ok(p) => Stdin::File {
+                path: bytes(p.as_os_str()),
+                size: m.len(),
+            },
+            Err(_) => Stdin::Other,
+        },
+        Ok(m) if m.file_type().is_char_device() && m.rdev() == libc::makedev(1, 3) => Stdin::Null,
+        _ => Stdin::Other,
+    };
+    Command {
+        program: bytes(
+            l.modules
+                .first()
+                .map_or(l.program.as_os_str(), |m| m.path.as_os_str()),
+        ),
+        argv: std::iter::once(&l.argv0)
+            .chain(&l.args)
+            .map(|a| bytes(a))
+            .collect(),
+        env,
+        cwd: std::env::current_dir().map_or_else(|_| Vec::new(), |d| bytes(d.as_os_str())),
+        stdin,
     }
 }
 

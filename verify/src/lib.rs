@@ -20,13 +20,17 @@
 //! in any process we stop following (fork children) and the program's own
 //! traps and signals are delivered to it unchanged.
 
+pub mod check;
 mod emulate;
+pub mod lines;
 pub mod module;
+mod scratch;
 mod sys;
 mod tracer;
 
 use std::path::PathBuf;
 
+pub use check::{verify_trace, Report, VerifyOptions};
 pub use sys::Pid;
 pub use tracer::follow;
 
@@ -72,6 +76,10 @@ pub enum Error {
     /// A traced module never appeared in the process's mappings.
     #[error("{}: not mapped by the program (is it loaded with dlopen?)", path.display())]
     NotMapped { path: PathBuf },
+    /// The trace cannot be checked (unreadable, or it does not match the
+    /// program on disk); the message says what.
+    #[error("{0}")]
+    Trace(String),
     /// The bytes at a module's runtime entry differ from the file: the load
     /// base is wrong or the file is not what runs.
     #[error("{}: code in memory at {addr:#x} differs from the file", path.display())]
@@ -96,6 +104,13 @@ pub struct Options {
     pub stdin: Option<PathBuf>,
     /// Where the program's standard output goes; `None` inherits ours.
     pub stdout: Option<PathBuf>,
+    /// `argv[0]` (default: the program as given).
+    pub argv0: Option<std::ffi::OsString>,
+    /// The program's whole environment (`KEY=VALUE`, e.g. a recorded run's),
+    /// replacing ours; `env` still overrides it.
+    pub environment: Option<Vec<std::ffi::OsString>>,
+    /// The working directory (default: ours).
+    pub cwd: Option<PathBuf>,
 }
 
 /// How a thread came to a block.
@@ -189,6 +204,8 @@ pub struct Stats {
     /// Single steps (last instructions that could not be emulated, and
     /// first instructions under an entry breakpoint).
     pub steps: u64,
+    /// Of the single steps, those run from a copy in the scratch page.
+    pub displaced: u64,
     /// Last instructions executed by emulation.
     pub emulated: u64,
     /// Breakpoints written (entries at start, block ends lazily).

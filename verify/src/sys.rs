@@ -24,14 +24,15 @@ fn sys(what: &'static str, tid: Pid) -> Error {
     }
 }
 
-/// Forks; the child asks to be traced and `execve`s `path` with `argv` and
-/// `envp`, with `stdin`/`stdout` (already open) as its fd 0/1 when given and
+/// Forks; the child changes to `cwd` when given, asks to be traced and
+/// `execve`s `path` with `argv` and `envp`, with `stdin`/`stdout` (already open) as its fd 0/1 when given and
 /// its other streams untouched. Returns the child's pid; the child stops with
 /// `SIGTRAP` right after the exec.
 pub fn spawn(
     path: &CString,
     argv: &[CString],
     envp: &[CString],
+    cwd: Option<&CString>,
     stdin: Option<&std::fs::File>,
     stdout: Option<&std::fs::File>,
 ) -> Result<Pid, Error> {
@@ -56,6 +57,11 @@ pub fn spawn(
                 libc::sigemptyset(&mut set);
                 libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
                 libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+                if let Some(d) = cwd {
+                    if libc::chdir(d.as_ptr()) != 0 {
+                        libc::_exit(127);
+                    }
+                }
                 if let Some(fd) = stdin {
                     libc::dup2(fd, 0);
                 }

@@ -33,6 +33,7 @@ use iced_x86::{FlowControl, Mnemonic};
 
 use crate::emulate::{self, Plan};
 use crate::module::TracedModule;
+use crate::scratch::{Displaced, Scratch};
 use crate::sys::{self, Mem, Pid, Regs};
 use crate::{Arrival, Error, Event, Exit, LoadedModule, Observer, Options, Outcome, Result, Stats};
 
@@ -46,8 +47,13 @@ enum Mode {
     /// Runs freely (or is stopped between two events).
     Run,
     /// Single-stepping the instruction under the breakpoint at `bp`:
-    /// the block's last one (`end`), or the first one under an entry trap.
-    Step { bp: u64, end: bool },
+    /// the block's last one (`end`), or the first one under an entry trap;
+    /// in place, or a copy of it in the scratch page (`disp`).
+    Step {
+        bp: u64,
+        end: bool,
+        disp: Option<Displaced>,
+    },
 }
 
 struct Thread {
@@ -64,6 +70,8 @@ struct Thread {
     fresh: bool,
     /// Return point of the thread's latest call from traced code.
     last_call: u64,
+    /// The thread's slot in the scratch page, once it needed one.
+    slot: Option<u64>,
 }
 
 impl Thread {
@@ -75,6 +83,7 @@ impl Thread {
             interrupted: Vec::new(),
             fresh,
             last_call: 0,
+            slot: None,
         }
     }
 }
@@ -94,6 +103,10 @@ struct Tracer<'o> {
     released: HashSet<Pid>,
     observer: &'o mut dyn Observer,
     stats: Stats,
+    /// Where non-branch instructions under a breakpoint are executed
+    /// (`None`: in place, racy with threads).
+    scratch: Option<Scratch>,
+    next_slot: u64,
 }
 
 /// Runs `program` with `args` (stdin, stdout and stderr inherited) and
@@ -121,14 +134,30 @@ pub fn follow(
             arg: s.to_string_lossy().into_owned(),
         })
     };
-    let mut argv = vec![cstr(program.as_os_str())?];
+    let mut argv = vec![cstr(
+        options.argv0.as_deref().unwrap_or(program.as_os_str()),
+    )?];
     for a in args {
         argv.push(cstr(a)?);
     }
     let mut envp = Vec::new();
-    for (k, v) in std::env::vars_os() {
-        if !options.env.iter().any(|(o, _)| *o == k) {
-            envp.push(kv(&k, &v)?);
+    let overridden = |k: &[u8]| options.env.iter().any(|(o, _)| o.as_bytes() == k);
+    match &options.environment {
+        Some(all) => {
+            for e in all {
+                let b = e.as_bytes();
+                let key = b.split(|&c| c == b'=').next().unwrap_or(b);
+                if !overridden(key) {
+                    envp.push(cstr(e)?);
+                }
+            }
+        }
+        None => {
+            for (k, v) in std::env::vars_os() {
+                if !overridden(k.as_bytes()) {
+                    envp.push(kv(&k, &v)?);
+                }
+            }
         }
     }
     for (k, v) in &options.env {
@@ -156,10 +185,24 @@ pub fn follow(
         .as_deref()
         .map(|p| open(p, true))
         .transpose()?;
+    let cwd = match &options.cwd {
+        Some(d) => {
+            // Checked here: in the child a failed chdir could only exit.
+            if !d.is_dir() {
+                return Err(Error::Io {
+                    path: d.clone(),
+                    source: std::io::Error::from(std::io::ErrorKind::NotFound),
+                });
+            }
+            Some(cstr(d.as_os_str())?)
+        }
+        None => None,
+    };
     let pid = sys::spawn(
         &cstr(path.as_os_str())?,
         &argv,
         &envp,
+        cwd.as_ref(),
         stdin.as_ref(),
         stdout.as_ref(),
     )?;
@@ -192,9 +235,15 @@ pub fn follow(
             threads: 1,
             ..Stats::default()
         },
+        scratch: None,
+        next_slot: 0,
     };
     t.threads.insert(pid, Thread::new(false));
     t.map_module(0)?;
+    // Still one thread: the only moment the scratch page can be mapped
+    // without a race.
+    let main = &t.modules[0];
+    t.scratch = Scratch::map(pid, &t.mem, main.lo + main.base, main.hi + main.base)?;
     if t.modules.len() > 1 {
         let entry = t.modules[0]
             .program
@@ -255,7 +304,7 @@ fn kv(k: &OsStr, v: &OsStr) -> Result<CString> {
 
 /// `program` as a canonical path: as given when it contains a `/`, else
 /// searched on `PATH` like `execvp`.
-fn resolve(program: &Path) -> Result<PathBuf> {
+pub(crate) fn resolve(program: &Path) -> Result<PathBuf> {
     let not_found = || Error::NotFound {
         program: program.display().to_string(),
     };
@@ -483,15 +532,24 @@ impl Tracer<'_> {
             .threads
             .entry(tid)
             .or_insert_with(|| Thread::new(false));
-        if let Mode::Step { bp, end } = th.mode {
-            if end && regs.rip == bp {
+        if let Mode::Step { bp, end, disp } = th.mode {
+            if end && regs.rip == disp.map_or(bp, |d| d.at) {
                 // A `rep` string instruction steps one iteration at a time
                 // (paper, Section 4.1): keep stepping until it is done.
                 self.stats.steps += 1;
                 return sys::step(tid, 0);
             }
             th.mode = Mode::Run;
-            self.mem.write(bp, &[INT3])?;
+            match disp {
+                None => self.mem.write(bp, &[INT3])?,
+                Some(d) if regs.rip == d.done => {
+                    regs.rip = d.back;
+                    sys::set_regs(tid, &regs)?;
+                }
+                // The copy went elsewhere (`rt_sigreturn`, `execve`): so did
+                // the original.
+                Some(_) => {}
+            }
             let cur = th.cur;
             if end {
                 return self.land(tid, regs, cur, Arrival::Flow);
@@ -698,8 +756,17 @@ impl Tracer<'_> {
             FlowControl::UnconditionalBranch
             | FlowControl::IndirectBranch
             | FlowControl::ConditionalBranch => {
+                // The top word (a tail call); the third (PLT0's lazy path
+                // jumps out with the link map and the relocation index
+                // pushed over the return address of a call, or of a tail
+                // call's caller, which `last_call` may not be: found on
+                // `sort`).
                 let top = self.mem.read_u64(regs.rsp)?;
                 self.arm_entry(top)?;
+                // Above the top of a stack it may not be mapped.
+                if let Ok(third) = self.mem.read_u64(regs.rsp + 16) {
+                    self.arm_entry(third)?;
+                }
                 let last = self.thread(tid).last_call;
                 self.arm_entry(last)
             }
@@ -750,13 +817,53 @@ impl Tracer<'_> {
                 return self.resume(tid, regs);
             }
         }
-        self.mem.write(rip, &[orig])?;
-        self.thread(tid).mode = Mode::Step {
-            bp: rip,
-            end: false,
-        };
+        self.step_over(tid, regs, orig, false)
+    }
+
+    /// Executes the instruction under the breakpoint at `regs.rip` (whose
+    /// original byte is `orig`) by one single step: from a copy in the
+    /// scratch page when it can run there, else in place with the byte put
+    /// back for that step.
+    fn step_over(&mut self, tid: Pid, mut regs: Regs, orig: u8, end: bool) -> Result<()> {
+        let bp = regs.rip;
+        let disp = self.displace(tid, bp)?;
+        match disp {
+            Some(d) => {
+                regs.rip = d.at;
+                sys::set_regs(tid, &regs)?;
+                self.stats.displaced += 1;
+            }
+            None => self.mem.write(bp, &[orig])?,
+        }
+        self.thread(tid).mode = Mode::Step { bp, end, disp };
         self.stats.steps += 1;
         sys::step(tid, 0)
+    }
+
+    /// Copies the instruction at runtime `rip` of a traced module into the
+    /// thread's scratch slot, if it can run there.
+    fn displace(&mut self, tid: Pid, rip: u64) -> Result<Option<Displaced>> {
+        let (Some(scratch), Some(m)) = (&self.scratch, self.module_of(rip)) else {
+            return Ok(None);
+        };
+        let module = &self.modules[m];
+        let link = rip - module.base;
+        let Some(b) = module.block_containing(link) else {
+            return Ok(None);
+        };
+        let len = (module.blocks[b].end - link).min(15);
+        let Some(bytes) = module.program.module.bytes_at(link, len) else {
+            return Ok(None);
+        };
+        let th = self
+            .threads
+            .entry(tid)
+            .or_insert_with(|| Thread::new(false));
+        let slot = *th.slot.get_or_insert_with(|| {
+            self.next_slot += 1;
+            self.next_slot - 1
+        });
+        scratch.place(&self.mem, slot, rip, bytes)
     }
 
     /// The thread is at the last instruction of block `pos` (`regs.rip`,
@@ -786,22 +893,29 @@ impl Tracer<'_> {
         let rip = regs.rip;
         debug_assert!(self.bps.contains_key(&rip), "end() runs at a breakpoint");
         let orig = self.bps[&rip];
-        self.mem.write(rip, &[orig])?;
-        self.thread(tid).mode = Mode::Step { bp: rip, end: true };
-        self.stats.steps += 1;
-        sys::step(tid, 0)
+        self.step_over(tid, regs, orig, true)
     }
 
     /// A signal stop: pass the signal on. A block it interrupts is resumed
     /// when its end trap is reached again.
     fn signal(&mut self, tid: Pid, sig: i32) -> Result<()> {
         let th = self.thread(tid);
-        if let Mode::Step { bp, end } = th.mode {
+        if let Mode::Step { bp, end, disp } = th.mode {
             // The stepped instruction did not complete (a fault, or a
             // signal that came first): it will run again later, under the
             // breakpoint.
             th.mode = Mode::Run;
-            self.mem.write(bp, &[INT3])?;
+            match disp {
+                None => self.mem.write(bp, &[INT3])?,
+                Some(d) => {
+                    // The handler must return to the program, not the copy.
+                    let mut regs = sys::get_regs(tid)?;
+                    if regs.rip == d.at || regs.rip == d.done {
+                        regs.rip = if regs.rip == d.at { bp } else { d.back };
+                        sys::set_regs(tid, &regs)?;
+                    }
+                }
+            }
             // Stopped on a block's first instruction under an entry trap:
             // that trap fires again when the handler returns and must not
             // count as a new entry.

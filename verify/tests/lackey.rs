@@ -200,6 +200,7 @@ fn check(exe: &Path, args: &[&str], libs: &[&str], from_main: bool) {
         libs: libs.iter().map(PathBuf::from).collect(),
         stdin: Some(PathBuf::from("/dev/null")),
         stdout: Some(followed_out.clone()),
+        ..Options::default()
     };
     let outcome = aetrace_verify::follow(exe, &argv, &options, &mut rec).unwrap();
     assert_eq!(

@@ -156,27 +156,22 @@ fn placement(cfg: &Cfg, which: Placement) -> WitnessPlacement {
     }
 }
 
-/// The build-id note's descriptor, if the module has one.
-fn build_id(prog: &Program) -> Vec<u8> {
-    let Some(s) = prog.module.section(".note.gnu.build-id") else {
-        return Vec::new();
+/// Fault injection for the tests of `aetrace verify` (docs/verify.md):
+/// `AETRACE_FAULT_DROP_WITNESS=PROC:K` makes the copy of procedure PROC
+/// not write witness K while the program database still says it does, a
+/// deliberately broken placement. The trace gets a NOTE saying so.
+pub const FAULT_ENV: &str = "AETRACE_FAULT_DROP_WITNESS";
+
+/// The procedure and witness [`FAULT_ENV`] names, if it is set.
+pub fn fault_injection(path: &Path) -> Result<Option<(String, u32)>> {
+    let Some(v) = std::env::var_os(FAULT_ENV) else {
+        return Ok(None);
     };
-    let Some(b) = prog.module.section_bytes(s) else {
-        return Vec::new();
-    };
-    let u32_at = |o: usize| {
-        b.get(o..o + 4)
-            .map(|x| u32::from_le_bytes(x.try_into().unwrap_or([0; 4])) as usize)
-    };
-    match (u32_at(0), u32_at(4)) {
-        (Some(namesz), Some(descsz)) => {
-            let off = 12 + namesz.div_ceil(4) * 4;
-            b.get(off..off + descsz)
-                .map(<[u8]>::to_vec)
-                .unwrap_or_default()
-        }
-        _ => Vec::new(),
-    }
+    let v = v.to_string_lossy();
+    v.rsplit_once(':')
+        .and_then(|(p, k)| Some((p.to_owned(), k.parse().ok()?)))
+        .map(Some)
+        .ok_or_else(|| rewrite_err(path, format!("{FAULT_ENV}={v}: expected PROCEDURE:WITNESS")))
 }
 
 /// Rewrites the executable at `path`.
@@ -191,6 +186,7 @@ pub fn instrument(path: &Path, which: Placement) -> Result<Instrumented> {
 /// the executable's region when its first traced code runs.
 pub fn instrument_module(path: &Path, which: Placement, tag: u32) -> Result<Instrumented> {
     use aetrace_runtime::layout::{MAX_MODULES, TAG_SHIFT};
+    let fault = fault_injection(path)?;
     let prog = Program::open(path)?;
     let module = &prog.module;
     if module.is_static {
@@ -372,6 +368,21 @@ pub fn instrument_module(path: &Path, which: Placement, tag: u32) -> Result<Inst
         let pl = placement(cfg, which);
         witness_edges += pl.len();
         let witness: Vec<Option<u32>> = cfg.edges.keys().map(|e| pl.witness(e)).collect();
+        // The code writes `code_witness`, the database promises `witness`:
+        // they differ only under fault injection.
+        let mut code_witness = witness.clone();
+        if let Some((name, k)) = fault.as_ref().filter(|(name, _)| *name == p.name) {
+            let Some(w) = code_witness.iter_mut().find(|w| **w == Some(*k)) else {
+                return Err(rewrite_err(
+                    path,
+                    format!("{FAULT_ENV}: procedure {name} has no witness {k}"),
+                ));
+            };
+            *w = None;
+            notes.push(format!(
+                "FAULT INJECTED ({FAULT_ENV}): procedure {name} does not write witness {k}"
+            ));
+        }
         let mut calls = vec![CallPlan::default(); cfg.blocks.len()];
         let mut call_db: Vec<Option<CallDb>> = vec![None; cfg.blocks.len()];
         for c in &cfg.calls {
@@ -489,7 +500,7 @@ pub fn instrument_module(path: &Path, which: Placement, tag: u32) -> Result<Inst
             cfg,
             insns,
             live,
-            witness,
+            witness: code_witness,
             calls,
             tables: ptables,
             loop_header,
@@ -603,7 +614,7 @@ pub fn instrument_module(path: &Path, which: Placement, tag: u32) -> Result<Inst
         traced: plans.len(),
         witness_edges,
         db,
-        build_id: build_id(&prog),
+        build_id: prog.module.build_id(),
         size,
         notes,
     })

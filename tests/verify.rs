@@ -1,0 +1,461 @@
+//! `aetrace verify TRACE` end to end (docs/verify.md): it must say "exact"
+//! on correct traces, and catch, at the right block, a trace with one
+//! witness changed into another valid one, a trace recorded from a binary
+//! whose witness placement was broken on purpose, and the paper's Figure 2
+//! effect (a program that behaves differently once instrumented).
+//!
+//! The oracles: the programs' own output (the instrumented run of
+//! `own_address.c` prints another collision count than the native run), and
+//! for the injected faults the position where the faulty trace's
+//! regeneration first differs from the correct trace's (which verify, an
+//! independent ptrace follower of the original program, found exact).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use aetrace_format::{Trace, TraceFile, TraceWriter};
+use common::build::{build, run_checked, Link, Opt, Variant};
+
+const O2_PIE: Variant = Variant::new(Opt::O2, Link::Pie, false);
+const O0_NOPIE: Variant = Variant::new(Opt::O0, Link::NoPie, true);
+
+fn dir() -> PathBuf {
+    common::scratch("verify")
+}
+
+/// `aetrace record -o TRACE -- exe args` (stdin from `stdin` or /dev/null),
+/// with `env` added; returns the trace and the recorded run's output.
+fn record(
+    exe: &Path,
+    args: &[&str],
+    stdin: Option<&Path>,
+    env: &[(&str, &str)],
+) -> (PathBuf, Output) {
+    let name = exe.file_name().unwrap().to_string_lossy().into_owned();
+    let tag: String = env
+        .iter()
+        .map(|(_, v)| format!("-{}", v.replace(':', "_")))
+        .collect();
+    let trace = dir().join(format!("{name}{tag}-{}.aet", std::process::id()));
+    let mut cmd = Command::new(common::aetrace());
+    cmd.arg("record")
+        .arg("-o")
+        .arg(&trace)
+        .arg("--")
+        .arg(exe)
+        .args(args);
+    cmd.stdin(match stdin {
+        Some(p) => Stdio::from(std::fs::File::open(p).unwrap()),
+        None => Stdio::null(),
+    });
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        trace.is_file(),
+        "{name}: no trace: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (trace, out)
+}
+
+/// Runs `aetrace verify TRACE extra...`; returns (exit code, stdout, stderr).
+fn verify(trace: &Path, extra: &[&str]) -> (i32, String, String) {
+    let out = Command::new(common::aetrace())
+        .arg("verify")
+        .arg(trace)
+        .args(extra)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Total blocks `aetrace regen --count` finds in the trace.
+fn regen_blocks(trace: &Path) -> u64 {
+    let out = run_checked(
+        Command::new(common::aetrace())
+            .args(["regen", "--count"])
+            .arg(trace),
+        "aetrace regen --count",
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let total = text.lines().find(|l| l.starts_with("total:")).unwrap();
+    total
+        .split(", ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// Asserts verify calls the trace exact, over every block the trace has.
+fn assert_exact(trace: &Path, extra: &[&str]) {
+    assert_exact_threads(trace, extra, "1 thread");
+}
+
+fn assert_exact_threads(trace: &Path, extra: &[&str], threads: &str) {
+    let (code, out, err) = verify(trace, extra);
+    assert_eq!(code, 0, "{}: verify:\n{out}{err}", trace.display());
+    let want = format!("exact: {} blocks in {threads} ", regen_blocks(trace));
+    assert!(out.contains(&want), "{want:?} not in\n{out}");
+}
+
+/// Four workers running the same loop at once: every thread followed
+/// exactly (breakpoints stay in memory; instructions that are not emulated
+/// run from a per-thread copy, so no thread can slip past a restored byte).
+/// Each recorded run and each verifying run interleave differently.
+#[test]
+fn exact_on_threads() {
+    let exe = build("threads.c", O2_PIE);
+    for _ in 0..3 {
+        let (trace, out) = record(&exe, &["a", "b", "c"], None, &[]);
+        assert!(out.status.success());
+        for _ in 0..3 {
+            assert_exact_threads(&trace, &[], "5 threads");
+        }
+        let (code, out, _) = verify(&trace, &["--thread", "2"]);
+        assert_eq!(code, 0, "{out}");
+        assert!(out.contains(" blocks in 1 thread "), "{out}");
+        let _ = std::fs::remove_file(&trace);
+    }
+}
+
+#[test]
+fn exact_on_our_programs() {
+    for (source, v) in [
+        ("loops.c", O2_PIE),
+        ("loops.c", O0_NOPIE),
+        ("nested_if.c", O2_PIE),
+        ("switch.c", O0_NOPIE),
+        ("recursion.c", O2_PIE),
+        ("fnptr.c", O2_PIE),
+        ("tailcall.c", O2_PIE),
+        ("qsort_callback.c", O2_PIE),
+        ("setjmp.c", O2_PIE),
+        ("exit_nested.c", O2_PIE),
+        ("cxx_exceptions.cpp", O2_PIE),
+    ] {
+        let exe = build(source, v);
+        let (trace, _) = record(&exe, &[], None, &[]);
+        assert_exact(&trace, &[]);
+        let _ = std::fs::remove_file(&trace);
+    }
+}
+
+/// Debian programs: gzip reads the recorded stdin file again (its
+/// compressed output must not reach verify's stdout); sort's tail calls
+/// through lazily bound PLT entries once lost the follower's position;
+/// bzip2's work is in libbz2, which is not traced.
+#[test]
+fn exact_on_debian_programs() {
+    let input = dir().join("debian-input");
+    std::fs::write(&input, common::text_input(20_000)).unwrap();
+    let file = input.display().to_string();
+    for (exe, args, stdin) in [
+        ("/usr/bin/gzip", &["-c"][..], Some(input.as_path())),
+        ("/usr/bin/sort", &[&file[..]][..], None),
+        ("/usr/bin/bzip2", &["-c", &file[..]][..], None),
+    ] {
+        let (trace, out) = record(Path::new(exe), args, stdin, &[]);
+        assert!(out.status.success(), "{exe}");
+        assert_exact(&trace, &[]);
+        let _ = std::fs::remove_file(&trace);
+    }
+}
+
+#[test]
+fn old_traces_need_the_command_and_a_wrong_binary_is_refused() {
+    let exe = build("nested_if.c", O2_PIE);
+    let (trace, _) = record(&exe, &["x"], None, &[]);
+    // The same trace without its COMMAND section, as format 1.0 wrote it.
+    let old = dir().join(format!("old-{}.aet", std::process::id()));
+    copy_trace(&trace, &old, false, &mut |_, _| {});
+    let (code, out, err) = verify(&old, &[]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("no COMMAND section") && err.contains("-- PROGRAM ARGS"),
+        "{err}"
+    );
+    let exe_s = exe.display().to_string();
+    assert_exact(&old, &["--", &exe_s, "x"]);
+    // The argument changes the program's path: a divergence, not "exact".
+    let (code, out, _) = verify(&old, &["--", &exe_s]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("diverges at block"), "{out}");
+    // Another binary is refused by its build-id.
+    let other = build("loops.c", O2_PIE).display().to_string();
+    let (code, _, err) = verify(&old, &["--", &other]);
+    assert_eq!(code, 1);
+    assert!(err.contains("build-id"), "{err}");
+    // A usage error is exit 2.
+    let status = Command::new(common::aetrace())
+        .arg("verify")
+        .output()
+        .unwrap()
+        .status;
+    assert_eq!(status.code(), Some(2));
+    let _ = std::fs::remove_file(&trace);
+    let _ = std::fs::remove_file(&old);
+}
+
+/// Rewrites `src` into `dst` with the format crate's writer: every thread's
+/// stream in one chunk after `edit(thread, stream)` (valid CRCs, recompressed);
+/// COMMAND only if `command`.
+fn copy_trace(src: &Path, dst: &Path, command: bool, edit: &mut dyn FnMut(u32, &mut Vec<u8>)) {
+    let t = TraceFile::open(src).unwrap();
+    let mut w = TraceWriter::create(dst, t.header()).unwrap();
+    write_copy(&t, &mut w, command, edit);
+    w.finish().unwrap();
+}
+
+fn write_copy<B: AsRef<[u8]>, W: std::io::Write>(
+    t: &Trace<B>,
+    w: &mut TraceWriter<W>,
+    command: bool,
+    edit: &mut dyn FnMut(u32, &mut Vec<u8>),
+) {
+    if command {
+        w.command(t.command().expect("a COMMAND section")).unwrap();
+    }
+    for m in t.modules() {
+        w.module(m).unwrap();
+        if let Some(db) = t.program_database(m.id) {
+            w.program_database(m.id, db.version(), &db.decompress().unwrap())
+                .unwrap();
+        }
+    }
+    for n in t.notes() {
+        w.note(n.module, &n.text).unwrap();
+    }
+    for th in t.threads() {
+        w.thread_start(&th.start).unwrap();
+        let mut raw = Vec::new();
+        for c in t.chunks(th.start.thread) {
+            raw.extend_from_slice(&c.decompress().unwrap());
+        }
+        edit(th.start.thread.0, &mut raw);
+        if !raw.is_empty() {
+            w.chunk(th.start.thread, &raw, th.witnesses).unwrap();
+        }
+        w.thread_end(th.start.thread, th.end.unwrap().reason)
+            .unwrap();
+    }
+    for e in t.process_exits() {
+        w.process_exit(e).unwrap();
+    }
+}
+
+/// Link-time block addresses of every thread as regenerated (the `block`
+/// format, runtime addresses minus the module's load base: two runs load
+/// the program at different addresses), up to the error that stopped the
+/// regenerator, if one did.
+fn regen_partial<B: AsRef<[u8]> + Sync>(t: &Trace<B>) -> (Vec<u64>, Option<aetrace_regen::Error>) {
+    let opts = aetrace_regen::Options {
+        format: aetrace_regen::Format::Block,
+        jobs: 1,
+        ..Default::default()
+    };
+    let mut out = Vec::new();
+    let error = aetrace_regen::regen_trace(t, &opts, &mut out).err();
+    let base = t.modules()[0].load_base;
+    let blocks = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| u64::from_str_radix(l.split(' ').next().unwrap(), 16).unwrap() - base)
+        .collect();
+    (blocks, error)
+}
+
+/// [`regen_partial`] of a trace that must regenerate without error.
+fn regen_blocks_of<B: AsRef<[u8]> + Sync>(t: &Trace<B>) -> aetrace_regen::Result<Vec<u64>> {
+    match regen_partial(t) {
+        (blocks, None) => Ok(blocks),
+        (_, Some(e)) => Err(e),
+    }
+}
+
+/// Offsets of the one-byte witnesses of a stream (records skipped).
+fn witness_offsets(raw: &[u8]) -> Vec<usize> {
+    let mut at = 0;
+    let mut found = Vec::new();
+    while let Some(&b) = raw.get(at) {
+        if b == 0xff {
+            let kind = raw[at + 1];
+            at += aetrace_regen::stream::kind::len(kind).expect("a known record");
+        } else {
+            found.push(at);
+            at += 1;
+        }
+    }
+    found
+}
+
+fn first_difference(a: &[u64], b: &[u64]) -> usize {
+    a.iter()
+        .zip(b)
+        .position(|(x, y)| x != y)
+        .unwrap_or(a.len().min(b.len()))
+}
+
+/// Asserts verify reports a divergence at `position` whose expected block
+/// is `expected` (link-time), or the end of the trace.
+fn assert_diverges_at(trace: &Path, position: usize, expected: Option<u64>) -> String {
+    let (code, out, err) = verify(trace, &[]);
+    assert_eq!(code, 1, "{out}{err}");
+    let want = format!("diverges at block {position} of its sequence");
+    assert!(out.contains(&want), "{want:?} not in\n{out}");
+    let want = match expected {
+        Some(addr) => format!("expected (trace): {addr:#x} in "),
+        None => "expected (trace): the trace ends here".into(),
+    };
+    assert!(out.contains(&want), "{want:?} not in\n{out}");
+    out
+}
+
+/// Fault (a): one witness byte changed into another that is valid where it
+/// is read, so the regenerator builds a plausible, wrong trace.
+#[test]
+fn changed_witness_is_caught_where_it_takes_effect() {
+    let exe = build("nested_if.c", O2_PIE);
+    let (trace, _) = record(&exe, &[], None, &[]);
+    assert_exact(&trace, &[]);
+    let t = TraceFile::open(&trace).unwrap();
+    let good = regen_blocks_of(&t).unwrap();
+    let mut stream = Vec::new();
+    for c in t.chunks(aetrace_format::ThreadId(0)) {
+        stream.extend_from_slice(&c.decompress().unwrap());
+    }
+    let offsets = witness_offsets(&stream);
+    // Later witnesses first: the divergence is then deep in the sequence.
+    let mut found = None;
+    'search: for &at in offsets.iter().skip(offsets.len() / 2).take(200) {
+        for alt in [stream[at].wrapping_sub(1), stream[at].wrapping_add(1)] {
+            if !(1..=0xfe).contains(&alt) {
+                continue;
+            }
+            let mut w = TraceWriter::new(Vec::new(), t.header()).unwrap();
+            write_copy(&t, &mut w, true, &mut |_, raw| raw[at] = alt);
+            let (bytes, _) = w.finish().unwrap();
+            let bad = Trace::parse(bytes.clone()).unwrap();
+            if let Ok(lines) = regen_blocks_of(&bad) {
+                if lines != good {
+                    found = Some((at, alt, lines));
+                    break 'search;
+                }
+            }
+        }
+    }
+    let (at, alt, bad) = found.expect("some witness can be changed into another valid one");
+    let corrupt = dir().join(format!("changed-witness-{}.aet", std::process::id()));
+    copy_trace(&trace, &corrupt, true, &mut |_, raw| raw[at] = alt);
+    let position = first_difference(&good, &bad);
+    assert!(position > 0);
+    assert_diverges_at(&corrupt, position, bad.get(position).copied());
+    let _ = std::fs::remove_file(&trace);
+    let _ = std::fs::remove_file(&corrupt);
+}
+
+/// Fault (b): the rewriter's fault injection makes `main`'s copy forget a
+/// witness its program database promises. Each witness of `main` in turn:
+/// verify must either find the trace exact, when the faulty trace
+/// regenerates exactly as a correct one (the edge was never taken), or
+/// report the divergence where the faulty regeneration first goes wrong.
+#[test]
+fn broken_placement_is_caught() {
+    let exe = build("loops.c", O2_PIE);
+    let (good_trace, good_out) = record(&exe, &[], None, &[]);
+    let good = regen_blocks_of(&TraceFile::open(&good_trace).unwrap()).unwrap();
+    let mut caught = 0;
+    for k in 0..16 {
+        let fault = format!("main:{k}");
+        let rewritten = dir().join(format!("loops-fault-{}", std::process::id()));
+        let ins = Command::new(common::aetrace())
+            .arg("instrument")
+            .arg(&exe)
+            .arg("-o")
+            .arg(&rewritten)
+            .env("AETRACE_FAULT_DROP_WITNESS", &fault)
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_file(&rewritten);
+        if !ins.status.success() {
+            // No witness k in main: the rewriter refuses with a message.
+            let err = String::from_utf8_lossy(&ins.stderr);
+            assert!(err.contains("main has no witness"), "{err}");
+            assert!(k > 0, "main has witnesses");
+            break;
+        }
+        let (trace, out) = record(&exe, &[], None, &[("AETRACE_FAULT_DROP_WITNESS", &fault)]);
+        assert!(out.status.success());
+        assert_eq!(
+            out.stdout, good_out.stdout,
+            "the program itself is unaffected"
+        );
+        let t = TraceFile::open(&trace).unwrap();
+        assert!(t.notes().iter().any(|n| n.text.contains("FAULT INJECTED")));
+        let (code, report, err) = verify(&trace, &[]);
+        assert!(report.contains("FAULT INJECTED"), "{report}");
+        // What the regenerator makes of the faulty trace, up to where it
+        // may stop with an error.
+        let (bad, error) = regen_partial(&t);
+        if bad == good && error.is_none() {
+            assert_eq!(code, 0, "{fault}: {report}{err}");
+        } else {
+            let p = first_difference(&good, &bad);
+            let out = assert_diverges_at(&trace, p, bad.get(p).copied());
+            if p == bad.len() {
+                assert!(out.contains("regeneration stopped"), "{error:?}: {out}");
+            }
+            caught += 1;
+        }
+        let _ = std::fs::remove_file(&trace);
+    }
+    assert!(caught > 0, "no injected fault took effect");
+    let _ = std::fs::remove_file(&good_trace);
+}
+
+/// Figure 2 of paper 004: the instrumented program behaves differently
+/// (its own output says so); verify reports where and why.
+#[test]
+fn figure_2_program_that_sees_its_relocation() {
+    // With DWARF (-g), so the report gives source lines.
+    let exe = dir().join("own_address-g");
+    let src = common::repo_root().join("traces/own_address.c");
+    run_checked(
+        Command::new("gcc")
+            .args(["-O2", "-g", "-o"])
+            .arg(&exe)
+            .arg(&src),
+        "gcc -g own_address.c",
+    );
+    let native = common::build::run_native(&exe, &[]);
+    let (trace, recorded) = record(&exe, &[], None, &[]);
+    assert_ne!(
+        recorded.stdout, native.stdout,
+        "the instrumented run behaves differently"
+    );
+    let (code, out, _) = verify(&trace, &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("diverges at block"), "{out}");
+    assert!(
+        out.contains("expected (trace):") && out.contains(" in hash_insert (own_address.c:"),
+        "{out}"
+    );
+    assert!(
+        out.contains("procedure hash_value reads its return address") && out.contains("Figure 2"),
+        "{out}"
+    );
+    let _ = std::fs::remove_file(&trace);
+}
