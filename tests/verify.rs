@@ -156,7 +156,7 @@ fn exact_on_our_programs() {
 /// Debian programs: gzip reads the recorded stdin file again (its
 /// compressed output must not reach verify's stdout); sort's tail calls
 /// through lazily bound PLT entries once lost the follower's position;
-/// bzip2's work is in libbz2, which is not traced.
+/// bzip2's work is in libbz2, traced with `--libs` and left out of the comparison.
 #[test]
 fn exact_on_debian_programs() {
     let input = dir().join("debian-input");
@@ -172,6 +172,24 @@ fn exact_on_debian_programs() {
         assert_exact(&trace, &[]);
         let _ = std::fs::remove_file(&trace);
     }
+    // Recorded with libbz2 traced too: the executable is compared, and the
+    // report says the library is not.
+    let trace = dir().join(format!("bzip2-libs-{}.aet", std::process::id()));
+    run_checked(
+        Command::new(common::aetrace())
+            .args(["record", "--libs", "libbz2.so.1.0", "-o"])
+            .arg(&trace)
+            .args(["--", "/usr/bin/bzip2", "-c", &file[..]])
+            .stdout(Stdio::null()),
+        "aetrace record --libs libbz2.so.1.0",
+    );
+    let (code, out, err) = verify(&trace, &[]);
+    assert_eq!(code, 0, "verify:\n{out}{err}");
+    assert!(
+        out.contains("1 traced library not compared") && out.contains("exact: "),
+        "{out}"
+    );
+    let _ = std::fs::remove_file(&trace);
 }
 
 #[test]

@@ -464,6 +464,16 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
     let db = trace
         .program_database(module.id)
         .ok_or_else(|| Error::Trace("the main executable has no program database".into()))?;
+    // The follower follows the executable; libraries traced with `--libs`
+    // are left out of the comparison (the regenerator keeps the
+    // executable's blocks only).
+    let main_name = String::from_utf8_lossy(&module.path).into_owned();
+    let main_name = main_name.as_str();
+    let libraries = trace
+        .modules()
+        .iter()
+        .filter(|m| m.pid == pid && m.id != module.id && m.flags & module_flags::INSTRUMENTED != 0)
+        .count();
     let raw = db.decompress().map_err(|e| Error::Trace(e.to_string()))?;
     let db = ProgramDb::decode(&raw).map_err(|e| Error::Trace(e.to_string()))?;
     let traced: HashSet<u64> = db
@@ -477,6 +487,12 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
     let recorded = trace.command();
     let mut options = Options::default();
     let mut notes = Vec::new();
+    if libraries > 0 {
+        notes.push(format!(
+            "{libraries} traced librar{} not compared (verify follows the main executable)",
+            if libraries == 1 { "y" } else { "ies" }
+        ));
+    }
     let (program, args) = if let Some((p, rest)) = opts.command.split_first() {
         options.argv0 = Some(p.clone());
         (PathBuf::from(p), rest.to_vec())
@@ -584,6 +600,7 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
                 s.spawn(move || {
                     let ropts = aetrace_regen::Options {
                         format: aetrace_regen::Format::Block,
+                        module: Some(main_name.to_owned()),
                         thread: Some(n),
                         jobs: 1,
                         ..aetrace_regen::Options::default()
