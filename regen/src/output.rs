@@ -149,10 +149,12 @@ pub fn regen_to(
     }
 }
 
-/// Regenerates the trace at `path` into `out`.
+/// Regenerates the trace at `path` into `out`, with a progress line on
+/// stderr while it is a terminal (the command line's; library callers of
+/// [`regen_trace`] get none).
 pub fn regen_command(trace: &std::path::Path, opts: &Options, out: &mut dyn Write) -> Result<()> {
     let t = aetrace_format::TraceFile::open(trace)?;
-    regen_trace(&t, opts, out)
+    regen_trace(&t, opts, &mut ProgressOut::on_terminal(out))
 }
 
 /// A thread to regenerate, with its process image's modules.
@@ -659,8 +661,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     }
 
     fn write(&self, out: &mut dyn Write) -> Result<()> {
-        let mut progress = ProgressOut::on_terminal(out);
-        let mut out = std::io::BufWriter::with_capacity(1 << 20, &mut progress);
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, out);
         if self.opts.format == crate::Format::Bin {
             let h = aetrace_format::addrtrace::Header { count: None };
             out.write_all(&h.to_bytes()).map_err(Error::Output)?;
