@@ -290,6 +290,20 @@ impl<'a> Builder<'a> {
                         targets: long,
                     }
                 }
+                (
+                    Some(JumpResolution::Table { table, targets }),
+                    JumpResolution::Table {
+                        table: t2,
+                        targets: g2,
+                    },
+                ) => {
+                    match jumptable::merge_tables(&self.ctx.reader, (table, &targets), (t2, &g2)) {
+                        Some(t) => t,
+                        None => {
+                            return JumpResolution::Unresolved("paths read the table differently")
+                        }
+                    }
+                }
                 _ => return JumpResolution::Unresolved("paths disagree on the jump's shape"),
             });
         }

@@ -34,6 +34,7 @@ use iced_x86::{
 
 use crate::cfg::JumpResolution;
 use crate::elf::Module;
+use crate::interval::Range;
 
 /// The reason given for a jump to a label of the procedure plus a variable
 /// (glibc's `lea L(%rip), %r9; shl $6, %ecx; add %r9, %rcx; jmp *%rcx`):
@@ -80,6 +81,18 @@ impl Lin {
             _ => None,
         }
     }
+}
+
+/// What the flags say: those of `a - b` compared at `width` bytes (`cmp
+/// a, b`; `sub r, imm` with `a` the old value; `test r, r` as `r - 0`), or,
+/// after an `add` that cannot overflow as a signed number, ZF, SF and OF of
+/// `a - 0` but not CF (`carry: false`).
+#[derive(Clone, Copy, Debug)]
+struct Flags {
+    a: Val,
+    b: Val,
+    width: usize,
+    carry: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -177,18 +190,18 @@ struct Sim<'o> {
     arith: HashMap<(Val, u64, u8), Val>,
     /// `sym -> s` when `sym` is the sign extension of the 32-bit `s`.
     sext_of: HashMap<u32, u32>,
-    /// Symbols known to fit in this many bits (`pmovmskb` masks).
-    bits: HashMap<u32, u32>,
     slots: HashMap<(Register, u64), Val>,
     next_sym: u32,
-    bounds: HashMap<u32, u64>,
-    /// `sym -> (c, m)`: `sym + c <= m` (64-bit, unsigned), from a 64-bit
-    /// compare of `sym + c` (`sub $4, %rax; cmp $0x16, %rax; ja`, glibc's
-    /// `_dl_tunable_set_hwcaps`). The index into the table is `sym + c`.
-    off_bounds: HashMap<u32, (u64, u64)>,
+    /// The values a symbol can hold on this path (absent: any), from how
+    /// it was made (`and` masks, `bsf`, `pmovmskb`, `movzx`, sums of
+    /// ranges) and the branches taken on it (`cmp i, N; ja` not taken:
+    /// `i <= N`; `sub $4, %rax; cmp $0x16, %rax; ja`: `rax - 4 <= 0x16`).
+    ranges: HashMap<u32, Range>,
+    /// `pmovmskb` masks (and masks shifted right): see `Bsf` in `step`.
+    masks: std::collections::HashSet<u32>,
     /// Symbols defined by `movzx r, byte/word [addr]`.
     small_loads: HashMap<u32, (Lin, u8)>,
-    last_cmp: Option<(Val, u64)>,
+    flags: Option<Flags>,
     /// Whether the last `test r, r` or `cmp` of constants set ZF.
     last_zero: Option<bool>,
     /// A branch on the path went the way its constant flags forbid.
@@ -212,9 +225,9 @@ impl Sim<'_> {
         let v = match (self.entry_value)(full) {
             Some(EntryFact::Const(c)) => Val::Lin(Lin::konst(c)),
             Some(EntryFact::Bits(b)) => {
-                let v = self.fresh();
+                let v = self.fresh_in(Range::bits(b));
                 if let Some(s) = Self::sym_of(v) {
-                    self.bits.insert(s, b);
+                    self.masks.insert(s);
                 }
                 v
             }
@@ -231,12 +244,85 @@ impl Sim<'_> {
         v
     }
 
+    /// A fresh symbol holding a value of `range`.
+    fn fresh_in(&mut self, range: Range) -> Val {
+        let v = self.fresh();
+        if let (Some(s), false) = (Self::sym_of(v), range.is_full()) {
+            self.ranges.insert(s, range);
+        }
+        v
+    }
+
+    /// The values `v` can hold.
+    fn range_of(&self, v: Val) -> Range {
+        match v {
+            Val::Lin(Lin { sym: None, off }) => Range::konst(off),
+            Val::Lin(Lin {
+                sym: Some((s, k)),
+                off,
+            }) => self
+                .ranges
+                .get(&s)
+                .copied()
+                .unwrap_or(Range::FULL)
+                .mul(k)
+                .add_const(off),
+            Val::Load {
+                size, signed: true, ..
+            } => Range::signed_bits(8 * u32::from(size)),
+            Val::Load { size, .. } => Range::bits(8 * u32::from(size)),
+            Val::Rel { .. } => Range::FULL,
+        }
+    }
+
+    /// Narrows what `v` can hold to `r` (when `v` is `±sym + c`, through
+    /// its symbol). When the two contradict, the path cannot run (`cmp
+    /// $0x73, %ecx; je` then `sub $0x43, %ecx; cmp $0x2b, %ecx; ja` not
+    /// taken): like a branch on constant flags, it is dropped.
+    fn refine(&mut self, v: Val, r: Range) {
+        let Val::Lin(Lin {
+            sym: Some((s, k)),
+            off,
+        }) = v
+        else {
+            return;
+        };
+        let r = r.add_const(off.wrapping_neg());
+        let r = match k {
+            1 => r,
+            u64::MAX => r.neg(),
+            _ => return,
+        };
+        let old = self.ranges.get(&s).copied().unwrap_or(Range::FULL);
+        match old.meet(r) {
+            Some(m) => {
+                self.ranges.insert(s, m);
+            }
+            None => self.infeasible = true,
+        }
+    }
+
     fn arith(&mut self, v: Val, c: u64, op: u8) -> Val {
         if let Some(&r) = self.arith.get(&(v, c, op)) {
             return r;
         }
         let r = self.fresh();
         self.arith.insert((v, c, op), r);
+        // A 32-bit `v + c` that does not cross 2^32 keeps `v`'s range.
+        let vr = self.range_of(v);
+        if op == 1 && vr.umax() <= u64::from(u32::MAX) && c <= u64::from(u32::MAX) {
+            // Both below 2^32: the 64-bit sum lies in [0, 2^33) and does
+            // not wrap; the 32-bit result is it, or it minus 2^32.
+            let sum = vr.add_const(c);
+            let sum = if sum.hi() <= u64::from(u32::MAX) {
+                Some(sum)
+            } else {
+                (sum.lo > u64::from(u32::MAX)).then(|| sum.add_const(0u64.wrapping_sub(1 << 32)))
+            };
+            if let (Some(sum), Some(s)) = (sum, Self::sym_of(r)) {
+                self.ranges.insert(s, sum);
+            }
+        }
         r
     }
 
@@ -251,7 +337,8 @@ impl Sim<'_> {
         if let Some(&v) = self.memo.get(&key) {
             return v;
         }
-        let v = self.fresh();
+        // A narrow view or a narrow load is zero-extended.
+        let v = self.fresh_in(Range::bits(8 * u32::from(key.1)));
         self.memo.insert(key, v);
         v
     }
@@ -269,9 +356,17 @@ impl Sim<'_> {
             Val::Lin(Lin { sym: None, off }) => {
                 Val::Lin(Lin::konst(off & ((1u64 << (8 * size)) - 1)))
             }
-            // A 32-bit view of a symbol is the symbol: compilers compare and
-            // index with the same width, and `mov eI, eI` zero-extends.
-            Val::Lin(l) if size == 4 && l.plain_sym().is_some() => v,
+            // A symbol whose range fits the width is its own narrow view.
+            Val::Lin(l)
+                if l.plain_sym().is_some()
+                    && self.range_of(v).umax() <= Range::bits(8 * size as u32).hi() =>
+            {
+                v
+            }
+            // A 32-bit view of a symbol of unknown range is the symbol:
+            // compilers compare and index with the same width, and `mov eI,
+            // eI` zero-extends.
+            Val::Lin(l) if size == 4 && l.plain_sym().is_some() && self.range_of(v).is_full() => v,
             Val::Load { addr, size: n, .. } if usize::from(n) <= size => Val::Load {
                 addr,
                 size: n,
@@ -389,7 +484,12 @@ impl Sim<'_> {
         match (a, b) {
             (Val::Lin(x), Val::Lin(y)) => match x.add(y) {
                 Some(l) => Val::Lin(l),
-                None => self.fresh(),
+                // Two symbols (`bsf(m) + 16 - (p & 15)` in glibc's strcpy):
+                // a symbol of its own, holding the sum of their ranges.
+                None => {
+                    let r = self.range_of(a).add(self.range_of(b));
+                    self.fresh_in(r)
+                }
             },
             (
                 Val::Load { addr, size, signed },
@@ -414,26 +514,63 @@ impl Sim<'_> {
         }
     }
 
+    /// The flags of `cmp a, b` at `width` bytes, when they can bound
+    /// anything: narrower compares only of plain symbols and constants
+    /// (the low half of a 64-bit `sym + c` kept in a stack slot is no
+    /// bound, see `narrow`).
+    fn compare(a: Val, b: Val, width: usize) -> Option<Flags> {
+        if width >= 8 {
+            return Some(Flags {
+                a,
+                b,
+                width: 8,
+                carry: true,
+            });
+        }
+        let mask = (1u64 << (8 * width)) - 1;
+        let narrow = |v: Val| match v {
+            Val::Lin(Lin { sym: None, off }) => Some(Val::Lin(Lin::konst(off & mask))),
+            Val::Lin(l) if l.plain_sym().is_some() => Some(v),
+            _ => None,
+        };
+        Some(Flags {
+            a: narrow(a)?,
+            b: narrow(b)?,
+            width,
+            carry: true,
+        })
+    }
+
+    /// The flags of `add r, c` giving `sum` from `old` (64-bit): when no
+    /// value of `old` overflows as a signed number, OF is clear, so the
+    /// signed conditions and ZF are those of `sum` against 0.
+    fn add_flags(&self, old: Val, c: u64, sum: Val) -> Option<Flags> {
+        let s = self.range_of(old).flip_sign();
+        let lo = i128::from(s.umin()) - (1 << 63);
+        let hi = i128::from(s.umax()) - (1 << 63);
+        let c = i128::from(c as i64);
+        let fits = |x: i128| (i128::from(i64::MIN)..=i128::from(i64::MAX)).contains(&x);
+        (s.umin() == s.lo && fits(lo + c) && fits(hi + c)).then_some(Flags {
+            a: sum,
+            b: Val::Lin(Lin::konst(0)),
+            width: 8,
+            carry: false,
+        })
+    }
+
     fn step(&mut self, insn: &Instruction) {
         let op0_reg = insn.op_count() > 0 && insn.op0_kind() == OpKind::Register;
+        let mut flags = None;
         let handled = match insn.mnemonic() {
             Mnemonic::Cmp => {
-                let v = self.operand(insn, 0);
+                let a = self.operand(insn, 0);
+                let b = self.operand(insn, 1);
                 let width = match insn.op0_kind() {
                     OpKind::Register => insn.op0_register().size(),
                     _ => insn.memory_size().size(),
                 };
-                let n = match self.operand(insn, 1) {
-                    Val::Lin(Lin { sym: None, off }) if width >= 8 => Some(off),
-                    Val::Lin(Lin { sym: None, off }) => Some(off & ((1u64 << (8 * width)) - 1)),
-                    _ => None,
-                };
-                // `sym + c` bounds the index only when compared whole: the
-                // low half of a 64-bit value kept in a stack slot is no bound.
-                let whole =
-                    width >= 8 || !matches!(v, Val::Lin(l) if l.sym.is_some() && l.off != 0);
-                self.last_cmp = n.filter(|_| whole).map(|n| (v, n));
-                self.last_zero = match (v, self.operand(insn, 1)) {
+                self.flags = Self::compare(a, b, width);
+                self.last_zero = match (a, b) {
                     (Val::Lin(Lin { sym: None, off: a }), Val::Lin(Lin { sym: None, off: b })) => {
                         let mask = if width >= 8 {
                             u64::MAX
@@ -451,8 +588,10 @@ impl Sim<'_> {
                     && insn.op1_kind() == OpKind::Register
                     && insn.op1_register() == insn.op0_register() =>
             {
-                self.last_cmp = None;
-                self.last_zero = match self.read(insn.op0_register()) {
+                // `test r, r` sets the flags exactly as `cmp r, 0`.
+                let v = self.read(insn.op0_register());
+                self.flags = Self::compare(v, Val::Lin(Lin::konst(0)), insn.op0_register().size());
+                self.last_zero = match v {
                     Val::Lin(Lin { sym: None, off }) => Some(off == 0),
                     _ => None,
                 };
@@ -477,6 +616,13 @@ impl Sim<'_> {
                     }
                     None => self.memo.retain(|(v, _), _| !matches!(v, Val::Load { .. })),
                 }
+                true
+            }
+            Mnemonic::Xchg if op0_reg && insn.op1_kind() == OpKind::Register => {
+                let a = self.read(insn.op0_register());
+                let b = self.read(insn.op1_register());
+                self.write(insn.op0_register(), b);
+                self.write(insn.op1_register(), a);
                 true
             }
             Mnemonic::Movsxd | Mnemonic::Cdqe => {
@@ -516,19 +662,29 @@ impl Sim<'_> {
                 true
             }
             Mnemonic::Movzx if op0_reg => {
-                let v = self.fresh();
-                if insn.op1_kind() == OpKind::Memory {
-                    if let (
-                        Some(addr),
-                        Val::Lin(Lin {
-                            sym: Some((s, 1)), ..
-                        }),
-                    ) = (self.addr_of(insn), v)
-                    {
-                        self.small_loads
-                            .insert(s, (addr, insn.memory_size().size() as u8));
+                let size = insn.memory_size().size() as u8;
+                // Through a pointer: the same value a `cmpb $n, 8(%rdx)`
+                // before it compared (memoised, zero-extended).
+                let pointer_form = insn.memory_index() == Register::None
+                    && insn.memory_base().is_gpr64()
+                    && Self::slot_key(insn).is_none();
+                let through_pointer = match pointer_form {
+                    true => match self.load(insn, size, false) {
+                        v @ Val::Lin(l) if l.plain_sym().is_some() => Some(v),
+                        _ => None,
+                    },
+                    false => None,
+                };
+                let v = match through_pointer {
+                    Some(v) => v,
+                    None => {
+                        let v = self.fresh_in(Range::bits(8 * u32::from(size)));
+                        if let (Some(addr), Some(s)) = (self.addr_of(insn), Self::sym_of(v)) {
+                            self.small_loads.insert(s, (addr, size));
+                        }
+                        v
                     }
-                }
+                };
                 self.write(insn.op0_register(), v);
                 true
             }
@@ -550,15 +706,20 @@ impl Sim<'_> {
             Mnemonic::Lea if op0_reg => {
                 let v = match self.addr_of(insn) {
                     Some(l) => Val::Lin(l),
-                    // `lea (%r11,%rcx,1), %rcx` adding a loaded entry to a base.
+                    // `lea (%r11,%rcx,1), %rcx` adding a loaded entry to a
+                    // base; `lea 0x10(%rdi,%rdx,1)` adding two values.
                     None if insn.memory_index_scale() == 1
-                        && insn.memory_displacement64() == 0
                         && insn.memory_base().is_gpr64()
+                        && insn.memory_base() != Register::RIP
                         && insn.memory_index().is_gpr64() =>
                     {
                         let a = self.read_full(insn.memory_base());
                         let b = self.read_full(insn.memory_index());
-                        self.add(a, b)
+                        let s = self.add(a, b);
+                        match insn.memory_displacement64() {
+                            0 => s,
+                            d => self.add(s, Val::Lin(Lin::konst(d))),
+                        }
                     }
                     None => self.fresh(),
                 };
@@ -576,6 +737,8 @@ impl Sim<'_> {
                 let a = self.read(insn.op0_register());
                 let mut c = insn.immediate(1);
                 if insn.mnemonic() == Mnemonic::Sub {
+                    // `sub` sets the flags exactly as `cmp`.
+                    flags = Self::compare(a, Val::Lin(Lin::konst(c)), 4);
                     c = c.wrapping_neg();
                 }
                 let v = self.arith(a, c & 0xffff_ffff, 1);
@@ -583,32 +746,40 @@ impl Sim<'_> {
                 true
             }
             Mnemonic::Pmovmskb | Mnemonic::Vpmovmskb if op0_reg => {
-                let v = self.fresh();
-                let width = insn.op1_register().size() as u32;
+                let v = self.fresh_in(Range::bits(insn.op1_register().size() as u32));
                 if let Some(s) = Self::sym_of(v) {
-                    self.bits.insert(s, width);
+                    self.masks.insert(s);
                 }
                 self.write(insn.op0_register(), v);
                 true
             }
-            Mnemonic::Bsf if op0_reg && insn.op1_kind() == OpKind::Register => {
-                // The index of the lowest set bit of a nonzero source. With
-                // the register as its own source a zero source leaves zero;
-                // otherwise we need the source to be a mask of known width
-                // and rely on the code never scanning an empty mask (the
-                // destination would be left undefined), see docs/cfg.md.
+            Mnemonic::Bsf | Mnemonic::Tzcnt if op0_reg && insn.op1_kind() == OpKind::Register => {
+                // The index of the lowest set bit of a nonzero source lies
+                // below the bit length of the source's largest value. A zero
+                // source: `tzcnt` gives the width; `bsf` leaves the
+                // destination unchanged (undefined on paper), so we need
+                // the source proven nonzero (`test %rdx, %rdx; jne`), or the
+                // destination to be the source (zero stays zero), or, for a
+                // `pmovmskb` mask, rely on the code never scanning an empty
+                // mask, which glibc's string functions guarantee by
+                // construction (see docs/cfg.md).
                 let src = self.read(insn.op1_register());
-                let known = Self::sym_of(src).and_then(|s| self.bits.get(&s).copied());
+                let r = self.range_of(src);
+                let width = 8 * insn.op0_register().size() as u64;
+                let top = u64::from(63 - (r.umax() | 1).leading_zeros()).min(width - 1);
+                let nonzero = r.umin() > 0;
                 let same = insn.op1_register() == insn.op0_register();
-                let width = match (known, same) {
-                    (Some(b), _) => Some(b),
-                    (None, true) => Some(8 * insn.op0_register().size() as u32),
-                    (None, false) => None,
+                let is_mask = Self::sym_of(src).is_some_and(|s| self.masks.contains(&s));
+                let bound = match insn.mnemonic() {
+                    Mnemonic::Tzcnt if nonzero => Some(top),
+                    Mnemonic::Tzcnt => Some(width),
+                    _ if nonzero || same || is_mask => Some(top),
+                    _ => None,
                 };
-                let v = self.fresh();
-                if let (Some(w), Some(s)) = (width, Self::sym_of(v)) {
-                    self.bounds.insert(s, u64::from(w.saturating_sub(1)));
-                }
+                let v = match bound {
+                    Some(b) => self.fresh_in(Range::upto(b)),
+                    None => self.fresh(),
+                };
                 self.write(insn.op0_register(), v);
                 true
             }
@@ -624,13 +795,14 @@ impl Sim<'_> {
                     ) =>
             {
                 let m = insn.immediate(1);
-                let v = self.fresh();
-                if let Some(s) = Self::sym_of(v) {
-                    // Sign-extended negative masks do not bound anything.
-                    if m < 1 << 31 {
-                        self.bounds.insert(s, m);
-                    }
+                let src = self.read(insn.op0_register());
+                // The result is at most the mask and at most the source;
+                // sign-extended negative masks bound only by the source.
+                let mut hi = self.range_of(src).umax();
+                if m < 1 << 31 {
+                    hi = hi.min(m);
                 }
+                let v = self.fresh_in(Range::upto(hi));
                 self.write(insn.op0_register(), v);
                 true
             }
@@ -659,24 +831,37 @@ impl Sim<'_> {
                 let a = self.read(insn.op0_register());
                 let mut b = self.operand(insn, 1);
                 if insn.mnemonic() == Mnemonic::Sub {
+                    // `sub` sets the flags exactly as `cmp`.
+                    flags = Self::compare(a, b, 8);
                     b = match b {
-                        Val::Lin(l) if l.sym.is_none() => {
-                            Val::Lin(Lin::konst(l.off.wrapping_neg()))
-                        }
+                        Val::Lin(l) => Val::Lin(l.mul(u64::MAX)),
                         _ => self.fresh(),
                     };
                 }
                 let v = self.add(a, b);
+                if let (Mnemonic::Add, Val::Lin(Lin { sym: None, off })) = (insn.mnemonic(), b) {
+                    flags = self.add_flags(a, off, v);
+                }
                 self.write(insn.op0_register(), v);
                 true
             }
             Mnemonic::Shr if op0_reg => {
-                // A mask shifted right keeps (at most) its width.
+                // At most the source's largest value shifted; a mask stays
+                // a mask.
                 let src = self.read(insn.op0_register());
-                let known = Self::sym_of(src).and_then(|s| self.bits.get(&s).copied());
-                let v = self.fresh();
-                if let (Some(b), Some(s)) = (known, Self::sym_of(v)) {
-                    self.bits.insert(s, b);
+                let hi = self
+                    .range_of(src)
+                    .umax()
+                    .min(Range::bits(8 * insn.op0_register().size() as u32).hi());
+                let hi = match insn.op1_kind() {
+                    OpKind::Immediate8 => hi >> (insn.immediate(1) & 63),
+                    _ => hi,
+                };
+                let v = self.fresh_in(Range::upto(hi));
+                if let (Some(s), Some(d)) = (Self::sym_of(src), Self::sym_of(v)) {
+                    if self.masks.contains(&s) {
+                        self.masks.insert(d);
+                    }
                 }
                 self.write(insn.op0_register(), v);
                 true
@@ -701,7 +886,7 @@ impl Sim<'_> {
             self.clobber(insn);
         }
         if insn.rflags_modified() != 0 {
-            self.last_cmp = None;
+            self.flags = flags;
             self.last_zero = None;
         }
     }
@@ -751,36 +936,74 @@ impl Sim<'_> {
         }
     }
 
-    /// Applies `cmp x, N; jcc` to the path that continues `taken` or not.
+    /// Applies the last flags and the direction the path takes at `jcc`
+    /// to the compared values' ranges: `cmp a, b; ja` not taken gives
+    /// `a <= b`, hence `a <= max(b)` and `b >= min(a)`.
     fn branch(&mut self, insn: &Instruction, taken: bool) {
+        use ConditionCode as C;
         // `mov $0, %eax; test %rax, %rax; je` cannot fall through.
         match (insn.condition_code(), self.last_zero) {
-            (ConditionCode::e, Some(zero)) if taken != zero => self.infeasible = true,
-            (ConditionCode::ne, Some(zero)) if taken == zero => self.infeasible = true,
+            (C::e, Some(zero)) if taken != zero => self.infeasible = true,
+            (C::ne, Some(zero)) if taken == zero => self.infeasible = true,
             _ => {}
         }
-        let Some((Val::Lin(l), n)) = self.last_cmp else {
+        let Some(f) = self.flags else {
             return;
         };
-        let Some((s, 1)) = l.sym else { return };
-        let max = match (insn.condition_code(), taken) {
-            (ConditionCode::a, false) | (ConditionCode::be, true) => Some(n),
-            (ConditionCode::ae, false) | (ConditionCode::b, true) => n.checked_sub(1),
-            _ => None,
+        #[derive(Clone, Copy, PartialEq)]
+        enum Rel {
+            Le,
+            Lt,
+            Ge,
+            Gt,
+            Eq,
+            Ne,
+        }
+        let cc = insn.condition_code();
+        let rel = match (cc, taken) {
+            (C::a | C::g, true) | (C::be | C::le, false) => Rel::Gt,
+            (C::a | C::g, false) | (C::be | C::le, true) => Rel::Le,
+            (C::ae | C::ge, true) | (C::b | C::l, false) => Rel::Ge,
+            (C::ae | C::ge, false) | (C::b | C::l, true) => Rel::Lt,
+            (C::e, true) | (C::ne, false) => Rel::Eq,
+            (C::e, false) | (C::ne, true) => Rel::Ne,
+            _ => return,
         };
-        let Some(m) = max else { return };
-        if l.off == 0 {
-            let e = self.bounds.entry(s).or_insert(m);
-            *e = (*e).min(m);
-        } else {
-            // Only a 64-bit compare keeps `sym + c` (see `Cmp`; narrower
-            // register views are symbols of their own, see `narrow`). Of
-            // two bounds with different offsets either is sound: keep the
-            // first.
-            let e = self.off_bounds.entry(s).or_insert((l.off, m));
-            if e.0 == l.off {
-                e.1 = e.1.min(m);
+        let signed = matches!(cc, C::g | C::ge | C::l | C::le);
+        let unsigned = matches!(cc, C::a | C::ae | C::b | C::be);
+        // Signed order only for whole registers; unsigned only when CF is
+        // that of `a - b`.
+        if (signed && f.width < 8) || (unsigned && !f.carry) {
+            return;
+        }
+        let view = |r: Range| if signed { r.flip_sign() } else { r };
+        let (ra, rb) = (view(self.range_of(f.a)), view(self.range_of(f.b)));
+        let (na, nb) = match rel {
+            Rel::Le => (ra.le(rb), rb.ge(ra)),
+            Rel::Lt => (ra.lt(rb), rb.gt(ra)),
+            Rel::Ge => (ra.ge(rb), rb.le(ra)),
+            Rel::Gt => (ra.gt(rb), rb.lt(ra)),
+            Rel::Eq => (ra.meet(rb), rb.meet(ra)),
+            Rel::Ne => (
+                if rb.len == 0 {
+                    ra.without(rb.lo)
+                } else {
+                    Some(ra)
+                },
+                if ra.len == 0 {
+                    rb.without(ra.lo)
+                } else {
+                    Some(rb)
+                },
+            ),
+        };
+        match (na, nb) {
+            (Some(na), Some(nb)) => {
+                self.refine(f.a, view(na));
+                self.refine(f.b, view(nb));
             }
+            // No values satisfy the branch: the path cannot run.
+            _ => self.infeasible = true,
         }
     }
 
@@ -795,39 +1018,56 @@ impl Sim<'_> {
             .find(|(&(_, _, op), &r)| op == 1 && Self::sym_of(r) == Some(s))?;
         let c = k.wrapping_neg() & 0xffff_ffff;
         let csym = Self::sym_of(cval)?;
-        let (&(x, _), _) = self
-            .memo
-            .iter()
-            .find(|(&(_, size), &r)| size == 1 && Self::sym_of(r) == Some(csym))?;
+        // `zext8(x)` is a view of `x`, or `x` itself when it fits a byte.
+        let x = match self.memo.iter().find(|(&(x, size), &r)| {
+            size == 1 && Self::sym_of(r) == Some(csym) && Self::sym_of(x).is_some()
+        }) {
+            Some((&(x, _), _)) => x,
+            None if self.range_of(cval).umax() <= 0xff => cval,
+            None => return None,
+        };
         Self::sym_of(x)?;
         let a = *self.arith.get(&(x, k, 1))?;
         let b = Self::sym_of(*self.memo.get(&(a, 1))?)?;
-        let n = *self.bounds.get(&b)?;
+        let n = self.ranges.get(&b)?.umax();
         (c <= 255 && c + n <= 255).then_some(n)
     }
 
-    fn bound(&self, s: u32, reader: &TableReader) -> Option<u64> {
-        if let Some(&b) = self.bounds.get(&s) {
-            return Some(b);
-        }
+    /// The values the index symbol `s` can hold: its own range, met with
+    /// what its definition implies (a sign extension of a value below
+    /// 2^31, printf's byte classes, a byte loaded from a bounded table).
+    fn index_range(&self, s: u32, reader: &TableReader) -> Range {
+        let mut r = self.ranges.get(&s).copied().unwrap_or(Range::FULL);
+        let mut meet = |o: Range| r = r.meet(o).unwrap_or(r);
         if let Some(&inner) = self.sext_of.get(&s) {
-            // Sign extension of a 32-bit value known to be below 2^31.
-            return self.bound(inner, reader).filter(|&b| b < 1 << 31);
+            let i = self.index_range(inner, reader);
+            if i.umax() < 1 << 31 {
+                meet(i);
+            }
         }
         if let Some(b) = self.byte_range_bound(s) {
-            return Some(b);
+            meet(Range::upto(b));
         }
         // The index was loaded from a small table of bytes/words whose own
         // index is bounded: its largest entry bounds ours.
+        if let Some(max) = self.small_load_max(s, reader) {
+            meet(Range::upto(max));
+        }
+        r
+    }
+
+    fn small_load_max(&self, s: u32, reader: &TableReader) -> Option<u64> {
         let &(addr, size) = self.small_loads.get(&s)?;
         let (inner, scale) = addr.sym?;
-        let n = self.bound(inner, reader)?;
-        if n >= MAX_ENTRIES || scale != u64::from(size) {
+        let i = self.index_range(inner, reader);
+        if i.len >= MAX_ENTRIES || scale != u64::from(size) {
             return None;
         }
         let mut max = 0u64;
-        for i in 0..=n {
-            let a = addr.off.wrapping_add(i * scale);
+        for k in 0..=i.len {
+            let a = addr
+                .off
+                .wrapping_add(scale.wrapping_mul(i.lo.wrapping_add(k)));
             let v = match size {
                 1 => u64::from(reader.u8_at(a)?),
                 2 => u64::from(reader.u16_at(a)?),
@@ -881,13 +1121,12 @@ fn resolve_path(
         pointers: Default::default(),
         arith: HashMap::new(),
         sext_of: HashMap::new(),
-        bits: HashMap::new(),
+        masks: Default::default(),
         slots: HashMap::new(),
         next_sym: 0,
-        bounds: HashMap::new(),
-        off_bounds: HashMap::new(),
+        ranges: HashMap::new(),
         small_loads: HashMap::new(),
-        last_cmp: None,
+        flags: None,
         last_zero: None,
         infeasible: false,
         info: InstructionInfoFactory::new(),
@@ -952,13 +1191,16 @@ fn resolve_path(
         }
         return JumpResolution::Unresolved("index scale differs from the entry size");
     }
-    // An index `s + c` bounded by `m` reads entries `0..=m` of the table
-    // at `addr.off - scale*c`: the address is `(addr.off - scale*c) +
-    // scale*(s + c)` whatever the order in which the code formed it.
-    let bounded = sim.bound(s, reader).map(|n| (n, addr.off)).or_else(|| {
-        sim.off_bounds
-            .get(&s)
-            .map(|&(c, m)| (m, addr.off.wrapping_sub(scale.wrapping_mul(c))))
+    // An index `s` in `lo..=lo+n` reads entries `0..=n` of the table at
+    // `addr.off + scale*lo`, whatever the order in which the code formed
+    // the address (`sub $4, %rax; cmp $0x16, %rax; ja` bounds `s - 4` by
+    // 0x16: `lo` is 4).
+    let range = sim.index_range(s, reader);
+    let bounded = (range.len < MAX_ENTRIES).then(|| {
+        (
+            range.len,
+            addr.off.wrapping_add(scale.wrapping_mul(range.lo)),
+        )
     });
     let Some((n, table)) = bounded else {
         // PIC jump tables hold 32-bit offsets (8-byte addresses would each
@@ -975,15 +1217,13 @@ fn resolve_path(
         if reader.pic && entry_size == 8 && !labels {
             return JumpResolution::TailCall;
         }
+        if range.len <= u64::from(u32::MAX) {
+            return JumpResolution::Unresolved("table bound too large");
+        }
         return JumpResolution::Unresolved("no bounding compare on the index");
     };
-    if n >= MAX_ENTRIES {
-        return JumpResolution::Unresolved("table bound too large");
-    }
-    let mut targets = Vec::with_capacity(n as usize + 1);
-    for i in 0..=n {
-        let a = table.wrapping_add(i * entry_size);
-        let t = if entry_size == 8 {
+    let entry = |a: u64| {
+        if entry_size == 8 {
             reader.u64_at(a)
         } else {
             reader.u32_at(a).map(|e| {
@@ -994,13 +1234,84 @@ fn resolve_path(
                 };
                 add.wrapping_add(e)
             })
-        };
-        match t {
+        }
+    };
+    let mut targets = Vec::with_capacity(n as usize + 1);
+    for i in 0..=n {
+        match entry(table.wrapping_add(i * entry_size)) {
             Some(t) => targets.push(t),
             None => return JumpResolution::Unresolved("table outside the file's sections"),
         }
     }
+    // A table of offsets from its own start whose proven range starts
+    // past entry 0 (`test %eax, %eax; jne` then `cmp $5, %eax; ja`): the
+    // entries below it, when all are labels of the procedure, are added
+    // back, so that the table is described from its start (where its
+    // offsets are counted from, which the rewriter needs) and paths with
+    // different lower bounds agree. They are never taken, which costs
+    // nothing in an exact CFG.
+    let below = table.wrapping_sub(addr.off) / entry_size;
+    if entry_size == 4 && add == addr.off && table != addr.off && below < MAX_ENTRIES {
+        let low: Option<Vec<u64>> = (0..below)
+            .map(|i| entry(addr.off + i * 4).filter(|&t| in_proc(t)))
+            .collect();
+        if let Some(mut low) = low {
+            low.extend(targets);
+            return JumpResolution::Table {
+                table: addr.off,
+                targets: low,
+            };
+        }
+    }
     JumpResolution::Table { table, targets }
+}
+
+/// Joins the tables two paths to one jump read, `(start, targets)` each,
+/// when they are overlapping or adjacent runs of one table: both lists
+/// must be the entries the memory holds at one stride (4-byte offsets from
+/// one base, or 8-byte addresses) from the lower start. Paths with
+/// different lower bounds on the index (`bsf(m)` in `0..=15` on one,
+/// `bsf(m) + 16 - (p & 15)` in `1..=31` on another) read such runs.
+pub fn merge_tables(
+    reader: &TableReader,
+    a: (u64, &[u64]),
+    b: (u64, &[u64]),
+) -> Option<JumpResolution> {
+    let ((t1, l1), (t2, l2)) = if a.0 <= b.0 { (a, b) } else { (b, a) };
+    for stride in [4u64, 8] {
+        let gap = t2 - t1;
+        let d = gap / stride;
+        if gap % stride != 0 || d > l1.len() as u64 {
+            continue;
+        }
+        let d = d as usize;
+        let len = l1.len().max(d + l2.len());
+        let union: Vec<u64> = (0..len)
+            .map(|i| if i < l1.len() { l1[i] } else { l2[i - d] })
+            .collect();
+        let agree = l2.iter().enumerate().all(|(j, &t)| union[d + j] == t);
+        // The memory at this stride must give exactly these targets.
+        let read = |i: usize| -> Option<u64> {
+            let at = t1.checked_add(stride * i as u64)?;
+            match stride {
+                8 => reader.u64_at(at),
+                _ => reader.u32_at(at).map(|e| e as i32 as i64 as u64),
+            }
+        };
+        let base = match stride {
+            8 => Some(0),
+            _ => read(0).map(|e| union[0].wrapping_sub(e)),
+        };
+        let Some(base) = base else { continue };
+        let matches = (0..len).all(|i| read(i).map(|e| base.wrapping_add(e)) == Some(union[i]));
+        if agree && matches {
+            return Some(JumpResolution::Table {
+                table: t1,
+                targets: union,
+            });
+        }
+    }
+    None
 }
 
 #[cfg(test)]
