@@ -197,6 +197,13 @@ struct Sim<'o> {
     /// ranges) and the branches taken on it (`cmp i, N; ja` not taken:
     /// `i <= N`; `sub $4, %rax; cmp $0x16, %rax; ja`: `rax - 4 <= 0x16`).
     ranges: HashMap<u32, Range>,
+    /// `s -> (x, y, c)`: the symbol `s` is `x - y + c` (glibc's strcmp:
+    /// `lea 0xf(%rax), %r9; sub %rcx, %r9`).
+    sums: HashMap<u32, (u32, u32, u64)>,
+    /// `(x, y) -> ` the values `x - y` can hold, from the branches taken
+    /// on compares of `x` and `y` (`cmp %eax, %ecx; ja` taken: `ecx - eax
+    /// >= 1`). Symbols are values, so these facts never go stale.
+    diffs: HashMap<(u32, u32), Range>,
     /// `pmovmskb` masks (and masks shifted right): see `Bsf` in `step`.
     masks: std::collections::HashSet<u32>,
     /// Symbols defined by `movzx r, byte/word [addr]`.
@@ -356,9 +363,9 @@ impl Sim<'_> {
             Val::Lin(Lin { sym: None, off }) => {
                 Val::Lin(Lin::konst(off & ((1u64 << (8 * size)) - 1)))
             }
-            // A symbol whose range fits the width is its own narrow view.
+            // A value whose range fits the width is its own narrow view.
             Val::Lin(l)
-                if l.plain_sym().is_some()
+                if l.sym.is_some()
                     && self.range_of(v).umax() <= Range::bits(8 * size as u32).hi() =>
             {
                 v
@@ -437,9 +444,11 @@ impl Sim<'_> {
             return v;
         }
         match self.addr_of(insn) {
-            // Through a pointer (no scaled index): a value of its own, the
-            // same each time it is read until memory is written.
-            Some(addr) if matches!(addr.sym, Some((_, 1))) => {
+            // Through a pointer (no scaled index), or 8 bytes of a global
+            // (`mov _rtld_global_ro@GOT(%rip), %rax`, then `jmp
+            // *0x338(%rax)`): a value of its own, the same each time it is
+            // read until memory is written.
+            Some(addr) if matches!(addr.sym, Some((_, 1))) || (addr.sym.is_none() && size == 8) => {
                 let v = self.memoised((
                     Val::Load {
                         addr,
@@ -488,7 +497,17 @@ impl Sim<'_> {
                 // a symbol of its own, holding the sum of their ranges.
                 None => {
                     let r = self.range_of(a).add(self.range_of(b));
-                    self.fresh_in(r)
+                    let v = self.fresh_in(r);
+                    let c = x.off.wrapping_add(y.off);
+                    let d = match (x.sym, y.sym) {
+                        (Some((p, 1)), Some((q, u64::MAX))) => Some((p, q, c)),
+                        (Some((q, u64::MAX)), Some((p, 1))) => Some((p, q, c)),
+                        _ => None,
+                    };
+                    if let (Some(d), Some(s)) = (d, Self::sym_of(v)) {
+                        self.sums.insert(s, d);
+                    }
+                    v
                 }
             },
             (
@@ -868,12 +887,20 @@ impl Sim<'_> {
             }
             Mnemonic::Shl
                 if op0_reg
-                    && insn.op0_register().size() == 8
+                    && matches!(insn.op0_register().size(), 4 | 8)
                     && insn.op1_kind() == OpKind::Immediate8 =>
             {
+                let k = insn.immediate(1);
                 let v = match self.read(insn.op0_register()) {
-                    Val::Lin(l) if insn.immediate(1) < 64 => {
-                        Val::Lin(l.mul(1 << insn.immediate(1)))
+                    Val::Lin(l) if k < 64 && insn.op0_register().size() == 8 => {
+                        Val::Lin(l.mul(1 << k))
+                    }
+                    // 32 bits: exact while no bit leaves the register
+                    // (`and $0xf, %ecx; shl $6, %ecx`).
+                    v @ Val::Lin(l)
+                        if k < 32 && self.range_of(v).umax() <= u64::from(u32::MAX) >> k =>
+                    {
+                        Val::Lin(l.mul(1 << k))
                     }
                     _ => self.fresh(),
                 };
@@ -997,6 +1024,17 @@ impl Sim<'_> {
                 },
             ),
         };
+        // What the relation says about `a - b` (the view adds the same
+        // constant to both, so it keeps the difference).
+        let d = match rel {
+            Rel::Le => Some(Range::between(ra.umin().wrapping_sub(rb.umax()), 0)),
+            Rel::Lt => Some(Range::between(ra.umin().wrapping_sub(rb.umax()), u64::MAX)),
+            Rel::Ge => (ra.umax() >= rb.umin()).then(|| Range::upto(ra.umax() - rb.umin())),
+            Rel::Gt => (ra.umax() > rb.umin()).then(|| Range::between(1, ra.umax() - rb.umin())),
+            Rel::Eq => Some(Range::konst(0)),
+            Rel::Ne => Some(Range::between(1, u64::MAX)),
+        };
+        self.relate(f, d);
         match (na, nb) {
             (Some(na), Some(nb)) => {
                 self.refine(f.a, view(na));
@@ -1004,6 +1042,43 @@ impl Sim<'_> {
             }
             // No values satisfy the branch: the path cannot run.
             _ => self.infeasible = true,
+        }
+    }
+
+    /// Records that `f.a - f.b` lies in `d`, as a fact on the difference
+    /// of their symbols (both `sym + c`; compared narrower than 64 bits
+    /// only when both are known to fit 32 bits).
+    fn relate(&mut self, f: Flags, d: Option<Range>) {
+        let (
+            Val::Lin(Lin {
+                sym: Some((x, 1)),
+                off: ox,
+            }),
+            Val::Lin(Lin {
+                sym: Some((y, 1)),
+                off: oy,
+            }),
+        ) = (f.a, f.b)
+        else {
+            return;
+        };
+        let fits = |v: Val| self.range_of(v).umax() <= u64::from(u32::MAX);
+        if x == y || (f.width < 8 && !(fits(f.a) && fits(f.b))) {
+            return;
+        }
+        let Some(d) = d else {
+            return;
+        };
+        // x - y = (a - b) - (ox - oy)
+        let d = d.add_const(oy.wrapping_sub(ox));
+        for (key, r) in [((x, y), d), ((y, x), d.neg())] {
+            let old = self.diffs.get(&key).copied().unwrap_or(Range::FULL);
+            match old.meet(r) {
+                Some(m) => {
+                    self.diffs.insert(key, m);
+                }
+                None => self.infeasible = true,
+            }
         }
     }
 
@@ -1047,6 +1122,12 @@ impl Sim<'_> {
         }
         if let Some(b) = self.byte_range_bound(s) {
             meet(Range::upto(b));
+        }
+        // `x - y + c` with a known range of `x - y`.
+        if let Some(&(x, y, c)) = self.sums.get(&s) {
+            if let Some(&d) = self.diffs.get(&(x, y)) {
+                meet(d.add_const(c));
+            }
         }
         // The index was loaded from a small table of bytes/words whose own
         // index is bounded: its largest entry bounds ours.
@@ -1122,6 +1203,8 @@ fn resolve_path(
         arith: HashMap::new(),
         sext_of: HashMap::new(),
         masks: Default::default(),
+        sums: HashMap::new(),
+        diffs: HashMap::new(),
         slots: HashMap::new(),
         next_sym: 0,
         ranges: HashMap::new(),
@@ -1169,6 +1252,21 @@ fn resolve_path(
             off: 0,
         }) if sim.pointers.contains(&p) => return JumpResolution::TailCall,
         Val::Lin(Lin { sym: None, off }) => return JumpResolution::Computed(vec![off]),
+        // A label plus a bounded multiple of a variable (glibc's
+        // memmove-ssse3: `and $0xf, %ecx; shl $6, %ecx; add %r9, %rcx;
+        // jmp *%rcx`): every value the bound allows.
+        Val::Lin(Lin {
+            sym: Some((s, k)),
+            off,
+        }) if in_proc(off) && k != 0 && sim.index_range(s, reader).len < MAX_ENTRIES => {
+            let r = sim.index_range(s, reader);
+            let mut targets: Vec<u64> = (0..=r.len)
+                .map(|i| off.wrapping_add(k.wrapping_mul(r.lo.wrapping_add(i))))
+                .collect();
+            targets.sort_unstable();
+            targets.dedup();
+            return JumpResolution::Computed(targets);
+        }
         Val::Lin(Lin { sym: Some(_), off }) if in_proc(off) => {
             return JumpResolution::Unresolved(LABEL_ARITHMETIC)
         }
@@ -1393,6 +1491,25 @@ mod tests {
             relative,
         };
         resolve(&slices, taken, &reader, entry, &|_| false).expect("a feasible path")
+    }
+
+    /// Like `run_with`, with the procedure's extent; `None`: infeasible.
+    fn run_in(
+        blocks: &[&[I]],
+        taken: &[bool],
+        regions: Vec<(u64, Vec<u8>)>,
+        in_proc: &dyn Fn(u64) -> bool,
+    ) -> Option<JumpResolution> {
+        let insns = decode(blocks);
+        let slices: Vec<&[Instruction]> = insns.iter().map(Vec::as_slice).collect();
+        let mem = Region(regions);
+        let relative = HashMap::new();
+        let reader = TableReader {
+            memory: &mem,
+            pic: true,
+            relative: &relative,
+        };
+        resolve(&slices, taken, &reader, &mut |_| None, in_proc)
     }
 
     fn rel_table(targets: &[u64]) -> Vec<u8> {
@@ -1785,6 +1902,335 @@ mod tests {
         assert_eq!(
             resolve(&slices, &[true], &reader, &mut |_| None, &|_| false),
             Some(JumpResolution::Computed(vec![0]))
+        );
+    }
+
+    /// 32 distinct case addresses and their int32 table relative to `T`.
+    fn cases(n: u64) -> (Vec<u64>, Vec<u8>) {
+        let t: Vec<u64> = (0..n).map(|i| 0x1100 + 0x10 * i).collect();
+        let table = rel_table(&t);
+        (t, table)
+    }
+
+    // and rcx, 0xf; pmovmskb edx, xmm0; test rdx, rdx; jne
+    const MASK_NONZERO: &[I] = &[
+        I::Raw(&[0x48, 0x83, 0xe1, 0x0f]),
+        I::Raw(&[0x66, 0x0f, 0xd7, 0xd0]),
+        I::Raw(&[0x48, 0x85, 0xd2]),
+        I::Raw(&[0x75, 0x10]),
+    ];
+
+    /// glibc 2.36 `__strcpy_sse2_unaligned` (libc.so.6 at 0xa3d10): the
+    /// index is `bsf(mask) + 16 - (src & 15)`, in `1..=31` by interval
+    /// arithmetic, so the table is read from its second entry.
+    #[test]
+    fn glibc_strcpy_bsf_plus_16_minus_alignment() {
+        let jump: &[I] = &[
+            I::Raw(&[0x48, 0x0f, 0xbc, 0xd2]), // bsf rdx, rdx
+            I::Raw(&[0x48, 0x01, 0xce]),       // add rsi, rcx
+            I::Raw(&[0x48, 0x83, 0xc2, 0x10]), // add rdx, 0x10
+            I::Raw(&[0x48, 0x29, 0xca]),       // sub rdx, rcx
+            I::Rip(&[0x4c, 0x8d, 0x1d]),       // lea r11, [rip+T]
+            I::Raw(&[0x49, 0x63, 0x0c, 0x93]), // movsxd rcx, [r11+rdx*4]
+            I::Raw(&[0x49, 0x8d, 0x0c, 0x0b]), // lea rcx, [r11+rcx]
+            I::Raw(&[0xff, 0xe1]),             // jmp rcx
+        ];
+        let (t, table) = cases(32);
+        let r = run_with(
+            &[MASK_NONZERO, jump],
+            &[true],
+            vec![(T, table.clone())],
+            &HashMap::new(),
+            &mut |_| None,
+        );
+        assert_eq!(
+            r,
+            JumpResolution::Table {
+                table: T + 4,
+                targets: t[1..].to_vec()
+            }
+        );
+        // Entry 0 is a label of the procedure: the table is described from
+        // its start.
+        let r = run_in(&[MASK_NONZERO, jump], &[true], vec![(T, table)], &|a| {
+            (0x1000..0x1400).contains(&a)
+        });
+        assert_eq!(
+            r,
+            Some(JumpResolution::Table {
+                table: T,
+                targets: t
+            })
+        );
+    }
+
+    /// Without the mask (an unknown register scanned by `bsf` into
+    /// another), nothing bounds the index.
+    #[test]
+    fn bsf_of_an_unknown_register_bounds_nothing() {
+        let jump: &[I] = &[
+            I::Raw(&[0x48, 0x0f, 0xbc, 0xd6]), // bsf rdx, rsi
+            I::Rip(&[0x4c, 0x8d, 0x1d]),
+            I::Raw(&[0x49, 0x63, 0x0c, 0x93]),
+            I::Raw(&[0x49, 0x8d, 0x0c, 0x0b]),
+            I::Raw(&[0xff, 0xe1]),
+        ];
+        let (_, table) = cases(64);
+        let r = run_with(&[jump], &[], vec![(T, table)], &HashMap::new(), &mut |_| {
+            None
+        });
+        assert_eq!(
+            r,
+            JumpResolution::Unresolved("no bounding compare on the index")
+        );
+    }
+
+    /// glibc 2.36 `__strcmp_sse2_unaligned`-style dispatch (libc.so.6 at
+    /// 0xa5350): both offsets are masked to `0..=15`, the compare orders
+    /// them (swapping with `xchg` if needed), and the index `15 + a - b`
+    /// with `a < b` lies in `0..=14`: a fact on the difference of two
+    /// symbols.
+    #[test]
+    fn glibc_strcmp_ordered_offsets() {
+        let guard: &[I] = &[
+            I::Raw(&[0x83, 0xe1, 0x0f]), // and ecx, 0xf
+            I::Raw(&[0x83, 0xe0, 0x0f]), // and eax, 0xf
+            I::Raw(&[0x39, 0xc1]),       // cmp ecx, eax
+            I::Raw(&[0x74, 0x26]),       // je
+        ];
+        let ja: &[I] = &[I::Raw(&[0x77, 0x07])];
+        let swap: &[I] = &[
+            I::Raw(&[0x41, 0x89, 0xd0]), // mov r8d, edx
+            I::Raw(&[0x91]),             // xchg ecx, eax
+            I::Raw(&[0x48, 0x87, 0xf7]), // xchg rdi, rsi
+        ];
+        let jump: &[I] = &[
+            I::Raw(&[0x4c, 0x8d, 0x48, 0x0f]), // lea r9, [rax+0xf]
+            I::Raw(&[0x49, 0x29, 0xc9]),       // sub r9, rcx
+            I::Rip(&[0x4c, 0x8d, 0x15]),       // lea r10, [rip+T]
+            I::Raw(&[0x4f, 0x63, 0x0c, 0x8a]), // movsxd r9, [r10+r9*4]
+            I::Raw(&[0x4f, 0x8d, 0x14, 0x0a]), // lea r10, [r10+r9]
+            I::Raw(&[0x41, 0xff, 0xe2]),       // jmp r10
+        ];
+        let (t, table) = cases(31);
+        let want = JumpResolution::Table {
+            table: T,
+            targets: t[..15].to_vec(),
+        };
+        // ja taken (ecx > eax).
+        let r = run_with(
+            &[guard, ja, jump],
+            &[false, true],
+            vec![(T, table.clone())],
+            &HashMap::new(),
+            &mut |_| None,
+        );
+        assert_eq!(r, want);
+        // ja not taken (ecx < eax), swapped.
+        let r = run_with(
+            &[guard, ja, swap, jump],
+            &[false, false, false],
+            vec![(T, table.clone())],
+            &HashMap::new(),
+            &mut |_| None,
+        );
+        assert_eq!(r, want);
+        // je taken (equal offsets, were the jump reached that way): the
+        // difference is 0, the index 15.
+        let r = run_with(
+            &[guard, jump],
+            &[true],
+            vec![(T, table)],
+            &HashMap::new(),
+            &mut |_| None,
+        );
+        assert_eq!(
+            r,
+            JumpResolution::Table {
+                table: T + 15 * 4,
+                targets: vec![t[15]]
+            }
+        );
+    }
+
+    /// glibc's `__strncpy_sse2_unaligned` (libc.so.6 at 0xa45e1): `cmp
+    /// %r8, %rdx; jb` not taken gives `r8 <= rdx = bsf(mask) <= 15`, which
+    /// bounds the table index `r8`; the taken side bounds nothing.
+    #[test]
+    fn glibc_strncpy_remaining_length_below_bsf() {
+        let block: &[I] = &[
+            I::Raw(&[0x66, 0x0f, 0xd7, 0xd0]), // pmovmskb edx, xmm0
+            I::Raw(&[0x48, 0x0f, 0xbc, 0xd2]), // bsf rdx, rdx
+            I::Raw(&[0x4c, 0x39, 0xc2]),       // cmp rdx, r8
+            I::Raw(&[0x72, 0x10]),             // jb
+        ];
+        let jump: &[I] = &[
+            I::Rip(&[0x4c, 0x8d, 0x1d]),       // lea r11, [rip+T]
+            I::Raw(&[0x4b, 0x63, 0x0c, 0x83]), // movsxd rcx, [r11+r8*4]
+            I::Raw(&[0x49, 0x8d, 0x0c, 0x0b]), // lea rcx, [r11+rcx]
+            I::Raw(&[0xff, 0xe1]),             // jmp rcx
+        ];
+        let (t, table) = cases(33);
+        let r = run_with(
+            &[block, jump],
+            &[false],
+            vec![(T, table.clone())],
+            &HashMap::new(),
+            &mut |_| None,
+        );
+        assert_eq!(
+            r,
+            JumpResolution::Table {
+                table: T,
+                targets: t[..16].to_vec()
+            }
+        );
+        let r = run_with(
+            &[block, jump],
+            &[true],
+            vec![(T, table)],
+            &HashMap::new(),
+            &mut |_| None,
+        );
+        assert_eq!(
+            r,
+            JumpResolution::Unresolved("no bounding compare on the index")
+        );
+    }
+
+    /// glibc's strncpy zero-fill tail (libc.so.6 at 0xa50f6): `sub $0x40,
+    /// %r8; jb` taken leaves `r8` in `-0x40..=-1`; `add $0x20; jl` and
+    /// `sub $0x10; jl` not taken (signed, no overflow possible) leave
+    /// `0..=0xf`.
+    #[test]
+    fn glibc_signed_flags_of_sub_and_add() {
+        let b1: &[I] = &[I::Raw(&[0x49, 0x83, 0xe8, 0x40]), I::Raw(&[0x72, 0x1d])];
+        let b2: &[I] = &[I::Raw(&[0x49, 0x83, 0xc0, 0x20]), I::Raw(&[0x7c, 0x2c])];
+        let b3: &[I] = &[I::Raw(&[0x49, 0x83, 0xe8, 0x10]), I::Raw(&[0x7c, 0x38])];
+        let jump: &[I] = &[
+            I::Rip(&[0x4c, 0x8d, 0x1d]),
+            I::Raw(&[0x4b, 0x63, 0x0c, 0x83]),
+            I::Raw(&[0x49, 0x8d, 0x0c, 0x0b]),
+            I::Raw(&[0xff, 0xe1]),
+        ];
+        let (t, table) = cases(16);
+        let r = run_with(
+            &[b1, b2, b3, jump],
+            &[true, false, false],
+            vec![(T, table.clone())],
+            &HashMap::new(),
+            &mut |_| None,
+        );
+        assert_eq!(
+            r,
+            JumpResolution::Table {
+                table: T,
+                targets: t
+            }
+        );
+        // Without the first block `r8 + 0x20` may overflow: no bound.
+        let r = run_with(
+            &[b2, b3, jump],
+            &[false, false],
+            vec![(T, table)],
+            &HashMap::new(),
+            &mut |_| None,
+        );
+        assert!(matches!(r, JumpResolution::Unresolved(_)), "{r:?}");
+    }
+
+    /// glibc's `__memmove_ssse3` (libc.so.6 at 0x16e9c4): `and $0xf, %ecx;
+    /// shl $6, %ecx; add %r9, %rcx; jmp *%rcx` with `r9` a label: one of
+    /// 16 labels 64 bytes apart. Without the mask it stays unresolved.
+    #[test]
+    fn glibc_memmove_label_plus_shifted_offset() {
+        let jump: &[I] = &[
+            I::Rip(&[0x4c, 0x8d, 0x0d]), // lea r9, [rip+T]
+            I::Raw(&[0x83, 0xe1, 0x0f]), // and ecx, 0xf
+            I::Raw(&[0xc1, 0xe1, 0x06]), // shl ecx, 6
+            I::Raw(&[0x4c, 0x01, 0xc9]), // add rcx, r9
+            I::Raw(&[0xff, 0xe1]),       // jmp rcx
+        ];
+        let in_proc = |a: u64| (T..T + 0x1000).contains(&a);
+        let want: Vec<u64> = (0..16).map(|i| T + 64 * i).collect();
+        assert_eq!(
+            run_in(&[jump], &[], Vec::new(), &in_proc),
+            Some(JumpResolution::Computed(want))
+        );
+        let unmasked: &[I] = &[
+            I::Rip(&[0x4c, 0x8d, 0x0d]),
+            I::Raw(&[0xc1, 0xe1, 0x06]),
+            I::Raw(&[0x4c, 0x01, 0xc9]),
+            I::Raw(&[0xff, 0xe1]),
+        ];
+        assert_eq!(
+            run_in(&[unmasked], &[], Vec::new(), &in_proc),
+            Some(JumpResolution::Unresolved(LABEL_ARITHMETIC))
+        );
+    }
+
+    /// `_dl_find_object`: `mov _rtld_global_ro@GOT(%rip), %rax; jmp
+    /// *0x360(%rax)`, a function pointer in a global structure.
+    #[test]
+    fn a_pointer_field_of_a_global_is_a_tail_call() {
+        let jump: &[I] = &[
+            I::Rip(&[0x48, 0x8b, 0x05]),                   // mov rax, [rip+T]
+            I::Raw(&[0xff, 0xa0, 0x60, 0x03, 0x00, 0x00]), // jmp [rax+0x360]
+        ];
+        assert_eq!(
+            run(&[jump], &[], vec![0; 8], &HashMap::new()),
+            JumpResolution::TailCall
+        );
+    }
+
+    /// A path whose compare contradicts what is known cannot run: `mov
+    /// $0x30, %ebx; cmp $0x2b, %ebx; ja` does not fall through.
+    #[test]
+    fn a_compare_against_a_known_range_prunes_the_path() {
+        let guard: &[I] = &[
+            I::Raw(&[0xbb, 0x30, 0, 0, 0]), // mov ebx, 0x30
+            I::Raw(&[0x83, 0xfb, 0x2b]),    // cmp ebx, 0x2b
+            I::Raw(&[0x77, 0x10]),          // ja
+        ];
+        let jump: &[I] = &[
+            I::Rip(&[0x48, 0x8d, 0x0d]),       // lea rcx, [rip+T]
+            I::Raw(&[0x48, 0x63, 0x04, 0x99]), // movsxd rax, [rcx+rbx*4]
+            I::Raw(&[0x48, 0x01, 0xc8]),       // add rax, rcx
+            I::Raw(&[0xff, 0xe0]),             // jmp rax
+        ];
+        let (_, table) = cases(0x31);
+        assert_eq!(
+            run_in(&[guard, jump], &[false], vec![(T, table)], &|_| false),
+            None
+        );
+    }
+
+    #[test]
+    fn runs_of_one_table_merge() {
+        let (t, table) = cases(8);
+        let mem = Region(vec![(T, table)]);
+        let relative = HashMap::new();
+        let reader = TableReader {
+            memory: &mem,
+            pic: true,
+            relative: &relative,
+        };
+        assert_eq!(
+            merge_tables(&reader, (T + 4, &t[1..5]), (T, &t[..3])),
+            Some(JumpResolution::Table {
+                table: T,
+                targets: t[..5].to_vec()
+            })
+        );
+        // A gap between the runs, or lists that are not the memory's
+        // entries, do not merge.
+        assert_eq!(
+            merge_tables(&reader, (T, &t[..2]), (T + 16, &t[4..6])),
+            None
+        );
+        assert_eq!(
+            merge_tables(&reader, (T, &t[..2]), (T + 4, &[0x5555])),
+            None
         );
     }
 }
