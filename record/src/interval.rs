@@ -195,6 +195,9 @@ impl Range {
                 best = (gap, Range::between(w[1].0, w[0].1));
             }
         }
+        // The cover lies within both operands (the complement of each is
+        // inside one gap of the intersection).
+        debug_assert!(best.1.len <= self.len && best.1.len <= o.len);
         Some(best.1)
     }
 

@@ -1,14 +1,20 @@
 //! Jump-table recognition by a small forward symbolic evaluation of the
 //! instructions that lead to an indirect `jmp`.
 //!
-//! The slice is the jump's block and its chain of single predecessors
-//! (no calls in between). Each register and each stack slot (`[rsp+d]`,
-//! `[rbp+d]`, for `-O0` code) holds a symbolic value: a linear form
-//! `sym*scale + off` over opaque symbols, a load from such an address, or a
-//! loaded entry plus a constant. Comparisons against an immediate followed by
-//! a conditional branch bound a symbol (`cmp i, N; ja default` on the
-//! fall-through path gives `i <= N`). The recognised shapes are those of gcc
-//! and clang at -O0 to -O3, PIC or not:
+//! The slice is one path of blocks back from the jump (no calls in
+//! between). Each register and each stack slot (`[rsp+d]`, `[rbp+d]`, for
+//! `-O0` code) holds a symbolic value: a linear form `sym*scale + off` over
+//! opaque symbols, a load from such an address, or a loaded entry plus a
+//! constant. A symbol may carry a range ([`crate::interval::Range`], a
+//! wrapped interval) from how it was made (`and` masks, `movzx`,
+//! `pmovmskb`, `bsf`, sums of ranged values) and from the branches the path
+//! takes on compares (`cmp i, N; ja default` on the fall-through path gives
+//! `i <= N`; `cmp %r8, %rdx; jb` not taken gives `r8 <= max(rdx)`; signed
+//! conditions after `sub`/`add` when no overflow is possible); the
+//! difference of two symbols may carry one too (`cmp %eax, %ecx; ja`). A
+//! contradiction drops the path. The recognised shapes are those of gcc and
+//! clang at -O0 to -O3, PIC or not, and glibc's hand-written string
+//! functions (docs/cfg.md, section 5):
 //!
 //! - `jmp [T + i*8]`, `mov r, [T + i*8]; jmp r` (absolute 8-byte entries,
 //!   RELATIVE-relocated in PIE/shared objects);
@@ -20,7 +26,12 @@
 //!   largest entry;
 //! - an index `i + c` compared as a whole 64-bit register (`sub $4, %rax;
 //!   cmp $0x16, %rax; ja`): the table starts `scale * c` before the
-//!   address's constant part.
+//!   address's constant part;
+//! - an index with a proven range `lo..=lo+n` (`bsf(mask) + 16 - (p & 15)`
+//!   in glibc's `strcpy`): entries `lo..=lo+n`, described from the table's
+//!   base when the entries below `lo` are labels too;
+//! - a label plus a bounded multiple of a variable (`memmove-ssse3`):
+//!   `Computed` with every value the bound allows.
 //!
 //! Invariant: a table is returned only with a proven bound; anything else is
 //! `Unresolved` (with the missing piece named) or, for a jump through a
@@ -283,10 +294,9 @@ impl Sim<'_> {
     }
 
     /// Narrows what `v` can hold to `r` (when `v` is `±sym + c`, through
-    /// its symbol). When the two contradict, the path cannot run (`cmp
-    /// $0x73, %ecx; je` then `sub $0x43, %ecx; cmp $0x2b, %ecx; ja` not
-    /// taken): like a branch on constant flags, it is dropped.
-    fn refine(&mut self, v: Val, r: Range) {
+    /// its symbol). When the two contradict after a 64-bit compare, the path
+    /// cannot run: like a branch on constant flags, it is dropped.
+    fn refine(&mut self, v: Val, r: Range, strict: bool) {
         let Val::Lin(Lin {
             sym: Some((s, k)),
             off,
@@ -305,7 +315,11 @@ impl Sim<'_> {
             Some(m) => {
                 self.ranges.insert(s, m);
             }
-            None => self.infeasible = true,
+            None if strict => self.infeasible = true,
+            // See `branch`: the branch's range wins.
+            None => {
+                self.ranges.insert(s, r);
+            }
         }
     }
 
@@ -1004,7 +1018,29 @@ impl Sim<'_> {
             return;
         }
         let view = |r: Range| if signed { r.flip_sign() } else { r };
-        let (ra, rb) = (view(self.range_of(f.a)), view(self.range_of(f.b)));
+        let (mut ra, mut rb) = (view(self.range_of(f.a)), view(self.range_of(f.b)));
+        // A contradiction proves the path infeasible only for a 64-bit
+        // compare or one of constants: a narrower compare of a symbol reads
+        // the register's low half as the whole (see `narrow`), so it only
+        // bounds the value, as a lone compare would.
+        let konst = |v: Val| matches!(v, Val::Lin(Lin { sym: None, .. }));
+        let strict = f.width >= 8 || (konst(f.a) && konst(f.b));
+        let contradicts = |ra: Range, rb: Range| match rel {
+            Rel::Le => ra.le(rb).is_none() || rb.ge(ra).is_none(),
+            Rel::Lt => ra.lt(rb).is_none() || rb.gt(ra).is_none(),
+            Rel::Ge => ra.ge(rb).is_none() || rb.le(ra).is_none(),
+            Rel::Gt => ra.gt(rb).is_none() || rb.lt(ra).is_none(),
+            Rel::Eq => ra.meet(rb).is_none(),
+            Rel::Ne => ra.len == 0 && rb.len == 0 && ra.lo == rb.lo,
+        };
+        if !strict && contradicts(ra, rb) {
+            if !konst(f.a) {
+                ra = Range::FULL;
+            }
+            if !konst(f.b) {
+                rb = Range::FULL;
+            }
+        }
         let (na, nb) = match rel {
             Rel::Le => (ra.le(rb), rb.ge(ra)),
             Rel::Lt => (ra.lt(rb), rb.gt(ra)),
@@ -1034,11 +1070,11 @@ impl Sim<'_> {
             Rel::Eq => Some(Range::konst(0)),
             Rel::Ne => Some(Range::between(1, u64::MAX)),
         };
-        self.relate(f, d);
+        self.relate(f, d, strict);
         match (na, nb) {
             (Some(na), Some(nb)) => {
-                self.refine(f.a, view(na));
-                self.refine(f.b, view(nb));
+                self.refine(f.a, view(na), strict);
+                self.refine(f.b, view(nb), strict);
             }
             // No values satisfy the branch: the path cannot run.
             _ => self.infeasible = true,
@@ -1048,7 +1084,7 @@ impl Sim<'_> {
     /// Records that `f.a - f.b` lies in `d`, as a fact on the difference
     /// of their symbols (both `sym + c`; compared narrower than 64 bits
     /// only when both are known to fit 32 bits).
-    fn relate(&mut self, f: Flags, d: Option<Range>) {
+    fn relate(&mut self, f: Flags, d: Option<Range>, strict: bool) {
         let (
             Val::Lin(Lin {
                 sym: Some((x, 1)),
@@ -1077,7 +1113,10 @@ impl Sim<'_> {
                 Some(m) => {
                     self.diffs.insert(key, m);
                 }
-                None => self.infeasible = true,
+                None if strict => self.infeasible = true,
+                None => {
+                    self.diffs.insert(key, r);
+                }
             }
         }
     }
