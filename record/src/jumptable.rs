@@ -731,7 +731,17 @@ impl Sim<'_> {
                     let b = self.narrow(b, 4);
                     self.arith(b, insn.memory_displacement64() & 0xffff_ffff, 1)
                 } else {
-                    self.fresh()
+                    // `lea (%rcx,%rcx,2), %r8d`: the 64-bit sum, when its
+                    // range fits 32 bits, is the 32-bit result.
+                    match self.addr_of(insn) {
+                        Some(l)
+                            if insn.memory_base() != Register::RIP
+                                && self.range_of(Val::Lin(l)).umax() <= u64::from(u32::MAX) =>
+                        {
+                            Val::Lin(l)
+                        }
+                        _ => self.fresh(),
+                    }
                 };
                 self.write(insn.op0_register(), v);
                 true
@@ -2194,6 +2204,21 @@ mod tests {
         let want: Vec<u64> = (0..16).map(|i| T + 64 * i).collect();
         assert_eq!(
             run_in(&[jump], &[], Vec::new(), &in_proc),
+            Some(JumpResolution::Computed(want))
+        );
+        // `and $0xf, %ecx; shl $5, %ecx; lea (%rcx,%rcx,2), %r8d; lea
+        // L(%rip), %rdx; add %r8, %rdx; jmp *%rdx` (0x16e9dc): 96 apart.
+        let times3: &[I] = &[
+            I::Raw(&[0x83, 0xe1, 0x0f]),       // and ecx, 0xf
+            I::Raw(&[0xc1, 0xe1, 0x05]),       // shl ecx, 5
+            I::Raw(&[0x44, 0x8d, 0x04, 0x49]), // lea r8d, [rcx+rcx*2]
+            I::Rip(&[0x48, 0x8d, 0x15]),       // lea rdx, [rip+T]
+            I::Raw(&[0x4c, 0x01, 0xc2]),       // add rdx, r8
+            I::Raw(&[0xff, 0xe2]),             // jmp rdx
+        ];
+        let want: Vec<u64> = (0..16).map(|i| T + 96 * i).collect();
+        assert_eq!(
+            run_in(&[times3], &[], Vec::new(), &in_proc),
             Some(JumpResolution::Computed(want))
         );
         let unmasked: &[I] = &[
