@@ -290,6 +290,20 @@ impl<'a> Builder<'a> {
                         targets: long,
                     }
                 }
+                (
+                    Some(JumpResolution::Table { table, targets }),
+                    JumpResolution::Table {
+                        table: t2,
+                        targets: g2,
+                    },
+                ) => {
+                    match jumptable::merge_tables(&self.ctx.reader, (table, &targets), (t2, &g2)) {
+                        Some(t) => t,
+                        None => {
+                            return JumpResolution::Unresolved("paths read the table differently")
+                        }
+                    }
+                }
                 _ => return JumpResolution::Unresolved("paths disagree on the jump's shape"),
             });
         }
@@ -436,6 +450,27 @@ impl<'a> Builder<'a> {
                         } else {
                             v
                         })
+                    }
+                    // glibc's PTR_DEMANGLE (`ror $0x11, %rbp; xor
+                    // %fs:0x30, %rbp`) of a code pointer is a code pointer.
+                    Mnemonic::Ror | Mnemonic::Rol | Mnemonic::Xor
+                        if insn.op0_kind() == OpKind::Register
+                            && insn.op0_register() == r
+                            && (insn.mnemonic() != Mnemonic::Xor
+                                || insn.segment_prefix() == Register::FS) =>
+                    {
+                        match self.fact_before(
+                            runs,
+                            preds,
+                            (k, i),
+                            r,
+                            entries,
+                            strict,
+                            depth + 1,
+                        )? {
+                            EntryFact::Pointer => EntryFact::Pointer,
+                            _ => return None,
+                        }
                     }
                     // A mask shifted right stays within its width.
                     Mnemonic::Shr
@@ -1319,6 +1354,32 @@ mod tests {
             ]
         );
         assert_eq!(cfg.to_graph().check(), Ok(()));
+    }
+
+    /// `btowc`: `mov 0x30(%rax), %rbp; ror $0x11, %rbp; xor %fs:0x30,
+    /// %rbp` (PTR_DEMANGLE of a function pointer), a call, then `mov %rbp,
+    /// %rax; jmp *%rax`: an indirect tail call. The same from a stack slot
+    /// (no pointer) stays unresolved.
+    #[test]
+    fn a_demangled_pointer_kept_across_a_call_is_a_tail_call() {
+        let code = |load: &[u8]| -> Vec<u8> {
+            let mut c = load.to_vec();
+            c.extend_from_slice(&[0x48, 0xc1, 0xcd, 0x11]); // ror rbp, 0x11
+            c.extend_from_slice(&[0x64, 0x48, 0x33, 0x2c, 0x25, 0x30, 0, 0, 0]); // xor rbp, fs:[0x30]
+            c.extend_from_slice(&[0x48, 0x89, 0xef]); // mov rdi, rbp
+            let next = 0x1000 + c.len() as i64 + 5;
+            c.push(0xe8); // call 0x2000
+            c.extend_from_slice(&((0x2000 - next) as i32).to_le_bytes());
+            c.extend_from_slice(&[0x48, 0x89, 0xe8, 0xff, 0xe0]); // mov rax, rbp; jmp rax
+            c
+        };
+        let cfg = cfg_of(&code(&[0x48, 0x8b, 0x6f, 0x30])).unwrap(); // mov rbp, [rdi+0x30]
+        assert_eq!(cfg.indirect_jumps[0].resolution, JumpResolution::TailCall);
+        let cfg = cfg_of(&code(&[0x48, 0x8b, 0x6c, 0x24, 0x08])).unwrap(); // mov rbp, [rsp+8]
+        assert!(matches!(
+            cfg.indirect_jumps[0].resolution,
+            JumpResolution::Unresolved(_)
+        ));
     }
 
     #[test]

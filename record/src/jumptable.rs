@@ -1,14 +1,20 @@
 //! Jump-table recognition by a small forward symbolic evaluation of the
 //! instructions that lead to an indirect `jmp`.
 //!
-//! The slice is the jump's block and its chain of single predecessors
-//! (no calls in between). Each register and each stack slot (`[rsp+d]`,
-//! `[rbp+d]`, for `-O0` code) holds a symbolic value: a linear form
-//! `sym*scale + off` over opaque symbols, a load from such an address, or a
-//! loaded entry plus a constant. Comparisons against an immediate followed by
-//! a conditional branch bound a symbol (`cmp i, N; ja default` on the
-//! fall-through path gives `i <= N`). The recognised shapes are those of gcc
-//! and clang at -O0 to -O3, PIC or not:
+//! The slice is one path of blocks back from the jump (no calls in
+//! between). Each register and each stack slot (`[rsp+d]`, `[rbp+d]`, for
+//! `-O0` code) holds a symbolic value: a linear form `sym*scale + off` over
+//! opaque symbols, a load from such an address, or a loaded entry plus a
+//! constant. A symbol may carry a range ([`crate::interval::Range`], a
+//! wrapped interval) from how it was made (`and` masks, `movzx`,
+//! `pmovmskb`, `bsf`, sums of ranged values) and from the branches the path
+//! takes on compares (`cmp i, N; ja default` on the fall-through path gives
+//! `i <= N`; `cmp %r8, %rdx; jb` not taken gives `r8 <= max(rdx)`; signed
+//! conditions after `sub`/`add` when no overflow is possible); the
+//! difference of two symbols may carry one too (`cmp %eax, %ecx; ja`). A
+//! contradiction drops the path. The recognised shapes are those of gcc and
+//! clang at -O0 to -O3, PIC or not, and glibc's hand-written string
+//! functions (docs/cfg.md, section 5):
 //!
 //! - `jmp [T + i*8]`, `mov r, [T + i*8]; jmp r` (absolute 8-byte entries,
 //!   RELATIVE-relocated in PIE/shared objects);
@@ -20,7 +26,12 @@
 //!   largest entry;
 //! - an index `i + c` compared as a whole 64-bit register (`sub $4, %rax;
 //!   cmp $0x16, %rax; ja`): the table starts `scale * c` before the
-//!   address's constant part.
+//!   address's constant part;
+//! - an index with a proven range `lo..=lo+n` (`bsf(mask) + 16 - (p & 15)`
+//!   in glibc's `strcpy`): entries `lo..=lo+n`, described from the table's
+//!   base when the entries below `lo` are labels too;
+//! - a label plus a bounded multiple of a variable (`memmove-ssse3`):
+//!   `Computed` with every value the bound allows.
 //!
 //! Invariant: a table is returned only with a proven bound; anything else is
 //! `Unresolved` (with the missing piece named) or, for a jump through a
@@ -34,6 +45,7 @@ use iced_x86::{
 
 use crate::cfg::JumpResolution;
 use crate::elf::Module;
+use crate::interval::Range;
 
 /// The reason given for a jump to a label of the procedure plus a variable
 /// (glibc's `lea L(%rip), %r9; shl $6, %ecx; add %r9, %rcx; jmp *%rcx`):
@@ -80,6 +92,18 @@ impl Lin {
             _ => None,
         }
     }
+}
+
+/// What the flags say: those of `a - b` compared at `width` bytes (`cmp
+/// a, b`; `sub r, imm` with `a` the old value; `test r, r` as `r - 0`), or,
+/// after an `add` that cannot overflow as a signed number, ZF, SF and OF of
+/// `a - 0` but not CF (`carry: false`).
+#[derive(Clone, Copy, Debug)]
+struct Flags {
+    a: Val,
+    b: Val,
+    width: usize,
+    carry: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -177,18 +201,25 @@ struct Sim<'o> {
     arith: HashMap<(Val, u64, u8), Val>,
     /// `sym -> s` when `sym` is the sign extension of the 32-bit `s`.
     sext_of: HashMap<u32, u32>,
-    /// Symbols known to fit in this many bits (`pmovmskb` masks).
-    bits: HashMap<u32, u32>,
     slots: HashMap<(Register, u64), Val>,
     next_sym: u32,
-    bounds: HashMap<u32, u64>,
-    /// `sym -> (c, m)`: `sym + c <= m` (64-bit, unsigned), from a 64-bit
-    /// compare of `sym + c` (`sub $4, %rax; cmp $0x16, %rax; ja`, glibc's
-    /// `_dl_tunable_set_hwcaps`). The index into the table is `sym + c`.
-    off_bounds: HashMap<u32, (u64, u64)>,
+    /// The values a symbol can hold on this path (absent: any), from how
+    /// it was made (`and` masks, `bsf`, `pmovmskb`, `movzx`, sums of
+    /// ranges) and the branches taken on it (`cmp i, N; ja` not taken:
+    /// `i <= N`; `sub $4, %rax; cmp $0x16, %rax; ja`: `rax - 4 <= 0x16`).
+    ranges: HashMap<u32, Range>,
+    /// `s -> (x, y, c)`: the symbol `s` is `x - y + c` (glibc's strcmp:
+    /// `lea 0xf(%rax), %r9; sub %rcx, %r9`).
+    sums: HashMap<u32, (u32, u32, u64)>,
+    /// `(x, y) -> ` the values `x - y` can hold, from the branches taken
+    /// on compares of `x` and `y` (`cmp %eax, %ecx; ja` taken: `ecx - eax
+    /// >= 1`). Symbols are values, so these facts never go stale.
+    diffs: HashMap<(u32, u32), Range>,
+    /// `pmovmskb` masks (and masks shifted right): see `Bsf` in `step`.
+    masks: std::collections::HashSet<u32>,
     /// Symbols defined by `movzx r, byte/word [addr]`.
     small_loads: HashMap<u32, (Lin, u8)>,
-    last_cmp: Option<(Val, u64)>,
+    flags: Option<Flags>,
     /// Whether the last `test r, r` or `cmp` of constants set ZF.
     last_zero: Option<bool>,
     /// A branch on the path went the way its constant flags forbid.
@@ -212,9 +243,9 @@ impl Sim<'_> {
         let v = match (self.entry_value)(full) {
             Some(EntryFact::Const(c)) => Val::Lin(Lin::konst(c)),
             Some(EntryFact::Bits(b)) => {
-                let v = self.fresh();
+                let v = self.fresh_in(Range::bits(b));
                 if let Some(s) = Self::sym_of(v) {
-                    self.bits.insert(s, b);
+                    self.masks.insert(s);
                 }
                 v
             }
@@ -231,12 +262,88 @@ impl Sim<'_> {
         v
     }
 
+    /// A fresh symbol holding a value of `range`.
+    fn fresh_in(&mut self, range: Range) -> Val {
+        let v = self.fresh();
+        if let (Some(s), false) = (Self::sym_of(v), range.is_full()) {
+            self.ranges.insert(s, range);
+        }
+        v
+    }
+
+    /// The values `v` can hold.
+    fn range_of(&self, v: Val) -> Range {
+        match v {
+            Val::Lin(Lin { sym: None, off }) => Range::konst(off),
+            Val::Lin(Lin {
+                sym: Some((s, k)),
+                off,
+            }) => self
+                .ranges
+                .get(&s)
+                .copied()
+                .unwrap_or(Range::FULL)
+                .mul(k)
+                .add_const(off),
+            Val::Load {
+                size, signed: true, ..
+            } => Range::signed_bits(8 * u32::from(size)),
+            Val::Load { size, .. } => Range::bits(8 * u32::from(size)),
+            Val::Rel { .. } => Range::FULL,
+        }
+    }
+
+    /// Narrows what `v` can hold to `r` (when `v` is `±sym + c`, through
+    /// its symbol). When the two contradict after a 64-bit compare, the path
+    /// cannot run: like a branch on constant flags, it is dropped.
+    fn refine(&mut self, v: Val, r: Range, strict: bool) {
+        let Val::Lin(Lin {
+            sym: Some((s, k)),
+            off,
+        }) = v
+        else {
+            return;
+        };
+        let r = r.add_const(off.wrapping_neg());
+        let r = match k {
+            1 => r,
+            u64::MAX => r.neg(),
+            _ => return,
+        };
+        let old = self.ranges.get(&s).copied().unwrap_or(Range::FULL);
+        match old.meet(r) {
+            Some(m) => {
+                self.ranges.insert(s, m);
+            }
+            None if strict => self.infeasible = true,
+            // See `branch`: the branch's range wins.
+            None => {
+                self.ranges.insert(s, r);
+            }
+        }
+    }
+
     fn arith(&mut self, v: Val, c: u64, op: u8) -> Val {
         if let Some(&r) = self.arith.get(&(v, c, op)) {
             return r;
         }
         let r = self.fresh();
         self.arith.insert((v, c, op), r);
+        // A 32-bit `v + c` that does not cross 2^32 keeps `v`'s range.
+        let vr = self.range_of(v);
+        if op == 1 && vr.umax() <= u64::from(u32::MAX) && c <= u64::from(u32::MAX) {
+            // Both below 2^32: the 64-bit sum lies in [0, 2^33) and does
+            // not wrap; the 32-bit result is it, or it minus 2^32.
+            let sum = vr.add_const(c);
+            let sum = if sum.hi() <= u64::from(u32::MAX) {
+                Some(sum)
+            } else {
+                (sum.lo > u64::from(u32::MAX)).then(|| sum.add_const(0u64.wrapping_sub(1 << 32)))
+            };
+            if let (Some(sum), Some(s)) = (sum, Self::sym_of(r)) {
+                self.ranges.insert(s, sum);
+            }
+        }
         r
     }
 
@@ -251,7 +358,8 @@ impl Sim<'_> {
         if let Some(&v) = self.memo.get(&key) {
             return v;
         }
-        let v = self.fresh();
+        // A narrow view or a narrow load is zero-extended.
+        let v = self.fresh_in(Range::bits(8 * u32::from(key.1)));
         self.memo.insert(key, v);
         v
     }
@@ -269,9 +377,17 @@ impl Sim<'_> {
             Val::Lin(Lin { sym: None, off }) => {
                 Val::Lin(Lin::konst(off & ((1u64 << (8 * size)) - 1)))
             }
-            // A 32-bit view of a symbol is the symbol: compilers compare and
-            // index with the same width, and `mov eI, eI` zero-extends.
-            Val::Lin(l) if size == 4 && l.plain_sym().is_some() => v,
+            // A value whose range fits the width is its own narrow view.
+            Val::Lin(l)
+                if l.sym.is_some()
+                    && self.range_of(v).umax() <= Range::bits(8 * size as u32).hi() =>
+            {
+                v
+            }
+            // A 32-bit view of a symbol of unknown range is the symbol:
+            // compilers compare and index with the same width, and `mov eI,
+            // eI` zero-extends.
+            Val::Lin(l) if size == 4 && l.plain_sym().is_some() && self.range_of(v).is_full() => v,
             Val::Load { addr, size: n, .. } if usize::from(n) <= size => Val::Load {
                 addr,
                 size: n,
@@ -342,9 +458,11 @@ impl Sim<'_> {
             return v;
         }
         match self.addr_of(insn) {
-            // Through a pointer (no scaled index): a value of its own, the
-            // same each time it is read until memory is written.
-            Some(addr) if matches!(addr.sym, Some((_, 1))) => {
+            // Through a pointer (no scaled index), or 8 bytes of a global
+            // (`mov _rtld_global_ro@GOT(%rip), %rax`, then `jmp
+            // *0x338(%rax)`): a value of its own, the same each time it is
+            // read until memory is written.
+            Some(addr) if matches!(addr.sym, Some((_, 1))) || (addr.sym.is_none() && size == 8) => {
                 let v = self.memoised((
                     Val::Load {
                         addr,
@@ -389,7 +507,22 @@ impl Sim<'_> {
         match (a, b) {
             (Val::Lin(x), Val::Lin(y)) => match x.add(y) {
                 Some(l) => Val::Lin(l),
-                None => self.fresh(),
+                // Two symbols (`bsf(m) + 16 - (p & 15)` in glibc's strcpy):
+                // a symbol of its own, holding the sum of their ranges.
+                None => {
+                    let r = self.range_of(a).add(self.range_of(b));
+                    let v = self.fresh_in(r);
+                    let c = x.off.wrapping_add(y.off);
+                    let d = match (x.sym, y.sym) {
+                        (Some((p, 1)), Some((q, u64::MAX))) => Some((p, q, c)),
+                        (Some((q, u64::MAX)), Some((p, 1))) => Some((p, q, c)),
+                        _ => None,
+                    };
+                    if let (Some(d), Some(s)) = (d, Self::sym_of(v)) {
+                        self.sums.insert(s, d);
+                    }
+                    v
+                }
             },
             (
                 Val::Load { addr, size, signed },
@@ -414,26 +547,63 @@ impl Sim<'_> {
         }
     }
 
+    /// The flags of `cmp a, b` at `width` bytes, when they can bound
+    /// anything: narrower compares only of plain symbols and constants
+    /// (the low half of a 64-bit `sym + c` kept in a stack slot is no
+    /// bound, see `narrow`).
+    fn compare(a: Val, b: Val, width: usize) -> Option<Flags> {
+        if width >= 8 {
+            return Some(Flags {
+                a,
+                b,
+                width: 8,
+                carry: true,
+            });
+        }
+        let mask = (1u64 << (8 * width)) - 1;
+        let narrow = |v: Val| match v {
+            Val::Lin(Lin { sym: None, off }) => Some(Val::Lin(Lin::konst(off & mask))),
+            Val::Lin(l) if l.plain_sym().is_some() => Some(v),
+            _ => None,
+        };
+        Some(Flags {
+            a: narrow(a)?,
+            b: narrow(b)?,
+            width,
+            carry: true,
+        })
+    }
+
+    /// The flags of `add r, c` giving `sum` from `old` (64-bit): when no
+    /// value of `old` overflows as a signed number, OF is clear, so the
+    /// signed conditions and ZF are those of `sum` against 0.
+    fn add_flags(&self, old: Val, c: u64, sum: Val) -> Option<Flags> {
+        let s = self.range_of(old).flip_sign();
+        let lo = i128::from(s.umin()) - (1 << 63);
+        let hi = i128::from(s.umax()) - (1 << 63);
+        let c = i128::from(c as i64);
+        let fits = |x: i128| (i128::from(i64::MIN)..=i128::from(i64::MAX)).contains(&x);
+        (s.umin() == s.lo && fits(lo + c) && fits(hi + c)).then_some(Flags {
+            a: sum,
+            b: Val::Lin(Lin::konst(0)),
+            width: 8,
+            carry: false,
+        })
+    }
+
     fn step(&mut self, insn: &Instruction) {
         let op0_reg = insn.op_count() > 0 && insn.op0_kind() == OpKind::Register;
+        let mut flags = None;
         let handled = match insn.mnemonic() {
             Mnemonic::Cmp => {
-                let v = self.operand(insn, 0);
+                let a = self.operand(insn, 0);
+                let b = self.operand(insn, 1);
                 let width = match insn.op0_kind() {
                     OpKind::Register => insn.op0_register().size(),
                     _ => insn.memory_size().size(),
                 };
-                let n = match self.operand(insn, 1) {
-                    Val::Lin(Lin { sym: None, off }) if width >= 8 => Some(off),
-                    Val::Lin(Lin { sym: None, off }) => Some(off & ((1u64 << (8 * width)) - 1)),
-                    _ => None,
-                };
-                // `sym + c` bounds the index only when compared whole: the
-                // low half of a 64-bit value kept in a stack slot is no bound.
-                let whole =
-                    width >= 8 || !matches!(v, Val::Lin(l) if l.sym.is_some() && l.off != 0);
-                self.last_cmp = n.filter(|_| whole).map(|n| (v, n));
-                self.last_zero = match (v, self.operand(insn, 1)) {
+                self.flags = Self::compare(a, b, width);
+                self.last_zero = match (a, b) {
                     (Val::Lin(Lin { sym: None, off: a }), Val::Lin(Lin { sym: None, off: b })) => {
                         let mask = if width >= 8 {
                             u64::MAX
@@ -451,8 +621,10 @@ impl Sim<'_> {
                     && insn.op1_kind() == OpKind::Register
                     && insn.op1_register() == insn.op0_register() =>
             {
-                self.last_cmp = None;
-                self.last_zero = match self.read(insn.op0_register()) {
+                // `test r, r` sets the flags exactly as `cmp r, 0`.
+                let v = self.read(insn.op0_register());
+                self.flags = Self::compare(v, Val::Lin(Lin::konst(0)), insn.op0_register().size());
+                self.last_zero = match v {
                     Val::Lin(Lin { sym: None, off }) => Some(off == 0),
                     _ => None,
                 };
@@ -477,6 +649,13 @@ impl Sim<'_> {
                     }
                     None => self.memo.retain(|(v, _), _| !matches!(v, Val::Load { .. })),
                 }
+                true
+            }
+            Mnemonic::Xchg if op0_reg && insn.op1_kind() == OpKind::Register => {
+                let a = self.read(insn.op0_register());
+                let b = self.read(insn.op1_register());
+                self.write(insn.op0_register(), b);
+                self.write(insn.op1_register(), a);
                 true
             }
             Mnemonic::Movsxd | Mnemonic::Cdqe => {
@@ -516,19 +695,29 @@ impl Sim<'_> {
                 true
             }
             Mnemonic::Movzx if op0_reg => {
-                let v = self.fresh();
-                if insn.op1_kind() == OpKind::Memory {
-                    if let (
-                        Some(addr),
-                        Val::Lin(Lin {
-                            sym: Some((s, 1)), ..
-                        }),
-                    ) = (self.addr_of(insn), v)
-                    {
-                        self.small_loads
-                            .insert(s, (addr, insn.memory_size().size() as u8));
+                let size = insn.memory_size().size() as u8;
+                // Through a pointer: the same value a `cmpb $n, 8(%rdx)`
+                // before it compared (memoised, zero-extended).
+                let pointer_form = insn.memory_index() == Register::None
+                    && insn.memory_base().is_gpr64()
+                    && Self::slot_key(insn).is_none();
+                let through_pointer = match pointer_form {
+                    true => match self.load(insn, size, false) {
+                        v @ Val::Lin(l) if l.plain_sym().is_some() => Some(v),
+                        _ => None,
+                    },
+                    false => None,
+                };
+                let v = match through_pointer {
+                    Some(v) => v,
+                    None => {
+                        let v = self.fresh_in(Range::bits(8 * u32::from(size)));
+                        if let (Some(addr), Some(s)) = (self.addr_of(insn), Self::sym_of(v)) {
+                            self.small_loads.insert(s, (addr, size));
+                        }
+                        v
                     }
-                }
+                };
                 self.write(insn.op0_register(), v);
                 true
             }
@@ -542,7 +731,17 @@ impl Sim<'_> {
                     let b = self.narrow(b, 4);
                     self.arith(b, insn.memory_displacement64() & 0xffff_ffff, 1)
                 } else {
-                    self.fresh()
+                    // `lea (%rcx,%rcx,2), %r8d`: the 64-bit sum, when its
+                    // range fits 32 bits, is the 32-bit result.
+                    match self.addr_of(insn) {
+                        Some(l)
+                            if insn.memory_base() != Register::RIP
+                                && self.range_of(Val::Lin(l)).umax() <= u64::from(u32::MAX) =>
+                        {
+                            Val::Lin(l)
+                        }
+                        _ => self.fresh(),
+                    }
                 };
                 self.write(insn.op0_register(), v);
                 true
@@ -550,15 +749,20 @@ impl Sim<'_> {
             Mnemonic::Lea if op0_reg => {
                 let v = match self.addr_of(insn) {
                     Some(l) => Val::Lin(l),
-                    // `lea (%r11,%rcx,1), %rcx` adding a loaded entry to a base.
+                    // `lea (%r11,%rcx,1), %rcx` adding a loaded entry to a
+                    // base; `lea 0x10(%rdi,%rdx,1)` adding two values.
                     None if insn.memory_index_scale() == 1
-                        && insn.memory_displacement64() == 0
                         && insn.memory_base().is_gpr64()
+                        && insn.memory_base() != Register::RIP
                         && insn.memory_index().is_gpr64() =>
                     {
                         let a = self.read_full(insn.memory_base());
                         let b = self.read_full(insn.memory_index());
-                        self.add(a, b)
+                        let s = self.add(a, b);
+                        match insn.memory_displacement64() {
+                            0 => s,
+                            d => self.add(s, Val::Lin(Lin::konst(d))),
+                        }
                     }
                     None => self.fresh(),
                 };
@@ -576,6 +780,8 @@ impl Sim<'_> {
                 let a = self.read(insn.op0_register());
                 let mut c = insn.immediate(1);
                 if insn.mnemonic() == Mnemonic::Sub {
+                    // `sub` sets the flags exactly as `cmp`.
+                    flags = Self::compare(a, Val::Lin(Lin::konst(c)), 4);
                     c = c.wrapping_neg();
                 }
                 let v = self.arith(a, c & 0xffff_ffff, 1);
@@ -583,32 +789,40 @@ impl Sim<'_> {
                 true
             }
             Mnemonic::Pmovmskb | Mnemonic::Vpmovmskb if op0_reg => {
-                let v = self.fresh();
-                let width = insn.op1_register().size() as u32;
+                let v = self.fresh_in(Range::bits(insn.op1_register().size() as u32));
                 if let Some(s) = Self::sym_of(v) {
-                    self.bits.insert(s, width);
+                    self.masks.insert(s);
                 }
                 self.write(insn.op0_register(), v);
                 true
             }
-            Mnemonic::Bsf if op0_reg && insn.op1_kind() == OpKind::Register => {
-                // The index of the lowest set bit of a nonzero source. With
-                // the register as its own source a zero source leaves zero;
-                // otherwise we need the source to be a mask of known width
-                // and rely on the code never scanning an empty mask (the
-                // destination would be left undefined), see docs/cfg.md.
+            Mnemonic::Bsf | Mnemonic::Tzcnt if op0_reg && insn.op1_kind() == OpKind::Register => {
+                // The index of the lowest set bit of a nonzero source lies
+                // below the bit length of the source's largest value. A zero
+                // source: `tzcnt` gives the width; `bsf` leaves the
+                // destination unchanged (undefined on paper), so we need
+                // the source proven nonzero (`test %rdx, %rdx; jne`), or the
+                // destination to be the source (zero stays zero), or, for a
+                // `pmovmskb` mask, rely on the code never scanning an empty
+                // mask, which glibc's string functions guarantee by
+                // construction (see docs/cfg.md).
                 let src = self.read(insn.op1_register());
-                let known = Self::sym_of(src).and_then(|s| self.bits.get(&s).copied());
+                let r = self.range_of(src);
+                let width = 8 * insn.op0_register().size() as u64;
+                let top = u64::from(63 - (r.umax() | 1).leading_zeros()).min(width - 1);
+                let nonzero = r.umin() > 0;
                 let same = insn.op1_register() == insn.op0_register();
-                let width = match (known, same) {
-                    (Some(b), _) => Some(b),
-                    (None, true) => Some(8 * insn.op0_register().size() as u32),
-                    (None, false) => None,
+                let is_mask = Self::sym_of(src).is_some_and(|s| self.masks.contains(&s));
+                let bound = match insn.mnemonic() {
+                    Mnemonic::Tzcnt if nonzero => Some(top),
+                    Mnemonic::Tzcnt => Some(width),
+                    _ if nonzero || same || is_mask => Some(top),
+                    _ => None,
                 };
-                let v = self.fresh();
-                if let (Some(w), Some(s)) = (width, Self::sym_of(v)) {
-                    self.bounds.insert(s, u64::from(w.saturating_sub(1)));
-                }
+                let v = match bound {
+                    Some(b) => self.fresh_in(Range::upto(b)),
+                    None => self.fresh(),
+                };
                 self.write(insn.op0_register(), v);
                 true
             }
@@ -624,13 +838,14 @@ impl Sim<'_> {
                     ) =>
             {
                 let m = insn.immediate(1);
-                let v = self.fresh();
-                if let Some(s) = Self::sym_of(v) {
-                    // Sign-extended negative masks do not bound anything.
-                    if m < 1 << 31 {
-                        self.bounds.insert(s, m);
-                    }
+                let src = self.read(insn.op0_register());
+                // The result is at most the mask and at most the source;
+                // sign-extended negative masks bound only by the source.
+                let mut hi = self.range_of(src).umax();
+                if m < 1 << 31 {
+                    hi = hi.min(m);
                 }
+                let v = self.fresh_in(Range::upto(hi));
                 self.write(insn.op0_register(), v);
                 true
             }
@@ -659,36 +874,57 @@ impl Sim<'_> {
                 let a = self.read(insn.op0_register());
                 let mut b = self.operand(insn, 1);
                 if insn.mnemonic() == Mnemonic::Sub {
+                    // `sub` sets the flags exactly as `cmp`.
+                    flags = Self::compare(a, b, 8);
                     b = match b {
-                        Val::Lin(l) if l.sym.is_none() => {
-                            Val::Lin(Lin::konst(l.off.wrapping_neg()))
-                        }
+                        Val::Lin(l) => Val::Lin(l.mul(u64::MAX)),
                         _ => self.fresh(),
                     };
                 }
                 let v = self.add(a, b);
+                if let (Mnemonic::Add, Val::Lin(Lin { sym: None, off })) = (insn.mnemonic(), b) {
+                    flags = self.add_flags(a, off, v);
+                }
                 self.write(insn.op0_register(), v);
                 true
             }
             Mnemonic::Shr if op0_reg => {
-                // A mask shifted right keeps (at most) its width.
+                // At most the source's largest value shifted; a mask stays
+                // a mask.
                 let src = self.read(insn.op0_register());
-                let known = Self::sym_of(src).and_then(|s| self.bits.get(&s).copied());
-                let v = self.fresh();
-                if let (Some(b), Some(s)) = (known, Self::sym_of(v)) {
-                    self.bits.insert(s, b);
+                let hi = self
+                    .range_of(src)
+                    .umax()
+                    .min(Range::bits(8 * insn.op0_register().size() as u32).hi());
+                let hi = match insn.op1_kind() {
+                    OpKind::Immediate8 => hi >> (insn.immediate(1) & 63),
+                    _ => hi,
+                };
+                let v = self.fresh_in(Range::upto(hi));
+                if let (Some(s), Some(d)) = (Self::sym_of(src), Self::sym_of(v)) {
+                    if self.masks.contains(&s) {
+                        self.masks.insert(d);
+                    }
                 }
                 self.write(insn.op0_register(), v);
                 true
             }
             Mnemonic::Shl
                 if op0_reg
-                    && insn.op0_register().size() == 8
+                    && matches!(insn.op0_register().size(), 4 | 8)
                     && insn.op1_kind() == OpKind::Immediate8 =>
             {
+                let k = insn.immediate(1);
                 let v = match self.read(insn.op0_register()) {
-                    Val::Lin(l) if insn.immediate(1) < 64 => {
-                        Val::Lin(l.mul(1 << insn.immediate(1)))
+                    Val::Lin(l) if k < 64 && insn.op0_register().size() == 8 => {
+                        Val::Lin(l.mul(1 << k))
+                    }
+                    // 32 bits: exact while no bit leaves the register
+                    // (`and $0xf, %ecx; shl $6, %ecx`).
+                    v @ Val::Lin(l)
+                        if k < 32 && self.range_of(v).umax() <= u64::from(u32::MAX) >> k =>
+                    {
+                        Val::Lin(l.mul(1 << k))
                     }
                     _ => self.fresh(),
                 };
@@ -701,7 +937,7 @@ impl Sim<'_> {
             self.clobber(insn);
         }
         if insn.rflags_modified() != 0 {
-            self.last_cmp = None;
+            self.flags = flags;
             self.last_zero = None;
         }
     }
@@ -751,35 +987,146 @@ impl Sim<'_> {
         }
     }
 
-    /// Applies `cmp x, N; jcc` to the path that continues `taken` or not.
+    /// Applies the last flags and the direction the path takes at `jcc`
+    /// to the compared values' ranges: `cmp a, b; ja` not taken gives
+    /// `a <= b`, hence `a <= max(b)` and `b >= min(a)`.
     fn branch(&mut self, insn: &Instruction, taken: bool) {
+        use ConditionCode as C;
         // `mov $0, %eax; test %rax, %rax; je` cannot fall through.
         match (insn.condition_code(), self.last_zero) {
-            (ConditionCode::e, Some(zero)) if taken != zero => self.infeasible = true,
-            (ConditionCode::ne, Some(zero)) if taken == zero => self.infeasible = true,
+            (C::e, Some(zero)) if taken != zero => self.infeasible = true,
+            (C::ne, Some(zero)) if taken == zero => self.infeasible = true,
             _ => {}
         }
-        let Some((Val::Lin(l), n)) = self.last_cmp else {
+        let Some(f) = self.flags else {
             return;
         };
-        let Some((s, 1)) = l.sym else { return };
-        let max = match (insn.condition_code(), taken) {
-            (ConditionCode::a, false) | (ConditionCode::be, true) => Some(n),
-            (ConditionCode::ae, false) | (ConditionCode::b, true) => n.checked_sub(1),
-            _ => None,
+        #[derive(Clone, Copy, PartialEq)]
+        enum Rel {
+            Le,
+            Lt,
+            Ge,
+            Gt,
+            Eq,
+            Ne,
+        }
+        let cc = insn.condition_code();
+        let rel = match (cc, taken) {
+            (C::a | C::g, true) | (C::be | C::le, false) => Rel::Gt,
+            (C::a | C::g, false) | (C::be | C::le, true) => Rel::Le,
+            (C::ae | C::ge, true) | (C::b | C::l, false) => Rel::Ge,
+            (C::ae | C::ge, false) | (C::b | C::l, true) => Rel::Lt,
+            (C::e, true) | (C::ne, false) => Rel::Eq,
+            (C::e, false) | (C::ne, true) => Rel::Ne,
+            _ => return,
         };
-        let Some(m) = max else { return };
-        if l.off == 0 {
-            let e = self.bounds.entry(s).or_insert(m);
-            *e = (*e).min(m);
-        } else {
-            // Only a 64-bit compare keeps `sym + c` (see `Cmp`; narrower
-            // register views are symbols of their own, see `narrow`). Of
-            // two bounds with different offsets either is sound: keep the
-            // first.
-            let e = self.off_bounds.entry(s).or_insert((l.off, m));
-            if e.0 == l.off {
-                e.1 = e.1.min(m);
+        let signed = matches!(cc, C::g | C::ge | C::l | C::le);
+        let unsigned = matches!(cc, C::a | C::ae | C::b | C::be);
+        // Signed order only for whole registers; unsigned only when CF is
+        // that of `a - b`.
+        if (signed && f.width < 8) || (unsigned && !f.carry) {
+            return;
+        }
+        let view = |r: Range| if signed { r.flip_sign() } else { r };
+        let (mut ra, mut rb) = (view(self.range_of(f.a)), view(self.range_of(f.b)));
+        // A contradiction proves the path infeasible only for a 64-bit
+        // compare or one of constants: a narrower compare of a symbol reads
+        // the register's low half as the whole (see `narrow`), so it only
+        // bounds the value, as a lone compare would.
+        let konst = |v: Val| matches!(v, Val::Lin(Lin { sym: None, .. }));
+        let strict = f.width >= 8 || (konst(f.a) && konst(f.b));
+        let contradicts = |ra: Range, rb: Range| match rel {
+            Rel::Le => ra.le(rb).is_none() || rb.ge(ra).is_none(),
+            Rel::Lt => ra.lt(rb).is_none() || rb.gt(ra).is_none(),
+            Rel::Ge => ra.ge(rb).is_none() || rb.le(ra).is_none(),
+            Rel::Gt => ra.gt(rb).is_none() || rb.lt(ra).is_none(),
+            Rel::Eq => ra.meet(rb).is_none(),
+            Rel::Ne => ra.len == 0 && rb.len == 0 && ra.lo == rb.lo,
+        };
+        if !strict && contradicts(ra, rb) {
+            if !konst(f.a) {
+                ra = Range::FULL;
+            }
+            if !konst(f.b) {
+                rb = Range::FULL;
+            }
+        }
+        let (na, nb) = match rel {
+            Rel::Le => (ra.le(rb), rb.ge(ra)),
+            Rel::Lt => (ra.lt(rb), rb.gt(ra)),
+            Rel::Ge => (ra.ge(rb), rb.le(ra)),
+            Rel::Gt => (ra.gt(rb), rb.lt(ra)),
+            Rel::Eq => (ra.meet(rb), rb.meet(ra)),
+            Rel::Ne => (
+                if rb.len == 0 {
+                    ra.without(rb.lo)
+                } else {
+                    Some(ra)
+                },
+                if ra.len == 0 {
+                    rb.without(ra.lo)
+                } else {
+                    Some(rb)
+                },
+            ),
+        };
+        // What the relation says about `a - b` (the view adds the same
+        // constant to both, so it keeps the difference).
+        let d = match rel {
+            Rel::Le => Some(Range::between(ra.umin().wrapping_sub(rb.umax()), 0)),
+            Rel::Lt => Some(Range::between(ra.umin().wrapping_sub(rb.umax()), u64::MAX)),
+            Rel::Ge => (ra.umax() >= rb.umin()).then(|| Range::upto(ra.umax() - rb.umin())),
+            Rel::Gt => (ra.umax() > rb.umin()).then(|| Range::between(1, ra.umax() - rb.umin())),
+            Rel::Eq => Some(Range::konst(0)),
+            Rel::Ne => Some(Range::between(1, u64::MAX)),
+        };
+        self.relate(f, d, strict);
+        match (na, nb) {
+            (Some(na), Some(nb)) => {
+                self.refine(f.a, view(na), strict);
+                self.refine(f.b, view(nb), strict);
+            }
+            // No values satisfy the branch: the path cannot run.
+            _ => self.infeasible = true,
+        }
+    }
+
+    /// Records that `f.a - f.b` lies in `d`, as a fact on the difference
+    /// of their symbols (both `sym + c`; compared narrower than 64 bits
+    /// only when both are known to fit 32 bits).
+    fn relate(&mut self, f: Flags, d: Option<Range>, strict: bool) {
+        let (
+            Val::Lin(Lin {
+                sym: Some((x, 1)),
+                off: ox,
+            }),
+            Val::Lin(Lin {
+                sym: Some((y, 1)),
+                off: oy,
+            }),
+        ) = (f.a, f.b)
+        else {
+            return;
+        };
+        let fits = |v: Val| self.range_of(v).umax() <= u64::from(u32::MAX);
+        if x == y || (f.width < 8 && !(fits(f.a) && fits(f.b))) {
+            return;
+        }
+        let Some(d) = d else {
+            return;
+        };
+        // x - y = (a - b) - (ox - oy)
+        let d = d.add_const(oy.wrapping_sub(ox));
+        for (key, r) in [((x, y), d), ((y, x), d.neg())] {
+            let old = self.diffs.get(&key).copied().unwrap_or(Range::FULL);
+            match old.meet(r) {
+                Some(m) => {
+                    self.diffs.insert(key, m);
+                }
+                None if strict => self.infeasible = true,
+                None => {
+                    self.diffs.insert(key, r);
+                }
             }
         }
     }
@@ -795,39 +1142,62 @@ impl Sim<'_> {
             .find(|(&(_, _, op), &r)| op == 1 && Self::sym_of(r) == Some(s))?;
         let c = k.wrapping_neg() & 0xffff_ffff;
         let csym = Self::sym_of(cval)?;
-        let (&(x, _), _) = self
-            .memo
-            .iter()
-            .find(|(&(_, size), &r)| size == 1 && Self::sym_of(r) == Some(csym))?;
+        // `zext8(x)` is a view of `x`, or `x` itself when it fits a byte.
+        let x = match self.memo.iter().find(|(&(x, size), &r)| {
+            size == 1 && Self::sym_of(r) == Some(csym) && Self::sym_of(x).is_some()
+        }) {
+            Some((&(x, _), _)) => x,
+            None if self.range_of(cval).umax() <= 0xff => cval,
+            None => return None,
+        };
         Self::sym_of(x)?;
         let a = *self.arith.get(&(x, k, 1))?;
         let b = Self::sym_of(*self.memo.get(&(a, 1))?)?;
-        let n = *self.bounds.get(&b)?;
+        let n = self.ranges.get(&b)?.umax();
         (c <= 255 && c + n <= 255).then_some(n)
     }
 
-    fn bound(&self, s: u32, reader: &TableReader) -> Option<u64> {
-        if let Some(&b) = self.bounds.get(&s) {
-            return Some(b);
-        }
+    /// The values the index symbol `s` can hold: its own range, met with
+    /// what its definition implies (a sign extension of a value below
+    /// 2^31, printf's byte classes, a byte loaded from a bounded table).
+    fn index_range(&self, s: u32, reader: &TableReader) -> Range {
+        let mut r = self.ranges.get(&s).copied().unwrap_or(Range::FULL);
+        let mut meet = |o: Range| r = r.meet(o).unwrap_or(r);
         if let Some(&inner) = self.sext_of.get(&s) {
-            // Sign extension of a 32-bit value known to be below 2^31.
-            return self.bound(inner, reader).filter(|&b| b < 1 << 31);
+            let i = self.index_range(inner, reader);
+            if i.umax() < 1 << 31 {
+                meet(i);
+            }
         }
         if let Some(b) = self.byte_range_bound(s) {
-            return Some(b);
+            meet(Range::upto(b));
+        }
+        // `x - y + c` with a known range of `x - y`.
+        if let Some(&(x, y, c)) = self.sums.get(&s) {
+            if let Some(&d) = self.diffs.get(&(x, y)) {
+                meet(d.add_const(c));
+            }
         }
         // The index was loaded from a small table of bytes/words whose own
         // index is bounded: its largest entry bounds ours.
+        if let Some(max) = self.small_load_max(s, reader) {
+            meet(Range::upto(max));
+        }
+        r
+    }
+
+    fn small_load_max(&self, s: u32, reader: &TableReader) -> Option<u64> {
         let &(addr, size) = self.small_loads.get(&s)?;
         let (inner, scale) = addr.sym?;
-        let n = self.bound(inner, reader)?;
-        if n >= MAX_ENTRIES || scale != u64::from(size) {
+        let i = self.index_range(inner, reader);
+        if i.len >= MAX_ENTRIES || scale != u64::from(size) {
             return None;
         }
         let mut max = 0u64;
-        for i in 0..=n {
-            let a = addr.off.wrapping_add(i * scale);
+        for k in 0..=i.len {
+            let a = addr
+                .off
+                .wrapping_add(scale.wrapping_mul(i.lo.wrapping_add(k)));
             let v = match size {
                 1 => u64::from(reader.u8_at(a)?),
                 2 => u64::from(reader.u16_at(a)?),
@@ -881,13 +1251,14 @@ fn resolve_path(
         pointers: Default::default(),
         arith: HashMap::new(),
         sext_of: HashMap::new(),
-        bits: HashMap::new(),
+        masks: Default::default(),
+        sums: HashMap::new(),
+        diffs: HashMap::new(),
         slots: HashMap::new(),
         next_sym: 0,
-        bounds: HashMap::new(),
-        off_bounds: HashMap::new(),
+        ranges: HashMap::new(),
         small_loads: HashMap::new(),
-        last_cmp: None,
+        flags: None,
         last_zero: None,
         infeasible: false,
         info: InstructionInfoFactory::new(),
@@ -930,6 +1301,21 @@ fn resolve_path(
             off: 0,
         }) if sim.pointers.contains(&p) => return JumpResolution::TailCall,
         Val::Lin(Lin { sym: None, off }) => return JumpResolution::Computed(vec![off]),
+        // A label plus a bounded multiple of a variable (glibc's
+        // memmove-ssse3: `and $0xf, %ecx; shl $6, %ecx; add %r9, %rcx;
+        // jmp *%rcx`): every value the bound allows.
+        Val::Lin(Lin {
+            sym: Some((s, k)),
+            off,
+        }) if in_proc(off) && k != 0 && sim.index_range(s, reader).len < MAX_ENTRIES => {
+            let r = sim.index_range(s, reader);
+            let mut targets: Vec<u64> = (0..=r.len)
+                .map(|i| off.wrapping_add(k.wrapping_mul(r.lo.wrapping_add(i))))
+                .collect();
+            targets.sort_unstable();
+            targets.dedup();
+            return JumpResolution::Computed(targets);
+        }
         Val::Lin(Lin { sym: Some(_), off }) if in_proc(off) => {
             return JumpResolution::Unresolved(LABEL_ARITHMETIC)
         }
@@ -952,13 +1338,16 @@ fn resolve_path(
         }
         return JumpResolution::Unresolved("index scale differs from the entry size");
     }
-    // An index `s + c` bounded by `m` reads entries `0..=m` of the table
-    // at `addr.off - scale*c`: the address is `(addr.off - scale*c) +
-    // scale*(s + c)` whatever the order in which the code formed it.
-    let bounded = sim.bound(s, reader).map(|n| (n, addr.off)).or_else(|| {
-        sim.off_bounds
-            .get(&s)
-            .map(|&(c, m)| (m, addr.off.wrapping_sub(scale.wrapping_mul(c))))
+    // An index `s` in `lo..=lo+n` reads entries `0..=n` of the table at
+    // `addr.off + scale*lo`, whatever the order in which the code formed
+    // the address (`sub $4, %rax; cmp $0x16, %rax; ja` bounds `s - 4` by
+    // 0x16: `lo` is 4).
+    let range = sim.index_range(s, reader);
+    let bounded = (range.len < MAX_ENTRIES).then(|| {
+        (
+            range.len,
+            addr.off.wrapping_add(scale.wrapping_mul(range.lo)),
+        )
     });
     let Some((n, table)) = bounded else {
         // PIC jump tables hold 32-bit offsets (8-byte addresses would each
@@ -975,15 +1364,13 @@ fn resolve_path(
         if reader.pic && entry_size == 8 && !labels {
             return JumpResolution::TailCall;
         }
+        if range.len <= u64::from(u32::MAX) {
+            return JumpResolution::Unresolved("table bound too large");
+        }
         return JumpResolution::Unresolved("no bounding compare on the index");
     };
-    if n >= MAX_ENTRIES {
-        return JumpResolution::Unresolved("table bound too large");
-    }
-    let mut targets = Vec::with_capacity(n as usize + 1);
-    for i in 0..=n {
-        let a = table.wrapping_add(i * entry_size);
-        let t = if entry_size == 8 {
+    let entry = |a: u64| {
+        if entry_size == 8 {
             reader.u64_at(a)
         } else {
             reader.u32_at(a).map(|e| {
@@ -994,13 +1381,84 @@ fn resolve_path(
                 };
                 add.wrapping_add(e)
             })
-        };
-        match t {
+        }
+    };
+    let mut targets = Vec::with_capacity(n as usize + 1);
+    for i in 0..=n {
+        match entry(table.wrapping_add(i * entry_size)) {
             Some(t) => targets.push(t),
             None => return JumpResolution::Unresolved("table outside the file's sections"),
         }
     }
+    // A table of offsets from its own start whose proven range starts
+    // past entry 0 (`test %eax, %eax; jne` then `cmp $5, %eax; ja`): the
+    // entries below it, when all are labels of the procedure, are added
+    // back, so that the table is described from its start (where its
+    // offsets are counted from, which the rewriter needs) and paths with
+    // different lower bounds agree. They are never taken, which costs
+    // nothing in an exact CFG.
+    let below = table.wrapping_sub(addr.off) / entry_size;
+    if entry_size == 4 && add == addr.off && table != addr.off && below < MAX_ENTRIES {
+        let low: Option<Vec<u64>> = (0..below)
+            .map(|i| entry(addr.off + i * 4).filter(|&t| in_proc(t)))
+            .collect();
+        if let Some(mut low) = low {
+            low.extend(targets);
+            return JumpResolution::Table {
+                table: addr.off,
+                targets: low,
+            };
+        }
+    }
     JumpResolution::Table { table, targets }
+}
+
+/// Joins the tables two paths to one jump read, `(start, targets)` each,
+/// when they are overlapping or adjacent runs of one table: both lists
+/// must be the entries the memory holds at one stride (4-byte offsets from
+/// one base, or 8-byte addresses) from the lower start. Paths with
+/// different lower bounds on the index (`bsf(m)` in `0..=15` on one,
+/// `bsf(m) + 16 - (p & 15)` in `1..=31` on another) read such runs.
+pub fn merge_tables(
+    reader: &TableReader,
+    a: (u64, &[u64]),
+    b: (u64, &[u64]),
+) -> Option<JumpResolution> {
+    let ((t1, l1), (t2, l2)) = if a.0 <= b.0 { (a, b) } else { (b, a) };
+    for stride in [4u64, 8] {
+        let gap = t2 - t1;
+        let d = gap / stride;
+        if gap % stride != 0 || d > l1.len() as u64 {
+            continue;
+        }
+        let d = d as usize;
+        let len = l1.len().max(d + l2.len());
+        let union: Vec<u64> = (0..len)
+            .map(|i| if i < l1.len() { l1[i] } else { l2[i - d] })
+            .collect();
+        let agree = l2.iter().enumerate().all(|(j, &t)| union[d + j] == t);
+        // The memory at this stride must give exactly these targets.
+        let read = |i: usize| -> Option<u64> {
+            let at = t1.checked_add(stride * i as u64)?;
+            match stride {
+                8 => reader.u64_at(at),
+                _ => reader.u32_at(at).map(|e| e as i32 as i64 as u64),
+            }
+        };
+        let base = match stride {
+            8 => Some(0),
+            _ => read(0).map(|e| union[0].wrapping_sub(e)),
+        };
+        let Some(base) = base else { continue };
+        let matches = (0..len).all(|i| read(i).map(|e| base.wrapping_add(e)) == Some(union[i]));
+        if agree && matches {
+            return Some(JumpResolution::Table {
+                table: t1,
+                targets: union,
+            });
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -1082,6 +1540,25 @@ mod tests {
             relative,
         };
         resolve(&slices, taken, &reader, entry, &|_| false).expect("a feasible path")
+    }
+
+    /// Like `run_with`, with the procedure's extent; `None`: infeasible.
+    fn run_in(
+        blocks: &[&[I]],
+        taken: &[bool],
+        regions: Vec<(u64, Vec<u8>)>,
+        in_proc: &dyn Fn(u64) -> bool,
+    ) -> Option<JumpResolution> {
+        let insns = decode(blocks);
+        let slices: Vec<&[Instruction]> = insns.iter().map(Vec::as_slice).collect();
+        let mem = Region(regions);
+        let relative = HashMap::new();
+        let reader = TableReader {
+            memory: &mem,
+            pic: true,
+            relative: &relative,
+        };
+        resolve(&slices, taken, &reader, &mut |_| None, in_proc)
     }
 
     fn rel_table(targets: &[u64]) -> Vec<u8> {
@@ -1474,6 +1951,350 @@ mod tests {
         assert_eq!(
             resolve(&slices, &[true], &reader, &mut |_| None, &|_| false),
             Some(JumpResolution::Computed(vec![0]))
+        );
+    }
+
+    /// 32 distinct case addresses and their int32 table relative to `T`.
+    fn cases(n: u64) -> (Vec<u64>, Vec<u8>) {
+        let t: Vec<u64> = (0..n).map(|i| 0x1100 + 0x10 * i).collect();
+        let table = rel_table(&t);
+        (t, table)
+    }
+
+    // and rcx, 0xf; pmovmskb edx, xmm0; test rdx, rdx; jne
+    const MASK_NONZERO: &[I] = &[
+        I::Raw(&[0x48, 0x83, 0xe1, 0x0f]),
+        I::Raw(&[0x66, 0x0f, 0xd7, 0xd0]),
+        I::Raw(&[0x48, 0x85, 0xd2]),
+        I::Raw(&[0x75, 0x10]),
+    ];
+
+    /// glibc 2.36 `__strcpy_sse2_unaligned` (libc.so.6 at 0xa3d10): the
+    /// index is `bsf(mask) + 16 - (src & 15)`, in `1..=31` by interval
+    /// arithmetic, so the table is read from its second entry.
+    #[test]
+    fn glibc_strcpy_bsf_plus_16_minus_alignment() {
+        let jump: &[I] = &[
+            I::Raw(&[0x48, 0x0f, 0xbc, 0xd2]), // bsf rdx, rdx
+            I::Raw(&[0x48, 0x01, 0xce]),       // add rsi, rcx
+            I::Raw(&[0x48, 0x83, 0xc2, 0x10]), // add rdx, 0x10
+            I::Raw(&[0x48, 0x29, 0xca]),       // sub rdx, rcx
+            I::Rip(&[0x4c, 0x8d, 0x1d]),       // lea r11, [rip+T]
+            I::Raw(&[0x49, 0x63, 0x0c, 0x93]), // movsxd rcx, [r11+rdx*4]
+            I::Raw(&[0x49, 0x8d, 0x0c, 0x0b]), // lea rcx, [r11+rcx]
+            I::Raw(&[0xff, 0xe1]),             // jmp rcx
+        ];
+        let (t, table) = cases(32);
+        let r = run_with(
+            &[MASK_NONZERO, jump],
+            &[true],
+            vec![(T, table.clone())],
+            &HashMap::new(),
+            &mut |_| None,
+        );
+        assert_eq!(
+            r,
+            JumpResolution::Table {
+                table: T + 4,
+                targets: t[1..].to_vec()
+            }
+        );
+        // Entry 0 is a label of the procedure: the table is described from
+        // its start.
+        let r = run_in(&[MASK_NONZERO, jump], &[true], vec![(T, table)], &|a| {
+            (0x1000..0x1400).contains(&a)
+        });
+        assert_eq!(
+            r,
+            Some(JumpResolution::Table {
+                table: T,
+                targets: t
+            })
+        );
+    }
+
+    /// Without the mask (an unknown register scanned by `bsf` into
+    /// another), nothing bounds the index.
+    #[test]
+    fn bsf_of_an_unknown_register_bounds_nothing() {
+        let jump: &[I] = &[
+            I::Raw(&[0x48, 0x0f, 0xbc, 0xd6]), // bsf rdx, rsi
+            I::Rip(&[0x4c, 0x8d, 0x1d]),
+            I::Raw(&[0x49, 0x63, 0x0c, 0x93]),
+            I::Raw(&[0x49, 0x8d, 0x0c, 0x0b]),
+            I::Raw(&[0xff, 0xe1]),
+        ];
+        let (_, table) = cases(64);
+        let r = run_with(&[jump], &[], vec![(T, table)], &HashMap::new(), &mut |_| {
+            None
+        });
+        assert_eq!(
+            r,
+            JumpResolution::Unresolved("no bounding compare on the index")
+        );
+    }
+
+    /// glibc 2.36 `__strcmp_sse2_unaligned`-style dispatch (libc.so.6 at
+    /// 0xa5350): both offsets are masked to `0..=15`, the compare orders
+    /// them (swapping with `xchg` if needed), and the index `15 + a - b`
+    /// with `a < b` lies in `0..=14`: a fact on the difference of two
+    /// symbols.
+    #[test]
+    fn glibc_strcmp_ordered_offsets() {
+        let guard: &[I] = &[
+            I::Raw(&[0x83, 0xe1, 0x0f]), // and ecx, 0xf
+            I::Raw(&[0x83, 0xe0, 0x0f]), // and eax, 0xf
+            I::Raw(&[0x39, 0xc1]),       // cmp ecx, eax
+            I::Raw(&[0x74, 0x26]),       // je
+        ];
+        let ja: &[I] = &[I::Raw(&[0x77, 0x07])];
+        let swap: &[I] = &[
+            I::Raw(&[0x41, 0x89, 0xd0]), // mov r8d, edx
+            I::Raw(&[0x91]),             // xchg ecx, eax
+            I::Raw(&[0x48, 0x87, 0xf7]), // xchg rdi, rsi
+        ];
+        let jump: &[I] = &[
+            I::Raw(&[0x4c, 0x8d, 0x48, 0x0f]), // lea r9, [rax+0xf]
+            I::Raw(&[0x49, 0x29, 0xc9]),       // sub r9, rcx
+            I::Rip(&[0x4c, 0x8d, 0x15]),       // lea r10, [rip+T]
+            I::Raw(&[0x4f, 0x63, 0x0c, 0x8a]), // movsxd r9, [r10+r9*4]
+            I::Raw(&[0x4f, 0x8d, 0x14, 0x0a]), // lea r10, [r10+r9]
+            I::Raw(&[0x41, 0xff, 0xe2]),       // jmp r10
+        ];
+        let (t, table) = cases(31);
+        let want = JumpResolution::Table {
+            table: T,
+            targets: t[..15].to_vec(),
+        };
+        // ja taken (ecx > eax).
+        let r = run_with(
+            &[guard, ja, jump],
+            &[false, true],
+            vec![(T, table.clone())],
+            &HashMap::new(),
+            &mut |_| None,
+        );
+        assert_eq!(r, want);
+        // ja not taken (ecx < eax), swapped.
+        let r = run_with(
+            &[guard, ja, swap, jump],
+            &[false, false, false],
+            vec![(T, table.clone())],
+            &HashMap::new(),
+            &mut |_| None,
+        );
+        assert_eq!(r, want);
+        // je taken (equal offsets, were the jump reached that way): the
+        // difference is 0, the index 15.
+        let r = run_with(
+            &[guard, jump],
+            &[true],
+            vec![(T, table)],
+            &HashMap::new(),
+            &mut |_| None,
+        );
+        assert_eq!(
+            r,
+            JumpResolution::Table {
+                table: T + 15 * 4,
+                targets: vec![t[15]]
+            }
+        );
+    }
+
+    /// glibc's `__strncpy_sse2_unaligned` (libc.so.6 at 0xa45e1): `cmp
+    /// %r8, %rdx; jb` not taken gives `r8 <= rdx = bsf(mask) <= 15`, which
+    /// bounds the table index `r8`; the taken side bounds nothing.
+    #[test]
+    fn glibc_strncpy_remaining_length_below_bsf() {
+        let block: &[I] = &[
+            I::Raw(&[0x66, 0x0f, 0xd7, 0xd0]), // pmovmskb edx, xmm0
+            I::Raw(&[0x48, 0x0f, 0xbc, 0xd2]), // bsf rdx, rdx
+            I::Raw(&[0x4c, 0x39, 0xc2]),       // cmp rdx, r8
+            I::Raw(&[0x72, 0x10]),             // jb
+        ];
+        let jump: &[I] = &[
+            I::Rip(&[0x4c, 0x8d, 0x1d]),       // lea r11, [rip+T]
+            I::Raw(&[0x4b, 0x63, 0x0c, 0x83]), // movsxd rcx, [r11+r8*4]
+            I::Raw(&[0x49, 0x8d, 0x0c, 0x0b]), // lea rcx, [r11+rcx]
+            I::Raw(&[0xff, 0xe1]),             // jmp rcx
+        ];
+        let (t, table) = cases(33);
+        let r = run_with(
+            &[block, jump],
+            &[false],
+            vec![(T, table.clone())],
+            &HashMap::new(),
+            &mut |_| None,
+        );
+        assert_eq!(
+            r,
+            JumpResolution::Table {
+                table: T,
+                targets: t[..16].to_vec()
+            }
+        );
+        let r = run_with(
+            &[block, jump],
+            &[true],
+            vec![(T, table)],
+            &HashMap::new(),
+            &mut |_| None,
+        );
+        assert_eq!(
+            r,
+            JumpResolution::Unresolved("no bounding compare on the index")
+        );
+    }
+
+    /// glibc's strncpy zero-fill tail (libc.so.6 at 0xa50f6): `sub $0x40,
+    /// %r8; jb` taken leaves `r8` in `-0x40..=-1`; `add $0x20; jl` and
+    /// `sub $0x10; jl` not taken (signed, no overflow possible) leave
+    /// `0..=0xf`.
+    #[test]
+    fn glibc_signed_flags_of_sub_and_add() {
+        let b1: &[I] = &[I::Raw(&[0x49, 0x83, 0xe8, 0x40]), I::Raw(&[0x72, 0x1d])];
+        let b2: &[I] = &[I::Raw(&[0x49, 0x83, 0xc0, 0x20]), I::Raw(&[0x7c, 0x2c])];
+        let b3: &[I] = &[I::Raw(&[0x49, 0x83, 0xe8, 0x10]), I::Raw(&[0x7c, 0x38])];
+        let jump: &[I] = &[
+            I::Rip(&[0x4c, 0x8d, 0x1d]),
+            I::Raw(&[0x4b, 0x63, 0x0c, 0x83]),
+            I::Raw(&[0x49, 0x8d, 0x0c, 0x0b]),
+            I::Raw(&[0xff, 0xe1]),
+        ];
+        let (t, table) = cases(16);
+        let r = run_with(
+            &[b1, b2, b3, jump],
+            &[true, false, false],
+            vec![(T, table.clone())],
+            &HashMap::new(),
+            &mut |_| None,
+        );
+        assert_eq!(
+            r,
+            JumpResolution::Table {
+                table: T,
+                targets: t
+            }
+        );
+        // Without the first block `r8 + 0x20` may overflow: no bound.
+        let r = run_with(
+            &[b2, b3, jump],
+            &[false, false],
+            vec![(T, table)],
+            &HashMap::new(),
+            &mut |_| None,
+        );
+        assert!(matches!(r, JumpResolution::Unresolved(_)), "{r:?}");
+    }
+
+    /// glibc's `__memmove_ssse3` (libc.so.6 at 0x16e9c4): `and $0xf, %ecx;
+    /// shl $6, %ecx; add %r9, %rcx; jmp *%rcx` with `r9` a label: one of
+    /// 16 labels 64 bytes apart. Without the mask it stays unresolved.
+    #[test]
+    fn glibc_memmove_label_plus_shifted_offset() {
+        let jump: &[I] = &[
+            I::Rip(&[0x4c, 0x8d, 0x0d]), // lea r9, [rip+T]
+            I::Raw(&[0x83, 0xe1, 0x0f]), // and ecx, 0xf
+            I::Raw(&[0xc1, 0xe1, 0x06]), // shl ecx, 6
+            I::Raw(&[0x4c, 0x01, 0xc9]), // add rcx, r9
+            I::Raw(&[0xff, 0xe1]),       // jmp rcx
+        ];
+        let in_proc = |a: u64| (T..T + 0x1000).contains(&a);
+        let want: Vec<u64> = (0..16).map(|i| T + 64 * i).collect();
+        assert_eq!(
+            run_in(&[jump], &[], Vec::new(), &in_proc),
+            Some(JumpResolution::Computed(want))
+        );
+        // `and $0xf, %ecx; shl $5, %ecx; lea (%rcx,%rcx,2), %r8d; lea
+        // L(%rip), %rdx; add %r8, %rdx; jmp *%rdx` (0x16e9dc): 96 apart.
+        let times3: &[I] = &[
+            I::Raw(&[0x83, 0xe1, 0x0f]),       // and ecx, 0xf
+            I::Raw(&[0xc1, 0xe1, 0x05]),       // shl ecx, 5
+            I::Raw(&[0x44, 0x8d, 0x04, 0x49]), // lea r8d, [rcx+rcx*2]
+            I::Rip(&[0x48, 0x8d, 0x15]),       // lea rdx, [rip+T]
+            I::Raw(&[0x4c, 0x01, 0xc2]),       // add rdx, r8
+            I::Raw(&[0xff, 0xe2]),             // jmp rdx
+        ];
+        let want: Vec<u64> = (0..16).map(|i| T + 96 * i).collect();
+        assert_eq!(
+            run_in(&[times3], &[], Vec::new(), &in_proc),
+            Some(JumpResolution::Computed(want))
+        );
+        let unmasked: &[I] = &[
+            I::Rip(&[0x4c, 0x8d, 0x0d]),
+            I::Raw(&[0xc1, 0xe1, 0x06]),
+            I::Raw(&[0x4c, 0x01, 0xc9]),
+            I::Raw(&[0xff, 0xe1]),
+        ];
+        assert_eq!(
+            run_in(&[unmasked], &[], Vec::new(), &in_proc),
+            Some(JumpResolution::Unresolved(LABEL_ARITHMETIC))
+        );
+    }
+
+    /// `_dl_find_object`: `mov _rtld_global_ro@GOT(%rip), %rax; jmp
+    /// *0x360(%rax)`, a function pointer in a global structure.
+    #[test]
+    fn a_pointer_field_of_a_global_is_a_tail_call() {
+        let jump: &[I] = &[
+            I::Rip(&[0x48, 0x8b, 0x05]),                   // mov rax, [rip+T]
+            I::Raw(&[0xff, 0xa0, 0x60, 0x03, 0x00, 0x00]), // jmp [rax+0x360]
+        ];
+        assert_eq!(
+            run(&[jump], &[], vec![0; 8], &HashMap::new()),
+            JumpResolution::TailCall
+        );
+    }
+
+    /// A path whose compare contradicts what is known cannot run: `mov
+    /// $0x30, %ebx; cmp $0x2b, %ebx; ja` does not fall through.
+    #[test]
+    fn a_compare_against_a_known_range_prunes_the_path() {
+        let guard: &[I] = &[
+            I::Raw(&[0xbb, 0x30, 0, 0, 0]), // mov ebx, 0x30
+            I::Raw(&[0x83, 0xfb, 0x2b]),    // cmp ebx, 0x2b
+            I::Raw(&[0x77, 0x10]),          // ja
+        ];
+        let jump: &[I] = &[
+            I::Rip(&[0x48, 0x8d, 0x0d]),       // lea rcx, [rip+T]
+            I::Raw(&[0x48, 0x63, 0x04, 0x99]), // movsxd rax, [rcx+rbx*4]
+            I::Raw(&[0x48, 0x01, 0xc8]),       // add rax, rcx
+            I::Raw(&[0xff, 0xe0]),             // jmp rax
+        ];
+        let (_, table) = cases(0x31);
+        assert_eq!(
+            run_in(&[guard, jump], &[false], vec![(T, table)], &|_| false),
+            None
+        );
+    }
+
+    #[test]
+    fn runs_of_one_table_merge() {
+        let (t, table) = cases(8);
+        let mem = Region(vec![(T, table)]);
+        let relative = HashMap::new();
+        let reader = TableReader {
+            memory: &mem,
+            pic: true,
+            relative: &relative,
+        };
+        assert_eq!(
+            merge_tables(&reader, (T + 4, &t[1..5]), (T, &t[..3])),
+            Some(JumpResolution::Table {
+                table: T,
+                targets: t[..5].to_vec()
+            })
+        );
+        // A gap between the runs, or lists that are not the memory's
+        // entries, do not merge.
+        assert_eq!(
+            merge_tables(&reader, (T, &t[..2]), (T + 16, &t[4..6])),
+            None
+        );
+        assert_eq!(
+            merge_tables(&reader, (T, &t[..2]), (T + 4, &[0x5555])),
+            None
         );
     }
 }
