@@ -695,7 +695,9 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     /// `--count`: totals per thread and module, calls per procedure.
     fn totals(&self) -> Result<Totals> {
         use rayon::prelude::*;
-        let run = |job: &Job<'_>| -> Result<(Vec<Vec<u64>>, Vec<Vec<u64>>)> {
+        // Per module of the job's group: block counts, procedure entries.
+        type Counts = (Vec<Vec<u64>>, Vec<Vec<u64>>);
+        let run = |job: &Job<'_>| -> Result<Counts> {
             let mut m = self.machine(job);
             let mods = &self.groups[job.group];
             let mut sink = Sink {
@@ -708,8 +710,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             Ok((sink.counts.unwrap_or_default(), m.entries))
         };
         let workers = self.threads_jobs();
-        #[allow(clippy::type_complexity)]
-        let results: Vec<Result<(Vec<Vec<u64>>, Vec<Vec<u64>>)>> = if workers <= 1 {
+        let results: Vec<Result<Counts>> = if workers <= 1 {
             self.jobs.iter().map(run).collect()
         } else {
             let pool = rayon::ThreadPoolBuilder::new()
