@@ -602,3 +602,56 @@ fn a_traced_library_without_a_traced_executable_stops_clearly() {
     );
     assert!(out.stdout.is_empty(), "it ran untraced: {:?}", out.stdout);
 }
+
+/// `--libs all` on Debian's zstd (libz, liblzma and liblz4 besides glibc,
+/// and worker threads, whose interleaving lackey's run would not repeat):
+/// the recorded run's output equals the native one, every library is a
+/// module of the trace, and the whole trace regenerates (each witness
+/// fits its procedure's witness sets, or regeneration stops).
+#[test]
+fn debian_zstd_with_all_its_libraries() {
+    let input = input("zstd-all");
+    let exe = Path::new("/usr/bin/zstd");
+    let args = ["-q", "-c", input.as_str()];
+    let native = run_native(exe, &args);
+    let trace =
+        common::scratch("trace-oracle").join(format!("zstd-all-{}.aet", std::process::id()));
+    let rec = Command::new(common::aetrace())
+        .arg("record")
+        .arg("-o")
+        .arg(&trace)
+        .args(["--libs", "all", "--"])
+        .arg(exe)
+        .args(args)
+        .output()
+        .unwrap();
+    assert_eq!(rec.stdout, native.stdout, "zstd: stdout differs");
+    assert_eq!(rec.stderr, native.stderr, "zstd: stderr differs");
+    assert_eq!(rec.status.code(), native.status.code());
+    let info = info_json(&trace);
+    let libs: Vec<&str> = info["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["main"] == false)
+        .map(|m| m["path"].as_str().unwrap())
+        .collect();
+    for want in ["libz.so.1", "liblzma.so.5", "liblz4.so.1"] {
+        assert!(
+            libs.iter().any(|p| p.ends_with(want)),
+            "{want} not in {libs:?}"
+        );
+    }
+    assert!(info["regen_error"].is_null(), "{}", info["regen_error"]);
+    let out = Command::new(common::aetrace())
+        .args(["regen", "--count"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_file(&trace);
+}

@@ -230,8 +230,23 @@ pub fn record_command(o: &RecordOptions) -> Result<Outcome> {
     let mut modules = vec![prepared.module];
     modules[0].notes.extend(sel.notes);
     let mut links = Vec::new();
-    for (i, lib) in sel.traced.iter().enumerate() {
-        let p = prepare(&lib.path, o.placement, i as u32 + 1)?;
+    for lib in &sel.traced {
+        // Tags stay dense: the next library gets the next module id.
+        let p = match prepare(&lib.path, o.placement, modules.len() as u32) {
+            Ok(p) => p,
+            // `all` means every library that can be traced: one the
+            // rewriter refuses runs untraced, like libc, and the trace
+            // says why. A library named explicitly must be traced.
+            Err(e) if o.libs == LibSelection::All => {
+                modules[0]
+                    .notes
+                    .push(format!("library {} left alone: {e}", lib.needed));
+                // Its `$ORIGIN` dependents, linked below, are the same
+                // files under the same names: harmless.
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         links.push((lib.needed.clone(), p.elf));
         modules.push(p.module);
     }

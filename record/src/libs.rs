@@ -91,6 +91,10 @@ pub fn is_glibc(needed: &str) -> bool {
         )
 }
 
+/// DT_RPATH directories with the `$ORIGIN` they expand against, nearest
+/// loader first.
+type RpathChain = Vec<(PathBuf, Vec<String>)>;
+
 /// The DT_NEEDED closure of `exe`, in the loader's breadth-first order.
 pub fn closure(exe: &Path) -> Result<Vec<Library>> {
     let cache = LdCache::load();
@@ -100,7 +104,7 @@ pub fn closure(exe: &Path) -> Result<Vec<Library>> {
     let mut seen: HashSet<String> = HashSet::new();
     let mut out = Vec::new();
     // (object, the DT_RPATH chain of its loaders when it has no RUNPATH)
-    let mut queue: VecDeque<(PathBuf, Vec<(PathBuf, Vec<String>)>)> = VecDeque::new();
+    let mut queue: VecDeque<(PathBuf, RpathChain)> = VecDeque::new();
     queue.push_back((exe.to_owned(), Vec::new()));
     while let Some((obj, loaders_rpath)) = queue.pop_front() {
         let info = DynInfo::read(&obj)?;

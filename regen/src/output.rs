@@ -769,15 +769,16 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     /// `--count`: totals per thread and module, calls per procedure.
     fn totals(&self) -> Result<Totals> {
         use rayon::prelude::*;
-        let run = |job: &Job<'_>| -> Result<(Vec<(u64, u64)>, Vec<Vec<u64>>)> {
+        // Per module of the job's group: (instructions, blocks), procedure entries.
+        type Counts = (Vec<(u64, u64)>, Vec<Vec<u64>>);
+        let run = |job: &Job<'_>| -> Result<Counts> {
             let mut m = self.machine(job);
             let mut sink = Sink::counting(&self.groups[job.group]);
             while m.run(&mut sink)? == Progress::More {}
             Ok((sink.counts.map(|c| c.totals).unwrap_or_default(), m.entries))
         };
         let workers = self.workers().min(self.jobs.len()).max(1);
-        #[allow(clippy::type_complexity)]
-        let results: Vec<Result<(Vec<(u64, u64)>, Vec<Vec<u64>>)>> = if workers <= 1 {
+        let results: Vec<Result<Counts>> = if workers <= 1 {
             self.jobs.iter().map(run).collect()
         } else {
             let pool = rayon::ThreadPoolBuilder::new()
