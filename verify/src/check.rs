@@ -756,7 +756,7 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
                     .chain(&seen)
                     .copied()
                     .collect();
-                let mut notes = describe.environment(t.before.last().copied(), &path);
+                let mut notes = describe.environment(&t.before, &path);
                 if let Some(sig) = signal {
                     notes.push(format!(
                         "signal {sig} was delivered to the thread just before: signals arrive at other points in other runs"
@@ -847,12 +847,13 @@ impl<'a> Describer<'a> {
     }
 
     /// Paper 004, Section 4.2: what may make two runs of the same program
-    /// differ, looked for in the last block both runs executed (a call or
-    /// a system call, whose result comes from outside) and in the
+    /// differ, looked for in the blocks both runs executed last (`before`,
+    /// oldest first: a call out of the module or a system call, whose result
+    /// comes from outside) and in the
     /// procedures of the blocks around the divergence (`path`): reads of
     /// code addresses or of the return address, which the instrumented
     /// run sees changed.
-    fn environment(&mut self, last: Option<u64>, path: &[u64]) -> Vec<String> {
+    fn environment(&mut self, before: &[u64], path: &[u64]) -> Vec<String> {
         let mut notes = Vec::new();
         let Some(prog) = self.program() else {
             return notes;
@@ -865,30 +866,56 @@ impl<'a> Describer<'a> {
                 .into_iter()
                 .collect::<Vec<_>>()
         };
-        let mut done: Vec<usize> = Vec::new();
-        for (k, &addr) in last.iter().chain(path).enumerate() {
-            for (id, p) in prog.procs.iter() {
+        // The newest common block that calls outside the module's own code
+        // (an import, an indirect target) or makes a system call.
+        'calls: for (distance, &addr) in before.iter().rev().enumerate() {
+            for (_, p) in prog.procs.iter() {
                 let Ok(cfg) = &p.cfg else { continue };
                 let Some(b) = cfg.block_at(addr) else {
                     continue;
                 };
-                if k == 0 && Some(addr) == last {
-                    let blk = &cfg.blocks[b];
-                    if let Some(c) = cfg.calls.iter().find(|c| c.block == b) {
-                        let name = c.name.clone().unwrap_or_else(|| match c.target {
-                            Some(t) => format!("{t:#x}"),
-                            None => "an indirect target".into(),
-                        });
-                        notes.push(format!(
-                            "the last block both runs executed calls {name}: if its result differs between runs (time, pid, input, addresses, the environment), the two runs can legitimately part here"
-                        ));
-                    }
-                    if decode(blk.start, blk.end)
-                        .iter()
-                        .any(|i| i.mnemonic() == iced_x86::Mnemonic::Syscall)
-                    {
-                        notes.push("the last block both runs executed makes a system call: its result may differ between runs".into());
-                    }
+                let blk = &cfg.blocks[b];
+                let when = match distance {
+                    0 => "the last block both runs executed".to_owned(),
+                    d => format!(
+                        "{d} block{} before the divergence, the run",
+                        if d == 1 { "" } else { "s" }
+                    ),
+                };
+                if let Some(c) = cfg
+                    .calls
+                    .iter()
+                    .find(|c| c.block == b && c.kind != aetrace_record::cfg::CallKind::Direct)
+                {
+                    let name = c.name.clone().unwrap_or_else(|| match c.target {
+                        Some(t) => format!("{t:#x}"),
+                        None => "an indirect target".into(),
+                    });
+                    notes.push(format!(
+                        "{when} called {name} (at {:#x}): if its result differs between runs (time, pid, input, addresses, the environment), the two runs can legitimately part",
+                        blk.start
+                    ));
+                    break 'calls;
+                }
+                if decode(blk.start, blk.end)
+                    .iter()
+                    .any(|i| i.mnemonic() == iced_x86::Mnemonic::Syscall)
+                {
+                    notes.push(format!(
+                        "{when} made a system call (in the block at {:#x}): its result may differ between runs",
+                        blk.start
+                    ));
+                    break 'calls;
+                }
+                break;
+            }
+        }
+        let mut done: Vec<usize> = Vec::new();
+        for &addr in path {
+            for (id, p) in prog.procs.iter() {
+                let Ok(cfg) = &p.cfg else { continue };
+                if cfg.block_at(addr).is_none() {
+                    continue;
                 }
                 if done.contains(&id.index()) {
                     break;
