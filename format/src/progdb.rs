@@ -99,6 +99,9 @@ pub enum CallTarget {
     /// alone): traced procedures it calls announce themselves with ENTER.
     External,
     /// `exit`-like: an EXIT(status) record is written just before the call.
+    /// With `returns` and `marker` (a `syscall`): only when the system call
+    /// ends the thread or the process (exit, exit_group); otherwise RETURN
+    /// follows it.
     Exit,
 }
 

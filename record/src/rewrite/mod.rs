@@ -183,13 +183,6 @@ fn build_id(prog: &Program) -> Vec<u8> {
 pub fn instrument(path: &Path, which: Placement) -> Result<Instrumented> {
     let prog = Program::open(path)?;
     let module = &prog.module;
-    if module.is_static {
-        return Err(rewrite_err(
-            path,
-            "static executables are not supported yet (no dynamic section for the runtime's \
-             preinit entry)",
-        ));
-    }
     if module.kind != ElfKind::Exec && module.kind != ElfKind::Pie {
         return Err(rewrite_err(
             path,
@@ -209,11 +202,14 @@ pub fn instrument(path: &Path, which: Placement) -> Result<Instrumented> {
         .map(|ph| ph.p_vaddr + ph.p_memsz)
         .max()
         .unwrap_or(0);
+    // In a static executable the runtime's init runs at the entry point,
+    // before the libc's startup code applies IRELATIVE relocations: its
+    // IFUNC resolvers are ordinary callbacks there.
     let ifuncs: Vec<u64> = module
         .dyn_relocs
         .iter()
         .chain(&module.plt_relocs)
-        .filter(|r| r.r_type == R_X86_64_IRELATIVE)
+        .filter(|r| r.r_type == R_X86_64_IRELATIVE && !module.is_static)
         .map(|r| r.addend as u64)
         .collect();
 
@@ -233,6 +229,17 @@ pub fn instrument(path: &Path, which: Placement) -> Result<Instrumented> {
         }
         for j in &cfg.indirect_jumps {
             if let JumpResolution::Table { table, targets } = &j.resolution {
+                // A case in another procedure (a `.cold` part) would be a
+                // tail call through the table: not rewritten.
+                if let Some(t) = targets.iter().find(|&&t| cfg.block_at(t).is_none()) {
+                    reasons.insert(
+                        id,
+                        format!(
+                            "jump table at {table:#x} has a case outside the procedure ({t:#x})"
+                        ),
+                    );
+                    continue;
+                }
                 match targets
                     .first()
                     .and_then(|&t| table_format(&prog, *table, t))
@@ -355,10 +362,15 @@ pub fn instrument(path: &Path, which: Placement) -> Result<Instrumented> {
                 ),
             };
             let exit_record = got_jump && name.is_some_and(imports::is_exit_like);
-            let marker = marker && c.returns && !c.tail;
+            // A system call writes EXIT before it when it is exit or
+            // exit_group, and RETURN after it when it returned: the
+            // regenerator cannot mistake the EXIT of a later one for it.
+            let syscall = c.kind == CallKind::Syscall;
+            let marker = (marker || syscall) && c.returns && !c.tail;
             calls[c.block.index()] = CallPlan {
                 marker,
                 exit_record,
+                syscall_exit: syscall,
                 fork: !c.tail && name.is_some_and(imports::is_fork_like),
                 jmpbuf: match name {
                     Some(n) if !c.tail && imports::is_setjmp_like(n) => {
@@ -371,7 +383,7 @@ pub fn instrument(path: &Path, which: Placement) -> Result<Instrumented> {
                 },
             };
             call_db[c.block.index()] = Some(CallDb {
-                target: if exit_record && !c.tail {
+                target: if (exit_record && !c.tail) || syscall {
                     CallTarget::Exit
                 } else {
                     target
@@ -447,7 +459,9 @@ pub fn instrument(path: &Path, which: Placement) -> Result<Instrumented> {
             number,
             name: &p.name,
             start: p.start,
-            stub: if p.start == module.entry {
+            stub: if p.start == module.entry && module.is_static {
+                EntryStub::StaticEntry
+            } else if p.start == module.entry {
                 EntryStub::ProcessEntry
             } else {
                 EntryStub::Full
@@ -469,6 +483,29 @@ pub fn instrument(path: &Path, which: Placement) -> Result<Instrumented> {
     }
     if plans.is_empty() {
         return Err(rewrite_err(path, "no procedure can be traced"));
+    }
+    // A static executable has no preinit array: its traced entry procedure
+    // is the only place to run the runtime's init before any traced code.
+    if module.is_static && !plans.iter().any(|p| p.stub == EntryStub::StaticEntry) {
+        let why = prog
+            .procs
+            .iter()
+            .find(|(_, p)| p.start == module.entry)
+            .map_or("no procedure starts there".to_owned(), |(id, p)| {
+                format!(
+                    "{} is left alone: {}",
+                    p.name,
+                    reasons.get(&id).map_or("", String::as_str)
+                )
+            });
+        return Err(rewrite_err(
+            path,
+            format!(
+                "static executable: the entry point {:#x} cannot be traced ({why}), so the \
+                 runtime has nowhere to start",
+                module.entry
+            ),
+        ));
     }
     if db.procs.iter().any(|p| {
         p.edges
@@ -547,8 +584,15 @@ pub fn instrument(path: &Path, which: Placement) -> Result<Instrumented> {
             },
         ],
         patches,
-        preinit: Some(init),
-        entry: None,
+        preinit: (!module.is_static).then_some(init),
+        entry: if module.is_static {
+            code.springboards
+                .iter()
+                .find(|&&(from, _)| from == module.entry)
+                .map(|&(_, to)| to)
+        } else {
+            None
+        },
         eh_frame_hdr: unwind.as_ref().map(|u| (u.hdr_vaddr, u.hdr_size)),
         eh_frame: unwind
             .as_ref()
