@@ -547,7 +547,11 @@ impl ProcDb {
         }
         let mut end = 0u64;
         for (bi, b) in self.blocks.iter().enumerate() {
-            if bi > 0 && b.start < end {
+            // A block may lie inside the previous one when both end at the
+            // same address: a branch over a `lock` prefix decodes the same
+            // bytes a second time (glibc's `je 1f; lock; 1: cmpxchg`).
+            let aliased = b.start.checked_add(b.size()) == Some(end);
+            if bi > 0 && b.start < end && !aliased {
                 return Some(format!(
                     "block {bi} at {:#x} starts before the end of the previous block ({end:#x})",
                     b.start

@@ -92,6 +92,17 @@ fn left_alone_reason(prog: &Program, id: ProcId, ifuncs: &[u64]) -> Option<Strin
     if p.entries.len() > 1 {
         return Some(format!("{} entry points", p.entries.len()));
     }
+    // `xbegin` ends its block; its abort path is not relocated (a witness
+    // inside a transaction would abort it anyway).
+    for b in cfg.blocks.values() {
+        let at = b.last_insn();
+        let insn = prog.module.bytes_at(at, b.end - at).map(|bytes| {
+            iced_x86::Decoder::with_ip(64, bytes, at, iced_x86::DecoderOptions::NONE).decode()
+        });
+        if insn.is_some_and(|i| i.mnemonic() == iced_x86::Mnemonic::Xbegin) {
+            return Some(format!("transactional memory (xbegin at {at:#x})"));
+        }
+    }
     for j in &cfg.indirect_jumps {
         match &j.resolution {
             JumpResolution::Unresolved(why) => {
