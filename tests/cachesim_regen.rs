@@ -117,6 +117,8 @@ fn cachegrind_i1_equals_cachesim_on_the_regenerated_stream() {
         ((1024, 2, 64), (1024, 2, 64), (8192, 4, 64)),
         ((512, 1, 32), (2048, 4, 64), (16384, 8, 64)),
         ((2048, 4, 64), (4096, 2, 64), (4096, 4, 64)),
+        // An LL smaller than the code: LLi misses beyond the compulsory ones.
+        ((1024, 1, 64), (4096, 2, 64), (2048, 2, 64)),
         ((4096, 1, 64), (4096, 2, 64), (65536, 16, 64)),
     ];
     for (k, (i1, d1, ll)) in geometries.into_iter().enumerate() {

@@ -566,6 +566,7 @@ fn static_glibc() {
         &build("fnptr.c", Variant::new(Opt::O0, Link::Static, true)),
         &[],
     );
+    check_static(&build("setjmp.c", O2_STATIC), &[]);
 }
 
 #[test]

@@ -307,16 +307,23 @@ pub fn check(ix: &Index, trace: &ModuleTrace, marks: &Landmarks) -> (Stats, Vec<
         }
     }
     for &r in &trace.resumes {
-        // The instruction before must be a 2-byte `syscall` of the same block.
-        let follows = ix.insn.get(&r.wrapping_sub(2)).is_some_and(|locs| {
-            locs.iter()
-                .any(|&l| ix.block(l).insns.get(l.pos + 1) == Some(&r))
-        });
+        // The instruction before must be a 2-byte `syscall`: the last of
+        // its block (a system call ends its block, docs/cfg.md), with `r`
+        // starting the next one.
+        let starts_block = ix
+            .insn
+            .get(&r)
+            .is_some_and(|locs| locs.iter().any(|&l| l.pos == 0));
+        let follows = starts_block
+            && ix
+                .insn
+                .get(&r.wrapping_sub(2))
+                .is_some_and(|locs| locs.iter().any(|&l| l.pos + 1 == ix.block(l).insns.len()));
         if ix.insn.contains_key(&r) && !follows {
             bad.push((
                 r,
                 format!(
-                    "a new thread or process starts at {}, which does not follow a system call in its block",
+                    "a new thread or process starts at {}, which does not follow a system call ending the block before",
                     ix.describe(r)
                 ),
             ));

@@ -122,6 +122,26 @@ fn left_alone_reason(prog: &Program, id: ProcId, ifuncs: &[u64]) -> Option<Strin
     None
 }
 
+/// Entry addresses of a static libc's setjmp-like and longjmp-like
+/// functions, by any of their symbol names (glibc's `longjmp`,
+/// `siglongjmp` and `__libc_siglongjmp` are one function).
+fn jmp_family(module: &crate::elf::Module) -> (Vec<u64>, Vec<u64>) {
+    let (mut set, mut long) = (Vec::new(), Vec::new());
+    if !module.is_static {
+        return (set, long);
+    }
+    for s in &module.func_symbols {
+        let n = s.name.as_str();
+        if imports::is_setjmp_like(n) {
+            set.push(s.addr);
+        } else if imports::is_longjmp_like(n) || matches!(n, "__libc_siglongjmp" | "__libc_longjmp")
+        {
+            long.push(s.addr);
+        }
+    }
+    (set, long)
+}
+
 /// Decodes the entry format of a jump table from its first entry.
 fn table_format(prog: &Program, table: u64, first: u64) -> Option<bool> {
     let rel = prog.module.bytes_at(table, 4)?;
@@ -272,6 +292,31 @@ pub fn instrument(path: &Path, which: Placement) -> Result<Instrumented> {
     let traced = |id: ProcId, reasons: &HashMap<ProcId, String>| !reasons.contains_key(&id);
     let by_start: HashMap<u64, ProcId> = prog.procs.iter().map(|(id, p)| (p.start, id)).collect();
 
+    // A static libc's setjmp/longjmp family is left alone, with everything
+    // it calls, and called like an import: SETJMP/LONGJMP records at its
+    // call sites, whatever alias the call names.
+    let (setjmps, longjmps) = jmp_family(module);
+    if module.is_static {
+        let mut work: Vec<u64> = setjmps.iter().chain(&longjmps).copied().collect();
+        let mut seen = std::collections::HashSet::new();
+        while let Some(a) = work.pop() {
+            let Some(&id) = by_start.get(&a) else {
+                continue;
+            };
+            if !seen.insert(id) {
+                continue;
+            }
+            reasons.entry(id).or_insert_with(|| {
+                "setjmp/longjmp family of a static libc (resumes a saved context; called \
+                 like an import)"
+                    .into()
+            });
+            if let Ok(cfg) = &prog.procs[id].cfg {
+                work.extend(cfg.calls.iter().filter_map(|c| c.target));
+            }
+        }
+    }
+
     // 2. Call targets and which calls need a RETURN record.
     let plt0 = prog
         .procs
@@ -377,13 +422,21 @@ pub fn instrument(path: &Path, which: Placement) -> Result<Instrumented> {
             // exit_group, and RETURN after it when it returned: the
             // regenerator cannot mistake the EXIT of a later one for it.
             let syscall = c.kind == CallKind::Syscall;
-            let marker = (marker || syscall) && c.returns && !c.tail;
+            let to_setjmp = c.target.is_some_and(|t| setjmps.contains(&t));
+            let to_longjmp = c.target.is_some_and(|t| longjmps.contains(&t));
+            // Left alone with all it calls: no callback, and a longjmp
+            // never returns (its last jump is indirect, so the CFG cannot
+            // tell).
+            let returns = c.returns && !to_longjmp;
+            let marker = (marker || syscall) && returns && !c.tail && !to_setjmp;
             calls[c.block.index()] = CallPlan {
                 marker,
                 exit_record,
                 syscall_exit: syscall,
                 fork: !c.tail && name.is_some_and(imports::is_fork_like),
                 jmpbuf: match name {
+                    _ if !c.tail && to_setjmp => Some(aetrace_runtime::RecordKind::Setjmp),
+                    _ if !c.tail && to_longjmp => Some(aetrace_runtime::RecordKind::Longjmp),
                     Some(n) if !c.tail && imports::is_setjmp_like(n) => {
                         Some(aetrace_runtime::RecordKind::Setjmp)
                     }
@@ -400,7 +453,7 @@ pub fn instrument(path: &Path, which: Placement) -> Result<Instrumented> {
                     target
                 },
                 marker,
-                returns: c.returns,
+                returns,
                 tail: c.tail,
                 lazy: None,
                 landing: {
