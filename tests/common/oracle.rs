@@ -18,8 +18,8 @@
 //!   from libc, a signal handler, a longjmp) lands on a procedure start or a
 //!   return address;
 //! - a new thread or forked child that starts inside the module (static
-//!   binaries: it returns from the `clone`/`fork` system call) starts right
-//!   after a 2-byte instruction (`syscall`) of the same block.
+//!   binaries: it returns from the `clone`/`fork` system call) starts a
+//!   block right after a 2-byte instruction (`syscall`) that ends its own.
 //!
 //! Legal transfers that are no CFG edge, and how they are treated:
 //! - `a -> a`: valgrind runs each iteration of a `rep`-prefixed string

@@ -48,6 +48,8 @@ const SEQ_LABELS: u64 = 0x100;
 /// Linux x86-64 system calls that end the calling thread or process.
 const SYS_EXIT: i32 = 60;
 const SYS_EXIT_GROUP: i32 = 231;
+/// clone, fork, vfork, clone3: a new task that inherits the GS base.
+const SYS_NEW_TASK: [i32; 4] = [56, 57, 58, 435];
 
 /// How untraced code enters a procedure copy.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -495,11 +497,14 @@ impl ProcGen<'_, '_> {
             .seq(|a| emit_record(a, RecordKind::Exit, Payload::Reg32(edi), site))
     }
 
-    /// Before a `syscall`: EXIT(edi) when rax is exit (60) or exit_group
-    /// (231). rcx and r11 are dead (the kernel overwrites them) and the
-    /// test (`lea rcx`, `jrcxz`) leaves the flags alone, which the kernel
+    /// Before a `syscall` (at `orig`): EXIT(edi) when rax is exit (60) or
+    /// exit_group (231); DESYNC(orig) when it is fork, vfork, clone or
+    /// clone3, whose child would go on writing into this thread's slot
+    /// (the regenerator stops there with a message; the program runs on).
+    /// rcx and r11 are dead (the kernel overwrites them) and the tests
+    /// (`lea rcx`, `jrcxz`) leave the flags alone, which the kernel
     /// preserves across the call and may be live.
-    fn syscall_exit(&mut self, before: Site) -> GenResult<()> {
+    fn syscall_exit(&mut self, before: Site, orig: u64) -> GenResult<()> {
         let site = Site {
             scratch: Some(r11),
             flags_live: true,
@@ -509,14 +514,23 @@ impl ProcGen<'_, '_> {
         self.em.seq(|a| {
             use iced_x86::code_asm::{ptr, rax, rcx};
             let mut exit = a.create_label();
+            let mut desync = a.create_label();
             let mut done = a.create_label();
             for nr in [SYS_EXIT_GROUP, SYS_EXIT] {
                 a.lea(rcx, ptr(rax - nr))?;
                 a.jrcxz(exit)?;
             }
+            for nr in SYS_NEW_TASK {
+                a.lea(rcx, ptr(rax - nr))?;
+                a.jrcxz(desync)?;
+            }
             a.jmp(done)?;
             a.set_label(&mut exit)?;
             emit_record(a, RecordKind::Exit, Payload::Reg32(edi), site)?;
+            a.jmp(done)?;
+            a.set_label(&mut desync)?;
+            a.mov(rcx, orig)?;
+            emit_record(a, RecordKind::Desync, Payload::Reg64(rcx), site)?;
             a.set_label(&mut done)?;
             a.nop()?;
             Ok(())
@@ -574,7 +588,7 @@ impl ProcGen<'_, '_> {
                     self.exit_record(before_last)?;
                 }
                 if cp.syscall_exit {
-                    self.syscall_exit(before_last)?;
+                    self.syscall_exit(before_last, last.ip())?;
                 }
                 if let Some(kind) = cp.jmpbuf {
                     self.em.seq(|a| {

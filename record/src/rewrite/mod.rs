@@ -122,24 +122,38 @@ fn left_alone_reason(prog: &Program, id: ProcId, ifuncs: &[u64]) -> Option<Strin
     None
 }
 
-/// Entry addresses of a static libc's setjmp-like and longjmp-like
-/// functions, by any of their symbol names (glibc's `longjmp`,
-/// `siglongjmp` and `__libc_siglongjmp` are one function).
-fn jmp_family(module: &crate::elf::Module) -> (Vec<u64>, Vec<u64>) {
-    let (mut set, mut long) = (Vec::new(), Vec::new());
+/// Entry addresses of a static libc's functions that must run untraced,
+/// like the imports of a dynamic program, by any of their symbol names
+/// (glibc's `longjmp`, `siglongjmp` and `__libc_siglongjmp` are one
+/// function).
+#[derive(Default)]
+struct LibcFamily {
+    /// Save a context (`setjmp`).
+    setjmp: Vec<u64>,
+    /// Resume one (`longjmp`): never return.
+    longjmp: Vec<u64>,
+    /// Create a process (`fork`): the child must get its own slot before
+    /// it runs traced code.
+    fork: Vec<u64>,
+}
+
+fn libc_family(module: &crate::elf::Module) -> LibcFamily {
+    let mut f = LibcFamily::default();
     if !module.is_static {
-        return (set, long);
+        return f;
     }
     for s in &module.func_symbols {
         let n = s.name.as_str();
         if imports::is_setjmp_like(n) {
-            set.push(s.addr);
+            f.setjmp.push(s.addr);
         } else if imports::is_longjmp_like(n) || matches!(n, "__libc_siglongjmp" | "__libc_longjmp")
         {
-            long.push(s.addr);
+            f.longjmp.push(s.addr);
+        } else if imports::is_fork_like(n) || n == "__fork" {
+            f.fork.push(s.addr);
         }
     }
-    (set, long)
+    f
 }
 
 /// Decodes the entry format of a jump table from its first entry.
@@ -292,12 +306,20 @@ pub fn instrument(path: &Path, which: Placement) -> Result<Instrumented> {
     let traced = |id: ProcId, reasons: &HashMap<ProcId, String>| !reasons.contains_key(&id);
     let by_start: HashMap<u64, ProcId> = prog.procs.iter().map(|(id, p)| (p.start, id)).collect();
 
-    // A static libc's setjmp/longjmp family is left alone, with everything
-    // it calls, and called like an import: SETJMP/LONGJMP records at its
-    // call sites, whatever alias the call names.
-    let (setjmps, longjmps) = jmp_family(module);
+    // A static libc's setjmp, longjmp and fork families are left alone,
+    // with everything they call, and called like the imports: SETJMP,
+    // LONGJMP records and `fork_child` at their call sites, whatever alias
+    // the call names. (A fork child must not run traced code before
+    // `fork_child` gives it its own slot.)
+    let family = libc_family(module);
+    let (setjmps, longjmps) = (&family.setjmp, &family.longjmp);
     if module.is_static {
-        let mut work: Vec<u64> = setjmps.iter().chain(&longjmps).copied().collect();
+        let mut work: Vec<u64> = setjmps
+            .iter()
+            .chain(longjmps)
+            .chain(&family.fork)
+            .copied()
+            .collect();
         let mut seen = std::collections::HashSet::new();
         while let Some(a) = work.pop() {
             let Some(&id) = by_start.get(&a) else {
@@ -307,8 +329,8 @@ pub fn instrument(path: &Path, which: Placement) -> Result<Instrumented> {
                 continue;
             }
             reasons.entry(id).or_insert_with(|| {
-                "setjmp/longjmp family of a static libc (resumes a saved context; called \
-                 like an import)"
+                "setjmp/longjmp/fork family of a static libc (runs untraced, called like \
+                 an import)"
                     .into()
             });
             if let Ok(cfg) = &prog.procs[id].cfg {
@@ -424,6 +446,7 @@ pub fn instrument(path: &Path, which: Placement) -> Result<Instrumented> {
             let syscall = c.kind == CallKind::Syscall;
             let to_setjmp = c.target.is_some_and(|t| setjmps.contains(&t));
             let to_longjmp = c.target.is_some_and(|t| longjmps.contains(&t));
+            let to_fork = c.target.is_some_and(|t| family.fork.contains(&t));
             // Left alone with all it calls: no callback, and a longjmp
             // never returns (its last jump is indirect, so the CFG cannot
             // tell).
@@ -433,7 +456,7 @@ pub fn instrument(path: &Path, which: Placement) -> Result<Instrumented> {
                 marker,
                 exit_record,
                 syscall_exit: syscall,
-                fork: !c.tail && name.is_some_and(imports::is_fork_like),
+                fork: !c.tail && (to_fork || name.is_some_and(imports::is_fork_like)),
                 jmpbuf: match name {
                     _ if !c.tail && to_setjmp => Some(aetrace_runtime::RecordKind::Setjmp),
                     _ if !c.tail && to_longjmp => Some(aetrace_runtime::RecordKind::Longjmp),
