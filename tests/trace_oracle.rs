@@ -494,7 +494,7 @@ fn check_static_streams(exe: &Path, args: &[&str], streams: usize) {
         "--".as_ref(),
         exe.as_os_str(),
     ];
-    rec_args.extend(args.iter().map(|a| std::ffi::OsStr::new(a)));
+    rec_args.extend(args.iter().map(std::ffi::OsStr::new));
     let recorded = aetrace_fixed(&rec_args, &env);
     assert_eq!(
         String::from_utf8_lossy(&recorded.stderr),
