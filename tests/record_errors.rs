@@ -157,10 +157,32 @@ fn a_killed_program_leaves_a_trace_up_to_its_death() {
     assert!(Path::new(&t).exists());
 }
 
+/// Static executables are traced from a new entry stub that runs inside
+/// the entry procedure's copy: one whose entry procedure cannot be traced
+/// (here a one-byte `_start`, shorter than a springboard) is refused with
+/// a message naming it, and leaves no trace file.
 #[test]
-fn static_executables_are_refused_clearly() {
-    let exe = build("loops.c", Variant::new(Opt::O2, Link::Static, false));
-    let t = dir().join("static.aet");
+fn static_executable_with_untraceable_entry_is_refused_clearly() {
+    let src = dir().join("tiny_start.c");
+    std::fs::write(
+        &src,
+        "__asm__(\".globl _start\\n_start: hlt\\n\");\n\
+         void f(void) { for (volatile int i = 0; i < 3; i++) {} }\n",
+    )
+    .unwrap();
+    let exe = dir().join("tiny_start");
+    let cc = Command::new("gcc")
+        .args(["-O1", "-static", "-nostdlib", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let t = dir().join("tiny_start.aet");
     let _ = std::fs::remove_file(&t);
     let e = one_line_error(
         &aetrace(&[
@@ -172,7 +194,11 @@ fn static_executables_are_refused_clearly() {
         ]),
         "static",
     );
-    assert!(e.contains("static executables are not supported"), "{e}");
+    assert!(e.contains("static executable: the entry point"), "{e}");
+    assert!(
+        e.contains("is left alone: shorter than a springboard"),
+        "{e}"
+    );
     assert!(!t.exists(), "a refused program leaves no trace file");
 }
 

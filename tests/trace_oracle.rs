@@ -39,7 +39,16 @@ fn link_base(exe: &Path) -> u64 {
 fn regen_threads(trace: &Path, module: Option<&str>) -> Vec<Vec<u64>> {
     let regen = |jobs: &str| {
         let mut cmd = Command::new(common::aetrace());
-        cmd.args(["regen", "--format", "insn", "--relative", "-j", jobs, "--piece", "4096"]);
+        cmd.args([
+            "regen",
+            "--format",
+            "insn",
+            "--relative",
+            "-j",
+            jobs,
+            "--piece",
+            "4096",
+        ]);
         if let Some(m) = module {
             cmd.args(["--module", m]);
         }
@@ -654,4 +663,234 @@ fn debian_zstd_with_all_its_libraries() {
         String::from_utf8_lossy(&out.stderr)
     );
     let _ = std::fs::remove_file(&trace);
+}
+
+// Static executables. The whole libc is traced, so lackey cannot be the
+// oracle (see `common::singlestep`): the program is single-stepped natively
+// instead. What static glibc's startup reads about its own image must be
+// the same in both runs: it walks the program headers (PT_TLS,
+// PT_GNU_STACK), which rewriting adds to, and the path of
+// `/proc/self/exe`. So the stepped binary is the rewritten one (from
+// aetrace's cache, at its path) with the original code and entry point put
+// back byte for byte: the same headers and path, none of our code. Both
+// runs get the same environment (the recorder's variable included) and
+// `argv[0]`, with address randomisation off, so that alignment-dependent
+// paths of the string functions are the same too.
+
+/// The environment of both runs, without the recorder's variable.
+fn static_env(cache: &Path) -> Vec<(String, String)> {
+    vec![
+        ("AETRACE_CACHE".to_string(), cache.display().to_string()),
+        ("PATH".to_string(), "/usr/bin:/bin".to_string()),
+    ]
+}
+
+/// `aetrace ARGS` with exactly `env` and address randomisation off (the
+/// traced program inherits both).
+fn aetrace_fixed(args: &[&std::ffi::OsStr], env: &[(String, String)]) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(common::aetrace());
+    cmd.args(args)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(std::process::Stdio::null());
+    // SAFETY: one async-signal-safe call between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::personality(libc::ADDR_NO_RANDOMIZE as libc::c_ulong) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.output().unwrap()
+}
+
+/// The environment variable `aetrace record` adds, as the recorded
+/// `/usr/bin/env` prints it.
+fn recorder_variable(env: &[(String, String)]) -> (String, String) {
+    let dir = common::scratch("trace-oracle-static");
+    let t = dir.join(format!("env-{}.aet", std::process::id()));
+    let out = aetrace_fixed(
+        &[
+            "record".as_ref(),
+            "-o".as_ref(),
+            t.as_os_str(),
+            "--".as_ref(),
+            "/usr/bin/env".as_ref(),
+        ],
+        env,
+    );
+    assert!(
+        out.status.success(),
+        "recording env: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_file(&t);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("AETRACE_SHM_FD="))
+        .unwrap_or_else(|| panic!("no AETRACE_SHM_FD in {text:?}"));
+    let (k, v) = line.split_once('=').unwrap();
+    (k.to_string(), v.to_string())
+}
+
+/// Puts the original program's file bytes and entry point back into the
+/// rewritten executable at `instrumented`: its added segments stay, never
+/// run.
+fn restore_original_code(original: &Path, instrumented: &Path) {
+    let o = std::fs::read(original).unwrap();
+    let mut n = std::fs::read(instrumented).unwrap();
+    let u16_at = |b: &[u8], at: usize| u16::from_le_bytes([b[at], b[at + 1]]) as usize;
+    let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+    let (phoff, phentsize, phnum) = (
+        u64_at(&o, 0x20) as usize,
+        u16_at(&o, 0x36),
+        u16_at(&o, 0x38),
+    );
+    for i in 0..phnum {
+        let ph = phoff + i * phentsize;
+        if u32::from_le_bytes(o[ph..ph + 4].try_into().unwrap()) != 1 {
+            continue;
+        }
+        // The ELF header stays the rewritten one (its program headers).
+        let off = (u64_at(&o, ph + 8) as usize).max(64);
+        let end = u64_at(&o, ph + 8) as usize + u64_at(&o, ph + 32) as usize;
+        if off < end {
+            n[off..end].copy_from_slice(&o[off..end]);
+        }
+    }
+    n[0x18..0x20].copy_from_slice(&o[0x18..0x20]);
+    // A new file at the same path (the old one may still be mapped).
+    let tmp = instrumented.with_extension("restored");
+    std::fs::write(&tmp, &n).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::rename(&tmp, instrumented).unwrap();
+}
+
+/// [`check`] for a single-threaded static executable, against the native
+/// single-stepped run. A program that forks has `streams` > 1: only the
+/// first process's stream is compared (the stepper follows one task).
+fn check_static_streams(exe: &Path, args: &[&str], streams: usize) {
+    let name = exe.file_name().unwrap().to_string_lossy().into_owned();
+    let dir = common::scratch("trace-oracle-static");
+    let cache = dir.join(format!("cache-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    let env = static_env(&cache);
+    let native = common::singlestep::run(exe, None, args, &env);
+
+    let trace = dir.join(format!("{name}-{}.aet", std::process::id()));
+    let mut rec_args: Vec<&std::ffi::OsStr> = vec![
+        "record".as_ref(),
+        "-o".as_ref(),
+        trace.as_os_str(),
+        "--".as_ref(),
+        exe.as_os_str(),
+    ];
+    rec_args.extend(args.iter().map(std::ffi::OsStr::new));
+    let recorded = aetrace_fixed(&rec_args, &env);
+    assert_eq!(
+        String::from_utf8_lossy(&recorded.stderr),
+        String::from_utf8_lossy(&native.stderr),
+        "{name}: stderr differs"
+    );
+    assert_eq!(recorded.stdout, native.stdout, "{name}: stdout differs");
+    assert_eq!(
+        recorded.status.code(),
+        Some(native.status),
+        "{name}: status differs"
+    );
+
+    // The rewritten program the recorder ran, restored in place.
+    let inst = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_none_or(|e| e != "meta"))
+        .expect("the recorder caches the rewritten program");
+    restore_original_code(exe, &inst);
+    let mut oracle_env = env.clone();
+    oracle_env.push(recorder_variable(&env));
+    let stepped = common::singlestep::run(&inst, Some(exe), args, &oracle_env);
+    assert_eq!(
+        stepped.stdout, native.stdout,
+        "{name}: the restored program's stdout"
+    );
+
+    let elf = Elf::read(exe);
+    let b = &elf.bytes;
+    let entry = u64::from_le_bytes(b[0x18..0x20].try_into().unwrap());
+    let bias = stepped.rips[0] - entry;
+    let base = link_base(exe);
+    let alone = left_alone_ranges(exe, &info_json(&trace), 0);
+    let mut expected = Vec::with_capacity(stepped.rips.len());
+    let (mut prev, mut untraced) = (None, 0usize);
+    for &rip in &stepped.rips {
+        let a = rip - bias;
+        let repeat = prev == Some(a) && is_rep(&elf, a);
+        prev = Some(a);
+        if repeat {
+            continue;
+        }
+        if alone.iter().any(|&(lo, hi)| lo <= a && a < hi) {
+            untraced += 1;
+        } else {
+            expected.push(a - base);
+        }
+    }
+    eprintln!(
+        "{name}: {} instructions stepped, {untraced} in procedures left alone",
+        stepped.rips.len()
+    );
+    let rg = regen_threads(&trace, None);
+    assert_eq!(rg.len(), streams, "{name}: streams");
+    if let Some(d) = first_difference(&expected, &rg[0]) {
+        panic!("{name} (expected: the stepped run): {d}");
+    }
+    let _ = std::fs::remove_file(&trace);
+    let _ = std::fs::remove_dir_all(&cache);
+}
+
+fn check_static(exe: &Path, args: &[&str]) {
+    check_static_streams(exe, args, 1)
+}
+
+const O2_STATIC: Variant = Variant::new(Opt::O2, Link::Static, false);
+
+#[test]
+fn static_glibc() {
+    check_static(&build("loops.c", O2_STATIC), &[]);
+    check_static(&build("switch.c", O2_STATIC), &[]);
+    check_static(
+        &build("fnptr.c", Variant::new(Opt::O0, Link::Static, true)),
+        &[],
+    );
+    check_static(&build("setjmp.c", O2_STATIC), &[]);
+    // The parent's stream; the child's regenerates from the fork on.
+    check_static_streams(&build("fork.c", O2_STATIC), &[], 2);
+}
+
+#[test]
+fn static_pie_glibc() {
+    let exe = build_with("loops.c", "static-pie", &["-O2", "-static-pie", "-fPIE"]);
+    check_static(&exe, &[]);
+}
+
+/// A program without libc: the whole process is the program, and lackey
+/// sees what the CPU runs (no CPU-dependent libc code).
+#[test]
+fn static_without_libc() {
+    let exe = build_with(
+        "nolibc_icache.c",
+        "nostdlib",
+        &[
+            "-O2",
+            "-static",
+            "-nostdlib",
+            "-fno-builtin",
+            "-fno-stack-protector",
+        ],
+    );
+    check(&exe, &["300"]);
 }

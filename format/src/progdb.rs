@@ -99,6 +99,9 @@ pub enum CallTarget {
     /// alone): traced procedures it calls announce themselves with ENTER.
     External,
     /// `exit`-like: an EXIT(status) record is written just before the call.
+    /// With `returns` and `marker` (a `syscall`): only when the system call
+    /// ends the thread or the process (exit, exit_group); otherwise RETURN
+    /// follows it.
     Exit,
 }
 
@@ -544,7 +547,11 @@ impl ProcDb {
         }
         let mut end = 0u64;
         for (bi, b) in self.blocks.iter().enumerate() {
-            if bi > 0 && b.start < end {
+            // A block may lie inside the previous one when both end at the
+            // same address: a branch over a `lock` prefix decodes the same
+            // bytes a second time (glibc's `je 1f; lock; 1: cmpxchg`).
+            let aliased = b.start.checked_add(b.size()) == Some(end);
+            if bi > 0 && b.start < end && !aliased {
                 return Some(format!(
                     "block {bi} at {:#x} starts before the end of the previous block ({end:#x})",
                     b.start

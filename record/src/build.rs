@@ -28,7 +28,7 @@ use crate::cfg::{
     Block, BlockKind, CallKind, CallSite, Cfg, CfgEdge, EdgeKind, IndirectJump, JumpResolution,
 };
 use crate::jumptable::{self, EntryFact, TableReader};
-use crate::procs::{direct_target, falls_through, is_straight};
+use crate::procs::{direct_target, falls_through, is_straight, is_syscall};
 
 /// What the builder needs to know about the rest of the module.
 pub struct Context<'a> {
@@ -111,7 +111,7 @@ impl<'a> Builder<'a> {
                 .insns
                 .get(k + 1)
                 .is_some_and(|n| n.ip() < insn.next_ip());
-            if !is_straight(insn) || aliased {
+            if !is_straight(insn) || is_syscall(insn) || aliased {
                 leaders.insert(insn.next_ip());
             }
             if aliased {
@@ -139,6 +139,7 @@ impl<'a> Builder<'a> {
             let insn = &self.insns[i];
             let next = self.insns.get(i + 1);
             let ends = !is_straight(insn)
+                || is_syscall(insn)
                 || next.is_none_or(|n| n.ip() != insn.next_ip() || leaders.contains(&n.ip()));
             if ends {
                 runs.push(Run { first, last: i });
@@ -919,6 +920,17 @@ impl<'a> Builder<'a> {
                     .flatten()
             };
             match last.flow_control() {
+                // A call into the kernel: exit and exit_group never return.
+                _ if is_syscall(last) => {
+                    is_call[k] = true;
+                    call(CallKind::Syscall, None, None, false);
+                    let n = block_at(next)
+                        .filter(|_| self.in_proc(next))
+                        .ok_or_else(|| {
+                            format!("the syscall at {:#x} falls off the procedure", last.ip())
+                        })?;
+                    edge(n, EdgeKind::CallReturn);
+                }
                 _ if is_straight(last) => match block_at(next).filter(|_| self.in_proc(next)) {
                     Some(n) => edge(n, EdgeKind::FallThrough),
                     None => {

@@ -112,6 +112,10 @@ pub enum CallKind {
     Plt,
     /// Through a register or memory (GOT calls of `-fno-plt` included).
     Indirect,
+    /// A `syscall` instruction: a call into the kernel that returns, unless
+    /// it is `exit` or `exit_group` (the thread or the process ends inside
+    /// it, so the instructions after it in the block never run).
+    Syscall,
 }
 
 impl CallKind {
@@ -120,6 +124,7 @@ impl CallKind {
             CallKind::Direct => "direct",
             CallKind::Plt => "plt",
             CallKind::Indirect => "indirect",
+            CallKind::Syscall => "syscall",
         }
     }
 }

@@ -157,14 +157,20 @@ pub fn decode_range(module: &Module, start: u64, end: u64) -> Decoded {
     Decoded { insns, error }
 }
 
-/// Whether `insn` continues to the next instruction (no block end).
+/// Whether `insn` is a system call instruction (`syscall`, `sysenter`).
+pub fn is_syscall(insn: &Instruction) -> bool {
+    matches!(insn.mnemonic(), Mnemonic::Syscall | Mnemonic::Sysenter)
+}
+
+/// Whether `insn` continues to the next instruction. A system call still
+/// ends its basic block (`build`: a call vertex, `cfg::CallKind::Syscall`).
 pub fn is_straight(insn: &Instruction) -> bool {
     match insn.flow_control() {
         // `hlt` faults in user mode: it ends the thread like `ud2`.
         FlowControl::Next | FlowControl::XbeginXabortXend => {
             !matches!(insn.mnemonic(), Mnemonic::Xbegin | Mnemonic::Hlt)
         }
-        FlowControl::Call => matches!(insn.mnemonic(), Mnemonic::Syscall | Mnemonic::Sysenter),
+        FlowControl::Call => is_syscall(insn),
         FlowControl::Interrupt => insn.mnemonic() == Mnemonic::Int,
         _ => false,
     }

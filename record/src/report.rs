@@ -103,6 +103,7 @@ impl Summary {
                     CallKind::Direct => s.calls_direct += 1,
                     CallKind::Plt => s.calls_plt += 1,
                     CallKind::Indirect => s.calls_indirect += 1,
+                    CallKind::Syscall => {}
                 }
                 s.calls_tail += usize::from(c.tail);
                 s.calls_noreturn += usize::from(!c.returns && !c.tail);

@@ -623,6 +623,18 @@ impl<'a> Machine<'a> {
                 }
                 self.jump_untraced()
             }
+            // A system call: EXIT before it when it ended the thread,
+            // RETURN after it when it returned (nothing is pending at a
+            // call vertex, so the next item is one of the two).
+            CallTarget::Exit if c.returns && c.marker => match self.stream.next_item()? {
+                (Item::Exit(_), _) => {
+                    self.stack.clear();
+                    self.cur = None;
+                    Ok(())
+                }
+                (Item::Return, _) => self.step_from(at),
+                (item, off) => Err(self.unexpected(item, off, Some(at))),
+            },
             CallTarget::Exit => match self.stream.next_item()? {
                 (Item::Exit(_), _) => {
                     self.stack.clear();

@@ -35,6 +35,8 @@ const SYS_ARCH_PRCTL: u32 = 158;
 const SYS_GETTID: u32 = 186;
 const SYS_FUTEX: u32 = 202;
 const ARCH_SET_GS: u32 = 0x1001;
+const ARCH_SET_FS: u32 = 0x1002;
+const ARCH_GET_FS: u32 = 0x1003;
 const ARCH_GET_GS: u32 = 0x1004;
 const FUTEX_WAIT: u32 = 0;
 const FUTEX_WAKE: u32 = 1;
@@ -57,6 +59,12 @@ const D_FIXUPS: u64 = 40;
 /// executable; a shared library's is 1..`MAX_MODULES`), written by the
 /// rewriter. A library's blob attaches to the executable's region.
 const D_TAG: u64 = 48;
+/// The pre-TLS word: a static executable enters `init` with FS base 0
+/// (its libc sets up TLS later), so `init` points FS here and stores the
+/// word's own address in it, as a TCB's self pointer: `fs:[0]` stays
+/// readable and names the main thread until libc installs its TCB, and an
+/// OWNER equal to this address marks a slot claimed before TLS existed.
+const D_PRETLS: u64 = 56;
 const DATA_SIZE: u64 = 4096;
 
 /// A generated runtime: bytes plus its symbol table.
@@ -100,6 +108,7 @@ struct Labels {
     d_win_hi: CodeLabel,
     d_fixups: CodeLabel,
     d_tag: CodeLabel,
+    d_pretls: CodeLabel,
     signal_entry: CodeLabel,
     restorer: CodeLabel,
     regmap: CodeLabel,
@@ -175,6 +184,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         d_win_hi: a.create_label(),
         d_fixups: a.create_label(),
         d_tag: a.create_label(),
+        d_pretls: a.create_label(),
         signal_entry: a.create_label(),
         restorer: a.create_label(),
         regmap: a.create_label(),
@@ -243,13 +253,16 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     a.db(&[0u8; 8])?;
     a.set_label(&mut l.d_tag)?;
     a.db(&[0u8; 8])?;
-    a.db(&vec![0u8; (DATA_SIZE - D_TAG - 8) as usize])?;
+    a.set_label(&mut l.d_pretls)?;
+    a.db(&[0u8; 8])?;
+    a.db(&vec![0u8; (DATA_SIZE - D_PRETLS - 8) as usize])?;
     let res = a.assemble_options(0, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)?;
     let data_offset = res.label_ip(&l.d_ready)?;
     debug_assert_eq!(res.label_ip(&l.d_region)?, data_offset + D_REGION);
     debug_assert_eq!(res.label_ip(&l.d_fd)?, data_offset + D_FD);
     debug_assert_eq!(res.label_ip(&l.d_fixups)?, data_offset + D_FIXUPS);
     debug_assert_eq!(res.label_ip(&l.d_tag)?, data_offset + D_TAG);
+    debug_assert_eq!(res.label_ip(&l.d_pretls)?, data_offset + D_PRETLS);
     let symbols = vec![
         ("init", res.label_ip(&l.init)?),
         ("attach_thread", res.label_ip(&l.attach)?),
@@ -262,6 +275,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         ("witness_code_end", data_offset + D_WIN_HI),
         ("signal_fixups", data_offset + D_FIXUPS),
         ("module_tag", data_offset + D_TAG),
+        ("pretls", data_offset + D_PRETLS),
     ];
     debug_assert_eq!(res.label_ip(&l.init)?, 0, "init is the blob's base label");
     let bytes = res.inner.code_buffer;
@@ -275,9 +289,11 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     ))
 }
 
-/// `init(argc, argv, envp)`: the DT_PREINIT_ARRAY calling convention.
+/// `init(argc, argv, envp)`: the DT_PREINIT_ARRAY calling convention (a
+/// static executable's entry stub passes the same from its initial stack).
 /// Maps the region (recorder: fd from `AETRACE_SHM_FD`; standalone: creates
-/// the file `AETRACE_OUT`), then attaches the calling thread. Idempotent.
+/// the file `AETRACE_OUT`), gives FS the pre-TLS word when its base is 0
+/// (see [`D_PRETLS`]), then attaches the calling thread. Idempotent.
 fn emit_init(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     let mut env_loop = a.create_label();
     let mut try_out = a.create_label();
@@ -415,6 +431,22 @@ fn emit_init(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.set_label(&mut mapped)?;
     a.mov(qword_ptr(l.d_region), r15)?;
     a.mov(qword_ptr(l.d_fd), r12)?;
+    // FS base 0: a static executable before its libc's TLS setup.
+    let mut have_fs = a.create_label();
+    a.sub(rsp, 8)?;
+    a.mov(edi, ARCH_GET_FS)?;
+    a.mov(rsi, rsp)?;
+    a.mov(eax, SYS_ARCH_PRCTL)?;
+    a.syscall()?;
+    a.pop(rax)?;
+    a.test(rax, rax)?;
+    a.jnz(have_fs)?;
+    a.lea(rsi, ptr(l.d_pretls))?;
+    a.mov(qword_ptr(l.d_pretls), rsi)?;
+    a.mov(edi, ARCH_SET_FS)?;
+    a.mov(eax, SYS_ARCH_PRCTL)?;
+    a.syscall()?;
+    a.set_label(&mut have_fs)?;
     a.mov(dword_ptr(l.d_ready), 1)?;
     a.mov(ebx, RecordKind::Thread as u32)?;
     a.mov(ebp, u32::MAX)?;
@@ -433,11 +465,17 @@ fn emit_init(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
 /// slot, claimed by the executable's runtime), the standalone fd from the
 /// header; the blob's own run-time address goes to the header's module
 /// table. Then a thread that already owns its slot keeps it.
+///
+/// A thread whose own slot was claimed before libc set up TLS (a static
+/// executable's: OWNER is the pre-TLS word, same tid) keeps that slot and
+/// takes its TCB as the new OWNER: its stream goes on.
 fn emit_attach(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     let mut ready = a.create_label();
     let mut library = a.create_label();
     let mut has_gs = a.create_label();
     let mut mapped = a.create_label();
+    let mut claim = a.create_label();
+    let mut kept = a.create_label();
     let mut done = a.create_label();
     a.set_label(&mut l.attach)?;
     save_all(a)?;
@@ -497,8 +535,22 @@ fn emit_attach(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.call(l.block_signals)?;
     a.call(l.slot_index)?;
     a.mov(ebp, eax)?;
+    a.cmp(ebp, u32::MAX)?;
+    a.je(claim)?;
+    a.lea(rcx, ptr(l.d_pretls))?;
+    a.cmp(qword_ptr(S_OWNER).gs(), rcx)?;
+    a.jne(claim)?;
+    a.mov(eax, SYS_GETTID)?;
+    a.syscall()?;
+    a.cmp(dword_ptr(S_TID).gs(), eax)?;
+    a.jne(claim)?;
+    a.mov(rax, qword_ptr(0u64).fs())?;
+    a.mov(qword_ptr(S_OWNER).gs(), rax)?;
+    a.jmp(kept)?;
+    a.set_label(&mut claim)?;
     a.mov(ebx, RecordKind::Thread as u32)?;
     a.call(l.claim)?;
+    a.set_label(&mut kept)?;
     a.call(l.restore_signals)?;
     restore_all(a)
 }

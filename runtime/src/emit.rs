@@ -334,6 +334,7 @@ fn end_with_label_target(a: &mut CodeAssembler, f: Frame) -> Result<(), Error> {
 /// blob is placed at `base`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RuntimeAddrs {
+    pub init: u64,
     pub ready: u64,
     pub attach: u64,
     pub flush: u64,
@@ -351,6 +352,7 @@ impl RuntimeAddrs {
                 .expect("the blob defines every runtime symbol")
         };
         RuntimeAddrs {
+            init: at("init"),
             ready: at("ready"),
             attach: at("attach_thread"),
             flush: at("flush"),
@@ -413,6 +415,40 @@ pub fn emit_outside_entry(
     a.jne(not_signal)?;
     a.call(rt.signal_entry)?;
     a.set_label(&mut not_signal)?;
+    emit_buffer_check(a, rt.flush, site)?;
+    emit_record(a, RecordKind::Enter, Payload::Imm32(proc_id), site)
+}
+
+/// Emits the entry stub of a static executable (its new `e_entry`; there
+/// is no DT_PREINIT_ARRAY to run `init` from): calls the runtime's `init`
+/// with `(argc, argv, envp)` read from the initial stack (`[rsp]` = argc,
+/// argv from `rsp+8`, envp after argv's NULL), then records `ENTER(proc)`
+/// for the process entry procedure. Every register and flag the kernel
+/// (or a loader) handed to the entry point is preserved, `rdx` (the
+/// `atexit` function of the ELF ABI) and `rsp` included: only memory
+/// below `rsp` is used. The copy of the entry procedure follows.
+pub fn emit_static_entry(
+    a: &mut CodeAssembler,
+    proc_id: u32,
+    rt: &RuntimeAddrs,
+) -> Result<(), Error> {
+    a.push(rdi)?;
+    a.push(rsi)?;
+    a.push(rdx)?;
+    a.mov(rdi, qword_ptr(rsp + 24))?;
+    a.lea(rsi, ptr(rsp + 32))?;
+    a.lea(rdx, ptr(rsi + rdi * 8 + 8))?;
+    a.call(rt.init)?;
+    a.pop(rdx)?;
+    a.pop(rsi)?;
+    a.pop(rdi)?;
+    // Nothing is dead at a process entry: save what the sequence needs.
+    let site = Site {
+        scratch: None,
+        flags_live: true,
+        red_zone_live: false,
+        flags_save: FlagsSave::Pushf,
+    };
     emit_buffer_check(a, rt.flush, site)?;
     emit_record(a, RecordKind::Enter, Payload::Imm32(proc_id), site)
 }

@@ -13,6 +13,7 @@ pub mod elf;
 pub mod lackey;
 pub mod lsda;
 pub mod oracle;
+pub mod singlestep;
 
 use std::hash::{BuildHasherDefault, Hasher};
 

@@ -18,8 +18,8 @@
 //!   from libc, a signal handler, a longjmp) lands on a procedure start or a
 //!   return address;
 //! - a new thread or forked child that starts inside the module (static
-//!   binaries: it returns from the `clone`/`fork` system call) starts right
-//!   after a 2-byte instruction (`syscall`) of the same block.
+//!   binaries: it returns from the `clone`/`fork` system call) starts a
+//!   block right after a 2-byte instruction (`syscall`) that ends its own.
 //!
 //! Legal transfers that are no CFG edge, and how they are treated:
 //! - `a -> a`: valgrind runs each iteration of a `rep`-prefixed string
@@ -307,16 +307,23 @@ pub fn check(ix: &Index, trace: &ModuleTrace, marks: &Landmarks) -> (Stats, Vec<
         }
     }
     for &r in &trace.resumes {
-        // The instruction before must be a 2-byte `syscall` of the same block.
-        let follows = ix.insn.get(&r.wrapping_sub(2)).is_some_and(|locs| {
-            locs.iter()
-                .any(|&l| ix.block(l).insns.get(l.pos + 1) == Some(&r))
-        });
+        // The instruction before must be a 2-byte `syscall`: the last of
+        // its block (a system call ends its block, docs/cfg.md), with `r`
+        // starting the next one.
+        let starts_block = ix
+            .insn
+            .get(&r)
+            .is_some_and(|locs| locs.iter().any(|&l| l.pos == 0));
+        let follows = starts_block
+            && ix
+                .insn
+                .get(&r.wrapping_sub(2))
+                .is_some_and(|locs| locs.iter().any(|&l| l.pos + 1 == ix.block(l).insns.len()));
         if ix.insn.contains_key(&r) && !follows {
             bad.push((
                 r,
                 format!(
-                    "a new thread or process starts at {}, which does not follow a system call in its block",
+                    "a new thread or process starts at {}, which does not follow a system call ending the block before",
                     ix.describe(r)
                 ),
             ));

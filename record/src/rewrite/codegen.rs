@@ -28,7 +28,8 @@ use std::collections::HashMap;
 use aetrace_graph::{BlockId, EdgeId, EntityRef};
 use aetrace_runtime::layout::RecordKind;
 use aetrace_runtime::{
-    emit_buffer_check, emit_outside_entry, emit_record, emit_witness, Payload, RuntimeAddrs, Site,
+    emit_buffer_check, emit_outside_entry, emit_record, emit_static_entry, emit_witness, Payload,
+    RuntimeAddrs, Site,
 };
 use iced_x86::code_asm::{edi, r11, CodeAssembler};
 use iced_x86::{
@@ -44,6 +45,12 @@ pub const LABEL_BASE: u64 = 0xFFFF_8000_0000_0000;
 /// Label ids a single emitter call may use (CodeAssembler numbers from 1).
 const SEQ_LABELS: u64 = 0x100;
 
+/// Linux x86-64 system calls that end the calling thread or process.
+const SYS_EXIT: i32 = 60;
+const SYS_EXIT_GROUP: i32 = 231;
+/// clone, fork, vfork, clone3: a new task that inherits the GS base.
+const SYS_NEW_TASK: [i32; 4] = [56, 57, 58, 435];
+
 /// How untraced code enters a procedure copy.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum EntryStub {
@@ -52,6 +59,9 @@ pub enum EntryStub {
     /// The process entry point: `[rsp]` is `argc`, not a return address,
     /// and the main thread already owns a slot (init ran from preinit).
     ProcessEntry,
+    /// The process entry point of a static executable, which is also the
+    /// new `e_entry`: calls the runtime's `init` first (no preinit array).
+    StaticEntry,
 }
 
 /// What the rewriter adds around one call site.
@@ -61,6 +71,9 @@ pub struct CallPlan {
     pub marker: bool,
     /// An EXIT(edi) record just before the call or GOT jump.
     pub exit_record: bool,
+    /// A `syscall`: EXIT(edi) just before it when rax is exit or
+    /// exit_group (the thread or process ends inside it).
+    pub syscall_exit: bool,
     /// `call fork_child` in the child (the call returned 0) at the return point.
     pub fork: bool,
     /// SETJMP(rdi) or LONGJMP(rdi) just before the call.
@@ -423,6 +436,10 @@ impl ProcGen<'_, '_> {
                     emit_record(a, RecordKind::Enter, Payload::Imm32(n), site)
                 })?
             }
+            EntryStub::StaticEntry => {
+                let (n, rt) = (p.number, *self.rt);
+                self.em.seq(|a| emit_static_entry(a, n, &rt))?
+            }
         }
         if order.first() != Some(&cfg.entry) {
             self.em.jmp(self.labels[cfg.entry.index()])?;
@@ -480,6 +497,46 @@ impl ProcGen<'_, '_> {
             .seq(|a| emit_record(a, RecordKind::Exit, Payload::Reg32(edi), site))
     }
 
+    /// Before a `syscall` (at `orig`): EXIT(edi) when rax is exit (60) or
+    /// exit_group (231); DESYNC(orig) when it is fork, vfork, clone or
+    /// clone3, whose child would go on writing into this thread's slot
+    /// (the regenerator stops there with a message; the program runs on).
+    /// rcx and r11 are dead (the kernel overwrites them) and the tests
+    /// (`lea rcx`, `jrcxz`) leave the flags alone, which the kernel
+    /// preserves across the call and may be live.
+    fn syscall_exit(&mut self, before: Site, orig: u64) -> GenResult<()> {
+        let site = Site {
+            scratch: Some(r11),
+            flags_live: true,
+            red_zone_live: before.red_zone_live,
+            flags_save: aetrace_runtime::FlagsSave::Pushf,
+        };
+        self.em.seq(|a| {
+            use iced_x86::code_asm::{ptr, rax, rcx};
+            let mut exit = a.create_label();
+            let mut desync = a.create_label();
+            let mut done = a.create_label();
+            for nr in [SYS_EXIT_GROUP, SYS_EXIT] {
+                a.lea(rcx, ptr(rax - nr))?;
+                a.jrcxz(exit)?;
+            }
+            for nr in SYS_NEW_TASK {
+                a.lea(rcx, ptr(rax - nr))?;
+                a.jrcxz(desync)?;
+            }
+            a.jmp(done)?;
+            a.set_label(&mut exit)?;
+            emit_record(a, RecordKind::Exit, Payload::Reg32(edi), site)?;
+            a.jmp(done)?;
+            a.set_label(&mut desync)?;
+            a.mov(rcx, orig)?;
+            emit_record(a, RecordKind::Desync, Payload::Reg64(rcx), site)?;
+            a.set_label(&mut done)?;
+            a.nop()?;
+            Ok(())
+        })
+    }
+
     fn check(&mut self, site: Site) -> GenResult<()> {
         let flush = self.rt.flush;
         self.em.seq(|a| emit_buffer_check(a, flush, site))
@@ -529,6 +586,9 @@ impl ProcGen<'_, '_> {
             FlowControl::Call | FlowControl::IndirectCall => {
                 if cp.exit_record {
                     self.exit_record(before_last)?;
+                }
+                if cp.syscall_exit {
+                    self.syscall_exit(before_last, last.ip())?;
                 }
                 if let Some(kind) = cp.jmpbuf {
                     self.em.seq(|a| {

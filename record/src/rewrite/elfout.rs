@@ -135,8 +135,8 @@ pub struct Additions {
     /// Replaces `e_entry`.
     pub entry: Option<u64>,
     /// `(vaddr, size)` of a new `.eh_frame_hdr` inside one of `segments`
-    /// (`rewrite::unwind`): `PT_GNU_EH_FRAME` and the original
-    /// `.eh_frame_hdr` section header are repointed at it.
+    /// (`rewrite::unwind`): `PT_GNU_EH_FRAME` (added when there is none)
+    /// and the original `.eh_frame_hdr` section header are repointed at it.
     pub eh_frame_hdr: Option<(u64, u64)>,
     /// `(vaddr, size)` of a new, complete `.eh_frame` inside one of
     /// `segments`: the original `.eh_frame` section header is repointed at
@@ -844,7 +844,17 @@ pub fn write(path: &Path, elf: &[u8], add: &Additions) -> Result<Vec<u8>> {
     };
 
     // The file layout.
-    let n_phdrs = img.phdrs.len() + 1 + add.segments.len() + usize::from(own.is_some());
+    // A static executable linked without `--eh-frame-hdr` (gcc's default
+    // for `-static`) gets a PT_GNU_EH_FRAME: its unwinder finds the copies'
+    // FDEs through `dl_iterate_phdr` once the registered original
+    // `.eh_frame` has no entry for a pc.
+    let new_eh_phdr =
+        add.eh_frame_hdr.is_some() && !img.phdrs.iter().any(|p| p.p_type == PT_GNU_EH_FRAME);
+    let n_phdrs = img.phdrs.len()
+        + 1
+        + add.segments.len()
+        + usize::from(own.is_some())
+        + usize::from(new_eh_phdr);
     let table_size = n_phdrs as u64 * PHDR_SIZE;
     if table_size > MAX_PHDR_TABLE {
         return Err(img.err(format!(
@@ -900,16 +910,12 @@ pub fn write(path: &Path, elf: &[u8], add: &Additions) -> Result<Vec<u8>> {
     let eh_hdr = match add.eh_frame_hdr {
         Some(r) => {
             let off = in_new("the new .eh_frame_hdr", r)?;
-            let old = img
-                .phdrs
-                .iter()
-                .find(|p| p.p_type == PT_GNU_EH_FRAME)
-                .ok_or_else(|| img.err("no PT_GNU_EH_FRAME to repoint at the new .eh_frame_hdr"))?;
-            if let Some(index) = img
-                .shdrs
-                .iter()
-                .position(|s| s.sh_type == SHT_PROGBITS && s.sh_addr == old.p_vaddr)
-            {
+            let old = img.phdrs.iter().find(|p| p.p_type == PT_GNU_EH_FRAME);
+            if let Some(index) = old.and_then(|old| {
+                img.shdrs
+                    .iter()
+                    .position(|s| s.sh_type == SHT_PROGBITS && s.sh_addr == old.p_vaddr)
+            }) {
                 moved_sections.push(SectionMove {
                     index,
                     addr: r.0,
@@ -1008,6 +1014,15 @@ pub fn write(path: &Path, elf: &[u8], add: &Additions) -> Result<Vec<u8>> {
             .filter(|p| p.p_type != PT_LOAD)
             .cloned(),
     );
+    if new_eh_phdr {
+        // Filled in below like a repointed one.
+        table.push(ProgramHeader {
+            p_type: PT_GNU_EH_FRAME,
+            p_flags: PF_R,
+            p_align: 4,
+            ..ProgramHeader::default()
+        });
+    }
     debug_assert_eq!(table.len(), n_phdrs);
     let own_load = new_loads.last().filter(|_| own.is_some()).cloned();
     for p in &mut table {

@@ -325,7 +325,7 @@ fn call_effect(insn: &Instruction, plain: Effect, kind: Option<CallKind>) -> Eff
             kill: RegSet::gpr(RAX),
             writes: plain.writes | RegSet::gpr(RAX),
         },
-        Some(CallKind::Plt) | Some(CallKind::Indirect) => Effect {
+        Some(CallKind::Plt) | Some(CallKind::Indirect) | Some(CallKind::Syscall) => Effect {
             gen,
             kill: RegSet::gprs(CALLER_SAVED),
             writes: plain.writes | RegSet::gprs(CALLER_SAVED),

@@ -92,6 +92,17 @@ fn left_alone_reason(prog: &Program, id: ProcId, ifuncs: &[u64]) -> Option<Strin
     if p.entries.len() > 1 {
         return Some(format!("{} entry points", p.entries.len()));
     }
+    // `xbegin` ends its block; its abort path is not relocated (a witness
+    // inside a transaction would abort it anyway).
+    for b in cfg.blocks.values() {
+        let at = b.last_insn();
+        let insn = prog.module.bytes_at(at, b.end - at).map(|bytes| {
+            iced_x86::Decoder::with_ip(64, bytes, at, iced_x86::DecoderOptions::NONE).decode()
+        });
+        if insn.is_some_and(|i| i.mnemonic() == iced_x86::Mnemonic::Xbegin) {
+            return Some(format!("transactional memory (xbegin at {at:#x})"));
+        }
+    }
     for j in &cfg.indirect_jumps {
         match &j.resolution {
             JumpResolution::Unresolved(why) => {
@@ -109,6 +120,40 @@ fn left_alone_reason(prog: &Program, id: ProcId, ifuncs: &[u64]) -> Option<Strin
         }
     }
     None
+}
+
+/// Entry addresses of a static libc's functions that must run untraced,
+/// like the imports of a dynamic program, by any of their symbol names
+/// (glibc's `longjmp`, `siglongjmp` and `__libc_siglongjmp` are one
+/// function).
+#[derive(Default)]
+struct LibcFamily {
+    /// Save a context (`setjmp`).
+    setjmp: Vec<u64>,
+    /// Resume one (`longjmp`): never return.
+    longjmp: Vec<u64>,
+    /// Create a process (`fork`): the child must get its own slot before
+    /// it runs traced code.
+    fork: Vec<u64>,
+}
+
+fn libc_family(module: &crate::elf::Module) -> LibcFamily {
+    let mut f = LibcFamily::default();
+    if !module.is_static {
+        return f;
+    }
+    for s in &module.func_symbols {
+        let n = s.name.as_str();
+        if imports::is_setjmp_like(n) {
+            f.setjmp.push(s.addr);
+        } else if imports::is_longjmp_like(n) || matches!(n, "__libc_siglongjmp" | "__libc_longjmp")
+        {
+            f.longjmp.push(s.addr);
+        } else if imports::is_fork_like(n) || n == "__fork" {
+            f.fork.push(s.addr);
+        }
+    }
+    f
 }
 
 /// Decodes the entry format of a jump table from its first entry.
@@ -189,13 +234,6 @@ pub fn instrument_module(path: &Path, which: Placement, tag: u32) -> Result<Inst
     let fault = fault_injection(path)?;
     let prog = Program::open(path)?;
     let module = &prog.module;
-    if module.is_static {
-        return Err(rewrite_err(
-            path,
-            "static executables are not supported yet (no dynamic section for the runtime's \
-             preinit entry)",
-        ));
-    }
     let library = module.kind == ElfKind::Shared;
     if library != (tag != 0) || tag >= MAX_MODULES {
         return Err(rewrite_err(
@@ -230,11 +268,14 @@ pub fn instrument_module(path: &Path, which: Placement, tag: u32) -> Result<Inst
         .map(|ph| ph.p_vaddr + ph.p_memsz)
         .max()
         .unwrap_or(0);
+    // In a static executable the runtime's init runs at the entry point,
+    // before the libc's startup code applies IRELATIVE relocations: its
+    // IFUNC resolvers are ordinary callbacks there.
     let mut ifuncs: Vec<u64> = module
         .dyn_relocs
         .iter()
         .chain(&module.plt_relocs)
-        .filter(|r| r.r_type == R_X86_64_IRELATIVE)
+        .filter(|r| r.r_type == R_X86_64_IRELATIVE && !module.is_static)
         .map(|r| r.addend as u64)
         .collect();
     // An exported IFUNC's resolver runs when ld.so relocates the objects
@@ -263,6 +304,17 @@ pub fn instrument_module(path: &Path, which: Placement, tag: u32) -> Result<Inst
         }
         for j in &cfg.indirect_jumps {
             if let JumpResolution::Table { table, targets } = &j.resolution {
+                // A case in another procedure (a `.cold` part) would be a
+                // tail call through the table: not rewritten.
+                if let Some(t) = targets.iter().find(|&&t| cfg.block_at(t).is_none()) {
+                    reasons.insert(
+                        id,
+                        format!(
+                            "jump table at {table:#x} has a case outside the procedure ({t:#x})"
+                        ),
+                    );
+                    continue;
+                }
                 match targets
                     .first()
                     .and_then(|&t| table_format(&prog, *table, t))
@@ -283,6 +335,39 @@ pub fn instrument_module(path: &Path, which: Placement, tag: u32) -> Result<Inst
     }
     let traced = |id: ProcId, reasons: &HashMap<ProcId, String>| !reasons.contains_key(&id);
     let by_start: HashMap<u64, ProcId> = prog.procs.iter().map(|(id, p)| (p.start, id)).collect();
+
+    // A static libc's setjmp, longjmp and fork families are left alone,
+    // with everything they call, and called like the imports: SETJMP,
+    // LONGJMP records and `fork_child` at their call sites, whatever alias
+    // the call names. (A fork child must not run traced code before
+    // `fork_child` gives it its own slot.)
+    let family = libc_family(module);
+    let (setjmps, longjmps) = (&family.setjmp, &family.longjmp);
+    if module.is_static {
+        let mut work: Vec<u64> = setjmps
+            .iter()
+            .chain(longjmps)
+            .chain(&family.fork)
+            .copied()
+            .collect();
+        let mut seen = std::collections::HashSet::new();
+        while let Some(a) = work.pop() {
+            let Some(&id) = by_start.get(&a) else {
+                continue;
+            };
+            if !seen.insert(id) {
+                continue;
+            }
+            reasons.entry(id).or_insert_with(|| {
+                "setjmp/longjmp/fork family of a static libc (runs untraced, called like \
+                 an import)"
+                    .into()
+            });
+            if let Ok(cfg) = &prog.procs[id].cfg {
+                work.extend(cfg.calls.iter().filter_map(|c| c.target));
+            }
+        }
+    }
 
     // 2. Call targets and which calls need a RETURN record.
     let plt0 = prog
@@ -400,12 +485,26 @@ pub fn instrument_module(path: &Path, which: Placement, tag: u32) -> Result<Inst
                 ),
             };
             let exit_record = got_jump && name.is_some_and(imports::is_exit_like);
-            let marker = marker && c.returns && !c.tail;
+            // A system call writes EXIT before it when it is exit or
+            // exit_group, and RETURN after it when it returned: the
+            // regenerator cannot mistake the EXIT of a later one for it.
+            let syscall = c.kind == CallKind::Syscall;
+            let to_setjmp = c.target.is_some_and(|t| setjmps.contains(&t));
+            let to_longjmp = c.target.is_some_and(|t| longjmps.contains(&t));
+            let to_fork = c.target.is_some_and(|t| family.fork.contains(&t));
+            // Left alone with all it calls: no callback, and a longjmp
+            // never returns (its last jump is indirect, so the CFG cannot
+            // tell).
+            let returns = c.returns && !to_longjmp;
+            let marker = (marker || syscall) && returns && !c.tail && !to_setjmp;
             calls[c.block.index()] = CallPlan {
                 marker,
                 exit_record,
-                fork: !c.tail && name.is_some_and(imports::is_fork_like),
+                syscall_exit: syscall,
+                fork: !c.tail && (to_fork || name.is_some_and(imports::is_fork_like)),
                 jmpbuf: match name {
+                    _ if !c.tail && to_setjmp => Some(aetrace_runtime::RecordKind::Setjmp),
+                    _ if !c.tail && to_longjmp => Some(aetrace_runtime::RecordKind::Longjmp),
                     Some(n) if !c.tail && imports::is_setjmp_like(n) => {
                         Some(aetrace_runtime::RecordKind::Setjmp)
                     }
@@ -416,13 +515,13 @@ pub fn instrument_module(path: &Path, which: Placement, tag: u32) -> Result<Inst
                 },
             };
             call_db[c.block.index()] = Some(CallDb {
-                target: if exit_record && !c.tail {
+                target: if (exit_record && !c.tail) || syscall {
                     CallTarget::Exit
                 } else {
                     target
                 },
                 marker,
-                returns: c.returns,
+                returns,
                 tail: c.tail,
                 lazy: None,
                 landing: {
@@ -492,7 +591,9 @@ pub fn instrument_module(path: &Path, which: Placement, tag: u32) -> Result<Inst
             number,
             name: &p.name,
             start: p.start,
-            stub: if p.start == module.entry && !library {
+            stub: if p.start == module.entry && module.is_static {
+                EntryStub::StaticEntry
+            } else if p.start == module.entry && !library {
                 EntryStub::ProcessEntry
             } else {
                 EntryStub::Full
@@ -514,6 +615,29 @@ pub fn instrument_module(path: &Path, which: Placement, tag: u32) -> Result<Inst
     }
     if plans.is_empty() {
         return Err(rewrite_err(path, "no procedure can be traced"));
+    }
+    // A static executable has no preinit array: its traced entry procedure
+    // is the only place to run the runtime's init before any traced code.
+    if module.is_static && !plans.iter().any(|p| p.stub == EntryStub::StaticEntry) {
+        let why = prog
+            .procs
+            .iter()
+            .find(|(_, p)| p.start == module.entry)
+            .map_or("no procedure starts there".to_owned(), |(id, p)| {
+                format!(
+                    "{} is left alone: {}",
+                    p.name,
+                    reasons.get(&id).map_or("", String::as_str)
+                )
+            });
+        return Err(rewrite_err(
+            path,
+            format!(
+                "static executable: the entry point {:#x} cannot be traced ({why}), so the \
+                 runtime has nowhere to start",
+                module.entry
+            ),
+        ));
     }
     if db.procs.iter().any(|p| {
         p.edges
@@ -593,8 +717,15 @@ pub fn instrument_module(path: &Path, which: Placement, tag: u32) -> Result<Inst
             },
         ],
         patches,
-        preinit: (!library).then_some(init),
-        entry: None,
+        preinit: (!library && !module.is_static).then_some(init),
+        entry: if module.is_static {
+            code.springboards
+                .iter()
+                .find(|&&(from, _)| from == module.entry)
+                .map(|&(_, to)| to)
+        } else {
+            None
+        },
         eh_frame_hdr: unwind.as_ref().map(|u| (u.hdr_vaddr, u.hdr_size)),
         eh_frame: unwind
             .as_ref()

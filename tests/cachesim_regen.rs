@@ -1,0 +1,197 @@
+//! Issue 6: cachegrind's I1 numbers for an instruction stream that comes
+//! from `aetrace regen`. Cachegrind simulates every instruction of the
+//! process, so the comparison is exact only when the trace covers the whole
+//! stream: `traces/nolibc_icache.c` is a static program without libc (its
+//! own `_start`, raw syscalls, no rep-string instruction, whose iterations
+//! cachegrind would count one by one), and every one of its procedures must
+//! be traced. The recorded run's stream, `aetrace regen --format xdin`
+//! into `aetrace cachesim --model cachegrind`, must give cachegrind's
+//! `I refs`, `I1 misses` and `LLi misses` for the native program, for
+//! several geometries; `aetrace regen --count` must give its `I refs` too.
+//! Cachegrind shares no code with aetrace.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use common::build::run_checked;
+
+/// Builds `traces/nolibc_icache.c` without libc.
+fn build_nolibc(dir: &Path) -> PathBuf {
+    let exe = dir.join("nolibc_icache");
+    run_checked(
+        Command::new("gcc")
+            .args([
+                "-O2",
+                "-static",
+                "-nostdlib",
+                "-fno-builtin",
+                "-fno-stack-protector",
+                "-o",
+            ])
+            .arg(&exe)
+            .arg(common::repo_root().join("traces/nolibc_icache.c")),
+        "gcc nolibc_icache.c",
+    );
+    exe
+}
+
+/// Cachegrind's summary figure after `label` (`I   refs:`, ...).
+fn cachegrind_number(summary: &str, label: &str) -> u64 {
+    let line = summary
+        .lines()
+        .find(|l| l.contains(label))
+        .unwrap_or_else(|| panic!("no {label:?} in cachegrind output:\n{summary}"));
+    let after = &line[line.find(label).unwrap() + label.len()..];
+    after
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .replace(',', "")
+        .parse()
+        .unwrap_or_else(|e| panic!("{label:?} in {line:?}: {e}"))
+}
+
+#[test]
+fn cachegrind_i1_equals_cachesim_on_the_regenerated_stream() {
+    let dir = common::scratch("cachesim-regen");
+    let exe = build_nolibc(&dir);
+    let args = ["2500"];
+
+    // No rep-string instruction anywhere (objdump, not our decoder).
+    let dis = run_checked(Command::new("objdump").arg("-d").arg(&exe), "objdump -d");
+    let dis = String::from_utf8_lossy(&dis.stdout);
+    assert!(
+        !dis.lines()
+            .any(|l| l.contains("\trep") || l.contains(" rep ")),
+        "the program must have no rep-string instruction"
+    );
+
+    // Record it: same behaviour as the native run, nothing left alone.
+    let native = Command::new(&exe).args(args).output().unwrap();
+    let trace = dir.join("nolibc.aet");
+    let rec = Command::new(common::aetrace())
+        .args(["record", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&exe)
+        .args(args)
+        .output()
+        .unwrap();
+    assert_eq!(rec.stdout, native.stdout, "stdout differs");
+    assert_eq!(rec.stderr, native.stderr, "stderr differs");
+    assert_eq!(rec.status.code(), native.status.code(), "status differs");
+    let info = run_checked(
+        Command::new(common::aetrace())
+            .args(["info", "--json"])
+            .arg(&trace),
+        "aetrace info",
+    );
+    let info: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
+    let left = &info["programs"][0]["left_alone"];
+    assert_eq!(
+        left.as_array().map(Vec::len),
+        Some(0),
+        "every procedure must be traced: {left}"
+    );
+
+    let xdin = dir.join("nolibc.xdin");
+    run_checked(
+        Command::new(common::aetrace())
+            .args(["regen", "--format", "xdin", "-o"])
+            .arg(&xdin)
+            .arg(&trace),
+        "aetrace regen --format xdin",
+    );
+    let count = run_checked(
+        Command::new(common::aetrace())
+            .args(["regen", "--count"])
+            .arg(&trace),
+        "aetrace regen --count",
+    );
+    let count = String::from_utf8_lossy(&count.stdout).into_owned();
+
+    // (I1, D1, LL) as cachegrind's size,assoc,line.
+    let geometries = [
+        ((1024, 2, 64), (1024, 2, 64), (8192, 4, 64)),
+        ((512, 1, 32), (2048, 4, 64), (16384, 8, 64)),
+        ((2048, 4, 64), (4096, 2, 64), (4096, 4, 64)),
+        // An LL smaller than the code: LLi misses beyond the compulsory ones.
+        ((1024, 1, 64), (4096, 2, 64), (2048, 2, 64)),
+        ((4096, 1, 64), (4096, 2, 64), (65536, 16, 64)),
+    ];
+    for (k, (i1, d1, ll)) in geometries.into_iter().enumerate() {
+        let cg = Command::new("valgrind")
+            .args([
+                "--tool=cachegrind",
+                "--cache-sim=yes",
+                "--cachegrind-out-file=/dev/null",
+            ])
+            .arg(format!("--I1={},{},{}", i1.0, i1.1, i1.2))
+            .arg(format!("--D1={},{},{}", d1.0, d1.1, d1.2))
+            .arg(format!("--LL={},{},{}", ll.0, ll.1, ll.2))
+            .arg(&exe)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .expect("valgrind (cachegrind)");
+        assert_eq!(cg.status.code(), native.status.code(), "cachegrind run");
+        let summary = String::from_utf8_lossy(&cg.stderr).into_owned();
+        let s = |v: u64| v.to_string();
+        let opts = [
+            "cachesim".to_string(),
+            "--model".into(),
+            "cachegrind".into(),
+            "--json".into(),
+            "-l1-isize".into(),
+            s(i1.0),
+            "-l1-iassoc".into(),
+            s(i1.1),
+            "-l1-ibsize".into(),
+            s(i1.2),
+            "-l1-dsize".into(),
+            s(d1.0),
+            "-l1-dassoc".into(),
+            s(d1.1),
+            "-l1-dbsize".into(),
+            s(d1.2),
+            "-l2-usize".into(),
+            s(ll.0),
+            "-l2-uassoc".into(),
+            s(ll.1),
+            "-l2-ubsize".into(),
+            s(ll.2),
+            xdin.to_str().unwrap().into(),
+        ];
+        let out = run_checked(
+            Command::new(common::aetrace()).args(&opts),
+            "aetrace cachesim",
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let get = |key: &str| v["stats"][key].as_u64().unwrap();
+        let ctx = format!("I1 {i1:?} D1 {d1:?} LL {ll:?}");
+        let irefs = cachegrind_number(&summary, "I   refs:");
+        let i1_misses = cachegrind_number(&summary, "I1  misses:");
+        assert_eq!(get("i_refs"), irefs, "I refs, {ctx}");
+        assert_eq!(get("i1_misses"), i1_misses, "I1 misses, {ctx}");
+        assert_eq!(
+            get("lli_misses"),
+            cachegrind_number(&summary, "LLi misses:"),
+            "LLi misses, {ctx}"
+        );
+        if k == 0 {
+            // A small I1 must really be exercised.
+            assert!(i1_misses > 1000, "only {i1_misses} I1 misses, {ctx}");
+            assert!(
+                count.contains(&format!("{irefs} instructions")),
+                "aetrace regen --count says {count:?}, cachegrind's Ir is {irefs}"
+            );
+        }
+        eprintln!(
+            "{ctx}: I refs {irefs}, I1 misses {i1_misses} (cachegrind = aetrace regen | cachesim)"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
