@@ -20,6 +20,7 @@ pub mod lsda;
 pub mod noreturn;
 pub mod plt;
 pub mod procs;
+pub mod profile;
 pub mod report;
 pub mod rewrite;
 
