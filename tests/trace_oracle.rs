@@ -99,29 +99,6 @@ fn first_difference(expected: &[u64], got: &[u64]) -> Option<String> {
     ))
 }
 
-/// Whether the instruction at `addr` carries a `rep`/`repne` prefix:
-/// lackey reports one execution per iteration of such an instruction
-/// (VEX turns each iteration into its own jump back), the program executes
-/// it once.
-fn is_rep(elf: &Elf, addr: u64) -> bool {
-    let Some(s) = elf
-        .sections
-        .iter()
-        .find(|s| s.exec && s.addr <= addr && addr < s.addr + s.size)
-    else {
-        return false;
-    };
-    elf.bytes_of(s, addr, 4.min(s.addr + s.size - addr))
-        .iter()
-        .take_while(|b| {
-            matches!(
-                b,
-                0x66 | 0x67 | 0x2e | 0x3e | 0x26 | 0x64 | 0x65 | 0x36 | 0xf2 | 0xf3
-            )
-        })
-        .any(|&b| b == 0xf2 || b == 0xf3)
-}
-
 /// Address ranges of the procedures `aetrace info` says were left alone.
 fn left_alone_ranges(exe: &Path, trace: &Path) -> Vec<(u64, u64)> {
     let info = Command::new(common::aetrace())
@@ -205,7 +182,7 @@ fn check_with(exe: &Path, args: &[&str], mode: LogMode) {
             let mut prev = None;
             for &a in s {
                 let repeat =
-                    prev == Some(a) && *rep_cache.entry(a).or_insert_with(|| is_rep(&elf, a));
+                    prev == Some(a) && *rep_cache.entry(a).or_insert_with(|| elf.is_rep(a));
                 prev = Some(a);
                 if repeat {
                     continue;
