@@ -447,3 +447,21 @@ fn sigkill_leaves_a_readable_profile() {
         "main's frame active at raise: {counts}"
     );
 }
+
+/// sort: it imports pthread_create (`lock add` counters), and a procedure
+/// calls itself
+/// and also tail-jumps to its own entry (the invocation counter must see
+/// the recursive call, not the jump).
+#[test]
+fn debian_sort() {
+    let p = common::scratch("inputs").join("profile-sort");
+    let lines: String = (0..20_000u64)
+        .map(|i| format!("{}\n", i.wrapping_mul(2_654_435_761) % 1_000_003))
+        .collect();
+    std::fs::write(&p, lines).unwrap();
+    check(
+        Path::new("/usr/bin/sort"),
+        &[&p.display().to_string()],
+        "sort",
+    );
+}

@@ -55,6 +55,9 @@ pub struct Profile {
     pub status: String,
     /// Sum of all counters: the increments the run executed.
     pub increments: u64,
+    /// Wall time of the run (spawn to the last descendant's end), seconds.
+    #[serde(default)]
+    pub run_seconds: f64,
     pub procs: Vec<ProcProfile>,
 }
 
@@ -300,7 +303,7 @@ pub fn profile_command(o: &ProfileOptions) -> Result<Outcome> {
     let run = run(&elf, o, layout.bytes);
     let _ = std::fs::remove_file(&elf);
     let _ = std::fs::remove_dir(&dir);
-    let (outcome, values) = run?;
+    let (outcome, values, run_seconds) = run?;
     let mut procs = Vec::with_capacity(ins.db.procs.len());
     for (i, d) in ins.db.procs.iter().enumerate() {
         let blocks = d
@@ -394,6 +397,7 @@ pub fn profile_command(o: &ProfileOptions) -> Result<Outcome> {
             Outcome::Signaled(s) => format!("killed by signal {s}"),
         },
         increments: values.iter().sum(),
+        run_seconds,
         procs,
     };
     let out = o.output.clone().unwrap_or_else(|| {
@@ -451,7 +455,7 @@ fn tempdir() -> Result<PathBuf> {
 
 /// Runs the counting program with its counters on a memfd; returns how it
 /// ended and the counter values (read after every descendant ended).
-fn run(elf: &Path, o: &ProfileOptions, bytes: u64) -> Result<(Outcome, Vec<u64>)> {
+fn run(elf: &Path, o: &ProfileOptions, bytes: u64) -> Result<(Outcome, Vec<u64>, f64)> {
     let os = |what: &str| perr(format!("{what}: {}", std::io::Error::last_os_error()));
     // SAFETY: plain system calls; the fd is owned right away.
     let fd = unsafe { libc::memfd_create(c"aetrace-counters".as_ptr(), 0) };
@@ -487,6 +491,7 @@ fn run(elf: &Path, o: &ProfileOptions, bytes: u64) -> Result<(Outcome, Vec<u64>)
             libc::signal(libc::SIGQUIT, libc::SIG_IGN),
         )
     };
+    let started = std::time::Instant::now();
     let status = cmd.spawn().and_then(|mut c| c.wait());
     // Orphaned descendants may still count.
     loop {
@@ -497,6 +502,7 @@ fn run(elf: &Path, o: &ProfileOptions, bytes: u64) -> Result<(Outcome, Vec<u64>)
             break;
         }
     }
+    let seconds = started.elapsed().as_secs_f64();
     // SAFETY: restoring our own dispositions.
     unsafe {
         libc::signal(libc::SIGINT, old.0);
@@ -514,7 +520,7 @@ fn run(elf: &Path, o: &ProfileOptions, bytes: u64) -> Result<(Outcome, Vec<u64>)
         .chunks_exact(8)
         .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
         .collect();
-    Ok((outcome, values))
+    Ok((outcome, values, seconds))
 }
 
 /// The text report: totals, the hottest procedures and blocks.

@@ -444,7 +444,13 @@ impl ProcGen<'_, '_> {
     fn copy(&mut self, mut insn: Instruction) {
         self.em.origin.push((self.em.out.len(), insn.ip()));
         if near_branch(&insn) {
-            let t = self.retarget(insn.near_branch_target());
+            let t = insn.near_branch_target();
+            // A call (recursion included) enters the callee's body, which
+            // in counting mode counts the invocation first.
+            let t = match self.bodies.get(&t) {
+                Some(&body) if insn.flow_control() == FlowControl::Call => body,
+                _ => self.retarget(t),
+            };
             insn.set_near_branch64(t);
         }
         for t in &self.p.tables {
