@@ -449,9 +449,8 @@ fn sigkill_leaves_a_readable_profile() {
 }
 
 /// sort: it imports pthread_create (`lock add` counters), and a procedure
-/// calls itself
-/// and also tail-jumps to its own entry (the invocation counter must see
-/// the recursive call, not the jump).
+/// calls itself and also tail-jumps to its own entry (the invocation
+/// counter must see the recursive call, not the jump).
 #[test]
 fn debian_sort() {
     let p = common::scratch("inputs").join("profile-sort");
@@ -464,4 +463,54 @@ fn debian_sort() {
         &[&p.display().to_string()],
         "sort",
     );
+}
+
+/// The text report's hottest blocks carry `file:line` from DWARF, equal to
+/// binutils' addr2line for the same addresses.
+#[test]
+fn text_report_source_lines() {
+    let exe = common::scratch("profile").join("nested_if-g");
+    common::build::run_checked(
+        Command::new("gcc")
+            .args(["-O2", "-g", "-o"])
+            .arg(&exe)
+            .arg(common::repo_root().join("traces/nested_if.c")),
+        "gcc -g nested_if.c",
+    );
+    let (prof, _) = profile(&exe, &[], "lines", &[]);
+    let out = Command::new(common::aetrace())
+        .args(["report", "--top", "5"])
+        .arg(&prof)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let rows: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("hottest blocks"))
+        .skip(2)
+        .take(5)
+        .collect();
+    assert_eq!(rows.len(), 5, "{text}");
+    for row in rows {
+        let f: Vec<&str> = row.split_whitespace().collect();
+        let (addr, src) = (f[2], f[4]);
+        let a2l = Command::new("addr2line")
+            .arg("-e")
+            .arg(&exe)
+            .arg(addr)
+            .output()
+            .unwrap();
+        let want = String::from_utf8(a2l.stdout).unwrap();
+        let want = want
+            .trim()
+            .rsplit('/')
+            .next()
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .to_string();
+        assert_eq!(src, want, "{row}");
+    }
 }

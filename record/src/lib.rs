@@ -16,6 +16,7 @@ pub mod elf;
 pub mod error;
 pub mod jumptable;
 pub mod launch;
+pub mod lines;
 pub mod lsda;
 pub mod noreturn;
 pub mod plt;

@@ -557,13 +557,18 @@ pub fn text_report(p: &Profile, top: usize, w: &mut dyn Write) -> Result<()> {
         }
     }
     blocks.sort_by(|a, b| b.0.cmp(&a.0).then(a.3.cmp(&b.3)));
+    // Source lines from the program's DWARF, when it is still there.
+    let lines = std::fs::read(&p.program)
+        .map(|b| crate::lines::Lines::of_elf(&b))
+        .unwrap_or_default();
     writeln!(
         w,
-        "\nhottest blocks:\n{:>14} {:>12} {:>18}  procedure",
+        "\nhottest blocks:\n{:>14} {:>12} {:>18}  procedure  source",
         "instructions", "count", "address"
     )?;
     for (n, k, name, at) in blocks.iter().take(top) {
-        writeln!(w, "{n:>14} {k:>12} {at:>#18x}  {name}")?;
+        let src = lines.at(*at).unwrap_or_default();
+        writeln!(w, "{n:>14} {k:>12} {at:>#18x}  {name}  {src}")?;
     }
     let failed: Vec<&ProcProfile> = p.procs.iter().filter(|q| q.error.is_some()).collect();
     if !failed.is_empty() {
