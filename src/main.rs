@@ -8,7 +8,7 @@
 //! - `1`: the input was refused or the work failed (the one-line message on
 //!   stderr says why).
 //! - `2`: the command line itself was wrong (clap's usage error).
-//! - `record`: the traced program's own exit status; when a signal killed
+//! - `record`, `profile`: the program's own exit status; when a signal killed
 //!   it, the recorder re-raises that signal (or exits 128+signal).
 //! - `cachesim` keeps the exit codes documented in `aetrace-cachesim`.
 
