@@ -90,6 +90,19 @@ enum Command {
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<OsString>,
     },
+    /// Count events of a run with one counter (chord increments, paper 002); prints the
+    /// count on stderr (or to --output) and exits with the program's status.
+    Count {
+        /// insns, blocks or calls.
+        #[arg(long, value_enum, default_value = "insns")]
+        event: EventArg,
+        /// Write the count here instead of stderr.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// The program and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<OsString>,
+    },
     /// Print a report of a profile written by `aetrace profile`.
     Report {
         profile: PathBuf,
@@ -140,6 +153,13 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
+}
+
+#[derive(Copy, Clone, clap::ValueEnum)]
+enum EventArg {
+    Insns,
+    Blocks,
+    Calls,
 }
 
 #[derive(Copy, Clone, clap::ValueEnum)]
@@ -237,6 +257,38 @@ fn main() -> ExitCode {
             };
             match aetrace_record::profile::profile_command(&opts) {
                 Ok(outcome) => return aetrace_record::commands::exit_like(outcome),
+                Err(e) => Err(e.to_string()),
+            }
+        }
+        Command::Count {
+            event,
+            output,
+            mut command,
+        } => {
+            use aetrace_record::rewrite::counters::Event;
+            let (event, name) = match event {
+                EventArg::Insns => (Event::Insns, "insns"),
+                EventArg::Blocks => (Event::Blocks, "blocks"),
+                EventArg::Calls => (Event::Calls, "calls"),
+            };
+            let program = PathBuf::from(command.remove(0));
+            match aetrace_record::profile::count_command(&program, &command, event) {
+                Ok((outcome, n)) => {
+                    let line = format!("{n} {name}\n");
+                    let written = match &output {
+                        Some(p) => {
+                            std::fs::write(p, line).map_err(|e| format!("{}: {e}", p.display()))
+                        }
+                        None => {
+                            eprint!("aetrace: {line}");
+                            Ok(())
+                        }
+                    };
+                    match written {
+                        Ok(()) => return aetrace_record::commands::exit_like(outcome),
+                        Err(e) => Err(e),
+                    }
+                }
                 Err(e) => Err(e.to_string()),
             }
         }

@@ -31,6 +31,9 @@ struct Ours {
     placement_counters: u64,
     /// The procedure of each counted instruction.
     proc_of: HashMap<u64, String>,
+    /// Blocks executed and invocations, over all profiled procedures.
+    blocks: u64,
+    calls: u64,
 }
 
 fn read_profile(path: &Path) -> Ours {
@@ -42,6 +45,8 @@ fn read_profile(path: &Path) -> Ours {
         left_alone: Vec::new(),
         placement_counters: 0,
         proc_of: HashMap::new(),
+        blocks: 0,
+        calls: 0,
     };
     for p in v["procs"].as_array().unwrap() {
         let name = p["name"].as_str().unwrap();
@@ -56,9 +61,11 @@ fn read_profile(path: &Path) -> Ours {
         );
         ours.placement_counters += p["counters"].as_array().unwrap().len() as u64;
         let counts = &p["counts"];
+        ours.calls += counts["invocations"].as_u64().unwrap();
         let blocks = p["blocks"].as_array().unwrap();
         for (b, n) in blocks.iter().zip(counts["blocks"].as_array().unwrap()) {
             let n = n.as_u64().unwrap();
+            ours.blocks += n;
             let start = b["start"].as_u64().unwrap();
             for off in b["insns"].as_array().unwrap() {
                 let a = start + off.as_u64().unwrap();
@@ -260,6 +267,19 @@ fn check(exe: &Path, args: &[&str], tag: &str) {
         "{tag}: callgrind_annotate totals differ:\n{}",
         fdiffs.join("\n")
     );
+    // `aetrace count` (one counter, chord increments, paper 002) gives the
+    // totals of the profile, itself equal to callgrind's.
+    for (event, want) in [
+        ("insns", ours.ir.values().sum::<u64>()),
+        ("blocks", ours.blocks),
+        ("calls", ours.calls),
+    ] {
+        assert_eq!(
+            count(exe, args, event, tag),
+            want,
+            "{tag}: aetrace count --event {event}"
+        );
+    }
     eprintln!(
         "{tag}: {} instructions executed in .text ({reps} rep-prefixed counted once per start), {} counted ({} counters, {} left alone), {} conditional jumps, {} functions compared",
         total_theirs,
@@ -272,6 +292,32 @@ fn check(exe: &Path, args: &[&str], tag: &str) {
             .filter(|f| symbols && a_theirs.contains_key(*f))
             .count()
     );
+}
+
+/// `aetrace count --event EVENT -o FILE -- exe args`: the count; stdout and
+/// exit status as the native run's.
+fn count(exe: &Path, args: &[&str], event: &str, tag: &str) -> u64 {
+    let file = common::scratch("profile").join(format!("{tag}.{event}.count"));
+    let native = run_native(exe, args);
+    let out = Command::new(common::aetrace())
+        .args(["count", "--event", event, "-o"])
+        .arg(&file)
+        .arg("--")
+        .arg(exe)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.stdout, native.stdout, "{tag}: count: stdout");
+    assert_eq!(
+        out.status.code(),
+        native.status.code(),
+        "{tag}: count: exit status"
+    );
+    let text = std::fs::read_to_string(&file).unwrap();
+    let (n, unit) = text.trim().split_once(' ').unwrap();
+    assert_eq!(unit, event);
+    n.parse().unwrap()
 }
 
 fn traced(source: &str, v: Variant, args: &[&str]) {

@@ -291,19 +291,10 @@ pub fn profile_command(o: &ProfileOptions) -> Result<Outcome> {
     let spec = CountSpec {
         placement: o.placement,
         feedback,
+        events: None,
     };
-    let ins = rewrite::instrument_with(&exe, &How::Count(spec))?;
-    let layout = ins
-        .counting
-        .clone()
-        .ok_or_else(|| perr("internal: no counter layout"))?;
-    let dir = tempdir()?;
-    let elf = dir.join(exe.file_name().unwrap_or_else(|| "program".as_ref()));
-    crate::commands::write_executable(&elf, &ins.elf)?;
-    let run = run(&elf, o, layout.bytes);
-    let _ = std::fs::remove_file(&elf);
-    let _ = std::fs::remove_dir(&dir);
-    let (outcome, values, run_seconds) = run?;
+    let (ins, layout, (outcome, values, run_seconds)) =
+        rewrite_and_run(&exe, &o.program, &o.args, spec)?;
     let mut procs = Vec::with_capacity(ins.db.procs.len());
     for (i, d) in ins.db.procs.iter().enumerate() {
         let blocks = d
@@ -439,6 +430,52 @@ pub fn profile_command(o: &ProfileOptions) -> Result<Outcome> {
     Ok(outcome)
 }
 
+/// Rewrites `exe` in counting mode and runs it (`program` as its
+/// `argv[0]`): the rewrite, its counter layout, and what [`run`] returns.
+fn rewrite_and_run(
+    exe: &Path,
+    program: &Path,
+    args: &[OsString],
+    spec: CountSpec,
+) -> Result<(
+    rewrite::Instrumented,
+    rewrite::CountLayout,
+    (Outcome, Vec<u64>, f64),
+)> {
+    let ins = rewrite::instrument_with(exe, &How::Count(spec))?;
+    let layout = ins
+        .counting
+        .clone()
+        .ok_or_else(|| perr("internal: no counter layout"))?;
+    let dir = tempdir()?;
+    let elf = dir.join(exe.file_name().unwrap_or_else(|| "program".as_ref()));
+    crate::commands::write_executable(&elf, &ins.elf)?;
+    let ran = run(&elf, program, args, layout.bytes);
+    let _ = std::fs::remove_file(&elf);
+    let _ = std::fs::remove_dir(&dir);
+    Ok((ins, layout, ran?))
+}
+
+/// `aetrace count --event E -- PROGRAM ARGS` (paper 002): one counter, to
+/// which each chord of the spanning tree adds its increment; after the run
+/// it equals the number of events in the profiled procedures (the virtual
+/// exit edges make it exact also for frames left active by `exit`).
+/// Returns how the program ended and the count.
+pub fn count_command(
+    program: &Path,
+    args: &[OsString],
+    event: counters::Event,
+) -> Result<(Outcome, i64)> {
+    let exe = crate::commands::find_program(program)?;
+    let spec = CountSpec {
+        events: Some(event),
+        ..CountSpec::default()
+    };
+    let (_, _, (outcome, values, _)) = rewrite_and_run(&exe, program, args, spec)?;
+    let n = values.first().copied().unwrap_or(0) as i64;
+    Ok((outcome, n))
+}
+
 /// A private temporary directory for the rewritten program.
 fn tempdir() -> Result<PathBuf> {
     let base = std::env::temp_dir();
@@ -455,7 +492,12 @@ fn tempdir() -> Result<PathBuf> {
 
 /// Runs the counting program with its counters on a memfd; returns how it
 /// ended and the counter values (read after every descendant ended).
-fn run(elf: &Path, o: &ProfileOptions, bytes: u64) -> Result<(Outcome, Vec<u64>, f64)> {
+fn run(
+    elf: &Path,
+    program: &Path,
+    args: &[OsString],
+    bytes: u64,
+) -> Result<(Outcome, Vec<u64>, f64)> {
     let os = |what: &str| perr(format!("{what}: {}", std::io::Error::last_os_error()));
     // SAFETY: plain system calls; the fd is owned right away.
     let fd = unsafe { libc::memfd_create(c"aetrace-counters".as_ptr(), 0) };
@@ -471,8 +513,8 @@ fn run(elf: &Path, o: &ProfileOptions, bytes: u64) -> Result<(Outcome, Vec<u64>,
     // SAFETY: prctl on ourselves.
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
     let mut cmd = std::process::Command::new(elf);
-    cmd.arg0(&o.program)
-        .args(&o.args)
+    cmd.arg0(program)
+        .args(args)
         .env(counters::ENV_FD, fd.to_string());
     // SAFETY: async-signal-safe calls only, between fork and exec.
     unsafe {
@@ -508,7 +550,7 @@ fn run(elf: &Path, o: &ProfileOptions, bytes: u64) -> Result<(Outcome, Vec<u64>,
         libc::signal(libc::SIGINT, old.0);
         libc::signal(libc::SIGQUIT, old.1);
     }
-    let status = status.map_err(|e| perr(format!("{}: {e}", o.program.display())))?;
+    let status = status.map_err(|e| perr(format!("{}: {e}", program.display())))?;
     let outcome = match (status.code(), status.signal()) {
         (Some(c), _) => Outcome::Exited(c),
         (None, Some(s)) => Outcome::Signaled(s),

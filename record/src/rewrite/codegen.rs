@@ -70,12 +70,15 @@ pub struct CallPlan {
 /// Counting mode (`aetrace profile`, [`super::counters`]): counter
 /// increments instead of witnesses, and no records, buffer checks or
 /// outside-entry code.
-#[derive(Copy, Clone, Debug)]
+#[derive(Clone, Debug)]
 pub struct Counting {
     /// Address of counter 0 (8-byte counters).
     pub base: u64,
     /// `lock add` (the program can start threads).
     pub atomic: bool,
+    /// Event counting: counter number `n` adds `amounts[n]` to counter 0;
+    /// empty: counter `n` adds 1 to its own word.
+    pub amounts: Vec<i32>,
 }
 
 /// The counters of one procedure in counting mode; edge counters are in
@@ -242,9 +245,16 @@ impl Emitter {
     fn counter(&mut self, n: u32, site: Site) -> GenResult<()> {
         let c = self
             .counting
+            .as_ref()
             .ok_or("internal: a counter outside counting mode")?;
         self.emitted.insert(n);
-        for i in super::counters::increment(c.base + 8 * u64::from(n), c.atomic, site)? {
+        let (addr, amount) = match c.amounts.get(n as usize) {
+            None if c.amounts.is_empty() => (c.base + 8 * u64::from(n), 1),
+            None => return Err(format!("internal: counter {n} has no increment")),
+            Some(0) => return Ok(()),
+            Some(&a) => (c.base, a),
+        };
+        for i in super::counters::increment(addr, amount, c.atomic, site)? {
             self.push(i);
         }
         Ok(())

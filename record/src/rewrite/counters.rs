@@ -35,6 +35,7 @@
 
 use std::collections::HashMap;
 
+use aetrace_graph::events::place_event_counters;
 use aetrace_graph::profile::place_counters;
 use aetrace_graph::weights::{heuristic, Weights};
 use aetrace_graph::{BlockId, EdgeId, EntityRef, Graph, GraphBuilder, SecondaryMap, VertexKind};
@@ -65,11 +66,25 @@ pub enum CountPlacement {
 /// (in CFG order) and the number of invocations.
 pub type Feedback = HashMap<u64, (Vec<u64>, u64)>;
 
-/// What `aetrace profile` asks of the rewriter.
+/// The events `aetrace count` counts (paper 002).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// Instructions executed.
+    Insns,
+    /// Blocks executed.
+    Blocks,
+    /// Procedure invocations.
+    Calls,
+}
+
+/// What `aetrace profile` / `aetrace count` ask of the rewriter.
 #[derive(Clone, Debug, Default)]
 pub struct CountSpec {
     pub placement: CountPlacement,
     pub feedback: Option<Feedback>,
+    /// Event counting: one program-wide counter (slot 0) to which each
+    /// chord adds its increment, instead of a counter per chord.
+    pub events: Option<Event>,
 }
 
 /// A counted edge of the counted graph (see the module comment).
@@ -92,6 +107,8 @@ pub struct ProcCounters {
     pub virtual_exits: Vec<BlockId>,
     /// Every-block placement: counter `first + i` counts block `i`.
     pub every_block: bool,
+    /// Event counting: the increment of each chord (paper 002's `Inc`).
+    pub amounts: Vec<i32>,
 }
 
 impl ProcCounters {
@@ -167,6 +184,7 @@ pub fn place(
             chords: Vec::new(),
             virtual_exits: Vec::new(),
             every_block: true,
+            amounts: Vec::new(),
         });
     }
     let real = cfg.to_graph();
@@ -199,6 +217,30 @@ pub fn place(
     }
     w[g.exit_root()] = base[real.exit_root()];
     let pl = place_counters(&g, &w);
+    // Event counting: the same tree, chord increments from the events of
+    // each edge (a block's events on its out-edges, a virtual exit edge
+    // included: the call block ran; invocations on `R0 -> root`).
+    let mut amounts = Vec::new();
+    if let Some(ev) = spec.events {
+        let mut events: SecondaryMap<EdgeId, i64> = SecondaryMap::filled(g.num_edges() + 1, 0);
+        for e in g.edge_ids() {
+            let from = g.edge(e).from;
+            events[e] = match ev {
+                _ if e.index() == m => i64::from(ev == Event::Calls),
+                Event::Calls => 0,
+                Event::Blocks => 1,
+                Event::Insns => cfg.blocks[from].insns.len() as i64,
+            };
+        }
+        let ec = place_event_counters(&g, &w, &events);
+        debug_assert_eq!(ec.tree.chords(&g), pl.chords, "one tree for both");
+        for &e in &pl.chords {
+            amounts
+                .push(i32::try_from(ec.inc[e]).map_err(|_| {
+                    format!("the event increment of edge {e} does not fit 32 bits")
+                })?);
+        }
+    }
     let mut chords = Vec::with_capacity(pl.chords.len());
     for &e in &pl.chords {
         match e.index() {
@@ -217,14 +259,26 @@ pub fn place(
         chords,
         virtual_exits,
         every_block: false,
+        amounts,
     })
 }
 
-/// The instructions of one counter increment at `addr` (module comment).
-pub fn increment(addr: u64, atomic: bool, site: Site) -> Result<Vec<Instruction>, String> {
+/// The instructions adding `amount` to the counter at `addr` (module
+/// comment).
+pub fn increment(
+    addr: u64,
+    amount: i32,
+    atomic: bool,
+    site: Site,
+) -> Result<Vec<Instruction>, String> {
     let err = |e: iced_x86::IcedError| e.to_string();
     let mem = MemoryOperand::with_base_displ_size(Register::RIP, addr as i64, 8);
-    let mut add = Instruction::with2(Code::Add_rm64_imm8, mem, 1i32).map_err(err)?;
+    let code = if i8::try_from(amount).is_ok() {
+        Code::Add_rm64_imm8
+    } else {
+        Code::Add_rm64_imm32
+    };
+    let mut add = Instruction::with2(code, mem, amount).map_err(err)?;
     add.set_has_lock_prefix(atomic);
     if !site.flags_live {
         return Ok(vec![add]);
@@ -233,8 +287,12 @@ pub fn increment(addr: u64, atomic: bool, site: Site) -> Result<Vec<Instruction>
         let r: Register = r.into();
         return Ok(vec![
             Instruction::with2(Code::Mov_r64_rm64, r, mem).map_err(err)?,
-            Instruction::with2(Code::Lea_r64_m, r, MemoryOperand::with_base_displ(r, 1))
-                .map_err(err)?,
+            Instruction::with2(
+                Code::Lea_r64_m,
+                r,
+                MemoryOperand::with_base_displ(r, i64::from(amount)),
+            )
+            .map_err(err)?,
             Instruction::with2(Code::Mov_rm64_r64, mem, r).map_err(err)?,
         ]);
     }

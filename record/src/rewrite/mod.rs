@@ -74,6 +74,9 @@ pub struct CountLayout {
     pub atomic: bool,
     /// Per procedure (by index), its counters when traced.
     pub procs: Vec<Option<counters::ProcCounters>>,
+    /// Event counting: the increment of each counter number, all added to
+    /// counter 0 (`codegen::Counting::amounts`).
+    pub amounts: Vec<i32>,
 }
 
 /// The rewritten module.
@@ -455,6 +458,7 @@ pub fn instrument_with(path: &Path, how: &How) -> Result<Instrumented> {
                         .collect();
                 }
                 layout.len += pc.len(cfg.blocks.len());
+                layout.amounts.extend_from_slice(&pc.amounts);
                 layout.procs[id.index()] = Some(pc);
                 (w, Some(c))
             }
@@ -610,17 +614,22 @@ pub fn instrument_with(path: &Path, how: &How) -> Result<Instrumented> {
     let code_vaddr = table_cursor.next_multiple_of(64);
     let counting = match how {
         How::Trace(_) => None,
-        How::Count(_) => Some(codegen::Counting {
+        How::Count(spec) => Some(codegen::Counting {
             base: 0, // set below, once the layout is known
             atomic,
+            amounts: if spec.events.is_some() {
+                layout.amounts.clone()
+            } else {
+                Vec::new()
+            },
         }),
     };
     // The counters go after everything else: their address depends on the
     // code size, which does not depend on it (increments are rip-relative
     // with a 32-bit displacement whatever the target). Encode once to
     // learn the size, then again at the final address.
-    let mut code =
-        codegen::generate(&plans, &rt, code_vaddr, counting).map_err(|e| rewrite_err(path, e))?;
+    let mut code = codegen::generate(&plans, &rt, code_vaddr, counting.clone())
+        .map_err(|e| rewrite_err(path, e))?;
     // Unwind tables for the copies, in a read-only segment on the page
     // after the code (see `unwind`).
     let unwind_vaddr = (code_vaddr + code.bytes.len() as u64).next_multiple_of(PAGE);
@@ -630,14 +639,19 @@ pub fn instrument_with(path: &Path, how: &How) -> Result<Instrumented> {
     // code), then the counters.
     let mut preinit = None;
     let mut count_segments = Vec::new();
-    if let Some(mut c) = counting {
+    if let Some(mut c) = counting.clone() {
         let init_vaddr = match &unwind {
             Some(u) => u.hdr_vaddr + u.bytes.len() as u64,
             None => code_vaddr + code.bytes.len() as u64,
         }
         .next_multiple_of(PAGE);
         layout.vaddr = init_vaddr + PAGE;
-        layout.bytes = (u64::from(layout.len) * 8).max(1).next_multiple_of(PAGE);
+        let words = if c.amounts.is_empty() {
+            u64::from(layout.len)
+        } else {
+            1
+        };
+        layout.bytes = (words * 8).max(1).next_multiple_of(PAGE);
         let init_code = counters::emit_init(init_vaddr, layout.vaddr, layout.bytes)
             .map_err(|e| rewrite_err(path, e))?;
         debug_assert!(init_code.len() as u64 <= PAGE);
