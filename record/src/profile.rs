@@ -169,12 +169,22 @@ pub fn recover(p: &ProcProfile) -> std::result::Result<Counts, String> {
             Err(format!("block {i} out of range"))
         }
     };
+    // Only EXIT may have no successors.
+    let source = |i: u32| {
+        block(i).and_then(|v| {
+            if v == exit {
+                Err("an edge leaves EXIT".to_string())
+            } else {
+                Ok(v)
+            }
+        })
+    };
     for &(f, t, _) in &p.edges {
-        b.add_edge(block(f)?, block(t)?);
+        b.add_edge(source(f)?, block(t)?);
     }
-    b.add_edge(r0, block(p.entry)?);
+    b.add_edge(r0, source(p.entry)?);
     for &c in &p.virtual_exits {
-        b.add_edge(block(c)?, exit);
+        b.add_edge(source(c)?, exit);
     }
     let g = b.finish(r0, exit);
     if g.num_edges() != m + 1 + p.virtual_exits.len() {
@@ -690,5 +700,83 @@ pub fn report_command(profile: &Path, format: &str, top: usize, w: &mut dyn Writ
         other => Err(perr(format!(
             "unknown report format `{other}` (text, json, callgrind)"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Paper 003 Figure 4 in miniature: block 0 calls a procedure that may
+    /// exit, block 1 returns. Counted graph: e0 = 0->1, e1 = 1->EXIT,
+    /// e2 = R0->0 (invocations), e3 = 0->EXIT (virtual); counters on e0 and e2.
+    fn proc(returned: u64, invoked: u64) -> ProcProfile {
+        ProcProfile {
+            name: "p".into(),
+            left_alone: None,
+            entry: 0,
+            blocks: vec![
+                BlockProfile {
+                    start: 0x10,
+                    insns: vec![0, 5],
+                },
+                BlockProfile {
+                    start: 0x1a,
+                    insns: vec![0],
+                },
+            ],
+            edges: vec![(0, 1, "return_from_call".into()), (1, 2, "return".into())],
+            virtual_exits: vec![0],
+            chords: vec![0, 2],
+            every_block: false,
+            first_counter: 0,
+            counters: vec![returned, invoked],
+            counts: None,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn complete_run() {
+        let c = recover(&proc(3, 3)).unwrap();
+        assert_eq!(c.invocations, 3);
+        assert_eq!(c.blocks, vec![3, 3]);
+        assert_eq!(c.edges, Some(vec![3, 3]));
+        assert!(c.active.is_empty());
+    }
+
+    #[test]
+    fn exit_with_a_frame_active_at_the_call() {
+        let c = recover(&proc(2, 3)).unwrap();
+        assert_eq!(c.blocks, vec![3, 2]);
+        assert_eq!(c.edges, Some(vec![2, 2]));
+        assert_eq!(c.active, vec![(0, 1)]);
+    }
+
+    #[test]
+    fn impossible_counters_are_an_error() {
+        assert!(recover(&proc(4, 3)).is_err());
+    }
+
+    #[test]
+    fn counted_edges_that_are_not_chords_are_refused() {
+        let mut p = proc(1, 1);
+        p.chords = vec![0, 1];
+        assert!(recover(&p).unwrap_err().contains("chords"));
+        p.chords = vec![0, 9];
+        assert!(recover(&p).is_err());
+    }
+
+    #[test]
+    fn damaged_graphs_are_errors_not_panics() {
+        let mut p = proc(1, 1);
+        p.edges.push((2, 0, "fall".into()));
+        assert!(recover(&p).is_err());
+        let mut p = proc(1, 1);
+        p.entry = 7;
+        assert!(recover(&p).is_err());
+        let mut p = proc(1, 1);
+        p.edges.push((0, 1, "fall".into()));
+        assert!(recover(&p).is_err());
     }
 }

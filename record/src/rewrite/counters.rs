@@ -29,6 +29,10 @@
 //! (single-threaded) or wrapped in `pushfq/popfq` (stepping over the red
 //! zone).
 //!
+//! Event counting (`aetrace count`, paper 002): the same tree; every chord
+//! adds its increment `Inc(c)` (`graph::events`) to one program-wide
+//! counter instead of 1 to its own.
+//!
 //! Invariants: virtual edges are tree edges in every placement this module
 //! returns (checked, else the procedure is refused); counter numbers are
 //! dense, per procedure contiguous from [`ProcCounters::first`].
