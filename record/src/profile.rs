@@ -440,6 +440,9 @@ pub fn profile_command(o: &ProfileOptions) -> Result<Outcome> {
     Ok(outcome)
 }
 
+/// How the program ended, the counter words, the run's wall time (seconds).
+type Ran = (Outcome, Vec<u64>, f64);
+
 /// Rewrites `exe` in counting mode and runs it (`program` as its
 /// `argv[0]`): the rewrite, its counter layout, and what [`run`] returns.
 fn rewrite_and_run(
@@ -447,11 +450,7 @@ fn rewrite_and_run(
     program: &Path,
     args: &[OsString],
     spec: CountSpec,
-) -> Result<(
-    rewrite::Instrumented,
-    rewrite::CountLayout,
-    (Outcome, Vec<u64>, f64),
-)> {
+) -> Result<(rewrite::Instrumented, rewrite::CountLayout, Ran)> {
     let ins = rewrite::instrument_with(exe, &How::Count(spec))?;
     let layout = ins
         .counting
@@ -502,12 +501,7 @@ fn tempdir() -> Result<PathBuf> {
 
 /// Runs the counting program with its counters on a memfd; returns how it
 /// ended and the counter values (read after every descendant ended).
-fn run(
-    elf: &Path,
-    program: &Path,
-    args: &[OsString],
-    bytes: u64,
-) -> Result<(Outcome, Vec<u64>, f64)> {
+fn run(elf: &Path, program: &Path, args: &[OsString], bytes: u64) -> Result<Ran> {
     let os = |what: &str| perr(format!("{what}: {}", std::io::Error::last_os_error()));
     // SAFETY: plain system calls; the fd is owned right away.
     let fd = unsafe { libc::memfd_create(c"aetrace-counters".as_ptr(), 0) };
