@@ -8,7 +8,7 @@
 //! - `1`: the input was refused or the work failed (the one-line message on
 //!   stderr says why).
 //! - `2`: the command line itself was wrong (clap's usage error).
-//! - `record`: the traced program's own exit status; when a signal killed
+//! - `record`, `profile`: the program's own exit status; when a signal killed
 //!   it, the recorder re-raises that signal (or exits 128+signal).
 //! - `verify`: 0 when the trace is exact, 1 when a thread diverges or the
 //!   check could not be made (the report or the message says which).
@@ -71,6 +71,51 @@ enum Command {
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<OsString>,
     },
+    /// Run a program with edge counters (optimal placement) and write its profile; exits
+    /// with the program's status.
+    Profile {
+        /// Profile file to write (default: PROGRAM's base name + .aprof).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// optimal (counters on spanning-tree chords) or every-block.
+        #[arg(long, value_enum, default_value = "optimal")]
+        placement: CountPlacementArg,
+        /// `heuristic`, or a previous profile whose counts weight the spanning trees.
+        #[arg(long, default_value = "heuristic")]
+        weights: String,
+        /// Also write the text report here.
+        #[arg(long)]
+        report: Option<PathBuf>,
+        /// Also write the profile in callgrind format here (callgrind_annotate, KCachegrind).
+        #[arg(long)]
+        callgrind: Option<PathBuf>,
+        /// The program and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<OsString>,
+    },
+    /// Count events of a run with one counter (chord increments, paper 002); prints the
+    /// count on stderr (or to --output) and exits with the program's status.
+    Count {
+        /// insns, blocks or calls.
+        #[arg(long, value_enum, default_value = "insns")]
+        event: EventArg,
+        /// Write the count here instead of stderr.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// The program and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<OsString>,
+    },
+    /// Print a report of a profile written by `aetrace profile`.
+    Report {
+        profile: PathBuf,
+        /// text, json or callgrind.
+        #[arg(long, default_value = "text")]
+        format: String,
+        /// Procedures and blocks listed by the text report.
+        #[arg(long, default_value_t = 20)]
+        top: usize,
+    },
     /// Rebuild the instruction or block trace of a recorded run.
     Regen {
         trace: PathBuf,
@@ -125,6 +170,19 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
+}
+
+#[derive(Copy, Clone, clap::ValueEnum)]
+enum EventArg {
+    Insns,
+    Blocks,
+    Calls,
+}
+
+#[derive(Copy, Clone, clap::ValueEnum)]
+enum CountPlacementArg {
+    Optimal,
+    EveryBlock,
 }
 
 #[derive(Copy, Clone, clap::ValueEnum)]
@@ -197,6 +255,75 @@ fn main() -> ExitCode {
                 Err(e) => Err(e.to_string()),
             }
         }
+        Command::Profile {
+            output,
+            placement,
+            weights,
+            report,
+            callgrind,
+            mut command,
+        } => {
+            use aetrace_record::rewrite::counters::CountPlacement;
+            let opts = aetrace_record::profile::ProfileOptions {
+                output,
+                placement: match placement {
+                    CountPlacementArg::Optimal => CountPlacement::Optimal,
+                    CountPlacementArg::EveryBlock => CountPlacement::EveryBlock,
+                },
+                weights: (weights != "heuristic").then(|| PathBuf::from(weights)),
+                report,
+                callgrind,
+                program: PathBuf::from(command.remove(0)),
+                args: command,
+            };
+            match aetrace_record::profile::profile_command(&opts) {
+                Ok(outcome) => return aetrace_record::commands::exit_like(outcome),
+                Err(e) => Err(e.to_string()),
+            }
+        }
+        Command::Count {
+            event,
+            output,
+            mut command,
+        } => {
+            use aetrace_record::rewrite::counters::Event;
+            let (event, name) = match event {
+                EventArg::Insns => (Event::Insns, "insns"),
+                EventArg::Blocks => (Event::Blocks, "blocks"),
+                EventArg::Calls => (Event::Calls, "calls"),
+            };
+            let program = PathBuf::from(command.remove(0));
+            match aetrace_record::profile::count_command(&program, &command, event) {
+                Ok((outcome, n)) => {
+                    let line = format!("{n} {name}\n");
+                    let written = match &output {
+                        Some(p) => {
+                            std::fs::write(p, line).map_err(|e| format!("{}: {e}", p.display()))
+                        }
+                        None => {
+                            eprint!("aetrace: {line}");
+                            Ok(())
+                        }
+                    };
+                    match written {
+                        Ok(()) => return aetrace_record::commands::exit_like(outcome),
+                        Err(e) => Err(e),
+                    }
+                }
+                Err(e) => Err(e.to_string()),
+            }
+        }
+        Command::Report {
+            profile,
+            format,
+            top,
+        } => aetrace_record::profile::report_command(
+            &profile,
+            &format,
+            top,
+            &mut std::io::stdout().lock(),
+        )
+        .map_err(|e| e.to_string()),
         Command::Regen {
             trace,
             format,

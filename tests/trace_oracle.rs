@@ -101,29 +101,6 @@ fn first_difference(expected: &[u64], got: &[u64]) -> Option<String> {
     ))
 }
 
-/// Whether the instruction at `addr` carries a `rep`/`repne` prefix:
-/// lackey reports one execution per iteration of such an instruction
-/// (VEX turns each iteration into its own jump back), the program executes
-/// it once.
-fn is_rep(elf: &Elf, addr: u64) -> bool {
-    let Some(s) = elf
-        .sections
-        .iter()
-        .find(|s| s.exec && s.addr <= addr && addr < s.addr + s.size)
-    else {
-        return false;
-    };
-    elf.bytes_of(s, addr, 4.min(s.addr + s.size - addr))
-        .iter()
-        .take_while(|b| {
-            matches!(
-                b,
-                0x66 | 0x67 | 0x2e | 0x3e | 0x26 | 0x64 | 0x65 | 0x36 | 0xf2 | 0xf3
-            )
-        })
-        .any(|&b| b == 0xf2 || b == 0xf3)
-}
-
 /// `aetrace info --json TRACE`.
 fn info_json(trace: &Path) -> serde_json::Value {
     let info = Command::new(common::aetrace())
@@ -265,7 +242,7 @@ fn compare_module(
             let mut prev = None;
             for &a in s {
                 let repeat =
-                    prev == Some(a) && *rep_cache.entry(a).or_insert_with(|| is_rep(&elf, a));
+                    prev == Some(a) && *rep_cache.entry(a).or_insert_with(|| elf.is_rep(a));
                 prev = Some(a);
                 if repeat {
                     continue;
@@ -828,7 +805,7 @@ fn check_static_streams(exe: &Path, args: &[&str], streams: usize) {
     let (mut prev, mut untraced) = (None, 0usize);
     for &rip in &stepped.rips {
         let a = rip - bias;
-        let repeat = prev == Some(a) && is_rep(&elf, a);
+        let repeat = prev == Some(a) && elf.is_rep(a);
         prev = Some(a);
         if repeat {
             continue;

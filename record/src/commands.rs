@@ -27,7 +27,7 @@ fn io_err(path: &Path, source: std::io::Error) -> Error {
 }
 
 /// Writes `bytes` to `path` atomically with mode 0755.
-fn write_executable(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_executable(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
     let mut f = std::fs::File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
     f.write_all(bytes).map_err(|e| io_err(&tmp, e))?;

@@ -33,6 +33,9 @@ pub enum Error {
     /// Recording a run failed (witness region, trace file, a child process).
     #[error("recording failed: {what}")]
     Record { what: String },
+    /// Profiling failed (counters, profile file, report).
+    #[error("profile: {what}")]
+    Profile { what: String },
     /// Writing the report failed (closed pipe, full disk).
     #[error("writing the report: {0}")]
     Output(#[from] std::io::Error),

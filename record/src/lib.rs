@@ -20,10 +20,12 @@ pub mod interval;
 pub mod jumptable;
 pub mod launch;
 pub mod libs;
+pub mod lines;
 pub mod lsda;
 pub mod noreturn;
 pub mod plt;
 pub mod procs;
+pub mod profile;
 pub mod report;
 pub mod rewrite;
 

@@ -87,6 +87,29 @@ impl Elf {
         let off = (s.offset + (addr - s.addr)) as usize;
         &self.bytes[off..off + len as usize]
     }
+
+    /// Whether the instruction at `addr` carries a `rep`/`repne` prefix:
+    /// valgrind counts one execution per iteration of such an instruction
+    /// (VEX turns each iteration into its own jump back), the program
+    /// executes it once.
+    pub fn is_rep(&self, addr: u64) -> bool {
+        let Some(s) = self
+            .sections
+            .iter()
+            .find(|s| s.exec && s.addr <= addr && addr < s.addr + s.size)
+        else {
+            return false;
+        };
+        self.bytes_of(s, addr, 4.min(s.addr + s.size - addr))
+            .iter()
+            .take_while(|b| {
+                matches!(
+                    b,
+                    0x66 | 0x67 | 0x2e | 0x3e | 0x26 | 0x64 | 0x65 | 0x36 | 0xf2 | 0xf3
+                )
+            })
+            .any(|&b| b == 0xf2 || b == 0xf3)
+    }
 }
 
 /// Whether `bytes` are nothing but the padding compilers and linkers put

@@ -80,6 +80,30 @@ pub struct CallPlan {
     pub jmpbuf: Option<RecordKind>,
 }
 
+/// Counting mode (`aetrace profile`, [`super::counters`]): counter
+/// increments instead of witnesses, and no records, buffer checks or
+/// outside-entry code.
+#[derive(Clone, Debug)]
+pub struct Counting {
+    /// Address of counter 0 (8-byte counters).
+    pub base: u64,
+    /// `lock add` (the program can start threads).
+    pub atomic: bool,
+    /// Event counting: counter number `n` adds `amounts[n]` to counter 0;
+    /// empty: counter `n` adds 1 to its own word.
+    pub amounts: Vec<i32>,
+}
+
+/// The counters of one procedure in counting mode; edge counters are in
+/// [`ProcPlan::witness`].
+#[derive(Clone, Debug, Default)]
+pub struct PlanCounters {
+    /// Counter of invocations, at the copy's invocation label.
+    pub entry: Option<u32>,
+    /// Counter at the start of each block (every-block placement).
+    pub blocks: Vec<Option<u32>>,
+}
+
 /// A resolved jump table rewritten to point into the copy.
 #[derive(Clone, Debug)]
 pub struct Table {
@@ -120,6 +144,8 @@ pub struct ProcPlan<'a> {
     /// LANDING(number) before entering the block; the copy's LSDA points
     /// there, so normal control flow into the block writes nothing.
     pub landing_pads: Vec<BlockId>,
+    /// Counting mode: the procedure's entry and block counters.
+    pub counters: Option<PlanCounters>,
 }
 
 /// Where one procedure's copy ended up (for unwind tables).
@@ -160,6 +186,9 @@ struct Emitter {
     pending: Option<u64>,
     /// `(index in out, original address)` of copied instructions.
     origin: Vec<(usize, u64)>,
+    counting: Option<Counting>,
+    /// Counters emitted so far (each must be, at least once).
+    emitted: std::collections::HashSet<u32>,
 }
 
 fn near_branch(i: &Instruction) -> bool {
@@ -226,7 +255,29 @@ impl Emitter {
         Ok(())
     }
 
+    fn counter(&mut self, n: u32, site: Site) -> GenResult<()> {
+        let c = self
+            .counting
+            .as_ref()
+            .ok_or("internal: a counter outside counting mode")?;
+        self.emitted.insert(n);
+        let (addr, amount) = match c.amounts.get(n as usize) {
+            None if c.amounts.is_empty() => (c.base + 8 * u64::from(n), 1),
+            None => return Err(format!("internal: counter {n} has no increment")),
+            Some(0) => return Ok(()),
+            Some(&a) => (c.base, a),
+        };
+        for i in super::counters::increment(addr, amount, c.atomic, site)? {
+            self.push(i);
+        }
+        Ok(())
+    }
+
+    /// Witness `n`, or in counting mode counter `n`.
     fn witness(&mut self, n: u32, site: Site) -> GenResult<()> {
+        if self.counting.is_some() {
+            return self.counter(n, site);
+        }
         if n < 254 {
             self.seq(|a| emit_witness(a, n as u8 + 1, site))
         } else {
@@ -238,21 +289,38 @@ impl Emitter {
 
 /// Generates the copies of `plans`, their code starting at `rip`.
 /// `bodies` maps the original start of every traced procedure to the label
-/// of its body (direct calls skip the outside-entry stub).
-pub fn generate(plans: &[ProcPlan<'_>], rt: &RuntimeAddrs, rip: u64) -> GenResult<Copies> {
+/// of its body (direct calls skip the outside-entry stub). `counting`
+/// selects counting mode.
+pub fn generate(
+    plans: &[ProcPlan<'_>],
+    rt: &RuntimeAddrs,
+    rip: u64,
+    counting: Option<Counting>,
+) -> GenResult<Copies> {
     let mut em = Emitter {
         out: Vec::new(),
         next_label: LABEL_BASE,
         at: HashMap::new(),
         pending: None,
         origin: Vec::new(),
+        counting,
+        emitted: Default::default(),
     };
     let mut bodies: HashMap<u64, u64> = HashMap::new();
     let mut block_labels: Vec<Vec<u64>> = Vec::with_capacity(plans.len());
     let mut stub_labels = Vec::with_capacity(plans.len());
+    let mut invoke_labels = Vec::with_capacity(plans.len());
     for p in plans {
         let labels: Vec<u64> = (0..p.cfg.blocks.len()).map(|_| em.label()).collect();
-        bodies.insert(p.start, labels[p.cfg.entry.index()]);
+        // Counting the invocations: calls enter before the entry block,
+        // loops back to it do not.
+        let invoke = p
+            .counters
+            .as_ref()
+            .and_then(|c| c.entry)
+            .map(|_| em.label());
+        bodies.insert(p.start, invoke.unwrap_or(labels[p.cfg.entry.index()]));
+        invoke_labels.push(invoke);
         block_labels.push(labels);
         stub_labels.push(em.label());
     }
@@ -274,9 +342,24 @@ pub fn generate(plans: &[ProcPlan<'_>], rt: &RuntimeAddrs, rip: u64) -> GenResul
             bodies: &bodies,
             rt,
         }
-        .emit(stub_labels[k], &landing)
+        .emit(stub_labels[k], invoke_labels[k], &landing)
         .map_err(|e| format!("procedure {}: {e}", p.name))?;
         table_entries.push(entries);
+        if em.counting.is_some() {
+            // Exactness: every counter the placement asked for is in the code.
+            let c = p.counters.clone().unwrap_or_default();
+            let wanted = p
+                .witness
+                .iter()
+                .chain(&c.blocks)
+                .chain(std::iter::once(&c.entry));
+            if let Some(n) = wanted.flatten().find(|n| !em.emitted.contains(n)) {
+                return Err(format!(
+                    "procedure {}: counter {n} has no increment in the code",
+                    p.name
+                ));
+            }
+        }
         spans.push((first, em.out.len(), first_origin, em.origin.len(), landing));
     }
     let block = InstructionBlock::new(&em.out, rip);
@@ -384,7 +467,13 @@ impl ProcGen<'_, '_> {
     fn copy(&mut self, mut insn: Instruction) {
         self.em.origin.push((self.em.out.len(), insn.ip()));
         if near_branch(&insn) {
-            let t = self.retarget(insn.near_branch_target());
+            let t = insn.near_branch_target();
+            // A call (recursion included) enters the callee's body, which
+            // in counting mode counts the invocation first.
+            let t = match self.bodies.get(&t) {
+                Some(&body) if insn.flow_control() == FlowControl::Call => body,
+                _ => self.retarget(t),
+            };
             insn.set_near_branch64(t);
         }
         for t in &self.p.tables {
@@ -412,13 +501,28 @@ impl ProcGen<'_, '_> {
             .collect()
     }
 
-    fn emit(mut self, stub_label: u64, landing: &[(u64, u64)]) -> GenResult<Vec<Vec<u64>>> {
+    fn emit(
+        mut self,
+        stub_label: u64,
+        invoke_label: Option<u64>,
+        landing: &[(u64, u64)],
+    ) -> GenResult<Vec<Vec<u64>>> {
         let p = self.p;
         let cfg = p.cfg;
         let order: Vec<BlockId> = cfg.blocks.keys().collect();
         // Outside-entry stub.
         self.em.bind(stub_label);
         match p.stub {
+            _ if self.em.counting.is_some() => {
+                self.em.push(Instruction::with(Code::Nopd));
+                if let (Some(l), Some(n)) =
+                    (invoke_label, p.counters.as_ref().and_then(|c| c.entry))
+                {
+                    self.em.bind(l);
+                    // A procedure entry: flags dead, r11 dead.
+                    self.em.counter(n, Site::with_scratch(r11))?;
+                }
+            }
             EntryStub::Full => {
                 let (n, rt) = (p.number, *self.rt);
                 self.em.seq(|a| emit_outside_entry(a, n, &rt))?
@@ -462,11 +566,13 @@ impl ProcGen<'_, '_> {
         }
         for (&b, &(_, label)) in p.landing_pads.iter().zip(landing) {
             self.em.bind(label);
-            let site = self.site(p.live.live_in(b));
-            self.check(site)?;
-            let n = p.number;
-            self.em
-                .seq(|a| emit_record(a, RecordKind::Landing, Payload::Imm32(n), site))?;
+            if self.em.counting.is_none() {
+                let site = self.site(p.live.live_in(b));
+                self.check(site)?;
+                let n = p.number;
+                self.em
+                    .seq(|a| emit_record(a, RecordKind::Landing, Payload::Imm32(n), site))?;
+            }
             self.em.jmp(self.labels[b.index()])?;
         }
         // Table entries: a case with a witness goes through its stub.
@@ -493,6 +599,9 @@ impl ProcGen<'_, '_> {
     }
 
     fn exit_record(&mut self, site: Site) -> GenResult<()> {
+        if self.em.counting.is_some() {
+            return Ok(());
+        }
         self.em
             .seq(|a| emit_record(a, RecordKind::Exit, Payload::Reg32(edi), site))
     }
@@ -505,6 +614,9 @@ impl ProcGen<'_, '_> {
     /// (`lea rcx`, `jrcxz`) leave the flags alone, which the kernel
     /// preserves across the call and may be live.
     fn syscall_exit(&mut self, before: Site, orig: u64) -> GenResult<()> {
+        if self.em.counting.is_some() {
+            return Ok(());
+        }
         let site = Site {
             scratch: Some(r11),
             flags_live: true,
@@ -538,6 +650,9 @@ impl ProcGen<'_, '_> {
     }
 
     fn check(&mut self, site: Site) -> GenResult<()> {
+        if self.em.counting.is_some() {
+            return Ok(());
+        }
         let flush = self.rt.flush;
         self.em.seq(|a| emit_buffer_check(a, flush, site))
     }
@@ -574,6 +689,14 @@ impl ProcGen<'_, '_> {
             let s = self.site(p.live.live_in(b));
             self.check(s)?;
         }
+        if let Some(n) = p
+            .counters
+            .as_ref()
+            .and_then(|c| c.blocks.get(b.index()).copied().flatten())
+        {
+            let s = self.site(p.live.live_in(b));
+            self.em.counter(n, s)?;
+        }
         for &i in &insns[..last_i] {
             self.copy(i);
         }
@@ -590,7 +713,16 @@ impl ProcGen<'_, '_> {
                 if cp.syscall_exit {
                     self.syscall_exit(before_last, last.ip())?;
                 }
-                if let Some(kind) = cp.jmpbuf {
+                if self.em.counting.is_some() {
+                    // A call that never returns: its edge to EXIT is
+                    // counted before the call.
+                    for &e in &edges {
+                        if let (Some(n), EdgeKind::NoReturn) = (wit(e), cfg.edges[e].kind) {
+                            self.em.counter(n, before_last)?;
+                        }
+                    }
+                }
+                if let Some(kind) = cp.jmpbuf.filter(|_| self.em.counting.is_none()) {
                     self.em.seq(|a| {
                         emit_record(
                             a,
@@ -606,14 +738,21 @@ impl ProcGen<'_, '_> {
                     .find(|&&e| cfg.edges[e].kind == EdgeKind::CallReturn)
                     .copied();
                 if let Some(e) = ret {
-                    debug_assert!(wit(e).is_none(), "call-return edges carry no witness");
+                    debug_assert!(
+                        wit(e).is_none() || self.em.counting.is_some(),
+                        "call-return edges carry no witness"
+                    );
                     let to = cfg.edges[e].to;
                     let site = self.site(p.live.live_in(to));
-                    if cp.fork {
+                    if let Some(n) = wit(e).filter(|_| self.em.counting.is_some()) {
+                        self.em.counter(n, site)?;
+                    }
+                    let tracing = self.em.counting.is_none();
+                    if cp.fork && tracing {
                         self.fork_return(p.live.live_in(to))?;
                     }
                     self.check(site)?;
-                    if cp.marker {
+                    if cp.marker && tracing {
                         self.em
                             .seq(|a| emit_record(a, RecordKind::Return, Payload::None, site))?;
                     }

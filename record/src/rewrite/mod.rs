@@ -16,6 +16,7 @@
 //!   code as a callback before control comes back (`docs/rewrite.md`).
 
 pub mod codegen;
+pub mod counters;
 pub mod elfout;
 pub mod imports;
 pub mod liveness;
@@ -51,6 +52,33 @@ pub enum Placement {
     NaiveBlocking,
 }
 
+/// What the rewritten program writes.
+#[derive(Clone, Debug)]
+pub enum How {
+    /// Witnesses (`aetrace record`), with this placement.
+    Trace(Placement),
+    /// Counters (`aetrace profile`, [`counters`]).
+    Count(counters::CountSpec),
+}
+
+/// Where the counters of a counting rewrite are.
+#[derive(Clone, Debug, Default)]
+pub struct CountLayout {
+    /// Link-time address of counter 0 (page-aligned).
+    pub vaddr: u64,
+    /// Number of 8-byte counters.
+    pub len: u32,
+    /// Bytes mapped from the recorder's memfd (whole pages).
+    pub bytes: u64,
+    /// Increments are `lock add` (the program can start threads).
+    pub atomic: bool,
+    /// Per procedure (by index), its counters when traced.
+    pub procs: Vec<Option<counters::ProcCounters>>,
+    /// Event counting: the increment of each counter number, all added to
+    /// counter 0 (`codegen::Counting::amounts`).
+    pub amounts: Vec<i32>,
+}
+
 /// The rewritten module.
 pub struct Instrumented {
     pub elf: Vec<u8>,
@@ -62,6 +90,8 @@ pub struct Instrumented {
     pub notes: Vec<String>,
     pub traced: usize,
     pub witness_edges: usize,
+    /// Counting mode: where the counters are.
+    pub counting: Option<CountLayout>,
 }
 
 const PAGE: u64 = 4096;
@@ -219,22 +249,43 @@ pub fn fault_injection(path: &Path) -> Result<Option<(String, u32)>> {
         .ok_or_else(|| rewrite_err(path, format!("{FAULT_ENV}={v}: expected PROCEDURE:WITNESS")))
 }
 
-/// Rewrites the executable at `path`.
+/// Rewrites the executable at `path` to write witnesses.
 pub fn instrument(path: &Path, which: Placement) -> Result<Instrumented> {
     instrument_module(path, which, 0)
 }
 
 /// Rewrites the executable (`tag` 0) or a shared library (`tag` in
-/// `1..MAX_MODULES`, its module id in the trace). A library's ENTER and
-/// LANDING records carry `tag` above `TAG_SHIFT`; its runtime copy has no
-/// preinit entry (shared objects have no DT_PREINIT_ARRAY) and attaches to
-/// the executable's region when its first traced code runs.
+/// `1..MAX_MODULES`, its module id in the trace) to write witnesses. A
+/// library's ENTER and LANDING records carry `tag` above `TAG_SHIFT`; its
+/// runtime copy has no preinit entry (shared objects have no
+/// DT_PREINIT_ARRAY) and attaches to the executable's region when its
+/// first traced code runs.
 pub fn instrument_module(path: &Path, which: Placement, tag: u32) -> Result<Instrumented> {
+    instrument_with(path, &How::Trace(which), tag)
+}
+
+/// Imports that start threads: counters then need `lock add`.
+const THREAD_STARTERS: &[&str] = &["pthread_create", "clone", "clone3", "thrd_create"];
+
+/// Rewrites module `tag` at `path` (see [`instrument_module`]): witnesses or
+/// counters.
+pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented> {
     use aetrace_runtime::layout::{MAX_MODULES, TAG_SHIFT};
     let fault = fault_injection(path)?;
+    let which = match how {
+        How::Trace(p) => *p,
+        How::Count(_) => Placement::Optimal,
+    };
     let prog = Program::open(path)?;
     let module = &prog.module;
     let library = module.kind == ElfKind::Shared;
+    if matches!(how, How::Count(_)) && (library || module.is_static) {
+        // The counters are mapped by a preinit routine of the executable.
+        return Err(rewrite_err(
+            path,
+            "profiles of shared libraries and static executables are not supported yet",
+        ));
+    }
     if library != (tag != 0) || tag >= MAX_MODULES {
         return Err(rewrite_err(
             path,
@@ -414,6 +465,61 @@ pub fn instrument_module(path: &Path, which: Placement, tag: u32) -> Result<Inst
         }
     }
 
+    // Counting: which calls may end the process while active (virtual exit
+    // edges, `counters`): a call that does not return, a call to a
+    // procedure that may, and calls that can run traced code (indirect,
+    // callbacks) once any procedure may.
+    let may_exit_call = {
+        let mut may: HashMap<ProcId, bool> = HashMap::new();
+        for (id, p) in prog.procs.iter() {
+            let m = match &p.cfg {
+                Ok(cfg) => cfg
+                    .calls
+                    .iter()
+                    .any(|c| !c.returns || c.name.as_deref().is_some_and(imports::is_longjmp_like)),
+                Err(_) => true,
+            };
+            may.insert(id, m);
+        }
+        let any = may.values().any(|&m| m);
+        let by_start = &by_start;
+        let callback_capable = &callback_capable;
+        let call_may = move |may: &HashMap<ProcId, bool>, c: &crate::cfg::CallSite| -> bool {
+            if !c.returns || c.name.as_deref().is_some_and(imports::is_longjmp_like) {
+                return true;
+            }
+            match c.target.and_then(|t| by_start.get(&t)) {
+                Some(q) if Some(*q) != plt0 => may[q],
+                _ => any && callback_capable(c.name.as_deref()),
+            }
+        };
+        loop {
+            let mut changed = false;
+            for (id, p) in prog.procs.iter() {
+                let Ok(cfg) = &p.cfg else { continue };
+                if !may[&id] && cfg.calls.iter().any(|c| call_may(&may, c)) {
+                    may.insert(id, true);
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        move |c: &crate::cfg::CallSite| call_may(&may, c)
+    };
+    let atomic = module
+        .plt_relocs
+        .iter()
+        .chain(&module.dyn_relocs)
+        .filter_map(|r| r.sym_name.as_deref())
+        .any(|n| THREAD_STARTERS.contains(&n.split('@').next().unwrap_or(n)));
+    let mut layout = CountLayout {
+        atomic,
+        procs: vec![None; prog.procs.len()],
+        ..CountLayout::default()
+    };
+
     // 3. Placements, liveness, plans.
     let mut db = ProgramDb {
         link_base,
@@ -450,24 +556,52 @@ pub fn instrument_module(path: &Path, which: Placement, tag: u32) -> Result<Inst
         let cfg = p.cfg.as_ref().expect("traced procedures have a CFG");
         let insns = liveness::decode_blocks(module, cfg)?;
         let live = liveness::analyze(cfg, &insns);
-        let pl = placement(cfg, which);
-        witness_edges += pl.len();
-        let witness: Vec<Option<u32>> = cfg.edges.keys().map(|e| pl.witness(e)).collect();
-        // The code writes `code_witness`, the database promises `witness`:
-        // they differ only under fault injection.
-        let mut code_witness = witness.clone();
-        if let Some((name, k)) = fault.as_ref().filter(|(name, _)| *name == p.name) {
-            let Some(w) = code_witness.iter_mut().find(|w| **w == Some(*k)) else {
-                return Err(rewrite_err(
-                    path,
-                    format!("{FAULT_ENV}: procedure {name} has no witness {k}"),
-                ));
-            };
-            *w = None;
-            notes.push(format!(
-                "FAULT INJECTED ({FAULT_ENV}): procedure {name} does not write witness {k}"
-            ));
-        }
+        let (witness, code_witness, plan_counters) = match how {
+            How::Trace(_) => {
+                let pl = placement(cfg, which);
+                witness_edges += pl.len();
+                let witness: Vec<Option<u32>> = cfg.edges.keys().map(|e| pl.witness(e)).collect();
+                // The code writes `code_witness`, the database promises
+                // `witness`: they differ only under fault injection.
+                let mut code_witness = witness.clone();
+                if let Some((name, k)) = fault.as_ref().filter(|(name, _)| *name == p.name) {
+                    let Some(w) = code_witness.iter_mut().find(|w| **w == Some(*k)) else {
+                        return Err(rewrite_err(
+                            path,
+                            format!("{FAULT_ENV}: procedure {name} has no witness {k}"),
+                        ));
+                    };
+                    *w = None;
+                    notes.push(format!(
+                        "FAULT INJECTED ({FAULT_ENV}): procedure {name} does not write witness {k}"
+                    ));
+                }
+                (witness, code_witness, None)
+            }
+            How::Count(spec) => {
+                let virt = counters::virtual_exits(cfg, &may_exit_call);
+                let pc = counters::place(cfg, spec, cfg.blocks[cfg.entry].start, virt, layout.len)
+                    .map_err(|e| rewrite_err(path, format!("{}: {e}", p.name)))?;
+                let mut w = vec![None; cfg.edges.len()];
+                let mut c = codegen::PlanCounters::default();
+                for (i, k) in pc.chords.iter().enumerate() {
+                    let n = pc.first + i as u32;
+                    match *k {
+                        counters::Counted::Edge(e) => w[e.index()] = Some(n),
+                        counters::Counted::Entry => c.entry = Some(n),
+                    }
+                }
+                if pc.every_block {
+                    c.blocks = (0..cfg.blocks.len() as u32)
+                        .map(|i| Some(pc.first + i))
+                        .collect();
+                }
+                layout.len += pc.len(cfg.blocks.len());
+                layout.amounts.extend_from_slice(&pc.amounts);
+                layout.procs[id.index()] = Some(pc);
+                (w.clone(), w, Some(c))
+            }
+        };
         let mut calls = vec![CallPlan::default(); cfg.blocks.len()];
         let mut call_db: Vec<Option<CallDb>> = vec![None; cfg.blocks.len()];
         for c in &cfg.calls {
@@ -583,7 +717,9 @@ pub fn instrument_module(path: &Path, which: Placement, tag: u32) -> Result<Inst
                     from: ed.from.index() as u32,
                     to: ed.to.index() as u32,
                     kind: edge_kind_db(ed.kind),
-                    witness: witness[e.index()].map(|w| w as u16),
+                    witness: witness[e.index()]
+                        .filter(|_| plan_counters.is_none())
+                        .map(|w| w as u16),
                 })
                 .collect(),
         });
@@ -611,6 +747,7 @@ pub fn instrument_module(path: &Path, which: Placement, tag: u32) -> Result<Inst
                 .iter()
                 .filter_map(|&a| cfg.block_at(a))
                 .collect(),
+            counters: plan_counters,
         });
     }
     if plans.is_empty() {
@@ -653,12 +790,73 @@ pub fn instrument_module(path: &Path, which: Placement, tag: u32) -> Result<Inst
 
     // 4. Code, tables, runtime, springboards.
     let code_vaddr = table_cursor.next_multiple_of(64);
-    let code = codegen::generate(&plans, &rt, code_vaddr).map_err(|e| rewrite_err(path, e))?;
+    let counting = match how {
+        How::Trace(_) => None,
+        How::Count(spec) => Some(codegen::Counting {
+            base: 0, // set below, once the layout is known
+            atomic,
+            amounts: if spec.events.is_some() {
+                layout.amounts.clone()
+            } else {
+                Vec::new()
+            },
+        }),
+    };
+    // The counters go after everything else: their address depends on the
+    // code size, which does not depend on it (increments are rip-relative
+    // with a 32-bit displacement whatever the target). Encode once to
+    // learn the size, then again at the final address.
+    let mut code = codegen::generate(&plans, &rt, code_vaddr, counting.clone())
+        .map_err(|e| rewrite_err(path, e))?;
     // Unwind tables for the copies, in a read-only segment on the page
     // after the code (see `unwind`).
     let unwind_vaddr = (code_vaddr + code.bytes.len() as u64).next_multiple_of(PAGE);
     let unwind = unwind::build(module, &code.procs, &code.bytes, code_vaddr, unwind_vaddr)?;
     let unwind = (unwind.fdes > 0).then_some(unwind);
+    // Counting: the init code on the page after the unwind tables (or the
+    // code), then the counters.
+    let mut preinit = None;
+    let mut count_segments = Vec::new();
+    if let Some(mut c) = counting.clone() {
+        let init_vaddr = match &unwind {
+            Some(u) => u.hdr_vaddr + u.bytes.len() as u64,
+            None => code_vaddr + code.bytes.len() as u64,
+        }
+        .next_multiple_of(PAGE);
+        layout.vaddr = init_vaddr + PAGE;
+        let words = if c.amounts.is_empty() {
+            u64::from(layout.len)
+        } else {
+            1
+        };
+        layout.bytes = (words * 8).max(1).next_multiple_of(PAGE);
+        let init_code = counters::emit_init(init_vaddr, layout.vaddr, layout.bytes)
+            .map_err(|e| rewrite_err(path, e))?;
+        debug_assert!(init_code.len() as u64 <= PAGE);
+        c.base = layout.vaddr;
+        let again = codegen::generate(&plans, &rt, code_vaddr, Some(c))
+            .map_err(|e| rewrite_err(path, e))?;
+        if again.bytes.len() != code.bytes.len() {
+            return Err(rewrite_err(
+                path,
+                "counter code changed size between passes",
+            ));
+        }
+        code = again;
+        preinit = Some(init_vaddr);
+        count_segments.push(elfout::NewSegment {
+            vaddr: init_vaddr,
+            flags: 5,
+            mem_size: init_code.len() as u64,
+            bytes: init_code,
+        });
+        count_segments.push(elfout::NewSegment {
+            vaddr: layout.vaddr,
+            flags: 6,
+            mem_size: layout.bytes,
+            bytes: Vec::new(),
+        });
+    }
     let code_end = code_vaddr + code.bytes.len() as u64;
     let mut seg = vec![0u8; (code_end - code_seg) as usize];
     for (at, bytes) in &code.tables {
@@ -717,7 +915,7 @@ pub fn instrument_module(path: &Path, which: Placement, tag: u32) -> Result<Inst
             },
         ],
         patches,
-        preinit: (!library && !module.is_static).then_some(init),
+        preinit: (!library && !module.is_static).then(|| preinit.unwrap_or(init)),
         entry: if module.is_static {
             code.springboards
                 .iter()
@@ -739,6 +937,7 @@ pub fn instrument_module(path: &Path, which: Placement, tag: u32) -> Result<Inst
             bytes: u.bytes,
         });
     }
+    add.segments.extend(count_segments);
     let out = elfout::write(path, module.bytes(), &add)?;
     Ok(Instrumented {
         elf: out,
@@ -748,5 +947,6 @@ pub fn instrument_module(path: &Path, which: Placement, tag: u32) -> Result<Inst
         build_id: prog.module.build_id(),
         size,
         notes,
+        counting: counting.map(|_| layout),
     })
 }

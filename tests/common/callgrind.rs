@@ -1,0 +1,172 @@
+//! A reader of valgrind callgrind's output format (`--dump-instr=yes
+//! --collect-jumps=yes`), written for the tests: per-instruction Ir and
+//! per-conditional-jump taken counts of one object, and the per-function
+//! totals `callgrind_annotate` prints. Shares nothing with aetrace.
+//!
+//! Format notes (callgrind 3.19): names are compressed as `(id) name` on
+//! first use and `(id)` after; positions are `instr line`, each either
+//! absolute (`0x...`), relative to the previous position (`+n`/`-n`,
+//! decimal) or unchanged (`*`); the line after `calls=` holds the call's
+//! inclusive cost (not the instruction's own); `jcnd=taken/executed target`
+//! and `jump=` precede the position line of the jump instruction.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+
+#[derive(Default, Debug)]
+pub struct Object {
+    /// Ir per instruction address.
+    pub ir: HashMap<u64, u64>,
+    /// Taken count per conditional jump address.
+    pub taken: HashMap<u64, u64>,
+}
+
+fn name(map: &mut HashMap<String, String>, s: &str) -> String {
+    let s = s.trim();
+    if let Some(rest) = s.strip_prefix('(') {
+        let (id, tail) = rest.split_once(')').expect("compressed name");
+        let tail = tail.trim();
+        if !tail.is_empty() {
+            map.insert(id.to_string(), tail.to_string());
+        }
+        return map.get(id).cloned().unwrap_or_default();
+    }
+    s.to_string()
+}
+
+fn position(tok: &str, cur: u64) -> u64 {
+    if let Some(h) = tok.strip_prefix("0x") {
+        u64::from_str_radix(h, 16).expect("hex position")
+    } else if let Some(d) = tok.strip_prefix('+') {
+        cur + d.parse::<u64>().expect("relative position")
+    } else if let Some(d) = tok.strip_prefix('-') {
+        cur - d.parse::<u64>().expect("relative position")
+    } else if tok == "*" {
+        cur
+    } else {
+        tok.parse().expect("position")
+    }
+}
+
+/// The costs callgrind recorded for the object whose file name ends with
+/// `module` (`ob=` lines).
+pub fn parse(path: &Path, module: &str) -> Object {
+    let text = std::fs::read_to_string(path).expect("callgrind output");
+    let mut obs = HashMap::new();
+    let mut fns = HashMap::new();
+    let mut ob = String::new();
+    let mut addr = 0u64;
+    let mut skip_cost = false;
+    let mut pending_jcnd: Option<u64> = None;
+    let mut out = Object::default();
+    for line in text.lines() {
+        if let Some(v) = line.strip_prefix("ob=") {
+            ob = name(&mut obs, v);
+        } else if let Some(v) = line.strip_prefix("cob=") {
+            name(&mut obs, v);
+        } else if let Some(v) = line.strip_prefix("fn=") {
+            name(&mut fns, v);
+        } else if let Some(v) = line.strip_prefix("cfn=") {
+            name(&mut fns, v);
+        } else if line.starts_with("calls=") {
+            skip_cost = true;
+        } else if let Some(v) = line.strip_prefix("jcnd=") {
+            let taken = v.split('/').next().unwrap().parse::<u64>().unwrap();
+            pending_jcnd = Some(taken);
+        } else if line.starts_with("jump=") {
+            pending_jcnd = None;
+        } else if line
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_digit() || "+-*".contains(c))
+        {
+            let mut parts = line.split_whitespace();
+            addr = position(parts.next().unwrap(), addr);
+            let _line_no = parts.next();
+            let cost = parts.next().map(|c| c.parse::<u64>().unwrap());
+            let ours = ob.ends_with(module);
+            if let Some(t) = pending_jcnd.take() {
+                if ours {
+                    *out.taken.entry(addr).or_default() += t;
+                }
+                continue;
+            }
+            if std::mem::take(&mut skip_cost) {
+                continue;
+            }
+            if let (Some(c), true) = (cost, ours) {
+                *out.ir.entry(addr).or_default() += c;
+            }
+        }
+    }
+    out
+}
+
+/// Runs the program under callgrind; returns the output file. PLT stubs
+/// are kept apart (`--skip-plt=no`): by default callgrind charges them to
+/// the calling instruction.
+pub fn run(exe: &Path, args: &[&str], out: &Path) -> std::process::Output {
+    let o = Command::new("valgrind")
+        .args([
+            "--tool=callgrind",
+            "--dump-instr=yes",
+            "--collect-jumps=yes",
+            "--skip-plt=no",
+        ])
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .arg(exe)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("valgrind");
+    assert!(
+        out.is_file(),
+        "callgrind wrote nothing: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+/// `callgrind_annotate --threshold=100 FILE`: Ir per function of the object
+/// whose name ends with `module`, recursion levels merged.
+pub fn annotate(file: &Path, module: &str) -> HashMap<String, u64> {
+    let o = Command::new("callgrind_annotate")
+        .arg("--threshold=100")
+        .arg(file)
+        .output()
+        .expect("callgrind_annotate");
+    assert!(
+        o.status.success(),
+        "callgrind_annotate {}: {}",
+        file.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let mut out = HashMap::new();
+    for line in String::from_utf8_lossy(&o.stdout).lines() {
+        // `55,374 (29.53%)  file.c:main [/path/prog]`
+        let Some((cost, rest)) = line.trim_start().split_once(' ') else {
+            continue;
+        };
+        let Ok(n) = cost.replace(',', "").parse::<u64>() else {
+            continue;
+        };
+        let Some((func, obj)) = rest.rsplit_once(" [") else {
+            continue;
+        };
+        if !obj.trim_end_matches(']').ends_with(module) {
+            continue;
+        }
+        let func = func.rsplit_once(':').map_or(func, |(_, f)| f).trim();
+        // Recursion levels (`fib'2`, callgrind's --separate-recs) are one function.
+        let func = func.split_once('\'').map_or(func, |(f, _)| f);
+        // Functions without a symbol: callgrind prints the address,
+        // aetrace names them `sub_<hex>`.
+        let func = match func.strip_prefix("0x") {
+            Some(h) => format!("sub_{:x}", u64::from_str_radix(h, 16).unwrap_or(0)),
+            None => func.to_string(),
+        };
+        *out.entry(func).or_default() += n;
+    }
+    out
+}

@@ -1,0 +1,562 @@
+//! `aetrace profile` against callgrind (DESIGN.md, oracles): the profiled
+//! run's stdout, stderr and exit status equal the native run's; then, for
+//! every instruction of the executable's own code (`.text`: callgrind
+//! charges `.plt*` and `.init` to an unnamed object), the recovered
+//! execution count equals callgrind's Ir, every conditional jump's taken
+//! count equals callgrind's `jcnd` count, and `callgrind_annotate` prints
+//! the same per-function totals for our callgrind-format output as for
+//! callgrind's own. Counts come from counters on the chords of a maximum
+//! spanning tree only (paper 003 Section 3), so each equality exercises
+//! count recovery, the early-exit correction and the counter placement.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::build::{build, run_native, Link, Opt, Variant};
+use common::callgrind;
+use common::elf::Elf;
+
+const O2_PIE: Variant = Variant::new(Opt::O2, Link::Pie, false);
+const O0_NOPIE: Variant = Variant::new(Opt::O0, Link::NoPie, false);
+
+/// Our counts from a profile: Ir per instruction, taken count per
+/// conditional jump, and the instructions of procedures left alone.
+struct Ours {
+    ir: HashMap<u64, u64>,
+    taken: HashMap<u64, u64>,
+    left_alone: Vec<String>,
+    placement_counters: u64,
+    /// The procedure of each counted instruction.
+    proc_of: HashMap<u64, String>,
+    /// Blocks executed and invocations, over all profiled procedures.
+    blocks: u64,
+    calls: u64,
+}
+
+fn read_profile(path: &Path) -> Ours {
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(path).expect("profile file")).expect("JSON");
+    let mut ours = Ours {
+        ir: HashMap::new(),
+        taken: HashMap::new(),
+        left_alone: Vec::new(),
+        placement_counters: 0,
+        proc_of: HashMap::new(),
+        blocks: 0,
+        calls: 0,
+    };
+    for p in v["procs"].as_array().unwrap() {
+        let name = p["name"].as_str().unwrap();
+        if let Some(why) = p.get("left_alone") {
+            ours.left_alone.push(format!("{name}: {why}"));
+            continue;
+        }
+        assert!(
+            p.get("error").is_none(),
+            "{name}: counts not recovered: {}",
+            p["error"]
+        );
+        ours.placement_counters += p["counters"].as_array().unwrap().len() as u64;
+        let counts = &p["counts"];
+        ours.calls += counts["invocations"].as_u64().unwrap();
+        let blocks = p["blocks"].as_array().unwrap();
+        for (b, n) in blocks.iter().zip(counts["blocks"].as_array().unwrap()) {
+            let n = n.as_u64().unwrap();
+            ours.blocks += n;
+            let start = b["start"].as_u64().unwrap();
+            for off in b["insns"].as_array().unwrap() {
+                let a = start + off.as_u64().unwrap();
+                *ours.ir.entry(a).or_default() += n;
+                ours.proc_of.insert(a, name.to_string());
+            }
+        }
+        let kinds: Vec<(u64, &str)> = p["edges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| (e[0].as_u64().unwrap(), e[2].as_str().unwrap()))
+            .collect();
+        // A conditional jump: a block with a taken and a fall-through edge
+        // (callgrind's `jcnd`; unconditional jumps are `jump=`).
+        let conditional = |b: u64| {
+            kinds.iter().any(|&(f, k)| f == b && k == "taken")
+                && kinds.iter().any(|&(f, k)| f == b && k == "fall")
+        };
+        let Some(edges) = counts["edges"].as_array() else {
+            continue;
+        };
+        for (e, n) in p["edges"].as_array().unwrap().iter().zip(edges) {
+            if e[2] == "taken" && conditional(e[0].as_u64().unwrap()) {
+                let b = &blocks[e[0].as_u64().unwrap() as usize];
+                let last = b["start"].as_u64().unwrap()
+                    + b["insns"]
+                        .as_array()
+                        .unwrap()
+                        .last()
+                        .unwrap()
+                        .as_u64()
+                        .unwrap();
+                *ours.taken.entry(last).or_default() += n.as_u64().unwrap();
+            }
+        }
+    }
+    ours
+}
+
+/// Address ranges of the executable's code callgrind charges to it.
+fn text_ranges(exe: &Path) -> Vec<(u64, u64)> {
+    Elf::read(exe)
+        .sections
+        .iter()
+        .filter(|s| s.exec && !s.name.starts_with(".plt") && s.name != ".init" && s.name != ".fini")
+        .map(|s| (s.addr, s.addr + s.size))
+        .collect()
+}
+
+fn profile(exe: &Path, args: &[&str], tag: &str, extra: &[&str]) -> (PathBuf, PathBuf) {
+    let dir = common::scratch("profile");
+    let prof = dir.join(format!("{tag}.aprof"));
+    let cg = dir.join(format!("{tag}.aetrace.cg"));
+    let native = run_native(exe, args);
+    let out = Command::new(common::aetrace())
+        .arg("profile")
+        .arg("-o")
+        .arg(&prof)
+        .arg("--callgrind")
+        .arg(&cg)
+        .args(extra)
+        .arg("--")
+        .arg(exe)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&native.stdout),
+        "{tag}: stdout"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&native.stderr),
+        "{tag}: stderr"
+    );
+    assert_eq!(
+        out.status.code(),
+        native.status.code(),
+        "{tag}: exit status"
+    );
+    (prof, cg)
+}
+
+/// Profiles `exe args` and checks it against callgrind (module comment).
+fn check(exe: &Path, args: &[&str], tag: &str) {
+    let (prof, cg) = profile(exe, args, tag, &[]);
+    let ours = read_profile(&prof);
+    let vg = common::scratch("profile").join(format!("{tag}.callgrind.out"));
+    callgrind::run(exe, args, &vg);
+    let module = exe.file_name().unwrap().to_str().unwrap();
+    let theirs = callgrind::parse(&vg, module);
+    let ranges = text_ranges(exe);
+    let elf = Elf::read(exe);
+    let in_text = |a: u64| ranges.iter().any(|&(s, e)| s <= a && a < e);
+    let mut addrs: Vec<u64> = ours
+        .ir
+        .keys()
+        .chain(theirs.ir.keys())
+        .copied()
+        .filter(|&a| in_text(a))
+        .collect();
+    addrs.sort_unstable();
+    addrs.dedup();
+    let mut diffs = Vec::new();
+    let (mut total_ours, mut total_theirs, mut uncounted) = (0u64, 0u64, 0u64);
+    // Per procedure, callgrind's extra `rep` iterations.
+    let mut rep_extra: HashMap<String, u64> = HashMap::new();
+    let mut reps = 0;
+    for &a in &addrs {
+        let mut t = theirs.ir.get(&a).copied().unwrap_or(0);
+        match ours.ir.get(&a) {
+            None => uncounted += t,
+            Some(&o) => {
+                if o != t && elf.is_rep(a) && o <= t && (o > 0) == (t > 0) {
+                    // Started o times, iterated t times in all.
+                    *rep_extra.entry(ours.proc_of[&a].clone()).or_default() += t - o;
+                    reps += 1;
+                    t = o;
+                }
+                total_ours += o;
+                if o != t {
+                    diffs.push(format!("{a:#x}: ours {o}, callgrind {t}"));
+                }
+            }
+        }
+        total_theirs += t;
+    }
+    assert!(
+        diffs.is_empty(),
+        "{tag}: {} instruction counts differ:\n{}",
+        diffs.len(),
+        diffs[..diffs.len().min(20)].join("\n")
+    );
+    // Instructions outside every profiled block are those of procedures
+    // left alone (named by the profile); without any, there are none.
+    assert!(
+        uncounted == 0 || !ours.left_alone.is_empty(),
+        "{tag}: {uncounted} executed instructions are in no profiled block"
+    );
+    assert_eq!(
+        total_ours + uncounted,
+        total_theirs,
+        "{tag}: instruction totals"
+    );
+    let mut jdiffs = Vec::new();
+    for (&a, &o) in ours.taken.iter().filter(|(a, _)| in_text(**a)) {
+        let t = theirs.taken.get(&a).copied().unwrap_or(0);
+        if o != t {
+            jdiffs.push(format!("{a:#x}: ours {o} taken, callgrind {t}"));
+        }
+    }
+    for (&a, &t) in &theirs.taken {
+        // Valgrind runs a `rep` instruction as a jump back to itself.
+        if in_text(a)
+            && t > 0
+            && !ours.taken.contains_key(&a)
+            && ours.ir.contains_key(&a)
+            && !elf.is_rep(a)
+        {
+            jdiffs.push(format!(
+                "{a:#x}: callgrind {t} taken, no taken edge in our CFG"
+            ));
+        }
+    }
+    assert!(
+        jdiffs.is_empty(),
+        "{tag}: taken counts differ:\n{}",
+        jdiffs.join("\n")
+    );
+    // callgrind_annotate reads our file, with every counted instruction;
+    // with symbols it agrees with callgrind's on every function both name.
+    // (Without symbols, callgrind invents a function at each call target
+    // and the per-function split is not comparable.)
+    let a_ours = callgrind::annotate(&cg, module);
+    let a_theirs = callgrind::annotate(&vg, module);
+    assert_eq!(
+        a_ours.values().sum::<u64>(),
+        ours.ir.values().sum::<u64>(),
+        "{tag}: callgrind_annotate's total of our file"
+    );
+    assert!(
+        a_ours.contains_key("main") || !a_theirs.contains_key("main"),
+        "{tag}: no main in {a_ours:?}"
+    );
+    let mut fdiffs = Vec::new();
+    let symbols = a_theirs.contains_key("main");
+    for (f, &n) in a_ours.iter().filter(|_| symbols) {
+        if let Some(&m) = a_theirs.get(f) {
+            if n + rep_extra.get(f).copied().unwrap_or(0) != m {
+                fdiffs.push(format!("{f}: ours {n}, callgrind {m}"));
+            }
+        }
+    }
+    assert!(
+        fdiffs.is_empty(),
+        "{tag}: callgrind_annotate totals differ:\n{}",
+        fdiffs.join("\n")
+    );
+    // `aetrace count` (one counter, chord increments, paper 002) gives the
+    // totals of the profile, itself equal to callgrind's.
+    for (event, want) in [
+        ("insns", ours.ir.values().sum::<u64>()),
+        ("blocks", ours.blocks),
+        ("calls", ours.calls),
+    ] {
+        assert_eq!(
+            count(exe, args, event, tag),
+            want,
+            "{tag}: aetrace count --event {event}"
+        );
+    }
+    eprintln!(
+        "{tag}: {} instructions executed in .text ({reps} rep-prefixed counted once per start), {} counted ({} counters, {} left alone), {} conditional jumps, {} functions compared",
+        total_theirs,
+        total_ours,
+        ours.placement_counters,
+        ours.left_alone.len(),
+        ours.taken.len(),
+        a_ours
+            .keys()
+            .filter(|f| symbols && a_theirs.contains_key(*f))
+            .count()
+    );
+}
+
+/// `aetrace count --event EVENT -o FILE -- exe args`: the count; stdout and
+/// exit status as the native run's.
+fn count(exe: &Path, args: &[&str], event: &str, tag: &str) -> u64 {
+    let file = common::scratch("profile").join(format!("{tag}.{event}.count"));
+    let native = run_native(exe, args);
+    let out = Command::new(common::aetrace())
+        .args(["count", "--event", event, "-o"])
+        .arg(&file)
+        .arg("--")
+        .arg(exe)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.stdout, native.stdout, "{tag}: count: stdout");
+    assert_eq!(
+        out.status.code(),
+        native.status.code(),
+        "{tag}: count: exit status"
+    );
+    let text = std::fs::read_to_string(&file).unwrap();
+    let (n, unit) = text.trim().split_once(' ').unwrap();
+    assert_eq!(unit, event);
+    n.parse().unwrap()
+}
+
+fn traced(source: &str, v: Variant, args: &[&str]) {
+    let exe = build(source, v);
+    let tag = format!("{}-{}", source.replace('.', "_"), v.tag());
+    check(&exe, args, &tag);
+}
+
+#[test]
+fn nested_if() {
+    traced("nested_if.c", O2_PIE, &[]);
+    traced("nested_if.c", O0_NOPIE, &["x"]);
+}
+
+#[test]
+fn loops_and_switch() {
+    traced("loops.c", O2_PIE, &[]);
+    traced("switch.c", O2_PIE, &[]);
+}
+
+#[test]
+fn recursion_and_tail_calls() {
+    traced("recursion.c", O2_PIE, &[]);
+    traced("tailcall.c", O2_PIE, &[]);
+}
+
+#[test]
+fn function_pointers_and_callbacks() {
+    traced("fnptr.c", O2_PIE, &[]);
+    traced("qsort_callback.c", O2_PIE, &[]);
+}
+
+/// exit() with frames active (paper 003 Figure 4): the virtual exit edges
+/// derive the frames left at each call.
+#[test]
+fn exit_with_frames_active() {
+    traced("exit_nested.c", O2_PIE, &[]);
+    traced("exit_nested.c", O0_NOPIE, &[]);
+    traced("noreturn.c", O2_PIE, &[]);
+}
+
+#[test]
+fn threads_count_atomically() {
+    traced("threads.c", O2_PIE, &[]);
+}
+
+fn input(name: &str, len: usize) -> String {
+    let p = common::scratch("inputs").join(format!("profile-{name}"));
+    std::fs::write(&p, common::text_input(len)).unwrap();
+    p.display().to_string()
+}
+
+#[test]
+fn debian_gzip() {
+    check(
+        Path::new("/usr/bin/gzip"),
+        &["-c", &input("gzip", 20_000)],
+        "gzip",
+    );
+}
+
+/// Feedback: a profile's counts as the weights of the next run's spanning
+/// trees give the same counts, with no more increments.
+#[test]
+fn feedback_weights() {
+    let exe = build("nested_if.c", O2_PIE);
+    let (first, _) = profile(&exe, &[], "feedback-1", &[]);
+    let w = first.display().to_string();
+    let (second, _) = profile(&exe, &[], "feedback-2", &["--weights", &w]);
+    let (a, b) = (read_profile(&first), read_profile(&second));
+    assert_eq!(a.ir, b.ir);
+    assert_eq!(a.taken, b.taken);
+    let incs = |p: &Path| {
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
+        v["increments"].as_u64().unwrap()
+    };
+    assert!(
+        incs(&second) <= incs(&first),
+        "feedback: {} > {}",
+        incs(&second),
+        incs(&first)
+    );
+}
+
+#[test]
+fn debian_bzip2_and_xz() {
+    check(
+        Path::new("/usr/bin/bzip2"),
+        &["-c", &input("bzip2", 20_000)],
+        "bzip2",
+    );
+    check(
+        Path::new("/usr/bin/xz"),
+        &["-c", &input("xz", 20_000)],
+        "xz",
+    );
+}
+
+/// Every-block placement ("slow" QP, pixie) counts the same blocks with
+/// more increments.
+#[test]
+fn every_block_placement() {
+    let exe = build("loops.c", O2_PIE);
+    let (quick, _) = profile(&exe, &[], "quick", &[]);
+    let (slow, _) = profile(&exe, &[], "slow", &["--placement", "every-block"]);
+    let (a, b) = (read_profile(&quick), read_profile(&slow));
+    assert_eq!(a.ir, b.ir);
+    let incs = |p: &Path| {
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
+        v["increments"].as_u64().unwrap()
+    };
+    assert!(
+        incs(&quick) < incs(&slow),
+        "{} >= {}",
+        incs(&quick),
+        incs(&slow)
+    );
+}
+
+/// A program that SIGKILLs itself: `aetrace profile` ends with the same
+/// signal and the profile is readable, with the counts made before the
+/// kill (the counters live in the recorder's memfd) and main's frame
+/// left active at the call that killed it.
+#[test]
+fn sigkill_leaves_a_readable_profile() {
+    use std::os::unix::process::ExitStatusExt;
+    let exe = build("self_kill.c", O2_PIE);
+    let prof = common::scratch("profile").join("self_kill.aprof");
+    let _ = std::fs::remove_file(&prof);
+    let out = Command::new(common::aetrace())
+        .arg("profile")
+        .arg("-o")
+        .arg(&prof)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.signal(), Some(9), "{:?}", out.status);
+    assert!(
+        !out.stdout.is_empty(),
+        "the program printed before the kill"
+    );
+    let report = Command::new(common::aetrace())
+        .args(["report", "--format", "json"])
+        .arg(&prof)
+        .output()
+        .unwrap();
+    assert!(
+        report.status.success(),
+        "{}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    assert_eq!(v["status"], "killed by signal 9");
+    let main = v["procedures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "main")
+        .expect("main profiled");
+    let counts = &main["counts"];
+    let blocks: Vec<u64> = counts["blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_u64().unwrap())
+        .collect();
+    assert!(blocks.contains(&1234), "loop body count 1234 in {blocks:?}");
+    assert_eq!(counts["invocations"], 1);
+    assert_eq!(
+        counts["active"].as_array().map(|a| a.len()),
+        Some(1),
+        "main's frame active at raise: {counts}"
+    );
+}
+
+/// sort: it imports pthread_create (`lock add` counters), and a procedure
+/// calls itself and also tail-jumps to its own entry (the invocation
+/// counter must see the recursive call, not the jump).
+#[test]
+fn debian_sort() {
+    let p = common::scratch("inputs").join("profile-sort");
+    let lines: String = (0..20_000u64)
+        .map(|i| format!("{}\n", i.wrapping_mul(2_654_435_761) % 1_000_003))
+        .collect();
+    std::fs::write(&p, lines).unwrap();
+    check(
+        Path::new("/usr/bin/sort"),
+        &[&p.display().to_string()],
+        "sort",
+    );
+}
+
+/// The text report's hottest blocks carry `file:line` from DWARF, equal to
+/// binutils' addr2line for the same addresses.
+#[test]
+fn text_report_source_lines() {
+    let exe = common::scratch("profile").join("nested_if-g");
+    common::build::run_checked(
+        Command::new("gcc")
+            .args(["-O2", "-g", "-o"])
+            .arg(&exe)
+            .arg(common::repo_root().join("traces/nested_if.c")),
+        "gcc -g nested_if.c",
+    );
+    let (prof, _) = profile(&exe, &[], "lines", &[]);
+    let out = Command::new(common::aetrace())
+        .args(["report", "--top", "5"])
+        .arg(&prof)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let rows: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("hottest blocks"))
+        .skip(2)
+        .take(5)
+        .collect();
+    assert_eq!(rows.len(), 5, "{text}");
+    for row in rows {
+        let f: Vec<&str> = row.split_whitespace().collect();
+        let (addr, src) = (f[2], f[4]);
+        let a2l = Command::new("addr2line")
+            .arg("-e")
+            .arg(&exe)
+            .arg(addr)
+            .output()
+            .unwrap();
+        let want = String::from_utf8(a2l.stdout).unwrap();
+        let want = want
+            .trim()
+            .rsplit('/')
+            .next()
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .to_string();
+        assert_eq!(src, want, "{row}");
+    }
+}
