@@ -369,3 +369,9 @@ fn stripped_binary_without_unwind_tables() {
     );
     check(&exe, &[]);
 }
+
+#[test]
+fn signal_handlers_run_by_raise() {
+    traced("signal.c", O2_PIE, &[]);
+    traced("signal.c", O0_NOPIE, &[]);
+}

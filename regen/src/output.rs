@@ -364,7 +364,9 @@ fn prepare<'t, B: AsRef<[u8]> + Sync>(trace: &'t Trace<B>, opts: &Options) -> Re
                 }
             };
             let format = (!opts.count).then_some(opts.format);
-            Module::compile(&path_name(&m.path), &db, format, addressing)
+            let mut c = Module::compile(&path_name(&m.path), &db, format, addressing)?;
+            c.load_base = m.load_base;
+            Ok(c)
         })
         .collect::<Result<_>>()?;
     let note = match trace.status() {

@@ -78,6 +78,7 @@ fn proc(
                 witness,
             })
             .collect(),
+        sigmap: None,
     }
 }
 

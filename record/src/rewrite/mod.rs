@@ -329,6 +329,7 @@ pub fn instrument(path: &Path, which: Placement) -> Result<Instrumented> {
                 entry: 0,
                 blocks: Vec::new(),
                 edges: Vec::new(),
+                sigmap: None,
             });
             continue;
         }
@@ -442,6 +443,8 @@ pub fn instrument(path: &Path, which: Placement) -> Result<Instrumented> {
                     witness: witness[e.index()].map(|w| w as u16),
                 })
                 .collect(),
+            // Filled in from the generated code below.
+            sigmap: None,
         });
         plans.push(ProcPlan {
             number,
@@ -485,6 +488,13 @@ pub fn instrument(path: &Path, which: Placement) -> Result<Instrumented> {
     // 4. Code, tables, runtime, springboards.
     let code_vaddr = table_cursor.next_multiple_of(64);
     let code = codegen::generate(&plans, &rt, code_vaddr).map_err(|e| rewrite_err(path, e))?;
+    for (plan, copy) in plans.iter().zip(&code.procs) {
+        db.procs[plan.number as usize].sigmap = Some(aetrace_format::progdb::SigMap {
+            start: copy.new_start,
+            len: copy.new_end - copy.new_start,
+            ranges: copy.sigmap.clone(),
+        });
+    }
     // Unwind tables for the copies, in a read-only segment on the page
     // after the code (see `unwind`).
     let unwind_vaddr = (code_vaddr + code.bytes.len() as u64).next_multiple_of(PAGE);
