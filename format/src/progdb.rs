@@ -89,11 +89,10 @@ pub enum SigPoint {
     Outside,
     /// Before instruction `insn` of block `block` of procedure `proc`, with
     /// everything the copy writes before that instruction written. `count`
-    /// 0: the whole range is instrumentation (or one re-encoded
-    /// instruction) standing there. `count` n: the range is exactly the
-    /// copies of instructions `insn..insn + n`, each as long as the
-    /// original, and an address inside it is before the instruction that
-    /// starts there.
+    /// 0: the whole range is instrumentation standing there. `count` n:
+    /// the range is exactly the copies of instructions `insn..insn + n`,
+    /// each but the last as long as its original, and an address inside it
+    /// is before the instruction that starts there.
     Insn {
         proc: u32,
         block: u32,

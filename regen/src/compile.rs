@@ -357,19 +357,21 @@ impl Module {
         Ok(m)
     }
 
-    /// Where run-time address `rip` stands, by the signal map: untraced
+    /// Where run-time address `rip` stands, by the signal map, and whether
+    /// it is inside instrumentation (not a copied instruction): untraced
     /// code outside every copy; an error for an address inside a copy that
     /// is no instruction boundary an interrupted thread can stand at.
-    pub fn locate(&self, rip: u64) -> std::result::Result<SigAt, String> {
+    pub fn locate(&self, rip: u64) -> std::result::Result<(SigAt, bool), String> {
         let a = rip.wrapping_sub(self.load_base);
         let i = self.sigmap.partition_point(|e| e.start <= a);
         let Some(e) = i.checked_sub(1).map(|i| self.sigmap[i]) else {
-            return Ok(SigAt::Outside);
+            return Ok((SigAt::Outside, false));
         };
         let Some(point) = e.point else {
-            return Ok(SigAt::Outside);
+            return Ok((SigAt::Outside, false));
         };
-        Ok(match point {
+        let instrumentation = !matches!(point, SigPoint::Insn { count: 1.., .. });
+        let at = match point {
             SigPoint::Outside => SigAt::Outside,
             SigPoint::Insn {
                 block, insn, count, ..
@@ -396,7 +398,8 @@ impl Module {
             SigPoint::Returned { block } => SigAt::Returned {
                 block: e.base + block,
             },
-        })
+        };
+        Ok((at, instrumentation))
     }
 
     /// Instruction lengths of block `b`.

@@ -210,6 +210,11 @@ pub struct Machine<'a> {
     sigs: Vec<Suspended>,
     /// Counting: blocks of dropped `Suspended::tail`s, to uncount.
     uncount: Vec<Loc>,
+    /// SIGNAL records placed, and how many interrupted instrumentation.
+    pub signals: (u64, u64),
+    /// `cur` continues the trail's last chain (a resumed block that falls
+    /// into the next one): no new mark.
+    chained: bool,
 }
 
 impl<'a> Machine<'a> {
@@ -238,6 +243,8 @@ impl<'a> Machine<'a> {
             trail_bytes: 0,
             sigs: Vec::new(),
             uncount: Vec::new(),
+            signals: (0, 0),
+            chained: false,
         }
     }
 
@@ -702,7 +709,7 @@ impl<'a> Machine<'a> {
     /// (else it comes from the callee, later).
     fn before_call(&self, rip: u64, at: Loc) -> bool {
         let m = self.module(at);
-        match m.locate(rip) {
+        match m.locate(rip).map(|(at, _)| at) {
             Ok(SigAt::Insn { block, insn }) => self
                 .occurrences(|_, _| 0)
                 .iter()
@@ -977,10 +984,16 @@ impl<'a> Machine<'a> {
     ) -> Result<()> {
         let m = self.modules[0];
         let fail = |me: &Self, why: String| me.sig_error(signo, rip, offset, retry, why);
-        let at = m
+        let (at, instrumentation) = m
             .locate(rip)
             .map_err(|e| fail(self, format!("the rip is no position a thread stops at: {e}")))?;
+        self.signals.0 += 1;
+        self.signals.1 += u64::from(instrumentation);
         if std::env::var_os("AETRACE_DEBUG").is_some() { eprintln!("DBG signal {signo} rip {rip:#x} at {at:?} retry {retry:?} trail {:?}", self.trail); }
+        // A fault raised by the instruction at the rip (SIGILL, SIGBUS,
+        // SIGFPE, SIGSEGV): it was fetched and started, as valgrind reports
+        // it, and runs again if the handler returns.
+        let tried = u32::from(matches!(signo, 4 | 7 | 8 | 11) && matches!(at, SigAt::Insn { .. }));
         let counting = sink.counts.is_some();
         let len = |l: Loc, first: u32| {
             if counting {
@@ -1091,7 +1104,7 @@ impl<'a> Machine<'a> {
                 let o = occs[i];
                 let b = self.block(o.loc);
                 let rest = sink.out.split_off(base + o.pos);
-                m.part(o.loc.block, o.first, insn, &mut sink.out);
+                m.part(o.loc.block, o.first, insn + tried, &mut sink.out);
                 m.part(o.loc.block, insn, b.ninsns, &mut tail);
                 tail.extend_from_slice(rest.get(o.len..).unwrap_or_default());
                 trail.push(Mark::Block {
@@ -1102,7 +1115,7 @@ impl<'a> Machine<'a> {
                 // The mark's chain goes on from the cut block by itself.
                 trail.extend_from_slice(&self.trail[o.mark + 1..]);
                 counted = occs[i + 1..].iter().map(|o| o.loc).collect();
-                if insn == 0 {
+                if insn + tried == 0 {
                     counted.push(o.loc);
                 }
             }
@@ -1115,9 +1128,12 @@ impl<'a> Machine<'a> {
                     let b = self.block(l);
                     match sink.counts.as_mut() {
                         Some(c) => c[l.module as usize][p as usize] += 1,
-                        None if p == to => {
-                            m.part(p, 0, insn.unwrap_or(b.ninsns), &mut sink.out)
-                        }
+                        None if p == to => m.part(
+                            p,
+                            0,
+                            insn.map_or(b.ninsns, |k| k + tried),
+                            &mut sink.out,
+                        ),
                         None => sink.out.extend_from_slice(m.text(b)),
                     }
                     last_out = Some(l);
@@ -1126,7 +1142,7 @@ impl<'a> Machine<'a> {
                 if let Some(k) = insn {
                     m.part(to, k, self.block(l).ninsns, &mut tail);
                     trail.push(Mark::Block { loc: l, first: k, min: k });
-                    if k == 0 {
+                    if k + tried == 0 {
                         counted.push(l);
                     }
                 }
@@ -1164,6 +1180,15 @@ impl<'a> Machine<'a> {
         self.trail_bytes = s.tail.len();
         self.cur = None;
         match s.retry {
+            Retry::Leave(l) if self.block(l).next != EXIT => {
+                // The trail's chain through `l` goes on by itself.
+                self.cur = Some(Loc {
+                    module: l.module,
+                    block: self.block(l).next,
+                });
+                self.chained = true;
+                Ok(())
+            }
             Retry::Leave(l) => {
                 let b = self.block(l);
                 self.leave_block(l, b)
@@ -1197,10 +1222,14 @@ impl<'a> Machine<'a> {
         }
         if let Some(c) = sink.counts.as_mut() {
             for l in self.uncount.drain(..) {
-                c[l.module as usize][l.block as usize] -= 1;
+                let n = &mut c[l.module as usize][l.block as usize];
+                *n = n.saturating_sub(1);
             }
         } else {
             self.uncount.clear();
+        }
+        if std::mem::take(&mut self.chained) {
+            return Ok(());
         }
         if let Some(l) = self.cur {
             self.trail.push(Mark::Block {

@@ -234,17 +234,29 @@ pub struct ThreadTotals {
     pub module: String,
     pub instructions: u64,
     pub blocks: u64,
+    /// Signal handlers entered from traced or untraced code (SIGNAL
+    /// records), and how many of them interrupted instrumentation.
+    pub signals: u64,
+    pub signals_in_instrumentation: u64,
 }
 
 impl std::fmt::Display for Totals {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let (mut all_i, mut all_b) = (0u64, 0u64);
         for t in &self.threads {
-            writeln!(
+            write!(
                 f,
                 "thread {} pid {} tid {} module {}: {} instructions, {} blocks",
                 t.thread, t.pid, t.tid, t.module, t.instructions, t.blocks
             )?;
+            if t.signals > 0 {
+                write!(
+                    f,
+                    ", {} signals ({} interrupting instrumentation)",
+                    t.signals, t.signals_in_instrumentation
+                )?;
+            }
+            writeln!(f)?;
             all_i += t.instructions;
             all_b += t.blocks;
         }
@@ -651,7 +663,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     fn totals(&self) -> Result<Totals> {
         use rayon::prelude::*;
         let mods: Vec<&Module> = self.compiled.iter().collect();
-        let run = |job: &Job<'_>| -> Result<(Vec<u64>, Vec<u64>)> {
+        let run = |job: &Job<'_>| -> Result<(Vec<u64>, Vec<u64>, (u64, u64))> {
             let mut m = self.machine(job, &mods);
             let mut sink = Sink {
                 out: Vec::new(),
@@ -663,10 +675,10 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             // One module per machine: its counts are the first (only) entries.
             let blocks = sink.counts.into_iter().flatten().next().unwrap_or_default();
             let entries = m.entries.into_iter().next().unwrap_or_default();
-            Ok((blocks, entries))
+            Ok((blocks, entries, m.signals))
         };
         let workers = self.threads_jobs();
-        let results: Vec<Result<(Vec<u64>, Vec<u64>)>> = if workers <= 1 {
+        let results: Vec<Result<(Vec<u64>, Vec<u64>, (u64, u64))>> = if workers <= 1 {
             self.jobs.iter().map(run).collect()
         } else {
             let pool = rayon::ThreadPoolBuilder::new()
@@ -678,7 +690,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         let mut calls: Vec<Vec<u64>> = mods.iter().map(|m| vec![0; m.procs.len()]).collect();
         let mut threads = Vec::new();
         for (job, r) in self.jobs.iter().zip(results) {
-            let (blocks, entries) = r?;
+            let (blocks, entries, signals) = r?;
             let m = mods[job.module];
             let (mut ni, mut nb) = (0u64, 0u64);
             for (b, &n) in m.blocks.iter().zip(&blocks) {
@@ -696,6 +708,8 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                 module: m.name.clone(),
                 instructions: ni,
                 blocks: nb,
+                signals: signals.0,
+                signals_in_instrumentation: signals.1,
             });
         }
         let calls = mods

@@ -283,6 +283,10 @@ fn sig_ranges(
     stop: u32,
 ) -> GenResult<Vec<SigRange>> {
     let mut ranges: Vec<SigRange> = Vec::new();
+    // The last range is a run of copies whose last one is as long as its
+    // original (so the run can go on: offsets inside a run come from the
+    // original lengths).
+    let mut open = false;
     let mut i = first;
     while i < end {
         let off = offsets[i];
@@ -300,47 +304,50 @@ fn sig_ranges(
             return Err("internal: instruction offsets out of order".into());
         }
         let (point, orig_len) = points[i];
-        let single = j == i + 1 && orig_len > 0 && u32::from(orig_len) == next - off;
+        let copy = j == i + 1 && orig_len > 0;
+        let same_len = copy && u32::from(orig_len) == next - off;
         let offset = u64::from(off - base);
-        let point = match point {
-            SigPoint::Insn {
-                proc, block, insn, ..
-            } => {
-                if single {
-                    if let Some(SigRange {
-                        point:
-                            SigPoint::Insn {
-                                proc: p,
-                                block: b,
-                                insn: k,
-                                count: n,
-                            },
-                        ..
-                    }) = ranges.last_mut()
-                    {
-                        if *p == proc && *b == block && *n > 0 && *k + *n == insn {
-                            *n += 1;
-                            i = j;
-                            continue;
-                        }
+        i = j;
+        if let SigPoint::Insn {
+            proc, block, insn, ..
+        } = point
+        {
+            if copy {
+                if let Some(SigRange {
+                    point:
+                        SigPoint::Insn {
+                            proc: p,
+                            block: b,
+                            insn: k,
+                            count: n,
+                        },
+                    ..
+                }) = ranges.last_mut()
+                {
+                    if open && *p == proc && *b == block && *k + *n == insn {
+                        *n += 1;
+                        open = same_len;
+                        continue;
                     }
                 }
-                SigPoint::Insn {
-                    proc,
-                    block,
-                    insn,
-                    count: u32::from(single),
-                }
+                ranges.push(SigRange {
+                    offset,
+                    point: SigPoint::Insn {
+                        proc,
+                        block,
+                        insn,
+                        count: 1,
+                    },
+                });
+                open = same_len;
+                continue;
             }
-            p => p,
-        };
-        let same = ranges.last().is_some_and(|r| {
-            r.point == point && !matches!(point, SigPoint::Insn { count: 1.., .. })
-        });
-        if !same {
-            ranges.push(SigRange { offset, point });
         }
-        i = j;
+        open = false;
+        if ranges.last().is_some_and(|r| r.point == point) {
+            continue;
+        }
+        ranges.push(SigRange { offset, point });
     }
     Ok(ranges)
 }
