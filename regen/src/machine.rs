@@ -26,7 +26,8 @@
 //! unique witness-free path ahead), the output is cut there, the part
 //! after the cut is kept in a `Sig` frame with the step to redo, and the
 //! handler's trace follows. When the handler's frame is popped, the kept
-//! output is put back and the step is redone. `sigs` holds one entry per
+//! output is put back (its trail after the handler's) and the step is
+//! redone. `sigs` holds one entry per
 //! `Sig` frame of the stack, in order.
 
 use crate::compile::{Block, Module, SigAt, AMBIGUOUS, EXIT, NO_WITNESS};
@@ -1036,20 +1037,28 @@ impl<'a> Machine<'a> {
             Ahead(Loc, u32, Option<u32>),
         }
         let cut = match at {
-            SigAt::Outside => match (retry, gaps.as_slice()) {
-                (Retry::Untraced, []) => Cut::End,
-                (Retry::Untraced, _) => {
-                    return Err(fail(self, "untraced code was interrupted, but the thread ran untraced code more than once since its last record (an external call that writes no RETURN), and the trace cannot tell which".into()))
+            SigAt::Outside => {
+                // Untraced code ran at each gap, and runs now if the step
+                // was waiting for it; positions that no block separates
+                // are one position.
+                let at_gap = |g: usize| occs.iter().filter(|o| o.mark < g).count();
+                let mut places: Vec<(usize, Option<usize>)> =
+                    gaps.iter().map(|&g| (at_gap(g), Some(g))).collect();
+                if matches!(retry, Retry::Untraced | Retry::Call(_) | Retry::JumpUntraced(_)) {
+                    places.push((occs.len(), None));
                 }
-                (Retry::Call(_) | Retry::JumpUntraced(_), []) => Cut::End,
-                (_, [g]) => Cut::Gap(*g),
-                (_, []) => {
-                    return Err(fail(self, "the rip is in untraced code, but the thread ran no untraced code since its last record".into()))
+                let first = places.first().map(|p| p.0);
+                if places.iter().any(|p| Some(p.0) != first) {
+                    return Err(fail(self, format!("the rip is in untraced code, which the thread entered at {} places since its last record (external calls without RETURN): the trace cannot tell which one was interrupted", places.len())));
                 }
-                (_, _) => {
-                    return Err(fail(self, format!("the rip is in untraced code, which the thread entered {} times since its last record (external calls without RETURN): the trace cannot tell which one was interrupted", gaps.len())))
+                match places.last() {
+                    None => {
+                        return Err(fail(self, "the rip is in untraced code, but the thread ran no untraced code since its last record".into()))
+                    }
+                    Some((_, None)) => Cut::End,
+                    Some((_, Some(g))) => Cut::Gap(*g),
                 }
-            },
+            }
             SigAt::Insn { block, insn } => {
                 let hits: Vec<usize> = (0..occs.len())
                     .filter(|&i| {
@@ -1176,8 +1185,12 @@ impl<'a> Machine<'a> {
         if sink.counts.is_none() {
             sink.out.extend_from_slice(&s.tail);
         }
-        self.trail = s.trail;
-        self.trail_bytes = s.tail.len();
+        // The handler's last blocks stay in the trail (a signal nested in
+        // the handler after its last record is read only now), then the
+        // restorer (untraced), then the resumed code.
+        self.trail.push(Mark::Gap);
+        self.trail.extend_from_slice(&s.trail);
+        self.trail_bytes += s.tail.len();
         self.cur = None;
         match s.retry {
             Retry::Leave(l) if self.block(l).next != EXIT => {
