@@ -446,7 +446,10 @@ fn faults_recovered_by_siglongjmp() {
             }
             kept.push(a);
         }
-        assert_eq!(faults, 4, "{name}: handler entries in the regenerated trace");
+        assert_eq!(
+            faults, 4,
+            "{name}: handler entries in the regenerated trace"
+        );
         if let Some(d) = first_difference(l, &kept) {
             panic!("{name}: thread 0: {d}");
         }
@@ -481,7 +484,8 @@ fn asynchronous_timer_signals() {
     for v in [O2_PIE, Variant::new(Opt::O0, Link::NoPie, false)] {
         let exe = build("signal_alarm.c", v);
         let name = exe.file_name().unwrap().to_string_lossy().into_owned();
-        let trace = common::scratch("trace-oracle").join(format!("{name}-{}.aet", std::process::id()));
+        let trace =
+            common::scratch("trace-oracle").join(format!("{name}-{}.aet", std::process::id()));
         let rec = Command::new(common::aetrace())
             .arg("record")
             .arg("-o")
@@ -490,7 +494,11 @@ fn asynchronous_timer_signals() {
             .arg(&exe)
             .output()
             .unwrap();
-        assert!(rec.status.success(), "{name}: {}", String::from_utf8_lossy(&rec.stderr));
+        assert!(
+            rec.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&rec.stderr)
+        );
         let stdout = String::from_utf8(rec.stdout).unwrap();
         let field = |key: &str| -> u64 {
             stdout
@@ -526,7 +534,10 @@ fn asynchronous_timer_signals() {
         let (signals, inside) = (nums[n - 2], nums[n - 1]);
         assert_eq!(signals, handled, "{name}: SIGNAL records placed: {line}");
         eprintln!("{name}: {handled} handlers, {iterations} iterations, {inside} signals inside instrumentation");
-        assert!(inside > 0, "{name}: no signal interrupted instrumentation: {line}");
+        assert!(
+            inside > 0,
+            "{name}: no signal interrupted instrumentation: {line}"
+        );
         let _ = std::fs::remove_file(&trace);
     }
 }

@@ -629,7 +629,9 @@ impl ProgramDb {
                                 block: r.u32_leb("block")?,
                             },
                             _ => {
-                                return Err(r.err(format_args!("unknown signal point byte {tag:#04x}")))
+                                return Err(
+                                    r.err(format_args!("unknown signal point byte {tag:#04x}"))
+                                )
                             }
                         };
                         ranges.push(SigRange { offset, point });

@@ -356,7 +356,6 @@ impl<'a> Machine<'a> {
     /// The next item, consumed; a SIGNAL aborts the step (`retry`).
     fn next(&mut self, retry: Retry) -> Step<(Item, u64)> {
         let (item, off) = self.stream.next_item()?;
-        if std::env::var_os("AETRACE_DEBUG").is_some() { eprintln!("DBG read {off} {item:?} retry {retry:?} cur {:?} stack {:?}", self.cur, self.stack); }
         match Self::signal(item, off, retry) {
             Some(f) => Err(f),
             None => Ok((item, off)),
@@ -540,8 +539,10 @@ impl<'a> Machine<'a> {
             }
             match s.kind {
                 EdgeKindDb::Halt => {
-                    // hlt/ud2/int3 trap to the kernel: nothing returns from them.
-                    self.clear_stack();
+                    // hlt/ud2/int3 trap to the kernel: nothing returns from
+                    // them. The frames stay, as under a call that never
+                    // returns: a SIGILL/SIGSEGV/SIGTRAP handler may
+                    // siglongjmp to one of them.
                     self.cur = None;
                     return Ok(());
                 }
@@ -743,7 +744,7 @@ impl<'a> Machine<'a> {
                         rip,
                         offset: off,
                         retry: Retry::Call(at),
-                    })
+                    });
                 }
                 _ => {}
             }
@@ -985,12 +986,14 @@ impl<'a> Machine<'a> {
     ) -> Result<()> {
         let m = self.modules[0];
         let fail = |me: &Self, why: String| me.sig_error(signo, rip, offset, retry, why);
-        let (at, instrumentation) = m
-            .locate(rip)
-            .map_err(|e| fail(self, format!("the rip is no position a thread stops at: {e}")))?;
+        let (at, instrumentation) = m.locate(rip).map_err(|e| {
+            fail(
+                self,
+                format!("the rip is no position a thread stops at: {e}"),
+            )
+        })?;
         self.signals.0 += 1;
         self.signals.1 += u64::from(instrumentation);
-        if std::env::var_os("AETRACE_DEBUG").is_some() { eprintln!("DBG signal {signo} rip {rip:#x} at {at:?} retry {retry:?} trail {:?}", self.trail); }
         // A fault raised by the instruction at the rip (SIGILL, SIGBUS,
         // SIGFPE, SIGSEGV): it was fetched and started, as valgrind reports
         // it, and runs again if the handler returns.
@@ -1133,16 +1136,16 @@ impl<'a> Machine<'a> {
                 let path = self.path(f, to, returned).map_err(|w| fail(self, w))?;
                 let mut last_out = None;
                 for &p in &path {
-                    let l = Loc { module: f.module, block: p };
+                    let l = Loc {
+                        module: f.module,
+                        block: p,
+                    };
                     let b = self.block(l);
                     match sink.counts.as_mut() {
                         Some(c) => c[l.module as usize][p as usize] += 1,
-                        None if p == to => m.part(
-                            p,
-                            0,
-                            insn.map_or(b.ninsns, |k| k + tried),
-                            &mut sink.out,
-                        ),
+                        None if p == to => {
+                            m.part(p, 0, insn.map_or(b.ninsns, |k| k + tried), &mut sink.out)
+                        }
                         None => sink.out.extend_from_slice(m.text(b)),
                     }
                     last_out = Some(l);
@@ -1150,7 +1153,11 @@ impl<'a> Machine<'a> {
                 let l = last_out.expect("a path ends at its target");
                 if let Some(k) = insn {
                     m.part(to, k, self.block(l).ninsns, &mut tail);
-                    trail.push(Mark::Block { loc: l, first: k, min: k });
+                    trail.push(Mark::Block {
+                        loc: l,
+                        first: k,
+                        min: k,
+                    });
                     if k + tried == 0 {
                         counted.push(l);
                     }

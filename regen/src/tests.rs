@@ -1006,7 +1006,10 @@ fn parts(db: &ProgramDb, steps: &[(usize, usize, u32, u32)]) -> String {
         .map(|&(p, b, from, to)| {
             let blk = &db.procs[p].blocks[b];
             let lens = &blk.insn_lens[from as usize..to as usize];
-            let skip: u64 = blk.insn_lens[..from as usize].iter().map(|&l| u64::from(l)).sum();
+            let skip: u64 = blk.insn_lens[..from as usize]
+                .iter()
+                .map(|&l| u64::from(l))
+                .sum();
             format!(
                 "{:x} {} {}\n",
                 LOAD_BASE + blk.start + skip,
@@ -1045,7 +1048,14 @@ fn a_handler_splits_the_interrupted_block() {
         HDR.to_owned()
             + &parts(
                 &db,
-                &[full(0, 0), (0, 1, 0, 1), full(1, 0), (0, 1, 1, 2), full(0, 1), full(0, 2)]
+                &[
+                    full(0, 0),
+                    (0, 1, 0, 1),
+                    full(1, 0),
+                    (0, 1, 1, 2),
+                    full(0, 1),
+                    full(0, 2)
+                ]
             )
     );
     // Every format splits the same way; the instruction stream is the
@@ -1053,8 +1063,16 @@ fn a_handler_splits_the_interrupted_block() {
     let bytes = trace_bytes(&db, &[s.clone()], W as usize);
     let insns = run(&bytes, &opts(Format::Insn)).0;
     let want: Vec<String> = [
-        0x401000u64, 0x401003, 0x401010, 0x401030, 0x401033, 0x401013, 0x401010, 0x401013,
-        0x401020, 0x401023,
+        0x401000u64,
+        0x401003,
+        0x401010,
+        0x401030,
+        0x401033,
+        0x401013,
+        0x401010,
+        0x401013,
+        0x401020,
+        0x401023,
     ]
     .iter()
     .map(|a| format!("{:x}", LOAD_BASE + a))
@@ -1078,7 +1096,11 @@ fn a_signal_before_a_witness_is_written_stands_after_the_predicate() {
     r.unwrap();
     assert_eq!(
         out,
-        HDR.to_owned() + &parts(&db, &[full(0, 0), full(0, 1), full(0, 1), full(1, 0), full(0, 2)])
+        HDR.to_owned()
+            + &parts(
+                &db,
+                &[full(0, 0), full(0, 1), full(0, 1), full(1, 0), full(0, 2)]
+            )
     );
     // After the taken edge's witness is written (the stub's jump back): the
     // second b1 has not started.
@@ -1091,7 +1113,11 @@ fn a_signal_before_a_witness_is_written_stands_after_the_predicate() {
     r.unwrap();
     assert_eq!(
         out,
-        HDR.to_owned() + &parts(&db, &[full(0, 0), full(0, 1), full(1, 0), full(0, 1), full(0, 2)])
+        HDR.to_owned()
+            + &parts(
+                &db,
+                &[full(0, 0), full(0, 1), full(1, 0), full(0, 1), full(0, 2)]
+            )
     );
     // In the taken edge's stub before its witness, where the same block
     // was entered once already: after b1, before the loop's edge.
@@ -1106,7 +1132,17 @@ fn a_signal_before_a_witness_is_written_stands_after_the_predicate() {
     assert_eq!(
         out,
         HDR.to_owned()
-            + &parts(&db, &[full(0, 0), full(0, 1), full(0, 1), full(1, 0), full(0, 1), full(0, 2)])
+            + &parts(
+                &db,
+                &[
+                    full(0, 0),
+                    full(0, 1),
+                    full(0, 1),
+                    full(1, 0),
+                    full(0, 1),
+                    full(0, 2)
+                ]
+            )
     );
 }
 

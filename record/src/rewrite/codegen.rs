@@ -597,8 +597,9 @@ impl ProcGen<'_, '_> {
         match p.stub {
             EntryStub::Full => {
                 let (n, rt) = (p.number, *self.rt);
-                self.em
-                    .seq_write(SigPoint::Outside, entered, |a| emit_outside_entry(a, n, &rt))?
+                self.em.seq_write(SigPoint::Outside, entered, |a| {
+                    emit_outside_entry(a, n, &rt)
+                })?
             }
             EntryStub::ProcessEntry => {
                 let (n, flush) = (p.number, self.rt.flush);
@@ -677,8 +678,9 @@ impl ProcGen<'_, '_> {
     /// EXIT(edi), before the instruction the current point stands at.
     fn exit_record(&mut self, site: Site) -> GenResult<()> {
         let at = self.em.point;
-        self.em
-            .seq_write(at, at, |a| emit_record(a, RecordKind::Exit, Payload::Reg32(edi), site))
+        self.em.seq_write(at, at, |a| {
+            emit_record(a, RecordKind::Exit, Payload::Reg32(edi), site)
+        })
     }
 
     fn check(&mut self, site: Site) -> GenResult<()> {
