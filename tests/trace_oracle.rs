@@ -7,7 +7,12 @@
 //! the first diverging position and its context. Procedures the rewriter
 //! left alone (named, with their reasons, by `aetrace info`) run untraced:
 //! their instructions are removed from lackey's stream before comparing,
-//! and the test reports how many there were.
+//! and the test reports how many there were. Signals: handlers run by
+//! `raise`, `kill`, nested and in a second thread compare exactly; faults
+//! compare up to the few instructions lackey loses before each fault (see
+//! `faults_recovered_by_siglongjmp`); asynchronous timer signals, which
+//! valgrind delivers at its own points, are checked against the program's
+//! own counts.
 
 mod common;
 

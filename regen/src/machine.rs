@@ -365,6 +365,7 @@ impl<'a> Machine<'a> {
     /// An item the thread wrote has been read: the output so far ran,
     /// except the last instruction of `early`, the last block output, when
     /// the item was written before it.
+    #[inline]
     fn consumed(&mut self, early: Option<Loc>) {
         self.trail.clear();
         self.trail_bytes = 0;
@@ -1229,6 +1230,7 @@ impl<'a> Machine<'a> {
 
     /// Ends a step: a signal is placed, an error returned; the block
     /// control reached starts a new chain of the trail.
+    #[inline]
     fn settle(&mut self, sink: &mut Sink, r: Step) -> Result<()> {
         match r {
             Ok(()) => {}
@@ -1240,12 +1242,13 @@ impl<'a> Machine<'a> {
                 retry,
             }) => self.on_signal(sink, signo, rip, offset, retry)?,
         }
-        if let Some(c) = sink.counts.as_mut() {
-            for l in self.uncount.drain(..) {
-                let n = &mut c[l.module as usize][l.block as usize];
-                *n = n.saturating_sub(1);
+        if !self.uncount.is_empty() {
+            if let Some(c) = sink.counts.as_mut() {
+                for l in &self.uncount {
+                    let n = &mut c[l.module as usize][l.block as usize];
+                    *n = n.saturating_sub(1);
+                }
             }
-        } else {
             self.uncount.clear();
         }
         if std::mem::take(&mut self.chained) {
@@ -1361,6 +1364,7 @@ impl<'a> Machine<'a> {
 
     /// After a step: the output before the trail certainly ran, and all
     /// of it while a witness read is pending (it was written further on).
+    #[inline]
     fn settle_certain(&mut self, sink: &mut Sink) {
         let c = if self.pending.is_some() {
             sink.out.len()
