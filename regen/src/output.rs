@@ -663,7 +663,10 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     fn totals(&self) -> Result<Totals> {
         use rayon::prelude::*;
         let mods: Vec<&Module> = self.compiled.iter().collect();
-        let run = |job: &Job<'_>| -> Result<(Vec<u64>, Vec<u64>, (u64, u64))> {
+        // Per thread: block counts, procedure entries, (signals, of them
+        // interrupting instrumentation).
+        type ThreadRun = (Vec<u64>, Vec<u64>, (u64, u64));
+        let run = |job: &Job<'_>| -> Result<ThreadRun> {
             let mut m = self.machine(job, &mods);
             let mut sink = Sink {
                 out: Vec::new(),
@@ -678,7 +681,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             Ok((blocks, entries, m.signals))
         };
         let workers = self.threads_jobs();
-        let results: Vec<Result<(Vec<u64>, Vec<u64>, (u64, u64))>> = if workers <= 1 {
+        let results: Vec<Result<ThreadRun>> = if workers <= 1 {
             self.jobs.iter().map(run).collect()
         } else {
             let pool = rayon::ThreadPoolBuilder::new()
