@@ -7,7 +7,12 @@
 //! the first diverging position and its context. Procedures the rewriter
 //! left alone (named, with their reasons, by `aetrace info`) run untraced:
 //! their instructions are removed from lackey's stream before comparing,
-//! and the test reports how many there were.
+//! and the test reports how many there were. Signals: handlers run by
+//! `raise`, `kill`, nested and in a second thread compare exactly; faults
+//! compare up to the few instructions lackey loses before each fault (see
+//! `faults_recovered_by_siglongjmp`); asynchronous timer signals, which
+//! valgrind delivers at its own points, are checked against the program's
+//! own counts.
 
 mod common;
 
@@ -151,12 +156,10 @@ fn check_with(exe: &Path, args: &[&str], mode: LogMode) {
     check_libs(exe, args, &[], mode)
 }
 
-/// [`check_with`] recording with `--libs LIBS` too: every instrumented
-/// module of the trace (the executable, then each library) is compared
-/// with lackey's instructions inside that module, through `aetrace regen
-/// --module M --relative` (threads that never ran in M are skipped on both
-/// sides).
-fn check_libs(exe: &Path, args: &[&str], libs: &[&str], mode: LogMode) {
+/// Records `exe args` with `--libs LIBS` and checks the recorded run's
+/// stdout, stderr and status against the native run's; the program's name
+/// and the trace.
+fn record_checked(exe: &Path, args: &[&str], libs: &[&str]) -> (String, PathBuf) {
     let name = exe.file_name().unwrap().to_string_lossy().into_owned();
     let native = run_native(exe, args);
     let dir = common::scratch("trace-oracle");
@@ -191,6 +194,16 @@ fn check_libs(exe: &Path, args: &[&str], libs: &[&str], mode: LogMode) {
         native.status.code(),
         "{name}: status differs"
     );
+    (name, trace)
+}
+
+/// [`check_with`] recording with `--libs LIBS` too: every instrumented
+/// module of the trace (the executable, then each library) is compared
+/// with lackey's instructions inside that module, through `aetrace regen
+/// --module M --relative` (threads that never ran in M are skipped on both
+/// sides).
+fn check_libs(exe: &Path, args: &[&str], libs: &[&str], mode: LogMode) {
+    let (name, trace) = record_checked(exe, args, libs);
     let info = info_json(&trace);
     let modules: Vec<PathBuf> = info["modules"]
         .as_array()
@@ -216,9 +229,9 @@ fn check_libs(exe: &Path, args: &[&str], libs: &[&str], mode: LogMode) {
     let _ = std::fs::remove_file(&trace);
 }
 
-/// Lackey's instructions inside `module` (the `k`th program of the trace)
-/// against `aetrace regen` (of that module only when `filter` is given).
-fn compare_module(
+/// Lackey's and aetrace's instruction sequences of one module, per thread,
+/// as link-time offsets (thread counts checked equal).
+fn module_sequences(
     name: &str,
     module: &Path,
     info: &serde_json::Value,
@@ -226,7 +239,7 @@ fn compare_module(
     lackey: &lackey::ModuleTrace,
     trace: &Path,
     filter: Option<&str>,
-) {
+) -> (String, Vec<Vec<u64>>, Vec<Vec<u64>>) {
     let exe = module;
     let base = link_base(exe);
     let alone = left_alone_ranges(exe, info, k);
@@ -276,6 +289,21 @@ fn compare_module(
         lk.len(),
         rg.len()
     );
+    (name, lk, rg)
+}
+
+/// Lackey's instructions inside `module` (the `k`th program of the trace)
+/// against `aetrace regen` (of that module only when `filter` is given).
+fn compare_module(
+    name: &str,
+    module: &Path,
+    info: &serde_json::Value,
+    k: usize,
+    lackey: &lackey::ModuleTrace,
+    trace: &Path,
+    filter: Option<&str>,
+) {
+    let (name, lk, rg) = module_sequences(name, module, info, k, lackey, trace, filter);
     for (t, (l, r)) in lk.iter().zip(&rg).enumerate() {
         if let Some(d) = first_difference(l, r) {
             panic!("{name}: thread {t}: {d}");
@@ -285,6 +313,25 @@ fn compare_module(
         "{name}: {} instructions equal to lackey's",
         lk.iter().map(Vec::len).sum::<usize>()
     );
+}
+
+/// Records `exe args` (checking its behaviour against the native run) and
+/// returns its name, lackey's instruction sequences and aetrace's for the
+/// executable, one per thread, as link-time offsets.
+fn record_both(exe: &Path, args: &[&str], mode: LogMode) -> (String, Vec<Vec<u64>>, Vec<Vec<u64>>) {
+    let (name, trace) = record_checked(exe, args, &[]);
+    let info = info_json(&trace);
+    let run = lackey::run_with(
+        exe,
+        args,
+        &[exe.to_path_buf()],
+        "*",
+        mode,
+        Capture::Sequences,
+    );
+    let seqs = module_sequences(&name, exe, &info, 0, &run.modules[0], &trace, None);
+    let _ = std::fs::remove_file(&trace);
+    seqs
 }
 
 fn traced(source: &str, v: Variant, args: &[&str]) {
@@ -870,4 +917,168 @@ fn static_without_libc() {
         ],
     );
     check(&exe, &["300"]);
+}
+
+#[test]
+fn signal_handlers_run_by_raise() {
+    traced("signal.c", O2_PIE, &[]);
+    traced("signal.c", O0_NOPIE, &[]);
+}
+
+#[test]
+fn signal_handlers_calling_traced_code() {
+    traced("signal_calls.c", O2_PIE, &[]);
+    traced("signal_calls.c", O0_NOPIE, &[]);
+}
+
+#[test]
+fn nested_signal_handlers() {
+    traced("signal_nested.c", O2_PIE, &[]);
+}
+
+/// Link-time offset of symbol `sym` in `exe` (from `nm`).
+fn symbol(exe: &Path, sym: &str) -> u64 {
+    let out = Command::new("nm").arg(exe).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let addr = text
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 3 && f[2] == sym).then(|| u64::from_str_radix(f[0], 16).unwrap())
+        })
+        .unwrap_or_else(|| panic!("no symbol {sym} in {}", exe.display()));
+    addr - link_base(exe)
+}
+
+#[test]
+fn faults_recovered_by_siglongjmp() {
+    // Lackey prints instruction addresses from a small buffer flushed every
+    // few events, and a fault discards what is still buffered: before each
+    // entry of the fault handler its stream may lack the last few
+    // instructions that ran (the faulting one among them, which aetrace
+    // lists: it was fetched and started, and runs again if the handler
+    // returns). Those, and only those, are dropped from aetrace's sequence
+    // before comparing; everything else must be equal.
+    for v in [O2_PIE, Variant::new(Opt::O0, Link::NoPie, false)] {
+        let exe = build("signal_fault.c", v);
+        let handler = symbol(&exe, "on_fault");
+        let (name, lk, rg) = record_both(&exe, &[], LogMode::Pipe);
+        let (l, r) = (&lk[0], &rg[0]);
+        let mut kept = Vec::with_capacity(r.len());
+        let (mut faults, mut lpos) = (0, 0);
+        for &a in r {
+            if a == handler {
+                faults += 1;
+                // Lackey's entry of the same handler call: what lackey lacks
+                // just before it is what it lost at the fault.
+                let k = kept.len();
+                let p = lpos
+                    + l[lpos..]
+                        .iter()
+                        .position(|&x| x == handler)
+                        .unwrap_or_else(|| panic!("{name}: lackey has no handler entry {faults}"));
+                let missing = k.saturating_sub(p);
+                assert!(
+                    missing <= 4,
+                    "{name}: {missing} instructions missing before fault {faults}"
+                );
+                kept.truncate(k - missing);
+                lpos = p + 1;
+            }
+            kept.push(a);
+        }
+        assert_eq!(
+            faults, 4,
+            "{name}: handler entries in the regenerated trace"
+        );
+        if let Some(d) = first_difference(l, &kept) {
+            panic!("{name}: thread 0: {d}");
+        }
+    }
+}
+
+#[test]
+fn signal_in_a_second_thread() {
+    traced("signal_thread.c", O2_PIE, &[]);
+}
+
+/// Runs `aetrace` with `args`, which must succeed; its stdout.
+fn aetrace_ok(args: &[&str], trace: &Path) -> String {
+    let out = Command::new(common::aetrace())
+        .args(args)
+        .arg(trace)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "aetrace {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn asynchronous_timer_signals() {
+    // Valgrind delivers asynchronous signals at its own points, so the
+    // oracle is the program's output: how many times the handler ran and
+    // how many loop iterations (each one call of `step`) ran.
+    for v in [O2_PIE, Variant::new(Opt::O0, Link::NoPie, false)] {
+        let exe = build("signal_alarm.c", v);
+        let name = exe.file_name().unwrap().to_string_lossy().into_owned();
+        let trace =
+            common::scratch("trace-oracle").join(format!("{name}-{}.aet", std::process::id()));
+        let rec = Command::new(common::aetrace())
+            .arg("record")
+            .arg("-o")
+            .arg(&trace)
+            .arg("--")
+            .arg(&exe)
+            .output()
+            .unwrap();
+        assert!(
+            rec.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&rec.stderr)
+        );
+        let stdout = String::from_utf8(rec.stdout).unwrap();
+        let field = |key: &str| -> u64 {
+            stdout
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix(key)?.parse().ok())
+                .unwrap_or_else(|| panic!("{name}: no {key} in {stdout:?}"))
+        };
+        let (handled, iterations) = (field("handled="), field("iterations="));
+        let blocks = aetrace_ok(&["regen", "--format", "block", "--relative"], &trace);
+        let entries = |sym: &str| {
+            let at = format!("{:x} ", symbol(&exe, sym));
+            blocks.lines().filter(|l| l.starts_with(&at)).count() as u64
+        };
+        assert_eq!(entries("on_alarm"), handled, "{name}: handler entries");
+        assert_eq!(entries("step"), iterations, "{name}: loop iterations");
+        // The instruction trace regenerates too, and many signals landed
+        // inside instrumentation (witness writes, checks, records).
+        let insns = aetrace_ok(&["regen", "--format", "insn"], &trace);
+        let count = aetrace_ok(&["regen", "--count"], &trace);
+        // Blocks split by a handler are counted once: the same instructions.
+        let lines = insns.lines().filter(|l| !l.starts_with('#')).count();
+        assert!(
+            count.contains(&format!(": {lines} instructions,")),
+            "{name}: {lines} instructions regenerated, --count says {count}"
+        );
+        let line = count.lines().next().unwrap();
+        let nums: Vec<u64> = line
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        let n = nums.len();
+        assert!(line.contains("signals ("), "{name}: {line}");
+        let (signals, inside) = (nums[n - 2], nums[n - 1]);
+        assert_eq!(signals, handled, "{name}: SIGNAL records placed: {line}");
+        eprintln!("{name}: {handled} handlers, {iterations} iterations, {inside} signals inside instrumentation");
+        assert!(
+            inside > 0,
+            "{name}: no signal interrupted instrumentation: {line}"
+        );
+        let _ = std::fs::remove_file(&trace);
+    }
 }

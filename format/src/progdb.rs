@@ -14,10 +14,13 @@
 //!   `<= blocks.len()` and edges leave real blocks only;
 //! - witness numbers of a procedure are `0..n` without gaps or repeats;
 //! - a block with `call: Some(_)` ends in a call (or tail call) instruction,
-//!   and `CallTarget::Proc(q)` names a traced procedure.
+//!   and `CallTarget::Proc(q)` names a traced procedure;
+//! - a signal map ([`SigMap`]) belongs to a traced procedure; its ranges
+//!   start at strictly increasing offsets inside the copy, the first at 0,
+//!   and every block, instruction and edge they name exists.
 
-/// Version of the encoding written by [`ProgramDb::encode`].
-pub const VERSION: u32 = 1;
+/// Version of the encoding written by [`ProgramDb::encode`] (2: signal maps).
+pub const VERSION: u32 = 2;
 
 /// One instrumented module.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -51,6 +54,59 @@ pub struct ProcDb {
     pub entry: u32,
     pub blocks: Vec<BlockDb>,
     pub edges: Vec<EdgeDb>,
+    /// Where each address of the instrumented copy stands in the original
+    /// procedure (a signal's interrupted rip is one of them); `None` for a
+    /// procedure left alone.
+    pub sigmap: Option<SigMap>,
+}
+
+/// The instrumented copy of one procedure, address by address, as the
+/// regenerator needs it to place a signal (docs/regen.md, "Signals"): a
+/// list of ranges, each covering `[offset, next offset)` of the copy (the
+/// last one up to `len`).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct SigMap {
+    /// Link-time address of the copy's first byte (its outside-entry stub).
+    pub start: u64,
+    /// Bytes of the copy.
+    pub len: u64,
+    pub ranges: Vec<SigRange>,
+}
+
+/// One range of a [`SigMap`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SigRange {
+    /// Offset of the range's first byte from [`SigMap::start`].
+    pub offset: u64,
+    pub point: SigPoint,
+}
+
+/// Where a thread interrupted inside a range of the copy stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SigPoint {
+    /// Still in untraced code: the outside-entry stub before its ENTER
+    /// record is written.
+    Outside,
+    /// Before instruction `insn` of block `block` of procedure `proc`, with
+    /// everything the copy writes before that instruction written. `count`
+    /// 0: the whole range is instrumentation standing there. `count` n:
+    /// the range is exactly the copies of instructions `insn..insn + n`,
+    /// each but the last as long as its original, and an address inside it
+    /// is before the instruction that starts there.
+    Insn {
+        proc: u32,
+        block: u32,
+        insn: u32,
+        count: u32,
+    },
+    /// Block `edges[edge].from` has completed and control is on the edge,
+    /// whose witness is not written yet (a witness written after the
+    /// block's last instruction: fall-through, taken-edge stub, jump-table
+    /// case, lazy-binding stub).
+    Witness { edge: u32 },
+    /// Call block `block` returned from a call whose RETURN record (or
+    /// FORKED) is not written yet.
+    Returned { block: u32 },
 }
 
 /// A basic block.
@@ -146,6 +202,13 @@ const CALL_LAZY: u8 = 0x80;
 const CALL_LANDING: u8 = 0x08;
 /// Edge byte: kind in the low 3 bits, this bit when a witness number follows.
 const EDGE_WITNESS: u8 = 0x80;
+// Tags of `SigPoint` (low 2 bits of the point byte); bit 7: `Insn` of
+// another procedure (its number follows).
+const SIG_OUTSIDE: u8 = 0;
+const SIG_INSN: u8 = 1;
+const SIG_WITNESS: u8 = 2;
+const SIG_RETURNED: u8 = 3;
+const SIG_OTHER_PROC: u8 = 0x80;
 
 impl EdgeKindDb {
     /// Every kind, indexed by its `repr(u8)` value.
@@ -313,7 +376,7 @@ impl ProgramDb {
         out.extend_from_slice(&self.link_base.to_le_bytes());
         out.extend_from_slice(&self.runtime_vaddr.to_le_bytes());
         put_uleb(&mut out, self.procs.len() as u64);
-        for p in &self.procs {
+        for (pi, p) in self.procs.iter().enumerate() {
             put_str(&mut out, &p.name);
             match &p.status {
                 ProcStatus::Traced => out.push(0),
@@ -378,6 +441,46 @@ impl ProgramDb {
                     put_uleb(&mut out, u64::from(w));
                 }
             }
+            match &p.sigmap {
+                None => out.push(0),
+                Some(m) => {
+                    out.push(1);
+                    put_uleb(&mut out, m.start);
+                    put_uleb(&mut out, m.len);
+                    put_uleb(&mut out, m.ranges.len() as u64);
+                    let mut prev = 0u64;
+                    for r in &m.ranges {
+                        put_uleb(&mut out, r.offset.wrapping_sub(prev));
+                        prev = r.offset;
+                        match r.point {
+                            SigPoint::Outside => out.push(SIG_OUTSIDE),
+                            SigPoint::Insn {
+                                proc,
+                                block,
+                                insn,
+                                count,
+                            } => {
+                                let other = proc as usize != pi;
+                                out.push(SIG_INSN | if other { SIG_OTHER_PROC } else { 0 });
+                                if other {
+                                    put_uleb(&mut out, u64::from(proc));
+                                }
+                                put_uleb(&mut out, u64::from(block));
+                                put_uleb(&mut out, u64::from(insn));
+                                put_uleb(&mut out, u64::from(count));
+                            }
+                            SigPoint::Witness { edge } => {
+                                out.push(SIG_WITNESS);
+                                put_uleb(&mut out, u64::from(edge));
+                            }
+                            SigPoint::Returned { block } => {
+                                out.push(SIG_RETURNED);
+                                put_uleb(&mut out, u64::from(block));
+                            }
+                        }
+                    }
+                }
+            }
         }
         out
     }
@@ -409,8 +512,9 @@ impl ProgramDb {
         }
         let link_base = r.u64("link base")?;
         let runtime_vaddr = r.u64("runtime address")?;
-        // A procedure takes at least 5 bytes (name length, status, entry, two counts).
-        let nprocs = r.count("procedure count", 5)?;
+        // A procedure takes at least 6 bytes (name length, status, entry, two
+        // counts, the signal map flag).
+        let nprocs = r.count("procedure count", 6)?;
         let mut procs = Vec::with_capacity(nprocs);
         for _ in 0..nprocs {
             let name = r.string("procedure name")?;
@@ -497,12 +601,55 @@ impl ProgramDb {
                     witness,
                 });
             }
+            let sigmap = match r.u8("signal map flag")? {
+                0 => None,
+                1 => {
+                    let start = r.uleb("copy start")?;
+                    let len = r.uleb("copy length")?;
+                    // A range takes at least 2 bytes (offset delta, tag).
+                    let n = r.count("signal range count", 2)?;
+                    let mut ranges = Vec::with_capacity(n);
+                    let mut offset = 0u64;
+                    for _ in 0..n {
+                        offset = offset.wrapping_add(r.uleb("range offset")?);
+                        let tag = r.u8("signal point")?;
+                        let point = match tag & !SIG_OTHER_PROC {
+                            SIG_OUTSIDE if tag == SIG_OUTSIDE => SigPoint::Outside,
+                            SIG_INSN => SigPoint::Insn {
+                                proc: if tag & SIG_OTHER_PROC != 0 {
+                                    r.u32_leb("procedure")?
+                                } else {
+                                    procs.len() as u32
+                                },
+                                block: r.u32_leb("block")?,
+                                insn: r.u32_leb("instruction")?,
+                                count: r.u32_leb("instruction count")?,
+                            },
+                            SIG_WITNESS if tag == SIG_WITNESS => SigPoint::Witness {
+                                edge: r.u32_leb("edge")?,
+                            },
+                            SIG_RETURNED if tag == SIG_RETURNED => SigPoint::Returned {
+                                block: r.u32_leb("block")?,
+                            },
+                            _ => {
+                                return Err(
+                                    r.err(format_args!("unknown signal point byte {tag:#04x}"))
+                                )
+                            }
+                        };
+                        ranges.push(SigRange { offset, point });
+                    }
+                    Some(SigMap { start, len, ranges })
+                }
+                f => return Err(r.err(format_args!("signal map flag {f}"))),
+            };
             procs.push(ProcDb {
                 name,
                 status,
                 entry,
                 blocks,
                 edges,
+                sigmap,
             });
         }
         if r.pos != bytes.len() {
@@ -670,6 +817,58 @@ impl ProcDb {
         if !self.is_traced() && !witnesses.is_empty() {
             return Some("a procedure left alone has witness edges".into());
         }
+        if let Some(m) = &self.sigmap {
+            if !self.is_traced() {
+                return Some("a procedure left alone has a signal map".into());
+            }
+            if m.start.checked_add(m.len).is_none() {
+                return Some(format!("signal map at {:#x} wraps around", m.start));
+            }
+            for (i, r) in m.ranges.iter().enumerate() {
+                let ok_offset = if i == 0 {
+                    r.offset == 0
+                } else {
+                    r.offset > m.ranges[i - 1].offset
+                };
+                if !ok_offset || r.offset >= m.len {
+                    return Some(format!(
+                        "signal range {i} at offset {:#x} (copy of {:#x} bytes)",
+                        r.offset, m.len
+                    ));
+                }
+                let bad = match r.point {
+                    SigPoint::Outside => None,
+                    SigPoint::Insn {
+                        proc,
+                        block,
+                        insn,
+                        count,
+                    } => match procs.get(proc as usize) {
+                        Some(p) if p.is_traced() => match p.blocks.get(block as usize) {
+                            Some(b)
+                                if u64::from(insn) + u64::from(count.max(1))
+                                    <= b.insn_lens.len() as u64 =>
+                            {
+                                None
+                            }
+                            _ => Some("an instruction that is not in the procedure"),
+                        },
+                        _ => Some("a procedure that is not traced"),
+                    },
+                    SigPoint::Witness { edge } => match self.edges.get(edge as usize) {
+                        Some(e) if e.witness.is_some() => None,
+                        _ => Some("an edge without a witness"),
+                    },
+                    SigPoint::Returned { block } => match self.blocks.get(block as usize) {
+                        Some(b) if b.call.is_some_and(|c| c.marker || !c.tail) => None,
+                        _ => Some("a block that makes no call"),
+                    },
+                };
+                if let Some(what) = bad {
+                    return Some(format!("signal range {i} ({:?}) names {what}", r.point));
+                }
+            }
+        }
         None
     }
 }
@@ -778,6 +977,41 @@ mod tests {
                     }
                 }
             }
+            let sigmap = (!left_alone && rnd(4) != 0).then(|| {
+                let mut ranges = Vec::new();
+                let mut offset = 0;
+                for _ in 0..1 + rnd(8) {
+                    let b = rnd(n as u64) as u32;
+                    let point = match rnd(4) {
+                        0 => SigPoint::Outside,
+                        1 => {
+                            let len = blocks[b as usize].insn_lens.len() as u64;
+                            let insn = rnd(len) as u32;
+                            SigPoint::Insn {
+                                proc: pi as u32,
+                                block: b,
+                                insn,
+                                count: rnd(len - u64::from(insn) + 1) as u32,
+                            }
+                        }
+                        2 => match edges.iter().position(|e| e.witness.is_some()) {
+                            Some(e) => SigPoint::Witness { edge: e as u32 },
+                            None => SigPoint::Outside,
+                        },
+                        _ => match blocks.iter().position(|b| b.call.is_some_and(|c| !c.tail)) {
+                            Some(b) => SigPoint::Returned { block: b as u32 },
+                            None => SigPoint::Outside,
+                        },
+                    };
+                    ranges.push(SigRange { offset, point });
+                    offset += 1 + rnd(40);
+                }
+                SigMap {
+                    start: 0x90_0000 + rnd(1 << 20),
+                    len: offset + rnd(3),
+                    ranges,
+                }
+            });
             procs.push(ProcDb {
                 name: format!("proc_{pi}_\u{e9}"),
                 status: if left_alone {
@@ -788,6 +1022,7 @@ mod tests {
                 entry: if n == 0 { 0 } else { rnd(n as u64) as u32 },
                 blocks,
                 edges,
+                sigmap,
             });
         }
         ProgramDb {
@@ -854,17 +1089,43 @@ mod tests {
                         witness: Some(0),
                     },
                 ],
+                sigmap: Some(SigMap {
+                    start: 0x60_0000,
+                    len: 0x30,
+                    ranges: vec![
+                        SigRange {
+                            offset: 0,
+                            point: SigPoint::Outside,
+                        },
+                        SigRange {
+                            offset: 0x20,
+                            point: SigPoint::Insn {
+                                proc: 0,
+                                block: 1,
+                                insn: 0,
+                                count: 1,
+                            },
+                        },
+                        SigRange {
+                            offset: 0x21,
+                            point: SigPoint::Witness { edge: 1 },
+                        },
+                    ],
+                }),
             }],
         };
         let bytes = db.encode();
         let mut want = b"AEDB".to_vec();
-        want.extend_from_slice(&1u32.to_le_bytes());
+        want.extend_from_slice(&2u32.to_le_bytes());
         want.extend_from_slice(&0x40_0000u64.to_le_bytes());
         want.extend_from_slice(&0x50_0000u64.to_le_bytes());
         want.extend_from_slice(&[1, 1, b'f', 0, 0, 2]);
         want.extend_from_slice(&[0x80, 0xa0, 0x80, 0x02, 2, 4, 5, 0x32]);
         want.extend_from_slice(&[9, 1, 1, 0]);
         want.extend_from_slice(&[2, 0, 1, 3, 1, 2, 0x84, 0]);
+        // Signal map: present, start, length, 3 ranges (delta, tag, payload).
+        want.extend_from_slice(&[1, 0x80, 0x80, 0x80, 0x03, 0x30, 3]);
+        want.extend_from_slice(&[0, 0, 0x20, 1, 1, 0, 1, 1, 2, 1]);
         assert_eq!(bytes, want);
         assert_eq!(ProgramDb::decode(&bytes).unwrap(), db);
     }

@@ -13,11 +13,16 @@
 //! is in the sets of two successors of one predicate (a placement that does
 //! not solve `Trace(G, epl)`) is recorded as [`AMBIGUOUS`] and is an error
 //! only if the stream ever uses it there.
+//!
+//! The signal map (docs/regen.md, "Signals"): every range of every copy's
+//! [`SigMap`](aetrace_format::progdb::SigMap), sorted by link-time address,
+//! its points resolved to global block indices, so a SIGNAL record's rip
+//! is placed with one binary search ([`Module::locate`]).
 
 use crate::error::{Error, Result};
 use crate::output::Format;
 use aetrace_format::addrtrace::{AccessKind, AddrRecord};
-use aetrace_format::progdb::{CallDb, EdgeKindDb, ProgramDb};
+use aetrace_format::progdb::{CallDb, EdgeKindDb, ProgramDb, SigPoint};
 use aetrace_graph::trace::{witness_sets, Sym, WitnessPlacement};
 use aetrace_graph::{EdgeId, EntityRef, GraphBuilder, VertexKind};
 
@@ -35,6 +40,37 @@ pub struct Succ {
     pub to: u32,
     pub witness: u32,
     pub kind: EdgeKindDb,
+    /// The witness is written before the block's last instruction (a
+    /// `ret`, `jmp` or `hlt` leaves by this edge), not after it.
+    pub early: bool,
+}
+
+/// Where a signal's interrupted rip stands (a resolved
+/// [`SigPoint`]; blocks are global indices).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SigAt {
+    /// In untraced code.
+    Outside,
+    /// Before instruction `insn` of `block`.
+    Insn { block: u32, insn: u32 },
+    /// Block `from` completed, the witness of its edge not written yet.
+    Witness { from: u32 },
+    /// Call block `block` returned; its RETURN record is not written yet.
+    Returned { block: u32 },
+}
+
+/// One range of the module's signal map.
+#[derive(Clone, Copy, Debug)]
+struct SigEntry {
+    /// Link-time address of the range's first byte.
+    start: u64,
+    /// `None`: not in any copy (after a copy's end).
+    point: Option<SigPoint>,
+    /// Global index of the first block of the procedure the range's
+    /// blocks and edges belong to.
+    base: u32,
+    /// For `Witness`: the edge's source block (global).
+    from: u32,
 }
 
 /// One traced block.
@@ -58,6 +94,8 @@ pub struct Block {
     /// The only successor, when control always goes there without a call,
     /// a witness or EXIT (the regenerator's fast path); else [`EXIT`].
     pub next: u32,
+    /// `lens[lens_lo..lens_lo + ninsns]`: instruction lengths.
+    pub lens_lo: u32,
 }
 
 /// One procedure.
@@ -85,6 +123,12 @@ pub struct Module {
     pub tag: u32,
     /// Its blocks are output and counted (`--module` hides the others).
     pub shown: bool,
+    pub lens: Vec<u8>,
+    format: Option<Format>,
+    addressing: Option<Addressing>,
+    /// Run-time address of link-time address 0 (SIGNAL rips are run-time).
+    pub load_base: u64,
+    sigmap: Vec<SigEntry>,
 }
 
 /// Where output addresses come from.
@@ -133,6 +177,8 @@ impl Module {
         let mut m = Module {
             name: name.to_owned(),
             shown: true,
+            format,
+            addressing: Some(addressing),
             ..Module::default()
         };
         // Global indices first: a call may name any procedure's entry.
@@ -205,6 +251,34 @@ impl Module {
             }
             let sets = witness_sets(&g, &pl);
             let base = first[pi];
+            // A witness edge with no "witness not written yet" range in the
+            // copy writes its witness before the block's last instruction.
+            let mut late = vec![false; p.edges.len()];
+            if let Some(map) = &p.sigmap {
+                let end = map.start.wrapping_add(map.len);
+                for r in &map.ranges {
+                    let (point_base, from) = match r.point {
+                        SigPoint::Insn { proc, .. } => (first[proc as usize], EXIT),
+                        SigPoint::Witness { edge } => {
+                            late[edge as usize] = true;
+                            (base, base + p.edges[edge as usize].from)
+                        }
+                        _ => (base, EXIT),
+                    };
+                    m.sigmap.push(SigEntry {
+                        start: map.start.wrapping_add(r.offset),
+                        point: Some(r.point),
+                        base: point_base,
+                        from,
+                    });
+                }
+                m.sigmap.push(SigEntry {
+                    start: end,
+                    point: None,
+                    base,
+                    from: EXIT,
+                });
+            }
             for (bi, b) in p.blocks.iter().enumerate() {
                 let v = aetrace_graph::BlockId::new(bi);
                 let succ_lo = m.succs.len() as u32;
@@ -218,6 +292,7 @@ impl Module {
                         },
                         witness: ed.witness.map_or(NO_WITNESS, u32::from),
                         kind: ed.kind,
+                        early: p.sigmap.is_some() && ed.witness.is_some() && !late[e.index()],
                     });
                 }
                 let choice_lo = m.choices.len();
@@ -258,7 +333,10 @@ impl Module {
                     [s] if b.call.is_none() && s.witness == NO_WITNESS => s.to,
                     _ => EXIT,
                 };
+                let lens_lo = m.lens.len() as u32;
+                m.lens.extend_from_slice(&b.insn_lens);
                 m.blocks.push(Block {
+                    lens_lo,
                     next,
                     proc: pi as u32,
                     start: b.start,
@@ -279,7 +357,81 @@ impl Module {
             }
         }
         debug_assert_eq!(m.blocks.len(), total as usize);
+        // Copies do not overlap: sorted by address, a copy's end entry
+        // comes before (or at) the next copy's first.
+        m.sigmap.sort_by_key(|e| (e.start, e.point.is_some()));
         Ok(m)
+    }
+
+    /// Where run-time address `rip` stands, by the signal map, and whether
+    /// it is inside instrumentation (not a copied instruction): untraced
+    /// code outside every copy; an error for an address inside a copy that
+    /// is no instruction boundary an interrupted thread can stand at.
+    pub fn locate(&self, rip: u64) -> std::result::Result<(SigAt, bool), String> {
+        let a = rip.wrapping_sub(self.load_base);
+        let i = self.sigmap.partition_point(|e| e.start <= a);
+        let Some(e) = i.checked_sub(1).map(|i| self.sigmap[i]) else {
+            return Ok((SigAt::Outside, false));
+        };
+        let Some(point) = e.point else {
+            return Ok((SigAt::Outside, false));
+        };
+        let instrumentation = !matches!(point, SigPoint::Insn { count: 1.., .. });
+        let at = match point {
+            SigPoint::Outside => SigAt::Outside,
+            SigPoint::Insn {
+                block, insn, count, ..
+            } => {
+                let block = e.base + block;
+                let mut at = e.start;
+                let mut k = insn;
+                if count > 0 {
+                    let lens = self.insn_lens(block);
+                    while at < a && k < insn + count {
+                        at += u64::from(lens[k as usize]);
+                        k += 1;
+                    }
+                    if at != a || k == insn + count {
+                        return Err(format!(
+                            "address {a:#x} is inside the copy of an instruction of block {}",
+                            self.block_name(block)
+                        ));
+                    }
+                }
+                SigAt::Insn { block, insn: k }
+            }
+            SigPoint::Witness { .. } => SigAt::Witness { from: e.from },
+            SigPoint::Returned { block } => SigAt::Returned {
+                block: e.base + block,
+            },
+        };
+        Ok((at, instrumentation))
+    }
+
+    /// Instruction lengths of block `b`.
+    pub fn insn_lens(&self, b: u32) -> &[u8] {
+        let b = &self.blocks[b as usize];
+        &self.lens[b.lens_lo as usize..(b.lens_lo + b.ninsns) as usize]
+    }
+
+    /// Appends the output of instructions `from..to` of block `b` (a part
+    /// of a block split by a signal; nothing when counting).
+    pub fn part(&self, b: u32, from: u32, to: u32, out: &mut Vec<u8>) {
+        let (Some(f), Some(addressing)) = (self.format, self.addressing) else {
+            return;
+        };
+        if from >= to {
+            return;
+        }
+        let lens = self.insn_lens(b);
+        let skip: u64 = lens[..from as usize].iter().map(|&l| u64::from(l)).sum();
+        let start = self.blocks[b as usize].start + skip;
+        let addr = match addressing {
+            Addressing::Runtime { load_base } => load_base.wrapping_add(start),
+            Addressing::Relative { link_base } => start.wrapping_sub(link_base),
+        };
+        // Formatting succeeded for the whole block at compile time.
+        let _ = format_block(out, f, addr, &lens[from as usize..to as usize]);
     }
 
     /// The successor of predicate `b` whose witness set holds `w`

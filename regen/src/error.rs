@@ -87,13 +87,17 @@ pub enum Error {
         what: String,
     },
 
-    /// A signal handler ran traced code.
-    #[error("thread {thread}: signal {signo} handler entered at stream offset {offset} (interrupted rip {rip:#x}): regeneration of signals is not implemented")]
+    /// A signal whose interrupted position cannot be placed exactly in the
+    /// regenerated trace (docs/regen.md, "Signals").
+    #[error("thread {thread}: SIGNAL({signo}, interrupted rip {rip:#x}) at stream byte offset {offset} {at}: {why}")]
     Signal {
         thread: ThreadId,
         signo: u32,
         rip: u64,
         offset: u64,
+        /// Where the regenerator was ("in procedure f after block 0x401000").
+        at: String,
+        why: String,
     },
 
     /// A record the regenerator cannot follow yet (INDIRECT, SETJMP_RESUME)

@@ -16,8 +16,22 @@
 //! executable and its instrumented libraries share one stack, and ENTER
 //! and LANDING name a procedure by module tag (its top bits, see
 //! [`TAG_SHIFT`]) and number within that module.
+//!
+//! Signals (docs/regen.md, "Signals"): the *trail* lists, in order, the
+//! blocks output since the last item the thread wrote before the one being
+//! read (and the untraced calls passed without a record, `Gap`), and
+//! covers exactly the last `trail_bytes` bytes of output; it is the only
+//! output that may still be cut. A SIGNAL record read where another item
+//! was needed aborts the step in progress ([`Flow::Signal`]); its rip,
+//! placed by the module's signal map, is found in the trail (or on the
+//! unique witness-free path ahead), the output is cut there, the part
+//! after the cut is kept in a `Sig` frame with the step to redo, and the
+//! handler's trace follows. When the handler's frame is popped, the kept
+//! output is put back (its trail after the handler's) and the step is
+//! redone. `sigs` holds one entry per
+//! `Sig` frame of the stack, in order.
 
-use crate::compile::{Block, Module, AMBIGUOUS, EXIT, NO_WITNESS};
+use crate::compile::{Block, Module, SigAt, AMBIGUOUS, EXIT, NO_WITNESS};
 use crate::error::{Error, Result};
 use crate::stream::{Item, Stream};
 use crate::summary::{Seg, Summaries};
@@ -45,6 +59,99 @@ enum Frame {
     Cb,
     /// A lazy-binding path entered from a PLT stub.
     Lazy,
+    /// A signal interrupted the code below (its state in `Machine::sigs`).
+    Sig,
+}
+
+/// How a step ended early: an error, or a SIGNAL record where the step
+/// needed another item (the step is redone by `retry` once the handler
+/// has run).
+enum Flow {
+    Err(Error),
+    Signal {
+        signo: u32,
+        rip: u64,
+        offset: u64,
+        retry: Retry,
+    },
+}
+
+impl From<Error> for Flow {
+    fn from(e: Error) -> Flow {
+        Flow::Err(e)
+    }
+}
+
+type Step<T = ()> = std::result::Result<T, Flow>;
+
+/// The step a SIGNAL record interrupted, redone when its handler returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Retry {
+    /// Leave block `l` (its call, or its successor).
+    Leave(Loc),
+    /// Take the successor edge of `l` (and follow returns).
+    Step(Loc),
+    /// Read the RETURN of marked call `c`, then take its successor.
+    Return(Loc),
+    /// Make the call of block `l`.
+    Call(Loc),
+    /// Jump from block `l` into untraced code.
+    JumpUntraced(Loc),
+    /// Read the next item while untraced code runs.
+    Untraced,
+}
+
+impl Retry {
+    /// The block whose end the step stands at, if any.
+    fn block(self) -> Option<Loc> {
+        match self {
+            Retry::Leave(l)
+            | Retry::Step(l)
+            | Retry::Return(l)
+            | Retry::Call(l)
+            | Retry::JumpUntraced(l) => Some(l),
+            Retry::Untraced => None,
+        }
+    }
+}
+
+/// An entry of the trail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mark {
+    /// Block `loc` from instruction `first` on, then the blocks it falls
+    /// into without a decision (`Block::next`); a signal can stand before
+    /// instruction `min` or later of `loc` (an item written before `loc`'s
+    /// last instruction has been read: `min` is that instruction).
+    Block { loc: Loc, first: u32, min: u32 },
+    /// Untraced code ran (a call or jump that came back without writing).
+    Gap,
+}
+
+/// One occurrence of a block in the trail.
+#[derive(Clone, Copy, Debug)]
+struct Occ {
+    loc: Loc,
+    first: u32,
+    min: u32,
+    /// Output offset of its text (from the start of the trail), length.
+    pos: usize,
+    len: usize,
+    /// Index of its mark in the trail.
+    mark: usize,
+}
+
+/// The state of code a signal interrupted.
+#[derive(Clone, Debug)]
+struct Suspended {
+    /// Output cut off at the interrupted instruction, put back on return.
+    tail: Vec<u8>,
+    /// The trail covering `tail`.
+    trail: Vec<Mark>,
+    retry: Retry,
+    /// The handler's ENTER has been read.
+    entered: bool,
+    /// Counting: blocks counted in `tail` (uncounted if it is dropped).
+    counted: Vec<Loc>,
 }
 
 /// A fork's parent state where its child continues (the child's stream,
@@ -53,6 +160,7 @@ enum Frame {
 pub struct ForkState {
     stack: Vec<Frame>,
     seen_lazy: HashSet<(u32, u32)>,
+    sigs: Vec<Suspended>,
 }
 
 /// Where regenerated blocks go: their output bytes, or (when `counts` is
@@ -107,6 +215,15 @@ pub struct Counts {
     summaries: Vec<Summaries>,
 }
 
+impl Counts {
+    #[inline]
+    fn add(&mut self, module: u32, insns: u32, blocks: u64) {
+        let t = &mut self.totals[module as usize];
+        t.0 += u64::from(insns);
+        t.1 += blocks;
+    }
+}
+
 /// What `run` stopped for.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Progress {
@@ -146,6 +263,18 @@ pub struct Machine<'a> {
     jmpbufs: std::collections::HashMap<u64, (usize, Loc)>,
     /// A longjmp in progress: its jmp_buf.
     longjmp_to: Option<(u64, u64)>,
+    /// Output since the last item read (see the module comment).
+    trail: Vec<Mark>,
+    trail_bytes: usize,
+    /// One per `Sig` frame of the stack, bottom first.
+    sigs: Vec<Suspended>,
+    /// Counting: blocks of dropped `Suspended::tail`s, to uncount.
+    uncount: Vec<Loc>,
+    /// SIGNAL records placed, and how many interrupted instrumentation.
+    pub signals: (u64, u64),
+    /// `cur` continues the trail's last chain (a resumed block that falls
+    /// into the next one): no new mark.
+    chained: bool,
 }
 
 impl<'a> Machine<'a> {
@@ -179,6 +308,12 @@ impl<'a> Machine<'a> {
             forks: Vec::new(),
             jmpbufs: Default::default(),
             longjmp_to: None,
+            trail: Vec::new(),
+            trail_bytes: 0,
+            sigs: Vec::new(),
+            uncount: Vec::new(),
+            signals: (0, 0),
+            chained: false,
         }
     }
 
@@ -231,6 +366,8 @@ impl<'a> Machine<'a> {
                 signo,
                 rip,
                 offset,
+                at,
+                why: "a signal cannot be placed here".into(),
             },
             Item::Indirect(_) => Error::Unsupported {
                 thread: self.thread,
@@ -276,9 +413,49 @@ impl<'a> Machine<'a> {
         }
     }
 
+    /// A SIGNAL record read by a step that must be redone after it.
+    fn signal(item: Item, offset: u64, retry: Retry) -> Option<Flow> {
+        match item {
+            Item::Signal { signo, rip } => Some(Flow::Signal {
+                signo,
+                rip,
+                offset,
+                retry,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The next item, consumed; a SIGNAL aborts the step (`retry`).
+    fn next(&mut self, retry: Retry) -> Step<(Item, u64)> {
+        let (item, off) = self.stream.next_item()?;
+        match Self::signal(item, off, retry) {
+            Some(f) => Err(f),
+            None => Ok((item, off)),
+        }
+    }
+
+    /// An item the thread wrote has been read: the output so far ran,
+    /// except the last instruction of `early`, the last block output, when
+    /// the item was written before it.
+    #[inline]
+    fn consumed(&mut self, early: Option<Loc>) {
+        self.trail.clear();
+        self.trail_bytes = 0;
+        if let Some(l) = early {
+            let b = self.block(l);
+            self.trail.push(Mark::Block {
+                loc: l,
+                first: 0,
+                min: b.ninsns - 1,
+            });
+            self.trail_bytes = self.module(l).text(b).len();
+        }
+    }
+
     /// The pending witness, or the one the program wrote when leaving `at`.
     #[inline(always)]
-    fn take_witness(&mut self, at: Loc) -> Result<(u32, u64)> {
+    fn take_witness(&mut self, at: Loc) -> Step<(u32, u64)> {
         if let Some(p) = self.pending.take() {
             return Ok(p);
         }
@@ -290,10 +467,10 @@ impl<'a> Machine<'a> {
 
     /// Reads the witness the program wrote when leaving `at`.
     #[inline(never)]
-    fn read_witness(&mut self, at: Loc) -> Result<(u32, u64)> {
-        match self.stream.next_item()? {
+    fn read_witness(&mut self, at: Loc) -> Step<(u32, u64)> {
+        match self.next(Retry::Step(at))? {
             (Item::Witness(w), off) => Ok((w, off)),
-            (item, off) => Err(self.unexpected(item, off, Some(at))),
+            (item, off) => Err(self.unexpected(item, off, Some(at)).into()),
         }
     }
 
@@ -361,7 +538,7 @@ impl<'a> Machine<'a> {
     /// Chooses the successor edge `from` leaves by (Figure 7 at
     /// predicates; a witness edge consumes its witness) and returns its
     /// index in `succs`.
-    fn choose_succ(&mut self, from: Loc) -> Result<u32> {
+    fn choose_succ(&mut self, from: Loc) -> Step<u32> {
         let m = self.module(from);
         let b = &m.blocks[from.block as usize];
         let si = match b.succ_hi - b.succ_lo {
@@ -374,7 +551,8 @@ impl<'a> Machine<'a> {
                         "{}: the block has no successor in the program database",
                         self.at(Some(from))
                     ),
-                })
+                }
+                .into())
             }
             1 => {
                 let s = m.succs[b.succ_lo as usize];
@@ -389,8 +567,10 @@ impl<'a> Machine<'a> {
                             expected: s.witness,
                             found: w,
                             offset: off,
-                        });
+                        }
+                        .into());
                     }
+                    self.consumed(s.early.then_some(from));
                 }
                 b.succ_lo
             }
@@ -416,11 +596,15 @@ impl<'a> Machine<'a> {
                                 ),
                             };
                         }
-                        return Err(e);
+                        return Err(e.into());
                     }
                 };
-                if m.succs[si as usize].witness == NO_WITNESS {
+                let s = m.succs[si as usize];
+                if s.witness == NO_WITNESS {
                     self.pending = Some((w, off));
+                    self.consumed(None);
+                } else {
+                    self.consumed(s.early.then_some(from));
                 }
                 si
             }
@@ -431,7 +615,7 @@ impl<'a> Machine<'a> {
     /// Takes the successor edge of `from`, then follows returns through
     /// EXIT until control is at a block or in untraced code (or, on a tail
     /// call's edge, makes the tail call).
-    fn step_from(&mut self, mut from: Loc) -> Result<()> {
+    fn step_from(&mut self, mut from: Loc) -> Step {
         loop {
             let si = self.choose_succ(from)?;
             let m = self.module(from);
@@ -450,20 +634,29 @@ impl<'a> Machine<'a> {
             }
             match s.kind {
                 EdgeKindDb::Halt => {
-                    // hlt/ud2/int3 trap to the kernel: nothing returns from them.
-                    self.stack.clear();
+                    // hlt/ud2/int3 trap to the kernel: nothing returns from
+                    // them. The frames stay, as under a call that never
+                    // returns: a SIGILL/SIGSEGV/SIGTRAP handler may
+                    // siglongjmp to one of them.
                     self.cur = None;
                     return Ok(());
                 }
                 // A jump out of the procedure (a PLT stub's bound-import
                 // outcome, a conditional tail call): untraced code runs.
-                EdgeKindDb::TailCall => return self.jump_untraced(),
+                EdgeKindDb::TailCall => return self.jump_untraced(from),
                 _ => {}
             }
             // Return from the procedure.
             loop {
                 match self.stack.pop() {
                     None | Some(Frame::Cb) => {
+                        self.cur = None;
+                        return Ok(());
+                    }
+                    Some(Frame::Sig) => {
+                        // The signal's restorer runs (the handler's Cb
+                        // frame is missing: a malformed stream resumes here).
+                        self.stack.push(Frame::Sig);
                         self.cur = None;
                         return Ok(());
                     }
@@ -486,29 +679,41 @@ impl<'a> Machine<'a> {
             .expect("a Ret frame is pushed at call blocks only")
     }
 
-    fn expect_return(&mut self, c: Loc) -> Result<()> {
-        match self.stream.next_item()? {
-            (Item::Return, _) => Ok(()),
-            (item, off) => Err(self.unexpected(item, off, Some(c))),
+    fn expect_return(&mut self, c: Loc) -> Step {
+        match self.next(Retry::Return(c))? {
+            (Item::Return, _) => {
+                self.consumed(None);
+                Ok(())
+            }
+            (item, off) => Err(self.unexpected(item, off, Some(c)).into()),
         }
     }
 
-    /// Control jumped to untraced code (it never returns here). An
-    /// `exit`-like import reached this way announces itself with EXIT just
-    /// before the jump; otherwise the untraced code returns to the top of
-    /// the stack.
-    fn jump_untraced(&mut self) -> Result<()> {
-        if let (Item::Exit(_), _, len) = self.stream.peek()? {
-            self.stream.advance(len);
-            self.stack.clear();
-            self.cur = None;
-            return Ok(());
+    /// Control jumped from block `from` to untraced code (it never returns
+    /// here). An `exit`-like import reached this way announces itself with
+    /// EXIT just before the jump; otherwise the untraced code returns to
+    /// the top of the stack.
+    fn jump_untraced(&mut self, from: Loc) -> Step {
+        match self.stream.peek()? {
+            (Item::Exit(_), _, len) => {
+                self.stream.advance(len);
+                self.consumed(Some(from));
+                self.clear_stack();
+                self.cur = None;
+                return Ok(());
+            }
+            (item, off, len) => {
+                if let Some(f) = Self::signal(item, off, Retry::JumpUntraced(from)) {
+                    self.stream.advance(len);
+                    return Err(f);
+                }
+            }
         }
         self.leave()
     }
 
     /// Untraced code returns to whatever is on top of the stack.
-    fn leave(&mut self) -> Result<()> {
+    fn leave(&mut self) -> Step {
         loop {
             match self.stack.last().copied() {
                 None => {
@@ -517,6 +722,10 @@ impl<'a> Machine<'a> {
                 }
                 Some(Frame::Cb) => {
                     self.stack.pop();
+                    self.cur = None;
+                    return Ok(());
+                }
+                Some(Frame::Sig) => {
                     self.cur = None;
                     return Ok(());
                 }
@@ -537,6 +746,7 @@ impl<'a> Machine<'a> {
                         return self.never_returns();
                     }
                     self.stack.pop();
+                    self.trail.push(Mark::Gap);
                     return self.step_from(c);
                 }
             }
@@ -546,7 +756,7 @@ impl<'a> Machine<'a> {
     /// Untraced code runs after a call that never returns: a longjmp in
     /// progress lands at its setjmp's return point (the frames above that
     /// setjmp's caller are gone); otherwise the call's frame stays.
-    fn never_returns(&mut self) -> Result<()> {
+    fn never_returns(&mut self) -> Step {
         self.cur = None;
         let Some((buf, offset)) = self.longjmp_to.take() else {
             return Ok(());
@@ -557,7 +767,8 @@ impl<'a> Machine<'a> {
                 record: format!("LONGJMP({buf:#x})"),
                 offset,
                 at: "with no setjmp recorded for that jmp_buf".into(),
-            });
+            }
+            .into());
         };
         if depth > self.stack.len() {
             return Err(Error::Unexpected {
@@ -565,25 +776,70 @@ impl<'a> Machine<'a> {
                 record: format!("LONGJMP({buf:#x})"),
                 offset,
                 at: "to a setjmp whose frame has returned".into(),
-            });
+            }
+            .into());
         }
         self.stack.truncate(depth);
+        self.sync_sigs();
+        self.trail.push(Mark::Gap);
         self.step_from(at)
     }
 
+    /// Empties the stack (the program ends, or traps with no return).
+    fn clear_stack(&mut self) {
+        self.stack.clear();
+        self.sync_sigs();
+    }
+
+    /// Drops the suspended states whose `Sig` frames are gone (a handler
+    /// that longjmps or exits never resumes the code it interrupted: the
+    /// output kept for that code never ran).
+    fn sync_sigs(&mut self) {
+        let n = self.stack.iter().filter(|f| **f == Frame::Sig).count();
+        for s in self.sigs.drain(n.min(self.sigs.len())..) {
+            self.uncount.extend_from_slice(&s.counted);
+        }
+    }
+
+    /// Whether a SIGNAL with `rip`, read where block `at` is about to
+    /// make its call, stands before a record written before that call
+    /// (else it comes from the callee, later).
+    fn before_call(&self, rip: u64, at: Loc) -> bool {
+        let m = self.module(at);
+        match m.locate(rip).map(|(at, _)| at) {
+            Ok(SigAt::Insn { block, insn }) => self
+                .occurrences(|_, _| 0)
+                .iter()
+                .any(|o| o.loc.block == block && o.min.max(o.first) <= insn),
+            Ok(SigAt::Outside) => self.trail.contains(&Mark::Gap),
+            _ => false,
+        }
+    }
+
     /// Control leaves call block `at`.
-    fn call(&mut self, at: Loc, c: aetrace_format::progdb::CallDb) -> Result<()> {
+    fn call(&mut self, at: Loc, c: aetrace_format::progdb::CallDb) -> Step {
         self.no_pending(at, "a call")?;
         if !c.tail {
             // SETJMP/LONGJMP are written just before their call.
             match self.stream.peek()? {
                 (Item::Setjmp(buf), _, len) => {
                     self.stream.advance(len);
+                    self.consumed(Some(at));
                     self.jmpbufs.insert(buf, (self.stack.len(), at));
                 }
                 (Item::Longjmp(buf), off, len) => {
                     self.stream.advance(len);
+                    self.consumed(Some(at));
                     self.longjmp_to = Some((buf, off));
+                }
+                (Item::Signal { signo, rip }, off, len) if self.before_call(rip, at) => {
+                    self.stream.advance(len);
+                    return Err(Flow::Signal {
+                        signo,
+                        rip,
+                        offset: off,
+                        retry: Retry::Call(at),
+                    });
                 }
                 _ => {}
             }
@@ -594,7 +850,7 @@ impl<'a> Machine<'a> {
                     self.stack.push(Frame::Ret(at));
                 }
                 let off = self.stream.offset();
-                self.enter(at.module, q, off)
+                Ok(self.enter(at.module, q, off)?)
             }
             CallTarget::External if !c.tail => {
                 if c.marker {
@@ -602,6 +858,7 @@ impl<'a> Machine<'a> {
                     self.cur = None;
                     Ok(())
                 } else if c.returns {
+                    self.trail.push(Mark::Gap);
                     self.step_from(at)
                 } else {
                     // Never returns; the frame stays for a LANDING record.
@@ -613,35 +870,45 @@ impl<'a> Machine<'a> {
                 if let Some(l) = c.lazy {
                     if !self.seen_lazy.contains(&(at.module, l)) {
                         let (item, off, len) = self.stream.peek()?;
+                        if let Some(f) = Self::signal(item, off, Retry::Call(at)) {
+                            self.stream.advance(len);
+                            return Err(f);
+                        }
                         if item == Item::Enter(self.raw_id(at.module, l)) {
                             self.stream.advance(len);
+                            self.consumed(None);
                             self.seen_lazy.insert((at.module, l));
                             self.stack.push(Frame::Lazy);
-                            return self.enter(at.module, l, off);
+                            return Ok(self.enter(at.module, l, off)?);
                         }
                     }
                 }
-                self.jump_untraced()
+                self.jump_untraced(at)
             }
             // A system call: EXIT before it when it ended the thread,
             // RETURN after it when it returned (nothing is pending at a
             // call vertex, so the next item is one of the two).
-            CallTarget::Exit if c.returns && c.marker => match self.stream.next_item()? {
+            CallTarget::Exit if c.returns && c.marker => match self.next(Retry::Call(at))? {
                 (Item::Exit(_), _) => {
-                    self.stack.clear();
+                    self.consumed(Some(at));
+                    self.clear_stack();
                     self.cur = None;
                     Ok(())
                 }
-                (Item::Return, _) => self.step_from(at),
-                (item, off) => Err(self.unexpected(item, off, Some(at))),
+                (Item::Return, _) => {
+                    self.consumed(None);
+                    self.step_from(at)
+                }
+                (item, off) => Err(self.unexpected(item, off, Some(at)).into()),
             },
-            CallTarget::Exit => match self.stream.next_item()? {
+            CallTarget::Exit => match self.next(Retry::Call(at))? {
                 (Item::Exit(_), _) => {
-                    self.stack.clear();
+                    self.consumed(Some(at));
+                    self.clear_stack();
                     self.cur = None;
                     Ok(())
                 }
-                (item, off) => Err(self.unexpected(item, off, Some(at))),
+                (item, off) => Err(self.unexpected(item, off, Some(at)).into()),
             },
         }
     }
@@ -657,6 +924,7 @@ impl<'a> Machine<'a> {
             let Frame::Ret(c) = f else { continue };
             if c.module == module && self.block(c).proc == q {
                 if let Some(pad) = self.call_of(c).landing {
+                    self.sync_sigs();
                     self.cur = Some(Loc {
                         module: c.module,
                         block: pad,
@@ -665,6 +933,7 @@ impl<'a> Machine<'a> {
                 }
             }
         }
+        self.sync_sigs();
         Err(Error::Unexpected {
             thread: self.thread,
             record: format!("LANDING({raw})"),
@@ -674,11 +943,18 @@ impl<'a> Machine<'a> {
     }
 
     /// One item while untraced code runs; false at the end of the stream.
-    fn untraced(&mut self) -> Result<bool> {
-        let (item, off) = self.stream.next_item()?;
+    fn untraced(&mut self) -> Step<bool> {
+        let (item, off) = self.next(Retry::Untraced)?;
+        self.consumed(None);
         match item {
             Item::End => return Ok(false),
             Item::Enter(raw) => {
+                if self.stack.last() == Some(&Frame::Sig) {
+                    // The handler's entry (its stub wrote SIGNAL, then ENTER).
+                    if let Some(s) = self.sigs.last_mut() {
+                        s.entered = true;
+                    }
+                }
                 self.stack.push(Frame::Cb);
                 let (module, q) = self.locate("ENTER", raw, off)?;
                 self.enter(module, q, off)?;
@@ -694,11 +970,12 @@ impl<'a> Machine<'a> {
                         record: "RETURN".into(),
                         offset: off,
                         at: "while untraced code runs with no marked call waiting for it".into(),
-                    })
+                    }
+                    .into())
                 }
             },
             Item::Exit(_) => {
-                self.stack.clear();
+                self.clear_stack();
             }
             Item::Landing(q) => self.land(q, off)?,
             Item::Forked(pid) => self.forks.push((
@@ -706,11 +983,400 @@ impl<'a> Machine<'a> {
                 ForkState {
                     stack: self.stack.clone(),
                     seen_lazy: self.seen_lazy.clone(),
+                    sigs: self.sigs.clone(),
                 },
             )),
-            other => return Err(self.unexpected(other, off, None)),
+            other => return Err(self.unexpected(other, off, None).into()),
         }
         Ok(true)
+    }
+
+    /// The trail's block occurrences, in order, with the text length
+    /// `len(block, first)` gives each (0 when only their order matters).
+    fn occurrences(&self, len: impl Fn(Loc, u32) -> usize) -> Vec<Occ> {
+        let mut out = Vec::new();
+        let mut pos = 0;
+        for (mark, &t) in self.trail.iter().enumerate() {
+            let Mark::Block { loc, first, min } = t else {
+                continue;
+            };
+            let (mut l, mut first, mut min) = (loc, first, min);
+            // A chain of forced moves: bounded by the module's blocks (a
+            // cycle of them would be a witness-free cycle).
+            for _ in 0..=self.module(loc).blocks.len() {
+                let n = len(l, first);
+                out.push(Occ {
+                    loc: l,
+                    first,
+                    min,
+                    pos,
+                    len: n,
+                    mark,
+                });
+                pos += n;
+                let next = self.block(l).next;
+                if next == EXIT {
+                    break;
+                }
+                l = Loc {
+                    module: l.module,
+                    block: next,
+                };
+                (first, min) = (0, 0);
+            }
+        }
+        out
+    }
+
+    /// A signal that cannot be placed: the error.
+    fn sig_error(&self, signo: u32, rip: u64, offset: u64, retry: Retry, why: String) -> Error {
+        Error::Signal {
+            thread: self.thread,
+            signo,
+            rip,
+            offset,
+            at: self.at(retry.block().or(self.cur)),
+            why,
+        }
+    }
+
+    /// The witness-free path from `from` to `to` inside their procedure
+    /// (without `from`): unique when it exists, as `E - epl` is a forest
+    /// (paper 003, Theorem 4.2). Only `from` may be a call block already
+    /// returned from (`returned`); the path passes through no other call.
+    fn path(&self, from: Loc, to: u32, returned: bool) -> std::result::Result<Vec<u32>, String> {
+        let m = self.module(from);
+        if self.block(from).call.is_some() && !returned {
+            return Err("the block makes a call first".into());
+        }
+        let mut parent: std::collections::HashMap<u32, u32> = Default::default();
+        let mut work = vec![from.block];
+        while let Some(b) = work.pop() {
+            if b != from.block && (b == to || m.blocks[b as usize].call.is_some()) {
+                continue;
+            }
+            let blk = &m.blocks[b as usize];
+            for s in &m.succs[blk.succ_lo as usize..blk.succ_hi as usize] {
+                if s.witness != NO_WITNESS || s.to == EXIT {
+                    continue;
+                }
+                if s.to == from.block || parent.insert(s.to, b).is_some() {
+                    return Err(format!(
+                        "block {} is reached by two witness-free paths",
+                        m.block_name(s.to)
+                    ));
+                }
+                work.push(s.to);
+            }
+        }
+        if !parent.contains_key(&to) {
+            return Err(format!(
+                "no witness-free path leads there from block {}",
+                m.block_name(from.block)
+            ));
+        }
+        let mut path = vec![to];
+        while let Some(&p) = parent.get(path.last().expect("non-empty")) {
+            if p == from.block {
+                break;
+            }
+            path.push(p);
+        }
+        path.reverse();
+        Ok(path)
+    }
+
+    /// A SIGNAL record where `retry` needed another item: places the
+    /// interrupted position, cuts the output there (`sink.out` ends with
+    /// the trail) and suspends the interrupted code under a `Sig` frame.
+    fn on_signal(
+        &mut self,
+        sink: &mut Sink,
+        signo: u32,
+        rip: u64,
+        offset: u64,
+        retry: Retry,
+    ) -> Result<()> {
+        let m = self.modules[0];
+        let fail = |me: &Self, why: String| me.sig_error(signo, rip, offset, retry, why);
+        let (at, instrumentation) = m.locate(rip).map_err(|e| {
+            fail(
+                self,
+                format!("the rip is no position a thread stops at: {e}"),
+            )
+        })?;
+        self.signals.0 += 1;
+        self.signals.1 += u64::from(instrumentation);
+        // A fault raised by the instruction at the rip (SIGILL, SIGBUS,
+        // SIGFPE, SIGSEGV): it was fetched and started, as valgrind reports
+        // it, and runs again if the handler returns.
+        let tried = u32::from(matches!(signo, 4 | 7 | 8 | 11) && matches!(at, SigAt::Insn { .. }));
+        let counting = sink.counts.is_some();
+        let len = |l: Loc, first: u32| {
+            if counting {
+                return 0;
+            }
+            let b = self.block(l);
+            if first == 0 {
+                return self.module(l).text(b).len();
+            }
+            let mut v = Vec::new();
+            self.module(l).part(l.block, first, b.ninsns, &mut v);
+            v.len()
+        };
+        let occs = self.occurrences(len);
+        let total: usize = occs.iter().map(|o| o.len).sum();
+        if total != self.trail_bytes || sink.out.len() < total {
+            return Err(fail(
+                self,
+                format!(
+                    "internal: the trail covers {total} bytes, {} expected",
+                    self.trail_bytes
+                ),
+            ));
+        }
+        let base = sink.out.len() - total;
+        let gaps: Vec<usize> = (0..self.trail.len())
+            .filter(|&i| self.trail[i] == Mark::Gap)
+            .collect();
+        // Where to cut: (index of the first mark kept, occurrence split
+        // at an instruction, output offset from `base`).
+        enum Cut {
+            /// At the end of the output.
+            End,
+            /// Before mark `mark` (a gap: everything after it is kept).
+            Gap(usize),
+            /// Inside occurrence `occ`, before instruction `insn`.
+            Insn(usize, u32),
+            /// Ahead on the witness-free path from the step's block to
+            /// block `.1`, before instruction `.2` (`None`: after the block).
+            Ahead(Loc, u32, Option<u32>),
+        }
+        let cut = match at {
+            SigAt::Outside => {
+                // Untraced code ran at each gap, and runs now if the step
+                // was waiting for it; positions that no block separates
+                // are one position.
+                let at_gap = |g: usize| occs.iter().filter(|o| o.mark < g).count();
+                let mut places: Vec<(usize, Option<usize>)> =
+                    gaps.iter().map(|&g| (at_gap(g), Some(g))).collect();
+                if matches!(retry, Retry::Untraced | Retry::Call(_) | Retry::JumpUntraced(_)) {
+                    places.push((occs.len(), None));
+                }
+                let first = places.first().map(|p| p.0);
+                if places.iter().any(|p| Some(p.0) != first) {
+                    return Err(fail(self, format!("the rip is in untraced code, which the thread entered at {} places since its last record (external calls without RETURN): the trace cannot tell which one was interrupted", places.len())));
+                }
+                match places.last() {
+                    None => {
+                        return Err(fail(self, "the rip is in untraced code, but the thread ran no untraced code since its last record".into()))
+                    }
+                    Some((_, None)) => Cut::End,
+                    Some((_, Some(g))) => Cut::Gap(*g),
+                }
+            }
+            SigAt::Insn { block, insn } => {
+                let hits: Vec<usize> = (0..occs.len())
+                    .filter(|&i| {
+                        let o = occs[i];
+                        o.loc.block == block && o.first.max(o.min) <= insn
+                    })
+                    .collect();
+                match (hits.as_slice(), retry) {
+                    ([i], _) => Cut::Insn(*i, insn),
+                    ([], Retry::Step(f) | Retry::Leave(f)) => Cut::Ahead(f, block, Some(insn)),
+                    ([], _) => {
+                        return Err(fail(self, format!("the rip is before instruction {insn} of block {}, which the thread did not reach since its last record", m.block_name(block))))
+                    }
+                    (_, _) => {
+                        return Err(fail(self, format!("the rip is before instruction {insn} of block {}, which the thread ran {} times since its last record: the trace cannot tell which time was interrupted", m.block_name(block), hits.len())))
+                    }
+                }
+            }
+            SigAt::Witness { from } => match retry {
+                Retry::Step(f) | Retry::Leave(f) if f.block == from => Cut::End,
+                Retry::Step(f) | Retry::Leave(f) => Cut::Ahead(f, from, None),
+                _ => {
+                    return Err(fail(self, format!("the rip is on an edge leaving block {} before its witness, but the thread is not deciding there", m.block_name(from))))
+                }
+            },
+            SigAt::Returned { block } => {
+                let waiting = match retry {
+                    Retry::Untraced => self.stack.last() == Some(&Frame::Ret(Loc { module: 0, block })),
+                    Retry::Return(c) => c.block == block,
+                    _ => false,
+                };
+                if !waiting {
+                    return Err(fail(self, format!("the rip is after the call of block {} returned, but the thread is not waiting for that call", m.block_name(block))));
+                }
+                Cut::End
+            }
+        };
+        // Make the cut: `tail` is the output after it, `trail` its marks.
+        let mut tail = Vec::new();
+        let mut trail = Vec::new();
+        let mut counted = Vec::new();
+        let mut retry = retry;
+        match cut {
+            Cut::End => {}
+            Cut::Gap(g) => {
+                let keep = occs.iter().find(|o| o.mark > g).map_or(total, |o| o.pos);
+                tail = sink.out.split_off(base + keep);
+                trail = self.trail[g + 1..].to_vec();
+                counted = occs.iter().filter(|o| o.mark > g).map(|o| o.loc).collect();
+            }
+            Cut::Insn(i, insn) => {
+                let o = occs[i];
+                let b = self.block(o.loc);
+                let rest = sink.out.split_off(base + o.pos);
+                m.part(o.loc.block, o.first, insn + tried, &mut sink.out);
+                m.part(o.loc.block, insn, b.ninsns, &mut tail);
+                tail.extend_from_slice(rest.get(o.len..).unwrap_or_default());
+                trail.push(Mark::Block {
+                    loc: o.loc,
+                    first: insn,
+                    min: insn,
+                });
+                // The mark's chain goes on from the cut block by itself.
+                trail.extend_from_slice(&self.trail[o.mark + 1..]);
+                counted = occs[i + 1..].iter().map(|o| o.loc).collect();
+                if insn + tried == 0 {
+                    counted.push(o.loc);
+                }
+            }
+            Cut::Ahead(f, to, insn) => {
+                let returned = matches!(retry, Retry::Step(_));
+                let path = self.path(f, to, returned).map_err(|w| fail(self, w))?;
+                let mut last_out = None;
+                for &p in &path {
+                    let l = Loc {
+                        module: f.module,
+                        block: p,
+                    };
+                    let b = self.block(l);
+                    match sink.counts.as_mut() {
+                        Some(c) => c.add(l.module, b.ninsns, 1),
+                        None if p == to => {
+                            m.part(p, 0, insn.map_or(b.ninsns, |k| k + tried), &mut sink.out)
+                        }
+                        None => sink.out.extend_from_slice(m.text(b)),
+                    }
+                    last_out = Some(l);
+                }
+                let l = last_out.expect("a path ends at its target");
+                if let Some(k) = insn {
+                    m.part(to, k, self.block(l).ninsns, &mut tail);
+                    trail.push(Mark::Block {
+                        loc: l,
+                        first: k,
+                        min: k,
+                    });
+                    if k + tried == 0 {
+                        counted.push(l);
+                    }
+                }
+                retry = Retry::Leave(l);
+            }
+        }
+        if counting {
+            tail.clear();
+        } else {
+            counted.clear();
+        }
+        sink.certain = sink.certain.max(sink.out.len());
+        self.stack.push(Frame::Sig);
+        self.sigs.push(Suspended {
+            tail,
+            trail,
+            retry,
+            entered: false,
+            counted,
+        });
+        self.cur = None;
+        self.consumed(None);
+        Ok(())
+    }
+
+    /// The handler of the newest signal returned: puts back the output
+    /// kept for the interrupted code and redoes its step.
+    fn resume(&mut self, sink: &mut Sink) -> Step {
+        self.stack.pop();
+        let s = self.sigs.pop().expect("one suspended state per Sig frame");
+        if sink.counts.is_none() {
+            sink.out.extend_from_slice(&s.tail);
+        }
+        // The handler's last blocks stay in the trail (a signal nested in
+        // the handler after its last record is read only now), then the
+        // restorer (untraced), then the resumed code.
+        self.trail.push(Mark::Gap);
+        self.trail.extend_from_slice(&s.trail);
+        self.trail_bytes += s.tail.len();
+        self.cur = None;
+        match s.retry {
+            Retry::Leave(l) if self.block(l).next != EXIT => {
+                // The trail's chain through `l` goes on by itself.
+                self.cur = Some(Loc {
+                    module: l.module,
+                    block: self.block(l).next,
+                });
+                self.chained = true;
+                Ok(())
+            }
+            Retry::Leave(l) => {
+                let b = self.block(l);
+                self.leave_block(l, b)
+            }
+            Retry::Step(l) => self.step_from(l),
+            Retry::Return(c) => {
+                self.expect_return(c)?;
+                self.step_from(c)
+            }
+            Retry::Call(l) => {
+                let c = self.call_of(l);
+                self.call(l, c)
+            }
+            Retry::JumpUntraced(l) => self.jump_untraced(l),
+            Retry::Untraced => Ok(()),
+        }
+    }
+
+    /// Ends a step: a signal is placed, an error returned; the block
+    /// control reached starts a new chain of the trail.
+    #[inline]
+    fn settle(&mut self, sink: &mut Sink, r: Step) -> Result<()> {
+        match r {
+            Ok(()) => {}
+            Err(Flow::Err(e)) => return Err(e),
+            Err(Flow::Signal {
+                signo,
+                rip,
+                offset,
+                retry,
+            }) => self.on_signal(sink, signo, rip, offset, retry)?,
+        }
+        if !self.uncount.is_empty() {
+            if let Some(c) = sink.counts.as_mut() {
+                for l in &self.uncount {
+                    let t = &mut c.totals[l.module as usize];
+                    t.0 = t.0.saturating_sub(u64::from(
+                        self.modules[l.module as usize].blocks[l.block as usize].ninsns,
+                    ));
+                    t.1 = t.1.saturating_sub(1);
+                }
+            }
+            self.uncount.clear();
+        }
+        if std::mem::take(&mut self.chained) {
+            return Ok(());
+        }
+        if let Some(l) = self.cur {
+            self.trail.push(Mark::Block {
+                loc: l,
+                first: 0,
+                min: 0,
+            });
+        }
+        Ok(())
     }
 
     /// Regenerates into `sink` until its buffer is full or the stream ends.
@@ -722,6 +1388,15 @@ impl<'a> Machine<'a> {
                 (Item::End, _) => return Ok(Progress::Done),
                 (Item::Thread(_), _) => {}
                 (Item::Fork(slot), off) => match self.forked_from.take() {
+                    Some(state) if !state.sigs.is_empty() => {
+                        return Err(Error::Unsupported {
+                            thread: self.thread,
+                            record: Item::Fork(slot).describe(),
+                            offset: off,
+                            at: "(a fork child)".into(),
+                            why: "the parent forked inside a signal handler; the child's return to the interrupted code is not regenerated",
+                        })
+                    }
                     Some(state) => {
                         self.stack = state.stack;
                         self.seen_lazy = state.seen_lazy;
@@ -747,11 +1422,24 @@ impl<'a> Machine<'a> {
         }
         loop {
             let Some(l) = self.cur else {
-                if !self.untraced()? {
-                    sink.certain = sink.out.len();
+                if self.stack.last() == Some(&Frame::Sig)
+                    && self.sigs.last().is_some_and(|s| s.entered)
+                {
+                    // The handler returned (through the restorer).
+                    let r = self.resume(sink);
+                    self.settle(sink, r)?;
+                    self.settle_certain(sink);
+                    continue;
+                }
+                let (r, more) = match self.untraced() {
+                    Ok(more) => (Ok(()), more),
+                    Err(f) => (Err(f), true),
+                };
+                self.settle(sink, r)?;
+                self.settle_certain(sink);
+                if !more {
                     return Ok(Progress::Done);
                 }
-                sink.certain = sink.out.len();
                 continue;
             };
             let m = self.module(l);
@@ -762,7 +1450,9 @@ impl<'a> Machine<'a> {
                 (None, EXIT, None) => self.stream.peek_byte_witness(),
                 _ => None,
             };
-            if read.is_some() && self.stream.offset() >= sink.pause_at {
+            // Pieces are not cut inside a signal handler: the interrupted
+            // code's output kept for after it exists only when outputting.
+            if read.is_some() && self.sigs.is_empty() && self.stream.offset() >= sink.pause_at {
                 // The witness is there, so everything output so far ran.
                 sink.certain = sink.out.len();
                 return Ok(Progress::Paused);
@@ -772,10 +1462,13 @@ impl<'a> Machine<'a> {
                     let t = &mut c.totals[l.module as usize];
                     t.0 += u64::from(b.ninsns);
                     t.1 += 1;
-                    if let Some(w) = read {
+                    // A summary only when the item after `w` is a witness
+                    // too: a SIGNAL there would need the skipped blocks.
+                    if let Some(w) = read.filter(|_| self.stream.peek_second_is_witness()) {
                         let seg = c.summaries[l.module as usize].get(m, l.block, w);
                         if seg != Seg::NONE {
                             let (_, off) = self.stream.next_byte_witness().expect("peeked");
+                            self.consumed(None);
                             t.0 += u64::from(seg.insns);
                             t.1 += u64::from(seg.blocks);
                             self.pending =
@@ -790,7 +1483,9 @@ impl<'a> Machine<'a> {
                     true
                 }
                 None => {
-                    sink.out.extend_from_slice(m.text(b));
+                    let t = m.text(b);
+                    self.trail_bytes += t.len();
+                    sink.out.extend_from_slice(t);
                     false
                 }
             };
@@ -805,11 +1500,9 @@ impl<'a> Machine<'a> {
                     block: b.next,
                 });
             } else {
-                let (pending, offset) = (self.pending.is_some(), self.stream.offset());
-                self.leave_block(l, b)?;
-                if pending || self.pending.is_some() || self.stream.offset() != offset {
-                    sink.certain = sink.out.len();
-                }
+                let r = self.leave_block(l, b);
+                self.settle(sink, r)?;
+                self.settle_certain(sink);
             }
             if !counting && sink.certain >= sink.limit {
                 return Ok(Progress::More);
@@ -817,8 +1510,20 @@ impl<'a> Machine<'a> {
         }
     }
 
+    /// After a step: the output before the trail certainly ran, and all
+    /// of it while a witness read is pending (it was written further on).
     #[inline]
-    fn leave_block(&mut self, l: Loc, b: &Block) -> Result<()> {
+    fn settle_certain(&mut self, sink: &mut Sink) {
+        let c = if self.pending.is_some() {
+            sink.out.len()
+        } else {
+            sink.out.len().saturating_sub(self.trail_bytes)
+        };
+        sink.certain = sink.certain.max(c);
+    }
+
+    #[inline]
+    fn leave_block(&mut self, l: Loc, b: &Block) -> Step {
         match b.call {
             Some(c) if !c.tail => self.call(l, c),
             _ => self.step_from(l),

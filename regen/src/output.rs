@@ -249,17 +249,29 @@ pub struct ThreadTotals {
     pub module: String,
     pub instructions: u64,
     pub blocks: u64,
+    /// Signal handlers entered from traced or untraced code (SIGNAL
+    /// records), and how many of them interrupted instrumentation.
+    pub signals: u64,
+    pub signals_in_instrumentation: u64,
 }
 
 impl std::fmt::Display for Totals {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let (mut all_i, mut all_b) = (0u64, 0u64);
         for t in &self.threads {
-            writeln!(
+            write!(
                 f,
                 "thread {} pid {} tid {} module {}: {} instructions, {} blocks",
                 t.thread, t.pid, t.tid, t.module, t.instructions, t.blocks
             )?;
+            if t.signals > 0 {
+                write!(
+                    f,
+                    ", {} signals ({} interrupting instrumentation)",
+                    t.signals, t.signals_in_instrumentation
+                )?;
+            }
+            writeln!(f)?;
             all_i += t.instructions;
             all_b += t.blocks;
         }
@@ -419,6 +431,7 @@ fn prepare<'t, B: AsRef<[u8]> + Sync>(trace: &'t Trace<B>, opts: &Options) -> Re
             let mut c = Module::compile(&path_name(&m.path), &db, format, addressing)?;
             c.tag = m.id.0;
             c.shown = shown;
+            c.load_base = m.load_base;
             Ok(c)
         })
         .collect::<Result<_>>()?;
@@ -769,13 +782,19 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     /// `--count`: totals per thread and module, calls per procedure.
     fn totals(&self) -> Result<Totals> {
         use rayon::prelude::*;
-        // Per module of the job's group: (instructions, blocks), procedure entries.
-        type Counts = (Vec<(u64, u64)>, Vec<Vec<u64>>);
+        // Per module of the job's group: (instructions, blocks); procedure
+        // entries; (signals, of them interrupting instrumentation).
+        type Counts = (Vec<(u64, u64)>, Vec<Vec<u64>>, (u64, u64));
         let run = |job: &Job<'_>| -> Result<Counts> {
             let mut m = self.machine(job);
             let mut sink = Sink::counting(&self.groups[job.group]);
             while m.run(&mut sink)? == Progress::More {}
-            Ok((sink.counts.map(|c| c.totals).unwrap_or_default(), m.entries))
+            let signals = m.signals;
+            Ok((
+                sink.counts.map(|c| c.totals).unwrap_or_default(),
+                m.entries,
+                signals,
+            ))
         };
         let workers = self.workers().min(self.jobs.len()).max(1);
         let results: Vec<Result<Counts>> = if workers <= 1 {
@@ -794,9 +813,11 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             .collect();
         let mut threads = Vec::new();
         for (job, r) in self.jobs.iter().zip(results) {
-            let (totals, entries) = r?;
+            let (totals, entries, signals) = r?;
             let s = &job.info.start;
-            // One row per module shown (every module without `--module`).
+            // One row per module shown (every module without `--module`);
+            // a thread's signals on its first row.
+            let mut first = true;
             for (k, &ci) in self.groups_idx(job).iter().enumerate() {
                 let m = &self.compiled[ci];
                 if !m.shown {
@@ -806,6 +827,11 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                 for (c, e) in calls[ci].iter_mut().zip(&entries[k]) {
                     *c += e;
                 }
+                let (sg, si) = if std::mem::take(&mut first) {
+                    signals
+                } else {
+                    (0, 0)
+                };
                 threads.push(ThreadTotals {
                     thread: s.thread,
                     pid: s.pid,
@@ -813,6 +839,8 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                     module: m.name.clone(),
                     instructions: ni,
                     blocks: nb,
+                    signals: sg,
+                    signals_in_instrumentation: si,
                 });
             }
         }

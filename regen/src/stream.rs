@@ -255,6 +255,15 @@ impl<'t> Stream<'t> {
         (b.wrapping_sub(1) < 0xFE).then(|| u32::from(b) - 1)
     }
 
+    /// Whether the item after the next one is a one-byte witness already
+    /// buffered.
+    #[inline(always)]
+    pub fn peek_second_is_witness(&self) -> bool {
+        self.buf
+            .get(self.pos + 1)
+            .is_some_and(|b| b.wrapping_sub(1) < 0xFE)
+    }
+
     /// The next item and its offset, consumed.
     #[inline]
     pub fn next_item(&mut self) -> Result<(Item, u64)> {

@@ -187,6 +187,7 @@ pub fn synth(prog: Program, rng: &mut Rng) -> Synth {
             entry: map[g.entry().index()],
             blocks,
             edges,
+            sigmap: None,
         });
         placements.push(pl);
         vmap.push(map);

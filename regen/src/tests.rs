@@ -78,6 +78,7 @@ fn proc(
                 witness,
             })
             .collect(),
+        sigmap: None,
     }
 }
 
@@ -375,22 +376,20 @@ fn marked_traced_call_needs_its_return_record() {
 }
 
 #[test]
-fn signal_and_desync_stop_with_everything_before_them_written() {
+fn a_signal_in_untraced_code_and_a_desync() {
     let db = callback_db();
     let mut s = Vec::new();
     thread_rec(&mut s);
     enter(&mut s, 0);
     enter(&mut s, 1);
-    rec(&mut s, 3, &[11, 0, 0, 0, 0x34, 0x12, 0, 0, 0, 0, 0, 0]);
-    let (out, r) = hand(&db, &s);
-    let e = r.unwrap_err().to_string();
-    assert_eq!(
-        e,
-        "thread 0: signal 11 handler entered at stream offset 18 (interrupted rip 0x1234): regeneration of signals is not implemented"
-    );
-    // The handler may have interrupted the callback's block: only what ran
-    // before the callback's ENTER is certain.
-    assert_eq!(out, HDR.to_owned() + &blocks_of(&db, &[(0, 0)]));
+    // Without a signal map every rip is untraced code: a handler run by
+    // the external call after its callback returned (the stream ends
+    // before the handler's ENTER).
+    let mut s1 = s.clone();
+    signal(&mut s1, 11, 0x1234);
+    let (out, r) = hand(&db, &s1);
+    r.unwrap();
+    assert_eq!(out, HDR.to_owned() + &blocks_of(&db, &[(0, 0), (1, 0)]));
     let mut s2 = s[..18].to_vec();
     rec(&mut s2, 5, &0x401000u64.to_le_bytes());
     let e = hand(&db, &s2).1.unwrap_err().to_string();
@@ -1060,4 +1059,325 @@ fn calls_and_callbacks_across_modules_share_one_stack() {
     let (_, r) = run(&two_module_trace(&exe, &lib, &bad), &opts(Format::Block));
     let e = r.unwrap_err().to_string();
     assert!(e.contains("module tag 2"), "{e}");
+}
+
+// ---------------------------------------------------------------- signals
+
+fn signal(out: &mut Vec<u8>, signo: u32, rip: u64) {
+    let mut p = signo.to_le_bytes().to_vec();
+    p.extend_from_slice(&rip.to_le_bytes());
+    rec(out, 3, &p);
+}
+
+/// Copy of `main` at link-time 0x500000, of the handlers from 0x500100.
+const COPY: u64 = 0x50_0000;
+
+/// main: b0 falls into b1, a loop (taken edge: witness 0, written in a
+/// stub; fall-through to b2: witness 1, written inline); b2 returns.
+/// h: one block, returns. h_exit: calls `exit`. The signal maps lay the
+/// copies out as the rewriter does (stub, copied instructions, witness
+/// sequences), with addresses chosen here.
+fn signal_db() -> ProgramDb {
+    use aetrace_format::progdb::{SigMap, SigPoint, SigRange};
+    let mut a = LINK_BASE + 0x1000;
+    let mut main = proc(
+        &mut a,
+        "main",
+        vec![None, None, None],
+        vec![
+            (0, 1, FallThrough, None),
+            (1, 1, Taken, Some(0)),
+            (1, 2, FallThrough, Some(1)),
+            (2, 3, Return, None),
+        ],
+    );
+    let insn = |proc, block, insn, count| SigPoint::Insn {
+        proc,
+        block,
+        insn,
+        count,
+    };
+    let map = |start, len, r: Vec<(u64, SigPoint)>| {
+        Some(SigMap {
+            start,
+            len,
+            ranges: r
+                .into_iter()
+                .map(|(offset, point)| SigRange { offset, point })
+                .collect(),
+        })
+    };
+    main.sigmap = map(
+        COPY,
+        0x30,
+        vec![
+            (0x00, SigPoint::Outside),
+            (0x10, insn(0, 0, 0, 2)),
+            (0x15, insn(0, 1, 0, 2)),
+            (0x1a, SigPoint::Witness { edge: 2 }),
+            (0x20, insn(0, 2, 0, 2)),
+            (0x25, SigPoint::Witness { edge: 1 }),
+            (0x2b, insn(0, 1, 0, 0)),
+        ],
+    );
+    let mut h = proc(&mut a, "h", vec![None], vec![(0, 1, Return, None)]);
+    h.sigmap = map(
+        COPY + 0x100,
+        0x15,
+        vec![(0, SigPoint::Outside), (0x10, insn(1, 0, 0, 2))],
+    );
+    let mut h_exit = proc(
+        &mut a,
+        "h_exit",
+        vec![call(CallTarget::Exit, false, false, false, None)],
+        vec![(0, 1, NoReturn, None)],
+    );
+    h_exit.sigmap = map(
+        COPY + 0x200,
+        0x15,
+        vec![(0, SigPoint::Outside), (0x10, insn(2, 0, 0, 2))],
+    );
+    ProgramDb {
+        link_base: LINK_BASE,
+        runtime_vaddr: 0,
+        procs: vec![main, h, h_exit],
+    }
+}
+
+/// Block lines: `(proc, block)` whole, or `(proc, block, from, to)` a part.
+fn parts(db: &ProgramDb, steps: &[(usize, usize, u32, u32)]) -> String {
+    steps
+        .iter()
+        .map(|&(p, b, from, to)| {
+            let blk = &db.procs[p].blocks[b];
+            let lens = &blk.insn_lens[from as usize..to as usize];
+            let skip: u64 = blk.insn_lens[..from as usize]
+                .iter()
+                .map(|&l| u64::from(l))
+                .sum();
+            format!(
+                "{:x} {} {}\n",
+                LOAD_BASE + blk.start + skip,
+                lens.iter().map(|&l| u64::from(l)).sum::<u64>(),
+                lens.len()
+            )
+        })
+        .collect()
+}
+
+/// main's stream up to its loop: THREAD, ENTER(main).
+fn main_start() -> Vec<u8> {
+    let mut s = Vec::new();
+    thread_rec(&mut s);
+    enter(&mut s, 0);
+    s
+}
+
+const W: u32 = 4;
+
+#[test]
+fn a_handler_splits_the_interrupted_block() {
+    let db = signal_db();
+    // Inside b1 before its second instruction, on the first iteration (the
+    // signal comes before the loop's witness).
+    let mut s = main_start();
+    signal(&mut s, 14, LOAD_BASE + COPY + 0x18);
+    enter(&mut s, 1);
+    witness(&mut s, 0);
+    witness(&mut s, 1);
+    let (out, r) = hand(&db, &s);
+    r.unwrap();
+    let full = |p, b| (p, b, 0, 2);
+    assert_eq!(
+        out,
+        HDR.to_owned()
+            + &parts(
+                &db,
+                &[
+                    full(0, 0),
+                    (0, 1, 0, 1),
+                    full(1, 0),
+                    (0, 1, 1, 2),
+                    full(0, 1),
+                    full(0, 2)
+                ]
+            )
+    );
+    // Every format splits the same way; the instruction stream is the
+    // block stream's instructions.
+    let bytes = trace_bytes(&db, &[s.clone()], W as usize);
+    let insns = run(&bytes, &opts(Format::Insn)).0;
+    let want: Vec<String> = [
+        0x401000u64,
+        0x401003,
+        0x401010,
+        0x401030,
+        0x401033,
+        0x401013,
+        0x401010,
+        0x401013,
+        0x401020,
+        0x401023,
+    ]
+    .iter()
+    .map(|a| format!("{:x}", LOAD_BASE + a))
+    .collect();
+    let got: Vec<&str> = text(&insns).lines().skip(1).collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn a_signal_before_a_witness_is_written_stands_after_the_predicate() {
+    let db = signal_db();
+    let full = |p, b| (p, b, 0, 2);
+    // Second iteration, in the inline fall-through witness before it is
+    // reserved: b1 completed, b2 not started.
+    let mut s = main_start();
+    witness(&mut s, 0);
+    signal(&mut s, 14, LOAD_BASE + COPY + 0x1c);
+    enter(&mut s, 1);
+    witness(&mut s, 1);
+    let (out, r) = hand(&db, &s);
+    r.unwrap();
+    assert_eq!(
+        out,
+        HDR.to_owned()
+            + &parts(
+                &db,
+                &[full(0, 0), full(0, 1), full(0, 1), full(1, 0), full(0, 2)]
+            )
+    );
+    // After the taken edge's witness is written (the stub's jump back): the
+    // second b1 has not started.
+    let mut s = main_start();
+    witness(&mut s, 0);
+    signal(&mut s, 14, LOAD_BASE + COPY + 0x2b);
+    enter(&mut s, 1);
+    witness(&mut s, 1);
+    let (out, r) = hand(&db, &s);
+    r.unwrap();
+    assert_eq!(
+        out,
+        HDR.to_owned()
+            + &parts(
+                &db,
+                &[full(0, 0), full(0, 1), full(1, 0), full(0, 1), full(0, 2)]
+            )
+    );
+    // In the taken edge's stub before its witness, where the same block
+    // was entered once already: after b1, before the loop's edge.
+    let mut s = main_start();
+    witness(&mut s, 0);
+    signal(&mut s, 14, LOAD_BASE + COPY + 0x26);
+    enter(&mut s, 1);
+    witness(&mut s, 0);
+    witness(&mut s, 1);
+    let (out, r) = hand(&db, &s);
+    r.unwrap();
+    assert_eq!(
+        out,
+        HDR.to_owned()
+            + &parts(
+                &db,
+                &[
+                    full(0, 0),
+                    full(0, 1),
+                    full(0, 1),
+                    full(1, 0),
+                    full(0, 1),
+                    full(0, 2)
+                ]
+            )
+    );
+}
+
+#[test]
+fn nested_handlers_untraced_interruptions_and_handlers_that_never_return() {
+    let db = signal_db();
+    let full = |p, b| (p, b, 0, 2);
+    // Before main: untraced code interrupted (a callback of nothing).
+    let mut s = Vec::new();
+    thread_rec(&mut s);
+    signal(&mut s, 10, 0x7f00_0000_1234);
+    enter(&mut s, 1);
+    enter(&mut s, 0);
+    witness(&mut s, 1);
+    let (out, r) = hand(&db, &s);
+    r.unwrap();
+    assert_eq!(
+        out,
+        HDR.to_owned() + &parts(&db, &[full(1, 0), full(0, 0), full(0, 1), full(0, 2)])
+    );
+    // A handler interrupted by a second signal between its instructions,
+    // after its last record: the second handler runs inside the first.
+    let mut s = main_start();
+    signal(&mut s, 14, LOAD_BASE + COPY + 0x18);
+    enter(&mut s, 1);
+    signal(&mut s, 10, LOAD_BASE + COPY + 0x113);
+    enter(&mut s, 1);
+    witness(&mut s, 1);
+    let (out, r) = hand(&db, &s);
+    r.unwrap();
+    assert_eq!(
+        out,
+        HDR.to_owned()
+            + &parts(
+                &db,
+                &[
+                    full(0, 0),
+                    (0, 1, 0, 1),
+                    (1, 0, 0, 1),
+                    full(1, 0),
+                    (1, 0, 1, 2),
+                    (0, 1, 1, 2),
+                    full(0, 2)
+                ]
+            )
+    );
+    // A handler that calls exit: the interrupted block never completes.
+    // A fault (SIGSEGV) at that instruction lists it: it was started.
+    for (signo, upto) in [(15, 1), (11, 2)] {
+        let mut s = main_start();
+        signal(&mut s, signo, LOAD_BASE + COPY + 0x18);
+        enter(&mut s, 2);
+        exit_rec(&mut s, 0);
+        let (out, r) = hand(&db, &s);
+        r.unwrap();
+        assert_eq!(
+            out,
+            HDR.to_owned() + &parts(&db, &[full(0, 0), (0, 1, 0, upto), full(2, 0)]),
+            "signal {signo}"
+        );
+    }
+}
+
+#[test]
+fn signals_that_cannot_be_placed_are_errors() {
+    let db = signal_db();
+    // Inside a copied instruction.
+    let mut s = main_start();
+    signal(&mut s, 14, LOAD_BASE + COPY + 0x16);
+    let e = hand(&db, &s).1.unwrap_err().to_string();
+    assert!(
+        e.contains("SIGNAL(14, interrupted rip 0x")
+            && e.contains("stream byte offset 12 in procedure main after block 0x401010")
+            && e.contains("inside the copy of an instruction of block 0x401010"),
+        "{e}"
+    );
+    // Before b2, which the thread cannot have reached without witness 1.
+    let mut s = main_start();
+    signal(&mut s, 14, LOAD_BASE + COPY + 0x20);
+    let e = hand(&db, &s).1.unwrap_err().to_string();
+    assert!(e.contains("no witness-free path leads there"), "{e}");
+    // In untraced code while the thread ran traced code only.
+    let mut s = main_start();
+    signal(&mut s, 14, 0x1234);
+    let (out, r) = hand(&db, &s);
+    let e = r.unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "thread 0: SIGNAL(14, interrupted rip 0x1234) at stream byte offset 12 in procedure main after block 0x401010: the rip is in untraced code, but the thread ran no untraced code since its last record"
+    );
+    // Nothing after the last record is certain.
+    assert_eq!(out, HDR);
 }

@@ -21,10 +21,17 @@
 //!   operands keep their absolute targets (the encoder re-derives the
 //!   displacement, the new segment lies within 2 GiB of the module);
 //! - every instrumentation sequence comes from `aetrace_runtime::emit`
-//!   unchanged (the signal fix-up recognises exactly those encodings).
+//!   unchanged (the signal fix-up recognises exactly those encodings);
+//! - every emitted instruction carries the [`SigPoint`] a signal
+//!   interrupting it stands at (docs/regen.md, "Signals"): a sequence that
+//!   writes a witness or record is *before* up to and including its
+//!   reserving `xadd` and *after* from the next instruction on (the
+//!   runtime's fix-up completes the stores of a reserved write before the
+//!   handler runs).
 
 use std::collections::HashMap;
 
+use aetrace_format::progdb::{SigPoint, SigRange};
 use aetrace_graph::{BlockId, EdgeId, EntityRef};
 use aetrace_runtime::layout::RecordKind;
 use aetrace_runtime::{
@@ -34,7 +41,7 @@ use aetrace_runtime::{
 use iced_x86::code_asm::{edi, r11, CodeAssembler};
 use iced_x86::{
     BlockEncoder, BlockEncoderOptions, Code, FlowControl, Instruction, InstructionBlock,
-    MemoryOperand, OpKind, Register,
+    MemoryOperand, Mnemonic, OpKind, Register,
 };
 
 use crate::cfg::{Cfg, EdgeKind};
@@ -161,6 +168,9 @@ pub struct ProcCopy {
     pub insn_map: Vec<(u64, u64)>,
     /// `(original landing pad, its LANDING stub in the copy)`.
     pub landing: Vec<(u64, u64)>,
+    /// `[new_start, new_end)` range by range: where a signal interrupting
+    /// the copy stands (offsets from `new_start`).
+    pub sigmap: Vec<SigRange>,
 }
 
 /// The encoded copies.
@@ -189,6 +199,13 @@ struct Emitter {
     counting: Option<Counting>,
     /// Counters emitted so far (each must be, at least once).
     emitted: std::collections::HashSet<u32>,
+    /// The signal point of the instructions pushed next.
+    point: SigPoint,
+    /// Per instruction in `out`: its signal point, and the original length
+    /// of a copied instruction (0 for instrumentation).
+    points: Vec<(SigPoint, u8)>,
+    /// Original length of the next instruction pushed (a copy).
+    copy_len: u8,
 }
 
 fn near_branch(i: &Instruction) -> bool {
@@ -212,6 +229,8 @@ impl Emitter {
     }
 
     fn push(&mut self, mut insn: Instruction) {
+        self.points
+            .push((self.point, std::mem::take(&mut self.copy_len)));
         match self.pending.take() {
             Some(l) => {
                 insn.set_ip(l);
@@ -273,18 +292,128 @@ impl Emitter {
         Ok(())
     }
 
-    /// Witness `n`, or in counting mode counter `n`.
-    fn witness(&mut self, n: u32, site: Site) -> GenResult<()> {
+    /// [`Emitter::seq`] for a sequence that writes one witness or record:
+    /// its instructions up to and including the reserving `xadd` stand at
+    /// `before`, the rest (and what follows) at `after`.
+    fn seq_write(
+        &mut self,
+        before: SigPoint,
+        after: SigPoint,
+        f: impl FnOnce(&mut CodeAssembler) -> Result<(), aetrace_runtime::Error>,
+    ) -> GenResult<()> {
+        self.point = before;
+        let first = self.out.len();
+        self.seq(f)?;
+        let xadd = (first..self.out.len())
+            .rev()
+            .find(|&i| {
+                let i = &self.out[i];
+                i.mnemonic() == Mnemonic::Xadd && i.segment_prefix() == Register::GS
+            })
+            .ok_or("internal: a write sequence without its reserving xadd")?;
+        for p in &mut self.points[xadd + 1..] {
+            p.0 = after;
+        }
+        self.point = after;
+        Ok(())
+    }
+
+    /// Witness `n`, standing at `before` until it is reserved; in counting
+    /// mode counter `n`.
+    fn witness(&mut self, n: u32, site: Site, before: SigPoint, after: SigPoint) -> GenResult<()> {
         if self.counting.is_some() {
             return self.counter(n, site);
         }
         if n < 254 {
-            self.seq(|a| emit_witness(a, n as u8 + 1, site))
+            self.seq_write(before, after, |a| emit_witness(a, n as u8 + 1, site))
         } else {
             let n = u16::try_from(n).map_err(|_| format!("witness number {n} exceeds 16 bits"))?;
-            self.seq(|a| emit_record(a, RecordKind::Wide, Payload::Imm16(n), site))
+            self.seq_write(before, after, |a| {
+                emit_record(a, RecordKind::Wide, Payload::Imm16(n), site)
+            })
         }
     }
+}
+
+/// The signal map of instructions `first..end` of `points` laid out at
+/// `offsets` (`u32::MAX`: rewritten by the encoder), the copy starting at
+/// offset `base` and ending at `stop`: consecutive instructions at the same
+/// point merge, and copies as long as their originals merge into runs.
+fn sig_ranges(
+    points: &[(SigPoint, u8)],
+    offsets: &[u32],
+    (first, end): (usize, usize),
+    base: u32,
+    stop: u32,
+) -> GenResult<Vec<SigRange>> {
+    let mut ranges: Vec<SigRange> = Vec::new();
+    // The last range is a run of copies whose last one is as long as its
+    // original (so the run can go on: offsets inside a run come from the
+    // original lengths).
+    let mut open = false;
+    let mut i = first;
+    while i < end {
+        let off = offsets[i];
+        // An instruction the encoder rewrote has no offset of its own: it
+        // belongs to the range before, which must stand at the same point.
+        let mut j = i + 1;
+        while j < end && offsets[j] == u32::MAX {
+            if points[j].0 != points[i].0 {
+                return Err("internal: a rewritten instruction changes the signal point".into());
+            }
+            j += 1;
+        }
+        let next = if j < end { offsets[j] } else { stop };
+        if off == u32::MAX || next < off {
+            return Err("internal: instruction offsets out of order".into());
+        }
+        let (point, orig_len) = points[i];
+        let copy = j == i + 1 && orig_len > 0;
+        let same_len = copy && u32::from(orig_len) == next - off;
+        let offset = u64::from(off - base);
+        i = j;
+        if let SigPoint::Insn {
+            proc, block, insn, ..
+        } = point
+        {
+            if copy {
+                if let Some(SigRange {
+                    point:
+                        SigPoint::Insn {
+                            proc: p,
+                            block: b,
+                            insn: k,
+                            count: n,
+                        },
+                    ..
+                }) = ranges.last_mut()
+                {
+                    if open && *p == proc && *b == block && *k + *n == insn {
+                        *n += 1;
+                        open = same_len;
+                        continue;
+                    }
+                }
+                ranges.push(SigRange {
+                    offset,
+                    point: SigPoint::Insn {
+                        proc,
+                        block,
+                        insn,
+                        count: 1,
+                    },
+                });
+                open = same_len;
+                continue;
+            }
+        }
+        open = false;
+        if ranges.last().is_some_and(|r| r.point == point) {
+            continue;
+        }
+        ranges.push(SigRange { offset, point });
+    }
+    Ok(ranges)
 }
 
 /// Generates the copies of `plans`, their code starting at `rip`.
@@ -305,8 +434,13 @@ pub fn generate(
         origin: Vec::new(),
         counting,
         emitted: Default::default(),
+        point: SigPoint::Outside,
+        points: Vec::new(),
+        copy_len: 0,
     };
     let mut bodies: HashMap<u64, u64> = HashMap::new();
+    // Original start -> (procedure number, entry block) of every traced procedure.
+    let mut entries: HashMap<u64, (u32, u32)> = HashMap::new();
     let mut block_labels: Vec<Vec<u64>> = Vec::with_capacity(plans.len());
     let mut stub_labels = Vec::with_capacity(plans.len());
     let mut invoke_labels = Vec::with_capacity(plans.len());
@@ -321,6 +455,7 @@ pub fn generate(
             .map(|_| em.label());
         bodies.insert(p.start, invoke.unwrap_or(labels[p.cfg.entry.index()]));
         invoke_labels.push(invoke);
+        entries.insert(p.start, (p.number, p.cfg.entry.index() as u32));
         block_labels.push(labels);
         stub_labels.push(em.label());
     }
@@ -340,6 +475,7 @@ pub fn generate(
             p,
             labels: &block_labels[k],
             bodies: &bodies,
+            entries: &entries,
             rt,
         }
         .emit(stub_labels[k], invoke_labels[k], &landing)
@@ -399,10 +535,20 @@ pub fn generate(
                 off => insn_map.push((old, rip + u64::from(off))),
             }
         }
+        let (new_start, new_end) = (at_index(*first), at_index(*end));
+        let sigmap = sig_ranges(
+            &em.points,
+            &res.new_instruction_offsets,
+            (*first, *end),
+            (new_start - rip) as u32,
+            (new_end - rip) as u32,
+        )
+        .map_err(|e| format!("procedure {}: {e}", p.name))?;
         procs.push(ProcCopy {
             start: p.start,
-            new_start: at_index(*first),
-            new_end: at_index(*end),
+            new_start,
+            new_end,
+            sigmap,
             insn_map,
             landing: landing
                 .iter()
@@ -437,12 +583,17 @@ struct ProcGen<'e, 'p> {
     p: &'p ProcPlan<'p>,
     labels: &'p [u64],
     bodies: &'p HashMap<u64, u64>,
+    entries: &'p HashMap<u64, (u32, u32)>,
     rt: &'p RuntimeAddrs,
 }
 
 /// A stub emitted after the procedure's blocks.
 struct Stub {
     label: u64,
+    /// The edge whose witness the stub writes, and where control stands
+    /// once it is written.
+    edge: EdgeId,
+    after: SigPoint,
     witness: Option<u32>,
     site: Site,
     exit_record: bool,
@@ -452,6 +603,43 @@ struct Stub {
 impl ProcGen<'_, '_> {
     fn site(&self, live: crate::rewrite::liveness::RegSet) -> Site {
         self.p.live.site(live)
+    }
+
+    /// Before instruction `k` of block `b`.
+    fn at(&self, b: BlockId, k: usize) -> SigPoint {
+        SigPoint::Insn {
+            proc: self.p.number,
+            block: b.index() as u32,
+            insn: k as u32,
+            count: 0,
+        }
+    }
+
+    /// Where control stands once it has taken edge `e` (its witness
+    /// written): the target block, or for an edge to EXIT that jumps to
+    /// original address `orig`, that traced procedure's entry, else
+    /// untraced code.
+    fn after_edge(&self, e: EdgeId, orig: u64) -> SigPoint {
+        let to = self.p.cfg.edges[e].to;
+        if to != self.p.cfg.exit() {
+            return self.at(to, 0);
+        }
+        match self.entries.get(&orig) {
+            Some(&(proc, block)) => SigPoint::Insn {
+                proc,
+                block,
+                insn: 0,
+                count: 0,
+            },
+            None => SigPoint::Outside,
+        }
+    }
+
+    /// Copies instruction `k` of block `b`.
+    fn copy_at(&mut self, b: BlockId, k: usize, insn: Instruction) {
+        self.em.point = self.at(b, k);
+        self.em.copy_len = insn.len() as u8;
+        self.copy(insn);
     }
 
     /// Where a branch to original address `t` goes in the copy.
@@ -510,8 +698,9 @@ impl ProcGen<'_, '_> {
         let p = self.p;
         let cfg = p.cfg;
         let order: Vec<BlockId> = cfg.blocks.keys().collect();
-        // Outside-entry stub.
+        // Outside-entry stub: untraced code until its ENTER is reserved.
         self.em.bind(stub_label);
+        let entered = self.at(cfg.entry, 0);
         match p.stub {
             _ if self.em.counting.is_some() => {
                 self.em.push(Instruction::with(Code::Nopd));
@@ -525,7 +714,9 @@ impl ProcGen<'_, '_> {
             }
             EntryStub::Full => {
                 let (n, rt) = (p.number, *self.rt);
-                self.em.seq(|a| emit_outside_entry(a, n, &rt))?
+                self.em.seq_write(SigPoint::Outside, entered, |a| {
+                    emit_outside_entry(a, n, &rt)
+                })?
             }
             EntryStub::ProcessEntry => {
                 let (n, flush) = (p.number, self.rt.flush);
@@ -535,7 +726,7 @@ impl ProcGen<'_, '_> {
                     red_zone_live: false,
                     flags_save: aetrace_runtime::FlagsSave::Lahf,
                 };
-                self.em.seq(|a| {
+                self.em.seq_write(SigPoint::Outside, entered, |a| {
                     emit_buffer_check(a, flush, site)?;
                     emit_record(a, RecordKind::Enter, Payload::Imm32(n), site)
                 })?
@@ -556,8 +747,13 @@ impl ProcGen<'_, '_> {
         }
         for s in stubs {
             self.em.bind(s.label);
+            let after = s.after;
+            self.em.point = SigPoint::Witness {
+                edge: s.edge.index() as u32,
+            };
             if let Some(w) = s.witness {
-                self.em.witness(w, s.site)?;
+                let before = self.em.point;
+                self.em.witness(w, s.site, before, after)?;
             }
             if s.exit_record {
                 self.exit_record(s.site)?;
@@ -565,13 +761,17 @@ impl ProcGen<'_, '_> {
             self.em.jmp(s.target)?;
         }
         for (&b, &(_, label)) in p.landing_pads.iter().zip(landing) {
+            // The unwinder (untraced) runs until LANDING is reserved.
             self.em.bind(label);
             if self.em.counting.is_none() {
+                self.em.point = SigPoint::Outside;
                 let site = self.site(p.live.live_in(b));
                 self.check(site)?;
                 let n = p.number;
-                self.em
-                    .seq(|a| emit_record(a, RecordKind::Landing, Payload::Imm32(n), site))?;
+                let after = self.at(b, 0);
+                self.em.seq_write(SigPoint::Outside, after, |a| {
+                    emit_record(a, RecordKind::Landing, Payload::Imm32(n), site)
+                })?;
             }
             self.em.jmp(self.labels[b.index()])?;
         }
@@ -598,12 +798,15 @@ impl ProcGen<'_, '_> {
         Ok(out)
     }
 
+    /// EXIT(edi), before the instruction the current point stands at.
     fn exit_record(&mut self, site: Site) -> GenResult<()> {
         if self.em.counting.is_some() {
             return Ok(());
         }
-        self.em
-            .seq(|a| emit_record(a, RecordKind::Exit, Payload::Reg32(edi), site))
+        let at = self.em.point;
+        self.em.seq_write(at, at, |a| {
+            emit_record(a, RecordKind::Exit, Payload::Reg32(edi), site)
+        })
     }
 
     /// Before a `syscall` (at `orig`): EXIT(edi) when rax is exit (60) or
@@ -685,6 +888,7 @@ impl ProcGen<'_, '_> {
         let last = insns[last_i];
         let exit = cfg.exit();
         self.em.bind(self.labels[b.index()]);
+        self.em.point = self.at(b, 0);
         if b == cfg.entry || p.loop_header[b.index()] {
             let s = self.site(p.live.live_in(b));
             self.check(s)?;
@@ -697,9 +901,12 @@ impl ProcGen<'_, '_> {
             let s = self.site(p.live.live_in(b));
             self.em.counter(n, s)?;
         }
-        for &i in &insns[..last_i] {
-            self.copy(i);
+        for (k, &i) in insns[..last_i].iter().enumerate() {
+            self.copy_at(b, k, i);
         }
+        // Instrumentation before the last instruction stands before it.
+        let before = self.at(b, last_i);
+        self.em.point = before;
         let edges = self.edges_from(b);
         let wit = |e: EdgeId| p.witness[e.index()];
         let before_last = self.site(p.live.live_before(b, last_i));
@@ -723,7 +930,7 @@ impl ProcGen<'_, '_> {
                     }
                 }
                 if let Some(kind) = cp.jmpbuf.filter(|_| self.em.counting.is_none()) {
-                    self.em.seq(|a| {
+                    self.em.seq_write(before, before, |a| {
                         emit_record(
                             a,
                             kind,
@@ -732,7 +939,7 @@ impl ProcGen<'_, '_> {
                         )
                     })?;
                 }
-                self.copy(last);
+                self.copy_at(b, last_i, last);
                 let ret = edges
                     .iter()
                     .find(|&&e| cfg.edges[e].kind == EdgeKind::CallReturn)
@@ -748,13 +955,25 @@ impl ProcGen<'_, '_> {
                         self.em.counter(n, site)?;
                     }
                     let tracing = self.em.counting.is_none();
+                    let returned = self.at(to, 0);
+                    // Until a marked call's RETURN is reserved, the
+                    // regenerator still waits for the callee.
+                    self.em.point = if cp.marker && tracing {
+                        SigPoint::Returned {
+                            block: b.index() as u32,
+                        }
+                    } else {
+                        returned
+                    };
                     if cp.fork && tracing {
                         self.fork_return(p.live.live_in(to))?;
                     }
                     self.check(site)?;
                     if cp.marker && tracing {
-                        self.em
-                            .seq(|a| emit_record(a, RecordKind::Return, Payload::None, site))?;
+                        let waiting = self.em.point;
+                        self.em.seq_write(waiting, returned, |a| {
+                            emit_record(a, RecordKind::Return, Payload::None, site)
+                        })?;
                     }
                     self.goto(to, next, 0)?;
                 }
@@ -778,6 +997,8 @@ impl ProcGen<'_, '_> {
                         let label = self.em.label();
                         stubs.push(Stub {
                             label,
+                            edge: e,
+                            after: self.after_edge(e, target),
                             witness: wit(e),
                             site: self.site(live),
                             exit_record: false,
@@ -789,33 +1010,41 @@ impl ProcGen<'_, '_> {
                         });
                         insn.set_near_branch64(label);
                         self.em.origin.push((self.em.out.len(), last.ip()));
+                        self.em.copy_len = last.len() as u8;
                         self.em.push(insn);
                     }
                     _ => {
                         insn.set_near_branch64(dest);
                         self.em.origin.push((self.em.out.len(), last.ip()));
+                        self.em.copy_len = last.len() as u8;
                         self.em.push(insn);
                     }
                 }
                 if let Some(e) = fall {
                     let to = cfg.edges[e].to;
+                    let after = self.after_edge(e, blk.end);
                     if let Some(w) = wit(e) {
                         let s = self.site(p.live.live_on_edge(cfg, e));
-                        self.em.witness(w, s)?;
+                        let before = SigPoint::Witness {
+                            edge: e.index() as u32,
+                        };
+                        self.em.witness(w, s, before, after)?;
                     }
+                    self.em.point = after;
                     self.goto(to, next, blk.end)?;
                 } else if let Some(to) = cfg.block_at(blk.end) {
                     // Both outcomes reach the same block (one edge).
+                    self.em.point = self.at(to, 0);
                     self.goto(to, next, blk.end)?;
                 }
             }
             FlowControl::UnconditionalBranch => {
                 if let Some(&e) = edges.first() {
                     if let Some(w) = wit(e) {
-                        self.em.witness(w, before_last)?;
+                        self.em.witness(w, before_last, before, before)?;
                     }
                 }
-                self.copy(last);
+                self.copy_at(b, last_i, last);
             }
             FlowControl::IndirectBranch => {
                 self.indirect(b, last, &edges, before_last, stubs, case_labels)?
@@ -823,19 +1052,19 @@ impl ProcGen<'_, '_> {
             FlowControl::Return | FlowControl::Exception | FlowControl::Interrupt => {
                 if fc == FlowControl::Interrupt && edges.iter().any(|&e| cfg.edges[e].to != exit) {
                     // `syscall`, `int n`: execution continues.
-                    self.copy(last);
+                    self.copy_at(b, last_i, last);
                     self.fallthrough(&edges, next, blk.end)?;
                 } else {
                     for &e in &edges {
                         if let Some(w) = wit(e) {
-                            self.em.witness(w, before_last)?;
+                            self.em.witness(w, before_last, before, before)?;
                         }
                     }
-                    self.copy(last);
+                    self.copy_at(b, last_i, last);
                 }
             }
             FlowControl::Next => {
-                self.copy(last);
+                self.copy_at(b, last_i, last);
                 self.fallthrough(&edges, next, blk.end)?;
             }
             FlowControl::XbeginXabortXend => {
@@ -853,10 +1082,15 @@ impl ProcGen<'_, '_> {
             return Ok(());
         };
         let to = cfg.edges[e].to;
+        let after = self.after_edge(e, end);
         if let Some(w) = self.p.witness[e.index()] {
             let s = self.site(self.p.live.live_on_edge(cfg, e));
-            self.em.witness(w, s)?;
+            let before = SigPoint::Witness {
+                edge: e.index() as u32,
+            };
+            self.em.witness(w, s, before, after)?;
         }
+        self.em.point = after;
         self.goto(to, next, end)
     }
 
@@ -898,6 +1132,7 @@ impl ProcGen<'_, '_> {
         let cfg = p.cfg;
         let exit = cfg.exit();
         let is_table = p.tables.iter().any(|t| t.block == b);
+        let last_i = p.insns[b.index()].len() - 1;
         if is_table {
             for &e in edges {
                 if let Some(w) = p.witness[e.index()] {
@@ -905,6 +1140,8 @@ impl ProcGen<'_, '_> {
                     let label = self.em.label();
                     stubs.push(Stub {
                         label,
+                        edge: e,
+                        after: self.after_edge(e, 0),
                         witness: Some(w),
                         site: self.site(p.live.live_in(to)),
                         exit_record: false,
@@ -913,7 +1150,7 @@ impl ProcGen<'_, '_> {
                     case_labels.insert(e, label);
                 }
             }
-            self.copy(last);
+            self.copy_at(b, last_i, last);
             return Ok(());
         }
         let cp = p.calls[b.index()];
@@ -924,17 +1161,18 @@ impl ProcGen<'_, '_> {
             // it ever ran, the regenerator would stop at a block without
             // successors.
             (None, None, 0) => {
-                self.copy(last);
+                self.copy_at(b, last_i, last);
                 Ok(())
             }
             (Some(e), None, 1) => {
                 if let Some(w) = p.witness[e.index()] {
-                    self.em.witness(w, before_last)?;
+                    let at = self.em.point;
+                    self.em.witness(w, before_last, at, at)?;
                 }
                 if cp.exit_record {
                     self.exit_record(before_last)?;
                 }
-                self.copy(last);
+                self.copy_at(b, last_i, last);
                 Ok(())
             }
             (Some(t), Some(l), 2) if last.is_ip_rel_memory_operand() => {
@@ -970,14 +1208,17 @@ impl ProcGen<'_, '_> {
                     .map_err(|e| e.to_string())?;
                 self.em.push(je);
                 if let Some(w) = p.witness[t.index()] {
-                    self.em.witness(w, site)?;
+                    let at = self.em.point;
+                    self.em.witness(w, site, at, at)?;
                 }
                 if cp.exit_record {
                     self.exit_record(site)?;
                 }
-                self.copy(last);
+                self.copy_at(b, last_i, last);
                 stubs.push(Stub {
                     label,
+                    edge: l,
+                    after: self.after_edge(l, 0),
                     witness: p.witness[l.index()],
                     site,
                     exit_record: cp.exit_record,

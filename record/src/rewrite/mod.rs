@@ -550,6 +550,7 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                 entry: 0,
                 blocks: Vec::new(),
                 edges: Vec::new(),
+                sigmap: None,
             });
             continue;
         }
@@ -722,6 +723,8 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                         .map(|w| w as u16),
                 })
                 .collect(),
+            // Filled in from the generated code below.
+            sigmap: None,
         });
         plans.push(ProcPlan {
             number,
@@ -808,6 +811,14 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
     // learn the size, then again at the final address.
     let mut code = codegen::generate(&plans, &rt, code_vaddr, counting.clone())
         .map_err(|e| rewrite_err(path, e))?;
+    // Where a signal can interrupt each copy (tracing: the code is final).
+    for (plan, copy) in plans.iter().zip(&code.procs) {
+        db.procs[plan.number as usize].sigmap = Some(aetrace_format::progdb::SigMap {
+            start: copy.new_start,
+            len: copy.new_end - copy.new_start,
+            ranges: copy.sigmap.clone(),
+        });
+    }
     // Unwind tables for the copies, in a read-only segment on the page
     // after the code (see `unwind`).
     let unwind_vaddr = (code_vaddr + code.bytes.len() as u64).next_multiple_of(PAGE);
@@ -949,4 +960,113 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
         notes,
         counting: counting.map(|_| layout),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use aetrace_format::progdb::SigPoint;
+    use iced_x86::{Decoder, DecoderOptions};
+
+    /// The signal map against the rewritten code itself: every original
+    /// instruction of every traced procedure is in exactly one run of
+    /// copies, and at the address the run gives it the rewritten module
+    /// holds an instruction with the original's mnemonic (and length, but
+    /// for a run's last).
+    #[test]
+    fn signal_maps_locate_every_copied_instruction() {
+        let path = std::path::Path::new("/usr/bin/gzip");
+        let ins = super::instrument(path, Default::default()).unwrap();
+        let old_bytes = std::fs::read(path).unwrap();
+        // Bytes at a virtual address, through the PT_LOAD that holds it.
+        let at_vaddr = |file: &[u8], at: u64| -> Vec<u8> {
+            let elf = goblin::elf::Elf::parse(file).unwrap();
+            let ph = elf
+                .program_headers
+                .iter()
+                .find(|ph| {
+                    ph.p_type == goblin::elf::program_header::PT_LOAD
+                        && ph.p_vaddr <= at
+                        && at < ph.p_vaddr + ph.p_filesz
+                })
+                .unwrap_or_else(|| panic!("{at:#x} is in no PT_LOAD"));
+            let off = (ph.p_offset + at - ph.p_vaddr) as usize;
+            let end = (ph.p_offset + ph.p_filesz) as usize;
+            file[off..end.min(off + 15)].to_vec()
+        };
+        let decode = |file: &[u8], at: u64| {
+            let bytes = at_vaddr(file, at);
+            let mut d = Decoder::with_ip(64, &bytes, at, DecoderOptions::NONE);
+            d.decode()
+        };
+        let (mut runs, mut copies) = (0, 0);
+        for (pi, p) in ins.db.procs.iter().enumerate() {
+            let Some(map) = &p.sigmap else {
+                assert!(!p.is_traced(), "{}: traced without a signal map", p.name);
+                continue;
+            };
+            let mut seen: Vec<Vec<u32>> = p
+                .blocks
+                .iter()
+                .map(|b| vec![0; b.insn_lens.len()])
+                .collect();
+            assert_eq!(map.ranges[0].offset, 0, "{}", p.name);
+            for (i, r) in map.ranges.iter().enumerate() {
+                let end = map.ranges.get(i + 1).map_or(map.len, |n| n.offset);
+                assert!(r.offset < end, "{}: range {i}", p.name);
+                let SigPoint::Insn {
+                    proc,
+                    block,
+                    insn,
+                    count,
+                } = r.point
+                else {
+                    continue;
+                };
+                if count == 0 {
+                    continue;
+                }
+                assert_eq!(proc as usize, pi, "{}: a run of another procedure", p.name);
+                runs += 1;
+                let b = &p.blocks[block as usize];
+                let mut at = map.start + r.offset;
+                let mut orig = b.start
+                    + b.insn_lens[..insn as usize]
+                        .iter()
+                        .map(|&l| u64::from(l))
+                        .sum::<u64>();
+                for k in insn..insn + count {
+                    let (o, c) = (decode(&old_bytes, orig), decode(&ins.elf, at));
+                    assert_eq!(
+                        o.mnemonic(),
+                        c.mnemonic(),
+                        "{}: instruction {k} of block {:#x} ({orig:#x}) copied at {at:#x}",
+                        p.name,
+                        b.start
+                    );
+                    let len = u64::from(b.insn_lens[k as usize]);
+                    if k + 1 < insn + count {
+                        assert_eq!(c.len() as u64, len, "{}: copy at {at:#x}", p.name);
+                    } else {
+                        assert!(
+                            at + c.len() as u64 <= map.start + end,
+                            "{}: run end",
+                            p.name
+                        );
+                    }
+                    seen[block as usize][k as usize] += 1;
+                    copies += 1;
+                    at += len;
+                    orig += len;
+                }
+            }
+            for (bi, s) in seen.iter().enumerate() {
+                assert!(
+                    s.iter().all(|&n| n == 1),
+                    "{}: block {bi}: instructions mapped {s:?} times",
+                    p.name
+                );
+            }
+        }
+        assert!(runs > 1000 && copies > runs, "{runs} runs, {copies} copies");
+    }
 }

@@ -1056,6 +1056,7 @@ mod tests {
                     new_end: p.end + DELTA,
                     insn_map,
                     landing: p.landing_pads.iter().map(|&a| (a, a + DELTA)).collect(),
+                    sigmap: Vec::new(),
                 })
             })
             .collect();
