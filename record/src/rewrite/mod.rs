@@ -812,11 +812,24 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
     let mut code = codegen::generate(&plans, &rt, code_vaddr, counting.clone())
         .map_err(|e| rewrite_err(path, e))?;
     // Where a signal can interrupt each copy (tracing: the code is final).
+    // The database numbers procedures within the module, without its tag.
+    let local = |n: u32| n & ((1 << TAG_SHIFT) - 1);
     for (plan, copy) in plans.iter().zip(&code.procs) {
-        db.procs[plan.number as usize].sigmap = Some(aetrace_format::progdb::SigMap {
+        let ranges = copy
+            .sigmap
+            .iter()
+            .cloned()
+            .map(|mut r| {
+                if let aetrace_format::progdb::SigPoint::Insn { proc, .. } = &mut r.point {
+                    *proc = local(*proc);
+                }
+                r
+            })
+            .collect();
+        db.procs[local(plan.number) as usize].sigmap = Some(aetrace_format::progdb::SigMap {
             start: copy.new_start,
             len: copy.new_end - copy.new_start,
-            ranges: copy.sigmap.clone(),
+            ranges,
         });
     }
     // Unwind tables for the copies, in a read-only segment on the page
