@@ -520,14 +520,6 @@ fn run(elf: &Path, program: &Path, args: &[OsString], bytes: u64) -> Result<Ran>
     cmd.arg0(program)
         .args(args)
         .env(counters::ENV_FD, fd.to_string());
-    // SAFETY: async-signal-safe calls only, between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
-            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
-            Ok(())
-        });
-    }
     // The terminal sends SIGINT/SIGQUIT to the whole process group: let the
     // program decide, and keep reading the counters.
     // SAFETY: changing our own signal dispositions.
@@ -537,6 +529,16 @@ fn run(elf: &Path, program: &Path, args: &[OsString], bytes: u64) -> Result<Ran>
             libc::signal(libc::SIGQUIT, libc::SIG_IGN),
         )
     };
+    // The program gets the dispositions we had (a background job's
+    // SIGINT/SIGQUIT stay ignored, as in the native run).
+    // SAFETY: async-signal-safe calls only, between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::signal(libc::SIGINT, old.0);
+            libc::signal(libc::SIGQUIT, old.1);
+            Ok(())
+        });
+    }
     let started = std::time::Instant::now();
     let status = cmd.spawn().and_then(|mut c| c.wait());
     // Orphaned descendants may still count.
