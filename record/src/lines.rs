@@ -1,5 +1,5 @@
 //! Source lines of code addresses from DWARF `.debug_line` (gimli), for the
-//! profile reports' `file:line`.
+//! profile reports' and `aetrace verify`'s `file:line`.
 //!
 //! Invariants: rows are sorted by address (program order among equal ones);
 //! a lookup gives the last row with the greatest address not above the
@@ -18,21 +18,12 @@ pub struct Lines {
 }
 
 impl Lines {
-    /// The line table of the ELF file `bytes` (empty without `.debug_line`).
-    pub fn of_elf(bytes: &[u8]) -> Lines {
-        let Ok(elf) = goblin::elf::Elf::parse(bytes) else {
-            return Lines::default();
-        };
+    /// The line table of `module` (empty without `.debug_line`).
+    pub fn load(module: &crate::elf::Module) -> Lines {
         let section = |id: SectionId| -> Result<EndianSlice<'_, LittleEndian>, ()> {
-            let data = elf
-                .section_headers
-                .iter()
-                .find(|s| elf.shdr_strtab.get_at(s.sh_name) == Some(id.name()))
-                .filter(|s| s.sh_type != goblin::elf::section_header::SHT_NOBITS)
-                .and_then(|s| {
-                    let start = usize::try_from(s.sh_offset).ok()?;
-                    bytes.get(start..start.checked_add(usize::try_from(s.sh_size).ok()?)?)
-                })
+            let data = module
+                .section(id.name())
+                .and_then(|s| module.section_bytes(s))
                 .unwrap_or(&[]);
             Ok(EndianSlice::new(data, LittleEndian))
         };
@@ -85,10 +76,10 @@ impl Lines {
         Ok(())
     }
 
-    /// `file:line` of the code at `addr`.
-    pub fn at(&self, addr: u64) -> Option<String> {
+    /// The file (as the line table names it) and line of the code at `addr`.
+    pub fn at(&self, addr: u64) -> Option<(&str, u32)> {
         let i = self.rows.partition_point(|r| r.0 <= addr).checked_sub(1)?;
         let (_, end, f, l) = self.rows[i];
-        (addr < end).then(|| format!("{}:{l}", self.files[f as usize]))
+        (addr < end).then(|| (self.files[f as usize].as_str(), l))
     }
 }

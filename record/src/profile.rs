@@ -606,8 +606,8 @@ pub fn text_report(p: &Profile, top: usize, w: &mut dyn Write) -> Result<()> {
     }
     blocks.sort_by(|a, b| b.0.cmp(&a.0).then(a.3.cmp(&b.3)));
     // Source lines from the program's DWARF, when it is still there.
-    let lines = std::fs::read(&p.program)
-        .map(|b| crate::lines::Lines::of_elf(&b))
+    let lines = crate::elf::Module::open(std::path::Path::new(&p.program))
+        .map(|m| crate::lines::Lines::load(&m))
         .unwrap_or_default();
     writeln!(
         w,
@@ -615,7 +615,10 @@ pub fn text_report(p: &Profile, top: usize, w: &mut dyn Write) -> Result<()> {
         "instructions", "count", "address"
     )?;
     for (n, k, name, at) in blocks.iter().take(top) {
-        let src = lines.at(*at).unwrap_or_default();
+        let src = lines
+            .at(*at)
+            .map(|(f, l)| format!("{f}:{l}"))
+            .unwrap_or_default();
         writeln!(w, "{n:>14} {k:>12} {at:>#18x}  {name}  {src}")?;
     }
     let failed: Vec<&ProcProfile> = p.procs.iter().filter(|q| q.error.is_some()).collect();

@@ -31,8 +31,8 @@ use aetrace_format::{module_flags, ExitStatus, Module, StartReason, Stdin, Trace
 use aetrace_graph::EntityRef;
 use aetrace_record::elf;
 
-use crate::lines::Lines;
 use crate::{Arrival, Error, Event, Exit, Observer, Options, Outcome, Pid};
+use aetrace_record::lines::Lines;
 
 /// Blocks of context printed before a divergence.
 const CONTEXT: usize = 6;
@@ -836,7 +836,8 @@ impl<'a> Describer<'a> {
         let line = self
             .lines
             .get_or_insert_with(|| Lines::load(self.elf))
-            .at(addr);
+            .at(addr)
+            .map(|(file, l)| format!("{}:{l}", file.rsplit('/').next().unwrap_or(file)));
         Place { addr, proc, line }
     }
 

@@ -22,7 +22,6 @@
 
 pub mod check;
 mod emulate;
-pub mod lines;
 pub mod module;
 mod scratch;
 mod sys;
