@@ -1446,8 +1446,11 @@ impl<'a> Machine<'a> {
             let b = &m.blocks[l.block as usize];
             // A read point (see `summary`): where pieces are cut and where
             // counting takes one step per witness.
+            // Only counting and cut pieces look for them: plain output
+            // keeps its inner loop.
+            let wanted = sink.counts.is_some() || sink.pause_at != u64::MAX;
             let read = match (self.pending, b.next, b.call) {
-                (None, EXIT, None) => self.stream.peek_byte_witness(),
+                (None, EXIT, None) if wanted => self.stream.peek_byte_witness(),
                 _ => None,
             };
             // Pieces are not cut inside a signal handler: the interrupted
