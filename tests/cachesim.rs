@@ -3,8 +3,10 @@
 //! (pycachesim on load-only streams; cachegrind on a real program's stream
 //! recorded by valgrind's lackey).
 
+mod common;
+
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 /// Access kinds, numbered as in Dinero IV and the `bin` format.
@@ -14,12 +16,6 @@ enum AccessKind {
     Write = 1,
     Instr = 2,
     Misc = 3,
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("aetrace-cachesim-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 /// Runs `aetrace cachesim ARGS` with `stdin` bytes.
@@ -128,7 +124,7 @@ fn write_bin(path: &Path, refs: &[(AccessKind, u64, u32)], count_known: bool) {
 
 #[test]
 fn all_input_formats_agree() {
-    let dir = scratch("formats");
+    let dir = common::scratch("cachesim-formats");
     // Traditional din is word-aligned with size 4: write the same stream in
     // all formats.
     let refs = [
@@ -238,7 +234,7 @@ fn bad_input_names_the_line_and_exits_1() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("line 2: unknown label"));
     // A truncated binary trace.
-    let dir = scratch("bad");
+    let dir = common::scratch("cachesim-bad");
     let bin = dir.join("t.bin");
     write_bin(
         &bin,
@@ -360,7 +356,7 @@ fn pycachesim_equal_miss_counts_on_load_streams() {
         );
         return;
     }
-    let dir = scratch("pycachesim");
+    let dir = common::scratch("cachesim-pycachesim");
     let trace = dir.join("loads.xdin");
     std::fs::write(&trace, load_stream(30_000)).unwrap();
     let script = dir.join("run.py");
@@ -454,24 +450,9 @@ fn lackey_to_xdin(log: &str) -> String {
     out
 }
 
-fn cachegrind_number(summary: &str, label: &str) -> u64 {
-    let line = summary
-        .lines()
-        .find(|l| l.contains(label))
-        .unwrap_or_else(|| panic!("no {label:?} in cachegrind output:\n{summary}"));
-    let after = &line[line.find(label).unwrap() + label.len()..];
-    after
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .replace(',', "")
-        .parse()
-        .unwrap()
-}
-
 #[test]
 fn cachegrind_model_matches_cachegrind_on_a_lackey_stream() {
-    let dir = scratch("cachegrind");
+    let dir = common::scratch("cachesim-cachegrind");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("traces/cache_mix.c");
     let exe = dir.join("prog");
     // Static: no dynamic loader, so the instruction stream is the same in
@@ -556,27 +537,27 @@ fn cachegrind_model_matches_cachegrind_on_a_lackey_stream() {
         let ctx = format!("I1 {i1:?} D1 {d1:?} LL {ll:?}");
         assert_eq!(
             get("i_refs"),
-            cachegrind_number(&summary, "I   refs:"),
+            common::cachegrind::number(&summary, "I   refs:"),
             "{ctx}"
         );
         assert_eq!(
             get("i1_misses"),
-            cachegrind_number(&summary, "I1  misses:"),
+            common::cachegrind::number(&summary, "I1  misses:"),
             "{ctx}"
         );
         assert_eq!(
             get("lli_misses"),
-            cachegrind_number(&summary, "LLi misses:"),
+            common::cachegrind::number(&summary, "LLi misses:"),
             "{ctx}"
         );
         assert_eq!(
             get("d1_read_misses") + get("d1_write_misses"),
-            cachegrind_number(&summary, "D1  misses:"),
+            common::cachegrind::number(&summary, "D1  misses:"),
             "{ctx}"
         );
         assert_eq!(
             get("lld_read_misses") + get("lld_write_misses"),
-            cachegrind_number(&summary, "LLd misses:"),
+            common::cachegrind::number(&summary, "LLd misses:"),
             "{ctx}"
         );
     }
@@ -585,7 +566,7 @@ fn cachegrind_model_matches_cachegrind_on_a_lackey_stream() {
 
 #[test]
 fn sweep_matches_separate_runs_and_draws_svg() {
-    let dir = scratch("sweep");
+    let dir = common::scratch("cachesim-sweep");
     let trace = dir.join("loads.xdin");
     std::fs::write(&trace, load_stream(5_000)).unwrap();
     let svg = dir.join("mrc.svg");

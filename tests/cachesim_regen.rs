@@ -37,22 +37,6 @@ fn build_nolibc(dir: &Path) -> PathBuf {
     exe
 }
 
-/// Cachegrind's summary figure after `label` (`I   refs:`, ...).
-fn cachegrind_number(summary: &str, label: &str) -> u64 {
-    let line = summary
-        .lines()
-        .find(|l| l.contains(label))
-        .unwrap_or_else(|| panic!("no {label:?} in cachegrind output:\n{summary}"));
-    let after = &line[line.find(label).unwrap() + label.len()..];
-    after
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .replace(',', "")
-        .parse()
-        .unwrap_or_else(|e| panic!("{label:?} in {line:?}: {e}"))
-}
-
 #[test]
 fn cachegrind_i1_equals_cachesim_on_the_regenerated_stream() {
     let dir = common::scratch("cachesim-regen");
@@ -172,13 +156,13 @@ fn cachegrind_i1_equals_cachesim_on_the_regenerated_stream() {
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let get = |key: &str| v["stats"][key].as_u64().unwrap();
         let ctx = format!("I1 {i1:?} D1 {d1:?} LL {ll:?}");
-        let irefs = cachegrind_number(&summary, "I   refs:");
-        let i1_misses = cachegrind_number(&summary, "I1  misses:");
+        let irefs = common::cachegrind::number(&summary, "I   refs:");
+        let i1_misses = common::cachegrind::number(&summary, "I1  misses:");
         assert_eq!(get("i_refs"), irefs, "I refs, {ctx}");
         assert_eq!(get("i1_misses"), i1_misses, "I1 misses, {ctx}");
         assert_eq!(
             get("lli_misses"),
-            cachegrind_number(&summary, "LLi misses:"),
+            common::cachegrind::number(&summary, "LLi misses:"),
             "LLi misses, {ctx}"
         );
         if k == 0 {

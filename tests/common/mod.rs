@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod build;
+pub mod cachegrind;
 pub mod callgrind;
 pub mod cfg;
 pub mod elf;
