@@ -830,6 +830,297 @@ mod tests {
         assert!(recover(&p).unwrap_err().contains("not countable"));
     }
 
+    /// A tiny deterministic generator (xorshift64*), for the property test.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n.max(1)
+        }
+        fn chance(&mut self, percent: usize) -> bool {
+            self.below(100) < percent
+        }
+    }
+
+    /// What a call block does in the random procedures.
+    #[derive(Clone, Copy, PartialEq)]
+    enum CallRole {
+        Plain,
+        MayAbandon,
+        Setjmp,
+    }
+
+    /// A random procedure: block `i` falls through (or returns from its
+    /// call) to `i + 1`, the last one returns; plain blocks may also jump
+    /// anywhere; some call blocks may have their frame abandoned (virtual
+    /// exit), some call `setjmp`; some blocks are landing pads.
+    fn random_cfg(rng: &mut Rng) -> (crate::cfg::Cfg, Vec<CallRole>, Vec<BlockId>) {
+        use crate::cfg::{Block, BlockKind, CallKind, CallSite, Cfg, CfgEdge, EdgeKind};
+        let n = 2 + rng.below(9);
+        let exit = BlockId::new(n);
+        let mut blocks = aetrace_graph::PrimaryMap::new();
+        let mut edges = aetrace_graph::PrimaryMap::new();
+        let mut calls = Vec::new();
+        let mut roles = Vec::new();
+        for i in 0..n {
+            let call = i + 1 < n && rng.chance(40);
+            let b = BlockId::new(i);
+            blocks.push(Block {
+                start: 0x1000 + 16 * i as u64,
+                end: 0x1008 + 16 * i as u64,
+                insns: vec![0, 4],
+                kind: if call {
+                    BlockKind::Call
+                } else {
+                    BlockKind::Plain
+                },
+            });
+            let next = BlockId::new(i + 1);
+            if call {
+                edges.push(CfgEdge {
+                    from: b,
+                    to: next,
+                    kind: EdgeKind::CallReturn,
+                });
+                calls.push(CallSite {
+                    block: b,
+                    kind: CallKind::Direct,
+                    target: None,
+                    name: None,
+                    returns: true,
+                    tail: false,
+                });
+                roles.push(match rng.below(3) {
+                    0 => CallRole::Plain,
+                    1 => CallRole::MayAbandon,
+                    _ => CallRole::Setjmp,
+                });
+                continue;
+            }
+            roles.push(CallRole::Plain);
+            let spine = if i + 1 < n { next } else { exit };
+            edges.push(CfgEdge {
+                from: b,
+                to: spine,
+                kind: if spine == exit {
+                    EdgeKind::Return
+                } else {
+                    EdgeKind::FallThrough
+                },
+            });
+            if rng.chance(60) {
+                let t = BlockId::new(rng.below(n + 1));
+                if t != spine {
+                    edges.push(CfgEdge {
+                        from: b,
+                        to: t,
+                        kind: if t == exit {
+                            EdgeKind::TailCall
+                        } else {
+                            EdgeKind::Taken
+                        },
+                    });
+                }
+            }
+        }
+        let pads = (1..n)
+            .filter(|_| rng.chance(20))
+            .map(BlockId::new)
+            .collect();
+        let cfg = Cfg {
+            blocks,
+            entry: BlockId::new(0),
+            edges,
+            calls,
+            indirect_jumps: Vec::new(),
+        };
+        (cfg, roles, pads)
+    }
+
+    /// What a run of the procedure really did, and what its counters read.
+    #[derive(Default)]
+    struct Truth {
+        blocks: Vec<u64>,
+        edges: Vec<u64>,
+        invocations: u64,
+        abandoned: BTreeMap<u32, u64>,
+        landed: BTreeMap<u32, u64>,
+        resumed: BTreeMap<u32, u64>,
+        /// All returns of each setjmp call (its `S -> r` counter).
+        returns: BTreeMap<u32, u64>,
+    }
+
+    /// Runs frames of the procedure: from the entry, or (after a frame was
+    /// abandoned at a call that may abandon it) from a landing pad or a
+    /// `setjmp` the frame had called; within `budget` steps, then straight
+    /// down the fall-through spine to EXIT.
+    fn simulate(
+        rng: &mut Rng,
+        cfg: &crate::cfg::Cfg,
+        roles: &[CallRole],
+        pads: &[BlockId],
+    ) -> Truth {
+        let n = cfg.blocks.len();
+        let exit = cfg.exit();
+        let mut t = Truth {
+            blocks: vec![0; n],
+            edges: vec![0; cfg.edges.len()],
+            ..Truth::default()
+        };
+        let out = |b: BlockId| -> Vec<EdgeId> {
+            cfg.edges
+                .iter()
+                .filter(|(_, e)| e.from == b)
+                .map(|(id, _)| id)
+                .collect()
+        };
+        for _ in 0..1 + rng.below(4) {
+            t.invocations += 1;
+            let mut at = cfg.entry;
+            let mut budget = 40;
+            // setjmp calls this frame made (a longjmp may come back to one).
+            let mut saved: Vec<BlockId> = Vec::new();
+            while at != exit {
+                t.blocks[at.index()] += 1;
+                budget -= 1;
+                let succ = out(at);
+                let role = roles[at.index()];
+                let mut e = if budget > 0 {
+                    succ[rng.below(succ.len())]
+                } else {
+                    succ[0]
+                };
+                if role == CallRole::Setjmp {
+                    saved.push(at);
+                    *t.returns.entry(at.index() as u32).or_default() += 1;
+                }
+                if role == CallRole::MayAbandon && budget > 0 && rng.chance(40) {
+                    *t.abandoned.entry(at.index() as u32).or_default() += 1;
+                    // Unwound through, caught here, or longjmp'd back.
+                    match rng.below(3) {
+                        1 if !pads.is_empty() => {
+                            let p = pads[rng.below(pads.len())];
+                            *t.landed.entry(p.index() as u32).or_default() += 1;
+                            at = p;
+                            continue;
+                        }
+                        2 if !saved.is_empty() => {
+                            let c = saved[rng.below(saved.len())];
+                            *t.resumed.entry(c.index() as u32).or_default() += 1;
+                            *t.returns.entry(c.index() as u32).or_default() += 1;
+                            at = cfg.edges[out(c)[0]].to;
+                            continue;
+                        }
+                        _ => break,
+                    }
+                }
+                if role != CallRole::Plain {
+                    e = succ[0];
+                }
+                t.edges[e.index()] += 1;
+                at = cfg.edges[e].to;
+            }
+        }
+        t
+    }
+
+    /// One case of the property below: a random procedure and run from
+    /// `seed`.
+    fn random_frames_case(seed: u64) {
+        use crate::cfg::{BlockKind, EdgeKind};
+        use crate::rewrite::counters::Counted;
+        let mut rng = Rng(seed);
+        let (cfg, roles, pads) = random_cfg(&mut rng);
+        let of = |r: CallRole| -> Vec<BlockId> {
+            (0..roles.len())
+                .filter(|&i| roles[i] == r && cfg.blocks[BlockId::new(i)].kind == BlockKind::Call)
+                .map(BlockId::new)
+                .collect()
+        };
+        let virt = Virtual {
+            exits: of(CallRole::MayAbandon),
+            pads: pads.clone(),
+            setjmps: of(CallRole::Setjmp),
+        };
+        let pc = counters::place(&cfg, &CountSpec::default(), 0x1000, virt, 0).unwrap();
+        let t = simulate(&mut rng, &cfg, &roles, &pads);
+        let m = cfg.edges.len();
+        let get = |map: &BTreeMap<u32, u64>, b: BlockId| map.get(&(b.index() as u32)).copied();
+        let counters: Vec<u64> = pc
+            .chords
+            .iter()
+            .map(|&c| match c {
+                Counted::Edge(e) => t.edges[e.index()],
+                Counted::Entry => t.invocations,
+                Counted::Landing(b) => get(&t.landed, b).unwrap_or(0),
+                Counted::Resume(b) => get(&t.returns, b).unwrap_or(0),
+            })
+            .collect();
+        let index = |v: &[BlockId]| v.iter().map(|b| b.index() as u32).collect();
+        let p = ProcProfile {
+            name: "p".into(),
+            left_alone: None,
+            entry: 0,
+            blocks: cfg
+                .blocks
+                .values()
+                .map(|b| BlockProfile {
+                    start: b.start,
+                    insns: b.insns.clone(),
+                })
+                .collect(),
+            edges: cfg
+                .edges
+                .values()
+                .map(|e| {
+                    let kind = match e.kind {
+                        EdgeKind::CallReturn => "return_from_call",
+                        k => k.as_str(),
+                    };
+                    (e.from.index() as u32, e.to.index() as u32, kind.into())
+                })
+                .collect(),
+            virtual_exits: index(&pc.virt.exits),
+            landing_pads: index(&pc.virt.pads),
+            setjmp_calls: index(&pc.virt.setjmps),
+            chords: pc
+                .chords
+                .iter()
+                .map(|&c| pc.virt.edge_of(m, c).unwrap().index() as u32)
+                .collect(),
+            every_block: false,
+            first_counter: 0,
+            counters,
+            counts: None,
+            error: None,
+        };
+        let c = recover(&p).unwrap();
+        let list = |m: &BTreeMap<u32, u64>| -> Vec<(u32, u64)> {
+            m.iter().map(|(&k, &v)| (k, v)).collect()
+        };
+        assert_eq!(c.invocations, t.invocations);
+        assert_eq!(c.blocks, t.blocks);
+        assert_eq!(c.edges, Some(t.edges));
+        assert_eq!(c.active, list(&t.abandoned));
+        assert_eq!(c.landed, list(&t.landed));
+        assert_eq!(c.resumed, list(&t.resumed));
+    }
+
+    proptest::proptest! {
+        /// Frames abandoned by throws and longjmps, landing pads and setjmp
+        /// returns: placing counters on a random procedure, reading them as
+        /// the code would (a setjmp's return edge before the call, its
+        /// `S -> r` at the return point, a pad's entries in its stub) and
+        /// recovering gives back every true count.
+        #[test]
+        fn random_frames_with_throws_and_longjmps_recover_exactly(seed in 1u64..u64::MAX) {
+            random_frames_case(seed);
+        }
+    }
+
     #[test]
     fn complete_run() {
         let c = recover(&proc(3, 3)).unwrap();
