@@ -23,11 +23,11 @@ use std::path::{Path, PathBuf};
 use aetrace_format::progdb::{EdgeKindDb, ProcStatus};
 use aetrace_graph::profile::{recover_counts, CounterPlacement};
 use aetrace_graph::spanning::max_spanning_forest;
-use aetrace_graph::{BlockId, EdgeId, EntityRef, GraphBuilder, SecondaryMap, VertexKind};
+use aetrace_graph::{BlockId, EdgeId, EntityRef, SecondaryMap, VertexKind};
 use serde::{Deserialize, Serialize};
 
 use crate::launch::Outcome;
-use crate::rewrite::counters::{self, CountPlacement, CountSpec, Counted, Feedback};
+use crate::rewrite::counters::{self, CountPlacement, CountSpec, CountedEdge, Feedback, Virtual};
 use crate::rewrite::{self, How};
 use crate::{Error, Result};
 
@@ -76,10 +76,19 @@ pub struct ProcProfile {
     /// `taken`, `table`, `return_from_call`, `return`, `tail`, `noreturn`,
     /// `halt`.
     pub edges: Vec<(u32, u32, String)>,
-    /// Call blocks with a virtual exit edge (frames that may stay active).
+    /// Call blocks with a virtual exit edge (frames that may be abandoned
+    /// there: exit, throw, longjmp).
     pub virtual_exits: Vec<u32>,
-    /// Counted edges in counter order: CFG edge index, or `edges.len()` for
-    /// `R0 -> root` (invocations). Empty with every-block placement.
+    /// Landing pads with a virtual entry edge `R0 -> pad`.
+    #[serde(default)]
+    pub landing_pads: Vec<u32>,
+    /// Blocks calling `setjmp` (its return edge split by a vertex `S`).
+    #[serde(default)]
+    pub setjmp_calls: Vec<u32>,
+    /// Counted edges in counter order, as edges of the counted graph
+    /// (`counters::Virtual`): a CFG edge index, `edges.len()` for
+    /// `R0 -> root` (invocations), a landing pad's `R0 -> pad` or a
+    /// `setjmp` call's `S -> r`. Empty with every-block placement.
     pub chords: Vec<u32>,
     /// Every-block placement: one counter per block, block counts only.
     #[serde(default)]
@@ -109,10 +118,18 @@ pub struct Counts {
     /// Per CFG edge; absent with every-block placement (block counts only).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub edges: Option<Vec<u64>>,
-    /// `[block, frames]`: frames left active at a call block when the
-    /// program ended (Figure 4).
+    /// `[block, frames]`: frames abandoned at a call block: left active
+    /// when the program ended (Figure 4), unwound by a throw or a
+    /// `longjmp`.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub active: Vec<(u32, u64)>,
+    /// `[pad, entries]`: entries by the unwinder at a landing pad.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub landed: Vec<(u32, u64)>,
+    /// `[block, returns]`: returns of the `setjmp` call at a block through
+    /// `longjmp` (its first returns are its return edge's count).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub resumed: Vec<(u32, u64)>,
 }
 
 impl ProcProfile {
@@ -153,49 +170,36 @@ pub fn recover(p: &ProcProfile) -> std::result::Result<Counts, String> {
             blocks: p.counters.clone(),
             edges: None,
             active: Vec::new(),
+            landed: Vec::new(),
+            resumed: Vec::new(),
         });
     }
     let m = p.edges.len();
-    let mut b = GraphBuilder::new();
-    for _ in 0..n {
-        b.add_vertex(VertexKind::Plain);
-    }
-    let exit = b.add_vertex(VertexKind::Exit);
-    let r0 = b.add_vertex(VertexKind::Plain);
-    let block = |i: u32| -> std::result::Result<BlockId, String> {
-        if (i as usize) <= n {
-            Ok(BlockId::new(i as usize))
-        } else {
-            Err(format!("block {i} out of range"))
-        }
+    let blocks = |v: &[u32]| v.iter().map(|&b| BlockId::new(b as usize)).collect();
+    let virt = Virtual {
+        exits: blocks(&p.virtual_exits),
+        pads: blocks(&p.landing_pads),
+        setjmps: blocks(&p.setjmp_calls),
     };
-    // Only EXIT may have no successors.
-    let source = |i: u32| {
-        block(i).and_then(|v| {
-            if v == exit {
-                Err("an edge leaves EXIT".to_string())
-            } else {
-                Ok(v)
-            }
+    let edges: Vec<(BlockId, BlockId, bool)> = p
+        .edges
+        .iter()
+        .map(|(f, t, k)| {
+            (
+                BlockId::new(*f as usize),
+                BlockId::new(*t as usize),
+                k == "return_from_call",
+            )
         })
-    };
-    for &(f, t, _) in &p.edges {
-        b.add_edge(source(f)?, block(t)?);
-    }
-    b.add_edge(r0, source(p.entry)?);
-    for &c in &p.virtual_exits {
-        b.add_edge(source(c)?, exit);
-    }
-    let g = b.finish(r0, exit);
-    if g.num_edges() != m + 1 + p.virtual_exits.len() {
-        return Err("duplicate edges".into());
-    }
+        .collect();
+    let kinds = vec![VertexKind::Plain; n];
+    let g = virt.graph(&kinds, BlockId::new(p.entry as usize), &edges)?;
     if p.counters.len() != p.chords.len() {
         return Err("counter and chord lists differ in length".into());
     }
     let chords: Vec<EdgeId> = p.chords.iter().map(|&c| EdgeId::new(c as usize)).collect();
-    if chords.iter().any(|c| c.index() > m) {
-        return Err("a chord is not a CFG edge".into());
+    if let Some(c) = chords.iter().find(|&&c| virt.counted(m, c).is_none()) {
+        return Err(format!("the counted edge {c} is not countable"));
     }
     let zero = SecondaryMap::filled(g.num_edges() + 1, 0.0);
     let tree = max_spanning_forest(&g, &zero, true, &|e| chords.contains(&e));
@@ -210,18 +214,25 @@ pub fn recover(p: &ProcProfile) -> std::result::Result<Counts, String> {
     let counts = recover_counts(&g, &pl, &values, &[]).map_err(|e| e.to_string())?;
     let edges: Vec<u64> = (0..m).map(|i| counts.edges[EdgeId::new(i)]).collect();
     let blocks: Vec<u64> = (0..n).map(|i| counts.blocks[BlockId::new(i)]).collect();
-    let active = p
-        .virtual_exits
-        .iter()
-        .enumerate()
-        .map(|(i, &c)| (c, counts.edges[EdgeId::new(m + 1 + i)]))
-        .filter(|&(_, k)| k > 0)
-        .collect();
+    let (mut active, mut landed, mut resumed) = (Vec::new(), Vec::new(), Vec::new());
+    for e in g.edge_ids() {
+        let k = counts.edges[e];
+        let list = match virt.classify(m, e) {
+            _ if k == 0 => continue,
+            Some(CountedEdge::Exit(c)) => (&mut active, c),
+            Some(CountedEdge::Landing(b)) => (&mut landed, b),
+            Some(CountedEdge::SecondReturn(c)) => (&mut resumed, c),
+            _ => continue,
+        };
+        list.0.push((list.1.index() as u32, k));
+    }
     Ok(Counts {
         invocations: counts.edges[EdgeId::new(m)],
         blocks,
         edges: Some(edges),
         active,
+        landed,
+        resumed,
     })
 }
 
@@ -342,6 +353,8 @@ pub fn profile_command(o: &ProfileOptions) -> Result<Outcome> {
             blocks,
             edges,
             virtual_exits: Vec::new(),
+            landing_pads: Vec::new(),
+            setjmp_calls: Vec::new(),
             chords: Vec::new(),
             every_block: false,
             first_counter: 0,
@@ -352,15 +365,22 @@ pub fn profile_command(o: &ProfileOptions) -> Result<Outcome> {
         if let Some(Some(pc)) = layout.procs.get(i) {
             pp.first_counter = pc.first;
             pp.every_block = pc.every_block;
-            pp.virtual_exits = pc.virtual_exits.iter().map(|b| b.index() as u32).collect();
+            let index = |v: &[BlockId]| v.iter().map(|b| b.index() as u32).collect();
+            pp.virtual_exits = index(&pc.virt.exits);
+            pp.landing_pads = index(&pc.virt.pads);
+            pp.setjmp_calls = index(&pc.virt.setjmps);
             pp.chords = pc
                 .chords
                 .iter()
-                .map(|c| match *c {
-                    Counted::Edge(e) => e.index() as u32,
-                    Counted::Entry => d.edges.len() as u32,
+                .map(|&c| {
+                    pc.virt
+                        .edge_of(d.edges.len(), c)
+                        .map(|e| e.index() as u32)
+                        .ok_or_else(|| {
+                            perr(format!("internal: {}: counter {c:?} has no edge", d.name))
+                        })
                 })
-                .collect();
+                .collect::<Result<_>>()?;
             let k = pc.len(d.blocks.len()) as usize;
             let first = pc.first as usize;
             pp.counters = values
@@ -726,12 +746,378 @@ mod tests {
             ],
             edges: vec![(0, 1, "return_from_call".into()), (1, 2, "return".into())],
             virtual_exits: vec![0],
+            landing_pads: Vec::new(),
+            setjmp_calls: Vec::new(),
             chords: vec![0, 2],
             every_block: false,
             first_counter: 0,
             counters: vec![returned, invoked],
             counts: None,
             error: None,
+        }
+    }
+
+    /// A frame that catches: block 0 calls a procedure that may throw
+    /// (virtual exit), block 1 returns, block 2 is the landing pad and
+    /// returns. Counted graph: e0 = 0->1, e1 = 1->EXIT, e2 = 2->EXIT,
+    /// e3 = R0->0, e4 = 0->EXIT (virtual exit), e5 = R0->2 (landing);
+    /// counters on e0, e3, e5.
+    fn catcher(returned: u64, invoked: u64, landed: u64) -> ProcProfile {
+        let mut p = proc(returned, invoked);
+        p.blocks.push(BlockProfile {
+            start: 0x20,
+            insns: vec![0, 3],
+        });
+        p.edges = vec![
+            (0, 1, "return_from_call".into()),
+            (1, 3, "return".into()),
+            (2, 3, "return".into()),
+        ];
+        p.landing_pads = vec![2];
+        p.chords = vec![0, 3, 5];
+        p.counters = vec![returned, invoked, landed];
+        p
+    }
+
+    #[test]
+    fn landing_pads_are_entered_by_the_unwinder() {
+        // Three calls: two return, one throws and lands in the pad.
+        let c = recover(&catcher(2, 3, 1)).unwrap();
+        assert_eq!(c.blocks, vec![3, 2, 1]);
+        assert_eq!(c.edges, Some(vec![2, 2, 1]));
+        assert_eq!(c.active, vec![(0, 1)]);
+        assert_eq!(c.landed, vec![(2, 1)]);
+        // Two unwound: one landed here, one passed through to a caller.
+        let c = recover(&catcher(1, 3, 1)).unwrap();
+        assert_eq!(c.blocks, vec![3, 1, 1]);
+        assert_eq!(c.active, vec![(0, 2)]);
+        // More returns than calls: impossible, landings or not.
+        assert!(recover(&catcher(4, 3, 1)).is_err());
+    }
+
+    /// Block 0 calls setjmp (its return edge split: e0 = 0->S), block 1
+    /// calls a procedure that may longjmp (e1 = 1->2, virtual exit e4 =
+    /// 1->EXIT), block 2 returns (e2 = 2->EXIT). e3 = R0->0, e5 = R0->S,
+    /// e6 = S->1 (all returns of setjmp); counters on e1, e3, e6.
+    fn setjmp(invoked: u64, returns: u64, came_back: u64) -> ProcProfile {
+        let mut p = catcher(0, 0, 0);
+        p.edges = vec![
+            (0, 1, "return_from_call".into()),
+            (1, 2, "return_from_call".into()),
+            (2, 3, "return".into()),
+        ];
+        p.virtual_exits = vec![1];
+        p.landing_pads = Vec::new();
+        p.setjmp_calls = vec![0];
+        p.chords = vec![1, 3, 6];
+        p.counters = vec![came_back, invoked, returns];
+        p
+    }
+
+    #[test]
+    fn setjmp_returns_again_after_longjmp() {
+        // One call; the callee longjmps back twice, then returns.
+        let c = recover(&setjmp(1, 3, 1)).unwrap();
+        assert_eq!(c.blocks, vec![1, 3, 1]);
+        assert_eq!(c.edges, Some(vec![1, 1, 1]));
+        assert_eq!(c.active, vec![(1, 2)]);
+        assert_eq!(c.resumed, vec![(0, 2)]);
+        // Fewer returns of setjmp than calls: impossible.
+        assert!(recover(&setjmp(2, 1, 1)).is_err());
+        // The derived edges cannot be counted.
+        let mut p = setjmp(1, 3, 1);
+        p.chords = vec![1, 3, 5];
+        assert!(recover(&p).unwrap_err().contains("not countable"));
+    }
+
+    /// A tiny deterministic generator (xorshift64*), for the property test.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n.max(1)
+        }
+        fn chance(&mut self, percent: usize) -> bool {
+            self.below(100) < percent
+        }
+    }
+
+    /// What a call block does in the random procedures.
+    #[derive(Clone, Copy, PartialEq)]
+    enum CallRole {
+        Plain,
+        MayAbandon,
+        Setjmp,
+    }
+
+    /// A random procedure: block `i` falls through (or returns from its
+    /// call) to `i + 1`, the last one returns; plain blocks may also jump
+    /// anywhere; some call blocks may have their frame abandoned (virtual
+    /// exit), some call `setjmp`; some blocks are landing pads.
+    fn random_cfg(rng: &mut Rng) -> (crate::cfg::Cfg, Vec<CallRole>, Vec<BlockId>) {
+        use crate::cfg::{Block, BlockKind, CallKind, CallSite, Cfg, CfgEdge, EdgeKind};
+        let n = 2 + rng.below(9);
+        let exit = BlockId::new(n);
+        let mut blocks = aetrace_graph::PrimaryMap::new();
+        let mut edges = aetrace_graph::PrimaryMap::new();
+        let mut calls = Vec::new();
+        let mut roles = Vec::new();
+        for i in 0..n {
+            let call = i + 1 < n && rng.chance(40);
+            let b = BlockId::new(i);
+            blocks.push(Block {
+                start: 0x1000 + 16 * i as u64,
+                end: 0x1008 + 16 * i as u64,
+                insns: vec![0, 4],
+                kind: if call {
+                    BlockKind::Call
+                } else {
+                    BlockKind::Plain
+                },
+            });
+            let next = BlockId::new(i + 1);
+            if call {
+                edges.push(CfgEdge {
+                    from: b,
+                    to: next,
+                    kind: EdgeKind::CallReturn,
+                });
+                calls.push(CallSite {
+                    block: b,
+                    kind: CallKind::Direct,
+                    target: None,
+                    name: None,
+                    returns: true,
+                    tail: false,
+                });
+                roles.push(match rng.below(3) {
+                    0 => CallRole::Plain,
+                    1 => CallRole::MayAbandon,
+                    _ => CallRole::Setjmp,
+                });
+                continue;
+            }
+            roles.push(CallRole::Plain);
+            let spine = if i + 1 < n { next } else { exit };
+            edges.push(CfgEdge {
+                from: b,
+                to: spine,
+                kind: if spine == exit {
+                    EdgeKind::Return
+                } else {
+                    EdgeKind::FallThrough
+                },
+            });
+            if rng.chance(60) {
+                let t = BlockId::new(rng.below(n + 1));
+                if t != spine {
+                    edges.push(CfgEdge {
+                        from: b,
+                        to: t,
+                        kind: if t == exit {
+                            EdgeKind::TailCall
+                        } else {
+                            EdgeKind::Taken
+                        },
+                    });
+                }
+            }
+        }
+        let pads = (1..n)
+            .filter(|_| rng.chance(20))
+            .map(BlockId::new)
+            .collect();
+        let cfg = Cfg {
+            blocks,
+            entry: BlockId::new(0),
+            edges,
+            calls,
+            indirect_jumps: Vec::new(),
+        };
+        (cfg, roles, pads)
+    }
+
+    /// What a run of the procedure really did, and what its counters read.
+    #[derive(Default)]
+    struct Truth {
+        blocks: Vec<u64>,
+        edges: Vec<u64>,
+        invocations: u64,
+        abandoned: BTreeMap<u32, u64>,
+        landed: BTreeMap<u32, u64>,
+        resumed: BTreeMap<u32, u64>,
+        /// All returns of each setjmp call (its `S -> r` counter).
+        returns: BTreeMap<u32, u64>,
+    }
+
+    /// Runs frames of the procedure: from the entry, or (after a frame was
+    /// abandoned at a call that may abandon it) from a landing pad or a
+    /// `setjmp` the frame had called; within `budget` steps, then straight
+    /// down the fall-through spine to EXIT.
+    fn simulate(
+        rng: &mut Rng,
+        cfg: &crate::cfg::Cfg,
+        roles: &[CallRole],
+        pads: &[BlockId],
+    ) -> Truth {
+        let n = cfg.blocks.len();
+        let exit = cfg.exit();
+        let mut t = Truth {
+            blocks: vec![0; n],
+            edges: vec![0; cfg.edges.len()],
+            ..Truth::default()
+        };
+        let out = |b: BlockId| -> Vec<EdgeId> {
+            cfg.edges
+                .iter()
+                .filter(|(_, e)| e.from == b)
+                .map(|(id, _)| id)
+                .collect()
+        };
+        for _ in 0..1 + rng.below(4) {
+            t.invocations += 1;
+            let mut at = cfg.entry;
+            let mut budget = 40;
+            // setjmp calls this frame made (a longjmp may come back to one).
+            let mut saved: Vec<BlockId> = Vec::new();
+            while at != exit {
+                t.blocks[at.index()] += 1;
+                budget -= 1;
+                let succ = out(at);
+                let role = roles[at.index()];
+                let mut e = if budget > 0 {
+                    succ[rng.below(succ.len())]
+                } else {
+                    succ[0]
+                };
+                if role == CallRole::Setjmp {
+                    saved.push(at);
+                    *t.returns.entry(at.index() as u32).or_default() += 1;
+                }
+                if role == CallRole::MayAbandon && budget > 0 && rng.chance(40) {
+                    *t.abandoned.entry(at.index() as u32).or_default() += 1;
+                    // Unwound through, caught here, or longjmp'd back.
+                    match rng.below(3) {
+                        1 if !pads.is_empty() => {
+                            let p = pads[rng.below(pads.len())];
+                            *t.landed.entry(p.index() as u32).or_default() += 1;
+                            at = p;
+                            continue;
+                        }
+                        2 if !saved.is_empty() => {
+                            let c = saved[rng.below(saved.len())];
+                            *t.resumed.entry(c.index() as u32).or_default() += 1;
+                            *t.returns.entry(c.index() as u32).or_default() += 1;
+                            at = cfg.edges[out(c)[0]].to;
+                            continue;
+                        }
+                        _ => break,
+                    }
+                }
+                if role != CallRole::Plain {
+                    e = succ[0];
+                }
+                t.edges[e.index()] += 1;
+                at = cfg.edges[e].to;
+            }
+        }
+        t
+    }
+
+    /// One case of the property below: a random procedure and run from
+    /// `seed`.
+    fn random_frames_case(seed: u64) {
+        use crate::cfg::{BlockKind, EdgeKind};
+        use crate::rewrite::counters::Counted;
+        let mut rng = Rng(seed);
+        let (cfg, roles, pads) = random_cfg(&mut rng);
+        let of = |r: CallRole| -> Vec<BlockId> {
+            (0..roles.len())
+                .filter(|&i| roles[i] == r && cfg.blocks[BlockId::new(i)].kind == BlockKind::Call)
+                .map(BlockId::new)
+                .collect()
+        };
+        let virt = Virtual {
+            exits: of(CallRole::MayAbandon),
+            pads: pads.clone(),
+            setjmps: of(CallRole::Setjmp),
+        };
+        let pc = counters::place(&cfg, &CountSpec::default(), 0x1000, virt, 0).unwrap();
+        let t = simulate(&mut rng, &cfg, &roles, &pads);
+        let m = cfg.edges.len();
+        let get = |map: &BTreeMap<u32, u64>, b: BlockId| map.get(&(b.index() as u32)).copied();
+        let counters: Vec<u64> = pc
+            .chords
+            .iter()
+            .map(|&c| match c {
+                Counted::Edge(e) => t.edges[e.index()],
+                Counted::Entry => t.invocations,
+                Counted::Landing(b) => get(&t.landed, b).unwrap_or(0),
+                Counted::Resume(b) => get(&t.returns, b).unwrap_or(0),
+            })
+            .collect();
+        let index = |v: &[BlockId]| v.iter().map(|b| b.index() as u32).collect();
+        let p = ProcProfile {
+            name: "p".into(),
+            left_alone: None,
+            entry: 0,
+            blocks: cfg
+                .blocks
+                .values()
+                .map(|b| BlockProfile {
+                    start: b.start,
+                    insns: b.insns.clone(),
+                })
+                .collect(),
+            edges: cfg
+                .edges
+                .values()
+                .map(|e| {
+                    let kind = match e.kind {
+                        EdgeKind::CallReturn => "return_from_call",
+                        k => k.as_str(),
+                    };
+                    (e.from.index() as u32, e.to.index() as u32, kind.into())
+                })
+                .collect(),
+            virtual_exits: index(&pc.virt.exits),
+            landing_pads: index(&pc.virt.pads),
+            setjmp_calls: index(&pc.virt.setjmps),
+            chords: pc
+                .chords
+                .iter()
+                .map(|&c| pc.virt.edge_of(m, c).unwrap().index() as u32)
+                .collect(),
+            every_block: false,
+            first_counter: 0,
+            counters,
+            counts: None,
+            error: None,
+        };
+        let c = recover(&p).unwrap();
+        let list = |m: &BTreeMap<u32, u64>| -> Vec<(u32, u64)> {
+            m.iter().map(|(&k, &v)| (k, v)).collect()
+        };
+        assert_eq!(c.invocations, t.invocations);
+        assert_eq!(c.blocks, t.blocks);
+        assert_eq!(c.edges, Some(t.edges));
+        assert_eq!(c.active, list(&t.abandoned));
+        assert_eq!(c.landed, list(&t.landed));
+        assert_eq!(c.resumed, list(&t.resumed));
+    }
+
+    proptest::proptest! {
+        /// Frames abandoned by throws and longjmps, landing pads and setjmp
+        /// returns: placing counters on a random procedure, reading them as
+        /// the code would (a setjmp's return edge before the call, its
+        /// `S -> r` at the return point, a pad's entries in its stub) and
+        /// recovering gives back every true count.
+        #[test]
+        fn random_frames_with_throws_and_longjmps_recover_exactly(seed in 1u64..u64::MAX) {
+            random_frames_case(seed);
         }
     }
 

@@ -8,7 +8,9 @@
 //! absolute (`0x...`), relative to the previous position (`+n`/`-n`,
 //! decimal) or unchanged (`*`); the line after `calls=` holds the call's
 //! inclusive cost (not the instruction's own); `jcnd=taken/executed target`
-//! and `jump=` precede the position line of the jump instruction.
+//! and `jump=` precede the position line of the jump instruction. A jump
+//! into another function (a `.cold` part) is recorded as a call
+//! (`calls=count target` before the jump's position line), not as `jcnd`.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -20,6 +22,9 @@ pub struct Object {
     pub ir: HashMap<u64, u64>,
     /// Taken count per conditional jump address.
     pub taken: HashMap<u64, u64>,
+    /// Count of every `calls=` record per source address (a call, or a jump
+    /// callgrind saw as one).
+    pub calls: HashMap<u64, u64>,
 }
 
 fn name(map: &mut HashMap<String, String>, s: &str) -> String {
@@ -57,7 +62,7 @@ pub fn parse(path: &Path, module: &str) -> Object {
     let mut fns = HashMap::new();
     let mut ob = String::new();
     let mut addr = 0u64;
-    let mut skip_cost = false;
+    let mut skip_cost: Option<u64> = None;
     let mut pending_jcnd: Option<u64> = None;
     let mut out = Object::default();
     for line in text.lines() {
@@ -69,8 +74,9 @@ pub fn parse(path: &Path, module: &str) -> Object {
             name(&mut fns, v);
         } else if let Some(v) = line.strip_prefix("cfn=") {
             name(&mut fns, v);
-        } else if line.starts_with("calls=") {
-            skip_cost = true;
+        } else if let Some(v) = line.strip_prefix("calls=") {
+            let n = v.split_whitespace().next().unwrap().parse::<u64>().unwrap();
+            skip_cost = Some(n);
         } else if let Some(v) = line.strip_prefix("jcnd=") {
             let taken = v.split('/').next().unwrap().parse::<u64>().unwrap();
             pending_jcnd = Some(taken);
@@ -92,7 +98,10 @@ pub fn parse(path: &Path, module: &str) -> Object {
                 }
                 continue;
             }
-            if std::mem::take(&mut skip_cost) {
+            if let Some(n) = skip_cost.take() {
+                if ours {
+                    *out.calls.entry(addr).or_default() += n;
+                }
                 continue;
             }
             if let (Some(c), true) = (cost, ours) {

@@ -109,6 +109,13 @@ pub struct PlanCounters {
     pub entry: Option<u32>,
     /// Counter at the start of each block (every-block placement).
     pub blocks: Vec<Option<u32>>,
+    /// Per block (empty: none): the counter of entries by the unwinder at
+    /// this landing pad, in its LANDING stub.
+    pub landing: Vec<Option<u32>>,
+    /// Per `setjmp` call block (empty: none): the counter of all its
+    /// returns, at the return point; its return edge's counter, if any,
+    /// stands before the call (first returns only).
+    pub resume: Vec<Option<u32>>,
 }
 
 /// A resolved jump table rewritten to point into the copy.
@@ -194,6 +201,10 @@ struct Emitter {
     at: HashMap<u64, usize>,
     /// Label to put on the next emitted instruction.
     pending: Option<u64>,
+    /// Labels bound while another was pending (nothing was emitted between
+    /// them, e.g. an event counter whose increment is 0): label -> the
+    /// label its instruction carries. Resolved before encoding.
+    alias: HashMap<u64, u64>,
     /// `(index in out, original address)` of copied instructions.
     origin: Vec<(usize, u64)>,
     counting: Option<Counting>,
@@ -224,8 +235,32 @@ impl Emitter {
     }
 
     fn bind(&mut self, label: u64) {
-        debug_assert!(self.pending.is_none(), "two labels on one instruction");
-        self.pending = Some(label);
+        match self.pending {
+            Some(p) => {
+                self.alias.insert(label, p);
+            }
+            None => self.pending = Some(label),
+        }
+    }
+
+    /// Points every branch to an aliased label at the label its
+    /// instruction carries (`alias`).
+    fn resolve_aliases(&mut self) {
+        if self.alias.is_empty() {
+            return;
+        }
+        for insn in &mut self.out {
+            if near_branch(insn) {
+                if let Some(&p) = self.alias.get(&insn.near_branch_target()) {
+                    insn.set_near_branch64(p);
+                }
+            }
+        }
+        for (&a, p) in &self.alias {
+            if let Some(&i) = self.at.get(p) {
+                self.at.insert(a, i);
+            }
+        }
     }
 
     fn push(&mut self, mut insn: Instruction) {
@@ -431,6 +466,7 @@ pub fn generate(
         next_label: LABEL_BASE,
         at: HashMap::new(),
         pending: None,
+        alias: HashMap::new(),
         origin: Vec::new(),
         counting,
         emitted: Default::default(),
@@ -488,6 +524,8 @@ pub fn generate(
                 .witness
                 .iter()
                 .chain(&c.blocks)
+                .chain(&c.landing)
+                .chain(&c.resume)
                 .chain(std::iter::once(&c.entry));
             if let Some(n) = wanted.flatten().find(|n| !em.emitted.contains(n)) {
                 return Err(format!(
@@ -498,6 +536,7 @@ pub fn generate(
         }
         spans.push((first, em.out.len(), first_origin, em.origin.len(), landing));
     }
+    em.resolve_aliases();
     let block = InstructionBlock::new(&em.out, rip);
     let res = BlockEncoder::encode(
         64,
@@ -772,6 +811,13 @@ impl ProcGen<'_, '_> {
                 self.em.seq_write(SigPoint::Outside, after, |a| {
                     emit_record(a, RecordKind::Landing, Payload::Imm32(n), site)
                 })?;
+            } else if let Some(n) = p
+                .counters
+                .as_ref()
+                .and_then(|c| c.landing.get(b.index()).copied().flatten())
+            {
+                let site = self.site(p.live.live_in(b));
+                self.em.counter(n, site)?;
             }
             self.em.jmp(self.labels[b.index()])?;
         }
@@ -920,11 +966,22 @@ impl ProcGen<'_, '_> {
                 if cp.syscall_exit {
                     self.syscall_exit(before_last, last.ip())?;
                 }
+                // setjmp returns again after a longjmp, through the same
+                // return point: its return edge (first returns) is counted
+                // before the call, all returns after it.
+                let setjmp = cp.jmpbuf == Some(RecordKind::Setjmp);
+                let resume = p
+                    .counters
+                    .as_ref()
+                    .and_then(|c| c.resume.get(b.index()).copied().flatten());
                 if self.em.counting.is_some() {
                     // A call that never returns: its edge to EXIT is
                     // counted before the call.
                     for &e in &edges {
-                        if let (Some(n), EdgeKind::NoReturn) = (wit(e), cfg.edges[e].kind) {
+                        let kind = cfg.edges[e].kind;
+                        let before =
+                            kind == EdgeKind::NoReturn || (setjmp && kind == EdgeKind::CallReturn);
+                        if let (Some(n), true) = (wit(e), before) {
                             self.em.counter(n, before_last)?;
                         }
                     }
@@ -951,7 +1008,8 @@ impl ProcGen<'_, '_> {
                     );
                     let to = cfg.edges[e].to;
                     let site = self.site(p.live.live_in(to));
-                    if let Some(n) = wit(e).filter(|_| self.em.counting.is_some()) {
+                    let after = if setjmp { resume } else { wit(e) };
+                    if let Some(n) = after.filter(|_| self.em.counting.is_some()) {
                         self.em.counter(n, site)?;
                     }
                     let tracing = self.em.counting.is_none();

@@ -4,14 +4,29 @@
 //!
 //! Per traced procedure, the counted graph is the CFG plus
 //! - a virtual root `R0` with the edge `R0 -> root` (its count is the
-//!   number of invocations; `EXIT -> R0` seeds the spanning tree), and
-//! - one virtual edge `c -> EXIT` for every call vertex `c` whose callee may
-//!   end the process while the call is active (an `exit`-like or
-//!   non-returning call somewhere below it): its derived count is the number
-//!   of frames left at `c` when the program terminated (Figure 4's edge,
-//!   derived instead of reported). Virtual edges weigh more than any real
-//!   edge, so they are always tree edges and never need a counter; each
-//!   costs one counter on the cheapest edge of its cycle.
+//!   number of invocations; `EXIT -> R0` seeds the spanning tree),
+//! - one virtual edge `c -> EXIT` for every call vertex `c` whose frame may
+//!   be abandoned while the call is active: the callee may end the process
+//!   (an `exit`-like or non-returning call somewhere below it), throw or
+//!   `longjmp`. Its derived count is the number of frames left at `c`
+//!   (Figure 4's edge, derived instead of reported);
+//! - one virtual edge `R0 -> pad` for every C++ landing pad: the unwinder
+//!   enters the frame there, without a CFG edge (a frame that catches is
+//!   two paths, root to `c -> EXIT` and `R0 -> pad` to EXIT). It weighs
+//!   nothing, so it is normally a chord, counted in the pad's entry stub
+//!   (which only the unwinder runs);
+//! - for every call `c` to `setjmp`, a vertex `S` splitting its return
+//!   edge: `c -> S` (first returns; counted before the call when it is a
+//!   chord), `R0 -> S` (returns through `longjmp`, derived) and `S -> r`
+//!   (every return, counted at the return point). The frame a `longjmp`
+//!   abandons at `c'` is again two paths: to `c' -> EXIT`, and from
+//!   `R0 -> S`.
+//!
+//! Derived edges (`c -> EXIT`, `R0 -> S`) weigh more than any real edge,
+//! so they are always tree edges and never need a counter; each costs one
+//! counter on the cheapest edge of its cycle. A procedure without calls
+//! that may unwind, landing pads or `setjmp` calls gets the plain QP
+//! placement.
 //!
 //! Counters go on the chords of the maximum spanning tree of that graph
 //! (`graph::profile::place_counters`); a chord `R0 -> root` is counted on
@@ -33,8 +48,9 @@
 //! adds its increment `Inc(c)` (`graph::events`) to one program-wide
 //! counter instead of 1 to its own.
 //!
-//! Invariants: virtual edges are tree edges in every placement this module
-//! returns (checked, else the procedure is refused); counter numbers are
+//! Invariants: derived edges are tree edges in every placement this module
+//! returns (checked, else the procedure is refused); every chord is a
+//! [`Counted`] with a place in the code; counter numbers are
 //! dense, per procedure contiguous from [`ProcCounters::first`].
 
 use std::collections::HashMap;
@@ -91,13 +107,174 @@ pub struct CountSpec {
     pub events: Option<Event>,
 }
 
-/// A counted edge of the counted graph (see the module comment).
+/// A counted edge of the counted graph (see the module comment): what a
+/// counter counts.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Counted {
-    /// A CFG edge.
+    /// A CFG edge (a `setjmp` call's return edge: counted before the call,
+    /// so only the first returns).
     Edge(EdgeId),
     /// `R0 -> root`: the invocations.
     Entry,
+    /// `R0 -> pad`: entries by the unwinder at this landing pad.
+    Landing(BlockId),
+    /// `S -> r` of the `setjmp` call at this block: every return of it,
+    /// counted at the return point.
+    Resume(BlockId),
+}
+
+/// What one edge of a counted graph is (see [`Virtual`] for the order).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum CountedEdge {
+    /// A CFG edge (same index).
+    Cfg(EdgeId),
+    /// `R0 -> root`.
+    Entry,
+    /// `c -> EXIT` of this call block: derived, never counted.
+    Exit(BlockId),
+    /// `R0 -> pad` of this landing pad.
+    Landing(BlockId),
+    /// `R0 -> S` of the `setjmp` call at this block (its returns through
+    /// `longjmp`): derived, never counted.
+    SecondReturn(BlockId),
+    /// `S -> r` of the `setjmp` call at this block.
+    Resume(BlockId),
+}
+
+/// The virtual parts of one procedure's counted graph. With `n` blocks,
+/// EXIT is vertex `n`, `R0` is `n + 1` and the split vertex `S` of the
+/// i-th `setjmp` call is `n + 2 + i`. With `m` CFG edges, the edges are:
+/// the CFG edges `0..m` (a `setjmp` call's return edge `c -> r` ends at
+/// its `S` instead), `R0 -> root` (`m`), `c -> EXIT` for each of `exits`,
+/// `R0 -> pad` for each of `pads`, then `R0 -> S`, `S -> r` for each of
+/// `setjmps`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Virtual {
+    /// Call blocks where frames may be abandoned: the process ends below
+    /// them, or a throw or `longjmp` unwinds through them.
+    pub exits: Vec<BlockId>,
+    /// Landing pads the unwinder may enter.
+    pub pads: Vec<BlockId>,
+    /// Blocks calling `setjmp` (it may return again, through `longjmp`).
+    pub setjmps: Vec<BlockId>,
+}
+
+impl Virtual {
+    /// What edge `e` of the counted graph of a procedure with `m` CFG edges
+    /// is (None: out of range).
+    pub fn classify(&self, m: usize, e: EdgeId) -> Option<CountedEdge> {
+        let i = e.index();
+        let (x, p) = (self.exits.len(), self.pads.len());
+        Some(match i {
+            _ if i < m => CountedEdge::Cfg(e),
+            _ if i == m => CountedEdge::Entry,
+            _ if i <= m + x => CountedEdge::Exit(self.exits[i - m - 1]),
+            _ if i <= m + x + p => CountedEdge::Landing(self.pads[i - m - x - 1]),
+            _ => {
+                let k = i - m - x - p - 1;
+                let c = *self.setjmps.get(k / 2)?;
+                if k % 2 == 0 {
+                    CountedEdge::SecondReturn(c)
+                } else {
+                    CountedEdge::Resume(c)
+                }
+            }
+        })
+    }
+
+    /// The counted-graph edge a counter counts.
+    pub fn edge_of(&self, m: usize, c: Counted) -> Option<EdgeId> {
+        let (x, p) = (self.exits.len(), self.pads.len());
+        let at = |v: &[BlockId], b: BlockId| v.iter().position(|&y| y == b);
+        Some(EdgeId::new(match c {
+            Counted::Edge(e) => e.index(),
+            Counted::Entry => m,
+            Counted::Landing(b) => m + x + 1 + at(&self.pads, b)?,
+            Counted::Resume(b) => m + x + p + 2 + 2 * at(&self.setjmps, b)?,
+        }))
+    }
+
+    /// The counter of counted-graph edge `e`, if it can have one.
+    pub fn counted(&self, m: usize, e: EdgeId) -> Option<Counted> {
+        match self.classify(m, e)? {
+            CountedEdge::Cfg(e) => Some(Counted::Edge(e)),
+            CountedEdge::Entry => Some(Counted::Entry),
+            CountedEdge::Landing(b) => Some(Counted::Landing(b)),
+            CountedEdge::Resume(b) => Some(Counted::Resume(b)),
+            CountedEdge::Exit(_) | CountedEdge::SecondReturn(_) => None,
+        }
+    }
+
+    /// The counted graph (order in the type's comment): `n` blocks of
+    /// `kinds`, `edges` as `(from, to, is a call's return edge)` with EXIT
+    /// as `n`. Errors name what does not fit: a block out of range, an edge
+    /// leaving EXIT, duplicate edges, a `setjmp` call without exactly one
+    /// return edge.
+    pub fn graph(
+        &self,
+        kinds: &[VertexKind],
+        entry: BlockId,
+        edges: &[(BlockId, BlockId, bool)],
+    ) -> Result<Graph, String> {
+        let n = kinds.len();
+        let mut b = GraphBuilder::new();
+        for &k in kinds {
+            b.add_vertex(k);
+        }
+        let exit = b.add_vertex(VertexKind::Exit);
+        let r0 = b.add_vertex(VertexKind::Plain);
+        let split: Vec<BlockId> = self
+            .setjmps
+            .iter()
+            .map(|_| b.add_vertex(VertexKind::Plain))
+            .collect();
+        let source = |v: BlockId| {
+            if v.index() < n {
+                Ok(v)
+            } else {
+                Err(format!("an edge leaves {v}, which is not a block"))
+            }
+        };
+        let target = |v: BlockId| {
+            if v.index() <= n {
+                Ok(v)
+            } else {
+                Err(format!("an edge enters {v}, which is not a block"))
+            }
+        };
+        let mut resume = vec![None; self.setjmps.len()];
+        for &(f, t, ret) in edges {
+            let s = self.setjmps.iter().position(|&c| ret && c == f);
+            let to = match s {
+                Some(i) if resume[i].is_none() => {
+                    resume[i] = Some(target(t)?);
+                    split[i]
+                }
+                Some(_) => return Err(format!("the setjmp call {f} has two return edges")),
+                None => target(t)?,
+            };
+            b.add_edge(source(f)?, to);
+        }
+        b.add_edge(r0, source(entry)?);
+        for &c in &self.exits {
+            b.add_edge(source(c)?, exit);
+        }
+        for &p in &self.pads {
+            b.add_edge(r0, source(p)?);
+        }
+        for (i, &s) in split.iter().enumerate() {
+            let r = resume[i]
+                .ok_or_else(|| format!("the setjmp call {} has no return edge", self.setjmps[i]))?;
+            b.add_edge(r0, s);
+            b.add_edge(s, r);
+        }
+        let g = b.finish(r0, exit);
+        let want = edges.len() + 1 + self.exits.len() + self.pads.len() + 2 * self.setjmps.len();
+        if g.num_edges() != want {
+            return Err("duplicate edges in the counted graph".into());
+        }
+        Ok(g)
+    }
 }
 
 /// The counters of one procedure.
@@ -107,8 +284,8 @@ pub struct ProcCounters {
     pub first: u32,
     /// Optimal placement: the counted edges, counter `first + i` for the i-th.
     pub chords: Vec<Counted>,
-    /// Call vertices with a virtual `c -> EXIT` edge, in edge order.
-    pub virtual_exits: Vec<BlockId>,
+    /// The virtual edges of the counted graph.
+    pub virt: Virtual,
     /// Every-block placement: counter `first + i` counts block `i`.
     pub every_block: bool,
     /// Event counting: the increment of each chord (paper 002's `Inc`).
@@ -126,33 +303,27 @@ impl ProcCounters {
     }
 }
 
-/// The counted graph of `cfg` (module comment): CFG vertices and edges
-/// with their ids, then EXIT, then `R0`; edges: CFG edges, `R0 -> root`,
-/// then `c -> EXIT` for each of `virtual_exits`.
-pub fn counted_graph(cfg: &Cfg, virtual_exits: &[BlockId]) -> Graph {
-    let mut b = GraphBuilder::new();
-    for blk in cfg.blocks.values() {
-        b.add_vertex(match blk.kind {
+/// The counted graph of `cfg` (module comment, [`Virtual`]).
+pub fn counted_graph(cfg: &Cfg, virt: &Virtual) -> Result<Graph, String> {
+    let kinds: Vec<VertexKind> = cfg
+        .blocks
+        .values()
+        .map(|blk| match blk.kind {
             crate::cfg::BlockKind::Plain => VertexKind::Plain,
             crate::cfg::BlockKind::Call => VertexKind::Call,
-        });
-    }
-    let exit = b.add_vertex(VertexKind::Exit);
-    let r0 = b.add_vertex(VertexKind::Plain);
-    for e in cfg.edges.values() {
-        b.add_edge(e.from, e.to);
-    }
-    b.add_edge(r0, cfg.entry);
-    for &c in virtual_exits {
-        b.add_edge(c, exit);
-    }
-    let g = b.finish(r0, exit);
-    debug_assert_eq!(g.num_edges(), cfg.edges.len() + 1 + virtual_exits.len());
-    g
+        })
+        .collect();
+    let edges: Vec<(BlockId, BlockId, bool)> = cfg
+        .edges
+        .values()
+        .map(|e| (e.from, e.to, e.kind == EdgeKind::CallReturn))
+        .collect();
+    virt.graph(&kinds, cfg.entry, &edges)
 }
 
 /// The call vertices of `cfg` that get a virtual exit edge: calls that
-/// return normally but may not (the callee may end the process).
+/// return normally but may not (the callee may end the process, throw or
+/// `longjmp`).
 pub fn virtual_exits(cfg: &Cfg, may_exit: &dyn Fn(&crate::cfg::CallSite) -> bool) -> Vec<BlockId> {
     let mut out: Vec<BlockId> = cfg
         .calls
@@ -179,14 +350,14 @@ pub fn place(
     cfg: &Cfg,
     spec: &CountSpec,
     start: u64,
-    virtual_exits: Vec<BlockId>,
+    virt: Virtual,
     first: u32,
 ) -> Result<ProcCounters, String> {
     if spec.placement == CountPlacement::EveryBlock {
         return Ok(ProcCounters {
             first,
             chords: Vec::new(),
-            virtual_exits: Vec::new(),
+            virt: Virtual::default(),
             every_block: true,
             amounts: Vec::new(),
         });
@@ -208,32 +379,45 @@ pub fn place(
         }
         None => heuristic(&real),
     };
-    let g = counted_graph(cfg, &virtual_exits);
+    let g = counted_graph(cfg, &virt)?;
     let m = cfg.edges.len();
     let top = base.values().fold(1.0f64, |a, &x| a.max(x)) * 4.0 + 1.0;
     let mut w: Weights = SecondaryMap::filled(g.num_edges() + 1, 0.0);
-    for i in 0..m {
-        w[EdgeId::new(i)] = base[EdgeId::new(i)];
-    }
-    w[EdgeId::new(m)] = base[real.exit_root()];
-    for i in m + 1..g.num_edges() {
-        w[EdgeId::new(i)] = top;
+    // Derived edges weigh more than any real one (always in the tree);
+    // landing pads weigh nothing (exceptions are rare: counting at the
+    // pad's entry is the cheapest place); `S -> r` weighs as the call's
+    // return edge.
+    let return_edge = |c: BlockId| {
+        cfg.edges
+            .iter()
+            .find(|(_, e)| e.from == c && e.kind == EdgeKind::CallReturn)
+            .map_or(0.0, |(e, _)| base[e])
+    };
+    for e in g.edge_ids() {
+        w[e] = match virt.classify(m, e).expect("an edge of the graph") {
+            CountedEdge::Cfg(e) => base[e],
+            CountedEdge::Entry => base[real.exit_root()],
+            CountedEdge::Exit(_) | CountedEdge::SecondReturn(_) => top,
+            CountedEdge::Landing(_) => 0.0,
+            CountedEdge::Resume(c) => return_edge(c),
+        };
     }
     w[g.exit_root()] = base[real.exit_root()];
     let pl = place_counters(&g, &w);
     // Event counting: the same tree, chord increments from the events of
     // each edge (a block's events on its out-edges, a virtual exit edge
-    // included: the call block ran; invocations on `R0 -> root`).
+    // included: the call block ran; invocations on `R0 -> root`; edges
+    // out of `R0` and `S` carry none).
     let mut amounts = Vec::new();
     if let Some(ev) = spec.events {
         let mut events: SecondaryMap<EdgeId, i64> = SecondaryMap::filled(g.num_edges() + 1, 0);
         for e in g.edge_ids() {
             let from = g.edge(e).from;
-            events[e] = match ev {
+            events[e] = match (ev, cfg.blocks.get(from)) {
                 _ if e.index() == m => i64::from(ev == Event::Calls),
-                Event::Calls => 0,
-                Event::Blocks => 1,
-                Event::Insns => cfg.blocks[from].insns.len() as i64,
+                (Event::Calls, _) | (_, None) => 0,
+                (Event::Blocks, Some(_)) => 1,
+                (Event::Insns, Some(b)) => b.insns.len() as i64,
             };
         }
         let ec = place_event_counters(&g, &w, &events);
@@ -247,21 +431,24 @@ pub fn place(
     }
     let mut chords = Vec::with_capacity(pl.chords.len());
     for &e in &pl.chords {
-        match e.index() {
-            i if i < m => chords.push(Counted::Edge(e)),
-            i if i == m => chords.push(Counted::Entry),
-            _ => {
+        match virt.counted(m, e) {
+            Some(c) => chords.push(c),
+            None => {
                 return Err(format!(
-                    "the virtual exit edge of the call block {} is not a tree edge",
-                    virtual_exits[e.index() - m - 1]
+                    "the derived edge {:?} is not a tree edge",
+                    virt.classify(m, e)
                 ))
             }
         }
     }
+    debug_assert!(chords
+        .iter()
+        .zip(&pl.chords)
+        .all(|(&c, &e)| virt.edge_of(m, c) == Some(e)));
     Ok(ProcCounters {
         first,
         chords,
-        virtual_exits,
+        virt,
         every_block: false,
         amounts,
     })

@@ -32,7 +32,7 @@ use aetrace_graph::trace::{
     all_predicate_edges, naive_blocking, place_witnesses, WitnessPlacement,
 };
 use aetrace_graph::weights::heuristic;
-use aetrace_graph::{EntityRef, ProcId, VertexKind};
+use aetrace_graph::{BlockId, EntityRef, ProcId, VertexKind};
 use aetrace_runtime::RuntimeAddrs;
 
 use crate::cfg::{BlockKind, CallKind, Cfg, EdgeKind, JumpResolution};
@@ -394,6 +394,12 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
     // `fork_child` gives it its own slot.)
     let family = libc_family(module);
     let (setjmps, longjmps) = (&family.setjmp, &family.longjmp);
+    // A call that saves a context (may return again, through `longjmp`).
+    let setjmp_call = |c: &crate::cfg::CallSite| {
+        !c.tail
+            && (c.target.is_some_and(|t| setjmps.contains(&t))
+                || c.name.as_deref().is_some_and(imports::is_setjmp_like))
+    };
     if module.is_static {
         let mut work: Vec<u64> = setjmps
             .iter()
@@ -465,10 +471,12 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
         }
     }
 
-    // Counting: which calls may end the process while active (virtual exit
-    // edges, `counters`): a call that does not return, a call to a
-    // procedure that may, and calls that can run traced code (indirect,
-    // callbacks) once any procedure may.
+    // Counting: which calls may leave their frame abandoned (virtual exit
+    // edges, `counters`: the process ends below them, a throw or a longjmp
+    // passes them): a call that does not return (`exit`, `__cxa_throw`,
+    // `_Unwind_Resume`, `longjmp`, ...), a call to a procedure that may,
+    // and calls that can run traced code or throw (indirect, external)
+    // once any procedure may.
     let may_exit_call = {
         let mut may: HashMap<ProcId, bool> = HashMap::new();
         for (id, p) in prog.procs.iter() {
@@ -481,7 +489,10 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
             };
             may.insert(id, m);
         }
-        let any = may.values().any(|&m| m);
+        // A program with landing pads catches or cleans up after
+        // exceptions: any external call may throw through its caller.
+        let any =
+            may.values().any(|&m| m) || prog.procs.iter().any(|(_, p)| !p.landing_pads.is_empty());
         let by_start = &by_start;
         let callback_capable = &callback_capable;
         let call_may = move |may: &HashMap<ProcId, bool>, c: &crate::cfg::CallSite| -> bool {
@@ -557,6 +568,11 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
         let cfg = p.cfg.as_ref().expect("traced procedures have a CFG");
         let insns = liveness::decode_blocks(module, cfg)?;
         let live = liveness::analyze(cfg, &insns);
+        let landing_pads: Vec<BlockId> = p
+            .landing_pads
+            .iter()
+            .filter_map(|&a| cfg.block_at(a))
+            .collect();
         let (witness, code_witness, plan_counters) = match how {
             How::Trace(_) => {
                 let pl = placement(cfg, which);
@@ -580,7 +596,24 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                 (witness, code_witness, None)
             }
             How::Count(spec) => {
-                let virt = counters::virtual_exits(cfg, &may_exit_call);
+                let mut setjmp_blocks: Vec<BlockId> = cfg
+                    .calls
+                    .iter()
+                    .filter(|c| setjmp_call(c))
+                    .map(|c| c.block)
+                    .filter(|&b| {
+                        cfg.edges
+                            .values()
+                            .any(|e| e.from == b && e.kind == EdgeKind::CallReturn)
+                    })
+                    .collect();
+                setjmp_blocks.sort_unstable();
+                setjmp_blocks.dedup();
+                let virt = counters::Virtual {
+                    exits: counters::virtual_exits(cfg, &may_exit_call),
+                    pads: landing_pads.clone(),
+                    setjmps: setjmp_blocks,
+                };
                 let pc = counters::place(cfg, spec, cfg.blocks[cfg.entry].start, virt, layout.len)
                     .map_err(|e| rewrite_err(path, format!("{}: {e}", p.name)))?;
                 let mut w = vec![None; cfg.edges.len()];
@@ -590,6 +623,14 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                     match *k {
                         counters::Counted::Edge(e) => w[e.index()] = Some(n),
                         counters::Counted::Entry => c.entry = Some(n),
+                        counters::Counted::Landing(b) => {
+                            c.landing.resize_with(cfg.blocks.len(), || None);
+                            c.landing[b.index()] = Some(n);
+                        }
+                        counters::Counted::Resume(b) => {
+                            c.resume.resize_with(cfg.blocks.len(), || None);
+                            c.resume[b.index()] = Some(n);
+                        }
                     }
                 }
                 if pc.every_block {
@@ -638,11 +679,8 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                 syscall_exit: syscall,
                 fork: !c.tail && (to_fork || name.is_some_and(imports::is_fork_like)),
                 jmpbuf: match name {
-                    _ if !c.tail && to_setjmp => Some(aetrace_runtime::RecordKind::Setjmp),
+                    _ if setjmp_call(c) => Some(aetrace_runtime::RecordKind::Setjmp),
                     _ if !c.tail && to_longjmp => Some(aetrace_runtime::RecordKind::Longjmp),
-                    Some(n) if !c.tail && imports::is_setjmp_like(n) => {
-                        Some(aetrace_runtime::RecordKind::Setjmp)
-                    }
                     Some(n) if !c.tail && imports::is_longjmp_like(n) => {
                         Some(aetrace_runtime::RecordKind::Longjmp)
                     }
@@ -745,11 +783,7 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
             tables: ptables,
             loop_header,
             // The copy's LSDAs point at LANDING stubs (see `unwind`).
-            landing_pads: p
-                .landing_pads
-                .iter()
-                .filter_map(|&a| cfg.block_at(a))
-                .collect(),
+            landing_pads,
             counters: plan_counters,
         });
     }
