@@ -125,6 +125,11 @@ enum Mark {
     Block { loc: Loc, first: u32, min: u32 },
     /// Untraced code ran (a call or jump that came back without writing).
     Gap,
+    /// A summarised segment's blocks (`summary`), output in one piece. The
+    /// item after its witness is a witness, which ends the trail before
+    /// any SIGNAL could need them; a trail holding this has no
+    /// occurrences for them, so placing a signal in it fails loudly.
+    Segment,
 }
 
 /// One occurrence of a block in the trail.
@@ -179,17 +184,21 @@ pub struct Sink {
     /// where a long stream is cut into pieces.
     pub pause_at: u64,
     pub counts: Option<Counts>,
+    /// Per module: the segments from read points (`summary`).
+    segs: Vec<Summaries>,
 }
 
 impl Sink {
-    /// A sink for output bytes, pausing every `limit` bytes.
-    pub fn output(out: Vec<u8>, limit: usize) -> Sink {
+    /// A sink for the output bytes of a machine over `modules`, pausing
+    /// every `limit` bytes.
+    pub fn output(modules: &[&Module], out: Vec<u8>, limit: usize) -> Sink {
         Sink {
             certain: out.len(),
             out,
             limit,
             pause_at: u64::MAX,
             counts: None,
+            segs: modules.iter().map(|m| Summaries::with_text(m)).collect(),
         }
     }
 
@@ -202,8 +211,8 @@ impl Sink {
             pause_at: u64::MAX,
             counts: Some(Counts {
                 totals: vec![(0, 0); modules.len()],
-                summaries: modules.iter().map(|m| Summaries::new(m)).collect(),
             }),
+            segs: modules.iter().map(|m| Summaries::new(m)).collect(),
         }
     }
 }
@@ -212,7 +221,6 @@ impl Sink {
 pub struct Counts {
     /// Per module: instructions and blocks executed.
     pub totals: Vec<(u64, u64)>,
-    summaries: Vec<Summaries>,
 }
 
 impl Counts {
@@ -315,6 +323,11 @@ impl<'a> Machine<'a> {
             signals: (0, 0),
             chained: false,
         }
+    }
+
+    /// The modules of its process image.
+    pub fn modules(&self) -> &'a [&'a Module] {
+        self.modules
     }
 
     /// Stream offset of the next unread byte.
@@ -1477,13 +1490,10 @@ impl<'a> Machine<'a> {
             };
             let m = self.module(l);
             let b = &m.blocks[l.block as usize];
-            // A read point (see `summary`): where pieces are cut and where
-            // counting takes one step per witness.
-            // Only counting and cut pieces look for them: plain output
-            // keeps its inner loop.
-            let wanted = sink.counts.is_some() || sink.pause_at != u64::MAX;
+            // A read point (see `summary`): where pieces are cut, and
+            // where the machine takes one step per witness.
             let read = match (self.pending, b.next, b.call) {
-                (None, EXIT, None) if wanted => self.stream.peek_byte_witness(),
+                (None, EXIT, None) => self.stream.peek_byte_witness(),
                 _ => None,
             };
             // Pieces are not cut inside a signal handler: the interrupted
@@ -1501,7 +1511,7 @@ impl<'a> Machine<'a> {
                     // A summary only when the item after `w` is a witness
                     // too: a SIGNAL there would need the skipped blocks.
                     if let Some(w) = read.filter(|_| self.stream.peek_second_is_witness()) {
-                        let seg = c.summaries[l.module as usize].get(m, l.block, w);
+                        let seg = sink.segs[l.module as usize].get(m, l.block, w);
                         if seg != Seg::NONE {
                             let (_, off) = self.stream.next_byte_witness().expect("peeked");
                             self.consumed(None);
@@ -1522,6 +1532,37 @@ impl<'a> Machine<'a> {
                     let t = m.text(b);
                     self.trail_bytes += t.len();
                     sink.out.extend_from_slice(t);
+                    // As counting does, with the segment's output.
+                    if let Some(w) = read.filter(|_| self.stream.peek_second_is_witness()) {
+                        let segs = &mut sink.segs[l.module as usize];
+                        let seg = segs.get(m, l.block, w);
+                        if seg != Seg::NONE {
+                            let (_, off) = self.stream.next_byte_witness().expect("peeked");
+                            // The trail the block-by-block walk would have
+                            // (its bytes decide what is certain).
+                            self.consumed(None);
+                            self.trail.push(Mark::Segment);
+                            self.trail_bytes = seg.trail as usize;
+                            sink.out.extend_from_slice(segs.text(seg));
+                            self.pending =
+                                (seg.pending != NO_WITNESS).then_some((seg.pending, off));
+                            let end = Loc {
+                                module: l.module,
+                                block: seg.end,
+                            };
+                            self.cur = Some(end);
+                            self.trail.push(Mark::Block {
+                                loc: end,
+                                first: 0,
+                                min: 0,
+                            });
+                            self.settle_certain(sink);
+                            if sink.certain >= sink.limit {
+                                return Ok(Progress::More);
+                            }
+                            continue;
+                        }
+                    }
                     false
                 }
             };
