@@ -1529,10 +1529,8 @@ impl<'a> Machine<'a> {
                     true
                 }
                 None => {
-                    let t = m.text(b);
-                    self.trail_bytes += t.len();
-                    sink.out.extend_from_slice(t);
-                    // As counting does, with the segment's output.
+                    // As counting does; the segment's output starts with
+                    // this block's.
                     if let Some(w) = read.filter(|_| self.stream.peek_second_is_witness()) {
                         let segs = &mut sink.segs[l.module as usize];
                         let seg = segs.get(m, l.block, w);
@@ -1563,6 +1561,9 @@ impl<'a> Machine<'a> {
                             continue;
                         }
                     }
+                    let t = m.text(b);
+                    self.trail_bytes += t.len();
+                    sink.out.extend_from_slice(t);
                     false
                 }
             };

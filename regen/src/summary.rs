@@ -25,8 +25,9 @@
 //! the walk's output by `tests::random_executions_regenerate_exactly`).
 //!
 //! Output (`Summaries::with_text`) uses the same segments: each keeps the
-//! concatenated output of its blocks in an arena, so a segment is one
-//! `memcpy` and one step of the machine's loop instead of one per block.
+//! output of its read point's block and of its blocks, concatenated, in an
+//! arena, so a witness costs one `memcpy` and one step of the machine's
+//! loop instead of one per block.
 //! The arena is bounded ([`TEXT_BYTES`]); past it, new segments are walked
 //! block by block.
 
@@ -62,7 +63,8 @@ pub struct Seg {
     /// deciding block's when its witness was written before its last
     /// instruction (`Succ::early`); the read point's own block included.
     pub trail: u32,
-    /// `text[text_lo..text_hi]` of [`Summaries`]: the blocks' output.
+    /// `text[text_lo..text_hi]` of [`Summaries`]: the output of the read
+    /// point's block, then of the segment's blocks.
     pub text_lo: u32,
     pub text_hi: u32,
 }
@@ -239,6 +241,12 @@ fn walk(m: &Module, l: u32, w: u32, mut text: Option<&mut Vec<u8>>) -> Seg {
     let mut to = m.succs[si as usize].to;
     let (mut blocks, mut insns) = (0u32, 0u32);
     let text_lo = text.as_ref().map_or(0, |t| t.len());
+    if let Some(t) = text.as_deref_mut() {
+        if t.len() + m.text(&m.blocks[l as usize]).len() > TEXT_BYTES {
+            return Seg::NONE;
+        }
+        t.extend_from_slice(m.text(&m.blocks[l as usize]));
+    }
     loop {
         let b = &m.blocks[to as usize];
         let text_hi = text.as_ref().map_or(0, |t| t.len());
