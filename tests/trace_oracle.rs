@@ -537,24 +537,33 @@ fn stripped_binary_without_unwind_tables() {
 /// absolute DT_RUNPATH, or with `origin` through `$ORIGIN`, as the loader
 /// would).
 fn build_shlib_callback(origin: bool) -> PathBuf {
+    build_with_lib("shlib_callback", "libaecb.so.1", origin)
+}
+
+/// Builds `traces/<name>.c` against its own shared library
+/// `traces/<name>_lib.c`, built as `soname` (found through an absolute
+/// DT_RUNPATH, or with `origin` through `$ORIGIN`); the executable.
+fn build_with_lib(name: &str, soname: &str, origin: bool) -> PathBuf {
     let dir = common::scratch("trace-oracle-builds")
-        .join(format!("shlib-{}-{origin}", std::process::id()));
+        .join(format!("{name}-{}-{origin}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let traces = common::repo_root().join("traces");
     let st = Command::new("gcc")
-        .args(["-O2", "-shared", "-fPIC", "-Wl,-soname,libaecb.so.1", "-o"])
-        .arg(dir.join("libaecb.so.1"))
-        .arg(traces.join("shlib_callback_lib.c"))
+        .args(["-O2", "-shared", "-fPIC"])
+        .arg(format!("-Wl,-soname,{soname}"))
+        .arg("-o")
+        .arg(dir.join(soname))
+        .arg(traces.join(format!("{name}_lib.c")))
         .status()
         .unwrap();
-    assert!(st.success(), "gcc -shared shlib_callback_lib.c");
-    let exe = dir.join("shlib_callback");
+    assert!(st.success(), "gcc -shared {name}_lib.c");
+    let exe = dir.join(name);
     let st = Command::new("gcc")
         .args(["-O2", "-o"])
         .arg(&exe)
-        .arg(traces.join("shlib_callback.c"))
+        .arg(traces.join(format!("{name}.c")))
         .arg(format!("-L{}", dir.display()))
-        .arg("-l:libaecb.so.1")
+        .arg(format!("-l:{soname}"))
         .arg(if origin {
             "-Wl,-rpath,$ORIGIN".to_owned()
         } else {
@@ -562,7 +571,7 @@ fn build_shlib_callback(origin: bool) -> PathBuf {
         })
         .status()
         .unwrap();
-    assert!(st.success(), "gcc shlib_callback.c");
+    assert!(st.success(), "gcc {name}.c");
     exe
 }
 
@@ -1019,66 +1028,133 @@ fn aetrace_ok(args: &[&str], trace: &Path) -> String {
 
 #[test]
 fn asynchronous_timer_signals() {
-    // Valgrind delivers asynchronous signals at its own points, so the
-    // oracle is the program's output: how many times the handler ran and
-    // how many loop iterations (each one call of `step`) ran.
     for v in [O2_PIE, Variant::new(Opt::O0, Link::NoPie, false)] {
         let exe = build("signal_alarm.c", v);
-        let name = exe.file_name().unwrap().to_string_lossy().into_owned();
-        let trace =
-            common::scratch("trace-oracle").join(format!("{name}-{}.aet", std::process::id()));
-        let rec = Command::new(common::aetrace())
-            .arg("record")
-            .arg("-o")
-            .arg(&trace)
-            .arg("--")
-            .arg(&exe)
-            .output()
-            .unwrap();
-        assert!(
-            rec.status.success(),
-            "{name}: {}",
-            String::from_utf8_lossy(&rec.stderr)
-        );
-        let stdout = String::from_utf8(rec.stdout).unwrap();
-        let field = |key: &str| -> u64 {
-            stdout
-                .split_whitespace()
-                .find_map(|w| w.strip_prefix(key)?.parse().ok())
-                .unwrap_or_else(|| panic!("{name}: no {key} in {stdout:?}"))
-        };
-        let (handled, iterations) = (field("handled="), field("iterations="));
-        let blocks = aetrace_ok(&["regen", "--format", "block", "--relative"], &trace);
-        let entries = |sym: &str| {
-            let at = format!("{:x} ", symbol(&exe, sym));
-            blocks.lines().filter(|l| l.starts_with(&at)).count() as u64
-        };
-        assert_eq!(entries("on_alarm"), handled, "{name}: handler entries");
-        assert_eq!(entries("step"), iterations, "{name}: loop iterations");
-        // The instruction trace regenerates too, and many signals landed
-        // inside instrumentation (witness writes, checks, records).
-        let insns = aetrace_ok(&["regen", "--format", "insn"], &trace);
-        let count = aetrace_ok(&["regen", "--count"], &trace);
-        // Blocks split by a handler are counted once: the same instructions.
-        let lines = insns.lines().filter(|l| !l.starts_with('#')).count();
-        assert!(
-            count.contains(&format!(": {lines} instructions,")),
-            "{name}: {lines} instructions regenerated, --count says {count}"
-        );
-        let line = count.lines().next().unwrap();
-        let nums: Vec<u64> = line
-            .split(|c: char| !c.is_ascii_digit())
-            .filter_map(|w| w.parse().ok())
-            .collect();
-        let n = nums.len();
-        assert!(line.contains("signals ("), "{name}: {line}");
-        let (signals, inside) = (nums[n - 2], nums[n - 1]);
-        assert_eq!(signals, handled, "{name}: SIGNAL records placed: {line}");
-        eprintln!("{name}: {handled} handlers, {iterations} iterations, {inside} signals inside instrumentation");
-        assert!(
-            inside > 0,
-            "{name}: no signal interrupted instrumentation: {line}"
-        );
-        let _ = std::fs::remove_file(&trace);
+        let handler = (exe.as_path(), "on_alarm");
+        check_timer(&exe, &[], &[], handler, (&exe, "step"), 0);
     }
+}
+
+/// A SIGNAL is placed in the signal map of the module whose code it
+/// interrupted, whichever module's handler runs: a library's loop sends
+/// itself signals with a `syscall` of its own (handled in the program)
+/// and with `raise` (handled in the library), equal to lackey in both
+/// modules; a timer interrupts the library's hot loop anywhere, the
+/// handler in the program (calling back into the library) or in the
+/// library, checked against the program's counts.
+#[test]
+fn signals_interrupting_a_traced_library() {
+    let exe = build_with_lib("signal_lib", "libaesig.so.1", false);
+    let lib = exe.with_file_name("libaesig.so.1");
+    check_libs(&exe, &["kill", "40"], &["libaesig.so.1"], LogMode::Pipe);
+    let libs = ["libaesig.so.1"];
+    let step = (lib.as_path(), "lib_step");
+    // The program's handler calls `lib_step` once per run.
+    check_timer(
+        &exe,
+        &["timer-exe", "300"],
+        &libs,
+        (&exe, "on_signal"),
+        step,
+        1,
+    );
+    check_timer(
+        &exe,
+        &["timer-lib", "300"],
+        &libs,
+        (&lib, "lib_on_signal"),
+        step,
+        0,
+    );
+}
+
+/// Records `exe args` with `--libs LIBS`, a program interrupted by an
+/// interval timer. Valgrind delivers asynchronous signals at its own
+/// points, so the oracle is the program's output (`handled=H
+/// iterations=I`): the regenerated trace enters procedure `handler` (of
+/// module `.0`) H times and `step` I + `per_handler` × H times. The
+/// instruction trace regenerates too, `--count` agrees with it, counts H
+/// SIGNAL records, and some of them interrupted instrumentation.
+fn check_timer(
+    exe: &Path,
+    args: &[&str],
+    libs: &[&str],
+    handler: (&Path, &str),
+    step: (&Path, &str),
+    per_handler: u64,
+) {
+    let name = exe.file_name().unwrap().to_string_lossy().into_owned();
+    let name = format!("{name} {}", args.join(" "));
+    let trace = common::scratch("trace-oracle").join(format!(
+        "{}-{}.aet",
+        name.replace(' ', "-"),
+        std::process::id()
+    ));
+    let libs_arg = if libs.is_empty() {
+        "none".to_owned()
+    } else {
+        libs.join(",")
+    };
+    let rec = Command::new(common::aetrace())
+        .arg("record")
+        .arg("-o")
+        .arg(&trace)
+        .args(["--libs", &libs_arg, "--"])
+        .arg(exe)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        rec.status.success(),
+        "{name}: {}",
+        String::from_utf8_lossy(&rec.stderr)
+    );
+    let stdout = String::from_utf8(rec.stdout).unwrap();
+    let field = |key: &str| -> u64 {
+        stdout
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(key)?.parse().ok())
+            .unwrap_or_else(|| panic!("{name}: no {key} in {stdout:?}"))
+    };
+    let (handled, iterations) = (field("handled="), field("iterations="));
+    // Entries of `sym` in `module`'s blocks (relative to its link base).
+    let entries = |(module, sym): (&Path, &str)| {
+        let mut args = vec!["regen", "--format", "block", "--relative"];
+        let path = module.to_str().unwrap();
+        if !libs.is_empty() {
+            args.extend(["--module", path]);
+        }
+        let blocks = aetrace_ok(&args, &trace);
+        let at = format!("{:x} ", symbol(module, sym));
+        blocks.lines().filter(|l| l.starts_with(&at)).count() as u64
+    };
+    assert_eq!(entries(handler), handled, "{name}: handler entries");
+    assert_eq!(
+        entries(step),
+        iterations + per_handler * handled,
+        "{name}: loop iterations ({iterations}) and handler calls"
+    );
+    let insns = aetrace_ok(&["regen", "--format", "insn"], &trace);
+    let count = aetrace_ok(&["regen", "--count"], &trace);
+    // Blocks split by a handler are counted once: the same instructions.
+    let lines = insns.lines().filter(|l| !l.starts_with('#')).count();
+    assert!(
+        count.contains(&format!(": {lines} instructions,")),
+        "{name}: {lines} instructions regenerated, --count says {count}"
+    );
+    let line = count.lines().next().unwrap();
+    let nums: Vec<u64> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let n = nums.len();
+    assert!(line.contains("signals ("), "{name}: {line}");
+    let (signals, inside) = (nums[n - 2], nums[n - 1]);
+    assert_eq!(signals, handled, "{name}: SIGNAL records placed: {line}");
+    eprintln!("{name}: {handled} handlers, {iterations} iterations, {inside} signals inside instrumentation");
+    assert!(
+        inside > 0,
+        "{name}: no signal interrupted instrumentation: {line}"
+    );
+    let _ = std::fs::remove_file(&trace);
 }

@@ -125,6 +125,11 @@ enum Mark {
     Block { loc: Loc, first: u32, min: u32 },
     /// Untraced code ran (a call or jump that came back without writing).
     Gap,
+    /// A summarised segment's blocks (`summary`), output in one piece. The
+    /// item after its witness is a witness, which ends the trail before
+    /// any SIGNAL could need them; a trail holding this has no
+    /// occurrences for them, so placing a signal in it fails loudly.
+    Segment,
 }
 
 /// One occurrence of a block in the trail.
@@ -179,17 +184,21 @@ pub struct Sink {
     /// where a long stream is cut into pieces.
     pub pause_at: u64,
     pub counts: Option<Counts>,
+    /// Per module: the segments from read points (`summary`).
+    segs: Vec<Summaries>,
 }
 
 impl Sink {
-    /// A sink for output bytes, pausing every `limit` bytes.
-    pub fn output(out: Vec<u8>, limit: usize) -> Sink {
+    /// A sink for the output bytes of a machine over `modules`, pausing
+    /// every `limit` bytes.
+    pub fn output(modules: &[&Module], out: Vec<u8>, limit: usize) -> Sink {
         Sink {
             certain: out.len(),
             out,
             limit,
             pause_at: u64::MAX,
             counts: None,
+            segs: modules.iter().map(|m| Summaries::with_text(m)).collect(),
         }
     }
 
@@ -202,8 +211,8 @@ impl Sink {
             pause_at: u64::MAX,
             counts: Some(Counts {
                 totals: vec![(0, 0); modules.len()],
-                summaries: modules.iter().map(|m| Summaries::new(m)).collect(),
             }),
+            segs: modules.iter().map(|m| Summaries::new(m)).collect(),
         }
     }
 }
@@ -212,7 +221,6 @@ impl Sink {
 pub struct Counts {
     /// Per module: instructions and blocks executed.
     pub totals: Vec<(u64, u64)>,
-    summaries: Vec<Summaries>,
 }
 
 impl Counts {
@@ -315,6 +323,11 @@ impl<'a> Machine<'a> {
             signals: (0, 0),
             chained: false,
         }
+    }
+
+    /// The modules of its process image.
+    pub fn modules(&self) -> &'a [&'a Module] {
+        self.modules
     }
 
     /// Stream offset of the next unread byte.
@@ -801,17 +814,16 @@ impl<'a> Machine<'a> {
         }
     }
 
-    /// Whether a SIGNAL with `rip`, read where block `at` is about to
-    /// make its call, stands before a record written before that call
+    /// Whether a SIGNAL with `rip`, read where a block is about to make
+    /// its call, stands before a record written before that call
     /// (else it comes from the callee, later).
-    fn before_call(&self, rip: u64, at: Loc) -> bool {
-        let m = self.module(at);
-        match m.locate(rip).map(|(at, _)| at) {
-            Ok(SigAt::Insn { block, insn }) => self
+    fn before_call(&self, rip: u64) -> bool {
+        match self.place_rip(rip) {
+            Ok((module, SigAt::Insn { block, insn }, _)) => self
                 .occurrences(|_, _| 0)
                 .iter()
-                .any(|o| o.loc.block == block && o.min.max(o.first) <= insn),
-            Ok(SigAt::Outside) => self.trail.contains(&Mark::Gap),
+                .any(|o| o.loc == Loc { module, block } && o.min.max(o.first) <= insn),
+            Ok((_, SigAt::Outside, _)) => self.trail.contains(&Mark::Gap),
             _ => false,
         }
     }
@@ -832,7 +844,7 @@ impl<'a> Machine<'a> {
                     self.consumed(Some(at));
                     self.longjmp_to = Some((buf, off));
                 }
-                (Item::Signal { signo, rip }, off, len) if self.before_call(rip, at) => {
+                (Item::Signal { signo, rip }, off, len) if self.before_call(rip) => {
                     self.stream.advance(len);
                     return Err(Flow::Signal {
                         signo,
@@ -1028,6 +1040,23 @@ impl<'a> Machine<'a> {
         out
     }
 
+    /// Where run-time address `rip` stands: by the signal map of the module
+    /// whose instrumented copy holds it (the copies of a process image's
+    /// modules never overlap), else in untraced code. Also whether it is
+    /// inside instrumentation.
+    fn place_rip(&self, rip: u64) -> std::result::Result<(u32, SigAt, bool), String> {
+        let mut stub = false;
+        for (i, m) in self.modules.iter().enumerate() {
+            match m.locate(rip) {
+                Ok((SigAt::Outside, ins)) => stub |= ins,
+                Ok((at, ins)) => return Ok((i as u32, at, ins)),
+                Err(e) if i == 0 => return Err(e),
+                Err(e) => return Err(format!("{e} of {}", m.name)),
+            }
+        }
+        Ok((0, SigAt::Outside, stub))
+    }
+
     /// A signal that cannot be placed: the error.
     fn sig_error(&self, signo: u32, rip: u64, offset: u64, retry: Retry, why: String) -> Error {
         Error::Signal {
@@ -1097,14 +1126,23 @@ impl<'a> Machine<'a> {
         offset: u64,
         retry: Retry,
     ) -> Result<()> {
-        let m = self.modules[0];
         let fail = |me: &Self, why: String| me.sig_error(signo, rip, offset, retry, why);
-        let (at, instrumentation) = m.locate(rip).map_err(|e| {
+        let (mi, at, instrumentation) = self.place_rip(rip).map_err(|e| {
             fail(
                 self,
                 format!("the rip is no position a thread stops at: {e}"),
             )
         })?;
+        let m = self.modules[mi as usize];
+        // How messages name a block of the interrupted module.
+        let name = |b: u32| match mi {
+            0 => m.block_name(b),
+            _ => format!("{} of {}", m.block_name(b), m.name),
+        };
+        let here = |b: u32| Loc {
+            module: mi,
+            block: b,
+        };
         self.signals.0 += 1;
         self.signals.1 += u64::from(instrumentation);
         // A fault raised by the instruction at the rip (SIGILL, SIGBUS,
@@ -1179,35 +1217,42 @@ impl<'a> Machine<'a> {
                 let hits: Vec<usize> = (0..occs.len())
                     .filter(|&i| {
                         let o = occs[i];
-                        o.loc.block == block && o.first.max(o.min) <= insn
+                        o.loc == here(block) && o.first.max(o.min) <= insn
                     })
                     .collect();
                 match (hits.as_slice(), retry) {
                     ([i], _) => Cut::Insn(*i, insn),
-                    ([], Retry::Step(f) | Retry::Leave(f)) => Cut::Ahead(f, block, Some(insn)),
+                    ([], Retry::Step(f) | Retry::Leave(f)) if f.module == mi => {
+                        Cut::Ahead(f, block, Some(insn))
+                    }
                     ([], _) => {
-                        return Err(fail(self, format!("the rip is before instruction {insn} of block {}, which the thread did not reach since its last record", m.block_name(block))))
+                        return Err(fail(self, format!("the rip is before instruction {insn} of block {}, which the thread did not reach since its last record", name(block))))
                     }
                     (_, _) => {
-                        return Err(fail(self, format!("the rip is before instruction {insn} of block {}, which the thread ran {} times since its last record: the trace cannot tell which time was interrupted", m.block_name(block), hits.len())))
+                        return Err(fail(self, format!("the rip is before instruction {insn} of block {}, which the thread ran {} times since its last record: the trace cannot tell which time was interrupted", name(block), hits.len())))
                     }
                 }
             }
             SigAt::Witness { from } => match retry {
-                Retry::Step(f) | Retry::Leave(f) if f.block == from => Cut::End,
-                Retry::Step(f) | Retry::Leave(f) => Cut::Ahead(f, from, None),
+                Retry::Step(f) | Retry::Leave(f) if f == here(from) => Cut::End,
+                Retry::Step(f) | Retry::Leave(f) if f.module == mi => Cut::Ahead(f, from, None),
                 _ => {
-                    return Err(fail(self, format!("the rip is on an edge leaving block {} before its witness, but the thread is not deciding there", m.block_name(from))))
+                    return Err(fail(self, format!("the rip is on an edge leaving block {} before its witness, but the thread is not deciding there", name(from))))
                 }
             },
             SigAt::Returned { block } => {
+                let c = here(block);
                 let waiting = match retry {
-                    Retry::Untraced => self.stack.last() == Some(&Frame::Ret(Loc { module: 0, block })),
-                    Retry::Return(c) => c.block == block,
+                    Retry::Untraced => self.stack.last() == Some(&Frame::Ret(c)),
+                    Retry::Return(r) => r == c,
+                    // A `syscall` returned: its RETURN (or EXIT) is next.
+                    Retry::Call(r) => {
+                        r == c && matches!(self.call_of(c).target, CallTarget::Exit)
+                    }
                     _ => false,
                 };
                 if !waiting {
-                    return Err(fail(self, format!("the rip is after the call of block {} returned, but the thread is not waiting for that call", m.block_name(block))));
+                    return Err(fail(self, format!("the rip is after the call of block {} returned, but the thread is not waiting for that call", name(block))));
                 }
                 Cut::End
             }
@@ -1229,6 +1274,7 @@ impl<'a> Machine<'a> {
                 let o = occs[i];
                 let b = self.block(o.loc);
                 let rest = sink.out.split_off(base + o.pos);
+                debug_assert_eq!(o.loc.module, mi);
                 m.part(o.loc.block, o.first, insn + tried, &mut sink.out);
                 m.part(o.loc.block, insn, b.ninsns, &mut tail);
                 tail.extend_from_slice(rest.get(o.len..).unwrap_or_default());
@@ -1444,13 +1490,10 @@ impl<'a> Machine<'a> {
             };
             let m = self.module(l);
             let b = &m.blocks[l.block as usize];
-            // A read point (see `summary`): where pieces are cut and where
-            // counting takes one step per witness.
-            // Only counting and cut pieces look for them: plain output
-            // keeps its inner loop.
-            let wanted = sink.counts.is_some() || sink.pause_at != u64::MAX;
+            // A read point (see `summary`): where pieces are cut, and
+            // where the machine takes one step per witness.
             let read = match (self.pending, b.next, b.call) {
-                (None, EXIT, None) if wanted => self.stream.peek_byte_witness(),
+                (None, EXIT, None) => self.stream.peek_byte_witness(),
                 _ => None,
             };
             // Pieces are not cut inside a signal handler: the interrupted
@@ -1468,7 +1511,7 @@ impl<'a> Machine<'a> {
                     // A summary only when the item after `w` is a witness
                     // too: a SIGNAL there would need the skipped blocks.
                     if let Some(w) = read.filter(|_| self.stream.peek_second_is_witness()) {
-                        let seg = c.summaries[l.module as usize].get(m, l.block, w);
+                        let seg = sink.segs[l.module as usize].get(m, l.block, w);
                         if seg != Seg::NONE {
                             let (_, off) = self.stream.next_byte_witness().expect("peeked");
                             self.consumed(None);
@@ -1486,6 +1529,38 @@ impl<'a> Machine<'a> {
                     true
                 }
                 None => {
+                    // As counting does; the segment's output starts with
+                    // this block's.
+                    if let Some(w) = read.filter(|_| self.stream.peek_second_is_witness()) {
+                        let segs = &mut sink.segs[l.module as usize];
+                        let seg = segs.get(m, l.block, w);
+                        if seg != Seg::NONE {
+                            let (_, off) = self.stream.next_byte_witness().expect("peeked");
+                            // The trail the block-by-block walk would have
+                            // (its bytes decide what is certain).
+                            self.consumed(None);
+                            self.trail.push(Mark::Segment);
+                            self.trail_bytes = seg.trail as usize;
+                            sink.out.extend_from_slice(segs.text(seg));
+                            self.pending =
+                                (seg.pending != NO_WITNESS).then_some((seg.pending, off));
+                            let end = Loc {
+                                module: l.module,
+                                block: seg.end,
+                            };
+                            self.cur = Some(end);
+                            self.trail.push(Mark::Block {
+                                loc: end,
+                                first: 0,
+                                min: 0,
+                            });
+                            self.settle_certain(sink);
+                            if sink.certain >= sink.limit {
+                                return Ok(Progress::More);
+                            }
+                            continue;
+                        }
+                    }
                     let t = m.text(b);
                     self.trail_bytes += t.len();
                     sink.out.extend_from_slice(t);

@@ -38,6 +38,9 @@ pub const BATCH: usize = 1 << 20;
 /// threads of 110 MB of output each; 128 MiB gave 1.19x on a loaded machine).
 pub const AHEAD_BYTES: usize = 256 << 20;
 
+/// Written batches kept for reuse (`Ctx::recycle`).
+const SPARE_BATCHES: usize = 16;
+
 /// Output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -202,6 +205,7 @@ pub(crate) fn regen_trace_ahead<B: AsRef<[u8]> + Sync>(
         note,
         opts,
         ahead_bytes,
+        spare: Default::default(),
     };
     if opts.count {
         let text = ctx.totals()?.to_string();
@@ -227,6 +231,7 @@ pub fn totals<B: AsRef<[u8]> + Sync>(trace: &Trace<B>, opts: &Options) -> Result
         note,
         opts: &opts,
         ahead_bytes: AHEAD_BYTES,
+        spare: Default::default(),
     }
     .totals()
 }
@@ -501,6 +506,10 @@ struct Ctx<'a, B> {
     note: String,
     opts: &'a Options,
     ahead_bytes: usize,
+    /// Written batches, for the workers to fill again: a batch allocated
+    /// by one thread and freed by another goes back to the system and
+    /// comes back as fresh pages, one page fault per 4 KiB of output.
+    spare: std::sync::Mutex<Vec<Vec<u8>>>,
 }
 
 /// Output bytes written so far, shown on stderr while it is a terminal
@@ -652,13 +661,13 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             pause_at,
             header,
         } = piece;
-        let mut sink = Sink::output(header, BATCH);
+        let mut sink = Sink::output(m.modules(), header, BATCH);
         sink.pause_at = pause_at;
         loop {
             let r = m.run(&mut sink);
             // Only what certainly ran is output (see `Sink::certain`); after a
             // pause the uncertain tail waits for the next batch.
-            let mut next = Vec::with_capacity(BATCH + BATCH / 4);
+            let mut next = self.batch();
             next.extend_from_slice(&sink.out[sink.certain.min(sink.out.len())..]);
             sink.out.truncate(sink.certain);
             let bytes = std::mem::replace(&mut sink.out, next);
@@ -669,6 +678,22 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             match r? {
                 Progress::More => {}
                 Progress::Done | Progress::Paused => return Ok(()),
+            }
+        }
+    }
+
+    /// An empty batch buffer.
+    fn batch(&self) -> Vec<u8> {
+        let spare = self.spare.lock().ok().and_then(|mut s| s.pop());
+        spare.unwrap_or_else(|| Vec::with_capacity(BATCH + BATCH / 4))
+    }
+
+    /// Keeps a written batch for `batch` (a few: the rest are in flight).
+    fn recycle(&self, mut b: Vec<u8>) {
+        if let Ok(mut s) = self.spare.lock() {
+            if s.len() < SPARE_BATCHES {
+                b.clear();
+                s.push(b);
             }
         }
     }
@@ -684,7 +709,10 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             for job in self.jobs {
                 let mut werr = None;
                 let r = self.produce(self.whole(job), &mut |b| match out.write_all(&b) {
-                    Ok(()) => true,
+                    Ok(()) => {
+                        self.recycle(b);
+                        true
+                    }
                     Err(e) => {
                         werr = Some(e);
                         false
@@ -754,7 +782,10 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                 for rx in &order_rx {
                     loop {
                         match rx.recv() {
-                            Ok(Msg::Bytes(b)) => out.write_all(&b).map_err(Error::Output)?,
+                            Ok(Msg::Bytes(b)) => {
+                                out.write_all(&b).map_err(Error::Output)?;
+                                self.recycle(b);
+                            }
                             Ok(Msg::End(r)) => {
                                 r?;
                                 break;

@@ -23,11 +23,30 @@
 //! block-by-block walk reaches at `e` (same block, same pending witness),
 //! having passed `blocks` blocks of `insns` instructions (checked against
 //! the walk's output by `tests::random_executions_regenerate_exactly`).
+//!
+//! Output (`Summaries::with_text`) uses the same segments: each keeps the
+//! output of its read point's block and of its blocks, concatenated, in an
+//! arena, so a witness costs one `memcpy` and one step of the machine's
+//! loop instead of one per block.
+//! The arena is bounded ([`TEXT_BYTES`]); past it, new segments are walked
+//! block by block.
 
 use crate::compile::{Block, Module, AMBIGUOUS, EXIT, NO_WITNESS};
 
 /// Longest walk one segment summarises (keeps `insns` in a `u32`).
 pub const MAX_BLOCKS: u32 = 1 << 12;
+
+/// Most output bytes the segments of one module keep.
+pub const TEXT_BYTES: usize = 64 << 20;
+
+/// Entries of the memo of `Summaries::get` (a power of two).
+const MEMO: usize = 1 << 12;
+
+#[cfg(test)]
+thread_local! {
+    /// Tests: output walks block by block (the reference for summaries).
+    pub static WALK_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
 
 /// A summarised walk from a read point, for one witness.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,6 +58,15 @@ pub struct Seg {
     pub pending: u32,
     pub blocks: u32,
     pub insns: u32,
+    /// Output bytes, up to `end`, that the block-by-block walk keeps in
+    /// its trail (`machine`): those after its last decision, with the
+    /// deciding block's when its witness was written before its last
+    /// instruction (`Succ::early`); the read point's own block included.
+    pub trail: u32,
+    /// `text[text_lo..text_hi]` of [`Summaries`]: the output of the read
+    /// point's block, then of the segment's blocks.
+    pub text_lo: u32,
+    pub text_hi: u32,
 }
 
 impl Seg {
@@ -48,6 +76,9 @@ impl Seg {
         pending: NO_WITNESS,
         blocks: 0,
         insns: 0,
+        trail: 0,
+        text_lo: 0,
+        text_hi: 0,
     };
     /// Not computed yet.
     const UNKNOWN: Seg = Seg {
@@ -55,6 +86,9 @@ impl Seg {
         pending: NO_WITNESS,
         blocks: 0,
         insns: 0,
+        trail: 0,
+        text_lo: 0,
+        text_hi: 0,
     };
 }
 
@@ -65,19 +99,64 @@ impl Seg {
 pub struct Summaries {
     choice: Vec<Seg>,
     single: Vec<Seg>,
+    /// A direct-mapped memo of `get`, keyed by `block << 32 | witness`
+    /// (the binary search over a predicate's choices is a chain of
+    /// dependent loads; hot loops ask for few pairs).
+    memo: Box<[(u64, Seg)]>,
+    /// The segments' output (with `with_text` only).
+    text: Option<Vec<u8>>,
 }
 
 impl Summaries {
+    /// Summaries for counting.
     pub fn new(m: &Module) -> Summaries {
         Summaries {
             choice: vec![Seg::UNKNOWN; m.choices.len()],
             single: vec![Seg::UNKNOWN; m.blocks.len()],
+            memo: vec![(u64::MAX, Seg::NONE); MEMO].into_boxed_slice(),
+            text: None,
+        }
+    }
+
+    /// Summaries that also keep each segment's output.
+    pub fn with_text(m: &Module) -> Summaries {
+        #[allow(unused_mut)]
+        let mut s = Summaries {
+            text: Some(Vec::new()),
+            ..Summaries::new(m)
+        };
+        #[cfg(test)]
+        if WALK_ONLY.with(|w| w.get()) {
+            s.choice.fill(Seg::NONE);
+            s.single.fill(Seg::NONE);
+        }
+        s
+    }
+
+    /// The output of segment `seg`.
+    #[inline]
+    pub fn text(&self, seg: Seg) -> &[u8] {
+        match &self.text {
+            Some(t) => &t[seg.text_lo as usize..seg.text_hi as usize],
+            None => &[],
         }
     }
 
     /// The segment from read point `l` for witness `w`.
     #[inline]
     pub fn get(&mut self, m: &Module, l: u32, w: u32) -> Seg {
+        let key = u64::from(l) << 32 | u64::from(w);
+        let h = (l.wrapping_mul(0x9E37_79B9) ^ w) as usize & (MEMO - 1);
+        if self.memo[h].0 == key {
+            return self.memo[h].1;
+        }
+        let seg = self.lookup(m, l, w);
+        self.memo[h] = (key, seg);
+        seg
+    }
+
+    #[inline(never)]
+    fn lookup(&mut self, m: &Module, l: u32, w: u32) -> Seg {
         let b = &m.blocks[l as usize];
         let slot = if b.choice_hi > b.choice_lo {
             let cs = &m.choices[b.choice_lo as usize..b.choice_hi as usize];
@@ -93,7 +172,7 @@ impl Summaries {
             &mut self.single[l as usize]
         };
         if *slot == Seg::UNKNOWN {
-            *slot = walk(m, l, w);
+            *slot = walk(m, l, w, self.text.as_mut());
         }
         *slot
     }
@@ -139,20 +218,46 @@ fn forced(m: &Module, b: &Block, pending: u32) -> Option<(u32, u32)> {
     (m.succs[si.0 as usize].to != EXIT).then_some(si)
 }
 
-/// Walks from read point `l` having read `w` (see the module comment).
-fn walk(m: &Module, l: u32, w: u32) -> Seg {
+/// Walks from read point `l` having read `w` (see the module comment),
+/// appending the segment's output to `text` when given.
+fn walk(m: &Module, l: u32, w: u32, mut text: Option<&mut Vec<u8>>) -> Seg {
     let Some((si, mut pending)) = forced(m, &m.blocks[l as usize], w) else {
+        return Seg::NONE;
+    };
+    // Every step that takes a witness (pending or read) ends the trail.
+    let decided = |b: &Block, si: u32| -> Option<u32> {
+        let s = m.succs[si as usize];
+        (b.succ_hi - b.succ_lo > 1 || s.witness != NO_WITNESS).then(|| {
+            if s.early {
+                m.text(b).len() as u32
+            } else {
+                0
+            }
+        })
+    };
+    let Some(mut trail) = decided(&m.blocks[l as usize], si) else {
         return Seg::NONE;
     };
     let mut to = m.succs[si as usize].to;
     let (mut blocks, mut insns) = (0u32, 0u32);
+    let text_lo = text.as_ref().map_or(0, |t| t.len());
+    if let Some(t) = text.as_deref_mut() {
+        if t.len() + m.text(&m.blocks[l as usize]).len() > TEXT_BYTES {
+            return Seg::NONE;
+        }
+        t.extend_from_slice(m.text(&m.blocks[l as usize]));
+    }
     loop {
         let b = &m.blocks[to as usize];
+        let text_hi = text.as_ref().map_or(0, |t| t.len());
         let stop = Seg {
             end: to,
             pending,
             blocks,
             insns,
+            trail,
+            text_lo: text_lo as u32,
+            text_hi: text_hi as u32,
         };
         if (b.next == EXIT && pending == NO_WITNESS) || blocks >= MAX_BLOCKS {
             return stop;
@@ -163,6 +268,16 @@ fn walk(m: &Module, l: u32, w: u32) -> Seg {
         let Some(n) = insns.checked_add(b.ninsns).filter(|&n| n < u32::MAX / 2) else {
             return stop;
         };
+        if let Some(t) = text.as_deref_mut() {
+            let bt = m.text(b);
+            if t.len() + bt.len() > TEXT_BYTES {
+                // The arena is full: this walk is not kept.
+                t.truncate(text_lo);
+                return Seg::NONE;
+            }
+            t.extend_from_slice(bt);
+        }
+        trail = decided(b, si).unwrap_or(trail + m.text(b).len() as u32);
         insns = n;
         blocks += 1;
         pending = p;
