@@ -228,3 +228,40 @@ fn libraries_that_cannot_be_traced_are_refused_clearly() {
     assert!(e.contains("empty"), "{e}");
     assert!(!Path::new(t).exists(), "a refused recording left {t}");
 }
+
+/// An output that is not a regular file (a pipe here; `/dev/null` in
+/// scripts) is written in place: never unlinked nor renamed over, which as
+/// root would replace `/dev/null` with a file.
+#[test]
+fn outputs_that_are_not_regular_files_are_written_in_place() {
+    use std::os::unix::fs::FileTypeExt;
+    let exe = build("loops.c", Variant::new(Opt::O2, Link::Pie, false));
+    let trace = good_trace("fifo-source");
+    let fifo = dir().join("out.fifo");
+    let _ = std::fs::remove_file(&fifo);
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let (exe, trace) = (exe.to_str().unwrap(), trace.to_str().unwrap());
+    let f = fifo.to_str().unwrap();
+    for args in [
+        vec!["record", "-o", f, "--", exe],
+        vec!["profile", "-o", f, "--", exe],
+        vec!["instrument", exe, "-o", f],
+        vec!["regen", trace, "--format", "block", "-o", f],
+    ] {
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::read(fifo).unwrap())
+        };
+        let out = aetrace(&args);
+        let bytes = reader.join().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!bytes.is_empty(), "{args:?}: nothing written to the pipe");
+        let kind = std::fs::symlink_metadata(&fifo).unwrap().file_type();
+        assert!(kind.is_fifo(), "{args:?} replaced the pipe: {kind:?}");
+    }
+}

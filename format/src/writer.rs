@@ -98,16 +98,33 @@ pub struct TraceWriter<W: Write> {
     poisoned: bool,
 }
 
+/// Whether an output at `path` may be unlinked, or renamed over, to be
+/// replaced: it does not exist or is a regular file. Anything else (a
+/// device such as `/dev/null`, a pipe) must be written in place, never
+/// removed (as root, removing `/dev/null` breaks the whole machine).
+pub fn replaceable(path: &std::path::Path) -> bool {
+    std::fs::metadata(path).map_or(true, |m| m.is_file())
+}
+
 impl TraceWriter<std::fs::File> {
     /// Creates the file at `path` and writes the header. An existing file there is
     /// unlinked first, never truncated: a reader that has the old trace mapped keeps
     /// its bytes (truncating a mapped file would kill that reader with SIGBUS).
+    /// A path that is not a regular file (`/dev/null`, a pipe) is opened
+    /// and written as it is: unlinking a device would replace it.
     pub fn create(path: impl AsRef<std::path::Path>, header: &Header) -> Result<Self> {
         let path = path.as_ref();
         let open_err = |source| Error::Open {
             path: path.to_owned(),
             source,
         };
+        if !replaceable(path) {
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .open(path)
+                .map_err(open_err)?;
+            return TraceWriter::new(file, header);
+        }
         match std::fs::remove_file(path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(open_err(e)),
             _ => {}

@@ -27,7 +27,12 @@ fn io_err(path: &Path, source: std::io::Error) -> Error {
 }
 
 /// Writes `bytes` to `path` atomically with mode 0755.
+///
+/// A device or pipe at `path` is written in place, never replaced.
 pub(crate) fn write_executable(path: &Path, bytes: &[u8]) -> Result<()> {
+    if !aetrace_format::replaceable(path) {
+        return std::fs::write(path, bytes).map_err(|e| io_err(path, e));
+    }
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
     let mut f = std::fs::File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
     f.write_all(bytes).map_err(|e| io_err(&tmp, e))?;

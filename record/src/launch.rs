@@ -137,7 +137,9 @@ pub fn record(l: &Launch) -> Result<Outcome> {
         Ok(pid) => pid,
         Err(e) => {
             // Nothing ran: leave no trace file behind.
-            let _ = std::fs::remove_file(&l.trace);
+            if aetrace_format::replaceable(&l.trace) {
+                let _ = std::fs::remove_file(&l.trace);
+            }
             return Err(e);
         }
     };
@@ -812,10 +814,13 @@ impl<'l> Recorder<'l> {
             .map_err(w)?;
         }
         let (file, _end) = out.finish().map_err(w)?;
-        file.sync_data().map_err(|source| Error::Io {
-            path: trace.clone(),
-            source,
-        })?;
+        // A device or pipe (`-o /dev/null`) has nothing to sync (EINVAL).
+        if file.metadata().is_ok_and(|m| m.is_file()) {
+            file.sync_data().map_err(|source| Error::Io {
+                path: trace.clone(),
+                source,
+            })?;
+        }
         Ok(())
     }
 }

@@ -269,7 +269,15 @@ pub fn read(path: &Path) -> Result<Profile> {
 }
 
 /// Writes `bytes` to `path` through a temporary name.
+///
+/// A device or pipe at `path` is written in place, never replaced.
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    if !aetrace_format::replaceable(path) {
+        return std::fs::write(path, bytes).map_err(|e| Error::Io {
+            path: path.to_owned(),
+            source: e,
+        });
+    }
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
     let io = |e| Error::Io {
         path: tmp.clone(),

@@ -126,8 +126,7 @@ pub fn regen_to(
     let Some(path) = path else {
         return regen_command(trace, opts, &mut std::io::stdout().lock());
     };
-    let regular = std::fs::metadata(path).map_or(true, |m| m.is_file());
-    if !regular {
+    if !aetrace_format::replaceable(path) {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .open(path)
