@@ -140,6 +140,9 @@ impl<'p> Graph<'p> {
                         ))
                     })?;
                 let exit = match insn.flow_control() {
+                    // A system call comes back to the next block like any
+                    // other edge (`return_from_call` in the CFG).
+                    _ if aetrace_record::procs::is_syscall(&insn) => Exit::Other,
                     FlowControl::Call | FlowControl::IndirectCall => Exit::Call,
                     FlowControl::Return => Exit::Ret,
                     _ => Exit::Other,
@@ -393,9 +396,9 @@ impl<'p> Graph<'p> {
     }
 
     /// The thread ended in or after its last block: a call there (`exit`)
-    /// was executed, a return (out of `_fini`) too, and a block with one
-    /// way out took it (a halt), as the profile's flow conservation counts
-    /// it.
+    /// was executed, a return (out of `_fini`) too, and a block whose one
+    /// way out leaves the procedure took it (a halt), as the profile's flow
+    /// conservation counts it.
     fn finish(&mut self, tid: Pid) {
         let Some(mut th) = self.threads.remove(&tid) else {
             return;
@@ -411,7 +414,10 @@ impl<'p> Graph<'p> {
                 let blk = &self.blocks[b as usize];
                 let pp = &self.profile.procs[blk.proc as usize];
                 let mut outs = pp.edges.iter().enumerate().filter(|(_, e)| e.0 == blk.idx);
-                if let (Some((e, _)), None) = (outs.next(), outs.next()) {
+                // An edge to a block would have been taken by entering it
+                // (not so after an `exit_group` system call).
+                let n = pp.blocks.len() as u32;
+                if let (Some((e, _)), None) = (outs.next().filter(|(_, e)| e.1 == n), outs.next()) {
                     self.seen_edges[blk.proc as usize][e] += 1;
                 }
             }

@@ -888,6 +888,9 @@ impl Tracer<'_> {
             regs.rip += 1;
             sys::set_regs(tid, &regs)?;
             self.thread(tid).cur = None;
+            // A handler that returns goes on at the next block: make it an
+            // entry, or the thread would be found again only at a later trap.
+            self.arm_entry(regs.rip)?;
             return self.deliver(tid, libc::SIGTRAP, None);
         }
         let rip = regs.rip;
