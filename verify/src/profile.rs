@@ -29,7 +29,7 @@
 //! exception's landing pad); "exact" needs every counted procedure's block
 //! and edge counts equal, no case (b) or (c), and no lost position.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -111,6 +111,9 @@ struct Graph<'p> {
     /// Case (c): `(from, to)` (link-time starts; `None`: EXIT) -> times taken.
     missing_edges: BTreeMap<(u64, Option<u64>), u64>,
     threads: HashMap<Pid, ThreadState>,
+    /// C++ landing pads (from the LSDAs): the unwinder enters them, even
+    /// at the return point of a call that does not return (`__cxa_throw`).
+    pads: HashSet<u64>,
     /// Defects the follower reported against its own CFG.
     follower_defects: Vec<String>,
     forks: u64,
@@ -190,6 +193,10 @@ impl<'p> Graph<'p> {
             missing_blocks: BTreeMap::new(),
             missing_edges: BTreeMap::new(),
             threads: HashMap::new(),
+            pads: aetrace_record::lsda::call_site_pads(elf)
+                .into_iter()
+                .map(|(_, _, pad)| pad)
+                .collect(),
             follower_defects: Vec::new(),
             forks: 0,
         })
@@ -337,8 +344,14 @@ impl<'p> Graph<'p> {
             // a call that does not return, whose return point it is).
             return;
         }
+        // A return point, unless the unwinder landed there (a landing pad
+        // that is no return of the call before it).
+        let landing = arrival != Arrival::Flow && self.pads.contains(&b.addr);
+        let is_return = |g: &Self, f: &Frame| {
+            f.ret == b.addr && !(landing && g.edge(&f.call, Some(&b)).is_none())
+        };
         let floor = th.interrupted.last().map_or(0, |&(_, d)| d);
-        if let Some(k) = th.frames[floor..].iter().rposition(|f| f.ret == b.addr) {
+        if let Some(k) = th.frames[floor..].iter().rposition(|f| is_return(self, f)) {
             return self.pop_to(th, floor + k, &b);
         }
         // Back from a signal handler to the block it interrupted.
@@ -348,7 +361,7 @@ impl<'p> Graph<'p> {
             }
         }
         // A return point below a handler (`siglongjmp` out of it).
-        if let Some(k) = th.frames.iter().rposition(|f| f.ret == b.addr) {
+        if let Some(k) = th.frames.iter().rposition(|f| is_return(self, f)) {
             return self.pop_to(th, k, &b);
         }
         // Landed in a procedure deeper in the stack (`longjmp`, a landing
