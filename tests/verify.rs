@@ -538,6 +538,7 @@ fn profiles_verified_exact() {
         ("rep_string.c", O2_PIE, &[][..]),
         ("raw_syscall.c", O2_PIE, &[][..]),
         ("vdso.c", O2_PIE, &[][..]),
+        ("int3.c", O2_PIE, &[][..]),
     ] {
         let exe = build(source, v);
         let p = profile(&exe, args);
