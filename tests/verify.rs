@@ -684,6 +684,93 @@ fn profile_faults_are_caught_at_their_edges() {
         }
     }
     assert_eq!(tried, 3, "three counters can lose an increment validly");
+
+    // (3) The paper's case (c): the hottest edge that does not enter the
+    // procedure's entry, removed from the profile (its count with it).
+    let (pi, e, n) = good
+        .procs
+        .iter()
+        .enumerate()
+        .filter_map(|(pi, p)| Some((pi, p, p.counts.as_ref()?.edges.as_ref()?)))
+        .flat_map(|(pi, p, edges)| {
+            edges
+                .iter()
+                .enumerate()
+                .filter(move |&(e, _)| p.edges[e].1 != p.entry)
+                .map(move |(e, &n)| (pi, e, n))
+        })
+        .max_by_key(|&(_, _, n)| n)
+        .unwrap();
+    let mut bad = good.clone();
+    let (f, t, _) = bad.procs[pi].edges.remove(e);
+    bad.procs[pi]
+        .counts
+        .as_mut()
+        .unwrap()
+        .edges
+        .as_mut()
+        .unwrap()
+        .remove(e);
+    write(&bad);
+    let (code, out, err) = verify_profile(&bad_path, &exe, &[]);
+    assert_eq!(code, 1, "{out}{err}");
+    let want = format!(
+        "{}: edge {} -> {} taken {n} times, absent from the profile (paper 004, case (c))",
+        good.procs[pi].name,
+        at(&good, pi, f),
+        at(&good, pi, t)
+    );
+    assert!(out.contains(&want), "{want:?} not in\n{out}");
+    assert!(
+        out.contains("NOT exact: 0 counts differ, 0 blocks and 1 edges absent"),
+        "{out}"
+    );
+
+    // (4) The paper's case (b): a block that ran, not the entry, removed
+    // from the profile with its edges (the others renumbered).
+    let (pi, k, n) = good
+        .procs
+        .iter()
+        .enumerate()
+        .filter_map(|(pi, p)| Some((pi, p, p.counts.as_ref()?)))
+        .flat_map(|(pi, p, c)| {
+            c.blocks
+                .iter()
+                .enumerate()
+                .filter(move |&(k, &n)| {
+                    n > 0
+                        && k as u32 != p.entry
+                        && !p.edges.iter().any(|e| e.0 == k as u32 && e.1 == p.entry)
+                })
+                .map(move |(k, &n)| (pi, k, n))
+        })
+        .next()
+        .unwrap();
+    let mut bad = good.clone();
+    let q = &mut bad.procs[pi];
+    let addr = q.blocks.remove(k).start;
+    let c = q.counts.as_mut().unwrap();
+    c.blocks.remove(k);
+    let edges = c.edges.as_mut().unwrap();
+    let k = k as u32;
+    let renumber = |b: u32| if b > k { b - 1 } else { b };
+    let mut kept = Vec::new();
+    for (e, (f, t, kind)) in q.edges.iter().enumerate() {
+        if *f != k && *t != k {
+            kept.push(((renumber(*f), renumber(*t), kind.clone()), edges[e]));
+        }
+    }
+    q.edges = kept.iter().map(|(e, _)| e.clone()).collect();
+    *edges = kept.iter().map(|&(_, n)| n).collect();
+    q.entry = renumber(q.entry);
+    write(&bad);
+    let (code, out, err) = verify_profile(&bad_path, &exe, &[]);
+    assert_eq!(code, 1, "{out}{err}");
+    let want = format!(
+        "{}: block {addr:#x} executed {n} times, absent from the profile (paper 004, case (b))",
+        good.procs[pi].name
+    );
+    assert!(out.contains(&want), "{want:?} not in\n{out}");
     let _ = std::fs::remove_file(&good_path);
     let _ = std::fs::remove_file(&bad_path);
 }

@@ -318,8 +318,10 @@ impl<'p> Graph<'p> {
                     returned = true;
                 }
                 Exit::Other => {
+                    // Flow to a block the profile lacks is a case (c) edge
+                    // to it.
                     if self.edge(&p, Some(&b)).is_some()
-                        || (arrival == Arrival::Flow && same_proc(self, &p))
+                        || (arrival == Arrival::Flow && (same_proc(self, &p) || !b.known))
                     {
                         self.take(&p, Some(&b));
                         returned = false;
@@ -617,16 +619,17 @@ pub fn verify_profile(opts: &ProfileOptions) -> Result<ProfileReport, Error> {
             .at(addr)
             .map(|(file, l)| format!("{}:{l}", file.rsplit('/').next().unwrap_or(file)))
     };
+    // The procedure of the nearest profile block at or before `addr`.
     let name_at = |addr: u64| -> String {
-        let l = graph.locate(addr);
-        l.blk.map_or_else(
-            || "?".to_string(),
-            |i| {
-                profile.procs[graph.blocks[i as usize].proc as usize]
-                    .name
-                    .clone()
-            },
-        )
+        graph
+            .blocks
+            .iter()
+            .filter(|b| b.start <= addr)
+            .max_by_key(|b| b.start)
+            .map_or_else(
+                || "?".to_string(),
+                |b| profile.procs[b.proc as usize].name.clone(),
+            )
     };
 
     let mut report = ProfileReport {
