@@ -157,6 +157,7 @@ enum Command {
     /// With --profile PROFILE: count every block and edge of the run and compare them
     /// with the profile's (exit 0: every count equal).
     Verify {
+        /// The trace to check (`aetrace record`).
         #[arg(required_unless_present = "profile", conflicts_with = "profile")]
         trace: Option<PathBuf>,
         /// Check this profile (`aetrace profile`) instead of a trace; the program and
@@ -169,7 +170,8 @@ enum Command {
         /// Compare only this trace thread.
         #[arg(long)]
         thread: Option<u32>,
-        /// PROGRAM ARGS for a trace that does not record its command (or to override it).
+        /// PROGRAM ARGS for a trace that does not record its command (or to override it);
+        /// with --profile, the command as profiled (argv[0] included).
         #[arg(last = true)]
         command: Vec<OsString>,
     },
