@@ -3,7 +3,8 @@
 # recorded first, then verified (the original gzip re-run under the ptrace
 # block follower, compared block by block with the regenerated trace).
 # Baselines measured in the same run: the native gzip (best of 5: it takes
-# milliseconds) and valgrind lackey with --trace-mem=yes.
+# milliseconds) and valgrind lackey with --trace-mem=yes. Then the same for
+# `aetrace verify --profile` on a profile of the same run.
 # Usage: bench/verify.sh   (CARGO_TARGET_DIR is honoured)
 set -eu
 cd "$(dirname "$0")/.."
@@ -26,7 +27,16 @@ cmp "$tmp/native.gz" "$tmp/recorded.gz"
 t2=$(now); "$A" verify "$tmp/t.aet" > "$tmp/report"; t3=$(now)
 valgrind --tool=lackey --trace-mem=yes --log-file=/dev/null gzip -c "$tmp/in" > "$tmp/lackey.gz"; t4=$(now)
 cmp "$tmp/native.gz" "$tmp/lackey.gz"
+# The profile check (paper 004's own use) on the same input: profile once,
+# then every block and edge count checked under the follower.
+"$A" profile -o "$tmp/p.aprof" -- gzip -c "$tmp/in" > "$tmp/profiled.gz" < /dev/null
+cmp "$tmp/native.gz" "$tmp/profiled.gz"
+t5=$(now); "$A" verify --profile "$tmp/p.aprof" -- gzip -c "$tmp/in" > "$tmp/preport" < /dev/null; t6=$(now)
 echo "report: $(tail -1 "$tmp/report")"
+echo "profile report: $(tail -1 "$tmp/preport")"
+pblocks=$(sed -n 's/^exact: .*(\([0-9]*\) blocks followed.*/\1/p' "$tmp/preport")
+awk -v n="$native" -v v="$(echo "$t6 - $t5" | bc)" -v b="$pblocks" 'BEGIN {
+  printf "verify --profile  %.3f s  (%.0fx native, %.0f blocks followed/s, %d blocks)\n", v, v/n, b/v, b }'
 blocks=$(sed -n 's/^exact: \([0-9]*\) blocks.*/\1/p' "$tmp/report")
 awk -v n="$native" -v v="$(echo "$t3 - $t2" | bc)" -v l="$(echo "$t4 - $t3" | bc)" -v b="$blocks" 'BEGIN {
   printf "native  %.4f s (best of 5)\nverify  %.3f s  (%.0fx native, %.0f blocks checked/s, %d blocks)\nlackey  %.3f s  (%.0fx native)\nverify/lackey %.2f\n", n, v, v/n, b/v, b, l, l/n, v/l }'

@@ -10,7 +10,8 @@
 //! - `2`: the command line itself was wrong (clap's usage error).
 //! - `record`, `profile`: the program's own exit status; when a signal killed
 //!   it, the recorder re-raises that signal (or exits 128+signal).
-//! - `verify`: 0 when the trace is exact, 1 when a thread diverges or the
+//! - `verify`: 0 when the trace (or with `--profile`, every count of the
+//!   profile) is exact, 1 when a thread diverges, a count differs or the
 //!   check could not be made (the report or the message says which).
 //! - `cachesim` keeps the exit codes documented in `aetrace-cachesim`.
 
@@ -152,15 +153,25 @@ enum Command {
     },
     /// Run the original program again under ptrace and check a trace block by block
     /// (exit 0: exact; 1: a divergence, or the check could not be made).
+    ///
+    /// With --profile PROFILE: count every block and edge of the run and compare them
+    /// with the profile's (exit 0: every count equal).
     Verify {
-        trace: PathBuf,
+        /// The trace to check (`aetrace record`).
+        #[arg(required_unless_present = "profile", conflicts_with = "profile")]
+        trace: Option<PathBuf>,
+        /// Check this profile (`aetrace profile`) instead of a trace; the program and
+        /// arguments default to the profile's.
+        #[arg(long, value_name = "PROFILE", conflicts_with = "thread")]
+        profile: Option<PathBuf>,
         /// The program's stdin instead of the recorded run's.
         #[arg(long)]
         stdin: Option<PathBuf>,
         /// Compare only this trace thread.
         #[arg(long)]
         thread: Option<u32>,
-        /// PROGRAM ARGS for a trace that does not record its command (or to override it).
+        /// PROGRAM ARGS for a trace that does not record its command (or to override it);
+        /// with --profile, the command as profiled (argv[0] included).
         #[arg(last = true)]
         command: Vec<OsString>,
     },
@@ -354,10 +365,34 @@ fn main() -> ExitCode {
                 .map_err(|e| e.to_string())
         }
         Command::Verify {
-            trace,
+            profile: Some(profile),
+            stdin,
+            command,
+            ..
+        } => {
+            let opts = aetrace_verify::ProfileOptions {
+                profile,
+                stdin,
+                command,
+            };
+            match aetrace_verify::verify_profile(&opts) {
+                Ok(report) => {
+                    print!("{report}");
+                    return if report.exact() {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::from(1)
+                    };
+                }
+                Err(e) => Err(e.to_string()),
+            }
+        }
+        Command::Verify {
+            trace: Some(trace),
             stdin,
             thread,
             command,
+            ..
         } => {
             let opts = aetrace_verify::VerifyOptions {
                 stdin,
@@ -376,6 +411,8 @@ fn main() -> ExitCode {
                 Err(e) => Err(e.to_string()),
             }
         }
+        // clap requires one of the two.
+        Command::Verify { trace: None, .. } => Err("give a TRACE or --profile PROFILE".into()),
         Command::Cachesim { args } => return aetrace_cachesim::cli::main(args),
     };
     match result {

@@ -1158,3 +1158,25 @@ fn check_timer(
     );
     let _ = std::fs::remove_file(&trace);
 }
+
+/// Paper 004's Section 4.1 cases, each ending a block: `rep movsb` /
+/// `rep stosq` with counts 0, 1 and many (`aetrace verify` says exact on
+/// the same programs, `tests/verify.rs`).
+#[test]
+fn rep_string_instructions_ending_blocks() {
+    traced("rep_string.c", O2_PIE, &[]);
+    traced("rep_string.c", O0_NOPIE, &[]);
+}
+
+/// Raw `syscall` instructions in the program's code, the last one
+/// `exit_group`.
+#[test]
+fn raw_system_calls() {
+    traced("raw_syscall.c", O2_PIE, &[]);
+}
+
+/// `clock_gettime` and `gettimeofday` run in the vDSO, outside every module.
+#[test]
+fn vdso_calls() {
+    traced("vdso.c", O2_PIE, &[]);
+}

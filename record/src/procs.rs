@@ -171,7 +171,9 @@ pub fn is_straight(insn: &Instruction) -> bool {
             !matches!(insn.mnemonic(), Mnemonic::Xbegin | Mnemonic::Hlt)
         }
         FlowControl::Call => is_syscall(insn),
-        FlowControl::Interrupt => insn.mnemonic() == Mnemonic::Int,
+        // A program's own `int3` raises SIGTRAP; a handler that returns
+        // goes on after it, like after `int n`.
+        FlowControl::Interrupt => matches!(insn.mnemonic(), Mnemonic::Int | Mnemonic::Int3),
         _ => false,
     }
 }

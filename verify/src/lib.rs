@@ -11,7 +11,8 @@
 //!
 //! This crate is the engine: [`follow`] launches the program and reports
 //! every block entered, per thread, to an [`Observer`]; the trace comparison
-//! and profile decrementing of `aetrace verify` plug in there.
+//! (`check.rs`) and the profile check (`profile.rs`) of `aetrace verify`
+//! plug in there.
 //! `docs/verify.md` documents the method, the choices (breakpoints, threads,
 //! signals, fork, exec) and the measured speed.
 //!
@@ -23,6 +24,7 @@
 pub mod check;
 mod emulate;
 pub mod module;
+pub mod profile;
 mod scratch;
 mod sys;
 mod tracer;
@@ -30,6 +32,7 @@ mod tracer;
 use std::path::PathBuf;
 
 pub use check::{verify_trace, Report, VerifyOptions};
+pub use profile::{verify_profile, ProfileOptions, ProfileReport};
 pub use sys::Pid;
 pub use tracer::follow;
 
@@ -79,6 +82,10 @@ pub enum Error {
     /// program on disk); the message says what.
     #[error("{0}")]
     Trace(String),
+    /// The profile cannot be checked against this program (the message
+    /// says what).
+    #[error("{0}")]
+    Profile(String),
     /// The bytes at a module's runtime entry differ from the file: the load
     /// base is wrong or the file is not what runs.
     #[error("{}: code in memory at {addr:#x} differs from the file", path.display())]

@@ -135,6 +135,31 @@ pub fn step(tid: Pid, sig: i32) -> Result<(), Error> {
     .map(drop)
 }
 
+/// Removes `sig` from the thread's blocked signals.
+pub fn unblock(tid: Pid, sig: i32) -> Result<(), Error> {
+    let mut mask: u64 = 0;
+    let size = std::mem::size_of::<u64>();
+    ptrace(
+        libc::PTRACE_GETSIGMASK,
+        "PTRACE_GETSIGMASK",
+        tid,
+        size,
+        &mut mask as *mut u64 as usize,
+    )?;
+    let bit = 1u64 << (sig - 1);
+    if mask & bit != 0 {
+        mask &= !bit;
+        ptrace(
+            libc::PTRACE_SETSIGMASK,
+            "PTRACE_SETSIGMASK",
+            tid,
+            size,
+            &mask as *const u64 as usize,
+        )?;
+    }
+    Ok(())
+}
+
 pub fn detach(tid: Pid, sig: i32) -> Result<(), Error> {
     ptrace(libc::PTRACE_DETACH, "PTRACE_DETACH", tid, 0, sig as usize).map(drop)
 }

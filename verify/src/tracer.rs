@@ -72,6 +72,9 @@ struct Thread {
     last_call: u64,
     /// The thread's slot in the scratch page, once it needed one.
     slot: Option<u64>,
+    /// A SIGTRAP of the program's own was delivered with a single step:
+    /// the next trap is at its handler's first instruction.
+    trap_delivered: bool,
 }
 
 impl Thread {
@@ -84,6 +87,7 @@ impl Thread {
             fresh,
             last_call: 0,
             slot: None,
+            trap_delivered: false,
         }
     }
 }
@@ -532,6 +536,16 @@ impl Tracer<'_> {
             .threads
             .entry(tid)
             .or_insert_with(|| Thread::new(false));
+        if std::mem::take(&mut th.trap_delivered) {
+            // At the first instruction of the program's SIGTRAP handler (or
+            // one instruction further, when it ignores the signal). The
+            // handler runs with SIGTRAP blocked, and a breakpoint of ours
+            // hit then would make the kernel reset the program's handler
+            // (`force_sig`): SIGTRAP stays unblocked while it runs; its
+            // `sigreturn` restores the mask the program had.
+            sys::unblock(tid, libc::SIGTRAP)?;
+            return self.land(tid, regs, None, Arrival::Entry);
+        }
         if let Mode::Step { bp, end, disp } = th.mode {
             if end && regs.rip == disp.map_or(bp, |d| d.at) {
                 // A `rep` string instruction steps one iteration at a time
@@ -888,6 +902,9 @@ impl Tracer<'_> {
             regs.rip += 1;
             sys::set_regs(tid, &regs)?;
             self.thread(tid).cur = None;
+            // A handler that returns goes on at the next block: make it an
+            // entry, or the thread would be found again only at a later trap.
+            self.arm_entry(regs.rip)?;
             return self.deliver(tid, libc::SIGTRAP, None);
         }
         let rip = regs.rip;
@@ -973,6 +990,11 @@ impl Tracer<'_> {
             th.interrupted.push((pos, pending, at));
         }
         self.event(tid, Event::Signal { sig });
+        if sig == libc::SIGTRAP {
+            // Stop again at the handler's first instruction (see `trap`).
+            self.thread(tid).trap_delivered = true;
+            return sys::step(tid, sig);
+        }
         sys::cont(tid, sig)
     }
 }
