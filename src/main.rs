@@ -89,6 +89,10 @@ enum Command {
         /// Also write the profile in callgrind format here (callgrind_annotate, KCachegrind).
         #[arg(long)]
         callgrind: Option<PathBuf>,
+        /// Shared libraries to profile too: `none`, `all` (but glibc's) or
+        /// DT_NEEDED names such as `libbz2.so.1.0`, comma-separated.
+        #[arg(long, default_value = "none")]
+        libs: String,
         /// The program and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<OsString>,
@@ -102,6 +106,10 @@ enum Command {
         /// Write the count here instead of stderr.
         #[arg(short, long)]
         output: Option<PathBuf>,
+        /// Shared libraries to count in too (`none`, `all`, or names): the
+        /// count is the sum over the executable and these.
+        #[arg(long, default_value = "none")]
+        libs: String,
         /// The program and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<OsString>,
@@ -261,9 +269,17 @@ fn main() -> ExitCode {
             weights,
             report,
             callgrind,
+            libs,
             mut command,
         } => {
             use aetrace_record::rewrite::counters::CountPlacement;
+            let libs = match aetrace_record::libs::LibSelection::parse(&libs) {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("aetrace: error: {e}");
+                    return ExitCode::from(1);
+                }
+            };
             let opts = aetrace_record::profile::ProfileOptions {
                 output,
                 placement: match placement {
@@ -273,6 +289,7 @@ fn main() -> ExitCode {
                 weights: (weights != "heuristic").then(|| PathBuf::from(weights)),
                 report,
                 callgrind,
+                libs,
                 program: PathBuf::from(command.remove(0)),
                 args: command,
             };
@@ -284,8 +301,16 @@ fn main() -> ExitCode {
         Command::Count {
             event,
             output,
+            libs,
             mut command,
         } => {
+            let libs = match aetrace_record::libs::LibSelection::parse(&libs) {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("aetrace: error: {e}");
+                    return ExitCode::from(1);
+                }
+            };
             use aetrace_record::rewrite::counters::Event;
             let (event, name) = match event {
                 EventArg::Insns => (Event::Insns, "insns"),
@@ -293,7 +318,7 @@ fn main() -> ExitCode {
                 EventArg::Calls => (Event::Calls, "calls"),
             };
             let program = PathBuf::from(command.remove(0));
-            match aetrace_record::profile::count_command(&program, &command, event) {
+            match aetrace_record::profile::count_command(&program, &command, event, &libs) {
                 Ok((outcome, n)) => {
                     let line = format!("{n} {name}\n");
                     let written = match &output {

@@ -15,6 +15,7 @@ pub mod build;
 pub mod cfg;
 pub mod commands;
 pub mod elf;
+pub mod inclusive;
 pub mod error;
 pub mod interval;
 pub mod jumptable;
