@@ -211,6 +211,14 @@ impl From<PlacementArg> for aetrace_record::rewrite::Placement {
     }
 }
 
+/// `--libs` as a library selection, or its one-line error and status 1.
+fn libs_arg(s: &str) -> Result<aetrace_record::libs::LibSelection, ExitCode> {
+    aetrace_record::libs::LibSelection::parse(s).map_err(|e| {
+        eprintln!("aetrace: error: {e}");
+        ExitCode::from(1)
+    })
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -243,12 +251,9 @@ fn main() -> ExitCode {
             placement,
             mut command,
         } => {
-            let libs = match aetrace_record::libs::LibSelection::parse(&libs) {
+            let libs = match libs_arg(&libs) {
                 Ok(l) => l,
-                Err(e) => {
-                    eprintln!("aetrace: error: {e}");
-                    return ExitCode::from(1);
-                }
+                Err(code) => return code,
             };
             let program = PathBuf::from(command.remove(0));
             let opts = aetrace_record::commands::RecordOptions {
@@ -273,12 +278,9 @@ fn main() -> ExitCode {
             mut command,
         } => {
             use aetrace_record::rewrite::counters::CountPlacement;
-            let libs = match aetrace_record::libs::LibSelection::parse(&libs) {
+            let libs = match libs_arg(&libs) {
                 Ok(l) => l,
-                Err(e) => {
-                    eprintln!("aetrace: error: {e}");
-                    return ExitCode::from(1);
-                }
+                Err(code) => return code,
             };
             let opts = aetrace_record::profile::ProfileOptions {
                 output,
@@ -304,12 +306,9 @@ fn main() -> ExitCode {
             libs,
             mut command,
         } => {
-            let libs = match aetrace_record::libs::LibSelection::parse(&libs) {
+            let libs = match libs_arg(&libs) {
                 Ok(l) => l,
-                Err(e) => {
-                    eprintln!("aetrace: error: {e}");
-                    return ExitCode::from(1);
-                }
+                Err(code) => return code,
             };
             use aetrace_record::rewrite::counters::Event;
             let (event, name) = match event {

@@ -8,6 +8,10 @@
 //! `R0 -> root` + virtual exit edges). The [`Profile`] (JSON,
 //! `docs/profile.md`) holds the CFGs, the placement, the raw counters and
 //! the recovered counts, so reports and feedback weights need nothing else.
+//! With `--libs`, the chosen shared libraries are rewritten the same way
+//! (each maps its counters from a memfd of its own, in its first
+//! constructor) and the profile has a section per library; the rewritten
+//! copies are cached with their skeletons (`commands::cache_dir`).
 //!
 //! Invariants: recovered counts satisfy Kirchhoff's law at every vertex of
 //! the counted graph (else the procedure carries an error instead of

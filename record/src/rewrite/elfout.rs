@@ -1484,6 +1484,55 @@ mod tests {
         );
     }
 
+    /// A shared object's init function: first in a new `DT_INIT_ARRAY`,
+    /// then the old constructors (their addends from their RELATIVE
+    /// relocations), each entry relocated; refused for an executable and
+    /// together with a preinit.
+    #[test]
+    fn init_function_of_a_shared_object() {
+        let path = Path::new("/lib/x86_64-linux-gnu/libbz2.so.1.0");
+        let elf = std::fs::read(path).unwrap();
+        let mut add = preinit_at(&elf);
+        add.init = add.preinit.take();
+        let out = write(path, &elf, &add).unwrap();
+        let old = Image::parse(path, &elf).unwrap();
+        let old_dyn = read_dynamic(&old).unwrap();
+        let new = Image::parse(Path::new("out"), &out).unwrap();
+        let dynamic = read_dynamic(&new).unwrap();
+        let (arr, size) = (
+            dynamic.get(DT_INIT_ARRAY).unwrap(),
+            dynamic.get(DT_INIT_ARRAYSZ).unwrap(),
+        );
+        let old_size = old_dyn.get(DT_INIT_ARRAYSZ).unwrap();
+        assert_eq!(size, old_size + 8);
+        let relas = old_relas(&new, &dynamic).unwrap();
+        let old_relas = old_relas(&old, &old_dyn).unwrap();
+        let n = (size / 8) as usize;
+        assert_eq!(
+            relas[0],
+            (arr, u64::from(R_X86_64_RELATIVE), add.segments[0].vaddr)
+        );
+        for i in 1..n {
+            let at = old_dyn.get(DT_INIT_ARRAY).unwrap() + 8 * (i as u64 - 1);
+            let was = old_relas.iter().find(|r| r.0 == at).unwrap();
+            assert_eq!(relas[i], (arr + 8 * i as u64, was.1, was.2));
+        }
+        assert_eq!(&relas[n..], &old_relas[..]);
+        assert_eq!(
+            dynamic.get(DT_RELACOUNT),
+            old_dyn.get(DT_RELACOUNT).map(|c| c + n as u64)
+        );
+        assert!(dynamic.get(DT_PREINIT_ARRAY).is_none());
+        // Not for an executable; not both.
+        let gz = gzip();
+        let mut add = preinit_at(&gz);
+        add.init = add.preinit.take();
+        assert!(write(Path::new(GZIP), &gz, &add).is_err());
+        let mut add = preinit_at(&elf);
+        add.init = add.preinit;
+        assert!(write(path, &elf, &add).is_err());
+    }
+
     #[test]
     fn start_addresses_outside_code_are_refused() {
         let elf = gzip();
