@@ -583,6 +583,14 @@ enum FirstRun {
 }
 
 impl FirstRun {
+    /// The dynamic tag's name, for messages.
+    fn name(self) -> &'static str {
+        match self {
+            FirstRun::Preinit => "DT_PREINIT_ARRAY",
+            FirstRun::Init => "DT_INIT_ARRAY",
+        }
+    }
+
     /// The array's and its size's dynamic tags, section type and name.
     fn tags(self) -> (u64, u64, u32, &'static str) {
         match self {
@@ -613,18 +621,19 @@ fn preinit(
     kind: FirstRun,
 ) -> Result<OwnSegment> {
     let (dt_array, dt_size, _, _) = kind.tags();
-    let dynamic = read_dynamic(img)?;
-    let pie = img.header.e_type == ET_DYN;
-    if kind == FirstRun::Init {
-        if !pie || dynamic.get(DT_FLAGS_1).unwrap_or(0) & DF_1_PIE != 0 {
-            return Err(img.err("an init function is for shared objects (ET_DYN without DF_1_PIE)"));
-        }
-    } else if !img.phdrs.iter().any(|p| p.p_type == PT_INTERP) {
+    if kind == FirstRun::Preinit && !img.phdrs.iter().any(|p| p.p_type == PT_INTERP) {
         return Err(img.err(
             "a preinit function needs a dynamically linked executable (PT_INTERP): \
              static programs do not run DT_PREINIT_ARRAY; use a new entry point",
         ));
-    } else if pie && dynamic.get(DT_FLAGS_1).unwrap_or(0) & DF_1_PIE == 0 {
+    }
+    let dynamic = read_dynamic(img)?;
+    let pie = img.header.e_type == ET_DYN;
+    let flagged_pie = dynamic.get(DT_FLAGS_1).unwrap_or(0) & DF_1_PIE != 0;
+    if kind == FirstRun::Init && (!pie || flagged_pie) {
+        return Err(img.err("an init function is for shared objects (ET_DYN without DF_1_PIE)"));
+    }
+    if kind == FirstRun::Preinit && pie && !flagged_pie {
         return Err(img.err(
             "a preinit function needs an executable, and this ET_DYN has no DF_1_PIE: \
              ld.so runs DT_PREINIT_ARRAY for the main program only",
@@ -636,10 +645,10 @@ fn preinit(
         (Some(arr), Some(size)) => {
             if size % 8 != 0 {
                 return Err(
-                    img.malformed(format!("{kind:?} array size {size} is not a multiple of 8"))
+                    img.malformed(format!("{}SZ {size} is not a multiple of 8", kind.name()))
                 );
             }
-            let old = img.read_vaddr(arr, size, "the old preinit/init array")?;
+            let old = img.read_vaddr(arr, size, kind.name())?;
             let relas = if pie {
                 old_relas(img, &dynamic)?
             } else {
@@ -664,8 +673,9 @@ fn preinit(
                     word
                 } else {
                     return Err(img.err(format!(
-                        "{kind:?} array entry at {at:#x} has no RELATIVE relocation \
-                         (cannot copy it to the new array)"
+                        "{} entry at {at:#x} has no RELATIVE relocation \
+                         (cannot copy it to the new array)",
+                        kind.name()
                     )));
                 };
                 values.push(value);
@@ -673,7 +683,9 @@ fn preinit(
         }
         _ => {
             return Err(img.malformed(format!(
-                "{kind:?} array address without its size or the reverse"
+                "{} without {}SZ or the reverse",
+                kind.name(),
+                kind.name()
             )))
         }
     }
