@@ -710,6 +710,34 @@ fn debian_bzip2_and_xz_with_their_libraries() {
     );
 }
 
+/// Feedback weights with `--libs`: each module's spanning trees weighted
+/// by its own section of the previous profile; the same counts in the
+/// library, with no more increments.
+#[test]
+fn feedback_weights_with_libraries() {
+    let exe = Path::new("/usr/bin/bzip2");
+    let data = input("bzip2-feedback", 20_000);
+    let args = ["-c", data.as_str()];
+    let libs = ["--libs", "libbz2.so.1.0"];
+    let (first, _) = profile(exe, &args, "feedback-libs-1", &libs);
+    let w = first.display().to_string();
+    let mut extra = libs.to_vec();
+    extra.extend(["--weights", &w]);
+    let (second, _) = profile(exe, &args, "feedback-libs-2", &extra);
+    for lib in [None, Some("libbz2.so.1.0")] {
+        let (a, b) = (read_module(&first, lib), read_module(&second, lib));
+        assert_eq!(a.ir, b.ir, "{lib:?}");
+        assert_eq!(a.taken, b.taken, "{lib:?}");
+    }
+    let incs = |p: &Path| section(p, None)["increments"].as_u64().unwrap();
+    assert!(
+        incs(&second) <= incs(&first),
+        "feedback: {} > {}",
+        incs(&second),
+        incs(&first)
+    );
+}
+
 /// Every-block placement ("slow" QP, pixie) counts the same blocks with
 /// more increments.
 #[test]
