@@ -90,6 +90,10 @@ enum Command {
         /// Also write the profile in callgrind format here (callgrind_annotate, KCachegrind).
         #[arg(long)]
         callgrind: Option<PathBuf>,
+        /// Shared libraries to profile too: `none`, `all` (but glibc's) or
+        /// DT_NEEDED names such as `libbz2.so.1.0`, comma-separated.
+        #[arg(long, default_value = "none")]
+        libs: String,
         /// The program and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<OsString>,
@@ -103,6 +107,10 @@ enum Command {
         /// Write the count here instead of stderr.
         #[arg(short, long)]
         output: Option<PathBuf>,
+        /// Shared libraries to count in too (`none`, `all`, or names): the
+        /// count is the sum over the executable and these.
+        #[arg(long, default_value = "none")]
+        libs: String,
         /// The program and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<OsString>,
@@ -214,6 +222,14 @@ impl From<PlacementArg> for aetrace_record::rewrite::Placement {
     }
 }
 
+/// `--libs` as a library selection, or its one-line error and status 1.
+fn libs_arg(s: &str) -> Result<aetrace_record::libs::LibSelection, ExitCode> {
+    aetrace_record::libs::LibSelection::parse(s).map_err(|e| {
+        eprintln!("aetrace: error: {e}");
+        ExitCode::from(1)
+    })
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -246,12 +262,9 @@ fn main() -> ExitCode {
             placement,
             mut command,
         } => {
-            let libs = match aetrace_record::libs::LibSelection::parse(&libs) {
+            let libs = match libs_arg(&libs) {
                 Ok(l) => l,
-                Err(e) => {
-                    eprintln!("aetrace: error: {e}");
-                    return ExitCode::from(1);
-                }
+                Err(code) => return code,
             };
             let program = PathBuf::from(command.remove(0));
             let opts = aetrace_record::commands::RecordOptions {
@@ -272,9 +285,14 @@ fn main() -> ExitCode {
             weights,
             report,
             callgrind,
+            libs,
             mut command,
         } => {
             use aetrace_record::rewrite::counters::CountPlacement;
+            let libs = match libs_arg(&libs) {
+                Ok(l) => l,
+                Err(code) => return code,
+            };
             let opts = aetrace_record::profile::ProfileOptions {
                 output,
                 placement: match placement {
@@ -284,6 +302,7 @@ fn main() -> ExitCode {
                 weights: (weights != "heuristic").then(|| PathBuf::from(weights)),
                 report,
                 callgrind,
+                libs,
                 program: PathBuf::from(command.remove(0)),
                 args: command,
             };
@@ -295,8 +314,13 @@ fn main() -> ExitCode {
         Command::Count {
             event,
             output,
+            libs,
             mut command,
         } => {
+            let libs = match libs_arg(&libs) {
+                Ok(l) => l,
+                Err(code) => return code,
+            };
             use aetrace_record::rewrite::counters::Event;
             let (event, name) = match event {
                 EventArg::Insns => (Event::Insns, "insns"),
@@ -304,7 +328,7 @@ fn main() -> ExitCode {
                 EventArg::Calls => (Event::Calls, "calls"),
             };
             let program = PathBuf::from(command.remove(0));
-            match aetrace_record::profile::count_command(&program, &command, event) {
+            match aetrace_record::profile::count_command(&program, &command, event, &libs) {
                 Ok((outcome, n)) => {
                     let line = format!("{n} {name}\n");
                     let written = match &output {

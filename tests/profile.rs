@@ -11,7 +11,7 @@
 
 mod common;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -37,8 +37,29 @@ struct Ours {
 }
 
 fn read_profile(path: &Path) -> Ours {
+    read_module(path, None)
+}
+
+/// The profile file's section of library `lib` (its DT_NEEDED name), or of
+/// the executable.
+fn section(path: &Path, lib: Option<&str>) -> serde_json::Value {
     let v: serde_json::Value =
         serde_json::from_slice(&std::fs::read(path).expect("profile file")).expect("JSON");
+    match lib {
+        None => v,
+        Some(l) => v["libs"]
+            .as_array()
+            .expect("libs in the profile")
+            .iter()
+            .find(|s| s["name"] == l)
+            .unwrap_or_else(|| panic!("no section for {l}"))
+            .clone(),
+    }
+}
+
+/// [`read_profile`] for the executable (`None`) or a library.
+fn read_module(path: &Path, lib: Option<&str>) -> Ours {
+    let v = section(path, lib);
     let mut ours = Ours {
         ir: HashMap::new(),
         taken: HashMap::new(),
@@ -153,15 +174,266 @@ fn profile(exe: &Path, args: &[&str], tag: &str, extra: &[&str]) -> (PathBuf, Pa
 }
 
 /// Profiles `exe args` and checks it against callgrind (module comment).
-fn check(exe: &Path, args: &[&str], tag: &str) {
-    let (prof, cg) = profile(exe, args, tag, &[]);
-    let ours = read_profile(&prof);
+/// Returns the number of inclusive costs compared.
+fn check(exe: &Path, args: &[&str], tag: &str) -> usize {
+    check_libs(exe, args, tag, &[])
+}
+
+/// [`check`] with `--libs LIBS`: every module, the executable and each
+/// library, against callgrind's costs for that object; `count --libs`
+/// against the sum over the modules.
+fn check_libs(exe: &Path, args: &[&str], tag: &str, libs: &[&str]) -> usize {
+    let extra: Vec<String> = if libs.is_empty() {
+        Vec::new()
+    } else {
+        vec!["--libs".into(), libs.join(",")]
+    };
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let (prof, cg) = profile(exe, args, tag, &extra);
     let vg = common::scratch("profile").join(format!("{tag}.callgrind.out"));
     callgrind::run(exe, args, &vg);
-    let module = exe.file_name().unwrap().to_str().unwrap();
-    let theirs = callgrind::parse(&vg, module);
-    let ranges = text_ranges(exe);
-    let elf = Elf::read(exe);
+    let mut totals = (0u64, 0u64, 0u64);
+    let mut modules = Vec::new();
+    for lib in std::iter::once(None).chain(libs.iter().map(|l| Some(*l))) {
+        let ours = read_module(&prof, lib);
+        // Callgrind names a library by its file (symlinks resolved), as
+        // the profile does.
+        let file = match lib {
+            None => exe.canonicalize().unwrap(),
+            Some(l) => PathBuf::from(section(&prof, Some(l))["path"].as_str().unwrap()),
+        };
+        let tag = format!("{tag} {}", lib.unwrap_or("(executable)"));
+        let reps = check_module(&file, &ours, &cg, &vg, &tag);
+        let alone: HashSet<String> = ours
+            .left_alone
+            .iter()
+            .map(|l| l.split(": ").next().unwrap().to_string())
+            .collect();
+        modules.push((file, reps, alone));
+        totals.0 += ours.ir.values().sum::<u64>();
+        totals.1 += ours.blocks;
+        totals.2 += ours.calls;
+    }
+    let compared = check_inclusive(&cg, &vg, &modules, tag);
+    // `aetrace count` (one counter per module, chord increments, paper
+    // 002) gives the totals of the profile, itself equal to callgrind's.
+    for (event, want) in [
+        ("insns", totals.0),
+        ("blocks", totals.1),
+        ("calls", totals.2),
+    ] {
+        assert_eq!(
+            count(exe, args, event, tag, &extra),
+            want,
+            "{tag}: aetrace count --event {event} {extra:?}"
+        );
+    }
+    compared
+}
+
+/// A profiled module: its file, callgrind's extra `rep` iterations per
+/// function, the procedures the profile left alone.
+type Module = (PathBuf, HashMap<String, u64>, HashSet<String>);
+
+/// `callgrind_annotate --inclusive=yes` on our file and on callgrind's
+/// agree on the inclusive cost of every function of the profiled `modules`
+/// (each with its `rep` extras) where both are exact: callgrind's call
+/// graph below it stays in the profiled modules (PLT stubs included: both
+/// count their instructions; not an IFUNC's, whose target the profile
+/// cannot know), has no recursion, and each function in it costs the same
+/// per call at every call site callgrind saw (an edge profile shares a
+/// callee's cost among its call sites in proportion to their counts, which
+/// is exact then), with no indirect call or jump (the profile does not
+/// know their callees). Functions that call nothing are compared by
+/// [`check_module`].
+fn check_inclusive(cg: &Path, vg: &Path, modules: &[Module], tag: &str) -> usize {
+    use callgrind::Func;
+    let calls = callgrind::calls(vg);
+    let profiled = |f: &Func| {
+        modules.iter().any(|(m, _, alone)| {
+            m.to_str() == Some(f.0.as_str()) && !alone.contains(&callgrind::normal_name(&f.1))
+        })
+    };
+    let mut into: HashMap<&Func, Vec<(u64, u64)>> = HashMap::new();
+    let mut succ: HashMap<&Func, Vec<&Func>> = HashMap::new();
+    // Functions with an indirect call or jump callgrind followed: the
+    // profile does not know where those go.
+    let mut indirect: HashSet<&Func> = HashSet::new();
+    let mut elves: HashMap<&str, Elf> = HashMap::new();
+    for c in &calls {
+        if profiled(&c.caller) {
+            let elf = elves
+                .entry(c.caller.0.as_str())
+                .or_insert_with(|| Elf::read(Path::new(&c.caller.0)));
+            if elf.branch_at(c.site).1 {
+                indirect.insert(&c.caller);
+            }
+        }
+        into.entry(&c.callee)
+            .or_default()
+            .push((c.count, c.inclusive));
+        succ.entry(&c.caller).or_default().push(&c.callee);
+    }
+    // Every call to `g` costs the same.
+    let uniform = |g: &Func| {
+        let lines = into.get(g).map_or(&[][..], Vec::as_slice);
+        lines.iter().all(|&(n, c)| {
+            u128::from(c) * u128::from(lines[0].0) == u128::from(lines[0].1) * u128::from(n)
+        })
+    };
+    let plt_to_named = |g: &Func| {
+        g.1.ends_with("[PLT]")
+            && succ
+                .get(g)
+                .into_iter()
+                .flatten()
+                .all(|h| !h.1.starts_with("0x"))
+    };
+    // The functions below `f`, if its inclusive cost is exact (a
+    // depth-first search: a vertex met again on the path is recursion).
+    let below = |f: &Func| -> Option<Vec<Func>> {
+        if indirect.contains(f) {
+            return None;
+        }
+        let mut done: HashSet<&Func> = HashSet::new();
+        let mut path: Vec<(&Func, usize)> = vec![(f, 0)];
+        while let Some((g, i)) = path.last_mut() {
+            let Some(&h) = succ.get(*g).and_then(|s| s.get(*i)) else {
+                done.insert(*g);
+                path.pop();
+                continue;
+            };
+            *i += 1;
+            if path.iter().any(|(p, _)| *p == h) {
+                return None;
+            }
+            if done.contains(h) {
+                continue;
+            }
+            if !(profiled(h) || plt_to_named(h)) || !uniform(h) || indirect.contains(h) {
+                return None;
+            }
+            path.push((h, 0));
+        }
+        done.remove(f);
+        Some(done.into_iter().cloned().collect())
+    };
+    // Self costs per (object, function), callgrind's with its `rep`
+    // extras taken off: both files must cut the code into the same
+    // functions (callgrind's are guesses in stripped code).
+    let mut selves: HashMap<(String, String), (u64, u64)> = HashMap::new();
+    for (file, reps, _) in modules {
+        let module = file.file_name().unwrap().to_str().unwrap();
+        let object = file.to_str().unwrap().to_string();
+        let ours = callgrind::annotate(cg, module);
+        for (f, t) in callgrind::annotate(vg, module) {
+            let o = ours.get(&f).copied().unwrap_or(0);
+            let r = reps.get(&f).copied().unwrap_or(0);
+            selves.insert((object.clone(), f), (o, t.saturating_sub(r)));
+        }
+    }
+    let same_self = |g: &Func| {
+        g.1.ends_with("[PLT]")
+            || selves
+                .get(&(g.0.clone(), callgrind::normal_name(&g.1)))
+                .is_some_and(|(o, t)| o == t)
+    };
+    let (mut compared, mut cut_apart) = (0, 0);
+    let mut diffs = Vec::new();
+    for (file, _, _) in modules {
+        let module = file.file_name().unwrap().to_str().unwrap();
+        let ours = callgrind::annotate_with(cg, module, true);
+        let theirs = callgrind::annotate_with(vg, module, true);
+        let mut callers: Vec<&Func> = succ
+            .keys()
+            .copied()
+            .filter(|f| f.0 == file.to_str().unwrap())
+            .collect();
+        callers.sort();
+        for f in callers {
+            let Some(below) = below(f) else { continue };
+            if !std::iter::once(f).chain(below.iter()).all(same_self) {
+                cut_apart += 1;
+                continue;
+            }
+            let name = callgrind::normal_name(&f.1);
+            let (Some(&o), Some(&t)) = (ours.get(&name), theirs.get(&name)) else {
+                continue;
+            };
+            // Callgrind counts `rep` iterations, we count starts.
+            let reps: u64 = std::iter::once(f)
+                .chain(below.iter())
+                .filter_map(|g| {
+                    let (_, r, _) = modules
+                        .iter()
+                        .find(|(m, _, _)| m.to_str() == Some(g.0.as_str()))?;
+                    r.get(&callgrind::normal_name(&g.1))
+                })
+                .sum();
+            compared += 1;
+            if o + reps != t {
+                diffs.push(format!(
+                    "{name} ({module}): ours {o} (+{reps} rep), callgrind {t}"
+                ));
+            }
+        }
+    }
+    assert!(
+        diffs.is_empty(),
+        "{tag}: inclusive costs differ:\n{}",
+        diffs.join("\n")
+    );
+    // Every call line of ours counts the calls callgrind saw at that site.
+    let mut at_site: HashMap<(&str, u64), u64> = HashMap::new();
+    for c in &calls {
+        *at_site.entry((c.caller.0.as_str(), c.site)).or_default() += c.count;
+    }
+    let mut sites = 0;
+    for c in callgrind::calls(cg) {
+        // Callgrind puts PLT stubs in no object, at run-time addresses.
+        // Our calls from outside the profiled code have no site.
+        if c.caller.1.ends_with("@plt")
+            || c.caller.1 == "<plt0>"
+            || !modules
+                .iter()
+                .any(|(m, _, _)| m.to_str() == Some(c.caller.0.as_str()))
+        {
+            continue;
+        }
+        let Some(&t) = at_site.get(&(c.caller.0.as_str(), c.site)) else {
+            // Callgrind sees every `call`; a tail `jmp` only where it
+            // knows the target's start.
+            assert!(
+                !Elf::read(Path::new(&c.caller.0)).branch_at(c.site).0,
+                "{tag}: {} calls at {:#x} in {}, callgrind saw none",
+                c.count,
+                c.site,
+                c.caller.1
+            );
+            continue;
+        };
+        sites += 1;
+        assert_eq!(
+            c.count, t,
+            "{tag}: calls at {:#x} in {}",
+            c.site, c.caller.1
+        );
+    }
+    eprintln!(
+        "{tag}: {sites} call sites' counts and {compared} inclusive costs compared ({cut_apart} more where the two cut the code into different functions)"
+    );
+    compared
+}
+
+/// One module (`file`, the executable or a library) of our profile
+/// against callgrind's costs of that object: instructions, conditional
+/// jumps, and `callgrind_annotate`'s per-function totals of both files.
+/// Returns callgrind's extra `rep` iterations per function (see below).
+fn check_module(file: &Path, ours: &Ours, cg: &Path, vg: &Path, tag: &str) -> HashMap<String, u64> {
+    let module = file.file_name().unwrap().to_str().unwrap();
+    let theirs = callgrind::parse(vg, module);
+    let ranges = text_ranges(file);
+    let elf = Elf::read(file);
     let in_text = |a: u64| ranges.iter().any(|&(s, e)| s <= a && a < e);
     let mut addrs: Vec<u64> = ours
         .ir
@@ -246,8 +518,8 @@ fn check(exe: &Path, args: &[&str], tag: &str) {
     // (Without symbols, callgrind invents a function at each call target
     // and the per-function split is not comparable.)
     // Our file names procedures by symbol, callgrind demangles them.
-    let a_ours = demangled(callgrind::annotate(&cg, module));
-    let mut a_theirs = callgrind::annotate(&vg, module);
+    let a_ours = demangled(callgrind::annotate(cg, module));
+    let mut a_theirs = callgrind::annotate(vg, module);
     // A `.cold` part our CFG made a range of its procedure (no procedure of
     // its own) counts for the procedure, where callgrind names it apart.
     let cold: Vec<(String, u64)> = a_theirs
@@ -283,19 +555,6 @@ fn check(exe: &Path, args: &[&str], tag: &str) {
         "{tag}: callgrind_annotate totals differ:\n{}",
         fdiffs.join("\n")
     );
-    // `aetrace count` (one counter, chord increments, paper 002) gives the
-    // totals of the profile, itself equal to callgrind's.
-    for (event, want) in [
-        ("insns", ours.ir.values().sum::<u64>()),
-        ("blocks", ours.blocks),
-        ("calls", ours.calls),
-    ] {
-        assert_eq!(
-            count(exe, args, event, tag),
-            want,
-            "{tag}: aetrace count --event {event}"
-        );
-    }
     eprintln!(
         "{tag}: {} instructions executed in .text ({reps} rep-prefixed counted once per start), {} counted ({} counters, {} left alone), {} conditional jumps, {} functions compared",
         total_theirs,
@@ -308,6 +567,7 @@ fn check(exe: &Path, args: &[&str], tag: &str) {
             .filter(|f| symbols && a_theirs.contains_key(*f))
             .count()
     );
+    rep_extra
 }
 
 /// The function a `.cold` part belongs to, by callgrind's name of the part
@@ -361,19 +621,24 @@ fn virtual_total(tag: &str, field: &str) -> u64 {
 
 /// `aetrace count --event EVENT -o FILE -- exe args`: the count; stdout and
 /// exit status as the native run's.
-fn count(exe: &Path, args: &[&str], event: &str, tag: &str) -> u64 {
+fn count(exe: &Path, args: &[&str], event: &str, tag: &str, extra: &[&str]) -> u64 {
     let file = common::scratch("profile").join(format!("{tag}.{event}.count"));
     let native = run_native(exe, args);
     let out = Command::new(common::aetrace())
         .args(["count", "--event", event, "-o"])
         .arg(&file)
+        .args(extra)
         .arg("--")
         .arg(exe)
         .args(args)
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap();
-    assert_eq!(out.stdout, native.stdout, "{tag}: count: stdout");
+    assert!(
+        out.stdout == native.stdout,
+        "{tag}: count: stdout differs; stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(
         out.status.code(),
         native.status.code(),
@@ -385,16 +650,26 @@ fn count(exe: &Path, args: &[&str], event: &str, tag: &str) -> u64 {
     n.parse().unwrap()
 }
 
-fn traced(source: &str, v: Variant, args: &[&str]) {
+fn traced(source: &str, v: Variant, args: &[&str]) -> usize {
     let exe = build(source, v);
     let tag = format!("{}-{}", source.replace('.', "_"), v.tag());
-    check(&exe, args, &tag);
+    check(&exe, args, &tag)
 }
 
 #[test]
 fn nested_if() {
     traced("nested_if.c", O2_PIE, &[]);
     traced("nested_if.c", O0_NOPIE, &["x"]);
+}
+
+/// `calls=` lines: call counts per site and `callgrind_annotate
+/// --inclusive=yes` against callgrind's (`check_inclusive`) on a call tree
+/// where the proportional split is exact: twice and mid (top calls
+/// `uneven`, whose two calls cost differently, so it is not compared).
+#[test]
+fn inclusive_costs() {
+    let compared = traced("calltree.c", O2_PIE, &["40"]);
+    assert!(compared >= 2, "{compared} inclusive costs compared");
 }
 
 #[test]
@@ -516,6 +791,53 @@ fn debian_bzip2_and_xz() {
         Path::new("/usr/bin/xz"),
         &["-c", &input("xz", 20_000)],
         "xz",
+    );
+}
+
+/// `--libs`: bzip2 and xz run almost entirely in libbz2 and liblzma; both
+/// modules of each run against callgrind, and `count --libs` against the
+/// sum over them.
+#[test]
+fn debian_bzip2_and_xz_with_their_libraries() {
+    check_libs(
+        Path::new("/usr/bin/bzip2"),
+        &["-c", &input("bzip2-libs", 20_000)],
+        "bzip2-libs",
+        &["libbz2.so.1.0"],
+    );
+    check_libs(
+        Path::new("/usr/bin/xz"),
+        &["-c", &input("xz-libs", 20_000)],
+        "xz-libs",
+        &["liblzma.so.5"],
+    );
+}
+
+/// Feedback weights with `--libs`: each module's spanning trees weighted
+/// by its own section of the previous profile; the same counts in the
+/// library, with no more increments.
+#[test]
+fn feedback_weights_with_libraries() {
+    let exe = Path::new("/usr/bin/bzip2");
+    let data = input("bzip2-feedback", 20_000);
+    let args = ["-c", data.as_str()];
+    let libs = ["--libs", "libbz2.so.1.0"];
+    let (first, _) = profile(exe, &args, "feedback-libs-1", &libs);
+    let w = first.display().to_string();
+    let mut extra = libs.to_vec();
+    extra.extend(["--weights", &w]);
+    let (second, _) = profile(exe, &args, "feedback-libs-2", &extra);
+    for lib in [None, Some("libbz2.so.1.0")] {
+        let (a, b) = (read_module(&first, lib), read_module(&second, lib));
+        assert_eq!(a.ir, b.ir, "{lib:?}");
+        assert_eq!(a.taken, b.taken, "{lib:?}");
+    }
+    let incs = |p: &Path| section(p, None)["increments"].as_u64().unwrap();
+    assert!(
+        incs(&second) <= incs(&first),
+        "feedback: {} > {}",
+        incs(&second),
+        incs(&first)
     );
 }
 
@@ -643,7 +965,7 @@ fn text_report_source_lines() {
     assert_eq!(rows.len(), 5, "{text}");
     for row in rows {
         let f: Vec<&str> = row.split_whitespace().collect();
-        let (addr, src) = (f[2], f[4]);
+        let (addr, src) = (f[2], f[5]);
         let a2l = Command::new("addr2line")
             .arg("-e")
             .arg(&exe)

@@ -265,3 +265,31 @@ fn outputs_that_are_not_regular_files_are_written_in_place() {
         assert!(kind.is_fifo(), "{args:?} replaced the pipe: {kind:?}");
     }
 }
+
+/// `profile --libs` and `count --libs` refuse the same libraries, with one
+/// line each, and leave no profile.
+#[test]
+fn libraries_that_cannot_be_profiled_are_refused_clearly() {
+    let exe = build("loops.c", Variant::new(Opt::O2, Link::Pie, false));
+    let exe = exe.to_str().unwrap();
+    let p = dir().join("libs-refused.aprof");
+    let p = p.to_str().unwrap();
+    for (cmd, out) in [("profile", p), ("count", "/dev/null")] {
+        let e = one_line_error(
+            &aetrace(&[cmd, "-o", out, "--libs", "libc.so.6", "--", exe]),
+            &format!("{cmd} --libs libc.so.6"),
+        );
+        assert!(e.contains("libc.so.6") && e.contains("glibc"), "{e}");
+        let e = one_line_error(
+            &aetrace(&[cmd, "-o", out, "--libs", "libnothere.so.7", "--", exe]),
+            &format!("{cmd} --libs of a library the program does not load"),
+        );
+        assert!(e.contains("libnothere.so.7"), "{e}");
+        let e = one_line_error(
+            &aetrace(&[cmd, "-o", out, "--libs", ",", "--", exe]),
+            &format!("{cmd} --libs with an empty name"),
+        );
+        assert!(e.contains("empty"), "{e}");
+    }
+    assert!(!Path::new(p).exists(), "a refused profile left {p}");
+}

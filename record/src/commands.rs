@@ -97,7 +97,7 @@ struct Prepared {
 /// The cache of rewritten programs: `$AETRACE_CACHE`, else
 /// `$XDG_CACHE_HOME/aetrace`, else `~/.cache/aetrace`, else a directory in
 /// the temporary directory.
-fn cache_dir() -> PathBuf {
+pub(crate) fn cache_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("AETRACE_CACHE") {
         return PathBuf::from(d);
     }
@@ -112,13 +112,14 @@ fn cache_dir() -> PathBuf {
 
 /// The cache key: what the rewrite depends on. The program's build-id (or
 /// a hash of its bytes when it has none), its size and modification time,
-/// the placement, the fault injection if any, and this aetrace executable (a rebuilt rewriter must not
+/// the instrumentation (`what`: the placement, or `aetrace profile`'s
+/// counting spec), the fault injection if any, and this aetrace executable (a rebuilt rewriter must not
 /// reuse old copies).
-fn cache_key(exe: &Path, bytes: &[u8], placement: Placement, tag: u32) -> String {
+pub(crate) fn cache_key(exe: &Path, bytes: &[u8], what: &str, tag: u32) -> String {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     bytes.hash(&mut h);
-    format!("{:?}", placement).hash(&mut h);
+    what.hash(&mut h);
     // A library's module tag is baked into its ENTER records.
     tag.hash(&mut h);
     // A fault-injected copy must never be taken for a correct one.
@@ -139,7 +140,7 @@ fn cache_key(exe: &Path, bytes: &[u8], placement: Placement, tag: u32) -> String
 fn prepare(exe: &Path, placement: Placement, tag: u32) -> Result<Prepared> {
     let bytes = std::fs::read(exe).map_err(|e| io_err(exe, e))?;
     let dir = cache_dir();
-    let key = cache_key(exe, &bytes, placement, tag);
+    let key = cache_key(exe, &bytes, &format!("{placement:?}"), tag);
     let (elf, meta_path) = (dir.join(&key), dir.join(format!("{key}.meta")));
     // A library keeps the path the loader finds it by (its DT_NEEDED
     // name as the file name: `--module libbz2.so.1.0`).
@@ -169,13 +170,20 @@ fn prepare(exe: &Path, placement: Placement, tag: u32) -> Result<Prepared> {
         runtime_vaddr: ins.db.runtime_vaddr,
         notes: ins.notes.clone(),
     };
-    std::fs::create_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
-    write_executable(&elf, &ins.elf)?;
-    // The metadata goes last: its presence marks a complete entry.
-    let tmp = meta_path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, encode_meta(&module)).map_err(|e| io_err(&tmp, e))?;
-    std::fs::rename(&tmp, &meta_path).map_err(|e| io_err(&meta_path, e))?;
+    cache_store(&elf, &ins.elf, &meta_path, &encode_meta(&module))?;
     Ok(Prepared { elf, module })
+}
+
+/// Stores a rewritten module and its metadata in the cache; the metadata
+/// goes last: its presence marks a complete entry.
+pub(crate) fn cache_store(elf: &Path, bytes: &[u8], meta_path: &Path, meta: &[u8]) -> Result<()> {
+    if let Some(dir) = elf.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
+    }
+    write_executable(elf, bytes)?;
+    let tmp = meta_path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, meta).map_err(|e| io_err(&tmp, e))?;
+    std::fs::rename(&tmp, meta_path).map_err(|e| io_err(meta_path, e))
 }
 
 /// `[u64 size][u64 runtime_vaddr][u32 n][n x (u32 len, bytes)]` for the
@@ -226,41 +234,57 @@ fn decode_meta(b: &[u8], path: PathBuf, flags: u32) -> Option<ModuleSpec> {
     })
 }
 
-/// `aetrace record`: rewrites the program (or reuses the cached copy), runs
-/// it with the recorder, and returns how it ended.
-pub fn record_command(o: &RecordOptions) -> Result<Outcome> {
-    let exe = find_program(&o.program)?;
-    let prepared = prepare(&exe, o.placement, 0)?;
-    let sel = crate::libs::select(&exe, &o.libs)?;
-    let mut modules = vec![prepared.module];
-    modules[0].notes.extend(sel.notes);
+/// The `--libs` libraries of `exe`, each rewritten by `prepare(path, tag)`
+/// (which returns the rewritten file and what else it made) with dense
+/// module tags from 1; the notes on libraries left alone; the per-run
+/// directory through which the loader finds the rewritten copies.
+pub(crate) fn prepare_libs<T>(
+    exe: &Path,
+    libs: &LibSelection,
+    mut prepare: impl FnMut(&Path, u32) -> Result<(PathBuf, T)>,
+) -> Result<(Vec<(crate::libs::Library, T)>, Vec<String>, Option<LibDir>)> {
+    let sel = crate::libs::select(exe, libs)?;
+    let mut notes = sel.notes;
     let mut links = Vec::new();
+    let mut out = Vec::new();
     for lib in &sel.traced {
         // Tags stay dense: the next library gets the next module id.
-        let p = match prepare(&lib.path, o.placement, modules.len() as u32) {
+        let (elf, made) = match prepare(&lib.path, out.len() as u32 + 1) {
             Ok(p) => p,
             // `all` means every library that can be traced: one the
             // rewriter refuses runs untraced, like libc, and the trace
             // says why. A library named explicitly must be traced.
-            Err(e) if o.libs == LibSelection::All => {
-                modules[0]
-                    .notes
-                    .push(format!("library {} left alone: {e}", lib.needed));
+            Err(e) if *libs == LibSelection::All => {
+                notes.push(format!("library {} left alone: {e}", lib.needed));
                 // Its `$ORIGIN` dependents, linked below, are the same
                 // files under the same names: harmless.
                 continue;
             }
             Err(e) => return Err(e),
         };
-        links.push((lib.needed.clone(), p.elf));
-        modules.push(p.module);
+        links.push((lib.needed.clone(), elf));
+        out.push((lib.clone(), made));
     }
     // The rewritten copies live in the cache: what their `$ORIGIN` found
     // must still be found.
     for lib in &sel.origin_relative {
         links.push((lib.needed.clone(), lib.path.clone()));
     }
-    let dir = LibDir::create(&links)?;
+    Ok((out, notes, LibDir::create(&links)?))
+}
+
+/// `aetrace record`: rewrites the program (or reuses the cached copy), runs
+/// it with the recorder, and returns how it ended.
+pub fn record_command(o: &RecordOptions) -> Result<Outcome> {
+    let exe = find_program(&o.program)?;
+    let prepared = prepare(&exe, o.placement, 0)?;
+    let mut modules = vec![prepared.module];
+    let (libs, notes, dir) = prepare_libs(&exe, &o.libs, |path, tag| {
+        prepare(path, o.placement, tag).map(|p| (p.elf, p.module))
+    })?;
+    modules[0].notes.extend(notes);
+    modules.extend(libs.into_iter().map(|(_, m)| m));
+    let env = dir.as_ref().map(LibDir::env).into_iter().collect();
     let trace = o.trace.clone().unwrap_or_else(|| {
         let mut t = exe
             .file_name()
@@ -269,15 +293,6 @@ pub fn record_command(o: &RecordOptions) -> Result<Outcome> {
         t.push(".aet");
         PathBuf::from(t)
     });
-    let mut env = Vec::new();
-    if let Some(d) = &dir {
-        let mut v = d.0.clone().into_os_string();
-        if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|v| !v.is_empty()) {
-            v.push(":");
-            v.push(old);
-        }
-        env.push(("LD_LIBRARY_PATH".into(), v));
-    }
     launch::record(&Launch {
         program: prepared.elf,
         argv0: o.program.clone().into_os_string(),
@@ -292,10 +307,10 @@ pub fn record_command(o: &RecordOptions) -> Result<Outcome> {
 /// The per-run directory of symlinks, named by DT_NEEDED names, to the
 /// cached rewritten libraries; first in `LD_LIBRARY_PATH`, so the loader
 /// loads them instead of the originals. Removed when dropped.
-struct LibDir(PathBuf);
+pub(crate) struct LibDir(PathBuf);
 
 impl LibDir {
-    fn create(links: &[(String, PathBuf)]) -> Result<Option<LibDir>> {
+    pub(crate) fn create(links: &[(String, PathBuf)]) -> Result<Option<LibDir>> {
         if links.is_empty() {
             return Ok(None);
         }
@@ -311,6 +326,16 @@ impl LibDir {
             std::os::unix::fs::symlink(&target, &link).map_err(|e| io_err(&link, e))?;
         }
         Ok(Some(d))
+    }
+
+    /// `LD_LIBRARY_PATH` with this directory first.
+    pub(crate) fn env(&self) -> (OsString, OsString) {
+        let mut v = self.0.clone().into_os_string();
+        if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|v| !v.is_empty()) {
+            v.push(":");
+            v.push(old);
+        }
+        ("LD_LIBRARY_PATH".into(), v)
     }
 }
 

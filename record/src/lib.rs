@@ -16,6 +16,7 @@ pub mod cfg;
 pub mod commands;
 pub mod elf;
 pub mod error;
+pub mod inclusive;
 pub mod interval;
 pub mod jumptable;
 pub mod launch;

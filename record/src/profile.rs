@@ -8,12 +8,16 @@
 //! `R0 -> root` + virtual exit edges). The [`Profile`] (JSON,
 //! `docs/profile.md`) holds the CFGs, the placement, the raw counters and
 //! the recovered counts, so reports and feedback weights need nothing else.
+//! With `--libs`, the chosen shared libraries are rewritten the same way
+//! (each maps its counters from a memfd of its own, in its first
+//! constructor) and the profile has a section per library; the rewritten
+//! copies are cached with their skeletons (`commands::cache_dir`).
 //!
 //! Invariants: recovered counts satisfy Kirchhoff's law at every vertex of
 //! the counted graph (else the procedure carries an error instead of
 //! counts); the profile is written to a temporary name and renamed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::io::Write;
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -27,6 +31,7 @@ use aetrace_graph::{BlockId, EdgeId, EntityRef, SecondaryMap, VertexKind};
 use serde::{Deserialize, Serialize};
 
 use crate::launch::Outcome;
+use crate::libs::LibSelection;
 use crate::rewrite::counters::{self, CountPlacement, CountSpec, CountedEdge, Feedback, Virtual};
 use crate::rewrite::{self, How};
 use crate::{Error, Result};
@@ -58,7 +63,67 @@ pub struct Profile {
     /// Wall time of the run (spawn to the last descendant's end), seconds.
     #[serde(default)]
     pub run_seconds: f64,
+    /// The executable's procedures.
     pub procs: Vec<ProcProfile>,
+    /// The `--libs` libraries, one section each (module tags 1, 2, ...).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub libs: Vec<LibProfile>,
+    /// Libraries left alone by `--libs all`, and why.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub notes: Vec<String>,
+}
+
+/// The profile of one `--libs` library.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LibProfile {
+    /// The DT_NEEDED name that loaded it.
+    pub name: String,
+    /// The original file.
+    pub path: String,
+    /// Its procedures; addresses are link-time, as for the executable.
+    pub procs: Vec<ProcProfile>,
+}
+
+/// One module of a profile, the executable first.
+#[derive(Clone, Copy, Debug)]
+pub struct ModuleRef<'a> {
+    /// The executable's file name, or a library's DT_NEEDED name.
+    pub name: &'a str,
+    /// The original file.
+    pub path: &'a str,
+    pub procs: &'a [ProcProfile],
+}
+
+impl Profile {
+    /// Every module: the executable, then the libraries.
+    pub fn modules(&self) -> Vec<ModuleRef<'_>> {
+        let exe = ModuleRef {
+            name: self.program.rsplit('/').next().unwrap_or(&self.program),
+            path: &self.program,
+            procs: &self.procs,
+        };
+        std::iter::once(exe)
+            .chain(self.libs.iter().map(|l| ModuleRef {
+                name: &l.name,
+                path: &l.path,
+                procs: &l.procs,
+            }))
+            .collect()
+    }
+}
+
+/// A call site of a procedure: its call block; the callee's link-time
+/// address for a direct or PLT call; the import's name when known; a tail
+/// call (`jmp`) or not.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CallProfile {
+    pub block: u32,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub target: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub import: Option<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
+    pub tail: bool,
 }
 
 /// One procedure of the profile.
@@ -97,6 +162,9 @@ pub struct ProcProfile {
     pub first_counter: u32,
     /// Raw counter values (chords, or blocks with every-block placement).
     pub counters: Vec<u64>,
+    /// Its call sites (system calls excepted).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub calls: Vec<CallProfile>,
     /// Recovered counts (absent when recovery failed: see `error`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub counts: Option<Counts>,
@@ -246,6 +314,8 @@ pub struct ProfileOptions {
     /// Also write the text report / callgrind-format file here.
     pub report: Option<PathBuf>,
     pub callgrind: Option<PathBuf>,
+    /// Shared libraries profiled too.
+    pub libs: LibSelection,
     pub program: PathBuf,
     pub args: Vec<OsString>,
 }
@@ -292,9 +362,9 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 
 /// Feedback weights from a previous profile: the recovered edge counts of
 /// each procedure, keyed by its entry address.
-fn feedback(p: &Profile) -> Result<Feedback> {
+fn feedback(procs: &[ProcProfile]) -> Result<Feedback> {
     let mut f = Feedback::new();
-    for pp in &p.procs {
+    for pp in procs {
         let (Some(c), Some(entry)) = (&pp.counts, pp.blocks.get(pp.entry as usize)) else {
             continue;
         };
@@ -308,107 +378,288 @@ fn feedback(p: &Profile) -> Result<Feedback> {
     Ok(f)
 }
 
-/// `aetrace profile`: rewrites the program with counters, runs it with the
-/// same stdio, environment and arguments, writes the profile (and the
-/// reports asked for) and returns how the program ended.
-pub fn profile_command(o: &ProfileOptions) -> Result<Outcome> {
-    let exe = crate::commands::find_program(&o.program)?;
-    let (feedback, weights) = match &o.weights {
-        Some(w) => (Some(feedback(&read(w)?)?), w.display().to_string()),
-        None => (None, "heuristic".to_string()),
-    };
-    let spec = CountSpec {
-        placement: o.placement,
-        feedback,
-        events: None,
-    };
-    let (ins, layout, (outcome, values, run_seconds)) =
-        rewrite_and_run(&exe, &o.program, &o.args, spec)?;
-    let mut procs = Vec::with_capacity(ins.db.procs.len());
-    for (i, d) in ins.db.procs.iter().enumerate() {
-        let blocks = d
-            .blocks
-            .iter()
-            .map(|b| {
-                let mut off = 0u32;
-                let insns = b
-                    .insn_lens
+/// A rewritten module ready to run and what its profile needs: the
+/// procedures with their CFGs, placements and calls (no counter values
+/// yet), which of them have counters, the size of its counter segment.
+/// Cached with the rewritten file (JSON), so a cached run rewrites nothing.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Skeleton {
+    procs: Vec<ProcProfile>,
+    /// Indices of the procedures with counters.
+    counted: Vec<usize>,
+    /// Bytes of the counter segment (the memfd's size).
+    bytes: u64,
+    atomic: bool,
+}
+
+impl Skeleton {
+    fn of(ins: &rewrite::Instrumented) -> Result<Skeleton> {
+        let layout = ins
+            .counting
+            .as_ref()
+            .ok_or_else(|| perr("internal: no counter layout"))?;
+        let mut procs = Vec::with_capacity(ins.db.procs.len());
+        let mut counted = Vec::new();
+        for (i, d) in ins.db.procs.iter().enumerate() {
+            let blocks = d
+                .blocks
+                .iter()
+                .map(|b| {
+                    let mut off = 0u32;
+                    let insns = b
+                        .insn_lens
+                        .iter()
+                        .map(|&l| {
+                            let at = off;
+                            off += u32::from(l);
+                            at
+                        })
+                        .collect();
+                    BlockProfile {
+                        start: b.start,
+                        insns,
+                    }
+                })
+                .collect();
+            let edges = d
+                .edges
+                .iter()
+                .map(|e| (e.from, e.to, kind_name(e.kind).to_string()))
+                .collect();
+            let mut pp = ProcProfile {
+                name: d.name.clone(),
+                left_alone: match &d.status {
+                    ProcStatus::Traced => None,
+                    ProcStatus::LeftAlone(r) => Some(r.clone()),
+                },
+                entry: d.entry,
+                blocks,
+                edges,
+                virtual_exits: Vec::new(),
+                landing_pads: Vec::new(),
+                setjmp_calls: Vec::new(),
+                chords: Vec::new(),
+                every_block: false,
+                first_counter: 0,
+                counters: Vec::new(),
+                calls: Vec::new(),
+                counts: None,
+                error: None,
+            };
+            if let Some(Some(pc)) = layout.procs.get(i) {
+                pp.first_counter = pc.first;
+                pp.every_block = pc.every_block;
+                let index = |v: &[BlockId]| v.iter().map(|b| b.index() as u32).collect();
+                pp.virtual_exits = index(&pc.virt.exits);
+                pp.landing_pads = index(&pc.virt.pads);
+                pp.setjmp_calls = index(&pc.virt.setjmps);
+                pp.chords = pc
+                    .chords
                     .iter()
-                    .map(|&l| {
-                        let at = off;
-                        off += u32::from(l);
-                        at
+                    .map(|&c| {
+                        pc.virt
+                            .edge_of(d.edges.len(), c)
+                            .map(|e| e.index() as u32)
+                            .ok_or_else(|| {
+                                perr(format!("internal: {}: counter {c:?} has no edge", d.name))
+                            })
+                    })
+                    .collect::<Result<_>>()?;
+                pp.calls = pc
+                    .calls
+                    .iter()
+                    .map(|c| CallProfile {
+                        block: c.block.index() as u32,
+                        target: c.target,
+                        import: c.import.clone(),
+                        tail: c.tail,
                     })
                     .collect();
-                BlockProfile {
-                    start: b.start,
-                    insns,
-                }
-            })
-            .collect();
-        let edges = d
-            .edges
-            .iter()
-            .map(|e| (e.from, e.to, kind_name(e.kind).to_string()))
-            .collect();
-        let mut pp = ProcProfile {
-            name: d.name.clone(),
-            left_alone: match &d.status {
-                ProcStatus::Traced => None,
-                ProcStatus::LeftAlone(r) => Some(r.clone()),
-            },
-            entry: d.entry,
-            blocks,
-            edges,
-            virtual_exits: Vec::new(),
-            landing_pads: Vec::new(),
-            setjmp_calls: Vec::new(),
-            chords: Vec::new(),
-            every_block: false,
-            first_counter: 0,
-            counters: Vec::new(),
-            counts: None,
-            error: None,
-        };
-        if let Some(Some(pc)) = layout.procs.get(i) {
-            pp.first_counter = pc.first;
-            pp.every_block = pc.every_block;
-            let index = |v: &[BlockId]| v.iter().map(|b| b.index() as u32).collect();
-            pp.virtual_exits = index(&pc.virt.exits);
-            pp.landing_pads = index(&pc.virt.pads);
-            pp.setjmp_calls = index(&pc.virt.setjmps);
-            pp.chords = pc
-                .chords
-                .iter()
-                .map(|&c| {
-                    pc.virt
-                        .edge_of(d.edges.len(), c)
-                        .map(|e| e.index() as u32)
-                        .ok_or_else(|| {
-                            perr(format!("internal: {}: counter {c:?} has no edge", d.name))
-                        })
-                })
-                .collect::<Result<_>>()?;
-            let k = pc.len(d.blocks.len()) as usize;
-            let first = pc.first as usize;
+                counted.push(i);
+            }
+            procs.push(pp);
+        }
+        Ok(Skeleton {
+            procs,
+            counted,
+            bytes: layout.bytes,
+            atomic: layout.atomic,
+        })
+    }
+
+    /// The procedures with the counter values of a run and the counts
+    /// recovered from them.
+    fn fill(&self, values: &[u64]) -> Result<Vec<ProcProfile>> {
+        let mut procs = self.procs.clone();
+        for &i in &self.counted {
+            let pp = procs
+                .get_mut(i)
+                .ok_or_else(|| perr("internal: counted procedure out of range"))?;
+            let k = if pp.every_block {
+                pp.blocks.len()
+            } else {
+                pp.chords.len()
+            };
+            let first = pp.first_counter as usize;
             pp.counters = values
                 .get(first..first + k)
                 .ok_or_else(|| perr("internal: counters out of range"))?
                 .to_vec();
-            match recover(&pp) {
+            match recover(pp) {
                 Ok(c) => pp.counts = Some(c),
                 Err(e) => pp.error = Some(e),
             }
         }
-        procs.push(pp);
+        Ok(procs)
+    }
+}
+
+/// Rewrites module `tag` at `path` in counting mode, or takes the copy a
+/// previous run cached (`commands::cache_dir`, keyed like `record`'s copies
+/// plus the counting spec): the rewritten file and its skeleton.
+fn prepare(path: &Path, spec: &CountSpec, tag: u32) -> Result<(PathBuf, Skeleton)> {
+    use std::hash::{Hash, Hasher};
+    let bytes = std::fs::read(path).map_err(|e| Error::Io {
+        path: path.to_owned(),
+        source: e,
+    })?;
+    // Feedback weights in a stable order (a HashMap's is not).
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    spec.feedback
+        .as_ref()
+        .map(|f| f.iter().collect::<BTreeMap<_, _>>())
+        .hash(&mut h);
+    let what = format!(
+        "count {:?} {:?} threads={} feedback={:016x}",
+        spec.placement,
+        spec.events,
+        spec.threads,
+        h.finish()
+    );
+    let dir = crate::commands::cache_dir();
+    let key = crate::commands::cache_key(path, &bytes, &what, tag);
+    let (elf, meta) = (dir.join(&key), dir.join(format!("{key}.skeleton")));
+    if let (Ok(m), true) = (std::fs::read(&meta), elf.is_file()) {
+        // A damaged entry is rewritten.
+        if let Ok(sk) = serde_json::from_slice::<Skeleton>(&m) {
+            return Ok((elf, sk));
+        }
+    }
+    let ins = rewrite::instrument_with(path, &How::Count(spec.clone()), tag)?;
+    let sk = Skeleton::of(&ins)?;
+    let json = serde_json::to_vec(&sk).map_err(|e| perr(e.to_string()))?;
+    crate::commands::cache_store(&elf, &ins.elf, &meta, &json)?;
+    Ok((elf, sk))
+}
+
+/// Whether any module of the process can start threads: the executable or
+/// a library of its closure (glibc's own excepted: they define the
+/// starters) imports a thread starter. Then every module counts with
+/// `lock add`, whichever of them starts the threads.
+fn process_starts_threads(exe: &Path) -> Result<bool> {
+    let starts = |p: &Path| crate::elf::Module::open(p).map(|m| rewrite::starts_threads(&m));
+    if starts(exe)? {
+        return Ok(true);
+    }
+    // A closure the loader cannot complete fails the run later, natively.
+    let libs = crate::libs::closure(exe).unwrap_or_default();
+    Ok(libs
+        .iter()
+        .filter(|l| !crate::libs::is_glibc(&l.needed))
+        .any(|l| starts(&l.path).unwrap_or(false)))
+}
+
+/// A counted run of every module: the executable's skeleton, the
+/// libraries' (with their DT_NEEDED names and paths), notes on libraries
+/// left alone, how the program ended, each module's counter words (the
+/// executable's first), the wall time.
+struct CountedRun {
+    exe: Skeleton,
+    libs: Vec<(crate::libs::Library, Skeleton)>,
+    notes: Vec<String>,
+    outcome: Outcome,
+    values: Vec<Vec<u64>>,
+    seconds: f64,
+}
+
+/// Rewrites the program and the `libs` (each with the spec `spec(path)`
+/// gives), runs it with one counter memfd per module, and reads them.
+fn count_run(
+    exe: &Path,
+    program: &Path,
+    args: &[OsString],
+    libs: &LibSelection,
+    spec: &dyn Fn(&Path) -> Result<CountSpec>,
+) -> Result<CountedRun> {
+    let (elf, exe_sk) = prepare(exe, &spec(exe)?, 0)?;
+    let (libs, notes, dir) =
+        crate::commands::prepare_libs(exe, libs, |path, tag| prepare(path, &spec(path)?, tag))?;
+    let sizes: Vec<u64> = std::iter::once(exe_sk.bytes)
+        .chain(libs.iter().map(|(_, s)| s.bytes))
+        .collect();
+    let env: Vec<(OsString, OsString)> = dir.as_ref().map(|d| d.env()).into_iter().collect();
+    let (outcome, values, seconds) = run(&elf, program, args, &sizes, env)?;
+    Ok(CountedRun {
+        exe: exe_sk,
+        libs,
+        notes,
+        outcome,
+        values,
+        seconds,
+    })
+}
+
+/// The file a path names, symlinks resolved (callgrind's name for it).
+fn canonical(p: &Path) -> PathBuf {
+    p.canonicalize().unwrap_or_else(|_| p.to_owned())
+}
+
+/// `aetrace profile`: rewrites the program (and the `--libs` libraries)
+/// with counters, runs it with the same stdio, environment and arguments,
+/// writes the profile (and the reports asked for) and returns how the
+/// program ended.
+pub fn profile_command(o: &ProfileOptions) -> Result<Outcome> {
+    let exe = crate::commands::find_program(&o.program)?;
+    let (old, weights) = match &o.weights {
+        Some(w) => (Some(read(w)?), w.display().to_string()),
+        None => (None, "heuristic".to_string()),
+    };
+    let threads = process_starts_threads(&exe)?;
+    let exe_path = canonical(&exe);
+    let spec = |path: &Path| -> Result<CountSpec> {
+        // Each module's weights come from its own section of the profile.
+        let feedback = match &old {
+            None => None,
+            Some(p) if path == exe => Some(feedback(&p.procs)?),
+            Some(p) => match p
+                .libs
+                .iter()
+                .find(|l| Path::new(&l.path) == canonical(path))
+            {
+                Some(l) => Some(feedback(&l.procs)?),
+                None => None,
+            },
+        };
+        Ok(CountSpec {
+            placement: o.placement,
+            feedback,
+            events: None,
+            threads,
+        })
+    };
+    let ran = count_run(&exe, &o.program, &o.args, &o.libs, &spec)?;
+    let procs = ran.exe.fill(&ran.values[0])?;
+    let mut libs = Vec::new();
+    for ((lib, sk), values) in ran.libs.iter().zip(&ran.values[1..]) {
+        libs.push(LibProfile {
+            name: lib.needed.clone(),
+            path: canonical(&lib.path).display().to_string(),
+            procs: sk.fill(values)?,
+        });
     }
     let profile = Profile {
         version: VERSION,
-        program: exe
-            .canonicalize()
-            .unwrap_or_else(|_| exe.clone())
-            .display()
-            .to_string(),
+        program: exe_path.display().to_string(),
         args: o
             .args
             .iter()
@@ -420,14 +671,16 @@ pub fn profile_command(o: &ProfileOptions) -> Result<Outcome> {
         }
         .into(),
         weights,
-        atomic: layout.atomic,
-        status: match outcome {
+        atomic: ran.exe.atomic,
+        status: match ran.outcome {
             Outcome::Exited(c) => format!("exited {c}"),
             Outcome::Signaled(s) => format!("killed by signal {s}"),
         },
-        increments: values.iter().sum(),
-        run_seconds,
+        increments: ran.values.iter().flatten().sum(),
+        run_seconds: ran.seconds,
         procs,
+        libs,
+        notes: ran.notes,
     };
     let out = o.output.clone().unwrap_or_else(|| {
         let mut t = exe
@@ -450,9 +703,14 @@ pub fn profile_command(o: &ProfileOptions) -> Result<Outcome> {
         write_atomic(c, &buf)?;
     }
     let failed: Vec<String> = profile
-        .procs
+        .modules()
         .iter()
-        .filter_map(|p| p.error.as_ref().map(|e| format!("{}: {e}", p.name)))
+        .flat_map(|m| m.procs.iter().map(move |p| (m, p)))
+        .filter_map(|(m, p)| {
+            p.error
+                .as_ref()
+                .map(|e| format!("{} ({}): {e}", p.name, m.name))
+        })
         .collect();
     if !failed.is_empty() {
         // The program's own status stays the exit status; the profile
@@ -465,89 +723,72 @@ pub fn profile_command(o: &ProfileOptions) -> Result<Outcome> {
             out.display()
         );
     }
-    Ok(outcome)
+    Ok(ran.outcome)
 }
 
-/// How the program ended, the counter words, the run's wall time (seconds).
-type Ran = (Outcome, Vec<u64>, f64);
-
-/// Rewrites `exe` in counting mode and runs it (`program` as its
-/// `argv[0]`): the rewrite, its counter layout, and what [`run`] returns.
-fn rewrite_and_run(
-    exe: &Path,
-    program: &Path,
-    args: &[OsString],
-    spec: CountSpec,
-) -> Result<(rewrite::Instrumented, rewrite::CountLayout, Ran)> {
-    let ins = rewrite::instrument_with(exe, &How::Count(spec), 0)?;
-    let layout = ins
-        .counting
-        .clone()
-        .ok_or_else(|| perr("internal: no counter layout"))?;
-    let dir = tempdir()?;
-    let elf = dir.join(exe.file_name().unwrap_or_else(|| "program".as_ref()));
-    crate::commands::write_executable(&elf, &ins.elf)?;
-    let ran = run(&elf, program, args, layout.bytes);
-    let _ = std::fs::remove_file(&elf);
-    let _ = std::fs::remove_dir(&dir);
-    Ok((ins, layout, ran?))
-}
-
-/// `aetrace count --event E -- PROGRAM ARGS` (paper 002): one counter, to
-/// which each chord of the spanning tree adds its increment; after the run
-/// it equals the number of events in the profiled procedures (the virtual
+/// `aetrace count --event E [--libs L] -- PROGRAM ARGS` (paper 002): one
+/// counter per module, to which each chord of the spanning tree adds its
+/// increment; after the run their sum is the number of events in the
+/// profiled procedures of the executable and the libraries (the virtual
 /// exit edges make it exact also for frames left active by `exit`).
 /// Returns how the program ended and the count.
 pub fn count_command(
     program: &Path,
     args: &[OsString],
     event: counters::Event,
+    libs: &LibSelection,
 ) -> Result<(Outcome, i64)> {
     let exe = crate::commands::find_program(program)?;
     let spec = CountSpec {
         events: Some(event),
+        threads: process_starts_threads(&exe)?,
         ..CountSpec::default()
     };
-    let (_, _, (outcome, values, _)) = rewrite_and_run(&exe, program, args, spec)?;
-    let n = values.first().copied().unwrap_or(0) as i64;
-    Ok((outcome, n))
+    let ran = count_run(&exe, program, args, libs, &|_| Ok(spec.clone()))?;
+    let n = ran
+        .values
+        .iter()
+        .map(|v| v.first().copied().unwrap_or(0) as i64)
+        .sum();
+    Ok((ran.outcome, n))
 }
 
-/// A private temporary directory for the rewritten program.
-fn tempdir() -> Result<PathBuf> {
-    let base = std::env::temp_dir();
-    for i in 0..100u32 {
-        let d = base.join(format!("aetrace-profile-{}-{i}", std::process::id()));
-        match std::fs::create_dir(&d) {
-            Ok(()) => return Ok(d),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(Error::Io { path: d, source: e }),
-        }
-    }
-    Err(perr("cannot create a temporary directory"))
-}
+/// How the program ended, each module's counter words, the run's wall
+/// time (seconds).
+type Ran = (Outcome, Vec<Vec<u64>>, f64);
 
-/// Runs the counting program with its counters on a memfd; returns how it
-/// ended and the counter values (read after every descendant ended).
-fn run(elf: &Path, program: &Path, args: &[OsString], bytes: u64) -> Result<Ran> {
+/// Runs the counting program with each module's counters on a memfd of
+/// `sizes[tag]` bytes (named by `counters::env_fd(tag)`) and `env` added
+/// to the environment; returns how it ended, each module's counter values
+/// (read after every descendant ended) and the wall time.
+fn run(
+    elf: &Path,
+    program: &Path,
+    args: &[OsString],
+    sizes: &[u64],
+    env: Vec<(OsString, OsString)>,
+) -> Result<Ran> {
     let os = |what: &str| perr(format!("{what}: {}", std::io::Error::last_os_error()));
-    // SAFETY: plain system calls; the fd is owned right away.
-    let fd = unsafe { libc::memfd_create(c"aetrace-counters".as_ptr(), 0) };
-    if fd < 0 {
-        return Err(os("memfd_create"));
+    let mut cmd = std::process::Command::new(elf);
+    cmd.arg0(program).args(args).envs(env);
+    let mut files = Vec::with_capacity(sizes.len());
+    for (tag, &bytes) in sizes.iter().enumerate() {
+        // SAFETY: plain system calls; the fd is owned right away.
+        let fd = unsafe { libc::memfd_create(c"aetrace-counters".as_ptr(), 0) };
+        if fd < 0 {
+            return Err(os("memfd_create"));
+        }
+        // SAFETY: fd is a fresh, valid descriptor we own.
+        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+        let file = std::fs::File::from(owned);
+        file.set_len(bytes)
+            .map_err(|e| perr(format!("memfd: {e}")))?;
+        cmd.env(counters::env_fd(tag as u32), fd.to_string());
+        files.push(file);
     }
-    // SAFETY: fd is a fresh, valid descriptor we own.
-    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    let file = std::fs::File::from(owned);
-    file.set_len(bytes)
-        .map_err(|e| perr(format!("memfd: {e}")))?;
     // See every descendant (fork children share the counters).
     // SAFETY: prctl on ourselves.
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
-    let mut cmd = std::process::Command::new(elf);
-    cmd.arg0(program)
-        .args(args)
-        .env(counters::ENV_FD, fd.to_string());
     // The terminal sends SIGINT/SIGQUIT to the whole process group: let the
     // program decide, and keep reading the counters.
     // SAFETY: changing our own signal dispositions.
@@ -590,105 +831,205 @@ fn run(elf: &Path, program: &Path, args: &[OsString], bytes: u64) -> Result<Ran>
         (None, Some(s)) => Outcome::Signaled(s),
         _ => return Err(perr("the program ended in an unknown way")),
     };
-    // SAFETY: the memfd is ours and nobody writes it any more.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| perr(format!("memfd: {e}")))?;
-    let values = map
-        .chunks_exact(8)
-        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
-        .collect();
+    let mut values = Vec::with_capacity(files.len());
+    for file in &files {
+        // SAFETY: the memfd is ours and nobody writes it any more.
+        let map = unsafe { memmap2::Mmap::map(file) }.map_err(|e| perr(format!("memfd: {e}")))?;
+        values.push(
+            map.chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+                .collect(),
+        );
+    }
     Ok((outcome, values, seconds))
 }
 
-/// The text report: totals, the hottest procedures and blocks.
+/// The text report: totals, the hottest procedures and blocks, each with
+/// its module (the executable's file name or a library's DT_NEEDED name).
 pub fn text_report(p: &Profile, top: usize, w: &mut dyn Write) -> Result<()> {
-    let total: u64 = p.procs.iter().map(ProcProfile::instructions).sum();
+    let mods = p.modules();
+    let all = || {
+        mods.iter()
+            .flat_map(|m| m.procs.iter().map(move |q| (m, q)))
+    };
+    let total: u64 = all().map(|(_, q)| q.instructions()).sum();
     writeln!(w, "program: {} {}", p.program, p.args.join(" "))?;
     writeln!(
         w,
         "status: {}; placement: {}; weights: {}; {} counter increments; {} instructions in profiled procedures",
         p.status, p.placement, p.weights, p.increments, total
     )?;
-    let mut procs: Vec<&ProcProfile> = p.procs.iter().filter(|q| q.counts.is_some()).collect();
-    procs.sort_by_key(|q| std::cmp::Reverse(q.instructions()));
+    for n in &p.notes {
+        writeln!(w, "note: {n}")?;
+    }
+    let mut procs: Vec<_> = all().filter(|(_, q)| q.counts.is_some()).collect();
+    procs.sort_by_key(|(_, q)| std::cmp::Reverse(q.instructions()));
     writeln!(
         w,
-        "\nhottest procedures:\n{:>14} {:>7} {:>12}  procedure",
+        "\nhottest procedures:\n{:>14} {:>7} {:>12}  procedure  module",
         "instructions", "%", "calls"
     )?;
-    for q in procs.iter().take(top) {
+    for (m, q) in procs.iter().take(top) {
         let n = q.instructions();
         let calls = q.counts.as_ref().map_or(0, |c| c.invocations);
         writeln!(
             w,
-            "{n:>14} {:>6.2}% {calls:>12}  {}",
+            "{n:>14} {:>6.2}% {calls:>12}  {}  {}",
             100.0 * n as f64 / total.max(1) as f64,
-            q.name
+            q.name,
+            m.name
         )?;
     }
-    let mut blocks: Vec<(u64, u64, &str, u64)> = Vec::new();
-    for q in &procs {
+    // (instructions, count, module, procedure, address)
+    let mut blocks: Vec<(u64, u64, usize, &str, u64)> = Vec::new();
+    for (m, q) in &procs {
         let c = q.counts.as_ref().expect("filtered");
+        let module = mods.iter().position(|x| x.path == m.path).unwrap_or(0);
         for (b, &k) in q.blocks.iter().zip(&c.blocks) {
-            blocks.push((k * b.insns.len() as u64, k, &q.name, b.start));
+            blocks.push((k * b.insns.len() as u64, k, module, &q.name, b.start));
         }
     }
-    blocks.sort_by(|a, b| b.0.cmp(&a.0).then(a.3.cmp(&b.3)));
-    // Source lines from the program's DWARF, when it is still there.
-    let lines = crate::elf::Module::open(std::path::Path::new(&p.program))
-        .map(|m| crate::lines::Lines::load(&m))
-        .unwrap_or_default();
+    blocks.sort_by(|a, b| b.0.cmp(&a.0).then((a.2, a.4).cmp(&(b.2, b.4))));
+    let blocks = &blocks[..blocks.len().min(top)];
+    // Source lines from each module's DWARF, when it is still there.
+    let mut lines: HashMap<usize, crate::lines::Lines> = HashMap::new();
+    for &(_, _, m, _, _) in blocks {
+        lines.entry(m).or_insert_with(|| {
+            crate::elf::Module::open(Path::new(mods[m].path))
+                .map(|x| crate::lines::Lines::load(&x))
+                .unwrap_or_default()
+        });
+    }
     writeln!(
         w,
-        "\nhottest blocks:\n{:>14} {:>12} {:>18}  procedure  source",
+        "\nhottest blocks:\n{:>14} {:>12} {:>18}  procedure  module  source",
         "instructions", "count", "address"
     )?;
-    for (n, k, name, at) in blocks.iter().take(top) {
-        let src = lines
+    for (n, k, m, name, at) in blocks {
+        let src = lines[m]
             .at(*at)
             .map(|(f, l)| format!("{f}:{l}"))
             .unwrap_or_default();
-        writeln!(w, "{n:>14} {k:>12} {at:>#18x}  {name}  {src}")?;
+        writeln!(
+            w,
+            "{n:>14} {k:>12} {at:>#18x}  {name}  {}  {src}",
+            mods[*m].name
+        )?;
     }
-    let failed: Vec<&ProcProfile> = p.procs.iter().filter(|q| q.error.is_some()).collect();
+    let failed: Vec<_> = all().filter(|(_, q)| q.error.is_some()).collect();
     if !failed.is_empty() {
         writeln!(w, "\ncounts not recovered:")?;
-        for q in failed {
-            writeln!(w, "  {}: {}", q.name, q.error.as_deref().unwrap_or(""))?;
+        for (m, q) in failed {
+            writeln!(
+                w,
+                "  {} ({}): {}",
+                q.name,
+                m.name,
+                q.error.as_deref().unwrap_or("")
+            )?;
         }
     }
     Ok(())
 }
 
-/// The callgrind format (`positions: instr`, `events: Ir`): one `fn=` per
-/// profiled procedure and one line per executed instruction, link-time
-/// addresses. `callgrind_annotate` and KCachegrind read it.
+/// The callgrind format (`positions: instr`, `events: Ir`), link-time
+/// addresses: one `ob=` per module, one `fn=` per profiled procedure with
+/// one line per executed instruction, a `jcnd=taken/executed` line per
+/// executed conditional jump, and `calls=` lines with each call site's
+/// count and inclusive cost ([`crate::inclusive`]; the calls no known site
+/// explains come from a function `(outside the profiled code)`).
+/// `callgrind_annotate` (also `--inclusive=yes`) and KCachegrind read it.
 pub fn callgrind(p: &Profile, w: &mut dyn Write) -> Result<()> {
+    const OUTSIDE: &str = "(outside the profiled code)";
     writeln!(w, "# callgrind format\nversion: 1\ncreator: aetrace")?;
     writeln!(w, "cmd: {} {}", p.program, p.args.join(" "))?;
     writeln!(w, "positions: instr\nevents: Ir")?;
+    let mods = p.modules();
+    let graph = crate::inclusive::build(p);
+    let mut calls_of: HashMap<crate::inclusive::Node, Vec<&crate::inclusive::CallLine>> =
+        HashMap::new();
+    for c in &graph.calls {
+        calls_of.entry(c.caller).or_default().push(c);
+    }
+    let entry = |(m, i): crate::inclusive::Node| {
+        let q = &mods[m].procs[i];
+        (
+            q.name.as_str(),
+            q.blocks.get(q.entry as usize).map_or(0, |b| b.start),
+        )
+    };
+    // No source files yet; a library's unknown file is named apart from the
+    // executable's, so that callgrind_annotate (which names a function
+    // `file:name`) does not merge procedures of two modules.
+    let file = |m: usize| {
+        if m == 0 {
+            "???".to_string()
+        } else {
+            format!("??? ({})", mods[m].name)
+        }
+    };
+    // The called function (`cob=` when its object differs), `calls=` and
+    // the position line holding the calls' inclusive cost.
+    let call =
+        |w: &mut dyn Write, from: usize, to: crate::inclusive::Node, n: u64, at: u64, cost: u64| {
+            if to.0 != from {
+                writeln!(w, "cob={}\ncfi={}", mods[to.0].path, file(to.0))?;
+            }
+            let (name, start) = entry(to);
+            writeln!(w, "cfn={name}\ncalls={n} {start:#x}\n{at:#x} {cost}")
+        };
     let mut total = 0u64;
-    writeln!(w, "ob={}", p.program)?;
-    writeln!(w, "fl=???")?;
-    for q in &p.procs {
-        let Some(c) = &q.counts else { continue };
-        // Blocks may share instructions (a jump into a block's middle):
-        // each address once, with the sum.
-        let mut ir: BTreeMap<u64, u64> = BTreeMap::new();
-        for (b, &k) in q.blocks.iter().zip(&c.blocks) {
-            if k == 0 {
+    for (m, module) in mods.iter().enumerate() {
+        writeln!(w, "ob={}", module.path)?;
+        writeln!(w, "fl={}", file(m))?;
+        for (i, q) in module.procs.iter().enumerate() {
+            let Some(c) = &q.counts else { continue };
+            // Blocks may share instructions (a jump into a block's middle):
+            // each address once, with the sum.
+            let mut ir: BTreeMap<u64, u64> = BTreeMap::new();
+            for (b, &k) in q.blocks.iter().zip(&c.blocks) {
+                if k == 0 {
+                    continue;
+                }
+                for &off in &b.insns {
+                    *ir.entry(b.start + u64::from(off)).or_default() += k;
+                }
+            }
+            if ir.is_empty() {
                 continue;
             }
-            for &off in &b.insns {
-                *ir.entry(b.start + u64::from(off)).or_default() += k;
+            writeln!(w, "fn={}", q.name)?;
+            for (a, k) in ir {
+                writeln!(w, "{a:#x} {k}")?;
+                total += k;
+            }
+            // Conditional jumps: blocks with a taken and a fall-through edge.
+            if let Some(edges) = &c.edges {
+                for (e, &(from, to, ref kind)) in q.edges.iter().enumerate() {
+                    let (Some(b), Some(&n)) =
+                        (q.blocks.get(from as usize), c.blocks.get(from as usize))
+                    else {
+                        continue;
+                    };
+                    let conditional =
+                        kind == "taken" && q.edges.iter().any(|x| x.0 == from && x.2 == "fall");
+                    let Some(target) = q.blocks.get(to as usize).filter(|_| conditional && n > 0)
+                    else {
+                        continue;
+                    };
+                    let at = b.start + u64::from(b.insns.last().copied().unwrap_or(0));
+                    writeln!(w, "jcnd={}/{n} {:#x}\n{at:#x}", edges[e], target.start)?;
+                }
+            }
+            for c in calls_of.get(&(m, i)).into_iter().flatten() {
+                call(w, m, c.callee, c.count, c.site, c.inclusive)?;
             }
         }
-        if ir.is_empty() {
-            continue;
-        }
-        writeln!(w, "fn={}", q.name)?;
-        for (a, k) in ir {
-            writeln!(w, "{a:#x} {k}")?;
-            total += k;
+    }
+    if !graph.outside.is_empty() {
+        writeln!(w, "ob=???\nfl=???\nfn={OUTSIDE}")?;
+        for &(to, n, cost) in &graph.outside {
+            call(w, usize::MAX, to, n, 0, cost)?;
         }
     }
     writeln!(w, "totals: {total}")?;
@@ -703,12 +1044,14 @@ pub fn report_command(profile: &Path, format: &str, top: usize, w: &mut dyn Writ
         "callgrind" => callgrind(&p, w),
         "json" => {
             let by_proc: Vec<_> = p
-                .procs
+                .modules()
                 .iter()
-                .filter(|q| q.counts.is_some() || q.error.is_some())
-                .map(|q| {
+                .flat_map(|m| m.procs.iter().map(move |q| (m.name, q)))
+                .filter(|(_, q)| q.counts.is_some() || q.error.is_some())
+                .map(|(module, q)| {
                     serde_json::json!({
                         "name": q.name,
+                        "module": module,
                         "instructions": q.instructions(),
                         "counts": q.counts,
                         "error": q.error,
@@ -760,6 +1103,7 @@ mod tests {
             every_block: false,
             first_counter: 0,
             counters: vec![returned, invoked],
+            calls: Vec::new(),
             counts: None,
             error: None,
         }

@@ -112,6 +112,74 @@ pub fn parse(path: &Path, module: &str) -> Object {
     out
 }
 
+/// The name aetrace gives a function callgrind names `name`: recursion
+/// levels (`fib'2`, callgrind's --separate-recs) are one function;
+/// functions without a symbol, which callgrind names by address, are
+/// `sub_<hex>`.
+pub fn normal_name(name: &str) -> String {
+    let func = name.split_once('\'').map_or(name, |(f, _)| f);
+    match func.strip_prefix("0x") {
+        Some(h) => format!("sub_{:x}", u64::from_str_radix(h, 16).unwrap_or(0)),
+        None => func.to_string(),
+    }
+}
+
+/// A function as callgrind names it: (object, name).
+pub type Func = (String, String);
+
+/// One `calls=` line: caller, call position, callee, count, inclusive cost.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub caller: Func,
+    pub site: u64,
+    pub callee: Func,
+    pub count: u64,
+    pub inclusive: u64,
+}
+
+/// Every `calls=` line of a callgrind-format file.
+pub fn calls(path: &Path) -> Vec<Call> {
+    let text = std::fs::read_to_string(path).expect("callgrind output");
+    let (mut obs, mut fns) = (HashMap::new(), HashMap::new());
+    let (mut ob, mut func, mut cob, mut cfn) = (String::new(), String::new(), None, String::new());
+    let mut pending: Option<u64> = None;
+    let mut addr = 0u64;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if let Some(v) = line.strip_prefix("ob=") {
+            ob = name(&mut obs, v);
+        } else if let Some(v) = line.strip_prefix("cob=") {
+            cob = Some(name(&mut obs, v));
+        } else if let Some(v) = line.strip_prefix("fn=") {
+            func = name(&mut fns, v);
+        } else if let Some(v) = line.strip_prefix("cfn=") {
+            cfn = name(&mut fns, v);
+        } else if let Some(v) = line.strip_prefix("calls=") {
+            pending = Some(v.split_whitespace().next().unwrap().parse().unwrap());
+        } else if line
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_digit() || "+-*".contains(c))
+        {
+            let mut parts = line.split_whitespace();
+            addr = position(parts.next().unwrap(), addr);
+            if let Some(count) = pending.take() {
+                // `instr line cost` in callgrind's files, `instr cost` in
+                // files with `positions: instr`.
+                let inclusive = parts.last().unwrap().parse().unwrap();
+                out.push(Call {
+                    caller: (ob.clone(), func.clone()),
+                    site: addr,
+                    callee: (cob.take().unwrap_or_else(|| ob.clone()), cfn.clone()),
+                    count,
+                    inclusive,
+                });
+            }
+        }
+    }
+    out
+}
+
 /// Runs the program under callgrind; returns the output file. PLT stubs
 /// are kept apart (`--skip-plt=no`): by default callgrind charges them to
 /// the calling instruction.
@@ -140,8 +208,17 @@ pub fn run(exe: &Path, args: &[&str], out: &Path) -> std::process::Output {
 /// `callgrind_annotate --threshold=100 FILE`: Ir per function of the object
 /// whose name ends with `module`, recursion levels merged.
 pub fn annotate(file: &Path, module: &str) -> HashMap<String, u64> {
+    annotate_with(file, module, false)
+}
+
+/// [`annotate`], with `--inclusive=yes` when `inclusive`.
+pub fn annotate_with(file: &Path, module: &str, inclusive: bool) -> HashMap<String, u64> {
     let o = Command::new("callgrind_annotate")
         .arg("--threshold=100")
+        .arg(format!(
+            "--inclusive={}",
+            if inclusive { "yes" } else { "no" }
+        ))
         .arg(file)
         .output()
         .expect("callgrind_annotate");
@@ -167,15 +244,7 @@ pub fn annotate(file: &Path, module: &str) -> HashMap<String, u64> {
             continue;
         }
         let func = func.rsplit_once(':').map_or(func, |(_, f)| f).trim();
-        // Recursion levels (`fib'2`, callgrind's --separate-recs) are one function.
-        let func = func.split_once('\'').map_or(func, |(f, _)| f);
-        // Functions without a symbol: callgrind prints the address,
-        // aetrace names them `sub_<hex>`.
-        let func = match func.strip_prefix("0x") {
-            Some(h) => format!("sub_{:x}", u64::from_str_radix(h, 16).unwrap_or(0)),
-            None => func.to_string(),
-        };
-        *out.entry(func).or_default() += n;
+        *out.entry(normal_name(func)).or_default() += n;
     }
     out
 }

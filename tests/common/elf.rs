@@ -110,6 +110,36 @@ impl Elf {
             })
             .any(|&b| b == 0xf2 || b == 0xf3)
     }
+
+    /// Whether the instruction at `addr` is a `call` (`e8`, or `ff /2`),
+    /// and whether it is an indirect call or jump (`ff /2`, `ff /4`).
+    pub fn branch_at(&self, addr: u64) -> (bool, bool) {
+        let Some(s) = self
+            .sections
+            .iter()
+            .find(|s| s.exec && s.addr <= addr && addr < s.addr + s.size)
+        else {
+            return (false, false);
+        };
+        let b = self.bytes_of(s, addr, 8.min(s.addr + s.size - addr));
+        // Legacy prefixes (bnd is f2), then REX.
+        let mut i = 0;
+        while b
+            .get(i)
+            .is_some_and(|x| matches!(x, 0x66 | 0x67 | 0x2e | 0x3e | 0xf2 | 0xf3))
+        {
+            i += 1;
+        }
+        if b.get(i).is_some_and(|x| x & 0xf0 == 0x40) {
+            i += 1;
+        }
+        match (b.get(i), b.get(i + 1).map(|m| (m >> 3) & 7)) {
+            (Some(0xe8), _) => (true, false),
+            (Some(0xff), Some(2)) => (true, true),
+            (Some(0xff), Some(4)) => (false, true),
+            _ => (false, false),
+        }
+    }
 }
 
 /// Whether `bytes` are nothing but the padding compilers and linkers put

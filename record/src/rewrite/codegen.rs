@@ -318,7 +318,14 @@ impl Emitter {
         let (addr, amount) = match c.amounts.get(n as usize) {
             None if c.amounts.is_empty() => (c.base + 8 * u64::from(n), 1),
             None => return Err(format!("internal: counter {n} has no increment")),
-            Some(0) => return Ok(()),
+            Some(0) => {
+                // No code, but a label waiting for this increment (the
+                // invocation label) must still land here.
+                if self.pending.is_some() {
+                    self.push(Instruction::with(Code::Nopd));
+                }
+                return Ok(());
+            }
             Some(&a) => (c.base, a),
         };
         for i in super::counters::increment(addr, amount, c.atomic, site)? {

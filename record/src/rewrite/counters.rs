@@ -35,8 +35,9 @@
 //! counts every block instead (pixie, "slow" QP: block counts only).
 //!
 //! Counters are 8-byte words in a page-aligned RW segment of the rewritten
-//! module; the module's preinit entry ([`emit_init`]) maps the recorder's
-//! memfd over it (`MAP_SHARED|MAP_FIXED`) so that the counts survive
+//! module; the module's first-run entry ([`emit_init`]: the executable's
+//! preinit, a library's first constructor) maps the recorder's memfd (one
+//! per module) over it (`MAP_SHARED|MAP_FIXED`) so that the counts survive
 //! SIGKILL and are shared with fork children. An increment is one
 //! instruction, `add qword [rip+c], 1`, with a `lock` prefix when the program
 //! can start threads (it imports `pthread_create`, `clone` or `thrd_create`);
@@ -61,15 +62,26 @@ use aetrace_graph::weights::{heuristic, Weights};
 use aetrace_graph::{BlockId, EdgeId, EntityRef, Graph, GraphBuilder, SecondaryMap, VertexKind};
 use aetrace_runtime::Site;
 use iced_x86::code_asm::{
-    byte_ptr, eax, ebx, ecx, edi, edx, esi, ptr, qword_ptr, r10d, r8, r8d, r9d, rax, rbx, rdi, rdx,
-    rsi, CodeAssembler,
+    byte_ptr, eax, ebx, ecx, edi, edx, esi, ptr, qword_ptr, r10d, r12, r8, r8d, r9d, rax, rbx, rdi,
+    rdx, rsi, CodeAssembler,
 };
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
 
 use crate::cfg::{Cfg, EdgeKind};
 
-/// Environment variable naming the counter memfd (set by `aetrace profile`).
+/// Environment variable naming the counter memfd of the executable (set by
+/// `aetrace profile`); a library with module tag `t` reads [`env_fd`]`(t)`.
 pub const ENV_FD: &str = "AETRACE_COUNTERS_FD";
+
+/// The variable naming the counter memfd of module `tag` (0: the
+/// executable, else a `--libs` library).
+pub fn env_fd(tag: u32) -> String {
+    if tag == 0 {
+        ENV_FD.to_string()
+    } else {
+        format!("{ENV_FD}{tag}")
+    }
+}
 
 /// Where counters go.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
@@ -105,6 +117,9 @@ pub struct CountSpec {
     /// Event counting: one program-wide counter (slot 0) to which each
     /// chord adds its increment, instead of a counter per chord.
     pub events: Option<Event>,
+    /// Another module of the process starts threads: `lock add` even if
+    /// this one imports no thread starter.
+    pub threads: bool,
 }
 
 /// A counted edge of the counted graph (see the module comment): what a
@@ -290,6 +305,31 @@ pub struct ProcCounters {
     pub every_block: bool,
     /// Event counting: the increment of each chord (paper 002's `Inc`).
     pub amounts: Vec<i32>,
+    /// The procedure's calls (for the callgrind `calls=` lines).
+    pub calls: Vec<CallOut>,
+}
+
+/// A call site: its block, the callee's address for a direct or PLT call,
+/// the import's name when known, and whether it is a tail call (`jmp`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallOut {
+    pub block: BlockId,
+    pub target: Option<u64>,
+    pub import: Option<String>,
+    pub tail: bool,
+}
+
+fn calls_of(cfg: &Cfg) -> Vec<CallOut> {
+    cfg.calls
+        .iter()
+        .filter(|c| c.kind != crate::cfg::CallKind::Syscall)
+        .map(|c| CallOut {
+            block: c.block,
+            target: c.target,
+            import: c.name.clone(),
+            tail: c.tail,
+        })
+        .collect()
 }
 
 impl ProcCounters {
@@ -360,6 +400,7 @@ pub fn place(
             virt: Virtual::default(),
             every_block: true,
             amounts: Vec::new(),
+            calls: calls_of(cfg),
         });
     }
     let real = cfg.to_graph();
@@ -451,6 +492,7 @@ pub fn place(
         virt,
         every_block: false,
         amounts,
+        calls: calls_of(cfg),
     })
 }
 
@@ -508,16 +550,26 @@ pub fn increment(
     Ok(v)
 }
 
-/// The module's preinit entry `init(argc, argv, envp)`, assembled at
-/// `rip`: if `AETRACE_COUNTERS_FD=n` is in the environment, maps fd `n` over
-/// the `len` bytes of counters at `counters` (link-time addresses, reached
-/// relative to `rip`) with `MAP_SHARED|MAP_FIXED` and closes the fd; if that
-/// fails, prints a message and exits 125. Without the variable the counters
-/// stay private to the process (lost at exit).
-pub fn emit_init(rip: u64, counters: u64, len: u64) -> Result<Vec<u8>, String> {
+/// The module's first-run entry `init(argc, argv, envp)` (the executable's
+/// first DT_PREINIT_ARRAY entry, a library's first DT_INIT_ARRAY entry),
+/// assembled at `rip`: if `VAR=n` is in the environment (`VAR` is
+/// [`env_fd`] of the module's tag), copies the counters made so far (a
+/// library's code can run before its constructors) to fd `n` with
+/// `pwrite`, maps fd `n` over the `len` bytes of counters at `counters`
+/// (link-time addresses, reached relative to `rip`) with
+/// `MAP_SHARED|MAP_FIXED`, closes the fd and renames the variable in place
+/// (`_ETRACE...`: a program this process execs must not take another file
+/// that got the number for its counters); if that fails, prints a message
+/// and exits 125. Without the variable the counters stay private to the
+/// process (lost at exit).
+pub fn emit_init(rip: u64, counters: u64, len: u64, var: &str) -> Result<Vec<u8>, String> {
     let delta = i32::try_from(counters as i64 - rip as i64)
         .map_err(|_| "counters out of reach of the init code".to_string())?;
-    let len = u32::try_from(len).map_err(|_| "too many counters".to_string())?;
+    // Below 2^31: `cmp rax, len` sign-extends its immediate.
+    let len = u32::try_from(len)
+        .ok()
+        .filter(|&l| l <= i32::MAX as u32)
+        .ok_or_else(|| "too many counters".to_string())?;
     let asm = || -> Result<Vec<u8>, iced_x86::IcedError> {
         let mut a = CodeAssembler::new(64)?;
         let mut start = a.create_label();
@@ -530,9 +582,11 @@ pub fn emit_init(rip: u64, counters: u64, len: u64) -> Result<Vec<u8>, String> {
         let mut fail = a.create_label();
         let mut name = a.create_label();
         let mut message = a.create_label();
-        let text = b"aetrace: cannot map the profile counters (AETRACE_COUNTERS_FD)\n";
+        let text = format!("aetrace: cannot map the profile counters ({var})\n");
+        let text = text.as_bytes();
         a.set_label(&mut start)?;
         a.push(rbx)?;
+        a.push(r12)?;
         a.mov(rbx, rdx)?; // envp
         a.set_label(&mut next_env)?;
         a.mov(rsi, qword_ptr(rbx))?;
@@ -566,7 +620,17 @@ pub fn emit_init(rip: u64, counters: u64, len: u64) -> Result<Vec<u8>, String> {
         a.set_label(&mut map)?;
         a.test(r9d, r9d)?;
         a.jz(fail)?;
+        a.mov(r12, qword_ptr(rbx - 8))?; // the variable, renamed below
         a.mov(rbx, r8)?;
+        a.mov(eax, 18)?; // pwrite64(fd, counters, len, 0)
+        a.mov(edi, ebx)?;
+        a.lea(rsi, ptr(start))?;
+        a.add(rsi, delta)?;
+        a.mov(edx, len)?;
+        a.xor(r10d, r10d)?;
+        a.syscall()?;
+        a.cmp(rax, len as i32)?;
+        a.jne(fail)?;
         a.mov(eax, 9)?; // mmap(counters, len, RW, MAP_SHARED|MAP_FIXED, fd, 0)
         a.lea(rdi, ptr(start))?;
         a.add(rdi, delta)?;
@@ -580,7 +644,9 @@ pub fn emit_init(rip: u64, counters: u64, len: u64) -> Result<Vec<u8>, String> {
         a.mov(eax, 3)?; // close(fd)
         a.mov(edi, ebx)?;
         a.syscall()?;
+        a.mov(byte_ptr(r12), b'_' as i32)?;
         a.set_label(&mut done)?;
+        a.pop(r12)?;
         a.pop(rbx)?;
         a.ret()?;
         a.set_label(&mut fail)?;
@@ -593,7 +659,7 @@ pub fn emit_init(rip: u64, counters: u64, len: u64) -> Result<Vec<u8>, String> {
         a.mov(edi, 125)?;
         a.syscall()?;
         a.set_label(&mut name)?;
-        a.db(format!("{ENV_FD}=\0").as_bytes())?;
+        a.db(format!("{var}=\0").as_bytes())?;
         a.set_label(&mut message)?;
         a.db(text)?;
         a.assemble(rip)

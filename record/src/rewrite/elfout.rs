@@ -50,6 +50,8 @@
 //!   default), keeping one terminator; without room `.dynamic` moves to our
 //!   segment, `PT_DYNAMIC` and the `SHT_DYNAMIC` section header follow it
 //!   (`gdb` finds `DT_DEBUG` through the section).
+//! - **`init`** (shared objects): the same construction for
+//!   `DT_INIT_ARRAY`, our function first, then the object's constructors.
 //! - **CET.** The relocated code is not IBT/SHSTK clean, so the
 //!   `GNU_PROPERTY_X86_FEATURE_1_IBT` and `_SHSTK` bits of every
 //!   `NT_GNU_PROPERTY_TYPE_0` note are cleared (kernel and `ld.so` read
@@ -87,15 +89,17 @@
 use std::path::Path;
 
 use goblin::container::{Container, Ctx};
-use goblin::elf::dynamic::{DF_1_PIE, DT_FLAGS_1, DT_PREINIT_ARRAY, DT_PREINIT_ARRAYSZ};
+use goblin::elf::dynamic::{
+    DF_1_PIE, DT_FLAGS_1, DT_INIT_ARRAY, DT_INIT_ARRAYSZ, DT_PREINIT_ARRAY, DT_PREINIT_ARRAYSZ,
+};
 use goblin::elf::header::{Header, EM_X86_64, ET_DYN, ET_EXEC};
 use goblin::elf::program_header::{
     ProgramHeader, PF_R, PF_W, PF_X, PT_DYNAMIC, PT_GNU_EH_FRAME, PT_GNU_PROPERTY, PT_INTERP,
     PT_LOAD, PT_NOTE, PT_PHDR,
 };
 use goblin::elf::section_header::{
-    SectionHeader, SHF_ALLOC, SHF_EXECINSTR, SHF_WRITE, SHN_LORESERVE, SHT_DYNAMIC, SHT_NOBITS,
-    SHT_PREINIT_ARRAY, SHT_PROGBITS, SHT_RELA, SHT_STRTAB,
+    SectionHeader, SHF_ALLOC, SHF_EXECINSTR, SHF_WRITE, SHN_LORESERVE, SHT_DYNAMIC, SHT_INIT_ARRAY,
+    SHT_NOBITS, SHT_PREINIT_ARRAY, SHT_PROGBITS, SHT_RELA, SHT_STRTAB,
 };
 use goblin::elf::Elf;
 
@@ -132,6 +136,11 @@ pub struct Additions {
     /// argv, envp. Only for dynamically linked executables; static ones
     /// must use `entry`.
     pub preinit: Option<u64>,
+    /// A function (link-time vaddr) a shared object runs before its own
+    /// constructors: the first entry of a new `DT_INIT_ARRAY` (same calling
+    /// convention; `ld.so` runs the object's `DT_INIT` before it). Only for
+    /// shared objects, and not together with `preinit`.
+    pub init: Option<u64>,
     /// Replaces `e_entry`.
     pub entry: Option<u64>,
     /// `(vaddr, size)` of a new `.eh_frame_hdr` inside one of `segments`
@@ -472,6 +481,8 @@ struct OwnSegment {
     /// link-time address of the original they replace (for its section).
     array: (u64, u64),
     old_array: Option<u64>,
+    /// Which array it is.
+    kind: FirstRun,
     /// The copied `.rela.dyn` (PIE only).
     rela: Option<(u64, u64)>,
     old_rela: Option<u64>,
@@ -562,11 +573,55 @@ fn relr_targets(img: &Image, dynamic: &Dynamic) -> Result<Vec<u64>> {
     Ok(out)
 }
 
-/// Builds the new preinit array (and in a PIE its relocations) in our
-/// segment at `vaddr`, and points `.dynamic` at it (in place in `out`, or in
-/// a moved copy).
-fn preinit(img: &Image, out: &mut [u8], func: u64, vaddr: u64) -> Result<OwnSegment> {
-    if !img.phdrs.iter().any(|p| p.p_type == PT_INTERP) {
+/// The array a function to run first goes in.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum FirstRun {
+    /// `DT_PREINIT_ARRAY` of a dynamically linked executable.
+    Preinit,
+    /// `DT_INIT_ARRAY` of a shared object.
+    Init,
+}
+
+impl FirstRun {
+    /// The dynamic tag's name, for messages.
+    fn name(self) -> &'static str {
+        match self {
+            FirstRun::Preinit => "DT_PREINIT_ARRAY",
+            FirstRun::Init => "DT_INIT_ARRAY",
+        }
+    }
+
+    /// The array's and its size's dynamic tags, section type and name.
+    fn tags(self) -> (u64, u64, u32, &'static str) {
+        match self {
+            FirstRun::Preinit => (
+                DT_PREINIT_ARRAY,
+                DT_PREINIT_ARRAYSZ,
+                SHT_PREINIT_ARRAY,
+                ".preinit_array",
+            ),
+            FirstRun::Init => (
+                DT_INIT_ARRAY,
+                DT_INIT_ARRAYSZ,
+                SHT_INIT_ARRAY,
+                ".init_array",
+            ),
+        }
+    }
+}
+
+/// Builds the new preinit (or init) array (and in a PIE or shared object
+/// its relocations) in our segment at `vaddr`, and points `.dynamic` at it
+/// (in place in `out`, or in a moved copy).
+fn preinit(
+    img: &Image,
+    out: &mut [u8],
+    func: u64,
+    vaddr: u64,
+    kind: FirstRun,
+) -> Result<OwnSegment> {
+    let (dt_array, dt_size, _, _) = kind.tags();
+    if kind == FirstRun::Preinit && !img.phdrs.iter().any(|p| p.p_type == PT_INTERP) {
         return Err(img.err(
             "a preinit function needs a dynamically linked executable (PT_INTERP): \
              static programs do not run DT_PREINIT_ARRAY; use a new entry point",
@@ -574,25 +629,26 @@ fn preinit(img: &Image, out: &mut [u8], func: u64, vaddr: u64) -> Result<OwnSegm
     }
     let dynamic = read_dynamic(img)?;
     let pie = img.header.e_type == ET_DYN;
-    if pie && dynamic.get(DT_FLAGS_1).unwrap_or(0) & DF_1_PIE == 0 {
+    let flagged_pie = dynamic.get(DT_FLAGS_1).unwrap_or(0) & DF_1_PIE != 0;
+    if kind == FirstRun::Init && (!pie || flagged_pie) {
+        return Err(img.err("an init function is for shared objects (ET_DYN without DF_1_PIE)"));
+    }
+    if kind == FirstRun::Preinit && pie && !flagged_pie {
         return Err(img.err(
             "a preinit function needs an executable, and this ET_DYN has no DF_1_PIE: \
              ld.so runs DT_PREINIT_ARRAY for the main program only",
         ));
     }
     let mut values = vec![func];
-    match (
-        dynamic.get(DT_PREINIT_ARRAY),
-        dynamic.get(DT_PREINIT_ARRAYSZ),
-    ) {
+    match (dynamic.get(dt_array), dynamic.get(dt_size)) {
         (None, None) => {}
         (Some(arr), Some(size)) => {
             if size % 8 != 0 {
                 return Err(
-                    img.malformed(format!("DT_PREINIT_ARRAYSZ {size} is not a multiple of 8"))
+                    img.malformed(format!("{}SZ {size} is not a multiple of 8", kind.name()))
                 );
             }
-            let old = img.read_vaddr(arr, size, "DT_PREINIT_ARRAY")?;
+            let old = img.read_vaddr(arr, size, kind.name())?;
             let relas = if pie {
                 old_relas(img, &dynamic)?
             } else {
@@ -617,15 +673,20 @@ fn preinit(img: &Image, out: &mut [u8], func: u64, vaddr: u64) -> Result<OwnSegm
                     word
                 } else {
                     return Err(img.err(format!(
-                        "DT_PREINIT_ARRAY entry at {at:#x} has no RELATIVE relocation \
-                         (cannot copy it to the new array)"
+                        "{} entry at {at:#x} has no RELATIVE relocation \
+                         (cannot copy it to the new array)",
+                        kind.name()
                     )));
                 };
                 values.push(value);
             }
         }
         _ => {
-            return Err(img.malformed("DT_PREINIT_ARRAY without DT_PREINIT_ARRAYSZ or the reverse"))
+            return Err(img.malformed(format!(
+                "{} without {}SZ or the reverse",
+                kind.name(),
+                kind.name()
+            )))
         }
     }
     let mut seg = Vec::new();
@@ -633,8 +694,8 @@ fn preinit(img: &Image, out: &mut [u8], func: u64, vaddr: u64) -> Result<OwnSegm
         seg.extend_from_slice(&v.to_le_bytes());
     }
     let mut entries = dynamic.used.clone();
-    Dynamic::set(&mut entries, DT_PREINIT_ARRAY, vaddr);
-    Dynamic::set(&mut entries, DT_PREINIT_ARRAYSZ, seg.len() as u64);
+    Dynamic::set(&mut entries, dt_array, vaddr);
+    Dynamic::set(&mut entries, dt_size, seg.len() as u64);
     let mut rela = None;
     if pie {
         let rela_at = seg.len() as u64;
@@ -678,7 +739,8 @@ fn preinit(img: &Image, out: &mut [u8], func: u64, vaddr: u64) -> Result<OwnSegm
         vaddr,
         bytes: seg,
         array: (0, 8 * values.len() as u64),
-        old_array: dynamic.get(DT_PREINIT_ARRAY),
+        old_array: dynamic.get(dt_array),
+        kind,
         rela,
         old_rela: dynamic.get(DT_RELA),
         moved_dynamic,
@@ -838,9 +900,11 @@ pub fn write(path: &Path, elf: &[u8], add: &Additions) -> Result<Vec<u8>> {
     if let Some(entry) = add.entry {
         out[24..32].copy_from_slice(&entry.to_le_bytes());
     }
-    let own = match add.preinit {
-        Some(func) => Some(preinit(&img, &mut out, func, next_free)?),
-        None => None,
+    let own = match (add.preinit, add.init) {
+        (Some(func), None) => Some(preinit(&img, &mut out, func, next_free, FirstRun::Preinit)?),
+        (None, Some(func)) => Some(preinit(&img, &mut out, func, next_free, FirstRun::Init)?),
+        (None, None) => None,
+        (Some(_), Some(_)) => return Err(img.err("both a preinit and an init function")),
     };
 
     // The file layout.
@@ -950,8 +1014,9 @@ pub fn write(path: &Path, elf: &[u8], add: &Additions) -> Result<Vec<u8>> {
         // The original's sections for the replaced parts follow them (so
         // `readelf -r` shows the relocations ld.so applies); parts the
         // original had no section for get new ones.
+        let (_, _, array_type, array_name) = o.kind.tags();
         let parts = [
-            (o.array, o.old_array, SHT_PREINIT_ARRAY, ".preinit_array", 8),
+            (o.array, o.old_array, array_type, array_name, 8),
             (
                 o.rela.unwrap_or_default(),
                 o.old_rela,
@@ -1055,7 +1120,11 @@ pub fn write(path: &Path, elf: &[u8], add: &Additions) -> Result<Vec<u8>> {
     debug_assert!(check_layout(&table, &new_loads, cur));
     // A start address outside executable memory would only show up as a
     // SIGSEGV before main.
-    for (what, addr) in [("entry", add.entry), ("preinit", add.preinit)] {
+    for (what, addr) in [
+        ("entry", add.entry),
+        ("preinit", add.preinit),
+        ("init", add.init),
+    ] {
         let Some(addr) = addr else { continue };
         let exec = table.iter().any(|p| {
             p.p_type == PT_LOAD
@@ -1425,6 +1494,55 @@ mod tests {
             u64_at(&out, new.offset_of(arr, 8).unwrap()),
             Some(add.segments[0].vaddr)
         );
+    }
+
+    /// A shared object's init function: first in a new `DT_INIT_ARRAY`,
+    /// then the old constructors (their addends from their RELATIVE
+    /// relocations), each entry relocated; refused for an executable and
+    /// together with a preinit.
+    #[test]
+    fn init_function_of_a_shared_object() {
+        let path = Path::new("/lib/x86_64-linux-gnu/libbz2.so.1.0");
+        let elf = std::fs::read(path).unwrap();
+        let mut add = preinit_at(&elf);
+        add.init = add.preinit.take();
+        let out = write(path, &elf, &add).unwrap();
+        let old = Image::parse(path, &elf).unwrap();
+        let old_dyn = read_dynamic(&old).unwrap();
+        let new = Image::parse(Path::new("out"), &out).unwrap();
+        let dynamic = read_dynamic(&new).unwrap();
+        let (arr, size) = (
+            dynamic.get(DT_INIT_ARRAY).unwrap(),
+            dynamic.get(DT_INIT_ARRAYSZ).unwrap(),
+        );
+        let old_size = old_dyn.get(DT_INIT_ARRAYSZ).unwrap();
+        assert_eq!(size, old_size + 8);
+        let relas = old_relas(&new, &dynamic).unwrap();
+        let old_relas = old_relas(&old, &old_dyn).unwrap();
+        let n = (size / 8) as usize;
+        assert_eq!(
+            relas[0],
+            (arr, u64::from(R_X86_64_RELATIVE), add.segments[0].vaddr)
+        );
+        for i in 1..n {
+            let at = old_dyn.get(DT_INIT_ARRAY).unwrap() + 8 * (i as u64 - 1);
+            let was = old_relas.iter().find(|r| r.0 == at).unwrap();
+            assert_eq!(relas[i], (arr + 8 * i as u64, was.1, was.2));
+        }
+        assert_eq!(&relas[n..], &old_relas[..]);
+        assert_eq!(
+            dynamic.get(DT_RELACOUNT),
+            old_dyn.get(DT_RELACOUNT).map(|c| c + n as u64)
+        );
+        assert!(dynamic.get(DT_PREINIT_ARRAY).is_none());
+        // Not for an executable; not both.
+        let gz = gzip();
+        let mut add = preinit_at(&gz);
+        add.init = add.preinit.take();
+        assert!(write(Path::new(GZIP), &gz, &add).is_err());
+        let mut add = preinit_at(&elf);
+        add.init = add.preinit;
+        assert!(write(path, &elf, &add).is_err());
     }
 
     #[test]

@@ -267,6 +267,16 @@ pub fn instrument_module(path: &Path, which: Placement, tag: u32) -> Result<Inst
 /// Imports that start threads: counters then need `lock add`.
 const THREAD_STARTERS: &[&str] = &["pthread_create", "clone", "clone3", "thrd_create"];
 
+/// The module imports a function that starts threads.
+pub fn starts_threads(module: &crate::elf::Module) -> bool {
+    module
+        .plt_relocs
+        .iter()
+        .chain(&module.dyn_relocs)
+        .filter_map(|r| r.sym_name.as_deref())
+        .any(|n| THREAD_STARTERS.contains(&n.split('@').next().unwrap_or(n)))
+}
+
 /// Rewrites module `tag` at `path` (see [`instrument_module`]): witnesses or
 /// counters.
 pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented> {
@@ -279,18 +289,18 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
     let prog = Program::open(path)?;
     let module = &prog.module;
     let library = module.kind == ElfKind::Shared;
-    if matches!(how, How::Count(_)) && (library || module.is_static) {
+    if matches!(how, How::Count(_)) && module.is_static {
         // The counters are mapped by a preinit routine of the executable.
         return Err(rewrite_err(
             path,
-            "profiles of shared libraries and static executables are not supported yet",
+            "profiles of static executables are not supported yet",
         ));
     }
     if library != (tag != 0) || tag >= MAX_MODULES {
         return Err(rewrite_err(
             path,
             if library {
-                "a shared object can only be instrumented as a library (aetrace record --libs)"
+                "a shared object can only be instrumented as a library (--libs)"
             } else {
                 "an executable cannot be instrumented as a library"
             },
@@ -519,12 +529,8 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
         }
         move |c: &crate::cfg::CallSite| call_may(&may, c)
     };
-    let atomic = module
-        .plt_relocs
-        .iter()
-        .chain(&module.dyn_relocs)
-        .filter_map(|r| r.sym_name.as_deref())
-        .any(|n| THREAD_STARTERS.contains(&n.split('@').next().unwrap_or(n)));
+    // Another module of the process may start the threads (`--libs`).
+    let atomic = matches!(how, How::Count(s) if s.threads) || starts_threads(module);
     let mut layout = CountLayout {
         atomic,
         procs: vec![None; prog.procs.len()],
@@ -888,8 +894,13 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
             1
         };
         layout.bytes = (words * 8).max(1).next_multiple_of(PAGE);
-        let init_code = counters::emit_init(init_vaddr, layout.vaddr, layout.bytes)
-            .map_err(|e| rewrite_err(path, e))?;
+        let init_code = counters::emit_init(
+            init_vaddr,
+            layout.vaddr,
+            layout.bytes,
+            &counters::env_fd(tag),
+        )
+        .map_err(|e| rewrite_err(path, e))?;
         debug_assert!(init_code.len() as u64 <= PAGE);
         c.base = layout.vaddr;
         let again = codegen::generate(&plans, &rt, code_vaddr, Some(c))
@@ -974,6 +985,8 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
         ],
         patches,
         preinit: (!library && !module.is_static).then(|| preinit.unwrap_or(init)),
+        // A library's counters are mapped by its own first constructor.
+        init: preinit.filter(|_| library),
         entry: if module.is_static {
             code.springboards
                 .iter()
