@@ -1446,6 +1446,7 @@ mod tests {
             every_block: false,
             first_counter: 0,
             counters,
+            calls: Vec::new(),
             counts: None,
             error: None,
         };
