@@ -302,6 +302,7 @@ pub fn profile_command(o: &ProfileOptions) -> Result<Outcome> {
         placement: o.placement,
         feedback,
         events: None,
+        stop_at: None,
     };
     let (ins, layout, (outcome, values, run_seconds)) =
         rewrite_and_run(&exe, &o.program, &o.args, spec)?;
@@ -456,33 +457,94 @@ fn rewrite_and_run(
         .counting
         .clone()
         .ok_or_else(|| perr("internal: no counter layout"))?;
+    let ran = run_rewritten(exe, &ins, program, args, layout.bytes, 0)?;
+    Ok((ins, layout, ran))
+}
+
+/// Writes the rewritten `exe` to a temporary directory and [`run`]s it.
+fn run_rewritten(
+    exe: &Path,
+    ins: &rewrite::Instrumented,
+    program: &Path,
+    args: &[OsString],
+    bytes: u64,
+    first: i64,
+) -> Result<Ran> {
     let dir = tempdir()?;
     let elf = dir.join(exe.file_name().unwrap_or_else(|| "program".as_ref()));
     crate::commands::write_executable(&elf, &ins.elf)?;
-    let ran = run(&elf, program, args, layout.bytes);
+    let ran = run(&elf, program, args, bytes, first);
     let _ = std::fs::remove_file(&elf);
     let _ = std::fs::remove_dir(&dir);
-    Ok((ins, layout, ran?))
+    ran
 }
 
 /// `aetrace count --event E -- PROGRAM ARGS` (paper 002): one counter, to
 /// which each chord of the spanning tree adds its increment; after the run
 /// it equals the number of events in the profiled procedures (the virtual
 /// exit edges make it exact also for frames left active by `exit`).
-/// Returns how the program ended and the count.
+/// With `stop = Some((n, write))` the program raises SIGTRAP at event `n`
+/// (`counters::StopChecks`); with `write = Some(out)` it is written to
+/// `out` to be run under a debugger instead of being run. Returns how the
+/// program ended and what was counted.
 pub fn count_command(
     program: &Path,
     args: &[OsString],
     event: counters::Event,
-) -> Result<(Outcome, i64)> {
+    stop: Option<(u64, Option<&Path>)>,
+) -> Result<(Outcome, Count)> {
     let exe = crate::commands::find_program(program)?;
+    let stop_at = stop.map(|(n, _)| n);
+    if let Some(n) = stop_at.filter(|&n| n == 0 || n > 1 << 62) {
+        return Err(perr(format!(
+            "--stop-at {n}: events are numbered from 1 to 2^62"
+        )));
+    }
     let spec = CountSpec {
         events: Some(event),
+        stop_at,
         ..CountSpec::default()
     };
-    let (_, _, (outcome, values, _)) = rewrite_and_run(&exe, program, args, spec)?;
-    let n = values.first().copied().unwrap_or(0) as i64;
-    Ok((outcome, n))
+    let ins = rewrite::instrument_with(&exe, &How::Count(spec), 0)?;
+    if let Some((n, Some(out))) = stop {
+        crate::commands::write_executable(out, &ins.elf)?;
+        let args: String = args
+            .iter()
+            .map(|a| format!(" {}", a.to_string_lossy()))
+            .collect();
+        let hint = format!(
+            "{n} when run; stop there with: gdb -ex run --args {}{args}",
+            out.display()
+        );
+        return Ok((Outcome::Exited(0), Count::Written(hint)));
+    }
+    let layout = ins
+        .counting
+        .clone()
+        .ok_or_else(|| perr("internal: no counter layout"))?;
+    let start = stop_at.map_or(0, rewrite::stop_start);
+    let (outcome, values, _) = run_rewritten(&exe, &ins, program, args, layout.bytes, start)?;
+    let word = values.first().copied().unwrap_or(0) as i64;
+    let count = match stop_at {
+        // A trap drops the counter below -2^62 (`codegen::StopTrap`).
+        Some(n) if word < STOPPED => Count::Stopped(n),
+        _ => Count::Events(word - start),
+    };
+    Ok((outcome, count))
+}
+
+/// Below this, the stop-at counter has stopped the program.
+const STOPPED: i64 = -(1 << 62);
+
+/// What `aetrace count` found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Count {
+    /// This many events (the run ended before any stop).
+    Events(i64),
+    /// `--stop-at n`: the program reached event `n` and trapped.
+    Stopped(u64),
+    /// `--write-program`: written, not run; how to stop it under gdb.
+    Written(String),
 }
 
 /// A private temporary directory for the rewritten program.
@@ -499,9 +561,10 @@ fn tempdir() -> Result<PathBuf> {
     Err(perr("cannot create a temporary directory"))
 }
 
-/// Runs the counting program with its counters on a memfd; returns how it
-/// ended and the counter values (read after every descendant ended).
-fn run(elf: &Path, program: &Path, args: &[OsString], bytes: u64) -> Result<Ran> {
+/// Runs the counting program with its counters on a memfd, counter 0
+/// starting at `first`; returns how it ended and the counter values (read
+/// after every descendant ended).
+fn run(elf: &Path, program: &Path, args: &[OsString], bytes: u64, first: i64) -> Result<Ran> {
     let os = |what: &str| perr(format!("{what}: {}", std::io::Error::last_os_error()));
     // SAFETY: plain system calls; the fd is owned right away.
     let fd = unsafe { libc::memfd_create(c"aetrace-counters".as_ptr(), 0) };
@@ -513,6 +576,11 @@ fn run(elf: &Path, program: &Path, args: &[OsString], bytes: u64) -> Result<Ran>
     let file = std::fs::File::from(owned);
     file.set_len(bytes)
         .map_err(|e| perr(format!("memfd: {e}")))?;
+    if first != 0 {
+        use std::os::unix::fs::FileExt;
+        file.write_all_at(&first.to_le_bytes(), 0)
+            .map_err(|e| perr(format!("memfd: {e}")))?;
+    }
     // See every descendant (fork children share the counters).
     // SAFETY: prctl on ourselves.
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };

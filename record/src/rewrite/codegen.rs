@@ -109,6 +109,24 @@ pub struct PlanCounters {
     pub entry: Option<u32>,
     /// Counter at the start of each block (every-block placement).
     pub blocks: Vec<Option<u32>>,
+    /// `--stop-at`: the on-line queries (counter 0 starts at `-N`).
+    pub stop: Option<super::counters::StopChecks>,
+}
+
+/// The out-of-line code that stops the program at event N (`--stop-at`,
+/// docs/profile.md): entered from a failed check, it picks the instruction
+/// holding event N, disables every later check and jumps to that
+/// instruction's *original* address with the trap flag set, so that the
+/// single-step trap reports exactly that address with the program's
+/// registers, flags and stack.
+struct StopTrap {
+    label: u64,
+    /// The check saved the flags (below the red zone) before comparing.
+    flags_saved: bool,
+    /// `(counter value, original address)`: the first pair whose value
+    /// the counter equals, else the last one.
+    targets: Vec<(i64, u64)>,
+    point: SigPoint,
 }
 
 /// A resolved jump table rewritten to point into the copy.
@@ -122,6 +140,13 @@ pub struct Table {
     pub targets: Vec<BlockId>,
     /// The jump's block.
     pub block: BlockId,
+}
+
+impl ProcPlan<'_> {
+    /// The `--stop-at` checks, in that mode.
+    fn stop(&self) -> Option<&super::counters::StopChecks> {
+        self.counters.as_ref().and_then(|c| c.stop.as_ref())
+    }
 }
 
 impl Table {
@@ -274,6 +299,115 @@ impl Emitter {
         Ok(())
     }
 
+    /// The program-wide event counter (counter 0).
+    fn count_word(&self) -> GenResult<MemoryOperand> {
+        let c = self
+            .counting
+            .as_ref()
+            .ok_or("internal: a counter outside counting mode")?;
+        Ok(MemoryOperand::with_base_displ_size(
+            Register::RIP,
+            c.base as i64,
+            8,
+        ))
+    }
+
+    /// Adds `amount` to the event counter (a query increment).
+    fn add_to_count(&mut self, amount: i64, site: Site) -> GenResult<()> {
+        let c = self
+            .counting
+            .as_ref()
+            .ok_or("internal: a counter outside counting mode")?;
+        let amount = i32::try_from(amount).map_err(|_| "query increment exceeds 32 bits")?;
+        for i in super::counters::increment(c.base, amount, c.atomic, site)? {
+            self.push(i);
+        }
+        Ok(())
+    }
+
+    /// `--stop-at` check: jumps to `trap` once `counter + t >= 0`. When the
+    /// flags are live they are saved below the red zone first (and restored
+    /// on the way on); returns whether they were.
+    fn stop_check(&mut self, t: i64, site: Site, trap: u64) -> GenResult<bool> {
+        let err = |e: iced_x86::IcedError| e.to_string();
+        let mem = self.count_word()?;
+        let save = site.flags_live;
+        if save {
+            self.push(rsp_step(-128)?);
+            self.push(Instruction::with(Code::Pushfq));
+        }
+        let neg = i32::try_from(-t).map_err(|_| "stop-at query exceeds 32 bits")?;
+        self.push(Instruction::with2(Code::Cmp_rm64_imm32, mem, neg).map_err(err)?);
+        self.push(Instruction::with_branch(Code::Jge_rel32_64, trap).map_err(err)?);
+        if save {
+            self.push(Instruction::with(Code::Popfq));
+            self.push(rsp_step(128)?);
+        }
+        Ok(save)
+    }
+
+    /// The code of one [`StopTrap`].
+    fn stop_trap(&mut self, t: &StopTrap) -> GenResult<()> {
+        let err = |e: iced_x86::IcedError| e.to_string();
+        let mem = self.count_word()?;
+        let Some((&(_, last), rest)) = t.targets.split_last() else {
+            return Err("internal: a stop trap without a target".into());
+        };
+        self.point = t.point;
+        self.bind(t.label);
+        if !t.flags_saved {
+            // The flags are dead here: any value will do.
+            self.push(rsp_step(-128)?);
+            self.push(Instruction::with(Code::Pushfq));
+        }
+        // rsp = original - 136, [rsp] = the flags to resume with.
+        let mut labels = Vec::with_capacity(rest.len());
+        for &(value, _) in rest {
+            let l = self.label();
+            let v = i32::try_from(value).map_err(|_| "stop-at query exceeds 32 bits")?;
+            self.push(Instruction::with2(Code::Cmp_rm64_imm32, mem, v).map_err(err)?);
+            self.push(Instruction::with_branch(Code::Je_rel32_64, l).map_err(err)?);
+            labels.push(l);
+        }
+        let rsp = |d: i64| MemoryOperand::with_base_displ(Register::RSP, d);
+        // No compare matched: the last target, right after the compares.
+        let targets = std::iter::once((None, last)).chain(
+            labels
+                .iter()
+                .zip(rest)
+                .map(|(&l, &(_, orig))| (Some(l), orig)),
+        );
+        for (label, orig) in targets {
+            if let Some(l) = label {
+                self.bind(l);
+            }
+            // [original - 144] = flags | TF, [original - 136] = the target.
+            self.push(rsp_step(-8)?);
+            self.push(Instruction::with1(Code::Push_r64, Register::RAX).map_err(err)?);
+            self.push(Instruction::with2(Code::Mov_r64_rm64, Register::RAX, rsp(16)).map_err(err)?);
+            self.push(Instruction::with2(Code::Bts_rm64_imm8, Register::RAX, 8).map_err(err)?);
+            self.push(Instruction::with2(Code::Mov_rm64_r64, rsp(8), Register::RAX).map_err(err)?);
+            self.push(
+                Instruction::with2(
+                    Code::Lea_r64_m,
+                    Register::RAX,
+                    MemoryOperand::with_base_displ(Register::RIP, orig as i64),
+                )
+                .map_err(err)?,
+            );
+            self.push(Instruction::with2(Code::Mov_rm64_r64, rsp(16), Register::RAX).map_err(err)?);
+            // No check holds again: the counter drops below -2^62.
+            self.push(Instruction::with2(Code::Btr_rm64_imm8, mem, 62).map_err(err)?);
+            self.push(Instruction::with2(Code::Bts_rm64_imm8, mem, 63).map_err(err)?);
+            self.push(Instruction::with1(Code::Pop_r64, Register::RAX).map_err(err)?);
+            // TF set by popfq traps after the next instruction, the
+            // return: at `orig`, with rsp back to the original.
+            self.push(Instruction::with(Code::Popfq));
+            self.push(Instruction::with1(Code::Retnq_imm16, 128u32).map_err(err)?);
+        }
+        Ok(())
+    }
+
     fn counter(&mut self, n: u32, site: Site) -> GenResult<()> {
         let c = self
             .counting
@@ -333,6 +467,16 @@ impl Emitter {
             })
         }
     }
+}
+
+/// `lea rsp, [rsp + d]`: moves the stack pointer without touching the flags.
+fn rsp_step(d: i64) -> GenResult<Instruction> {
+    Instruction::with2(
+        Code::Lea_r64_m,
+        Register::RSP,
+        MemoryOperand::with_base_displ(Register::RSP, d),
+    )
+    .map_err(|e| e.to_string())
 }
 
 /// The signal map of instructions `first..end` of `points` laid out at
@@ -451,7 +595,7 @@ pub fn generate(
         let invoke = p
             .counters
             .as_ref()
-            .and_then(|c| c.entry)
+            .filter(|c| c.entry.is_some() || c.stop.as_ref().is_some_and(|s| s.entry.is_some()))
             .map(|_| em.label());
         bodies.insert(p.start, invoke.unwrap_or(labels[p.cfg.entry.index()]));
         invoke_labels.push(invoke);
@@ -477,6 +621,7 @@ pub fn generate(
             bodies: &bodies,
             entries: &entries,
             rt,
+            traps: Vec::new(),
         }
         .emit(stub_labels[k], invoke_labels[k], &landing)
         .map_err(|e| format!("procedure {}: {e}", p.name))?;
@@ -580,6 +725,8 @@ pub fn generate(
 
 struct ProcGen<'e, 'p> {
     em: &'e mut Emitter,
+    /// `--stop-at` traps, emitted after the stubs.
+    traps: Vec<StopTrap>,
     p: &'p ProcPlan<'p>,
     labels: &'p [u64],
     bodies: &'p HashMap<u64, u64>,
@@ -704,12 +851,23 @@ impl ProcGen<'_, '_> {
         match p.stub {
             _ if self.em.counting.is_some() => {
                 self.em.push(Instruction::with(Code::Nopd));
-                if let (Some(l), Some(n)) =
-                    (invoke_label, p.counters.as_ref().and_then(|c| c.entry))
-                {
+                if let Some(l) = invoke_label {
                     self.em.bind(l);
                     // A procedure entry: flags dead, r11 dead.
-                    self.em.counter(n, Site::with_scratch(r11))?;
+                    let site = Site::with_scratch(r11);
+                    if let Some(n) = p.counters.as_ref().and_then(|c| c.entry) {
+                        self.em.counter(n, site)?;
+                    }
+                    if let Some(t) = p.stop().and_then(|s| s.entry) {
+                        let trap = self.em.label();
+                        let flags_saved = self.em.stop_check(t, site, trap)?;
+                        self.traps.push(StopTrap {
+                            label: trap,
+                            flags_saved,
+                            targets: vec![(0, cfg.blocks[cfg.entry].start)],
+                            point: entered,
+                        });
+                    }
                 }
             }
             EntryStub::Full => {
@@ -759,6 +917,9 @@ impl ProcGen<'_, '_> {
                 self.exit_record(s.site)?;
             }
             self.em.jmp(s.target)?;
+        }
+        for t in std::mem::take(&mut self.traps) {
+            self.em.stop_trap(&t)?;
         }
         for (&b, &(_, label)) in p.landing_pads.iter().zip(landing) {
             // The unwinder (untraced) runs until LANDING is reserved.
@@ -901,6 +1062,29 @@ impl ProcGen<'_, '_> {
             let s = self.site(p.live.live_in(b));
             self.em.counter(n, s)?;
         }
+        if let Some((t, phi)) = p
+            .stop()
+            .and_then(|s| Some((s.block[b.index()]?, s.phi[b.index()])))
+        {
+            let site = self.site(p.live.live_in(b));
+            let trap = self.em.label();
+            let flags_saved = self.em.stop_check(t, site, trap)?;
+            // Event N is instruction k when counter = -(phi + k + 1); a
+            // block event always stands at its first instruction.
+            let targets = if t - phi == insns.len() as i64 {
+                (0..insns.len() as i64)
+                    .map(|k| (-(phi + k + 1), insns[k as usize].ip()))
+                    .collect()
+            } else {
+                vec![(0, blk.start)]
+            };
+            self.traps.push(StopTrap {
+                label: trap,
+                flags_saved,
+                targets,
+                point: self.at(b, 0),
+            });
+        }
         for (k, &i) in insns[..last_i].iter().enumerate() {
             self.copy_at(b, k, i);
         }
@@ -939,6 +1123,11 @@ impl ProcGen<'_, '_> {
                         )
                     })?;
                 }
+                // The callee's frame starts with the count exact.
+                let query = p.stop().map_or(0, |s| s.call[b.index()]);
+                if query != 0 {
+                    self.em.add_to_count(query, before_last)?;
+                }
                 self.copy_at(b, last_i, last);
                 let ret = edges
                     .iter()
@@ -951,6 +1140,9 @@ impl ProcGen<'_, '_> {
                     );
                     let to = cfg.edges[e].to;
                     let site = self.site(p.live.live_in(to));
+                    if query != 0 {
+                        self.em.add_to_count(-query, site)?;
+                    }
                     if let Some(n) = wit(e).filter(|_| self.em.counting.is_some()) {
                         self.em.counter(n, site)?;
                     }

@@ -89,6 +89,27 @@ pub struct CountSpec {
     /// Event counting: one program-wide counter (slot 0) to which each
     /// chord adds its increment, instead of a counter per chord.
     pub events: Option<Event>,
+    /// With `events`: raise SIGTRAP at the N-th event (`--stop-at N`,
+    /// [`StopChecks`]).
+    pub stop_at: Option<u64>,
+}
+
+/// The on-line queries of `--stop-at` (paper 002) in one procedure: the
+/// counter starts at `-N`, so "event N is reached" is `counter + t >= 0`
+/// for a per-site constant `t`.
+#[derive(Clone, Debug, Default)]
+pub struct StopChecks {
+    /// Per block: `t = phi(v) + events(v)`, checked at the block's entry
+    /// (insns, blocks); the N-th event is in the block when the check holds.
+    pub block: Vec<Option<i64>>,
+    /// Calls: `t = phi(root)`, checked once the invocation is counted.
+    pub entry: Option<i64>,
+    /// Per block: the query increment `phi(c) + events(c)` a returning call
+    /// adds before the call and takes back after it (0: none).
+    pub call: Vec<i64>,
+    /// Per block: `phi(v)`; with insns, event N is instruction
+    /// `-(counter + phi(v)) - 1` of the block whose check holds.
+    pub phi: Vec<i64>,
 }
 
 /// A counted edge of the counted graph (see the module comment).
@@ -113,6 +134,8 @@ pub struct ProcCounters {
     pub every_block: bool,
     /// Event counting: the increment of each chord (paper 002's `Inc`).
     pub amounts: Vec<i32>,
+    /// `--stop-at`: the checks and query increments.
+    pub stop: Option<StopChecks>,
 }
 
 impl ProcCounters {
@@ -189,6 +212,7 @@ pub fn place(
             virtual_exits: Vec::new(),
             every_block: true,
             amounts: Vec::new(),
+            stop: None,
         });
     }
     let real = cfg.to_graph();
@@ -225,6 +249,7 @@ pub fn place(
     // each edge (a block's events on its out-edges, a virtual exit edge
     // included: the call block ran; invocations on `R0 -> root`).
     let mut amounts = Vec::new();
+    let mut stop = None;
     if let Some(ev) = spec.events {
         let mut events: SecondaryMap<EdgeId, i64> = SecondaryMap::filled(g.num_edges() + 1, 0);
         for e in g.edge_ids() {
@@ -243,6 +268,9 @@ pub fn place(
                 .push(i32::try_from(ec.inc[e]).map_err(|_| {
                     format!("the event increment of edge {e} does not fit 32 bits")
                 })?);
+        }
+        if spec.stop_at.is_some() {
+            stop = Some(stop_checks(cfg, &g, &ec.query, ev)?);
         }
     }
     let mut chords = Vec::with_capacity(pl.chords.len());
@@ -264,7 +292,62 @@ pub fn place(
         virtual_exits,
         every_block: false,
         amounts,
+        stop,
     })
+}
+
+/// The `--stop-at` checks of one procedure from the potentials `phi` of
+/// its counted graph `g` (invariant of `graph::events`: before block `v`
+/// of the innermost frame runs, `counter + phi(v)` events happened, once
+/// every returning call adds `phi(c) + events(c)` around itself).
+fn stop_checks(
+    cfg: &Cfg,
+    g: &Graph,
+    phi: &SecondaryMap<BlockId, i64>,
+    ev: Event,
+) -> Result<StopChecks, String> {
+    // `EXIT -> R0` is a tree edge without events: every path out of a
+    // frame leaves the counter exact for the caller.
+    if phi[g.exit()] != 0 || phi[g.entry()] != 0 {
+        return Err("the spanning tree does not hold EXIT -> R0 (stop-at needs it)".into());
+    }
+    let events = |b: BlockId| -> i64 {
+        match ev {
+            Event::Insns => cfg.blocks[b].insns.len() as i64,
+            Event::Blocks => 1,
+            Event::Calls => 0,
+        }
+    };
+    let fits = |t: i64, what: &str| -> Result<Option<i64>, String> {
+        i32::try_from(t)
+            .map(|_| Some(t))
+            .map_err(|_| format!("the stop-at query of {what} does not fit 32 bits"))
+    };
+    let mut s = StopChecks {
+        block: vec![None; cfg.blocks.len()],
+        entry: None,
+        call: vec![0; cfg.blocks.len()],
+        phi: cfg.blocks.keys().map(|b| phi[b]).collect(),
+    };
+    match ev {
+        Event::Calls => s.entry = fits(phi[cfg.entry], "the entry")?,
+        Event::Insns | Event::Blocks => {
+            for b in cfg.blocks.keys() {
+                s.block[b.index()] = fits(phi[b] + events(b), &format!("block {b}"))?;
+            }
+        }
+    }
+    for (b, _) in cfg.blocks.iter() {
+        let returns = cfg
+            .edges
+            .values()
+            .any(|e| e.from == b && e.kind == EdgeKind::CallReturn);
+        if returns {
+            let q = phi[b] + events(b);
+            s.call[b.index()] = fits(q, &format!("the call in block {b}"))?.unwrap_or(0);
+        }
+    }
+    Ok(s)
 }
 
 /// The instructions adding `amount` to the counter at `addr` (module
