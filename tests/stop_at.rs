@@ -126,9 +126,19 @@ fn entries(insns: &[u64], funcs: &[(u64, u64, String)], elf: &Elf) -> Vec<usize>
         .collect()
 }
 
-/// Where gdb stops the program `aetrace count --stop-at n` writes, relative
-/// to the module's base.
-fn stop_under_gdb(exe: &Path, args: &[&str], event: &str, n: usize, dir: &Path) -> u64 {
+/// How a run under gdb went.
+struct Stop {
+    /// Where gdb stopped, relative to the module's base.
+    at: u64,
+    /// What the program wrote, stopped and continued (`$eflags` without
+    /// the trap flag), and gdb's line on how it ended (with the whole
+    /// transcript when it did not).
+    stdout: Vec<u8>,
+    ended: Result<String, String>,
+}
+
+/// Runs the program `aetrace count --stop-at n` writes under gdb.
+fn stop_under_gdb(exe: &Path, args: &[&str], event: &str, n: usize, dir: &Path) -> Stop {
     let prog = dir.join(format!("{event}-{n}"));
     run_checked(
         Command::new(common::aetrace())
@@ -140,9 +150,12 @@ fn stop_under_gdb(exe: &Path, args: &[&str], event: &str, n: usize, dir: &Path) 
             .args(args),
         "aetrace count --write-program",
     );
+    let stdout = dir.join(format!("{event}-{n}.out"));
     let out = Command::new("gdb")
-        .args(["-batch", "-nx", "-ex", "run", "-ex", "p/x $pc"])
-        .args(["-ex", "info proc mappings", "--args"])
+        .args(["-batch", "-nx", "-ex"])
+        .arg(format!("run > {}", stdout.display()))
+        .args(["-ex", "p/x $pc", "-ex", "info proc mappings"])
+        .args(["-ex", "set $eflags &= ~0x100", "-ex", "continue", "--args"])
         .arg(&prog)
         .args(args)
         .stdin(Stdio::null())
@@ -171,7 +184,16 @@ fn stop_under_gdb(exe: &Path, args: &[&str], event: &str, n: usize, dir: &Path) 
         .map(|w| u64::from_str_radix(w[0].trim_start_matches("0x"), 16).unwrap())
         .unwrap_or_else(|| panic!("no base mapping: {what}"));
     let _ = std::fs::remove_file(&prog);
-    pc - base
+    let ended = text
+        .lines()
+        .find(|l| l.starts_with("[Inferior 1"))
+        .map(str::to_owned)
+        .ok_or(what);
+    Stop {
+        at: pc - base,
+        stdout: std::fs::read(&stdout).unwrap_or_default(),
+        ended,
+    }
 }
 
 /// Records `source`, regenerates its traces and checks every event kind at
@@ -231,9 +253,34 @@ fn check(source: &str, v: Variant, args: &[&str]) {
     ]
     .into_iter()
     .collect();
+    // And evenly spread ones, wherever the program is then.
+    ns.extend((1..6).map(|k| k * insns.len() / 6 + k));
     ns.retain(|&i| i < insns.len());
+    // Stopped and continued, the program must end as it does natively
+    // (nothing skipped or run twice before the stop), unless the stop is
+    // under a springboard but for its first byte (docs/profile.md).
+    let native_end = match native.status.code() {
+        Some(0) => "exited normally]".to_owned(),
+        Some(c) => format!("exited with code {c:02o}]"),
+        None => panic!("{tag}: killed natively"),
+    };
+    let continued = |s: &Stop, what: &str| {
+        let springboard = funcs
+            .iter()
+            .any(|f| (1..5).contains(&s.at.wrapping_sub(f.0)));
+        if !springboard {
+            let ended = s
+                .ended
+                .as_ref()
+                .unwrap_or_else(|e| panic!("{tag}: {what}: {e}"));
+            assert!(ended.ends_with(&native_end), "{tag}: {what}: {ended}");
+            assert_eq!(s.stdout, native.stdout, "{tag}: {what}: continued stdout");
+        }
+    };
     for i in ns {
-        let got = stop_under_gdb(&exe, args, "insns", i + 1, &dir);
+        let s = stop_under_gdb(&exe, args, "insns", i + 1, &dir);
+        continued(&s, &format!("insns {}", i + 1));
+        let got = s.at;
         assert_eq!(
             got,
             insns[i],
@@ -256,7 +303,9 @@ fn check(source: &str, v: Variant, args: &[&str]) {
     .filter(|&i| i < blocks.len())
     .collect();
     for i in ns {
-        let got = stop_under_gdb(&exe, args, "blocks", i + 1, &dir);
+        let s = stop_under_gdb(&exe, args, "blocks", i + 1, &dir);
+        continued(&s, &format!("blocks {}", i + 1));
+        let got = s.at;
         assert_eq!(
             got,
             blocks[i],
@@ -270,7 +319,9 @@ fn check(source: &str, v: Variant, args: &[&str]) {
     assert!(calls.len() >= 3, "{tag}: {} function entries", calls.len());
     let ns: BTreeSet<usize> = [0, 1, calls.len() / 2, calls.len() - 1].into();
     for i in ns {
-        let got = stop_under_gdb(&exe, args, "calls", i + 1, &dir);
+        let s = stop_under_gdb(&exe, args, "calls", i + 1, &dir);
+        continued(&s, &format!("calls {}", i + 1));
+        let got = s.at;
         let want = insns[calls[i]];
         assert_eq!(
             got,

@@ -495,9 +495,9 @@ pub fn count_command(
 ) -> Result<(Outcome, Count)> {
     let exe = crate::commands::find_program(program)?;
     let stop_at = stop.map(|(n, _)| n);
-    if let Some(n) = stop_at.filter(|&n| n == 0 || n > 1 << 62) {
+    if let Some(n) = stop_at.filter(|&n| n == 0 || n > 1 << 60) {
         return Err(perr(format!(
-            "--stop-at {n}: events are numbered from 1 to 2^62"
+            "--stop-at {n}: events are numbered from 1 to 2^60"
         )));
     }
     let spec = CountSpec {
@@ -526,7 +526,8 @@ pub fn count_command(
     let (outcome, values, _) = run_rewritten(&exe, &ins, program, args, layout.bytes, start)?;
     let word = values.first().copied().unwrap_or(0) as i64;
     let count = match stop_at {
-        // A trap drops the counter below -2^62 (`codegen::StopTrap`).
+        // A trap drops the counter below -2^61 (`codegen`'s `stop_jump`),
+        // a run without one leaves it at -N + count >= -2^60.
         Some(n) if word < STOPPED => Count::Stopped(n),
         _ => Count::Events(word - start),
     };
@@ -534,7 +535,7 @@ pub fn count_command(
 }
 
 /// Below this, the stop-at counter has stopped the program.
-const STOPPED: i64 = -(1 << 62);
+const STOPPED: i64 = -(1 << 61);
 
 /// What `aetrace count` found.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -114,18 +114,20 @@ pub struct PlanCounters {
 }
 
 /// The out-of-line code that stops the program at event N (`--stop-at`,
-/// docs/profile.md): entered from a failed check, it picks the instruction
-/// holding event N, disables every later check and jumps to that
-/// instruction's *original* address with the trap flag set, so that the
-/// single-step trap reports exactly that address with the program's
-/// registers, flags and stack.
+/// docs/profile.md), entered from a check of block `block` that holds: it
+/// runs the block's instructions before the one holding event N (a second
+/// copy, comparing the counter before each), disables every later check
+/// and jumps to that instruction's *original* address with the trap flag
+/// set, so that the single-step trap reports exactly that address with the
+/// program's registers, flags and stack.
 struct StopTrap {
     label: u64,
     /// The check saved the flags (below the red zone) before comparing.
     flags_saved: bool,
-    /// `(counter value, original address)`: the first pair whose value
-    /// the counter equals, else the last one.
-    targets: Vec<(i64, u64)>,
+    block: BlockId,
+    /// insns: `phi(block)` (event N is instruction `k` when the counter is
+    /// `-(phi + k + 1)`); blocks and calls: `None`, event N is the entry.
+    phi: Option<i64>,
     point: SigPoint,
 }
 
@@ -346,65 +348,48 @@ impl Emitter {
         Ok(save)
     }
 
-    /// The code of one [`StopTrap`].
-    fn stop_trap(&mut self, t: &StopTrap) -> GenResult<()> {
+    /// The end of every [`StopTrap`]: disables the checks and jumps to
+    /// original address `orig` with the trap flag set. With `flags_saved`,
+    /// the flags to stop with are at `[rsp]`, 136 bytes below the
+    /// program's stack pointer; else the current ones are.
+    fn stop_jump(&mut self, orig: u64, flags_saved: bool) -> GenResult<()> {
         let err = |e: iced_x86::IcedError| e.to_string();
         let mem = self.count_word()?;
-        let Some((&(_, last), rest)) = t.targets.split_last() else {
-            return Err("internal: a stop trap without a target".into());
-        };
-        self.point = t.point;
-        self.bind(t.label);
-        if !t.flags_saved {
-            // The flags are dead here: any value will do.
+        if !flags_saved {
             self.push(rsp_step(-128)?);
             self.push(Instruction::with(Code::Pushfq));
         }
-        // rsp = original - 136, [rsp] = the flags to resume with.
-        let mut labels = Vec::with_capacity(rest.len());
-        for &(value, _) in rest {
-            let l = self.label();
-            let v = i32::try_from(value).map_err(|_| "stop-at query exceeds 32 bits")?;
-            self.push(Instruction::with2(Code::Cmp_rm64_imm32, mem, v).map_err(err)?);
-            self.push(Instruction::with_branch(Code::Je_rel32_64, l).map_err(err)?);
-            labels.push(l);
-        }
         let rsp = |d: i64| MemoryOperand::with_base_displ(Register::RSP, d);
-        // No compare matched: the last target, right after the compares.
-        let targets = std::iter::once((None, last)).chain(
-            labels
-                .iter()
-                .zip(rest)
-                .map(|(&l, &(_, orig))| (Some(l), orig)),
+        // [original - 144] = flags | TF, [original - 136] = the target.
+        self.push(rsp_step(-8)?);
+        self.push(Instruction::with1(Code::Push_r64, Register::RAX).map_err(err)?);
+        self.push(Instruction::with2(Code::Mov_r64_rm64, Register::RAX, rsp(16)).map_err(err)?);
+        self.push(Instruction::with2(Code::Bts_rm64_imm8, Register::RAX, 8).map_err(err)?);
+        self.push(Instruction::with2(Code::Mov_rm64_r64, rsp(8), Register::RAX).map_err(err)?);
+        self.push(
+            Instruction::with2(
+                Code::Lea_r64_m,
+                Register::RAX,
+                MemoryOperand::with_base_displ(Register::RIP, orig as i64),
+            )
+            .map_err(err)?,
         );
-        for (label, orig) in targets {
-            if let Some(l) = label {
-                self.bind(l);
-            }
-            // [original - 144] = flags | TF, [original - 136] = the target.
-            self.push(rsp_step(-8)?);
-            self.push(Instruction::with1(Code::Push_r64, Register::RAX).map_err(err)?);
-            self.push(Instruction::with2(Code::Mov_r64_rm64, Register::RAX, rsp(16)).map_err(err)?);
-            self.push(Instruction::with2(Code::Bts_rm64_imm8, Register::RAX, 8).map_err(err)?);
-            self.push(Instruction::with2(Code::Mov_rm64_r64, rsp(8), Register::RAX).map_err(err)?);
-            self.push(
-                Instruction::with2(
-                    Code::Lea_r64_m,
-                    Register::RAX,
-                    MemoryOperand::with_base_displ(Register::RIP, orig as i64),
-                )
-                .map_err(err)?,
-            );
-            self.push(Instruction::with2(Code::Mov_rm64_r64, rsp(16), Register::RAX).map_err(err)?);
-            // No check holds again: the counter drops below -2^62.
-            self.push(Instruction::with2(Code::Btr_rm64_imm8, mem, 62).map_err(err)?);
-            self.push(Instruction::with2(Code::Bts_rm64_imm8, mem, 63).map_err(err)?);
-            self.push(Instruction::with1(Code::Pop_r64, Register::RAX).map_err(err)?);
-            // TF set by popfq traps after the next instruction, the
-            // return: at `orig`, with rsp back to the original.
-            self.push(Instruction::with(Code::Popfq));
-            self.push(Instruction::with1(Code::Retnq_imm16, 128u32).map_err(err)?);
+        self.push(Instruction::with2(Code::Mov_rm64_r64, rsp(16), Register::RAX).map_err(err)?);
+        // No check holds again: the counter's top bits become 110, which
+        // puts it in [-2^62, -2^61), 2^61 events away from 0 and from
+        // wrapping around either way (`profile::STOPPED`).
+        for (code, bit) in [
+            (Code::Bts_rm64_imm8, 63),
+            (Code::Bts_rm64_imm8, 62),
+            (Code::Btr_rm64_imm8, 61),
+        ] {
+            self.push(Instruction::with2(code, mem, bit).map_err(err)?);
         }
+        self.push(Instruction::with1(Code::Pop_r64, Register::RAX).map_err(err)?);
+        // TF set by popfq traps after the next instruction, the return: at
+        // `orig`, before it runs, with rsp back to the program's.
+        self.push(Instruction::with(Code::Popfq));
+        self.push(Instruction::with1(Code::Retnq_imm16, 128u32).map_err(err)?);
         Ok(())
     }
 
@@ -797,10 +782,61 @@ impl ProcGen<'_, '_> {
         self.bodies.get(&t).copied().unwrap_or(t)
     }
 
-    /// Copies `insn`, retargeting a direct branch and redirecting
-    /// references to rewritten tables.
-    fn copy(&mut self, mut insn: Instruction) {
+    /// The code of one [`StopTrap`].
+    fn stop_trap(&mut self, t: &StopTrap) -> GenResult<()> {
+        let err = |e: iced_x86::IcedError| e.to_string();
+        let mem = self.em.count_word()?;
+        let insns = &self.p.insns[t.block.index()];
+        self.em.point = t.point;
+        self.em.bind(t.label);
+        let Some(phi) = t.phi else {
+            return self.em.stop_jump(insns[0].ip(), t.flags_saved);
+        };
+        if t.flags_saved {
+            self.em.push(Instruction::with(Code::Popfq));
+            self.em.push(rsp_step(128)?);
+        }
+        // The program's state at the block's entry: run its instructions
+        // up to the one holding event N.
+        let mut found = Vec::new();
+        for (k, &insn) in insns.iter().enumerate() {
+            if k + 1 == insns.len() {
+                self.em.stop_jump(insn.ip(), false)?;
+                break;
+            }
+            // Runs once: keep even dead flags, for the debugger's eyes.
+            self.em.push(rsp_step(-128)?);
+            self.em.push(Instruction::with(Code::Pushfq));
+            let l = self.em.label();
+            let value = i32::try_from(-(phi + k as i64 + 1))
+                .map_err(|_| "stop-at query exceeds 32 bits")?;
+            self.em
+                .push(Instruction::with2(Code::Cmp_rm64_imm32, mem, value).map_err(err)?);
+            self.em
+                .push(Instruction::with_branch(Code::Je_rel32_64, l).map_err(err)?);
+            self.em.push(Instruction::with(Code::Popfq));
+            self.em.push(rsp_step(128)?);
+            let copy = self.relocated(insn);
+            self.em.push(copy);
+            found.push((l, insn.ip()));
+        }
+        for (l, orig) in found {
+            self.em.bind(l);
+            self.em.stop_jump(orig, true)?;
+        }
+        Ok(())
+    }
+
+    /// Copies `insn` ([`ProcGen::relocated`]).
+    fn copy(&mut self, insn: Instruction) {
         self.em.origin.push((self.em.out.len(), insn.ip()));
+        let insn = self.relocated(insn);
+        self.em.push(insn);
+    }
+
+    /// `insn` with a direct branch retargeted and references to rewritten
+    /// tables redirected.
+    fn relocated(&self, mut insn: Instruction) -> Instruction {
         if near_branch(&insn) {
             let t = insn.near_branch_target();
             // A call (recursion included) enters the callee's body, which
@@ -823,7 +859,7 @@ impl ProcGen<'_, '_> {
                 insn.set_memory_displacement64(t.new);
             }
         }
-        self.em.push(insn);
+        insn
     }
 
     fn edges_from(&self, b: BlockId) -> Vec<EdgeId> {
@@ -864,7 +900,8 @@ impl ProcGen<'_, '_> {
                         self.traps.push(StopTrap {
                             label: trap,
                             flags_saved,
-                            targets: vec![(0, cfg.blocks[cfg.entry].start)],
+                            block: cfg.entry,
+                            phi: None,
                             point: entered,
                         });
                     }
@@ -919,7 +956,7 @@ impl ProcGen<'_, '_> {
             self.em.jmp(s.target)?;
         }
         for t in std::mem::take(&mut self.traps) {
-            self.em.stop_trap(&t)?;
+            self.stop_trap(&t)?;
         }
         for (&b, &(_, label)) in p.landing_pads.iter().zip(landing) {
             // The unwinder (untraced) runs until LANDING is reserved.
@@ -1069,19 +1106,13 @@ impl ProcGen<'_, '_> {
             let site = self.site(p.live.live_in(b));
             let trap = self.em.label();
             let flags_saved = self.em.stop_check(t, site, trap)?;
-            // Event N is instruction k when counter = -(phi + k + 1); a
-            // block event always stands at its first instruction.
-            let targets = if t - phi == insns.len() as i64 {
-                (0..insns.len() as i64)
-                    .map(|k| (-(phi + k + 1), insns[k as usize].ip()))
-                    .collect()
-            } else {
-                vec![(0, blk.start)]
-            };
+            // A block event stands at the block's first instruction.
+            let insn_events = t - phi == insns.len() as i64;
             self.traps.push(StopTrap {
                 label: trap,
                 flags_saved,
-                targets,
+                block: b,
+                phi: insn_events.then_some(phi),
                 point: self.at(b, 0),
             });
         }
