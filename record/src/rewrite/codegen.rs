@@ -9,7 +9,10 @@
 //! a fall-through edge is inline (no jump), one on a taken edge costs one
 //! stub; witnesses on edges leaving by `ret`/`jmp` go just before that
 //! instruction. Buffer checks sit at the entry block, loop headers and
-//! every call's return point (docs/runtime.md section 4).
+//! every call's return point (docs/runtime.md section 4). Counting with
+//! `--stop-at`: every block (`calls`: every invocation) checks whether it
+//! holds event N, and the out-of-line traps (`StopTrap`) after the stubs
+//! stop the program there.
 //!
 //! Invariants:
 //! - every emitted instruction's `ip` is 0 or a label from [`LABEL_BASE`]

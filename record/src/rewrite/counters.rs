@@ -33,6 +33,17 @@
 //! adds its increment `Inc(c)` (`graph::events`) to one program-wide
 //! counter instead of 1 to its own.
 //!
+//! `--stop-at N` ([`StopChecks`], paper 002's on-line queries): the counter
+//! starts at `-N`; every returning call adds its query increment
+//! `phi(c) + events(c)` before the call and takes it back after, so that
+//! before block `v` of the innermost frame runs, `N + counter + phi(v)`
+//! events have happened; a check `counter + phi(v) + events(v) >= 0` at
+//! each block entry (calls: at the invocation) finds the block of event N,
+//! and `codegen` traps at its instruction's original address
+//! (docs/profile.md, "Stopping at the N-th event"). Exact only without
+//! threads, exceptions or longjmp (refused) and signal handlers in traced
+//! code (not detected).
+//!
 //! Invariants: virtual edges are tree edges in every placement this module
 //! returns (checked, else the procedure is refused); counter numbers are
 //! dense, per procedure contiguous from [`ProcCounters::first`].
