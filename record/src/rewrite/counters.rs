@@ -348,15 +348,10 @@ fn stop_checks(
             }
         }
     }
-    for (b, _) in cfg.blocks.iter() {
-        let returns = cfg
-            .edges
-            .values()
-            .any(|e| e.from == b && e.kind == EdgeKind::CallReturn);
-        if returns {
-            let q = phi[b] + events(b);
-            s.call[b.index()] = fits(q, &format!("the call in block {b}"))?.unwrap_or(0);
-        }
+    for e in cfg.edges.values().filter(|e| e.kind == EdgeKind::CallReturn) {
+        let b = e.from;
+        let q = phi[b] + events(b);
+        s.call[b.index()] = fits(q, &format!("the call in block {b}"))?.unwrap_or(0);
     }
     Ok(s)
 }
