@@ -137,14 +137,15 @@ struct Stop {
     ended: Result<String, String>,
 }
 
-/// Runs the program `aetrace count --stop-at n` writes under gdb.
-fn stop_under_gdb(exe: &Path, args: &[&str], event: &str, n: usize, dir: &Path) -> Stop {
-    let prog = dir.join(format!("{event}-{n}"));
+/// Runs the program `aetrace count --stop-at n` writes (to `prog`: the
+/// recorded program's path, so that `argv[0]` is the same) under gdb.
+fn stop_under_gdb(exe: &Path, args: &[&str], event: &str, n: usize, prog: &Path) -> Stop {
+    let dir = prog.parent().unwrap();
     run_checked(
         Command::new(common::aetrace())
             .args(["count", "--event", event, "--stop-at", &n.to_string()])
             .arg("--write-program")
-            .arg(&prog)
+            .arg(prog)
             .arg("--")
             .arg(exe)
             .args(args),
@@ -153,10 +154,11 @@ fn stop_under_gdb(exe: &Path, args: &[&str], event: &str, n: usize, dir: &Path) 
     let stdout = dir.join(format!("{event}-{n}.out"));
     let out = Command::new("gdb")
         .args(["-batch", "-nx", "-ex"])
-        .arg(format!("run > {}", stdout.display()))
+        // `run` with arguments replaces those of `--args`.
+        .arg(format!("run {} > {}", args.join(" "), stdout.display()))
         .args(["-ex", "p/x $pc", "-ex", "info proc mappings"])
         .args(["-ex", "set $eflags &= ~0x100", "-ex", "continue", "--args"])
-        .arg(&prog)
+        .arg(prog)
         .args(args)
         .stdin(Stdio::null())
         .output()
@@ -183,7 +185,6 @@ fn stop_under_gdb(exe: &Path, args: &[&str], event: &str, n: usize, dir: &Path) 
         .find(|w| w.len() >= 6 && w[3] == "0x0" && w[5] == name)
         .map(|w| u64::from_str_radix(w[0].trim_start_matches("0x"), 16).unwrap())
         .unwrap_or_else(|| panic!("no base mapping: {what}"));
-    let _ = std::fs::remove_file(&prog);
     let ended = text
         .lines()
         .find(|l| l.starts_with("[Inferior 1"))
@@ -201,15 +202,25 @@ fn stop_under_gdb(exe: &Path, args: &[&str], event: &str, n: usize, dir: &Path) 
 fn check(source: &str, v: Variant, args: &[&str]) {
     let exe = build(source, v);
     let tag = format!("{}-{}", source.replace('.', "_"), v.tag());
-    let dir = common::scratch("stop_at").join(&tag);
+    check_exe(&exe, &tag, args, true);
+}
+
+/// [`check`] of `exe`; without `symbols` (stripped), only insns and blocks
+/// at the first, last and evenly spread N.
+fn check_exe(exe: &Path, tag: &str, args: &[&str], symbols: bool) {
+    let dir = common::scratch("stop_at").join(tag);
     std::fs::create_dir_all(&dir).unwrap();
     let trace = dir.join("trace.aet");
-    let native = run_native(&exe, args);
+    // Recorded and stopped at the same path: gdb passes the full path as
+    // argv[0], and programs may branch on it (gzip does).
+    let prog = dir.join("program");
+    std::fs::copy(exe, &prog).unwrap();
+    let native = run_native(exe, args);
     let rec = Command::new(common::aetrace())
         .args(["record", "-o"])
         .arg(&trace)
         .arg("--")
-        .arg(&exe)
+        .arg(&prog)
         .args(args)
         .stdin(Stdio::null())
         .output()
@@ -217,14 +228,14 @@ fn check(source: &str, v: Variant, args: &[&str]) {
     assert_eq!(rec.stdout, native.stdout, "{tag}: recorded run's stdout");
     let insns = regen(&trace, "insn");
     let blocks = regen(&trace, "block");
-    let elf = Elf::read(&exe);
-    let funcs = functions(&exe, &elf);
-    let main = funcs.iter().find(|f| f.2 == "main").expect("main").0;
-    let main_range = funcs.iter().find(|f| f.2 == "main").map(|f| f.0..f.0 + f.1);
+    let elf = Elf::read(exe);
+    let funcs = functions(exe, &elf);
     let calls = entries(&insns, &funcs, &elf);
 
     // Instructions (1-based N).
-    let first_main = insns.iter().position(|&a| a == main).expect("main runs");
+    let mut ns: BTreeSet<usize> = [0, insns.len() / 2, insns.len() - 1].into();
+    // Evenly spread ones, wherever the program is then.
+    ns.extend((1..6).map(|k| k * insns.len() / 6 + k));
     let hottest = {
         let mut counts = std::collections::HashMap::new();
         for &a in &insns {
@@ -234,27 +245,21 @@ fn check(source: &str, v: Variant, args: &[&str]) {
         let at: Vec<usize> = (0..insns.len()).filter(|&i| insns[i] == a).collect();
         at[at.len() / 2]
     };
-    let in_callee = (first_main..insns.len())
-        .find(|&i| !main_range.as_ref().unwrap().contains(&insns[i]))
-        .map(|i| (i + 2).min(insns.len() - 1))
-        .expect("main calls something");
-    let after_ret = (first_main + 1..insns.len())
-        .find(|&i| kind(&elf, insns[i - 1]) == Kind::Ret)
-        .expect("a return");
-    let mut ns: BTreeSet<usize> = [
-        0,
-        first_main,
-        first_main + 1,
-        hottest,
-        in_callee,
-        after_ret,
-        insns.len() / 2,
-        insns.len() - 1,
-    ]
-    .into_iter()
-    .collect();
-    // And evenly spread ones, wherever the program is then.
-    ns.extend((1..6).map(|k| k * insns.len() / 6 + k));
+    ns.insert(hottest);
+    // main's first instructions, a callee's, the one after a return.
+    let main = funcs.iter().find(|f| f.2 == "main");
+    let first_main = main.map(|m| insns.iter().position(|&a| a == m.0).expect("main runs"));
+    if let (Some(m), Some(first)) = (main, first_main) {
+        let in_callee = (first..insns.len())
+            .find(|&i| !(m.0..m.0 + m.1).contains(&insns[i]))
+            .map(|i| (i + 2).min(insns.len() - 1))
+            .expect("main calls something");
+        let after_ret = (first + 1..insns.len())
+            .find(|&i| kind(&elf, insns[i - 1]) == Kind::Ret)
+            .expect("a return");
+        ns.extend([first, first + 1, in_callee, after_ret]);
+    }
+    assert_eq!(first_main.is_some(), symbols, "{tag}: main");
     ns.retain(|&i| i < insns.len());
     // Stopped and continued, the program must end as it does natively
     // (nothing skipped or run twice before the stop), unless the stop is
@@ -278,7 +283,7 @@ fn check(source: &str, v: Variant, args: &[&str]) {
         }
     };
     for i in ns {
-        let s = stop_under_gdb(&exe, args, "insns", i + 1, &dir);
+        let s = stop_under_gdb(exe, args, "insns", i + 1, &prog);
         continued(&s, &format!("insns {}", i + 1));
         let got = s.at;
         assert_eq!(
@@ -291,19 +296,14 @@ fn check(source: &str, v: Variant, args: &[&str]) {
     }
 
     // Blocks.
-    let first_main_block = blocks.iter().position(|&a| a == main).expect("main runs");
-    let ns: BTreeSet<usize> = [
-        0,
-        first_main_block,
-        first_main_block + 1,
-        blocks.len() / 3,
-        blocks.len() - 1,
-    ]
-    .into_iter()
-    .filter(|&i| i < blocks.len())
-    .collect();
+    let mut ns: BTreeSet<usize> = [0, blocks.len() / 3, blocks.len() - 1].into();
+    if let Some(m) = main {
+        let first = blocks.iter().position(|&a| a == m.0).expect("main runs");
+        ns.extend([first, first + 1]);
+    }
+    ns.retain(|&i| i < blocks.len());
     for i in ns {
-        let s = stop_under_gdb(&exe, args, "blocks", i + 1, &dir);
+        let s = stop_under_gdb(exe, args, "blocks", i + 1, &prog);
         continued(&s, &format!("blocks {}", i + 1));
         let got = s.at;
         assert_eq!(
@@ -316,10 +316,13 @@ fn check(source: &str, v: Variant, args: &[&str]) {
     }
 
     // Calls.
+    if !symbols {
+        return;
+    }
     assert!(calls.len() >= 3, "{tag}: {} function entries", calls.len());
     let ns: BTreeSet<usize> = [0, 1, calls.len() / 2, calls.len() - 1].into();
     for i in ns {
-        let s = stop_under_gdb(&exe, args, "calls", i + 1, &dir);
+        let s = stop_under_gdb(exe, args, "calls", i + 1, &prog);
         continued(&s, &format!("calls {}", i + 1));
         let got = s.at;
         let want = insns[calls[i]];
@@ -337,7 +340,7 @@ fn check(source: &str, v: Variant, args: &[&str]) {
     let run = |n: usize| {
         Command::new(common::aetrace())
             .args(["count", "--stop-at", &n.to_string(), "--"])
-            .arg(&exe)
+            .arg(exe)
             .args(args)
             .stdin(Stdio::null())
             .output()
@@ -382,4 +385,19 @@ fn switch() {
 #[test]
 fn qsort_callback() {
     check("qsort_callback.c", O2_PIE, &[]);
+}
+
+/// A real program (stripped: insns and blocks only).
+#[test]
+fn debian_gzip() {
+    let dir = common::scratch("stop_at");
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("gzip-input.txt");
+    std::fs::write(&input, common::text_input(20_000)).unwrap();
+    check_exe(
+        Path::new("/usr/bin/gzip"),
+        "gzip",
+        &["-c", input.to_str().unwrap()],
+        false,
+    );
 }
