@@ -401,3 +401,31 @@ fn debian_gzip() {
         false,
     );
 }
+
+/// What `--stop-at` cannot do exactly it refuses, in one line naming why,
+/// without running the program.
+#[test]
+fn refusals() {
+    let cases: [(&str, &str, &str); 4] = [
+        ("threads.c", "10", "single-threaded"),
+        ("setjmp.c", "10", "setjmp or longjmp"),
+        ("cxx_exceptions.cpp", "10", "landing pads"),
+        ("loops.c", "0", "numbered from 1"),
+    ];
+    for (source, n, why) in cases {
+        let exe = build(source, O2_PIE);
+        let out = Command::new(common::aetrace())
+            .args(["count", "--stop-at", n, "--"])
+            .arg(&exe)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{source}: {err}");
+        assert!(out.stdout.is_empty(), "{source}: the program ran");
+        assert!(
+            err.starts_with("aetrace: error: ") && err.lines().count() == 1 && err.contains(why),
+            "{source}: {err}"
+        );
+    }
+}
