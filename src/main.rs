@@ -311,6 +311,9 @@ fn main() -> ExitCode {
                     eprintln!("aetrace: stops at {name} {hint}");
                     Ok(())
                 }
+                Ok((outcome, Count::SignalHandler)) => {
+                    return aetrace_record::commands::exit_like(outcome)
+                }
                 Ok((outcome, Count::Stopped(n))) => {
                     eprintln!("aetrace: stopped at {name} {n} (SIGTRAP)");
                     return aetrace_record::commands::exit_like(outcome);

@@ -428,4 +428,19 @@ fn refusals() {
             "{source}: {err}"
         );
     }
+    // A signal handler in counted code is only seen when it runs: the
+    // program ends there with status 125 and says why.
+    let exe = build("signal.c", O2_PIE);
+    let out = Command::new(common::aetrace())
+        .args(["count", "--stop-at", "1000000", "--"])
+        .arg(&exe)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "signal.c: {err}");
+    assert_eq!(
+        err,
+        "aetrace: a signal handler ran in counted code: --stop-at cannot stop exactly\n"
+    );
 }

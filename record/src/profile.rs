@@ -525,17 +525,16 @@ pub fn count_command(
     let start = stop_at.map_or(0, rewrite::stop_start);
     let (outcome, values, _) = run_rewritten(&exe, &ins, program, args, layout.bytes, start)?;
     let word = values.first().copied().unwrap_or(0) as i64;
-    let count = match stop_at {
-        // A trap drops the counter below -2^61 (`codegen`'s `stop_jump`),
-        // a run without one leaves it at -N + count >= -2^60.
-        Some(n) if word < STOPPED => Count::Stopped(n),
+    // The counter's top three bits: 110 once a trap stopped the program
+    // (`codegen`'s `stop_jump`), 101 once a signal handler ended it
+    // (`signal_guard`); a run without either leaves -N + count >= -2^60.
+    let count = match (stop_at, word >> 61) {
+        (Some(n), -2) => Count::Stopped(n),
+        (Some(_), -3) => Count::SignalHandler,
         _ => Count::Events(word - start),
     };
     Ok((outcome, count))
 }
-
-/// Below this, the stop-at counter has stopped the program.
-const STOPPED: i64 = -(1 << 61);
 
 /// What `aetrace count` found.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -544,6 +543,9 @@ pub enum Count {
     Events(i64),
     /// `--stop-at n`: the program reached event `n` and trapped.
     Stopped(u64),
+    /// `--stop-at`: a signal handler ran in counted code, and the program
+    /// ended with status 125 and a message (the count was no longer exact).
+    SignalHandler,
     /// `--write-program`: written, not run; how to stop it under gdb.
     Written(String),
 }

@@ -351,6 +351,64 @@ impl Emitter {
         Ok(save)
     }
 
+    /// `--stop-at`, at an outside entry (r11 and the flags are dead): a
+    /// signal handler in counted code would start from the interrupted
+    /// block's count, so its entry (return address at the C library's
+    /// restorer, `mov rax, 15; syscall`) ends the program with a message
+    /// and status 125 instead (the counter's top bits set to 101), unless
+    /// the program already stopped.
+    fn signal_guard(&mut self) -> GenResult<()> {
+        let err = |e: iced_x86::IcedError| e.to_string();
+        let mem = self.count_word()?;
+        let text =
+            b"aetrace: a signal handler ran in counted code: --stop-at cannot stop exactly\n";
+        let (check, ok, msg) = (self.label(), self.label(), self.label());
+        // Stopped: the counter's top bits are 110 (`stop_jump`); before,
+        // 111 (negative) or 000.
+        self.push(Instruction::with2(Code::Bt_rm64_imm8, mem, 61).map_err(err)?);
+        self.push(Instruction::with_branch(Code::Jb_rel32_64, check).map_err(err)?);
+        self.push(Instruction::with2(Code::Bt_rm64_imm8, mem, 62).map_err(err)?);
+        self.push(Instruction::with_branch(Code::Jb_rel32_64, ok).map_err(err)?);
+        self.bind(check);
+        let at_r11 = |d: i64| MemoryOperand::with_base_displ(Register::R11, d);
+        self.push(Instruction::with2(Code::Mov_r64_rm64, Register::R11, rsp_at(0)).map_err(err)?);
+        for (d, bytes) in [(0, 0x0fc0_c748u32), (4, 0x0f00_0000)] {
+            self.push(Instruction::with2(Code::Cmp_rm32_imm32, at_r11(d), bytes).map_err(err)?);
+            self.push(Instruction::with_branch(Code::Jne_rel32_64, ok).map_err(err)?);
+        }
+        // The counter's top bits become 101: aetrace knows why it ended.
+        for (code, bit) in [
+            (Code::Bts_rm64_imm8, 63),
+            (Code::Btr_rm64_imm8, 62),
+            (Code::Bts_rm64_imm8, 61),
+        ] {
+            self.push(Instruction::with2(code, mem, bit).map_err(err)?);
+        }
+        let mov = |r: Register, v: u32| Instruction::with2(Code::Mov_r32_imm32, r, v);
+        self.push(mov(Register::EAX, 1).map_err(err)?);
+        self.push(mov(Register::EDI, 2).map_err(err)?);
+        self.push(
+            Instruction::with2(
+                Code::Lea_r64_m,
+                Register::RSI,
+                MemoryOperand::with_base_displ(Register::RIP, msg as i64),
+            )
+            .map_err(err)?,
+        );
+        self.push(mov(Register::EDX, text.len() as u32).map_err(err)?);
+        self.push(Instruction::with(Code::Syscall));
+        self.push(mov(Register::EAX, 231).map_err(err)?);
+        self.push(mov(Register::EDI, 125).map_err(err)?);
+        self.push(Instruction::with(Code::Syscall));
+        self.bind(msg);
+        for chunk in text.chunks(16) {
+            self.push(Instruction::with_declare_byte(chunk).map_err(err)?);
+        }
+        self.bind(ok);
+        self.push(Instruction::with(Code::Nopd));
+        Ok(())
+    }
+
     /// The end of every [`StopTrap`]: disables the checks and jumps to
     /// original address `orig` with the trap flag set. With `flags_saved`,
     /// the flags to stop with are at `[rsp]`, 136 bytes below the
@@ -380,7 +438,7 @@ impl Emitter {
         self.push(Instruction::with2(Code::Mov_rm64_r64, rsp(16), Register::RAX).map_err(err)?);
         // No check holds again: the counter's top bits become 110, which
         // puts it in [-2^62, -2^61), 2^61 events away from 0 and from
-        // wrapping around either way (`profile::STOPPED`).
+        // wrapping around either way (`profile::count_command`).
         for (code, bit) in [
             (Code::Bts_rm64_imm8, 63),
             (Code::Bts_rm64_imm8, 62),
@@ -455,6 +513,11 @@ impl Emitter {
             })
         }
     }
+}
+
+/// `[rsp + d]`.
+fn rsp_at(d: i64) -> MemoryOperand {
+    MemoryOperand::with_base_displ(Register::RSP, d)
 }
 
 /// `lea rsp, [rsp + d]`: moves the stack pointer without touching the flags.
@@ -890,6 +953,9 @@ impl ProcGen<'_, '_> {
         match p.stub {
             _ if self.em.counting.is_some() => {
                 self.em.push(Instruction::with(Code::Nopd));
+                if p.stop().is_some() && p.stub == EntryStub::Full {
+                    self.em.signal_guard()?;
+                }
                 if let Some(l) = invoke_label {
                     self.em.bind(l);
                     // A procedure entry: flags dead, r11 dead.
