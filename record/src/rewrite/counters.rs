@@ -41,8 +41,9 @@
 //! each block entry (calls: at the invocation) finds the block of event N,
 //! and `codegen` traps at its instruction's original address
 //! (docs/profile.md, "Stopping at the N-th event"). Exact only without
-//! threads, exceptions or longjmp (refused) and signal handlers in traced
-//! code (not detected).
+//! threads, exceptions or longjmp (refused at rewrite time) and signal
+//! handlers in traced code (the program ends with status 125 when one
+//! runs).
 //!
 //! Invariants: virtual edges are tree edges in every placement this module
 //! returns (checked, else the procedure is refused); counter numbers are
