@@ -111,6 +111,15 @@ enum Command {
         /// count is the sum over the executable and these.
         #[arg(long, default_value = "none")]
         libs: String,
+        /// Raise SIGTRAP at the N-th event (insns: before the N-th instruction runs;
+        /// blocks: at the N-th block entry; calls: at the N-th callee's entry), so that a
+        /// debugger running the same deterministic program stops exactly there.
+        #[arg(long, value_name = "N")]
+        stop_at: Option<u64>,
+        /// With --stop-at: write the rewritten program here (run it under gdb) instead of
+        /// running it.
+        #[arg(long, value_name = "FILE", requires = "stop_at")]
+        write_program: Option<PathBuf>,
         /// The program and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<OsString>,
@@ -315,8 +324,11 @@ fn main() -> ExitCode {
             event,
             output,
             libs,
+            stop_at,
+            write_program,
             mut command,
         } => {
+            use aetrace_record::profile::Count;
             let libs = match libs_arg(&libs) {
                 Ok(l) => l,
                 Err(code) => return code,
@@ -328,8 +340,23 @@ fn main() -> ExitCode {
                 EventArg::Calls => (Event::Calls, "calls"),
             };
             let program = PathBuf::from(command.remove(0));
-            match aetrace_record::profile::count_command(&program, &command, event, &libs) {
-                Ok((outcome, n)) => {
+            let stop = stop_at.map(|n| (n, write_program.as_deref()));
+            match aetrace_record::profile::count_command(&program, &command, event, &libs, stop) {
+                Ok((_, Count::Written(hint))) => {
+                    eprintln!("aetrace: stops at {name} {hint}");
+                    Ok(())
+                }
+                Ok((outcome, Count::SignalHandler)) => {
+                    return aetrace_record::commands::exit_like(outcome)
+                }
+                Ok((outcome, Count::Stopped(n))) => {
+                    eprintln!("aetrace: stopped at {name} {n} (SIGTRAP)");
+                    return aetrace_record::commands::exit_like(outcome);
+                }
+                Ok((outcome, Count::Events(n))) => {
+                    if let Some(at) = stop_at {
+                        eprintln!("aetrace: the program ended before {name} {at} (no stop)");
+                    }
                     let line = format!("{n} {name}\n");
                     let written = match &output {
                         Some(p) => {

@@ -530,10 +530,11 @@ fn prepare(path: &Path, spec: &CountSpec, tag: u32) -> Result<(PathBuf, Skeleton
         .map(|f| f.iter().collect::<BTreeMap<_, _>>())
         .hash(&mut h);
     let what = format!(
-        "count {:?} {:?} threads={} feedback={:016x}",
+        "count {:?} {:?} threads={} stop={:?} feedback={:016x}",
         spec.placement,
         spec.events,
         spec.threads,
+        spec.stop_at,
         h.finish()
     );
     let dir = crate::commands::cache_dir();
@@ -583,13 +584,15 @@ struct CountedRun {
 }
 
 /// Rewrites the program and the `libs` (each with the spec `spec(path)`
-/// gives), runs it with one counter memfd per module, and reads them.
+/// gives), runs it with one counter memfd per module (the executable's
+/// counter 0 starting at `first`), and reads them.
 fn count_run(
     exe: &Path,
     program: &Path,
     args: &[OsString],
     libs: &LibSelection,
     spec: &dyn Fn(&Path) -> Result<CountSpec>,
+    first: i64,
 ) -> Result<CountedRun> {
     let (elf, exe_sk) = prepare(exe, &spec(exe)?, 0)?;
     let (libs, notes, dir) =
@@ -598,7 +601,7 @@ fn count_run(
         .chain(libs.iter().map(|(_, s)| s.bytes))
         .collect();
     let env: Vec<(OsString, OsString)> = dir.as_ref().map(|d| d.env()).into_iter().collect();
-    let (outcome, values, seconds) = run(&elf, program, args, &sizes, env)?;
+    let (outcome, values, seconds) = run(&elf, program, args, &sizes, env, first)?;
     Ok(CountedRun {
         exe: exe_sk,
         libs,
@@ -645,9 +648,10 @@ pub fn profile_command(o: &ProfileOptions) -> Result<Outcome> {
             feedback,
             events: None,
             threads,
+            stop_at: None,
         })
     };
-    let ran = count_run(&exe, &o.program, &o.args, &o.libs, &spec)?;
+    let ran = count_run(&exe, &o.program, &o.args, &o.libs, &spec, 0)?;
     let procs = ran.exe.fill(&ran.values[0])?;
     let mut libs = Vec::new();
     for ((lib, sk), values) in ran.libs.iter().zip(&ran.values[1..]) {
@@ -731,26 +735,75 @@ pub fn profile_command(o: &ProfileOptions) -> Result<Outcome> {
 /// increment; after the run their sum is the number of events in the
 /// profiled procedures of the executable and the libraries (the virtual
 /// exit edges make it exact also for frames left active by `exit`).
-/// Returns how the program ended and the count.
+/// With `stop = Some((n, write))` the program raises SIGTRAP at event `n`
+/// (`counters::StopChecks`); with `write = Some(out)` it is written to
+/// `out` to be run under a debugger instead of being run. Returns how the
+/// program ended and what was counted.
 pub fn count_command(
     program: &Path,
     args: &[OsString],
     event: counters::Event,
     libs: &LibSelection,
-) -> Result<(Outcome, i64)> {
+    stop: Option<(u64, Option<&Path>)>,
+) -> Result<(Outcome, Count)> {
     let exe = crate::commands::find_program(program)?;
+    let stop_at = stop.map(|(n, _)| n);
+    if let Some(n) = stop_at.filter(|&n| n == 0 || n > 1 << 60) {
+        return Err(perr(format!(
+            "--stop-at {n}: events are numbered from 1 to 2^60"
+        )));
+    }
     let spec = CountSpec {
         events: Some(event),
         threads: process_starts_threads(&exe)?,
+        stop_at,
         ..CountSpec::default()
     };
-    let ran = count_run(&exe, program, args, libs, &|_| Ok(spec.clone()))?;
-    let n = ran
-        .values
-        .iter()
-        .map(|v| v.first().copied().unwrap_or(0) as i64)
-        .sum();
-    Ok((ran.outcome, n))
+    if stop_at.is_some() && *libs != LibSelection::None {
+        // The checks read the executable's counter; a library's events are
+        // on counters of their own.
+        return Err(perr("--stop-at counts the executable only (no --libs)"));
+    }
+    if let Some((n, Some(out))) = stop {
+        let ins = rewrite::instrument_with(&exe, &How::Count(spec), 0)?;
+        crate::commands::write_executable(out, &ins.elf)?;
+        let args: String = args
+            .iter()
+            .map(|a| format!(" {}", a.to_string_lossy()))
+            .collect();
+        let hint = format!(
+            "{n} when run; stop there with: gdb -ex run --args {}{args}",
+            out.display()
+        );
+        return Ok((Outcome::Exited(0), Count::Written(hint)));
+    }
+    let start = stop_at.map_or(0, rewrite::stop_start);
+    let ran = count_run(&exe, program, args, libs, &|_| Ok(spec.clone()), start)?;
+    let word = |v: &Vec<u64>| v.first().copied().unwrap_or(0) as i64;
+    let first = ran.values.first().map_or(0, word);
+    // The counter's top three bits: 110 once a trap stopped the program
+    // (`codegen`'s `stop_jump`), 101 once a signal handler ended it
+    // (`signal_guard`); a run without either leaves -N + count >= -2^60.
+    let count = match (stop_at, first >> 61) {
+        (Some(n), -2) => Count::Stopped(n),
+        (Some(_), -3) => Count::SignalHandler,
+        _ => Count::Events(ran.values.iter().map(word).sum::<i64>() - start),
+    };
+    Ok((ran.outcome, count))
+}
+
+/// What `aetrace count` found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Count {
+    /// This many events (the run ended before any stop).
+    Events(i64),
+    /// `--stop-at n`: the program reached event `n` and trapped.
+    Stopped(u64),
+    /// `--stop-at`: a signal handler ran in counted code, and the program
+    /// ended with status 125 and a message (the count was no longer exact).
+    SignalHandler,
+    /// `--write-program`: written, not run; how to stop it under gdb.
+    Written(String),
 }
 
 /// How the program ended, each module's counter words, the run's wall
@@ -759,7 +812,8 @@ type Ran = (Outcome, Vec<Vec<u64>>, f64);
 
 /// Runs the counting program with each module's counters on a memfd of
 /// `sizes[tag]` bytes (named by `counters::env_fd(tag)`) and `env` added
-/// to the environment; returns how it ended, each module's counter values
+/// to the environment, the executable's counter 0 starting at `first`;
+/// returns how it ended, each module's counter values
 /// (read after every descendant ended) and the wall time.
 fn run(
     elf: &Path,
@@ -767,6 +821,7 @@ fn run(
     args: &[OsString],
     sizes: &[u64],
     env: Vec<(OsString, OsString)>,
+    first: i64,
 ) -> Result<Ran> {
     let os = |what: &str| perr(format!("{what}: {}", std::io::Error::last_os_error()));
     let mut cmd = std::process::Command::new(elf);
@@ -783,6 +838,11 @@ fn run(
         let file = std::fs::File::from(owned);
         file.set_len(bytes)
             .map_err(|e| perr(format!("memfd: {e}")))?;
+        if tag == 0 && first != 0 {
+            use std::os::unix::fs::FileExt;
+            file.write_all_at(&first.to_le_bytes(), 0)
+                .map_err(|e| perr(format!("memfd: {e}")))?;
+        }
         cmd.env(counters::env_fd(tag as u32), fd.to_string());
         files.push(file);
     }

@@ -9,7 +9,10 @@
 //! a fall-through edge is inline (no jump), one on a taken edge costs one
 //! stub; witnesses on edges leaving by `ret`/`jmp` go just before that
 //! instruction. Buffer checks sit at the entry block, loop headers and
-//! every call's return point (docs/runtime.md section 4).
+//! every call's return point (docs/runtime.md section 4). Counting with
+//! `--stop-at`: every block (`calls`: every invocation) checks whether it
+//! holds event N, and the out-of-line traps (`StopTrap`) after the stubs
+//! stop the program there.
 //!
 //! Invariants:
 //! - every emitted instruction's `ip` is 0 or a label from [`LABEL_BASE`]
@@ -116,6 +119,26 @@ pub struct PlanCounters {
     /// returns, at the return point; its return edge's counter, if any,
     /// stands before the call (first returns only).
     pub resume: Vec<Option<u32>>,
+    /// `--stop-at`: the on-line queries (counter 0 starts at `-N`).
+    pub stop: Option<super::counters::StopChecks>,
+}
+
+/// The out-of-line code that stops the program at event N (`--stop-at`,
+/// docs/profile.md), entered from a check of block `block` that holds: it
+/// runs the block's instructions before the one holding event N (a second
+/// copy, comparing the counter before each), disables every later check
+/// and jumps to that instruction's *original* address with the trap flag
+/// set, so that the single-step trap reports exactly that address with the
+/// program's registers, flags and stack.
+struct StopTrap {
+    label: u64,
+    /// The check saved the flags (below the red zone) before comparing.
+    flags_saved: bool,
+    block: BlockId,
+    /// insns: `phi(block)` (event N is instruction `k` when the counter is
+    /// `-(phi + k + 1)`); blocks and calls: `None`, event N is the entry.
+    phi: Option<i64>,
+    point: SigPoint,
 }
 
 /// A resolved jump table rewritten to point into the copy.
@@ -129,6 +152,13 @@ pub struct Table {
     pub targets: Vec<BlockId>,
     /// The jump's block.
     pub block: BlockId,
+}
+
+impl ProcPlan<'_> {
+    /// The `--stop-at` checks, in that mode.
+    fn stop(&self) -> Option<&super::counters::StopChecks> {
+        self.counters.as_ref().and_then(|c| c.stop.as_ref())
+    }
 }
 
 impl Table {
@@ -309,6 +339,156 @@ impl Emitter {
         Ok(())
     }
 
+    /// The program-wide event counter (counter 0).
+    fn count_word(&self) -> GenResult<MemoryOperand> {
+        let c = self
+            .counting
+            .as_ref()
+            .ok_or("internal: a counter outside counting mode")?;
+        Ok(MemoryOperand::with_base_displ_size(
+            Register::RIP,
+            c.base as i64,
+            8,
+        ))
+    }
+
+    /// Adds `amount` to the event counter (a query increment).
+    fn add_to_count(&mut self, amount: i64, site: Site) -> GenResult<()> {
+        let c = self
+            .counting
+            .as_ref()
+            .ok_or("internal: a counter outside counting mode")?;
+        let amount = i32::try_from(amount).map_err(|_| "query increment exceeds 32 bits")?;
+        for i in super::counters::increment(c.base, amount, c.atomic, site)? {
+            self.push(i);
+        }
+        Ok(())
+    }
+
+    /// `--stop-at` check: jumps to `trap` once `counter + t >= 0`. When the
+    /// flags are live they are saved below the red zone first (and restored
+    /// on the way on); returns whether they were.
+    fn stop_check(&mut self, t: i64, site: Site, trap: u64) -> GenResult<bool> {
+        let err = |e: iced_x86::IcedError| e.to_string();
+        let mem = self.count_word()?;
+        let save = site.flags_live;
+        if save {
+            self.push(rsp_step(-128)?);
+            self.push(Instruction::with(Code::Pushfq));
+        }
+        let neg = i32::try_from(-t).map_err(|_| "stop-at query exceeds 32 bits")?;
+        self.push(Instruction::with2(Code::Cmp_rm64_imm32, mem, neg).map_err(err)?);
+        self.push(Instruction::with_branch(Code::Jge_rel32_64, trap).map_err(err)?);
+        if save {
+            self.push(Instruction::with(Code::Popfq));
+            self.push(rsp_step(128)?);
+        }
+        Ok(save)
+    }
+
+    /// `--stop-at`, at an outside entry (r11 and the flags are dead): a
+    /// signal handler in counted code would start from the interrupted
+    /// block's count, so its entry (return address at the C library's
+    /// restorer, `mov rax, 15; syscall`) ends the program with a message
+    /// and status 125 instead (the counter's top bits set to 101), unless
+    /// the program already stopped.
+    fn signal_guard(&mut self) -> GenResult<()> {
+        let err = |e: iced_x86::IcedError| e.to_string();
+        let mem = self.count_word()?;
+        let text =
+            b"aetrace: a signal handler ran in counted code: --stop-at cannot stop exactly\n";
+        let (check, ok, msg) = (self.label(), self.label(), self.label());
+        // Stopped: the counter's top bits are 110 (`stop_jump`); before,
+        // 111 (negative) or 000.
+        self.push(Instruction::with2(Code::Bt_rm64_imm8, mem, 61).map_err(err)?);
+        self.push(Instruction::with_branch(Code::Jb_rel32_64, check).map_err(err)?);
+        self.push(Instruction::with2(Code::Bt_rm64_imm8, mem, 62).map_err(err)?);
+        self.push(Instruction::with_branch(Code::Jb_rel32_64, ok).map_err(err)?);
+        self.bind(check);
+        let at_r11 = |d: i64| MemoryOperand::with_base_displ(Register::R11, d);
+        self.push(Instruction::with2(Code::Mov_r64_rm64, Register::R11, rsp_at(0)).map_err(err)?);
+        for (d, bytes) in [(0, 0x0fc0_c748u32), (4, 0x0f00_0000)] {
+            self.push(Instruction::with2(Code::Cmp_rm32_imm32, at_r11(d), bytes).map_err(err)?);
+            self.push(Instruction::with_branch(Code::Jne_rel32_64, ok).map_err(err)?);
+        }
+        // The counter's top bits become 101: aetrace knows why it ended.
+        for (code, bit) in [
+            (Code::Bts_rm64_imm8, 63),
+            (Code::Btr_rm64_imm8, 62),
+            (Code::Bts_rm64_imm8, 61),
+        ] {
+            self.push(Instruction::with2(code, mem, bit).map_err(err)?);
+        }
+        let mov = |r: Register, v: u32| Instruction::with2(Code::Mov_r32_imm32, r, v);
+        self.push(mov(Register::EAX, 1).map_err(err)?);
+        self.push(mov(Register::EDI, 2).map_err(err)?);
+        self.push(
+            Instruction::with2(
+                Code::Lea_r64_m,
+                Register::RSI,
+                MemoryOperand::with_base_displ(Register::RIP, msg as i64),
+            )
+            .map_err(err)?,
+        );
+        self.push(mov(Register::EDX, text.len() as u32).map_err(err)?);
+        self.push(Instruction::with(Code::Syscall));
+        self.push(mov(Register::EAX, 231).map_err(err)?);
+        self.push(mov(Register::EDI, 125).map_err(err)?);
+        self.push(Instruction::with(Code::Syscall));
+        self.bind(msg);
+        for chunk in text.chunks(16) {
+            self.push(Instruction::with_declare_byte(chunk).map_err(err)?);
+        }
+        self.bind(ok);
+        self.push(Instruction::with(Code::Nopd));
+        Ok(())
+    }
+
+    /// The end of every [`StopTrap`]: disables the checks and jumps to
+    /// original address `orig` with the trap flag set. With `flags_saved`,
+    /// the flags to stop with are at `[rsp]`, 136 bytes below the
+    /// program's stack pointer; else the current ones are.
+    fn stop_jump(&mut self, orig: u64, flags_saved: bool) -> GenResult<()> {
+        let err = |e: iced_x86::IcedError| e.to_string();
+        let mem = self.count_word()?;
+        if !flags_saved {
+            self.push(rsp_step(-128)?);
+            self.push(Instruction::with(Code::Pushfq));
+        }
+        let rsp = |d: i64| MemoryOperand::with_base_displ(Register::RSP, d);
+        // [original - 144] = flags | TF, [original - 136] = the target.
+        self.push(rsp_step(-8)?);
+        self.push(Instruction::with1(Code::Push_r64, Register::RAX).map_err(err)?);
+        self.push(Instruction::with2(Code::Mov_r64_rm64, Register::RAX, rsp(16)).map_err(err)?);
+        self.push(Instruction::with2(Code::Bts_rm64_imm8, Register::RAX, 8).map_err(err)?);
+        self.push(Instruction::with2(Code::Mov_rm64_r64, rsp(8), Register::RAX).map_err(err)?);
+        self.push(
+            Instruction::with2(
+                Code::Lea_r64_m,
+                Register::RAX,
+                MemoryOperand::with_base_displ(Register::RIP, orig as i64),
+            )
+            .map_err(err)?,
+        );
+        self.push(Instruction::with2(Code::Mov_rm64_r64, rsp(16), Register::RAX).map_err(err)?);
+        // No check holds again: the counter's top bits become 110, which
+        // puts it in [-2^62, -2^61), 2^61 events away from 0 and from
+        // wrapping around either way (`profile::count_command`).
+        for (code, bit) in [
+            (Code::Bts_rm64_imm8, 63),
+            (Code::Bts_rm64_imm8, 62),
+            (Code::Btr_rm64_imm8, 61),
+        ] {
+            self.push(Instruction::with2(code, mem, bit).map_err(err)?);
+        }
+        self.push(Instruction::with1(Code::Pop_r64, Register::RAX).map_err(err)?);
+        // TF set by popfq traps after the next instruction, the return: at
+        // `orig`, before it runs, with rsp back to the program's.
+        self.push(Instruction::with(Code::Popfq));
+        self.push(Instruction::with1(Code::Retnq_imm16, 128u32).map_err(err)?);
+        Ok(())
+    }
+
     fn counter(&mut self, n: u32, site: Site) -> GenResult<()> {
         let c = self
             .counting
@@ -375,6 +555,21 @@ impl Emitter {
             })
         }
     }
+}
+
+/// `[rsp + d]`.
+fn rsp_at(d: i64) -> MemoryOperand {
+    MemoryOperand::with_base_displ(Register::RSP, d)
+}
+
+/// `lea rsp, [rsp + d]`: moves the stack pointer without touching the flags.
+fn rsp_step(d: i64) -> GenResult<Instruction> {
+    Instruction::with2(
+        Code::Lea_r64_m,
+        Register::RSP,
+        MemoryOperand::with_base_displ(Register::RSP, d),
+    )
+    .map_err(|e| e.to_string())
 }
 
 /// The signal map of instructions `first..end` of `points` laid out at
@@ -494,7 +689,7 @@ pub fn generate(
         let invoke = p
             .counters
             .as_ref()
-            .and_then(|c| c.entry)
+            .filter(|c| c.entry.is_some() || c.stop.as_ref().is_some_and(|s| s.entry.is_some()))
             .map(|_| em.label());
         bodies.insert(p.start, invoke.unwrap_or(labels[p.cfg.entry.index()]));
         invoke_labels.push(invoke);
@@ -520,6 +715,7 @@ pub fn generate(
             bodies: &bodies,
             entries: &entries,
             rt,
+            traps: Vec::new(),
         }
         .emit(stub_labels[k], invoke_labels[k], &landing)
         .map_err(|e| format!("procedure {}: {e}", p.name))?;
@@ -626,6 +822,8 @@ pub fn generate(
 
 struct ProcGen<'e, 'p> {
     em: &'e mut Emitter,
+    /// `--stop-at` traps, emitted after the stubs.
+    traps: Vec<StopTrap>,
     p: &'p ProcPlan<'p>,
     labels: &'p [u64],
     bodies: &'p HashMap<u64, u64>,
@@ -696,10 +894,61 @@ impl ProcGen<'_, '_> {
         self.bodies.get(&t).copied().unwrap_or(t)
     }
 
-    /// Copies `insn`, retargeting a direct branch and redirecting
-    /// references to rewritten tables.
-    fn copy(&mut self, mut insn: Instruction) {
+    /// The code of one [`StopTrap`].
+    fn stop_trap(&mut self, t: &StopTrap) -> GenResult<()> {
+        let err = |e: iced_x86::IcedError| e.to_string();
+        let mem = self.em.count_word()?;
+        let insns = &self.p.insns[t.block.index()];
+        self.em.point = t.point;
+        self.em.bind(t.label);
+        let Some(phi) = t.phi else {
+            return self.em.stop_jump(insns[0].ip(), t.flags_saved);
+        };
+        if t.flags_saved {
+            self.em.push(Instruction::with(Code::Popfq));
+            self.em.push(rsp_step(128)?);
+        }
+        // The program's state at the block's entry: run its instructions
+        // up to the one holding event N.
+        let mut found = Vec::new();
+        for (k, &insn) in insns.iter().enumerate() {
+            if k + 1 == insns.len() {
+                self.em.stop_jump(insn.ip(), false)?;
+                break;
+            }
+            // Runs once: keep even dead flags, for the debugger's eyes.
+            self.em.push(rsp_step(-128)?);
+            self.em.push(Instruction::with(Code::Pushfq));
+            let l = self.em.label();
+            let value = i32::try_from(-(phi + k as i64 + 1))
+                .map_err(|_| "stop-at query exceeds 32 bits")?;
+            self.em
+                .push(Instruction::with2(Code::Cmp_rm64_imm32, mem, value).map_err(err)?);
+            self.em
+                .push(Instruction::with_branch(Code::Je_rel32_64, l).map_err(err)?);
+            self.em.push(Instruction::with(Code::Popfq));
+            self.em.push(rsp_step(128)?);
+            let copy = self.relocated(insn);
+            self.em.push(copy);
+            found.push((l, insn.ip()));
+        }
+        for (l, orig) in found {
+            self.em.bind(l);
+            self.em.stop_jump(orig, true)?;
+        }
+        Ok(())
+    }
+
+    /// Copies `insn` ([`ProcGen::relocated`]).
+    fn copy(&mut self, insn: Instruction) {
         self.em.origin.push((self.em.out.len(), insn.ip()));
+        let insn = self.relocated(insn);
+        self.em.push(insn);
+    }
+
+    /// `insn` with a direct branch retargeted and references to rewritten
+    /// tables redirected.
+    fn relocated(&self, mut insn: Instruction) -> Instruction {
         if near_branch(&insn) {
             let t = insn.near_branch_target();
             // A call (recursion included) enters the callee's body, which
@@ -722,7 +971,7 @@ impl ProcGen<'_, '_> {
                 insn.set_memory_displacement64(t.new);
             }
         }
-        self.em.push(insn);
+        insn
     }
 
     fn edges_from(&self, b: BlockId) -> Vec<EdgeId> {
@@ -750,12 +999,27 @@ impl ProcGen<'_, '_> {
         match p.stub {
             _ if self.em.counting.is_some() => {
                 self.em.push(Instruction::with(Code::Nopd));
-                if let (Some(l), Some(n)) =
-                    (invoke_label, p.counters.as_ref().and_then(|c| c.entry))
-                {
+                if p.stop().is_some() && p.stub == EntryStub::Full {
+                    self.em.signal_guard()?;
+                }
+                if let Some(l) = invoke_label {
                     self.em.bind(l);
                     // A procedure entry: flags dead, r11 dead.
-                    self.em.counter(n, Site::with_scratch(r11))?;
+                    let site = Site::with_scratch(r11);
+                    if let Some(n) = p.counters.as_ref().and_then(|c| c.entry) {
+                        self.em.counter(n, site)?;
+                    }
+                    if let Some(t) = p.stop().and_then(|s| s.entry) {
+                        let trap = self.em.label();
+                        let flags_saved = self.em.stop_check(t, site, trap)?;
+                        self.traps.push(StopTrap {
+                            label: trap,
+                            flags_saved,
+                            block: cfg.entry,
+                            phi: None,
+                            point: entered,
+                        });
+                    }
                 }
             }
             EntryStub::Full => {
@@ -805,6 +1069,9 @@ impl ProcGen<'_, '_> {
                 self.exit_record(s.site)?;
             }
             self.em.jmp(s.target)?;
+        }
+        for t in std::mem::take(&mut self.traps) {
+            self.stop_trap(&t)?;
         }
         for (&b, &(_, label)) in p.landing_pads.iter().zip(landing) {
             // The unwinder (untraced) runs until LANDING is reserved.
@@ -954,6 +1221,23 @@ impl ProcGen<'_, '_> {
             let s = self.site(p.live.live_in(b));
             self.em.counter(n, s)?;
         }
+        if let Some((t, phi)) = p
+            .stop()
+            .and_then(|s| Some((s.block[b.index()]?, s.phi[b.index()])))
+        {
+            let site = self.site(p.live.live_in(b));
+            let trap = self.em.label();
+            let flags_saved = self.em.stop_check(t, site, trap)?;
+            // A block event stands at the block's first instruction.
+            let insn_events = t - phi == insns.len() as i64;
+            self.traps.push(StopTrap {
+                label: trap,
+                flags_saved,
+                block: b,
+                phi: insn_events.then_some(phi),
+                point: self.at(b, 0),
+            });
+        }
         for (k, &i) in insns[..last_i].iter().enumerate() {
             self.copy_at(b, k, i);
         }
@@ -1003,6 +1287,11 @@ impl ProcGen<'_, '_> {
                         )
                     })?;
                 }
+                // The callee's frame starts with the count exact.
+                let query = p.stop().map_or(0, |s| s.call[b.index()]);
+                if query != 0 {
+                    self.em.add_to_count(query, before_last)?;
+                }
                 self.copy_at(b, last_i, last);
                 let ret = edges
                     .iter()
@@ -1015,6 +1304,9 @@ impl ProcGen<'_, '_> {
                     );
                     let to = cfg.edges[e].to;
                     let site = self.site(p.live.live_in(to));
+                    if query != 0 {
+                        self.em.add_to_count(-query, site)?;
+                    }
                     let after = if setjmp { resume } else { wit(e) };
                     if let Some(n) = after.filter(|_| self.em.counting.is_some()) {
                         self.em.counter(n, site)?;

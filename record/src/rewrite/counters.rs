@@ -49,6 +49,18 @@
 //! adds its increment `Inc(c)` (`graph::events`) to one program-wide
 //! counter instead of 1 to its own.
 //!
+//! `--stop-at N` ([`StopChecks`], paper 002's on-line queries): the counter
+//! starts at `-N`; every returning call adds its query increment
+//! `phi(c) + events(c)` before the call and takes it back after, so that
+//! before block `v` of the innermost frame runs, `N + counter + phi(v)`
+//! events have happened; a check `counter + phi(v) + events(v) >= 0` at
+//! each block entry (calls: at the invocation) finds the block of event N,
+//! and `codegen` traps at its instruction's original address
+//! (docs/profile.md, "Stopping at the N-th event"). Exact only without
+//! threads, exceptions or longjmp (refused at rewrite time) and signal
+//! handlers in traced code (the program ends with status 125 when one
+//! runs).
+//!
 //! Invariants: derived edges are tree edges in every placement this module
 //! returns (checked, else the procedure is refused); every chord is a
 //! [`Counted`] with a place in the code; counter numbers are
@@ -120,6 +132,27 @@ pub struct CountSpec {
     /// Another module of the process starts threads: `lock add` even if
     /// this one imports no thread starter.
     pub threads: bool,
+    /// With `events`: raise SIGTRAP at the N-th event (`--stop-at N`,
+    /// [`StopChecks`]).
+    pub stop_at: Option<u64>,
+}
+
+/// The on-line queries of `--stop-at` (paper 002) in one procedure: the
+/// counter starts at `-N`, so "event N is reached" is `counter + t >= 0`
+/// for a per-site constant `t`.
+#[derive(Clone, Debug, Default)]
+pub struct StopChecks {
+    /// Per block: `t = phi(v) + events(v)`, checked at the block's entry
+    /// (insns, blocks); the N-th event is in the block when the check holds.
+    pub block: Vec<Option<i64>>,
+    /// Calls: `t = phi(root)`, checked once the invocation is counted.
+    pub entry: Option<i64>,
+    /// Per block: the query increment `phi(c) + events(c)` a returning call
+    /// adds before the call and takes back after it (0: none).
+    pub call: Vec<i64>,
+    /// Per block: `phi(v)`; with insns, event N is instruction
+    /// `-(counter + phi(v)) - 1` of the block whose check holds.
+    pub phi: Vec<i64>,
 }
 
 /// A counted edge of the counted graph (see the module comment): what a
@@ -305,6 +338,8 @@ pub struct ProcCounters {
     pub every_block: bool,
     /// Event counting: the increment of each chord (paper 002's `Inc`).
     pub amounts: Vec<i32>,
+    /// `--stop-at`: the checks and query increments.
+    pub stop: Option<StopChecks>,
     /// The procedure's calls (for the callgrind `calls=` lines).
     pub calls: Vec<CallOut>,
 }
@@ -401,6 +436,7 @@ pub fn place(
             every_block: true,
             amounts: Vec::new(),
             calls: calls_of(cfg),
+            stop: None,
         });
     }
     let real = cfg.to_graph();
@@ -450,6 +486,7 @@ pub fn place(
     // included: the call block ran; invocations on `R0 -> root`; edges
     // out of `R0` and `S` carry none).
     let mut amounts = Vec::new();
+    let mut stop = None;
     if let Some(ev) = spec.events {
         let mut events: SecondaryMap<EdgeId, i64> = SecondaryMap::filled(g.num_edges() + 1, 0);
         for e in g.edge_ids() {
@@ -468,6 +505,9 @@ pub fn place(
                 .push(i32::try_from(ec.inc[e]).map_err(|_| {
                     format!("the event increment of edge {e} does not fit 32 bits")
                 })?);
+        }
+        if spec.stop_at.is_some() {
+            stop = Some(stop_checks(cfg, &g, &ec.query, ev)?);
         }
     }
     let mut chords = Vec::with_capacity(pl.chords.len());
@@ -493,7 +533,61 @@ pub fn place(
         every_block: false,
         amounts,
         calls: calls_of(cfg),
+        stop,
     })
+}
+
+/// The `--stop-at` checks of one procedure from the potentials `phi` of
+/// its counted graph `g` (invariant of `graph::events`: before block `v`
+/// of the innermost frame runs, `counter + phi(v)` events happened, once
+/// every returning call adds `phi(c) + events(c)` around itself).
+fn stop_checks(
+    cfg: &Cfg,
+    g: &Graph,
+    phi: &SecondaryMap<BlockId, i64>,
+    ev: Event,
+) -> Result<StopChecks, String> {
+    // `EXIT -> R0` is a tree edge without events: every path out of a
+    // frame leaves the counter exact for the caller.
+    if phi[g.exit()] != 0 || phi[g.entry()] != 0 {
+        return Err("the spanning tree does not hold EXIT -> R0 (stop-at needs it)".into());
+    }
+    let events = |b: BlockId| -> i64 {
+        match ev {
+            Event::Insns => cfg.blocks[b].insns.len() as i64,
+            Event::Blocks => 1,
+            Event::Calls => 0,
+        }
+    };
+    let fits = |t: i64, what: &str| -> Result<Option<i64>, String> {
+        i32::try_from(t)
+            .map(|_| Some(t))
+            .map_err(|_| format!("the stop-at query of {what} does not fit 32 bits"))
+    };
+    let mut s = StopChecks {
+        block: vec![None; cfg.blocks.len()],
+        entry: None,
+        call: vec![0; cfg.blocks.len()],
+        phi: cfg.blocks.keys().map(|b| phi[b]).collect(),
+    };
+    match ev {
+        Event::Calls => s.entry = fits(phi[cfg.entry], "the entry")?,
+        Event::Insns | Event::Blocks => {
+            for b in cfg.blocks.keys() {
+                s.block[b.index()] = fits(phi[b] + events(b), &format!("block {b}"))?;
+            }
+        }
+    }
+    for e in cfg
+        .edges
+        .values()
+        .filter(|e| e.kind == EdgeKind::CallReturn)
+    {
+        let b = e.from;
+        let q = phi[b] + events(b);
+        s.call[b.index()] = fits(q, &format!("the call in block {b}"))?.unwrap_or(0);
+    }
+    Ok(s)
 }
 
 /// The instructions adding `amount` to the counter at `addr` (module

@@ -99,6 +99,11 @@ const PAGE: u64 = 4096;
 /// before the runtime is initialised.
 const R_X86_64_IRELATIVE: u32 = 37;
 
+/// The initial value of the event counter for `--stop-at n`: `-n`.
+pub fn stop_start(n: u64) -> i64 {
+    0i64.saturating_sub_unsigned(n)
+}
+
 fn rewrite_err(path: &Path, what: impl Into<String>) -> Error {
     Error::Rewrite {
         path: path.to_owned(),
@@ -531,6 +536,17 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
     };
     // Another module of the process may start the threads (`--libs`).
     let atomic = matches!(how, How::Count(s) if s.threads) || starts_threads(module);
+    let stop_at = match how {
+        How::Count(spec) => spec.stop_at,
+        How::Trace(_) => None,
+    };
+    if stop_at.is_some() && atomic {
+        // One counter shared by threads is no count of one thread's events.
+        return Err(rewrite_err(
+            path,
+            "--stop-at needs a single-threaded program (this one can start threads)",
+        ));
+    }
     let mut layout = CountLayout {
         atomic,
         procs: vec![None; prog.procs.len()],
@@ -639,6 +655,7 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                         }
                     }
                 }
+                c.stop = pc.stop.clone();
                 if pc.every_block {
                     c.blocks = (0..cfg.blocks.len() as u32)
                         .map(|i| Some(pc.first + i))
@@ -713,6 +730,23 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                         .map(|b| b.index() as u32)
                 },
             });
+        }
+        if stop_at.is_some() {
+            // A frame left by longjmp or an exception never takes back its
+            // call's query increment: the count would be wrong from there.
+            let why = if !p.landing_pads.is_empty() {
+                Some("has exception landing pads")
+            } else if calls.iter().any(|c| c.jmpbuf.is_some()) {
+                Some("calls setjmp or longjmp")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(rewrite_err(
+                    path,
+                    format!("--stop-at cannot count exactly: procedure {} {why}", p.name),
+                ));
+            }
         }
         let mut ptables = Vec::new();
         for (old, rel32, j) in tables.remove(&id).unwrap_or_default() {
@@ -923,7 +957,10 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
             vaddr: layout.vaddr,
             flags: 6,
             mem_size: layout.bytes,
-            bytes: Vec::new(),
+            // `--stop-at N`: the counter starts at -N (`counters::StopChecks`).
+            bytes: stop_at
+                .map(|n| stop_start(n).to_le_bytes().to_vec())
+                .unwrap_or_default(),
         });
     }
     let code_end = code_vaddr + code.bytes.len() as u64;

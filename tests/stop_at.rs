@@ -1,0 +1,446 @@
+//! `aetrace count --stop-at N` under gdb (paper 002's on-line queries):
+//! the rewritten program, run by `gdb -batch`, must stop exactly at the
+//! N-th event. The oracle shares no code with the counters: the N-th
+//! instruction of the regenerated trace of a recording (witnesses, not
+//! counters) for `insns`, the N-th block of the regenerated block trace for
+//! `blocks`, and for `calls` the N-th entry into a function of the
+//! instruction trace (function starts from `nm` and the PLT sections, an
+//! entry being any arrival there but a jump from inside the function).
+//! The N are chosen from the trace: the first and last events, main's
+//! first instruction and its successor, the inside of a loop, of a callee,
+//! the instruction right after a return.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::build::{build, run_checked, run_native, Link, Opt, Variant};
+use common::elf::Elf;
+
+const O2_PIE: Variant = Variant::new(Opt::O2, Link::Pie, false);
+const O0_PIE: Variant = Variant::new(Opt::O0, Link::Pie, false);
+
+/// Module-relative addresses of one regenerated trace (`--relative`).
+fn regen(trace: &Path, format: &str) -> Vec<u64> {
+    let out = run_checked(
+        Command::new(common::aetrace())
+            .args(["regen", "--relative", "--format", format])
+            .arg(trace),
+        "aetrace regen",
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            let a = l.split_whitespace().next().unwrap();
+            u64::from_str_radix(a, 16).unwrap_or_else(|_| panic!("regen line {l:?}"))
+        })
+        .collect()
+}
+
+/// The function ranges of `exe` (`nm -S`) and the 16-byte entries of its
+/// PLT sections, sorted by start.
+fn functions(exe: &Path, elf: &Elf) -> Vec<(u64, u64, String)> {
+    let out = run_checked(
+        Command::new("nm").args(["-S", "--defined-only"]).arg(exe),
+        "nm",
+    );
+    let mut f: Vec<(u64, u64, String)> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let (a, s, name) = match w[..] {
+                [a, s, "T" | "t", name] => (a, s, name),
+                // No size (`_init`): its start still counts.
+                [a, "T" | "t", name] => (a, "0", name),
+                _ => return None,
+            };
+            Some((
+                u64::from_str_radix(a, 16).unwrap(),
+                u64::from_str_radix(s, 16).unwrap(),
+                name.to_owned(),
+            ))
+        })
+        .collect();
+    for s in elf.sections.iter().filter(|s| s.name.starts_with(".plt")) {
+        for (i, at) in (s.addr..s.addr + s.size).step_by(16).enumerate() {
+            f.push((at, 16, format!("{}#{i}", s.name)));
+        }
+    }
+    f.sort();
+    f
+}
+
+/// What the instruction at `addr` is, from its bytes.
+#[derive(PartialEq, Eq)]
+enum Kind {
+    Call,
+    Ret,
+    /// A direct jump or conditional branch.
+    Jump,
+    Other,
+}
+
+fn kind(elf: &Elf, addr: u64) -> Kind {
+    let s = elf
+        .sections
+        .iter()
+        .find(|s| s.exec && s.addr <= addr && addr < s.addr + s.size)
+        .unwrap_or_else(|| panic!("{addr:#x} is in no code section"));
+    let b = elf.bytes_of(s, addr, 16.min(s.addr + s.size - addr));
+    let i = b
+        .iter()
+        .position(|&c| !matches!(c, 0x66 | 0xf2 | 0xf3 | 0x2e | 0x3e | 0x40..=0x4f))
+        .unwrap();
+    match b[i..] {
+        [0xe8, ..] => Kind::Call,
+        [0xff, m, ..] if (m >> 3) & 7 == 2 => Kind::Call,
+        [0xc3 | 0xc2, ..] => Kind::Ret,
+        [0xeb | 0xe9 | 0x70..=0x7f, ..] | [0x0f, 0x80..=0x8f, ..] => Kind::Jump,
+        _ => Kind::Other,
+    }
+}
+
+/// Positions in `insns` where a function is entered: an arrival at its
+/// start other than by a jump from inside it.
+fn entries(insns: &[u64], funcs: &[(u64, u64, String)], elf: &Elf) -> Vec<usize> {
+    let starts: BTreeSet<u64> = funcs.iter().map(|f| f.0).collect();
+    let func_of = |a: u64| {
+        let i = funcs.partition_point(|f| f.0 <= a);
+        i.checked_sub(1)
+            .map(|i| &funcs[i])
+            .filter(|f| a < f.0 + f.1.max(1))
+            .map(|f| f.0)
+    };
+    (0..insns.len())
+        .filter(|&i| starts.contains(&insns[i]))
+        .filter(|&i| {
+            i == 0
+                || func_of(insns[i - 1]) != Some(insns[i])
+                || kind(elf, insns[i - 1]) != Kind::Jump
+        })
+        .collect()
+}
+
+/// How a run under gdb went.
+struct Stop {
+    /// Where gdb stopped, relative to the module's base.
+    at: u64,
+    /// What the program wrote, stopped and continued (`$eflags` without
+    /// the trap flag), and gdb's line on how it ended (with the whole
+    /// transcript when it did not).
+    stdout: Vec<u8>,
+    ended: Result<String, String>,
+}
+
+/// Runs the program `aetrace count --stop-at n` writes (to `prog`: the
+/// recorded program's path, so that `argv[0]` is the same) under gdb.
+fn stop_under_gdb(exe: &Path, args: &[&str], event: &str, n: usize, prog: &Path) -> Stop {
+    let dir = prog.parent().unwrap();
+    run_checked(
+        Command::new(common::aetrace())
+            .args(["count", "--event", event, "--stop-at", &n.to_string()])
+            .arg("--write-program")
+            .arg(prog)
+            .arg("--")
+            .arg(exe)
+            .args(args),
+        "aetrace count --write-program",
+    );
+    let stdout = dir.join(format!("{event}-{n}.out"));
+    let out = Command::new("gdb")
+        .args(["-batch", "-nx", "-ex"])
+        // `run` with arguments replaces those of `--args`.
+        .arg(format!("run {} > {}", args.join(" "), stdout.display()))
+        .args(["-ex", "p/x $pc", "-ex", "info proc mappings"])
+        .args(["-ex", "set $eflags &= ~0x100", "-ex", "continue", "--args"])
+        .arg(prog)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("gdb runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let what = format!(
+        "{}: --event {event} --stop-at {n}: gdb said\n{text}{}",
+        exe.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("Program received signal SIGTRAP"),
+        "no SIGTRAP: {what}"
+    );
+    let pc = text
+        .lines()
+        .find_map(|l| l.strip_prefix("$1 = 0x"))
+        .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
+        .unwrap_or_else(|| panic!("no pc: {what}"));
+    let name = prog.to_str().unwrap();
+    let base = text
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|w| w.len() >= 6 && w[3] == "0x0" && w[5] == name)
+        .map(|w| u64::from_str_radix(w[0].trim_start_matches("0x"), 16).unwrap())
+        .unwrap_or_else(|| panic!("no base mapping: {what}"));
+    let ended = text
+        .lines()
+        .find(|l| l.starts_with("[Inferior 1"))
+        .map(str::to_owned)
+        .ok_or(what);
+    Stop {
+        at: pc - base,
+        stdout: std::fs::read(&stdout).unwrap_or_default(),
+        ended,
+    }
+}
+
+/// Records `source`, regenerates its traces and checks every event kind at
+/// the interesting N of each.
+fn check(source: &str, v: Variant, args: &[&str]) {
+    let exe = build(source, v);
+    let tag = format!("{}-{}", source.replace('.', "_"), v.tag());
+    check_exe(&exe, &tag, args, true);
+}
+
+/// [`check`] of `exe`; without `symbols` (stripped), only insns and blocks
+/// at the first, last and evenly spread N.
+fn check_exe(exe: &Path, tag: &str, args: &[&str], symbols: bool) {
+    let dir = common::scratch("stop_at").join(tag);
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("trace.aet");
+    // Recorded and stopped at the same path: gdb passes the full path as
+    // argv[0], and programs may branch on it (gzip does).
+    let prog = dir.join("program");
+    std::fs::copy(exe, &prog).unwrap();
+    let native = run_native(exe, args);
+    let rec = Command::new(common::aetrace())
+        .args(["record", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&prog)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(rec.stdout, native.stdout, "{tag}: recorded run's stdout");
+    let insns = regen(&trace, "insn");
+    let blocks = regen(&trace, "block");
+    let elf = Elf::read(exe);
+    let funcs = functions(exe, &elf);
+    let calls = entries(&insns, &funcs, &elf);
+
+    // Instructions (1-based N).
+    let mut ns: BTreeSet<usize> = [0, insns.len() / 2, insns.len() - 1].into();
+    // Evenly spread ones, wherever the program is then.
+    ns.extend((1..6).map(|k| k * insns.len() / 6 + k));
+    let hottest = {
+        let mut counts = std::collections::HashMap::new();
+        for &a in &insns {
+            *counts.entry(a).or_insert(0usize) += 1;
+        }
+        let (&a, _) = counts.iter().max_by_key(|&(a, n)| (n, a)).unwrap();
+        let at: Vec<usize> = (0..insns.len()).filter(|&i| insns[i] == a).collect();
+        at[at.len() / 2]
+    };
+    ns.insert(hottest);
+    // main's first instructions, a callee's, the one after a return.
+    let main = funcs.iter().find(|f| f.2 == "main");
+    let first_main = main.map(|m| insns.iter().position(|&a| a == m.0).expect("main runs"));
+    if let (Some(m), Some(first)) = (main, first_main) {
+        let in_callee = (first..insns.len())
+            .find(|&i| !(m.0..m.0 + m.1).contains(&insns[i]))
+            .map(|i| (i + 2).min(insns.len() - 1))
+            .expect("main calls something");
+        let after_ret = (first + 1..insns.len())
+            .find(|&i| kind(&elf, insns[i - 1]) == Kind::Ret)
+            .expect("a return");
+        ns.extend([first, first + 1, in_callee, after_ret]);
+    }
+    assert_eq!(first_main.is_some(), symbols, "{tag}: main");
+    ns.retain(|&i| i < insns.len());
+    // Stopped and continued, the program must end as it does natively
+    // (nothing skipped or run twice before the stop), unless the stop is
+    // under a springboard but for its first byte (docs/profile.md).
+    let native_end = match native.status.code() {
+        Some(0) => "exited normally]".to_owned(),
+        Some(c) => format!("exited with code {c:02o}]"),
+        None => panic!("{tag}: killed natively"),
+    };
+    let continued = |s: &Stop, what: &str| {
+        let springboard = funcs
+            .iter()
+            .any(|f| (1..5).contains(&s.at.wrapping_sub(f.0)));
+        if !springboard {
+            let ended = s
+                .ended
+                .as_ref()
+                .unwrap_or_else(|e| panic!("{tag}: {what}: {e}"));
+            assert!(ended.ends_with(&native_end), "{tag}: {what}: {ended}");
+            assert_eq!(s.stdout, native.stdout, "{tag}: {what}: continued stdout");
+        }
+    };
+    for i in ns {
+        let s = stop_under_gdb(exe, args, "insns", i + 1, &prog);
+        continued(&s, &format!("insns {}", i + 1));
+        let got = s.at;
+        assert_eq!(
+            got,
+            insns[i],
+            "{tag}: --event insns --stop-at {}: gdb stopped at {got:#x}, the trace's instruction is {:#x}",
+            i + 1,
+            insns[i]
+        );
+    }
+
+    // Blocks.
+    let mut ns: BTreeSet<usize> = [0, blocks.len() / 3, blocks.len() - 1].into();
+    if let Some(m) = main {
+        let first = blocks.iter().position(|&a| a == m.0).expect("main runs");
+        ns.extend([first, first + 1]);
+    }
+    ns.retain(|&i| i < blocks.len());
+    for i in ns {
+        let s = stop_under_gdb(exe, args, "blocks", i + 1, &prog);
+        continued(&s, &format!("blocks {}", i + 1));
+        let got = s.at;
+        assert_eq!(
+            got,
+            blocks[i],
+            "{tag}: --event blocks --stop-at {}: gdb stopped at {got:#x}, the trace's block is {:#x}",
+            i + 1,
+            blocks[i]
+        );
+    }
+
+    // Calls.
+    if !symbols {
+        return;
+    }
+    assert!(calls.len() >= 3, "{tag}: {} function entries", calls.len());
+    let ns: BTreeSet<usize> = [0, 1, calls.len() / 2, calls.len() - 1].into();
+    for i in ns {
+        let s = stop_under_gdb(exe, args, "calls", i + 1, &prog);
+        continued(&s, &format!("calls {}", i + 1));
+        let got = s.at;
+        let want = insns[calls[i]];
+        assert_eq!(
+            got,
+            want,
+            "{tag}: --event calls --stop-at {}: gdb stopped at {got:#x}, the trace's call enters {want:#x} (instruction {})",
+            i + 1,
+            calls[i] + 1
+        );
+    }
+
+    // Without gdb: a stop is a death by SIGTRAP; a run that ends first says
+    // so and keeps its exit status.
+    let run = |n: usize| {
+        Command::new(common::aetrace())
+            .args(["count", "--stop-at", &n.to_string(), "--"])
+            .arg(exe)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let past = run(insns.len() + 1);
+    assert_eq!(past.status.code(), native.status.code(), "{tag}: status");
+    assert_eq!(past.stdout, native.stdout, "{tag}: stdout");
+    let err = String::from_utf8_lossy(&past.stderr);
+    assert!(
+        err.contains(&format!("ended before insns {}", insns.len() + 1))
+            && err.contains(&format!("aetrace: {} insns", insns.len())),
+        "{tag}: {err}"
+    );
+    let stopped = run(insns.len());
+    use std::os::unix::process::ExitStatusExt;
+    assert!(
+        stopped.status.signal() == Some(5) || stopped.status.code() == Some(128 + 5),
+        "{tag}: stopping at the last instruction: {:?} {}",
+        stopped.status,
+        String::from_utf8_lossy(&stopped.stderr)
+    );
+}
+
+#[test]
+fn loops() {
+    check("loops.c", O2_PIE, &[]);
+}
+
+#[test]
+fn recursion() {
+    check("recursion.c", O2_PIE, &[]);
+    // -O0 prologues: main's second instruction lies under the springboard.
+    check("recursion.c", O0_PIE, &[]);
+}
+
+#[test]
+fn switch() {
+    check("switch.c", O2_PIE, &[]);
+}
+
+#[test]
+fn qsort_callback() {
+    check("qsort_callback.c", O2_PIE, &[]);
+}
+
+/// A real program (stripped: insns and blocks only).
+#[test]
+fn debian_gzip() {
+    let dir = common::scratch("stop_at");
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("gzip-input.txt");
+    std::fs::write(&input, common::text_input(20_000)).unwrap();
+    check_exe(
+        Path::new("/usr/bin/gzip"),
+        "gzip",
+        &["-c", input.to_str().unwrap()],
+        false,
+    );
+}
+
+/// What `--stop-at` cannot do exactly it refuses, in one line naming why,
+/// without running the program.
+#[test]
+fn refusals() {
+    let cases: [(&str, &str, &str); 4] = [
+        ("threads.c", "10", "single-threaded"),
+        ("setjmp.c", "10", "setjmp or longjmp"),
+        ("cxx_exceptions.cpp", "10", "landing pads"),
+        ("loops.c", "0", "numbered from 1"),
+    ];
+    for (source, n, why) in cases {
+        let exe = build(source, O2_PIE);
+        let out = Command::new(common::aetrace())
+            .args(["count", "--stop-at", n, "--"])
+            .arg(&exe)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{source}: {err}");
+        assert!(out.stdout.is_empty(), "{source}: the program ran");
+        assert!(
+            err.starts_with("aetrace: error: ") && err.lines().count() == 1 && err.contains(why),
+            "{source}: {err}"
+        );
+    }
+    // A signal handler in counted code is only seen when it runs: the
+    // program ends there with status 125 and says why.
+    let exe = build("signal.c", O2_PIE);
+    let out = Command::new(common::aetrace())
+        .args(["count", "--stop-at", "1000000", "--"])
+        .arg(&exe)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "signal.c: {err}");
+    assert_eq!(
+        err,
+        "aetrace: a signal handler ran in counted code: --stop-at cannot stop exactly\n"
+    );
+}
