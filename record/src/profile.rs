@@ -258,7 +258,7 @@ pub fn read(path: &Path) -> Result<Profile> {
 }
 
 /// Writes `bytes` to `path` through a temporary name.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
     let io = |e| Error::Io {
         path: tmp.clone(),
@@ -302,75 +302,15 @@ pub fn profile_command(o: &ProfileOptions) -> Result<Outcome> {
         placement: o.placement,
         feedback,
         events: None,
+        paths: false,
     };
     let (ins, layout, (outcome, values, run_seconds)) =
         rewrite_and_run(&exe, &o.program, &o.args, spec)?;
     let mut procs = Vec::with_capacity(ins.db.procs.len());
     for (i, d) in ins.db.procs.iter().enumerate() {
-        let blocks = d
-            .blocks
-            .iter()
-            .map(|b| {
-                let mut off = 0u32;
-                let insns = b
-                    .insn_lens
-                    .iter()
-                    .map(|&l| {
-                        let at = off;
-                        off += u32::from(l);
-                        at
-                    })
-                    .collect();
-                BlockProfile {
-                    start: b.start,
-                    insns,
-                }
-            })
-            .collect();
-        let edges = d
-            .edges
-            .iter()
-            .map(|e| (e.from, e.to, kind_name(e.kind).to_string()))
-            .collect();
-        let mut pp = ProcProfile {
-            name: d.name.clone(),
-            left_alone: match &d.status {
-                ProcStatus::Traced => None,
-                ProcStatus::LeftAlone(r) => Some(r.clone()),
-            },
-            entry: d.entry,
-            blocks,
-            edges,
-            virtual_exits: Vec::new(),
-            chords: Vec::new(),
-            every_block: false,
-            first_counter: 0,
-            counters: Vec::new(),
-            counts: None,
-            error: None,
-        };
+        let mut pp = skeleton(d);
         if let Some(Some(pc)) = layout.procs.get(i) {
-            pp.first_counter = pc.first;
-            pp.every_block = pc.every_block;
-            pp.virtual_exits = pc.virtual_exits.iter().map(|b| b.index() as u32).collect();
-            pp.chords = pc
-                .chords
-                .iter()
-                .map(|c| match *c {
-                    Counted::Edge(e) => e.index() as u32,
-                    Counted::Entry => d.edges.len() as u32,
-                })
-                .collect();
-            let k = pc.len(d.blocks.len()) as usize;
-            let first = pc.first as usize;
-            pp.counters = values
-                .get(first..first + k)
-                .ok_or_else(|| perr("internal: counters out of range"))?
-                .to_vec();
-            match recover(&pp) {
-                Ok(c) => pp.counts = Some(c),
-                Err(e) => pp.error = Some(e),
-            }
+            fill(&mut pp, pc, &values)?;
         }
         procs.push(pp);
     }
@@ -440,12 +380,89 @@ pub fn profile_command(o: &ProfileOptions) -> Result<Outcome> {
     Ok(outcome)
 }
 
+/// The procedure as the profile shows it, without counters.
+pub(crate) fn skeleton(d: &aetrace_format::progdb::ProcDb) -> ProcProfile {
+    let blocks = d
+        .blocks
+        .iter()
+        .map(|b| {
+            let mut off = 0u32;
+            let insns = b
+                .insn_lens
+                .iter()
+                .map(|&l| {
+                    let at = off;
+                    off += u32::from(l);
+                    at
+                })
+                .collect();
+            BlockProfile {
+                start: b.start,
+                insns,
+            }
+        })
+        .collect();
+    let edges = d
+        .edges
+        .iter()
+        .map(|e| (e.from, e.to, kind_name(e.kind).to_string()))
+        .collect();
+    ProcProfile {
+        name: d.name.clone(),
+        left_alone: match &d.status {
+            ProcStatus::Traced => None,
+            ProcStatus::LeftAlone(r) => Some(r.clone()),
+        },
+        entry: d.entry,
+        blocks,
+        edges,
+        virtual_exits: Vec::new(),
+        chords: Vec::new(),
+        every_block: false,
+        first_counter: 0,
+        counters: Vec::new(),
+        counts: None,
+        error: None,
+    }
+}
+
+/// Puts the edge counters of `pc` (from the run's counter words) into `pp`
+/// and recovers its counts (or the error).
+pub(crate) fn fill(
+    pp: &mut ProcProfile,
+    pc: &counters::ProcCounters,
+    values: &[u64],
+) -> Result<()> {
+    pp.first_counter = pc.first;
+    pp.every_block = pc.every_block;
+    pp.virtual_exits = pc.virtual_exits.iter().map(|b| b.index() as u32).collect();
+    pp.chords = pc
+        .chords
+        .iter()
+        .map(|c| match *c {
+            Counted::Edge(e) => e.index() as u32,
+            Counted::Entry => pp.edges.len() as u32,
+        })
+        .collect();
+    let k = pc.len(pp.blocks.len()) as usize;
+    let first = pc.first as usize;
+    pp.counters = values
+        .get(first..first + k)
+        .ok_or_else(|| perr("internal: counters out of range"))?
+        .to_vec();
+    match recover(pp) {
+        Ok(c) => pp.counts = Some(c),
+        Err(e) => pp.error = Some(e),
+    }
+    Ok(())
+}
+
 /// How the program ended, the counter words, the run's wall time (seconds).
 type Ran = (Outcome, Vec<u64>, f64);
 
 /// Rewrites `exe` in counting mode and runs it (`program` as its
 /// `argv[0]`): the rewrite, its counter layout, and what [`run`] returns.
-fn rewrite_and_run(
+pub(crate) fn rewrite_and_run(
     exe: &Path,
     program: &Path,
     args: &[OsString],

@@ -99,6 +99,17 @@ pub struct Counting {
     /// Event counting: counter number `n` adds `amounts[n]` to counter 0;
     /// empty: counter `n` adds 1 to its own word.
     pub amounts: Vec<i32>,
+    /// Path profiling (`aetrace paths`, [`super::pathprof`]): counter
+    /// number `n` runs operation list `n` instead.
+    pub paths: Option<PathCode>,
+}
+
+/// The path profiling code of a module: where its state is, and the
+/// operation list of each counter number.
+#[derive(Clone, Debug)]
+pub struct PathCode {
+    pub state: super::pathprof::PathState,
+    pub ops: Vec<Vec<super::pathprof::PathOp>>,
 }
 
 /// The counters of one procedure in counting mode; edge counters are in
@@ -109,6 +120,8 @@ pub struct PlanCounters {
     pub entry: Option<u32>,
     /// Counter at the start of each block (every-block placement).
     pub blocks: Vec<Option<u32>>,
+    /// Path profiling: counter just before the call of each call block.
+    pub before_call: Vec<Option<u32>>,
 }
 
 /// A resolved jump table rewritten to point into the copy.
@@ -280,6 +293,16 @@ impl Emitter {
             .as_ref()
             .ok_or("internal: a counter outside counting mode")?;
         self.emitted.insert(n);
+        if let Some(pc) = &c.paths {
+            let ops = pc
+                .ops
+                .get(n as usize)
+                .ok_or_else(|| format!("internal: path operation {n} missing"))?;
+            for i in super::pathprof::emit(ops, &pc.state, site, c.atomic)? {
+                self.push(i);
+            }
+            return Ok(());
+        }
         let (addr, amount) = match c.amounts.get(n as usize) {
             None if c.amounts.is_empty() => (c.base + 8 * u64::from(n), 1),
             None => return Err(format!("internal: counter {n} has no increment")),
@@ -488,6 +511,7 @@ pub fn generate(
                 .witness
                 .iter()
                 .chain(&c.blocks)
+                .chain(&c.before_call)
                 .chain(std::iter::once(&c.entry));
             if let Some(n) = wanted.flatten().find(|n| !em.emitted.contains(n)) {
                 return Err(format!(
@@ -927,6 +951,13 @@ impl ProcGen<'_, '_> {
                         if let (Some(n), EdgeKind::NoReturn) = (wit(e), cfg.edges[e].kind) {
                             self.em.counter(n, before_last)?;
                         }
+                    }
+                    if let Some(n) = p
+                        .counters
+                        .as_ref()
+                        .and_then(|c| c.before_call.get(b.index()).copied().flatten())
+                    {
+                        self.em.counter(n, before_last)?;
                     }
                 }
                 if let Some(kind) = cp.jmpbuf.filter(|_| self.em.counting.is_none()) {

@@ -89,6 +89,9 @@ pub struct CountSpec {
     /// Event counting: one program-wide counter (slot 0) to which each
     /// chord adds its increment, instead of a counter per chord.
     pub events: Option<Event>,
+    /// Path profiling (`aetrace paths`, [`super::pathprof`]): path
+    /// counters, edge counters only where a procedure has too many paths.
+    pub paths: bool,
 }
 
 /// A counted edge of the counted graph (see the module comment).
