@@ -298,7 +298,7 @@ impl Emitter {
                 .ops
                 .get(n as usize)
                 .ok_or_else(|| format!("internal: path operation {n} missing"))?;
-            for i in super::pathprof::emit(ops, &pc.state, site, c.atomic)? {
+            for i in super::pathprof::emit(ops, &pc.state, site)? {
                 self.push(i);
             }
             return Ok(());
@@ -728,6 +728,16 @@ impl ProcGen<'_, '_> {
         match p.stub {
             _ if self.em.counting.is_some() => {
                 self.em.push(Instruction::with(Code::Nopd));
+                let paths = self.em.counting.as_ref().and_then(|c| c.paths.as_ref());
+                if let Some(st) = paths.map(|pc| pc.state).filter(|st| st.threads) {
+                    // A thread's first traced code is an outside entry.
+                    let owned = self.em.label();
+                    for i in super::pathprof::emit_owner_check(&st, owned)? {
+                        self.em.push(i);
+                    }
+                    self.em.bind(owned);
+                    self.em.push(Instruction::with(Code::Nopd));
+                }
                 if let (Some(l), Some(n)) =
                     (invoke_label, p.counters.as_ref().and_then(|c| c.entry))
                 {

@@ -529,14 +529,7 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
         ..CountLayout::default()
     };
     if matches!(how, How::Count(s) if s.paths) {
-        // One process-wide path register stack (see `pathprof`).
-        if atomic {
-            return Err(rewrite_err(
-                path,
-                "path profiles of programs that can start threads are not supported yet \
-                 (the program imports pthread_create, clone or thrd_create)",
-            ));
-        }
+        // The shadow stacks must follow the machine stacks (`pathprof`).
         for (id, p) in prog.procs.iter() {
             let Ok(cfg) = p.cfg.as_ref() else { continue };
             if !traced(id, &reasons) {
@@ -899,7 +892,10 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                 Vec::new()
             },
             paths: spec.paths.then(|| codegen::PathCode {
-                state: pathprof::PathState::default(),
+                state: pathprof::PathState {
+                    threads: atomic,
+                    ..pathprof::PathState::default()
+                },
                 ops: std::mem::take(&mut layout.ops),
             }),
         }),
@@ -961,15 +957,16 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
             // counters' (which it ends by jumping to).
             layout.path_state = layout.vaddr + layout.bytes;
             let at = init_vaddr + (init_code.len() as u64).next_multiple_of(16);
-            let (bytes, start, handler) = pathprof::emit_init(at, layout.path_state, init_vaddr)
+            let (bytes, ic) = pathprof::emit_init(at, layout.path_state, init_vaddr)
                 .map_err(|e| rewrite_err(path, e))?;
             init_code.resize((at - init_vaddr) as usize, 0xCC);
             init_code.extend_from_slice(&bytes);
-            entry = at + start;
+            entry = at + ic.init;
             pc.state = pathprof::PathState {
                 base: layout.vaddr,
-                state: layout.path_state,
-                overflow: at + handler,
+                overflow: at + ic.overflow,
+                attach: at + ic.attach,
+                threads: atomic,
             };
         }
         debug_assert!(init_code.len() as u64 <= PAGE);

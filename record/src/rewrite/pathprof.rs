@@ -13,19 +13,28 @@
 //! block, and a finished one is not.
 //!
 //! **Design: the path register.** `r` must be per activation (recursion,
-//! callbacks, signal handlers). It lives in memory: a word `R` holding the
-//! *address* of the counter `count[first + r]` (so `count[r + k]++` is one
-//! `add qword [reg + 8k], 1` after one load, and no code needs two
-//! registers), and a shadow stack of the callers' `R`, pushed at the
-//! invocation label and popped on every edge to EXIT. Ordering makes every
-//! sequence safe against a signal handler running in its middle (the
-//! handler pushes and pops its own entry, above the slot in use). `R` and
-//! the stack pointer are process-wide words: the rewriter refuses programs
-//! that can start threads (no per-thread area exists in counting mode) and
-//! programs that can abandon frames (`longjmp`, C++ exceptions), whose
-//! shadow stack would no longer match the machine stack. Both refusals name
-//! their cause. A recursion deeper than [`DEPTH`] stops the program with a
-//! message (exit status 125) instead of overflowing.
+//! callbacks, signal handlers, threads). It lives in memory, in a per-thread
+//! *state block* that `%gs` points at (no other code of a counting rewrite
+//! uses `%gs`): `gs:[R]` holds the *address* of the counter
+//! `count[first + r]` (so `count[r + k]++` is one `add qword [reg + 8k], 1`
+//! after one load, and no sequence needs two registers), followed by a
+//! shadow stack of the callers' `R`, pushed at the invocation label and
+//! popped on every edge to EXIT. The order of the stores makes every
+//! sequence safe against a signal handler running in its middle (the handler
+//! pushes and pops its own entry, above the slot in use). The main thread's
+//! block is a static segment, made current by the preinit entry
+//! (`arch_prctl(ARCH_SET_GS)`); a new thread inherits its creator's `%gs`,
+//! and since its first traced code is always an outside entry (the start
+//! routine, called by libc), the outside-entry stub of a program that can
+//! start threads compares the block's owner with `fs:[0]` (glibc's TCB self
+//! pointer, as the tracing runtime does) and maps a fresh block on a
+//! mismatch. Fork children get copies. Counter increments are `lock add`
+//! when the program can start threads. Frames abandoned by `longjmp` or C++
+//! exceptions would leave the shadow stack out of step with the machine
+//! stack, so the rewriter refuses programs that call setjmp/longjmp or have
+//! landing pads, naming the procedure. A recursion deeper than [`DEPTH`]
+//! stops the program with a message (exit status 125) instead of
+//! overflowing; a thread whose block cannot be mapped likewise.
 //!
 //! **Counters.** Dense: a procedure with `NumPaths <= PATH_LIMIT` gets
 //! `NumPaths` 8-byte counters in the memfd-mapped counter segment, like the
@@ -46,7 +55,7 @@ use aetrace_graph::paths::{number_paths, PathNumbering};
 use aetrace_graph::weights::heuristic;
 use aetrace_graph::{BlockId, EdgeId, EntityRef, Graph, GraphBuilder, VertexKind};
 use aetrace_runtime::Site;
-use iced_x86::code_asm::{eax, edi, edx, rax, rsi, CodeAssembler};
+use iced_x86::code_asm::{eax, edi, edx, esi, rax, rsi, CodeAssembler};
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
 
 use crate::cfg::{BlockKind, Cfg, EdgeKind};
@@ -63,6 +72,7 @@ pub const DEPTH: u64 = 1 << 20;
 const OFF_R: u64 = 0;
 const OFF_SP: u64 = 8;
 const OFF_LIMIT: u64 = 16;
+const OFF_OWNER: u64 = 24;
 const OFF_STACK: u64 = 64;
 
 /// Bytes of the state segment (whole pages).
@@ -205,10 +215,14 @@ pub fn ops(cfg: &Cfg, pp: &ProcPaths) -> ProcOps {
 pub struct PathState {
     /// Counter 0.
     pub base: u64,
-    /// The state segment (`R`, stack pointer, limit, stack).
-    pub state: u64,
     /// The shadow-stack overflow handler.
     pub overflow: u64,
+    /// The routine giving a new thread its state block (`call`ed by the
+    /// outside-entry stub when `gs:[OWNER]` is not this thread's).
+    pub attach: u64,
+    /// The program can start threads: `lock` on counter increments and an
+    /// owner check at outside entries.
+    pub threads: bool,
 }
 
 type Res<T> = Result<T, String>;
@@ -221,28 +235,77 @@ fn rip(addr: u64) -> MemoryOperand {
     MemoryOperand::with_base_displ_size(Register::RIP, addr as i64, 8)
 }
 
+/// `gs:[off]` of the thread's state block (absolute, no base).
+fn gs(off: u64) -> MemoryOperand {
+    MemoryOperand::new(
+        Register::None,
+        Register::None,
+        1,
+        off as i64,
+        4,
+        false,
+        Register::GS,
+    )
+}
+
 fn word_addr(st: &PathState, word: i64) -> u64 {
     st.base.wrapping_add_signed(word.wrapping_mul(8))
 }
 
-fn disp(k: i64) -> Res<i64> {
+fn disp(k: i64) -> Res<i32> {
     k.checked_mul(8)
-        .filter(|d| i32::try_from(*d).is_ok())
+        .and_then(|d| i32::try_from(d).ok())
         .ok_or_else(|| format!("path increment {k} does not fit a displacement"))
 }
 
+fn add_imm(code8: Code, code32: Code, d: i32) -> Code {
+    if i8::try_from(d).is_ok() {
+        code8
+    } else {
+        code32
+    }
+}
+
+/// The outside-entry stub's owner check (threads): a thread whose
+/// `gs:[OWNER]` is not its own `fs:[0]` (glibc's TCB self pointer) is new
+/// and gets its own state block; then the code goes on at label `owned`
+/// (bound after these instructions). r11 and the flags are dead at a
+/// procedure entry.
+pub fn emit_owner_check(st: &PathState, owned: u64) -> Res<Vec<Instruction>> {
+    let fs0 = MemoryOperand::new(Register::None, Register::None, 1, 0, 4, false, Register::FS);
+    Ok(vec![
+        Instruction::with2(Code::Mov_r64_rm64, Register::R11, fs0).map_err(err)?,
+        Instruction::with2(Code::Cmp_r64_rm64, Register::R11, gs(OFF_OWNER)).map_err(err)?,
+        Instruction::with_branch(Code::Je_rel32_64, owned).map_err(err)?,
+        Instruction::with_branch(Code::Call_rel32_64, st.attach).map_err(err)?,
+    ])
+}
+
 /// The instructions of `ops` at a site where `site` holds.
-pub fn emit(ops: &[PathOp], st: &PathState, site: Site, atomic: bool) -> Res<Vec<Instruction>> {
-    let r_addr = st.state + OFF_R;
-    let sp_addr = st.state + OFF_SP;
+pub fn emit(ops: &[PathOp], st: &PathState, site: Site) -> Res<Vec<Instruction>> {
     match ops {
         [] => return Ok(Vec::new()),
         [PathOp::Word { word }] => {
-            return super::counters::increment(st.base + 8 * u64::from(*word), 1, atomic, site)
+            return super::counters::increment(st.base + 8 * u64::from(*word), 1, st.threads, site)
         }
-        [PathOp::Add { inc }] => {
-            let d = i32::try_from(disp(*inc)?).expect("checked");
-            return super::counters::increment(r_addr, d, false, site);
+        [PathOp::Add { inc }] if !site.flags_live => {
+            let d = disp(*inc)?;
+            let code = add_imm(Code::Add_rm64_imm8, Code::Add_rm64_imm32, d);
+            return Ok(vec![Instruction::with2(code, gs(OFF_R), d).map_err(err)?]);
+        }
+        [PathOp::Add { inc }] if site.scratch.is_some() => {
+            // Flags live: through the dead register, without touching them.
+            let r: Register = site.scratch.expect("checked").into();
+            return Ok(vec![
+                Instruction::with2(Code::Mov_r64_rm64, r, gs(OFF_R)).map_err(err)?,
+                Instruction::with2(
+                    Code::Lea_r64_m,
+                    r,
+                    MemoryOperand::with_base_displ(r, i64::from(disp(*inc)?)),
+                )
+                .map_err(err)?,
+                Instruction::with2(Code::Mov_rm64_r64, gs(OFF_R), r).map_err(err)?,
+            ]);
         }
         [PathOp::Enter { word }] => {
             // At the invocation label: r11 and the flags are dead, the
@@ -250,22 +313,16 @@ pub fn emit(ops: &[PathOp], st: &PathState, site: Site, atomic: bool) -> Res<Vec
             let r11 = Register::R11;
             let mem11 = MemoryOperand::with_base_displ_size(r11, 0, 8);
             return Ok(vec![
-                Instruction::with2(Code::Mov_r64_rm64, r11, rip(sp_addr)).map_err(err)?,
+                Instruction::with2(Code::Mov_r64_rm64, r11, gs(OFF_SP)).map_err(err)?,
                 Instruction::with2(Code::Lea_r64_m, r11, MemoryOperand::with_base_displ(r11, 8))
                     .map_err(err)?,
-                Instruction::with2(Code::Cmp_r64_rm64, r11, rip(st.state + OFF_LIMIT))
-                    .map_err(err)?,
+                Instruction::with2(Code::Cmp_r64_rm64, r11, gs(OFF_LIMIT)).map_err(err)?,
                 Instruction::with_branch(Code::Jae_rel32_64, st.overflow).map_err(err)?,
-                Instruction::with2(Code::Mov_rm64_r64, rip(sp_addr), r11).map_err(err)?,
-                Instruction::with1(Code::Push_rm64, rip(r_addr)).map_err(err)?,
+                Instruction::with2(Code::Mov_rm64_r64, gs(OFF_SP), r11).map_err(err)?,
+                Instruction::with1(Code::Push_rm64, gs(OFF_R)).map_err(err)?,
                 Instruction::with1(Code::Pop_rm64, mem11).map_err(err)?,
-                Instruction::with2(
-                    Code::Lea_r64_m,
-                    r11,
-                    MemoryOperand::with_base_displ(Register::RIP, word_addr(st, *word) as i64),
-                )
-                .map_err(err)?,
-                Instruction::with2(Code::Mov_rm64_r64, rip(r_addr), r11).map_err(err)?,
+                Instruction::with2(Code::Lea_r64_m, r11, rip(word_addr(st, *word))).map_err(err)?,
+                Instruction::with2(Code::Mov_rm64_r64, gs(OFF_R), r11).map_err(err)?,
             ]);
         }
         _ => {}
@@ -298,59 +355,53 @@ pub fn emit(ops: &[PathOp], st: &PathState, site: Site, atomic: bool) -> Res<Vec
     if push_reg {
         v.push(Instruction::with1(Code::Push_r64, reg).map_err(err)?);
     }
-    let at_reg = |d: i64| MemoryOperand::with_base_displ_size(reg, d, 8);
+    let at_reg = |d: i32| MemoryOperand::with_base_displ_size(reg, i64::from(d), 8);
     for op in ops {
         match *op {
             PathOp::Add { inc } => {
                 let d = disp(inc)?;
-                let code = if i8::try_from(d).is_ok() {
-                    Code::Add_rm64_imm8
-                } else {
-                    Code::Add_rm64_imm32
-                };
-                v.push(Instruction::with2(code, rip(r_addr), d as i32).map_err(err)?);
+                let code = add_imm(Code::Add_rm64_imm8, Code::Add_rm64_imm32, d);
+                v.push(Instruction::with2(code, gs(OFF_R), d).map_err(err)?);
             }
             PathOp::Count { k, amount } => {
-                v.push(Instruction::with2(Code::Mov_r64_rm64, reg, rip(r_addr)).map_err(err)?);
-                v.push(
+                v.push(Instruction::with2(Code::Mov_r64_rm64, reg, gs(OFF_R)).map_err(err)?);
+                let mut add =
                     Instruction::with2(Code::Add_rm64_imm8, at_reg(disp(k)?), i32::from(amount))
-                        .map_err(err)?,
-                );
+                        .map_err(err)?;
+                add.set_has_lock_prefix(st.threads);
+                v.push(add);
             }
             PathOp::Set { word } => {
                 v.push(
-                    Instruction::with2(
-                        Code::Lea_r64_m,
-                        reg,
-                        MemoryOperand::with_base_displ(Register::RIP, word_addr(st, word) as i64),
-                    )
-                    .map_err(err)?,
+                    Instruction::with2(Code::Lea_r64_m, reg, rip(word_addr(st, word)))
+                        .map_err(err)?,
                 );
-                v.push(Instruction::with2(Code::Mov_rm64_r64, rip(r_addr), reg).map_err(err)?);
+                v.push(Instruction::with2(Code::Mov_rm64_r64, gs(OFF_R), reg).map_err(err)?);
             }
             PathOp::Pop => {
                 // Read the caller's R before releasing its slot: a signal
                 // handler may push into the slot once it is released.
                 for i in [
-                    Instruction::with2(Code::Mov_r64_rm64, reg, rip(sp_addr)),
+                    Instruction::with2(Code::Mov_r64_rm64, reg, gs(OFF_SP)),
                     Instruction::with2(Code::Mov_r64_rm64, reg, at_reg(0)),
-                    Instruction::with2(Code::Mov_rm64_r64, rip(r_addr), reg),
-                    Instruction::with2(Code::Mov_r64_rm64, reg, rip(sp_addr)),
+                    Instruction::with2(Code::Mov_rm64_r64, gs(OFF_R), reg),
+                    Instruction::with2(Code::Mov_r64_rm64, reg, gs(OFF_SP)),
                     Instruction::with2(
                         Code::Lea_r64_m,
                         reg,
                         MemoryOperand::with_base_displ(reg, -8),
                     ),
-                    Instruction::with2(Code::Mov_rm64_r64, rip(sp_addr), reg),
+                    Instruction::with2(Code::Mov_rm64_r64, gs(OFF_SP), reg),
                 ] {
                     v.push(i.map_err(err)?);
                 }
             }
             PathOp::Word { word } => {
-                v.push(
+                let mut add =
                     Instruction::with2(Code::Add_rm64_imm8, rip(st.base + 8 * u64::from(word)), 1)
-                        .map_err(err)?,
-                );
+                        .map_err(err)?;
+                add.set_has_lock_prefix(st.threads);
+                v.push(add);
             }
             PathOp::Enter { .. } => {
                 return Err("internal: a path entry outside an invocation label".into())
@@ -369,61 +420,157 @@ pub fn emit(ops: &[PathOp], st: &PathState, site: Site, atomic: bool) -> Res<Vec
     Ok(v)
 }
 
-/// The state initialiser and the overflow handler, assembled at `rip`:
-/// `(bytes, offset of the initialiser, offset of the handler)`. The
-/// initialiser sets the shadow stack pointer and limit, then jumps to
-/// `next` (the counters' preinit entry, which returns to ld.so).
-pub fn emit_init(rip: u64, state: u64, next: u64) -> Res<(Vec<u8>, u64, u64)> {
-    let delta = |to: u64| -> Res<i32> {
-        i32::try_from(to as i64 - rip as i64).map_err(|_| "path state out of reach".to_string())
-    };
-    let (d_sp, d_limit, d_stack, d_end) = (
-        delta(state + OFF_SP)?,
-        delta(state + OFF_LIMIT)?,
-        delta(state + OFF_STACK)?,
-        delta(state + OFF_STACK + 8 * DEPTH)?,
-    );
-    let text = format!(
+/// Offsets (from `rip`) of the routines [`emit_init`] assembles.
+#[derive(Copy, Clone, Debug)]
+pub struct InitCode {
+    /// The preinit entry: the main thread's state block, then `next`.
+    pub init: u64,
+    /// [`PathState::attach`].
+    pub attach: u64,
+    /// [`PathState::overflow`].
+    pub overflow: u64,
+}
+
+/// The path state routines, assembled at `rip` (module comment): `init`
+/// makes the static segment at `state` the main thread's state block and
+/// jumps to `next` (the counters' preinit entry, which returns to ld.so);
+/// `attach` maps a new block for a new thread (all registers but r11
+/// preserved; the flags are dead at an entry); `overflow` stops the
+/// program with a message. Each block: `R`, stack pointer, limit, owner
+/// (`fs:[0]`), then the stack; `gs` points at it (`arch_prctl`).
+pub fn emit_init(rip: u64, state: u64, next: u64) -> Res<(Vec<u8>, InitCode)> {
+    let d_state = i32::try_from(state as i64 - rip as i64)
+        .map_err(|_| "path state out of reach".to_string())?;
+    let len = u32::try_from(state_bytes()).map_err(|_| "path state too large".to_string())?;
+    let end = i32::try_from(OFF_STACK + 8 * DEPTH).map_err(|_| "path stack too large")?;
+    let over = format!(
         "aetrace paths: more than {DEPTH} active procedure calls (path register stack overflow)\n"
     );
-    let asm = || -> Result<(Vec<u8>, u64), iced_x86::IcedError> {
-        use iced_x86::code_asm::{ptr, qword_ptr, rdi};
+    let nomem = "aetrace paths: cannot map a thread's path register stack\n";
+    let asm = || -> Result<(Vec<u8>, InitCode), iced_x86::IcedError> {
+        use iced_x86::code_asm::{
+            ptr, qword_ptr, r10, r10d, r8, r9, r9d, rcx, rdi, rdx, AsmRegister64,
+        };
         use iced_x86::BlockEncoderOptions;
         let mut a = CodeAssembler::new(64)?;
         let mut start = a.create_label();
-        let mut handler = a.create_label();
-        let mut message = a.create_label();
+        let mut setup = a.create_label();
+        let mut attach = a.create_label();
+        let mut overflow = a.create_label();
+        let mut fail = a.create_label();
+        let mut over_text = a.create_label();
+        let mut nomem_text = a.create_label();
+        let mut die = a.create_label();
+        let gs_bits = |a: &mut CodeAssembler| -> Result<(), iced_x86::IcedError> {
+            // rdi = the block: stack pointer, limit, owner, then GS.
+            a.lea(rsi, qword_ptr(rdi + OFF_STACK as i32))?;
+            a.mov(qword_ptr(rdi + OFF_SP as i32), rsi)?;
+            a.mov(rsi, rdi)?;
+            a.add(rsi, end)?;
+            a.mov(qword_ptr(rdi + OFF_LIMIT as i32), rsi)?;
+            a.mov(rsi, qword_ptr(0u64).fs())?;
+            a.mov(qword_ptr(rdi + OFF_OWNER as i32), rsi)?;
+            a.mov(rsi, rdi)?;
+            a.mov(edi, 0x1001)?; // arch_prctl(ARCH_SET_GS, block)
+            a.mov(eax, 158)?;
+            a.syscall()?;
+            a.cmp(rax, -4095)?;
+            a.jae(fail)
+        };
+        // init(argc, argv, envp): keeps rdi, rsi, rdx for `next`.
         a.set_label(&mut start)?;
-        // Only rax is clobbered: preinit gets (argc, argv, envp) in rdi,
-        // rsi, rdx and passes them on to `next`.
         a.push(rdi)?;
-        a.lea(rax, ptr(start))?;
-        a.add(rax, d_stack)?;
+        a.push(rsi)?;
+        a.push(rdx)?;
         a.lea(rdi, ptr(start))?;
-        a.add(rdi, d_sp)?;
-        a.mov(qword_ptr(rdi), rax)?;
-        a.lea(rax, ptr(start))?;
-        a.add(rax, d_end)?;
-        a.lea(rdi, ptr(start))?;
-        a.add(rdi, d_limit)?;
-        a.mov(qword_ptr(rdi), rax)?;
+        a.add(rdi, d_state)?;
+        a.call(setup)?;
+        a.pop(rdx)?;
+        a.pop(rsi)?;
         a.pop(rdi)?;
         a.jmp(next)?;
-        a.set_label(&mut handler)?;
+        a.set_label(&mut setup)?;
+        gs_bits(&mut a)?;
+        a.ret()?;
+        // attach(): at an outside entry, argument registers live.
+        let saved: [AsmRegister64; 8] = [rax, rdi, rsi, rdx, rcx, r8, r9, r10];
+        a.set_label(&mut attach)?;
+        for r in saved {
+            a.push(r)?;
+        }
+        a.mov(eax, 9)?; // mmap(0, len, RW, PRIVATE|ANONYMOUS|NORESERVE, -1, 0)
+        a.xor(edi, edi)?;
+        a.mov(esi, len)?;
+        a.mov(edx, 3)?;
+        a.mov(r10d, 0x4022)?;
+        a.mov(r8, -1i64)?;
+        a.xor(r9d, r9d)?;
+        a.syscall()?;
+        a.cmp(rax, -4095)?;
+        a.jae(fail)?;
+        a.mov(rdi, rax)?;
+        a.call(setup)?;
+        for r in saved.iter().rev() {
+            a.pop(*r)?;
+        }
+        a.ret()?;
+        a.set_label(&mut overflow)?;
+        a.lea(rsi, ptr(over_text))?;
+        a.mov(edx, over.len() as u32)?;
+        a.jmp(die)?;
+        a.set_label(&mut fail)?;
+        a.lea(rsi, ptr(nomem_text))?;
+        a.mov(edx, nomem.len() as u32)?;
+        a.set_label(&mut die)?;
         a.mov(eax, 1)?;
         a.mov(edi, 2)?;
-        a.lea(rsi, ptr(message))?;
-        a.mov(edx, text.len() as u32)?;
         a.syscall()?;
         a.mov(eax, 231)?;
         a.mov(edi, 125)?;
         a.syscall()?;
-        a.set_label(&mut message)?;
-        a.db(text.as_bytes())?;
+        a.set_label(&mut over_text)?;
+        a.db(over.as_bytes())?;
+        a.set_label(&mut nomem_text)?;
+        a.db(nomem.as_bytes())?;
         let res = a.assemble_options(rip, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)?;
-        let at = res.label_ip(&handler)?;
-        Ok((res.inner.code_buffer, at - rip))
+        let code = InitCode {
+            init: res.label_ip(&start)? - rip,
+            attach: res.label_ip(&attach)? - rip,
+            overflow: res.label_ip(&overflow)? - rip,
+        };
+        Ok((res.inner.code_buffer, code))
     };
-    let (bytes, handler) = asm().map_err(err)?;
-    Ok((bytes, 0, handler))
+    asm().map_err(err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iced_x86::{Decoder, DecoderOptions, Encoder};
+
+    /// `gs:[off]` encodes as an absolute GS-relative operand, not RIP-relative.
+    #[test]
+    fn gs_operands_are_absolute() {
+        let st = PathState::default();
+        let site = Site::with_scratch(iced_x86::code_asm::rax);
+        for op in [PathOp::Add { inc: 3 }, PathOp::Pop] {
+            for insn in emit(&[op, PathOp::Count { k: 1, amount: 1 }], &st, site).unwrap() {
+                let mut enc = Encoder::new(64);
+                enc.encode(&insn, 0x1000).unwrap();
+                let bytes = enc.take_buffer();
+                let back = Decoder::with_ip(64, &bytes, 0x1000, DecoderOptions::NONE).decode();
+                if insn.segment_prefix() == Register::GS {
+                    assert_eq!(back.memory_base(), Register::None, "{back}");
+                    assert_eq!(back.segment_prefix(), Register::GS, "{back}");
+                    assert!(back.memory_displacement64() < 64, "{back}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn init_routines_assemble() {
+        let (bytes, c) = emit_init(0x10000, 0x20000, 0x10000 - 0x100).unwrap();
+        assert!(c.init == 0 && c.attach < c.overflow && (c.overflow as usize) < bytes.len());
+    }
 }
