@@ -8,7 +8,7 @@
 //! - `1`: the input was refused or the work failed (the one-line message on
 //!   stderr says why).
 //! - `2`: the command line itself was wrong (clap's usage error).
-//! - `record`, `profile`: the program's own exit status; when a signal killed
+//! - `record`, `profile`, `paths`, `count`: the program's own exit status; when a signal killed
 //!   it, the recorder re-raises that signal (or exits 128+signal).
 //! - `verify`: 0 when the trace is exact, 1 when a thread diverges or the
 //!   check could not be made (the report or the message says which).

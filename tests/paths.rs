@@ -448,13 +448,15 @@ fn threads() {
 }
 
 /// Programs whose shadow stack could not stay exact (frames abandoned by
-/// longjmp or C++ exceptions) are refused with a message naming why,
+/// longjmp or C++ exceptions, a vfork child in its parent's memory) are
+/// refused with a message naming why,
 /// before the program runs.
 #[test]
-fn longjmp_and_exceptions_are_refused() {
+fn longjmp_exceptions_and_vfork_are_refused() {
     for (src, why) in [
         ("setjmp.c", "setjmp/longjmp"),
         ("cxx_exceptions.cpp", "landing pad"),
+        ("vfork.c", "vfork"),
     ] {
         let exe = build(src, O2_PIE);
         let out = Command::new(common::aetrace())

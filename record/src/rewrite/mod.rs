@@ -542,21 +542,34 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                         .as_deref()
                         .is_some_and(|n| imports::is_setjmp_like(n) || imports::is_longjmp_like(n))
             });
-            let why = match (jumps, p.landing_pads.first()) {
-                (Some(c), _) => format!(
-                    "calls setjmp/longjmp at {:#x}",
-                    cfg.blocks[c.block].last_insn()
+            // A vfork child runs in its parent's memory: its pops would
+            // be the parent's.
+            let vfork = cfg.calls.iter().find(|c| {
+                c.name
+                    .as_deref()
+                    .is_some_and(|n| n.split('@').next() == Some("vfork"))
+            });
+            let at = |c: &crate::cfg::CallSite| cfg.blocks[c.block].last_insn();
+            let why = match (jumps, vfork, p.landing_pads.first()) {
+                (Some(c), _, _) => format!(
+                    "abandon frames: procedure {} calls setjmp/longjmp at {:#x}",
+                    p.name,
+                    at(c)
                 ),
-                (None, Some(pad)) => format!("has a C++ landing pad at {pad:#x}"),
-                (None, None) => continue,
+                (None, Some(c), _) => format!(
+                    "share memory with a child: procedure {} calls vfork at {:#x}",
+                    p.name,
+                    at(c)
+                ),
+                (None, None, Some(pad)) => format!(
+                    "abandon frames: procedure {} has a C++ landing pad at {pad:#x}",
+                    p.name
+                ),
+                (None, None, None) => continue,
             };
             return Err(rewrite_err(
                 path,
-                format!(
-                    "path profiles of programs that abandon frames are not supported yet: \
-                     procedure {} {why}",
-                    p.name
-                ),
+                format!("path profiles of programs that {why} are not supported yet"),
             ));
         }
     }
