@@ -469,3 +469,68 @@ fn longjmp_exceptions_and_vfork_are_refused() {
         assert!(err.contains(why) && out.stdout.is_empty(), "{src}: {err}");
     }
 }
+
+/// `--json --top K`: the hottest procedures and paths, each block with its
+/// `file:line` from DWARF (a `-g` build), counts as in the profile.
+#[test]
+fn json_report_with_source_lines() {
+    let dir = common::scratch("paths");
+    let exe = dir.join("loops-g");
+    let src = common::repo_root().join("traces/loops.c");
+    let ok = Command::new("gcc")
+        .args(["-O2", "-g", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let (file, report) = (dir.join("loops-g.apath"), dir.join("loops-g.json"));
+    let out = Command::new(common::aetrace())
+        .args(["paths", "--json", "--top", "2", "-o"])
+        .arg(&file)
+        .arg("--report")
+        .arg(&report)
+        .arg("--")
+        .arg(&exe)
+        .arg("9")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let procs = r["procedures"].as_array().unwrap();
+    assert!(!procs.is_empty() && procs.len() <= 2);
+    let prof = read_profile(&file);
+    for p in procs {
+        let name = p["name"].as_str().unwrap();
+        let paths = p["paths"].as_array().unwrap();
+        assert!(!paths.is_empty() && paths.len() <= 2, "{name}");
+        for q in paths {
+            let blocks: Vec<u64> = q["blocks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|b| b["address"].as_u64().unwrap())
+                .collect();
+            let key = (
+                name.to_string(),
+                q["start"].as_str().unwrap().to_string(),
+                blocks,
+                q["end"].as_str().unwrap().to_string(),
+            );
+            assert_eq!(
+                prof.paths.get(&key),
+                q["count"].as_u64().as_ref(),
+                "{key:x?}"
+            );
+            if name == "main" {
+                let src = q["blocks"][0]["source"].as_str().unwrap_or("");
+                assert!(src.contains("loops.c:"), "{name}: {src}");
+            }
+        }
+    }
+    assert!(procs.iter().any(|p| p["name"] == "main"), "{r}");
+}
