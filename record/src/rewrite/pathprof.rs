@@ -207,6 +207,25 @@ pub fn ops(cfg: &Cfg, pp: &ProcPaths) -> ProcOps {
             });
         }
     }
+    debug_assert!(
+        cfg.edges.iter().all(|(e, ed)| {
+            let ops = &out.edges[e.index()];
+            let ends = nb.is_back_edge(e) || ed.to == cfg.exit();
+            !ends
+                || ops
+                    .iter()
+                    .any(|o| matches!(o, PathOp::Count { amount: 1, .. }))
+        }),
+        "every back edge and edge to EXIT counts its path"
+    );
+    debug_assert!(
+        out.edges
+            .iter()
+            .chain(&out.before_call)
+            .flatten()
+            .all(|o| !matches!(o, PathOp::Enter { .. })),
+        "Enter only at the invocation label"
+    );
     out
 }
 
