@@ -587,6 +587,106 @@ mod tests {
         }
     }
 
+    /// The operation lists against the numbering: on random walks through
+    /// every CFG of gzip (every call treated as one that may exit), the
+    /// counter each `Count` touches is the id `graph::paths` gives the path
+    /// walked so far, and an uncount undoes exactly the count before its
+    /// call.
+    #[test]
+    fn operations_count_the_walked_paths() {
+        use aetrace_graph::paths::Path;
+        let prog = crate::Program::open(std::path::Path::new("/usr/bin/gzip")).unwrap();
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rand = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        let (mut procs, mut counted) = (0, 0);
+        for (_, p) in prog.procs.iter() {
+            let Ok(cfg) = &p.cfg else { continue };
+            let virt = super::super::counters::virtual_exits(cfg, &|_| true);
+            let Ok(pp) = number(cfg, virt, 0, PATH_LIMIT) else {
+                continue;
+            };
+            procs += 1;
+            let o = ops(cfg, &pp);
+            let nb = &pp.numbering;
+            let exit = cfg.exit();
+            for _ in 0..20 {
+                let [PathOp::Enter { word }] = o.entry[..] else {
+                    panic!("{}: entry {:?}", p.name, o.entry)
+                };
+                let mut r = word;
+                let mut path = Path {
+                    after_back_edge: false,
+                    blocks: vec![cfg.entry],
+                    at_back_edge: false,
+                };
+                let mut pending: Option<i64> = None;
+                for _ in 0..300 {
+                    let v = *path.blocks.last().unwrap();
+                    for op in &o.before_call[v.index()] {
+                        let PathOp::Count { k, amount: 1 } = *op else {
+                            panic!("{}: before call {op:?}", p.name)
+                        };
+                        let mut ended = path.clone();
+                        ended.blocks.push(exit);
+                        assert_eq!(r + k, nb.id_of(&ended).unwrap() as i64, "{}", p.name);
+                        pending = Some(r + k);
+                        counted += 1;
+                    }
+                    let out: Vec<_> = cfg.edges.iter().filter(|(_, e)| e.from == v).collect();
+                    if out.is_empty() {
+                        break;
+                    }
+                    let (e, ed) = out[rand(out.len())];
+                    let back = nb.is_back_edge(e);
+                    let mut done = false;
+                    for op in &o.edges[e.index()] {
+                        match *op {
+                            PathOp::Add { inc } => r += inc,
+                            PathOp::Count { k, amount: -1 } => {
+                                assert_eq!(pending.take(), Some(r + k), "{}: uncount", p.name)
+                            }
+                            PathOp::Count { k, amount: 1 } => {
+                                let mut ended = path.clone();
+                                if back {
+                                    ended.at_back_edge = true;
+                                } else {
+                                    ended.blocks.push(exit);
+                                }
+                                assert_eq!(r + k, nb.id_of(&ended).unwrap() as i64, "{}", p.name);
+                                counted += 1;
+                            }
+                            PathOp::Set { word } => r = word,
+                            PathOp::Pop => done = true,
+                            other => panic!("{}: {other:?} on an edge", p.name),
+                        }
+                    }
+                    if done || ed.to == exit {
+                        assert!(done && !back, "{}: an exit edge pops", p.name);
+                        break;
+                    }
+                    if back {
+                        path = Path {
+                            after_back_edge: true,
+                            blocks: vec![ed.to],
+                            at_back_edge: false,
+                        };
+                    } else {
+                        path.blocks.push(ed.to);
+                    }
+                }
+            }
+        }
+        assert!(
+            procs > 150 && counted > 1000,
+            "{procs} procedures, {counted} counts"
+        );
+    }
+
     #[test]
     fn init_routines_assemble() {
         let (bytes, c) = emit_init(0x10000, 0x20000, 0x10000 - 0x100).unwrap();
