@@ -7,11 +7,16 @@
 #                  spanning tree, heuristic weights)
 #   feedback       `aetrace profile --weights PROFILE` (weights: the counts of
 #                  the quick run)
+#   paths          `aetrace paths` (Ball-Larus path profiling, paper 001:
+#                  increments are path counter increments, plus the edge
+#                  counters of procedures with too many paths)
 # Times are the program's run under each (the profile's `run_seconds`:
 # spawn to end, the rewrite excluded), best of REPS; increments are the sum
 # of the counters of that run. Prints each overhead and the paper's ratios:
 # slow/quick and slow/feedback increments (the paper: 1.1-4.2x fewer) and
-# overheads (the paper: 11-424% down to 9-105%).
+# overheads (the paper: 11-424% down to 9-105%), and path profiling's
+# overhead and increments beside them (paper 001: path profiling cost about
+# twice edge profiling, 31% against 16% on SPEC95).
 #
 # Usage (from the repository root):  bench/profile.sh       REPS=N (default 3)
 # Only the executable is profiled (`--libs none`): bzip2 and xz do most of
@@ -75,6 +80,26 @@ print(f'{min(r["run_seconds"] for r in runs):.4f} {runs[0]["increments"]}')
 PY
     cp "$out.0" "$out"
 }
+# The same for `aetrace paths`: "seconds increments", or "- -" when the
+# program is refused (the reason goes to stderr).
+paths() {
+    local out=$1 i
+    shift
+    for ((i = 0; i < REPS; i++)); do
+        if ! "$AETRACE" paths -o "$out.$i" --report /dev/null -- "$@" >/dev/null 2>"$out.err"; then
+            sed 's/^/  paths refused: /' "$out.err" >&2
+            echo "- -"
+            return
+        fi
+    done
+    python3 - "$out" "$REPS" <<'PY'
+import json, sys
+runs = [json.load(open(f"{sys.argv[1]}.{i}")) for i in range(int(sys.argv[2]))]
+incs = {r["path_increments"] + r["edge_increments"] for r in runs}
+assert len(incs) == 1, "increments differ between runs"
+print(f'{min(r["run_seconds"] for r in runs):.4f} {incs.pop()}')
+PY
+}
 
 RESULTS="$WORK/results.tsv"
 : >"$RESULTS"
@@ -86,7 +111,8 @@ for w in "${WORKLOADS[@]}"; do
     read -r s si <<<"$(profiled slow.aprof --placement every-block -- "${cmd[@]}")"
     read -r q qi <<<"$(profiled quick.aprof -- "${cmd[@]}")"
     read -r f fi <<<"$(profiled feedback.aprof --weights quick.aprof -- "${cmd[@]}")"
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$n" "$s" "$si" "$q" "$qi" "$f" "$fi" >>"$RESULTS"
+    read -r p pi <<<"$(paths run.apath "${cmd[@]}")"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$n" "$s" "$si" "$q" "$qi" "$f" "$fi" "$p" "$pi" >>"$RESULTS"
 done
 
 python3 - "$RESULTS" <<'PY'
@@ -105,4 +131,17 @@ for r in rows:
     print(f"{name:16} {n:7.4f} {s:7.4f} {o(s)} {q:7.4f} {o(q)} {f:7.4f} {o(f)} "
           f"{si:11d} {qi:11d} {fi:11d} {ratio(si, qi)} {ratio(si, fi)}")
 print("s/q, s/f: every-block increments over quick (heuristic) and feedback placements (paper: 1.1-4.2x)")
+print()
+print("Path profiling (paper 001): seconds (best run), overhead over native, counter increments; beside quick")
+print(f"{'workload':16} {'native':>7} {'quick':>7} {'ovh':>6} {'paths':>7} {'ovh':>6} {'quick incs':>11} {'path incs':>11} {'p/q ovh':>8}")
+for r in rows:
+    name, n, q, qi = r[0], float(r[1]), float(r[4]), int(r[5])
+    if r[8] == "-":
+        print(f"{name:16} {n:7.4f} {q:7.4f} {100 * (q / n - 1):5.0f}%  refused")
+        continue
+    p, pi = float(r[8]), int(r[9])
+    oq, op = q / n - 1, p / n - 1
+    rel = f"{op / oq:8.2f}" if oq > 0 else "       -"
+    print(f"{name:16} {n:7.4f} {q:7.4f} {100 * oq:5.0f}% {p:7.4f} {100 * op:5.0f}% {qi:11d} {pi:11d} {rel}")
+print("p/q ovh: path profiling's overhead over quick edge profiling's (paper 001: about 2x)")
 PY

@@ -8,7 +8,7 @@
 //! - `1`: the input was refused or the work failed (the one-line message on
 //!   stderr says why).
 //! - `2`: the command line itself was wrong (clap's usage error).
-//! - `record`, `profile`: the program's own exit status; when a signal killed
+//! - `record`, `profile`, `paths`, `count`: the program's own exit status; when a signal killed
 //!   it, the recorder re-raises that signal (or exits 128+signal).
 //! - `verify`: 0 when the trace (or with `--profile`, every count of the
 //!   profile) is exact, 1 when a thread diverges, a count differs or the
@@ -120,6 +120,25 @@ enum Command {
         /// running it.
         #[arg(long, value_name = "FILE", requires = "stop_at")]
         write_program: Option<PathBuf>,
+        /// The program and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<OsString>,
+    },
+    /// Run a program with Ball-Larus path counters and write its path profile; prints the
+    /// hottest paths on stderr (or to --report) and exits with the program's status.
+    Paths {
+        /// Path profile to write (default: PROGRAM's base name + .apath).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Procedures, and paths of each, the report lists.
+        #[arg(long, default_value_t = 10)]
+        top: usize,
+        /// Report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Write the report here instead of stderr.
+        #[arg(long)]
+        report: Option<PathBuf>,
         /// The program and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<OsString>,
@@ -372,6 +391,26 @@ fn main() -> ExitCode {
                         Err(e) => Err(e),
                     }
                 }
+                Err(e) => Err(e.to_string()),
+            }
+        }
+        Command::Paths {
+            output,
+            top,
+            json,
+            report,
+            mut command,
+        } => {
+            let opts = aetrace_record::paths::PathsOptions {
+                output,
+                top,
+                json,
+                report,
+                program: PathBuf::from(command.remove(0)),
+                args: command,
+            };
+            match aetrace_record::paths::paths_command(&opts) {
+                Ok(outcome) => return aetrace_record::commands::exit_like(outcome),
                 Err(e) => Err(e.to_string()),
             }
         }

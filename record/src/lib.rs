@@ -24,6 +24,7 @@ pub mod libs;
 pub mod lines;
 pub mod lsda;
 pub mod noreturn;
+pub mod paths;
 pub mod plt;
 pub mod procs;
 pub mod profile;

@@ -341,7 +341,7 @@ pub fn read(path: &Path) -> Result<Profile> {
 /// Writes `bytes` to `path` through a temporary name.
 ///
 /// A device or pipe at `path` is written in place, never replaced.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     if !aetrace_format::replaceable(path) {
         return std::fs::write(path, bytes).map_err(|e| Error::Io {
             path: path.to_owned(),
@@ -401,80 +401,9 @@ impl Skeleton {
         let mut procs = Vec::with_capacity(ins.db.procs.len());
         let mut counted = Vec::new();
         for (i, d) in ins.db.procs.iter().enumerate() {
-            let blocks = d
-                .blocks
-                .iter()
-                .map(|b| {
-                    let mut off = 0u32;
-                    let insns = b
-                        .insn_lens
-                        .iter()
-                        .map(|&l| {
-                            let at = off;
-                            off += u32::from(l);
-                            at
-                        })
-                        .collect();
-                    BlockProfile {
-                        start: b.start,
-                        insns,
-                    }
-                })
-                .collect();
-            let edges = d
-                .edges
-                .iter()
-                .map(|e| (e.from, e.to, kind_name(e.kind).to_string()))
-                .collect();
-            let mut pp = ProcProfile {
-                name: d.name.clone(),
-                left_alone: match &d.status {
-                    ProcStatus::Traced => None,
-                    ProcStatus::LeftAlone(r) => Some(r.clone()),
-                },
-                entry: d.entry,
-                blocks,
-                edges,
-                virtual_exits: Vec::new(),
-                landing_pads: Vec::new(),
-                setjmp_calls: Vec::new(),
-                chords: Vec::new(),
-                every_block: false,
-                first_counter: 0,
-                counters: Vec::new(),
-                calls: Vec::new(),
-                counts: None,
-                error: None,
-            };
+            let mut pp = skeleton(d);
             if let Some(Some(pc)) = layout.procs.get(i) {
-                pp.first_counter = pc.first;
-                pp.every_block = pc.every_block;
-                let index = |v: &[BlockId]| v.iter().map(|b| b.index() as u32).collect();
-                pp.virtual_exits = index(&pc.virt.exits);
-                pp.landing_pads = index(&pc.virt.pads);
-                pp.setjmp_calls = index(&pc.virt.setjmps);
-                pp.chords = pc
-                    .chords
-                    .iter()
-                    .map(|&c| {
-                        pc.virt
-                            .edge_of(d.edges.len(), c)
-                            .map(|e| e.index() as u32)
-                            .ok_or_else(|| {
-                                perr(format!("internal: {}: counter {c:?} has no edge", d.name))
-                            })
-                    })
-                    .collect::<Result<_>>()?;
-                pp.calls = pc
-                    .calls
-                    .iter()
-                    .map(|c| CallProfile {
-                        block: c.block.index() as u32,
-                        target: c.target,
-                        import: c.import.clone(),
-                        tail: c.tail,
-                    })
-                    .collect();
+                place(&mut pp, pc)?;
                 counted.push(i);
             }
             procs.push(pp);
@@ -495,23 +424,164 @@ impl Skeleton {
             let pp = procs
                 .get_mut(i)
                 .ok_or_else(|| perr("internal: counted procedure out of range"))?;
-            let k = if pp.every_block {
-                pp.blocks.len()
-            } else {
-                pp.chords.len()
-            };
-            let first = pp.first_counter as usize;
-            pp.counters = values
-                .get(first..first + k)
-                .ok_or_else(|| perr("internal: counters out of range"))?
-                .to_vec();
-            match recover(pp) {
-                Ok(c) => pp.counts = Some(c),
-                Err(e) => pp.error = Some(e),
-            }
+            take_counters(pp, values)?;
         }
         Ok(procs)
     }
+}
+
+/// The procedure as the profile shows it, without counters.
+pub(crate) fn skeleton(d: &aetrace_format::progdb::ProcDb) -> ProcProfile {
+    let blocks = d
+        .blocks
+        .iter()
+        .map(|b| {
+            let mut off = 0u32;
+            let insns = b
+                .insn_lens
+                .iter()
+                .map(|&l| {
+                    let at = off;
+                    off += u32::from(l);
+                    at
+                })
+                .collect();
+            BlockProfile {
+                start: b.start,
+                insns,
+            }
+        })
+        .collect();
+    let edges = d
+        .edges
+        .iter()
+        .map(|e| (e.from, e.to, kind_name(e.kind).to_string()))
+        .collect();
+    ProcProfile {
+        name: d.name.clone(),
+        left_alone: match &d.status {
+            ProcStatus::Traced => None,
+            ProcStatus::LeftAlone(r) => Some(r.clone()),
+        },
+        entry: d.entry,
+        blocks,
+        edges,
+        virtual_exits: Vec::new(),
+        landing_pads: Vec::new(),
+        setjmp_calls: Vec::new(),
+        chords: Vec::new(),
+        every_block: false,
+        first_counter: 0,
+        counters: Vec::new(),
+        calls: Vec::new(),
+        counts: None,
+        error: None,
+    }
+}
+
+/// Puts the placement `pc` (counters, counted graph, calls) into `pp`.
+fn place(pp: &mut ProcProfile, pc: &counters::ProcCounters) -> Result<()> {
+    pp.first_counter = pc.first;
+    pp.every_block = pc.every_block;
+    let index = |v: &[BlockId]| v.iter().map(|b| b.index() as u32).collect();
+    pp.virtual_exits = index(&pc.virt.exits);
+    pp.landing_pads = index(&pc.virt.pads);
+    pp.setjmp_calls = index(&pc.virt.setjmps);
+    let m = pp.edges.len();
+    pp.chords = pc
+        .chords
+        .iter()
+        .map(|&c| {
+            pc.virt
+                .edge_of(m, c)
+                .map(|e| e.index() as u32)
+                .ok_or_else(|| perr(format!("internal: {}: counter {c:?} has no edge", pp.name)))
+        })
+        .collect::<Result<_>>()?;
+    pp.calls = pc
+        .calls
+        .iter()
+        .map(|c| CallProfile {
+            block: c.block.index() as u32,
+            target: c.target,
+            import: c.import.clone(),
+            tail: c.tail,
+        })
+        .collect();
+    Ok(())
+}
+
+/// Takes `pp`'s counter values from the run's counter words and recovers
+/// its counts (or the error).
+fn take_counters(pp: &mut ProcProfile, values: &[u64]) -> Result<()> {
+    let k = if pp.every_block {
+        pp.blocks.len()
+    } else {
+        pp.chords.len()
+    };
+    let first = pp.first_counter as usize;
+    pp.counters = values
+        .get(first..first + k)
+        .ok_or_else(|| perr("internal: counters out of range"))?
+        .to_vec();
+    match recover(pp) {
+        Ok(c) => pp.counts = Some(c),
+        Err(e) => pp.error = Some(e),
+    }
+    Ok(())
+}
+
+/// [`place`] and [`take_counters`] for one procedure (path profiles keep
+/// edge counters where a procedure has too many paths).
+pub(crate) fn fill(
+    pp: &mut ProcProfile,
+    pc: &counters::ProcCounters,
+    values: &[u64],
+) -> Result<()> {
+    place(pp, pc)?;
+    take_counters(pp, values)
+}
+
+/// Rewrites `exe` alone in counting mode and runs it (`program` as its
+/// `argv[0]`): the rewrite, its counter layout, how the program ended, its
+/// counter words, the wall time.
+pub(crate) fn rewrite_and_run(
+    exe: &Path,
+    program: &Path,
+    args: &[OsString],
+    spec: CountSpec,
+) -> Result<(
+    rewrite::Instrumented,
+    rewrite::CountLayout,
+    (Outcome, Vec<u64>, f64),
+)> {
+    let ins = rewrite::instrument_with(exe, &How::Count(spec), 0)?;
+    let layout = ins
+        .counting
+        .clone()
+        .ok_or_else(|| perr("internal: no counter layout"))?;
+    let dir = tempdir()?;
+    let elf = dir.join(exe.file_name().unwrap_or_else(|| "program".as_ref()));
+    crate::commands::write_executable(&elf, &ins.elf)?;
+    let ran = run(&elf, program, args, &[layout.bytes], Vec::new(), 0);
+    let _ = std::fs::remove_file(&elf);
+    let _ = std::fs::remove_dir(&dir);
+    let (outcome, mut values, seconds) = ran?;
+    Ok((ins, layout, (outcome, values.swap_remove(0), seconds)))
+}
+
+/// A private temporary directory for a rewritten program run once.
+fn tempdir() -> Result<PathBuf> {
+    let base = std::env::temp_dir();
+    for i in 0..100u32 {
+        let d = base.join(format!("aetrace-profile-{}-{i}", std::process::id()));
+        match std::fs::create_dir(&d) {
+            Ok(()) => return Ok(d),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(Error::Io { path: d, source: e }),
+        }
+    }
+    Err(perr("cannot create a temporary directory"))
 }
 
 /// Rewrites module `tag` at `path` in counting mode, or takes the copy a
@@ -649,6 +719,7 @@ pub fn profile_command(o: &ProfileOptions) -> Result<Outcome> {
             events: None,
             threads,
             stop_at: None,
+            paths: false,
         })
     };
     let ran = count_run(&exe, &o.program, &o.args, &o.libs, &spec, 0)?;

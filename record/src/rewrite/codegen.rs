@@ -102,6 +102,17 @@ pub struct Counting {
     /// Event counting: counter number `n` adds `amounts[n]` to counter 0;
     /// empty: counter `n` adds 1 to its own word.
     pub amounts: Vec<i32>,
+    /// Path profiling (`aetrace paths`, [`super::pathprof`]): counter
+    /// number `n` runs operation list `n` instead.
+    pub paths: Option<PathCode>,
+}
+
+/// The path profiling code of a module: where its state is, and the
+/// operation list of each counter number.
+#[derive(Clone, Debug)]
+pub struct PathCode {
+    pub state: super::pathprof::PathState,
+    pub ops: Vec<Vec<super::pathprof::PathOp>>,
 }
 
 /// The counters of one procedure in counting mode; edge counters are in
@@ -119,6 +130,8 @@ pub struct PlanCounters {
     /// returns, at the return point; its return edge's counter, if any,
     /// stands before the call (first returns only).
     pub resume: Vec<Option<u32>>,
+    /// Path profiling: counter just before the call of each call block.
+    pub before_call: Vec<Option<u32>>,
     /// `--stop-at`: the on-line queries (counter 0 starts at `-N`).
     pub stop: Option<super::counters::StopChecks>,
 }
@@ -495,6 +508,16 @@ impl Emitter {
             .as_ref()
             .ok_or("internal: a counter outside counting mode")?;
         self.emitted.insert(n);
+        if let Some(pc) = &c.paths {
+            let ops = pc
+                .ops
+                .get(n as usize)
+                .ok_or_else(|| format!("internal: path operation {n} missing"))?;
+            for i in super::pathprof::emit(ops, &pc.state, site)? {
+                self.push(i);
+            }
+            return Ok(());
+        }
         let (addr, amount) = match c.amounts.get(n as usize) {
             None if c.amounts.is_empty() => (c.base + 8 * u64::from(n), 1),
             None => return Err(format!("internal: counter {n} has no increment")),
@@ -729,6 +752,7 @@ pub fn generate(
                 .chain(&c.blocks)
                 .chain(&c.landing)
                 .chain(&c.resume)
+                .chain(&c.before_call)
                 .chain(std::iter::once(&c.entry));
             if let Some(n) = wanted.flatten().find(|n| !em.emitted.contains(n)) {
                 return Err(format!(
@@ -1001,6 +1025,16 @@ impl ProcGen<'_, '_> {
                 self.em.push(Instruction::with(Code::Nopd));
                 if p.stop().is_some() && p.stub == EntryStub::Full {
                     self.em.signal_guard()?;
+                }
+                let paths = self.em.counting.as_ref().and_then(|c| c.paths.as_ref());
+                if let Some(st) = paths.map(|pc| pc.state).filter(|st| st.threads) {
+                    // A thread's first traced code is an outside entry.
+                    let owned = self.em.label();
+                    for i in super::pathprof::emit_owner_check(&st, owned)? {
+                        self.em.push(i);
+                    }
+                    self.em.bind(owned);
+                    self.em.push(Instruction::with(Code::Nopd));
                 }
                 if let Some(l) = invoke_label {
                     self.em.bind(l);
@@ -1275,6 +1309,13 @@ impl ProcGen<'_, '_> {
                         if let (Some(n), true) = (wit(e), before) {
                             self.em.counter(n, before_last)?;
                         }
+                    }
+                    if let Some(n) = p
+                        .counters
+                        .as_ref()
+                        .and_then(|c| c.before_call.get(b.index()).copied().flatten())
+                    {
+                        self.em.counter(n, before_last)?;
                     }
                 }
                 if let Some(kind) = cp.jmpbuf.filter(|_| self.em.counting.is_none()) {

@@ -135,6 +135,9 @@ pub struct CountSpec {
     /// With `events`: raise SIGTRAP at the N-th event (`--stop-at N`,
     /// [`StopChecks`]).
     pub stop_at: Option<u64>,
+    /// Path profiling (`aetrace paths`, [`super::pathprof`]): path
+    /// counters, edge counters only where a procedure has too many paths.
+    pub paths: bool,
 }
 
 /// The on-line queries of `--stop-at` (paper 002) in one procedure: the

@@ -20,6 +20,7 @@ pub mod counters;
 pub mod elfout;
 pub mod imports;
 pub mod liveness;
+pub mod pathprof;
 pub mod unwind;
 
 use std::collections::HashMap;
@@ -77,6 +78,13 @@ pub struct CountLayout {
     /// Event counting: the increment of each counter number, all added to
     /// counter 0 (`codegen::Counting::amounts`).
     pub amounts: Vec<i32>,
+    /// Path profiling: per procedure (by index), its path numbering when it
+    /// has path counters (else its edge counters are in `procs`).
+    pub paths: Vec<Option<pathprof::ProcPaths>>,
+    /// Path profiling: the operation list of each counter number.
+    pub ops: Vec<Vec<pathprof::PathOp>>,
+    /// Path profiling: link-time address of the state segment.
+    pub path_state: u64,
 }
 
 /// The rewritten module.
@@ -550,8 +558,54 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
     let mut layout = CountLayout {
         atomic,
         procs: vec![None; prog.procs.len()],
+        paths: vec![None; prog.procs.len()],
         ..CountLayout::default()
     };
+    if matches!(how, How::Count(s) if s.paths) {
+        // The shadow stacks must follow the machine stacks (`pathprof`).
+        for (id, p) in prog.procs.iter() {
+            let Ok(cfg) = p.cfg.as_ref() else { continue };
+            if !traced(id, &reasons) {
+                continue;
+            }
+            let jumps = cfg.calls.iter().find(|c| {
+                c.target
+                    .is_some_and(|t| setjmps.contains(&t) || longjmps.contains(&t))
+                    || c.name
+                        .as_deref()
+                        .is_some_and(|n| imports::is_setjmp_like(n) || imports::is_longjmp_like(n))
+            });
+            // A vfork child runs in its parent's memory: its pops would
+            // be the parent's.
+            let vfork = cfg.calls.iter().find(|c| {
+                c.name
+                    .as_deref()
+                    .is_some_and(|n| n.split('@').next() == Some("vfork"))
+            });
+            let at = |c: &crate::cfg::CallSite| cfg.blocks[c.block].last_insn();
+            let why = match (jumps, vfork, p.landing_pads.first()) {
+                (Some(c), _, _) => format!(
+                    "abandon frames: procedure {} calls setjmp/longjmp at {:#x}",
+                    p.name,
+                    at(c)
+                ),
+                (None, Some(c), _) => format!(
+                    "share memory with a child: procedure {} calls vfork at {:#x}",
+                    p.name,
+                    at(c)
+                ),
+                (None, None, Some(pad)) => format!(
+                    "abandon frames: procedure {} has a C++ landing pad at {pad:#x}",
+                    p.name
+                ),
+                (None, None, None) => continue,
+            };
+            return Err(rewrite_err(
+                path,
+                format!("path profiles of programs that {why} are not supported yet"),
+            ));
+        }
+    }
 
     // 3. Placements, liveness, plans.
     let mut db = ProgramDb {
@@ -616,6 +670,64 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                     ));
                 }
                 (witness, code_witness, None)
+            }
+            How::Count(spec) if spec.paths => {
+                let virt = counters::virtual_exits(cfg, &may_exit_call);
+                let mut c = codegen::PlanCounters::default();
+                let mut w = vec![None; cfg.edges.len()];
+                let mut add = |ops: Vec<pathprof::PathOp>| -> Option<u32> {
+                    (!ops.is_empty()).then(|| {
+                        layout.ops.push(ops);
+                        layout.ops.len() as u32 - 1
+                    })
+                };
+                match pathprof::number(cfg, virt.clone(), layout.len, pathprof::PATH_LIMIT) {
+                    Ok(pp) => {
+                        let o = pathprof::ops(cfg, &pp);
+                        for (i, ops) in o.edges.into_iter().enumerate() {
+                            w[i] = add(ops);
+                        }
+                        c.entry = add(o.entry);
+                        c.before_call = o.before_call.into_iter().map(&mut add).collect();
+                        let n = u32::try_from(pp.numbering.num_paths())
+                            .ok()
+                            .and_then(|n| layout.len.checked_add(n))
+                            .ok_or_else(|| rewrite_err(path, "too many path counters"))?;
+                        layout.len = n;
+                        layout.paths[id.index()] = Some(pp);
+                    }
+                    Err(aetrace_graph::Error::TooManyPaths { .. }) => {
+                        // The documented fallback: edge counters (QP).
+                        let edges = counters::CountSpec::default();
+                        let start = cfg.blocks[cfg.entry].start;
+                        // Paths refuse landing pads and setjmp: exits only.
+                        let virt = counters::Virtual {
+                            exits: virt,
+                            ..counters::Virtual::default()
+                        };
+                        let pc = counters::place(cfg, &edges, start, virt, layout.len)
+                            .map_err(|e| rewrite_err(path, format!("{}: {e}", p.name)))?;
+                        for (i, k) in pc.chords.iter().enumerate() {
+                            let n = add(vec![pathprof::PathOp::Word {
+                                word: pc.first + i as u32,
+                            }]);
+                            match *k {
+                                counters::Counted::Edge(e) => w[e.index()] = n,
+                                counters::Counted::Entry => c.entry = n,
+                                counters::Counted::Landing(_) | counters::Counted::Resume(_) => {
+                                    return Err(rewrite_err(
+                                        path,
+                                        format!("{}: internal: a landing or setjmp counter in a path profile", p.name),
+                                    ))
+                                }
+                            }
+                        }
+                        layout.len += pc.len(cfg.blocks.len());
+                        layout.procs[id.index()] = Some(pc);
+                    }
+                    Err(e) => return Err(rewrite_err(path, format!("{}: {e}", p.name))),
+                }
+                (w.clone(), w, Some(c))
             }
             How::Count(spec) => {
                 let mut setjmp_blocks: Vec<BlockId> = cfg
@@ -877,6 +989,13 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
             } else {
                 Vec::new()
             },
+            paths: spec.paths.then(|| codegen::PathCode {
+                state: pathprof::PathState {
+                    threads: atomic,
+                    ..pathprof::PathState::default()
+                },
+                ops: std::mem::take(&mut layout.ops),
+            }),
         }),
     };
     // The counters go after everything else: their address depends on the
@@ -928,13 +1047,31 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
             1
         };
         layout.bytes = (words * 8).max(1).next_multiple_of(PAGE);
-        let init_code = counters::emit_init(
+        let mut init_code = counters::emit_init(
             init_vaddr,
             layout.vaddr,
             layout.bytes,
             &counters::env_fd(tag),
         )
         .map_err(|e| rewrite_err(path, e))?;
+        let mut entry = init_vaddr;
+        if let Some(pc) = c.paths.as_mut() {
+            // The path state after the counters; its initialiser after the
+            // counters' (which it ends by jumping to).
+            layout.path_state = layout.vaddr + layout.bytes;
+            let at = init_vaddr + (init_code.len() as u64).next_multiple_of(16);
+            let (bytes, ic) = pathprof::emit_init(at, layout.path_state, init_vaddr)
+                .map_err(|e| rewrite_err(path, e))?;
+            init_code.resize((at - init_vaddr) as usize, 0xCC);
+            init_code.extend_from_slice(&bytes);
+            entry = at + ic.init;
+            pc.state = pathprof::PathState {
+                base: layout.vaddr,
+                overflow: at + ic.overflow,
+                attach: at + ic.attach,
+                threads: atomic,
+            };
+        }
         debug_assert!(init_code.len() as u64 <= PAGE);
         c.base = layout.vaddr;
         let again = codegen::generate(&plans, &rt, code_vaddr, Some(c))
@@ -946,7 +1083,7 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
             ));
         }
         code = again;
-        preinit = Some(init_vaddr);
+        preinit = Some(entry);
         count_segments.push(elfout::NewSegment {
             vaddr: init_vaddr,
             flags: 5,
@@ -962,6 +1099,14 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                 .map(|n| stop_start(n).to_le_bytes().to_vec())
                 .unwrap_or_default(),
         });
+        if layout.path_state != 0 {
+            count_segments.push(elfout::NewSegment {
+                vaddr: layout.path_state,
+                flags: 6,
+                mem_size: pathprof::state_bytes(),
+                bytes: Vec::new(),
+            });
+        }
     }
     let code_end = code_vaddr + code.bytes.len() as u64;
     let mut seg = vec![0u8; (code_end - code_seg) as usize];

@@ -1,0 +1,416 @@
+//! `aetrace paths`: Ball-Larus path profiles of unmodified binaries
+//! (paper 001, *Efficient Path Profiling*).
+//!
+//! The program is rewritten in counting mode with path counters
+//! ([`crate::rewrite::pathprof`]: the path register per activation, dense
+//! counters per procedure, edge counters for procedures past
+//! [`PATH_LIMIT`]), run with its counters on a memfd (so a killed program
+//! leaves them, [`crate::profile`]), and every counted path id is
+//! regenerated into its block sequence by `graph::paths`. The
+//! [`PathProfile`] (JSON, `docs/profile.md`) holds each procedure's blocks,
+//! edges, back edges and every executed path with its count; the report
+//! lists the hottest paths with `file:line` from DWARF when present.
+//!
+//! Invariants: every path listed regenerates from its id and has a
+//! non-zero count; `executed` is the number of listed paths; the profile
+//! is written to a temporary name and renamed.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use aetrace_format::progdb::ProcStatus;
+use aetrace_graph::{BlockId, EntityRef};
+use serde::{Deserialize, Serialize};
+
+use crate::launch::Outcome;
+use crate::profile::{fill, rewrite_and_run, skeleton, write_atomic, BlockProfile, Counts};
+use crate::rewrite::counters::CountSpec;
+use crate::rewrite::pathprof::{ProcPaths, PATH_LIMIT};
+use crate::{Error, Result};
+
+/// Version of the path profile format (`docs/profile.md`).
+pub const VERSION: u32 = 1;
+
+fn perr(what: impl Into<String>) -> Error {
+    Error::Profile { what: what.into() }
+}
+
+/// A path profile: one run of one program.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PathProfile {
+    pub version: u32,
+    /// The program profiled (absolute path) and its arguments.
+    pub program: String,
+    pub args: Vec<String>,
+    /// `exited N` or `killed by signal N`.
+    pub status: String,
+    /// Most paths a procedure may have for path counters.
+    pub path_limit: u64,
+    /// Path counter increments the run executed (sum of path counts).
+    pub path_increments: u64,
+    /// Edge counter increments of the procedures profiled by edges.
+    pub edge_increments: u64,
+    /// Wall time of the run, seconds.
+    pub run_seconds: f64,
+    pub procs: Vec<ProcPathProfile>,
+}
+
+/// One procedure of the path profile.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ProcPathProfile {
+    pub name: String,
+    /// Why it was not profiled, when it was not (its code ran uncounted).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub left_alone: Option<String>,
+    /// `paths`, or `edges` (more than `path_limit` paths: edge profile).
+    pub mode: String,
+    pub entry: u32,
+    pub blocks: Vec<BlockProfile>,
+    /// `[from, to, kind]`; `to == blocks.len()` is EXIT (kinds as in the
+    /// edge profile).
+    pub edges: Vec<(u32, u32, String)>,
+    /// Back edges `[from, to]` (blocks): paths end and restart there.
+    pub back_edges: Vec<(u32, u32)>,
+    /// Call blocks whose frame may be left active by `exit`.
+    pub virtual_exits: Vec<u32>,
+    /// Acyclic paths of the procedure (0 for an edge-profiled one: more
+    /// than `path_limit`).
+    pub num_paths: u64,
+    /// Distinct paths executed.
+    pub executed: u64,
+    /// Path executions (sum of the counts).
+    pub total: u64,
+    /// Every executed path, hottest first (ties by id).
+    pub paths: Vec<PathCount>,
+    /// Edge-profiled procedures: the recovered edge profile.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub edge_counts: Option<Counts>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub error: Option<String>,
+}
+
+/// One executed path.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PathCount {
+    pub id: u64,
+    pub count: u64,
+    /// `entry` (starts at the entry block) or `loop` (after a back edge).
+    pub start: String,
+    /// `exit` (leaves the procedure), `back` (takes a back edge) or
+    /// `active` (its frame was still active at a call when the process
+    /// ended).
+    pub end: String,
+    /// Block indices.
+    pub blocks: Vec<u32>,
+}
+
+/// Options of `aetrace paths`.
+pub struct PathsOptions {
+    /// Profile file (default: PROGRAM's base name + `.apath`).
+    pub output: Option<PathBuf>,
+    /// Procedures, and paths of each, listed by the report.
+    pub top: usize,
+    /// Report as JSON instead of text.
+    pub json: bool,
+    /// Report file (default: stderr).
+    pub report: Option<PathBuf>,
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+}
+
+/// The executed paths of a procedure with path counters.
+fn paths_of(pp: &ProcPaths, counts: &[u64], blocks: usize) -> Result<Vec<PathCount>> {
+    let mut out = Vec::new();
+    for (id, &count) in counts.iter().enumerate() {
+        if count == 0 {
+            continue;
+        }
+        let id = id as u64;
+        let p = pp
+            .numbering
+            .regenerate(id)
+            .map_err(|e| perr(format!("path {id}: {e}")))?;
+        let mut bl: Vec<u32> = p
+            .blocks
+            .iter()
+            .filter(|b| b.index() < blocks)
+            .map(|b| b.index() as u32)
+            .collect();
+        let ends_at_exit = !p.at_back_edge && bl.len() < p.blocks.len();
+        debug_assert!(p.at_back_edge || ends_at_exit);
+        let last = bl.last().map(|&b| BlockId::new(b as usize));
+        let active = ends_at_exit && last.is_some_and(|b| pp.virtual_exits.contains(&b));
+        bl.shrink_to_fit();
+        out.push(PathCount {
+            id,
+            count,
+            start: if p.after_back_edge { "loop" } else { "entry" }.into(),
+            end: if p.at_back_edge {
+                "back"
+            } else if active {
+                "active"
+            } else {
+                "exit"
+            }
+            .into(),
+            blocks: bl,
+        });
+    }
+    out.sort_by(|a, b| b.count.cmp(&a.count).then(a.id.cmp(&b.id)));
+    Ok(out)
+}
+
+/// `aetrace paths`: rewrites the program with path counters, runs it with
+/// the same stdio, environment and arguments, writes the path profile and
+/// the report, and returns how the program ended.
+pub fn paths_command(o: &PathsOptions) -> Result<Outcome> {
+    let exe = crate::commands::find_program(&o.program)?;
+    let spec = CountSpec {
+        paths: true,
+        ..CountSpec::default()
+    };
+    let (ins, layout, (outcome, values, run_seconds)) =
+        rewrite_and_run(&exe, &o.program, &o.args, spec)?;
+    let mut procs = Vec::with_capacity(ins.db.procs.len());
+    let (mut path_increments, mut edge_increments) = (0u64, 0u64);
+    for (i, d) in ins.db.procs.iter().enumerate() {
+        let mut sk = skeleton(d);
+        let mut q = ProcPathProfile {
+            name: d.name.clone(),
+            left_alone: match &d.status {
+                ProcStatus::Traced => None,
+                ProcStatus::LeftAlone(r) => Some(r.clone()),
+            },
+            mode: String::new(),
+            entry: d.entry,
+            blocks: std::mem::take(&mut sk.blocks),
+            edges: std::mem::take(&mut sk.edges),
+            back_edges: Vec::new(),
+            virtual_exits: Vec::new(),
+            num_paths: 0,
+            executed: 0,
+            total: 0,
+            paths: Vec::new(),
+            edge_counts: None,
+            error: None,
+        };
+        if let Some(Some(pp)) = layout.paths.get(i) {
+            q.mode = "paths".into();
+            q.num_paths = pp.numbering.num_paths();
+            q.virtual_exits = pp.virtual_exits.iter().map(|b| b.index() as u32).collect();
+            q.back_edges = pp
+                .back_edges
+                .iter()
+                .map(|&e| {
+                    let (f, t, _) = &q.edges[e.index()];
+                    (*f, *t)
+                })
+                .collect();
+            let first = pp.first as usize;
+            let counts = values
+                .get(first..first + q.num_paths as usize)
+                .ok_or_else(|| perr("internal: path counters out of range"))?;
+            q.paths = paths_of(pp, counts, q.blocks.len())?;
+            q.executed = q.paths.len() as u64;
+            q.total = q.paths.iter().map(|p| p.count).sum();
+            path_increments += q.total;
+        } else if let Some(Some(pc)) = layout.procs.get(i) {
+            q.mode = "edges".into();
+            sk.blocks.clone_from(&q.blocks);
+            sk.edges.clone_from(&q.edges);
+            fill(&mut sk, pc, &values)?;
+            edge_increments += sk.counters.iter().sum::<u64>();
+            q.virtual_exits = sk.virtual_exits;
+            q.edge_counts = sk.counts;
+            q.error = sk.error;
+        }
+        procs.push(q);
+    }
+    let profile = PathProfile {
+        version: VERSION,
+        program: exe
+            .canonicalize()
+            .unwrap_or_else(|_| exe.clone())
+            .display()
+            .to_string(),
+        args: o
+            .args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        status: match outcome {
+            Outcome::Exited(c) => format!("exited {c}"),
+            Outcome::Signaled(s) => format!("killed by signal {s}"),
+        },
+        path_limit: PATH_LIMIT,
+        path_increments,
+        edge_increments,
+        run_seconds,
+        procs,
+    };
+    let out = o.output.clone().unwrap_or_else(|| {
+        let mut t = exe
+            .file_name()
+            .map(|n| n.to_os_string())
+            .unwrap_or_else(|| "program".into());
+        t.push(".apath");
+        PathBuf::from(t)
+    });
+    let json = serde_json::to_vec(&profile).map_err(|e| perr(e.to_string()))?;
+    write_atomic(&out, &json)?;
+    let mut buf = Vec::new();
+    if o.json {
+        json_report(&profile, o.top, &mut buf)?;
+    } else {
+        text_report(&profile, o.top, &mut buf)?;
+    }
+    match &o.report {
+        Some(r) => write_atomic(r, &buf)?,
+        None => std::io::stderr().write_all(&buf)?,
+    }
+    Ok(outcome)
+}
+
+/// Reads a path profile file.
+pub fn read(path: &Path) -> Result<PathProfile> {
+    let bytes = std::fs::read(path).map_err(|e| Error::Io {
+        path: path.to_owned(),
+        source: e,
+    })?;
+    let p: PathProfile = serde_json::from_slice(&bytes)
+        .map_err(|e| perr(format!("{}: not a path profile: {e}", path.display())))?;
+    if p.version != VERSION {
+        return Err(perr(format!(
+            "{}: path profile version {} (this aetrace reads {VERSION})",
+            path.display(),
+            p.version
+        )));
+    }
+    Ok(p)
+}
+
+/// The procedures with executed paths, hottest (most path executions) first.
+fn hottest(p: &PathProfile) -> Vec<&ProcPathProfile> {
+    let mut v: Vec<&ProcPathProfile> = p.procs.iter().filter(|q| q.total > 0).collect();
+    v.sort_by(|a, b| b.total.cmp(&a.total).then(a.name.cmp(&b.name)));
+    v
+}
+
+fn lines_of(p: &PathProfile) -> crate::lines::Lines {
+    crate::elf::Module::open(Path::new(&p.program))
+        .map(|m| crate::lines::Lines::load(&m))
+        .unwrap_or_default()
+}
+
+/// The procedures profiled by edges instead of paths.
+fn edge_profiled(p: &PathProfile) -> Vec<&str> {
+    p.procs
+        .iter()
+        .filter(|q| q.mode == "edges")
+        .map(|q| q.name.as_str())
+        .collect()
+}
+
+/// The text report: per hot procedure, its hottest paths as block
+/// sequences with source lines.
+pub fn text_report(p: &PathProfile, top: usize, w: &mut dyn Write) -> Result<()> {
+    writeln!(w, "program: {} {}", p.program, p.args.join(" "))?;
+    writeln!(
+        w,
+        "status: {}; {} path counter increments, {} edge counter increments",
+        p.status, p.path_increments, p.edge_increments
+    )?;
+    let edges = edge_profiled(p);
+    if !edges.is_empty() {
+        writeln!(
+            w,
+            "edge-profiled (more than {} paths): {}",
+            p.path_limit,
+            edges.join(", ")
+        )?;
+    }
+    let lines = lines_of(p);
+    for q in hottest(p).into_iter().take(top) {
+        writeln!(
+            w,
+            "\n{}: {} of {} paths executed, {} path executions",
+            q.name, q.executed, q.num_paths, q.total
+        )?;
+        for path in q.paths.iter().take(top) {
+            let blocks: Vec<String> = path
+                .blocks
+                .iter()
+                .map(|&b| {
+                    let at = q.blocks.get(b as usize).map_or(0, |b| b.start);
+                    match lines.at(at) {
+                        Some((f, l)) => {
+                            let f = f.rsplit('/').next().unwrap_or(f);
+                            format!("{at:#x} ({f}:{l})")
+                        }
+                        None => format!("{at:#x}"),
+                    }
+                })
+                .collect();
+            writeln!(
+                w,
+                "{:>12}  [{}] {} [{}]",
+                path.count,
+                path.start,
+                blocks.join(" -> "),
+                path.end
+            )?;
+        }
+    }
+    let failed: Vec<&ProcPathProfile> = p.procs.iter().filter(|q| q.error.is_some()).collect();
+    if !failed.is_empty() {
+        writeln!(w, "\ncounts not recovered:")?;
+        for q in failed {
+            writeln!(w, "  {}: {}", q.name, q.error.as_deref().unwrap_or(""))?;
+        }
+    }
+    Ok(())
+}
+
+/// The JSON report: the text report's content with addresses and lines.
+pub fn json_report(p: &PathProfile, top: usize, w: &mut dyn Write) -> Result<()> {
+    let lines = lines_of(p);
+    let procs: Vec<_> = hottest(p)
+        .into_iter()
+        .take(top)
+        .map(|q| {
+            let paths: Vec<_> = q
+                .paths
+                .iter()
+                .take(top)
+                .map(|path| {
+                    let blocks: Vec<_> = path
+                        .blocks
+                        .iter()
+                        .map(|&b| {
+                            let at = q.blocks.get(b as usize).map_or(0, |b| b.start);
+                            let src = lines.at(at).map(|(f, l)| format!("{f}:{l}"));
+                            serde_json::json!({ "address": at, "source": src })
+                        })
+                        .collect();
+                    serde_json::json!({
+                        "id": path.id, "count": path.count, "start": path.start,
+                        "end": path.end, "blocks": blocks,
+                    })
+                })
+                .collect();
+            serde_json::json!({
+                "name": q.name, "num_paths": q.num_paths, "executed": q.executed,
+                "total": q.total, "paths": paths,
+            })
+        })
+        .collect();
+    let v = serde_json::json!({
+        "program": p.program, "status": p.status,
+        "path_increments": p.path_increments, "edge_increments": p.edge_increments,
+        "edge_profiled": edge_profiled(p), "procedures": procs,
+    });
+    serde_json::to_writer(&mut *w, &v).map_err(|e| perr(e.to_string()))?;
+    writeln!(w)?;
+    Ok(())
+}
