@@ -344,21 +344,71 @@ struct DynInfo {
 }
 
 impl DynInfo {
+    /// Parses only the ELF header, the program headers and the dynamic
+    /// section with its string table, from a read-only mapping: a library
+    /// is megabytes (libc 1.9 MB), of which this touches a few pages. The
+    /// recorder resolves the whole closure on every run, even `--libs none`.
     fn read(path: &Path) -> Result<DynInfo> {
-        let bytes = std::fs::read(path).map_err(|source| Error::Io {
+        use goblin::elf::{dynamic::Dynamic, program_header::ProgramHeader, Elf};
+        let file = std::fs::File::open(path).map_err(|source| Error::Io {
             path: path.to_owned(),
             source,
         })?;
-        let elf = goblin::elf::Elf::parse(&bytes).map_err(|e| Error::Malformed {
+        // SAFETY: a private read-only mapping; goblin bounds-checks every read.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| Error::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        let bytes: &[u8] = &map;
+        let malformed = |e: goblin::error::Error| Error::Malformed {
             path: path.to_owned(),
             what: format!("dynamic section: {e}"),
-        })?;
-        let dirs = |v: &[&str]| v.iter().flat_map(|s| split_path(s)).collect::<Vec<_>>();
-        Ok(DynInfo {
-            needed: elf.libraries.iter().map(|s| s.to_string()).collect(),
-            rpath: dirs(&elf.rpaths),
-            runpath: dirs(&elf.runpaths),
-        })
+        };
+        let header = Elf::parse_header(bytes).map_err(malformed)?;
+        let elf = Elf::lazy_parse(header).map_err(malformed)?;
+        let ctx = goblin::container::Ctx::new(
+            if elf.is_64 {
+                goblin::container::Container::Big
+            } else {
+                goblin::container::Container::Little
+            },
+            goblin::container::Endian::from(elf.little_endian),
+        );
+        let phdrs =
+            ProgramHeader::parse(bytes, header.e_phoff as usize, header.e_phnum as usize, ctx)
+                .map_err(malformed)?;
+        let mut info = DynInfo {
+            needed: Vec::new(),
+            rpath: Vec::new(),
+            runpath: Vec::new(),
+        };
+        let Some(dynamic) = Dynamic::parse(bytes, &phdrs, ctx).map_err(malformed)? else {
+            return Ok(info);
+        };
+        let strtab =
+            goblin::strtab::Strtab::parse(bytes, dynamic.info.strtab, dynamic.info.strsz, 0)
+                .map_err(malformed)?;
+        let string = |d: &goblin::elf::dynamic::Dyn| {
+            strtab
+                .get_at(d.d_val as usize)
+                .ok_or_else(|| Error::Malformed {
+                    path: path.to_owned(),
+                    what: format!(
+                        "dynamic section: tag {:#x} names string {:#x}, outside its string table",
+                        d.d_tag, d.d_val
+                    ),
+                })
+        };
+        use goblin::elf::dynamic::{DT_NEEDED, DT_RPATH, DT_RUNPATH};
+        for d in &dynamic.dyns {
+            match d.d_tag {
+                DT_NEEDED => info.needed.push(string(d)?.to_owned()),
+                DT_RPATH => info.rpath.extend(split_path(string(d)?)),
+                DT_RUNPATH => info.runpath.extend(split_path(string(d)?)),
+                _ => {}
+            }
+        }
+        Ok(info)
     }
 }
 
