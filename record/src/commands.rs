@@ -105,14 +105,25 @@ fn cache_dir() -> PathBuf {
     }
 }
 
-/// The cache key: what the rewrite depends on. The program's build-id (or
-/// a hash of its bytes when it has none), its size and modification time,
-/// the placement, the fault injection if any, and this aetrace executable (a rebuilt rewriter must not
-/// reuse old copies).
+/// The cache key: what the rewrite depends on. The program's build-id
+/// with its size and modification time (a stripped copy keeps the build-id
+/// but not the size), or a hash of its bytes when it has no build-id; the
+/// placement, the fault injection if any, and this aetrace executable (a
+/// rebuilt rewriter must not reuse old copies).
 fn cache_key(exe: &Path, bytes: &[u8], placement: Placement, tag: u32) -> String {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    bytes.hash(&mut h);
+    match build_id(bytes) {
+        Some(id) => {
+            id.hash(&mut h);
+            bytes.len().hash(&mut h);
+            std::fs::metadata(exe)
+                .and_then(|m| m.modified())
+                .ok()
+                .hash(&mut h);
+        }
+        None => bytes.hash(&mut h),
+    }
     format!("{:?}", placement).hash(&mut h);
     // A library's module tag is baked into its ENTER records.
     tag.hash(&mut h);
@@ -129,12 +140,27 @@ fn cache_key(exe: &Path, bytes: &[u8], placement: Placement, tag: u32) -> String
     format!("{name}-{:016x}", h.finish())
 }
 
+/// The `NT_GNU_BUILD_ID` descriptor of the ELF in `bytes`, through its
+/// PT_NOTE segments: the few pages they span are all that is read.
+fn build_id(bytes: &[u8]) -> Option<&[u8]> {
+    let (elf, _) = crate::libs::headers_only(bytes).ok()?;
+    elf.iter_note_headers(bytes)?
+        .filter_map(|n| n.ok())
+        .find(|n| n.n_type == goblin::elf::note::NT_GNU_BUILD_ID && n.name == "GNU")
+        .map(|n| n.desc)
+        .filter(|d| !d.is_empty())
+}
+
 /// Rewrites `exe` (module tag 0) or a library (`tag` > 0), or takes the
 /// copy a previous run cached.
 fn prepare(exe: &Path, placement: Placement, tag: u32) -> Result<Prepared> {
-    let bytes = std::fs::read(exe).map_err(|e| io_err(exe, e))?;
+    let file = std::fs::File::open(exe).map_err(|e| io_err(exe, e))?;
+    // SAFETY: a private read-only mapping; only the pages the key needs
+    // (headers and notes when there is a build-id) are read.
+    let bytes = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| io_err(exe, e))?;
     let dir = cache_dir();
     let key = cache_key(exe, &bytes, placement, tag);
+    drop(bytes);
     let (elf, meta_path) = (dir.join(&key), dir.join(format!("{key}.meta")));
     // A library keeps the path the loader finds it by (its DT_NEEDED
     // name as the file name: `--module libbz2.so.1.0`).

@@ -349,7 +349,7 @@ impl DynInfo {
     /// is megabytes (libc 1.9 MB), of which this touches a few pages. The
     /// recorder resolves the whole closure on every run, even `--libs none`.
     fn read(path: &Path) -> Result<DynInfo> {
-        use goblin::elf::{dynamic::Dynamic, program_header::ProgramHeader, Elf};
+        use goblin::elf::dynamic::Dynamic;
         let file = std::fs::File::open(path).map_err(|source| Error::Io {
             path: path.to_owned(),
             source,
@@ -364,19 +364,8 @@ impl DynInfo {
             path: path.to_owned(),
             what: format!("dynamic section: {e}"),
         };
-        let header = Elf::parse_header(bytes).map_err(malformed)?;
-        let elf = Elf::lazy_parse(header).map_err(malformed)?;
-        let ctx = goblin::container::Ctx::new(
-            if elf.is_64 {
-                goblin::container::Container::Big
-            } else {
-                goblin::container::Container::Little
-            },
-            goblin::container::Endian::from(elf.little_endian),
-        );
-        let phdrs =
-            ProgramHeader::parse(bytes, header.e_phoff as usize, header.e_phnum as usize, ctx)
-                .map_err(malformed)?;
+        let (elf, ctx) = headers_only(bytes).map_err(malformed)?;
+        let phdrs = elf.program_headers;
         let mut info = DynInfo {
             needed: Vec::new(),
             rpath: Vec::new(),
@@ -410,6 +399,26 @@ impl DynInfo {
         }
         Ok(info)
     }
+}
+
+/// The ELF header and program headers of `bytes` (nothing else parsed),
+/// with the container context to parse more.
+pub(crate) fn headers_only(
+    bytes: &[u8],
+) -> goblin::error::Result<(goblin::elf::Elf<'_>, goblin::container::Ctx)> {
+    use goblin::container::{Container, Ctx, Endian};
+    use goblin::elf::{program_header::ProgramHeader, Elf};
+    let header = Elf::parse_header(bytes)?;
+    let mut elf = Elf::lazy_parse(header)?;
+    let container = if elf.is_64 {
+        Container::Big
+    } else {
+        Container::Little
+    };
+    let ctx = Ctx::new(container, Endian::from(elf.little_endian));
+    elf.program_headers =
+        ProgramHeader::parse(bytes, header.e_phoff as usize, header.e_phnum as usize, ctx)?;
+    Ok((elf, ctx))
 }
 
 /// `/etc/ld.so.cache` in glibc's format 1.1 (`glibc-ld.so.cache1.1`: a
