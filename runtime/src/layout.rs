@@ -297,9 +297,9 @@ pub fn skip_witnesses(data: &[u8], from: usize) -> usize {
     while data.get(i).is_some_and(|&b| b != UNWRITTEN && b != ESCAPE) {
         i += 1;
     }
-    debug_assert!(data[from.min(data.len())..i]
-        .iter()
-        .all(|&b| b != UNWRITTEN && b != ESCAPE));
+    debug_assert!(data
+        .get(from..i)
+        .is_none_or(|s| s.iter().all(|&b| b != UNWRITTEN && b != ESCAPE)));
     i
 }
 
