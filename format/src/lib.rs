@@ -66,7 +66,10 @@ pub use section::{
 };
 pub use stats::{ExitStats, ModuleStats, Stats, ThreadStats};
 pub use trace::{Chunk, Database, Status, Trace, TraceFile};
-pub use writer::{compress_chunk, replaceable, EncodedChunk, TraceWriter, DEFAULT_LEVEL};
+pub use writer::{
+    compress_chunk, compress_database, replaceable, EncodedChunk, EncodedDatabase, TraceWriter,
+    DEFAULT_LEVEL,
+};
 
 use std::fmt;
 

@@ -13,7 +13,8 @@
 //! all further work ([`Error::Poisoned`]) rather than append after the tear.
 //!
 //! Chunks can be compressed anywhere ([`compress_chunk`] is a pure function, e.g. on
-//! a thread pool) and appended in sequence order with [`TraceWriter::append_chunk`].
+//! a thread pool) and appended in sequence order with [`TraceWriter::append_chunk`];
+//! likewise a program database ([`compress_database`], [`TraceWriter::append_database`]).
 
 use crate::error::{Error, Result};
 use crate::header::{Header, HEADER_LEN};
@@ -58,6 +59,27 @@ pub fn compress_chunk(
         seq,
         raw_len: raw.len() as u64,
         witnesses,
+        codec: Codec::Zstd,
+        data: compress(raw, level)?,
+    })
+}
+
+/// A program database ready to append: compressed once (e.g. when the rewritten
+/// module is cached) and copied into every trace of that module as is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EncodedDatabase {
+    /// Format version of the raw database.
+    pub version: u32,
+    pub raw_len: u64,
+    pub codec: Codec,
+    pub data: Vec<u8>,
+}
+
+/// Compresses a program database (format `version`) with zstd at `level`.
+pub fn compress_database(version: u32, raw: &[u8], level: i32) -> Result<EncodedDatabase> {
+    Ok(EncodedDatabase {
+        version,
+        raw_len: raw.len() as u64,
         codec: Codec::Zstd,
         data: compress(raw, level)?,
     })
@@ -202,15 +224,19 @@ impl<W: Write> TraceWriter<W> {
 
     /// PROGRAM_DATABASE: the opaque database (format `version`) of `module`, zstd-compressed.
     pub fn program_database(&mut self, module: ModuleId, version: u32, raw: &[u8]) -> Result<()> {
-        let data = compress(raw, self.level)?;
+        self.append_database(module, &compress_database(version, raw, self.level)?)
+    }
+
+    /// PROGRAM_DATABASE: the database of `module`, compressed elsewhere.
+    pub fn append_database(&mut self, module: ModuleId, db: &EncodedDatabase) -> Result<()> {
         self.append(&Record::ProgramDatabase {
             header: DatabaseHeader {
                 module,
-                version,
-                codec: Codec::Zstd,
-                raw_len: raw.len() as u64,
+                version: db.version,
+                codec: db.codec,
+                raw_len: db.raw_len,
             },
-            data: &data,
+            data: &db.data,
             data_at: section::DATABASE_FIXED_LEN,
         })
     }

@@ -11,8 +11,8 @@ use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use aetrace_format::module_flags;
 use aetrace_format::progdb;
+use aetrace_format::{compress_database, module_flags, Codec, EncodedDatabase};
 
 use crate::launch::{self, Launch, ModuleSpec, Outcome};
 use crate::libs::LibSelection;
@@ -110,15 +110,26 @@ pub(crate) fn cache_dir() -> PathBuf {
     }
 }
 
-/// The cache key: what the rewrite depends on. The program's build-id (or
-/// a hash of its bytes when it has none), its size and modification time,
-/// the instrumentation (`what`: the placement, or `aetrace profile`'s
-/// counting spec), the fault injection if any, and this aetrace executable (a rebuilt rewriter must not
-/// reuse old copies).
+/// The cache key: what the rewrite depends on. The program's build-id
+/// with its size and modification time (a stripped copy keeps the build-id
+/// but not the size), or a hash of its bytes when it has no build-id; the
+/// instrumentation (`what`: the placement, or `aetrace profile`'s counting
+/// spec), the fault injection if any, and this aetrace executable (a
+/// rebuilt rewriter must not reuse old copies).
 pub(crate) fn cache_key(exe: &Path, bytes: &[u8], what: &str, tag: u32) -> String {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    bytes.hash(&mut h);
+    match build_id(bytes) {
+        Some(id) => {
+            id.hash(&mut h);
+            bytes.len().hash(&mut h);
+            std::fs::metadata(exe)
+                .and_then(|m| m.modified())
+                .ok()
+                .hash(&mut h);
+        }
+        None => bytes.hash(&mut h),
+    }
     what.hash(&mut h);
     // A library's module tag is baked into its ENTER records.
     tag.hash(&mut h);
@@ -135,12 +146,27 @@ pub(crate) fn cache_key(exe: &Path, bytes: &[u8], what: &str, tag: u32) -> Strin
     format!("{name}-{:016x}", h.finish())
 }
 
+/// The `NT_GNU_BUILD_ID` descriptor of the ELF in `bytes`, through its
+/// PT_NOTE segments: the few pages they span are all that is read.
+fn build_id(bytes: &[u8]) -> Option<&[u8]> {
+    let (elf, _) = crate::libs::headers_only(bytes).ok()?;
+    elf.iter_note_headers(bytes)?
+        .filter_map(|n| n.ok())
+        .find(|n| n.n_type == goblin::elf::note::NT_GNU_BUILD_ID && n.name == "GNU")
+        .map(|n| n.desc)
+        .filter(|d| !d.is_empty())
+}
+
 /// Rewrites `exe` (module tag 0) or a library (`tag` > 0), or takes the
 /// copy a previous run cached.
 fn prepare(exe: &Path, placement: Placement, tag: u32) -> Result<Prepared> {
-    let bytes = std::fs::read(exe).map_err(|e| io_err(exe, e))?;
+    let file = std::fs::File::open(exe).map_err(|e| io_err(exe, e))?;
+    // SAFETY: a private read-only mapping; only the pages the key needs
+    // (headers and notes when there is a build-id) are read.
+    let bytes = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| io_err(exe, e))?;
     let dir = cache_dir();
     let key = cache_key(exe, &bytes, &format!("{placement:?}"), tag);
+    drop(bytes);
     let (elf, meta_path) = (dir.join(&key), dir.join(format!("{key}.meta")));
     // A library keeps the path the loader finds it by (its DT_NEEDED
     // name as the file name: `--module libbz2.so.1.0`).
@@ -160,13 +186,17 @@ fn prepare(exe: &Path, placement: Placement, tag: u32) -> Result<Prepared> {
         }
     }
     let ins = rewrite::instrument_module(exe, placement, tag)?;
+    let db = compress_database(progdb::VERSION, &ins.db.encode(), DB_LEVEL).map_err(|e| {
+        Error::Record {
+            what: format!("{}: compressing the program database: {e}", exe.display()),
+        }
+    })?;
     let module = ModuleSpec {
         path,
         build_id: ins.build_id.clone(),
         flags,
         size: ins.size,
-        db: ins.db.encode(),
-        db_version: progdb::VERSION,
+        db,
         runtime_vaddr: ins.db.runtime_vaddr,
         notes: ins.notes.clone(),
     };
@@ -186,12 +216,21 @@ pub(crate) fn cache_store(elf: &Path, bytes: &[u8], meta_path: &Path, meta: &[u8
     std::fs::rename(&tmp, meta_path).map_err(|e| io_err(meta_path, e))
 }
 
-/// `[u64 size][u64 runtime_vaddr][u32 n][n x (u32 len, bytes)]` for the
-/// build-id, the notes, then the database to the end.
+/// zstd level of the program database, compressed once per rewrite and
+/// copied into every trace: the rewrite takes far longer than level 19
+/// does, and the database is most of a short run's trace.
+const DB_LEVEL: i32 = 19;
+
+/// `[u32 crc32 of the rest][u64 size][u64 runtime_vaddr][u64 database raw
+/// length][u32 n][n x (u32 len, bytes)]` for the build-id, the notes, then
+/// the zstd-compressed database to the end. The checksum stands in for
+/// decoding the database on every run.
 fn encode_meta(m: &ModuleSpec) -> Vec<u8> {
-    let mut out = Vec::new();
+    debug_assert!(m.db.codec == Codec::Zstd && m.db.version == progdb::VERSION);
+    let mut out = vec![0; 4];
     out.extend_from_slice(&m.size.to_le_bytes());
     out.extend_from_slice(&m.runtime_vaddr.to_le_bytes());
+    out.extend_from_slice(&m.db.raw_len.to_le_bytes());
     let fields: Vec<&[u8]> = std::iter::once(m.build_id.as_slice())
         .chain(m.notes.iter().map(|n| n.as_bytes()))
         .collect();
@@ -200,7 +239,9 @@ fn encode_meta(m: &ModuleSpec) -> Vec<u8> {
         out.extend_from_slice(&(f.len() as u32).to_le_bytes());
         out.extend_from_slice(f);
     }
-    out.extend_from_slice(&m.db);
+    out.extend_from_slice(&m.db.data);
+    let crc = crc32fast::hash(&out[4..]);
+    out[..4].copy_from_slice(&crc.to_le_bytes());
     out
 }
 
@@ -209,16 +250,23 @@ fn encode_meta(m: &ModuleSpec) -> Vec<u8> {
 fn decode_meta(b: &[u8], path: PathBuf, flags: u32) -> Option<ModuleSpec> {
     let u64_at = |o: usize| Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?));
     let u32_at = |o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?) as usize);
-    let (size, runtime_vaddr, n) = (u64_at(0)?, u64_at(8)?, u32_at(16)?);
-    let mut at = 20;
+    if u32_at(0)? as u32 != crc32fast::hash(b.get(4..)?) {
+        return None;
+    }
+    let (size, runtime_vaddr, raw_len, n) = (u64_at(4)?, u64_at(12)?, u64_at(20)?, u32_at(28)?);
+    let mut at = 32;
     let mut fields = Vec::new();
     for _ in 0..n {
         let len = u32_at(at)?;
         fields.push(b.get(at + 4..at + 4 + len)?.to_vec());
         at += 4 + len;
     }
-    let db = b.get(at..)?.to_vec();
-    progdb::ProgramDb::decode(&db).ok()?;
+    let db = EncodedDatabase {
+        version: progdb::VERSION,
+        raw_len,
+        codec: Codec::Zstd,
+        data: b.get(at..)?.to_vec(),
+    };
     let mut fields = fields.into_iter();
     Some(ModuleSpec {
         path,
@@ -226,7 +274,6 @@ fn decode_meta(b: &[u8], path: PathBuf, flags: u32) -> Option<ModuleSpec> {
         flags,
         size,
         db,
-        db_version: progdb::VERSION,
         runtime_vaddr,
         notes: fields
             .map(|f| String::from_utf8_lossy(&f).into_owned())

@@ -344,22 +344,81 @@ struct DynInfo {
 }
 
 impl DynInfo {
+    /// Parses only the ELF header, the program headers and the dynamic
+    /// section with its string table, from a read-only mapping: a library
+    /// is megabytes (libc 1.9 MB), of which this touches a few pages. The
+    /// recorder resolves the whole closure on every run, even `--libs none`.
     fn read(path: &Path) -> Result<DynInfo> {
-        let bytes = std::fs::read(path).map_err(|source| Error::Io {
+        use goblin::elf::dynamic::Dynamic;
+        let file = std::fs::File::open(path).map_err(|source| Error::Io {
             path: path.to_owned(),
             source,
         })?;
-        let elf = goblin::elf::Elf::parse(&bytes).map_err(|e| Error::Malformed {
+        // SAFETY: a private read-only mapping; goblin bounds-checks every read.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| Error::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        let bytes: &[u8] = &map;
+        let malformed = |e: goblin::error::Error| Error::Malformed {
             path: path.to_owned(),
             what: format!("dynamic section: {e}"),
-        })?;
-        let dirs = |v: &[&str]| v.iter().flat_map(|s| split_path(s)).collect::<Vec<_>>();
-        Ok(DynInfo {
-            needed: elf.libraries.iter().map(|s| s.to_string()).collect(),
-            rpath: dirs(&elf.rpaths),
-            runpath: dirs(&elf.runpaths),
-        })
+        };
+        let (elf, ctx) = headers_only(bytes).map_err(malformed)?;
+        let phdrs = elf.program_headers;
+        let mut info = DynInfo {
+            needed: Vec::new(),
+            rpath: Vec::new(),
+            runpath: Vec::new(),
+        };
+        let Some(dynamic) = Dynamic::parse(bytes, &phdrs, ctx).map_err(malformed)? else {
+            return Ok(info);
+        };
+        let strtab =
+            goblin::strtab::Strtab::parse(bytes, dynamic.info.strtab, dynamic.info.strsz, 0)
+                .map_err(malformed)?;
+        let string = |d: &goblin::elf::dynamic::Dyn| {
+            strtab
+                .get_at(d.d_val as usize)
+                .ok_or_else(|| Error::Malformed {
+                    path: path.to_owned(),
+                    what: format!(
+                        "dynamic section: tag {:#x} names string {:#x}, outside its string table",
+                        d.d_tag, d.d_val
+                    ),
+                })
+        };
+        use goblin::elf::dynamic::{DT_NEEDED, DT_RPATH, DT_RUNPATH};
+        for d in &dynamic.dyns {
+            match d.d_tag {
+                DT_NEEDED => info.needed.push(string(d)?.to_owned()),
+                DT_RPATH => info.rpath.extend(split_path(string(d)?)),
+                DT_RUNPATH => info.runpath.extend(split_path(string(d)?)),
+                _ => {}
+            }
+        }
+        Ok(info)
     }
+}
+
+/// The ELF header and program headers of `bytes` (nothing else parsed),
+/// with the container context to parse more.
+pub(crate) fn headers_only(
+    bytes: &[u8],
+) -> goblin::error::Result<(goblin::elf::Elf<'_>, goblin::container::Ctx)> {
+    use goblin::container::{Container, Ctx, Endian};
+    use goblin::elf::{program_header::ProgramHeader, Elf};
+    let header = Elf::parse_header(bytes)?;
+    let mut elf = Elf::lazy_parse(header)?;
+    let container = if elf.is_64 {
+        Container::Big
+    } else {
+        Container::Little
+    };
+    let ctx = Ctx::new(container, Endian::from(elf.little_endian));
+    elf.program_headers =
+        ProgramHeader::parse(bytes, header.e_phoff as usize, header.e_phnum as usize, ctx)?;
+    Ok((elf, ctx))
 }
 
 /// `/etc/ld.so.cache` in glibc's format 1.1 (`glibc-ld.so.cache1.1`: a

@@ -255,7 +255,9 @@ impl Geometry {
 /// byte for an unknown record kind.
 pub fn valid_prefix(data: &[u8]) -> Result<usize, (usize, u8)> {
     let mut i = 0usize;
-    while let Some(&b) = data.get(i) {
+    loop {
+        i = skip_witnesses(data, i);
+        let Some(&b) = data.get(i) else { break };
         match b {
             UNWRITTEN => break,
             ESCAPE => {
@@ -274,6 +276,31 @@ pub fn valid_prefix(data: &[u8]) -> Result<usize, (usize, u8)> {
         }
     }
     Ok(i)
+}
+
+/// The index of the first byte at or after `from` that is not a witness
+/// (`0x00` or `0xFF`), or `data.len()`. Eight bytes at a time: the
+/// recorder scans every stream byte this way, and witnesses are most of them.
+pub fn skip_witnesses(data: &[u8], from: usize) -> usize {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    // Nonzero iff some byte of `v` is zero.
+    let has_zero = |v: u64| v.wrapping_sub(LO) & !v & HI;
+    let mut i = from;
+    while let Some(w) = data.get(i..i + 8) {
+        let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+        if has_zero(w) | has_zero(!w) != 0 {
+            break;
+        }
+        i += 8;
+    }
+    while data.get(i).is_some_and(|&b| b != UNWRITTEN && b != ESCAPE) {
+        i += 1;
+    }
+    debug_assert!(data
+        .get(from..i)
+        .is_none_or(|s| s.iter().all(|&b| b != UNWRITTEN && b != ESCAPE)));
+    i
 }
 
 #[cfg(test)]
@@ -308,6 +335,32 @@ mod tests {
         for b in [0u8, 15, 0x7F, 0x80, 0xFF] {
             assert_eq!(RecordKind::from_byte(b), None, "{b:#x}");
         }
+    }
+
+    #[test]
+    fn skip_witnesses_stops_at_the_first_hole_or_escape() {
+        let mut d = vec![0x11u8; 40];
+        assert_eq!(skip_witnesses(&d, 0), 40);
+        assert_eq!(skip_witnesses(&d, 39), 40);
+        assert_eq!(skip_witnesses(&d, 41), 41);
+        for at in 0..40 {
+            for stop in [UNWRITTEN, ESCAPE] {
+                d[at] = stop;
+                for from in 0..=at {
+                    assert_eq!(
+                        skip_witnesses(&d, from),
+                        at,
+                        "stop {stop:#x} at {at} from {from}"
+                    );
+                }
+                d[at] = 0x11;
+            }
+        }
+        // Bytes next to the stop values are witnesses.
+        assert_eq!(
+            skip_witnesses(&[0x01, 0xFE, 0x80, 0x7F, 0x01, 0xFE, 0x80, 0x7F, 0xFF], 0),
+            8
+        );
     }
 
     #[test]
