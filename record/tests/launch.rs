@@ -176,14 +176,16 @@ impl Drop for Dir {
     }
 }
 
+/// The bytes the test's MODULE carries as its (opaque) program database.
+const DATABASE: &[u8] = b"opaque program database";
+
 fn main_module() -> ModuleSpec {
     ModuleSpec {
         path: PathBuf::from("/original/prog"),
         build_id: vec![0xAB, 0xCD, 0xEF],
         flags: module_flags::MAIN | module_flags::INSTRUMENTED,
         size: 0x20_0000,
-        db: b"opaque program database".to_vec(),
-        db_version: 9,
+        db: aetrace_format::compress_database(9, DATABASE, 3).unwrap(),
         runtime_vaddr: RUNTIME_VADDR,
         notes: vec!["procedure foo left alone: unresolved indirect jump".into()],
     }
@@ -306,7 +308,7 @@ fn launch_normal_exit_gives_status_and_exact_stream() {
     );
     let db = trace.program_database(ModuleId(0)).expect("database");
     assert_eq!(db.version(), 9);
-    assert_eq!(db.decompress().unwrap(), spec.db);
+    assert_eq!(db.decompress().unwrap(), DATABASE);
     assert!(trace
         .notes()
         .iter()
