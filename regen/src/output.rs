@@ -612,6 +612,15 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         }
     }
 
+    /// Whether long streams are cut into pieces: with an explicit `-j` or
+    /// `--piece`, and by default only with three CPUs or more. The cutting
+    /// pass costs about as much as the expansion it feeds (docs/regen.md,
+    /// section 5), so on two CPUs cutting one stream makes it slower; the
+    /// threads of a trace still run in parallel.
+    fn cuts(&self) -> bool {
+        self.opts.jobs != 0 || self.opts.piece_bytes != 0 || self.workers() > 2
+    }
+
     /// A whole thread as one piece.
     fn whole<'m>(&'m self, job: &Job<'m>) -> Piece<'m> {
         Piece {
@@ -627,6 +636,10 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     /// the end of the stream: its expansion meets the same error after
     /// writing everything before it.
     fn cut<'m>(&'m self, job: &Job<'m>, give: &mut dyn FnMut(Piece<'m>) -> bool) {
+        if !self.cuts() {
+            give(self.whole(job));
+            return;
+        }
         let thread = job.info.start.thread;
         let stream_len: u64 = self.trace.chunks(thread).map(|c| c.meta.raw_len).sum();
         let piece = match self.opts.piece_bytes {
@@ -704,7 +717,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             out.write_all(&h.to_bytes()).map_err(Error::Output)?;
         }
         let workers = self.workers();
-        if workers <= 1 {
+        if workers <= 1 || (self.jobs.len() <= 1 && !self.cuts()) {
             for job in self.jobs {
                 let mut werr = None;
                 let r = self.produce(self.whole(job), &mut |b| match out.write_all(&b) {
