@@ -19,8 +19,8 @@
 # twice edge profiling, 31% against 16% on SPEC95).
 #
 # Usage (from the repository root):  bench/profile.sh       REPS=N (default 3)
-# Only the executable is profiled (`--libs none`): bzip2 and xz do most of
-# their work in libbz2 / liblzma, so their figures cover little of the run.
+# bzip2 and xz do most of their work in libbz2 / liblzma: their rows with
+# `+lib` profile the library too (`--libs`), the others the executable only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,12 +43,16 @@ open(f"{work}/text-2m", "w").write("".join(out)[:2_000_000])
 open(f"{work}/lines-100k", "w").write("".join(f"{rng.randrange(10**9)}\n" for _ in range(100_000)))
 PY
 
+# name|--libs of the edge profiles|command. Path profiles cover the
+# executable only: the +lib rows have none.
 WORKLOADS=(
-    "gzip 2MB|/usr/bin/gzip -c text-2m"
-    "gzip -d 2MB|/usr/bin/gzip -dc text-2m.gz"
-    "bzip2 2MB|/usr/bin/bzip2 -c text-2m"
-    "xz 2MB|/usr/bin/xz -c text-2m"
-    "sort 100k lines|/usr/bin/sort lines-100k"
+    "gzip 2MB|none|/usr/bin/gzip -c text-2m"
+    "gzip -d 2MB|none|/usr/bin/gzip -dc text-2m.gz"
+    "bzip2 2MB|none|/usr/bin/bzip2 -c text-2m"
+    "bzip2 2MB +libbz2|libbz2.so.1.0|/usr/bin/bzip2 -c text-2m"
+    "xz 2MB|none|/usr/bin/xz -c text-2m"
+    "xz 2MB +liblzma|liblzma.so.5|/usr/bin/xz -c text-2m"
+    "sort 100k lines|none|/usr/bin/sort lines-100k"
 )
 
 cd "$WORK"
@@ -106,12 +110,18 @@ RESULTS="$WORK/results.tsv"
 echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 for w in "${WORKLOADS[@]}"; do
     name=${w%%|*}
-    read -r -a cmd <<<"${w#*|}"
+    rest=${w#*|}
+    libs=${rest%%|*}
+    read -r -a cmd <<<"${rest#*|}"
     n=$(native "${cmd[@]}")
-    read -r s si <<<"$(profiled slow.aprof --placement every-block -- "${cmd[@]}")"
-    read -r q qi <<<"$(profiled quick.aprof -- "${cmd[@]}")"
-    read -r f fi <<<"$(profiled feedback.aprof --weights quick.aprof -- "${cmd[@]}")"
-    read -r p pi <<<"$(paths run.apath "${cmd[@]}")"
+    read -r s si <<<"$(profiled slow.aprof --libs "$libs" --placement every-block -- "${cmd[@]}")"
+    read -r q qi <<<"$(profiled quick.aprof --libs "$libs" -- "${cmd[@]}")"
+    read -r f fi <<<"$(profiled feedback.aprof --libs "$libs" --weights quick.aprof -- "${cmd[@]}")"
+    if [ "$libs" = none ]; then
+        read -r p pi <<<"$(paths run.apath "${cmd[@]}")"
+    else
+        p=- pi=-
+    fi
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$n" "$s" "$si" "$q" "$qi" "$f" "$fi" "$p" "$pi" >>"$RESULTS"
 done
 
@@ -120,7 +130,7 @@ import sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
 print()
 print("Edge profiling (paper 003, Tables 1-2): seconds (best run), overhead over native, counter increments")
-print(f"{'workload':16} {'native':>7} {'slow':>7} {'ovh':>6} {'quick':>7} {'ovh':>6} {'feedbk':>7} {'ovh':>6} "
+print(f"{'workload':18} {'native':>7} {'slow':>7} {'ovh':>6} {'quick':>7} {'ovh':>6} {'feedbk':>7} {'ovh':>6} "
       f"{'slow incs':>11} {'quick incs':>11} {'fb incs':>11} {'s/q':>5} {'s/f':>5}")
 for r in rows:
     name = r[0]
@@ -128,20 +138,22 @@ for r in rows:
     si, qi, fi = int(r[3]), int(r[5]), int(r[7])
     o = lambda t: f"{100 * (t / n - 1):5.0f}%"
     ratio = lambda a, b: f"{a / b:5.2f}" if b else "  inf"
-    print(f"{name:16} {n:7.4f} {s:7.4f} {o(s)} {q:7.4f} {o(q)} {f:7.4f} {o(f)} "
+    print(f"{name:18} {n:7.4f} {s:7.4f} {o(s)} {q:7.4f} {o(q)} {f:7.4f} {o(f)} "
           f"{si:11d} {qi:11d} {fi:11d} {ratio(si, qi)} {ratio(si, fi)}")
 print("s/q, s/f: every-block increments over quick (heuristic) and feedback placements (paper: 1.1-4.2x)")
 print()
 print("Path profiling (paper 001): seconds (best run), overhead over native, counter increments; beside quick")
-print(f"{'workload':16} {'native':>7} {'quick':>7} {'ovh':>6} {'paths':>7} {'ovh':>6} {'quick incs':>11} {'path incs':>11} {'p/q ovh':>8}")
+print(f"{'workload':18} {'native':>7} {'quick':>7} {'ovh':>6} {'paths':>7} {'ovh':>6} {'quick incs':>11} {'path incs':>11} {'p/q ovh':>8}")
 for r in rows:
     name, n, q, qi = r[0], float(r[1]), float(r[4]), int(r[5])
+    if "+lib" in name:
+        continue  # paths profile the executable only
     if r[8] == "-":
-        print(f"{name:16} {n:7.4f} {q:7.4f} {100 * (q / n - 1):5.0f}%  refused")
+        print(f"{name:18} {n:7.4f} {q:7.4f} {100 * (q / n - 1):5.0f}%  refused")
         continue
     p, pi = float(r[8]), int(r[9])
     oq, op = q / n - 1, p / n - 1
     rel = f"{op / oq:8.2f}" if oq > 0 else "       -"
-    print(f"{name:16} {n:7.4f} {q:7.4f} {100 * oq:5.0f}% {p:7.4f} {100 * op:5.0f}% {qi:11d} {pi:11d} {rel}")
+    print(f"{name:18} {n:7.4f} {q:7.4f} {100 * oq:5.0f}% {p:7.4f} {100 * op:5.0f}% {qi:11d} {pi:11d} {rel}")
 print("p/q ovh: path profiling's overhead over quick edge profiling's (paper 001: about 2x)")
 PY
