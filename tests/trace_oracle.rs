@@ -1180,3 +1180,18 @@ fn raw_system_calls() {
 fn vdso_calls() {
     traced("vdso.c", O2_PIE, &[]);
 }
+
+/// The program's own `int3`, caught by a SIGTRAP handler that returns:
+/// a trap, so the kernel reports the rip after the `int3`, which has
+/// completed (lackey counts it once, then the handler's blocks). In
+/// `int3.c` it ends a block (the rip is before the witness of its edge);
+/// in `int3_after_call.c` it is the first instruction after a lazily bound
+/// call returns, with no item written between the jump into the resolver
+/// and the SIGNAL, and at a procedure's entry.
+#[test]
+fn own_int3_with_returning_handler() {
+    traced("int3.c", O2_PIE, &[]);
+    traced("int3.c", O0_NOPIE, &[]);
+    traced("int3_after_call.c", O2_PIE, &[]);
+    traced("int3_after_call.c", O0_NOPIE, &[]);
+}

@@ -715,6 +715,10 @@ impl<'a> Machine<'a> {
                 self.cur = None;
                 return Ok(());
             }
+            // The untraced code returned first: the SIGNAL comes from traced
+            // code ahead (a program's own `int3` trapping before any item
+            // follows a lazy binding's jump); the step that reaches it reads it.
+            (Item::Signal { rip, .. }, _, _) if self.ahead_of_trail(rip) => {}
             (item, off, len) => {
                 if let Some(f) = Self::signal(item, off, Retry::JumpUntraced(from)) {
                     self.stream.advance(len);
@@ -826,6 +830,19 @@ impl<'a> Machine<'a> {
             Ok((_, SigAt::Outside, _)) => self.trail.contains(&Mark::Gap),
             _ => false,
         }
+    }
+
+    /// Whether a SIGNAL with `rip` stands in traced code the thread has not
+    /// run since its last record.
+    fn ahead_of_trail(&self, rip: u64) -> bool {
+        matches!(
+            self.place_rip(rip),
+            Ok((
+                _,
+                SigAt::Insn { .. } | SigAt::Witness { .. } | SigAt::Returned { .. },
+                _
+            ))
+        ) && !self.before_call(rip)
     }
 
     /// Control leaves call block `at`.
