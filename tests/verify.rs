@@ -539,6 +539,9 @@ fn profiles_verified_exact() {
         ("raw_syscall.c", O2_PIE, &[][..]),
         ("vdso.c", O2_PIE, &[][..]),
         ("int3.c", O2_PIE, &[][..]),
+        // An `int3` that is a block's first instruction (under our entry
+        // breakpoint) and one at a procedure's entry.
+        ("int3_after_call.c", O2_PIE, &[][..]),
         // Landing pads entered by the unwinder, frames it abandons, and
         // `setjmp` returning twice: counted by the profile, followed here.
         ("cxx_exceptions.cpp", O2_PIE, &[][..]),
@@ -783,6 +786,7 @@ fn exact_on_the_papers_cases() {
         ("signal.c", &[][..]),
         ("signal_fault.c", &[][..]),
         ("fork.c", &[][..]),
+        ("int3.c", &[][..]),
     ] {
         let exe = build(source, O2_PIE);
         let (trace, out) = record(&exe, args, None, &[]);

@@ -840,6 +840,14 @@ impl Tracer<'_> {
     /// back for that step.
     fn step_over(&mut self, tid: Pid, mut regs: Regs, orig: u8, end: bool) -> Result<()> {
         let bp = regs.rip;
+        if orig == INT3 && !end {
+            // The program's own `int3` under an entry breakpoint: stepping it
+            // would raise the program's SIGTRAP inside our step, taken for
+            // the step's end. Do what the CPU does (rip past it) and deliver.
+            regs.rip = bp + 1;
+            sys::set_regs(tid, &regs)?;
+            return self.deliver(tid, libc::SIGTRAP, None);
+        }
         let disp = self.displace(tid, bp)?;
         match disp {
             Some(d) => {
