@@ -505,31 +505,7 @@ fn cachegrind_model_matches_cachegrind_on_a_lackey_stream() {
             .expect("valgrind (cachegrind)");
         assert!(cg.status.success());
         let summary = String::from_utf8_lossy(&cg.stderr).into_owned();
-        let s = |v: u64| v.to_string();
-        let args = [
-            "--model".to_string(),
-            "cachegrind".into(),
-            "--json".into(),
-            "-l1-isize".into(),
-            s(i1.0),
-            "-l1-iassoc".into(),
-            s(i1.1),
-            "-l1-ibsize".into(),
-            s(i1.2),
-            "-l1-dsize".into(),
-            s(d1.0),
-            "-l1-dassoc".into(),
-            s(d1.1),
-            "-l1-dbsize".into(),
-            s(d1.2),
-            "-l2-usize".into(),
-            s(ll.0),
-            "-l2-uassoc".into(),
-            s(ll.1),
-            "-l2-ubsize".into(),
-            s(ll.2),
-            xdin.to_str().unwrap().into(),
-        ];
+        let args = common::cachegrind::model_args(i1, d1, ll, &xdin);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let v = json(&cachesim(&args, b""));
         let st = &v["stats"];

@@ -123,32 +123,8 @@ fn cachegrind_i1_equals_cachesim_on_the_regenerated_stream() {
             .expect("valgrind (cachegrind)");
         assert_eq!(cg.status.code(), native.status.code(), "cachegrind run");
         let summary = String::from_utf8_lossy(&cg.stderr).into_owned();
-        let s = |v: u64| v.to_string();
-        let opts = [
-            "cachesim".to_string(),
-            "--model".into(),
-            "cachegrind".into(),
-            "--json".into(),
-            "-l1-isize".into(),
-            s(i1.0),
-            "-l1-iassoc".into(),
-            s(i1.1),
-            "-l1-ibsize".into(),
-            s(i1.2),
-            "-l1-dsize".into(),
-            s(d1.0),
-            "-l1-dassoc".into(),
-            s(d1.1),
-            "-l1-dbsize".into(),
-            s(d1.2),
-            "-l2-usize".into(),
-            s(ll.0),
-            "-l2-uassoc".into(),
-            s(ll.1),
-            "-l2-ubsize".into(),
-            s(ll.2),
-            xdin.to_str().unwrap().into(),
-        ];
+        let mut opts = vec!["cachesim".to_string()];
+        opts.extend(common::cachegrind::model_args(i1, d1, ll, &xdin));
         let out = run_checked(
             Command::new(common::aetrace()).args(&opts),
             "aetrace cachesim",

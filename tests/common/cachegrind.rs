@@ -17,3 +17,30 @@ pub fn number(summary: &str, label: &str) -> u64 {
         .parse()
         .unwrap_or_else(|e| panic!("{label:?} in {line:?}: {e}"))
 }
+
+/// A cache level's geometry as cachegrind's `--I1`/`--D1`/`--LL` take it:
+/// size in bytes, associativity, line size.
+pub type Geometry = (u64, u64, u64);
+
+/// The `aetrace cachesim` options that simulate cachegrind's model with
+/// the same I1, D1 and LL as a cachegrind run, JSON output, on `input`.
+pub fn model_args(
+    i1: Geometry,
+    d1: Geometry,
+    ll: Geometry,
+    input: &std::path::Path,
+) -> Vec<String> {
+    let mut v: Vec<String> = ["--model", "cachegrind", "--json"].map(String::from).into();
+    for (level, (size, assoc, line)) in [("l1-i", i1), ("l1-d", d1), ("l2-u", ll)] {
+        v.extend([
+            format!("-{level}size"),
+            size.to_string(),
+            format!("-{level}assoc"),
+            assoc.to_string(),
+            format!("-{level}bsize"),
+            line.to_string(),
+        ]);
+    }
+    v.push(input.to_str().expect("a UTF-8 path").to_string());
+    v
+}

@@ -586,7 +586,7 @@ fn rsp_at(d: i64) -> MemoryOperand {
 }
 
 /// `lea rsp, [rsp + d]`: moves the stack pointer without touching the flags.
-fn rsp_step(d: i64) -> GenResult<Instruction> {
+pub(super) fn rsp_step(d: i64) -> GenResult<Instruction> {
     Instruction::with2(
         Code::Lea_r64_m,
         Register::RSP,

@@ -626,14 +626,7 @@ pub fn increment(
             Instruction::with2(Code::Mov_rm64_r64, mem, r).map_err(err)?,
         ]);
     }
-    let step = |d: i64| {
-        Instruction::with2(
-            Code::Lea_r64_m,
-            Register::RSP,
-            MemoryOperand::with_base_displ(Register::RSP, d),
-        )
-        .map_err(err)
-    };
+    let step = super::codegen::rsp_step;
     let mut v = Vec::new();
     if site.red_zone_live {
         v.push(step(-128)?);

@@ -356,14 +356,7 @@ pub fn emit(ops: &[PathOp], st: &PathState, site: Site) -> Res<Vec<Instruction>>
     let push_reg = site.scratch.is_none();
     let step = site.red_zone_live && (save_flags || push_reg);
     let reg: Register = site.scratch.map_or(Register::RAX, Into::into);
-    let rsp_by = |d: i64| {
-        Instruction::with2(
-            Code::Lea_r64_m,
-            Register::RSP,
-            MemoryOperand::with_base_displ(Register::RSP, d),
-        )
-        .map_err(err)
-    };
+    let rsp_by = super::codegen::rsp_step;
     let mut v = Vec::new();
     if step {
         v.push(rsp_by(-128)?);
