@@ -82,6 +82,15 @@ fn proc(
     }
 }
 
+/// A program database of `procs` at [`LINK_BASE`], without a runtime.
+fn db_of(procs: Vec<ProcDb>) -> ProgramDb {
+    ProgramDb {
+        link_base: LINK_BASE,
+        runtime_vaddr: 0,
+        procs,
+    }
+}
+
 fn call(
     target: CallTarget,
     marker: bool,
@@ -125,22 +134,26 @@ fn hand(db: &ProgramDb, stream: &[u8]) -> (String, Result<(), Error>) {
     (String::from_utf8(out).unwrap(), r)
 }
 
+/// Regenerates `stream` against `db` and expects exactly the block lines
+/// `lines` (from [`blocks_of`] or [`parts`]) after the thread header.
+fn expect(db: &ProgramDb, stream: &[u8], lines: &str) {
+    let (out, r) = hand(db, stream);
+    r.unwrap();
+    assert_eq!(out, HDR.to_owned() + lines);
+}
+
 /// main: b0 calls external code (marker), b1 returns. cb: one block.
 fn callback_db() -> ProgramDb {
     let mut a = LINK_BASE + 0x1000;
-    ProgramDb {
-        link_base: LINK_BASE,
-        runtime_vaddr: 0,
-        procs: vec![
-            proc(
-                &mut a,
-                "main",
-                vec![call(CallTarget::External, true, true, false, None), None],
-                vec![(0, 1, CallReturn, None), (1, 2, Return, None)],
-            ),
-            proc(&mut a, "cb", vec![None], vec![(0, 1, Return, None)]),
-        ],
-    }
+    db_of(vec![
+        proc(
+            &mut a,
+            "main",
+            vec![call(CallTarget::External, true, true, false, None), None],
+            vec![(0, 1, CallReturn, None), (1, 2, Return, None)],
+        ),
+        proc(&mut a, "cb", vec![None], vec![(0, 1, Return, None)]),
+    ])
 }
 
 #[test]
@@ -152,18 +165,12 @@ fn external_call_with_marker_and_callbacks() {
     enter(&mut s, 1);
     enter(&mut s, 1);
     ret(&mut s);
-    let (out, r) = hand(&db, &s);
-    r.unwrap();
-    assert_eq!(
-        out,
-        HDR.to_owned() + &blocks_of(&db, &[(0, 0), (1, 0), (1, 0), (0, 1)])
-    );
+    expect(&db, &s, &blocks_of(&db, &[(0, 0), (1, 0), (1, 0), (0, 1)]));
     // Without RETURN the stream ends inside the external call: a clean end.
-    let (out, r) = hand(&db, &s[..s.len() - 2]);
-    r.unwrap();
-    assert_eq!(
-        out,
-        HDR.to_owned() + &blocks_of(&db, &[(0, 0), (1, 0), (1, 0)])
+    expect(
+        &db,
+        &s[..s.len() - 2],
+        &blocks_of(&db, &[(0, 0), (1, 0), (1, 0)]),
     );
     // RETURN with no marked call waiting is an error naming its offset.
     let mut bad = s.clone();
@@ -177,40 +184,36 @@ fn external_call_with_marker_and_callbacks() {
 fn lazy_binding_path_is_followed_once_per_thread() {
     let mut a = LINK_BASE + 0x1000;
     let ext_tail = |lazy| call(CallTarget::External, false, true, true, lazy);
-    let db = ProgramDb {
-        link_base: LINK_BASE,
-        runtime_vaddr: 0,
-        procs: vec![
-            proc(
-                &mut a,
-                "main",
-                vec![
-                    call(CallTarget::Proc(1), false, true, false, None),
-                    None,
-                    call(CallTarget::Proc(1), false, true, false, None),
-                    None,
-                ],
-                vec![
-                    (0, 1, CallReturn, None),
-                    (1, 2, FallThrough, None),
-                    (2, 3, CallReturn, None),
-                    (3, 4, Return, None),
-                ],
-            ),
-            proc(
-                &mut a,
-                "puts@plt",
-                vec![ext_tail(Some(2))],
-                vec![(0, 1, TailCall, None)],
-            ),
-            proc(
-                &mut a,
-                "plt0",
-                vec![ext_tail(None)],
-                vec![(0, 1, TailCall, None)],
-            ),
-        ],
-    };
+    let db = db_of(vec![
+        proc(
+            &mut a,
+            "main",
+            vec![
+                call(CallTarget::Proc(1), false, true, false, None),
+                None,
+                call(CallTarget::Proc(1), false, true, false, None),
+                None,
+            ],
+            vec![
+                (0, 1, CallReturn, None),
+                (1, 2, FallThrough, None),
+                (2, 3, CallReturn, None),
+                (3, 4, Return, None),
+            ],
+        ),
+        proc(
+            &mut a,
+            "puts@plt",
+            vec![ext_tail(Some(2))],
+            vec![(0, 1, TailCall, None)],
+        ),
+        proc(
+            &mut a,
+            "plt0",
+            vec![ext_tail(None)],
+            vec![(0, 1, TailCall, None)],
+        ),
+    ]);
     let mut s = Vec::new();
     thread_rec(&mut s);
     enter(&mut s, 0);
@@ -233,40 +236,36 @@ fn lazy_binding_path_is_followed_once_per_thread() {
 #[test]
 fn tail_calls_external_and_traced() {
     let mut a = LINK_BASE + 0x1000;
-    let db = ProgramDb {
-        link_base: LINK_BASE,
-        runtime_vaddr: 0,
-        procs: vec![
-            proc(
-                &mut a,
-                "main",
-                vec![
-                    call(CallTarget::Proc(1), false, true, false, None),
-                    // A predicate: loop back (witness 0) or return (witness 1).
-                    None,
-                ],
-                vec![
-                    (0, 1, CallReturn, None),
-                    (1, 0, Taken, Some(0)),
-                    (1, 2, Return, Some(1)),
-                ],
-            ),
-            // f: tail-calls g, whose edge carries a witness.
-            proc(
-                &mut a,
-                "f",
-                vec![call(CallTarget::Proc(2), false, true, true, None)],
-                vec![(0, 1, TailCall, Some(0))],
-            ),
-            // g: jumps to untraced code (jmp puts), which returns to main.
-            proc(
-                &mut a,
-                "g",
-                vec![call(CallTarget::External, false, true, true, None)],
-                vec![(0, 1, TailCall, None)],
-            ),
-        ],
-    };
+    let db = db_of(vec![
+        proc(
+            &mut a,
+            "main",
+            vec![
+                call(CallTarget::Proc(1), false, true, false, None),
+                // A predicate: loop back (witness 0) or return (witness 1).
+                None,
+            ],
+            vec![
+                (0, 1, CallReturn, None),
+                (1, 0, Taken, Some(0)),
+                (1, 2, Return, Some(1)),
+            ],
+        ),
+        // f: tail-calls g, whose edge carries a witness.
+        proc(
+            &mut a,
+            "f",
+            vec![call(CallTarget::Proc(2), false, true, true, None)],
+            vec![(0, 1, TailCall, Some(0))],
+        ),
+        // g: jumps to untraced code (jmp puts), which returns to main.
+        proc(
+            &mut a,
+            "g",
+            vec![call(CallTarget::External, false, true, true, None)],
+            vec![(0, 1, TailCall, None)],
+        ),
+    ]);
     let mut s = Vec::new();
     thread_rec(&mut s);
     enter(&mut s, 0);
@@ -300,36 +299,27 @@ fn tail_calls_external_and_traced() {
 #[test]
 fn exit_with_frames_active_then_an_exit_handler() {
     let mut a = LINK_BASE + 0x1000;
-    let db = ProgramDb {
-        link_base: LINK_BASE,
-        runtime_vaddr: 0,
-        procs: vec![
-            proc(
-                &mut a,
-                "main",
-                vec![call(CallTarget::Proc(1), false, true, false, None), None],
-                vec![(0, 1, CallReturn, None), (1, 2, Return, None)],
-            ),
-            proc(
-                &mut a,
-                "die",
-                vec![call(CallTarget::Exit, false, false, false, None)],
-                vec![(0, 1, NoReturn, None)],
-            ),
-            proc(&mut a, "handler", vec![None], vec![(0, 1, Return, None)]),
-        ],
-    };
+    let db = db_of(vec![
+        proc(
+            &mut a,
+            "main",
+            vec![call(CallTarget::Proc(1), false, true, false, None), None],
+            vec![(0, 1, CallReturn, None), (1, 2, Return, None)],
+        ),
+        proc(
+            &mut a,
+            "die",
+            vec![call(CallTarget::Exit, false, false, false, None)],
+            vec![(0, 1, NoReturn, None)],
+        ),
+        proc(&mut a, "handler", vec![None], vec![(0, 1, Return, None)]),
+    ]);
     let mut s = Vec::new();
     thread_rec(&mut s);
     enter(&mut s, 0);
     exit_rec(&mut s, 3);
     enter(&mut s, 2);
-    let (out, r) = hand(&db, &s);
-    r.unwrap();
-    assert_eq!(
-        out,
-        HDR.to_owned() + &blocks_of(&db, &[(0, 0), (1, 0), (2, 0)])
-    );
+    expect(&db, &s, &blocks_of(&db, &[(0, 0), (1, 0), (2, 0)]));
     // The EXIT record must be there.
     let (out, r) = hand(&db, &s[..12]);
     let e = r.unwrap_err().to_string();
@@ -345,29 +335,20 @@ fn exit_with_frames_active_then_an_exit_handler() {
 #[test]
 fn marked_traced_call_needs_its_return_record() {
     let mut a = LINK_BASE + 0x1000;
-    let db = ProgramDb {
-        link_base: LINK_BASE,
-        runtime_vaddr: 0,
-        procs: vec![
-            proc(
-                &mut a,
-                "main",
-                vec![call(CallTarget::Proc(1), true, true, false, None), None],
-                vec![(0, 1, CallReturn, None), (1, 2, Return, None)],
-            ),
-            proc(&mut a, "f", vec![None], vec![(0, 1, Return, None)]),
-        ],
-    };
+    let db = db_of(vec![
+        proc(
+            &mut a,
+            "main",
+            vec![call(CallTarget::Proc(1), true, true, false, None), None],
+            vec![(0, 1, CallReturn, None), (1, 2, Return, None)],
+        ),
+        proc(&mut a, "f", vec![None], vec![(0, 1, Return, None)]),
+    ]);
     let mut s = Vec::new();
     thread_rec(&mut s);
     enter(&mut s, 0);
     ret(&mut s);
-    let (out, r) = hand(&db, &s);
-    r.unwrap();
-    assert_eq!(
-        out,
-        HDR.to_owned() + &blocks_of(&db, &[(0, 0), (1, 0), (0, 1)])
-    );
+    expect(&db, &s, &blocks_of(&db, &[(0, 0), (1, 0), (0, 1)]));
     let mut bad = s[..12].to_vec();
     witness(&mut bad, 0);
     let (_, r) = hand(&db, &bad);
@@ -387,9 +368,7 @@ fn a_signal_in_untraced_code_and_a_desync() {
     // before the handler's ENTER).
     let mut s1 = s.clone();
     signal(&mut s1, 11, 0x1234);
-    let (out, r) = hand(&db, &s1);
-    r.unwrap();
-    assert_eq!(out, HDR.to_owned() + &blocks_of(&db, &[(0, 0), (1, 0)]));
+    expect(&db, &s1, &blocks_of(&db, &[(0, 0), (1, 0)]));
     let mut s2 = s[..18].to_vec();
     rec(&mut s2, 5, &0x401000u64.to_le_bytes());
     let e = hand(&db, &s2).1.unwrap_err().to_string();
@@ -440,21 +419,17 @@ fn malformed_streams_are_named_errors() {
 /// main loops on witness 0 (stream byte 1) and leaves on witness 1.
 fn loop_db() -> ProgramDb {
     let mut a = LINK_BASE + 0x1000;
-    ProgramDb {
-        link_base: LINK_BASE,
-        runtime_vaddr: 0,
-        procs: vec![proc(
-            &mut a,
-            "main",
-            vec![None, None, None],
-            vec![
-                (0, 1, FallThrough, None),
-                (1, 1, Taken, Some(0)),
-                (1, 2, FallThrough, Some(1)),
-                (2, 3, Return, None),
-            ],
-        )],
-    }
+    db_of(vec![proc(
+        &mut a,
+        "main",
+        vec![None, None, None],
+        vec![
+            (0, 1, FallThrough, None),
+            (1, 1, Taken, Some(0)),
+            (1, 2, FallThrough, Some(1)),
+            (2, 3, Return, None),
+        ],
+    )])
 }
 
 fn loop_stream(n: usize) -> Vec<u8> {
@@ -819,35 +794,31 @@ fn an_error_in_one_thread_stops_parallel_output_at_the_same_byte() {
 /// unbound path `push n; jmp plt0` (block 1, witness 1).
 fn plt_db(marked: bool) -> ProgramDb {
     let mut a = LINK_BASE + 0x1000;
-    ProgramDb {
-        link_base: LINK_BASE,
-        runtime_vaddr: 0,
-        procs: vec![
-            proc(
-                &mut a,
-                "main",
-                vec![call(CallTarget::Proc(1), marked, true, false, None), None],
-                vec![(0, 1, CallReturn, None), (1, 2, Return, None)],
-            ),
-            proc(
-                &mut a,
-                "qsort@plt",
-                vec![None, call(CallTarget::Proc(2), false, true, true, None)],
-                vec![
-                    (0, 2, TailCall, Some(0)),
-                    (0, 1, Taken, Some(1)),
-                    (1, 2, TailCall, None),
-                ],
-            ),
-            proc(
-                &mut a,
-                "plt0",
-                vec![call(CallTarget::External, false, true, true, None)],
-                vec![(0, 1, TailCall, None)],
-            ),
-            proc(&mut a, "cmp", vec![None], vec![(0, 1, Return, None)]),
-        ],
-    }
+    db_of(vec![
+        proc(
+            &mut a,
+            "main",
+            vec![call(CallTarget::Proc(1), marked, true, false, None), None],
+            vec![(0, 1, CallReturn, None), (1, 2, Return, None)],
+        ),
+        proc(
+            &mut a,
+            "qsort@plt",
+            vec![None, call(CallTarget::Proc(2), false, true, true, None)],
+            vec![
+                (0, 2, TailCall, Some(0)),
+                (0, 1, Taken, Some(1)),
+                (1, 2, TailCall, None),
+            ],
+        ),
+        proc(
+            &mut a,
+            "plt0",
+            vec![call(CallTarget::External, false, true, true, None)],
+            vec![(0, 1, TailCall, None)],
+        ),
+        proc(&mut a, "cmp", vec![None], vec![(0, 1, Return, None)]),
+    ])
 }
 
 #[test]
@@ -925,11 +896,7 @@ fn wide_witnesses_of_big_procedures() {
         .map(|t| (0, t, JumpTable, Some(t as u16 - 1)))
         .collect();
     edges.extend((1..=n).map(|t| (t, n + 1, Return, None)));
-    let db = ProgramDb {
-        link_base: LINK_BASE,
-        runtime_vaddr: 0,
-        procs: vec![proc(&mut a, "big", vec![None; n as usize + 1], edges)],
-    };
+    let db = db_of(vec![proc(&mut a, "big", vec![None; n as usize + 1], edges)]);
     let mut s = Vec::new();
     thread_rec(&mut s);
     enter(&mut s, 0);
@@ -1179,11 +1146,7 @@ fn signal_db() -> ProgramDb {
         0x15,
         vec![(0, SigPoint::Outside), (0x10, insn(2, 0, 0, 2))],
     );
-    ProgramDb {
-        link_base: LINK_BASE,
-        runtime_vaddr: 0,
-        procs: vec![main, h, h_exit],
-    }
+    db_of(vec![main, h, h_exit])
 }
 
 /// Block lines: `(proc, block)` whole, or `(proc, block, from, to)` a part.
@@ -1207,6 +1170,11 @@ fn parts(db: &ProgramDb, steps: &[(usize, usize, u32, u32)]) -> String {
         .collect()
 }
 
+/// A whole two-instruction block of [`signal_db`], for [`parts`].
+fn full(p: usize, b: usize) -> (usize, usize, u32, u32) {
+    (p, b, 0, 2)
+}
+
 /// main's stream up to its loop: THREAD, ENTER(main).
 fn main_start() -> Vec<u8> {
     let mut s = Vec::new();
@@ -1227,23 +1195,20 @@ fn a_handler_splits_the_interrupted_block() {
     enter(&mut s, 1);
     witness(&mut s, 0);
     witness(&mut s, 1);
-    let (out, r) = hand(&db, &s);
-    r.unwrap();
-    let full = |p, b| (p, b, 0, 2);
-    assert_eq!(
-        out,
-        HDR.to_owned()
-            + &parts(
-                &db,
-                &[
-                    full(0, 0),
-                    (0, 1, 0, 1),
-                    full(1, 0),
-                    (0, 1, 1, 2),
-                    full(0, 1),
-                    full(0, 2)
-                ]
-            )
+    expect(
+        &db,
+        &s,
+        &parts(
+            &db,
+            &[
+                full(0, 0),
+                (0, 1, 0, 1),
+                full(1, 0),
+                (0, 1, 1, 2),
+                full(0, 1),
+                full(0, 2),
+            ],
+        ),
     );
     // Every format splits the same way; the instruction stream is the
     // block stream's instructions.
@@ -1271,72 +1236,53 @@ fn a_handler_splits_the_interrupted_block() {
 #[test]
 fn a_signal_before_a_witness_is_written_stands_after_the_predicate() {
     let db = signal_db();
-    let full = |p, b| (p, b, 0, 2);
-    // Second iteration, in the inline fall-through witness before it is
-    // reserved: b1 completed, b2 not started.
-    let mut s = main_start();
-    witness(&mut s, 0);
-    signal(&mut s, 14, LOAD_BASE + COPY + 0x1c);
-    enter(&mut s, 1);
-    witness(&mut s, 1);
-    let (out, r) = hand(&db, &s);
-    r.unwrap();
-    assert_eq!(
-        out,
-        HDR.to_owned()
-            + &parts(
-                &db,
-                &[full(0, 0), full(0, 1), full(0, 1), full(1, 0), full(0, 2)]
-            )
-    );
-    // After the taken edge's witness is written (the stub's jump back): the
-    // second b1 has not started.
-    let mut s = main_start();
-    witness(&mut s, 0);
-    signal(&mut s, 14, LOAD_BASE + COPY + 0x2b);
-    enter(&mut s, 1);
-    witness(&mut s, 1);
-    let (out, r) = hand(&db, &s);
-    r.unwrap();
-    assert_eq!(
-        out,
-        HDR.to_owned()
-            + &parts(
-                &db,
-                &[full(0, 0), full(0, 1), full(1, 0), full(0, 1), full(0, 2)]
-            )
-    );
-    // In the taken edge's stub before its witness, where the same block
-    // was entered once already: after b1, before the loop's edge.
-    let mut s = main_start();
-    witness(&mut s, 0);
-    signal(&mut s, 14, LOAD_BASE + COPY + 0x26);
-    enter(&mut s, 1);
-    witness(&mut s, 0);
-    witness(&mut s, 1);
-    let (out, r) = hand(&db, &s);
-    r.unwrap();
-    assert_eq!(
-        out,
-        HDR.to_owned()
-            + &parts(
-                &db,
-                &[
-                    full(0, 0),
-                    full(0, 1),
-                    full(0, 1),
-                    full(1, 0),
-                    full(0, 1),
-                    full(0, 2)
-                ]
-            )
-    );
+    // (interrupted rip, witnesses after the handler, blocks): all in the
+    // second iteration of main's loop.
+    let cases: [(u64, &[u32], &[(usize, usize, u32, u32)]); 3] = [
+        // In the inline fall-through witness before it is reserved: b1
+        // completed, b2 not started.
+        (
+            0x1c,
+            &[1],
+            &[full(0, 0), full(0, 1), full(0, 1), full(1, 0), full(0, 2)],
+        ),
+        // After the taken edge's witness is written (the stub's jump
+        // back): the second b1 has not started.
+        (
+            0x2b,
+            &[1],
+            &[full(0, 0), full(0, 1), full(1, 0), full(0, 1), full(0, 2)],
+        ),
+        // In the taken edge's stub before its witness, where the same block
+        // was entered once already: after b1, before the loop's edge.
+        (
+            0x26,
+            &[0, 1],
+            &[
+                full(0, 0),
+                full(0, 1),
+                full(0, 1),
+                full(1, 0),
+                full(0, 1),
+                full(0, 2),
+            ],
+        ),
+    ];
+    for (rip, after, want) in cases {
+        let mut s = main_start();
+        witness(&mut s, 0);
+        signal(&mut s, 14, LOAD_BASE + COPY + rip);
+        enter(&mut s, 1);
+        for &w in after {
+            witness(&mut s, w);
+        }
+        expect(&db, &s, &parts(&db, want));
+    }
 }
 
 #[test]
 fn nested_handlers_untraced_interruptions_and_handlers_that_never_return() {
     let db = signal_db();
-    let full = |p, b| (p, b, 0, 2);
     // Before main: untraced code interrupted (a callback of nothing).
     let mut s = Vec::new();
     thread_rec(&mut s);
@@ -1344,11 +1290,10 @@ fn nested_handlers_untraced_interruptions_and_handlers_that_never_return() {
     enter(&mut s, 1);
     enter(&mut s, 0);
     witness(&mut s, 1);
-    let (out, r) = hand(&db, &s);
-    r.unwrap();
-    assert_eq!(
-        out,
-        HDR.to_owned() + &parts(&db, &[full(1, 0), full(0, 0), full(0, 1), full(0, 2)])
+    expect(
+        &db,
+        &s,
+        &parts(&db, &[full(1, 0), full(0, 0), full(0, 1), full(0, 2)]),
     );
     // A handler interrupted by a second signal between its instructions,
     // after its last record: the second handler runs inside the first.
@@ -1358,23 +1303,21 @@ fn nested_handlers_untraced_interruptions_and_handlers_that_never_return() {
     signal(&mut s, 10, LOAD_BASE + COPY + 0x113);
     enter(&mut s, 1);
     witness(&mut s, 1);
-    let (out, r) = hand(&db, &s);
-    r.unwrap();
-    assert_eq!(
-        out,
-        HDR.to_owned()
-            + &parts(
-                &db,
-                &[
-                    full(0, 0),
-                    (0, 1, 0, 1),
-                    (1, 0, 0, 1),
-                    full(1, 0),
-                    (1, 0, 1, 2),
-                    (0, 1, 1, 2),
-                    full(0, 2)
-                ]
-            )
+    expect(
+        &db,
+        &s,
+        &parts(
+            &db,
+            &[
+                full(0, 0),
+                (0, 1, 0, 1),
+                (1, 0, 0, 1),
+                full(1, 0),
+                (1, 0, 1, 2),
+                (0, 1, 1, 2),
+                full(0, 2),
+            ],
+        ),
     );
     // A handler that calls exit: the interrupted block never completes.
     // A fault (SIGSEGV) at that instruction lists it: it was started.
