@@ -315,6 +315,22 @@ fn drive_chunks(
     })
 }
 
+/// Writes a report as pretty JSON or as text, each built only if wanted.
+fn emit(
+    out: &mut dyn Write,
+    json: bool,
+    value: impl FnOnce() -> serde_json::Value,
+    text: impl FnOnce() -> String,
+) -> Result<()> {
+    if json {
+        let v = serde_json::to_string_pretty(&value()).expect("JSON of plain data");
+        writeln!(out, "{v}")?;
+    } else {
+        out.write_all(text().as_bytes())?;
+    }
+    Ok(())
+}
+
 fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
     if let Some(range) = &cli.sweep {
         if !cli.caches.is_empty() || cli.model != Model::Dinero {
@@ -337,16 +353,12 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
         if let Some(path) = &cli.svg {
             crate::sweep::svg(&points, bsize, path)?;
         }
-        if cli.json {
-            let v = serde_json::json!({"model": "sweep", "block_size": bsize, "points": points});
-            writeln!(
-                out,
-                "{}",
-                serde_json::to_string_pretty(&v).expect("JSON of plain data")
-            )?;
-        } else {
-            out.write_all(crate::sweep::table(&points, bsize).as_bytes())?;
-        }
+        emit(
+            out,
+            cli.json,
+            || serde_json::json!({"model": "sweep", "block_size": bsize, "points": points}),
+            || crate::sweep::table(&points, bsize),
+        )?;
         return Ok(());
     }
     if cli.assoc.is_some() || cli.svg.is_some() || cli.bsize.is_some() {
@@ -363,16 +375,12 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
                 Ok(())
             })?;
             h.finish();
-            if cli.json {
-                let v = report::dinero_json(&h.caches, refs);
-                writeln!(
-                    out,
-                    "{}",
-                    serde_json::to_string_pretty(&v).expect("JSON of plain data")
-                )?;
-            } else {
-                out.write_all(report::dinero_report(&h.caches, refs).as_bytes())?;
-            }
+            emit(
+                out,
+                cli.json,
+                || report::dinero_json(&h.caches, refs),
+                || report::dinero_report(&h.caches, refs),
+            )?;
         }
         Model::Cachegrind => {
             let mut cg = Cachegrind::new(&caches)?;
@@ -389,16 +397,12 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
                 }
                 Ok(())
             })?;
-            if cli.json {
-                let v = serde_json::json!({"model": "cachegrind", "references": refs, "stats": cg.stats});
-                writeln!(
-                    out,
-                    "{}",
-                    serde_json::to_string_pretty(&v).expect("JSON of plain data")
-                )?;
-            } else {
-                out.write_all(cg.report().as_bytes())?;
-            }
+            emit(
+                out,
+                cli.json,
+                || serde_json::json!({"model": "cachegrind", "references": refs, "stats": cg.stats}),
+                || cg.report(),
+            )?;
         }
     }
     Ok(())
