@@ -100,8 +100,13 @@ struct Tracer<'o> {
     bps: HashMap<u64, u8>,
     /// Runtime addresses of entry traps.
     entries: HashSet<u64>,
-    /// The program's entry point, where shared libraries get mapped in.
+    /// The program's entry point: traced libraries not mapped by then are
+    /// an error.
     load_trap: Option<u64>,
+    /// The loader's notification point (`loader.rs`), where traced
+    /// libraries are armed before their initialisers run; removed once all
+    /// are mapped.
+    notify_trap: Option<u64>,
     threads: HashMap<Pid, Thread>,
     /// Forked children already given back their original bytes.
     released: HashSet<Pid>,
@@ -232,6 +237,7 @@ pub fn follow(
         bps: HashMap::new(),
         entries: HashSet::new(),
         load_trap: None,
+        notify_trap: None,
         threads: HashMap::new(),
         released: HashSet::new(),
         observer,
@@ -249,6 +255,10 @@ pub fn follow(
     let main = &t.modules[0];
     t.scratch = Scratch::map(pid, &t.mem, main.lo + main.base, main.hi + main.base)?;
     if t.modules.len() > 1 {
+        t.notify_trap = crate::loader::notify_point(pid)?;
+        if let Some(a) = t.notify_trap {
+            t.insert(a)?;
+        }
         let entry = t.modules[0]
             .program
             .module
@@ -336,6 +346,7 @@ impl Tracer<'_> {
             })?,
         };
         module.base = base;
+        module.mapped = true;
         if let Some(b) = module.blocks.first() {
             let want = module.program.module.bytes_at(b.start, b.end - b.start);
             let mut got = vec![0u8; (b.end - b.start) as usize];
@@ -357,6 +368,34 @@ impl Tracer<'_> {
             self.insert(a)?;
         }
         Ok(())
+    }
+
+    /// Arms every traced library the process has mapped by now (with
+    /// `required`, one it has not is an error); once all are, removes the
+    /// notification trap and tells the observer. Returns whether all are.
+    fn map_loaded(&mut self, tid: Pid, required: bool) -> Result<bool> {
+        let (mut all, mut armed) = (true, false);
+        for m in 1..self.modules.len() {
+            if self.modules[m].mapped {
+                continue;
+            }
+            if required || sys::map_base(self.pid, &self.modules[m].path)?.is_some() {
+                self.map_module(m)?;
+                armed = true;
+            } else {
+                all = false;
+            }
+        }
+        if all {
+            if let Some(a) = self.notify_trap.take() {
+                let orig = self.bps.remove(&a).unwrap_or(INT3);
+                self.mem.write(a, &[orig])?;
+            }
+            if armed {
+                self.event(tid, Event::LibrariesMapped { at_entry: required });
+            }
+        }
+        Ok(all)
     }
 
     /// Writes a breakpoint at runtime `addr` (once).
@@ -565,6 +604,15 @@ impl Tracer<'_> {
                 Some(_) => {}
             }
             let cur = th.cur;
+            if end && self.signal_follows(tid, cur)? {
+                // The system call made a signal pending for the thread (a
+                // `kill` of itself): its handler runs before the next
+                // block's first instruction, so that block is entered when
+                // control comes back to it, through an entry trap.
+                self.thread(tid).cur = None;
+                self.arm_entry(regs.rip)?;
+                return sys::cont(tid, 0);
+            }
             if end {
                 return self.land(tid, regs, cur, Arrival::Flow);
             }
@@ -579,11 +627,17 @@ impl Tracer<'_> {
         }
         self.stats.traps += 1;
         regs.rip = x;
-        if self.load_trap == Some(x) {
-            self.load_trap = None;
-            for m in 1..self.modules.len() {
-                self.map_module(m)?;
+        if self.notify_trap == Some(x) {
+            // In the loader, one thread: step its instruction in place.
+            sys::set_regs(tid, &regs)?;
+            if self.map_loaded(tid, false)? {
+                return sys::cont(tid, 0);
             }
+            return self.step_over(tid, regs, self.bps[&x], false);
+        }
+        if self.load_trap == Some(x) {
+            self.map_loaded(tid, true)?;
+            self.load_trap = None;
             if !self.entries.contains(&x) {
                 let orig = self.bps.remove(&x).unwrap_or(INT3);
                 self.mem.write(x, &[orig])?;
@@ -786,6 +840,31 @@ impl Tracer<'_> {
             }
             _ => Ok(()),
         }
+    }
+
+    /// Whether block `cur` ended in a system call that left an unblocked
+    /// signal pending for thread `tid` (`/proc/TID/status`), which the
+    /// kernel delivers before the thread runs another instruction.
+    fn signal_follows(&self, tid: Pid, cur: Option<Pos>) -> Result<bool> {
+        let Some((m, b)) = cur else { return Ok(false) };
+        if self.modules[m].blocks[b].insn.mnemonic() != Mnemonic::Syscall {
+            return Ok(false);
+        }
+        let status = std::fs::read_to_string(format!("/proc/{tid}/status")).map_err(|source| {
+            Error::Sys {
+                what: "read /proc/TID/status",
+                tid,
+                source,
+            }
+        })?;
+        let mask = |key: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+                .unwrap_or(0)
+        };
+        Ok((mask("SigPnd:") | mask("ShdPnd:")) & !mask("SigBlk:") != 0)
     }
 
     /// Makes the block start at runtime `back`, if it is one, an entry trap.
