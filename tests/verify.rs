@@ -239,6 +239,33 @@ fn exact_across_libraries() {
     let _ = std::fs::remove_file(&trace);
 }
 
+/// A traced library replaced by another build after recording: refused
+/// by its build-id, in one line naming the file.
+#[test]
+fn a_different_library_is_refused() {
+    let exe = build_with_lib("signal_lib", "libaesig.so.1", true);
+    let trace = record_libs(&exe, &["kill", "3"], "libaesig.so.1", "other-lib");
+    assert_exact(&trace, &[]);
+    let lib = exe.with_file_name("libaesig.so.1");
+    run_checked(
+        Command::new("gcc")
+            .args(["-O0", "-shared", "-fPIC", "-Wl,-soname,libaesig.so.1", "-o"])
+            .arg(&lib)
+            .arg(common::repo_root().join("traces/signal_lib_lib.c")),
+        "gcc -O0 -shared signal_lib_lib.c",
+    );
+    let (code, out, err) = verify(&trace, &[]);
+    assert_eq!(code, 1, "{out}{err}");
+    let want = format!("{}: build-id ", lib.canonicalize().unwrap().display());
+    assert!(
+        err.contains(&want)
+            && err.contains("not the library that was traced")
+            && err.lines().count() == 1,
+        "{want:?} not in\n{err}"
+    );
+    let _ = std::fs::remove_file(&trace);
+}
+
 /// A witness changed in the stream of a traced library: caught at the
 /// first block where the faulty trace's regeneration parts from the
 /// correct one, named by that block's procedure and the library.

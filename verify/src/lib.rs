@@ -77,7 +77,10 @@ pub enum Error {
         source: std::io::Error,
     },
     /// A traced module never appeared in the process's mappings.
-    #[error("{}: not mapped by the program (is it loaded with dlopen?)", path.display())]
+    #[error(
+        "{}: not mapped by the program when it reached its entry point (did the loader find another file, or is it loaded with dlopen?)",
+        path.display()
+    )]
     NotMapped { path: PathBuf },
     /// The trace cannot be checked (unreadable, or it does not match the
     /// program on disk); the message says what.
