@@ -239,6 +239,36 @@ fn exact_across_libraries() {
     let _ = std::fs::remove_file(&trace);
 }
 
+/// Two workers of `xz -T2` in the traced liblzma, which lies out of the
+/// scratch page's reach, so its instructions are stepped in place: two
+/// threads stepping over one breakpoint at once must both run the
+/// original instruction (the run crashed with SIGSEGV, every time, when
+/// the first put the `int3` back under the second). The run must end as
+/// the recorded one did; its sequences may differ (which worker waits how
+/// long on a condition variable is the environment's).
+#[test]
+fn threads_in_a_library_run_to_their_end() {
+    let input = dir().join("xz-threads-input");
+    std::fs::write(&input, common::text_input(6_000)).unwrap();
+    let trace = record_libs(
+        Path::new("/usr/bin/xz"),
+        &["-T2", "--block-size=2000", "-c", input.to_str().unwrap()],
+        "liblzma.so.5",
+        "threads",
+    );
+    let (code, out, err) = verify(&trace, &[]);
+    assert!(code == 0 || code == 1, "{out}{err}");
+    assert!(
+        out.contains(" in 3 thread") || out.contains(" of 3 threads"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("this run with"),
+        "the run ended otherwise:\n{out}"
+    );
+    let _ = std::fs::remove_file(&trace);
+}
+
 /// A traced library replaced by another build after recording: refused
 /// by its build-id, in one line naming the file.
 #[test]

@@ -16,8 +16,9 @@
 //! original byte put back for that one step (step-over).
 //!
 //! Invariants: a thread in `Mode::Step` has exactly that breakpoint's
-//! original byte in memory, and it is written back before the thread runs
-//! freely again; `cur` is `Some` only while the thread's `rip` is inside
+//! original byte in memory (or its copy in the scratch page), and the
+//! `int3` is written back when the last thread stepping over it in place
+//! is done (`stepping`), before that thread runs freely again; `cur` is `Some` only while the thread's `rip` is inside
 //! that block or the static chain ending with it, whose blocks not
 //! reported yet are `pending`, in execution order, without repeats; a signal delivered while a
 //! thread is inside a block pushes that position, and it is resumed (not
@@ -100,6 +101,11 @@ struct Tracer<'o> {
     bps: HashMap<u64, u8>,
     /// Runtime addresses of entry traps.
     entries: HashSet<u64>,
+    /// Threads stepping in place over the breakpoint at each address: its
+    /// original byte stays in memory until the last one is done (a thread
+    /// that found it restored and stepped would else run the `int3` put
+    /// back by another and resume one byte into the instruction).
+    stepping: HashMap<u64, u32>,
     /// The program's entry point: traced libraries not mapped by then are
     /// an error.
     load_trap: Option<u64>,
@@ -236,6 +242,7 @@ pub fn follow(
         modules,
         bps: HashMap::new(),
         entries: HashSet::new(),
+        stepping: HashMap::new(),
         load_trap: None,
         notify_trap: None,
         threads: HashMap::new(),
@@ -593,8 +600,9 @@ impl Tracer<'_> {
                 return sys::step(tid, 0);
             }
             th.mode = Mode::Run;
+            let cur = th.cur;
             match disp {
-                None => self.mem.write(bp, &[INT3])?,
+                None => self.stepped(bp)?,
                 Some(d) if regs.rip == d.done => {
                     regs.rip = d.back;
                     sys::set_regs(tid, &regs)?;
@@ -603,7 +611,6 @@ impl Tracer<'_> {
                 // the original.
                 Some(_) => {}
             }
-            let cur = th.cur;
             if end && self.signal_follows(tid, cur)? {
                 // The system call made a signal pending for the thread (a
                 // `kill` of itself): its handler runs before the next
@@ -934,11 +941,27 @@ impl Tracer<'_> {
                 sys::set_regs(tid, &regs)?;
                 self.stats.displaced += 1;
             }
-            None => self.mem.write(bp, &[orig])?,
+            None => {
+                *self.stepping.entry(bp).or_insert(0) += 1;
+                self.mem.write(bp, &[orig])?
+            }
         }
         self.thread(tid).mode = Mode::Step { bp, end, disp };
         self.stats.steps += 1;
         sys::step(tid, 0)
+    }
+
+    /// A thread's in-place step over the breakpoint at `bp` is over (done or
+    /// interrupted): the last one puts the `int3` back.
+    fn stepped(&mut self, bp: u64) -> Result<()> {
+        let n = self.stepping.get(&bp).copied().unwrap_or(1);
+        debug_assert!(n > 0, "a step in place is counted");
+        if n > 1 {
+            self.stepping.insert(bp, n - 1);
+            return Ok(());
+        }
+        self.stepping.remove(&bp);
+        self.mem.write(bp, &[INT3])
     }
 
     /// Copies the instruction at runtime `rip` of a traced module into the
@@ -1010,7 +1033,7 @@ impl Tracer<'_> {
             // breakpoint.
             th.mode = Mode::Run;
             match disp {
-                None => self.mem.write(bp, &[INT3])?,
+                None => self.stepped(bp)?,
                 Some(d) => {
                     // The handler must return to the program, not the copy.
                     let mut regs = sys::get_regs(tid)?;
