@@ -19,7 +19,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::build::{build, run_native, Link, Opt, Variant};
+use common::build::{build, build_with_lib, run_native, Link, Opt, Variant};
 use common::elf::Elf;
 use common::lackey::{self, Capture, LogMode};
 
@@ -553,41 +553,6 @@ fn stripped_binary_without_unwind_tables() {
 /// would).
 fn build_shlib_callback(origin: bool) -> PathBuf {
     build_with_lib("shlib_callback", "libaecb.so.1", origin)
-}
-
-/// Builds `traces/<name>.c` against its own shared library
-/// `traces/<name>_lib.c`, built as `soname` (found through an absolute
-/// DT_RUNPATH, or with `origin` through `$ORIGIN`); the executable.
-fn build_with_lib(name: &str, soname: &str, origin: bool) -> PathBuf {
-    let dir = common::scratch("trace-oracle-builds")
-        .join(format!("{name}-{}-{origin}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let traces = common::repo_root().join("traces");
-    let st = Command::new("gcc")
-        .args(["-O2", "-shared", "-fPIC"])
-        .arg(format!("-Wl,-soname,{soname}"))
-        .arg("-o")
-        .arg(dir.join(soname))
-        .arg(traces.join(format!("{name}_lib.c")))
-        .status()
-        .unwrap();
-    assert!(st.success(), "gcc -shared {name}_lib.c");
-    let exe = dir.join(name);
-    let st = Command::new("gcc")
-        .args(["-O2", "-o"])
-        .arg(&exe)
-        .arg(traces.join(format!("{name}.c")))
-        .arg(format!("-L{}", dir.display()))
-        .arg(format!("-l:{soname}"))
-        .arg(if origin {
-            "-Wl,-rpath,$ORIGIN".to_owned()
-        } else {
-            format!("-Wl,-rpath,{}", dir.display())
-        })
-        .status()
-        .unwrap();
-    assert!(st.success(), "gcc {name}.c");
-    exe
 }
 
 #[test]

@@ -140,3 +140,37 @@ pub fn run_native(exe: &Path, args: &[&str]) -> Output {
         .output()
         .unwrap_or_else(|e| panic!("running {}: {e}", exe.display()))
 }
+
+/// Builds `traces/<name>.c` against its own shared library
+/// `traces/<name>_lib.c`, built as `soname` (found through an absolute
+/// DT_RUNPATH, or with `origin` through `$ORIGIN`); the executable.
+pub fn build_with_lib(name: &str, soname: &str, origin: bool) -> PathBuf {
+    let dir = super::scratch("lib-builds").join(format!("{name}-{}-{origin}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let traces = super::repo_root().join("traces");
+    let st = Command::new("gcc")
+        .args(["-O2", "-shared", "-fPIC"])
+        .arg(format!("-Wl,-soname,{soname}"))
+        .arg("-o")
+        .arg(dir.join(soname))
+        .arg(traces.join(format!("{name}_lib.c")))
+        .status()
+        .unwrap();
+    assert!(st.success(), "gcc -shared {name}_lib.c");
+    let exe = dir.join(name);
+    let st = Command::new("gcc")
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(traces.join(format!("{name}.c")))
+        .arg(format!("-L{}", dir.display()))
+        .arg(format!("-l:{soname}"))
+        .arg(if origin {
+            "-Wl,-rpath,$ORIGIN".to_owned()
+        } else {
+            format!("-Wl,-rpath,{}", dir.display())
+        })
+        .status()
+        .unwrap();
+    assert!(st.success(), "gcc {name}.c");
+    exe
+}

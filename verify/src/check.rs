@@ -7,17 +7,20 @@
 //! The regenerator's per-block output (`aetrace_regen`, format `block`) is
 //! produced by one producer thread per trace thread into a bounded channel
 //! and parsed as the follower reports blocks, so neither sequence is ever
-//! held whole in memory. The follower follows every analysable procedure;
-//! the trace covers the relocated ones only, so the followed blocks are
-//! first filtered to the blocks of the procedures the program database
-//! marks traced.
+//! held whole in memory. The follower follows every analysable procedure
+//! of every traced module (the executable and the `--libs` libraries the
+//! trace's module table names); the trace covers the relocated ones only,
+//! so the followed blocks are first filtered to the blocks of the
+//! procedures each module's program database marks traced. Blocks are
+//! compared as (module, link-time address) pairs, in one sequence per
+//! thread across modules.
 //!
 //! Invariants: a thread is compared until its first divergence, which is
 //! final (later blocks only give context); "exact" is reported only when
 //! every compared thread's two sequences ended together, the follower lost
 //! no position (`Stats::resyncs == 0`), and the run's threads could be
 //! paired with the trace's. Traced and followed addresses are both
-//! link-time addresses of the same file (its build-id is checked).
+//! link-time addresses of the same files (each build-id is checked).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::OsString;
@@ -60,6 +63,8 @@ pub struct Place {
     /// Link-time address.
     pub addr: u64,
     pub proc: String,
+    /// The module's file name, when the trace has more than one module.
+    pub module: Option<String>,
     /// `file:line` from DWARF, when the binary has it.
     pub line: Option<String>,
 }
@@ -117,6 +122,9 @@ fn place_text(p: &Option<Place>, none: &str) -> String {
         None => none.to_owned(),
         Some(p) => {
             let mut s = format!("{:#x} in {}", p.addr, p.proc);
+            if let Some(m) = &p.module {
+                let _ = write!(s, " [{m}]");
+            }
             if let Some(l) = &p.line {
                 let _ = write!(s, " ({l})");
             }
@@ -198,11 +206,13 @@ impl std::fmt::Display for Report {
 
 /// The trace's side of one thread: parsed lines of the regenerator's
 /// `block` output, runtime addresses turned into link-time ones.
-struct Expected {
+struct Expected<'a> {
     rx: Receiver<Msg>,
     buf: Vec<u8>,
     pos: usize,
-    load_base: u64,
+    /// Per traced module (index as in the follower), its recorded runtime
+    /// range `[load_base, load_base + size)`.
+    ranges: &'a [(u64, u64)],
     /// How the producer ended, once it has.
     end: Option<Result<(), String>>,
 }
@@ -238,10 +248,10 @@ impl std::io::Write for ChannelOut {
     }
 }
 
-impl Expected {
-    /// The next block's link-time address; `None` at the end (then `end`
-    /// says whether regeneration succeeded).
-    fn next(&mut self) -> Option<u64> {
+impl Expected<'_> {
+    /// The next block's module and link-time address; `None` at the end
+    /// (then `end` says whether regeneration succeeded).
+    fn next(&mut self) -> Option<Loc> {
         loop {
             if let Some(nl) = self
                 .buf
@@ -257,11 +267,17 @@ impl Expected {
                 let addr = std::str::from_utf8(hex)
                     .ok()
                     .and_then(|h| u64::from_str_radix(h, 16).ok());
-                return match addr {
-                    Some(a) => Some(a.wrapping_sub(self.load_base)),
+                let loc = addr.and_then(|a| {
+                    self.ranges
+                        .iter()
+                        .position(|&(lo, size)| a.wrapping_sub(lo) < size)
+                        .map(|m| (m, a - self.ranges[m].0))
+                });
+                return match loc {
+                    Some(l) => Some(l),
                     None => {
                         self.end = Some(Err(format!(
-                            "unreadable regenerator output {:?}",
+                            "regenerator output {:?} is not a block of a traced module",
                             String::from_utf8_lossy(line)
                         )));
                         None
@@ -290,23 +306,23 @@ impl Expected {
 #[derive(Clone, Debug)]
 struct Split {
     position: u64,
-    expected: Option<u64>,
-    seen: Option<u64>,
+    expected: Option<Loc>,
+    seen: Option<Loc>,
     regen_error: Option<String>,
     /// A signal delivered to the thread since the last equal block.
     signal: Option<i32>,
 }
 
 /// A thread of the run, paired with a trace thread.
-struct Track {
+struct Track<'a> {
     thread: u32,
-    expected: Expected,
+    expected: Expected<'a>,
     /// Blocks compared equal so far.
     equal: u64,
-    before: VecDeque<u64>,
+    before: VecDeque<Loc>,
     /// Set at the first divergence.
     diverged: Option<Split>,
-    seen_after: Vec<u64>,
+    seen_after: Vec<Loc>,
     finished: bool,
     /// A signal delivered since the last equal block.
     signal: Option<i32>,
@@ -314,8 +330,8 @@ struct Track {
     ignored: bool,
 }
 
-impl Track {
-    fn block(&mut self, addr: u64) {
+impl Track<'_> {
+    fn block(&mut self, addr: Loc) {
         if self.finished || self.ignored {
             return;
         }
@@ -374,32 +390,44 @@ struct Done {
     thread: u32,
     tid: Pid,
     equal: u64,
-    before: Vec<u64>,
+    before: Vec<Loc>,
     diverged: Option<Split>,
-    seen_after: Vec<u64>,
-    expected_after: Vec<u64>,
+    seen_after: Vec<Loc>,
+    expected_after: Vec<Loc>,
 }
+
+/// A block: the index of its module (0: the executable, then the traced
+/// libraries, as the follower numbers them) and its link-time address.
+type Loc = (usize, u64);
 
 /// The observer: pairs the run's threads with the trace's and compares.
 struct Compare<'a> {
-    /// Link-time starts of the blocks of traced procedures.
-    traced: &'a HashSet<u64>,
+    /// Per module, the link-time starts of the blocks of traced procedures.
+    traced: &'a [HashSet<u64>],
     /// Trace threads not paired yet: the main one, then new threads in
     /// creation order.
-    main: Option<Track>,
-    spawned: VecDeque<Track>,
-    tracks: HashMap<Pid, Track>,
+    main: Option<Track<'a>>,
+    spawned: VecDeque<Track<'a>>,
+    tracks: HashMap<Pid, Track<'a>>,
     /// Threads of the run announced by `ThreadStart` (the main thread is
     /// the one that reports a block without having been announced).
     started: HashSet<Pid>,
     /// New threads of the run beyond the trace's.
     extra_threads: u64,
-    cfg_defects: Vec<String>,
+    /// CFG defects the follower found in traced procedures (they make the
+    /// verdict inconclusive) and in procedures the trace leaves alone
+    /// (they do not bear on it), each message with its count.
+    cfg_defects: Tally,
+    untraced_defects: Tally,
+    /// The follower armed the libraries only at the program's entry point.
+    libs_at_entry: bool,
+    /// The modules' file names, for the CFG defects' messages.
+    names: &'a [String],
 }
 
 impl Observer for Compare<'_> {
     fn block(&mut self, tid: Pid, module: usize, start: u64, _: Arrival) {
-        if module != 0 || !self.traced.contains(&start) {
+        if !self.traced.get(module).is_some_and(|t| t.contains(&start)) {
             return;
         }
         if !self.started.contains(&tid) {
@@ -408,7 +436,7 @@ impl Observer for Compare<'_> {
             }
         }
         if let Some(t) = self.tracks.get_mut(&tid) {
-            t.block(start);
+            t.block((module, start));
         }
     }
 
@@ -433,14 +461,80 @@ impl Observer for Compare<'_> {
                     t.finish();
                 }
             }
-            Event::MissingBlock { addr, proc, .. } => self.cfg_defects.push(format!(
-                "the run reached {addr:#x} in {proc}, where the CFG has no block (paper 004, case (b))"
-            )),
-            Event::MissingEdge { from, to, proc, .. } => self.cfg_defects.push(format!(
-                "the run went from {from:#x} to {to:#x} in {proc}, an edge the CFG lacks (paper 004, case (c))"
-            )),
+            Event::LibrariesMapped { at_entry } => self.libs_at_entry = *at_entry,
+            Event::MissingBlock {
+                module,
+                addr,
+                containing,
+                proc,
+            } => {
+                let text = format!(
+                    "the run reached {addr:#x} in {proc}{}, where the CFG has no block (paper 004, case (b))",
+                    self.module_suffix(*module)
+                );
+                self.defect(*module, *containing, text);
+            }
+            Event::MissingEdge {
+                module,
+                from,
+                to,
+                proc,
+            } => {
+                let text = format!(
+                    "the run went from {from:#x} to {to:#x} in {proc}{}, an edge the CFG lacks (paper 004, case (c))",
+                    self.module_suffix(*module)
+                );
+                self.defect(*module, *from, text);
+            }
             _ => {}
         }
+    }
+}
+
+impl Compare<'_> {
+    /// Counts a CFG defect found in the procedure of block `block` (a
+    /// link-time start) of module `m`.
+    fn defect(&mut self, m: usize, block: u64, text: String) {
+        if self.traced.get(m).is_some_and(|t| t.contains(&block)) {
+            self.cfg_defects.add(text);
+        } else {
+            self.untraced_defects.add(text);
+        }
+    }
+
+    /// ` [NAME]` for module `m` when there is more than one module.
+    fn module_suffix(&self, m: usize) -> String {
+        match self.names.get(m) {
+            Some(n) if self.names.len() > 1 => format!(" [{n}]"),
+            _ => String::new(),
+        }
+    }
+}
+
+/// Messages in order of first occurrence, each with how often it came.
+#[derive(Default)]
+struct Tally {
+    counts: Vec<(String, u64)>,
+    index: HashMap<String, usize>,
+}
+
+impl Tally {
+    fn add(&mut self, text: String) {
+        match self.index.get(&text) {
+            Some(&i) => self.counts[i].1 += 1,
+            None => {
+                self.index.insert(text.clone(), self.counts.len());
+                self.counts.push((text, 1));
+            }
+        }
+    }
+
+    /// One line per message, with its count when it came more than once.
+    fn lines(self) -> impl Iterator<Item = String> {
+        self.counts.into_iter().map(|(t, n)| match n {
+            1 => t,
+            n => format!("{t} ({n} times)"),
+        })
     }
 }
 
@@ -461,38 +555,69 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
         .iter()
         .find(|m| m.pid == pid && m.flags & module_flags::MAIN != 0)
         .ok_or_else(|| Error::Trace(format!("no main executable for process {pid}")))?;
-    let db = trace
-        .program_database(module.id)
-        .ok_or_else(|| Error::Trace("the main executable has no program database".into()))?;
-    // The follower follows the executable; libraries traced with `--libs`
-    // are left out of the comparison (the regenerator keeps the
-    // executable's blocks only).
-    let main_name = String::from_utf8_lossy(&module.path).into_owned();
-    let main_name = main_name.as_str();
-    let libraries = trace
-        .modules()
-        .iter()
-        .filter(|m| m.pid == pid && m.id != module.id && m.flags & module_flags::INSTRUMENTED != 0)
-        .count();
-    let raw = db.decompress().map_err(|e| Error::Trace(e.to_string()))?;
-    let db = ProgramDb::decode(&raw).map_err(|e| Error::Trace(e.to_string()))?;
-    let traced: HashSet<u64> = db
-        .procs
-        .iter()
-        .filter(|p| matches!(p.status, ProcStatus::Traced))
-        .flat_map(|p| p.blocks.iter().map(|b| b.start))
+    // Every traced module of the process: the executable, then the
+    // libraries recorded with `--libs`, in the follower's order.
+    let traced_modules: Vec<&Module> = std::iter::once(module)
+        .chain(trace.modules().iter().filter(|m| {
+            m.pid == pid && m.id != module.id && m.flags & module_flags::INSTRUMENTED != 0
+        }))
         .collect();
+    let mut dbs = Vec::new();
+    for m in &traced_modules {
+        let db = trace.program_database(m.id).ok_or_else(|| {
+            Error::Trace(format!(
+                "{}: the traced module has no program database",
+                String::from_utf8_lossy(&m.path)
+            ))
+        })?;
+        let raw = db.decompress().map_err(|e| Error::Trace(e.to_string()))?;
+        dbs.push(ProgramDb::decode(&raw).map_err(|e| Error::Trace(e.to_string()))?);
+    }
+    let traced: Vec<HashSet<u64>> = dbs
+        .iter()
+        .map(|db| {
+            db.procs
+                .iter()
+                .filter(|p| matches!(p.status, ProcStatus::Traced))
+                .flat_map(|p| p.blocks.iter().map(|b| b.start))
+                .collect()
+        })
+        .collect();
+    let ranges: Vec<(u64, u64)> = traced_modules
+        .iter()
+        .map(|m| (m.load_base, m.size))
+        .collect();
+    let names: Vec<String> = traced_modules
+        .iter()
+        .map(|m| {
+            let p = String::from_utf8_lossy(&m.path).into_owned();
+            p.rsplit('/').next().unwrap_or(&p).to_owned()
+        })
+        .collect();
+    // Each library must be the file that was traced; the loader of the
+    // run must map that file (the follower says so when it does not).
+    let mut lib_elfs = Vec::new();
+    for m in &traced_modules[1..] {
+        let p = PathBuf::from(os(&m.path));
+        let elf = elf::Module::open(&p).map_err(Error::Record)?;
+        if elf.build_id() != m.build_id {
+            return Err(Error::Trace(format!(
+                "{}: build-id {} differs from the traced library's {}: not the library that was traced",
+                p.display(),
+                hex(&elf.build_id()),
+                hex(&m.build_id)
+            )));
+        }
+        lib_elfs.push((p, elf));
+    }
 
     // The program, its arguments, environment, directory and stdin.
     let recorded = trace.command();
-    let mut options = Options::default();
+    let mut options = Options {
+        libs: lib_elfs.iter().map(|(p, _)| p.clone()).collect(),
+        ..Options::default()
+    };
     let mut notes = Vec::new();
-    if libraries > 0 {
-        notes.push(format!(
-            "{libraries} traced librar{} not compared (verify follows the main executable)",
-            if libraries == 1 { "y" } else { "ies" }
-        ));
-    }
     let (program, args) = if let Some((p, rest)) = opts.command.split_first() {
         options.argv0 = Some(p.clone());
         (PathBuf::from(p), rest.to_vec())
@@ -588,7 +713,8 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
         }
     }
 
-    let traced_ref = &traced;
+    let traced_ref = &traced[..];
+    let ranges_ref = &ranges[..];
     let trace_ref = &trace;
     let outcome_and_tracks = std::thread::scope(|s| -> Result<_, Error> {
         let mut tracks = Vec::new();
@@ -600,7 +726,7 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
                 s.spawn(move || {
                     let ropts = aetrace_regen::Options {
                         format: aetrace_regen::Format::Block,
-                        module: Some(main_name.to_owned()),
+                        module: None,
                         thread: Some(n),
                         jobs: 1,
                         ..aetrace_regen::Options::default()
@@ -623,7 +749,7 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
                     rx,
                     buf: Vec::new(),
                     pos: 0,
-                    load_base: module.load_base,
+                    ranges: ranges_ref,
                     end: None,
                 },
                 equal: 0,
@@ -644,7 +770,10 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
             tracks: HashMap::new(),
             started: HashSet::new(),
             extra_threads: 0,
-            cfg_defects: Vec::new(),
+            cfg_defects: Tally::default(),
+            untraced_defects: Tally::default(),
+            libs_at_entry: false,
+            names: &names,
         };
         let outcome = crate::tracer::follow(&program, &args, &options, &mut cmp)?;
         let mut done: Vec<Done> = cmp
@@ -682,12 +811,38 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
             .filter(|t| !t.ignored)
             .map(|t| t.thread)
             .collect();
-        Ok((outcome, done, unpaired, cmp.extra_threads, cmp.cfg_defects))
+        let at_entry = cmp.libs_at_entry;
+        let defects = (cmp.cfg_defects, cmp.untraced_defects);
+        Ok((
+            outcome,
+            done,
+            unpaired,
+            cmp.extra_threads,
+            defects,
+            at_entry,
+        ))
     });
-    let (outcome, done, unpaired, extra_threads, cfg_defects) = outcome_and_tracks?;
+    let (outcome, done, unpaired, extra_threads, (cfg_defects, untraced_defects), libs_at_entry) =
+        outcome_and_tracks?;
+    // The follower follows the procedures the rewriter left alone too (an
+    // unresolved indirect jump): what it finds wrong there is no part of
+    // the trace.
+    notes.extend(
+        untraced_defects
+            .lines()
+            .map(|t| format!("{t}; a procedure the trace leaves alone, not compared")),
+    );
+    if libs_at_entry {
+        notes.push(
+            "the program's loader exports no _dl_debug_state: the traced libraries were followed \
+             from the program's entry point on, so code they ran before it (their initialisers) \
+             is not in the run's sequence"
+                .into(),
+        );
+    }
 
     // Describe what was found.
-    let mut problems = cfg_defects;
+    let mut problems: Vec<String> = cfg_defects.lines().collect();
     for t in &unpaired {
         problems.push(format!(
             "trace thread {t} has no thread of the run to compare with"
@@ -725,7 +880,14 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
         }
         (None, _) => notes.push("the trace records no exit for the process".into()),
     }
-    let mut describe = Describer::new(&elf, &run_path, &db);
+    let mut describe = Describer::new(
+        std::iter::once((&elf, run_path.as_path()))
+            .chain(lib_elfs.iter().map(|(p, e)| (e, p.as_path())))
+            .zip(&dbs)
+            .map(|((e, p), db)| (e, p, db))
+            .collect(),
+        &names,
+    );
     let mut divergences = Vec::new();
     let mut blocks = 0;
     let compared = done.len();
@@ -749,7 +911,7 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
             notes: if regen_error.is_some() {
                 Vec::new()
             } else {
-                let path: Vec<u64> = t
+                let path: Vec<Loc> = t
                     .before
                     .iter()
                     .chain(&expected)
@@ -806,8 +968,16 @@ fn hex(b: &[u8]) -> String {
 }
 
 /// Names blocks and guesses at environmental causes, from the original
-/// file (its CFG is recovered only when a divergence needs describing).
+/// files (a module's CFG is recovered only when a divergence needs
+/// describing).
 struct Describer<'a> {
+    mods: Vec<Described<'a>>,
+    /// The modules' file names, shown when there is more than one.
+    names: &'a [String],
+}
+
+/// One traced module, as the report describes it.
+struct Described<'a> {
     elf: &'a elf::Module,
     path: &'a Path,
     db: &'a ProgramDb,
@@ -816,34 +986,58 @@ struct Describer<'a> {
 }
 
 impl<'a> Describer<'a> {
-    fn new(elf: &'a elf::Module, path: &'a Path, db: &'a ProgramDb) -> Self {
+    fn new(mods: Vec<(&'a elf::Module, &'a Path, &'a ProgramDb)>, names: &'a [String]) -> Self {
         Describer {
-            elf,
-            path,
-            db,
-            lines: None,
-            program: None,
+            mods: mods
+                .into_iter()
+                .map(|(elf, path, db)| Described {
+                    elf,
+                    path,
+                    db,
+                    lines: None,
+                    program: None,
+                })
+                .collect(),
+            names,
         }
     }
 
-    fn place(&mut self, addr: u64) -> Place {
-        let proc = self
-            .db
-            .procs
-            .iter()
-            .find(|p| p.blocks.iter().any(|b| b.start == addr))
-            .map_or_else(|| "?".into(), |p| p.name.clone());
-        let line = self
+    fn place(&mut self, (m, addr): Loc) -> Place {
+        let module = (self.names.len() > 1)
+            .then(|| self.names.get(m).cloned())
+            .flatten();
+        let Some(d) = self.mods.get_mut(m) else {
+            return Place {
+                addr,
+                proc: "?".into(),
+                module,
+                line: None,
+            };
+        };
+        let proc =
+            d.db.procs
+                .iter()
+                .find(|p| p.blocks.iter().any(|b| b.start == addr))
+                .map_or_else(|| "?".into(), |p| p.name.clone());
+        let elf = d.elf;
+        let line = d
             .lines
-            .get_or_insert_with(|| Lines::load(self.elf))
+            .get_or_insert_with(|| Lines::load(elf))
             .at(addr)
             .map(|(file, l)| format!("{}:{l}", file.rsplit('/').next().unwrap_or(file)));
-        Place { addr, proc, line }
+        Place {
+            addr,
+            proc,
+            module,
+            line,
+        }
     }
 
-    fn program(&mut self) -> Option<&aetrace_record::Program> {
-        self.program
-            .get_or_insert_with(|| aetrace_record::Program::open(self.path).ok())
+    fn program(&mut self, m: usize) -> Option<&aetrace_record::Program> {
+        let d = self.mods.get_mut(m)?;
+        let path = d.path;
+        d.program
+            .get_or_insert_with(|| aetrace_record::Program::open(path).ok())
             .as_ref()
     }
 
@@ -854,22 +1048,15 @@ impl<'a> Describer<'a> {
     /// procedures of the blocks around the divergence (`path`): reads of
     /// code addresses or of the return address, which the instrumented
     /// run sees changed.
-    fn environment(&mut self, before: &[u64], path: &[u64]) -> Vec<String> {
+    fn environment(&mut self, before: &[Loc], path: &[Loc]) -> Vec<String> {
         let mut notes = Vec::new();
-        let Some(prog) = self.program() else {
-            return notes;
-        };
-        let module = &prog.module;
-        let code_end = module.exec_sections().map(|s| s.end()).max().unwrap_or(0);
-        let decode = |start: u64, end: u64| {
-            let bytes = module.bytes_at(start, end - start).unwrap_or(&[]);
-            iced_x86::Decoder::with_ip(64, bytes, start, iced_x86::DecoderOptions::NONE)
-                .into_iter()
-                .collect::<Vec<_>>()
-        };
         // The newest common block that calls outside the module's own code
         // (an import, an indirect target) or makes a system call.
-        'calls: for (distance, &addr) in before.iter().rev().enumerate() {
+        'calls: for (distance, &(m, addr)) in before.iter().rev().enumerate() {
+            let Some(prog) = self.program(m) else {
+                continue;
+            };
+            let decode = |start, end| decode(&prog.module, start, end);
             for (_, p) in prog.procs.iter() {
                 let Ok(cfg) = &p.cfg else { continue };
                 let Some(b) = cfg.block_at(addr) else {
@@ -911,17 +1098,27 @@ impl<'a> Describer<'a> {
                 break;
             }
         }
-        let mut done: Vec<usize> = Vec::new();
-        for &addr in path {
+        let mut done: Vec<(usize, usize)> = Vec::new();
+        for &(m, addr) in path {
+            let Some(prog) = self.program(m) else {
+                continue;
+            };
+            let decode = |start, end| decode(&prog.module, start, end);
+            let code_end = prog
+                .module
+                .exec_sections()
+                .map(|s| s.end())
+                .max()
+                .unwrap_or(0);
             for (id, p) in prog.procs.iter() {
                 let Ok(cfg) = &p.cfg else { continue };
                 if cfg.block_at(addr).is_none() {
                     continue;
                 }
-                if done.contains(&id.index()) {
+                if done.contains(&(m, id.index())) {
                     break;
                 }
-                done.push(id.index());
+                done.push((m, id.index()));
                 if let Some(at) = reads_return_address(&decode(
                     cfg.blocks[cfg.entry].start,
                     cfg.blocks[cfg.entry].end,
@@ -951,6 +1148,14 @@ impl<'a> Describer<'a> {
         }
         notes
     }
+}
+
+/// The instructions of `module` in link-time `[start, end)`.
+fn decode(module: &elf::Module, start: u64, end: u64) -> Vec<iced_x86::Instruction> {
+    let bytes = module.bytes_at(start, end - start).unwrap_or(&[]);
+    iced_x86::Decoder::with_ip(64, bytes, start, iced_x86::DecoderOptions::NONE)
+        .into_iter()
+        .collect()
 }
 
 /// Where an entry block reads the return address (`[rsp]` before the

@@ -23,6 +23,7 @@
 
 pub mod check;
 mod emulate;
+mod loader;
 pub mod module;
 pub mod profile;
 mod scratch;
@@ -76,7 +77,10 @@ pub enum Error {
         source: std::io::Error,
     },
     /// A traced module never appeared in the process's mappings.
-    #[error("{}: not mapped by the program (is it loaded with dlopen?)", path.display())]
+    #[error(
+        "{}: not mapped by the program when it reached its entry point (did the loader find another file, or is it loaded with dlopen?)",
+        path.display()
+    )]
     NotMapped { path: PathBuf },
     /// The trace cannot be checked (unreadable, or it does not match the
     /// program on disk); the message says what.
@@ -98,9 +102,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// What to follow.
 #[derive(Clone, Debug, Default)]
 pub struct Options {
-    /// Shared libraries to follow besides the main executable (their blocks
-    /// are followed from the program's entry point on; code they run
-    /// earlier, in the dynamic loader's initialisation, is not).
+    /// Shared libraries to follow besides the main executable, from the
+    /// moment the dynamic loader announces them mapped (`loader.rs`), before
+    /// their initialisers run; where the loader cannot be watched, from the
+    /// program's entry point on ([`Event::LibrariesMapped`] says which).
     pub libs: Vec<PathBuf>,
     /// Environment variables to set (or override) for the program; the
     /// rest of the environment is inherited.
@@ -173,6 +178,11 @@ pub enum Event {
     ForkDetached { child: Pid },
     /// The program called `execve`: following stops there.
     Exec,
+    /// The traced libraries were found mapped and their entry traps
+    /// written: when the loader announced them, before their initialisers
+    /// ran, or (`at_entry`) only at the program's entry point, so that code
+    /// they ran before it was not followed.
+    LibrariesMapped { at_entry: bool },
 }
 
 /// Receives the followed execution. Addresses are link-time addresses of

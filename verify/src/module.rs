@@ -44,6 +44,8 @@ pub struct TracedModule {
     pub program: Program,
     /// Runtime address minus link-time address (0 until mapped).
     pub base: u64,
+    /// Found in the process's mappings, its entry traps written.
+    pub mapped: bool,
     pub blocks: Vec<Blk>,
     /// Indices of blocks reachable from untraced code.
     pub entries: Vec<u32>,
@@ -111,6 +113,7 @@ impl TracedModule {
             path: path.to_owned(),
             program,
             base: 0,
+            mapped: false,
             lo: blocks.first().map_or(0, |b| b.start),
             hi: blocks.iter().map(|b| b.end).max().unwrap_or(0),
             blocks,
@@ -142,10 +145,11 @@ impl TracedModule {
         (0..n).rev().take(4).find(|&i| self.blocks[i].end > addr)
     }
 
-    /// Whether runtime `rip` lies in the code this module's blocks cover.
+    /// Whether runtime `rip` lies in the code this module's blocks cover
+    /// (never before the module is mapped).
     pub fn covers(&self, rip: u64) -> bool {
         let a = rip.wrapping_sub(self.base);
-        a >= self.lo && a < self.hi
+        self.mapped && a >= self.lo && a < self.hi
     }
 
     /// The name of the procedure of block `b`.

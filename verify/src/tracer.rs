@@ -16,8 +16,9 @@
 //! original byte put back for that one step (step-over).
 //!
 //! Invariants: a thread in `Mode::Step` has exactly that breakpoint's
-//! original byte in memory, and it is written back before the thread runs
-//! freely again; `cur` is `Some` only while the thread's `rip` is inside
+//! original byte in memory (or its copy in the scratch page), and the
+//! `int3` is written back when the last thread stepping over it in place
+//! is done (`stepping`), before that thread runs freely again; `cur` is `Some` only while the thread's `rip` is inside
 //! that block or the static chain ending with it, whose blocks not
 //! reported yet are `pending`, in execution order, without repeats; a signal delivered while a
 //! thread is inside a block pushes that position, and it is resumed (not
@@ -100,8 +101,18 @@ struct Tracer<'o> {
     bps: HashMap<u64, u8>,
     /// Runtime addresses of entry traps.
     entries: HashSet<u64>,
-    /// The program's entry point, where shared libraries get mapped in.
+    /// Threads stepping in place over the breakpoint at each address: its
+    /// original byte stays in memory until the last one is done (a thread
+    /// that found it restored and stepped would else run the `int3` put
+    /// back by another and resume one byte into the instruction).
+    stepping: HashMap<u64, u32>,
+    /// The program's entry point: traced libraries not mapped by then are
+    /// an error.
     load_trap: Option<u64>,
+    /// The loader's notification point (`loader.rs`), where traced
+    /// libraries are armed before their initialisers run; removed once all
+    /// are mapped.
+    notify_trap: Option<u64>,
     threads: HashMap<Pid, Thread>,
     /// Forked children already given back their original bytes.
     released: HashSet<Pid>,
@@ -231,7 +242,9 @@ pub fn follow(
         modules,
         bps: HashMap::new(),
         entries: HashSet::new(),
+        stepping: HashMap::new(),
         load_trap: None,
+        notify_trap: None,
         threads: HashMap::new(),
         released: HashSet::new(),
         observer,
@@ -249,6 +262,10 @@ pub fn follow(
     let main = &t.modules[0];
     t.scratch = Scratch::map(pid, &t.mem, main.lo + main.base, main.hi + main.base)?;
     if t.modules.len() > 1 {
+        t.notify_trap = crate::loader::notify_point(pid)?;
+        if let Some(a) = t.notify_trap {
+            t.insert(a)?;
+        }
         let entry = t.modules[0]
             .program
             .module
@@ -336,6 +353,7 @@ impl Tracer<'_> {
             })?,
         };
         module.base = base;
+        module.mapped = true;
         if let Some(b) = module.blocks.first() {
             let want = module.program.module.bytes_at(b.start, b.end - b.start);
             let mut got = vec![0u8; (b.end - b.start) as usize];
@@ -357,6 +375,34 @@ impl Tracer<'_> {
             self.insert(a)?;
         }
         Ok(())
+    }
+
+    /// Arms every traced library the process has mapped by now (with
+    /// `required`, one it has not is an error); once all are, removes the
+    /// notification trap and tells the observer. Returns whether all are.
+    fn map_loaded(&mut self, tid: Pid, required: bool) -> Result<bool> {
+        let (mut all, mut armed) = (true, false);
+        for m in 1..self.modules.len() {
+            if self.modules[m].mapped {
+                continue;
+            }
+            if required || sys::map_base(self.pid, &self.modules[m].path)?.is_some() {
+                self.map_module(m)?;
+                armed = true;
+            } else {
+                all = false;
+            }
+        }
+        if all {
+            if let Some(a) = self.notify_trap.take() {
+                let orig = self.bps.remove(&a).unwrap_or(INT3);
+                self.mem.write(a, &[orig])?;
+            }
+            if armed {
+                self.event(tid, Event::LibrariesMapped { at_entry: required });
+            }
+        }
+        Ok(all)
     }
 
     /// Writes a breakpoint at runtime `addr` (once).
@@ -554,8 +600,9 @@ impl Tracer<'_> {
                 return sys::step(tid, 0);
             }
             th.mode = Mode::Run;
+            let cur = th.cur;
             match disp {
-                None => self.mem.write(bp, &[INT3])?,
+                None => self.stepped(bp)?,
                 Some(d) if regs.rip == d.done => {
                     regs.rip = d.back;
                     sys::set_regs(tid, &regs)?;
@@ -564,7 +611,15 @@ impl Tracer<'_> {
                 // the original.
                 Some(_) => {}
             }
-            let cur = th.cur;
+            if end && self.signal_follows(tid, cur)? {
+                // The system call made a signal pending for the thread (a
+                // `kill` of itself): its handler runs before the next
+                // block's first instruction, so that block is entered when
+                // control comes back to it, through an entry trap.
+                self.thread(tid).cur = None;
+                self.arm_entry(regs.rip)?;
+                return sys::cont(tid, 0);
+            }
             if end {
                 return self.land(tid, regs, cur, Arrival::Flow);
             }
@@ -579,11 +634,17 @@ impl Tracer<'_> {
         }
         self.stats.traps += 1;
         regs.rip = x;
-        if self.load_trap == Some(x) {
-            self.load_trap = None;
-            for m in 1..self.modules.len() {
-                self.map_module(m)?;
+        if self.notify_trap == Some(x) {
+            // In the loader, one thread: step its instruction in place.
+            sys::set_regs(tid, &regs)?;
+            if self.map_loaded(tid, false)? {
+                return sys::cont(tid, 0);
             }
+            return self.step_over(tid, regs, self.bps[&x], false);
+        }
+        if self.load_trap == Some(x) {
+            self.map_loaded(tid, true)?;
+            self.load_trap = None;
             if !self.entries.contains(&x) {
                 let orig = self.bps.remove(&x).unwrap_or(INT3);
                 self.mem.write(x, &[orig])?;
@@ -788,6 +849,31 @@ impl Tracer<'_> {
         }
     }
 
+    /// Whether block `cur` ended in a system call that left an unblocked
+    /// signal pending for thread `tid` (`/proc/TID/status`), which the
+    /// kernel delivers before the thread runs another instruction.
+    fn signal_follows(&self, tid: Pid, cur: Option<Pos>) -> Result<bool> {
+        let Some((m, b)) = cur else { return Ok(false) };
+        if self.modules[m].blocks[b].insn.mnemonic() != Mnemonic::Syscall {
+            return Ok(false);
+        }
+        let status = std::fs::read_to_string(format!("/proc/{tid}/status")).map_err(|source| {
+            Error::Sys {
+                what: "read /proc/TID/status",
+                tid,
+                source,
+            }
+        })?;
+        let mask = |key: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+                .unwrap_or(0)
+        };
+        Ok((mask("SigPnd:") | mask("ShdPnd:")) & !mask("SigBlk:") != 0)
+    }
+
     /// Makes the block start at runtime `back`, if it is one, an entry trap.
     fn arm_entry(&mut self, back: u64) -> Result<()> {
         if self.entries.contains(&back) {
@@ -855,11 +941,27 @@ impl Tracer<'_> {
                 sys::set_regs(tid, &regs)?;
                 self.stats.displaced += 1;
             }
-            None => self.mem.write(bp, &[orig])?,
+            None => {
+                *self.stepping.entry(bp).or_insert(0) += 1;
+                self.mem.write(bp, &[orig])?
+            }
         }
         self.thread(tid).mode = Mode::Step { bp, end, disp };
         self.stats.steps += 1;
         sys::step(tid, 0)
+    }
+
+    /// A thread's in-place step over the breakpoint at `bp` is over (done or
+    /// interrupted): the last one puts the `int3` back.
+    fn stepped(&mut self, bp: u64) -> Result<()> {
+        let n = self.stepping.get(&bp).copied().unwrap_or(1);
+        debug_assert!(n > 0, "a step in place is counted");
+        if n > 1 {
+            self.stepping.insert(bp, n - 1);
+            return Ok(());
+        }
+        self.stepping.remove(&bp);
+        self.mem.write(bp, &[INT3])
     }
 
     /// Copies the instruction at runtime `rip` of a traced module into the
@@ -931,7 +1033,7 @@ impl Tracer<'_> {
             // breakpoint.
             th.mode = Mode::Run;
             match disp {
-                None => self.mem.write(bp, &[INT3])?,
+                None => self.stepped(bp)?,
                 Some(d) => {
                     // The handler must return to the program, not the copy.
                     let mut regs = sys::get_regs(tid)?;
