@@ -660,6 +660,96 @@ fn a_traced_library_without_a_traced_executable_stops_clearly() {
     assert!(out.stdout.is_empty(), "it ran untraced: {:?}", out.stdout);
 }
 
+/// Builds `traces/dlopen.c` and its library `traces/dlopen_lib.c` as
+/// `libaedl.so.1`, which the program does not link: it opens it with
+/// `dlopen("libaedl.so.1")`, found through the executable's DT_RUNPATH.
+fn build_dlopen() -> PathBuf {
+    let dir = common::scratch("trace-oracle-builds").join(format!("dlopen-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let traces = common::repo_root().join("traces");
+    let st = Command::new("gcc")
+        .args(["-O2", "-shared", "-fPIC", "-Wl,-soname,libaedl.so.1", "-o"])
+        .arg(dir.join("libaedl.so.1"))
+        .arg(traces.join("dlopen_lib.c"))
+        .status()
+        .unwrap();
+    assert!(st.success(), "gcc -shared dlopen_lib.c");
+    let exe = dir.join("dlopen");
+    let st = Command::new("gcc")
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(traces.join("dlopen.c"))
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .status()
+        .unwrap();
+    assert!(st.success(), "gcc dlopen.c");
+    exe
+}
+
+/// A library loaded by `dlopen` (named in `--libs`, not in the DT_NEEDED
+/// closure): its constructor, functions found with `dlsym`, a callback into
+/// the program, its destructor at `dlclose`, then a second `dlopen` (at the
+/// same address): equal to lackey in both modules.
+#[test]
+fn dlopened_library_closed_and_opened_again() {
+    let exe = build_dlopen();
+    let native = run_native(&exe, &[]);
+    assert!(
+        String::from_utf8_lossy(&native.stdout).contains("second load at the same address"),
+        "the test expects the second dlopen at the first one's address"
+    );
+    check_libs(&exe, &[], &["libaedl.so.1"], LogMode::Pipe);
+}
+
+/// A second `dlopen` that maps the library at another address stops the
+/// program with a message (the trace has one load address per module);
+/// a dlopened library named by a path, which `dlopen` of that path would
+/// load without searching, is refused before the run.
+#[test]
+fn dlopened_library_at_a_second_address_or_by_path_is_refused() {
+    let exe = build_dlopen();
+    let native = run_native(&exe, &["move"]);
+    assert!(
+        String::from_utf8_lossy(&native.stdout).contains("second load moved"),
+        "natively the second load moves"
+    );
+    let trace = exe.with_extension("move.aet");
+    let out = Command::new(common::aetrace())
+        .arg("record")
+        .arg("-o")
+        .arg(&trace)
+        .args(["--libs", "libaedl.so.1", "--"])
+        .arg(&exe)
+        .arg("move")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "stderr {stderr}");
+    assert!(
+        stderr.contains("library was loaded again at another address"),
+        "{stderr}"
+    );
+    // Everything before the second load regenerates.
+    aetrace_ok(&["regen", "--count"], &trace);
+    let lib = exe.parent().unwrap().join("libaedl.so.1");
+    let out = Command::new(common::aetrace())
+        .arg("record")
+        .arg("-o")
+        .arg(&trace)
+        .arg("--libs")
+        .arg(&lib)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr {stderr}");
+    assert!(
+        stderr.contains("a dlopen of a path bypasses the loader's search"),
+        "{stderr}"
+    );
+}
+
 /// `--libs all` on Debian's zstd (libz, liblzma and liblz4 besides glibc,
 /// and worker threads, whose interleaving lackey's run would not repeat):
 /// the recorded run's output equals the native one, every library is a
