@@ -1045,6 +1045,67 @@ fn signal_handlers_calling_traced_code() {
     traced("signal_calls.c", O0_NOPIE, &[]);
 }
 
+/// Handlers run inside `kill(getpid())`, `sigprocmask` and
+/// `pthread_sigmask` (unblocking a pending signal), two such calls back to
+/// back with no witness between: built `-fno-plt`, so no traced PLT stub
+/// writes a witness between the calls and only their RETURN records place
+/// each handler. Equal to lackey. Killed by `kill(getpid(), SIGKILL)`, the
+/// trace regenerates up to the call that killed it and then says so.
+#[test]
+fn signals_delivered_by_kill_and_unblocking() {
+    let exe = build_with("signal_unblock.c", "noplt", &["-O2", "-fno-plt"]);
+    check(&exe, &[]);
+    let (_, trace) = record_checked(&exe, &["die"], &[]);
+    let out = Command::new(common::aetrace())
+        .args(["regen", "--format", "insn", "--relative"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("procedure main waits for the call of block")
+            && stderr.contains("the process was killed by a signal after the thread's last record"),
+        "{stderr}"
+    );
+    // What it printed ran: lackey's run, which may lose its last few
+    // instructions to the kill, and ours are prefixes of one another.
+    let ours: Vec<u64> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| u64::from_str_radix(l, 16).unwrap())
+        .collect();
+    let run = lackey::run_with(
+        &exe,
+        &["die"],
+        &[exe.clone()],
+        "*",
+        LogMode::Pipe,
+        Capture::Sequences,
+    );
+    let base = link_base(&exe);
+    let theirs: Vec<u64> = run.modules[0]
+        .sequences
+        .values()
+        .next()
+        .unwrap()
+        .iter()
+        .map(|a| a - base)
+        .collect();
+    let n = ours.len().min(theirs.len());
+    assert!(n > 600, "{} and {} instructions", ours.len(), theirs.len());
+    if let Some(d) = first_difference(&theirs[..n], &ours[..n]) {
+        panic!("killed run: {d}");
+    }
+    eprintln!(
+        "killed run: {} instructions regenerated, lackey {}",
+        ours.len(),
+        theirs.len()
+    );
+    let _ = std::fs::remove_file(&trace);
+}
+
 #[test]
 fn nested_signal_handlers() {
     traced("signal_nested.c", O2_PIE, &[]);
