@@ -1009,6 +1009,16 @@ fn static_glibc() {
     check_static_streams(&build("fork.c", O2_STATIC), &[], 2);
 }
 
+/// A stripped static program has no setjmp/longjmp names: glibc's are
+/// recognised by their use of the pointer guard (docs/rewrite.md).
+#[test]
+fn static_glibc_stripped_setjmp_longjmp() {
+    check_static(
+        &build("setjmp.c", Variant::new(Opt::O2, Link::Static, true)),
+        &[],
+    );
+}
+
 #[test]
 fn static_pie_glibc() {
     let exe = build_with("loops.c", "static-pie", &["-O2", "-static-pie", "-fPIE"]);
