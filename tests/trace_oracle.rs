@@ -748,6 +748,21 @@ fn dlopened_library_at_a_second_address_or_by_path_is_refused() {
         stderr.contains("a dlopen of a path bypasses the loader's search"),
         "{stderr}"
     );
+    // Profiling lost the second load's counts: refused.
+    let out = Command::new(common::aetrace())
+        .arg("profile")
+        .arg("-o")
+        .arg(exe.with_extension("aprof"))
+        .args(["--libs", "libaedl.so.1", "--"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr {stderr}");
+    assert!(
+        stderr.contains("libraries loaded by dlopen are traced by `aetrace record`, not profiled"),
+        "{stderr}"
+    );
 }
 
 /// `--libs all` on Debian's zstd (libz, liblzma and liblz4 besides glibc,

@@ -61,6 +61,9 @@ pub struct Library {
     /// Found in a directory relative to this object's `$ORIGIN`: once that
     /// object is a rewritten copy elsewhere, its `$ORIGIN` moves.
     pub origin: Option<PathBuf>,
+    /// Not in the DT_NEEDED closure: named with `--libs` as the program
+    /// opens it with `dlopen`.
+    pub dlopened: bool,
 }
 
 fn lib_err(what: String) -> Error {
@@ -153,6 +156,7 @@ pub fn closure(exe: &Path) -> Result<Vec<Library>> {
                 path,
                 via_rpath,
                 origin,
+                dlopened: false,
             });
         }
     }
@@ -322,6 +326,7 @@ fn dlopen_library(exe: &Path, name: &str, all: &[Library]) -> Result<Library> {
         path,
         via_rpath,
         origin: origin_dir.map(|_| exe.to_owned()),
+        dlopened: true,
     })
 }
 
