@@ -625,6 +625,111 @@ fn a_traced_library_without_a_traced_executable_stops_clearly() {
     assert!(out.stdout.is_empty(), "it ran untraced: {:?}", out.stdout);
 }
 
+/// Builds `traces/dlopen.c` and its library `traces/dlopen_lib.c` as
+/// `libaedl.so.1`, which the program does not link: it opens it with
+/// `dlopen("libaedl.so.1")`, found through the executable's DT_RUNPATH.
+fn build_dlopen() -> PathBuf {
+    let dir = common::scratch("trace-oracle-builds").join(format!("dlopen-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let traces = common::repo_root().join("traces");
+    let st = Command::new("gcc")
+        .args(["-O2", "-shared", "-fPIC", "-Wl,-soname,libaedl.so.1", "-o"])
+        .arg(dir.join("libaedl.so.1"))
+        .arg(traces.join("dlopen_lib.c"))
+        .status()
+        .unwrap();
+    assert!(st.success(), "gcc -shared dlopen_lib.c");
+    let exe = dir.join("dlopen");
+    let st = Command::new("gcc")
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(traces.join("dlopen.c"))
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .status()
+        .unwrap();
+    assert!(st.success(), "gcc dlopen.c");
+    exe
+}
+
+/// A library loaded by `dlopen` (named in `--libs`, not in the DT_NEEDED
+/// closure): its constructor, functions found with `dlsym`, a callback into
+/// the program, its destructor at `dlclose`, then a second `dlopen` (at the
+/// same address): equal to lackey in both modules.
+#[test]
+fn dlopened_library_closed_and_opened_again() {
+    let exe = build_dlopen();
+    let native = run_native(&exe, &[]);
+    assert!(
+        String::from_utf8_lossy(&native.stdout).contains("second load at the same address"),
+        "the test expects the second dlopen at the first one's address"
+    );
+    check_libs(&exe, &[], &["libaedl.so.1"], LogMode::Pipe);
+}
+
+/// A second `dlopen` that maps the library at another address stops the
+/// program with a message (the trace has one load address per module);
+/// a dlopened library named by a path, which `dlopen` of that path would
+/// load without searching, is refused before the run.
+#[test]
+fn dlopened_library_at_a_second_address_or_by_path_is_refused() {
+    let exe = build_dlopen();
+    let native = run_native(&exe, &["move"]);
+    assert!(
+        String::from_utf8_lossy(&native.stdout).contains("second load moved"),
+        "natively the second load moves"
+    );
+    let trace = exe.with_extension("move.aet");
+    let out = Command::new(common::aetrace())
+        .arg("record")
+        .arg("-o")
+        .arg(&trace)
+        .args(["--libs", "libaedl.so.1", "--"])
+        .arg(&exe)
+        .arg("move")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "stderr {stderr}");
+    assert!(
+        stderr.contains("library was loaded again at another address"),
+        "{stderr}"
+    );
+    // Everything before the second load regenerates.
+    aetrace_ok(&["regen", "--count"], &trace);
+    let lib = exe.parent().unwrap().join("libaedl.so.1");
+    let out = Command::new(common::aetrace())
+        .arg("record")
+        .arg("-o")
+        .arg(&trace)
+        .arg("--libs")
+        .arg(&lib)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr {stderr}");
+    assert!(
+        stderr.contains("a dlopen of a path bypasses the loader's search"),
+        "{stderr}"
+    );
+    // Profiling lost the second load's counts: refused.
+    let out = Command::new(common::aetrace())
+        .arg("profile")
+        .arg("-o")
+        .arg(exe.with_extension("aprof"))
+        .args(["--libs", "libaedl.so.1", "--"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr {stderr}");
+    assert!(
+        stderr.contains("libraries loaded by dlopen are traced by `aetrace record`, not profiled"),
+        "{stderr}"
+    );
+}
+
 /// `--libs all` on Debian's zstd (libz, liblzma and liblz4 besides glibc,
 /// and worker threads, whose interleaving lackey's run would not repeat):
 /// the recorded run's output equals the native one, every library is a
@@ -884,6 +989,16 @@ fn static_glibc() {
     check_static_streams(&build("fork.c", O2_STATIC), &[], 2);
 }
 
+/// A stripped static program has no setjmp/longjmp names: glibc's are
+/// recognised by their use of the pointer guard (docs/rewrite.md).
+#[test]
+fn static_glibc_stripped_setjmp_longjmp() {
+    check_static(
+        &build("setjmp.c", Variant::new(Opt::O2, Link::Static, true)),
+        &[],
+    );
+}
+
 #[test]
 fn static_pie_glibc() {
     let exe = build_with("loops.c", "static-pie", &["-O2", "-static-pie", "-fPIE"]);
@@ -918,6 +1033,67 @@ fn signal_handlers_run_by_raise() {
 fn signal_handlers_calling_traced_code() {
     traced("signal_calls.c", O2_PIE, &[]);
     traced("signal_calls.c", O0_NOPIE, &[]);
+}
+
+/// Handlers run inside `kill(getpid())`, `sigprocmask` and
+/// `pthread_sigmask` (unblocking a pending signal), two such calls back to
+/// back with no witness between: built `-fno-plt`, so no traced PLT stub
+/// writes a witness between the calls and only their RETURN records place
+/// each handler. Equal to lackey. Killed by `kill(getpid(), SIGKILL)`, the
+/// trace regenerates up to the call that killed it and then says so.
+#[test]
+fn signals_delivered_by_kill_and_unblocking() {
+    let exe = build_with("signal_unblock.c", "noplt", &["-O2", "-fno-plt"]);
+    check(&exe, &[]);
+    let (_, trace) = record_checked(&exe, &["die"], &[]);
+    let out = Command::new(common::aetrace())
+        .args(["regen", "--format", "insn", "--relative"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("procedure main waits for the call of block")
+            && stderr.contains("the process was killed by a signal after the thread's last record"),
+        "{stderr}"
+    );
+    // What it printed ran: lackey's run, which may lose its last few
+    // instructions to the kill, and ours are prefixes of one another.
+    let ours: Vec<u64> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| u64::from_str_radix(l, 16).unwrap())
+        .collect();
+    let run = lackey::run_with(
+        &exe,
+        &["die"],
+        &[exe.clone()],
+        "*",
+        LogMode::Pipe,
+        Capture::Sequences,
+    );
+    let base = link_base(&exe);
+    let theirs: Vec<u64> = run.modules[0]
+        .sequences
+        .values()
+        .next()
+        .unwrap()
+        .iter()
+        .map(|a| a - base)
+        .collect();
+    let n = ours.len().min(theirs.len());
+    assert!(n > 600, "{} and {} instructions", ours.len(), theirs.len());
+    if let Some(d) = first_difference(&theirs[..n], &ours[..n]) {
+        panic!("killed run: {d}");
+    }
+    eprintln!(
+        "killed run: {} instructions regenerated, lackey {}",
+        ours.len(),
+        theirs.len()
+    );
+    let _ = std::fs::remove_file(&trace);
 }
 
 #[test]

@@ -61,6 +61,9 @@ pub struct Library {
     /// Found in a directory relative to this object's `$ORIGIN`: once that
     /// object is a rewritten copy elsewhere, its `$ORIGIN` moves.
     pub origin: Option<PathBuf>,
+    /// Not in the DT_NEEDED closure: named with `--libs` as the program
+    /// opens it with `dlopen`.
+    pub dlopened: bool,
 }
 
 fn lib_err(what: String) -> Error {
@@ -153,6 +156,7 @@ pub fn closure(exe: &Path) -> Result<Vec<Library>> {
                 path,
                 via_rpath,
                 origin,
+                dlopened: false,
             });
         }
     }
@@ -188,6 +192,21 @@ pub fn select(exe: &Path, sel: &LibSelection) -> Result<Selection> {
     let rewritten: Vec<&Path> = std::iter::once(exe)
         .chain(chosen.iter().map(|l| l.path.as_path()))
         .collect();
+    // A dlopened library's own dependencies are not in the executable's
+    // closure; those it finds through its `$ORIGIN` must be linked too.
+    let mut all = all;
+    for l in chosen
+        .iter()
+        .filter(|l| !all.contains(l))
+        .cloned()
+        .collect::<Vec<_>>()
+    {
+        for dep in closure(&l.path)? {
+            if !all.iter().any(|a| a.needed == dep.needed) {
+                all.push(dep);
+            }
+        }
+    }
     let origin_relative = all
         .iter()
         .filter(|l| !chosen.contains(l))
@@ -224,19 +243,17 @@ fn choose(exe: &Path, all: &[Library], sel: &LibSelection) -> Result<(Vec<Librar
         }
         Some(names) => {
             for n in names {
-                let l = all
-                    .iter()
-                    .find(|l| &l.needed == n || l.path.file_name().is_some_and(|f| f == n.as_str()))
-                    .ok_or_else(|| {
-                        lib_err(format!(
-                            "--libs: {n} is not among the libraries {} loads ({})",
-                            exe.display(),
-                            all.iter()
-                                .map(|l| l.needed.as_str())
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ))
-                    })?;
+                let found = all.iter().find(|l| {
+                    &l.needed == n || l.path.file_name().is_some_and(|f| f == n.as_str())
+                });
+                let dlopened;
+                let l = match found {
+                    Some(l) => l,
+                    None => {
+                        dlopened = dlopen_library(exe, n, all)?;
+                        &dlopened
+                    }
+                };
                 if is_glibc(&l.needed) {
                     return Err(lib_err(format!(
                         "--libs: {n} cannot be traced: glibc's libraries and ld.so run before the runtime's init (libc's early init, IFUNC resolution) and the runtime relies on them"
@@ -256,6 +273,61 @@ fn choose(exe: &Path, all: &[Library], sel: &LibSelection) -> Result<(Vec<Librar
         )));
     }
     Ok((chosen, notes))
+}
+
+/// A `--libs` name outside the DT_NEEDED closure: a library the program
+/// loads with `dlopen(name)`, found as ld.so finds a name without a slash
+/// for a `dlopen` called from the executable (its DT_RPATH when it has no
+/// DT_RUNPATH, `LD_LIBRARY_PATH`, its DT_RUNPATH, the cache, the default
+/// directories). The loader is asked for `name` at run time and finds the
+/// per-run directory's link of that name first. A path is refused: a
+/// `dlopen` of a path does not search, so no copy can be substituted.
+fn dlopen_library(exe: &Path, name: &str, all: &[Library]) -> Result<Library> {
+    let listed = || {
+        all.iter()
+            .map(|l| l.needed.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if name.contains('/') {
+        return Err(lib_err(format!(
+            "--libs: {name} is not among the libraries {} loads ({}), and a dlopen of a path bypasses the loader's search, so the rewritten copy cannot be substituted: a dlopened library is traced when the program opens it by a name without a slash, given here as that name",
+            exe.display(),
+            listed()
+        )));
+    }
+    let info = DynInfo::read(exe)?;
+    let origin = exe.parent().map(Path::to_owned).unwrap_or_default();
+    let rpaths = if info.runpath.is_empty() {
+        vec![(origin.clone(), info.rpath.clone())]
+    } else {
+        Vec::new()
+    };
+    let ld_library_path: Vec<String> = std::env::var("LD_LIBRARY_PATH")
+        .map(|v| split_path(&v))
+        .unwrap_or_default();
+    let cache = LdCache::load();
+    let (path, via_rpath, origin_dir) = search(
+        name,
+        &rpaths,
+        &ld_library_path,
+        (&origin, &info.runpath),
+        &cache,
+    )
+    .ok_or_else(|| {
+        lib_err(format!(
+            "--libs: {name} is not among the libraries {} loads ({}) and no library of that name is found as a dlopen from it would find it (DT_RPATH, LD_LIBRARY_PATH, DT_RUNPATH, ld.so.cache, default directories)",
+            exe.display(),
+            listed()
+        ))
+    })?;
+    Ok(Library {
+        needed: name.to_owned(),
+        path,
+        via_rpath,
+        origin: origin_dir.map(|_| exe.to_owned()),
+        dlopened: true,
+    })
 }
 
 fn split_path(v: &str) -> Vec<String> {

@@ -667,6 +667,17 @@ fn count_run(
     let (elf, exe_sk) = prepare(exe, &spec(exe)?, 0)?;
     let (libs, notes, dir) =
         crate::commands::prepare_libs(exe, libs, |path, tag| prepare(path, &spec(path)?, tag))?;
+    // Measured: a library dlclosed and opened again counted its first
+    // load only, with nothing to say so.
+    if let Some((l, _)) = libs.iter().find(|(l, _)| l.dlopened) {
+        return Err(Error::Record {
+            what: format!(
+                "--libs: {} is not a DT_NEEDED library of {}: libraries loaded by dlopen are traced by `aetrace record`, not profiled (a dlclose and a second dlopen would lose counts)",
+                l.needed,
+                exe.display()
+            ),
+        });
+    }
     let sizes: Vec<u64> = std::iter::once(exe_sk.bytes)
         .chain(libs.iter().map(|(_, s)| s.bytes))
         .collect();

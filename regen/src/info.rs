@@ -48,6 +48,10 @@ pub struct Info {
     pub instructions: Option<Vec<u64>>,
     /// Why `instructions` is missing.
     pub regen_error: Option<String>,
+    /// The trace's notes other than the procedures left alone (listed per
+    /// program): libraries left alone or never loaded, fault injection,
+    /// what a stripped static program's rewrite recognised.
+    pub remarks: Vec<String>,
     pub bits_per_instruction_raw: Option<f64>,
     pub bits_per_instruction_compressed: Option<f64>,
 }
@@ -112,7 +116,15 @@ pub fn info(path: &Path) -> Result<Info> {
             .filter(|&n| n > 0)
             .map(|n| bytes as f64 * 8.0 / n as f64)
     };
+    // "procedure NAME at ADDR left alone: ..." repeats `left_alone`.
+    let remarks = trace
+        .notes()
+        .iter()
+        .filter(|n| !(n.text.starts_with("procedure ") && n.text.contains(" left alone: ")))
+        .map(|n| n.text.clone())
+        .collect();
     Ok(Info {
+        remarks,
         bits_per_instruction_raw: per(stats.raw_bytes),
         bits_per_instruction_compressed: per(stats.compressed_bytes),
         stats,
@@ -129,6 +141,9 @@ pub fn info_command(path: &Path, json: bool, out: &mut dyn Write) -> Result<()> 
         serde_json::to_string_pretty(&i).map_err(|e| Error::Usage(e.to_string()))? + "\n"
     } else {
         let mut s = i.stats.to_string();
+        for r in &i.remarks {
+            s += &format!("  note: {r}\n");
+        }
         for p in &i.programs {
             s += &format!(
                 "program {}: {} procedures, {} traced ({} witness edges), {} left alone\n",

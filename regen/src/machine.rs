@@ -262,6 +262,8 @@ pub struct Machine<'a> {
     pub entries: Vec<Vec<u64>>,
     /// Appended to truncation messages (e.g. "the trace is incomplete").
     note: String,
+    /// The thread's process was killed by a signal (its THREAD_END).
+    killed: bool,
     /// For a fork child: its parent's state at the fork.
     forked_from: Option<ForkState>,
     /// FORKED records read: each child pid with the state it continues from.
@@ -312,6 +314,7 @@ impl<'a> Machine<'a> {
             started: false,
             entries: modules.iter().map(|m| vec![0; m.procs.len()]).collect(),
             note,
+            killed: false,
             forked_from: None,
             forks: Vec::new(),
             jmpbufs: Default::default(),
@@ -338,6 +341,15 @@ impl<'a> Machine<'a> {
     /// Makes this the machine of a fork child that continues from `state`.
     pub fn continue_fork(&mut self, state: ForkState) {
         self.forked_from = Some(state);
+    }
+
+    /// The thread's process was killed by a signal: a stream that ends
+    /// while a traced caller waits for its call to return is the death of
+    /// the thread inside that call, reported instead of taken for a normal
+    /// end (a thread of a process that exits normally may end inside a
+    /// blocking call another thread's `exit` cut short).
+    pub fn set_killed(&mut self) {
+        self.killed = true;
     }
 
     fn module(&self, l: Loc) -> &'a Module {
@@ -976,7 +988,26 @@ impl<'a> Machine<'a> {
         let (item, off) = self.next(Retry::Untraced)?;
         self.consumed(None);
         match item {
-            Item::End => return Ok(false),
+            Item::End => {
+                let caller = self.stack.iter().rev().find_map(|f| match f {
+                    Frame::Ret(c) => Some(*c),
+                    _ => None,
+                });
+                return match caller {
+                    Some(c) if self.killed => Err(Error::Truncated {
+                        thread: self.thread,
+                        offset: off,
+                        at: format!(
+                            "while procedure {} waits for the call of block {} to return: the process was killed by a signal after the thread's last record, at the latest inside that call",
+                            self.proc_name(c),
+                            self.module(c).block_name(c.block)
+                        ),
+                        note: self.note.clone(),
+                    }
+                    .into()),
+                    _ => Ok(false),
+                };
+            }
             Item::Enter(raw) => {
                 if self.stack.last() == Some(&Frame::Sig) {
                     // The handler's entry (its stub wrote SIGNAL, then ENTER).

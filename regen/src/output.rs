@@ -23,7 +23,9 @@ use crate::compile::{Addressing, Module};
 use crate::error::{Error, Result};
 use crate::machine::{ForkState, Machine, Progress, Sink};
 use crate::stream::Stream;
-use aetrace_format::{module_flags, ModuleId, StartReason, Status, ThreadId, ThreadInfo, Trace};
+use aetrace_format::{
+    module_flags, EndReason, ModuleId, StartReason, Status, ThreadId, ThreadInfo, Trace,
+};
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::str::FromStr;
@@ -595,6 +597,14 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             note = format!(" (thread {thread} has no THREAD_END)");
         }
         let mut m = Machine::new(thread, &self.groups[job.group], stream, note);
+        if job
+            .info
+            .end
+            .as_ref()
+            .is_some_and(|e| e.reason == EndReason::Killed)
+        {
+            m.set_killed();
+        }
         if job.info.start.reason == StartReason::Fork {
             if let Some(state) = self.forks.get(&job.info.start.pid) {
                 m.continue_fork(state.clone());

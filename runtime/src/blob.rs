@@ -118,6 +118,7 @@ struct Labels {
     m_region: CodeLabel,
     m_notready: CodeLabel,
     m_early: CodeLabel,
+    m_rebased: CodeLabel,
     m_slots: CodeLabel,
     m_write: CodeLabel,
 }
@@ -194,6 +195,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         m_region: a.create_label(),
         m_notready: a.create_label(),
         m_early: a.create_label(),
+        m_rebased: a.create_label(),
         m_slots: a.create_label(),
         m_write: a.create_label(),
     };
@@ -224,6 +226,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     )?;
     msg(&mut a, &mut l.m_notready, "aetrace: instrumented code ran before the runtime's init (init must be the first DT_PREINIT_ARRAY entry)\n")?;
     msg(&mut a, &mut l.m_early, "aetrace: an instrumented shared library ran before the executable's runtime init (an IFUNC resolver, or a process whose executable is not instrumented)\n")?;
+    msg(&mut a, &mut l.m_rebased, "aetrace: an instrumented shared library was loaded again at another address (dlclose, then dlopen): the trace has one load address per module; stopped\n")?;
     msg(
         &mut a,
         &mut l.m_slots,
@@ -474,6 +477,7 @@ fn emit_attach(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     let mut library = a.create_label();
     let mut has_gs = a.create_label();
     let mut mapped = a.create_label();
+    let mut published = a.create_label();
     let mut claim = a.create_label();
     let mut kept = a.create_label();
     let mut done = a.create_label();
@@ -511,13 +515,22 @@ fn emit_attach(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.mov(qword_ptr(l.d_fd), rax)?;
     // Publish this blob's address under its tag (first writer wins: a
     // fork child has the same mappings; an exec'd image's modules are
-    // not known to the recorder anyway).
+    // not known to the recorder anyway). A library dlclosed and opened
+    // again finds its entry set: at the same address it goes on; at
+    // another one the trace could not tell its two loads apart, so the
+    // program stops here, before any of the second load's records.
     a.mov(rdx, qword_ptr(l.d_tag))?;
     a.and(edx, (MAX_MODULES - 1) as i32)?;
     a.lea(rcx, ptr(l.init))?;
     a.xor(eax, eax)?;
     a.lock()
         .cmpxchg(qword_ptr(r15 + rdx * 8 + H_MODULES as i32), rcx)?;
+    a.je(published)?;
+    a.cmp(rax, rcx)?;
+    a.je(published)?;
+    a.lea(rsi, ptr(l.m_rebased))?;
+    a.jmp(l.fatal)?;
+    a.set_label(&mut published)?;
     a.mov(dword_ptr(l.d_ready), 1)?;
     // A thread that owns its slot already (the usual case) keeps it.
     a.mov(rax, qword_ptr(0u64).fs())?;

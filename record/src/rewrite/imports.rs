@@ -8,11 +8,13 @@
 //! Imports listed here never run application code except through signal
 //! handlers (which have their own SIGNAL record), so their calls need no
 //! RETURN record. Calls that deliver signals synchronously or wait for them
-//! (`raise`, the sleeps) are left out on purpose: with a RETURN after them,
-//! a handler run inside them is placed exactly even when several such calls
-//! follow one another without a witness (docs/regen.md, "Signals"). The
-//! list errs on the side of leaving a function out: a missing name costs
-//! two bytes per call, a wrong name would make traces ambiguous.
+//! (`raise`, `kill`, `sigprocmask` and `pthread_sigmask`, which run a
+//! pending handler as they unblock it, the sleeps) are left out on purpose:
+//! with a RETURN after them, a handler run inside them is placed exactly
+//! even when several such calls follow one another without a witness
+//! (docs/regen.md, "Signals"). The list errs on the side of leaving a
+//! function out: a missing name costs two bytes per call, a wrong name
+//! would make traces ambiguous.
 
 /// Imports that never call back into the program (other than by signals).
 const CALLBACK_FREE: &[&str] = &[
@@ -279,19 +281,10 @@ const CALLBACK_FREE: &[&str] = &[
     "setrlimit",
     "getrusage",
     "times",
-    // `kill` delivers a signal to the caller synchronously only when it
-    // targets its own process; such a handler is placed as run inside the
-    // call unless two such calls follow one another without a witness.
-    "kill",
     "sigemptyset",
     "sigaddset",
     "sigdelset",
     "sigismember",
-    // Unblocking a pending signal runs its handler before these return;
-    // such a handler is placed as run inside the call unless two such calls
-    // follow one another without a witness.
-    "sigprocmask",
-    "pthread_sigmask",
     "sigaction",
     "signal",
     "__sysv_signal",

@@ -199,6 +199,84 @@ fn libc_family(module: &crate::elf::Module) -> LibcFamily {
     f
 }
 
+/// A stripped static libc's setjmp and longjmp (no names to go by),
+/// recognised by what they do with glibc's pointer guard `fs:[0x30]`: a
+/// setjmp mangles its caller's stack pointer (`lea R, [rsp+8]`, then
+/// `xor R, fs:[0x30]`), a longjmp demangles one and switches to it
+/// (`xor R, fs:[0x30]`, then `mov rsp, R`). The wrappers that tail-jump
+/// to a setjmp (`_setjmp`, `setjmp`) save a context too.
+fn guarded_family(prog: &Program, f: &mut LibcFamily) {
+    use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind, Register};
+    for (_, p) in prog.procs.iter() {
+        let Ok(cfg) = &p.cfg else { continue };
+        let mut blocks: Vec<_> = cfg.blocks.values().collect();
+        blocks.sort_by_key(|b| b.start);
+        let (mut rsp8, mut demangled) = (Vec::new(), Vec::new());
+        let (mut saves, mut switches) = (false, false);
+        for b in blocks {
+            let Some(bytes) = prog.module.bytes_at(b.start, b.end - b.start) else {
+                continue;
+            };
+            for i in Decoder::with_ip(64, bytes, b.start, DecoderOptions::NONE) {
+                let reg0 = (i.op_count() == 2 && i.op0_kind() == OpKind::Register)
+                    .then(|| i.op0_register());
+                let mem = i.op_count() == 2 && i.op1_kind() == OpKind::Memory;
+                match (i.mnemonic(), reg0) {
+                    (Mnemonic::Lea, Some(r))
+                        if mem
+                            && i.memory_base() == Register::RSP
+                            && i.memory_index() == Register::None
+                            && i.memory_displacement64() == 8 =>
+                    {
+                        rsp8.push(r)
+                    }
+                    (Mnemonic::Xor, Some(r))
+                        if mem
+                            && i.memory_segment() == Register::FS
+                            && i.memory_base() == Register::None
+                            && i.memory_index() == Register::None
+                            && i.memory_displacement64() == 0x30 =>
+                    {
+                        saves |= rsp8.contains(&r);
+                        demangled.push(r);
+                    }
+                    (Mnemonic::Mov, Some(Register::RSP))
+                        if i.op1_kind() == OpKind::Register
+                            && demangled.contains(&i.op1_register()) =>
+                    {
+                        switches = true
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if switches {
+            f.longjmp.push(p.start);
+        } else if saves {
+            f.setjmp.push(p.start);
+        }
+    }
+    loop {
+        let wrappers: Vec<u64> = prog
+            .procs
+            .values()
+            .filter(|p| !f.setjmp.contains(&p.start))
+            .filter(|p| {
+                p.cfg.as_ref().is_ok_and(|cfg| {
+                    cfg.calls
+                        .iter()
+                        .any(|c| c.tail && c.target.is_some_and(|t| f.setjmp.contains(&t)))
+                })
+            })
+            .map(|p| p.start)
+            .collect();
+        if wrappers.is_empty() {
+            return;
+        }
+        f.setjmp.extend(wrappers);
+    }
+}
+
 /// Decodes the entry format of a jump table from its first entry.
 fn table_format(prog: &Program, table: u64, first: u64) -> Option<bool> {
     let rel = prog.module.bytes_at(table, 4)?;
@@ -415,7 +493,11 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
     // LONGJMP records and `fork_child` at their call sites, whatever alias
     // the call names. (A fork child must not run traced code before
     // `fork_child` gives it its own slot.)
-    let family = libc_family(module);
+    let mut family = libc_family(module);
+    let stripped = module.is_static && family.setjmp.is_empty() && family.longjmp.is_empty();
+    if stripped {
+        guarded_family(&prog, &mut family);
+    }
     let (setjmps, longjmps) = (&family.setjmp, &family.longjmp);
     // A call that saves a context (may return again, through `longjmp`).
     let setjmp_call = |c: &crate::cfg::CallSite| {
@@ -615,6 +697,17 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
     };
     let mut plans: Vec<ProcPlan<'_>> = Vec::new();
     let mut notes = Vec::new();
+    if stripped {
+        // docs/rewrite.md, "Static executables".
+        notes.push(format!(
+            "static executable without setjmp/longjmp symbols (stripped): {} setjmp-like and {} \
+             longjmp-like procedures recognised by their use of the pointer guard (fs:[0x30]); \
+             a context switch they do not cover (setcontext, swapcontext, an own stack switch) \
+             is not recognised",
+            family.setjmp.len(),
+            family.longjmp.len()
+        ));
+    }
     let mut witness_edges = 0;
     let first_free = elfout::first_free_vaddr(module.bytes())?;
     let blob = aetrace_runtime::generate().map_err(|e| rewrite_err(path, e.to_string()))?;
