@@ -119,6 +119,32 @@ fn rewrite_err(path: &Path, what: impl Into<String>) -> Error {
     }
 }
 
+/// Length of the `jmp rel32` written over a traced procedure's entry.
+const SPRINGBOARD: u64 = 5;
+
+/// Whether the springboard fits at `p`'s entry: inside its primary range,
+/// or, for a shorter procedure (liblzma's 4-byte `mov 0x18(%rdi), %eax;
+/// ret`), running on into the alignment fill after it, when everything from
+/// its end to the next procedure's range (or the section's end) is fill
+/// (`nop`, `int3`, zero bytes) that belongs to no procedure: no code runs
+/// or reads those bytes, so overwriting them changes nothing else.
+fn springboard_fits(prog: &Program, p: &crate::Procedure) -> bool {
+    let need = p.start + SPRINGBOARD;
+    if p.end >= need {
+        return true;
+    }
+    let Some(section) = prog.module.exec_sections().find(|s| s.contains(p.start)) else {
+        return false;
+    };
+    let next = prog
+        .procs
+        .values()
+        .flat_map(|q| q.ranges.iter().map(|&(s, _)| s))
+        .filter(|&s| s >= p.end)
+        .fold(section.end(), u64::min);
+    next >= need && crate::report::is_fill(&prog.module, p.end, next)
+}
+
 /// Why procedure `proc` cannot be traced, if it cannot.
 fn left_alone_reason(prog: &Program, id: ProcId, ifuncs: &[u64]) -> Option<String> {
     let p = &prog.procs[id];
@@ -126,8 +152,10 @@ fn left_alone_reason(prog: &Program, id: ProcId, ifuncs: &[u64]) -> Option<Strin
         Err(e) => return Some(format!("not analysable: {e}")),
         Ok(c) => c,
     };
-    if p.size() < 5 {
-        return Some("shorter than a springboard (5 bytes)".into());
+    if !springboard_fits(prog, p) {
+        return Some(format!(
+            "shorter than a springboard ({SPRINGBOARD} bytes) and not followed by enough fill"
+        ));
     }
     if ifuncs.contains(&p.start) {
         return Some("IFUNC resolver (runs before the runtime)".into());
@@ -1133,7 +1161,7 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
         .springboards
         .iter()
         .map(|&(from, to)| {
-            let rel = i32::try_from(to as i64 - (from as i64 + 5))
+            let rel = i32::try_from(to as i64 - (from as i64 + SPRINGBOARD as i64))
                 .map_err(|_| rewrite_err(path, "springboard out of range"))?;
             let mut bytes = vec![0xE9];
             bytes.extend_from_slice(&rel.to_le_bytes());
