@@ -1237,6 +1237,28 @@ mod tests {
     use aetrace_format::progdb::SigPoint;
     use iced_x86::{Decoder, DecoderOptions};
 
+    /// The machine's gzip (Debian 12) has two procedures shorter than a
+    /// springboard: `orl $0x20, (%rdi); ret` (4 bytes, then 12 bytes of
+    /// `nop` fill up to the next function) takes one running into the
+    /// fill; a lone `ret` at the very end of `.text` (then `.fini`) has
+    /// no room.
+    #[test]
+    fn springboards_of_short_procedures_use_the_fill_after_them() {
+        let prog = crate::Program::open(std::path::Path::new("/usr/bin/gzip")).unwrap();
+        let short: Vec<(u64, bool)> = prog
+            .procs
+            .values()
+            .filter(|p| p.end - p.start < super::SPRINGBOARD)
+            .map(|p| (p.start, super::springboard_fits(&prog, p)))
+            .collect();
+        assert_eq!(short, [(0x105d0, true), (0x11670, false)]);
+        assert!(prog
+            .procs
+            .values()
+            .filter(|p| p.end - p.start >= super::SPRINGBOARD)
+            .all(|p| super::springboard_fits(&prog, p)));
+    }
+
     /// The signal map against the rewritten code itself: every original
     /// instruction of every traced procedure is in exactly one run of
     /// copies, and at the address the run gives it the rewritten module
