@@ -1397,6 +1397,28 @@ fn resolve_path(
         _ => return JumpResolution::Unresolved("target is not a table entry"),
     };
     let Some((s, scale)) = addr.sym else {
+        if entry_size == 4 {
+            // A 4-byte offset read at a constant address plus a base
+            // (`movslq T(%rip), %rax; lea T(%rip), %rsi; add %rsi, %rax;
+            // jmp *%rax`, glibc's `__res_context_query`: a switch whose
+            // index is known on this path) is one entry of a table: one
+            // target, exactly. Never a tail call (it was one before, and
+            // its target lay inside the procedure).
+            return match reader.u32_at(addr.off) {
+                Some(e) => {
+                    let e = if signed {
+                        e as i32 as i64 as u64
+                    } else {
+                        u64::from(e)
+                    };
+                    JumpResolution::Table {
+                        table: addr.off,
+                        targets: vec![add.wrapping_add(e)],
+                    }
+                }
+                None => JumpResolution::Unresolved("table outside the file's sections"),
+            };
+        }
         return JumpResolution::TailCall;
     };
     if scale == 1 && entry_size == 8 && add == 0 {
@@ -1766,6 +1788,27 @@ mod tests {
             run(&[head, tail], &[true], table, &HashMap::new()),
             JumpResolution::Unresolved(_)
         ));
+    }
+
+    /// glibc's `__res_context_query`: `movslq T(%rip), %rax; lea
+    /// T(%rip), %rsi; add %rsi, %rax; jmp *%rax` reads entry 0 of a table
+    /// of offsets: one target (not a tail call).
+    #[test]
+    fn a_table_entry_at_a_constant_index() {
+        let b: &[I] = &[
+            I::Rip(&[0x48, 0x63, 0x05]),
+            I::Rip(&[0x48, 0x8d, 0x35]),
+            I::Raw(&[0x48, 0x01, 0xf0]),
+            I::Raw(&[0xff, 0xe0]),
+        ];
+        let targets = [0x1100, 0x1110, 0x1120];
+        assert_eq!(
+            run(&[b], &[], rel_table(&targets), &HashMap::new()),
+            JumpResolution::Table {
+                table: T,
+                targets: vec![0x1100]
+            }
+        );
     }
 
     #[test]
