@@ -226,6 +226,19 @@ fn bzip2_20k_with_libbz2() {
     );
 }
 
+/// Every transfer of liblzma's range encoder through its switch (bounded
+/// by a compare of the same word read through another address) and of
+/// xz's switch on a global is an edge of the resolved tables.
+#[test]
+fn xz_20k_with_liblzma() {
+    check_system(
+        "/usr/bin/xz",
+        &["-c"],
+        &["/usr/bin/xz", "/lib/x86_64-linux-gnu/liblzma.so.5"],
+        "*",
+    );
+}
+
 /// The oracle must be able to fail: on a real trace and CFG, deleting an
 /// edge the run took, or an instruction it executed, must produce a
 /// violation naming those addresses.

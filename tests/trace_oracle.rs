@@ -153,7 +153,7 @@ fn check(exe: &Path, args: &[&str]) {
 /// (each process's threads follow its parent's, in pid order, like
 /// aetrace's streams).
 fn check_with(exe: &Path, args: &[&str], mode: LogMode) {
-    check_libs(exe, args, &[], mode)
+    check_libs(exe, args, &[], mode);
 }
 
 /// Records `exe args` with `--libs LIBS` and checks the recorded run's
@@ -201,8 +201,8 @@ fn record_checked(exe: &Path, args: &[&str], libs: &[&str]) -> (String, PathBuf)
 /// module of the trace (the executable, then each library) is compared
 /// with lackey's instructions inside that module, through `aetrace regen
 /// --module M --relative` (threads that never ran in M are skipped on both
-/// sides).
-fn check_libs(exe: &Path, args: &[&str], libs: &[&str], mode: LogMode) {
+/// sides). Returns `aetrace info --json` of the trace.
+fn check_libs(exe: &Path, args: &[&str], libs: &[&str], mode: LogMode) -> serde_json::Value {
     let (name, trace) = record_checked(exe, args, libs);
     let info = info_json(&trace);
     let modules: Vec<PathBuf> = info["modules"]
@@ -227,6 +227,18 @@ fn check_libs(exe: &Path, args: &[&str], libs: &[&str], mode: LogMode) {
         compare_module(&name, module, &info, k, &run.modules[k], &trace, filter);
     }
     let _ = std::fs::remove_file(&trace);
+    info
+}
+
+/// The names `aetrace info` gives for the procedures of the `k`th program
+/// of a trace that were left alone, with their reasons.
+fn left_alone(info: &serde_json::Value, k: usize) -> Vec<String> {
+    info["programs"][k]["left_alone"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.to_string())
+        .collect()
 }
 
 /// Lackey's and aetrace's instruction sequences of one module, per thread,
@@ -436,16 +448,34 @@ fn debian_bzip2_with_libbz2() {
     );
 }
 
+/// Every procedure of both modules traced: liblzma's range encoder (its
+/// switch on a word compared through one address and read through
+/// another), its 4-byte `lzma_index_stream_count` (springboard into the
+/// fill after it), xz's switch on a 32-bit global.
 #[test]
 fn debian_xz_with_liblzma() {
     let p = common::scratch("inputs").join("trace-oracle-xz-libs");
     std::fs::write(&p, common::text_input(4_000)).unwrap();
-    check_libs(
+    let info = check_libs(
         Path::new("/usr/bin/xz"),
         &["-c", &p.display().to_string()],
         &["liblzma.so.5"],
         LogMode::Pipe,
     );
+    for k in 0..2 {
+        assert_eq!(left_alone(&info, k), Vec::<String>::new(), "program {k}");
+    }
+}
+
+/// `traces/rc_switch.c`: liblzma's range-encoder switch (`cmpl $4,
+/// 0x30(%rax,%rdx,4)` then `mov (%rax,%rcx,4)` with `rcx = rdx + 12`) and
+/// a 4-byte procedure followed by alignment fill: both traced, exactly.
+#[test]
+fn switch_on_a_reloaded_word_and_a_4_byte_procedure() {
+    for v in [O2_PIE, O0_NOPIE] {
+        let info = check_libs(&build("rc_switch.c", v), &[], &[], LogMode::Pipe);
+        assert_eq!(left_alone(&info, 0), Vec::<String>::new(), "{v:?}");
+    }
 }
 
 #[test]

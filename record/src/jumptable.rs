@@ -94,6 +94,9 @@ impl Lin {
     }
 }
 
+/// An address `a*x + b*y + off` of two distinct symbols, `x < y`.
+type PairAddr = ((u32, u64), (u32, u64), u64);
+
 /// What the flags say: those of `a - b` compared at `width` bytes (`cmp
 /// a, b`; `sub r, imm` with `a` the old value; `test r, r` as `r - 0`), or,
 /// after an `add` that cannot overflow as a signed number, ZF, SF and OF of
@@ -193,6 +196,11 @@ struct Sim<'o> {
     /// Narrow views (`al`, `eax` of a non-plain value) and loads through a
     /// symbolic pointer, memoised so that re-reading gives the same symbol.
     memo: HashMap<(Val, u8), Val>,
+    /// Loads from an address of two symbols, `a*x + b*y + off` (terms in
+    /// symbol order), memoised like `memo` until memory is written: the
+    /// range encoder of liblzma compares `0x30(%rax,%rdx,4)` and then
+    /// loads the same word as `(%rax,%rcx,4)` with `rcx = rdx + 12`.
+    pair_loads: HashMap<(PairAddr, u8), Val>,
     /// Symbols that are values loaded from memory without an index (or
     /// demangled from one with `ror`/`xor %fs:`).
     pointers: std::collections::HashSet<u32>,
@@ -444,6 +452,45 @@ impl Sim<'_> {
         Some(a)
     }
 
+    /// The address of a memory operand that is a sum of two symbols
+    /// (`disp(%base,%index,scale)` with both registers symbolic, each
+    /// possibly `sym*k + c`), in a canonical form, so that two operands
+    /// naming one address however the code formed it (`0x30(%rax,%rdx,4)`
+    /// and `(%rax,%rcx,4)` with `rcx = rdx + 12`) give the same key.
+    fn pair_addr_of(&mut self, insn: &Instruction) -> Option<PairAddr> {
+        let (base, index) = (insn.memory_base(), insn.memory_index());
+        if insn.segment_prefix() == Register::FS
+            || insn.segment_prefix() == Register::GS
+            || !base.is_gpr64()
+            || !index.is_gpr64()
+        {
+            return None;
+        }
+        let (Val::Lin(b), Val::Lin(i)) = (self.read_full(base), self.read_full(index)) else {
+            return None;
+        };
+        let i = i.mul(u64::from(insn.memory_index_scale()));
+        let (Some(x), Some(y)) = (b.sym, i.sym) else {
+            return None;
+        };
+        let off = insn
+            .memory_displacement64()
+            .wrapping_add(b.off)
+            .wrapping_add(i.off);
+        match x.0.cmp(&y.0) {
+            std::cmp::Ordering::Less => Some((x, y, off)),
+            std::cmp::Ordering::Greater => Some((y, x, off)),
+            // One symbol: `addr_of` handles it.
+            std::cmp::Ordering::Equal => None,
+        }
+    }
+
+    /// Memory was written: loads read again may differ.
+    fn forget_loads(&mut self) {
+        self.memo.retain(|(v, _), _| !matches!(v, Val::Load { .. }));
+        self.pair_loads.clear();
+    }
+
     /// The value of a memory operand read as `size` bytes.
     fn load(&mut self, insn: &Instruction, size: u8, signed: bool) -> Val {
         if let Some(k) = Self::slot_key(insn) {
@@ -479,8 +526,32 @@ impl Sim<'_> {
                 }
                 v
             }
+            // A narrower global read zero-extended (`mov 0xef99(%rip),
+            // %edx`, xz's switch on its operation mode): a value of its own
+            // too, so that a compare bounds it, but no pointer. (A signed
+            // one stays a load: `movslq T(%rip)` reads a table's entry.)
+            Some(addr) if addr.sym.is_none() && !signed => self.memoised((
+                Val::Load {
+                    addr,
+                    size,
+                    signed: false,
+                },
+                size,
+            )),
             Some(addr) => Val::Load { addr, size, signed },
-            None => self.fresh(),
+            None => match self.pair_addr_of(insn) {
+                // The same value each time it is read until memory is
+                // written (zero-extended; `movsxd` extends the symbol).
+                Some(key) => match self.pair_loads.get(&(key, size)) {
+                    Some(&v) => v,
+                    None => {
+                        let v = self.fresh_in(Range::bits(8 * u32::from(size)));
+                        self.pair_loads.insert((key, size), v);
+                        v
+                    }
+                },
+                None => self.fresh(),
+            },
         }
     }
 
@@ -646,8 +717,10 @@ impl Sim<'_> {
                 match Self::slot_key(insn) {
                     Some(k) => {
                         self.slots.insert(k, v);
+                        // A two-symbol address may point into the stack.
+                        self.pair_loads.clear();
                     }
-                    None => self.memo.retain(|(v, _), _| !matches!(v, Val::Load { .. })),
+                    None => self.forget_loads(),
                 }
                 true
             }
@@ -979,7 +1052,7 @@ impl Sim<'_> {
             }
         }
         if writes_mem {
-            self.memo.retain(|(v, _), _| !matches!(v, Val::Load { .. }));
+            self.forget_loads();
             if let Some(k) = Self::slot_key(insn) {
                 let f = self.fresh();
                 self.slots.insert(k, f);
@@ -1248,6 +1321,7 @@ fn resolve_path(
         regs: HashMap::new(),
         entry_value,
         memo: HashMap::new(),
+        pair_loads: HashMap::new(),
         pointers: Default::default(),
         arith: HashMap::new(),
         sext_of: HashMap::new(),
@@ -1323,6 +1397,28 @@ fn resolve_path(
         _ => return JumpResolution::Unresolved("target is not a table entry"),
     };
     let Some((s, scale)) = addr.sym else {
+        if entry_size == 4 {
+            // A 4-byte offset read at a constant address plus a base
+            // (`movslq T(%rip), %rax; lea T(%rip), %rsi; add %rsi, %rax;
+            // jmp *%rax`, glibc's `__res_context_query`: a switch whose
+            // index is known on this path) is one entry of a table: one
+            // target, exactly. Never a tail call (it was one before, and
+            // its target lay inside the procedure).
+            return match reader.u32_at(addr.off) {
+                Some(e) => {
+                    let e = if signed {
+                        e as i32 as i64 as u64
+                    } else {
+                        u64::from(e)
+                    };
+                    JumpResolution::Table {
+                        table: addr.off,
+                        targets: vec![add.wrapping_add(e)],
+                    }
+                }
+                None => JumpResolution::Unresolved("table outside the file's sections"),
+            };
+        }
         return JumpResolution::TailCall;
     };
     if scale == 1 && entry_size == 8 && add == 0 {
@@ -1592,6 +1688,125 @@ mod tests {
             JumpResolution::Table {
                 table: T,
                 targets: targets.to_vec()
+            }
+        );
+    }
+
+    /// liblzma's range encoder (`rc_encode`, gcc -O2 PIC): the switch on
+    /// `rc->symbols[rc->pos]` bounds the word at `0x30(%rax,%rdx,4)` and
+    /// loads it again as `(%rax,%rcx,4)` with `rcx = rdx + 12`: one
+    /// address, so one value, bounded by the compare.
+    fn rc_encode(lea_rcx: &'static [u8], between: &'static [u8]) -> JumpResolution {
+        let head: &[I] = &[
+            // lea r9, [rip+T]
+            I::Rip(&[0x4c, 0x8d, 0x0d]),
+            // mov rdx, [rax+0x28]
+            I::Raw(&[0x48, 0x8b, 0x50, 0x28]),
+            // cmp dword [rax+rdx*4+0x30], 4
+            I::Raw(&[0x83, 0x7c, 0x90, 0x30, 0x04]),
+            // lea rcx, [rdx+c]
+            I::Raw(lea_rcx),
+            // ja +0x1e
+            I::Raw(&[0x77, 0x1e]),
+        ];
+        let tail: &[I] = &[
+            I::Raw(between),
+            // mov ecx, [rax+rcx*4]
+            I::Raw(&[0x8b, 0x0c, 0x88]),
+            // movsxd rcx, [r9+rcx*4]; add rcx, r9; jmp rcx
+            I::Raw(&[0x49, 0x63, 0x0c, 0x89]),
+            I::Raw(&[0x4c, 0x01, 0xc9]),
+            I::Raw(&[0xff, 0xe1]),
+        ];
+        let targets = [0x1100, 0x1110, 0x1120, 0x1130, 0x1140, 0x1150];
+        run(
+            &[head, tail],
+            &[false],
+            rel_table(&targets),
+            &HashMap::new(),
+        )
+    }
+
+    #[test]
+    fn a_word_compared_and_reloaded_through_another_register() {
+        // lea rcx, [rdx+0xc]: 4*(rdx+12) = 4*rdx + 0x30.
+        assert_eq!(
+            rc_encode(&[0x48, 0x8d, 0x4a, 0x0c], &[]),
+            JumpResolution::Table {
+                table: T,
+                targets: vec![0x1100, 0x1110, 0x1120, 0x1130, 0x1140]
+            }
+        );
+        // The next word is another value: not bounded.
+        assert!(matches!(
+            rc_encode(&[0x48, 0x8d, 0x4a, 0x0d], &[]),
+            JumpResolution::Unresolved(_)
+        ));
+        // A store in between (mov [rax], edi) may change the word.
+        assert!(matches!(
+            rc_encode(&[0x48, 0x8d, 0x4a, 0x0c], &[0x89, 0x38]),
+            JumpResolution::Unresolved(_)
+        ));
+        // So may one to a stack slot (mov [rsp+8], edi): the address of
+        // two symbols may point into the stack.
+        assert!(matches!(
+            rc_encode(&[0x48, 0x8d, 0x4a, 0x0c], &[0x89, 0x7c, 0x24, 0x08]),
+            JumpResolution::Unresolved(_)
+        ));
+    }
+
+    /// xz's `main` switches on a 32-bit global (`mov 0xef99(%rip), %edx;
+    /// ...; cmp $4, %edx; ja`), read zero-extended: a value the compare
+    /// bounds. (Here the global is the table's first word: its value does
+    /// not matter.)
+    #[test]
+    fn a_32_bit_global_bounded_by_ja() {
+        let head: &[I] = &[
+            // mov edx, [rip+G]; cmp edx, 4; ja +0x10
+            I::Rip(&[0x8b, 0x15]),
+            I::Raw(&[0x83, 0xfa, 0x04]),
+            I::Raw(&[0x77, 0x10]),
+        ];
+        let tail: &[I] = &[
+            // lea rcx, [rip+T]; movsxd rdx, [rcx+rdx*4]; add rdx, rcx; jmp rdx
+            I::Rip(&[0x48, 0x8d, 0x0d]),
+            I::Raw(&[0x48, 0x63, 0x14, 0x91]),
+            I::Raw(&[0x48, 0x01, 0xca]),
+            I::Raw(&[0xff, 0xe2]),
+        ];
+        let targets = [0x1100, 0x1110, 0x1120, 0x1130, 0x1140, 0x1150];
+        let table = rel_table(&targets);
+        assert_eq!(
+            run(&[head, tail], &[false], table.clone(), &HashMap::new()),
+            JumpResolution::Table {
+                table: T,
+                targets: targets[..5].to_vec()
+            }
+        );
+        // Taken, the compare bounds nothing.
+        assert!(matches!(
+            run(&[head, tail], &[true], table, &HashMap::new()),
+            JumpResolution::Unresolved(_)
+        ));
+    }
+
+    /// glibc's `__res_context_query`: `movslq T(%rip), %rax; lea
+    /// T(%rip), %rsi; add %rsi, %rax; jmp *%rax` reads entry 0 of a table
+    /// of offsets: one target (not a tail call).
+    #[test]
+    fn a_table_entry_at_a_constant_index() {
+        let b: &[I] = &[
+            I::Rip(&[0x48, 0x63, 0x05]),
+            I::Rip(&[0x48, 0x8d, 0x35]),
+            I::Raw(&[0x48, 0x01, 0xf0]),
+            I::Raw(&[0xff, 0xe0]),
+        ];
+        let targets = [0x1100, 0x1110, 0x1120];
+        assert_eq!(
+            run(&[b], &[], rel_table(&targets), &HashMap::new()),
+            JumpResolution::Table {
+                table: T,
+                targets: vec![0x1100]
             }
         );
     }

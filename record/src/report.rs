@@ -208,6 +208,16 @@ fn is_padding(insn: &iced_x86::Instruction, bytes: &[u8]) -> bool {
         || bytes.iter().all(|&b| b == 0)
 }
 
+/// Whether `[a, b)` is all alignment fill (`nop`, `int3`, zero bytes),
+/// classified as `aetrace cfg` classifies holes between procedures.
+pub(crate) fn is_fill(m: &Module, a: u64, b: u64) -> bool {
+    let mut fill = true;
+    hole(m, false, a, b, &mut |reason, s, e| {
+        fill &= reason == "padding" || s >= e;
+    });
+    fill
+}
+
 /// Splits the hole `[a, b)` into padding and the rest.
 fn hole(m: &Module, is_plt: bool, a: u64, b: u64, add: &mut impl FnMut(&str, u64, u64)) {
     if is_plt {

@@ -119,6 +119,32 @@ fn rewrite_err(path: &Path, what: impl Into<String>) -> Error {
     }
 }
 
+/// Length of the `jmp rel32` written over a traced procedure's entry.
+const SPRINGBOARD: u64 = 5;
+
+/// Whether the springboard fits at `p`'s entry: inside its primary range,
+/// or, for a shorter procedure (liblzma's 4-byte `mov 0x18(%rdi), %eax;
+/// ret`), running on into the alignment fill after it, when everything from
+/// its end to the next procedure's range (or the section's end) is fill
+/// (`nop`, `int3`, zero bytes) that belongs to no procedure: no code runs
+/// or reads those bytes, so overwriting them changes nothing else.
+fn springboard_fits(prog: &Program, p: &crate::Procedure) -> bool {
+    let need = p.start + SPRINGBOARD;
+    if p.end >= need {
+        return true;
+    }
+    let Some(section) = prog.module.exec_sections().find(|s| s.contains(p.start)) else {
+        return false;
+    };
+    let next = prog
+        .procs
+        .values()
+        .flat_map(|q| q.ranges.iter().map(|&(s, _)| s))
+        .filter(|&s| s >= p.end)
+        .fold(section.end(), u64::min);
+    next >= need && crate::report::is_fill(&prog.module, p.end, next)
+}
+
 /// Why procedure `proc` cannot be traced, if it cannot.
 fn left_alone_reason(prog: &Program, id: ProcId, ifuncs: &[u64]) -> Option<String> {
     let p = &prog.procs[id];
@@ -126,8 +152,10 @@ fn left_alone_reason(prog: &Program, id: ProcId, ifuncs: &[u64]) -> Option<Strin
         Err(e) => return Some(format!("not analysable: {e}")),
         Ok(c) => c,
     };
-    if p.size() < 5 {
-        return Some("shorter than a springboard (5 bytes)".into());
+    if !springboard_fits(prog, p) {
+        return Some(format!(
+            "shorter than a springboard ({SPRINGBOARD} bytes) and not followed by enough fill"
+        ));
     }
     if ifuncs.contains(&p.start) {
         return Some("IFUNC resolver (runs before the runtime)".into());
@@ -1226,7 +1254,7 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
         .springboards
         .iter()
         .map(|&(from, to)| {
-            let rel = i32::try_from(to as i64 - (from as i64 + 5))
+            let rel = i32::try_from(to as i64 - (from as i64 + SPRINGBOARD as i64))
                 .map_err(|_| rewrite_err(path, "springboard out of range"))?;
             let mut bytes = vec![0xE9];
             bytes.extend_from_slice(&rel.to_le_bytes());
@@ -1301,6 +1329,28 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
 mod tests {
     use aetrace_format::progdb::SigPoint;
     use iced_x86::{Decoder, DecoderOptions};
+
+    /// The machine's gzip (Debian 12) has two procedures shorter than a
+    /// springboard: `orl $0x20, (%rdi); ret` (4 bytes, then 12 bytes of
+    /// `nop` fill up to the next function) takes one running into the
+    /// fill; a lone `ret` at the very end of `.text` (then `.fini`) has
+    /// no room.
+    #[test]
+    fn springboards_of_short_procedures_use_the_fill_after_them() {
+        let prog = crate::Program::open(std::path::Path::new("/usr/bin/gzip")).unwrap();
+        let short: Vec<(u64, bool)> = prog
+            .procs
+            .values()
+            .filter(|p| p.end - p.start < super::SPRINGBOARD)
+            .map(|p| (p.start, super::springboard_fits(&prog, p)))
+            .collect();
+        assert_eq!(short, [(0x105d0, true), (0x11670, false)]);
+        assert!(prog
+            .procs
+            .values()
+            .filter(|p| p.end - p.start >= super::SPRINGBOARD)
+            .all(|p| super::springboard_fits(&prog, p)));
+    }
 
     /// The signal map against the rewritten code itself: every original
     /// instruction of every traced procedure is in exactly one run of
