@@ -230,4 +230,7 @@ pub struct Outcome {
     pub modules: Vec<LoadedModule>,
     pub stats: Stats,
     pub elapsed: std::time::Duration,
+    /// The CPU the follower and the program were pinned to (`None`: the
+    /// kernel refused, they ran wherever it scheduled them).
+    pub cpu: Option<usize>,
 }

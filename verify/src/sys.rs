@@ -2,7 +2,8 @@
 //! under `PTRACE_TRACEME`, `waitpid(__WALL)`, `PTRACE_CONT`/`SINGLESTEP`,
 //! register access, and memory access through `/proc/PID/mem` (one `pread`
 //! or `pwrite` per access instead of one `PEEKDATA` per word; writes work on
-//! read-only text pages because the kernel forces them for a tracer).
+//! read-only text pages because the kernel forces them for a tracer), and
+//! the CPU pinning of the follower and its program.
 //!
 //! Invariant: every `unsafe` block of the crate is in this module; each call
 //! checks its return value and turns failures into [`Error::Sys`].
@@ -198,6 +199,42 @@ pub fn set_regs(tid: Pid, regs: &Regs) -> Result<(), Error> {
         regs as *const _ as usize,
     )
     .map(drop)
+}
+
+/// The calling thread pinned to the CPU it runs on; dropping it gives the
+/// thread its former affinity back. A process forked while it lives inherits
+/// the one-CPU mask, and so do that process's threads.
+pub struct Pinned {
+    former: libc::cpu_set_t,
+    pub cpu: usize,
+}
+
+/// Pins the calling thread to its current CPU (`sched_getcpu` +
+/// `sched_setaffinity`). `None` when the kernel refuses (a container's
+/// seccomp policy, say): the follower then runs unpinned, only slower.
+pub fn pin_here() -> Option<Pinned> {
+    // SAFETY: cpu_set_t is plain old data; the calls get valid pointers of
+    // its size and only act on the calling thread (pid 0).
+    unsafe {
+        let mut former: libc::cpu_set_t = std::mem::zeroed();
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        if libc::sched_getaffinity(0, size, &mut former) != 0 {
+            return None;
+        }
+        let cpu = usize::try_from(libc::sched_getcpu()).ok()?;
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut one);
+        (libc::sched_setaffinity(0, size, &one) == 0).then_some(Pinned { former, cpu })
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        // SAFETY: as in `pin_here`.
+        unsafe {
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &self.former);
+        }
+    }
 }
 
 /// The memory of one process (all its threads share it).

@@ -202,6 +202,11 @@ pub fn follow(
         }
         None => None,
     };
+    // Every ptrace stop wakes the other side: across CPUs that is an
+    // inter-processor interrupt (costly in a VM), on one CPU a plain context
+    // switch. The program inherits the mask, its threads too; this changes
+    // only where they are scheduled (docs/verify.md, Speed).
+    let pinned = sys::pin_here();
     let pid = sys::spawn(
         &cstr(path.as_os_str())?,
         &argv,
@@ -270,6 +275,7 @@ pub fn follow(
             .collect(),
         stats: t.stats,
         elapsed: started.elapsed(),
+        cpu: pinned.as_ref().map(|p| p.cpu),
     })
 }
 
