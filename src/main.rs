@@ -206,6 +206,11 @@ enum Command {
         /// Compare only this trace thread.
         #[arg(long)]
         thread: Option<u32>,
+        /// Pin the follower and the program to one CPU: several times faster on a VM,
+        /// but the program sees one CPU (a program that sizes its work by its CPUs,
+        /// like sort, may then run differently).
+        #[arg(long)]
+        pin: bool,
         /// PROGRAM ARGS for a trace that does not record its command (or to override it);
         /// with --profile, the command as profiled (argv[0] included).
         #[arg(last = true)]
@@ -458,12 +463,14 @@ fn main() -> ExitCode {
             profile: Some(profile),
             stdin,
             command,
+            pin,
             ..
         } => {
             let opts = aetrace_verify::ProfileOptions {
                 profile,
                 stdin,
                 command,
+                pin,
             };
             match aetrace_verify::verify_profile(&opts) {
                 Ok(report) => {
@@ -482,12 +489,14 @@ fn main() -> ExitCode {
             stdin,
             thread,
             command,
+            pin,
             ..
         } => {
             let opts = aetrace_verify::VerifyOptions {
                 stdin,
                 thread,
                 command,
+                pin,
             };
             match aetrace_verify::verify_trace(&trace, &opts) {
                 Ok(report) => {

@@ -807,3 +807,54 @@ fn exact_on_the_papers_cases() {
         let _ = std::fs::remove_file(&trace);
     }
 }
+
+/// A SIGTRAP handler that returns into the middle of a block: the
+/// program's own `int3; nop` right after a call returns and at a
+/// procedure's entry, both under our entry breakpoints. The rest of the
+/// block runs after the handler; the regenerator lists it as a block of
+/// its own (`docs/regen.md`, section 3a) and the follower, which sees the
+/// thread come back into the block it had begun, reports it so too
+/// (`Arrival::Resumed`). The program's output is the oracle that the
+/// handler ran (4 traps).
+#[test]
+fn exact_when_a_handler_returns_into_a_block() {
+    for v in [O2_PIE, O0_NOPIE] {
+        let exe = build("int3_after_call.c", v);
+        let (trace, out) = record(&exe, &[], None, &[]);
+        let native = common::build::run_native(&exe, &[]);
+        assert_eq!(out.stdout, native.stdout, "{v:?}: recorded output");
+        assert!(
+            String::from_utf8_lossy(&native.stdout).contains("traps=4"),
+            "{v:?}: the handler ran"
+        );
+        assert_exact(&trace, &[]);
+        let _ = std::fs::remove_file(&trace);
+    }
+}
+
+/// A 20 us interval timer (`traces/signal_alarm.c`): the re-run's timer
+/// fires at other points than the recorded run's (the follower makes the
+/// program far slower), so the check must report a divergence at a signal
+/// handler's entry and say why (paper 004, Section 4.2). Under the
+/// follower the timer outpaces the program, which would never end: the
+/// check stops it once the divergence is known.
+#[test]
+fn timer_signals_diverge_with_an_environmental_note() {
+    let exe = build("signal_alarm.c", O2_PIE);
+    let (trace, out) = record(&exe, &[], None, &[]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("handled=30"),
+        "the recorded run's handler ran: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let (code, out, err) = verify(&trace, &[]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("diverges at block"), "{out}");
+    assert!(
+        out.contains("an asynchronous entry (a signal handler)")
+            && out.contains("on_alarm")
+            && out.contains("the run was stopped once every compared thread had diverged"),
+        "{out}"
+    );
+    let _ = std::fs::remove_file(&trace);
+}

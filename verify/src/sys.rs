@@ -161,6 +161,15 @@ pub fn unblock(tid: Pid, sig: i32) -> Result<(), Error> {
     Ok(())
 }
 
+/// Kills the whole process (`SIGKILL` to the thread group).
+pub fn kill(pid: Pid) -> Result<(), Error> {
+    // SAFETY: plain syscall.
+    if unsafe { libc::kill(pid, libc::SIGKILL) } != 0 {
+        return Err(sys("kill", pid));
+    }
+    Ok(())
+}
+
 pub fn detach(tid: Pid, sig: i32) -> Result<(), Error> {
     ptrace(libc::PTRACE_DETACH, "PTRACE_DETACH", tid, 0, sig as usize).map(drop)
 }
@@ -235,6 +244,20 @@ impl Drop for Pinned {
             libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &self.former);
         }
     }
+}
+
+/// Sets the thread's `rip` alone (`PTRACE_POKEUSER`): cheaper than a whole
+/// `SETREGS` when nothing else changed (docs/verify.md, Speed).
+pub fn set_rip(tid: Pid, rip: u64) -> Result<(), Error> {
+    let at = std::mem::offset_of!(libc::user, regs) + std::mem::offset_of!(Regs, rip);
+    ptrace(
+        libc::PTRACE_POKEUSER,
+        "PTRACE_POKEUSER",
+        tid,
+        at,
+        rip as usize,
+    )
+    .map(drop)
 }
 
 /// The memory of one process (all its threads share it).

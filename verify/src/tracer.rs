@@ -64,8 +64,10 @@ struct Thread {
     /// `cur`): see `land`.
     pending: Vec<usize>,
     /// Positions interrupted by signals, innermost last: the block, its
-    /// pending chain, and the entry trap the thread stood on, if any.
-    interrupted: Vec<(Pos, Vec<usize>, Option<u64>)>,
+    /// pending chain, the entry trap the thread stood on, if any, and the
+    /// runtime address the thread stopped at when that is inside a block
+    /// it had begun (a handler that returns resumes the rest of it there).
+    interrupted: Vec<(Pos, Vec<usize>, Option<u64>, Option<u64>)>,
     /// Awaiting the `SIGSTOP` every new thread starts with.
     fresh: bool,
     /// Return point of the thread's latest call from traced code.
@@ -204,9 +206,10 @@ pub fn follow(
     };
     // Every ptrace stop wakes the other side: across CPUs that is an
     // inter-processor interrupt (costly in a VM), on one CPU a plain context
-    // switch. The program inherits the mask, its threads too; this changes
-    // only where they are scheduled (docs/verify.md, Speed).
-    let pinned = sys::pin_here();
+    // switch. The program inherits the mask, its threads too, and sees it:
+    // one CPU, where the recorded run saw them all (`sort` starts fewer
+    // threads), hence only on request (docs/verify.md, Speed).
+    let pinned = if options.pin { sys::pin_here() } else { None };
     let pid = sys::spawn(
         &cstr(path.as_os_str())?,
         &argv,
@@ -262,7 +265,7 @@ pub fn follow(
         t.load_trap = Some(entry);
         t.insert(entry)?;
     }
-    let exit = t.run()?;
+    let (exit, stopped) = t.run()?;
     Ok(Outcome {
         exit,
         modules: t
@@ -276,6 +279,7 @@ pub fn follow(
         stats: t.stats,
         elapsed: started.elapsed(),
         cpu: pinned.as_ref().map(|p| p.cpu),
+        stopped,
     })
 }
 
@@ -299,6 +303,15 @@ fn static_successor(module: &TracedModule, b: usize) -> Option<usize> {
         module.block_at(insn.near_branch_target())
     } else {
         None
+    }
+}
+
+/// How a process ended, from its wait status.
+fn exit_of(status: i32) -> Exit {
+    if libc::WIFEXITED(status) {
+        Exit::Code(libc::WEXITSTATUS(status))
+    } else {
+        Exit::Signal(libc::WTERMSIG(status))
     }
 }
 
@@ -388,6 +401,20 @@ impl Tracer<'_> {
         self.observer.block(tid, m, start, arrival);
     }
 
+    /// Reports the rest of a block resumed at runtime `rip` of module `m`
+    /// after a signal handler returned (the regenerator lists it so too).
+    fn emit_resumed(&mut self, tid: Pid, m: usize, rip: u64) {
+        let module = &self.modules[m];
+        let a = rip - module.base;
+        let Some(c) = module.block_containing(a) else {
+            debug_assert!(false, "a resume point {a:#x} outside every block");
+            return;
+        };
+        let block = module.blocks[c].start;
+        self.stats.blocks += 1;
+        self.observer.block(tid, m, a, Arrival::Resumed { block });
+    }
+
     fn event(&mut self, tid: Pid, e: Event) {
         if matches!(e, Event::Resync { .. }) {
             self.stats.resyncs += 1;
@@ -401,25 +428,25 @@ impl Tracer<'_> {
             .or_insert_with(|| Thread::new(false))
     }
 
-    /// The wait loop; returns how the program ended.
-    fn run(&mut self) -> Result<Exit> {
+    /// The wait loop; returns how the program ended, and whether it was
+    /// killed because the observer was done.
+    fn run(&mut self) -> Result<(Exit, bool)> {
         // The first stop is after execve: a static program is at its first
         // instruction, a dynamic one in the loader.
         let regs = sys::get_regs(self.pid)?;
         self.land(self.pid, regs, None, Arrival::Entry)?;
         let mut exec_detached = false;
         loop {
+            if self.observer.done() && !exec_detached {
+                return self.kill().map(|e| (e, true));
+            }
             let (tid, status) = sys::wait_any()?;
             if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
                 if self.threads.remove(&tid).is_some() && tid != self.pid {
                     self.event(tid, Event::ThreadExit { status });
                 }
                 if tid == self.pid {
-                    return Ok(if libc::WIFEXITED(status) {
-                        Exit::Code(libc::WEXITSTATUS(status))
-                    } else {
-                        Exit::Signal(libc::WTERMSIG(status))
-                    });
+                    return Ok((exit_of(status), false));
                 }
                 continue;
             }
@@ -480,6 +507,22 @@ impl Tracer<'_> {
                 self.trap(tid)?;
             } else {
                 self.signal(tid, sig)?;
+            }
+        }
+    }
+
+    /// Kills the program (the observer is done) and reaps it. Its threads
+    /// may still report stops on the way out (an exit event): they are let
+    /// go, and a thread already gone is no error.
+    fn kill(&mut self) -> Result<Exit> {
+        sys::kill(self.pid)?;
+        loop {
+            let (tid, status) = sys::wait_any()?;
+            if tid == self.pid && (libc::WIFEXITED(status) || libc::WIFSIGNALED(status)) {
+                return Ok(exit_of(status));
+            }
+            if libc::WIFSTOPPED(status) {
+                let _ = sys::cont(tid, 0);
             }
         }
     }
@@ -564,7 +607,7 @@ impl Tracer<'_> {
                 None => self.mem.write(bp, &[INT3])?,
                 Some(d) if regs.rip == d.done => {
                     regs.rip = d.back;
-                    sys::set_regs(tid, &regs)?;
+                    sys::set_rip(tid, regs.rip)?;
                 }
                 // The copy went elsewhere (`rt_sigreturn`, `execve`): so did
                 // the original.
@@ -616,23 +659,44 @@ impl Tracer<'_> {
             let hit = hit.or_else(|| th.pending.iter().position(|&p| blocks[p].last + base == x));
             if let Some(i) = hit {
                 self.flush(tid, i + 1);
-                sys::set_regs(tid, &regs)?;
+                sys::set_rip(tid, regs.rip)?;
                 return self.resume(tid, regs);
             }
         }
-        // Back from a signal handler into the block it interrupted?
+        // Back from a signal handler into the chain it interrupted (at the
+        // end of its last block, of a pending block, or the start of one)?
         let modules = &self.modules;
-        if let Some(i) = th.interrupted.iter().rposition(|((m, b), _, at)| {
-            modules[*m].blocks[*b].last + modules[*m].base == x || *at == Some(x)
-        }) {
-            let (pos, pending, _) = th.interrupted.swap_remove(i);
+        let at_pending = |(m, _): Pos, pending: &[usize]| {
+            let (blocks, base) = (&modules[m].blocks, modules[m].base);
+            pending
+                .iter()
+                .position(|&p| blocks[p].start + base == x || blocks[p].last + base == x)
+        };
+        if let Some(i) = th
+            .interrupted
+            .iter()
+            .rposition(|&((m, b), ref pending, at, _)| {
+                modules[m].blocks[b].last + modules[m].base == x
+                    || at == Some(x)
+                    || at_pending((m, b), pending).is_some()
+            })
+        {
+            let (pos, pending, _, mid) = th.interrupted.swap_remove(i);
             th.interrupted.truncate(i);
+            let hit = at_pending(pos, &pending);
             th.cur = Some(pos);
             th.pending = pending;
+            if let Some(r) = mid {
+                // The handler returned into the middle of a block: the
+                // rest of it runs now, after the handler's blocks.
+                self.emit_resumed(tid, pos.0, r);
+            }
             if self.modules[pos.0].blocks[pos.1].last + self.modules[pos.0].base == x {
                 self.flush(tid, usize::MAX);
+            } else if let Some(i) = hit {
+                self.flush(tid, i + 1);
             }
-            sys::set_regs(tid, &regs)?;
+            sys::set_rip(tid, regs.rip)?;
             return self.resume(tid, regs);
         }
         if self.entries.contains(&x) {
@@ -646,7 +710,7 @@ impl Tracer<'_> {
                     },
                 );
             }
-            sys::set_regs(tid, &regs)?;
+            sys::set_rip(tid, regs.rip)?;
             return self.land(tid, regs, None, Arrival::Entry);
         }
         // An end trap of a block whose start we did not see.
@@ -832,7 +896,11 @@ impl Tracer<'_> {
                 .filter(emulate::first_ok)
             {
                 emulate::run_first(&first, &mut regs, &self.mem)?;
-                sys::set_regs(tid, &regs)?;
+                if first.mnemonic() == Mnemonic::Push {
+                    sys::set_regs(tid, &regs)?;
+                } else {
+                    sys::set_rip(tid, regs.rip)?;
+                }
                 self.stats.emulated += 1;
                 return self.resume(tid, regs);
             }
@@ -851,14 +919,14 @@ impl Tracer<'_> {
             // would raise the program's SIGTRAP inside our step, taken for
             // the step's end. Do what the CPU does (rip past it) and deliver.
             regs.rip = bp + 1;
-            sys::set_regs(tid, &regs)?;
+            sys::set_rip(tid, regs.rip)?;
             return self.deliver(tid, libc::SIGTRAP, None);
         }
         let disp = self.displace(tid, bp)?;
         match disp {
             Some(d) => {
                 regs.rip = d.at;
-                sys::set_regs(tid, &regs)?;
+                sys::set_rip(tid, regs.rip)?;
                 self.stats.displaced += 1;
             }
             None => self.mem.write(bp, &[orig])?,
@@ -905,16 +973,20 @@ impl Tracer<'_> {
                 self.thread(tid).last_call = insn.next_ip() + base;
             }
             emulate::run(plan, &insn, base, &mut regs, &self.mem)?;
-            sys::set_regs(tid, &regs)?;
+            match plan {
+                // Only `rip` changed: the most common stop (a `jcc`).
+                Plan::Jump | Plan::JumpIndirect => sys::set_rip(tid, regs.rip)?,
+                Plan::Call | Plan::CallIndirect | Plan::Ret => sys::set_regs(tid, &regs)?,
+            }
             self.stats.emulated += 1;
             return self.land(tid, regs, Some(pos), Arrival::Flow);
         }
-        sys::set_regs(tid, &regs)?;
+        sys::set_rip(tid, regs.rip)?;
         if insn.mnemonic() == Mnemonic::Int3 {
             // The program's own breakpoint: what the CPU would do is raise
             // SIGTRAP with rip after the int3.
             regs.rip += 1;
-            sys::set_regs(tid, &regs)?;
+            sys::set_rip(tid, regs.rip)?;
             self.thread(tid).cur = None;
             // A handler that returns goes on at the next block: make it an
             // entry, or the thread would be found again only at a later trap.
@@ -943,7 +1015,7 @@ impl Tracer<'_> {
                     let mut regs = sys::get_regs(tid)?;
                     if regs.rip == d.at || regs.rip == d.done {
                         regs.rip = if regs.rip == d.at { bp } else { d.back };
-                        sys::set_regs(tid, &regs)?;
+                        sys::set_rip(tid, regs.rip)?;
                     }
                 }
             }
@@ -991,17 +1063,24 @@ impl Tracer<'_> {
     /// instruction not executed yet), if any.
     fn deliver(&mut self, tid: Pid, sig: i32, at: Option<u64>) -> Result<()> {
         self.stats.signals += 1;
-        if self.thread(tid).cur.is_some() {
+        let mut mid = None;
+        if let Some((m, _)) = self.thread(tid).cur {
             // Chain blocks the thread has already entered (it is past their
             // first byte) happened before the signal.
             let rip = sys::get_regs(tid)?.rip;
             let n = self.entered(tid, rip);
             self.flush(tid, n);
+            let module = &self.modules[m];
+            let a = rip.wrapping_sub(module.base);
+            mid = module
+                .block_containing(a)
+                .filter(|&c| module.blocks[c].start < a)
+                .map(|_| rip);
         }
         let th = self.thread(tid);
         if let Some(pos) = th.cur.take() {
             let pending = std::mem::take(&mut th.pending);
-            th.interrupted.push((pos, pending, at));
+            th.interrupted.push((pos, pending, at, mid));
         }
         self.event(tid, Event::Signal { sig });
         if sig == libc::SIGTRAP {
