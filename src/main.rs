@@ -206,11 +206,10 @@ enum Command {
         /// Compare only this trace thread.
         #[arg(long)]
         thread: Option<u32>,
-        /// Pin the follower and the program to one CPU: several times faster on a VM,
-        /// but the program sees one CPU (a program that sizes its work by its CPUs,
-        /// like sort, may then run differently).
+        /// Let the follower and the program run on any CPU (by default both are pinned
+        /// to one: each ptrace stop is then a context switch, not a cross-CPU wake-up).
         #[arg(long)]
-        pin: bool,
+        no_pin: bool,
         /// PROGRAM ARGS for a trace that does not record its command (or to override it);
         /// with --profile, the command as profiled (argv[0] included).
         #[arg(last = true)]
@@ -463,14 +462,14 @@ fn main() -> ExitCode {
             profile: Some(profile),
             stdin,
             command,
-            pin,
+            no_pin,
             ..
         } => {
             let opts = aetrace_verify::ProfileOptions {
                 profile,
                 stdin,
                 command,
-                pin,
+                no_pin,
             };
             match aetrace_verify::verify_profile(&opts) {
                 Ok(report) => {
@@ -489,14 +488,14 @@ fn main() -> ExitCode {
             stdin,
             thread,
             command,
-            pin,
+            no_pin,
             ..
         } => {
             let opts = aetrace_verify::VerifyOptions {
                 stdin,
                 thread,
                 command,
-                pin,
+                no_pin,
             };
             match aetrace_verify::verify_trace(&trace, &opts) {
                 Ok(report) => {

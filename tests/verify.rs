@@ -858,3 +858,20 @@ fn timer_signals_diverge_with_an_environmental_note() {
     );
     let _ = std::fs::remove_file(&trace);
 }
+
+/// The follower pins itself and the program to one CPU (docs/verify.md,
+/// One CPU); a program that sizes its work by its affinity mask must still
+/// see the recorded run's mask (the follower answers its
+/// `sched_getaffinity`), else its trace diverges. On a machine with more
+/// than one CPU, the oracle is the recorded run's own path; `sort` is the
+/// real case (`exact_on_debian_programs`). `--no-pin` runs it as recorded.
+#[test]
+fn exact_when_the_program_reads_its_affinity() {
+    let exe = build("affinity.c", O2_PIE);
+    let (trace, out) = record(&exe, &[], None, &[]);
+    let native = common::build::run_native(&exe, &[]);
+    assert_eq!(out.stdout, native.stdout, "recorded output");
+    assert_exact(&trace, &[]);
+    assert_exact(&trace, &["--no-pin"]);
+    let _ = std::fs::remove_file(&trace);
+}

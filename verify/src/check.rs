@@ -52,8 +52,9 @@ pub struct VerifyOptions {
     pub thread: Option<u32>,
     /// `PROGRAM ARGS...` for a trace without COMMAND (or to override it).
     pub command: Vec<OsString>,
-    /// Pin the follower and the program to one CPU (`Options::pin`).
-    pub pin: bool,
+    /// Do not pin the follower and the program to one CPU
+    /// (`Options::no_pin`).
+    pub no_pin: bool,
 }
 
 /// One block as the report shows it.
@@ -627,7 +628,7 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
         }
     }
 
-    options.pin = opts.pin;
+    options.no_pin = opts.no_pin;
     let traced_ref = &traced;
     let trace_ref = &trace;
     let outcome_and_tracks = std::thread::scope(|s| -> Result<_, Error> {

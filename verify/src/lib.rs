@@ -117,11 +117,12 @@ pub struct Options {
     pub environment: Option<Vec<std::ffi::OsString>>,
     /// The working directory (default: ours).
     pub cwd: Option<PathBuf>,
-    /// Pin the follower and the program to the CPU the follower runs on:
-    /// each ptrace stop is then a context switch instead of a cross-CPU
-    /// wake-up (faster), but the program sees one CPU in its affinity mask
-    /// (`sched_getaffinity`, `nproc`), which may change what it does.
-    pub pin: bool,
+    /// Do not pin the follower and the program to the CPU the follower
+    /// runs on. Pinned (the default), each ptrace stop is a context switch
+    /// instead of a cross-CPU wake-up, and the program's
+    /// `sched_getaffinity` is answered with the mask it would have had
+    /// (a seccomp filter stops it for the tracer): docs/verify.md, Speed.
+    pub no_pin: bool,
 }
 
 /// How a thread came to a block.
@@ -248,8 +249,8 @@ pub struct Outcome {
     pub modules: Vec<LoadedModule>,
     pub stats: Stats,
     pub elapsed: std::time::Duration,
-    /// The CPU the follower and the program were pinned to (`None`: not
-    /// asked for, or the kernel refused).
+    /// The CPU the follower and the program were pinned to (`None`:
+    /// `no_pin`, or the kernel refused the pin or the filter).
     pub cpu: Option<usize>,
     /// The follower killed the program because the observer was done
     /// ([`Observer::done`]); `exit` is then that `SIGKILL`.

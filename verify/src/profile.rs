@@ -49,8 +49,9 @@ pub struct ProfileOptions {
     pub stdin: Option<PathBuf>,
     /// `PROGRAM ARGS...` (default: the profile's program and arguments).
     pub command: Vec<OsString>,
-    /// Pin the follower and the program to one CPU (`Options::pin`).
-    pub pin: bool,
+    /// Do not pin the follower and the program to one CPU
+    /// (`Options::no_pin`).
+    pub no_pin: bool,
 }
 
 /// How control leaves a block: by its last instruction.
@@ -610,7 +611,7 @@ pub fn verify_profile(opts: &ProfileOptions) -> Result<ProfileReport, Error> {
         stdin: opts.stdin.clone(),
         // The program's output is not the report.
         stdout: Some(PathBuf::from("/dev/null")).filter(|p| p.exists()),
-        pin: opts.pin,
+        no_pin: opts.no_pin,
         ..Options::default()
     };
     let outcome = crate::tracer::follow(&program, &args, &options, &mut graph)?;

@@ -113,6 +113,9 @@ struct Tracer<'o> {
     /// (`None`: in place, racy with threads).
     scratch: Option<Scratch>,
     next_slot: u64,
+    /// When pinned: the affinity the program would have had unpinned, which
+    /// its `sched_getaffinity` gets and released processes get back.
+    unpinned: Option<sys::CpuMask>,
 }
 
 /// Runs `program` with `args` (stdin, stdout and stderr inherited) and
@@ -206,10 +209,15 @@ pub fn follow(
     };
     // Every ptrace stop wakes the other side: across CPUs that is an
     // inter-processor interrupt (costly in a VM), on one CPU a plain context
-    // switch. The program inherits the mask, its threads too, and sees it:
-    // one CPU, where the recorded run saw them all (`sort` starts fewer
-    // threads), hence only on request (docs/verify.md, Speed).
-    let pinned = if options.pin { sys::pin_here() } else { None };
+    // switch. The program inherits the mask, its threads too; it would see
+    // one CPU where the recorded run saw them all (`sort` then starts fewer
+    // threads), so its `sched_getaffinity` is answered with the mask it
+    // would have had (docs/verify.md, Speed).
+    let mut pinned = if options.no_pin {
+        None
+    } else {
+        sys::pin_here()
+    };
     let pid = sys::spawn(
         &cstr(path.as_os_str())?,
         &argv,
@@ -217,6 +225,7 @@ pub fn follow(
         cwd.as_ref(),
         stdin.as_ref(),
         stdout.as_ref(),
+        pinned.as_ref().map(|p| p.former()).as_ref(),
     )?;
     let (_, status) = sys::wait_any()?;
     if !libc::WIFSTOPPED(status) {
@@ -225,12 +234,17 @@ pub fn follow(
             status,
         });
     }
+    // A program that could not get the filter runs unpinned: so do we.
+    if sys::affinity_of(pid, 128).1 != sys::affinity_of(0, 128).1 {
+        pinned = None;
+    }
     sys::set_options(
         pid,
         libc::PTRACE_O_TRACECLONE
             | libc::PTRACE_O_TRACEFORK
             | libc::PTRACE_O_TRACEEXEC
             | libc::PTRACE_O_TRACEEXIT
+            | libc::PTRACE_O_TRACESECCOMP
             | libc::PTRACE_O_EXITKILL,
     )?;
     let mut t = Tracer {
@@ -249,6 +263,7 @@ pub fn follow(
         },
         scratch: None,
         next_slot: 0,
+        unpinned: pinned.as_ref().map(|p| p.former()),
     };
     t.threads.insert(pid, Thread::new(false));
     t.map_module(0)?;
@@ -487,9 +502,17 @@ impl Tracer<'_> {
                     self.continue_after_event(tid)?;
                     continue;
                 }
+                libc::PTRACE_EVENT_SECCOMP => {
+                    self.answer_affinity(tid)?;
+                    self.continue_after_event(tid)?;
+                    continue;
+                }
                 libc::PTRACE_EVENT_EXEC => {
                     // The new image has none of our breakpoints: let it run.
                     self.event(tid, Event::Exec);
+                    if let Some(m) = &self.unpinned {
+                        sys::set_affinity(tid, m);
+                    }
                     sys::detach(tid, 0)?;
                     exec_detached = true;
                     continue;
@@ -571,10 +594,36 @@ impl Tracer<'_> {
         for (&addr, &orig) in &self.bps {
             mem.write(addr, &[orig])?;
         }
+        if let Some(m) = &self.unpinned {
+            sys::set_affinity(child, m);
+        }
         sys::detach(child, 0)?;
         self.observer
             .event(self.pid, &Event::ForkDetached { child });
         Ok(())
+    }
+
+    /// A pinned program's `sched_getaffinity` (stopped by its seccomp
+    /// filter, before the call): answer it as the kernel would for the
+    /// unpinned program, and skip the call. Another process's affinity is
+    /// the kernel's answer unchanged.
+    fn answer_affinity(&mut self, tid: Pid) -> Result<()> {
+        let mut regs = sys::get_regs(tid)?;
+        let (pid, len, buf) = (regs.rdi as Pid, regs.rsi as usize, regs.rdx);
+        let (mut r, mut mask) = sys::affinity_of(pid, len);
+        let ours = pid == 0 || self.threads.contains_key(&pid);
+        if let (true, Some(m)) = (ours, &self.unpinned) {
+            mask = *m;
+        }
+        if let Some(bytes) = usize::try_from(r).ok().and_then(|n| mask.get(..n)) {
+            if self.mem.write(buf, bytes).is_err() {
+                r = -i64::from(libc::EFAULT);
+            }
+        }
+        // Syscall number -1: the kernel skips the call and returns `rax`.
+        regs.orig_rax = u64::MAX;
+        regs.rax = r as u64;
+        sys::set_regs(tid, &regs)
     }
 
     /// A `SIGTRAP` stop: a breakpoint, the end of a single step, or the
