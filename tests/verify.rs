@@ -842,11 +842,13 @@ fn exact_when_a_handler_returns_into_a_block() {
 fn timer_signals_diverge_with_an_environmental_note() {
     let exe = build("signal_alarm.c", O2_PIE);
     let (trace, out) = record(&exe, &[], None, &[]);
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("handled=30"),
-        "the recorded run's handler ran: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    let handled: u64 = printed
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("handled="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(handled >= 300, "the recorded run's handler ran: {printed}");
     let (code, out, err) = verify(&trace, &[]);
     assert_eq!(code, 1, "{out}{err}");
     assert!(out.contains("diverges at block"), "{out}");

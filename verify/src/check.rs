@@ -13,7 +13,8 @@
 //! marks traced.
 //!
 //! Invariants: a thread is compared until its first divergence, which is
-//! final (later blocks only give context); "exact" is reported only when
+//! final (later blocks only give context, and once every compared thread
+//! has diverged the program is stopped); "exact" is reported only when
 //! every compared thread's two sequences ended together, the follower lost
 //! no position (`Stats::resyncs == 0`), and the run's threads could be
 //! paired with the trace's. Traced and followed addresses are both
@@ -97,9 +98,9 @@ pub struct Report {
     /// Blocks compared and found equal, over all threads (executions of
     /// blocks, as `aetrace regen --count` counts them).
     pub blocks: u64,
-    /// Of the entries compared equal besides `blocks`, the rests of blocks
-    /// resumed after a signal handler (both sides list them as blocks of
-    /// their own; they are no new execution).
+    /// Rests of blocks resumed after a signal handler, compared equal and
+    /// not counted in `blocks` (both sides list them as blocks of their
+    /// own; they are no new execution).
     pub resumed: u64,
     /// Threads compared.
     pub threads: usize,
@@ -900,13 +901,6 @@ impl<'a> Describer<'a> {
             .as_ref()
     }
 
-    /// Paper 004, Section 4.2: what may make two runs of the same program
-    /// differ, looked for in the blocks both runs executed last (`before`,
-    /// oldest first: a call out of the module or a system call, whose result
-    /// comes from outside) and in the
-    /// procedures of the blocks around the divergence (`path`): reads of
-    /// code addresses or of the return address, which the instrumented
-    /// run sees changed.
     /// A note when `next`, the `side`'s block after the last common block
     /// `last`, enters a procedure that `last` neither calls nor branches to:
     /// an asynchronous entry, a signal handler, and asynchronous signals
@@ -935,6 +929,13 @@ impl<'a> Describer<'a> {
         ))
     }
 
+    /// Paper 004, Section 4.2: what may make two runs of the same program
+    /// differ, looked for in the blocks both runs executed last (`before`,
+    /// oldest first: a call out of the module or a system call, whose result
+    /// comes from outside) and in the
+    /// procedures of the blocks around the divergence (`path`): reads of
+    /// code addresses or of the return address, which the instrumented
+    /// run sees changed.
     fn environment(&mut self, before: &[u64], path: &[u64]) -> Vec<String> {
         let mut notes = Vec::new();
         let Some(prog) = self.program() else {

@@ -21,7 +21,11 @@
 //! that block or the static chain ending with it, whose blocks not
 //! reported yet are `pending`, in execution order, without repeats; a signal delivered while a
 //! thread is inside a block pushes that position, and it is resumed (not
-//! reported again) when its end trap is reached with the thread outside.
+//! reported again) when its chain's traps are reached with the thread
+//! outside; if the signal stopped the thread past a block's start, the
+//! rest of that block is reported then (`Arrival::Resumed`). The follower
+//! and the program run on one CPU unless `Options::no_pin`, and the
+//! program's `sched_getaffinity` then gets the mask it would have had.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CString, OsStr, OsString};
