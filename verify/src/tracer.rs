@@ -60,6 +60,12 @@ enum Mode {
     },
 }
 
+/// A position interrupted by a signal: the block, its pending chain, the
+/// entry trap the thread stood on, if any, and the runtime address the
+/// thread stopped at when that is inside a block it had begun (a handler
+/// that returns resumes the rest of it there).
+type Interrupted = (Pos, Vec<usize>, Option<u64>, Option<u64>);
+
 struct Thread {
     cur: Option<Pos>,
     mode: Mode,
@@ -67,11 +73,8 @@ struct Thread {
     /// block last reported and not reported yet, in order (the last one is
     /// `cur`): see `land`.
     pending: Vec<usize>,
-    /// Positions interrupted by signals, innermost last: the block, its
-    /// pending chain, the entry trap the thread stood on, if any, and the
-    /// runtime address the thread stopped at when that is inside a block
-    /// it had begun (a handler that returns resumes the rest of it there).
-    interrupted: Vec<(Pos, Vec<usize>, Option<u64>, Option<u64>)>,
+    /// Positions interrupted by signals, innermost last.
+    interrupted: Vec<Interrupted>,
     /// Awaiting the `SIGSTOP` every new thread starts with.
     fresh: bool,
     /// Return point of the thread's latest call from traced code.
