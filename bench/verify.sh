@@ -4,7 +4,8 @@
 # block follower, compared block by block with the regenerated trace).
 # Baselines measured in the same run: the native gzip (best of 5: it takes
 # milliseconds) and valgrind lackey with --trace-mem=yes. Then the same for
-# `aetrace verify --profile` on a profile of the same run.
+# `aetrace verify --profile` on a profile of the same run, the trace check
+# again with --no-pin, and the cost of a stop's ptrace requests.
 # Usage: bench/verify.sh   (CARGO_TARGET_DIR is honoured)
 set -eu
 cd "$(dirname "$0")/.."
@@ -25,6 +26,8 @@ done
 "$A" record -o "$tmp/t.aet" -- gzip -c "$tmp/in" > "$tmp/recorded.gz" < /dev/null
 cmp "$tmp/native.gz" "$tmp/recorded.gz"
 t2=$(now); "$A" verify "$tmp/t.aet" > "$tmp/report"; t3=$(now)
+# The same check with the follower and gzip on any CPU (--no-pin).
+t7=$(now); "$A" verify --no-pin "$tmp/t.aet" > "$tmp/report-free"; t8=$(now)
 valgrind --tool=lackey --trace-mem=yes --log-file=/dev/null gzip -c "$tmp/in" > "$tmp/lackey.gz"; t4=$(now)
 cmp "$tmp/native.gz" "$tmp/lackey.gz"
 # The profile check (paper 004's own use) on the same input: profile once,
@@ -40,3 +43,8 @@ awk -v n="$native" -v v="$(echo "$t6 - $t5" | bc)" -v b="$pblocks" 'BEGIN {
 blocks=$(sed -n 's/^exact: \([0-9]*\) blocks.*/\1/p' "$tmp/report")
 awk -v n="$native" -v v="$(echo "$t3 - $t2" | bc)" -v l="$(echo "$t4 - $t3" | bc)" -v b="$blocks" 'BEGIN {
   printf "native  %.4f s (best of 5)\nverify  %.3f s  (%.0fx native, %.0f blocks checked/s, %d blocks)\nlackey  %.3f s  (%.0fx native)\nverify/lackey %.2f\n", n, v, v/n, b/v, b, l, l/n, v/l }'
+awk -v n="$native" -v v="$(echo "$t8 - $t7" | bc)" -v l="$(echo "$t4 - $t3" | bc)" -v b="$blocks" 'BEGIN {
+  printf "verify --no-pin  %.3f s  (%.0fx native, %.0f blocks checked/s)\nverify --no-pin/lackey %.2f\n", v, v/n, b/v, v/l }'
+echo "no-pin report: $(tail -1 "$tmp/report-free")"
+# The price of one stop's pieces (docs/verify.md, Speed).
+cc -O2 -o "$tmp/ptrace_cost" bench/ptrace_cost.c && "$tmp/ptrace_cost" 100000

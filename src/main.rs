@@ -206,6 +206,10 @@ enum Command {
         /// Compare only this trace thread.
         #[arg(long)]
         thread: Option<u32>,
+        /// Let the follower and the program run on any CPU (by default both are pinned
+        /// to one: each ptrace stop is then a context switch, not a cross-CPU wake-up).
+        #[arg(long)]
+        no_pin: bool,
         /// PROGRAM ARGS for a trace that does not record its command (or to override it);
         /// with --profile, the command as profiled (argv[0] included).
         #[arg(last = true)]
@@ -458,12 +462,14 @@ fn main() -> ExitCode {
             profile: Some(profile),
             stdin,
             command,
+            no_pin,
             ..
         } => {
             let opts = aetrace_verify::ProfileOptions {
                 profile,
                 stdin,
                 command,
+                no_pin,
             };
             match aetrace_verify::verify_profile(&opts) {
                 Ok(report) => {
@@ -482,12 +488,14 @@ fn main() -> ExitCode {
             stdin,
             thread,
             command,
+            no_pin,
             ..
         } => {
             let opts = aetrace_verify::VerifyOptions {
                 stdin,
                 thread,
                 command,
+                no_pin,
             };
             match aetrace_verify::verify_trace(&trace, &opts) {
                 Ok(report) => {

@@ -1008,3 +1008,73 @@ fn exact_on_the_papers_cases() {
         let _ = std::fs::remove_file(&trace);
     }
 }
+
+/// A SIGTRAP handler that returns into the middle of a block: the
+/// program's own `int3; nop` right after a call returns and at a
+/// procedure's entry, both under our entry breakpoints. The rest of the
+/// block runs after the handler; the regenerator lists it as a block of
+/// its own (`docs/regen.md`, section 3a) and the follower, which sees the
+/// thread come back into the block it had begun, reports it so too
+/// (`Arrival::Resumed`). The program's output is the oracle that the
+/// handler ran (4 traps).
+#[test]
+fn exact_when_a_handler_returns_into_a_block() {
+    for v in [O2_PIE, O0_NOPIE] {
+        let exe = build("int3_after_call.c", v);
+        let (trace, out) = record(&exe, &[], None, &[]);
+        let native = common::build::run_native(&exe, &[]);
+        assert_eq!(out.stdout, native.stdout, "{v:?}: recorded output");
+        assert!(
+            String::from_utf8_lossy(&native.stdout).contains("traps=4"),
+            "{v:?}: the handler ran"
+        );
+        assert_exact(&trace, &[]);
+        let _ = std::fs::remove_file(&trace);
+    }
+}
+
+/// A 20 us interval timer (`traces/signal_alarm.c`): the re-run's timer
+/// fires at other points than the recorded run's (the follower makes the
+/// program far slower), so the check must report a divergence at a signal
+/// handler's entry and say why (paper 004, Section 4.2). Under the
+/// follower the timer outpaces the program, which would never end: the
+/// check stops it once the divergence is known.
+#[test]
+fn timer_signals_diverge_with_an_environmental_note() {
+    let exe = build("signal_alarm.c", O2_PIE);
+    let (trace, out) = record(&exe, &[], None, &[]);
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    let handled: u64 = printed
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("handled="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(handled >= 300, "the recorded run's handler ran: {printed}");
+    let (code, out, err) = verify(&trace, &[]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("diverges at block"), "{out}");
+    assert!(
+        out.contains("an asynchronous entry (a signal handler)")
+            && out.contains("on_alarm")
+            && out.contains("the run was stopped once every compared thread had diverged"),
+        "{out}"
+    );
+    let _ = std::fs::remove_file(&trace);
+}
+
+/// The follower pins itself and the program to one CPU (docs/verify.md,
+/// One CPU); a program that sizes its work by its affinity mask must still
+/// see the recorded run's mask (the follower answers its
+/// `sched_getaffinity`), else its trace diverges. On a machine with more
+/// than one CPU, the oracle is the recorded run's own path; `sort` is the
+/// real case (`exact_on_debian_programs`). `--no-pin` runs it as recorded.
+#[test]
+fn exact_when_the_program_reads_its_affinity() {
+    let exe = build("affinity.c", O2_PIE);
+    let (trace, out) = record(&exe, &[], None, &[]);
+    let native = common::build::run_native(&exe, &[]);
+    assert_eq!(out.stdout, native.stdout, "recorded output");
+    assert_exact(&trace, &[]);
+    assert_exact(&trace, &["--no-pin"]);
+    let _ = std::fs::remove_file(&trace);
+}

@@ -16,7 +16,8 @@
 //! thread across modules.
 //!
 //! Invariants: a thread is compared until its first divergence, which is
-//! final (later blocks only give context); "exact" is reported only when
+//! final (later blocks only give context, and once every compared thread
+//! has diverged the program is stopped); "exact" is reported only when
 //! every compared thread's two sequences ended together, the follower lost
 //! no position (`Stats::resyncs == 0`), and the run's threads could be
 //! paired with the trace's. Traced and followed addresses are both
@@ -55,6 +56,9 @@ pub struct VerifyOptions {
     pub thread: Option<u32>,
     /// `PROGRAM ARGS...` for a trace without COMMAND (or to override it).
     pub command: Vec<OsString>,
+    /// Do not pin the follower and the program to one CPU
+    /// (`Options::no_pin`).
+    pub no_pin: bool,
 }
 
 /// One block as the report shows it.
@@ -96,8 +100,13 @@ pub struct Divergence {
 /// The verdict.
 #[derive(Clone, Debug)]
 pub struct Report {
-    /// Blocks compared and found equal, over all threads.
+    /// Blocks compared and found equal, over all threads (executions of
+    /// blocks, as `aetrace regen --count` counts them).
     pub blocks: u64,
+    /// Rests of blocks resumed after a signal handler, compared equal and
+    /// not counted in `blocks` (both sides list them as blocks of their
+    /// own; they are no new execution).
+    pub resumed: u64,
     /// Threads compared.
     pub threads: usize,
     /// First divergence per thread that has one.
@@ -182,10 +191,18 @@ impl std::fmt::Display for Report {
         if self.exact() {
             writeln!(
                 f,
-                "exact: {} blocks in {} thread{} ({} blocks followed in {:.2} s, {:.0} blocks/s)",
+                "exact: {} blocks in {} thread{} ({}{} blocks followed in {:.2} s, {:.0} blocks/s)",
                 self.blocks,
                 self.threads,
                 if self.threads == 1 { "" } else { "s" },
+                if self.resumed > 0 {
+                    format!(
+                        "and {} rests of blocks resumed after signal handlers; ",
+                        self.resumed
+                    )
+                } else {
+                    String::new()
+                },
                 self.outcome.stats.blocks,
                 self.outcome.elapsed.as_secs_f64(),
                 rate
@@ -317,8 +334,10 @@ struct Split {
 struct Track<'a> {
     thread: u32,
     expected: Expected<'a>,
-    /// Blocks compared equal so far.
+    /// Blocks compared equal so far (resumed rests included).
     equal: u64,
+    /// Of those, rests of blocks resumed after a signal handler.
+    resumed: u64,
     before: VecDeque<Loc>,
     /// Set at the first divergence.
     diverged: Option<Split>,
@@ -331,7 +350,7 @@ struct Track<'a> {
 }
 
 impl Track<'_> {
-    fn block(&mut self, addr: Loc) {
+    fn block(&mut self, addr: Loc, resumed: bool) {
         if self.finished || self.ignored {
             return;
         }
@@ -344,6 +363,7 @@ impl Track<'_> {
         match self.expected.next() {
             Some(e) if e == addr => {
                 self.equal += 1;
+                self.resumed += u64::from(resumed);
                 self.signal = None;
                 if self.before.len() == CONTEXT {
                     self.before.pop_front();
@@ -361,6 +381,12 @@ impl Track<'_> {
                 });
             }
         }
+    }
+
+    /// Nothing the run does from now on changes this thread's report: it
+    /// ended, or it diverged and its context after the divergence is full.
+    fn settled(&self) -> bool {
+        self.ignored || self.finished || (self.diverged.is_some() && self.seen_after.len() >= AFTER)
     }
 
     /// The run's thread ended: the trace must end too.
@@ -390,6 +416,7 @@ struct Done {
     thread: u32,
     tid: Pid,
     equal: u64,
+    resumed: u64,
     before: Vec<Loc>,
     diverged: Option<Split>,
     seen_after: Vec<Loc>,
@@ -426,8 +453,12 @@ struct Compare<'a> {
 }
 
 impl Observer for Compare<'_> {
-    fn block(&mut self, tid: Pid, module: usize, start: u64, _: Arrival) {
-        if !self.traced.get(module).is_some_and(|t| t.contains(&start)) {
+    fn block(&mut self, tid: Pid, module: usize, start: u64, arrival: Arrival) {
+        let block = match arrival {
+            Arrival::Resumed { block } => block,
+            _ => start,
+        };
+        if !self.traced.get(module).is_some_and(|t| t.contains(&block)) {
             return;
         }
         if !self.started.contains(&tid) {
@@ -436,8 +467,18 @@ impl Observer for Compare<'_> {
             }
         }
         if let Some(t) = self.tracks.get_mut(&tid) {
-            t.block((module, start));
+            t.block((module, start), matches!(arrival, Arrival::Resumed { .. }));
         }
+    }
+
+    /// Every trace thread is paired, and every compared thread settled with
+    /// at least one divergence: the report is final, the run may stop (a
+    /// program whose timer signals outpace the follower would not end).
+    fn done(&self) -> bool {
+        self.main.is_none()
+            && self.spawned.iter().all(|t| t.ignored)
+            && self.tracks.values().all(Track::settled)
+            && self.tracks.values().any(|t| t.diverged.is_some())
     }
 
     fn event(&mut self, tid: Pid, event: &Event) {
@@ -713,6 +754,7 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
         }
     }
 
+    options.no_pin = opts.no_pin;
     let traced_ref = &traced[..];
     let ranges_ref = &ranges[..];
     let trace_ref = &trace;
@@ -753,6 +795,7 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
                     end: None,
                 },
                 equal: 0,
+                resumed: 0,
                 before: VecDeque::new(),
                 diverged: None,
                 seen_after: Vec::new(),
@@ -796,6 +839,7 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
                     thread: t.thread,
                     tid,
                     equal: t.equal,
+                    resumed: t.resumed,
                     before: t.before.into_iter().collect(),
                     diverged: t.diverged,
                     seen_after: t.seen_after,
@@ -863,6 +907,9 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
         trace.process_exits().iter().find(|e| e.pid == pid),
         outcome.exit,
     ) {
+        _ if outcome.stopped => notes.push(
+            "the run was stopped once every compared thread had diverged (the rest of it cannot change this report)".into(),
+        ),
         (Some(e), exit) => {
             let same = matches!(
                 (e.status, exit),
@@ -889,10 +936,11 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
         &names,
     );
     let mut divergences = Vec::new();
-    let mut blocks = 0;
+    let (mut blocks, mut resumed) = (0, 0);
     let compared = done.len();
     for t in done {
-        blocks += t.equal;
+        blocks += t.equal - t.resumed;
+        resumed += t.resumed;
         let Some(Split {
             position,
             expected,
@@ -919,6 +967,11 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
                     .copied()
                     .collect();
                 let mut notes = describe.environment(&t.before, &path);
+                if let Some(&last) = t.before.last() {
+                    for (side, next) in [("trace", expected), ("run", seen)] {
+                        notes.extend(next.and_then(|n| describe.async_entry(side, last, n)));
+                    }
+                }
                 if let Some(sig) = signal {
                     notes.push(format!(
                         "signal {sig} was delivered to the thread just before: signals arrive at other points in other runs"
@@ -942,6 +995,7 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
     notes.extend(db_notes(&trace));
     Ok(Report {
         blocks,
+        resumed,
         threads: compared,
         divergences,
         problems,
@@ -1039,6 +1093,39 @@ impl<'a> Describer<'a> {
         d.program
             .get_or_insert_with(|| aetrace_record::Program::open(path).ok())
             .as_ref()
+    }
+
+    /// A note when `next`, the `side`'s block after the last common block
+    /// `last`, enters a procedure that `last` neither calls nor branches to:
+    /// an asynchronous entry, a signal handler, and asynchronous signals
+    /// (a timer's) arrive at other points in another run.
+    /// Blocks of two modules are not compared (a call between modules goes
+    /// through a PLT the CFG does not join): no note.
+    fn async_entry(&mut self, side: &str, (lm, last): Loc, (nm, next): Loc) -> Option<String> {
+        if lm != nm {
+            return None;
+        }
+        let prog = self.program(nm)?;
+        let (_, p) = prog.procs.iter().find(|(_, p)| {
+            p.cfg
+                .as_ref()
+                .is_ok_and(|cfg| cfg.blocks[cfg.entry].start == next)
+        })?;
+        let reaches = prog.procs.iter().any(|(_, q)| {
+            let Ok(cfg) = &q.cfg else { return false };
+            let Some(b) = cfg.block_at(last) else {
+                return false;
+            };
+            cfg.calls.iter().any(|c| c.block == b)
+                || cfg
+                    .edges
+                    .values()
+                    .any(|e| e.from == b && cfg.blocks.get(e.to).is_some_and(|t| t.start == next))
+        });
+        (!reaches).then(|| format!(
+            "the {side} enters {} at {next:#x} right after {last:#x}, which neither calls nor branches there: an asynchronous entry (a signal handler); asynchronous signals, a timer's above all, arrive at other points in another run (paper 004, Section 4.2)",
+            p.name
+        ))
     }
 
     /// Paper 004, Section 4.2: what may make two runs of the same program

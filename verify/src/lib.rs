@@ -122,6 +122,12 @@ pub struct Options {
     pub environment: Option<Vec<std::ffi::OsString>>,
     /// The working directory (default: ours).
     pub cwd: Option<PathBuf>,
+    /// Do not pin the follower and the program to the CPU the follower
+    /// runs on. Pinned (the default), each ptrace stop is a context switch
+    /// instead of a cross-CPU wake-up, and the program's
+    /// `sched_getaffinity` is answered with the mask it would have had
+    /// (a seccomp filter stops it for the tracer): docs/verify.md, Speed.
+    pub no_pin: bool,
 }
 
 /// How a thread came to a block.
@@ -137,6 +143,13 @@ pub enum Arrival {
     /// did not return normally, an unforeseen entry): the block is known
     /// only from the breakpoint at its end. Also reported as [`Event::Resync`].
     Unobserved,
+    /// The rest of the block starting at `block`, from the reported address
+    /// (inside it) on: a signal handler returned into the middle of a
+    /// block the thread had begun. The instructions from there run after
+    /// the handler's, so they are listed again as a block of their own, as
+    /// the regenerator lists them (docs/regen.md, section 3a). Not a new
+    /// execution of the block.
+    Resumed { block: u64 },
 }
 
 /// Something the observer should know besides blocks.
@@ -192,6 +205,12 @@ pub trait Observer {
     fn event(&mut self, tid: Pid, event: &Event) {
         let _ = (tid, event);
     }
+    /// True once the observer needs nothing more from the run (every
+    /// thread it compares has diverged): the follower then kills the
+    /// program and returns ([`Outcome::stopped`]). Asked at every stop.
+    fn done(&self) -> bool {
+        false
+    }
 }
 
 /// How the program ended (after an `execve` the new image runs untraced
@@ -240,4 +259,10 @@ pub struct Outcome {
     pub modules: Vec<LoadedModule>,
     pub stats: Stats,
     pub elapsed: std::time::Duration,
+    /// The CPU the follower and the program were pinned to (`None`:
+    /// `no_pin`, or the kernel refused the pin or the filter).
+    pub cpu: Option<usize>,
+    /// The follower killed the program because the observer was done
+    /// ([`Observer::done`]); `exit` is then that `SIGKILL`.
+    pub stopped: bool,
 }

@@ -49,6 +49,9 @@ pub struct ProfileOptions {
     pub stdin: Option<PathBuf>,
     /// `PROGRAM ARGS...` (default: the profile's program and arguments).
     pub command: Vec<OsString>,
+    /// Do not pin the follower and the program to one CPU
+    /// (`Options::no_pin`).
+    pub no_pin: bool,
 }
 
 /// How control leaves a block: by its last instruction.
@@ -442,7 +445,9 @@ impl<'p> Graph<'p> {
 
 impl Observer for Graph<'_> {
     fn block(&mut self, tid: Pid, module: usize, start: u64, arrival: Arrival) {
-        if module != 0 {
+        // The rest of a block after a signal handler is no new execution
+        // of it and takes no edge: the profile counts neither.
+        if module != 0 || matches!(arrival, Arrival::Resumed { .. }) {
             return;
         }
         let b = self.locate(start);
@@ -606,6 +611,7 @@ pub fn verify_profile(opts: &ProfileOptions) -> Result<ProfileReport, Error> {
         stdin: opts.stdin.clone(),
         // The program's output is not the report.
         stdout: Some(PathBuf::from("/dev/null")).filter(|p| p.exists()),
+        no_pin: opts.no_pin,
         ..Options::default()
     };
     let outcome = crate::tracer::follow(&program, &args, &options, &mut graph)?;

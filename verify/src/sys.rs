@@ -2,7 +2,8 @@
 //! under `PTRACE_TRACEME`, `waitpid(__WALL)`, `PTRACE_CONT`/`SINGLESTEP`,
 //! register access, and memory access through `/proc/PID/mem` (one `pread`
 //! or `pwrite` per access instead of one `PEEKDATA` per word; writes work on
-//! read-only text pages because the kernel forces them for a tracer).
+//! read-only text pages because the kernel forces them for a tracer), and
+//! the CPU pinning of the follower and its program.
 //!
 //! Invariant: every `unsafe` block of the crate is in this module; each call
 //! checks its return value and turns failures into [`Error::Sys`].
@@ -35,8 +36,15 @@ pub fn spawn(
     cwd: Option<&CString>,
     stdin: Option<&std::fs::File>,
     stdout: Option<&std::fs::File>,
+    unpinned: Option<&CpuMask>,
 ) -> Result<Pid, Error> {
     use std::os::fd::AsRawFd;
+    let unpinned = unpinned.map(mask_set);
+    let filter = affinity_filter();
+    let prog = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_ptr().cast_mut(),
+    };
     let stdin = stdin.map(|f| f.as_raw_fd());
     let stdout = stdout.map(|f| f.as_raw_fd());
     let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
@@ -69,11 +77,102 @@ pub fn spawn(
                     libc::dup2(fd, 1);
                 }
                 libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0);
+                if let Some(mask) = &unpinned {
+                    // Pinned: the tracer answers `sched_getaffinity` with
+                    // the mask the program would have had. Without the
+                    // filter (refused), run unpinned instead.
+                    let install = || {
+                        libc::prctl(
+                            libc::PR_SET_SECCOMP,
+                            libc::SECCOMP_MODE_FILTER as libc::c_ulong,
+                            &prog as *const libc::sock_fprog as libc::c_ulong,
+                            0,
+                            0,
+                        ) == 0
+                    };
+                    // Without CAP_SYS_ADMIN a filter needs no_new_privs,
+                    // which a traced exec has in effect already.
+                    if !install()
+                        && (libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || !install())
+                    {
+                        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), mask);
+                    }
+                }
                 libc::execve(path.as_ptr(), ptrs.as_ptr(), envs.as_ptr());
                 libc::_exit(127)
             }
             pid => Ok(pid),
         }
+    }
+}
+
+/// The seccomp filter of a pinned program: `sched_getaffinity` (x86-64)
+/// stops for the tracer (`PTRACE_EVENT_SECCOMP`), everything else runs.
+fn affinity_filter() -> [libc::sock_filter; 6] {
+    let op = |code: u32, jt: u8, jf: u8, k: u32| libc::sock_filter {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    };
+    // AUDIT_ARCH_X86_64: EM_X86_64 | 64-bit | little-endian.
+    const ARCH: u32 = 0xc000_003e;
+    [
+        op(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 0, 0, 4),
+        op(libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K, 0, 2, ARCH),
+        op(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 0, 0, 0),
+        op(
+            libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
+            1,
+            0,
+            libc::SYS_sched_getaffinity as u32,
+        ),
+        op(libc::BPF_RET | libc::BPF_K, 0, 0, libc::SECCOMP_RET_ALLOW),
+        op(libc::BPF_RET | libc::BPF_K, 0, 0, libc::SECCOMP_RET_TRACE),
+    ]
+}
+
+/// An affinity mask as the system calls lay it out: a `cpu_set_t`'s bytes.
+pub type CpuMask = [u8; std::mem::size_of::<libc::cpu_set_t>()];
+
+fn mask_bytes(set: &libc::cpu_set_t) -> CpuMask {
+    // SAFETY: cpu_set_t is plain old data of exactly this size.
+    unsafe { std::mem::transmute_copy(set) }
+}
+
+fn mask_set(mask: &CpuMask) -> libc::cpu_set_t {
+    // SAFETY: as in `mask_bytes`.
+    unsafe { std::mem::transmute_copy(mask) }
+}
+
+/// `sched_getaffinity(pid, len)` as the system call answers it: the bytes
+/// copied (at most `len`, at most a `cpu_set_t`) or `-errno`, and the mask.
+pub fn affinity_of(pid: Pid, len: usize) -> (i64, CpuMask) {
+    // SAFETY: the kernel writes at most `len` bytes, capped to the size of
+    // the plain-old-data set it gets.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let len = len.min(std::mem::size_of::<libc::cpu_set_t>());
+        let r = libc::syscall(libc::SYS_sched_getaffinity, pid, len, &mut set);
+        let r = if r < 0 {
+            -i64::from(
+                std::io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EINVAL),
+            )
+        } else {
+            r
+        };
+        (r, mask_bytes(&set))
+    }
+}
+
+/// Gives thread `tid` the affinity `mask` (a process we stop following).
+pub fn set_affinity(tid: Pid, mask: &CpuMask) {
+    let set = mask_set(mask);
+    // SAFETY: a valid pointer to a set of the size given.
+    unsafe {
+        libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set);
     }
 }
 
@@ -160,6 +259,15 @@ pub fn unblock(tid: Pid, sig: i32) -> Result<(), Error> {
     Ok(())
 }
 
+/// Kills the whole process (`SIGKILL` to the thread group).
+pub fn kill(pid: Pid) -> Result<(), Error> {
+    // SAFETY: plain syscall.
+    if unsafe { libc::kill(pid, libc::SIGKILL) } != 0 {
+        return Err(sys("kill", pid));
+    }
+    Ok(())
+}
+
 pub fn detach(tid: Pid, sig: i32) -> Result<(), Error> {
     ptrace(libc::PTRACE_DETACH, "PTRACE_DETACH", tid, 0, sig as usize).map(drop)
 }
@@ -196,6 +304,63 @@ pub fn set_regs(tid: Pid, regs: &Regs) -> Result<(), Error> {
         tid,
         0,
         regs as *const _ as usize,
+    )
+    .map(drop)
+}
+
+/// The calling thread pinned to the CPU it runs on; dropping it gives the
+/// thread its former affinity back. A process forked while it lives inherits
+/// the one-CPU mask, and so do that process's threads.
+pub struct Pinned {
+    former: libc::cpu_set_t,
+    pub cpu: usize,
+}
+
+/// Pins the calling thread to its current CPU (`sched_getcpu` +
+/// `sched_setaffinity`). `None` when the kernel refuses (a container's
+/// seccomp policy, say): the follower then runs unpinned, only slower.
+pub fn pin_here() -> Option<Pinned> {
+    // SAFETY: cpu_set_t is plain old data; the calls get valid pointers of
+    // its size and only act on the calling thread (pid 0).
+    unsafe {
+        let mut former: libc::cpu_set_t = std::mem::zeroed();
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        if libc::sched_getaffinity(0, size, &mut former) != 0 {
+            return None;
+        }
+        let cpu = usize::try_from(libc::sched_getcpu()).ok()?;
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut one);
+        (libc::sched_setaffinity(0, size, &one) == 0).then_some(Pinned { former, cpu })
+    }
+}
+
+impl Pinned {
+    /// The affinity the thread had before.
+    pub fn former(&self) -> CpuMask {
+        mask_bytes(&self.former)
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        // SAFETY: as in `pin_here`.
+        unsafe {
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &self.former);
+        }
+    }
+}
+
+/// Sets the thread's `rip` alone (`PTRACE_POKEUSER`): cheaper than a whole
+/// `SETREGS` when nothing else changed (docs/verify.md, Speed).
+pub fn set_rip(tid: Pid, rip: u64) -> Result<(), Error> {
+    let at = std::mem::offset_of!(libc::user, regs) + std::mem::offset_of!(Regs, rip);
+    ptrace(
+        libc::PTRACE_POKEUSER,
+        "PTRACE_POKEUSER",
+        tid,
+        at,
+        rip as usize,
     )
     .map(drop)
 }

@@ -22,7 +22,11 @@
 //! that block or the static chain ending with it, whose blocks not
 //! reported yet are `pending`, in execution order, without repeats; a signal delivered while a
 //! thread is inside a block pushes that position, and it is resumed (not
-//! reported again) when its end trap is reached with the thread outside.
+//! reported again) when its chain's traps are reached with the thread
+//! outside; if the signal stopped the thread past a block's start, the
+//! rest of that block is reported then (`Arrival::Resumed`). The follower
+//! and the program run on one CPU unless `Options::no_pin`, and the
+//! program's `sched_getaffinity` then gets the mask it would have had.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CString, OsStr, OsString};
@@ -57,6 +61,12 @@ enum Mode {
     },
 }
 
+/// A position interrupted by a signal: the block, its pending chain, the
+/// entry trap the thread stood on, if any, and the runtime address the
+/// thread stopped at when that is inside a block it had begun (a handler
+/// that returns resumes the rest of it there).
+type Interrupted = (Pos, Vec<usize>, Option<u64>, Option<u64>);
+
 struct Thread {
     cur: Option<Pos>,
     mode: Mode,
@@ -64,9 +74,8 @@ struct Thread {
     /// block last reported and not reported yet, in order (the last one is
     /// `cur`): see `land`.
     pending: Vec<usize>,
-    /// Positions interrupted by signals, innermost last: the block, its
-    /// pending chain, and the entry trap the thread stood on, if any.
-    interrupted: Vec<(Pos, Vec<usize>, Option<u64>)>,
+    /// Positions interrupted by signals, innermost last.
+    interrupted: Vec<Interrupted>,
     /// Awaiting the `SIGSTOP` every new thread starts with.
     fresh: bool,
     /// Return point of the thread's latest call from traced code.
@@ -122,6 +131,9 @@ struct Tracer<'o> {
     /// (`None`: in place, racy with threads).
     scratch: Option<Scratch>,
     next_slot: u64,
+    /// When pinned: the affinity the program would have had unpinned, which
+    /// its `sched_getaffinity` gets and released processes get back.
+    unpinned: Option<sys::CpuMask>,
 }
 
 /// Runs `program` with `args` (stdin, stdout and stderr inherited) and
@@ -213,6 +225,17 @@ pub fn follow(
         }
         None => None,
     };
+    // Every ptrace stop wakes the other side: across CPUs that is an
+    // inter-processor interrupt (costly in a VM), on one CPU a plain context
+    // switch. The program inherits the mask, its threads too; it would see
+    // one CPU where the recorded run saw them all (`sort` then starts fewer
+    // threads), so its `sched_getaffinity` is answered with the mask it
+    // would have had (docs/verify.md, Speed).
+    let mut pinned = if options.no_pin {
+        None
+    } else {
+        sys::pin_here()
+    };
     let pid = sys::spawn(
         &cstr(path.as_os_str())?,
         &argv,
@@ -220,6 +243,7 @@ pub fn follow(
         cwd.as_ref(),
         stdin.as_ref(),
         stdout.as_ref(),
+        pinned.as_ref().map(|p| p.former()).as_ref(),
     )?;
     let (_, status) = sys::wait_any()?;
     if !libc::WIFSTOPPED(status) {
@@ -228,12 +252,17 @@ pub fn follow(
             status,
         });
     }
+    // A program that could not get the filter runs unpinned: so do we.
+    if sys::affinity_of(pid, 128).1 != sys::affinity_of(0, 128).1 {
+        pinned = None;
+    }
     sys::set_options(
         pid,
         libc::PTRACE_O_TRACECLONE
             | libc::PTRACE_O_TRACEFORK
             | libc::PTRACE_O_TRACEEXEC
             | libc::PTRACE_O_TRACEEXIT
+            | libc::PTRACE_O_TRACESECCOMP
             | libc::PTRACE_O_EXITKILL,
     )?;
     let mut t = Tracer {
@@ -254,6 +283,7 @@ pub fn follow(
         },
         scratch: None,
         next_slot: 0,
+        unpinned: pinned.as_ref().map(|p| p.former()),
     };
     t.threads.insert(pid, Thread::new(false));
     t.map_module(0)?;
@@ -274,7 +304,7 @@ pub fn follow(
         t.load_trap = Some(entry);
         t.insert(entry)?;
     }
-    let exit = t.run()?;
+    let (exit, stopped) = t.run()?;
     Ok(Outcome {
         exit,
         modules: t
@@ -287,6 +317,8 @@ pub fn follow(
             .collect(),
         stats: t.stats,
         elapsed: started.elapsed(),
+        cpu: pinned.as_ref().map(|p| p.cpu),
+        stopped,
     })
 }
 
@@ -310,6 +342,15 @@ fn static_successor(module: &TracedModule, b: usize) -> Option<usize> {
         module.block_at(insn.near_branch_target())
     } else {
         None
+    }
+}
+
+/// How a process ended, from its wait status.
+fn exit_of(status: i32) -> Exit {
+    if libc::WIFEXITED(status) {
+        Exit::Code(libc::WEXITSTATUS(status))
+    } else {
+        Exit::Signal(libc::WTERMSIG(status))
     }
 }
 
@@ -428,6 +469,20 @@ impl Tracer<'_> {
         self.observer.block(tid, m, start, arrival);
     }
 
+    /// Reports the rest of a block resumed at runtime `rip` of module `m`
+    /// after a signal handler returned (the regenerator lists it so too).
+    fn emit_resumed(&mut self, tid: Pid, m: usize, rip: u64) {
+        let module = &self.modules[m];
+        let a = rip - module.base;
+        let Some(c) = module.block_containing(a) else {
+            debug_assert!(false, "a resume point {a:#x} outside every block");
+            return;
+        };
+        let block = module.blocks[c].start;
+        self.stats.blocks += 1;
+        self.observer.block(tid, m, a, Arrival::Resumed { block });
+    }
+
     fn event(&mut self, tid: Pid, e: Event) {
         if matches!(e, Event::Resync { .. }) {
             self.stats.resyncs += 1;
@@ -441,25 +496,25 @@ impl Tracer<'_> {
             .or_insert_with(|| Thread::new(false))
     }
 
-    /// The wait loop; returns how the program ended.
-    fn run(&mut self) -> Result<Exit> {
+    /// The wait loop; returns how the program ended, and whether it was
+    /// killed because the observer was done.
+    fn run(&mut self) -> Result<(Exit, bool)> {
         // The first stop is after execve: a static program is at its first
         // instruction, a dynamic one in the loader.
         let regs = sys::get_regs(self.pid)?;
         self.land(self.pid, regs, None, Arrival::Entry)?;
         let mut exec_detached = false;
         loop {
+            if self.observer.done() && !exec_detached {
+                return self.kill().map(|e| (e, true));
+            }
             let (tid, status) = sys::wait_any()?;
             if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
                 if self.threads.remove(&tid).is_some() && tid != self.pid {
                     self.event(tid, Event::ThreadExit { status });
                 }
                 if tid == self.pid {
-                    return Ok(if libc::WIFEXITED(status) {
-                        Exit::Code(libc::WEXITSTATUS(status))
-                    } else {
-                        Exit::Signal(libc::WTERMSIG(status))
-                    });
+                    return Ok((exit_of(status), false));
                 }
                 continue;
             }
@@ -500,9 +555,17 @@ impl Tracer<'_> {
                     self.continue_after_event(tid)?;
                     continue;
                 }
+                libc::PTRACE_EVENT_SECCOMP => {
+                    self.answer_affinity(tid)?;
+                    self.continue_after_event(tid)?;
+                    continue;
+                }
                 libc::PTRACE_EVENT_EXEC => {
                     // The new image has none of our breakpoints: let it run.
                     self.event(tid, Event::Exec);
+                    if let Some(m) = &self.unpinned {
+                        sys::set_affinity(tid, m);
+                    }
                     sys::detach(tid, 0)?;
                     exec_detached = true;
                     continue;
@@ -520,6 +583,22 @@ impl Tracer<'_> {
                 self.trap(tid)?;
             } else {
                 self.signal(tid, sig)?;
+            }
+        }
+    }
+
+    /// Kills the program (the observer is done) and reaps it. Its threads
+    /// may still report stops on the way out (an exit event): they are let
+    /// go, and a thread already gone is no error.
+    fn kill(&mut self) -> Result<Exit> {
+        sys::kill(self.pid)?;
+        loop {
+            let (tid, status) = sys::wait_any()?;
+            if tid == self.pid && (libc::WIFEXITED(status) || libc::WIFSIGNALED(status)) {
+                return Ok(exit_of(status));
+            }
+            if libc::WIFSTOPPED(status) {
+                let _ = sys::cont(tid, 0);
             }
         }
     }
@@ -568,10 +647,36 @@ impl Tracer<'_> {
         for (&addr, &orig) in &self.bps {
             mem.write(addr, &[orig])?;
         }
+        if let Some(m) = &self.unpinned {
+            sys::set_affinity(child, m);
+        }
         sys::detach(child, 0)?;
         self.observer
             .event(self.pid, &Event::ForkDetached { child });
         Ok(())
+    }
+
+    /// A pinned program's `sched_getaffinity` (stopped by its seccomp
+    /// filter, before the call): answer it as the kernel would for the
+    /// unpinned program, and skip the call. Another process's affinity is
+    /// the kernel's answer unchanged.
+    fn answer_affinity(&mut self, tid: Pid) -> Result<()> {
+        let mut regs = sys::get_regs(tid)?;
+        let (pid, len, buf) = (regs.rdi as Pid, regs.rsi as usize, regs.rdx);
+        let (mut r, mut mask) = sys::affinity_of(pid, len);
+        let ours = pid == 0 || self.threads.contains_key(&pid);
+        if let (true, Some(m)) = (ours, &self.unpinned) {
+            mask = *m;
+        }
+        if let Some(bytes) = usize::try_from(r).ok().and_then(|n| mask.get(..n)) {
+            if self.mem.write(buf, bytes).is_err() {
+                r = -i64::from(libc::EFAULT);
+            }
+        }
+        // Syscall number -1: the kernel skips the call and returns `rax`.
+        regs.orig_rax = u64::MAX;
+        regs.rax = r as u64;
+        sys::set_regs(tid, &regs)
     }
 
     /// A `SIGTRAP` stop: a breakpoint, the end of a single step, or the
@@ -605,7 +710,7 @@ impl Tracer<'_> {
                 None => self.stepped(bp)?,
                 Some(d) if regs.rip == d.done => {
                     regs.rip = d.back;
-                    sys::set_regs(tid, &regs)?;
+                    sys::set_rip(tid, regs.rip)?;
                 }
                 // The copy went elsewhere (`rt_sigreturn`, `execve`): so did
                 // the original.
@@ -671,23 +776,44 @@ impl Tracer<'_> {
             let hit = hit.or_else(|| th.pending.iter().position(|&p| blocks[p].last + base == x));
             if let Some(i) = hit {
                 self.flush(tid, i + 1);
-                sys::set_regs(tid, &regs)?;
+                sys::set_rip(tid, regs.rip)?;
                 return self.resume(tid, regs);
             }
         }
-        // Back from a signal handler into the block it interrupted?
+        // Back from a signal handler into the chain it interrupted (at the
+        // end of its last block, of a pending block, or the start of one)?
         let modules = &self.modules;
-        if let Some(i) = th.interrupted.iter().rposition(|((m, b), _, at)| {
-            modules[*m].blocks[*b].last + modules[*m].base == x || *at == Some(x)
-        }) {
-            let (pos, pending, _) = th.interrupted.swap_remove(i);
+        let at_pending = |(m, _): Pos, pending: &[usize]| {
+            let (blocks, base) = (&modules[m].blocks, modules[m].base);
+            pending
+                .iter()
+                .position(|&p| blocks[p].start + base == x || blocks[p].last + base == x)
+        };
+        if let Some(i) = th
+            .interrupted
+            .iter()
+            .rposition(|&((m, b), ref pending, at, _)| {
+                modules[m].blocks[b].last + modules[m].base == x
+                    || at == Some(x)
+                    || at_pending((m, b), pending).is_some()
+            })
+        {
+            let (pos, pending, _, mid) = th.interrupted.swap_remove(i);
             th.interrupted.truncate(i);
+            let hit = at_pending(pos, &pending);
             th.cur = Some(pos);
             th.pending = pending;
+            if let Some(r) = mid {
+                // The handler returned into the middle of a block: the
+                // rest of it runs now, after the handler's blocks.
+                self.emit_resumed(tid, pos.0, r);
+            }
             if self.modules[pos.0].blocks[pos.1].last + self.modules[pos.0].base == x {
                 self.flush(tid, usize::MAX);
+            } else if let Some(i) = hit {
+                self.flush(tid, i + 1);
             }
-            sys::set_regs(tid, &regs)?;
+            sys::set_rip(tid, regs.rip)?;
             return self.resume(tid, regs);
         }
         if self.entries.contains(&x) {
@@ -701,7 +827,7 @@ impl Tracer<'_> {
                     },
                 );
             }
-            sys::set_regs(tid, &regs)?;
+            sys::set_rip(tid, regs.rip)?;
             return self.land(tid, regs, None, Arrival::Entry);
         }
         // An end trap of a block whose start we did not see.
@@ -912,7 +1038,11 @@ impl Tracer<'_> {
                 .filter(emulate::first_ok)
             {
                 emulate::run_first(&first, &mut regs, &self.mem)?;
-                sys::set_regs(tid, &regs)?;
+                if first.mnemonic() == Mnemonic::Push {
+                    sys::set_regs(tid, &regs)?;
+                } else {
+                    sys::set_rip(tid, regs.rip)?;
+                }
                 self.stats.emulated += 1;
                 return self.resume(tid, regs);
             }
@@ -931,14 +1061,14 @@ impl Tracer<'_> {
             // would raise the program's SIGTRAP inside our step, taken for
             // the step's end. Do what the CPU does (rip past it) and deliver.
             regs.rip = bp + 1;
-            sys::set_regs(tid, &regs)?;
+            sys::set_rip(tid, regs.rip)?;
             return self.deliver(tid, libc::SIGTRAP, None);
         }
         let disp = self.displace(tid, bp)?;
         match disp {
             Some(d) => {
                 regs.rip = d.at;
-                sys::set_regs(tid, &regs)?;
+                sys::set_rip(tid, regs.rip)?;
                 self.stats.displaced += 1;
             }
             None => {
@@ -1001,16 +1131,20 @@ impl Tracer<'_> {
                 self.thread(tid).last_call = insn.next_ip() + base;
             }
             emulate::run(plan, &insn, base, &mut regs, &self.mem)?;
-            sys::set_regs(tid, &regs)?;
+            match plan {
+                // Only `rip` changed: the most common stop (a `jcc`).
+                Plan::Jump | Plan::JumpIndirect => sys::set_rip(tid, regs.rip)?,
+                Plan::Call | Plan::CallIndirect | Plan::Ret => sys::set_regs(tid, &regs)?,
+            }
             self.stats.emulated += 1;
             return self.land(tid, regs, Some(pos), Arrival::Flow);
         }
-        sys::set_regs(tid, &regs)?;
+        sys::set_rip(tid, regs.rip)?;
         if insn.mnemonic() == Mnemonic::Int3 {
             // The program's own breakpoint: what the CPU would do is raise
             // SIGTRAP with rip after the int3.
             regs.rip += 1;
-            sys::set_regs(tid, &regs)?;
+            sys::set_rip(tid, regs.rip)?;
             self.thread(tid).cur = None;
             // A handler that returns goes on at the next block: make it an
             // entry, or the thread would be found again only at a later trap.
@@ -1039,7 +1173,7 @@ impl Tracer<'_> {
                     let mut regs = sys::get_regs(tid)?;
                     if regs.rip == d.at || regs.rip == d.done {
                         regs.rip = if regs.rip == d.at { bp } else { d.back };
-                        sys::set_regs(tid, &regs)?;
+                        sys::set_rip(tid, regs.rip)?;
                     }
                 }
             }
@@ -1087,17 +1221,24 @@ impl Tracer<'_> {
     /// instruction not executed yet), if any.
     fn deliver(&mut self, tid: Pid, sig: i32, at: Option<u64>) -> Result<()> {
         self.stats.signals += 1;
-        if self.thread(tid).cur.is_some() {
+        let mut mid = None;
+        if let Some((m, _)) = self.thread(tid).cur {
             // Chain blocks the thread has already entered (it is past their
             // first byte) happened before the signal.
             let rip = sys::get_regs(tid)?.rip;
             let n = self.entered(tid, rip);
             self.flush(tid, n);
+            let module = &self.modules[m];
+            let a = rip.wrapping_sub(module.base);
+            mid = module
+                .block_containing(a)
+                .filter(|&c| module.blocks[c].start < a)
+                .map(|_| rip);
         }
         let th = self.thread(tid);
         if let Some(pos) = th.cur.take() {
             let pending = std::mem::take(&mut th.pending);
-            th.interrupted.push((pos, pending, at));
+            th.interrupted.push((pos, pending, at, mid));
         }
         self.event(tid, Event::Signal { sig });
         if sig == libc::SIGTRAP {
