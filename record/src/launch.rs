@@ -99,20 +99,23 @@ pub enum Outcome {
     Signaled(i32),
 }
 
-/// Raw stream bytes a thread collects before they become a chunk.
+/// Raw stream bytes a thread's open chunk takes before it is closed.
 const CHUNK_BYTES: usize = 1 << 20;
 /// A partial chunk is written after this long anyway, so a recorder that
 /// dies loses at most about this much of a slow thread's stream.
 const CHUNK_AGE: Duration = Duration::from_secs(1);
-/// Raw bytes per piece of the last chunks, compressed in parallel at the
-/// end (`zstd -1 -b`: 256 KiB blocks compress 2 % worse than 1 MiB ones).
-const LAST_PIECE: usize = 256 << 10;
 /// zstd level of the witness chunks. Level 1 rather than the format's
 /// default 3: on gzip's and sort's real streams it compresses 10-40 %
 /// faster for 2 % more bytes (`zstd -b`, 1 MiB blocks), and the recorder
 /// must keep up with a program writing ~200 MB of witnesses per second.
 const CHUNK_LEVEL: i32 = 1;
-/// Drain interval when no half fills; bounds the delay in noticing exits.
+/// Drain interval while the program writes: the bytes are compressed as
+/// they come (on the other core), so what is left to compress when the
+/// program exits is at most about this long's worth of witnesses.
+const POLL_BUSY: Duration = Duration::from_millis(1);
+/// Longest drain interval, reached by doubling after passes that found
+/// nothing (a program waiting for input); bounds the delay in noticing
+/// exits too (SIGCHLD wakes the drainer at once anyway).
 const POLL: Duration = Duration::from_millis(10);
 const CREATOR: &str = concat!("aetrace ", env!("CARGO_PKG_VERSION"));
 
@@ -164,14 +167,16 @@ pub fn record(l: &Launch) -> Result<Outcome> {
         region.ready_word() as *const _ as *mut std::sync::atomic::AtomicU32,
         Ordering::Release,
     );
+    let mut poll = POLL_BUSY;
     loop {
-        rec.drain(&mut drainer, false);
+        let found = rec.drain(&mut drainer, false);
         rec.libraries(&region);
         rec.flush_aged();
         if reaper.reap()? {
             break;
         }
-        drainer.wait(POLL);
+        poll = if found { POLL_BUSY } else { (poll * 2).min(POLL) };
+        drainer.wait(poll);
     }
     // No process is left that could write: every stream ends at its first
     // unwritten byte (an exact prefix for a killed writer).
@@ -476,11 +481,26 @@ impl Reaper {
 
 // --- the trace -------------------------------------------------------------
 
-/// A slot that has written: its thread and the bytes not yet in a chunk.
+/// A slot that has written: its thread, the bytes drained but not yet
+/// compressed, and its open chunk.
 struct Slot {
     thread: ThreadId,
+    /// Whole records, drained in the last pass.
     buf: Vec<u8>,
-    /// When `buf` became non-empty.
+    open: Option<OpenChunk>,
+}
+
+/// A chunk being compressed as its bytes arrive: one zstd frame, fed
+/// batch by batch during the run (the compression overlaps the program
+/// instead of following its exit) and ended when the chunk closes. The
+/// frame does not state its content size; the CHUNK header does.
+struct OpenChunk {
+    enc: zstd::stream::raw::Encoder<'static>,
+    /// The frame so far.
+    data: Vec<u8>,
+    raw_len: u64,
+    witnesses: u64,
+    /// When its first bytes came.
     since: Instant,
 }
 
@@ -500,6 +520,9 @@ struct Recorder<'l> {
     /// Libraries (module indices) whose MODULE is not written yet: their
     /// runtime has not attached (no traced code of theirs ran so far).
     libs_pending: Vec<usize>,
+    /// Encoders of closed chunks, reset for the next (a context holds
+    /// about a megabyte of tables: allocated once, not per chunk).
+    spare: Vec<zstd::stream::raw::Encoder<'static>>,
 }
 
 impl<'l> Recorder<'l> {
@@ -511,16 +534,23 @@ impl<'l> Recorder<'l> {
             slots: HashMap::new(),
             threads: Vec::new(),
             libs_pending: (1..launch.modules.len()).collect(),
+            spare: Vec::new(),
         }
     }
 
-    /// One pass of the drainer. A slot it cannot read is lost (and the
+    /// One pass of the drainer, then the drained bytes compressed; true if
+    /// the pass found bytes. A slot it cannot read is lost (and the
     /// recording failed), but the drainer keeps its writer from blocking.
-    fn drain(&mut self, drainer: &mut aetrace_runtime::Drainer<'_>, finished: bool) {
-        if let Err(e) = drainer.poll(finished, &mut |b| self.batch(b)) {
-            self.fail(record_err(format!("reading the witness region: {e}")));
-        }
-        self.chunk_full();
+    fn drain(&mut self, drainer: &mut aetrace_runtime::Drainer<'_>, finished: bool) -> bool {
+        let found = match drainer.poll(finished, &mut |b| self.batch(b)) {
+            Ok(n) => n > 0,
+            Err(e) => {
+                self.fail(record_err(format!("reading the witness region: {e}")));
+                true
+            }
+        };
+        self.compress_drained();
+        found
     }
 
     fn fail(&mut self, e: Error) {
@@ -547,8 +577,8 @@ impl<'l> Recorder<'l> {
                 b.slot,
                 Slot {
                     thread,
-                    buf: Vec::with_capacity(CHUNK_BYTES + (1 << 16)),
-                    since: Instant::now(),
+                    buf: Vec::new(),
+                    open: None,
                 },
             );
         }
@@ -556,35 +586,32 @@ impl<'l> Recorder<'l> {
             .slots
             .get_mut(&b.slot)
             .expect("slot inserted just above");
-        if s.buf.is_empty() {
-            s.since = Instant::now();
-        }
         s.buf.extend_from_slice(b.bytes);
-        // Chunks are compressed after the pass ([`Self::chunk_full`]); this
-        // only bounds the memory of a pass that keeps finding sealed halves.
+        // Compressed after the pass ([`Self::compress_drained`]); this only
+        // bounds the memory of a pass that keeps finding sealed halves.
         if s.buf.len() >= 4 * CHUNK_BYTES {
-            self.chunk(b.slot)?;
+            self.feed(b.slot)?;
         }
         Ok(())
     }
 
-    /// Chunks for every slot holding at least [`CHUNK_BYTES`]. Called after
-    /// a drain pass, not from inside it: the pass hands each sealed half
+    /// Every slot's drained bytes into its open chunk. Called after a
+    /// drain pass, not from inside it: the pass hands each sealed half
     /// back as soon as it is copied, so the program fills it again while
     /// we compress (compressing inside the pass kept the half FULL and
     /// could block the writer for the whole compression).
-    fn chunk_full(&mut self) {
+    fn compress_drained(&mut self) {
         if self.error.is_some() {
             return;
         }
-        let full: Vec<u32> = self
+        let drained: Vec<u32> = self
             .slots
             .iter()
-            .filter(|(_, s)| s.buf.len() >= CHUNK_BYTES)
+            .filter(|(_, s)| !s.buf.is_empty())
             .map(|(k, _)| *k)
             .collect();
-        for slot in full {
-            if let Err(e) = self.chunk(slot) {
+        for slot in drained {
+            if let Err(e) = self.feed(slot) {
                 self.fail(e);
                 return;
             }
@@ -754,8 +781,9 @@ impl<'l> Recorder<'l> {
             .ok_or_else(|| record_err("trace closed after an earlier failure".into()))
     }
 
-    /// Writes a slot's buffered bytes as its thread's next chunk.
-    fn chunk(&mut self, slot: u32) -> Result<()> {
+    /// A slot's drained bytes into its open chunk (opened if need be); the
+    /// chunk is closed once it holds [`CHUNK_BYTES`].
+    fn feed(&mut self, slot: u32) -> Result<()> {
         let Some(s) = self.slots.get_mut(&slot) else {
             return Ok(());
         };
@@ -764,68 +792,64 @@ impl<'l> Recorder<'l> {
         }
         let thread = s.thread;
         let witnesses = count_witnesses(&s.buf).map_err(|at| broken_record(thread, at))?;
-        let raw = std::mem::take(&mut s.buf);
+        let open = match &mut s.open {
+            Some(c) => c,
+            None => {
+                let enc = match self.spare.pop() {
+                    Some(e) => e,
+                    None => zstd::stream::raw::Encoder::new(CHUNK_LEVEL)
+                        .map_err(|e| record_err(format!("zstd: {e}")))?,
+                };
+                s.open.insert(OpenChunk {
+                    enc,
+                    data: Vec::new(),
+                    raw_len: 0,
+                    witnesses: 0,
+                    since: Instant::now(),
+                })
+            }
+        };
+        compress_into(&mut open.enc, &s.buf, &mut open.data)
+            .map_err(|e| record_err(format!("thread {thread}: zstd: {e}")))?;
+        open.raw_len += s.buf.len() as u64;
+        open.witnesses += witnesses;
+        s.buf.clear();
+        if open.raw_len >= CHUNK_BYTES as u64 {
+            self.close(slot)?;
+        }
+        Ok(())
+    }
+
+    /// Ends a slot's open chunk and writes it as its thread's next CHUNK.
+    fn close(&mut self, slot: u32) -> Result<()> {
+        let Some(s) = self.slots.get_mut(&slot) else {
+            return Ok(());
+        };
+        let Some(mut c) = s.open.take() else {
+            return Ok(());
+        };
+        let thread = s.thread;
+        end_frame(&mut c.enc, &mut c.data)
+            .map_err(|e| record_err(format!("thread {thread}: zstd: {e}")))?;
+        // A finished frame leaves the encoder ready for the next one.
+        self.spare.push(c.enc);
+        let trace = &self.launch.trace;
         let out = self
             .out
             .as_mut()
             .ok_or_else(|| record_err("trace closed".into()))?;
-        out.chunk(thread, &raw, witnesses)
-            .map_err(|e| trace_err(&self.launch.trace, e))?;
-        // Reuse the allocation for the next chunk.
-        let mut raw = raw;
-        raw.clear();
-        if let Some(s) = self.slots.get_mut(&slot) {
-            s.buf = raw;
-        }
-        Ok(())
-    }
-
-    /// The last chunks of `slots`, once no process is left: their buffers
-    /// cut at record boundaries into pieces of [`LAST_PIECE`] bytes,
-    /// compressed in parallel (the program's core is free now; a short run
-    /// compresses its whole stream here), appended in sequence order.
-    fn last_chunks(&mut self, slots: &[u32]) -> Result<()> {
-        use rayon::prelude::*;
-        let out = self
-            .out
-            .as_ref()
-            .ok_or_else(|| record_err("trace closed".into()))?;
-        // (slot, thread, seq, byte range, witnesses)
-        let mut jobs = Vec::new();
-        for &slot in slots {
-            let Some(s) = self.slots.get(&slot) else {
-                continue;
-            };
-            let thread = s.thread;
-            let first = out.next_seq(thread).unwrap_or(0);
-            let pieces = cut(&s.buf, LAST_PIECE).map_err(|at| broken_record(thread, at))?;
-            for (k, (range, witnesses)) in pieces.into_iter().enumerate() {
-                jobs.push((slot, thread, first + k as u64, range, witnesses));
-            }
-        }
-        let compress =
-            |(slot, thread, seq, range, witnesses): &(_, _, _, std::ops::Range<usize>, _)| {
-                let raw = &self.slots[slot].buf[range.clone()];
-                aetrace_format::compress_chunk(*thread, *seq, raw, *witnesses, CHUNK_LEVEL)
-            };
-        let encoded: Vec<_> = if jobs.len() > 1 {
-            jobs.par_iter().map(compress).collect()
-        } else {
-            jobs.iter().map(compress).collect()
+        let chunk = aetrace_format::EncodedChunk {
+            thread,
+            seq: out.next_seq(thread).unwrap_or(0),
+            raw_len: c.raw_len,
+            witnesses: c.witnesses,
+            codec: aetrace_format::Codec::Zstd,
+            data: c.data,
         };
-        let trace = &self.launch.trace;
-        let out = self.writer()?;
-        for c in encoded {
-            out.append_chunk(&c.map_err(|e| trace_err(trace, e))?)
-                .map_err(|e| trace_err(trace, e))?;
-        }
-        for s in self.slots.values_mut() {
-            s.buf.clear();
-        }
-        Ok(())
+        out.append_chunk(&chunk).map_err(|e| trace_err(trace, e))
     }
 
-    /// Chunks for threads whose bytes have waited longer than [`CHUNK_AGE`].
+    /// Closes the chunks opened longer than [`CHUNK_AGE`] ago.
     fn flush_aged(&mut self) {
         if self.error.is_some() {
             return;
@@ -833,11 +857,11 @@ impl<'l> Recorder<'l> {
         let old: Vec<u32> = self
             .slots
             .iter()
-            .filter(|(_, s)| !s.buf.is_empty() && s.since.elapsed() >= CHUNK_AGE)
+            .filter(|(_, s)| s.open.as_ref().is_some_and(|c| c.since.elapsed() >= CHUNK_AGE))
             .map(|(k, _)| *k)
             .collect();
         for slot in old {
-            if let Err(e) = self.chunk(slot) {
+            if let Err(e) = self.close(slot) {
                 self.fail(e);
                 return;
             }
@@ -852,7 +876,10 @@ impl<'l> Recorder<'l> {
         }
         let mut slots: Vec<u32> = self.slots.keys().copied().collect();
         slots.sort_unstable();
-        self.last_chunks(&slots)?;
+        for &slot in &slots {
+            self.feed(slot)?;
+            self.close(slot)?;
+        }
         let trace = self.launch.trace.clone();
         let w = |e| trace_err(&trace, e);
         let mut out = self
@@ -897,6 +924,34 @@ impl<'l> Recorder<'l> {
         // for the disk cost 0.4 to 5 ms per run, more than a short program.
         out.finish().map_err(w)?;
         Ok(())
+    }
+}
+
+/// Compresses all of `raw` into the frame `enc` is writing, appending to `out`.
+fn compress_into(
+    enc: &mut zstd::stream::raw::Encoder<'static>,
+    raw: &[u8],
+    out: &mut Vec<u8>,
+) -> std::io::Result<()> {
+    use zstd::stream::raw::{InBuffer, Operation, OutBuffer};
+    let mut input = InBuffer::around(raw);
+    while input.pos() < raw.len() {
+        out.reserve(zstd::zstd_safe::CCtx::out_size());
+        let pos = out.len();
+        enc.run(&mut input, &mut OutBuffer::around_pos(out, pos))?;
+    }
+    Ok(())
+}
+
+/// Ends the frame `enc` is writing, appending to `out`.
+fn end_frame(enc: &mut zstd::stream::raw::Encoder<'static>, out: &mut Vec<u8>) -> std::io::Result<()> {
+    use zstd::stream::raw::{Operation, OutBuffer};
+    loop {
+        out.reserve(zstd::zstd_safe::CCtx::out_size());
+        let pos = out.len();
+        if enc.finish(&mut OutBuffer::around_pos(out, pos), true)? == 0 {
+            return Ok(());
+        }
     }
 }
 
