@@ -16,7 +16,8 @@
 //!   parent claims its slot before it creates the child, and slots are
 //!   claimed lowest first and scanned in index order.
 //! - A chunk holds whole records only: batches end at record boundaries and
-//!   a thread's buffer is a concatenation of batches.
+//!   a chunk's zstd frame is fed whole batches; its witness count is the
+//!   sum of theirs (counted by the drainer in its validating pass).
 //! - `Drainer::poll(true, ..)` runs only after `waitpid` said ECHILD: as
 //!   child subreaper the recorder sees every descendant, so no process that
 //!   could write to the region is left.
@@ -175,7 +176,11 @@ pub fn record(l: &Launch) -> Result<Outcome> {
         if reaper.reap()? {
             break;
         }
-        poll = if found { POLL_BUSY } else { (poll * 2).min(POLL) };
+        poll = if found {
+            POLL_BUSY
+        } else {
+            (poll * 2).min(POLL)
+        };
         drainer.wait(poll);
     }
     // No process is left that could write: every stream ends at its first
@@ -244,12 +249,6 @@ fn command(l: &Launch, hidden: &str) -> Command {
         cwd: std::env::current_dir().map_or_else(|_| Vec::new(), |d| bytes(d.as_os_str())),
         stdin,
     }
-}
-
-fn broken_record(thread: ThreadId, at: usize) -> Error {
-    record_err(format!(
-        "thread {thread}: record cut at byte {at} of a chunk (drainer broke a record)"
-    ))
 }
 
 fn record_err(what: String) -> Error {
@@ -487,6 +486,8 @@ struct Slot {
     thread: ThreadId,
     /// Whole records, drained in the last pass.
     buf: Vec<u8>,
+    /// The witness bytes among `buf` (counted by the drainer).
+    buf_witnesses: u64,
     open: Option<OpenChunk>,
 }
 
@@ -578,6 +579,7 @@ impl<'l> Recorder<'l> {
                 Slot {
                     thread,
                     buf: Vec::new(),
+                    buf_witnesses: 0,
                     open: None,
                 },
             );
@@ -587,6 +589,7 @@ impl<'l> Recorder<'l> {
             .get_mut(&b.slot)
             .expect("slot inserted just above");
         s.buf.extend_from_slice(b.bytes);
+        s.buf_witnesses += b.witnesses;
         // Compressed after the pass ([`Self::compress_drained`]); this only
         // bounds the memory of a pass that keeps finding sealed halves.
         if s.buf.len() >= 4 * CHUNK_BYTES {
@@ -791,7 +794,6 @@ impl<'l> Recorder<'l> {
             return Ok(());
         }
         let thread = s.thread;
-        let witnesses = count_witnesses(&s.buf).map_err(|at| broken_record(thread, at))?;
         let open = match &mut s.open {
             Some(c) => c,
             None => {
@@ -812,7 +814,7 @@ impl<'l> Recorder<'l> {
         compress_into(&mut open.enc, &s.buf, &mut open.data)
             .map_err(|e| record_err(format!("thread {thread}: zstd: {e}")))?;
         open.raw_len += s.buf.len() as u64;
-        open.witnesses += witnesses;
+        open.witnesses += std::mem::take(&mut s.buf_witnesses);
         s.buf.clear();
         if open.raw_len >= CHUNK_BYTES as u64 {
             self.close(slot)?;
@@ -857,7 +859,11 @@ impl<'l> Recorder<'l> {
         let old: Vec<u32> = self
             .slots
             .iter()
-            .filter(|(_, s)| s.open.as_ref().is_some_and(|c| c.since.elapsed() >= CHUNK_AGE))
+            .filter(|(_, s)| {
+                s.open
+                    .as_ref()
+                    .is_some_and(|c| c.since.elapsed() >= CHUNK_AGE)
+            })
             .map(|(k, _)| *k)
             .collect();
         for slot in old {
@@ -944,7 +950,10 @@ fn compress_into(
 }
 
 /// Ends the frame `enc` is writing, appending to `out`.
-fn end_frame(enc: &mut zstd::stream::raw::Encoder<'static>, out: &mut Vec<u8>) -> std::io::Result<()> {
+fn end_frame(
+    enc: &mut zstd::stream::raw::Encoder<'static>,
+    out: &mut Vec<u8>,
+) -> std::io::Result<()> {
     use zstd::stream::raw::{Operation, OutBuffer};
     loop {
         out.reserve(zstd::zstd_safe::CCtx::out_size());
@@ -952,90 +961,5 @@ fn end_frame(enc: &mut zstd::stream::raw::Encoder<'static>, out: &mut Vec<u8>) -
         if enc.finish(&mut OutBuffer::around_pos(out, pos), true)? == 0 {
             return Ok(());
         }
-    }
-}
-
-/// Witness bytes in a stream of whole witnesses and records; `Err(offset)`
-/// where a record is unknown or cut.
-fn count_witnesses(raw: &[u8]) -> std::result::Result<u64, usize> {
-    Ok(cut(raw, usize::MAX)?.iter().map(|p| p.1).sum())
-}
-
-/// `raw` (whole witnesses and records) cut at record boundaries into
-/// pieces of at least `piece` bytes (the last may be shorter), each with
-/// its witness count; `Err(offset)` where a record is unknown or cut.
-fn cut(raw: &[u8], piece: usize) -> std::result::Result<Vec<(std::ops::Range<usize>, u64)>, usize> {
-    let mut pieces = Vec::new();
-    let (mut start, mut n) = (0usize, 0u64);
-    let mut i = 0usize;
-    while let Some(&b) = raw.get(i) {
-        // A batch holds no 0x00: the run ends at the next record.
-        let run = aetrace_runtime::layout::skip_witnesses(raw, i);
-        if run > i {
-            n += (run - i) as u64;
-            i = run;
-        } else if b == ESCAPE {
-            let kind = raw
-                .get(i + 1)
-                .and_then(|k| RecordKind::from_byte(*k))
-                .ok_or(i)?;
-            let end = i + kind.encoded_len() as usize;
-            if end > raw.len() {
-                return Err(i);
-            }
-            i = end;
-        } else {
-            n += 1;
-            i += 1;
-        }
-        if i - start >= piece {
-            pieces.push((start..i, n));
-            (start, n) = (i, 0);
-        }
-    }
-    if i > start {
-        pieces.push((start..i, n));
-    }
-    debug_assert_eq!(pieces.iter().map(|p| p.0.len()).sum::<usize>(), raw.len());
-    Ok(pieces)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn witnesses_are_counted_around_records() {
-        let mut s = vec![0xFF, 8, 0xFF, 0xFF, 0xFF, 0xFF, 1, 2, 0xFF, 10, 3];
-        let signal = s.len();
-        s.extend([0xFF, 3, 11, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]);
-        assert_eq!(count_witnesses(&s), Ok(3));
-        assert_eq!(count_witnesses(&s[..s.len() - 1]), Err(signal));
-        assert_eq!(count_witnesses(&[1, 0xFF, 0x42]), Err(1));
-        assert_eq!(count_witnesses(&[]), Ok(0));
-    }
-
-    #[test]
-    fn pieces_end_at_record_boundaries() {
-        // w w [SIGNAL, 14 bytes] w [RETURN, 2 bytes] w w w: 6 witnesses
-        let mut s = vec![1, 2, 0xFF, 3, 11, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8];
-        s.extend([9, 0xFF, 10, 4, 5, 6]);
-        let all = cut(&s, usize::MAX).unwrap();
-        assert_eq!(all, vec![(0..s.len(), 6)]);
-        // A piece never ends inside a record: the 14-byte SIGNAL record
-        // starting at byte 2 ends the first piece at byte 16.
-        assert_eq!(
-            cut(&s, 3).unwrap(),
-            vec![(0..16, 2), (16..19, 1), (19..22, 3)]
-        );
-        for piece in 1..s.len() + 2 {
-            let p = cut(&s, piece).unwrap();
-            assert_eq!(p.iter().map(|x| x.1).sum::<u64>(), 6, "piece {piece}");
-            assert!(p.windows(2).all(|w| w[0].0.end == w[1].0.start));
-            assert!(p
-                .iter()
-                .all(|x| count_witnesses(&s[x.0.clone()]) == Ok(x.1)));
-        }
-        assert_eq!(cut(&s[..5], 3), Err(2));
     }
 }
