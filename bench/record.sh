@@ -7,6 +7,8 @@
 #   LACKEY=all  also time valgrind lackey on the 2 MB inputs (about 6 minutes
 #               each); by default only on the 20 kB ones; LACKEY=0 skips it
 #   ONLY=REGEX  only the workloads whose name matches (e.g. ONLY='bzip2|xz')
+#   AETRACE=PATH  time that aetrace binary instead of building this tree's
+#               (A/B comparisons run back to back on the same machine state)
 #
 # For each workload, from one run of this script: native time; recorded time
 # and slowdown for the optimal placement and for --placement all-predicates
@@ -22,8 +24,10 @@ cd "$(dirname "$0")/.."
 
 REPS=${REPS:-3}
 LACKEY=${LACKEY:-small}
-cargo build --release -p aetrace --quiet
-AETRACE=$(realpath "${CARGO_TARGET_DIR:-target}/release/aetrace")
+if [ -z "${AETRACE:-}" ]; then
+    cargo build --release -p aetrace --quiet
+    AETRACE=$(realpath "${CARGO_TARGET_DIR:-target}/release/aetrace")
+fi
 WORK=$(mktemp -d /tmp/aetrace-bench.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 

@@ -16,7 +16,8 @@
 //!   parent claims its slot before it creates the child, and slots are
 //!   claimed lowest first and scanned in index order.
 //! - A chunk holds whole records only: batches end at record boundaries and
-//!   a thread's buffer is a concatenation of batches.
+//!   a chunk's zstd frame is fed whole batches; its witness count is the
+//!   sum of theirs (counted by the drainer in its validating pass).
 //! - `Drainer::poll(true, ..)` runs only after `waitpid` said ECHILD: as
 //!   child subreaper the recorder sees every descendant, so no process that
 //!   could write to the region is left.
@@ -99,20 +100,23 @@ pub enum Outcome {
     Signaled(i32),
 }
 
-/// Raw stream bytes a thread collects before they become a chunk.
+/// Raw stream bytes a thread's open chunk takes before it is closed.
 const CHUNK_BYTES: usize = 1 << 20;
 /// A partial chunk is written after this long anyway, so a recorder that
 /// dies loses at most about this much of a slow thread's stream.
 const CHUNK_AGE: Duration = Duration::from_secs(1);
-/// Raw bytes per piece of the last chunks, compressed in parallel at the
-/// end (`zstd -1 -b`: 256 KiB blocks compress 2 % worse than 1 MiB ones).
-const LAST_PIECE: usize = 256 << 10;
 /// zstd level of the witness chunks. Level 1 rather than the format's
 /// default 3: on gzip's and sort's real streams it compresses 10-40 %
 /// faster for 2 % more bytes (`zstd -b`, 1 MiB blocks), and the recorder
 /// must keep up with a program writing ~200 MB of witnesses per second.
 const CHUNK_LEVEL: i32 = 1;
-/// Drain interval when no half fills; bounds the delay in noticing exits.
+/// Drain interval while the program writes: the bytes are compressed as
+/// they come (on the other core), so what is left to compress when the
+/// program exits is at most about this long's worth of witnesses.
+const POLL_BUSY: Duration = Duration::from_millis(1);
+/// Longest drain interval, reached by doubling after passes that found
+/// nothing (a program waiting for input); bounds the delay in noticing
+/// exits too (SIGCHLD wakes the drainer at once anyway).
 const POLL: Duration = Duration::from_millis(10);
 const CREATOR: &str = concat!("aetrace ", env!("CARGO_PKG_VERSION"));
 
@@ -164,14 +168,20 @@ pub fn record(l: &Launch) -> Result<Outcome> {
         region.ready_word() as *const _ as *mut std::sync::atomic::AtomicU32,
         Ordering::Release,
     );
+    let mut poll = POLL_BUSY;
     loop {
-        rec.drain(&mut drainer, false);
+        let found = rec.drain(&mut drainer, false);
         rec.libraries(&region);
         rec.flush_aged();
         if reaper.reap()? {
             break;
         }
-        drainer.wait(POLL);
+        poll = if found {
+            POLL_BUSY
+        } else {
+            (poll * 2).min(POLL)
+        };
+        drainer.wait(poll);
     }
     // No process is left that could write: every stream ends at its first
     // unwritten byte (an exact prefix for a killed writer).
@@ -239,12 +249,6 @@ fn command(l: &Launch, hidden: &str) -> Command {
         cwd: std::env::current_dir().map_or_else(|_| Vec::new(), |d| bytes(d.as_os_str())),
         stdin,
     }
-}
-
-fn broken_record(thread: ThreadId, at: usize) -> Error {
-    record_err(format!(
-        "thread {thread}: record cut at byte {at} of a chunk (drainer broke a record)"
-    ))
 }
 
 fn record_err(what: String) -> Error {
@@ -476,11 +480,28 @@ impl Reaper {
 
 // --- the trace -------------------------------------------------------------
 
-/// A slot that has written: its thread and the bytes not yet in a chunk.
+/// A slot that has written: its thread, the bytes drained but not yet
+/// compressed, and its open chunk.
 struct Slot {
     thread: ThreadId,
+    /// Whole records, drained in the last pass.
     buf: Vec<u8>,
-    /// When `buf` became non-empty.
+    /// The witness bytes among `buf` (counted by the drainer).
+    buf_witnesses: u64,
+    open: Option<OpenChunk>,
+}
+
+/// A chunk being compressed as its bytes arrive: one zstd frame, fed
+/// batch by batch during the run (the compression overlaps the program
+/// instead of following its exit) and ended when the chunk closes. The
+/// frame does not state its content size; the CHUNK header does.
+struct OpenChunk {
+    enc: zstd::stream::raw::Encoder<'static>,
+    /// The frame so far.
+    data: Vec<u8>,
+    raw_len: u64,
+    witnesses: u64,
+    /// When its first bytes came.
     since: Instant,
 }
 
@@ -500,6 +521,9 @@ struct Recorder<'l> {
     /// Libraries (module indices) whose MODULE is not written yet: their
     /// runtime has not attached (no traced code of theirs ran so far).
     libs_pending: Vec<usize>,
+    /// Encoders of closed chunks, reset for the next (a context holds
+    /// about a megabyte of tables: allocated once, not per chunk).
+    spare: Vec<zstd::stream::raw::Encoder<'static>>,
 }
 
 impl<'l> Recorder<'l> {
@@ -511,16 +535,23 @@ impl<'l> Recorder<'l> {
             slots: HashMap::new(),
             threads: Vec::new(),
             libs_pending: (1..launch.modules.len()).collect(),
+            spare: Vec::new(),
         }
     }
 
-    /// One pass of the drainer. A slot it cannot read is lost (and the
+    /// One pass of the drainer, then the drained bytes compressed; true if
+    /// the pass found bytes. A slot it cannot read is lost (and the
     /// recording failed), but the drainer keeps its writer from blocking.
-    fn drain(&mut self, drainer: &mut aetrace_runtime::Drainer<'_>, finished: bool) {
-        if let Err(e) = drainer.poll(finished, &mut |b| self.batch(b)) {
-            self.fail(record_err(format!("reading the witness region: {e}")));
-        }
-        self.chunk_full();
+    fn drain(&mut self, drainer: &mut aetrace_runtime::Drainer<'_>, finished: bool) -> bool {
+        let found = match drainer.poll(finished, &mut |b| self.batch(b)) {
+            Ok(n) => n > 0,
+            Err(e) => {
+                self.fail(record_err(format!("reading the witness region: {e}")));
+                true
+            }
+        };
+        self.compress_drained();
+        found
     }
 
     fn fail(&mut self, e: Error) {
@@ -547,8 +578,9 @@ impl<'l> Recorder<'l> {
                 b.slot,
                 Slot {
                     thread,
-                    buf: Vec::with_capacity(CHUNK_BYTES + (1 << 16)),
-                    since: Instant::now(),
+                    buf: Vec::new(),
+                    buf_witnesses: 0,
+                    open: None,
                 },
             );
         }
@@ -556,35 +588,33 @@ impl<'l> Recorder<'l> {
             .slots
             .get_mut(&b.slot)
             .expect("slot inserted just above");
-        if s.buf.is_empty() {
-            s.since = Instant::now();
-        }
         s.buf.extend_from_slice(b.bytes);
-        // Chunks are compressed after the pass ([`Self::chunk_full`]); this
-        // only bounds the memory of a pass that keeps finding sealed halves.
+        s.buf_witnesses += b.witnesses;
+        // Compressed after the pass ([`Self::compress_drained`]); this only
+        // bounds the memory of a pass that keeps finding sealed halves.
         if s.buf.len() >= 4 * CHUNK_BYTES {
-            self.chunk(b.slot)?;
+            self.feed(b.slot)?;
         }
         Ok(())
     }
 
-    /// Chunks for every slot holding at least [`CHUNK_BYTES`]. Called after
-    /// a drain pass, not from inside it: the pass hands each sealed half
+    /// Every slot's drained bytes into its open chunk. Called after a
+    /// drain pass, not from inside it: the pass hands each sealed half
     /// back as soon as it is copied, so the program fills it again while
     /// we compress (compressing inside the pass kept the half FULL and
     /// could block the writer for the whole compression).
-    fn chunk_full(&mut self) {
+    fn compress_drained(&mut self) {
         if self.error.is_some() {
             return;
         }
-        let full: Vec<u32> = self
+        let drained: Vec<u32> = self
             .slots
             .iter()
-            .filter(|(_, s)| s.buf.len() >= CHUNK_BYTES)
+            .filter(|(_, s)| !s.buf.is_empty())
             .map(|(k, _)| *k)
             .collect();
-        for slot in full {
-            if let Err(e) = self.chunk(slot) {
+        for slot in drained {
+            if let Err(e) = self.feed(slot) {
                 self.fail(e);
                 return;
             }
@@ -754,8 +784,9 @@ impl<'l> Recorder<'l> {
             .ok_or_else(|| record_err("trace closed after an earlier failure".into()))
     }
 
-    /// Writes a slot's buffered bytes as its thread's next chunk.
-    fn chunk(&mut self, slot: u32) -> Result<()> {
+    /// A slot's drained bytes into its open chunk (opened if need be); the
+    /// chunk is closed once it holds [`CHUNK_BYTES`].
+    fn feed(&mut self, slot: u32) -> Result<()> {
         let Some(s) = self.slots.get_mut(&slot) else {
             return Ok(());
         };
@@ -763,69 +794,64 @@ impl<'l> Recorder<'l> {
             return Ok(());
         }
         let thread = s.thread;
-        let witnesses = count_witnesses(&s.buf).map_err(|at| broken_record(thread, at))?;
-        let raw = std::mem::take(&mut s.buf);
+        let open = match &mut s.open {
+            Some(c) => c,
+            None => {
+                let enc = match self.spare.pop() {
+                    Some(e) => e,
+                    None => zstd::stream::raw::Encoder::new(CHUNK_LEVEL)
+                        .map_err(|e| record_err(format!("zstd: {e}")))?,
+                };
+                s.open.insert(OpenChunk {
+                    enc,
+                    data: Vec::new(),
+                    raw_len: 0,
+                    witnesses: 0,
+                    since: Instant::now(),
+                })
+            }
+        };
+        compress_into(&mut open.enc, &s.buf, &mut open.data)
+            .map_err(|e| record_err(format!("thread {thread}: zstd: {e}")))?;
+        open.raw_len += s.buf.len() as u64;
+        open.witnesses += std::mem::take(&mut s.buf_witnesses);
+        s.buf.clear();
+        if open.raw_len >= CHUNK_BYTES as u64 {
+            self.close(slot)?;
+        }
+        Ok(())
+    }
+
+    /// Ends a slot's open chunk and writes it as its thread's next CHUNK.
+    fn close(&mut self, slot: u32) -> Result<()> {
+        let Some(s) = self.slots.get_mut(&slot) else {
+            return Ok(());
+        };
+        let Some(mut c) = s.open.take() else {
+            return Ok(());
+        };
+        let thread = s.thread;
+        end_frame(&mut c.enc, &mut c.data)
+            .map_err(|e| record_err(format!("thread {thread}: zstd: {e}")))?;
+        // A finished frame leaves the encoder ready for the next one.
+        self.spare.push(c.enc);
+        let trace = &self.launch.trace;
         let out = self
             .out
             .as_mut()
             .ok_or_else(|| record_err("trace closed".into()))?;
-        out.chunk(thread, &raw, witnesses)
-            .map_err(|e| trace_err(&self.launch.trace, e))?;
-        // Reuse the allocation for the next chunk.
-        let mut raw = raw;
-        raw.clear();
-        if let Some(s) = self.slots.get_mut(&slot) {
-            s.buf = raw;
-        }
-        Ok(())
-    }
-
-    /// The last chunks of `slots`, once no process is left: their buffers
-    /// cut at record boundaries into pieces of [`LAST_PIECE`] bytes,
-    /// compressed in parallel (the program's core is free now; a short run
-    /// compresses its whole stream here), appended in sequence order.
-    fn last_chunks(&mut self, slots: &[u32]) -> Result<()> {
-        use rayon::prelude::*;
-        let out = self
-            .out
-            .as_ref()
-            .ok_or_else(|| record_err("trace closed".into()))?;
-        // (slot, thread, seq, byte range, witnesses)
-        let mut jobs = Vec::new();
-        for &slot in slots {
-            let Some(s) = self.slots.get(&slot) else {
-                continue;
-            };
-            let thread = s.thread;
-            let first = out.next_seq(thread).unwrap_or(0);
-            let pieces = cut(&s.buf, LAST_PIECE).map_err(|at| broken_record(thread, at))?;
-            for (k, (range, witnesses)) in pieces.into_iter().enumerate() {
-                jobs.push((slot, thread, first + k as u64, range, witnesses));
-            }
-        }
-        let compress =
-            |(slot, thread, seq, range, witnesses): &(_, _, _, std::ops::Range<usize>, _)| {
-                let raw = &self.slots[slot].buf[range.clone()];
-                aetrace_format::compress_chunk(*thread, *seq, raw, *witnesses, CHUNK_LEVEL)
-            };
-        let encoded: Vec<_> = if jobs.len() > 1 {
-            jobs.par_iter().map(compress).collect()
-        } else {
-            jobs.iter().map(compress).collect()
+        let chunk = aetrace_format::EncodedChunk {
+            thread,
+            seq: out.next_seq(thread).unwrap_or(0),
+            raw_len: c.raw_len,
+            witnesses: c.witnesses,
+            codec: aetrace_format::Codec::Zstd,
+            data: c.data,
         };
-        let trace = &self.launch.trace;
-        let out = self.writer()?;
-        for c in encoded {
-            out.append_chunk(&c.map_err(|e| trace_err(trace, e))?)
-                .map_err(|e| trace_err(trace, e))?;
-        }
-        for s in self.slots.values_mut() {
-            s.buf.clear();
-        }
-        Ok(())
+        out.append_chunk(&chunk).map_err(|e| trace_err(trace, e))
     }
 
-    /// Chunks for threads whose bytes have waited longer than [`CHUNK_AGE`].
+    /// Closes the chunks opened longer than [`CHUNK_AGE`] ago.
     fn flush_aged(&mut self) {
         if self.error.is_some() {
             return;
@@ -833,11 +859,15 @@ impl<'l> Recorder<'l> {
         let old: Vec<u32> = self
             .slots
             .iter()
-            .filter(|(_, s)| !s.buf.is_empty() && s.since.elapsed() >= CHUNK_AGE)
+            .filter(|(_, s)| {
+                s.open
+                    .as_ref()
+                    .is_some_and(|c| c.since.elapsed() >= CHUNK_AGE)
+            })
             .map(|(k, _)| *k)
             .collect();
         for slot in old {
-            if let Err(e) = self.chunk(slot) {
+            if let Err(e) = self.close(slot) {
                 self.fail(e);
                 return;
             }
@@ -852,7 +882,10 @@ impl<'l> Recorder<'l> {
         }
         let mut slots: Vec<u32> = self.slots.keys().copied().collect();
         slots.sort_unstable();
-        self.last_chunks(&slots)?;
+        for &slot in &slots {
+            self.feed(slot)?;
+            self.close(slot)?;
+        }
         let trace = self.launch.trace.clone();
         let w = |e| trace_err(&trace, e);
         let mut out = self
@@ -900,87 +933,33 @@ impl<'l> Recorder<'l> {
     }
 }
 
-/// Witness bytes in a stream of whole witnesses and records; `Err(offset)`
-/// where a record is unknown or cut.
-fn count_witnesses(raw: &[u8]) -> std::result::Result<u64, usize> {
-    Ok(cut(raw, usize::MAX)?.iter().map(|p| p.1).sum())
+/// Compresses all of `raw` into the frame `enc` is writing, appending to `out`.
+fn compress_into(
+    enc: &mut zstd::stream::raw::Encoder<'static>,
+    raw: &[u8],
+    out: &mut Vec<u8>,
+) -> std::io::Result<()> {
+    use zstd::stream::raw::{InBuffer, Operation, OutBuffer};
+    let mut input = InBuffer::around(raw);
+    while input.pos() < raw.len() {
+        out.reserve(zstd::zstd_safe::CCtx::out_size());
+        let pos = out.len();
+        enc.run(&mut input, &mut OutBuffer::around_pos(out, pos))?;
+    }
+    Ok(())
 }
 
-/// `raw` (whole witnesses and records) cut at record boundaries into
-/// pieces of at least `piece` bytes (the last may be shorter), each with
-/// its witness count; `Err(offset)` where a record is unknown or cut.
-fn cut(raw: &[u8], piece: usize) -> std::result::Result<Vec<(std::ops::Range<usize>, u64)>, usize> {
-    let mut pieces = Vec::new();
-    let (mut start, mut n) = (0usize, 0u64);
-    let mut i = 0usize;
-    while let Some(&b) = raw.get(i) {
-        // A batch holds no 0x00: the run ends at the next record.
-        let run = aetrace_runtime::layout::skip_witnesses(raw, i);
-        if run > i {
-            n += (run - i) as u64;
-            i = run;
-        } else if b == ESCAPE {
-            let kind = raw
-                .get(i + 1)
-                .and_then(|k| RecordKind::from_byte(*k))
-                .ok_or(i)?;
-            let end = i + kind.encoded_len() as usize;
-            if end > raw.len() {
-                return Err(i);
-            }
-            i = end;
-        } else {
-            n += 1;
-            i += 1;
+/// Ends the frame `enc` is writing, appending to `out`.
+fn end_frame(
+    enc: &mut zstd::stream::raw::Encoder<'static>,
+    out: &mut Vec<u8>,
+) -> std::io::Result<()> {
+    use zstd::stream::raw::{Operation, OutBuffer};
+    loop {
+        out.reserve(zstd::zstd_safe::CCtx::out_size());
+        let pos = out.len();
+        if enc.finish(&mut OutBuffer::around_pos(out, pos), true)? == 0 {
+            return Ok(());
         }
-        if i - start >= piece {
-            pieces.push((start..i, n));
-            (start, n) = (i, 0);
-        }
-    }
-    if i > start {
-        pieces.push((start..i, n));
-    }
-    debug_assert_eq!(pieces.iter().map(|p| p.0.len()).sum::<usize>(), raw.len());
-    Ok(pieces)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn witnesses_are_counted_around_records() {
-        let mut s = vec![0xFF, 8, 0xFF, 0xFF, 0xFF, 0xFF, 1, 2, 0xFF, 10, 3];
-        let signal = s.len();
-        s.extend([0xFF, 3, 11, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]);
-        assert_eq!(count_witnesses(&s), Ok(3));
-        assert_eq!(count_witnesses(&s[..s.len() - 1]), Err(signal));
-        assert_eq!(count_witnesses(&[1, 0xFF, 0x42]), Err(1));
-        assert_eq!(count_witnesses(&[]), Ok(0));
-    }
-
-    #[test]
-    fn pieces_end_at_record_boundaries() {
-        // w w [SIGNAL, 14 bytes] w [RETURN, 2 bytes] w w w: 6 witnesses
-        let mut s = vec![1, 2, 0xFF, 3, 11, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8];
-        s.extend([9, 0xFF, 10, 4, 5, 6]);
-        let all = cut(&s, usize::MAX).unwrap();
-        assert_eq!(all, vec![(0..s.len(), 6)]);
-        // A piece never ends inside a record: the 14-byte SIGNAL record
-        // starting at byte 2 ends the first piece at byte 16.
-        assert_eq!(
-            cut(&s, 3).unwrap(),
-            vec![(0..16, 2), (16..19, 1), (19..22, 3)]
-        );
-        for piece in 1..s.len() + 2 {
-            let p = cut(&s, piece).unwrap();
-            assert_eq!(p.iter().map(|x| x.1).sum::<u64>(), 6, "piece {piece}");
-            assert!(p.windows(2).all(|w| w[0].0.end == w[1].0.start));
-            assert!(p
-                .iter()
-                .all(|x| count_witnesses(&s[x.0.clone()]) == Ok(x.1)));
-        }
-        assert_eq!(cut(&s[..5], 3), Err(2));
     }
 }

@@ -199,6 +199,8 @@ pub struct Batch<'a> {
     pub runtime: u64,
     /// Complete witnesses and records, continuing the slot's previous batch.
     pub bytes: &'a [u8],
+    /// The witness bytes among `bytes` (the rest are records).
+    pub witnesses: u64,
 }
 
 /// Pulls newly written bytes out of every slot, in order.
@@ -353,12 +355,13 @@ impl Drainer<'_> {
                 )
             };
             fence(Ordering::Acquire);
-            let n = valid_prefix(&self.buf).map_err(|(at, kind)| Error::BadRecord {
-                slot,
-                half: h,
-                offset: cur.off + at as u64,
-                kind,
-            })?;
+            let (n, witnesses) =
+                valid_prefix(&self.buf).map_err(|(at, kind)| Error::BadRecord {
+                    slot,
+                    half: h,
+                    offset: cur.off + at as u64,
+                    kind,
+                })?;
             if n > 0 {
                 sink(Batch {
                     slot,
@@ -366,6 +369,7 @@ impl Drainer<'_> {
                     tid: r.a32(s + S_TID).load(Ordering::Acquire),
                     runtime: r.a64(s + S_RUNTIME).load(Ordering::Acquire),
                     bytes: &self.buf[..n],
+                    witnesses,
                 });
                 yielded += n as u64;
             }
@@ -550,7 +554,7 @@ fn append_valid(out: &mut Vec<u8>, b: &[u8], off: u64, len: u64, slot: u32) -> R
         .zip(usize::try_from(off.saturating_add(len)).ok())
         .and_then(|(start, end)| b.get(start..end))
         .ok_or_else(|| Error::BadRegion(format!("slot {slot}: data outside the file")))?;
-    let n = valid_prefix(data).map_err(|(at, kind)| Error::BadRecord {
+    let (n, _) = valid_prefix(data).map_err(|(at, kind)| Error::BadRecord {
         slot,
         half: 0,
         offset: at as u64,
