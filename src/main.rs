@@ -369,7 +369,7 @@ fn main() -> ExitCode {
                     eprintln!("aetrace: stops at {name} {hint}");
                     Ok(())
                 }
-                Ok((outcome, Count::SignalHandler)) => {
+                Ok((outcome, Count::Refused)) => {
                     return aetrace_record::commands::exit_like(outcome)
                 }
                 Ok((outcome, Count::Stopped(n))) => {

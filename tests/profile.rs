@@ -621,7 +621,16 @@ fn cold_part_of(name: &str) -> Option<&str> {
 /// Per-function totals with C++ names demangled by binutils' c++filt (as
 /// callgrind prints them).
 fn demangled(totals: HashMap<String, u64>) -> HashMap<String, u64> {
-    let names: Vec<String> = totals.keys().cloned().collect();
+    let (names, n): (Vec<String>, Vec<u64>) = totals.into_iter().unzip();
+    let mut m = HashMap::new();
+    for (d, n) in demangle(&names).into_iter().zip(n) {
+        *m.entry(d).or_default() += n;
+    }
+    m
+}
+
+/// `names` demangled by binutils' c++filt, in order.
+fn demangle(names: &[String]) -> Vec<String> {
     let mut child = Command::new("c++filt")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -630,19 +639,15 @@ fn demangled(totals: HashMap<String, u64>) -> HashMap<String, u64> {
     {
         use std::io::Write;
         let mut stdin = child.stdin.take().unwrap();
-        for n in &names {
+        for n in names {
             writeln!(stdin, "{n}").unwrap();
         }
     }
     let out = child.wait_with_output().expect("c++filt");
     let text = String::from_utf8(out.stdout).unwrap();
-    let plain: Vec<&str> = text.lines().collect();
+    let plain: Vec<String> = text.lines().map(str::to_string).collect();
     assert_eq!(plain.len(), names.len(), "c++filt: one line per name");
-    let mut m = HashMap::new();
-    for (n, d) in names.iter().zip(plain) {
-        *m.entry(d.to_string()).or_default() += totals[n];
-    }
-    m
+    plain
 }
 
 /// Sums `counts.FIELD` (`active`, `landed`, `resumed`: `[block, n]` lists)
@@ -1030,5 +1035,109 @@ fn text_report_source_lines() {
             .unwrap()
             .to_string();
         assert_eq!(src, want, "{row}");
+    }
+}
+
+/// Source files in the callgrind output, from the DWARF line tables of
+/// programs built with `-g`: every instruction has callgrind's file and
+/// line; `callgrind_annotate` names the same `file:function`s (inlined
+/// header code under its header's name: `fi=`/`fe=`) with the same totals,
+/// and `--auto=yes` annotates the same source lines with the same costs.
+#[test]
+fn source_files() {
+    let dir = common::scratch("profile");
+    for (src, compiler, opt) in [
+        ("cxx_sort.cpp", "g++", "-O2"),
+        ("loops.c", "gcc", "-O0"),
+        ("qsort_callback.c", "gcc", "-O2"),
+    ] {
+        let tag = format!("{}-g{opt}", src.replace('.', "_"));
+        let exe = dir.join(&tag);
+        common::build::run_checked(
+            Command::new(compiler)
+                .args([opt, "-g", "-o"])
+                .arg(&exe)
+                .arg(common::repo_root().join("traces").join(src)),
+            &format!("{compiler} -g {src}"),
+        );
+        check(&exe, &[], &tag);
+        let cg = dir.join(format!("{tag}.aetrace.cg"));
+        let vg = dir.join(format!("{tag}.callgrind.out"));
+        let (ours, theirs) = (callgrind::parse(&cg, &tag), callgrind::parse(&vg, &tag));
+        let mut diffs = Vec::new();
+        let mut compared = 0;
+        for (a, t) in &theirs.source {
+            if let Some(o) = ours.source.get(a) {
+                compared += 1;
+                if o != t {
+                    diffs.push(format!("{a:#x}: ours {o:?}, callgrind {t:?}"));
+                }
+            }
+        }
+        assert!(
+            diffs.is_empty(),
+            "{tag}: source lines differ:\n{}",
+            diffs.join("\n")
+        );
+        assert!(
+            theirs.source.values().any(|(f, _)| f.ends_with(src)),
+            "{tag}: callgrind names no {src}"
+        );
+        // Per `file:function`, for code with line information (callgrind
+        // charges the PLT, `???`, to another object).
+        let by_file = |file: &Path| -> HashMap<(String, String), u64> {
+            let a = callgrind::annotate_files(file, &tag, false);
+            let (keys, n): (Vec<_>, Vec<u64>) =
+                a.into_iter().filter(|((f, _), _)| f != "???").unzip();
+            let names: Vec<String> = keys.iter().map(|(_, func)| func.clone()).collect();
+            let mut m = HashMap::new();
+            for (((f, _), func), n) in keys.into_iter().zip(demangle(&names)).zip(n) {
+                let func = cold_part_of(&func).map_or(func.clone(), str::to_string);
+                *m.entry((f, func)).or_default() += n;
+            }
+            m
+        };
+        let (a_ours, a_theirs) = (by_file(&cg), by_file(&vg));
+        assert!(a_theirs.len() > 1, "{tag}: {a_theirs:?}");
+        assert_eq!(
+            a_ours, a_theirs,
+            "{tag}: callgrind_annotate's file:function totals"
+        );
+        // The annotated sources: each line's cost (shares and the calls'
+        // `=>` lines aside: callgrind's include the C library).
+        let annotated = |file: &Path| -> Vec<(String, Vec<String>)> {
+            let mut v: Vec<(String, Vec<String>)> = callgrind::annotated_sources(file)
+                .into_iter()
+                .map(|(f, text)| {
+                    let lines = text
+                        .lines()
+                        .filter(|l| !l.contains("=> ") && !l.contains("<= "))
+                        .map(|l| {
+                            let l = match l.split_once(" (") {
+                                Some((cost, rest)) if rest.contains("%)") => {
+                                    format!("{cost} {}", rest.split_once("%)").unwrap().1)
+                                }
+                                _ => l.to_string(),
+                            };
+                            l.split_whitespace().collect::<Vec<_>>().join(" ")
+                        })
+                        .collect();
+                    (f, lines)
+                })
+                .collect();
+            v.sort();
+            v
+        };
+        let (s_ours, s_theirs) = (annotated(&cg), annotated(&vg));
+        assert!(
+            s_ours.iter().any(|(f, _)| f.ends_with(src)),
+            "{tag}: {src} not annotated from our file"
+        );
+        assert_eq!(s_ours, s_theirs, "{tag}: callgrind_annotate --auto=yes");
+        eprintln!(
+            "{tag}: {compared} instructions' source lines, {} file:function totals, {} annotated files equal",
+            a_ours.len(),
+            s_ours.len()
+        );
     }
 }

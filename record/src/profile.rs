@@ -864,11 +864,12 @@ pub fn count_command(
     let word = |v: &Vec<u64>| v.first().copied().unwrap_or(0) as i64;
     let first = ran.values.first().map_or(0, word);
     // The counter's top three bits: 110 once a trap stopped the program
-    // (`codegen`'s `stop_jump`), 101 once a signal handler ended it
-    // (`signal_guard`); a run without either leaves -N + count >= -2^60.
+    // (`codegen`'s `stop_jump`), 101 once a signal handler or a second
+    // thread in counted code ended it (`signal_guard`); a run without
+    // either leaves -N + count >= -2^60.
     let count = match (stop_at, first >> 61) {
         (Some(n), -2) => Count::Stopped(n),
-        (Some(_), -3) => Count::SignalHandler,
+        (Some(_), -3) => Count::Refused,
         _ => Count::Events(ran.values.iter().map(word).sum::<i64>() - start),
     };
     Ok((ran.outcome, count))
@@ -881,9 +882,10 @@ pub enum Count {
     Events(i64),
     /// `--stop-at n`: the program reached event `n` and trapped.
     Stopped(u64),
-    /// `--stop-at`: a signal handler ran in counted code, and the program
-    /// ended with status 125 and a message (the count was no longer exact).
-    SignalHandler,
+    /// `--stop-at`: a signal handler or a second thread ran counted code,
+    /// and the program ended with status 125 and a message (the count would
+    /// no longer be exact).
+    Refused,
     /// `--write-program`: written, not run; how to stop it under gdb.
     Written(String),
 }
@@ -1074,18 +1076,22 @@ pub fn text_report(p: &Profile, top: usize, w: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
-/// The callgrind format (`positions: instr`, `events: Ir`), link-time
+/// The callgrind format (`positions: instr line`, `events: Ir`), link-time
 /// addresses: one `ob=` per module, one `fn=` per profiled procedure with
 /// one line per executed instruction, a `jcnd=taken/executed` line per
 /// executed conditional jump, and `calls=` lines with each call site's
 /// count and inclusive cost ([`crate::inclusive`]; the calls no known site
-/// explains come from a function `(outside the profiled code)`).
-/// `callgrind_annotate` (also `--inclusive=yes`) and KCachegrind read it.
+/// explains come from a function `(outside the profiled code)`). Source
+/// files and lines come from each module's DWARF line table, as callgrind
+/// writes them: `fl=` the file of the procedure's entry, `fi=`/`fe=` where
+/// an instruction's file differs (inlined code), `cfi=` the callee's.
+/// `callgrind_annotate` (also `--inclusive=yes`, `--auto=yes`) and
+/// KCachegrind read it.
 pub fn callgrind(p: &Profile, w: &mut dyn Write) -> Result<()> {
     const OUTSIDE: &str = "(outside the profiled code)";
     writeln!(w, "# callgrind format\nversion: 1\ncreator: aetrace")?;
     writeln!(w, "cmd: {} {}", p.program, p.args.join(" "))?;
-    writeln!(w, "positions: instr\nevents: Ir")?;
+    writeln!(w, "positions: instr line\nevents: Ir")?;
     let mods = p.modules();
     let graph = crate::inclusive::build(p);
     let mut calls_of: HashMap<crate::inclusive::Node, Vec<&crate::inclusive::CallLine>> =
@@ -1093,6 +1099,27 @@ pub fn callgrind(p: &Profile, w: &mut dyn Write) -> Result<()> {
     for c in &graph.calls {
         calls_of.entry(c.caller).or_default().push(c);
     }
+    let lines: Vec<crate::lines::Lines> = mods
+        .iter()
+        .map(|m| {
+            crate::elf::Module::open(Path::new(m.path))
+                .map(|x| crate::lines::Lines::load(&x))
+                .unwrap_or_default()
+        })
+        .collect();
+    // Code without line information is in `???`, as for callgrind; a
+    // library's is named apart from the executable's, so that
+    // callgrind_annotate (which names a function `file:name`) does not
+    // merge procedures of two modules.
+    let unknown: Vec<String> = (0..mods.len())
+        .map(|m| match m {
+            0 => "???".to_string(),
+            _ => format!("??? ({})", mods[m].name),
+        })
+        .collect();
+    let source = |m: usize, addr: u64| -> (&str, u32) {
+        lines[m].path_at(addr).unwrap_or((unknown[m].as_str(), 0))
+    };
     let entry = |(m, i): crate::inclusive::Node| {
         let q = &mods[m].procs[i];
         (
@@ -1100,30 +1127,24 @@ pub fn callgrind(p: &Profile, w: &mut dyn Write) -> Result<()> {
             q.blocks.get(q.entry as usize).map_or(0, |b| b.start),
         )
     };
-    // No source files yet; a library's unknown file is named apart from the
-    // executable's, so that callgrind_annotate (which names a function
-    // `file:name`) does not merge procedures of two modules.
-    let file = |m: usize| {
-        if m == 0 {
-            "???".to_string()
-        } else {
-            format!("??? ({})", mods[m].name)
+    // The called function (`cob=` when its object differs, its file),
+    // `calls=` and the position line holding the calls' inclusive cost.
+    let call = |w: &mut dyn Write,
+                from: usize,
+                to: crate::inclusive::Node,
+                n: u64,
+                (at, line): (u64, u32),
+                cost: u64| {
+        if to.0 != from {
+            writeln!(w, "cob={}", mods[to.0].path)?;
         }
+        let (name, start) = entry(to);
+        writeln!(w, "cfi={}", source(to.0, start).0)?;
+        writeln!(w, "cfn={name}\ncalls={n} {start:#x}\n{at:#x} {line} {cost}")
     };
-    // The called function (`cob=` when its object differs), `calls=` and
-    // the position line holding the calls' inclusive cost.
-    let call =
-        |w: &mut dyn Write, from: usize, to: crate::inclusive::Node, n: u64, at: u64, cost: u64| {
-            if to.0 != from {
-                writeln!(w, "cob={}\ncfi={}", mods[to.0].path, file(to.0))?;
-            }
-            let (name, start) = entry(to);
-            writeln!(w, "cfn={name}\ncalls={n} {start:#x}\n{at:#x} {cost}")
-        };
     let mut total = 0u64;
     for (m, module) in mods.iter().enumerate() {
         writeln!(w, "ob={}", module.path)?;
-        writeln!(w, "fl={}", file(m))?;
         for (i, q) in module.procs.iter().enumerate() {
             let Some(c) = &q.counts else { continue };
             // Blocks may share instructions (a jump into a block's middle):
@@ -1140,9 +1161,23 @@ pub fn callgrind(p: &Profile, w: &mut dyn Write) -> Result<()> {
             if ir.is_empty() {
                 continue;
             }
-            writeln!(w, "fn={}", q.name)?;
+            let fl = source(m, entry((m, i)).1).0;
+            writeln!(w, "fl={fl}\nfn={}", q.name)?;
+            // The file of the position lines written since the last `fl=`,
+            // `fi=` or `fe=`; `fi=` enters another one, `fe=` comes back.
+            let mut current = fl;
+            let mut position = |w: &mut dyn Write, at: u64| -> Result<(u64, u32)> {
+                let (file, line) = source(m, at);
+                if file != current {
+                    let key = if file == fl { "fe" } else { "fi" };
+                    writeln!(w, "{key}={file}")?;
+                    current = file;
+                }
+                Ok((at, line))
+            };
             for (a, k) in ir {
-                writeln!(w, "{a:#x} {k}")?;
+                let (_, line) = position(w, a)?;
+                writeln!(w, "{a:#x} {line} {k}")?;
                 total += k;
             }
             // Conditional jumps: blocks with a taken and a fall-through edge.
@@ -1160,18 +1195,24 @@ pub fn callgrind(p: &Profile, w: &mut dyn Write) -> Result<()> {
                         continue;
                     };
                     let at = b.start + u64::from(b.insns.last().copied().unwrap_or(0));
-                    writeln!(w, "jcnd={}/{n} {:#x}\n{at:#x}", edges[e], target.start)?;
+                    let (_, line) = position(w, at)?;
+                    writeln!(
+                        w,
+                        "jcnd={}/{n} {:#x}\n{at:#x} {line}",
+                        edges[e], target.start
+                    )?;
                 }
             }
             for c in calls_of.get(&(m, i)).into_iter().flatten() {
-                call(w, m, c.callee, c.count, c.site, c.inclusive)?;
+                let site = position(w, c.site)?;
+                call(w, m, c.callee, c.count, site, c.inclusive)?;
             }
         }
     }
     if !graph.outside.is_empty() {
         writeln!(w, "ob=???\nfl=???\nfn={OUTSIDE}")?;
         for &(to, n, cost) in &graph.outside {
-            call(w, usize::MAX, to, n, 0, cost)?;
+            call(w, usize::MAX, to, n, (0, 0), cost)?;
         }
     }
     writeln!(w, "totals: {total}")?;

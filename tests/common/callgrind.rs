@@ -11,6 +11,10 @@
 //! and `jump=` precede the position line of the jump instruction. A jump
 //! into another function (a `.cold` part) is recorded as a call
 //! (`calls=count target` before the jump's position line), not as `jcnd`.
+//! Source files: `fl=` sets the file of the following positions, `fi=` and
+//! `fe=` change it inside a function (inlined code); file names are
+//! compressed in one table shared by `fl`, `fi`, `fe`, `cfi`, `cfl` and
+//! `jfi`, function names by `fn`, `cfn` and `jfn`.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -25,6 +29,8 @@ pub struct Object {
     /// Count of every `calls=` record per source address (a call, or a jump
     /// callgrind saw as one).
     pub calls: HashMap<u64, u64>,
+    /// Source file and line of every instruction with a cost.
+    pub source: HashMap<u64, (String, u64)>,
 }
 
 fn name(map: &mut HashMap<String, String>, s: &str) -> String {
@@ -60,8 +66,10 @@ pub fn parse(path: &Path, module: &str) -> Object {
     let text = std::fs::read_to_string(path).expect("callgrind output");
     let mut obs = HashMap::new();
     let mut fns = HashMap::new();
+    let mut files = HashMap::new();
     let mut ob = String::new();
-    let mut addr = 0u64;
+    let mut file = String::new();
+    let (mut addr, mut line_no) = (0u64, 0u64);
     let mut skip_cost: Option<u64> = None;
     let mut pending_jcnd: Option<u64> = None;
     let mut out = Object::default();
@@ -70,9 +78,20 @@ pub fn parse(path: &Path, module: &str) -> Object {
             ob = name(&mut obs, v);
         } else if let Some(v) = line.strip_prefix("cob=") {
             name(&mut obs, v);
-        } else if let Some(v) = line.strip_prefix("fn=") {
-            name(&mut fns, v);
-        } else if let Some(v) = line.strip_prefix("cfn=") {
+        } else if let Some(v) = ["fl=", "fi=", "fe="]
+            .iter()
+            .find_map(|k| line.strip_prefix(k))
+        {
+            file = name(&mut files, v);
+        } else if let Some(v) = ["cfi=", "cfl=", "jfi="]
+            .iter()
+            .find_map(|k| line.strip_prefix(k))
+        {
+            name(&mut files, v);
+        } else if let Some(v) = ["fn=", "cfn=", "jfn="]
+            .iter()
+            .find_map(|k| line.strip_prefix(k))
+        {
             name(&mut fns, v);
         } else if let Some(v) = line.strip_prefix("calls=") {
             let n = v.split_whitespace().next().unwrap().parse::<u64>().unwrap();
@@ -89,7 +108,7 @@ pub fn parse(path: &Path, module: &str) -> Object {
         {
             let mut parts = line.split_whitespace();
             addr = position(parts.next().unwrap(), addr);
-            let _line_no = parts.next();
+            line_no = position(parts.next().unwrap_or("*"), line_no);
             let cost = parts.next().map(|c| c.parse::<u64>().unwrap());
             let ours = ob.ends_with(module);
             if let Some(t) = pending_jcnd.take() {
@@ -106,6 +125,7 @@ pub fn parse(path: &Path, module: &str) -> Object {
             }
             if let (Some(c), true) = (cost, ours) {
                 *out.ir.entry(addr).or_default() += c;
+                out.source.insert(addr, (file.clone(), line_no));
             }
         }
     }
@@ -213,8 +233,24 @@ pub fn annotate(file: &Path, module: &str) -> HashMap<String, u64> {
 
 /// [`annotate`], with `--inclusive=yes` when `inclusive`.
 pub fn annotate_with(file: &Path, module: &str, inclusive: bool) -> HashMap<String, u64> {
+    let mut out = HashMap::new();
+    for ((_, func), n) in annotate_files(file, module, inclusive) {
+        *out.entry(func).or_default() += n;
+    }
+    out
+}
+
+/// `callgrind_annotate`'s per-function totals as it names functions,
+/// `file:function`: Ir per (source file, function), recursion levels
+/// merged.
+pub fn annotate_files(
+    file: &Path,
+    module: &str,
+    inclusive: bool,
+) -> HashMap<(String, String), u64> {
+    // Without source annotation: only the function table.
     let o = Command::new("callgrind_annotate")
-        .arg("--threshold=100")
+        .args(["--threshold=100", "--auto=no"])
         .arg(format!(
             "--inclusive={}",
             if inclusive { "yes" } else { "no" }
@@ -228,23 +264,74 @@ pub fn annotate_with(file: &Path, module: &str, inclusive: bool) -> HashMap<Stri
         file.display(),
         String::from_utf8_lossy(&o.stderr)
     );
-    let mut out = HashMap::new();
+    // `55,374 (29.53%)  file.c:main [/path/prog]`: (cost, file, function,
+    // object). callgrind_annotate names the object only of a function
+    // entered by `fn=`, not of the `file:function` parts `fi=`/`fe=` add
+    // (inlined code): those take the object of the same function's part
+    // that has one.
+    let mut rows = Vec::new();
     for line in String::from_utf8_lossy(&o.stdout).lines() {
-        // `55,374 (29.53%)  file.c:main [/path/prog]`
         let Some((cost, rest)) = line.trim_start().split_once(' ') else {
             continue;
         };
         let Ok(n) = cost.replace(',', "").parse::<u64>() else {
             continue;
         };
-        let Some((func, obj)) = rest.rsplit_once(" [") else {
+        let (func, obj) = match rest.rsplit_once(" [") {
+            // Not a C++ clone's `[clone .isra.0]`.
+            Some((f, o)) if o.ends_with(']') && !o.starts_with("clone ") => {
+                (f, Some(o.trim_end_matches(']').to_string()))
+            }
+            _ => (rest, None),
+        };
+        // After the share; file names have no `:`, C++ function names may.
+        let func = match func.trim_start().strip_prefix('(') {
+            Some(r) => r.split_once(')').map_or(r, |x| x.1),
+            None => func,
+        };
+        let Some((src, func)) = func.trim().split_once(':') else {
             continue;
         };
-        if !obj.trim_end_matches(']').ends_with(module) {
-            continue;
+        rows.push((n, src.to_string(), normal_name(func.trim()), obj));
+    }
+    let obj_of: HashMap<String, String> = rows
+        .iter()
+        .filter_map(|(_, _, f, o)| Some((f.clone(), o.clone()?)))
+        .collect();
+    let mut out = HashMap::new();
+    for (n, src, func, obj) in rows {
+        if obj
+            .or_else(|| obj_of.get(&func).cloned())
+            .is_some_and(|o| o.ends_with(module))
+        {
+            *out.entry((src, func)).or_default() += n;
         }
-        let func = func.rsplit_once(':').map_or(func, |(_, f)| f).trim();
-        *out.entry(normal_name(func)).or_default() += n;
+    }
+    out
+}
+
+/// `callgrind_annotate --auto=yes FILE`'s annotated source files: per file
+/// (as it names them), its text (every shown line with its cost).
+pub fn annotated_sources(file: &Path) -> HashMap<String, String> {
+    // Every function's file (by default only those of the functions making
+    // up 99% of the total: the C library's shift that in callgrind's files).
+    let o = Command::new("callgrind_annotate")
+        .args(["--auto=yes", "--threshold=100"])
+        .arg(file)
+        .output()
+        .expect("callgrind_annotate");
+    assert!(o.status.success(), "callgrind_annotate --auto=yes");
+    let mut out = HashMap::new();
+    let text = String::from_utf8_lossy(&o.stdout);
+    for part in text.split("-- Auto-annotated source: ").skip(1) {
+        let (name, body) = part.split_once('\n').unwrap_or((part, ""));
+        // The part ends at the next dashed line (the next banner, or the
+        // summary).
+        let body = body
+            .split(&format!("\n{}\n", "-".repeat(80)))
+            .next()
+            .unwrap_or("");
+        out.insert(name.trim().to_string(), body.to_string());
     }
     out
 }

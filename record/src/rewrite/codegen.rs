@@ -401,16 +401,36 @@ impl Emitter {
 
     /// `--stop-at`, at an outside entry (r11 and the flags are dead): a
     /// signal handler in counted code would start from the interrupted
-    /// block's count, so its entry (return address at the C library's
-    /// restorer, `mov rax, 15; syscall`) ends the program with a message
-    /// and status 125 instead (the counter's top bits set to 101), unless
-    /// the program already stopped.
+    /// block's count, and a second thread's events would go to the same
+    /// counter, so the entry of a handler (return address at the C
+    /// library's restorer, `mov rax, 15; syscall`) or of a thread other
+    /// than the first (`fs:[0]`, glibc's TCB self pointer, is not the one
+    /// the preinit stored at [`super::counters::STOP_OWNER`]; a new
+    /// thread's first counted code is always an outside entry: its start
+    /// routine or a callback) ends the program with a message and status
+    /// 125 instead (the counter's top bits set to 101), unless the program
+    /// already stopped.
     fn signal_guard(&mut self) -> GenResult<()> {
         let err = |e: iced_x86::IcedError| e.to_string();
         let mem = self.count_word()?;
-        let text =
+        let owner = {
+            let c = self
+                .counting
+                .as_ref()
+                .ok_or("internal: a counter outside counting mode")?;
+            MemoryOperand::with_base_displ_size(
+                Register::RIP,
+                (c.base + super::counters::STOP_OWNER) as i64,
+                8,
+            )
+        };
+        let signal: &[u8] =
             b"aetrace: a signal handler ran in counted code: --stop-at cannot stop exactly\n";
-        let (check, ok, msg) = (self.label(), self.label(), self.label());
+        let thread: &[u8] =
+            b"aetrace: a second thread ran counted code: --stop-at cannot stop exactly\n";
+        let (check, ok, first) = (self.label(), self.label(), self.label());
+        let (second, refused) = (self.label(), self.label());
+        let (signal_text, thread_text) = (self.label(), self.label());
         // Stopped: the counter's top bits are 110 (`stop_jump`); before,
         // 111 (negative) or 000.
         self.push(Instruction::with2(Code::Bt_rm64_imm8, mem, 61).map_err(err)?);
@@ -418,12 +438,39 @@ impl Emitter {
         self.push(Instruction::with2(Code::Bt_rm64_imm8, mem, 62).map_err(err)?);
         self.push(Instruction::with_branch(Code::Jb_rel32_64, ok).map_err(err)?);
         self.bind(check);
+        // The owner is 0 before the preinit ran (IFUNC resolvers): only
+        // the first thread exists then.
+        let fs0 = MemoryOperand::new(Register::None, Register::None, 1, 0, 4, false, Register::FS);
+        self.push(Instruction::with2(Code::Mov_r64_rm64, Register::R11, owner).map_err(err)?);
+        self.push(
+            Instruction::with2(Code::Test_rm64_r64, Register::R11, Register::R11).map_err(err)?,
+        );
+        self.push(Instruction::with_branch(Code::Je_rel32_64, first).map_err(err)?);
+        self.push(Instruction::with2(Code::Cmp_r64_rm64, Register::R11, fs0).map_err(err)?);
+        self.push(Instruction::with_branch(Code::Jne_rel32_64, second).map_err(err)?);
+        self.bind(first);
         let at_r11 = |d: i64| MemoryOperand::with_base_displ(Register::R11, d);
         self.push(Instruction::with2(Code::Mov_r64_rm64, Register::R11, rsp_at(0)).map_err(err)?);
         for (d, bytes) in [(0, 0x0fc0_c748u32), (4, 0x0f00_0000)] {
             self.push(Instruction::with2(Code::Cmp_rm32_imm32, at_r11(d), bytes).map_err(err)?);
             self.push(Instruction::with_branch(Code::Jne_rel32_64, ok).map_err(err)?);
         }
+        // Refused: the program ends here, so any register may go.
+        let mov = |r: Register, v: u32| Instruction::with2(Code::Mov_r32_imm32, r, v);
+        let lea_rsi = |at: u64| {
+            Instruction::with2(
+                Code::Lea_r64_m,
+                Register::RSI,
+                MemoryOperand::with_base_displ(Register::RIP, at as i64),
+            )
+        };
+        self.push(lea_rsi(signal_text).map_err(err)?);
+        self.push(mov(Register::EDX, signal.len() as u32).map_err(err)?);
+        self.push(Instruction::with_branch(Code::Jmp_rel32_64, refused).map_err(err)?);
+        self.bind(second);
+        self.push(lea_rsi(thread_text).map_err(err)?);
+        self.push(mov(Register::EDX, thread.len() as u32).map_err(err)?);
+        self.bind(refused);
         // The counter's top bits become 101: aetrace knows why it ended.
         for (code, bit) in [
             (Code::Bts_rm64_imm8, 63),
@@ -432,25 +479,17 @@ impl Emitter {
         ] {
             self.push(Instruction::with2(code, mem, bit).map_err(err)?);
         }
-        let mov = |r: Register, v: u32| Instruction::with2(Code::Mov_r32_imm32, r, v);
         self.push(mov(Register::EAX, 1).map_err(err)?);
         self.push(mov(Register::EDI, 2).map_err(err)?);
-        self.push(
-            Instruction::with2(
-                Code::Lea_r64_m,
-                Register::RSI,
-                MemoryOperand::with_base_displ(Register::RIP, msg as i64),
-            )
-            .map_err(err)?,
-        );
-        self.push(mov(Register::EDX, text.len() as u32).map_err(err)?);
         self.push(Instruction::with(Code::Syscall));
         self.push(mov(Register::EAX, 231).map_err(err)?);
         self.push(mov(Register::EDI, 125).map_err(err)?);
         self.push(Instruction::with(Code::Syscall));
-        self.bind(msg);
-        for chunk in text.chunks(16) {
-            self.push(Instruction::with_declare_byte(chunk).map_err(err)?);
+        for (label, text) in [(signal_text, signal), (thread_text, thread)] {
+            self.bind(label);
+            for chunk in text.chunks(16) {
+                self.push(Instruction::with_declare_byte(chunk).map_err(err)?);
+            }
         }
         self.bind(ok);
         self.push(Instruction::with(Code::Nopd));

@@ -56,10 +56,12 @@
 //! events have happened; a check `counter + phi(v) + events(v) >= 0` at
 //! each block entry (calls: at the invocation) finds the block of event N,
 //! and `codegen` traps at its instruction's original address
-//! (docs/profile.md, "Stopping at the N-th event"). Exact only without
-//! threads, exceptions or longjmp (refused at rewrite time) and signal
-//! handlers in traced code (the program ends with status 125 when one
-//! runs).
+//! (docs/profile.md, "Stopping at the N-th event"). Exact across C++
+//! exceptions (a throw leaves frames only at calls with a virtual exit
+//! edge, whose query increment is 0; a landing pad's entry adds
+//! `R0 -> pad`'s increment); not with `longjmp` (refused at rewrite time),
+//! signal handlers or a second thread in traced code (the program ends
+//! with status 125 when one enters it).
 //!
 //! Invariants: derived edges are tree edges in every placement this module
 //! returns (checked, else the procedure is refused); every chord is a
@@ -84,6 +86,11 @@ use crate::cfg::{Cfg, EdgeKind};
 /// Environment variable naming the counter memfd of the executable (set by
 /// `aetrace profile`); a library with module tag `t` reads [`env_fd`]`(t)`.
 pub const ENV_FD: &str = "AETRACE_COUNTERS_FD";
+
+/// `--stop-at`: offset in the counter page of the word holding the first
+/// thread's `fs:[0]` (stored by [`emit_init`], compared by the outside-entry
+/// guard; 0 until the preinit ran), after the event counter.
+pub const STOP_OWNER: u64 = 8;
 
 /// The variable naming the counter memfd of module `tag` (0: the
 /// executable, else a `--libs` library).
@@ -651,10 +658,23 @@ pub fn increment(
 /// (`_ETRACE...`: a program this process execs must not take another file
 /// that got the number for its counters); if that fails, prints a message
 /// and exits 125. Without the variable the counters stay private to the
-/// process (lost at exit).
-pub fn emit_init(rip: u64, counters: u64, len: u64, var: &str) -> Result<Vec<u8>, String> {
+/// process (lost at exit). With `owner` (`--stop-at`), it then stores the
+/// calling thread's `fs:[0]` (glibc's TCB self pointer) at that address:
+/// the executable's preinit runs in the first thread, the only one
+/// allowed to run counted code (`codegen`'s outside-entry guard).
+pub fn emit_init(
+    rip: u64,
+    counters: u64,
+    len: u64,
+    var: &str,
+    owner: Option<u64>,
+) -> Result<Vec<u8>, String> {
     let delta = i32::try_from(counters as i64 - rip as i64)
         .map_err(|_| "counters out of reach of the init code".to_string())?;
+    let owner_delta = owner
+        .map(|o| i32::try_from(o as i64 - rip as i64))
+        .transpose()
+        .map_err(|_| "the thread owner word out of reach of the init code".to_string())?;
     // Below 2^31: `cmp rax, len` sign-extends its immediate.
     let len = u32::try_from(len)
         .ok()
@@ -736,6 +756,15 @@ pub fn emit_init(rip: u64, counters: u64, len: u64, var: &str) -> Result<Vec<u8>
         a.syscall()?;
         a.mov(byte_ptr(r12), b'_' as i32)?;
         a.set_label(&mut done)?;
+        if let Some(d) = owner_delta {
+            // After the mapping: the word is in the shared counter page.
+            let fs0 =
+                MemoryOperand::new(Register::None, Register::None, 1, 0, 4, false, Register::FS);
+            a.add_instruction(Instruction::with2(Code::Mov_r64_rm64, Register::RAX, fs0)?)?;
+            a.lea(rdi, ptr(start))?;
+            a.add(rdi, d)?;
+            a.mov(qword_ptr(rdi), rax)?;
+        }
         a.pop(r12)?;
         a.pop(rbx)?;
         a.ret()?;

@@ -652,19 +652,15 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
         }
         move |c: &crate::cfg::CallSite| call_may(&may, c)
     };
-    // Another module of the process may start the threads (`--libs`).
-    let atomic = matches!(how, How::Count(s) if s.threads) || starts_threads(module);
     let stop_at = match how {
         How::Count(spec) => spec.stop_at,
         How::Trace(_) => None,
     };
-    if stop_at.is_some() && atomic {
-        // One counter shared by threads is no count of one thread's events.
-        return Err(rewrite_err(
-            path,
-            "--stop-at needs a single-threaded program (this one can start threads)",
-        ));
-    }
+    // Another module of the process may start the threads (`--libs`).
+    // `--stop-at`: only the first thread runs counted code (a second one
+    // ends the program at its first outside entry), so no `lock`.
+    let atomic =
+        stop_at.is_none() && (matches!(how, How::Count(s) if s.threads) || starts_threads(module));
     let mut layout = CountLayout {
         atomic,
         procs: vec![None; prog.procs.len()],
@@ -964,22 +960,20 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                 },
             });
         }
-        if stop_at.is_some() {
-            // A frame left by longjmp or an exception never takes back its
-            // call's query increment: the count would be wrong from there.
-            let why = if !p.landing_pads.is_empty() {
-                Some("has exception landing pads")
-            } else if calls.iter().any(|c| c.jmpbuf.is_some()) {
-                Some("calls setjmp or longjmp")
-            } else {
-                None
-            };
-            if let Some(why) = why {
-                return Err(rewrite_err(
-                    path,
-                    format!("--stop-at cannot count exactly: procedure {} {why}", p.name),
-                ));
-            }
+        // `--stop-at` and a throw: every frame it leaves stands at a call
+        // with a virtual exit edge, whose query increment is 0 (the counter
+        // is exact for the caller there), and the unwinder's entry at a
+        // pad adds `R0 -> pad`'s increment: exact. A `setjmp` call's query
+        // increment would be taken back once more at each of its returns
+        // through `longjmp`.
+        if stop_at.is_some() && calls.iter().any(|c| c.jmpbuf.is_some()) {
+            return Err(rewrite_err(
+                path,
+                format!(
+                    "--stop-at cannot count exactly: procedure {} calls setjmp or longjmp",
+                    p.name
+                ),
+            ));
         }
         let mut ptables = Vec::new();
         for (old, rel32, j) in tables.remove(&id).unwrap_or_default() {
@@ -1162,8 +1156,12 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
         }
         .next_multiple_of(PAGE);
         layout.vaddr = init_vaddr + PAGE;
+        // Event counting: the counter; `--stop-at`: then the first
+        // thread's `fs:[0]` (`counters::STOP_OWNER`).
         let words = if c.amounts.is_empty() {
             u64::from(layout.len)
+        } else if stop_at.is_some() {
+            2
         } else {
             1
         };
@@ -1173,6 +1171,7 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
             layout.vaddr,
             layout.bytes,
             &counters::env_fd(tag),
+            stop_at.map(|_| layout.vaddr + counters::STOP_OWNER),
         )
         .map_err(|e| rewrite_err(path, e))?;
         let mut entry = init_vaddr;
