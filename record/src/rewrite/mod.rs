@@ -388,12 +388,17 @@ const THREAD_STARTERS: &[&str] = &["pthread_create", "clone", "clone3", "thrd_cr
 
 /// The module imports a function that starts threads.
 pub fn starts_threads(module: &crate::elf::Module) -> bool {
+    imports_any(module, THREAD_STARTERS)
+}
+
+/// Whether `module` imports one of `names` (symbol versions ignored).
+fn imports_any(module: &crate::elf::Module, names: &[&str]) -> bool {
     module
         .plt_relocs
         .iter()
         .chain(&module.dyn_relocs)
         .filter_map(|r| r.sym_name.as_deref())
-        .any(|n| THREAD_STARTERS.contains(&n.split('@').next().unwrap_or(n)))
+        .any(|n| names.contains(&n.split('@').next().unwrap_or(n)))
 }
 
 /// Rewrites module `tag` at `path` (see [`instrument_module`]): witnesses or
@@ -652,10 +657,22 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
         }
         move |c: &crate::cfg::CallSite| call_may(&may, c)
     };
-    let stop_at = match how {
-        How::Count(spec) => spec.stop_at,
-        How::Trace(_) => None,
+    let (stop_at, stop_events) = match how {
+        How::Count(spec) => (spec.stop_at, spec.events),
+        How::Trace(_) => (None, None),
     };
+    // With `--event calls`, a stop after a rethrow from a `.cold` catch
+    // handler came one entry off the trace's (tests/stop_at.rs), not
+    // understood yet: refused rather than a plausible wrong stop.
+    if stop_at.is_some()
+        && stop_events == Some(counters::Event::Calls)
+        && imports_any(module, &["__cxa_throw", "__cxa_rethrow"])
+    {
+        return Err(rewrite_err(
+            path,
+            "--stop-at with --event calls cannot stop exactly yet in a program that throws C++ exceptions (use --event insns or blocks)",
+        ));
+    }
     // Another module of the process may start the threads (`--libs`).
     // `--stop-at`: only the first thread runs counted code (a second one
     // ends the program at its first outside entry), so no `lock`.
