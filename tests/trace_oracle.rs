@@ -709,54 +709,42 @@ fn dlopened_library_at_a_second_address_or_by_path_is_refused() {
         "natively the second load moves"
     );
     let trace = exe.with_extension("move.aet");
-    let out = Command::new(common::aetrace())
-        .arg("record")
-        .arg("-o")
-        .arg(&trace)
-        .args(["--libs", "libaedl.so.1", "--"])
-        .arg(&exe)
-        .arg("move")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(125), "stderr {stderr}");
-    assert!(
-        stderr.contains("library was loaded again at another address"),
-        "{stderr}"
+    exits_with(
+        Command::new(common::aetrace())
+            .arg("record")
+            .arg("-o")
+            .arg(&trace)
+            .args(["--libs", "libaedl.so.1", "--"])
+            .arg(&exe)
+            .arg("move"),
+        125,
+        &["library was loaded again at another address"],
     );
     // Everything before the second load regenerates.
     aetrace_ok(&["regen", "--count"], &trace);
     let lib = exe.parent().unwrap().join("libaedl.so.1");
-    let out = Command::new(common::aetrace())
-        .arg("record")
-        .arg("-o")
-        .arg(&trace)
-        .arg("--libs")
-        .arg(&lib)
-        .arg("--")
-        .arg(&exe)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "stderr {stderr}");
-    assert!(
-        stderr.contains("a dlopen of a path bypasses the loader's search"),
-        "{stderr}"
+    exits_with(
+        Command::new(common::aetrace())
+            .arg("record")
+            .arg("-o")
+            .arg(&trace)
+            .arg("--libs")
+            .arg(&lib)
+            .arg("--")
+            .arg(&exe),
+        1,
+        &["a dlopen of a path bypasses the loader's search"],
     );
     // Profiling lost the second load's counts: refused.
-    let out = Command::new(common::aetrace())
-        .arg("profile")
-        .arg("-o")
-        .arg(exe.with_extension("aprof"))
-        .args(["--libs", "libaedl.so.1", "--"])
-        .arg(&exe)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "stderr {stderr}");
-    assert!(
-        stderr.contains("libraries loaded by dlopen are traced by `aetrace record`, not profiled"),
-        "{stderr}"
+    exits_with(
+        Command::new(common::aetrace())
+            .arg("profile")
+            .arg("-o")
+            .arg(exe.with_extension("aprof"))
+            .args(["--libs", "libaedl.so.1", "--"])
+            .arg(&exe),
+        1,
+        &["libraries loaded by dlopen are traced by `aetrace record`, not profiled"],
     );
 }
 
@@ -1076,17 +1064,15 @@ fn signals_delivered_by_kill_and_unblocking() {
     let exe = build_with("signal_unblock.c", "noplt", &["-O2", "-fno-plt"]);
     check(&exe, &[]);
     let (_, trace) = record_checked(&exe, &["die"], &[]);
-    let out = Command::new(common::aetrace())
-        .args(["regen", "--format", "insn", "--relative"])
-        .arg(&trace)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("procedure main waits for the call of block")
-            && stderr.contains("the process was killed by a signal after the thread's last record"),
-        "{stderr}"
+    let out = exits_with(
+        Command::new(common::aetrace())
+            .args(["regen", "--format", "insn", "--relative"])
+            .arg(&trace),
+        1,
+        &[
+            "procedure main waits for the call of block",
+            "the process was killed by a signal after the thread's last record",
+        ],
     );
     // What it printed ran: lackey's run, which may lose its last few
     // instructions to the kill, and ours are prefixes of one another.
@@ -1198,6 +1184,18 @@ fn signal_in_a_second_thread() {
 }
 
 /// Runs `aetrace` with `args`, which must succeed; its stdout.
+/// Runs `cmd`, which must exit with `code` and say each of `why` on
+/// stderr; its output.
+fn exits_with(cmd: &mut Command, code: i32, why: &[&str]) -> std::process::Output {
+    let out = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "stderr {stderr}");
+    for w in why {
+        assert!(stderr.contains(w), "{w:?} not in {stderr}");
+    }
+    out
+}
+
 fn aetrace_ok(args: &[&str], trace: &Path) -> String {
     let out = Command::new(common::aetrace())
         .args(args)
