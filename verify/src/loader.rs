@@ -43,15 +43,10 @@ fn interpreter(pid: Pid) -> Result<Option<(PathBuf, u64)>> {
     if base == 0 {
         return Ok(None);
     }
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .map_err(|e| sys("read /proc/PID/maps", e))?;
-    Ok(maps.lines().find_map(|line| {
-        let mut f = line.split_whitespace();
-        let start = f.next()?.split('-').next()?;
-        let path = f.nth(4)?;
-        (u64::from_str_radix(start, 16).ok()? == base && path.starts_with('/'))
-            .then(|| (PathBuf::from(path), base))
-    }))
+    Ok(crate::sys::mappings(pid)?
+        .into_iter()
+        .find(|(start, _, path)| *start == base && path.starts_with('/'))
+        .map(|(_, _, path)| (PathBuf::from(path), base)))
 }
 
 /// The runtime address of the loader's notification function in the

@@ -412,34 +412,39 @@ impl Mem {
     }
 }
 
-/// The runtime start of the lowest mapping of `path` (file offset 0) in
-/// `/proc/PID/maps`.
-pub fn map_base(pid: Pid, path: &std::path::Path) -> Result<Option<u64>, Error> {
+/// The file mappings of `pid` from `/proc/PID/maps`: start address, file
+/// offset and path of each.
+pub fn mappings(pid: Pid) -> Result<Vec<(u64, u64, String)>, Error> {
     let maps =
         std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|source| Error::Sys {
             what: "read /proc/PID/maps",
             tid: pid,
             source,
         })?;
+    Ok(maps
+        .lines()
+        .filter_map(|line| {
+            let mut f = line.split_whitespace();
+            let start = f.next()?.split('-').next()?;
+            let off = f.nth(1)?;
+            let path = f.nth(2)?;
+            Some((
+                u64::from_str_radix(start, 16).ok()?,
+                u64::from_str_radix(off, 16).ok()?,
+                path.to_string(),
+            ))
+        })
+        .collect())
+}
+
+/// The runtime start of the lowest mapping of `path` (file offset 0) in
+/// `/proc/PID/maps`.
+pub fn map_base(pid: Pid, path: &std::path::Path) -> Result<Option<u64>, Error> {
     let want = path.to_string_lossy();
-    for line in maps.lines() {
-        let mut f = line.split_whitespace();
-        let (Some(range), Some(_perm), Some(off)) = (f.next(), f.next(), f.next()) else {
-            continue;
-        };
-        let name = f.nth(2).unwrap_or("");
-        if name != want || u64::from_str_radix(off, 16) != Ok(0) {
-            continue;
-        }
-        if let Some(lo) = range
-            .split('-')
-            .next()
-            .and_then(|s| u64::from_str_radix(s, 16).ok())
-        {
-            return Ok(Some(lo));
-        }
-    }
-    Ok(None)
+    Ok(mappings(pid)?
+        .into_iter()
+        .find(|(_, off, name)| *off == 0 && *name == want)
+        .map(|(start, _, _)| start))
 }
 
 /// Waits for the next stop or exit of `tid` alone.
