@@ -351,50 +351,28 @@ fn main() -> ExitCode {
             write_program,
             mut command,
         } => {
-            use aetrace_record::profile::Count;
             let libs = match libs_arg(&libs) {
                 Ok(l) => l,
                 Err(code) => return code,
             };
             use aetrace_record::rewrite::counters::Event;
-            let (event, name) = match event {
-                EventArg::Insns => (Event::Insns, "insns"),
-                EventArg::Blocks => (Event::Blocks, "blocks"),
-                EventArg::Calls => (Event::Calls, "calls"),
+            let event = match event {
+                EventArg::Insns => Event::Insns,
+                EventArg::Blocks => Event::Blocks,
+                EventArg::Calls => Event::Calls,
             };
             let program = PathBuf::from(command.remove(0));
             let stop = stop_at.map(|n| (n, write_program.as_deref()));
-            match aetrace_record::profile::count_command(&program, &command, event, &libs, stop) {
-                Ok((_, Count::Written(hint))) => {
-                    eprintln!("aetrace: stops at {name} {hint}");
-                    Ok(())
-                }
-                Ok((outcome, Count::Refused)) => {
-                    return aetrace_record::commands::exit_like(outcome)
-                }
-                Ok((outcome, Count::Stopped(n))) => {
-                    eprintln!("aetrace: stopped at {name} {n} (SIGTRAP)");
-                    return aetrace_record::commands::exit_like(outcome);
-                }
-                Ok((outcome, Count::Events(n))) => {
-                    if let Some(at) = stop_at {
-                        eprintln!("aetrace: the program ended before {name} {at} (no stop)");
-                    }
-                    let line = format!("{n} {name}\n");
-                    let written = match &output {
-                        Some(p) => {
-                            std::fs::write(p, line).map_err(|e| format!("{}: {e}", p.display()))
-                        }
-                        None => {
-                            eprint!("aetrace: {line}");
-                            Ok(())
-                        }
-                    };
-                    match written {
-                        Ok(()) => return aetrace_record::commands::exit_like(outcome),
-                        Err(e) => Err(e),
-                    }
-                }
+            match aetrace_record::profile::count_and_report(
+                &program,
+                &command,
+                event,
+                &libs,
+                stop,
+                output.as_deref(),
+            ) {
+                Ok(Some(outcome)) => return aetrace_record::commands::exit_like(outcome),
+                Ok(None) => Ok(()),
                 Err(e) => Err(e.to_string()),
             }
         }

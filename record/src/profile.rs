@@ -875,6 +875,45 @@ pub fn count_command(
     Ok((ran.outcome, count))
 }
 
+/// `aetrace count` whole: runs [`count_command`] and says on stderr what
+/// happened (the stop, how to stop the written program, the count unless
+/// `output` takes it, or that the program ended before the stop). How the
+/// program ended, or `None` when the program was written, not run.
+pub fn count_and_report(
+    program: &Path,
+    args: &[OsString],
+    event: counters::Event,
+    libs: &LibSelection,
+    stop: Option<(u64, Option<&Path>)>,
+    output: Option<&Path>,
+) -> Result<Option<Outcome>> {
+    let name = event.name();
+    Ok(match count_command(program, args, event, libs, stop)? {
+        (_, Count::Written(hint)) => {
+            eprintln!("aetrace: stops at {name} {hint}");
+            None
+        }
+        (outcome, Count::Refused) => Some(outcome),
+        (outcome, Count::Stopped(n)) => {
+            eprintln!("aetrace: stopped at {name} {n} (SIGTRAP)");
+            Some(outcome)
+        }
+        (outcome, Count::Events(n)) => {
+            if let Some((at, _)) = stop {
+                eprintln!("aetrace: the program ended before {name} {at} (no stop)");
+            }
+            let line = format!("{n} {name}\n");
+            match output {
+                Some(p) => {
+                    std::fs::write(p, line).map_err(|e| perr(format!("{}: {e}", p.display())))?
+                }
+                None => eprint!("aetrace: {line}"),
+            }
+            Some(outcome)
+        }
+    })
+}
+
 /// What `aetrace count` found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Count {

@@ -128,6 +128,17 @@ pub enum Event {
     Calls,
 }
 
+impl Event {
+    /// The event's name on the command line and in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Event::Insns => "insns",
+            Event::Blocks => "blocks",
+            Event::Calls => "calls",
+        }
+    }
+}
+
 /// What `aetrace profile` / `aetrace count` ask of the rewriter.
 #[derive(Clone, Debug, Default)]
 pub struct CountSpec {
