@@ -101,11 +101,7 @@ pub fn parse(path: &Path, module: &str) -> Object {
             pending_jcnd = Some(taken);
         } else if line.starts_with("jump=") {
             pending_jcnd = None;
-        } else if line
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_digit() || "+-*".contains(c))
-        {
+        } else if is_cost_line(line) {
             let mut parts = line.split_whitespace();
             addr = position(parts.next().unwrap(), addr);
             line_no = position(parts.next().unwrap_or("*"), line_no);
@@ -130,6 +126,14 @@ pub fn parse(path: &Path, module: &str) -> Object {
         }
     }
     out
+}
+
+/// A cost line: its first position is a number, relative (`+`/`-`) or
+/// the same as before (`*`).
+fn is_cost_line(line: &str) -> bool {
+    line.chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_digit() || "+-*".contains(c))
 }
 
 /// The name aetrace gives a function callgrind names `name`: recursion
@@ -176,11 +180,7 @@ pub fn calls(path: &Path) -> Vec<Call> {
             cfn = name(&mut fns, v);
         } else if let Some(v) = line.strip_prefix("calls=") {
             pending = Some(v.split_whitespace().next().unwrap().parse().unwrap());
-        } else if line
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_digit() || "+-*".contains(c))
-        {
+        } else if is_cost_line(line) {
             let mut parts = line.split_whitespace();
             addr = position(parts.next().unwrap(), addr);
             if let Some(count) = pending.take() {
