@@ -256,10 +256,7 @@ impl From<PlacementArg> for aetrace_record::rewrite::Placement {
 
 /// `--libs` as a library selection, or its one-line error and status 1.
 fn libs_arg(s: &str) -> Result<aetrace_record::libs::LibSelection, ExitCode> {
-    aetrace_record::libs::LibSelection::parse(s).map_err(|e| {
-        eprintln!("aetrace: error: {e}");
-        ExitCode::from(1)
-    })
+    aetrace_record::libs::LibSelection::parse(s).map_err(|e| fail(&e.to_string()))
 }
 
 fn main() -> ExitCode {
@@ -306,10 +303,7 @@ fn main() -> ExitCode {
                 program,
                 args: command,
             };
-            match aetrace_record::commands::record_command(&opts) {
-                Ok(outcome) => return aetrace_record::commands::exit_like(outcome),
-                Err(e) => Err(e.to_string()),
-            }
+            return exit_like(aetrace_record::commands::record_command(&opts));
         }
         Command::Profile {
             output,
@@ -338,10 +332,7 @@ fn main() -> ExitCode {
                 program: PathBuf::from(command.remove(0)),
                 args: command,
             };
-            match aetrace_record::profile::profile_command(&opts) {
-                Ok(outcome) => return aetrace_record::commands::exit_like(outcome),
-                Err(e) => Err(e.to_string()),
-            }
+            return exit_like(aetrace_record::profile::profile_command(&opts));
         }
         Command::Count {
             event,
@@ -391,10 +382,7 @@ fn main() -> ExitCode {
                 program: PathBuf::from(command.remove(0)),
                 args: command,
             };
-            match aetrace_record::paths::paths_command(&opts) {
-                Ok(outcome) => return aetrace_record::commands::exit_like(outcome),
-                Err(e) => Err(e.to_string()),
-            }
+            return exit_like(aetrace_record::paths::paths_command(&opts));
         }
         Command::Report {
             profile,
@@ -493,9 +481,21 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("aetrace: error: {message}");
-            ExitCode::from(1)
-        }
+        Err(message) => fail(&message),
+    }
+}
+
+/// Status 1 after a one-line error.
+fn fail(message: &str) -> ExitCode {
+    eprintln!("aetrace: error: {message}");
+    ExitCode::from(1)
+}
+
+/// The exit of a command that ran the program: the program's own status
+/// (or signal), or status 1 after the error.
+fn exit_like<E: std::fmt::Display>(r: Result<aetrace_record::launch::Outcome, E>) -> ExitCode {
+    match r {
+        Ok(outcome) => aetrace_record::commands::exit_like(outcome),
+        Err(e) => fail(&e.to_string()),
     }
 }
