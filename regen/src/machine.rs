@@ -125,6 +125,11 @@ enum Mark {
     Block { loc: Loc, first: u32, min: u32 },
     /// Untraced code ran (a call or jump that came back without writing).
     Gap,
+    /// A signal handler's restorer ran and returned into the traced code
+    /// the signal had interrupted: untraced code ran here, but never at a
+    /// traced procedure's entry (the restorer is glibc's, and returns to
+    /// an instrumented copy).
+    Restored,
     /// A summarised segment's blocks (`summary`), output in one piece. The
     /// item after its witness is a witness, which ends the trail before
     /// any SIGNAL could need them; a trail holding this has no
@@ -157,6 +162,8 @@ struct Suspended {
     entered: bool,
     /// Counting: blocks counted in `tail` (uncounted if it is dropped).
     counted: Vec<Loc>,
+    /// The signal interrupted untraced code (its restorer returns there).
+    outside: bool,
 }
 
 /// A fork's parent state where its child continues (the child's stream,
@@ -839,7 +846,10 @@ impl<'a> Machine<'a> {
                 .occurrences(|_, _| 0)
                 .iter()
                 .any(|o| o.loc == Loc { module, block } && o.min.max(o.first) <= insn),
-            Ok((_, SigAt::Outside, _)) => self.trail.contains(&Mark::Gap),
+            Ok((_, SigAt::Outside, _)) => self
+                .trail
+                .iter()
+                .any(|m| matches!(m, Mark::Gap | Mark::Restored)),
             _ => false,
         }
     }
@@ -1105,6 +1115,17 @@ impl<'a> Machine<'a> {
         Ok((0, SigAt::Outside, stub))
     }
 
+    /// Whether run-time address `rip` is the original entry of a traced
+    /// procedure of some module (its springboard).
+    fn is_entry(&self, rip: u64) -> bool {
+        self.modules.iter().any(|m| {
+            let a = rip.wrapping_sub(m.load_base);
+            m.procs
+                .iter()
+                .any(|p| p.traced && m.blocks.get(p.entry as usize).is_some_and(|b| b.start == a))
+        })
+    }
+
     /// A signal that cannot be placed: the error.
     fn sig_error(&self, signo: u32, rip: u64, offset: u64, retry: Retry, why: String) -> Error {
         Error::Signal {
@@ -1222,8 +1243,16 @@ impl<'a> Machine<'a> {
             ));
         }
         let base = sink.out.len() - total;
+        // A rip at a traced procedure's entry (its springboard, or the
+        // outside-entry stub before its ENTER) is not in a restorer that
+        // returns to traced code.
+        let restorer = matches!(at, SigAt::Outside) && !instrumentation && !self.is_entry(rip);
         let gaps: Vec<usize> = (0..self.trail.len())
-            .filter(|&i| self.trail[i] == Mark::Gap)
+            .filter(|&i| match self.trail[i] {
+                Mark::Gap => true,
+                Mark::Restored => restorer,
+                _ => false,
+            })
             .collect();
         // Where to cut: (index of the first mark kept, occurrence split
         // at an instruction, output offset from `base`).
@@ -1385,6 +1414,7 @@ impl<'a> Machine<'a> {
             retry,
             entered: false,
             counted,
+            outside: matches!(at, SigAt::Outside),
         });
         self.cur = None;
         self.consumed(None);
@@ -1402,7 +1432,8 @@ impl<'a> Machine<'a> {
         // The handler's last blocks stay in the trail (a signal nested in
         // the handler after its last record is read only now), then the
         // restorer (untraced), then the resumed code.
-        self.trail.push(Mark::Gap);
+        self.trail
+            .push(if s.outside { Mark::Gap } else { Mark::Restored });
         self.trail.extend_from_slice(&s.trail);
         self.trail_bytes += s.tail.len();
         self.cur = None;

@@ -15,7 +15,8 @@
 use crate::testkit::*;
 use crate::{regen_trace, Error, Format, Options};
 use aetrace_format::progdb::{
-    BlockDb, CallDb, CallTarget, EdgeDb, EdgeKindDb, ProcDb, ProcStatus, ProgramDb,
+    BlockDb, CallDb, CallTarget, EdgeDb, EdgeKindDb, ProcDb, ProcStatus, ProgramDb, SigMap,
+    SigPoint, SigRange,
 };
 use aetrace_format::{ThreadId, Trace};
 use aetrace_graph::program::Execution;
@@ -1081,13 +1082,33 @@ fn signal(out: &mut Vec<u8>, signo: u32, rip: u64) {
 /// Copy of `main` at link-time 0x500000, of the handlers from 0x500100.
 const COPY: u64 = 0x50_0000;
 
+fn insn(proc: u32, block: u32, insn: u32, count: u32) -> SigPoint {
+    SigPoint::Insn {
+        proc,
+        block,
+        insn,
+        count,
+    }
+}
+
+/// A signal map of a copy at `start`: `(offset, point)` ranges.
+fn map(start: u64, len: u64, r: Vec<(u64, SigPoint)>) -> Option<SigMap> {
+    Some(SigMap {
+        start,
+        len,
+        ranges: r
+            .into_iter()
+            .map(|(offset, point)| SigRange { offset, point })
+            .collect(),
+    })
+}
+
 /// main: b0 falls into b1, a loop (taken edge: witness 0, written in a
 /// stub; fall-through to b2: witness 1, written inline); b2 returns.
 /// h: one block, returns. h_exit: calls `exit`. The signal maps lay the
 /// copies out as the rewriter does (stub, copied instructions, witness
 /// sequences), with addresses chosen here.
 fn signal_db() -> ProgramDb {
-    use aetrace_format::progdb::{SigMap, SigPoint, SigRange};
     let mut a = LINK_BASE + 0x1000;
     let mut main = proc(
         &mut a,
@@ -1100,22 +1121,6 @@ fn signal_db() -> ProgramDb {
             (2, 3, Return, None),
         ],
     );
-    let insn = |proc, block, insn, count| SigPoint::Insn {
-        proc,
-        block,
-        insn,
-        count,
-    };
-    let map = |start, len, r: Vec<(u64, SigPoint)>| {
-        Some(SigMap {
-            start,
-            len,
-            ranges: r
-                .into_iter()
-                .map(|(offset, point)| SigRange { offset, point })
-                .collect(),
-        })
-    };
     main.sigmap = map(
         COPY,
         0x30,
@@ -1334,6 +1339,83 @@ fn nested_handlers_untraced_interruptions_and_handlers_that_never_return() {
             "signal {signo}"
         );
     }
+}
+
+/// A second signal where the code the first one interrupted, back from
+/// its handler through the restorer, waits for an external call: a rip at
+/// a traced procedure's entry (springboard or outside-entry stub) is not
+/// in the restorer, which returns into an instrumented copy; any other
+/// untraced rip could be either, and is refused.
+#[test]
+fn a_signal_at_a_procedure_entry_after_a_handler_returned() {
+    let mut a = LINK_BASE + 0x1000;
+    // main: b0 calls external code (marker), b1 returns. h: the handler.
+    // cb: called back by the external code.
+    let mut main = proc(
+        &mut a,
+        "main",
+        vec![call(CallTarget::External, true, true, false, None), None],
+        vec![(0, 1, CallReturn, None), (1, 2, Return, None)],
+    );
+    main.sigmap = map(
+        COPY,
+        0x20,
+        vec![
+            (0, SigPoint::Outside),
+            (0x10, insn(0, 0, 0, 2)),
+            (0x15, insn(0, 1, 0, 2)),
+        ],
+    );
+    let mut h = proc(&mut a, "h", vec![None], vec![(0, 1, Return, None)]);
+    h.sigmap = map(
+        COPY + 0x100,
+        0x15,
+        vec![(0, SigPoint::Outside), (0x10, insn(1, 0, 0, 2))],
+    );
+    let mut cb = proc(&mut a, "cb", vec![None], vec![(0, 1, Return, None)]);
+    cb.sigmap = map(
+        COPY + 0x200,
+        0x15,
+        vec![(0, SigPoint::Outside), (0x10, insn(2, 0, 0, 2))],
+    );
+    let springboard = LOAD_BASE + cb.blocks[0].start;
+    let db = db_of(vec![main, h, cb]);
+    let stream = |second: u64| {
+        let mut s = main_start();
+        // Inside b0, before its second instruction.
+        signal(&mut s, 14, LOAD_BASE + COPY + 0x13);
+        enter(&mut s, 1);
+        signal(&mut s, 14, second);
+        enter(&mut s, 1);
+        enter(&mut s, 2);
+        ret(&mut s);
+        s
+    };
+    for rip in [springboard, LOAD_BASE + COPY + 0x204] {
+        expect(
+            &db,
+            &stream(rip),
+            &parts(
+                &db,
+                &[
+                    (0, 0, 0, 1),
+                    full(1, 0),
+                    (0, 0, 1, 2),
+                    full(1, 0),
+                    full(2, 0),
+                    full(0, 1),
+                ],
+            ),
+        );
+    }
+    let e = hand(&db, &stream(0x7f00_0000_1234))
+        .1
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("which the thread entered at 2 places since its last record"),
+        "{e}"
+    );
 }
 
 #[test]
