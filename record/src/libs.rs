@@ -446,16 +446,28 @@ impl DynInfo {
         let Some(dynamic) = Dynamic::parse(bytes, &phdrs, ctx).map_err(malformed)? else {
             return Ok(info);
         };
-        let strtab =
-            goblin::strtab::Strtab::parse(bytes, dynamic.info.strtab, dynamic.info.strsz, 0)
-                .map_err(malformed)?;
+        // Only the few strings the dynamic entries name are read (goblin's
+        // `Strtab::parse` would validate all of libc's 25 kB).
+        let strtab = bytes
+            .get(dynamic.info.strtab..)
+            .and_then(|t| t.get(..dynamic.info.strsz))
+            .ok_or_else(|| Error::Malformed {
+                path: path.to_owned(),
+                what: format!(
+                    "dynamic section: string table at {:#x} ({} bytes) outside the file",
+                    dynamic.info.strtab, dynamic.info.strsz
+                ),
+            })?;
         let string = |d: &goblin::elf::dynamic::Dyn| {
-            strtab
-                .get_at(d.d_val as usize)
+            usize::try_from(d.d_val)
+                .ok()
+                .and_then(|at| strtab.get(at..))
+                .and_then(|t| t.iter().position(|&b| b == 0).map(|n| &t[..n]))
+                .and_then(|t| std::str::from_utf8(t).ok())
                 .ok_or_else(|| Error::Malformed {
                     path: path.to_owned(),
                     what: format!(
-                        "dynamic section: tag {:#x} names string {:#x}, outside its string table",
+                        "dynamic section: tag {:#x} names string {:#x}, not a NUL-terminated UTF-8 string of its string table",
                         d.d_tag, d.d_val
                     ),
                 })
