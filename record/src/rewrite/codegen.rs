@@ -195,7 +195,9 @@ pub struct ProcPlan<'a> {
     /// GOT jumps).
     pub calls: Vec<CallPlan>,
     pub tables: Vec<Table>,
-    /// Blocks that are targets of a back edge (address order): get a check.
+    /// Blocks that get a buffer check at their entry (`checks`): the entry
+    /// block (unless the procedure ends every call chain) and enough loop
+    /// headers to cut every cycle.
     pub loop_header: Vec<bool>,
     /// Landing pads (C++ exceptions): each gets a stub that writes
     /// LANDING(number) before entering the block; the copy's LSDA points
@@ -1282,7 +1284,7 @@ impl ProcGen<'_, '_> {
         let exit = cfg.exit();
         self.em.bind(self.labels[b.index()]);
         self.em.point = self.at(b, 0);
-        if b == cfg.entry || p.loop_header[b.index()] {
+        if p.loop_header[b.index()] {
             let s = self.site(p.live.live_in(b));
             self.check(s)?;
         }
