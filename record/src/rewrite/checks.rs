@@ -25,6 +25,13 @@
 //! one witness, their lazy-binding half a tail jump to `<plt0>`) are the
 //! hot case: their entry check also saved the flags, live across the stub.
 //!
+//! A call to a *bounded* traced procedure (no cycle, no landing pad, every
+//! reachable call a tail call to a callback-free import or to `<plt0>`,
+//! at most [`LEAF_BYTES`]` / 2` witness bytes on all its edges: a PLT
+//! stub of `memcmp` or `__errno_location`) needs no return-point check:
+//! the caller's segment runs on through it, [`LEAF_BYTES`] counted for the
+//! callee and `<plt0>` after it.
+//!
 //! Invariants (checked with `debug_assert!` and by [`longest_unchecked`]):
 //! - every cycle of the CFG passes the entry of a checked block or the
 //!   return point of a call block (the graph left by cutting there is a DAG);
@@ -64,6 +71,7 @@ pub fn check_blocks(
     witness: &[Option<u32>],
     landing_pads: &[BlockId],
     chain_end: bool,
+    unchecked_return: &[bool],
 ) -> Vec<bool> {
     let n = cfg.blocks.len();
     let entry = cfg.entry.index();
@@ -78,7 +86,10 @@ pub fn check_blocks(
     // is checked.
     let mut calls = vec![false; n];
     for e in cfg.edges.values() {
-        if e.kind == EdgeKind::CallReturn && returns_through_check(insns, e.from) {
+        if e.kind == EdgeKind::CallReturn
+            && returns_through_check(insns, e.from)
+            && !unchecked_return.get(e.from.index()).is_some_and(|&u| u)
+        {
             calls[e.from.index()] = true;
         }
     }
@@ -107,7 +118,12 @@ pub fn check_blocks(
             keep[t] = true;
         }
     }
-    let cost = block_costs(cfg, insns, landing_pads);
+    let mut cost = block_costs(cfg, insns, landing_pads);
+    for (c, &u) in cost.iter_mut().zip(unchecked_return) {
+        if u {
+            *c += LEAF_BYTES;
+        }
+    }
     let dist = longest_unchecked(&succs, witness, &cost, &keep, &calls);
     debug_assert!(dist.is_some(), "the kept checks cut every cycle");
     match dist {
@@ -126,6 +142,14 @@ pub fn check_blocks(
 /// `to` accepts? (`<plt0>`'s padding, modelled as falling into the next
 /// PLT stub, is unreachable.)
 pub fn reaches_call(cfg: &Cfg, to: impl Fn(u64) -> bool) -> bool {
+    let seen = reachable(cfg);
+    cfg.calls
+        .iter()
+        .any(|c| seen[c.block.index()] && c.target.is_some_and(&to))
+}
+
+/// Per block: is it reachable from the entry?
+fn reachable(cfg: &Cfg) -> Vec<bool> {
     let succs = successors(cfg);
     let mut seen = vec![false; cfg.blocks.len()];
     let mut stack = vec![cfg.entry.index()];
@@ -138,9 +162,30 @@ pub fn reaches_call(cfg: &Cfg, to: impl Fn(u64) -> bool) -> bool {
             }
         }
     }
-    cfg.calls
-        .iter()
-        .any(|c| seen[c.block.index()] && c.target.is_some_and(&to))
+    seen
+}
+
+/// Is the procedure *bounded* (module comment)? `tail_ok` says whether a
+/// reachable call site is a tail call to a callback-free import or to
+/// `<plt0>`.
+pub fn bounded(
+    cfg: &Cfg,
+    has_landing_pads: bool,
+    tail_ok: impl Fn(&crate::cfg::CallSite) -> bool,
+) -> bool {
+    let acyclic = cfg
+        .edges
+        .values()
+        .all(|e| e.to == cfg.exit() || cfg.blocks[e.to].start > cfg.blocks[e.from].start);
+    let seen = reachable(cfg);
+    acyclic
+        && !has_landing_pads
+        && cfg.indirect_jumps.is_empty()
+        && cfg
+            .calls
+            .iter()
+            .all(|c| !seen[c.block.index()] || (c.tail && tail_ok(c)))
+        && EDGE_BYTES * cfg.edges.len() as u64 <= LEAF_BYTES / 2
 }
 
 /// Does the call ending block `b` return through the return-point check?
@@ -267,4 +312,167 @@ fn longest_unchecked(
         }
     }
     Some(dist)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cfg::{Block, BlockKind, CfgEdge};
+    use aetrace_graph::{EdgeId, PrimaryMap};
+    use iced_x86::Code;
+    use proptest::prelude::*;
+
+    /// A CFG of `n` blocks 16 bytes apart: block `i` falls through to
+    /// `i + 1` (the last one returns), `jumps[i]` adds a conditional branch
+    /// to that block (any direction: irreducible graphs too), `call[i]`
+    /// makes it a call block whose return edge is the fall-through.
+    fn cfg(n: usize, jumps: &[Option<usize>], call: &[bool]) -> (Cfg, Vec<Vec<Instruction>>) {
+        let mut blocks = PrimaryMap::new();
+        let mut edges = PrimaryMap::new();
+        let mut calls = Vec::new();
+        let mut insns = Vec::new();
+        let exit = BlockId::new(n);
+        let at = |i: usize| 0x1000 + 16 * i as u64;
+        for i in 0..n {
+            let is_call = call[i] && i + 1 < n;
+            blocks.push(Block {
+                start: at(i),
+                end: at(i + 1),
+                insns: vec![0],
+                kind: if is_call {
+                    BlockKind::Call
+                } else {
+                    BlockKind::Plain
+                },
+            });
+            let (b, next) = (BlockId::new(i), BlockId::new(i + 1));
+            let insn = if is_call {
+                calls.push(crate::cfg::CallSite {
+                    block: b,
+                    kind: crate::cfg::CallKind::Plt,
+                    target: Some(0x9000),
+                    name: Some("f".into()),
+                    returns: true,
+                    tail: false,
+                });
+                edges.push(CfgEdge {
+                    from: b,
+                    to: next,
+                    kind: EdgeKind::CallReturn,
+                });
+                Instruction::with_branch(Code::Call_rel32_64, 0x9000).unwrap()
+            } else if let Some(t) = jumps[i].filter(|&t| t != i + 1) {
+                edges.push(CfgEdge {
+                    from: b,
+                    to: BlockId::new(t),
+                    kind: EdgeKind::Taken,
+                });
+                let to = if i + 1 < n { next } else { exit };
+                let kind = if i + 1 < n {
+                    EdgeKind::FallThrough
+                } else {
+                    EdgeKind::Return
+                };
+                edges.push(CfgEdge { from: b, to, kind });
+                Instruction::with_branch(Code::Jne_rel32_64, at(t)).unwrap()
+            } else if i + 1 < n {
+                edges.push(CfgEdge {
+                    from: b,
+                    to: next,
+                    kind: EdgeKind::FallThrough,
+                });
+                Instruction::with(Code::Nopd)
+            } else {
+                edges.push(CfgEdge {
+                    from: b,
+                    to: exit,
+                    kind: EdgeKind::Return,
+                });
+                Instruction::with(Code::Retnq)
+            };
+            insns.push(vec![insn]);
+        }
+        let cfg = Cfg {
+            blocks,
+            entry: BlockId::new(0),
+            edges,
+            calls,
+            indirect_jumps: Vec::new(),
+        };
+        (cfg, insns)
+    }
+
+    /// Naive reference: is the graph left after removing the checked
+    /// blocks' incoming edges and the calls' return edges acyclic (Kahn)?
+    fn every_cycle_checked(cfg: &Cfg, checked: &[bool]) -> bool {
+        let n = cfg.blocks.len();
+        let kept: Vec<&CfgEdge> = cfg
+            .edges
+            .values()
+            .filter(|e| e.to != cfg.exit() && !checked[e.to.index()])
+            .filter(|e| e.kind != EdgeKind::CallReturn)
+            .collect();
+        let mut indeg = vec![0; n];
+        for e in &kept {
+            indeg[e.to.index()] += 1;
+        }
+        let mut ready: Vec<usize> = (0..n).filter(|&v| indeg[v] == 0).collect();
+        let mut done = 0;
+        while let Some(v) = ready.pop() {
+            done += 1;
+            for e in kept.iter().filter(|e| e.from.index() == v) {
+                indeg[e.to.index()] -= 1;
+                if indeg[e.to.index()] == 0 {
+                    ready.push(e.to.index());
+                }
+            }
+        }
+        done == n
+    }
+
+    fn arb() -> impl Strategy<Value = (usize, Vec<Option<usize>>, Vec<bool>, bool)> {
+        (2usize..24).prop_flat_map(|n| {
+            (
+                Just(n),
+                proptest::collection::vec(proptest::option::weighted(0.5, 0..n), n),
+                proptest::collection::vec(proptest::bool::weighted(0.15), n),
+                any::<bool>(),
+            )
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn kept_checks_cut_every_cycle((n, jumps, call, chain_end) in arb()) {
+            let (cfg, insns) = cfg(n, &jumps, &call);
+            prop_assert!(cfg.check().is_ok());
+            let witness: Vec<Option<u32>> = cfg.edges.keys().map(|e: EdgeId| Some(e.index() as u32)).collect();
+            let checked = check_blocks(&cfg, &insns, &witness, &[], chain_end, &[]);
+            prop_assert!(every_cycle_checked(&cfg, &checked));
+            // Only the entry and targets of backward edges are candidates.
+            for (b, &c) in checked.iter().enumerate() {
+                let back = cfg.edges.values().any(|e| e.to.index() == b && e.to != cfg.exit()
+                    && cfg.blocks[e.to].start <= cfg.blocks[e.from].start);
+                prop_assert!(!c || b == 0 || back, "block {b} checked but no loop header");
+            }
+            prop_assert!(chain_end || checked[0], "the entry is checked unless it ends every chain");
+        }
+    }
+
+    /// gzip's `longest_match` shape: one hot cycle through two backward-
+    /// edge targets needs one check, at the colder of the two.
+    #[test]
+    fn one_check_on_a_cycle_through_two_headers() {
+        // 0 -> 1; 1: jne 3 (inner) ; 2: jne 1 (back) ; 3: jne 2 (back, outer) ; 4 ret
+        let jumps = [None, Some(3), Some(1), Some(2), None];
+        let (cfg, insns) = cfg(5, &jumps, &[false; 5]);
+        let witness = vec![None; cfg.edges.len()];
+        let checked = check_blocks(&cfg, &insns, &witness, &[], false, &[]);
+        assert!(every_cycle_checked(&cfg, &checked));
+        assert_eq!(
+            checked.iter().filter(|&&c| c).count(),
+            2,
+            "{checked:?}: entry and one header"
+        );
+    }
 }

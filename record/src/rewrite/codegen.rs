@@ -88,6 +88,9 @@ pub struct CallPlan {
     pub fork: bool,
     /// SETJMP(rdi) or LONGJMP(rdi) just before the call.
     pub jmpbuf: Option<RecordKind>,
+    /// No buffer check at the return point: the callee is bounded
+    /// (`checks`), the caller's check-free path runs on through it.
+    pub unchecked_return: bool,
 }
 
 /// Counting mode (`aetrace profile`, [`super::counters`]): counter
@@ -1407,7 +1410,9 @@ impl ProcGen<'_, '_> {
                     if cp.fork && tracing {
                         self.fork_return(p.live.live_in(to))?;
                     }
-                    self.check(site)?;
+                    if !cp.unchecked_return {
+                        self.check(site)?;
+                    }
                     if cp.marker && tracing {
                         let waiting = self.em.point;
                         self.em.seq_write(waiting, returned, |a| {

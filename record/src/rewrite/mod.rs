@@ -589,6 +589,29 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
         })
         .map(|(id, _)| id)
         .collect();
+    // Bounded procedures (see `checks`): calls to them need no
+    // return-point check. `<plt0>` jumps to ld.so's resolver.
+    let bounded: HashSet<ProcId> = prog
+        .procs
+        .iter()
+        .filter(|&(id, p)| {
+            p.start != module.entry
+                && p.cfg.as_ref().is_ok_and(|cfg| {
+                    checks::bounded(cfg, !p.landing_pads.is_empty(), |c| {
+                        match c.target.and_then(|t| by_start.get(&t)) {
+                            Some(&q) if traced(q, &reasons) => Some(q) == plt0,
+                            _ => {
+                                Some(id) == plt0
+                                    || c.name.as_deref().is_some_and(|n| {
+                                        imports::is_callback_free(n) && !imports::is_exit_like(n)
+                                    })
+                            }
+                        }
+                    })
+                })
+        })
+        .map(|(id, _)| id)
+        .collect();
     // may_tail[p]: p may leave by a tail call into code that calls back.
     let mut may_tail: HashMap<ProcId, bool> = HashMap::new();
     for (id, p) in prog.procs.iter() {
@@ -958,6 +981,11 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
             let returns = c.returns && !to_longjmp;
             let marker = (marker || syscall) && returns && !c.tail && !to_setjmp;
             calls[c.block.index()] = CallPlan {
+                unchecked_return: returns
+                    && !c.tail
+                    && !marker
+                    && c.kind != CallKind::Syscall
+                    && target_proc.is_some_and(|q| bounded.contains(&q)),
                 marker,
                 exit_record,
                 syscall_exit: syscall,
@@ -1038,7 +1066,15 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                     .get(&t)
                     .is_some_and(|&q| traced(q, &reasons) && calls_traced.contains(&q))
             });
-        let loop_header = checks::check_blocks(cfg, &insns, &witness, &landing_pads, chain_end);
+        let unchecked_return: Vec<bool> = calls.iter().map(|c| c.unchecked_return).collect();
+        let loop_header = checks::check_blocks(
+            cfg,
+            &insns,
+            &witness,
+            &landing_pads,
+            chain_end,
+            &unchecked_return,
+        );
         db.procs.push(ProcDb {
             name: p.name.clone(),
             status: ProcStatus::Traced,
