@@ -38,7 +38,8 @@
 //! - the chosen set is used only if its bound on the bytes written between
 //!   two checks, plus two callees' unchecked entry segments ([`LEAF_BYTES`]),
 //!   stays within [`MAX_BYTES_BETWEEN_CHECKS`]; otherwise the entry and all
-//!   the backward-edge targets are checked, as before.
+//!   the backward-edge targets are checked (every cycle passes one), as
+//!   before this reduction, with no bound proved.
 
 use aetrace_graph::weights::heuristic;
 use aetrace_graph::{BlockId, EntityRef};
