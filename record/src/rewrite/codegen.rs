@@ -88,6 +88,9 @@ pub struct CallPlan {
     pub fork: bool,
     /// SETJMP(rdi) or LONGJMP(rdi) just before the call.
     pub jmpbuf: Option<RecordKind>,
+    /// No buffer check at the return point: the callee is bounded
+    /// (`checks`), the caller's check-free path runs on through it.
+    pub unchecked_return: bool,
 }
 
 /// Counting mode (`aetrace profile`, [`super::counters`]): counter
@@ -195,7 +198,9 @@ pub struct ProcPlan<'a> {
     /// GOT jumps).
     pub calls: Vec<CallPlan>,
     pub tables: Vec<Table>,
-    /// Blocks that are targets of a back edge (address order): get a check.
+    /// Blocks that get a buffer check at their entry (`checks`): the entry
+    /// block (unless the procedure ends every call chain) and enough loop
+    /// headers to cut every cycle.
     pub loop_header: Vec<bool>,
     /// Landing pads (C++ exceptions): each gets a stub that writes
     /// LANDING(number) before entering the block; the copy's LSDA points
@@ -1282,7 +1287,7 @@ impl ProcGen<'_, '_> {
         let exit = cfg.exit();
         self.em.bind(self.labels[b.index()]);
         self.em.point = self.at(b, 0);
-        if b == cfg.entry || p.loop_header[b.index()] {
+        if p.loop_header[b.index()] {
             let s = self.site(p.live.live_in(b));
             self.check(s)?;
         }
@@ -1405,7 +1410,9 @@ impl ProcGen<'_, '_> {
                     if cp.fork && tracing {
                         self.fork_return(p.live.live_in(to))?;
                     }
-                    self.check(site)?;
+                    if !cp.unchecked_return {
+                        self.check(site)?;
+                    }
                     if cp.marker && tracing {
                         let waiting = self.em.point;
                         self.em.seq_write(waiting, returned, |a| {

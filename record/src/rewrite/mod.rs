@@ -15,6 +15,7 @@
 //! - a call site has a RETURN record exactly when its callee may run traced
 //!   code as a callback before control comes back (`docs/rewrite.md`).
 
+mod checks;
 pub mod codegen;
 pub mod counters;
 pub mod elfout;
@@ -23,7 +24,7 @@ pub mod liveness;
 pub mod pathprof;
 pub mod unwind;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use aetrace_format::progdb::{
@@ -574,6 +575,43 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
         Some(n) => !imports::is_callback_free(n) && !imports::is_exit_like(n),
         None => true,
     };
+    // Procedures that call or tail-call a traced procedure directly (past
+    // its outside-entry stub): see `checks`.
+    let calls_traced: HashSet<ProcId> = prog
+        .procs
+        .iter()
+        .filter(|(_, p)| {
+            p.cfg.as_ref().is_ok_and(|cfg| {
+                checks::reaches_call(cfg, |t| {
+                    by_start.get(&t).is_some_and(|&q| traced(q, &reasons))
+                })
+            })
+        })
+        .map(|(id, _)| id)
+        .collect();
+    // Bounded procedures (see `checks`): calls to them need no
+    // return-point check. `<plt0>` jumps to ld.so's resolver.
+    let bounded: HashSet<ProcId> = prog
+        .procs
+        .iter()
+        .filter(|&(id, p)| {
+            p.start != module.entry
+                && p.cfg.as_ref().is_ok_and(|cfg| {
+                    checks::bounded(cfg, !p.landing_pads.is_empty(), |c| {
+                        match c.target.and_then(|t| by_start.get(&t)) {
+                            Some(&q) if traced(q, &reasons) => Some(q) == plt0,
+                            _ => {
+                                Some(id) == plt0
+                                    || c.name.as_deref().is_some_and(|n| {
+                                        imports::is_callback_free(n) && !imports::is_exit_like(n)
+                                    })
+                            }
+                        }
+                    })
+                })
+        })
+        .map(|(id, _)| id)
+        .collect();
     // may_tail[p]: p may leave by a tail call into code that calls back.
     let mut may_tail: HashMap<ProcId, bool> = HashMap::new();
     for (id, p) in prog.procs.iter() {
@@ -943,6 +981,11 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
             let returns = c.returns && !to_longjmp;
             let marker = (marker || syscall) && returns && !c.tail && !to_setjmp;
             calls[c.block.index()] = CallPlan {
+                unchecked_return: returns
+                    && !c.tail
+                    && !marker
+                    && c.kind != CallKind::Syscall
+                    && target_proc.is_some_and(|q| bounded.contains(&q)),
                 marker,
                 exit_record,
                 syscall_exit: syscall,
@@ -1014,12 +1057,24 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
             table_cursor += t.size().next_multiple_of(8);
             ptables.push(t);
         }
-        let mut loop_header = vec![false; cfg.blocks.len()];
-        for e in cfg.edges.values() {
-            if e.to != cfg.exit() && cfg.blocks[e.to].start <= cfg.blocks[e.from].start {
-                loop_header[e.to.index()] = true;
-            }
-        }
+        // Direct calls and tail calls to traced procedures skip their
+        // outside-entry stubs (and its check); every other entry passes one.
+        // A chain of calls without entry checks is at most two deep.
+        let chain_end = p.start != module.entry
+            && !checks::reaches_call(cfg, |t| {
+                by_start
+                    .get(&t)
+                    .is_some_and(|&q| traced(q, &reasons) && calls_traced.contains(&q))
+            });
+        let unchecked_return: Vec<bool> = calls.iter().map(|c| c.unchecked_return).collect();
+        let loop_header = checks::check_blocks(
+            cfg,
+            &insns,
+            &witness,
+            &landing_pads,
+            chain_end,
+            &unchecked_return,
+        );
         db.procs.push(ProcDb {
             name: p.name.clone(),
             status: ProcStatus::Traced,
