@@ -1412,7 +1412,8 @@ fn check_timer(
     step: (&Path, &str),
     per_handler: u64,
 ) {
-    let tag = format!("timer-{}", args.join("-"));
+    let name = exe.file_name().unwrap().to_string_lossy();
+    let tag = format!("timer-{name}-{}", args.join("-"));
     let extra: Vec<&str> = lib.map(|l| vec!["--libs", l]).unwrap_or_default();
     let (stdout, stderr, status, prof) = profile_raw(exe, args, &tag, &extra);
     assert_eq!(status, Some(0), "{tag}: {stderr}");
