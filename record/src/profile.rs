@@ -768,6 +768,11 @@ pub fn profile_command(o: &ProfileOptions) -> Result<Outcome> {
         libs,
         notes: ran.notes,
     };
+    let mut profile = profile;
+    let handler_jumps = longjmp_with_handlers(&profile);
+    if let Some(note) = &handler_jumps {
+        profile.notes.push(note.clone());
+    }
     let out = o.output.clone().unwrap_or_else(|| {
         let mut t = exe
             .file_name()
@@ -798,6 +803,9 @@ pub fn profile_command(o: &ProfileOptions) -> Result<Outcome> {
                 .map(|e| format!("{} ({}): {e}", p.name, m.name))
         })
         .collect();
+    if let Some(note) = handler_jumps {
+        eprintln!("aetrace: warning: {note}; see {}", out.display());
+    }
     if !failed.is_empty() {
         // The program's own status stays the exit status; the profile
         // marks these procedures and this says so.
@@ -810,6 +818,54 @@ pub fn profile_command(o: &ProfileOptions) -> Result<Outcome> {
         );
     }
     Ok(ran.outcome)
+}
+
+/// Signal handlers that may leave by `longjmp`: a handler that jumps out
+/// abandons the interrupted frame at whatever instruction the signal
+/// struck (a fault, a timer), not at a call, so the frame's last block ran
+/// partly and no edge count describes it; recovery may still balance
+/// (measured: `traces/signal_fault.c` recovered without error, with wrong
+/// counts in `main` and the faulting procedures). Edge profiles cannot
+/// say where a block stopped, so a program that both installs a handler
+/// (a call to `sigaction`, `signal`, ...) and calls a `longjmp`-like
+/// function gets a note naming the procedures calling `longjmp`, printed
+/// as a warning: a note, since most such programs never jump out of a
+/// handler.
+fn longjmp_with_handlers(profile: &Profile) -> Option<String> {
+    const INSTALLERS: &[&str] = &[
+        "sigaction",
+        "signal",
+        "sigset",
+        "bsd_signal",
+        "__sysv_signal",
+        "sysv_signal",
+    ];
+    let calls = || {
+        profile
+            .modules()
+            .into_iter()
+            .flat_map(|m| m.procs.iter().map(move |p| (m.name, p)))
+            .flat_map(|(m, p)| p.calls.iter().map(move |c| (m, p, c.import.as_deref())))
+    };
+    let base = |n: &str| n.split('@').next().unwrap_or(n).to_string();
+    if !calls().any(|(_, _, i)| i.is_some_and(|n| INSTALLERS.contains(&base(n).as_str()))) {
+        return None;
+    }
+    let mut jumpers: Vec<String> = calls()
+        // A PLT stub jumps to the import for its callers.
+        .filter(|(_, p, i)| {
+            i.is_some_and(rewrite::imports::is_longjmp_like) && !p.name.ends_with("@plt")
+        })
+        .map(|(m, p, _)| format!("{} ({m})", p.name))
+        .collect();
+    jumpers.dedup();
+    if jumpers.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "counts may be inexact: the program installs signal handlers, and longjmp is called by {}; a handler that longjmps abandons the interrupted frame inside a block, which no edge count describes",
+        jumpers.join(", ")
+    ))
 }
 
 /// `aetrace count --event E [--libs L] -- PROGRAM ARGS` (paper 002): one

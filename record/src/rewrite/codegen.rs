@@ -133,6 +133,10 @@ pub struct PlanCounters {
     /// returns, at the return point; its return edge's counter, if any,
     /// stands before the call (first returns only).
     pub resume: Vec<Option<u32>>,
+    /// Per block (empty: none): the call's return edge is split by `S`
+    /// (a `setjmp`, or a call after which the process may be two, `fork`):
+    /// it may return more often than it is called.
+    pub split_return: Vec<bool>,
     /// Path profiling: counter just before the call of each call block.
     pub before_call: Vec<Option<u32>>,
     /// `--stop-at`: the on-line queries (counter 0 starts at `-N`).
@@ -1338,11 +1342,14 @@ impl ProcGen<'_, '_> {
                 // setjmp returns again after a longjmp, through the same
                 // return point: its return edge (first returns) is counted
                 // before the call, all returns after it.
-                let setjmp = cp.jmpbuf == Some(RecordKind::Setjmp);
                 let resume = p
                     .counters
                     .as_ref()
                     .and_then(|c| c.resume.get(b.index()).copied().flatten());
+                let setjmp = cp.jmpbuf == Some(RecordKind::Setjmp)
+                    || p.counters
+                        .as_ref()
+                        .is_some_and(|c| c.split_return.get(b.index()).copied().unwrap_or(false));
                 if self.em.counting.is_some() {
                     // A call that never returns: its edge to EXIT is
                     // counted before the call.

@@ -695,6 +695,37 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
         }
         move |c: &crate::cfg::CallSite| call_may(&may, c)
     };
+    // Counting: calls after which the process may be two (`fork`, `vfork`,
+    // or a traced procedure that may call one, a fixpoint over direct
+    // calls): each returns once per process, as a `setjmp` call returns
+    // again per `longjmp`, so it gets the same split return edge (`R0 -> S`
+    // derived: the children's returns). A child's counts add to the
+    // parent's (shared counters, docs/profile.md).
+    let may_fork_call = {
+        let by_start = &by_start;
+        let call_forks = move |may: &HashMap<ProcId, bool>, c: &crate::cfg::CallSite| {
+            c.name.as_deref().is_some_and(imports::is_fork_like)
+                || c.target
+                    .and_then(|t| by_start.get(&t))
+                    .is_some_and(|q| may.get(q).copied().unwrap_or(false))
+        };
+        let mut may: HashMap<ProcId, bool> = HashMap::new();
+        loop {
+            let mut changed = false;
+            for (id, p) in prog.procs.iter() {
+                let Ok(cfg) = &p.cfg else { continue };
+                if !may.contains_key(&id) && cfg.calls.iter().any(|c| call_forks(&may, c)) {
+                    may.insert(id, true);
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        // A tail call's frame is gone: its caller's call returns twice.
+        move |c: &crate::cfg::CallSite| !c.tail && call_forks(&may, c)
+    };
     let (stop_at, stop_events) = match how {
         How::Count(spec) => (spec.stop_at, spec.events),
         How::Trace(_) => (None, None),
@@ -905,7 +936,7 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                 let mut setjmp_blocks: Vec<BlockId> = cfg
                     .calls
                     .iter()
-                    .filter(|c| setjmp_call(c))
+                    .filter(|c| setjmp_call(c) || may_fork_call(c))
                     .map(|c| c.block)
                     .filter(|&b| {
                         cfg.edges
@@ -938,6 +969,10 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                             c.resume[b.index()] = Some(n);
                         }
                     }
+                }
+                c.split_return = vec![false; cfg.blocks.len()];
+                for &b in &pc.virt.setjmps {
+                    c.split_return[b.index()] = true;
                 }
                 c.stop = pc.stop.clone();
                 if pc.every_block {
