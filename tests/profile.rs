@@ -1257,16 +1257,9 @@ fn check_dumped(exe: &Path, tag: &str, fork_fn: &str, files: usize, children: u6
     let dir = common::scratch("profile").join(format!("{tag}-callgrind"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let o = Command::new("valgrind")
-        .args([
-            "--tool=callgrind",
-            "--dump-instr=yes",
-            "--collect-jumps=yes",
-            "--skip-plt=no",
-        ])
-        .args(["--compress-strings=no", "--compress-pos=no"])
-        .arg(format!("--dump-before={fork_fn}"))
-        .arg(format!("--callgrind-out-file={}/out.%p", dir.display()))
+    let dump = format!("--dump-before={fork_fn}");
+    let flags = ["--compress-strings=no", "--compress-pos=no", &dump];
+    let o = callgrind::command(&flags, &dir.join("out.%p"))
         .arg(exe)
         .stdin(std::process::Stdio::null())
         .output()

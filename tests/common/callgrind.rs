@@ -200,18 +200,26 @@ pub fn calls(path: &Path) -> Vec<Call> {
     out
 }
 
+/// `valgrind --tool=callgrind` with every instruction and jump dumped,
+/// PLT stubs apart, `extra` options, writing `out` (`%p` allowed).
+pub fn command(extra: &[&str], out: &Path) -> Command {
+    let mut c = Command::new("valgrind");
+    c.args([
+        "--tool=callgrind",
+        "--dump-instr=yes",
+        "--collect-jumps=yes",
+        "--skip-plt=no",
+    ])
+    .args(extra)
+    .arg(format!("--callgrind-out-file={}", out.display()));
+    c
+}
+
 /// Runs the program under callgrind; returns the output file. PLT stubs
 /// are kept apart (`--skip-plt=no`): by default callgrind charges them to
 /// the calling instruction.
 pub fn run(exe: &Path, args: &[&str], out: &Path) -> std::process::Output {
-    let o = Command::new("valgrind")
-        .args([
-            "--tool=callgrind",
-            "--dump-instr=yes",
-            "--collect-jumps=yes",
-            "--skip-plt=no",
-        ])
-        .arg(format!("--callgrind-out-file={}", out.display()))
+    let o = command(&[], out)
         .arg(exe)
         .args(args)
         .stdin(std::process::Stdio::null())
