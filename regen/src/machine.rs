@@ -1245,8 +1245,11 @@ impl<'a> Machine<'a> {
         let base = sink.out.len() - total;
         // A rip at a traced procedure's entry (its springboard, or the
         // outside-entry stub before its ENTER) is not in a restorer that
-        // returns to traced code.
-        let restorer = matches!(at, SigAt::Outside) && !instrumentation && !self.is_entry(rip);
+        // returns to traced code (the procedure scan only when it matters).
+        let restorer = matches!(at, SigAt::Outside)
+            && !instrumentation
+            && self.trail.contains(&Mark::Restored)
+            && !self.is_entry(rip);
         let gaps: Vec<usize> = (0..self.trail.len())
             .filter(|&i| match self.trail[i] {
                 Mark::Gap => true,
