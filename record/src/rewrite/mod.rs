@@ -113,6 +113,31 @@ pub fn stop_start(n: u64) -> i64 {
     0i64.saturating_sub_unsigned(n)
 }
 
+/// A property that spreads up the call graph, to its least fixpoint: `may`
+/// holds the seeds (a procedure missing from it: false); a procedure with
+/// a CFG gains the property when one of its calls `spreads` under the
+/// current map.
+fn spread_up_calls(
+    prog: &Program,
+    mut may: HashMap<ProcId, bool>,
+    spreads: impl Fn(&HashMap<ProcId, bool>, &crate::cfg::CallSite) -> bool,
+) -> HashMap<ProcId, bool> {
+    loop {
+        let mut changed = false;
+        for (id, p) in prog.procs.iter() {
+            let Ok(cfg) = &p.cfg else { continue };
+            if !may.get(&id).copied().unwrap_or(false) && cfg.calls.iter().any(|c| spreads(&may, c))
+            {
+                may.insert(id, true);
+                changed = true;
+            }
+        }
+        if !changed {
+            return may;
+        }
+    }
+}
+
 fn rewrite_err(path: &Path, what: impl Into<String>) -> Error {
     Error::Rewrite {
         path: path.to_owned(),
@@ -625,27 +650,12 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
         });
         may_tail.insert(id, direct);
     }
-    loop {
-        let mut changed = false;
-        for (id, p) in prog.procs.iter() {
-            let Ok(cfg) = &p.cfg else { continue };
-            if may_tail[&id] {
-                continue;
-            }
-            let via = cfg.calls.iter().filter(|c| c.tail).any(|c| {
-                c.target
-                    .and_then(|t| by_start.get(&t))
-                    .is_some_and(|q| traced(*q, &reasons) && may_tail[q])
-            });
-            if via {
-                may_tail.insert(id, true);
-                changed = true;
-            }
-        }
-        if !changed {
-            break;
-        }
-    }
+    let may_tail = spread_up_calls(&prog, may_tail, |may, c| {
+        c.tail
+            && c.target
+                .and_then(|t| by_start.get(&t))
+                .is_some_and(|q| traced(*q, &reasons) && may[q])
+    });
 
     // Counting: which calls may leave their frame abandoned (virtual exit
     // edges, `counters`: the process ends below them, a throw or a longjmp
@@ -680,19 +690,7 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                 _ => any && callback_capable(c.name.as_deref()),
             }
         };
-        loop {
-            let mut changed = false;
-            for (id, p) in prog.procs.iter() {
-                let Ok(cfg) = &p.cfg else { continue };
-                if !may[&id] && cfg.calls.iter().any(|c| call_may(&may, c)) {
-                    may.insert(id, true);
-                    changed = true;
-                }
-            }
-            if !changed {
-                break;
-            }
-        }
+        let may = spread_up_calls(&prog, may, call_may);
         move |c: &crate::cfg::CallSite| call_may(&may, c)
     };
     // Counting: calls after which the process may be two (`fork`, `vfork`,
@@ -709,20 +707,7 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                     .and_then(|t| by_start.get(&t))
                     .is_some_and(|q| may.get(q).copied().unwrap_or(false))
         };
-        let mut may: HashMap<ProcId, bool> = HashMap::new();
-        loop {
-            let mut changed = false;
-            for (id, p) in prog.procs.iter() {
-                let Ok(cfg) = &p.cfg else { continue };
-                if !may.contains_key(&id) && cfg.calls.iter().any(|c| call_forks(&may, c)) {
-                    may.insert(id, true);
-                    changed = true;
-                }
-            }
-            if !changed {
-                break;
-            }
-        }
+        let may = spread_up_calls(&prog, HashMap::new(), call_forks);
         // A tail call's frame is gone: its caller's call returns twice.
         move |c: &crate::cfg::CallSite| !c.tail && call_forks(&may, c)
     };
