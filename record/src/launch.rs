@@ -82,16 +82,21 @@ pub struct Launch {
 }
 
 impl Launch {
-    /// 256 threads/processes over the whole run, 256 KiB halves: a writer
+    /// 256 threads/processes over the whole run, 1 MiB halves: a writer
     /// flushes (and may wait for the recorder, which drains every 250 us)
-    /// once per ~256 K witnesses, and untouched slots cost no memory (the
-    /// memfd is sparse). Halves of 1 MiB made xz on 20 kB (1.5 MB of
-    /// witnesses) fault in, zero and free 2 MiB of shared memory instead
-    /// of 512 KiB: 0.9 ms of its wall time and 1.5 ms of CPU; on 2 MB
-    /// inputs no difference was measured.
+    /// once per ~1 M witnesses, and untouched slots cost no memory (the
+    /// memfd is sparse). Halves of 256 KiB saved xz on 20 kB (1.5 MB of
+    /// witnesses) 0.9 ms of wall time and 1.5 ms of CPU, but four times as
+    /// many flushes made a known gap show in CI-like runs: an asynchronous
+    /// signal delivered inside the runtime's `flush` (before it blocks
+    /// signals, or as it unblocks them) has its rip in the runtime, which
+    /// no signal map covers, and regen refuses the trace
+    /// (`traces/signal_alarm.c`, 286 kB of witnesses: 1 run in 60 under
+    /// load). Kept at 1 MiB until `signal_entry` reports such a signal at
+    /// the check that called `flush`.
     pub const DEFAULT_GEOMETRY: Geometry = Geometry {
         slot_count: 256,
-        half_size: 1 << 18,
+        half_size: 1 << 20,
     };
 }
 
