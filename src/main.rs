@@ -4,7 +4,8 @@
 //! subcommand's work lives in one of the workspace crates.
 //!
 //! Exit codes:
-//! - `0`: success.
+//! - `0`: success (also when `regen`'s pipe reader stopped early, as in
+//!   `aetrace regen TRACE | head`).
 //! - `1`: the input was refused or the work failed (the one-line message on
 //!   stderr says why).
 //! - `2`: the command line itself was wrong (clap's usage error).
