@@ -278,7 +278,11 @@ fn regen_into_a_pipe_closed_early_exits_quietly() {
     let whole = aetrace(&["regen", "--format", "insn", t]);
     assert!(whole.status.success());
     // Twice what a pipe holds (64 KiB), so the writer meets the closed pipe.
-    assert!(whole.stdout.len() > 128 << 10, "{} bytes", whole.stdout.len());
+    assert!(
+        whole.stdout.len() > 128 << 10,
+        "{} bytes",
+        whole.stdout.len()
+    );
     for jobs in ["1", "2"] {
         let mut child = Command::new(common::aetrace())
             .args(["regen", "--format", "insn", "-j", jobs, "--piece", "64", t])
