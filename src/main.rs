@@ -140,6 +140,10 @@ enum Command {
         /// Write the report here instead of stderr.
         #[arg(long)]
         report: Option<PathBuf>,
+        /// Shared libraries to profile too: `none`, `all` (but glibc's) or
+        /// DT_NEEDED names such as `libbz2.so.1.0`, comma-separated.
+        #[arg(long, default_value = "none")]
+        libs: String,
         /// The program and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<OsString>,
@@ -373,13 +377,19 @@ fn main() -> ExitCode {
             top,
             json,
             report,
+            libs,
             mut command,
         } => {
+            let libs = match libs_arg(&libs) {
+                Ok(l) => l,
+                Err(code) => return code,
+            };
             let opts = aetrace_record::paths::PathsOptions {
                 output,
                 top,
                 json,
                 report,
+                libs,
                 program: PathBuf::from(command.remove(0)),
                 args: command,
             };

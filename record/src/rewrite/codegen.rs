@@ -1086,8 +1086,11 @@ impl ProcGen<'_, '_> {
                 }
                 if let Some(l) = invoke_label {
                     self.em.bind(l);
-                    // A procedure entry: flags dead, r11 dead.
-                    let site = Site::with_scratch(r11);
+                    // Not r11 by the ABI: with gcc's -fipa-ra a local
+                    // caller keeps values in caller-saved registers this
+                    // procedure never writes (r11 across libbz2's
+                    // `add_pair_to_block`); liveness knows which.
+                    let site = self.site(p.live.live_in(cfg.entry));
                     if let Some(n) = p.counters.as_ref().and_then(|c| c.entry) {
                         self.em.counter(n, site)?;
                     }
