@@ -1215,8 +1215,33 @@ fn asynchronous_timer_signals() {
     for v in [O2_PIE, Variant::new(Opt::O0, Link::NoPie, false)] {
         let exe = build("signal_alarm.c", v);
         let handler = (exe.as_path(), "on_alarm");
-        check_timer(&exe, &[], &[], handler, (&exe, "step"), 0);
+        check_timer(&exe, &[], &[], handler, (&exe, "step"), 0, None);
     }
+}
+
+/// Halves of 16 KiB (`AETRACE_HALF_SIZE`, the recorder's testing knob)
+/// make the writer flush every 12 kB, and with a 20 us timer the signal
+/// that becomes pending while `flush` has signals blocked is delivered as
+/// it unblocks them, inside the runtime (before `signal_entry` reported
+/// such a signal at the `call flush` of the buffer check, regen refused
+/// every one of these traces): the program's handler and loop counts
+/// still regenerate exactly. The library's timer cases interrupt the
+/// library's `flush` with the handler in either module.
+#[test]
+fn asynchronous_signals_inside_flush() {
+    const HALF: Option<u64> = Some(16 << 10);
+    for v in [O2_PIE, Variant::new(Opt::O0, Link::NoPie, false)] {
+        let exe = build("signal_alarm.c", v);
+        let handler = (exe.as_path(), "on_alarm");
+        check_timer(&exe, &[], &[], handler, (&exe, "step"), 0, HALF);
+    }
+    let exe = build_with_lib("signal_lib", "libaesig.so.1", false);
+    let lib = exe.with_file_name("libaesig.so.1");
+    let (libs, step) = (["libaesig.so.1"], (lib.as_path(), "lib_step"));
+    let args = ["timer-exe", "300"];
+    check_timer(&exe, &args, &libs, (&exe, "on_signal"), step, 1, HALF);
+    let args = ["timer-lib", "300"];
+    check_timer(&exe, &args, &libs, (&lib, "lib_on_signal"), step, 0, HALF);
 }
 
 /// A SIGNAL is placed in the signal map of the module whose code it
@@ -1241,6 +1266,7 @@ fn signals_interrupting_a_traced_library() {
         (&exe, "on_signal"),
         step,
         1,
+        None,
     );
     check_timer(
         &exe,
@@ -1249,6 +1275,7 @@ fn signals_interrupting_a_traced_library() {
         (&lib, "lib_on_signal"),
         step,
         0,
+        None,
     );
 }
 
@@ -1258,7 +1285,9 @@ fn signals_interrupting_a_traced_library() {
 /// iterations=I`): the regenerated trace enters procedure `handler` (of
 /// module `.0`) H times and `step` I + `per_handler` × H times. The
 /// instruction trace regenerates too, `--count` agrees with it, counts H
-/// SIGNAL records, and some of them interrupted instrumentation.
+/// SIGNAL records, and some of them interrupted instrumentation. `half`:
+/// the recorder's buffer half size (`AETRACE_HALF_SIZE`), when not the
+/// default.
 fn check_timer(
     exe: &Path,
     args: &[&str],
@@ -1266,6 +1295,7 @@ fn check_timer(
     handler: (&Path, &str),
     step: (&Path, &str),
     per_handler: u64,
+    half: Option<u64>,
 ) {
     let name = exe.file_name().unwrap().to_string_lossy().into_owned();
     let name = format!("{name} {}", args.join(" "));
@@ -1279,7 +1309,11 @@ fn check_timer(
     } else {
         libs.join(",")
     };
-    let rec = Command::new(common::aetrace())
+    let mut rec = Command::new(common::aetrace());
+    if let Some(h) = half {
+        rec.env("AETRACE_HALF_SIZE", h.to_string());
+    }
+    let rec = rec
         .arg("record")
         .arg("-o")
         .arg(&trace)

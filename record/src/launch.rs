@@ -98,6 +98,33 @@ impl Launch {
         slot_count: 256,
         half_size: 1 << 20,
     };
+
+    /// Testing knob, not a tuning option: `AETRACE_HALF_SIZE=BYTES` in the
+    /// recorder's environment sets the half size (a multiple of 8 above
+    /// 8 KiB), so that tests can make writers flush every few kB and hit
+    /// what a flush coincides with (signals, threads) deterministically
+    /// enough, and `bench/` can compare sizes without a rebuild.
+    pub const HALF_SIZE_ENV: &'static str = "AETRACE_HALF_SIZE";
+
+    /// [`Self::DEFAULT_GEOMETRY`], with the half size of
+    /// [`Self::HALF_SIZE_ENV`] when it is set; a value that is not a
+    /// number is an error (a geometry the region refuses is one later).
+    pub fn geometry_from_env() -> Result<Geometry> {
+        let Some(v) = std::env::var_os(Self::HALF_SIZE_ENV) else {
+            return Ok(Self::DEFAULT_GEOMETRY);
+        };
+        let half_size = v.to_str().and_then(|s| s.parse().ok()).ok_or_else(|| {
+            record_err(format!(
+                "{}={}: not a number of bytes",
+                Self::HALF_SIZE_ENV,
+                v.to_string_lossy()
+            ))
+        })?;
+        Ok(Geometry {
+            half_size,
+            ..Self::DEFAULT_GEOMETRY
+        })
+    }
 }
 
 /// How the main process of the traced program ended.
