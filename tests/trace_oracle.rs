@@ -1225,24 +1225,20 @@ fn asynchronous_timer_signals() {
 /// it unblocks them, inside the runtime (before `signal_entry` reported
 /// such a signal at the `call flush` of the buffer check, regen refused
 /// every one of these traces): the program's handler and loop counts
-/// still regenerate exactly. The library's timer cases interrupt the
-/// library's `flush` with the handler in either module.
+/// still regenerate exactly. (The library's `flush`, interrupted with the
+/// handler in either module: `signals_interrupting_a_traced_library`.)
 #[test]
 fn asynchronous_signals_inside_flush() {
-    const HALF: Option<u64> = Some(16 << 10);
     for v in [O2_PIE, Variant::new(Opt::O0, Link::NoPie, false)] {
         let exe = build("signal_alarm.c", v);
         let handler = (exe.as_path(), "on_alarm");
-        check_timer(&exe, &[], &[], handler, (&exe, "step"), 0, HALF);
+        check_timer(&exe, &[], &[], handler, (&exe, "step"), 0, SMALL_HALVES);
     }
-    let exe = build_with_lib("signal_lib", "libaesig.so.1", false);
-    let lib = exe.with_file_name("libaesig.so.1");
-    let (libs, step) = (["libaesig.so.1"], (lib.as_path(), "lib_step"));
-    let args = ["timer-exe", "300"];
-    check_timer(&exe, &args, &libs, (&exe, "on_signal"), step, 1, HALF);
-    let args = ["timer-lib", "300"];
-    check_timer(&exe, &args, &libs, (&lib, "lib_on_signal"), step, 0, HALF);
 }
+
+/// Recorder buffer halves of 16 KiB (`AETRACE_HALF_SIZE`): a flush every
+/// 12 kB of a thread's witnesses.
+const SMALL_HALVES: Option<u64> = Some(16 << 10);
 
 /// A SIGNAL is placed in the signal map of the module whose code it
 /// interrupted, whichever module's handler runs: a library's loop sends
@@ -1250,7 +1246,8 @@ fn asynchronous_signals_inside_flush() {
 /// and with `raise` (handled in the library), equal to lackey in both
 /// modules; a timer interrupts the library's hot loop anywhere, the
 /// handler in the program (calling back into the library) or in the
-/// library, checked against the program's counts.
+/// library, checked against the program's counts; again with small
+/// buffer halves, so that signals interrupt the library's `flush` too.
 #[test]
 fn signals_interrupting_a_traced_library() {
     let exe = build_with_lib("signal_lib", "libaesig.so.1", false);
@@ -1277,6 +1274,14 @@ fn signals_interrupting_a_traced_library() {
         0,
         None,
     );
+    let (exe_handler, lib_handler) = (
+        (exe.as_path(), "on_signal"),
+        (lib.as_path(), "lib_on_signal"),
+    );
+    let args = ["timer-exe", "300"];
+    check_timer(&exe, &args, &libs, exe_handler, step, 1, SMALL_HALVES);
+    let args = ["timer-lib", "300"];
+    check_timer(&exe, &args, &libs, lib_handler, step, 0, SMALL_HALVES);
 }
 
 /// Records `exe args` with `--libs LIBS`, a program interrupted by an
@@ -1299,6 +1304,11 @@ fn check_timer(
 ) {
     let name = exe.file_name().unwrap().to_string_lossy().into_owned();
     let name = format!("{name} {}", args.join(" "));
+    // Tests run in parallel in one process: one trace file per run.
+    let name = match half {
+        Some(h) => format!("{name} half={h}"),
+        None => name,
+    };
     let trace = common::scratch("trace-oracle").join(format!(
         "{}-{}.aet",
         name.replace(' ', "-"),
