@@ -285,6 +285,21 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     emit_attach(&mut a, &mut l)?;
     emit_fork_child(&mut a, &mut l)?;
     emit_flush(&mut a, &mut l)?;
+    // Entry, after pushfq, after the lea (registers saved, then signals
+    // blocked), after the mask is restored, popfq, ret, after the ret.
+    debug_assert_eq!(
+        l.flush_depths.0.iter().map(|d| d.1).collect::<Vec<_>>(),
+        [
+            Some(0),
+            Some(8),
+            Some(FRAME),
+            None,
+            Some(FRAME),
+            Some(8),
+            Some(0),
+            None
+        ]
+    );
     emit_claim(&mut a, &mut l)?;
     emit_helpers(&mut a, &mut l)?;
     emit_signal_entry(&mut a, &mut l)?;
