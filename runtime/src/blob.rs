@@ -38,8 +38,9 @@
 //! - nested signals and threads need nothing more: each interrupted
 //!   context is mapped on its own, with its own stack;
 //! - any other rip in a runtime is reported as it is, and the regenerator
-//!   refuses it naming it (signals are blocked there: only a fault in the
-//!   runtime itself could land there).
+//!   refuses it naming it (inside `flush` signals are blocked there; the
+//!   other entry points, and `signal_entry` interrupted by a second
+//!   signal, are not mapped).
 
 use iced_x86::code_asm::*;
 use iced_x86::BlockEncoderOptions;
