@@ -134,8 +134,9 @@ pub enum Outcome {
     Signaled(i32),
 }
 
-/// Raw stream bytes a thread's open chunk takes before it is closed.
-const CHUNK_BYTES: usize = 1 << 20;
+/// Raw stream bytes a thread's open chunk takes before it is closed (a
+/// chunk holds at most this plus one buffer half).
+pub const CHUNK_BYTES: usize = 1 << 20;
 /// A partial chunk is written after this long anyway, so a recorder that
 /// dies loses at most about this much of a slow thread's stream.
 const CHUNK_AGE: Duration = Duration::from_secs(1);
@@ -522,8 +523,10 @@ struct Slot {
     thread: ThreadId,
     /// Whole records, drained in the last pass.
     buf: Vec<u8>,
-    /// The witness bytes among `buf` (counted by the drainer).
-    buf_witnesses: u64,
+    /// The drainer's batches in `buf` (each a half or less): where each
+    /// ends and its witness bytes. A chunk closes only between batches, so
+    /// it holds whole records and at most [`CHUNK_BYTES`] plus one batch.
+    batches: Vec<(usize, u64)>,
     open: Option<OpenChunk>,
 }
 
@@ -633,7 +636,7 @@ impl<'l> Recorder<'l> {
                 Slot {
                     thread,
                     buf: Vec::new(),
-                    buf_witnesses: 0,
+                    batches: Vec::new(),
                     open: None,
                 },
             );
@@ -643,7 +646,7 @@ impl<'l> Recorder<'l> {
             .get_mut(&b.slot)
             .expect("slot inserted just above");
         s.buf.extend_from_slice(b.bytes);
-        s.buf_witnesses += b.witnesses;
+        s.batches.push((s.buf.len(), b.witnesses));
         // Compressed after the pass ([`Self::compress_drained`]); this only
         // bounds the memory of a pass that keeps finding sealed halves.
         if s.buf.len() >= 4 * CHUNK_BYTES {
@@ -838,15 +841,37 @@ impl<'l> Recorder<'l> {
             .ok_or_else(|| record_err("trace closed after an earlier failure".into()))
     }
 
-    /// A slot's drained bytes into its open chunk (opened if need be); the
-    /// chunk is closed once it holds [`CHUNK_BYTES`].
+    /// A slot's drained bytes into its open chunks, batch by batch.
     fn feed(&mut self, slot: u32) -> Result<()> {
         let Some(s) = self.slots.get_mut(&slot) else {
             return Ok(());
         };
-        if s.buf.is_empty() {
-            return Ok(());
+        let mut buf = std::mem::take(&mut s.buf);
+        let mut from = 0;
+        let mut r = Ok(());
+        for (end, witnesses) in std::mem::take(&mut s.batches) {
+            r = buf
+                .get(from..end)
+                .ok_or_else(|| record_err("internal: drained batches out of order".into()))
+                .and_then(|bytes| self.feed_batch(slot, bytes, witnesses));
+            if r.is_err() {
+                break;
+            }
+            from = end;
         }
+        buf.clear();
+        if let Some(s) = self.slots.get_mut(&slot) {
+            s.buf = buf;
+        }
+        r
+    }
+
+    /// One batch into the slot's open chunk (opened if need be); the chunk
+    /// is closed once it holds [`CHUNK_BYTES`].
+    fn feed_batch(&mut self, slot: u32, bytes: &[u8], witnesses: u64) -> Result<()> {
+        let Some(s) = self.slots.get_mut(&slot) else {
+            return Ok(());
+        };
         let thread = s.thread;
         let open = match &mut s.open {
             Some(c) => c,
@@ -865,11 +890,10 @@ impl<'l> Recorder<'l> {
                 })
             }
         };
-        compress_into(&mut open.enc, &s.buf, &mut open.data)
+        compress_into(&mut open.enc, bytes, &mut open.data)
             .map_err(|e| record_err(format!("thread {thread}: zstd: {e}")))?;
-        open.raw_len += s.buf.len() as u64;
-        open.witnesses += std::mem::take(&mut s.buf_witnesses);
-        s.buf.clear();
+        open.raw_len += bytes.len() as u64;
+        open.witnesses += witnesses;
         if open.raw_len >= CHUNK_BYTES as u64 {
             self.close(slot)?;
         }

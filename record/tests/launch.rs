@@ -235,6 +235,8 @@ struct Recorded {
     start: ThreadStart,
     end: ThreadEnd,
     chunks: usize,
+    /// The largest chunk's raw bytes.
+    largest: u64,
     witnesses: u64,
     stream: Vec<u8>,
 }
@@ -247,15 +249,17 @@ fn read_trace(path: &Path) -> (Trace<Vec<u8>>, Vec<Recorded>) {
         .threads()
         .map(|t| {
             let mut stream = Vec::new();
-            let mut witnesses = 0;
+            let (mut witnesses, mut largest) = (0, 0);
             for c in trace.chunks(t.start.thread) {
                 witnesses += c.meta.witnesses;
+                largest = largest.max(c.meta.raw_len);
                 stream.extend(c.decompress().unwrap());
             }
             Recorded {
                 start: t.start,
                 end: t.end.expect("complete trace: every thread ended"),
                 chunks: t.chunks.len(),
+                largest,
                 witnesses,
                 stream,
             }
@@ -330,11 +334,15 @@ fn launch_megabytes_of_witnesses_become_several_chunks() {
     let s = seq_big();
     let want = expected(8, u32::MAX, &[&s[..]; BIG_RUNS]);
     let t = &threads[0];
+    // A chunk closes between drained batches (a half at most) once it
+    // holds CHUNK_BYTES, however the drain passes fall.
+    let most = aetrace_record::launch::CHUNK_BYTES + SMALL.half_size as usize;
     assert!(
-        t.chunks >= want.len() >> 20,
-        "{} chunks for {} bytes",
+        t.largest <= most as u64 && t.chunks >= want.len().div_ceil(most),
+        "{} chunks for {} bytes, the largest {} bytes",
         t.chunks,
-        want.len()
+        want.len(),
+        t.largest
     );
     assert_eq!(t.stream.len(), want.len());
     assert!(t.stream == want, "stream differs from what the child wrote");
