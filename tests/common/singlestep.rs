@@ -107,3 +107,37 @@ pub fn run(exe: &Path, argv0: Option<&Path>, args: &[&str], env: &[(String, Stri
         status,
     }
 }
+
+/// Puts the original program's file bytes and entry point back into the
+/// rewritten executable at `instrumented`: its added segments stay, never
+/// run.
+pub fn restore_original_code(original: &Path, instrumented: &Path) {
+    let o = std::fs::read(original).unwrap();
+    let mut n = std::fs::read(instrumented).unwrap();
+    let u16_at = |b: &[u8], at: usize| u16::from_le_bytes([b[at], b[at + 1]]) as usize;
+    let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+    let (phoff, phentsize, phnum) = (
+        u64_at(&o, 0x20) as usize,
+        u16_at(&o, 0x36),
+        u16_at(&o, 0x38),
+    );
+    for i in 0..phnum {
+        let ph = phoff + i * phentsize;
+        if u32::from_le_bytes(o[ph..ph + 4].try_into().unwrap()) != 1 {
+            continue;
+        }
+        // The ELF header stays the rewritten one (its program headers).
+        let off = (u64_at(&o, ph + 8) as usize).max(64);
+        let end = u64_at(&o, ph + 8) as usize + u64_at(&o, ph + 32) as usize;
+        if off < end {
+            n[off..end].copy_from_slice(&o[off..end]);
+        }
+    }
+    n[0x18..0x20].copy_from_slice(&o[0x18..0x20]);
+    // A new file at the same path (the old one may still be mapped).
+    let tmp = instrumented.with_extension("restored");
+    std::fs::write(&tmp, &n).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::rename(&tmp, instrumented).unwrap();
+}

@@ -412,9 +412,15 @@ pub fn instrument_module(path: &Path, which: Placement, tag: u32) -> Result<Inst
 /// Imports that start threads: counters then need `lock add`.
 const THREAD_STARTERS: &[&str] = &["pthread_create", "clone", "clone3", "thrd_create"];
 
-/// The module imports a function that starts threads.
+/// The module imports a function that starts threads, or, static, has one
+/// (its libc is part of it).
 pub fn starts_threads(module: &crate::elf::Module) -> bool {
     imports_any(module, THREAD_STARTERS)
+        || (module.is_static
+            && module
+                .func_symbols
+                .iter()
+                .any(|s| THREAD_STARTERS.contains(&s.name.as_str())))
 }
 
 /// Whether `module` imports one of `names` (symbol versions ignored).
@@ -439,12 +445,28 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
     let prog = Program::open(path)?;
     let module = &prog.module;
     let library = module.kind == ElfKind::Shared;
-    if matches!(how, How::Count(_)) && module.is_static {
-        // The counters are mapped by a preinit routine of the executable.
-        return Err(rewrite_err(
-            path,
-            "profiles of static executables are not supported yet",
-        ));
+    if let How::Count(spec) = how {
+        // A static executable's counters are mapped at its entry point,
+        // before its libc sets up `fs` (TLS): the thread owner of
+        // `--stop-at` and of path profiles cannot be read there.
+        if module.is_static && (spec.stop_at.is_some() || spec.paths) && starts_threads(module) {
+            return Err(rewrite_err(
+                path,
+                format!(
+                    "{} of a static executable that can start threads (it has {}) are not \
+                     supported: its first thread is not known at the entry point",
+                    if spec.paths {
+                        "path profiles"
+                    } else {
+                        "--stop-at"
+                    },
+                    THREAD_STARTERS
+                        .iter()
+                        .find(|n| module.func_symbols.iter().any(|s| s.name == **n))
+                        .unwrap_or(&"a thread starter")
+                ),
+            ));
+        }
     }
     if library != (tag != 0) || tag >= MAX_MODULES {
         return Err(rewrite_err(
@@ -664,13 +686,17 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
     // and calls that can run traced code or throw (indirect, external)
     // once any procedure may.
     let may_exit_call = {
+        // A static libc's longjmp ends in an indirect jump: the CFG cannot
+        // tell that it does not return.
+        let jumps = |c: &crate::cfg::CallSite| {
+            !c.returns
+                || c.name.as_deref().is_some_and(imports::is_longjmp_like)
+                || c.target.is_some_and(|t| longjmps.contains(&t))
+        };
         let mut may: HashMap<ProcId, bool> = HashMap::new();
         for (id, p) in prog.procs.iter() {
             let m = match &p.cfg {
-                Ok(cfg) => cfg
-                    .calls
-                    .iter()
-                    .any(|c| !c.returns || c.name.as_deref().is_some_and(imports::is_longjmp_like)),
+                Ok(cfg) => cfg.calls.iter().any(jumps),
                 Err(_) => true,
             };
             may.insert(id, m);
@@ -682,7 +708,7 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
         let by_start = &by_start;
         let callback_capable = &callback_capable;
         let call_may = move |may: &HashMap<ProcId, bool>, c: &crate::cfg::CallSite| -> bool {
-            if !c.returns || c.name.as_deref().is_some_and(imports::is_longjmp_like) {
+            if jumps(c) {
                 return true;
             }
             match c.target.and_then(|t| by_start.get(&t)) {
@@ -701,8 +727,10 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
     // parent's (shared counters, docs/profile.md).
     let may_fork_call = {
         let by_start = &by_start;
+        let forks = &family.fork;
         let call_forks = move |may: &HashMap<ProcId, bool>, c: &crate::cfg::CallSite| {
             c.name.as_deref().is_some_and(imports::is_fork_like)
+                || c.target.is_some_and(|t| forks.contains(&t))
                 || c.target
                     .and_then(|t| by_start.get(&t))
                     .is_some_and(|q| may.get(q).copied().unwrap_or(false))
@@ -1240,6 +1268,8 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
     // Counting: the init code on the page after the unwind tables (or the
     // code), then the counters.
     let mut preinit = None;
+    // Counting a static executable: its new entry point (`emit_static_entry`).
+    let mut static_entry = None;
     let mut count_segments = Vec::new();
     if let Some(mut c) = counting.clone() {
         let init_vaddr = match &unwind {
@@ -1263,7 +1293,11 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
             layout.vaddr,
             layout.bytes,
             &counters::env_fd(tag),
-            stop_at.map(|_| layout.vaddr + counters::STOP_OWNER),
+            // A static executable has no TLS at its entry point: the owner
+            // stays 0 (only one thread: see the refusal above).
+            stop_at
+                .filter(|_| !module.is_static)
+                .map(|_| layout.vaddr + counters::STOP_OWNER),
         )
         .map_err(|e| rewrite_err(path, e))?;
         let mut entry = init_vaddr;
@@ -1272,8 +1306,9 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
             // counters' (which it ends by jumping to).
             layout.path_state = layout.vaddr + layout.bytes;
             let at = init_vaddr + (init_code.len() as u64).next_multiple_of(16);
-            let (bytes, ic) = pathprof::emit_init(at, layout.path_state, init_vaddr)
-                .map_err(|e| rewrite_err(path, e))?;
+            let (bytes, ic) =
+                pathprof::emit_init(at, layout.path_state, init_vaddr, !module.is_static)
+                    .map_err(|e| rewrite_err(path, e))?;
             init_code.resize((at - init_vaddr) as usize, 0xCC);
             init_code.extend_from_slice(&bytes);
             entry = at + ic.init;
@@ -1284,7 +1319,6 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                 threads: atomic,
             };
         }
-        debug_assert!(init_code.len() as u64 <= PAGE);
         c.base = layout.vaddr;
         let again = codegen::generate(&plans, &rt, code_vaddr, Some(c))
             .map_err(|e| rewrite_err(path, e))?;
@@ -1295,6 +1329,22 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
             ));
         }
         code = again;
+        if module.is_static {
+            // No preinit array: a new entry point calls `entry` first.
+            let copy = code
+                .springboards
+                .iter()
+                .find(|&&(from, _)| from == module.entry)
+                .map(|&(_, to)| to)
+                .ok_or_else(|| rewrite_err(path, "internal: no springboard at the entry point"))?;
+            let at = init_vaddr + (init_code.len() as u64).next_multiple_of(16);
+            let bytes =
+                counters::emit_static_entry(at, entry, copy).map_err(|e| rewrite_err(path, e))?;
+            init_code.resize((at - init_vaddr) as usize, 0xCC);
+            init_code.extend_from_slice(&bytes);
+            static_entry = Some(at);
+        }
+        debug_assert!(init_code.len() as u64 <= PAGE);
         preinit = Some(entry);
         count_segments.push(elfout::NewSegment {
             vaddr: init_vaddr,
@@ -1382,10 +1432,12 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
         // A library's counters are mapped by its own first constructor.
         init: preinit.filter(|_| library),
         entry: if module.is_static {
-            code.springboards
-                .iter()
-                .find(|&&(from, _)| from == module.entry)
-                .map(|&(_, to)| to)
+            static_entry.or_else(|| {
+                code.springboards
+                    .iter()
+                    .find(|&&(from, _)| from == module.entry)
+                    .map(|&(_, to)| to)
+            })
         } else {
             None
         },
