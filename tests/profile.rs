@@ -1789,6 +1789,9 @@ fn static_executables() {
     check_static(&build("nested_if.c", O2_STATIC), &[], "nested_if-static");
     let exe = build_with("calltree.c", "static-pie", &["-O2", "-static-pie"]);
     check_static(&exe, &["40"], "calltree-static-pie");
+    for f in ["setjmp.c", "exit_nested.c", "noreturn.c", "recursion.c", "qsort_callback.c", "rep_string.c", "raw_syscall.c", "computed_goto.c", "signal.c"] {
+        check_static(&build(f, O2_STATIC), &[], &format!("{f}-static"));
+    }
 }
 
 /// A program whose path depends on its own code addresses (paper 004,

@@ -847,8 +847,14 @@ fn longjmp_with_handlers(profile: &Profile) -> Option<String> {
             .flat_map(|m| m.procs.iter().map(move |p| (m.name, p)))
             .flat_map(|(m, p)| p.calls.iter().map(move |c| (m, p, c.import.as_deref())))
     };
+    // A static executable holds its libc: glibc's `profil` (linked into
+    // every static program) installs a SIGPROF handler that only counts.
+    const QUIET_HANDLERS: &[&str] = &["__profil", "profil"];
     let base = |n: &str| n.split('@').next().unwrap_or(n).to_string();
-    if !calls().any(|(_, _, i)| i.is_some_and(|n| INSTALLERS.contains(&base(n).as_str()))) {
+    if !calls().any(|(_, p, i)| {
+        i.is_some_and(|n| INSTALLERS.contains(&base(n).as_str()))
+            && !QUIET_HANDLERS.contains(&p.name.as_str())
+    }) {
         return None;
     }
     let mut jumpers: Vec<String> = calls()
