@@ -91,6 +91,12 @@ pub struct CallPlan {
     /// No buffer check at the return point: the callee is bounded
     /// (`checks`), the caller's check-free path runs on through it.
     pub unchecked_return: bool,
+    /// Counting (path profiles, `--stop-at`) a static executable: the call
+    /// is a `longjmp`, whose abandoned frames those cannot follow, so the
+    /// program ends just before it with a message naming the call (a
+    /// `setjmp` then returns only once; docs/profile.md, "Static
+    /// executables").
+    pub fatal_longjmp: bool,
 }
 
 /// Counting mode (`aetrace profile`, [`super::counters`]): counter
@@ -116,6 +122,11 @@ pub struct Counting {
 pub struct PathCode {
     pub state: super::pathprof::PathState,
     pub ops: Vec<Vec<super::pathprof::PathOp>>,
+    /// The unwinder's entry into a landing pad ends the program with a
+    /// message (a static C program's libc has cleanup pads, which only a
+    /// thread's cancellation or `pthread_exit` runs): the frames an unwind
+    /// abandons are out of the shadow stack's reach.
+    pub fatal_pads: bool,
 }
 
 /// The counters of one procedure in counting mode; edge counters are in
@@ -1086,8 +1097,17 @@ impl ProcGen<'_, '_> {
                 }
                 if let Some(l) = invoke_label {
                     self.em.bind(l);
-                    // A procedure entry: flags dead, r11 dead.
-                    let site = Site::with_scratch(r11);
+                    // A procedure entry: flags dead (no compiler keeps
+                    // them across a call), the red zone free; a scratch
+                    // register only where liveness finds one: gcc's
+                    // `-fipa-ra` lets a direct caller keep a caller-saved
+                    // register this procedure never writes (r11 too)
+                    // live across the call.
+                    let site = Site {
+                        flags_live: false,
+                        red_zone_live: false,
+                        ..self.site(p.live.live_in(cfg.entry))
+                    };
                     if let Some(n) = p.counters.as_ref().and_then(|c| c.entry) {
                         self.em.counter(n, site)?;
                     }
@@ -1167,6 +1187,18 @@ impl ProcGen<'_, '_> {
                 self.em.seq_write(SigPoint::Outside, after, |a| {
                     emit_record(a, RecordKind::Landing, Payload::Imm32(n), site)
                 })?;
+            } else if self
+                .em
+                .counting
+                .as_ref()
+                .and_then(|c| c.paths.as_ref())
+                .is_some_and(|pc| pc.fatal_pads)
+            {
+                self.fatal(format!(
+                    "aetrace: the unwinder entered {}'s landing pad at {:#x}: path profiles \
+                     cannot follow the frames an unwind abandons\n",
+                    p.name, cfg.blocks[b].start
+                ))?;
             } else if let Some(n) = p
                 .counters
                 .as_ref()
@@ -1201,6 +1233,37 @@ impl ProcGen<'_, '_> {
     }
 
     /// EXIT(edi), before the instruction the current point stands at.
+    /// Ends the program with status 125 and the message `text` (a
+    /// `longjmp` call, [`CallPlan::fatal_longjmp`]; a landing pad's entry,
+    /// [`PathCode::fatal_pads`]); any register may go.
+    fn fatal(&mut self, text: String) -> GenResult<()> {
+        let err = |e: iced_x86::IcedError| e.to_string();
+        let label = self.em.label();
+        let mov = |r: Register, v: u32| Instruction::with2(Code::Mov_r32_imm32, r, v);
+        self.em.push(
+            Instruction::with2(
+                Code::Lea_r64_m,
+                Register::RSI,
+                MemoryOperand::with_base_displ(Register::RIP, label as i64),
+            )
+            .map_err(err)?,
+        );
+        self.em
+            .push(mov(Register::EDX, text.len() as u32).map_err(err)?);
+        self.em.push(mov(Register::EAX, 1).map_err(err)?);
+        self.em.push(mov(Register::EDI, 2).map_err(err)?);
+        self.em.push(Instruction::with(Code::Syscall));
+        self.em.push(mov(Register::EAX, 231).map_err(err)?);
+        self.em.push(mov(Register::EDI, 125).map_err(err)?);
+        self.em.push(Instruction::with(Code::Syscall));
+        self.em.bind(label);
+        for chunk in text.as_bytes().chunks(16) {
+            self.em
+                .push(Instruction::with_declare_byte(chunk).map_err(err)?);
+        }
+        Ok(())
+    }
+
     fn exit_record(&mut self, site: Site) -> GenResult<()> {
         if self.em.counting.is_some() {
             return Ok(());
@@ -1368,6 +1431,14 @@ impl ProcGen<'_, '_> {
                     {
                         self.em.counter(n, before_last)?;
                     }
+                }
+                if cp.fatal_longjmp && self.em.counting.is_some() {
+                    self.fatal(format!(
+                        "aetrace: {} calls longjmp at {:#x}: path profiles and --stop-at cannot \
+                         follow the frames it abandons\n",
+                        p.name,
+                        last.ip()
+                    ))?;
                 }
                 if let Some(kind) = cp.jmpbuf.filter(|_| self.em.counting.is_none()) {
                     self.em.seq_write(before, before, |a| {

@@ -586,6 +586,7 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
             && (c.target.is_some_and(|t| setjmps.contains(&t))
                 || c.name.as_deref().is_some_and(imports::is_setjmp_like))
     };
+    let mut family_procs: HashSet<ProcId> = HashSet::new();
     if module.is_static {
         let mut work: Vec<u64> = setjmps
             .iter()
@@ -593,12 +594,11 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
             .chain(&family.fork)
             .copied()
             .collect();
-        let mut seen = std::collections::HashSet::new();
         while let Some(a) = work.pop() {
             let Some(&id) = by_start.get(&a) else {
                 continue;
             };
-            if !seen.insert(id) {
+            if !family_procs.insert(id) {
                 continue;
             }
             reasons.entry(id).or_insert_with(|| {
@@ -766,6 +766,58 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
         paths: vec![None; prog.procs.len()],
         ..CountLayout::default()
     };
+    // Path profiles and `--stop-at` cannot follow frames a `longjmp`
+    // abandons. A static libc calls setjmp in its startup code
+    // (`__libc_start_call_main`, for a `pthread_exit` of the main thread)
+    // and setjmp/longjmp on its error paths (`_dl_catch_exception`), so
+    // every static glibc program has such calls: there, each call to the
+    // longjmp family from counted code ends the program with a message
+    // instead (`CallPlan::fatal_longjmp`), so that every setjmp returns
+    // once. A longjmp by a tail jump, or from a procedure left alone
+    // (outside the family, which runs untraced with what it calls), could
+    // not be stopped: refused.
+    let to_longjmp = |c: &crate::cfg::CallSite| {
+        c.target.is_some_and(|t| longjmps.contains(&t))
+            || c.name.as_deref().is_some_and(imports::is_longjmp_like)
+    };
+    let fatal_longjmps =
+        module.is_static && matches!(how, How::Count(s) if s.paths || s.stop_at.is_some());
+    if fatal_longjmps {
+        for (id, p) in prog.procs.iter() {
+            let Ok(cfg) = p.cfg.as_ref() else { continue };
+            let untraced = !traced(id, &reasons) && !family_procs.contains(&id);
+            if let Some(c) = cfg
+                .calls
+                .iter()
+                .find(|c| to_longjmp(c) && (c.tail || untraced))
+            {
+                return Err(rewrite_err(
+                    path,
+                    format!(
+                        "path profiles and --stop-at cannot follow a longjmp: procedure {} ({}) \
+                         {} longjmp at {:#x}",
+                        p.name,
+                        if untraced { "left alone" } else { "counted" },
+                        if c.tail { "tail-jumps to" } else { "calls" },
+                        cfg.blocks[c.block].last_insn()
+                    ),
+                ));
+            }
+        }
+    }
+    // A static C program's libc has cleanup landing pads (for a thread's
+    // cancellation): their entry is made fatal (`PathCode::fatal_pads`).
+    // A program that throws C++ exceptions could catch one in a procedure
+    // left alone, past frames without pads: refused below.
+    let fatal_pads = module.is_static
+        && matches!(how, How::Count(s) if s.paths)
+        && !module.func_symbols.iter().any(|s| s.name == "__cxa_throw");
+    let vforks: Vec<u64> = module
+        .func_symbols
+        .iter()
+        .filter(|s| module.is_static && matches!(s.name.as_str(), "vfork" | "__vfork"))
+        .map(|s| s.addr)
+        .collect();
     if matches!(how, How::Count(s) if s.paths) {
         // The shadow stacks must follow the machine stacks (`pathprof`).
         for (id, p) in prog.procs.iter() {
@@ -774,21 +826,22 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                 continue;
             }
             let jumps = cfg.calls.iter().find(|c| {
-                c.target
-                    .is_some_and(|t| setjmps.contains(&t) || longjmps.contains(&t))
-                    || c.name
-                        .as_deref()
-                        .is_some_and(|n| imports::is_setjmp_like(n) || imports::is_longjmp_like(n))
+                !fatal_longjmps
+                    && (c.target.is_some_and(|t| setjmps.contains(&t))
+                        || c.name.as_deref().is_some_and(imports::is_setjmp_like)
+                        || to_longjmp(c))
             });
             // A vfork child runs in its parent's memory: its pops would
             // be the parent's.
             let vfork = cfg.calls.iter().find(|c| {
-                c.name
-                    .as_deref()
-                    .is_some_and(|n| n.split('@').next() == Some("vfork"))
+                c.target.is_some_and(|t| vforks.contains(&t))
+                    || c.name
+                        .as_deref()
+                        .is_some_and(|n| n.split('@').next() == Some("vfork"))
             });
             let at = |c: &crate::cfg::CallSite| cfg.blocks[c.block].last_insn();
-            let why = match (jumps, vfork, p.landing_pads.first()) {
+            let pad = p.landing_pads.first().filter(|_| !fatal_pads);
+            let why = match (jumps, vfork, pad) {
                 (Some(c), _, _) => format!(
                     "abandon frames: procedure {} calls setjmp/longjmp at {:#x}",
                     p.name,
@@ -1038,6 +1091,9 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                 exit_record,
                 syscall_exit: syscall,
                 fork: !c.tail && (to_fork || name.is_some_and(imports::is_fork_like)),
+                fatal_longjmp: fatal_longjmps
+                    && !c.tail
+                    && (to_longjmp || name.is_some_and(imports::is_longjmp_like)),
                 jmpbuf: match name {
                     _ if setjmp_call(c) => Some(aetrace_runtime::RecordKind::Setjmp),
                     _ if !c.tail && to_longjmp => Some(aetrace_runtime::RecordKind::Longjmp),
@@ -1074,7 +1130,7 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
         // pad adds `R0 -> pad`'s increment: exact. A `setjmp` call's query
         // increment would be taken back once more at each of its returns
         // through `longjmp`.
-        if stop_at.is_some() && calls.iter().any(|c| c.jmpbuf.is_some()) {
+        if stop_at.is_some() && !fatal_longjmps && calls.iter().any(|c| c.jmpbuf.is_some()) {
             return Err(rewrite_err(
                 path,
                 format!(
@@ -1225,6 +1281,7 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                 Vec::new()
             },
             paths: spec.paths.then(|| codegen::PathCode {
+                fatal_pads,
                 state: pathprof::PathState {
                     threads: atomic,
                     ..pathprof::PathState::default()

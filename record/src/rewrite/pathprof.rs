@@ -47,8 +47,9 @@
 //! of our test programs and gzip.
 //!
 //! Invariants: each operation list is non-empty; `Enter` appears only at
-//! an invocation label (r11 and the flags are dead there, and the stack
-//! below `rsp` is free); a procedure's counters are
+//! an invocation label (the flags are dead there and the stack below
+//! `rsp` is free, but not r11: direct callers may keep it live under
+//! gcc's `-fipa-ra`); a procedure's counters are
 //! `[first, first + num_paths)`.
 
 use aetrace_graph::paths::{number_paths, PathNumbering};
@@ -327,22 +328,33 @@ pub fn emit(ops: &[PathOp], st: &PathState, site: Site) -> Res<Vec<Instruction>>
             ]);
         }
         [PathOp::Enter { word }] => {
-            // At the invocation label: r11 and the flags are dead, the
-            // stack below rsp is free.
-            let r11 = Register::R11;
-            let mem11 = MemoryOperand::with_base_displ_size(r11, 0, 8);
-            return Ok(vec![
-                Instruction::with2(Code::Mov_r64_rm64, r11, gs(OFF_SP)).map_err(err)?,
-                Instruction::with2(Code::Lea_r64_m, r11, MemoryOperand::with_base_displ(r11, 8))
+            // At the invocation label: the flags are dead, the stack below
+            // rsp is free; `site.scratch` is dead, else r11 is kept at
+            // [rsp-16] (with `-fipa-ra` a caller may hold a value in it
+            // across the call).
+            let r = site.scratch.map_or(Register::R11, Into::into);
+            let saved = MemoryOperand::with_base_displ_size(Register::RSP, -16, 8);
+            let mem = MemoryOperand::with_base_displ_size(r, 0, 8);
+            let mut v = Vec::new();
+            if site.scratch.is_none() {
+                v.push(Instruction::with2(Code::Mov_rm64_r64, saved, r).map_err(err)?);
+            }
+            v.extend([
+                Instruction::with2(Code::Mov_r64_rm64, r, gs(OFF_SP)).map_err(err)?,
+                Instruction::with2(Code::Lea_r64_m, r, MemoryOperand::with_base_displ(r, 8))
                     .map_err(err)?,
-                Instruction::with2(Code::Cmp_r64_rm64, r11, gs(OFF_LIMIT)).map_err(err)?,
+                Instruction::with2(Code::Cmp_r64_rm64, r, gs(OFF_LIMIT)).map_err(err)?,
                 Instruction::with_branch(Code::Jae_rel32_64, st.overflow).map_err(err)?,
-                Instruction::with2(Code::Mov_rm64_r64, gs(OFF_SP), r11).map_err(err)?,
+                Instruction::with2(Code::Mov_rm64_r64, gs(OFF_SP), r).map_err(err)?,
                 Instruction::with1(Code::Push_rm64, gs(OFF_R)).map_err(err)?,
-                Instruction::with1(Code::Pop_rm64, mem11).map_err(err)?,
-                Instruction::with2(Code::Lea_r64_m, r11, rip(word_addr(st, *word))).map_err(err)?,
-                Instruction::with2(Code::Mov_rm64_r64, gs(OFF_R), r11).map_err(err)?,
+                Instruction::with1(Code::Pop_rm64, mem).map_err(err)?,
+                Instruction::with2(Code::Lea_r64_m, r, rip(word_addr(st, *word))).map_err(err)?,
+                Instruction::with2(Code::Mov_rm64_r64, gs(OFF_R), r).map_err(err)?,
             ]);
+            if site.scratch.is_none() {
+                v.push(Instruction::with2(Code::Mov_r64_rm64, r, saved).map_err(err)?);
+            }
+            return Ok(v);
         }
         _ => {}
     }
