@@ -1512,7 +1512,8 @@ impl ProcGen<'_, '_> {
                     .find(|&e| cfg.edges[e].kind == EdgeKind::FallThrough);
                 let mut insn = last;
                 let dest = self.retarget(target);
-                match taken {
+                // Where the branch goes, and the point once it went there.
+                let (t, taken_point) = match taken {
                     Some(e) if wit(e).is_some() => {
                         let to = cfg.edges[e].to;
                         let live = p.live.live_on_edge(cfg, e);
@@ -1530,17 +1531,48 @@ impl ProcGen<'_, '_> {
                                 self.labels[to.index()]
                             },
                         });
-                        insn.set_near_branch64(label);
-                        self.em.origin.push((self.em.out.len(), last.ip()));
-                        self.em.copy_len = last.len() as u8;
-                        self.em.push(insn);
+                        let point = SigPoint::Witness {
+                            edge: e.index() as u32,
+                        };
+                        (label, point)
                     }
-                    _ => {
-                        insn.set_near_branch64(dest);
-                        self.em.origin.push((self.em.out.len(), last.ip()));
-                        self.em.copy_len = last.len() as u8;
-                        self.em.push(insn);
-                    }
+                    _ => (dest, taken.map_or(before, |e| self.after_edge(e, target))),
+                };
+                // `jrcxz` and `loop*` reach 127 bytes only, which
+                // instrumentation between them and their target can exceed
+                // (glibc's `__mpn_sub_n` under `--stop-at`): they jump to a
+                // `jmp` right after them instead.
+                let short_only = matches!(
+                    insn.code(),
+                    Code::Jrcxz_rel8_64
+                        | Code::Jecxz_rel8_64
+                        | Code::Loop_rel8_64_RCX
+                        | Code::Loop_rel8_64_ECX
+                        | Code::Loope_rel8_64_RCX
+                        | Code::Loope_rel8_64_ECX
+                        | Code::Loopne_rel8_64_RCX
+                        | Code::Loopne_rel8_64_ECX
+                );
+                let near = short_only.then(|| self.em.label());
+                insn.set_near_branch64(near.unwrap_or(t));
+                self.em.origin.push((self.em.out.len(), last.ip()));
+                self.em.copy_len = last.len() as u8;
+                self.em.push(insn);
+                if let Some(near) = near {
+                    let over = self.em.label();
+                    self.em.point = match fall {
+                        Some(e) if wit(e).is_some() => SigPoint::Witness {
+                            edge: e.index() as u32,
+                        },
+                        Some(e) => self.after_edge(e, blk.end),
+                        None => before,
+                    };
+                    self.em.jmp(over)?;
+                    self.em.bind(near);
+                    self.em.point = taken_point;
+                    self.em.jmp(t)?;
+                    self.em.bind(over);
+                    self.em.point = before;
                 }
                 if let Some(e) = fall {
                     let to = cfg.edges[e].to;

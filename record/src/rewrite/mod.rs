@@ -856,7 +856,18 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                     "abandon frames: procedure {} has a C++ landing pad at {pad:#x}",
                     p.name
                 ),
-                (None, None, None) => continue,
+                // Each process takes back the paths its inherited frames
+                // counted as active once (shared counters): measured, a
+                // fork caller's active path at -1.
+                (None, None, None) => match cfg.calls.iter().find(|c| may_fork_call(c)) {
+                    Some(c) => format!(
+                        "fork: procedure {} calls a fork at {:#x} (each process would take \
+                         back the active paths of the frames it inherits)",
+                        p.name,
+                        at(c)
+                    ),
+                    None => continue,
+                },
             };
             return Err(rewrite_err(
                 path,
