@@ -36,7 +36,8 @@
 //!
 //! Counters are 8-byte words in a page-aligned RW segment of the rewritten
 //! module; the module's first-run entry ([`emit_init`]: the executable's
-//! preinit, a library's first constructor) maps the recorder's memfd (one
+//! preinit, a library's first constructor, called by a new entry point in
+//! a static executable, [`emit_static_entry`]) maps the recorder's memfd (one
 //! per module) over it (`MAP_SHARED|MAP_FIXED`) so that the counts survive
 //! SIGKILL and are shared with fork children. An increment is one
 //! instruction, `add qword [rip+c], 1`, with a `lock` prefix when the program
@@ -59,7 +60,8 @@
 //! (docs/profile.md, "Stopping at the N-th event"). Exact across C++
 //! exceptions (a throw leaves frames only at calls with a virtual exit
 //! edge, whose query increment is 0; a landing pad's entry adds
-//! `R0 -> pad`'s increment); not with `longjmp` (refused at rewrite time),
+//! `R0 -> pad`'s increment); not with `longjmp` (refused at rewrite time;
+//! in a static executable a longjmp call ends the program instead),
 //! signal handlers or a second thread in traced code (the program ends
 //! with status 125 when one enters it).
 //!
