@@ -1520,8 +1520,8 @@ fn dlopen_executable_only() {
 }
 
 /// What cannot be exact is said: a signal handler that `siglongjmp`s out
-/// of a fault abandons the faulting frame inside a block (the profile
-/// warns, naming the handler, and keeps the note).
+/// of a fault, or calls `exit`, abandons the frame it interrupted inside a
+/// block (the profile warns, naming the handler, and keeps the note).
 #[test]
 fn inexact_programs_are_named() {
     for v in [O2_PIE, O0_NOPIE] {
@@ -1538,6 +1538,18 @@ fn inexact_programs_are_named() {
         let notes = section(&prof, None)["notes"].to_string();
         assert!(notes.contains("on_fault"), "{notes}");
     }
+    // A timer's handler that calls `exit` abandons main mid-block (its
+    // output, the iterations, differs from run to run).
+    let exe = build("signal_exit.c", O2_PIE);
+    let (stdout, stderr, status, prof) = profile_raw(&exe, &[], "signal_exit", &[]);
+    assert!(stdout.starts_with("iters="), "{stdout}");
+    assert_eq!(status, Some(7), "{stderr}");
+    assert!(
+        stderr.contains("aetrace: warning: counts may be inexact: signal handlers may end the process without returning: on_alarm (signal_exit-O2-pie), installed by main"),
+        "{stderr}"
+    );
+    let notes = section(&prof, None)["notes"].to_string();
+    assert!(notes.contains("on_alarm"), "{notes}");
 }
 
 const O2_STATIC: Variant = Variant::new(Opt::O2, Link::Static, false);
