@@ -472,6 +472,27 @@ fn static_executable() {
         prof.paths.keys().any(|k| k.0 == "__libc_start_call_main"),
         "no libc paths"
     );
+    // Threads: the first thread is not known at a static program's entry
+    // point (no TLS yet), so its path registers could not be told apart.
+    let exe = common::scratch("paths").join("threads-static");
+    common::build::run_checked(
+        Command::new("gcc")
+            .args(["-O2", "-static", "-pthread", "-o"])
+            .arg(&exe)
+            .arg(common::repo_root().join("traces").join("threads.c")),
+        "gcc -static threads.c",
+    );
+    let out = Command::new(common::aetrace())
+        .args(["paths", "--"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        out.stdout.is_empty() && err.contains("static executable that can start threads"),
+        "{err}"
+    );
 }
 
 /// [`check`] restricted to the procedures `nm -l` places in `traces/`,

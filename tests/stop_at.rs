@@ -543,6 +543,28 @@ fn static_executables() {
         err.contains("calls longjmp at") && err.contains("cannot follow the frames it abandons"),
         "{err}"
     );
+    // The first thread is not known at a static program's entry point
+    // (no TLS yet): refused before running.
+    let exe = common::scratch("stop_at").join("threads-static");
+    run_checked(
+        Command::new("gcc")
+            .args(["-O2", "-static", "-pthread", "-o"])
+            .arg(&exe)
+            .arg(common::repo_root().join("traces").join("threads.c")),
+        "gcc -static threads.c",
+    );
+    let out = Command::new(common::aetrace())
+        .args(["count", "--stop-at", "10", "--"])
+        .arg(&exe)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        out.stdout.is_empty() && err.contains("static executable that can start threads"),
+        "{err}"
+    );
 }
 
 #[test]

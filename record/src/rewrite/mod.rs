@@ -453,8 +453,8 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
             return Err(rewrite_err(
                 path,
                 format!(
-                    "{} of a static executable that can start threads (it has {}) are not \
-                     supported: its first thread is not known at the entry point",
+                    "{} of a static executable that can start threads (it has {}): not \
+                     supported, its first thread is not known at the entry point",
                     if spec.paths {
                         "path profiles"
                     } else {
