@@ -1649,7 +1649,8 @@ fn check_static(exe: &Path, args: &[&str], tag: &str) -> PathBuf {
     common::singlestep::restore_original_code(exe, &inst);
     let mut stepped_env = env.clone();
     stepped_env.push(("_ETRACE_COUNTERS_FD".to_string(), var.to_string()));
-    let stepped = common::singlestep::run(&inst, Some(exe), args, &stepped_env);
+    // A program that forks: every process, as the shared counters sum them.
+    let (stepped, children) = common::singlestep::run_tree(&inst, Some(exe), args, &stepped_env);
     assert_eq!(
         String::from_utf8_lossy(&profiled.stdout),
         String::from_utf8_lossy(&stepped.stdout),
@@ -1670,23 +1671,27 @@ fn check_static(exe: &Path, args: &[&str], tag: &str) -> PathBuf {
     let elf = Elf::read(exe);
     let entry = u64::from_le_bytes(elf.bytes[0x18..0x20].try_into().unwrap());
     let bias = stepped.rips[0] - entry;
-    // Link-time addresses, a `rep` instruction once per execution.
-    let mut rips = Vec::with_capacity(stepped.rips.len());
-    for &r in &stepped.rips {
-        let a = r - bias;
-        if rips.last() != Some(&a) || !elf.is_rep(a) {
-            rips.push(a);
-        }
-    }
     let mut ir: HashMap<u64, u64> = HashMap::new();
     let mut taken: HashMap<u64, u64> = HashMap::new();
-    for (i, &a) in rips.iter().enumerate() {
-        *ir.entry(a).or_default() += 1;
-        if let (Some((target, next)), Some(&b)) = (conditional_jump(&elf, a), rips.get(i + 1)) {
-            if b == target && target != next {
-                *taken.entry(a).or_default() += 1;
+    let mut stepped_total = 0;
+    for stream in std::iter::once(&stepped.rips).chain(&children) {
+        // Link-time addresses, a `rep` instruction once per execution.
+        let mut rips = Vec::with_capacity(stream.len());
+        for &r in stream {
+            let a = r - bias;
+            if rips.last() != Some(&a) || !elf.is_rep(a) {
+                rips.push(a);
             }
         }
+        for (i, &a) in rips.iter().enumerate() {
+            *ir.entry(a).or_default() += 1;
+            if let (Some((target, next)), Some(&b)) = (conditional_jump(&elf, a), rips.get(i + 1)) {
+                if b == target && target != next {
+                    *taken.entry(a).or_default() += 1;
+                }
+            }
+        }
+        stepped_total += rips.len() as u64;
     }
     let mut diffs = Vec::new();
     let mut uncounted = 0u64;
@@ -1722,7 +1727,7 @@ fn check_static(exe: &Path, args: &[&str], tag: &str) -> PathBuf {
     );
     assert_eq!(
         counted + uncounted,
-        rips.len() as u64,
+        stepped_total,
         "{tag}: instruction totals"
     );
     let mut jdiffs = Vec::new();
@@ -1751,8 +1756,8 @@ fn check_static(exe: &Path, args: &[&str], tag: &str) -> PathBuf {
         jdiffs.join("\n")
     );
     eprintln!(
-        "{tag}: {} instructions stepped, {counted} counted, {uncounted} in {} procedures left alone; {} conditional jumps in counted procedures",
-        rips.len(),
+        "{tag}: {stepped_total} instructions stepped in {} process(es), {counted} counted, {uncounted} in {} procedures left alone; {} conditional jumps in counted procedures",
+        1 + children.len(),
         ours.left_alone.len(),
         ours.taken.len()
     );
@@ -1801,7 +1806,20 @@ fn static_executables() {
     check_static(&build("nested_if.c", O2_STATIC), &[], "nested_if-static");
     let exe = build_with("calltree.c", "static-pie", &["-O2", "-static-pie"]);
     check_static(&exe, &["40"], "calltree-static-pie");
-    for f in ["setjmp.c", "exit_nested.c", "noreturn.c", "recursion.c", "qsort_callback.c", "rep_string.c", "raw_syscall.c", "computed_goto.c", "signal.c"] {
+    for f in [
+        "fork.c",
+        "vfork.c",
+        "fork_helper.c",
+        "setjmp.c",
+        "exit_nested.c",
+        "noreturn.c",
+        "recursion.c",
+        "qsort_callback.c",
+        "rep_string.c",
+        "raw_syscall.c",
+        "computed_goto.c",
+        "signal.c",
+    ] {
         check_static(&build(f, O2_STATIC), &[], &format!("{f}-static"));
     }
 }
