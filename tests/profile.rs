@@ -1619,7 +1619,8 @@ fn check_static(exe: &Path, args: &[&str], tag: &str) -> PathBuf {
         common::aetrace_fixed(&a, &env)
     };
     let prof = dir.join(format!("{tag}.aprof"));
-    let profiled = run(&["profile"], &prof);
+    let cg = dir.join(format!("{tag}.aetrace.cg"));
+    let profiled = run(&["profile", "--callgrind", cg.to_str().unwrap()], &prof);
     // The variable as the profiled program sees it.
     let shown = common::aetrace_fixed(
         &[
@@ -1761,6 +1762,40 @@ fn check_static(exe: &Path, args: &[&str], tag: &str) -> PathBuf {
         ours.left_alone.len(),
         ours.taken.len()
     );
+    // callgrind_annotate reads our callgrind output: per function, the
+    // stepped run's instructions in that procedure (same-named ones
+    // summed, as it sums them).
+    let mut per_proc: HashMap<String, u64> = HashMap::new();
+    for (a, &n) in &ir {
+        if let Some(p) = ours.proc_of.get(a) {
+            *per_proc.entry(p.clone()).or_default() += n;
+        }
+    }
+    per_proc.retain(|_, n| *n > 0);
+    let module = exe.file_name().unwrap().to_str().unwrap();
+    let annotated = demangled(callgrind::annotate(&cg, module));
+    let mut adiffs: Vec<String> = per_proc
+        .iter()
+        .filter(|(f, n)| annotated.get(*f) != Some(n))
+        .map(|(f, n)| {
+            format!(
+                "{f}: stepped {n}, callgrind_annotate {:?}",
+                annotated.get(f)
+            )
+        })
+        .chain(
+            annotated
+                .iter()
+                .filter(|(f, _)| !per_proc.contains_key(*f))
+                .map(|(f, n)| format!("{f}: callgrind_annotate {n}, not stepped")),
+        )
+        .collect();
+    adiffs.sort();
+    assert!(
+        adiffs.is_empty(),
+        "{tag}: callgrind_annotate's totals differ:\n{}",
+        adiffs.join("\n")
+    );
     for (event, want) in [
         ("insns", counted),
         ("blocks", ours.blocks),
@@ -1812,8 +1847,6 @@ fn static_executables() {
         "fork_helper.c",
         "setjmp.c",
         "exit_nested.c",
-        "noreturn.c",
-        "recursion.c",
         "qsort_callback.c",
         "rep_string.c",
         "raw_syscall.c",
