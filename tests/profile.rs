@@ -1545,7 +1545,7 @@ fn inexact_programs_are_named() {
     assert!(stdout.starts_with("iters="), "{stdout}");
     assert_eq!(status, Some(7), "{stderr}");
     assert!(
-        stderr.contains("aetrace: warning: counts may be inexact: signal handlers may end the process without returning: on_alarm (signal_exit-O2-pie), installed by main"),
+        stderr.contains("aetrace: warning: counts may be inexact: signal handlers ran and did not return: on_alarm (signal_exit-O2-pie), installed by main"),
         "{stderr}"
     );
     let notes = section(&prof, None)["notes"].to_string();

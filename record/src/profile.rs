@@ -849,8 +849,11 @@ fn installs_handlers(p: &ProcProfile, import: Option<&str>) -> bool {
 /// counted procedures whose address a procedure calling `sigaction`,
 /// `signal`, ... takes (`lea` of a RIP-relative address, or an immediate)
 /// in its code; one may not return when it or a procedure it calls
-/// directly has an edge that does not return. A handler installed
-/// elsewhere (its address passed through data) or left alone is not seen.
+/// directly has an edge that does not return, and the note is made when
+/// in this run it did not (it ran a call that does not return, or its
+/// frame was left active at a call): most programs' cleanup handlers
+/// (gzip's, sort's) never run. A handler installed elsewhere (its address
+/// passed through data) or left alone is not seen.
 fn exiting_handlers(profile: &Profile) -> Option<String> {
     use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind};
     let mut found = Vec::new();
@@ -928,7 +931,24 @@ fn exiting_handlers(profile: &Profile) -> Option<String> {
             }
             handlers.sort_unstable();
             handlers.dedup();
-            for h in handlers.into_iter().filter(|&h| noret[h]) {
+            // In this run: it was entered and left by a call that does not
+            // return (its block ran, or its frame was left active at a
+            // call); counts not recovered cannot say.
+            let did_not_return = |q: &ProcProfile| match &q.counts {
+                None => q.error.is_some(),
+                Some(c) => {
+                    c.invocations > 0
+                        && (c.active.iter().any(|&(_, n)| n > 0)
+                            || q.edges.iter().any(|e| {
+                                (e.2 == "noreturn" || e.2 == "halt")
+                                    && c.blocks.get(e.0 as usize).is_some_and(|&n| n > 0)
+                            }))
+                }
+            };
+            for h in handlers
+                .into_iter()
+                .filter(|&h| noret[h] && did_not_return(&m.procs[h]))
+            {
                 found.push(format!(
                     "{} ({}), installed by {}",
                     m.procs[h].name, m.name, p.name
@@ -939,7 +959,7 @@ fn exiting_handlers(profile: &Profile) -> Option<String> {
     found.dedup();
     (!found.is_empty()).then(|| {
         format!(
-            "counts may be inexact: signal handlers may end the process without returning: {}; a handler that does not return abandons the frame it interrupted inside a block, which no edge count describes",
+            "counts may be inexact: signal handlers ran and did not return: {}; a handler that does not return abandons the frame it interrupted inside a block, which no edge count describes",
             found.join(", ")
         )
     })

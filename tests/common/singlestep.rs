@@ -91,20 +91,33 @@ fn step(
     // Per process: its stream (index 0: the first process).
     let mut streams: Vec<Vec<u64>> = vec![Vec::new()];
     let mut index: std::collections::HashMap<libc::pid_t, usize> = [(pid, 0)].into();
-    let mut live = 1;
+    // The tracees not yet ended. Each is waited for by its id: a
+    // `waitpid(-1)` would also reap the children other tests of this
+    // process spawn.
+    let mut alive: Vec<libc::pid_t> = vec![pid];
     let mut st = 0;
     let mut status = None;
     // The first stop is the exec's SIGTRAP, at the entry point; a forked
     // child's is a SIGSTOP before its first instruction.
     let mut started = false;
-    while live > 0 {
-        // SAFETY: waiting for our own traced children.
-        let t = unsafe { libc::waitpid(if follow { -1 } else { pid }, &mut st, libc::__WALL) };
+    while !alive.is_empty() {
+        let t = loop {
+            // SAFETY: waiting for our own tracees.
+            if !follow {
+                break unsafe { libc::waitpid(pid, &mut st, libc::__WALL) };
+            }
+            let ready = alive.iter().find_map(|&q| {
+                let r = unsafe { libc::waitpid(q, &mut st, libc::__WALL | libc::WNOHANG) };
+                (r != 0).then_some(r)
+            });
+            match ready {
+                Some(r) => break r,
+                None => std::thread::yield_now(),
+            }
+        };
         assert!(t > 0, "waitpid: {}", std::io::Error::last_os_error());
         if libc::WIFEXITED(st) || libc::WIFSIGNALED(st) {
-            if index.contains_key(&t) {
-                live -= 1;
-            }
+            alive.retain(|&q| q != t);
             if t == pid {
                 status = Some(if libc::WIFEXITED(st) {
                     libc::WEXITSTATUS(st)
@@ -117,12 +130,6 @@ fn step(
         assert!(libc::WIFSTOPPED(st));
         let stop = libc::WSTOPSIG(st);
         let event = st >> 16;
-        if !index.contains_key(&t) {
-            // A child reported before its parent's fork event.
-            index.insert(t, streams.len());
-            streams.push(Vec::new());
-            live += 1;
-        }
         let k = index[&t];
         let mut sig = 0;
         if follow && !started && t == pid {
@@ -145,7 +152,7 @@ fn step(
             if !index.contains_key(&new) {
                 index.insert(new, streams.len());
                 streams.push(Vec::new());
-                live += 1;
+                alive.push(new);
             }
         } else if streams[k].is_empty() && (t != pid || stop == libc::SIGTRAP) {
             // Its first stop: the instruction about to run.
