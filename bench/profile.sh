@@ -43,8 +43,7 @@ open(f"{work}/text-2m", "w").write("".join(out)[:2_000_000])
 open(f"{work}/lines-100k", "w").write("".join(f"{rng.randrange(10**9)}\n" for _ in range(100_000)))
 PY
 
-# name|--libs of the edge profiles|command. Path profiles cover the
-# executable only: the +lib rows have none.
+# name|--libs of the profiles|command.
 WORKLOADS=(
     "gzip 2MB|none|/usr/bin/gzip -c text-2m"
     "gzip -d 2MB|none|/usr/bin/gzip -dc text-2m.gz"
@@ -84,13 +83,14 @@ print(f'{min(r["run_seconds"] for r in runs):.4f} {runs[0]["increments"]}')
 PY
     cp "$out.0" "$out"
 }
-# The same for `aetrace paths`: "seconds increments", or "- -" when the
-# program is refused (the reason goes to stderr).
+# The same for `aetrace paths` (its arguments: the profile, --libs, the
+# command): "seconds increments", or "- -" when the program is refused
+# (the reason goes to stderr).
 paths() {
-    local out=$1 i
-    shift
+    local out=$1 libs=$2 i
+    shift 2
     for ((i = 0; i < REPS; i++)); do
-        if ! "$AETRACE" paths -o "$out.$i" --report /dev/null -- "$@" >/dev/null 2>"$out.err"; then
+        if ! "$AETRACE" paths -o "$out.$i" --report /dev/null --libs "$libs" -- "$@" >/dev/null 2>"$out.err"; then
             sed 's/^/  paths refused: /' "$out.err" >&2
             echo "- -"
             return
@@ -117,11 +117,7 @@ for w in "${WORKLOADS[@]}"; do
     read -r s si <<<"$(profiled slow.aprof --libs "$libs" --placement every-block -- "${cmd[@]}")"
     read -r q qi <<<"$(profiled quick.aprof --libs "$libs" -- "${cmd[@]}")"
     read -r f fi <<<"$(profiled feedback.aprof --libs "$libs" --weights quick.aprof -- "${cmd[@]}")"
-    if [ "$libs" = none ]; then
-        read -r p pi <<<"$(paths run.apath "${cmd[@]}")"
-    else
-        p=- pi=-
-    fi
+    read -r p pi <<<"$(paths run.apath "$libs" "${cmd[@]}")"
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$n" "$s" "$si" "$q" "$qi" "$f" "$fi" "$p" "$pi" >>"$RESULTS"
 done
 
@@ -146,8 +142,6 @@ print("Path profiling (paper 001): seconds (best run), overhead over native, cou
 print(f"{'workload':18} {'native':>7} {'quick':>7} {'ovh':>6} {'paths':>7} {'ovh':>6} {'quick incs':>11} {'path incs':>11} {'p/q ovh':>8}")
 for r in rows:
     name, n, q, qi = r[0], float(r[1]), float(r[4]), int(r[5])
-    if "+lib" in name:
-        continue  # paths profile the executable only
     if r[8] == "-":
         print(f"{name:18} {n:7.4f} {q:7.4f} {100 * (q / n - 1):5.0f}%  refused")
         continue

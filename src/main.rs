@@ -4,7 +4,8 @@
 //! subcommand's work lives in one of the workspace crates.
 //!
 //! Exit codes:
-//! - `0`: success.
+//! - `0`: success (also when `regen`'s pipe reader stopped early, as in
+//!   `aetrace regen TRACE | head`).
 //! - `1`: the input was refused or the work failed (the one-line message on
 //!   stderr says why).
 //! - `2`: the command line itself was wrong (clap's usage error).
@@ -139,6 +140,10 @@ enum Command {
         /// Write the report here instead of stderr.
         #[arg(long)]
         report: Option<PathBuf>,
+        /// Shared libraries to profile too: `none`, `all` (but glibc's) or
+        /// DT_NEEDED names such as `libbz2.so.1.0`, comma-separated.
+        #[arg(long, default_value = "none")]
+        libs: String,
         /// The program and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<OsString>,
@@ -372,13 +377,19 @@ fn main() -> ExitCode {
             top,
             json,
             report,
+            libs,
             mut command,
         } => {
+            let libs = match libs_arg(&libs) {
+                Ok(l) => l,
+                Err(code) => return code,
+            };
             let opts = aetrace_record::paths::PathsOptions {
                 output,
                 top,
                 json,
                 report,
+                libs,
                 program: PathBuf::from(command.remove(0)),
                 args: command,
             };

@@ -47,15 +47,44 @@ type Key = (String, String, Vec<u64>, String);
 struct Profile {
     procs: Vec<Proc>,
     paths: BTreeMap<Key, u64>,
+    /// The `--libs` sections: DT_NEEDED name, file, procedures, paths.
+    libs: Vec<(String, PathBuf, Vec<Proc>, BTreeMap<Key, u64>)>,
     json: serde_json::Value,
 }
 
 fn read_profile(path: &Path) -> Profile {
     let v: serde_json::Value =
         serde_json::from_slice(&std::fs::read(path).expect("path profile")).expect("JSON");
+    let (procs, paths) = read_section(&v["procs"]);
+    let libs = v["libs"]
+        .as_array()
+        .map(|ls| {
+            ls.iter()
+                .map(|l| {
+                    let (procs, paths) = read_section(&l["procs"]);
+                    (
+                        l["name"].as_str().unwrap().to_string(),
+                        PathBuf::from(l["path"].as_str().unwrap()),
+                        procs,
+                        paths,
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Profile {
+        procs,
+        paths,
+        libs,
+        json: v,
+    }
+}
+
+/// One module's procedures and paths.
+fn read_section(section: &serde_json::Value) -> (Vec<Proc>, BTreeMap<Key, u64>) {
     let mut procs = Vec::new();
     let mut paths = BTreeMap::new();
-    for p in v["procs"].as_array().unwrap() {
+    for p in section.as_array().unwrap() {
         let mode = p["mode"].as_str().unwrap().to_string();
         if mode.is_empty() {
             continue; // left alone: untraced code, like a library
@@ -118,11 +147,7 @@ fn read_profile(path: &Path) -> Profile {
             back,
         });
     }
-    Profile {
-        procs,
-        paths,
-        json: v,
-    }
+    (procs, paths)
 }
 
 /// One activation of the oracle's stack.
@@ -227,18 +252,22 @@ fn oracle(procs: &[Proc], seqs: &[Vec<u64>], elf: &Elf) -> BTreeMap<Key, u64> {
     out
 }
 
-/// Runs `aetrace paths` on `exe args`; checks stdout and status against
-/// the native run; returns the profile file.
-fn run_paths(exe: &Path, args: &[&str], tag: &str) -> PathBuf {
+/// Runs `aetrace paths [--libs L] -- exe args`; checks stdout and status
+/// against the native run; returns the profile file.
+fn run_paths(exe: &Path, args: &[&str], tag: &str, libs: &[&str]) -> PathBuf {
     let file = common::scratch("paths").join(format!("{tag}.apath"));
     let report = common::scratch("paths").join(format!("{tag}.txt"));
     let native = run_native(exe, args);
-    let out = Command::new(common::aetrace())
-        .arg("paths")
+    let mut cmd = Command::new(common::aetrace());
+    cmd.arg("paths")
         .arg("-o")
         .arg(&file)
         .arg("--report")
-        .arg(&report)
+        .arg(&report);
+    if !libs.is_empty() {
+        cmd.args(["--libs", &libs.join(",")]);
+    }
+    let out = cmd
         .arg("--")
         .arg(exe)
         .args(args)
@@ -264,28 +293,47 @@ fn run_paths(exe: &Path, args: &[&str], tag: &str) -> PathBuf {
 
 /// Our paths equal the oracle's, path for path and count for count.
 fn check(exe: &Path, args: &[&str], tag: &str) -> Profile {
-    check_with(exe, args, tag, false)
+    check_with(exe, args, tag, &[], false)
 }
 
-/// [`check`]; `killed`: the process died by a signal, so frames it left
-/// are not compared (only frames at a call that may `exit` are counted).
-fn check_with(exe: &Path, args: &[&str], tag: &str, killed: bool) -> Profile {
-    let file = run_paths(exe, args, tag);
+/// [`check`] with `--libs libs`, each library's section against lackey's
+/// sequences of that library; `killed`: the process died by a signal, so
+/// frames it left are not compared (only frames at a call that may `exit`
+/// are counted).
+fn check_with(exe: &Path, args: &[&str], tag: &str, libs: &[&str], killed: bool) -> Profile {
+    let file = run_paths(exe, args, tag, libs);
     let prof = read_profile(&file);
-    let run = lackey::run_with(
-        exe,
-        args,
-        &[exe.to_path_buf()],
-        "*",
-        LogMode::Pipe,
-        Capture::Sequences,
+    assert_eq!(
+        prof.libs.iter().map(|l| l.0.as_str()).collect::<Vec<_>>(),
+        libs,
+        "{tag}: library sections"
     );
-    let seqs: Vec<Vec<u64>> = run.modules[0].sequences.values().cloned().collect();
-    let elf = Elf::read(exe);
-    let mut want = oracle(&prof.procs, &seqs, &elf);
+    let files: Vec<PathBuf> = std::iter::once(exe.to_path_buf())
+        .chain(prof.libs.iter().map(|l| l.1.clone()))
+        .collect();
+    let run = lackey::run_with(exe, args, &files, "*", LogMode::Pipe, Capture::Sequences);
+    let sections =
+        std::iter::once((&prof.procs, &prof.paths)).chain(prof.libs.iter().map(|l| (&l.2, &l.3)));
+    for (m, (procs, paths)) in sections.enumerate() {
+        let seqs: Vec<Vec<u64>> = run.modules[m].sequences.values().cloned().collect();
+        let tag = format!("{tag} {}", files[m].display());
+        compare(procs, paths, &seqs, &Elf::read(&files[m]), killed, &tag);
+    }
+    prof
+}
+
+/// One module's paths against the oracle's from lackey's sequences.
+fn compare(
+    procs: &[Proc],
+    paths: &BTreeMap<Key, u64>,
+    seqs: &[Vec<u64>],
+    elf: &Elf,
+    killed: bool,
+    tag: &str,
+) {
+    let mut want = oracle(procs, seqs, elf);
     // Edge-profiled procedures have no paths to compare.
-    let edges: HashSet<&str> = prof
-        .procs
+    let edges: HashSet<&str> = procs
         .iter()
         .filter(|p| p.mode == "edges")
         .map(|p| p.name.as_str())
@@ -294,12 +342,12 @@ fn check_with(exe: &Path, args: &[&str], tag: &str, killed: bool) -> Profile {
     want.retain(|k, _| !edges.contains(k.0.as_str()) && !ignored(k));
     let mut diffs = Vec::new();
     for (k, &n) in &want {
-        match prof.paths.get(k) {
+        match paths.get(k) {
             Some(&m) if m == n => {}
             m => diffs.push(format!("{k:x?}: lackey {n}, ours {m:?}")),
         }
     }
-    for (k, &m) in &prof.paths {
+    for (k, &m) in paths {
         if !want.contains_key(k) && !ignored(k) {
             diffs.push(format!("{k:x?}: lackey none, ours {m}"));
         }
@@ -312,7 +360,6 @@ fn check_with(exe: &Path, args: &[&str], tag: &str, killed: bool) -> Profile {
         diffs[..diffs.len().min(8)].join("\n")
     );
     assert!(!want.is_empty(), "{tag}: no paths at all");
-    prof
 }
 
 fn traced(source: &str, v: Variant, args: &[&str]) -> Profile {
@@ -371,6 +418,29 @@ fn debian_gzip() {
     );
 }
 
+/// `--libs`: a library's paths (its own section, against lackey's
+/// sequence of the library), callbacks into the executable included; and
+/// Debian's bzip2 with libbz2, where gcc's -fipa-ra keeps r11 live across
+/// a local call (a path entry that took r11 for dead broke bzip2).
+#[test]
+fn libraries() {
+    let exe = common::build::build_with_lib("shlib_callback", "libaecb.so.1", false);
+    let p = check_with(&exe, &["300"], "shlib_callback", &["libaecb.so.1"], false);
+    assert!(p.libs[0]
+        .3
+        .keys()
+        .any(|k| k.0 == "lib_sort" && k.3 == "back"));
+    let input = common::scratch("inputs").join("paths-bzip2");
+    std::fs::write(&input, common::text_input(5_000)).unwrap();
+    check_with(
+        Path::new("/usr/bin/bzip2"),
+        &["-c", input.to_str().unwrap()],
+        "bzip2-libs",
+        &["libbz2.so.1.0"],
+        false,
+    );
+}
+
 /// A procedure with more paths than the limit is edge-profiled, as
 /// documented, and the profile says so; its block counts equal lackey's.
 #[test]
@@ -425,7 +495,7 @@ fn too_many_paths_falls_back_to_edges() {
 #[test]
 fn sigkill_leaves_the_profile() {
     let exe = build("self_kill.c", O2_PIE);
-    let p = check_with(&exe, &[], "self_kill", true);
+    let p = check_with(&exe, &[], "self_kill", &[], true);
     assert_eq!(p.json["status"], "killed by signal 9");
     let main_loop: u64 = p
         .paths
@@ -498,7 +568,7 @@ fn static_executable() {
 /// [`check`] restricted to the procedures `nm -l` places in `traces/`,
 /// against the native run single-stepped.
 fn check_own(exe: &Path, args: &[&str], tag: &str) -> Profile {
-    let file = run_paths(exe, args, tag);
+    let file = run_paths(exe, args, tag, &[]);
     let prof = read_profile(&file);
     let nm = common::build::run_checked(
         Command::new("nm").args(["-l", "--defined-only"]).arg(exe),

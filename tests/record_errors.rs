@@ -266,6 +266,43 @@ fn outputs_that_are_not_regular_files_are_written_in_place() {
     }
 }
 
+/// A reader that stops early (`aetrace regen | head`) ends `regen` quietly
+/// with status 0, as it ends `cat`, sequential and parallel alike; the
+/// bytes it read are the start of the whole trace.
+#[test]
+fn regen_into_a_pipe_closed_early_exits_quietly() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let trace = good_trace("closed-pipe");
+    let t = trace.to_str().unwrap();
+    let whole = aetrace(&["regen", "--format", "insn", t]);
+    assert!(whole.status.success());
+    // Twice what a pipe holds (64 KiB), so the writer meets the closed pipe.
+    assert!(
+        whole.stdout.len() > 128 << 10,
+        "{} bytes",
+        whole.stdout.len()
+    );
+    for jobs in ["1", "2"] {
+        let mut child = Command::new(common::aetrace())
+            .args(["regen", "--format", "insn", "-j", jobs, "--piece", "64", t])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut head = vec![0u8; 4096];
+        child.stdout.take().unwrap().read_exact(&mut head).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(head[..], whole.stdout[..4096], "-j {jobs}");
+        assert!(
+            out.status.success() && out.stderr.is_empty(),
+            "-j {jobs}: {:?} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 /// `profile --libs` and `count --libs` refuse the same libraries, with one
 /// line each, and leave no profile.
 #[test]

@@ -24,7 +24,10 @@ use aetrace_graph::{BlockId, EntityRef};
 use serde::{Deserialize, Serialize};
 
 use crate::launch::Outcome;
-use crate::profile::{fill, rewrite_and_run, skeleton, write_atomic, BlockProfile, Counts};
+use crate::libs::LibSelection;
+use crate::profile::{
+    fill, rewrite_and_run, skeleton, write_atomic, BlockProfile, Counts, Rewritten,
+};
 use crate::rewrite::counters::CountSpec;
 use crate::rewrite::pathprof::{ProcPaths, PATH_LIMIT};
 use crate::{Error, Result};
@@ -54,6 +57,47 @@ pub struct PathProfile {
     /// Wall time of the run, seconds.
     pub run_seconds: f64,
     pub procs: Vec<ProcPathProfile>,
+    /// The `--libs` libraries, one section each (absent: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub libs: Vec<LibPathProfile>,
+    /// Libraries left alone by `--libs all`, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// The path profile of one `--libs` library.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LibPathProfile {
+    /// Its DT_NEEDED name (`libbz2.so.1.0`).
+    pub name: String,
+    /// The file profiled (absolute path).
+    pub path: String,
+    pub procs: Vec<ProcPathProfile>,
+}
+
+/// One module's section of a path profile, for the reports.
+struct Section<'p> {
+    /// `None` for the executable; a library's DT_NEEDED name.
+    lib: Option<&'p str>,
+    path: &'p str,
+    procs: &'p [ProcPathProfile],
+}
+
+impl PathProfile {
+    /// The executable's section, then each library's.
+    fn sections(&self) -> Vec<Section<'_>> {
+        std::iter::once(Section {
+            lib: None,
+            path: &self.program,
+            procs: &self.procs,
+        })
+        .chain(self.libs.iter().map(|l| Section {
+            lib: Some(&l.name),
+            path: &l.path,
+            procs: &l.procs,
+        }))
+        .collect()
+    }
 }
 
 /// One procedure of the path profile.
@@ -115,6 +159,8 @@ pub struct PathsOptions {
     pub json: bool,
     /// Report file (default: stderr).
     pub report: Option<PathBuf>,
+    /// Shared libraries profiled too.
+    pub libs: LibSelection,
     pub program: PathBuf,
     pub args: Vec<OsString>,
 }
@@ -161,17 +207,10 @@ fn paths_of(pp: &ProcPaths, counts: &[u64], blocks: usize) -> Result<Vec<PathCou
     Ok(out)
 }
 
-/// `aetrace paths`: rewrites the program with path counters, runs it with
-/// the same stdio, environment and arguments, writes the path profile and
-/// the report, and returns how the program ended.
-pub fn paths_command(o: &PathsOptions) -> Result<Outcome> {
-    let exe = crate::commands::find_program(&o.program)?;
-    let spec = CountSpec {
-        paths: true,
-        ..CountSpec::default()
-    };
-    let (ins, layout, (outcome, values, run_seconds)) =
-        rewrite_and_run(&exe, &o.program, &o.args, spec)?;
+/// The path profile of one module from its counter words: its procedures,
+/// and its path and edge counter increments.
+fn module_paths(r: &Rewritten, values: &[u64]) -> Result<(Vec<ProcPathProfile>, u64, u64)> {
+    let (ins, layout) = (&r.ins, &r.layout);
     let mut procs = Vec::with_capacity(ins.db.procs.len());
     let (mut path_increments, mut edge_increments) = (0u64, 0u64);
     for (i, d) in ins.db.procs.iter().enumerate() {
@@ -219,13 +258,48 @@ pub fn paths_command(o: &PathsOptions) -> Result<Outcome> {
             q.mode = "edges".into();
             sk.blocks.clone_from(&q.blocks);
             sk.edges.clone_from(&q.edges);
-            fill(&mut sk, pc, &values)?;
+            fill(&mut sk, pc, values)?;
             edge_increments += sk.counters.iter().sum::<u64>();
             q.virtual_exits = sk.virtual_exits;
             q.edge_counts = sk.counts;
             q.error = sk.error;
         }
         procs.push(q);
+    }
+    Ok((procs, path_increments, edge_increments))
+}
+
+/// `aetrace paths`: rewrites the program (and the `--libs` libraries) with
+/// path counters, runs it with the same stdio, environment and arguments,
+/// writes the path profile and the report, and returns how the program
+/// ended.
+pub fn paths_command(o: &PathsOptions) -> Result<Outcome> {
+    let exe = crate::commands::find_program(&o.program)?;
+    let spec = CountSpec {
+        paths: true,
+        // The shadow stack of path registers is shared by the modules.
+        threads: crate::profile::process_starts_threads(&exe)?,
+        ..CountSpec::default()
+    };
+    let ran = rewrite_and_run(&exe, &o.program, &o.args, &o.libs, &spec)?;
+    let empty = Vec::new();
+    let values = |m: usize| ran.values.get(m).unwrap_or(&empty);
+    let (procs, mut path_increments, mut edge_increments) = module_paths(&ran.exe, values(0))?;
+    let mut libs = Vec::with_capacity(ran.libs.len());
+    for (m, (lib, r)) in ran.libs.iter().enumerate() {
+        let (procs, p, e) = module_paths(r, values(m + 1))?;
+        path_increments += p;
+        edge_increments += e;
+        libs.push(LibPathProfile {
+            name: lib.needed.clone(),
+            path: lib
+                .path
+                .canonicalize()
+                .unwrap_or_else(|_| lib.path.clone())
+                .display()
+                .to_string(),
+            procs,
+        });
     }
     let profile = PathProfile {
         version: VERSION,
@@ -239,15 +313,17 @@ pub fn paths_command(o: &PathsOptions) -> Result<Outcome> {
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
             .collect(),
-        status: match outcome {
+        status: match ran.outcome {
             Outcome::Exited(c) => format!("exited {c}"),
             Outcome::Signaled(s) => format!("killed by signal {s}"),
         },
         path_limit: PATH_LIMIT,
         path_increments,
         edge_increments,
-        run_seconds,
+        run_seconds: ran.seconds,
         procs,
+        libs,
+        notes: ran.notes,
     };
     let out = o.output.clone().unwrap_or_else(|| {
         let mut t = exe
@@ -269,7 +345,7 @@ pub fn paths_command(o: &PathsOptions) -> Result<Outcome> {
         Some(r) => write_atomic(r, &buf)?,
         None => std::io::stderr().write_all(&buf)?,
     }
-    Ok(outcome)
+    Ok(ran.outcome)
 }
 
 /// Reads a path profile file.
@@ -290,25 +366,47 @@ pub fn read(path: &Path) -> Result<PathProfile> {
     Ok(p)
 }
 
-/// The procedures with executed paths, hottest (most path executions) first.
-fn hottest(p: &PathProfile) -> Vec<&ProcPathProfile> {
-    let mut v: Vec<&ProcPathProfile> = p.procs.iter().filter(|q| q.total > 0).collect();
-    v.sort_by(|a, b| b.total.cmp(&a.total).then(a.name.cmp(&b.name)));
+/// The procedures with executed paths over all sections (by section
+/// index), hottest (most path executions) first.
+fn hottest<'p>(secs: &[Section<'p>]) -> Vec<(usize, &'p ProcPathProfile)> {
+    let mut v: Vec<(usize, &ProcPathProfile)> = secs
+        .iter()
+        .enumerate()
+        .flat_map(|(i, s)| s.procs.iter().map(move |q| (i, q)))
+        .filter(|(_, q)| q.total > 0)
+        .collect();
+    v.sort_by(|a, b| b.1.total.cmp(&a.1.total).then(a.1.name.cmp(&b.1.name)));
     v
 }
 
-fn lines_of(p: &PathProfile) -> crate::lines::Lines {
-    crate::elf::Module::open(Path::new(&p.program))
-        .map(|m| crate::lines::Lines::load(&m))
-        .unwrap_or_default()
+/// A procedure's name in the reports; a library's carries its name.
+fn shown(s: &Section<'_>, q: &ProcPathProfile) -> String {
+    match s.lib {
+        None => q.name.clone(),
+        Some(l) => format!("{} ({l})", q.name),
+    }
+}
+
+/// Each section's line table (empty without DWARF).
+fn lines_of(secs: &[Section<'_>]) -> Vec<crate::lines::Lines> {
+    secs.iter()
+        .map(|s| {
+            crate::elf::Module::open(Path::new(s.path))
+                .map(|m| crate::lines::Lines::load(&m))
+                .unwrap_or_default()
+        })
+        .collect()
 }
 
 /// The procedures profiled by edges instead of paths.
-fn edge_profiled(p: &PathProfile) -> Vec<&str> {
-    p.procs
-        .iter()
-        .filter(|q| q.mode == "edges")
-        .map(|q| q.name.as_str())
+fn edge_profiled(secs: &[Section<'_>]) -> Vec<String> {
+    secs.iter()
+        .flat_map(|s| {
+            s.procs
+                .iter()
+                .filter(|q| q.mode == "edges")
+                .map(move |q| shown(s, q))
+        })
         .collect()
 }
 
@@ -321,7 +419,11 @@ pub fn text_report(p: &PathProfile, top: usize, w: &mut dyn Write) -> Result<()>
         "status: {}; {} path counter increments, {} edge counter increments",
         p.status, p.path_increments, p.edge_increments
     )?;
-    let edges = edge_profiled(p);
+    for n in &p.notes {
+        writeln!(w, "note: {n}")?;
+    }
+    let secs = p.sections();
+    let edges = edge_profiled(&secs);
     if !edges.is_empty() {
         writeln!(
             w,
@@ -330,12 +432,15 @@ pub fn text_report(p: &PathProfile, top: usize, w: &mut dyn Write) -> Result<()>
             edges.join(", ")
         )?;
     }
-    let lines = lines_of(p);
-    for q in hottest(p).into_iter().take(top) {
+    let lines = lines_of(&secs);
+    for (i, q) in hottest(&secs).into_iter().take(top) {
         writeln!(
             w,
             "\n{}: {} of {} paths executed, {} path executions",
-            q.name, q.executed, q.num_paths, q.total
+            shown(&secs[i], q),
+            q.executed,
+            q.num_paths,
+            q.total
         )?;
         for path in q.paths.iter().take(top) {
             let blocks: Vec<String> = path
@@ -343,7 +448,7 @@ pub fn text_report(p: &PathProfile, top: usize, w: &mut dyn Write) -> Result<()>
                 .iter()
                 .map(|&b| {
                     let at = q.blocks.get(b as usize).map_or(0, |b| b.start);
-                    match lines.at(at) {
+                    match lines[i].at(at) {
                         Some((f, l)) => {
                             let f = f.rsplit('/').next().unwrap_or(f);
                             format!("{at:#x} ({f}:{l})")
@@ -362,11 +467,20 @@ pub fn text_report(p: &PathProfile, top: usize, w: &mut dyn Write) -> Result<()>
             )?;
         }
     }
-    let failed: Vec<&ProcPathProfile> = p.procs.iter().filter(|q| q.error.is_some()).collect();
+    let failed: Vec<String> = secs
+        .iter()
+        .flat_map(|s| {
+            s.procs.iter().filter_map(move |q| {
+                q.error
+                    .as_deref()
+                    .map(|e| format!("  {}: {e}", shown(s, q)))
+            })
+        })
+        .collect();
     if !failed.is_empty() {
         writeln!(w, "\ncounts not recovered:")?;
-        for q in failed {
-            writeln!(w, "  {}: {}", q.name, q.error.as_deref().unwrap_or(""))?;
+        for f in failed {
+            writeln!(w, "{f}")?;
         }
     }
     Ok(())
@@ -374,11 +488,12 @@ pub fn text_report(p: &PathProfile, top: usize, w: &mut dyn Write) -> Result<()>
 
 /// The JSON report: the text report's content with addresses and lines.
 pub fn json_report(p: &PathProfile, top: usize, w: &mut dyn Write) -> Result<()> {
-    let lines = lines_of(p);
-    let procs: Vec<_> = hottest(p)
+    let secs = p.sections();
+    let lines = lines_of(&secs);
+    let procs: Vec<_> = hottest(&secs)
         .into_iter()
         .take(top)
-        .map(|q| {
+        .map(|(i, q)| {
             let paths: Vec<_> = q
                 .paths
                 .iter()
@@ -389,7 +504,7 @@ pub fn json_report(p: &PathProfile, top: usize, w: &mut dyn Write) -> Result<()>
                         .iter()
                         .map(|&b| {
                             let at = q.blocks.get(b as usize).map_or(0, |b| b.start);
-                            let src = lines.at(at).map(|(f, l)| format!("{f}:{l}"));
+                            let src = lines[i].at(at).map(|(f, l)| format!("{f}:{l}"));
                             serde_json::json!({ "address": at, "source": src })
                         })
                         .collect();
@@ -400,15 +515,15 @@ pub fn json_report(p: &PathProfile, top: usize, w: &mut dyn Write) -> Result<()>
                 })
                 .collect();
             serde_json::json!({
-                "name": q.name, "num_paths": q.num_paths, "executed": q.executed,
-                "total": q.total, "paths": paths,
+                "name": q.name, "module": secs[i].lib, "num_paths": q.num_paths,
+                "executed": q.executed, "total": q.total, "paths": paths,
             })
         })
         .collect();
     let v = serde_json::json!({
         "program": p.program, "status": p.status,
         "path_increments": p.path_increments, "edge_increments": p.edge_increments,
-        "edge_profiled": edge_profiled(p), "procedures": procs,
+        "edge_profiled": edge_profiled(&secs), "procedures": procs,
     });
     serde_json::to_writer(&mut *w, &v).map_err(|e| perr(e.to_string()))?;
     writeln!(w)?;

@@ -542,32 +542,103 @@ pub(crate) fn fill(
     take_counters(pp, values)
 }
 
-/// Rewrites `exe` alone in counting mode and runs it (`program` as its
-/// `argv[0]`): the rewrite, its counter layout, how the program ended, its
-/// counter words, the wall time.
-pub(crate) fn rewrite_and_run(
-    exe: &Path,
-    program: &Path,
-    args: &[OsString],
-    spec: CountSpec,
-) -> Result<(
-    rewrite::Instrumented,
-    rewrite::CountLayout,
-    (Outcome, Vec<u64>, f64),
-)> {
-    let ins = rewrite::instrument_with(exe, &How::Count(spec), 0)?;
+/// One module rewritten in counting mode, with its whole counter layout
+/// (path profiles need the path numberings, which the cached skeletons of
+/// [`prepare`] do not keep).
+pub(crate) struct Rewritten {
+    pub(crate) ins: rewrite::Instrumented,
+    pub(crate) layout: rewrite::CountLayout,
+}
+
+fn rewrite_counting(path: &Path, spec: &CountSpec, tag: u32) -> Result<Rewritten> {
+    let ins = rewrite::instrument_with(path, &How::Count(spec.clone()), tag)?;
     let layout = ins
         .counting
         .clone()
         .ok_or_else(|| perr("internal: no counter layout"))?;
+    Ok(Rewritten { ins, layout })
+}
+
+/// A run of [`rewrite_and_run`]: each module's rewrite (the executable's
+/// first, then the libraries with their DT_NEEDED names and paths), notes
+/// on libraries left alone, how the program ended, each module's counter
+/// words (in the same order), the wall time.
+pub(crate) struct RewrittenRun {
+    pub(crate) exe: Rewritten,
+    pub(crate) libs: Vec<(crate::libs::Library, Rewritten)>,
+    pub(crate) notes: Vec<String>,
+    pub(crate) outcome: Outcome,
+    pub(crate) values: Vec<Vec<u64>>,
+    pub(crate) seconds: f64,
+}
+
+/// Rewrites `exe` and the `libs` in counting mode with `spec`, freshly
+/// (no skeleton cache), and runs it (`program` as its `argv[0]`). The
+/// executable is written to a private temporary directory; the libraries
+/// under their cache names, so that the directory of links the loader
+/// searches is the same from run to run.
+pub(crate) fn rewrite_and_run(
+    exe: &Path,
+    program: &Path,
+    args: &[OsString],
+    libs: &LibSelection,
+    spec: &CountSpec,
+) -> Result<RewrittenRun> {
+    let main = rewrite_counting(exe, spec, 0)?;
+    let what = format!("paths threads={}", spec.threads);
+    let (libs, notes, links) = crate::commands::prepare_libs(exe, libs, |path, tag| {
+        let r = rewrite_counting(path, spec, tag)?;
+        let bytes = std::fs::read(path).map_err(|e| Error::Io {
+            path: path.to_owned(),
+            source: e,
+        })?;
+        let dir = crate::commands::cache_dir();
+        std::fs::create_dir_all(&dir).map_err(|e| Error::Io {
+            path: dir.clone(),
+            source: e,
+        })?;
+        let elf = dir.join(crate::commands::cache_key(path, &bytes, &what, tag));
+        crate::commands::write_executable(&elf, &r.ins.elf)?;
+        Ok((elf, r))
+    })?;
+    refuse_dlopened(exe, libs.iter().map(|(l, _)| l))?;
+    let sizes: Vec<u64> = std::iter::once(main.layout.bytes)
+        .chain(libs.iter().map(|(_, r)| r.layout.bytes))
+        .collect();
+    let env: Vec<(OsString, OsString)> = links.as_ref().map(|d| d.env()).into_iter().collect();
     let dir = tempdir()?;
     let elf = dir.join(exe.file_name().unwrap_or_else(|| "program".as_ref()));
-    crate::commands::write_executable(&elf, &ins.elf)?;
-    let ran = run(&elf, program, args, &[layout.bytes], Vec::new(), 0);
+    crate::commands::write_executable(&elf, &main.ins.elf)?;
+    let ran = run(&elf, program, args, &sizes, env, 0);
     let _ = std::fs::remove_file(&elf);
     let _ = std::fs::remove_dir(&dir);
-    let (outcome, mut values, seconds) = ran?;
-    Ok((ins, layout, (outcome, values.swap_remove(0), seconds)))
+    let (outcome, values, seconds) = ran?;
+    Ok(RewrittenRun {
+        exe: main,
+        libs,
+        notes,
+        outcome,
+        values,
+        seconds,
+    })
+}
+
+/// Measured: a library dlclosed and opened again counted its first load
+/// only, with nothing to say so.
+fn refuse_dlopened<'l>(
+    exe: &Path,
+    mut libs: impl Iterator<Item = &'l crate::libs::Library>,
+) -> Result<()> {
+    match libs.find(|l| l.dlopened) {
+        Some(l) => Err(Error::Record {
+            what: format!(
+                "--libs: {} is not a DT_NEEDED library of {}: libraries loaded by dlopen are traced by `aetrace record`, not profiled (a dlclose and a second dlopen would lose counts)",
+                l.needed,
+                exe.display()
+            ),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// A private temporary directory for a rewritten program run once.
@@ -627,7 +698,7 @@ fn prepare(path: &Path, spec: &CountSpec, tag: u32) -> Result<(PathBuf, Skeleton
 /// a library of its closure (glibc's own excepted: they define the
 /// starters) imports a thread starter. Then every module counts with
 /// `lock add`, whichever of them starts the threads.
-fn process_starts_threads(exe: &Path) -> Result<bool> {
+pub(crate) fn process_starts_threads(exe: &Path) -> Result<bool> {
     let starts = |p: &Path| crate::elf::Module::open(p).map(|m| rewrite::starts_threads(&m));
     if starts(exe)? {
         return Ok(true);
@@ -667,17 +738,7 @@ fn count_run(
     let (elf, exe_sk) = prepare(exe, &spec(exe)?, 0)?;
     let (libs, notes, dir) =
         crate::commands::prepare_libs(exe, libs, |path, tag| prepare(path, &spec(path)?, tag))?;
-    // Measured: a library dlclosed and opened again counted its first
-    // load only, with nothing to say so.
-    if let Some((l, _)) = libs.iter().find(|(l, _)| l.dlopened) {
-        return Err(Error::Record {
-            what: format!(
-                "--libs: {} is not a DT_NEEDED library of {}: libraries loaded by dlopen are traced by `aetrace record`, not profiled (a dlclose and a second dlopen would lose counts)",
-                l.needed,
-                exe.display()
-            ),
-        });
-    }
+    refuse_dlopened(exe, libs.iter().map(|(l, _)| l))?;
     let sizes: Vec<u64> = std::iter::once(exe_sk.bytes)
         .chain(libs.iter().map(|(_, s)| s.bytes))
         .collect();

@@ -126,14 +126,14 @@ pub fn regen_to(
     path: Option<&std::path::Path>,
 ) -> Result<()> {
     let Some(path) = path else {
-        return regen_command(trace, opts, &mut std::io::stdout().lock());
+        return reader_may_stop(regen_command(trace, opts, &mut std::io::stdout().lock()));
     };
     if !aetrace_format::replaceable(path) {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .open(path)
             .map_err(Error::Output)?;
-        return regen_command(trace, opts, &mut f);
+        return reader_may_stop(regen_command(trace, opts, &mut f));
     }
     let tmp = path.with_file_name(format!(
         ".{}.partial{}",
@@ -150,6 +150,16 @@ pub fn regen_to(
             let _ = std::fs::remove_file(&tmp);
             Err(e)
         }
+    }
+}
+
+/// A pipe's reader that stopped early (`aetrace regen | head`) ends the
+/// run quietly, as a closed pipe ends `cat`: what was written is exact and
+/// nobody is left to read the rest.
+fn reader_may_stop(r: Result<()>) -> Result<()> {
+    match r {
+        Err(Error::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r,
     }
 }
 
@@ -744,7 +754,9 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                     return Err(Error::Output(e));
                 }
                 if let Err(e) = r {
-                    out.flush().map_err(Error::Output)?;
+                    // The exact part before the error still goes out; the
+                    // error itself is the one to report.
+                    let _ = out.flush();
                     return Err(e);
                 }
             }

@@ -1097,17 +1097,11 @@ impl ProcGen<'_, '_> {
                 }
                 if let Some(l) = invoke_label {
                     self.em.bind(l);
-                    // A procedure entry: flags dead (no compiler keeps
-                    // them across a call), the red zone free; a scratch
-                    // register only where liveness finds one: gcc's
-                    // `-fipa-ra` lets a direct caller keep a caller-saved
-                    // register this procedure never writes (r11 too)
-                    // live across the call.
-                    let site = Site {
-                        flags_live: false,
-                        red_zone_live: false,
-                        ..self.site(p.live.live_in(cfg.entry))
-                    };
+                    // Not r11 by the ABI: with gcc's -fipa-ra a local
+                    // caller keeps values in caller-saved registers this
+                    // procedure never writes (r11 across libbz2's
+                    // `add_pair_to_block`); liveness knows which.
+                    let site = self.site(p.live.live_in(cfg.entry));
                     if let Some(n) = p.counters.as_ref().and_then(|c| c.entry) {
                         self.em.counter(n, site)?;
                     }

@@ -47,10 +47,9 @@
 //! of our test programs and gzip.
 //!
 //! Invariants: each operation list is non-empty; `Enter` appears only at
-//! an invocation label (the flags are dead there and the stack below
-//! `rsp` is free, but not r11: direct callers may keep it live under
-//! gcc's `-fipa-ra`); a procedure's counters are
-//! `[first, first + num_paths)`.
+//! an invocation label (the stack below `rsp` is free there; its scratch
+//! register is one the entry's liveness calls dead, or saved); a
+//! procedure's counters are `[first, first + num_paths)`.
 
 use aetrace_graph::paths::{number_paths, PathNumbering};
 use aetrace_graph::weights::heuristic;
@@ -328,31 +327,37 @@ pub fn emit(ops: &[PathOp], st: &PathState, site: Site) -> Res<Vec<Instruction>>
             ]);
         }
         [PathOp::Enter { word }] => {
-            // At the invocation label: the flags are dead, the stack below
-            // rsp is free; `site.scratch` is dead, else r11 is kept at
-            // [rsp-16] (with `-fipa-ra` a caller may hold a value in it
-            // across the call).
-            let r = site.scratch.map_or(Register::R11, Into::into);
-            let saved = MemoryOperand::with_base_displ_size(Register::RSP, -16, 8);
-            let mem = MemoryOperand::with_base_displ_size(r, 0, 8);
+            // At the invocation label the stack below rsp is free; the
+            // register is one the entry's liveness calls dead (a local
+            // caller may keep values in the caller-saved registers this
+            // procedure never writes, gcc's -fipa-ra), else saved.
+            let reg: Register = site.scratch.map_or(Register::R11, Into::into);
+            let mem = MemoryOperand::with_base_displ_size(reg, 0, 8);
             let mut v = Vec::new();
-            if site.scratch.is_none() {
-                v.push(Instruction::with2(Code::Mov_rm64_r64, saved, r).map_err(err)?);
+            if site.flags_live {
+                v.push(Instruction::with(Code::Pushfq));
             }
-            v.extend([
-                Instruction::with2(Code::Mov_r64_rm64, r, gs(OFF_SP)).map_err(err)?,
-                Instruction::with2(Code::Lea_r64_m, r, MemoryOperand::with_base_displ(r, 8))
-                    .map_err(err)?,
-                Instruction::with2(Code::Cmp_r64_rm64, r, gs(OFF_LIMIT)).map_err(err)?,
-                Instruction::with_branch(Code::Jae_rel32_64, st.overflow).map_err(err)?,
-                Instruction::with2(Code::Mov_rm64_r64, gs(OFF_SP), r).map_err(err)?,
-                Instruction::with1(Code::Push_rm64, gs(OFF_R)).map_err(err)?,
-                Instruction::with1(Code::Pop_rm64, mem).map_err(err)?,
-                Instruction::with2(Code::Lea_r64_m, r, rip(word_addr(st, *word))).map_err(err)?,
-                Instruction::with2(Code::Mov_rm64_r64, gs(OFF_R), r).map_err(err)?,
-            ]);
             if site.scratch.is_none() {
-                v.push(Instruction::with2(Code::Mov_r64_rm64, r, saved).map_err(err)?);
+                v.push(Instruction::with1(Code::Push_r64, reg).map_err(err)?);
+            }
+            for i in [
+                Instruction::with2(Code::Mov_r64_rm64, reg, gs(OFF_SP)),
+                Instruction::with2(Code::Lea_r64_m, reg, MemoryOperand::with_base_displ(reg, 8)),
+                Instruction::with2(Code::Cmp_r64_rm64, reg, gs(OFF_LIMIT)),
+                Instruction::with_branch(Code::Jae_rel32_64, st.overflow),
+                Instruction::with2(Code::Mov_rm64_r64, gs(OFF_SP), reg),
+                Instruction::with1(Code::Push_rm64, gs(OFF_R)),
+                Instruction::with1(Code::Pop_rm64, mem),
+                Instruction::with2(Code::Lea_r64_m, reg, rip(word_addr(st, *word))),
+                Instruction::with2(Code::Mov_rm64_r64, gs(OFF_R), reg),
+            ] {
+                v.push(i.map_err(err)?);
+            }
+            if site.scratch.is_none() {
+                v.push(Instruction::with1(Code::Pop_r64, reg).map_err(err)?);
+            }
+            if site.flags_live {
+                v.push(Instruction::with(Code::Popfq));
             }
             return Ok(v);
         }
