@@ -68,6 +68,30 @@ fn record_refuses_what_it_cannot_run() {
     assert!(e.contains("not an ELF"), "{e}");
 }
 
+/// The recorder's testing knob `AETRACE_HALF_SIZE` (buffer half size)
+/// refuses a value that is not a number, or not a usable half size, with
+/// one line naming it, and writes no trace.
+#[test]
+fn a_bad_half_size_is_refused_clearly() {
+    let exe = build("loops.c", Variant::new(Opt::O2, Link::Pie, false));
+    let t = dir().join("half.aet");
+    for (v, want) in [
+        ("lots", "AETRACE_HALF_SIZE=lots: not a number"),
+        ("4096", "half_size: 4096"),
+        ("8193", "8-aligned halves above 8192 bytes"),
+    ] {
+        let out = Command::new(common::aetrace())
+            .env("AETRACE_HALF_SIZE", v)
+            .args(["record", "-o", t.to_str().unwrap(), "--"])
+            .arg(&exe)
+            .output()
+            .unwrap();
+        let e = one_line_error(&out, v);
+        assert!(e.contains(want), "{e}");
+        assert!(!t.exists(), "{v}: a trace was written");
+    }
+}
+
 #[test]
 fn regen_and_info_refuse_bad_traces_and_leave_no_output_file() {
     let good = good_trace("good");

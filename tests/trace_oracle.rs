@@ -1160,9 +1160,30 @@ fn asynchronous_timer_signals() {
     for v in [O2_PIE, Variant::new(Opt::O0, Link::NoPie, false)] {
         let exe = build("signal_alarm.c", v);
         let handler = (exe.as_path(), "on_alarm");
-        check_timer(&exe, &[], &[], handler, (&exe, "step"), 0);
+        check_timer(&exe, &[], &[], handler, (&exe, "step"), 0, None);
     }
 }
+
+/// Halves of 16 KiB (`AETRACE_HALF_SIZE`, the recorder's testing knob)
+/// make the writer flush every 12 kB, and with a 20 us timer the signal
+/// that becomes pending while `flush` has signals blocked is delivered as
+/// it unblocks them, inside the runtime (before `signal_entry` reported
+/// such a signal at the `call flush` of the buffer check, regen refused
+/// every one of these traces): the program's handler and loop counts
+/// still regenerate exactly. (The library's `flush`, interrupted with the
+/// handler in either module: `signals_interrupting_a_traced_library`.)
+#[test]
+fn asynchronous_signals_inside_flush() {
+    for v in [O2_PIE, Variant::new(Opt::O0, Link::NoPie, false)] {
+        let exe = build("signal_alarm.c", v);
+        let handler = (exe.as_path(), "on_alarm");
+        check_timer(&exe, &[], &[], handler, (&exe, "step"), 0, SMALL_HALVES);
+    }
+}
+
+/// Recorder buffer halves of 16 KiB (`AETRACE_HALF_SIZE`): a flush every
+/// 12 kB of a thread's witnesses.
+const SMALL_HALVES: Option<u64> = Some(16 << 10);
 
 /// A SIGNAL is placed in the signal map of the module whose code it
 /// interrupted, whichever module's handler runs: a library's loop sends
@@ -1170,7 +1191,8 @@ fn asynchronous_timer_signals() {
 /// and with `raise` (handled in the library), equal to lackey in both
 /// modules; a timer interrupts the library's hot loop anywhere, the
 /// handler in the program (calling back into the library) or in the
-/// library, checked against the program's counts.
+/// library, checked against the program's counts; again with small
+/// buffer halves, so that signals interrupt the library's `flush` too.
 #[test]
 fn signals_interrupting_a_traced_library() {
     let exe = build_with_lib("signal_lib", "libaesig.so.1", false);
@@ -1186,6 +1208,7 @@ fn signals_interrupting_a_traced_library() {
         (&exe, "on_signal"),
         step,
         1,
+        None,
     );
     check_timer(
         &exe,
@@ -1194,7 +1217,16 @@ fn signals_interrupting_a_traced_library() {
         (&lib, "lib_on_signal"),
         step,
         0,
+        None,
     );
+    let (exe_handler, lib_handler) = (
+        (exe.as_path(), "on_signal"),
+        (lib.as_path(), "lib_on_signal"),
+    );
+    let args = ["timer-exe", "300"];
+    check_timer(&exe, &args, &libs, exe_handler, step, 1, SMALL_HALVES);
+    let args = ["timer-lib", "300"];
+    check_timer(&exe, &args, &libs, lib_handler, step, 0, SMALL_HALVES);
 }
 
 /// Records `exe args` with `--libs LIBS`, a program interrupted by an
@@ -1203,7 +1235,9 @@ fn signals_interrupting_a_traced_library() {
 /// iterations=I`): the regenerated trace enters procedure `handler` (of
 /// module `.0`) H times and `step` I + `per_handler` × H times. The
 /// instruction trace regenerates too, `--count` agrees with it, counts H
-/// SIGNAL records, and some of them interrupted instrumentation.
+/// SIGNAL records, and some of them interrupted instrumentation. `half`:
+/// the recorder's buffer half size (`AETRACE_HALF_SIZE`), when not the
+/// default.
 fn check_timer(
     exe: &Path,
     args: &[&str],
@@ -1211,9 +1245,15 @@ fn check_timer(
     handler: (&Path, &str),
     step: (&Path, &str),
     per_handler: u64,
+    half: Option<u64>,
 ) {
     let name = exe.file_name().unwrap().to_string_lossy().into_owned();
     let name = format!("{name} {}", args.join(" "));
+    // Tests run in parallel in one process: one trace file per run.
+    let name = match half {
+        Some(h) => format!("{name} half={h}"),
+        None => name,
+    };
     let trace = common::scratch("trace-oracle").join(format!(
         "{}-{}.aet",
         name.replace(' ', "-"),
@@ -1224,7 +1264,11 @@ fn check_timer(
     } else {
         libs.join(",")
     };
-    let rec = Command::new(common::aetrace())
+    let mut rec = Command::new(common::aetrace());
+    if let Some(h) = half {
+        rec.env("AETRACE_HALF_SIZE", h.to_string());
+    }
+    let rec = rec
         .arg("record")
         .arg("-o")
         .arg(&trace)

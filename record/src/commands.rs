@@ -347,7 +347,7 @@ pub fn record_command(o: &RecordOptions) -> Result<Outcome> {
         env,
         trace,
         modules,
-        geometry: Launch::DEFAULT_GEOMETRY,
+        geometry: Launch::geometry_from_env()?,
     })
 }
 

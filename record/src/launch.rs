@@ -82,22 +82,47 @@ pub struct Launch {
 }
 
 impl Launch {
-    /// 256 threads/processes over the whole run, 1 MiB halves: a writer
-    /// flushes (and may wait for the recorder, which drains every 250 us)
-    /// once per ~1 M witnesses, and untouched slots cost no memory (the
-    /// memfd is sparse). Halves of 256 KiB saved xz on 20 kB (1.5 MB of
-    /// witnesses) 0.9 ms of wall time and 1.5 ms of CPU, but four times as
-    /// many flushes made a known gap show in CI-like runs: an asynchronous
-    /// signal delivered inside the runtime's `flush` (before it blocks
-    /// signals, or as it unblocks them) has its rip in the runtime, which
-    /// no signal map covers, and regen refuses the trace
-    /// (`traces/signal_alarm.c`, 286 kB of witnesses: 1 run in 60 under
-    /// load). Kept at 1 MiB until `signal_entry` reports such a signal at
-    /// the check that called `flush`.
+    /// 256 threads/processes over the whole run, 256 KiB halves: a writer
+    /// flushes (and may wait for the recorder, which drains every 250 us) once
+    /// per ~256 K witnesses, and untouched slots cost no memory (the memfd
+    /// is sparse). Against 1 MiB halves (interleaved runs, load average
+    /// 5.5-7.5, 100 runs each): xz on 20 kB (1.46 MB of witnesses) 19.0
+    /// -> 17.7 ms minimum wall, 19.5 -> 18.1 ms median CPU; gzip and
+    /// bzip2 on 20 kB unchanged; the 2 MB rows unchanged within the noise
+    /// (6 runs each). Smaller halves flush more often, so more signals are
+    /// delivered inside `flush`: `signal_entry` reports them at the check
+    /// that called it (`aetrace_runtime::blob`).
     pub const DEFAULT_GEOMETRY: Geometry = Geometry {
         slot_count: 256,
-        half_size: 1 << 20,
+        half_size: 256 << 10,
     };
+
+    /// Testing knob, not a tuning option: `AETRACE_HALF_SIZE=BYTES` in the
+    /// recorder's environment sets the half size (a multiple of 8 above
+    /// 8 KiB), so that tests can make writers flush every few kB and hit
+    /// what a flush coincides with (signals, threads) deterministically
+    /// enough, and `bench/` can compare sizes without a rebuild.
+    pub const HALF_SIZE_ENV: &'static str = "AETRACE_HALF_SIZE";
+
+    /// [`Self::DEFAULT_GEOMETRY`], with the half size of
+    /// [`Self::HALF_SIZE_ENV`] when it is set; a value that is not a
+    /// number is an error (a geometry the region refuses is one later).
+    pub fn geometry_from_env() -> Result<Geometry> {
+        let Some(v) = std::env::var_os(Self::HALF_SIZE_ENV) else {
+            return Ok(Self::DEFAULT_GEOMETRY);
+        };
+        let half_size = v.to_str().and_then(|s| s.parse().ok()).ok_or_else(|| {
+            record_err(format!(
+                "{}={}: not a number of bytes",
+                Self::HALF_SIZE_ENV,
+                v.to_string_lossy()
+            ))
+        })?;
+        Ok(Geometry {
+            half_size,
+            ..Self::DEFAULT_GEOMETRY
+        })
+    }
 }
 
 /// How the main process of the traced program ended.

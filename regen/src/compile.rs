@@ -129,6 +129,14 @@ pub struct Module {
     /// Run-time address of link-time address 0 (SIGNAL rips are run-time).
     pub load_base: u64,
     sigmap: Vec<SigEntry>,
+    /// Link-time addresses of the runtime blob and what the rewriter puts
+    /// between it and the first copy (its data page, jump tables): from
+    /// `runtime_vaddr` to the lowest copy. A SIGNAL's rip there is the
+    /// runtime's own (the runtime reports a signal inside `flush` at the
+    /// check that called it; any other entry point cannot be placed), never
+    /// untraced code of the program, which regen could otherwise take it
+    /// for.
+    runtime: std::ops::Range<u64>,
 }
 
 /// Where output addresses come from.
@@ -360,15 +368,26 @@ impl Module {
         // Copies do not overlap: sorted by address, a copy's end entry
         // comes before (or at) the next copy's first.
         m.sigmap.sort_by_key(|e| (e.start, e.point.is_some()));
+        if db.runtime_vaddr != 0 {
+            let copies = m.sigmap.first().map_or(db.runtime_vaddr, |e| e.start);
+            m.runtime = db.runtime_vaddr..copies;
+        }
         Ok(m)
     }
 
     /// Where run-time address `rip` stands, by the signal map, and whether
     /// it is inside instrumentation (not a copied instruction): untraced
     /// code outside every copy; an error for an address inside a copy that
-    /// is no instruction boundary an interrupted thread can stand at.
+    /// is no instruction boundary an interrupted thread can stand at, or
+    /// inside the runtime.
     pub fn locate(&self, rip: u64) -> std::result::Result<(SigAt, bool), String> {
         let a = rip.wrapping_sub(self.load_base);
+        if self.runtime.contains(&a) {
+            return Err(format!(
+                "address {a:#x} is in the aetrace runtime (offset {:#x}), which reports only a signal inside `flush` at the check that called it",
+                a - self.runtime.start
+            ));
+        }
         let i = self.sigmap.partition_point(|e| e.start <= a);
         let Some(e) = i.checked_sub(1).map(|i| self.sigmap[i]) else {
             return Ok((SigAt::Outside, false));

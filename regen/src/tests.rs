@@ -1418,6 +1418,58 @@ fn a_signal_at_a_procedure_entry_after_a_handler_returned() {
     );
 }
 
+/// A rip in the runtime blob (below the copies, from `runtime_vaddr`) is
+/// refused by name even where a rip in untraced code would be placed: here
+/// the thread waits for an external call's RETURN, so untraced code is
+/// running, and a handler entered from there stands at the call.
+#[test]
+fn a_rip_in_the_runtime_is_refused_by_name() {
+    let mut a = LINK_BASE + 0x1000;
+    let mut main = proc(
+        &mut a,
+        "main",
+        vec![call(CallTarget::External, true, true, false, None), None],
+        vec![(0, 1, CallReturn, None), (1, 2, Return, None)],
+    );
+    main.sigmap = map(
+        COPY,
+        0x20,
+        vec![
+            (0, SigPoint::Outside),
+            (0x10, insn(0, 0, 0, 2)),
+            (0x15, insn(0, 1, 0, 2)),
+        ],
+    );
+    let mut h = proc(&mut a, "h", vec![None], vec![(0, 1, Return, None)]);
+    h.sigmap = map(
+        COPY + 0x100,
+        0x15,
+        vec![(0, SigPoint::Outside), (0x10, insn(1, 0, 0, 2))],
+    );
+    let mut db = db_of(vec![main, h]);
+    db.runtime_vaddr = COPY - 0x3000;
+    let stream = |rip: u64| {
+        let mut s = main_start();
+        signal(&mut s, 14, rip);
+        enter(&mut s, 1);
+        ret(&mut s);
+        s
+    };
+    let placed = parts(&db, &[full(0, 0), full(1, 0), full(0, 1)]);
+    for rip in [0x7f00_0000_1234, LOAD_BASE + COPY - 0x3000 - 1] {
+        expect(&db, &stream(rip), &placed);
+    }
+    for off in [0, 0x897, 0x2fff] {
+        let rip = LOAD_BASE + COPY - 0x3000 + off;
+        let e = hand(&db, &stream(rip)).1.unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("interrupted rip {rip:#x}"))
+                && e.contains(&format!("is in the aetrace runtime (offset {off:#x})")),
+            "{e}"
+        );
+    }
+}
+
 #[test]
 fn signals_that_cannot_be_placed_are_errors() {
     let db = signal_db();

@@ -14,6 +14,33 @@
 //! points. They block all signals while they run, so they are never
 //! re-entered on one thread (a handler's own buffer check would otherwise
 //! flush a half in the middle of its sealing).
+//!
+//! Signals inside `flush` (the only entry point a hot loop calls again
+//! and again): an asynchronous signal can still be delivered before the
+//! `syscall` that blocks signals (while the registers are saved) and
+//! right after the one that restores the mask (a signal that became
+//! pending while the half was sealed and the recorder awaited; then while
+//! the registers are restored). Invariants that make such a signal exact:
+//! - `flush` reads no slot state before it blocks signals and writes none
+//!   after it unblocks them, so a handler running in either window (and
+//!   its own check, which may flush the same slot, nested) sees a
+//!   consistent slot, and the interrupted `flush` seals whatever half is
+//!   current when it resumes (possibly a short one: fills are arbitrary);
+//! - the traced code wrote everything before its check, and the check
+//!   writes nothing, so the SIGNAL record lands, in the stream, exactly
+//!   where a signal at the check would put it;
+//! - `signal_entry` therefore reports such a signal at `flush`'s return
+//!   address (after the check's `call`), which the module's signal map
+//!   places at the check; the handler itself returns into `flush`. The
+//!   return address is found from the interrupted rsp: in these windows
+//!   its depth is a static function of the rip ([`Depths`]), checked by
+//!   tests that single-step through both windows;
+//! - nested signals and threads need nothing more: each interrupted
+//!   context is mapped on its own, with its own stack;
+//! - any other rip in a runtime is reported as it is, and the regenerator
+//!   refuses it naming it (inside `flush` signals are blocked there; the
+//!   other entry points, and `signal_entry` interrupted by a second
+//!   signal, are not mapped).
 
 use iced_x86::code_asm::*;
 use iced_x86::BlockEncoderOptions;
@@ -98,8 +125,6 @@ struct Labels {
     prefix: CodeLabel,
     parse_dec: CodeLabel,
     fatal: CodeLabel,
-    block_signals: CodeLabel,
-    restore_signals: CodeLabel,
     slot_index: CodeLabel,
     d_ready: CodeLabel,
     d_region: CodeLabel,
@@ -121,30 +146,89 @@ struct Labels {
     m_rebased: CodeLabel,
     m_slots: CodeLabel,
     m_write: CodeLabel,
+    /// Where `flush` can be interrupted, from [`Depths`].
+    flush_depths: Depths,
 }
 
 const SAVED: [AsmRegister64; 15] = [
     rax, rcx, rdx, rbx, rbp, rsi, rdi, r8, r9, r10, r11, r12, r13, r14, r15,
 ];
 
-fn save_all(a: &mut CodeAssembler) -> Result<(), IcedError> {
-    a.pushfq()?;
-    for r in SAVED {
-        a.push(r)?;
+/// Bytes `save_all` puts on the stack: the flags, [`SAVED`] and the
+/// 16-byte signal-mask area at the bottom.
+const FRAME: u32 = 8 + 8 * SAVED.len() as u32 + 16;
+
+/// The stack depth of an entry point's return address along its code
+/// (`flush`'s: [`emit_signal_entry`] reports a signal delivered inside
+/// `flush` at the buffer check that called it). Each entry: from the
+/// instruction at the label on, up to the next entry's label, the return
+/// address is at `[rsp + depth]`; `None` where signals are blocked (or
+/// after the `ret`). Entry points other than `flush` collect into a
+/// `Depths` they drop.
+#[derive(Default)]
+struct Depths(Vec<(CodeLabel, Option<u32>)>);
+
+impl Depths {
+    /// Labels the next instruction with `depth`.
+    fn mark(&mut self, a: &mut CodeAssembler, depth: Option<u32>) -> Result<(), IcedError> {
+        let mut l = a.create_label();
+        a.set_label(&mut l)?;
+        self.0.push((l, depth));
+        Ok(())
     }
-    // Signal-mask save area (8 bytes) and keep 16-byte alignment irrelevant:
-    // no C code is ever called.
-    a.sub(rsp, 16)?;
+}
+
+/// Saves the flags and every general register ([`FRAME`] bytes; signal
+/// entry reads the interrupted context relative to this layout). `lea` and
+/// `mov`s rather than 15 `push`es so that the depth changes only twice.
+fn save_all(a: &mut CodeAssembler, d: &mut Depths) -> Result<(), IcedError> {
+    a.pushfq()?;
+    d.mark(a, Some(8))?;
+    a.lea(rsp, ptr(rsp - (FRAME - 8) as i32))?;
+    d.mark(a, Some(FRAME))?;
+    for (i, r) in SAVED.into_iter().enumerate() {
+        a.mov(qword_ptr(rsp + (FRAME - 16 - 8 * i as u32) as i32), r)?;
+    }
     Ok(())
 }
 
-fn restore_all(a: &mut CodeAssembler) -> Result<(), IcedError> {
-    a.add(rsp, 16)?;
-    for r in SAVED.iter().rev() {
-        a.pop(*r)?;
+fn restore_all(a: &mut CodeAssembler, d: &mut Depths) -> Result<(), IcedError> {
+    for (i, r) in SAVED.into_iter().enumerate() {
+        a.mov(r, qword_ptr(rsp + (FRAME - 16 - 8 * i as u32) as i32))?;
     }
+    a.lea(rsp, ptr(rsp + (FRAME - 8) as i32))?;
+    d.mark(a, Some(8))?;
     a.popfq()?;
-    a.ret()
+    d.mark(a, Some(0))?;
+    a.ret()?;
+    // A zero-length instruction to carry the end label.
+    d.mark(a, None)?;
+    a.zero_bytes()
+}
+
+/// Blocks every signal, the old mask to the save area's first word (the
+/// new one, all ones, in its second). Clobbers rax, rcx, rdx, rsi, rdi,
+/// r10, r11. At `save_all`'s depth.
+fn block_signals(a: &mut CodeAssembler) -> Result<(), IcedError> {
+    a.mov(qword_ptr(rsp + 8), -1)?;
+    a.xor(edi, edi)?; // SIG_BLOCK
+    a.lea(rsi, ptr(rsp + 8))?;
+    a.mov(rdx, rsp)?;
+    a.mov(r10d, 8u32)?;
+    a.mov(eax, SYS_RT_SIGPROCMASK)?;
+    a.syscall()
+}
+
+/// Restores the mask `block_signals` saved: a signal that became pending
+/// meanwhile is delivered right after this `syscall`. Clobbers as
+/// `block_signals`.
+fn restore_signals(a: &mut CodeAssembler) -> Result<(), IcedError> {
+    a.mov(edi, 2u32)?; // SIG_SETMASK
+    a.mov(rsi, rsp)?;
+    a.xor(edx, edx)?;
+    a.mov(r10d, 8u32)?;
+    a.mov(eax, SYS_RT_SIGPROCMASK)?;
+    a.syscall()
 }
 
 fn msg(a: &mut CodeAssembler, label: &mut CodeLabel, text: &str) -> Result<(), IcedError> {
@@ -175,8 +259,6 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         prefix: a.create_label(),
         parse_dec: a.create_label(),
         fatal: a.create_label(),
-        block_signals: a.create_label(),
-        restore_signals: a.create_label(),
         slot_index: a.create_label(),
         d_ready: a.create_label(),
         d_region: a.create_label(),
@@ -198,11 +280,27 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         m_rebased: a.create_label(),
         m_slots: a.create_label(),
         m_write: a.create_label(),
+        flush_depths: Depths::default(),
     };
     emit_init(&mut a, &mut l)?;
     emit_attach(&mut a, &mut l)?;
     emit_fork_child(&mut a, &mut l)?;
     emit_flush(&mut a, &mut l)?;
+    // Entry, after pushfq, after the lea (registers saved, then signals
+    // blocked), after the mask is restored, popfq, ret, after the ret.
+    debug_assert_eq!(
+        l.flush_depths.0.iter().map(|d| d.1).collect::<Vec<_>>(),
+        [
+            Some(0),
+            Some(8),
+            Some(FRAME),
+            None,
+            Some(FRAME),
+            Some(8),
+            Some(0),
+            None
+        ]
+    );
     emit_claim(&mut a, &mut l)?;
     emit_helpers(&mut a, &mut l)?;
     emit_signal_entry(&mut a, &mut l)?;
@@ -308,11 +406,11 @@ fn emit_init(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     let mut done = a.create_label();
     let mut bad_region = a.create_label();
     a.set_label(&mut l.init)?;
-    save_all(a)?;
+    save_all(a, &mut Depths::default())?;
     a.cmp(dword_ptr(l.d_ready), 0)?;
     a.jne(done)?;
     a.mov(rbx, rdx)?; // envp (block_signals clobbers rdx)
-    a.call(l.block_signals)?;
+    block_signals(a)?;
     a.mov(r12, -1i64)?;
     a.xor(r13d, r13d)?;
     a.test(rbx, rbx)?;
@@ -454,9 +552,9 @@ fn emit_init(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.mov(ebx, RecordKind::Thread as u32)?;
     a.mov(ebp, u32::MAX)?;
     a.call(l.claim)?;
-    a.call(l.restore_signals)?;
+    restore_signals(a)?;
     a.set_label(&mut done)?;
-    restore_all(a)
+    restore_all(a, &mut Depths::default())
 }
 
 /// `attach_thread()`: claim a slot for the calling thread (a new thread,
@@ -482,7 +580,7 @@ fn emit_attach(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     let mut kept = a.create_label();
     let mut done = a.create_label();
     a.set_label(&mut l.attach)?;
-    save_all(a)?;
+    save_all(a, &mut Depths::default())?;
     a.cmp(dword_ptr(l.d_ready), 0)?;
     a.jne(ready)?;
     a.cmp(qword_ptr(l.d_tag), 0)?;
@@ -491,7 +589,7 @@ fn emit_attach(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.jmp(l.fatal)?;
 
     a.set_label(&mut library)?;
-    a.call(l.block_signals)?;
+    block_signals(a)?;
     a.sub(rsp, 8)?;
     a.mov(edi, ARCH_GET_GS)?;
     a.mov(rsi, rsp)?;
@@ -541,11 +639,11 @@ fn emit_attach(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.mov(ebx, RecordKind::Thread as u32)?;
     a.call(l.claim)?;
     a.set_label(&mut done)?;
-    a.call(l.restore_signals)?;
-    restore_all(a)?;
+    restore_signals(a)?;
+    restore_all(a, &mut Depths::default())?;
 
     a.set_label(&mut ready)?;
-    a.call(l.block_signals)?;
+    block_signals(a)?;
     a.call(l.slot_index)?;
     a.mov(ebp, eax)?;
     a.cmp(ebp, u32::MAX)?;
@@ -564,25 +662,27 @@ fn emit_attach(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.mov(ebx, RecordKind::Thread as u32)?;
     a.call(l.claim)?;
     a.set_label(&mut kept)?;
-    a.call(l.restore_signals)?;
-    restore_all(a)
+    restore_signals(a)?;
+    restore_all(a, &mut Depths::default())
 }
 
 /// `fork_child()`: called in a fork/vfork child right after the call
 /// returned 0; gives the child its own slot with a FORK record.
 fn emit_fork_child(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.set_label(&mut l.fork_child)?;
-    save_all(a)?;
-    a.call(l.block_signals)?;
+    save_all(a, &mut Depths::default())?;
+    block_signals(a)?;
     a.call(l.slot_index)?;
     a.mov(ebp, eax)?;
     a.mov(ebx, RecordKind::Fork as u32)?;
     a.call(l.claim)?;
-    a.call(l.restore_signals)?;
-    restore_all(a)
+    restore_signals(a)?;
+    restore_all(a, &mut Depths::default())
 }
 
-/// `flush()`: the buffer check found `POS >= LIMIT`.
+/// `flush()`: the buffer check found `POS >= LIMIT`. Signals are blocked
+/// from its first `syscall` to its last; [`Labels::flush_depths`] marks
+/// where its return address is before and after (module doc).
 fn emit_flush(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     let mut standalone = a.create_label();
     let mut wait = a.create_label();
@@ -590,8 +690,10 @@ fn emit_flush(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     let mut done = a.create_label();
     let mut bad_write = a.create_label();
     a.set_label(&mut l.flush)?;
-    save_all(a)?;
-    a.call(l.block_signals)?;
+    l.flush_depths.0.push((l.flush, Some(0)));
+    save_all(a, &mut l.flush_depths)?;
+    block_signals(a)?;
+    l.flush_depths.mark(a, None)?;
     a.mov(rbx, qword_ptr(S_BASE).gs())?;
     a.mov(r15, qword_ptr(l.d_region))?;
     a.mov(r12, qword_ptr(r15 + H_HALF_SIZE))?;
@@ -685,8 +787,9 @@ fn emit_flush(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.lea(rsi, ptr(l.m_write))?;
     a.jmp(l.fatal)?;
     a.set_label(&mut done)?;
-    a.call(l.restore_signals)?;
-    restore_all(a)
+    restore_signals(a)?;
+    l.flush_depths.mark(a, Some(FRAME))?;
+    restore_all(a, &mut l.flush_depths)
 }
 
 /// Internal `claim`: ebx = record kind (THREAD/FORK), ebp = parent slot.
@@ -819,29 +922,6 @@ fn emit_helpers(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> 
     a.syscall()?;
     a.ud2()?;
 
-    // block_signals: save the old mask in the caller's save area
-    // ([rsp+8] at entry = the 16-byte area reserved by save_all), block all.
-    a.set_label(&mut l.block_signals)?;
-    a.push(-1)?; // new mask (all ones), at [rsp]; save area now at [rsp+16]
-    a.xor(edi, edi)?; // SIG_BLOCK
-    a.mov(rsi, rsp)?;
-    a.lea(rdx, ptr(rsp + 16))?;
-    a.mov(r10d, 8u32)?;
-    a.mov(eax, SYS_RT_SIGPROCMASK)?;
-    a.syscall()?;
-    a.add(rsp, 8)?;
-    a.ret()?;
-
-    // restore_signals: SIG_SETMASK from the save area ([rsp+8] at entry).
-    a.set_label(&mut l.restore_signals)?;
-    a.mov(edi, 2u32)?; // SIG_SETMASK
-    a.lea(rsi, ptr(rsp + 8))?;
-    a.xor(edx, edx)?;
-    a.mov(r10d, 8u32)?;
-    a.mov(eax, SYS_RT_SIGPROCMASK)?;
-    a.syscall()?;
-    a.ret()?;
-
     // slot_index() -> eax = index of the slot %gs points at, or u32::MAX
     // when %gs is not inside the region. Clobbers rcx, rdx, rdi, rsi, r11.
     let mut none = a.create_label();
@@ -864,6 +944,83 @@ fn emit_helpers(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> 
     a.set_label(&mut none)?;
     a.mov(eax, u32::MAX)?;
     a.ret()
+}
+
+/// Part of `signal_entry`: when the interrupted rip (r14) is in the
+/// `flush` of a runtime blob of this process where signals are not
+/// blocked, replaces it with that `flush`'s return address: the point right
+/// after the buffer check's `call flush` in traced code, which the module's
+/// signal map places (at the check). The handler still returns into
+/// `flush`; only the reported rip changes. A rip elsewhere in a runtime
+/// is left as it is, and regen refuses it naming it.
+///
+/// Every blob is the same code (only its data page differs), so the rip
+/// is tried against this blob's labels after moving it by the distance
+/// between this blob and each blob of the process: this one, the one that
+/// claimed the slot (`S_RUNTIME`, the executable's) and the libraries'
+/// (the region's module table), since a handler of one module can
+/// interrupt another module's `flush`. The code bytes at the rip must
+/// equal this blob's at the moved address (a module table entry left by
+/// an image before an exec, or a blob of another aetrace version, is not
+/// taken for this code). r13 = the saved gregs. Clobbers rax, rcx, rbx,
+/// rsi, rdi, r8.
+fn emit_flush_caller(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
+    let depths = &l.flush_depths.0;
+    let (first, end) = (depths[0].0, depths[depths.len() - 1].0);
+    let mut try_base = a.create_label();
+    let mut next_base = a.create_label();
+    let mut table = a.create_label();
+    let mut done = a.create_label();
+    a.lea(rdi, ptr(l.init))?; // this blob
+    a.mov(rbx, rdi)?;
+    a.mov(r8, qword_ptr(l.d_region))?;
+    a.xor(ecx, ecx)?; // 0: this blob, 1: S_RUNTIME, 2..: module table entries 1..
+    a.set_label(&mut try_base)?;
+    a.mov(rsi, r14)?;
+    a.sub(rsi, rbx)?;
+    a.add(rsi, rdi)?;
+    a.lea(rax, ptr(first))?;
+    a.cmp(rsi, rax)?;
+    a.jb(next_base)?;
+    a.lea(rax, ptr(end))?;
+    a.cmp(rsi, rax)?;
+    a.jae(next_base)?;
+    a.mov(rax, qword_ptr(r14))?;
+    a.cmp(rax, qword_ptr(rsi))?;
+    a.jne(next_base)?;
+    // In `flush`: the window holding rsi gives the return address's depth.
+    for w in depths.windows(2) {
+        let ((lo, depth), (hi, _)) = (w[0], w[1]);
+        let Some(depth) = depth else { continue };
+        let mut skip = a.create_label();
+        a.lea(rax, ptr(lo))?;
+        a.cmp(rsi, rax)?;
+        a.jb(skip)?;
+        a.lea(rax, ptr(hi))?;
+        a.cmp(rsi, rax)?;
+        a.jae(skip)?;
+        a.mov(rax, qword_ptr(r13 + 15 * 8))?; // the interrupted rsp
+        a.mov(r14, qword_ptr(rax + depth as i32))?;
+        a.jmp(done)?;
+        a.set_label(&mut skip)?;
+        a.zero_bytes()?;
+    }
+    a.jmp(done)?; // signals blocked there: no asynchronous signal
+    a.set_label(&mut next_base)?;
+    a.inc(ecx)?;
+    a.cmp(ecx, 1)?;
+    a.jne(table)?;
+    a.mov(rbx, qword_ptr(S_RUNTIME).gs())?;
+    a.jmp(try_base)?;
+    a.set_label(&mut table)?;
+    a.cmp(ecx, MAX_MODULES)?;
+    a.ja(done)?;
+    a.mov(rbx, qword_ptr(r8 + rcx * 8 + (H_MODULES - 8) as i32))?;
+    a.test(rbx, rbx)?;
+    a.jz(next_base)?;
+    a.jmp(try_base)?;
+    a.set_label(&mut done)?;
+    a.zero_bytes()
 }
 
 /// `signal_entry()`: called by the outside-entry stub when its return
@@ -903,7 +1060,7 @@ fn emit_signal_entry(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedEr
     let mut one = a.create_label();
     let mut stop = a.create_label();
     a.set_label(&mut l.signal_entry)?;
-    save_all(a)?;
+    save_all(a, &mut Depths::default())?;
     // [rsp+144] return into the stub, [rsp+152] pretcode, [rsp+160] ucontext;
     // uc_mcontext (the gregs) starts 40 bytes into the ucontext.
     a.mov(r12d, edi)?;
@@ -1088,8 +1245,10 @@ fn emit_signal_entry(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedEr
     a.mov(qword_ptr(r13 + 16 * 8), r14)?;
     a.add(qword_ptr(l.d_fixups), 1)?;
     a.set_label(&mut record)?;
+    emit_flush_caller(a, l)?;
     // SIGNAL(signo, rip): r14 is the saved RIP, advanced past any stores
-    // completed above (the instruction the handler returns to).
+    // completed above (the instruction the handler returns to), or the
+    // return address of the `flush` it interrupted.
     a.mov(eax, RecordKind::Signal.encoded_len() as u32)?;
     a.xadd(qword_ptr(S_POS).gs(), rax)?;
     a.mov(
@@ -1099,5 +1258,5 @@ fn emit_signal_entry(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedEr
     a.mov(dword_ptr(rax + 2), r12d)?;
     a.mov(qword_ptr(rax + 6), r14)?;
     a.mov(byte_ptr(rax + 1), RecordKind::Signal as u32)?;
-    restore_all(a)
+    restore_all(a, &mut Depths::default())
 }

@@ -937,3 +937,221 @@ fn a_library_runtime_attaches_to_the_executables_region() {
     assert_eq!(region.module_runtime(3), lib.base as u64);
     assert_eq!(region.module_runtime(2), 0);
 }
+
+/// Instructions of `flush` a signal can interrupt (signals unblocked),
+/// decoded from the blob: `(before, after)` = from its entry up to and
+/// including the `syscall` that blocks signals, and from after the one
+/// that restores the mask up to and including the `ret`.
+fn flush_unblocked_instructions(m: &Mapped) -> (usize, usize) {
+    let start = m.blob.symbol("flush").unwrap();
+    let code = &m.blob.bytes[start as usize..m.blob.data_offset as usize];
+    let mut d = iced_x86::Decoder::with_ip(64, code, start, 0);
+    let insns: Vec<iced_x86::Instruction> = d.iter().collect();
+    let ret = insns
+        .iter()
+        .position(|i| i.mnemonic() == iced_x86::Mnemonic::Ret)
+        .unwrap();
+    let syscalls: Vec<usize> = insns[..ret]
+        .iter()
+        .enumerate()
+        .filter(|(_, i)| i.mnemonic() == iced_x86::Mnemonic::Syscall)
+        .map(|(k, _)| k)
+        .collect();
+    (syscalls[0] + 1, ret - syscalls[syscalls.len() - 1])
+}
+
+/// A signal delivered inside `flush` while signals are not blocked is
+/// reported at the `call flush` that the buffer check made: SIGNAL's rip
+/// is flush's return address, never an address in the runtime.
+///
+/// The writer thread fills half 0 to its limit and calls `flush` with the
+/// trap flag set, so every instruction of flush's prologue traps until
+/// the handler clears TF at the `syscall` that blocks signals (the first
+/// handler's own check flushes half 0, nested). The outer `flush` then
+/// seals half 1 and waits for half 0; meanwhile this thread sends the
+/// writer SIGUSR1, which becomes pending and is delivered right after the
+/// `syscall` that restores the mask, once half 0 is drained; its handler
+/// sets TF, so every instruction of the epilogue traps too.
+#[test]
+fn a_signal_inside_flush_is_reported_at_its_call() {
+    signal_inside_flush(false);
+}
+
+/// The same where the `flush` is a library runtime's (module tag 3,
+/// attached to the region first) and the handler's outside-entry stub the
+/// executable's: its `signal_entry` finds the library's blob in the
+/// region's module table.
+#[test]
+fn a_signal_inside_another_modules_flush_is_reported_at_its_call() {
+    signal_inside_flush(true);
+}
+
+fn signal_inside_flush(library: bool) {
+    use aetrace_runtime::layout::TAG_SHIFT;
+    let _serial = TRAP_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut m = Mapped::new();
+    let mut lib = Mapped::new();
+    unsafe { *(lib.sym("module_tag") as *mut u64) = 3 };
+    let lib_proc = 3 << TAG_SHIFT | 5;
+    let attach_lib = runner(&mut lib, lib_proc, Site::with_scratch(r11));
+    let region = Region::create(SMALL).unwrap();
+    let rt = m.addrs();
+    let flush = if library { lib.addrs().flush } else { rt.flush };
+    // Stream bytes before the call: THREAD, (the library's ENTER and
+    // witness), ENTER, then witnesses up to LIMIT.
+    let n = (SMALL.half_size - 4096 - 12 - if library { 7 } else { 0 }) as u32;
+    let mut a = CodeAssembler::new(64).unwrap();
+    let mut lp = a.create_label();
+    let mut call_at = a.create_label();
+    let mut after = a.create_label();
+    emit_outside_entry(&mut a, 7, &rt).unwrap();
+    a.push(rbx).unwrap();
+    a.mov(ebx, n).unwrap();
+    a.set_label(&mut lp).unwrap();
+    emit_witness(&mut a, 0x21, Site::with_scratch(rcx)).unwrap();
+    a.dec(ebx).unwrap();
+    a.jnz(lp).unwrap();
+    set_tf(&mut a);
+    a.set_label(&mut call_at).unwrap();
+    a.call(flush).unwrap();
+    a.set_label(&mut after).unwrap();
+    emit_witness(&mut a, 0x66, Site::with_scratch(rcx)).unwrap();
+    a.pop(rbx).unwrap();
+    a.ret().unwrap();
+    let res = a
+        .assemble_options(
+            m.next_ip(),
+            iced_x86::BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
+        )
+        .unwrap();
+    let (call_ip, ret_ip) = (
+        res.label_ip(&call_at).unwrap(),
+        res.label_ip(&after).unwrap(),
+    );
+    let traced: extern "C" fn() = unsafe { std::mem::transmute(m.place(&res.inner.code_buffer)) };
+
+    // The handler (SIGTRAP and SIGUSR1): SIGUSR1 sets TF; a trap clears it
+    // at a `syscall` or back at the return address, else keeps it.
+    let mut a = CodeAssembler::new(64).unwrap();
+    let mut set = a.create_label();
+    let mut clear = a.create_label();
+    let mut keep = a.create_label();
+    emit_outside_entry(&mut a, HANDLER_PROC, &rt).unwrap();
+    // rsp -> pretcode; gregs at +48: rip is gregs[16], eflags gregs[17].
+    a.mov(rax, qword_ptr(rsp + (48 + 16 * 8))).unwrap();
+    a.cmp(edi, libc::SIGUSR1).unwrap();
+    a.je(set).unwrap();
+    a.mov(rcx, ret_ip).unwrap();
+    a.cmp(rax, rcx).unwrap();
+    a.je(clear).unwrap();
+    a.cmp(word_ptr(rax), 0x050F).unwrap();
+    a.je(clear).unwrap();
+    a.jmp(keep).unwrap();
+    a.set_label(&mut set).unwrap();
+    a.or(qword_ptr(rsp + (48 + 17 * 8)), 0x100).unwrap();
+    a.jmp(keep).unwrap();
+    a.set_label(&mut clear).unwrap();
+    a.and(qword_ptr(rsp + (48 + 17 * 8)), !0x100i32).unwrap();
+    a.set_label(&mut keep).unwrap();
+    for w in HANDLER_BLOCK {
+        emit_witness(&mut a, w, Site::with_scratch(r11)).unwrap();
+    }
+    a.ret().unwrap();
+    let handler = m.place(&a.assemble(m.next_ip()).unwrap());
+
+    let tid = std::sync::atomic::AtomicI32::new(0);
+    let stop = AtomicBool::new(false);
+    let mut got = Vec::new();
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            tid.store(unsafe { libc::gettid() }, Ordering::Release);
+            let saved_gs = get_gs();
+            m.init(&[region.env()]);
+            if library {
+                assert_eq!(attach_lib([0x42].as_ptr(), 1), 0);
+            }
+            unsafe {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = handler as usize;
+                for sig in [libc::SIGTRAP, libc::SIGUSR1] {
+                    assert_eq!(libc::sigaction(sig, &sa, std::ptr::null_mut()), 0);
+                }
+            }
+            traced();
+            set_gs(saved_gs);
+            stop.store(true, Ordering::Release);
+        });
+        // Both halves sealed: the writer waits inside flush, signals blocked.
+        let t = Instant::now();
+        while region.ready_word().load(Ordering::Acquire) < 2 {
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "flush never sealed half 1"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let tid = tid.load(Ordering::Acquire);
+        let pid = std::process::id() as i32;
+        assert_eq!(
+            unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, libc::SIGUSR1) },
+            0
+        );
+        let mut d = region.drainer();
+        let mut sink = |b: aetrace_runtime::Batch<'_>| got.extend_from_slice(b.bytes);
+        while !stop.load(Ordering::Acquire) {
+            d.poll(false, &mut sink).unwrap();
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "the writer never finished"
+            );
+            d.wait(Duration::from_millis(1));
+        }
+        writer.join().unwrap();
+        d.poll(true, &mut sink).unwrap();
+    });
+
+    let mut want = thread_record(u32::MAX);
+    if library {
+        want.extend(enter_record(lib_proc));
+        want.push(0x42);
+        assert_eq!(region.module_runtime(3), lib.base as u64);
+    }
+    want.extend(enter_record(7));
+    want.extend(std::iter::repeat_n(0x21, n as usize));
+    assert!(got.starts_with(&want), "the stream before the call differs");
+    let mut rest = &got[want.len()..];
+    let mut signals = Vec::new();
+    while rest.len() >= 14 && rest[..2] == [0xFF, 3] {
+        let signo = u32::from_le_bytes(rest[2..6].try_into().unwrap());
+        let rip = u64::from_le_bytes(rest[6..14].try_into().unwrap());
+        let mut group = enter_record(HANDLER_PROC);
+        group.extend(HANDLER_BLOCK);
+        assert!(
+            rest[14..].starts_with(&group),
+            "handler bytes after SIGNAL {signo}"
+        );
+        signals.push((signo, rip));
+        rest = &rest[14 + group.len()..];
+    }
+    assert_eq!(rest, [0x66], "the stream after the call differs");
+    let trap = libc::SIGTRAP as u32;
+    // The first trap lands before or after the `call` (CPUs differ).
+    if signals.first() == Some(&(trap, call_ip)) {
+        signals.remove(0);
+    }
+    let (before, after) = flush_unblocked_instructions(&m);
+    let usr1 = signals
+        .iter()
+        .position(|&s| s == (libc::SIGUSR1 as u32, ret_ip))
+        .unwrap_or_else(|| panic!("no SIGUSR1 at the return address: {signals:x?}"));
+    assert!(
+        signals[..usr1] == vec![(trap, ret_ip); before],
+        "{before} traps in flush's prologue, each at the return address {ret_ip:#x}: {signals:x?}"
+    );
+    // The first trap after sigreturn comes after one instruction (or before it).
+    let tail = &signals[usr1 + 1..];
+    assert!(
+        (tail.len() == after || tail.len() == after + 1) && tail.iter().all(|&s| s == (trap, ret_ip)),
+        "{after} traps in flush's epilogue, the last back at the return address {ret_ip:#x}: {signals:x?}"
+    );
+}
