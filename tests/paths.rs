@@ -517,6 +517,106 @@ fn threads() {
     traced("threads_paths.c", O2_PIE, &["20000"]);
 }
 
+/// A static glibc program: its libc, startup and `exit` included, is
+/// path-profiled (procedures with too many paths edge-profiled). The
+/// oracle (`oracle`, on the native run single-stepped: valgrind's CPUID
+/// would send the libc down other paths) is compared on the program's own
+/// procedures, those `nm -l` places in the `traces/` source: the libc's
+/// startup code walks the program headers and reads `/proc/self/exe`,
+/// which rewriting changes, so its paths are the rewritten program's.
+/// Every other procedure's paths still pass through the oracle's stack
+/// walk, which fails on any block it cannot place.
+#[test]
+fn static_executable() {
+    let exe = common::scratch("paths").join("calltree-static-g");
+    common::build::run_checked(
+        Command::new("gcc")
+            .args(["-O2", "-g", "-static", "-o"])
+            .arg(&exe)
+            .arg(common::repo_root().join("traces").join("calltree.c")),
+        "gcc -static calltree.c",
+    );
+    let prof = check_own(&exe, &["40"], "calltree-static");
+    // The libc is profiled too.
+    assert!(
+        prof.paths.keys().any(|k| k.0 == "__libc_start_call_main"),
+        "no libc paths"
+    );
+    // Threads: the first thread is not known at a static program's entry
+    // point (no TLS yet), so its path registers could not be told apart.
+    let exe = common::scratch("paths").join("threads-static");
+    common::build::run_checked(
+        Command::new("gcc")
+            .args(["-O2", "-static", "-pthread", "-o"])
+            .arg(&exe)
+            .arg(common::repo_root().join("traces").join("threads.c")),
+        "gcc -static threads.c",
+    );
+    let out = Command::new(common::aetrace())
+        .args(["paths", "--"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        out.stdout.is_empty() && err.contains("static executable that can start threads"),
+        "{err}"
+    );
+}
+
+/// [`check`] restricted to the procedures `nm -l` places in `traces/`,
+/// against the native run single-stepped.
+fn check_own(exe: &Path, args: &[&str], tag: &str) -> Profile {
+    let file = run_paths(exe, args, tag, &[]);
+    let prof = read_profile(&file);
+    let nm = common::build::run_checked(
+        Command::new("nm").args(["-l", "--defined-only"]).arg(exe),
+        "nm -l",
+    );
+    let own: HashSet<String> = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .filter(|l| l.contains("/traces/"))
+        .filter_map(|l| l.split_whitespace().nth(2).map(str::to_string))
+        .collect();
+    assert!(own.contains("main"), "{tag}: own procedures {own:?}");
+    let stepped = common::singlestep::run(exe, None, args, &[]);
+    let elf = Elf::read(exe);
+    let mut want = oracle(&prof.procs, &[stepped.rips], &elf);
+    want.retain(|k, _| own.contains(&k.0));
+    let ours: BTreeMap<&Key, u64> = prof
+        .paths
+        .iter()
+        .filter(|(k, _)| own.contains(&k.0))
+        .map(|(k, &n)| (k, n))
+        .collect();
+    let mut diffs = Vec::new();
+    for (k, &n) in &want {
+        if ours.get(k) != Some(&n) {
+            diffs.push(format!("{k:x?}: stepped {n}, ours {:?}", ours.get(k)));
+        }
+    }
+    for (k, &m) in &ours {
+        if !want.contains_key(*k) {
+            diffs.push(format!("{k:x?}: stepped none, ours {m}"));
+        }
+    }
+    assert!(
+        diffs.is_empty(),
+        "{tag}: {} paths differ:\n{}",
+        diffs.len(),
+        diffs[..diffs.len().min(8)].join("\n")
+    );
+    assert!(!want.is_empty(), "{tag}: no paths of the program's own");
+    eprintln!(
+        "{tag}: {} paths of {} own procedures compared; {} paths in all",
+        want.len(),
+        own.len(),
+        prof.paths.len()
+    );
+    prof
+}
+
 /// Programs whose shadow stack could not stay exact (frames abandoned by
 /// longjmp or C++ exceptions, a vfork child in its parent's memory) are
 /// refused with a message naming why,
@@ -527,6 +627,7 @@ fn longjmp_exceptions_and_vfork_are_refused() {
         ("setjmp.c", "setjmp/longjmp"),
         ("cxx_exceptions.cpp", "landing pad"),
         ("vfork.c", "vfork"),
+        ("fork.c", "fork"),
     ] {
         let exe = build(src, O2_PIE);
         let out = Command::new(common::aetrace())

@@ -374,6 +374,199 @@ fn check_exe(exe: &Path, tag: &str, args: &[&str], symbols: bool, calls_too: boo
     );
 }
 
+/// The instructions and block starts `aetrace count` counts in `exe`
+/// (every procedure but those left alone), from the structure of its
+/// profile (block starts and instruction offsets, not counts).
+fn counted_code(exe: &Path, dir: &Path) -> (std::collections::HashSet<u64>, BTreeSet<u64>) {
+    let prof = dir.join("structure.aprof");
+    run_checked(
+        Command::new(common::aetrace())
+            .args(["profile", "-o"])
+            .arg(&prof)
+            .arg("--")
+            .arg(exe)
+            .stdout(Stdio::null()),
+        "aetrace profile",
+    );
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&prof).unwrap()).unwrap();
+    let (mut insns, mut starts) = (std::collections::HashSet::new(), BTreeSet::new());
+    for p in v["procs"].as_array().unwrap() {
+        for b in p["blocks"].as_array().into_iter().flatten() {
+            let start = b["start"].as_u64().unwrap();
+            starts.insert(start);
+            for o in b["insns"].as_array().unwrap() {
+                insns.insert(start + o.as_u64().unwrap());
+            }
+        }
+    }
+    (insns, starts)
+}
+
+/// `--stop-at` in a static executable (non-PIE). The recorded trace cannot
+/// be the oracle: the libc's startup code is counted too, and it walks the
+/// program headers and reads `/proc/self/exe`, which differ between the
+/// recorded and the stopped programs. So the oracle is the stopped program
+/// itself, at its path, with the original code and entry point put back,
+/// single-stepped (`common::singlestep`) with the environment gdb gives it
+/// (none): its N-th instruction of a counted procedure (a `rep` instruction
+/// once per execution), its N-th entry into a counted block.
+fn check_static(exe: &Path, tag: &str, args: &[&str]) {
+    let dir = common::scratch("stop_at").join(tag);
+    std::fs::create_dir_all(&dir).unwrap();
+    let prog = dir.join("program");
+    let elf = Elf::read(exe);
+    let (counted, starts) = counted_code(exe, &dir);
+    let write = |event: &str, n: usize| {
+        run_checked(
+            Command::new(common::aetrace())
+                .args(["count", "--event", event, "--stop-at", &n.to_string()])
+                .arg("--write-program")
+                .arg(&prog)
+                .arg("--")
+                .arg(exe)
+                .args(args),
+            "aetrace count --write-program",
+        );
+    };
+    write("insns", 1);
+    common::singlestep::restore_original_code(exe, &prog);
+    let stepped = common::singlestep::run(&prog, None, args, &[]);
+    let native = run_native(exe, args);
+    assert_eq!(
+        stepped.stdout, native.stdout,
+        "{tag}: the restored program's stdout"
+    );
+    let mut insns = Vec::new();
+    for &a in &stepped.rips {
+        if counted.contains(&a) && !(insns.last() == Some(&a) && elf.is_rep(a)) {
+            insns.push(a);
+        }
+    }
+    let blocks: Vec<u64> = {
+        // A block is entered at its start (a `rep` at a start folded).
+        let mut v = Vec::new();
+        let mut prev = None;
+        for &a in &stepped.rips {
+            if starts.contains(&a) && !(prev == Some(a) && elf.is_rep(a)) {
+                v.push(a);
+            }
+            prev = Some(a);
+        }
+        v
+    };
+    let main = functions(exe, &elf)
+        .into_iter()
+        .find(|f| f.2 == "main")
+        .expect("main");
+    let first_main = insns.iter().position(|&a| a == main.0).expect("main runs");
+    let stop = |event: &str, n: usize| -> u64 {
+        write(event, n);
+        let out = Command::new("gdb")
+            .args(["-batch", "-nx"])
+            .args([
+                "-ex",
+                "unset environment",
+                "-ex",
+                "set startup-with-shell off",
+            ])
+            .args(["-ex", "run", "-ex", "p/x $pc", "--args"])
+            .arg(&prog)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("gdb runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("Program received signal SIGTRAP"),
+            "{tag}: --event {event} --stop-at {n}: no SIGTRAP: {text}"
+        );
+        text.lines()
+            .find_map(|l| l.strip_prefix("$1 = 0x"))
+            .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
+            .unwrap_or_else(|| panic!("{tag}: no pc: {text}"))
+    };
+    let ns: BTreeSet<usize> = [
+        0,
+        insns.len() / 3,
+        first_main,
+        first_main + 1,
+        insns.len() - 1,
+    ]
+    .into();
+    for i in ns {
+        let got = stop("insns", i + 1);
+        assert_eq!(
+            got,
+            insns[i],
+            "{tag}: --event insns --stop-at {}: gdb stopped at {got:#x}, the stepped run's instruction is {:#x}",
+            i + 1,
+            insns[i]
+        );
+    }
+    for i in [0, blocks.len() / 2, blocks.len() - 1] {
+        let got = stop("blocks", i + 1);
+        assert_eq!(
+            got,
+            blocks[i],
+            "{tag}: --event blocks --stop-at {}: gdb stopped at {got:#x}, the stepped run's block is {:#x}",
+            i + 1,
+            blocks[i]
+        );
+    }
+    eprintln!(
+        "{tag}: {} instructions stepped, {} counted, {} blocks",
+        stepped.rips.len(),
+        insns.len(),
+        blocks.len()
+    );
+}
+
+/// A static glibc program (its libc's startup code and `exit` counted);
+/// a longjmp in counted code ends the program with a message.
+#[test]
+fn static_executables() {
+    check_static(
+        &build("loops.c", Variant::new(Opt::O2, Link::Static, false)),
+        "loops_c-O2-static",
+        &[],
+    );
+    let exe = build("setjmp.c", Variant::new(Opt::O2, Link::Static, false));
+    let out = Command::new(common::aetrace())
+        .args(["count", "--stop-at", "1000000000", "--"])
+        .arg(&exe)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains("calls longjmp at") && err.contains("cannot follow the frames it abandons"),
+        "{err}"
+    );
+    // The first thread is not known at a static program's entry point
+    // (no TLS yet): refused before running.
+    let exe = common::scratch("stop_at").join("threads-static");
+    run_checked(
+        Command::new("gcc")
+            .args(["-O2", "-static", "-pthread", "-o"])
+            .arg(&exe)
+            .arg(common::repo_root().join("traces").join("threads.c")),
+        "gcc -static threads.c",
+    );
+    let out = Command::new(common::aetrace())
+        .args(["count", "--stop-at", "10", "--"])
+        .arg(&exe)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        out.stdout.is_empty() && err.contains("static executable that can start threads"),
+        "{err}"
+    );
+}
+
 #[test]
 fn loops() {
     check("loops.c", O2_PIE, &[]);

@@ -821,33 +821,12 @@ fn static_env(cache: &Path) -> Vec<(String, String)> {
     ]
 }
 
-/// `aetrace ARGS` with exactly `env` and address randomisation off (the
-/// traced program inherits both).
-fn aetrace_fixed(args: &[&std::ffi::OsStr], env: &[(String, String)]) -> std::process::Output {
-    use std::os::unix::process::CommandExt;
-    let mut cmd = Command::new(common::aetrace());
-    cmd.args(args)
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(std::process::Stdio::null());
-    // SAFETY: one async-signal-safe call between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::personality(libc::ADDR_NO_RANDOMIZE as libc::c_ulong) == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    cmd.output().unwrap()
-}
-
 /// The environment variable `aetrace record` adds, as the recorded
 /// `/usr/bin/env` prints it.
 fn recorder_variable(env: &[(String, String)]) -> (String, String) {
     let dir = common::scratch("trace-oracle-static");
     let t = dir.join(format!("env-{}.aet", std::process::id()));
-    let out = aetrace_fixed(
+    let out = common::aetrace_fixed(
         &[
             "record".as_ref(),
             "-o".as_ref(),
@@ -872,40 +851,6 @@ fn recorder_variable(env: &[(String, String)]) -> (String, String) {
     (k.to_string(), v.to_string())
 }
 
-/// Puts the original program's file bytes and entry point back into the
-/// rewritten executable at `instrumented`: its added segments stay, never
-/// run.
-fn restore_original_code(original: &Path, instrumented: &Path) {
-    let o = std::fs::read(original).unwrap();
-    let mut n = std::fs::read(instrumented).unwrap();
-    let u16_at = |b: &[u8], at: usize| u16::from_le_bytes([b[at], b[at + 1]]) as usize;
-    let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
-    let (phoff, phentsize, phnum) = (
-        u64_at(&o, 0x20) as usize,
-        u16_at(&o, 0x36),
-        u16_at(&o, 0x38),
-    );
-    for i in 0..phnum {
-        let ph = phoff + i * phentsize;
-        if u32::from_le_bytes(o[ph..ph + 4].try_into().unwrap()) != 1 {
-            continue;
-        }
-        // The ELF header stays the rewritten one (its program headers).
-        let off = (u64_at(&o, ph + 8) as usize).max(64);
-        let end = u64_at(&o, ph + 8) as usize + u64_at(&o, ph + 32) as usize;
-        if off < end {
-            n[off..end].copy_from_slice(&o[off..end]);
-        }
-    }
-    n[0x18..0x20].copy_from_slice(&o[0x18..0x20]);
-    // A new file at the same path (the old one may still be mapped).
-    let tmp = instrumented.with_extension("restored");
-    std::fs::write(&tmp, &n).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::rename(&tmp, instrumented).unwrap();
-}
-
 /// [`check`] for a single-threaded static executable, against the native
 /// single-stepped run. A program that forks has `streams` > 1: only the
 /// first process's stream is compared (the stepper follows one task).
@@ -926,7 +871,7 @@ fn check_static_streams(exe: &Path, args: &[&str], streams: usize) {
         exe.as_os_str(),
     ];
     rec_args.extend(args.iter().map(std::ffi::OsStr::new));
-    let recorded = aetrace_fixed(&rec_args, &env);
+    let recorded = common::aetrace_fixed(&rec_args, &env);
     assert_eq!(
         String::from_utf8_lossy(&recorded.stderr),
         String::from_utf8_lossy(&native.stderr),
@@ -945,7 +890,7 @@ fn check_static_streams(exe: &Path, args: &[&str], streams: usize) {
         .map(|e| e.unwrap().path())
         .find(|p| p.extension().is_none_or(|e| e != "meta"))
         .expect("the recorder caches the rewritten program");
-    restore_original_code(exe, &inst);
+    common::singlestep::restore_original_code(exe, &inst);
     let mut oracle_env = env.clone();
     oracle_env.push(recorder_variable(&env));
     let stepped = common::singlestep::run(&inst, Some(exe), args, &oracle_env);

@@ -47,6 +47,27 @@ pub fn aetrace() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_BIN_EXE_aetrace"))
 }
 
+/// `aetrace ARGS` with exactly `env` and address randomisation off (the
+/// traced program inherits both).
+pub fn aetrace_fixed(args: &[&std::ffi::OsStr], env: &[(String, String)]) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(aetrace());
+    cmd.args(args)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(std::process::Stdio::null());
+    // SAFETY: one async-signal-safe call between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::personality(libc::ADDR_NO_RANDOMIZE as libc::c_ulong) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.output().unwrap()
+}
+
 /// A scratch directory for this test binary's artifacts.
 pub fn scratch(sub: &str) -> std::path::PathBuf {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(sub);

@@ -6,7 +6,8 @@
 //! gives the program another environment and auxiliary vector. Shares no
 //! code with aetrace.
 //!
-//! Single-threaded programs only (a new thread would run unstepped). A
+//! Single-threaded programs only (a new thread would run unstepped);
+//! [`run_tree`] also steps the processes a program forks. A
 //! `rep`-prefixed string instruction traps once per iteration: the caller
 //! folds consecutive repeats, as for lackey.
 
@@ -28,6 +29,28 @@ pub struct Stepped {
 /// (stdin /dev/null, stdout and stderr pipes, address space randomisation
 /// off) and steps it from its first instruction to its exit.
 pub fn run(exe: &Path, argv0: Option<&Path>, args: &[&str], env: &[(String, String)]) -> Stepped {
+    step(exe, argv0, args, env, false).0
+}
+
+/// [`run`], following the processes it forks (`fork`, `vfork`; not
+/// threads): the first process's run, then each child's instruction
+/// stream, in the order they were created.
+pub fn run_tree(
+    exe: &Path,
+    argv0: Option<&Path>,
+    args: &[&str],
+    env: &[(String, String)],
+) -> (Stepped, Vec<Vec<u64>>) {
+    step(exe, argv0, args, env, true)
+}
+
+fn step(
+    exe: &Path,
+    argv0: Option<&Path>,
+    args: &[&str],
+    env: &[(String, String)],
+    follow: bool,
+) -> (Stepped, Vec<Vec<u64>>) {
     use std::os::unix::process::CommandExt;
     let mut cmd = Command::new(exe);
     if let Some(a) = argv0 {
@@ -65,45 +88,136 @@ pub fn run(exe: &Path, argv0: Option<&Path>, args: &[&str], env: &[(String, Stri
     };
     let out = drain(child.stdout.take().map(|s| Box::new(s) as _));
     let err = drain(child.stderr.take().map(|s| Box::new(s) as _));
-    let mut rips = Vec::new();
+    // Per process: its stream (index 0: the first process).
+    let mut streams: Vec<Vec<u64>> = vec![Vec::new()];
+    let mut index: std::collections::HashMap<libc::pid_t, usize> = [(pid, 0)].into();
+    // The tracees not yet ended. Each is waited for by its id: a
+    // `waitpid(-1)` would also reap the children other tests of this
+    // process spawn.
+    let mut alive: Vec<libc::pid_t> = vec![pid];
     let mut st = 0;
-    // The first stop is the exec's SIGTRAP, at the entry point.
-    let mut sig = 0;
-    let status = loop {
-        // SAFETY: waiting for our own traced child.
-        let r = unsafe { libc::waitpid(pid, &mut st, libc::__WALL) };
-        assert_eq!(r, pid, "waitpid: {}", std::io::Error::last_os_error());
-        if libc::WIFEXITED(st) {
-            break libc::WEXITSTATUS(st);
-        }
-        if libc::WIFSIGNALED(st) {
-            break 128 + libc::WTERMSIG(st);
+    let mut status = None;
+    // The first stop is the exec's SIGTRAP, at the entry point; a forked
+    // child's is a SIGSTOP before its first instruction.
+    let mut started = false;
+    while !alive.is_empty() {
+        let t = loop {
+            // SAFETY: waiting for our own tracees.
+            if !follow {
+                break unsafe { libc::waitpid(pid, &mut st, libc::__WALL) };
+            }
+            let ready = alive.iter().find_map(|&q| {
+                let r = unsafe { libc::waitpid(q, &mut st, libc::__WALL | libc::WNOHANG) };
+                (r != 0).then_some(r)
+            });
+            match ready {
+                Some(r) => break r,
+                None => std::thread::yield_now(),
+            }
+        };
+        assert!(t > 0, "waitpid: {}", std::io::Error::last_os_error());
+        if libc::WIFEXITED(st) || libc::WIFSIGNALED(st) {
+            alive.retain(|&q| q != t);
+            if t == pid {
+                status = Some(if libc::WIFEXITED(st) {
+                    libc::WEXITSTATUS(st)
+                } else {
+                    128 + libc::WTERMSIG(st)
+                });
+            }
+            continue;
         }
         assert!(libc::WIFSTOPPED(st));
         let stop = libc::WSTOPSIG(st);
-        if stop != libc::SIGTRAP {
-            // Deliver it: the program must see the signals it would.
-            sig = stop;
+        let event = st >> 16;
+        let k = index[&t];
+        let mut sig = 0;
+        if follow && !started && t == pid {
+            let opts = libc::PTRACE_O_TRACEFORK | libc::PTRACE_O_TRACEVFORK;
+            // SAFETY: our stopped tracee.
+            let r = unsafe { libc::ptrace(libc::PTRACE_SETOPTIONS, t, 0, opts) };
+            assert_eq!(r, 0, "PTRACE_SETOPTIONS");
         }
         // SAFETY: regs is written by the kernel for our stopped tracee.
         let mut regs: libc::user_regs_struct = unsafe { std::mem::zeroed() };
-        let r = unsafe { libc::ptrace(libc::PTRACE_GETREGS, pid, 0, &mut regs) };
+        let r = unsafe { libc::ptrace(libc::PTRACE_GETREGS, t, 0, &mut regs) };
         assert_eq!(r, 0, "PTRACE_GETREGS");
-        // A trap stop reports the next instruction; another signal's stop
-        // comes before the instruction the last trap reported runs.
-        if stop == libc::SIGTRAP {
-            rips.push(regs.rip);
+        if event != 0 {
+            // A fork event: the new process, stopped, is ours too.
+            let mut new: libc::c_ulong = 0;
+            // SAFETY: our stopped tracee, a word for the message.
+            let r = unsafe { libc::ptrace(libc::PTRACE_GETEVENTMSG, t, 0, &mut new) };
+            assert_eq!(r, 0, "PTRACE_GETEVENTMSG");
+            let new = new as libc::pid_t;
+            if !index.contains_key(&new) {
+                index.insert(new, streams.len());
+                streams.push(Vec::new());
+                alive.push(new);
+            }
+        } else if streams[k].is_empty() && (t != pid || stop == libc::SIGTRAP) {
+            // Its first stop: the instruction about to run.
+            streams[k].push(regs.rip);
+        } else if stop == libc::SIGTRAP {
+            // A trap stop reports the next instruction; another signal's
+            // stop comes before the instruction the last trap reported
+            // runs.
+            streams[k].push(regs.rip);
+        } else {
+            // Deliver it: the program must see the signals it would.
+            sig = stop;
         }
-        let r = unsafe { libc::ptrace(libc::PTRACE_SINGLESTEP, pid, 0, std::mem::take(&mut sig)) };
+        if t == pid {
+            started = true;
+        }
+        let r = unsafe { libc::ptrace(libc::PTRACE_SINGLESTEP, t, 0, sig) };
         assert_eq!(r, 0, "PTRACE_SINGLESTEP");
-    };
+    }
     // Each trap reported the instruction about to run; the last one ran
     // (it exited), so nothing is missing and nothing extra. Reaped above.
     drop(child);
-    Stepped {
-        rips,
-        stdout: out.join().unwrap(),
-        stderr: err.join().unwrap(),
-        status,
+    let mut streams = streams.into_iter();
+    let first = streams.next().unwrap_or_default();
+    (
+        Stepped {
+            rips: first,
+            stdout: out.join().unwrap(),
+            stderr: err.join().unwrap(),
+            status: status.expect("the first process ended"),
+        },
+        streams.collect(),
+    )
+}
+
+/// Puts the original program's file bytes and entry point back into the
+/// rewritten executable at `instrumented`: its added segments stay, never
+/// run.
+pub fn restore_original_code(original: &Path, instrumented: &Path) {
+    let o = std::fs::read(original).unwrap();
+    let mut n = std::fs::read(instrumented).unwrap();
+    let u16_at = |b: &[u8], at: usize| u16::from_le_bytes([b[at], b[at + 1]]) as usize;
+    let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+    let (phoff, phentsize, phnum) = (
+        u64_at(&o, 0x20) as usize,
+        u16_at(&o, 0x36),
+        u16_at(&o, 0x38),
+    );
+    for i in 0..phnum {
+        let ph = phoff + i * phentsize;
+        if u32::from_le_bytes(o[ph..ph + 4].try_into().unwrap()) != 1 {
+            continue;
+        }
+        // The ELF header stays the rewritten one (its program headers).
+        let off = (u64_at(&o, ph + 8) as usize).max(64);
+        let end = u64_at(&o, ph + 8) as usize + u64_at(&o, ph + 32) as usize;
+        if off < end {
+            n[off..end].copy_from_slice(&o[off..end]);
+        }
     }
+    n[0x18..0x20].copy_from_slice(&o[0x18..0x20]);
+    // A new file at the same path (the old one may still be mapped).
+    let tmp = instrumented.with_extension("restored");
+    std::fs::write(&tmp, &n).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::rename(&tmp, instrumented).unwrap();
 }

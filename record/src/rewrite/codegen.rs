@@ -91,6 +91,12 @@ pub struct CallPlan {
     /// No buffer check at the return point: the callee is bounded
     /// (`checks`), the caller's check-free path runs on through it.
     pub unchecked_return: bool,
+    /// Counting (path profiles, `--stop-at`) a static executable: the call
+    /// is a `longjmp`, whose abandoned frames those cannot follow, so the
+    /// program ends just before it with a message naming the call (a
+    /// `setjmp` then returns only once; docs/profile.md, "Static
+    /// executables").
+    pub fatal_longjmp: bool,
 }
 
 /// Counting mode (`aetrace profile`, [`super::counters`]): counter
@@ -116,6 +122,11 @@ pub struct Counting {
 pub struct PathCode {
     pub state: super::pathprof::PathState,
     pub ops: Vec<Vec<super::pathprof::PathOp>>,
+    /// The unwinder's entry into a landing pad ends the program with a
+    /// message (a static C program's libc has cleanup pads, which only a
+    /// thread's cancellation or `pthread_exit` runs): the frames an unwind
+    /// abandons are out of the shadow stack's reach.
+    pub fatal_pads: bool,
 }
 
 /// The counters of one procedure in counting mode; edge counters are in
@@ -1170,6 +1181,18 @@ impl ProcGen<'_, '_> {
                 self.em.seq_write(SigPoint::Outside, after, |a| {
                     emit_record(a, RecordKind::Landing, Payload::Imm32(n), site)
                 })?;
+            } else if self
+                .em
+                .counting
+                .as_ref()
+                .and_then(|c| c.paths.as_ref())
+                .is_some_and(|pc| pc.fatal_pads)
+            {
+                self.fatal(format!(
+                    "aetrace: the unwinder entered {}'s landing pad at {:#x}: path profiles \
+                     cannot follow the frames an unwind abandons\n",
+                    p.name, cfg.blocks[b].start
+                ))?;
             } else if let Some(n) = p
                 .counters
                 .as_ref()
@@ -1204,6 +1227,37 @@ impl ProcGen<'_, '_> {
     }
 
     /// EXIT(edi), before the instruction the current point stands at.
+    /// Ends the program with status 125 and the message `text` (a
+    /// `longjmp` call, [`CallPlan::fatal_longjmp`]; a landing pad's entry,
+    /// [`PathCode::fatal_pads`]); any register may go.
+    fn fatal(&mut self, text: String) -> GenResult<()> {
+        let err = |e: iced_x86::IcedError| e.to_string();
+        let label = self.em.label();
+        let mov = |r: Register, v: u32| Instruction::with2(Code::Mov_r32_imm32, r, v);
+        self.em.push(
+            Instruction::with2(
+                Code::Lea_r64_m,
+                Register::RSI,
+                MemoryOperand::with_base_displ(Register::RIP, label as i64),
+            )
+            .map_err(err)?,
+        );
+        self.em
+            .push(mov(Register::EDX, text.len() as u32).map_err(err)?);
+        self.em.push(mov(Register::EAX, 1).map_err(err)?);
+        self.em.push(mov(Register::EDI, 2).map_err(err)?);
+        self.em.push(Instruction::with(Code::Syscall));
+        self.em.push(mov(Register::EAX, 231).map_err(err)?);
+        self.em.push(mov(Register::EDI, 125).map_err(err)?);
+        self.em.push(Instruction::with(Code::Syscall));
+        self.em.bind(label);
+        for chunk in text.as_bytes().chunks(16) {
+            self.em
+                .push(Instruction::with_declare_byte(chunk).map_err(err)?);
+        }
+        Ok(())
+    }
+
     fn exit_record(&mut self, site: Site) -> GenResult<()> {
         if self.em.counting.is_some() {
             return Ok(());
@@ -1372,6 +1426,14 @@ impl ProcGen<'_, '_> {
                         self.em.counter(n, before_last)?;
                     }
                 }
+                if cp.fatal_longjmp && self.em.counting.is_some() {
+                    self.fatal(format!(
+                        "aetrace: {} calls longjmp at {:#x}: path profiles and --stop-at cannot \
+                         follow the frames it abandons\n",
+                        p.name,
+                        last.ip()
+                    ))?;
+                }
                 if let Some(kind) = cp.jmpbuf.filter(|_| self.em.counting.is_none()) {
                     self.em.seq_write(before, before, |a| {
                         emit_record(
@@ -1444,7 +1506,8 @@ impl ProcGen<'_, '_> {
                     .find(|&e| cfg.edges[e].kind == EdgeKind::FallThrough);
                 let mut insn = last;
                 let dest = self.retarget(target);
-                match taken {
+                // Where the branch goes, and the point once it went there.
+                let (t, taken_point) = match taken {
                     Some(e) if wit(e).is_some() => {
                         let to = cfg.edges[e].to;
                         let live = p.live.live_on_edge(cfg, e);
@@ -1462,17 +1525,48 @@ impl ProcGen<'_, '_> {
                                 self.labels[to.index()]
                             },
                         });
-                        insn.set_near_branch64(label);
-                        self.em.origin.push((self.em.out.len(), last.ip()));
-                        self.em.copy_len = last.len() as u8;
-                        self.em.push(insn);
+                        let point = SigPoint::Witness {
+                            edge: e.index() as u32,
+                        };
+                        (label, point)
                     }
-                    _ => {
-                        insn.set_near_branch64(dest);
-                        self.em.origin.push((self.em.out.len(), last.ip()));
-                        self.em.copy_len = last.len() as u8;
-                        self.em.push(insn);
-                    }
+                    _ => (dest, taken.map_or(before, |e| self.after_edge(e, target))),
+                };
+                // `jrcxz` and `loop*` reach 127 bytes only, which
+                // instrumentation between them and their target can exceed
+                // (glibc's `__mpn_sub_n` under `--stop-at`): they jump to a
+                // `jmp` right after them instead.
+                let short_only = matches!(
+                    insn.code(),
+                    Code::Jrcxz_rel8_64
+                        | Code::Jecxz_rel8_64
+                        | Code::Loop_rel8_64_RCX
+                        | Code::Loop_rel8_64_ECX
+                        | Code::Loope_rel8_64_RCX
+                        | Code::Loope_rel8_64_ECX
+                        | Code::Loopne_rel8_64_RCX
+                        | Code::Loopne_rel8_64_ECX
+                );
+                let near = short_only.then(|| self.em.label());
+                insn.set_near_branch64(near.unwrap_or(t));
+                self.em.origin.push((self.em.out.len(), last.ip()));
+                self.em.copy_len = last.len() as u8;
+                self.em.push(insn);
+                if let Some(near) = near {
+                    let over = self.em.label();
+                    self.em.point = match fall {
+                        Some(e) if wit(e).is_some() => SigPoint::Witness {
+                            edge: e.index() as u32,
+                        },
+                        Some(e) => self.after_edge(e, blk.end),
+                        None => before,
+                    };
+                    self.em.jmp(over)?;
+                    self.em.bind(near);
+                    self.em.point = taken_point;
+                    self.em.jmp(t)?;
+                    self.em.bind(over);
+                    self.em.point = before;
                 }
                 if let Some(e) = fall {
                     let to = cfg.edges[e].to;

@@ -36,7 +36,8 @@
 //!
 //! Counters are 8-byte words in a page-aligned RW segment of the rewritten
 //! module; the module's first-run entry ([`emit_init`]: the executable's
-//! preinit, a library's first constructor) maps the recorder's memfd (one
+//! preinit, a library's first constructor, called by a new entry point in
+//! a static executable, [`emit_static_entry`]) maps the recorder's memfd (one
 //! per module) over it (`MAP_SHARED|MAP_FIXED`) so that the counts survive
 //! SIGKILL and are shared with fork children. An increment is one
 //! instruction, `add qword [rip+c], 1`, with a `lock` prefix when the program
@@ -59,7 +60,8 @@
 //! (docs/profile.md, "Stopping at the N-th event"). Exact across C++
 //! exceptions (a throw leaves frames only at calls with a virtual exit
 //! edge, whose query increment is 0; a landing pad's entry adds
-//! `R0 -> pad`'s increment); not with `longjmp` (refused at rewrite time),
+//! `R0 -> pad`'s increment); not with `longjmp` (refused at rewrite time;
+//! in a static executable a longjmp call ends the program instead),
 //! signal handlers or a second thread in traced code (the program ends
 //! with status 125 when one enters it).
 //!
@@ -792,6 +794,42 @@ pub fn emit_init(
         a.db(format!("{var}=\0").as_bytes())?;
         a.set_label(&mut message)?;
         a.db(text)?;
+        a.assemble(rip)
+    };
+    asm().map_err(|e| e.to_string())
+}
+
+/// A static executable's new entry point in counting mode, assembled at
+/// `rip`: there is no DT_PREINIT_ARRAY (no ld.so runs one), so it calls the
+/// module's `init(argc, argv, envp)` ([`emit_init`], or the path state's
+/// initialiser that ends in it) with the arguments read from the initial
+/// stack (`[rsp]` = argc, argv from `rsp+8`, envp after argv's NULL), then
+/// jumps to `then`, the copy of the entry procedure. Nothing else has run
+/// yet (static-PIE: not even the self-relocation; `fs` has no TLS block),
+/// so `init` must not need either. Every register and the flags are
+/// preserved, `rdx` (the ELF ABI's `atexit` function) and `rsp` included:
+/// only memory below `rsp` is used.
+pub fn emit_static_entry(rip: u64, init: u64, then: u64) -> Result<Vec<u8>, String> {
+    use iced_x86::code_asm::{r10, r11, r9, rcx, rsp, AsmRegister64};
+    // What `init` may clobber (it keeps rbx, r12 and up itself); the
+    // flags are pushed last.
+    const SAVED: [AsmRegister64; 9] = [rax, rcx, rdx, rsi, rdi, r8, r9, r10, r11];
+    let asm = || -> Result<Vec<u8>, iced_x86::IcedError> {
+        let mut a = CodeAssembler::new(64)?;
+        for r in SAVED {
+            a.push(r)?;
+        }
+        a.pushfq()?;
+        let argc = 8 * (SAVED.len() as i32 + 1);
+        a.mov(rdi, qword_ptr(rsp + argc))?;
+        a.lea(rsi, ptr(rsp + argc + 8))?;
+        a.lea(rdx, ptr(rsi + rdi * 8 + 8))?;
+        a.call(init)?;
+        a.popfq()?;
+        for r in SAVED.iter().rev() {
+            a.pop(*r)?;
+        }
+        a.jmp(then)?;
         a.assemble(rip)
     };
     asm().map_err(|e| e.to_string())

@@ -412,9 +412,15 @@ pub fn instrument_module(path: &Path, which: Placement, tag: u32) -> Result<Inst
 /// Imports that start threads: counters then need `lock add`.
 const THREAD_STARTERS: &[&str] = &["pthread_create", "clone", "clone3", "thrd_create"];
 
-/// The module imports a function that starts threads.
+/// The module imports a function that starts threads, or, static, has one
+/// (its libc is part of it).
 pub fn starts_threads(module: &crate::elf::Module) -> bool {
     imports_any(module, THREAD_STARTERS)
+        || (module.is_static
+            && module
+                .func_symbols
+                .iter()
+                .any(|s| THREAD_STARTERS.contains(&s.name.as_str())))
 }
 
 /// Whether `module` imports one of `names` (symbol versions ignored).
@@ -439,12 +445,28 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
     let prog = Program::open(path)?;
     let module = &prog.module;
     let library = module.kind == ElfKind::Shared;
-    if matches!(how, How::Count(_)) && module.is_static {
-        // The counters are mapped by a preinit routine of the executable.
-        return Err(rewrite_err(
-            path,
-            "profiles of static executables are not supported yet",
-        ));
+    if let How::Count(spec) = how {
+        // A static executable's counters are mapped at its entry point,
+        // before its libc sets up `fs` (TLS): the thread owner of
+        // `--stop-at` and of path profiles cannot be read there.
+        if module.is_static && (spec.stop_at.is_some() || spec.paths) && starts_threads(module) {
+            return Err(rewrite_err(
+                path,
+                format!(
+                    "{} of a static executable that can start threads (it has {}): not \
+                     supported, its first thread is not known at the entry point",
+                    if spec.paths {
+                        "path profiles"
+                    } else {
+                        "--stop-at"
+                    },
+                    THREAD_STARTERS
+                        .iter()
+                        .find(|n| module.func_symbols.iter().any(|s| s.name == **n))
+                        .unwrap_or(&"a thread starter")
+                ),
+            ));
+        }
     }
     if library != (tag != 0) || tag >= MAX_MODULES {
         return Err(rewrite_err(
@@ -564,6 +586,7 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
             && (c.target.is_some_and(|t| setjmps.contains(&t))
                 || c.name.as_deref().is_some_and(imports::is_setjmp_like))
     };
+    let mut family_procs: HashSet<ProcId> = HashSet::new();
     if module.is_static {
         let mut work: Vec<u64> = setjmps
             .iter()
@@ -571,12 +594,11 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
             .chain(&family.fork)
             .copied()
             .collect();
-        let mut seen = std::collections::HashSet::new();
         while let Some(a) = work.pop() {
             let Some(&id) = by_start.get(&a) else {
                 continue;
             };
-            if !seen.insert(id) {
+            if !family_procs.insert(id) {
                 continue;
             }
             reasons.entry(id).or_insert_with(|| {
@@ -664,13 +686,17 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
     // and calls that can run traced code or throw (indirect, external)
     // once any procedure may.
     let may_exit_call = {
+        // A static libc's longjmp ends in an indirect jump: the CFG cannot
+        // tell that it does not return.
+        let jumps = |c: &crate::cfg::CallSite| {
+            !c.returns
+                || c.name.as_deref().is_some_and(imports::is_longjmp_like)
+                || c.target.is_some_and(|t| longjmps.contains(&t))
+        };
         let mut may: HashMap<ProcId, bool> = HashMap::new();
         for (id, p) in prog.procs.iter() {
             let m = match &p.cfg {
-                Ok(cfg) => cfg
-                    .calls
-                    .iter()
-                    .any(|c| !c.returns || c.name.as_deref().is_some_and(imports::is_longjmp_like)),
+                Ok(cfg) => cfg.calls.iter().any(jumps),
                 Err(_) => true,
             };
             may.insert(id, m);
@@ -682,7 +708,7 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
         let by_start = &by_start;
         let callback_capable = &callback_capable;
         let call_may = move |may: &HashMap<ProcId, bool>, c: &crate::cfg::CallSite| -> bool {
-            if !c.returns || c.name.as_deref().is_some_and(imports::is_longjmp_like) {
+            if jumps(c) {
                 return true;
             }
             match c.target.and_then(|t| by_start.get(&t)) {
@@ -701,8 +727,10 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
     // parent's (shared counters, docs/profile.md).
     let may_fork_call = {
         let by_start = &by_start;
+        let forks = &family.fork;
         let call_forks = move |may: &HashMap<ProcId, bool>, c: &crate::cfg::CallSite| {
             c.name.as_deref().is_some_and(imports::is_fork_like)
+                || c.target.is_some_and(|t| forks.contains(&t))
                 || c.target
                     .and_then(|t| by_start.get(&t))
                     .is_some_and(|q| may.get(q).copied().unwrap_or(false))
@@ -738,6 +766,58 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
         paths: vec![None; prog.procs.len()],
         ..CountLayout::default()
     };
+    // Path profiles and `--stop-at` cannot follow frames a `longjmp`
+    // abandons. A static libc calls setjmp in its startup code
+    // (`__libc_start_call_main`, for a `pthread_exit` of the main thread)
+    // and setjmp/longjmp on its error paths (`_dl_catch_exception`), so
+    // every static glibc program has such calls: there, each call to the
+    // longjmp family from counted code ends the program with a message
+    // instead (`CallPlan::fatal_longjmp`), so that every setjmp returns
+    // once. A longjmp by a tail jump, or from a procedure left alone
+    // (outside the family, which runs untraced with what it calls), could
+    // not be stopped: refused.
+    let to_longjmp = |c: &crate::cfg::CallSite| {
+        c.target.is_some_and(|t| longjmps.contains(&t))
+            || c.name.as_deref().is_some_and(imports::is_longjmp_like)
+    };
+    let fatal_longjmps =
+        module.is_static && matches!(how, How::Count(s) if s.paths || s.stop_at.is_some());
+    if fatal_longjmps {
+        for (id, p) in prog.procs.iter() {
+            let Ok(cfg) = p.cfg.as_ref() else { continue };
+            let untraced = !traced(id, &reasons) && !family_procs.contains(&id);
+            if let Some(c) = cfg
+                .calls
+                .iter()
+                .find(|c| to_longjmp(c) && (c.tail || untraced))
+            {
+                return Err(rewrite_err(
+                    path,
+                    format!(
+                        "path profiles and --stop-at cannot follow a longjmp: procedure {} ({}) \
+                         {} longjmp at {:#x}",
+                        p.name,
+                        if untraced { "left alone" } else { "counted" },
+                        if c.tail { "tail-jumps to" } else { "calls" },
+                        cfg.blocks[c.block].last_insn()
+                    ),
+                ));
+            }
+        }
+    }
+    // A static C program's libc has cleanup landing pads (for a thread's
+    // cancellation): their entry is made fatal (`PathCode::fatal_pads`).
+    // A program that throws C++ exceptions could catch one in a procedure
+    // left alone, past frames without pads: refused below.
+    let fatal_pads = module.is_static
+        && matches!(how, How::Count(s) if s.paths)
+        && !module.func_symbols.iter().any(|s| s.name == "__cxa_throw");
+    let vforks: Vec<u64> = module
+        .func_symbols
+        .iter()
+        .filter(|s| module.is_static && matches!(s.name.as_str(), "vfork" | "__vfork"))
+        .map(|s| s.addr)
+        .collect();
     if matches!(how, How::Count(s) if s.paths) {
         // The shadow stacks must follow the machine stacks (`pathprof`).
         for (id, p) in prog.procs.iter() {
@@ -746,21 +826,22 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                 continue;
             }
             let jumps = cfg.calls.iter().find(|c| {
-                c.target
-                    .is_some_and(|t| setjmps.contains(&t) || longjmps.contains(&t))
-                    || c.name
-                        .as_deref()
-                        .is_some_and(|n| imports::is_setjmp_like(n) || imports::is_longjmp_like(n))
+                !fatal_longjmps
+                    && (c.target.is_some_and(|t| setjmps.contains(&t))
+                        || c.name.as_deref().is_some_and(imports::is_setjmp_like)
+                        || to_longjmp(c))
             });
             // A vfork child runs in its parent's memory: its pops would
             // be the parent's.
             let vfork = cfg.calls.iter().find(|c| {
-                c.name
-                    .as_deref()
-                    .is_some_and(|n| n.split('@').next() == Some("vfork"))
+                c.target.is_some_and(|t| vforks.contains(&t))
+                    || c.name
+                        .as_deref()
+                        .is_some_and(|n| n.split('@').next() == Some("vfork"))
             });
             let at = |c: &crate::cfg::CallSite| cfg.blocks[c.block].last_insn();
-            let why = match (jumps, vfork, p.landing_pads.first()) {
+            let pad = p.landing_pads.first().filter(|_| !fatal_pads);
+            let why = match (jumps, vfork, pad) {
                 (Some(c), _, _) => format!(
                     "abandon frames: procedure {} calls setjmp/longjmp at {:#x}",
                     p.name,
@@ -775,7 +856,18 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                     "abandon frames: procedure {} has a C++ landing pad at {pad:#x}",
                     p.name
                 ),
-                (None, None, None) => continue,
+                // Each process takes back the paths its inherited frames
+                // counted as active once (shared counters): measured, a
+                // fork caller's active path at -1.
+                (None, None, None) => match cfg.calls.iter().find(|c| may_fork_call(c)) {
+                    Some(c) => format!(
+                        "fork: procedure {} calls a fork at {:#x} (each process would take \
+                         back the active paths of the frames it inherits)",
+                        p.name,
+                        at(c)
+                    ),
+                    None => continue,
+                },
             };
             return Err(rewrite_err(
                 path,
@@ -1010,6 +1102,9 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                 exit_record,
                 syscall_exit: syscall,
                 fork: !c.tail && (to_fork || name.is_some_and(imports::is_fork_like)),
+                fatal_longjmp: fatal_longjmps
+                    && !c.tail
+                    && (to_longjmp || name.is_some_and(imports::is_longjmp_like)),
                 jmpbuf: match name {
                     _ if setjmp_call(c) => Some(aetrace_runtime::RecordKind::Setjmp),
                     _ if !c.tail && to_longjmp => Some(aetrace_runtime::RecordKind::Longjmp),
@@ -1046,7 +1141,7 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
         // pad adds `R0 -> pad`'s increment: exact. A `setjmp` call's query
         // increment would be taken back once more at each of its returns
         // through `longjmp`.
-        if stop_at.is_some() && calls.iter().any(|c| c.jmpbuf.is_some()) {
+        if stop_at.is_some() && !fatal_longjmps && calls.iter().any(|c| c.jmpbuf.is_some()) {
             return Err(rewrite_err(
                 path,
                 format!(
@@ -1197,6 +1292,7 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                 Vec::new()
             },
             paths: spec.paths.then(|| codegen::PathCode {
+                fatal_pads,
                 state: pathprof::PathState {
                     threads: atomic,
                     ..pathprof::PathState::default()
@@ -1240,6 +1336,8 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
     // Counting: the init code on the page after the unwind tables (or the
     // code), then the counters.
     let mut preinit = None;
+    // Counting a static executable: its new entry point (`emit_static_entry`).
+    let mut static_entry = None;
     let mut count_segments = Vec::new();
     if let Some(mut c) = counting.clone() {
         let init_vaddr = match &unwind {
@@ -1263,7 +1361,11 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
             layout.vaddr,
             layout.bytes,
             &counters::env_fd(tag),
-            stop_at.map(|_| layout.vaddr + counters::STOP_OWNER),
+            // A static executable has no TLS at its entry point: the owner
+            // stays 0 (only one thread: see the refusal above).
+            stop_at
+                .filter(|_| !module.is_static)
+                .map(|_| layout.vaddr + counters::STOP_OWNER),
         )
         .map_err(|e| rewrite_err(path, e))?;
         let mut entry = init_vaddr;
@@ -1272,8 +1374,9 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
             // counters' (which it ends by jumping to).
             layout.path_state = layout.vaddr + layout.bytes;
             let at = init_vaddr + (init_code.len() as u64).next_multiple_of(16);
-            let (bytes, ic) = pathprof::emit_init(at, layout.path_state, init_vaddr)
-                .map_err(|e| rewrite_err(path, e))?;
+            let (bytes, ic) =
+                pathprof::emit_init(at, layout.path_state, init_vaddr, !module.is_static)
+                    .map_err(|e| rewrite_err(path, e))?;
             init_code.resize((at - init_vaddr) as usize, 0xCC);
             init_code.extend_from_slice(&bytes);
             entry = at + ic.init;
@@ -1284,7 +1387,6 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                 threads: atomic,
             };
         }
-        debug_assert!(init_code.len() as u64 <= PAGE);
         c.base = layout.vaddr;
         let again = codegen::generate(&plans, &rt, code_vaddr, Some(c))
             .map_err(|e| rewrite_err(path, e))?;
@@ -1295,6 +1397,22 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
             ));
         }
         code = again;
+        if module.is_static {
+            // No preinit array: a new entry point calls `entry` first.
+            let copy = code
+                .springboards
+                .iter()
+                .find(|&&(from, _)| from == module.entry)
+                .map(|&(_, to)| to)
+                .ok_or_else(|| rewrite_err(path, "internal: no springboard at the entry point"))?;
+            let at = init_vaddr + (init_code.len() as u64).next_multiple_of(16);
+            let bytes =
+                counters::emit_static_entry(at, entry, copy).map_err(|e| rewrite_err(path, e))?;
+            init_code.resize((at - init_vaddr) as usize, 0xCC);
+            init_code.extend_from_slice(&bytes);
+            static_entry = Some(at);
+        }
+        debug_assert!(init_code.len() as u64 <= PAGE);
         preinit = Some(entry);
         count_segments.push(elfout::NewSegment {
             vaddr: init_vaddr,
@@ -1382,10 +1500,12 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
         // A library's counters are mapped by its own first constructor.
         init: preinit.filter(|_| library),
         entry: if module.is_static {
-            code.springboards
-                .iter()
-                .find(|&&(from, _)| from == module.entry)
-                .map(|&(_, to)| to)
+            static_entry.or_else(|| {
+                code.springboards
+                    .iter()
+                    .find(|&&(from, _)| from == module.entry)
+                    .map(|&(_, to)| to)
+            })
         } else {
             None
         },

@@ -466,8 +466,11 @@ pub struct InitCode {
 /// `attach` maps a new block for a new thread (all registers but r11
 /// preserved; the flags are dead at an entry); `overflow` stops the
 /// program with a message. Each block: `R`, stack pointer, limit, owner
-/// (`fs:[0]`), then the stack; `gs` points at it (`arch_prctl`).
-pub fn emit_init(rip: u64, state: u64, next: u64) -> Res<(Vec<u8>, InitCode)> {
+/// (`fs:[0]`), then the stack; `gs` points at it (`arch_prctl`). Without
+/// `tls` (a static executable's entry point, before its libc sets up
+/// `fs`), the main thread's owner is 0: only a program without threads
+/// runs there (`PathState::threads` false, no owner check).
+pub fn emit_init(rip: u64, state: u64, next: u64, tls: bool) -> Res<(Vec<u8>, InitCode)> {
     let d_state = i32::try_from(state as i64 - rip as i64)
         .map_err(|_| "path state out of reach".to_string())?;
     let len = u32::try_from(state_bytes()).map_err(|_| "path state too large".to_string())?;
@@ -490,14 +493,18 @@ pub fn emit_init(rip: u64, state: u64, next: u64) -> Res<(Vec<u8>, InitCode)> {
         let mut over_text = a.create_label();
         let mut nomem_text = a.create_label();
         let mut die = a.create_label();
-        let gs_bits = |a: &mut CodeAssembler| -> Result<(), iced_x86::IcedError> {
+        let gs_bits = |a: &mut CodeAssembler, tls: bool| -> Result<(), iced_x86::IcedError> {
             // rdi = the block: stack pointer, limit, owner, then GS.
             a.lea(rsi, qword_ptr(rdi + OFF_STACK as i32))?;
             a.mov(qword_ptr(rdi + OFF_SP as i32), rsi)?;
             a.mov(rsi, rdi)?;
             a.add(rsi, end)?;
             a.mov(qword_ptr(rdi + OFF_LIMIT as i32), rsi)?;
-            a.mov(rsi, qword_ptr(0u64).fs())?;
+            if tls {
+                a.mov(rsi, qword_ptr(0u64).fs())?;
+            } else {
+                a.xor(esi, esi)?;
+            }
             a.mov(qword_ptr(rdi + OFF_OWNER as i32), rsi)?;
             a.mov(rsi, rdi)?;
             a.mov(edi, 0x1001)?; // arch_prctl(ARCH_SET_GS, block)
@@ -513,13 +520,17 @@ pub fn emit_init(rip: u64, state: u64, next: u64) -> Res<(Vec<u8>, InitCode)> {
         a.push(rdx)?;
         a.lea(rdi, ptr(start))?;
         a.add(rdi, d_state)?;
-        a.call(setup)?;
+        if tls {
+            a.call(setup)?;
+        } else {
+            gs_bits(&mut a, false)?;
+        }
         a.pop(rdx)?;
         a.pop(rsi)?;
         a.pop(rdi)?;
         a.jmp(next)?;
         a.set_label(&mut setup)?;
-        gs_bits(&mut a)?;
+        gs_bits(&mut a, true)?;
         a.ret()?;
         // attach(): at an outside entry, argument registers live.
         let saved: [AsmRegister64; 8] = [rax, rdi, rsi, rdx, rcx, r8, r9, r10];
@@ -699,7 +710,7 @@ mod tests {
 
     #[test]
     fn init_routines_assemble() {
-        let (bytes, c) = emit_init(0x10000, 0x20000, 0x10000 - 0x100).unwrap();
+        let (bytes, c) = emit_init(0x10000, 0x20000, 0x10000 - 0x100, true).unwrap();
         assert!(c.init == 0 && c.attach < c.overflow && (c.overflow as usize) < bytes.len());
     }
 }
