@@ -544,14 +544,7 @@ fn static_executable() {
     );
     // Threads: the first thread is not known at a static program's entry
     // point (no TLS yet), so its path registers could not be told apart.
-    let exe = common::scratch("paths").join("threads-static");
-    common::build::run_checked(
-        Command::new("gcc")
-            .args(["-O2", "-static", "-pthread", "-o"])
-            .arg(&exe)
-            .arg(common::repo_root().join("traces").join("threads.c")),
-        "gcc -static threads.c",
-    );
+    let exe = build("threads.c", Variant::new(Opt::O2, Link::Static, false));
     let out = Command::new(common::aetrace())
         .args(["paths", "--"])
         .arg(&exe)

@@ -545,14 +545,7 @@ fn static_executables() {
     );
     // The first thread is not known at a static program's entry point
     // (no TLS yet): refused before running.
-    let exe = common::scratch("stop_at").join("threads-static");
-    run_checked(
-        Command::new("gcc")
-            .args(["-O2", "-static", "-pthread", "-o"])
-            .arg(&exe)
-            .arg(common::repo_root().join("traces").join("threads.c")),
-        "gcc -static threads.c",
-    );
+    let exe = build("threads.c", Variant::new(Opt::O2, Link::Static, false));
     let out = Command::new(common::aetrace())
         .args(["count", "--stop-at", "10", "--"])
         .arg(&exe)

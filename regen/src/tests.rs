@@ -1341,18 +1341,11 @@ fn nested_handlers_untraced_interruptions_and_handlers_that_never_return() {
     }
 }
 
-/// A second signal where the code the first one interrupted, back from
-/// its handler through the restorer, waits for an external call: a rip at
-/// a traced procedure's entry (springboard or outside-entry stub) is not
-/// in the restorer, which returns into an instrumented copy; any other
-/// untraced rip could be either, and is refused.
-#[test]
-fn a_signal_at_a_procedure_entry_after_a_handler_returned() {
-    let mut a = LINK_BASE + 0x1000;
-    // main: b0 calls external code (marker), b1 returns. h: the handler.
-    // cb: called back by the external code.
+/// main: b0 calls external code (marker), b1 returns; h: a signal
+/// handler. Both with signal maps of their copies.
+fn main_calling_out_and_handler(a: &mut u64) -> (ProcDb, ProcDb) {
     let mut main = proc(
-        &mut a,
+        a,
         "main",
         vec![call(CallTarget::External, true, true, false, None), None],
         vec![(0, 1, CallReturn, None), (1, 2, Return, None)],
@@ -1366,12 +1359,25 @@ fn a_signal_at_a_procedure_entry_after_a_handler_returned() {
             (0x15, insn(0, 1, 0, 2)),
         ],
     );
-    let mut h = proc(&mut a, "h", vec![None], vec![(0, 1, Return, None)]);
+    let mut h = proc(a, "h", vec![None], vec![(0, 1, Return, None)]);
     h.sigmap = map(
         COPY + 0x100,
         0x15,
         vec![(0, SigPoint::Outside), (0x10, insn(1, 0, 0, 2))],
     );
+    (main, h)
+}
+
+/// A second signal where the code the first one interrupted, back from
+/// its handler through the restorer, waits for an external call: a rip at
+/// a traced procedure's entry (springboard or outside-entry stub) is not
+/// in the restorer, which returns into an instrumented copy; any other
+/// untraced rip could be either, and is refused.
+#[test]
+fn a_signal_at_a_procedure_entry_after_a_handler_returned() {
+    let mut a = LINK_BASE + 0x1000;
+    let (main, h) = main_calling_out_and_handler(&mut a);
+    // cb: called back by the external code.
     let mut cb = proc(&mut a, "cb", vec![None], vec![(0, 1, Return, None)]);
     cb.sigmap = map(
         COPY + 0x200,
@@ -1425,27 +1431,7 @@ fn a_signal_at_a_procedure_entry_after_a_handler_returned() {
 #[test]
 fn a_rip_in_the_runtime_is_refused_by_name() {
     let mut a = LINK_BASE + 0x1000;
-    let mut main = proc(
-        &mut a,
-        "main",
-        vec![call(CallTarget::External, true, true, false, None), None],
-        vec![(0, 1, CallReturn, None), (1, 2, Return, None)],
-    );
-    main.sigmap = map(
-        COPY,
-        0x20,
-        vec![
-            (0, SigPoint::Outside),
-            (0x10, insn(0, 0, 0, 2)),
-            (0x15, insn(0, 1, 0, 2)),
-        ],
-    );
-    let mut h = proc(&mut a, "h", vec![None], vec![(0, 1, Return, None)]);
-    h.sigmap = map(
-        COPY + 0x100,
-        0x15,
-        vec![(0, SigPoint::Outside), (0x10, insn(1, 0, 0, 2))],
-    );
+    let (main, h) = main_calling_out_and_handler(&mut a);
     let mut db = db_of(vec![main, h]);
     db.runtime_vaddr = COPY - 0x3000;
     let stream = |rip: u64| {
