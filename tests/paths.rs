@@ -545,16 +545,23 @@ fn static_executable() {
     // Threads: the first thread is not known at a static program's entry
     // point (no TLS yet), so its path registers could not be told apart.
     let exe = build("threads.c", Variant::new(Opt::O2, Link::Static, false));
+    refused(&exe, "static executable that can start threads");
+}
+
+/// `aetrace paths` refuses `exe` before running it, with exit status 1 and
+/// a message containing `why`.
+fn refused(exe: &Path, why: &str) {
     let out = Command::new(common::aetrace())
         .args(["paths", "--"])
-        .arg(&exe)
+        .arg(exe)
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(out.status.code(), Some(1), "{}: {err}", exe.display());
     assert!(
-        out.stdout.is_empty() && err.contains("static executable that can start threads"),
-        "{err}"
+        err.contains(why) && out.stdout.is_empty(),
+        "{}: {err}",
+        exe.display()
     );
 }
 
@@ -622,15 +629,7 @@ fn longjmp_exceptions_and_vfork_are_refused() {
         ("vfork.c", "vfork"),
         ("fork.c", "fork"),
     ] {
-        let exe = build(src, O2_PIE);
-        let out = Command::new(common::aetrace())
-            .args(["paths", "--"])
-            .arg(&exe)
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{src}: {err}");
-        assert!(err.contains(why) && out.stdout.is_empty(), "{src}: {err}");
+        refused(&build(src, O2_PIE), why);
     }
 }
 

@@ -530,14 +530,18 @@ fn static_executables() {
         "loops_c-O2-static",
         &[],
     );
-    let exe = build("setjmp.c", Variant::new(Opt::O2, Link::Static, false));
-    let out = Command::new(common::aetrace())
-        .args(["count", "--stop-at", "1000000000", "--"])
-        .arg(&exe)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    let stop_at = |source: &str, n: &str| {
+        let exe = build(source, Variant::new(Opt::O2, Link::Static, false));
+        let out = Command::new(common::aetrace())
+            .args(["count", "--stop-at", n, "--"])
+            .arg(&exe)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out, err)
+    };
+    let (out, err) = stop_at("setjmp.c", "1000000000");
     assert_eq!(out.status.code(), Some(125), "{err}");
     assert!(
         err.contains("calls longjmp at") && err.contains("cannot follow the frames it abandons"),
@@ -545,14 +549,7 @@ fn static_executables() {
     );
     // The first thread is not known at a static program's entry point
     // (no TLS yet): refused before running.
-    let exe = build("threads.c", Variant::new(Opt::O2, Link::Static, false));
-    let out = Command::new(common::aetrace())
-        .args(["count", "--stop-at", "10", "--"])
-        .arg(&exe)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    let (out, err) = stop_at("threads.c", "10");
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
         out.stdout.is_empty() && err.contains("static executable that can start threads"),
