@@ -164,7 +164,8 @@ fn exact_on_debian_programs() {
     let file = input.display().to_string();
     for (exe, args, stdin) in [
         ("/usr/bin/gzip", &["-c"][..], Some(input.as_path())),
-        ("/usr/bin/sort", &[&file[..]][..], None),
+        // `-S`: no buffer size from the free memory of the moment.
+        ("/usr/bin/sort", &["-S", "64M", &file[..]][..], None),
         ("/usr/bin/bzip2", &["-c", &file[..]][..], None),
     ] {
         let (trace, out) = record(Path::new(exe), args, stdin, &[]);
