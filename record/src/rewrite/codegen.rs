@@ -433,15 +433,17 @@ impl Emitter {
     fn signal_guard(&mut self) -> GenResult<()> {
         let err = |e: iced_x86::IcedError| e.to_string();
         let mem = self.count_word()?;
-        let owner = {
+        let (owner, refusing) = {
             let c = self
                 .counting
                 .as_ref()
                 .ok_or("internal: a counter outside counting mode")?;
-            MemoryOperand::with_base_displ_size(
-                Register::RIP,
-                (c.base + super::counters::STOP_OWNER) as i64,
-                8,
+            let word = |off: u64| {
+                MemoryOperand::with_base_displ_size(Register::RIP, (c.base + off) as i64, 8)
+            };
+            (
+                word(super::counters::STOP_OWNER),
+                word(super::counters::STOP_REFUSED),
             )
         };
         let signal: &[u8] =
@@ -491,6 +493,18 @@ impl Emitter {
         self.push(lea_rsi(thread_text).map_err(err)?);
         self.push(mov(Register::EDX, thread.len() as u32).map_err(err)?);
         self.bind(refused);
+        // One message: a thread refusing after another waits for that
+        // one's exit_group (exiting itself could cut the message short).
+        let (wait, mine) = (self.label(), self.label());
+        let mut bts = Instruction::with2(Code::Bts_rm64_imm8, refusing, 0).map_err(err)?;
+        bts.set_has_lock_prefix(true);
+        self.push(bts);
+        self.push(Instruction::with_branch(Code::Jae_rel32_64, mine).map_err(err)?);
+        self.bind(wait);
+        self.push(mov(Register::EAX, 34).map_err(err)?); // pause()
+        self.push(Instruction::with(Code::Syscall));
+        self.push(Instruction::with_branch(Code::Jmp_rel32_64, wait).map_err(err)?);
+        self.bind(mine);
         // The counter's top bits become 101: aetrace knows why it ended.
         for (code, bit) in [
             (Code::Bts_rm64_imm8, 63),

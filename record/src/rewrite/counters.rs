@@ -94,6 +94,11 @@ pub const ENV_FD: &str = "AETRACE_COUNTERS_FD";
 /// guard; 0 until the preinit ran), after the event counter.
 pub const STOP_OWNER: u64 = 8;
 
+/// `--stop-at`: offset of the word whose bit 0 the first thread that
+/// refuses takes (`lock bts`), so that one message is written however
+/// many threads reach the guard at once (0 at the start).
+pub const STOP_REFUSED: u64 = 16;
+
 /// The variable naming the counter memfd of module `tag` (0: the
 /// executable, else a `--libs` library).
 pub fn env_fd(tag: u32) -> String {

@@ -1351,7 +1351,8 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
         let words = if c.amounts.is_empty() {
             u64::from(layout.len)
         } else if stop_at.is_some() {
-            2
+            // The event counter, `STOP_OWNER`, `STOP_REFUSED`.
+            3
         } else {
             1
         };
