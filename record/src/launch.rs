@@ -32,7 +32,6 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -137,6 +136,11 @@ pub enum Outcome {
 /// Raw stream bytes a thread's open chunk takes before it is closed (a
 /// chunk holds at most this plus one buffer half).
 pub const CHUNK_BYTES: usize = 1 << 20;
+
+/// Raw bytes after which the open chunk's encoder is made to compress
+/// what it holds (zstd keeps up to a 128 KiB block of input otherwise):
+/// that work is then done while the program runs, not after it exits.
+const FLUSH_BYTES: usize = 32 << 10;
 /// A partial chunk is written after this long anyway, so a recorder that
 /// dies loses at most about this much of a slow thread's stream.
 const CHUNK_AGE: Duration = Duration::from_secs(1);
@@ -177,14 +181,14 @@ pub fn record(l: &Launch) -> Result<Outcome> {
     let now = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
-    let signals = Signals::install()?;
     let header = Header::new(CREATOR, now).map_err(|e| trace_err(&l.trace, e))?;
     let mut out = TraceWriter::create(&l.trace, &header).map_err(|e| trace_err(&l.trace, e))?;
     out.set_level(CHUNK_LEVEL);
     // Before the program runs, so even a trace cut short says how to re-run it.
     out.command(&command(l, region.env().0))
         .map_err(|e| trace_err(&l.trace, e))?;
-    let main = match spawn(l, &region, &signals) {
+    let blocked = Blocked::new()?;
+    let main = match spawn(l, &region, &blocked.0) {
         Ok(pid) => pid,
         Err(e) => {
             // Nothing ran: leave no trace file behind.
@@ -194,7 +198,8 @@ pub fn record(l: &Launch) -> Result<Outcome> {
             return Err(e);
         }
     };
-    signals.forward_to(main);
+    let signals = Signals::install(main);
+    drop(blocked);
 
     let mut rec = Recorder::new(l, out);
     let mut reaper = Reaper {
@@ -328,45 +333,99 @@ fn check_launch(l: &Launch) -> Result<()> {
 
 // --- the program ---------------------------------------------------------
 
-fn spawn(l: &Launch, region: &Region, signals: &Signals) -> Result<i32> {
-    let mut cmd = std::process::Command::new(&l.program);
-    cmd.arg0(&l.argv0).args(&l.args);
-    let (k, v) = region.env();
-    cmd.env(k, v);
-    for (k, v) in &l.env {
-        cmd.env(k, v);
-    }
-    let fd = region.fd();
-    let saved = signals.saved;
-    // SAFETY: the closure runs in the forked child before exec and makes
-    // only async-signal-safe calls (fcntl, sigaction). The region fd loses
-    // CLOEXEC in this child only (not in the recorder, where other spawns
-    // would inherit it); the child gets the signal dispositions the
-    // recorder had before it started ignoring SIGINT/SIGQUIT.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            for (sig, act) in &saved {
-                libc::sigaction(*sig, act, std::ptr::null_mut());
-            }
-            Ok(())
-        });
-    }
-    let child = cmd.spawn().map_err(|source| Error::Io {
+/// Starts the program with `posix_spawn` (a vfork: no copy of the
+/// recorder's page tables, which fork made on every run) and returns its
+/// pid. It inherits what it would from a shell: the signal mask `mask`
+/// (the recorder's own before `Blocked`), the recorder's signal
+/// dispositions, not yet changed, but SIGPIPE's back to the default (as
+/// std's spawn does: the Rust runtime ignores it), and the region fd,
+/// inheritable for that moment only (the recorder spawns nothing else).
+fn spawn(l: &Launch, region: &Region, mask: &libc::sigset_t) -> Result<i32> {
+    use std::ffi::CString;
+    let io = |source| Error::Io {
         path: l.program.clone(),
         source,
-    })?;
-    // Reaped with waitpid(-1) like every other descendant; `child` need
-    // not be waited for through std.
-    Ok(child.id() as i32)
+    };
+    let nul = || io(std::io::Error::from(std::io::ErrorKind::InvalidInput));
+    let cstr = |b: &[u8]| CString::new(b).map_err(|_| nul());
+    let path = cstr(l.program.as_os_str().as_bytes())?;
+    let argv = std::iter::once(&l.argv0)
+        .chain(&l.args)
+        .map(|a| cstr(a.as_bytes()))
+        .collect::<Result<Vec<_>>>()?;
+    let (rk, rv) = region.env();
+    let set: Vec<(&[u8], &[u8])> = std::iter::once((rk.as_bytes(), rv.as_bytes()))
+        .chain(l.env.iter().map(|(k, v)| (k.as_bytes(), v.as_bytes())))
+        .collect();
+    let inherited =
+        std::env::vars_os().filter(|(k, _)| !set.iter().any(|(s, _)| *s == k.as_bytes()));
+    let envp = inherited
+        .map(|(k, v)| [k.as_bytes(), b"=", v.as_bytes()].concat())
+        .chain(set.iter().map(|(k, v)| [*k, b"=", *v].concat()))
+        .map(|kv| cstr(&kv))
+        .collect::<Result<Vec<_>>>()?;
+    let ptrs = |v: &[CString]| {
+        v.iter()
+            .map(|c| c.as_ptr() as *mut libc::c_char)
+            .chain(std::iter::once(std::ptr::null_mut()))
+            .collect::<Vec<_>>()
+    };
+    let (argv, envp) = (ptrs(&argv), ptrs(&envp));
+    let inherit = |on| {
+        region
+            .set_inherited(on)
+            .map_err(|e| record_err(format!("{e}")))
+    };
+    inherit(true)?;
+    let mut pid: libc::pid_t = 0;
+    // SAFETY: every pointer is valid for the call (NUL-terminated strings,
+    // null-terminated vectors); the attributes are initialised before use
+    // and destroyed after.
+    let rc = unsafe {
+        let mut attr: libc::posix_spawnattr_t = std::mem::zeroed();
+        let mut dfl: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut dfl);
+        libc::sigaddset(&mut dfl, libc::SIGPIPE);
+        // glibc's internal SIGCANCEL and SIGSETXID (32, 33), which its
+        // sigaddset refuses: posix_spawn would otherwise leave them ignored
+        // in the program when the recorder handles them (a fork and exec
+        // leaves them at their default).
+        let words = &mut *(&mut dfl as *mut libc::sigset_t as *mut [u64; 16]);
+        words[0] |= 3 << 31;
+        let mut rc = libc::posix_spawnattr_init(&mut attr);
+        if rc == 0 {
+            rc = libc::posix_spawnattr_setsigmask(&mut attr, mask);
+            if rc == 0 {
+                rc = libc::posix_spawnattr_setsigdefault(&mut attr, &dfl);
+            }
+            if rc == 0 {
+                let flags = libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF;
+                rc = libc::posix_spawnattr_setflags(&mut attr, flags as libc::c_short);
+            }
+            if rc == 0 {
+                rc = libc::posix_spawn(
+                    &mut pid,
+                    path.as_ptr(),
+                    std::ptr::null(),
+                    &attr,
+                    argv.as_ptr(),
+                    envp.as_ptr(),
+                );
+            }
+            libc::posix_spawnattr_destroy(&mut attr);
+        }
+        rc
+    };
+    inherit(false)?;
+    if rc != 0 {
+        return Err(io(std::io::Error::from_raw_os_error(rc)));
+    }
+    // Reaped with waitpid(-1) like every other descendant.
+    Ok(pid)
 }
 
 /// The main child's pid for the SIGTERM/SIGHUP handler (0: not started).
 static FORWARD_TO: AtomicI32 = AtomicI32::new(0);
-/// A SIGTERM/SIGHUP that arrived before the child existed.
-static PENDING: AtomicI32 = AtomicI32::new(0);
 /// The region's "data ready" futex word, bumped and woken on SIGCHLD so the
 /// drain loop notices an exit at once instead of at its next poll.
 static WAKE: std::sync::atomic::AtomicPtr<std::sync::atomic::AtomicU32> =
@@ -390,8 +449,6 @@ extern "C" fn forward(sig: libc::c_int) {
     if pid > 0 {
         // SAFETY: kill is async-signal-safe.
         unsafe { libc::kill(pid, sig) };
-    } else {
-        PENDING.store(sig, Ordering::Release);
     }
 }
 
@@ -400,28 +457,22 @@ extern "C" fn forward(sig: libc::c_int) {
 /// the same process group), SIGTERM and SIGHUP forwarded to the program's
 /// main process until it is reaped (then its pid may be reused; orphaned
 /// descendants the recorder still waits for get nothing).
+/// Installed once the program runs, so it inherits the recorder's own
+/// dispositions (`Blocked` holds the signals back until then).
 /// Dropping it restores the previous dispositions.
 struct Signals {
     saved: [(libc::c_int, libc::sigaction); 5],
 }
 
 impl Signals {
-    fn install() -> Result<Signals> {
-        FORWARD_TO.store(0, Ordering::Release);
-        PENDING.store(0, Ordering::Release);
+    /// For the program's main process `main`. sigaction with a valid
+    /// signal number and handler cannot fail.
+    fn install(main: i32) -> Signals {
+        FORWARD_TO.store(main, Ordering::Release);
         // SAFETY: zeroed sigaction structs are valid; sigaction calls only.
         unsafe {
             let mut saved = [(0, std::mem::zeroed::<libc::sigaction>()); 5];
-            for (i, sig) in [
-                libc::SIGINT,
-                libc::SIGQUIT,
-                libc::SIGTERM,
-                libc::SIGHUP,
-                libc::SIGCHLD,
-            ]
-            .into_iter()
-            .enumerate()
-            {
+            for (i, sig) in MANAGED.into_iter().enumerate() {
                 let mut act: libc::sigaction = std::mem::zeroed();
                 act.sa_sigaction = match sig {
                     libc::SIGINT | libc::SIGQUIT => libc::SIG_IGN,
@@ -433,25 +484,68 @@ impl Signals {
                 act.sa_flags = libc::SA_RESTART;
                 libc::sigemptyset(&mut act.sa_mask);
                 saved[i].0 = sig;
-                if libc::sigaction(sig, &act, &mut saved[i].1) != 0 {
-                    let e = std::io::Error::last_os_error();
-                    for (s, old) in &saved[..i] {
-                        libc::sigaction(*s, old, std::ptr::null_mut());
-                    }
-                    return Err(record_err(format!("installing signal handlers: {e}")));
-                }
+                let r = libc::sigaction(sig, &act, &mut saved[i].1);
+                debug_assert_eq!(r, 0);
             }
-            Ok(Signals { saved })
+            Signals { saved }
         }
     }
+}
 
-    fn forward_to(&self, pid: i32) {
-        FORWARD_TO.store(pid, Ordering::Release);
-        let early = PENDING.swap(0, Ordering::AcqRel);
-        if early != 0 {
-            // SAFETY: plain kill of our own child.
-            unsafe { libc::kill(pid, early) };
+/// The signals `Signals` handles, blocked (`Blocked`) from before the
+/// program is spawned until their dispositions are in place: one that
+/// arrives meanwhile is handled as if it came just after (a pending
+/// SIGINT is discarded when SIG_IGN is set, a SIGTERM is forwarded).
+const MANAGED: [libc::c_int; 5] = [
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGCHLD,
+];
+
+/// `MANAGED` blocked in this thread; holds the previous mask, which the
+/// program is spawned with and dropping it restores.
+struct Blocked(libc::sigset_t);
+
+impl Blocked {
+    fn new() -> Result<Blocked> {
+        // SAFETY: sigset operations on owned, initialised sets.
+        unsafe {
+            let mut set = std::mem::zeroed::<libc::sigset_t>();
+            let mut old = std::mem::zeroed::<libc::sigset_t>();
+            libc::sigemptyset(&mut set);
+            for sig in MANAGED {
+                libc::sigaddset(&mut set, sig);
+            }
+            if libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) != 0 {
+                return Err(record_err("blocking signals around the spawn".into()));
+            }
+            Ok(Blocked(old))
         }
+    }
+}
+
+/// Builds rayon's global pool (once, unless something built it before)
+/// with workers that block `MANAGED` for good: `record` blocks them only in
+/// its own thread while it spawns the program, and a worker taking one then
+/// would apply the disposition of before (a ^C killing the recorder of a
+/// run that had to rewrite its program first).
+pub(crate) fn quiet_workers() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = rayon::ThreadPoolBuilder::new()
+            .start_handler(|_| {
+                let _ = Blocked::new().map(std::mem::forget);
+            })
+            .build_global();
+    });
+}
+
+impl Drop for Blocked {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask saved by `new`.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
     }
 }
 
@@ -540,6 +634,8 @@ struct OpenChunk {
     data: Vec<u8>,
     raw_len: u64,
     witnesses: u64,
+    /// Bytes given to `enc` since its last flush.
+    unflushed: usize,
     /// When its first bytes came.
     since: Instant,
 }
@@ -589,7 +685,7 @@ impl<'l> Recorder<'l> {
         let mut scratch = Vec::new();
         // `compress_into` first (not a one-shot end): a frame of unknown
         // size sizes the workspace for the real chunks.
-        if compress_into(&mut enc, &[0], &mut scratch).is_ok()
+        if compress_into(&mut enc, &[0], false, &mut scratch).is_ok()
             && end_frame(&mut enc, &mut scratch).is_ok()
         {
             self.spare.push(enc);
@@ -886,11 +982,17 @@ impl<'l> Recorder<'l> {
                     data: Vec::new(),
                     raw_len: 0,
                     witnesses: 0,
+                    unflushed: 0,
                     since: Instant::now(),
                 })
             }
         };
-        compress_into(&mut open.enc, bytes, &mut open.data)
+        open.unflushed += bytes.len();
+        let flush = open.unflushed >= FLUSH_BYTES;
+        if flush {
+            open.unflushed = 0;
+        }
+        compress_into(&mut open.enc, bytes, flush, &mut open.data)
             .map_err(|e| record_err(format!("thread {thread}: zstd: {e}")))?;
         open.raw_len += bytes.len() as u64;
         open.witnesses += witnesses;
@@ -1015,6 +1117,7 @@ impl<'l> Recorder<'l> {
 fn compress_into(
     enc: &mut zstd::stream::raw::Encoder<'static>,
     raw: &[u8],
+    flush: bool,
     out: &mut Vec<u8>,
 ) -> std::io::Result<()> {
     use zstd::stream::raw::{InBuffer, Operation, OutBuffer};
@@ -1023,6 +1126,13 @@ fn compress_into(
         out.reserve(zstd::zstd_safe::CCtx::out_size());
         let pos = out.len();
         enc.run(&mut input, &mut OutBuffer::around_pos(out, pos))?;
+    }
+    while flush {
+        out.reserve(zstd::zstd_safe::CCtx::out_size());
+        let pos = out.len();
+        if enc.flush(&mut OutBuffer::around_pos(out, pos))? == 0 {
+            break;
+        }
     }
     Ok(())
 }

@@ -118,6 +118,7 @@ impl Program {
 
 /// Recovers the procedures and CFGs of `module`.
 pub fn analyze(module: Module) -> Program {
+    launch::quiet_workers();
     let stubs = plt::find_stubs(&module);
     let disc = procs::discover(&module, stubs);
     let relative: HashMap<u64, u64> = module

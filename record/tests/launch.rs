@@ -148,6 +148,30 @@ fn launch_child_helper() {
             std::fs::write(report.with_extension("done"), "").unwrap();
             std::process::exit(0);
         }
+        "dispositions" => {
+            // What the program inherited: disposition and blocked state of
+            // each signal the recorder handles for itself.
+            let mut out = String::new();
+            for sig in RECORDER_SIGNALS {
+                // SAFETY: queries only.
+                let (act, blocked) = unsafe {
+                    let mut act: libc::sigaction = std::mem::zeroed();
+                    libc::sigaction(sig, std::ptr::null(), &mut act);
+                    let mut set: libc::sigset_t = std::mem::zeroed();
+                    libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut set);
+                    (act.sa_sigaction, libc::sigismember(&set, sig) == 1)
+                };
+                let act = match act {
+                    libc::SIG_IGN => "ign",
+                    libc::SIG_DFL => "dfl",
+                    _ => "handler",
+                };
+                out += &format!("{sig}:{act}:{blocked} ");
+            }
+            std::fs::write(report.with_extension("sig"), out).unwrap();
+            go(&seq_a());
+            std::process::exit(0);
+        }
         "forever" => {
             let s = seq_big();
             loop {
@@ -492,6 +516,51 @@ fn launch_sigkilled_program_leaves_a_complete_trace_of_an_exact_prefix() {
         }
     );
     assert_eq!(trace.process_exits()[0].pid, pid);
+}
+
+/// The signals whose dispositions the recorder changes while it runs.
+const RECORDER_SIGNALS: [libc::c_int; 5] = [
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGCHLD,
+];
+
+/// The program inherits the dispositions the recorder was started with
+/// (an ignored SIGQUIT or SIGHUP stays ignored, as under `nohup`), none
+/// of the recorder's own, and none of these signals blocked; the
+/// recorder's are restored when it returns.
+#[test]
+fn launch_program_inherits_the_dispositions_the_recorder_had() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = Dir::new("disp");
+    let set = |sig, act| unsafe {
+        let mut a: libc::sigaction = std::mem::zeroed();
+        a.sa_sigaction = act;
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, &a, &mut old);
+        old.sa_sigaction
+    };
+    let quit = set(libc::SIGQUIT, libc::SIG_IGN);
+    let hup = set(libc::SIGHUP, libc::SIG_IGN);
+    let outcome = record(&launch(&dir, "dispositions", SMALL)).unwrap();
+    let after = (set(libc::SIGQUIT, quit), set(libc::SIGHUP, hup));
+    assert_eq!(outcome, Outcome::Exited(0));
+    assert_eq!(after, (libc::SIG_IGN, libc::SIG_IGN));
+    let seen = std::fs::read_to_string(dir.0.join("report.sig")).unwrap();
+    let want: String = RECORDER_SIGNALS
+        .iter()
+        .map(|&sig| {
+            let act = if sig == libc::SIGQUIT || sig == libc::SIGHUP {
+                "ign"
+            } else {
+                "dfl"
+            };
+            format!("{sig}:{act}:false ")
+        })
+        .collect();
+    assert_eq!(seen, want);
 }
 
 #[test]

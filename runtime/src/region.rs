@@ -100,17 +100,18 @@ impl Region {
         Ok(r)
     }
 
-    /// The region's file descriptor (close-on-exec until [`Region::inherit`]).
+    /// The region's file descriptor (close-on-exec until [`Region::set_inherited`]).
     pub fn fd(&self) -> RawFd {
         self.file.as_raw_fd()
     }
 
-    /// Clears FD_CLOEXEC on the region's fd (and only it) so the program
-    /// started next inherits it.
-    pub fn inherit(&self) -> Result<(), Error> {
+    /// Clears (`on`) or sets FD_CLOEXEC on the region's fd, and only it,
+    /// so the program started next inherits it (and nothing started later).
+    pub fn set_inherited(&self, on: bool) -> Result<(), Error> {
+        let flags = if on { 0 } else { libc::FD_CLOEXEC };
         // SAFETY: fcntl on an fd we own.
-        if unsafe { libc::fcntl(self.fd(), libc::F_SETFD, 0) } < 0 {
-            return Err(io("clearing FD_CLOEXEC on the witness region"));
+        if unsafe { libc::fcntl(self.fd(), libc::F_SETFD, flags) } < 0 {
+            return Err(io("changing FD_CLOEXEC on the witness region"));
         }
         Ok(())
     }

@@ -555,7 +555,7 @@ fn fork_sequences() -> [Vec<u8>; 3] {
 
 /// Re-executes this test binary in child `mode` with the region's fd.
 fn spawn_child(region: &Region, mode: &str) -> std::process::Child {
-    region.inherit().unwrap();
+    region.set_inherited(true).unwrap();
     let (k, v) = region.env();
     std::process::Command::new(std::env::current_exe().unwrap())
         .args([
