@@ -31,7 +31,7 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fs::File;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -353,16 +353,20 @@ fn spawn(l: &Launch, region: &Region, mask: &libc::sigset_t) -> Result<i32> {
         .chain(&l.args)
         .map(|a| cstr(a.as_bytes()))
         .collect::<Result<Vec<_>>>()?;
-    let (rk, rv) = region.env();
-    let set: Vec<(&[u8], &[u8])> = std::iter::once((rk.as_bytes(), rv.as_bytes()))
-        .chain(l.env.iter().map(|(k, v)| (k.as_bytes(), v.as_bytes())))
+    // Sorted by name, as std's spawn orders an environment it was told to
+    // change (the order the program's startup code scans it in, which the
+    // tests' native runs reproduce the same way).
+    let mut env: std::collections::BTreeMap<Vec<u8>, Vec<u8>> = std::env::vars_os()
+        .map(|(k, v)| (k.into_vec(), v.into_vec()))
         .collect();
-    let inherited =
-        std::env::vars_os().filter(|(k, _)| !set.iter().any(|(s, _)| *s == k.as_bytes()));
-    let envp = inherited
-        .map(|(k, v)| [k.as_bytes(), b"=", v.as_bytes()].concat())
-        .chain(set.iter().map(|(k, v)| [*k, b"=", *v].concat()))
-        .map(|kv| cstr(&kv))
+    let (rk, rv) = region.env();
+    env.insert(rk.into(), rv.into_bytes());
+    for (k, v) in &l.env {
+        env.insert(k.as_bytes().to_vec(), v.as_bytes().to_vec());
+    }
+    let envp = env
+        .iter()
+        .map(|(k, v)| cstr(&[k.as_slice(), b"=", v].concat()))
         .collect::<Result<Vec<_>>>()?;
     let ptrs = |v: &[CString]| {
         v.iter()
