@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 .ci/deps
 cargo build --release --quiet
-aetrace=${CARGO_TARGET_DIR:-target}/release/aetrace
+aetrace=${CARGO_TARGET_DIR:-target}/x86_64-unknown-linux-gnu/release/aetrace
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 

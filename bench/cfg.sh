@@ -16,7 +16,7 @@ FILES=("$@")
 
 cargo build --release -p aetrace --quiet
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
-AETRACE=$TARGET_DIR/release/aetrace
+AETRACE=$TARGET_DIR/x86_64-unknown-linux-gnu/release/aetrace
 [ -x "$AETRACE" ] || { echo "bench/cfg.sh: no $AETRACE" >&2; exit 1; }
 
 # Wall time of one run of "$@" in nanoseconds (output discarded; failure aborts).

@@ -26,7 +26,7 @@ cd "$(dirname "$0")/.."
 
 REPS=${REPS:-3}
 cargo build --release -p aetrace --quiet
-AETRACE=$(realpath "${CARGO_TARGET_DIR:-target}/release/aetrace")
+AETRACE=$(realpath "${CARGO_TARGET_DIR:-target}/x86_64-unknown-linux-gnu/release/aetrace")
 WORK=$(mktemp -d /tmp/aetrace-bench.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 

@@ -11,7 +11,7 @@ set -eu
 cd "$(dirname "$0")/.."
 T=${CARGO_TARGET_DIR:-target}
 cargo build --release -q --bin aetrace
-A="$T/release/aetrace"
+A="$T/x86_64-unknown-linux-gnu/release/aetrace"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export AETRACE_CACHE="$tmp/cache"
