@@ -1,7 +1,8 @@
 /* A child signalled right after fork: the parent sends SIGUSR1 to each
- * child as soon as fork returns, so the child's traced handler often runs
- * before the child's own code (inside libc's fork, or inside the
- * runtime's `fork_child`, before the child has a stream of its own). Each
+ * child as soon as fork returns, after a delay that sweeps across the
+ * child's start, so the child's traced handler often runs before the
+ * child's own code (inside libc's fork, or inside the runtime's
+ * `fork_child`, before the child has a stream of its own). Each
  * child waits for its signal, then exits with status 0; the parent prints
  * how many children it forked. Every child's regenerated trace enters
  * `on_usr1` exactly once, the parent's never. */
@@ -38,6 +39,8 @@ int main(int argc, char **argv) {
                 x = step(x);
             _exit(handled == 1 ? 0 : 2);
         }
+        for (volatile int k = 0; k < (i * 997) % 30000; k++)
+            ;
         kill(pid, SIGUSR1);
         int st;
         if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
