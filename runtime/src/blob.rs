@@ -180,6 +180,8 @@ struct Labels {
     m_write: CodeLabel,
     /// `map_caller`: the interrupted rip -> its entry point's caller.
     map_caller: CodeLabel,
+    /// `fixup`: completes the stores an interrupted context left pending.
+    fixup: CodeLabel,
     /// Each entry point's [`Depths`] (all but `init`, module doc), in
     /// address order, and who calls it.
     windows: Vec<(Depths, Caller)>,
@@ -195,8 +197,15 @@ enum Caller {
     Placed,
     /// `attach_thread`'s: in an outside-entry stub before its ENTER
     /// (untraced code), unless the stub is a signal handler's, which has
-    /// not written the handler's SIGNAL yet.
+    /// not written the handler's SIGNAL yet: then as [`Caller::Handler`].
     Stub,
+    /// `signal_entry`'s before it blocks signals: a handler's stub, whose
+    /// SIGNAL is not written. The second signal stands where the first
+    /// one interrupted its thread: that context's rip, once its stores are
+    /// completed (`fixup`, done here for the first `signal_entry`, which
+    /// finds nothing left to do), and mapped again (it may be in a
+    /// runtime's window too).
+    Handler,
 }
 
 const SAVED: [AsmRegister64; 15] = [
@@ -333,6 +342,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         m_slots: a.create_label(),
         m_write: a.create_label(),
         map_caller: a.create_label(),
+        fixup: a.create_label(),
         windows: Vec::new(),
     };
     emit_init(&mut a, &mut l)?;
@@ -1053,17 +1063,19 @@ fn emit_helpers(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> 
     a.ret()
 }
 
-/// `map_caller`, called by `signal_entry`: when the interrupted rip (r14)
-/// is in a runtime blob of this process, in an entry point where signals
-/// are not blocked ([`Labels::windows`]), replaces it with that entry
-/// point's return address, its caller: the point right after a buffer
-/// check's `call flush` or a fork's `call fork_child` (the module's signal
-/// map places both), or in an outside-entry stub before its ENTER
-/// (untraced). A stub that is a signal handler's (its own return address
-/// is glibc's restorer) has not written that handler's SIGNAL yet when it
-/// calls `attach_thread`: a signal there is left as it is, like any other
-/// rip in a runtime, and regen refuses it naming it. The handler still
-/// returns into the runtime; only the reported rip changes.
+/// `map_caller`, called by `signal_entry` (signals blocked): when the
+/// interrupted rip (r14) is in a runtime blob of this process, in an entry
+/// point where signals are not blocked ([`Labels::windows`]), replaces it
+/// with that entry point's return address, its caller: the point right
+/// after a buffer check's `call flush` or a fork's `call fork_child` (the
+/// module's signal map places both), or in an outside-entry stub before
+/// its ENTER (untraced). A stub that is a signal handler's (its own return
+/// address is glibc's restorer) has not written that handler's SIGNAL yet
+/// when it calls `attach_thread` or while `signal_entry` has not blocked
+/// signals: the second signal is then reported where the first one
+/// interrupted the thread ([`Caller::Handler`]), which is mapped in turn.
+/// The handler still returns into the runtime; only the reported rip
+/// changes.
 ///
 /// Every blob is the same code (only its data page differs), so the rip
 /// is tried against this blob's labels after moving it by the distance
@@ -1073,8 +1085,8 @@ fn emit_helpers(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> 
 /// interrupt another module's runtime. The code bytes at the rip must
 /// equal this blob's at the moved address (a module table entry left by
 /// an image before an exec, or a blob of another aetrace version, is not
-/// taken for this code). r13 = the saved gregs. Clobbers rax, rcx, rdx,
-/// rbx, rsi, rdi, r8.
+/// taken for this code). r13 = the saved gregs. Clobbers every register
+/// but r12 and rsp.
 fn emit_map_caller(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     let windows = &l.windows;
     debug_assert!(windows.iter().all(|(d, _)| d.0.len() >= 2));
@@ -1084,12 +1096,38 @@ fn emit_map_caller(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
     let mut next_base = a.create_label();
     let mut table = a.create_label();
     let mut done = a.create_label();
+    let mut outer = a.create_label();
     a.set_label(&mut l.map_caller)?;
     a.lea(rdi, ptr(l.init))?; // this blob
     a.mov(rbx, rdi)?;
     a.mov(r8, qword_ptr(l.d_region))?;
     a.xor(ecx, ecx)?; // 0: this blob, 1: S_RUNTIME, 2..: module table entries 1..
     a.set_label(&mut try_base)?;
+    // The first instruction of an outside-entry stub of base rbx's module,
+    // `cmp dword [rip+ready], 0` (83 3D disp32 00, so 7 bytes readable),
+    // running as a signal handler ([rsp] points at the restorer): two
+    // signals delivered at once, or a second one as the first handler
+    // starts. That handler's SIGNAL is not written.
+    let mut not_stub = a.create_label();
+    a.cmp(word_ptr(r14), 0x3D83)?;
+    a.jne(not_stub)?;
+    a.cmp(byte_ptr(r14 + 6), 0)?;
+    a.jne(not_stub)?;
+    a.movsxd(rax, dword_ptr(r14 + 2))?;
+    a.lea(rax, ptr(r14 + rax + 7))?;
+    a.lea(rdx, ptr(l.d_ready))?;
+    a.sub(rdx, rdi)?;
+    a.add(rdx, rbx)?;
+    a.cmp(rax, rdx)?;
+    a.jne(not_stub)?;
+    a.mov(rax, qword_ptr(r13 + 15 * 8))?; // the interrupted rsp
+    a.mov(rdx, qword_ptr(rax))?;
+    a.mov(rdx, qword_ptr(rdx))?;
+    a.cmp(rdx, qword_ptr(l.restorer))?;
+    a.jne(not_stub)?;
+    a.sub(rax, 8)?; // as if a call into the stub had pushed a return address
+    a.jmp(outer)?;
+    a.set_label(&mut not_stub)?;
     a.mov(rsi, r14)?;
     a.sub(rsi, rbx)?;
     a.add(rsi, rdi)?;
@@ -1116,20 +1154,36 @@ fn emit_map_caller(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
             a.cmp(rsi, rax)?;
             a.jae(skip)?;
             a.mov(rax, qword_ptr(r13 + 15 * 8))?; // the interrupted rsp
-            if *caller == Caller::Stub {
-                // The stub's own return address: glibc's restorer?
-                a.mov(rdx, qword_ptr(rax + (depth + 8) as i32))?;
-                a.mov(rdx, qword_ptr(rdx))?;
-                a.cmp(rdx, qword_ptr(l.restorer))?;
-                a.je(done)?;
+            a.lea(rax, ptr(rax + depth as i32))?; // where the return address is
+            match caller {
+                Caller::Placed => {}
+                Caller::Stub => {
+                    // The stub's own return address: glibc's restorer?
+                    a.mov(rdx, qword_ptr(rax + 8))?;
+                    a.mov(rdx, qword_ptr(rdx))?;
+                    a.cmp(rdx, qword_ptr(l.restorer))?;
+                    a.je(outer)?;
+                }
+                Caller::Handler => {
+                    a.jmp(outer)?;
+                }
             }
-            a.mov(r14, qword_ptr(rax + depth as i32))?;
+            a.mov(r14, qword_ptr(rax))?;
             a.jmp(done)?;
             a.set_label(&mut skip)?;
             a.zero_bytes()?;
         }
     }
-    a.jmp(done)?; // signals blocked there, or not placeable: left as it is
+    a.jmp(done)?; // signals blocked there: left as it is
+                  // The stub is a handler's that has not written its SIGNAL: above the
+                  // return address into it, the kernel's frame (pretcode, then the
+                  // ucontext, its gregs 40 bytes in). Complete that context's stores,
+                  // then map its rip.
+    a.set_label(&mut outer)?;
+    a.lea(r13, ptr(rax + 56))?;
+    a.mov(r14, qword_ptr(r13 + 16 * 8))?;
+    a.call(l.fixup)?;
+    a.jmp(l.map_caller)?;
     a.set_label(&mut next_base)?;
     a.inc(ecx)?;
     a.cmp(ecx, 1)?;
@@ -1165,6 +1219,55 @@ fn emit_map_caller(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
 /// `mov word/dword/qword [r+d8], reg`) until the next instruction is not
 /// one; every target must lie in this thread's slot.
 fn emit_signal_entry(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
+    let mut owned = a.create_label();
+    let mut d = Depths::default();
+    a.set_label(&mut l.signal_entry)?;
+    d.0.push((l.signal_entry, Some(0)));
+    save_all(a, &mut d)?;
+    block_signals(a)?;
+    d.mark(a, None)?;
+    l.windows.push((d, Caller::Handler));
+    // A fork (or vfork) child whose handler runs before its `fork_child`
+    // claimed a slot (or before it blocked signals) is still on its
+    // parent's slot: the same TCB, another TID. Claim its own here.
+    emit_claim_fork_unless_owned(a, l, owned)?;
+    a.set_label(&mut owned)?;
+    // [rsp+144] return into the stub, [rsp+152] pretcode, [rsp+160] ucontext;
+    // uc_mcontext (the gregs) starts 40 bytes into the ucontext.
+    a.mov(r12d, dword_ptr(rsp + SAVED_RDI))?;
+    a.lea(r13, ptr(rsp + 200))?;
+    a.mov(r14, qword_ptr(r13 + 16 * 8))?; // interrupted rip = committed cursor
+    a.call(l.fixup)?;
+    a.call(l.map_caller)?;
+    // SIGNAL(signo, rip): r14 is the saved RIP, advanced past any stores
+    // completed (the instruction the handler returns to), or the caller
+    // of the entry point it interrupted.
+    a.mov(eax, RecordKind::Signal.encoded_len() as u32)?;
+    a.xadd(qword_ptr(S_POS).gs(), rax)?;
+    a.mov(
+        word_ptr(rax),
+        ESCAPE as u32 | (KIND_PENDING as u32 | RecordKind::Signal as u32) << 8,
+    )?;
+    a.mov(dword_ptr(rax + 2), r12d)?;
+    a.mov(qword_ptr(rax + 6), r14)?;
+    a.mov(byte_ptr(rax + 1), RecordKind::Signal as u32)?;
+    restore_signals(a)?;
+    // SIGNAL written: a second signal from here on is reported in the
+    // stub, before the handler's ENTER.
+    let mut d = Depths::default();
+    d.mark(a, Some(FRAME))?;
+    restore_all(a, &mut d)?;
+    l.windows.push((d, Caller::Placed));
+    emit_fixup(a, l)
+}
+
+/// `fixup`, signals blocked: r13 = the saved gregs of an interrupted
+/// context of this thread, r14 = its rip. Completes the witness or
+/// record stores it interrupted (`signal_entry`'s doc) and steps its
+/// saved rip, and r14, over them. Running it again on the same context
+/// changes nothing (the rip is past the stores). Clobbers every register
+/// but r12, r13 and rsp.
+fn emit_fixup(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     let mut record = a.create_label();
     let mut hi_reg = a.create_label();
     let mut decode = a.create_label();
@@ -1183,29 +1286,7 @@ fn emit_signal_entry(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedEr
     let mut st_q = a.create_label();
     let mut one = a.create_label();
     let mut stop = a.create_label();
-    let mut owned = a.create_label();
-    let mut attached = a.create_label();
-    let mut d = Depths::default();
-    a.set_label(&mut l.signal_entry)?;
-    d.0.push((l.signal_entry, None));
-    save_all(a, &mut Depths::default())?;
-    // A fork (or vfork) child whose handler runs before its `fork_child`
-    // claimed a slot (or before it blocked signals) is still on its
-    // parent's slot: the same TCB, another TID. Claim its own here.
-    a.mov(eax, SYS_GETTID)?;
-    a.syscall()?;
-    a.cmp(dword_ptr(S_TID).gs(), eax)?;
-    a.je(owned)?;
-    block_signals(a)?;
-    emit_claim_fork_unless_owned(a, l, attached)?;
-    a.set_label(&mut attached)?;
-    restore_signals(a)?;
-    a.set_label(&mut owned)?;
-    // [rsp+144] return into the stub, [rsp+152] pretcode, [rsp+160] ucontext;
-    // uc_mcontext (the gregs) starts 40 bytes into the ucontext.
-    a.mov(r12d, dword_ptr(rsp + SAVED_RDI))?;
-    a.lea(r13, ptr(rsp + 200))?;
-    a.mov(r14, qword_ptr(r13 + 16 * 8))?; // interrupted rip = committed cursor
+    a.set_label(&mut l.fixup)?;
     a.lea(rax, ptr(l.init))?; // blob base
     a.mov(rcx, qword_ptr(l.d_win_lo))?;
     a.test(rcx, rcx)?;
@@ -1385,23 +1466,5 @@ fn emit_signal_entry(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedEr
     a.mov(qword_ptr(r13 + 16 * 8), r14)?;
     a.add(qword_ptr(l.d_fixups), 1)?;
     a.set_label(&mut record)?;
-    a.call(l.map_caller)?;
-    // SIGNAL(signo, rip): r14 is the saved RIP, advanced past any stores
-    // completed above (the instruction the handler returns to), or the
-    // caller of the entry point it interrupted.
-    a.mov(eax, RecordKind::Signal.encoded_len() as u32)?;
-    a.xadd(qword_ptr(S_POS).gs(), rax)?;
-    a.mov(
-        word_ptr(rax),
-        ESCAPE as u32 | (KIND_PENDING as u32 | RecordKind::Signal as u32) << 8,
-    )?;
-    a.mov(dword_ptr(rax + 2), r12d)?;
-    a.mov(qword_ptr(rax + 6), r14)?;
-    a.mov(byte_ptr(rax + 1), RecordKind::Signal as u32)?;
-    // SIGNAL written: a second signal from here on is reported in the
-    // stub, before the handler's ENTER.
-    d.mark(a, Some(FRAME))?;
-    restore_all(a, &mut d)?;
-    l.windows.push((d, Caller::Placed));
-    Ok(())
+    a.ret()
 }

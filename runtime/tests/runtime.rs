@@ -1236,13 +1236,17 @@ fn probe_handler(m: &mut Mapped, tf_first: bool) -> (u64, u64) {
     (m.place(&code), stub_ret)
 }
 
-fn install(handler: u64, sigs: &[i32]) {
+/// Installs `handler` for `sigs`, SIGUSR1 blocked while it runs when
+/// `mask_usr1` (the probe's: the SIGUSR1 it sends stays pending).
+fn install(handler: u64, sigs: &[i32], mask_usr1: bool) {
     unsafe {
         let mut sa: libc::sigaction = std::mem::zeroed();
         sa.sa_sigaction = handler as usize;
         sa.sa_flags = libc::SA_SIGINFO;
         libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaddset(&mut sa.sa_mask, libc::SIGUSR1);
+        if mask_usr1 {
+            libc::sigaddset(&mut sa.sa_mask, libc::SIGUSR1);
+        }
         for &sig in sigs {
             assert_eq!(libc::sigaction(sig, &sa, std::ptr::null_mut()), 0);
         }
@@ -1363,7 +1367,7 @@ fn a_signal_inside_attach_thread_is_reported_at_its_call() {
     let saved_gs = get_gs();
     let streams = drain_while(&region, m.base as u64, || {
         m.init(&[region.env()]);
-        install(handler, &[libc::SIGTRAP, libc::SIGUSR1]);
+        install(handler, &[libc::SIGTRAP, libc::SIGUSR1], true);
         std::thread::spawn(move || traced()).join().unwrap();
         set_gs(saved_gs);
     });
@@ -1431,7 +1435,7 @@ fn a_signal_in_a_fork_child_before_and_inside_fork_child() {
     let saved_gs = get_gs();
     let streams = drain_while(&region, m.base as u64, || {
         m.init(&[region.env()]);
-        install(handler, &[libc::SIGTRAP, libc::SIGUSR1]);
+        install(handler, &[libc::SIGTRAP, libc::SIGUSR1], true);
         let pid = traced();
         assert!(pid > 0, "fork failed");
         let mut st = 0;
@@ -1479,13 +1483,16 @@ fn a_signal_in_a_fork_child_before_and_inside_fork_child() {
     check_stepped_call(&signals[early..], call_ip, ret_ip, before, after);
 }
 
-/// A second signal inside `signal_entry`: after the handler's SIGNAL is
-/// written it is reported at the stub's return point (before the
-/// handler's ENTER, untraced code); before, it stays a rip in the runtime
-/// (regen refuses it by name). A SIGUSR2 handler sets the trap flag
-/// first, so its stub and `signal_entry` are stepped, each trap nested.
+/// A second signal inside `signal_entry` while it does not block
+/// signals: before (the handler's SIGNAL is not written yet) it is
+/// reported where the first signal interrupted the thread, after it at
+/// the stub's return point (before the handler's ENTER, untraced code).
+/// A SIGURG handler sets the trap flag first, so its stub and
+/// `signal_entry` up to the `syscall` that blocks signals are stepped,
+/// each trap nested; SIGUSR1, pending for the blocked section, steps the
+/// epilogue.
 #[test]
-fn a_signal_inside_signal_entry_after_its_record_is_reported_in_the_stub() {
+fn a_signal_inside_signal_entry_is_reported_where_the_first_one_struck() {
     let _serial = TRAP_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let mut m = Mapped::new();
     let region = Region::create(SMALL).unwrap();
@@ -1493,73 +1500,145 @@ fn a_signal_inside_signal_entry_after_its_record_is_reported_in_the_stub() {
     let (stepped, stub_ret) = probe_handler(&mut m, true);
     // The stepped handler stops trapping in `probe` (any rip outside the
     // generated code would do; `probe` is the first).
-    probe_setup(&m, false, [probe as *const () as u64, 0]);
+    probe_setup(&m, true, [probe as *const () as u64, 0]);
     let runtime = m.base as u64..m.base as u64 + m.blob.data_offset;
     let saved_gs = get_gs();
     let streams = drain_while(&region, m.base as u64, || {
         m.init(&[region.env()]);
-        install(probe_at, &[libc::SIGTRAP, libc::SIGUSR1]);
-        install(stepped, &[libc::SIGUSR2]);
-        unsafe { libc::raise(libc::SIGUSR2) };
+        install(probe_at, &[libc::SIGTRAP, libc::SIGUSR1], true);
+        install(stepped, &[libc::SIGURG], false);
+        unsafe { libc::raise(libc::SIGURG) };
         set_gs(saved_gs);
     });
     assert_eq!(streams.len(), 1);
-    // Before SIGUSR2's record: traps in the stub, then in signal_entry
-    // (each with its handler's ENTER).
+    // Before SIGURG's record: traps in the stub (untraced code), then one
+    // per instruction of signal_entry up to its blocking `syscall`, each
+    // where SIGURG struck (with its handler's ENTER).
     let (signals, rest) = probe_signals(&streams[&0].1[6..]);
-    let trap = libc::SIGTRAP as u32;
     assert!(
-        signals
-            .iter()
-            .all(|&(s, rip)| s == trap
-                && (rip < stub_ret && rip >= stepped || runtime.contains(&rip))),
-        "{signals:x?}"
-    );
-    assert!(signals.iter().any(|&(_, rip)| runtime.contains(&rip)));
-    assert!(
-        rest.len() >= 14 && rest[..6] == [0xFF, 3, libc::SIGUSR2 as u8, 0, 0, 0],
+        rest.len() >= 14 && rest[..6] == [0xFF, 3, libc::SIGURG as u8, 0, 0, 0],
         "{rest:x?}"
     );
-    // After it: traps among its stores (the record is reserved, not
-    // written: left in the runtime), signal_entry's epilogue and its
-    // `ret` at the stub's return point, then the stub; the stepped
-    // handler's own ENTER among them.
+    let struck = u64::from_le_bytes(rest[6..14].try_into().unwrap());
+    let trap = libc::SIGTRAP as u32;
+    // (The first trap, when the CPU reports it before the stub's first
+    // instruction, stands where SIGURG struck too.)
+    let signals = match signals.first() {
+        Some(&(s, rip)) if s == trap && rip == struck => &signals[1..],
+        _ => &signals[..],
+    };
+    let stub = signals
+        .iter()
+        .take_while(|&&(_, rip)| (stepped..stub_ret).contains(&rip))
+        .count();
+    let before = unblocked_prologue(&m, "signal_entry", 0);
+    assert!(
+        stub > 0 && signals[stub..] == vec![(trap, struck); before],
+        "{before} traps in signal_entry's prologue at {struck:#x}: {signals:x?}"
+    );
+    // After it: SIGUSR1 and the traps of signal_entry's epilogue at the
+    // stub's return point, then the stub; the stepped handler's own
+    // ENTER among them.
     let mut rest = &rest[14..];
     let enter = enter_record(HANDLER_PROC);
-    let (mut rips, mut enters) = (Vec::new(), 0);
+    let (mut signals, mut enters) = (Vec::new(), 0);
     while !rest.is_empty() {
         if rest.starts_with(&enter) {
             enters += 1;
             rest = &rest[6..];
         } else {
-            assert!(
-                rest.len() >= 14 && rest[..6] == [0xFF, 3, trap as u8, 0, 0, 0],
-                "{rest:x?}"
-            );
-            rips.push(u64::from_le_bytes(rest[6..14].try_into().unwrap()));
+            assert!(rest.len() >= 14 && rest[..2] == [0xFF, 3], "{rest:x?}");
+            let signo = u32::from_le_bytes(rest[2..6].try_into().unwrap());
+            signals.push((signo, u64::from_le_bytes(rest[6..14].try_into().unwrap())));
             rest = &rest[14..];
         }
     }
     assert_eq!(
         enters,
-        rips.len() + 1,
-        "one ENTER per trap, and the stepped handler's"
+        signals.len() + 1,
+        "one ENTER per signal, and the stepped handler's"
     );
     let after = flush_unblocked_instructions(&m).1;
-    let i = rips
-        .iter()
-        .position(|&r| r == stub_ret)
-        .unwrap_or(rips.len());
-    assert!(
-        i <= 4 && rips[..i].iter().all(|r| runtime.contains(r)),
-        "traps among SIGNAL's stores: {rips:x?}"
+    assert_eq!(
+        signals.first(),
+        Some(&(libc::SIGUSR1 as u32, stub_ret)),
+        "{signals:x?}"
     );
     assert!(
-        rips.len() > i + after + 1 && rips[i..i + after + 1] == vec![stub_ret; after + 1],
-        "{after} traps in signal_entry's epilogue and one after its `ret`, at the stub's return point {stub_ret:#x}: {rips:x?}"
+        signals.len() > after + 1 && signals[1..after + 1] == vec![(trap, stub_ret); after],
+        "{after} traps in signal_entry's epilogue at the stub's return point {stub_ret:#x}: {signals:x?}"
     );
     assert!(
-        !rips[i + after + 1..].iter().any(|r| runtime.contains(r)),
-        "{rips:x?}"
+        signals[after + 1..].iter().all(|&(s, rip)| s == trap
+            && (stub_ret..stepped + 0x1000).contains(&rip)
+            || rip == probe as *const () as u64),
+        "then the stub: {signals:x?}"
+    );
+    assert!(
+        !signals.iter().any(|(_, r)| runtime.contains(r)),
+        "{signals:x?}"
+    );
+}
+
+/// Two signals delivered at once (both pending when traced code unblocks
+/// them with a raw `rt_sigprocmask`): the kernel sets up both frames, so
+/// the second handler runs at the first instruction of the first one's
+/// stub, before that handler's SIGNAL exists. Both are reported where the
+/// thread was, right after the `syscall` (before, the second one said the
+/// stub, untraced code, ahead of the first SIGNAL).
+#[test]
+fn two_signals_delivered_at_once_are_both_reported_where_the_thread_was() {
+    let _serial = TRAP_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut m = Mapped::new();
+    let region = Region::create(SMALL).unwrap();
+    let mut a = CodeAssembler::new(64).unwrap();
+    let mut after = a.create_label();
+    a.mov(rsi, rdi).unwrap();
+    a.mov(edi, 2u32).unwrap(); // SIG_SETMASK
+    a.xor(edx, edx).unwrap();
+    a.mov(r10d, 8u32).unwrap();
+    a.mov(eax, libc::SYS_rt_sigprocmask as u32).unwrap();
+    a.syscall().unwrap();
+    a.set_label(&mut after).unwrap();
+    a.ret().unwrap();
+    let res = a
+        .assemble_options(
+            m.next_ip(),
+            iced_x86::BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
+        )
+        .unwrap();
+    let after = res.label_ip(&after).unwrap();
+    let unblock: extern "C" fn(*const u64) =
+        unsafe { std::mem::transmute(m.place(&res.inner.code_buffer)) };
+    let (handler, _) = probe_handler(&mut m, false);
+    probe_setup(&m, false, [0, 0]);
+    let sigs = [libc::SIGURG, libc::SIGWINCH];
+    let saved_gs = get_gs();
+    let streams = drain_while(&region, m.base as u64, || {
+        m.init(&[region.env()]);
+        install(handler, &sigs, false);
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for s in sigs {
+                libc::sigaddset(&mut set, s);
+            }
+            assert_eq!(libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old), 0);
+            for s in sigs {
+                assert_eq!(libc::raise(s), 0);
+            }
+            unblock(&old as *const libc::sigset_t as *const u64);
+        }
+        set_gs(saved_gs);
+    });
+    let (signals, rest) = probe_signals(&streams[&0].1[6..]);
+    assert!(rest.is_empty(), "{rest:x?}");
+    let mut got: Vec<u32> = signals.iter().map(|s| s.0).collect();
+    got.sort();
+    assert_eq!(got, sigs.map(|s| s as u32), "{signals:x?}");
+    assert!(
+        signals.iter().all(|&(_, rip)| rip == after),
+        "both at {after:#x}: {signals:x?}"
     );
 }
