@@ -49,30 +49,38 @@
 //! - `attach_thread` (a new thread, which inherits the process's
 //!   handlers, starting while the process takes signals): reported at its
 //!   return address, in the outside-entry stub before its ENTER, placed
-//!   as untraced code (the thread has run no traced code yet, or is
-//!   in a call to a library entered for the first time). The handler's
-//!   own stub attaches the thread first, so `attach_thread`, once signals
-//!   are blocked, claims a slot only if the thread still owns none. If
-//!   the stub that called it is itself a signal handler's, that handler's
-//!   SIGNAL is not written yet and the stub point is not where the thread
-//!   stands: the rip is left as it is (refused).
-//! - `signal_entry` (a second, unblocked signal as a handler starts; it
-//!   never blocks signals for the fix-up, and a handler's stub calls it
-//!   before anything else is written): once the handler's SIGNAL is
-//!   written, reported at its return address in the stub, before the
-//!   handler's ENTER, which regen places as untraced code nested in the
-//!   handler. Before that (the fix-up, the record's stores) the rip is
-//!   left as it is: the nested SIGNAL would precede the first one in the
-//!   stream, and the place it stands for (the first signal's interrupted
-//!   point after its fix-up) is not computed yet.
+//!   as untraced code (the thread has run no traced code yet, or is in a
+//!   call to a library entered for the first time). The handler's own
+//!   stub attaches the thread first, so `attach_thread`, once signals are
+//!   blocked, claims a slot only if the thread still owns none.
+//! - `signal_entry` (a second signal as a handler starts): it blocks
+//!   signals for the fix-up and the SIGNAL record; after it restores the
+//!   mask, a signal is reported at its return address in the stub, before
+//!   the handler's ENTER, which regen places as untraced code nested in
+//!   the handler.
+//! - A second signal that arrives while the first handler's SIGNAL is not
+//!   written, i.e. in `signal_entry` before it blocks signals, in a
+//!   handler stub's `attach_thread`, or at the first instruction of a
+//!   handler's stub (two signals delivered at once: the kernel sets up
+//!   both frames, and the second handler starts where the first would):
+//!   it stands where the first signal interrupted the thread. Its
+//!   `signal_entry` runs the fix-up on the first context (the kernel's
+//!   frame right above the stub's return address), completing the stores
+//!   it left pending and stepping its saved rip (the first `signal_entry`
+//!   then finds nothing left to do and reports the same rip), and maps
+//!   that rip again. A stub's first instruction is recognised by its
+//!   bytes, `cmp dword [rip+ready], 0` naming a blob's `ready` word, and
+//!   its return address holding the restorer's bytes. Not recognised:
+//!   the stub's later instructions before its `call signal_entry`; a
+//!   signal there is reported in the stub (untraced code) ahead of the
+//!   first SIGNAL.
 //!
 //! The return address is found from the interrupted rsp: in these windows
 //! its depth is a static function of the rip ([`Depths`]), checked by tests
 //! that single-step through every window. Nested signals and threads need
 //! nothing more: each interrupted context is mapped on its own, with its
-//! own stack. Any other rip in a runtime (where signals are blocked, the
-//! windows left as they are above, `init`) is reported as it is, and the
-//! regenerator refuses it naming it.
+//! own stack. Any other rip in a runtime (where signals are blocked,
+//! `init`) is reported as it is, and the regenerator refuses it naming it.
 
 use iced_x86::code_asm::*;
 use iced_x86::BlockEncoderOptions;
@@ -1087,6 +1095,10 @@ fn emit_helpers(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> 
 /// an image before an exec, or a blob of another aetrace version, is not
 /// taken for this code). r13 = the saved gregs. Clobbers every register
 /// but r12 and rsp.
+///
+/// r14 is the rip of a context about to execute its instruction, so the
+/// bytes of that instruction are readable, and so is the first
+/// instruction a `jmp rel32` there leads to.
 fn emit_map_caller(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     let windows = &l.windows;
     debug_assert!(windows.iter().all(|(d, _)| d.0.len() >= 2));
@@ -1098,6 +1110,16 @@ fn emit_map_caller(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
     let mut done = a.create_label();
     let mut outer = a.create_label();
     a.set_label(&mut l.map_caller)?;
+    // r9: where a stub would start. A handler's address is often its
+    // procedure's original entry, whose springboard (`jmp rel32`) leads
+    // to the stub.
+    let mut direct = a.create_label();
+    a.mov(r9, r14)?;
+    a.cmp(byte_ptr(r14), 0xE9)?;
+    a.jne(direct)?;
+    a.movsxd(rax, dword_ptr(r14 + 1))?;
+    a.lea(r9, ptr(r14 + rax + 5))?;
+    a.set_label(&mut direct)?;
     a.lea(rdi, ptr(l.init))?; // this blob
     a.mov(rbx, rdi)?;
     a.mov(r8, qword_ptr(l.d_region))?;
@@ -1105,16 +1127,17 @@ fn emit_map_caller(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
     a.set_label(&mut try_base)?;
     // The first instruction of an outside-entry stub of base rbx's module,
     // `cmp dword [rip+ready], 0` (83 3D disp32 00, so 7 bytes readable),
-    // running as a signal handler ([rsp] points at the restorer): two
-    // signals delivered at once, or a second one as the first handler
-    // starts. That handler's SIGNAL is not written.
+    // or the springboard to one, running as a signal handler ([rsp]
+    // points at the restorer): two signals delivered at once, or a second
+    // one as the first handler starts. That handler's SIGNAL is not
+    // written.
     let mut not_stub = a.create_label();
-    a.cmp(word_ptr(r14), 0x3D83)?;
+    a.cmp(word_ptr(r9), 0x3D83)?;
     a.jne(not_stub)?;
-    a.cmp(byte_ptr(r14 + 6), 0)?;
+    a.cmp(byte_ptr(r9 + 6), 0)?;
     a.jne(not_stub)?;
-    a.movsxd(rax, dword_ptr(r14 + 2))?;
-    a.lea(rax, ptr(r14 + rax + 7))?;
+    a.movsxd(rax, dword_ptr(r9 + 2))?;
+    a.lea(rax, ptr(r9 + rax + 7))?;
     a.lea(rdx, ptr(l.d_ready))?;
     a.sub(rdx, rdi)?;
     a.add(rdx, rbx)?;

@@ -1585,9 +1585,17 @@ fn a_signal_inside_signal_entry_is_reported_where_the_first_one_struck() {
 /// the second handler runs at the first instruction of the first one's
 /// stub, before that handler's SIGNAL exists. Both are reported where the
 /// thread was, right after the `syscall` (before, the second one said the
-/// stub, untraced code, ahead of the first SIGNAL).
+/// stub, untraced code, ahead of the first SIGNAL). The handler installed
+/// directly, and through a springboard (`jmp rel32` to the stub, as at
+/// the original entry of a relocated procedure): the second handler then
+/// starts at the springboard.
 #[test]
 fn two_signals_delivered_at_once_are_both_reported_where_the_thread_was() {
+    two_signals_at_once(false);
+    two_signals_at_once(true);
+}
+
+fn two_signals_at_once(springboard: bool) {
     let _serial = TRAP_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let mut m = Mapped::new();
     let region = Region::create(SMALL).unwrap();
@@ -1610,7 +1618,12 @@ fn two_signals_delivered_at_once_are_both_reported_where_the_thread_was() {
     let after = res.label_ip(&after).unwrap();
     let unblock: extern "C" fn(*const u64) =
         unsafe { std::mem::transmute(m.place(&res.inner.code_buffer)) };
-    let (handler, _) = probe_handler(&mut m, false);
+    let (mut handler, _) = probe_handler(&mut m, false);
+    if springboard {
+        let mut a = CodeAssembler::new(64).unwrap();
+        a.jmp(handler).unwrap();
+        handler = m.place(&a.assemble(m.next_ip()).unwrap());
+    }
     probe_setup(&m, false, [0, 0]);
     let sigs = [libc::SIGURG, libc::SIGWINCH];
     let saved_gs = get_gs();
@@ -1639,6 +1652,6 @@ fn two_signals_delivered_at_once_are_both_reported_where_the_thread_was() {
     assert_eq!(got, sigs.map(|s| s as u32), "{signals:x?}");
     assert!(
         signals.iter().all(|&(_, rip)| rip == after),
-        "both at {after:#x}: {signals:x?}"
+        "springboard {springboard}: both at {after:#x}: {signals:x?}"
     );
 }
