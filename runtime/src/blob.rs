@@ -1097,8 +1097,9 @@ fn emit_helpers(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> 
 /// but r12 and rsp.
 ///
 /// r14 is the rip of a context about to execute its instruction, so the
-/// bytes of that instruction are readable, and so is the first
-/// instruction a `jmp rel32` there leads to.
+/// bytes of that instruction are readable (unless an instruction fetch
+/// there faulted: not read then), and so is the first instruction a `jmp
+/// rel32` there leads to.
 fn emit_map_caller(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     let windows = &l.windows;
     debug_assert!(windows.iter().all(|(d, _)| d.0.len() >= 2));
@@ -1113,7 +1114,13 @@ fn emit_map_caller(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
     // r9: where a stub would start. A handler's address is often its
     // procedure's original entry, whose springboard (`jmp rel32`) leads
     // to the stub.
+    // 0: no stub to look for. A rip equal to the context's CR2 (the
+    // address of the last fault that raised a signal in the thread) may
+    // be unmapped: an instruction fetch fault. Its bytes are not read.
     let mut direct = a.create_label();
+    a.xor(r9d, r9d)?;
+    a.cmp(r14, qword_ptr(r13 + 22 * 8))?;
+    a.je(direct)?;
     a.mov(r9, r14)?;
     a.cmp(byte_ptr(r14), 0xE9)?;
     a.jne(direct)?;
@@ -1132,6 +1139,8 @@ fn emit_map_caller(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
     // one as the first handler starts. That handler's SIGNAL is not
     // written.
     let mut not_stub = a.create_label();
+    a.test(r9, r9)?;
+    a.jz(not_stub)?;
     a.cmp(word_ptr(r9), 0x3D83)?;
     a.jne(not_stub)?;
     a.cmp(byte_ptr(r9 + 6), 0)?;

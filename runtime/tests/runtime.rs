@@ -1188,6 +1188,11 @@ extern "C" fn probe(sig: i32, _info: *mut libc::siginfo_t, uc: *mut libc::uconte
         g[flags] |= TF;
         return;
     }
+    if sig == libc::SIGSEGV {
+        // Resume at the test's recovery point.
+        g[libc::REG_RIP as usize] = PROBE_STOPS[1].load(Ordering::Relaxed) as i64;
+        return;
+    }
     if PROBE_STOPS.iter().any(|s| s.load(Ordering::Relaxed) == rip) {
         g[flags] &= !TF;
         return;
@@ -1654,4 +1659,46 @@ fn two_signals_at_once(springboard: bool) {
         signals.iter().all(|&(_, rip)| rip == after),
         "springboard {springboard}: both at {after:#x}: {signals:x?}"
     );
+}
+
+/// A traced SIGSEGV handler for a jump to an unmapped address (the rip is
+/// the fault address, CR2): `signal_entry` must not read the bytes there
+/// while it looks for a stub (it would fault with signals blocked and the
+/// kernel would kill the process); SIGNAL names that rip.
+#[test]
+fn a_fetch_fault_is_reported_without_reading_its_rip() {
+    let _serial = TRAP_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut m = Mapped::new();
+    let region = Region::create(SMALL).unwrap();
+    let mut a = CodeAssembler::new(64).unwrap();
+    let mut recover = a.create_label();
+    a.mov(eax, 0x10u32).unwrap();
+    a.call(rax).unwrap();
+    a.set_label(&mut recover).unwrap();
+    a.add(rsp, 8).unwrap(); // the return address `call rax` pushed
+    a.ret().unwrap();
+    let res = a
+        .assemble_options(
+            m.next_ip(),
+            iced_x86::BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
+        )
+        .unwrap();
+    let recover = res.label_ip(&recover).unwrap();
+    let jump: extern "C" fn() = unsafe { std::mem::transmute(m.place(&res.inner.code_buffer)) };
+    let (handler, _) = probe_handler(&mut m, false);
+    probe_setup(&m, false, [0, recover]);
+    let saved_gs = get_gs();
+    let streams = drain_while(&region, m.base as u64, || {
+        m.init(&[region.env()]);
+        // Rust's own SIGSEGV handler (stack overflows) comes back after.
+        let mut rust: libc::sigaction = unsafe { std::mem::zeroed() };
+        unsafe { libc::sigaction(libc::SIGSEGV, std::ptr::null(), &mut rust) };
+        install(handler, &[libc::SIGSEGV], false);
+        jump();
+        unsafe { libc::sigaction(libc::SIGSEGV, &rust, std::ptr::null_mut()) };
+        set_gs(saved_gs);
+    });
+    let (signals, rest) = probe_signals(&streams[&0].1[6..]);
+    assert!(rest.is_empty(), "{rest:x?}");
+    assert_eq!(signals, [(libc::SIGSEGV as u32, 0x10)]);
 }
