@@ -1248,8 +1248,8 @@ fn signals_to_fork_children_right_after_fork() {
 /// the main thread, in its traced loop, returns to user mode, and the
 /// second handler starts at the first one's entry (its springboard),
 /// before the first SIGNAL is written (before, that SIGNAL named the
-/// springboard, untraced code, and regen refused 5 of 5 traces). Checked
-/// against the program's counts.
+/// springboard, untraced code, and regen refused 50 of 50 traces).
+/// Checked against the program's counts.
 #[test]
 fn two_signals_delivered_at_once() {
     for v in [O2_PIE, Variant::new(Opt::O0, Link::NoPie, false)] {
