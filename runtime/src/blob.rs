@@ -69,8 +69,11 @@
 //!   it left pending and stepping its saved rip (the first `signal_entry`
 //!   then finds nothing left to do and reports the same rip), and maps
 //!   that rip again. A stub's first instruction is recognised by its
-//!   bytes, `cmp dword [rip+ready], 0` naming a blob's `ready` word, and
-//!   its return address holding the restorer's bytes. Not recognised:
+//!   bytes, `cmp dword [rip+ready], 0` naming a blob's `ready` word (also
+//!   behind a springboard, `jmp rel32` at the procedure's original entry,
+//!   where a handler's address usually points), and by its return address
+//!   holding the restorer's bytes; a rip equal to the context's CR2 (an
+//!   instruction fetch fault) is never read. Not recognised:
 //!   the stub's later instructions before its `call signal_entry`; a
 //!   signal there is reported in the stub (untraced code) ahead of the
 //!   first SIGNAL.
@@ -375,6 +378,16 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     emit_claim(&mut a, &mut l)?;
     emit_helpers(&mut a, &mut l)?;
     emit_signal_entry(&mut a, &mut l)?;
+    // Each entry point's windows: entry, after pushfq, after the lea,
+    // blocked from its `syscall` on; `signal_entry`'s unblocked prologue
+    // is mapped to the first signal's context, the rest to the caller.
+    debug_assert!(l.windows.iter().all(|(d, c)| {
+        let depths: Vec<_> = d.0.iter().map(|e| e.1).collect();
+        depths[..] == [Some(0), Some(8), Some(FRAME), None][..] && *c == Caller::Handler
+            || depths.starts_with(&[Some(0), Some(8), Some(FRAME), None])
+                && depths.ends_with(&[Some(FRAME), Some(8), Some(0), None])
+            || depths[..] == [Some(FRAME), Some(8), Some(0), None][..]
+    }));
     emit_map_caller(&mut a, &mut l)?;
     // glibc's __restore_rt: `mov rax, 15` + first byte of `syscall`.
     a.set_label(&mut l.restorer)?;

@@ -1201,7 +1201,7 @@ extern "C" fn probe(sig: i32, _info: *mut libc::siginfo_t, uc: *mut libc::uconte
         PROBE_RUNTIME[0].load(Ordering::Relaxed)..PROBE_RUNTIME[1].load(Ordering::Relaxed);
     if PROBE_ARM.load(Ordering::Relaxed)
         && runtime.contains(&rip)
-        && unsafe { *(rip as *const u16) } == 0x050F
+        && unsafe { (rip as *const u16).read_unaligned() } == 0x050F
     {
         g[flags] &= !TF;
         let save_area = g[libc::REG_RSP as usize] as *mut u64;
