@@ -1187,6 +1187,128 @@ fn asynchronous_signals_inside_flush() {
     }
 }
 
+/// Signals to threads that are just starting: each worker of
+/// `traces/signal_threads.c` is sent SIGUSR1 right after its creation,
+/// after a delay that sweeps across its start, so some land in the
+/// runtime's `attach_thread` where it does not block signals (before,
+/// regen refused those traces naming a runtime offset, or a thread
+/// claimed two slots). Valgrind delivers signals at its own points, so
+/// the oracle is the program's output: `on_usr1` and `step` entered
+/// exactly as often as it counted, one SIGNAL per handler run.
+#[test]
+fn signals_to_starting_threads() {
+    for v in [O2_PIE, Variant::new(Opt::O0, Link::NoPie, false)] {
+        let exe = build("signal_threads.c", v);
+        let (trace, stdout, signals) = record_signalled(&exe, &["150"]);
+        let field = |key: &str| -> u64 {
+            stdout
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix(key)?.parse().ok())
+                .unwrap_or_else(|| panic!("no {key} in {stdout:?}"))
+        };
+        let (handled, iterations) = (field("handled="), field("iterations="));
+        assert_eq!(handled, 150, "{stdout}");
+        assert_eq!(
+            signals.iter().sum::<u64>(),
+            handled,
+            "SIGNAL records: {signals:?}"
+        );
+        assert_eq!(entries(&trace, &exe, "on_usr1"), handled);
+        assert_eq!(entries(&trace, &exe, "step"), iterations);
+        let _ = std::fs::remove_file(&trace);
+    }
+}
+
+/// A child signalled right after fork (`traces/signal_fork.c`: the parent
+/// sends SIGUSR1 after a delay that sweeps across the child's start): the
+/// child's handler runs inside libc's fork, in the runtime's
+/// `fork_child`, or later. Every child's stream holds its one SIGNAL and
+/// its `on_usr1`, the parent's none (before, a handler that ran before
+/// `fork_child` wrote into the parent's stream, and regen put the
+/// children's handlers into the parent's trace).
+#[test]
+fn signals_to_fork_children_right_after_fork() {
+    for v in [O2_PIE, Variant::new(Opt::O0, Link::NoPie, false)] {
+        let exe = build("signal_fork.c", v);
+        let (trace, stdout, signals) = record_signalled(&exe, &["60"]);
+        assert!(stdout.starts_with("children=60 "), "{stdout}");
+        assert_eq!(signals.len(), 61, "{signals:?}");
+        assert_eq!(signals[0], 0, "the parent's stream holds no SIGNAL");
+        assert!(
+            signals[1..].iter().all(|&s| s == 1),
+            "one SIGNAL per child: {signals:?}"
+        );
+        assert_eq!(entries(&trace, &exe, "on_usr1"), 60);
+        let _ = std::fs::remove_file(&trace);
+    }
+}
+
+/// Two signals delivered at once: `traces/signal_pair.c`'s sender thread
+/// sends SIGUSR1 and SIGUSR2 back to back, so both are often pending when
+/// the main thread, in its traced loop, returns to user mode, and the
+/// second handler starts at the first one's entry (its springboard),
+/// before the first SIGNAL is written (before, that SIGNAL named the
+/// springboard, untraced code, and regen refused 50 of 50 traces).
+/// Checked against the program's counts.
+#[test]
+fn two_signals_delivered_at_once() {
+    for v in [O2_PIE, Variant::new(Opt::O0, Link::NoPie, false)] {
+        let exe = build("signal_pair.c", v);
+        let handler = (exe.as_path(), "on_signal");
+        check_timer(&exe, &[], &[], handler, (&exe, "step"), 0, None);
+    }
+}
+
+/// Records `exe args`; the trace, the program's stdout and the SIGNAL
+/// records regen placed in each thread (`--count`), after checking that
+/// the instruction trace regenerates with as many instructions.
+fn record_signalled(exe: &Path, args: &[&str]) -> (PathBuf, String, Vec<u64>) {
+    let name = exe.file_name().unwrap().to_string_lossy().into_owned();
+    let trace = common::scratch("trace-oracle").join(format!("{name}-{}.aet", std::process::id()));
+    let rec = Command::new(common::aetrace())
+        .arg("record")
+        .arg("-o")
+        .arg(&trace)
+        .arg("--")
+        .arg(exe)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        rec.status.success(),
+        "{name}: {}",
+        String::from_utf8_lossy(&rec.stderr)
+    );
+    let count = aetrace_ok(&["regen", "--count"], &trace);
+    let insns = aetrace_ok(&["regen", "--format", "insn"], &trace);
+    let lines = insns.lines().filter(|l| !l.starts_with('#')).count() as u64;
+    let mut total = 0;
+    let mut signals = Vec::new();
+    for l in count.lines().filter(|l| l.starts_with("thread ")) {
+        // "thread T pid P tid T module PATH: I instructions, B blocks[, S signals (...)]"
+        let totals = l.rsplit_once(": ").map_or("", |t| t.1);
+        let nums: Vec<u64> = totals
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        total += nums[0];
+        signals.push(if totals.contains(" signals (") {
+            nums[2]
+        } else {
+            0
+        });
+    }
+    assert_eq!(total, lines, "{name}: --count and the instruction trace");
+    (trace, String::from_utf8(rec.stdout).unwrap(), signals)
+}
+
+/// Entries of `sym` in `exe`'s regenerated blocks, all threads.
+fn entries(trace: &Path, exe: &Path, sym: &str) -> u64 {
+    let blocks = aetrace_ok(&["regen", "--format", "block", "--relative"], trace);
+    let at = format!("{:x} ", symbol(exe, sym));
+    blocks.lines().filter(|l| l.starts_with(&at)).count() as u64
+}
+
 /// Recorder buffer halves of 16 KiB (`AETRACE_HALF_SIZE`): a flush every
 /// 12 kB of a thread's witnesses.
 const SMALL_HALVES: Option<u64> = Some(16 << 10);

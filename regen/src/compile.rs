@@ -132,10 +132,12 @@ pub struct Module {
     /// Link-time addresses of the runtime blob and what the rewriter puts
     /// between it and the first copy (its data page, jump tables): from
     /// `runtime_vaddr` to the lowest copy. A SIGNAL's rip there is the
-    /// runtime's own (the runtime reports a signal inside `flush` at the
-    /// check that called it; any other entry point cannot be placed), never
-    /// untraced code of the program, which regen could otherwise take it
-    /// for.
+    /// runtime's own (the runtime reports a signal in an entry point's
+    /// windows where signals are not blocked at the point that called it:
+    /// a buffer check, a fork's return point, an outside-entry stub, or
+    /// where the first of two signals struck, `docs/runtime.md` section
+    /// 5), never untraced code of the program, which regen could
+    /// otherwise take it for.
     runtime: std::ops::Range<u64>,
 }
 
@@ -384,7 +386,7 @@ impl Module {
         let a = rip.wrapping_sub(self.load_base);
         if self.runtime.contains(&a) {
             return Err(format!(
-                "address {a:#x} is in the aetrace runtime (offset {:#x}), which reports only a signal inside `flush` at the check that called it",
+                "address {a:#x} is in the aetrace runtime (offset {:#x}), where the runtime blocks signals (it reports one at an entry point's edges where its caller or the first handler's signal stands)",
                 a - self.runtime.start
             ));
         }

@@ -15,32 +15,75 @@
 //! re-entered on one thread (a handler's own buffer check would otherwise
 //! flush a half in the middle of its sealing).
 //!
-//! Signals inside `flush` (the only entry point a hot loop calls again
-//! and again): an asynchronous signal can still be delivered before the
-//! `syscall` that blocks signals (while the registers are saved) and
-//! right after the one that restores the mask (a signal that became
-//! pending while the half was sealed and the recorder awaited; then while
-//! the registers are restored). Invariants that make such a signal exact:
-//! - `flush` reads no slot state before it blocks signals and writes none
-//!   after it unblocks them, so a handler running in either window (and
-//!   its own check, which may flush the same slot, nested) sees a
-//!   consistent slot, and the interrupted `flush` seals whatever half is
-//!   current when it resumes (possibly a short one: fills are arbitrary);
-//! - the traced code wrote everything before its check, and the check
-//!   writes nothing, so the SIGNAL record lands, in the stream, exactly
-//!   where a signal at the check would put it;
-//! - `signal_entry` therefore reports such a signal at `flush`'s return
-//!   address (after the check's `call`), which the module's signal map
-//!   places at the check; the handler itself returns into `flush`. The
-//!   return address is found from the interrupted rsp: in these windows
-//!   its depth is a static function of the rip ([`Depths`]), checked by
-//!   tests that single-step through both windows;
-//! - nested signals and threads need nothing more: each interrupted
-//!   context is mapped on its own, with its own stack;
-//! - any other rip in a runtime is reported as it is, and the regenerator
-//!   refuses it naming it (inside `flush` signals are blocked there; the
-//!   other entry points, and `signal_entry` interrupted by a second
-//!   signal, are not mapped).
+//! Signals inside the entry points. Each blocks signals from one
+//! `syscall` to another, but an asynchronous signal can still be delivered
+//! before the `syscall` that blocks them (while the registers are saved)
+//! and right after the one that restores the mask (a signal that became
+//! pending meanwhile; then while the registers are restored). Where that
+//! can happen, with a traced handler, and what the handler's SIGNAL says:
+//! - `init`: never. It is the first code of its process image to run
+//!   (the first DT_PREINIT_ARRAY entry, or a static executable's entry
+//!   stub), and exec resets every caught signal to its default action,
+//!   so no handler of this image exists yet. Its rip is left as it is.
+//! - `flush` (a hot loop calls it again and again): reported at its return
+//!   address, after the buffer check's `call`, which the module's signal
+//!   map places at the check. `flush` reads no slot state before it blocks
+//!   signals and writes none after it unblocks them, so a handler running
+//!   in either window (and its own check, which may flush the same slot,
+//!   nested) sees a consistent slot, and the interrupted `flush` seals
+//!   whatever half is current when it resumes (possibly a short one:
+//!   fills are arbitrary); the traced code wrote everything before its
+//!   check and the check writes nothing, so the SIGNAL lands, in the
+//!   stream, where a signal at the check would put it.
+//! - `fork_child` (a child signalled right after fork; the child inherits
+//!   its parent's handlers and mask): reported at its return address, the
+//!   fork's return point, which the signal map places ("call returned,
+//!   RETURN not reserved yet"). Until `fork_child` claims the child's
+//!   slot, `%gs` and the TCB are the parent's: a handler running then (in
+//!   libc's fork after the system call, or in `fork_child` before it
+//!   blocks signals) would write into the parent's stream. So
+//!   `signal_entry` first compares the slot's TID with the thread's
+//!   (`gettid`) and, when they differ, claims the child's slot with its
+//!   FORK record itself (signals blocked); `fork_child`, signals blocked,
+//!   claims only when the slot is still not the thread's own.
+//! - `attach_thread` (a new thread, which inherits the process's
+//!   handlers, starting while the process takes signals): reported at its
+//!   return address, in the outside-entry stub before its ENTER, placed
+//!   as untraced code (the thread has run no traced code yet, or is in a
+//!   call to a library entered for the first time). The handler's own
+//!   stub attaches the thread first, so `attach_thread`, once signals are
+//!   blocked, claims a slot only if the thread still owns none.
+//! - `signal_entry` (a second signal as a handler starts): it blocks
+//!   signals for the fix-up and the SIGNAL record; after it restores the
+//!   mask, a signal is reported at its return address in the stub, before
+//!   the handler's ENTER, which regen places as untraced code nested in
+//!   the handler.
+//! - A second signal that arrives while the first handler's SIGNAL is not
+//!   written, i.e. in `signal_entry` before it blocks signals, in a
+//!   handler stub's `attach_thread`, or at the first instruction of a
+//!   handler's stub (two signals delivered at once: the kernel sets up
+//!   both frames, and the second handler starts where the first would):
+//!   it stands where the first signal interrupted the thread. Its
+//!   `signal_entry` runs the fix-up on the first context (the kernel's
+//!   frame right above the stub's return address), completing the stores
+//!   it left pending and stepping its saved rip (the first `signal_entry`
+//!   then finds nothing left to do and reports the same rip), and maps
+//!   that rip again. A stub's first instruction is recognised by its
+//!   bytes, `cmp dword [rip+ready], 0` naming a blob's `ready` word (also
+//!   behind a springboard, `jmp rel32` at the procedure's original entry,
+//!   where a handler's address usually points), and by its return address
+//!   holding the restorer's bytes; a rip equal to the context's CR2 (an
+//!   instruction fetch fault) is never read. Not recognised:
+//!   the stub's later instructions before its `call signal_entry`; a
+//!   signal there is reported in the stub (untraced code) ahead of the
+//!   first SIGNAL.
+//!
+//! The return address is found from the interrupted rsp: in these windows
+//! its depth is a static function of the rip ([`Depths`]), checked by tests
+//! that single-step through every window. Nested signals and threads need
+//! nothing more: each interrupted context is mapped on its own, with its
+//! own stack. Any other rip in a runtime (where signals are blocked,
+//! `init`) is reported as it is, and the regenerator refuses it naming it.
 
 use iced_x86::code_asm::*;
 use iced_x86::BlockEncoderOptions;
@@ -146,8 +189,34 @@ struct Labels {
     m_rebased: CodeLabel,
     m_slots: CodeLabel,
     m_write: CodeLabel,
-    /// Where `flush` can be interrupted, from [`Depths`].
-    flush_depths: Depths,
+    /// `map_caller`: the interrupted rip -> its entry point's caller.
+    map_caller: CodeLabel,
+    /// `fixup`: completes the stores an interrupted context left pending.
+    fixup: CodeLabel,
+    /// Each entry point's [`Depths`] (all but `init`, module doc), in
+    /// address order, and who calls it.
+    windows: Vec<(Depths, Caller)>,
+}
+
+/// Who calls an entry point, for [`emit_map_caller`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Caller {
+    /// Its return address is placed by the signal map: `flush`'s (after a
+    /// buffer check), `fork_child`'s (a fork's return point),
+    /// `signal_entry`'s once the handler's SIGNAL is written (in the
+    /// stub, before the handler's ENTER: untraced code).
+    Placed,
+    /// `attach_thread`'s: in an outside-entry stub before its ENTER
+    /// (untraced code), unless the stub is a signal handler's, which has
+    /// not written the handler's SIGNAL yet: then as [`Caller::Handler`].
+    Stub,
+    /// `signal_entry`'s before it blocks signals: a handler's stub, whose
+    /// SIGNAL is not written. The second signal stands where the first
+    /// one interrupted its thread: that context's rip, once its stores are
+    /// completed (`fixup`, done here for the first `signal_entry`, which
+    /// finds nothing left to do), and mapped again (it may be in a
+    /// runtime's window too).
+    Handler,
 }
 
 const SAVED: [AsmRegister64; 15] = [
@@ -158,13 +227,16 @@ const SAVED: [AsmRegister64; 15] = [
 /// 16-byte signal-mask area at the bottom.
 const FRAME: u32 = 8 + 8 * SAVED.len() as u32 + 16;
 
+/// Where `save_all` put rdi (index 6 of [`SAVED`]).
+const SAVED_RDI: i32 = FRAME as i32 - 16 - 8 * 6;
+
 /// The stack depth of an entry point's return address along its code
-/// (`flush`'s: [`emit_signal_entry`] reports a signal delivered inside
-/// `flush` at the buffer check that called it). Each entry: from the
-/// instruction at the label on, up to the next entry's label, the return
-/// address is at `[rsp + depth]`; `None` where signals are blocked (or
-/// after the `ret`). Entry points other than `flush` collect into a
-/// `Depths` they drop.
+/// ([`emit_map_caller`] reports a signal delivered there at the entry
+/// point's caller). Each entry: from the instruction at the label on, up
+/// to the next entry's label, the return address is at `[rsp + depth]`;
+/// `None` where signals are blocked, after the `ret`, or where a signal
+/// is left unmapped (module doc). `init` and the internal helpers
+/// collect into a `Depths` they drop.
 #[derive(Default)]
 struct Depths(Vec<(CodeLabel, Option<u32>)>);
 
@@ -280,7 +352,9 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         m_rebased: a.create_label(),
         m_slots: a.create_label(),
         m_write: a.create_label(),
-        flush_depths: Depths::default(),
+        map_caller: a.create_label(),
+        fixup: a.create_label(),
+        windows: Vec::new(),
     };
     emit_init(&mut a, &mut l)?;
     emit_attach(&mut a, &mut l)?;
@@ -289,7 +363,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     // Entry, after pushfq, after the lea (registers saved, then signals
     // blocked), after the mask is restored, popfq, ret, after the ret.
     debug_assert_eq!(
-        l.flush_depths.0.iter().map(|d| d.1).collect::<Vec<_>>(),
+        l.windows[2].0 .0.iter().map(|d| d.1).collect::<Vec<_>>(),
         [
             Some(0),
             Some(8),
@@ -304,6 +378,17 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     emit_claim(&mut a, &mut l)?;
     emit_helpers(&mut a, &mut l)?;
     emit_signal_entry(&mut a, &mut l)?;
+    // Each entry point's windows: entry, after pushfq, after the lea,
+    // blocked from its `syscall` on; `signal_entry`'s unblocked prologue
+    // is mapped to the first signal's context, the rest to the caller.
+    debug_assert!(l.windows.iter().all(|(d, c)| {
+        let depths: Vec<_> = d.0.iter().map(|e| e.1).collect();
+        depths[..] == [Some(0), Some(8), Some(FRAME), None][..] && *c == Caller::Handler
+            || depths.starts_with(&[Some(0), Some(8), Some(FRAME), None])
+                && depths.ends_with(&[Some(FRAME), Some(8), Some(0), None])
+            || depths[..] == [Some(FRAME), Some(8), Some(0), None][..]
+    }));
+    emit_map_caller(&mut a, &mut l)?;
     // glibc's __restore_rt: `mov rax, 15` + first byte of `syscall`.
     a.set_label(&mut l.restorer)?;
     a.db(&[0x48, 0xC7, 0xC0, 0x0F, 0x00, 0x00, 0x00, 0x0F])?;
@@ -579,8 +664,10 @@ fn emit_attach(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     let mut claim = a.create_label();
     let mut kept = a.create_label();
     let mut done = a.create_label();
+    let mut d = Depths::default();
     a.set_label(&mut l.attach)?;
-    save_all(a, &mut Depths::default())?;
+    d.0.push((l.attach, Some(0)));
+    save_all(a, &mut d)?;
     a.cmp(dword_ptr(l.d_ready), 0)?;
     a.jne(ready)?;
     a.cmp(qword_ptr(l.d_tag), 0)?;
@@ -590,6 +677,7 @@ fn emit_attach(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
 
     a.set_label(&mut library)?;
     block_signals(a)?;
+    d.mark(a, None)?;
     a.sub(rsp, 8)?;
     a.mov(edi, ARCH_GET_GS)?;
     a.mov(rsi, rsp)?;
@@ -640,14 +728,22 @@ fn emit_attach(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.call(l.claim)?;
     a.set_label(&mut done)?;
     restore_signals(a)?;
-    restore_all(a, &mut Depths::default())?;
+    d.mark(a, Some(FRAME))?;
+    restore_all(a, &mut d)?;
 
     a.set_label(&mut ready)?;
+    d.0.push((ready, Some(FRAME)));
     block_signals(a)?;
+    d.mark(a, None)?;
     a.call(l.slot_index)?;
     a.mov(ebp, eax)?;
     a.cmp(ebp, u32::MAX)?;
     a.je(claim)?;
+    // A handler that ran before signals were blocked here (or between
+    // the stub's owner test and its call) attached this thread already.
+    a.mov(rax, qword_ptr(0u64).fs())?;
+    a.cmp(rax, qword_ptr(S_OWNER).gs())?;
+    a.je(kept)?;
     a.lea(rcx, ptr(l.d_pretls))?;
     a.cmp(qword_ptr(S_OWNER).gs(), rcx)?;
     a.jne(claim)?;
@@ -663,37 +759,69 @@ fn emit_attach(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.call(l.claim)?;
     a.set_label(&mut kept)?;
     restore_signals(a)?;
-    restore_all(a, &mut Depths::default())
+    d.mark(a, Some(FRAME))?;
+    restore_all(a, &mut d)?;
+    l.windows.push((d, Caller::Stub));
+    Ok(())
 }
 
 /// `fork_child()`: called in a fork/vfork child right after the call
 /// returned 0; gives the child its own slot with a FORK record.
+///
+/// A traced handler can run in the child before this call (libc's fork
+/// returns with signals unblocked) or before it blocks signals:
+/// `signal_entry` claims the child's slot then, and this call keeps it.
 fn emit_fork_child(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
+    let mut kept = a.create_label();
+    let mut d = Depths::default();
     a.set_label(&mut l.fork_child)?;
-    save_all(a, &mut Depths::default())?;
+    d.0.push((l.fork_child, Some(0)));
+    save_all(a, &mut d)?;
     block_signals(a)?;
+    d.mark(a, None)?;
+    emit_claim_fork_unless_owned(a, l, kept)?;
+    a.set_label(&mut kept)?;
+    restore_signals(a)?;
+    d.mark(a, Some(FRAME))?;
+    restore_all(a, &mut d)?;
+    l.windows.push((d, Caller::Placed));
+    Ok(())
+}
+
+/// Signals blocked: unless the slot `%gs` points at is this thread's own
+/// (its TID), claims a new slot with a FORK record naming it (a fork or
+/// vfork child still on its parent's slot), then jumps to `done`.
+fn emit_claim_fork_unless_owned(
+    a: &mut CodeAssembler,
+    l: &mut Labels,
+    done: CodeLabel,
+) -> Result<(), IcedError> {
+    a.mov(eax, SYS_GETTID)?;
+    a.syscall()?;
+    a.cmp(dword_ptr(S_TID).gs(), eax)?;
+    a.je(done)?;
     a.call(l.slot_index)?;
     a.mov(ebp, eax)?;
     a.mov(ebx, RecordKind::Fork as u32)?;
     a.call(l.claim)?;
-    restore_signals(a)?;
-    restore_all(a, &mut Depths::default())
+    a.jmp(done)
 }
 
 /// `flush()`: the buffer check found `POS >= LIMIT`. Signals are blocked
-/// from its first `syscall` to its last; [`Labels::flush_depths`] marks
-/// where its return address is before and after (module doc).
+/// from its first `syscall` to its last; its [`Depths`] mark where its
+/// return address is before and after (module doc).
 fn emit_flush(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     let mut standalone = a.create_label();
     let mut wait = a.create_label();
     let mut free = a.create_label();
     let mut done = a.create_label();
     let mut bad_write = a.create_label();
+    let mut d = Depths::default();
     a.set_label(&mut l.flush)?;
-    l.flush_depths.0.push((l.flush, Some(0)));
-    save_all(a, &mut l.flush_depths)?;
+    d.0.push((l.flush, Some(0)));
+    save_all(a, &mut d)?;
     block_signals(a)?;
-    l.flush_depths.mark(a, None)?;
+    d.mark(a, None)?;
     a.mov(rbx, qword_ptr(S_BASE).gs())?;
     a.mov(r15, qword_ptr(l.d_region))?;
     a.mov(r12, qword_ptr(r15 + H_HALF_SIZE))?;
@@ -788,8 +916,10 @@ fn emit_flush(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.jmp(l.fatal)?;
     a.set_label(&mut done)?;
     restore_signals(a)?;
-    l.flush_depths.mark(a, Some(FRAME))?;
-    restore_all(a, &mut l.flush_depths)
+    d.mark(a, Some(FRAME))?;
+    restore_all(a, &mut d)?;
+    l.windows.push((d, Caller::Placed));
+    Ok(())
 }
 
 /// Internal `claim`: ebx = record kind (THREAD/FORK), ebp = parent slot.
@@ -837,7 +967,15 @@ fn emit_claim(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     // The blob's run-time start (init is at offset 0): the recorder learns
     // this process's load bias from it. Stored before POS, which the
     // drainer reads first.
+    // A slot claimed from another slot (a thread, a fork child) inherits
+    // its RUNTIME: a library's runtime can claim one, and `signal_entry`
+    // looks for the executable's there.
+    let mut own = a.create_label();
     a.lea(rax, ptr(l.init))?;
+    a.cmp(ebp, u32::MAX)?;
+    a.je(own)?;
+    a.mov(rax, qword_ptr(S_RUNTIME).gs())?;
+    a.set_label(&mut own)?;
     a.mov(qword_ptr(r14 + S_RUNTIME), rax)?;
     a.mov(rax, qword_ptr(r15 + H_HALF_SIZE))?;
     a.lea(rdx, qword_ptr(r14 + SLOT_HEADER_SIZE))?;
@@ -946,36 +1084,95 @@ fn emit_helpers(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> 
     a.ret()
 }
 
-/// Part of `signal_entry`: when the interrupted rip (r14) is in the
-/// `flush` of a runtime blob of this process where signals are not
-/// blocked, replaces it with that `flush`'s return address: the point right
-/// after the buffer check's `call flush` in traced code, which the module's
-/// signal map places (at the check). The handler still returns into
-/// `flush`; only the reported rip changes. A rip elsewhere in a runtime
-/// is left as it is, and regen refuses it naming it.
+/// `map_caller`, called by `signal_entry` (signals blocked): when the
+/// interrupted rip (r14) is in a runtime blob of this process, in an entry
+/// point where signals are not blocked ([`Labels::windows`]), replaces it
+/// with that entry point's return address, its caller: the point right
+/// after a buffer check's `call flush` or a fork's `call fork_child` (the
+/// module's signal map places both), or in an outside-entry stub before
+/// its ENTER (untraced). A stub that is a signal handler's (its own return
+/// address is glibc's restorer) has not written that handler's SIGNAL yet
+/// when it calls `attach_thread` or while `signal_entry` has not blocked
+/// signals: the second signal is then reported where the first one
+/// interrupted the thread ([`Caller::Handler`]), which is mapped in turn.
+/// The handler still returns into the runtime; only the reported rip
+/// changes.
 ///
 /// Every blob is the same code (only its data page differs), so the rip
 /// is tried against this blob's labels after moving it by the distance
 /// between this blob and each blob of the process: this one, the one that
 /// claimed the slot (`S_RUNTIME`, the executable's) and the libraries'
 /// (the region's module table), since a handler of one module can
-/// interrupt another module's `flush`. The code bytes at the rip must
+/// interrupt another module's runtime. The code bytes at the rip must
 /// equal this blob's at the moved address (a module table entry left by
 /// an image before an exec, or a blob of another aetrace version, is not
-/// taken for this code). r13 = the saved gregs. Clobbers rax, rcx, rbx,
-/// rsi, rdi, r8.
-fn emit_flush_caller(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
-    let depths = &l.flush_depths.0;
-    let (first, end) = (depths[0].0, depths[depths.len() - 1].0);
+/// taken for this code). r13 = the saved gregs. Clobbers every register
+/// but r12 and rsp.
+///
+/// r14 is the rip of a context about to execute its instruction, so the
+/// bytes of that instruction are readable (unless an instruction fetch
+/// there faulted: not read then), and so is the first instruction a `jmp
+/// rel32` there leads to.
+fn emit_map_caller(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
+    let windows = &l.windows;
+    debug_assert!(windows.iter().all(|(d, _)| d.0.len() >= 2));
+    let last = &windows[windows.len() - 1].0 .0;
+    let (first, end) = (windows[0].0 .0[0].0, last[last.len() - 1].0);
     let mut try_base = a.create_label();
     let mut next_base = a.create_label();
     let mut table = a.create_label();
     let mut done = a.create_label();
+    let mut outer = a.create_label();
+    a.set_label(&mut l.map_caller)?;
+    // r9: where a stub would start. A handler's address is often its
+    // procedure's original entry, whose springboard (`jmp rel32`) leads
+    // to the stub.
+    // 0: no stub to look for. A rip equal to the context's CR2 (the
+    // address of the last fault that raised a signal in the thread) may
+    // be unmapped: an instruction fetch fault. Its bytes are not read.
+    let mut direct = a.create_label();
+    a.xor(r9d, r9d)?;
+    a.cmp(r14, qword_ptr(r13 + 22 * 8))?;
+    a.je(direct)?;
+    a.mov(r9, r14)?;
+    a.cmp(byte_ptr(r14), 0xE9)?;
+    a.jne(direct)?;
+    a.movsxd(rax, dword_ptr(r14 + 1))?;
+    a.lea(r9, ptr(r14 + rax + 5))?;
+    a.set_label(&mut direct)?;
     a.lea(rdi, ptr(l.init))?; // this blob
     a.mov(rbx, rdi)?;
     a.mov(r8, qword_ptr(l.d_region))?;
     a.xor(ecx, ecx)?; // 0: this blob, 1: S_RUNTIME, 2..: module table entries 1..
     a.set_label(&mut try_base)?;
+    // The first instruction of an outside-entry stub of base rbx's module,
+    // `cmp dword [rip+ready], 0` (83 3D disp32 00, so 7 bytes readable),
+    // or the springboard to one, running as a signal handler ([rsp]
+    // points at the restorer): two signals delivered at once, or a second
+    // one as the first handler starts. That handler's SIGNAL is not
+    // written.
+    let mut not_stub = a.create_label();
+    a.test(r9, r9)?;
+    a.jz(not_stub)?;
+    a.cmp(word_ptr(r9), 0x3D83)?;
+    a.jne(not_stub)?;
+    a.cmp(byte_ptr(r9 + 6), 0)?;
+    a.jne(not_stub)?;
+    a.movsxd(rax, dword_ptr(r9 + 2))?;
+    a.lea(rax, ptr(r9 + rax + 7))?;
+    a.lea(rdx, ptr(l.d_ready))?;
+    a.sub(rdx, rdi)?;
+    a.add(rdx, rbx)?;
+    a.cmp(rax, rdx)?;
+    a.jne(not_stub)?;
+    a.mov(rax, qword_ptr(r13 + 15 * 8))?; // the interrupted rsp
+    a.mov(rdx, qword_ptr(rax))?;
+    a.mov(rdx, qword_ptr(rdx))?;
+    a.cmp(rdx, qword_ptr(l.restorer))?;
+    a.jne(not_stub)?;
+    a.sub(rax, 8)?; // as if a call into the stub had pushed a return address
+    a.jmp(outer)?;
+    a.set_label(&mut not_stub)?;
     a.mov(rsi, r14)?;
     a.sub(rsi, rbx)?;
     a.add(rsi, rdi)?;
@@ -988,24 +1185,50 @@ fn emit_flush_caller(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedEr
     a.mov(rax, qword_ptr(r14))?;
     a.cmp(rax, qword_ptr(rsi))?;
     a.jne(next_base)?;
-    // In `flush`: the window holding rsi gives the return address's depth.
-    for w in depths.windows(2) {
-        let ((lo, depth), (hi, _)) = (w[0], w[1]);
-        let Some(depth) = depth else { continue };
-        let mut skip = a.create_label();
-        a.lea(rax, ptr(lo))?;
-        a.cmp(rsi, rax)?;
-        a.jb(skip)?;
-        a.lea(rax, ptr(hi))?;
-        a.cmp(rsi, rax)?;
-        a.jae(skip)?;
-        a.mov(rax, qword_ptr(r13 + 15 * 8))?; // the interrupted rsp
-        a.mov(r14, qword_ptr(rax + depth as i32))?;
-        a.jmp(done)?;
-        a.set_label(&mut skip)?;
-        a.zero_bytes()?;
+    // In this runtime: the window holding rsi gives the return address's
+    // depth below the interrupted rsp.
+    for (depths, caller) in windows {
+        for w in depths.0.windows(2) {
+            let ((lo, depth), (hi, _)) = (w[0], w[1]);
+            let Some(depth) = depth else { continue };
+            let mut skip = a.create_label();
+            a.lea(rax, ptr(lo))?;
+            a.cmp(rsi, rax)?;
+            a.jb(skip)?;
+            a.lea(rax, ptr(hi))?;
+            a.cmp(rsi, rax)?;
+            a.jae(skip)?;
+            a.mov(rax, qword_ptr(r13 + 15 * 8))?; // the interrupted rsp
+            a.lea(rax, ptr(rax + depth as i32))?; // where the return address is
+            match caller {
+                Caller::Placed => {}
+                Caller::Stub => {
+                    // The stub's own return address: glibc's restorer?
+                    a.mov(rdx, qword_ptr(rax + 8))?;
+                    a.mov(rdx, qword_ptr(rdx))?;
+                    a.cmp(rdx, qword_ptr(l.restorer))?;
+                    a.je(outer)?;
+                }
+                Caller::Handler => {
+                    a.jmp(outer)?;
+                }
+            }
+            a.mov(r14, qword_ptr(rax))?;
+            a.jmp(done)?;
+            a.set_label(&mut skip)?;
+            a.zero_bytes()?;
+        }
     }
-    a.jmp(done)?; // signals blocked there: no asynchronous signal
+    a.jmp(done)?; // signals blocked there: left as it is
+                  // The stub is a handler's that has not written its SIGNAL: above the
+                  // return address into it, the kernel's frame (pretcode, then the
+                  // ucontext, its gregs 40 bytes in). Complete that context's stores,
+                  // then map its rip.
+    a.set_label(&mut outer)?;
+    a.lea(r13, ptr(rax + 56))?;
+    a.mov(r14, qword_ptr(r13 + 16 * 8))?;
+    a.call(l.fixup)?;
+    a.jmp(l.map_caller)?;
     a.set_label(&mut next_base)?;
     a.inc(ecx)?;
     a.cmp(ecx, 1)?;
@@ -1020,7 +1243,7 @@ fn emit_flush_caller(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedEr
     a.jz(next_base)?;
     a.jmp(try_base)?;
     a.set_label(&mut done)?;
-    a.zero_bytes()
+    a.ret()
 }
 
 /// `signal_entry()`: called by the outside-entry stub when its return
@@ -1041,6 +1264,55 @@ fn emit_flush_caller(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedEr
 /// `mov word/dword/qword [r+d8], reg`) until the next instruction is not
 /// one; every target must lie in this thread's slot.
 fn emit_signal_entry(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
+    let mut owned = a.create_label();
+    let mut d = Depths::default();
+    a.set_label(&mut l.signal_entry)?;
+    d.0.push((l.signal_entry, Some(0)));
+    save_all(a, &mut d)?;
+    block_signals(a)?;
+    d.mark(a, None)?;
+    l.windows.push((d, Caller::Handler));
+    // A fork (or vfork) child whose handler runs before its `fork_child`
+    // claimed a slot (or before it blocked signals) is still on its
+    // parent's slot: the same TCB, another TID. Claim its own here.
+    emit_claim_fork_unless_owned(a, l, owned)?;
+    a.set_label(&mut owned)?;
+    // [rsp+144] return into the stub, [rsp+152] pretcode, [rsp+160] ucontext;
+    // uc_mcontext (the gregs) starts 40 bytes into the ucontext.
+    a.mov(r12d, dword_ptr(rsp + SAVED_RDI))?;
+    a.lea(r13, ptr(rsp + 200))?;
+    a.mov(r14, qword_ptr(r13 + 16 * 8))?; // interrupted rip = committed cursor
+    a.call(l.fixup)?;
+    a.call(l.map_caller)?;
+    // SIGNAL(signo, rip): r14 is the saved RIP, advanced past any stores
+    // completed (the instruction the handler returns to), or the caller
+    // of the entry point it interrupted.
+    a.mov(eax, RecordKind::Signal.encoded_len() as u32)?;
+    a.xadd(qword_ptr(S_POS).gs(), rax)?;
+    a.mov(
+        word_ptr(rax),
+        ESCAPE as u32 | (KIND_PENDING as u32 | RecordKind::Signal as u32) << 8,
+    )?;
+    a.mov(dword_ptr(rax + 2), r12d)?;
+    a.mov(qword_ptr(rax + 6), r14)?;
+    a.mov(byte_ptr(rax + 1), RecordKind::Signal as u32)?;
+    restore_signals(a)?;
+    // SIGNAL written: a second signal from here on is reported in the
+    // stub, before the handler's ENTER.
+    let mut d = Depths::default();
+    d.mark(a, Some(FRAME))?;
+    restore_all(a, &mut d)?;
+    l.windows.push((d, Caller::Placed));
+    emit_fixup(a, l)
+}
+
+/// `fixup`, signals blocked: r13 = the saved gregs of an interrupted
+/// context of this thread, r14 = its rip. Completes the witness or
+/// record stores it interrupted (`signal_entry`'s doc) and steps its
+/// saved rip, and r14, over them. Running it again on the same context
+/// changes nothing (the rip is past the stores). Clobbers every register
+/// but r12, r13 and rsp.
+fn emit_fixup(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     let mut record = a.create_label();
     let mut hi_reg = a.create_label();
     let mut decode = a.create_label();
@@ -1059,13 +1331,7 @@ fn emit_signal_entry(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedEr
     let mut st_q = a.create_label();
     let mut one = a.create_label();
     let mut stop = a.create_label();
-    a.set_label(&mut l.signal_entry)?;
-    save_all(a, &mut Depths::default())?;
-    // [rsp+144] return into the stub, [rsp+152] pretcode, [rsp+160] ucontext;
-    // uc_mcontext (the gregs) starts 40 bytes into the ucontext.
-    a.mov(r12d, edi)?;
-    a.lea(r13, ptr(rsp + 200))?;
-    a.mov(r14, qword_ptr(r13 + 16 * 8))?; // interrupted rip = committed cursor
+    a.set_label(&mut l.fixup)?;
     a.lea(rax, ptr(l.init))?; // blob base
     a.mov(rcx, qword_ptr(l.d_win_lo))?;
     a.test(rcx, rcx)?;
@@ -1245,18 +1511,5 @@ fn emit_signal_entry(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedEr
     a.mov(qword_ptr(r13 + 16 * 8), r14)?;
     a.add(qword_ptr(l.d_fixups), 1)?;
     a.set_label(&mut record)?;
-    emit_flush_caller(a, l)?;
-    // SIGNAL(signo, rip): r14 is the saved RIP, advanced past any stores
-    // completed above (the instruction the handler returns to), or the
-    // return address of the `flush` it interrupted.
-    a.mov(eax, RecordKind::Signal.encoded_len() as u32)?;
-    a.xadd(qword_ptr(S_POS).gs(), rax)?;
-    a.mov(
-        word_ptr(rax),
-        ESCAPE as u32 | (KIND_PENDING as u32 | RecordKind::Signal as u32) << 8,
-    )?;
-    a.mov(dword_ptr(rax + 2), r12d)?;
-    a.mov(qword_ptr(rax + 6), r14)?;
-    a.mov(byte_ptr(rax + 1), RecordKind::Signal as u32)?;
-    restore_all(a, &mut Depths::default())
+    a.ret()
 }

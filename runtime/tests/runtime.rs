@@ -1155,3 +1155,550 @@ fn signal_inside_flush(library: bool) {
         "{after} traps in flush's epilogue, the last back at the return address {ret_ip:#x}: {signals:x?}"
     );
 }
+
+// Signals inside the other entry points' unblocked windows. The probe
+// handler (SIGTRAP, SIGUSR1) steps through a window with the trap flag:
+// a trap in the runtime at the `syscall` that blocks signals (when
+// `PROBE_ARM`) makes SIGUSR1 pending so that it is delivered right after
+// the `syscall` that restores the mask, and clears TF; SIGUSR1 sets TF
+// again, so the epilogue is stepped too; a trap at a `PROBE_STOPS`
+// address clears TF. Each delivery writes SIGNAL and the stub's ENTER.
+
+static PROBE_STOPS: [std::sync::atomic::AtomicU64; 2] = [
+    std::sync::atomic::AtomicU64::new(0),
+    std::sync::atomic::AtomicU64::new(0),
+];
+static PROBE_ARM: AtomicBool = AtomicBool::new(false);
+static PROBE_RUNTIME: [std::sync::atomic::AtomicU64; 2] = [
+    std::sync::atomic::AtomicU64::new(0),
+    std::sync::atomic::AtomicU64::new(0),
+];
+/// Where the blocking `syscall` writes the old mask once the probe moved
+/// its rdx here (the probe wrote the mask to restore into the runtime's
+/// save area itself).
+static mut PROBE_OLD_MASK: [u64; 2] = [0; 2];
+
+extern "C" fn probe(sig: i32, _info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t) {
+    const TF: i64 = 0x100;
+    let uc = unsafe { &mut *uc };
+    let g = &mut uc.uc_mcontext.gregs;
+    let rip = g[libc::REG_RIP as usize] as u64;
+    let flags = libc::REG_EFL as usize;
+    if sig == libc::SIGUSR1 {
+        g[flags] |= TF;
+        return;
+    }
+    if sig == libc::SIGSEGV {
+        // Resume at the test's recovery point.
+        g[libc::REG_RIP as usize] = PROBE_STOPS[1].load(Ordering::Relaxed) as i64;
+        return;
+    }
+    if PROBE_STOPS.iter().any(|s| s.load(Ordering::Relaxed) == rip) {
+        g[flags] &= !TF;
+        return;
+    }
+    let runtime =
+        PROBE_RUNTIME[0].load(Ordering::Relaxed)..PROBE_RUNTIME[1].load(Ordering::Relaxed);
+    if PROBE_ARM.load(Ordering::Relaxed)
+        && runtime.contains(&rip)
+        && unsafe { (rip as *const u16).read_unaligned() } == 0x050F
+    {
+        g[flags] &= !TF;
+        let save_area = g[libc::REG_RSP as usize] as *mut u64;
+        unsafe {
+            *save_area = *(&uc.uc_sigmask as *const libc::sigset_t as *const u64);
+            g[libc::REG_RDX as usize] = std::ptr::addr_of_mut!(PROBE_OLD_MASK) as i64;
+            libc::sigaddset(&mut uc.uc_sigmask, libc::SIGUSR1);
+            libc::syscall(
+                libc::SYS_tgkill,
+                libc::getpid(),
+                libc::gettid(),
+                libc::SIGUSR1,
+            );
+        }
+    }
+}
+
+/// The probe handler: (TF set first, when `tf_first`), the outside-entry
+/// stub, then a jump to [`probe`]. Returns its address and the return
+/// address of the stub's `call signal_entry`.
+fn probe_handler(m: &mut Mapped, tf_first: bool) -> (u64, u64) {
+    let rt = m.addrs();
+    let mut a = CodeAssembler::new(64).unwrap();
+    if tf_first {
+        set_tf(&mut a);
+    }
+    emit_outside_entry(&mut a, HANDLER_PROC, &rt).unwrap();
+    a.mov(rax, probe as *const () as u64).unwrap();
+    a.jmp(rax).unwrap();
+    let ip = m.next_ip();
+    let code = a.assemble(ip).unwrap();
+    let stub_ret = iced_x86::Decoder::with_ip(64, &code, ip, 0)
+        .iter()
+        .find(|i| i.mnemonic() == iced_x86::Mnemonic::Call && i.near_branch64() == rt.signal_entry)
+        .map(|i| i.next_ip())
+        .unwrap();
+    (m.place(&code), stub_ret)
+}
+
+/// Installs `handler` for `sigs`, SIGUSR1 blocked while it runs when
+/// `mask_usr1` (the probe's: the SIGUSR1 it sends stays pending).
+fn install(handler: u64, sigs: &[i32], mask_usr1: bool) {
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = handler as usize;
+        sa.sa_flags = libc::SA_SIGINFO;
+        libc::sigemptyset(&mut sa.sa_mask);
+        if mask_usr1 {
+            libc::sigaddset(&mut sa.sa_mask, libc::SIGUSR1);
+        }
+        for &sig in sigs {
+            assert_eq!(libc::sigaction(sig, &sa, std::ptr::null_mut()), 0);
+        }
+    }
+}
+
+fn probe_setup(m: &Mapped, arm: bool, stops: [u64; 2]) {
+    PROBE_ARM.store(arm, Ordering::Relaxed);
+    for (s, v) in PROBE_STOPS.iter().zip(stops) {
+        s.store(v, Ordering::Relaxed);
+    }
+    PROBE_RUNTIME[0].store(m.base as u64, Ordering::Relaxed);
+    PROBE_RUNTIME[1].store(m.base as u64 + m.blob.data_offset, Ordering::Relaxed);
+}
+
+/// A stream after its first record: the (signo, rip) of each SIGNAL, each
+/// followed by the probe handler's ENTER; then the rest.
+fn probe_signals(mut rest: &[u8]) -> (Vec<(u32, u64)>, &[u8]) {
+    let mut signals = Vec::new();
+    let enter = enter_record(HANDLER_PROC);
+    while rest.len() >= 20 && rest[..2] == [0xFF, 3] && rest[14..20] == enter[..] {
+        let signo = u32::from_le_bytes(rest[2..6].try_into().unwrap());
+        let rip = u64::from_le_bytes(rest[6..14].try_into().unwrap());
+        signals.push((signo, rip));
+        rest = &rest[20..];
+    }
+    (signals, rest)
+}
+
+/// Instructions executed from entry point `sym` up to and including the
+/// first `syscall` (the one that blocks signals), taking the first
+/// `taken` conditional jumps.
+fn unblocked_prologue(m: &Mapped, sym: &str, mut taken: usize) -> usize {
+    let code = &m.blob.bytes[..m.blob.data_offset as usize];
+    let mut ip = m.blob.symbol(sym).unwrap();
+    let mut n = 0;
+    loop {
+        let mut d = iced_x86::Decoder::with_ip(64, &code[ip as usize..], ip, 0);
+        let i = d.decode();
+        n += 1;
+        if i.mnemonic() == iced_x86::Mnemonic::Syscall {
+            return n;
+        }
+        ip = if i.flow_control() == iced_x86::FlowControl::ConditionalBranch && taken > 0 {
+            taken -= 1;
+            i.near_branch64()
+        } else {
+            i.next_ip()
+        };
+    }
+}
+
+/// Checks the SIGNALs of a stepped call of an entry point: (the first
+/// trap, at the `call`, when the CPU reports it), one per prologue
+/// instruction at the return address, SIGUSR1 there, one per epilogue
+/// instruction (or one more) there; returns what follows.
+fn check_stepped_call(
+    signals: &[(u32, u64)],
+    call_ip: u64,
+    ret_ip: u64,
+    before: usize,
+    after: usize,
+) {
+    let trap = libc::SIGTRAP as u32;
+    let mut signals = signals;
+    if signals.first() == Some(&(trap, call_ip)) {
+        signals = &signals[1..];
+    }
+    let usr1 = signals
+        .iter()
+        .position(|&s| s == (libc::SIGUSR1 as u32, ret_ip))
+        .unwrap_or_else(|| panic!("no SIGUSR1 at the return address: {signals:x?}"));
+    assert!(
+        signals[..usr1] == vec![(trap, ret_ip); before],
+        "{before} traps in the prologue, each at the return address {ret_ip:#x}: {signals:x?}"
+    );
+    let tail = &signals[usr1 + 1..];
+    assert!(
+        (tail.len() == after || tail.len() == after + 1) && tail.iter().all(|&s| s == (trap, ret_ip)),
+        "{after} traps in the epilogue, the last back at the return address {ret_ip:#x}: {signals:x?}"
+    );
+}
+
+/// A signal inside `attach_thread` while signals are not blocked (a new
+/// thread entering traced code while the process takes signals) is
+/// reported at its call, and the thread gets one slot: a new thread calls
+/// `attach_thread` with the trap flag set, so every instruction up to the
+/// `syscall` that blocks signals traps (the first trap's handler attaches
+/// the thread itself, nested: its stub finds the thread without a slot),
+/// then SIGUSR1, delivered as the mask is restored, steps the epilogue.
+#[test]
+fn a_signal_inside_attach_thread_is_reported_at_its_call() {
+    let _serial = TRAP_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut m = Mapped::new();
+    let region = Region::create(SMALL).unwrap();
+    let rt = m.addrs();
+    let mut a = CodeAssembler::new(64).unwrap();
+    let mut call_at = a.create_label();
+    let mut after = a.create_label();
+    set_tf(&mut a);
+    a.set_label(&mut call_at).unwrap();
+    a.call(rt.attach).unwrap();
+    a.set_label(&mut after).unwrap();
+    a.ret().unwrap();
+    let res = a
+        .assemble_options(
+            m.next_ip(),
+            iced_x86::BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
+        )
+        .unwrap();
+    let (call_ip, ret_ip) = (
+        res.label_ip(&call_at).unwrap(),
+        res.label_ip(&after).unwrap(),
+    );
+    let traced: extern "C" fn() = unsafe { std::mem::transmute(m.place(&res.inner.code_buffer)) };
+    let (handler, _) = probe_handler(&mut m, false);
+    probe_setup(&m, true, [ret_ip, 0]);
+    let saved_gs = get_gs();
+    let streams = drain_while(&region, m.base as u64, || {
+        m.init(&[region.env()]);
+        install(handler, &[libc::SIGTRAP, libc::SIGUSR1], true);
+        std::thread::spawn(move || traced()).join().unwrap();
+        set_gs(saved_gs);
+    });
+    assert_eq!(
+        streams.len(),
+        2,
+        "the new thread claimed one slot: {streams:x?}"
+    );
+    let got = &streams[&1].1;
+    assert!(got.starts_with(&thread_record(0)), "{got:x?}");
+    let (signals, rest) = probe_signals(&got[6..]);
+    assert!(rest.is_empty(), "after the signals: {rest:x?}");
+    // save_all, the `ready` test and its jump, then the mask's setup.
+    let before = unblocked_prologue(&m, "attach_thread", 1);
+    let after = flush_unblocked_instructions(&m).1;
+    check_stepped_call(&signals, call_ip, ret_ip, before, after);
+}
+
+/// A fork child signalled before its `fork_child` runs (libc's fork
+/// returns with signals unblocked) or inside it while signals are not
+/// blocked: the handler's `signal_entry` claims the child's slot (before,
+/// the handler wrote into its parent's stream), `fork_child` keeps it,
+/// and every such signal is in the child's stream, inside `fork_child`
+/// reported at its call. The trap flag is set before a raw `fork`: the
+/// child inherits it and traps from its first instruction on.
+#[test]
+fn a_signal_in_a_fork_child_before_and_inside_fork_child() {
+    let _serial = TRAP_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut m = Mapped::new();
+    let region = Region::create(SMALL).unwrap();
+    let rt = m.addrs();
+    let mut a = CodeAssembler::new(64).unwrap();
+    let mut parent = a.create_label();
+    let mut call_at = a.create_label();
+    let mut after = a.create_label();
+    let start = m.next_ip();
+    set_tf(&mut a);
+    a.mov(eax, libc::SYS_fork as u32).unwrap();
+    a.syscall().unwrap();
+    a.test(eax, eax).unwrap();
+    a.jnz(parent).unwrap();
+    a.set_label(&mut call_at).unwrap();
+    a.call(rt.fork_child).unwrap();
+    a.set_label(&mut after).unwrap();
+    a.xor(edi, edi).unwrap();
+    a.mov(eax, libc::SYS_exit_group as u32).unwrap();
+    a.syscall().unwrap();
+    a.set_label(&mut parent).unwrap();
+    a.ret().unwrap();
+    let res = a
+        .assemble_options(
+            start,
+            iced_x86::BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
+        )
+        .unwrap();
+    let (call_ip, ret_ip, parent_ip) = (
+        res.label_ip(&call_at).unwrap(),
+        res.label_ip(&after).unwrap(),
+        res.label_ip(&parent).unwrap(),
+    );
+    let traced: extern "C" fn() -> i32 =
+        unsafe { std::mem::transmute(m.place(&res.inner.code_buffer)) };
+    let (handler, _) = probe_handler(&mut m, false);
+    probe_setup(&m, true, [ret_ip, parent_ip]);
+    let saved_gs = get_gs();
+    let streams = drain_while(&region, m.base as u64, || {
+        m.init(&[region.env()]);
+        install(handler, &[libc::SIGTRAP, libc::SIGUSR1], true);
+        let pid = traced();
+        assert!(pid > 0, "fork failed");
+        let mut st = 0;
+        assert_eq!(unsafe { libc::waitpid(pid, &mut st, 0) }, pid);
+        assert!(
+            libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0,
+            "child status {st:#x}"
+        );
+        set_gs(saved_gs);
+    });
+    assert_eq!(streams.len(), 2, "{streams:x?}");
+    // The parent: its own traps only, up to its branch.
+    let (signals, rest) = probe_signals(&streams[&0].1[6..]);
+    assert!(rest.is_empty(), "parent: after the signals: {rest:x?}");
+    assert!(
+        signals
+            .iter()
+            .all(|&(_, rip)| (start..=parent_ip).contains(&rip)
+                && rip != ret_ip
+                && rip != call_ip + 5),
+        "parent stream holds only its own traps: {signals:x?}"
+    );
+    let child = &streams[&1].1;
+    let mut fork = vec![0xFF, RecordKind::Fork as u8];
+    fork.extend(0u32.to_le_bytes());
+    assert!(child.starts_with(&fork), "child: {child:x?}");
+    let (signals, rest) = probe_signals(&child[6..]);
+    assert!(rest.is_empty(), "child: after the signals: {rest:x?}");
+    // Traps in the child's traced code before the call (after `test`,
+    // after `jnz`), each reported where it struck.
+    let trap = libc::SIGTRAP as u32;
+    let early = signals
+        .iter()
+        .take_while(|&&(_, rip)| rip < call_ip)
+        .count();
+    assert!(
+        early >= 1
+            && signals[..early]
+                .iter()
+                .all(|&(s, rip)| s == trap && rip > start),
+        "child: traps before fork_child: {signals:x?}"
+    );
+    let before = unblocked_prologue(&m, "fork_child", 0);
+    let after = flush_unblocked_instructions(&m).1;
+    check_stepped_call(&signals[early..], call_ip, ret_ip, before, after);
+}
+
+/// A second signal inside `signal_entry` while it does not block
+/// signals: before (the handler's SIGNAL is not written yet) it is
+/// reported where the first signal interrupted the thread, after it at
+/// the stub's return point (before the handler's ENTER, untraced code).
+/// A SIGURG handler sets the trap flag first, so its stub and
+/// `signal_entry` up to the `syscall` that blocks signals are stepped,
+/// each trap nested; SIGUSR1, pending for the blocked section, steps the
+/// epilogue.
+#[test]
+fn a_signal_inside_signal_entry_is_reported_where_the_first_one_struck() {
+    let _serial = TRAP_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut m = Mapped::new();
+    let region = Region::create(SMALL).unwrap();
+    let (probe_at, _) = probe_handler(&mut m, false);
+    let (stepped, stub_ret) = probe_handler(&mut m, true);
+    // The stepped handler stops trapping in `probe` (any rip outside the
+    // generated code would do; `probe` is the first).
+    probe_setup(&m, true, [probe as *const () as u64, 0]);
+    let runtime = m.base as u64..m.base as u64 + m.blob.data_offset;
+    let saved_gs = get_gs();
+    let streams = drain_while(&region, m.base as u64, || {
+        m.init(&[region.env()]);
+        install(probe_at, &[libc::SIGTRAP, libc::SIGUSR1], true);
+        install(stepped, &[libc::SIGURG], false);
+        unsafe { libc::raise(libc::SIGURG) };
+        set_gs(saved_gs);
+    });
+    assert_eq!(streams.len(), 1);
+    // Before SIGURG's record: traps in the stub (untraced code), then one
+    // per instruction of signal_entry up to its blocking `syscall`, each
+    // where SIGURG struck (with its handler's ENTER).
+    let (signals, rest) = probe_signals(&streams[&0].1[6..]);
+    assert!(
+        rest.len() >= 14 && rest[..6] == [0xFF, 3, libc::SIGURG as u8, 0, 0, 0],
+        "{rest:x?}"
+    );
+    let struck = u64::from_le_bytes(rest[6..14].try_into().unwrap());
+    let trap = libc::SIGTRAP as u32;
+    // (The first trap, when the CPU reports it before the stub's first
+    // instruction, stands where SIGURG struck too.)
+    let signals = match signals.first() {
+        Some(&(s, rip)) if s == trap && rip == struck => &signals[1..],
+        _ => &signals[..],
+    };
+    let stub = signals
+        .iter()
+        .take_while(|&&(_, rip)| (stepped..stub_ret).contains(&rip))
+        .count();
+    let before = unblocked_prologue(&m, "signal_entry", 0);
+    assert!(
+        stub > 0 && signals[stub..] == vec![(trap, struck); before],
+        "{before} traps in signal_entry's prologue at {struck:#x}: {signals:x?}"
+    );
+    // After it: SIGUSR1 and the traps of signal_entry's epilogue at the
+    // stub's return point, then the stub; the stepped handler's own
+    // ENTER among them.
+    let mut rest = &rest[14..];
+    let enter = enter_record(HANDLER_PROC);
+    let (mut signals, mut enters) = (Vec::new(), 0);
+    while !rest.is_empty() {
+        if rest.starts_with(&enter) {
+            enters += 1;
+            rest = &rest[6..];
+        } else {
+            assert!(rest.len() >= 14 && rest[..2] == [0xFF, 3], "{rest:x?}");
+            let signo = u32::from_le_bytes(rest[2..6].try_into().unwrap());
+            signals.push((signo, u64::from_le_bytes(rest[6..14].try_into().unwrap())));
+            rest = &rest[14..];
+        }
+    }
+    assert_eq!(
+        enters,
+        signals.len() + 1,
+        "one ENTER per signal, and the stepped handler's"
+    );
+    let after = flush_unblocked_instructions(&m).1;
+    assert_eq!(
+        signals.first(),
+        Some(&(libc::SIGUSR1 as u32, stub_ret)),
+        "{signals:x?}"
+    );
+    assert!(
+        signals.len() > after + 1 && signals[1..after + 1] == vec![(trap, stub_ret); after],
+        "{after} traps in signal_entry's epilogue at the stub's return point {stub_ret:#x}: {signals:x?}"
+    );
+    assert!(
+        signals[after + 1..].iter().all(|&(s, rip)| s == trap
+            && (stub_ret..stepped + 0x1000).contains(&rip)
+            || rip == probe as *const () as u64),
+        "then the stub: {signals:x?}"
+    );
+    assert!(
+        !signals.iter().any(|(_, r)| runtime.contains(r)),
+        "{signals:x?}"
+    );
+}
+
+/// Two signals delivered at once (both pending when traced code unblocks
+/// them with a raw `rt_sigprocmask`): the kernel sets up both frames, so
+/// the second handler runs at the first instruction of the first one's
+/// stub, before that handler's SIGNAL exists. Both are reported where the
+/// thread was, right after the `syscall` (before, the second one said the
+/// stub, untraced code, ahead of the first SIGNAL). The handler installed
+/// directly, and through a springboard (`jmp rel32` to the stub, as at
+/// the original entry of a relocated procedure): the second handler then
+/// starts at the springboard.
+#[test]
+fn two_signals_delivered_at_once_are_both_reported_where_the_thread_was() {
+    two_signals_at_once(false);
+    two_signals_at_once(true);
+}
+
+fn two_signals_at_once(springboard: bool) {
+    let _serial = TRAP_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut m = Mapped::new();
+    let region = Region::create(SMALL).unwrap();
+    let mut a = CodeAssembler::new(64).unwrap();
+    let mut after = a.create_label();
+    a.mov(rsi, rdi).unwrap();
+    a.mov(edi, 2u32).unwrap(); // SIG_SETMASK
+    a.xor(edx, edx).unwrap();
+    a.mov(r10d, 8u32).unwrap();
+    a.mov(eax, libc::SYS_rt_sigprocmask as u32).unwrap();
+    a.syscall().unwrap();
+    a.set_label(&mut after).unwrap();
+    a.ret().unwrap();
+    let res = a
+        .assemble_options(
+            m.next_ip(),
+            iced_x86::BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
+        )
+        .unwrap();
+    let after = res.label_ip(&after).unwrap();
+    let unblock: extern "C" fn(*const u64) =
+        unsafe { std::mem::transmute(m.place(&res.inner.code_buffer)) };
+    let (mut handler, _) = probe_handler(&mut m, false);
+    if springboard {
+        let mut a = CodeAssembler::new(64).unwrap();
+        a.jmp(handler).unwrap();
+        handler = m.place(&a.assemble(m.next_ip()).unwrap());
+    }
+    probe_setup(&m, false, [0, 0]);
+    let sigs = [libc::SIGURG, libc::SIGWINCH];
+    let saved_gs = get_gs();
+    let streams = drain_while(&region, m.base as u64, || {
+        m.init(&[region.env()]);
+        install(handler, &sigs, false);
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for s in sigs {
+                libc::sigaddset(&mut set, s);
+            }
+            assert_eq!(libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old), 0);
+            for s in sigs {
+                assert_eq!(libc::raise(s), 0);
+            }
+            unblock(&old as *const libc::sigset_t as *const u64);
+        }
+        set_gs(saved_gs);
+    });
+    let (signals, rest) = probe_signals(&streams[&0].1[6..]);
+    assert!(rest.is_empty(), "{rest:x?}");
+    let mut got: Vec<u32> = signals.iter().map(|s| s.0).collect();
+    got.sort();
+    assert_eq!(got, sigs.map(|s| s as u32), "{signals:x?}");
+    assert!(
+        signals.iter().all(|&(_, rip)| rip == after),
+        "springboard {springboard}: both at {after:#x}: {signals:x?}"
+    );
+}
+
+/// A traced SIGSEGV handler for a jump to an unmapped address (the rip is
+/// the fault address, CR2): `signal_entry` must not read the bytes there
+/// while it looks for a stub (it would fault with signals blocked and the
+/// kernel would kill the process); SIGNAL names that rip.
+#[test]
+fn a_fetch_fault_is_reported_without_reading_its_rip() {
+    let _serial = TRAP_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut m = Mapped::new();
+    let region = Region::create(SMALL).unwrap();
+    let mut a = CodeAssembler::new(64).unwrap();
+    let mut recover = a.create_label();
+    a.mov(eax, 0x10u32).unwrap();
+    a.call(rax).unwrap();
+    a.set_label(&mut recover).unwrap();
+    a.add(rsp, 8).unwrap(); // the return address `call rax` pushed
+    a.ret().unwrap();
+    let res = a
+        .assemble_options(
+            m.next_ip(),
+            iced_x86::BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
+        )
+        .unwrap();
+    let recover = res.label_ip(&recover).unwrap();
+    let jump: extern "C" fn() = unsafe { std::mem::transmute(m.place(&res.inner.code_buffer)) };
+    let (handler, _) = probe_handler(&mut m, false);
+    probe_setup(&m, false, [0, recover]);
+    let saved_gs = get_gs();
+    let streams = drain_while(&region, m.base as u64, || {
+        m.init(&[region.env()]);
+        // Rust's own SIGSEGV handler (stack overflows) comes back after.
+        let mut rust: libc::sigaction = unsafe { std::mem::zeroed() };
+        unsafe { libc::sigaction(libc::SIGSEGV, std::ptr::null(), &mut rust) };
+        install(handler, &[libc::SIGSEGV], false);
+        jump();
+        unsafe { libc::sigaction(libc::SIGSEGV, &rust, std::ptr::null_mut()) };
+        set_gs(saved_gs);
+    });
+    let (signals, rest) = probe_signals(&streams[&0].1[6..]);
+    assert!(rest.is_empty(), "{rest:x?}");
+    assert_eq!(signals, [(libc::SIGSEGV as u32, 0x10)]);
+}
