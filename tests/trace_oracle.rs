@@ -1253,6 +1253,25 @@ fn check_timer(
     per_handler: u64,
     half: Option<u64>,
 ) {
+    let inside = timer_counts(exe, args, libs, handler, step, per_handler, half);
+    assert!(
+        inside > 0,
+        "{} {args:?}: no signal interrupted instrumentation",
+        exe.display()
+    );
+}
+
+/// [`check_timer`] but for the check that some signals interrupted
+/// instrumentation; returns how many did.
+fn timer_counts(
+    exe: &Path,
+    args: &[&str],
+    libs: &[&str],
+    handler: (&Path, &str),
+    step: (&Path, &str),
+    per_handler: u64,
+    half: Option<u64>,
+) -> u64 {
     let name = exe.file_name().unwrap().to_string_lossy().into_owned();
     let name = format!("{name} {}", args.join(" "));
     // Tests run in parallel in one process: one trace file per run.
@@ -1331,11 +1350,29 @@ fn check_timer(
     let (signals, inside) = (nums[n - 2], nums[n - 1]);
     assert_eq!(signals, handled, "{name}: SIGNAL records placed: {line}");
     eprintln!("{name}: {handled} handlers, {iterations} iterations, {inside} signals inside instrumentation");
-    assert!(
-        inside > 0,
-        "{name}: no signal interrupted instrumentation: {line}"
-    );
     let _ = std::fs::remove_file(&trace);
+    inside
+}
+
+/// Signals interrupting one of several transfers that wrote nothing since
+/// the thread's last record, which the SIGNAL record's transfer count
+/// places (docs/regen.md, "Placing a SIGNAL"; before it, regeneration
+/// refused each of these traces): `kill(getpid(), s)` with the handler
+/// inside `kill` after `getpid`'s call (built `-fno-plt`: no PLT stub
+/// writes a witness between them), equal to lackey; a 20 us timer while a
+/// loop calls `getppid` and `getpid` back to back, and while it calls a
+/// branch-free procedure twice per iteration (the signal in its second
+/// run or its first), against the program's counts.
+#[test]
+fn signals_between_record_free_transfers() {
+    let exe = build_with("signal_gaps.c", "noplt", &["-O2", "-fno-plt"]);
+    check(&exe, &["kill"]);
+    let exe0 = build_with("signal_gaps.c", "noplt-O0", &["-O0", "-fno-plt", "-no-pie"]);
+    check(&exe0, &["kill"]);
+    let handler = (exe.as_path(), "on_signal");
+    for (mode, step) in [("timer-calls", "calls"), ("timer-twice", "twice")] {
+        timer_counts(&exe, &[mode, "300"], &[], handler, (&exe, step), 0, None);
+    }
 }
 
 /// Paper 004's Section 4.1 cases, each ending a block: `rep movsb` /

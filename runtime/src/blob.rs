@@ -1246,9 +1246,10 @@ fn emit_signal_entry(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedEr
     a.add(qword_ptr(l.d_fixups), 1)?;
     a.set_label(&mut record)?;
     emit_flush_caller(a, l)?;
-    // SIGNAL(signo, rip): r14 is the saved RIP, advanced past any stores
-    // completed above (the instruction the handler returns to), or the
-    // return address of the `flush` it interrupted.
+    // SIGNAL(signo, rip, xfers): r14 is the saved RIP, advanced past any
+    // stores completed above (the instruction the handler returns to), or
+    // the return address of the `flush` it interrupted; xfers the thread's
+    // transfer count (no transfer completes inside this stub).
     a.mov(eax, RecordKind::Signal.encoded_len() as u32)?;
     a.xadd(qword_ptr(S_POS).gs(), rax)?;
     a.mov(
@@ -1257,6 +1258,8 @@ fn emit_signal_entry(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedEr
     )?;
     a.mov(dword_ptr(rax + 2), r12d)?;
     a.mov(qword_ptr(rax + 6), r14)?;
+    a.mov(ecx, dword_ptr(S_XFERS).gs())?;
+    a.mov(dword_ptr(rax + 14), ecx)?;
     a.mov(byte_ptr(rax + 1), RecordKind::Signal as u32)?;
     restore_all(a, &mut Depths::default())
 }

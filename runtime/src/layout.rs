@@ -90,6 +90,11 @@ pub const S_RUNTIME: u64 = 88;
 /// Absolute address of the region header in the writer's address space
 /// (instrumented shared libraries find the region through their `%gs` slot).
 pub const S_REGION: u64 = 96;
+/// XFERS: u32 count of the thread's counted transfers (`emit_transfer`:
+/// every call the regenerator cannot tell from its neighbours without it,
+/// every jump into untraced code); starts at 0 in every slot (threads and
+/// fork children alike) and wraps. `signal_entry` puts it in SIGNAL.
+pub const S_XFERS: u64 = 104;
 
 pub const SLOT_FREE: u32 = 0;
 pub const SLOT_ACTIVE: u32 = 1;
@@ -137,10 +142,12 @@ pub enum RecordKind {
     Enter = 1,
     /// Indirect branch to `u64` (absolute target in the original code).
     Indirect = 2,
-    /// A signal handler starts: `u32` signal number, then `u64` the
-    /// interrupted RIP as saved in the kernel's ucontext (after the fix-up
-    /// completed any pending witness stores and advanced it).
-    Signal = 3,
+    /// A signal handler starts: `u32` signal number, `u64` the interrupted
+    /// RIP as saved in the kernel's ucontext (after the fix-up completed any
+    /// pending witness stores and advanced it), then `u32` the thread's
+    /// transfer count ([`S_XFERS`]) at the interruption. Kind 15 since
+    /// format 1.2; kind 3 (format 1.1, no count) is no longer written.
+    Signal = 15,
     /// Execution resumed at a setjmp return point (after longjmp).
     SetjmpResume = 4,
     /// Control escaped to uninstrumented original code at `u64`.
@@ -190,7 +197,7 @@ impl RecordKind {
             | RecordKind::Desync
             | RecordKind::Setjmp
             | RecordKind::Longjmp => 8,
-            RecordKind::Signal => 12,
+            RecordKind::Signal => 16,
         }
     }
 
@@ -199,7 +206,6 @@ impl RecordKind {
         Some(match b {
             1 => RecordKind::Enter,
             2 => RecordKind::Indirect,
-            3 => RecordKind::Signal,
             4 => RecordKind::SetjmpResume,
             5 => RecordKind::Desync,
             6 => RecordKind::Exit,
@@ -211,6 +217,7 @@ impl RecordKind {
             12 => RecordKind::Forked,
             13 => RecordKind::Setjmp,
             14 => RecordKind::Longjmp,
+            15 => RecordKind::Signal,
             _ => return None,
         })
     }
