@@ -333,7 +333,6 @@ mod tests {
     const TABLE: [(u8, u64); 14] = [
         (1, 6),
         (2, 10),
-        (3, 14),
         (4, 2),
         (5, 10),
         (6, 6),
@@ -345,6 +344,7 @@ mod tests {
         (12, 6),
         (13, 10),
         (14, 10),
+        (15, 18),
     ];
 
     #[test]
@@ -354,7 +354,8 @@ mod tests {
             assert_eq!(k as u8, byte);
             assert_eq!(k.encoded_len(), len, "{k:?}");
         }
-        for b in [0u8, 15, 0x7F, 0x80, 0xFF] {
+        // 3: the format 1.1 SIGNAL, never written by this runtime.
+        for b in [0u8, 3, 16, 0x7F, 0x80, 0xFF] {
             assert_eq!(RecordKind::from_byte(b), None, "{b:#x}");
         }
     }
@@ -387,9 +388,10 @@ mod tests {
 
     #[test]
     fn valid_prefix_stops_at_holes_and_pending_records() {
-        let mut d = vec![0x11, 0xFF, 10, 0x22, 0xFF, 3];
+        let mut d = vec![0x11, 0xFF, 10, 0x22, 0xFF, 15];
         d.extend(7u32.to_le_bytes());
         d.extend(0x4000_1234u64.to_le_bytes());
+        d.extend(42u32.to_le_bytes());
         assert_eq!(valid_prefix(&d), Ok((d.len(), 2)));
         assert_eq!(
             valid_prefix(&d[..d.len() - 1]),
@@ -403,9 +405,11 @@ mod tests {
 
     #[test]
     fn valid_prefix_counts_the_witnesses_around_records() {
-        // w w [SIGNAL, 14 bytes] w [RETURN, 2 bytes] w w w, then a long
+        // w w [SIGNAL, 18 bytes] w [RETURN, 2 bytes] w w w, then a long
         // run that the eight-byte scan crosses: 6 + 20 witnesses.
-        let mut s = vec![1, 2, 0xFF, 3, 11, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8];
+        let mut s = vec![
+            1, 2, 0xFF, 15, 11, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0,
+        ];
         s.extend([9, 0xFF, 10, 4, 5, 6]);
         s.extend([0x33; 20]);
         assert_eq!(valid_prefix(&s), Ok((s.len(), 26)));
