@@ -30,6 +30,16 @@
 //! output is put back (its trail after the handler's) and the step is
 //! redone. `sigs` holds one entry per
 //! `Sig` frame of the stack, in order.
+//!
+//! The transfer count (`xfers`, docs/regen.md "The transfer count")
+//! mirrors the runtime's per-thread XFERS: it grows by one exactly when the
+//! machine makes a counted transfer ([`Machine::counted`], the rewriter's
+//! rule), never when a step is aborted before it. Every trail mark holds
+//! the count it ran with, so two marks a SIGNAL's point could name differ
+//! in count (two runs of one block are separated by the counted call of
+//! the second; two gaps by the counted transfer into the second), except
+//! *before a counted call*, which stands with the count and one more (the
+//! increment is the instruction before the call): [`Machine::fits`].
 
 use crate::compile::{Block, Module, SigAt, AMBIGUOUS, EXIT, NO_WITNESS};
 use crate::error::{Error, Result};
@@ -990,7 +1000,10 @@ impl<'a> Machine<'a> {
                         }
                     }
                 }
-                // Either outcome of a PLT stub is one counted transfer.
+                // The GOT jump (a `.plt.sec` stub's, whose GOT slot may
+                // hold the lazy-binding entry: its ENTER) is counted either
+                // way; a stub whose lazy half is its own successor block
+                // counts only the bound outcome, this edge.
                 self.xfers = self.xfers.wrapping_add(1);
                 if let Some((l, off, len)) = lazy {
                     self.stream.advance(len);

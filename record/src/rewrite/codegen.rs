@@ -30,7 +30,16 @@
 //!   writes a witness or record is *before* up to and including its
 //!   reserving `xadd` and *after* from the next instruction on (the
 //!   runtime's fix-up completes the stores of a reserved write before the
-//!   handler runs).
+//!   handler runs);
+//! - when tracing, every transfer [`counted`] names is preceded by exactly
+//!   one `emit_transfer` (docs/runtime.md section 2, "The transfer
+//!   count"), standing at the point before the transfer (before a call:
+//!   after its SETJMP/LONGJMP record; before a tail jump: before its
+//!   witness and EXIT; a PLT stub's `jmp [GOT]`: after its GOT test, on
+//!   the bound outcome; a conditional tail call: first in its taken
+//!   edge's stub); a
+//!   transfer it cannot count stops the rewrite with an error naming its
+//!   address (the regenerator counts every such transfer).
 
 use std::collections::HashMap;
 
@@ -1841,11 +1850,6 @@ impl ProcGen<'_, '_> {
                     red_zone_live: true,
                     flags_save: aetrace_runtime::FlagsSave::Lahf,
                 };
-                // Both outcomes are one counted transfer: the import (bound)
-                // or the lazy-binding path, whose resolver jumps to it.
-                if cp.count {
-                    self.em.transfer(site)?;
-                }
                 let lea = Instruction::with2(
                     Code::Lea_r64_m,
                     Register::R11,
@@ -1863,6 +1867,13 @@ impl ProcGen<'_, '_> {
                 let je = Instruction::with_branch(Code::Je_rel32_64, label)
                     .map_err(|e| e.to_string())?;
                 self.em.push(je);
+                // The bound outcome only: the lazy one goes on in traced
+                // code (the stub's second half, then `<plt0>`, whose own
+                // jump into ld.so is counted), as the regenerator follows
+                // it. Before the witness and EXIT, as at every tail jump.
+                if cp.count {
+                    self.em.transfer(site)?;
+                }
                 if let Some(w) = p.witness[t.index()] {
                     let at = self.em.point;
                     self.em.witness(w, site, at, at)?;
