@@ -1373,6 +1373,75 @@ fn signals_between_record_free_transfers() {
     for (mode, step) in [("timer-calls", "calls"), ("timer-twice", "twice")] {
         timer_counts(&exe, &[mode, "300"], &[], handler, (&exe, step), 0, None);
     }
+    twice_phases(&exe);
+}
+
+/// `signal_gaps timer-twice`: the program stores `phase` = 1 before the
+/// first call of `twice` and 2 before the second, and its handler counts
+/// the phase it interrupted. In the regenerated instruction trace, each
+/// entry of the handler must follow the store of that same phase: a signal
+/// in the second run placed in the first (what regen did before the
+/// transfer count, silently) shows as a phase-1 entry too many.
+fn twice_phases(exe: &Path) {
+    let trace = common::scratch("trace-oracle")
+        .join(format!("signal_gaps-phases-{}.aet", std::process::id()));
+    let rec = Command::new(common::aetrace())
+        .arg("record")
+        .arg("-o")
+        .arg(&trace)
+        .args(["--libs", "none", "--"])
+        .arg(exe)
+        .args(["timer-twice", "300"])
+        .output()
+        .unwrap();
+    assert!(
+        rec.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rec.stderr)
+    );
+    let stdout = String::from_utf8(rec.stdout).unwrap();
+    let field = |key: &str| -> u64 {
+        stdout
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(key)?.parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in {stdout:?}"))
+    };
+    let want = [field("phase1="), field("phase2=")];
+    // The two stores of `phase` in main, relative to the link base.
+    let dump = Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn"])
+        .arg(exe)
+        .output()
+        .unwrap();
+    let base = link_base(exe);
+    let store = |value: &str| -> u64 {
+        String::from_utf8_lossy(&dump.stdout)
+            .lines()
+            .find(|l| l.contains("<phase>") && l.contains(&format!("movl   ${value},")))
+            .and_then(|l| u64::from_str_radix(l.trim().split(':').next()?, 16).ok())
+            .unwrap_or_else(|| panic!("no store of {value} to phase in {}", exe.display()))
+            - base
+    };
+    let (one, two, handler) = (store("0x1"), store("0x2"), symbol(exe, "on_signal"));
+    let insns = aetrace_ok(&["regen", "--format", "insn", "--relative"], &trace);
+    let mut got = [0u64; 2];
+    let mut phase = None;
+    for a in insns.lines().filter(|l| !l.starts_with('#')) {
+        let a = u64::from_str_radix(a, 16).unwrap();
+        if a == one {
+            phase = Some(0);
+        } else if a == two {
+            phase = Some(1);
+        } else if a == handler {
+            got[phase.expect("a handler before the loop")] += 1;
+        }
+    }
+    assert_eq!(
+        got, want,
+        "handler entries after the phase 1 and phase 2 stores"
+    );
+    eprintln!("timer-twice: handler entries by phase {got:?}");
+    let _ = std::fs::remove_file(&trace);
 }
 
 /// Paper 004's Section 4.1 cases, each ending a block: `rep movsb` /

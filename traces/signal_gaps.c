@@ -10,7 +10,9 @@
  *   timer-twice N the same timer while the loop calls `twice`, a
  *                 procedure without a branch (it writes nothing), two
  *                 times per iteration: most signals land in the second
- *                 run or the first, with no record between them.
+ *                 run or the first, with no record between them. A store
+ *                 of `phase` (1, 2) before each call tells the handler
+ *                 which call it interrupted; it prints how many times each.
  * The timer modes print `handled=H iterations=I`: the handler ran H times,
  * and `calls` or `twice` I times. */
 #include <signal.h>
@@ -22,9 +24,12 @@
 
 static volatile long handled;
 static volatile unsigned long mix;
+static volatile int phase;
+static volatile long by_phase[3];
 
 static void on_signal(int sig) {
     handled++;
+    by_phase[phase]++;
     mix ^= (unsigned long)sig << (handled & 15);
 }
 
@@ -71,12 +76,15 @@ int main(int argc, char **argv) {
         }
     } else {
         while (handled < target) {
+            phase = 1;
             x = twice(x);
+            phase = 2;
             x = twice(x);
             iters += 2;
         }
     }
     timer(0);
-    printf("handled=%ld iterations=%ld x=%lu mix=%lu\n", handled, iters, x, mix);
+    printf("handled=%ld iterations=%ld x=%lu mix=%lu phase0=%ld phase1=%ld phase2=%ld\n",
+           handled, iters, x, mix, by_phase[0], by_phase[1], by_phase[2]);
     return 0;
 }
