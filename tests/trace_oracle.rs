@@ -1406,7 +1406,7 @@ fn twice_phases(exe: &Path) {
             .find_map(|w| w.strip_prefix(key)?.parse().ok())
             .unwrap_or_else(|| panic!("no {key} in {stdout:?}"))
     };
-    let want = [field("phase1="), field("phase2=")];
+    let want = [field("phase0="), field("phase1="), field("phase2=")];
     // The two stores of `phase` in main, relative to the link base.
     let dump = Command::new("objdump")
         .args(["-d", "--no-show-raw-insn"])
@@ -1424,21 +1424,22 @@ fn twice_phases(exe: &Path) {
     };
     let (one, two, handler) = (store("0x1"), store("0x2"), symbol(exe, "on_signal"));
     let insns = aetrace_ok(&["regen", "--format", "insn", "--relative"], &trace);
-    let mut got = [0u64; 2];
-    let mut phase = None;
+    // Phase 0: a signal before the loop's first store.
+    let mut got = [0u64; 3];
+    let mut phase = 0;
     for a in insns.lines().filter(|l| !l.starts_with('#')) {
         let a = u64::from_str_radix(a, 16).unwrap();
         if a == one {
-            phase = Some(0);
+            phase = 1;
         } else if a == two {
-            phase = Some(1);
+            phase = 2;
         } else if a == handler {
-            got[phase.expect("a handler before the loop")] += 1;
+            got[phase] += 1;
         }
     }
     assert_eq!(
         got, want,
-        "handler entries after the phase 1 and phase 2 stores"
+        "handler entries before the loop, after the phase 1 and phase 2 stores"
     );
     eprintln!("timer-twice: handler entries by phase {got:?}");
     let _ = std::fs::remove_file(&trace);
