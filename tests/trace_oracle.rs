@@ -1375,6 +1375,25 @@ fn check_timer(
     per_handler: u64,
     half: Option<u64>,
 ) {
+    let inside = timer_counts(exe, args, libs, handler, step, per_handler, half);
+    assert!(
+        inside > 0,
+        "{} {args:?}: no signal interrupted instrumentation",
+        exe.display()
+    );
+}
+
+/// [`check_timer`] but for the check that some signals interrupted
+/// instrumentation; returns how many did.
+fn timer_counts(
+    exe: &Path,
+    args: &[&str],
+    libs: &[&str],
+    handler: (&Path, &str),
+    step: (&Path, &str),
+    per_handler: u64,
+    half: Option<u64>,
+) -> u64 {
     let name = exe.file_name().unwrap().to_string_lossy().into_owned();
     let name = format!("{name} {}", args.join(" "));
     // Tests run in parallel in one process: one trace file per run.
@@ -1453,10 +1472,98 @@ fn check_timer(
     let (signals, inside) = (nums[n - 2], nums[n - 1]);
     assert_eq!(signals, handled, "{name}: SIGNAL records placed: {line}");
     eprintln!("{name}: {handled} handlers, {iterations} iterations, {inside} signals inside instrumentation");
+    let _ = std::fs::remove_file(&trace);
+    inside
+}
+
+/// Signals interrupting one of several transfers that wrote nothing since
+/// the thread's last record, which the SIGNAL record's transfer count
+/// places (docs/regen.md, "Placing a SIGNAL"; before it, regeneration
+/// refused each of these traces): `kill(getpid(), s)` with the handler
+/// inside `kill` after `getpid`'s call (built `-fno-plt`: no PLT stub
+/// writes a witness between them), equal to lackey; a 20 us timer while a
+/// loop calls `getppid` and `getpid` back to back, and while it calls a
+/// branch-free procedure twice per iteration (the signal in its second
+/// run or its first), against the program's counts.
+#[test]
+fn signals_between_record_free_transfers() {
+    let exe = build_with("signal_gaps.c", "noplt", &["-O2", "-fno-plt"]);
+    check(&exe, &["kill"]);
+    let exe0 = build_with("signal_gaps.c", "noplt-O0", &["-O0", "-fno-plt", "-no-pie"]);
+    check(&exe0, &["kill"]);
+    let handler = (exe.as_path(), "on_signal");
+    for (mode, step) in [("timer-calls", "calls"), ("timer-twice", "twice")] {
+        timer_counts(&exe, &[mode, "300"], &[], handler, (&exe, step), 0, None);
+    }
+    twice_phases(&exe);
+}
+
+/// `signal_gaps timer-twice`: the program stores `phase` = 1 before the
+/// first call of `twice` and 2 before the second, and its handler counts
+/// the phase it interrupted. In the regenerated instruction trace, each
+/// entry of the handler must follow the store of that same phase: a signal
+/// in the second run placed in the first (what regen did before the
+/// transfer count, silently) shows as a phase-1 entry too many.
+fn twice_phases(exe: &Path) {
+    let trace = common::scratch("trace-oracle")
+        .join(format!("signal_gaps-phases-{}.aet", std::process::id()));
+    let rec = Command::new(common::aetrace())
+        .arg("record")
+        .arg("-o")
+        .arg(&trace)
+        .args(["--libs", "none", "--"])
+        .arg(exe)
+        .args(["timer-twice", "300"])
+        .output()
+        .unwrap();
     assert!(
-        inside > 0,
-        "{name}: no signal interrupted instrumentation: {line}"
+        rec.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rec.stderr)
     );
+    let stdout = String::from_utf8(rec.stdout).unwrap();
+    let field = |key: &str| -> u64 {
+        stdout
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(key)?.parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in {stdout:?}"))
+    };
+    let want = [field("phase0="), field("phase1="), field("phase2=")];
+    // The two stores of `phase` in main, relative to the link base.
+    let dump = Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn"])
+        .arg(exe)
+        .output()
+        .unwrap();
+    let base = link_base(exe);
+    let store = |value: &str| -> u64 {
+        String::from_utf8_lossy(&dump.stdout)
+            .lines()
+            .find(|l| l.contains("<phase>") && l.contains(&format!("movl   ${value},")))
+            .and_then(|l| u64::from_str_radix(l.trim().split(':').next()?, 16).ok())
+            .unwrap_or_else(|| panic!("no store of {value} to phase in {}", exe.display()))
+            - base
+    };
+    let (one, two, handler) = (store("0x1"), store("0x2"), symbol(exe, "on_signal"));
+    let insns = aetrace_ok(&["regen", "--format", "insn", "--relative"], &trace);
+    // Phase 0: a signal before the loop's first store.
+    let mut got = [0u64; 3];
+    let mut phase = 0;
+    for a in insns.lines().filter(|l| !l.starts_with('#')) {
+        let a = u64::from_str_radix(a, 16).unwrap();
+        if a == one {
+            phase = 1;
+        } else if a == two {
+            phase = 2;
+        } else if a == handler {
+            got[phase] += 1;
+        }
+    }
+    assert_eq!(
+        got, want,
+        "handler entries before the loop, after the phase 1 and phase 2 stores"
+    );
+    eprintln!("timer-twice: handler entries by phase {got:?}");
     let _ = std::fs::remove_file(&trace);
 }
 

@@ -30,6 +30,16 @@
 //! output is put back (its trail after the handler's) and the step is
 //! redone. `sigs` holds one entry per
 //! `Sig` frame of the stack, in order.
+//!
+//! The transfer count (`xfers`, docs/regen.md "The transfer count")
+//! mirrors the runtime's per-thread XFERS: it grows by one exactly when the
+//! machine makes a counted transfer ([`Machine::counted`], the rewriter's
+//! rule), never when a step is aborted before it. Every trail mark holds
+//! the count it ran with, so two marks a SIGNAL's point could name differ
+//! in count (two runs of one block are separated by the counted call of
+//! the second; two gaps by the counted transfer into the second), except
+//! *before a counted call*, which stands with the count and one more (the
+//! increment is the instruction before the call): [`Machine::fits`].
 
 use crate::compile::{Block, Module, SigAt, AMBIGUOUS, EXIT, NO_WITNESS};
 use crate::error::{Error, Result};
@@ -71,6 +81,8 @@ enum Flow {
     Signal {
         signo: u32,
         rip: u64,
+        /// The thread's transfer count in the record (`None`: format 1.1).
+        count: Option<u32>,
         offset: u64,
         retry: Retry,
     },
@@ -122,14 +134,23 @@ enum Mark {
     /// into without a decision (`Block::next`); a signal can stand before
     /// instruction `min` or later of `loc` (an item written before `loc`'s
     /// last instruction has been read: `min` is that instruction).
-    Block { loc: Loc, first: u32, min: u32 },
-    /// Untraced code ran (a call or jump that came back without writing).
-    Gap,
+    /// `cnt`: the thread's transfer count there (the chain's blocks have
+    /// no call but its last, whose counted transfer adds 1 at its last
+    /// instruction).
+    Block {
+        loc: Loc,
+        first: u32,
+        min: u32,
+        cnt: u32,
+    },
+    /// Untraced code ran (a call or jump that came back without writing),
+    /// with transfer count `cnt`.
+    Gap { cnt: u32 },
     /// A signal handler's restorer ran and returned into the traced code
     /// the signal had interrupted: untraced code ran here, but never at a
     /// traced procedure's entry (the restorer is glibc's, and returns to
-    /// an instrumented copy).
-    Restored,
+    /// an instrumented copy). Transfer count `cnt`.
+    Restored { cnt: u32 },
     /// A summarised segment's blocks (`summary`), output in one piece. The
     /// item after its witness is a witness, which ends the trail before
     /// any SIGNAL could need them; a trail holding this has no
@@ -143,6 +164,8 @@ struct Occ {
     loc: Loc,
     first: u32,
     min: u32,
+    /// The transfer count while it runs (before its counted call, if any).
+    cnt: u32,
     /// Output offset of its text (from the start of the trail), length.
     pos: usize,
     len: usize,
@@ -164,6 +187,12 @@ struct Suspended {
     counted: Vec<Loc>,
     /// The signal interrupted untraced code (its restorer returns there).
     outside: bool,
+    /// The transfer count at the interruption (the handler starts from it).
+    at_cut: u32,
+    /// The transfers the machine had mirrored after the cut (the tail's;
+    /// `u32::MAX`, i.e. -1, when the interrupted counted transfer's
+    /// increment ran but the machine had not made that transfer yet).
+    tail_inc: u32,
 }
 
 /// A fork's parent state where its child continues (the child's stream,
@@ -292,6 +321,11 @@ pub struct Machine<'a> {
     /// `cur` continues the trail's last chain (a resumed block that falls
     /// into the next one): no new mark.
     chained: bool,
+    /// The thread's transfer count (the runtime's XFERS, docs/runtime.md
+    /// section 2) as of the transfers made so far: 0 at a stream's start
+    /// (a thread's or fork child's new slot), incremented at each counted
+    /// transfer ([`Machine::counted`]) when the machine makes it.
+    xfers: u32,
 }
 
 impl<'a> Machine<'a> {
@@ -332,6 +366,7 @@ impl<'a> Machine<'a> {
             uncount: Vec::new(),
             signals: (0, 0),
             chained: false,
+            xfers: 0,
         }
     }
 
@@ -393,7 +428,7 @@ impl<'a> Machine<'a> {
                 at: format!("{at}, where the program must have written more"),
                 note: self.note.clone(),
             },
-            Item::Signal { signo, rip } => Error::Signal {
+            Item::Signal { signo, rip, .. } => Error::Signal {
                 thread: self.thread,
                 signo,
                 rip,
@@ -448,9 +483,10 @@ impl<'a> Machine<'a> {
     /// A SIGNAL record read by a step that must be redone after it.
     fn signal(item: Item, offset: u64, retry: Retry) -> Option<Flow> {
         match item {
-            Item::Signal { signo, rip } => Some(Flow::Signal {
+            Item::Signal { signo, rip, count } => Some(Flow::Signal {
                 signo,
                 rip,
+                count,
                 offset,
                 retry,
             }),
@@ -480,6 +516,7 @@ impl<'a> Machine<'a> {
                 loc: l,
                 first: 0,
                 min: b.ninsns - 1,
+                cnt: self.xfers,
             });
             self.trail_bytes = self.module(l).text(b).len();
         }
@@ -705,6 +742,29 @@ impl<'a> Machine<'a> {
         }
     }
 
+    /// Whether the call of block `l` is a counted transfer: the rewriter
+    /// increments the thread's transfer count just before it (the rule of
+    /// `aetrace_record::rewrite::codegen::counted`: every call or jump into
+    /// untraced code, every call, not tail jump, to a traced procedure; no
+    /// system call or `exit`-like call).
+    fn counted(&self, l: Loc) -> bool {
+        self.block(l).call.is_some_and(|c| match c.target {
+            CallTarget::External => true,
+            CallTarget::Proc(_) => !c.tail,
+            CallTarget::Exit => false,
+        })
+    }
+
+    /// Whether transfer count `n` can stand before instruction `insn` of
+    /// occurrence `o`: its count, or one more at the last instruction of a
+    /// counted call once the increment (just before the call) ran.
+    fn fits(&self, o: &Occ, insn: u32, n: u32) -> bool {
+        o.cnt == n
+            || (o.cnt.wrapping_add(1) == n
+                && insn + 1 == self.block(o.loc).ninsns
+                && self.counted(o.loc))
+    }
+
     fn call_of(&self, c: Loc) -> aetrace_format::progdb::CallDb {
         self.block(c)
             .call
@@ -737,7 +797,7 @@ impl<'a> Machine<'a> {
             // The untraced code returned first: the SIGNAL comes from traced
             // code ahead (a program's own `int3` trapping before any item
             // follows a lazy binding's jump); the step that reaches it reads it.
-            (Item::Signal { rip, .. }, _, _) if self.ahead_of_trail(rip) => {}
+            (Item::Signal { rip, count, .. }, _, _) if self.ahead_of_trail(rip, count) => {}
             (item, off, len) => {
                 if let Some(f) = Self::signal(item, off, Retry::JumpUntraced(from)) {
                     self.stream.advance(len);
@@ -782,7 +842,7 @@ impl<'a> Machine<'a> {
                         return self.never_returns();
                     }
                     self.stack.pop();
-                    self.trail.push(Mark::Gap);
+                    self.trail.push(Mark::Gap { cnt: self.xfers });
                     return self.step_from(c);
                 }
             }
@@ -817,7 +877,7 @@ impl<'a> Machine<'a> {
         }
         self.stack.truncate(depth);
         self.sync_sigs();
-        self.trail.push(Mark::Gap);
+        self.trail.push(Mark::Gap { cnt: self.xfers });
         self.step_from(at)
     }
 
@@ -840,23 +900,29 @@ impl<'a> Machine<'a> {
     /// Whether a SIGNAL with `rip`, read where a block is about to make
     /// its call, stands before a record written before that call
     /// (else it comes from the callee, later).
-    fn before_call(&self, rip: u64) -> bool {
+    /// With a transfer count (format 1.2), only a place the count fits:
+    /// a run of the block in the trail that fits it stands before the
+    /// call, a later run of the same block (in the callee) does not.
+    fn before_call(&self, rip: u64, count: Option<u32>) -> bool {
         match self.place_rip(rip) {
-            Ok((module, SigAt::Insn { block, insn }, _)) => self
-                .occurrences(|_, _| 0)
-                .iter()
-                .any(|o| o.loc == Loc { module, block } && o.min.max(o.first) <= insn),
-            Ok((_, SigAt::Outside, _)) => self
-                .trail
-                .iter()
-                .any(|m| matches!(m, Mark::Gap | Mark::Restored)),
+            Ok((module, SigAt::Insn { block, insn }, _)) => {
+                self.occurrences(|_, _| 0).iter().any(|o| {
+                    o.loc == Loc { module, block }
+                        && o.min.max(o.first) <= insn
+                        && count.is_none_or(|n| self.fits(o, insn, n))
+                })
+            }
+            Ok((_, SigAt::Outside, _)) => self.trail.iter().any(|m| match *m {
+                Mark::Gap { cnt } | Mark::Restored { cnt } => count.is_none_or(|n| n == cnt),
+                _ => false,
+            }),
             _ => false,
         }
     }
 
     /// Whether a SIGNAL with `rip` stands in traced code the thread has not
     /// run since its last record.
-    fn ahead_of_trail(&self, rip: u64) -> bool {
+    fn ahead_of_trail(&self, rip: u64, count: Option<u32>) -> bool {
         matches!(
             self.place_rip(rip),
             Ok((
@@ -864,7 +930,7 @@ impl<'a> Machine<'a> {
                 SigAt::Insn { .. } | SigAt::Witness { .. } | SigAt::Returned { .. },
                 _
             ))
-        ) && !self.before_call(rip)
+        ) && !self.before_call(rip, count)
     }
 
     /// Control leaves call block `at`.
@@ -883,11 +949,12 @@ impl<'a> Machine<'a> {
                     self.consumed(Some(at));
                     self.longjmp_to = Some((buf, off));
                 }
-                (Item::Signal { signo, rip }, off, len) if self.before_call(rip) => {
+                (Item::Signal { signo, rip, count }, off, len) if self.before_call(rip, count) => {
                     self.stream.advance(len);
                     return Err(Flow::Signal {
                         signo,
                         rip,
+                        count,
                         offset: off,
                         retry: Retry::Call(at),
                     });
@@ -898,18 +965,20 @@ impl<'a> Machine<'a> {
         match c.target {
             CallTarget::Proc(q) => {
                 if !c.tail {
+                    self.xfers = self.xfers.wrapping_add(1);
                     self.stack.push(Frame::Ret(at));
                 }
                 let off = self.stream.offset();
                 Ok(self.enter(at.module, q, off)?)
             }
             CallTarget::External if !c.tail => {
+                self.xfers = self.xfers.wrapping_add(1);
                 if c.marker {
                     self.stack.push(Frame::Ret(at));
                     self.cur = None;
                     Ok(())
                 } else if c.returns {
-                    self.trail.push(Mark::Gap);
+                    self.trail.push(Mark::Gap { cnt: self.xfers });
                     self.step_from(at)
                 } else {
                     // Never returns; the frame stays for a LANDING record.
@@ -918,6 +987,7 @@ impl<'a> Machine<'a> {
                 }
             }
             CallTarget::External => {
+                let mut lazy = None;
                 if let Some(l) = c.lazy {
                     if !self.seen_lazy.contains(&(at.module, l)) {
                         let (item, off, len) = self.stream.peek()?;
@@ -926,13 +996,21 @@ impl<'a> Machine<'a> {
                             return Err(f);
                         }
                         if item == Item::Enter(self.raw_id(at.module, l)) {
-                            self.stream.advance(len);
-                            self.consumed(None);
-                            self.seen_lazy.insert((at.module, l));
-                            self.stack.push(Frame::Lazy);
-                            return Ok(self.enter(at.module, l, off)?);
+                            lazy = Some((l, off, len));
                         }
                     }
+                }
+                // The GOT jump (a `.plt.sec` stub's, whose GOT slot may
+                // hold the lazy-binding entry: its ENTER) is counted either
+                // way; a stub whose lazy half is its own successor block
+                // counts only the bound outcome, this edge.
+                self.xfers = self.xfers.wrapping_add(1);
+                if let Some((l, off, len)) = lazy {
+                    self.stream.advance(len);
+                    self.consumed(None);
+                    self.seen_lazy.insert((at.module, l));
+                    self.stack.push(Frame::Lazy);
+                    return Ok(self.enter(at.module, l, off)?);
                 }
                 self.jump_untraced(at)
             }
@@ -1067,7 +1145,13 @@ impl<'a> Machine<'a> {
         let mut out = Vec::new();
         let mut pos = 0;
         for (mark, &t) in self.trail.iter().enumerate() {
-            let Mark::Block { loc, first, min } = t else {
+            let Mark::Block {
+                loc,
+                first,
+                min,
+                cnt,
+            } = t
+            else {
                 continue;
             };
             let (mut l, mut first, mut min) = (loc, first, min);
@@ -1079,6 +1163,7 @@ impl<'a> Machine<'a> {
                     loc: l,
                     first,
                     min,
+                    cnt,
                     pos,
                     len: n,
                     mark,
@@ -1192,10 +1277,12 @@ impl<'a> Machine<'a> {
         sink: &mut Sink,
         signo: u32,
         rip: u64,
+        count: Option<u32>,
         offset: u64,
         retry: Retry,
     ) -> Result<()> {
         let fail = |me: &Self, why: String| me.sig_error(signo, rip, offset, retry, why);
+        let fits = |me: &Self, o: &Occ, insn: u32, n: u32| me.fits(o, insn, n);
         let (mi, at, instrumentation) = self.place_rip(rip).map_err(|e| {
             fail(
                 self,
@@ -1248,13 +1335,17 @@ impl<'a> Machine<'a> {
         // returns to traced code (the procedure scan only when it matters).
         let restorer = matches!(at, SigAt::Outside)
             && !instrumentation
-            && self.trail.contains(&Mark::Restored)
+            && self
+                .trail
+                .iter()
+                .any(|m| matches!(m, Mark::Restored { .. }))
             && !self.is_entry(rip);
-        let gaps: Vec<usize> = (0..self.trail.len())
-            .filter(|&i| match self.trail[i] {
-                Mark::Gap => true,
-                Mark::Restored => restorer,
-                _ => false,
+        // Each gap with its transfer count.
+        let gaps: Vec<(usize, u32)> = (0..self.trail.len())
+            .filter_map(|i| match self.trail[i] {
+                Mark::Gap { cnt } => Some((i, cnt)),
+                Mark::Restored { cnt } if restorer => Some((i, cnt)),
+                _ => None,
             })
             .collect();
         // Where to cut: (index of the first mark kept, occurrence split
@@ -1276,33 +1367,65 @@ impl<'a> Machine<'a> {
                 // was waiting for it; positions that no block separates
                 // are one position.
                 let at_gap = |g: usize| occs.iter().filter(|o| o.mark < g).count();
-                let mut places: Vec<(usize, Option<usize>)> =
-                    gaps.iter().map(|&g| (at_gap(g), Some(g))).collect();
+                let mut places: Vec<(usize, Option<usize>, u32)> = gaps
+                    .iter()
+                    .map(|&(g, cnt)| (at_gap(g), Some(g), cnt))
+                    .collect();
                 if matches!(retry, Retry::Untraced | Retry::Call(_) | Retry::JumpUntraced(_)) {
-                    places.push((occs.len(), None));
+                    // A call the step was about to make counted itself
+                    // before it left for untraced code.
+                    let made = matches!(retry, Retry::Call(l) if self.counted(l));
+                    places.push((occs.len(), None, self.xfers.wrapping_add(u32::from(made))));
+                }
+                if let Some(n) = count {
+                    let all: Vec<u32> = places.iter().map(|p| p.2).collect();
+                    places.retain(|p| p.2 == n);
+                    if places.is_empty() && !all.is_empty() {
+                        return Err(fail(self, format!("the rip is in untraced code with transfer count {n}, but the thread entered untraced code since its last record only with transfer counts {all:?}: no place fits")));
+                    }
                 }
                 let first = places.first().map(|p| p.0);
                 if places.iter().any(|p| Some(p.0) != first) {
-                    return Err(fail(self, format!("the rip is in untraced code, which the thread entered at {} places since its last record (external calls without RETURN): the trace cannot tell which one was interrupted", places.len())));
+                    return Err(fail(self, format!("the rip is in untraced code, which the thread entered at {} places since its last record (external calls without RETURN{}): the trace cannot tell which one was interrupted", places.len(), if count.is_some() { ", with one transfer count" } else { "" })));
                 }
                 match places.last() {
                     None => {
                         return Err(fail(self, "the rip is in untraced code, but the thread ran no untraced code since its last record".into()))
                     }
-                    Some((_, None)) => Cut::End,
-                    Some((_, Some(g))) => Cut::Gap(*g),
+                    Some((_, None, _)) => Cut::End,
+                    Some((_, Some(g), _)) => Cut::Gap(*g),
                 }
             }
             SigAt::Insn { block, insn } => {
-                let hits: Vec<usize> = (0..occs.len())
+                let mut hits: Vec<usize> = (0..occs.len())
                     .filter(|&i| {
                         let o = occs[i];
                         o.loc == here(block) && o.first.max(o.min) <= insn
                     })
                     .collect();
+                if let Some(n) = count {
+                    let all: Vec<u32> = hits.iter().map(|&i| occs[i].cnt).collect();
+                    hits.retain(|&i| fits(self, &occs[i], insn, n));
+                    if hits.is_empty() && !all.is_empty() {
+                        return Err(fail(self, format!("the rip is before instruction {insn} of block {} with transfer count {n}, but the thread ran that block since its last record only with transfer counts {all:?}: no run fits", name(block))));
+                    }
+                }
                 match (hits.as_slice(), retry) {
                     ([i], _) => Cut::Insn(*i, insn),
                     ([], Retry::Step(f) | Retry::Leave(f)) if f.module == mi => {
+                        // Ahead on a witness-free path, which makes no call.
+                        let ahead = Occ {
+                            loc: here(block),
+                            first: 0,
+                            min: 0,
+                            cnt: self.xfers,
+                            pos: 0,
+                            len: 0,
+                            mark: 0,
+                        };
+                        if let Some(n) = count.filter(|&n| !fits(self, &ahead, insn, n)) {
+                            return Err(fail(self, format!("the rip is before instruction {insn} of block {}, ahead with transfer count {}, but the record has transfer count {n}", name(block), self.xfers)));
+                        }
                         Cut::Ahead(f, block, Some(insn))
                     }
                     ([], _) => {
@@ -1362,6 +1485,7 @@ impl<'a> Machine<'a> {
                     loc: o.loc,
                     first: insn,
                     min: insn,
+                    cnt: o.cnt,
                 });
                 // The mark's chain goes on from the cut block by itself.
                 trail.extend_from_slice(&self.trail[o.mark + 1..]);
@@ -1396,6 +1520,7 @@ impl<'a> Machine<'a> {
                         loc: l,
                         first: k,
                         min: k,
+                        cnt: self.xfers,
                     });
                     if k + tried == 0 {
                         counted.push(l);
@@ -1410,6 +1535,11 @@ impl<'a> Machine<'a> {
             counted.clear();
         }
         sink.certain = sink.certain.max(sink.out.len());
+        // The handler starts from the count at the interruption; the
+        // transfers mirrored past the cut are made again after it.
+        let at_cut = count.unwrap_or(self.xfers);
+        let tail_inc = self.xfers.wrapping_sub(at_cut);
+        self.xfers = at_cut;
         self.stack.push(Frame::Sig);
         self.sigs.push(Suspended {
             tail,
@@ -1418,6 +1548,8 @@ impl<'a> Machine<'a> {
             entered: false,
             counted,
             outside: matches!(at, SigAt::Outside),
+            at_cut,
+            tail_inc,
         });
         self.cur = None;
         self.consumed(None);
@@ -1435,9 +1567,35 @@ impl<'a> Machine<'a> {
         // The handler's last blocks stay in the trail (a signal nested in
         // the handler after its last record is read only now), then the
         // restorer (untraced), then the resumed code.
-        self.trail
-            .push(if s.outside { Mark::Gap } else { Mark::Restored });
-        self.trail.extend_from_slice(&s.trail);
+        let cnt = self.xfers;
+        self.trail.push(if s.outside {
+            Mark::Gap { cnt }
+        } else {
+            Mark::Restored { cnt }
+        });
+        // The kept marks' counts move by the handler's transfers.
+        let h = cnt.wrapping_sub(s.at_cut);
+        self.trail.extend(s.trail.iter().map(|&m| match m {
+            Mark::Block {
+                loc,
+                first,
+                min,
+                cnt,
+            } => Mark::Block {
+                loc,
+                first,
+                min,
+                cnt: cnt.wrapping_add(h),
+            },
+            Mark::Gap { cnt } => Mark::Gap {
+                cnt: cnt.wrapping_add(h),
+            },
+            Mark::Restored { cnt } => Mark::Restored {
+                cnt: cnt.wrapping_add(h),
+            },
+            Mark::Segment => Mark::Segment,
+        }));
+        self.xfers = cnt.wrapping_add(s.tail_inc);
         self.trail_bytes += s.tail.len();
         self.cur = None;
         match s.retry {
@@ -1478,9 +1636,10 @@ impl<'a> Machine<'a> {
             Err(Flow::Signal {
                 signo,
                 rip,
+                count,
                 offset,
                 retry,
-            }) => self.on_signal(sink, signo, rip, offset, retry)?,
+            }) => self.on_signal(sink, signo, rip, count, offset, retry)?,
         }
         if !self.uncount.is_empty() {
             if let Some(c) = sink.counts.as_mut() {
@@ -1502,6 +1661,7 @@ impl<'a> Machine<'a> {
                 loc: l,
                 first: 0,
                 min: 0,
+                cnt: self.xfers,
             });
         }
         Ok(())
@@ -1635,6 +1795,7 @@ impl<'a> Machine<'a> {
                                 loc: end,
                                 first: 0,
                                 min: 0,
+                                cnt: self.xfers,
                             });
                             self.settle_certain(sink);
                             if sink.certain >= sink.limit {

@@ -18,7 +18,8 @@ pub const ESCAPE: u8 = 0xFF;
 pub mod kind {
     pub const ENTER: u8 = 1;
     pub const INDIRECT: u8 = 2;
-    pub const SIGNAL: u8 = 3;
+    /// SIGNAL without the transfer count (format 1.1).
+    pub const SIGNAL_1_1: u8 = 3;
     pub const SETJMP_RESUME: u8 = 4;
     pub const DESYNC: u8 = 5;
     pub const EXIT: u8 = 6;
@@ -30,13 +31,16 @@ pub mod kind {
     pub const FORKED: u8 = 12;
     pub const SETJMP: u8 = 13;
     pub const LONGJMP: u8 = 14;
+    /// SIGNAL with the thread's transfer count (format 1.2).
+    pub const SIGNAL: u8 = 15;
 
     /// Total length of a record of `kind`, `None` for an unknown kind.
     pub fn len(kind: u8) -> Option<usize> {
         Some(match kind {
             ENTER | EXIT | FORK | THREAD | LANDING | FORKED => 6,
             INDIRECT | DESYNC | SETJMP | LONGJMP => 10,
-            SIGNAL => 14,
+            SIGNAL_1_1 => 14,
+            SIGNAL => 18,
             SETJMP_RESUME | RETURN => 2,
             WIDE => 4,
             _ => return None,
@@ -51,9 +55,12 @@ pub enum Item {
     Witness(u32),
     Enter(u32),
     Indirect(u64),
+    /// `count`: the thread's transfer count at the interruption (`None`
+    /// in a format 1.1 trace, which did not record it).
     Signal {
         signo: u32,
         rip: u64,
+        count: Option<u32>,
     },
     SetjmpResume,
     Desync(u64),
@@ -80,7 +87,16 @@ impl Item {
             Item::Witness(n) => format!("witness {n}"),
             Item::Enter(p) => format!("ENTER({p})"),
             Item::Indirect(t) => format!("INDIRECT({t:#x})"),
-            Item::Signal { signo, rip } => format!("SIGNAL({signo}, {rip:#x})"),
+            Item::Signal {
+                signo,
+                rip,
+                count: None,
+            } => format!("SIGNAL({signo}, {rip:#x})"),
+            Item::Signal {
+                signo,
+                rip,
+                count: Some(n),
+            } => format!("SIGNAL({signo}, {rip:#x}, transfer {n})"),
             Item::SetjmpResume => "SETJMP_RESUME".into(),
             Item::Desync(a) => format!("DESYNC({a:#x})"),
             Item::Exit(s) => format!("EXIT({s})"),
@@ -208,9 +224,15 @@ impl<'t> Stream<'t> {
         let item = match k {
             kind::ENTER => Item::Enter(le(p) as u32),
             kind::INDIRECT => Item::Indirect(le(p)),
-            kind::SIGNAL => Item::Signal {
+            kind::SIGNAL_1_1 => Item::Signal {
                 signo: le(&p[..4]) as u32,
                 rip: le(&p[4..]),
+                count: None,
+            },
+            kind::SIGNAL => Item::Signal {
+                signo: le(&p[..4]) as u32,
+                rip: le(&p[4..12]),
+                count: Some(le(&p[12..]) as u32),
             },
             kind::SETJMP_RESUME => Item::SetjmpResume,
             kind::DESYNC => Item::Desync(le(p)),

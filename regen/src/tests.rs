@@ -1486,3 +1486,137 @@ fn signals_that_cannot_be_placed_are_errors() {
     // Nothing after the last record is certain.
     assert_eq!(out, HDR);
 }
+
+/// SIGNAL with the thread's transfer count (format 1.2, kind 15).
+fn signal_at(out: &mut Vec<u8>, signo: u32, rip: u64, count: u32) {
+    let mut p = signo.to_le_bytes().to_vec();
+    p.extend_from_slice(&rip.to_le_bytes());
+    p.extend_from_slice(&count.to_le_bytes());
+    rec(out, 15, &p);
+}
+
+/// main: b0 and b1 call f, b2 returns; f: one block without a witness
+/// (copy at COPY + 0x100, instructions at +0x10 and +0x13); h: a handler.
+fn twice_db() -> ProgramDb {
+    let mut a = LINK_BASE + 0x1000;
+    let to_f = || call(CallTarget::Proc(1), false, true, false, None);
+    let main = proc(
+        &mut a,
+        "main",
+        vec![to_f(), to_f(), None],
+        vec![
+            (0, 1, CallReturn, None),
+            (1, 2, CallReturn, None),
+            (2, 3, Return, None),
+        ],
+    );
+    let mut f = proc(&mut a, "f", vec![None], vec![(0, 1, Return, None)]);
+    f.sigmap = map(
+        COPY + 0x100,
+        0x15,
+        vec![(0, SigPoint::Outside), (0x10, insn(1, 0, 0, 2))],
+    );
+    let h = proc(&mut a, "h", vec![None], vec![(0, 1, Return, None)]);
+    db_of(vec![main, f, h])
+}
+
+/// A signal in one of two runs of a procedure that writes nothing, read
+/// after both: the transfer count (one per call) says which run; a count
+/// no run has is an error.
+#[test]
+fn the_transfer_count_chooses_the_interrupted_run() {
+    let db = twice_db();
+    let rip = LOAD_BASE + COPY + 0x113; // before f's second instruction
+    let stream = |count: Option<u32>| {
+        let mut s = main_start();
+        match count {
+            Some(n) => signal_at(&mut s, 14, rip, n),
+            None => signal(&mut s, 14, rip),
+        }
+        enter(&mut s, 2);
+        s
+    };
+    let (f0, f1) = ((1, 0, 0, 1), (1, 0, 1, 2));
+    let second = [
+        full(0, 0),
+        full(1, 0),
+        full(0, 1),
+        f0,
+        full(2, 0),
+        f1,
+        full(0, 2),
+    ];
+    expect(&db, &stream(Some(2)), &parts(&db, &second));
+    let first = [
+        full(0, 0),
+        f0,
+        full(2, 0),
+        f1,
+        full(0, 1),
+        full(1, 0),
+        full(0, 2),
+    ];
+    expect(&db, &stream(Some(1)), &parts(&db, &first));
+    let e = hand(&db, &stream(Some(3))).1.unwrap_err().to_string();
+    assert!(
+        e.contains("with transfer count 3, but the thread ran that block since its last record only with transfer counts [1, 2]"),
+        "{e}"
+    );
+}
+
+/// main: b0 calls an import without RETURN (`getpid`), b1 one with RETURN
+/// (`kill`), b2 returns; h: a handler.
+fn gaps_db() -> ProgramDb {
+    let mut a = LINK_BASE + 0x1000;
+    let main = proc(
+        &mut a,
+        "main",
+        vec![
+            call(CallTarget::External, false, true, false, None),
+            call(CallTarget::External, true, true, false, None),
+            None,
+        ],
+        vec![
+            (0, 1, CallReturn, None),
+            (1, 2, CallReturn, None),
+            (2, 3, Return, None),
+        ],
+    );
+    let h = proc(&mut a, "h", vec![None], vec![(0, 1, Return, None)]);
+    db_of(vec![main, h])
+}
+
+/// A signal in untraced code while the thread waits for `kill`'s RETURN,
+/// after `getpid`'s call wrote nothing: the count says whether it landed
+/// in `getpid` (1) or `kill` (2).
+#[test]
+fn the_transfer_count_chooses_the_interrupted_gap() {
+    let db = gaps_db();
+    let stream = |count: Option<u32>| {
+        let mut s = main_start();
+        match count {
+            Some(n) => signal_at(&mut s, 10, 0x7f00_0000_1234, n),
+            None => signal(&mut s, 10, 0x7f00_0000_1234),
+        }
+        enter(&mut s, 1);
+        ret(&mut s);
+        s
+    };
+    expect(
+        &db,
+        &stream(Some(1)),
+        &blocks_of(&db, &[(0, 0), (1, 0), (0, 1), (0, 2)]),
+    );
+    expect(
+        &db,
+        &stream(Some(2)),
+        &blocks_of(&db, &[(0, 0), (0, 1), (1, 0), (0, 2)]),
+    );
+    let e = hand(&db, &stream(Some(0))).1.unwrap_err().to_string();
+    assert!(
+        e.contains("the rip is in untraced code with transfer count 0, but the thread entered untraced code since its last record only with transfer counts [1, 2]"),
+        "{e}"
+    );
+    let e = hand(&db, &stream(None)).1.unwrap_err().to_string();
+    assert!(e.contains("entered at 2 places"), "{e}");
+}

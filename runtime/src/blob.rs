@@ -1284,9 +1284,10 @@ fn emit_signal_entry(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedEr
     a.mov(r14, qword_ptr(r13 + 16 * 8))?; // interrupted rip = committed cursor
     a.call(l.fixup)?;
     a.call(l.map_caller)?;
-    // SIGNAL(signo, rip): r14 is the saved RIP, advanced past any stores
-    // completed (the instruction the handler returns to), or the caller
-    // of the entry point it interrupted.
+    // SIGNAL(signo, rip, xfers): r14 is the saved RIP, advanced past any
+    // stores completed (the instruction the handler returns to), or the
+    // caller of the entry point it interrupted; xfers the thread's
+    // transfer count (no transfer completes inside this stub).
     a.mov(eax, RecordKind::Signal.encoded_len() as u32)?;
     a.xadd(qword_ptr(S_POS).gs(), rax)?;
     a.mov(
@@ -1295,6 +1296,8 @@ fn emit_signal_entry(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedEr
     )?;
     a.mov(dword_ptr(rax + 2), r12d)?;
     a.mov(qword_ptr(rax + 6), r14)?;
+    a.mov(ecx, dword_ptr(S_XFERS).gs())?;
+    a.mov(dword_ptr(rax + 14), ecx)?;
     a.mov(byte_ptr(rax + 1), RecordKind::Signal as u32)?;
     restore_signals(a)?;
     // SIGNAL written: a second signal from here on is reported in the

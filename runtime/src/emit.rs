@@ -18,7 +18,7 @@
 use iced_x86::code_asm::*;
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
 
-use crate::layout::{RecordKind, ESCAPE, KIND_PENDING, S_LIMIT, S_OWNER, S_POS};
+use crate::layout::{RecordKind, ESCAPE, KIND_PENDING, S_LIMIT, S_OWNER, S_POS, S_XFERS};
 use crate::{Blob, Error};
 
 /// How live arithmetic flags are saved around a sequence that clobbers them.
@@ -296,6 +296,31 @@ fn gpr64_of(r: AsmRegister32) -> AsmRegister64 {
         .position(|x| *x == r)
         .expect("a general register");
     all64[i]
+}
+
+/// Emits the transfer count's increment (`inc dword gs:[XFERS]`, one
+/// instruction where the flags are dead, as at every call and at a jump to
+/// another function's entry), placed just before a counted transfer (see
+/// `docs/runtime.md` section 2, "The transfer count"). It is one
+/// instruction, so a signal sees it done or not; the rewriter gives it the
+/// signal-map point of the transfer it precedes. Live flags are saved with
+/// `pushfq` (below the red zone when it is live).
+pub fn emit_transfer(a: &mut CodeAssembler, site: Site) -> Result<(), Error> {
+    let inc = |a: &mut CodeAssembler| a.inc(dword_ptr(S_XFERS).gs());
+    if !site.flags_live {
+        inc(a)?;
+        return Ok(());
+    }
+    if site.red_zone_live {
+        a.lea(rsp, ptr(rsp - RED_ZONE))?;
+    }
+    a.pushfq()?;
+    inc(a)?;
+    a.popfq()?;
+    if site.red_zone_live {
+        a.lea(rsp, ptr(rsp + RED_ZONE))?;
+    }
+    Ok(())
 }
 
 /// Emits the buffer check placed at procedure entries, loop headers and

@@ -90,6 +90,11 @@ pub const S_RUNTIME: u64 = 88;
 /// Absolute address of the region header in the writer's address space
 /// (instrumented shared libraries find the region through their `%gs` slot).
 pub const S_REGION: u64 = 96;
+/// XFERS: u32 count of the thread's counted transfers (`emit_transfer`:
+/// every call the regenerator cannot tell from its neighbours without it,
+/// every jump into untraced code); starts at 0 in every slot (threads and
+/// fork children alike) and wraps. `signal_entry` puts it in SIGNAL.
+pub const S_XFERS: u64 = 104;
 
 pub const SLOT_FREE: u32 = 0;
 pub const SLOT_ACTIVE: u32 = 1;
@@ -137,10 +142,12 @@ pub enum RecordKind {
     Enter = 1,
     /// Indirect branch to `u64` (absolute target in the original code).
     Indirect = 2,
-    /// A signal handler starts: `u32` signal number, then `u64` the
-    /// interrupted RIP as saved in the kernel's ucontext (after the fix-up
-    /// completed any pending witness stores and advanced it).
-    Signal = 3,
+    /// A signal handler starts: `u32` signal number, `u64` the interrupted
+    /// RIP as saved in the kernel's ucontext (after the fix-up completed any
+    /// pending witness stores and advanced it), then `u32` the thread's
+    /// transfer count ([`S_XFERS`]) at the interruption. Kind 15 since
+    /// format 1.2; kind 3 (format 1.1, no count) is no longer written.
+    Signal = 15,
     /// Execution resumed at a setjmp return point (after longjmp).
     SetjmpResume = 4,
     /// Control escaped to uninstrumented original code at `u64`.
@@ -190,7 +197,7 @@ impl RecordKind {
             | RecordKind::Desync
             | RecordKind::Setjmp
             | RecordKind::Longjmp => 8,
-            RecordKind::Signal => 12,
+            RecordKind::Signal => 16,
         }
     }
 
@@ -199,7 +206,6 @@ impl RecordKind {
         Some(match b {
             1 => RecordKind::Enter,
             2 => RecordKind::Indirect,
-            3 => RecordKind::Signal,
             4 => RecordKind::SetjmpResume,
             5 => RecordKind::Desync,
             6 => RecordKind::Exit,
@@ -211,6 +217,7 @@ impl RecordKind {
             12 => RecordKind::Forked,
             13 => RecordKind::Setjmp,
             14 => RecordKind::Longjmp,
+            15 => RecordKind::Signal,
             _ => return None,
         })
     }
@@ -326,7 +333,6 @@ mod tests {
     const TABLE: [(u8, u64); 14] = [
         (1, 6),
         (2, 10),
-        (3, 14),
         (4, 2),
         (5, 10),
         (6, 6),
@@ -338,6 +344,7 @@ mod tests {
         (12, 6),
         (13, 10),
         (14, 10),
+        (15, 18),
     ];
 
     #[test]
@@ -347,7 +354,8 @@ mod tests {
             assert_eq!(k as u8, byte);
             assert_eq!(k.encoded_len(), len, "{k:?}");
         }
-        for b in [0u8, 15, 0x7F, 0x80, 0xFF] {
+        // 3: the format 1.1 SIGNAL, never written by this runtime.
+        for b in [0u8, 3, 16, 0x7F, 0x80, 0xFF] {
             assert_eq!(RecordKind::from_byte(b), None, "{b:#x}");
         }
     }
@@ -380,9 +388,10 @@ mod tests {
 
     #[test]
     fn valid_prefix_stops_at_holes_and_pending_records() {
-        let mut d = vec![0x11, 0xFF, 10, 0x22, 0xFF, 3];
+        let mut d = vec![0x11, 0xFF, 10, 0x22, 0xFF, 15];
         d.extend(7u32.to_le_bytes());
         d.extend(0x4000_1234u64.to_le_bytes());
+        d.extend(42u32.to_le_bytes());
         assert_eq!(valid_prefix(&d), Ok((d.len(), 2)));
         assert_eq!(
             valid_prefix(&d[..d.len() - 1]),
@@ -396,9 +405,11 @@ mod tests {
 
     #[test]
     fn valid_prefix_counts_the_witnesses_around_records() {
-        // w w [SIGNAL, 14 bytes] w [RETURN, 2 bytes] w w w, then a long
+        // w w [SIGNAL, 18 bytes] w [RETURN, 2 bytes] w w w, then a long
         // run that the eight-byte scan crosses: 6 + 20 witnesses.
-        let mut s = vec![1, 2, 0xFF, 3, 11, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8];
+        let mut s = vec![
+            1, 2, 0xFF, 15, 11, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0,
+        ];
         s.extend([9, 0xFF, 10, 4, 5, 6]);
         s.extend([0x33; 20]);
         assert_eq!(valid_prefix(&s), Ok((s.len(), 26)));

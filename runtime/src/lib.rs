@@ -21,8 +21,8 @@ pub mod region;
 
 pub use blob::{generate, Blob};
 pub use emit::{
-    emit_buffer_check, emit_outside_entry, emit_record, emit_static_entry, emit_witness, FlagsSave,
-    Payload, RuntimeAddrs, Site,
+    emit_buffer_check, emit_outside_entry, emit_record, emit_static_entry, emit_transfer,
+    emit_witness, FlagsSave, Payload, RuntimeAddrs, Site,
 };
 pub use layout::{Geometry, RecordKind};
 pub use region::{read_standalone, Batch, Drainer, Region, Stream};

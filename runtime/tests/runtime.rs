@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use aetrace_runtime::emit::{
-    emit_outside_entry, emit_record, emit_witness, FlagsSave, Payload, Site,
+    emit_outside_entry, emit_record, emit_transfer, emit_witness, FlagsSave, Payload, Site,
 };
 use aetrace_runtime::layout::{RecordKind, FLAG_SLOTS_EXHAUSTED};
 use aetrace_runtime::{read_standalone, Geometry, Region};
@@ -289,7 +289,7 @@ fn signal_case(main_site: Site) -> u64 {
     i += head.len();
     let main_enter = enter_record(7);
     let mut entered = false;
-    let signal = [0xFF, 3, libc::SIGUSR2 as u8, 0, 0, 0]; // SIGNAL(SIGUSR2, ..)
+    let signal = [0xFF, 15, libc::SIGUSR2 as u8, 0, 0, 0]; // SIGNAL(SIGUSR2, ..)
     let handler_enter = enter_record(HANDLER_PROC);
     let boundaries = instruction_starts(main_lo, main_hi);
     let mut in_main = 0;
@@ -315,14 +315,20 @@ fn signal_case(main_site: Site) -> u64 {
                     None => panic!("byte {i}: SIGNAL rip {rip:#x} inside an instruction"),
                 }
             }
-            assert_eq!(got[i + 14..i + 20], handler_enter[..], "byte {i}");
+            // The runner makes no counted transfer.
             assert_eq!(
-                got[i + 20..i + 24],
+                got[i + 14..i + 18],
+                [0, 0, 0, 0],
+                "byte {i}: transfer count"
+            );
+            assert_eq!(got[i + 18..i + 24], handler_enter[..], "byte {i}");
+            assert_eq!(
+                got[i + 24..i + 28],
                 HANDLER_BLOCK,
                 "byte {i}: handler block {k} not whole"
             );
             k += 1;
-            i += 24;
+            i += 28;
         } else {
             assert!(entered, "byte {i}: main witness before main's ENTER");
             assert!(
@@ -793,10 +799,11 @@ struct TrapRun {
     after: u64,
 }
 
-/// SIGNAL(SIGTRAP, rip) and the handler's ENTER and witnesses.
-fn trap_handler_bytes(rip: u64) -> Vec<u8> {
-    let mut v = vec![0xFF, 3, libc::SIGTRAP as u8, 0, 0, 0];
+/// SIGNAL(SIGTRAP, rip, xfers) and the handler's ENTER and witnesses.
+fn trap_handler_bytes(rip: u64, xfers: u32) -> Vec<u8> {
+    let mut v = vec![0xFF, 15, libc::SIGTRAP as u8, 0, 0, 0];
     v.extend(rip.to_le_bytes());
+    v.extend(xfers.to_le_bytes());
     v.extend(enter_record(HANDLER_PROC));
     v.extend(HANDLER_BLOCK);
     v
@@ -843,10 +850,13 @@ fn indirect_parts_match_the_emitter() {
 /// A single-step trap lands between a witness's `xadd` and its store: the
 /// instrumented SIGTRAP handler's entry must complete the store and step
 /// RIP over it: witness, SIGNAL(SIGTRAP, after the store), handler, next
-/// witness.
+/// witness. Three transfer-count increments ran before: SIGNAL carries 3.
 #[test]
 fn signal_entry_completes_an_interrupted_witness_store() {
     let t = trap_case(|a, at, after| {
+        for _ in 0..3 {
+            emit_transfer(a, Site::with_scratch(rcx)).unwrap();
+        }
         emit_witness(a, 0x21, Site::with_scratch(rcx)).unwrap();
         a.mov(ecx, 1u32).unwrap();
         set_tf(a);
@@ -860,10 +870,10 @@ fn signal_entry_completes_an_interrupted_witness_store() {
     let mut want = thread_record(u32::MAX);
     want.push(0x21);
     if t.calls == 2 {
-        want.extend(trap_handler_bytes(t.at)); // the trap before the xadd
+        want.extend(trap_handler_bytes(t.at, 3)); // the trap before the xadd
     }
     want.push(0x55);
-    want.extend(trap_handler_bytes(t.after));
+    want.extend(trap_handler_bytes(t.after, 3));
     want.push(0x66);
     assert_eq!(t.got, want);
     assert_eq!(
@@ -885,12 +895,12 @@ fn signal_entry_completes_an_interrupted_record() {
         });
         let mut want = thread_record(u32::MAX);
         if step == 1 && t.calls == 2 {
-            want.extend(trap_handler_bytes(t.at)); // the trap before the xadd
+            want.extend(trap_handler_bytes(t.at, 0)); // the trap before the xadd
         } else {
             assert_eq!(t.calls, 1, "step {step}");
         }
         want.extend(INDIRECT_RECORD);
-        want.extend(trap_handler_bytes(t.after));
+        want.extend(trap_handler_bytes(t.after, 0));
         want.push(0x66);
         assert_eq!(t.got, want, "step {step}");
         assert_eq!(
@@ -1121,17 +1131,17 @@ fn signal_inside_flush(library: bool) {
     assert!(got.starts_with(&want), "the stream before the call differs");
     let mut rest = &got[want.len()..];
     let mut signals = Vec::new();
-    while rest.len() >= 14 && rest[..2] == [0xFF, 3] {
+    while rest.len() >= 18 && rest[..2] == [0xFF, 15] {
         let signo = u32::from_le_bytes(rest[2..6].try_into().unwrap());
         let rip = u64::from_le_bytes(rest[6..14].try_into().unwrap());
         let mut group = enter_record(HANDLER_PROC);
         group.extend(HANDLER_BLOCK);
         assert!(
-            rest[14..].starts_with(&group),
+            rest[18..].starts_with(&group),
             "handler bytes after SIGNAL {signo}"
         );
         signals.push((signo, rip));
-        rest = &rest[14 + group.len()..];
+        rest = &rest[18 + group.len()..];
     }
     assert_eq!(rest, [0x66], "the stream after the call differs");
     let trap = libc::SIGTRAP as u32;

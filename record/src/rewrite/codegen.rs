@@ -30,7 +30,16 @@
 //!   writes a witness or record is *before* up to and including its
 //!   reserving `xadd` and *after* from the next instruction on (the
 //!   runtime's fix-up completes the stores of a reserved write before the
-//!   handler runs).
+//!   handler runs);
+//! - when tracing, every transfer [`counted`] names is preceded by exactly
+//!   one `emit_transfer` (docs/runtime.md section 2, "The transfer
+//!   count"), standing at the point before the transfer (before a call:
+//!   after its SETJMP/LONGJMP record; before a tail jump: before its
+//!   witness and EXIT; a PLT stub's `jmp [GOT]`: after its GOT test, on
+//!   the bound outcome; a conditional tail call: first in its taken
+//!   edge's stub); a
+//!   transfer it cannot count stops the rewrite with an error naming its
+//!   address (the regenerator counts every such transfer).
 
 use std::collections::HashMap;
 
@@ -38,8 +47,8 @@ use aetrace_format::progdb::{SigPoint, SigRange};
 use aetrace_graph::{BlockId, EdgeId, EntityRef};
 use aetrace_runtime::layout::RecordKind;
 use aetrace_runtime::{
-    emit_buffer_check, emit_outside_entry, emit_record, emit_static_entry, emit_witness, Payload,
-    RuntimeAddrs, Site,
+    emit_buffer_check, emit_outside_entry, emit_record, emit_static_entry, emit_transfer,
+    emit_witness, Payload, RuntimeAddrs, Site,
 };
 use iced_x86::code_asm::{edi, r11, CodeAssembler};
 use iced_x86::{
@@ -79,6 +88,11 @@ pub enum EntryStub {
 pub struct CallPlan {
     /// A RETURN record at the return point (the callee may call back).
     pub marker: bool,
+    /// A counted transfer (`docs/runtime.md` section 2, "The transfer
+    /// count"): the thread's transfer count is incremented just before the
+    /// call or jump (tracing only; the program database's call says which,
+    /// [`counted`]).
+    pub count: bool,
     /// An EXIT(edi) record just before the call or GOT jump.
     pub exit_record: bool,
     /// A `syscall`: EXIT(edi) just before it when rax is exit or
@@ -280,6 +294,8 @@ struct Emitter {
     points: Vec<(SigPoint, u8)>,
     /// Original length of the next instruction pushed (a copy).
     copy_len: u8,
+    /// Transfer-count increments emitted so far.
+    transfers: u32,
 }
 
 fn near_branch(i: &Instruction) -> bool {
@@ -636,6 +652,16 @@ impl Emitter {
         Ok(())
     }
 
+    /// The transfer count's increment, at the current point (tracing only:
+    /// counting mode writes no SIGNAL that would need it).
+    fn transfer(&mut self, site: Site) -> GenResult<()> {
+        if self.counting.is_some() {
+            return Ok(());
+        }
+        self.transfers += 1;
+        self.seq(|a| emit_transfer(a, site))
+    }
+
     /// Witness `n`, standing at `before` until it is reserved; in counting
     /// mode counter `n`.
     fn witness(&mut self, n: u32, site: Site, before: SigPoint, after: SigPoint) -> GenResult<()> {
@@ -650,6 +676,30 @@ impl Emitter {
                 emit_record(a, RecordKind::Wide, Payload::Imm16(n), site)
             })
         }
+    }
+}
+
+/// Whether a call the program database describes is a counted transfer:
+/// every call and tail call into untraced code, and every call (not tail
+/// jump) to a traced procedure; not a system call or a call to an
+/// `exit`-like import (target `Exit`). The regenerator mirrors exactly
+/// this rule (`regen/src/machine.rs`, `Machine::counted`).
+pub fn counted(c: &aetrace_format::progdb::CallDb) -> bool {
+    use aetrace_format::progdb::CallTarget;
+    match c.target {
+        CallTarget::External => true,
+        CallTarget::Proc(_) => !c.tail,
+        CallTarget::Exit => false,
+    }
+}
+
+/// The site of a jump to another function's entry: the flags are dead
+/// there (SysV: no function receives them), whatever the procedure's
+/// conservative liveness keeps live at a tail call.
+fn entry_site(s: Site) -> Site {
+    Site {
+        flags_live: false,
+        ..s
     }
 }
 
@@ -771,6 +821,7 @@ pub fn generate(
         point: SigPoint::Outside,
         points: Vec::new(),
         copy_len: 0,
+        transfers: 0,
     };
     let mut bodies: HashMap<u64, u64> = HashMap::new();
     // Original start -> (procedure number, entry block) of every traced procedure.
@@ -937,6 +988,9 @@ struct Stub {
     after: SigPoint,
     witness: Option<u32>,
     site: Site,
+    /// A counted tail call (a `jcc` to another function): the transfer
+    /// count's increment first, standing on the edge before its witness.
+    count: bool,
     exit_record: bool,
     target: u64,
 }
@@ -1171,6 +1225,9 @@ impl ProcGen<'_, '_> {
             self.em.point = SigPoint::Witness {
                 edge: s.edge.index() as u32,
             };
+            if s.count {
+                self.em.transfer(entry_site(s.site))?;
+            }
             if let Some(w) = s.witness {
                 let before = self.em.point;
                 self.em.witness(w, s.site, before, after)?;
@@ -1360,6 +1417,7 @@ impl ProcGen<'_, '_> {
         let last_i = insns.len() - 1;
         let last = insns[last_i];
         let exit = cfg.exit();
+        let counts_before = (self.em.transfers, stubs.len());
         self.em.bind(self.labels[b.index()]);
         self.em.point = self.at(b, 0);
         if p.loop_header[b.index()] {
@@ -1463,6 +1521,12 @@ impl ProcGen<'_, '_> {
                 if query != 0 {
                     self.em.add_to_count(query, before_last)?;
                 }
+                if cp.count {
+                    // Last, so that a signal sees the count and the point
+                    // (before the call) agree whether or not it ran.
+                    self.em.point = before;
+                    self.em.transfer(before_last)?;
+                }
                 self.copy_at(b, last_i, last);
                 let ret = edges
                     .iter()
@@ -1532,6 +1596,7 @@ impl ProcGen<'_, '_> {
                             after: self.after_edge(e, target),
                             witness: wit(e),
                             site: self.site(live),
+                            count: to == exit && cp.count,
                             exit_record: false,
                             target: if to == exit {
                                 dest
@@ -1543,6 +1608,15 @@ impl ProcGen<'_, '_> {
                             edge: e.index() as u32,
                         };
                         (label, point)
+                    }
+                    Some(e) if cp.count && cfg.edges[e].to == exit => {
+                        // The blocking property puts a witness on every
+                        // predicate's edge to EXIT: its stub counts.
+                        return Err(format!(
+                            "conditional tail call at {:#x} without a witness: its transfer \
+                             cannot be counted",
+                            last.ip()
+                        ));
                     }
                     _ => (dest, taken.map_or(before, |e| self.after_edge(e, target))),
                 };
@@ -1601,6 +1675,9 @@ impl ProcGen<'_, '_> {
                 }
             }
             FlowControl::UnconditionalBranch => {
+                if cp.count {
+                    self.em.transfer(entry_site(before_last))?;
+                }
                 if let Some(&e) = edges.first() {
                     if let Some(w) = wit(e) {
                         self.em.witness(w, before_last, before, before)?;
@@ -1626,12 +1703,27 @@ impl ProcGen<'_, '_> {
                 }
             }
             FlowControl::Next => {
+                // A fall-through into another function: counted before
+                // the last instruction (its flags saved if it reads them).
+                if cp.count {
+                    self.em.transfer(before_last)?;
+                }
                 self.copy_at(b, last_i, last);
                 self.fallthrough(&edges, next, blk.end)?;
             }
             FlowControl::XbeginXabortXend => {
                 return Err("transactional memory (xbegin) is not relocated".into())
             }
+        }
+        // The regenerator counts every transfer `counted` names: one the
+        // code above could not count would misplace signals.
+        let counted_here =
+            self.em.transfers > counts_before.0 || stubs[counts_before.1..].iter().any(|s| s.count);
+        if cp.count && self.em.counting.is_none() && !counted_here {
+            return Err(format!(
+                "the call or tail call at {:#x} is not a transfer the rewriter can count",
+                last.ip()
+            ));
         }
         Ok(())
     }
@@ -1706,6 +1798,7 @@ impl ProcGen<'_, '_> {
                         after: self.after_edge(e, 0),
                         witness: Some(w),
                         site: self.site(p.live.live_in(to)),
+                        count: false,
                         exit_record: false,
                         target: self.labels[to.index()],
                     });
@@ -1727,6 +1820,11 @@ impl ProcGen<'_, '_> {
                 Ok(())
             }
             (Some(e), None, 1) => {
+                // A jump's count first, before the records that precede
+                // it (the regenerator reads an EXIT here after counting).
+                if cp.count {
+                    self.em.transfer(entry_site(before_last))?;
+                }
                 if let Some(w) = p.witness[e.index()] {
                     let at = self.em.point;
                     self.em.witness(w, before_last, at, at)?;
@@ -1769,6 +1867,13 @@ impl ProcGen<'_, '_> {
                 let je = Instruction::with_branch(Code::Je_rel32_64, label)
                     .map_err(|e| e.to_string())?;
                 self.em.push(je);
+                // The bound outcome only: the lazy one goes on in traced
+                // code (the stub's second half, then `<plt0>`, whose own
+                // jump into ld.so is counted), as the regenerator follows
+                // it. Before the witness and EXIT, as at every tail jump.
+                if cp.count {
+                    self.em.transfer(site)?;
+                }
                 if let Some(w) = p.witness[t.index()] {
                     let at = self.em.point;
                     self.em.witness(w, site, at, at)?;
@@ -1783,6 +1888,7 @@ impl ProcGen<'_, '_> {
                     after: self.after_edge(l, 0),
                     witness: p.witness[l.index()],
                     site,
+                    count: false,
                     exit_record: cp.exit_record,
                     target: self.labels[to.index()],
                 });

@@ -1093,6 +1093,7 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
             let returns = c.returns && !to_longjmp;
             let marker = (marker || syscall) && returns && !c.tail && !to_setjmp;
             calls[c.block.index()] = CallPlan {
+                count: false,
                 unchecked_return: returns
                     && !c.tail
                     && !marker
@@ -1114,7 +1115,7 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                     _ => None,
                 },
             };
-            call_db[c.block.index()] = Some(CallDb {
+            let db = CallDb {
                 target: if (exit_record && !c.tail) || syscall {
                     CallTarget::Exit
                 } else {
@@ -1133,7 +1134,9 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                         .and_then(|(_, _, pad)| cfg.block_at(pad))
                         .map(|b| b.index() as u32)
                 },
-            });
+            };
+            calls[c.block.index()].count = codegen::counted(&db);
+            call_db[c.block.index()] = Some(db);
         }
         // `--stop-at` and a throw: every frame it leaves stands at a call
         // with a virtual exit edge, whose query increment is 0 (the counter
