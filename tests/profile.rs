@@ -1431,10 +1431,7 @@ fn check_timer(
     assert_eq!(status, Some(0), "{tag}: {stderr}");
     assert!(!stderr.contains("aetrace"), "{tag}: {stderr}");
     let field = |key: &str| -> u64 {
-        stdout
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix(key)?.parse().ok())
-            .unwrap_or_else(|| panic!("{tag}: no {key} in {stdout:?}"))
+        common::count_in(&stdout, key).unwrap_or_else(|| panic!("{tag}: no {key} in {stdout:?}"))
     };
     let (handled, iterations) = (field("handled="), field("iterations="));
     assert!(handled > 0, "{tag}: no signal handled");

@@ -1201,10 +1201,7 @@ fn signals_to_starting_threads() {
         let exe = build("signal_threads.c", v);
         let (trace, stdout, signals) = record_signalled(&exe, &["150"]);
         let field = |key: &str| -> u64 {
-            stdout
-                .split_whitespace()
-                .find_map(|w| w.strip_prefix(key)?.parse().ok())
-                .unwrap_or_else(|| panic!("no {key} in {stdout:?}"))
+            common::count_in(&stdout, key).unwrap_or_else(|| panic!("no {key} in {stdout:?}"))
         };
         let (handled, iterations) = (field("handled="), field("iterations="));
         assert_eq!(handled, 150, "{stdout}");
@@ -1383,20 +1380,19 @@ fn check_timer(
     );
 }
 
-/// [`check_timer`] but for the check that some signals interrupted
-/// instrumentation; returns how many did.
-fn timer_counts(
+/// Records `exe args` (with `--libs` of `libs`, `none` if empty, and
+/// buffer halves of `half` bytes if given) into a trace file of its own
+/// (tests run in parallel in one process); returns the run's name, the
+/// trace, and the value of a `key=N` word of the program's output (its
+/// own counts: the oracle for asynchronous signals).
+fn record_counting(
     exe: &Path,
     args: &[&str],
     libs: &[&str],
-    handler: (&Path, &str),
-    step: (&Path, &str),
-    per_handler: u64,
     half: Option<u64>,
-) -> u64 {
+) -> (String, PathBuf, impl Fn(&str) -> u64) {
     let name = exe.file_name().unwrap().to_string_lossy().into_owned();
     let name = format!("{name} {}", args.join(" "));
-    // Tests run in parallel in one process: one trace file per run.
     let name = match half {
         Some(h) => format!("{name} half={h}"),
         None => name,
@@ -1430,12 +1426,25 @@ fn timer_counts(
         String::from_utf8_lossy(&rec.stderr)
     );
     let stdout = String::from_utf8(rec.stdout).unwrap();
-    let field = |key: &str| -> u64 {
-        stdout
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix(key)?.parse().ok())
-            .unwrap_or_else(|| panic!("{name}: no {key} in {stdout:?}"))
+    let who = name.clone();
+    let field = move |key: &str| -> u64 {
+        common::count_in(&stdout, key).unwrap_or_else(|| panic!("{who}: no {key} in {stdout:?}"))
     };
+    (name, trace, field)
+}
+
+/// [`check_timer`] but for the check that some signals interrupted
+/// instrumentation; returns how many did.
+fn timer_counts(
+    exe: &Path,
+    args: &[&str],
+    libs: &[&str],
+    handler: (&Path, &str),
+    step: (&Path, &str),
+    per_handler: u64,
+    half: Option<u64>,
+) -> u64 {
+    let (name, trace, field) = record_counting(exe, args, libs, half);
     let (handled, iterations) = (field("handled="), field("iterations="));
     // Entries of `sym` in `module`'s blocks (relative to its link base).
     let entries = |(module, sym): (&Path, &str)| {
@@ -1505,29 +1514,7 @@ fn signals_between_record_free_transfers() {
 /// in the second run placed in the first (what regen did before the
 /// transfer count, silently) shows as a phase-1 entry too many.
 fn twice_phases(exe: &Path) {
-    let trace = common::scratch("trace-oracle")
-        .join(format!("signal_gaps-phases-{}.aet", std::process::id()));
-    let rec = Command::new(common::aetrace())
-        .arg("record")
-        .arg("-o")
-        .arg(&trace)
-        .args(["--libs", "none", "--"])
-        .arg(exe)
-        .args(["timer-twice", "300"])
-        .output()
-        .unwrap();
-    assert!(
-        rec.status.success(),
-        "{}",
-        String::from_utf8_lossy(&rec.stderr)
-    );
-    let stdout = String::from_utf8(rec.stdout).unwrap();
-    let field = |key: &str| -> u64 {
-        stdout
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix(key)?.parse().ok())
-            .unwrap_or_else(|| panic!("no {key} in {stdout:?}"))
-    };
+    let (_, trace, field) = record_counting(exe, &["timer-twice", "300"], &[], None);
     let want = [field("phase0="), field("phase1="), field("phase2=")];
     // The two stores of `phase` in main, relative to the link base.
     let dump = Command::new("objdump")

@@ -69,6 +69,15 @@ pub fn aetrace_fixed(args: &[&std::ffi::OsStr], env: &[(String, String)]) -> std
 }
 
 /// A scratch directory for this test binary's artifacts.
+/// The number of the `KEY=N` word (`key` is `"KEY="`) in a test program's
+/// output: the programs count what they did (handler runs, iterations),
+/// the oracle where valgrind cannot be one (asynchronous signals).
+pub fn count_in(stdout: &str, key: &str) -> Option<u64> {
+    stdout
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.parse().ok())
+}
+
 pub fn scratch(sub: &str) -> std::path::PathBuf {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(sub);
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
