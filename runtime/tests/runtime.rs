@@ -1282,11 +1282,16 @@ fn probe_setup(m: &Mapped, arm: bool, stops: [u64; 2]) {
 fn probe_signals(mut rest: &[u8]) -> (Vec<(u32, u64)>, &[u8]) {
     let mut signals = Vec::new();
     let enter = enter_record(HANDLER_PROC);
-    while rest.len() >= 20 && rest[..2] == [0xFF, 3] && rest[14..20] == enter[..] {
+    // SIGNAL(signo, rip, transfer count), then the handler's ENTER.
+    let n = RecordKind::Signal.encoded_len() as usize;
+    while rest.len() >= n + enter.len()
+        && rest[..2] == [0xFF, RecordKind::Signal as u8]
+        && rest[n..n + enter.len()] == enter[..]
+    {
         let signo = u32::from_le_bytes(rest[2..6].try_into().unwrap());
         let rip = u64::from_le_bytes(rest[6..14].try_into().unwrap());
         signals.push((signo, rip));
-        rest = &rest[20..];
+        rest = &rest[n + enter.len()..];
     }
     (signals, rest)
 }
@@ -1530,8 +1535,12 @@ fn a_signal_inside_signal_entry_is_reported_where_the_first_one_struck() {
     // per instruction of signal_entry up to its blocking `syscall`, each
     // where SIGURG struck (with its handler's ENTER).
     let (signals, rest) = probe_signals(&streams[&0].1[6..]);
+    let (n, kind) = (
+        RecordKind::Signal.encoded_len() as usize,
+        RecordKind::Signal as u8,
+    );
     assert!(
-        rest.len() >= 14 && rest[..6] == [0xFF, 3, libc::SIGURG as u8, 0, 0, 0],
+        rest.len() >= n && rest[..6] == [0xFF, kind, libc::SIGURG as u8, 0, 0, 0],
         "{rest:x?}"
     );
     let struck = u64::from_le_bytes(rest[6..14].try_into().unwrap());
@@ -1554,7 +1563,7 @@ fn a_signal_inside_signal_entry_is_reported_where_the_first_one_struck() {
     // After it: SIGUSR1 and the traps of signal_entry's epilogue at the
     // stub's return point, then the stub; the stepped handler's own
     // ENTER among them.
-    let mut rest = &rest[14..];
+    let mut rest = &rest[n..];
     let enter = enter_record(HANDLER_PROC);
     let (mut signals, mut enters) = (Vec::new(), 0);
     while !rest.is_empty() {
@@ -1562,10 +1571,10 @@ fn a_signal_inside_signal_entry_is_reported_where_the_first_one_struck() {
             enters += 1;
             rest = &rest[6..];
         } else {
-            assert!(rest.len() >= 14 && rest[..2] == [0xFF, 3], "{rest:x?}");
+            assert!(rest.len() >= n && rest[..2] == [0xFF, kind], "{rest:x?}");
             let signo = u32::from_le_bytes(rest[2..6].try_into().unwrap());
             signals.push((signo, u64::from_le_bytes(rest[6..14].try_into().unwrap())));
-            rest = &rest[14..];
+            rest = &rest[n..];
         }
     }
     assert_eq!(
