@@ -182,6 +182,22 @@ pub struct CallDb {
     pub landing: Option<u32>,
 }
 
+impl CallDb {
+    /// Whether the call is a counted transfer (the thread's transfer count,
+    /// carried by SIGNAL, is incremented just before it; `docs/runtime.md`
+    /// section 2): every call and tail call into untraced code, and every
+    /// call (not tail jump) to a traced procedure; not a system call or a
+    /// call to an `exit`-like import (target `Exit`). The rewriter emits the
+    /// increments and the regenerator mirrors them by this one rule.
+    pub fn counts_transfer(&self) -> bool {
+        match self.target {
+            CallTarget::External => true,
+            CallTarget::Proc(_) => !self.tail,
+            CallTarget::Exit => false,
+        }
+    }
+}
+
 use crate::error::{Error, Result};
 
 /// First bytes of an encoded database.

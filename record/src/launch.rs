@@ -530,6 +530,13 @@ impl Blocked {
     }
 }
 
+impl Drop for Blocked {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask saved by `new`.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
+    }
+}
+
 /// Builds rayon's global pool (once, unless something built it before)
 /// with workers that block `MANAGED` for good: `record` blocks them only in
 /// its own thread while it spawns the program, and a worker taking one then
@@ -544,13 +551,6 @@ pub(crate) fn quiet_workers() {
             })
             .build_global();
     });
-}
-
-impl Drop for Blocked {
-    fn drop(&mut self) {
-        // SAFETY: restores the mask saved by `new`.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
-    }
 }
 
 impl Drop for Signals {

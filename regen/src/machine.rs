@@ -33,8 +33,9 @@
 //!
 //! The transfer count (`xfers`, docs/regen.md "The transfer count")
 //! mirrors the runtime's per-thread XFERS: it grows by one exactly when the
-//! machine makes a counted transfer ([`Machine::counted`], the rewriter's
-//! rule), never when a step is aborted before it. Every trail mark holds
+//! machine makes a counted transfer ([`Machine::counted`]:
+//! `CallDb::counts_transfer`, the rewriter's rule), never when a step is
+//! aborted before it. Every trail mark holds
 //! the count it ran with, so two marks a SIGNAL's point could name differ
 //! in count (two runs of one block are separated by the counted call of
 //! the second; two gaps by the counted transfer into the second), except
@@ -743,16 +744,10 @@ impl<'a> Machine<'a> {
     }
 
     /// Whether the call of block `l` is a counted transfer: the rewriter
-    /// increments the thread's transfer count just before it (the rule of
-    /// `aetrace_record::rewrite::codegen::counted`: every call or jump into
-    /// untraced code, every call, not tail jump, to a traced procedure; no
-    /// system call or `exit`-like call).
+    /// increments the thread's transfer count just before it
+    /// (`CallDb::counts_transfer`).
     fn counted(&self, l: Loc) -> bool {
-        self.block(l).call.is_some_and(|c| match c.target {
-            CallTarget::External => true,
-            CallTarget::Proc(_) => !c.tail,
-            CallTarget::Exit => false,
-        })
+        self.block(l).call.is_some_and(|c| c.counts_transfer())
     }
 
     /// Whether transfer count `n` can stand before instruction `insn` of
@@ -1282,7 +1277,6 @@ impl<'a> Machine<'a> {
         retry: Retry,
     ) -> Result<()> {
         let fail = |me: &Self, why: String| me.sig_error(signo, rip, offset, retry, why);
-        let fits = |me: &Self, o: &Occ, insn: u32, n: u32| me.fits(o, insn, n);
         let (mi, at, instrumentation) = self.place_rip(rip).map_err(|e| {
             fail(
                 self,
@@ -1405,7 +1399,7 @@ impl<'a> Machine<'a> {
                     .collect();
                 if let Some(n) = count {
                     let all: Vec<u32> = hits.iter().map(|&i| occs[i].cnt).collect();
-                    hits.retain(|&i| fits(self, &occs[i], insn, n));
+                    hits.retain(|&i| self.fits(&occs[i], insn, n));
                     if hits.is_empty() && !all.is_empty() {
                         return Err(fail(self, format!("the rip is before instruction {insn} of block {} with transfer count {n}, but the thread ran that block since its last record only with transfer counts {all:?}: no run fits", name(block))));
                     }
@@ -1423,7 +1417,7 @@ impl<'a> Machine<'a> {
                             len: 0,
                             mark: 0,
                         };
-                        if let Some(n) = count.filter(|&n| !fits(self, &ahead, insn, n)) {
+                        if let Some(n) = count.filter(|&n| !self.fits(&ahead, insn, n)) {
                             return Err(fail(self, format!("the rip is before instruction {insn} of block {}, ahead with transfer count {}, but the record has transfer count {n}", name(block), self.xfers)));
                         }
                         Cut::Ahead(f, block, Some(insn))

@@ -31,7 +31,7 @@
 //!   reserving `xadd` and *after* from the next instruction on (the
 //!   runtime's fix-up completes the stores of a reserved write before the
 //!   handler runs);
-//! - when tracing, every transfer [`counted`] names is preceded by exactly
+//! - when tracing, every transfer `CallDb::counts_transfer` names is preceded by exactly
 //!   one `emit_transfer` (docs/runtime.md section 2, "The transfer
 //!   count"), standing at the point before the transfer (before a call:
 //!   after its SETJMP/LONGJMP record; before a tail jump: before its
@@ -91,7 +91,7 @@ pub struct CallPlan {
     /// A counted transfer (`docs/runtime.md` section 2, "The transfer
     /// count"): the thread's transfer count is incremented just before the
     /// call or jump (tracing only; the program database's call says which,
-    /// [`counted`]).
+    /// `CallDb::counts_transfer`).
     pub count: bool,
     /// An EXIT(edi) record just before the call or GOT jump.
     pub exit_record: bool,
@@ -676,20 +676,6 @@ impl Emitter {
                 emit_record(a, RecordKind::Wide, Payload::Imm16(n), site)
             })
         }
-    }
-}
-
-/// Whether a call the program database describes is a counted transfer:
-/// every call and tail call into untraced code, and every call (not tail
-/// jump) to a traced procedure; not a system call or a call to an
-/// `exit`-like import (target `Exit`). The regenerator mirrors exactly
-/// this rule (`regen/src/machine.rs`, `Machine::counted`).
-pub fn counted(c: &aetrace_format::progdb::CallDb) -> bool {
-    use aetrace_format::progdb::CallTarget;
-    match c.target {
-        CallTarget::External => true,
-        CallTarget::Proc(_) => !c.tail,
-        CallTarget::Exit => false,
     }
 }
 

@@ -1135,7 +1135,7 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                         .map(|b| b.index() as u32)
                 },
             };
-            calls[c.block.index()].count = codegen::counted(&db);
+            calls[c.block.index()].count = db.counts_transfer();
             call_db[c.block.index()] = Some(db);
         }
         // `--stop-at` and a throw: every frame it leaves stands at a call
