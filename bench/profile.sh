@@ -23,6 +23,7 @@
 # `+lib` profile the library too (`--libs`), the others the executable only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 
 REPS=${REPS:-3}
 cargo build --release -p aetrace --quiet
@@ -56,18 +57,6 @@ WORKLOADS=(
 
 cd "$WORK"
 gzip -c text-2m >text-2m.gz
-# Best native wall time in seconds of REPS runs.
-native() {
-    local i t0 t1 b=""
-    for ((i = 0; i < REPS; i++)); do
-        t0=$(date +%s%N)
-        "$@" >/dev/null
-        t1=$(date +%s%N)
-        t=$((t1 - t0))
-        if [ -z "$b" ] || [ "$t" -lt "$b" ]; then b=$t; fi
-    done
-    awk -v b="$b" 'BEGIN {printf "%.4f", b / 1e9}'
-}
 # Best run_seconds and the increments of REPS profiled runs: "seconds increments".
 profiled() {
     local out=$1 i
@@ -113,7 +102,7 @@ for w in "${WORKLOADS[@]}"; do
     rest=${w#*|}
     libs=${rest%%|*}
     read -r -a cmd <<<"${rest#*|}"
-    n=$(native "${cmd[@]}")
+    n=$(best "${cmd[@]}")
     read -r s si <<<"$(profiled slow.aprof --libs "$libs" --placement every-block -- "${cmd[@]}")"
     read -r q qi <<<"$(profiled quick.aprof --libs "$libs" -- "${cmd[@]}")"
     read -r f fi <<<"$(profiled feedback.aprof --libs "$libs" --weights quick.aprof -- "${cmd[@]}")"

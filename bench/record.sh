@@ -59,18 +59,7 @@ WORKLOADS=(
     "sort 100k lines|none|/usr/bin/sort lines-100k"
 )
 
-# Best wall time in seconds of REPS runs of "$@" (stdout discarded).
-best() {
-    local i t0 t1 b=""
-    for ((i = 0; i < REPS; i++)); do
-        t0=$(date +%s%N)
-        "$@" >/dev/null
-        t1=$(date +%s%N)
-        t=$((t1 - t0))
-        if [ -z "$b" ] || [ "$t" -lt "$b" ]; then b=$t; fi
-    done
-    awk -v b="$b" 'BEGIN {printf "%.4f", b / 1e9}'
-}
+. bench/lib.sh
 
 cd "$WORK"
 RESULTS="$WORK/results.tsv"
@@ -90,10 +79,7 @@ for w in "${WORKLOADS[@]}"; do
     opt=$(best "$AETRACE" record --libs "$libs" -o opt.aet -- "${cmd[@]}")
     allp=$(best "$AETRACE" record --libs "$libs" --placement all-predicates -o allp.aet -- "${cmd[@]}")
     if [ "$LACKEY" = all ] || { [ "$LACKEY" = small ] && [[ $name == *20kB* ]]; }; then
-        t0=$(date +%s%N)
-        valgrind -q --tool=lackey --trace-mem=yes --log-file=/dev/null "${cmd[@]}" >/dev/null
-        t1=$(date +%s%N)
-        lackey=$(awk -v t=$((t1 - t0)) 'BEGIN {printf "%.4f", t / 1e9}')
+        lackey=$(REPS=1 best valgrind -q --tool=lackey --trace-mem=yes --log-file=/dev/null "${cmd[@]}")
     else
         lackey=nan
     fi

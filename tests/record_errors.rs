@@ -181,6 +181,45 @@ fn a_killed_program_leaves_a_trace_up_to_its_death() {
     assert!(Path::new(&t).exists());
 }
 
+/// A recorder killed while the program runs: the program stops at its
+/// next full buffer half with a message (the runtime's `flush` checks the
+/// recorder's pid every second while it waits), instead of waiting for
+/// ever for a half that nobody will empty.
+#[test]
+fn a_program_whose_recorder_is_killed_stops_with_a_message() {
+    use std::io::{BufRead, Read};
+    let t = dir().join("orphan.aet");
+    let mut rec = Command::new(common::aetrace())
+        .arg("record")
+        .arg("-o")
+        .arg(&t)
+        .args(["--", "/bin/sh", "-c", "echo $$; while :; do :; done"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut pid = String::new();
+    std::io::BufReader::new(rec.stdout.take().unwrap())
+        .read_line(&mut pid)
+        .unwrap();
+    let pid: i32 = pid.trim().parse().unwrap();
+    let mut stderr = rec.stderr.take().unwrap();
+    rec.kill().unwrap();
+    rec.wait().unwrap();
+    // The pipe ends when the program, its last writer, exits.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        let _ = tx.send(s);
+    });
+    let got = rx.recv_timeout(std::time::Duration::from_secs(30));
+    // SAFETY: kill with integer arguments; a no-op once it exited.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let stderr = got.expect("the program still runs 30 s after its recorder was killed");
+    assert!(stderr.contains("the recorder is gone"), "{stderr:?}");
+}
+
 /// Static executables are traced from a new entry stub that runs inside
 /// the entry procedure's copy: one whose entry procedure cannot be traced
 /// (here a one-byte `_start`, shorter than a springboard) is refused with

@@ -19,8 +19,12 @@
 //!   start at strictly increasing offsets inside the copy, the first at 0,
 //!   and every block, instruction and edge they name exists.
 
-/// Version of the encoding written by [`ProgramDb::encode`] (2: signal maps).
-pub const VERSION: u32 = 2;
+/// Version of the encoding written by [`ProgramDb::encode`] (2: signal maps;
+/// 3: [`CallDb::plt`], the second call byte and [`CallDb::jmpbuf`]).
+/// [`ProgramDb::decode`] reads versions 2 and 3.
+pub const VERSION: u32 = 3;
+/// Oldest version [`ProgramDb::decode`] reads.
+const OLDEST_VERSION: u32 = 2;
 
 /// One instrumented module.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -180,6 +184,22 @@ pub struct CallDb {
     /// The block of this procedure where the unwinder lands when the call
     /// throws (C++ exceptions: its LSDA call-site entry), if any.
     pub landing: Option<u32>,
+    /// A SETJMP or LONGJMP record (naming its jmp_buf) is written just
+    /// before this call: its target is a setjmp- or longjmp-like import
+    /// (version 3). The regenerator reads those records at these calls
+    /// only: a procedure whose first record is its setjmp's SETJMP writes
+    /// it right after its caller's call, which must not take it. Version-2
+    /// databases read as true for every call that is not a tail call (the
+    /// rule before).
+    pub jmpbuf: bool,
+    /// A PLT stub's import jump counted at the way into the stub (version
+    /// 3). On the stub's `jmp [GOT]` (an external tail call): the jump is
+    /// not a counted transfer, and a successor that is not EXIT (the
+    /// stub's lazy-binding half) is taken exactly when the thread's next
+    /// item is LAZY naming the stub (`docs/regen.md`, "PLT stubs"). On a
+    /// call or tail jump to a stub whose jump has it (`Proc`): counted,
+    /// a tail jump too. [`ProgramDb::check`] keeps the two sides agreeing.
+    pub plt: bool,
 }
 
 impl CallDb {
@@ -187,12 +207,17 @@ impl CallDb {
     /// carried by SIGNAL, is incremented just before it; `docs/runtime.md`
     /// section 2): every call and tail call into untraced code, and every
     /// call (not tail jump) to a traced procedure; not a system call or a
-    /// call to an `exit`-like import (target `Exit`). The rewriter emits the
-    /// increments and the regenerator mirrors them by this one rule.
+    /// call to an `exit`-like import (target `Exit`). A PLT stub's import
+    /// jump with [`CallDb::plt`] is not counted, and a tail jump to such a
+    /// stub is: every way into the stub is then counted (a call, a tail
+    /// jump, or an outside entry, whose ENTER separates), so each entry
+    /// into untraced code still follows exactly one counted transfer. The
+    /// rewriter emits the increments and the regenerator mirrors them by
+    /// this one rule.
     pub fn counts_transfer(&self) -> bool {
         match self.target {
-            CallTarget::External => true,
-            CallTarget::Proc(_) => !self.tail,
+            CallTarget::External => !self.plt,
+            CallTarget::Proc(_) => !self.tail || self.plt,
             CallTarget::Exit => false,
         }
     }
@@ -216,6 +241,9 @@ const CALL_RETURNS: u8 = 0x20;
 const CALL_TAIL: u8 = 0x40;
 const CALL_LAZY: u8 = 0x80;
 const CALL_LANDING: u8 = 0x08;
+/// Second call byte (version 3).
+const CALL2_JMPBUF: u8 = 0x01;
+const CALL_PLT: u8 = 0x04;
 /// Edge byte: kind in the low 3 bits, this bit when a witness number follows.
 const EDGE_WITNESS: u8 = 0x80;
 // Tags of `SigPoint` (low 2 bits of the point byte); bit 7: `Insn` of
@@ -381,14 +409,15 @@ impl ProgramDb {
     /// as raw bytes.
     pub fn encode(&self) -> Vec<u8> {
         debug_assert_eq!(self.check().map_err(|e| e.to_string()), Ok(()));
-        self.encode_raw()
+        self.encode_raw(VERSION)
     }
 
-    /// [`ProgramDb::encode`] without its debug check (tests build invalid inputs).
-    fn encode_raw(&self) -> Vec<u8> {
+    /// [`ProgramDb::encode`] in encoding `version` (tests write version 2
+    /// too), without its debug check (tests build invalid inputs).
+    fn encode_raw(&self, version: u32) -> Vec<u8> {
         let mut out = Vec::new();
         out.extend_from_slice(&MAGIC);
-        out.extend_from_slice(&VERSION.to_le_bytes());
+        out.extend_from_slice(&version.to_le_bytes());
         out.extend_from_slice(&self.link_base.to_le_bytes());
         out.extend_from_slice(&self.runtime_vaddr.to_le_bytes());
         put_uleb(&mut out, self.procs.len() as u64);
@@ -426,12 +455,16 @@ impl ProgramDb {
                             (c.tail, CALL_TAIL),
                             (c.lazy.is_some(), CALL_LAZY),
                             (c.landing.is_some(), CALL_LANDING),
+                            (c.plt, CALL_PLT),
                         ] {
                             if flag {
                                 byte |= bit;
                             }
                         }
                         out.push(byte);
+                        if version >= 3 {
+                            out.push(if c.jmpbuf { CALL2_JMPBUF } else { 0 });
+                        }
                         if let Some(q) = proc {
                             put_uleb(&mut out, u64::from(q));
                         }
@@ -521,9 +554,9 @@ impl ProgramDb {
             return Err("bad magic (not a program database)".into());
         }
         let version = r.u32("version")?;
-        if version != VERSION {
+        if !(OLDEST_VERSION..=VERSION).contains(&version) {
             return Err(format!(
-                "unsupported version {version} (this reader reads {VERSION})"
+                "unsupported version {version} (this reader reads {OLDEST_VERSION} to {VERSION})"
             ));
         }
         let link_base = r.u64("link base")?;
@@ -558,9 +591,22 @@ impl ProgramDb {
                     }
                     None
                 } else {
-                    if byte & 0x04 != 0 {
-                        return Err(r.err(format_args!("call byte {byte:#04x}: reserved bits set")));
+                    if byte & CALL_PLT != 0 && version < 3 {
+                        return Err(r.err(format_args!(
+                            "call byte {byte:#04x}: reserved bits set (version {version})"
+                        )));
                     }
+                    let jmpbuf = if version >= 3 {
+                        let byte2 = r.u8("second call byte")?;
+                        if byte2 & !CALL2_JMPBUF != 0 {
+                            return Err(r.err(format_args!(
+                                "second call byte {byte2:#04x}: reserved bits set"
+                            )));
+                        }
+                        byte2 & CALL2_JMPBUF != 0
+                    } else {
+                        byte & CALL_TAIL == 0
+                    };
                     let target = match byte & 3 {
                         CALL_PROC => CallTarget::Proc(r.u32_leb("callee")?),
                         CALL_EXTERNAL => CallTarget::External,
@@ -583,6 +629,8 @@ impl ProgramDb {
                         tail: byte & CALL_TAIL != 0,
                         lazy,
                         landing,
+                        jmpbuf,
+                        plt: byte & CALL_PLT != 0,
                     })
                 };
                 blocks.push(BlockDb {
@@ -699,6 +747,14 @@ impl ProgramDb {
 }
 
 impl ProcDb {
+    /// Whether this is a PLT stub whose import jump has [`CallDb::plt`].
+    pub fn plt_stub(&self) -> bool {
+        self.blocks.iter().any(|b| {
+            b.call
+                .is_some_and(|c| c.plt && c.tail && c.target == CallTarget::External)
+        })
+    }
+
     fn violation(&self, nprocs: usize, procs: &[ProcDb]) -> Option<String> {
         let n = self.blocks.len();
         if n > u32::MAX as usize - 1 {
@@ -773,6 +829,25 @@ impl ProcDb {
                         b.start
                     ));
                 }
+                // Counted at the way into a stub, or at its jump: never
+                // both, never neither (`CallDb::counts_transfer`).
+                let to_stub = match c.target {
+                    CallTarget::Proc(q) => procs.get(q as usize).is_some_and(ProcDb::plt_stub),
+                    _ => false,
+                };
+                let jump = c.tail && c.target == CallTarget::External;
+                if c.plt != to_stub && !(c.plt && jump) {
+                    return Some(format!(
+                        "block {bi} at {:#x}: {} ({:?})",
+                        b.start,
+                        if c.plt {
+                            "the PLT flag on a call that is neither a stub's import jump nor a way into such a stub"
+                        } else {
+                            "a call to a PLT stub whose import jump has the PLT flag, without it"
+                        },
+                        c.target
+                    ));
+                }
             }
         }
         let mut witnesses = Vec::new();
@@ -802,6 +877,14 @@ impl ProcDb {
                 ));
             }
             to_exit[e.from as usize] |= e.to == exit;
+            if e.witness.is_some()
+                && call.is_some_and(|c| c.plt && c.target == CallTarget::External)
+            {
+                return Some(format!(
+                    "edge {ei} {} -> {} carries a witness, but leaves a PLT stub's import jump (decided by LAZY)",
+                    e.from, e.to
+                ));
+            }
             if let Some(w) = e.witness {
                 witnesses.push(w);
             }
@@ -871,8 +954,19 @@ impl ProcDb {
                         },
                         _ => Some("a procedure that is not traced"),
                     },
+                    // Or an edge of a PLT jump decided by LAZY: the LAZY
+                    // piece before its record is reserved.
                     SigPoint::Witness { edge } => match self.edges.get(edge as usize) {
                         Some(e) if e.witness.is_some() => None,
+                        Some(e)
+                            if self.blocks.get(e.from as usize).is_some_and(|b| {
+                                b.call.is_some_and(|c| {
+                                    c.plt && c.tail && c.target == CallTarget::External
+                                })
+                            }) =>
+                        {
+                            None
+                        }
                         _ => Some("an edge without a witness"),
                     },
                     SigPoint::Returned { block } => match self.blocks.get(block as usize) {
@@ -944,6 +1038,8 @@ mod tests {
                         tail,
                         lazy,
                         landing,
+                        jmpbuf: !tail && rnd(4) == 0,
+                        plt: false,
                     });
                     let (to, kind) = if tail {
                         (exit, EdgeKindDb::TailCall)
@@ -1083,6 +1179,8 @@ mod tests {
                             tail: false,
                             lazy: None,
                             landing: None,
+                            jmpbuf: false,
+                            plt: false,
                         }),
                     },
                     BlockDb {
@@ -1132,11 +1230,12 @@ mod tests {
         };
         let bytes = db.encode();
         let mut want = b"AEDB".to_vec();
-        want.extend_from_slice(&2u32.to_le_bytes());
+        want.extend_from_slice(&3u32.to_le_bytes());
         want.extend_from_slice(&0x40_0000u64.to_le_bytes());
         want.extend_from_slice(&0x50_0000u64.to_le_bytes());
         want.extend_from_slice(&[1, 1, b'f', 0, 0, 2]);
-        want.extend_from_slice(&[0x80, 0xa0, 0x80, 0x02, 2, 4, 5, 0x32]);
+        // Call byte (External, MARKER, RETURNS), second call byte (no jmpbuf).
+        want.extend_from_slice(&[0x80, 0xa0, 0x80, 0x02, 2, 4, 5, 0x32, 0]);
         want.extend_from_slice(&[9, 1, 1, 0]);
         want.extend_from_slice(&[2, 0, 1, 3, 1, 2, 0x84, 0]);
         // Signal map: present, start, length, 3 ranges (delta, tag, payload).
@@ -1146,11 +1245,152 @@ mod tests {
         assert_eq!(ProgramDb::decode(&bytes).unwrap(), db);
     }
 
+    /// main calls `f@plt`, whose jump has the PLT flag (its lazy half,
+    /// block 1, tail-jumps to `<plt0>`).
+    fn plt_db() -> ProgramDb {
+        let call = |target, tail, plt| {
+            Some(CallDb {
+                target,
+                marker: false,
+                returns: true,
+                tail,
+                lazy: None,
+                landing: None,
+                plt,
+                jmpbuf: false,
+            })
+        };
+        let block = |start, call| BlockDb {
+            start,
+            insn_lens: vec![5],
+            call,
+        };
+        let edge = |from, to, kind| EdgeDb {
+            from,
+            to,
+            kind,
+            witness: None,
+        };
+        let proc = |name: &str, blocks, edges| ProcDb {
+            name: name.into(),
+            status: ProcStatus::Traced,
+            entry: 0,
+            blocks,
+            edges,
+            sigmap: None,
+        };
+        let mut stub = proc(
+            "f@plt",
+            vec![
+                block(0x40_1000, call(CallTarget::External, true, true)),
+                block(0x40_1006, call(CallTarget::Proc(2), true, false)),
+            ],
+            vec![
+                edge(0, 2, EdgeKindDb::TailCall),
+                edge(0, 1, EdgeKindDb::Taken),
+                edge(1, 2, EdgeKindDb::TailCall),
+            ],
+        );
+        // The LAZY piece stands on the lazy edge until LAZY is reserved.
+        stub.sigmap = Some(SigMap {
+            start: 0x60_0000,
+            len: 0x20,
+            ranges: vec![
+                SigRange {
+                    offset: 0,
+                    point: SigPoint::Outside,
+                },
+                SigRange {
+                    offset: 0x10,
+                    point: SigPoint::Witness { edge: 1 },
+                },
+            ],
+        });
+        ProgramDb {
+            link_base: 0x40_0000,
+            runtime_vaddr: 0x50_0000,
+            procs: vec![
+                proc(
+                    "main",
+                    vec![
+                        block(0x40_2000, call(CallTarget::Proc(1), false, true)),
+                        block(0x40_2005, None),
+                    ],
+                    vec![
+                        edge(0, 1, EdgeKindDb::CallReturn),
+                        edge(1, 2, EdgeKindDb::Return),
+                    ],
+                ),
+                stub,
+                proc(
+                    "<plt0>",
+                    vec![block(0x40_0ff0, call(CallTarget::External, true, false))],
+                    vec![edge(0, 1, EdgeKindDb::TailCall)],
+                ),
+            ],
+        }
+    }
+
+    #[test]
+    fn plt_flags_round_trip_and_agree_between_stub_and_callers() {
+        let db = plt_db();
+        let bytes = db.encode();
+        assert_eq!(ProgramDb::decode(&bytes).unwrap(), db);
+        let jump = db.procs[1].blocks[0].call.unwrap();
+        assert!(!jump.counts_transfer() && db.procs[0].blocks[0].call.unwrap().counts_transfer());
+        assert!(db.procs[1].plt_stub() && !db.procs[2].plt_stub());
+        // Version 2 had no PLT flag: its bit is refused there.
+        let e = ProgramDb::decode(&db.encode_raw(2))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("reserved bits set (version 2)"), "{e}");
+        // A version 2 database without it still reads (and has no second
+        // call byte: every call but a tail call reads as a `jmpbuf` one).
+        let mut old = db.clone();
+        for p in &mut old.procs {
+            for b in &mut p.blocks {
+                if let Some(c) = &mut b.call {
+                    c.plt = false;
+                    c.jmpbuf = !c.tail;
+                }
+            }
+            p.sigmap = None;
+        }
+        assert_eq!(ProgramDb::decode(&old.encode_raw(2)).unwrap(), old);
+        // The way into the stub must be counted when its jump is not ...
+        let mut bad = db.clone();
+        bad.procs[0].blocks[0].call.as_mut().unwrap().plt = false;
+        let e = bad.check().unwrap_err().to_string();
+        assert!(
+            e.contains("procedure 0 (main)") && e.contains("without it"),
+            "{e}"
+        );
+        // ... and only then.
+        let mut bad = db.clone();
+        bad.procs[1].blocks[1].call.as_mut().unwrap().plt = true;
+        let e = bad.check().unwrap_err().to_string();
+        assert!(e.contains("f@plt") && e.contains("neither"), "{e}");
+        // LAZY decides the jump: no witness on its edges.
+        let mut bad = db.clone();
+        bad.procs[1].edges[0].witness = Some(0);
+        let e = bad.check().unwrap_err().to_string();
+        assert!(e.contains("carries a witness"), "{e}");
+        // Without the flag, the lazy edge's signal range names an edge
+        // without a witness.
+        let mut bad = db;
+        bad.procs[1].blocks[0].call.as_mut().unwrap().plt = false;
+        bad.procs[0].blocks[0].call.as_mut().unwrap().plt = false;
+        let e = bad.check().unwrap_err().to_string();
+        assert!(e.contains("an edge without a witness"), "{e}");
+    }
+
     #[test]
     fn invariant_violations_are_named() {
         let mut db = random_db(7, 3);
         db.procs[0].blocks[0].insn_lens.push(16);
-        let e = ProgramDb::decode(&db.encode_raw()).unwrap_err().to_string();
+        let e = ProgramDb::decode(&db.encode_raw(VERSION))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("procedure 0") && e.contains("16 bytes"), "{e}");
 
         let mut db = random_db(7, 3);
@@ -1178,7 +1418,15 @@ mod tests {
             let db = random_db(seed, n);
             prop_assert_eq!(db.check().map_err(|e| e.to_string()), Ok(()));
             let bytes = db.encode();
-            prop_assert_eq!(ProgramDb::decode(&bytes).unwrap(), db);
+            prop_assert_eq!(ProgramDb::decode(&bytes).unwrap(), db.clone());
+            // Version 2 had no `jmpbuf`: every call but a tail call reads as one.
+            let mut old = db.clone();
+            for p in &mut old.procs {
+                for c in p.blocks.iter_mut().filter_map(|b| b.call.as_mut()) {
+                    c.jmpbuf = !c.tail;
+                }
+            }
+            prop_assert_eq!(ProgramDb::decode(&db.encode_raw(2)).unwrap(), old);
         }
 
         /// Every strict prefix is an error (never a panic, never a shorter database).

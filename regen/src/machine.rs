@@ -31,6 +31,16 @@
 //! redone. `sigs` holds one entry per
 //! `Sig` frame of the stack, in order.
 //!
+//! PLT stubs (docs/regen.md, "PLT stubs"): a stub's `jmp [GOT]` with
+//! `CallDb::plt` writes nothing when bound; its lazy outcome writes
+//! LAZY(stub) first. Invariant: at such a jump, the thread's next item is
+//! LAZY naming this stub exactly when the lazy outcome was taken (the lazy
+//! path writes nothing before it; after a bound jump the thread cannot
+//! find the same slot unbound again, a slot never going back to its lazy
+//! value, so this stub's LAZY cannot come next). [`Machine::plt_outcome`]
+//! and the IBT case of [`Machine::call`] decide by it; a LAZY read
+//! anywhere else is an error naming the stub.
+//!
 //! The transfer count (`xfers`, docs/regen.md "The transfer count")
 //! mirrors the runtime's per-thread XFERS: it grows by one exactly when the
 //! machine makes a counted transfer ([`Machine::counted`]:
@@ -465,6 +475,19 @@ impl<'a> Machine<'a> {
                 at,
                 why: "a fork child continues from its parent's state at the fork, and the parent's stream has no FORKED record for this child (the parent was not traced at the fork)",
             },
+            // Written only on a stub's lazy path, read only where that
+            // stub's jump is decided: anywhere else the trace and the
+            // database disagree.
+            Item::Lazy(raw) => Error::Unexpected {
+                thread: self.thread,
+                record: format!(
+                    "{} (lazy binding in PLT stub {})",
+                    item.describe(),
+                    self.proc_named(raw)
+                ),
+                offset,
+                at: format!("{at}, where no jump of that stub is being decided"),
+            },
             Item::Desync(_) => Error::Unsupported {
                 thread: self.thread,
                 record: item.describe(),
@@ -574,6 +597,21 @@ impl<'a> Machine<'a> {
         }
     }
 
+    /// How messages name the procedure an ENTER-style payload names.
+    fn proc_named(&self, raw: u32) -> String {
+        let (tag, q) = (raw >> TAG_SHIFT, raw & ((1 << TAG_SHIFT) - 1));
+        match self.by_tag.get(tag as usize).copied().flatten() {
+            Some(i) => {
+                let m = self.modules[i as usize];
+                match m.procs.get(q as usize) {
+                    Some(p) => format!("{} of {}", p.name, m.name),
+                    None => format!("{q} (module {} has {} procedures)", m.name, m.procs.len()),
+                }
+            }
+            None => format!("{q} of module tag {tag}, which the process does not have"),
+        }
+    }
+
     /// The ENTER payload naming procedure `q` of module `module`.
     fn raw_id(&self, module: u32, q: u32) -> u32 {
         self.modules[module as usize].tag << TAG_SHIFT | q
@@ -644,6 +682,7 @@ impl<'a> Machine<'a> {
                 }
                 b.succ_lo
             }
+            _ if b.call.is_some_and(|c| c.plt) => self.plt_outcome(from)?,
             _ => {
                 let (w, off) = self.take_witness(from)?;
                 let si = match m.choose(b, w) {
@@ -680,6 +719,95 @@ impl<'a> Machine<'a> {
             }
         };
         Ok(si)
+    }
+
+    /// The outcome of a PLT stub's `jmp [GOT]` whose database call has
+    /// `plt` (`docs/regen.md`, "PLT stubs"): the index in `succs` of its
+    /// lazy-binding half when the thread's next item is LAZY naming this
+    /// stub (consumed), else of its edge to EXIT (the bound import). Exact
+    /// because the lazy path writes LAZY before anything else it runs
+    /// (it is the first thing the GOT slot's lazy value leads to), and the
+    /// bound outcome cannot be followed by this stub's LAZY before another
+    /// item: that would need this thread to find the slot unbound again
+    /// after finding it bound, and a slot never goes back to its lazy
+    /// value (`dlclose` of a traced module is refused). A SIGNAL read here
+    /// aborts the step; the handler runs first, then the decision is redone.
+    fn plt_outcome(&mut self, from: Loc) -> Step<u32> {
+        let m = self.module(from);
+        let b = &m.blocks[from.block as usize];
+        let (mut bound, mut lazy) = (None, None);
+        for si in b.succ_lo..b.succ_hi {
+            if m.succs[si as usize].to == EXIT {
+                bound = bound.or(Some(si));
+            } else {
+                lazy = lazy.or(Some(si));
+            }
+        }
+        let (Some(bound), Some(lazy), 2) = (bound, lazy, b.succ_hi - b.succ_lo) else {
+            return Err(Error::Database {
+                module: m.name.clone(),
+                proc: self.proc_name(from).to_owned(),
+                what: format!(
+                    "block {:#x}: a PLT stub's jump needs one edge to EXIT and one to its lazy-binding half",
+                    b.start
+                ),
+            }
+            .into());
+        };
+        if let Some((w, off)) = self.pending {
+            return Err(Error::Unexpected {
+                thread: self.thread,
+                record: format!("witness {w} (still pending)"),
+                offset: off,
+                at: format!("{} at a PLT stub's jump", self.at(Some(from))),
+            }
+            .into());
+        }
+        Ok(if self.lazy_record(from, Retry::Step(from))? {
+            lazy
+        } else {
+            bound
+        })
+    }
+
+    /// At PLT jump `at` (`CallDb::plt`): whether the next item is LAZY
+    /// naming its stub (consumed: the lazy outcome). A SIGNAL in traced
+    /// code the thread reached after the bound jump (a callback, the
+    /// caller after the import returned) or in untraced code entered later
+    /// means the bound outcome, and the step that reaches it reads it; one
+    /// before the jump, on the LAZY piece before its record (the jump's
+    /// edge, "witness not reserved") or in the import aborts the step
+    /// (`retry`), decided again after the handler.
+    fn lazy_record(&mut self, at: Loc, retry: Retry) -> Step<bool> {
+        let me = self.raw_id(at.module, self.block(at).proc);
+        match self.stream.peek()? {
+            (Item::Lazy(raw), _, len) if raw == me => {
+                self.stream.advance(len);
+                self.consumed(None);
+                Ok(true)
+            }
+            (Item::Signal { rip, count, .. }, _, _)
+                if self.ahead_of_trail(rip, count)
+                    && !matches!(self.place_rip(rip), Ok((mi, SigAt::Witness { from: f }, _))
+                        if mi == at.module && f == at.block) =>
+            {
+                Ok(false)
+            }
+            (item, off, len) => match Self::signal(item, off, retry) {
+                Some(f) => {
+                    self.stream.advance(len);
+                    Err(f)
+                }
+                None => Ok(false),
+            },
+        }
+    }
+
+    /// Whether block `l` is a PLT stub's jump decided by LAZY
+    /// ([`Machine::plt_outcome`]).
+    fn is_plt_jump(&self, l: Loc) -> bool {
+        let b = self.block(l);
+        b.succ_hi - b.succ_lo == 2 && b.call.is_some_and(|c| c.plt)
     }
 
     /// Takes the successor edge of `from`, then follows returns through
@@ -916,30 +1044,39 @@ impl<'a> Machine<'a> {
     }
 
     /// Whether a SIGNAL with `rip` stands in traced code the thread has not
-    /// run since its last record.
+    /// run since its last record, or in untraced code the thread entered
+    /// later than now: its transfer count is past the current one (every
+    /// later entry into untraced code follows a counted transfer; without
+    /// a witness at a PLT stub's bound jump, the next record may come from
+    /// a later import).
     fn ahead_of_trail(&self, rip: u64, count: Option<u32>) -> bool {
-        matches!(
-            self.place_rip(rip),
-            Ok((
-                _,
-                SigAt::Insn { .. } | SigAt::Witness { .. } | SigAt::Returned { .. },
-                _
-            ))
-        ) && !self.before_call(rip, count)
+        match self.place_rip(rip) {
+            Ok((_, SigAt::Insn { .. } | SigAt::Witness { .. } | SigAt::Returned { .. }, _)) => {
+                !self.before_call(rip, count)
+            }
+            Ok((_, SigAt::Outside, _)) => count.is_some_and(|n| {
+                (n.wrapping_sub(self.xfers) as i32) > 0
+                    && !self.trail.iter().any(
+                        |m| matches!(*m, Mark::Gap { cnt } | Mark::Restored { cnt } if cnt == n),
+                    )
+            }),
+            Err(_) => false,
+        }
     }
 
     /// Control leaves call block `at`.
     fn call(&mut self, at: Loc, c: aetrace_format::progdb::CallDb) -> Step {
         self.no_pending(at, "a call")?;
         if !c.tail {
-            // SETJMP/LONGJMP are written just before their call.
+            // SETJMP/LONGJMP are written just before their own call (a
+            // callee's first record may be its setjmp's, right after ours).
             match self.stream.peek()? {
-                (Item::Setjmp(buf), _, len) => {
+                (Item::Setjmp(buf), _, len) if c.jmpbuf => {
                     self.stream.advance(len);
                     self.consumed(Some(at));
                     self.jmpbufs.insert(buf, (self.stack.len(), at));
                 }
-                (Item::Longjmp(buf), off, len) => {
+                (Item::Longjmp(buf), off, len) if c.jmpbuf => {
                     self.stream.advance(len);
                     self.consumed(Some(at));
                     self.longjmp_to = Some((buf, off));
@@ -959,8 +1096,12 @@ impl<'a> Machine<'a> {
         }
         match c.target {
             CallTarget::Proc(q) => {
-                if !c.tail {
+                // A call, or a tail jump to a PLT stub whose own jump is
+                // not counted (`CallDb::counts_transfer`).
+                if c.counts_transfer() {
                     self.xfers = self.xfers.wrapping_add(1);
+                }
+                if !c.tail {
                     self.stack.push(Frame::Ret(at));
                 }
                 let off = self.stream.offset();
@@ -981,6 +1122,17 @@ impl<'a> Machine<'a> {
                     self.never_returns()
                 }
             }
+            // IBT: the lazy-binding half is procedure `l`, entered from
+            // the LAZY piece without ENTER.
+            CallTarget::External if c.plt && c.lazy.is_some() => {
+                if self.lazy_record(at, Retry::Call(at))? {
+                    let l = c.lazy.expect("matched");
+                    self.stack.push(Frame::Lazy);
+                    let off = self.stream.offset();
+                    return Ok(self.enter(at.module, l, off)?);
+                }
+                self.jump_untraced(at)
+            }
             CallTarget::External => {
                 let mut lazy = None;
                 if let Some(l) = c.lazy {
@@ -997,9 +1149,12 @@ impl<'a> Machine<'a> {
                 }
                 // The GOT jump (a `.plt.sec` stub's, whose GOT slot may
                 // hold the lazy-binding entry: its ENTER) is counted either
-                // way; a stub whose lazy half is its own successor block
-                // counts only the bound outcome, this edge.
-                self.xfers = self.xfers.wrapping_add(1);
+                // way unless the way into the stub was (`CallDb::plt`); a
+                // stub whose lazy half is its own successor block and
+                // without `plt` counts only the bound outcome, this edge.
+                if c.counts_transfer() {
+                    self.xfers = self.xfers.wrapping_add(1);
+                }
                 if let Some((l, off, len)) = lazy {
                     self.stream.advance(len);
                     self.consumed(None);
@@ -1365,7 +1520,11 @@ impl<'a> Machine<'a> {
                     .iter()
                     .map(|&(g, cnt)| (at_gap(g), Some(g), cnt))
                     .collect();
-                if matches!(retry, Retry::Untraced | Retry::Call(_) | Retry::JumpUntraced(_)) {
+                // (Deciding a PLT stub's jump: its bound outcome may have
+                // entered the import.)
+                if matches!(retry, Retry::Untraced | Retry::Call(_) | Retry::JumpUntraced(_))
+                    || matches!(retry, Retry::Step(l) if self.is_plt_jump(l))
+                {
                     // A call the step was about to make counted itself
                     // before it left for untraced code.
                     let made = matches!(retry, Retry::Call(l) if self.counted(l));
@@ -1431,7 +1590,8 @@ impl<'a> Machine<'a> {
                 }
             }
             SigAt::Witness { from } => match retry {
-                Retry::Step(f) | Retry::Leave(f) if f == here(from) => Cut::End,
+                // (`Call`: the LAZY piece of an IBT stub's jump.)
+                Retry::Step(f) | Retry::Leave(f) | Retry::Call(f) if f == here(from) => Cut::End,
                 Retry::Step(f) | Retry::Leave(f) if f.module == mi => Cut::Ahead(f, from, None),
                 _ => {
                     return Err(fail(self, format!("the rip is on an edge leaving block {} before its witness, but the thread is not deciding there", name(from))))

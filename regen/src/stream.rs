@@ -33,11 +33,13 @@ pub mod kind {
     pub const LONGJMP: u8 = 14;
     /// SIGNAL with the thread's transfer count (format 1.2).
     pub const SIGNAL: u8 = 15;
+    /// A PLT stub's lazy-binding outcome (format 1.3).
+    pub const LAZY: u8 = 16;
 
     /// Total length of a record of `kind`, `None` for an unknown kind.
     pub fn len(kind: u8) -> Option<usize> {
         Some(match kind {
-            ENTER | EXIT | FORK | THREAD | LANDING | FORKED => 6,
+            ENTER | EXIT | FORK | THREAD | LANDING | FORKED | LAZY => 6,
             INDIRECT | DESYNC | SETJMP | LONGJMP => 10,
             SIGNAL_1_1 => 14,
             SIGNAL => 18,
@@ -76,6 +78,8 @@ pub enum Item {
     Setjmp(u64),
     /// Before a call to longjmp: its jmp_buf.
     Longjmp(u64),
+    /// The PLT stub `tag << 24 | procedure` took its lazy-binding outcome.
+    Lazy(u32),
     /// The end of the stream.
     End,
 }
@@ -107,6 +111,7 @@ impl Item {
             Item::Forked(p) => format!("FORKED({p})"),
             Item::Setjmp(b) => format!("SETJMP({b:#x})"),
             Item::Longjmp(b) => format!("LONGJMP({b:#x})"),
+            Item::Lazy(p) => format!("LAZY({p})"),
             Item::End => "the end of the stream".into(),
         }
     }
@@ -244,6 +249,7 @@ impl<'t> Stream<'t> {
             kind::FORKED => Item::Forked(le(p) as u32),
             kind::SETJMP => Item::Setjmp(le(p)),
             kind::LONGJMP => Item::Longjmp(le(p)),
+            kind::LAZY => Item::Lazy(le(p) as u32),
             _ => Item::Return,
         };
         Ok((item, offset, len))

@@ -144,6 +144,8 @@ pub fn synth(prog: Program, rng: &mut Rng) -> Synth {
                     tail: false,
                     lazy: None,
                     landing: None,
+                    jmpbuf: false,
+                    plt: false,
                 }
             });
             let start = addr;

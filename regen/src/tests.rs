@@ -106,6 +106,8 @@ fn call(
         tail,
         lazy,
         landing: None,
+        jmpbuf: false,
+        plt: false,
     })
 }
 
@@ -232,6 +234,109 @@ fn lazy_binding_path_is_followed_once_per_thread() {
     let mut want = want.to_vec();
     want.push((2, 0));
     assert_eq!(out, HDR.to_owned() + &blocks_of(&db, &want));
+}
+
+/// main calls `f@plt` twice; the stub's jump (`CallDb::plt`) has no
+/// witness: LAZY(1) names its lazy outcome (its second half, then `<plt0>`).
+fn lazy_plt_db() -> ProgramDb {
+    let mut a = LINK_BASE + 0x1000;
+    let to_stub = CallDb {
+        plt: true,
+        ..call(CallTarget::Proc(1), false, true, false, None).unwrap()
+    };
+    let jump = CallDb {
+        plt: true,
+        ..call(CallTarget::External, false, true, true, None).unwrap()
+    };
+    db_of(vec![
+        proc(
+            &mut a,
+            "main",
+            vec![Some(to_stub), Some(to_stub), None],
+            vec![
+                (0, 1, CallReturn, None),
+                (1, 2, CallReturn, None),
+                (2, 3, Return, None),
+            ],
+        ),
+        proc(
+            &mut a,
+            "f@plt",
+            vec![
+                Some(jump),
+                call(CallTarget::Proc(2), false, true, true, None),
+            ],
+            vec![
+                (0, 2, TailCall, None),
+                (0, 1, Taken, None),
+                (1, 2, TailCall, None),
+            ],
+        ),
+        proc(
+            &mut a,
+            "<plt0>",
+            vec![call(CallTarget::External, false, true, true, None)],
+            vec![(0, 1, TailCall, None)],
+        ),
+    ])
+}
+
+/// LAZY: 0xFF 16 u32.
+fn lazy(out: &mut Vec<u8>, p: u32) {
+    rec(out, 16, &p.to_le_bytes());
+}
+
+#[test]
+fn plt_jump_is_bound_unless_lazy_names_its_stub() {
+    let db = lazy_plt_db();
+    let lazy_path = [(0, 0), (1, 0), (1, 1), (2, 0)];
+    let mut s = Vec::new();
+    thread_rec(&mut s);
+    enter(&mut s, 0);
+    // Both calls bound: no record at all.
+    expect(
+        &db,
+        &s,
+        &blocks_of(&db, &[(0, 0), (1, 0), (0, 1), (1, 0), (0, 2)]),
+    );
+    // The first call binds lazily, the second finds the slot bound.
+    lazy(&mut s, 1);
+    let mut want = lazy_path.to_vec();
+    want.extend([(0, 1), (1, 0), (0, 2)]);
+    expect(&db, &s, &blocks_of(&db, &want));
+    // A slot left lazy (LD_BIND_NOT): both calls take the lazy path.
+    lazy(&mut s, 1);
+    let mut want = lazy_path.to_vec();
+    want.push((0, 1));
+    want.extend(&lazy_path[1..]);
+    want.push((0, 2));
+    expect(&db, &s, &blocks_of(&db, &want));
+    // A third LAZY, after main returned: no stub's jump is being decided.
+    let mut bad = s.clone();
+    lazy(&mut bad, 1);
+    let (_, r) = hand(&db, &bad);
+    let e = r.unwrap_err().to_string();
+    assert!(
+        e.contains("LAZY(1) (lazy binding in PLT stub f@plt of")
+            && e.contains("where no jump of that stub is being decided"),
+        "{e}"
+    );
+    // LAZY naming another procedure is no lazy outcome of this stub: both
+    // jumps are bound, and the record is refused once read.
+    let mut other = Vec::new();
+    thread_rec(&mut other);
+    enter(&mut other, 0);
+    lazy(&mut other, 2);
+    let (out, r) = hand(&db, &other);
+    let e = r.unwrap_err().to_string();
+    assert!(
+        e.contains("LAZY(2) (lazy binding in PLT stub <plt0> of"),
+        "{e}"
+    );
+    assert!(
+        !out.contains(&format!("{:x} ", LOAD_BASE + db.procs[1].blocks[1].start)),
+        "{out}"
+    );
 }
 
 #[test]

@@ -46,6 +46,10 @@
 //!   (`gettid`) and, when they differ, claims the child's slot with its
 //!   FORK record itself (signals blocked); `fork_child`, signals blocked,
 //!   claims only when the slot is still not the thread's own.
+//! - `fork_prepare`, `fork_done` (around a call to `fork`): reported at
+//!   their return addresses, before the call (with the count before its
+//!   increment) and at the fork's return point, which the signal map
+//!   places; they write no slot state.
 //! - `attach_thread` (a new thread, which inherits the process's
 //!   handlers, starting while the process takes signals): reported at its
 //!   return address, in the outside-entry stub before its ENTER, placed
@@ -66,17 +70,18 @@
 //!   it stands where the first signal interrupted the thread. Its
 //!   `signal_entry` runs the fix-up on the first context (the kernel's
 //!   frame right above the stub's return address), completing the stores
-//!   it left pending and stepping its saved rip (the first `signal_entry`
-//!   then finds nothing left to do and reports the same rip), and maps
-//!   that rip again. A stub's first instruction is recognised by its
-//!   bytes, `cmp dword [rip+ready], 0` naming a blob's `ready` word (also
-//!   behind a springboard, `jmp rel32` at the procedure's original entry,
-//!   where a handler's address usually points), and by its return address
-//!   holding the restorer's bytes; a rip equal to the context's CR2 (an
-//!   instruction fetch fault) is never read. Not recognised:
-//!   the stub's later instructions before its `call signal_entry`; a
-//!   signal there is reported in the stub (untraced code) ahead of the
-//!   first SIGNAL.
+//!   it left pending (or undoing its transfer count's increment) and
+//!   stepping its saved rip (the first `signal_entry` then finds nothing
+//!   left to do and reports the same rip), and maps that rip again. Every
+//!   instruction of a stub before its `call signal_entry`
+//!   ([`STUB_INSNS`]) is recognised: the stub starting that far before the
+//!   rip holds `cmp dword [rip+ready], 1` naming a blob's `ready` word and
+//!   `call signal_entry` naming that blob's, and the interrupted `[rsp]`
+//!   the restorer's bytes (the first instruction also behind a
+//!   springboard, `jmp rel32` at the procedure's original entry, where a
+//!   handler's address usually points); a rip equal to the context's CR2
+//!   (an instruction fetch fault) is never read. Bytes behind the rip are
+//!   read only in this blob's or the executable's instrumented code.
 //!
 //! The return address is found from the interrupted rsp: in these windows
 //! its depth is a static function of the rip ([`Depths`]), checked by tests
@@ -88,6 +93,7 @@
 use iced_x86::code_asm::*;
 use iced_x86::BlockEncoderOptions;
 
+use crate::emit::{STUB_INSNS, TRANSFER_INC};
 use crate::layout::*;
 use crate::Error;
 
@@ -104,6 +110,9 @@ const SYS_FTRUNCATE: u32 = 77;
 const SYS_ARCH_PRCTL: u32 = 158;
 const SYS_GETTID: u32 = 186;
 const SYS_FUTEX: u32 = 202;
+const SYS_KILL: u32 = 62;
+const ETIMEDOUT: i32 = 110;
+const ESRCH: i32 = 3;
 const ARCH_SET_GS: u32 = 0x1001;
 const ARCH_SET_FS: u32 = 0x1002;
 const ARCH_GET_FS: u32 = 0x1003;
@@ -113,6 +122,9 @@ const FUTEX_WAKE: u32 = 1;
 const O_RDWR_CREAT_TRUNC_CLOEXEC: u32 = 0o2 | 0o100 | 0o1000 | 0o2000000;
 /// Exit status of a program the runtime has to stop (message on stderr).
 pub const FATAL_STATUS: u32 = 125;
+/// Seconds `flush` waits for the recorder to empty a half before it checks
+/// that the recorder still exists (a live but busy recorder is waited for).
+pub const RECORDER_CHECK_SECS: u64 = 1;
 
 /// Data page fields (offsets from the data page).
 const D_READY: u64 = 0;
@@ -164,6 +176,8 @@ struct Labels {
     attach: CodeLabel,
     flush: CodeLabel,
     fork_child: CodeLabel,
+    fork_prepare: CodeLabel,
+    fork_done: CodeLabel,
     claim: CodeLabel,
     prefix: CodeLabel,
     parse_dec: CodeLabel,
@@ -189,10 +203,16 @@ struct Labels {
     m_rebased: CodeLabel,
     m_slots: CodeLabel,
     m_write: CodeLabel,
+    m_gone: CodeLabel,
+    /// `struct timespec` of [`RECORDER_CHECK_SECS`]: how long `flush` waits
+    /// for a half before it checks that the recorder is alive.
+    t_wait: CodeLabel,
     /// `map_caller`: the interrupted rip -> its entry point's caller.
     map_caller: CodeLabel,
     /// `fixup`: completes the stores an interrupted context left pending.
     fixup: CodeLabel,
+    /// [`STUB_INSNS`] as bytes, for `map_caller`.
+    stub_insns: CodeLabel,
     /// Each entry point's [`Depths`] (all but `init`, module doc), in
     /// address order, and who calls it.
     windows: Vec<(Depths, Caller)>,
@@ -327,6 +347,8 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         attach: a.create_label(),
         flush: a.create_label(),
         fork_child: a.create_label(),
+        fork_prepare: a.create_label(),
+        fork_done: a.create_label(),
         claim: a.create_label(),
         prefix: a.create_label(),
         parse_dec: a.create_label(),
@@ -352,14 +374,19 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         m_rebased: a.create_label(),
         m_slots: a.create_label(),
         m_write: a.create_label(),
+        m_gone: a.create_label(),
+        t_wait: a.create_label(),
         map_caller: a.create_label(),
         fixup: a.create_label(),
+        stub_insns: a.create_label(),
         windows: Vec::new(),
     };
     emit_init(&mut a, &mut l)?;
     emit_attach(&mut a, &mut l)?;
     emit_fork_child(&mut a, &mut l)?;
     emit_flush(&mut a, &mut l)?;
+    emit_fork_window(&mut a, &mut l, 1)?;
+    emit_fork_window(&mut a, &mut l, -1)?;
     // Entry, after pushfq, after the lea (registers saved, then signals
     // blocked), after the mask is restored, popfq, ret, after the ret.
     debug_assert_eq!(
@@ -392,6 +419,8 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     // glibc's __restore_rt: `mov rax, 15` + first byte of `syscall`.
     a.set_label(&mut l.restorer)?;
     a.db(&[0x48, 0xC7, 0xC0, 0x0F, 0x00, 0x00, 0x00, 0x0F])?;
+    a.set_label(&mut l.stub_insns)?;
+    a.db(&STUB_INSNS.map(|o| o as u8))?;
     // x86 register number -> index in the signal frame's gregs.
     a.set_label(&mut l.regmap)?;
     a.db(&[13, 14, 12, 11, 15, 10, 9, 8, 0, 1, 2, 3, 4, 5, 6, 7])?;
@@ -420,6 +449,13 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         &mut l.m_write,
         "aetrace: cannot write the standalone trace file\n",
     )?;
+    msg(
+        &mut a,
+        &mut l.m_gone,
+        "aetrace: the recorder is gone (killed?) and cannot take the witnesses: the program is stopped; its trace ends at the last buffer the recorder took\n",
+    )?;
+    a.set_label(&mut l.t_wait)?;
+    a.dq(&[RECORDER_CHECK_SECS, 0])?;
     if pad > 0 {
         a.db(&vec![0xCC; pad as usize])?;
     }
@@ -454,6 +490,8 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         ("attach_thread", res.label_ip(&l.attach)?),
         ("flush", res.label_ip(&l.flush)?),
         ("fork_child", res.label_ip(&l.fork_child)?),
+        ("fork_prepare", res.label_ip(&l.fork_prepare)?),
+        ("fork_done", res.label_ip(&l.fork_done)?),
         ("signal_entry", res.label_ip(&l.signal_entry)?),
         ("restorer_bytes", res.label_ip(&l.restorer)?),
         ("ready", data_offset + D_READY),
@@ -718,14 +756,19 @@ fn emit_attach(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.jmp(l.fatal)?;
     a.set_label(&mut published)?;
     a.mov(dword_ptr(l.d_ready), 1)?;
-    // A thread that owns its slot already (the usual case) keeps it.
+    // A thread that owns its slot already (the usual case) keeps it (a
+    // fork child still on its parent's slot claims its own).
+    let mut lib_owner = a.create_label();
     a.mov(rax, qword_ptr(0u64).fs())?;
     a.cmp(rax, qword_ptr(S_OWNER).gs())?;
-    a.je(done)?;
+    a.je(lib_owner)?;
     a.call(l.slot_index)?;
     a.mov(ebp, eax)?;
     a.mov(ebx, RecordKind::Thread as u32)?;
     a.call(l.claim)?;
+    a.jmp(done)?;
+    a.set_label(&mut lib_owner)?;
+    emit_claim_fork_unless_owned(a, l, done)?;
     a.set_label(&mut done)?;
     restore_signals(a)?;
     d.mark(a, Some(FRAME))?;
@@ -740,10 +783,14 @@ fn emit_attach(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.cmp(ebp, u32::MAX)?;
     a.je(claim)?;
     // A handler that ran before signals were blocked here (or between
-    // the stub's owner test and its call) attached this thread already.
+    // the stub's owner test and its call) attached this thread already;
+    // or this is a fork child still on its parent's slot (the same TCB),
+    // in a `pthread_atfork` child handler (the stub calls here while a
+    // fork is in progress, `fork_prepare`).
+    let mut owner = a.create_label();
     a.mov(rax, qword_ptr(0u64).fs())?;
     a.cmp(rax, qword_ptr(S_OWNER).gs())?;
-    a.je(kept)?;
+    a.je(owner)?;
     a.lea(rcx, ptr(l.d_pretls))?;
     a.cmp(qword_ptr(S_OWNER).gs(), rcx)?;
     a.jne(claim)?;
@@ -757,6 +804,9 @@ fn emit_attach(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.set_label(&mut claim)?;
     a.mov(ebx, RecordKind::Thread as u32)?;
     a.call(l.claim)?;
+    a.jmp(kept)?;
+    a.set_label(&mut owner)?;
+    emit_claim_fork_unless_owned(a, l, kept)?;
     a.set_label(&mut kept)?;
     restore_signals(a)?;
     d.mark(a, Some(FRAME))?;
@@ -781,6 +831,52 @@ fn emit_fork_child(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
     d.mark(a, None)?;
     emit_claim_fork_unless_owned(a, l, kept)?;
     a.set_label(&mut kept)?;
+    restore_signals(a)?;
+    d.mark(a, Some(FRAME))?;
+    restore_all(a, &mut d)?;
+    l.windows.push((d, Caller::Placed));
+    Ok(())
+}
+
+/// `fork_prepare()` (`delta` 1) and `fork_done()` (-1): the rewriter calls
+/// them around each call to `fork` (not `vfork`: no atfork handlers, and
+/// the child shares the parent's memory), `fork_done` in the parent, in
+/// the child after `fork_child`, and after a failed fork. Between them
+/// `ready` is above 1 in this blob and in the executable's (the slot's
+/// RUNTIME), so the outside-entry stubs of those modules call
+/// `attach_thread`, whose test of the thread id lets a `pthread_atfork`
+/// child handler, which runs in the child before the fork returns (the
+/// same TCB and `%gs` as its parent's thread), claim the child's slot
+/// instead of writing into its parent's stream. `ready` is private to
+/// each process (the blob's data page), so the child's copy and the
+/// parent's are counted down apart; several threads may fork at once.
+/// Signals are blocked from one `syscall` to the other, as in every
+/// entry point (a signal outside that is reported at the caller).
+fn emit_fork_window(a: &mut CodeAssembler, l: &mut Labels, delta: i32) -> Result<(), IcedError> {
+    let mut exe = a.create_label();
+    let mut d = Depths::default();
+    let label = if delta > 0 {
+        &mut l.fork_prepare
+    } else {
+        &mut l.fork_done
+    };
+    a.set_label(label)?;
+    d.0.push((*label, Some(0)));
+    save_all(a, &mut d)?;
+    block_signals(a)?;
+    d.mark(a, None)?;
+    a.lea(rax, ptr(l.d_ready))?;
+    a.lock().add(dword_ptr(rax), delta)?;
+    // The executable's blob too, when this is a library's (its data page
+    // is mapped in this image, unlike a module table entry's may be).
+    a.lea(rcx, ptr(l.init))?;
+    a.mov(rdx, qword_ptr(S_RUNTIME).gs())?;
+    a.cmp(rdx, rcx)?;
+    a.je(exe)?;
+    a.sub(rax, rcx)?;
+    a.add(rax, rdx)?;
+    a.lock().add(dword_ptr(rax), delta)?;
+    a.set_label(&mut exe)?;
     restore_signals(a)?;
     d.mark(a, Some(FRAME))?;
     restore_all(a, &mut d)?;
@@ -852,10 +948,21 @@ fn emit_flush(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.lea(rdi, qword_ptr(rbx + r13 * 4 + S_HALF_STATE as i32))?;
     a.mov(esi, FUTEX_WAIT)?;
     a.mov(edx, HALF_FULL)?;
-    a.xor(r10d, r10d)?;
+    a.lea(r10, ptr(l.t_wait))?;
     a.mov(eax, SYS_FUTEX)?;
     a.syscall()?;
-    a.jmp(wait)?;
+    // A recorder that died never empties the half: stop rather than wait
+    // for ever (its pid is in the header; signal 0 only checks it exists).
+    a.cmp(eax, -ETIMEDOUT)?;
+    a.jne(wait)?;
+    a.mov(edi, dword_ptr(r15 + H_PID))?;
+    a.xor(esi, esi)?;
+    a.mov(eax, SYS_KILL)?;
+    a.syscall()?;
+    a.cmp(eax, -ESRCH)?;
+    a.jne(wait)?;
+    a.lea(rsi, ptr(l.m_gone))?;
+    a.jmp(l.fatal)?;
     a.set_label(&mut free)?;
     a.mov(dword_ptr(rbx + S_CUR_HALF), r13d)?;
     a.mov(rax, r13)?;
@@ -1124,9 +1231,9 @@ fn emit_map_caller(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
     let mut done = a.create_label();
     let mut outer = a.create_label();
     a.set_label(&mut l.map_caller)?;
-    // r9: where a stub would start. A handler's address is often its
-    // procedure's original entry, whose springboard (`jmp rel32`) leads
-    // to the stub.
+    // r9: the rip, as an instruction of a handler's stub. A handler's
+    // address is often its procedure's original entry, whose springboard
+    // (`jmp rel32`) leads to the stub: its target then.
     // 0: no stub to look for. A rip equal to the context's CR2 (the
     // address of the last fault that raised a signal in the thread) may
     // be unmapped: an instruction fetch fault. Its bytes are not read.
@@ -1145,27 +1252,86 @@ fn emit_map_caller(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
     a.mov(r8, qword_ptr(l.d_region))?;
     a.xor(ecx, ecx)?; // 0: this blob, 1: S_RUNTIME, 2..: module table entries 1..
     a.set_label(&mut try_base)?;
-    // The first instruction of an outside-entry stub of base rbx's module,
-    // `cmp dword [rip+ready], 0` (83 3D disp32 00, so 7 bytes readable),
-    // or the springboard to one, running as a signal handler ([rsp]
-    // points at the restorer): two signals delivered at once, or a second
-    // one as the first handler starts. That handler's SIGNAL is not
-    // written.
+    // An instruction of an outside-entry stub of base rbx's module before
+    // its `call signal_entry` ([`STUB_INSNS`]; at the first one, also the
+    // springboard to it), running as a signal handler ([rsp] points at
+    // the restorer): two signals delivered at once, or a second one while
+    // the first handler's stub runs. That handler's SIGNAL is not written.
+    // A stub is recognised by its first instruction, `cmp dword
+    // [rip+ready], 1` (83 3D disp32 01) naming rbx's `ready`, and its
+    // `call signal_entry` naming rbx's. At the first instruction that is
+    // the rip's own (readable); at a later one the stub's start is read
+    // only inside rbx's instrumented code (its `witness_code_start..end`),
+    // and only for this blob and the slot's `RUNTIME` (the executable's),
+    // whose data pages are mapped in this image: a module table entry
+    // may be left by an image before an exec.
     let mut not_stub = a.create_label();
+    let mut stub_k = a.create_label();
+    let mut check_k = a.create_label();
+    let mut next_k = a.create_label();
+    let mut stub_found = a.create_label();
+    let call = STUB_INSNS[STUB_INSNS.len() - 1] as i32;
     a.test(r9, r9)?;
     a.jz(not_stub)?;
-    a.cmp(word_ptr(r9), 0x3D83)?;
-    a.jne(not_stub)?;
-    a.cmp(byte_ptr(r9 + 6), 0)?;
-    a.jne(not_stub)?;
-    a.movsxd(rax, dword_ptr(r9 + 2))?;
-    a.lea(rax, ptr(r9 + rax + 7))?;
+    a.xor(ebp, ebp)?; // k: the rip is the stub's instruction k
+    a.mov(rsi, r9)?;
+    a.jmp(check_k)?;
+    a.set_label(&mut stub_k)?;
+    a.cmp(ecx, 1)?;
+    a.ja(not_stub)?;
+    a.lea(rdx, ptr(l.d_win_lo))?;
+    a.sub(rdx, rdi)?;
+    a.add(rdx, rbx)?;
+    a.mov(r10, qword_ptr(rdx))?;
+    a.test(r10, r10)?;
+    a.jz(not_stub)?;
+    a.mov(r11, qword_ptr(rdx + (D_WIN_HI - D_WIN_LO) as i32))?;
+    a.add(r10, rbx)?;
+    a.add(r11, rbx)?;
+    a.sub(r11, call + 5)?; // the last address a whole stub prefix fits at
+    a.lea(rax, ptr(l.stub_insns))?;
+    a.movzx(eax, byte_ptr(rax + rbp))?;
+    a.mov(rsi, r9)?;
+    a.sub(rsi, rax)?; // where the stub would start
+    a.cmp(rsi, r10)?;
+    a.jb(next_k)?;
+    a.cmp(rsi, r11)?;
+    a.ja(next_k)?;
+    a.set_label(&mut check_k)?;
+    a.cmp(word_ptr(rsi), 0x3D83)?;
+    a.jne(next_k)?;
+    a.cmp(byte_ptr(rsi + 6), 1)?;
+    a.jne(next_k)?;
+    a.movsxd(rax, dword_ptr(rsi + 2))?;
+    a.lea(rax, ptr(rsi + rax + 7))?;
     a.lea(rdx, ptr(l.d_ready))?;
     a.sub(rdx, rdi)?;
     a.add(rdx, rbx)?;
     a.cmp(rax, rdx)?;
-    a.jne(not_stub)?;
+    a.jne(next_k)?;
+    // A stub of rbx's module: its whole prefix is mapped.
+    a.cmp(byte_ptr(rsi + call), 0xE8)?;
+    a.jne(next_k)?;
+    a.movsxd(rax, dword_ptr(rsi + call + 1))?;
+    a.lea(rax, ptr(rsi + rax + (call + 5)))?;
+    a.lea(rdx, ptr(l.signal_entry))?;
+    a.sub(rdx, rdi)?;
+    a.add(rdx, rbx)?;
+    a.cmp(rax, rdx)?;
+    a.je(stub_found)?;
+    a.set_label(&mut next_k)?;
+    a.inc(ebp)?;
+    a.cmp(ebp, STUB_INSNS.len() as u32)?;
+    a.jb(stub_k)?;
+    a.jmp(not_stub)?;
+    a.set_label(&mut stub_found)?;
     a.mov(rax, qword_ptr(r13 + 15 * 8))?; // the interrupted rsp
+                                          // A handler's stub runs with the kernel's rdx = &uc = rsp + 8; a stub
+                                          // entered by a jump may have anything at [rsp]: read through it only
+                                          // then (as the stub itself does).
+    a.lea(rdx, ptr(rax + 8))?;
+    a.cmp(rdx, qword_ptr(r13 + 12 * 8))?; // the interrupted rdx
+    a.jne(not_stub)?;
     a.mov(rdx, qword_ptr(rax))?;
     a.mov(rdx, qword_ptr(rdx))?;
     a.cmp(rdx, qword_ptr(l.restorer))?;
@@ -1348,6 +1514,21 @@ fn emit_fixup(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.sub(rdx, 64)?; // room to decode a few stores
     a.cmp(r14, rdx)?;
     a.ja(record)?;
+    // The transfer count's increment right before the rip (the counted
+    // transfer it precedes not made yet): undo it, so that the signal
+    // stands before the increment with the count before it, and the
+    // handler returns to the increment (docs/regen.md, "The transfer
+    // count": otherwise a second signal in untraced code before the next
+    // record could not tell the restorer from the callee).
+    let mut not_inc = a.create_label();
+    a.mov(rax, u64::from_le_bytes(TRANSFER_INC))?;
+    a.cmp(qword_ptr(r14 - TRANSFER_INC.len() as i32), rax)?;
+    a.jne(not_inc)?;
+    a.dec(dword_ptr(S_XFERS).gs())?;
+    a.sub(r14, TRANSFER_INC.len() as i32)?;
+    a.mov(qword_ptr(r13 + 16 * 8), r14)?;
+    a.ret()?;
+    a.set_label(&mut not_inc)?;
     // This thread's slot: every emulated store must land inside it.
     a.mov(r15, qword_ptr(S_BASE).gs())?;
     a.mov(rax, qword_ptr(l.d_region))?;
@@ -1424,8 +1605,12 @@ fn emit_fixup(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.lea(rdi, ptr(l.regmap))?;
     a.movzx(edi, byte_ptr(rdi + r8))?;
     a.mov(rdi, qword_ptr(r13 + rdi * 8))?;
+    // Inside the slot, bounds tested before the pointer is moved (a value
+    // near 2^64 must not wrap into it).
     a.cmp(rdi, r15)?;
     a.jb(stop)?;
+    a.cmp(rdi, rbx)?;
+    a.jae(stop)?;
     a.lea(rdi, ptr(rdi + 2))?;
     a.cmp(rdi, rbx)?;
     a.ja(stop)?;
@@ -1446,9 +1631,11 @@ fn emit_fixup(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.inc(rsi)?;
     a.add(r8, rdx)?;
     a.set_label(&mut nodisp)?;
-    // r8 = target: inside the slot, 8 bytes to spare.
+    // r8 = target: inside the slot, 8 bytes to spare (no wrap, as above).
     a.cmp(r8, r15)?;
     a.jb(stop)?;
+    a.cmp(r8, rbx)?;
+    a.jae(stop)?;
     a.lea(rdx, ptr(r8 + 8))?;
     a.cmp(rdx, rbx)?;
     a.ja(stop)?;

@@ -298,6 +298,10 @@ fn gpr64_of(r: AsmRegister32) -> AsmRegister64 {
     all64[i]
 }
 
+/// The bytes of `inc dword gs:[XFERS]` ([`emit_transfer`]), which
+/// `signal_entry` recognises in the instrumented code.
+pub const TRANSFER_INC: [u8; 8] = [0x65, 0xFF, 0x04, 0x25, S_XFERS as u8, 0, 0, 0];
+
 /// Emits the transfer count's increment (`inc dword gs:[XFERS]`, one
 /// instruction where the flags are dead, as at every call and at a jump to
 /// another function's entry), placed just before a counted transfer (see
@@ -305,6 +309,9 @@ fn gpr64_of(r: AsmRegister32) -> AsmRegister64 {
 /// instruction, so a signal sees it done or not; the rewriter gives it the
 /// signal-map point of the transfer it precedes. Live flags are saved with
 /// `pushfq` (below the red zone when it is live).
+///
+/// The increment is [`TRANSFER_INC`]: `signal_entry` undoes one it finds
+/// right before an interrupted rip (docs/runtime.md section 5).
 pub fn emit_transfer(a: &mut CodeAssembler, site: Site) -> Result<(), Error> {
     let inc = |a: &mut CodeAssembler| a.inc(dword_ptr(S_XFERS).gs());
     if !site.flags_live {
@@ -364,6 +371,8 @@ pub struct RuntimeAddrs {
     pub attach: u64,
     pub flush: u64,
     pub fork_child: u64,
+    pub fork_prepare: u64,
+    pub fork_done: u64,
     pub signal_entry: u64,
     pub restorer_bytes: u64,
 }
@@ -382,6 +391,8 @@ impl RuntimeAddrs {
             attach: at("attach_thread"),
             flush: at("flush"),
             fork_child: at("fork_child"),
+            fork_prepare: at("fork_prepare"),
+            fork_done: at("fork_done"),
             signal_entry: at("signal_entry"),
             restorer_bytes: at("restorer_bytes"),
         }
@@ -391,6 +402,18 @@ impl RuntimeAddrs {
 fn rip_rel(addr: u64) -> MemoryOperand {
     MemoryOperand::with_base_displ_size(Register::RIP, addr as i64, 8)
 }
+
+/// Offsets, from the stub's start, of the instructions of
+/// [`emit_outside_entry`] up to and including its `call signal_entry`
+/// (the last): `cmp [rip+ready], 1`, `jne`, `mov r11, fs:[0]`, `cmp r11,
+/// gs:[OWNER]`, `je`, `call attach_thread`, `lea r11, [rsp+8]`, `cmp r11,
+/// rdx`, `jne`, `mov r11, [rsp]`, `mov r11, [r11]`, `cmp r11,
+/// [rip+restorer]`, `jne`, `call signal_entry`. None of
+/// them moves rsp, so a signal handler's stub has the kernel's frame at
+/// `[rsp]` all along. `signal_entry` recognises a second signal at any of
+/// them (before the first handler's SIGNAL is written) by these offsets;
+/// `tests::outside_entry_layout` checks them against the emitter.
+pub const STUB_INSNS: [u32; 14] = [0, 7, 9, 18, 27, 29, 34, 39, 42, 44, 48, 51, 58, 60];
 
 /// Emits the outside-entry stub placed at the head of every procedure copy
 /// reached from untraced code (its springboard target): make sure this
@@ -415,13 +438,15 @@ pub fn emit_outside_entry(
     let mut attach_l = a.create_label();
     let mut owned = a.create_label();
     let mut not_signal = a.create_label();
-    // Before init the GS base is 0: test `ready` first so gs:[..] never faults.
+    // Before init the GS base is 0: test `ready` first so gs:[..] never
+    // faults. Above 1 while a fork is in progress (`fork_prepare`): the
+    // runtime tells a fork child from its parent then.
     a.add_instruction(Instruction::with2(
         Code::Cmp_rm32_imm8,
         rip_rel(rt.ready),
-        0i32,
+        1i32,
     )?)?;
-    a.je(attach_l)?;
+    a.jne(attach_l)?;
     a.mov(r11, qword_ptr(0u64).fs())?;
     a.cmp(r11, gs_q(S_OWNER))?;
     a.je(owned)?;
@@ -429,7 +454,14 @@ pub fn emit_outside_entry(
     a.call(rt.attach)?;
     a.set_label(&mut owned)?;
     // Called from the kernel's signal trampoline? The return address then
-    // points at glibc's `__restore_rt` (`mov rax, 15; syscall`).
+    // points at glibc's `__restore_rt` (`mov rax, 15; syscall`), and rdx
+    // at the ucontext right above it. Untraced code may enter by a jump,
+    // with anything at `[rsp]` (gcc's `.cold` parts jump back into their
+    // function's epilogue): read through `[rsp]` only when rdx says the
+    // kernel's frame is there.
+    a.lea(r11, ptr(rsp + 8))?;
+    a.cmp(r11, rdx)?;
+    a.jne(not_signal)?;
     a.mov(r11, qword_ptr(rsp))?;
     a.mov(r11, qword_ptr(r11))?;
     a.add_instruction(Instruction::with2(
@@ -517,5 +549,45 @@ mod tests {
             .unwrap()
         });
         assert_eq!(enter, 35);
+    }
+
+    /// [`TRANSFER_INC`] is what [`emit_transfer`] emits, flags dead or live.
+    #[test]
+    fn transfer_increment_bytes() {
+        for live in [false, true] {
+            let mut site = Site::with_scratch(r11);
+            site.flags_live = live;
+            let mut a = CodeAssembler::new(64).unwrap();
+            emit_transfer(&mut a, site).unwrap();
+            let code = a.assemble(0x40_0000).unwrap();
+            assert!(code.windows(8).any(|w| w == TRANSFER_INC), "{code:x?}");
+            if !live {
+                assert_eq!(code, TRANSFER_INC);
+            }
+        }
+    }
+
+    /// [`STUB_INSNS`] are the stub's instructions, the last one its `call
+    /// signal_entry`, whichever distance separates it from the runtime.
+    #[test]
+    fn outside_entry_layout() {
+        let blob = crate::generate().unwrap();
+        for (at, base) in [(0x40_0000u64, 0x7000_0000u64), (0x7100_0000, 0x40_1000)] {
+            let rt = RuntimeAddrs::new(&blob, base);
+            let mut a = CodeAssembler::new(64).unwrap();
+            emit_outside_entry(&mut a, 3, &rt).unwrap();
+            let code = a.assemble(at).unwrap();
+            let starts: Vec<u32> = iced_x86::Decoder::with_ip(64, &code, at, 0)
+                .iter()
+                .map(|i| (i.ip() - at) as u32)
+                .take(STUB_INSNS.len())
+                .collect();
+            assert_eq!(starts, STUB_INSNS);
+            let last = STUB_INSNS[STUB_INSNS.len() - 1] as usize;
+            let call = iced_x86::Decoder::with_ip(64, &code[last..], at + last as u64, 0).decode();
+            assert_eq!(call.mnemonic(), iced_x86::Mnemonic::Call);
+            assert_eq!(call.near_branch64(), rt.signal_entry);
+            assert_eq!(call.len(), 5);
+        }
     }
 }

@@ -174,6 +174,10 @@ pub enum RecordKind {
     Setjmp = 13,
     /// Just before a call to `longjmp`-like functions: `u64` jmp_buf address.
     Longjmp = 14,
+    /// A PLT stub's `jmp [GOT]` found its slot not bound yet (lazy binding):
+    /// `u32` `tag << 24 | procedure` of the stub, written first on the
+    /// lazy-binding path (format 1.3). The bound outcome writes nothing.
+    Lazy = 16,
 }
 
 impl RecordKind {
@@ -192,7 +196,8 @@ impl RecordKind {
             | RecordKind::Fork
             | RecordKind::Thread
             | RecordKind::Landing
-            | RecordKind::Forked => 4,
+            | RecordKind::Forked
+            | RecordKind::Lazy => 4,
             RecordKind::Indirect
             | RecordKind::Desync
             | RecordKind::Setjmp
@@ -218,6 +223,7 @@ impl RecordKind {
             13 => RecordKind::Setjmp,
             14 => RecordKind::Longjmp,
             15 => RecordKind::Signal,
+            16 => RecordKind::Lazy,
             _ => return None,
         })
     }
@@ -330,7 +336,7 @@ mod tests {
     use super::*;
 
     /// The kinds and total lengths of the table in `docs/runtime.md` section 2.
-    const TABLE: [(u8, u64); 14] = [
+    const TABLE: [(u8, u64); 15] = [
         (1, 6),
         (2, 10),
         (4, 2),
@@ -345,6 +351,7 @@ mod tests {
         (13, 10),
         (14, 10),
         (15, 18),
+        (16, 6),
     ];
 
     #[test]
@@ -355,7 +362,7 @@ mod tests {
             assert_eq!(k.encoded_len(), len, "{k:?}");
         }
         // 3: the format 1.1 SIGNAL, never written by this runtime.
-        for b in [0u8, 3, 16, 0x7F, 0x80, 0xFF] {
+        for b in [0u8, 3, 17, 0x7F, 0x80, 0xFF] {
             assert_eq!(RecordKind::from_byte(b), None, "{b:#x}");
         }
     }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use aetrace_runtime::emit::{
     emit_outside_entry, emit_record, emit_transfer, emit_witness, FlagsSave, Payload, Site,
+    STUB_INSNS,
 };
 use aetrace_runtime::layout::{RecordKind, FLAG_SLOTS_EXHAUSTED};
 use aetrace_runtime::{read_standalone, Geometry, Region};
@@ -882,6 +883,74 @@ fn signal_entry_completes_an_interrupted_witness_store() {
     );
 }
 
+/// A signal at an instruction whose bytes read like a store through a
+/// register holding a value near 2^64 (`movabs rax, imm64` whose first
+/// immediate byte, 0x4F, reads as a modrm naming rdi, with rdi = -2):
+/// the fix-up's bounds test of a pending record header must not wrap
+/// (before, it read address -2 with signals blocked and the program died
+/// of SIGSEGV: `traces/signal_stub.c`, whose `step` starts so with x = -2,
+/// crashed in about 1 of 30 runs under load).
+#[test]
+fn signal_entry_is_not_fooled_by_a_wrapping_register() {
+    let t = trap_case(|a, at, after| {
+        a.mov(rdi, -2i64).unwrap();
+        set_tf(a);
+        a.set_label(at).unwrap();
+        a.mov(rax, 0x1405_7b7e_f767_814fu64).unwrap();
+        a.set_label(after).unwrap();
+        a.mov(rax, 0x1405_7b7e_f767_814fu64).unwrap();
+        emit_witness(a, 0x66, Site::with_scratch(rcx)).unwrap();
+    });
+    assert!((1..=2).contains(&t.calls), "{} traps", t.calls);
+    let mut want = thread_record(u32::MAX);
+    if t.calls == 2 {
+        want.extend(trap_handler_bytes(t.at, 0));
+    }
+    want.extend(trap_handler_bytes(t.after, 0));
+    want.push(0x66);
+    assert_eq!(t.got, want);
+    assert_eq!(t.fixups, 0);
+}
+
+/// A signal right after the transfer count's increment, before the
+/// transfer it counts: `signal_entry` undoes the increment, so SIGNAL
+/// stands before it with the count before it, and the handler returns to
+/// the increment, which runs again (before, SIGNAL said the point after
+/// it with the count after it, and a second signal in untraced code
+/// before the next record could not be told from one in the callee).
+/// Two traps, each right after (or, on CPUs that report the first
+/// single-step trap early, right before) an increment: counts 2 and 3.
+#[test]
+fn signal_entry_undoes_an_increment_before_its_transfer() {
+    let site = Site::with_scratch(rcx);
+    let t = trap_case(|a, at, after| {
+        // `at` is never a trap's rip: the handler clears the trap flag.
+        a.set_label(at).unwrap();
+        emit_transfer(a, site).unwrap();
+        emit_transfer(a, site).unwrap();
+        set_tf(a);
+        a.set_label(after).unwrap();
+        emit_transfer(a, site).unwrap();
+        emit_witness(a, 0x66, site).unwrap();
+        set_tf(a);
+        emit_transfer(a, site).unwrap();
+        emit_witness(a, 0x77, site).unwrap();
+    });
+    let mut a = CodeAssembler::new(64).unwrap();
+    emit_transfer(&mut a, site).unwrap();
+    emit_witness(&mut a, 0x66, site).unwrap();
+    set_tf(&mut a);
+    let second = t.after + a.assemble(0).unwrap().len() as u64;
+    let mut want = thread_record(u32::MAX);
+    want.extend(trap_handler_bytes(t.after, 2));
+    want.push(0x66);
+    want.extend(trap_handler_bytes(second, 3));
+    want.push(0x77);
+    assert_eq!(t.calls, 2);
+    assert_eq!(t.got, want);
+    assert_eq!(t.fixups, 0, "no store was pending");
+}
+
 /// The same for a 10-byte INDIRECT record, trapped right after its `xadd`
 /// (case A: header, payload and kind emulated) and after its header
 /// (case B: found by the pending header; payload/kind emulated).
@@ -1503,14 +1572,16 @@ fn a_signal_in_a_fork_child_before_and_inside_fork_child() {
     check_stepped_call(&signals[early..], call_ip, ret_ip, before, after);
 }
 
-/// A second signal inside `signal_entry` while it does not block
-/// signals: before (the handler's SIGNAL is not written yet) it is
-/// reported where the first signal interrupted the thread, after it at
-/// the stub's return point (before the handler's ENTER, untraced code).
-/// A SIGURG handler sets the trap flag first, so its stub and
-/// `signal_entry` up to the `syscall` that blocks signals are stepped,
-/// each trap nested; SIGUSR1, pending for the blocked section, steps the
-/// epilogue.
+/// A second signal in a handler's outside-entry stub, or inside
+/// `signal_entry` while it does not block signals: before the handler's
+/// SIGNAL is written it is reported where the first signal interrupted
+/// the thread (before, a trap in the stub after its first instruction
+/// was reported in the stub, untraced code, ahead of the first SIGNAL),
+/// after it at the stub's return point (before the handler's ENTER,
+/// untraced code). A SIGURG handler sets the trap flag first, so its stub
+/// and `signal_entry` up to the `syscall` that blocks signals are
+/// stepped, each trap nested; SIGUSR1, pending for the blocked section,
+/// steps the epilogue.
 #[test]
 fn a_signal_inside_signal_entry_is_reported_where_the_first_one_struck() {
     let _serial = TRAP_LOCK.lock().unwrap_or_else(|e| e.into_inner());
@@ -1531,9 +1602,9 @@ fn a_signal_inside_signal_entry_is_reported_where_the_first_one_struck() {
         set_gs(saved_gs);
     });
     assert_eq!(streams.len(), 1);
-    // Before SIGURG's record: traps in the stub (untraced code), then one
-    // per instruction of signal_entry up to its blocking `syscall`, each
-    // where SIGURG struck (with its handler's ENTER).
+    // Before SIGURG's record: one trap per instruction of the stub before
+    // its `call signal_entry` and of signal_entry up to its blocking
+    // `syscall`, each where SIGURG struck (with its handler's ENTER).
     let (signals, rest) = probe_signals(&streams[&0].1[6..]);
     let (n, kind) = (
         RecordKind::Signal.encoded_len() as usize,
@@ -1545,20 +1616,16 @@ fn a_signal_inside_signal_entry_is_reported_where_the_first_one_struck() {
     );
     let struck = u64::from_le_bytes(rest[6..14].try_into().unwrap());
     let trap = libc::SIGTRAP as u32;
-    // (The first trap, when the CPU reports it before the stub's first
-    // instruction, stands where SIGURG struck too.)
-    let signals = match signals.first() {
-        Some(&(s, rip)) if s == trap && rip == struck => &signals[1..],
-        _ => &signals[..],
-    };
-    let stub = signals
-        .iter()
-        .take_while(|&&(_, rip)| (stepped..stub_ret).contains(&rip))
-        .count();
+    // The stub's instructions the trap flag steps: all but its first (a
+    // trap there, when the CPU reports the first one before it, stands
+    // where SIGURG struck too) and its `call attach_thread`, which it
+    // jumps over.
+    let stub = STUB_INSNS.len() - 2;
     let before = unblocked_prologue(&m, "signal_entry", 0);
     assert!(
-        stub > 0 && signals[stub..] == vec![(trap, struck); before],
-        "{before} traps in signal_entry's prologue at {struck:#x}: {signals:x?}"
+        (signals.len() == stub + before || signals.len() == stub + before + 1)
+            && signals.iter().all(|&s| s == (trap, struck)),
+        "{stub} traps in the stub (or one more) and {before} in signal_entry's prologue, all at {struck:#x}: {signals:x?}"
     );
     // After it: SIGUSR1 and the traps of signal_entry's epilogue at the
     // stub's return point, then the stub; the stepped handler's own

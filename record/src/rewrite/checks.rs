@@ -21,9 +21,10 @@
 //! procedure directly (other calls go to imports, or through springboards
 //! whose outside-entry stubs check) ends every chain after at most two
 //! procedures: it skips its entry check when at most [`LEAF_BYTES`] can be
-//! written from its entry to its first check. PLT stubs (a GOT compare and
-//! one witness, their lazy-binding half a tail jump to `<plt0>`) are the
-//! hot case: their entry check also saved the flags, live across the stub.
+//! written from its entry to its first check. PLT stubs (a bare GOT jump,
+//! or a GOT compare and one witness; LAZY or a witness on the lazy-binding
+//! path, which tail-jumps to `<plt0>`) are the hot case: their entry check
+//! also saved the flags, live across the stub.
 //!
 //! A call to a *bounded* traced procedure (no cycle, no landing pad, every
 //! reachable call a tail call to a callback-free import or to `<plt0>`,
@@ -39,7 +40,10 @@
 //!   two checks, plus two callees' unchecked entry segments ([`LEAF_BYTES`]),
 //!   stays within [`MAX_BYTES_BETWEEN_CHECKS`]; otherwise the entry and all
 //!   the backward-edge targets are checked (every cycle passes one), as
-//!   before this reduction, with no bound proved.
+//!   before this reduction, and where an acyclic path would still write
+//!   more (hundreds of branches in a row without a call), checks are added
+//!   at the blocks where it would: the bound holds for every procedure
+//!   the rewriter copies, and so a flush's headroom is never overrun.
 
 use aetrace_graph::weights::heuristic;
 use aetrace_graph::{BlockId, EntityRef};
@@ -53,13 +57,17 @@ const EDGE_BYTES: u64 = 4;
 /// Bytes allowed per block that may write records (calls, system calls,
 /// indirect jumps, returns, landing pads): more than any two records
 /// written in one block need (SETJMP/LONGJMP or INDIRECT 10, EXIT 6,
-/// RETURN 2, LANDING 6).
+/// RETURN 2, LANDING 6, a PLT stub's LAZY 6).
 const RECORD_BYTES: u64 = 32;
 /// Allowance for the record that may start a segment (ENTER, RETURN).
 const START_BYTES: u64 = 14;
 /// The most a procedure without an entry check may write before its first
 /// check: its callers' segments run on into it.
 pub const LEAF_BYTES: u64 = 64;
+/// The most one procedure's path from a check may write: the rest of
+/// [`MAX_BYTES_BETWEEN_CHECKS`] is its starting record and two callees'
+/// unchecked entries.
+const SEGMENT_BYTES: u64 = MAX_BYTES_BETWEEN_CHECKS - START_BYTES - 2 * LEAF_BYTES;
 
 /// Per block: does its entry get a buffer check? `insns` are the decoded
 /// blocks, `witness` the witness number per edge, `landing_pads` the blocks
@@ -125,17 +133,33 @@ pub fn check_blocks(
             *c += LEAF_BYTES;
         }
     }
-    let dist = longest_unchecked(&succs, witness, &cost, &keep, &calls);
+    let dist = longest_unchecked(&succs, witness, &cost, &mut keep, &calls, None);
     debug_assert!(dist.is_some(), "the kept checks cut every cycle");
     match dist {
         Some(d)
             if (keep[entry] || d[entry] <= LEAF_BYTES)
-                && d.iter().max().map_or(0, |&m| m) + START_BYTES + 2 * LEAF_BYTES
-                    <= MAX_BYTES_BETWEEN_CHECKS =>
+                && d.iter().max().map_or(0, |&m| m) <= SEGMENT_BYTES =>
         {
             keep
         }
-        _ => all,
+        _ => {
+            let mut all = all;
+            let cut = longest_unchecked(
+                &succs,
+                witness,
+                &cost,
+                &mut all,
+                &calls,
+                Some(SEGMENT_BYTES),
+            );
+            debug_assert!(
+                longest_unchecked(&succs, witness, &cost, &mut all.clone(), &calls, None)
+                    .is_some_and(|d| d.iter().all(|&b| b <= SEGMENT_BYTES)),
+                "the added checks bound every path"
+            );
+            debug_assert!(cut.is_some(), "the entry and loop headers cut every cycle");
+            all
+        }
     }
 }
 
@@ -262,13 +286,17 @@ fn block_costs(cfg: &Cfg, insns: &[Vec<Instruction>], landing_pads: &[BlockId]) 
 /// Per block: the most bytes a path can write from its entry up to the next
 /// check (the entry of a `checked` block, the return point of one of the
 /// `calls`, or leaving the procedure), or `None` if some cycle passes no
-/// check.
+/// check. With `cut_above`, a successor through which a path from a
+/// block's entry would write more than that many bytes gets a check
+/// (added to `checked`), so every block's result stays within it (a block
+/// and one edge write far less: [`RECORD_BYTES`] and [`LEAF_BYTES`]).
 fn longest_unchecked(
     succs: &[Vec<(usize, usize)>],
     witness: &[Option<u32>],
     cost: &[u64],
-    checked: &[bool],
+    checked: &mut [bool],
     calls: &[bool],
+    cut_above: Option<u64>,
 ) -> Option<Vec<u64>> {
     const NEW: u8 = 0;
     const OPEN: u8 = 1;
@@ -303,7 +331,13 @@ fn longest_unchecked(
             } else {
                 let mut best = 0;
                 for &(s, e) in &succs[v] {
-                    let after = if checked[s] || calls[v] { 0 } else { dist[s] };
+                    let mut after = if checked[s] || calls[v] { 0 } else { dist[s] };
+                    // `s` is done: its own segment stays as computed, and a
+                    // block that went through it before only overestimates.
+                    if cut_above.is_some_and(|b| cost[v] + edge(e) + after > b) {
+                        checked[s] = true;
+                        after = 0;
+                    }
                     best = best.max(edge(e) + after);
                 }
                 dist[v] = cost[v] + best;
@@ -458,6 +492,84 @@ mod tests {
             }
             prop_assert!(chain_end || checked[0], "the entry is checked unless it ends every chain");
         }
+    }
+
+    /// Naive reference for the bound: the longest bytes from each block's
+    /// entry to the next check, by relaxing every edge `n` times (the graph
+    /// left by the checks is a DAG).
+    fn naive_longest(cfg: &Cfg, insns: &[Vec<Instruction>], checked: &[bool]) -> Vec<u64> {
+        let cost = block_costs(cfg, insns, &[]);
+        let mut d = cost.clone();
+        for _ in 0..=cfg.blocks.len() {
+            for e in cfg.edges.values().filter(|e| e.to != cfg.exit()) {
+                let (v, s) = (e.from.index(), e.to.index());
+                let after = if checked[s] || e.kind == EdgeKind::CallReturn {
+                    0
+                } else {
+                    d[s]
+                };
+                d[v] = d[v].max(cost[v] + EDGE_BYTES + after);
+            }
+        }
+        d
+    }
+
+    /// Long, mostly forward graphs: short forward branches, a few
+    /// backward ones (irreducible too), rare calls.
+    fn arb_long() -> impl Strategy<Value = (usize, Vec<Option<usize>>, Vec<bool>)> {
+        (150usize..400).prop_flat_map(|n| {
+            (
+                Just(n),
+                proptest::collection::vec(proptest::option::weighted(0.6, 2usize..8), n),
+                proptest::collection::vec(proptest::option::weighted(0.02, 0..n), n),
+                proptest::collection::vec(proptest::bool::weighted(0.01), n),
+            )
+                .prop_map(|(n, fwd, back, call)| {
+                    let jumps = (0..n)
+                        .map(|i| back[i].or(fwd[i].map(|o| i + o)).filter(|&t| t < n))
+                        .collect();
+                    (n, jumps, call)
+                })
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Hundreds of branches in a row: the reduced set cannot be used,
+        /// and the fallback must still bound every path (before, it had no
+        /// bound: a 4 KiB headroom could be overrun).
+        #[test]
+        fn every_path_between_checks_is_bounded((n, jumps, call) in arb_long()) {
+            let (cfg, insns) = cfg(n, &jumps, &call);
+            let witness: Vec<Option<u32>> = cfg.edges.keys().map(|e: EdgeId| Some(e.index() as u32)).collect();
+            let checked = check_blocks(&cfg, &insns, &witness, &[], false, &[]);
+            prop_assert!(every_cycle_checked(&cfg, &checked));
+            let worst = naive_longest(&cfg, &insns, &checked).into_iter().max().unwrap_or(0);
+            prop_assert!(worst <= SEGMENT_BYTES, "{worst} bytes between two checks");
+        }
+    }
+
+    /// A chain of 400 diamonds, one witness each, no loop: checks are added
+    /// inside it, not only at the entry.
+    #[test]
+    fn a_long_chain_of_branches_gets_checks_inside() {
+        let n = 800;
+        let jumps: Vec<Option<usize>> = (0..n)
+            .map(|i| (i % 2 == 0 && i + 2 < n).then_some(i + 2))
+            .collect();
+        let (cfg, insns) = cfg(n, &jumps, &vec![false; n]);
+        let witness: Vec<Option<u32>> = cfg
+            .edges
+            .keys()
+            .map(|e: EdgeId| Some(e.index() as u32))
+            .collect();
+        let checked = check_blocks(&cfg, &insns, &witness, &[], false, &[]);
+        let worst = naive_longest(&cfg, &insns, &checked)
+            .into_iter()
+            .max()
+            .unwrap_or(0);
+        assert!(worst <= SEGMENT_BYTES, "{worst}");
+        assert!(checked.iter().filter(|&&c| c).count() > 1, "{checked:?}");
     }
 
     /// gzip's `longest_match` shape: one hot cycle through two backward-

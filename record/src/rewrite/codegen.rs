@@ -23,6 +23,10 @@
 //!   inside the copy and references to rewritten jump tables; RIP-relative
 //!   operands keep their absolute targets (the encoder re-derives the
 //!   displacement, the new segment lies within 2 GiB of the module);
+//! - a PLT stub's jump with `CallPlan::lazy_record` writes nothing before
+//!   it, and the piece its GOT slot's lazy value leads to writes LAZY
+//!   first, before anything else of the lazy path runs (the regenerator's
+//!   rule, `docs/regen.md` "PLT stubs");
 //! - every instrumentation sequence comes from `aetrace_runtime::emit`
 //!   unchanged (the signal fix-up recognises exactly those encodings);
 //! - every emitted instruction carries the [`SigPoint`] a signal
@@ -35,9 +39,10 @@
 //!   one `emit_transfer` (docs/runtime.md section 2, "The transfer
 //!   count"), standing at the point before the transfer (before a call:
 //!   after its SETJMP/LONGJMP record; before a tail jump: before its
-//!   witness and EXIT; a PLT stub's `jmp [GOT]`: after its GOT test, on
-//!   the bound outcome; a conditional tail call: first in its taken
-//!   edge's stub); a
+//!   witness and EXIT; a PLT stub's `jmp [GOT]` without the PLT flag:
+//!   after its GOT test, on the bound outcome (with it, the jump is not
+//!   counted and the way into the stub is); a conditional tail call:
+//!   first in its taken edge's stub); a
 //!   transfer it cannot count stops the rewrite with an error naming its
 //!   address (the regenerator counts every such transfer).
 
@@ -95,11 +100,24 @@ pub struct CallPlan {
     pub count: bool,
     /// An EXIT(edi) record just before the call or GOT jump.
     pub exit_record: bool,
+    /// A PLT stub's `jmp [GOT]` with `CallDb::plt`: copied alone (no
+    /// compare, no witness); its lazy-binding outcome, where the GOT slot's
+    /// initial value leads ([`Copies::lazy_slots`]), writes LAZY(stub) and
+    /// goes on to the copy of the stub's lazy-binding half.
+    pub lazy_record: bool,
+    /// With `lazy_record`, when the lazy-binding half is a procedure of
+    /// its own (IBT's `.plt` entry): its original start; the LAZY piece
+    /// enters its copy past the outside-entry stub.
+    pub lazy_entry: Option<u64>,
     /// A `syscall`: EXIT(edi) just before it when rax is exit or
     /// exit_group (the thread or process ends inside it).
     pub syscall_exit: bool,
     /// `call fork_child` in the child (the call returned 0) at the return point.
     pub fork: bool,
+    /// A `fork` that runs `pthread_atfork` handlers: `call fork_prepare`
+    /// just before it, `call fork_done` after it in both processes
+    /// (docs/runtime.md section 7, "fork").
+    pub atfork: bool,
     /// SETJMP(rdi) or LONGJMP(rdi) just before the call.
     pub jmpbuf: Option<RecordKind>,
     /// No buffer check at the return point: the callee is bounded
@@ -228,8 +246,8 @@ pub struct ProcPlan<'a> {
     pub calls: Vec<CallPlan>,
     pub tables: Vec<Table>,
     /// Blocks that get a buffer check at their entry (`checks`): the entry
-    /// block (unless the procedure ends every call chain) and enough loop
-    /// headers to cut every cycle.
+    /// block (unless the procedure ends every call chain), enough loop
+    /// headers to cut every cycle, and blocks that cut long acyclic paths.
     pub loop_header: Vec<bool>,
     /// Landing pads (C++ exceptions): each gets a stub that writes
     /// LANDING(number) before entering the block; the copy's LSDA points
@@ -266,6 +284,9 @@ pub struct Copies {
     pub tables: Vec<(u64, Vec<u8>)>,
     /// One per plan, in order.
     pub procs: Vec<ProcCopy>,
+    /// `(GOT slot, address of its stub's LAZY piece)` for every stub
+    /// copied with [`CallPlan::lazy_record`]: the slot's new initial value.
+    pub lazy_slots: Vec<(u64, u64)>,
 }
 
 /// Error from generation: a message naming the procedure.
@@ -296,6 +317,8 @@ struct Emitter {
     copy_len: u8,
     /// Transfer-count increments emitted so far.
     transfers: u32,
+    /// `(GOT slot, label of the LAZY piece)` (see [`Copies::lazy_slots`]).
+    lazy: Vec<(u64, u64)>,
 }
 
 fn near_branch(i: &Instruction) -> bool {
@@ -488,6 +511,14 @@ impl Emitter {
         self.push(Instruction::with_branch(Code::Jne_rel32_64, second).map_err(err)?);
         self.bind(first);
         let at_r11 = |d: i64| MemoryOperand::with_base_displ(Register::R11, d);
+        // Only the kernel's frame has rdx = rsp + 8 (its ucontext, right
+        // above the restorer address): otherwise `[rsp]` need not point
+        // anywhere readable (untraced code may enter by a jump).
+        self.push(Instruction::with2(Code::Lea_r64_m, Register::R11, rsp_at(8)).map_err(err)?);
+        self.push(
+            Instruction::with2(Code::Cmp_r64_rm64, Register::R11, Register::RDX).map_err(err)?,
+        );
+        self.push(Instruction::with_branch(Code::Jne_rel32_64, ok).map_err(err)?);
         self.push(Instruction::with2(Code::Mov_r64_rm64, Register::R11, rsp_at(0)).map_err(err)?);
         for (d, bytes) in [(0, 0x0fc0_c748u32), (4, 0x0f00_0000)] {
             self.push(Instruction::with2(Code::Cmp_rm32_imm32, at_r11(d), bytes).map_err(err)?);
@@ -679,6 +710,17 @@ impl Emitter {
     }
 }
 
+/// The site of instrumentation in a PLT stub: r11 is free there (SysV: the
+/// linker's scratch register), the flags are dead.
+fn plt_site() -> Site {
+    Site {
+        scratch: Some(r11),
+        flags_live: false,
+        red_zone_live: true,
+        flags_save: aetrace_runtime::FlagsSave::Lahf,
+    }
+}
+
 /// The site of a jump to another function's entry: the flags are dead
 /// there (SysV: no function receives them), whatever the procedure's
 /// conservative liveness keeps live at a tail call.
@@ -808,6 +850,7 @@ pub fn generate(
         points: Vec::new(),
         copy_len: 0,
         transfers: 0,
+        lazy: Vec::new(),
     };
     let mut bodies: HashMap<u64, u64> = HashMap::new();
     // Original start -> (procedure number, entry block) of every traced procedure.
@@ -946,11 +989,17 @@ pub fn generate(
             tables.push((t.new, bytes));
         }
     }
+    let lazy_slots = em
+        .lazy
+        .iter()
+        .map(|&(slot, l)| Ok((slot, addr(l)?)))
+        .collect::<GenResult<_>>()?;
     Ok(Copies {
         bytes: res.code_buffer,
         springboards,
         tables,
         procs,
+        lazy_slots,
     })
 }
 
@@ -978,6 +1027,8 @@ struct Stub {
     /// count's increment first, standing on the edge before its witness.
     count: bool,
     exit_record: bool,
+    /// LAZY(this procedure) instead of a witness (a PLT stub's lazy piece).
+    lazy: bool,
     target: u64,
 }
 
@@ -1217,6 +1268,12 @@ impl ProcGen<'_, '_> {
             if let Some(w) = s.witness {
                 let before = self.em.point;
                 self.em.witness(w, s.site, before, after)?;
+            }
+            if s.lazy {
+                let (before, n) = (self.em.point, p.number);
+                self.em.seq_write(before, after, |a| {
+                    emit_record(a, RecordKind::Lazy, Payload::Imm32(n), s.site)
+                })?;
             }
             if s.exit_record {
                 self.exit_record(s.site)?;
@@ -1507,6 +1564,13 @@ impl ProcGen<'_, '_> {
                 if query != 0 {
                     self.em.add_to_count(query, before_last)?;
                 }
+                if cp.atfork && self.em.counting.is_none() {
+                    // Before the increment: a signal inside it stands
+                    // before the call with the count before it.
+                    self.em.point = before;
+                    let prepare = self.rt.fork_prepare;
+                    self.em.seq(|a| Ok(a.call(prepare)?))?;
+                }
                 if cp.count {
                     // Last, so that a signal sees the count and the point
                     // (before the call) agree whether or not it ran.
@@ -1544,7 +1608,7 @@ impl ProcGen<'_, '_> {
                         returned
                     };
                     if cp.fork && tracing {
-                        self.fork_return(p.live.live_in(to))?;
+                        self.fork_return(p.live.live_in(to), cp.atfork)?;
                     }
                     if !cp.unchecked_return {
                         self.check(site)?;
@@ -1584,6 +1648,7 @@ impl ProcGen<'_, '_> {
                             site: self.site(live),
                             count: to == exit && cp.count,
                             exit_record: false,
+                            lazy: false,
                             target: if to == exit {
                                 dest
                             } else {
@@ -1737,9 +1802,16 @@ impl ProcGen<'_, '_> {
     /// At a fork's return point: the parent (result > 0) writes
     /// FORKED(child pid), the child (result 0) claims its own slot before
     /// anything else; a failed fork (< 0) writes nothing. `live` is what is
-    /// live there (flags are dead: the callee clobbered them).
-    fn fork_return(&mut self, live: crate::rewrite::liveness::RegSet) -> GenResult<()> {
+    /// live there (flags are dead: the callee clobbered them). After an
+    /// `atfork` fork each process calls `fork_done` (the parent before
+    /// FORKED, where a signal in it stands).
+    fn fork_return(
+        &mut self,
+        live: crate::rewrite::liveness::RegSet,
+        atfork: bool,
+    ) -> GenResult<()> {
         let fork_child = self.rt.fork_child;
+        let fork_done = atfork.then_some(self.rt.fork_done);
         // The payload is eax: never pick rax as the scratch register.
         let site = self.site(live | crate::rewrite::liveness::RegSet::gpr(Register::RAX));
         self.em.seq(|a| {
@@ -1748,11 +1820,23 @@ impl ProcGen<'_, '_> {
             let mut done = a.create_label();
             a.test(eax, eax)?;
             a.je(child)?;
-            a.jl(done)?;
+            if let Some(fork_done) = fork_done {
+                let mut parent = a.create_label();
+                a.jg(parent)?;
+                a.call(fork_done)?;
+                a.jmp(done)?;
+                a.set_label(&mut parent)?;
+                a.call(fork_done)?;
+            } else {
+                a.jl(done)?;
+            }
             emit_record(a, RecordKind::Forked, Payload::Reg32(eax), site)?;
             a.jmp(done)?;
             a.set_label(&mut child)?;
             a.call(fork_child)?;
+            if let Some(fork_done) = fork_done {
+                a.call(fork_done)?;
+            }
             a.set_label(&mut done)?;
             a.nop()?;
             Ok(())
@@ -1786,6 +1870,7 @@ impl ProcGen<'_, '_> {
                         site: self.site(p.live.live_in(to)),
                         count: false,
                         exit_record: false,
+                        lazy: false,
                         target: self.labels[to.index()],
                     });
                     case_labels.insert(e, label);
@@ -1819,6 +1904,63 @@ impl ProcGen<'_, '_> {
                     self.exit_record(before_last)?;
                 }
                 self.copy_at(b, last_i, last);
+                // IBT: the slot's lazy value leads to a LAZY piece that
+                // enters the `.plt` entry's copy (see the two-edge case).
+                if let Some(entry) = cp.lazy_entry.filter(|_| self.em.counting.is_none()) {
+                    let target = *self.bodies.get(&entry).ok_or_else(|| {
+                        format!("internal: the lazy-binding entry {entry:#x} is not traced")
+                    })?;
+                    let label = self.em.label();
+                    self.em.lazy.push((last.ip_rel_memory_address(), label));
+                    stubs.push(Stub {
+                        label,
+                        edge: e,
+                        after: self.after_edge(e, entry),
+                        witness: None,
+                        site: plt_site(),
+                        count: false,
+                        exit_record: false,
+                        lazy: true,
+                        target,
+                    });
+                }
+                Ok(())
+            }
+            (Some(t), Some(l), 2)
+                if last.is_ip_rel_memory_operand()
+                    && cp.lazy_record
+                    && self.em.counting.is_none() =>
+            {
+                // A PLT stub's `jmp [GOT]` decided by LAZY (`CallDb::plt`):
+                // copied alone. The bound outcome writes nothing and is not
+                // counted (the way into the stub was); the GOT slot's lazy
+                // value leads to the piece after the blocks, which writes
+                // LAZY(stub) before anything else of the lazy path runs,
+                // then goes on to the copy of the stub's second half.
+                if cp.count || cp.exit_record || p.witness[t.index()].is_some() {
+                    return Err(format!(
+                        "internal: the PLT jump at {:#x} decided by LAZY has a count ({}), EXIT ({}) or witness ({:?})",
+                        last.ip(),
+                        cp.count,
+                        cp.exit_record,
+                        p.witness[t.index()]
+                    ));
+                }
+                let to = cfg.edges[l].to;
+                self.copy_at(b, last_i, last);
+                let label = self.em.label();
+                self.em.lazy.push((last.ip_rel_memory_address(), label));
+                stubs.push(Stub {
+                    label,
+                    edge: l,
+                    after: self.after_edge(l, 0),
+                    witness: None,
+                    site: plt_site(),
+                    count: false,
+                    exit_record: false,
+                    lazy: true,
+                    target: self.labels[to.index()],
+                });
                 Ok(())
             }
             (Some(t), Some(l), 2) if last.is_ip_rel_memory_operand() => {
@@ -1829,13 +1971,7 @@ impl ProcGen<'_, '_> {
                 let lazy_addr = cfg.blocks[to].start;
                 let got = last.ip_rel_memory_address();
                 let label = self.em.label();
-                // r11 is free at a PLT stub (SysV: the linker's scratch register).
-                let site = Site {
-                    scratch: Some(r11),
-                    flags_live: false,
-                    red_zone_live: true,
-                    flags_save: aetrace_runtime::FlagsSave::Lahf,
-                };
+                let site = plt_site();
                 let lea = Instruction::with2(
                     Code::Lea_r64_m,
                     Register::R11,
@@ -1876,6 +2012,7 @@ impl ProcGen<'_, '_> {
                     site,
                     count: false,
                     exit_record: cp.exit_record,
+                    lazy: false,
                     target: self.labels[to.index()],
                 });
                 Ok(())

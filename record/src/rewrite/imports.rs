@@ -413,6 +413,12 @@ pub fn is_fork_like(name: &str) -> bool {
     FORK_LIKE.contains(&base(name))
 }
 
+/// A fork-like call that runs `pthread_atfork` handlers (`vfork` and
+/// `_Fork` run none).
+pub fn runs_atfork_handlers(name: &str) -> bool {
+    matches!(base(name), "fork" | "__libc_fork" | "__fork")
+}
+
 pub fn is_setjmp_like(name: &str) -> bool {
     SETJMP_LIKE.contains(&base(name))
 }
@@ -433,5 +439,7 @@ mod tests {
         assert!(is_exit_like("exit"));
         assert!(is_fork_like("fork"));
         assert!(!is_fork_like("forkpty"));
+        assert!(runs_atfork_handlers("fork@GLIBC_2.2.5"));
+        assert!(!runs_atfork_handlers("vfork"));
     }
 }

@@ -171,6 +171,118 @@ fn springboard_fits(prog: &Program, p: &crate::Procedure) -> bool {
     next >= need && crate::report::is_fill(&prog.module, p.end, next)
 }
 
+/// The PLT stubs whose import jump is traced without a witness
+/// (docs/rewrite.md step 5, "PLT stubs"; `CallDb::plt`): the bound
+/// outcome writes nothing, the lazy one a LAZY record first, and the way
+/// into the stub is the counted transfer. A stub qualifies when its
+/// `jmp [GOT]` either has one outcome (a slot bound at load time, e.g.
+/// `.plt.got`'s GLOB_DAT: no lazy binding ever) or falls back to its own
+/// lazy-binding half, where its JUMP_SLOT's initial value points (that
+/// value is then redirected to the copy's LAZY piece, `Copies::lazy_slots`;
+/// ld.so relocates it like the original), the half being the stub's own
+/// second block or, in the IBT layout (`.plt.sec`), a `.plt` entry of its
+/// own. `exit`-like imports keep the GOT compare: their EXIT record would
+/// precede LAZY.
+fn recorded_stubs(
+    prog: &Program,
+    traced: impl Fn(ProcId) -> bool,
+    plt0: Option<ProcId>,
+) -> HashMap<ProcId, RecordedStub> {
+    let module = &prog.module;
+    let by_start: HashMap<u64, ProcId> = prog.procs.iter().map(|(id, p)| (p.start, id)).collect();
+    let mut out = HashMap::new();
+    for (id, p) in prog.procs.iter() {
+        let Ok(cfg) = &p.cfg else { continue };
+        if p.kind != ProcKind::Plt || Some(id) == plt0 || !traced(id) {
+            continue;
+        }
+        let mut jumps = cfg
+            .calls
+            .iter()
+            .filter(|c| c.kind == CallKind::Plt && c.target.is_none() && c.tail);
+        let (Some(c), None) = (jumps.next(), jumps.next()) else {
+            continue;
+        };
+        if c.name.as_deref().is_some_and(imports::is_exit_like) {
+            continue;
+        }
+        let blk = &cfg.blocks[c.block];
+        let at = blk.last_insn();
+        let Some(bytes) = module.bytes_at(at, blk.end - at) else {
+            continue;
+        };
+        let insn =
+            iced_x86::Decoder::with_ip(64, bytes, at, iced_x86::DecoderOptions::NONE).decode();
+        if !insn.is_ip_rel_memory_operand() {
+            continue;
+        }
+        let slot = insn.ip_rel_memory_address();
+        let jump_slot = module
+            .plt_relocs
+            .iter()
+            .any(|r| r.offset == slot && r.r_type == crate::elf::R_X86_64_JUMP_SLOT);
+        let initial = module
+            .bytes_at(slot, 8)
+            .and_then(|v| v.try_into().ok())
+            .map(u64::from_le_bytes);
+        let out_edges: Vec<_> = cfg.edges.values().filter(|e| e.from == c.block).collect();
+        match out_edges[..] {
+            [e] if e.to == cfg.exit() && !jump_slot => {
+                out.insert(id, RecordedStub::default());
+            }
+            // IBT (`.plt.sec`): the lazy half is a `.plt` entry of its own
+            // (`endbr64; push n; jmp <plt0>`), where the slot points.
+            [e] if e.to == cfg.exit() => {
+                let entry = initial
+                    .and_then(|a| by_start.get(&a).copied())
+                    .filter(|&l| {
+                        l != id
+                            && Some(l) != plt0
+                            && traced(l)
+                            && prog.procs[l].kind == ProcKind::Plt
+                    });
+                if let Some(l) = entry {
+                    out.insert(
+                        id,
+                        RecordedStub {
+                            slot: Some(slot),
+                            entry: Some(l),
+                        },
+                    );
+                }
+            }
+            [a, b] if jump_slot => {
+                let Some(lazy) = [a, b].into_iter().find(|e| e.to != cfg.exit()) else {
+                    continue;
+                };
+                if initial == Some(cfg.blocks[lazy.to].start) {
+                    out.insert(
+                        id,
+                        RecordedStub {
+                            slot: Some(slot),
+                            entry: None,
+                        },
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// A PLT stub of [`recorded_stubs`].
+#[derive(Clone, Copy, Debug, Default)]
+struct RecordedStub {
+    /// The GOT slot whose initial value becomes the LAZY piece (`None`:
+    /// bound at load time, no lazy outcome).
+    slot: Option<u64>,
+    /// The lazy-binding half when it is a procedure of its own (IBT's
+    /// `.plt` entry), entered from the LAZY piece past its outside-entry
+    /// stub (`CallDb::lazy`).
+    entry: Option<ProcId>,
+}
+
 /// Why procedure `proc` cannot be traced, if it cannot.
 fn left_alone_reason(prog: &Program, id: ProcId, ifuncs: &[u64]) -> Option<String> {
     let p = &prog.procs[id];
@@ -232,6 +344,8 @@ struct LibcFamily {
     /// Create a process (`fork`): the child must get its own slot before
     /// it runs traced code.
     fork: Vec<u64>,
+    /// Those of `fork` that run `pthread_atfork` handlers.
+    atfork: Vec<u64>,
 }
 
 fn libc_family(module: &crate::elf::Module) -> LibcFamily {
@@ -248,6 +362,9 @@ fn libc_family(module: &crate::elf::Module) -> LibcFamily {
             f.longjmp.push(s.addr);
         } else if imports::is_fork_like(n) || n == "__fork" {
             f.fork.push(s.addr);
+            if imports::runs_atfork_handlers(n) {
+                f.atfork.push(s.addr);
+            }
         }
     }
     f
@@ -618,6 +735,10 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
         .iter()
         .find(|(_, p)| p.kind == ProcKind::Plt && p.name == "<plt0>")
         .map(|(id, _)| id);
+    let lazy_stubs = match how {
+        How::Trace(_) => recorded_stubs(&prog, |q| traced(q, &reasons), plt0),
+        How::Count(_) => HashMap::new(),
+    };
     let callback_capable = |name: Option<&str>| match name {
         Some(n) => !imports::is_callback_free(n) && !imports::is_exit_like(n),
         None => true,
@@ -930,6 +1051,11 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
             .filter_map(|&a| cfg.block_at(a))
             .collect();
         let (witness, code_witness, plan_counters) = match how {
+            // A PLT stub's jump decided by LAZY: no witness in the stub.
+            How::Trace(_) if lazy_stubs.contains_key(&id) => {
+                let none = vec![None; cfg.edges.len()];
+                (none.clone(), none, None)
+            }
             How::Trace(_) => {
                 let pl = placement(cfg, which);
                 witness_edges += pl.len();
@@ -1094,6 +1220,8 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
             let marker = (marker || syscall) && returns && !c.tail && !to_setjmp;
             calls[c.block.index()] = CallPlan {
                 count: false,
+                lazy_record: false,
+                lazy_entry: None,
                 unchecked_return: returns
                     && !c.tail
                     && !marker
@@ -1103,6 +1231,9 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                 exit_record,
                 syscall_exit: syscall,
                 fork: !c.tail && (to_fork || name.is_some_and(imports::is_fork_like)),
+                atfork: !c.tail
+                    && (c.target.is_some_and(|t| family.atfork.contains(&t))
+                        || name.is_some_and(imports::runs_atfork_handlers)),
                 fatal_longjmp: fatal_longjmps
                     && !c.tail
                     && (to_longjmp || name.is_some_and(imports::is_longjmp_like)),
@@ -1116,6 +1247,7 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                 },
             };
             let db = CallDb {
+                jmpbuf: calls[c.block.index()].jmpbuf.is_some(),
                 target: if (exit_record && !c.tail) || syscall {
                     CallTarget::Exit
                 } else {
@@ -1124,7 +1256,16 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                 marker,
                 returns,
                 tail: c.tail,
-                lazy: None,
+                // IBT: the `.plt` entry the LAZY piece enters.
+                lazy: lazy_stubs
+                    .get(&id)
+                    .and_then(|s| s.entry)
+                    .filter(|_| target_proc.is_none() && got_jump && c.tail)
+                    .map(|l| l.index() as u32),
+                plt: match target_proc {
+                    Some(q) => lazy_stubs.contains_key(&q),
+                    None => got_jump && c.tail && lazy_stubs.contains_key(&id),
+                },
                 landing: {
                     let at = cfg.blocks[c.block].last_insn();
                     let i = pads.partition_point(|&(s, _, _)| s <= at);
@@ -1136,6 +1277,9 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                 },
             };
             calls[c.block.index()].count = db.counts_transfer();
+            calls[c.block.index()].lazy_record = db.plt && db.target == CallTarget::External;
+            calls[c.block.index()].lazy_entry =
+                db.lazy.map(|l| prog.procs[ProcId::new(l as usize)].start);
             call_db[c.block.index()] = Some(db);
         }
         // `--stop-at` and a throw: every frame it leaves stands at a call
@@ -1462,6 +1606,17 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
             as usize;
         blob_bytes[off..off + 8].copy_from_slice(&value.to_le_bytes());
     }
+    // Every redirected slot belongs to a stub chosen for it, and the other way round.
+    let mut want: Vec<u64> = lazy_stubs.values().filter_map(|s| s.slot).collect();
+    let mut got: Vec<u64> = code.lazy_slots.iter().map(|&(slot, _)| slot).collect();
+    want.sort_unstable();
+    got.sort_unstable();
+    if want != got {
+        return Err(rewrite_err(
+            path,
+            format!("internal: GOT slots with a LAZY piece {got:x?}, expected {want:x?}"),
+        ));
+    }
     let data = blob.data_offset as usize;
     let patches = code
         .springboards
@@ -1473,6 +1628,14 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
             bytes.extend_from_slice(&rel.to_le_bytes());
             Ok(elfout::Patch { vaddr: from, bytes })
         })
+        // A lazily bound GOT slot's initial value (the stub's own
+        // lazy-binding half) becomes the copy's LAZY piece.
+        .chain(code.lazy_slots.iter().map(|&(slot, piece)| {
+            Ok(elfout::Patch {
+                vaddr: slot,
+                bytes: piece.to_le_bytes().to_vec(),
+            })
+        }))
         .collect::<Result<Vec<_>>>()?;
     let init = runtime_vaddr
         + blob

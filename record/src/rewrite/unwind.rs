@@ -296,6 +296,9 @@ fn eval(
     Ok(rows)
 }
 
+/// The x86-64 psABI's DWARF return-address column (rip).
+const RETURN_ADDRESS: u16 = 16;
+
 fn i32_of(v: i64) -> Res<i32> {
     i32::try_from(v).map_err(|_| format!("offset {v} does not fit 32 bits"))
 }
@@ -324,7 +327,15 @@ fn transition(from: &Row, to: &Row, initial: &Row, out: &mut Vec<W>) -> Res<()> 
             continue;
         }
         out.push(match b {
-            // Only `restore` removes a rule, and it restores the CIE's.
+            // Only `restore` removes a rule, and it restores the CIE's: a
+            // rule the CIE has but the row does not (a `.cold` part's CIE
+            // starts from its hot part's saves; the stubs after the copy's
+            // last block take the row after its `ret`) is written as
+            // `same_value`, which is what "no rule" means to the unwinders
+            // (libgcc's REG_UNSAVED, gdb's unspecified callee-saved
+            // register). Not for the return address: that has no such
+            // meaning.
+            None if r != RETURN_ADDRESS => W::SameValue(reg),
             None => return Err(format!("register {r} loses its rule")),
             Some(Rule::Undefined) => W::Undefined(reg),
             Some(Rule::SameValue) => W::SameValue(reg),
@@ -1244,5 +1255,14 @@ mod tests {
         let mut lost = a.clone();
         lost.regs.clear();
         assert!(transition(&a, &lost, &initial, &mut Vec::new()).is_err());
+        // A callee-saved register the CIE saves, with no rule in the row
+        // (a `.cold` part's CIE): unchanged, `same_value`.
+        let mut cold = initial.clone();
+        cold.regs.insert(3, Rule::Offset(-40));
+        let mut after = cold.clone();
+        after.regs.remove(&3);
+        out.clear();
+        transition(&cold, &after, &cold, &mut out).unwrap();
+        assert_eq!(out, vec![W::SameValue(Register(3))]);
     }
 }

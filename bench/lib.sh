@@ -1,0 +1,17 @@
+# Shared by the bench scripts (sourced from the repository root).
+
+# Best wall time in seconds of REPS runs of "$@" (stdout discarded), read
+# from bash's own clock in microseconds: `$(date +%s%N)` around the command
+# added the end of one `date` process and the start of another (about 1 ms
+# on this machine) to every time, which hid a short run's fixed cost.
+best() {
+    local i t t0 t1 b=""
+    for ((i = 0; i < REPS; i++)); do
+        t0=${EPOCHREALTIME/[.,]/}
+        "$@" >/dev/null
+        t1=${EPOCHREALTIME/[.,]/}
+        t=$((t1 - t0))
+        if [ -z "$b" ] || [ "$t" -lt "$b" ]; then b=$t; fi
+    done
+    awk -v b="$b" 'BEGIN {printf "%.4f", b / 1e6}'
+}
