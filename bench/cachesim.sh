@@ -98,7 +98,7 @@ cmp -s <("$SIM" "${GEOM[@]}" "$DIR/t.xdin") <("$SIM" "${GEOM[@]}" "$DIR/t.bin") 
 
 echo
 PY_RATE=""
-if python3 -c 'import cachesim' 2>/dev/null; then
+if (cd / && python3 -c 'from cachesim import CacheSimulator') 2>/dev/null; then
     PY_RATE=$(python3 - "$DIR/t.bin" "$PY_N" <<'EOF'
 import sys, time
 from array import array

@@ -69,9 +69,9 @@ fn regen_threads(trace: &Path, module: Option<&str>) -> Vec<Vec<u64>> {
     assert!(regen("2").stdout == out.stdout, "-j 2 differs from -j 1");
     let mut threads: Vec<Vec<u64>> = Vec::new();
     for line in out.stdout.split(|&c| c == b'\n') {
-        if line.starts_with(b"#") {
+        if line.starts_with(b"# thread ") {
             threads.push(Vec::new());
-        } else if !line.is_empty() {
+        } else if !line.is_empty() && !line.starts_with(b"#") {
             let s = std::str::from_utf8(line).unwrap();
             let a = u64::from_str_radix(s, 16).unwrap_or_else(|_| panic!("bad line {s:?}"));
             if threads.is_empty() {

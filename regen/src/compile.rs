@@ -455,6 +455,17 @@ impl Module {
         let _ = format_block(out, f, addr, &lens[from as usize..to as usize]);
     }
 
+    /// Appends `# signal SIGNO`, where the recorded run took an
+    /// asynchronous signal, to the text formats that carry comments
+    /// (`insn`, `block`; nothing when counting or for `din`, `xdin`, `bin`).
+    pub fn signal_note(&self, signo: u32, out: &mut Vec<u8>) {
+        if self.format.is_some_and(Format::comments) {
+            out.extend_from_slice(b"# signal ");
+            push_dec(out, u64::from(signo));
+            out.push(b'\n');
+        }
+    }
+
     /// The successor of predicate `b` whose witness set holds `w`
     /// (`Some(AMBIGUOUS)` if two do).
     #[inline]

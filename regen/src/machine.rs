@@ -1687,6 +1687,9 @@ impl<'a> Machine<'a> {
             tail.clear();
         } else {
             counted.clear();
+            // Where the handler's blocks begin: a reader (`aetrace verify`)
+            // can tell them from a call.
+            m.signal_note(signo, &mut sink.out);
         }
         sink.certain = sink.certain.max(sink.out.len());
         // The handler starts from the count at the interruption; the

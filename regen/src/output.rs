@@ -9,7 +9,8 @@
 //! `2 ADDR` per instruction (Dinero's traditional format); `xdin`
 //! `i ADDR SIZE` per instruction (extended din, both hex); `bin` the
 //! `aetrace_format::addrtrace` format with an unknown count. Text formats
-//! `insn` and `block` announce each thread with `# thread N pid P tid T`;
+//! `insn` and `block` announce each thread with `# thread N pid P tid T`
+//! and mark where the recorded run took a signal with `# signal SIGNO`;
 //! `din`, `xdin` and `bin` carry no comments (Dinero IV accepts none).
 //!
 //! Invariants: output is produced in batches of about [`BATCH`] bytes;
@@ -63,7 +64,7 @@ impl Format {
         ("bin", Format::Bin),
     ];
 
-    fn comments(self) -> bool {
+    pub(crate) fn comments(self) -> bool {
         matches!(self, Format::Insn | Format::Block)
     }
 }

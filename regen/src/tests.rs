@@ -474,7 +474,11 @@ fn a_signal_in_untraced_code_and_a_desync() {
     // before the handler's ENTER).
     let mut s1 = s.clone();
     signal(&mut s1, 11, 0x1234);
-    expect(&db, &s1, &blocks_of(&db, &[(0, 0), (1, 0)]));
+    expect(
+        &db,
+        &s1,
+        &(blocks_of(&db, &[(0, 0), (1, 0)]) + "# signal 11\n"),
+    );
     let mut s2 = s[..18].to_vec();
     rec(&mut s2, 5, &0x401000u64.to_le_bytes());
     let e = hand(&db, &s2).1.unwrap_err().to_string();
@@ -1264,6 +1268,9 @@ fn parts(db: &ProgramDb, steps: &[(usize, usize, u32, u32)]) -> String {
     steps
         .iter()
         .map(|&(p, b, from, to)| {
+            if p == SIG {
+                return format!("# signal {b}\n");
+            }
             let blk = &db.procs[p].blocks[b];
             let lens = &blk.insn_lens[from as usize..to as usize];
             let skip: u64 = blk.insn_lens[..from as usize]
@@ -1278,6 +1285,15 @@ fn parts(db: &ProgramDb, steps: &[(usize, usize, u32, u32)]) -> String {
             )
         })
         .collect()
+}
+
+/// The procedure index of a [`parts`] step that is the `# signal N` line
+/// (`N` in the block index).
+const SIG: usize = usize::MAX;
+
+/// The `# signal signo` line, for [`parts`].
+fn sig(signo: usize) -> (usize, usize, u32, u32) {
+    (SIG, signo, 0, 0)
 }
 
 /// A whole two-instruction block of [`signal_db`], for [`parts`].
@@ -1313,6 +1329,7 @@ fn a_handler_splits_the_interrupted_block() {
             &[
                 full(0, 0),
                 (0, 1, 0, 1),
+                sig(14),
                 full(1, 0),
                 (0, 1, 1, 2),
                 full(0, 1),
@@ -1324,7 +1341,7 @@ fn a_handler_splits_the_interrupted_block() {
     // block stream's instructions.
     let bytes = trace_bytes(&db, &[s.clone()], W as usize);
     let insns = run(&bytes, &opts(Format::Insn)).0;
-    let want: Vec<String> = [
+    let mut want: Vec<String> = [
         0x401000u64,
         0x401003,
         0x401010,
@@ -1339,6 +1356,7 @@ fn a_handler_splits_the_interrupted_block() {
     .iter()
     .map(|a| format!("{:x}", LOAD_BASE + a))
     .collect();
+    want.insert(3, "# signal 14".into());
     let got: Vec<&str> = text(&insns).lines().skip(1).collect();
     assert_eq!(got, want);
 }
@@ -1354,14 +1372,28 @@ fn a_signal_before_a_witness_is_written_stands_after_the_predicate() {
         (
             0x1c,
             &[1],
-            &[full(0, 0), full(0, 1), full(0, 1), full(1, 0), full(0, 2)],
+            &[
+                full(0, 0),
+                full(0, 1),
+                full(0, 1),
+                sig(14),
+                full(1, 0),
+                full(0, 2),
+            ],
         ),
         // After the taken edge's witness is written (the stub's jump
         // back): the second b1 has not started.
         (
             0x2b,
             &[1],
-            &[full(0, 0), full(0, 1), full(1, 0), full(0, 1), full(0, 2)],
+            &[
+                full(0, 0),
+                full(0, 1),
+                sig(14),
+                full(1, 0),
+                full(0, 1),
+                full(0, 2),
+            ],
         ),
         // In the taken edge's stub before its witness, where the same block
         // was entered once already: after b1, before the loop's edge.
@@ -1372,6 +1404,7 @@ fn a_signal_before_a_witness_is_written_stands_after_the_predicate() {
                 full(0, 0),
                 full(0, 1),
                 full(0, 1),
+                sig(14),
                 full(1, 0),
                 full(0, 1),
                 full(0, 2),
@@ -1403,7 +1436,10 @@ fn nested_handlers_untraced_interruptions_and_handlers_that_never_return() {
     expect(
         &db,
         &s,
-        &parts(&db, &[full(1, 0), full(0, 0), full(0, 1), full(0, 2)]),
+        &parts(
+            &db,
+            &[sig(10), full(1, 0), full(0, 0), full(0, 1), full(0, 2)],
+        ),
     );
     // A handler interrupted by a second signal between its instructions,
     // after its last record: the second handler runs inside the first.
@@ -1421,7 +1457,9 @@ fn nested_handlers_untraced_interruptions_and_handlers_that_never_return() {
             &[
                 full(0, 0),
                 (0, 1, 0, 1),
+                sig(14),
                 (1, 0, 0, 1),
+                sig(10),
                 full(1, 0),
                 (1, 0, 1, 2),
                 (0, 1, 1, 2),
@@ -1440,7 +1478,11 @@ fn nested_handlers_untraced_interruptions_and_handlers_that_never_return() {
         r.unwrap();
         assert_eq!(
             out,
-            HDR.to_owned() + &parts(&db, &[full(0, 0), (0, 1, 0, upto), full(2, 0)]),
+            HDR.to_owned()
+                + &parts(
+                    &db,
+                    &[full(0, 0), (0, 1, 0, upto), sig(signo as usize), full(2, 0)]
+                ),
             "signal {signo}"
         );
     }
@@ -1510,8 +1552,10 @@ fn a_signal_at_a_procedure_entry_after_a_handler_returned() {
                 &db,
                 &[
                     (0, 0, 0, 1),
+                    sig(14),
                     full(1, 0),
                     (0, 0, 1, 2),
+                    sig(14),
                     full(1, 0),
                     full(2, 0),
                     full(0, 1),
@@ -1546,7 +1590,7 @@ fn a_rip_in_the_runtime_is_refused_by_name() {
         ret(&mut s);
         s
     };
-    let placed = parts(&db, &[full(0, 0), full(1, 0), full(0, 1)]);
+    let placed = parts(&db, &[full(0, 0), sig(14), full(1, 0), full(0, 1)]);
     for rip in [0x7f00_0000_1234, LOAD_BASE + COPY - 0x3000 - 1] {
         expect(&db, &stream(rip), &placed);
     }
@@ -1647,6 +1691,7 @@ fn the_transfer_count_chooses_the_interrupted_run() {
         full(1, 0),
         full(0, 1),
         f0,
+        sig(14),
         full(2, 0),
         f1,
         full(0, 2),
@@ -1655,6 +1700,7 @@ fn the_transfer_count_chooses_the_interrupted_run() {
     let first = [
         full(0, 0),
         f0,
+        sig(14),
         full(2, 0),
         f1,
         full(0, 1),
@@ -1710,12 +1756,18 @@ fn the_transfer_count_chooses_the_interrupted_gap() {
     expect(
         &db,
         &stream(Some(1)),
-        &blocks_of(&db, &[(0, 0), (1, 0), (0, 1), (0, 2)]),
+        &parts(
+            &db,
+            &[full(0, 0), sig(10), full(1, 0), full(0, 1), full(0, 2)],
+        ),
     );
     expect(
         &db,
         &stream(Some(2)),
-        &blocks_of(&db, &[(0, 0), (0, 1), (1, 0), (0, 2)]),
+        &parts(
+            &db,
+            &[full(0, 0), full(0, 1), sig(10), full(1, 0), full(0, 2)],
+        ),
     );
     let e = hand(&db, &stream(Some(0))).1.unwrap_err().to_string();
     assert!(

@@ -1325,10 +1325,10 @@ fn emit_map_caller(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
     a.jb(stub_k)?;
     a.jmp(not_stub)?;
     a.set_label(&mut stub_found)?;
-    a.mov(rax, qword_ptr(r13 + 15 * 8))?; // the interrupted rsp
-                                          // A handler's stub runs with the kernel's rdx = &uc = rsp + 8; a stub
-                                          // entered by a jump may have anything at [rsp]: read through it only
-                                          // then (as the stub itself does).
+    // A handler's stub runs with the kernel's rdx = &uc = rsp + 8; a stub
+    // entered by a jump may have anything at [rsp]: read through it only
+    // then (as the stub itself does). rax: the interrupted rsp.
+    a.mov(rax, qword_ptr(r13 + 15 * 8))?;
     a.lea(rdx, ptr(rax + 8))?;
     a.cmp(rdx, qword_ptr(r13 + 12 * 8))?; // the interrupted rdx
     a.jne(not_stub)?;
@@ -1369,11 +1369,28 @@ fn emit_map_caller(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
             match caller {
                 Caller::Placed => {}
                 Caller::Stub => {
-                    // The stub's own return address: glibc's restorer?
-                    a.mov(rdx, qword_ptr(rax + 8))?;
-                    a.mov(rdx, qword_ptr(rdx))?;
+                    // The stub's own return address: glibc's restorer? A
+                    // stub entered by a jump may have anything at its
+                    // [rsp], and its rdx (which the stub itself tests) is
+                    // not kept everywhere in these windows: the kernel
+                    // reads the 8 bytes first, as a set to add to the
+                    // mask, which is already full here (EFAULT: not a
+                    // readable pointer, so no restorer).
+                    let mut no_restorer = a.create_label();
+                    a.mov(r15, rax)?;
+                    a.mov(rsi, qword_ptr(rax + 8))?;
+                    a.xor(edi, edi)?; // SIG_BLOCK
+                    a.xor(edx, edx)?;
+                    a.mov(r10d, 8u32)?;
+                    a.mov(eax, SYS_RT_SIGPROCMASK)?;
+                    a.syscall()?;
+                    a.test(rax, rax)?;
+                    a.mov(rax, r15)?;
+                    a.jnz(no_restorer)?;
+                    a.mov(rdx, qword_ptr(rsi))?;
                     a.cmp(rdx, qword_ptr(l.restorer))?;
                     a.je(outer)?;
+                    a.set_label(&mut no_restorer)?;
                 }
                 Caller::Handler => {
                     a.jmp(outer)?;
@@ -1385,11 +1402,12 @@ fn emit_map_caller(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
             a.zero_bytes()?;
         }
     }
-    a.jmp(done)?; // signals blocked there: left as it is
-                  // The stub is a handler's that has not written its SIGNAL: above the
-                  // return address into it, the kernel's frame (pretcode, then the
-                  // ucontext, its gregs 40 bytes in). Complete that context's stores,
-                  // then map its rip.
+    // Signals blocked there: left as it is.
+    a.jmp(done)?;
+    // The stub is a handler's that has not written its SIGNAL: above the
+    // return address into it, the kernel's frame (pretcode, then the
+    // ucontext, its gregs 40 bytes in). Complete that context's stores,
+    // then map its rip.
     a.set_label(&mut outer)?;
     a.lea(r13, ptr(rax + 56))?;
     a.mov(r14, qword_ptr(r13 + 16 * 8))?;

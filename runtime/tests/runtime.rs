@@ -1426,8 +1426,17 @@ fn check_stepped_call(
 /// `syscall` that blocks signals traps (the first trap's handler attaches
 /// the thread itself, nested: its stub finds the thread without a slot),
 /// then SIGUSR1, delivered as the mask is restored, steps the epilogue.
+/// The word above the return address, which tells a handler's stub from
+/// another, is also an unreadable address: a stub entered by a jump, as
+/// `traces/outside_jump.c` does, may have anything there (reading it
+/// killed the program).
 #[test]
 fn a_signal_inside_attach_thread_is_reported_at_its_call() {
+    attach_thread_stepped(false);
+    attach_thread_stepped(true);
+}
+
+fn attach_thread_stepped(garbage_above: bool) {
     let _serial = TRAP_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let mut m = Mapped::new();
     let region = Region::create(SMALL).unwrap();
@@ -1435,10 +1444,16 @@ fn a_signal_inside_attach_thread_is_reported_at_its_call() {
     let mut a = CodeAssembler::new(64).unwrap();
     let mut call_at = a.create_label();
     let mut after = a.create_label();
+    if garbage_above {
+        a.push(0x10).unwrap(); // the first page: never mapped
+    }
     set_tf(&mut a);
     a.set_label(&mut call_at).unwrap();
     a.call(rt.attach).unwrap();
     a.set_label(&mut after).unwrap();
+    if garbage_above {
+        a.pop(rcx).unwrap();
+    }
     a.ret().unwrap();
     let res = a
         .assemble_options(

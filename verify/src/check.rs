@@ -232,6 +232,9 @@ struct Expected<'a> {
     ranges: &'a [(u64, u64)],
     /// How the producer ended, once it has.
     end: Option<Result<(), String>>,
+    /// The signal the recorded run took right before the block `next`
+    /// returned last (the regenerator's `# signal N` line).
+    signal: Option<u32>,
 }
 
 enum Msg {
@@ -269,6 +272,7 @@ impl Expected<'_> {
     /// The next block's module and link-time address; `None` at the end
     /// (then `end` says whether regeneration succeeded).
     fn next(&mut self) -> Option<Loc> {
+        self.signal = None;
         loop {
             if let Some(nl) = self
                 .buf
@@ -277,6 +281,9 @@ impl Expected<'_> {
             {
                 let line = &self.buf[self.pos..self.pos + nl];
                 self.pos += nl + 1;
+                if let Some(n) = line.strip_prefix(b"# signal ") {
+                    self.signal = std::str::from_utf8(n).ok().and_then(|n| n.parse().ok());
+                }
                 if line.first() == Some(&b'#') {
                     continue;
                 }
@@ -328,6 +335,8 @@ struct Split {
     regen_error: Option<String>,
     /// A signal delivered to the thread since the last equal block.
     signal: Option<i32>,
+    /// The signal the recorded run took right before the trace's block.
+    trace_signal: Option<u32>,
 }
 
 /// A thread of the run, paired with a trace thread.
@@ -378,6 +387,7 @@ impl Track<'_> {
                     seen: Some(addr),
                     regen_error: err,
                     signal: self.signal,
+                    trace_signal: self.expected.signal,
                 });
             }
         }
@@ -405,6 +415,7 @@ impl Track<'_> {
                     seen: None,
                     regen_error: err,
                     signal: self.signal,
+                    trace_signal: self.expected.signal,
                 });
             }
         }
@@ -793,6 +804,7 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
                     pos: 0,
                     ranges: ranges_ref,
                     end: None,
+                    signal: None,
                 },
                 equal: 0,
                 resumed: 0,
@@ -947,6 +959,7 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
             seen,
             regen_error,
             signal,
+            trace_signal,
         }) = t.diverged
         else {
             continue;
@@ -975,6 +988,11 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
                 if let Some(sig) = signal {
                     notes.push(format!(
                         "signal {sig} was delivered to the thread just before: signals arrive at other points in other runs"
+                    ));
+                }
+                if let Some(sig) = trace_signal {
+                    notes.push(format!(
+                        "the recorded run took signal {sig} just before the trace's block (its SIGNAL record): signals arrive at other points in other runs"
                     ));
                 }
                 notes
