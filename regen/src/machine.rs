@@ -337,6 +337,9 @@ pub struct Machine<'a> {
     /// (a thread's or fork child's new slot), incremented at each counted
     /// transfer ([`Machine::counted`]) when the machine makes it.
     xfers: u32,
+    /// A SIGNAL's rip may be glibc's signal restorer (traces before
+    /// format 1.4): a `Restored` mark is then a place untraced code ran.
+    restorer_rips: bool,
 }
 
 impl<'a> Machine<'a> {
@@ -345,6 +348,7 @@ impl<'a> Machine<'a> {
         modules: &'a [&'a Module],
         stream: Stream<'a>,
         note: String,
+        restorer_rips: bool,
     ) -> Self {
         let mut by_tag = Vec::new();
         for (i, m) in modules.iter().enumerate() {
@@ -378,6 +382,7 @@ impl<'a> Machine<'a> {
             signals: (0, 0),
             chained: false,
             xfers: 0,
+            restorer_rips,
         }
     }
 
@@ -1020,6 +1025,17 @@ impl<'a> Machine<'a> {
         }
     }
 
+    /// The transfer counts of the trail's places where a SIGNAL whose rip
+    /// is in untraced code can stand: gaps, and (before format 1.4, whose
+    /// rips can be glibc's restorer) restorers.
+    fn untraced_counts(&self) -> impl Iterator<Item = u32> + '_ {
+        self.trail.iter().filter_map(|m| match *m {
+            Mark::Gap { cnt } => Some(cnt),
+            Mark::Restored { cnt } if self.restorer_rips => Some(cnt),
+            _ => None,
+        })
+    }
+
     /// Whether a SIGNAL with `rip`, read where a block is about to make
     /// its call, stands before a record written before that call
     /// (else it comes from the callee, later).
@@ -1035,10 +1051,9 @@ impl<'a> Machine<'a> {
                         && count.is_none_or(|n| self.fits(o, insn, n))
                 })
             }
-            Ok((_, SigAt::Outside, _)) => self.trail.iter().any(|m| match *m {
-                Mark::Gap { cnt } | Mark::Restored { cnt } => count.is_none_or(|n| n == cnt),
-                _ => false,
-            }),
+            Ok((_, SigAt::Outside, _)) => self
+                .untraced_counts()
+                .any(|cnt| count.is_none_or(|n| n == cnt)),
             _ => false,
         }
     }
@@ -1056,9 +1071,7 @@ impl<'a> Machine<'a> {
             }
             Ok((_, SigAt::Outside, _)) => count.is_some_and(|n| {
                 (n.wrapping_sub(self.xfers) as i32) > 0
-                    && !self.trail.iter().any(
-                        |m| matches!(*m, Mark::Gap { cnt } | Mark::Restored { cnt } if cnt == n),
-                    )
+                    && !self.untraced_counts().any(|cnt| cnt == n)
             }),
             Err(_) => false,
         }
@@ -1482,7 +1495,8 @@ impl<'a> Machine<'a> {
         // A rip at a traced procedure's entry (its springboard, or the
         // outside-entry stub before its ENTER) is not in a restorer that
         // returns to traced code (the procedure scan only when it matters).
-        let restorer = matches!(at, SigAt::Outside)
+        let restorer = self.restorer_rips
+            && matches!(at, SigAt::Outside)
             && !instrumentation
             && self
                 .trail

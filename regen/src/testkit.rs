@@ -57,7 +57,20 @@ pub fn witness(out: &mut Vec<u8>, w: u32) {
 /// A trace of one module (`db`) and one thread per stream, each stream cut
 /// into chunks of the given size.
 pub fn trace_bytes(db: &ProgramDb, streams: &[Vec<u8>], chunk: usize) -> Vec<u8> {
-    let mut w = TraceWriter::new(Vec::new(), &Header::new("regen test", 0).unwrap()).unwrap();
+    trace_bytes_of_minor(db, streams, chunk, aetrace_format::header::VERSION_MINOR)
+}
+
+/// [`trace_bytes`] with the header's format minor set to `minor` (how
+/// regen reads an older runtime's streams).
+pub fn trace_bytes_of_minor(
+    db: &ProgramDb,
+    streams: &[Vec<u8>],
+    chunk: usize,
+    minor: u16,
+) -> Vec<u8> {
+    let mut header = Header::new("regen test", 0).unwrap();
+    header.minor = minor;
+    let mut w = TraceWriter::new(Vec::new(), &header).unwrap();
     w.module(&Module {
         id: ModuleId(0),
         pid: PID,

@@ -132,7 +132,12 @@ fn blocks_of(db: &ProgramDb, steps: &[(usize, usize)]) -> String {
 const HDR: &str = "# thread 0 pid 4242 tid 4242\n";
 
 fn hand(db: &ProgramDb, stream: &[u8]) -> (String, Result<(), Error>) {
-    let bytes = trace_bytes(db, &[stream.to_vec()], 3);
+    hand_of_minor(db, stream, aetrace_format::header::VERSION_MINOR)
+}
+
+/// [`hand`] for a trace of format minor `minor`.
+fn hand_of_minor(db: &ProgramDb, stream: &[u8], minor: u16) -> (String, Result<(), Error>) {
+    let bytes = trace_bytes_of_minor(db, &[stream.to_vec()], 3, minor);
     let (out, r) = run(&bytes, &opts(Format::Block));
     (String::from_utf8(out).unwrap(), r)
 }
@@ -1516,10 +1521,13 @@ fn main_calling_out_and_handler(a: &mut u64) -> (ProcDb, ProcDb) {
 }
 
 /// A second signal where the code the first one interrupted, back from
-/// its handler through the restorer, waits for an external call: a rip at
-/// a traced procedure's entry (springboard or outside-entry stub) is not
-/// in the restorer, which returns into an instrumented copy; any other
-/// untraced rip could be either, and is refused.
+/// its handler through the restorer, waits for an external call. Before
+/// format 1.4 a rip in untraced code could be glibc's restorer: a rip at
+/// a traced procedure's entry (springboard or outside-entry stub) is not,
+/// since the restorer returns into an instrumented copy; any other
+/// untraced rip could be either, and is refused. From 1.4 on the runtime
+/// never reports the restorer (it reports where the restorer returns), so
+/// every untraced rip is the external call.
 #[test]
 fn a_signal_at_a_procedure_entry_after_a_handler_returned() {
     let mut a = LINK_BASE + 0x1000;
@@ -1544,33 +1552,35 @@ fn a_signal_at_a_procedure_entry_after_a_handler_returned() {
         ret(&mut s);
         s
     };
-    for rip in [springboard, LOAD_BASE + COPY + 0x204] {
-        expect(
-            &db,
-            &stream(rip),
-            &parts(
-                &db,
-                &[
-                    (0, 0, 0, 1),
-                    sig(14),
-                    full(1, 0),
-                    (0, 0, 1, 2),
-                    sig(14),
-                    full(1, 0),
-                    full(2, 0),
-                    full(0, 1),
-                ],
-            ),
-        );
-    }
-    let e = hand(&db, &stream(0x7f00_0000_1234))
-        .1
-        .unwrap_err()
-        .to_string();
-    assert!(
-        e.contains("which the thread entered at 2 places since its last record"),
-        "{e}"
+    let placed = parts(
+        &db,
+        &[
+            (0, 0, 0, 1),
+            sig(14),
+            full(1, 0),
+            (0, 0, 1, 2),
+            sig(14),
+            full(1, 0),
+            full(2, 0),
+            full(0, 1),
+        ],
     );
+    let libc = 0x7f00_0000_1234;
+    for minor in [3, 4] {
+        for rip in [springboard, LOAD_BASE + COPY + 0x204, libc] {
+            let (out, r) = hand_of_minor(&db, &stream(rip), minor);
+            if minor == 3 && rip == libc {
+                let e = r.unwrap_err().to_string();
+                assert!(
+                    e.contains("which the thread entered at 2 places since its last record"),
+                    "{e}"
+                );
+            } else {
+                r.unwrap();
+                assert_eq!(out, HDR.to_owned() + &placed, "1.{minor}, rip {rip:#x}");
+            }
+        }
+    }
 }
 
 /// A rip in the runtime blob (below the copies, from `runtime_vaddr`) is

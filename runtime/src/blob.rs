@@ -1191,7 +1191,9 @@ fn emit_helpers(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> 
     a.ret()
 }
 
-/// `map_caller`, called by `signal_entry` (signals blocked): when the
+/// `map_caller`, called by `signal_entry` (signals blocked): first, a rip
+/// in glibc's restorer is replaced by the context that restorer returns
+/// to, and that context's stores are completed (`fixup`). Then, when the
 /// interrupted rip (r14) is in a runtime blob of this process, in an entry
 /// point where signals are not blocked ([`Labels::windows`]), replaces it
 /// with that entry point's return address, its caller: the point right
@@ -1201,7 +1203,8 @@ fn emit_helpers(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> 
 /// address is glibc's restorer) has not written that handler's SIGNAL yet
 /// when it calls `attach_thread` or while `signal_entry` has not blocked
 /// signals: the second signal is then reported where the first one
-/// interrupted the thread ([`Caller::Handler`]), which is mapped in turn.
+/// interrupted the thread ([`Caller::Handler`]), which is resolved,
+/// completed and mapped in turn.
 /// The handler still returns into the runtime; only the reported rip
 /// changes.
 ///
@@ -1231,6 +1234,29 @@ fn emit_map_caller(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
     let mut done = a.create_label();
     let mut outer = a.create_label();
     a.set_label(&mut l.map_caller)?;
+    // A signal in glibc's restorer (`mov rax, 15` at +0, `syscall` at +7:
+    // signal_entry's pretcode, [rsp+152] there, the restorer every glibc
+    // handler returns through) came after an earlier handler had returned
+    // and before its `rt_sigreturn`: the thread is, for the trace, where
+    // that handler returns to. Report that context (its ucontext is at
+    // the restorer's rsp) instead of an untraced rip that regen cannot
+    // tell from other untraced code (docs/regen.md section 3a); as often
+    // as restorers interrupted restorers.
+    let mut restored = a.create_label();
+    let mut not_restorer = a.create_label();
+    a.mov(rax, qword_ptr(rsp + 152 + 8))?;
+    a.cmp(r14, rax)?;
+    a.je(restored)?;
+    a.add(rax, 7)?;
+    a.cmp(r14, rax)?;
+    a.jne(not_restorer)?;
+    a.set_label(&mut restored)?;
+    a.mov(rax, qword_ptr(r13 + 15 * 8))?;
+    a.lea(r13, ptr(rax + 40))?;
+    a.mov(r14, qword_ptr(r13 + 16 * 8))?;
+    a.jmp(l.map_caller)?;
+    a.set_label(&mut not_restorer)?;
+    a.call(l.fixup)?;
     // r9: the rip, as an instruction of a handler's stub. A handler's
     // address is often its procedure's original entry, whose springboard
     // (`jmp rel32`) leads to the stub: its target then.
@@ -1411,7 +1437,6 @@ fn emit_map_caller(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
     a.set_label(&mut outer)?;
     a.lea(r13, ptr(rax + 56))?;
     a.mov(r14, qword_ptr(r13 + 16 * 8))?;
-    a.call(l.fixup)?;
     a.jmp(l.map_caller)?;
     a.set_label(&mut next_base)?;
     a.inc(ecx)?;
@@ -1466,11 +1491,11 @@ fn emit_signal_entry(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedEr
     a.mov(r12d, dword_ptr(rsp + SAVED_RDI))?;
     a.lea(r13, ptr(rsp + 200))?;
     a.mov(r14, qword_ptr(r13 + 16 * 8))?; // interrupted rip = committed cursor
-    a.call(l.fixup)?;
     a.call(l.map_caller)?;
     // SIGNAL(signo, rip, xfers): r14 is the saved RIP, advanced past any
     // stores completed (the instruction the handler returns to), or the
-    // caller of the entry point it interrupted; xfers the thread's
+    // caller of the entry point it interrupted, or where the restorer it
+    // interrupted returns; xfers the thread's
     // transfer count (no transfer completes inside this stub).
     a.mov(eax, RecordKind::Signal.encoded_len() as u32)?;
     a.xadd(qword_ptr(S_POS).gs(), rax)?;

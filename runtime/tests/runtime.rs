@@ -1803,3 +1803,81 @@ fn a_fetch_fault_is_reported_without_reading_its_rip() {
     assert!(rest.is_empty(), "{rest:x?}");
     assert_eq!(signals, [(libc::SIGSEGV as u32, 0x10)]);
 }
+
+/// A signal in glibc's restorer, after a traced handler returned and
+/// before its `rt_sigreturn`, is reported where that handler returns to
+/// (docs/regen.md section 3a), not at the restorer, which regen could not
+/// tell from other untraced code: SIGUSR2's handler returns with the trap
+/// flag set, so SIGTRAP strikes at the restorer's `syscall` (and at its
+/// first instruction, on CPUs whose first trap comes after one more
+/// instruction), and every such SIGNAL names the point after the `syscall`
+/// that raised SIGUSR2.
+#[test]
+fn a_signal_in_glibcs_restorer_is_reported_where_the_handler_returns() {
+    let _serial = TRAP_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut m = Mapped::new();
+    let region = Region::create(SMALL).unwrap();
+    // raise_usr2(pid, tid): tgkill with a raw `syscall`.
+    let mut a = CodeAssembler::new(64).unwrap();
+    let mut after = a.create_label();
+    a.mov(edx, libc::SIGUSR2 as u32).unwrap();
+    a.mov(eax, libc::SYS_tgkill as u32).unwrap();
+    a.syscall().unwrap();
+    a.set_label(&mut after).unwrap();
+    a.ret().unwrap();
+    let res = a
+        .assemble_options(
+            m.next_ip(),
+            iced_x86::BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
+        )
+        .unwrap();
+    let after = res.label_ip(&after).unwrap();
+    let raise_usr2: extern "C" fn(i64, i64) =
+        unsafe { std::mem::transmute(m.place(&res.inner.code_buffer)) };
+    // SIGUSR2's handler: the stub, then TF set just before its `ret`.
+    let mut a = CodeAssembler::new(64).unwrap();
+    emit_outside_entry(&mut a, HANDLER_PROC, &m.addrs()).unwrap();
+    set_tf(&mut a);
+    let mut ret_at = a.create_label();
+    a.set_label(&mut ret_at).unwrap();
+    a.ret().unwrap();
+    let res = a
+        .assemble_options(
+            m.next_ip(),
+            iced_x86::BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
+        )
+        .unwrap();
+    let ret_at = res.label_ip(&ret_at).unwrap();
+    let usr2 = m.place(&res.inner.code_buffer);
+    let (trap, _) = probe_handler(&mut m, false);
+    probe_setup(&m, false, [0, 0]);
+    let saved_gs = get_gs();
+    let streams = drain_while(&region, m.base as u64, || {
+        m.init(&[region.env()]);
+        install(usr2, &[libc::SIGUSR2], false);
+        install(trap, &[libc::SIGTRAP], false);
+        unsafe { raise_usr2(libc::getpid().into(), libc::gettid().into()) };
+        set_gs(saved_gs);
+    });
+    let (signals, rest) = probe_signals(&streams[&0].1[6..]);
+    assert!(rest.is_empty(), "{rest:x?}");
+    assert_eq!(
+        signals.first(),
+        Some(&(libc::SIGUSR2 as u32, after)),
+        "{signals:x?}"
+    );
+    // A first trap at the handler's own `ret` (before it ran) stands there.
+    let traps: Vec<u64> = signals[1..]
+        .iter()
+        .filter(|&&(s, rip)| s == libc::SIGTRAP as u32 && rip != ret_at)
+        .map(|s| s.1)
+        .collect();
+    assert!(
+        !traps.is_empty() && traps.len() + 1 >= signals.len() - 1,
+        "traps in the restorer: {signals:x?}"
+    );
+    assert!(
+        traps.iter().all(|&rip| rip == after),
+        "each where the handler returns, {after:#x}: {signals:x?}"
+    );
+}
