@@ -587,6 +587,27 @@ fn fork_child_continues_from_its_parent() {
     check_with(&build("fork.c", O2_PIE), &[], LogMode::PerProcessFiles);
 }
 
+/// `fork` through a wrapper that tail-jumps to it (`traces/fork_wrapper.c`,
+/// as perl's `Perl_my_fork`): the wrapper's callers get `fork_child`
+/// (before, each child ran on in its parent's stream and regen refused
+/// the trace, or could have read the child's blocks as the parent's), and
+/// each child longjmps to a jmp_buf its parent set before forking (the
+/// child inherits the parent's setjmp bindings). -O0 calls `fork` and
+/// returns: the plain case.
+#[test]
+fn fork_through_a_tail_jumping_wrapper() {
+    check_with(
+        &build("fork_wrapper.c", O2_PIE),
+        &[],
+        LogMode::PerProcessFiles,
+    );
+    check_with(
+        &build("fork_wrapper.c", O0_NOPIE),
+        &[],
+        LogMode::PerProcessFiles,
+    );
+}
+
 /// Traced `pthread_atfork` handlers: the child handler runs in the child
 /// before fork returns there, still on its parent's slot; the runtime
 /// claims the child's slot for it (before, it wrote into the parent's

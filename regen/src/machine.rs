@@ -213,6 +213,10 @@ pub struct ForkState {
     stack: Vec<Frame>,
     seen_lazy: HashSet<(u32, u32)>,
     sigs: Vec<Suspended>,
+    /// The parent's setjmp bindings: the child has copies of their
+    /// jmp_bufs and frames, and may longjmp to one (perl's `exit` in a
+    /// forked child does).
+    jmpbufs: std::collections::HashMap<u64, (usize, Loc)>,
 }
 
 /// Where regenerated blocks go: their output bytes, or (when `counts` is
@@ -1295,6 +1299,7 @@ impl<'a> Machine<'a> {
                     stack: self.stack.clone(),
                     seen_lazy: self.seen_lazy.clone(),
                     sigs: self.sigs.clone(),
+                    jmpbufs: self.jmpbufs.clone(),
                 },
             )),
             other => return Err(self.unexpected(other, off, None).into()),
@@ -1859,6 +1864,7 @@ impl<'a> Machine<'a> {
                     Some(state) => {
                         self.stack = state.stack;
                         self.seen_lazy = state.seen_lazy;
+                        self.jmpbufs = state.jmpbufs;
                     }
                     // A child that only execs (or dies) writes nothing more.
                     None => {

@@ -138,6 +138,56 @@ fn spread_up_calls(
     }
 }
 
+/// Procedures whose every way out is a tail jump to a `fork`-like callee
+/// (an import by name, a static libc's `fork`, or another such
+/// procedure), as perl's `Perl_my_fork` is (`jmp fork@plt`): a call to one
+/// returns twice, in the parent and in the child, like a call to `fork`,
+/// so it gets `fork_child` at its return point (a tail jump has none: the
+/// child ran on in its parent's slot). The value: whether that `fork` runs
+/// `pthread_atfork` handlers. A procedure that can also return by itself
+/// is not one (its return point would take any 0 it returns for a child).
+fn fork_wrappers(
+    prog: &Program,
+    fork_like: impl Fn(&crate::cfg::CallSite) -> Option<bool>,
+) -> HashMap<ProcId, bool> {
+    let mut found: HashMap<ProcId, bool> = HashMap::new();
+    loop {
+        let mut changed = false;
+        for (id, p) in prog.procs.iter() {
+            let Ok(cfg) = &p.cfg else { continue };
+            if found.contains_key(&id) {
+                continue;
+            }
+            let mut atfork = false;
+            let mut tails = 0;
+            let all = cfg.edges.values().all(|e| match e.kind {
+                EdgeKind::Return | EdgeKind::Halt => false,
+                EdgeKind::TailCall => {
+                    tails += 1;
+                    let site = cfg.calls.iter().find(|c| c.block == e.from && c.tail);
+                    let forks = site.and_then(|c| {
+                        fork_like(c).or_else(|| {
+                            c.target
+                                .and_then(|t| prog.procs.iter().find(|(_, q)| q.start == t))
+                                .and_then(|(q, _)| found.get(&q).copied())
+                        })
+                    });
+                    atfork |= forks == Some(true);
+                    forks.is_some()
+                }
+                _ => true,
+            });
+            if all && tails > 0 {
+                found.insert(id, atfork);
+                changed = true;
+            }
+        }
+        if !changed {
+            return found;
+        }
+    }
+}
+
 fn rewrite_err(path: &Path, what: impl Into<String>) -> Error {
     Error::Rewrite {
         path: path.to_owned(),
@@ -697,6 +747,15 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
         guarded_family(&prog, &mut family);
     }
     let (setjmps, longjmps) = (&family.setjmp, &family.longjmp);
+    let fork_tails = fork_wrappers(&prog, |c| {
+        let named = c.name.as_deref();
+        (c.target.is_some_and(|t| family.fork.contains(&t))
+            || named.is_some_and(imports::is_fork_like))
+        .then(|| {
+            c.target.is_some_and(|t| family.atfork.contains(&t))
+                || named.is_some_and(imports::runs_atfork_handlers)
+        })
+    });
     // A call that saves a context (may return again, through `longjmp`).
     let setjmp_call = |c: &crate::cfg::CallSite| {
         !c.tail
@@ -1213,6 +1272,8 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
             let to_setjmp = c.target.is_some_and(|t| setjmps.contains(&t));
             let to_longjmp = c.target.is_some_and(|t| longjmps.contains(&t));
             let to_fork = c.target.is_some_and(|t| family.fork.contains(&t));
+            // A traced procedure that only tail-jumps to `fork`.
+            let wrapper = target_proc.and_then(|q| fork_tails.get(&q).copied());
             // Left alone with all it calls: no callback, and a longjmp
             // never returns (its last jump is indirect, so the CFG cannot
             // tell).
@@ -1230,10 +1291,12 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                 marker,
                 exit_record,
                 syscall_exit: syscall,
-                fork: !c.tail && (to_fork || name.is_some_and(imports::is_fork_like)),
+                fork: !c.tail
+                    && (to_fork || name.is_some_and(imports::is_fork_like) || wrapper.is_some()),
                 atfork: !c.tail
                     && (c.target.is_some_and(|t| family.atfork.contains(&t))
-                        || name.is_some_and(imports::runs_atfork_handlers)),
+                        || name.is_some_and(imports::runs_atfork_handlers)
+                        || wrapper == Some(true)),
                 fatal_longjmp: fatal_longjmps
                     && !c.tail
                     && (to_longjmp || name.is_some_and(imports::is_longjmp_like)),
