@@ -93,7 +93,8 @@ pub struct Launch {
 }
 
 impl Launch {
-    /// 256 threads/processes over the whole run, 256 KiB halves: a writer
+    /// 256 threads/processes alive at once (the slots of exited threads
+    /// are reclaimed, `Recorder::reclaim`), 256 KiB halves: a writer
     /// flushes (and may wait for the recorder, which drains every 250 us) once
     /// per ~256 K witnesses, and untouched slots cost no memory (the memfd
     /// is sparse). Against 1 MiB halves (interleaved runs, load average

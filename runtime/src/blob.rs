@@ -918,6 +918,19 @@ fn emit_claim_fork_unless_owned(
     a.jmp(done)
 }
 
+/// Bumps the header's "data ready" futex word (r15 = the region) and
+/// wakes the recorder's drain loop sleeping on it. Clobbers rax, rcx,
+/// rdx, rsi, rdi, r11.
+fn wake_recorder(a: &mut CodeAssembler) -> Result<(), IcedError> {
+    a.lock().add(dword_ptr(r15 + H_FUTEX), 1)?;
+    a.lea(rdi, ptr(r15 + H_FUTEX))?;
+    a.mov(esi, FUTEX_WAKE)?;
+    a.mov(edx, i32::MAX as u32)?;
+    a.mov(eax, SYS_FUTEX)?;
+    a.syscall()?;
+    Ok(())
+}
+
 /// `flush()`: the buffer check found `POS >= LIMIT`. Signals are blocked
 /// from its first `syscall` to its last; its [`Depths`] mark where its
 /// return address is before and after (module doc).
@@ -950,12 +963,7 @@ fn emit_flush(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     // x86 stores are ordered: the fill is visible before the state.
     a.mov(dword_ptr(rbx + r13 * 4 + S_HALF_STATE as i32), HALF_FULL)?;
     a.add(qword_ptr(rbx + S_SEQ), 1)?;
-    a.lock().add(dword_ptr(r15 + H_FUTEX), 1)?;
-    a.lea(rdi, ptr(r15 + H_FUTEX))?;
-    a.mov(esi, FUTEX_WAKE)?;
-    a.mov(edx, i32::MAX as u32)?;
-    a.mov(eax, SYS_FUTEX)?;
-    a.syscall()?;
+    wake_recorder(a)?;
     a.xor(r13d, 1)?;
     a.set_label(&mut wait)?;
     a.cmp(dword_ptr(rbx + r13 * 4 + S_HALF_STATE as i32), HALF_EMPTY)?;
@@ -1101,12 +1109,7 @@ fn emit_claim(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.inc(r12d)?;
     a.cmp(r12d, SLOT_WAITS)?;
     a.ja(stop)?;
-    a.lock().add(dword_ptr(r15 + H_FUTEX), 1)?;
-    a.lea(rdi, ptr(r15 + H_FUTEX))?;
-    a.mov(esi, FUTEX_WAKE)?;
-    a.mov(edx, i32::MAX as u32)?;
-    a.mov(eax, SYS_FUTEX)?;
-    a.syscall()?;
+    wake_recorder(a)?;
     a.lea(rdi, ptr(l.t_slot_wait))?;
     a.xor(esi, esi)?;
     a.mov(eax, SYS_NANOSLEEP)?;

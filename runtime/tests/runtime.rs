@@ -90,6 +90,15 @@ fn expected_main(proc_id: u32, seq: &[u8]) -> Vec<u8> {
     e
 }
 
+/// The stream of a thread the main thread (slot 0) created, whose first
+/// traced code is procedure `proc_id` writing `seq`.
+fn expected_thread(proc_id: u32, seq: &[u8]) -> Vec<u8> {
+    let mut e = thread_record(0);
+    e.extend(enter_record(proc_id));
+    e.extend_from_slice(seq);
+    e
+}
+
 fn check_variant(site: Site) {
     let mut m = Mapped::new();
     let region = Region::create(SMALL).unwrap();
@@ -173,15 +182,7 @@ fn threads_get_their_own_slots() {
     // Slot 0: the initialising thread (THREAD record only).
     assert_eq!(streams[&0].1, thread_record(u32::MAX));
     let mut got: Vec<Vec<u8>> = (1..=4).map(|s| streams[&s].1.clone()).collect();
-    let mut want: Vec<Vec<u8>> = seqs
-        .iter()
-        .map(|seq| {
-            let mut e = thread_record(0);
-            e.extend(enter_record(3));
-            e.extend_from_slice(seq);
-            e
-        })
-        .collect();
+    let mut want: Vec<Vec<u8>> = seqs.iter().map(|seq| expected_thread(3, seq)).collect();
     got.sort();
     want.sort();
     assert!(got == want, "per-thread streams differ");
@@ -270,15 +271,7 @@ fn reclaimed_slots_start_clean_streams_for_new_threads() {
         "{} streams",
         got.len()
     );
-    let mut want: Vec<Vec<u8>> = seqs
-        .iter()
-        .map(|seq| {
-            let mut e = thread_record(0);
-            e.extend(enter_record(3));
-            e.extend_from_slice(seq);
-            e
-        })
-        .collect();
+    let mut want: Vec<Vec<u8>> = seqs.iter().map(|seq| expected_thread(3, seq)).collect();
     got.sort();
     want.sort();
     assert_eq!(got.len(), want.len(), "one stream per thread");
