@@ -206,7 +206,7 @@ fn reclaimed_slots_start_clean_streams_for_new_threads() {
     let site = Site::with_scratch(r10);
     let run = runner(&mut m, 3, site);
     let seqs: Vec<Vec<u8>> = (0..WAVES * WAVE)
-        .map(|t| sequence(500 + t, 20_000 + 997 * t as usize, 1, 254))
+        .map(|t| sequence(500 + 2 * t, 20_000 + 997 * t as usize, 1, 254))
         .collect();
     let saved_gs = get_gs();
     let stop = AtomicBool::new(false);
