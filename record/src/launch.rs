@@ -1298,3 +1298,107 @@ fn end_frame(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A batch of `slot` starting with record `kind` naming `parent`, then
+    /// one witness.
+    fn first(slot: u32, kind: RecordKind, parent: u32) -> Vec<u8> {
+        let mut v = vec![ESCAPE, kind as u8];
+        v.extend(parent.to_le_bytes());
+        v.push(1 + slot as u8);
+        v
+    }
+
+    /// The recorder's side of slot reuse, batch by batch: a stream that
+    /// names a creator's slot whose stream starts later in the same pass
+    /// (a lower slot, freed by a reclaim) waits for it; a slot whose
+    /// thread was reclaimed starts a new thread at its next batch; a
+    /// record naming a reclaimed slot stands for its last thread. Checked
+    /// on the trace read back: parents, and each stream whole in its own
+    /// thread.
+    #[test]
+    fn reused_slots_start_new_threads_with_their_creators_as_parents() {
+        let dir = std::env::temp_dir().join(format!("aetrace-reuse-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let trace = dir.join("t.aet");
+        let launch = Launch {
+            program: PathBuf::from("/bin/true"),
+            argv0: "true".into(),
+            args: Vec::new(),
+            env: Vec::new(),
+            trace: trace.clone(),
+            modules: vec![ModuleSpec {
+                path: PathBuf::from("/original/prog"),
+                build_id: vec![1],
+                flags: module_flags::MAIN | module_flags::INSTRUMENTED,
+                size: 0x10000,
+                db: aetrace_format::compress_database(9, b"db", 3).unwrap(),
+                runtime_vaddr: 0x3000,
+                notes: Vec::new(),
+            }],
+            geometry: Launch::DEFAULT_GEOMETRY,
+        };
+        let out = TraceWriter::create(&trace, &Header::new(CREATOR, 0).unwrap()).unwrap();
+        let mut rec = Recorder::new(&launch, out);
+        let pass = |rec: &mut Recorder<'_>, batches: &[(u32, Vec<u8>)]| {
+            for (slot, bytes) in batches {
+                rec.take(Batch {
+                    slot: *slot,
+                    pid: 100,
+                    tid: 100 + bytes[6] as u32,
+                    runtime: 0x7000,
+                    bytes,
+                    witnesses: 1,
+                })
+                .unwrap();
+            }
+            rec.start_deferred();
+        };
+        let (t, max) = (RecordKind::Thread, u32::MAX);
+        // Threads 0 (main, slot 0), 1 (A, slot 1), 2 (B, slot 2).
+        pass(
+            &mut rec,
+            &[
+                (0, first(0, t, max)),
+                (1, first(1, t, 0)),
+                (2, first(2, t, 0)),
+            ],
+        );
+        rec.end_stream(1).unwrap(); // A exited: slot 1 reclaimed
+                                    // D (slot 1) created by E (slot 3, created by B), read first.
+        pass(&mut rec, &[(1, first(1, t, 3)), (3, first(3, t, 2))]);
+        rec.end_stream(2).unwrap(); // B exited
+                                    // F names slot 2, free since B exited: B.
+        pass(&mut rec, &[(4, first(4, t, 2))]);
+        assert!(rec.deferred.is_empty());
+        assert!(rec.error.is_none());
+        rec.finish(&[]).unwrap();
+        let read = aetrace_format::Trace::parse(std::fs::read(&trace).unwrap()).unwrap();
+        read.require_complete().unwrap();
+        let got: Vec<(Option<u32>, Vec<u8>)> = read
+            .threads()
+            .map(|th| {
+                let stream: Vec<u8> = read
+                    .chunks(th.start.thread)
+                    .flat_map(|c| c.decompress().unwrap())
+                    .collect();
+                (th.start.parent.map(|p| p.0), stream)
+            })
+            .collect();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(
+            got,
+            vec![
+                (None, first(0, t, max)),
+                (Some(0), first(1, t, 0)),
+                (Some(0), first(2, t, 0)),
+                (Some(2), first(3, t, 2)), // E, started before D
+                (Some(3), first(1, t, 3)), // D
+                (Some(2), first(4, t, 2)), // F
+            ]
+        );
+    }
+}
