@@ -381,13 +381,20 @@ fn launch_normal_exit_gives_status_and_exact_stream() {
     assert_eq!(exits[0].status, ExitStatus::Exited(3));
 }
 
-#[test]
-fn launch_megabytes_of_witnesses_become_several_chunks() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = Dir::new("big");
-    let l = launch(&dir, "big", SMALL);
+/// Records child mode `mode` with small halves (one test at a time: the
+/// guard), which must exit 0; its directory and its trace's threads.
+fn record_exit0(mode: &str) -> (std::sync::MutexGuard<'static, ()>, Dir, Vec<Recorded>) {
+    let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = Dir::new(mode);
+    let l = launch(&dir, mode, SMALL);
     assert_eq!(record(&l).unwrap(), Outcome::Exited(0));
     let (_, threads) = read_trace(&l.trace);
+    (serial, dir, threads)
+}
+
+#[test]
+fn launch_megabytes_of_witnesses_become_several_chunks() {
+    let (_serial, _dir, threads) = record_exit0("big");
     assert_eq!(threads.len(), 1);
     let s = seq_big();
     let want = expected(8, u32::MAX, &[&s[..]; BIG_RUNS]);
@@ -409,12 +416,8 @@ fn launch_megabytes_of_witnesses_become_several_chunks() {
 
 #[test]
 fn launch_two_threads_get_their_own_streams() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = Dir::new("threads");
-    let l = launch(&dir, "threads", SMALL);
-    assert_eq!(record(&l).unwrap(), Outcome::Exited(0));
+    let (_serial, dir, threads) = record_exit0("threads");
     let (_, pid, _) = report(&dir.0.join("report"));
-    let (_, threads) = read_trace(&l.trace);
     assert_eq!(threads.len(), 3, "the initial thread and two workers");
     assert_eq!(threads[0].start.reason, StartReason::Main);
     assert!(threads[0].stream == expected(8, u32::MAX, &[]));
@@ -443,11 +446,7 @@ fn launch_two_threads_get_their_own_streams() {
 /// the worker's were freed, names the worker as its parent.
 #[test]
 fn launch_threads_beyond_the_slot_count_reuse_exited_threads_slots() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = Dir::new("churn");
-    let l = launch(&dir, "churn", SMALL);
-    assert_eq!(record(&l).unwrap(), Outcome::Exited(0));
-    let (_, threads) = read_trace(&l.trace);
+    let (_serial, _dir, threads) = record_exit0("churn");
     let workers = CHURN_B + 2;
     assert_eq!(
         threads.len() as u64,
