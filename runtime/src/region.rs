@@ -416,16 +416,28 @@ impl Drainer<'_> {
     /// Frees (for any process) the released slots whose process is gone:
     /// no thread that could still point `%gs` at one is left. A
     /// compare-exchange, because a thread of that process may be claiming
-    /// it meanwhile.
+    /// it meanwhile. One `kill` per process, however many slots it
+    /// released (a burst of threads can leave most slots released).
     pub fn free_released(&self) {
         let r = self.region;
         let g = r.geometry;
+        let mut seen: Vec<(u32, bool)> = Vec::new();
         for slot in 0..self.claimed {
             let s = g.slot_offset(slot);
             let state = r.a32(s + S_STATE);
-            if state.load(Ordering::Acquire) == SLOT_RELEASED
-                && gone(r.a32(s + S_PID).load(Ordering::Acquire), 0)
-            {
+            if state.load(Ordering::Acquire) != SLOT_RELEASED {
+                continue;
+            }
+            let pid = r.a32(s + S_PID).load(Ordering::Acquire);
+            let dead = match seen.iter().find(|&&(p, _)| p == pid) {
+                Some(&(_, dead)) => dead,
+                None => {
+                    let dead = gone(pid, 0);
+                    seen.push((pid, dead));
+                    dead
+                }
+            };
+            if dead {
                 let _ = state.compare_exchange(
                     SLOT_RELEASED,
                     SLOT_FREE,
@@ -759,6 +771,37 @@ mod tests {
         r.put_u64(s + S_LIMIT, start + g.half_size - HEADROOM);
         r.put_u64(s + S_POS, start + bytes.len() as u64 + reserved);
         r.put_u32(s + S_STATE, SLOT_ACTIVE);
+    }
+
+    /// A slot released while its process lives stays that process's
+    /// until the process is gone, then `free_released` frees it.
+    #[test]
+    fn a_released_slot_is_freed_once_its_process_is_gone() {
+        let g = Geometry {
+            slot_count: 2,
+            half_size: 3 * HEADROOM,
+        };
+        let r = Region::create(g).unwrap();
+        let mut d = r.drainer();
+        let mut other = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        claim(&r, 0, dead_tid(), &[0xFF, 8, 0xFF, 0xFF, 0xFF, 0xFF, 1], 0);
+        // A thread of the other process, gone (no such thread in it).
+        r.put_u32(g.slot_offset(0) + S_PID, other.id());
+        let mut sink = |_: Batch<'_>| {};
+        d.poll(false, &mut sink).unwrap();
+        d.poll(false, &mut sink).unwrap();
+        assert_eq!(d.exited(), vec![0]);
+        d.reclaim(0, &mut sink).unwrap();
+        let state = r.a32(g.slot_offset(0) + S_STATE);
+        d.free_released();
+        assert_eq!(state.load(Ordering::Acquire), SLOT_RELEASED);
+        other.kill().unwrap();
+        other.wait().unwrap();
+        d.free_released();
+        assert_eq!(state.load(Ordering::Acquire), SLOT_FREE);
     }
 
     /// A reclaimed slot claimed again is a clean stream: every header
