@@ -177,8 +177,11 @@ const POLL: Duration = Duration::from_millis(10);
 /// How often the recorder looks for slots whose thread has exited
 /// (one `tgkill` per slot that a pass found idle): a program can create
 /// up to the slot count of threads in this time, alive or not, before
-/// one is reused. 2 ms: 256 idle live threads cost ~128 k `tgkill`s a
-/// second, a few percent of the recorder's core.
+/// one is reused (a claim that finds none waits for the recorder). The
+/// check runs at most once per drain pass, so an idle program (passes
+/// 10 ms apart) pays one `tgkill` per live thread per 10 ms: measured
+/// with 200 threads asleep for 2 s, the recorder's CPU time went from
+/// 0.04 to 0.06-0.07 s (`docs/runtime.md` section 8).
 const RECLAIM_EVERY: Duration = Duration::from_millis(2);
 const CREATOR: &str = concat!("aetrace ", env!("CARGO_PKG_VERSION"));
 
