@@ -799,11 +799,13 @@ impl<'l> Recorder<'l> {
     /// whose creator never wrote is the error it always was.
     fn start_deferred(&mut self) {
         while !self.deferred.is_empty() && self.error.is_none() {
+            // A stream may name its own slot: a fork child that took the
+            // slot of its parent, reclaimed (the parent process exited).
             let ready = self.deferred.iter().position(|d| {
                 let parent = first_record(&d.buf).map_or(u32::MAX, |(_, p)| p);
                 self.slots.contains_key(&parent)
                     || (self.last.contains_key(&parent)
-                        && !self.deferred.iter().any(|o| o.slot == parent))
+                        && (parent == d.slot || !self.deferred.iter().any(|o| o.slot == parent)))
             });
             let d = self.deferred.remove(ready.unwrap_or(0));
             let b = Batch {
@@ -1374,8 +1376,22 @@ mod tests {
                                     // D (slot 1) created by E (slot 3, created by B), read first.
         pass(&mut rec, &[(1, first(1, t, 3)), (3, first(3, t, 2))]);
         rec.end_stream(2).unwrap(); // B exited
-                                    // F names slot 2, free since B exited: B.
-        pass(&mut rec, &[(4, first(4, t, 2))]);
+                                    // F names slot 2, free since B exited: B. G, a fork child of X
+                                    // (slot 6, created by D), is read before X.
+        let f = RecordKind::Fork;
+        pass(
+            &mut rec,
+            &[
+                (4, first(4, t, 2)),
+                (5, first(5, f, 6)),
+                (6, first(6, t, 1)),
+            ],
+        );
+        rec.end_stream(6).unwrap(); // X exited
+        rec.end_stream(1).unwrap(); // D's process exited
+                                    // H, a fork child of D that took D's slot, names its own slot: D;
+                                    // it starts first, though I (a fork child of X) waits with it.
+        pass(&mut rec, &[(1, first(1, f, 1)), (7, first(7, f, 6))]);
         assert!(rec.deferred.is_empty());
         assert!(rec.error.is_none());
         rec.finish(&[]).unwrap();
@@ -1400,7 +1416,11 @@ mod tests {
                 (Some(0), first(2, t, 0)),
                 (Some(2), first(3, t, 2)), // E, started before D
                 (Some(3), first(1, t, 3)), // D
+                (Some(4), first(6, t, 1)), // X
                 (Some(2), first(4, t, 2)), // F
+                (Some(5), first(5, f, 6)), // G
+                (Some(4), first(1, f, 1)), // H
+                (Some(5), first(7, f, 6)), // I
             ]
         );
     }
