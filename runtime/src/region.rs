@@ -773,15 +773,21 @@ mod tests {
         r.put_u32(s + S_STATE, SLOT_ACTIVE);
     }
 
+    /// A region of `slots` slots with the smallest halves.
+    fn small(slots: u32) -> Region {
+        Region::create(Geometry {
+            slot_count: slots,
+            half_size: 3 * HEADROOM,
+        })
+        .unwrap()
+    }
+
     /// A slot released while its process lives stays that process's
     /// until the process is gone, then `free_released` frees it.
     #[test]
     fn a_released_slot_is_freed_once_its_process_is_gone() {
-        let g = Geometry {
-            slot_count: 2,
-            half_size: 3 * HEADROOM,
-        };
-        let r = Region::create(g).unwrap();
+        let r = small(2);
+        let g = r.geometry;
         let mut d = r.drainer();
         let mut other = std::process::Command::new("sleep")
             .arg("60")
@@ -813,11 +819,8 @@ mod tests {
     /// does not end a pass.
     #[test]
     fn a_reclaimed_slot_claimed_again_starts_a_clean_stream() {
-        let g = Geometry {
-            slot_count: 4,
-            half_size: 3 * HEADROOM,
-        };
-        let r = Region::create(g).unwrap();
+        let r = small(4);
+        let g = r.geometry;
         let mut d = r.drainer();
         let mut got: Vec<(u32, Vec<u8>)> = Vec::new();
         let old = [0xFF, 8, 0xFF, 0xFF, 0xFF, 0xFF, 1, 2, 3, 4, 5, 6, 7, 8];
