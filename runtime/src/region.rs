@@ -313,8 +313,17 @@ impl Drainer<'_> {
     }
 
     /// The active slots that the last pass found idle and whose writer
-    /// thread is gone: ready for [`Drainer::reclaim`]. One `tgkill` per
-    /// idle slot: call it at a bounded rate, not after every pass.
+    /// thread is gone from a process that still runs: ready for
+    /// [`Drainer::reclaim`]. One `tgkill` per idle slot: call it at a
+    /// bounded rate, not after every pass.
+    ///
+    /// A process's main thread (TID = PID) keeps its slot, and so does
+    /// every thread of a process that is gone: a child forked outside
+    /// traced code (libc's `daemon`, whose parent exits at once) runs on
+    /// its parent thread's slot without a `fork_child`, and would write
+    /// through a reset POS (address 0) if that slot were reclaimed. So
+    /// fork children, like main threads, still count against the slots
+    /// for the whole run (`traces/daemon.c`).
     pub fn exited(&self) -> Vec<u32> {
         let r = self.region;
         let g = r.geometry;
@@ -329,7 +338,8 @@ impl Drainer<'_> {
                     && r.a64(s + S_POS).load(Ordering::Acquire) != 0
                     && {
                         let tid = r.a32(s + S_TID).load(Ordering::Acquire);
-                        tid != 0 && gone(r.a32(s + S_PID).load(Ordering::Acquire), tid)
+                        let pid = r.a32(s + S_PID).load(Ordering::Acquire);
+                        tid != 0 && tid != pid && !gone(pid, 0) && gone(pid, tid)
                     }
             })
             .collect()
@@ -808,6 +818,27 @@ mod tests {
         other.wait().unwrap();
         d.free_released();
         assert_eq!(state.load(Ordering::Acquire), SLOT_FREE);
+    }
+
+    /// A process's main thread (TID = PID) and every thread of a process
+    /// that is gone keep their slots (`Drainer::exited`): a child forked
+    /// outside traced code may still be writing there.
+    #[test]
+    fn main_threads_and_threads_of_gone_processes_keep_their_slots() {
+        let r = small(2);
+        let g = r.geometry;
+        let mut d = r.drainer();
+        let mut gone_process = std::process::Command::new("true").spawn().unwrap();
+        gone_process.wait().unwrap();
+        let pid = gone_process.id();
+        claim(&r, 0, dead_tid(), &[0xFF, 8, 0xFF, 0xFF, 0xFF, 0xFF, 1], 0);
+        r.put_u32(g.slot_offset(0) + S_PID, pid);
+        claim(&r, 1, pid, &[0xFF, 8, 0xFF, 0xFF, 0xFF, 0xFF, 1], 0);
+        r.put_u32(g.slot_offset(1) + S_PID, pid);
+        let mut sink = |_: Batch<'_>| {};
+        d.poll(false, &mut sink).unwrap();
+        d.poll(false, &mut sink).unwrap();
+        assert!(d.exited().is_empty(), "{:?}", d.exited());
     }
 
     /// A reclaimed slot claimed again is a clean stream: every header
