@@ -582,6 +582,47 @@ fn threads() {
     traced("threads.c", O2_PIE, &[]);
 }
 
+/// More threads over the run than the recorder has slots (256), never
+/// more than five alive: `traces/many_threads.c` creates them in waves of
+/// four and joins each wave. The recorder reclaims the slot of every
+/// thread that has exited (before, thread 256 found no free slot and the
+/// program stopped with status 125). 300 threads against lackey, thread
+/// by thread; 1000 against the program's own output and count: one
+/// thread per worker in `aetrace info`, each created by the main thread,
+/// and `work` entered once per worker in the regenerated trace.
+#[test]
+fn threads_beyond_the_slot_count_reuse_the_slots_of_exited_threads() {
+    let exe = build("many_threads.c", O2_PIE);
+    check(&exe, &["300"]);
+    let (name, trace) = record_checked(&exe, &["1000"], &[], None);
+    let info = info_json(&trace);
+    let threads = info["threads"].as_array().unwrap();
+    assert_eq!(threads.len(), 1001, "{name}: threads in the trace");
+    assert!(threads[0]["parent"].is_null(), "{name}: {}", threads[0]);
+    for t in &threads[1..] {
+        assert_eq!(t["start"], "thread", "{name}: {t}");
+        assert_eq!(t["parent"], 0, "{name}: {t}");
+        assert_eq!(t["end"], "exit", "{name}: {t}");
+    }
+    assert_eq!(info["regen_error"], serde_json::Value::Null, "{name}");
+    assert_eq!(entries(&trace, &exe, "work"), 1000, "{name}");
+    let _ = std::fs::remove_file(&trace);
+}
+
+/// A child forked inside libc (`daemon`, `traces/daemon.c`): its parent
+/// exits at once and the child runs on in traced code on its parent's
+/// slot, which has no thread or process any more. The recorder must not
+/// reclaim it (the child crashed writing through the reset cursor when it
+/// did): the child's output is there as natively, and its blocks follow
+/// its parent's in the one stream (`work` entered twice).
+#[test]
+fn a_child_forked_outside_traced_code_keeps_its_parents_slot() {
+    let exe = build("daemon.c", O2_PIE);
+    let (name, trace) = record_checked(&exe, &[], &[], None);
+    assert_eq!(entries(&trace, &exe, "work"), 2, "{name}");
+    let _ = std::fs::remove_file(&trace);
+}
+
 #[test]
 fn fork_child_continues_from_its_parent() {
     check_with(&build("fork.c", O2_PIE), &[], LogMode::PerProcessFiles);

@@ -11,10 +11,22 @@
 //! leaves every witness it wrote.
 //!
 //! Invariants:
-//! - Thread ids are dense, in order of each slot's first bytes; a slot's
-//!   parent (from its THREAD/FORK record) has its id already, because a
-//!   parent claims its slot before it creates the child, and slots are
-//!   claimed lowest first and scanned in index order.
+//! - Thread ids are dense, in order of each stream's first bytes; a
+//!   stream's parent (from its THREAD/FORK record) has its id already: a
+//!   parent claims its slot before it creates the child, and a first batch
+//!   naming a slot whose stream has not started yet (a child in a lower
+//!   slot, one a reclaim freed, than its creator's) waits for the end of
+//!   the pass, which reaches the creator's slot ([`Recorder::take`]).
+//! - Slot reuse: a slot whose thread has exited is reclaimed
+//!   ([`Recorder::reclaim`], at most every [`RECLAIM_EVERY`]): its stream
+//!   is drained to its end and its chunk closed, its thread keeps its id
+//!   (THREAD_END at the end of the run, as for any thread that exited
+//!   early), and the slot's next claim starts a new thread. A THREAD or
+//!   FORK record names the creator's *slot*: it stands for the stream that
+//!   held the slot last when the child's first bytes were read, which is
+//!   the creator unless the creator exited and its slot was claimed again
+//!   before the child ran its first traced code (then the parent given is
+//!   that later thread of the same process, `docs/runtime.md` section 8).
 //! - A chunk holds whole records only: batches end at record boundaries and
 //!   a chunk's zstd frame is fed whole batches; its witness count is the
 //!   sum of theirs (counted by the drainer in its validating pass).
@@ -81,7 +93,8 @@ pub struct Launch {
 }
 
 impl Launch {
-    /// 256 threads/processes over the whole run, 256 KiB halves: a writer
+    /// 256 threads/processes alive at once (the slots of exited threads
+    /// are reclaimed, `Recorder::reclaim`), 256 KiB halves: a writer
     /// flushes (and may wait for the recorder, which drains every 250 us) once
     /// per ~256 K witnesses, and untouched slots cost no memory (the memfd
     /// is sparse). Against 1 MiB halves (interleaved runs, load average
@@ -161,6 +174,15 @@ const POLL_BUSY: Duration = Duration::from_micros(250);
 /// nothing (a program waiting for input); bounds the delay in noticing
 /// exits too (SIGCHLD wakes the drainer at once anyway).
 const POLL: Duration = Duration::from_millis(10);
+/// How often the recorder looks for slots whose thread has exited
+/// (one `tgkill` per slot that a pass found idle): a program can create
+/// up to the slot count of threads in this time, alive or not, before
+/// one is reused (a claim that finds none waits for the recorder). The
+/// check runs at most once per drain pass, so an idle program (passes
+/// 10 ms apart) pays one `tgkill` per live thread per 10 ms: measured
+/// with 200 threads asleep for 2 s, the recorder's CPU time went from
+/// 0.04 to 0.06-0.07 s (`docs/runtime.md` section 8).
+const RECLAIM_EVERY: Duration = Duration::from_millis(2);
 const CREATOR: &str = concat!("aetrace ", env!("CARGO_PKG_VERSION"));
 
 /// Runs `l.program` under the recorder and writes `l.trace`; returns how
@@ -215,9 +237,14 @@ pub fn record(l: &Launch) -> Result<Outcome> {
     rec.warm_encoder();
     // Empty passes in a row: the interval doubles with each, from POLL_BUSY.
     let mut idle = 0u32;
+    let mut reclaimed = Instant::now();
     loop {
         let found = rec.drain(&mut drainer, false);
         rec.libraries(&region);
+        if reclaimed.elapsed() >= RECLAIM_EVERY {
+            rec.reclaim(&mut drainer);
+            reclaimed = Instant::now();
+        }
         rec.flush_aged();
         if reaper.reap()? {
             break;
@@ -650,12 +677,29 @@ struct Thread {
     exec: bool,
 }
 
+/// A stream's first bytes, held until its creator's stream has started
+/// (its THREAD/FORK record names a slot that has none yet).
+struct Deferred {
+    slot: u32,
+    pid: u32,
+    tid: u32,
+    runtime: u64,
+    buf: Vec<u8>,
+    batches: Vec<(usize, u64)>,
+}
+
 struct Recorder<'l> {
     launch: &'l Launch,
     /// `None` once something failed: the file stays an incomplete prefix.
     out: Option<TraceWriter<File>>,
     error: Option<Error>,
+    /// The slots whose current stream has started.
     slots: HashMap<u32, Slot>,
+    /// The thread that held each slot last (the current one, or the last
+    /// before the slot was reclaimed): what a THREAD/FORK record naming
+    /// the slot stands for.
+    last: HashMap<u32, ThreadId>,
+    deferred: Vec<Deferred>,
     threads: Vec<Thread>,
     /// Libraries (module indices) whose MODULE is not written yet: their
     /// runtime has not attached (no traced code of theirs ran so far).
@@ -672,6 +716,8 @@ impl<'l> Recorder<'l> {
             out: Some(out),
             error: None,
             slots: HashMap::new(),
+            last: HashMap::new(),
+            deferred: Vec::new(),
             threads: Vec::new(),
             libs_pending: (1..launch.modules.len()).collect(),
             spare: Vec::new(),
@@ -707,8 +753,84 @@ impl<'l> Recorder<'l> {
                 true
             }
         };
+        self.start_deferred();
         self.compress_drained();
         found
+    }
+
+    /// Ends the streams of the slots whose thread has exited and hands the
+    /// slots back for new threads (module doc, "Slot reuse"). After a
+    /// failure the slots are still released (the program runs on).
+    fn reclaim(&mut self, drainer: &mut aetrace_runtime::Drainer<'_>) {
+        for slot in drainer.exited() {
+            if let Err(e) = drainer.reclaim(slot, &mut |b| self.batch(b)) {
+                self.fail(record_err(format!("reading the witness region: {e}")));
+            }
+            // Its first bytes may have come only now (it claimed, wrote
+            // and exited between two passes).
+            self.start_deferred();
+            if let Err(e) = self.end_stream(slot) {
+                self.fail(e);
+            }
+        }
+        drainer.free_released();
+    }
+
+    /// The last chunk of `slot`'s stream, and the slot forgotten: its next
+    /// bytes start a new thread. The thread's THREAD_END comes with every
+    /// other at the end of the run ([`Self::finish`]).
+    fn end_stream(&mut self, slot: u32) -> Result<()> {
+        let r = if self.error.is_none() {
+            self.feed(slot).and_then(|()| self.close(slot))
+        } else {
+            Ok(())
+        };
+        if let Some(s) = self.slots.remove(&slot) {
+            debug_assert_eq!(self.last.get(&slot), Some(&s.thread));
+            if let Some(c) = s.open {
+                self.spare.push(c.enc);
+            }
+        }
+        r
+    }
+
+    /// Starts the deferred streams whose creator's stream has started by
+    /// now (in this pass, or in an earlier one and then reclaimed). One
+    /// whose creator never wrote is the error it always was.
+    fn start_deferred(&mut self) {
+        while !self.deferred.is_empty() && self.error.is_none() {
+            // A stream may name its own slot: a fork child that took the
+            // slot of its parent, reclaimed (the parent process exited).
+            let ready = self.deferred.iter().position(|d| {
+                let parent = first_record(&d.buf).map_or(u32::MAX, |(_, p)| p);
+                self.slots.contains_key(&parent)
+                    || (self.last.contains_key(&parent)
+                        && (parent == d.slot || !self.deferred.iter().any(|o| o.slot == parent)))
+            });
+            let d = self.deferred.remove(ready.unwrap_or(0));
+            let b = Batch {
+                slot: d.slot,
+                pid: d.pid,
+                tid: d.tid,
+                runtime: d.runtime,
+                bytes: &d.buf,
+                witnesses: 0,
+            };
+            let r = self.start_thread(&b).map(|thread| {
+                self.slots.insert(
+                    d.slot,
+                    Slot {
+                        thread,
+                        buf: d.buf,
+                        batches: d.batches,
+                        open: None,
+                    },
+                );
+            });
+            if let Err(e) = r {
+                self.fail(e);
+            }
+        }
     }
 
     fn fail(&mut self, e: Error) {
@@ -729,7 +851,27 @@ impl<'l> Recorder<'l> {
     }
 
     fn take(&mut self, b: Batch<'_>) -> Result<()> {
+        if let Some(d) = self.deferred.iter_mut().find(|d| d.slot == b.slot) {
+            d.buf.extend_from_slice(b.bytes);
+            d.batches.push((d.buf.len(), b.witnesses));
+            return Ok(());
+        }
         if !self.slots.contains_key(&b.slot) {
+            // Created by a slot whose stream has not started (yet): wait
+            // for the end of the pass ([`Self::start_deferred`]).
+            if let Some((_, parent)) = first_record(b.bytes) {
+                if parent != u32::MAX && !self.slots.contains_key(&parent) {
+                    self.deferred.push(Deferred {
+                        slot: b.slot,
+                        pid: b.pid,
+                        tid: b.tid,
+                        runtime: b.runtime,
+                        buf: b.bytes.to_vec(),
+                        batches: vec![(b.bytes.len(), b.witnesses)],
+                    });
+                    return Ok(());
+                }
+            }
             let thread = self.start_thread(&b)?;
             self.slots.insert(
                 b.slot,
@@ -783,11 +925,7 @@ impl<'l> Recorder<'l> {
     /// program's initial thread, THREAD(slot) a new thread, FORK(slot) a
     /// new process.
     fn start_thread(&mut self, b: &Batch<'_>) -> Result<ThreadId> {
-        let first = b
-            .bytes
-            .get(..6)
-            .filter(|r| r[0] == ESCAPE)
-            .map(|r| (r[1], u32::from_le_bytes([r[2], r[3], r[4], r[5]])));
+        let first = first_record(b.bytes);
         let bad = || {
             record_err(format!(
                 "slot {} (pid {}, tid {}): stream starts with {:02x?} instead of a THREAD or FORK record",
@@ -825,7 +963,7 @@ impl<'l> Recorder<'l> {
                 }
             }
             Some(k @ (RecordKind::Thread | RecordKind::Fork)) => {
-                let p = self.slots.get(&parent_slot).map(|s| s.thread).ok_or_else(|| {
+                let p = self.last.get(&parent_slot).copied().ok_or_else(|| {
                     record_err(format!(
                         "slot {} (pid {}, tid {}): created by slot {parent_slot}, which has written nothing",
                         b.slot, b.pid, b.tid
@@ -858,6 +996,7 @@ impl<'l> Recorder<'l> {
             pid: b.pid,
             exec: false,
         });
+        self.last.insert(b.slot, thread);
         Ok(thread)
     }
 
@@ -1117,6 +1256,15 @@ impl<'l> Recorder<'l> {
     }
 }
 
+/// The kind and the u32 payload of the record a stream starts with (a
+/// THREAD or FORK record, if the stream is sound).
+fn first_record(bytes: &[u8]) -> Option<(u8, u32)> {
+    bytes
+        .get(..6)
+        .filter(|r| r[0] == ESCAPE)
+        .map(|r| (r[1], u32::from_le_bytes([r[2], r[3], r[4], r[5]])))
+}
+
 /// Compresses all of `raw` into the frame `enc` is writing, appending to `out`.
 fn compress_into(
     enc: &mut zstd::stream::raw::Encoder<'static>,
@@ -1153,5 +1301,127 @@ fn end_frame(
         if enc.finish(&mut OutBuffer::around_pos(out, pos), true)? == 0 {
             return Ok(());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A batch of `slot` starting with record `kind` naming `parent`, then
+    /// one witness.
+    fn first(slot: u32, kind: RecordKind, parent: u32) -> Vec<u8> {
+        let mut v = vec![ESCAPE, kind as u8];
+        v.extend(parent.to_le_bytes());
+        v.push(1 + slot as u8);
+        v
+    }
+
+    /// The recorder's side of slot reuse, batch by batch: a stream that
+    /// names a creator's slot whose stream starts later in the same pass
+    /// (a lower slot, freed by a reclaim) waits for it; a slot whose
+    /// thread was reclaimed starts a new thread at its next batch; a
+    /// record naming a reclaimed slot stands for its last thread. Checked
+    /// on the trace read back: parents, and each stream whole in its own
+    /// thread.
+    #[test]
+    fn reused_slots_start_new_threads_with_their_creators_as_parents() {
+        let dir = std::env::temp_dir().join(format!("aetrace-reuse-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let trace = dir.join("t.aet");
+        let launch = Launch {
+            program: PathBuf::from("/bin/true"),
+            argv0: "true".into(),
+            args: Vec::new(),
+            env: Vec::new(),
+            trace: trace.clone(),
+            modules: vec![ModuleSpec {
+                path: PathBuf::from("/original/prog"),
+                build_id: vec![1],
+                flags: module_flags::MAIN | module_flags::INSTRUMENTED,
+                size: 0x10000,
+                db: aetrace_format::compress_database(9, b"db", 3).unwrap(),
+                runtime_vaddr: 0x3000,
+                notes: Vec::new(),
+            }],
+            geometry: Launch::DEFAULT_GEOMETRY,
+        };
+        let out = TraceWriter::create(&trace, &Header::new(CREATOR, 0).unwrap()).unwrap();
+        let mut rec = Recorder::new(&launch, out);
+        let pass = |rec: &mut Recorder<'_>, batches: &[(u32, Vec<u8>)]| {
+            for (slot, bytes) in batches {
+                rec.take(Batch {
+                    slot: *slot,
+                    pid: 100,
+                    tid: 100 + bytes[6] as u32,
+                    runtime: 0x7000,
+                    bytes,
+                    witnesses: 1,
+                })
+                .unwrap();
+            }
+            rec.start_deferred();
+        };
+        let (t, max) = (RecordKind::Thread, u32::MAX);
+        // Threads 0 (main, slot 0), 1 (A, slot 1), 2 (B, slot 2).
+        pass(
+            &mut rec,
+            &[
+                (0, first(0, t, max)),
+                (1, first(1, t, 0)),
+                (2, first(2, t, 0)),
+            ],
+        );
+        rec.end_stream(1).unwrap(); // A exited: slot 1 reclaimed
+                                    // D (slot 1) created by E (slot 3, created by B), read first.
+        pass(&mut rec, &[(1, first(1, t, 3)), (3, first(3, t, 2))]);
+        rec.end_stream(2).unwrap(); // B exited
+                                    // F names slot 2, free since B exited: B. G, a fork child of X
+                                    // (slot 6, created by D), is read before X.
+        let f = RecordKind::Fork;
+        pass(
+            &mut rec,
+            &[
+                (4, first(4, t, 2)),
+                (5, first(5, f, 6)),
+                (6, first(6, t, 1)),
+            ],
+        );
+        rec.end_stream(6).unwrap(); // X exited
+        rec.end_stream(1).unwrap(); // D's process exited
+                                    // H, a fork child of D that took D's slot, names its own slot: D;
+                                    // it starts first, though I (a fork child of X) waits with it.
+        pass(&mut rec, &[(1, first(1, f, 1)), (7, first(7, f, 6))]);
+        assert!(rec.deferred.is_empty());
+        assert!(rec.error.is_none());
+        rec.finish(&[]).unwrap();
+        let read = aetrace_format::Trace::parse(std::fs::read(&trace).unwrap()).unwrap();
+        read.require_complete().unwrap();
+        let got: Vec<(Option<u32>, Vec<u8>)> = read
+            .threads()
+            .map(|th| {
+                let stream: Vec<u8> = read
+                    .chunks(th.start.thread)
+                    .flat_map(|c| c.decompress().unwrap())
+                    .collect();
+                (th.start.parent.map(|p| p.0), stream)
+            })
+            .collect();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(
+            got,
+            vec![
+                (None, first(0, t, max)),
+                (Some(0), first(1, t, 0)),
+                (Some(0), first(2, t, 0)),
+                (Some(2), first(3, t, 2)), // E, started before D
+                (Some(3), first(1, t, 3)), // D
+                (Some(4), first(6, t, 1)), // X
+                (Some(2), first(4, t, 2)), // F
+                (Some(5), first(5, f, 6)), // G
+                (Some(4), first(1, f, 1)), // H
+                (Some(5), first(7, f, 6)), // I
+            ]
+        );
     }
 }

@@ -41,8 +41,14 @@ fn seq_big() -> Vec<u8> {
 }
 const BIG_RUNS: usize = 6;
 fn seq_thread(t: u64) -> Vec<u8> {
-    sequence(600 + t, 150_000, 1, 254)
+    // `sequence` ignores the seed's lowest bit: even seeds, one per thread.
+    sequence(600 + 2 * t, 150_000, 1, 254)
 }
+/// `churn`: waves of three threads; then threads X, X+1 and B, and C
+/// (`CHURN_B + 1`) created by B.
+const CHURN_WAVES: u64 = 4;
+const CHURN_X: u64 = 3 * CHURN_WAVES;
+const CHURN_B: u64 = CHURN_X + 2;
 fn seq_fork() -> [Vec<u8>; 3] {
     [
         sequence(701, 40_000, 1, 254),
@@ -93,6 +99,34 @@ fn launch_child_helper() {
                 for t in 0..2 {
                     sc.spawn(move || go(&seq_thread(t)));
                 }
+            });
+            std::process::exit(0);
+        }
+        "churn" => {
+            // More threads than the 8 slots, in waves of three (the
+            // recorder reclaims the slots of exited ones); then B creates
+            // C once the two threads started with it have exited and
+            // their slots were reclaimed, so C may take a lower slot
+            // than its creator's.
+            for w in 0..CHURN_WAVES {
+                std::thread::scope(|sc| {
+                    for t in 0..3 {
+                        sc.spawn(move || go(&seq_thread(3 * w + t)));
+                    }
+                });
+            }
+            std::thread::scope(|sc| {
+                let x = sc.spawn(move || go(&seq_thread(CHURN_X)));
+                let y = sc.spawn(move || go(&seq_thread(CHURN_X + 1)));
+                sc.spawn(move || {
+                    go(&seq_thread(CHURN_B));
+                    x.join().unwrap();
+                    y.join().unwrap();
+                    std::thread::sleep(Duration::from_millis(100));
+                    std::thread::scope(|s2| {
+                        s2.spawn(move || go(&seq_thread(CHURN_B + 1)));
+                    });
+                });
             });
             std::process::exit(0);
         }
@@ -347,13 +381,20 @@ fn launch_normal_exit_gives_status_and_exact_stream() {
     assert_eq!(exits[0].status, ExitStatus::Exited(3));
 }
 
-#[test]
-fn launch_megabytes_of_witnesses_become_several_chunks() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = Dir::new("big");
-    let l = launch(&dir, "big", SMALL);
+/// Records child mode `mode` with small halves (one test at a time: the
+/// guard), which must exit 0; its directory and its trace's threads.
+fn record_exit0(mode: &str) -> (std::sync::MutexGuard<'static, ()>, Dir, Vec<Recorded>) {
+    let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = Dir::new(mode);
+    let l = launch(&dir, mode, SMALL);
     assert_eq!(record(&l).unwrap(), Outcome::Exited(0));
     let (_, threads) = read_trace(&l.trace);
+    (serial, dir, threads)
+}
+
+#[test]
+fn launch_megabytes_of_witnesses_become_several_chunks() {
+    let (_serial, _dir, threads) = record_exit0("big");
     assert_eq!(threads.len(), 1);
     let s = seq_big();
     let want = expected(8, u32::MAX, &[&s[..]; BIG_RUNS]);
@@ -375,12 +416,8 @@ fn launch_megabytes_of_witnesses_become_several_chunks() {
 
 #[test]
 fn launch_two_threads_get_their_own_streams() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = Dir::new("threads");
-    let l = launch(&dir, "threads", SMALL);
-    assert_eq!(record(&l).unwrap(), Outcome::Exited(0));
+    let (_serial, dir, threads) = record_exit0("threads");
     let (_, pid, _) = report(&dir.0.join("report"));
-    let (_, threads) = read_trace(&l.trace);
     assert_eq!(threads.len(), 3, "the initial thread and two workers");
     assert_eq!(threads[0].start.reason, StartReason::Main);
     assert!(threads[0].stream == expected(8, u32::MAX, &[]));
@@ -399,6 +436,47 @@ fn launch_two_threads_get_their_own_streams() {
     let mut want: Vec<&Vec<u8>> = want.iter().collect();
     want.sort();
     assert!(got == want, "worker streams differ");
+}
+
+/// More threads over the run than the region has slots (8), never more
+/// than four alive with the initial thread: the recorder reclaims the
+/// slot of each exited thread, and each claim of a slot is a new thread
+/// in the trace with exactly that thread's stream (nothing of an earlier
+/// owner of the slot). A thread created by a worker, after slots below
+/// the worker's were freed, names the worker as its parent.
+#[test]
+fn launch_threads_beyond_the_slot_count_reuse_exited_threads_slots() {
+    let (_serial, _dir, threads) = record_exit0("churn");
+    let workers = CHURN_B + 2;
+    assert_eq!(
+        threads.len() as u64,
+        1 + workers,
+        "the initial thread and each worker"
+    );
+    assert!(threads.len() > SMALL.slot_count as usize);
+    assert!(threads[0].stream == expected(8, u32::MAX, &[]));
+    let find = |t: u64| {
+        let seq = seq_thread(t);
+        let tail = [enter_record(PROC), seq].concat();
+        let found: Vec<&Recorded> = threads
+            .iter()
+            .filter(|r| r.stream[6..] == tail[..])
+            .collect();
+        assert_eq!(found.len(), 1, "worker {t}: one stream");
+        found[0]
+    };
+    for t in 0..workers {
+        let r = find(t);
+        assert_eq!(r.start.reason, StartReason::Thread, "worker {t}");
+        assert_eq!(r.end.reason, EndReason::Exit, "worker {t}");
+        assert_eq!(r.stream[..2], [0xFF, 8], "worker {t}");
+        let parent = if t == CHURN_B + 1 {
+            find(CHURN_B).start.thread
+        } else {
+            threads[0].start.thread
+        };
+        assert_eq!(r.start.parent, Some(parent), "worker {t}");
+    }
 }
 
 #[test]

@@ -109,6 +109,7 @@ const SYS_EXIT_GROUP: u32 = 231;
 const SYS_FTRUNCATE: u32 = 77;
 const SYS_ARCH_PRCTL: u32 = 158;
 const SYS_GETTID: u32 = 186;
+const SYS_NANOSLEEP: u32 = 35;
 const SYS_FUTEX: u32 = 202;
 const SYS_KILL: u32 = 62;
 const ETIMEDOUT: i32 = 110;
@@ -125,6 +126,16 @@ pub const FATAL_STATUS: u32 = 125;
 /// Seconds `flush` waits for the recorder to empty a half before it checks
 /// that the recorder still exists (a live but busy recorder is waited for).
 pub const RECORDER_CHECK_SECS: u64 = 1;
+/// With a recorder, a claim that finds no slot it may take wakes the
+/// recorder and sleeps this long, then looks again ([`SLOT_WAITS`] times
+/// at most): the recorder reclaims the slots of exited threads every few
+/// milliseconds (`record/src/launch.rs`, `RECLAIM_EVERY`), so a program
+/// whose threads come and go faster than that waits for one instead of
+/// stopping. Only more live threads than slots stop it.
+pub const SLOT_WAIT_NS: u64 = 1_000_000;
+/// Claim attempts a thread waits through before it gives up (about two
+/// seconds).
+pub const SLOT_WAITS: u32 = 2000;
 
 /// Data page fields (offsets from the data page).
 const D_READY: u64 = 0;
@@ -207,6 +218,7 @@ struct Labels {
     /// `struct timespec` of [`RECORDER_CHECK_SECS`]: how long `flush` waits
     /// for a half before it checks that the recorder is alive.
     t_wait: CodeLabel,
+    t_slot_wait: CodeLabel,
     /// `map_caller`: the interrupted rip -> its entry point's caller.
     map_caller: CodeLabel,
     /// `fixup`: completes the stores an interrupted context left pending.
@@ -376,6 +388,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         m_write: a.create_label(),
         m_gone: a.create_label(),
         t_wait: a.create_label(),
+        t_slot_wait: a.create_label(),
         map_caller: a.create_label(),
         fixup: a.create_label(),
         stub_insns: a.create_label(),
@@ -456,6 +469,8 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     )?;
     a.set_label(&mut l.t_wait)?;
     a.dq(&[RECORDER_CHECK_SECS, 0])?;
+    a.set_label(&mut l.t_slot_wait)?;
+    a.dq(&[0, SLOT_WAIT_NS])?;
     if pad > 0 {
         a.db(&vec![0xCC; pad as usize])?;
     }
@@ -903,6 +918,19 @@ fn emit_claim_fork_unless_owned(
     a.jmp(done)
 }
 
+/// Bumps the header's "data ready" futex word (r15 = the region) and
+/// wakes the recorder's drain loop sleeping on it. Clobbers rax, rcx,
+/// rdx, rsi, rdi, r11.
+fn wake_recorder(a: &mut CodeAssembler) -> Result<(), IcedError> {
+    a.lock().add(dword_ptr(r15 + H_FUTEX), 1)?;
+    a.lea(rdi, ptr(r15 + H_FUTEX))?;
+    a.mov(esi, FUTEX_WAKE)?;
+    a.mov(edx, i32::MAX as u32)?;
+    a.mov(eax, SYS_FUTEX)?;
+    a.syscall()?;
+    Ok(())
+}
+
 /// `flush()`: the buffer check found `POS >= LIMIT`. Signals are blocked
 /// from its first `syscall` to its last; its [`Depths`] mark where its
 /// return address is before and after (module doc).
@@ -935,12 +963,7 @@ fn emit_flush(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     // x86 stores are ordered: the fill is visible before the state.
     a.mov(dword_ptr(rbx + r13 * 4 + S_HALF_STATE as i32), HALF_FULL)?;
     a.add(qword_ptr(rbx + S_SEQ), 1)?;
-    a.lock().add(dword_ptr(r15 + H_FUTEX), 1)?;
-    a.lea(rdi, ptr(r15 + H_FUTEX))?;
-    a.mov(esi, FUTEX_WAKE)?;
-    a.mov(edx, i32::MAX as u32)?;
-    a.mov(eax, SYS_FUTEX)?;
-    a.syscall()?;
+    wake_recorder(a)?;
     a.xor(r13d, 1)?;
     a.set_label(&mut wait)?;
     a.cmp(dword_ptr(rbx + r13 * 4 + S_HALF_STATE as i32), HALF_EMPTY)?;
@@ -1030,14 +1053,30 @@ fn emit_flush(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
 }
 
 /// Internal `claim`: ebx = record kind (THREAD/FORK), ebp = parent slot.
-/// Claims the first free slot (CAS FREE->ACTIVE), fills it, sets %gs and
+/// Claims the first free slot (CAS FREE->ACTIVE, or RELEASED->ACTIVE when
+/// the slot's kept `S_PID` is this process), fills it, sets %gs and
 /// writes `[0xFF][kind][parent u32]` as the stream's first record.
+/// It sets OWNER, BASE, REGION, PARENT, TID, PID, CUR_HALF, RUNTIME,
+/// LIMIT and POS; the rest (the halves' state and fill, SEQ, XFERS, the
+/// data) it takes as the recorder left them: zero in a slot never
+/// claimed, and reset by `Drainer::reclaim` before it releases one.
 /// Clobbers everything but rsp; signals must be blocked.
 fn emit_claim(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     let mut lp = a.create_label();
     let mut got = a.create_label();
     let mut exhausted = a.create_label();
+    let mut next = a.create_label();
+    let mut scan = a.create_label();
+    let mut stop = a.create_label();
     a.set_label(&mut l.claim)?;
+    // The pid first (the syscall clobbers rcx): a slot the recorder
+    // released while its process runs is this process's only (layout,
+    // `SLOT_RELEASED`).
+    a.mov(eax, SYS_GETPID)?;
+    a.syscall()?;
+    a.mov(r9d, eax)?;
+    a.xor(r12d, r12d)?; // waits so far
+    a.set_label(&mut scan)?;
     a.mov(r15, qword_ptr(l.d_region))?;
     a.mov(ecx, dword_ptr(r15 + H_SLOT_COUNT))?;
     a.mov(rsi, qword_ptr(r15 + H_SLOT_SIZE))?;
@@ -1050,10 +1089,33 @@ fn emit_claim(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.xor(eax, eax)?;
     a.lock().cmpxchg(dword_ptr(r14 + S_STATE), r8d)?;
     a.je(got)?;
+    // eax = the state seen. The recorder keeps S_PID while the slot is
+    // RELEASED, and a claim changes it only after its own cmpxchg.
+    a.cmp(eax, SLOT_RELEASED)?;
+    a.jne(next)?;
+    a.cmp(dword_ptr(r14 + S_PID), r9d)?;
+    a.jne(next)?;
+    a.lock().cmpxchg(dword_ptr(r14 + S_STATE), r8d)?;
+    a.je(got)?;
+    a.set_label(&mut next)?;
     a.add(r14, rsi)?;
     a.inc(edx)?;
     a.jmp(lp)?;
+    // None: with a recorder, wake it (it drains and reclaims at once
+    // when a pass is due), sleep a millisecond and look again.
     a.set_label(&mut exhausted)?;
+    a.test(dword_ptr(r15 + H_FLAGS), FLAG_STANDALONE)?;
+    a.jnz(stop)?;
+    a.inc(r12d)?;
+    a.cmp(r12d, SLOT_WAITS)?;
+    a.ja(stop)?;
+    wake_recorder(a)?;
+    a.lea(rdi, ptr(l.t_slot_wait))?;
+    a.xor(esi, esi)?;
+    a.mov(eax, SYS_NANOSLEEP)?;
+    a.syscall()?;
+    a.jmp(scan)?;
+    a.set_label(&mut stop)?;
     a.lock()
         .or(dword_ptr(r15 + H_FLAGS), FLAG_SLOTS_EXHAUSTED)?;
     a.lea(rsi, ptr(l.m_slots))?;
@@ -1067,9 +1129,7 @@ fn emit_claim(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.mov(eax, SYS_GETTID)?;
     a.syscall()?;
     a.mov(dword_ptr(r14 + S_TID), eax)?;
-    a.mov(eax, SYS_GETPID)?;
-    a.syscall()?;
-    a.mov(dword_ptr(r14 + S_PID), eax)?;
+    a.mov(dword_ptr(r14 + S_PID), r9d)?;
     a.mov(dword_ptr(r14 + S_CUR_HALF), 0)?;
     // The blob's run-time start (init is at offset 0): the recorder learns
     // this process's load bias from it. Stored before POS, which the

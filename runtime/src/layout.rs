@@ -70,7 +70,7 @@ pub const S_LIMIT: u64 = 8;
 pub const S_OWNER: u64 = 16;
 /// Absolute address of this slot header in the writer's address space.
 pub const S_BASE: u64 = 24;
-/// `SLOT_FREE`, `SLOT_ACTIVE` or `SLOT_ENDED`.
+/// `SLOT_FREE`, `SLOT_ACTIVE` or `SLOT_RELEASED`.
 pub const S_STATE: u64 = 32;
 pub const S_TID: u64 = 36;
 pub const S_PID: u64 = 40;
@@ -96,9 +96,20 @@ pub const S_REGION: u64 = 96;
 /// fork children alike) and wraps. `signal_entry` puts it in SIGNAL.
 pub const S_XFERS: u64 = 104;
 
+/// Never claimed, or released by the recorder for any process.
 pub const SLOT_FREE: u32 = 0;
+/// Claimed (`lock cmpxchg` from `SLOT_FREE`, or from `SLOT_RELEASED` by
+/// the process in `S_PID`): one thread writes it.
 pub const SLOT_ACTIVE: u32 = 1;
-pub const SLOT_ENDED: u32 = 2;
+/// Released by the recorder after its thread exited, while the thread's
+/// process still runs: only a thread of that process (`S_PID`, kept) may
+/// claim it. A thread not attached yet may still have `%gs` on it (its
+/// creator's slot), and the outside-entry stub recognises a slot's owner
+/// by its TCB address only, which a thread of *another* process (a fork
+/// child reusing a cached stack) may share; threads of one process never
+/// share one. Once that process is gone the recorder makes it
+/// `SLOT_FREE`.
+pub const SLOT_RELEASED: u32 = 2;
 pub const HALF_EMPTY: u32 = 0;
 pub const HALF_FULL: u32 = 1;
 

@@ -12,9 +12,23 @@
 //!   every byte up to its sealed fill was yielded, or unread when its
 //!   slot's stream is broken (an error was returned for it): a writer never
 //!   blocks for ever on a stream the recorder cannot use.
-//! - Claimed slots form a prefix of the slot array (the runtime's `claim`
-//!   takes the lowest free slot with `lock cmpxchg` and no slot returns to
-//!   free), so a pass stops at the first free slot.
+//! - Slots ever claimed form a prefix of the slot array (the runtime's
+//!   `claim` takes the lowest slot it may take, and a slot never claimed
+//!   is `SLOT_FREE` for every process), so a pass stops at the first free
+//!   slot past the longest prefix it has seen claimed; below it a free or
+//!   released slot is a hole left by [`Drainer::reclaim`].
+//! - Slot reuse ([`Drainer::reclaim`]): a slot is released only once its
+//!   writer thread is gone (`tgkill(pid, tid, 0)` says ESRCH: its last
+//!   store is done), after the rest of its stream was yielded; every
+//!   header field `claim` does not set is reset and the data it left is
+//!   zeroed *before* the state leaves `SLOT_ACTIVE` (a release store), so
+//!   the `lock cmpxchg` that claims it again sees a clean slot. Its cursor
+//!   starts again at half 0, offset 0: the next claim is a new stream.
+//!   Races (`docs/runtime.md` section 8, "Slot reuse"): nothing else
+//!   writes an active slot whose thread is gone; a thread still pointing
+//!   `%gs` at it (not attached yet) only reads OWNER, TID, RUNTIME and
+//!   REGION, and the reset keeps RUNTIME, REGION and PID, which belong to
+//!   the process, and clears OWNER, which no TCB equals.
 //! - Bytes read from a region or file are untrusted: every offset is bounds
 //!   checked and bad layouts are errors, never panics.
 
@@ -146,6 +160,7 @@ impl Region {
         Drainer {
             region: self,
             slots: vec![SlotCursor::default(); self.geometry.slot_count as usize],
+            claimed: 0,
             buf: Vec::new(),
         }
     }
@@ -187,6 +202,9 @@ struct SlotCursor {
     /// The stream could not be read (an unknown record, a bad fill): it
     /// yields nothing more, and its sealed halves are handed back unread.
     broken: bool,
+    /// The last pass found no new bytes: its writer may have exited
+    /// ([`Drainer::exited`] asks only about these).
+    idle: bool,
 }
 
 /// One batch of a slot's stream.
@@ -208,7 +226,25 @@ pub struct Batch<'a> {
 pub struct Drainer<'r> {
     region: &'r Region,
     slots: Vec<SlotCursor>,
+    /// Slots `0..claimed` have been seen claimed: every slot above is
+    /// still free and never claimed.
+    claimed: u32,
     buf: Vec<u8>,
+}
+
+/// `kill(pid, 0)` (`tid` 0) or `tgkill(pid, tid, 0)` said ESRCH: no such
+/// process, or no such thread in it. A zombie still exists; any other
+/// error (none is expected) counts as existing, which only delays reuse.
+fn gone(pid: u32, tid: u32) -> bool {
+    // SAFETY: signal 0 sends nothing; it only checks existence.
+    let r = unsafe {
+        if tid == 0 {
+            libc::kill(pid as libc::pid_t, 0) as libc::c_long
+        } else {
+            libc::syscall(libc::SYS_tgkill, pid, tid, 0)
+        }
+    };
+    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
 }
 
 impl Drainer<'_> {
@@ -224,22 +260,29 @@ impl Drainer<'_> {
         let mut first_error = None;
         let g = self.region.geometry;
         for slot in 0..g.slot_count {
-            // Claimed slots are a prefix (the runtime claims the lowest
-            // free slot and a slot is never freed): stop at the first free
-            // one rather than fault in the header page of every slot.
-            if self
+            // Slots ever claimed are a prefix (the runtime claims the
+            // lowest slot it may): stop at the first free one past it
+            // rather than fault in the header page of every slot.
+            match self
                 .region
                 .a32(g.slot_offset(slot) + S_STATE)
                 .load(Ordering::Acquire)
-                == SLOT_FREE
             {
-                debug_assert!(self.slots[slot as usize..]
-                    .iter()
-                    .all(|c| c.off == 0 && c.half == 0 && !c.ended));
-                break;
+                SLOT_ACTIVE => self.claimed = self.claimed.max(slot + 1),
+                SLOT_FREE if slot >= self.claimed => {
+                    debug_assert!(self.slots[slot as usize..]
+                        .iter()
+                        .all(|c| c.off == 0 && c.half == 0 && !c.ended));
+                    break;
+                }
+                // Released by `reclaim`, not claimed again yet.
+                _ => continue,
             }
             match self.poll_slot(slot, finished, sink) {
-                Ok(n) => total += n,
+                Ok(n) => {
+                    total += n;
+                    self.slots[slot as usize].idle = n == 0;
+                }
                 Err(e) => {
                     self.slots[slot as usize].broken = true;
                     first_error.get_or_insert(e);
@@ -266,6 +309,152 @@ impl Drainer<'_> {
                 seen,
                 &ts,
             );
+        }
+    }
+
+    /// The active slots that the last pass found idle and whose writer
+    /// thread is gone from a process that still runs: ready for
+    /// [`Drainer::reclaim`]. One `tgkill` per idle slot: call it at a
+    /// bounded rate, not after every pass.
+    ///
+    /// A process's main thread (TID = PID) keeps its slot, and so does
+    /// every thread of a process that is gone: a child forked outside
+    /// traced code (libc's `daemon`, whose parent exits at once) runs on
+    /// its parent thread's slot without a `fork_child`, and would write
+    /// through a reset POS (address 0) if that slot were reclaimed. So
+    /// fork children, like main threads, still count against the slots
+    /// for the whole run (`traces/daemon.c`).
+    pub fn exited(&self) -> Vec<u32> {
+        let r = self.region;
+        let g = r.geometry;
+        (0..self.claimed)
+            .filter(|&slot| {
+                let s = g.slot_offset(slot);
+                // TID and PID are stored before POS, which a claim that
+                // is still filling the slot has not set yet (0 since the
+                // reset, or never written).
+                self.slots[slot as usize].idle
+                    && r.a32(s + S_STATE).load(Ordering::Acquire) == SLOT_ACTIVE
+                    && r.a64(s + S_POS).load(Ordering::Acquire) != 0
+                    && {
+                        let tid = r.a32(s + S_TID).load(Ordering::Acquire);
+                        let pid = r.a32(s + S_PID).load(Ordering::Acquire);
+                        tid != 0 && tid != pid && !gone(pid, 0) && gone(pid, tid)
+                    }
+            })
+            .collect()
+    }
+
+    /// Ends the stream of `slot`, whose writer thread is gone
+    /// ([`Drainer::exited`]), and releases the slot for a new thread: yields
+    /// the rest of its bytes (both halves; it ends at its first unwritten
+    /// byte, as after the program's death), resets the header fields
+    /// `claim` does not set and zeroes the data, then stores
+    /// `SLOT_RELEASED` (its process still runs: only that process may claim
+    /// it, `layout::SLOT_RELEASED`) or `SLOT_FREE`, last. The slot is
+    /// released even when its rest cannot be read (the error is returned,
+    /// as `poll` would): a broken stream must not keep a slot.
+    pub fn reclaim(&mut self, slot: u32, sink: &mut dyn FnMut(Batch<'_>)) -> Result<u64, Error> {
+        let r = self.region;
+        let g = r.geometry;
+        let s = g.slot_offset(slot);
+        let state = r.a32(s + S_STATE);
+        debug_assert_eq!(state.load(Ordering::Acquire), SLOT_ACTIVE);
+        // The writer is gone: this is its stream's end, as `poll(true)`.
+        let rest = self.poll_slot(slot, true, sink);
+        // The data it left: a sealed half not handed back (the stream
+        // ended at a hole in it) up to its fill, the live half up to POS.
+        // Halves handed back are zero already; untouched pages stay so.
+        let pos = r.a64(s + S_POS).load(Ordering::Acquire);
+        let wbase = r.a64(s + S_BASE).load(Ordering::Acquire);
+        for h in 0..2u32 {
+            let sealed = r
+                .a32(s + S_HALF_STATE + 4 * u64::from(h))
+                .load(Ordering::Acquire)
+                == HALF_FULL;
+            let fill = if sealed {
+                r.a64(s + S_HALF_FILL + 8 * u64::from(h))
+                    .load(Ordering::Acquire)
+            } else {
+                0
+            };
+            let live = pos
+                .checked_sub(wbase.wrapping_add(g.half_offset(h)))
+                .filter(|&e| e <= g.half_size)
+                .unwrap_or(0);
+            let len = fill.max(live).min(g.half_size);
+            // SAFETY: the first `len <= half_size` bytes of half `h` of
+            // this slot; its writer is gone and no one else writes it.
+            unsafe {
+                std::ptr::write_bytes(r.base.add((s + g.half_offset(h)) as usize), 0, len as usize)
+            };
+        }
+        for off in [
+            S_POS,
+            S_LIMIT,
+            S_OWNER,
+            S_BASE,
+            S_HALF_FILL,
+            S_HALF_FILL + 8,
+            S_SEQ,
+        ] {
+            r.a64(s + off).store(0, Ordering::Relaxed);
+        }
+        for off in [
+            S_TID,
+            S_CUR_HALF,
+            S_HALF_STATE,
+            S_HALF_STATE + 4,
+            S_PARENT,
+            S_XFERS,
+        ] {
+            r.a32(s + off).store(0, Ordering::Relaxed);
+        }
+        debug_assert_eq!(HALF_EMPTY, 0);
+        self.slots[slot as usize] = SlotCursor::default();
+        let free = if gone(r.a32(s + S_PID).load(Ordering::Relaxed), 0) {
+            SLOT_FREE
+        } else {
+            SLOT_RELEASED
+        };
+        // Last, with release ordering: a claim's `lock cmpxchg` that sees
+        // it sees every reset above.
+        state.store(free, Ordering::Release);
+        rest
+    }
+
+    /// Frees (for any process) the released slots whose process is gone:
+    /// no thread that could still point `%gs` at one is left. A
+    /// compare-exchange, because a thread of that process may be claiming
+    /// it meanwhile. One `kill` per process, however many slots it
+    /// released (a burst of threads can leave most slots released).
+    pub fn free_released(&self) {
+        let r = self.region;
+        let g = r.geometry;
+        let mut seen: Vec<(u32, bool)> = Vec::new();
+        for slot in 0..self.claimed {
+            let s = g.slot_offset(slot);
+            let state = r.a32(s + S_STATE);
+            if state.load(Ordering::Acquire) != SLOT_RELEASED {
+                continue;
+            }
+            let pid = r.a32(s + S_PID).load(Ordering::Acquire);
+            let dead = match seen.iter().find(|&&(p, _)| p == pid) {
+                Some(&(_, dead)) => dead,
+                None => {
+                    let dead = gone(pid, 0);
+                    seen.push((pid, dead));
+                    dead
+                }
+            };
+            if dead {
+                let _ = state.compare_exchange(
+                    SLOT_RELEASED,
+                    SLOT_FREE,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+            }
         }
     }
 
@@ -308,7 +497,7 @@ impl Drainer<'_> {
         let mut yielded = 0;
         loop {
             let cur = self.slots[slot as usize];
-            if cur.ended || r.a32(s + S_STATE).load(Ordering::Acquire) == SLOT_FREE {
+            if cur.ended || r.a32(s + S_STATE).load(Ordering::Acquire) != SLOT_ACTIVE {
                 return Ok(yielded);
             }
             let h = cur.half;
@@ -563,4 +752,173 @@ fn append_valid(out: &mut Vec<u8>, b: &[u8], off: u64, len: u64, slot: u32) -> R
     })?;
     out.extend_from_slice(&data[..n]);
     Ok(n as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The id of a thread that has exited (joined).
+    fn dead_tid() -> u32 {
+        std::thread::spawn(|| unsafe { libc::gettid() } as u32)
+            .join()
+            .unwrap()
+    }
+
+    /// Fills slot `slot` as a claim would, with `tid`, and writes `bytes`
+    /// at its start, reserving `reserved` more that it never writes.
+    fn claim(r: &Region, slot: u32, tid: u32, bytes: &[u8], reserved: u64) {
+        let g = r.geometry;
+        let s = g.slot_offset(slot);
+        let start = r.base as u64 + s + g.half_offset(0);
+        // SAFETY: the first bytes of half 0 of an in-bounds slot.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), start as *mut u8, bytes.len());
+        }
+        r.put_u64(s + S_BASE, r.base as u64 + s);
+        r.put_u32(s + S_TID, tid);
+        r.put_u32(s + S_PID, std::process::id());
+        r.put_u64(s + S_LIMIT, start + g.half_size - HEADROOM);
+        r.put_u64(s + S_POS, start + bytes.len() as u64 + reserved);
+        r.put_u32(s + S_STATE, SLOT_ACTIVE);
+    }
+
+    /// A region of `slots` slots with the smallest halves.
+    fn small(slots: u32) -> Region {
+        Region::create(Geometry {
+            slot_count: slots,
+            half_size: 3 * HEADROOM,
+        })
+        .unwrap()
+    }
+
+    /// A slot released while its process lives stays that process's
+    /// until the process is gone, then `free_released` frees it.
+    #[test]
+    fn a_released_slot_is_freed_once_its_process_is_gone() {
+        let r = small(2);
+        let g = r.geometry;
+        let mut d = r.drainer();
+        let mut other = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        claim(&r, 0, dead_tid(), &[0xFF, 8, 0xFF, 0xFF, 0xFF, 0xFF, 1], 0);
+        // A thread of the other process, gone (no such thread in it).
+        r.put_u32(g.slot_offset(0) + S_PID, other.id());
+        let mut sink = |_: Batch<'_>| {};
+        d.poll(false, &mut sink).unwrap();
+        d.poll(false, &mut sink).unwrap();
+        assert_eq!(d.exited(), vec![0]);
+        d.reclaim(0, &mut sink).unwrap();
+        let state = r.a32(g.slot_offset(0) + S_STATE);
+        d.free_released();
+        assert_eq!(state.load(Ordering::Acquire), SLOT_RELEASED);
+        other.kill().unwrap();
+        other.wait().unwrap();
+        d.free_released();
+        assert_eq!(state.load(Ordering::Acquire), SLOT_FREE);
+    }
+
+    /// A process's main thread (TID = PID) and every thread of a process
+    /// that is gone keep their slots (`Drainer::exited`): a child forked
+    /// outside traced code may still be writing there.
+    #[test]
+    fn main_threads_and_threads_of_gone_processes_keep_their_slots() {
+        let r = small(2);
+        let g = r.geometry;
+        let mut d = r.drainer();
+        let mut gone_process = std::process::Command::new("true").spawn().unwrap();
+        gone_process.wait().unwrap();
+        let pid = gone_process.id();
+        claim(&r, 0, dead_tid(), &[0xFF, 8, 0xFF, 0xFF, 0xFF, 0xFF, 1], 0);
+        r.put_u32(g.slot_offset(0) + S_PID, pid);
+        claim(&r, 1, pid, &[0xFF, 8, 0xFF, 0xFF, 0xFF, 0xFF, 1], 0);
+        r.put_u32(g.slot_offset(1) + S_PID, pid);
+        let mut sink = |_: Batch<'_>| {};
+        d.poll(false, &mut sink).unwrap();
+        d.poll(false, &mut sink).unwrap();
+        assert!(d.exited().is_empty(), "{:?}", d.exited());
+    }
+
+    /// A reclaimed slot claimed again is a clean stream: every header
+    /// field the runtime's `claim` does not set is zero, the data its
+    /// last thread left too (a byte the new thread reserved but has not
+    /// written yet reads as "unwritten", not as the old thread's), its
+    /// cursor starts over, and the slot is released for this process only
+    /// while it lives. A slot below the highest claimed one that is free
+    /// does not end a pass.
+    #[test]
+    fn a_reclaimed_slot_claimed_again_starts_a_clean_stream() {
+        let r = small(4);
+        let g = r.geometry;
+        let mut d = r.drainer();
+        let mut got: Vec<(u32, Vec<u8>)> = Vec::new();
+        let old = [0xFF, 8, 0xFF, 0xFF, 0xFF, 0xFF, 1, 2, 3, 4, 5, 6, 7, 8];
+        claim(&r, 0, dead_tid(), &old, 0);
+        claim(
+            &r,
+            1,
+            unsafe { libc::gettid() } as u32,
+            &[0xFF, 8, 0, 0, 0, 0, 9],
+            0,
+        );
+        let s0 = g.slot_offset(0);
+        // What a thread leaves: a sealed half's fill, a transfer count.
+        r.put_u64(s0 + S_SEQ, 3);
+        r.put_u64(s0 + S_HALF_FILL + 8, 77);
+        r.put_u32(s0 + S_XFERS, 5);
+        let mut sink = |b: Batch<'_>| got.push((b.slot, b.bytes.to_vec()));
+        d.poll(false, &mut sink).unwrap();
+        d.poll(false, &mut sink).unwrap();
+        // Idle and its thread gone: slot 0 only (slot 1 is this thread).
+        assert_eq!(d.exited(), vec![0]);
+        assert_eq!(d.reclaim(0, &mut sink).unwrap(), 0);
+        assert_eq!(r.a32(s0 + S_STATE).load(Ordering::Acquire), SLOT_RELEASED);
+        for off in (0..SLOT_HEADER_SIZE).step_by(4) {
+            let kept = [
+                S_PID,
+                S_RUNTIME,
+                S_RUNTIME + 4,
+                S_REGION,
+                S_REGION + 4,
+                S_STATE,
+            ];
+            if !kept.contains(&off) {
+                assert_eq!(r.a32(s0 + off).load(Ordering::Acquire), 0, "offset {off}");
+            }
+        }
+        for h in 0..2 {
+            for off in (0..g.half_size).step_by(8) {
+                assert_eq!(
+                    r.a64(s0 + g.half_offset(h) + off).load(Ordering::Acquire),
+                    0
+                );
+            }
+        }
+        // Slot 1 still drains with slot 0 released below it.
+        claim(
+            &r,
+            2,
+            unsafe { libc::gettid() } as u32,
+            &[0xFF, 8, 1, 0, 0, 0, 11],
+            0,
+        );
+        d.poll(false, &mut sink).unwrap();
+        // Claimed again (by this process): a new stream from offset 0; the
+        // bytes reserved but not written are not the old thread's.
+        let new = [0xFF, 8, 1, 0, 0, 0, 42];
+        claim(&r, 0, unsafe { libc::gettid() } as u32, &new, 5);
+        d.poll(false, &mut sink).unwrap();
+        d.free_released();
+        assert_eq!(
+            got,
+            vec![
+                (0, old.to_vec()),
+                (1, vec![0xFF, 8, 0, 0, 0, 0, 9]),
+                (2, vec![0xFF, 8, 1, 0, 0, 0, 11]),
+                (0, new.to_vec()),
+            ]
+        );
+    }
 }

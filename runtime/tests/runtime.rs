@@ -90,6 +90,15 @@ fn expected_main(proc_id: u32, seq: &[u8]) -> Vec<u8> {
     e
 }
 
+/// The stream of a thread the main thread (slot 0) created, whose first
+/// traced code is procedure `proc_id` writing `seq`.
+fn expected_thread(proc_id: u32, seq: &[u8]) -> Vec<u8> {
+    let mut e = thread_record(0);
+    e.extend(enter_record(proc_id));
+    e.extend_from_slice(seq);
+    e
+}
+
 fn check_variant(site: Site) {
     let mut m = Mapped::new();
     let region = Region::create(SMALL).unwrap();
@@ -173,18 +182,100 @@ fn threads_get_their_own_slots() {
     // Slot 0: the initialising thread (THREAD record only).
     assert_eq!(streams[&0].1, thread_record(u32::MAX));
     let mut got: Vec<Vec<u8>> = (1..=4).map(|s| streams[&s].1.clone()).collect();
-    let mut want: Vec<Vec<u8>> = seqs
-        .iter()
-        .map(|seq| {
-            let mut e = thread_record(0);
-            e.extend(enter_record(3));
-            e.extend_from_slice(seq);
-            e
-        })
-        .collect();
+    let mut want: Vec<Vec<u8>> = seqs.iter().map(|seq| expected_thread(3, seq)).collect();
     got.sort();
     want.sort();
     assert!(got == want, "per-thread streams differ");
+}
+
+/// Slot reuse: threads in waves, more of them than the region has slots
+/// (8), while the drainer reclaims the slot of each thread that has
+/// exited (`Drainer::exited`, `Drainer::reclaim`). Each thread writes
+/// enough to seal halves, so a reclaimed slot has a sealed half, a
+/// partial one, SEQ and fills to reset. Every stream, the ones ended by a
+/// reclaim and the ones still open at the end, must be exactly one
+/// thread's: THREAD(0), its ENTER, its sequence, nothing of a previous
+/// owner of the slot; a thread that finds every slot taken waits for the
+/// drainer (it would stop with "no free thread slot" without reuse).
+#[test]
+fn reclaimed_slots_start_clean_streams_for_new_threads() {
+    const WAVES: u64 = 6;
+    const WAVE: u64 = 3;
+    let mut m = Mapped::new();
+    let region = Region::create(SMALL).unwrap();
+    let site = Site::with_scratch(r10);
+    let run = runner(&mut m, 3, site);
+    let seqs: Vec<Vec<u8>> = (0..WAVES * WAVE)
+        .map(|t| sequence(500 + 2 * t, 20_000 + 997 * t as usize, 1, 254))
+        .collect();
+    let saved_gs = get_gs();
+    let stop = AtomicBool::new(false);
+    let (ended, open) = std::thread::scope(|s| {
+        let drainer = s.spawn(|| {
+            let mut d = region.drainer();
+            let open = std::cell::RefCell::new(Streams::new());
+            let mut ended: Vec<Vec<u8>> = Vec::new();
+            let mut sink = |b: aetrace_runtime::Batch<'_>| {
+                open.borrow_mut()
+                    .entry(b.slot)
+                    .or_insert((b.pid, Vec::new()))
+                    .1
+                    .extend_from_slice(b.bytes)
+            };
+            let start = Instant::now();
+            while !stop.load(Ordering::Acquire) {
+                assert!(start.elapsed() < Duration::from_secs(120), "stuck");
+                d.poll(false, &mut sink).unwrap();
+                for slot in d.exited() {
+                    d.reclaim(slot, &mut sink).unwrap();
+                    let (_, bytes) = open.borrow_mut().remove(&slot).expect("it had written");
+                    ended.push(bytes);
+                }
+                d.free_released();
+                d.wait(Duration::from_millis(1));
+            }
+            d.poll(true, &mut sink).unwrap();
+            (ended, open.into_inner())
+        });
+        m.init(&[region.env()]);
+        for wave in seqs.chunks(WAVE as usize) {
+            std::thread::scope(|s| {
+                for seq in wave {
+                    s.spawn(move || assert_eq!(run(seq.as_ptr(), seq.len()), 0));
+                }
+            });
+        }
+        set_gs(saved_gs);
+        stop.store(true, Ordering::Release);
+        drainer.join().unwrap()
+    });
+    assert!(
+        ended.len() as u64 >= WAVES * WAVE - u64::from(SMALL.slot_count),
+        "only {} streams reclaimed",
+        ended.len()
+    );
+    assert_eq!(
+        open[&0].1,
+        thread_record(u32::MAX),
+        "the main thread's slot"
+    );
+    let mut got = ended;
+    got.extend(
+        open.into_iter()
+            .filter(|(slot, _)| *slot != 0)
+            .map(|(_, (_, b))| b),
+    );
+    // More streams than slots: some slot was claimed again.
+    assert!(
+        got.len() >= SMALL.slot_count as usize,
+        "{} streams",
+        got.len()
+    );
+    let mut want: Vec<Vec<u8>> = seqs.iter().map(|seq| expected_thread(3, seq)).collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got.len(), want.len(), "one stream per thread");
+    assert!(got == want, "a stream differs from its thread's sequence");
 }
 
 // --- signals -------------------------------------------------------------
