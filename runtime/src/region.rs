@@ -760,9 +760,17 @@ mod tests {
 
     /// The id of a thread that has exited (joined).
     fn dead_tid() -> u32 {
-        std::thread::spawn(|| unsafe { libc::gettid() } as u32)
+        let tid = std::thread::spawn(|| unsafe { libc::gettid() } as u32)
             .join()
-            .unwrap()
+            .unwrap();
+        // `join` returns when the kernel clears the thread's TID word,
+        // before the thread is released: `tgkill` can still find it.
+        let pid = std::process::id();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !gone(pid, tid) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        tid
     }
 
     /// Fills slot `slot` as a claim would, with `tid`, and writes `bytes`

@@ -830,12 +830,7 @@ fn trap_case(body: impl Fn(&mut CodeAssembler, &mut CodeLabel, &mut CodeLabel)) 
     body(&mut a, &mut at, &mut after);
     a.ret().unwrap();
     let ip = m.next_ip();
-    let res = a
-        .assemble_options(
-            ip,
-            iced_x86::BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
-        )
-        .unwrap();
+    let res = assemble_labelled(&mut a, ip);
     let at_ip = res.label_ip(&at).unwrap();
     let after_ip = res.label_ip(&after).unwrap();
     let traced: extern "C" fn(u64) =
@@ -1188,12 +1183,7 @@ fn signal_inside_flush(library: bool) {
     emit_witness(&mut a, 0x66, Site::with_scratch(rcx)).unwrap();
     a.pop(rbx).unwrap();
     a.ret().unwrap();
-    let res = a
-        .assemble_options(
-            m.next_ip(),
-            iced_x86::BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
-        )
-        .unwrap();
+    let res = assemble_labelled(&mut a, m.next_ip());
     let (call_ip, ret_ip) = (
         res.label_ip(&call_at).unwrap(),
         res.label_ip(&after).unwrap(),
@@ -1546,12 +1536,7 @@ fn attach_thread_stepped(garbage_above: bool) {
         a.pop(rcx).unwrap();
     }
     a.ret().unwrap();
-    let res = a
-        .assemble_options(
-            m.next_ip(),
-            iced_x86::BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
-        )
-        .unwrap();
+    let res = assemble_labelled(&mut a, m.next_ip());
     let (call_ip, ret_ip) = (
         res.label_ip(&call_at).unwrap(),
         res.label_ip(&after).unwrap(),
@@ -1612,12 +1597,7 @@ fn a_signal_in_a_fork_child_before_and_inside_fork_child() {
     a.syscall().unwrap();
     a.set_label(&mut parent).unwrap();
     a.ret().unwrap();
-    let res = a
-        .assemble_options(
-            start,
-            iced_x86::BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
-        )
-        .unwrap();
+    let res = assemble_labelled(&mut a, start);
     let (call_ip, ret_ip, parent_ip) = (
         res.label_ip(&call_at).unwrap(),
         res.label_ip(&after).unwrap(),
@@ -1806,12 +1786,7 @@ fn two_signals_at_once(springboard: bool) {
     a.syscall().unwrap();
     a.set_label(&mut after).unwrap();
     a.ret().unwrap();
-    let res = a
-        .assemble_options(
-            m.next_ip(),
-            iced_x86::BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
-        )
-        .unwrap();
+    let res = assemble_labelled(&mut a, m.next_ip());
     let after = res.label_ip(&after).unwrap();
     let unblock: extern "C" fn(*const u64) =
         unsafe { std::mem::transmute(m.place(&res.inner.code_buffer)) };
@@ -1869,12 +1844,7 @@ fn a_fetch_fault_is_reported_without_reading_its_rip() {
     a.set_label(&mut recover).unwrap();
     a.add(rsp, 8).unwrap(); // the return address `call rax` pushed
     a.ret().unwrap();
-    let res = a
-        .assemble_options(
-            m.next_ip(),
-            iced_x86::BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
-        )
-        .unwrap();
+    let res = assemble_labelled(&mut a, m.next_ip());
     let recover = res.label_ip(&recover).unwrap();
     let jump: extern "C" fn() = unsafe { std::mem::transmute(m.place(&res.inner.code_buffer)) };
     let (handler, _) = probe_handler(&mut m, false);
@@ -1916,12 +1886,7 @@ fn a_signal_in_glibcs_restorer_is_reported_where_the_handler_returns() {
     a.syscall().unwrap();
     a.set_label(&mut after).unwrap();
     a.ret().unwrap();
-    let res = a
-        .assemble_options(
-            m.next_ip(),
-            iced_x86::BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
-        )
-        .unwrap();
+    let res = assemble_labelled(&mut a, m.next_ip());
     let after = res.label_ip(&after).unwrap();
     let raise_usr2: extern "C" fn(i64, i64) =
         unsafe { std::mem::transmute(m.place(&res.inner.code_buffer)) };
@@ -1932,12 +1897,7 @@ fn a_signal_in_glibcs_restorer_is_reported_where_the_handler_returns() {
     let mut ret_at = a.create_label();
     a.set_label(&mut ret_at).unwrap();
     a.ret().unwrap();
-    let res = a
-        .assemble_options(
-            m.next_ip(),
-            iced_x86::BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
-        )
-        .unwrap();
+    let res = assemble_labelled(&mut a, m.next_ip());
     let ret_at = res.label_ip(&ret_at).unwrap();
     let usr2 = m.place(&res.inner.code_buffer);
     let (trap, _) = probe_handler(&mut m, false);

@@ -237,9 +237,7 @@ pub fn runner(m: &mut Mapped, proc_id: u32, site: Site) -> extern "C" fn(*const 
         a.ret().unwrap();
         a.set_label(&mut table).unwrap();
         a.dq(&addrs).unwrap();
-        let res = a
-            .assemble_options(ip, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)
-            .unwrap();
+        let res = assemble_labelled(&mut a, ip);
         let bad_ip = res.label_ip(&bad).unwrap();
         for w in 0..256 {
             addrs[w] = if (1..=254).contains(&w) {
@@ -254,4 +252,10 @@ pub fn runner(m: &mut Mapped, proc_id: u32, site: Site) -> extern "C" fn(*const 
     let f = m.place(&code);
     // SAFETY: the routine follows the SysV ABI with this signature.
     unsafe { std::mem::transmute::<u64, extern "C" fn(*const u8, usize) -> u64>(f) }
+}
+
+/// Assembles `a` at `ip` keeping its labels' addresses (`label_ip`).
+pub fn assemble_labelled(a: &mut CodeAssembler, ip: u64) -> CodeAssemblerResult {
+    a.assemble_options(ip, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)
+        .unwrap()
 }
