@@ -612,8 +612,9 @@ fn threads_beyond_the_slot_count_reuse_the_slots_of_exited_threads() {
 /// A child forked inside libc (`daemon`, `traces/daemon.c`): its parent
 /// exits at once and the child runs on in traced code on its parent's
 /// slot, which has no thread or process any more. The recorder must not
-/// reclaim it (the child crashed writing through the reset cursor when it
-/// did): the child's output is there as natively, and its blocks follow
+/// reclaim it (when it did, the child's later output was lost: it wrote
+/// through the reset cursor): the child's output is there as natively,
+/// and its blocks follow
 /// its parent's in the one stream (`work` entered twice).
 #[test]
 fn a_child_forked_outside_traced_code_keeps_its_parents_slot() {

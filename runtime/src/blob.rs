@@ -310,6 +310,34 @@ fn restore_all(a: &mut CodeAssembler, d: &mut Depths) -> Result<(), IcedError> {
     a.zero_bytes()
 }
 
+/// An entry point's start at `label`: every register saved, then every
+/// signal blocked; the windows before that are `Depths` from the entry.
+fn enter_blocked(a: &mut CodeAssembler, label: &mut CodeLabel) -> Result<Depths, IcedError> {
+    let mut d = Depths::default();
+    a.set_label(label)?;
+    d.0.push((*label, Some(0)));
+    save_all(a, &mut d)?;
+    block_signals(a)?;
+    d.mark(a, None)?;
+    Ok(d)
+}
+
+/// An entry point's end: the mask restored, the registers restored and
+/// `ret`; its unblocked windows from here on (`d`) are reported at
+/// `caller`.
+fn leave_blocked(
+    a: &mut CodeAssembler,
+    windows: &mut Vec<(Depths, Caller)>,
+    mut d: Depths,
+    caller: Caller,
+) -> Result<(), IcedError> {
+    restore_signals(a)?;
+    d.mark(a, Some(FRAME))?;
+    restore_all(a, &mut d)?;
+    windows.push((d, caller));
+    Ok(())
+}
+
 /// Blocks every signal, the old mask to the save area's first word (the
 /// new one, all ones, in its second). Clobbers rax, rcx, rdx, rsi, rdi,
 /// r10, r11. At `save_all`'s depth.
@@ -823,11 +851,7 @@ fn emit_attach(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.set_label(&mut owner)?;
     emit_claim_fork_unless_owned(a, l, kept)?;
     a.set_label(&mut kept)?;
-    restore_signals(a)?;
-    d.mark(a, Some(FRAME))?;
-    restore_all(a, &mut d)?;
-    l.windows.push((d, Caller::Stub));
-    Ok(())
+    leave_blocked(a, &mut l.windows, d, Caller::Stub)
 }
 
 /// `fork_child()`: called in a fork/vfork child right after the call
@@ -838,19 +862,10 @@ fn emit_attach(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
 /// `signal_entry` claims the child's slot then, and this call keeps it.
 fn emit_fork_child(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     let mut kept = a.create_label();
-    let mut d = Depths::default();
-    a.set_label(&mut l.fork_child)?;
-    d.0.push((l.fork_child, Some(0)));
-    save_all(a, &mut d)?;
-    block_signals(a)?;
-    d.mark(a, None)?;
+    let d = enter_blocked(a, &mut l.fork_child)?;
     emit_claim_fork_unless_owned(a, l, kept)?;
     a.set_label(&mut kept)?;
-    restore_signals(a)?;
-    d.mark(a, Some(FRAME))?;
-    restore_all(a, &mut d)?;
-    l.windows.push((d, Caller::Placed));
-    Ok(())
+    leave_blocked(a, &mut l.windows, d, Caller::Placed)
 }
 
 /// `fork_prepare()` (`delta` 1) and `fork_done()` (-1): the rewriter calls
@@ -869,17 +884,12 @@ fn emit_fork_child(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
 /// entry point (a signal outside that is reported at the caller).
 fn emit_fork_window(a: &mut CodeAssembler, l: &mut Labels, delta: i32) -> Result<(), IcedError> {
     let mut exe = a.create_label();
-    let mut d = Depths::default();
     let label = if delta > 0 {
         &mut l.fork_prepare
     } else {
         &mut l.fork_done
     };
-    a.set_label(label)?;
-    d.0.push((*label, Some(0)));
-    save_all(a, &mut d)?;
-    block_signals(a)?;
-    d.mark(a, None)?;
+    let d = enter_blocked(a, label)?;
     a.lea(rax, ptr(l.d_ready))?;
     a.lock().add(dword_ptr(rax), delta)?;
     // The executable's blob too, when this is a library's (its data page
@@ -892,11 +902,7 @@ fn emit_fork_window(a: &mut CodeAssembler, l: &mut Labels, delta: i32) -> Result
     a.add(rax, rdx)?;
     a.lock().add(dword_ptr(rax), delta)?;
     a.set_label(&mut exe)?;
-    restore_signals(a)?;
-    d.mark(a, Some(FRAME))?;
-    restore_all(a, &mut d)?;
-    l.windows.push((d, Caller::Placed));
-    Ok(())
+    leave_blocked(a, &mut l.windows, d, Caller::Placed)
 }
 
 /// Signals blocked: unless the slot `%gs` points at is this thread's own
@@ -940,12 +946,7 @@ fn emit_flush(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     let mut free = a.create_label();
     let mut done = a.create_label();
     let mut bad_write = a.create_label();
-    let mut d = Depths::default();
-    a.set_label(&mut l.flush)?;
-    d.0.push((l.flush, Some(0)));
-    save_all(a, &mut d)?;
-    block_signals(a)?;
-    d.mark(a, None)?;
+    let d = enter_blocked(a, &mut l.flush)?;
     a.mov(rbx, qword_ptr(S_BASE).gs())?;
     a.mov(r15, qword_ptr(l.d_region))?;
     a.mov(r12, qword_ptr(r15 + H_HALF_SIZE))?;
@@ -1045,11 +1046,7 @@ fn emit_flush(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.lea(rsi, ptr(l.m_write))?;
     a.jmp(l.fatal)?;
     a.set_label(&mut done)?;
-    restore_signals(a)?;
-    d.mark(a, Some(FRAME))?;
-    restore_all(a, &mut d)?;
-    l.windows.push((d, Caller::Placed));
-    Ok(())
+    leave_blocked(a, &mut l.windows, d, Caller::Placed)
 }
 
 /// Internal `claim`: ebx = record kind (THREAD/FORK), ebp = parent slot.
@@ -1534,12 +1531,7 @@ fn emit_map_caller(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
 /// one; every target must lie in this thread's slot.
 fn emit_signal_entry(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     let mut owned = a.create_label();
-    let mut d = Depths::default();
-    a.set_label(&mut l.signal_entry)?;
-    d.0.push((l.signal_entry, Some(0)));
-    save_all(a, &mut d)?;
-    block_signals(a)?;
-    d.mark(a, None)?;
+    let d = enter_blocked(a, &mut l.signal_entry)?;
     l.windows.push((d, Caller::Handler));
     // A fork (or vfork) child whose handler runs before its `fork_child`
     // claimed a slot (or before it blocked signals) is still on its
@@ -1568,13 +1560,9 @@ fn emit_signal_entry(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedEr
     a.mov(ecx, dword_ptr(S_XFERS).gs())?;
     a.mov(dword_ptr(rax + 14), ecx)?;
     a.mov(byte_ptr(rax + 1), RecordKind::Signal as u32)?;
-    restore_signals(a)?;
     // SIGNAL written: a second signal from here on is reported in the
     // stub, before the handler's ENTER.
-    let mut d = Depths::default();
-    d.mark(a, Some(FRAME))?;
-    restore_all(a, &mut d)?;
-    l.windows.push((d, Caller::Placed));
+    leave_blocked(a, &mut l.windows, Depths::default(), Caller::Placed)?;
     emit_fixup(a, l)
 }
 

@@ -148,6 +148,7 @@ fn spread_up_calls(
 /// is not one (its return point would take any 0 it returns for a child).
 fn fork_wrappers(
     prog: &Program,
+    by_start: &HashMap<u64, ProcId>,
     fork_like: impl Fn(&crate::cfg::CallSite) -> Option<bool>,
 ) -> HashMap<ProcId, bool> {
     let mut found: HashMap<ProcId, bool> = HashMap::new();
@@ -168,8 +169,8 @@ fn fork_wrappers(
                     let forks = site.and_then(|c| {
                         fork_like(c).or_else(|| {
                             c.target
-                                .and_then(|t| prog.procs.iter().find(|(_, q)| q.start == t))
-                                .and_then(|(q, _)| found.get(&q).copied())
+                                .and_then(|t| by_start.get(&t))
+                                .and_then(|q| found.get(q).copied())
                         })
                     });
                     atfork |= forks == Some(true);
@@ -747,7 +748,7 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
         guarded_family(&prog, &mut family);
     }
     let (setjmps, longjmps) = (&family.setjmp, &family.longjmp);
-    let fork_tails = fork_wrappers(&prog, |c| {
+    let fork_tails = fork_wrappers(&prog, &by_start, |c| {
         let named = c.name.as_deref();
         (c.target.is_some_and(|t| family.fork.contains(&t))
             || named.is_some_and(imports::is_fork_like))
