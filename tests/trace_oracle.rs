@@ -156,21 +156,40 @@ fn check_with(exe: &Path, args: &[&str], mode: LogMode) {
     check_libs(exe, args, &[], mode);
 }
 
-/// Records `exe args` with `--libs` of `libs` (`none` if empty) and buffer
-/// halves of `half` bytes if given (`AETRACE_HALF_SIZE`, the recorder's
-/// testing knob) into a trace file of its own (tests run in parallel in
-/// one process); returns the run's name, the trace and what the recorded
+/// What a test may change in a recording: buffer halves of `half` bytes
+/// (`AETRACE_HALF_SIZE`, the recorder's testing knob) and the witness
+/// placement (`--placement`; the default, optimal, when `None`).
+#[derive(Clone, Copy)]
+struct Knobs {
+    half: Option<u64>,
+    placement: Option<&'static str>,
+}
+
+impl Knobs {
+    const DEFAULT: Knobs = Knobs {
+        half: None,
+        placement: None,
+    };
+}
+
+/// Records `exe args` with `--libs` of `libs` (`none` if empty) and
+/// `knobs` into a trace file of its own (tests run in parallel in one
+/// process); returns the run's name, the trace and what the recorded
 /// program printed.
 fn record_run(
     exe: &Path,
     args: &[&str],
     libs: &[&str],
-    half: Option<u64>,
+    knobs: Knobs,
 ) -> (String, PathBuf, std::process::Output) {
     let name = exe.file_name().unwrap().to_string_lossy().into_owned();
     let name = format!("{name} {}", args.join(" "));
-    let name = match half {
+    let name = match knobs.half {
         Some(h) => format!("{name} half={h}"),
+        None => name,
+    };
+    let name = match knobs.placement {
+        Some(p) => format!("{name} placement={p}"),
         None => name,
     };
     static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -186,11 +205,15 @@ fn record_run(
         libs.join(",")
     };
     let mut rec = Command::new(common::aetrace());
-    if let Some(h) = half {
+    if let Some(h) = knobs.half {
         rec.env("AETRACE_HALF_SIZE", h.to_string());
     }
+    if let Some(p) = knobs.placement {
+        rec.args(["record", "--placement", p]);
+    } else {
+        rec.arg("record");
+    }
     let out = rec
-        .arg("record")
         .arg("-o")
         .arg(&trace)
         .args(["--libs", &libs_arg, "--"])
@@ -207,9 +230,9 @@ fn record_ok(
     exe: &Path,
     args: &[&str],
     libs: &[&str],
-    half: Option<u64>,
+    knobs: Knobs,
 ) -> (String, PathBuf, std::process::Output) {
-    let (name, trace, rec) = record_run(exe, args, libs, half);
+    let (name, trace, rec) = record_run(exe, args, libs, knobs);
     assert!(
         rec.status.success(),
         "{name}: {}",
@@ -221,14 +244,9 @@ fn record_ok(
 /// Records `exe args` ([`record_run`]) and checks the recorded run's
 /// stdout, stderr and status against the native run's; the program's name
 /// and the trace.
-fn record_checked(
-    exe: &Path,
-    args: &[&str],
-    libs: &[&str],
-    half: Option<u64>,
-) -> (String, PathBuf) {
+fn record_checked(exe: &Path, args: &[&str], libs: &[&str], knobs: Knobs) -> (String, PathBuf) {
     let native = run_native(exe, args);
-    let (name, trace, recorded) = record_run(exe, args, libs, half);
+    let (name, trace, recorded) = record_run(exe, args, libs, knobs);
     assert_eq!(
         String::from_utf8_lossy(&recorded.stderr),
         String::from_utf8_lossy(&native.stderr),
@@ -249,18 +267,18 @@ fn record_checked(
 /// --module M --relative` (threads that never ran in M are skipped on both
 /// sides). Returns `aetrace info --json` of the trace.
 fn check_libs(exe: &Path, args: &[&str], libs: &[&str], mode: LogMode) -> serde_json::Value {
-    check_recorded(exe, args, libs, mode, None)
+    check_recorded(exe, args, libs, mode, Knobs::DEFAULT)
 }
 
-/// [`check_libs`] with buffer halves of `half` bytes if given.
+/// [`check_libs`] with `knobs`.
 fn check_recorded(
     exe: &Path,
     args: &[&str],
     libs: &[&str],
     mode: LogMode,
-    half: Option<u64>,
+    knobs: Knobs,
 ) -> serde_json::Value {
-    let (name, trace) = record_checked(exe, args, libs, half);
+    let (name, trace) = record_checked(exe, args, libs, knobs);
     let info = info_json(&trace);
     let modules: Vec<PathBuf> = info["modules"]
         .as_array()
@@ -403,7 +421,7 @@ fn compare_module(
 /// returns its name, lackey's instruction sequences and aetrace's for the
 /// executable, one per thread, as link-time offsets.
 fn record_both(exe: &Path, args: &[&str], mode: LogMode) -> (String, Vec<Vec<u64>>, Vec<Vec<u64>>) {
-    let (name, trace) = record_checked(exe, args, &[], None);
+    let (name, trace) = record_checked(exe, args, &[], Knobs::DEFAULT);
     let info = info_json(&trace);
     let run = lackey::run_with(
         exe,
@@ -579,6 +597,44 @@ fn debian_sort() {
     );
 }
 
+/// `--placement all-predicates` (old AE: a witness on every predicate
+/// edge) and `naive-blocking` (the baselines of paper 003, section 4.2)
+/// trace exactly too: each regenerates to lackey's instruction sequence,
+/// so the bench's old-versus-new comparison (Table 3) compares exact
+/// traces of the same run. All-predicates writes more than the optimal
+/// placement (a check that the option took effect).
+#[test]
+fn the_baseline_placements_regenerate_exactly() {
+    let gzip_input = input("gzip-placements");
+    let programs = [
+        (build("nested_if.c", O2_PIE), vec![]),
+        (build("switch.c", O0_NOPIE), vec![]),
+        (
+            PathBuf::from("/usr/bin/gzip"),
+            vec!["-c", gzip_input.as_str()],
+        ),
+    ];
+    for (exe, args) in &programs {
+        let optimal = check_recorded(exe, args, &[], LogMode::Pipe, Knobs::DEFAULT);
+        for placement in ["all-predicates", "naive-blocking"] {
+            let knobs = Knobs {
+                half: None,
+                placement: Some(placement),
+            };
+            let info = check_recorded(exe, args, &[], LogMode::Pipe, knobs);
+            if placement == "all-predicates" {
+                assert!(
+                    info["raw_bytes"].as_u64() > optimal["raw_bytes"].as_u64(),
+                    "{}: all-predicates {} raw bytes, optimal {}",
+                    exe.display(),
+                    info["raw_bytes"],
+                    optimal["raw_bytes"]
+                );
+            }
+        }
+    }
+}
+
 /// The workloads of issue 4 and `bench/record.sh`, at their sizes: gzip
 /// and bzip2 (with libbz2) on 20 kB and 2 MB, xz with liblzma on 20 kB and
 /// 2 MB, sort on 100,000 lines. Each recorded run's stdout, stderr and
@@ -611,7 +667,7 @@ fn the_benchmark_workloads_record_with_their_native_output() {
     ];
     for (exe, args, libs) in workloads {
         let libs: &[&str] = if libs == "none" { &[] } else { &[libs] };
-        let (_, trace) = record_checked(Path::new(exe), args, libs, None);
+        let (_, trace) = record_checked(Path::new(exe), args, libs, Knobs::DEFAULT);
         aetrace_ok(&["regen", "--count"], &trace);
         let _ = std::fs::remove_file(&trace);
     }
@@ -649,7 +705,7 @@ fn threads() {
 fn threads_beyond_the_slot_count_reuse_the_slots_of_exited_threads() {
     let exe = build("many_threads.c", O2_PIE);
     check(&exe, &["300"]);
-    let (name, trace) = record_checked(&exe, &["1000"], &[], None);
+    let (name, trace) = record_checked(&exe, &["1000"], &[], Knobs::DEFAULT);
     let info = info_json(&trace);
     let threads = info["threads"].as_array().unwrap();
     assert_eq!(threads.len(), 1001, "{name}: threads in the trace");
@@ -674,7 +730,7 @@ fn threads_beyond_the_slot_count_reuse_the_slots_of_exited_threads() {
 #[test]
 fn a_child_forked_outside_traced_code_keeps_its_parents_slot() {
     let exe = build("daemon.c", O2_PIE);
-    let (name, trace) = record_checked(&exe, &[], &[], None);
+    let (name, trace) = record_checked(&exe, &[], &[], Knobs::DEFAULT);
     assert_eq!(entries(&trace, &exe, "work"), 2, "{name}");
     let _ = std::fs::remove_file(&trace);
 }
@@ -1240,7 +1296,7 @@ fn signal_handlers_calling_traced_code() {
 fn signals_delivered_by_kill_and_unblocking() {
     let exe = build_with("signal_unblock.c", "noplt", &["-O2", "-fno-plt"]);
     check(&exe, &[]);
-    let (_, trace) = record_checked(&exe, &["die"], &[], None);
+    let (_, trace) = record_checked(&exe, &["die"], &[], Knobs::DEFAULT);
     let out = exits_with(
         Command::new(common::aetrace())
             .args(["regen", "--format", "insn", "--relative"])
@@ -1392,7 +1448,7 @@ fn asynchronous_timer_signals() {
     for v in [O2_PIE, Variant::new(Opt::O0, Link::NoPie, false)] {
         let exe = build("signal_alarm.c", v);
         let handler = (exe.as_path(), "on_alarm");
-        check_timer(&exe, &[], &[], handler, (&exe, "step"), 0, None);
+        check_timer(&exe, &[], &[], handler, (&exe, "step"), 0, Knobs::DEFAULT);
     }
 }
 
@@ -1478,7 +1534,7 @@ fn two_signals_delivered_at_once() {
     for v in [O2_PIE, Variant::new(Opt::O0, Link::NoPie, false)] {
         let exe = build("signal_pair.c", v);
         let handler = (exe.as_path(), "on_signal");
-        check_timer(&exe, &[], &[], handler, (&exe, "step"), 0, None);
+        check_timer(&exe, &[], &[], handler, (&exe, "step"), 0, Knobs::DEFAULT);
     }
 }
 
@@ -1486,7 +1542,7 @@ fn two_signals_delivered_at_once() {
 /// records regen placed in each thread (`--count`), after checking that
 /// the instruction trace regenerates with as many instructions.
 fn record_signalled(exe: &Path, args: &[&str]) -> (PathBuf, String, Vec<u64>) {
-    let (name, trace, rec) = record_ok(exe, args, &[], None);
+    let (name, trace, rec) = record_ok(exe, args, &[], Knobs::DEFAULT);
     let count = aetrace_ok(&["regen", "--count"], &trace);
     let insns = aetrace_ok(&["regen", "--format", "insn"], &trace);
     let lines = insns.lines().filter(|l| !l.starts_with('#')).count() as u64;
@@ -1519,7 +1575,10 @@ fn entries(trace: &Path, exe: &Path, sym: &str) -> u64 {
 
 /// Recorder buffer halves of 16 KiB (`AETRACE_HALF_SIZE`): a flush every
 /// 12 kB of a thread's witnesses.
-const SMALL_HALVES: Option<u64> = Some(16 << 10);
+const SMALL_HALVES: Knobs = Knobs {
+    half: Some(16 << 10),
+    placement: None,
+};
 
 /// A SIGNAL is placed in the signal map of the module whose code it
 /// interrupted, whichever module's handler runs: a library's loop sends
@@ -1544,7 +1603,7 @@ fn signals_interrupting_a_traced_library() {
         (&exe, "on_signal"),
         step,
         1,
-        None,
+        Knobs::DEFAULT,
     );
     check_timer(
         &exe,
@@ -1553,7 +1612,7 @@ fn signals_interrupting_a_traced_library() {
         (&lib, "lib_on_signal"),
         step,
         0,
-        None,
+        Knobs::DEFAULT,
     );
     let (exe_handler, lib_handler) = (
         (exe.as_path(), "on_signal"),
@@ -1571,9 +1630,8 @@ fn signals_interrupting_a_traced_library() {
 /// iterations=I`): the regenerated trace enters procedure `handler` (of
 /// module `.0`) H times and `step` I + `per_handler` × H times. The
 /// instruction trace regenerates too, `--count` agrees with it, counts H
-/// SIGNAL records, and some of them interrupted instrumentation. `half`:
-/// the recorder's buffer half size (`AETRACE_HALF_SIZE`), when not the
-/// default.
+/// SIGNAL records, and some of them interrupted instrumentation. `knobs`:
+/// the recorder's settings ([`Knobs`]).
 fn check_timer(
     exe: &Path,
     args: &[&str],
@@ -1581,9 +1639,9 @@ fn check_timer(
     handler: (&Path, &str),
     step: (&Path, &str),
     per_handler: u64,
-    half: Option<u64>,
+    knobs: Knobs,
 ) {
-    let inside = timer_counts(exe, args, libs, handler, step, per_handler, half);
+    let inside = timer_counts(exe, args, libs, handler, step, per_handler, knobs);
     assert!(
         inside > 0,
         "{} {args:?}: no signal interrupted instrumentation",
@@ -1598,9 +1656,9 @@ fn record_counting(
     exe: &Path,
     args: &[&str],
     libs: &[&str],
-    half: Option<u64>,
+    knobs: Knobs,
 ) -> (String, PathBuf, impl Fn(&str) -> u64) {
-    let (name, trace, rec) = record_ok(exe, args, libs, half);
+    let (name, trace, rec) = record_ok(exe, args, libs, knobs);
     let stdout = String::from_utf8(rec.stdout).unwrap();
     let who = name.clone();
     let field = move |key: &str| -> u64 {
@@ -1618,9 +1676,9 @@ fn timer_counts(
     handler: (&Path, &str),
     step: (&Path, &str),
     per_handler: u64,
-    half: Option<u64>,
+    knobs: Knobs,
 ) -> u64 {
-    let (name, trace, field) = record_counting(exe, args, libs, half);
+    let (name, trace, field) = record_counting(exe, args, libs, knobs);
     let (handled, iterations) = (field("handled="), field("iterations="));
     // Entries of `sym` in `module`'s blocks (relative to its link base).
     let entries = |(module, sym): (&Path, &str)| {
@@ -1678,7 +1736,15 @@ fn signals_between_record_free_transfers() {
     check(&exe0, &["kill"]);
     let handler = (exe.as_path(), "on_signal");
     for (mode, step) in [("timer-calls", "calls"), ("timer-twice", "twice")] {
-        timer_counts(&exe, &[mode, "300"], &[], handler, (&exe, step), 0, None);
+        timer_counts(
+            &exe,
+            &[mode, "300"],
+            &[],
+            handler,
+            (&exe, step),
+            0,
+            Knobs::DEFAULT,
+        );
     }
     twice_phases(&exe);
 }
@@ -1690,7 +1756,7 @@ fn signals_between_record_free_transfers() {
 /// in the second run placed in the first (what regen did before the
 /// transfer count, silently) shows as a phase-1 entry too many.
 fn twice_phases(exe: &Path) {
-    let (_, trace, field) = record_counting(exe, &["timer-twice", "300"], &[], None);
+    let (_, trace, field) = record_counting(exe, &["timer-twice", "300"], &[], Knobs::DEFAULT);
     let got = handler_phases(exe, &trace, &field, "on_signal");
     eprintln!("timer-twice: handler entries by phase {got:?}");
     let _ = std::fs::remove_file(&trace);
@@ -1767,7 +1833,7 @@ fn handler_phases(
 #[test]
 fn a_signal_inside_a_handlers_entry_stub() {
     let exe = build_with("signal_stub.c", "noplt", &["-O2", "-fno-plt"]);
-    let (_, trace, field) = record_counting(&exe, &["3000"], &[], None);
+    let (_, trace, field) = record_counting(&exe, &["3000"], &[], Knobs::DEFAULT);
     aetrace_ok(&["regen", "--count"], &trace);
     assert_eq!(entries(&trace, &exe, "on_alarm"), field("handled="));
     assert_eq!(entries(&trace, &exe, "on_usr1"), field("usr1="));
@@ -1864,7 +1930,7 @@ fn plt_lazy_half(exe: &Path, import: &str) -> u64 {
 fn lazy_binding_through_plt_stubs() {
     let exe = build_with_lib("lazy_plt", "liblazyplt.so.1", false);
     check(&exe, &["bind"]);
-    let (_, trace) = record_checked(&exe, &["bind"], &[], None);
+    let (_, trace) = record_checked(&exe, &["bind"], &[], Knobs::DEFAULT);
     let blocks = aetrace_ok(&["regen", "--format", "block", "--relative"], &trace);
     let ran = |a: u64| {
         let at = format!("{a:x} ");
@@ -1890,11 +1956,11 @@ fn lazy_binding_through_plt_stubs() {
         handler,
         (&exe, "step"),
         0,
-        None,
+        Knobs::DEFAULT,
     );
     // The loop's calls through bound stubs write nothing: one witness per
     // iteration (main's loop test), where a witness per stub's jump made three.
-    let (name, trace, field) = record_counting(&exe, &["timer", "100"], &[], None);
+    let (name, trace, field) = record_counting(&exe, &["timer", "100"], &[], Knobs::DEFAULT);
     let witnesses = info_json(&trace)["witnesses"].as_u64().unwrap();
     let iterations = field("iterations=");
     assert!(

@@ -443,6 +443,18 @@ proptest! {
         prop_assert!(wp.cost(&w) <= trace::naive_blocking(&g, &w).cost(&w) + eps,
             "blocking {} > naive {}", wp.cost(&w), trace::naive_blocking(&g, &w).cost(&w));
     }
+
+    /// The rewriter's naive placement still has the blocking property and
+    /// still solves `Trace(G, epl)` (by the naive checkers), at no more
+    /// witnesses than the paper's.
+    #[test]
+    fn naive_blocking_needed_still_blocks(g in testgen::arb_graph(1..400)) {
+        let w = weights::heuristic(&g);
+        let pl = trace::naive_blocking_needed(&g, &w);
+        prop_assert_eq!(trace::check_blocking(&g, &pl), Ok(()));
+        prop_assert!(trace::check_trace(&g, &pl).is_ok());
+        prop_assert!(pl.blocking() <= trace::naive_blocking(&g, &w).blocking());
+    }
 }
 
 proptest! {

@@ -17,7 +17,8 @@
 //!   condition, naive), [`check_blocking`] (the blocking property).
 //! - Baselines: [`all_predicate_edges`] (old AE: one record per branch
 //!   outcome) and [`naive_blocking`] (every edge into a call or EXIT vertex,
-//!   then the tree).
+//!   then the tree; [`naive_blocking_needed`] leaves out the witnesses no
+//!   path from a predicate needs).
 //!
 //! Invariants of `place_witnesses`' result: `E - epl` is a forest (so it has
 //! no diamond or directed cycle and `Trace(G, epl)` holds, Theorem 4.2), and
@@ -191,11 +192,48 @@ pub fn all_predicate_edges(g: &Graph) -> WitnessPlacement {
     WitnessPlacement::from_edges(g, &epl, 0, true)
 }
 
-/// Baseline: a blocking witness on every edge into a call vertex or EXIT,
-/// then the constrained tree.
+/// Baseline (Section 4.2, Figure 8): a blocking witness on every edge into
+/// a call vertex or EXIT, then the constrained tree.
 pub fn naive_blocking(g: &Graph, w: &SecondaryMap<EdgeId, f64>) -> WitnessPlacement {
     let forced = g.edge_ids().map(|e| is_target(g, g.edge(e).to)).collect();
-    complete(g, w, forced)
+    let pl = complete(g, w, forced);
+    debug_assert_eq!(check_blocking(g, &pl), Ok(()));
+    pl
+}
+
+/// [`naive_blocking`] restricted to the blocking witnesses a path from a
+/// predicate can need: none on an edge out of a call vertex that is not a
+/// predicate (every path into that vertex passes a blocking witness
+/// already: the witness Figure 8 calls "not needed"; a rewriter would have
+/// to write it after the callee's records), and none in the part of the
+/// graph no predicate reaches (a procedure without predicates needs no
+/// witness at all). What the rewriter's `--placement naive-blocking` uses.
+pub fn naive_blocking_needed(g: &Graph, w: &SecondaryMap<EdgeId, f64>) -> WitnessPlacement {
+    let mut reached = vec![false; g.num_vertices()];
+    let mut work: Vec<BlockId> = g.vertices().filter(|&v| g.is_predicate(v)).collect();
+    for v in &work {
+        reached[v.index()] = true;
+    }
+    while let Some(v) = work.pop() {
+        for &e in g.succs(v) {
+            let t = g.edge(e).to;
+            if !reached[t.index()] {
+                reached[t.index()] = true;
+                work.push(t);
+            }
+        }
+    }
+    let forced = g
+        .edge_ids()
+        .map(|e| {
+            let ed = g.edge(e);
+            let after_call = g.kind(ed.from) == VertexKind::Call && !g.is_predicate(ed.from);
+            is_target(g, ed.to) && reached[ed.from.index()] && !after_call
+        })
+        .collect();
+    let pl = complete(g, w, forced);
+    debug_assert_eq!(check_blocking(g, &pl), Ok(()));
+    pl
 }
 
 /// A symbol of a witness set: a witness number, or EOF (a witness-free path

@@ -1583,10 +1583,15 @@ impl ProcGen<'_, '_> {
                     .find(|&&e| cfg.edges[e].kind == EdgeKind::CallReturn)
                     .copied();
                 if let Some(e) = ret {
-                    debug_assert!(
-                        wit(e).is_none() || self.em.counting.is_some(),
-                        "call-return edges carry no witness"
-                    );
+                    // No code could write it where the regenerator reads it
+                    // (after the callee's records, and a call may not return).
+                    if wit(e).is_some() && self.em.counting.is_none() {
+                        return Err(format!(
+                            "internal: the call-return edge of the call at {:#x} carries witness {:?}",
+                            last.ip(),
+                            wit(e)
+                        ));
+                    }
                     let to = cfg.edges[e].to;
                     let site = self.site(p.live.live_in(to));
                     if query != 0 {

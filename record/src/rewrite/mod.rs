@@ -31,7 +31,7 @@ use aetrace_format::progdb::{
     BlockDb, CallDb, CallTarget, EdgeDb, EdgeKindDb, ProcDb, ProcStatus, ProgramDb,
 };
 use aetrace_graph::trace::{
-    all_predicate_edges, naive_blocking, place_witnesses, WitnessPlacement,
+    all_predicate_edges, naive_blocking_needed, place_witnesses, WitnessPlacement,
 };
 use aetrace_graph::weights::heuristic;
 use aetrace_graph::{BlockId, EntityRef, ProcId, VertexKind};
@@ -540,7 +540,12 @@ fn placement(cfg: &Cfg, which: Placement) -> WitnessPlacement {
     match which {
         Placement::Optimal => place_witnesses(&g, &w),
         Placement::AllPredicates => all_predicate_edges(&g),
-        Placement::NaiveBlocking => naive_blocking(&g, &w),
+        // Not the paper's naive placement itself, which would also force a
+        // witness on the edge from one call vertex into another (no code
+        // could write it: see the weights above) and in procedures without
+        // predicates, which need none (`<plt0>`'s witness before its jump to
+        // ld.so came after an `exit` stub's EXIT record: regen refused it).
+        Placement::NaiveBlocking => naive_blocking_needed(&g, &w),
     }
 }
 
