@@ -640,10 +640,11 @@ fn the_baseline_placements_regenerate_exactly() {
 /// 2 MB, sort on 100,000 lines. Each recorded run's stdout, stderr and
 /// status equal the native run's (the oracle), and its trace regenerates.
 /// Instruction-level exactness against lackey is checked on the 20 kB
-/// inputs above, and for gzip on 2 MB by the ignored test below (the
-/// harness holds both sequences in memory, 11 GB for gzip's 0.39 billion
-/// instructions: bzip2 and xz on 2 MB, 0.9 and 5.1 billion, would need
-/// more than this machine has).
+/// inputs above, and for gzip on 2 MB, sort on 100,000 lines and xz with
+/// liblzma on 20 kB by the ignored tests below (the harness holds both
+/// sequences in memory, 11 GB for gzip's 0.39 billion instructions: bzip2
+/// and xz on 2 MB, 0.9 and 5.1 billion, would need more than this machine
+/// has).
 #[test]
 fn the_benchmark_workloads_record_with_their_native_output() {
     let dir = common::scratch("inputs");
@@ -683,6 +684,31 @@ fn debian_gzip_on_2_mb() {
     check(
         Path::new("/usr/bin/gzip"),
         &["-c", &p.display().to_string()],
+    );
+}
+
+/// sort on 100,000 lines against lackey (run with `--ignored`).
+#[test]
+#[ignore]
+fn debian_sort_on_100k_lines() {
+    let p = common::scratch("inputs").join("trace-oracle-sort-100k");
+    std::fs::write(&p, sort_lines(100_000)).unwrap();
+    check(
+        Path::new("/usr/bin/sort"),
+        &["-S", "64M", &p.display().to_string()],
+    );
+}
+
+/// xz with liblzma on 20 kB against lackey in both modules (the test
+/// above uses 4 kB to keep CI short; run with `--ignored`).
+#[test]
+#[ignore]
+fn debian_xz_with_liblzma_on_20_kb() {
+    check_libs(
+        Path::new("/usr/bin/xz"),
+        &["-c", &input("xz-libs-20k")],
+        &["liblzma.so.5"],
+        LogMode::Pipe,
     );
 }
 
