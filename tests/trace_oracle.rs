@@ -22,21 +22,9 @@ use std::process::Command;
 use common::build::{build, build_with_lib, run_native, Link, Opt, Variant};
 use common::elf::Elf;
 use common::lackey::{self, Capture, LogMode};
-
-/// Lowest PT_LOAD vaddr, page-aligned down: what `--relative` subtracts.
-fn link_base(exe: &Path) -> u64 {
-    let b = std::fs::read(exe).unwrap();
-    let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as usize;
-    let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
-    let (phoff, phentsize, phnum) = (u64_at(0x20) as usize, u16_at(0x36), u16_at(0x38));
-    (0..phnum)
-        .map(|i| phoff + i * phentsize)
-        .filter(|&o| u32::from_le_bytes(b[o..o + 4].try_into().unwrap()) == 1)
-        .map(|o| u64_at(o + 16))
-        .min()
-        .unwrap()
-        & !0xfff
-}
+use common::recorded::{
+    info_json, left_alone_ranges, link_base, record_checked, record_ok, sort_lines, Knobs,
+};
 
 /// The instruction sequences of `aetrace regen`, one per thread (of
 /// module `module` only, when given); the same bytes with each stream cut
@@ -106,43 +94,6 @@ fn first_difference(expected: &[u64], got: &[u64]) -> Option<String> {
     ))
 }
 
-/// `aetrace info --json TRACE`.
-fn info_json(trace: &Path) -> serde_json::Value {
-    let info = Command::new(common::aetrace())
-        .args(["info", "--json"])
-        .arg(trace)
-        .output()
-        .unwrap();
-    assert!(info.status.success(), "aetrace info failed");
-    serde_json::from_slice(&info.stdout).unwrap()
-}
-
-/// Address ranges of the procedures of module `exe` (the `k`th program of
-/// the trace) that `aetrace info` says were left alone.
-fn left_alone_ranges(exe: &Path, info: &serde_json::Value, k: usize) -> Vec<(u64, u64)> {
-    let names: Vec<String> = info["programs"][k]["left_alone"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l["name"].as_str().unwrap().to_owned())
-        .collect();
-    let cfg = Command::new(common::aetrace())
-        .args(["cfg", "--json"])
-        .arg(exe)
-        .output()
-        .unwrap();
-    let cfg: serde_json::Value = serde_json::from_slice(&cfg.stdout).unwrap();
-    let mut ranges = Vec::new();
-    for p in cfg["procedures"].as_array().unwrap() {
-        if names.iter().any(|n| p["name"] == n.as_str()) {
-            for r in p["ranges"].as_array().unwrap() {
-                ranges.push((r[0].as_u64().unwrap(), r[1].as_u64().unwrap()));
-            }
-        }
-    }
-    ranges
-}
-
 /// Records `exe args`, checks its behaviour against the native run and
 /// its regenerated trace against lackey.
 fn check(exe: &Path, args: &[&str]) {
@@ -154,111 +105,6 @@ fn check(exe: &Path, args: &[&str]) {
 /// aetrace's streams).
 fn check_with(exe: &Path, args: &[&str], mode: LogMode) {
     check_libs(exe, args, &[], mode);
-}
-
-/// What a test may change in a recording: buffer halves of `half` bytes
-/// (`AETRACE_HALF_SIZE`, the recorder's testing knob) and the witness
-/// placement (`--placement`; the default, optimal, when `None`).
-#[derive(Clone, Copy)]
-struct Knobs {
-    half: Option<u64>,
-    placement: Option<&'static str>,
-}
-
-impl Knobs {
-    const DEFAULT: Knobs = Knobs {
-        half: None,
-        placement: None,
-    };
-}
-
-/// Records `exe args` with `--libs` of `libs` (`none` if empty) and
-/// `knobs` into a trace file of its own (tests run in parallel in one
-/// process); returns the run's name, the trace and what the recorded
-/// program printed.
-fn record_run(
-    exe: &Path,
-    args: &[&str],
-    libs: &[&str],
-    knobs: Knobs,
-) -> (String, PathBuf, std::process::Output) {
-    let name = exe.file_name().unwrap().to_string_lossy().into_owned();
-    let name = format!("{name} {}", args.join(" "));
-    let name = match knobs.half {
-        Some(h) => format!("{name} half={h}"),
-        None => name,
-    };
-    let name = match knobs.placement {
-        Some(p) => format!("{name} placement={p}"),
-        None => name,
-    };
-    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let trace = common::scratch("trace-oracle").join(format!(
-        "{}-{}-{call}.aet",
-        name.trim().replace(' ', "-").replace('/', "_"),
-        std::process::id()
-    ));
-    let libs_arg = if libs.is_empty() {
-        "none".to_owned()
-    } else {
-        libs.join(",")
-    };
-    let mut rec = Command::new(common::aetrace());
-    if let Some(h) = knobs.half {
-        rec.env("AETRACE_HALF_SIZE", h.to_string());
-    }
-    if let Some(p) = knobs.placement {
-        rec.args(["record", "--placement", p]);
-    } else {
-        rec.arg("record");
-    }
-    let out = rec
-        .arg("-o")
-        .arg(&trace)
-        .args(["--libs", &libs_arg, "--"])
-        .arg(exe)
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    (name, trace, out)
-}
-
-/// [`record_run`], which must succeed.
-fn record_ok(
-    exe: &Path,
-    args: &[&str],
-    libs: &[&str],
-    knobs: Knobs,
-) -> (String, PathBuf, std::process::Output) {
-    let (name, trace, rec) = record_run(exe, args, libs, knobs);
-    assert!(
-        rec.status.success(),
-        "{name}: {}",
-        String::from_utf8_lossy(&rec.stderr)
-    );
-    (name, trace, rec)
-}
-
-/// Records `exe args` ([`record_run`]) and checks the recorded run's
-/// stdout, stderr and status against the native run's; the program's name
-/// and the trace.
-fn record_checked(exe: &Path, args: &[&str], libs: &[&str], knobs: Knobs) -> (String, PathBuf) {
-    let native = run_native(exe, args);
-    let (name, trace, recorded) = record_run(exe, args, libs, knobs);
-    assert_eq!(
-        String::from_utf8_lossy(&recorded.stderr),
-        String::from_utf8_lossy(&native.stderr),
-        "{name}: stderr differs"
-    );
-    assert_eq!(recorded.stdout, native.stdout, "{name}: stdout differs");
-    assert_eq!(
-        recorded.status.code(),
-        native.status.code(),
-        "{name}: status differs"
-    );
-    (name, trace)
 }
 
 /// [`check_with`] recording with `--libs LIBS` too: every instrumented
@@ -527,14 +373,61 @@ fn debian_xz() {
     check(Path::new("/usr/bin/xz"), &["-c", &input("xz")]);
 }
 
+/// Through the streaming comparison (`common::exact`), which `cargo bench
+/// --bench exactness` runs on the larger inputs: both modules
+/// compared, every instruction of the trace matched.
 #[test]
 fn debian_bzip2_with_libbz2() {
-    check_libs(
-        Path::new("/usr/bin/bzip2"),
-        &["-c", &input("bzip2-libs")],
-        &["libbz2.so.1.0"],
-        LogMode::Pipe,
+    let bzip2 = Path::new("/usr/bin/bzip2");
+    let args = ["-c", &input("bzip2-libs")];
+    let (name, trace) = record_checked(bzip2, &args, &["libbz2.so.1.0"], Knobs::DEFAULT);
+    let compared = common::exact::against_lackey(&trace, bzip2, &args)
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert!(compared.status.success());
+    let counts: Vec<u64> = compared.modules.iter().map(|m| m.compared).collect();
+    assert!(counts.iter().all(|&n| n > 0), "{name}: {counts:?}");
+    assert_eq!(
+        counts.iter().sum::<u64>(),
+        instructions(&info_json(&trace)),
+        "{name}"
     );
+    let _ = std::fs::remove_file(&trace);
+}
+
+/// Executed instructions of every traced module, by `aetrace info`.
+fn instructions(info: &serde_json::Value) -> u64 {
+    info["instructions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_u64().unwrap())
+        .sum()
+}
+
+/// The streaming comparison finds a difference: gzip's trace of one input
+/// against lackey on the same text with one byte changed 15 kB in.
+#[test]
+fn streaming_comparison_reports_the_first_difference() {
+    let gzip = Path::new("/usr/bin/gzip");
+    let recorded = input("gzip-stream");
+    let mut other = common::text_input(20_000);
+    other[15_000] ^= 0x20;
+    let other_path = common::scratch("inputs").join("trace-oracle-gzip-stream-other");
+    std::fs::write(&other_path, other).unwrap();
+    let (name, trace) = record_checked(gzip, &["-c", &recorded], &[], Knobs::DEFAULT);
+    let e = match common::exact::against_lackey(
+        &trace,
+        gzip,
+        &["-c", &other_path.display().to_string()],
+    ) {
+        Ok(c) => panic!("{name}: equal to lackey on another input: {:?}", c.modules),
+        Err(e) => e,
+    };
+    assert!(
+        e.contains("/usr/bin/gzip: first difference at instruction "),
+        "{e}"
+    );
+    let _ = std::fs::remove_file(&trace);
 }
 
 /// Every procedure of both modules traced: liblzma's range encoder (its
@@ -574,13 +467,6 @@ fn switch_on_a_reloaded_word_and_a_4_byte_procedure() {
 #[test]
 fn debian_xprop_with_a_cold_part_cie() {
     check(Path::new("/usr/bin/xprop"), &["-version"]);
-}
-
-/// `n` lines of pseudo-random numbers for sort.
-fn sort_lines(n: u64) -> String {
-    (0..n)
-        .map(|i| format!("{}\n", i.wrapping_mul(2_654_435_761) % 1_000_003))
-        .collect()
 }
 
 #[test]
@@ -639,11 +525,9 @@ fn the_baseline_placements_regenerate_exactly() {
 /// 2 MB, sort on 100,000 lines. Each recorded run's stdout, stderr and
 /// status equal the native run's (the oracle), and its trace regenerates.
 /// Instruction-level exactness against lackey is checked on the 20 kB
-/// inputs above, and for gzip on 2 MB and sort on 100,000 lines only by
-/// the ignored tests below, run by hand (the harness holds both sequences
-/// in memory, 11 GB for gzip's 0.39 billion instructions, and takes
-/// minutes: too much for CI; bzip2 and xz on 2 MB, 0.9 and 5.1 billion,
-/// would need more memory than this machine has).
+/// inputs above; on all of these inputs by `cargo bench --bench
+/// exactness` (lackey alone takes over an hour on xz's 5.1 billion
+/// instructions: not a CI test).
 #[test]
 fn the_benchmark_workloads_record_with_their_native_output() {
     let dir = common::scratch("inputs");
@@ -671,31 +555,6 @@ fn the_benchmark_workloads_record_with_their_native_output() {
         aetrace_ok(&["regen", "--count"], &trace);
         let _ = std::fs::remove_file(&trace);
     }
-}
-
-/// gzip on 2 MB against lackey, instruction by instruction (389 million
-/// instructions: 7 minutes and 11 GB of memory; run with `--ignored`).
-#[test]
-#[ignore]
-fn debian_gzip_on_2_mb() {
-    let p = common::scratch("inputs").join("trace-oracle-gzip-2m");
-    std::fs::write(&p, common::text_input(2_000_000)).unwrap();
-    check(
-        Path::new("/usr/bin/gzip"),
-        &["-c", &p.display().to_string()],
-    );
-}
-
-/// sort on 100,000 lines against lackey (run with `--ignored`).
-#[test]
-#[ignore]
-fn debian_sort_on_100k_lines() {
-    let p = common::scratch("inputs").join("trace-oracle-sort-100k");
-    std::fs::write(&p, sort_lines(100_000)).unwrap();
-    check(
-        Path::new("/usr/bin/sort"),
-        &["-S", "64M", &p.display().to_string()],
-    );
 }
 
 #[test]

@@ -12,9 +12,11 @@ pub mod cachegrind;
 pub mod callgrind;
 pub mod cfg;
 pub mod elf;
+pub mod exact;
 pub mod lackey;
 pub mod lsda;
 pub mod oracle;
+pub mod recorded;
 pub mod singlestep;
 
 use std::hash::{BuildHasherDefault, Hasher};

@@ -1,0 +1,109 @@
+//! Exactness at the sizes of issue 4: each of its workloads (gzip, and
+//! bzip2 with libbz2, on 20 kB and 2 MB; xz with liblzma on 20 kB and
+//! 2 MB; sort on 100,000 lines) is recorded, the recorded run's stdout,
+//! stderr and status checked against the native run's, and the trace
+//! compared with valgrind lackey instruction by instruction, module by
+//! module, by the tests' streaming comparison (`tests/common/exact.rs`).
+//! Prints each module's count of equal instructions and lackey's time;
+//! exits 1 at the first difference, naming it.
+//!
+//! Lackey writes one log line per instruction and per data access with a
+//! system call of its own (about 1.7 million lines a second here): xz's
+//! 5.1 billion instructions take over an hour, which is why this is a bench
+//! (`bench/run exactness`) and not a CI test. `ONLY=a,b` runs the
+//! workloads whose names contain `a` or `b` (e.g. `ONLY=20kB,sort`).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Instant;
+
+use common::recorded::{record_checked, sort_lines, Knobs};
+
+fn main() {
+    let only: Vec<String> = std::env::var("ONLY")
+        .map(|s| s.split(',').map(str::to_owned).collect())
+        .unwrap_or_default();
+    let dir = common::scratch("exactness");
+    let text = |n: usize| {
+        let p = dir.join(format!("text-{n}"));
+        std::fs::write(&p, common::text_input(n)).unwrap();
+        p.display().to_string()
+    };
+    let (small, large) = (text(20_000), text(2_000_000));
+    let lines = dir.join("lines-100k");
+    std::fs::write(&lines, sort_lines(100_000)).unwrap();
+    let lines = lines.display().to_string();
+    let workloads: [(&str, &str, &[&str], &[&str]); 7] = [
+        ("gzip 20kB", "/usr/bin/gzip", &["-c", &small], &[]),
+        ("gzip 2MB", "/usr/bin/gzip", &["-c", &large], &[]),
+        (
+            "bzip2 20kB",
+            "/usr/bin/bzip2",
+            &["-c", &small],
+            &["libbz2.so.1.0"],
+        ),
+        (
+            "bzip2 2MB",
+            "/usr/bin/bzip2",
+            &["-c", &large],
+            &["libbz2.so.1.0"],
+        ),
+        ("xz 20kB", "/usr/bin/xz", &["-c", &small], &["liblzma.so.5"]),
+        ("xz 2MB", "/usr/bin/xz", &["-c", &large], &["liblzma.so.5"]),
+        (
+            "sort 100k lines",
+            "/usr/bin/sort",
+            &["-S", "64M", &lines],
+            &[],
+        ),
+    ];
+    println!(
+        "Traces against valgrind lackey, instruction by instruction ({} cores, load {})",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    );
+    println!(
+        "{:16} {:44} {:>15} {:>9} {:>9}",
+        "workload", "module", "equal insns", "untraced", "lackey s"
+    );
+    let mut total = 0u64;
+    for (name, exe, args, libs) in workloads {
+        if !only.is_empty() && !only.iter().any(|o| name.contains(o.as_str())) {
+            continue;
+        }
+        let exe = Path::new(exe);
+        let (_, trace) = record_checked(exe, args, libs, Knobs::DEFAULT);
+        let start = Instant::now();
+        let compared = common::exact::against_lackey(&trace, exe, args);
+        let seconds = start.elapsed().as_secs_f64();
+        let _ = std::fs::remove_file(&trace);
+        match compared {
+            Ok(c) if c.status.success() => {
+                for m in &c.modules {
+                    println!(
+                        "{name:16} {:44} {:>15} {:>9} {seconds:>9.1}",
+                        m.path.display(),
+                        m.compared,
+                        m.untraced
+                    );
+                    total += m.compared;
+                }
+            }
+            Ok(c) => {
+                println!("{name}: the program under lackey ended with {}", c.status);
+                std::process::exit(1);
+            }
+            Err(e) => {
+                println!("{name}: DIFFERENT: {e}");
+                std::process::exit(1);
+            }
+        }
+        let _ = std::io::stdout().flush();
+    }
+    println!("all equal: {total} instructions");
+}

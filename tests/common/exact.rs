@@ -1,0 +1,244 @@
+//! A recorded trace against lackey, instruction by instruction, with both
+//! streaming: `aetrace regen --format insn --relative --module M` of each
+//! traced module runs as a child process whose output is read as lackey's
+//! log arrives, and nothing is kept. Runs of billions of instructions (xz
+//! on 2 MB: 5.1 billion) compare in constant memory, where holding both
+//! sequences (the tests' whole-sequence comparison) would need more than
+//! 24 GB.
+//!
+//! The rules are the whole-sequence comparison's: a `rep` instruction,
+//! which lackey reports once per iteration, counts once; instructions of
+//! procedures the rewriter left alone are taken out of lackey's side. One
+//! thread only: the threads of a run interleave in lackey's log, and
+//! matching them needs the whole sequences (a second thread is an error,
+//! not a pass).
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
+
+use super::elf::Elf;
+use super::lackey;
+use super::recorded::{info_json, left_alone_ranges, link_base};
+use super::FastMap;
+
+/// What was compared in one traced module.
+#[derive(Debug)]
+pub struct ModuleCount {
+    pub path: PathBuf,
+    /// Instructions equal on both sides.
+    pub compared: u64,
+    /// Lackey's instructions in procedures left alone (not traced).
+    pub untraced: u64,
+}
+
+/// A whole comparison: each module's counts and lackey's run of the
+/// program (its status; its output is the caller's to check).
+pub struct Compared {
+    pub modules: Vec<ModuleCount>,
+    pub status: ExitStatus,
+}
+
+/// One traced module: its regenerated stream and lackey's side of it.
+struct Side {
+    count: ModuleCount,
+    base: u64,
+    alone: Vec<(u64, u64)>,
+    elf: Elf,
+    is_rep: FastMap<u64, bool>,
+    /// Lackey's previous address in this module (before normalising).
+    prev: Option<u64>,
+    /// The last instructions found equal, for the report of a difference.
+    recent: VecDeque<u64>,
+    regen: Child,
+    out: BufReader<ChildStdout>,
+    line: Vec<u8>,
+    threads: u32,
+}
+
+impl Side {
+    /// The next instruction of the regenerated stream (`Ok(None)` at its
+    /// end).
+    fn next(&mut self) -> Result<Option<u64>, String> {
+        loop {
+            self.line.clear();
+            match self.out.read_until(b'\n', &mut self.line) {
+                Ok(0) => return Ok(None),
+                Ok(_) => {}
+                Err(e) => return Err(format!("reading aetrace regen: {e}")),
+            }
+            let l = self.line.strip_suffix(b"\n").unwrap_or(&self.line);
+            if l.starts_with(b"# thread ") {
+                self.threads += 1;
+            } else if !l.is_empty() && !l.starts_with(b"#") {
+                if self.threads > 1 {
+                    return Err(format!(
+                        "{}: the trace has instructions in a second thread; \
+                         the streaming comparison takes one",
+                        self.count.path.display()
+                    ));
+                }
+                let s = std::str::from_utf8(l).unwrap_or("");
+                return u64::from_str_radix(s, 16)
+                    .map(Some)
+                    .map_err(|_| format!("aetrace regen printed {s:?}"));
+            }
+        }
+    }
+
+    /// Lackey's next instruction in this module, `a` at link time.
+    fn instruction(&mut self, a: u64) -> Result<(), String> {
+        let repeat = self.prev == Some(a) && {
+            let elf = &self.elf;
+            *self.is_rep.entry(a).or_insert_with(|| elf.is_rep(a))
+        };
+        self.prev = Some(a);
+        if repeat {
+            return Ok(());
+        }
+        if self.alone.iter().any(|&(lo, hi)| lo <= a && a < hi) {
+            self.count.untraced += 1;
+            return Ok(());
+        }
+        let want = a - self.base;
+        let got = self.next()?;
+        if got == Some(want) {
+            self.count.compared += 1;
+            if self.recent.len() == 5 {
+                self.recent.pop_front();
+            }
+            self.recent.push_back(want);
+            return Ok(());
+        }
+        let hex = |v: &mut dyn Iterator<Item = u64>| {
+            v.map(|a| format!("{a:x}")).collect::<Vec<_>>().join(" ")
+        };
+        let mut after = Vec::new();
+        while after.len() < 4 {
+            match self.next() {
+                Ok(Some(a)) => after.push(a),
+                _ => break,
+            }
+        }
+        let got = match got {
+            Some(g) => format!("{g:x} {}", hex(&mut after.into_iter())),
+            None => "(end of the trace)".into(),
+        };
+        Err(format!(
+            "{}: first difference at instruction {} after [{}]: lackey {want:x}, regen {got}",
+            self.count.path.display(),
+            self.count.compared,
+            hex(&mut self.recent.iter().copied()),
+        ))
+    }
+
+    /// The end of lackey's log: the regenerated stream must end too, and
+    /// `aetrace regen` succeed.
+    fn finish(mut self) -> Result<ModuleCount, String> {
+        let mut more = 0u64;
+        while self.next()?.is_some() {
+            more += 1;
+        }
+        let out = self.regen.wait_with_output().map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(format!(
+                "{}: aetrace regen failed after {} instructions: {}",
+                self.count.path.display(),
+                self.count.compared,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        if more > 0 {
+            return Err(format!(
+                "{}: regen has {more} instructions more than lackey's {}",
+                self.count.path.display(),
+                self.count.compared
+            ));
+        }
+        Ok(self.count)
+    }
+}
+
+/// Runs `exe args` under lackey and compares every instruction it reports
+/// in the traced modules of `trace` with `aetrace regen` of that trace.
+/// `Err` names the module and the first difference (or a thread, regen or
+/// count mismatch).
+pub fn against_lackey(trace: &Path, exe: &Path, args: &[&str]) -> Result<Compared, String> {
+    let info = info_json(trace);
+    let paths: Vec<PathBuf> = info["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["instrumented"] == true)
+        .map(|m| PathBuf::from(m["path"].as_str().unwrap()))
+        .collect();
+    let mut sides: Vec<Side> = paths
+        .iter()
+        .enumerate()
+        .map(|(k, path)| {
+            let mut regen = Command::new(super::aetrace())
+                .args(["regen", "--format", "insn", "--relative", "-j", "1"])
+                .arg("--module")
+                .arg(path)
+                .arg(trace)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawning aetrace regen");
+            let out = BufReader::with_capacity(1 << 20, regen.stdout.take().unwrap());
+            Side {
+                count: ModuleCount {
+                    path: path.clone(),
+                    compared: 0,
+                    untraced: 0,
+                },
+                base: link_base(path),
+                alone: left_alone_ranges(path, &info, k),
+                elf: Elf::read(path),
+                is_rep: FastMap::default(),
+                prev: None,
+                recent: VecDeque::new(),
+                regen,
+                out,
+                line: Vec::new(),
+                threads: 0,
+            }
+        })
+        .collect();
+    let mut error: Option<String> = None;
+    let mut first_thread = None;
+    let mut sink = |m: usize, thread: usize, a: u64| {
+        let r = if *first_thread.get_or_insert(thread) != thread {
+            Err(format!(
+                "lackey reports a second thread (in {}); the streaming comparison takes one",
+                sides[m].count.path.display()
+            ))
+        } else {
+            sides[m].instruction(a)
+        };
+        match r {
+            Ok(()) => true,
+            Err(e) => {
+                error = Some(e);
+                false
+            }
+        }
+    };
+    let run = lackey::run_streaming(exe, args, &paths, &mut sink);
+    if let Some(e) = error {
+        for mut s in sides {
+            let _ = s.regen.kill();
+            let _ = s.regen.wait();
+        }
+        return Err(e);
+    }
+    let modules = sides
+        .into_iter()
+        .map(Side::finish)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Compared {
+        modules,
+        status: run.status,
+    })
+}
