@@ -174,6 +174,13 @@ const POLL_BUSY: Duration = Duration::from_micros(250);
 /// nothing (a program waiting for input); bounds the delay in noticing
 /// exits too (SIGCHLD wakes the drainer at once anyway).
 const POLL: Duration = Duration::from_millis(10);
+/// Empty passes start the doubling only once the program has written
+/// something or this long after it started: its loader and startup code
+/// write nothing, and with doubling from the spawn the drainer slept 1-2
+/// ms when a short program began writing, so all of gzip's 20 kB run
+/// (200 kB of witnesses) was compressed after its exit, on the run's
+/// critical path.
+const POLL_WARMUP: Duration = Duration::from_millis(50);
 /// How often the recorder looks for slots whose thread has exited
 /// (one `tgkill` per slot that a pass found idle): a program can create
 /// up to the slot count of threads in this time, alive or not, before
@@ -235,8 +242,11 @@ pub fn record(l: &Launch) -> Result<Outcome> {
         Ordering::Release,
     );
     rec.warm_encoder();
-    // Empty passes in a row: the interval doubles with each, from POLL_BUSY.
+    // Empty passes in a row (counted once the program has written or
+    // after POLL_WARMUP): the interval doubles with each, from POLL_BUSY.
     let mut idle = 0u32;
+    let mut written = false;
+    let started = Instant::now();
     let mut reclaimed = Instant::now();
     loop {
         let found = rec.drain(&mut drainer, false);
@@ -249,7 +259,12 @@ pub fn record(l: &Launch) -> Result<Outcome> {
         if reaper.reap()? {
             break;
         }
-        idle = if found { 0 } else { (idle + 1).min(8) };
+        written |= found;
+        idle = if found || !(written || started.elapsed() >= POLL_WARMUP) {
+            0
+        } else {
+            (idle + 1).min(8)
+        };
         drainer.wait((POLL_BUSY * (1 << idle.saturating_sub(1))).min(POLL));
     }
     // No process is left that could write: every stream ends at its first
