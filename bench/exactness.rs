@@ -20,46 +20,12 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
-use common::recorded::{record_checked, sort_lines, Knobs};
+use common::recorded::{issue_workloads, record_checked, Knobs};
 
 fn main() {
     let only: Vec<String> = std::env::var("ONLY")
         .map(|s| s.split(',').map(str::to_owned).collect())
         .unwrap_or_default();
-    let dir = common::scratch("exactness");
-    let text = |n: usize| {
-        let p = dir.join(format!("text-{n}"));
-        std::fs::write(&p, common::text_input(n)).unwrap();
-        p.display().to_string()
-    };
-    let (small, large) = (text(20_000), text(2_000_000));
-    let lines = dir.join("lines-100k");
-    std::fs::write(&lines, sort_lines(100_000)).unwrap();
-    let lines = lines.display().to_string();
-    let workloads: [(&str, &str, &[&str], &[&str]); 7] = [
-        ("gzip 20kB", "/usr/bin/gzip", &["-c", &small], &[]),
-        ("gzip 2MB", "/usr/bin/gzip", &["-c", &large], &[]),
-        (
-            "bzip2 20kB",
-            "/usr/bin/bzip2",
-            &["-c", &small],
-            &["libbz2.so.1.0"],
-        ),
-        (
-            "bzip2 2MB",
-            "/usr/bin/bzip2",
-            &["-c", &large],
-            &["libbz2.so.1.0"],
-        ),
-        ("xz 20kB", "/usr/bin/xz", &["-c", &small], &["liblzma.so.5"]),
-        ("xz 2MB", "/usr/bin/xz", &["-c", &large], &["liblzma.so.5"]),
-        (
-            "sort 100k lines",
-            "/usr/bin/sort",
-            &["-S", "64M", &lines],
-            &[],
-        ),
-    ];
     println!(
         "Traces against valgrind lackey, instruction by instruction ({} cores, load {})",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -72,14 +38,15 @@ fn main() {
         "workload", "module", "equal insns", "untraced", "lackey s"
     );
     let mut total = 0u64;
-    for (name, exe, args, libs) in workloads {
+    for w in issue_workloads() {
+        let name = w.name;
         if !only.is_empty() && !only.iter().any(|o| name.contains(o.as_str())) {
             continue;
         }
-        let exe = Path::new(exe);
-        let (_, trace) = record_checked(exe, args, libs, Knobs::DEFAULT);
+        let (exe, args) = (Path::new(w.exe), w.args());
+        let (_, trace) = record_checked(exe, &args, w.libs, Knobs::DEFAULT);
         let start = Instant::now();
-        let compared = common::exact::against_lackey(&trace, exe, args);
+        let compared = common::exact::against_lackey(&trace, exe, &args);
         let seconds = start.elapsed().as_secs_f64();
         let _ = std::fs::remove_file(&trace);
         match compared {

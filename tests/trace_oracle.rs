@@ -23,7 +23,8 @@ use common::build::{build, build_with_lib, run_native, Link, Opt, Variant};
 use common::elf::Elf;
 use common::lackey::{self, Capture, LogMode};
 use common::recorded::{
-    info_json, left_alone_ranges, link_base, record_checked, record_ok, sort_lines, Knobs,
+    assert_same_run, info_json, instrumented_modules, issue_workloads, left_alone_ranges,
+    link_base, record_checked, record_ok, sort_lines, Knobs,
 };
 
 /// The instruction sequences of `aetrace regen`, one per thread (of
@@ -126,13 +127,7 @@ fn check_recorded(
 ) -> serde_json::Value {
     let (name, trace) = record_checked(exe, args, libs, knobs);
     let info = info_json(&trace);
-    let modules: Vec<PathBuf> = info["modules"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["instrumented"] == true)
-        .map(|m| PathBuf::from(m["path"].as_str().unwrap()))
-        .collect();
+    let modules = instrumented_modules(&info);
     if libs == ["all"] {
         assert!(modules.len() > 1, "{name}: --libs all traced no library");
     } else {
@@ -530,28 +525,8 @@ fn the_baseline_placements_regenerate_exactly() {
 /// instructions: not a CI test).
 #[test]
 fn the_benchmark_workloads_record_with_their_native_output() {
-    let dir = common::scratch("inputs");
-    let text = |n: usize| {
-        let p = dir.join(format!("bench-workload-text-{n}"));
-        std::fs::write(&p, common::text_input(n)).unwrap();
-        p.display().to_string()
-    };
-    let (small, large) = (text(20_000), text(2_000_000));
-    let lines = dir.join("bench-workload-lines-100k");
-    std::fs::write(&lines, sort_lines(100_000)).unwrap();
-    let lines = lines.display().to_string();
-    let workloads: [(&str, &[&str], &str); 7] = [
-        ("/usr/bin/gzip", &["-c", &small], "none"),
-        ("/usr/bin/gzip", &["-c", &large], "none"),
-        ("/usr/bin/bzip2", &["-c", &small], "libbz2.so.1.0"),
-        ("/usr/bin/bzip2", &["-c", &large], "libbz2.so.1.0"),
-        ("/usr/bin/xz", &["-c", &small], "liblzma.so.5"),
-        ("/usr/bin/xz", &["-c", &large], "liblzma.so.5"),
-        ("/usr/bin/sort", &["-S", "64M", &lines], "none"),
-    ];
-    for (exe, args, libs) in workloads {
-        let libs: &[&str] = if libs == "none" { &[] } else { &[libs] };
-        let (_, trace) = record_checked(Path::new(exe), args, libs, Knobs::DEFAULT);
+    for w in issue_workloads() {
+        let (_, trace) = record_checked(Path::new(w.exe), &w.args(), w.libs, Knobs::DEFAULT);
         aetrace_ok(&["regen", "--count"], &trace);
         let _ = std::fs::remove_file(&trace);
     }
@@ -1031,16 +1006,12 @@ fn check_static_streams(exe: &Path, args: &[&str], streams: usize) {
     ];
     rec_args.extend(args.iter().map(std::ffi::OsStr::new));
     let recorded = common::aetrace_fixed(&rec_args, &env);
-    assert_eq!(
-        String::from_utf8_lossy(&recorded.stderr),
-        String::from_utf8_lossy(&native.stderr),
-        "{name}: stderr differs"
-    );
-    assert_eq!(recorded.stdout, native.stdout, "{name}: stdout differs");
-    assert_eq!(
-        recorded.status.code(),
+    assert_same_run(
+        &name,
+        &recorded,
+        &native.stdout,
+        &native.stderr,
         Some(native.status),
-        "{name}: status differs"
     );
 
     // The rewritten program the recorder ran, restored in place.

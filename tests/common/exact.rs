@@ -20,7 +20,7 @@ use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 
 use super::elf::Elf;
 use super::lackey;
-use super::recorded::{info_json, left_alone_ranges, link_base};
+use super::recorded::{info_json, instrumented_modules, left_alone_ranges, link_base};
 use super::FastMap;
 
 /// What was compared in one traced module.
@@ -166,13 +166,7 @@ impl Side {
 /// count mismatch).
 pub fn against_lackey(trace: &Path, exe: &Path, args: &[&str]) -> Result<Compared, String> {
     let info = info_json(trace);
-    let paths: Vec<PathBuf> = info["modules"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["instrumented"] == true)
-        .map(|m| PathBuf::from(m["path"].as_str().unwrap()))
-        .collect();
+    let paths = instrumented_modules(&info);
     let mut sides: Vec<Side> = paths
         .iter()
         .enumerate()
