@@ -1,6 +1,9 @@
 //! Running a program under `valgrind --tool=lackey --trace-mem=yes` and
 //! reducing its instruction stream, while it streams, to per-module sets:
-//! executed addresses, distinct consecutive pairs, entries into the module.
+//! executed addresses, distinct consecutive pairs, entries into the module;
+//! or keeping each module's whole sequence (`Capture::Sequences`); or
+//! handing each instruction to a sink and keeping nothing
+//! (`run_streaming`, the comparison of `exact.rs`).
 //!
 //! Module load bases come from valgrind itself, not from our code: with
 //! `--trace-symtab=yes --trace-symtab-patt=PATTERN` valgrind 3.19 dumps, for
