@@ -521,7 +521,7 @@ fn the_baseline_placements_regenerate_exactly() {
 /// status equal the native run's (the oracle), and its trace regenerates.
 /// Instruction-level exactness against lackey is checked on the 20 kB
 /// inputs above; on all of these inputs by `cargo bench --bench
-/// exactness` (lackey alone takes over an hour on xz's 5.1 billion
+/// exactness` (lackey alone took 72 minutes on xz's 4.65 billion
 /// instructions: not a CI test).
 #[test]
 fn the_benchmark_workloads_record_with_their_native_output() {

@@ -2,7 +2,7 @@
 //! streaming: `aetrace regen --format insn --relative --module M` of each
 //! traced module runs as a child process whose output is read as lackey's
 //! log arrives, and nothing is kept. Runs of billions of instructions (xz
-//! on 2 MB: 5.1 billion) compare in constant memory, where holding both
+//! on 2 MB: 4.65 billion) compare in constant memory, where holding both
 //! sequences (the tests' whole-sequence comparison) would need more than
 //! 24 GB.
 //!
