@@ -176,10 +176,10 @@ const POLL_BUSY: Duration = Duration::from_micros(250);
 const POLL: Duration = Duration::from_millis(10);
 /// Empty passes start the doubling only once the program has written
 /// something or this long after it started: its loader and startup code
-/// write nothing, and with doubling from the spawn the drainer slept 1-2
-/// ms when a short program began writing, so all of gzip's 20 kB run
-/// (200 kB of witnesses) was compressed after its exit, on the run's
-/// critical path.
+/// write nothing, and doubling from the spawn grew the waits through that
+/// silence (an empty `main()` under strace: 250, 500, 1000, 2000 us), so a
+/// short program's first witnesses could wait 1-2 ms and more of them were
+/// left to compress after its exit, on the run's critical path.
 const POLL_WARMUP: Duration = Duration::from_millis(50);
 /// How often the recorder looks for slots whose thread has exited
 /// (one `tgkill` per slot that a pass found idle): a program can create

@@ -514,8 +514,10 @@ fn run_into(exe: &Path, args: &[&str], pattern: &str, mode: LogMode, mut reducer
     let mut child = cmd.spawn().expect("spawning valgrind");
     let pipe = child.stdout.take().unwrap();
     // valgrind writes each log line with a system call of its own: a 1 MiB
-    // pipe lets it run ahead of the reader (measured: lackey on gzip 20 kB
-    // 2.3 s instead of 3.0 s; fails harmlessly where the limit is lower).
+    // pipe lets it run ahead of the reader (lackey on gzip 20 kB: 2.3 s
+    // into a 1 MiB pipe read 1 MiB at a time, 3.0 s into a default pipe
+    // read by `wc`, 1.8 s into /dev/null; fails harmlessly where the limit
+    // is lower).
     // SAFETY: fcntl on a descriptor we own.
     unsafe {
         libc::fcntl(
