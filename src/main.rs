@@ -151,9 +151,8 @@ enum Command {
     /// Print a report of a profile written by `aetrace profile`.
     Report {
         profile: PathBuf,
-        /// text, json or callgrind.
-        #[arg(long, default_value = "text")]
-        format: String,
+        #[arg(long, value_enum, default_value = "text")]
+        format: ReportFormatArg,
         /// Procedures and blocks listed by the text report.
         #[arg(long, default_value_t = 20)]
         top: usize,
@@ -229,6 +228,24 @@ enum Command {
 }
 
 #[derive(Copy, Clone, clap::ValueEnum)]
+enum ReportFormatArg {
+    Text,
+    Json,
+    Callgrind,
+}
+
+impl From<ReportFormatArg> for aetrace_profile::report::Format {
+    fn from(f: ReportFormatArg) -> Self {
+        use aetrace_profile::report::Format;
+        match f {
+            ReportFormatArg::Text => Format::Text,
+            ReportFormatArg::Json => Format::Json,
+            ReportFormatArg::Callgrind => Format::Callgrind,
+        }
+    }
+}
+
+#[derive(Copy, Clone, clap::ValueEnum)]
 enum EventArg {
     Insns,
     Blocks,
@@ -248,9 +265,9 @@ enum PlacementArg {
     NaiveBlocking,
 }
 
-impl From<PlacementArg> for aetrace_record::rewrite::Placement {
+impl From<PlacementArg> for aetrace_rewrite::Placement {
     fn from(p: PlacementArg) -> Self {
-        use aetrace_record::rewrite::Placement;
+        use aetrace_rewrite::Placement;
         match p {
             PlacementArg::Optimal => Placement::Optimal,
             PlacementArg::AllPredicates => Placement::AllPredicates,
@@ -266,6 +283,7 @@ fn libs_arg(s: &str) -> Result<aetrace_record::libs::LibSelection, ExitCode> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    aetrace_record::quiet_workers();
     let result = match cli.command {
         Command::Cfg {
             file,
@@ -274,13 +292,13 @@ fn main() -> ExitCode {
             json,
         } => {
             let output = if json {
-                aetrace_record::report::Output::Json
+                aetrace_analysis::report::Output::Json
             } else if dot {
-                aetrace_record::report::Output::Dot
+                aetrace_analysis::report::Output::Dot
             } else {
-                aetrace_record::report::Output::Summary
+                aetrace_analysis::report::Output::Summary
             };
-            aetrace_record::report::cfg_command(&file, function.as_deref(), output)
+            aetrace_analysis::report::cfg_command(&file, function.as_deref(), output)
                 .map_err(|e| e.to_string())
         }
         Command::Instrument {
@@ -319,12 +337,12 @@ fn main() -> ExitCode {
             libs,
             mut command,
         } => {
-            use aetrace_record::rewrite::counters::CountPlacement;
+            use aetrace_rewrite::counters::CountPlacement;
             let libs = match libs_arg(&libs) {
                 Ok(l) => l,
                 Err(code) => return code,
             };
-            let opts = aetrace_record::profile::ProfileOptions {
+            let opts = aetrace_record::counted::ProfileOptions {
                 output,
                 placement: match placement {
                     CountPlacementArg::Optimal => CountPlacement::Optimal,
@@ -337,7 +355,7 @@ fn main() -> ExitCode {
                 program: PathBuf::from(command.remove(0)),
                 args: command,
             };
-            return exit_like(aetrace_record::profile::profile_command(&opts));
+            return exit_like(aetrace_record::counted::profile_command(&opts));
         }
         Command::Count {
             event,
@@ -351,7 +369,7 @@ fn main() -> ExitCode {
                 Ok(l) => l,
                 Err(code) => return code,
             };
-            use aetrace_record::rewrite::counters::Event;
+            use aetrace_rewrite::counters::Event;
             let event = match event {
                 EventArg::Insns => Event::Insns,
                 EventArg::Blocks => Event::Blocks,
@@ -359,7 +377,7 @@ fn main() -> ExitCode {
             };
             let program = PathBuf::from(command.remove(0));
             let stop = stop_at.map(|n| (n, write_program.as_deref()));
-            match aetrace_record::profile::count_and_report(
+            match aetrace_record::counted::count_and_report(
                 &program,
                 &command,
                 event,
@@ -399,13 +417,16 @@ fn main() -> ExitCode {
             profile,
             format,
             top,
-        } => aetrace_record::profile::report_command(
-            &profile,
-            &format,
-            top,
-            &mut std::io::stdout().lock(),
-        )
-        .map_err(|e| e.to_string()),
+        } => aetrace_profile::read(&profile)
+            .and_then(|p| {
+                aetrace_profile::report::write(
+                    &p,
+                    format.into(),
+                    top,
+                    &mut std::io::stdout().lock(),
+                )
+            })
+            .map_err(|e| e.to_string()),
         Command::Regen {
             trace,
             format,

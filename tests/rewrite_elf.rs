@@ -1,4 +1,4 @@
-//! The rewriter's ELF writer (`aetrace_record::rewrite::elfout`) on real
+//! The rewriter's ELF writer (`aetrace_rewrite::elfout`) on real
 //! programs built with the machine's gcc: PIE, non-PIE, static, static-pie
 //! and a shared object, each given new segments, patches, a preinit function
 //! or a new entry point. The oracle is the kernel and `ld.so` themselves: the
@@ -13,7 +13,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use aetrace_record::rewrite::elfout::{self, Additions, NewSegment, Patch};
+use aetrace_rewrite::elfout::{self, Additions, NewSegment, Patch};
 use common::build::run_checked;
 
 const PF_R: u32 = 4;
@@ -454,7 +454,7 @@ fn static_entry_stub() {
             ..Additions::default()
         };
         match elfout::write(&exe, &bytes, &preinit) {
-            Err(aetrace_record::Error::Rewrite { what, .. }) => {
+            Err(aetrace_rewrite::Error::Rewrite { what, .. }) => {
                 assert!(what.contains("entry point"), "{name}: {what}")
             }
             other => panic!("{name}: preinit on a static executable gave {other:?}"),
@@ -535,7 +535,7 @@ fn shared_object_patch() {
     };
     assert!(matches!(
         elfout::write(&lib, &bytes, &preinit),
-        Err(aetrace_record::Error::Rewrite { .. })
+        Err(aetrace_rewrite::Error::Rewrite { .. })
     ));
 }
 
@@ -617,7 +617,7 @@ fn bad_additions_are_refused() {
     ];
     for add in &bad {
         match elfout::write(gzip, &bytes, add) {
-            Err(aetrace_record::Error::Rewrite { .. }) => {}
+            Err(aetrace_rewrite::Error::Rewrite { .. }) => {}
             other => panic!("{add:?} gave {:?}", other.map(|v| v.len())),
         }
     }

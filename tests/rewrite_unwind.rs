@@ -176,7 +176,7 @@ fn check(source: &str, v: Variant) {
     }
 }
 
-/// Our LSDA reader (`aetrace_record::lsda`) finds exactly the landing pads
+/// Our LSDA reader (`aetrace_analysis::lsda`) finds exactly the landing pads
 /// the independent one (`common::lsda`: readelf + a separate decoder) does,
 /// on our programs and on the machine's libstdc++.
 #[test]
@@ -187,8 +187,8 @@ fn landing_pads_match_an_independent_reader() {
         .collect();
     files.push(PathBuf::from("/usr/lib/x86_64-linux-gnu/libstdc++.so.6"));
     for file in files {
-        let module = aetrace_record::elf::Module::open(&file).unwrap();
-        let ours: std::collections::BTreeSet<u64> = aetrace_record::lsda::landing_pads(&module)
+        let module = aetrace_analysis::elf::Module::open(&file).unwrap();
+        let ours: std::collections::BTreeSet<u64> = aetrace_analysis::lsda::landing_pads(&module)
             .unwrap()
             .into_values()
             .flatten()

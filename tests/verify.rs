@@ -769,14 +769,14 @@ fn profiles_verified_exact() {
 }
 
 /// Two injected faults, written back through the profile's own format
-/// (`aetrace_record::profile`, serde JSON): one recovered edge count off by
+/// (`aetrace_profile`, serde JSON): one recovered edge count off by
 /// one, reported at exactly that edge with both counts; and one counter
 /// that lost an increment, whose recovered counts (recomputed by the
 /// profile's own `recover`) differ on a whole cycle of edges: verify must
 /// report exactly those.
 #[test]
 fn profile_faults_are_caught_at_their_edges() {
-    use aetrace_record::profile::{read, recover, Profile};
+    use aetrace_profile::{read, recover, Profile};
     let exe = build("loops.c", O2_PIE);
     let good_path = profile(&exe, &[]);
     let good: Profile = read(&good_path).unwrap();

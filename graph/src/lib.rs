@@ -9,6 +9,7 @@
 //! | [`dom`] | 003 §5.1, 001 | DFS, dominators, natural loops, irreducibility |
 //! | [`weights`] | 003 §2, §5.1 | heuristic and measured weightings (Kirchhoff) |
 //! | [`spanning`] | 003 §3.1, §4.2 | maximum spanning trees / forests |
+//! | [`counted`] | 003 §3, Fig. 4 | the counted graph: virtual root, exits, pads, `setjmp` splits |
 //! | [`profile`] | 003 §3, Fig. 4 | counter placement (QP), count recovery |
 //! | [`trace`] | 003 §4 | blocking + witness placement, witness sets, checkers |
 //! | [`program`] | 003 §4.2 | multi-procedure programs, executions, trace records |
@@ -19,6 +20,7 @@
 //! `docs/algorithms.md` describes each algorithm, its invariants and where
 //! the code departs from the papers.
 
+pub mod counted;
 pub mod dom;
 pub mod entity;
 pub mod error;
@@ -26,6 +28,7 @@ pub mod events;
 pub mod graph;
 pub mod paths;
 pub mod profile;
+
 pub mod program;
 pub mod regen_ref;
 pub mod spanning;

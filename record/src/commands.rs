@@ -16,8 +16,8 @@ use aetrace_format::{compress_database, module_flags, Codec, EncodedDatabase};
 
 use crate::launch::{self, Launch, ModuleSpec, Outcome};
 use crate::libs::LibSelection;
-use crate::rewrite::{self, Instrumented, Placement};
 use crate::{Error, Result};
+use aetrace_rewrite::{self as rewrite, Instrumented, Placement};
 
 fn io_err(path: &Path, source: std::io::Error) -> Error {
     Error::Io {

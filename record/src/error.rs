@@ -1,41 +1,32 @@
-//! The crate's one error type.
+//! The recorder's error type.
 //!
-//! Every message is one line naming the file or procedure it concerns, so the
-//! command-line front end can print it as is.
+//! Every message is one line naming the file or program it concerns, so
+//! the command-line front end can print it as is.
 
 use std::path::PathBuf;
 
-/// Everything that can go wrong while loading a module or recovering its CFG.
+/// Everything that can go wrong while recording, profiling or counting a
+/// run.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The file could not be opened or mapped.
+    /// A module could not be loaded or analysed.
+    #[error(transparent)]
+    Analysis(#[from] aetrace_analysis::Error),
+    /// A module could not be rewritten.
+    #[error(transparent)]
+    Rewrite(#[from] aetrace_rewrite::Error),
+    /// A profile could not be read, recovered or written.
+    #[error(transparent)]
+    Profile(#[from] aetrace_profile::Error),
+    /// A file could not be read or written.
     #[error("{}: {source}", path.display())]
     Io {
         path: PathBuf,
         source: std::io::Error,
     },
-    /// The file does not start with the ELF magic.
-    #[error("{}: not an ELF file", path.display())]
-    NotElf { path: PathBuf },
-    /// An ELF file of a kind aetrace does not handle (32-bit, big-endian,
-    /// another machine, an object file or core dump).
-    #[error("{}: unsupported ELF: {what}", path.display())]
-    Unsupported { path: PathBuf, what: String },
-    /// The ELF structures are inconsistent or cut short.
-    #[error("{}: malformed ELF: {what}", path.display())]
-    Malformed { path: PathBuf, what: String },
-    /// `--function` named nothing the module has.
-    #[error("{}: no procedure named or starting at `{name}`", path.display())]
-    NoSuchFunction { path: PathBuf, name: String },
-    /// The rewritten ELF could not be produced.
-    #[error("{}: cannot rewrite: {what}", path.display())]
-    Rewrite { path: PathBuf, what: String },
     /// Recording a run failed (witness region, trace file, a child process).
     #[error("recording failed: {what}")]
     Record { what: String },
-    /// Profiling failed (counters, profile file, report).
-    #[error("profile: {what}")]
-    Profile { what: String },
     /// Writing the report failed (closed pipe, full disk).
     #[error("writing the report: {0}")]
     Output(#[from] std::io::Error),

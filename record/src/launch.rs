@@ -584,7 +584,7 @@ impl Drop for Blocked {
 /// its own thread while it spawns the program, and a worker taking one then
 /// would apply the disposition of before (a ^C killing the recorder of a
 /// run that had to rewrite its program first).
-pub(crate) fn quiet_workers() {
+pub fn quiet_workers() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let _ = rayon::ThreadPoolBuilder::new()

@@ -446,9 +446,11 @@ impl DynInfo {
             source,
         })?;
         let bytes: &[u8] = &map;
-        let malformed = |e: goblin::error::Error| Error::Malformed {
-            path: path.to_owned(),
-            what: format!("dynamic section: {e}"),
+        let malformed = |e: goblin::error::Error| {
+            Error::Analysis(aetrace_analysis::Error::Malformed {
+                path: path.to_owned(),
+                what: format!("dynamic section: {e}"),
+            })
         };
         let (elf, ctx) = headers_only(bytes).map_err(malformed)?;
         let phdrs = elf.program_headers;
@@ -465,12 +467,14 @@ impl DynInfo {
         let strtab = bytes
             .get(dynamic.info.strtab..)
             .and_then(|t| t.get(..dynamic.info.strsz))
-            .ok_or_else(|| Error::Malformed {
-                path: path.to_owned(),
-                what: format!(
-                    "dynamic section: string table at {:#x} ({} bytes) outside the file",
-                    dynamic.info.strtab, dynamic.info.strsz
-                ),
+            .ok_or_else(|| {
+                Error::Analysis(aetrace_analysis::Error::Malformed {
+                    path: path.to_owned(),
+                    what: format!(
+                        "dynamic section: string table at {:#x} ({} bytes) outside the file",
+                        dynamic.info.strtab, dynamic.info.strsz
+                    ),
+                })
             })?;
         let string = |d: &goblin::elf::dynamic::Dyn| {
             usize::try_from(d.d_val)
@@ -478,13 +482,13 @@ impl DynInfo {
                 .and_then(|at| strtab.get(at..))
                 .and_then(|t| t.iter().position(|&b| b == 0).map(|n| &t[..n]))
                 .and_then(|t| std::str::from_utf8(t).ok())
-                .ok_or_else(|| Error::Malformed {
+                .ok_or_else(|| Error::Analysis(aetrace_analysis::Error::Malformed {
                     path: path.to_owned(),
                     what: format!(
                         "dynamic section: tag {:#x} names string {:#x}, not a NUL-terminated UTF-8 string of its string table",
                         d.d_tag, d.d_val
                     ),
-                })
+                }))
         };
         use goblin::elf::dynamic::{DT_NEEDED, DT_RPATH, DT_RUNPATH};
         for d in &dynamic.dyns {

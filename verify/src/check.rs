@@ -30,13 +30,13 @@ use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
+use aetrace_analysis::elf;
 use aetrace_format::progdb::{ProcStatus, ProgramDb};
 use aetrace_format::{module_flags, ExitStatus, Module, StartReason, Stdin, TraceFile};
 use aetrace_graph::EntityRef;
-use aetrace_record::elf;
 
 use crate::{Arrival, Error, Event, Exit, Observer, Options, Outcome, Pid};
-use aetrace_record::lines::Lines;
+use aetrace_analysis::lines::Lines;
 
 /// Blocks of context printed before a divergence.
 const CONTEXT: usize = 6;
@@ -651,7 +651,7 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
     let mut lib_elfs = Vec::new();
     for m in &traced_modules[1..] {
         let p = PathBuf::from(os(&m.path));
-        let elf = elf::Module::open(&p).map_err(Error::Record)?;
+        let elf = elf::Module::open(&p).map_err(Error::Analysis)?;
         if elf.build_id() != m.build_id {
             return Err(Error::Trace(format!(
                 "{}: build-id {} differs from the traced library's {}: not the library that was traced",
@@ -731,7 +731,7 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
             run_path.display()
         )));
     }
-    let elf = elf::Module::open(&run_path).map_err(Error::Record)?;
+    let elf = elf::Module::open(&run_path).map_err(Error::Analysis)?;
     let build_id = elf.build_id();
     if build_id != module.build_id {
         return Err(Error::Trace(format!(
@@ -1054,7 +1054,7 @@ struct Described<'a> {
     path: &'a Path,
     db: &'a ProgramDb,
     lines: Option<Lines>,
-    program: Option<Option<aetrace_record::Program>>,
+    program: Option<Option<aetrace_analysis::Program>>,
 }
 
 impl<'a> Describer<'a> {
@@ -1105,11 +1105,11 @@ impl<'a> Describer<'a> {
         }
     }
 
-    fn program(&mut self, m: usize) -> Option<&aetrace_record::Program> {
+    fn program(&mut self, m: usize) -> Option<&aetrace_analysis::Program> {
         let d = self.mods.get_mut(m)?;
         let path = d.path;
         d.program
-            .get_or_insert_with(|| aetrace_record::Program::open(path).ok())
+            .get_or_insert_with(|| aetrace_analysis::Program::open(path).ok())
             .as_ref()
     }
 
@@ -1178,7 +1178,7 @@ impl<'a> Describer<'a> {
                 if let Some(c) = cfg
                     .calls
                     .iter()
-                    .find(|c| c.block == b && c.kind != aetrace_record::cfg::CallKind::Direct)
+                    .find(|c| c.block == b && c.kind != aetrace_analysis::cfg::CallKind::Direct)
                 {
                     let name = c.name.clone().unwrap_or_else(|| match c.target {
                         Some(t) => format!("{t:#x}"),

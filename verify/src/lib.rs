@@ -43,7 +43,10 @@ pub use tracer::follow;
 pub enum Error {
     /// Loading a module or recovering its CFG failed.
     #[error(transparent)]
-    Record(#[from] aetrace_record::Error),
+    Analysis(#[from] aetrace_analysis::Error),
+    /// The profile to check could not be read.
+    #[error(transparent)]
+    ProfileFile(#[from] aetrace_profile::Error),
     /// The CFG of a module cannot be followed (names what is wrong).
     #[error("{}: {what}", path.display())]
     Cfg { path: PathBuf, what: String },

@@ -55,7 +55,7 @@ pub(crate) fn notify_point(pid: Pid) -> Result<Option<u64>> {
     let Some((path, base)) = interpreter(pid)? else {
         return Ok(None);
     };
-    let elf = aetrace_record::elf::Module::open(&path)?;
+    let elf = aetrace_analysis::elf::Module::open(&path)?;
     Ok(elf
         .func_symbols
         .iter()

@@ -6,7 +6,7 @@
 //!
 //! Invariants: `blocks` is sorted by `start` and starts are unique (a block
 //! may lie inside the previous one when both end at the same address, the
-//! `lock`-prefix alias of `aetrace_record::cfg`); `entries` holds the blocks
+//! `lock`-prefix alias of `aetrace_analysis::cfg`); `entries` holds the blocks
 //! control can reach from code we do not follow that are known statically
 //! (procedure entries, blocks without a predecessor such as landing pads);
 //! return points are added at run time when a call leaves the module.
@@ -14,8 +14,8 @@
 
 use std::path::{Path, PathBuf};
 
+use aetrace_analysis::Program;
 use aetrace_graph::EntityRef;
-use aetrace_record::Program;
 use iced_x86::{Decoder, DecoderOptions, Instruction};
 
 use crate::Error;

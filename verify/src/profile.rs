@@ -2,7 +2,7 @@
 //! use (Section 3.1). The ORIGINAL program runs under the block follower;
 //! every block entered and every CFG edge taken is counted per procedure,
 //! and at the end each count is compared with the one the profile recovered
-//! (`aetrace profile`, `record/src/profile.rs`): the paper's "decrement each
+//! (`aetrace profile`, `profile/src/lib.rs`): the paper's "decrement each
 //! edge's count as it is taken, report every edge left non-zero", kept as
 //! two counts so the report shows both. Blocks executed that the profile
 //! does not have are the paper's case (b), transitions between its blocks
@@ -34,9 +34,9 @@ use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use aetrace_record::elf;
-use aetrace_record::lines::Lines;
-use aetrace_record::profile::{ProcProfile, Profile};
+use aetrace_analysis::elf;
+use aetrace_analysis::lines::Lines;
+use aetrace_profile::{ProcProfile, Profile};
 use iced_x86::{Decoder, DecoderOptions, FlowControl};
 
 use crate::{Arrival, Error, Event, Observer, Options, Outcome, Pid};
@@ -148,7 +148,7 @@ impl<'p> Graph<'p> {
                 let exit = match insn.flow_control() {
                     // A system call comes back to the next block like any
                     // other edge (`return_from_call` in the CFG).
-                    _ if aetrace_record::procs::is_syscall(&insn) => Exit::Other,
+                    _ if aetrace_analysis::procs::is_syscall(&insn) => Exit::Other,
                     FlowControl::Call | FlowControl::IndirectCall => Exit::Call,
                     FlowControl::Return => Exit::Ret,
                     _ => Exit::Other,
@@ -196,7 +196,7 @@ impl<'p> Graph<'p> {
             missing_blocks: BTreeMap::new(),
             missing_edges: BTreeMap::new(),
             threads: HashMap::new(),
-            pads: aetrace_record::lsda::call_site_pads(elf)
+            pads: aetrace_analysis::lsda::call_site_pads(elf)
                 .into_iter()
                 .map(|(_, _, pad)| pad)
                 .collect(),
@@ -586,7 +586,7 @@ impl std::fmt::Display for ProfileReport {
 
 /// Runs the check of the profile at `opts.profile`.
 pub fn verify_profile(opts: &ProfileOptions) -> Result<ProfileReport, Error> {
-    let profile = aetrace_record::profile::read(&opts.profile).map_err(Error::Record)?;
+    let profile = aetrace_profile::read(&opts.profile).map_err(Error::ProfileFile)?;
     let (program, args) = match opts.command.split_first() {
         Some((p, rest)) => (PathBuf::from(p), rest.to_vec()),
         None => (
@@ -604,7 +604,7 @@ pub fn verify_profile(opts: &ProfileOptions) -> Result<ProfileReport, Error> {
             run_path.display()
         ));
     }
-    let elf = elf::Module::open(&run_path).map_err(Error::Record)?;
+    let elf = elf::Module::open(&run_path).map_err(Error::Analysis)?;
     let mut graph = Graph::new(&profile, &elf)?;
     let options = Options {
         argv0: Some(program.clone().into_os_string()),
@@ -720,7 +720,7 @@ pub fn verify_profile(opts: &ProfileOptions) -> Result<ProfileReport, Error> {
 /// Compares one procedure's counts; every difference becomes a mismatch.
 fn compare_proc(
     p: &ProcProfile,
-    c: &aetrace_record::profile::Counts,
+    c: &aetrace_profile::Counts,
     seen_blocks: &[u64],
     seen_edges: &[u64],
     line: &dyn Fn(u64) -> Option<String>,

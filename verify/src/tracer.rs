@@ -388,7 +388,7 @@ impl Tracer<'_> {
     fn map_module(&mut self, m: usize) -> Result<()> {
         let module = &mut self.modules[m];
         let base = match module.program.module.kind {
-            aetrace_record::elf::ElfKind::Exec => 0,
+            aetrace_analysis::elf::ElfKind::Exec => 0,
             _ => sys::map_base(self.pid, &module.path)?.ok_or_else(|| Error::NotMapped {
                 path: module.path.clone(),
             })?,

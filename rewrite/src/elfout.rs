@@ -103,8 +103,8 @@ use goblin::elf::section_header::{
 };
 use goblin::elf::Elf;
 
-use crate::elf::R_X86_64_RELATIVE;
 use crate::error::{Error, Result};
+use aetrace_analysis::elf::R_X86_64_RELATIVE;
 
 /// A new loadable segment to append. `flags` are the segment permission bits
 /// (PF_X=1, PF_W=2, PF_R=4).
@@ -263,25 +263,29 @@ impl<'a> Image<'a> {
     }
 
     fn malformed(&self, what: impl Into<String>) -> Error {
-        Error::Malformed {
+        Error::Analysis(aetrace_analysis::Error::Malformed {
             path: self.path.to_owned(),
             what: what.into(),
-        }
+        })
     }
 
     fn parse(path: &'a Path, bytes: &'a [u8]) -> Result<Image<'a>> {
-        let malformed = |what: String| Error::Malformed {
-            path: path.to_owned(),
-            what,
+        let malformed = |what: String| {
+            Error::Analysis(aetrace_analysis::Error::Malformed {
+                path: path.to_owned(),
+                what,
+            })
         };
-        let unsupported = |what: &str| Error::Unsupported {
-            path: path.to_owned(),
-            what: what.into(),
+        let unsupported = |what: &str| {
+            Error::Analysis(aetrace_analysis::Error::Unsupported {
+                path: path.to_owned(),
+                what: what.into(),
+            })
         };
         if bytes.get(..4) != Some(&b"\x7fELF"[..]) {
-            return Err(Error::NotElf {
+            return Err(Error::Analysis(aetrace_analysis::Error::NotElf {
                 path: path.to_owned(),
-            });
+            }));
         }
         if bytes.len() < EHDR_SIZE {
             return Err(malformed(format!(
@@ -1387,7 +1391,7 @@ mod tests {
         for bytes in [&b""[..], b"\x7fEL", b"#!/bin/sh\necho hi\n"] {
             assert!(matches!(
                 write(p, bytes, &Additions::default()),
-                Err(Error::NotElf { .. })
+                Err(Error::Analysis(aetrace_analysis::Error::NotElf { .. }))
             ));
             assert!(first_free_vaddr(bytes).is_err());
         }
@@ -1411,7 +1415,13 @@ mod tests {
             let r = write(Path::new("t"), &elf[..len], &add);
             assert!(r.is_err(), "prefix of {len} bytes accepted");
             if (64..0x10000).contains(&len) {
-                assert!(matches!(r, Err(Error::Malformed { .. })), "{len}: {r:?}");
+                assert!(
+                    matches!(
+                        r,
+                        Err(Error::Analysis(aetrace_analysis::Error::Malformed { .. }))
+                    ),
+                    "{len}: {r:?}"
+                );
             }
         }
     }

@@ -29,7 +29,7 @@
 
 use std::collections::HashMap;
 
-use crate::profile::Profile;
+use crate::Profile;
 
 /// A procedure: (module index in `Profile::modules`, procedure index).
 pub type Node = (usize, usize);

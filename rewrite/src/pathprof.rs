@@ -58,7 +58,7 @@ use aetrace_runtime::Site;
 use iced_x86::code_asm::{eax, edi, edx, esi, rax, rsi, CodeAssembler};
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
 
-use crate::cfg::{BlockKind, Cfg, EdgeKind};
+use aetrace_analysis::cfg::{BlockKind, Cfg, EdgeKind};
 
 /// Most acyclic paths a procedure may have for dense path counters; past
 /// it the procedure is edge-profiled (module comment).

@@ -30,7 +30,7 @@ pub enum Output {
 /// One kind of executable bytes outside recovered procedures.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Gap {
-    pub reason: &'static str,
+    pub reason: GapKind,
     pub bytes: u64,
     pub count: u64,
     /// The first few gaps of this kind, for a human to look at.
@@ -38,18 +38,50 @@ pub struct Gap {
 }
 
 /// Why bytes are outside every procedure.
-pub const GAP_REASONS: &[(&str, &str)] = &[
-    ("padding", "nop/int3/zero fill between procedures"),
-    ("plt", "PLT section bytes that are not a stub"),
-    (
-        "not-analysable",
-        "procedures found but refused (undecodable bytes, a branch into an instruction)",
-    ),
-    (
-        "unreferenced",
-        "code no FDE, symbol, call, jump or code pointer leads to",
-    ),
-];
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum GapKind {
+    /// Alignment fill between procedures.
+    #[default]
+    Padding,
+    /// PLT section bytes that are not a stub.
+    Plt,
+    /// Procedures found but refused.
+    NotAnalysable,
+    /// Code nothing leads to.
+    Unreferenced,
+}
+
+impl GapKind {
+    /// Every kind, in report order.
+    pub const ALL: [GapKind; 4] = [
+        GapKind::Padding,
+        GapKind::Plt,
+        GapKind::NotAnalysable,
+        GapKind::Unreferenced,
+    ];
+
+    /// The kind's name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            GapKind::Padding => "padding",
+            GapKind::Plt => "plt",
+            GapKind::NotAnalysable => "not-analysable",
+            GapKind::Unreferenced => "unreferenced",
+        }
+    }
+
+    /// What the kind means, for a human.
+    pub fn description(self) -> &'static str {
+        match self {
+            GapKind::Padding => "nop/int3/zero fill between procedures",
+            GapKind::Plt => "PLT section bytes that are not a stub",
+            GapKind::NotAnalysable => {
+                "procedures found but refused (undecodable bytes, a branch into an instruction)"
+            }
+            GapKind::Unreferenced => "code no FDE, symbol, call, jump or code pointer leads to",
+        }
+    }
+}
 
 /// Module-wide figures.
 #[derive(Clone, Debug, Default)]
@@ -135,14 +167,14 @@ impl Summary {
             .flat_map(|p| p.ranges.iter().map(move |&(a, b)| (a, b, p.cfg.is_ok())))
             .collect();
         covered.sort_unstable();
-        let mut gaps: Vec<Gap> = GAP_REASONS
+        let mut gaps: Vec<Gap> = GapKind::ALL
             .iter()
-            .map(|&(reason, _)| Gap {
+            .map(|&reason| Gap {
                 reason,
                 ..Gap::default()
             })
             .collect();
-        let mut add = |reason: &str, a: u64, b: u64| {
+        let mut add = |reason: GapKind, a: u64, b: u64| {
             if b > a {
                 let g = gaps
                     .iter_mut()
@@ -171,7 +203,7 @@ impl Summary {
                 if ok {
                     self.covered_bytes += b - a;
                 } else {
-                    add("not-analysable", a, b);
+                    add(GapKind::NotAnalysable, a, b);
                 }
                 pos = pos.max(b);
             }
@@ -189,7 +221,7 @@ impl Summary {
         let excluded: u64 = self
             .gaps
             .iter()
-            .filter(|g| g.reason == "padding" || g.reason == "plt")
+            .filter(|g| matches!(g.reason, GapKind::Padding | GapKind::Plt))
             .map(|g| g.bytes)
             .sum();
         let plt_covered = 0;
@@ -210,22 +242,22 @@ fn is_padding(insn: &iced_x86::Instruction, bytes: &[u8]) -> bool {
 
 /// Whether `[a, b)` is all alignment fill (`nop`, `int3`, zero bytes),
 /// classified as `aetrace cfg` classifies holes between procedures.
-pub(crate) fn is_fill(m: &Module, a: u64, b: u64) -> bool {
+pub fn is_fill(m: &Module, a: u64, b: u64) -> bool {
     let mut fill = true;
     hole(m, false, a, b, &mut |reason, s, e| {
-        fill &= reason == "padding" || s >= e;
+        fill &= reason == GapKind::Padding || s >= e;
     });
     fill
 }
 
 /// Splits the hole `[a, b)` into padding and the rest.
-fn hole(m: &Module, is_plt: bool, a: u64, b: u64, add: &mut impl FnMut(&str, u64, u64)) {
+fn hole(m: &Module, is_plt: bool, a: u64, b: u64, add: &mut impl FnMut(GapKind, u64, u64)) {
     if is_plt {
-        add("plt", a, b);
+        add(GapKind::Plt, a, b);
         return;
     }
     let Some(bytes) = m.bytes_at(a, b - a) else {
-        add("unreferenced", a, b);
+        add(GapKind::Unreferenced, a, b);
         return;
     };
     // Non-padding instructions span [first, last): the rest is fill.
@@ -245,12 +277,12 @@ fn hole(m: &Module, is_plt: bool, a: u64, b: u64, add: &mut impl FnMut(&str, u64
         pos += len;
     }
     match first {
-        None => add("padding", a, b),
+        None => add(GapKind::Padding, a, b),
         Some(f) => {
             let last = last.min(b);
-            add("padding", a, f);
-            add("unreferenced", f, last);
-            add("padding", last, b);
+            add(GapKind::Padding, a, f);
+            add(GapKind::Unreferenced, f, last);
+            add(GapKind::Padding, last, b);
         }
     }
 }
@@ -297,14 +329,13 @@ fn text_summary(w: &mut impl Write, program: &Program, s: &Summary) -> std::io::
         s.code_coverage()
     )?;
     for g in &s.gaps {
-        let why = GAP_REASONS
-            .iter()
-            .find(|(r, _)| *r == g.reason)
-            .map_or("", |(_, d)| d);
         writeln!(
             w,
-            "  gap {}: {} bytes in {} places ({why})",
-            g.reason, g.bytes, g.count
+            "  gap {}: {} bytes in {} places ({})",
+            g.reason.name(),
+            g.bytes,
+            g.count,
+            g.reason.description()
         )?;
     }
     for p in program.procs.values() {
@@ -628,7 +659,7 @@ fn summary_json(program: &Program, s: &Summary) -> Value {
         "covered_bytes": s.covered_bytes,
         "code_coverage_percent": s.code_coverage(),
         "gaps": s.gaps.iter().map(|g| json!({
-            "reason": g.reason, "bytes": g.bytes, "count": g.count,
+            "reason": g.reason.name(), "bytes": g.bytes, "count": g.count,
             "examples": g.examples.iter().map(|&(a, b)| json!([a, b])).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
     })

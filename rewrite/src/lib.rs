@@ -19,7 +19,8 @@ mod checks;
 pub mod codegen;
 pub mod counters;
 pub mod elfout;
-pub mod imports;
+pub mod error;
+
 pub mod liveness;
 pub mod pathprof;
 pub mod unwind;
@@ -37,9 +38,11 @@ use aetrace_graph::weights::heuristic;
 use aetrace_graph::{BlockId, EntityRef, ProcId, VertexKind};
 use aetrace_runtime::RuntimeAddrs;
 
-use crate::cfg::{BlockKind, CallKind, Cfg, EdgeKind, JumpResolution};
-use crate::elf::ElfKind;
-use crate::{Error, ProcKind, Program, Result};
+pub use crate::error::{Error, Result};
+use aetrace_analysis::cfg::{BlockKind, CallKind, Cfg, EdgeKind, JumpResolution};
+use aetrace_analysis::elf::ElfKind;
+use aetrace_analysis::imports;
+use aetrace_analysis::{ProcKind, Program};
 use codegen::{CallPlan, EntryStub, ProcPlan, Table};
 
 /// Which witness placement to use (paper 003 compares them).
@@ -120,7 +123,7 @@ pub fn stop_start(n: u64) -> i64 {
 fn spread_up_calls(
     prog: &Program,
     mut may: HashMap<ProcId, bool>,
-    spreads: impl Fn(&HashMap<ProcId, bool>, &crate::cfg::CallSite) -> bool,
+    spreads: impl Fn(&HashMap<ProcId, bool>, &aetrace_analysis::cfg::CallSite) -> bool,
 ) -> HashMap<ProcId, bool> {
     loop {
         let mut changed = false;
@@ -149,7 +152,7 @@ fn spread_up_calls(
 fn fork_wrappers(
     prog: &Program,
     by_start: &HashMap<u64, ProcId>,
-    fork_like: impl Fn(&crate::cfg::CallSite) -> Option<bool>,
+    fork_like: impl Fn(&aetrace_analysis::cfg::CallSite) -> Option<bool>,
 ) -> HashMap<ProcId, bool> {
     let mut found: HashMap<ProcId, bool> = HashMap::new();
     loop {
@@ -205,7 +208,7 @@ const SPRINGBOARD: u64 = 5;
 /// its end to the next procedure's range (or the section's end) is fill
 /// (`nop`, `int3`, zero bytes) that belongs to no procedure: no code runs
 /// or reads those bytes, so overwriting them changes nothing else.
-fn springboard_fits(prog: &Program, p: &crate::Procedure) -> bool {
+fn springboard_fits(prog: &Program, p: &aetrace_analysis::Procedure) -> bool {
     let need = p.start + SPRINGBOARD;
     if p.end >= need {
         return true;
@@ -219,7 +222,7 @@ fn springboard_fits(prog: &Program, p: &crate::Procedure) -> bool {
         .flat_map(|q| q.ranges.iter().map(|&(s, _)| s))
         .filter(|&s| s >= p.end)
         .fold(section.end(), u64::min);
-    next >= need && crate::report::is_fill(&prog.module, p.end, next)
+    next >= need && aetrace_analysis::report::is_fill(&prog.module, p.end, next)
 }
 
 /// The PLT stubs whose import jump is traced without a witness
@@ -271,7 +274,7 @@ fn recorded_stubs(
         let jump_slot = module
             .plt_relocs
             .iter()
-            .any(|r| r.offset == slot && r.r_type == crate::elf::R_X86_64_JUMP_SLOT);
+            .any(|r| r.offset == slot && r.r_type == aetrace_analysis::elf::R_X86_64_JUMP_SLOT);
         let initial = module
             .bytes_at(slot, 8)
             .and_then(|v| v.try_into().ok())
@@ -399,7 +402,7 @@ struct LibcFamily {
     atfork: Vec<u64>,
 }
 
-fn libc_family(module: &crate::elf::Module) -> LibcFamily {
+fn libc_family(module: &aetrace_analysis::elf::Module) -> LibcFamily {
     let mut f = LibcFamily::default();
     if !module.is_static {
         return f;
@@ -587,7 +590,7 @@ const THREAD_STARTERS: &[&str] = &["pthread_create", "clone", "clone3", "thrd_cr
 
 /// The module imports a function that starts threads, or, static, has one
 /// (its libc is part of it).
-pub fn starts_threads(module: &crate::elf::Module) -> bool {
+pub fn starts_threads(module: &aetrace_analysis::elf::Module) -> bool {
     imports_any(module, THREAD_STARTERS)
         || (module.is_static
             && module
@@ -597,7 +600,7 @@ pub fn starts_threads(module: &crate::elf::Module) -> bool {
 }
 
 /// Whether `module` imports one of `names` (symbol versions ignored).
-fn imports_any(module: &crate::elf::Module, names: &[&str]) -> bool {
+fn imports_any(module: &aetrace_analysis::elf::Module, names: &[&str]) -> bool {
     module
         .plt_relocs
         .iter()
@@ -702,7 +705,8 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
         }
     }
     // Jump tables must be rewritable.
-    let mut tables: HashMap<ProcId, Vec<(u64, bool, crate::cfg::IndirectJump)>> = HashMap::new();
+    let mut tables: HashMap<ProcId, Vec<(u64, bool, aetrace_analysis::cfg::IndirectJump)>> =
+        HashMap::new();
     for (id, p) in prog.procs.iter() {
         let Ok(cfg) = &p.cfg else { continue };
         if reasons.contains_key(&id) {
@@ -763,7 +767,7 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
         })
     });
     // A call that saves a context (may return again, through `longjmp`).
-    let setjmp_call = |c: &crate::cfg::CallSite| {
+    let setjmp_call = |c: &aetrace_analysis::cfg::CallSite| {
         !c.tail
             && (c.target.is_some_and(|t| setjmps.contains(&t))
                 || c.name.as_deref().is_some_and(imports::is_setjmp_like))
@@ -874,7 +878,7 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
     let may_exit_call = {
         // A static libc's longjmp ends in an indirect jump: the CFG cannot
         // tell that it does not return.
-        let jumps = |c: &crate::cfg::CallSite| {
+        let jumps = |c: &aetrace_analysis::cfg::CallSite| {
             !c.returns
                 || c.name.as_deref().is_some_and(imports::is_longjmp_like)
                 || c.target.is_some_and(|t| longjmps.contains(&t))
@@ -893,17 +897,18 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
             may.values().any(|&m| m) || prog.procs.iter().any(|(_, p)| !p.landing_pads.is_empty());
         let by_start = &by_start;
         let callback_capable = &callback_capable;
-        let call_may = move |may: &HashMap<ProcId, bool>, c: &crate::cfg::CallSite| -> bool {
-            if jumps(c) {
-                return true;
-            }
-            match c.target.and_then(|t| by_start.get(&t)) {
-                Some(q) if Some(*q) != plt0 => may[q],
-                _ => any && callback_capable(c.name.as_deref()),
-            }
-        };
+        let call_may =
+            move |may: &HashMap<ProcId, bool>, c: &aetrace_analysis::cfg::CallSite| -> bool {
+                if jumps(c) {
+                    return true;
+                }
+                match c.target.and_then(|t| by_start.get(&t)) {
+                    Some(q) if Some(*q) != plt0 => may[q],
+                    _ => any && callback_capable(c.name.as_deref()),
+                }
+            };
         let may = spread_up_calls(&prog, may, call_may);
-        move |c: &crate::cfg::CallSite| call_may(&may, c)
+        move |c: &aetrace_analysis::cfg::CallSite| call_may(&may, c)
     };
     // Counting: calls after which the process may be two (`fork`, `vfork`,
     // or a traced procedure that may call one, a fixpoint over direct
@@ -914,7 +919,7 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
     let may_fork_call = {
         let by_start = &by_start;
         let forks = &family.fork;
-        let call_forks = move |may: &HashMap<ProcId, bool>, c: &crate::cfg::CallSite| {
+        let call_forks = move |may: &HashMap<ProcId, bool>, c: &aetrace_analysis::cfg::CallSite| {
             c.name.as_deref().is_some_and(imports::is_fork_like)
                 || c.target.is_some_and(|t| forks.contains(&t))
                 || c.target
@@ -923,7 +928,7 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
         };
         let may = spread_up_calls(&prog, HashMap::new(), call_forks);
         // A tail call's frame is gone: its caller's call returns twice.
-        move |c: &crate::cfg::CallSite| !c.tail && call_forks(&may, c)
+        move |c: &aetrace_analysis::cfg::CallSite| !c.tail && call_forks(&may, c)
     };
     let (stop_at, stop_events) = match how {
         How::Count(spec) => (spec.stop_at, spec.events),
@@ -962,7 +967,7 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
     // once. A longjmp by a tail jump, or from a procedure left alone
     // (outside the family, which runs untraced with what it calls), could
     // not be stopped: refused.
-    let to_longjmp = |c: &crate::cfg::CallSite| {
+    let to_longjmp = |c: &aetrace_analysis::cfg::CallSite| {
         c.target.is_some_and(|t| longjmps.contains(&t))
             || c.name.as_deref().is_some_and(imports::is_longjmp_like)
     };
@@ -1025,7 +1030,7 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
                         .as_deref()
                         .is_some_and(|n| n.split('@').next() == Some("vfork"))
             });
-            let at = |c: &crate::cfg::CallSite| cfg.blocks[c.block].last_insn();
+            let at = |c: &aetrace_analysis::cfg::CallSite| cfg.blocks[c.block].last_insn();
             let pad = p.landing_pads.first().filter(|_| !fatal_pads);
             let why = match (jumps, vfork, pad) {
                 (Some(c), _, _) => format!(
@@ -1089,7 +1094,7 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
     let code_seg = runtime_vaddr + blob.bytes.len() as u64;
     debug_assert_eq!(code_seg % PAGE, 0);
     let mut table_cursor = code_seg;
-    let pads = crate::lsda::call_site_pads(module);
+    let pads = aetrace_analysis::lsda::call_site_pads(module);
     for (id, p) in prog.procs.iter() {
         let number = tag << TAG_SHIFT | id.index() as u32;
         if let Some(r) = reasons.get(&id) {

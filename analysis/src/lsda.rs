@@ -257,7 +257,7 @@ impl Lsda {
     /// [`Lsda::parse`] on `bytes`, which start at `addr` and run to the end
     /// of their section; `relocated(at, n)` tells whether the loader
     /// rewrites any of the `n` bytes at `at`.
-    pub(crate) fn parse_bytes(
+    pub fn parse_bytes(
         bytes: &[u8],
         addr: u64,
         region: u64,
@@ -533,7 +533,7 @@ impl LoadRelocs {
 }
 
 /// The module's `.eh_frame` for gimli, with the bases its pointers need.
-pub(crate) fn eh_frame(
+pub fn eh_frame(
     module: &Module,
 ) -> Option<(EhFrame<EndianSlice<'_, LittleEndian>>, BaseAddresses, u64)> {
     let sec = module.section(".eh_frame")?;

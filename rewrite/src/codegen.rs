@@ -61,8 +61,8 @@ use iced_x86::{
     MemoryOperand, Mnemonic, OpKind, Register,
 };
 
-use crate::cfg::{Cfg, EdgeKind};
-use crate::rewrite::liveness::Liveness;
+use crate::liveness::Liveness;
+use aetrace_analysis::cfg::{Cfg, EdgeKind};
 
 /// First label id: non-canonical, so never a real code address.
 pub const LABEL_BASE: u64 = 0xFFFF_8000_0000_0000;
@@ -1033,7 +1033,7 @@ struct Stub {
 }
 
 impl ProcGen<'_, '_> {
-    fn site(&self, live: crate::rewrite::liveness::RegSet) -> Site {
+    fn site(&self, live: crate::liveness::RegSet) -> Site {
         self.p.live.site(live)
     }
 
@@ -1810,15 +1810,11 @@ impl ProcGen<'_, '_> {
     /// live there (flags are dead: the callee clobbered them). After an
     /// `atfork` fork each process calls `fork_done` (the parent before
     /// FORKED, where a signal in it stands).
-    fn fork_return(
-        &mut self,
-        live: crate::rewrite::liveness::RegSet,
-        atfork: bool,
-    ) -> GenResult<()> {
+    fn fork_return(&mut self, live: crate::liveness::RegSet, atfork: bool) -> GenResult<()> {
         let fork_child = self.rt.fork_child;
         let fork_done = atfork.then_some(self.rt.fork_done);
         // The payload is eax: never pick rax as the scratch register.
-        let site = self.site(live | crate::rewrite::liveness::RegSet::gpr(Register::RAX));
+        let site = self.site(live | crate::liveness::RegSet::gpr(Register::RAX));
         self.em.seq(|a| {
             use iced_x86::code_asm::eax;
             let mut child = a.create_label();

@@ -58,9 +58,9 @@ use iced_x86::{
     Register, RflagsBits,
 };
 
-use crate::cfg::{CallKind, Cfg, EdgeKind, JumpResolution};
-use crate::elf::Module;
 use crate::error::{Error, Result};
+use aetrace_analysis::cfg::{CallKind, Cfg, EdgeKind, JumpResolution};
+use aetrace_analysis::elf::Module;
 
 /// The 16 GPRs (bit i = `Register::RAX + i` in the 64-bit order rax rcx rdx
 /// rbx rsp rbp rsi rdi r8..r15) plus the six arithmetic flags (bits 16..22:
@@ -701,7 +701,7 @@ impl Liveness {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cfg::{Block, BlockKind, CallSite, CfgEdge, IndirectJump};
+    use aetrace_analysis::cfg::{Block, BlockKind, CallSite, CfgEdge, IndirectJump};
     use aetrace_graph::PrimaryMap;
     use iced_x86::code_asm::*;
     use std::collections::HashSet;
@@ -1515,7 +1515,7 @@ mod tests {
             }
             Claims {
                 path: std::fs::canonicalize(path).unwrap(),
-                pie: prog.module.kind != crate::elf::ElfKind::Exec,
+                pie: prog.module.kind != aetrace_analysis::elf::ElfKind::Exec,
                 entry: prog.module.entry,
                 points,
             }

@@ -50,7 +50,7 @@ use aetrace_graph::{BlockId, EntityRef};
 use aetrace_runtime::layout::MAX_BYTES_BETWEEN_CHECKS;
 use iced_x86::{FlowControl, Instruction};
 
-use crate::cfg::{Cfg, EdgeKind};
+use aetrace_analysis::cfg::{Cfg, EdgeKind};
 
 /// Bytes allowed per witnessed edge: a WIDE witness (4) at most.
 const EDGE_BYTES: u64 = 4;
@@ -196,7 +196,7 @@ fn reachable(cfg: &Cfg) -> Vec<bool> {
 pub fn bounded(
     cfg: &Cfg,
     has_landing_pads: bool,
-    tail_ok: impl Fn(&crate::cfg::CallSite) -> bool,
+    tail_ok: impl Fn(&aetrace_analysis::cfg::CallSite) -> bool,
 ) -> bool {
     let acyclic = cfg
         .edges
@@ -352,7 +352,7 @@ fn longest_unchecked(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cfg::{Block, BlockKind, CfgEdge};
+    use aetrace_analysis::cfg::{Block, BlockKind, CfgEdge};
     use aetrace_graph::{EdgeId, PrimaryMap};
     use iced_x86::Code;
     use proptest::prelude::*;
@@ -382,9 +382,9 @@ mod tests {
             });
             let (b, next) = (BlockId::new(i), BlockId::new(i + 1));
             let insn = if is_call {
-                calls.push(crate::cfg::CallSite {
+                calls.push(aetrace_analysis::cfg::CallSite {
                     block: b,
-                    kind: crate::cfg::CallKind::Plt,
+                    kind: aetrace_analysis::cfg::CallKind::Plt,
                     target: Some(0x9000),
                     name: Some("f".into()),
                     returns: true,

@@ -1,4 +1,4 @@
-//! What the rewriter knows about imported functions by name.
+//! What aetrace knows about imported functions by name.
 //!
 //! A call into untraced code may call traced code back (`qsort`, `atexit`
 //! handlers run by `exit`, `__libc_start_main` calling `main`); the traced

@@ -35,7 +35,7 @@
 //! (a `.cold` part) gets one new FDE per part, over the part's contiguous
 //! stretch of the copy.
 //!
-//! How an LSDA is translated (`crate::lsda`): a call-site range
+//! How an LSDA is translated (`aetrace_analysis::lsda`): a call-site range
 //! `[s, s + len)` becomes `[new(first insn in it), new(last insn in it) +
 //! its new length)`, a landing pad becomes the copy's LANDING stub for it,
 //! actions, type filters and exception specifications are kept, type-table
@@ -62,10 +62,10 @@ use gimli::{
 };
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction};
 
-use crate::elf::Module;
+use crate::codegen::ProcCopy;
 use crate::error::{Error, Result};
-use crate::lsda::{self, Lsda};
-use crate::rewrite::codegen::ProcCopy;
+use aetrace_analysis::elf::Module;
+use aetrace_analysis::lsda::{self, Lsda};
 
 type Res<T> = std::result::Result<T, String>;
 type Slice<'a> = EndianSlice<'a, LittleEndian>;
@@ -992,7 +992,7 @@ fn build_inner(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{ProcKind, Program};
+    use aetrace_analysis::{ProcKind, Program};
     use gimli::{CfaRule, EhFrameHdr, FrameDescriptionEntry as Fde, RegisterRule, UnwindContext};
     use std::path::Path;
 
@@ -1043,7 +1043,7 @@ mod tests {
     /// The single-range procedures of `.text` "copied" `DELTA` higher
     /// (same bytes, landing stubs at the shifted pads): `.text`, its bytes,
     /// the copies.
-    fn shifted(prog: &Program) -> (&crate::elf::Section, &[u8], Vec<ProcCopy>) {
+    fn shifted(prog: &Program) -> (&aetrace_analysis::elf::Section, &[u8], Vec<ProcCopy>) {
         let m = &prog.module;
         let text = m.section(".text").unwrap();
         let code = m.section_bytes(text).unwrap();
