@@ -38,6 +38,7 @@ pub struct Dfs {
 }
 
 impl Dfs {
+    /// Numbers the vertices reachable from the entry in one iterative depth-first search.
     pub fn new(g: &Graph) -> Dfs {
         let n = g.num_vertices();
         let mut pre = vec![NONE; n];
@@ -82,6 +83,7 @@ impl Dfs {
             retreating,
         }
     }
+    /// Whether `v` is reachable from the entry (it has a preorder number).
     pub fn reachable(&self, v: BlockId) -> bool {
         self.pre[v.index()] != NONE
     }
@@ -90,6 +92,7 @@ impl Dfs {
         let (pd, pv) = (self.pre[d.index()], self.pre[v.index()]);
         pd != NONE && pv != NONE && pd <= pv && pv <= self.last[d.index()]
     }
+    /// Whether `e` is retreating: it goes to a DFS ancestor of its source, or is a self loop.
     pub fn is_retreating(&self, e: EdgeId) -> bool {
         self.retreating[e.index()]
     }
@@ -188,6 +191,7 @@ pub struct LoopInfo {
 }
 
 impl LoopInfo {
+    /// Finds the natural loops (one per header) and the irreducible retreating edges of `g`.
     pub fn new(g: &Graph, dfs: &Dfs, dom: &Dominators) -> LoopInfo {
         let mut by_header: Vec<Vec<BlockId>> = vec![Vec::new(); g.num_vertices()];
         let mut irreducible = Vec::new();
@@ -240,6 +244,7 @@ impl LoopInfo {
             .collect();
         LoopInfo { loops, irreducible }
     }
+    /// Whether every retreating edge is a back edge (its target dominates its source).
     pub fn is_reducible(&self) -> bool {
         self.irreducible.is_empty()
     }

@@ -13,7 +13,9 @@ use std::ops::{Index, IndexMut};
 
 /// A dense `u32` index naming one entity.
 pub trait EntityRef: Copy + Eq + Ord + std::hash::Hash + fmt::Debug {
+    /// The index with position `index` (which must fit in a `u32`).
     fn new(index: usize) -> Self;
+    /// The index's position in its dense table.
     fn index(self) -> usize;
 }
 
@@ -72,12 +74,14 @@ pub struct PrimaryMap<K: EntityRef, V> {
 }
 
 impl<K: EntityRef, V> PrimaryMap<K, V> {
+    /// An empty map.
     pub fn new() -> Self {
         Self {
             elems: Vec::new(),
             unused: PhantomData,
         }
     }
+    /// An empty map with room for `n` entities.
     pub fn with_capacity(n: usize) -> Self {
         Self {
             elems: Vec::with_capacity(n),
@@ -94,33 +98,42 @@ impl<K: EntityRef, V> PrimaryMap<K, V> {
     pub fn next_key(&self) -> K {
         K::new(self.elems.len())
     }
+    /// The number of entities.
     pub fn len(&self) -> usize {
         self.elems.len()
     }
+    /// Whether the map holds no entity.
     pub fn is_empty(&self) -> bool {
         self.elems.is_empty()
     }
+    /// The entity at `k`, or `None` if `k` is out of range.
     pub fn get(&self, k: K) -> Option<&V> {
         self.elems.get(k.index())
     }
+    /// Whether `k` names an entity of this map.
     pub fn is_valid(&self, k: K) -> bool {
         k.index() < self.elems.len()
     }
+    /// Every index, in order.
     pub fn keys(&self) -> impl DoubleEndedIterator<Item = K> + ExactSizeIterator + use<K, V> {
         (0..self.elems.len()).map(K::new)
     }
+    /// The entities, in index order.
     pub fn values(&self) -> std::slice::Iter<'_, V> {
         self.elems.iter()
     }
+    /// Every (index, entity) pair, in index order.
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = (K, &V)> + ExactSizeIterator {
         self.elems.iter().enumerate().map(|(i, v)| (K::new(i), v))
     }
+    /// Every (index, entity) pair mutably, in index order.
     pub fn iter_mut(&mut self) -> impl DoubleEndedIterator<Item = (K, &mut V)> + ExactSizeIterator {
         self.elems
             .iter_mut()
             .enumerate()
             .map(|(i, v)| (K::new(i), v))
     }
+    /// The entities as a slice indexed by position.
     pub fn as_slice(&self) -> &[V] {
         &self.elems
     }
@@ -171,6 +184,7 @@ pub struct SecondaryMap<K: EntityRef, V: Clone> {
 }
 
 impl<K: EntityRef, V: Clone + Default> SecondaryMap<K, V> {
+    /// An empty table answering `V::default()` for every key.
     pub fn new() -> Self {
         Self::with_default(V::default())
     }
@@ -183,6 +197,7 @@ impl<K: EntityRef, V: Clone + Default> Default for SecondaryMap<K, V> {
 }
 
 impl<K: EntityRef, V: Clone> SecondaryMap<K, V> {
+    /// An empty table answering `default` for every key.
     pub fn with_default(default: V) -> Self {
         Self {
             elems: Vec::new(),
@@ -198,18 +213,23 @@ impl<K: EntityRef, V: Clone> SecondaryMap<K, V> {
             unused: PhantomData,
         }
     }
+    /// The value of `k` (the default if it was never set).
     pub fn get(&self, k: K) -> &V {
         self.elems.get(k.index()).unwrap_or(&self.default)
     }
+    /// The number of keys stored so far (keys beyond answer the default).
     pub fn len(&self) -> usize {
         self.elems.len()
     }
+    /// Whether no key has been stored yet.
     pub fn is_empty(&self) -> bool {
         self.elems.is_empty()
     }
+    /// Every stored (key, value) pair, in key order.
     pub fn iter(&self) -> impl Iterator<Item = (K, &V)> {
         self.elems.iter().enumerate().map(|(i, v)| (K::new(i), v))
     }
+    /// The stored values, in key order.
     pub fn values(&self) -> std::slice::Iter<'_, V> {
         self.elems.iter()
     }

@@ -34,6 +34,7 @@ use crate::weights::Weights;
 /// Chord increments and query increments for one procedure.
 #[derive(Clone, Debug)]
 pub struct EventCounting {
+    /// The spanning forest whose chords carry the increments.
     pub tree: SpanningForest,
     /// `Inc(e)` for every edge (0 on tree edges).
     pub inc: SecondaryMap<EdgeId, i64>,

@@ -52,7 +52,9 @@ pub enum VertexKind {
 /// A directed edge.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Edge {
+    /// The source vertex.
     pub from: BlockId,
+    /// The target vertex.
     pub to: BlockId,
 }
 
@@ -68,36 +70,47 @@ pub struct Graph {
 }
 
 impl Graph {
+    /// The procedure's entry vertex (its root).
     pub fn entry(&self) -> BlockId {
         self.entry
     }
+    /// The procedure's single virtual EXIT vertex.
     pub fn exit(&self) -> BlockId {
         self.exit
     }
+    /// The number of vertices, EXIT included.
     pub fn num_vertices(&self) -> usize {
         self.kinds.len()
     }
+    /// The number of real edges (the virtual `EXIT -> entry` edge excluded).
     pub fn num_edges(&self) -> usize {
         self.edges.len()
     }
+    /// Every vertex, in id order.
     pub fn vertices(&self) -> impl DoubleEndedIterator<Item = BlockId> + ExactSizeIterator {
         self.kinds.keys()
     }
+    /// Every real edge, in id order.
     pub fn edge_ids(&self) -> impl DoubleEndedIterator<Item = EdgeId> + ExactSizeIterator {
         self.edges.keys()
     }
+    /// What kind of vertex `v` is.
     pub fn kind(&self, v: BlockId) -> VertexKind {
         self.kinds[v]
     }
+    /// The endpoints of edge `e`.
     pub fn edge(&self, e: EdgeId) -> Edge {
         self.edges[e]
     }
+    /// All real edges, indexed by id.
     pub fn edges(&self) -> &PrimaryMap<EdgeId, Edge> {
         &self.edges
     }
+    /// The edges out of `v`.
     pub fn succs(&self, v: BlockId) -> &[EdgeId] {
         &self.succs[v]
     }
+    /// The edges into `v`.
     pub fn preds(&self, v: BlockId) -> &[EdgeId] {
         &self.preds[v]
     }
@@ -160,9 +173,11 @@ pub struct GraphBuilder {
 }
 
 impl GraphBuilder {
+    /// An empty builder.
     pub fn new() -> Self {
         Self::default()
     }
+    /// Adds a vertex of kind `kind` and returns its id.
     pub fn add_vertex(&mut self, kind: VertexKind) -> BlockId {
         self.kinds.push(kind)
     }

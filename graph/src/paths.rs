@@ -79,6 +79,7 @@ pub struct PathNumbering {
 }
 
 impl PathNumbering {
+    /// The number of acyclic paths from the entry to EXIT (Ball–Larus path ids are `0..num_paths`).
     pub fn num_paths(&self) -> u64 {
         self.num_paths[self.entry]
     }

@@ -28,12 +28,14 @@ use crate::weights::{vertex_weight, Weights};
 /// Where the counters go.
 #[derive(Clone, Debug)]
 pub struct CounterPlacement {
+    /// The spanning tree seeded with `EXIT -> root`; its chords get the counters.
     pub tree: SpanningForest,
     /// The instrumented edges (counter index = position), in edge order.
     pub chords: Vec<EdgeId>,
 }
 
 impl CounterPlacement {
+    /// The placement's cost: the total weight of the instrumented chords.
     pub fn cost(&self, w: &Weights) -> f64 {
         crate::spanning::cost(w, self.chords.iter().copied())
     }
@@ -51,7 +53,9 @@ pub fn place_counters(g: &Graph, w: &Weights) -> CounterPlacement {
 /// vertex.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Counts {
+    /// Execution count of every real edge, and of `exit_root` (the invocations).
     pub edges: SecondaryMap<EdgeId, u64>,
+    /// Execution count of every vertex.
     pub blocks: SecondaryMap<BlockId, u64>,
 }
 

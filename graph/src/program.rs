@@ -37,13 +37,16 @@ pub enum Callee {
 /// A program: one graph per procedure, and the callee of each call vertex.
 #[derive(Clone, Debug)]
 pub struct Program {
+    /// One control-flow graph per procedure.
     pub procs: PrimaryMap<ProcId, Graph>,
     /// `callees[p][v]` is `Some` exactly for the call vertices of `p`.
     pub callees: PrimaryMap<ProcId, SecondaryMap<BlockId, Option<Callee>>>,
+    /// The procedure executions start in.
     pub main: ProcId,
 }
 
 impl Program {
+    /// The callee of call vertex `v` of procedure `p`; `None` for other vertices.
     pub fn callee(&self, p: ProcId, v: BlockId) -> Option<Callee> {
         debug_assert_eq!(
             self.procs[p].kind(v) == VertexKind::Call,
@@ -56,8 +59,11 @@ impl Program {
 /// One trace record.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Record {
+    /// A witness number written by a witness edge.
     Witness(u32),
+    /// Entry into an indirectly called procedure, naming it.
     Enter(ProcId),
+    /// An `exit`-like procedure was called: the execution ends here.
     Terminate,
     /// The paper's EOF: the main procedure returned.
     Eof,
@@ -77,7 +83,9 @@ pub enum End {
 /// An execution of a program.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Execution {
+    /// The (procedure, vertex) visited at each step, in order.
     pub steps: Vec<(ProcId, BlockId)>,
+    /// How the execution ended.
     pub end: End,
 }
 
@@ -99,11 +107,19 @@ pub enum Transfer {
     Start(ProcId),
     /// An intraprocedural edge `from -> to` of `proc` (after a return, the
     /// edge out of the call vertex).
-    Edge { proc: ProcId, edge: crate::EdgeId },
+    Edge {
+        /// The procedure the edge belongs to.
+        proc: ProcId,
+        /// The edge taken.
+        edge: crate::EdgeId,
+    },
     /// A call vertex transfers into `callee`'s root.
     Call {
+        /// The procedure making the call.
         caller: ProcId,
+        /// The call vertex.
         at: BlockId,
+        /// The procedure called.
         callee: ProcId,
     },
 }

@@ -26,7 +26,9 @@ use crate::trace::{Sym, WitnessPlacement, WitnessSets};
 /// A regenerated execution.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Regenerated {
+    /// The (procedure, vertex) of each regenerated step, in order.
     pub steps: Vec<(ProcId, BlockId)>,
+    /// How the regenerated execution ended.
     pub end: End,
     /// `steps[..certain]` certainly executed (all of them unless `end` is `Cut`).
     pub certain: usize,

@@ -34,6 +34,7 @@ impl SpanningForest {
     pub fn components(&self) -> usize {
         self.components
     }
+    /// Whether the forest is a single tree spanning every vertex.
     pub fn is_spanning(&self) -> bool {
         self.components == 1
     }

@@ -31,9 +31,11 @@ use proptest::prelude::*;
 pub struct Rng(u64);
 
 impl Rng {
+    /// A generator seeded with `seed` (equal seeds give equal sequences).
     pub fn new(seed: u64) -> Rng {
         Rng(seed)
     }
+    /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
@@ -45,6 +47,7 @@ impl Rng {
     pub fn below(&mut self, n: usize) -> usize {
         (self.next_u64() % n as u64) as usize
     }
+    /// True with probability `p`.
     pub fn chance(&mut self, p: f64) -> bool {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 >= 1.0 - p
     }
@@ -391,6 +394,7 @@ pub struct Executor<'p> {
 }
 
 impl<'p> Executor<'p> {
+    /// An executor for `prog`, with its distances to EXIT computed.
     pub fn new(prog: &'p Program) -> Self {
         Executor {
             prog,

@@ -71,6 +71,7 @@ impl WitnessPlacement {
             _ => None,
         }
     }
+    /// Whether `e` is a witness edge.
     pub fn contains(&self, e: EdgeId) -> bool {
         self.witness(e).is_some()
     }
@@ -78,9 +79,11 @@ impl WitnessPlacement {
     pub fn edges(&self) -> &[EdgeId] {
         &self.edges
     }
+    /// The number of witness edges (witnesses are numbered `0..len`).
     pub fn len(&self) -> usize {
         self.edges.len()
     }
+    /// Whether the placement has no witness edge.
     pub fn is_empty(&self) -> bool {
         self.edges.is_empty()
     }
@@ -240,7 +243,9 @@ pub fn naive_blocking_needed(g: &Graph, w: &SecondaryMap<EdgeId, f64>) -> Witnes
 /// reaches EXIT).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Sym {
+    /// Witness number `n`.
     W(u32),
+    /// EOF: a witness-free path reaches EXIT.
     Eof,
 }
 
