@@ -56,9 +56,13 @@ const ADDR_MASK: u64 = ADDRESS_LIMIT - 1;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum AccessKind {
+    /// A data read (Dinero type 0).
     Read = 0,
+    /// A data write (Dinero type 1).
     Write = 1,
+    /// An instruction fetch (Dinero type 2).
     Instr = 2,
+    /// Any other reference (Dinero type 3: misc).
     Misc = 3,
 }
 
@@ -76,7 +80,9 @@ impl AccessKind {
 /// One memory reference.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AddrRecord {
+    /// What kind of reference it is.
     pub kind: AccessKind,
+    /// The referenced virtual address (below 2^56).
     pub addr: u64,
     /// Bytes referenced, 1..=64.
     pub size: u8,
@@ -164,6 +170,7 @@ pub fn has_magic(bytes: &[u8]) -> bool {
 /// its records.
 #[derive(Clone, Copy, Debug)]
 pub struct AddrTrace<'a> {
+    /// The decoded file header.
     pub header: Header,
     body: &'a [u8],
 }

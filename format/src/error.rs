@@ -27,41 +27,70 @@ pub enum Error {
         "unsupported trace format version {major}.{minor} (this reader reads {}.x)",
         crate::header::VERSION_MAJOR
     )]
-    UnsupportedVersion { major: u16, minor: u16 },
+    UnsupportedVersion {
+        /// The file's major version.
+        major: u16,
+        /// The file's minor version.
+        minor: u16,
+    },
 
     /// The header sets an incompatible feature flag this reader does not know.
     #[error("trace uses unknown incompatible feature flags {flags:#x}")]
-    UnsupportedFeatures { flags: u32 },
+    UnsupportedFeatures {
+        /// The header's incompatible feature flags, unknown ones included.
+        flags: u32,
+    },
 
     /// A section of a kind marked critical that this reader does not know.
     #[error("unsupported critical section kind {kind} at byte offset {offset}")]
-    UnsupportedSection { offset: u64, kind: SectionKind },
+    UnsupportedSection {
+        /// File offset of the section header.
+        offset: u64,
+        /// The section's kind.
+        kind: SectionKind,
+    },
 
     /// The bytes end inside the structure starting at `offset`.
     #[error("trace truncated: {what} at byte offset {offset} is cut short by the end of the file")]
-    Truncated { offset: u64, what: &'static str },
+    Truncated {
+        /// File offset where the cut-short structure starts.
+        offset: u64,
+        /// What the structure is (for the message).
+        what: &'static str,
+    },
 
     /// A checksum does not match its bytes.
     #[error("bad checksum in the {part} of the {kind} section at byte offset {offset}")]
     BadChecksum {
+        /// File offset of the section header.
         offset: u64,
         /// The kind as stored; when `part` is "header" the kind field itself is suspect.
         kind: SectionKind,
+        /// Which checksum failed: "header" or "payload".
         part: &'static str,
     },
 
     /// Well-checksummed bytes that break a rule of the format.
     #[error("corrupt trace at byte offset {offset}: {what}")]
-    Corrupt { offset: u64, what: String },
+    Corrupt {
+        /// File offset of the offending structure.
+        offset: u64,
+        /// Which rule is broken, and how.
+        what: String,
+    },
 
     /// A thread's chunk sequence skips a number.
     #[error(
         "thread {thread}: chunk {seq} is missing (found at byte offset {offset} instead: {found})"
     )]
     MissingChunk {
+        /// The thread whose stream has the gap.
         thread: ThreadId,
+        /// The sequence number expected next.
         seq: u64,
+        /// File offset of the section found in its place.
         offset: u64,
+        /// What was found instead.
         found: String,
     },
 
@@ -80,7 +109,9 @@ pub enum Error {
     /// Opening or mapping a file failed.
     #[error("{}: {source}", path.display())]
     Open {
+        /// The file that could not be opened or mapped.
         path: PathBuf,
+        /// The operating system's error.
         source: std::io::Error,
     },
 
@@ -102,7 +133,12 @@ pub enum Error {
 
     /// A `bin` address trace whose header count disagrees with its records.
     #[error("address trace header declares {declared} records but {actual} are present")]
-    AddrCountMismatch { declared: u64, actual: u64 },
+    AddrCountMismatch {
+        /// The record count stored in the header.
+        declared: u64,
+        /// The number of whole records in the body.
+        actual: u64,
+    },
 
     /// An address that does not fit the `bin` record's 56-bit field.
     #[error("address {0:#x} does not fit the 56-bit address field")]

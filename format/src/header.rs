@@ -31,7 +31,9 @@ const CREATOR_LEN: usize = 24;
 /// The decoded file header.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Header {
+    /// Format major version: a reader refuses a major it does not know.
     pub major: u16,
+    /// Format minor version: newer minors only add what older readers may skip.
     pub minor: u16,
     /// Feature bits a reader must understand to read the file.
     pub incompat_flags: u32,

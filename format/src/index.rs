@@ -26,10 +26,15 @@ use std::ops::Range;
 /// Where a chunk lives and what it holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChunkRef {
+    /// The thread whose stream the chunk belongs to.
     pub thread: ThreadId,
+    /// The chunk's position in the thread's stream (0, 1, 2...).
     pub seq: u64,
+    /// How the data is stored.
     pub codec: Codec,
+    /// Bytes of witness stream once decompressed.
     pub raw_len: u64,
+    /// How many of those bytes are witnesses (the rest are escape records).
     pub witnesses: u64,
     /// File offset of the CHUNK section (for messages).
     pub section_offset: u64,
@@ -40,21 +45,28 @@ pub struct ChunkRef {
 /// Where a program database lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DatabaseRef {
+    /// The database's fixed fields.
     pub header: DatabaseHeader,
+    /// File offset of the PROGRAM_DATABASE section (for messages).
     pub section_offset: u64,
+    /// File byte range of the stored data.
     pub data: Range<usize>,
 }
 
 /// One thread's stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ThreadInfo {
+    /// The thread's THREAD_START.
     pub start: ThreadStart,
     /// `None` in an incomplete trace: the stream may have been cut.
     pub end: Option<ThreadEnd>,
     /// Chunks in sequence order (`chunks[i].seq == i`).
     pub chunks: Vec<ChunkRef>,
+    /// Decompressed witness-stream bytes over the thread's chunks.
     pub raw_bytes: u64,
+    /// Stored chunk bytes over the thread's chunks.
     pub compressed_bytes: u64,
+    /// Witness bytes over the thread's chunks.
     pub witnesses: u64,
 }
 

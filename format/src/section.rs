@@ -31,13 +31,21 @@ impl SectionKind {
     /// Never stored: names the file header in checksum errors (and makes a zeroed
     /// section header invalid).
     pub const FILE_HEADER: SectionKind = SectionKind(0);
+    /// MODULE: one loaded ELF object.
     pub const MODULE: SectionKind = SectionKind(1);
+    /// PROGRAM_DATABASE: a rewritten module's static data.
     pub const PROGRAM_DATABASE: SectionKind = SectionKind(2);
+    /// THREAD_START: opens a thread's witness stream.
     pub const THREAD_START: SectionKind = SectionKind(3);
+    /// CHUNK: a piece of a thread's witness stream.
     pub const CHUNK: SectionKind = SectionKind(4);
+    /// THREAD_END: closes a thread's witness stream.
     pub const THREAD_END: SectionKind = SectionKind(5);
+    /// PROCESS_EXIT: one traced process ended.
     pub const PROCESS_EXIT: SectionKind = SectionKind(6);
+    /// NOTE: free text.
     pub const NOTE: SectionKind = SectionKind(7);
+    /// END: the totals; its presence means the trace is complete.
     pub const END: SectionKind = SectionKind(8);
     /// How to run the program again (`aetrace verify`); not critical: a
     /// reader that does not know it loses nothing else.
@@ -146,6 +154,7 @@ pub enum StartReason {
 /// THREAD_START: opens a thread's witness stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ThreadStart {
+    /// The thread the stream belongs to (dense id, unique in the trace).
     pub thread: ThreadId,
     /// The thread that created this one, `None` for the main thread.
     pub parent: Option<ThreadId>,
@@ -153,6 +162,7 @@ pub struct ThreadStart {
     pub os_tid: u32,
     /// Kernel process id.
     pub pid: u32,
+    /// Why the stream starts.
     pub reason: StartReason,
 }
 
@@ -170,7 +180,9 @@ pub enum EndReason {
 /// THREAD_END: closes a thread's stream after `chunks` chunks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ThreadEnd {
+    /// The thread whose stream ends.
     pub thread: ThreadId,
+    /// Why it ends.
     pub reason: EndReason,
     /// Number of chunks the thread wrote (lets a reader see a lost last chunk).
     pub chunks: u64,
@@ -182,20 +194,29 @@ pub enum ExitStatus {
     /// `exit(code)` (the low 8 bits are what a parent sees).
     Exited(i32),
     /// Killed by this signal number.
-    Signaled { signal: i32, core_dumped: bool },
+    Signaled {
+        /// The signal number.
+        signal: i32,
+        /// Whether the kernel wrote a core dump.
+        core_dumped: bool,
+    },
 }
 
 /// PROCESS_EXIT: the end of one traced process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProcessExit {
+    /// Kernel process id of the process.
     pub pid: u32,
+    /// How it ended.
     pub status: ExitStatus,
 }
 
 /// NOTE: free text, e.g. a procedure left uninstrumented and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Note {
+    /// The module the note is about, if any.
     pub module: Option<ModuleId>,
+    /// The note's text.
     pub text: String,
 }
 
@@ -204,6 +225,7 @@ pub struct Note {
 pub struct End {
     /// Sections before END.
     pub sections: u64,
+    /// Chunks over all threads.
     pub chunks: u64,
     /// Uncompressed witness-stream bytes over all chunks.
     pub raw_bytes: u64,
@@ -211,8 +233,11 @@ pub struct End {
     pub compressed_bytes: u64,
     /// Witness bytes over all chunks.
     pub witnesses: u64,
+    /// THREAD_START sections in the trace.
     pub threads: u32,
+    /// MODULE sections in the trace.
     pub modules: u32,
+    /// PROCESS_EXIT sections in the trace.
     pub process_exits: u32,
 }
 
@@ -221,7 +246,12 @@ pub struct End {
 pub enum Stdin {
     /// A regular file: its path (as `/proc/self/fd/0` named it) and size
     /// when the program started.
-    File { path: Vec<u8>, size: u64 },
+    File {
+        /// The file's path, as bytes.
+        path: Vec<u8>,
+        /// The file's size in bytes.
+        size: u64,
+    },
     /// `/dev/null`.
     Null,
     /// Anything else (a terminal, a pipe, a socket): cannot be replayed.
@@ -240,13 +270,16 @@ pub struct Command {
     pub env: Vec<Vec<u8>>,
     /// Working directory.
     pub cwd: Vec<u8>,
+    /// Where standard input came from, and whether it can be replayed.
     pub stdin: Stdin,
 }
 
 /// The fixed fields of a CHUNK (the data follows them in the payload).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChunkHeader {
+    /// The thread whose stream the chunk continues.
     pub thread: ThreadId,
+    /// How the data is stored.
     pub codec: Codec,
     /// 0, 1, 2... within the thread.
     pub seq: u64,
@@ -259,33 +292,50 @@ pub struct ChunkHeader {
 /// The fixed fields of a PROGRAM_DATABASE.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DatabaseHeader {
+    /// The module whose database this is.
     pub module: ModuleId,
     /// Version of the database encoding (defined by the rewriter, opaque here).
     pub version: u32,
+    /// How the data is stored.
     pub codec: Codec,
+    /// Bytes of the database once decompressed.
     pub raw_len: u64,
 }
 
 /// A decoded section payload. Bulk data borrows from the file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record<'a> {
+    /// MODULE.
     Module(Module),
+    /// PROGRAM_DATABASE.
     ProgramDatabase {
+        /// The fixed fields.
         header: DatabaseHeader,
         /// Stored bytes and their offset inside the payload.
         data: &'a [u8],
+        /// Offset of `data` inside the payload.
         data_at: usize,
     },
+    /// THREAD_START.
     ThreadStart(ThreadStart),
+    /// CHUNK.
     Chunk {
+        /// The fixed fields.
         header: ChunkHeader,
+        /// The stored (usually compressed) witness-stream bytes.
         data: &'a [u8],
+        /// Offset of `data` inside the payload.
         data_at: usize,
     },
+    /// THREAD_END.
     ThreadEnd(ThreadEnd),
+    /// PROCESS_EXIT.
     ProcessExit(ProcessExit),
+    /// NOTE.
     Note(Note),
+    /// END.
     End(End),
+    /// COMMAND.
     Command(Command),
     /// A non-critical kind this reader does not know; skipped.
     Unknown(SectionKind),
@@ -621,7 +671,9 @@ pub(crate) fn decode(
 pub struct Section<'a> {
     /// File offset of the section header.
     pub offset: u64,
+    /// The section's kind field.
     pub kind: SectionKind,
+    /// The payload, without header or padding.
     pub payload: &'a [u8],
 }
 
@@ -660,6 +712,7 @@ pub(crate) fn frame(kind: SectionKind, payload: &[u8], out: &mut Vec<u8>) -> Res
 pub struct Break {
     /// File offset of the damaged section.
     pub offset: u64,
+    /// What is wrong with it.
     pub error: Error,
     /// True when the damage is a torn tail: the last section was cut short (or its
     /// bytes never reached the disk) and nothing follows it. The sections before it

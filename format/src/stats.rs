@@ -13,44 +13,63 @@ use std::fmt;
 /// One module.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ModuleStats {
+    /// Dense id of the module in the trace.
     pub id: ModuleId,
+    /// Process id the module was mapped in.
     pub pid: u32,
     /// The path, with bytes that are not UTF-8 replaced.
     pub path: String,
     /// Hex digits, empty when the module has no build-id.
     pub build_id: String,
+    /// Address the module's vaddr 0 was loaded at.
     pub load_base: u64,
+    /// Bytes of address space the module spans.
     pub size: u64,
+    /// Whether it is the program's main executable.
     pub main: bool,
+    /// Whether it was rewritten by aetrace (its program database is in the trace).
     pub instrumented: bool,
     /// Size of the program database once decompressed, and as stored.
     pub database_raw_bytes: Option<u64>,
+    /// Stored (usually compressed) size of the program database.
     pub database_stored_bytes: Option<u64>,
 }
 
 /// One thread's stream.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ThreadStats {
+    /// Dense id of the thread in the trace.
     pub thread: ThreadId,
+    /// The thread that created this one, `None` for the main thread.
     pub parent: Option<ThreadId>,
+    /// Kernel process id.
     pub pid: u32,
+    /// Kernel thread id.
     pub os_tid: u32,
     /// `main`, `thread`, `fork` or `exec`.
     pub start: &'static str,
     /// `exit`, `exec`, `killed`, or `None` when the trace stops before the thread ends.
     pub end: Option<&'static str>,
+    /// Chunks in the thread's stream.
     pub chunks: u64,
+    /// Decompressed witness-stream bytes.
     pub raw_bytes: u64,
+    /// Stored chunk bytes.
     pub compressed_bytes: u64,
+    /// Witness bytes (the rest of the stream is escape records).
     pub witnesses: u64,
 }
 
 /// How one process ended.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ExitStats {
+    /// Kernel process id.
     pub pid: u32,
+    /// The exit code, when the process called `exit`.
     pub exit_code: Option<i32>,
+    /// The signal that killed the process, if one did.
     pub signal: Option<i32>,
+    /// Whether the kernel wrote a core dump.
     pub core_dumped: bool,
 }
 
@@ -59,23 +78,35 @@ pub struct ExitStats {
 pub struct Stats {
     /// `major.minor` of the file format.
     pub version: String,
+    /// The program and version that wrote the file (from the header).
     pub creator: String,
+    /// Whether the trace is complete (it has an END section).
     pub complete: bool,
     /// Why the trace is incomplete (no END, torn tail), `None` when complete.
     pub incomplete: Option<String>,
+    /// Size of the trace file.
     pub file_bytes: u64,
     /// Sections before END.
     pub sections: u64,
+    /// Every module, in file order.
     pub modules: Vec<ModuleStats>,
+    /// Every thread stream, in file order.
     pub threads: Vec<ThreadStats>,
+    /// Every process exit, in file order.
     pub process_exits: Vec<ExitStats>,
+    /// The number of NOTE sections.
     pub notes: u64,
     /// Totals over all threads.
     pub chunks: u64,
+    /// Decompressed witness-stream bytes.
     pub raw_bytes: u64,
+    /// Stored chunk bytes.
     pub compressed_bytes: u64,
+    /// Witness bytes.
     pub witnesses: u64,
+    /// Program database bytes once decompressed, over all modules.
     pub database_raw_bytes: u64,
+    /// Program database bytes as stored, over all modules.
     pub database_stored_bytes: u64,
 }
 

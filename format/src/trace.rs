@@ -244,6 +244,7 @@ fn expand(
 /// A chunk of a thread's witness stream, borrowed from the trace.
 #[derive(Clone, Copy, Debug)]
 pub struct Chunk<'a> {
+    /// Where the chunk is and what it holds.
     pub meta: &'a ChunkRef,
     /// The stored (usually compressed) bytes.
     pub data: &'a [u8],
@@ -268,7 +269,9 @@ impl Chunk<'_> {
 /// A module's program database, borrowed from the trace.
 #[derive(Clone, Copy, Debug)]
 pub struct Database<'a> {
+    /// Where the database is and its fixed fields.
     pub meta: &'a DatabaseRef,
+    /// The stored (usually compressed) bytes.
     pub data: &'a [u8],
 }
 

@@ -37,11 +37,17 @@ pub const DEFAULT_LEVEL: i32 = 3;
 /// A chunk ready to append: compressed off the writer's thread.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EncodedChunk {
+    /// The thread whose stream the chunk continues.
     pub thread: ThreadId,
+    /// The chunk's position in the thread's stream (0, 1, 2...).
     pub seq: u64,
+    /// Bytes of witness stream before compression.
     pub raw_len: u64,
+    /// How many of those bytes are witnesses (the rest are escape records).
     pub witnesses: u64,
+    /// How `data` is stored.
     pub codec: Codec,
+    /// The stored bytes.
     pub data: Vec<u8>,
 }
 
@@ -70,8 +76,11 @@ pub fn compress_chunk(
 pub struct EncodedDatabase {
     /// Format version of the raw database.
     pub version: u32,
+    /// Bytes of the database before compression.
     pub raw_len: u64,
+    /// How `data` is stored.
     pub codec: Codec,
+    /// The stored bytes.
     pub data: Vec<u8>,
 }
 
