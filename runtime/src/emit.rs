@@ -66,6 +66,7 @@ impl Site {
 /// A record payload known to the rewriter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Payload {
+    /// The record kind has no payload.
     None,
     /// An immediate (procedure number, exit status known statically, ...).
     Imm32(u32),
@@ -366,14 +367,23 @@ fn end_with_label_target(a: &mut CodeAssembler, f: Frame) -> Result<(), Error> {
 /// blob is placed at `base`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RuntimeAddrs {
+    /// Address of `init`: creates or attaches to the region and claims the main thread's slot.
     pub init: u64,
+    /// Address of the `ready` word: 1 once `init` has run (outside-entry stubs check it).
     pub ready: u64,
+    /// Address of `attach_thread`: claims a slot for a thread that owns none.
     pub attach: u64,
+    /// Address of `flush`: seals the current half when a buffer check finds it full.
     pub flush: u64,
+    /// Address of `fork_child`: claims the child's slot after a fork, with its FORK record.
     pub fork_child: u64,
+    /// Address of `fork_prepare`, called before a call to `fork`.
     pub fork_prepare: u64,
+    /// Address of `fork_done`, called at the fork's return point.
     pub fork_done: u64,
+    /// Address of `signal_entry`: the fix-up and SIGNAL record at a signal handler's entry.
     pub signal_entry: u64,
+    /// Address of the signal restorer's bytes the stubs compare a handler's return address with.
     pub restorer_bytes: u64,
 }
 

@@ -22,14 +22,23 @@ pub const VERSION: u32 = 1;
 pub const HEADER_SIZE: u64 = 4096;
 
 // Region header field offsets.
+/// Header offset: the magic (u64, [`MAGIC`]).
 pub const H_MAGIC: u64 = 0;
+/// Header offset: the layout version (u32, [`VERSION`]).
 pub const H_VERSION: u64 = 8;
+/// Header offset: the flags (u32, `FLAG_*`).
 pub const H_FLAGS: u64 = 12;
+/// Header offset: the region's size in bytes (u64).
 pub const H_REGION_SIZE: u64 = 16;
+/// Header offset: the number of slots (u32).
 pub const H_SLOT_COUNT: u64 = 24;
+/// Header offset: the headroom kept above the high-water mark (u32, [`HEADROOM`]).
 pub const H_HEADROOM: u64 = 28;
+/// Header offset: the size of one slot, header and both halves (u64).
 pub const H_SLOT_SIZE: u64 = 32;
+/// Header offset: the size of one data half (u64).
 pub const H_HALF_SIZE: u64 = 40;
+/// Header offset: the pid of the region's creator, the recorder or the standalone process (u32).
 pub const H_PID: u64 = 48;
 /// Futex word: incremented (and woken) by the runtime each time a half is sealed.
 pub const H_FUTEX: u64 = 52;
@@ -72,7 +81,9 @@ pub const S_OWNER: u64 = 16;
 pub const S_BASE: u64 = 24;
 /// `SLOT_FREE`, `SLOT_ACTIVE` or `SLOT_RELEASED`.
 pub const S_STATE: u64 = 32;
+/// Slot offset: the writing thread's kernel thread id (u32).
 pub const S_TID: u64 = 36;
+/// Slot offset: the writing thread's kernel process id (u32), kept while the slot is `SLOT_RELEASED`.
 pub const S_PID: u64 = 40;
 /// The half (0 or 1) the writer is filling.
 pub const S_CUR_HALF: u64 = 44;
@@ -110,7 +121,9 @@ pub const SLOT_ACTIVE: u32 = 1;
 /// share one. Once that process is gone the recorder makes it
 /// `SLOT_FREE`.
 pub const SLOT_RELEASED: u32 = 2;
+/// Half state: the writer may fill it (the drainer has consumed it).
 pub const HALF_EMPTY: u32 = 0;
+/// Half state: sealed by the writer, waiting for the drainer.
 pub const HALF_FULL: u32 = 1;
 
 /// Bytes kept free above the high-water mark: the most any path between two
@@ -125,16 +138,24 @@ pub const MAX_BYTES_BETWEEN_CHECKS: u64 = 1024;
 
 /// Standalone chunk header (appended to the file after the region).
 pub const CHUNK_MAGIC: u32 = u32::from_le_bytes(*b"AECK");
+/// Size of a standalone chunk header: `{magic, slot, seq, len, pid, tid}`.
 pub const CHUNK_HEADER_SIZE: u64 = 32;
+/// Chunk header offset: [`CHUNK_MAGIC`] (u32).
 pub const C_MAGIC: u64 = 0;
+/// Chunk header offset: the slot the chunk comes from (u32).
 pub const C_SLOT: u64 = 4;
+/// Chunk header offset: the chunk's sequence number within its slot (u64).
 pub const C_SEQ: u64 = 8;
+/// Chunk header offset: the data bytes following the header (u64).
 pub const C_LEN: u64 = 16;
+/// Chunk header offset: the writer's process id (u32).
 pub const C_PID: u64 = 24;
+/// Chunk header offset: the writer's thread id (u32).
 pub const C_TID: u64 = 28;
 
 /// Standalone defaults (the runtime creates the file itself).
 pub const STANDALONE_SLOTS: u32 = 64;
+/// Standalone default: bytes per data half.
 pub const STANDALONE_HALF: u64 = 64 * 1024;
 
 /// The "never written" byte.
@@ -243,7 +264,9 @@ impl RecordKind {
 /// Region geometry, as written in the header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Geometry {
+    /// Number of slots (the most threads and processes writing at once).
     pub slot_count: u32,
+    /// Bytes in each of a slot's two data halves.
     pub half_size: u64,
 }
 

@@ -33,7 +33,9 @@ pub enum Error {
     /// A system call on the recorder side failed.
     #[error("{what}: {source}")]
     Io {
+        /// The failed operation.
         what: &'static str,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
@@ -49,9 +51,13 @@ pub enum Error {
     /// A slot's stream holds an escape record of unknown kind.
     #[error("slot {slot}: unknown record kind {kind:#04x} at byte {offset} of half {half}")]
     BadRecord {
+        /// The slot whose stream holds the record.
         slot: u32,
+        /// The half (0 or 1) it was in.
         half: u32,
+        /// Byte offset of the record in that half.
         offset: u64,
+        /// The unknown kind byte.
         kind: u8,
     },
 }

@@ -135,6 +135,7 @@ impl Region {
         ("AETRACE_SHM_FD", self.fd().to_string())
     }
 
+    /// The region's slot count and half size.
     pub fn geometry(&self) -> Geometry {
         self.geometry
     }
@@ -210,8 +211,11 @@ struct SlotCursor {
 /// One batch of a slot's stream.
 #[derive(Debug)]
 pub struct Batch<'a> {
+    /// The slot the bytes were drained from.
     pub slot: u32,
+    /// Kernel process id of the writer.
     pub pid: u32,
+    /// Kernel thread id of the writer.
     pub tid: u32,
     /// Run-time address of the runtime blob in the writing process (the
     /// slot's `S_RUNTIME`): its load bias is `runtime - runtime_vaddr`.
@@ -615,11 +619,15 @@ unsafe fn copy_volatile(out: &mut Vec<u8>, src: *const u8, len: u64) {
 /// One slot's stream read from a standalone file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stream {
+    /// The slot the stream was written in.
     pub slot: u32,
+    /// Kernel process id of the writer.
     pub pid: u32,
+    /// Kernel thread id of the writer.
     pub tid: u32,
     /// Run-time address of the runtime blob in the writing process.
     pub runtime: u64,
+    /// The stream's witnesses and records, in order.
     pub bytes: Vec<u8>,
 }
 
