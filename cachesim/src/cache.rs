@@ -26,8 +26,11 @@ pub const SMALL_ASSOC_MAX: usize = 64;
 /// Replacement policy (Dinero's `-lN-Trepl l|f|r`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum Repl {
+    /// Least recently used.
     Lru,
+    /// First in, first out.
     Fifo,
+    /// A pseudo-random line of the set (seeded, so runs repeat).
     Random,
 }
 
@@ -59,9 +62,11 @@ pub type BlockMap<V> = HashMap<u64, V, BuildHasherDefault<BlockHasher>>;
 pub struct Rng(u64);
 
 impl Rng {
+    /// A generator seeded with `seed` (equal seeds give equal sequences).
     pub fn new(seed: u64) -> Self {
         Rng(seed)
     }
+    /// The next 64 random bits.
     #[inline]
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -82,20 +87,20 @@ pub type Slot = usize;
 
 /// A victim pushed out by an insertion.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Victim {
+pub(crate) struct Victim {
     pub block: u64,
     pub dirty: bool,
 }
 
 /// Sets of lines in replacement order.
 #[derive(Clone, Debug)]
-pub enum Store {
+pub(crate) enum Store {
     Small(SmallStore),
     Large(LargeStore),
 }
 
 impl Store {
-    pub fn new(sets: usize, assoc: usize) -> Self {
+    pub(crate) fn new(sets: usize, assoc: usize) -> Self {
         debug_assert!(sets.is_power_of_two() && assoc >= 1);
         debug_assert!(assoc > SMALL_ASSOC_MAX || assoc.is_power_of_two());
         if assoc <= SMALL_ASSOC_MAX {

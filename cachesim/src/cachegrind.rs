@@ -70,14 +70,23 @@ impl Level {
 /// Counters in cachegrind's terms.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct CgStats {
+    /// Instruction fetches.
     pub i_refs: u64,
+    /// First-level instruction cache misses.
     pub i1_misses: u64,
+    /// Last-level misses of instruction fetches.
     pub lli_misses: u64,
+    /// Data reads (misc references included).
     pub d_reads: u64,
+    /// Data writes.
     pub d_writes: u64,
+    /// First-level data cache misses of reads.
     pub d1_read_misses: u64,
+    /// First-level data cache misses of writes.
     pub d1_write_misses: u64,
+    /// Last-level misses of data reads.
     pub lld_read_misses: u64,
+    /// Last-level misses of data writes.
     pub lld_write_misses: u64,
 }
 
@@ -88,6 +97,7 @@ pub struct Cachegrind {
     ll: Option<Level>,
     /// Never used by LRU; the store interface takes one.
     rng: Rng,
+    /// The counters so far.
     pub stats: CgStats,
     index: u64,
 }

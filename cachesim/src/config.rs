@@ -27,12 +27,16 @@ pub const MAX_BLOCKS: u64 = 1 << 28;
 /// Which references a cache takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum Side {
+    /// Takes every reference.
     Unified,
+    /// Takes instruction fetches only.
     Instr,
+    /// Takes data references (reads, writes, misc) only.
     Data,
 }
 
 impl Side {
+    /// The side's letter in Dinero's names and options (`u`, `i`, `d`).
     pub fn letter(self) -> char {
         match self {
             Side::Unified => 'u',
@@ -52,7 +56,9 @@ impl Side {
 /// Write-allocate policy (`-lN-Twalloc a|n|f`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum WriteAlloc {
+    /// Allocate a block on every write miss.
     Always,
+    /// Never allocate on a write miss (write around).
     Never,
     /// Allocate only when the write covers whole blocks (no fetch needed).
     NoFetch,
@@ -61,6 +67,7 @@ pub enum WriteAlloc {
 /// Write-back policy (`-lN-Twback a|n|f`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum WriteBack {
+    /// Write back: dirty blocks go to the next level when evicted.
     Always,
     /// Write through.
     Never,
@@ -75,13 +82,21 @@ pub struct CacheConfig {
     pub name: String,
     /// 1-based level.
     pub level: usize,
+    /// Which references the cache takes.
     pub side: Side,
+    /// Capacity in bytes (a power of two).
     pub size: u64,
+    /// Block size in bytes (a power of two).
     pub bsize: u64,
+    /// Ways per set.
     pub assoc: u64,
+    /// Replacement policy.
     pub repl: Repl,
+    /// Write-allocate policy.
     pub walloc: WriteAlloc,
+    /// Write-back policy.
     pub wback: WriteBack,
+    /// Whether to classify misses into compulsory, capacity and conflict (`-ccc`).
     pub ccc: bool,
 }
 
@@ -104,6 +119,7 @@ impl CacheConfig {
         Ok(c)
     }
 
+    /// The number of sets: size / (block size × ways).
     pub fn sets(&self) -> u64 {
         self.size / (self.bsize * self.assoc)
     }

@@ -36,13 +36,21 @@ use crate::AccessKind;
 /// Per-cache counters, indexed by [`AccessKind`] number.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Stats {
+    /// References per access kind.
     pub fetch: [u64; 4],
+    /// Misses per access kind.
     pub miss: [u64; 4],
+    /// Compulsory misses (first reference to the block) per access kind, with `-ccc`.
     pub compulsory: [u64; 4],
+    /// Capacity misses (a fully associative cache of the same size misses too) per access kind, with `-ccc`.
     pub capacity: [u64; 4],
+    /// Conflict misses (the rest) per access kind, with `-ccc`.
     pub conflict: [u64; 4],
+    /// References split because they straddle a block boundary.
     pub multiblock: u64,
+    /// Bytes fetched from the next level towards memory.
     pub bytes_from_memory: u64,
+    /// Bytes written to the next level towards memory (write-through data and dirty victims).
     pub bytes_to_memory: u64,
 }
 
@@ -54,6 +62,7 @@ struct Ccc {
 
 /// One simulated cache.
 pub struct Cache {
+    /// The cache's checked geometry and policies.
     pub config: CacheConfig,
     bshift: u32,
     set_mask: u64,
@@ -61,6 +70,7 @@ pub struct Cache {
     ccc: Option<Ccc>,
     /// Index of the next cache towards memory, `None` = memory.
     next: Option<usize>,
+    /// The counters so far.
     pub stats: Stats,
 }
 
@@ -172,6 +182,7 @@ impl Cache {
 
 /// A hierarchy of caches with Dinero IV semantics.
 pub struct Hierarchy {
+    /// The caches, first level first; each names the next towards memory.
     pub caches: Vec<Cache>,
     /// First cache for each access kind (instruction fetches to the
     /// instruction side, the rest to the data side; `None` when that side

@@ -47,20 +47,36 @@ pub enum Error {
     Usage(String),
     /// A text trace line is malformed.
     #[error("line {line}: {message}")]
-    Line { line: u64, message: String },
+    Line {
+        /// The 1-based line number.
+        line: u64,
+        /// What is wrong with the line.
+        message: String,
+    },
     /// A reference cannot be simulated (e.g. it straddles more lines than
     /// the model allows).
     #[error("reference {index}: {message}")]
-    Reference { index: u64, message: String },
+    Reference {
+        /// The 0-based position of the reference in the trace.
+        index: u64,
+        /// Why it cannot be simulated.
+        message: String,
+    },
+    /// A `bin` trace that cannot be read.
     #[error(transparent)]
     Format(#[from] aetrace_format::Error),
+    /// A file that cannot be opened or read.
     #[error("{path}: {source}")]
     File {
+        /// The file's path, as given.
         path: String,
+        /// The operating system's error.
         source: std::io::Error,
     },
+    /// Reading the trace or writing the output failed.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+    /// Plotters failed to draw the sweep's SVG curve.
     #[error("cannot draw the miss-ratio curve: {0}")]
     Plot(String),
 }

@@ -33,7 +33,9 @@ use crate::{Error, Result};
 /// Associativity of one swept configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Assoc {
+    /// Set-associative with this many ways.
     Ways(u64),
+    /// Fully associative.
     Full,
 }
 
@@ -52,7 +54,9 @@ impl serde::Serialize for Assoc {
 pub struct SweepSpec {
     /// Cache sizes in bytes, powers of two, increasing.
     pub sizes: Vec<u64>,
+    /// Associativities, each swept at every size.
     pub assocs: Vec<Assoc>,
+    /// Block size in bytes, a power of two.
     pub bsize: u64,
 }
 
@@ -226,10 +230,15 @@ impl SetStacks {
 /// One configuration's result.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Point {
+    /// Cache size in bytes.
     pub size: u64,
+    /// Associativity.
     pub assoc: Assoc,
+    /// References simulated.
     pub accesses: u64,
+    /// Misses.
     pub misses: u64,
+    /// `misses / accesses`.
     pub miss_ratio: f64,
 }
 
@@ -248,6 +257,7 @@ pub struct Sweep {
 }
 
 impl Sweep {
+    /// A simulator for every configuration of `spec`, run in one pass.
     pub fn new(spec: SweepSpec) -> Self {
         let bshift = spec.bsize.trailing_zeros();
         let mut depth_for_sets: BTreeMap<u64, u64> = BTreeMap::new();

@@ -30,8 +30,11 @@ use crate::{Error, Result};
 /// One memory reference.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Ref {
+    /// What kind of reference it is.
     pub kind: AccessKind,
+    /// The referenced virtual address.
     pub addr: u64,
+    /// Bytes referenced.
     pub size: u32,
 }
 
@@ -49,6 +52,7 @@ pub enum InFormat {
 }
 
 impl InFormat {
+    /// The format named by `-informat`'s letter (`d`, `D` or `b`).
     pub fn from_letter(c: &str) -> Option<Self> {
         match c {
             "d" => Some(InFormat::Din),
@@ -62,7 +66,9 @@ impl InFormat {
 /// Where the trace comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Input {
+    /// Standard input.
     Stdin,
+    /// A file.
     File(PathBuf),
 }
 
