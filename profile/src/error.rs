@@ -9,12 +9,17 @@ pub enum Error {
     /// A file could not be read or written.
     #[error("{}: {source}", path.display())]
     Io {
+        /// The file.
         path: PathBuf,
+        /// The operating system's error.
         source: std::io::Error,
     },
     /// The profile is malformed, of another version, or inconsistent.
     #[error("profile: {what}")]
-    Profile { what: String },
+    Profile {
+        /// What is wrong with it.
+        what: String,
+    },
     /// Writing the report failed (closed pipe, full disk).
     #[error("writing the report: {0}")]
     Output(#[from] std::io::Error),

@@ -37,7 +37,9 @@ pub type Node = (usize, usize);
 /// One call site's calls to one callee.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CallLine {
+    /// The calling procedure.
     pub caller: Node,
+    /// The called procedure.
     pub callee: Node,
     /// Link-time address of the call (or tail jump) instruction.
     pub site: u64,

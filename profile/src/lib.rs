@@ -44,9 +44,11 @@ pub(crate) fn perr(what: impl Into<String>) -> Error {
 /// A profile: one run of one program.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Profile {
+    /// The profile format's version ([`VERSION`]).
     pub version: u32,
     /// The program profiled (absolute path) and its arguments.
     pub program: String,
+    /// The arguments the program was run with, after its path.
     pub args: Vec<String>,
     /// `optimal` or `every-block`.
     pub placement: String,
@@ -89,6 +91,7 @@ pub struct ModuleRef<'a> {
     pub name: &'a str,
     /// The original file.
     pub path: &'a str,
+    /// Its procedures; addresses are link-time.
     pub procs: &'a [ProcProfile],
 }
 
@@ -115,11 +118,15 @@ impl Profile {
 /// call (`jmp`) or not.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct CallProfile {
+    /// The call block (index into the procedure's blocks).
     pub block: u32,
+    /// The callee's link-time address, for a direct or PLT call.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub target: Option<u64>,
+    /// The imported callee's name, for a PLT call whose import is known.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub import: Option<String>,
+    /// A tail call (`jmp`) rather than a `call`.
     #[serde(skip_serializing_if = "std::ops::Not::not", default)]
     pub tail: bool,
 }
@@ -127,6 +134,7 @@ pub struct CallProfile {
 /// One procedure of the profile.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ProcProfile {
+    /// The procedure's symbol name.
     pub name: String,
     /// Why it was not profiled, when it was not (its code ran uncounted).
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -166,20 +174,26 @@ pub struct ProcProfile {
     /// Recovered counts (absent when recovery failed: see `error`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub counts: Option<Counts>,
+    /// Why count recovery failed, when it did.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub error: Option<String>,
 }
 
+/// One basic block of a procedure.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct BlockProfile {
+    /// The block's link-time start address.
     pub start: u64,
+    /// Byte offsets of its instructions from `start`.
     pub insns: Vec<u32>,
 }
 
 /// Recovered counts of one procedure.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Counts {
+    /// How many times the procedure was entered.
     pub invocations: u64,
+    /// Execution count of each block.
     pub blocks: Vec<u64>,
     /// Per CFG edge; absent with every-block placement (block counts only).
     #[serde(skip_serializing_if = "Option::is_none", default)]

@@ -24,9 +24,11 @@ fn perr(what: impl Into<String>) -> Error {
 /// A path profile: one run of one program.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PathProfile {
+    /// The path profile format's version ([`VERSION`]).
     pub version: u32,
     /// The program profiled (absolute path) and its arguments.
     pub program: String,
+    /// The arguments the program was run with, after its path.
     pub args: Vec<String>,
     /// `exited N` or `killed by signal N`.
     pub status: String,
@@ -38,6 +40,7 @@ pub struct PathProfile {
     pub edge_increments: u64,
     /// Wall time of the run, seconds.
     pub run_seconds: f64,
+    /// The executable's procedures.
     pub procs: Vec<ProcPathProfile>,
     /// The `--libs` libraries, one section each (absent: none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -54,6 +57,7 @@ pub struct LibPathProfile {
     pub name: String,
     /// The file profiled (absolute path).
     pub path: String,
+    /// Its procedures; addresses are link-time.
     pub procs: Vec<ProcPathProfile>,
 }
 
@@ -85,13 +89,16 @@ impl PathProfile {
 /// One procedure of the path profile.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ProcPathProfile {
+    /// The procedure's symbol name.
     pub name: String,
     /// Why it was not profiled, when it was not (its code ran uncounted).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub left_alone: Option<String>,
     /// `paths`, or `edges` (more than `path_limit` paths: edge profile).
     pub mode: String,
+    /// Entry block.
     pub entry: u32,
+    /// Link-time start of each block and its instruction offsets.
     pub blocks: Vec<BlockProfile>,
     /// `[from, to, kind]`; `to == blocks.len()` is EXIT (kinds as in the
     /// edge profile).
@@ -112,6 +119,7 @@ pub struct ProcPathProfile {
     /// Edge-profiled procedures: the recovered edge profile.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub edge_counts: Option<Counts>,
+    /// Why count recovery failed, when it did.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub error: Option<String>,
 }
@@ -119,7 +127,9 @@ pub struct ProcPathProfile {
 /// One executed path.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct PathCount {
+    /// The Ball–Larus path id (`0..num_paths`).
     pub id: u64,
+    /// How many times the path executed.
     pub count: u64,
     /// `entry` (starts at the entry block) or `loop` (after a back edge).
     pub start: String,
