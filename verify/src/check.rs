@@ -66,6 +66,7 @@ pub struct VerifyOptions {
 pub struct Place {
     /// Link-time address.
     pub addr: u64,
+    /// The procedure's symbol name.
     pub proc: String,
     /// The module's file name, when the trace has more than one module.
     pub module: Option<String>,
@@ -76,6 +77,7 @@ pub struct Place {
 /// Where one thread's two sequences part.
 #[derive(Clone, Debug)]
 pub struct Divergence {
+    /// The trace thread (its number in the trace, as `--thread` takes it).
     pub thread: u32,
     /// OS thread id in the verifying run.
     pub tid: Pid,
@@ -116,6 +118,7 @@ pub struct Report {
     pub problems: Vec<String>,
     /// Facts worth knowing that do not change the verdict.
     pub notes: Vec<String>,
+    /// What the verifying run produced: its exit, modules and statistics.
     pub outcome: Outcome,
 }
 

@@ -23,7 +23,9 @@ use crate::Error;
 /// One block, with what the tracer needs at its end.
 #[derive(Clone, Debug)]
 pub struct Blk {
+    /// Link-time address of the block's first instruction.
     pub start: u64,
+    /// Link-time address just past the block's last instruction.
     pub end: u64,
     /// Address of the last instruction.
     pub last: u64,
@@ -40,17 +42,21 @@ pub struct Blk {
 
 /// A module whose blocks are followed.
 pub struct TracedModule {
+    /// The module's file.
     pub path: PathBuf,
+    /// Its procedures and their CFGs, recovered statically.
     pub program: Program,
     /// Runtime address minus link-time address (0 until mapped).
     pub base: u64,
     /// Found in the process's mappings, its entry traps written.
     pub mapped: bool,
+    /// Every block of every procedure with a CFG.
     pub blocks: Vec<Blk>,
     /// Indices of blocks reachable from untraced code.
     pub entries: Vec<u32>,
     /// `[lo, hi)` link-time range covered by blocks.
     pub lo: u64,
+    /// End of the range (exclusive).
     pub hi: u64,
 }
 

@@ -44,6 +44,7 @@ use crate::{Arrival, Error, Event, Observer, Options, Outcome, Pid};
 /// What `aetrace verify --profile` was asked for.
 #[derive(Clone, Debug, Default)]
 pub struct ProfileOptions {
+    /// The profile to check.
     pub profile: PathBuf,
     /// The program's stdin (default: ours).
     pub stdin: Option<PathBuf>,
@@ -485,10 +486,13 @@ impl Observer for Graph<'_> {
 /// One count that differs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mismatch {
+    /// The procedure's symbol name.
     pub proc: String,
     /// `block 0x..`, `edge 0x.. -> 0x.. (kind)`, `invocations`.
     pub what: String,
+    /// The count in the profile.
     pub profile: u64,
+    /// The count the single-stepped run observed.
     pub seen: u64,
     /// `file:line` of the block (or the edge's source) when DWARF has it.
     pub line: Option<String>,
@@ -497,6 +501,7 @@ pub struct Mismatch {
 /// The verdict on a profile.
 #[derive(Clone, Debug)]
 pub struct ProfileReport {
+    /// The program run (its path).
     pub program: String,
     /// Every block and edge count that differs, in profile order.
     pub mismatches: Vec<Mismatch>,
@@ -508,11 +513,15 @@ pub struct ProfileReport {
     pub missing_edges: Vec<(u64, Option<u64>, u64, String)>,
     /// What makes the check inconclusive.
     pub problems: Vec<String>,
+    /// Facts worth knowing that do not change the verdict.
     pub notes: Vec<String>,
     /// Counts compared and equal.
     pub blocks_checked: u64,
+    /// Edge counts compared and equal.
     pub edges_checked: u64,
+    /// Procedures compared.
     pub procs_checked: usize,
+    /// What the verifying run produced: its exit, modules and statistics.
     pub outcome: Outcome,
 }
 

@@ -14,6 +14,7 @@ use std::os::unix::fs::FileExt;
 
 use crate::Error;
 
+/// A Linux process or thread id.
 pub type Pid = libc::pid_t;
 pub type Regs = libc::user_regs_struct;
 
