@@ -37,10 +37,13 @@ pub enum BlockKind {
 /// A basic block.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Block {
+    /// Link-time address of the block's first instruction.
     pub start: u64,
+    /// Link-time address just past its last instruction.
     pub end: u64,
     /// Offsets from `start` of the block's instructions.
     pub insns: Vec<u32>,
+    /// Whether the block ends in a call.
     pub kind: BlockKind,
 }
 
@@ -74,6 +77,7 @@ pub enum EdgeKind {
 }
 
 impl EdgeKind {
+    /// The kind's name in reports and `aetrace cfg --json`.
     pub fn as_str(self) -> &'static str {
         match self {
             EdgeKind::FallThrough => "fallthrough",
@@ -98,8 +102,11 @@ impl EdgeKind {
 /// An edge of the CFG.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct CfgEdge {
+    /// The source block.
     pub from: BlockId,
+    /// The target block, or EXIT (`BlockId(blocks.len())`).
     pub to: BlockId,
+    /// How control moves along the edge.
     pub kind: EdgeKind,
 }
 
@@ -119,6 +126,7 @@ pub enum CallKind {
 }
 
 impl CallKind {
+    /// The kind's name in reports and `aetrace cfg --json`.
     pub fn as_str(self) -> &'static str {
         match self {
             CallKind::Direct => "direct",
@@ -132,7 +140,9 @@ impl CallKind {
 /// A call (or tail call) leaving the procedure.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CallSite {
+    /// The call block (the call is its last instruction).
     pub block: BlockId,
+    /// How the call reaches its callee.
     pub kind: CallKind,
     /// The callee's address, for direct and PLT calls.
     pub target: Option<u64>,
@@ -148,7 +158,12 @@ pub struct CallSite {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JumpResolution {
     /// A jump table: these are its (possibly repeated) targets, in table order.
-    Table { table: u64, targets: Vec<u64> },
+    Table {
+        /// Link-time address of the table.
+        table: u64,
+        /// The targets, one per table entry.
+        targets: Vec<u64>,
+    },
     /// The target is a constant on every path (a code address formed with
     /// `lea` in another block, glibc's printf): the distinct targets. Empty
     /// when no path can reach the jump (its guards compare constants).
@@ -163,18 +178,26 @@ pub enum JumpResolution {
 /// An indirect `jmp`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IndirectJump {
+    /// The block the jump ends.
     pub block: BlockId,
+    /// Link-time address of the jump instruction.
     pub addr: u64,
+    /// What the jump was found to be.
     pub resolution: JumpResolution,
 }
 
 /// One procedure's CFG.
 #[derive(Clone, Debug)]
 pub struct Cfg {
+    /// The basic blocks; EXIT is the id one past the last.
     pub blocks: PrimaryMap<BlockId, Block>,
+    /// The block control enters at (the procedure's primary start).
     pub entry: BlockId,
+    /// The edges, between blocks and to EXIT.
     pub edges: PrimaryMap<EdgeId, CfgEdge>,
+    /// Every call and tail call leaving the procedure.
     pub calls: Vec<CallSite>,
+    /// Every indirect jump, resolved or not.
     pub indirect_jumps: Vec<IndirectJump>,
 }
 

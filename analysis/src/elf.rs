@@ -20,12 +20,16 @@ use crate::error::{Error, Result};
 /// What the loader makes of the file (`ET_EXEC`, PIE, or a shared object).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum ElfKind {
+    /// A position-dependent executable (`ET_EXEC`).
     Exec,
+    /// A position-independent executable (`ET_DYN` with `PT_INTERP` or `DF_1_PIE`).
     Pie,
+    /// A shared object.
     Shared,
 }
 
 impl ElfKind {
+    /// The kind's name in reports.
     pub fn as_str(self) -> &'static str {
         match self {
             ElfKind::Exec => "exec",
@@ -38,21 +42,29 @@ impl ElfKind {
 /// One section header, reduced to what we use.
 #[derive(Clone, Debug)]
 pub struct Section {
+    /// The section's name (`.text`).
     pub name: String,
+    /// Link-time address of its first byte.
     pub addr: u64,
+    /// Size in bytes.
     pub size: u64,
     /// File offset of the bytes, when the section has bytes in the file
     /// (not `SHT_NOBITS`) and they lie inside it.
     pub file_offset: Option<u64>,
+    /// Holds executable code (`SHF_EXECINSTR`).
     pub exec: bool,
+    /// Occupies memory at run time (`SHF_ALLOC`).
     pub alloc: bool,
+    /// Size of one entry, for sections that are tables (0 otherwise).
     pub entsize: u64,
 }
 
 impl Section {
+    /// Link-time address just past the section's last byte.
     pub fn end(&self) -> u64 {
         self.addr.saturating_add(self.size)
     }
+    /// Whether link-time address `addr` lies in the section.
     pub fn contains(&self, addr: u64) -> bool {
         addr >= self.addr && addr < self.end()
     }
@@ -61,7 +73,9 @@ impl Section {
 /// Where a symbol came from.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum SymSource {
+    /// `.symtab`.
     Symtab,
+    /// `.dynsym`.
     Dynsym,
 }
 
@@ -69,25 +83,38 @@ pub enum SymSource {
 /// executable section.
 #[derive(Clone, Debug)]
 pub struct FuncSymbol {
+    /// The symbol's name.
     pub name: String,
+    /// Its link-time address.
     pub addr: u64,
+    /// Its size in bytes (0 when the symbol does not say).
     pub size: u64,
+    /// The symbol table it comes from.
     pub source: SymSource,
 }
 
 /// A dynamic relocation, with its symbol's name when it has one.
 #[derive(Clone, Debug)]
 pub struct Reloc {
+    /// Link-time address of the location the relocation writes.
     pub offset: u64,
+    /// The relocation type (`R_X86_64_*`).
     pub r_type: u32,
+    /// The name of the relocation's symbol, if it has one.
     pub sym_name: Option<String>,
+    /// The constant addend.
     pub addend: i64,
 }
 
+/// Relocation type: the symbol's address plus the addend, 8 bytes.
 pub const R_X86_64_64: u32 = 1;
+/// Relocation type: a GOT entry set to the symbol's address.
 pub const R_X86_64_GLOB_DAT: u32 = 6;
+/// Relocation type: a PLT GOT slot set to the symbol's address (lazily bound).
 pub const R_X86_64_JUMP_SLOT: u32 = 7;
+/// Relocation type: the load base plus the addend.
 pub const R_X86_64_RELATIVE: u32 = 8;
+/// Relocation type: the result of calling the ifunc resolver at load base plus the addend.
 pub const R_X86_64_IRELATIVE: u32 = 37;
 
 enum Data {
@@ -97,13 +124,20 @@ enum Data {
 
 /// A loaded module.
 pub struct Module {
+    /// The file the module was loaded from.
     pub path: PathBuf,
     data: Data,
+    /// How the loader maps it.
     pub kind: ElfKind,
+    /// An executable without a dynamic loader (no `PT_INTERP`).
     pub is_static: bool,
+    /// Without a `.symtab` section.
     pub stripped: bool,
+    /// Link-time address of the ELF entry point.
     pub entry: u64,
+    /// Every section header.
     pub sections: Vec<Section>,
+    /// The defined function symbols of executable sections.
     pub func_symbols: Vec<FuncSymbol>,
     /// `.rela.plt` in order (the PLT's `push n` indexes it).
     pub plt_relocs: Vec<Reloc>,
@@ -289,6 +323,7 @@ impl Module {
         bytes.get(start..start.checked_add(usize::try_from(len).ok()?)?)
     }
 
+    /// The section called `name`, if there is one.
     pub fn section(&self, name: &str) -> Option<&Section> {
         self.sections.iter().find(|s| s.name == name)
     }

@@ -405,10 +405,12 @@ pub fn is_callback_free(name: &str) -> bool {
     CALLBACK_FREE.contains(&base(name))
 }
 
+/// Whether a call to `name` ends the program after running exit handlers (`exit`, `_exit`, ...).
 pub fn is_exit_like(name: &str) -> bool {
     EXIT_LIKE.contains(&base(name))
 }
 
+/// Whether a new process may run the instruction after a call to `name` (`fork`, `vfork`, ...).
 pub fn is_fork_like(name: &str) -> bool {
     FORK_LIKE.contains(&base(name))
 }
@@ -419,10 +421,12 @@ pub fn runs_atfork_handlers(name: &str) -> bool {
     matches!(base(name), "fork" | "__libc_fork" | "__fork")
 }
 
+/// Whether `name` saves a context `longjmp` can return to (`setjmp`, `sigsetjmp`, ...).
 pub fn is_setjmp_like(name: &str) -> bool {
     SETJMP_LIKE.contains(&base(name))
 }
 
+/// Whether `name` returns to a saved context (`longjmp`, `siglongjmp`, ...).
 pub fn is_longjmp_like(name: &str) -> bool {
     LONGJMP_LIKE.contains(&base(name))
 }

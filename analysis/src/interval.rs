@@ -17,7 +17,9 @@
 /// `{lo, lo+1, ..., lo+len}` modulo 2^64.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Range {
+    /// The smallest value, in wrapping order.
     pub lo: u64,
+    /// The number of further values: the range holds `len + 1` values.
     pub len: u64,
 }
 
@@ -25,6 +27,7 @@ pub struct Range {
 const SIGN: u64 = 1 << 63;
 
 impl Range {
+    /// The range of all 2^64 values.
     pub const FULL: Range = Range {
         lo: 0,
         len: u64::MAX,
@@ -67,14 +70,16 @@ impl Range {
         }
     }
 
+    /// The largest value, in wrapping order (`lo + len` modulo 2^64).
     pub fn hi(self) -> u64 {
         self.lo.wrapping_add(self.len)
     }
 
-    pub fn is_full(self) -> bool {
+    pub(crate) fn is_full(self) -> bool {
         self.len == u64::MAX
     }
 
+    /// Whether `x` lies in the range.
     pub fn contains(self, x: u64) -> bool {
         x.wrapping_sub(self.lo) <= self.len
     }

@@ -142,6 +142,7 @@ pub enum EntryFact {
 
 /// Bytes of the module's image by virtual address.
 pub trait Memory: Sync {
+    /// The `len` bytes at link-time address `addr`, or `None` if they are not all in the image.
     fn bytes_at(&self, addr: u64, len: u64) -> Option<&[u8]>;
 }
 
@@ -153,6 +154,7 @@ impl Memory for Module {
 
 /// The machine needs of the evaluation: table bytes and relocations.
 pub struct TableReader<'a> {
+    /// The module's image, to read the tables from.
     pub memory: &'a dyn Memory,
     /// Position-independent code (PIE, shared object): its jump tables hold
     /// 32-bit offsets, never 8-byte addresses loaded through a register

@@ -44,7 +44,9 @@ use crate::procs::Source;
 /// Whether a procedure is compiled code or a PLT stub.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum ProcKind {
+    /// Compiled code.
     Function,
+    /// A PLT stub.
     Plt,
 }
 
@@ -57,9 +59,11 @@ pub struct Procedure {
     pub symbol: Option<String>,
     /// For PLT stubs: the import they jump to.
     pub import: Option<String>,
+    /// Compiled code or a PLT stub.
     pub kind: ProcKind,
     /// The primary range `[start, end)`.
     pub start: u64,
+    /// End of the primary range (exclusive).
     pub end: u64,
     /// All ranges, sorted (more than one when a `.cold` part or a shared
     /// tail was joined to the primary range).
@@ -69,7 +73,9 @@ pub struct Procedure {
     /// Where the unwinder may enter (C++ landing pads from the LSDAs of the
     /// procedure's FDEs), sorted; each one starts a block.
     pub landing_pads: Vec<u64>,
+    /// Every reason to believe its ranges start a procedure, sorted.
     pub sources: Vec<Source>,
+    /// The procedure never returns (every path ends in a non-returning call).
     pub noreturn: bool,
     /// The CFG, or why the procedure could not be analysed exactly.
     pub cfg: Result<Cfg, String>,
@@ -85,7 +91,9 @@ impl Procedure {
 /// A module with its procedures.
 #[derive(Debug)]
 pub struct Program {
+    /// The ELF module.
     pub module: Module,
+    /// Its procedures.
     pub procs: PrimaryMap<ProcId, Procedure>,
     /// FDEs found in `.eh_frame` (for the report).
     pub fdes: usize,

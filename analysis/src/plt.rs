@@ -25,14 +25,16 @@ use crate::elf::{
 /// One PLT stub.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PltStub {
+    /// Link-time address of the stub's first byte.
     pub start: u64,
+    /// Link-time address just past its last byte.
     pub end: u64,
     /// The import's name (`exit`), `*ABS*+0x...` for an ifunc slot, `None`
     /// for `<plt0>` or a stub we could not name.
     pub import: Option<String>,
     /// The GOT slot the stub jumps through, if it has such a jump.
     pub got_slot: Option<u64>,
-    pub is_plt0: bool,
+    pub(crate) is_plt0: bool,
 }
 
 impl PltStub {

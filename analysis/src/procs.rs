@@ -34,19 +34,30 @@ use crate::plt::PltStub;
 /// Why an address is believed to start a procedure.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Source {
+    /// An `.eh_frame` FDE starts there.
     Fde,
+    /// A `.symtab` function symbol.
     Symtab,
+    /// A `.dynsym` function symbol.
     Dynsym,
+    /// The ELF entry point.
     Entry,
+    /// An init or fini array entry, or `DT_INIT`/`DT_FINI`.
     InitFini,
+    /// A PLT stub.
     Plt,
+    /// The target of a direct call.
     CallTarget,
+    /// The target of a direct jump from outside the range.
     JumpTarget,
+    /// Where a preceding range's code falls through to.
     FallThrough,
+    /// A code address taken by a RIP-relative `lea`.
     AddressTaken,
 }
 
 impl Source {
+    /// The source's name in reports.
     pub fn as_str(self) -> &'static str {
         match self {
             Source::Fde => "fde",
@@ -66,8 +77,11 @@ impl Source {
 /// A contiguous run of code belonging to one procedure.
 #[derive(Clone, Debug)]
 pub struct Range {
+    /// Link-time address of the range's first byte.
     pub start: u64,
+    /// Link-time address just past its last byte.
     pub end: u64,
+    /// Every reason to believe the range starts a procedure.
     pub sources: BTreeSet<Source>,
     /// The PLT stub this range is, if it is one.
     pub stub: Option<usize>,
@@ -76,6 +90,7 @@ pub struct Range {
 /// The linear-sweep decoding of one range.
 #[derive(Clone, Debug, Default)]
 pub struct Decoded {
+    /// The instructions decoded, in address order.
     pub insns: Vec<Instruction>,
     /// Why the sweep failed (undecodable bytes, a range ending inside an
     /// instruction); `insns` then holds what decoded before.
@@ -99,18 +114,24 @@ struct Scan {
 pub struct Plan {
     /// Indices into `Discovery::ranges`, in address order.
     pub ranges: Vec<usize>,
+    /// Index (into `ranges`) of the primary range, which names the procedure.
     pub primary: usize,
     /// Addresses where control may enter from outside (primary start first).
     pub entries: Vec<u64>,
+    /// The procedure's name.
     pub name: String,
 }
 
 /// The result of discovery.
 #[derive(Debug)]
 pub struct Discovery {
+    /// Every range found, in address order.
     pub ranges: Vec<Range>,
+    /// The linear-sweep decoding of each range (same indices).
     pub decoded: Vec<Decoded>,
+    /// The procedures to build, one per group of ranges.
     pub plans: Vec<Plan>,
+    /// The PLT stubs.
     pub stubs: Vec<PltStub>,
     /// Number of FDEs whose range lies in an executable section.
     pub fdes: usize,
