@@ -32,38 +32,56 @@ pub enum Error {
     /// every witness of the procedure).
     #[error("program database of {module}: procedure {proc}: {what}")]
     Database {
+        /// The module whose database it is.
         module: String,
+        /// The procedure whose numbering differs.
         proc: String,
+        /// How it differs.
         what: String,
     },
 
     /// A witness that fits no successor of the predicate being decided.
     #[error("thread {thread}: procedure {proc} block {block:#x}: witness {witness} (stream byte offset {offset}) is not in any successor's witness set")]
     BadWitness {
+        /// The thread whose stream it is.
         thread: ThreadId,
+        /// The procedure being regenerated.
         proc: String,
+        /// Link-time address of the predicate block being decided.
         block: u64,
+        /// The witness read.
         witness: u32,
+        /// Its byte offset in the thread's stream.
         offset: u64,
     },
 
     /// A witness edge was traversed but the stream holds another witness.
     #[error("thread {thread}: procedure {proc} block {block:#x}: the edge to {to} writes witness {expected}, but the stream has witness {found} (stream byte offset {offset})")]
     WrongWitness {
+        /// The thread whose stream it is.
         thread: ThreadId,
+        /// The procedure being regenerated.
         proc: String,
+        /// Link-time address of the block the edge leaves.
         block: u64,
+        /// The edge's target block.
         to: String,
+        /// The witness the edge writes.
         expected: u32,
+        /// The witness the stream holds.
         found: u32,
+        /// Its byte offset in the thread's stream.
         offset: u64,
     },
 
     /// A record that cannot occur where it was read.
     #[error("thread {thread}: {record} at stream byte offset {offset} cannot occur {at}")]
     Unexpected {
+        /// The thread whose stream it is.
         thread: ThreadId,
+        /// The record read.
         record: String,
+        /// Its byte offset in the thread's stream.
         offset: u64,
         /// Where the regenerator was ("in procedure f after block 0x401000").
         at: String,
@@ -72,8 +90,11 @@ pub enum Error {
     /// The stream ends where the program must have written more.
     #[error("thread {thread}: the witness stream ends at byte offset {offset} {at}{note}")]
     Truncated {
+        /// The thread whose stream it is.
         thread: ThreadId,
+        /// The byte offset where the stream ends.
         offset: u64,
+        /// Where the regenerator was ("in procedure f after block 0x401000").
         at: String,
         /// Why the stream may be short (an incomplete trace), or empty.
         note: String,
@@ -82,8 +103,11 @@ pub enum Error {
     /// Bytes that are no record of the stream encoding.
     #[error("thread {thread}: malformed witness stream at byte offset {offset}: {what}")]
     BadStream {
+        /// The thread whose stream it is.
         thread: ThreadId,
+        /// Byte offset of the bad bytes in the stream.
         offset: u64,
+        /// What is wrong with them.
         what: String,
     },
 
@@ -91,12 +115,17 @@ pub enum Error {
     /// regenerated trace (docs/regen.md, "Signals").
     #[error("thread {thread}: SIGNAL({signo}, interrupted rip {rip:#x}) at stream byte offset {offset} {at}: {why}")]
     Signal {
+        /// The thread whose stream it is.
         thread: ThreadId,
+        /// The signal number.
         signo: u32,
+        /// The interrupted instruction's run-time address.
         rip: u64,
+        /// The SIGNAL record's byte offset in the thread's stream.
         offset: u64,
         /// Where the regenerator was ("in procedure f after block 0x401000").
         at: String,
+        /// Why the position cannot be placed.
         why: String,
     },
 
@@ -104,10 +133,15 @@ pub enum Error {
     /// or one that says the trace lost the program (DESYNC).
     #[error("thread {thread}: {record} at stream byte offset {offset} {at}: {why}")]
     Unsupported {
+        /// The thread whose stream it is.
         thread: ThreadId,
+        /// The record read.
         record: String,
+        /// Its byte offset in the thread's stream.
         offset: u64,
+        /// Where the regenerator was ("in procedure f after block 0x401000").
         at: String,
+        /// Why it cannot be followed.
         why: &'static str,
     },
 }

@@ -16,20 +16,33 @@ pub const ESCAPE: u8 = 0xFF;
 /// Record kinds (`docs/runtime.md` section 2) and their total lengths,
 /// escape byte and kind byte included.
 pub mod kind {
+    /// ENTER: an indirectly called (or main) procedure announces itself.
     pub const ENTER: u8 = 1;
+    /// INDIRECT: the target of an indirect transfer.
     pub const INDIRECT: u8 = 2;
     /// SIGNAL without the transfer count (format 1.1).
     pub const SIGNAL_1_1: u8 = 3;
+    /// SETJMP_RESUME: execution resumed at a setjmp return point (after longjmp).
     pub const SETJMP_RESUME: u8 = 4;
+    /// DESYNC: control escaped to uninstrumented code (e.g. a traced `clone` system call) at this address.
     pub const DESYNC: u8 = 5;
+    /// EXIT: an `exit`-like call with this status.
     pub const EXIT: u8 = 6;
+    /// FORK: the first record of a fork child's stream (the parent's slot).
     pub const FORK: u8 = 7;
+    /// THREAD: the first record of every other stream (the creating slot).
     pub const THREAD: u8 = 8;
+    /// WIDE: a 16-bit witness, in procedures with more than 254 witness edges.
     pub const WIDE: u8 = 9;
+    /// RETURN: control came back from an external call, after any callbacks.
     pub const RETURN: u8 = 10;
+    /// LANDING: the unwinder entered a landing pad of this procedure.
     pub const LANDING: u8 = 11;
+    /// FORKED: in a fork's parent, the child's pid.
     pub const FORKED: u8 = 12;
+    /// SETJMP: just before a call to `setjmp`, its jmp_buf.
     pub const SETJMP: u8 = 13;
+    /// LONGJMP: just before a call to `longjmp`, its jmp_buf.
     pub const LONGJMP: u8 = 14;
     /// SIGNAL with the thread's transfer count (format 1.2).
     pub const SIGNAL: u8 = 15;
@@ -55,20 +68,31 @@ pub mod kind {
 pub enum Item {
     /// Witness number `n` of the current procedure (a byte `n + 1`, or WIDE).
     Witness(u32),
+    /// ENTER: procedure `tag << 24 | procedure` starts (main, or an indirect callee).
     Enter(u32),
+    /// INDIRECT: an indirect transfer to this run-time address.
     Indirect(u64),
     /// `count`: the thread's transfer count at the interruption (`None`
     /// in a format 1.1 trace, which did not record it).
     Signal {
+        /// The signal number.
         signo: u32,
+        /// The interrupted instruction's run-time address (after the runtime's fix-up).
         rip: u64,
+        /// The thread's transfer count at the interruption.
         count: Option<u32>,
     },
+    /// SETJMP_RESUME: execution resumed at a setjmp return point (after longjmp).
     SetjmpResume,
+    /// DESYNC: control escaped to uninstrumented code at this address.
     Desync(u64),
+    /// EXIT: an `exit`-like call with this status.
     Exit(u32),
+    /// FORK: a fork child's stream starts; the parent's slot.
     Fork(u32),
+    /// THREAD: a thread's stream starts; the creating slot.
     Thread(u32),
+    /// RETURN: control came back from an external call.
     Return,
     /// The unwinder entered a landing pad of this procedure.
     Landing(u32),
@@ -138,7 +162,7 @@ fn le(bytes: &[u8]) -> u64 {
 }
 
 impl<'t> Stream<'t> {
-    pub fn new(thread: ThreadId, chunks: Vec<Chunk<'t>>) -> Self {
+    pub(crate) fn new(thread: ThreadId, chunks: Vec<Chunk<'t>>) -> Self {
         Stream {
             thread,
             chunks: chunks.into_iter(),

@@ -56,7 +56,9 @@ pub struct Seg {
     pub end: u32,
     /// The witness still pending at `end`, or [`NO_WITNESS`].
     pub pending: u32,
+    /// Blocks the segment walks through.
     pub blocks: u32,
+    /// Instructions in those blocks.
     pub insns: u32,
     /// Output bytes, up to `end`, that the block-by-block walk keeps in
     /// its trail (`machine`): those after its last decision, with the
@@ -66,6 +68,7 @@ pub struct Seg {
     /// `text[text_lo..text_hi]` of [`Summaries`]: the output of the read
     /// point's block, then of the segment's blocks.
     pub text_lo: u32,
+    /// End (exclusive) of the segment's output in `text`.
     pub text_hi: u32,
 }
 

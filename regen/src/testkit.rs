@@ -21,30 +21,31 @@ use aetrace_graph::testgen::{self, Rng};
 use aetrace_graph::trace::{place_witnesses, WitnessPlacement};
 use aetrace_graph::{EntityRef, PrimaryMap, ProcId};
 
+/// Run-time address the synthetic executable is loaded at.
 pub const LOAD_BASE: u64 = 0x5555_5555_0000;
-pub const LINK_BASE: u64 = 0x40_0000;
-pub const PID: u32 = 4242;
+pub(crate) const LINK_BASE: u64 = 0x40_0000;
+pub(crate) const PID: u32 = 4242;
 
 // ---------------------------------------------------------------- streams
 
-pub fn rec(out: &mut Vec<u8>, kind: u8, payload: &[u8]) {
+pub(crate) fn rec(out: &mut Vec<u8>, kind: u8, payload: &[u8]) {
     out.push(0xFF);
     out.push(kind);
     out.extend_from_slice(payload);
 }
-pub fn thread_rec(out: &mut Vec<u8>) {
+pub(crate) fn thread_rec(out: &mut Vec<u8>) {
     rec(out, 8, &u32::MAX.to_le_bytes());
 }
-pub fn enter(out: &mut Vec<u8>, p: u32) {
+pub(crate) fn enter(out: &mut Vec<u8>, p: u32) {
     rec(out, 1, &p.to_le_bytes());
 }
-pub fn ret(out: &mut Vec<u8>) {
+pub(crate) fn ret(out: &mut Vec<u8>) {
     rec(out, 10, &[]);
 }
-pub fn exit_rec(out: &mut Vec<u8>, status: u32) {
+pub(crate) fn exit_rec(out: &mut Vec<u8>, status: u32) {
     rec(out, 6, &status.to_le_bytes());
 }
-pub fn witness(out: &mut Vec<u8>, w: u32) {
+pub(crate) fn witness(out: &mut Vec<u8>, w: u32) {
     if w < 254 {
         out.push(w as u8 + 1);
     } else {
@@ -110,8 +111,11 @@ pub fn trace_bytes_of_minor(
 
 /// A random program as a database: addresses, lengths and placements.
 pub struct Synth {
+    /// The random program.
     pub prog: Program,
+    /// Its witness placements, one per procedure.
     pub placements: PrimaryMap<ProcId, WitnessPlacement>,
+    /// The program database describing it.
     pub db: ProgramDb,
     /// Graph vertex -> database block, per procedure (EXIT -> blocks.len()).
     pub vmap: Vec<Vec<u32>>,
@@ -119,7 +123,7 @@ pub struct Synth {
     marked: Vec<Vec<bool>>,
 }
 
-pub fn synth(prog: Program, rng: &mut Rng) -> Synth {
+pub(crate) fn synth(prog: Program, rng: &mut Rng) -> Synth {
     let mut placements = PrimaryMap::new();
     let mut procs = Vec::new();
     let mut vmap = Vec::new();
@@ -281,6 +285,7 @@ impl Synth {
     }
 }
 
+/// A random program of `nprocs` procedures of up to `max_blocks` blocks (structured, i.e. reducible, graphs when `structured`) from `seed`, synthesised.
 pub fn random_case(seed: u64, nprocs: usize, max_blocks: usize, structured: bool) -> Synth {
     let mut rng = Rng::new(seed);
     let prog = testgen::random_program(&mut rng, nprocs, max_blocks, structured);
