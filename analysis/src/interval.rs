@@ -117,7 +117,7 @@ impl Range {
     }
 
     /// `{-x}`.
-    pub fn neg(self) -> Range {
+    pub(crate) fn neg(self) -> Range {
         Range {
             lo: self.hi().wrapping_neg(),
             len: self.len,
@@ -125,7 +125,7 @@ impl Range {
     }
 
     /// `{x + y}`.
-    pub fn add(self, o: Range) -> Range {
+    pub(crate) fn add(self, o: Range) -> Range {
         match self.len.checked_add(o.len) {
             Some(len) => Range {
                 lo: self.lo.wrapping_add(o.lo),
@@ -136,7 +136,7 @@ impl Range {
     }
 
     /// `{x * k}` (wrapping).
-    pub fn mul(self, k: u64) -> Range {
+    pub(crate) fn mul(self, k: u64) -> Range {
         if k > SIGN {
             return self.neg().mul(k.wrapping_neg());
         }
