@@ -305,37 +305,37 @@ pub struct DatabaseHeader {
 /// A decoded section payload. Bulk data borrows from the file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record<'a> {
-    /// MODULE.
+    /// A MODULE section: one loaded ELF object.
     Module(Module),
-    /// PROGRAM_DATABASE.
+    /// A PROGRAM_DATABASE section: a rewritten module's static data.
     ProgramDatabase {
-        /// The fixed fields.
+        /// The section's fixed fields.
         header: DatabaseHeader,
         /// Stored bytes and their offset inside the payload.
         data: &'a [u8],
         /// Offset of `data` inside the payload.
         data_at: usize,
     },
-    /// THREAD_START.
+    /// A THREAD_START section: a thread's stream opens.
     ThreadStart(ThreadStart),
-    /// CHUNK.
+    /// A CHUNK section: a piece of a thread's witness stream.
     Chunk {
-        /// The fixed fields.
+        /// The section's fixed fields.
         header: ChunkHeader,
         /// The stored (usually compressed) witness-stream bytes.
         data: &'a [u8],
         /// Offset of `data` inside the payload.
         data_at: usize,
     },
-    /// THREAD_END.
+    /// A THREAD_END section: a thread's stream closes.
     ThreadEnd(ThreadEnd),
-    /// PROCESS_EXIT.
+    /// A PROCESS_EXIT section: a traced process ended.
     ProcessExit(ProcessExit),
-    /// NOTE.
+    /// A NOTE section: free text.
     Note(Note),
-    /// END.
+    /// The END section: the totals of a complete trace.
     End(End),
-    /// COMMAND.
+    /// The COMMAND section: how the program was started.
     Command(Command),
     /// A non-critical kind this reader does not know; skipped.
     Unknown(SectionKind),

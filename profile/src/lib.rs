@@ -134,7 +134,7 @@ pub struct CallProfile {
 /// One procedure of the profile.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ProcProfile {
-    /// The procedure's symbol name.
+    /// The procedure's name (its symbol, `import@plt`, or `sub_<hex>`).
     pub name: String,
     /// Why it was not profiled, when it was not (its code ran uncounted).
     #[serde(skip_serializing_if = "Option::is_none", default)]

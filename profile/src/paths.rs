@@ -89,7 +89,7 @@ impl PathProfile {
 /// One procedure of the path profile.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ProcPathProfile {
-    /// The procedure's symbol name.
+    /// The procedure's name (its symbol, `import@plt`, or `sub_<hex>`).
     pub name: String,
     /// Why it was not profiled, when it was not (its code ran uncounted).
     #[serde(skip_serializing_if = "Option::is_none", default)]

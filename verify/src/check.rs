@@ -66,7 +66,7 @@ pub struct VerifyOptions {
 pub struct Place {
     /// Link-time address.
     pub addr: u64,
-    /// The procedure's symbol name.
+    /// The procedure's name (its symbol, `import@plt`, or `sub_<hex>`).
     pub proc: String,
     /// The module's file name, when the trace has more than one module.
     pub module: Option<String>,

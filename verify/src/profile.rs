@@ -486,7 +486,7 @@ impl Observer for Graph<'_> {
 /// One count that differs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mismatch {
-    /// The procedure's symbol name.
+    /// The procedure's name (its symbol, `import@plt`, or `sub_<hex>`).
     pub proc: String,
     /// `block 0x..`, `edge 0x.. -> 0x.. (kind)`, `invocations`.
     pub what: String,
