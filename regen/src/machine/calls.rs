@@ -9,17 +9,19 @@
 //! transfer count grows at exactly the counted transfers
 //! ([`Machine::counted`], see [`signals`](super::signals)).
 
-use super::{Flow, Frame, Interrupt, Loc, Machine, Mark, Retry, Step, TAG_SHIFT};
+use super::{Flow, Frame, Interrupt, Loc, Machine, Mark, ModuleIx, Retry, Step, TAG_SHIFT};
+use crate::compile::ProcIx;
 use crate::error::{Error, Result};
 use crate::stream::Item;
 use aetrace_format::progdb::{CallDb, CallTarget};
+use aetrace_graph::EntityRef;
 
 impl<'a> Machine<'a> {
     /// The module index and procedure number an ENTER or LANDING names.
-    pub(super) fn locate(&self, record: &str, raw: u32, offset: u64) -> Result<(u32, u32)> {
+    pub(super) fn locate(&self, record: &str, raw: u32, offset: u64) -> Result<(ModuleIx, ProcIx)> {
         let tag = raw >> TAG_SHIFT;
         match self.by_tag.get(tag as usize).copied().flatten() {
-            Some(i) => Ok((i, raw & ((1 << TAG_SHIFT) - 1))),
+            Some(i) => Ok((i, ProcIx::from_u32(raw & ((1 << TAG_SHIFT) - 1)))),
             None => Err(Error::Unexpected {
                 thread: self.thread,
                 record: format!("{record}({raw})"),
@@ -32,15 +34,16 @@ impl<'a> Machine<'a> {
     }
 
     /// The ENTER payload naming procedure `q` of module `module`.
-    pub(super) fn raw_id(&self, module: u32, q: u32) -> u32 {
-        self.modules[module as usize].tag << TAG_SHIFT | q
+    pub(super) fn raw_id(&self, module: ModuleIx, q: ProcIx) -> u32 {
+        self.image(module).tag << TAG_SHIFT | q.as_u32()
     }
 
-    pub(super) fn enter(&mut self, module: u32, q: u32, offset: u64) -> Result<()> {
-        let m = self.modules[module as usize];
-        match m.procs.get(q as usize) {
+    pub(super) fn enter(&mut self, module: ModuleIx, q: ProcIx, offset: u64) -> Result<()> {
+        let m = self.image(module);
+        let n = q.as_u32();
+        match m.procs.get(q) {
             Some(p) if p.traced => {
-                self.entries[module as usize][q as usize] += 1;
+                self.entries[module.index()][q.index()] += 1;
                 self.cur = Some(Loc {
                     module,
                     block: p.entry,
@@ -49,13 +52,13 @@ impl<'a> Machine<'a> {
             }
             Some(p) => Err(Error::Unexpected {
                 thread: self.thread,
-                record: format!("ENTER({q})"),
+                record: format!("ENTER({n})"),
                 offset,
-                at: format!("(procedure {q}, {}, is not traced)", p.name),
+                at: format!("(procedure {n}, {}, is not traced)", p.name),
             }),
             None => Err(Error::Unexpected {
                 thread: self.thread,
-                record: format!("ENTER({q})"),
+                record: format!("ENTER({n})"),
                 offset,
                 at: format!("(module {} has {} procedures)", m.name, m.procs.len()),
             }),
@@ -102,7 +105,7 @@ impl<'a> Machine<'a> {
                     self.stack.push(Frame::Ret(at));
                 }
                 let off = self.stream.offset();
-                Ok(self.enter(at.module, q, off)?)
+                Ok(self.enter(at.module, ProcIx::from_u32(q), off)?)
             }
             CallTarget::External if !c.tail => self.call_external(at, c),
             CallTarget::External => self.jump_external(at, c),

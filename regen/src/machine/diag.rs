@@ -3,8 +3,10 @@
 //! regeneration stops with an error naming them).
 
 use super::{Interrupt, Loc, Machine, TAG_SHIFT};
+use crate::compile::ProcIx;
 use crate::error::Error;
 use crate::stream::Item;
+use aetrace_graph::EntityRef;
 
 impl<'a> Machine<'a> {
     /// "in procedure f after block 0x401000" / "while untraced code runs".
@@ -98,8 +100,8 @@ impl<'a> Machine<'a> {
         let (tag, q) = (raw >> TAG_SHIFT, raw & ((1 << TAG_SHIFT) - 1));
         match self.by_tag.get(tag as usize).copied().flatten() {
             Some(i) => {
-                let m = self.modules[i as usize];
-                match m.procs.get(q as usize) {
+                let m = self.image(i);
+                match m.procs.get(ProcIx::from_u32(q)) {
                     Some(p) => format!("{} of {}", p.name, m.name),
                     None => format!("{q} (module {} has {} procedures)", m.name, m.procs.len()),
                 }
@@ -124,7 +126,7 @@ impl<'a> Machine<'a> {
     /// name when it is not the executable.
     pub(super) fn block_named(&self, l: Loc) -> String {
         let m = self.module(l);
-        match l.module {
+        match l.module.index() {
             0 => m.block_name(l.block),
             _ => format!("{} of {}", m.block_name(l.block), m.name),
         }

@@ -6,7 +6,8 @@
 //! Invariant: a child starts with its parent's stack, lazy bindings seen
 //! and setjmp bindings; a fork inside a signal handler is refused.
 
-use super::{Frame, Loc, Machine, Progress, Suspended};
+use super::{Frame, Loc, Machine, ModuleIx, Progress, Suspended};
+use crate::compile::ProcIx;
 use crate::error::{Error, Result};
 use crate::stream::Item;
 use std::collections::HashSet;
@@ -16,7 +17,7 @@ use std::collections::HashSet;
 #[derive(Clone, Debug)]
 pub struct ForkState {
     pub(super) stack: Vec<Frame>,
-    pub(super) seen_lazy: HashSet<(u32, u32)>,
+    pub(super) seen_lazy: HashSet<(ModuleIx, ProcIx)>,
     pub(super) sigs: Vec<Suspended>,
     /// The parent's setjmp bindings: the child has copies of their
     /// jmp_bufs and frames, and may longjmp to one (perl's `exit` in a

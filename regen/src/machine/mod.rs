@@ -35,23 +35,31 @@ mod unwind;
 pub use fork::ForkState;
 use signals::{Interrupt, Mark, Retry, Suspended};
 
-use crate::compile::{Block, Module, AMBIGUOUS, EXIT, NO_WITNESS};
+use crate::compile::{Block, BlockIx, Module, ProcIx, AMBIGUOUS, EXIT, NO_WITNESS};
 use crate::error::{Error, Result};
 use crate::stream::{Item, Stream};
 use crate::summary::{Seg, Summaries};
 use aetrace_format::progdb::EdgeKindDb;
 use aetrace_format::ThreadId;
+use aetrace_graph::EntityRef;
 use std::collections::HashSet;
 
 /// ENTER and LANDING payloads: `tag << TAG_SHIFT | procedure` (the
 /// rewriter's encoding, `docs/runtime.md` section 2).
 pub const TAG_SHIFT: u32 = 24;
 
+aetrace_graph::entity!(
+    /// A module of the machine's process image: its index in
+    /// [`Machine::modules`] (not its tag in the trace, see [`TAG_SHIFT`]).
+    pub struct ModuleIx,
+    "module"
+);
+
 /// A traced block of one module.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Loc {
-    pub module: u32,
-    pub block: u32,
+    pub module: ModuleIx,
+    pub block: BlockIx,
 }
 
 /// A procedure-stack entry.
@@ -140,8 +148,8 @@ pub struct Counts {
 
 impl Counts {
     #[inline]
-    fn add(&mut self, module: u32, insns: u32, blocks: u64) {
-        let t = &mut self.totals[module as usize];
+    fn add(&mut self, module: ModuleIx, insns: u32, blocks: u64) {
+        let t = &mut self.totals[module.index()];
         t.0 += u64::from(insns);
         t.1 += blocks;
     }
@@ -165,13 +173,13 @@ pub struct Machine<'a> {
     thread: ThreadId,
     modules: &'a [&'a Module],
     /// Module tag -> index in `modules`.
-    by_tag: Vec<Option<u32>>,
+    by_tag: Vec<Option<ModuleIx>>,
     stream: Stream<'a>,
     cur: Option<Loc>,
     stack: Vec<Frame>,
     /// The pending witness of Figure 7 and its stream offset.
     pending: Option<(u32, u64)>,
-    seen_lazy: HashSet<(u32, u32)>,
+    seen_lazy: HashSet<(ModuleIx, ProcIx)>,
     started: bool,
     /// Entries into each procedure, per module.
     pub entries: Vec<Vec<u64>>,
@@ -224,7 +232,7 @@ impl<'a> Machine<'a> {
             if by_tag.len() <= t {
                 by_tag.resize(t + 1, None);
             }
-            by_tag[t] = Some(i as u32);
+            by_tag[t] = Some(ModuleIx::new(i));
         }
         Machine {
             thread,
@@ -274,16 +282,21 @@ impl<'a> Machine<'a> {
     }
 
     fn module(&self, l: Loc) -> &'a Module {
-        self.modules[l.module as usize]
+        self.image(l.module)
+    }
+
+    /// Module `mi` of the process image.
+    fn image(&self, mi: ModuleIx) -> &'a Module {
+        self.modules[mi.index()]
     }
 
     fn block(&self, l: Loc) -> &'a Block {
-        &self.module(l).blocks[l.block as usize]
+        &self.module(l).blocks[l.block]
     }
 
     fn proc_name(&self, l: Loc) -> &'a str {
         let m = self.module(l);
-        &m.procs[m.blocks[l.block as usize].proc as usize].name
+        &m.procs[m.blocks[l.block].proc].name
     }
 
     /// The next item, consumed; a SIGNAL aborts the step (`retry`).
@@ -354,7 +367,7 @@ impl<'a> Machine<'a> {
     /// index in `succs`.
     fn choose_succ(&mut self, from: Loc) -> Step<u32> {
         let m = self.module(from);
-        let b = &m.blocks[from.block as usize];
+        let b = &m.blocks[from.block];
         let si = match b.succ_hi - b.succ_lo {
             0 => {
                 return Err(Error::Unexpected {
@@ -434,7 +447,7 @@ impl<'a> Machine<'a> {
         loop {
             let si = self.choose_succ(from)?;
             let m = self.module(from);
-            let b = &m.blocks[from.block as usize];
+            let b = &m.blocks[from.block];
             let s = m.succs[si as usize];
             if s.to != EXIT {
                 self.cur = Some(Loc {
@@ -500,10 +513,8 @@ impl<'a> Machine<'a> {
         if !self.uncount.is_empty() {
             if let Some(c) = sink.counts.as_mut() {
                 for l in &self.uncount {
-                    let t = &mut c.totals[l.module as usize];
-                    t.0 = t.0.saturating_sub(u64::from(
-                        self.modules[l.module as usize].blocks[l.block as usize].ninsns,
-                    ));
+                    let t = &mut c.totals[l.module.index()];
+                    t.0 = t.0.saturating_sub(u64::from(self.block(*l).ninsns));
                     t.1 = t.1.saturating_sub(1);
                 }
             }
@@ -540,7 +551,7 @@ impl<'a> Machine<'a> {
                 continue;
             };
             let m = self.module(l);
-            let b = &m.blocks[l.block as usize];
+            let b = &m.blocks[l.block];
             // A read point (see `summary`): where pieces are cut, and
             // where the machine takes one step per witness.
             let read = match (self.pending, b.next, b.call) {
@@ -556,13 +567,13 @@ impl<'a> Machine<'a> {
             }
             let counting = match &mut sink.counts {
                 Some(c) => {
-                    let t = &mut c.totals[l.module as usize];
+                    let t = &mut c.totals[l.module.index()];
                     t.0 += u64::from(b.ninsns);
                     t.1 += 1;
                     // A summary only when the item after `w` is a witness
                     // too: a SIGNAL there would need the skipped blocks.
                     if let Some(w) = read.filter(|_| self.stream.peek_second_is_witness()) {
-                        let seg = sink.segs[l.module as usize].get(m, l.block, w);
+                        let seg = sink.segs[l.module.index()].get(m, l.block, w);
                         if seg != Seg::NONE {
                             t.0 += u64::from(seg.insns);
                             t.1 += u64::from(seg.blocks);
@@ -576,7 +587,7 @@ impl<'a> Machine<'a> {
                     // As counting does; the segment's output starts with
                     // this block's.
                     if let Some(w) = read.filter(|_| self.stream.peek_second_is_witness()) {
-                        let segs = &mut sink.segs[l.module as usize];
+                        let segs = &mut sink.segs[l.module.index()];
                         let seg = segs.get(m, l.block, w);
                         if seg != Seg::NONE {
                             sink.out.extend_from_slice(segs.text(seg));

@@ -13,7 +13,7 @@
 //! anywhere else is an error naming the stub.
 
 use super::{Frame, Loc, Machine, Retry, Step};
-use crate::compile::{SigAt, EXIT};
+use crate::compile::{ProcIx, SigAt, EXIT};
 use crate::error::Error;
 use crate::stream::Item;
 use aetrace_format::progdb::CallDb;
@@ -32,7 +32,7 @@ impl<'a> Machine<'a> {
     /// aborts the step; the handler runs first, then the decision is redone.
     pub(super) fn plt_outcome(&mut self, from: Loc) -> Step<u32> {
         let m = self.module(from);
-        let b = &m.blocks[from.block as usize];
+        let b = &m.blocks[from.block];
         let (mut bound, mut lazy) = (None, None);
         for si in b.succ_lo..b.succ_hi {
             if m.succs[si as usize].to == EXIT {
@@ -114,7 +114,9 @@ impl<'a> Machine<'a> {
     /// stubs, entered without ENTER), or the lazy procedure's ENTER the
     /// first time this thread binds through it.
     pub(super) fn jump_external(&mut self, at: Loc, c: CallDb) -> Step {
-        if let (true, Some(l)) = (c.plt, c.lazy) {
+        // The database names the lazy-binding procedure by its number.
+        let lazy_proc = c.lazy.map(ProcIx::from_u32);
+        if let (true, Some(l)) = (c.plt, lazy_proc) {
             if self.lazy_record(at, Retry::Call(at))? {
                 self.stack.push(Frame::Lazy);
                 let off = self.stream.offset();
@@ -123,7 +125,7 @@ impl<'a> Machine<'a> {
             return self.jump_untraced(at);
         }
         let mut lazy = None;
-        if let Some(l) = c.lazy {
+        if let Some(l) = lazy_proc {
             if !self.seen_lazy.contains(&(at.module, l)) {
                 let (item, off, len) = self.stream.peek()?;
                 if let Some(f) = Self::signal(item, off, Retry::Call(at)) {

@@ -28,11 +28,12 @@
 //! *before a counted call*, which stands with the count and one more (the
 //! increment is the instruction before the call): [`Machine::fits`].
 
-use super::{Flow, Frame, Loc, Machine, Sink, Step};
-use crate::compile::{SigAt, EXIT, NO_WITNESS};
+use super::{Flow, Frame, Loc, Machine, ModuleIx, Sink, Step};
+use crate::compile::{BlockIx, SigAt, EXIT, NO_WITNESS};
 use crate::error::Result;
 use crate::stream::Item;
 use aetrace_format::progdb::CallTarget;
+use aetrace_graph::EntityRef;
 
 /// A SIGNAL record read where a step needed another item, and that step
 /// (redone by `retry` once the handler has run).
@@ -56,7 +57,7 @@ enum Cut {
     Insn(usize, u32),
     /// Ahead on the witness-free path from the step's block to
     /// block `.1`, before instruction `.2` (`None`: after the block).
-    Ahead(Loc, u32, Option<u32>),
+    Ahead(Loc, BlockIx, Option<u32>),
 }
 
 /// What a cut keeps for after the handler: the output after it, its
@@ -302,17 +303,20 @@ impl<'a> Machine<'a> {
     /// whose instrumented copy holds it (the copies of a process image's
     /// modules never overlap), else in untraced code. Also whether it is
     /// inside instrumentation.
-    pub(super) fn place_rip(&self, rip: u64) -> std::result::Result<(u32, SigAt, bool), String> {
+    pub(super) fn place_rip(
+        &self,
+        rip: u64,
+    ) -> std::result::Result<(ModuleIx, SigAt, bool), String> {
         let mut stub = false;
         for (i, m) in self.modules.iter().enumerate() {
             match m.locate(rip) {
                 Ok((SigAt::Outside, ins)) => stub |= ins,
-                Ok((at, ins)) => return Ok((i as u32, at, ins)),
+                Ok((at, ins)) => return Ok((ModuleIx::new(i), at, ins)),
                 Err(e) if i == 0 => return Err(e),
                 Err(e) => return Err(format!("{e} of {}", m.name)),
             }
         }
-        Ok((0, SigAt::Outside, stub))
+        Ok((ModuleIx::new(0), SigAt::Outside, stub))
     }
 
     /// Whether run-time address `rip` is the original entry of a traced
@@ -321,8 +325,8 @@ impl<'a> Machine<'a> {
         self.modules.iter().any(|m| {
             let a = rip.wrapping_sub(m.load_base);
             m.procs
-                .iter()
-                .any(|p| p.traced && m.blocks.get(p.entry as usize).is_some_and(|b| b.start == a))
+                .values()
+                .any(|p| p.traced && m.blocks.get(p.entry).is_some_and(|b| b.start == a))
         })
     }
 
@@ -330,18 +334,23 @@ impl<'a> Machine<'a> {
     /// (without `from`): unique when it exists, as `E - epl` is a forest
     /// (paper 003, Theorem 4.2). Only `from` may be a call block already
     /// returned from (`returned`); the path passes through no other call.
-    fn path(&self, from: Loc, to: u32, returned: bool) -> std::result::Result<Vec<u32>, String> {
+    fn path(
+        &self,
+        from: Loc,
+        to: BlockIx,
+        returned: bool,
+    ) -> std::result::Result<Vec<BlockIx>, String> {
         let m = self.module(from);
         if self.block(from).call.is_some() && !returned {
             return Err("the block makes a call first".into());
         }
-        let mut parent: std::collections::HashMap<u32, u32> = Default::default();
+        let mut parent: std::collections::HashMap<BlockIx, BlockIx> = Default::default();
         let mut work = vec![from.block];
         while let Some(b) = work.pop() {
-            if b != from.block && (b == to || m.blocks[b as usize].call.is_some()) {
+            if b != from.block && (b == to || m.blocks[b].call.is_some()) {
                 continue;
             }
-            let blk = &m.blocks[b as usize];
+            let blk = &m.blocks[b];
             for s in &m.succs[blk.succ_lo as usize..blk.succ_hi as usize] {
                 if s.witness != NO_WITNESS || s.to == EXIT {
                     continue;
@@ -625,7 +634,7 @@ impl<'a> Machine<'a> {
         sig: &Interrupt,
         kept: &mut Kept,
         f: Loc,
-        to: u32,
+        to: BlockIx,
         insn: Option<u32>,
         tried: u32,
     ) -> Result<()> {
@@ -674,7 +683,7 @@ impl<'a> Machine<'a> {
         sink: &mut Sink,
         sig: &Interrupt,
         mut kept: Kept,
-        mi: u32,
+        mi: ModuleIx,
         outside: bool,
     ) {
         if sink.counts.is_some() {
@@ -683,7 +692,7 @@ impl<'a> Machine<'a> {
             kept.counted.clear();
             // Where the handler's blocks begin: a reader (`aetrace verify`)
             // can tell them from a call.
-            self.modules[mi as usize].signal_note(sig.signo, &mut sink.out);
+            self.image(mi).signal_note(sig.signo, &mut sink.out);
         }
         sink.certain = sink.certain.max(sink.out.len());
         // The handler starts from the count at the interruption; the

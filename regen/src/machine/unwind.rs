@@ -9,6 +9,7 @@
 //! `Sig` frames go are dropped with them ([`Machine::sync_sigs`]).
 
 use super::{Frame, Loc, Machine, Mark, Step};
+use crate::compile::BlockIx;
 use crate::error::{Error, Result};
 
 impl<'a> Machine<'a> {
@@ -56,9 +57,10 @@ impl<'a> Machine<'a> {
             if c.module == module && self.block(c).proc == q {
                 if let Some(pad) = self.call_of(c).landing {
                     self.sync_sigs();
+                    // `compile` made the pad a module-wide block index.
                     self.cur = Some(Loc {
                         module: c.module,
-                        block: pad,
+                        block: BlockIx::from_u32(pad),
                     });
                     return Ok(());
                 }
