@@ -1,7 +1,9 @@
 //! A program database compiled for the regenerator's hot loop (DESIGN.md
 //! decision 7; paper 003 Section 4.2).
 //!
-//! Every traced block of every procedure gets a global index; per block a
+//! Every traced block of every procedure gets a module-wide index
+//! ([`BlockIx`], numbered in procedure order; procedures are [`ProcIx`],
+//! the database's numbers); per block a
 //! dense successor list `(target, witness, kind)` and, for a predicate, the
 //! sorted `(witness, successor)` pairs of its witness sets (Figure 7's
 //! choice is one binary search); and the block's output bytes in the chosen
@@ -18,16 +20,37 @@
 //! [`SigMap`](aetrace_format::progdb::SigMap), sorted by link-time address,
 //! its points resolved to global block indices, so a SIGNAL record's rip
 //! is placed with one binary search ([`Module::locate`]).
+//!
+//! Typed indices (`aetrace_graph::entity`): [`BlockIx`] and [`ProcIx`] name
+//! a module's blocks and procedures; the trace's and database's raw `u32`s
+//! (a procedure-local block, an ENTER payload, `CallDb`'s procedure and
+//! landing pad) are converted where they are read. Successor, choice,
+//! text and length ranges stay raw offsets into their arrays.
 
 use crate::error::{Error, Result};
 use crate::output::Format;
 use aetrace_format::addrtrace::{AccessKind, AddrRecord};
 use aetrace_format::progdb::{CallDb, EdgeKindDb, ProgramDb, SigPoint};
 use aetrace_graph::trace::{witness_sets, Sym, WitnessPlacement};
-use aetrace_graph::{EdgeId, EntityRef, GraphBuilder, VertexKind};
+use aetrace_graph::{EdgeId, EntityRef, GraphBuilder, PrimaryMap, VertexKind};
 
-/// `Succ::to` of an edge to EXIT.
-pub const EXIT: u32 = u32::MAX;
+aetrace_graph::entity!(
+    /// A traced block of a module: its index in [`Module::blocks`].
+    pub struct BlockIx,
+    "block"
+);
+aetrace_graph::entity!(
+    /// A procedure of a module: its index in [`Module::procs`] (the
+    /// database's procedure number).
+    pub struct ProcIx,
+    "proc"
+);
+
+/// `Succ::to` of an edge to EXIT, `Block::next` of a block without a
+/// fast path.
+pub const EXIT: BlockIx = BlockIx(u32::MAX);
+/// A block index no module has (`summary`'s "not computed yet").
+pub const NO_BLOCK: BlockIx = BlockIx(u32::MAX - 1);
 /// `Succ::witness` of an edge without a witness.
 pub const NO_WITNESS: u32 = u32::MAX;
 /// A choice whose witness is in two successors' sets.
@@ -36,8 +59,8 @@ pub const AMBIGUOUS: u32 = u32::MAX;
 /// One successor edge of a block.
 #[derive(Clone, Copy, Debug)]
 pub struct Succ {
-    /// Global block index, or [`EXIT`].
-    pub to: u32,
+    /// The target, or [`EXIT`].
+    pub to: BlockIx,
     pub witness: u32,
     pub kind: EdgeKindDb,
     /// The witness is written before the block's last instruction (a
@@ -52,11 +75,11 @@ pub enum SigAt {
     /// In untraced code.
     Outside,
     /// Before instruction `insn` of `block`.
-    Insn { block: u32, insn: u32 },
+    Insn { block: BlockIx, insn: u32 },
     /// Block `from` completed, the witness of its edge not written yet.
-    Witness { from: u32 },
+    Witness { from: BlockIx },
     /// Call block `block` returned; its RETURN record is not written yet.
-    Returned { block: u32 },
+    Returned { block: BlockIx },
 }
 
 /// One range of the module's signal map.
@@ -69,14 +92,14 @@ struct SigEntry {
     /// Global index of the first block of the procedure the range's
     /// blocks and edges belong to.
     base: u32,
-    /// For `Witness`: the edge's source block (global).
-    from: u32,
+    /// For `Witness`: the edge's source block.
+    from: BlockIx,
 }
 
 /// One traced block.
 #[derive(Clone, Copy, Debug)]
 pub struct Block {
-    pub proc: u32,
+    pub proc: ProcIx,
     /// Link-time address.
     pub start: u64,
     pub size: u32,
@@ -93,7 +116,7 @@ pub struct Block {
     pub text_hi: usize,
     /// The only successor, when control always goes there without a call,
     /// a witness or EXIT (the regenerator's fast path); else [`EXIT`].
-    pub next: u32,
+    pub next: BlockIx,
     /// `lens[lens_lo..lens_lo + ninsns]`: instruction lengths.
     pub lens_lo: u32,
 }
@@ -103,8 +126,8 @@ pub struct Block {
 pub struct Proc {
     pub name: String,
     pub traced: bool,
-    /// Global index of the entry block (meaningless when not traced).
-    pub entry: u32,
+    /// The entry block ([`EXIT`] when not traced).
+    pub entry: BlockIx,
 }
 
 /// A compiled module.
@@ -112,8 +135,8 @@ pub struct Proc {
 pub struct Module {
     /// How messages name the module (its path).
     pub name: String,
-    pub procs: Vec<Proc>,
-    pub blocks: Vec<Block>,
+    pub procs: PrimaryMap<ProcIx, Proc>,
+    pub blocks: PrimaryMap<BlockIx, Block>,
     pub succs: Vec<Succ>,
     /// `(witness, index into succs)`, `AMBIGUOUS` for a shared witness.
     pub choices: Vec<(u32, u32)>,
@@ -200,7 +223,7 @@ impl Module {
                 total = u32::try_from(p.blocks.len())
                     .ok()
                     .and_then(|n| total.checked_add(n))
-                    .filter(|&t| t < EXIT)
+                    .filter(|&t| t < EXIT.as_u32())
                     .ok_or_else(|| Error::Usage(format!("{name}: too many blocks")))?;
             }
         }
@@ -210,7 +233,7 @@ impl Module {
                 traced: p.is_traced(),
                 // `check` bounds a traced entry; another one is never used.
                 entry: if p.is_traced() {
-                    first[pi] + p.entry
+                    BlockIx(first[pi] + p.entry)
                 } else {
                     EXIT
                 },
@@ -271,7 +294,7 @@ impl Module {
                         SigPoint::Insn { proc, .. } => (first[proc as usize], EXIT),
                         SigPoint::Witness { edge } => {
                             late[edge as usize] = true;
-                            (base, base + p.edges[edge as usize].from)
+                            (base, BlockIx(base + p.edges[edge as usize].from))
                         }
                         _ => (base, EXIT),
                     };
@@ -298,7 +321,7 @@ impl Module {
                         to: if ed.to == p.exit() {
                             EXIT
                         } else {
-                            base + ed.to
+                            BlockIx(base + ed.to)
                         },
                         witness: ed.witness.map_or(NO_WITNESS, u32::from),
                         kind: ed.kind,
@@ -348,7 +371,7 @@ impl Module {
                 m.blocks.push(Block {
                     lens_lo,
                     next,
-                    proc: pi as u32,
+                    proc: ProcIx::new(pi),
                     start: b.start,
                     size: b.size() as u32,
                     ninsns: b.insn_lens.len() as u32,
@@ -403,7 +426,7 @@ impl Module {
             SigPoint::Insn {
                 block, insn, count, ..
             } => {
-                let block = e.base + block;
+                let block = BlockIx(e.base + block);
                 let mut at = e.start;
                 let mut k = insn;
                 if count > 0 {
@@ -423,21 +446,21 @@ impl Module {
             }
             SigPoint::Witness { .. } => SigAt::Witness { from: e.from },
             SigPoint::Returned { block } => SigAt::Returned {
-                block: e.base + block,
+                block: BlockIx(e.base + block),
             },
         };
         Ok((at, instrumentation))
     }
 
     /// Instruction lengths of block `b`.
-    pub fn insn_lens(&self, b: u32) -> &[u8] {
-        let b = &self.blocks[b as usize];
+    pub fn insn_lens(&self, b: BlockIx) -> &[u8] {
+        let b = &self.blocks[b];
         &self.lens[b.lens_lo as usize..(b.lens_lo + b.ninsns) as usize]
     }
 
     /// Appends the output of instructions `from..to` of block `b` (a part
     /// of a block split by a signal; nothing when counting).
-    pub fn part(&self, b: u32, from: u32, to: u32, out: &mut Vec<u8>) {
+    pub fn part(&self, b: BlockIx, from: u32, to: u32, out: &mut Vec<u8>) {
         let (Some(f), Some(addressing)) = (self.format, self.addressing) else {
             return;
         };
@@ -446,7 +469,7 @@ impl Module {
         }
         let lens = self.insn_lens(b);
         let skip: u64 = lens[..from as usize].iter().map(|&l| u64::from(l)).sum();
-        let start = self.blocks[b as usize].start + skip;
+        let start = self.blocks[b].start + skip;
         let addr = match addressing {
             Addressing::Runtime { load_base } => load_base.wrapping_add(start),
             Addressing::Relative { link_base } => start.wrapping_sub(link_base),
@@ -477,12 +500,12 @@ impl Module {
     }
 
     /// How messages name a block: `0x401000`.
-    pub fn block_name(&self, b: u32) -> String {
-        format!("{:#x}", self.blocks[b as usize].start)
+    pub fn block_name(&self, b: BlockIx) -> String {
+        format!("{:#x}", self.blocks[b].start)
     }
 
     /// How messages name an edge target.
-    pub fn target_name(&self, to: u32) -> String {
+    pub fn target_name(&self, to: BlockIx) -> String {
         if to == EXIT {
             "EXIT".into()
         } else {

@@ -930,7 +930,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             .map(|(m, c)| {
                 let mut rows: Vec<(String, u64)> = m
                     .procs
-                    .iter()
+                    .values()
                     .zip(c)
                     .filter(|(_, &n)| n > 0)
                     .map(|(p, &n)| (p.name.clone(), n))

@@ -31,7 +31,8 @@
 //! The arena is bounded ([`TEXT_BYTES`]); past it, new segments are walked
 //! block by block.
 
-use crate::compile::{Block, Module, AMBIGUOUS, EXIT, NO_WITNESS};
+use crate::compile::{Block, BlockIx, Module, AMBIGUOUS, EXIT, NO_BLOCK, NO_WITNESS};
+use aetrace_graph::EntityRef;
 
 /// Longest walk one segment summarises (keeps `insns` in a `u32`).
 pub const MAX_BLOCKS: u32 = 1 << 12;
@@ -53,7 +54,7 @@ thread_local! {
 pub struct Seg {
     /// The block the walk stops at (not part of the segment), or
     /// [`Seg::NONE`]`.end` when the read point must take the slow path.
-    pub end: u32,
+    pub end: BlockIx,
     /// The witness still pending at `end`, or [`NO_WITNESS`].
     pub pending: u32,
     /// Blocks the segment walks through.
@@ -85,7 +86,7 @@ impl Seg {
     };
     /// Not computed yet.
     const UNKNOWN: Seg = Seg {
-        end: EXIT - 1,
+        end: NO_BLOCK,
         pending: NO_WITNESS,
         blocks: 0,
         insns: 0,
@@ -147,9 +148,9 @@ impl Summaries {
 
     /// The segment from read point `l` for witness `w`.
     #[inline]
-    pub fn get(&mut self, m: &Module, l: u32, w: u32) -> Seg {
-        let key = u64::from(l) << 32 | u64::from(w);
-        let h = (l.wrapping_mul(0x9E37_79B9) ^ w) as usize & (MEMO - 1);
+    pub fn get(&mut self, m: &Module, l: BlockIx, w: u32) -> Seg {
+        let key = u64::from(l.as_u32()) << 32 | u64::from(w);
+        let h = (l.as_u32().wrapping_mul(0x9E37_79B9) ^ w) as usize & (MEMO - 1);
         if self.memo[h].0 == key {
             return self.memo[h].1;
         }
@@ -159,8 +160,8 @@ impl Summaries {
     }
 
     #[inline(never)]
-    fn lookup(&mut self, m: &Module, l: u32, w: u32) -> Seg {
-        let b = &m.blocks[l as usize];
+    fn lookup(&mut self, m: &Module, l: BlockIx, w: u32) -> Seg {
+        let b = &m.blocks[l];
         let slot = if b.choice_hi > b.choice_lo {
             let cs = &m.choices[b.choice_lo as usize..b.choice_hi as usize];
             match cs.binary_search_by_key(&w, |&(cw, _)| cw) {
@@ -172,7 +173,7 @@ impl Summaries {
             if b.succ_hi - b.succ_lo != 1 || m.succs[b.succ_lo as usize].witness != w {
                 return Seg::NONE;
             }
-            &mut self.single[l as usize]
+            &mut self.single[l.index()]
         };
         if *slot == Seg::UNKNOWN {
             *slot = walk(m, l, w, self.text.as_mut());
@@ -223,8 +224,8 @@ fn forced(m: &Module, b: &Block, pending: u32) -> Option<(u32, u32)> {
 
 /// Walks from read point `l` having read `w` (see the module comment),
 /// appending the segment's output to `text` when given.
-fn walk(m: &Module, l: u32, w: u32, mut text: Option<&mut Vec<u8>>) -> Seg {
-    let Some((si, mut pending)) = forced(m, &m.blocks[l as usize], w) else {
+fn walk(m: &Module, l: BlockIx, w: u32, mut text: Option<&mut Vec<u8>>) -> Seg {
+    let Some((si, mut pending)) = forced(m, &m.blocks[l], w) else {
         return Seg::NONE;
     };
     // Every step that takes a witness (pending or read) ends the trail.
@@ -238,20 +239,20 @@ fn walk(m: &Module, l: u32, w: u32, mut text: Option<&mut Vec<u8>>) -> Seg {
             }
         })
     };
-    let Some(mut trail) = decided(&m.blocks[l as usize], si) else {
+    let Some(mut trail) = decided(&m.blocks[l], si) else {
         return Seg::NONE;
     };
     let mut to = m.succs[si as usize].to;
     let (mut blocks, mut insns) = (0u32, 0u32);
     let text_lo = text.as_ref().map_or(0, |t| t.len());
     if let Some(t) = text.as_deref_mut() {
-        if t.len() + m.text(&m.blocks[l as usize]).len() > TEXT_BYTES {
+        if t.len() + m.text(&m.blocks[l]).len() > TEXT_BYTES {
             return Seg::NONE;
         }
-        t.extend_from_slice(m.text(&m.blocks[l as usize]));
+        t.extend_from_slice(m.text(&m.blocks[l]));
     }
     loop {
-        let b = &m.blocks[to as usize];
+        let b = &m.blocks[to];
         let text_hi = text.as_ref().map_or(0, |t| t.len());
         let stop = Seg {
             end: to,

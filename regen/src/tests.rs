@@ -1371,7 +1371,8 @@ fn a_signal_before_a_witness_is_written_stands_after_the_predicate() {
     let db = signal_db();
     // (interrupted rip, witnesses after the handler, blocks): all in the
     // second iteration of main's loop.
-    let cases: [(u64, &[u32], &[(usize, usize, u32, u32)]); 3] = [
+    type Case<'a> = (u64, &'a [u32], &'a [(usize, usize, u32, u32)]);
+    let cases: [Case; 3] = [
         // In the inline fall-through witness before it is reserved: b1
         // completed, b2 not started.
         (

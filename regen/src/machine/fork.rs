@@ -1,0 +1,86 @@
+//! Fork children: a child's stream continues from its parent's state at
+//! the fork (its FORK record first, then RETURN of the fork call), taken
+//! from the parent's FORKED record (docs/regen.md section 3, "Fork,
+//! exceptions, setjmp").
+//!
+//! Invariant: a child starts with its parent's stack, lazy bindings seen
+//! and setjmp bindings; a fork inside a signal handler is refused.
+
+use super::{Frame, Loc, Machine, ModuleIx, Progress, Suspended};
+use crate::compile::ProcIx;
+use crate::error::{Error, Result};
+use crate::stream::Item;
+use std::collections::HashSet;
+
+/// A fork's parent state where its child continues (the child's stream,
+/// after its FORK record, goes on from here: RETURN of the fork call first).
+#[derive(Clone, Debug)]
+pub struct ForkState {
+    pub(super) stack: Vec<Frame>,
+    pub(super) seen_lazy: HashSet<(ModuleIx, ProcIx)>,
+    pub(super) sigs: Vec<Suspended>,
+    /// The parent's setjmp bindings: the child has copies of their
+    /// jmp_bufs and frames, and may longjmp to one (perl's `exit` in a
+    /// forked child does).
+    pub(super) jmpbufs: std::collections::HashMap<u64, (usize, Loc)>,
+}
+
+impl<'a> Machine<'a> {
+    /// Makes this the machine of a fork child that continues from `state`.
+    pub fn continue_fork(&mut self, state: ForkState) {
+        self.forked_from = Some(state);
+    }
+
+    /// The parent's state a child forked now continues from (a FORKED
+    /// record).
+    pub(super) fn fork_state(&self) -> ForkState {
+        ForkState {
+            stack: self.stack.clone(),
+            seen_lazy: self.seen_lazy.clone(),
+            sigs: self.sigs.clone(),
+            jmpbufs: self.jmpbufs.clone(),
+        }
+    }
+
+    /// Reads the stream's first record: THREAD, or FORK in a fork child,
+    /// which takes its parent's state. `Some` when there is nothing to
+    /// regenerate.
+    pub(super) fn start(&mut self) -> Result<Option<Progress>> {
+        match self.stream.next_item()? {
+            (Item::End, _) => return Ok(Some(Progress::Done)),
+            (Item::Thread(_), _) => {}
+            (Item::Fork(slot), off) => match self.forked_from.take() {
+                Some(state) if !state.sigs.is_empty() => {
+                    return Err(Error::Unsupported {
+                        thread: self.thread,
+                        record: Item::Fork(slot).describe(),
+                        offset: off,
+                        at: "(a fork child)".into(),
+                        why: "the parent forked inside a signal handler; the child's return to the interrupted code is not regenerated",
+                    })
+                }
+                Some(state) => {
+                    self.stack = state.stack;
+                    self.seen_lazy = state.seen_lazy;
+                    self.jmpbufs = state.jmpbufs;
+                }
+                // A child that only execs (or dies) writes nothing more.
+                None => {
+                    return match self.stream.peek()? {
+                        (Item::End, _, _) => Ok(Some(Progress::Done)),
+                        _ => Err(self.unexpected(Item::Fork(slot), off, None)),
+                    }
+                }
+            },
+            (item, off) => {
+                return Err(Error::Unexpected {
+                    thread: self.thread,
+                    record: item.describe(),
+                    offset: off,
+                    at: "as the first record of a stream (THREAD or FORK must come first)".into(),
+                })
+            }
+        }
+        Ok(None)
+    }
+}
