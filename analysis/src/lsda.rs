@@ -24,7 +24,8 @@
 
 use std::collections::BTreeMap;
 
-use gimli::{BaseAddresses, CieOrFde, EhFrame, EndianSlice, LittleEndian, UnwindSection};
+use gimli::leb128::write::Leb128;
+use gimli::{leb128, BaseAddresses, CieOrFde, EhFrame, EndianSlice, LittleEndian, UnwindSection};
 
 use crate::elf::Module;
 use crate::error::{Error, Result};
@@ -196,22 +197,6 @@ fn fixed_size(enc: u8) -> Option<usize> {
         0x03 | 0x0b => Some(4),
         _ => None,
     }
-}
-
-fn put_uleb(out: &mut Vec<u8>, mut v: u64) {
-    loop {
-        let b = (v & 0x7f) as u8;
-        v >>= 7;
-        if v == 0 {
-            out.push(b);
-            return;
-        }
-        out.push(b | 0x80);
-    }
-}
-
-fn uleb_len(v: u64) -> usize {
-    (64 - v.max(1).leading_zeros() as usize).div_ceil(7)
 }
 
 /// Writes `v` in the fixed-size format of `enc`, refusing values that do
@@ -447,8 +432,8 @@ impl Lsda {
         };
         let mut cs = Vec::new();
         for s in &self.call_sites {
-            put_uleb(&mut cs, rel(s.start, "call site")?);
-            put_uleb(&mut cs, s.len);
+            cs.extend_from_slice(Leb128::unsigned(rel(s.start, "call site")?).bytes());
+            cs.extend_from_slice(Leb128::unsigned(s.len).bytes());
             match s.landing_pad {
                 Some(lp) => {
                     let off = rel(lp, "landing pad")?;
@@ -457,11 +442,11 @@ impl Lsda {
                         // start cannot be expressed without a base.
                         return Err(format!("landing pad {lp:#x} at its FDE's start"));
                     }
-                    put_uleb(&mut cs, off);
+                    cs.extend_from_slice(Leb128::unsigned(off).bytes());
                 }
                 None => cs.push(0),
             }
-            put_uleb(&mut cs, s.action);
+            cs.extend_from_slice(Leb128::unsigned(s.action).bytes());
         }
         let mut out = vec![OMIT];
         match &self.types {
@@ -473,19 +458,22 @@ impl Lsda {
                 // Bytes from after the offset field to the base, with the
                 // base aligned to the entry size; the field's own length
                 // moves the base, so try each length.
-                let body = 1 + uleb_len(cs.len() as u64) + cs.len() + self.actions.len();
+                let body = 1
+                    + leb128::write::uleb128_size(cs.len() as u64)
+                    + cs.len()
+                    + self.actions.len();
                 let tables = size * t.entries.len();
                 let (off, pad) = (1..=10)
                     .find_map(|l| {
                         let unaligned = at + 2 + l as u64 + (body + tables) as u64;
                         let pad = (unaligned.next_multiple_of(size as u64) - unaligned) as usize;
                         let off = (body + pad + tables) as u64;
-                        (uleb_len(off) == l).then_some((off, pad))
+                        (leb128::write::uleb128_size(off) == l).then_some((off, pad))
                     })
                     .ok_or("no consistent type table offset")?;
-                put_uleb(&mut out, off);
+                out.extend_from_slice(Leb128::unsigned(off).bytes());
                 out.push(PE_ULEB128);
-                put_uleb(&mut out, cs.len() as u64);
+                out.extend_from_slice(Leb128::unsigned(cs.len() as u64).bytes());
                 out.extend_from_slice(&cs);
                 out.extend_from_slice(&self.actions);
                 out.resize(out.len() + pad, 0);
@@ -507,7 +495,7 @@ impl Lsda {
             }
         }
         out.push(PE_ULEB128);
-        put_uleb(&mut out, cs.len() as u64);
+        out.extend_from_slice(Leb128::unsigned(cs.len() as u64).bytes());
         out.extend_from_slice(&cs);
         out.extend_from_slice(&self.actions);
         Ok(out)

@@ -1275,7 +1275,7 @@ mod tests {
         let (mut edges, mut scratch, mut flags) = (0usize, 0usize, 0usize);
         for p in prog.procs.values() {
             let Ok(cfg) = &p.cfg else { continue };
-            if p.kind == crate::ProcKind::Plt {
+            if p.kind == aetrace_analysis::ProcKind::Plt {
                 continue;
             }
             let l = analyze(cfg, &decode_blocks(&prog.module, cfg).unwrap());
@@ -1480,7 +1480,7 @@ mod tests {
             let mut all = Vec::new();
             for p in prog.procs.values() {
                 let Ok(cfg) = &p.cfg else { continue };
-                if p.kind == crate::ProcKind::Plt {
+                if p.kind == aetrace_analysis::ProcKind::Plt {
                     continue;
                 }
                 let insns = decode_blocks(&prog.module, cfg).unwrap();
