@@ -103,7 +103,7 @@ use goblin::elf::section_header::{
 };
 use goblin::elf::Elf;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result, SegmentFault};
 use aetrace_analysis::elf::R_X86_64_RELATIVE;
 
 /// A new loadable segment to append. `flags` are the segment permission bits
@@ -255,10 +255,10 @@ struct PhdrPlace {
 }
 
 impl<'a> Image<'a> {
-    fn err(&self, what: impl Into<String>) -> Error {
+    fn err(&self, what: Refusal) -> Error {
         Error::Rewrite {
             path: self.path.to_owned(),
-            what: what.into(),
+            what,
         }
     }
 
@@ -411,7 +411,7 @@ impl<'a> Image<'a> {
     }
 
     fn phdr_place(&self) -> Result<PhdrPlace> {
-        let overflow = || self.err("the address space is exhausted above the image");
+        let overflow = || self.err(Refusal::AddressSpace);
         let base = self.base();
         let end = self.image_end();
         let offset = align8(self.bytes.len() as u64).ok_or_else(overflow)?;
@@ -438,7 +438,7 @@ impl<'a> Image<'a> {
             .checked_add(MAX_PHDR_TABLE)
             .and_then(page_up)
             .and_then(|v| v.checked_add(PAGE))
-            .ok_or_else(|| self.err("the address space is exhausted above the image"))
+            .ok_or_else(|| self.err(Refusal::AddressSpace))
     }
 
     /// The file offset of `[vaddr, vaddr + len)`, which must lie inside the
@@ -522,7 +522,7 @@ fn read_dynamic(img: &Image) -> Result<Dynamic> {
         .phdrs
         .iter()
         .find(|p| p.p_type == PT_DYNAMIC)
-        .ok_or_else(|| img.err("no PT_DYNAMIC"))?;
+        .ok_or_else(|| img.err(Refusal::NoDynamic))?;
     let bytes = usize::try_from(seg.p_offset)
         .ok()
         .zip(usize::try_from(seg.p_filesz).ok())
@@ -626,22 +626,16 @@ fn preinit(
 ) -> Result<OwnSegment> {
     let (dt_array, dt_size, _, _) = kind.tags();
     if kind == FirstRun::Preinit && !img.phdrs.iter().any(|p| p.p_type == PT_INTERP) {
-        return Err(img.err(
-            "a preinit function needs a dynamically linked executable (PT_INTERP): \
-             static programs do not run DT_PREINIT_ARRAY; use a new entry point",
-        ));
+        return Err(img.err(Refusal::PreinitStatic));
     }
     let dynamic = read_dynamic(img)?;
     let pie = img.header.e_type == ET_DYN;
     let flagged_pie = dynamic.get(DT_FLAGS_1).unwrap_or(0) & DF_1_PIE != 0;
     if kind == FirstRun::Init && (!pie || flagged_pie) {
-        return Err(img.err("an init function is for shared objects (ET_DYN without DF_1_PIE)"));
+        return Err(img.err(Refusal::InitNotShared));
     }
     if kind == FirstRun::Preinit && pie && !flagged_pie {
-        return Err(img.err(
-            "a preinit function needs an executable, and this ET_DYN has no DF_1_PIE: \
-             ld.so runs DT_PREINIT_ARRAY for the main program only",
-        ));
+        return Err(img.err(Refusal::PreinitNotPie));
     }
     let mut values = vec![func];
     match (dynamic.get(dt_array), dynamic.get(dt_size)) {
@@ -676,11 +670,10 @@ fn preinit(
                 } else if relr.contains(&at) {
                     word
                 } else {
-                    return Err(img.err(format!(
-                        "{} entry at {at:#x} has no RELATIVE relocation \
-                         (cannot copy it to the new array)",
-                        kind.name()
-                    )));
+                    return Err(img.err(Refusal::NoRelative {
+                        array: kind.name(),
+                        at,
+                    }));
                 };
                 values.push(value);
             }
@@ -769,7 +762,7 @@ fn old_rela_bytes<'a>(img: &Image<'a>, dynamic: &Dynamic) -> Result<&'a [u8]> {
     if let (Some(jmprel), Some(pltsz)) = (dynamic.get(DT_JMPREL), dynamic.get(DT_PLTRELSZ)) {
         if jmprel >= rela && jmprel < rela.saturating_add(size) {
             if jmprel.checked_add(pltsz) != rela.checked_add(size) {
-                return Err(img.err("DT_JMPREL lies inside DT_RELA but not at its end"));
+                return Err(img.err(Refusal::JmprelInsideRela));
             }
             size = jmprel - rela;
         }
@@ -850,18 +843,15 @@ fn apply_patches(img: &Image, out: &mut [u8], patches: &[Patch]) -> Result<()> {
     let mut spans: Vec<(u64, u64)> = Vec::with_capacity(patches.len());
     for p in patches {
         let len = p.bytes.len() as u64;
-        let off = img.offset_of(p.vaddr, len).ok_or_else(|| {
-            img.err(format!(
-                "patch [{:#x}, +{len}) is not inside the file-backed part of a PT_LOAD",
-                p.vaddr
-            ))
-        })?;
-        put(out, off, &p.bytes).ok_or_else(|| img.err("patch out of the file"))?;
+        let off = img
+            .offset_of(p.vaddr, len)
+            .ok_or_else(|| img.err(Refusal::PatchOutside { at: p.vaddr, len }))?;
+        put(out, off, &p.bytes).ok_or_else(|| img.err(Refusal::PatchOutOfFile))?;
         spans.push((p.vaddr, p.vaddr + len));
     }
     spans.sort_unstable();
     if let Some(w) = spans.windows(2).find(|w| w[1].0 < w[0].1) {
-        return Err(img.err(format!("patches overlap at {:#x}", w[1].0)));
+        return Err(img.err(Refusal::PatchesOverlap(w[1].0)));
     }
     Ok(())
 }
@@ -883,7 +873,7 @@ pub fn write(path: &Path, elf: &[u8], add: &Additions) -> Result<Vec<u8>> {
         (Some(func), None) => Some(preinit(&img, &mut out, func, next_free, FirstRun::Preinit)?),
         (None, Some(func)) => Some(preinit(&img, &mut out, func, next_free, FirstRun::Init)?),
         (None, None) => None,
-        (Some(_), Some(_)) => return Err(img.err("both a preinit and an init function")),
+        (Some(_), Some(_)) => return Err(img.err(Refusal::PreinitAndInit)),
     };
 
     // The file layout.
@@ -900,9 +890,7 @@ pub fn write(path: &Path, elf: &[u8], add: &Additions) -> Result<Vec<u8>> {
         + usize::from(new_eh_phdr);
     let table_size = n_phdrs as u64 * PHDR_SIZE;
     if table_size > MAX_PHDR_TABLE {
-        return Err(img.err(format!(
-            "{n_phdrs} program headers do not fit the kernel's one-page limit"
-        )));
+        return Err(img.err(Refusal::TooManyHeaders(n_phdrs)));
     }
     let mut layout = Layout::new(place, table_size, &add.segments);
     layout.unwind_tables(&img, add)?;
@@ -939,23 +927,26 @@ pub fn write(path: &Path, elf: &[u8], add: &Additions) -> Result<Vec<u8>> {
 /// The new segments are page-aligned, ascending from `free`, non-empty,
 /// with known flags. Returns the first free page above them.
 fn check_segments(img: &Image, add: &Additions, free: u64) -> Result<u64> {
-    let overflow = || img.err("the address space is exhausted above the image");
+    let overflow = || img.err(Refusal::AddressSpace);
     let mut next_free = free;
     for s in &add.segments {
-        let what = |w: &str| img.err(format!("new segment at {:#x}: {w}", s.vaddr));
+        let what = |why| {
+            img.err(Refusal::NewSegment {
+                vaddr: s.vaddr,
+                why,
+            })
+        };
         if s.vaddr % PAGE != 0 {
-            return Err(what("vaddr is not page-aligned"));
+            return Err(what(SegmentFault::NotPageAligned));
         }
         if s.vaddr < next_free {
-            return Err(what(&format!(
-                "below {next_free:#x} (first_free_vaddr or the previous segment's end)"
-            )));
+            return Err(what(SegmentFault::Below(next_free)));
         }
         if s.mem_size < s.bytes.len() as u64 || s.mem_size == 0 {
-            return Err(what("mem_size is zero or smaller than its bytes"));
+            return Err(what(SegmentFault::MemSize));
         }
         if s.flags & !7 != 0 {
-            return Err(what("flags other than PF_R, PF_W, PF_X"));
+            return Err(what(SegmentFault::Flags));
         }
         next_free = s
             .vaddr
@@ -1031,16 +1022,12 @@ impl Layout {
 
     /// The file offset of `[a, a + len)`, which must lie in the file bytes
     /// of a new segment.
-    fn in_new(&self, img: &Image, what: &str, (a, len): (u64, u64)) -> Result<u64> {
+    fn in_new(&self, img: &Image, what: &'static str, (addr, len): (u64, u64)) -> Result<u64> {
         self.loads[1..]
             .iter()
-            .find(|l| a >= l.p_vaddr && a.saturating_add(len) <= l.p_vaddr + l.p_filesz)
-            .map(|l| l.p_offset + (a - l.p_vaddr))
-            .ok_or_else(|| {
-                img.err(format!(
-                    "{what} [{a:#x}, +{len:#x}) is not in the file bytes of a new segment"
-                ))
-            })
+            .find(|l| addr >= l.p_vaddr && addr.saturating_add(len) <= l.p_vaddr + l.p_filesz)
+            .map(|l| l.p_offset + (addr - l.p_vaddr))
+            .ok_or_else(|| img.err(Refusal::NotInNewSegment { what, addr, len }))
     }
 
     /// New unwind tables: PT_GNU_EH_FRAME and the `.eh_frame_hdr` section
@@ -1222,9 +1209,7 @@ fn check_starts(img: &Image, table: &[ProgramHeader], add: &Additions) -> Result
                 && addr - p.p_vaddr < p.p_filesz
         });
         if !exec {
-            return Err(img.err(format!(
-                "{what} {addr:#x} is not in the file-backed part of an executable segment"
-            )));
+            return Err(img.err(Refusal::NotExecutable { what, addr }));
         }
     }
     Ok(())
@@ -1639,7 +1624,13 @@ mod tests {
             };
             let r = write(Path::new("g"), &elf, &add);
             assert!(
-                matches!(r, Err(Error::Rewrite { ref what, .. }) if what.contains("executable segment")),
+                matches!(
+                    r,
+                    Err(Error::Rewrite {
+                        what: Refusal::NotExecutable { .. },
+                        ..
+                    })
+                ),
                 "{r:?}"
             );
         }
@@ -1662,7 +1653,13 @@ mod tests {
         let add = preinit_at(&elf);
         let r = write(Path::new("s"), &elf, &add);
         assert!(
-            matches!(r, Err(Error::Rewrite { ref what, .. }) if what.contains("PT_INTERP")),
+            matches!(
+                r,
+                Err(Error::Rewrite {
+                    what: Refusal::PreinitStatic,
+                    ..
+                })
+            ),
             "{r:?}"
         );
     }

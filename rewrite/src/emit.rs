@@ -20,7 +20,7 @@ use crate::codegen::{self, Copies, Counting, PathCode};
 use crate::elfout::NewSegment;
 use crate::plan::Plans;
 use crate::unwind::{self, Unwind};
-use crate::{counters, pathprof, stop_start, How, Result, Rewrite, PAGE};
+use crate::{counters, pathprof, stop_start, How, Refusal, Result, Rewrite, PAGE};
 
 /// The generated runtime and where it goes.
 pub(crate) struct Runtime {
@@ -36,7 +36,7 @@ impl Runtime {
     /// Generates the runtime and places it.
     pub fn place(rw: &Rewrite<'_>) -> Result<Runtime> {
         let vaddr = crate::elfout::first_free_vaddr(rw.prog.module.bytes())?;
-        let blob = aetrace_runtime::generate().map_err(|e| rw.err(e.to_string()))?;
+        let blob = aetrace_runtime::generate().map_err(|e| rw.err(Refusal::Runtime(e)))?;
         let code_seg = vaddr + blob.bytes.len() as u64;
         debug_assert_eq!(code_seg % PAGE, 0);
         Ok(Runtime {
@@ -79,7 +79,7 @@ pub(crate) fn emit(rw: &Rewrite<'_>, runtime: &Runtime, plans: &mut Plans<'_>) -
     // with a 32-bit displacement whatever the target). Encode once to
     // learn the size, then again at the final address.
     let mut code = codegen::generate(&plans.plans, &runtime.addrs, code_vaddr, counting.clone())
-        .map_err(|e| rw.err(e))?;
+        .map_err(|e| rw.err(Refusal::Codegen(e)))?;
     signal_maps(plans, &code);
     // Unwind tables for the copies, in a read-only segment on the page
     // after the code (see `unwind`).
@@ -202,7 +202,7 @@ fn count(
             .filter(|_| !module.is_static)
             .map(|_| layout.vaddr + counters::STOP_OWNER),
     )
-    .map_err(|e| rw.err(e))?;
+    .map_err(|e| rw.err(Refusal::Codegen(e)))?;
     let mut entry = init_vaddr;
     if let Some(pc) = c.paths.as_mut() {
         // The path state after the counters; its initialiser after the
@@ -210,7 +210,7 @@ fn count(
         layout.path_state = layout.vaddr + layout.bytes;
         let at = init_vaddr + (init_code.len() as u64).next_multiple_of(16);
         let (bytes, ic) = pathprof::emit_init(at, layout.path_state, init_vaddr, !module.is_static)
-            .map_err(|e| rw.err(e))?;
+            .map_err(|e| rw.err(Refusal::Codegen(e)))?;
         init_code.resize((at - init_vaddr) as usize, 0xCC);
         init_code.extend_from_slice(&bytes);
         entry = at + ic.init;
@@ -223,9 +223,9 @@ fn count(
     }
     c.base = layout.vaddr;
     let again = codegen::generate(&plans.plans, &runtime.addrs, code_vaddr, Some(c))
-        .map_err(|e| rw.err(e))?;
+        .map_err(|e| rw.err(Refusal::Codegen(e)))?;
     if again.bytes.len() != code.bytes.len() {
-        return Err(rw.err("counter code changed size between passes"));
+        return Err(rw.err(Refusal::CounterSizeChanged));
     }
     *code = again;
     let mut static_entry = None;
@@ -236,9 +236,10 @@ fn count(
             .iter()
             .find(|&&(from, _)| from == module.entry)
             .map(|&(_, to)| to)
-            .ok_or_else(|| rw.err("internal: no springboard at the entry point"))?;
+            .ok_or_else(|| rw.err(Refusal::NoEntrySpringboard))?;
         let at = init_vaddr + (init_code.len() as u64).next_multiple_of(16);
-        let bytes = counters::emit_static_entry(at, entry, copy).map_err(|e| rw.err(e))?;
+        let bytes = counters::emit_static_entry(at, entry, copy)
+            .map_err(|e| rw.err(Refusal::Codegen(e)))?;
         init_code.resize((at - init_vaddr) as usize, 0xCC);
         init_code.extend_from_slice(&bytes);
         static_entry = Some(at);

@@ -41,7 +41,7 @@ use aetrace_analysis::elf::{ElfKind, Module};
 use aetrace_analysis::Program;
 use aetrace_format::progdb::ProgramDb;
 
-pub use crate::error::{Error, Result};
+pub use crate::error::{Error, PathLimit, Refusal, Result, SegmentFault};
 
 /// Which witness placement to use (paper 003 compares them).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
@@ -117,10 +117,10 @@ pub fn stop_start(n: u64) -> i64 {
 /// deliberately broken placement. The trace gets a NOTE saying so.
 pub const FAULT_ENV: &str = "AETRACE_FAULT_DROP_WITNESS";
 
-fn rewrite_err(path: &Path, what: impl Into<String>) -> Error {
+fn rewrite_err(path: &Path, what: Refusal) -> Error {
     Error::Rewrite {
         path: path.to_owned(),
-        what: what.into(),
+        what,
     }
 }
 
@@ -133,7 +133,7 @@ pub fn fault_injection(path: &Path) -> Result<Option<(String, u32)>> {
     v.rsplit_once(':')
         .and_then(|(p, k)| Some((p.to_owned(), k.parse().ok()?)))
         .map(Some)
-        .ok_or_else(|| rewrite_err(path, format!("{FAULT_ENV}={v}: expected PROCEDURE:WITNESS")))
+        .ok_or_else(|| rewrite_err(path, Refusal::FaultSyntax(v.into_owned())))
 }
 
 /// Rewrites the executable at `path` to write witnesses.
@@ -256,7 +256,7 @@ impl<'a> Rewrite<'a> {
         };
         limits::check_module(&rw)?;
         let elf = goblin::elf::Elf::parse(module.bytes())
-            .map_err(|e| rw.err(format!("program headers: {e}")))?;
+            .map_err(|e| rw.err(Refusal::ProgramHeaders(e.to_string())))?;
         let loads: Vec<_> = elf
             .program_headers
             .iter()
@@ -273,7 +273,7 @@ impl<'a> Rewrite<'a> {
     }
 
     /// A refusal or failure of rewriting this module.
-    fn err(&self, what: impl Into<String>) -> Error {
+    fn err(&self, what: Refusal) -> Error {
         rewrite_err(self.path, what)
     }
 }

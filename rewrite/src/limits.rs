@@ -13,6 +13,7 @@ use aetrace_runtime::layout::{MAX_MODULES, TAG_SHIFT};
 
 use crate::calls::Calls;
 use crate::{counters, imports_any, starts_threads, How, Result, Rewrite, THREAD_STARTERS};
+use crate::{PathLimit, Refusal};
 
 /// The module and the options, before any analysis of its code.
 pub(crate) fn check_module(rw: &Rewrite<'_>) -> Result<()> {
@@ -22,34 +23,32 @@ pub(crate) fn check_module(rw: &Rewrite<'_>) -> Result<()> {
         // before its libc sets up `fs` (TLS): the thread owner of
         // `--stop-at` and of path profiles cannot be read there.
         if module.is_static && (spec.stop_at.is_some() || spec.paths) && starts_threads(module) {
-            return Err(rw.err(format!(
-                "{} of a static executable that can start threads (it has {}): not \
-                 supported, its first thread is not known at the entry point",
-                if spec.paths {
+            return Err(rw.err(Refusal::StaticThreads {
+                what: if spec.paths {
                     "path profiles"
                 } else {
                     "--stop-at"
                 },
-                THREAD_STARTERS
+                starter: THREAD_STARTERS
                     .iter()
                     .find(|n| module.func_symbols.iter().any(|s| s.name == **n))
-                    .unwrap_or(&"a thread starter")
-            )));
+                    .unwrap_or(&"a thread starter"),
+            }));
         }
     }
     if rw.library != (rw.tag != 0) || rw.tag >= MAX_MODULES {
         return Err(rw.err(if rw.library {
-            "a shared object can only be instrumented as a library (--libs)"
+            Refusal::SharedObject
         } else {
-            "an executable cannot be instrumented as a library"
+            Refusal::ExecutableAsLibrary
         }));
     }
     let procs = rw.prog.procs.len();
     if procs >= 1 << TAG_SHIFT {
-        return Err(rw.err(format!(
-            "{procs} procedures: ENTER records number at most {} per module",
-            1u32 << TAG_SHIFT
-        )));
+        return Err(rw.err(Refusal::TooManyProcedures {
+            procs,
+            max: 1 << TAG_SHIFT,
+        }));
     }
     Ok(())
 }
@@ -63,9 +62,7 @@ pub(crate) fn check_counting(rw: &Rewrite<'_>, calls: &Calls<'_>) -> Result<()> 
         && rw.stop_events == Some(counters::Event::Calls)
         && imports_any(&rw.prog.module, &["__cxa_throw", "__cxa_rethrow"])
     {
-        return Err(rw.err(
-            "--stop-at with --event calls cannot stop exactly yet in a program that throws C++ exceptions (use --event insns or blocks)",
-        ));
+        return Err(rw.err(Refusal::StopAtCallsThrows));
     }
     if rw.fatal_longjmps {
         untraced_longjmps(rw, calls)?;
@@ -92,14 +89,12 @@ fn untraced_longjmps(rw: &Rewrite<'_>, calls: &Calls<'_>) -> Result<()> {
             .iter()
             .find(|c| traced.to_longjmp(c) && (c.tail || untraced))
         {
-            return Err(rw.err(format!(
-                "path profiles and --stop-at cannot follow a longjmp: procedure {} ({}) \
-                 {} longjmp at {:#x}",
-                p.name,
-                if untraced { "left alone" } else { "counted" },
-                if c.tail { "tail-jumps to" } else { "calls" },
-                cfg.blocks[c.block].last_insn()
-            )));
+            return Err(rw.err(Refusal::UnfollowedLongjmp {
+                proc: p.name.clone(),
+                left_alone: untraced,
+                tail: c.tail,
+                at: cfg.blocks[c.block].last_insn(),
+            }));
         }
     }
     Ok(())
@@ -138,36 +133,30 @@ fn path_limits(rw: &Rewrite<'_>, calls: &Calls<'_>) -> Result<()> {
         let at = |c: &CallSite| cfg.blocks[c.block].last_insn();
         let pad = p.landing_pads.first().filter(|_| !rw.fatal_pads);
         let why = match (jumps, vfork, pad) {
-            (Some(c), _, _) => format!(
-                "abandon frames: procedure {} calls setjmp/longjmp at {:#x}",
-                p.name,
-                at(c)
-            ),
-            (None, Some(c), _) => format!(
-                "share memory with a child: procedure {} calls vfork at {:#x}",
-                p.name,
-                at(c)
-            ),
-            (None, None, Some(pad)) => format!(
-                "abandon frames: procedure {} has a C++ landing pad at {pad:#x}",
-                p.name
-            ),
+            (Some(c), _, _) => PathLimit::Setjmp {
+                proc: p.name.clone(),
+                at: at(c),
+            },
+            (None, Some(c), _) => PathLimit::Vfork {
+                proc: p.name.clone(),
+                at: at(c),
+            },
+            (None, None, Some(&pad)) => PathLimit::LandingPad {
+                proc: p.name.clone(),
+                pad,
+            },
             // Each process takes back the paths its inherited frames
             // counted as active once (shared counters): measured, a
             // fork caller's active path at -1.
             (None, None, None) => match cfg.calls.iter().find(|c| calls.may_fork_call(c)) {
-                Some(c) => format!(
-                    "fork: procedure {} calls a fork at {:#x} (each process would take \
-                     back the active paths of the frames it inherits)",
-                    p.name,
-                    at(c)
-                ),
+                Some(c) => PathLimit::Fork {
+                    proc: p.name.clone(),
+                    at: at(c),
+                },
                 None => continue,
             },
         };
-        return Err(rw.err(format!(
-            "path profiles of programs that {why} are not supported yet"
-        )));
+        return Err(rw.err(Refusal::PathProfiles(why)));
     }
     Ok(())
 }

@@ -16,7 +16,7 @@ use crate::calls::Calls;
 use crate::elfout::{self, Additions, NewSegment, Patch};
 use crate::emit::{Emitted, Runtime};
 use crate::traced::SPRINGBOARD;
-use crate::{Result, Rewrite};
+use crate::{Refusal, Result, Rewrite};
 
 /// The rewritten module's bytes.
 pub(crate) fn link(
@@ -34,7 +34,7 @@ pub(crate) fn link(
     let init = runtime.vaddr
         + blob
             .symbol("init")
-            .ok_or_else(|| rw.err("runtime lacks init"))?;
+            .ok_or_else(|| rw.err(Refusal::RuntimeLacks("init")))?;
     let code = &emitted.code;
     let preinit = emitted.counted.as_ref().map(|c| c.preinit);
     let copy_of_entry = || {
@@ -105,9 +105,7 @@ fn check_lazy_slots(rw: &Rewrite<'_>, calls: &Calls<'_>, emitted: &Emitted) -> R
     want.sort_unstable();
     got.sort_unstable();
     if want != got {
-        return Err(rw.err(format!(
-            "internal: GOT slots with a LAZY piece {got:x?}, expected {want:x?}"
-        )));
+        return Err(rw.err(Refusal::LazySlots { got, want }));
     }
     Ok(())
 }
@@ -124,7 +122,7 @@ fn runtime_bytes(rw: &Rewrite<'_>, runtime: &Runtime, emitted: &Emitted) -> Resu
         let off = runtime
             .blob
             .symbol(sym)
-            .ok_or_else(|| rw.err(format!("runtime lacks {sym}")))? as usize;
+            .ok_or_else(|| rw.err(Refusal::RuntimeLacks(sym)))? as usize;
         bytes[off..off + 8].copy_from_slice(&value.to_le_bytes());
     }
     Ok(bytes)
@@ -159,7 +157,7 @@ fn patches(rw: &Rewrite<'_>, emitted: &Emitted) -> Result<Vec<Patch>> {
         .iter()
         .map(|&(from, to)| {
             let rel = i32::try_from(to as i64 - (from as i64 + SPRINGBOARD as i64))
-                .map_err(|_| rw.err("springboard out of range"))?;
+                .map_err(|_| rw.err(Refusal::SpringboardRange))?;
             let mut bytes = vec![0xE9];
             bytes.extend_from_slice(&rel.to_le_bytes());
             Ok(Patch { vaddr: from, bytes })

@@ -28,7 +28,7 @@ use crate::calls::Calls;
 use crate::codegen::{EntryStub, PlanCounters, ProcPlan, Table};
 use crate::traced::Traced;
 use crate::{checks, counters, liveness, pathprof};
-use crate::{CountLayout, How, Placement, Result, Rewrite, FAULT_ENV};
+use crate::{CountLayout, How, Placement, Refusal, Result, Rewrite, FAULT_ENV};
 
 /// The outcome of the phase.
 pub(crate) struct Plans<'p> {
@@ -148,10 +148,7 @@ impl<'p> Plans<'p> {
             && !rw.fatal_longjmps
             && site_plans.iter().any(|c| c.jmpbuf.is_some())
         {
-            return Err(rw.err(format!(
-                "--stop-at cannot count exactly: procedure {} calls setjmp or longjmp",
-                p.name
-            )));
+            return Err(rw.err(Refusal::StopAtSetjmp(p.name.clone())));
         }
         let tables = self.jump_tables(rw, calls.traced, id, p, cfg)?;
         let unchecked_return: Vec<bool> = site_plans.iter().map(|c| c.unchecked_return).collect();
@@ -212,7 +209,10 @@ impl<'p> Plans<'p> {
         let mut code_witness = witness.clone();
         if let Some((name, k)) = rw.fault.as_ref().filter(|(name, _)| *name == p.name) {
             let Some(w) = code_witness.iter_mut().find(|w| **w == Some(*k)) else {
-                return Err(rw.err(format!("{FAULT_ENV}: procedure {name} has no witness {k}")));
+                return Err(rw.err(Refusal::FaultNoWitness {
+                    proc: name.clone(),
+                    witness: *k,
+                }));
             };
             *w = None;
             self.notes.push(format!(
@@ -251,7 +251,7 @@ impl<'p> Plans<'p> {
                 let n = u32::try_from(pp.numbering.num_paths())
                     .ok()
                     .and_then(|n| layout.len.checked_add(n))
-                    .ok_or_else(|| rw.err("too many path counters"))?;
+                    .ok_or_else(|| rw.err(Refusal::TooManyPathCounters))?;
                 layout.len = n;
                 layout.paths[id.index()] = Some(pp);
             }
@@ -265,7 +265,7 @@ impl<'p> Plans<'p> {
                     ..counters::Virtual::default()
                 };
                 let pc = counters::place(cfg, &edges, start, virt, layout.len)
-                    .map_err(|e| rw.err(format!("{}: {e}", p.name)))?;
+                    .map_err(|e| counters_err(rw, p, e))?;
                 for (i, k) in pc.chords.iter().enumerate() {
                     let n = layout.push_ops(vec![pathprof::PathOp::Word {
                         word: pc.first + i as u32,
@@ -274,17 +274,14 @@ impl<'p> Plans<'p> {
                         counters::Counted::Edge(e) => w[e.index()] = n,
                         counters::Counted::Entry => c.entry = n,
                         counters::Counted::Landing(_) | counters::Counted::Resume(_) => {
-                            return Err(rw.err(format!(
-                                "{}: internal: a landing or setjmp counter in a path profile",
-                                p.name
-                            )))
+                            return Err(rw.err(Refusal::PathCounterKinds(p.name.clone())))
                         }
                     }
                 }
                 layout.len += pc.len(cfg.blocks.len());
                 layout.procs[id.index()] = Some(pc);
             }
-            Err(e) => return Err(rw.err(format!("{}: {e}", p.name))),
+            Err(e) => return Err(counters_err(rw, p, e)),
         }
         Ok((w.clone(), w, Some(c)))
     }
@@ -319,7 +316,7 @@ impl<'p> Plans<'p> {
             setjmps: setjmp_blocks,
         };
         let pc = counters::place(cfg, spec, cfg.blocks[cfg.entry].start, virt, layout.len)
-            .map_err(|e| rw.err(format!("{}: {e}", p.name)))?;
+            .map_err(|e| counters_err(rw, p, e))?;
         let mut w = vec![None; cfg.edges.len()];
         let mut c = PlanCounters::default();
         for (i, k) in pc.chords.iter().enumerate() {
@@ -371,7 +368,12 @@ impl<'p> Plans<'p> {
                 .iter()
                 .map(|&t| cfg.block_at(t).ok_or(t))
                 .collect::<std::result::Result<_, _>>()
-                .map_err(|t| rw.err(format!("{}: case {t:#x} is not a block", p.name)))?;
+                .map_err(|case| {
+                    rw.err(Refusal::CaseNotBlock {
+                        proc: p.name.clone(),
+                        case,
+                    })
+                })?;
             let t = Table {
                 old: *old,
                 new: self.tables_end,
@@ -389,38 +391,42 @@ impl<'p> Plans<'p> {
     fn check(&self, rw: &Rewrite<'_>, traced: &Traced) -> Result<()> {
         let module = &rw.prog.module;
         if self.plans.is_empty() {
-            return Err(rw.err("no procedure can be traced"));
+            return Err(rw.err(Refusal::NothingTraced));
         }
         // A static executable has no preinit array: its traced entry procedure
         // is the only place to run the runtime's init before any traced code.
         if module.is_static && !self.plans.iter().any(|p| p.stub == EntryStub::StaticEntry) {
-            let why = rw
+            let left_alone = rw
                 .prog
                 .procs
                 .iter()
                 .find(|(_, p)| p.start == module.entry)
-                .map_or("no procedure starts there".to_owned(), |(id, p)| {
-                    format!(
-                        "{} is left alone: {}",
-                        p.name,
-                        traced.reasons.get(&id).map_or("", String::as_str)
-                    )
+                .map(|(id, p)| {
+                    let why = traced.reasons.get(&id).map_or("", String::as_str);
+                    (p.name.clone(), why.to_owned())
                 });
-            return Err(rw.err(format!(
-                "static executable: the entry point {:#x} cannot be traced ({why}), so the \
-                 runtime has nowhere to start",
-                module.entry
-            )));
+            return Err(rw.err(Refusal::StaticEntry {
+                entry: module.entry,
+                left_alone,
+            }));
         }
         if self.db.procs.iter().any(|p| {
             p.edges
                 .iter()
                 .any(|e| e.witness.is_some_and(|w| w == u16::MAX))
         }) {
-            return Err(rw.err("a procedure has more than 65535 witness edges"));
+            return Err(rw.err(Refusal::TooManyWitnesses));
         }
         Ok(())
     }
+}
+
+/// Counter placement or path numbering failed for procedure `p`.
+fn counters_err(rw: &Rewrite<'_>, p: &Procedure, why: impl std::fmt::Display) -> crate::Error {
+    rw.err(Refusal::Counters {
+        proc: p.name.clone(),
+        why: why.to_string(),
+    })
 }
 
 impl CountLayout {

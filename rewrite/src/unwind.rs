@@ -63,7 +63,7 @@ use gimli::{
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction};
 
 use crate::codegen::ProcCopy;
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 use aetrace_analysis::elf::Module;
 use aetrace_analysis::lsda::{self, Lsda};
 
@@ -745,7 +745,7 @@ fn plan_copy(
         let lsda = match f.lsda {
             None => None,
             Some(at) => {
-                let mut l = Lsda::parse(module, relocs, at, f.start)?;
+                let mut l = Lsda::parse(module, relocs, at, f.start).map_err(|e| e.to_string())?;
                 let part = &map[k..=j];
                 let mut sites = Vec::with_capacity(l.call_sites.len());
                 for cs in &l.call_sites {
@@ -834,7 +834,7 @@ pub fn build(
 ) -> Result<Unwind> {
     build_inner(module, copies, code, code_vaddr, vaddr).map_err(|what| Error::Rewrite {
         path: module.path.clone(),
-        what: format!("unwind tables: {what}"),
+        what: Refusal::Unwind(what),
     })
 }
 
