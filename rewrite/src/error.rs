@@ -1,10 +1,10 @@
 //! The rewriter's error type.
 //!
 //! Every message is one line naming the file it concerns, so the
-//! command-line front end can print it as is. [`Refusal`] lists the kinds
-//! (docs/rewrite.md, "Limits"): what the rewriter refuses to rewrite, what
-//! the new ELF cannot hold, and internal failures; each message's text is
-//! the one users and tests grep for.
+//! command-line front end can print it as is. [`Refusal`] lists the kinds:
+//! what the rewriter refuses to rewrite (docs/rewrite.md), what the new ELF
+//! cannot hold, and internal failures; each message's text is the one
+//! users and tests grep for.
 
 use std::path::PathBuf;
 

@@ -1,4 +1,4 @@
-//! What the rewriter refuses (docs/rewrite.md, "Limits"; docs/profile.md):
+//! What the rewriter refuses (docs/rewrite.md, "Counting mode"; docs/profile.md):
 //! modules it cannot number, and programs whose counts the chosen mode
 //! could not keep exact. A refusal is an error naming the reason; the
 //! rewriter never writes a module it knows would record wrongly.

@@ -1879,7 +1879,7 @@ mod tests {
             let tmp = TempDir::new("system");
             let dir = tmp.0.as_path();
             // Compressible but not trivial input: this file's source.
-            let input = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/rewrite/liveness.rs");
+            let input = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/liveness.rs");
             let gz = dir.join("in.gz");
             check(
                 dir,
