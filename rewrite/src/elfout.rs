@@ -1584,10 +1584,10 @@ mod tests {
             relas[0],
             (arr, u64::from(R_X86_64_RELATIVE), add.segments[0].vaddr)
         );
-        for i in 1..n {
+        for (i, rela) in relas.iter().enumerate().take(n).skip(1) {
             let at = old_dyn.get(DT_INIT_ARRAY).unwrap() + 8 * (i as u64 - 1);
             let was = old_relas.iter().find(|r| r.0 == at).unwrap();
-            assert_eq!(relas[i], (arr + 8 * i as u64, was.1, was.2));
+            assert_eq!(*rela, (arr + 8 * i as u64, was.1, was.2));
         }
         assert_eq!(&relas[n..], &old_relas[..]);
         assert_eq!(
