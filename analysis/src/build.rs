@@ -103,7 +103,7 @@ impl<'a> Builder<'a> {
     }
 
     /// The leaders implied by the instructions alone.
-    fn static_leaders(&self, entries: &[u64]) -> Result<BTreeSet<u64>, String> {
+    fn static_leaders(&self, entries: &[u64]) -> Result<BTreeSet<u64>, BuildError> {
         let mut leaders: BTreeSet<u64> = entries.iter().copied().collect();
         leaders.extend(self.ranges.iter().map(|&(s, _)| s));
         for (k, insn) in self.insns.iter().enumerate() {
@@ -125,7 +125,7 @@ impl<'a> Builder<'a> {
         }
         for &l in &leaders {
             if self.in_proc(l) && self.index_of(l).is_none() {
-                return Err(format!("control enters {l:#x}, inside an instruction"));
+                return Err(BuildError::InsideInstruction(l));
             }
         }
         leaders.retain(|&l| self.in_proc(l));
@@ -526,7 +526,7 @@ impl<'a> Builder<'a> {
 
     /// `pads` are the landing pads: leaders, and roots with unknown
     /// register state like entries (the unwinder enters them).
-    fn build(&self, entries: &[u64], pads: &[u64]) -> Result<Cfg, String> {
+    fn build(&self, entries: &[u64], pads: &[u64]) -> Result<Cfg, BuildError> {
         let primary = entries[0];
         let roots: Vec<u64> = entries.iter().chain(pads).copied().collect();
         let entries = &roots[..];
@@ -748,7 +748,7 @@ impl<'a> Builder<'a> {
         base: &BTreeSet<u64>,
         entries: &[u64],
         strict: bool,
-    ) -> Result<(BTreeSet<u64>, HashMap<u64, JumpResolution>), String> {
+    ) -> Result<(BTreeSet<u64>, HashMap<u64, JumpResolution>), BuildError> {
         let entry_set: BTreeSet<u64> = entries.iter().copied().collect();
         let mut leaders = base.clone();
         let mut resolutions: HashMap<u64, JumpResolution> = HashMap::new();
@@ -858,7 +858,7 @@ impl<'a> Builder<'a> {
             leaders = next;
         }
         if !converged {
-            return Err("jump-table resolution did not converge".into());
+            return Err(BuildError::TablesDoNotConverge);
         }
         Ok((leaders, resolutions))
     }
@@ -868,7 +868,7 @@ impl<'a> Builder<'a> {
         leaders: &BTreeSet<u64>,
         resolutions: &HashMap<u64, JumpResolution>,
         entry: u64,
-    ) -> Result<Cfg, String> {
+    ) -> Result<Cfg, BuildError> {
         let runs = self.partition(leaders);
         let mut blocks: PrimaryMap<BlockId, Block> = PrimaryMap::with_capacity(runs.len());
         for run in &runs {
@@ -926,9 +926,7 @@ impl<'a> Builder<'a> {
                     call(CallKind::Syscall, None, None, false);
                     let n = block_at(next)
                         .filter(|_| self.in_proc(next))
-                        .ok_or_else(|| {
-                            format!("the syscall at {:#x} falls off the procedure", last.ip())
-                        })?;
+                        .ok_or(BuildError::SyscallFallsOff(last.ip()))?;
                     edge(n, EdgeKind::CallReturn);
                 }
                 _ if is_straight(last) => match block_at(next).filter(|_| self.in_proc(next)) {
@@ -942,12 +940,10 @@ impl<'a> Builder<'a> {
                     }
                 },
                 FlowControl::ConditionalBranch | FlowControl::XbeginXabortXend => {
-                    let t = direct_target(last).ok_or("conditional branch without a target")?;
+                    let t = direct_target(last).ok_or(BuildError::NoBranchTarget)?;
                     let fall = block_at(next)
                         .filter(|_| self.in_proc(next))
-                        .ok_or_else(|| {
-                            format!("the branch at {:#x} falls off the procedure", last.ip())
-                        })?;
+                        .ok_or(BuildError::BranchFallsOff(last.ip()))?;
                     match block_at(t).filter(|_| self.in_proc(t)) {
                         Some(tb) if tb == fall => edge(fall, EdgeKind::FallThrough),
                         Some(tb) => {
@@ -964,7 +960,7 @@ impl<'a> Builder<'a> {
                     }
                 }
                 FlowControl::UnconditionalBranch => {
-                    let t = direct_target(last).ok_or("jump without a target")?;
+                    let t = direct_target(last).ok_or(BuildError::NoJumpTarget)?;
                     match block_at(t).filter(|_| self.in_proc(t)) {
                         Some(tb) => edge(tb, EdgeKind::Taken),
                         None => {
@@ -1003,7 +999,7 @@ impl<'a> Builder<'a> {
                                     outside.insert(t);
                                     continue;
                                 }
-                                let tb = block_at(t).ok_or("table target is not a block")?;
+                                let tb = block_at(t).ok_or(BuildError::TableTargetNotBlock)?;
                                 if seen.insert(tb) {
                                     edge(tb, EdgeKind::JumpTable);
                                 }
@@ -1064,7 +1060,7 @@ impl<'a> Builder<'a> {
                 blocks[BlockId::new(k)].kind = BlockKind::Call;
             }
         }
-        let entry = block_at(entry).ok_or("the entry is not a block")?;
+        let entry = block_at(entry).ok_or(BuildError::EntryNotBlock)?;
         let mut edge_map: PrimaryMap<aetrace_graph::EdgeId, CfgEdge> =
             PrimaryMap::with_capacity(edges.len());
         let mut seen = std::collections::HashSet::new();
@@ -1138,9 +1134,9 @@ pub fn build(
     landing_pads: &[u64],
     is_plt: bool,
     ctx: &Context,
-) -> Result<Cfg, String> {
+) -> Result<Cfg, BuildError> {
     if insns.is_empty() {
-        return Err("no instructions".into());
+        return Err(BuildError::NoInstructions);
     }
     let aliased;
     let insns = match add_aliases(insns, ranges, ctx) {
@@ -1157,6 +1153,35 @@ pub fn build(
         is_plt,
     }
     .build(entries, landing_pads)
+}
+
+/// Why a procedure's CFG is refused (shown to users as
+/// `Procedure::cfg`'s reason).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BuildError {
+    /// The procedure has no decoded instruction.
+    #[error("no instructions")]
+    NoInstructions,
+    /// An entry, branch target or landing pad inside an instruction.
+    #[error("control enters {0:#x}, inside an instruction")]
+    InsideInstruction(u64),
+    /// Jump tables kept making new leaders.
+    #[error("jump-table resolution did not converge")]
+    TablesDoNotConverge,
+    /// A `syscall` is the procedure's last instruction.
+    #[error("the syscall at {0:#x} falls off the procedure")]
+    SyscallFallsOff(u64),
+    /// A conditional branch is the procedure's last instruction.
+    #[error("the branch at {0:#x} falls off the procedure")]
+    BranchFallsOff(u64),
+    #[error("conditional branch without a target")]
+    NoBranchTarget,
+    #[error("jump without a target")]
+    NoJumpTarget,
+    #[error("table target is not a block")]
+    TableTargetNotBlock,
+    #[error("the entry is not a block")]
+    EntryNotBlock,
 }
 
 /// Which runs the known edges (`preds`) reach from the runs `is_entry`
@@ -1217,24 +1242,24 @@ mod tests {
     }
 
     /// Builds the procedure `[0x1000, 0x1000 + code.len())` with entry 0x1000.
-    fn cfg_of(code: &[u8]) -> Result<Cfg, String> {
+    fn cfg_of(code: &[u8]) -> Result<Cfg, BuildError> {
         cfg_taking(code, &[])
     }
 
     /// `cfg_of` in a module that takes the code addresses `taken` (`lea`,
     /// RELATIVE relocations).
-    fn cfg_taking(code: &[u8], taken: &[u64]) -> Result<Cfg, String> {
+    fn cfg_taking(code: &[u8], taken: &[u64]) -> Result<Cfg, BuildError> {
         cfg_with_data(code, &[], taken)
     }
 
     /// `cfg_taking` with `data` (jump tables) placed right after the code,
     /// outside the procedure.
-    fn cfg_with_data(code: &[u8], data: &[u8], taken: &[u64]) -> Result<Cfg, String> {
+    fn cfg_with_data(code: &[u8], data: &[u8], taken: &[u64]) -> Result<Cfg, BuildError> {
         cfg_full(code, data, taken, &[])
     }
 
     /// `cfg_with_data` with landing pads `pads`.
-    fn cfg_full(code: &[u8], data: &[u8], taken: &[u64], pads: &[u64]) -> Result<Cfg, String> {
+    fn cfg_full(code: &[u8], data: &[u8], taken: &[u64], pads: &[u64]) -> Result<Cfg, BuildError> {
         let mem = Code([code, data].concat());
         let relative = HashMap::new();
         let (plt, got, names) = (HashMap::new(), HashMap::new(), HashMap::new());
@@ -1274,7 +1299,7 @@ mod tests {
         assert!(with.block_at(0x100a).is_some() && plain.block_at(0x100a).is_none());
         // A pad inside an instruction is refused, never rounded.
         let e = cfg_full(&code, &[], &[], &[0x100b]).unwrap_err();
-        assert!(e.contains("0x100b"), "{e}");
+        assert_eq!(e, BuildError::InsideInstruction(0x100b), "{e}");
     }
 
     fn edges(cfg: &Cfg) -> Vec<(u64, Option<u64>, EdgeKind)> {
@@ -1398,7 +1423,7 @@ mod tests {
     fn a_branch_into_an_instruction_is_refused() {
         // jmp 1f+1 (into the middle of the mov); 1: mov eax, 1; ret
         let e = cfg_of(&[0xeb, 0x01, 0xb8, 0x01, 0x00, 0x00, 0x00, 0xc3]).unwrap_err();
-        assert!(e.contains("inside an instruction"), "{e}");
+        assert!(matches!(e, BuildError::InsideInstruction(_)), "{e}");
     }
 
     #[test]

@@ -163,7 +163,7 @@ pub fn analyze(module: Module) -> Program {
     for (fde, r) in lsda::landing_pads_by_fde(&module) {
         match r {
             Ok(p) => pads.extend(p),
-            Err(e) => bad_lsda.push((fde, e)),
+            Err(e) => bad_lsda.push((fde, e.to_string())),
         }
     }
     pads.sort_unstable();
@@ -219,6 +219,7 @@ pub fn analyze(module: Module) -> Program {
                         stub.is_some(),
                         &ctx,
                     )
+                    .map_err(|e| e.to_string())
                 }
             };
             Procedure {

@@ -24,7 +24,8 @@
 
 use std::collections::BTreeMap;
 
-use gimli::{BaseAddresses, CieOrFde, EhFrame, EndianSlice, LittleEndian, UnwindSection};
+use gimli::leb128::write::Leb128;
+use gimli::{leb128, BaseAddresses, CieOrFde, EhFrame, EndianSlice, LittleEndian, UnwindSection};
 
 use crate::elf::Module;
 use crate::error::{Error, Result};
@@ -72,8 +73,82 @@ pub struct Lsda {
     pub types: Option<TypeTable>,
 }
 
-fn fail<T>(at: u64, what: impl std::fmt::Display) -> std::result::Result<T, String> {
-    Err(format!("LSDA at {at:#x}: {what}"))
+/// Why an LSDA cannot be read or written exactly.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LsdaError {
+    /// The LSDA at `lsda` is malformed or uses a form not handled.
+    #[error("LSDA at {lsda:#x}: {what}")]
+    Malformed { lsda: u64, what: Malformed },
+    /// The FDE's LSDA pointer is indirect.
+    #[error("FDE at {fde:#x}: indirect LSDA pointer {pointer:#x}")]
+    IndirectPointer { fde: u64, pointer: u64 },
+    /// Encoding: a call site or landing pad before the FDE's start.
+    #[error("{what} {addr:#x} lies before its FDE's start {region:#x}")]
+    BeforeRegion {
+        what: &'static str,
+        addr: u64,
+        region: u64,
+    },
+    /// Encoding: a landing pad at offset 0 reads as none.
+    #[error("landing pad {0:#x} at its FDE's start")]
+    PadAtRegionStart(u64),
+    #[error("type encoding {0:#x} is not fixed-size")]
+    TypeEncodingNotFixed(u8),
+    #[error("no consistent type table offset")]
+    NoTypeTableOffset,
+    #[error("unsupported type pointer application {0:#x}")]
+    TypePointerApplication(u8),
+    #[error("encoding {0:#x} is not fixed-size")]
+    NotFixedSize(u8),
+    #[error("{value:#x} does not fit pointer encoding {enc:#x}")]
+    DoesNotFit { value: u64, enc: u8 },
+}
+
+/// What is wrong with an LSDA's bytes.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Malformed {
+    #[error("cut short at {0:#x}")]
+    CutShort(u64),
+    #[error("uleb128 overflow at {0:#x}")]
+    UlebOverflow(u64),
+    #[error("sleb128 overflow at {0:#x}")]
+    SlebOverflow(u64),
+    #[error("unknown pointer format {format:#x} in encoding {enc:#x}")]
+    PointerFormat { format: u8, enc: u8 },
+    #[error("unsupported pointer application {app:#x} at {at:#x}")]
+    PointerApplication { app: u8, at: u64 },
+    #[error("not in a section with file bytes")]
+    NoFileBytes,
+    #[error("type table base past the end of its section")]
+    TypeBasePastEnd,
+    #[error("call-site encoding {0:#x} has an application")]
+    CallSiteApplication(u8),
+    #[error("call-site table past the end of its section")]
+    CallSitesPastEnd,
+    #[error("the last call-site record overruns the table")]
+    CallSiteOverrun,
+    #[error("call-site records overlap or are not sorted")]
+    CallSitesUnsorted,
+    #[error("action offset overflow")]
+    ActionOffsetOverflow,
+    #[error("the action table has a cycle")]
+    ActionCycle,
+    #[error("action displacement before the table")]
+    ActionBeforeTable,
+    #[error("type filters without a type table")]
+    FiltersWithoutTypes,
+    #[error("type table encoding {0:#x} is not fixed-size")]
+    TypeTableNotFixed(u8),
+    #[error("{0} type entries do not fit before the base")]
+    TypesDoNotFit(usize),
+    #[error("the type table overlaps the action table")]
+    TypesOverlapActions,
+    #[error("type entry {i} at {at:#x} is relocated at load time")]
+    RelocatedTypeEntry { i: usize, at: u64 },
+}
+
+fn fail<T>(lsda: u64, what: Malformed) -> std::result::Result<T, LsdaError> {
+    Err(LsdaError::Malformed { lsda, what })
 }
 
 /// A checked reader over the bytes of the section holding an LSDA.
@@ -91,7 +166,7 @@ impl Cursor<'_> {
         self.base + self.pos as u64
     }
 
-    fn take(&mut self, n: usize) -> std::result::Result<&[u8], String> {
+    fn take(&mut self, n: usize) -> std::result::Result<&[u8], LsdaError> {
         let end = self.pos.checked_add(n).filter(|&e| e <= self.bytes.len());
         match end {
             Some(e) => {
@@ -99,20 +174,20 @@ impl Cursor<'_> {
                 self.pos = e;
                 Ok(s)
             }
-            None => fail(self.lsda, format!("cut short at {:#x}", self.addr())),
+            None => fail(self.lsda, Malformed::CutShort(self.addr())),
         }
     }
 
-    fn u8(&mut self) -> std::result::Result<u8, String> {
+    fn u8(&mut self) -> std::result::Result<u8, LsdaError> {
         Ok(self.take(1)?[0])
     }
 
-    fn uleb(&mut self) -> std::result::Result<u64, String> {
+    fn uleb(&mut self) -> std::result::Result<u64, LsdaError> {
         let (mut v, mut shift) = (0u64, 0u32);
         loop {
             let b = self.u8()?;
             if shift >= 64 || (shift == 63 && b & 0x7e != 0) {
-                return fail(self.lsda, format!("uleb128 overflow at {:#x}", self.addr()));
+                return fail(self.lsda, Malformed::UlebOverflow(self.addr()));
             }
             v |= u64::from(b & 0x7f) << shift;
             shift += 7;
@@ -122,12 +197,12 @@ impl Cursor<'_> {
         }
     }
 
-    fn sleb(&mut self) -> std::result::Result<i64, String> {
+    fn sleb(&mut self) -> std::result::Result<i64, LsdaError> {
         let (mut v, mut shift) = (0i64, 0u32);
         loop {
             let b = self.u8()?;
             if shift >= 64 {
-                return fail(self.lsda, format!("sleb128 overflow at {:#x}", self.addr()));
+                return fail(self.lsda, Malformed::SlebOverflow(self.addr()));
             }
             v |= i64::from(b & 0x7f) << shift;
             shift += 7;
@@ -141,8 +216,8 @@ impl Cursor<'_> {
     }
 
     /// A value in pointer format `enc & 0x0f` (application ignored).
-    fn value(&mut self, enc: u8) -> std::result::Result<u64, String> {
-        let fixed = |c: &mut Self, n: usize, signed: bool| -> std::result::Result<u64, String> {
+    fn value(&mut self, enc: u8) -> std::result::Result<u64, LsdaError> {
+        let fixed = |c: &mut Self, n: usize, signed: bool| -> std::result::Result<u64, LsdaError> {
             let b = c.take(n)?;
             let mut raw = [0u8; 8];
             raw[..n].copy_from_slice(b);
@@ -164,26 +239,20 @@ impl Cursor<'_> {
             0x0a => fixed(self, 2, true),
             0x0b => fixed(self, 4, true),
             0x0c => fixed(self, 8, true),
-            f => fail(
-                self.lsda,
-                format!("unknown pointer format {f:#x} in encoding {enc:#x}"),
-            ),
+            f => fail(self.lsda, Malformed::PointerFormat { format: f, enc }),
         }
     }
 
     /// A pointer in encoding `enc`: absolute or pc-relative only (what gcc
     /// and clang emit on x86-64). A raw 0 stays 0 (a null pointer).
-    fn pointer(&mut self, enc: u8) -> std::result::Result<u64, String> {
+    fn pointer(&mut self, enc: u8) -> std::result::Result<u64, LsdaError> {
         let at = self.addr();
         let v = self.value(enc)?;
         match enc & 0x70 {
             _ if v == 0 => Ok(0),
             0x00 => Ok(v),
             PE_PCREL => Ok(at.wrapping_add(v)),
-            a => fail(
-                self.lsda,
-                format!("unsupported pointer application {a:#x} at {at:#x}"),
-            ),
+            a => fail(self.lsda, Malformed::PointerApplication { app: a, at }),
         }
     }
 }
@@ -198,26 +267,10 @@ fn fixed_size(enc: u8) -> Option<usize> {
     }
 }
 
-fn put_uleb(out: &mut Vec<u8>, mut v: u64) {
-    loop {
-        let b = (v & 0x7f) as u8;
-        v >>= 7;
-        if v == 0 {
-            out.push(b);
-            return;
-        }
-        out.push(b | 0x80);
-    }
-}
-
-fn uleb_len(v: u64) -> usize {
-    (64 - v.max(1).leading_zeros() as usize).div_ceil(7)
-}
-
 /// Writes `v` in the fixed-size format of `enc`, refusing values that do
 /// not fit.
-fn put_fixed(out: &mut Vec<u8>, enc: u8, v: u64) -> std::result::Result<(), String> {
-    let n = fixed_size(enc).ok_or_else(|| format!("encoding {enc:#x} is not fixed-size"))?;
+fn put_fixed(out: &mut Vec<u8>, enc: u8, v: u64) -> std::result::Result<(), LsdaError> {
+    let n = fixed_size(enc).ok_or(LsdaError::NotFixedSize(enc))?;
     let signed = enc & 0x08 != 0;
     let fits = match (n, signed) {
         (8, _) => true,
@@ -228,7 +281,7 @@ fn put_fixed(out: &mut Vec<u8>, enc: u8, v: u64) -> std::result::Result<(), Stri
         }
     };
     if !fits {
-        return Err(format!("{v:#x} does not fit pointer encoding {enc:#x}"));
+        return Err(LsdaError::DoesNotFit { value: v, enc });
     }
     out.extend_from_slice(&v.to_le_bytes()[..n]);
     Ok(())
@@ -243,13 +296,13 @@ impl Lsda {
         relocs: &LoadRelocs,
         addr: u64,
         region: u64,
-    ) -> std::result::Result<Lsda, String> {
+    ) -> std::result::Result<Lsda, LsdaError> {
         let sec = module
             .sections
             .iter()
             .find(|s| s.alloc && s.file_offset.is_some() && s.contains(addr));
         let Some(bytes) = sec.and_then(|s| module.bytes_at(addr, s.end() - addr)) else {
-            return fail(addr, "not in a section with file bytes");
+            return fail(addr, Malformed::NoFileBytes);
         };
         Lsda::parse_bytes(bytes, addr, region, &|at, n| relocs.touch(at, n))
     }
@@ -262,7 +315,7 @@ impl Lsda {
         addr: u64,
         region: u64,
         relocated: &dyn Fn(u64, u64) -> bool,
-    ) -> std::result::Result<Lsda, String> {
+    ) -> std::result::Result<Lsda, LsdaError> {
         let mut c = Cursor {
             bytes,
             base: addr,
@@ -286,15 +339,12 @@ impl Lsda {
                 .filter(|&b| b <= bytes.len());
             match base {
                 Some(b) => Some(b),
-                None => return fail(addr, "type table base past the end of its section"),
+                None => return fail(addr, Malformed::TypeBasePastEnd),
             }
         };
         let cs_enc = c.u8()?;
         if cs_enc & 0x70 != 0 {
-            return fail(
-                addr,
-                format!("call-site encoding {cs_enc:#x} has an application"),
-            );
+            return fail(addr, Malformed::CallSiteApplication(cs_enc));
         }
         let cs_len = c.uleb()?;
         let cs_end = usize::try_from(cs_len)
@@ -302,7 +352,7 @@ impl Lsda {
             .and_then(|l| c.pos.checked_add(l))
             .filter(|&e| e <= bytes.len());
         let Some(cs_end) = cs_end else {
-            return fail(addr, "call-site table past the end of its section");
+            return fail(addr, Malformed::CallSitesPastEnd);
         };
         let mut call_sites = Vec::new();
         while c.pos < cs_end {
@@ -318,13 +368,13 @@ impl Lsda {
             });
         }
         if c.pos != cs_end {
-            return fail(addr, "the last call-site record overruns the table");
+            return fail(addr, Malformed::CallSiteOverrun);
         }
         if call_sites
             .windows(2)
             .any(|w| w[1].start < w[0].start.saturating_add(w[0].len))
         {
-            return fail(addr, "call-site records overlap or are not sorted");
+            return fail(addr, Malformed::CallSitesUnsorted);
         }
         // The actions reachable from the call sites: their extent, the
         // largest type index, the exception specifications.
@@ -341,12 +391,12 @@ impl Lsda {
             let mut next = match usize::try_from(cs.action) {
                 Ok(0) => continue,
                 Ok(a) => a - 1,
-                Err(_) => return fail(addr, "action offset overflow"),
+                Err(_) => return fail(addr, Malformed::ActionOffsetOverflow),
             };
             loop {
                 walked += 1;
                 if walked > MAX_ACTIONS {
-                    return fail(addr, "the action table has a cycle");
+                    return fail(addr, Malformed::ActionCycle);
                 }
                 act.pos = next;
                 let filter = act.sleb()?;
@@ -363,22 +413,19 @@ impl Lsda {
                 }
                 next = match (disp_at as i64).checked_add(disp) {
                     Some(n) if n >= 0 => n as usize,
-                    _ => return fail(addr, "action displacement before the table"),
+                    _ => return fail(addr, Malformed::ActionBeforeTable),
                 };
             }
         }
         let actions = table[..act_end].to_vec();
         let types = match tt_base {
             None if max_type > 0 || !specs.is_empty() => {
-                return fail(addr, "type filters without a type table")
+                return fail(addr, Malformed::FiltersWithoutTypes)
             }
             None => None,
             Some(base) => {
                 let Some(size) = fixed_size(tt_enc) else {
-                    return fail(
-                        addr,
-                        format!("type table encoding {tt_enc:#x} is not fixed-size"),
-                    );
+                    return fail(addr, Malformed::TypeTableNotFixed(tt_enc));
                 };
                 // Exception specifications: uleb128 indices ended by 0.
                 let mut spec = Cursor {
@@ -401,10 +448,10 @@ impl Lsda {
                 }
                 let n = usize::try_from(max_type).unwrap_or(usize::MAX);
                 let Some(first) = n.checked_mul(size).and_then(|s| base.checked_sub(s)) else {
-                    return fail(addr, format!("{n} type entries do not fit before the base"));
+                    return fail(addr, Malformed::TypesDoNotFit(n));
                 };
                 if first < cs_end + act_end {
-                    return fail(addr, "the type table overlaps the action table");
+                    return fail(addr, Malformed::TypesOverlapActions);
                 }
                 let mut entries = Vec::with_capacity(n);
                 for i in 1..=n {
@@ -416,10 +463,7 @@ impl Lsda {
                     };
                     let at = e.addr();
                     if relocated(at, size as u64) {
-                        return fail(
-                            addr,
-                            format!("type entry {i} at {at:#x} is relocated at load time"),
-                        );
+                        return fail(addr, Malformed::RelocatedTypeEntry { i, at });
                     }
                     entries.push(e.pointer(tt_enc)?);
                 }
@@ -440,52 +484,58 @@ impl Lsda {
     /// Encodes this LSDA to live at `at` for the FDE starting at `region`:
     /// landing pads relative to the region (no explicit base), call sites
     /// in uleb128, the type table re-encoded for its new position.
-    pub fn encode(&self, at: u64, region: u64) -> std::result::Result<Vec<u8>, String> {
-        let rel = |a: u64, what: &str| {
-            a.checked_sub(region)
-                .ok_or_else(|| format!("{what} {a:#x} lies before its FDE's start {region:#x}"))
+    pub fn encode(&self, at: u64, region: u64) -> std::result::Result<Vec<u8>, LsdaError> {
+        let rel = |a: u64, what: &'static str| {
+            a.checked_sub(region).ok_or(LsdaError::BeforeRegion {
+                what,
+                addr: a,
+                region,
+            })
         };
         let mut cs = Vec::new();
         for s in &self.call_sites {
-            put_uleb(&mut cs, rel(s.start, "call site")?);
-            put_uleb(&mut cs, s.len);
+            cs.extend_from_slice(Leb128::unsigned(rel(s.start, "call site")?).bytes());
+            cs.extend_from_slice(Leb128::unsigned(s.len).bytes());
             match s.landing_pad {
                 Some(lp) => {
                     let off = rel(lp, "landing pad")?;
                     if off == 0 {
                         // 0 means "no landing pad": a pad at the FDE's very
                         // start cannot be expressed without a base.
-                        return Err(format!("landing pad {lp:#x} at its FDE's start"));
+                        return Err(LsdaError::PadAtRegionStart(lp));
                     }
-                    put_uleb(&mut cs, off);
+                    cs.extend_from_slice(Leb128::unsigned(off).bytes());
                 }
                 None => cs.push(0),
             }
-            put_uleb(&mut cs, s.action);
+            cs.extend_from_slice(Leb128::unsigned(s.action).bytes());
         }
         let mut out = vec![OMIT];
         match &self.types {
             None => out.push(OMIT),
             Some(t) => {
-                let size = fixed_size(t.encoding)
-                    .ok_or_else(|| format!("type encoding {:#x} is not fixed-size", t.encoding))?;
+                let size =
+                    fixed_size(t.encoding).ok_or(LsdaError::TypeEncodingNotFixed(t.encoding))?;
                 out.push(t.encoding);
                 // Bytes from after the offset field to the base, with the
                 // base aligned to the entry size; the field's own length
                 // moves the base, so try each length.
-                let body = 1 + uleb_len(cs.len() as u64) + cs.len() + self.actions.len();
+                let body = 1
+                    + leb128::write::uleb128_size(cs.len() as u64)
+                    + cs.len()
+                    + self.actions.len();
                 let tables = size * t.entries.len();
                 let (off, pad) = (1..=10)
                     .find_map(|l| {
                         let unaligned = at + 2 + l as u64 + (body + tables) as u64;
                         let pad = (unaligned.next_multiple_of(size as u64) - unaligned) as usize;
                         let off = (body + pad + tables) as u64;
-                        (uleb_len(off) == l).then_some((off, pad))
+                        (leb128::write::uleb128_size(off) == l).then_some((off, pad))
                     })
-                    .ok_or("no consistent type table offset")?;
-                put_uleb(&mut out, off);
+                    .ok_or(LsdaError::NoTypeTableOffset)?;
+                out.extend_from_slice(Leb128::unsigned(off).bytes());
                 out.push(PE_ULEB128);
-                put_uleb(&mut out, cs.len() as u64);
+                out.extend_from_slice(Leb128::unsigned(cs.len() as u64).bytes());
                 out.extend_from_slice(&cs);
                 out.extend_from_slice(&self.actions);
                 out.resize(out.len() + pad, 0);
@@ -497,7 +547,7 @@ impl Lsda {
                         _ if v == 0 => 0,
                         0x00 => v,
                         PE_PCREL => v.wrapping_sub(pos),
-                        a => return Err(format!("unsupported type pointer application {a:#x}")),
+                        a => return Err(LsdaError::TypePointerApplication(a)),
                     };
                     put_fixed(&mut out, t.encoding, raw)?;
                 }
@@ -507,7 +557,7 @@ impl Lsda {
             }
         }
         out.push(PE_ULEB128);
-        put_uleb(&mut out, cs.len() as u64);
+        out.extend_from_slice(Leb128::unsigned(cs.len() as u64).bytes());
         out.extend_from_slice(&cs);
         out.extend_from_slice(&self.actions);
         Ok(out)
@@ -550,7 +600,7 @@ pub fn eh_frame(
 
 /// Per FDE with an LSDA (keyed by the FDE's start): its LSDA, or why it
 /// cannot be read exactly.
-pub fn lsdas_by_fde(module: &Module) -> BTreeMap<u64, std::result::Result<Lsda, String>> {
+pub fn lsdas_by_fde(module: &Module) -> BTreeMap<u64, std::result::Result<Lsda, LsdaError>> {
     let mut out = BTreeMap::new();
     let Some((eh, bases, _)) = eh_frame(module) else {
         return out;
@@ -569,9 +619,10 @@ pub fn lsdas_by_fde(module: &Module) -> BTreeMap<u64, std::result::Result<Lsda, 
         let start = fde.initial_address();
         let lsda = match fde.lsda() {
             None => continue,
-            Some(gimli::Pointer::Indirect(p)) => {
-                Err(format!("FDE at {start:#x}: indirect LSDA pointer {p:#x}"))
-            }
+            Some(gimli::Pointer::Indirect(p)) => Err(LsdaError::IndirectPointer {
+                fde: start,
+                pointer: p,
+            }),
             Some(gimli::Pointer::Direct(a)) => Lsda::parse(module, &relocs, a, start),
         };
         out.insert(start, lsda);
@@ -583,7 +634,7 @@ pub fn lsdas_by_fde(module: &Module) -> BTreeMap<u64, std::result::Result<Lsda, 
 /// sorted, or why its LSDA cannot be read exactly.
 pub fn landing_pads_by_fde(
     module: &Module,
-) -> BTreeMap<u64, std::result::Result<Vec<u64>, String>> {
+) -> BTreeMap<u64, std::result::Result<Vec<u64>, LsdaError>> {
     lsdas_by_fde(module)
         .into_iter()
         .map(|(start, lsda)| {
@@ -617,9 +668,9 @@ pub fn landing_pads(module: &Module) -> Result<BTreeMap<u64, Vec<u64>>> {
     landing_pads_by_fde(module)
         .into_iter()
         .map(|(k, v)| {
-            v.map(|pads| (k, pads)).map_err(|what| Error::Malformed {
+            v.map(|pads| (k, pads)).map_err(|e| Error::Malformed {
                 path: module.path.clone(),
-                what,
+                what: e.to_string(),
             })
         })
         .collect()
@@ -652,7 +703,7 @@ mod tests {
         }
     }
 
-    fn parse_at(bytes: &[u8], addr: u64, region: u64) -> std::result::Result<Lsda, String> {
+    fn parse_at(bytes: &[u8], addr: u64, region: u64) -> std::result::Result<Lsda, LsdaError> {
         Lsda::parse_bytes(bytes, addr, region, &|_, _| false)
     }
 

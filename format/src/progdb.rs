@@ -295,16 +295,9 @@ impl ProcDb {
     }
 }
 
-fn put_uleb(out: &mut Vec<u8>, mut v: u64) {
-    loop {
-        let b = (v & 0x7f) as u8;
-        v >>= 7;
-        if v == 0 {
-            out.push(b);
-            return;
-        }
-        out.push(b | 0x80);
-    }
+/// Appends `v` in uleb128 (gimli's encoder).
+fn put_uleb(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(gimli::leb128::write::Leb128::unsigned(v).bytes());
 }
 
 fn put_str(out: &mut Vec<u8>, s: &str) {

@@ -1014,6 +1014,21 @@ struct ProcGen<'e, 'p> {
     rt: &'p RuntimeAddrs,
 }
 
+/// A block's last instruction and what stands around it.
+struct BlockEnd {
+    b: BlockId,
+    /// The block laid out after it.
+    next: Option<BlockId>,
+    last_i: usize,
+    last: Instruction,
+    edges: Vec<EdgeId>,
+    /// The point before the last instruction.
+    before: SigPoint,
+    /// The site before the last instruction.
+    before_last: Site,
+    cp: CallPlan,
+}
+
 /// A stub emitted after the procedure's blocks.
 struct Stub {
     label: u64,
@@ -1461,6 +1476,82 @@ impl ProcGen<'_, '_> {
         let last = insns[last_i];
         let exit = cfg.exit();
         let counts_before = (self.em.transfers, stubs.len());
+        self.block_head(b)?;
+        for (k, &i) in insns[..last_i].iter().enumerate() {
+            self.copy_at(b, k, i);
+        }
+        // Instrumentation before the last instruction stands before it.
+        let before = self.at(b, last_i);
+        self.em.point = before;
+        let end = BlockEnd {
+            b,
+            next,
+            last_i,
+            last,
+            edges: self.edges_from(b),
+            before,
+            before_last: self.site(p.live.live_before(b, last_i)),
+            cp: p.calls[b.index()],
+        };
+        let (edges, before_last, cp) = (&end.edges, end.before_last, end.cp);
+        let fc = last.flow_control();
+        match fc {
+            FlowControl::Call | FlowControl::IndirectCall => self.call(&end)?,
+            FlowControl::ConditionalBranch => self.conditional(&end, stubs)?,
+            FlowControl::UnconditionalBranch => {
+                if cp.count {
+                    self.em.transfer(entry_site(before_last))?;
+                }
+                if let Some(w) = edges.first().and_then(|&e| p.witness[e.index()]) {
+                    self.em.witness(w, before_last, before, before)?;
+                }
+                self.copy_at(b, last_i, last);
+            }
+            FlowControl::IndirectBranch => {
+                self.indirect(b, last, edges, before_last, stubs, case_labels)?
+            }
+            FlowControl::Return | FlowControl::Exception | FlowControl::Interrupt => {
+                if fc == FlowControl::Interrupt && edges.iter().any(|&e| cfg.edges[e].to != exit) {
+                    // `syscall`, `int n`: execution continues.
+                    self.copy_at(b, last_i, last);
+                    self.fallthrough(edges, next, blk.end)?;
+                } else {
+                    for w in edges.iter().filter_map(|&e| p.witness[e.index()]) {
+                        self.em.witness(w, before_last, before, before)?;
+                    }
+                    self.copy_at(b, last_i, last);
+                }
+            }
+            FlowControl::Next => {
+                // A fall-through into another function: counted before
+                // the last instruction (its flags saved if it reads them).
+                if cp.count {
+                    self.em.transfer(before_last)?;
+                }
+                self.copy_at(b, last_i, last);
+                self.fallthrough(edges, next, blk.end)?;
+            }
+            FlowControl::XbeginXabortXend => {
+                return Err("transactional memory (xbegin) is not relocated".into())
+            }
+        }
+        // The regenerator counts every transfer `counted` names: one the
+        // code above could not count would misplace signals.
+        let counted_here =
+            self.em.transfers > counts_before.0 || stubs[counts_before.1..].iter().any(|s| s.count);
+        if cp.count && self.em.counting.is_none() && !counted_here {
+            return Err(format!(
+                "the call or tail call at {:#x} is not a transfer the rewriter can count",
+                last.ip()
+            ));
+        }
+        Ok(())
+    }
+
+    /// What stands at a block's entry: its buffer check, its block
+    /// counter, its `--stop-at` check.
+    fn block_head(&mut self, b: BlockId) -> GenResult<()> {
+        let p = self.p;
         self.em.bind(self.labels[b.index()]);
         self.em.point = self.at(b, 0);
         if p.loop_header[b.index()] {
@@ -1483,7 +1574,7 @@ impl ProcGen<'_, '_> {
             let trap = self.em.label();
             let flags_saved = self.em.stop_check(t, site, trap)?;
             // A block event stands at the block's first instruction.
-            let insn_events = t - phi == insns.len() as i64;
+            let insn_events = t - phi == p.insns[b.index()].len() as i64;
             self.traps.push(StopTrap {
                 label: trap,
                 flags_saved,
@@ -1492,294 +1583,275 @@ impl ProcGen<'_, '_> {
                 point: self.at(b, 0),
             });
         }
-        for (k, &i) in insns[..last_i].iter().enumerate() {
-            self.copy_at(b, k, i);
+        Ok(())
+    }
+
+    /// A block ending in a call: what the call plan adds before it, the
+    /// call, and what stands at its return point.
+    fn call(&mut self, end: &BlockEnd) -> GenResult<()> {
+        let p = self.p;
+        let b = end.b;
+        // setjmp returns again after a longjmp, through the same
+        // return point: its return edge (first returns) is counted
+        // before the call, all returns after it.
+        let setjmp = end.cp.jmpbuf == Some(RecordKind::Setjmp)
+            || p.counters
+                .as_ref()
+                .is_some_and(|c| c.split_return.get(b.index()).copied().unwrap_or(false));
+        let query = self.before_call(end, setjmp)?;
+        self.copy_at(b, end.last_i, end.last);
+        let ret = end
+            .edges
+            .iter()
+            .find(|&&e| p.cfg.edges[e].kind == EdgeKind::CallReturn)
+            .copied();
+        match ret {
+            Some(e) => self.call_return(end, e, query, setjmp),
+            None => Ok(()),
         }
-        // Instrumentation before the last instruction stands before it.
-        let before = self.at(b, last_i);
-        self.em.point = before;
-        let edges = self.edges_from(b);
-        let wit = |e: EdgeId| p.witness[e.index()];
-        let before_last = self.site(p.live.live_before(b, last_i));
-        let cp = p.calls[b.index()];
-        let fc = last.flow_control();
-        match fc {
-            FlowControl::Call | FlowControl::IndirectCall => {
-                if cp.exit_record {
-                    self.exit_record(before_last)?;
-                }
-                if cp.syscall_exit {
-                    self.syscall_exit(before_last, last.ip())?;
-                }
-                // setjmp returns again after a longjmp, through the same
-                // return point: its return edge (first returns) is counted
-                // before the call, all returns after it.
-                let resume = p
-                    .counters
-                    .as_ref()
-                    .and_then(|c| c.resume.get(b.index()).copied().flatten());
-                let setjmp = cp.jmpbuf == Some(RecordKind::Setjmp)
-                    || p.counters
-                        .as_ref()
-                        .is_some_and(|c| c.split_return.get(b.index()).copied().unwrap_or(false));
-                if self.em.counting.is_some() {
-                    // A call that never returns: its edge to EXIT is
-                    // counted before the call.
-                    for &e in &edges {
-                        let kind = cfg.edges[e].kind;
-                        let before =
-                            kind == EdgeKind::NoReturn || (setjmp && kind == EdgeKind::CallReturn);
-                        if let (Some(n), true) = (wit(e), before) {
-                            self.em.counter(n, before_last)?;
-                        }
-                    }
-                    if let Some(n) = p
-                        .counters
-                        .as_ref()
-                        .and_then(|c| c.before_call.get(b.index()).copied().flatten())
-                    {
-                        self.em.counter(n, before_last)?;
-                    }
-                }
-                if cp.fatal_longjmp && self.em.counting.is_some() {
-                    self.fatal(format!(
-                        "aetrace: {} calls longjmp at {:#x}: path profiles and --stop-at cannot \
-                         follow the frames it abandons\n",
-                        p.name,
-                        last.ip()
-                    ))?;
-                }
-                if let Some(kind) = cp.jmpbuf.filter(|_| self.em.counting.is_none()) {
-                    self.em.seq_write(before, before, |a| {
-                        emit_record(
-                            a,
-                            kind,
-                            Payload::Reg64(iced_x86::code_asm::rdi),
-                            before_last,
-                        )
-                    })?;
-                }
-                // The callee's frame starts with the count exact.
-                let query = p.stop().map_or(0, |s| s.call[b.index()]);
-                if query != 0 {
-                    self.em.add_to_count(query, before_last)?;
-                }
-                if cp.atfork && self.em.counting.is_none() {
-                    // Before the increment: a signal inside it stands
-                    // before the call with the count before it.
-                    self.em.point = before;
-                    let prepare = self.rt.fork_prepare;
-                    self.em.seq(|a| Ok(a.call(prepare)?))?;
-                }
-                if cp.count {
-                    // Last, so that a signal sees the count and the point
-                    // (before the call) agree whether or not it ran.
-                    self.em.point = before;
-                    self.em.transfer(before_last)?;
-                }
-                self.copy_at(b, last_i, last);
-                let ret = edges
-                    .iter()
-                    .find(|&&e| cfg.edges[e].kind == EdgeKind::CallReturn)
-                    .copied();
-                if let Some(e) = ret {
-                    // No code could write it where the regenerator reads it
-                    // (after the callee's records, and a call may not return).
-                    if wit(e).is_some() && self.em.counting.is_none() {
-                        return Err(format!(
-                            "internal: the call-return edge of the call at {:#x} carries witness {:?}",
-                            last.ip(),
-                            wit(e)
-                        ));
-                    }
-                    let to = cfg.edges[e].to;
-                    let site = self.site(p.live.live_in(to));
-                    if query != 0 {
-                        self.em.add_to_count(-query, site)?;
-                    }
-                    let after = if setjmp { resume } else { wit(e) };
-                    if let Some(n) = after.filter(|_| self.em.counting.is_some()) {
-                        self.em.counter(n, site)?;
-                    }
-                    let tracing = self.em.counting.is_none();
-                    let returned = self.at(to, 0);
-                    // Until a marked call's RETURN is reserved, the
-                    // regenerator still waits for the callee.
-                    self.em.point = if cp.marker && tracing {
-                        SigPoint::Returned {
-                            block: b.index() as u32,
-                        }
-                    } else {
-                        returned
-                    };
-                    if cp.fork && tracing {
-                        self.fork_return(p.live.live_in(to), cp.atfork)?;
-                    }
-                    if !cp.unchecked_return {
-                        self.check(site)?;
-                    }
-                    if cp.marker && tracing {
-                        let waiting = self.em.point;
-                        self.em.seq_write(waiting, returned, |a| {
-                            emit_record(a, RecordKind::Return, Payload::None, site)
-                        })?;
-                    }
-                    self.goto(to, next, 0)?;
+    }
+
+    /// Before a call: EXIT records, counters of edges counted before it,
+    /// SETJMP/LONGJMP records, the `--stop-at` query, `fork_prepare` and
+    /// the counted transfer. Returns the query increment the callee's
+    /// frame starts with.
+    fn before_call(&mut self, end: &BlockEnd, setjmp: bool) -> GenResult<i64> {
+        let p = self.p;
+        let (b, cp, before, before_last) = (end.b, end.cp, end.before, end.before_last);
+        if cp.exit_record {
+            self.exit_record(before_last)?;
+        }
+        if cp.syscall_exit {
+            self.syscall_exit(before_last, end.last.ip())?;
+        }
+        if self.em.counting.is_some() {
+            // A call that never returns: its edge to EXIT is
+            // counted before the call.
+            for &e in &end.edges {
+                let kind = p.cfg.edges[e].kind;
+                let before = kind == EdgeKind::NoReturn || (setjmp && kind == EdgeKind::CallReturn);
+                if let (Some(n), true) = (p.witness[e.index()], before) {
+                    self.em.counter(n, before_last)?;
                 }
             }
-            FlowControl::ConditionalBranch => {
-                let target = last.near_branch_target();
-                let taken = edges.iter().copied().find(|&e| {
-                    let ed = cfg.edges[e];
-                    ed.kind == EdgeKind::Taken || (ed.to == exit && ed.kind == EdgeKind::TailCall)
-                });
-                let fall = edges
-                    .iter()
-                    .copied()
-                    .find(|&e| cfg.edges[e].kind == EdgeKind::FallThrough);
-                let mut insn = last;
-                let dest = self.retarget(target);
-                // Where the branch goes, and the point once it went there.
-                let (t, taken_point) = match taken {
-                    Some(e) if wit(e).is_some() => {
-                        let to = cfg.edges[e].to;
-                        let live = p.live.live_on_edge(cfg, e);
-                        let label = self.em.label();
-                        stubs.push(Stub {
-                            label,
-                            edge: e,
-                            after: self.after_edge(e, target),
-                            witness: wit(e),
-                            site: self.site(live),
-                            count: to == exit && cp.count,
-                            exit_record: false,
-                            lazy: false,
-                            target: if to == exit {
-                                dest
-                            } else {
-                                self.labels[to.index()]
-                            },
-                        });
-                        let point = SigPoint::Witness {
-                            edge: e.index() as u32,
-                        };
-                        (label, point)
-                    }
-                    Some(e) if cp.count && cfg.edges[e].to == exit => {
-                        // The blocking property puts a witness on every
-                        // predicate's edge to EXIT: its stub counts.
-                        return Err(format!(
-                            "conditional tail call at {:#x} without a witness: its transfer \
-                             cannot be counted",
-                            last.ip()
-                        ));
-                    }
-                    _ => (dest, taken.map_or(before, |e| self.after_edge(e, target))),
-                };
-                // `jrcxz` and `loop*` reach 127 bytes only, which
-                // instrumentation between them and their target can exceed
-                // (glibc's `__mpn_sub_n` under `--stop-at`): they jump to a
-                // `jmp` right after them instead.
-                let short_only = matches!(
-                    insn.code(),
-                    Code::Jrcxz_rel8_64
-                        | Code::Jecxz_rel8_64
-                        | Code::Loop_rel8_64_RCX
-                        | Code::Loop_rel8_64_ECX
-                        | Code::Loope_rel8_64_RCX
-                        | Code::Loope_rel8_64_ECX
-                        | Code::Loopne_rel8_64_RCX
-                        | Code::Loopne_rel8_64_ECX
-                );
-                let near = short_only.then(|| self.em.label());
-                insn.set_near_branch64(near.unwrap_or(t));
-                self.em.origin.push((self.em.out.len(), last.ip()));
-                self.em.copy_len = last.len() as u8;
-                self.em.push(insn);
-                if let Some(near) = near {
-                    let over = self.em.label();
-                    self.em.point = match fall {
-                        Some(e) if wit(e).is_some() => SigPoint::Witness {
-                            edge: e.index() as u32,
-                        },
-                        Some(e) => self.after_edge(e, blk.end),
-                        None => before,
-                    };
-                    self.em.jmp(over)?;
-                    self.em.bind(near);
-                    self.em.point = taken_point;
-                    self.em.jmp(t)?;
-                    self.em.bind(over);
-                    self.em.point = before;
-                }
-                if let Some(e) = fall {
-                    let to = cfg.edges[e].to;
-                    let after = self.after_edge(e, blk.end);
-                    if let Some(w) = wit(e) {
-                        let s = self.site(p.live.live_on_edge(cfg, e));
-                        let before = SigPoint::Witness {
-                            edge: e.index() as u32,
-                        };
-                        self.em.witness(w, s, before, after)?;
-                    }
-                    self.em.point = after;
-                    self.goto(to, next, blk.end)?;
-                } else if let Some(to) = cfg.block_at(blk.end) {
-                    // Both outcomes reach the same block (one edge).
-                    self.em.point = self.at(to, 0);
-                    self.goto(to, next, blk.end)?;
-                }
-            }
-            FlowControl::UnconditionalBranch => {
-                if cp.count {
-                    self.em.transfer(entry_site(before_last))?;
-                }
-                if let Some(&e) = edges.first() {
-                    if let Some(w) = wit(e) {
-                        self.em.witness(w, before_last, before, before)?;
-                    }
-                }
-                self.copy_at(b, last_i, last);
-            }
-            FlowControl::IndirectBranch => {
-                self.indirect(b, last, &edges, before_last, stubs, case_labels)?
-            }
-            FlowControl::Return | FlowControl::Exception | FlowControl::Interrupt => {
-                if fc == FlowControl::Interrupt && edges.iter().any(|&e| cfg.edges[e].to != exit) {
-                    // `syscall`, `int n`: execution continues.
-                    self.copy_at(b, last_i, last);
-                    self.fallthrough(&edges, next, blk.end)?;
-                } else {
-                    for &e in &edges {
-                        if let Some(w) = wit(e) {
-                            self.em.witness(w, before_last, before, before)?;
-                        }
-                    }
-                    self.copy_at(b, last_i, last);
-                }
-            }
-            FlowControl::Next => {
-                // A fall-through into another function: counted before
-                // the last instruction (its flags saved if it reads them).
-                if cp.count {
-                    self.em.transfer(before_last)?;
-                }
-                self.copy_at(b, last_i, last);
-                self.fallthrough(&edges, next, blk.end)?;
-            }
-            FlowControl::XbeginXabortXend => {
-                return Err("transactional memory (xbegin) is not relocated".into())
+            if let Some(n) = p
+                .counters
+                .as_ref()
+                .and_then(|c| c.before_call.get(b.index()).copied().flatten())
+            {
+                self.em.counter(n, before_last)?;
             }
         }
-        // The regenerator counts every transfer `counted` names: one the
-        // code above could not count would misplace signals.
-        let counted_here =
-            self.em.transfers > counts_before.0 || stubs[counts_before.1..].iter().any(|s| s.count);
-        if cp.count && self.em.counting.is_none() && !counted_here {
+        if cp.fatal_longjmp && self.em.counting.is_some() {
+            self.fatal(format!(
+                "aetrace: {} calls longjmp at {:#x}: path profiles and --stop-at cannot \
+                 follow the frames it abandons\n",
+                p.name,
+                end.last.ip()
+            ))?;
+        }
+        if let Some(kind) = cp.jmpbuf.filter(|_| self.em.counting.is_none()) {
+            self.em.seq_write(before, before, |a| {
+                emit_record(
+                    a,
+                    kind,
+                    Payload::Reg64(iced_x86::code_asm::rdi),
+                    before_last,
+                )
+            })?;
+        }
+        // The callee's frame starts with the count exact.
+        let query = p.stop().map_or(0, |s| s.call[b.index()]);
+        if query != 0 {
+            self.em.add_to_count(query, before_last)?;
+        }
+        if cp.atfork && self.em.counting.is_none() {
+            // Before the increment: a signal inside it stands
+            // before the call with the count before it.
+            self.em.point = before;
+            let prepare = self.rt.fork_prepare;
+            self.em.seq(|a| Ok(a.call(prepare)?))?;
+        }
+        if cp.count {
+            // Last, so that a signal sees the count and the point
+            // (before the call) agree whether or not it ran.
+            self.em.point = before;
+            self.em.transfer(before_last)?;
+        }
+        Ok(query)
+    }
+
+    /// At a call's return point (edge `e`): the query taken back, the
+    /// return edge's counter, `fork_child`, the return-point check, the
+    /// RETURN record.
+    fn call_return(
+        &mut self,
+        end: &BlockEnd,
+        e: EdgeId,
+        query: i64,
+        setjmp: bool,
+    ) -> GenResult<()> {
+        let p = self.p;
+        let (b, cp) = (end.b, end.cp);
+        let wit = p.witness[e.index()];
+        // No code could write it where the regenerator reads it
+        // (after the callee's records, and a call may not return).
+        if wit.is_some() && self.em.counting.is_none() {
             return Err(format!(
-                "the call or tail call at {:#x} is not a transfer the rewriter can count",
-                last.ip()
+                "internal: the call-return edge of the call at {:#x} carries witness {:?}",
+                end.last.ip(),
+                wit
             ));
+        }
+        let to = p.cfg.edges[e].to;
+        let site = self.site(p.live.live_in(to));
+        if query != 0 {
+            self.em.add_to_count(-query, site)?;
+        }
+        let resume = p
+            .counters
+            .as_ref()
+            .and_then(|c| c.resume.get(b.index()).copied().flatten());
+        let after = if setjmp { resume } else { wit };
+        if let Some(n) = after.filter(|_| self.em.counting.is_some()) {
+            self.em.counter(n, site)?;
+        }
+        let tracing = self.em.counting.is_none();
+        let returned = self.at(to, 0);
+        // Until a marked call's RETURN is reserved, the
+        // regenerator still waits for the callee.
+        self.em.point = if cp.marker && tracing {
+            SigPoint::Returned {
+                block: b.index() as u32,
+            }
+        } else {
+            returned
+        };
+        if cp.fork && tracing {
+            self.fork_return(p.live.live_in(to), cp.atfork)?;
+        }
+        if !cp.unchecked_return {
+            self.check(site)?;
+        }
+        if cp.marker && tracing {
+            let waiting = self.em.point;
+            self.em.seq_write(waiting, returned, |a| {
+                emit_record(a, RecordKind::Return, Payload::None, site)
+            })?;
+        }
+        self.goto(to, end.next, 0)
+    }
+
+    /// A block ending in a conditional branch: the taken edge's witness in
+    /// a stub, the fall-through's inline.
+    fn conditional(&mut self, end: &BlockEnd, stubs: &mut Vec<Stub>) -> GenResult<()> {
+        let p = self.p;
+        let cfg = p.cfg;
+        let exit = cfg.exit();
+        let blk = &cfg.blocks[end.b];
+        let (last, before, cp) = (end.last, end.before, end.cp);
+        let wit = |e: EdgeId| p.witness[e.index()];
+        let target = last.near_branch_target();
+        let taken = end.edges.iter().copied().find(|&e| {
+            let ed = cfg.edges[e];
+            ed.kind == EdgeKind::Taken || (ed.to == exit && ed.kind == EdgeKind::TailCall)
+        });
+        let fall = end
+            .edges
+            .iter()
+            .copied()
+            .find(|&e| cfg.edges[e].kind == EdgeKind::FallThrough);
+        let mut insn = last;
+        let dest = self.retarget(target);
+        // Where the branch goes, and the point once it went there.
+        let (t, taken_point) = match taken {
+            Some(e) if wit(e).is_some() => {
+                let to = cfg.edges[e].to;
+                let live = p.live.live_on_edge(cfg, e);
+                let label = self.em.label();
+                stubs.push(Stub {
+                    label,
+                    edge: e,
+                    after: self.after_edge(e, target),
+                    witness: wit(e),
+                    site: self.site(live),
+                    count: to == exit && cp.count,
+                    exit_record: false,
+                    lazy: false,
+                    target: if to == exit {
+                        dest
+                    } else {
+                        self.labels[to.index()]
+                    },
+                });
+                let point = SigPoint::Witness {
+                    edge: e.index() as u32,
+                };
+                (label, point)
+            }
+            Some(e) if cp.count && cfg.edges[e].to == exit => {
+                // The blocking property puts a witness on every
+                // predicate's edge to EXIT: its stub counts.
+                return Err(format!(
+                    "conditional tail call at {:#x} without a witness: its transfer \
+                     cannot be counted",
+                    last.ip()
+                ));
+            }
+            _ => (dest, taken.map_or(before, |e| self.after_edge(e, target))),
+        };
+        // `jrcxz` and `loop*` reach 127 bytes only, which
+        // instrumentation between them and their target can exceed
+        // (glibc's `__mpn_sub_n` under `--stop-at`): they jump to a
+        // `jmp` right after them instead.
+        let short_only = matches!(
+            insn.code(),
+            Code::Jrcxz_rel8_64
+                | Code::Jecxz_rel8_64
+                | Code::Loop_rel8_64_RCX
+                | Code::Loop_rel8_64_ECX
+                | Code::Loope_rel8_64_RCX
+                | Code::Loope_rel8_64_ECX
+                | Code::Loopne_rel8_64_RCX
+                | Code::Loopne_rel8_64_ECX
+        );
+        let near = short_only.then(|| self.em.label());
+        insn.set_near_branch64(near.unwrap_or(t));
+        self.em.origin.push((self.em.out.len(), last.ip()));
+        self.em.copy_len = last.len() as u8;
+        self.em.push(insn);
+        if let Some(near) = near {
+            let over = self.em.label();
+            self.em.point = match fall {
+                Some(e) if wit(e).is_some() => SigPoint::Witness {
+                    edge: e.index() as u32,
+                },
+                Some(e) => self.after_edge(e, blk.end),
+                None => before,
+            };
+            self.em.jmp(over)?;
+            self.em.bind(near);
+            self.em.point = taken_point;
+            self.em.jmp(t)?;
+            self.em.bind(over);
+            self.em.point = before;
+        }
+        if let Some(e) = fall {
+            let to = cfg.edges[e].to;
+            let after = self.after_edge(e, blk.end);
+            if let Some(w) = wit(e) {
+                let s = self.site(p.live.live_on_edge(cfg, e));
+                let before = SigPoint::Witness {
+                    edge: e.index() as u32,
+                };
+                self.em.witness(w, s, before, after)?;
+            }
+            self.em.point = after;
+            self.goto(to, end.next, blk.end)?;
+        } else if let Some(to) = cfg.block_at(blk.end) {
+            // Both outcomes reach the same block (one edge).
+            self.em.point = self.at(to, 0);
+            self.goto(to, end.next, blk.end)?;
         }
         Ok(())
     }

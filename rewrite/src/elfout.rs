@@ -103,7 +103,7 @@ use goblin::elf::section_header::{
 };
 use goblin::elf::Elf;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result, SegmentFault};
 use aetrace_analysis::elf::R_X86_64_RELATIVE;
 
 /// A new loadable segment to append. `flags` are the segment permission bits
@@ -255,10 +255,10 @@ struct PhdrPlace {
 }
 
 impl<'a> Image<'a> {
-    fn err(&self, what: impl Into<String>) -> Error {
+    fn err(&self, what: Refusal) -> Error {
         Error::Rewrite {
             path: self.path.to_owned(),
-            what: what.into(),
+            what,
         }
     }
 
@@ -411,7 +411,7 @@ impl<'a> Image<'a> {
     }
 
     fn phdr_place(&self) -> Result<PhdrPlace> {
-        let overflow = || self.err("the address space is exhausted above the image");
+        let overflow = || self.err(Refusal::AddressSpace);
         let base = self.base();
         let end = self.image_end();
         let offset = align8(self.bytes.len() as u64).ok_or_else(overflow)?;
@@ -438,7 +438,7 @@ impl<'a> Image<'a> {
             .checked_add(MAX_PHDR_TABLE)
             .and_then(page_up)
             .and_then(|v| v.checked_add(PAGE))
-            .ok_or_else(|| self.err("the address space is exhausted above the image"))
+            .ok_or_else(|| self.err(Refusal::AddressSpace))
     }
 
     /// The file offset of `[vaddr, vaddr + len)`, which must lie inside the
@@ -522,7 +522,7 @@ fn read_dynamic(img: &Image) -> Result<Dynamic> {
         .phdrs
         .iter()
         .find(|p| p.p_type == PT_DYNAMIC)
-        .ok_or_else(|| img.err("no PT_DYNAMIC"))?;
+        .ok_or_else(|| img.err(Refusal::NoDynamic))?;
     let bytes = usize::try_from(seg.p_offset)
         .ok()
         .zip(usize::try_from(seg.p_filesz).ok())
@@ -626,22 +626,16 @@ fn preinit(
 ) -> Result<OwnSegment> {
     let (dt_array, dt_size, _, _) = kind.tags();
     if kind == FirstRun::Preinit && !img.phdrs.iter().any(|p| p.p_type == PT_INTERP) {
-        return Err(img.err(
-            "a preinit function needs a dynamically linked executable (PT_INTERP): \
-             static programs do not run DT_PREINIT_ARRAY; use a new entry point",
-        ));
+        return Err(img.err(Refusal::PreinitStatic));
     }
     let dynamic = read_dynamic(img)?;
     let pie = img.header.e_type == ET_DYN;
     let flagged_pie = dynamic.get(DT_FLAGS_1).unwrap_or(0) & DF_1_PIE != 0;
     if kind == FirstRun::Init && (!pie || flagged_pie) {
-        return Err(img.err("an init function is for shared objects (ET_DYN without DF_1_PIE)"));
+        return Err(img.err(Refusal::InitNotShared));
     }
     if kind == FirstRun::Preinit && pie && !flagged_pie {
-        return Err(img.err(
-            "a preinit function needs an executable, and this ET_DYN has no DF_1_PIE: \
-             ld.so runs DT_PREINIT_ARRAY for the main program only",
-        ));
+        return Err(img.err(Refusal::PreinitNotPie));
     }
     let mut values = vec![func];
     match (dynamic.get(dt_array), dynamic.get(dt_size)) {
@@ -676,11 +670,10 @@ fn preinit(
                 } else if relr.contains(&at) {
                     word
                 } else {
-                    return Err(img.err(format!(
-                        "{} entry at {at:#x} has no RELATIVE relocation \
-                         (cannot copy it to the new array)",
-                        kind.name()
-                    )));
+                    return Err(img.err(Refusal::NoRelative {
+                        array: kind.name(),
+                        at,
+                    }));
                 };
                 values.push(value);
             }
@@ -769,7 +762,7 @@ fn old_rela_bytes<'a>(img: &Image<'a>, dynamic: &Dynamic) -> Result<&'a [u8]> {
     if let (Some(jmprel), Some(pltsz)) = (dynamic.get(DT_JMPREL), dynamic.get(DT_PLTRELSZ)) {
         if jmprel >= rela && jmprel < rela.saturating_add(size) {
             if jmprel.checked_add(pltsz) != rela.checked_add(size) {
-                return Err(img.err("DT_JMPREL lies inside DT_RELA but not at its end"));
+                return Err(img.err(Refusal::JmprelInsideRela));
             }
             size = jmprel - rela;
         }
@@ -850,18 +843,15 @@ fn apply_patches(img: &Image, out: &mut [u8], patches: &[Patch]) -> Result<()> {
     let mut spans: Vec<(u64, u64)> = Vec::with_capacity(patches.len());
     for p in patches {
         let len = p.bytes.len() as u64;
-        let off = img.offset_of(p.vaddr, len).ok_or_else(|| {
-            img.err(format!(
-                "patch [{:#x}, +{len}) is not inside the file-backed part of a PT_LOAD",
-                p.vaddr
-            ))
-        })?;
-        put(out, off, &p.bytes).ok_or_else(|| img.err("patch out of the file"))?;
+        let off = img
+            .offset_of(p.vaddr, len)
+            .ok_or_else(|| img.err(Refusal::PatchOutside { at: p.vaddr, len }))?;
+        put(out, off, &p.bytes).ok_or_else(|| img.err(Refusal::PatchOutOfFile))?;
         spans.push((p.vaddr, p.vaddr + len));
     }
     spans.sort_unstable();
     if let Some(w) = spans.windows(2).find(|w| w[1].0 < w[0].1) {
-        return Err(img.err(format!("patches overlap at {:#x}", w[1].0)));
+        return Err(img.err(Refusal::PatchesOverlap(w[1].0)));
     }
     Ok(())
 }
@@ -871,32 +861,7 @@ fn apply_patches(img: &Image, out: &mut [u8], patches: &[Patch]) -> Result<()> {
 pub fn write(path: &Path, elf: &[u8], add: &Additions) -> Result<Vec<u8>> {
     let img = Image::parse(path, elf)?;
     let place = img.phdr_place()?;
-    let free = img.first_free(place)?;
-    let overflow = || img.err("the address space is exhausted above the image");
-
-    let mut next_free = free;
-    for s in &add.segments {
-        let what = |w: &str| img.err(format!("new segment at {:#x}: {w}", s.vaddr));
-        if s.vaddr % PAGE != 0 {
-            return Err(what("vaddr is not page-aligned"));
-        }
-        if s.vaddr < next_free {
-            return Err(what(&format!(
-                "below {next_free:#x} (first_free_vaddr or the previous segment's end)"
-            )));
-        }
-        if s.mem_size < s.bytes.len() as u64 || s.mem_size == 0 {
-            return Err(what("mem_size is zero or smaller than its bytes"));
-        }
-        if s.flags & !7 != 0 {
-            return Err(what("flags other than PF_R, PF_W, PF_X"));
-        }
-        next_free = s
-            .vaddr
-            .checked_add(s.mem_size)
-            .and_then(page_up)
-            .ok_or_else(overflow)?;
-    }
+    let next_free = check_segments(&img, add, img.first_free(place)?)?;
 
     let mut out = elf.to_vec();
     apply_patches(&img, &mut out, &add.patches)?;
@@ -908,7 +873,7 @@ pub fn write(path: &Path, elf: &[u8], add: &Additions) -> Result<Vec<u8>> {
         (Some(func), None) => Some(preinit(&img, &mut out, func, next_free, FirstRun::Preinit)?),
         (None, Some(func)) => Some(preinit(&img, &mut out, func, next_free, FirstRun::Init)?),
         (None, None) => None,
-        (Some(_), Some(_)) => return Err(img.err("both a preinit and an init function")),
+        (Some(_), Some(_)) => return Err(img.err(Refusal::PreinitAndInit)),
     };
 
     // The file layout.
@@ -925,91 +890,187 @@ pub fn write(path: &Path, elf: &[u8], add: &Additions) -> Result<Vec<u8>> {
         + usize::from(new_eh_phdr);
     let table_size = n_phdrs as u64 * PHDR_SIZE;
     if table_size > MAX_PHDR_TABLE {
-        return Err(img.err(format!(
-            "{n_phdrs} program headers do not fit the kernel's one-page limit"
-        )));
+        return Err(img.err(Refusal::TooManyHeaders(n_phdrs)));
     }
-    let congruent = |cur: u64, vaddr: u64| cur + (vaddr.wrapping_sub(cur) & (PAGE - 1));
-    let mut cur = place.offset + table_size;
-    let mut new_loads = vec![load(
-        PF_R,
-        place.offset,
-        place.vaddr,
-        table_size,
-        table_size,
-    )];
-    // Every new segment has sections: BFD (objcopy, strip) lays out a
-    // segment without sections at an offset that breaks its congruence.
-    let mut new_sections = vec![NewSection {
-        name: ".aetrace.phdr",
-        sh_type: SHT_PROGBITS,
-        flags: u64::from(SHF_ALLOC),
-        addr: place.vaddr,
-        offset: place.offset,
-        size: table_size,
-        align: 8,
-        entsize: 0,
-    }];
-    let mut moved_sections = Vec::new();
+    let mut layout = Layout::new(place, table_size, &add.segments);
+    layout.unwind_tables(&img, add)?;
+    if let Some(o) = &own {
+        layout.own_segment(&img, o);
+    }
+    let table = phdr_table(&img, &layout, own.as_ref(), new_eh_phdr);
+    debug_assert_eq!(table.len(), n_phdrs);
+    debug_assert!(check_layout(&table, &layout.loads, layout.end));
+    check_starts(&img, &table, add)?;
+
+    // The header.
+    out[32..40].copy_from_slice(&place.offset.to_le_bytes());
+    out[56..58].copy_from_slice(&(n_phdrs as u16).to_le_bytes());
+
+    // The appended bytes.
+    out.resize(place.offset as usize, 0);
+    for p in &table {
+        out.extend_from_slice(&phdr_bytes(p));
+    }
+    let bodies = add
+        .segments
+        .iter()
+        .map(|s| &s.bytes)
+        .chain(own.as_ref().map(|o| &o.bytes));
+    for (l, body) in layout.loads[1..].iter().zip(bodies) {
+        out.resize(l.p_offset as usize, 0);
+        out.extend_from_slice(body);
+    }
+    section_table(&img, &mut out, &layout.new_sections, &layout.moved_sections)?;
+    Ok(out)
+}
+
+/// The new segments are page-aligned, ascending from `free`, non-empty,
+/// with known flags. Returns the first free page above them.
+fn check_segments(img: &Image, add: &Additions, free: u64) -> Result<u64> {
+    let overflow = || img.err(Refusal::AddressSpace);
+    let mut next_free = free;
     for s in &add.segments {
-        let off = congruent(cur, s.vaddr);
-        let len = s.bytes.len() as u64;
-        new_loads.push(load(s.flags, off, s.vaddr, len, s.mem_size));
-        new_sections.extend(NewSection::of_segment(
-            s.flags, off, s.vaddr, len, s.mem_size,
-        ));
-        cur = off + len;
-    }
-    // New unwind tables: PT_GNU_EH_FRAME and the `.eh_frame_hdr` section
-    // follow the new header (the unwinder finds FDEs through it), the
-    // `.eh_frame` section the new, complete `.eh_frame` (readelf and gdb
-    // read the section).
-    let in_new = |what: &str, (a, len): (u64, u64)| -> Result<u64> {
-        new_loads[1..]
-            .iter()
-            .find(|l| a >= l.p_vaddr && a.saturating_add(len) <= l.p_vaddr + l.p_filesz)
-            .map(|l| l.p_offset + (a - l.p_vaddr))
-            .ok_or_else(|| {
-                img.err(format!(
-                    "{what} [{a:#x}, +{len:#x}) is not in the file bytes of a new segment"
-                ))
+        let what = |why| {
+            img.err(Refusal::NewSegment {
+                vaddr: s.vaddr,
+                why,
             })
-    };
-    let eh_hdr = match add.eh_frame_hdr {
-        Some(r) => {
-            let off = in_new("the new .eh_frame_hdr", r)?;
+        };
+        if s.vaddr % PAGE != 0 {
+            return Err(what(SegmentFault::NotPageAligned));
+        }
+        if s.vaddr < next_free {
+            return Err(what(SegmentFault::Below(next_free)));
+        }
+        if s.mem_size < s.bytes.len() as u64 || s.mem_size == 0 {
+            return Err(what(SegmentFault::MemSize));
+        }
+        if s.flags & !7 != 0 {
+            return Err(what(SegmentFault::Flags));
+        }
+        next_free = s
+            .vaddr
+            .checked_add(s.mem_size)
+            .and_then(page_up)
+            .ok_or_else(overflow)?;
+    }
+    Ok(next_free)
+}
+
+/// Where the appended parts go in the file, and the sections that name
+/// them.
+struct Layout {
+    /// The new program header table.
+    place: PhdrPlace,
+    table_size: u64,
+    /// The new `PT_LOAD`s: the table's, then one per new segment, then
+    /// the own segment's.
+    loads: Vec<ProgramHeader>,
+    new_sections: Vec<NewSection>,
+    moved_sections: Vec<SectionMove>,
+    /// The new `.eh_frame_hdr`: `(vaddr, size, file offset)`.
+    eh_hdr: Option<(u64, u64, u64)>,
+    /// The end of the file bytes laid out so far.
+    end: u64,
+}
+
+/// The first offset at or after `cur` congruent to `vaddr` modulo a page.
+fn congruent(cur: u64, vaddr: u64) -> u64 {
+    cur + (vaddr.wrapping_sub(cur) & (PAGE - 1))
+}
+
+impl Layout {
+    /// The table at `place`, then the new segments.
+    fn new(place: PhdrPlace, table_size: u64, segments: &[NewSegment]) -> Layout {
+        let mut l = Layout {
+            place,
+            table_size,
+            loads: vec![load(
+                PF_R,
+                place.offset,
+                place.vaddr,
+                table_size,
+                table_size,
+            )],
+            // Every new segment has sections: BFD (objcopy, strip) lays out a
+            // segment without sections at an offset that breaks its congruence.
+            new_sections: vec![NewSection {
+                name: ".aetrace.phdr",
+                sh_type: SHT_PROGBITS,
+                flags: u64::from(SHF_ALLOC),
+                addr: place.vaddr,
+                offset: place.offset,
+                size: table_size,
+                align: 8,
+                entsize: 0,
+            }],
+            moved_sections: Vec::new(),
+            eh_hdr: None,
+            end: place.offset + table_size,
+        };
+        for s in segments {
+            let off = congruent(l.end, s.vaddr);
+            let len = s.bytes.len() as u64;
+            l.loads.push(load(s.flags, off, s.vaddr, len, s.mem_size));
+            l.new_sections.extend(NewSection::of_segment(
+                s.flags, off, s.vaddr, len, s.mem_size,
+            ));
+            l.end = off + len;
+        }
+        l
+    }
+
+    /// The file offset of `[a, a + len)`, which must lie in the file bytes
+    /// of a new segment.
+    fn in_new(&self, img: &Image, what: &'static str, (addr, len): (u64, u64)) -> Result<u64> {
+        self.loads[1..]
+            .iter()
+            .find(|l| addr >= l.p_vaddr && addr.saturating_add(len) <= l.p_vaddr + l.p_filesz)
+            .map(|l| l.p_offset + (addr - l.p_vaddr))
+            .ok_or_else(|| img.err(Refusal::NotInNewSegment { what, addr, len }))
+    }
+
+    /// New unwind tables: PT_GNU_EH_FRAME and the `.eh_frame_hdr` section
+    /// follow the new header (the unwinder finds FDEs through it), the
+    /// `.eh_frame` section the new, complete `.eh_frame` (readelf and gdb
+    /// read the section).
+    fn unwind_tables(&mut self, img: &Image, add: &Additions) -> Result<()> {
+        if let Some(r) = add.eh_frame_hdr {
+            let off = self.in_new(img, "the new .eh_frame_hdr", r)?;
             let old = img.phdrs.iter().find(|p| p.p_type == PT_GNU_EH_FRAME);
             if let Some(index) = old.and_then(|old| {
                 img.shdrs
                     .iter()
                     .position(|s| s.sh_type == SHT_PROGBITS && s.sh_addr == old.p_vaddr)
             }) {
-                moved_sections.push(SectionMove {
+                self.moved_sections.push(SectionMove {
                     index,
                     addr: r.0,
                     offset: off,
                     size: r.1,
                 });
             }
-            Some((r.0, r.1, off))
+            self.eh_hdr = Some((r.0, r.1, off));
         }
-        None => None,
-    };
-    if let Some(r) = add.eh_frame {
-        let offset = in_new("the new .eh_frame", r)?;
-        if let Some(index) = section_named(&img, ".eh_frame") {
-            moved_sections.push(SectionMove {
-                index,
-                addr: r.0,
-                offset,
-                size: r.1,
-            });
+        if let Some(r) = add.eh_frame {
+            let offset = self.in_new(img, "the new .eh_frame", r)?;
+            if let Some(index) = section_named(img, ".eh_frame") {
+                self.moved_sections.push(SectionMove {
+                    index,
+                    addr: r.0,
+                    offset,
+                    size: r.1,
+                });
+            }
         }
+        Ok(())
     }
-    if let Some(o) = &own {
-        let off = congruent(cur, o.vaddr);
+
+    /// The own segment (init array, relocations, moved `.dynamic`) last.
+    fn own_segment(&mut self, img: &Image, o: &OwnSegment) {
+        let off = congruent(self.end, o.vaddr);
         let len = o.bytes.len() as u64;
-        new_loads.push(load(PF_R | PF_W, off, o.vaddr, len, len));
+        self.loads.push(load(PF_R | PF_W, off, o.vaddr, len, len));
         let old_dynamic = img
             .phdrs
             .iter()
@@ -1046,13 +1107,13 @@ pub fn write(path: &Path, elf: &[u8], add: &Additions) -> Result<Vec<u8>> {
                 .iter()
                 .position(|s| s.sh_type == sh_type && old_addr == Some(s.sh_addr));
             match existing {
-                Some(index) => moved_sections.push(SectionMove {
+                Some(index) => self.moved_sections.push(SectionMove {
                     index,
                     addr,
                     offset,
                     size,
                 }),
-                None => new_sections.push(NewSection {
+                None => self.new_sections.push(NewSection {
                     name,
                     sh_type,
                     flags: u64::from(SHF_ALLOC | SHF_WRITE),
@@ -1064,16 +1125,26 @@ pub fn write(path: &Path, elf: &[u8], add: &Additions) -> Result<Vec<u8>> {
                 }),
             }
         }
-        cur = off + len;
+        self.end = off + len;
     }
+}
 
-    // The new program header table.
+/// The new program header table: the original's headers before its first
+/// `PT_LOAD`, all `PT_LOAD`s by address, the original's others, and a new
+/// `PT_GNU_EH_FRAME` (`new_eh_phdr`); `PT_PHDR`, `PT_GNU_EH_FRAME` and a
+/// moved `PT_DYNAMIC` repointed.
+fn phdr_table(
+    img: &Image,
+    layout: &Layout,
+    own: Option<&OwnSegment>,
+    new_eh_phdr: bool,
+) -> Vec<ProgramHeader> {
     let first_load = img
         .phdrs
         .iter()
         .position(|p| p.p_type == PT_LOAD)
         .unwrap_or(0);
-    let mut loads: Vec<ProgramHeader> = img.loads.iter().chain(&new_loads).cloned().collect();
+    let mut loads: Vec<ProgramHeader> = img.loads.iter().chain(&layout.loads).cloned().collect();
     loads.sort_by_key(|p| p.p_vaddr);
     let mut table: Vec<ProgramHeader> = img.phdrs[..first_load].to_vec();
     table.extend(loads);
@@ -1092,10 +1163,10 @@ pub fn write(path: &Path, elf: &[u8], add: &Additions) -> Result<Vec<u8>> {
             ..ProgramHeader::default()
         });
     }
-    debug_assert_eq!(table.len(), n_phdrs);
-    let own_load = new_loads.last().filter(|_| own.is_some()).cloned();
+    let own_load = layout.loads.last().filter(|_| own.is_some()).cloned();
+    let (place, table_size) = (layout.place, layout.table_size);
     for p in &mut table {
-        if let (PT_GNU_EH_FRAME, Some((vaddr, size, offset))) = (p.p_type, eh_hdr) {
+        if let (PT_GNU_EH_FRAME, Some((vaddr, size, offset))) = (p.p_type, layout.eh_hdr) {
             p.p_offset = offset;
             p.p_vaddr = vaddr;
             p.p_paddr = vaddr;
@@ -1109,11 +1180,9 @@ pub fn write(path: &Path, elf: &[u8], add: &Additions) -> Result<Vec<u8>> {
             p.p_filesz = table_size;
             p.p_memsz = table_size;
         }
-        if let (PT_DYNAMIC, Some((at, size)), Some(l)) = (
-            p.p_type,
-            own.as_ref().and_then(|o| o.moved_dynamic),
-            &own_load,
-        ) {
+        if let (PT_DYNAMIC, Some((at, size)), Some(l)) =
+            (p.p_type, own.and_then(|o| o.moved_dynamic), &own_load)
+        {
             p.p_offset = l.p_offset + at;
             p.p_vaddr = l.p_vaddr + at;
             p.p_paddr = p.p_vaddr;
@@ -1121,9 +1190,12 @@ pub fn write(path: &Path, elf: &[u8], add: &Additions) -> Result<Vec<u8>> {
             p.p_memsz = size;
         }
     }
-    debug_assert!(check_layout(&table, &new_loads, cur));
-    // A start address outside executable memory would only show up as a
-    // SIGSEGV before main.
+    table
+}
+
+/// A start address outside executable memory would only show up as a
+/// SIGSEGV before main.
+fn check_starts(img: &Image, table: &[ProgramHeader], add: &Additions) -> Result<()> {
     for (what, addr) in [
         ("entry", add.entry),
         ("preinit", add.preinit),
@@ -1137,32 +1209,10 @@ pub fn write(path: &Path, elf: &[u8], add: &Additions) -> Result<Vec<u8>> {
                 && addr - p.p_vaddr < p.p_filesz
         });
         if !exec {
-            return Err(img.err(format!(
-                "{what} {addr:#x} is not in the file-backed part of an executable segment"
-            )));
+            return Err(img.err(Refusal::NotExecutable { what, addr }));
         }
     }
-
-    // The header.
-    out[32..40].copy_from_slice(&place.offset.to_le_bytes());
-    out[56..58].copy_from_slice(&(n_phdrs as u16).to_le_bytes());
-
-    // The appended bytes.
-    out.resize(place.offset as usize, 0);
-    for p in &table {
-        out.extend_from_slice(&phdr_bytes(p));
-    }
-    let bodies = add
-        .segments
-        .iter()
-        .map(|s| &s.bytes)
-        .chain(own.as_ref().map(|o| &o.bytes));
-    for (l, body) in new_loads[1..].iter().zip(bodies) {
-        out.resize(l.p_offset as usize, 0);
-        out.extend_from_slice(body);
-    }
-    section_table(&img, &mut out, &new_sections, &moved_sections)?;
-    Ok(out)
+    Ok(())
 }
 
 /// The index of the original section called `name`, if the file has an
@@ -1534,10 +1584,10 @@ mod tests {
             relas[0],
             (arr, u64::from(R_X86_64_RELATIVE), add.segments[0].vaddr)
         );
-        for i in 1..n {
+        for (i, rela) in relas.iter().enumerate().take(n).skip(1) {
             let at = old_dyn.get(DT_INIT_ARRAY).unwrap() + 8 * (i as u64 - 1);
             let was = old_relas.iter().find(|r| r.0 == at).unwrap();
-            assert_eq!(relas[i], (arr + 8 * i as u64, was.1, was.2));
+            assert_eq!(*rela, (arr + 8 * i as u64, was.1, was.2));
         }
         assert_eq!(&relas[n..], &old_relas[..]);
         assert_eq!(
@@ -1574,7 +1624,13 @@ mod tests {
             };
             let r = write(Path::new("g"), &elf, &add);
             assert!(
-                matches!(r, Err(Error::Rewrite { ref what, .. }) if what.contains("executable segment")),
+                matches!(
+                    r,
+                    Err(Error::Rewrite {
+                        what: Refusal::NotExecutable { .. },
+                        ..
+                    })
+                ),
                 "{r:?}"
             );
         }
@@ -1597,7 +1653,13 @@ mod tests {
         let add = preinit_at(&elf);
         let r = write(Path::new("s"), &elf, &add);
         assert!(
-            matches!(r, Err(Error::Rewrite { ref what, .. }) if what.contains("PT_INTERP")),
+            matches!(
+                r,
+                Err(Error::Rewrite {
+                    what: Refusal::PreinitStatic,
+                    ..
+                })
+            ),
             "{r:?}"
         );
     }

@@ -58,7 +58,7 @@ use iced_x86::{
     Register, RflagsBits,
 };
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 use aetrace_analysis::cfg::{CallKind, Cfg, EdgeKind, JumpResolution};
 use aetrace_analysis::elf::Module;
 
@@ -391,24 +391,27 @@ pub struct Liveness {
 /// Decodes the instructions of every block of `cfg` from `module`, in the
 /// form [`analyze`] takes.
 pub fn decode_blocks(module: &Module, cfg: &Cfg) -> Result<Vec<Vec<Instruction>>> {
-    let fail = |what: String| Error::Rewrite {
+    let fail = |what: Refusal| Error::Rewrite {
         path: module.path.clone(),
         what,
     };
     let mut out = Vec::with_capacity(cfg.blocks.len());
     for (id, b) in cfg.blocks.iter() {
-        let bytes = module
-            .bytes_at(b.start, b.end - b.start)
-            .ok_or_else(|| fail(format!("{id} at {:#x}: bytes not in the file", b.start)))?;
+        let bytes = module.bytes_at(b.start, b.end - b.start).ok_or_else(|| {
+            fail(Refusal::BlockBytes {
+                block: id,
+                start: b.start,
+            })
+        })?;
         let mut d = Decoder::with_ip(64, bytes, b.start, DecoderOptions::NONE);
         let mut insns = Vec::with_capacity(b.insns.len());
         for &off in &b.insns {
             let insn = d.decode();
             if insn.ip() != b.start + u64::from(off) || insn.is_invalid() {
-                return Err(fail(format!(
-                    "{id}: instruction at {:#x} does not decode as the CFG says",
-                    b.start + u64::from(off)
-                )));
+                return Err(fail(Refusal::BlockDecode {
+                    block: id,
+                    at: b.start + u64::from(off),
+                }));
             }
             insns.push(insn);
         }
@@ -1275,7 +1278,7 @@ mod tests {
         let (mut edges, mut scratch, mut flags) = (0usize, 0usize, 0usize);
         for p in prog.procs.values() {
             let Ok(cfg) = &p.cfg else { continue };
-            if p.kind == crate::ProcKind::Plt {
+            if p.kind == aetrace_analysis::ProcKind::Plt {
                 continue;
             }
             let l = analyze(cfg, &decode_blocks(&prog.module, cfg).unwrap());
@@ -1480,7 +1483,7 @@ mod tests {
             let mut all = Vec::new();
             for p in prog.procs.values() {
                 let Ok(cfg) = &p.cfg else { continue };
-                if p.kind == crate::ProcKind::Plt {
+                if p.kind == aetrace_analysis::ProcKind::Plt {
                     continue;
                 }
                 let insns = decode_blocks(&prog.module, cfg).unwrap();
@@ -1876,7 +1879,7 @@ mod tests {
             let tmp = TempDir::new("system");
             let dir = tmp.0.as_path();
             // Compressible but not trivial input: this file's source.
-            let input = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/rewrite/liveness.rs");
+            let input = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/liveness.rs");
             let gz = dir.join("in.gz");
             check(
                 dir,

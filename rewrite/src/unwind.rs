@@ -63,7 +63,7 @@ use gimli::{
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction};
 
 use crate::codegen::ProcCopy;
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 use aetrace_analysis::elf::Module;
 use aetrace_analysis::lsda::{self, Lsda};
 
@@ -463,24 +463,18 @@ enum Val {
     RspPlus(i64),
 }
 
-/// Reads a uleb128 or sleb128 at `ops[*at]`.
+/// Reads a uleb128 or sleb128 at `ops[*at]` (gimli's decoder), moving
+/// `at` past it.
 fn leb(ops: &[u8], at: &mut usize, signed: bool) -> Option<u64> {
-    let (mut v, mut shift) = (0u64, 0u32);
-    loop {
-        let b = *ops.get(*at)?;
-        *at += 1;
-        if shift >= 64 {
-            return None;
-        }
-        v |= u64::from(b & 0x7f) << shift;
-        shift += 7;
-        if b & 0x80 == 0 {
-            if signed && shift < 64 && b & 0x40 != 0 {
-                v |= u64::MAX << shift;
-            }
-            return Some(v);
-        }
-    }
+    use gimli::leb128::read;
+    let mut r = gimli::EndianSlice::new(ops.get(*at..)?, gimli::LittleEndian);
+    let v = if signed {
+        read::signed(&mut r).ok()? as u64
+    } else {
+        read::unsigned(&mut r).ok()?
+    };
+    *at = ops.len() - r.len();
+    Some(v)
 }
 
 /// Whether a DWARF expression reads `rip` (`DW_OP_breg16`, `DW_OP_reg16`,
@@ -751,7 +745,7 @@ fn plan_copy(
         let lsda = match f.lsda {
             None => None,
             Some(at) => {
-                let mut l = Lsda::parse(module, relocs, at, f.start)?;
+                let mut l = Lsda::parse(module, relocs, at, f.start).map_err(|e| e.to_string())?;
                 let part = &map[k..=j];
                 let mut sites = Vec::with_capacity(l.call_sites.len());
                 for cs in &l.call_sites {
@@ -840,7 +834,7 @@ pub fn build(
 ) -> Result<Unwind> {
     build_inner(module, copies, code, code_vaddr, vaddr).map_err(|what| Error::Rewrite {
         path: module.path.clone(),
-        what: format!("unwind tables: {what}"),
+        what: Refusal::Unwind(what),
     })
 }
 

@@ -1,0 +1,534 @@
+//! Call classification (docs/rewrite.md, "Calls"): for every call site of
+//! a traced procedure, its target as the program database names it, and
+//! what the copy adds around it (a RETURN record, a counted transfer, a
+//! return-point check, `fork_child`, SETJMP/LONGJMP records, ...), from
+//! properties of callees computed once over the whole call graph.
+//!
+//! Invariants:
+//! - a call site has a RETURN record exactly when its callee may run
+//!   traced code as a callback before control comes back;
+//! - the properties that spread up the call graph (`may_tail`,
+//!   `may_exit`, `may_fork`, `fork_wrappers`) are least fixpoints;
+//! - the code's [`CallPlan`] and the database's [`CallDb`] of a site are
+//!   made together, so the regenerator's view matches what runs.
+
+use std::collections::{HashMap, HashSet};
+
+use aetrace_analysis::cfg::{CallKind, CallSite, Cfg, EdgeKind};
+use aetrace_analysis::{imports, ProcKind, Program};
+use aetrace_format::progdb::{CallDb, CallTarget};
+use aetrace_graph::{EntityRef, ProcId};
+
+use crate::codegen::CallPlan;
+use crate::traced::Traced;
+use crate::{checks, How, Rewrite};
+
+/// Properties of callees, and the per-site plans they decide.
+pub(crate) struct Calls<'t> {
+    /// What is traced, which this classification extends.
+    pub traced: &'t Traced,
+    /// The PLT's lazy-binding header, which jumps to ld.so's resolver.
+    plt0: Option<ProcId>,
+    /// PLT stubs traced without a witness (tracing only).
+    pub lazy_stubs: HashMap<ProcId, RecordedStub>,
+    /// Procedures that only tail-jump to a `fork`; the value: whether it
+    /// runs `pthread_atfork` handlers.
+    fork_tails: HashMap<ProcId, bool>,
+    /// Procedures that call or tail-call a traced procedure directly (past
+    /// its outside-entry stub): see `checks`.
+    pub calls_traced: HashSet<ProcId>,
+    /// Bounded procedures (see `checks`): calls to them need no
+    /// return-point check.
+    bounded: HashSet<ProcId>,
+    /// A procedure may leave by a tail call into code that calls back.
+    may_tail: HashMap<ProcId, bool>,
+    /// Counting: a procedure may leave its frame abandoned.
+    may_exit: HashMap<ProcId, bool>,
+    /// Some procedure may, or the program has landing pads.
+    any_may_exit: bool,
+    /// Counting: a procedure may call a `fork`.
+    may_fork: HashMap<ProcId, bool>,
+    /// Every call-site range with a landing pad (`lsda::call_site_pads`).
+    pads: Vec<(u64, u64, u64)>,
+}
+
+/// An import that may run traced code before it returns.
+fn callback_capable(name: Option<&str>) -> bool {
+    match name {
+        Some(n) => !imports::is_callback_free(n) && !imports::is_exit_like(n),
+        None => true,
+    }
+}
+
+impl<'t> Calls<'t> {
+    /// Computes the callee properties over the whole program.
+    pub fn classify(rw: &Rewrite<'_>, traced: &'t Traced) -> Calls<'t> {
+        let prog = rw.prog;
+        let plt0 = prog
+            .procs
+            .iter()
+            .find(|(_, p)| p.kind == ProcKind::Plt && p.name == "<plt0>")
+            .map(|(id, _)| id);
+        let family = &traced.family;
+        let fork_tails = fork_wrappers(prog, &traced.by_start, |c| {
+            let named = c.name.as_deref();
+            (c.target.is_some_and(|t| family.fork.contains(&t))
+                || named.is_some_and(imports::is_fork_like))
+            .then(|| {
+                c.target.is_some_and(|t| family.atfork.contains(&t))
+                    || named.is_some_and(imports::runs_atfork_handlers)
+            })
+        });
+        let mut calls = Calls {
+            traced,
+            plt0,
+            lazy_stubs: match rw.how {
+                How::Trace(_) => recorded_stubs(prog, |q| traced.is_traced(q), plt0),
+                How::Count(_) => HashMap::new(),
+            },
+            fork_tails,
+            calls_traced: prog
+                .procs
+                .iter()
+                .filter(|(_, p)| {
+                    p.cfg.as_ref().is_ok_and(|cfg| {
+                        checks::reaches_call(cfg, |t| traced.traced_at(t).is_some())
+                    })
+                })
+                .map(|(id, _)| id)
+                .collect(),
+            bounded: HashSet::new(),
+            may_tail: HashMap::new(),
+            may_exit: HashMap::new(),
+            any_may_exit: false,
+            may_fork: HashMap::new(),
+            pads: aetrace_analysis::lsda::call_site_pads(&prog.module),
+        };
+        calls.bounded = calls.bounded_procs(prog);
+        calls.may_tail = calls.tail_callbacks(prog);
+        calls.frame_exits(prog);
+        calls.may_fork = spread_up_calls(prog, HashMap::new(), |may, c| calls.call_forks(may, c));
+        calls
+    }
+
+    /// Bounded procedures (see `checks`). `<plt0>` jumps to ld.so's
+    /// resolver.
+    fn bounded_procs(&self, prog: &Program) -> HashSet<ProcId> {
+        let plt0 = self.plt0;
+        prog.procs
+            .iter()
+            .filter(|&(id, p)| {
+                p.start != prog.module.entry
+                    && p.cfg.as_ref().is_ok_and(|cfg| {
+                        checks::bounded(cfg, !p.landing_pads.is_empty(), |c| {
+                            match c.target.and_then(|t| self.traced.traced_at(t)) {
+                                Some(q) => Some(q) == plt0,
+                                None => {
+                                    Some(id) == plt0
+                                        || c.name.as_deref().is_some_and(|n| {
+                                            imports::is_callback_free(n)
+                                                && !imports::is_exit_like(n)
+                                        })
+                                }
+                            }
+                        })
+                    })
+            })
+            .map(|(id, _)| id)
+            .collect()
+    }
+
+    /// may_tail[p]: p may leave by a tail call into code that calls back.
+    fn tail_callbacks(&self, prog: &Program) -> HashMap<ProcId, bool> {
+        let mut may_tail: HashMap<ProcId, bool> = HashMap::new();
+        for (id, p) in prog.procs.iter() {
+            let Ok(cfg) = &p.cfg else { continue };
+            let direct = cfg.calls.iter().filter(|c| c.tail).any(|c| {
+                let to_traced = c.target.and_then(|t| self.traced.traced_at(t)).is_some();
+                !to_traced && Some(id) != self.plt0 && callback_capable(c.name.as_deref())
+            });
+            may_tail.insert(id, direct);
+        }
+        spread_up_calls(prog, may_tail, |may, c| {
+            c.tail
+                && c.target
+                    .and_then(|t| self.traced.traced_at(t))
+                    .is_some_and(|q| may[&q])
+        })
+    }
+
+    /// Counting: which calls may leave their frame abandoned (virtual exit
+    /// edges, `counters`: the process ends below them, a throw or a
+    /// longjmp passes them): a call that does not return (`exit`,
+    /// `__cxa_throw`, `_Unwind_Resume`, `longjmp`, ...), a call to a
+    /// procedure that may, and calls that can run traced code or throw
+    /// (indirect, external) once any procedure may.
+    fn frame_exits(&mut self, prog: &Program) {
+        let mut may: HashMap<ProcId, bool> = HashMap::new();
+        for (id, p) in prog.procs.iter() {
+            let m = match &p.cfg {
+                Ok(cfg) => cfg.calls.iter().any(|c| self.jumps_away(c)),
+                Err(_) => true,
+            };
+            may.insert(id, m);
+        }
+        // A program with landing pads catches or cleans up after
+        // exceptions: any external call may throw through its caller.
+        self.any_may_exit =
+            may.values().any(|&m| m) || prog.procs.iter().any(|(_, p)| !p.landing_pads.is_empty());
+        self.may_exit = spread_up_calls(prog, may, |may, c| self.call_may_exit(may, c));
+    }
+
+    /// A call that does not return. A static libc's longjmp ends in an
+    /// indirect jump: the CFG cannot tell that it does not return.
+    fn jumps_away(&self, c: &CallSite) -> bool {
+        !c.returns || self.traced.to_longjmp(c)
+    }
+
+    fn call_may_exit(&self, may: &HashMap<ProcId, bool>, c: &CallSite) -> bool {
+        if self.jumps_away(c) {
+            return true;
+        }
+        match c.target.and_then(|t| self.traced.by_start.get(&t)) {
+            Some(q) if Some(*q) != self.plt0 => may[q],
+            _ => self.any_may_exit && callback_capable(c.name.as_deref()),
+        }
+    }
+
+    /// Counting: the call may leave its frame abandoned.
+    pub fn may_exit_call(&self, c: &CallSite) -> bool {
+        self.call_may_exit(&self.may_exit, c)
+    }
+
+    fn call_forks(&self, may: &HashMap<ProcId, bool>, c: &CallSite) -> bool {
+        c.name.as_deref().is_some_and(imports::is_fork_like)
+            || c.target
+                .is_some_and(|t| self.traced.family.fork.contains(&t))
+            || c.target
+                .and_then(|t| self.traced.by_start.get(&t))
+                .is_some_and(|q| may.get(q).copied().unwrap_or(false))
+    }
+
+    /// Counting: calls after which the process may be two (`fork`,
+    /// `vfork`, or a traced procedure that may call one, a fixpoint over
+    /// direct calls): each returns once per process, as a `setjmp` call
+    /// returns again per `longjmp`, so it gets the same split return edge
+    /// (`R0 -> S` derived: the children's returns). A child's counts add to
+    /// the parent's (shared counters, docs/profile.md). A tail call's frame
+    /// is gone: its caller's call returns twice.
+    pub fn may_fork_call(&self, c: &CallSite) -> bool {
+        !c.tail && self.call_forks(&self.may_fork, c)
+    }
+
+    /// The plans of procedure `id`'s call sites, per block: what its copy
+    /// adds around each and what the database says of each.
+    pub fn plan_sites(
+        &self,
+        rw: &Rewrite<'_>,
+        id: ProcId,
+        cfg: &Cfg,
+    ) -> (Vec<CallPlan>, Vec<Option<CallDb>>) {
+        let mut calls = vec![CallPlan::default(); cfg.blocks.len()];
+        let mut call_db: Vec<Option<CallDb>> = vec![None; cfg.blocks.len()];
+        for c in &cfg.calls {
+            let (plan, db) = self.plan_site(rw, id, cfg, c);
+            calls[c.block.index()] = plan;
+            call_db[c.block.index()] = Some(db);
+        }
+        (calls, call_db)
+    }
+
+    fn plan_site(
+        &self,
+        rw: &Rewrite<'_>,
+        id: ProcId,
+        cfg: &Cfg,
+        c: &CallSite,
+    ) -> (CallPlan, CallDb) {
+        let family = &self.traced.family;
+        let name = c.name.as_deref();
+        let target_proc = c.target.and_then(|t| self.traced.traced_at(t));
+        let got_jump = c.kind != CallKind::Direct && c.target.is_none();
+        let (target, marker) = match target_proc {
+            Some(q) => (CallTarget::Proc(q.index() as u32), self.may_tail[&q]),
+            None => (
+                CallTarget::External,
+                callback_capable(name) || c.kind == CallKind::Direct,
+            ),
+        };
+        let exit_record = got_jump && name.is_some_and(imports::is_exit_like);
+        // A system call writes EXIT before it when it is exit or
+        // exit_group, and RETURN after it when it returned: the
+        // regenerator cannot mistake the EXIT of a later one for it.
+        let syscall = c.kind == CallKind::Syscall;
+        let to_setjmp = c.target.is_some_and(|t| family.setjmp.contains(&t));
+        let to_longjmp = c.target.is_some_and(|t| family.longjmp.contains(&t));
+        let to_fork = c.target.is_some_and(|t| family.fork.contains(&t));
+        // A traced procedure that only tail-jumps to `fork`.
+        let wrapper = target_proc.and_then(|q| self.fork_tails.get(&q).copied());
+        // Left alone with all it calls: no callback, and a longjmp
+        // never returns (its last jump is indirect, so the CFG cannot
+        // tell).
+        let returns = c.returns && !to_longjmp;
+        let marker = (marker || syscall) && returns && !c.tail && !to_setjmp;
+        let mut plan = CallPlan {
+            count: false,
+            lazy_record: false,
+            lazy_entry: None,
+            unchecked_return: returns
+                && !c.tail
+                && !marker
+                && c.kind != CallKind::Syscall
+                && target_proc.is_some_and(|q| self.bounded.contains(&q)),
+            marker,
+            exit_record,
+            syscall_exit: syscall,
+            fork: !c.tail
+                && (to_fork || name.is_some_and(imports::is_fork_like) || wrapper.is_some()),
+            atfork: !c.tail
+                && (c.target.is_some_and(|t| family.atfork.contains(&t))
+                    || name.is_some_and(imports::runs_atfork_handlers)
+                    || wrapper == Some(true)),
+            fatal_longjmp: rw.fatal_longjmps
+                && !c.tail
+                && (to_longjmp || name.is_some_and(imports::is_longjmp_like)),
+            jmpbuf: match name {
+                _ if self.traced.setjmp_call(c) => Some(aetrace_runtime::RecordKind::Setjmp),
+                _ if !c.tail && to_longjmp => Some(aetrace_runtime::RecordKind::Longjmp),
+                Some(n) if !c.tail && imports::is_longjmp_like(n) => {
+                    Some(aetrace_runtime::RecordKind::Longjmp)
+                }
+                _ => None,
+            },
+        };
+        let db = CallDb {
+            jmpbuf: plan.jmpbuf.is_some(),
+            target: if (exit_record && !c.tail) || syscall {
+                CallTarget::Exit
+            } else {
+                target
+            },
+            marker,
+            returns,
+            tail: c.tail,
+            // IBT: the `.plt` entry the LAZY piece enters.
+            lazy: self
+                .lazy_stubs
+                .get(&id)
+                .and_then(|s| s.entry)
+                .filter(|_| target_proc.is_none() && got_jump && c.tail)
+                .map(|l| l.index() as u32),
+            plt: match target_proc {
+                Some(q) => self.lazy_stubs.contains_key(&q),
+                None => got_jump && c.tail && self.lazy_stubs.contains_key(&id),
+            },
+            landing: self.landing_pad(cfg, c),
+        };
+        plan.count = db.counts_transfer();
+        plan.lazy_record = db.plt && db.target == CallTarget::External;
+        plan.lazy_entry = db
+            .lazy
+            .map(|l| rw.prog.procs[ProcId::new(l as usize)].start);
+        (plan, db)
+    }
+
+    /// The block of the landing pad covering call site `c`, if any.
+    fn landing_pad(&self, cfg: &Cfg, c: &CallSite) -> Option<u32> {
+        let pads = &self.pads;
+        let at = cfg.blocks[c.block].last_insn();
+        let i = pads.partition_point(|&(s, _, _)| s <= at);
+        i.checked_sub(1)
+            .map(|i| pads[i])
+            .filter(|&(_, end, _)| at < end)
+            .and_then(|(_, _, pad)| cfg.block_at(pad))
+            .map(|b| b.index() as u32)
+    }
+}
+
+/// A property that spreads up the call graph, to its least fixpoint: `may`
+/// holds the seeds (a procedure missing from it: false); a procedure with
+/// a CFG gains the property when one of its calls `spreads` under the
+/// current map.
+fn spread_up_calls(
+    prog: &Program,
+    mut may: HashMap<ProcId, bool>,
+    spreads: impl Fn(&HashMap<ProcId, bool>, &aetrace_analysis::cfg::CallSite) -> bool,
+) -> HashMap<ProcId, bool> {
+    loop {
+        let mut changed = false;
+        for (id, p) in prog.procs.iter() {
+            let Ok(cfg) = &p.cfg else { continue };
+            if !may.get(&id).copied().unwrap_or(false) && cfg.calls.iter().any(|c| spreads(&may, c))
+            {
+                may.insert(id, true);
+                changed = true;
+            }
+        }
+        if !changed {
+            return may;
+        }
+    }
+}
+
+/// Procedures whose every way out is a tail jump to a `fork`-like callee
+/// (an import by name, a static libc's `fork`, or another such
+/// procedure), as perl's `Perl_my_fork` is (`jmp fork@plt`): a call to one
+/// returns twice, in the parent and in the child, like a call to `fork`,
+/// so it gets `fork_child` at its return point (a tail jump has none: the
+/// child ran on in its parent's slot). The value: whether that `fork` runs
+/// `pthread_atfork` handlers. A procedure that can also return by itself
+/// is not one (its return point would take any 0 it returns for a child).
+fn fork_wrappers(
+    prog: &Program,
+    by_start: &HashMap<u64, ProcId>,
+    fork_like: impl Fn(&aetrace_analysis::cfg::CallSite) -> Option<bool>,
+) -> HashMap<ProcId, bool> {
+    let mut found: HashMap<ProcId, bool> = HashMap::new();
+    loop {
+        let mut changed = false;
+        for (id, p) in prog.procs.iter() {
+            let Ok(cfg) = &p.cfg else { continue };
+            if found.contains_key(&id) {
+                continue;
+            }
+            let mut atfork = false;
+            let mut tails = 0;
+            let all = cfg.edges.values().all(|e| match e.kind {
+                EdgeKind::Return | EdgeKind::Halt => false,
+                EdgeKind::TailCall => {
+                    tails += 1;
+                    let site = cfg.calls.iter().find(|c| c.block == e.from && c.tail);
+                    let forks = site.and_then(|c| {
+                        fork_like(c).or_else(|| {
+                            c.target
+                                .and_then(|t| by_start.get(&t))
+                                .and_then(|q| found.get(q).copied())
+                        })
+                    });
+                    atfork |= forks == Some(true);
+                    forks.is_some()
+                }
+                _ => true,
+            });
+            if all && tails > 0 {
+                found.insert(id, atfork);
+                changed = true;
+            }
+        }
+        if !changed {
+            return found;
+        }
+    }
+}
+
+/// The PLT stubs whose import jump is traced without a witness
+/// (docs/rewrite.md step 5, "PLT stubs"; `CallDb::plt`): the bound
+/// outcome writes nothing, the lazy one a LAZY record first, and the way
+/// into the stub is the counted transfer. A stub qualifies when its
+/// `jmp [GOT]` either has one outcome (a slot bound at load time, e.g.
+/// `.plt.got`'s GLOB_DAT: no lazy binding ever) or falls back to its own
+/// lazy-binding half, where its JUMP_SLOT's initial value points (that
+/// value is then redirected to the copy's LAZY piece, `Copies::lazy_slots`;
+/// ld.so relocates it like the original), the half being the stub's own
+/// second block or, in the IBT layout (`.plt.sec`), a `.plt` entry of its
+/// own. `exit`-like imports keep the GOT compare: their EXIT record would
+/// precede LAZY.
+fn recorded_stubs(
+    prog: &Program,
+    traced: impl Fn(ProcId) -> bool,
+    plt0: Option<ProcId>,
+) -> HashMap<ProcId, RecordedStub> {
+    let module = &prog.module;
+    let by_start: HashMap<u64, ProcId> = prog.procs.iter().map(|(id, p)| (p.start, id)).collect();
+    let mut out = HashMap::new();
+    for (id, p) in prog.procs.iter() {
+        let Ok(cfg) = &p.cfg else { continue };
+        if p.kind != ProcKind::Plt || Some(id) == plt0 || !traced(id) {
+            continue;
+        }
+        let mut jumps = cfg
+            .calls
+            .iter()
+            .filter(|c| c.kind == CallKind::Plt && c.target.is_none() && c.tail);
+        let (Some(c), None) = (jumps.next(), jumps.next()) else {
+            continue;
+        };
+        if c.name.as_deref().is_some_and(imports::is_exit_like) {
+            continue;
+        }
+        let blk = &cfg.blocks[c.block];
+        let at = blk.last_insn();
+        let Some(bytes) = module.bytes_at(at, blk.end - at) else {
+            continue;
+        };
+        let insn =
+            iced_x86::Decoder::with_ip(64, bytes, at, iced_x86::DecoderOptions::NONE).decode();
+        if !insn.is_ip_rel_memory_operand() {
+            continue;
+        }
+        let slot = insn.ip_rel_memory_address();
+        let jump_slot = module
+            .plt_relocs
+            .iter()
+            .any(|r| r.offset == slot && r.r_type == aetrace_analysis::elf::R_X86_64_JUMP_SLOT);
+        let initial = module
+            .bytes_at(slot, 8)
+            .and_then(|v| v.try_into().ok())
+            .map(u64::from_le_bytes);
+        let out_edges: Vec<_> = cfg.edges.values().filter(|e| e.from == c.block).collect();
+        match out_edges[..] {
+            [e] if e.to == cfg.exit() && !jump_slot => {
+                out.insert(id, RecordedStub::default());
+            }
+            // IBT (`.plt.sec`): the lazy half is a `.plt` entry of its own
+            // (`endbr64; push n; jmp <plt0>`), where the slot points.
+            [e] if e.to == cfg.exit() => {
+                let entry = initial
+                    .and_then(|a| by_start.get(&a).copied())
+                    .filter(|&l| {
+                        l != id
+                            && Some(l) != plt0
+                            && traced(l)
+                            && prog.procs[l].kind == ProcKind::Plt
+                    });
+                if let Some(l) = entry {
+                    out.insert(
+                        id,
+                        RecordedStub {
+                            slot: Some(slot),
+                            entry: Some(l),
+                        },
+                    );
+                }
+            }
+            [a, b] if jump_slot => {
+                let Some(lazy) = [a, b].into_iter().find(|e| e.to != cfg.exit()) else {
+                    continue;
+                };
+                if initial == Some(cfg.blocks[lazy.to].start) {
+                    out.insert(
+                        id,
+                        RecordedStub {
+                            slot: Some(slot),
+                            entry: None,
+                        },
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// A PLT stub of [`recorded_stubs`].
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct RecordedStub {
+    /// The GOT slot whose initial value becomes the LAZY piece (`None`:
+    /// bound at load time, no lazy outcome).
+    pub slot: Option<u64>,
+    /// The lazy-binding half when it is a procedure of its own (IBT's
+    /// `.plt` entry), entered from the LAZY piece past its outside-entry
+    /// stub (`CallDb::lazy`).
+    entry: Option<ProcId>,
+}

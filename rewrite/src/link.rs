@@ -1,0 +1,172 @@
+//! Linking (docs/rewrite.md, step 7): the runtime with its symbols filled
+//! in, the code segment (jump tables, then the copies), the springboards
+//! and redirected GOT slots patched into the original, the unwind and
+//! counter segments, and the new ELF (`elfout`).
+//!
+//! Invariants:
+//! - every GOT slot redirected to a LAZY piece belongs to a PLT stub
+//!   chosen for it (`calls::recorded_stubs`), and the other way round;
+//! - a springboard is a `jmp rel32` of [`SPRINGBOARD`] bytes at a traced
+//!   procedure's entry, to its copy's outside-entry stub;
+//! - an executable runs the runtime's init (or, counting, the init code)
+//!   from its preinit array, a static one from its new entry point, a
+//!   library from a new first init function.
+
+use crate::calls::Calls;
+use crate::elfout::{self, Additions, NewSegment, Patch};
+use crate::emit::{Emitted, Runtime};
+use crate::traced::SPRINGBOARD;
+use crate::{Refusal, Result, Rewrite};
+
+/// The rewritten module's bytes.
+pub(crate) fn link(
+    rw: &Rewrite<'_>,
+    runtime: &Runtime,
+    calls: &Calls<'_>,
+    emitted: Emitted,
+) -> Result<Vec<u8>> {
+    let module = &rw.prog.module;
+    let blob = &runtime.blob;
+    let blob_bytes = runtime_bytes(rw, runtime, &emitted)?;
+    check_lazy_slots(rw, calls, &emitted)?;
+    let patches = patches(rw, &emitted)?;
+    let data = blob.data_offset as usize;
+    let init = runtime.vaddr
+        + blob
+            .symbol("init")
+            .ok_or_else(|| rw.err(Refusal::RuntimeLacks("init")))?;
+    let code = &emitted.code;
+    let preinit = emitted.counted.as_ref().map(|c| c.preinit);
+    let copy_of_entry = || {
+        code.springboards
+            .iter()
+            .find(|&&(from, _)| from == module.entry)
+            .map(|&(_, to)| to)
+    };
+    let mut add = Additions {
+        segments: vec![
+            NewSegment {
+                vaddr: runtime.vaddr,
+                flags: 5,
+                mem_size: data as u64,
+                bytes: blob_bytes[..data].to_vec(),
+            },
+            NewSegment {
+                vaddr: runtime.vaddr + data as u64,
+                flags: 6,
+                mem_size: (blob_bytes.len() - data) as u64,
+                bytes: blob_bytes[data..].to_vec(),
+            },
+            code_segment(runtime, &emitted),
+        ],
+        patches,
+        preinit: (!rw.library && !module.is_static).then(|| preinit.unwrap_or(init)),
+        // A library's counters are mapped by its own first constructor.
+        init: preinit.filter(|_| rw.library),
+        entry: if module.is_static {
+            emitted
+                .counted
+                .as_ref()
+                .and_then(|c| c.static_entry)
+                .or_else(copy_of_entry)
+        } else {
+            None
+        },
+        eh_frame_hdr: emitted.unwind.as_ref().map(|u| (u.hdr_vaddr, u.hdr_size)),
+        eh_frame: emitted
+            .unwind
+            .as_ref()
+            .map(|u| (u.eh_frame.0, u.eh_frame.1 - u.eh_frame.0)),
+    };
+    if let Some(u) = emitted.unwind {
+        add.segments.push(NewSegment {
+            vaddr: u.hdr_vaddr,
+            flags: 4,
+            mem_size: u.bytes.len() as u64,
+            bytes: u.bytes,
+        });
+    }
+    if let Some(c) = emitted.counted {
+        add.segments.extend(c.segments);
+    }
+    elfout::write(rw.path, module.bytes(), &add)
+}
+
+/// Every redirected slot belongs to a stub chosen for it, and the other
+/// way round.
+fn check_lazy_slots(rw: &Rewrite<'_>, calls: &Calls<'_>, emitted: &Emitted) -> Result<()> {
+    let mut want: Vec<u64> = calls.lazy_stubs.values().filter_map(|s| s.slot).collect();
+    let mut got: Vec<u64> = emitted
+        .code
+        .lazy_slots
+        .iter()
+        .map(|&(slot, _)| slot)
+        .collect();
+    want.sort_unstable();
+    got.sort_unstable();
+    if want != got {
+        return Err(rw.err(Refusal::LazySlots { got, want }));
+    }
+    Ok(())
+}
+
+/// The runtime's bytes, with where the copies are and the module's tag.
+fn runtime_bytes(rw: &Rewrite<'_>, runtime: &Runtime, emitted: &Emitted) -> Result<Vec<u8>> {
+    let code_end = emitted.code_vaddr + emitted.code.bytes.len() as u64;
+    let mut bytes = runtime.blob.bytes.clone();
+    for (sym, value) in [
+        ("witness_code_start", emitted.code_vaddr - runtime.vaddr),
+        ("witness_code_end", code_end - runtime.vaddr),
+        ("module_tag", u64::from(rw.tag)),
+    ] {
+        let off = runtime
+            .blob
+            .symbol(sym)
+            .ok_or_else(|| rw.err(Refusal::RuntimeLacks(sym)))? as usize;
+        bytes[off..off + 8].copy_from_slice(&value.to_le_bytes());
+    }
+    Ok(bytes)
+}
+
+/// The jump tables, then the copies.
+fn code_segment(runtime: &Runtime, emitted: &Emitted) -> NewSegment {
+    let code = &emitted.code;
+    let code_seg = runtime.code_seg;
+    let code_end = emitted.code_vaddr + code.bytes.len() as u64;
+    let mut seg = vec![0u8; (code_end - code_seg) as usize];
+    for (at, bytes) in &code.tables {
+        let o = (at - code_seg) as usize;
+        seg[o..o + bytes.len()].copy_from_slice(bytes);
+    }
+    let o = (emitted.code_vaddr - code_seg) as usize;
+    seg[o..].copy_from_slice(&code.bytes);
+    NewSegment {
+        vaddr: code_seg,
+        flags: 5,
+        mem_size: seg.len() as u64,
+        bytes: seg,
+    }
+}
+
+/// The springboards, and the redirected GOT slots: a lazily bound slot's
+/// initial value (the stub's own lazy-binding half) becomes the copy's
+/// LAZY piece.
+fn patches(rw: &Rewrite<'_>, emitted: &Emitted) -> Result<Vec<Patch>> {
+    let code = &emitted.code;
+    code.springboards
+        .iter()
+        .map(|&(from, to)| {
+            let rel = i32::try_from(to as i64 - (from as i64 + SPRINGBOARD as i64))
+                .map_err(|_| rw.err(Refusal::SpringboardRange))?;
+            let mut bytes = vec![0xE9];
+            bytes.extend_from_slice(&rel.to_le_bytes());
+            Ok(Patch { vaddr: from, bytes })
+        })
+        .chain(code.lazy_slots.iter().map(|&(slot, piece)| {
+            Ok(Patch {
+                vaddr: slot,
+                bytes: piece.to_le_bytes().to_vec(),
+            })
+        }))
+        .collect()
+}

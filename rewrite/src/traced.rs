@@ -1,0 +1,405 @@
+//! What is traced (docs/rewrite.md, steps 1-2): each procedure is either
+//! traced, relocated with a springboard at its entry, or left alone with
+//! the reason the program database records.
+//!
+//! Invariants:
+//! - a procedure is left alone exactly when [`Traced::reasons`] has an
+//!   entry for it, and then it has no plan, no copy, no springboard;
+//! - a traced procedure has a CFG, one entry, room for the springboard,
+//!   and only jump tables the copy can rewrite ([`Traced::tables`]);
+//! - a static libc's setjmp, longjmp and fork families, with everything
+//!   they call, run untraced and are called like imports.
+
+use std::collections::{HashMap, HashSet};
+
+use aetrace_analysis::cfg::{CallSite, IndirectJump, JumpResolution};
+use aetrace_analysis::elf::{ElfKind, Module};
+use aetrace_analysis::{imports, Procedure, Program};
+use aetrace_graph::ProcId;
+
+use crate::Rewrite;
+
+/// Length of the `jmp rel32` written over a traced procedure's entry.
+pub(crate) const SPRINGBOARD: u64 = 5;
+
+/// R_X86_64_IRELATIVE: its addend is an IFUNC resolver, run by ld.so
+/// before the runtime is initialised.
+const R_X86_64_IRELATIVE: u32 = 37;
+
+/// A jump table a traced procedure's copy rewrites: its address, whether
+/// its entries are 32-bit offsets from it (else absolute addresses), and
+/// the jump.
+pub(crate) type JumpTable = (u64, bool, IndirectJump);
+
+/// The outcome of the phase: which procedures are traced.
+pub(crate) struct Traced {
+    /// Procedures left alone, and why (one line each).
+    pub reasons: HashMap<ProcId, String>,
+    /// The jump tables of traced procedures.
+    pub tables: HashMap<ProcId, Vec<JumpTable>>,
+    /// Every procedure by its entry address.
+    pub by_start: HashMap<u64, ProcId>,
+    /// A static libc's setjmp, longjmp and fork families.
+    pub family: LibcFamily,
+    /// The procedures of `family` and everything they call.
+    pub family_procs: HashSet<ProcId>,
+    /// A static executable without setjmp/longjmp symbols: `family` was
+    /// recognised by code (`guarded_family`).
+    pub stripped: bool,
+}
+
+impl Traced {
+    /// Decides, in order: what cannot be traced at all, which jump tables
+    /// cannot be rewritten, and a static libc's untraced families.
+    pub fn decide(rw: &Rewrite<'_>) -> Traced {
+        let prog = rw.prog;
+        let reasons: HashMap<ProcId, String> = prog
+            .procs
+            .keys()
+            .filter_map(|id| Some((id, left_alone_reason(prog, id, &rw.ifuncs)?)))
+            .collect();
+        let mut t = Traced {
+            reasons,
+            tables: HashMap::new(),
+            by_start: prog.procs.iter().map(|(id, p)| (p.start, id)).collect(),
+            family: libc_family(&prog.module),
+            family_procs: HashSet::new(),
+            stripped: false,
+        };
+        t.jump_tables(prog);
+        t.stripped =
+            prog.module.is_static && t.family.setjmp.is_empty() && t.family.longjmp.is_empty();
+        if t.stripped {
+            guarded_family(prog, &mut t.family);
+        }
+        t.leave_families_alone(prog);
+        t
+    }
+
+    /// Whether procedure `id` is traced.
+    pub fn is_traced(&self, id: ProcId) -> bool {
+        !self.reasons.contains_key(&id)
+    }
+
+    /// The traced procedure that starts at `addr`, if any.
+    pub fn traced_at(&self, addr: u64) -> Option<ProcId> {
+        self.by_start
+            .get(&addr)
+            .copied()
+            .filter(|&q| self.is_traced(q))
+    }
+
+    /// A call that saves a context (may return again, through `longjmp`).
+    pub fn setjmp_call(&self, c: &CallSite) -> bool {
+        !c.tail
+            && (c.target.is_some_and(|t| self.family.setjmp.contains(&t))
+                || c.name.as_deref().is_some_and(imports::is_setjmp_like))
+    }
+
+    /// A call or jump to the longjmp family.
+    pub fn to_longjmp(&self, c: &CallSite) -> bool {
+        c.target.is_some_and(|t| self.family.longjmp.contains(&t))
+            || c.name.as_deref().is_some_and(imports::is_longjmp_like)
+    }
+
+    /// Jump tables must be rewritable.
+    fn jump_tables(&mut self, prog: &Program) {
+        for (id, p) in prog.procs.iter() {
+            let Ok(cfg) = &p.cfg else { continue };
+            if self.reasons.contains_key(&id) {
+                continue;
+            }
+            for j in &cfg.indirect_jumps {
+                let JumpResolution::Table { table, targets } = &j.resolution else {
+                    continue;
+                };
+                // A case in another procedure (a `.cold` part) would be a
+                // tail call through the table: not rewritten.
+                if let Some(t) = targets.iter().find(|&&t| cfg.block_at(t).is_none()) {
+                    self.reasons.insert(
+                        id,
+                        format!(
+                            "jump table at {table:#x} has a case outside the procedure ({t:#x})"
+                        ),
+                    );
+                    continue;
+                }
+                match targets.first().and_then(|&t| table_format(prog, *table, t)) {
+                    Some(false) if prog.module.kind == ElfKind::Pie => {
+                        self.reasons
+                            .insert(id, format!("absolute jump table at {table:#x} in a PIE"));
+                    }
+                    Some(rel) => self
+                        .tables
+                        .entry(id)
+                        .or_default()
+                        .push((*table, rel, j.clone())),
+                    None => {
+                        self.reasons.insert(
+                            id,
+                            format!("jump table at {table:#x}: unknown entry format"),
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// A static libc's setjmp, longjmp and fork families are left alone,
+    /// with everything they call, and called like the imports: SETJMP,
+    /// LONGJMP records and `fork_child` at their call sites, whatever alias
+    /// the call names. (A fork child must not run traced code before
+    /// `fork_child` gives it its own slot.)
+    fn leave_families_alone(&mut self, prog: &Program) {
+        if !prog.module.is_static {
+            return;
+        }
+        let f = &self.family;
+        let mut work: Vec<u64> = f
+            .setjmp
+            .iter()
+            .chain(&f.longjmp)
+            .chain(&f.fork)
+            .copied()
+            .collect();
+        while let Some(a) = work.pop() {
+            let Some(&id) = self.by_start.get(&a) else {
+                continue;
+            };
+            if !self.family_procs.insert(id) {
+                continue;
+            }
+            self.reasons.entry(id).or_insert_with(|| {
+                "setjmp/longjmp/fork family of a static libc (runs untraced, called like \
+                 an import)"
+                    .into()
+            });
+            if let Ok(cfg) = &prog.procs[id].cfg {
+                work.extend(cfg.calls.iter().filter_map(|c| c.target));
+            }
+        }
+    }
+}
+
+/// The IFUNC resolvers that run before the runtime is initialised.
+pub(crate) fn ifunc_resolvers(module: &Module, elf: &goblin::elf::Elf<'_>) -> Vec<u64> {
+    // In a static executable the runtime's init runs at the entry point,
+    // before the libc's startup code applies IRELATIVE relocations: its
+    // IFUNC resolvers are ordinary callbacks there.
+    let mut ifuncs: Vec<u64> = module
+        .dyn_relocs
+        .iter()
+        .chain(&module.plt_relocs)
+        .filter(|r| r.r_type == R_X86_64_IRELATIVE && !module.is_static)
+        .map(|r| r.addend as u64)
+        .collect();
+    // An exported IFUNC's resolver runs when ld.so relocates the objects
+    // that import it, before the executable's preinit: a library's too.
+    ifuncs.extend(
+        elf.syms
+            .iter()
+            .chain(elf.dynsyms.iter())
+            .filter(|s| s.st_type() == goblin::elf::sym::STT_GNU_IFUNC && s.st_shndx != 0)
+            .map(|s| s.st_value),
+    );
+    ifuncs
+}
+
+/// Whether the springboard fits at `p`'s entry: inside its primary range,
+/// or, for a shorter procedure (liblzma's 4-byte `mov 0x18(%rdi), %eax;
+/// ret`), running on into the alignment fill after it, when everything from
+/// its end to the next procedure's range (or the section's end) is fill
+/// (`nop`, `int3`, zero bytes) that belongs to no procedure: no code runs
+/// or reads those bytes, so overwriting them changes nothing else.
+pub(crate) fn springboard_fits(prog: &Program, p: &Procedure) -> bool {
+    let need = p.start + SPRINGBOARD;
+    if p.end >= need {
+        return true;
+    }
+    let Some(section) = prog.module.exec_sections().find(|s| s.contains(p.start)) else {
+        return false;
+    };
+    let next = prog
+        .procs
+        .values()
+        .flat_map(|q| q.ranges.iter().map(|&(s, _)| s))
+        .filter(|&s| s >= p.end)
+        .fold(section.end(), u64::min);
+    next >= need && aetrace_analysis::report::is_fill(&prog.module, p.end, next)
+}
+
+/// Why procedure `proc` cannot be traced, if it cannot.
+fn left_alone_reason(prog: &Program, id: ProcId, ifuncs: &[u64]) -> Option<String> {
+    let p = &prog.procs[id];
+    let cfg = match &p.cfg {
+        Err(e) => return Some(format!("not analysable: {e}")),
+        Ok(c) => c,
+    };
+    if !springboard_fits(prog, p) {
+        return Some(format!(
+            "shorter than a springboard ({SPRINGBOARD} bytes) and not followed by enough fill"
+        ));
+    }
+    if ifuncs.contains(&p.start) {
+        return Some("IFUNC resolver (runs before the runtime)".into());
+    }
+    if p.entries.len() > 1 {
+        return Some(format!("{} entry points", p.entries.len()));
+    }
+    // `xbegin` ends its block; its abort path is not relocated (a witness
+    // inside a transaction would abort it anyway).
+    for b in cfg.blocks.values() {
+        let at = b.last_insn();
+        let insn = prog.module.bytes_at(at, b.end - at).map(|bytes| {
+            iced_x86::Decoder::with_ip(64, bytes, at, iced_x86::DecoderOptions::NONE).decode()
+        });
+        if insn.is_some_and(|i| i.mnemonic() == iced_x86::Mnemonic::Xbegin) {
+            return Some(format!("transactional memory (xbegin at {at:#x})"));
+        }
+    }
+    for j in &cfg.indirect_jumps {
+        match &j.resolution {
+            JumpResolution::Unresolved(why) => {
+                return Some(format!("unresolved indirect jump at {:#x}: {why}", j.addr))
+            }
+            // No path reaches the jump (its guards compare constants).
+            JumpResolution::Computed(t) if t.is_empty() => {}
+            JumpResolution::Computed(_) => {
+                return Some(format!(
+                    "indirect jump at {:#x} to computed code addresses",
+                    j.addr
+                ))
+            }
+            JumpResolution::Table { .. } | JumpResolution::TailCall => {}
+        }
+    }
+    None
+}
+
+/// Entry addresses of a static libc's functions that must run untraced,
+/// like the imports of a dynamic program, by any of their symbol names
+/// (glibc's `longjmp`, `siglongjmp` and `__libc_siglongjmp` are one
+/// function).
+#[derive(Default)]
+pub(crate) struct LibcFamily {
+    /// Save a context (`setjmp`).
+    pub setjmp: Vec<u64>,
+    /// Resume one (`longjmp`): never return.
+    pub longjmp: Vec<u64>,
+    /// Create a process (`fork`): the child must get its own slot before
+    /// it runs traced code.
+    pub fork: Vec<u64>,
+    /// Those of `fork` that run `pthread_atfork` handlers.
+    pub atfork: Vec<u64>,
+}
+
+fn libc_family(module: &Module) -> LibcFamily {
+    let mut f = LibcFamily::default();
+    if !module.is_static {
+        return f;
+    }
+    for s in &module.func_symbols {
+        let n = s.name.as_str();
+        if imports::is_setjmp_like(n) {
+            f.setjmp.push(s.addr);
+        } else if imports::is_longjmp_like(n) || matches!(n, "__libc_siglongjmp" | "__libc_longjmp")
+        {
+            f.longjmp.push(s.addr);
+        } else if imports::is_fork_like(n) || n == "__fork" {
+            f.fork.push(s.addr);
+            if imports::runs_atfork_handlers(n) {
+                f.atfork.push(s.addr);
+            }
+        }
+    }
+    f
+}
+
+/// A stripped static libc's setjmp and longjmp (no names to go by),
+/// recognised by what they do with glibc's pointer guard `fs:[0x30]`: a
+/// setjmp mangles its caller's stack pointer (`lea R, [rsp+8]`, then
+/// `xor R, fs:[0x30]`), a longjmp demangles one and switches to it
+/// (`xor R, fs:[0x30]`, then `mov rsp, R`). The wrappers that tail-jump
+/// to a setjmp (`_setjmp`, `setjmp`) save a context too.
+fn guarded_family(prog: &Program, f: &mut LibcFamily) {
+    use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind, Register};
+    for (_, p) in prog.procs.iter() {
+        let Ok(cfg) = &p.cfg else { continue };
+        let mut blocks: Vec<_> = cfg.blocks.values().collect();
+        blocks.sort_by_key(|b| b.start);
+        let (mut rsp8, mut demangled) = (Vec::new(), Vec::new());
+        let (mut saves, mut switches) = (false, false);
+        for b in blocks {
+            let Some(bytes) = prog.module.bytes_at(b.start, b.end - b.start) else {
+                continue;
+            };
+            for i in Decoder::with_ip(64, bytes, b.start, DecoderOptions::NONE) {
+                let reg0 = (i.op_count() == 2 && i.op0_kind() == OpKind::Register)
+                    .then(|| i.op0_register());
+                let mem = i.op_count() == 2 && i.op1_kind() == OpKind::Memory;
+                match (i.mnemonic(), reg0) {
+                    (Mnemonic::Lea, Some(r))
+                        if mem
+                            && i.memory_base() == Register::RSP
+                            && i.memory_index() == Register::None
+                            && i.memory_displacement64() == 8 =>
+                    {
+                        rsp8.push(r)
+                    }
+                    (Mnemonic::Xor, Some(r))
+                        if mem
+                            && i.memory_segment() == Register::FS
+                            && i.memory_base() == Register::None
+                            && i.memory_index() == Register::None
+                            && i.memory_displacement64() == 0x30 =>
+                    {
+                        saves |= rsp8.contains(&r);
+                        demangled.push(r);
+                    }
+                    (Mnemonic::Mov, Some(Register::RSP))
+                        if i.op1_kind() == OpKind::Register
+                            && demangled.contains(&i.op1_register()) =>
+                    {
+                        switches = true
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if switches {
+            f.longjmp.push(p.start);
+        } else if saves {
+            f.setjmp.push(p.start);
+        }
+    }
+    loop {
+        let wrappers: Vec<u64> = prog
+            .procs
+            .values()
+            .filter(|p| !f.setjmp.contains(&p.start))
+            .filter(|p| {
+                p.cfg.as_ref().is_ok_and(|cfg| {
+                    cfg.calls
+                        .iter()
+                        .any(|c| c.tail && c.target.is_some_and(|t| f.setjmp.contains(&t)))
+                })
+            })
+            .map(|p| p.start)
+            .collect();
+        if wrappers.is_empty() {
+            return;
+        }
+        f.setjmp.extend(wrappers);
+    }
+}
+
+/// Decodes the entry format of a jump table from its first entry.
+fn table_format(prog: &Program, table: u64, first: u64) -> Option<bool> {
+    let rel = prog.module.bytes_at(table, 4)?;
+    let rel = i32::from_le_bytes(rel.try_into().ok()?);
+    if table.wrapping_add(rel as i64 as u64) == first {
+        return Some(true);
+    }
+    let abs = prog.module.bytes_at(table, 8)?;
+    (u64::from_le_bytes(abs.try_into().ok()?) == first).then_some(false)
+}
