@@ -1,5 +1,6 @@
 //! `aetrace report`: a profile's report (text, JSON or callgrind) on stdout.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -32,6 +33,13 @@ impl From<Format> for aetrace_profile::report::Format {
 
 pub fn run(a: Args) -> super::Result {
     let p = aetrace_profile::read(&a.profile)?;
-    aetrace_profile::report::write(&p, a.format.into(), a.top, &mut std::io::stdout().lock())?;
+    // Rendered first: the JSON writer's errors carry no I/O kind, and a
+    // closed pipe must be told from a failed report.
+    let mut report = Vec::new();
+    aetrace_profile::report::write(&p, a.format.into(), a.top, &mut report)?;
+    std::io::stdout()
+        .lock()
+        .write_all(&report)
+        .map_err(aetrace_profile::Error::Output)?;
     Ok(ExitCode::SUCCESS)
 }
