@@ -319,14 +319,10 @@ pub fn record(o: &RecordOptions) -> Result<Outcome> {
     modules[0].notes.extend(notes);
     modules.extend(libs.into_iter().map(|(_, m)| m));
     let env = dir.as_ref().map(LibDir::env).into_iter().collect();
-    let trace = o.trace.clone().unwrap_or_else(|| {
-        let mut t = exe
-            .file_name()
-            .map(|n| n.to_os_string())
-            .unwrap_or_else(|| "program".into());
-        t.push(".aet");
-        PathBuf::from(t)
-    });
+    let trace = o
+        .trace
+        .clone()
+        .unwrap_or_else(|| default_output(&exe, ".aet"));
     launch::record(&Launch {
         program: prepared.elf,
         argv0: o.program.clone().into_os_string(),
@@ -336,6 +332,17 @@ pub fn record(o: &RecordOptions) -> Result<Outcome> {
         modules,
         geometry: Launch::geometry_from_env()?,
     })
+}
+
+/// The default output of a run of `exe`: its base name with `ext` added,
+/// in the current directory.
+pub(crate) fn default_output(exe: &Path, ext: &str) -> PathBuf {
+    let mut t = exe
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_else(|| "program".into());
+    t.push(ext);
+    PathBuf::from(t)
 }
 
 /// The directory of symlinks, named by DT_NEEDED names, to the cached

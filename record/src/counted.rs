@@ -442,7 +442,7 @@ pub fn profile(o: &ProfileOptions) -> Result<Profiled> {
             procs: sk.fill(values)?,
         });
     }
-    let profile = Profile {
+    let mut profile = Profile {
         version: VERSION,
         program: exe_path.display().to_string(),
         args: o
@@ -467,33 +467,45 @@ pub fn profile(o: &ProfileOptions) -> Result<Profiled> {
         libs,
         notes: ran.notes,
     };
-    let mut profile = profile;
     let handler_notes: Vec<String> = longjmp_with_handlers(&profile)
         .into_iter()
         .chain(exiting_handlers(&profile))
         .collect();
     profile.notes.extend(handler_notes.iter().cloned());
-    let out = o.output.clone().unwrap_or_else(|| {
-        let mut t = exe
-            .file_name()
-            .map(|n| n.to_os_string())
-            .unwrap_or_else(|| "program".into());
-        t.push(".aprof");
-        PathBuf::from(t)
-    });
-    let json = serde_json::to_vec(&profile).map_err(CountError::Json)?;
-    write_atomic(&out, &json, None)?;
+    let out = o
+        .output
+        .clone()
+        .unwrap_or_else(|| crate::commands::default_output(&exe, ".aprof"));
+    write_profile(o, &profile, &out)?;
+    Ok(Profiled {
+        outcome: ran.outcome,
+        output: out,
+        unrecovered: unrecovered(&profile),
+        status: profile.status,
+        handler_notes,
+    })
+}
+
+/// Writes the profile to `out`, and the reports `o` asks for.
+fn write_profile(o: &ProfileOptions, profile: &Profile, out: &Path) -> Result<()> {
+    let json = serde_json::to_vec(profile).map_err(CountError::Json)?;
+    write_atomic(out, &json, None)?;
     if let Some(r) = &o.report {
         let mut buf = Vec::new();
-        aetrace_profile::report::text(&profile, 20, &mut buf)?;
+        aetrace_profile::report::text(profile, 20, &mut buf)?;
         write_atomic(r, &buf, None)?;
     }
     if let Some(c) = &o.callgrind {
         let mut buf = Vec::new();
-        aetrace_profile::report::callgrind(&profile, &mut buf)?;
+        aetrace_profile::report::callgrind(profile, &mut buf)?;
         write_atomic(c, &buf, None)?;
     }
-    let unrecovered = profile
+    Ok(())
+}
+
+/// The procedures whose counts were not recovered: `NAME (MODULE): why`.
+fn unrecovered(profile: &Profile) -> Vec<String> {
+    profile
         .modules()
         .iter()
         .flat_map(|m| m.procs.iter().map(move |p| (m, p)))
@@ -502,14 +514,7 @@ pub fn profile(o: &ProfileOptions) -> Result<Profiled> {
                 .as_ref()
                 .map(|e| format!("{} ({}): {e}", p.name, m.name))
         })
-        .collect();
-    Ok(Profiled {
-        outcome: ran.outcome,
-        output: out,
-        status: profile.status,
-        handler_notes,
-        unrecovered,
-    })
+        .collect()
 }
 
 /// `aetrace count --event E [--libs L] -- PROGRAM ARGS` (paper 002): one

@@ -216,14 +216,10 @@ pub fn paths(o: &PathsOptions) -> Result<PathsRun> {
         libs,
         notes: ran.notes,
     };
-    let out = o.output.clone().unwrap_or_else(|| {
-        let mut t = exe
-            .file_name()
-            .map(|n| n.to_os_string())
-            .unwrap_or_else(|| "program".into());
-        t.push(".apath");
-        PathBuf::from(t)
-    });
+    let out = o
+        .output
+        .clone()
+        .unwrap_or_else(|| crate::commands::default_output(&exe, ".apath"));
     let json = serde_json::to_vec(&profile).map_err(CountError::Json)?;
     write_atomic(&out, &json, None)?;
     let mut report = Vec::new();
