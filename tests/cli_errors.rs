@@ -3,6 +3,10 @@
 //! unknown `--function` must each give one line on stderr starting with
 //! `aetrace: error:` that names the file, exit status 1, nothing on stdout,
 //! and never a panic.
+//! A mistyped option before the program of `record`, `profile`, `count`,
+//! `paths` (and any option `verify` lacks) is clap's usage error, status 2,
+//! while the program's own arguments reach it untouched. A closed stdout
+//! pipe (`| head`) ends `cfg` and `report` quietly with status 0.
 //! The foreign ELFs are made without cross compilers: a copy of a real
 //! x86-64 ELF with `e_machine` patched, and a hand-written ELF32 header.
 
@@ -194,4 +198,104 @@ fn unknown_function() {
         ],
     );
     assert!(m.contains("no procedure"), "{m}");
+}
+
+/// `aetrace ARGS`, in the scratch directory (outputs named after the
+/// program land there).
+fn run_aetrace(args: &[&str]) -> std::process::Output {
+    Command::new(common::aetrace())
+        .args(args)
+        .current_dir(dir())
+        .output()
+        .expect("running aetrace")
+}
+
+#[test]
+fn a_mistyped_option_before_the_program_is_a_usage_error() {
+    for cmd in ["record", "profile", "count", "paths"] {
+        for args in [
+            &[cmd, "--lib", "all", "--", "true"][..],
+            &[cmd, "--lib", "all", "true"],
+            &[cmd, "--lib=all", "true", "x"],
+        ] {
+            let out = run_aetrace(args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+            assert!(
+                stderr.contains("unexpected argument '--lib") && stderr.contains("--libs"),
+                "{args:?}: {stderr}"
+            );
+            assert!(!stderr.contains("not found"), "{args:?}: {stderr}");
+        }
+    }
+    let out = run_aetrace(&["verify", "--bogus", "t.aet"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "verify: {stderr}");
+    assert!(stderr.contains("unexpected argument '--bogus'"), "{stderr}");
+}
+
+#[test]
+fn the_programs_own_options_reach_it_untouched() {
+    let script = "test \"$*\" = \"--lib all -- -x\" && exit 7";
+    for args in [
+        &[
+            "count", "sh", "-c", script, "sh", "--lib", "all", "--", "-x",
+        ][..],
+        &[
+            "count", "--", "sh", "-c", script, "sh", "--lib", "all", "--", "-x",
+        ],
+    ] {
+        let out = run_aetrace(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(7), "{args:?}: {stderr}");
+        assert!(stderr.contains(" insns"), "{args:?}: {stderr}");
+    }
+}
+
+/// Runs `aetrace ARGS` with its stdout a pipe closed before it writes (or
+/// after `keep` bytes): status 0 and nothing on stderr.
+fn quiet_on_a_closed_pipe(args: &[&str], keep: usize) {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = Command::new(common::aetrace())
+        .args(args)
+        .current_dir(dir())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running aetrace");
+    let mut head = vec![0u8; keep];
+    let mut stdout = child.stdout.take().unwrap();
+    stdout.read_exact(&mut head).unwrap();
+    drop(stdout);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "{args:?}: {:?} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_closed_output_pipe_ends_quietly() {
+    // Over a megabyte of JSON: far more than a pipe holds.
+    quiet_on_a_closed_pipe(&["cfg", "--json", "/usr/bin/ls"], 4096);
+    quiet_on_a_closed_pipe(&["cfg", "--dot", "/usr/bin/ls"], 0);
+    let profile = dir().join("ls.aprof");
+    let out = Command::new(common::aetrace())
+        .args(["profile", "-o"])
+        .arg(&profile)
+        .args(["/usr/bin/ls", "/"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let p = profile.to_str().unwrap();
+    for format in ["text", "json", "callgrind"] {
+        quiet_on_a_closed_pipe(&["report", "--format", format, p], 0);
+    }
 }

@@ -665,8 +665,14 @@ fn summary_json(program: &Program, s: &Summary) -> Value {
     })
 }
 
-/// Runs `aetrace cfg FILE [--function NAME|ADDR] [--dot|--json]`.
-pub fn cfg_command(file: &Path, function: Option<&str>, output: Output) -> Result<()> {
+/// Writes what `aetrace cfg FILE [--function NAME|ADDR] [--dot|--json]`
+/// prints to `w`.
+pub fn write_cfg(
+    file: &Path,
+    function: Option<&str>,
+    output: Output,
+    mut w: &mut dyn Write,
+) -> Result<()> {
     let program = Program::open(file)?;
     let selected: Vec<usize> = match function {
         Some(name) => {
@@ -678,13 +684,7 @@ pub fn cfg_command(file: &Path, function: Option<&str>, output: Output) -> Resul
         }
         None => (0..program.procs.len()).collect(),
     };
-    let stdout = std::io::stdout();
-    let mut w = std::io::BufWriter::new(stdout.lock());
-    match write_report(&mut w, &program, function, &selected, output).and_then(|()| w.flush()) {
-        // A reader that stopped early (`| head`) is not an error.
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        r => Ok(r?),
-    }
+    Ok(write_report(&mut w, &program, function, &selected, output)?)
 }
 
 fn write_report(

@@ -7,6 +7,7 @@
 //!   process ends, notes, and END. [`writer`] appends while the traced program runs;
 //!   [`trace`] reads any prefix of such a file (a recorder killed mid-write leaves a
 //!   readable, explicitly incomplete trace) and never panics on bad bytes.
+//! - [`atomic`]: output files written under a temporary name and renamed.
 //! - [`addrtrace`]: the binary address-trace format (`aetrace regen --format bin`,
 //!   read by `cachesim`).
 //!
@@ -44,6 +45,7 @@
 //! their load bases, threads, processes, integrity, crash tolerance).
 
 pub mod addrtrace;
+pub mod atomic;
 mod bytes;
 pub mod error;
 pub mod header;

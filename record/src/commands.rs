@@ -1,19 +1,20 @@
-//! The `aetrace instrument` and `aetrace record` commands: rewrite a program
-//! ([`crate::rewrite`]), then run it under the recorder ([`crate::launch`]).
+//! What `aetrace instrument` and `aetrace record` do: rewrite a program
+//! ([`aetrace_rewrite`]), then run it under the recorder ([`crate::launch`]).
 //!
 //! Invariants: the rewritten executable is written to a temporary name and
-//! renamed into place, so no half-written program is ever run; the program
+//! renamed into place ([`aetrace_format::atomic`]), so no half-written
+//! program is ever run; the program
 //! is found on `PATH` like a shell would, and its `argv[0]` is what the
 //! user typed.
 
 use std::ffi::OsString;
-use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use aetrace_format::progdb;
+use aetrace_format::{atomic, progdb};
 use aetrace_format::{compress_database, module_flags, Codec, EncodedDatabase};
 
+use crate::error::RecordError;
 use crate::launch::{self, Launch, ModuleSpec, Outcome};
 use crate::libs::LibSelection;
 use crate::{Error, Result};
@@ -27,25 +28,14 @@ fn io_err(path: &Path, source: std::io::Error) -> Error {
 }
 
 /// Writes `bytes` to `path` atomically with mode 0755.
-///
-/// A device or pipe at `path` is written in place, never replaced.
 pub(crate) fn write_executable(path: &Path, bytes: &[u8]) -> Result<()> {
-    if !aetrace_format::replaceable(path) {
-        return std::fs::write(path, bytes).map_err(|e| io_err(path, e));
-    }
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let mut f = std::fs::File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
-    f.write_all(bytes).map_err(|e| io_err(&tmp, e))?;
-    f.set_permissions(std::fs::Permissions::from_mode(0o755))
-        .map_err(|e| io_err(&tmp, e))?;
-    drop(f);
-    std::fs::rename(&tmp, path).map_err(|e| io_err(path, e))
+    Ok(atomic::write_atomic(path, bytes, atomic::EXECUTABLE)?)
 }
 
 /// `aetrace instrument ELF -o OUT`: writes the rewritten program. Run
 /// without the recorder, it writes its raw witness streams to the file
 /// named by `AETRACE_OUT`.
-pub fn instrument_command(elf: &Path, out: &Path, placement: Placement) -> Result<Instrumented> {
+pub fn instrument_to(elf: &Path, out: &Path, placement: Placement) -> Result<Instrumented> {
     let ins = rewrite::instrument(elf, placement)?;
     write_executable(out, &ins.elf)?;
     Ok(ins)
@@ -54,9 +44,7 @@ pub fn instrument_command(elf: &Path, out: &Path, placement: Placement) -> Resul
 /// Finds `program` as `execvp` would: a name with a slash as is, else the
 /// first executable file of that name on `PATH`.
 pub fn find_program(program: &Path) -> Result<PathBuf> {
-    let not_found = || Error::Record {
-        what: format!("{}: program not found", program.display()),
-    };
+    let not_found = || Error::from(RecordError::ProgramNotFound(program.to_owned()));
     if program.as_os_str().is_empty() {
         return Err(not_found());
     }
@@ -186,9 +174,10 @@ fn prepare(exe: &Path, placement: Placement, tag: u32) -> Result<Prepared> {
         }
     }
     let ins = rewrite::instrument_module(exe, placement, tag)?;
-    let db = compress_database(progdb::VERSION, &ins.db.encode(), DB_LEVEL).map_err(|e| {
-        Error::Record {
-            what: format!("{}: compressing the program database: {e}", exe.display()),
+    let db = compress_database(progdb::VERSION, &ins.db.encode(), DB_LEVEL).map_err(|source| {
+        RecordError::Database {
+            exe: exe.to_owned(),
+            source,
         }
     })?;
     let module = ModuleSpec {
@@ -211,9 +200,7 @@ pub(crate) fn cache_store(elf: &Path, bytes: &[u8], meta_path: &Path, meta: &[u8
         std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
     }
     write_executable(elf, bytes)?;
-    let tmp = meta_path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, meta).map_err(|e| io_err(&tmp, e))?;
-    std::fs::rename(&tmp, meta_path).map_err(|e| io_err(meta_path, e))
+    Ok(atomic::write_atomic(meta_path, meta, None)?)
 }
 
 /// zstd level of the program database, compressed once per rewrite and
@@ -322,7 +309,7 @@ pub(crate) fn prepare_libs<T>(
 
 /// `aetrace record`: rewrites the program (or reuses the cached copy), runs
 /// it with the recorder, and returns how it ended.
-pub fn record_command(o: &RecordOptions) -> Result<Outcome> {
+pub fn record(o: &RecordOptions) -> Result<Outcome> {
     let exe = find_program(&o.program)?;
     let prepared = prepare(&exe, o.placement, 0)?;
     let mut modules = vec![prepared.module];
@@ -332,14 +319,10 @@ pub fn record_command(o: &RecordOptions) -> Result<Outcome> {
     modules[0].notes.extend(notes);
     modules.extend(libs.into_iter().map(|(_, m)| m));
     let env = dir.as_ref().map(LibDir::env).into_iter().collect();
-    let trace = o.trace.clone().unwrap_or_else(|| {
-        let mut t = exe
-            .file_name()
-            .map(|n| n.to_os_string())
-            .unwrap_or_else(|| "program".into());
-        t.push(".aet");
-        PathBuf::from(t)
-    });
+    let trace = o
+        .trace
+        .clone()
+        .unwrap_or_else(|| default_output(&exe, ".aet"));
     launch::record(&Launch {
         program: prepared.elf,
         argv0: o.program.clone().into_os_string(),
@@ -349,6 +332,17 @@ pub fn record_command(o: &RecordOptions) -> Result<Outcome> {
         modules,
         geometry: Launch::geometry_from_env()?,
     })
+}
+
+/// The default output of a run of `exe`: its base name with `ext` added,
+/// in the current directory.
+pub(crate) fn default_output(exe: &Path, ext: &str) -> PathBuf {
+    let mut t = exe
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_else(|| "program".into());
+    t.push(ext);
+    PathBuf::from(t)
 }
 
 /// The directory of symlinks, named by DT_NEEDED names, to the cached
@@ -411,22 +405,5 @@ impl LibDir {
             v.push(old);
         }
         ("LD_LIBRARY_PATH".into(), v)
-    }
-}
-
-/// The exit code `aetrace record` ends with: the program's status, or for
-/// a program killed by a signal the same signal (re-raised on ourselves
-/// with its default action), else 128 + signal.
-pub fn exit_like(outcome: Outcome) -> std::process::ExitCode {
-    match outcome {
-        Outcome::Exited(c) => std::process::ExitCode::from(c as u8),
-        Outcome::Signaled(s) => {
-            // SAFETY: resetting a disposition and raising a signal on ourselves.
-            unsafe {
-                libc::signal(s, libc::SIG_DFL);
-                libc::raise(s);
-            }
-            std::process::ExitCode::from(128u8.wrapping_add(s as u8))
-        }
     }
 }

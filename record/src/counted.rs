@@ -10,7 +10,8 @@
 //! the profile has a section per library; the rewritten copies are cached
 //! with their skeletons (`commands::cache_dir`).
 //!
-//! Invariants: the profile is written to a temporary name and renamed.
+//! Invariants: the profile is written to a temporary name and renamed
+//! ([`aetrace_format::atomic`]).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -25,16 +26,17 @@ use aetrace_profile::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::error::{CountError, LibError};
 use crate::launch::Outcome;
 use crate::libs::LibSelection;
 use crate::{Error, Result};
+use aetrace_format::atomic::write_atomic;
 use aetrace_rewrite::counters::{self, CountPlacement, CountSpec, Feedback};
 use aetrace_rewrite::{self as rewrite, How};
 
-/// A profile error raised while running: a malformed weights profile, an
-/// internal inconsistency of a rewrite's counter layout.
-pub(crate) fn perr(what: impl Into<String>) -> Error {
-    Error::Profile(aetrace_profile::Error::Profile { what: what.into() })
+/// An inconsistency of a rewrite's counter layout.
+pub(crate) fn layout_err(what: impl Into<String>) -> Error {
+    CountError::CounterLayout(what.into()).into()
 }
 
 /// Options of `aetrace profile`.
@@ -53,28 +55,6 @@ pub struct ProfileOptions {
     pub args: Vec<OsString>,
 }
 
-/// Writes `bytes` to `path` through a temporary name.
-///
-/// A device or pipe at `path` is written in place, never replaced.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    if !aetrace_format::replaceable(path) {
-        return std::fs::write(path, bytes).map_err(|e| Error::Io {
-            path: path.to_owned(),
-            source: e,
-        });
-    }
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let io = |e| Error::Io {
-        path: tmp.clone(),
-        source: e,
-    };
-    std::fs::write(&tmp, bytes).map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(|e| Error::Io {
-        path: path.to_owned(),
-        source: e,
-    })
-}
-
 /// Feedback weights from a previous profile: the recovered edge counts of
 /// each procedure, keyed by its entry address.
 fn feedback(procs: &[ProcProfile]) -> Result<Feedback> {
@@ -84,9 +64,7 @@ fn feedback(procs: &[ProcProfile]) -> Result<Feedback> {
             continue;
         };
         let Some(edges) = &c.edges else {
-            return Err(perr(
-                "the weights profile has block counts only (every-block placement)",
-            ));
+            return Err(CountError::WeightsBlockCounts.into());
         };
         f.insert(entry.start, (edges.clone(), c.invocations));
     }
@@ -112,7 +90,7 @@ impl Skeleton {
         let layout = ins
             .counting
             .as_ref()
-            .ok_or_else(|| perr("internal: no counter layout"))?;
+            .ok_or_else(|| layout_err("no counter layout"))?;
         let mut procs = Vec::with_capacity(ins.db.procs.len());
         let mut counted = Vec::new();
         for (i, d) in ins.db.procs.iter().enumerate() {
@@ -138,7 +116,7 @@ impl Skeleton {
         for &i in &self.counted {
             let pp = procs
                 .get_mut(i)
-                .ok_or_else(|| perr("internal: counted procedure out of range"))?;
+                .ok_or_else(|| layout_err("counted procedure out of range"))?;
             take_counters(pp, values)?;
         }
         Ok(procs)
@@ -161,7 +139,7 @@ fn place(pp: &mut ProcProfile, pc: &counters::ProcCounters) -> Result<()> {
             pc.virt
                 .edge_of(m, c)
                 .map(|e| e.index() as u32)
-                .ok_or_else(|| perr(format!("internal: {}: counter {c:?} has no edge", pp.name)))
+                .ok_or_else(|| layout_err(format!("{}: counter {c:?} has no edge", pp.name)))
         })
         .collect::<Result<_>>()?;
     pp.calls = pc
@@ -201,7 +179,7 @@ fn rewrite_counting(path: &Path, spec: &CountSpec, tag: u32) -> Result<Rewritten
     let layout = ins
         .counting
         .clone()
-        .ok_or_else(|| perr("internal: no counter layout"))?;
+        .ok_or_else(|| layout_err("no counter layout"))?;
     Ok(Rewritten { ins, layout })
 }
 
@@ -276,13 +254,11 @@ fn refuse_dlopened<'l>(
     mut libs: impl Iterator<Item = &'l crate::libs::Library>,
 ) -> Result<()> {
     match libs.find(|l| l.dlopened) {
-        Some(l) => Err(Error::Record {
-            what: format!(
-                "--libs: {} is not a DT_NEEDED library of {}: libraries loaded by dlopen are traced by `aetrace record`, not profiled (a dlclose and a second dlopen would lose counts)",
-                l.needed,
-                exe.display()
-            ),
-        }),
+        Some(l) => Err(LibError::Dlopened {
+            needed: l.needed.clone(),
+            exe: exe.to_owned(),
+        }
+        .into()),
         None => Ok(()),
     }
 }
@@ -298,7 +274,7 @@ fn tempdir() -> Result<PathBuf> {
             Err(e) => return Err(Error::Io { path: d, source: e }),
         }
     }
-    Err(perr("cannot create a temporary directory"))
+    Err(CountError::TempDir.into())
 }
 
 /// Rewrites module `tag` at `path` in counting mode, or takes the copy a
@@ -335,7 +311,7 @@ fn prepare(path: &Path, spec: &CountSpec, tag: u32) -> Result<(PathBuf, Skeleton
     }
     let ins = rewrite::instrument_with(path, &How::Count(spec.clone()), tag)?;
     let sk = Skeleton::of(&ins)?;
-    let json = serde_json::to_vec(&sk).map_err(|e| perr(e.to_string()))?;
+    let json = serde_json::to_vec(&sk).map_err(CountError::Json)?;
     crate::commands::cache_store(&elf, &ins.elf, &meta, &json)?;
     Ok((elf, sk))
 }
@@ -406,11 +382,26 @@ fn canonical(p: &Path) -> PathBuf {
     p.canonicalize().unwrap_or_else(|_| p.to_owned())
 }
 
+/// What [`profile`] did: how the program ended, and what the command line
+/// warns about (also in the profile).
+pub struct Profiled {
+    pub outcome: Outcome,
+    /// The profile file written.
+    pub output: PathBuf,
+    /// How the program ended, as the profile says it.
+    pub status: String,
+    /// Signal handlers whose counts may be wrong (longjmp out of, or exit
+    /// in, a handler).
+    pub handler_notes: Vec<String>,
+    /// Procedures whose counts were not recovered: `NAME (MODULE): why`.
+    pub unrecovered: Vec<String>,
+}
+
 /// `aetrace profile`: rewrites the program (and the `--libs` libraries)
 /// with counters, runs it with the same stdio, environment and arguments,
 /// writes the profile (and the reports asked for) and returns how the
 /// program ended.
-pub fn profile_command(o: &ProfileOptions) -> Result<Outcome> {
+pub fn profile(o: &ProfileOptions) -> Result<Profiled> {
     let exe = crate::commands::find_program(&o.program)?;
     let (old, weights) = match &o.weights {
         Some(w) => (Some(read(w)?), w.display().to_string()),
@@ -451,7 +442,7 @@ pub fn profile_command(o: &ProfileOptions) -> Result<Outcome> {
             procs: sk.fill(values)?,
         });
     }
-    let profile = Profile {
+    let mut profile = Profile {
         version: VERSION,
         program: exe_path.display().to_string(),
         args: o
@@ -476,33 +467,45 @@ pub fn profile_command(o: &ProfileOptions) -> Result<Outcome> {
         libs,
         notes: ran.notes,
     };
-    let mut profile = profile;
     let handler_notes: Vec<String> = longjmp_with_handlers(&profile)
         .into_iter()
         .chain(exiting_handlers(&profile))
         .collect();
     profile.notes.extend(handler_notes.iter().cloned());
-    let out = o.output.clone().unwrap_or_else(|| {
-        let mut t = exe
-            .file_name()
-            .map(|n| n.to_os_string())
-            .unwrap_or_else(|| "program".into());
-        t.push(".aprof");
-        PathBuf::from(t)
-    });
-    let json = serde_json::to_vec(&profile).map_err(|e| perr(e.to_string()))?;
-    write_atomic(&out, &json)?;
+    let out = o
+        .output
+        .clone()
+        .unwrap_or_else(|| crate::commands::default_output(&exe, ".aprof"));
+    write_profile(o, &profile, &out)?;
+    Ok(Profiled {
+        outcome: ran.outcome,
+        output: out,
+        unrecovered: unrecovered(&profile),
+        status: profile.status,
+        handler_notes,
+    })
+}
+
+/// Writes the profile to `out`, and the reports `o` asks for.
+fn write_profile(o: &ProfileOptions, profile: &Profile, out: &Path) -> Result<()> {
+    let json = serde_json::to_vec(profile).map_err(CountError::Json)?;
+    write_atomic(out, &json, None)?;
     if let Some(r) = &o.report {
         let mut buf = Vec::new();
-        aetrace_profile::report::text(&profile, 20, &mut buf)?;
-        write_atomic(r, &buf)?;
+        aetrace_profile::report::text(profile, 20, &mut buf)?;
+        write_atomic(r, &buf, None)?;
     }
     if let Some(c) = &o.callgrind {
         let mut buf = Vec::new();
-        aetrace_profile::report::callgrind(&profile, &mut buf)?;
-        write_atomic(c, &buf)?;
+        aetrace_profile::report::callgrind(profile, &mut buf)?;
+        write_atomic(c, &buf, None)?;
     }
-    let failed: Vec<String> = profile
+    Ok(())
+}
+
+/// The procedures whose counts were not recovered: `NAME (MODULE): why`.
+fn unrecovered(profile: &Profile) -> Vec<String> {
+    profile
         .modules()
         .iter()
         .flat_map(|m| m.procs.iter().map(move |p| (m, p)))
@@ -511,22 +514,7 @@ pub fn profile_command(o: &ProfileOptions) -> Result<Outcome> {
                 .as_ref()
                 .map(|e| format!("{} ({}): {e}", p.name, m.name))
         })
-        .collect();
-    for note in handler_notes {
-        eprintln!("aetrace: warning: {note}; see {}", out.display());
-    }
-    if !failed.is_empty() {
-        // The program's own status stays the exit status; the profile
-        // marks these procedures and this says so.
-        eprintln!(
-            "aetrace: warning: counts not recovered for {} procedure(s), e.g. {} ({}); see {}",
-            failed.len(),
-            failed[0],
-            profile.status,
-            out.display()
-        );
-    }
-    Ok(ran.outcome)
+        .collect()
 }
 
 /// `aetrace count --event E [--libs L] -- PROGRAM ARGS` (paper 002): one
@@ -538,7 +526,7 @@ pub fn profile_command(o: &ProfileOptions) -> Result<Outcome> {
 /// (`counters::StopChecks`); with `write = Some(out)` it is written to
 /// `out` to be run under a debugger instead of being run. Returns how the
 /// program ended and what was counted.
-pub fn count_command(
+pub fn count(
     program: &Path,
     args: &[OsString],
     event: counters::Event,
@@ -548,9 +536,7 @@ pub fn count_command(
     let exe = crate::commands::find_program(program)?;
     let stop_at = stop.map(|(n, _)| n);
     if let Some(n) = stop_at.filter(|&n| n == 0 || n > 1 << 60) {
-        return Err(perr(format!(
-            "--stop-at {n}: events are numbered from 1 to 2^60"
-        )));
+        return Err(CountError::StopAtRange(n).into());
     }
     let spec = CountSpec {
         events: Some(event),
@@ -561,7 +547,7 @@ pub fn count_command(
     if stop_at.is_some() && *libs != LibSelection::None {
         // The checks read the executable's counter; a library's events are
         // on counters of their own.
-        return Err(perr("--stop-at counts the executable only (no --libs)"));
+        return Err(CountError::StopAtWithLibs.into());
     }
     if let Some((n, Some(out))) = stop {
         let ins = rewrite::instrument_with(&exe, &How::Count(spec), 0)?;
@@ -592,43 +578,13 @@ pub fn count_command(
     Ok((ran.outcome, count))
 }
 
-/// `aetrace count` whole: runs [`count_command`] and says on stderr what
-/// happened (the stop, how to stop the written program, the count unless
-/// `output` takes it, or that the program ended before the stop). How the
-/// program ended, or `None` when the program was written, not run.
-pub fn count_and_report(
-    program: &Path,
-    args: &[OsString],
-    event: counters::Event,
-    libs: &LibSelection,
-    stop: Option<(u64, Option<&Path>)>,
-    output: Option<&Path>,
-) -> Result<Option<Outcome>> {
-    let name = event.name();
-    Ok(match count_command(program, args, event, libs, stop)? {
-        (_, Count::Written(hint)) => {
-            eprintln!("aetrace: stops at {name} {hint}");
-            None
-        }
-        (outcome, Count::Refused) => Some(outcome),
-        (outcome, Count::Stopped(n)) => {
-            eprintln!("aetrace: stopped at {name} {n} (SIGTRAP)");
-            Some(outcome)
-        }
-        (outcome, Count::Events(n)) => {
-            if let Some((at, _)) = stop {
-                eprintln!("aetrace: the program ended before {name} {at} (no stop)");
-            }
-            let line = format!("{n} {name}\n");
-            match output {
-                Some(p) => {
-                    std::fs::write(p, line).map_err(|e| perr(format!("{}: {e}", p.display())))?
-                }
-                None => eprint!("aetrace: {line}"),
-            }
-            Some(outcome)
-        }
-    })
+/// The error of writing the count to `-o FILE`.
+pub fn output_error(path: &Path, source: std::io::Error) -> Error {
+    CountError::Output {
+        path: path.to_owned(),
+        source,
+    }
+    .into()
 }
 
 /// What `aetrace count` found.
@@ -663,7 +619,10 @@ fn run(
     env: Vec<(OsString, OsString)>,
     first: i64,
 ) -> Result<Ran> {
-    let os = |what: &str| perr(format!("{what}: {}", std::io::Error::last_os_error()));
+    let memfd = |source| CountError::Counters {
+        what: "memfd",
+        source,
+    };
     let mut cmd = std::process::Command::new(elf);
     cmd.arg0(program).args(args).envs(env);
     let mut files = Vec::with_capacity(sizes.len());
@@ -671,17 +630,19 @@ fn run(
         // SAFETY: plain system calls; the fd is owned right away.
         let fd = unsafe { libc::memfd_create(c"aetrace-counters".as_ptr(), 0) };
         if fd < 0 {
-            return Err(os("memfd_create"));
+            return Err(CountError::Counters {
+                what: "memfd_create",
+                source: std::io::Error::last_os_error(),
+            }
+            .into());
         }
         // SAFETY: fd is a fresh, valid descriptor we own.
         let owned = unsafe { OwnedFd::from_raw_fd(fd) };
         let file = std::fs::File::from(owned);
-        file.set_len(bytes)
-            .map_err(|e| perr(format!("memfd: {e}")))?;
+        file.set_len(bytes).map_err(memfd)?;
         if tag == 0 && first != 0 {
             use std::os::unix::fs::FileExt;
-            file.write_all_at(&first.to_le_bytes(), 0)
-                .map_err(|e| perr(format!("memfd: {e}")))?;
+            file.write_all_at(&first.to_le_bytes(), 0).map_err(memfd)?;
         }
         cmd.env(counters::env_fd(tag as u32), fd.to_string());
         files.push(file);
@@ -725,16 +686,19 @@ fn run(
         libc::signal(libc::SIGINT, old.0);
         libc::signal(libc::SIGQUIT, old.1);
     }
-    let status = status.map_err(|e| perr(format!("{}: {e}", program.display())))?;
+    let status = status.map_err(|source| CountError::Child {
+        program: program.to_owned(),
+        source,
+    })?;
     let outcome = match (status.code(), status.signal()) {
         (Some(c), _) => Outcome::Exited(c),
         (None, Some(s)) => Outcome::Signaled(s),
-        _ => return Err(perr("the program ended in an unknown way")),
+        _ => return Err(CountError::UnknownEnd.into()),
     };
     let mut values = Vec::with_capacity(files.len());
     for file in &files {
         // SAFETY: the memfd is ours and nobody writes it any more.
-        let map = unsafe { memmap2::Mmap::map(file) }.map_err(|e| perr(format!("memfd: {e}")))?;
+        let map = unsafe { memmap2::Mmap::map(file) }.map_err(memfd)?;
         values.push(
             map.chunks_exact(8)
                 .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))

@@ -55,6 +55,7 @@ use aetrace_format::{
 use aetrace_runtime::layout::ESCAPE;
 use aetrace_runtime::{Batch, Geometry, RecordKind, Region};
 
+use crate::error::RecordError;
 use crate::{Error, Result};
 
 /// One module of the traced program, as the rewriter describes it.
@@ -123,13 +124,13 @@ impl Launch {
         let Some(v) = std::env::var_os(Self::HALF_SIZE_ENV) else {
             return Ok(Self::DEFAULT_GEOMETRY);
         };
-        let half_size = v.to_str().and_then(|s| s.parse().ok()).ok_or_else(|| {
-            record_err(format!(
-                "{}={}: not a number of bytes",
-                Self::HALF_SIZE_ENV,
-                v.to_string_lossy()
-            ))
-        })?;
+        let half_size =
+            v.to_str()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| RecordError::HalfSize {
+                    var: Self::HALF_SIZE_ENV,
+                    value: v.to_string_lossy().into_owned(),
+                })?;
         Ok(Geometry {
             half_size,
             ..Self::DEFAULT_GEOMETRY
@@ -197,15 +198,12 @@ const CREATOR: &str = concat!("aetrace ", env!("CARGO_PKG_VERSION"));
 /// crash) is an `Outcome`, not an error.
 pub fn record(l: &Launch) -> Result<Outcome> {
     check_launch(l)?;
-    let region = Region::create(l.geometry).map_err(|e| record_err(format!("{e}")))?;
+    let region = Region::create(l.geometry).map_err(RecordError::WitnessRegion)?;
     // Before the program starts: orphans of its descendants must come to
     // us, or we could not know when the last writer is gone.
     // SAFETY: prctl with integer arguments.
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
-        return Err(record_err(format!(
-            "PR_SET_CHILD_SUBREAPER: {}",
-            std::io::Error::last_os_error()
-        )));
+        return Err(RecordError::Subreaper(std::io::Error::last_os_error()).into());
     }
     let now = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -276,9 +274,7 @@ pub fn record(l: &Launch) -> Result<Outcome> {
     match reaper.main_status {
         Some(ExitStatus::Exited(c)) => Ok(Outcome::Exited(c)),
         Some(ExitStatus::Signaled { signal, .. }) => Ok(Outcome::Signaled(signal)),
-        None => Err(record_err(format!(
-            "process {main} was never reaped, yet no child is left"
-        ))),
+        None => Err(RecordError::NeverReaped(main).into()),
     }
 }
 
@@ -335,39 +331,33 @@ fn command(l: &Launch, hidden: &str) -> Command {
     }
 }
 
-fn record_err(what: String) -> Error {
-    Error::Record { what }
-}
-
-fn trace_err(trace: &Path, e: aetrace_format::Error) -> Error {
-    record_err(format!("writing {}: {e}", trace.display()))
+fn trace_err(trace: &Path, source: aetrace_format::Error) -> Error {
+    RecordError::TraceFile {
+        path: trace.to_owned(),
+        source,
+    }
+    .into()
 }
 
 fn check_launch(l: &Launch) -> Result<()> {
     let Some(main) = l.modules.first() else {
-        return Err(record_err("no module given for the main executable".into()));
+        return Err(RecordError::NoMainModule.into());
     };
     if main.flags & module_flags::MAIN == 0 {
-        return Err(record_err(format!(
-            "{}: the first module must be the main executable",
-            main.path.display()
-        )));
+        return Err(RecordError::FirstNotMain(main.path.clone()).into());
     }
     // Libraries report their runtime's address in the region's module
     // table under their tag, which is their index here.
     for (i, lib) in l.modules.iter().enumerate().skip(1) {
         if lib.flags & module_flags::MAIN != 0 || lib.flags & module_flags::INSTRUMENTED == 0 {
-            return Err(record_err(format!(
-                "{}: a library module must be instrumented and not the main executable",
-                lib.path.display()
-            )));
+            return Err(RecordError::BadLibraryModule(lib.path.clone()).into());
         }
         if i as u32 >= aetrace_runtime::layout::MAX_MODULES {
-            return Err(record_err(format!(
-                "{}: more than {} instrumented libraries",
-                lib.path.display(),
-                aetrace_runtime::layout::MAX_MODULES - 1
-            )));
+            return Err(RecordError::TooManyLibraries {
+                path: lib.path.clone(),
+                max: aetrace_runtime::layout::MAX_MODULES - 1,
+            }
+            .into());
         }
     }
     Ok(())
@@ -420,7 +410,7 @@ fn spawn(l: &Launch, region: &Region, mask: &libc::sigset_t) -> Result<i32> {
     let inherit = |on| {
         region
             .set_inherited(on)
-            .map_err(|e| record_err(format!("{e}")))
+            .map_err(|e| Error::from(RecordError::WitnessRegion(e)))
     };
     inherit(true)?;
     let mut pid: libc::pid_t = 0;
@@ -565,7 +555,7 @@ impl Blocked {
                 libc::sigaddset(&mut set, sig);
             }
             if libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) != 0 {
-                return Err(record_err("blocking signals around the spawn".into()));
+                return Err(RecordError::BlockSignals.into());
             }
             Ok(Blocked(old))
         }
@@ -629,7 +619,7 @@ impl Reaper {
                 match e.raw_os_error() {
                     Some(libc::EINTR) => continue,
                     Some(libc::ECHILD) => return Ok(true),
-                    _ => return Err(record_err(format!("waitpid: {e}"))),
+                    _ => return Err(RecordError::Wait(e).into()),
                 }
             }
             let status = if libc::WIFEXITED(st) {
@@ -764,7 +754,7 @@ impl<'l> Recorder<'l> {
         let found = match drainer.poll(finished, &mut |b| self.batch(b)) {
             Ok(n) => n > 0,
             Err(e) => {
-                self.fail(record_err(format!("reading the witness region: {e}")));
+                self.fail(RecordError::Drain(e).into());
                 true
             }
         };
@@ -779,7 +769,7 @@ impl<'l> Recorder<'l> {
     fn reclaim(&mut self, drainer: &mut aetrace_runtime::Drainer<'_>) {
         for slot in drainer.exited() {
             if let Err(e) = drainer.reclaim(slot, &mut |b| self.batch(b)) {
-                self.fail(record_err(format!("reading the witness region: {e}")));
+                self.fail(RecordError::Drain(e).into());
             }
             // Its first bytes may have come only now (it claimed, wrote
             // and exited between two passes).
@@ -942,13 +932,12 @@ impl<'l> Recorder<'l> {
     fn start_thread(&mut self, b: &Batch<'_>) -> Result<ThreadId> {
         let first = first_record(b.bytes);
         let bad = || {
-            record_err(format!(
-                "slot {} (pid {}, tid {}): stream starts with {:02x?} instead of a THREAD or FORK record",
-                b.slot,
-                b.pid,
-                b.tid,
-                &b.bytes[..b.bytes.len().min(6)]
-            ))
+            Error::from(RecordError::StreamStart {
+                slot: b.slot,
+                pid: b.pid,
+                tid: b.tid,
+                start: b.bytes[..b.bytes.len().min(6)].to_vec(),
+            })
         };
         let (kind, parent_slot) = first.ok_or_else(bad)?;
         let thread = ThreadId(self.threads.len() as u32);
@@ -979,10 +968,12 @@ impl<'l> Recorder<'l> {
             }
             Some(k @ (RecordKind::Thread | RecordKind::Fork)) => {
                 let p = self.last.get(&parent_slot).copied().ok_or_else(|| {
-                    record_err(format!(
-                        "slot {} (pid {}, tid {}): created by slot {parent_slot}, which has written nothing",
-                        b.slot, b.pid, b.tid
-                    ))
+                    Error::from(RecordError::UnknownParent {
+                        slot: b.slot,
+                        pid: b.pid,
+                        tid: b.tid,
+                        parent: parent_slot,
+                    })
                 })?;
                 let reason = if k == RecordKind::Fork {
                     StartReason::Fork
@@ -1052,7 +1043,7 @@ impl<'l> Recorder<'l> {
         let out = self
             .out
             .as_mut()
-            .ok_or_else(|| record_err("trace closed".into()))?;
+            .ok_or_else(|| Error::from(RecordError::TraceClosed))?;
         {
             let m = &self.launch.modules[i];
             let id = ModuleId(i as u32);
@@ -1060,13 +1051,12 @@ impl<'l> Recorder<'l> {
                 .checked_sub(m.runtime_vaddr)
                 .filter(|_| runtime != 0)
                 .ok_or_else(|| {
-                    record_err(format!(
-                        "{}: pid {} reports its runtime at {:#x}, below the runtime's link address {:#x}",
-                        m.path.display(),
+                    Error::from(RecordError::RuntimeAddress {
+                        path: m.path.clone(),
                         pid,
                         runtime,
-                        m.runtime_vaddr
-                    ))
+                        link: m.runtime_vaddr,
+                    })
                 })?;
             let w = |e| trace_err(trace, e);
             out.module(&Module {
@@ -1092,7 +1082,7 @@ impl<'l> Recorder<'l> {
     fn writer(&mut self) -> Result<&mut TraceWriter<File>> {
         self.out
             .as_mut()
-            .ok_or_else(|| record_err("trace closed after an earlier failure".into()))
+            .ok_or_else(|| Error::from(RecordError::TraceClosedAfterFailure))
     }
 
     /// A slot's drained bytes into its open chunks, batch by batch.
@@ -1106,7 +1096,7 @@ impl<'l> Recorder<'l> {
         for (end, witnesses) in std::mem::take(&mut s.batches) {
             r = buf
                 .get(from..end)
-                .ok_or_else(|| record_err("internal: drained batches out of order".into()))
+                .ok_or_else(|| Error::from(RecordError::BatchOrder))
                 .and_then(|bytes| self.feed_batch(slot, bytes, witnesses));
             if r.is_err() {
                 break;
@@ -1132,8 +1122,12 @@ impl<'l> Recorder<'l> {
             None => {
                 let enc = match self.spare.pop() {
                     Some(e) => e,
-                    None => zstd::stream::raw::Encoder::new(CHUNK_LEVEL)
-                        .map_err(|e| record_err(format!("zstd: {e}")))?,
+                    None => zstd::stream::raw::Encoder::new(CHUNK_LEVEL).map_err(|source| {
+                        RecordError::Zstd {
+                            thread: None,
+                            source,
+                        }
+                    })?,
                 };
                 s.open.insert(OpenChunk {
                     enc,
@@ -1150,8 +1144,12 @@ impl<'l> Recorder<'l> {
         if flush {
             open.unflushed = 0;
         }
-        compress_into(&mut open.enc, bytes, flush, &mut open.data)
-            .map_err(|e| record_err(format!("thread {thread}: zstd: {e}")))?;
+        compress_into(&mut open.enc, bytes, flush, &mut open.data).map_err(|source| {
+            RecordError::Zstd {
+                thread: Some(thread),
+                source,
+            }
+        })?;
         open.raw_len += bytes.len() as u64;
         open.witnesses += witnesses;
         if open.raw_len >= CHUNK_BYTES as u64 {
@@ -1169,15 +1167,17 @@ impl<'l> Recorder<'l> {
             return Ok(());
         };
         let thread = s.thread;
-        end_frame(&mut c.enc, &mut c.data)
-            .map_err(|e| record_err(format!("thread {thread}: zstd: {e}")))?;
+        end_frame(&mut c.enc, &mut c.data).map_err(|source| RecordError::Zstd {
+            thread: Some(thread),
+            source,
+        })?;
         // A finished frame leaves the encoder ready for the next one.
         self.spare.push(c.enc);
         let trace = &self.launch.trace;
         let out = self
             .out
             .as_mut()
-            .ok_or_else(|| record_err("trace closed".into()))?;
+            .ok_or_else(|| Error::from(RecordError::TraceClosed))?;
         let chunk = aetrace_format::EncodedChunk {
             thread,
             seq: out.next_seq(thread).unwrap_or(0),
@@ -1229,7 +1229,7 @@ impl<'l> Recorder<'l> {
         let mut out = self
             .out
             .take()
-            .ok_or_else(|| record_err("trace closed".into()))?;
+            .ok_or_else(|| Error::from(RecordError::TraceClosed))?;
         for (i, t) in self.threads.iter().enumerate() {
             let killed = exits
                 .iter()

@@ -17,6 +17,7 @@
 use std::collections::{HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 
+use crate::error::LibError;
 use crate::{Error, Result};
 
 /// Which libraries `--libs` selects.
@@ -40,7 +41,7 @@ impl LibSelection {
             _ => {
                 let names: Vec<String> = s.split(',').map(str::to_owned).collect();
                 if names.iter().any(|n| n.is_empty()) {
-                    return Err(lib_err(format!("--libs {s:?}: an empty library name")));
+                    return Err(LibError::EmptyName(s.to_owned()).into());
                 }
                 Ok(LibSelection::Named(names))
             }
@@ -64,10 +65,6 @@ pub struct Library {
     /// Not in the DT_NEEDED closure: named with `--libs` as the program
     /// opens it with `dlopen`.
     pub dlopened: bool,
-}
-
-fn lib_err(what: String) -> Error {
-    Error::Record { what }
 }
 
 /// glibc's own objects: the loader and libraries whose code runs while
@@ -133,10 +130,11 @@ pub fn closure(exe: &Path) -> Result<Vec<Library>> {
                 )
             };
             let Some((path, via_rpath, origin_dir)) = found else {
-                return Err(lib_err(format!(
-                    "{}: needed library {needed} not found (DT_RPATH, LD_LIBRARY_PATH, DT_RUNPATH, ld.so.cache, default directories)",
-                    obj.display()
-                )));
+                return Err(LibError::NotFound {
+                    object: obj.to_owned(),
+                    needed: needed.to_owned(),
+                }
+                .into());
             };
             let chain = if info.runpath.is_empty() {
                 rpaths.clone()
@@ -261,9 +259,7 @@ fn choose(exe: &Path, all: &[Library], sel: &LibSelection) -> Result<(Vec<Librar
                     }
                 };
                 if is_glibc(&l.needed) {
-                    return Err(lib_err(format!(
-                        "--libs: {n} cannot be traced: glibc's libraries and ld.so run before the runtime's init (libc's early init, IFUNC resolution) and the runtime relies on them"
-                    )));
+                    return Err(LibError::Glibc(n.to_owned()).into());
                 }
                 if !chosen.contains(l) {
                     chosen.push(l.clone());
@@ -272,11 +268,11 @@ fn choose(exe: &Path, all: &[Library], sel: &LibSelection) -> Result<(Vec<Librar
         }
     }
     if let Some(l) = chosen.iter().find(|l| l.via_rpath) {
-        return Err(lib_err(format!(
-            "--libs: {} is found through a DT_RPATH ({}), which the loader searches before LD_LIBRARY_PATH: the rewritten copy could not be substituted",
-            l.needed,
-            l.path.display()
-        )));
+        return Err(LibError::ViaRpath {
+            needed: l.needed.clone(),
+            path: l.path.clone(),
+        }
+        .into());
     }
     Ok((chosen, notes))
 }
@@ -296,11 +292,12 @@ fn dlopen_library(exe: &Path, name: &str, all: &[Library]) -> Result<Library> {
             .join(", ")
     };
     if name.contains('/') {
-        return Err(lib_err(format!(
-            "--libs: {name} is not among the libraries {} loads ({}), and a dlopen of a path bypasses the loader's search, so the rewritten copy cannot be substituted: a dlopened library is traced when the program opens it by a name without a slash, given here as that name",
-            exe.display(),
-            listed()
-        )));
+        return Err(LibError::DlopenPath {
+            name: name.to_owned(),
+            exe: exe.to_owned(),
+            listed: listed(),
+        }
+        .into());
     }
     let info = DynInfo::read(exe)?;
     let origin = exe.parent().map(Path::to_owned).unwrap_or_default();
@@ -321,11 +318,11 @@ fn dlopen_library(exe: &Path, name: &str, all: &[Library]) -> Result<Library> {
         &cache,
     )
     .ok_or_else(|| {
-        lib_err(format!(
-            "--libs: {name} is not among the libraries {} loads ({}) and no library of that name is found as a dlopen from it would find it (DT_RPATH, LD_LIBRARY_PATH, DT_RUNPATH, ld.so.cache, default directories)",
-            exe.display(),
-            listed()
-        ))
+        Error::from(LibError::DlopenNotFound {
+            name: name.to_owned(),
+            exe: exe.to_owned(),
+            listed: listed(),
+        })
     })?;
     Ok(Library {
         needed: name.to_owned(),

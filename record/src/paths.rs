@@ -13,10 +13,9 @@
 //!
 //! Invariants: every path listed regenerates from its id and has a
 //! non-zero count; `executed` is the number of listed paths; the profile
-//! is written to a temporary name and renamed.
+//! is written to a temporary name and renamed ([`aetrace_format::atomic`]).
 
 use std::ffi::OsString;
-use std::io::Write;
 use std::path::PathBuf;
 
 use aetrace_format::progdb::ProcStatus;
@@ -29,8 +28,10 @@ use aetrace_profile::paths::{
 };
 use aetrace_profile::skeleton;
 
-use crate::counted::{fill, perr, rewrite_and_run, write_atomic, Rewritten};
+use crate::counted::{fill, layout_err, rewrite_and_run, Rewritten};
+use crate::error::CountError;
 use crate::Result;
+use aetrace_format::atomic::write_atomic;
 use aetrace_rewrite::counters::CountSpec;
 use aetrace_rewrite::pathprof::{ProcPaths, PATH_LIMIT};
 
@@ -42,8 +43,6 @@ pub struct PathsOptions {
     pub top: usize,
     /// Report as JSON instead of text.
     pub json: bool,
-    /// Report file (default: stderr).
-    pub report: Option<PathBuf>,
     /// Shared libraries profiled too.
     pub libs: LibSelection,
     pub program: PathBuf,
@@ -61,7 +60,7 @@ fn paths_of(pp: &ProcPaths, counts: &[u64], blocks: usize) -> Result<Vec<PathCou
         let p = pp
             .numbering
             .regenerate(id)
-            .map_err(|e| perr(format!("path {id}: {e}")))?;
+            .map_err(|source| CountError::Path { id, source })?;
         let mut bl: Vec<u32> = p
             .blocks
             .iter()
@@ -134,7 +133,7 @@ fn module_paths(r: &Rewritten, values: &[u64]) -> Result<(Vec<ProcPathProfile>, 
             let first = pp.first as usize;
             let counts = values
                 .get(first..first + q.num_paths as usize)
-                .ok_or_else(|| perr("internal: path counters out of range"))?;
+                .ok_or_else(|| layout_err("path counters out of range"))?;
             q.paths = paths_of(pp, counts, q.blocks.len())?;
             q.executed = q.paths.len() as u64;
             q.total = q.paths.iter().map(|p| p.count).sum();
@@ -154,11 +153,18 @@ fn module_paths(r: &Rewritten, values: &[u64]) -> Result<(Vec<ProcPathProfile>, 
     Ok((procs, path_increments, edge_increments))
 }
 
+/// What [`paths`] did: how the program ended, and its report.
+pub struct PathsRun {
+    pub outcome: Outcome,
+    /// The report (text or JSON) on the hottest paths.
+    pub report: Vec<u8>,
+}
+
 /// `aetrace paths`: rewrites the program (and the `--libs` libraries) with
 /// path counters, runs it with the same stdio, environment and arguments,
-/// writes the path profile and the report, and returns how the program
-/// ended.
-pub fn paths_command(o: &PathsOptions) -> Result<Outcome> {
+/// writes the path profile, and returns how the program ended with the
+/// report.
+pub fn paths(o: &PathsOptions) -> Result<PathsRun> {
     let exe = crate::commands::find_program(&o.program)?;
     let spec = CountSpec {
         paths: true,
@@ -210,25 +216,20 @@ pub fn paths_command(o: &PathsOptions) -> Result<Outcome> {
         libs,
         notes: ran.notes,
     };
-    let out = o.output.clone().unwrap_or_else(|| {
-        let mut t = exe
-            .file_name()
-            .map(|n| n.to_os_string())
-            .unwrap_or_else(|| "program".into());
-        t.push(".apath");
-        PathBuf::from(t)
-    });
-    let json = serde_json::to_vec(&profile).map_err(|e| perr(e.to_string()))?;
-    write_atomic(&out, &json)?;
-    let mut buf = Vec::new();
+    let out = o
+        .output
+        .clone()
+        .unwrap_or_else(|| crate::commands::default_output(&exe, ".apath"));
+    let json = serde_json::to_vec(&profile).map_err(CountError::Json)?;
+    write_atomic(&out, &json, None)?;
+    let mut report = Vec::new();
     if o.json {
-        json_report(&profile, o.top, &mut buf)?;
+        json_report(&profile, o.top, &mut report)?;
     } else {
-        text_report(&profile, o.top, &mut buf)?;
+        text_report(&profile, o.top, &mut report)?;
     }
-    match &o.report {
-        Some(r) => write_atomic(r, &buf)?,
-        None => std::io::stderr().write_all(&buf)?,
-    }
-    Ok(ran.outcome)
+    Ok(PathsRun {
+        outcome: ran.outcome,
+        report,
+    })
 }

@@ -129,29 +129,15 @@ pub fn regen_to(
     let Some(path) = path else {
         return reader_may_stop(regen_command(trace, opts, &mut std::io::stdout().lock()));
     };
-    if !aetrace_format::replaceable(path) {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .open(path)
-            .map_err(Error::Output)?;
-        return reader_may_stop(regen_command(trace, opts, &mut f));
-    }
-    let tmp = path.with_file_name(format!(
-        ".{}.partial{}",
-        path.file_name()
-            .map_or_else(|| "out".into(), |n| n.to_string_lossy()),
-        std::process::id()
-    ));
-    let mut f = std::fs::File::create(&tmp).map_err(Error::Output)?;
-    let r = regen_command(trace, opts, &mut f).and_then(|()| f.sync_all().map_err(Error::Output));
-    drop(f);
-    match r {
-        Ok(()) => std::fs::rename(&tmp, path).map_err(Error::Output),
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            Err(e)
-        }
-    }
+    let mut f = aetrace_format::atomic::AtomicFile::create(path, None).map_err(output_err)?;
+    reader_may_stop(regen_command(trace, opts, &mut f))?;
+    f.sync_all().map_err(output_err)?;
+    f.commit().map_err(output_err)
+}
+
+/// The temporary-file error as an output error.
+fn output_err(e: aetrace_format::atomic::Error) -> Error {
+    Error::Output(e.source)
 }
 
 /// A pipe's reader that stopped early (`aetrace regen | head`) ends the
