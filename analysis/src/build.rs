@@ -32,6 +32,7 @@ use crate::procs::{direct_target, falls_through, is_straight, is_syscall};
 
 /// What the builder needs to know about the rest of the module.
 pub struct Context<'a> {
+    /// Reads jump-table entries from the module's file bytes.
     pub reader: TableReader<'a>,
     /// PLT stub start -> import name (`None`: an unnamed stub).
     pub plt: &'a HashMap<u64, Option<String>>,
@@ -1175,12 +1176,16 @@ pub enum BuildError {
     #[error("the branch at {0:#x} falls off the procedure")]
     BranchFallsOff(u64),
     #[error("conditional branch without a target")]
+    /// A conditional branch whose target the decoder does not give.
     NoBranchTarget,
     #[error("jump without a target")]
+    /// A direct jump whose target the decoder does not give.
     NoJumpTarget,
     #[error("table target is not a block")]
+    /// A resolved jump table's target does not start a block (a bug).
     TableTargetNotBlock,
     #[error("the entry is not a block")]
+    /// The procedure's entry does not start a block (a bug).
     EntryNotBlock,
 }
 

@@ -11,22 +11,42 @@ pub enum Error {
     /// The file could not be opened or mapped.
     #[error("{}: {source}", path.display())]
     Io {
+        /// The file.
         path: PathBuf,
+        /// What the system reported.
         source: std::io::Error,
     },
     /// The file does not start with the ELF magic.
     #[error("{}: not an ELF file", path.display())]
-    NotElf { path: PathBuf },
+    NotElf {
+        /// The file.
+        path: PathBuf,
+    },
     /// An ELF file of a kind aetrace does not handle (32-bit, big-endian,
     /// another machine, an object file or core dump).
     #[error("{}: unsupported ELF: {what}", path.display())]
-    Unsupported { path: PathBuf, what: String },
+    Unsupported {
+        /// The file.
+        path: PathBuf,
+        /// What is unsupported.
+        what: String,
+    },
     /// The ELF structures are inconsistent or cut short.
     #[error("{}: malformed ELF: {what}", path.display())]
-    Malformed { path: PathBuf, what: String },
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// What is inconsistent.
+        what: String,
+    },
     /// `--function` named nothing the module has.
     #[error("{}: no procedure named or starting at `{name}`", path.display())]
-    NoSuchFunction { path: PathBuf, name: String },
+    NoSuchFunction {
+        /// The module searched.
+        path: PathBuf,
+        /// The name or address asked for.
+        name: String,
+    },
     /// Writing the report failed (closed pipe, full disk).
     #[error("writing the report: {0}")]
     Output(#[from] std::io::Error),

@@ -40,7 +40,9 @@ const MAX_ACTIONS: usize = 1 << 16;
 /// One call-site record, in absolute addresses.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CallSite {
+    /// Absolute start address of the covered range.
     pub start: u64,
+    /// Length of the covered range in bytes.
     pub len: u64,
     /// Where the unwinder transfers control, if anywhere.
     pub landing_pad: Option<u64>,
@@ -70,6 +72,7 @@ pub struct Lsda {
     pub call_sites: Vec<CallSite>,
     /// The action table's bytes (position independent).
     pub actions: Vec<u8>,
+    /// The type table, if the LSDA has one.
     pub types: Option<TypeTable>,
 }
 
@@ -78,73 +81,130 @@ pub struct Lsda {
 pub enum LsdaError {
     /// The LSDA at `lsda` is malformed or uses a form not handled.
     #[error("LSDA at {lsda:#x}: {what}")]
-    Malformed { lsda: u64, what: Malformed },
+    Malformed {
+        /// Address of the LSDA.
+        lsda: u64,
+        /// What is wrong.
+        what: Malformed,
+    },
     /// The FDE's LSDA pointer is indirect.
     #[error("FDE at {fde:#x}: indirect LSDA pointer {pointer:#x}")]
-    IndirectPointer { fde: u64, pointer: u64 },
+    IndirectPointer {
+        /// Address of the FDE.
+        fde: u64,
+        /// The indirect pointer's value.
+        pointer: u64,
+    },
     /// Encoding: a call site or landing pad before the FDE's start.
     #[error("{what} {addr:#x} lies before its FDE's start {region:#x}")]
     BeforeRegion {
+        /// "call site" or "landing pad".
         what: &'static str,
+        /// The address.
         addr: u64,
+        /// The FDE's start address.
         region: u64,
     },
     /// Encoding: a landing pad at offset 0 reads as none.
     #[error("landing pad {0:#x} at its FDE's start")]
     PadAtRegionStart(u64),
     #[error("type encoding {0:#x} is not fixed-size")]
+    /// Encoding: the type table's pointer encoding has no fixed size.
     TypeEncodingNotFixed(u8),
     #[error("no consistent type table offset")]
+    /// Encoding: no type table offset is consistent with its own uleb128 length and the padding.
     NoTypeTableOffset,
     #[error("unsupported type pointer application {0:#x}")]
+    /// Encoding: a type entry uses a pointer application other than absolute or pc-relative.
     TypePointerApplication(u8),
     #[error("encoding {0:#x} is not fixed-size")]
+    /// Encoding: a pointer encoding has no fixed size.
     NotFixedSize(u8),
     #[error("{value:#x} does not fit pointer encoding {enc:#x}")]
-    DoesNotFit { value: u64, enc: u8 },
+    /// Encoding: a value cannot be written in the given pointer encoding.
+    DoesNotFit {
+        /// The value.
+        value: u64,
+        /// The DWARF pointer encoding (`DW_EH_PE_*`).
+        enc: u8,
+    },
 }
 
 /// What is wrong with an LSDA's bytes.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Malformed {
     #[error("cut short at {0:#x}")]
+    /// The data ends before the given address.
     CutShort(u64),
     #[error("uleb128 overflow at {0:#x}")]
+    /// An unsigned LEB128 number at the address does not fit 64 bits.
     UlebOverflow(u64),
     #[error("sleb128 overflow at {0:#x}")]
+    /// A signed LEB128 number at the address does not fit 64 bits.
     SlebOverflow(u64),
     #[error("unknown pointer format {format:#x} in encoding {enc:#x}")]
-    PointerFormat { format: u8, enc: u8 },
+    /// A pointer encoding's low nibble is not a known format.
+    PointerFormat {
+        /// The format nibble.
+        format: u8,
+        /// The whole `DW_EH_PE_*` encoding.
+        enc: u8,
+    },
     #[error("unsupported pointer application {app:#x} at {at:#x}")]
-    PointerApplication { app: u8, at: u64 },
+    /// A pointer encoding's application (pcrel, datarel...) is not handled.
+    PointerApplication {
+        /// The application bits.
+        app: u8,
+        /// Address of the pointer.
+        at: u64,
+    },
     #[error("not in a section with file bytes")]
+    /// The LSDA is not in a section backed by file bytes.
     NoFileBytes,
     #[error("type table base past the end of its section")]
+    /// The type table's base lies past its section's end.
     TypeBasePastEnd,
     #[error("call-site encoding {0:#x} has an application")]
+    /// The call-site encoding has application bits (it must be plain offsets).
     CallSiteApplication(u8),
     #[error("call-site table past the end of its section")]
+    /// The call-site table runs past its section's end.
     CallSitesPastEnd,
     #[error("the last call-site record overruns the table")]
+    /// The last call-site record runs past the table's declared length.
     CallSiteOverrun,
     #[error("call-site records overlap or are not sorted")]
+    /// Call-site records are not in ascending, disjoint order.
     CallSitesUnsorted,
     #[error("action offset overflow")]
+    /// An action record's offset overflows.
     ActionOffsetOverflow,
     #[error("the action table has a cycle")]
+    /// Following the action chain loops.
     ActionCycle,
     #[error("action displacement before the table")]
+    /// An action record's next displacement points before the action table.
     ActionBeforeTable,
     #[error("type filters without a type table")]
+    /// Actions use type filters but the LSDA has no type table.
     FiltersWithoutTypes,
     #[error("type table encoding {0:#x} is not fixed-size")]
+    /// The type table's encoding has no fixed size.
     TypeTableNotFixed(u8),
     #[error("{0} type entries do not fit before the base")]
+    /// The given number of type entries would start before address 0.
     TypesDoNotFit(usize),
     #[error("the type table overlaps the action table")]
+    /// The type table overlaps the action table.
     TypesOverlapActions,
     #[error("type entry {i} at {at:#x} is relocated at load time")]
-    RelocatedTypeEntry { i: usize, at: u64 },
+    /// A type entry is written by a dynamic relocation, so its file bytes are not its value.
+    RelocatedTypeEntry {
+        /// The filter index.
+        i: usize,
+        /// Address of the entry.
+        at: u64,
+    },
 }
 
 fn fail<T>(lsda: u64, what: Malformed) -> std::result::Result<T, LsdaError> {
@@ -569,6 +629,7 @@ impl Lsda {
 pub struct LoadRelocs(Vec<u64>);
 
 impl LoadRelocs {
+    /// The dynamic relocation offsets of `module`, sorted.
     pub fn of(module: &Module) -> LoadRelocs {
         let mut v: Vec<u64> = module.dyn_relocs.iter().map(|r| r.offset).collect();
         v.sort_unstable();

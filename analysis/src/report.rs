@@ -22,16 +22,22 @@ use crate::{ProcKind, Procedure, Program};
 /// What `aetrace cfg` prints.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Output {
+    /// The module summary and coverage figures as text.
     Summary,
+    /// The CFGs as Graphviz dot.
     Dot,
+    /// The procedures and CFGs as JSON.
     Json,
 }
 
 /// One kind of executable bytes outside recovered procedures.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Gap {
+    /// The kind of gap.
     pub reason: GapKind,
+    /// Total bytes of gaps of this kind.
     pub bytes: u64,
+    /// How many gaps of this kind.
     pub count: u64,
     /// The first few gaps of this kind, for a human to look at.
     pub examples: Vec<(u64, u64)>,
@@ -86,29 +92,50 @@ impl GapKind {
 /// Module-wide figures.
 #[derive(Clone, Debug, Default)]
 pub struct Summary {
+    /// Procedures found, PLT stubs included.
     pub procedures: usize,
+    /// PLT stubs among them.
     pub plt_stubs: usize,
+    /// Procedures whose CFG could not be recovered.
     pub not_analysable: usize,
+    /// Procedures that never return.
     pub noreturn_procedures: usize,
+    /// Basic blocks over all recovered CFGs.
     pub blocks: usize,
+    /// CFG edges over all recovered CFGs.
     pub edges: usize,
+    /// Blocks with two or more distinct successors, over all CFGs.
     pub predicates: usize,
+    /// Direct calls (outside PLT stubs).
     pub calls_direct: usize,
+    /// Calls through the PLT.
     pub calls_plt: usize,
+    /// Indirect calls.
     pub calls_indirect: usize,
+    /// Tail calls.
     pub calls_tail: usize,
+    /// Calls that do not return (not tail calls).
     pub calls_noreturn: usize,
+    /// Indirect jumps.
     pub ijumps_total: usize,
+    /// Indirect jumps resolved (jump tables or computed targets).
     pub ijumps_resolved: usize,
+    /// Indirect jumps taken as tail calls.
     pub ijumps_tailcall: usize,
+    /// Indirect jumps left unresolved.
     pub ijumps_unresolved: usize,
+    /// Why jumps were left unresolved, with counts, by reason.
     pub unresolved_reasons: Vec<(&'static str, usize)>,
+    /// Bytes of executable sections.
     pub exec_bytes: u64,
+    /// Executable bytes inside procedures with a recovered CFG.
     pub covered_bytes: u64,
+    /// Executable bytes outside them, by kind (kinds with no gap omitted).
     pub gaps: Vec<Gap>,
 }
 
 impl Summary {
+    /// Counts the figures of a recovered program.
     pub fn of(program: &Program) -> Summary {
         let mut s = Summary::default();
         let mut reasons: std::collections::BTreeMap<&'static str, usize> = Default::default();

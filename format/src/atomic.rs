@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 pub struct Error {
     /// The file the failing call was about (the temporary or `path`).
     pub path: PathBuf,
+    /// What the system reported.
     pub source: std::io::Error,
 }
 

@@ -52,11 +52,15 @@ pub enum ProcStatus {
 /// One procedure.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProcDb {
+    /// The procedure's symbol name.
     pub name: String,
+    /// Whether it is traced, and if not why it is left alone.
     pub status: ProcStatus,
     /// Entry block (meaningless for a procedure left alone with no blocks).
     pub entry: u32,
+    /// The basic blocks, indexed by block number.
     pub blocks: Vec<BlockDb>,
+    /// The CFG edges; a witness or choice number indexes the edges leaving a block.
     pub edges: Vec<EdgeDb>,
     /// Where each address of the instrumented copy stands in the original
     /// procedure (a signal's interrupted rip is one of them); `None` for a
@@ -74,6 +78,7 @@ pub struct SigMap {
     pub start: u64,
     /// Bytes of the copy.
     pub len: u64,
+    /// The ranges of the copy, ascending by offset, each with where a thread stopped in it stands.
     pub ranges: Vec<SigRange>,
 }
 
@@ -82,6 +87,7 @@ pub struct SigMap {
 pub struct SigRange {
     /// Offset of the range's first byte from [`SigMap::start`].
     pub offset: u64,
+    /// Where a thread interrupted in this range stands.
     pub point: SigPoint,
 }
 
@@ -98,19 +104,29 @@ pub enum SigPoint {
     /// each but the last as long as its original, and an address inside it
     /// is before the instruction that starts there.
     Insn {
+        /// The procedure's number.
         proc: u32,
+        /// The block's index in the procedure.
         block: u32,
+        /// The instruction's index in the block.
         insn: u32,
+        /// How many original instructions the range copies (see above).
         count: u32,
     },
     /// Block `edges[edge].from` has completed and control is on the edge,
     /// whose witness is not written yet (a witness written after the
     /// block's last instruction: fall-through, taken-edge stub, jump-table
     /// case, lazy-binding stub).
-    Witness { edge: u32 },
+    Witness {
+        /// Index of the edge in the procedure's edges.
+        edge: u32,
+    },
     /// Call block `block` returned from a call whose RETURN record (or
     /// FORKED) is not written yet.
-    Returned { block: u32 },
+    Returned {
+        /// Index of the call block in the procedure.
+        block: u32,
+    },
 }
 
 /// A basic block.
@@ -128,22 +144,32 @@ pub struct BlockDb {
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum EdgeKindDb {
+    /// Control falls through to the next block.
     FallThrough = 0,
+    /// A direct branch or jump is taken.
     Taken = 1,
+    /// An indirect jump through a resolved jump table reaches one of its cases.
     JumpTable = 2,
+    /// A call returns to the block after the call.
     CallReturn = 3,
+    /// The procedure returns (to EXIT).
     Return = 4,
+    /// The procedure leaves by a tail call (to EXIT).
     TailCall = 5,
+    /// A call that does not return ends the procedure (to EXIT).
     NoReturn = 6,
+    /// An instruction that stops the thread (`hlt`, `ud2`, `int3`) ends the procedure (to EXIT).
     Halt = 7,
 }
 
 /// An edge of a procedure's CFG.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EdgeDb {
+    /// Index of the source block.
     pub from: u32,
     /// `blocks.len()` is EXIT.
     pub to: u32,
+    /// How control leaves along it.
     pub kind: EdgeKindDb,
     /// The witness number written when the edge is taken (stream byte
     /// `n + 1` for `n < 254`, else a WIDE record).
@@ -168,6 +194,7 @@ pub enum CallTarget {
 /// The call a block ends with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CallDb {
+    /// The callee, as far as the rewriter knows it.
     pub target: CallTarget,
     /// A RETURN record is written when control comes back from the callee
     /// (after any callbacks), so callbacks are never ambiguous. False when

@@ -152,7 +152,9 @@ pub struct Counting {
 /// operation list of each counter number.
 #[derive(Clone, Debug)]
 pub struct PathCode {
+    /// Link-time addresses of the path state the code reads and writes.
     pub state: super::pathprof::PathState,
+    /// Per counter number, the path operations its instrumentation runs.
     pub ops: Vec<Vec<super::pathprof::PathOp>>,
     /// The unwinder's entry into a landing pad ends the program with a
     /// message (a static C program's libc has cleanup pads, which only a
@@ -207,7 +209,9 @@ struct StopTrap {
 /// A resolved jump table rewritten to point into the copy.
 #[derive(Clone, Debug)]
 pub struct Table {
+    /// Link-time address of the original table.
     pub old: u64,
+    /// Link-time address of the rewritten table (in the new segment).
     pub new: u64,
     /// int32 entries relative to the table (else absolute 8-byte entries).
     pub rel32: bool,
@@ -225,6 +229,7 @@ impl ProcPlan<'_> {
 }
 
 impl Table {
+    /// Size of the table in bytes: 4 per entry if `rel32`, else 8.
     pub fn size(&self) -> u64 {
         self.targets.len() as u64 * if self.rel32 { 4 } else { 8 }
     }
@@ -232,18 +237,26 @@ impl Table {
 
 /// Everything code generation needs about one traced procedure.
 pub struct ProcPlan<'a> {
+    /// The procedure's number in ENTER records.
     pub number: u32,
+    /// The procedure's symbol name (for messages).
     pub name: &'a str,
+    /// Original link-time start address.
     pub start: u64,
+    /// How untraced code enters the copy.
     pub stub: EntryStub,
+    /// The recovered control-flow graph.
     pub cfg: &'a Cfg,
+    /// The decoded instructions of each block, in CFG block order.
     pub insns: Vec<Vec<Instruction>>,
+    /// Which flags and registers are free at each instruction (for the instrumentation).
     pub live: Liveness,
     /// Witness number per edge.
     pub witness: Vec<Option<u32>>,
     /// Per block: the call plan of its call site (call blocks and PLT-style
     /// GOT jumps).
     pub calls: Vec<CallPlan>,
+    /// The procedure's resolved jump tables, rewritten to point into the copy.
     pub tables: Vec<Table>,
     /// Blocks that get a buffer check at their entry (`checks`): the entry
     /// block (unless the procedure ends every call chain), enough loop
@@ -264,6 +277,7 @@ pub struct ProcCopy {
     pub start: u64,
     /// `[new_start, new_end)`: stub, blocks and out-of-line stubs.
     pub new_start: u64,
+    /// End of the copy (exclusive).
     pub new_end: u64,
     /// `(original address, copy address)` of every copied instruction, in
     /// layout order (original addresses ascending within a procedure).
@@ -277,6 +291,7 @@ pub struct ProcCopy {
 
 /// The encoded copies.
 pub struct Copies {
+    /// The encoded code of all procedure copies, from the code segment's start.
     pub bytes: Vec<u8>,
     /// `(original entry, outside-entry stub address)` for the springboards.
     pub springboards: Vec<(u64, u64)>,

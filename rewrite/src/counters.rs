@@ -150,7 +150,9 @@ impl Event {
 /// What `aetrace profile` / `aetrace count` ask of the rewriter.
 #[derive(Clone, Debug, Default)]
 pub struct CountSpec {
+    /// Where the counters go (which edges get one).
     pub placement: CountPlacement,
+    /// Edge counts of an earlier run, to place counters on cold edges.
     pub feedback: Option<Feedback>,
     /// Event counting: one program-wide counter (slot 0) to which each
     /// chord adds its increment, instead of a counter per chord.
@@ -207,9 +209,13 @@ pub struct ProcCounters {
 /// the import's name when known, and whether it is a tail call (`jmp`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CallOut {
+    /// The call block.
     pub block: BlockId,
+    /// Callee address (link-time) of a direct or PLT call; `None` if indirect.
     pub target: Option<u64>,
+    /// The imported symbol called through the PLT or GOT, when known.
     pub import: Option<String>,
+    /// A tail call (`jmp`) rather than a `call`.
     pub tail: bool,
 }
 

@@ -110,9 +110,13 @@ use aetrace_analysis::elf::R_X86_64_RELATIVE;
 /// (PF_X=1, PF_W=2, PF_R=4).
 #[derive(Clone, Debug)]
 pub struct NewSegment {
+    /// Link-time virtual address, page-aligned.
     pub vaddr: u64,
+    /// Permission bits (PF_X=1, PF_W=2, PF_R=4).
     pub flags: u32,
+    /// The file-backed contents.
     pub bytes: Vec<u8>,
+    /// Size in memory (at least `bytes.len()`; the rest is zero-filled).
     pub mem_size: u64,
 }
 
@@ -121,7 +125,9 @@ pub struct NewSegment {
 /// file-backed part.
 #[derive(Clone, Debug)]
 pub struct Patch {
+    /// Link-time virtual address of the first byte to overwrite.
     pub vaddr: u64,
+    /// The new bytes.
     pub bytes: Vec<u8>,
 }
 
@@ -130,6 +136,7 @@ pub struct Patch {
 pub struct Additions {
     /// Page-aligned vaddrs, ascending, at or above [`first_free_vaddr`].
     pub segments: Vec<NewSegment>,
+    /// Overwrites of the original image (springboards), non-overlapping.
     pub patches: Vec<Patch>,
     /// A function (link-time vaddr) to run before anything else of the
     /// program: the first entry of `DT_PREINIT_ARRAY`, called with argc,

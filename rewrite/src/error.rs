@@ -20,7 +20,12 @@ pub enum Error {
     Analysis(#[from] aetrace_analysis::Error),
     /// The rewritten ELF could not be produced.
     #[error("{}: cannot rewrite: {what}", path.display())]
-    Rewrite { path: PathBuf, what: Refusal },
+    Rewrite {
+        /// The module being rewritten.
+        path: PathBuf,
+        /// Why the rewriter gave up on it.
+        what: Refusal,
+    },
 }
 
 /// The crate's result type.
@@ -30,32 +35,54 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 pub enum Refusal {
     // The options and the module (`limits`, the context).
+    /// The fault-injection variable is not `PROCEDURE:WITNESS`.
     #[error("{FAULT_ENV}={0}: expected PROCEDURE:WITNESS")]
     FaultSyntax(String),
+    /// The fault-injection variable names a witness edge the procedure lacks.
     #[error("{FAULT_ENV}: procedure {proc} has no witness {witness}")]
-    FaultNoWitness { proc: String, witness: u32 },
-    /// `what`: path profiles or `--stop-at`; `starter`: the thread starter.
+    FaultNoWitness {
+        /// The procedure named in the variable.
+        proc: String,
+        /// The witness-edge number asked for.
+        witness: u32,
+    },
+    /// A static executable that can start threads was asked for path
+    /// profiles or `--stop-at`, which need the first thread at the entry point.
     #[error(
         "{what} of a static executable that can start threads (it has {starter}): not \
          supported, its first thread is not known at the entry point"
     )]
     StaticThreads {
+        /// The feature asked for: path profiles or `--stop-at`.
         what: &'static str,
+        /// The thread starter found in the executable.
         starter: &'static str,
     },
+    /// A shared object was given as the main program rather than with `--libs`.
     #[error("a shared object can only be instrumented as a library (--libs)")]
     SharedObject,
+    /// An executable was given among the libraries.
     #[error("an executable cannot be instrumented as a library")]
     ExecutableAsLibrary,
+    /// The module has more procedures than an ENTER record can number.
     #[error("{procs} procedures: ENTER records number at most {max} per module")]
-    TooManyProcedures { procs: usize, max: u32 },
+    TooManyProcedures {
+        /// How many procedures the module has.
+        procs: usize,
+        /// The most an ENTER record can number.
+        max: u32,
+    },
+    /// The program headers cannot be read or make no sense.
     #[error("program headers: {0}")]
     ProgramHeaders(String),
+    /// `--stop-at` with call events was asked of a program with C++ landing pads.
     #[error(
         "--stop-at with --event calls cannot stop exactly yet in a program that throws C++ \
          exceptions (use --event insns or blocks)"
     )]
     StopAtCallsThrows,
+    /// Path profiles or `--stop-at` were asked of a program where a
+    /// procedure not followed exactly reaches `longjmp`.
     #[error(
         "path profiles and --stop-at cannot follow a longjmp: procedure {proc} ({}) {} \
          longjmp at {at:#x}",
@@ -63,30 +90,49 @@ pub enum Refusal {
         if *.tail { "tail-jumps to" } else { "calls" }
     )]
     UnfollowedLongjmp {
+        /// The procedure that reaches `longjmp`.
         proc: String,
+        /// Whether that procedure is left alone (else it is counted).
         left_alone: bool,
+        /// Whether it tail-jumps to `longjmp` (else it calls it).
         tail: bool,
+        /// Address of the call or jump.
         at: u64,
     },
+    /// Path profiles were asked of a program that does something they cannot follow.
     #[error("path profiles of programs that {0} are not supported yet")]
     PathProfiles(PathLimit),
+    /// `--stop-at` was asked of a program in which the named procedure calls setjmp or longjmp.
     #[error("--stop-at cannot count exactly: procedure {0} calls setjmp or longjmp")]
     StopAtSetjmp(String),
 
     // The plans (`plan`).
+    /// The path counters of all procedures overflow the counter index space.
     #[error("too many path counters")]
     TooManyPathCounters,
     /// Counter placement or path numbering failed for procedure `proc`.
     #[error("{proc}: {why}")]
-    Counters { proc: String, why: String },
+    Counters {
+        /// The procedure whose plan failed.
+        proc: String,
+        /// What went wrong.
+        why: String,
+    },
+    /// A path-profile plan holds a landing or setjmp counter (a bug).
     #[error("{0}: internal: a landing or setjmp counter in a path profile")]
     PathCounterKinds(String),
+    /// A jump-table case does not start a block of the procedure's CFG.
     #[error("{proc}: case {case:#x} is not a block")]
-    CaseNotBlock { proc: String, case: u64 },
+    CaseNotBlock {
+        /// The procedure with the jump table.
+        proc: String,
+        /// The case's target address.
+        case: u64,
+    },
+    /// Every procedure is left alone, so there is nothing to instrument.
     #[error("no procedure can be traced")]
     NothingTraced,
-    /// `left_alone`: the procedure at the entry point and why it is left
-    /// alone, if one starts there.
+    /// The entry point of a static executable is in no traced procedure.
     #[error(
         "static executable: the entry point {entry:#x} cannot be traced ({}), so the runtime \
          has nowhere to start",
@@ -96,108 +142,199 @@ pub enum Refusal {
         }
     )]
     StaticEntry {
+        /// The ELF entry point.
         entry: u64,
+        /// The procedure at the entry point and why it is left alone, if
+        /// one starts there.
         left_alone: Option<(String, String)>,
     },
+    /// A procedure's witness edges do not fit the 16-bit witness numbers.
     #[error("a procedure has more than 65535 witness edges")]
     TooManyWitnesses,
+    /// A block's bytes lie outside the file (e.g. in `.bss`).
     #[error("{block} at {start:#x}: bytes not in the file")]
-    BlockBytes { block: BlockId, start: u64 },
+    BlockBytes {
+        /// The block.
+        block: BlockId,
+        /// Its start address.
+        start: u64,
+    },
+    /// Re-decoding a block while copying it disagrees with the recovered CFG.
     #[error("{block}: instruction at {at:#x} does not decode as the CFG says")]
-    BlockDecode { block: BlockId, at: u64 },
+    BlockDecode {
+        /// The block.
+        block: BlockId,
+        /// Address of the instruction that decodes differently.
+        at: u64,
+    },
 
     // Code emission and linking (`emit`, `link`).
+    /// The embedded runtime object could not be loaded or linked.
     #[error("{0}")]
     Runtime(aetrace_runtime::Error),
     /// Code generation (`codegen`, `counters`, `pathprof`).
     #[error("{0}")]
     Codegen(String),
+    /// The new `.eh_frame` or `.eh_frame_hdr` could not be built.
     #[error("unwind tables: {0}")]
     Unwind(String),
+    /// The second emission pass produced counter code of another size (a bug).
     #[error("counter code changed size between passes")]
     CounterSizeChanged,
+    /// The entry point has no springboard to redirect to (a bug).
     #[error("internal: no springboard at the entry point")]
     NoEntrySpringboard,
+    /// The runtime object lacks a symbol the rewriter links against.
     #[error("runtime lacks {0}")]
     RuntimeLacks(&'static str),
+    /// The lazily bound GOT slots are not the ones the runtime expects (a bug).
     #[error("internal: GOT slots with a LAZY piece {got:x?}, expected {want:x?}")]
-    LazySlots { got: Vec<u64>, want: Vec<u64> },
+    LazySlots {
+        /// The slots found.
+        got: Vec<u64>,
+        /// The slots expected.
+        want: Vec<u64>,
+    },
+    /// A springboard's jump cannot reach its target with a rel32.
     #[error("springboard out of range")]
     SpringboardRange,
 
     // The new ELF (`elfout`).
+    /// No room is left in the 47-bit address space for the new segments.
     #[error("the address space is exhausted above the image")]
     AddressSpace,
+    /// A dynamic module has no `PT_DYNAMIC` segment to patch.
     #[error("no PT_DYNAMIC")]
     NoDynamic,
+    /// A preinit function was asked of a static program.
     #[error(
         "a preinit function needs a dynamically linked executable (PT_INTERP): static \
          programs do not run DT_PREINIT_ARRAY; use a new entry point"
     )]
     PreinitStatic,
+    /// An init function was asked of an executable.
     #[error("an init function is for shared objects (ET_DYN without DF_1_PIE)")]
     InitNotShared,
+    /// A preinit function was asked of a shared object (not a PIE).
     #[error(
         "a preinit function needs an executable, and this ET_DYN has no DF_1_PIE: ld.so runs \
          DT_PREINIT_ARRAY for the main program only"
     )]
     PreinitNotPie,
+    /// Both a preinit and an init function were asked for.
     #[error("both a preinit and an init function")]
     PreinitAndInit,
-    /// `array`: `DT_PREINIT_ARRAY` or `DT_INIT_ARRAY`.
+    /// An entry of the init or preinit array cannot be moved to the new array.
     #[error(
         "{array} entry at {at:#x} has no RELATIVE relocation (cannot copy it to the new array)"
     )]
-    NoRelative { array: &'static str, at: u64 },
+    NoRelative {
+        /// `DT_PREINIT_ARRAY` or `DT_INIT_ARRAY`.
+        array: &'static str,
+        /// Address of the entry.
+        at: u64,
+    },
+    /// `DT_JMPREL` overlaps `DT_RELA` other than as its tail.
     #[error("DT_JMPREL lies inside DT_RELA but not at its end")]
     JmprelInsideRela,
+    /// A patch of the original image falls outside the file-backed part of a `PT_LOAD`.
     #[error("patch [{at:#x}, +{len}) is not inside the file-backed part of a PT_LOAD")]
-    PatchOutside { at: u64, len: u64 },
-    #[error("patch out of the file")]
-    PatchOutOfFile,
-    #[error("patches overlap at {0:#x}")]
-    PatchesOverlap(u64),
-    #[error("{0} program headers do not fit the kernel's one-page limit")]
-    TooManyHeaders(usize),
-    #[error("new segment at {vaddr:#x}: {why}")]
-    NewSegment { vaddr: u64, why: SegmentFault },
-    /// `what`: the new `.eh_frame_hdr` or `.eh_frame`.
-    #[error("{what} [{addr:#x}, +{len:#x}) is not in the file bytes of a new segment")]
-    NotInNewSegment {
-        what: &'static str,
-        addr: u64,
+    PatchOutside {
+        /// Virtual address of the patch.
+        at: u64,
+        /// Its length in bytes.
         len: u64,
     },
-    /// `what`: entry, preinit or init.
+    /// A patch's file range lies past the end of the file.
+    #[error("patch out of the file")]
+    PatchOutOfFile,
+    /// Two patches cover the same bytes (at the given address).
+    #[error("patches overlap at {0:#x}")]
+    PatchesOverlap(u64),
+    /// The program headers, with the new ones, exceed one page.
+    #[error("{0} program headers do not fit the kernel's one-page limit")]
+    TooManyHeaders(usize),
+    /// A new segment is ill-formed.
+    #[error("new segment at {vaddr:#x}: {why}")]
+    NewSegment {
+        /// The segment's virtual address.
+        vaddr: u64,
+        /// What is wrong with it.
+        why: SegmentFault,
+    },
+    /// The new unwind tables do not lie in a new segment's file bytes.
+    #[error("{what} [{addr:#x}, +{len:#x}) is not in the file bytes of a new segment")]
+    NotInNewSegment {
+        /// The new `.eh_frame_hdr` or `.eh_frame`.
+        what: &'static str,
+        /// Its virtual address.
+        addr: u64,
+        /// Its length in bytes.
+        len: u64,
+    },
+    /// A new entry, preinit or init address is not in executable file-backed memory.
     #[error("{what} {addr:#x} is not in the file-backed part of an executable segment")]
-    NotExecutable { what: &'static str, addr: u64 },
+    NotExecutable {
+        /// Entry, preinit or init.
+        what: &'static str,
+        /// The address.
+        addr: u64,
+    },
 }
 
 /// What path profiles cannot follow (`limits`).
 #[derive(Debug, thiserror::Error)]
 pub enum PathLimit {
+    /// A procedure calls setjmp or longjmp, which abandon frames with active paths.
     #[error("abandon frames: procedure {proc} calls setjmp/longjmp at {at:#x}")]
-    Setjmp { proc: String, at: u64 },
+    Setjmp {
+        /// The calling procedure.
+        proc: String,
+        /// Address of the call.
+        at: u64,
+    },
+    /// A procedure calls vfork, whose child shares the parent's path state.
     #[error("share memory with a child: procedure {proc} calls vfork at {at:#x}")]
-    Vfork { proc: String, at: u64 },
+    Vfork {
+        /// The calling procedure.
+        proc: String,
+        /// Address of the call.
+        at: u64,
+    },
+    /// A procedure has a C++ landing pad, reached by unwinding past frames.
     #[error("abandon frames: procedure {proc} has a C++ landing pad at {pad:#x}")]
-    LandingPad { proc: String, pad: u64 },
+    LandingPad {
+        /// The procedure with the pad.
+        proc: String,
+        /// Address of the landing pad.
+        pad: u64,
+    },
+    /// A procedure calls fork, after which both processes would flush inherited paths.
     #[error(
         "fork: procedure {proc} calls a fork at {at:#x} (each process would take back the \
          active paths of the frames it inherits)"
     )]
-    Fork { proc: String, at: u64 },
+    Fork {
+        /// The calling procedure.
+        proc: String,
+        /// Address of the call.
+        at: u64,
+    },
 }
 
 /// What is wrong with a new segment (`elfout::Additions::segments`).
 #[derive(Debug, thiserror::Error)]
 pub enum SegmentFault {
+    /// Its virtual address is not a multiple of the page size.
     #[error("vaddr is not page-aligned")]
     NotPageAligned,
+    /// It starts below the given address, the first free one.
     #[error("below {0:#x} (first_free_vaddr or the previous segment's end)")]
     Below(u64),
+    /// Its memory size is zero or smaller than its file bytes.
     #[error("mem_size is zero or smaller than its bytes")]
     MemSize,
+    /// It asks for flags other than read, write and execute.
     #[error("flags other than PF_R, PF_W, PF_X")]
     Flags,
 }

@@ -91,14 +91,19 @@ pub struct CountLayout {
 
 /// The rewritten module.
 pub struct Instrumented {
+    /// The rewritten ELF file.
     pub elf: Vec<u8>,
+    /// The program database regen needs to decode the module's trace.
     pub db: ProgramDb,
+    /// The original module's GNU build-id (the rewrite cache's and the trace's key).
     pub build_id: Vec<u8>,
     /// Bytes of address space from vaddr 0 in the original module.
     pub size: u64,
     /// Procedures left alone and why, one line each.
     pub notes: Vec<String>,
+    /// How many procedures are traced (the rest are left alone).
     pub traced: usize,
+    /// How many witness edges the traced procedures have in all.
     pub witness_edges: usize,
     /// Counting mode: where the counters are.
     pub counting: Option<CountLayout>,

@@ -85,17 +85,34 @@ pub fn state_bytes() -> u64 {
 pub enum PathOp {
     /// Invocation label: push the caller's `R`, then `r = Inc(ENTRY -> root)`
     /// (`R` = address of counter `word`).
-    Enter { word: i64 },
+    Enter {
+        /// Counter index of the procedure's path counters.
+        word: i64,
+    },
     /// `r += inc`.
-    Add { inc: i64 },
+    Add {
+        /// The chord's Ball–Larus increment.
+        inc: i64,
+    },
     /// `count[r + k] += amount`.
-    Count { k: i64, amount: i8 },
+    Count {
+        /// Offset added to `r` to get the counter index.
+        k: i64,
+        /// What to add to that counter (+1, or -1 to undo).
+        amount: i8,
+    },
     /// `r` restarts at counter `word` (after a back edge).
-    Set { word: i64 },
+    Set {
+        /// Counter index `r` restarts at.
+        word: i64,
+    },
     /// Back to the caller's `R` (the procedure is left).
     Pop,
     /// Edge-profile fallback: counter `word` += 1.
-    Word { word: u32 },
+    Word {
+        /// The edge counter's index.
+        word: u32,
+    },
 }
 
 /// The path numbering of one procedure.
@@ -103,6 +120,7 @@ pub enum PathOp {
 pub struct ProcPaths {
     /// First counter index.
     pub first: u32,
+    /// The procedure's Ball–Larus path numbering.
     pub numbering: PathNumbering,
     /// Call blocks with a virtual exit edge.
     pub virtual_exits: Vec<BlockId>,
@@ -158,8 +176,11 @@ pub fn number(
 /// before the call of each block.
 #[derive(Clone, Debug, Default)]
 pub struct ProcOps {
+    /// Per CFG edge, the operations on it.
     pub edges: Vec<Vec<PathOp>>,
+    /// The operations at the procedure's entry.
     pub entry: Vec<PathOp>,
+    /// Per block, the operations before its call.
     pub before_call: Vec<Vec<PathOp>>,
 }
 

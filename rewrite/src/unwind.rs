@@ -77,6 +77,7 @@ pub struct Unwind {
     pub bytes: Vec<u8>,
     /// The new `.eh_frame_hdr` (for `PT_GNU_EH_FRAME`).
     pub hdr_vaddr: u64,
+    /// Size of the new `.eh_frame_hdr` in bytes.
     pub hdr_size: u64,
     /// The new `.eh_frame` `[start, end)` (for its section header).
     pub eh_frame: (u64, u64),

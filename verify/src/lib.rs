@@ -49,34 +49,58 @@ pub enum Error {
     ProfileFile(#[from] aetrace_profile::Error),
     /// The CFG of a module cannot be followed (names what is wrong).
     #[error("{}: {what}", path.display())]
-    Cfg { path: PathBuf, what: String },
+    Cfg {
+        /// The module.
+        path: PathBuf,
+        /// What is wrong.
+        what: String,
+    },
     /// The program to run was not found (not a path, not on `PATH`).
     #[error("{program}: program not found")]
-    NotFound { program: String },
+    NotFound {
+        /// The name as given.
+        program: String,
+    },
     /// The program's stdin or stdout file could not be opened.
     #[error("{}: {source}", path.display())]
     Io {
+        /// The file.
         path: PathBuf,
+        /// What the system reported.
         source: std::io::Error,
     },
     /// An argument contains a NUL byte.
     #[error("argument {arg:?} contains a NUL byte")]
-    Nul { arg: String },
+    Nul {
+        /// The argument.
+        arg: String,
+    },
     /// The program did not reach its first instruction (exec failed).
     #[error("{program}: could not be started (wait status {status:#x})")]
-    Launch { program: String, status: i32 },
+    Launch {
+        /// The program.
+        program: String,
+        /// The raw wait status.
+        status: i32,
+    },
     /// A system call on a traced thread failed.
     #[error("{what} on thread {tid}: {source}")]
     Sys {
+        /// The system call or ptrace request.
         what: &'static str,
+        /// The traced thread.
         tid: Pid,
+        /// What the system reported.
         source: std::io::Error,
     },
     /// Reading or writing the program's memory failed.
     #[error("memory of process {pid} at {addr:#x}: {source}")]
     Memory {
+        /// The traced process.
         pid: Pid,
+        /// The runtime address read or written.
         addr: u64,
+        /// What the system reported.
         source: std::io::Error,
     },
     /// A traced module never appeared in the process's mappings.
@@ -84,7 +108,10 @@ pub enum Error {
         "{}: not mapped by the program when it reached its entry point (did the loader find another file, or is it loaded with dlopen?)",
         path.display()
     )]
-    NotMapped { path: PathBuf },
+    NotMapped {
+        /// The module.
+        path: PathBuf,
+    },
     /// The trace cannot be checked (unreadable, or it does not match the
     /// program on disk); the message says what.
     #[error("{0}")]
@@ -96,7 +123,12 @@ pub enum Error {
     /// The bytes at a module's runtime entry differ from the file: the load
     /// base is wrong or the file is not what runs.
     #[error("{}: code in memory at {addr:#x} differs from the file", path.display())]
-    CodeMismatch { path: PathBuf, addr: u64 },
+    CodeMismatch {
+        /// The module.
+        path: PathBuf,
+        /// The first differing runtime address.
+        addr: u64,
+    },
 }
 
 /// The crate's result type.
@@ -152,7 +184,10 @@ pub enum Arrival {
     /// the handler's, so they are listed again as a block of their own, as
     /// the regenerator lists them (docs/regen.md, section 3a). Not a new
     /// execution of the block.
-    Resumed { block: u64 },
+    Resumed {
+        /// Link-time start address of the interrupted block.
+        block: u64,
+    },
 }
 
 /// Something the observer should know besides blocks.
@@ -161,50 +196,80 @@ pub enum Event {
     /// A new thread (reported on the new thread's id).
     ThreadStart,
     /// The thread ended (its wait status).
-    ThreadExit { status: i32 },
+    ThreadExit {
+        /// The raw wait status.
+        status: i32,
+    },
     /// A signal was delivered to the program.
-    Signal { sig: i32 },
+    Signal {
+        /// The signal number.
+        sig: i32,
+    },
     /// The paper's case (b): control reached `addr`, which no block of the
     /// CFG starts at; it lies inside the block starting at `containing`
     /// (which is followed from there on).
     MissingBlock {
+        /// Index of the module in [`Outcome::modules`].
         module: usize,
+        /// The reached link-time address.
         addr: u64,
+        /// Start of the block that contains it.
         containing: u64,
+        /// Name of the procedure.
         proc: String,
     },
     /// The paper's case (c): both blocks exist in the same procedure but the
     /// CFG has no edge between them.
     MissingEdge {
+        /// Index of the module in [`Outcome::modules`].
         module: usize,
+        /// Start of the block control left.
         from: u64,
+        /// Start of the block control reached.
         to: u64,
+        /// Name of the procedure.
         proc: String,
     },
     /// Control reached module code outside every recovered block (a
     /// procedure without CFG, or bytes no procedure covers).
-    Untraced { module: usize, addr: u64 },
+    Untraced {
+        /// Index of the module in [`Outcome::modules`].
+        module: usize,
+        /// The link-time address reached.
+        addr: u64,
+    },
     /// The thread's position was lost and found again at `at`.
     Resync {
+        /// Index of the module in [`Outcome::modules`].
         module: usize,
+        /// Link-time address where the thread was found again.
         at: u64,
+        /// How the position was lost.
         reason: &'static str,
     },
     /// A forked child: breakpoints removed from its memory, then detached.
-    ForkDetached { child: Pid },
+    ForkDetached {
+        /// The child's process id.
+        child: Pid,
+    },
     /// The program called `execve`: following stops there.
     Exec,
     /// The traced libraries were found mapped and their entry traps
     /// written: when the loader announced them, before their initialisers
     /// ran, or (`at_entry`) only at the program's entry point, so that code
     /// they ran before it was not followed.
-    LibrariesMapped { at_entry: bool },
+    LibrariesMapped {
+        /// Found only at the program's entry point.
+        at_entry: bool,
+    },
 }
 
 /// Receives the followed execution. Addresses are link-time addresses of
 /// module `module` (an index into [`Outcome::modules`]; 0 is the program).
 pub trait Observer {
+    /// A block of module `module` starting at `start` was executed by thread `tid`, reached as `arrival` says.
     fn block(&mut self, tid: Pid, module: usize, start: u64, arrival: Arrival);
+    /// Something other than a block happened on thread `tid`; ignored by default.
     fn event(&mut self, tid: Pid, event: &Event) {
         let _ = (tid, event);
     }
@@ -220,13 +285,16 @@ pub trait Observer {
 /// and its end is still reported here).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Exit {
+    /// The program exited with this status code.
     Code(i32),
+    /// The program was killed by this signal.
     Signal(i32),
 }
 
 /// A traced module, as loaded in the run.
 #[derive(Clone, Debug)]
 pub struct LoadedModule {
+    /// The module's file.
     pub path: PathBuf,
     /// Runtime minus link-time address.
     pub base: u64,
@@ -252,15 +320,20 @@ pub struct Stats {
     pub signals: u64,
     /// Positions lost and found again (should be 0).
     pub resyncs: u64,
+    /// Threads followed, the first one included.
     pub threads: u64,
 }
 
 /// What a run produced besides the observer's view.
 #[derive(Clone, Debug)]
 pub struct Outcome {
+    /// How the program ended.
     pub exit: Exit,
+    /// The modules followed: the program first, then the traced libraries.
     pub modules: Vec<LoadedModule>,
+    /// Counters of the run.
     pub stats: Stats,
+    /// Wall-clock time of the run.
     pub elapsed: std::time::Duration,
     /// The CPU the follower and the program were pinned to (`None`:
     /// `no_pin`, or the kernel refused the pin or the filter).
