@@ -67,11 +67,15 @@ pub fn find_program(program: &Path) -> Result<PathBuf> {
 
 /// Options of `aetrace record`.
 pub struct RecordOptions {
+    /// Trace file (default: the program's base name + `.aet`).
     pub trace: Option<PathBuf>,
+    /// Which witness placement the rewriter uses.
     pub placement: Placement,
     /// Shared libraries rewritten and traced with the program.
     pub libs: LibSelection,
+    /// The program to run (a path, or a name looked up on `PATH`).
     pub program: PathBuf,
+    /// Its arguments after `argv[0]`.
     pub args: Vec<OsString>,
 }
 

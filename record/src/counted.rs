@@ -43,15 +43,19 @@ pub(crate) fn layout_err(what: impl Into<String>) -> Error {
 pub struct ProfileOptions {
     /// Profile file (default: PROGRAM's base name + `.aprof`).
     pub output: Option<PathBuf>,
+    /// Where the counters go.
     pub placement: CountPlacement,
     /// A previous profile whose counts weight the spanning trees.
     pub weights: Option<PathBuf>,
     /// Also write the text report / callgrind-format file here.
     pub report: Option<PathBuf>,
+    /// Also write a callgrind-format file here.
     pub callgrind: Option<PathBuf>,
     /// Shared libraries profiled too.
     pub libs: LibSelection,
+    /// The program to run (a path, or a name looked up on `PATH`).
     pub program: PathBuf,
+    /// Its arguments after `argv[0]`.
     pub args: Vec<OsString>,
 }
 
@@ -385,6 +389,7 @@ fn canonical(p: &Path) -> PathBuf {
 /// What [`profile`] did: how the program ended, and what the command line
 /// warns about (also in the profile).
 pub struct Profiled {
+    /// How the program ended.
     pub outcome: Outcome,
     /// The profile file written.
     pub output: PathBuf,

@@ -24,7 +24,9 @@ pub enum Error {
     /// A file could not be read or written.
     #[error("{}: {source}", path.display())]
     Io {
+        /// The file.
         path: PathBuf,
+        /// What the system reported.
         source: std::io::Error,
     },
     /// Recording a run failed.
@@ -58,7 +60,12 @@ pub enum RecordError {
     ProgramNotFound(PathBuf),
     /// `AETRACE_HALF_SIZE` is not a number.
     #[error("{var}={value}: not a number of bytes")]
-    HalfSize { var: &'static str, value: String },
+    HalfSize {
+        /// The variable's name.
+        var: &'static str,
+        /// Its value.
+        value: String,
+    },
     /// The shared witness region could not be made or passed on.
     #[error("{0}")]
     WitnessRegion(aetrace_runtime::Error),
@@ -68,53 +75,77 @@ pub enum RecordError {
     /// The trace file could not be created or written.
     #[error("writing {}: {source}", path.display())]
     TraceFile {
+        /// The trace file.
         path: PathBuf,
+        /// What the trace writer reported.
         source: aetrace_format::Error,
     },
     /// The trace was closed after an earlier failure.
     #[error("trace closed")]
     TraceClosed,
     #[error("trace closed after an earlier failure")]
+    /// The trace writer is used again after a write to it failed (it was dropped).
     TraceClosedAfterFailure,
     /// The program database could not be compressed into the cache.
     #[error("{}: compressing the program database: {source}", exe.display())]
     Database {
+        /// The original executable.
         exe: PathBuf,
+        /// What the compressor reported.
         source: aetrace_format::Error,
     },
     /// The modules given to the launcher are inconsistent.
     #[error("no module given for the main executable")]
     NoMainModule,
     #[error("{}: the first module must be the main executable", .0.display())]
+    /// The first module given is not flagged as the main executable.
     FirstNotMain(PathBuf),
     #[error("{}: a library module must be instrumented and not the main executable", .0.display())]
+    /// A library module is flagged as the main executable or not instrumented.
     BadLibraryModule(PathBuf),
     #[error("{}: more than {max} instrumented libraries", path.display())]
-    TooManyLibraries { path: PathBuf, max: u32 },
+    /// More libraries than the runtime's module ids can number.
+    TooManyLibraries {
+        /// The library past the limit.
+        path: PathBuf,
+        /// The most instrumented libraries a run can have.
+        max: u32,
+    },
     /// A child process could not be managed: a system call on the
     /// recorder's side failed.
     #[error("PR_SET_CHILD_SUBREAPER: {0}")]
     Subreaper(std::io::Error),
     #[error("blocking signals around the spawn")]
+    /// Blocking signals around the spawn (so the child starts with them blocked) failed.
     BlockSignals,
     #[error("waitpid: {0}")]
+    /// `waitpid` failed.
     Wait(std::io::Error),
     #[error("process {0} was never reaped, yet no child is left")]
+    /// A process the recorder tracks (the pid) was never reaped though no child is left.
     NeverReaped(i32),
     /// A module's runtime reports an impossible address.
     #[error("{}: pid {pid} reports its runtime at {runtime:#x}, below the runtime's link address {link:#x}", path.display())]
     RuntimeAddress {
+        /// The module.
         path: PathBuf,
+        /// The process reporting.
         pid: u32,
+        /// The runtime address it reports.
         runtime: u64,
+        /// The runtime's link-time address.
         link: u64,
     },
     /// A thread's witness stream does not start as one must.
     #[error("slot {slot} (pid {pid}, tid {tid}): stream starts with {start:02x?} instead of a THREAD or FORK record")]
     StreamStart {
+        /// The thread's slot in the shared witness region.
         slot: u32,
+        /// Its process id.
         pid: u32,
+        /// Its OS thread id.
         tid: u32,
+        /// The stream's first bytes.
         start: Vec<u8>,
     },
     /// A thread created by a slot that has written nothing.
@@ -122,18 +153,25 @@ pub enum RecordError {
         "slot {slot} (pid {pid}, tid {tid}): created by slot {parent}, which has written nothing"
     )]
     UnknownParent {
+        /// The thread's slot in the shared witness region.
         slot: u32,
+        /// Its process id.
         pid: u32,
+        /// Its OS thread id.
         tid: u32,
+        /// The slot of the thread that created it.
         parent: u32,
     },
     /// Compressing a chunk failed (`thread` when known).
     #[error("{}zstd: {source}", thread.map_or(String::new(), |t| format!("thread {t}: ")))]
     Zstd {
+        /// The thread whose chunk it was, when known.
         thread: Option<aetrace_format::ThreadId>,
+        /// What zstd reported.
         source: std::io::Error,
     },
     #[error("internal: drained batches out of order")]
+    /// Drained witness batches do not tile the slot's buffer in order (a bug).
     BatchOrder,
 }
 
@@ -141,31 +179,55 @@ pub enum RecordError {
 #[derive(Debug, thiserror::Error)]
 pub enum LibError {
     #[error("--libs {0:?}: an empty library name")]
+    /// `--libs` lists an empty name (e.g. a doubled comma).
     EmptyName(String),
     /// The loader's search finds no file for a DT_NEEDED name.
     #[error("{}: needed library {needed} not found (DT_RPATH, LD_LIBRARY_PATH, DT_RUNPATH, ld.so.cache, default directories)", object.display())]
-    NotFound { object: PathBuf, needed: String },
+    NotFound {
+        /// The object that needs it.
+        object: PathBuf,
+        /// The DT_NEEDED name.
+        needed: String,
+    },
     #[error("--libs: {0} cannot be traced: glibc's libraries and ld.so run before the runtime's init (libc's early init, IFUNC resolution) and the runtime relies on them")]
+    /// `--libs` names a glibc library or ld.so, which run before the runtime is ready.
     Glibc(String),
     #[error("--libs: {needed} is found through a DT_RPATH ({}), which the loader searches before LD_LIBRARY_PATH: the rewritten copy could not be substituted", path.display())]
-    ViaRpath { needed: String, path: PathBuf },
+    /// A library given to `--libs` is found through a DT_RPATH, so a rewritten copy on `LD_LIBRARY_PATH` would not be used.
+    ViaRpath {
+        /// The DT_NEEDED name.
+        needed: String,
+        /// Where DT_RPATH finds it.
+        path: PathBuf,
+    },
     /// A library the program would dlopen, named by a path.
     #[error("--libs: {name} is not among the libraries {} loads ({listed}), and a dlopen of a path bypasses the loader's search, so the rewritten copy cannot be substituted: a dlopened library is traced when the program opens it by a name without a slash, given here as that name", exe.display())]
     DlopenPath {
+        /// The name given to `--libs`.
         name: String,
+        /// The program.
         exe: PathBuf,
+        /// The libraries the program loads, comma-separated.
         listed: String,
     },
     /// A library neither needed nor found as a dlopen would find it.
     #[error("--libs: {name} is not among the libraries {} loads ({listed}) and no library of that name is found as a dlopen from it would find it (DT_RPATH, LD_LIBRARY_PATH, DT_RUNPATH, ld.so.cache, default directories)", exe.display())]
     DlopenNotFound {
+        /// The name given to `--libs`.
         name: String,
+        /// The program.
         exe: PathBuf,
+        /// The libraries the program loads, comma-separated.
         listed: String,
     },
     /// A dlopened library given to a counted run.
     #[error("--libs: {needed} is not a DT_NEEDED library of {}: libraries loaded by dlopen are traced by `aetrace record`, not profiled (a dlclose and a second dlopen would lose counts)", exe.display())]
-    Dlopened { needed: String, exe: PathBuf },
+    Dlopened {
+        /// The name given to `--libs`.
+        needed: String,
+        /// The program.
+        exe: PathBuf,
+    },
 }
 
 /// How a counted run (`aetrace profile`, `count`, `paths`) fails.
@@ -178,38 +240,50 @@ pub enum CountError {
     #[error("internal: {0}")]
     CounterLayout(String),
     #[error("cannot create a temporary directory")]
+    /// No fresh temporary directory could be created after 100 tries.
     TempDir,
     /// A profile or skeleton could not be encoded.
     #[error("{0}")]
     Json(#[from] serde_json::Error),
     #[error("--stop-at {0}: events are numbered from 1 to 2^60")]
+    /// `--stop-at` is 0 or above 2^60.
     StopAtRange(u64),
     #[error("--stop-at counts the executable only (no --libs)")]
+    /// `--stop-at` was given with `--libs`.
     StopAtWithLibs,
     /// The counter memory (`what`: the call) failed.
     #[error("{what}: {source}")]
     Counters {
+        /// The system call that failed.
         what: &'static str,
+        /// What the system reported.
         source: std::io::Error,
     },
     /// The program could not be started or waited for.
     #[error("{}: {source}", program.display())]
     Child {
+        /// The program.
         program: PathBuf,
+        /// What the system reported.
         source: std::io::Error,
     },
     #[error("the program ended in an unknown way")]
+    /// The program's wait status is neither an exit nor a signal.
     UnknownEnd,
     /// A counted path id that regenerates to no path.
     #[error("path {id}: {source}")]
     Path {
+        /// The path id.
         id: u64,
+        /// What path regeneration reported.
         source: aetrace_graph::Error,
     },
     /// The count could not be written to `-o FILE`.
     #[error("{}: {source}", path.display())]
     Output {
+        /// The output file.
         path: PathBuf,
+        /// What the system reported.
         source: std::io::Error,
     },
 }

@@ -63,6 +63,7 @@ use crate::{Error, Result};
 pub struct ModuleSpec {
     /// The ORIGINAL module path (what the user named).
     pub path: PathBuf,
+    /// The original module's GNU build-id (the trace's key for the program database).
     pub build_id: Vec<u8>,
     /// [`aetrace_format::module_flags`] bits (`MAIN | INSTRUMENTED`).
     pub flags: u32,
@@ -83,13 +84,16 @@ pub struct Launch {
     pub program: PathBuf,
     /// `argv[0]` exactly as the user typed it.
     pub argv0: OsString,
+    /// The arguments after `argv[0]`.
     pub args: Vec<OsString>,
     /// Variables ADDED to the inherited environment (e.g. `LD_LIBRARY_PATH`
     /// for rewritten libraries).
     pub env: Vec<(OsString, OsString)>,
+    /// The trace file to write.
     pub trace: PathBuf,
     /// `modules[0]` is the main executable.
     pub modules: Vec<ModuleSpec>,
+    /// Slot count and half size of the shared witness region.
     pub geometry: Geometry,
 }
 

@@ -45,7 +45,9 @@ pub struct PathsOptions {
     pub json: bool,
     /// Shared libraries profiled too.
     pub libs: LibSelection,
+    /// The program to run (a path, or a name looked up on `PATH`).
     pub program: PathBuf,
+    /// Its arguments after `argv[0]`.
     pub args: Vec<OsString>,
 }
 
@@ -155,6 +157,7 @@ fn module_paths(r: &Rewritten, values: &[u64]) -> Result<(Vec<ProcPathProfile>, 
 
 /// What [`paths`] did: how the program ended, and its report.
 pub struct PathsRun {
+    /// How the program ended.
     pub outcome: Outcome,
     /// The report (text or JSON) on the hottest paths.
     pub report: Vec<u8>,

@@ -61,7 +61,9 @@ pub const AMBIGUOUS: u32 = u32::MAX;
 pub struct Succ {
     /// The target, or [`EXIT`].
     pub to: BlockIx,
+    /// The witness number written when control takes this edge.
     pub witness: u32,
+    /// How control leaves along the edge.
     pub kind: EdgeKindDb,
     /// The witness is written before the block's last instruction (a
     /// `ret`, `jmp` or `hlt` leaves by this edge), not after it.
@@ -75,11 +77,22 @@ pub enum SigAt {
     /// In untraced code.
     Outside,
     /// Before instruction `insn` of `block`.
-    Insn { block: BlockIx, insn: u32 },
+    Insn {
+        /// The block.
+        block: BlockIx,
+        /// The instruction's index in the block.
+        insn: u32,
+    },
     /// Block `from` completed, the witness of its edge not written yet.
-    Witness { from: BlockIx },
+    Witness {
+        /// The completed block.
+        from: BlockIx,
+    },
     /// Call block `block` returned; its RETURN record is not written yet.
-    Returned { block: BlockIx },
+    Returned {
+        /// The call block.
+        block: BlockIx,
+    },
 }
 
 /// One range of the module's signal map.
@@ -99,20 +112,27 @@ struct SigEntry {
 /// One traced block.
 #[derive(Clone, Copy, Debug)]
 pub struct Block {
+    /// The procedure the block belongs to.
     pub proc: ProcIx,
     /// Link-time address.
     pub start: u64,
+    /// Length in bytes.
     pub size: u32,
+    /// Number of instructions.
     pub ninsns: u32,
+    /// The call the block ends with, if any.
     pub call: Option<CallDb>,
     /// `succs[succ_lo..succ_hi]`.
     pub succ_lo: u32,
+    /// End (exclusive) of the block's successors in `succs`.
     pub succ_hi: u32,
     /// `choices[choice_lo..choice_hi]`, sorted by witness (predicates only).
     pub choice_lo: u32,
+    /// End (exclusive) of the block's choices in `choices`.
     pub choice_hi: u32,
     /// `text[text_lo..text_hi]`: the block's output.
     pub text_lo: usize,
+    /// End (exclusive) of the block's output in `text`.
     pub text_hi: usize,
     /// The only successor, when control always goes there without a call,
     /// a witness or EXIT (the regenerator's fast path); else [`EXIT`].
@@ -124,7 +144,9 @@ pub struct Block {
 /// One procedure.
 #[derive(Clone, Debug)]
 pub struct Proc {
+    /// The procedure's symbol name.
     pub name: String,
+    /// Whether the rewriter traced it (else it was left alone).
     pub traced: bool,
     /// The entry block ([`EXIT`] when not traced).
     pub entry: BlockIx,
@@ -135,17 +157,22 @@ pub struct Proc {
 pub struct Module {
     /// How messages name the module (its path).
     pub name: String,
+    /// The procedures, in program database order.
     pub procs: PrimaryMap<ProcIx, Proc>,
+    /// The traced blocks of all procedures.
     pub blocks: PrimaryMap<BlockIx, Block>,
+    /// The successors of all blocks (each block owns a range).
     pub succs: Vec<Succ>,
     /// `(witness, index into succs)`, `AMBIGUOUS` for a shared witness.
     pub choices: Vec<(u32, u32)>,
+    /// The preformatted output of all blocks (each block owns a range).
     pub text: Vec<u8>,
     /// The module tag ENTER and LANDING records name it by (its module id
     /// in the trace; 0 for the executable).
     pub tag: u32,
     /// Its blocks are output and counted (`--module` hides the others).
     pub shown: bool,
+    /// The instruction lengths of all blocks (each block owns a range).
     pub lens: Vec<u8>,
     format: Option<Format>,
     addressing: Option<Addressing>,
@@ -168,9 +195,15 @@ pub struct Module {
 #[derive(Clone, Copy, Debug)]
 pub enum Addressing {
     /// `load_base + vaddr`: the run's addresses.
-    Runtime { load_base: u64 },
+    Runtime {
+        /// Run-time address of link-time address 0.
+        load_base: u64,
+    },
     /// `vaddr - link_base`.
-    Relative { link_base: u64 },
+    Relative {
+        /// The link-time address printed as 0.
+        link_base: u64,
+    },
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";

@@ -23,17 +23,24 @@ use crate::{Error, Result};
 /// A procedure an instrumented module left alone.
 #[derive(Clone, Debug, Serialize)]
 pub struct LeftAlone {
+    /// The procedure's symbol name.
     pub name: String,
+    /// Why the rewriter left it alone.
     pub reason: String,
 }
 
 /// One instrumented module's program database, summarised.
 #[derive(Clone, Debug, Serialize)]
 pub struct ModuleProcs {
+    /// The module's path as recorded in the trace.
     pub path: String,
+    /// Procedures in the program database.
     pub procedures: usize,
+    /// Procedures traced.
     pub traced: usize,
+    /// Witness edges of the traced procedures.
     pub witness_edges: usize,
+    /// The procedures left alone, with reasons.
     pub left_alone: Vec<LeftAlone>,
 }
 
@@ -41,7 +48,9 @@ pub struct ModuleProcs {
 #[derive(Clone, Debug, Serialize)]
 pub struct Info {
     #[serde(flatten)]
+    /// The trace's own figures (modules, threads, chunks, witness bytes).
     pub stats: Stats,
+    /// One summary per instrumented module.
     pub programs: Vec<ModuleProcs>,
     /// Executed instructions regenerated per thread (thread order of
     /// `stats.threads`), when regeneration succeeded.
@@ -52,7 +61,9 @@ pub struct Info {
     /// program): libraries left alone or never loaded, fault injection,
     /// what a stripped static program's rewrite recognised.
     pub remarks: Vec<String>,
+    /// Witness stream bits per executed instruction, uncompressed (when instructions are known).
     pub bits_per_instruction_raw: Option<f64>,
+    /// Witness stream bits per executed instruction, as stored compressed.
     pub bits_per_instruction_compressed: Option<f64>,
 }
 

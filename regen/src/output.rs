@@ -47,10 +47,15 @@ const SPARE_BATCHES: usize = 16;
 /// Output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
+    /// One line per executed instruction: its address in hex.
     Insn,
+    /// One line per executed block: its address, length in bytes and instruction count.
     Block,
+    /// Dinero's din format: `2 ADDR` (instruction fetch) per instruction.
     Din,
+    /// Extended din: `i ADDR LEN` per instruction.
     Xdin,
+    /// Binary: one little-endian 8-byte address record per instruction (the cache simulator's input).
     Bin,
 }
 
@@ -87,6 +92,7 @@ impl FromStr for Format {
 /// What `aetrace regen` was asked for.
 #[derive(Clone, Debug)]
 pub struct Options {
+    /// The output format.
     pub format: Format,
     /// Keep only blocks of the module with this file name or path.
     pub module: Option<String>,
@@ -237,6 +243,7 @@ pub fn totals<B: AsRef<[u8]> + Sync>(trace: &Trace<B>, opts: &Options) -> Result
 /// What `--count` reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Totals {
+    /// One row per thread and module shown, in thread order.
     pub threads: Vec<ThreadTotals>,
     /// Per module regenerated: entries into each procedure (calls, tail
     /// calls, ENTERs), nonzero only, largest first.
@@ -246,15 +253,22 @@ pub struct Totals {
 /// One thread's totals.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ThreadTotals {
+    /// The thread's id in the trace.
     pub thread: ThreadId,
+    /// Its process id.
     pub pid: u32,
+    /// Its OS thread id.
     pub tid: u32,
+    /// The module the row counts (its path).
     pub module: String,
+    /// Instructions executed in the module.
     pub instructions: u64,
+    /// Blocks executed in the module.
     pub blocks: u64,
     /// Signal handlers entered from traced or untraced code (SIGNAL
     /// records), and how many of them interrupted instrumentation.
     pub signals: u64,
+    /// Of `signals`, those that interrupted instrumentation code.
     pub signals_in_instrumentation: u64,
 }
 

@@ -58,7 +58,9 @@ aetrace_graph::entity!(
 /// A traced block of one module.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Loc {
+    /// The module's index in the machine's module list.
     pub module: ModuleIx,
+    /// The block's global index in that module.
     pub block: BlockIx,
 }
 
@@ -94,6 +96,7 @@ type Step<T = ()> = std::result::Result<T, Flow>;
 /// Where regenerated blocks go: their output bytes, or (when `counts` is
 /// set) only how many there were.
 pub struct Sink {
+    /// The regenerated output bytes.
     pub out: Vec<u8>,
     /// `out[..certain]` certainly ran: a witness or record the program wrote
     /// later has been read. The blocks after it were forced moves since the
@@ -106,6 +109,7 @@ pub struct Sink {
     /// witness is at this stream offset or later, before the block there:
     /// where a long stream is cut into pieces.
     pub pause_at: u64,
+    /// When set, only count executed blocks and instructions (`--count`); `out` stays empty.
     pub counts: Option<Counts>,
     /// Per module: the segments from read points (`summary`).
     segs: Vec<Summaries>,
@@ -219,7 +223,8 @@ pub struct Machine<'a> {
 }
 
 impl<'a> Machine<'a> {
-    pub fn new(
+    /// A machine regenerating thread `thread` from its witness `stream` over `modules`; `note` is appended to truncation messages, `restorer_rips` as in the field.
+    pub(crate) fn new(
         thread: ThreadId,
         modules: &'a [&'a Module],
         stream: Stream<'a>,
