@@ -141,7 +141,9 @@ impl<'a> Builder<'a> {
             let next = self.insns.get(i + 1);
             let ends = !is_straight(insn)
                 || is_syscall(insn)
-                || next.is_none_or(|n| n.ip() != insn.next_ip() || leaders.contains(&n.ip()));
+                || next.map_or(true, |n| {
+                    n.ip() != insn.next_ip() || leaders.contains(&n.ip())
+                });
             if ends {
                 runs.push(Run { first, last: i });
                 first = i + 1;
@@ -807,7 +809,7 @@ impl<'a> Builder<'a> {
                 || found.iter().any(|(_, r)| {
                     matches!(r, JumpResolution::Unresolved(why) if *why == jumptable::LABEL_ARITHMETIC)
                 });
-            let takes_labels = labels.as_ref().is_none_or(|l| !l.is_empty());
+            let takes_labels = labels.as_ref().map_or(true, |l| !l.is_empty());
             let labels = labels.unwrap_or_default();
             for (k, mut res) in found {
                 let last = &self.insns[runs[k].last];

@@ -76,7 +76,7 @@ impl Facts<'_> {
         }
         match (cs.kind, cs.target) {
             (CallKind::Indirect, _) | (_, None) => true,
-            (_, Some(t)) => self.entry_of.get(&t).is_none_or(|p| returns[p.index()]),
+            (_, Some(t)) => self.entry_of.get(&t).map_or(true, |p| returns[p.index()]),
         }
     }
 
@@ -99,7 +99,7 @@ impl Facts<'_> {
                     EdgeKind::TailCall => {
                         if call_at
                             .get(&b)
-                            .is_none_or(|c| self.callee_returns(c, returns))
+                            .map_or(true, |c| self.callee_returns(c, returns))
                         {
                             return true;
                         }
@@ -108,7 +108,7 @@ impl Facts<'_> {
                     EdgeKind::NoReturn | EdgeKind::Halt => false,
                     EdgeKind::CallReturn => call_at
                         .get(&b)
-                        .is_none_or(|c| self.callee_returns(c, returns)),
+                        .map_or(true, |c| self.callee_returns(c, returns)),
                     EdgeKind::FallThrough | EdgeKind::Taken | EdgeKind::JumpTable => true,
                 };
                 if follow {

@@ -635,7 +635,7 @@ mod tests {
         let bsize = 4u64 << (g[0] % 5);
         let size = (bsize << (g[1] % 7)).max(64);
         let blocks = size / bsize;
-        let assoc = if g[2].is_multiple_of(4) {
+        let assoc = if g[2] % 4 == 0 {
             blocks
         } else {
             1u64 << (g[2] % (blocks.trailing_zeros() as u64 + 1))
@@ -648,7 +648,7 @@ mod tests {
             c.wback =
                 [WriteBack::Always, WriteBack::Never, WriteBack::NoFetch][(g[5] % 3) as usize];
         }
-        c.ccc = g[6].is_multiple_of(4);
+        c.ccc = g[6] % 4 == 0;
         c
     }
 

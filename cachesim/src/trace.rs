@@ -642,12 +642,12 @@ fn parse_xdin(s: &[u8], line: &mut u64, out: &mut Vec<Ref>, limit: usize) -> Res
             }
         }
         blanks(s, &mut i);
-        if s.get(i).is_none_or(|&c| c == b'\n') {
+        if s.get(i).map_or(true, |&c| c == b'\n') {
             return Err(line_err(ln, "short line"));
         }
         let addr = hex(s, &mut i, ln, "address")?;
         blanks(s, &mut i);
-        if s.get(i).is_none_or(|&c| c == b'\n') {
+        if s.get(i).map_or(true, |&c| c == b'\n') {
             return Err(line_err(ln, "missing size"));
         }
         let size = hex(s, &mut i, ln, "size")?;
@@ -693,7 +693,7 @@ fn parse_din(s: &[u8], line: &mut u64, out: &mut Vec<Ref>, limit: usize) -> Resu
         }
         let ln = *line;
         blanks(s, &mut i);
-        if s.get(i).is_none_or(|&c| c == b'\n') {
+        if s.get(i).map_or(true, |&c| c == b'\n') {
             return Err(line_err(ln, "short line"));
         }
         let label = hex(s, &mut i, ln, "label")?;
@@ -716,7 +716,7 @@ fn parse_din(s: &[u8], line: &mut u64, out: &mut Vec<Ref>, limit: usize) -> Resu
             }
         };
         blanks(s, &mut i);
-        if s.get(i).is_none_or(|&c| c == b'\n') {
+        if s.get(i).map_or(true, |&c| c == b'\n') {
             return Err(line_err(ln, "short line"));
         }
         let addr = hex(s, &mut i, ln, "address")?;

@@ -182,7 +182,7 @@ impl<'a> AddrTrace<'a> {
         let header = Header::parse(bytes)?;
         let body = &bytes[HEADER_LEN..];
         let whole = (body.len() / RECORD_LEN) as u64;
-        if !body.len().is_multiple_of(RECORD_LEN) {
+        if body.len() % RECORD_LEN != 0 {
             return Err(Error::AddrTraceTruncated(format!(
                 "record {whole} has {} of its {RECORD_LEN} bytes",
                 body.len() % RECORD_LEN

@@ -307,9 +307,9 @@ mod tests {
             let edges: Vec<_> = raw.iter().map(|&(f, t)| (f % n, t % n, 0, 1)).collect();
             let s = sccs(n, &edges);
             let r = reaches(n, &edges);
-            for v in 0..n {
-                for w in 0..n {
-                    proptest::prop_assert_eq!(s.of[v] == s.of[w], r[v][w] && r[w][v]);
+            for (v, row) in r.iter().enumerate() {
+                for (w, &v_reaches_w) in row.iter().enumerate() {
+                    proptest::prop_assert_eq!(s.of[v] == s.of[w], v_reaches_w && r[w][v]);
                 }
             }
             // Callees first: an edge never goes to a later component.

@@ -272,6 +272,11 @@ fn decode_meta(b: &[u8], path: PathBuf, flags: u32) -> Option<ModuleSpec> {
     })
 }
 
+/// What [`prepare_libs`] makes: each traced library with what `prepare`
+/// made of it, the notes on libraries left alone, and the per-run directory
+/// through which the loader finds the rewritten copies.
+type PreparedLibs<T> = (Vec<(crate::libs::Library, T)>, Vec<String>, Option<LibDir>);
+
 /// The `--libs` libraries of `exe`, each rewritten by `prepare(path, tag)`
 /// (which returns the rewritten file and what else it made) with dense
 /// module tags from 1; the notes on libraries left alone; the per-run
@@ -280,7 +285,7 @@ pub(crate) fn prepare_libs<T>(
     exe: &Path,
     libs: &LibSelection,
     mut prepare: impl FnMut(&Path, u32) -> Result<(PathBuf, T)>,
-) -> Result<(Vec<(crate::libs::Library, T)>, Vec<String>, Option<LibDir>)> {
+) -> Result<PreparedLibs<T>> {
     let sel = crate::libs::select(exe, libs)?;
     let mut notes = sel.notes;
     let mut links = Vec::new();

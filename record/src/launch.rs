@@ -1298,11 +1298,13 @@ fn compress_into(
         let pos = out.len();
         enc.run(&mut input, &mut OutBuffer::around_pos(out, pos))?;
     }
-    while flush {
-        out.reserve(zstd::zstd_safe::CCtx::out_size());
-        let pos = out.len();
-        if enc.flush(&mut OutBuffer::around_pos(out, pos))? == 0 {
-            break;
+    if flush {
+        loop {
+            out.reserve(zstd::zstd_safe::CCtx::out_size());
+            let pos = out.len();
+            if enc.flush(&mut OutBuffer::around_pos(out, pos))? == 0 {
+                break;
+            }
         }
     }
     Ok(())

@@ -449,7 +449,7 @@ fn prepare<'t, B: AsRef<[u8]> + Sync>(trace: &'t Trace<B>, opts: &Options) -> Re
             let shown = opts
                 .module
                 .as_ref()
-                .is_none_or(|name| matches_module(&m.path, name));
+                .map_or(true, |name| matches_module(&m.path, name));
             let format = (!opts.count && shown).then_some(opts.format);
             let mut c = Module::compile(&path_name(&m.path), &db, format, addressing)?;
             c.tag = m.id.0;

@@ -551,7 +551,7 @@ fn loop_stream(n: usize) -> Vec<u8> {
     let mut s = Vec::new();
     thread_rec(&mut s);
     enter(&mut s, 0);
-    s.extend(std::iter::repeat_n(1u8, n));
+    s.extend(std::iter::repeat(1u8).take(n));
     s.push(2);
     s
 }

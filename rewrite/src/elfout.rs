@@ -379,7 +379,7 @@ impl<'a> Image<'a> {
                 ))
             };
             let file_end = p.p_offset.checked_add(p.p_filesz);
-            if file_end.is_none_or(|e| e > self.bytes.len() as u64) {
+            if file_end.map_or(true, |e| e > self.bytes.len() as u64) {
                 return Err(what("extends past the end of the file"));
             }
             if p.p_filesz > p.p_memsz {
@@ -732,7 +732,7 @@ fn preinit(
         let at = seg.len() as u64;
         for (t, v) in entries
             .iter()
-            .chain(std::iter::repeat_n(&(DT_NULL, 0), 1 + SPARE_DYNAMIC))
+            .chain(std::iter::repeat(&(DT_NULL, 0)).take(1 + SPARE_DYNAMIC))
         {
             seg.extend_from_slice(&t.to_le_bytes());
             seg.extend_from_slice(&v.to_le_bytes());

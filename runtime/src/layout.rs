@@ -361,7 +361,7 @@ pub fn skip_witnesses(data: &[u8], from: usize) -> usize {
     }
     debug_assert!(data
         .get(from..i)
-        .is_none_or(|s| s.iter().all(|&b| b != UNWRITTEN && b != ESCAPE)));
+        .map_or(true, |s| s.iter().all(|&b| b != UNWRITTEN && b != ESCAPE)));
     i
 }
 

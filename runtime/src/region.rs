@@ -599,7 +599,7 @@ unsafe fn copy_volatile(out: &mut Vec<u8>, src: *const u8, len: u64) {
     // 128 Ki words, copied at every seal).
     let dst = out.as_mut_ptr();
     let mut i = 0usize;
-    while i < len && !(src as usize + i).is_multiple_of(8) {
+    while i < len && (src as usize + i) % 8 != 0 {
         dst.add(i).write(std::ptr::read_volatile(src.add(i)));
         i += 1;
     }

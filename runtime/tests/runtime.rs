@@ -1277,7 +1277,7 @@ fn signal_inside_flush(library: bool) {
         assert_eq!(region.module_runtime(3), lib.base as u64);
     }
     want.extend(enter_record(7));
-    want.extend(std::iter::repeat_n(0x21, n as usize));
+    want.extend(std::iter::repeat(0x21).take(n as usize));
     assert!(got.starts_with(&want), "the stream before the call differs");
     let mut rest = &got[want.len()..];
     let mut signals = Vec::new();

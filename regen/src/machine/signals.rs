@@ -226,12 +226,12 @@ impl<'a> Machine<'a> {
                 self.occurrences(|_, _| 0).iter().any(|o| {
                     o.loc == Loc { module, block }
                         && o.min.max(o.first) <= insn
-                        && count.is_none_or(|n| self.fits(o, insn, n))
+                        && count.map_or(true, |n| self.fits(o, insn, n))
                 })
             }
             Ok((_, SigAt::Outside, _)) => self
                 .untraced_counts()
-                .any(|cnt| count.is_none_or(|n| n == cnt)),
+                .any(|cnt| count.map_or(true, |n| n == cnt)),
             _ => false,
         }
     }
