@@ -23,14 +23,16 @@
 //!   instruction;
 //! - `verify`: `aetrace verify` on exact and broken traces.
 //!
-//! All topics run in one process (two test threads on two cores, as
-//! before), so the harness keys what it shares by content (one build of
-//! each `traces/` program and variant) and names per-run files by process
-//! and call, never by process alone.
+//! All topics run in one process, in libtest's threads (one per core, as
+//! each topic's binary did): the harness's per-process state is keyed by
+//! what it holds (one build of each `traces/` program and variant), and a
+//! program built with its own library gets a directory per call
+//! (`build::build_with_lib`: one test replaces its library).
 //!
-//! One topic: `cargo test --release --test tests cfg_oracle::`; one test:
-//! `cargo test --release --test tests trace_oracle::loops -- --exact`
-//! (a full path); all of them: `cargo test --release --test tests`.
+//! One topic: `cargo test --release --test tests cfg_oracle::` (a filter
+//! is a substring of `topic::test`); one test: `cargo test --release
+//! --test tests trace_oracle::loops -- --exact`; all of them: `cargo test
+//! --release --test tests`.
 
 mod common;
 

@@ -5,7 +5,8 @@
 //! Nothing here uses the aetrace crates: the oracle must share no code with
 //! what it checks. All topics of `tests/tests.rs` share one process, so
 //! what is kept here per process (the build cache) is keyed by what it
-//! holds, and files are named per call, not per process.
+//! holds, and files that tests of several topics write are named per call
+//! (`build::build_with_lib`, `recorded::record_run`), not per process.
 
 pub mod build;
 pub mod cachegrind;
