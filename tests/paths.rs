@@ -15,7 +15,7 @@
 //! back into blocks by the profile (paper 001's regeneration): any wrong
 //! increment, register or counter shows as a difference.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};

@@ -14,7 +14,7 @@
 //! valgrind delivers at its own points, are checked against the program's
 //! own counts.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
