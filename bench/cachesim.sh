@@ -29,7 +29,8 @@ SWEEP_N=${SWEEP_N:-2000000}
 PY_N=${PY_N:-5000000}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}
 
-cargo build --release -q -p aetrace-cachesim --bin cachesim --example gentrace
+cargo build --release -q -p aetrace --bin cachesim
+cargo build --release -q -p aetrace-cachesim --example gentrace
 SIM=$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release/cachesim
 GEN=$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release/examples/gentrace
 DIR=$(mktemp -d)

@@ -13,7 +13,10 @@
 //! (`bench/run exactness`) and not a CI test. `ONLY=a,b` runs the
 //! workloads whose names contain `a` or `b` (e.g. `ONLY=20kB,sort`).
 
+// The tests' harness, of which the bench needs the recording and the
+// streaming comparison only.
 #[path = "../tests/common/mod.rs"]
+#[allow(dead_code)]
 mod common;
 
 use std::io::Write;

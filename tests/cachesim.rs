@@ -3,7 +3,7 @@
 //! (pycachesim on load-only streams; cachegrind on a real program's stream
 //! recorded by valgrind's lackey).
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::path::Path;

@@ -10,7 +10,7 @@
 //! several geometries; `aetrace regen --count` must give its `I refs` too.
 //! Cachegrind shares no code with aetrace.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

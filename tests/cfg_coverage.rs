@@ -26,7 +26,7 @@
 //! entry, which the recorder handles like an indirect call); both counts
 //! are printed.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::Path;

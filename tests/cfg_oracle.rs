@@ -18,7 +18,7 @@
 //! and logs, address normalisation against `nm`, and a real CFG with an
 //! edge or instruction deleted must fail.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

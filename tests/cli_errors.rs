@@ -10,7 +10,7 @@
 //! The foreign ELFs are made without cross compilers: a copy of a real
 //! x86-64 ELF with `e_machine` patched, and a hand-written ELF32 header.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -15,7 +15,7 @@
 //! back into blocks by the profile (paper 001's regeneration): any wrong
 //! increment, register or counter shows as a difference.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -44,11 +44,14 @@ struct Proc {
 /// `(procedure, start, block addresses, end)`.
 type Key = (String, String, Vec<u64>, String);
 
+/// One `--libs` section: DT_NEEDED name, file, procedures, paths.
+type LibSection = (String, PathBuf, Vec<Proc>, BTreeMap<Key, u64>);
+
 struct Profile {
     procs: Vec<Proc>,
     paths: BTreeMap<Key, u64>,
-    /// The `--libs` sections: DT_NEEDED name, file, procedures, paths.
-    libs: Vec<(String, PathBuf, Vec<Proc>, BTreeMap<Key, u64>)>,
+    /// The `--libs` sections.
+    libs: Vec<LibSection>,
     json: serde_json::Value,
 }
 

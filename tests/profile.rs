@@ -9,7 +9,7 @@
 //! spanning tree only (paper 003 Section 3), so each equality exercises
 //! count recovery, the early-exit correction and the counter placement.
 
-mod common;
+use crate::common;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};

@@ -6,7 +6,7 @@
 //! the same way and still leaves a trace whose regeneration writes what ran
 //! and then stops with a message.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -8,7 +8,7 @@
 //! warning. The machine code we add is hand-encoded here (a few bytes), so
 //! nothing but the ELF writer is under test.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

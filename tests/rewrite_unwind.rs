@@ -12,7 +12,7 @@
 //! procedure with handlers runs as a traced copy) and for at least half of
 //! them at -O2 (see `check`).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

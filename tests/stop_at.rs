@@ -10,7 +10,7 @@
 //! first instruction and its successor, the inside of a loop, of a callee,
 //! the instruction right after a return.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -14,7 +14,7 @@
 //! valgrind delivers at its own points, are checked against the program's
 //! own counts.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -1160,7 +1160,7 @@ fn signals_delivered_by_kill_and_unblocking() {
     let run = lackey::run_with(
         &exe,
         &["die"],
-        &[exe.clone()],
+        std::slice::from_ref(&exe),
         "*",
         LogMode::Pipe,
         Capture::Sequences,

@@ -10,7 +10,7 @@
 //! regeneration first differs from the correct trace's (which verify, an
 //! independent ptrace follower of the original program, found exact).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -145,7 +146,12 @@ pub fn run_native(exe: &Path, args: &[&str]) -> Output {
 /// `traces/<name>_lib.c`, built as `soname` (found through an absolute
 /// DT_RUNPATH, or with `origin` through `$ORIGIN`); the executable.
 pub fn build_with_lib(name: &str, soname: &str, origin: bool) -> PathBuf {
-    let dir = super::scratch("lib-builds").join(format!("{name}-{}-{origin}", std::process::id()));
+    // A directory per call: tests of several topics build the same library
+    // at once in this process, and one replaces its library afterwards.
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, Ordering::Relaxed);
+    let dir =
+        super::scratch("lib-builds").join(format!("{name}-{}-{call}-{origin}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let traces = super::repo_root().join("traces");
     let st = Command::new("gcc")

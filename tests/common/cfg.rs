@@ -70,8 +70,6 @@ pub struct Proc {
 
 #[derive(Clone, Debug)]
 pub struct Cfg {
-    pub path: String,
-    pub elf_type: String,
     pub summary: Value,
     pub procs: Vec<Proc>,
 }
@@ -128,8 +126,6 @@ impl Cfg {
             .map(Proc::from_json)
             .collect();
         Cfg {
-            path: text(v, "path", "module"),
-            elf_type: text(v, "elf_type", "module"),
             summary: field(v, "summary", "module").clone(),
             procs,
         }

@@ -87,7 +87,6 @@ impl ModuleTrace {
 pub struct Run {
     pub status: ExitStatus,
     pub stdout: Vec<u8>,
-    pub stderr: Vec<u8>,
     pub modules: Vec<ModuleTrace>,
 }
 
@@ -572,7 +571,6 @@ fn run_into(exe: &Path, args: &[&str], pattern: &str, mode: LogMode, mut reducer
     Run {
         status,
         stdout,
-        stderr,
         modules: reducer.modules,
     }
 }

@@ -3,9 +3,10 @@
 //! valgrind lackey, and the CFG oracle that compares the two.
 //!
 //! Nothing here uses the aetrace crates: the oracle must share no code with
-//! what it checks. Each test binary uses a subset of these helpers, hence the
-//! `dead_code` allowance.
-#![allow(dead_code)]
+//! what it checks. All topics of `tests/tests.rs` share one process, so
+//! what is kept here per process (the build cache) is keyed by what it
+//! holds, and files that tests of several topics write are named per call
+//! (`build::build_with_lib`, `recorded::record_run`), not per process.
 
 pub mod build;
 pub mod cachegrind;
@@ -70,7 +71,6 @@ pub fn aetrace_fixed(args: &[&std::ffi::OsStr], env: &[(String, String)]) -> std
     cmd.output().unwrap()
 }
 
-/// A scratch directory for this test binary's artifacts.
 /// The number of the `KEY=N` word (`key` is `"KEY="`) in a test program's
 /// output: the programs count what they did (handler runs, iterations),
 /// the oracle where valgrind cannot be one (asynchronous signals).
@@ -80,6 +80,7 @@ pub fn count_in(stdout: &str, key: &str) -> Option<u64> {
         .find_map(|w| w.strip_prefix(key)?.parse().ok())
 }
 
+/// A scratch directory for the tests' artifacts, `sub` naming its topic.
 pub fn scratch(sub: &str) -> std::path::PathBuf {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(sub);
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));

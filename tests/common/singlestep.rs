@@ -149,8 +149,8 @@ fn step(
             let r = unsafe { libc::ptrace(libc::PTRACE_GETEVENTMSG, t, 0, &mut new) };
             assert_eq!(r, 0, "PTRACE_GETEVENTMSG");
             let new = new as libc::pid_t;
-            if !index.contains_key(&new) {
-                index.insert(new, streams.len());
+            if let std::collections::hash_map::Entry::Vacant(e) = index.entry(new) {
+                e.insert(streams.len());
                 streams.push(Vec::new());
                 alive.push(new);
             }

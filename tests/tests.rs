@@ -1,0 +1,51 @@
+//! The end-to-end tests of the `aetrace` binary, one test binary with a
+//! module per topic (as ripgrep's `tests/tests.rs`): the shared harness in
+//! `common/` (building `traces/`, the valgrind lackey, callgrind and
+//! cachegrind oracles, the single-step oracle, the CFG oracle) is compiled
+//! once, and the workspace linked once, instead of once per topic.
+//!
+//! Topics (each file's `//!` says what it checks and against what):
+//! - `cachesim`: `aetrace cachesim` against Dinero IV's output, pycachesim
+//!   and cachegrind;
+//! - `cachesim_regen`: cachegrind's I1 figures for a stream from
+//!   `aetrace record` + `aetrace regen`;
+//! - `cfg_coverage`: `aetrace cfg` coverage of the machine's stripped
+//!   binaries, checked against `objdump -d`;
+//! - `cfg_oracle`: recovered CFGs against lackey's executed instructions;
+//! - `cli_errors`, `record_errors`: bad input, one-line errors, no panic;
+//! - `paths`: `aetrace paths` against paths rebuilt from lackey;
+//! - `profile`: `aetrace profile` and `count` against callgrind;
+//! - `rewrite_elf`: the ELF writer on gcc's programs, read by binutils and
+//!   gdb;
+//! - `rewrite_unwind`: C++ exceptions through relocated code;
+//! - `stop_at`: `aetrace count --stop-at N` under gdb;
+//! - `trace_oracle`: recorded traces against lackey, instruction by
+//!   instruction;
+//! - `verify`: `aetrace verify` on exact and broken traces.
+//!
+//! All topics run in one process, in libtest's threads (one per core, as
+//! each topic's binary did): the harness's per-process state is keyed by
+//! what it holds (one build of each `traces/` program and variant), and a
+//! program built with its own library gets a directory per call
+//! (`build::build_with_lib`: one test replaces its library).
+//!
+//! One topic: `cargo test --release --test tests cfg_oracle::` (a filter
+//! is a substring of `topic::test`); one test: `cargo test --release
+//! --test tests trace_oracle::loops -- --exact`; all of them: `cargo test
+//! --release --test tests`.
+
+mod common;
+
+mod cachesim;
+mod cachesim_regen;
+mod cfg_coverage;
+mod cfg_oracle;
+mod cli_errors;
+mod paths;
+mod profile;
+mod record_errors;
+mod rewrite_elf;
+mod rewrite_unwind;
+mod stop_at;
+mod trace_oracle;
+mod verify;
