@@ -1018,7 +1018,7 @@ fn check_static_streams(exe: &Path, args: &[&str], streams: usize) {
     let inst = std::fs::read_dir(&cache)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_none_or(|e| e != "meta"))
+        .find(|p| p.extension().map_or(true, |e| e != "meta"))
         .expect("the recorder caches the rewritten program");
     common::singlestep::restore_original_code(exe, &inst);
     let mut oracle_env = env.clone();

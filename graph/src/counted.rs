@@ -74,7 +74,7 @@ impl Virtual {
             _ => {
                 let k = i - m - x - p - 1;
                 let c = *self.setjmps.get(k / 2)?;
-                if k.is_multiple_of(2) {
+                if k % 2 == 0 {
                     CountedEdge::SecondReturn(c)
                 } else {
                     CountedEdge::Resume(c)

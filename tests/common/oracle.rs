@@ -198,7 +198,7 @@ impl Checker<'_, '_> {
                 .get(&key)
                 .map(|cs| cs.iter().filter(|c| c.tail).collect())
                 .unwrap_or_default();
-            if tails.is_empty() || tails.iter().any(|c| c.target.is_none_or(|t| t == b)) {
+            if tails.is_empty() || tails.iter().any(|c| c.target.map_or(true, |t| t == b)) {
                 return Some(Verdict::TailCall);
             }
         }
