@@ -304,8 +304,116 @@ pub struct Copies {
     pub lazy_slots: Vec<(u64, u64)>,
 }
 
-/// Error from generation: a message naming the procedure.
-pub type GenResult<T> = std::result::Result<T, String>;
+/// The result of code generation.
+pub type GenResult<T> = std::result::Result<T, CodegenError>;
+
+/// Why code generation (here, in `counters` and in `pathprof`) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CodegenError {
+    /// iced could not build or assemble an instruction.
+    #[error(transparent)]
+    Iced(#[from] iced_x86::IcedError),
+    /// A runtime record sequence could not be assembled.
+    #[error(transparent)]
+    Runtime(#[from] aetrace_runtime::Error),
+    /// The block encoder could not encode the copies.
+    #[error("encoding the copies: {0}")]
+    Encode(#[source] iced_x86::IcedError),
+    /// Generating the copy of procedure `name` failed.
+    #[error("procedure {name}: {source}")]
+    Procedure {
+        /// The procedure.
+        name: String,
+        /// Why.
+        source: Box<CodegenError>,
+    },
+    /// An internal inconsistency (a bug).
+    #[error("internal: {0}")]
+    Internal(&'static str),
+    /// A path operation the plan numbers is missing (a bug).
+    #[error("internal: path operation {0} missing")]
+    MissingPathOp(u32),
+    /// A counter the plan numbers has no increment (a bug).
+    #[error("internal: counter {0} has no increment")]
+    NoIncrement(u32),
+    /// A counter the placement asked for is not in the code (a bug).
+    #[error("counter {0} has no increment in the code")]
+    NotEmitted(u32),
+    /// The lazy-binding entry at this address is not traced (a bug).
+    #[error("internal: the lazy-binding entry {0:#x} is not traced")]
+    LazyEntryUntraced(u64),
+    /// The call-return edge of a call carries a witness (a bug).
+    #[error("internal: the call-return edge of the call at {at:#x} carries witness {witness:?}")]
+    CallReturnWitness {
+        /// Address of the call.
+        at: u64,
+        /// The witness it carries.
+        witness: Option<u32>,
+    },
+    /// A PLT jump decided by LAZY is counted, records EXIT or has a witness (a bug).
+    #[error(
+        "internal: the PLT jump at {at:#x} decided by LAZY has a count ({count}), EXIT ({exit}) \
+         or witness ({witness:?})"
+    )]
+    LazyPltCounted {
+        /// Address of the jump.
+        at: u64,
+        /// Whether it is counted.
+        count: bool,
+        /// Whether it records EXIT.
+        exit: bool,
+        /// Its witness.
+        witness: Option<u32>,
+    },
+    /// A value does not fit the 32-bit immediate it goes in.
+    #[error("{0} exceeds 32 bits")]
+    Exceeds32(&'static str),
+    /// A witness number does not fit 16 bits.
+    #[error("witness number {0} exceeds 16 bits")]
+    WitnessNumber(u32),
+    /// A relative jump-table entry cannot reach its case.
+    #[error("jump table case out of int32 range")]
+    CaseRange,
+    /// A jump-table case has no edge in the CFG.
+    #[error("jump table case without an edge")]
+    CaseWithoutEdge,
+    /// The encoder rewrote the copy of the instruction at this address.
+    #[error("instruction at {0:#x} was rewritten by the encoder")]
+    CopyRewritten(u64),
+    /// `xbegin` cannot be relocated (its abort target is relative).
+    #[error("transactional memory (xbegin) is not relocated")]
+    Xbegin,
+    /// A call or tail call that must be counted is not a transfer the rewriter counts.
+    #[error("the call or tail call at {0:#x} is not a transfer the rewriter can count")]
+    UncountedTransfer(u64),
+    /// A conditional tail call has no witness, so its transfer cannot be counted.
+    #[error("conditional tail call at {0:#x} without a witness: its transfer cannot be counted")]
+    UnwitnessedTailCall(u64),
+    /// An indirect jump with this many successors cannot be relocated.
+    #[error("indirect jump at {at:#x} with {successors} successors is not relocatable")]
+    IndirectJump {
+        /// Address of the jump.
+        at: u64,
+        /// How many successors it has.
+        successors: usize,
+    },
+    /// A path increment does not fit a displacement (`pathprof`).
+    #[error("path increment {0} does not fit a displacement")]
+    PathIncrement(i64),
+    /// The init code's data does not fit its layout (`counters`, `pathprof`).
+    #[error("{0}")]
+    InitLayout(&'static str),
+}
+
+impl CodegenError {
+    /// This error, its message prefixed with procedure `name`.
+    fn in_procedure(self, name: &str) -> CodegenError {
+        CodegenError::Procedure {
+            name: name.to_owned(),
+            source: Box::new(self),
+        }
+    }
+}
 
 struct Emitter {
     out: Vec<Instruction>,
@@ -398,8 +506,8 @@ impl Emitter {
         &mut self,
         f: impl FnOnce(&mut CodeAssembler) -> Result<(), aetrace_runtime::Error>,
     ) -> GenResult<()> {
-        let mut a = CodeAssembler::new(64).map_err(|e| e.to_string())?;
-        f(&mut a).map_err(|e| e.to_string())?;
+        let mut a = CodeAssembler::new(64)?;
+        f(&mut a)?;
         let base = self.next_label;
         self.next_label += SEQ_LABELS;
         for mut insn in a.take_instructions() {
@@ -421,7 +529,7 @@ impl Emitter {
     }
 
     fn jmp(&mut self, target: u64) -> GenResult<()> {
-        let i = Instruction::with_branch(Code::Jmp_rel32_64, target).map_err(|e| e.to_string())?;
+        let i = Instruction::with_branch(Code::Jmp_rel32_64, target)?;
         self.push(i);
         Ok(())
     }
@@ -431,7 +539,7 @@ impl Emitter {
         let c = self
             .counting
             .as_ref()
-            .ok_or("internal: a counter outside counting mode")?;
+            .ok_or(CodegenError::Internal("a counter outside counting mode"))?;
         Ok(MemoryOperand::with_base_displ_size(
             Register::RIP,
             c.base as i64,
@@ -444,8 +552,9 @@ impl Emitter {
         let c = self
             .counting
             .as_ref()
-            .ok_or("internal: a counter outside counting mode")?;
-        let amount = i32::try_from(amount).map_err(|_| "query increment exceeds 32 bits")?;
+            .ok_or(CodegenError::Internal("a counter outside counting mode"))?;
+        let amount =
+            i32::try_from(amount).map_err(|_| CodegenError::Exceeds32("query increment"))?;
         for i in super::counters::increment(c.base, amount, c.atomic, site)? {
             self.push(i);
         }
@@ -456,16 +565,15 @@ impl Emitter {
     /// flags are live they are saved below the red zone first (and restored
     /// on the way on); returns whether they were.
     fn stop_check(&mut self, t: i64, site: Site, trap: u64) -> GenResult<bool> {
-        let err = |e: iced_x86::IcedError| e.to_string();
         let mem = self.count_word()?;
         let save = site.flags_live;
         if save {
             self.push(rsp_step(-128)?);
             self.push(Instruction::with(Code::Pushfq));
         }
-        let neg = i32::try_from(-t).map_err(|_| "stop-at query exceeds 32 bits")?;
-        self.push(Instruction::with2(Code::Cmp_rm64_imm32, mem, neg).map_err(err)?);
-        self.push(Instruction::with_branch(Code::Jge_rel32_64, trap).map_err(err)?);
+        let neg = i32::try_from(-t).map_err(|_| CodegenError::Exceeds32("stop-at query"))?;
+        self.push(Instruction::with2(Code::Cmp_rm64_imm32, mem, neg)?);
+        self.push(Instruction::with_branch(Code::Jge_rel32_64, trap)?);
         if save {
             self.push(Instruction::with(Code::Popfq));
             self.push(rsp_step(128)?);
@@ -485,13 +593,12 @@ impl Emitter {
     /// 125 instead (the counter's top bits set to 101), unless the program
     /// already stopped.
     fn signal_guard(&mut self) -> GenResult<()> {
-        let err = |e: iced_x86::IcedError| e.to_string();
         let mem = self.count_word()?;
         let (owner, refusing) = {
             let c = self
                 .counting
                 .as_ref()
-                .ok_or("internal: a counter outside counting mode")?;
+                .ok_or(CodegenError::Internal("a counter outside counting mode"))?;
             let word = |off: u64| {
                 MemoryOperand::with_base_displ_size(Register::RIP, (c.base + off) as i64, 8)
             };
@@ -509,35 +616,51 @@ impl Emitter {
         let (signal_text, thread_text) = (self.label(), self.label());
         // Stopped: the counter's top bits are 110 (`stop_jump`); before,
         // 111 (negative) or 000.
-        self.push(Instruction::with2(Code::Bt_rm64_imm8, mem, 61).map_err(err)?);
-        self.push(Instruction::with_branch(Code::Jb_rel32_64, check).map_err(err)?);
-        self.push(Instruction::with2(Code::Bt_rm64_imm8, mem, 62).map_err(err)?);
-        self.push(Instruction::with_branch(Code::Jb_rel32_64, ok).map_err(err)?);
+        self.push(Instruction::with2(Code::Bt_rm64_imm8, mem, 61)?);
+        self.push(Instruction::with_branch(Code::Jb_rel32_64, check)?);
+        self.push(Instruction::with2(Code::Bt_rm64_imm8, mem, 62)?);
+        self.push(Instruction::with_branch(Code::Jb_rel32_64, ok)?);
         self.bind(check);
         // The owner is 0 before the preinit ran (IFUNC resolvers): only
         // the first thread exists then.
         let fs0 = MemoryOperand::new(Register::None, Register::None, 1, 0, 4, false, Register::FS);
-        self.push(Instruction::with2(Code::Mov_r64_rm64, Register::R11, owner).map_err(err)?);
-        self.push(
-            Instruction::with2(Code::Test_rm64_r64, Register::R11, Register::R11).map_err(err)?,
-        );
-        self.push(Instruction::with_branch(Code::Je_rel32_64, first).map_err(err)?);
-        self.push(Instruction::with2(Code::Cmp_r64_rm64, Register::R11, fs0).map_err(err)?);
-        self.push(Instruction::with_branch(Code::Jne_rel32_64, second).map_err(err)?);
+        self.push(Instruction::with2(
+            Code::Mov_r64_rm64,
+            Register::R11,
+            owner,
+        )?);
+        self.push(Instruction::with2(
+            Code::Test_rm64_r64,
+            Register::R11,
+            Register::R11,
+        )?);
+        self.push(Instruction::with_branch(Code::Je_rel32_64, first)?);
+        self.push(Instruction::with2(Code::Cmp_r64_rm64, Register::R11, fs0)?);
+        self.push(Instruction::with_branch(Code::Jne_rel32_64, second)?);
         self.bind(first);
         let at_r11 = |d: i64| MemoryOperand::with_base_displ(Register::R11, d);
         // Only the kernel's frame has rdx = rsp + 8 (its ucontext, right
         // above the restorer address): otherwise `[rsp]` need not point
         // anywhere readable (untraced code may enter by a jump).
-        self.push(Instruction::with2(Code::Lea_r64_m, Register::R11, rsp_at(8)).map_err(err)?);
-        self.push(
-            Instruction::with2(Code::Cmp_r64_rm64, Register::R11, Register::RDX).map_err(err)?,
-        );
-        self.push(Instruction::with_branch(Code::Jne_rel32_64, ok).map_err(err)?);
-        self.push(Instruction::with2(Code::Mov_r64_rm64, Register::R11, rsp_at(0)).map_err(err)?);
+        self.push(Instruction::with2(
+            Code::Lea_r64_m,
+            Register::R11,
+            rsp_at(8),
+        )?);
+        self.push(Instruction::with2(
+            Code::Cmp_r64_rm64,
+            Register::R11,
+            Register::RDX,
+        )?);
+        self.push(Instruction::with_branch(Code::Jne_rel32_64, ok)?);
+        self.push(Instruction::with2(
+            Code::Mov_r64_rm64,
+            Register::R11,
+            rsp_at(0),
+        )?);
         for (d, bytes) in [(0, 0x0fc0_c748u32), (4, 0x0f00_0000)] {
-            self.push(Instruction::with2(Code::Cmp_rm32_imm32, at_r11(d), bytes).map_err(err)?);
-            self.push(Instruction::with_branch(Code::Jne_rel32_64, ok).map_err(err)?);
+            self.push(Instruction::with2(Code::Cmp_rm32_imm32, at_r11(d), bytes)?);
+            self.push(Instruction::with_branch(Code::Jne_rel32_64, ok)?);
         }
         // Refused: the program ends here, so any register may go.
         let mov = |r: Register, v: u32| Instruction::with2(Code::Mov_r32_imm32, r, v);
@@ -548,24 +671,24 @@ impl Emitter {
                 MemoryOperand::with_base_displ(Register::RIP, at as i64),
             )
         };
-        self.push(lea_rsi(signal_text).map_err(err)?);
-        self.push(mov(Register::EDX, signal.len() as u32).map_err(err)?);
-        self.push(Instruction::with_branch(Code::Jmp_rel32_64, refused).map_err(err)?);
+        self.push(lea_rsi(signal_text)?);
+        self.push(mov(Register::EDX, signal.len() as u32)?);
+        self.push(Instruction::with_branch(Code::Jmp_rel32_64, refused)?);
         self.bind(second);
-        self.push(lea_rsi(thread_text).map_err(err)?);
-        self.push(mov(Register::EDX, thread.len() as u32).map_err(err)?);
+        self.push(lea_rsi(thread_text)?);
+        self.push(mov(Register::EDX, thread.len() as u32)?);
         self.bind(refused);
         // One message: a thread refusing after another waits for that
         // one's exit_group (exiting itself could cut the message short).
         let (wait, mine) = (self.label(), self.label());
-        let mut bts = Instruction::with2(Code::Bts_rm64_imm8, refusing, 0).map_err(err)?;
+        let mut bts = Instruction::with2(Code::Bts_rm64_imm8, refusing, 0)?;
         bts.set_has_lock_prefix(true);
         self.push(bts);
-        self.push(Instruction::with_branch(Code::Jae_rel32_64, mine).map_err(err)?);
+        self.push(Instruction::with_branch(Code::Jae_rel32_64, mine)?);
         self.bind(wait);
-        self.push(mov(Register::EAX, 34).map_err(err)?); // pause()
+        self.push(mov(Register::EAX, 34)?); // pause()
         self.push(Instruction::with(Code::Syscall));
-        self.push(Instruction::with_branch(Code::Jmp_rel32_64, wait).map_err(err)?);
+        self.push(Instruction::with_branch(Code::Jmp_rel32_64, wait)?);
         self.bind(mine);
         // The counter's top bits become 101: aetrace knows why it ended.
         for (code, bit) in [
@@ -573,18 +696,18 @@ impl Emitter {
             (Code::Btr_rm64_imm8, 62),
             (Code::Bts_rm64_imm8, 61),
         ] {
-            self.push(Instruction::with2(code, mem, bit).map_err(err)?);
+            self.push(Instruction::with2(code, mem, bit)?);
         }
-        self.push(mov(Register::EAX, 1).map_err(err)?);
-        self.push(mov(Register::EDI, 2).map_err(err)?);
+        self.push(mov(Register::EAX, 1)?);
+        self.push(mov(Register::EDI, 2)?);
         self.push(Instruction::with(Code::Syscall));
-        self.push(mov(Register::EAX, 231).map_err(err)?);
-        self.push(mov(Register::EDI, 125).map_err(err)?);
+        self.push(mov(Register::EAX, 231)?);
+        self.push(mov(Register::EDI, 125)?);
         self.push(Instruction::with(Code::Syscall));
         for (label, text) in [(signal_text, signal), (thread_text, thread)] {
             self.bind(label);
             for chunk in text.chunks(16) {
-                self.push(Instruction::with_declare_byte(chunk).map_err(err)?);
+                self.push(Instruction::with_declare_byte(chunk)?);
             }
         }
         self.bind(ok);
@@ -597,7 +720,6 @@ impl Emitter {
     /// the flags to stop with are at `[rsp]`, 136 bytes below the
     /// program's stack pointer; else the current ones are.
     fn stop_jump(&mut self, orig: u64, flags_saved: bool) -> GenResult<()> {
-        let err = |e: iced_x86::IcedError| e.to_string();
         let mem = self.count_word()?;
         if !flags_saved {
             self.push(rsp_step(-128)?);
@@ -606,19 +728,28 @@ impl Emitter {
         let rsp = |d: i64| MemoryOperand::with_base_displ(Register::RSP, d);
         // [original - 144] = flags | TF, [original - 136] = the target.
         self.push(rsp_step(-8)?);
-        self.push(Instruction::with1(Code::Push_r64, Register::RAX).map_err(err)?);
-        self.push(Instruction::with2(Code::Mov_r64_rm64, Register::RAX, rsp(16)).map_err(err)?);
-        self.push(Instruction::with2(Code::Bts_rm64_imm8, Register::RAX, 8).map_err(err)?);
-        self.push(Instruction::with2(Code::Mov_rm64_r64, rsp(8), Register::RAX).map_err(err)?);
-        self.push(
-            Instruction::with2(
-                Code::Lea_r64_m,
-                Register::RAX,
-                MemoryOperand::with_base_displ(Register::RIP, orig as i64),
-            )
-            .map_err(err)?,
-        );
-        self.push(Instruction::with2(Code::Mov_rm64_r64, rsp(16), Register::RAX).map_err(err)?);
+        self.push(Instruction::with1(Code::Push_r64, Register::RAX)?);
+        self.push(Instruction::with2(
+            Code::Mov_r64_rm64,
+            Register::RAX,
+            rsp(16),
+        )?);
+        self.push(Instruction::with2(Code::Bts_rm64_imm8, Register::RAX, 8)?);
+        self.push(Instruction::with2(
+            Code::Mov_rm64_r64,
+            rsp(8),
+            Register::RAX,
+        )?);
+        self.push(Instruction::with2(
+            Code::Lea_r64_m,
+            Register::RAX,
+            MemoryOperand::with_base_displ(Register::RIP, orig as i64),
+        )?);
+        self.push(Instruction::with2(
+            Code::Mov_rm64_r64,
+            rsp(16),
+            Register::RAX,
+        )?);
         // No check holds again: the counter's top bits become 110, which
         // puts it in [-2^62, -2^61), 2^61 events away from 0 and from
         // wrapping around either way (`profile::count_command`).
@@ -627,13 +758,13 @@ impl Emitter {
             (Code::Bts_rm64_imm8, 62),
             (Code::Btr_rm64_imm8, 61),
         ] {
-            self.push(Instruction::with2(code, mem, bit).map_err(err)?);
+            self.push(Instruction::with2(code, mem, bit)?);
         }
-        self.push(Instruction::with1(Code::Pop_r64, Register::RAX).map_err(err)?);
+        self.push(Instruction::with1(Code::Pop_r64, Register::RAX)?);
         // TF set by popfq traps after the next instruction, the return: at
         // `orig`, before it runs, with rsp back to the program's.
         self.push(Instruction::with(Code::Popfq));
-        self.push(Instruction::with1(Code::Retnq_imm16, 128u32).map_err(err)?);
+        self.push(Instruction::with1(Code::Retnq_imm16, 128u32)?);
         Ok(())
     }
 
@@ -641,13 +772,13 @@ impl Emitter {
         let c = self
             .counting
             .as_ref()
-            .ok_or("internal: a counter outside counting mode")?;
+            .ok_or(CodegenError::Internal("a counter outside counting mode"))?;
         self.emitted.insert(n);
         if let Some(pc) = &c.paths {
             let ops = pc
                 .ops
                 .get(n as usize)
-                .ok_or_else(|| format!("internal: path operation {n} missing"))?;
+                .ok_or(CodegenError::MissingPathOp(n))?;
             for i in super::pathprof::emit(ops, &pc.state, site)? {
                 self.push(i);
             }
@@ -655,7 +786,7 @@ impl Emitter {
         }
         let (addr, amount) = match c.amounts.get(n as usize) {
             None if c.amounts.is_empty() => (c.base + 8 * u64::from(n), 1),
-            None => return Err(format!("internal: counter {n} has no increment")),
+            None => return Err(CodegenError::NoIncrement(n)),
             Some(0) => {
                 // No code, but a label waiting for this increment (the
                 // invocation label) must still land here.
@@ -690,7 +821,9 @@ impl Emitter {
                 let i = &self.out[i];
                 i.mnemonic() == Mnemonic::Xadd && i.segment_prefix() == Register::GS
             })
-            .ok_or("internal: a write sequence without its reserving xadd")?;
+            .ok_or(CodegenError::Internal(
+                "a write sequence without its reserving xadd",
+            ))?;
         for p in &mut self.points[xadd + 1..] {
             p.0 = after;
         }
@@ -717,7 +850,7 @@ impl Emitter {
         if n < 254 {
             self.seq_write(before, after, |a| emit_witness(a, n as u8 + 1, site))
         } else {
-            let n = u16::try_from(n).map_err(|_| format!("witness number {n} exceeds 16 bits"))?;
+            let n = u16::try_from(n).map_err(|_| CodegenError::WitnessNumber(n))?;
             self.seq_write(before, after, |a| {
                 emit_record(a, RecordKind::Wide, Payload::Imm16(n), site)
             })
@@ -758,7 +891,7 @@ pub(super) fn rsp_step(d: i64) -> GenResult<Instruction> {
         Register::RSP,
         MemoryOperand::with_base_displ(Register::RSP, d),
     )
-    .map_err(|e| e.to_string())
+    .map_err(CodegenError::from)
 }
 
 /// The signal map of instructions `first..end` of `points` laid out at
@@ -785,13 +918,15 @@ fn sig_ranges(
         let mut j = i + 1;
         while j < end && offsets[j] == u32::MAX {
             if points[j].0 != points[i].0 {
-                return Err("internal: a rewritten instruction changes the signal point".into());
+                return Err(CodegenError::Internal(
+                    "a rewritten instruction changes the signal point",
+                ));
             }
             j += 1;
         }
         let next = if j < end { offsets[j] } else { stop };
         if off == u32::MAX || next < off {
-            return Err("internal: instruction offsets out of order".into());
+            return Err(CodegenError::Internal("instruction offsets out of order"));
         }
         let (point, orig_len) = points[i];
         let copy = j == i + 1 && orig_len > 0;
@@ -909,7 +1044,7 @@ pub fn generate(
             traps: Vec::new(),
         }
         .emit(stub_labels[k], invoke_labels[k], &landing)
-        .map_err(|e| format!("procedure {}: {e}", p.name))?;
+        .map_err(|e| e.in_procedure(p.name))?;
         table_entries.push(entries);
         if em.counting.is_some() {
             // Exactness: every counter the placement asked for is in the code.
@@ -923,10 +1058,7 @@ pub fn generate(
                 .chain(&c.before_call)
                 .chain(std::iter::once(&c.entry));
             if let Some(n) = wanted.flatten().find(|n| !em.emitted.contains(n)) {
-                return Err(format!(
-                    "procedure {}: counter {n} has no increment in the code",
-                    p.name
-                ));
+                return Err(CodegenError::NotEmitted(*n).in_procedure(p.name));
             }
         }
         spans.push((first, em.out.len(), first_origin, em.origin.len(), landing));
@@ -938,11 +1070,16 @@ pub fn generate(
         block,
         BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
     )
-    .map_err(|e| format!("encoding the copies: {e}"))?;
+    .map_err(CodegenError::Encode)?;
     let addr = |label: u64| -> GenResult<u64> {
-        let i = *em.at.get(&label).ok_or("internal: unbound label")?;
+        let i = *em
+            .at
+            .get(&label)
+            .ok_or(CodegenError::Internal("unbound label"))?;
         match res.new_instruction_offsets[i] {
-            u32::MAX => Err("internal: a labelled instruction was rewritten".into()),
+            u32::MAX => Err(CodegenError::Internal(
+                "a labelled instruction was rewritten",
+            )),
             off => Ok(rip + u64::from(off)),
         }
     };
@@ -960,12 +1097,7 @@ pub fn generate(
         let mut insn_map = Vec::with_capacity(o1 - o0);
         for &(i, old) in &em.origin[*o0..*o1] {
             match res.new_instruction_offsets[i] {
-                u32::MAX => {
-                    return Err(format!(
-                        "procedure {}: instruction at {old:#x} was rewritten by the encoder",
-                        p.name
-                    ))
-                }
+                u32::MAX => return Err(CodegenError::CopyRewritten(old).in_procedure(p.name)),
                 off => insn_map.push((old, rip + u64::from(off))),
             }
         }
@@ -977,7 +1109,7 @@ pub fn generate(
             (new_start - rip) as u32,
             (new_end - rip) as u32,
         )
-        .map_err(|e| format!("procedure {}: {e}", p.name))?;
+        .map_err(|e| e.in_procedure(p.name))?;
         procs.push(ProcCopy {
             start: p.start,
             new_start,
@@ -995,7 +1127,7 @@ pub fn generate(
                 let target = addr(l)?;
                 if t.rel32 {
                     let d = i32::try_from(target as i64 - t.new as i64)
-                        .map_err(|_| "jump table case out of int32 range".to_string())?;
+                        .map_err(|_| CodegenError::CaseRange)?;
                     bytes.extend_from_slice(&d.to_le_bytes());
                 } else {
                     bytes.extend_from_slice(&target.to_le_bytes());
@@ -1114,7 +1246,6 @@ impl ProcGen<'_, '_> {
 
     /// The code of one [`StopTrap`].
     fn stop_trap(&mut self, t: &StopTrap) -> GenResult<()> {
-        let err = |e: iced_x86::IcedError| e.to_string();
         let mem = self.em.count_word()?;
         let insns = &self.p.insns[t.block.index()];
         self.em.point = t.point;
@@ -1139,11 +1270,11 @@ impl ProcGen<'_, '_> {
             self.em.push(Instruction::with(Code::Pushfq));
             let l = self.em.label();
             let value = i32::try_from(-(phi + k as i64 + 1))
-                .map_err(|_| "stop-at query exceeds 32 bits")?;
+                .map_err(|_| CodegenError::Exceeds32("stop-at query"))?;
             self.em
-                .push(Instruction::with2(Code::Cmp_rm64_imm32, mem, value).map_err(err)?);
+                .push(Instruction::with2(Code::Cmp_rm64_imm32, mem, value)?);
             self.em
-                .push(Instruction::with_branch(Code::Je_rel32_64, l).map_err(err)?);
+                .push(Instruction::with_branch(Code::Je_rel32_64, l)?);
             self.em.push(Instruction::with(Code::Popfq));
             self.em.push(rsp_step(128)?);
             let copy = self.relocated(insn);
@@ -1357,7 +1488,7 @@ impl ProcGen<'_, '_> {
                     .iter()
                     .find(|(_, e)| e.from == t.block && e.to == target)
                     .map(|(id, _)| id)
-                    .ok_or("jump table case without an edge")?;
+                    .ok_or(CodegenError::CaseWithoutEdge)?;
                 entries.push(
                     case_labels
                         .get(&e)
@@ -1375,29 +1506,23 @@ impl ProcGen<'_, '_> {
     /// `longjmp` call, [`CallPlan::fatal_longjmp`]; a landing pad's entry,
     /// [`PathCode::fatal_pads`]); any register may go.
     fn fatal(&mut self, text: String) -> GenResult<()> {
-        let err = |e: iced_x86::IcedError| e.to_string();
         let label = self.em.label();
         let mov = |r: Register, v: u32| Instruction::with2(Code::Mov_r32_imm32, r, v);
-        self.em.push(
-            Instruction::with2(
-                Code::Lea_r64_m,
-                Register::RSI,
-                MemoryOperand::with_base_displ(Register::RIP, label as i64),
-            )
-            .map_err(err)?,
-        );
-        self.em
-            .push(mov(Register::EDX, text.len() as u32).map_err(err)?);
-        self.em.push(mov(Register::EAX, 1).map_err(err)?);
-        self.em.push(mov(Register::EDI, 2).map_err(err)?);
+        self.em.push(Instruction::with2(
+            Code::Lea_r64_m,
+            Register::RSI,
+            MemoryOperand::with_base_displ(Register::RIP, label as i64),
+        )?);
+        self.em.push(mov(Register::EDX, text.len() as u32)?);
+        self.em.push(mov(Register::EAX, 1)?);
+        self.em.push(mov(Register::EDI, 2)?);
         self.em.push(Instruction::with(Code::Syscall));
-        self.em.push(mov(Register::EAX, 231).map_err(err)?);
-        self.em.push(mov(Register::EDI, 125).map_err(err)?);
+        self.em.push(mov(Register::EAX, 231)?);
+        self.em.push(mov(Register::EDI, 125)?);
         self.em.push(Instruction::with(Code::Syscall));
         self.em.bind(label);
         for chunk in text.as_bytes().chunks(16) {
-            self.em
-                .push(Instruction::with_declare_byte(chunk).map_err(err)?);
+            self.em.push(Instruction::with_declare_byte(chunk)?);
         }
         Ok(())
     }
@@ -1546,19 +1671,14 @@ impl ProcGen<'_, '_> {
                 self.copy_at(b, last_i, last);
                 self.fallthrough(edges, next, blk.end)?;
             }
-            FlowControl::XbeginXabortXend => {
-                return Err("transactional memory (xbegin) is not relocated".into())
-            }
+            FlowControl::XbeginXabortXend => return Err(CodegenError::Xbegin),
         }
         // The regenerator counts every transfer `counted` names: one the
         // code above could not count would misplace signals.
         let counted_here =
             self.em.transfers > counts_before.0 || stubs[counts_before.1..].iter().any(|s| s.count);
         if cp.count && self.em.counting.is_none() && !counted_here {
-            return Err(format!(
-                "the call or tail call at {:#x} is not a transfer the rewriter can count",
-                last.ip()
-            ));
+            return Err(CodegenError::UncountedTransfer(last.ip()));
         }
         Ok(())
     }
@@ -1712,11 +1832,10 @@ impl ProcGen<'_, '_> {
         // No code could write it where the regenerator reads it
         // (after the callee's records, and a call may not return).
         if wit.is_some() && self.em.counting.is_none() {
-            return Err(format!(
-                "internal: the call-return edge of the call at {:#x} carries witness {:?}",
-                end.last.ip(),
-                wit
-            ));
+            return Err(CodegenError::CallReturnWitness {
+                at: end.last.ip(),
+                witness: wit,
+            });
         }
         let to = p.cfg.edges[e].to;
         let site = self.site(p.live.live_in(to));
@@ -1807,11 +1926,7 @@ impl ProcGen<'_, '_> {
             Some(e) if cp.count && cfg.edges[e].to == exit => {
                 // The blocking property puts a witness on every
                 // predicate's edge to EXIT: its stub counts.
-                return Err(format!(
-                    "conditional tail call at {:#x} without a witness: its transfer \
-                     cannot be counted",
-                    last.ip()
-                ));
+                return Err(CodegenError::UnwitnessedTailCall(last.ip()));
             }
             _ => (dest, taken.map_or(before, |e| self.after_edge(e, target))),
         };
@@ -1995,9 +2110,10 @@ impl ProcGen<'_, '_> {
                 // IBT: the slot's lazy value leads to a LAZY piece that
                 // enters the `.plt` entry's copy (see the two-edge case).
                 if let Some(entry) = cp.lazy_entry.filter(|_| self.em.counting.is_none()) {
-                    let target = *self.bodies.get(&entry).ok_or_else(|| {
-                        format!("internal: the lazy-binding entry {entry:#x} is not traced")
-                    })?;
+                    let target = *self
+                        .bodies
+                        .get(&entry)
+                        .ok_or(CodegenError::LazyEntryUntraced(entry))?;
                     let label = self.em.label();
                     self.em.lazy.push((last.ip_rel_memory_address(), label));
                     stubs.push(Stub {
@@ -2026,13 +2142,12 @@ impl ProcGen<'_, '_> {
                 // LAZY(stub) before anything else of the lazy path runs,
                 // then goes on to the copy of the stub's second half.
                 if cp.count || cp.exit_record || p.witness[t.index()].is_some() {
-                    return Err(format!(
-                        "internal: the PLT jump at {:#x} decided by LAZY has a count ({}), EXIT ({}) or witness ({:?})",
-                        last.ip(),
-                        cp.count,
-                        cp.exit_record,
-                        p.witness[t.index()]
-                    ));
+                    return Err(CodegenError::LazyPltCounted {
+                        at: last.ip(),
+                        count: cp.count,
+                        exit: cp.exit_record,
+                        witness: p.witness[t.index()],
+                    });
                 }
                 let to = cfg.edges[l].to;
                 self.copy_at(b, last_i, last);
@@ -2064,18 +2179,15 @@ impl ProcGen<'_, '_> {
                     Code::Lea_r64_m,
                     Register::R11,
                     MemoryOperand::with_base_displ(Register::RIP, lazy_addr as i64),
-                )
-                .map_err(|e| e.to_string())?;
+                )?;
                 self.em.push(lea);
                 let cmp = Instruction::with2(
                     Code::Cmp_rm64_r64,
                     MemoryOperand::with_base_displ(Register::RIP, got as i64),
                     Register::R11,
-                )
-                .map_err(|e| e.to_string())?;
+                )?;
                 self.em.push(cmp);
-                let je = Instruction::with_branch(Code::Je_rel32_64, label)
-                    .map_err(|e| e.to_string())?;
+                let je = Instruction::with_branch(Code::Je_rel32_64, label)?;
                 self.em.push(je);
                 // The bound outcome only: the lazy one goes on in traced
                 // code (the stub's second half, then `<plt0>`, whose own
@@ -2105,11 +2217,10 @@ impl ProcGen<'_, '_> {
                 });
                 Ok(())
             }
-            _ => Err(format!(
-                "indirect jump at {:#x} with {} successors is not relocatable",
-                last.ip(),
-                edges.len()
-            )),
+            _ => Err(CodegenError::IndirectJump {
+                at: last.ip(),
+                successors: edges.len(),
+            }),
         }
     }
 }

@@ -84,7 +84,55 @@ use iced_x86::code_asm::{
 };
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
 
+use crate::codegen::CodegenError;
 use aetrace_analysis::cfg::{Cfg, EdgeKind};
+
+/// Why counter placement or path numbering failed for a procedure.
+#[derive(Debug, thiserror::Error)]
+pub enum CounterError {
+    /// The counted graph could not be built (`Virtual::graph`'s message).
+    #[error("{0}")]
+    Graph(String),
+    /// Path numbering failed.
+    #[error(transparent)]
+    Paths(#[from] aetrace_graph::Error),
+    /// The feedback profile's CFG of the procedure at this address is another one.
+    #[error("the feedback profile's CFG of the procedure at {0:#x} differs from this one")]
+    FeedbackMismatch(u64),
+    /// The event increment of this chord does not fit 32 bits.
+    #[error("the event increment of edge {0} does not fit 32 bits")]
+    EventIncrement(EdgeId),
+    /// A chord of the counted graph is not one of its derived edges (a bug).
+    #[error("the derived edge {0:?} is not a tree edge")]
+    NotTreeEdge(Option<CountedEdge>),
+    /// The spanning tree lacks `EXIT -> R0`, which `--stop-at` needs.
+    #[error("the spanning tree does not hold EXIT -> R0 (stop-at needs it)")]
+    StopTree,
+    /// A stop-at query does not fit 32 bits.
+    #[error("the stop-at query of {0} does not fit 32 bits")]
+    StopQuery(QueryAt),
+}
+
+/// Where a stop-at query is checked ([`CounterError::StopQuery`]).
+#[derive(Debug, Clone, Copy)]
+pub enum QueryAt {
+    /// At the procedure's entry.
+    Entry,
+    /// At the end of this block.
+    Block(BlockId),
+    /// Around the call ending this block.
+    Call(BlockId),
+}
+
+impl std::fmt::Display for QueryAt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            QueryAt::Entry => write!(f, "the entry"),
+            QueryAt::Block(b) => write!(f, "block {b}"),
+            QueryAt::Call(b) => write!(f, "the call in block {b}"),
+        }
+    }
+}
 
 /// Environment variable naming the counter memfd of the executable (set by
 /// `aetrace profile`); a library with module tag `t` reads [`env_fd`]`(t)`.
@@ -244,7 +292,7 @@ impl ProcCounters {
 }
 
 /// The counted graph of `cfg` (module comment, [`Virtual`]).
-pub fn counted_graph(cfg: &Cfg, virt: &Virtual) -> Result<Graph, String> {
+pub fn counted_graph(cfg: &Cfg, virt: &Virtual) -> Result<Graph, CounterError> {
     let kinds: Vec<VertexKind> = cfg
         .blocks
         .values()
@@ -259,6 +307,7 @@ pub fn counted_graph(cfg: &Cfg, virt: &Virtual) -> Result<Graph, String> {
         .map(|e| (e.from, e.to, e.kind == EdgeKind::CallReturn))
         .collect();
     virt.graph(&kinds, cfg.entry, &edges)
+        .map_err(CounterError::Graph)
 }
 
 /// The call vertices of `cfg` that get a virtual exit edge: calls that
@@ -295,7 +344,7 @@ pub fn place(
     start: u64,
     virt: Virtual,
     first: u32,
-) -> Result<ProcCounters, String> {
+) -> Result<ProcCounters, CounterError> {
     if spec.placement == CountPlacement::EveryBlock {
         return Ok(ProcCounters {
             first,
@@ -317,11 +366,7 @@ pub fn place(
             w[real.exit_root()] = *calls as f64;
             w
         }
-        Some(_) => {
-            return Err(format!(
-                "the feedback profile's CFG of the procedure at {start:#x} differs from this one"
-            ))
-        }
+        Some(_) => return Err(CounterError::FeedbackMismatch(start)),
         None => heuristic(&real),
     };
     let g = counted_graph(cfg, &virt)?;
@@ -369,10 +414,7 @@ pub fn place(
         let ec = place_event_counters(&g, &w, &events);
         debug_assert_eq!(ec.tree.chords(&g), pl.chords, "one tree for both");
         for &e in &pl.chords {
-            amounts
-                .push(i32::try_from(ec.inc[e]).map_err(|_| {
-                    format!("the event increment of edge {e} does not fit 32 bits")
-                })?);
+            amounts.push(i32::try_from(ec.inc[e]).map_err(|_| CounterError::EventIncrement(e))?);
         }
         if spec.stop_at.is_some() {
             stop = Some(stop_checks(cfg, &g, &ec.query, ev)?);
@@ -382,12 +424,7 @@ pub fn place(
     for &e in &pl.chords {
         match virt.counted(m, e) {
             Some(c) => chords.push(c),
-            None => {
-                return Err(format!(
-                    "the derived edge {:?} is not a tree edge",
-                    virt.classify(m, e)
-                ))
-            }
+            None => return Err(CounterError::NotTreeEdge(virt.classify(m, e))),
         }
     }
     debug_assert!(chords
@@ -414,11 +451,11 @@ fn stop_checks(
     g: &Graph,
     phi: &SecondaryMap<BlockId, i64>,
     ev: Event,
-) -> Result<StopChecks, String> {
+) -> Result<StopChecks, CounterError> {
     // `EXIT -> R0` is a tree edge without events: every path out of a
     // frame leaves the counter exact for the caller.
     if phi[g.exit()] != 0 || phi[g.entry()] != 0 {
-        return Err("the spanning tree does not hold EXIT -> R0 (stop-at needs it)".into());
+        return Err(CounterError::StopTree);
     }
     let events = |b: BlockId| -> i64 {
         match ev {
@@ -427,10 +464,10 @@ fn stop_checks(
             Event::Calls => 0,
         }
     };
-    let fits = |t: i64, what: &str| -> Result<Option<i64>, String> {
+    let fits = |t: i64, at: QueryAt| -> Result<Option<i64>, CounterError> {
         i32::try_from(t)
             .map(|_| Some(t))
-            .map_err(|_| format!("the stop-at query of {what} does not fit 32 bits"))
+            .map_err(|_| CounterError::StopQuery(at))
     };
     let mut s = StopChecks {
         block: vec![None; cfg.blocks.len()],
@@ -439,10 +476,10 @@ fn stop_checks(
         phi: cfg.blocks.keys().map(|b| phi[b]).collect(),
     };
     match ev {
-        Event::Calls => s.entry = fits(phi[cfg.entry], "the entry")?,
+        Event::Calls => s.entry = fits(phi[cfg.entry], QueryAt::Entry)?,
         Event::Insns | Event::Blocks => {
             for b in cfg.blocks.keys() {
-                s.block[b.index()] = fits(phi[b] + events(b), &format!("block {b}"))?;
+                s.block[b.index()] = fits(phi[b] + events(b), QueryAt::Block(b))?;
             }
         }
     }
@@ -453,7 +490,7 @@ fn stop_checks(
     {
         let b = e.from;
         let q = phi[b] + events(b);
-        s.call[b.index()] = fits(q, &format!("the call in block {b}"))?.unwrap_or(0);
+        s.call[b.index()] = fits(q, QueryAt::Call(b))?.unwrap_or(0);
     }
     Ok(s)
 }
@@ -465,15 +502,14 @@ pub fn increment(
     amount: i32,
     atomic: bool,
     site: Site,
-) -> Result<Vec<Instruction>, String> {
-    let err = |e: iced_x86::IcedError| e.to_string();
+) -> Result<Vec<Instruction>, CodegenError> {
     let mem = MemoryOperand::with_base_displ_size(Register::RIP, addr as i64, 8);
     let code = if i8::try_from(amount).is_ok() {
         Code::Add_rm64_imm8
     } else {
         Code::Add_rm64_imm32
     };
-    let mut add = Instruction::with2(code, mem, amount).map_err(err)?;
+    let mut add = Instruction::with2(code, mem, amount)?;
     add.set_has_lock_prefix(atomic);
     if !site.flags_live {
         return Ok(vec![add]);
@@ -481,14 +517,13 @@ pub fn increment(
     if let (Some(r), false) = (site.scratch, atomic) {
         let r: Register = r.into();
         return Ok(vec![
-            Instruction::with2(Code::Mov_r64_rm64, r, mem).map_err(err)?,
+            Instruction::with2(Code::Mov_r64_rm64, r, mem)?,
             Instruction::with2(
                 Code::Lea_r64_m,
                 r,
                 MemoryOperand::with_base_displ(r, i64::from(amount)),
-            )
-            .map_err(err)?,
-            Instruction::with2(Code::Mov_rm64_r64, mem, r).map_err(err)?,
+            )?,
+            Instruction::with2(Code::Mov_rm64_r64, mem, r)?,
         ]);
     }
     let step = super::codegen::rsp_step;
@@ -526,18 +561,20 @@ pub fn emit_init(
     len: u64,
     var: &str,
     owner: Option<u64>,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, CodegenError> {
     let delta = i32::try_from(counters as i64 - rip as i64)
-        .map_err(|_| "counters out of reach of the init code".to_string())?;
+        .map_err(|_| CodegenError::InitLayout("counters out of reach of the init code"))?;
     let owner_delta = owner
         .map(|o| i32::try_from(o as i64 - rip as i64))
         .transpose()
-        .map_err(|_| "the thread owner word out of reach of the init code".to_string())?;
+        .map_err(|_| {
+            CodegenError::InitLayout("the thread owner word out of reach of the init code")
+        })?;
     // Below 2^31: `cmp rax, len` sign-extends its immediate.
     let len = u32::try_from(len)
         .ok()
         .filter(|&l| l <= i32::MAX as u32)
-        .ok_or_else(|| "too many counters".to_string())?;
+        .ok_or(CodegenError::InitLayout("too many counters"))?;
     let asm = || -> Result<Vec<u8>, iced_x86::IcedError> {
         let mut a = CodeAssembler::new(64)?;
         let mut start = a.create_label();
@@ -641,7 +678,7 @@ pub fn emit_init(
         a.db(text)?;
         a.assemble(rip)
     };
-    asm().map_err(|e| e.to_string())
+    Ok(asm()?)
 }
 
 /// A static executable's new entry point in counting mode, assembled at
@@ -654,7 +691,7 @@ pub fn emit_init(
 /// so `init` must not need either. Every register and the flags are
 /// preserved, `rdx` (the ELF ABI's `atexit` function) and `rsp` included:
 /// only memory below `rsp` is used.
-pub fn emit_static_entry(rip: u64, init: u64, then: u64) -> Result<Vec<u8>, String> {
+pub fn emit_static_entry(rip: u64, init: u64, then: u64) -> Result<Vec<u8>, CodegenError> {
     use iced_x86::code_asm::{r10, r11, r9, rcx, rsp, AsmRegister64};
     // What `init` may clobber (it keeps rbx, r12 and up itself); the
     // flags are pushed last.
@@ -677,5 +714,5 @@ pub fn emit_static_entry(rip: u64, init: u64, then: u64) -> Result<Vec<u8>, Stri
         a.jmp(then)?;
         a.assemble(rip)
     };
-    asm().map_err(|e| e.to_string())
+    Ok(asm()?)
 }

@@ -10,6 +10,9 @@ use std::path::PathBuf;
 
 use aetrace_graph::BlockId;
 
+use crate::codegen::CodegenError;
+use crate::counters::CounterError;
+use crate::unwind::UnwindError;
 use crate::FAULT_ENV;
 
 /// Everything that can go wrong while rewriting a module.
@@ -116,7 +119,8 @@ pub enum Refusal {
         /// The procedure whose plan failed.
         proc: String,
         /// What went wrong.
-        why: String,
+        #[source]
+        why: CounterError,
     },
     /// A path-profile plan holds a landing or setjmp counter (a bug).
     #[error("{0}: internal: a landing or setjmp counter in a path profile")]
@@ -173,11 +177,11 @@ pub enum Refusal {
     #[error("{0}")]
     Runtime(aetrace_runtime::Error),
     /// Code generation (`codegen`, `counters`, `pathprof`).
-    #[error("{0}")]
-    Codegen(String),
+    #[error(transparent)]
+    Codegen(#[from] CodegenError),
     /// The new `.eh_frame` or `.eh_frame_hdr` could not be built.
     #[error("unwind tables: {0}")]
-    Unwind(String),
+    Unwind(#[from] UnwindError),
     /// The second emission pass produced counter code of another size (a bug).
     #[error("counter code changed size between passes")]
     CounterSizeChanged,
@@ -342,12 +346,13 @@ pub enum SegmentFault {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::counters::QueryAt;
 
     /// The messages built from several parts read as they did when they
     /// were format strings (users and tests grep them).
     #[test]
     fn messages_keep_their_text() {
-        let cases: [(Refusal, &str); 5] = [
+        let cases: [(Refusal, &str); 9] = [
             (
                 Refusal::UnfollowedLongjmp {
                     proc: "f".into(),
@@ -389,6 +394,38 @@ mod tests {
                 },
                 "new segment at 0x1000: below 0x2000 (first_free_vaddr or the previous \
                  segment's end)",
+            ),
+            (
+                Refusal::Codegen(CodegenError::Procedure {
+                    name: "f".into(),
+                    source: Box::new(CodegenError::LazyPltCounted {
+                        at: 0x30,
+                        count: true,
+                        exit: false,
+                        witness: Some(2),
+                    }),
+                }),
+                "procedure f: internal: the PLT jump at 0x30 decided by LAZY has a count \
+                 (true), EXIT (false) or witness (Some(2))",
+            ),
+            (
+                Refusal::Codegen(CodegenError::UnwitnessedTailCall(0x40)),
+                "conditional tail call at 0x40 without a witness: its transfer cannot be counted",
+            ),
+            (
+                Refusal::Counters {
+                    proc: "g".into(),
+                    why: CounterError::StopQuery(QueryAt::Call(BlockId::from_u32(3))),
+                },
+                "g: the stop-at query of the call in block block3 does not fit 32 bits",
+            ),
+            (
+                Refusal::Unwind(UnwindError::At {
+                    what: "FDE for",
+                    at: 0x50,
+                    source: Box::new(UnwindError::Overflow("args_size")),
+                }),
+                "unwind tables: FDE for 0x50: args_size overflow",
             ),
         ];
         for (r, text) in cases {

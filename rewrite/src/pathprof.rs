@@ -58,6 +58,7 @@ use aetrace_runtime::Site;
 use iced_x86::code_asm::{eax, edi, edx, esi, rax, rsi, CodeAssembler};
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
 
+use crate::codegen::CodegenError;
 use aetrace_analysis::cfg::{BlockKind, Cfg, EdgeKind};
 
 /// Most acyclic paths a procedure may have for dense path counters; past
@@ -265,11 +266,7 @@ pub struct PathState {
     pub threads: bool,
 }
 
-type Res<T> = Result<T, String>;
-
-fn err(e: iced_x86::IcedError) -> String {
-    e.to_string()
-}
+type Res<T> = Result<T, CodegenError>;
 
 fn rip(addr: u64) -> MemoryOperand {
     MemoryOperand::with_base_displ_size(Register::RIP, addr as i64, 8)
@@ -295,7 +292,7 @@ fn word_addr(st: &PathState, word: i64) -> u64 {
 fn disp(k: i64) -> Res<i32> {
     k.checked_mul(8)
         .and_then(|d| i32::try_from(d).ok())
-        .ok_or_else(|| format!("path increment {k} does not fit a displacement"))
+        .ok_or(CodegenError::PathIncrement(k))
 }
 
 fn add_imm(code8: Code, code32: Code, d: i32) -> Code {
@@ -314,10 +311,10 @@ fn add_imm(code8: Code, code32: Code, d: i32) -> Code {
 pub fn emit_owner_check(st: &PathState, owned: u64) -> Res<Vec<Instruction>> {
     let fs0 = MemoryOperand::new(Register::None, Register::None, 1, 0, 4, false, Register::FS);
     Ok(vec![
-        Instruction::with2(Code::Mov_r64_rm64, Register::R11, fs0).map_err(err)?,
-        Instruction::with2(Code::Cmp_r64_rm64, Register::R11, gs(OFF_OWNER)).map_err(err)?,
-        Instruction::with_branch(Code::Je_rel32_64, owned).map_err(err)?,
-        Instruction::with_branch(Code::Call_rel32_64, st.attach).map_err(err)?,
+        Instruction::with2(Code::Mov_r64_rm64, Register::R11, fs0)?,
+        Instruction::with2(Code::Cmp_r64_rm64, Register::R11, gs(OFF_OWNER))?,
+        Instruction::with_branch(Code::Je_rel32_64, owned)?,
+        Instruction::with_branch(Code::Call_rel32_64, st.attach)?,
     ])
 }
 
@@ -331,20 +328,19 @@ pub fn emit(ops: &[PathOp], st: &PathState, site: Site) -> Res<Vec<Instruction>>
         [PathOp::Add { inc }] if !site.flags_live => {
             let d = disp(*inc)?;
             let code = add_imm(Code::Add_rm64_imm8, Code::Add_rm64_imm32, d);
-            return Ok(vec![Instruction::with2(code, gs(OFF_R), d).map_err(err)?]);
+            return Ok(vec![Instruction::with2(code, gs(OFF_R), d)?]);
         }
         [PathOp::Add { inc }] if site.scratch.is_some() => {
             // Flags live: through the dead register, without touching them.
             let r: Register = site.scratch.expect("checked").into();
             return Ok(vec![
-                Instruction::with2(Code::Mov_r64_rm64, r, gs(OFF_R)).map_err(err)?,
+                Instruction::with2(Code::Mov_r64_rm64, r, gs(OFF_R))?,
                 Instruction::with2(
                     Code::Lea_r64_m,
                     r,
                     MemoryOperand::with_base_displ(r, i64::from(disp(*inc)?)),
-                )
-                .map_err(err)?,
-                Instruction::with2(Code::Mov_rm64_r64, gs(OFF_R), r).map_err(err)?,
+                )?,
+                Instruction::with2(Code::Mov_rm64_r64, gs(OFF_R), r)?,
             ]);
         }
         [PathOp::Enter { word }] => {
@@ -359,7 +355,7 @@ pub fn emit(ops: &[PathOp], st: &PathState, site: Site) -> Res<Vec<Instruction>>
                 v.push(Instruction::with(Code::Pushfq));
             }
             if site.scratch.is_none() {
-                v.push(Instruction::with1(Code::Push_r64, reg).map_err(err)?);
+                v.push(Instruction::with1(Code::Push_r64, reg)?);
             }
             for i in [
                 Instruction::with2(Code::Mov_r64_rm64, reg, gs(OFF_SP)),
@@ -372,10 +368,10 @@ pub fn emit(ops: &[PathOp], st: &PathState, site: Site) -> Res<Vec<Instruction>>
                 Instruction::with2(Code::Lea_r64_m, reg, rip(word_addr(st, *word))),
                 Instruction::with2(Code::Mov_rm64_r64, gs(OFF_R), reg),
             ] {
-                v.push(i.map_err(err)?);
+                v.push(i?);
             }
             if site.scratch.is_none() {
-                v.push(Instruction::with1(Code::Pop_r64, reg).map_err(err)?);
+                v.push(Instruction::with1(Code::Pop_r64, reg)?);
             }
             if site.flags_live {
                 v.push(Instruction::with(Code::Popfq));
@@ -403,7 +399,7 @@ pub fn emit(ops: &[PathOp], st: &PathState, site: Site) -> Res<Vec<Instruction>>
         v.push(Instruction::with(Code::Pushfq));
     }
     if push_reg {
-        v.push(Instruction::with1(Code::Push_r64, reg).map_err(err)?);
+        v.push(Instruction::with1(Code::Push_r64, reg)?);
     }
     let at_reg = |d: i32| MemoryOperand::with_base_displ_size(reg, i64::from(d), 8);
     for op in ops {
@@ -411,22 +407,22 @@ pub fn emit(ops: &[PathOp], st: &PathState, site: Site) -> Res<Vec<Instruction>>
             PathOp::Add { inc } => {
                 let d = disp(inc)?;
                 let code = add_imm(Code::Add_rm64_imm8, Code::Add_rm64_imm32, d);
-                v.push(Instruction::with2(code, gs(OFF_R), d).map_err(err)?);
+                v.push(Instruction::with2(code, gs(OFF_R), d)?);
             }
             PathOp::Count { k, amount } => {
-                v.push(Instruction::with2(Code::Mov_r64_rm64, reg, gs(OFF_R)).map_err(err)?);
+                v.push(Instruction::with2(Code::Mov_r64_rm64, reg, gs(OFF_R))?);
                 let mut add =
-                    Instruction::with2(Code::Add_rm64_imm8, at_reg(disp(k)?), i32::from(amount))
-                        .map_err(err)?;
+                    Instruction::with2(Code::Add_rm64_imm8, at_reg(disp(k)?), i32::from(amount))?;
                 add.set_has_lock_prefix(st.threads);
                 v.push(add);
             }
             PathOp::Set { word } => {
-                v.push(
-                    Instruction::with2(Code::Lea_r64_m, reg, rip(word_addr(st, word)))
-                        .map_err(err)?,
-                );
-                v.push(Instruction::with2(Code::Mov_rm64_r64, gs(OFF_R), reg).map_err(err)?);
+                v.push(Instruction::with2(
+                    Code::Lea_r64_m,
+                    reg,
+                    rip(word_addr(st, word)),
+                )?);
+                v.push(Instruction::with2(Code::Mov_rm64_r64, gs(OFF_R), reg)?);
             }
             PathOp::Pop => {
                 // Read the caller's R before releasing its slot: a signal
@@ -443,23 +439,24 @@ pub fn emit(ops: &[PathOp], st: &PathState, site: Site) -> Res<Vec<Instruction>>
                     ),
                     Instruction::with2(Code::Mov_rm64_r64, gs(OFF_SP), reg),
                 ] {
-                    v.push(i.map_err(err)?);
+                    v.push(i?);
                 }
             }
             PathOp::Word { word } => {
                 let mut add =
-                    Instruction::with2(Code::Add_rm64_imm8, rip(st.base + 8 * u64::from(word)), 1)
-                        .map_err(err)?;
+                    Instruction::with2(Code::Add_rm64_imm8, rip(st.base + 8 * u64::from(word)), 1)?;
                 add.set_has_lock_prefix(st.threads);
                 v.push(add);
             }
             PathOp::Enter { .. } => {
-                return Err("internal: a path entry outside an invocation label".into())
+                return Err(CodegenError::Internal(
+                    "a path entry outside an invocation label",
+                ))
             }
         }
     }
     if push_reg {
-        v.push(Instruction::with1(Code::Pop_r64, reg).map_err(err)?);
+        v.push(Instruction::with1(Code::Pop_r64, reg)?);
     }
     if save_flags {
         v.push(Instruction::with(Code::Popfq));
@@ -493,9 +490,11 @@ pub struct InitCode {
 /// runs there (`PathState::threads` false, no owner check).
 pub fn emit_init(rip: u64, state: u64, next: u64, tls: bool) -> Res<(Vec<u8>, InitCode)> {
     let d_state = i32::try_from(state as i64 - rip as i64)
-        .map_err(|_| "path state out of reach".to_string())?;
-    let len = u32::try_from(state_bytes()).map_err(|_| "path state too large".to_string())?;
-    let end = i32::try_from(OFF_STACK + 8 * DEPTH).map_err(|_| "path stack too large")?;
+        .map_err(|_| CodegenError::InitLayout("path state out of reach"))?;
+    let len = u32::try_from(state_bytes())
+        .map_err(|_| CodegenError::InitLayout("path state too large"))?;
+    let end = i32::try_from(OFF_STACK + 8 * DEPTH)
+        .map_err(|_| CodegenError::InitLayout("path stack too large"))?;
     let over = format!(
         "aetrace paths: more than {DEPTH} active procedure calls (path register stack overflow)\n"
     );
@@ -601,7 +600,7 @@ pub fn emit_init(rip: u64, state: u64, next: u64, tls: bool) -> Res<(Vec<u8>, In
         };
         Ok((res.inner.code_buffer, code))
     };
-    asm().map_err(err)
+    Ok(asm()?)
 }
 
 #[cfg(test)]

@@ -422,10 +422,14 @@ impl<'p> Plans<'p> {
 }
 
 /// Counter placement or path numbering failed for procedure `p`.
-fn counters_err(rw: &Rewrite<'_>, p: &Procedure, why: impl std::fmt::Display) -> crate::Error {
+fn counters_err(
+    rw: &Rewrite<'_>,
+    p: &Procedure,
+    why: impl Into<counters::CounterError>,
+) -> crate::Error {
     rw.err(Refusal::Counters {
         proc: p.name.clone(),
-        why: why.to_string(),
+        why: why.into(),
     })
 }
 

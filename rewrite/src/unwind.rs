@@ -67,7 +67,122 @@ use crate::error::{Error, Refusal, Result};
 use aetrace_analysis::elf::Module;
 use aetrace_analysis::lsda::{self, Lsda};
 
-type Res<T> = std::result::Result<T, String>;
+type Res<T> = std::result::Result<T, UnwindError>;
+
+/// Why the new `.eh_frame` or `.eh_frame_hdr` could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum UnwindError {
+    /// gimli could not read a CFA program, expression or entry (`what`).
+    #[error("{what}: {source}")]
+    Read {
+        /// What was being read.
+        what: &'static str,
+        /// gimli's error.
+        source: gimli::Error,
+    },
+    /// gimli could not write the new `.eh_frame`.
+    #[error("writing .eh_frame: {0}")]
+    Write(#[source] gimli::write::Error),
+    /// An LSDA could not be parsed.
+    #[error(transparent)]
+    Lsda(#[from] lsda::LsdaError),
+    /// The failure concerns the CIE, FDE, procedure or LSDA at `at`.
+    #[error("{what} {at:#x}: {source}")]
+    At {
+        /// "CIE at", "FDE of", "procedure at", "LSDA for" or "FDE for".
+        what: &'static str,
+        /// Its address.
+        at: u64,
+        /// Why.
+        source: Box<UnwindError>,
+    },
+    /// A value (named) overflows while evaluating a CFA program.
+    #[error("{0} overflow")]
+    Overflow(&'static str),
+    /// A CFA program or entry the rewriter does not follow.
+    #[error("{0}")]
+    Unsupported(&'static str),
+    /// The tables do not agree with the copies or with themselves (a bug).
+    #[error("{0}")]
+    Inconsistent(&'static str),
+    /// A CFA program moves its location backwards.
+    #[error("location moves back from {from:#x} to {to:#x}")]
+    LocationBack {
+        /// The location before.
+        from: u64,
+        /// The location after.
+        to: u64,
+    },
+    /// An offset does not fit the 32 bits the writer takes.
+    #[error("offset {0} does not fit 32 bits")]
+    Offset(i64),
+    /// A register loses its rule, which no instruction can say (the return address).
+    #[error("register {0} loses its rule")]
+    LosesRule(u16),
+    /// A pointer encoding's application is neither absolute nor pc-relative.
+    #[error("pointer application {0:#x} is not supported")]
+    PointerApplication(u8),
+    /// A CFA expression reads rip in a way the rewriter cannot relocate.
+    #[error("the CFA expression at {0:#x} depends on rip beyond rsp + c")]
+    CfaRip(u64),
+    /// A CFA expression has an operation the rewriter does not know.
+    #[error("the CFA expression at {0:#x} has an unknown operation")]
+    CfaUnknown(u64),
+    /// A register's rule is an expression that may read rip.
+    #[error("the rule of register {reg} at {at:#x} is an expression that may read rip")]
+    RuleRip {
+        /// The DWARF register.
+        reg: u16,
+        /// The instruction address.
+        at: u64,
+    },
+    /// An original (`what` "original") or copied instruction does not decode.
+    #[error("{what} instruction at {at:#x} does not decode")]
+    NoDecode {
+        /// "original" or "copied".
+        what: &'static str,
+        /// Its address.
+        at: u64,
+    },
+    /// A copied instruction is another instruction than its original.
+    #[error("instruction at {old:#x} ({was:?}) is a {is:?} in the copy at {new:#x}")]
+    CopyDiffers {
+        /// The original's address.
+        old: u64,
+        /// The original's mnemonic.
+        was: iced_x86::Mnemonic,
+        /// The copy's mnemonic.
+        is: iced_x86::Mnemonic,
+        /// The copy's address.
+        new: u64,
+    },
+    /// A copied instruction overlaps the next one.
+    #[error("copied instruction at {0:#x} overlaps what follows")]
+    CopyOverlaps(u64),
+    /// A landing pad has no LANDING stub in the copy.
+    #[error("landing pad {0:#x} has no LANDING stub")]
+    NoLandingStub(u64),
+    /// A row of a new FDE lies outside it.
+    #[error("row at {0:#x} outside the FDE")]
+    RowOutside(u64),
+    /// Two new FDEs start at the same address.
+    #[error("two FDEs start at {0:#x}")]
+    TwoFdes(u64),
+    /// An address is out of the header's 32-bit reach.
+    #[error("{0:#x} is more than 2 GiB from the header")]
+    HeaderRange(u64),
+}
+
+impl UnwindError {
+    /// This error, its message prefixed with `what` and address `at`.
+    fn at(self, what: &'static str, at: u64) -> UnwindError {
+        UnwindError::At {
+            what,
+            at,
+            source: Box::new(self),
+        }
+    }
+}
 type Slice<'a> = EndianSlice<'a, LittleEndian>;
 
 /// The new unwind segment.
@@ -181,13 +296,19 @@ fn eval(
     let expr = |e: gimli::UnwindExpression<usize>| -> Res<Vec<u8>> {
         e.get(eh)
             .map(|x| x.0.slice().to_vec())
-            .map_err(|e| format!("CFA expression: {e}"))
+            .map_err(|source| UnwindError::Read {
+                what: "CFA expression",
+                source,
+            })
     };
     let factored = |f: i64| -> Res<i64> {
         f.checked_mul(data_align)
-            .ok_or_else(|| "factored offset overflow".to_string())
+            .ok_or(UnwindError::Overflow("factored offset"))
     };
-    while let Some(i) = insns.next().map_err(|e| format!("CFA program: {e}"))? {
+    while let Some(i) = insns.next().map_err(|source| UnwindError::Read {
+        what: "CFA program",
+        source,
+    })? {
         let mut set = |r: Register, rule: Rule| {
             row.regs.insert(r.0, rule);
         };
@@ -197,13 +318,13 @@ fn eval(
                 u64::from(delta)
                     .checked_mul(code_align)
                     .and_then(|d| loc.checked_add(d))
-                    .ok_or("advance_loc overflow")?,
+                    .ok_or(UnwindError::Overflow("advance_loc"))?,
             ),
             _ => None,
         };
         if let Some(to) = new_loc {
             if to < loc {
-                return Err(format!("location moves back from {loc:#x} to {to:#x}"));
+                return Err(UnwindError::LocationBack { from: loc, to });
             }
             if to > loc {
                 rows.push((loc, row.clone()));
@@ -214,7 +335,7 @@ fn eval(
         match i {
             R::SetLoc { .. } | R::AdvanceLoc { .. } | R::Nop => {}
             R::DefCfa { register, offset } => {
-                let o = i64::try_from(offset).map_err(|_| "CFA offset overflow")?;
+                let o = i64::try_from(offset).map_err(|_| UnwindError::Overflow("CFA offset"))?;
                 row.cfa = Cfa::RegOff(register.0, o);
             }
             R::DefCfaSf {
@@ -223,18 +344,31 @@ fn eval(
             } => row.cfa = Cfa::RegOff(register.0, factored(factored_offset)?),
             R::DefCfaRegister { register } => match row.cfa {
                 Cfa::RegOff(_, o) => row.cfa = Cfa::RegOff(register.0, o),
-                _ => return Err("def_cfa_register without a register CFA".into()),
+                _ => {
+                    return Err(UnwindError::Unsupported(
+                        "def_cfa_register without a register CFA",
+                    ))
+                }
             },
             R::DefCfaOffset { offset } => match row.cfa {
                 Cfa::RegOff(r, _) => {
-                    let o = i64::try_from(offset).map_err(|_| "CFA offset overflow")?;
+                    let o =
+                        i64::try_from(offset).map_err(|_| UnwindError::Overflow("CFA offset"))?;
                     row.cfa = Cfa::RegOff(r, o);
                 }
-                _ => return Err("def_cfa_offset without a register CFA".into()),
+                _ => {
+                    return Err(UnwindError::Unsupported(
+                        "def_cfa_offset without a register CFA",
+                    ))
+                }
             },
             R::DefCfaOffsetSf { factored_offset } => match row.cfa {
                 Cfa::RegOff(r, _) => row.cfa = Cfa::RegOff(r, factored(factored_offset)?),
-                _ => return Err("def_cfa_offset_sf without a register CFA".into()),
+                _ => {
+                    return Err(UnwindError::Unsupported(
+                        "def_cfa_offset_sf without a register CFA",
+                    ))
+                }
             },
             R::DefCfaExpression { expression } => row.cfa = Cfa::Expr(expr(expression)?),
             R::Undefined { register } => set(register, Rule::Undefined),
@@ -243,7 +377,8 @@ fn eval(
                 register,
                 factored_offset,
             } => {
-                let f = i64::try_from(factored_offset).map_err(|_| "offset overflow")?;
+                let f =
+                    i64::try_from(factored_offset).map_err(|_| UnwindError::Overflow("offset"))?;
                 set(register, Rule::Offset(factored(f)?))
             }
             R::OffsetExtendedSf {
@@ -254,7 +389,8 @@ fn eval(
                 register,
                 factored_offset,
             } => {
-                let f = i64::try_from(factored_offset).map_err(|_| "offset overflow")?;
+                let f =
+                    i64::try_from(factored_offset).map_err(|_| UnwindError::Overflow("offset"))?;
                 set(register, Rule::ValOffset(factored(f)?))
             }
             R::ValOffsetSf {
@@ -284,12 +420,18 @@ fn eval(
             // libgcc saves the CFA with the register rules, not args_size.
             R::RememberState => stack.push((row.cfa.clone(), row.regs.clone())),
             R::RestoreState => {
-                let (cfa, regs) = stack.pop().ok_or("restore_state with nothing remembered")?;
+                let (cfa, regs) = stack.pop().ok_or(UnwindError::Unsupported(
+                    "restore_state with nothing remembered",
+                ))?;
                 row.cfa = cfa;
                 row.regs = regs;
             }
             R::ArgsSize { size } => row.args_size = size,
-            R::NegateRaState => return Err("DW_CFA_AARCH64_negate_ra_state on x86-64".into()),
+            R::NegateRaState => {
+                return Err(UnwindError::Unsupported(
+                    "DW_CFA_AARCH64_negate_ra_state on x86-64",
+                ))
+            }
         }
     }
     rows.push((loc, row));
@@ -301,7 +443,7 @@ fn eval(
 const RETURN_ADDRESS: u16 = 16;
 
 fn i32_of(v: i64) -> Res<i32> {
-    i32::try_from(v).map_err(|_| format!("offset {v} does not fit 32 bits"))
+    i32::try_from(v).map_err(|_| UnwindError::Offset(v))
 }
 
 /// Appends the instructions that turn row `from` into row `to`; `initial`
@@ -309,7 +451,7 @@ fn i32_of(v: i64) -> Res<i32> {
 fn transition(from: &Row, to: &Row, initial: &Row, out: &mut Vec<W>) -> Res<()> {
     if from.cfa != to.cfa {
         out.push(match (&from.cfa, &to.cfa) {
-            (_, Cfa::Unset) => return Err("the CFA becomes undefined".into()),
+            (_, Cfa::Unset) => return Err(UnwindError::Unsupported("the CFA becomes undefined")),
             (Cfa::RegOff(r0, _), Cfa::RegOff(r, o)) if r0 == r => W::CfaOffset(i32_of(*o)?),
             (Cfa::RegOff(_, o0), Cfa::RegOff(r, o)) if o0 == o => W::CfaRegister(Register(*r)),
             (_, Cfa::RegOff(r, o)) => W::Cfa(Register(*r), i32_of(*o)?),
@@ -337,7 +479,7 @@ fn transition(from: &Row, to: &Row, initial: &Row, out: &mut Vec<W>) -> Res<()> 
             // register). Not for the return address: that has no such
             // meaning.
             None if r != RETURN_ADDRESS => W::SameValue(reg),
-            None => return Err(format!("register {r} loses its rule")),
+            None => return Err(UnwindError::LosesRule(r)),
             Some(Rule::Undefined) => W::Undefined(reg),
             Some(Rule::SameValue) => W::SameValue(reg),
             Some(Rule::Offset(o)) => W::Offset(reg, i32_of(*o)?),
@@ -348,7 +490,7 @@ fn transition(from: &Row, to: &Row, initial: &Row, out: &mut Vec<W>) -> Res<()> 
         });
     }
     if from.args_size != to.args_size {
-        let s = u32::try_from(to.args_size).map_err(|_| "args_size overflow")?;
+        let s = u32::try_from(to.args_size).map_err(|_| UnwindError::Overflow("args_size"))?;
         out.push(W::ArgsSize(s));
     }
     Ok(())
@@ -361,7 +503,7 @@ fn eh_address(enc: u8, target: u64, eh_vaddr: u64) -> Res<Address> {
     match enc & 0x70 {
         PE_ABSPTR => Ok(Address::Constant(target)),
         PE_PCREL => Ok(Address::Constant(target.wrapping_sub(eh_vaddr))),
-        a => Err(format!("pointer application {a:#x} is not supported")),
+        a => Err(UnwindError::PointerApplication(a)),
     }
 }
 
@@ -377,14 +519,22 @@ fn original_fdes(module: &Module) -> Res<Vec<OrigFde>> {
         let entry = match entries.next() {
             Ok(Some(e)) => e,
             Ok(None) => break,
-            Err(e) => return Err(format!(".eh_frame: {e}")),
+            Err(source) => {
+                return Err(UnwindError::Read {
+                    what: ".eh_frame",
+                    source,
+                })
+            }
         };
         let CieOrFde::Fde(partial) = entry else {
             continue;
         };
         let fde = partial
             .parse(EhFrame::cie_from_offset)
-            .map_err(|e| format!(".eh_frame: FDE: {e}"))?;
+            .map_err(|source| UnwindError::Read {
+                what: ".eh_frame: FDE",
+                source,
+            })?;
         let cie = fde.cie();
         let info = match cies.get(&cie.offset()) {
             Some(i) => i.clone(),
@@ -399,12 +549,12 @@ fn original_fdes(module: &Module) -> Res<Vec<OrigFde>> {
                     data_align,
                     &Row::empty(),
                 )
-                .map_err(|e| format!("CIE at {:#x}: {e}", sec_addr + cie.offset() as u64))?;
+                .map_err(|e| e.at("CIE at", sec_addr + cie.offset() as u64))?;
                 let [(0, initial)] = &initial[..] else {
-                    return Err(format!(
-                        "CIE at {:#x}: initial instructions advance the location",
-                        sec_addr + cie.offset() as u64
-                    ));
+                    return Err(UnwindError::Unsupported(
+                        "initial instructions advance the location",
+                    )
+                    .at("CIE at", sec_addr + cie.offset() as u64));
                 };
                 let info = CieInfo {
                     code_align,
@@ -432,12 +582,12 @@ fn original_fdes(module: &Module) -> Res<Vec<OrigFde>> {
             info.data_align,
             &info.initial,
         )
-        .map_err(|e| format!("FDE of {start:#x}: {e}"))?;
+        .map_err(|e| e.at("FDE of", start))?;
         let lsda = match fde.lsda() {
             None => None,
             Some(gimli::Pointer::Direct(a)) => Some(a),
             Some(gimli::Pointer::Indirect(_)) => {
-                return Err(format!("FDE of {start:#x}: indirect LSDA pointer"))
+                return Err(UnwindError::Unsupported("indirect LSDA pointer").at("FDE of", start))
             }
         };
         out.push(OrigFde {
@@ -592,24 +742,16 @@ fn relocated_row(row: &Row, old: u64) -> Res<Row> {
         match uses_rip(ops) {
             Some(false) => {}
             Some(true) => {
-                let c = eval_at(ops, old).ok_or_else(|| {
-                    format!("the CFA expression at {old:#x} depends on rip beyond rsp + c")
-                })?;
+                let c = eval_at(ops, old).ok_or(UnwindError::CfaRip(old))?;
                 r.cfa = Cfa::RegOff(DW_RSP, c);
             }
-            None => {
-                return Err(format!(
-                    "the CFA expression at {old:#x} has an unknown operation"
-                ))
-            }
+            None => return Err(UnwindError::CfaUnknown(old)),
         }
     }
     for (reg, rule) in &row.regs {
         if let Rule::Expression(ops) | Rule::ValExpression(ops) = rule {
             if uses_rip(ops) != Some(false) {
-                return Err(format!(
-                    "the rule of register {reg} at {old:#x} is an expression that may read rip"
-                ));
+                return Err(UnwindError::RuleRip { reg: *reg, at: old });
             }
         }
     }
@@ -655,7 +797,9 @@ fn plan_copy(
 ) -> Res<()> {
     let map = &copy.insn_map;
     if map.windows(2).any(|w| w[1].0 <= w[0].0 || w[1].1 <= w[0].1) {
-        return Err("instruction map is not ascending".into());
+        return Err(UnwindError::Inconsistent(
+            "instruction map is not ascending",
+        ));
     }
     let find = |a: u64| -> Option<usize> {
         let i = fdes.partition_point(|f| f.start <= a).checked_sub(1)?;
@@ -671,15 +815,21 @@ fn plan_copy(
             .find(|s| s.exec && s.contains(old))
             .and_then(|s| module.bytes_at(old, (s.end() - old).min(15)))
             .and_then(|b| decode(b, old, old))
-            .ok_or_else(|| format!("original instruction at {old:#x} does not decode"))?;
-        let n = decode(code, code_vaddr, new)
-            .ok_or_else(|| format!("copied instruction at {new:#x} does not decode"))?;
+            .ok_or(UnwindError::NoDecode {
+                what: "original",
+                at: old,
+            })?;
+        let n = decode(code, code_vaddr, new).ok_or(UnwindError::NoDecode {
+            what: "copied",
+            at: new,
+        })?;
         if o.mnemonic() != n.mnemonic() {
-            return Err(format!(
-                "instruction at {old:#x} ({:?}) is a {:?} in the copy at {new:#x}",
-                o.mnemonic(),
-                n.mnemonic()
-            ));
+            return Err(UnwindError::CopyDiffers {
+                old,
+                was: o.mnemonic(),
+                is: n.mnemonic(),
+                new,
+            });
         }
         old_insns.push(o);
         new_lens.push(n.len() as u64);
@@ -718,9 +868,7 @@ fn plan_copy(
             let after = new + new_lens[m];
             let next = if m < j { map[m + 1].1 } else { end };
             if after > next {
-                return Err(format!(
-                    "copied instruction at {new:#x} overlaps what follows"
-                ));
+                return Err(UnwindError::CopyOverlaps(new));
             }
             if after < next {
                 let i = &old_insns[m];
@@ -746,7 +894,7 @@ fn plan_copy(
         let lsda = match f.lsda {
             None => None,
             Some(at) => {
-                let mut l = Lsda::parse(module, relocs, at, f.start).map_err(|e| e.to_string())?;
+                let mut l = Lsda::parse(module, relocs, at, f.start)?;
                 let part = &map[k..=j];
                 let mut sites = Vec::with_capacity(l.call_sites.len());
                 for cs in &l.call_sites {
@@ -762,9 +910,7 @@ fn plan_copy(
                                 .iter()
                                 .find(|&&(o, _)| o == lp)
                                 .map(|&(_, stub)| stub)
-                                .ok_or_else(|| {
-                                    format!("landing pad {lp:#x} has no LANDING stub")
-                                })?,
+                                .ok_or(UnwindError::NoLandingStub(lp))?,
                         ),
                     };
                     let s = part[lo].1;
@@ -802,17 +948,19 @@ fn new_cie(cie: &CieInfo, with_lsda: bool, eh_vaddr: u64) -> Res<CommonInformati
         version: 1,
         address_size: 8,
     };
-    let code = u8::try_from(cie.code_align).map_err(|_| "code alignment factor > 255")?;
-    let data = i8::try_from(cie.data_align).map_err(|_| "data alignment factor out of i8")?;
+    let code = u8::try_from(cie.code_align)
+        .map_err(|_| UnwindError::Unsupported("code alignment factor > 255"))?;
+    let data = i8::try_from(cie.data_align)
+        .map_err(|_| UnwindError::Unsupported("data alignment factor out of i8"))?;
     let mut c = CommonInformationEntry::new(encoding, code, data, Register(cie.ra));
     c.personality = match cie.personality {
         Some((enc, a)) => Some((DwEhPe(enc), eh_address(enc, a, eh_vaddr)?)),
         None => None,
     };
     if with_lsda {
-        c.lsda_encoding = Some(DwEhPe(
-            cie.lsda_enc.ok_or("an LSDA without an L augmentation")?,
-        ));
+        c.lsda_encoding = Some(DwEhPe(cie.lsda_enc.ok_or(UnwindError::Unsupported(
+            "an LSDA without an L augmentation",
+        ))?));
     }
     c.fde_address_encoding = DwEhPe(cie.fde_enc.unwrap_or(PE_ABSPTR));
     c.signal_trampoline = cie.signal;
@@ -851,7 +999,7 @@ fn build_inner(
     let mut news = Vec::new();
     for c in copies {
         plan_copy(module, &relocs, &fdes, c, code, code_vaddr, &mut news)
-            .map_err(|e| format!("procedure at {:#x}: {e}", c.start))?;
+            .map_err(|e| e.at("procedure at", c.start))?;
     }
     let count = fdes.len() + news.len();
     let hdr_size = 12 + 8 * count as u64;
@@ -876,7 +1024,7 @@ fn build_inner(
                 let at = vaddr + bytes.len() as u64;
                 let enc = l
                     .encode(at, n.start)
-                    .map_err(|e| format!("LSDA for {:#x}: {e}", n.start))?;
+                    .map_err(|e| UnwindError::from(e).at("LSDA for", n.start))?;
                 bytes.extend_from_slice(&enc);
                 Some(at)
             }
@@ -896,10 +1044,11 @@ fn build_inner(
     // then the copies'.
     let mut frames = FrameTable::default();
     for o in &outs {
-        let what = |e: String| format!("FDE for {:#x}: {e}", o.start);
+        let what = |e: UnwindError| e.at("FDE for", o.start);
         let cie = new_cie(o.cie, o.lsda.is_some(), eh_vaddr).map_err(what)?;
         let fde_enc = o.cie.fde_enc.unwrap_or(PE_ABSPTR);
-        let len = u32::try_from(o.end - o.start).map_err(|_| what("longer than 4 GiB".into()))?;
+        let len = u32::try_from(o.end - o.start)
+            .map_err(|_| what(UnwindError::Unsupported("longer than 4 GiB")))?;
         let mut fde =
             FrameDescriptionEntry::new(eh_address(fde_enc, o.start, eh_vaddr).map_err(what)?, len);
         if let Some(at) = o.lsda {
@@ -916,7 +1065,7 @@ fn build_inner(
             let off = a
                 .checked_sub(o.start)
                 .and_then(|d| u32::try_from(d).ok())
-                .ok_or_else(|| what(format!("row at {a:#x} outside the FDE")))?;
+                .ok_or_else(|| what(UnwindError::RowOutside(*a)))?;
             for i in ins {
                 fde.add_instruction(off, i);
             }
@@ -926,9 +1075,7 @@ fn build_inner(
         frames.add_fde(id, fde);
     }
     let mut eh = gimli::write::EhFrame(EndianVec::new(LittleEndian));
-    frames
-        .write_eh_frame(&mut eh)
-        .map_err(|e| format!("writing .eh_frame: {e}"))?;
+    frames.write_eh_frame(&mut eh).map_err(UnwindError::Write)?;
     let mut eh_bytes = eh.0.into_vec();
     eh_bytes.extend_from_slice(&[0; 4]);
 
@@ -938,24 +1085,34 @@ fn build_inner(
     let back = EhFrame::new(&eh_bytes, LittleEndian);
     let mut entries = back.entries(&bases);
     let mut table = Vec::with_capacity(count);
-    while let Some(e) = entries.next().map_err(|e| format!("new .eh_frame: {e}"))? {
+    while let Some(e) = entries.next().map_err(|source| UnwindError::Read {
+        what: "new .eh_frame",
+        source,
+    })? {
         if let CieOrFde::Fde(p) = e {
             let fde = p
                 .parse(EhFrame::cie_from_offset)
-                .map_err(|e| format!("new .eh_frame FDE: {e}"))?;
+                .map_err(|source| UnwindError::Read {
+                    what: "new .eh_frame FDE",
+                    source,
+                })?;
             let o = outs
                 .get(table.len())
                 .filter(|o| o.start == fde.initial_address() && o.end - o.start == fde.len())
-                .ok_or("the new .eh_frame does not read back as written")?;
+                .ok_or(UnwindError::Inconsistent(
+                    "the new .eh_frame does not read back as written",
+                ))?;
             table.push((o.start, eh_vaddr + fde.offset() as u64));
         }
     }
     if table.len() != count {
-        return Err("the new .eh_frame does not read back as written".into());
+        return Err(UnwindError::Inconsistent(
+            "the new .eh_frame does not read back as written",
+        ));
     }
     table.sort_unstable();
     if let Some(w) = table.windows(2).find(|w| w[0].0 == w[1].0) {
-        return Err(format!("two FDEs start at {:#x}", w[0].0));
+        return Err(UnwindError::TwoFdes(w[0].0));
     }
     bytes.extend_from_slice(&eh_bytes);
 
@@ -963,7 +1120,7 @@ fn build_inner(
     let rel = |a: u64, from: u64| -> Res<[u8; 4]> {
         i32::try_from(a.wrapping_sub(from) as i64)
             .map(i32::to_le_bytes)
-            .map_err(|_| format!("{a:#x} is more than 2 GiB from the header"))
+            .map_err(|_| UnwindError::HeaderRange(a))
     };
     let mut hdr = vec![1u8];
     hdr.extend_from_slice(&HDR_ENCODINGS);
