@@ -74,6 +74,16 @@ pub struct Seg {
 }
 
 impl Seg {
+    /// Whether this is a summary, not [`Seg::NONE`]. Only `NONE` ends at
+    /// EXIT (a walk stops at a block), so `end` alone decides; comparing
+    /// the whole struct made the compiler reload it with one wide load
+    /// after narrow stores, which stalls in the regenerator's hottest loop.
+    #[inline]
+    pub fn is_some(&self) -> bool {
+        debug_assert!((self.end == Seg::NONE.end) == (*self == Seg::NONE));
+        self.end != Seg::NONE.end
+    }
+
     /// No summary: the machine walks this one block by block.
     pub const NONE: Seg = Seg {
         end: EXIT,

@@ -579,7 +579,7 @@ impl<'a> Machine<'a> {
                     // too: a SIGNAL there would need the skipped blocks.
                     if let Some(w) = read.filter(|_| self.stream.peek_second_is_witness()) {
                         let seg = sink.segs[l.module.index()].get(m, l.block, w);
-                        if seg != Seg::NONE {
+                        if seg.is_some() {
                             t.0 += u64::from(seg.insns);
                             t.1 += u64::from(seg.blocks);
                             self.skip_segment(l, seg);
@@ -594,15 +594,21 @@ impl<'a> Machine<'a> {
                     if let Some(w) = read.filter(|_| self.stream.peek_second_is_witness()) {
                         let segs = &mut sink.segs[l.module.index()];
                         let seg = segs.get(m, l.block, w);
-                        if seg != Seg::NONE {
+                        if seg.is_some() {
                             sink.out.extend_from_slice(segs.text(seg));
                             // The trail the block-by-block walk would have
                             // (its bytes decide what is certain).
                             self.skip_segment(l, seg);
                             self.trail.push(Mark::Segment);
                             self.trail_bytes = seg.trail as usize;
+                            // The segment's end, as `skip_segment` set it: not
+                            // read back from `self.cur`, whose two halves were
+                            // just stored (a wide load of them stalls).
                             self.trail.push(Mark::Block {
-                                loc: self.cur.expect("a segment ends at a block"),
+                                loc: Loc {
+                                    module: l.module,
+                                    block: seg.end,
+                                },
                                 first: 0,
                                 min: 0,
                                 cnt: self.xfers,
