@@ -89,7 +89,7 @@ fn main() -> ExitCode {
         Command::Regen(a) => cmd::regen::run(a),
         Command::Info(a) => cmd::info::run(a),
         Command::Verify(a) => cmd::verify::run(a),
-        Command::Cachesim { args } => return aetrace_cachesim::cli::main(args),
+        Command::Cachesim { args } => return cmd::cachesim::main(args),
     };
     match result {
         Ok(code) => code,

@@ -15,9 +15,9 @@
 //! - [`sweep`]: one-pass LRU miss ratios for many sizes and associativities
 //!   (Mattson stack distances; per-set-count stacks), and the SVG curve.
 //! - [`report`]: Dinero's statistics layout and `--json`.
-//! - [`cli`]: the command line shared by `cachesim` and `aetrace cachesim`.
 //!
-//! Exit codes of [`cli::main`]:
+//! The command line (`cachesim` and `aetrace cachesim`) lives in the
+//! `aetrace` binary's `src/cmd/cachesim.rs`. Its exit codes:
 //! - `0`: success.
 //! - `1`: bad input or a runtime error (a malformed trace line, named by its
 //!   line number; an unreadable file; a reference the model cannot take).
@@ -30,7 +30,6 @@
 
 pub mod cache;
 pub mod cachegrind;
-pub mod cli;
 pub mod config;
 pub mod dinero;
 pub mod report;

@@ -1,6 +1,9 @@
-//! The `cachesim` binary: hands its arguments to [`aetrace_cachesim::cli::main`]
+//! The `cachesim` binary: the same command line as `aetrace cachesim`
 //! (exit codes: 0 ok, 1 bad input or runtime error, 2 usage error).
 
+#[path = "../cmd/cachesim.rs"]
+mod cachesim;
+
 fn main() -> std::process::ExitCode {
-    aetrace_cachesim::cli::main(std::env::args_os().skip(1).collect())
+    cachesim::main(std::env::args_os().skip(1).collect())
 }

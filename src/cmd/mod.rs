@@ -5,6 +5,7 @@
 //! Invariants: a command's errors go back to `main` as values (one line
 //! each); only a command that ran the program ends like it ([`exit_like`]).
 
+pub mod cachesim;
 pub mod cfg;
 pub mod count;
 pub mod info;

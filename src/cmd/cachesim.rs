@@ -17,12 +17,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::mpsc;
 
-use crate::cachegrind::Cachegrind;
-use crate::config::HierarchyBuilder;
-use crate::dinero::Hierarchy;
-use crate::sweep::{Sweep, SweepSpec};
-use crate::trace::{InFormat, Input, Reader, Ref};
-use crate::{report, Error, Result};
+use aetrace_cachesim::cachegrind::Cachegrind;
+use aetrace_cachesim::config::HierarchyBuilder;
+use aetrace_cachesim::dinero::Hierarchy;
+use aetrace_cachesim::sweep::{Sweep, SweepSpec};
+use aetrace_cachesim::trace::{InFormat, Input, Reader, Ref};
+use aetrace_cachesim::{report, Error, Result};
 
 const USAGE: &str = "\
 usage: cachesim [options] [FILE]
@@ -144,7 +144,9 @@ fn parse(args: &[String]) -> Result<Cli> {
             }
             "--sweep" => cli.sweep = Some(need(arg)?),
             "--assoc" => cli.assoc = Some(need(arg)?),
-            "--bsize" => cli.bsize = Some(crate::config::parse_scaled(opt, &need(arg)?)?),
+            "--bsize" => {
+                cli.bsize = Some(aetrace_cachesim::config::parse_scaled(opt, &need(arg)?)?)
+            }
             "--svg" => cli.svg = Some(PathBuf::from(need(arg)?)),
             "-flushcount" | "-stat-interval" | "-on-trigger" | "-off-trigger"
             | "-stat-idcombine" | "-custom" => {
@@ -270,7 +272,7 @@ fn drive_chunks(
     mut window: Window,
     mut sim: impl FnMut(&[Ref]) -> Result<()>,
 ) -> Result<u64> {
-    let bounds = crate::trace::chunk_bounds(text, CHUNK);
+    let bounds = aetrace_cachesim::trace::chunk_bounds(text, CHUNK);
     std::thread::scope(|scope| {
         let mut results = Vec::new();
         let mut recycle = Vec::new();
@@ -283,8 +285,8 @@ fn drive_chunks(
             scope.spawn(move || {
                 for &(a, b) in bounds.iter().skip(w).step_by(PARSERS) {
                     let mut out = back_rx.try_recv().unwrap_or_default();
-                    let r =
-                        crate::trace::parse_chunk(&text[a..b], format, &mut out).map(|n| (out, n));
+                    let r = aetrace_cachesim::trace::parse_chunk(&text[a..b], format, &mut out)
+                        .map(|n| (out, n));
                     let failed = r.is_err();
                     if tx.send(r).is_err() || failed {
                         return;
@@ -351,13 +353,13 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
         })?;
         let points = sw.results();
         if let Some(path) = &cli.svg {
-            crate::sweep::svg(&points, bsize, path)?;
+            aetrace_cachesim::sweep::svg(&points, bsize, path)?;
         }
         emit(
             out,
             cli.json,
             || serde_json::json!({"model": "sweep", "block_size": bsize, "points": points}),
-            || crate::sweep::table(&points, bsize),
+            || aetrace_cachesim::sweep::table(&points, bsize),
         )?;
         return Ok(());
     }
