@@ -318,17 +318,28 @@ pub fn recover(p: &ProcProfile) -> std::result::Result<Counts, String> {
 
 /// Reads a profile file.
 pub fn read(path: &Path) -> Result<Profile> {
+    read_versioned(path, "profile", VERSION, |p: &Profile| p.version)
+}
+
+/// Reads the JSON file at `path` as a `kind` (`profile`, `path profile`)
+/// of format version `want`, the one this aetrace writes.
+pub(crate) fn read_versioned<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    kind: &str,
+    want: u32,
+    version: impl Fn(&T) -> u32,
+) -> Result<T> {
     let bytes = std::fs::read(path).map_err(|e| Error::Io {
         path: path.to_owned(),
         source: e,
     })?;
-    let p: Profile = serde_json::from_slice(&bytes)
-        .map_err(|e| perr(format!("{}: not a profile: {e}", path.display())))?;
-    if p.version != VERSION {
+    let p: T = serde_json::from_slice(&bytes)
+        .map_err(|e| perr(format!("{}: not a {kind}: {e}", path.display())))?;
+    if version(&p) != want {
         return Err(perr(format!(
-            "{}: profile version {} (this aetrace reads {VERSION})",
+            "{}: {kind} version {} (this aetrace reads {want})",
             path.display(),
-            p.version
+            version(&p)
         )));
     }
     Ok(p)

@@ -12,14 +12,10 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{BlockProfile, Counts, Error, Result};
+use crate::{perr, BlockProfile, Counts, Result};
 
 /// Version of the path profile format (`docs/profile.md`).
 pub const VERSION: u32 = 1;
-
-fn perr(what: impl Into<String>) -> Error {
-    Error::Profile { what: what.into() }
-}
 
 /// A path profile: one run of one program.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -143,20 +139,7 @@ pub struct PathCount {
 
 /// Reads a path profile file.
 pub fn read(path: &Path) -> Result<PathProfile> {
-    let bytes = std::fs::read(path).map_err(|e| Error::Io {
-        path: path.to_owned(),
-        source: e,
-    })?;
-    let p: PathProfile = serde_json::from_slice(&bytes)
-        .map_err(|e| perr(format!("{}: not a path profile: {e}", path.display())))?;
-    if p.version != VERSION {
-        return Err(perr(format!(
-            "{}: path profile version {} (this aetrace reads {VERSION})",
-            path.display(),
-            p.version
-        )));
-    }
-    Ok(p)
+    crate::read_versioned(path, "path profile", VERSION, |p: &PathProfile| p.version)
 }
 
 /// The procedures with executed paths over all sections (by section
