@@ -21,7 +21,7 @@ pub enum Error {
 
     /// Writing the output failed (a closed pipe, a full disk).
     #[error("writing the regenerated trace: {0}")]
-    Output(std::io::Error),
+    Output(#[source] std::io::Error),
 
     /// The options ask for something the trace does not have.
     #[error("{0}")]

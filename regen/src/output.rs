@@ -133,10 +133,10 @@ pub fn regen_to(
     path: Option<&std::path::Path>,
 ) -> Result<()> {
     let Some(path) = path else {
-        return reader_may_stop(regen_command(trace, opts, &mut std::io::stdout().lock()));
+        return regen_command(trace, opts, &mut std::io::stdout().lock());
     };
     let mut f = aetrace_format::atomic::AtomicFile::create(path, None).map_err(output_err)?;
-    reader_may_stop(regen_command(trace, opts, &mut f))?;
+    regen_command(trace, opts, &mut f)?;
     f.sync_all().map_err(output_err)?;
     f.commit().map_err(output_err)
 }
@@ -144,16 +144,6 @@ pub fn regen_to(
 /// The temporary-file error as an output error.
 fn output_err(e: aetrace_format::atomic::Error) -> Error {
     Error::Output(e.source)
-}
-
-/// A pipe's reader that stopped early (`aetrace regen | head`) ends the
-/// run quietly, as a closed pipe ends `cat`: what was written is exact and
-/// nobody is left to read the rest.
-fn reader_may_stop(r: Result<()>) -> Result<()> {
-    match r {
-        Err(Error::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        r => r,
-    }
 }
 
 /// Regenerates the trace at `path` into `out`, with a progress line on

@@ -97,11 +97,7 @@ pub fn warn(message: &str) {
 pub fn is_broken_pipe(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut at = Some(e);
     while let Some(e) = at {
-        // regen's output error holds its cause without naming it a source.
-        let io = match e.downcast_ref::<aetrace_regen::Error>() {
-            Some(aetrace_regen::Error::Output(io)) => Some(io),
-            _ => e.downcast_ref::<std::io::Error>(),
-        };
+        let io = e.downcast_ref::<std::io::Error>();
         if io.is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) {
             return true;
         }
