@@ -12,7 +12,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{perr, BlockProfile, Counts, Result};
+use crate::{BlockProfile, Counts, Result};
 
 /// Version of the path profile format (`docs/profile.md`).
 pub const VERSION: u32 = 1;
@@ -301,7 +301,7 @@ pub fn json_report(p: &PathProfile, top: usize, w: &mut dyn Write) -> Result<()>
         "path_increments": p.path_increments, "edge_increments": p.edge_increments,
         "edge_profiled": edge_profiled(&secs), "procedures": procs,
     });
-    serde_json::to_writer(&mut *w, &v).map_err(|e| perr(e.to_string()))?;
+    serde_json::to_writer(&mut *w, &v).map_err(std::io::Error::from)?;
     writeln!(w)?;
     Ok(())
 }

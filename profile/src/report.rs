@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::Path;
 
-use crate::{perr, Profile, Result};
+use crate::{Profile, Result};
 
 /// The text report: totals, the hottest procedures and blocks, each with
 /// its module (the executable's file name or a library's DT_NEEDED name).
@@ -284,7 +284,7 @@ pub fn json(p: &Profile, w: &mut dyn Write) -> Result<()> {
         "program": p.program, "status": p.status, "increments": p.increments,
         "placement": p.placement, "weights": p.weights, "procedures": by_proc,
     });
-    serde_json::to_writer(&mut *w, &v).map_err(|e| perr(e.to_string()))?;
+    serde_json::to_writer(&mut *w, &v).map_err(std::io::Error::from)?;
     writeln!(w)?;
     Ok(())
 }

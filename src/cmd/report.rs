@@ -33,13 +33,8 @@ impl From<Format> for aetrace_profile::report::Format {
 
 pub fn run(a: Args) -> super::Result {
     let p = aetrace_profile::read(&a.profile)?;
-    // Rendered first: the JSON writer's errors carry no I/O kind, and a
-    // closed pipe must be told from a failed report.
-    let mut report = Vec::new();
-    aetrace_profile::report::write(&p, a.format.into(), a.top, &mut report)?;
-    std::io::stdout()
-        .lock()
-        .write_all(&report)
-        .map_err(aetrace_profile::Error::Output)?;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    aetrace_profile::report::write(&p, a.format.into(), a.top, &mut out)?;
+    out.flush().map_err(aetrace_profile::Error::Output)?;
     Ok(ExitCode::SUCCESS)
 }
