@@ -37,5 +37,6 @@ mod tests;
 
 pub use error::{Error, Result};
 pub use output::{
-    regen_command, regen_to, regen_trace, totals, Format, Options, ThreadTotals, Totals,
+    regen_command, regen_to, regen_trace, totals, with_thread_machine, Format, Options,
+    ThreadTotals, Totals,
 };

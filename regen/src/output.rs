@@ -189,18 +189,7 @@ pub(crate) fn regen_trace_ahead<B: AsRef<[u8]> + Sync>(
     ahead_bytes: usize,
 ) -> Result<()> {
     let (compiled, groups, jobs, note) = prepare(trace, opts)?;
-    let ctx = Ctx {
-        trace,
-        forks: fork_states(trace)?,
-        compiled: &compiled,
-        groups: group_views(&compiled, &groups),
-        group_ids: groups.clone(),
-        jobs: &jobs,
-        note,
-        opts,
-        ahead_bytes,
-        spare: Default::default(),
-    };
+    let ctx = Ctx::new(trace, &compiled, &groups, &jobs, note, opts, ahead_bytes)?;
     if opts.count {
         let text = ctx.totals()?.to_string();
         return out.write_all(text.as_bytes()).map_err(Error::Output);
@@ -215,19 +204,30 @@ pub fn totals<B: AsRef<[u8]> + Sync>(trace: &Trace<B>, opts: &Options) -> Result
         ..opts.clone()
     };
     let (compiled, groups, jobs, note) = prepare(trace, &opts)?;
-    Ctx {
-        trace,
-        forks: fork_states(trace)?,
-        compiled: &compiled,
-        groups: group_views(&compiled, &groups),
-        group_ids: groups.clone(),
-        jobs: &jobs,
-        note,
-        opts: &opts,
-        ahead_bytes: AHEAD_BYTES,
-        spare: Default::default(),
-    }
-    .totals()
+    Ctx::new(trace, &compiled, &groups, &jobs, note, &opts, AHEAD_BYTES)?.totals()
+}
+
+/// One thread's regeneration as a [`Machine`] at the start of its stream,
+/// its modules compiled for `format` with run-time addresses, handed to
+/// `f`: for callers that step through a thread's trace themselves (the
+/// debugger, which clones the machine to keep snapshots). The machine is
+/// set up as `regen --thread thread` sets it up (fork children continue
+/// from their parent's state), so its output is `regen`'s.
+pub fn with_thread_machine<B: AsRef<[u8]> + Sync, R>(
+    trace: &Trace<B>,
+    thread: u32,
+    format: Format,
+    f: impl FnOnce(Machine<'_>) -> R,
+) -> Result<R> {
+    let opts = Options {
+        format,
+        thread: Some(thread),
+        ..Options::default()
+    };
+    let (compiled, groups, jobs, note) = prepare(trace, &opts)?;
+    let ctx = Ctx::new(trace, &compiled, &groups, &jobs, note, &opts, AHEAD_BYTES)?;
+    let job = jobs.first().expect("prepare keeps the thread asked for");
+    Ok(f(ctx.machine(job)))
 }
 
 /// What `--count` reports.
@@ -583,6 +583,29 @@ struct Piece<'m> {
 const MIN_PIECE_BYTES: u64 = 1 << 20;
 
 impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
+    fn new(
+        trace: &'a Trace<B>,
+        compiled: &'a [Module],
+        groups: &[Vec<usize>],
+        jobs: &'a [Job<'a>],
+        note: String,
+        opts: &'a Options,
+        ahead_bytes: usize,
+    ) -> Result<Self> {
+        Ok(Ctx {
+            trace,
+            forks: fork_states(trace)?,
+            compiled,
+            groups: group_views(compiled, groups),
+            group_ids: groups.to_vec(),
+            jobs,
+            note,
+            opts,
+            ahead_bytes,
+            spare: Default::default(),
+        })
+    }
+
     fn groups_idx(&self, job: &Job<'_>) -> &[usize] {
         &self.group_ids[job.group]
     }

@@ -1,0 +1,206 @@
+//! `aetrace-debug`: trace-driven debugging. A gdb remote stub
+//! (`aetrace debug --server`) that serves one thread of a recorded run as
+//! gdb's target, with time travel over the whole run: gdb steps, breaks
+//! and runs backwards through the regenerated instruction stream
+//! (`../shared/DESIGN-debug.md`, issue 22; `docs/debug.md` says what works).
+//!
+//! - [`timeline`]: the thread's instructions as positions, with snapshots
+//!   of the regenerator's machine for going back;
+//! - [`image`]: the memory and module lists gdb reads (read-only segments
+//!   of the modules' ELF files at their load bases);
+//! - [`stub`]: the gdb target (`gdbstub` speaks the protocol).
+//!
+//! Invariants: the pc at position `n` is the `n`th address of `aetrace
+//! regen --thread T --format insn`; no register or memory byte the trace
+//! does not determine is ever served (unavailable instead); the library
+//! prints nothing (errors are [`Error`] values for the binary to report).
+
+pub mod image;
+pub mod stub;
+pub mod timeline;
+
+#[cfg(test)]
+mod tests;
+
+use aetrace_format::{ModuleId, Trace};
+use gdbstub::conn::{Connection, ConnectionExt};
+use gdbstub::stub::{run_blocking, DisconnectReason, GdbStub, SingleThreadStopReason};
+use std::io::{BufRead, Write};
+
+/// What can stop a debugging session.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The trace could not be read.
+    #[error(transparent)]
+    Trace(#[from] aetrace_format::Error),
+    /// The thread could not be regenerated.
+    #[error(transparent)]
+    Regen(#[from] aetrace_regen::Error),
+    /// The thread ran no traced instruction.
+    #[error("thread {0} executed no traced instruction: nothing to debug")]
+    Empty(u32),
+    /// `--at` is past the thread's end.
+    #[error("thread {thread} executed fewer than {} traced instructions (--at {at})", at + 1)]
+    At {
+        /// The thread.
+        thread: u32,
+        /// The position asked for.
+        at: u64,
+    },
+    /// The connection to gdb failed.
+    #[error("the connection to gdb failed: {0}")]
+    Connection(std::io::Error),
+    /// The protocol or the target failed.
+    #[error("the gdb stub failed: {0}")]
+    Stub(String),
+}
+
+/// Which thread, and where to start.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    /// The trace's thread id (default: the first thread).
+    pub thread: Option<u32>,
+    /// The position to start at (default 0, the first instruction).
+    pub at: u64,
+    /// Instructions between snapshots (0: [`timeline::INTERVAL`]).
+    pub interval: usize,
+}
+
+/// A connection over a byte reader and writer (stdin and stdout for `target
+/// remote | aetrace debug --server`, in-memory buffers in tests).
+pub struct Pipe<R, W> {
+    input: R,
+    output: W,
+}
+
+impl<R: BufRead, W: Write> Pipe<R, W> {
+    /// A connection reading `input` and writing `output`.
+    pub fn new(input: R, output: W) -> Self {
+        Pipe { input, output }
+    }
+
+    /// The writer, back (tests read the replies from it).
+    pub fn into_output(self) -> W {
+        self.output
+    }
+}
+
+impl<R: BufRead, W: Write> Connection for Pipe<R, W> {
+    type Error = std::io::Error;
+
+    fn write(&mut self, byte: u8) -> std::io::Result<()> {
+        self.output.write_all(&[byte])
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        self.output.write_all(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.output.flush()
+    }
+}
+
+impl<R: BufRead, W: Write> ConnectionExt for Pipe<R, W> {
+    fn read(&mut self) -> std::io::Result<u8> {
+        let b = *self
+            .input
+            .fill_buf()?
+            .first()
+            .ok_or(std::io::ErrorKind::UnexpectedEof)?;
+        self.input.consume(1);
+        Ok(b)
+    }
+
+    /// Never used: the stub does not poll gdb while the target runs (a run
+    /// ends at regeneration speed), so nothing is ever waiting here.
+    fn peek(&mut self) -> std::io::Result<Option<u8>> {
+        Ok(None)
+    }
+}
+
+/// The event loop: the target runs in the stub's thread, to the end of each
+/// action, without polling the connection.
+struct Loop<'m, C>(std::marker::PhantomData<(&'m (), C)>);
+
+impl<'m, C: ConnectionExt> run_blocking::BlockingEventLoop for Loop<'m, C> {
+    type Target = stub::Stub<'m>;
+    type Connection = C;
+    type StopReason = SingleThreadStopReason<u64>;
+
+    #[allow(clippy::type_complexity)]
+    fn wait_for_stop_reason(
+        target: &mut stub::Stub<'m>,
+        _conn: &mut C,
+    ) -> Result<
+        run_blocking::Event<SingleThreadStopReason<u64>>,
+        run_blocking::WaitForStopReasonError<String, C::Error>,
+    > {
+        Ok(run_blocking::Event::TargetStopped(stub::stop_reason(
+            target.run(),
+        )))
+    }
+
+    fn on_interrupt(
+        _target: &mut stub::Stub<'m>,
+    ) -> Result<Option<SingleThreadStopReason<u64>>, String> {
+        Ok(Some(SingleThreadStopReason::Signal(
+            gdbstub::common::Signal::SIGINT,
+        )))
+    }
+}
+
+/// Serves thread `opts.thread` of `trace` to gdb over `conn` until gdb
+/// disconnects.
+pub fn serve<B, C>(trace: &Trace<B>, opts: Options, conn: C) -> Result<(), Error>
+where
+    B: AsRef<[u8]> + Sync,
+    C: ConnectionExt<Error = std::io::Error>,
+{
+    let thread = match opts.thread {
+        Some(t) => t,
+        None => trace.threads().next().map_or(0, |t| t.start.thread.0),
+    };
+    let format = aetrace_regen::Format::Bin;
+    let interval = match opts.interval {
+        0 => timeline::INTERVAL,
+        n => n,
+    };
+    aetrace_regen::with_thread_machine(trace, thread, format, |machine| {
+        let modules = machine.modules();
+        let pid = trace.module(ModuleId(modules[0].tag)).map_or(0, |m| m.pid);
+        let image = image::Image::of_process(trace, pid);
+        let mut timeline = timeline::Timeline::new(machine, interval);
+        if !timeline.has(0) {
+            return Err(match timeline.error() {
+                Some(e) => Error::Stub(e.to_string()),
+                None => Error::Empty(thread),
+            });
+        }
+        if !timeline.has(opts.at) {
+            return Err(Error::At {
+                thread,
+                at: opts.at,
+            });
+        }
+        let mut target = stub::Stub::new(timeline, image, modules, opts.at);
+        run(&mut target, conn)
+    })?
+}
+
+/// Runs the protocol over `conn` until gdb disconnects.
+fn run<C: ConnectionExt<Error = std::io::Error>>(
+    target: &mut stub::Stub<'_>,
+    conn: C,
+) -> Result<(), Error> {
+    match GdbStub::new(conn).run_blocking::<Loop<'_, C>>(target) {
+        Ok(DisconnectReason::Disconnect | DisconnectReason::Kill) => Ok(()),
+        Ok(other) => Err(Error::Stub(format!("unexpected end: {other:?}"))),
+        Err(e) if e.is_connection_error() => match e.into_connection_error() {
+            Some((e, _)) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(()),
+            Some((e, _)) => Err(Error::Connection(e)),
+            None => Ok(()),
+        },
+        Err(e) => Err(Error::Stub(e.to_string())),
+    }
+}

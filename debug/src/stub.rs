@@ -1,0 +1,570 @@
+//! The gdb remote stub over one thread's [`Timeline`]: the `gdbstub` crate
+//! speaks the protocol; this module answers it.
+//!
+//! - Registers: only `rip` is known (the instruction at the current
+//!   position); every other register is *unavailable* (`xx` in `g`
+//!   replies), so gdb never shows a made-up value. Writes are refused.
+//! - Memory: the read-only segments of the modules ([`Image`]).
+//! - Execution: `stepi`/`reverse-stepi` move one position; `continue`,
+//!   `reverse-continue` and range stepping search the timeline for the next
+//!   breakpoint (software and hardware alike: nothing is written into
+//!   memory) inside the stub, at regeneration speed; running off either end
+//!   stops with gdb's replay-log stop ("No more reverse-execution history").
+//! - `monitor` commands: `when`, `seek N`, `info` ([`Stub::monitor`]).
+
+use crate::image::Image;
+use crate::timeline::{Found, Timeline};
+use aetrace_regen::compile::Module as Compiled;
+use gdbstub::arch::{Arch, Registers};
+use gdbstub::common::Signal;
+use gdbstub::target::ext::base::reverse_exec::{ReplayLogPosition, ReverseCont, ReverseStep};
+use gdbstub::target::ext::base::singlethread::{
+    SingleThreadBase, SingleThreadRangeStepping, SingleThreadResume, SingleThreadSingleStep,
+};
+use gdbstub::target::ext::breakpoints::{Breakpoints, HwBreakpoint, SwBreakpoint};
+use gdbstub::target::ext::monitor_cmd::{outputln, ConsoleOutput, MonitorCmd};
+use gdbstub::target::{Target, TargetError, TargetResult};
+
+/// x86-64 with only `rip` available (gdb's `i386:x86-64` core and SSE
+/// registers, the layout of `gdbstub_arch`'s `X86_64_SSE`).
+pub enum PcOnly {}
+
+impl Arch for PcOnly {
+    type Usize = u64;
+    type Registers = PcRegs;
+    type RegId = gdbstub_arch::x86::reg::id::X86_64CoreRegId;
+    type BreakpointKind = usize;
+
+    fn target_description_xml() -> Option<&'static str> {
+        gdbstub_arch::x86::X86_64_SSE::target_description_xml()
+    }
+}
+
+/// The register file: `rip`, the rest unavailable.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PcRegs {
+    /// The current instruction's address.
+    pub rip: u64,
+}
+
+/// Bytes of the `g` packet's registers around rip: rax..r15 before it;
+/// eflags, six segments, eight x87 registers, eight x87 control words,
+/// sixteen xmm registers and mxcsr after it.
+const BEFORE_RIP: usize = 16 * 8;
+const AFTER_RIP: usize = 4 + 6 * 4 + 8 * 10 + 8 * 4 + 16 * 16 + 4;
+
+impl Registers for PcRegs {
+    type ProgramCounter = u64;
+
+    fn pc(&self) -> u64 {
+        self.rip
+    }
+
+    fn gdb_serialize(&self, mut write_byte: impl FnMut(Option<u8>)) {
+        (0..BEFORE_RIP).for_each(|_| write_byte(None));
+        self.rip
+            .to_le_bytes()
+            .iter()
+            .for_each(|&b| write_byte(Some(b)));
+        (0..AFTER_RIP).for_each(|_| write_byte(None));
+    }
+
+    fn gdb_deserialize(&mut self, _bytes: &[u8]) -> Result<(), ()> {
+        // A trace cannot be changed.
+        Err(())
+    }
+}
+
+/// What gdb asked the target to do at the next resume.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Action {
+    Step,
+    Continue,
+    ReverseStep,
+    ReverseContinue,
+    /// Step while the pc is in `start..end`.
+    Range(u64, u64),
+}
+
+/// Why the target stopped, before translation into gdbstub's type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// A step ended (one instruction, or a range left).
+    Step,
+    /// A software breakpoint was reached.
+    SwBreak,
+    /// A hardware breakpoint was reached.
+    HwBreak,
+    /// The first instruction was reached going backwards.
+    Begin,
+    /// The last instruction was reached going forwards.
+    End,
+}
+
+/// The target gdb debugs: a thread's timeline, a position on it, the
+/// process image and the breakpoints.
+pub struct Stub<'m> {
+    timeline: Timeline<'m>,
+    pos: u64,
+    image: Image,
+    /// Breakpoint addresses: (address, hardware).
+    breaks: Vec<(u64, bool)>,
+    action: Action,
+    /// Block starts of the traced modules: run-time start, end, module,
+    /// procedure name; sorted by start.
+    blocks: Vec<(u64, u64, usize, &'m str)>,
+    modules: &'m [&'m Compiled],
+}
+
+impl<'m> Stub<'m> {
+    /// A stub at position `at` of `timeline`, over `image`; `modules` are
+    /// the regenerator's (blocks and procedures for `monitor`).
+    pub fn new(
+        timeline: Timeline<'m>,
+        image: Image,
+        modules: &'m [&'m Compiled],
+        at: u64,
+    ) -> Stub<'m> {
+        let mut blocks = Vec::new();
+        for (mi, m) in modules.iter().enumerate() {
+            for b in m.blocks.values() {
+                let start = m.load_base.wrapping_add(b.start);
+                blocks.push((
+                    start,
+                    start + u64::from(b.size),
+                    mi,
+                    m.procs[b.proc].name.as_str(),
+                ));
+            }
+        }
+        blocks.sort_unstable_by_key(|b| b.0);
+        Stub {
+            timeline,
+            pos: at,
+            image,
+            breaks: Vec::new(),
+            action: Action::Continue,
+            blocks,
+            modules,
+        }
+    }
+
+    /// The current position.
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// The current instruction's address.
+    pub fn pc(&mut self) -> u64 {
+        self.timeline.address(self.pos).unwrap_or(0)
+    }
+
+    /// Moves to position `n` if the thread executed that many instructions.
+    pub fn seek(&mut self, n: u64) -> bool {
+        let ok = self.timeline.has(n);
+        if ok {
+            self.pos = n;
+        }
+        ok
+    }
+
+    /// Carries out the pending action and says why it stopped.
+    pub fn run(&mut self) -> Stop {
+        match self.action {
+            Action::Step => match self.timeline.has(self.pos + 1) {
+                true => {
+                    self.pos += 1;
+                    Stop::Step
+                }
+                false => Stop::End,
+            },
+            Action::ReverseStep => match self.pos.checked_sub(1) {
+                Some(p) => {
+                    self.pos = p;
+                    Stop::Step
+                }
+                None => Stop::Begin,
+            },
+            Action::Continue => {
+                let breaks = &self.breaks;
+                let f = self
+                    .timeline
+                    .find_forward(self.pos, |a| is_break(breaks, a));
+                self.stop_at(f, Stop::End)
+            }
+            Action::ReverseContinue => {
+                let breaks = &self.breaks;
+                let f = self
+                    .timeline
+                    .find_backward(self.pos, |a| is_break(breaks, a));
+                self.stop_at(f, Stop::Begin)
+            }
+            Action::Range(start, end) => {
+                // Until the pc leaves the range or meets a breakpoint.
+                let breaks = &self.breaks;
+                let f = self.timeline.find_forward(self.pos, |a| {
+                    !(start..end).contains(&a) || is_break(breaks, a)
+                });
+                self.stop_at(f, Stop::End)
+            }
+        }
+    }
+
+    /// Moves to what a search found: a breakpoint, or `end` of the timeline.
+    fn stop_at(&mut self, f: Found, end: Stop) -> Stop {
+        match f {
+            Found::At(p) => {
+                self.pos = p;
+                self.break_kind().unwrap_or(Stop::Step)
+            }
+            Found::End(p) => {
+                self.pos = p;
+                end
+            }
+        }
+    }
+
+    /// The breakpoint at the current pc, if any.
+    fn break_kind(&mut self) -> Option<Stop> {
+        let pc = self.pc();
+        let hw = self.breaks.iter().find(|b| b.0 == pc)?.1;
+        Some(if hw { Stop::HwBreak } else { Stop::SwBreak })
+    }
+
+    fn block_at(&self, addr: u64) -> Option<&(u64, u64, usize, &'m str)> {
+        let i = self
+            .blocks
+            .partition_point(|b| b.0 <= addr)
+            .checked_sub(1)?;
+        Some(&self.blocks[i]).filter(|b| addr < b.1)
+    }
+
+    /// The number of blocks entered up to and including the current
+    /// position: instructions that start a block of a program database.
+    fn block_number(&mut self) -> u64 {
+        let starts: std::collections::HashSet<u64> = self.blocks.iter().map(|b| b.0).collect();
+        let mut n = 0;
+        let mut p = 0;
+        while p <= self.pos {
+            match self.timeline.address(p) {
+                Some(a) if starts.contains(&a) => n += 1,
+                Some(_) => {}
+                None => break,
+            }
+            p += 1;
+        }
+        n
+    }
+
+    /// Answers `monitor CMD`: one or more lines of text.
+    pub fn monitor(&mut self, cmd: &str) -> String {
+        let words: Vec<&str> = cmd.split_whitespace().collect();
+        match words[..] {
+            ["when"] => {
+                let block = self.block_number().saturating_sub(1);
+                format!("instruction {} block {block}", self.pos)
+            }
+            ["seek", n] => match n.parse::<u64>() {
+                Ok(n) if self.seek(n) => format!(
+                    "at instruction {n} ({:#x}); run `maintenance flush register-cache` (aetrace's `seek` command does)",
+                    self.pc()
+                ),
+                Ok(n) => format!("no instruction {n}: the thread executed fewer"),
+                Err(_) => format!("seek: {n:?} is not an instruction number"),
+            },
+            ["info"] => self.info(),
+            _ => "commands: when, seek N, info".into(),
+        }
+    }
+
+    /// `monitor info`: where the current instruction is.
+    fn info(&mut self) -> String {
+        let pc = self.pc();
+        let module = self
+            .image
+            .module_at(pc)
+            .map_or("?".to_owned(), |m| m.path.clone());
+        match self.block_at(pc) {
+            Some(&(start, _, mi, proc)) => format!(
+                "instruction {} at {pc:#x}: module {} procedure {proc} block {start:#x}",
+                self.pos, self.modules[mi].name
+            ),
+            None => format!(
+                "instruction {} at {pc:#x}: module {module}, in no traced block",
+                self.pos
+            ),
+        }
+    }
+
+    /// The error that ended the timeline early, if any.
+    pub fn timeline_error(&self) -> Option<String> {
+        self.timeline.error().map(|e| e.to_string())
+    }
+}
+
+/// Whether `a` is a breakpoint's address.
+fn is_break(breaks: &[(u64, bool)], a: u64) -> bool {
+    breaks.iter().any(|b| b.0 == a)
+}
+
+/// gdbstub's stop reason for a [`Stop`].
+pub fn stop_reason(s: Stop) -> gdbstub::stub::SingleThreadStopReason<u64> {
+    use gdbstub::stub::SingleThreadStopReason as R;
+    match s {
+        Stop::Step => R::DoneStep,
+        Stop::SwBreak => R::SwBreak(()),
+        Stop::HwBreak => R::HwBreak(()),
+        Stop::Begin => R::ReplayLog {
+            tid: None,
+            pos: ReplayLogPosition::Begin,
+        },
+        Stop::End => R::ReplayLog {
+            tid: None,
+            pos: ReplayLogPosition::End,
+        },
+    }
+}
+
+impl Target for Stub<'_> {
+    type Arch = PcOnly;
+    type Error = String;
+
+    #[inline(always)]
+    fn base_ops(&mut self) -> gdbstub::target::ext::base::BaseOps<'_, PcOnly, String> {
+        gdbstub::target::ext::base::BaseOps::SingleThread(self)
+    }
+
+    #[inline(always)]
+    fn support_breakpoints(
+        &mut self,
+    ) -> Option<gdbstub::target::ext::breakpoints::BreakpointsOps<'_, Self>> {
+        Some(self)
+    }
+
+    #[inline(always)]
+    fn support_monitor_cmd(
+        &mut self,
+    ) -> Option<gdbstub::target::ext::monitor_cmd::MonitorCmdOps<'_, Self>> {
+        Some(self)
+    }
+
+    #[inline(always)]
+    fn support_exec_file(
+        &mut self,
+    ) -> Option<gdbstub::target::ext::exec_file::ExecFileOps<'_, Self>> {
+        Some(self)
+    }
+
+    #[inline(always)]
+    fn support_auxv(&mut self) -> Option<gdbstub::target::ext::auxv::AuxvOps<'_, Self>> {
+        Some(self)
+    }
+
+    #[inline(always)]
+    fn support_libraries_svr4(
+        &mut self,
+    ) -> Option<gdbstub::target::ext::libraries::LibrariesSvr4Ops<'_, Self>> {
+        Some(self)
+    }
+}
+
+impl SingleThreadBase for Stub<'_> {
+    fn read_registers(&mut self, regs: &mut PcRegs) -> TargetResult<(), Self> {
+        regs.rip = self.pc();
+        Ok(())
+    }
+
+    fn write_registers(&mut self, _regs: &PcRegs) -> TargetResult<(), Self> {
+        Err(TargetError::NonFatal)
+    }
+
+    fn read_addrs(&mut self, start: u64, data: &mut [u8]) -> TargetResult<usize, Self> {
+        match self.image.read(start, data) {
+            0 => Err(TargetError::NonFatal),
+            n => Ok(n),
+        }
+    }
+
+    fn write_addrs(&mut self, _start: u64, _data: &[u8]) -> TargetResult<(), Self> {
+        Err(TargetError::NonFatal)
+    }
+
+    #[inline(always)]
+    fn support_resume(
+        &mut self,
+    ) -> Option<gdbstub::target::ext::base::singlethread::SingleThreadResumeOps<'_, Self>> {
+        Some(self)
+    }
+}
+
+impl SingleThreadResume for Stub<'_> {
+    fn resume(&mut self, signal: Option<Signal>) -> Result<(), String> {
+        if signal.is_some() {
+            return Err("a recorded run cannot be continued with a signal".into());
+        }
+        self.action = Action::Continue;
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn support_single_step(
+        &mut self,
+    ) -> Option<gdbstub::target::ext::base::singlethread::SingleThreadSingleStepOps<'_, Self>> {
+        Some(self)
+    }
+
+    #[inline(always)]
+    fn support_range_step(
+        &mut self,
+    ) -> Option<gdbstub::target::ext::base::singlethread::SingleThreadRangeSteppingOps<'_, Self>>
+    {
+        Some(self)
+    }
+
+    #[inline(always)]
+    fn support_reverse_step(
+        &mut self,
+    ) -> Option<gdbstub::target::ext::base::reverse_exec::ReverseStepOps<'_, (), Self>> {
+        Some(self)
+    }
+
+    #[inline(always)]
+    fn support_reverse_cont(
+        &mut self,
+    ) -> Option<gdbstub::target::ext::base::reverse_exec::ReverseContOps<'_, (), Self>> {
+        Some(self)
+    }
+}
+
+impl SingleThreadSingleStep for Stub<'_> {
+    fn step(&mut self, signal: Option<Signal>) -> Result<(), String> {
+        if signal.is_some() {
+            return Err("a recorded run cannot be stepped with a signal".into());
+        }
+        self.action = Action::Step;
+        Ok(())
+    }
+}
+
+impl SingleThreadRangeStepping for Stub<'_> {
+    fn resume_range_step(&mut self, start: u64, end: u64) -> Result<(), String> {
+        self.action = Action::Range(start, end);
+        Ok(())
+    }
+}
+
+impl ReverseStep<()> for Stub<'_> {
+    fn reverse_step(&mut self, _tid: ()) -> Result<(), String> {
+        self.action = Action::ReverseStep;
+        Ok(())
+    }
+}
+
+impl ReverseCont<()> for Stub<'_> {
+    fn reverse_cont(&mut self) -> Result<(), String> {
+        self.action = Action::ReverseContinue;
+        Ok(())
+    }
+}
+
+impl Breakpoints for Stub<'_> {
+    #[inline(always)]
+    fn support_sw_breakpoint(
+        &mut self,
+    ) -> Option<gdbstub::target::ext::breakpoints::SwBreakpointOps<'_, Self>> {
+        Some(self)
+    }
+
+    #[inline(always)]
+    fn support_hw_breakpoint(
+        &mut self,
+    ) -> Option<gdbstub::target::ext::breakpoints::HwBreakpointOps<'_, Self>> {
+        Some(self)
+    }
+}
+
+impl Stub<'_> {
+    fn add_break(&mut self, addr: u64, hw: bool) -> bool {
+        if !self.breaks.contains(&(addr, hw)) {
+            self.breaks.push((addr, hw));
+        }
+        true
+    }
+
+    fn remove_break(&mut self, addr: u64, hw: bool) -> bool {
+        let before = self.breaks.len();
+        self.breaks.retain(|&b| b != (addr, hw));
+        self.breaks.len() < before
+    }
+}
+
+impl SwBreakpoint for Stub<'_> {
+    fn add_sw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
+        Ok(self.add_break(addr, false))
+    }
+
+    fn remove_sw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
+        Ok(self.remove_break(addr, false))
+    }
+}
+
+impl HwBreakpoint for Stub<'_> {
+    fn add_hw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
+        Ok(self.add_break(addr, true))
+    }
+
+    fn remove_hw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
+        Ok(self.remove_break(addr, true))
+    }
+}
+
+impl MonitorCmd for Stub<'_> {
+    fn handle_monitor_cmd(&mut self, cmd: &[u8], mut out: ConsoleOutput<'_>) -> Result<(), String> {
+        let reply = self.monitor(&String::from_utf8_lossy(cmd));
+        outputln!(out, "{reply}");
+        Ok(())
+    }
+}
+
+/// Copies `data[offset..offset + length]` into `buf` (qXfer objects).
+fn xfer(data: &[u8], offset: u64, length: usize, buf: &mut [u8]) -> usize {
+    let from = (offset as usize).min(data.len());
+    let n = length.min(buf.len()).min(data.len() - from);
+    buf[..n].copy_from_slice(&data[from..from + n]);
+    n
+}
+
+impl gdbstub::target::ext::exec_file::ExecFile for Stub<'_> {
+    fn get_exec_file(
+        &self,
+        _pid: Option<gdbstub::common::Pid>,
+        offset: u64,
+        length: usize,
+        buf: &mut [u8],
+    ) -> TargetResult<usize, Self> {
+        let path = self.image.main().map_or("", |m| m.path.as_str());
+        Ok(xfer(path.as_bytes(), offset, length, buf))
+    }
+}
+
+impl gdbstub::target::ext::auxv::Auxv for Stub<'_> {
+    fn get_auxv(&self, offset: u64, length: usize, buf: &mut [u8]) -> TargetResult<usize, Self> {
+        Ok(xfer(&self.image.auxv(), offset, length, buf))
+    }
+}
+
+impl gdbstub::target::ext::libraries::LibrariesSvr4 for Stub<'_> {
+    fn get_libraries_svr4(
+        &self,
+        offset: u64,
+        length: usize,
+        buf: &mut [u8],
+    ) -> TargetResult<usize, Self> {
+        Ok(xfer(
+            self.image.libraries_svr4().as_bytes(),
+            offset,
+            length,
+            buf,
+        ))
+    }
+}

@@ -1,0 +1,209 @@
+//! Packet-level tests of the stub on synthetic traces (`aetrace_regen`'s
+//! testkit: random programs and executions, whose instruction addresses
+//! come from the execution, not from the regenerator): gdb's packets in,
+//! the stub's replies checked, over an in-memory connection.
+
+use crate::{serve, Options, Pipe};
+use aetrace_format::Trace;
+use aetrace_graph::testgen::{self, Rng};
+use aetrace_regen::testkit::{random_case, trace_bytes};
+
+/// A trace of one random execution of at most `budget` steps, and its
+/// instruction addresses.
+fn synthetic(seed: u64, budget: usize) -> (Vec<u8>, Vec<u64>) {
+    let s = random_case(seed, 4, 20, true);
+    let mut rng = Rng::new(seed ^ 0x5eed);
+    let exec = testgen::Executor::new(&s.prog).run(&mut rng, budget, false);
+    let bytes = trace_bytes(&s.db, &[s.stream(&exec)], 4096);
+    let addrs = s
+        .expected_insns(&exec)
+        .lines()
+        .map(|l| u64::from_str_radix(l, 16).unwrap())
+        .collect();
+    (bytes, addrs)
+}
+
+fn packet(body: &str) -> String {
+    let sum = body.bytes().fold(0u8, |a, b| a.wrapping_add(b));
+    format!("${body}#{sum:02x}")
+}
+
+/// `monitor CMD` as gdb sends it.
+fn monitor(cmd: &str) -> String {
+    let hex: String = cmd.bytes().map(|b| format!("{b:02x}")).collect();
+    format!("qRcmd,{hex}")
+}
+
+/// Instructions per timeline interval in these tests: small, so that
+/// short executions cross many snapshots.
+const INTERVAL: usize = 7;
+
+/// Sends `packets` (after gdb's capabilities) and returns the replies, one
+/// per packet sent (console output of `monitor` folded into its reply).
+fn session(trace: &[u8], at: u64, packets: &[String]) -> Vec<String> {
+    let opts = Options {
+        thread: None,
+        at,
+        interval: INTERVAL,
+    };
+    let t = Trace::parse(trace).unwrap();
+    let mut input = packet("qSupported:swbreak+;hwbreak+");
+    for p in packets {
+        input.push('+');
+        input.push_str(&packet(p));
+    }
+    input.push('+');
+    let mut out = Vec::new();
+    let conn = Pipe::new(input.as_bytes(), &mut out);
+    serve(&t, opts, conn).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let mut replies: Vec<String> = Vec::new();
+    let mut console = String::new();
+    for p in text.split('$').skip(1) {
+        let body = &unrle(&p[..p.rfind('#').unwrap()]);
+        // `O` packets carry monitor output before the final reply.
+        if body.starts_with('O') && body.len() > 1 && body != "OK" {
+            console.push_str(&String::from_utf8(unhex(&body[1..])).unwrap());
+            continue;
+        }
+        replies.push(format!("{console}{body}"));
+        console.clear();
+    }
+    replies.remove(0); // qSupported
+    replies
+}
+
+/// Expands the protocol's run-length encoding (`c*N`: `N - 29` more `c`).
+fn unrle(s: &str) -> String {
+    let mut out = String::new();
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '*' {
+            let last = out.chars().last().unwrap();
+            let n = chars.next().unwrap() as usize - 29;
+            out.extend(std::iter::repeat(last).take(n));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// The rip of a `g` reply, checking that every other register is `xx`.
+fn rip_of(g: &str) -> u64 {
+    let (before, rest) = g.split_at(16 * 8 * 2);
+    let (rip, after) = rest.split_at(16);
+    assert!(before.bytes().all(|b| b == b'x'), "{g}");
+    assert!(after.bytes().all(|b| b == b'x'), "{g}");
+    assert_eq!(after.len(), 2 * (4 + 6 * 4 + 8 * 10 + 8 * 4 + 16 * 16 + 4));
+    u64::from_le_bytes(unhex(rip).try_into().unwrap())
+}
+
+#[test]
+fn registers_are_unavailable_but_rip() {
+    let (trace, addrs) = synthetic(1, 50);
+    let r = session(&trace, 0, &["g".into(), "vCont;s".into(), "g".into()]);
+    assert_eq!(rip_of(&r[0]), addrs[0]);
+    assert!(r[1].starts_with("S05"), "{}", r[1]);
+    assert_eq!(rip_of(&r[2]), addrs[1]);
+}
+
+#[test]
+fn stepping_both_ways_follows_the_execution() {
+    for seed in 0..8 {
+        let (trace, addrs) = synthetic(seed, 40);
+        let n = addrs.len();
+        let mut ps = Vec::new();
+        for _ in 1..n {
+            ps.push("vCont;s".to_owned());
+            ps.push("g".to_owned());
+        }
+        // One step past the end, then all the way back and one more.
+        ps.push("vCont;s".into());
+        for _ in 1..n {
+            ps.push("bs".into());
+            ps.push("g".into());
+        }
+        ps.push("bs".into());
+        let r = session(&trace, 0, &ps);
+        let mut it = r.iter();
+        for &want in &addrs[1..] {
+            assert_eq!(it.next().unwrap(), "S05");
+            assert_eq!(rip_of(it.next().unwrap()), want, "seed {seed}");
+        }
+        assert!(it.next().unwrap().contains("replaylog:end"));
+        for &want in addrs[..n - 1].iter().rev() {
+            it.next().unwrap();
+            assert_eq!(rip_of(it.next().unwrap()), want, "seed {seed}");
+        }
+        assert!(it.next().unwrap().contains("replaylog:begin"));
+    }
+}
+
+#[test]
+fn breakpoint_on_the_first_instruction_both_ways() {
+    // Long enough to span several timeline intervals.
+    let (trace, addrs) = (0..200)
+        .map(|seed| synthetic(seed, 400))
+        .find(|(_, a)| a.len() > 8 * INTERVAL && a[1..].contains(&a[0]))
+        .expect("a long random execution that comes back to its start");
+    let first = addrs[0];
+    let hits: Vec<usize> = (1..addrs.len()).filter(|&i| addrs[i] == first).collect();
+    let last = addrs.len() as u64 - 1;
+    let mut ps = vec![format!("Z0,{first:x},1")];
+    for _ in &hits {
+        ps.push("vCont;c".into());
+        ps.push(monitor("when"));
+    }
+    ps.push("vCont;c".into());
+    ps.push(monitor("when"));
+    // Backwards from the end: the same hits in reverse, then position 0,
+    // the first instruction itself, which is a breakpoint too.
+    let back: Vec<usize> = hits
+        .iter()
+        .rev()
+        .filter(|&&h| h < last as usize)
+        .chain([&0])
+        .copied()
+        .collect();
+    for _ in 0..=back.len() {
+        ps.push("bc".into());
+        ps.push(monitor("when"));
+    }
+    let r = session(&trace, 0, &ps);
+    assert_eq!(r[0], "OK");
+    let mut it = r[1..].iter();
+    let when = |s: &String| -> u64 { s.split_whitespace().nth(1).unwrap().parse().unwrap() };
+    for &h in &hits {
+        assert!(it.next().unwrap().contains("swbreak"));
+        assert_eq!(when(it.next().unwrap()), h as u64);
+    }
+    assert!(it.next().unwrap().contains("replaylog:end"));
+    assert_eq!(when(it.next().unwrap()), last);
+    for &h in &back {
+        assert!(it.next().unwrap().contains("swbreak"));
+        assert_eq!(when(it.next().unwrap()), h as u64);
+    }
+    assert!(it.next().unwrap().contains("replaylog:begin"));
+    assert_eq!(when(it.next().unwrap()), 0);
+}
+
+#[test]
+fn seek_and_start_position() {
+    let (trace, addrs) = synthetic(3, 60);
+    let k = addrs.len() as u64 / 2;
+    let r = session(&trace, k, &["g".into(), monitor("seek 1"), "g".into()]);
+    assert_eq!(rip_of(&r[0]), addrs[k as usize]);
+    assert!(r[1].starts_with("at instruction 1"), "{}", r[1]);
+    assert_eq!(rip_of(&r[2]), addrs[1]);
+    let far = format!("seek {}", addrs.len());
+    let r = session(&trace, 0, &[monitor(&far)]);
+    assert!(r[0].starts_with("no instruction"), "{}", r[0]);
+}

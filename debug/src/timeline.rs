@@ -1,0 +1,214 @@
+//! One thread's instruction stream as a timeline the debugger moves along in
+//! both directions: position `n` is the `n`th instruction the thread
+//! executed (0-based), its address the `n`th of `aetrace regen --format
+//! bin --thread T`.
+//!
+//! The regenerator only runs forwards, so the timeline keeps snapshots of
+//! its machine (a clone is a snapshot, `aetrace_regen::machine::Machine`)
+//! at the start of each interval of about [`INTERVAL`] instructions: going
+//! back restores the snapshot before the target and regenerates the
+//! interval, which becomes the window (its addresses, decoded). Invariants:
+//! interval `k` covers positions `[snaps[k].pos, snaps[k + 1].pos)`; an
+//! interval's addresses are the ones `regen` writes there, for any order
+//! of visits (each is regenerated from the same snapshot); the end of the
+//! stream, or a regeneration error, ends the timeline at the last
+//! instruction certainly executed.
+
+use aetrace_regen::machine::{Machine, Progress, Sink};
+use aetrace_regen::Error;
+
+/// Instructions per interval by default (8 bytes of `bin` output each):
+/// reverse stepping across an interval's start costs regenerating one
+/// interval.
+pub const INTERVAL: usize = 1 << 17;
+
+/// The address bits of a `bin` record (the others are kind and size).
+const ADDRESS_MASK: u64 = aetrace_format::addrtrace::ADDRESS_LIMIT - 1;
+
+/// A machine state at an interval's start, with the output the machine has
+/// produced but not yet proven to have run (`Sink::certain`).
+#[derive(Clone)]
+struct Snap<'m> {
+    pos: u64,
+    machine: Machine<'m>,
+    tail: Vec<u8>,
+}
+
+/// One thread's timeline (see the module comment).
+pub struct Timeline<'m> {
+    snaps: Vec<Snap<'m>>,
+    sink: Sink,
+    /// The interval whose addresses `window` holds.
+    win_k: usize,
+    window: Vec<u64>,
+    /// The number of instructions, once the last interval was regenerated.
+    len: Option<u64>,
+    /// What stopped regeneration before the stream's end.
+    error: Option<Error>,
+}
+
+impl<'m> Timeline<'m> {
+    /// The timeline of `machine`, a machine at the start of its stream
+    /// producing the `bin` format, with intervals of about `interval`
+    /// instructions. Regenerates the first interval.
+    pub fn new(machine: Machine<'m>, interval: usize) -> Timeline<'m> {
+        let sink = Sink::output(machine.modules(), Vec::new(), interval.max(1) * 8);
+        let mut t = Timeline {
+            snaps: vec![Snap {
+                pos: 0,
+                machine,
+                tail: Vec::new(),
+            }],
+            sink,
+            win_k: usize::MAX,
+            window: Vec::new(),
+            len: None,
+            error: None,
+        };
+        t.load(0);
+        t
+    }
+
+    /// The error that ended regeneration early, if any.
+    pub fn error(&self) -> Option<&Error> {
+        self.error.as_ref()
+    }
+
+    /// Whether position `n` exists (regenerating up to it if needed).
+    pub fn has(&mut self, n: u64) -> bool {
+        self.address(n).is_some()
+    }
+
+    /// The address of the instruction at position `n`, `None` past the end.
+    pub fn address(&mut self, n: u64) -> Option<u64> {
+        let k = self.interval_of(n)?;
+        self.load(k);
+        let i = n - self.snaps[k].pos;
+        self.window.get(i as usize).copied()
+    }
+
+    /// The last position, once known without regenerating further: `None`
+    /// until the end was reached.
+    pub fn known_len(&self) -> Option<u64> {
+        self.len
+    }
+
+    /// The first position after `from` (exclusive) whose address satisfies
+    /// `hit`, or the last position when none does (`Err`).
+    pub fn find_forward(&mut self, from: u64, hit: impl Fn(u64) -> bool) -> Found {
+        let mut k = match self.interval_of(from + 1) {
+            Some(k) => k,
+            None => return Found::End(from),
+        };
+        let mut start = from + 1;
+        loop {
+            self.load(k);
+            let base = self.snaps[k].pos;
+            let skip = (start - base) as usize;
+            if let Some(i) = self.window[skip..].iter().position(|&a| hit(a)) {
+                return Found::At(start + i as u64);
+            }
+            let next = base + self.window.len() as u64;
+            match self.interval_of(next) {
+                Some(k2) => {
+                    k = k2;
+                    start = next;
+                }
+                None => return Found::End(next.saturating_sub(1).max(from)),
+            }
+        }
+    }
+
+    /// The last position before `from` (exclusive) whose address satisfies
+    /// `hit`, or position 0 when none does (`End`).
+    pub fn find_backward(&mut self, from: u64, hit: impl Fn(u64) -> bool) -> Found {
+        if from == 0 {
+            return Found::End(0);
+        }
+        let Some(mut k) = self.interval_of(from - 1) else {
+            return Found::End(0);
+        };
+        let mut end = from;
+        loop {
+            self.load(k);
+            let base = self.snaps[k].pos;
+            let upto = ((end - base) as usize).min(self.window.len());
+            if let Some(i) = self.window[..upto].iter().rposition(|&a| hit(a)) {
+                return Found::At(base + i as u64);
+            }
+            if k == 0 {
+                return Found::End(0);
+            }
+            k -= 1;
+            end = base;
+        }
+    }
+
+    /// The interval holding position `n`, regenerating forwards to it;
+    /// `None` when the stream ends before it.
+    fn interval_of(&mut self, n: u64) -> Option<usize> {
+        loop {
+            let k = self.snaps.partition_point(|s| s.pos <= n) - 1;
+            if k + 1 < self.snaps.len() {
+                return Some(k);
+            }
+            // `k` is the last interval: its end is known once regenerated.
+            self.load(k);
+            let end = self.snaps[k].pos + self.window.len() as u64;
+            if n < end {
+                return Some(k);
+            }
+            if self.len.is_some() {
+                return None;
+            }
+            // `load` of the last interval pushed the next snapshot, or set `len`.
+        }
+    }
+
+    /// Makes interval `k` the window: restores its snapshot and
+    /// regenerates one interval; the last interval's run adds the next
+    /// snapshot (or ends the timeline).
+    fn load(&mut self, k: usize) {
+        if self.win_k == k {
+            return;
+        }
+        let snap = &self.snaps[k];
+        let mut machine = snap.machine.clone();
+        self.sink.out.clear();
+        self.sink.out.extend_from_slice(&snap.tail);
+        self.sink.certain = 0;
+        let r = machine.run(&mut self.sink);
+        let certain = self.sink.certain.min(self.sink.out.len());
+        self.window.clear();
+        self.window.extend(
+            self.sink.out[..certain]
+                .chunks_exact(8)
+                .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")) & ADDRESS_MASK),
+        );
+        self.win_k = k;
+        if k + 1 < self.snaps.len() || self.len.is_some() {
+            return;
+        }
+        let pos = snap.pos + self.window.len() as u64;
+        match r {
+            Ok(Progress::More) if !self.window.is_empty() => {
+                let tail = self.sink.out[certain..].to_vec();
+                self.snaps.push(Snap { pos, machine, tail });
+            }
+            Ok(_) => self.len = Some(pos),
+            Err(e) => {
+                self.error = Some(e);
+                self.len = Some(pos);
+            }
+        }
+    }
+}
+
+/// What a search found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Found {
+    /// A position whose address matched.
+    At(u64),
+    /// No match: the search ended at this end of the timeline.
+    End(u64),
+}
