@@ -61,6 +61,9 @@ enum Command {
     Regen(cmd::regen::Args),
     /// Summarise a trace: modules, threads, sizes, procedures left alone, bits per instruction.
     Info(cmd::info::Args),
+    /// Debug a recorded run in gdb: step, break and run backwards through a thread's
+    /// regenerated trace (`--server`: the gdb stub alone, on stdin/stdout).
+    Debug(cmd::debug::Args),
     /// Run the original program again under ptrace and check a trace block by block
     /// (exit 0: exact; 1: a divergence, or the check could not be made).
     ///
@@ -89,6 +92,7 @@ fn main() -> ExitCode {
         Command::Regen(a) => cmd::regen::run(a),
         Command::Info(a) => cmd::info::run(a),
         Command::Verify(a) => cmd::verify::run(a),
+        Command::Debug(a) => cmd::debug::run(a),
         Command::Cachesim { args } => return cmd::cachesim::main(args),
     };
     match result {

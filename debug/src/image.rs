@@ -94,8 +94,13 @@ impl Image {
         const AT_PHENT: u64 = 4;
         const AT_PHNUM: u64 = 5;
         const AT_PAGESZ: u64 = 6;
+        const AT_BASE: u64 = 7;
         const AT_ENTRY: u64 = 9;
-        let mut pairs = vec![(AT_PAGESZ, 4096)];
+        // The dynamic linker's base is not recorded (it is never traced).
+        // Without AT_BASE gdb guesses it from the pc, taking the stop for
+        // ld.so's entry, and lays ld.so's symbols over the executable's;
+        // 0 keeps them at their link addresses, where nothing traced runs.
+        let mut pairs = vec![(AT_PAGESZ, 4096), (AT_BASE, 0)];
         if let Some(m) = self.main().filter(|m| m.entry != 0) {
             pairs.extend([
                 (AT_PHDR, m.phdr),

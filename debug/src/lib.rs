@@ -157,15 +157,38 @@ where
     B: AsRef<[u8]> + Sync,
     C: ConnectionExt<Error = std::io::Error>,
 {
+    with_stub(trace, opts, |stub| run(stub, conn))
+}
+
+/// Checks that thread `opts.thread` of `trace` can be served from
+/// `opts.at` (before gdb is started): the executable's path, as the trace
+/// names it.
+pub fn check<B: AsRef<[u8]> + Sync>(trace: &Trace<B>, opts: Options) -> Result<String, Error> {
+    with_stub(trace, opts, |stub| Ok(stub.exe_path().to_owned()))
+}
+
+/// The gdb script `aetrace debug` loads: commands that wrap `monitor` (so
+/// that gdb rereads the registers after a seek).
+pub const GDB_SCRIPT: &str = include_str!("../gdb/aetrace.py");
+
+/// Runs `f` on a stub at `opts.at` of thread `opts.thread` of `trace`.
+fn with_stub<B, R>(
+    trace: &Trace<B>,
+    opts: Options,
+    f: impl FnOnce(&mut stub::Stub<'_>) -> Result<R, Error>,
+) -> Result<R, Error>
+where
+    B: AsRef<[u8]> + Sync,
+{
     let thread = match opts.thread {
         Some(t) => t,
         None => trace.threads().next().map_or(0, |t| t.start.thread.0),
     };
-    let format = aetrace_regen::Format::Bin;
     let interval = match opts.interval {
         0 => timeline::INTERVAL,
         n => n,
     };
+    let format = aetrace_regen::Format::Bin;
     aetrace_regen::with_thread_machine(trace, thread, format, |machine| {
         let modules = machine.modules();
         let pid = trace.module(ModuleId(modules[0].tag)).map_or(0, |m| m.pid);
@@ -183,8 +206,7 @@ where
                 at: opts.at,
             });
         }
-        let mut target = stub::Stub::new(timeline, image, modules, opts.at);
-        run(&mut target, conn)
+        f(&mut stub::Stub::new(timeline, image, modules, opts.at))
     })?
 }
 

@@ -149,6 +149,11 @@ impl<'m> Stub<'m> {
         }
     }
 
+    /// The executable's path as the trace names it ("" if it names none).
+    pub fn exe_path(&self) -> &str {
+        self.image.main().map_or("", |m| m.path.as_str())
+    }
+
     /// The current position.
     pub fn position(&self) -> u64 {
         self.pos
@@ -542,8 +547,7 @@ impl gdbstub::target::ext::exec_file::ExecFile for Stub<'_> {
         length: usize,
         buf: &mut [u8],
     ) -> TargetResult<usize, Self> {
-        let path = self.image.main().map_or("", |m| m.path.as_str());
-        Ok(xfer(path.as_bytes(), offset, length, buf))
+        Ok(xfer(self.exe_path().as_bytes(), offset, length, buf))
     }
 }
 

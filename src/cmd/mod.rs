@@ -8,6 +8,7 @@
 pub mod cachesim;
 pub mod cfg;
 pub mod count;
+pub mod debug;
 pub mod info;
 pub mod instrument;
 pub mod paths;

@@ -1,0 +1,91 @@
+//! `aetrace debug`: gdb on a recorded run, with reverse execution
+//! (aetrace-debug). Without `--server`, starts the machine's gdb connected
+//! to `aetrace debug --server` (this binary) through a pipe, with the
+//! program's file and aetrace's gdb commands; with `--server`, speaks gdb's
+//! remote protocol on stdin and stdout.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+#[derive(clap::Args)]
+pub struct Args {
+    trace: PathBuf,
+    /// The thread to debug (a thread id of `aetrace info`; default: the first).
+    #[arg(long)]
+    thread: Option<u32>,
+    /// Start at this instruction of the thread (0: its first).
+    #[arg(long, default_value_t = 0)]
+    at: u64,
+    /// Speak gdb's remote protocol on stdin/stdout (`target remote | aetrace debug --server TRACE`).
+    #[arg(long)]
+    server: bool,
+    /// The gdb to run.
+    #[arg(long, default_value = "gdb")]
+    gdb: OsString,
+}
+
+pub fn run(a: Args) -> super::Result {
+    let trace = aetrace_format::TraceFile::open(&a.trace)?;
+    let opts = aetrace_debug::Options {
+        thread: a.thread,
+        at: a.at,
+        interval: 0,
+    };
+    if a.server {
+        let conn = aetrace_debug::Pipe::new(std::io::stdin().lock(), std::io::stdout().lock());
+        aetrace_debug::serve(&trace, opts, conn)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let exe = aetrace_debug::check(&trace, opts)?;
+    let script = gdb_script()?;
+    // gdb takes this process's place (Ctrl-C then reaches gdb alone); it
+    // removes the script once sourced.
+    let e = gdb_command(&a, &exe, &script).exec();
+    let _ = std::fs::remove_file(&script);
+    Err(format!(
+        "cannot run {:?} ({e}): install gdb or name one with --gdb",
+        a.gdb
+    )
+    .into())
+}
+
+/// gdb's command line: the program's file, the stub through a pipe,
+/// aetrace's commands.
+fn gdb_command(a: &Args, exe: &str, script: &Path) -> Command {
+    let mut server = format!(
+        "{} debug --server --at {} {}",
+        shell_quote(&std::env::current_exe().unwrap_or_else(|_| "aetrace".into())),
+        a.at,
+        shell_quote(&a.trace)
+    );
+    if let Some(t) = a.thread {
+        server.push_str(&format!(" --thread {t}"));
+    }
+    let mut c = Command::new(&a.gdb);
+    c.arg("-q");
+    c.arg("-ex").arg(format!("source {}", script.display()));
+    c.arg("-ex").arg(format!(
+        "python import os; os.remove({:?})",
+        script.display().to_string()
+    ));
+    c.arg("-ex").arg(format!("target remote | {server}"));
+    if Path::new(exe).is_file() {
+        c.arg(exe);
+    }
+    c
+}
+
+/// `p` quoted for `sh -c` (gdb runs the pipe's command through the shell).
+fn shell_quote(p: &Path) -> String {
+    format!("'{}'", p.display().to_string().replace('\'', r"'\''"))
+}
+
+/// aetrace's gdb commands in a temporary file gdb sources.
+fn gdb_script() -> std::io::Result<PathBuf> {
+    let path = std::env::temp_dir().join(format!("aetrace-debug-{}.py", std::process::id()));
+    std::fs::File::create(&path)?.write_all(aetrace_debug::GDB_SCRIPT.as_bytes())?;
+    Ok(path)
+}
