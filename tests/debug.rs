@@ -1,0 +1,163 @@
+//! `aetrace debug`: gdb (`gdb -batch`) connected to `aetrace debug --server`
+//! on recorded `traces/` programs. The oracle is the regenerated
+//! instruction trace (`aetrace regen --thread 0`, itself checked against
+//! valgrind lackey by `trace_oracle`): `stepi` walks it forwards,
+//! `reverse-stepi` backwards, a breakpoint stops exactly at the positions
+//! where its address occurs (forwards under `continue`, backwards under
+//! `reverse-continue`), and both ends of the run stop with gdb's "No more
+//! reverse-execution history". Errors: a corrupted trace and a missing gdb
+//! are one line and a non-zero exit.
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::build::{build, run_checked, Link, Opt, Variant};
+use common::recorded::{record_ok, Knobs};
+
+const O2_PIE: Variant = Variant::new(Opt::O2, Link::Pie, false);
+const END: &str = "No more reverse-execution history";
+
+/// `source` built and recorded with `args`: the executable and the trace.
+fn recorded(source: &str, args: &[&str]) -> (PathBuf, PathBuf) {
+    let exe = build(source, O2_PIE);
+    let (_, trace, _) = record_ok(&exe, args, &[], Knobs::DEFAULT);
+    (exe, trace)
+}
+
+/// Thread 0's instruction addresses, as `aetrace regen` writes them.
+fn insns(trace: &Path) -> Vec<u64> {
+    let out = run_checked(
+        Command::new(common::aetrace())
+            .args(["regen", "--thread", "0", "--format", "insn"])
+            .arg(trace),
+        "aetrace regen",
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| u64::from_str_radix(l, 16).unwrap())
+        .collect()
+}
+
+/// Runs `commands` in `gdb -batch` connected to the stub; its stdout and
+/// stderr together.
+fn gdb(exe: &Path, trace: &Path, commands: &str) -> String {
+    let script = trace.with_extension(format!("{}.gdb", commands.len()));
+    let text = format!(
+        "set pagination off\nset confirm off\ntarget remote | '{}' debug --server '{}'\n{commands}\n",
+        common::aetrace().display(),
+        trace.display()
+    );
+    std::fs::write(&script, text).unwrap();
+    let out = run_checked(
+        Command::new("gdb")
+            .args(["-batch", "-nx", "-x"])
+            .arg(&script)
+            .arg(exe),
+        "gdb",
+    );
+    let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
+    s.push_str(&String::from_utf8_lossy(&out.stderr));
+    s
+}
+
+/// The values of `printf "pc %lx\n", $pc` lines.
+fn pcs(out: &str) -> Vec<u64> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix("pc "))
+        .map(|a| u64::from_str_radix(a.trim(), 16).unwrap())
+        .collect()
+}
+
+/// The positions of `monitor when` lines.
+fn whens(out: &str) -> Vec<u64> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix("instruction "))
+        .map(|l| l.split_whitespace().next().unwrap().parse().unwrap())
+        .collect()
+}
+
+/// `cmd` and a line with the pc after it, `n` times.
+fn repeat(cmd: &str, n: usize) -> String {
+    format!("{cmd}\nprintf \"pc %lx\\n\", $pc\n").repeat(n)
+}
+
+#[test]
+fn stepi_both_ways_follows_the_instruction_trace() {
+    let (exe, trace) = recorded("loops.c", &[]);
+    let want = insns(&trace);
+    let k = 400.min(want.len() - 1);
+    let script = format!(
+        "printf \"pc %lx\\n\", $pc\n{}{}reverse-stepi\n",
+        repeat("stepi", k),
+        repeat("reverse-stepi", k)
+    );
+    let out = gdb(&exe, &trace, &script);
+    let got = pcs(&out);
+    assert_eq!(got.len(), 2 * k + 1, "{out}");
+    assert_eq!(got[..=k], want[..=k], "stepi");
+    let back: Vec<u64> = want[..k].iter().rev().copied().collect();
+    assert_eq!(got[k + 1..], back[..], "reverse-stepi");
+    // One more reverse-stepi at the first instruction: the start of history.
+    assert_eq!(out.matches(END).count(), 1, "{out}");
+}
+
+#[test]
+fn breakpoints_stop_at_every_occurrence_both_ways() {
+    let (exe, trace) = recorded("recursion.c", &["7"]);
+    let want = insns(&trace);
+    // fib's first instruction, by gdb (`break *fib`: no prologue skipping).
+    let probe = gdb(&exe, &trace, "printf \"pc %lx\\n\", fib");
+    let fib = pcs(&probe)[0];
+    let hits: Vec<u64> = (0..want.len() as u64)
+        .filter(|&i| want[i as usize] == fib)
+        .collect();
+    assert!(hits.len() > 10, "fib ran {} times", hits.len());
+    let script = format!(
+        "break *fib\n{}{}",
+        "continue\nmonitor when\n".repeat(hits.len() + 1),
+        "reverse-continue\nmonitor when\n".repeat(hits.len() + 1),
+    );
+    let out = gdb(&exe, &trace, &script);
+    let got = whens(&out);
+    let n = hits.len();
+    assert_eq!(got.len(), 2 * n + 2, "{out}");
+    assert_eq!(got[..n], hits[..], "continue");
+    assert_eq!(got[n], want.len() as u64 - 1, "continue past the last hit");
+    let back: Vec<u64> = hits.iter().rev().copied().collect();
+    assert_eq!(got[n + 1..2 * n + 1], back[..], "reverse-continue");
+    assert_eq!(got[2 * n + 1], 0, "reverse-continue past the first hit");
+    assert_eq!(out.matches(END).count(), 2, "{out}");
+    assert_eq!(out.matches("Breakpoint 1, ").count(), 2 * n, "{out}");
+}
+
+#[test]
+fn a_corrupted_trace_and_a_missing_gdb_are_one_line() {
+    let (_, trace) = recorded("loops.c", &[]);
+    let mut bytes = std::fs::read(&trace).unwrap();
+    let bad = trace.with_extension("corrupt.aet");
+    let mid = bytes.len() / 2;
+    bytes[mid..].iter_mut().for_each(|b| *b ^= 0x5a);
+    std::fs::write(&bad, &bytes).unwrap();
+    let missing = trace.with_extension("no-such-gdb");
+    let cases: [(&Path, &[&str]); 3] = [
+        (&bad, &[]),
+        (&bad, &["--server"]),
+        (&trace, &["--gdb", missing.to_str().unwrap()]),
+    ];
+    for (t, extra) in cases {
+        let out = Command::new(common::aetrace())
+            .arg("debug")
+            .args(extra)
+            .arg(t)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{extra:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{extra:?}: {err}");
+        assert!(err.starts_with("aetrace: error: "), "{err}");
+    }
+}
