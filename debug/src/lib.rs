@@ -8,6 +8,7 @@
 //!   of the regenerator's machine for going back;
 //! - [`image`]: the memory and module lists gdb reads (read-only segments
 //!   of the modules' ELF files at their load bases);
+//! - [`stack`]: the procedure stack at any position (for backtraces);
 //! - [`stub`]: the gdb target (`gdbstub` speaks the protocol).
 //!
 //! Invariants: the pc at position `n` is the `n`th address of `aetrace
@@ -16,6 +17,7 @@
 //! prints nothing (errors are [`Error`] values for the binary to report).
 
 pub mod image;
+pub mod stack;
 pub mod stub;
 pub mod timeline;
 

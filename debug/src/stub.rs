@@ -13,6 +13,7 @@
 //! - `monitor` commands: `when`, `seek N`, `info` ([`Stub::monitor`]).
 
 use crate::image::Image;
+use crate::stack::Stacks;
 use crate::timeline::{Found, Timeline};
 use aetrace_regen::compile::Module as Compiled;
 use gdbstub::arch::{Arch, Registers};
@@ -110,11 +111,30 @@ pub struct Stub<'m> {
     /// Breakpoint addresses: (address, hardware).
     breaks: Vec<(u64, bool)>,
     action: Action,
-    /// Block starts of the traced modules: run-time start, end, module,
-    /// procedure name; sorted by start.
-    blocks: Vec<(u64, u64, usize, &'m str)>,
+    /// The traced blocks, sorted by start.
+    blocks: Vec<BlockAt<'m>>,
     modules: &'m [&'m Compiled],
+    stacks: Stacks,
+    /// The shadow region's bytes at a position ([`SHADOW`]).
+    shadow: Option<(u64, Vec<u8>)>,
 }
+
+/// A traced block at its run-time address.
+struct BlockAt<'m> {
+    start: u64,
+    end: u64,
+    module: usize,
+    proc: &'m str,
+    /// The run-time address of its procedure's entry (0: unknown).
+    entry: u64,
+}
+
+/// Where gdb reads the procedure stack (aetrace's gdb unwinder): a
+/// non-canonical address, never a program's. Layout, little-endian u64s:
+/// the number of frames `n`, then per frame, innermost first, its pc and
+/// its procedure's entry (0 when the pc is in no traced procedure); the
+/// outermost frame is the last.
+pub const SHADOW: u64 = 0xae7a_ce00_0000_0000;
 
 impl<'m> Stub<'m> {
     /// A stub at position `at` of `timeline`, over `image`; `modules` are
@@ -129,15 +149,21 @@ impl<'m> Stub<'m> {
         for (mi, m) in modules.iter().enumerate() {
             for b in m.blocks.values() {
                 let start = m.load_base.wrapping_add(b.start);
-                blocks.push((
+                let p = &m.procs[b.proc];
+                let entry = m
+                    .blocks
+                    .get(p.entry)
+                    .map_or(0, |e| m.load_base.wrapping_add(e.start));
+                blocks.push(BlockAt {
                     start,
-                    start + u64::from(b.size),
-                    mi,
-                    m.procs[b.proc].name.as_str(),
-                ));
+                    end: start + u64::from(b.size),
+                    module: mi,
+                    proc: p.name.as_str(),
+                    entry,
+                });
             }
         }
-        blocks.sort_unstable_by_key(|b| b.0);
+        blocks.sort_unstable_by_key(|b| b.start);
         Stub {
             timeline,
             pos: at,
@@ -146,6 +172,8 @@ impl<'m> Stub<'m> {
             action: Action::Continue,
             blocks,
             modules,
+            stacks: Stacks::new(modules),
+            shadow: None,
         }
     }
 
@@ -236,18 +264,44 @@ impl<'m> Stub<'m> {
         Some(if hw { Stop::HwBreak } else { Stop::SwBreak })
     }
 
-    fn block_at(&self, addr: u64) -> Option<&(u64, u64, usize, &'m str)> {
+    fn block_at(&self, addr: u64) -> Option<&BlockAt<'m>> {
         let i = self
             .blocks
-            .partition_point(|b| b.0 <= addr)
+            .partition_point(|b| b.start <= addr)
             .checked_sub(1)?;
-        Some(&self.blocks[i]).filter(|b| addr < b.1)
+        Some(&self.blocks[i]).filter(|b| addr < b.end)
+    }
+
+    /// The procedure stack now: (pc, procedure entry) per frame,
+    /// innermost first (a caller's pc is its return address).
+    pub fn frames(&mut self) -> Vec<(u64, u64)> {
+        let pc = self.pc();
+        let rets = self.stacks.at(&mut self.timeline, self.pos);
+        let entry = |a: u64| self.block_at(a).map_or(0, |b| b.entry);
+        let mut frames = vec![(pc, entry(pc))];
+        // A return address's procedure is its call instruction's.
+        frames.extend(rets.iter().map(|&r| (r, entry(r - 1))));
+        frames
+    }
+
+    /// Reads the shadow region ([`SHADOW`]): how many bytes were served.
+    fn read_shadow(&mut self, addr: u64, data: &mut [u8]) -> usize {
+        if self.shadow.as_ref().map(|s| s.0) != Some(self.pos) {
+            let frames = self.frames();
+            let mut bytes = (frames.len() as u64).to_le_bytes().to_vec();
+            for (pc, entry) in frames {
+                bytes.extend(pc.to_le_bytes().into_iter().chain(entry.to_le_bytes()));
+            }
+            self.shadow = Some((self.pos, bytes));
+        }
+        let bytes = &self.shadow.as_ref().expect("just set").1;
+        xfer(bytes, addr - SHADOW, data.len(), data)
     }
 
     /// The number of blocks entered up to and including the current
     /// position: instructions that start a block of a program database.
     fn block_number(&mut self) -> u64 {
-        let starts: std::collections::HashSet<u64> = self.blocks.iter().map(|b| b.0).collect();
+        let starts: std::collections::HashSet<u64> = self.blocks.iter().map(|b| b.start).collect();
         let mut n = 0;
         let mut p = 0;
         while p <= self.pos {
@@ -290,9 +344,9 @@ impl<'m> Stub<'m> {
             .module_at(pc)
             .map_or("?".to_owned(), |m| m.path.clone());
         match self.block_at(pc) {
-            Some(&(start, _, mi, proc)) => format!(
-                "instruction {} at {pc:#x}: module {} procedure {proc} block {start:#x}",
-                self.pos, self.modules[mi].name
+            Some(b) => format!(
+                "instruction {} at {pc:#x}: module {} procedure {} block {:#x}",
+                self.pos, self.modules[b.module].name, b.proc, b.start
             ),
             None => format!(
                 "instruction {} at {pc:#x}: module {module}, in no traced block",
@@ -384,7 +438,11 @@ impl SingleThreadBase for Stub<'_> {
     }
 
     fn read_addrs(&mut self, start: u64, data: &mut [u8]) -> TargetResult<usize, Self> {
-        match self.image.read(start, data) {
+        let n = match start.checked_sub(SHADOW) {
+            Some(_) => self.read_shadow(start, data),
+            None => self.image.read(start, data),
+        };
+        match n {
             0 => Err(TargetError::NonFatal),
             n => Ok(n),
         }

@@ -144,9 +144,16 @@ impl<'m> Timeline<'m> {
         }
     }
 
+    /// Interval `k` (one at or before the interval of a position already
+    /// reached): its first position and its addresses.
+    pub fn interval(&mut self, k: usize) -> (u64, &[u64]) {
+        self.load(k);
+        (self.snaps[k].pos, &self.window)
+    }
+
     /// The interval holding position `n`, regenerating forwards to it;
     /// `None` when the stream ends before it.
-    fn interval_of(&mut self, n: u64) -> Option<usize> {
+    pub fn interval_of(&mut self, n: u64) -> Option<usize> {
         loop {
             let k = self.snaps.partition_point(|s| s.pos <= n) - 1;
             if k + 1 < self.snaps.len() {
