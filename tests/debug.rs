@@ -134,6 +134,105 @@ fn breakpoints_stop_at_every_occurrence_both_ways() {
     assert_eq!(out.matches("Breakpoint 1, ").count(), 2 * n, "{out}");
 }
 
+/// The function names of each `bt` in `out` (frames `#0  f (` and
+/// `#1  0x... in f (`), one list per backtrace.
+fn backtraces(out: &str) -> Vec<Vec<String>> {
+    let mut all: Vec<Vec<String>> = Vec::new();
+    for l in out.lines().filter(|l| l.starts_with('#')) {
+        let rest = l.split_once("  ").map_or("", |x| x.1);
+        let rest = rest.split_once(" in ").map_or(rest, |x| x.1);
+        let name = rest.split(' ').next().unwrap().to_owned();
+        if l.starts_with("#0 ") {
+            all.push(Vec::new());
+        }
+        all.last_mut().unwrap().push(name);
+    }
+    all
+}
+
+/// `bt` and `finish` on the trace stop where they stop on the program run
+/// natively under gdb (real registers and CFI unwinding): the same frames
+/// at each of the first hits of a breakpoint in a recursive function, and
+/// `finish` at the same offsets from it.
+#[test]
+fn backtraces_and_finish_agree_with_native_gdb() {
+    let (exe, trace) = recorded("recursion.c", &["7"]);
+    let script = common::repo_root().join("debug/gdb/aetrace.py");
+    let steps = "bt\nfinish\nprintf \"off %ld\\n\", (long)$pc - (long)fib\n".repeat(12);
+    let ours = gdb(
+        &exe,
+        &trace,
+        &format!("source {}\nbreak *fib\ncontinue\n{steps}", script.display()),
+    );
+    let native = run_checked(
+        Command::new("gdb")
+            .args([
+                "-batch",
+                "-nx",
+                "-ex",
+                "set pagination off",
+                "-ex",
+                "break *fib",
+            ])
+            .args(["-ex", "run"])
+            .args(steps.lines().flat_map(|c| ["-ex", c]))
+            .arg("--args")
+            .arg(&exe)
+            .arg("7"),
+        "gdb (native)",
+    );
+    let native = String::from_utf8_lossy(&native.stdout).into_owned();
+    let offs = |out: &str| -> Vec<i64> {
+        out.lines()
+            .filter_map(|l| l.strip_prefix("off "))
+            .map(|v| v.trim().parse().unwrap())
+            .collect()
+    };
+    let (b_ours, b_native) = (backtraces(&ours), backtraces(&native));
+    assert_eq!(b_native.len(), 12, "{native}");
+    assert!(b_native.iter().any(|b| b.len() > 3), "{native}");
+    assert_eq!(b_ours, b_native, "ours:\n{ours}\nnative:\n{native}");
+    assert_eq!(offs(&native).len(), 12, "{native}");
+    assert_eq!(
+        offs(&ours),
+        offs(&native),
+        "ours:\n{ours}\nnative:\n{native}"
+    );
+}
+
+/// `aetrace debug TRACE --at N` itself: gdb starts at instruction N with
+/// the program's symbols and aetrace's commands (`seek`), reading its
+/// commands from stdin.
+#[test]
+fn aetrace_debug_starts_gdb_at_the_instruction_asked() {
+    let (_, trace) = recorded("loops.c", &[]);
+    let want = insns(&trace);
+    let mut child = Command::new(common::aetrace())
+        .args(["debug", "--at", "3"])
+        .arg(&trace)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let commands = "monitor when\nprintf \"pc %lx\\n\", $pc\nseek 7\nprintf \"pc %lx\\n\", $pc\nmonitor info\nquit\n";
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(commands.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    // Without a terminal, gdb still prints its prompts.
+    let text = String::from_utf8_lossy(&out.stdout).replace("(gdb) ", "")
+        + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert_eq!(whens(&text).first(), Some(&3), "{text}");
+    assert_eq!(pcs(&text), [want[3], want[7]], "{text}");
+    assert!(text.contains("procedure _start"), "{text}");
+}
+
 #[test]
 fn a_corrupted_trace_and_a_missing_gdb_are_one_line() {
     let (_, trace) = recorded("loops.c", &[]);
