@@ -132,6 +132,27 @@ fn breakpoints_stop_at_every_occurrence_both_ways() {
     assert_eq!(got[2 * n + 1], 0, "reverse-continue past the first hit");
     assert_eq!(out.matches(END).count(), 2, "{out}");
     assert_eq!(out.matches("Breakpoint 1, ").count(), 2 * n, "{out}");
+    // `monitor calls` at the third hit: entries around it, in order, the
+    // current one marked, fib's at positions where fib's entry ran.
+    let out = gdb(
+        &exe,
+        &trace,
+        "break *fib\ncontinue\ncontinue\ncontinue\nmonitor calls 4",
+    );
+    let calls: Vec<(bool, u64, &str)> = out
+        .lines()
+        .filter_map(|l| {
+            let (mark, rest) = l.split_at(3.min(l.len()));
+            let (pos, name) = rest.strip_prefix("instruction ")?.split_once(": ")?;
+            Some((mark == "=> ", pos.parse().unwrap(), name))
+        })
+        .collect();
+    assert_eq!(calls.len(), 8, "{out}");
+    assert!(calls.windows(2).all(|w| w[0].1 < w[1].1), "{out}");
+    assert_eq!(calls[4], (true, hits[2], "fib"), "{out}");
+    for c in calls.iter().filter(|c| c.2 == "fib") {
+        assert!(hits.contains(&c.1), "{out}");
+    }
 }
 
 /// The function names of each `bt` in `out` (frames `#0  f (` and

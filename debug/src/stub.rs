@@ -119,6 +119,9 @@ pub struct Stub<'m> {
     shadow: Option<(u64, Vec<u8>)>,
 }
 
+/// Calls `monitor calls` lists on each side of the current position.
+const CALLS_AROUND: usize = 10;
+
 /// A traced block at its run-time address.
 struct BlockAt<'m> {
     start: u64,
@@ -332,8 +335,59 @@ impl<'m> Stub<'m> {
                 Err(_) => format!("seek: {n:?} is not an instruction number"),
             },
             ["info"] => self.info(),
-            _ => "commands: when, seek N, info".into(),
+            ["calls"] => self.calls(CALLS_AROUND),
+            ["calls", n] => match n.parse::<usize>() {
+                Ok(n) => self.calls(n),
+                Err(_) => format!("calls: {n:?} is not a number of calls"),
+            },
+            _ => "commands: when, seek N, info, calls [N]".into(),
         }
+    }
+
+    /// `monitor calls N`: the last `n` entries into traced procedures
+    /// before the current position and the next `n` from it, one line
+    /// each (position, procedure; `=>` marks the current position).
+    fn calls(&mut self, n: usize) -> String {
+        let entries: std::collections::HashMap<u64, &str> =
+            self.blocks.iter().map(|b| (b.entry, b.proc)).collect();
+        let is_entry = |a: u64| entries.contains_key(&a);
+        let mut before = Vec::new();
+        let mut p = self.pos;
+        while before.len() < n {
+            match self.timeline.find_backward(p, is_entry) {
+                Found::At(q) => {
+                    before.push(q);
+                    p = q;
+                }
+                Found::End(_) => break,
+            }
+        }
+        let mut after = Vec::new();
+        let mut p = self.pos;
+        if is_entry(self.pc()) {
+            after.push(p);
+        }
+        while after.len() < n {
+            match self.timeline.find_forward(p, is_entry) {
+                Found::At(q) => {
+                    after.push(q);
+                    p = q;
+                }
+                Found::End(_) => break,
+            }
+        }
+        let here = before.len();
+        let all: Vec<u64> = before.into_iter().rev().chain(after).collect();
+        if all.is_empty() {
+            return "no call into a traced procedure".into();
+        }
+        let mut lines = Vec::new();
+        for (i, q) in all.into_iter().enumerate() {
+            let name = self.timeline.address(q).map_or("?", |a| entries[&a]);
+            let mark = if i == here { "=>" } else { "  " };
+            lines.push(format!("{mark} instruction {q}: {name}"));
+        }
+        lines.join("\n")
     }
 
     /// `monitor info`: where the current instruction is.
