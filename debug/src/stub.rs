@@ -346,38 +346,20 @@ impl<'m> Stub<'m> {
 
     /// `monitor calls N`: the last `n` entries into traced procedures
     /// before the current position and the next `n` from it, one line
-    /// each (position, procedure; `=>` marks the current position).
+    /// each (position, procedure; `=>` marks the first at or after the
+    /// current position).
     fn calls(&mut self, n: usize) -> String {
         let entries: std::collections::HashMap<u64, &str> =
             self.blocks.iter().map(|b| (b.entry, b.proc)).collect();
         let is_entry = |a: u64| entries.contains_key(&a);
-        let mut before = Vec::new();
-        let mut p = self.pos;
-        while before.len() < n {
-            match self.timeline.find_backward(p, is_entry) {
-                Found::At(q) => {
-                    before.push(q);
-                    p = q;
-                }
-                Found::End(_) => break,
-            }
-        }
-        let mut after = Vec::new();
-        let mut p = self.pos;
+        let mut all = self.timeline.find_many(self.pos, n, false, is_entry);
+        all.reverse();
+        let here = all.len();
         if is_entry(self.pc()) {
-            after.push(p);
+            all.push(self.pos);
         }
-        while after.len() < n {
-            match self.timeline.find_forward(p, is_entry) {
-                Found::At(q) => {
-                    after.push(q);
-                    p = q;
-                }
-                Found::End(_) => break,
-            }
-        }
-        let here = before.len();
-        let all: Vec<u64> = before.into_iter().rev().chain(after).collect();
+        let rest = n.saturating_sub(all.len() - here);
+        all.extend(self.timeline.find_many(self.pos, rest, true, is_entry));
         if all.is_empty() {
             return "no call into a traced procedure".into();
         }

@@ -144,6 +144,29 @@ impl<'m> Timeline<'m> {
         }
     }
 
+    /// Up to `n` positions whose addresses satisfy `hit`, nearest first,
+    /// after `from` (`forward`) or before it (exclusive both ways).
+    pub fn find_many(
+        &mut self,
+        from: u64,
+        n: usize,
+        forward: bool,
+        hit: impl Fn(u64) -> bool + Copy,
+    ) -> Vec<u64> {
+        let mut found = Vec::new();
+        let mut p = from;
+        while found.len() < n {
+            let f = match forward {
+                true => self.find_forward(p, hit),
+                false => self.find_backward(p, hit),
+            };
+            let Found::At(q) = f else { break };
+            found.push(q);
+            p = q;
+        }
+        found
+    }
+
     /// Interval `k` (one at or before the interval of a position already
     /// reached): its first position and its addresses.
     pub fn interval(&mut self, k: usize) -> (u64, &[u64]) {
