@@ -40,7 +40,8 @@ pub struct Invocation {
 
 /// Follows `inv` through `#!` lines to the executable the kernel would
 /// run. A file that cannot be read is left as it is (whoever reads it next
-/// says why); an interpreter that cannot be executed, or a chain longer
+/// says why); a script without an execute bit is an error, as for execve;
+/// an interpreter that cannot be executed, or a chain longer
 /// than [`MAX_SCRIPTS`], is an [`Error::BadInterpreter`] naming the
 /// script and its interpreter, as a shell does.
 pub fn follow(mut inv: Invocation) -> Result<Invocation> {
@@ -50,6 +51,13 @@ pub fn follow(mut inv: Invocation) -> Result<Invocation> {
         let Some((name, arg)) = head(&inv.exe).as_deref().and_then(shebang) else {
             return Ok(inv);
         };
+        if depth == 0 {
+            // execve's own check of the file it was given.
+            executable(&inv.exe).map_err(|source| Error::Io {
+                path: inv.exe.clone(),
+                source,
+            })?;
+        }
         let interp = PathBuf::from(OsString::from_vec(name));
         let named = first.get_or_insert_with(|| interp.clone()).clone();
         let bad = |reason: std::io::Error| Error::BadInterpreter {

@@ -1163,12 +1163,16 @@ fn emit_claim(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.ret()
 }
 
+/// `find_region`'s buffers: a path at [rsp], a link's or stat's text at
+/// [rsp + BUF], each this long.
+const BUF: i32 = 256;
+
 /// `find_region() -> rax` (r14 its size), or 0: the region of the nearest
 /// ancestor that publishes one (`layout::REGION_FD`): walks up from the
 /// parent through `/proc/PID/stat`, and at each ancestor maps
 /// `/proc/PID/fd/REGION_FD` when that is the region's memfd (`readlink`,
 /// so nothing else an ancestor holds is ever opened), has the layout
-/// ([`emit_init`]'s `map_fd`) and names PID as its creator. The mapping
+/// (`map_fd`) and names PID as its creator. The mapping
 /// keeps no descriptor. Clobbers every register but r13.
 ///
 /// `map_fd(rdi = fd) -> rax` (r14 its size), or 0: the fd's file mapped
@@ -1177,11 +1181,8 @@ fn emit_claim(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
 /// `proc_path(rdi = buffer, esi = pid, rdx = suffix)`: writes
 /// `/proc/<pid><suffix>` NUL-terminated. Clobbers rax, rcx, rdx, rdi, r8-r10.
 fn emit_find_region(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
-    const BUF: i32 = 256;
     let mut walk = a.create_label();
     let mut parent = a.create_label();
-    let mut scan = a.create_label();
-    let mut digits = a.create_label();
     let mut found = a.create_label();
     let mut none = a.create_label();
     a.set_label(&mut l.find_region)?;
@@ -1235,8 +1236,33 @@ fn emit_find_region(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErr
     a.mov(eax, SYS_MUNMAP)?;
     a.syscall()?;
 
-    // The parent: the number after the last ')' of `pid (comm) S ppid`.
     a.set_label(&mut parent)?;
+    next_ancestor(a, l, walk, none)?;
+
+    a.set_label(&mut found)?;
+    a.mov(rax, r15)?;
+    a.add(rsp, 2 * BUF + 32)?;
+    a.ret()?;
+    a.set_label(&mut none)?;
+    a.xor(eax, eax)?;
+    a.add(rsp, 2 * BUF + 32)?;
+    a.ret()?;
+
+    emit_map_fd(a, l)?;
+    emit_proc_path(a, l)
+}
+
+/// `find_region`'s step to the parent of the pid in ebp: the number after
+/// the last `)` of `/proc/PID/stat` (`pid (comm) S ppid ...`; a command
+/// name may hold `)`), then on to `walk`; `none` when it cannot be read.
+fn next_ancestor(
+    a: &mut CodeAssembler,
+    l: &Labels,
+    walk: CodeLabel,
+    none: CodeLabel,
+) -> Result<(), IcedError> {
+    let mut scan = a.create_label();
+    let mut digits = a.create_label();
     proc_path(a, l, l.s_stat)?;
     a.mov(rdi, rsp)?;
     a.mov(esi, O_RDONLY_CLOEXEC)?;
@@ -1276,19 +1302,7 @@ fn emit_find_region(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErr
     a.imul_3(ebp, ebp, 10)?;
     a.add(ebp, ecx)?;
     a.inc(rsi)?;
-    a.jmp(digits)?;
-
-    a.set_label(&mut found)?;
-    a.mov(rax, r15)?;
-    a.add(rsp, 2 * BUF + 32)?;
-    a.ret()?;
-    a.set_label(&mut none)?;
-    a.xor(eax, eax)?;
-    a.add(rsp, 2 * BUF + 32)?;
-    a.ret()?;
-
-    emit_map_fd(a, l)?;
-    emit_proc_path(a, l)
+    a.jmp(digits)
 }
 
 /// `proc_path(buffer at rsp, pid in ebp, suffix)`, in `find_region`.

@@ -1,5 +1,5 @@
-//! The recorder side of the witness region: create it (memfd), hand its fd
-//! to the program, and drain every slot's bytes while the program runs and
+//! The recorder side of the witness region: create it (memfd), publish it
+//! where the program's runtime finds it (`layout::REGION_FD`), and drain every slot's bytes while the program runs and
 //! after it has died (design decision 4: a killed program keeps every
 //! witness it wrote, because the region is `MAP_SHARED` and we map it too).
 //! Also reads standalone trace files the runtime wrote on its own.
