@@ -154,6 +154,12 @@ impl Region {
                 return Err(io("reading RLIMIT_NOFILE"));
             }
             let need = REGION_FD as libc::rlim_t + 1;
+            if lim.rlim_max < need {
+                return Err(Error::BadRegion(format!(
+                    "the recorder keeps it at descriptor {REGION_FD}, above the hard limit on open files ({}): raise it to {need} (ulimit -Hn {need})",
+                    lim.rlim_max
+                )));
+            }
             let raise = lim.rlim_cur < need;
             if raise {
                 let up = libc::rlimit {
