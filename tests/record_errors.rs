@@ -59,13 +59,18 @@ fn record_refuses_what_it_cannot_run() {
         "missing",
     );
     assert!(e.contains("/nonexistent/program"), "{e}");
-    let text = dir().join("script.sh");
-    std::fs::write(&text, "#!/bin/sh\necho hi\n").unwrap();
-    let e = one_line_error(
-        &aetrace(&["record", "--", text.to_str().unwrap()]),
-        "script",
-    );
+    let text = dir().join("text.txt");
+    std::fs::write(&text, "echo hi\n").unwrap();
+    let e = one_line_error(&aetrace(&["record", "--", text.to_str().unwrap()]), "text");
     assert!(e.contains("not an ELF"), "{e}");
+    // A script runs its interpreter (`transparency`), if execve would run it.
+    let script = dir().join("script.sh");
+    std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
+    let e = one_line_error(
+        &aetrace(&["record", "--", script.to_str().unwrap()]),
+        "script without an execute bit",
+    );
+    assert!(e.contains("Permission denied"), "{e}");
 }
 
 /// The recorder's testing knob `AETRACE_HALF_SIZE` (buffer half size)

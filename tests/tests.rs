@@ -23,6 +23,8 @@
 //! - `stop_at`: `aetrace count --stop-at N` under gdb;
 //! - `trace_oracle`: recorded traces against lackey, instruction by
 //!   instruction;
+//! - `transparency`: a recorded program sees its native argv, environment
+//!   and descriptors; `#!` scripts record their interpreter;
 //! - `verify`: `aetrace verify` on exact and broken traces.
 //!
 //! All topics run in one process, in libtest's threads (one per core, as
@@ -51,4 +53,5 @@ mod rewrite_elf;
 mod rewrite_unwind;
 mod stop_at;
 mod trace_oracle;
+mod transparency;
 mod verify;

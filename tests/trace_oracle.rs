@@ -947,42 +947,12 @@ fn debian_zstd_with_all_its_libraries() {
 // `argv[0]`, with address randomisation off, so that alignment-dependent
 // paths of the string functions are the same too.
 
-/// The environment of both runs, without the recorder's variable.
+/// The environment of both runs.
 fn static_env(cache: &Path) -> Vec<(String, String)> {
     vec![
         ("AETRACE_CACHE".to_string(), cache.display().to_string()),
         ("PATH".to_string(), "/usr/bin:/bin".to_string()),
     ]
-}
-
-/// The environment variable `aetrace record` adds, as the recorded
-/// `/usr/bin/env` prints it.
-fn recorder_variable(env: &[(String, String)]) -> (String, String) {
-    let dir = common::scratch("trace-oracle-static");
-    let t = dir.join(format!("env-{}.aet", std::process::id()));
-    let out = common::aetrace_fixed(
-        &[
-            "record".as_ref(),
-            "-o".as_ref(),
-            t.as_os_str(),
-            "--".as_ref(),
-            "/usr/bin/env".as_ref(),
-        ],
-        env,
-    );
-    assert!(
-        out.status.success(),
-        "recording env: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let _ = std::fs::remove_file(&t);
-    let text = String::from_utf8(out.stdout).unwrap();
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("AETRACE_SHM_FD="))
-        .unwrap_or_else(|| panic!("no AETRACE_SHM_FD in {text:?}"));
-    let (k, v) = line.split_once('=').unwrap();
-    (k.to_string(), v.to_string())
 }
 
 /// [`check`] for a single-threaded static executable, against the native
@@ -1021,9 +991,8 @@ fn check_static_streams(exe: &Path, args: &[&str], streams: usize) {
         .find(|p| p.extension().map_or(true, |e| e != "meta"))
         .expect("the recorder caches the rewritten program");
     common::singlestep::restore_original_code(exe, &inst);
-    let mut oracle_env = env.clone();
-    oracle_env.push(recorder_variable(&env));
-    let stepped = common::singlestep::run(&inst, Some(exe), args, &oracle_env);
+    // The same environment: the recorder adds nothing to it.
+    let stepped = common::singlestep::run(&inst, Some(exe), args, &env);
     assert_eq!(
         stepped.stdout, native.stdout,
         "{name}: the restored program's stdout"

@@ -73,7 +73,8 @@ pub struct RecordOptions {
     pub placement: Placement,
     /// Shared libraries rewritten and traced with the program.
     pub libs: LibSelection,
-    /// The program to run (a path, or a name looked up on `PATH`).
+    /// The program to run (a path, or a name looked up on `PATH`; for a
+    /// `#!` script, its interpreter is recorded, run with the script).
     pub program: PathBuf,
     /// Its arguments after `argv[0]`.
     pub args: Vec<OsString>,
@@ -320,9 +321,16 @@ pub(crate) fn prepare_libs<T>(
 /// it with the recorder, and returns how it ended.
 pub fn record(o: &RecordOptions) -> Result<Outcome> {
     let exe = find_program(&o.program)?;
-    let prepared = prepare(&exe, o.placement, 0)?;
+    // A script: its interpreter, run with the script (the trace is still
+    // named after what the user ran).
+    let run = crate::script::follow(crate::script::Invocation {
+        exe: exe.clone(),
+        argv0: o.program.clone().into_os_string(),
+        args: o.args.clone(),
+    })?;
+    let prepared = prepare(&run.exe, o.placement, 0)?;
     let mut modules = vec![prepared.module];
-    let (libs, notes, dir) = prepare_libs(&exe, &o.libs, |path, tag| {
+    let (libs, notes, dir) = prepare_libs(&run.exe, &o.libs, |path, tag| {
         prepare(path, o.placement, tag).map(|p| (p.elf, p.module))
     })?;
     modules[0].notes.extend(notes);
@@ -334,8 +342,8 @@ pub fn record(o: &RecordOptions) -> Result<Outcome> {
         .unwrap_or_else(|| default_output(&exe, ".aet"));
     launch::record(&Launch {
         program: prepared.elf,
-        argv0: o.program.clone().into_os_string(),
-        args: o.args.clone(),
+        argv0: run.argv0,
+        args: run.args,
         env,
         trace,
         modules,

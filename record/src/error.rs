@@ -29,6 +29,16 @@ pub enum Error {
         /// What the system reported.
         source: std::io::Error,
     },
+    /// A `#!` script's interpreter cannot be run (the shell's words).
+    #[error("{}: {}: bad interpreter: {reason}", script.display(), interp.display())]
+    BadInterpreter {
+        /// The script the user named.
+        script: PathBuf,
+        /// The interpreter its `#!` line names.
+        interp: PathBuf,
+        /// Why it cannot be run, anywhere down the chain of scripts.
+        reason: String,
+    },
     /// Recording a run failed.
     #[error("recording failed: {0}")]
     Record(#[from] RecordError),

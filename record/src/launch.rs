@@ -203,6 +203,9 @@ const CREATOR: &str = concat!("aetrace ", env!("CARGO_PKG_VERSION"));
 pub fn record(l: &Launch) -> Result<Outcome> {
     check_launch(l)?;
     let region = Region::create(l.geometry).map_err(RecordError::WitnessRegion)?;
+    // The program's runtime finds the region here, in this process
+    // (`aetrace_runtime::layout::REGION_FD`): it inherits nothing of it.
+    let _published = region.publish().map_err(RecordError::WitnessRegion)?;
     // Before the program starts: orphans of its descendants must come to
     // us, or we could not know when the last writer is gone.
     // SAFETY: prctl with integer arguments.
@@ -216,10 +219,10 @@ pub fn record(l: &Launch) -> Result<Outcome> {
     let mut out = TraceWriter::create(&l.trace, &header).map_err(|e| trace_err(&l.trace, e))?;
     out.set_level(CHUNK_LEVEL);
     // Before the program runs, so even a trace cut short says how to re-run it.
-    out.command(&command(l, region.env().0))
+    out.command(&command(l))
         .map_err(|e| trace_err(&l.trace, e))?;
     let blocked = Blocked::new()?;
-    let main = match spawn(l, &region, &blocked.0) {
+    let main = match spawn(l, &blocked.0) {
         Ok(pid) => pid,
         Err(e) => {
             // Nothing ran: leave no trace file behind.
@@ -283,14 +286,14 @@ pub fn record(l: &Launch) -> Result<Outcome> {
 }
 
 /// The COMMAND section: the ORIGINAL program, argv as the program gets it,
-/// the environment it inherits (without the recorder's `hidden` variable
-/// and the overrides of `l.env`, which only the rewritten program needs),
-/// the working directory and where stdin comes from.
-fn command(l: &Launch, hidden: &str) -> Command {
+/// the environment it inherits (without the overrides of `l.env`, which
+/// only the rewritten program needs), the working directory and where
+/// stdin comes from.
+fn command(l: &Launch) -> Command {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let bytes = |s: &std::ffi::OsStr| s.as_bytes().to_vec();
     let env = std::env::vars_os()
-        .filter(|(k, _)| k != hidden && !l.env.iter().any(|(o, _)| o == k))
+        .filter(|(k, _)| !l.env.iter().any(|(o, _)| o == k))
         .map(|(k, v)| {
             let mut kv = bytes(&k);
             kv.push(b'=');
@@ -374,9 +377,9 @@ fn check_launch(l: &Launch) -> Result<()> {
 /// pid. It inherits what it would from a shell: the signal mask `mask`
 /// (the recorder's own before `Blocked`), the recorder's signal
 /// dispositions, not yet changed, but SIGPIPE's back to the default (as
-/// std's spawn does: the Rust runtime ignores it), and the region fd,
-/// inheritable for that moment only (the recorder spawns nothing else).
-fn spawn(l: &Launch, region: &Region, mask: &libc::sigset_t) -> Result<i32> {
+/// std's spawn does: the Rust runtime ignores it), and nothing of the
+/// region (its runtime finds it through `/proc`, `Region::publish`).
+fn spawn(l: &Launch, mask: &libc::sigset_t) -> Result<i32> {
     use std::ffi::CString;
     let io = |source| Error::Io {
         path: l.program.clone(),
@@ -389,16 +392,18 @@ fn spawn(l: &Launch, region: &Region, mask: &libc::sigset_t) -> Result<i32> {
         .chain(&l.args)
         .map(|a| cstr(a.as_bytes()))
         .collect::<Result<Vec<_>>>()?;
-    // Sorted by name, as std's spawn orders an environment it was told to
-    // change (the order the program's startup code scans it in, which the
-    // tests' native runs reproduce the same way).
-    let mut env: std::collections::BTreeMap<Vec<u8>, Vec<u8>> = std::env::vars_os()
+    // The recorder's own environment in its order (what a shell would
+    // have given the program), each variable of `l.env` in place of the
+    // one it overrides or after them all.
+    let mut env: Vec<(Vec<u8>, Vec<u8>)> = std::env::vars_os()
         .map(|(k, v)| (k.into_vec(), v.into_vec()))
         .collect();
-    let (rk, rv) = region.env();
-    env.insert(rk.into(), rv.into_bytes());
     for (k, v) in &l.env {
-        env.insert(k.as_bytes().to_vec(), v.as_bytes().to_vec());
+        let (k, v) = (k.as_bytes().to_vec(), v.as_bytes().to_vec());
+        match env.iter_mut().find(|(o, _)| *o == k) {
+            Some(slot) => slot.1 = v,
+            None => env.push((k, v)),
+        }
     }
     let envp = env
         .iter()
@@ -411,12 +416,6 @@ fn spawn(l: &Launch, region: &Region, mask: &libc::sigset_t) -> Result<i32> {
             .collect::<Vec<_>>()
     };
     let (argv, envp) = (ptrs(&argv), ptrs(&envp));
-    let inherit = |on| {
-        region
-            .set_inherited(on)
-            .map_err(|e| Error::from(RecordError::WitnessRegion(e)))
-    };
-    inherit(true)?;
     let mut pid: libc::pid_t = 0;
     // SAFETY: every pointer is valid for the call (NUL-terminated strings,
     // null-terminated vectors); the attributes are initialised before use
@@ -456,7 +455,6 @@ fn spawn(l: &Launch, region: &Region, mask: &libc::sigset_t) -> Result<i32> {
         }
         rc
     };
-    inherit(false)?;
     if rc != 0 {
         return Err(io(std::io::Error::from_raw_os_error(rc)));
     }

@@ -2,7 +2,7 @@
 //! `aetrace-rewrite` and keeps what they write: the launcher and its
 //! witness drainer ([`launch`]), the shared libraries `--libs` selects and
 //! how they are found ([`libs`]), the rewrite cache and traced runs
-//! ([`commands`]), and the counted runs that fill edge and path profiles
+//! ([`commands`]; `#!` scripts followed as the kernel does, [`script`]), and the counted runs that fill edge and path profiles
 //! and event counts ([`counted`], [`paths`]).
 //!
 //! Invariants: the program sees its own exit status, signals and output;
@@ -15,6 +15,7 @@ pub mod error;
 pub mod launch;
 pub mod libs;
 pub mod paths;
+pub mod script;
 
 pub use error::{Error, Result};
 pub use launch::quiet_workers;

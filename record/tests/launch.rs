@@ -1,6 +1,6 @@
 //! The recorder end to end: `launch::record` runs this test binary again in
 //! a child mode (below) that maps the generated runtime, attaches to the
-//! region through the environment exactly as a rewritten program's
+//! region the recorder published exactly as a rewritten program's
 //! DT_PREINIT_ARRAY `init` does, and writes known witness sequences. The
 //! trace is read back with `aetrace_format::Trace` and every thread's
 //! stream compared with the bytes the child was told to write (the oracle
@@ -66,10 +66,10 @@ fn launch_child_helper() {
     let report = PathBuf::from(std::env::var_os(REPORT).expect("report path"));
     let mut m = Mapped::new();
     let run = runner(&mut m, PROC, Site::CONSERVATIVE);
-    m.init(&[(
-        "AETRACE_SHM_FD",
-        std::env::var("AETRACE_SHM_FD").expect("the recorder sets AETRACE_SHM_FD"),
-    )]);
+    // As a rewritten program's init: no variable names the region; the
+    // runtime finds the recorder's through `/proc` (its parent's, or an
+    // exec'd image's).
+    m.init(&[]);
     let argv0 = std::env::args_os().next().unwrap_or_default();
     std::fs::write(
         &report,

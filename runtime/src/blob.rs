@@ -98,10 +98,15 @@ use crate::layout::*;
 use crate::Error;
 
 // Linux x86-64 syscall numbers and constants.
+const SYS_READ: u32 = 0;
 const SYS_WRITE: u32 = 1;
 const SYS_OPEN: u32 = 2;
+const SYS_CLOSE: u32 = 3;
 const SYS_FSTAT: u32 = 5;
 const SYS_MMAP: u32 = 9;
+const SYS_MUNMAP: u32 = 11;
+const SYS_READLINK: u32 = 89;
+const SYS_GETPPID: u32 = 110;
 const SYS_RT_SIGPROCMASK: u32 = 14;
 const SYS_PWRITE64: u32 = 18;
 const SYS_GETPID: u32 = 39;
@@ -121,6 +126,8 @@ const ARCH_GET_GS: u32 = 0x1004;
 const FUTEX_WAIT: u32 = 0;
 const FUTEX_WAKE: u32 = 1;
 const O_RDWR_CREAT_TRUNC_CLOEXEC: u32 = 0o2 | 0o100 | 0o1000 | 0o2000000;
+const O_RDONLY_CLOEXEC: u32 = 0o2000000;
+const O_RDWR_CLOEXEC: u32 = 0o2 | 0o2000000;
 /// Exit status of a program the runtime has to stop (message on stderr).
 pub const FATAL_STATUS: u32 = 125;
 /// Seconds `flush` waits for the recorder to empty a half before it checks
@@ -192,6 +199,9 @@ struct Labels {
     claim: CodeLabel,
     prefix: CodeLabel,
     parse_dec: CodeLabel,
+    proc_path: CodeLabel,
+    map_fd: CodeLabel,
+    find_region: CodeLabel,
     fatal: CodeLabel,
     slot_index: CodeLabel,
     d_ready: CodeLabel,
@@ -207,6 +217,9 @@ struct Labels {
     regmap: CodeLabel,
     s_shm: CodeLabel,
     s_out: CodeLabel,
+    s_fd_path: CodeLabel,
+    s_stat: CodeLabel,
+    s_memfd: CodeLabel,
     m_noenv: CodeLabel,
     m_region: CodeLabel,
     m_notready: CodeLabel,
@@ -392,6 +405,9 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         claim: a.create_label(),
         prefix: a.create_label(),
         parse_dec: a.create_label(),
+        proc_path: a.create_label(),
+        map_fd: a.create_label(),
+        find_region: a.create_label(),
         fatal: a.create_label(),
         slot_index: a.create_label(),
         d_ready: a.create_label(),
@@ -407,6 +423,9 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         regmap: a.create_label(),
         s_shm: a.create_label(),
         s_out: a.create_label(),
+        s_fd_path: a.create_label(),
+        s_stat: a.create_label(),
+        s_memfd: a.create_label(),
         m_noenv: a.create_label(),
         m_region: a.create_label(),
         m_notready: a.create_label(),
@@ -445,6 +464,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     );
     emit_claim(&mut a, &mut l)?;
     emit_helpers(&mut a, &mut l)?;
+    emit_find_region(&mut a, &mut l)?;
     emit_signal_entry(&mut a, &mut l)?;
     // Each entry point's windows: entry, after pushfq, after the lea,
     // blocked from its `syscall` on; `signal_entry`'s unblocked prologue
@@ -467,10 +487,13 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     a.db(&[13, 14, 12, 11, 15, 10, 9, 8, 0, 1, 2, 3, 4, 5, 6, 7])?;
     msg(&mut a, &mut l.s_shm, "AETRACE_SHM_FD=")?;
     msg(&mut a, &mut l.s_out, "AETRACE_OUT=")?;
+    msg(&mut a, &mut l.s_fd_path, &format!("/fd/{REGION_FD}"))?;
+    msg(&mut a, &mut l.s_stat, "/stat")?;
+    msg(&mut a, &mut l.s_memfd, REGION_MEMFD_LINK)?;
     msg(
         &mut a,
         &mut l.m_noenv,
-        "aetrace: neither AETRACE_SHM_FD nor AETRACE_OUT is set; cannot trace\n",
+        "aetrace: no witness region: no aetrace recorder among this process's ancestors, and neither AETRACE_SHM_FD nor AETRACE_OUT is set; cannot trace\n",
     )?;
     msg(
         &mut a,
@@ -558,7 +581,8 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
 
 /// `init(argc, argv, envp)`: the DT_PREINIT_ARRAY calling convention (a
 /// static executable's entry stub passes the same from its initial stack).
-/// Maps the region (recorder: fd from `AETRACE_SHM_FD`; standalone: creates
+/// Maps the region (the fd named by `AETRACE_SHM_FD`, else the recorder's
+/// found among the ancestors, [`emit_find_region`]; else standalone: creates
 /// the file `AETRACE_OUT`), gives FS the pre-TLS word when its base is 0
 /// (see [`D_PRETLS`]), then attaches the calling thread. Idempotent.
 fn emit_init(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
@@ -605,43 +629,23 @@ fn emit_init(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.set_label(&mut env_done)?;
     a.cmp(r12, -1)?;
     a.jne(shm)?;
+    a.call(l.find_region)?;
+    a.mov(r15, rax)?;
+    a.mov(r12, -1i64)?; // no descriptor kept
+    a.test(rax, rax)?;
+    a.jnz(mapped)?;
     a.test(r13, r13)?;
     a.jnz(out_mode)?;
     a.lea(rsi, ptr(l.m_noenv))?;
     a.jmp(l.fatal)?;
 
-    // Recorder mode: size from fstat, map, validate the header.
+    // A descriptor named by AETRACE_SHM_FD.
     a.set_label(&mut shm)?;
-    a.sub(rsp, 144)?; // struct stat
     a.mov(rdi, r12)?;
-    a.mov(rsi, rsp)?;
-    a.mov(eax, SYS_FSTAT)?;
-    a.syscall()?;
-    a.mov(r14, qword_ptr(rsp + 48))?; // st_size
-    a.add(rsp, 144)?;
-    a.test(rax, rax)?;
-    a.jnz(bad_region)?;
-    a.cmp(r14, HEADER_SIZE as i32)?;
-    a.jb(bad_region)?;
-    a.xor(edi, edi)?;
-    a.mov(rsi, r14)?;
-    a.mov(edx, 3u32)?; // PROT_READ|PROT_WRITE
-    a.mov(r10d, 1u32)?; // MAP_SHARED
-    a.mov(r8, r12)?;
-    a.xor(r9d, r9d)?;
-    a.mov(eax, SYS_MMAP)?;
-    a.syscall()?;
-    a.cmp(rax, -4096)?;
-    a.ja(bad_region)?;
+    a.call(l.map_fd)?;
     a.mov(r15, rax)?;
-    a.mov(rcx, MAGIC)?;
-    a.cmp(qword_ptr(r15 + H_MAGIC), rcx)?;
-    a.jne(bad_region)?;
-    a.cmp(dword_ptr(r15 + H_VERSION), VERSION)?;
-    a.jne(bad_region)?;
-    a.cmp(qword_ptr(r15 + H_REGION_SIZE), r14)?;
-    a.ja(bad_region)?;
-    a.jmp(mapped)?;
+    a.test(rax, rax)?;
+    a.jnz(mapped)?;
     a.set_label(&mut bad_region)?;
     a.lea(rsi, ptr(l.m_region))?;
     a.jmp(l.fatal)?;
@@ -1156,6 +1160,235 @@ fn emit_claim(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.mov(word_ptr(rax), ESCAPE as u32 | (KIND_PENDING as u32) << 8)?;
     a.mov(dword_ptr(rax + 2), ebp)?;
     a.mov(byte_ptr(rax + 1), bl)?;
+    a.ret()
+}
+
+/// `find_region`'s buffers: a path at [rsp], a link's or stat's text at
+/// [rsp + BUF], each this long.
+const BUF: i32 = 256;
+
+/// `find_region() -> rax` (r14 its size), or 0: the region of the nearest
+/// ancestor that publishes one (`layout::REGION_FD`): walks up from the
+/// parent through `/proc/PID/stat`, and at each ancestor maps
+/// `/proc/PID/fd/REGION_FD` when that is the region's memfd (`readlink`,
+/// so nothing else an ancestor holds is ever opened), has the layout
+/// (`map_fd`) and names PID as its creator. The mapping
+/// keeps no descriptor. Clobbers every register but r13.
+///
+/// `map_fd(rdi = fd) -> rax` (r14 its size), or 0: the fd's file mapped
+/// shared when it holds a region of this layout version.
+///
+/// `proc_path(rdi = buffer, esi = pid, rdx = suffix)`: writes
+/// `/proc/<pid><suffix>` NUL-terminated. Clobbers rax, rcx, rdx, rdi, r8-r10.
+fn emit_find_region(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
+    let mut walk = a.create_label();
+    let mut parent = a.create_label();
+    let mut found = a.create_label();
+    let mut none = a.create_label();
+    a.set_label(&mut l.find_region)?;
+    // Path at [rsp], link or stat text at [rsp+BUF], slack for the scan.
+    a.sub(rsp, 2 * BUF + 32)?;
+    a.mov(eax, SYS_GETPPID)?;
+    a.syscall()?;
+    a.mov(ebp, eax)?;
+    a.mov(ebx, MAX_ANCESTORS)?;
+    a.set_label(&mut walk)?;
+    a.test(ebp, ebp)?;
+    a.jle(none)?;
+    a.dec(ebx)?;
+    a.js(none)?;
+    proc_path(a, l, l.s_fd_path)?;
+    a.mov(rdi, rsp)?;
+    a.lea(rsi, ptr(rsp + BUF))?;
+    a.mov(edx, (BUF - 1) as u32)?;
+    a.mov(eax, SYS_READLINK)?;
+    a.syscall()?;
+    a.test(rax, rax)?;
+    a.jle(parent)?;
+    a.mov(byte_ptr(rsp + rax + BUF), 0)?;
+    a.lea(rdi, ptr(l.s_memfd))?;
+    a.lea(rsi, ptr(rsp + BUF))?;
+    a.call(l.prefix)?;
+    a.test(rax, rax)?;
+    a.jz(parent)?;
+    a.cmp(byte_ptr(rax), 0)?;
+    a.jne(parent)?;
+    a.mov(rdi, rsp)?;
+    a.mov(esi, O_RDWR_CLOEXEC)?;
+    a.xor(edx, edx)?;
+    a.mov(eax, SYS_OPEN)?;
+    a.syscall()?;
+    a.test(rax, rax)?;
+    a.js(parent)?;
+    a.mov(r12, rax)?;
+    a.mov(rdi, rax)?;
+    a.call(l.map_fd)?;
+    a.mov(r15, rax)?;
+    a.mov(rdi, r12)?;
+    a.mov(eax, SYS_CLOSE)?;
+    a.syscall()?;
+    a.test(r15, r15)?;
+    a.jz(parent)?;
+    a.cmp(dword_ptr(r15 + H_PID), ebp)?;
+    a.je(found)?;
+    a.mov(rdi, r15)?;
+    a.mov(rsi, r14)?;
+    a.mov(eax, SYS_MUNMAP)?;
+    a.syscall()?;
+
+    a.set_label(&mut parent)?;
+    next_ancestor(a, l, walk, none)?;
+
+    a.set_label(&mut found)?;
+    a.mov(rax, r15)?;
+    a.add(rsp, 2 * BUF + 32)?;
+    a.ret()?;
+    a.set_label(&mut none)?;
+    a.xor(eax, eax)?;
+    a.add(rsp, 2 * BUF + 32)?;
+    a.ret()?;
+
+    emit_map_fd(a, l)?;
+    emit_proc_path(a, l)
+}
+
+/// `find_region`'s step to the parent of the pid in ebp: the number after
+/// the last `)` of `/proc/PID/stat` (`pid (comm) S ppid ...`; a command
+/// name may hold `)`), then on to `walk`; `none` when it cannot be read.
+fn next_ancestor(
+    a: &mut CodeAssembler,
+    l: &Labels,
+    walk: CodeLabel,
+    none: CodeLabel,
+) -> Result<(), IcedError> {
+    let mut scan = a.create_label();
+    let mut digits = a.create_label();
+    proc_path(a, l, l.s_stat)?;
+    a.mov(rdi, rsp)?;
+    a.mov(esi, O_RDONLY_CLOEXEC)?;
+    a.xor(edx, edx)?;
+    a.mov(eax, SYS_OPEN)?;
+    a.syscall()?;
+    a.test(rax, rax)?;
+    a.js(none)?;
+    a.mov(r12, rax)?;
+    a.mov(rdi, rax)?;
+    a.lea(rsi, ptr(rsp + BUF))?;
+    a.mov(edx, (BUF - 1) as u32)?;
+    a.mov(eax, SYS_READ)?;
+    a.syscall()?;
+    a.mov(r15, rax)?;
+    a.mov(rdi, r12)?;
+    a.mov(eax, SYS_CLOSE)?;
+    a.syscall()?;
+    a.test(r15, r15)?;
+    a.jle(none)?;
+    a.mov(byte_ptr(rsp + r15 + BUF), 0)?;
+    a.lea(rsi, ptr(rsp + r15 + BUF))?;
+    a.lea(rdx, ptr(rsp + BUF))?;
+    a.set_label(&mut scan)?;
+    a.dec(rsi)?;
+    a.cmp(rsi, rdx)?;
+    a.jb(none)?;
+    a.cmp(byte_ptr(rsi), b')' as i32)?;
+    a.jne(scan)?;
+    a.add(rsi, 4)?; // past ") S "
+    a.xor(ebp, ebp)?;
+    a.set_label(&mut digits)?;
+    a.movzx(ecx, byte_ptr(rsi))?;
+    a.sub(ecx, b'0' as i32)?;
+    a.cmp(ecx, 9)?;
+    a.ja(walk)?;
+    a.imul_3(ebp, ebp, 10)?;
+    a.add(ebp, ecx)?;
+    a.inc(rsi)?;
+    a.jmp(digits)
+}
+
+/// `proc_path(buffer at rsp, pid in ebp, suffix)`, in `find_region`.
+fn proc_path(a: &mut CodeAssembler, l: &Labels, suffix: CodeLabel) -> Result<(), IcedError> {
+    a.mov(rdi, rsp)?;
+    a.mov(esi, ebp)?;
+    a.lea(rdx, ptr(suffix))?;
+    a.call(l.proc_path)
+}
+
+fn emit_proc_path(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
+    let mut count = a.create_label();
+    let mut write = a.create_label();
+    let mut copy = a.create_label();
+    a.set_label(&mut l.proc_path)?;
+    a.mov(dword_ptr(rdi), u32::from_le_bytes(*b"/pro"))?;
+    a.mov(word_ptr(rdi + 4), u32::from(u16::from_le_bytes(*b"c/")))?;
+    a.add(rdi, 6)?;
+    a.mov(r10, rdx)?;
+    a.mov(r9d, 10u32)?;
+    a.mov(eax, esi)?;
+    a.set_label(&mut count)?;
+    a.xor(edx, edx)?;
+    a.div(r9d)?;
+    a.inc(rdi)?;
+    a.test(eax, eax)?;
+    a.jnz(count)?;
+    a.mov(r8, rdi)?;
+    a.mov(eax, esi)?;
+    a.set_label(&mut write)?;
+    a.xor(edx, edx)?;
+    a.div(r9d)?;
+    a.add(dl, b'0' as i32)?;
+    a.dec(r8)?;
+    a.mov(byte_ptr(r8), dl)?;
+    a.test(eax, eax)?;
+    a.jnz(write)?;
+    a.set_label(&mut copy)?;
+    a.mov(al, byte_ptr(r10))?;
+    a.mov(byte_ptr(rdi), al)?;
+    a.inc(rdi)?;
+    a.inc(r10)?;
+    a.test(al, al)?;
+    a.jnz(copy)?;
+    a.ret()
+}
+
+fn emit_map_fd(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
+    let mut unmap = a.create_label();
+    let mut fail = a.create_label();
+    a.set_label(&mut l.map_fd)?;
+    a.mov(r8, rdi)?;
+    a.sub(rsp, 144)?; // struct stat
+    a.mov(rsi, rsp)?;
+    a.mov(eax, SYS_FSTAT)?;
+    a.syscall()?;
+    a.mov(r14, qword_ptr(rsp + 48))?; // st_size
+    a.add(rsp, 144)?;
+    a.test(rax, rax)?;
+    a.jnz(fail)?;
+    a.cmp(r14, HEADER_SIZE as i32)?;
+    a.jb(fail)?;
+    a.xor(edi, edi)?;
+    a.mov(rsi, r14)?;
+    a.mov(edx, 3u32)?; // PROT_READ|PROT_WRITE
+    a.mov(r10d, 1u32)?; // MAP_SHARED
+    a.xor(r9d, r9d)?;
+    a.mov(eax, SYS_MMAP)?;
+    a.syscall()?;
+    a.cmp(rax, -4096)?;
+    a.ja(fail)?;
+    a.mov(rcx, MAGIC)?;
+    a.cmp(qword_ptr(rax + H_MAGIC), rcx)?;
+    a.jne(unmap)?;
+    a.cmp(dword_ptr(rax + H_VERSION), VERSION)?;
+    a.jne(unmap)?;
+    a.cmp(qword_ptr(rax + H_REGION_SIZE), r14)?;
+    a.ja(unmap)?;
+    a.ret()?;
+    a.set_label(&mut unmap)?;
+    a.mov(rdi, rax)?;
+    a.mov(rsi, r14)?;
+    a.mov(eax, SYS_MUNMAP)?;
+    a.syscall()?;
+    a.set_label(&mut fail)?;
+    a.xor(eax, eax)?;
     a.ret()
 }
 

@@ -365,6 +365,23 @@ pub fn skip_witnesses(data: &[u8], from: usize) -> usize {
     i
 }
 
+/// The descriptor number at which the recorder keeps the region's memfd
+/// open, in its own process only (close-on-exec: the program never
+/// inherits it). A runtime's `init` finds the region by walking up its
+/// ancestors (`/proc/PID/stat`) to the first whose `/proc/PID/fd/REGION_FD`
+/// is the memfd [`REGION_MEMFD_LINK`] and whose region header names PID as
+/// its creator ([`H_PID`]): the recorder is an ancestor of every process it
+/// records (it is their subreaper), so an exec'd image finds it too, and
+/// the program's environment and descriptors stay its own
+/// (`docs/runtime.md` section 1).
+pub const REGION_FD: i32 = 1023;
+/// The memfd's name, as `memfd_create` is given it.
+pub const REGION_MEMFD_NAME: &str = "aetrace-witnesses";
+/// What `readlink("/proc/PID/fd/REGION_FD")` says for the region's memfd.
+pub const REGION_MEMFD_LINK: &str = "/memfd:aetrace-witnesses (deleted)";
+/// How many ancestors `init` looks at before it gives up.
+pub const MAX_ANCESTORS: u32 = 64;
+
 #[cfg(test)]
 mod tests {
     use super::*;

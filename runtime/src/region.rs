@@ -1,5 +1,5 @@
-//! The recorder side of the witness region: create it (memfd), hand its fd
-//! to the program, and drain every slot's bytes while the program runs and
+//! The recorder side of the witness region: create it (memfd), publish it
+//! where the program's runtime finds it (`layout::REGION_FD`), and drain every slot's bytes while the program runs and
 //! after it has died (design decision 4: a killed program keeps every
 //! witness it wrote, because the region is `MAP_SHARED` and we map it too).
 //! Also reads standalone trace files the runtime wrote on its own.
@@ -55,6 +55,17 @@ pub struct Region {
 unsafe impl Send for Region {}
 unsafe impl Sync for Region {}
 
+/// The region's copy at [`REGION_FD`] ([`Region::publish`]), closed on drop.
+#[must_use = "the region stays published only while this lives"]
+pub struct Published(());
+
+impl Drop for Published {
+    fn drop(&mut self) {
+        // SAFETY: the descriptor `publish` made; nothing else uses it.
+        unsafe { libc::close(REGION_FD) };
+    }
+}
+
 fn io(what: &'static str) -> Error {
     Error::Io {
         what,
@@ -75,7 +86,8 @@ impl Region {
             )));
         }
         // SAFETY: plain syscalls on a NUL-terminated name; the fd is owned by `file`.
-        let fd = unsafe { libc::memfd_create(c"aetrace-witnesses".as_ptr(), libc::MFD_CLOEXEC) };
+        let name = std::ffi::CString::new(REGION_MEMFD_NAME).expect("no NUL in the name");
+        let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
         if fd < 0 {
             return Err(io("memfd_create"));
         }
@@ -114,23 +126,70 @@ impl Region {
         Ok(r)
     }
 
-    /// The region's file descriptor (close-on-exec until [`Region::set_inherited`]).
+    /// The region's file descriptor (close-on-exec).
     pub fn fd(&self) -> RawFd {
         self.file.as_raw_fd()
     }
 
-    /// Clears (`on`) or sets FD_CLOEXEC on the region's fd, and only it,
-    /// so the program started next inherits it (and nothing started later).
-    pub fn set_inherited(&self, on: bool) -> Result<(), Error> {
-        let flags = if on { 0 } else { libc::FD_CLOEXEC };
-        // SAFETY: fcntl on an fd we own.
-        if unsafe { libc::fcntl(self.fd(), libc::F_SETFD, flags) } < 0 {
-            return Err(io("changing FD_CLOEXEC on the witness region"));
+    /// Makes the region findable by the programs this process starts next:
+    /// a close-on-exec copy of its memfd at [`REGION_FD`], which their
+    /// runtime's `init` opens through `/proc/<this pid>/fd` (the program
+    /// inherits no descriptor). The copy is closed when the result is
+    /// dropped. One region per process at a time: an fd already open at
+    /// [`REGION_FD`] is an error (the caller's, or another region's).
+    pub fn publish(&self) -> Result<Published, Error> {
+        // SAFETY: fcntl/getrlimit/setrlimit/dup3 on integers and a local struct.
+        unsafe {
+            if libc::fcntl(REGION_FD, libc::F_GETFD) >= 0 {
+                return Err(Error::BadRegion(format!(
+                    "descriptor {REGION_FD}, where the witness region is published, is already open"
+                )));
+            }
+            // dup3 may not name a descriptor at or above the soft limit:
+            // raise it for the call only (an open descriptor stays valid
+            // above a lowered limit), so the program inherits the limit
+            // it would have had.
+            let mut lim: libc::rlimit = std::mem::zeroed();
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+                return Err(io("reading RLIMIT_NOFILE"));
+            }
+            let need = REGION_FD as libc::rlim_t + 1;
+            if lim.rlim_max < need {
+                return Err(Error::BadRegion(format!(
+                    "the recorder keeps it at descriptor {REGION_FD}, above the hard limit on open files ({}): raise it to {need} (ulimit -Hn {need})",
+                    lim.rlim_max
+                )));
+            }
+            let raise = lim.rlim_cur < need;
+            if raise {
+                let up = libc::rlimit {
+                    rlim_cur: need,
+                    rlim_max: lim.rlim_max,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &up) != 0 {
+                    return Err(io("raising RLIMIT_NOFILE to publish the witness region"));
+                }
+            }
+            let fd = libc::dup3(self.fd(), REGION_FD, libc::O_CLOEXEC);
+            let err = io("publishing the witness region at its descriptor");
+            if raise && libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                if fd >= 0 {
+                    libc::close(fd);
+                }
+                return Err(io("restoring RLIMIT_NOFILE"));
+            }
+            if fd < 0 {
+                return Err(err);
+            }
         }
-        Ok(())
+        Ok(Published(()))
     }
 
-    /// The environment variable telling the runtime where the region is.
+    /// The environment variable that hands the region's fd to a runtime
+    /// explicitly (`init` reads it before it looks for a recorder among its
+    /// ancestors): for a process that creates the region and runs the
+    /// runtime itself, as the runtime's tests do. The recorder does not
+    /// set it.
     pub fn env(&self) -> (&'static str, String) {
         ("AETRACE_SHM_FD", self.fd().to_string())
     }

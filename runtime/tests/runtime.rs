@@ -598,6 +598,29 @@ fn child_helper_writes_until_killed() {
     let run = runner(&mut m, 11, Site::CONSERVATIVE);
     match mode.as_str() {
         "noenv" => m.init(&[]), // must not return
+        "walk" => {
+            // What the program sees: no variable, no descriptor of ours
+            // (the harness's inherited ones aside), before or after init.
+            let env = std::env::vars().any(|(k, _)| k.starts_with("AETRACE_SHM"));
+            let fds: Vec<_> = std::fs::read_dir("/proc/self/fd")
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            m.init(&[]);
+            let after: Vec<_> = std::fs::read_dir("/proc/self/fd")
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            let region_fd = aetrace_runtime::layout::REGION_FD.to_string();
+            if !env && fds == after && !fds.contains(&region_fd) {
+                println!("ENV_AND_FDS_NATIVE");
+            } else {
+                println!("env {env} fds {fds:?} after init {after:?}");
+            }
+            let seq = walk_sequence();
+            assert_eq!(run(seq.as_ptr(), seq.len()), 0);
+            std::process::exit(0);
+        }
         "early" => {
             run([1u8].as_ptr(), 1); // traced code before init: must not return
         }
@@ -651,23 +674,108 @@ fn fork_sequences() -> [Vec<u8>; 3] {
     ]
 }
 
-/// Re-executes this test binary in child `mode` with the region's fd.
+/// The descriptor at which [`spawn_child`] hands the child the region.
+const CHILD_FD: i32 = 100;
+
+/// Re-executes this test binary in child `mode`, with the region's fd at
+/// [`CHILD_FD`] named by `AETRACE_SHM_FD` (the region is not published:
+/// tests run in parallel, each with its own region).
 fn spawn_child(region: &Region, mode: &str) -> std::process::Child {
-    region.set_inherited(true).unwrap();
-    let (k, v) = region.env();
-    std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_helper_writes_until_killed",
-            "--test-threads=1",
-            "--nocapture",
-        ])
-        .env(CHILD_ENV, mode)
-        .env(k, v)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap()
+    use std::os::unix::process::CommandExt;
+    let fd = region.fd();
+    let mut cmd = child_command(mode);
+    cmd.env(region.env().0, CHILD_FD.to_string());
+    // SAFETY: one async-signal-safe call between fork and exec; dup2's
+    // copy is not close-on-exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::dup2(fd, CHILD_FD) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn().unwrap()
+}
+
+/// This test binary in child `mode`, its output piped, given no region.
+fn child_command(mode: &str) -> std::process::Command {
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "child_helper_writes_until_killed",
+        "--test-threads=1",
+        "--nocapture",
+    ])
+    .env(CHILD_ENV, mode)
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    cmd
+}
+
+/// Tests that publish a region (`Region::publish`: one per process) or
+/// rely on none being published.
+static PUBLISHED: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Without any variable, `init` finds the region its nearest publishing
+/// ancestor holds: the parent (this process), and through an
+/// intermediate process that holds none (`sh`, which the child's `init`
+/// walks past); the child inherits no descriptor and sees no variable.
+#[test]
+fn init_finds_the_region_its_ancestor_published() {
+    let _one = PUBLISHED.lock().unwrap_or_else(|e| e.into_inner());
+    for via_sh in [false, true] {
+        let region = Region::create(SMALL).unwrap();
+        let _published = region.publish().unwrap();
+        let mut cmd = child_command("walk");
+        if via_sh {
+            // `; exit` keeps sh from exec'ing the child in its place.
+            let argv: Vec<String> = std::iter::once(cmd.get_program())
+                .chain(cmd.get_args())
+                .map(|a| format!("'{}'", a.to_str().unwrap()))
+                .collect();
+            let script = format!("{}; exit $?", argv.join(" "));
+            let envs: Vec<_> = cmd
+                .get_envs()
+                .map(|(k, v)| (k.to_owned(), v.unwrap().to_owned()))
+                .collect();
+            cmd = std::process::Command::new("/bin/sh");
+            cmd.args(["-c", &script])
+                .envs(envs)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+        }
+        let child = cmd.spawn().unwrap();
+        let mut d = region.drainer();
+        let mut bytes = Vec::new();
+        let out = std::thread::scope(|s| {
+            let h = s.spawn(|| child.wait_with_output().unwrap());
+            while !h.is_finished() {
+                d.poll(false, &mut |b| bytes.extend_from_slice(b.bytes))
+                    .unwrap();
+                d.wait(Duration::from_millis(1));
+            }
+            h.join().unwrap()
+        });
+        d.poll(true, &mut |b| bytes.extend_from_slice(b.bytes))
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "via sh {via_sh}: {}\n{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            stdout.contains("ENV_AND_FDS_NATIVE"),
+            "via sh {via_sh}: {stdout}"
+        );
+        let expected = expected_main(11, &walk_sequence());
+        assert!(bytes == expected, "via sh {via_sh}: the stream differs");
+    }
+}
+
+fn walk_sequence() -> Vec<u8> {
+    sequence(44, 30_000, 1, 254)
 }
 
 #[test]
@@ -733,9 +841,13 @@ fn fork_child_gets_its_own_stream() {
 
 #[test]
 fn missing_environment_and_early_entry_stop_the_program_loudly() {
+    let _none = PUBLISHED.lock().unwrap_or_else(|e| e.into_inner());
     let region = Region::create(SMALL).unwrap();
     for (mode, msg) in [
-        ("noenv", "neither AETRACE_SHM_FD nor AETRACE_OUT is set"),
+        (
+            "noenv",
+            "no aetrace recorder among this process's ancestors",
+        ),
         ("early", "ran before the runtime's init"),
     ] {
         let out = spawn_child(&region, mode).wait_with_output().unwrap();

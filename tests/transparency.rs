@@ -1,0 +1,250 @@
+//! Transparency (issue 23, point 4): a recorded program sees the process a
+//! native run sees, and `#!` scripts are followed as the kernel follows
+//! them. Oracles: the native run of the same command with the same
+//! environment (its whole output and exit status: argv, environment,
+//! descriptors, the descriptor `open` returns, auxv entries, as
+//! `traces/procview.c`, `env` and `ls` print them), the program's own
+//! output for the regenerated trace (calls of `print_target` = descriptor
+//! lines printed), and lackey for a traced program that execs a script.
+
+use crate::common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use common::build::{build, Link, Opt, Variant};
+
+const DYNAMIC: Variant = Variant::new(Opt::O2, Link::Pie, false);
+const STATIC: Variant = Variant::new(Opt::O2, Link::Static, false);
+
+fn dir() -> PathBuf {
+    common::scratch("transparency")
+}
+
+/// The environment of both runs (the recorder's own variable included:
+/// the program inherits it from `aetrace` like any other).
+fn env() -> Vec<(String, String)> {
+    vec![
+        (
+            "AETRACE_CACHE".to_string(),
+            dir().join("cache").display().to_string(),
+        ),
+        ("LC_ALL".to_string(), "C".to_string()),
+        ("PATH".to_string(), "/usr/bin:/bin".to_string()),
+    ]
+}
+
+/// `program args` natively, with exactly [`env`] and stdin from /dev/null.
+fn native(program: &Path, args: &[&str]) -> Output {
+    Command::new(program)
+        .args(args)
+        .env_clear()
+        .envs(env())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", program.display()))
+}
+
+/// `aetrace record -o TRACE -- program args` with exactly [`env`]: its
+/// output and the trace (named after `tag`).
+fn recorded(tag: &str, program: &Path, args: &[&str]) -> (Output, PathBuf) {
+    let trace = dir().join(format!("{tag}-{}.aet", std::process::id()));
+    let _ = std::fs::remove_file(&trace);
+    let mut a: Vec<&std::ffi::OsStr> = vec![
+        "record".as_ref(),
+        "-o".as_ref(),
+        trace.as_os_str(),
+        "--".as_ref(),
+        program.as_os_str(),
+    ];
+    a.extend(args.iter().map(std::ffi::OsStr::new));
+    (common::aetrace_fixed(&a, &env()), trace)
+}
+
+/// The recorded run printed and ended as the native one.
+fn same_as_native(tag: &str, program: &Path, args: &[&str]) -> PathBuf {
+    same_as_native_by(tag, program, args, |s| s.to_string())
+}
+
+/// [`same_as_native`], both stdouts through `normal` first.
+fn same_as_native_by(
+    tag: &str,
+    program: &Path,
+    args: &[&str],
+    normal: impl Fn(&str) -> String,
+) -> PathBuf {
+    let n = native(program, args);
+    let (r, trace) = recorded(tag, program, args);
+    let text = |o: &Output| normal(&String::from_utf8_lossy(&o.stdout));
+    assert_eq!(
+        text(&r),
+        text(&n),
+        "{tag}: stdout (recorder's stderr: {})",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    assert_eq!(r.status.code(), n.status.code(), "{tag}: exit status");
+    trace
+}
+
+/// `aetrace regen --count TRACE`: it must succeed; the calls per
+/// procedure of the executable.
+fn regen_calls(tag: &str, trace: &Path) -> HashMap<String, u64> {
+    let out = Command::new(common::aetrace())
+        .args(["regen", "--count"])
+        .arg(trace)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{tag}: regen: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text.lines()
+        .skip_while(|l| !l.starts_with("calls per procedure"))
+        .skip(1)
+        .take_while(|l| l.starts_with(' '))
+        .filter_map(|l| {
+            let (n, name) = l.trim().split_once(' ')?;
+            Some((name.to_string(), n.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Records `procview` (or a script it interprets) and checks the trace
+/// against its output: one `print_target` call per descriptor printed.
+fn procview_exact(tag: &str, program: &Path, args: &[&str]) -> String {
+    let trace = same_as_native(tag, program, args);
+    let out = native(program, args);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let fds = text.lines().filter(|l| l.starts_with("fd ")).count() as u64;
+    let calls = regen_calls(tag, &trace);
+    assert_eq!(calls.get("print_target"), Some(&fds), "{tag}: {calls:?}");
+    let _ = std::fs::remove_file(&trace);
+    text
+}
+
+#[test]
+fn a_recorded_program_sees_its_native_environment_descriptors_and_argv() {
+    for v in [DYNAMIC, STATIC] {
+        let exe = build("procview.c", v);
+        let tag = format!("procview-{}", v.tag());
+        let text = procview_exact(&tag, &exe, &["a", "b c"]);
+        // What the comparison covers, in the native run's own words.
+        assert!(text.contains("open returned 3\n"), "{tag}: {text}");
+        assert!(text.contains("argv[2] = \"b c\""), "{tag}: {text}");
+        assert!(!text.contains("AETRACE_SHM"), "{tag}: {text}");
+    }
+}
+
+/// `ls -l`'s line of one descriptor: its number and target, digits of
+/// the target dropped (pipe inodes, pids), the date and owner columns too.
+fn fd_lines(text: &str) -> String {
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let arrow = f.iter().position(|w| *w == "->")?;
+            let target: String = f[arrow + 1..]
+                .join(" ")
+                .chars()
+                .filter(|c| !c.is_ascii_digit())
+                .collect();
+            Some(format!("{} -> {target}\n", f[arrow - 1]))
+        })
+        .collect()
+}
+
+#[test]
+fn env_and_ls_of_proc_self_fd_print_what_they_print_natively() {
+    let trace = same_as_native("env", Path::new("/usr/bin/env"), &[]);
+    regen_calls("env", &trace);
+    let trace = same_as_native("ls", Path::new("/bin/ls"), &["/proc/self/fd"]);
+    regen_calls("ls", &trace);
+    let trace = same_as_native_by(
+        "ls-l",
+        Path::new("/bin/ls"),
+        &["-l", "/proc/self/fd"],
+        fd_lines,
+    );
+    regen_calls("ls-l", &trace);
+}
+
+/// Writes an executable script.
+fn script(name: &str, text: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir().join(format!("{name}-{}", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// The path of the executable module a trace recorded.
+fn main_module(trace: &Path) -> PathBuf {
+    common::recorded::instrumented_modules(&common::recorded::info_json(trace))
+        .into_iter()
+        .next()
+        .expect("an instrumented executable")
+}
+
+#[test]
+fn a_hash_bang_script_records_its_interpreter_with_the_script() {
+    // A shell script: the shell is recorded, the script its argument.
+    let sh = script("sh-script", "#!/bin/sh\necho \"$0 has $# arguments: $*\"\n");
+    let trace = same_as_native("sh-script", &sh, &["x", "y z"]);
+    let module = std::fs::canonicalize(main_module(&trace)).unwrap();
+    assert_eq!(module, std::fs::canonicalize("/bin/sh").unwrap());
+    regen_calls("sh-script", &trace);
+    let _ = std::fs::remove_file(&trace);
+
+    // A C interpreter with one argument (inner spaces kept), then a
+    // script whose interpreter is that script: argv as the kernel makes it.
+    let pv = build("procview.c", DYNAMIC);
+    let inner = script("pv-script", &format!("#!{} -x  y \t\n", pv.display()));
+    let text = procview_exact("pv-script", &inner, &["a"]);
+    let want = format!(
+        "argv[0] = \"{}\"\nargv[1] = \"-x  y\"\nargv[2] = \"{}\"\nargv[3] = \"a\"\n",
+        pv.display(),
+        inner.display()
+    );
+    assert!(text.starts_with(&want), "{text}");
+    let outer = script("pv-script2", &format!("#! {}\n", inner.display()));
+    let text = procview_exact("pv-script2", &outer, &["a"]);
+    assert!(
+        text.contains(&format!("argv[3] = \"{}\"\n", outer.display())),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_traced_program_that_execs_a_script() {
+    let pv = build("procview.c", DYNAMIC);
+    let exe = build("exec_script.c", DYNAMIC);
+    let s = script("exec-target", &format!("#!{} -z\n", pv.display()));
+    let s = s.to_str().unwrap();
+    let trace = same_as_native("exec-script", &exe, &[s, "q"]);
+    // The exec'd interpreter saw what it sees natively (compared above).
+    let text = String::from_utf8(native(&exe, &[s, "q"]).stdout).unwrap();
+    assert!(text.contains("open returned 3\n"), "{text}");
+    let compared = common::exact::against_lackey(&trace, &exe, &[s, "q"])
+        .unwrap_or_else(|e| panic!("exec-script against lackey: {e}"));
+    assert!(compared.modules[0].compared > 0);
+    let _ = std::fs::remove_file(&trace);
+}
+
+#[test]
+fn a_script_whose_interpreter_is_missing_is_one_clear_line() {
+    let s = script("no-interp", "#!/nonexistent/interpreter -a\n");
+    let (out, trace) = recorded("no-interp", &s, &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.trim_end().ends_with(&format!(
+            "{}: /nonexistent/interpreter: bad interpreter: No such file or directory",
+            s.display()
+        )),
+        "{err}"
+    );
+    assert!(!trace.exists(), "a trace was left behind");
+}
