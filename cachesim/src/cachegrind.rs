@@ -189,6 +189,19 @@ impl Cachegrind {
         Ok(())
     }
 
+    /// I1's line size.
+    pub fn i1_line(&self) -> u64 {
+        1 << self.i1.bshift
+    }
+
+    /// Counts `n` instruction fetches that hit I1's line fetched last
+    /// (they change no state, see [`crate::fetch`]).
+    #[inline]
+    pub fn count_i1_hits(&mut self, n: u64) {
+        self.index += n;
+        self.stats.i_refs += n;
+    }
+
     /// A summary in cachegrind's terms.
     pub fn report(&self) -> String {
         let s = &self.stats;

@@ -302,6 +302,24 @@ impl Hierarchy {
         }
     }
 
+    /// The first cache references of `kind` enter (`None`: they go
+    /// straight to memory).
+    pub fn first_cache(&self, kind: AccessKind) -> Option<&Cache> {
+        self.first[kind as usize].map(|i| &self.caches[i])
+    }
+
+    /// Counts `n` references of `kind` that hit the first cache's line
+    /// referenced last, within one block: such a hit changes nothing but
+    /// the fetch count (see [`crate::fetch`]; not a write, which may write
+    /// through).
+    #[inline]
+    pub fn count_hits(&mut self, kind: AccessKind, n: u64) {
+        debug_assert!(kind != AccessKind::Write);
+        if let Some(i) = self.first[kind as usize] {
+            self.caches[i].stats.fetch[kind as usize] += n;
+        }
+    }
+
     /// Simulates a batch of references.
     pub fn run(&mut self, refs: &[Ref]) {
         for &r in refs {

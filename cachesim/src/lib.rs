@@ -12,6 +12,8 @@
 //!   splitting, write-back/write-through, write-allocate, the order of the
 //!   references sent towards memory, compulsory/capacity/conflict).
 //! - [`cachegrind`]: cachegrind's simpler semantics (`--model cachegrind`).
+//! - [`fetch`]: block-level instruction fetch (one simulated access per
+//!   line a block touches, the rest counted in bulk), exact by construction.
 //! - [`sweep`]: one-pass LRU miss ratios for many sizes and associativities
 //!   (Mattson stack distances; per-set-count stacks), and the SVG curve.
 //! - [`report`]: Dinero's statistics layout and `--json`.
@@ -32,6 +34,7 @@ pub mod cache;
 pub mod cachegrind;
 pub mod config;
 pub mod dinero;
+pub mod fetch;
 pub mod report;
 pub mod sweep;
 pub mod trace;
