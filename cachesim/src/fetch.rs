@@ -57,12 +57,21 @@ pub struct Leader {
     pub follow: u32,
 }
 
+/// Where a block's leaders are.
+#[derive(Clone, Copy, Debug, Default)]
+struct Span {
+    lo: u32,
+    hi: u32,
+    ninsns: u32,
+}
+
 /// Every block's leaders for one line size, indexed by block number.
 #[derive(Clone, Debug, Default)]
 pub struct BlockLines {
     leaders: Vec<Leader>,
-    /// Per block: its leaders' range in `leaders`.
-    ranges: Vec<(u32, u32)>,
+    /// Per block: its leaders' range in `leaders` and its instruction
+    /// count (one entry: one cache line per block looked up).
+    blocks: Vec<Span>,
 }
 
 impl BlockLines {
@@ -90,16 +99,20 @@ impl BlockLines {
                 last_line = Some(end_line);
                 addr += u64::from(len);
             }
-            t.ranges.push((lo, t.leaders.len() as u32));
+            t.blocks.push(Span {
+                lo,
+                hi: t.leaders.len() as u32,
+                ninsns: b.lens.len() as u32,
+            });
         }
         t
     }
 
-    /// The leaders of block `id`.
+    /// The leaders of block `id` and its instruction count.
     #[inline]
-    pub fn leaders(&self, id: usize) -> &[Leader] {
-        let (lo, hi) = self.ranges[id];
-        &self.leaders[lo as usize..hi as usize]
+    pub fn block(&self, id: usize) -> (&[Leader], u32) {
+        let s = self.blocks[id];
+        (&self.leaders[s.lo as usize..s.hi as usize], s.ninsns)
     }
 }
 
@@ -145,6 +158,11 @@ impl InsnFetch for Hierarchy {
     fn repeat(&mut self, n: u64) {
         self.count_hits(AccessKind::Instr, n);
     }
+    #[inline]
+    fn block(&mut self, leaders: &[Leader]) -> Result<()> {
+        self.fetch_block(leaders);
+        Ok(())
+    }
 }
 
 impl InsnFetch for Cachegrind {
@@ -181,7 +199,8 @@ mod tests {
             16,
         );
         let l = |addr, size, follow| Leader { addr, size, follow };
-        assert_eq!(t.leaders(0), [l(0x0c, 4, 0), l(0x10, 2, 1), l(0x13, 14, 1)]);
+        let want = [l(0x0c, 4, 0), l(0x10, 2, 1), l(0x13, 14, 1)];
+        assert_eq!(t.block(0), (&want[..], 5));
     }
 
     /// Random blocks laid out in a small code region (so lines are shared
@@ -212,7 +231,7 @@ mod tests {
             .iter()
             .map(|(addr, lens)| CodeBlock { addr: *addr, lens });
         let t = BlockLines::new(code, bulk.fetch_line());
-        let a = walk.iter().try_for_each(|&b| bulk.block(t.leaders(b)));
+        let a = walk.iter().try_for_each(|&b| bulk.block(t.block(b).0));
         let b = walk.iter().try_for_each(|&b| {
             let (mut addr, lens) = (blocks[b].0, &blocks[b].1);
             lens.iter().try_for_each(|&len| {
@@ -265,7 +284,7 @@ mod tests {
             let (blocks, walk) = program(seed, 40, 600);
             let bsize = 1u64 << bshift;
             let assoc = 1u64 << assoc_shift;
-            let size = bsize * assoc << sets_shift;
+            let size = (bsize * assoc) << sets_shift;
             let side = if unified { Side::Unified } else { Side::Instr };
             let mut l1 = cache(1, side, (size, bsize, assoc), REPLS[repl], ccc);
             l1.walloc = [WriteAlloc::Always, WriteAlloc::Never, WriteAlloc::NoFetch][walloc];
@@ -306,7 +325,7 @@ mod tests {
             let (blocks, walk) = program(seed, 40, 600);
             let bsize = 1u64 << bshift;
             let assoc = 1u64 << assoc_shift;
-            let size = bsize * assoc << sets_shift;
+            let size = (bsize * assoc) << sets_shift;
             let i1 = cache(1, Side::Instr, (size, bsize, assoc), Repl::Lru, false);
             let d1 = cache(1, Side::Data, (1024, 64, 2), Repl::Lru, false);
             let lbs = 1u64 << llshift;

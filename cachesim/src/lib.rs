@@ -78,6 +78,10 @@ pub enum Error {
     /// Reading the trace or writing the output failed.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+    /// The producer of the references failed (the regenerator, when a
+    /// trace is simulated in the same process).
+    #[error(transparent)]
+    Producer(Box<dyn std::error::Error + Send + Sync>),
     /// Plotters failed to draw the sweep's SVG curve.
     #[error("cannot draw the miss-ratio curve: {0}")]
     Plot(String),

@@ -737,7 +737,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     /// Keeps a written batch for `batch` (a few: the rest are in flight).
     fn recycle(&self, mut b: Vec<u8>) {
         if let Ok(mut s) = self.spare.lock() {
-            if s.len() < SPARE_BATCHES {
+            if s.len() < SPARE_BATCHES && b.capacity() >= BATCH {
                 b.clear();
                 s.push(b);
             }
@@ -758,15 +758,19 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     }
 
     /// Hands the output, in order, batch after batch, to `give` (its error
-    /// stops the regeneration as an [`Error::Output`]).
-    pub(crate) fn deliver(&self, give: &mut dyn FnMut(&[u8]) -> std::io::Result<()>) -> Result<()> {
+    /// stops the regeneration as an [`Error::Output`]). `give` may take the
+    /// batch, leaving a buffer for the next ones in its place.
+    pub(crate) fn deliver(
+        &self,
+        give: &mut dyn FnMut(&mut Vec<u8>) -> std::io::Result<()>,
+    ) -> Result<()> {
         let workers = self.workers();
         if workers > 1 && (self.jobs.len() > 1 || self.cuts()) {
             return self.write_parallel(workers, give);
         }
         for job in self.jobs {
             let mut werr = None;
-            let r = self.produce(self.whole(job), &mut |b| match give(&b) {
+            let r = self.produce(self.whole(job), &mut |mut b| match give(&mut b) {
                 Ok(()) => {
                     self.recycle(b);
                     true
@@ -793,7 +797,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     fn write_parallel(
         &self,
         workers: usize,
-        give: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+        give: &mut dyn FnMut(&mut Vec<u8>) -> std::io::Result<()>,
     ) -> Result<()> {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(workers + 1)
@@ -838,8 +842,8 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                 for rx in &order_rx {
                     loop {
                         match rx.recv() {
-                            Ok(Msg::Bytes(b)) => {
-                                give(&b).map_err(Error::Output)?;
+                            Ok(Msg::Bytes(mut b)) => {
+                                give(&mut b).map_err(Error::Output)?;
                                 self.recycle(b);
                             }
                             Ok(Msg::End(r)) => {

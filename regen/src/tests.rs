@@ -43,9 +43,9 @@ fn visited(bytes: &[u8], opts: &Options) -> (String, Result<(), Error>) {
         Err(e) => return (String::new(), Err(e)),
     };
     let mut out = String::new();
-    let r = v.run(&mut |events| {
-        for e in events.iter() {
-            match *e {
+    let r = v.run(&mut |runs| {
+        for e in runs.events() {
+            match e {
                 Event::Thread(t) => out.push_str(&format!("# thread {t}\n")),
                 Event::Run(r) => {
                     let m = &v.modules()[r.module as usize];

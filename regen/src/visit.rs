@@ -109,29 +109,29 @@ impl<'t, B: AsRef<[u8]> + Sync> Visit<'t, B> {
     }
 
     /// Regenerates, handing the events to `give` in batches (it may take
-    /// the vector's contents); `give` returning false stops the walk early
-    /// with `Ok`. On a regeneration error, everything before it was given.
-    pub fn run(&self, give: &mut dyn FnMut(&mut Vec<Event>) -> bool) -> Result<()> {
+    /// the batch, leaving another [`Runs`] to fill in its place);
+    /// `give` returning false stops the walk early with `Ok`. On a
+    /// regeneration error, everything before it was given.
+    pub fn run(&self, give: &mut dyn FnMut(&mut Runs) -> bool) -> Result<()> {
         let ctx = Ctx::new(self.trace, &self.prepared, &self.opts, AHEAD_BYTES)?;
-        let mut events = Vec::new();
         // A record cut between two batches (not expected: batches end at
         // block boundaries, but the stream is a concatenation either way).
         let mut carry: Vec<u8> = Vec::new();
-        let r = ctx.deliver(&mut |mut b: &[u8]| {
-            events.clear();
+        let r = ctx.deliver(&mut |b| {
             if !carry.is_empty() {
-                let need = (RECORD - carry.len()).min(b.len());
-                carry.extend_from_slice(&b[..need]);
-                b = &b[need..];
-                if carry.len() == RECORD {
-                    events.push(decode(&carry));
-                    carry.clear();
-                }
+                b.splice(0..0, carry.drain(..));
             }
             let whole = b.len() / RECORD * RECORD;
-            events.extend(b[..whole].chunks_exact(RECORD).map(decode));
             carry.extend_from_slice(&b[whole..]);
-            if give(&mut events) {
+            b.truncate(whole);
+            let mut runs = Runs {
+                bytes: std::mem::take(b),
+            };
+            let go = give(&mut runs);
+            // What `give` left: the batch, or a buffer for the next one.
+            *b = runs.bytes;
+            b.clear();
+            if go {
                 Ok(())
             } else {
                 Err(std::io::Error::other(Stopped))
@@ -141,5 +141,18 @@ impl<'t, B: AsRef<[u8]> + Sync> Visit<'t, B> {
             Err(Error::Output(e)) if e.get_ref().is_some_and(|i| i.is::<Stopped>()) => Ok(()),
             r => r,
         }
+    }
+}
+
+/// A batch of events, decoded as they are read.
+#[derive(Debug, Default)]
+pub struct Runs {
+    bytes: Vec<u8>,
+}
+
+impl Runs {
+    /// The events, in order.
+    pub fn events(&self) -> impl Iterator<Item = Event> + '_ {
+        self.bytes.chunks_exact(RECORD).map(decode)
     }
 }
