@@ -288,13 +288,29 @@ impl Hierarchy {
         if h.fast {
             let block = r.addr >> h.bshift;
             // No overflow: references never wrap the address space.
-            if (r.addr + size - 1) >> h.bshift == block {
-                let set = (block & h.set_mask) as usize;
-                let c = &mut self.caches[h.cache];
-                if c.store.hit(set, block, h.lru, r.kind == AccessKind::Write) {
+            let last = (r.addr + size - 1) >> h.bshift;
+            let write = r.kind == AccessKind::Write;
+            let set = (block & h.set_mask) as usize;
+            let c = &mut self.caches[h.cache];
+            if last == block {
+                if c.store.hit(set, block, h.lru, write) {
                     c.stats.fetch[k] += 1;
                     return;
                 }
+            } else if last == block + 1 && c.store.hit(set, block, h.lru, write) {
+                // A reference straddling two blocks whose first piece hits
+                // (an instruction across a line boundary): that piece is
+                // done as `at` does it, the second goes on from here.
+                c.stats.fetch[k] += 1;
+                c.stats.multiblock += 1;
+                let set = (last & h.set_mask) as usize;
+                if c.store.hit(set, last, h.lru, write) {
+                    c.stats.fetch[k] += 1;
+                } else {
+                    let at = last << h.bshift;
+                    self.at(h.cache, r.kind, at, r.addr + size - at);
+                }
+                return;
             }
         }
         if let Some(first) = self.first[k] {
