@@ -177,6 +177,10 @@ impl InsnFetch for Cachegrind {
     fn repeat(&mut self, n: u64) {
         self.count_i1_hits(n);
     }
+    #[inline]
+    fn block(&mut self, leaders: &[Leader]) -> Result<()> {
+        self.fetch_block(leaders)
+    }
 }
 
 #[cfg(test)]
