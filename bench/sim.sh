@@ -8,7 +8,9 @@
 # with I1/D1 32k 8-way, LL 1m 16-way, 64-byte lines; `aetrace record` (the
 # rewrite cache warmed first); `aetrace cachesim --model cachegrind TRACE`
 # (regenerated and simulated in one process, instructions only) with the
-# same geometry; record + simulate against cachegrind (> 1: faster); and
+# same geometry; record + simulate against cachegrind (> 1: faster), in
+# wall time and in CPU time (user + sys, one run each: the honest figure on
+# a loaded machine, where two threads wait more than one); and
 # our I refs beside cachegrind's (cachegrind counts every instruction of
 # the process, we count the traced modules). Then cachesim's own speed on
 # `bin` input: 20M references of a synthetic program-like stream
@@ -30,6 +32,13 @@ LIBC=$(ldd /usr/bin/gzip | awk '/libc.so/ { print $3 }')
 head -c 2000000 "$LIBC" >libc-2m
 python3 -c 'import random; r = random.Random(7); open("lines-100k", "w").write("".join(f"{r.randrange(10**9)}\n" for _ in range(100_000)))'
 
+# CPU seconds (user + sys, all threads) of one run of "$@".
+cpu() {
+    local line
+    line=$( { TIMEFORMAT='%U %S'; time "$@" >/dev/null 2>&1; } 2>&1 | tail -1)
+    awk -v l="$line" 'BEGIN { split(l, f, " "); printf "%.3f", f[1] + f[2] }'
+}
+
 CG=(--I1=32768,8,64 --D1=32768,8,64 --LL=1048576,16,64)
 GEOM=(-l1-isize 32k -l1-ibsize 64 -l1-iassoc 8 -l1-dsize 32k -l1-dbsize 64 -l1-dassoc 8
       -l2-usize 1m -l2-ubsize 64 -l2-uassoc 16)
@@ -40,23 +49,27 @@ WORKLOADS=(
     "sort 100k lines|none|/usr/bin/sort lines-100k"
 )
 echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-16s %8s %10s %8s %9s %8s %11s %13s %13s\n' workload native cachegrind record cachesim "rec+sim" "vs cg" "cg I refs" "our I refs"
+printf '%-16s %8s %10s %8s %9s %8s %8s %12s %13s %13s\n' workload native cachegrind record cachesim "rec+sim" "vs cg" "CPU vs cg" "cg I refs" "our I refs"
 for w in "${WORKLOADS[@]}"; do
     name=${w%%|*}
     rest=${w#*|}
     libs=${rest%%|*}
     read -r -a cmd <<<"${rest#*|}"
     native=$(best "${cmd[@]}")
-    cg=$(best valgrind -q --tool=cachegrind --cache-sim=yes --cachegrind-out-file=/dev/null "${CG[@]}" "${cmd[@]}")
+    cg=$(best valgrind -q --log-file=/dev/null --tool=cachegrind --cache-sim=yes --cachegrind-out-file=/dev/null "${CG[@]}" "${cmd[@]}")
+    cg_cpu=$(cpu valgrind -q --log-file=/dev/null --tool=cachegrind --cache-sim=yes --cachegrind-out-file=/dev/null "${CG[@]}" "${cmd[@]}")
     cg_irefs=$(valgrind --tool=cachegrind --cache-sim=yes --cachegrind-out-file=/dev/null "${CG[@]}" "${cmd[@]}" 2>&1 >/dev/null \
         | awk '/I *refs:/ { gsub(",", "", $4); print $4 }')
     "$AETRACE" record --libs "$libs" -o t.aet -- "${cmd[@]}" >/dev/null
     rec=$(best "$AETRACE" record --libs "$libs" -o t.aet -- "${cmd[@]}")
     sim=$(best "$AETRACE" cachesim --model cachegrind "${GEOM[@]}" t.aet)
+    rec_cpu=$(cpu "$AETRACE" record --libs "$libs" -o t.aet -- "${cmd[@]}")
+    sim_cpu=$(cpu "$AETRACE" cachesim --model cachegrind "${GEOM[@]}" t.aet)
     ours=$("$AETRACE" cachesim --model cachegrind --json "${GEOM[@]}" t.aet \
         | python3 -c 'import json, sys; print(json.load(sys.stdin)["stats"]["i_refs"])')
-    awk -v n="$name" -v a="$native" -v c="$cg" -v r="$rec" -v s="$sim" -v ci="$cg_irefs" -v oi="$ours" 'BEGIN {
-        printf "%-16s %8.3f %10.3f %8.3f %9.3f %8.3f %10.2fx %13d %13d\n", n, a, c, r, s, r + s, c / (r + s), ci, oi }'
+    awk -v n="$name" -v a="$native" -v c="$cg" -v r="$rec" -v s="$sim" -v ci="$cg_irefs" -v oi="$ours" \
+        -v cc="$cg_cpu" -v rc="$rec_cpu" -v sc="$sim_cpu" 'BEGIN {
+        printf "%-16s %8.3f %10.3f %8.3f %9.3f %8.3f %7.2fx %11.2fx %13.0f %13.0f\n", n, a, c, r, s, r + s, c / (r + s), cc / (rc + sc), ci, oi }'
 done
 
 echo
