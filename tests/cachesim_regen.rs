@@ -7,8 +7,11 @@
 //! be traced. The recorded run's stream, `aetrace regen --format xdin`
 //! into `aetrace cachesim --model cachegrind`, must give cachegrind's
 //! `I refs`, `I1 misses` and `LLi misses` for the native program, for
-//! several geometries; `aetrace regen --count` must give its `I refs` too.
-//! Cachegrind shares no code with aetrace.
+//! several geometries, and so must `aetrace cachesim TRACE` (regenerated
+//! and simulated block by block in one process); `aetrace regen --count`
+//! must give its `I refs` too. Cachegrind shares no code with aetrace.
+//! `in_process_simulation_equals_the_pipe` holds the in-process path to
+//! the pipe on other programs and options.
 
 use crate::common;
 
@@ -129,6 +132,18 @@ fn cachegrind_i1_equals_cachesim_on_the_regenerated_stream() {
             Command::new(common::aetrace()).args(&opts),
             "aetrace cachesim",
         );
+        // In the process, block by block: the same figures.
+        let mut in_process = vec!["cachesim".to_string()];
+        in_process.extend(common::cachegrind::model_args(i1, d1, ll, &trace));
+        let direct = run_checked(
+            Command::new(common::aetrace()).args(&in_process),
+            "aetrace cachesim TRACE",
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&direct.stdout),
+            String::from_utf8_lossy(&out.stdout),
+            "in-process against the xdin file"
+        );
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let get = |key: &str| v["stats"][key].as_u64().unwrap();
         let ctx = format!("I1 {i1:?} D1 {d1:?} LL {ll:?}");
@@ -154,4 +169,118 @@ fn cachegrind_i1_equals_cachesim_on_the_regenerated_stream() {
         );
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `aetrace cachesim ARGS` on `input` (exit 0 expected), its stdout.
+fn cachesim(args: &[&str], input: &Path) -> String {
+    let out = run_checked(
+        Command::new(common::aetrace())
+            .arg("cachesim")
+            .args(args)
+            .arg(input),
+        "aetrace cachesim",
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `aetrace regen --format bin [REGEN..] TRACE | aetrace cachesim ARGS`.
+fn piped(regen: &[&str], args: &[&str], trace: &Path) -> String {
+    let mut producer = Command::new(common::aetrace())
+        .args(["regen", "--format", "bin"])
+        .args(regen)
+        .arg(trace)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = Command::new(common::aetrace())
+        .arg("cachesim")
+        .args(args)
+        .stdin(Stdio::from(producer.stdout.take().unwrap()))
+        .output()
+        .unwrap();
+    assert!(producer.wait().unwrap().success(), "aetrace regen failed");
+    assert!(
+        out.status.success(),
+        "cachesim: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Issue 24: `aetrace cachesim TRACE` (regenerated in the process, block by
+/// block) prints exactly what the pipe from `aetrace regen --format bin`
+/// gives, for every replacement policy, `-ccc`, split and unified first
+/// levels, small lines (instructions straddling two lines), windows, the
+/// cachegrind model and the sweep, on threads, signals, a fork and gzip;
+/// `--modules` counts what `regen --module M` pipes for each module.
+#[test]
+fn in_process_simulation_equals_the_pipe() {
+    let dir = common::scratch("cachesim-inproc");
+    let l1 = "-l1-isize 4k -l1-ibsize 64 -l1-iassoc 2 -l1-dsize 4k -l1-dbsize 64 -l1-dassoc 2";
+    let option_sets: Vec<String> = vec![
+        format!("{l1} -l2-usize 64k -l2-ubsize 64 -l2-uassoc 8"),
+        format!("{l1} -l1-irepl f -l1-iccc -l2-usize 16k -l2-ubsize 128 -l2-urepl r"),
+        "-l1-usize 2k -l1-ubsize 16 -l1-uassoc 4 -l1-urepl r --seed 7 -l1-uccc".into(),
+        "-l1-isize 1k -l1-ibsize 8 -l1-iassoc 1 -skipcount 1003 -maxcount 54321".into(),
+        format!("{l1} --model cachegrind --json -l2-usize 64k -l2-ubsize 64 -l2-uassoc 8"),
+        "--sweep 1k..64k --assoc 1,4,full --bsize 32".into(),
+    ];
+    let gzip_input = dir.join("text");
+    std::fs::write(&gzip_input, common::text_input(20_000)).unwrap();
+    let mut traces = Vec::new();
+    for (name, args) in [
+        ("threads", vec![]),
+        ("signal_threads", vec![]),
+        ("fork", vec![]),
+    ] {
+        let exe = common::build::build(
+            &format!("{name}.c"),
+            common::build::Variant::new(common::build::Opt::O2, common::build::Link::Pie, false),
+        );
+        traces.push(record(&dir, name, &exe, &args));
+    }
+    let gzip_args = ["-c".to_string(), gzip_input.display().to_string()];
+    traces.push(record(&dir, "gzip", Path::new("/usr/bin/gzip"), &gzip_args));
+    for trace in &traces {
+        for opts in &option_sets {
+            let args: Vec<&str> = opts.split(' ').collect();
+            assert_eq!(
+                cachesim(&args, trace),
+                piped(&[], &args, trace),
+                "{} with {opts}",
+                trace.display()
+            );
+        }
+        // Per module: what `regen --module M` pipes into the cachegrind model.
+        let cg = format!("{l1} --model cachegrind --json");
+        let cg: Vec<&str> = cg.split(' ').collect();
+        let with_modules = [&cg[..], &["--modules"]].concat();
+        let json: serde_json::Value =
+            serde_json::from_str(&cachesim(&with_modules, trace)).unwrap();
+        let modules = json["modules"].as_array().unwrap();
+        assert!(!modules.is_empty());
+        for m in modules {
+            let name = m["module"].as_str().unwrap();
+            let alone = piped(&["--module", name], &cg, trace);
+            let alone: serde_json::Value = serde_json::from_str(&alone).unwrap();
+            assert_eq!(m["instructions"], alone["stats"]["i_refs"], "{name}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `aetrace record -o DIR/NAME.aet -- EXE ARGS`.
+fn record(dir: &Path, name: &str, exe: &Path, args: &[String]) -> PathBuf {
+    let trace = dir.join(format!("{name}.aet"));
+    run_checked(
+        Command::new(common::aetrace())
+            .args(["record", "-o"])
+            .arg(&trace)
+            .arg("--")
+            .arg(exe)
+            .args(args)
+            .stdout(Stdio::null()),
+        "aetrace record",
+    );
+    trace
 }

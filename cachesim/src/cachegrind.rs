@@ -189,6 +189,44 @@ impl Cachegrind {
         Ok(())
     }
 
+    /// Simulates a block's instruction fetches from its leaders
+    /// ([`crate::fetch`]): a leader within one I1 line that hits is counted
+    /// with its followers at once (an LRU hit, as `block_is_miss` does it);
+    /// the others go through [`Cachegrind::reference`].
+    #[inline]
+    pub fn fetch_block(&mut self, leaders: &[crate::fetch::Leader]) -> Result<()> {
+        let (shift, mask) = (self.i1.bshift, self.i1.set_mask);
+        for l in leaders {
+            let b = l.addr >> shift;
+            if (l.addr + u64::from(l.size) - 1) >> shift == b
+                && self.i1.store.hit((b & mask) as usize, b, true, false)
+            {
+                self.count_i1_hits(1 + u64::from(l.follow));
+                continue;
+            }
+            self.reference(Ref {
+                kind: AccessKind::Instr,
+                addr: l.addr,
+                size: l.size,
+            })?;
+            self.count_i1_hits(u64::from(l.follow));
+        }
+        Ok(())
+    }
+
+    /// I1's line size.
+    pub fn i1_line(&self) -> u64 {
+        1 << self.i1.bshift
+    }
+
+    /// Counts `n` instruction fetches that hit I1's line fetched last
+    /// (they change no state, see [`crate::fetch`]).
+    #[inline]
+    pub fn count_i1_hits(&mut self, n: u64) {
+        self.index += n;
+        self.stats.i_refs += n;
+    }
+
     /// A summary in cachegrind's terms.
     pub fn report(&self) -> String {
         let s = &self.stats;

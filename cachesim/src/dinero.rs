@@ -288,18 +288,76 @@ impl Hierarchy {
         if h.fast {
             let block = r.addr >> h.bshift;
             // No overflow: references never wrap the address space.
-            if (r.addr + size - 1) >> h.bshift == block {
-                let set = (block & h.set_mask) as usize;
-                let c = &mut self.caches[h.cache];
-                if c.store.hit(set, block, h.lru, r.kind == AccessKind::Write) {
+            let last = (r.addr + size - 1) >> h.bshift;
+            let write = r.kind == AccessKind::Write;
+            let set = (block & h.set_mask) as usize;
+            let c = &mut self.caches[h.cache];
+            if last == block {
+                if c.store.hit(set, block, h.lru, write) {
                     c.stats.fetch[k] += 1;
                     return;
                 }
+            } else if last == block + 1 && c.store.hit(set, block, h.lru, write) {
+                // A reference straddling two blocks whose first piece hits
+                // (an instruction across a line boundary): that piece is
+                // done as `at` does it, the second goes on from here.
+                c.stats.fetch[k] += 1;
+                c.stats.multiblock += 1;
+                let set = (last & h.set_mask) as usize;
+                if c.store.hit(set, last, h.lru, write) {
+                    c.stats.fetch[k] += 1;
+                } else {
+                    let at = last << h.bshift;
+                    self.at(h.cache, r.kind, at, r.addr + size - at);
+                }
+                return;
             }
         }
         if let Some(first) = self.first[k] {
             self.at(first, r.kind, r.addr, size);
         }
+    }
+
+    /// The first cache references of `kind` enter (`None`: they go
+    /// straight to memory).
+    pub fn first_cache(&self, kind: AccessKind) -> Option<&Cache> {
+        self.first[kind as usize].map(|i| &self.caches[i])
+    }
+
+    /// Counts `n` references of `kind` that hit the first cache's line
+    /// referenced last, within one block: such a hit changes nothing but
+    /// the fetch count (see [`crate::fetch`]; not a write, which may write
+    /// through).
+    #[inline]
+    pub fn count_hits(&mut self, kind: AccessKind, n: u64) {
+        debug_assert!(kind != AccessKind::Write);
+        if let Some(i) = self.first[kind as usize] {
+            self.caches[i].stats.fetch[kind as usize] += n;
+        }
+    }
+
+    /// Simulates a block's instruction fetches from its leaders
+    /// ([`crate::fetch`]): the fast path of [`Hierarchy::reference`] for
+    /// instruction fetches, with the fetch counts of hits added once.
+    #[inline]
+    pub fn fetch_block(&mut self, leaders: &[crate::fetch::Leader]) {
+        let k = AccessKind::Instr as usize;
+        let h = self.hot[k];
+        let Some(first) = self.first[k] else { return };
+        let mut hits = 0;
+        for l in leaders {
+            let block = l.addr >> h.bshift;
+            if h.fast && (l.addr + u64::from(l.size) - 1) >> h.bshift == block {
+                let set = (block & h.set_mask) as usize;
+                if self.caches[h.cache].store.hit(set, block, h.lru, false) {
+                    hits += 1 + u64::from(l.follow);
+                    continue;
+                }
+            }
+            self.at(first, AccessKind::Instr, l.addr, u64::from(l.size));
+            hits += u64::from(l.follow);
+        }
+        self.caches[first].stats.fetch[k] += hits;
     }
 
     /// Simulates a batch of references.

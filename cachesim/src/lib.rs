@@ -12,6 +12,8 @@
 //!   splitting, write-back/write-through, write-allocate, the order of the
 //!   references sent towards memory, compulsory/capacity/conflict).
 //! - [`cachegrind`]: cachegrind's simpler semantics (`--model cachegrind`).
+//! - [`fetch`]: block-level instruction fetch (one simulated access per
+//!   line a block touches, the rest counted in bulk), exact by construction.
 //! - [`sweep`]: one-pass LRU miss ratios for many sizes and associativities
 //!   (Mattson stack distances; per-set-count stacks), and the SVG curve.
 //! - [`report`]: Dinero's statistics layout and `--json`.
@@ -32,6 +34,7 @@ pub mod cache;
 pub mod cachegrind;
 pub mod config;
 pub mod dinero;
+pub mod fetch;
 pub mod report;
 pub mod sweep;
 pub mod trace;
@@ -75,6 +78,10 @@ pub enum Error {
     /// Reading the trace or writing the output failed.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+    /// The producer of the references failed (the regenerator, when a
+    /// trace is simulated in the same process).
+    #[error(transparent)]
+    Producer(Box<dyn std::error::Error + Send + Sync>),
     /// Plotters failed to draw the sweep's SVG curve.
     #[error("cannot draw the miss-ratio curve: {0}")]
     Plot(String),

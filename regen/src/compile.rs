@@ -178,6 +178,8 @@ pub struct Module {
     addressing: Option<Addressing>,
     /// Run-time address of link-time address 0 (SIGNAL rips are run-time).
     pub load_base: u64,
+    /// The module's number in [`Format::Runs`] records.
+    number: u32,
     sigmap: Vec<SigEntry>,
     /// Link-time addresses of the runtime blob and what the rewriter puts
     /// between it and the first copy (its data page, jump tables): from
@@ -233,15 +235,18 @@ pub fn push_dec(out: &mut Vec<u8>, v: u64) {
 }
 
 impl Module {
-    /// Compiles `db`. `format` `None` formats no text (counting).
+    /// Compiles `db`. `format` `None` formats no text (counting);
+    /// `number` names the module in [`Format::Runs`] records.
     pub fn compile(
         name: &str,
+        number: u32,
         db: &ProgramDb,
         format: Option<Format>,
         addressing: Addressing,
     ) -> Result<Module> {
         let mut m = Module {
             name: name.to_owned(),
+            number,
             shown: true,
             format,
             addressing: Some(addressing),
@@ -390,9 +395,14 @@ impl Module {
                     Addressing::Runtime { load_base } => load_base.wrapping_add(b.start),
                     Addressing::Relative { link_base } => b.start.wrapping_sub(link_base),
                 };
-                if let Some(f) = format {
-                    format_block(&mut m.text, f, addr, &b.insn_lens)
-                        .map_err(|what| derr(format!("block {:#x}: {what}", b.start)))?;
+                match format {
+                    Some(Format::Runs) => {
+                        let n = b.insn_lens.len() as u32;
+                        run_record(&mut m.text, number, m.blocks.len() as u32, 0, n);
+                    }
+                    Some(f) => format_block(&mut m.text, f, addr, &b.insn_lens)
+                        .map_err(|what| derr(format!("block {:#x}: {what}", b.start)))?,
+                    None => {}
                 }
                 let only = &m.succs[succ_lo as usize..];
                 let next = match only {
@@ -500,6 +510,9 @@ impl Module {
         if from >= to {
             return;
         }
+        if f == Format::Runs {
+            return run_record(out, self.number, b.as_u32(), from, to);
+        }
         let lens = self.insn_lens(b);
         let skip: u64 = lens[..from as usize].iter().map(|&l| u64::from(l)).sum();
         let start = self.blocks[b].start + skip;
@@ -553,6 +566,14 @@ impl Module {
     }
 }
 
+/// Appends a [`Format::Runs`] record: instructions `from..to` of block
+/// `block` of module `module` (`crate::visit` reads them).
+fn run_record(out: &mut Vec<u8>, module: u32, block: u32, from: u32, to: u32) {
+    for v in [module, block, from, to] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
 /// Appends the output of one block at run-time address `addr`.
 fn format_block(out: &mut Vec<u8>, f: Format, addr: u64, lens: &[u8]) -> Result<(), String> {
     if f == Format::Block {
@@ -588,8 +609,8 @@ fn format_block(out: &mut Vec<u8>, f: Format, addr: u64, lens: &[u8]) -> Result<
                     .map_err(|e| e.to_string())?;
                 out.extend_from_slice(&w.to_le_bytes());
             }
-            // Formatted per block above.
-            Format::Block => {}
+            // Formatted per block above; runs by `run_record`.
+            Format::Block | Format::Runs => {}
         }
         a = a.wrapping_add(u64::from(len));
     }

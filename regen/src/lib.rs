@@ -10,6 +10,8 @@
 //! - [`machine`]: the regeneration rules (the contract with the rewriter,
 //!   `docs/regen.md`);
 //! - [`output`]: threads, modules, formats, `-j` parallelism, `--count`;
+//! - [`visit`]: the executed blocks for a consumer in the same process
+//!   (`aetrace cachesim TRACE`);
 //! - [`info`]: `aetrace info` (container statistics, databases, bits per
 //!   instruction);
 //! - `testkit` (feature `testkit`): synthetic traces from random programs.
@@ -28,6 +30,7 @@ pub mod machine;
 pub mod output;
 pub mod stream;
 pub mod summary;
+pub mod visit;
 
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;

@@ -57,6 +57,9 @@ pub enum Format {
     Xdin,
     /// Binary: one little-endian 8-byte address record per instruction (the cache simulator's input).
     Bin,
+    /// In-process only ([`crate::visit`], not in [`Format::NAMES`]): one
+    /// 16-byte record per executed block or part of a block.
+    Runs,
 }
 
 impl Format {
@@ -155,7 +158,7 @@ pub fn regen_command(trace: &std::path::Path, opts: &Options, out: &mut dyn Writ
 }
 
 /// A thread to regenerate, with its process image's modules.
-struct Job<'t> {
+pub(crate) struct Job<'t> {
     info: &'t ThreadInfo,
     /// Index into the groups: the compiled modules of one process image
     /// (the executable and its instrumented libraries).
@@ -188,8 +191,8 @@ pub(crate) fn regen_trace_ahead<B: AsRef<[u8]> + Sync>(
     out: &mut dyn Write,
     ahead_bytes: usize,
 ) -> Result<()> {
-    let (compiled, groups, jobs, note) = prepare(trace, opts)?;
-    let ctx = Ctx::new(trace, &compiled, &groups, &jobs, note, opts, ahead_bytes)?;
+    let prepared = prepare(trace, opts)?;
+    let ctx = Ctx::new(trace, &prepared, opts, ahead_bytes)?;
     if opts.count {
         let text = ctx.totals()?.to_string();
         return out.write_all(text.as_bytes()).map_err(Error::Output);
@@ -203,8 +206,8 @@ pub fn totals<B: AsRef<[u8]> + Sync>(trace: &Trace<B>, opts: &Options) -> Result
         count: true,
         ..opts.clone()
     };
-    let (compiled, groups, jobs, note) = prepare(trace, &opts)?;
-    Ctx::new(trace, &compiled, &groups, &jobs, note, &opts, AHEAD_BYTES)?.totals()
+    let prepared = prepare(trace, &opts)?;
+    Ctx::new(trace, &prepared, &opts, AHEAD_BYTES)?.totals()
 }
 
 /// One thread's regeneration as a [`Machine`] at the start of its stream,
@@ -224,9 +227,9 @@ pub fn with_thread_machine<B: AsRef<[u8]> + Sync, R>(
         thread: Some(thread),
         ..Options::default()
     };
-    let (compiled, groups, jobs, note) = prepare(trace, &opts)?;
-    let ctx = Ctx::new(trace, &compiled, &groups, &jobs, note, &opts, AHEAD_BYTES)?;
-    let job = jobs.first().expect("prepare keeps the thread asked for");
+    let prepared = prepare(trace, &opts)?;
+    let ctx = Ctx::new(trace, &prepared, &opts, AHEAD_BYTES)?;
+    let job = prepared.2.first().expect("prepare keeps the thread asked for");
     Ok(f(ctx.machine(job)))
 }
 
@@ -293,7 +296,9 @@ impl std::fmt::Display for Totals {
     }
 }
 
-type Prepared<'t> = (Vec<Module>, Vec<Vec<usize>>, Vec<Job<'t>>, String);
+/// The compiled modules, the groups of them (indices), the threads to
+/// regenerate and the note for truncation messages.
+pub(crate) type Prepared<'t> = (Vec<Module>, Vec<Vec<usize>>, Vec<Job<'t>>, String);
 
 /// Whether the trace's SIGNAL rips can be glibc's signal restorer (its
 /// runtime predates format 1.4, which reports where the restorer returns).
@@ -309,7 +314,10 @@ fn group_views<'a>(compiled: &'a [Module], groups: &[Vec<usize>]) -> Vec<Vec<&'a
 }
 
 /// Chooses the threads and their modules, and compiles the modules.
-fn prepare<'t, B: AsRef<[u8]> + Sync>(trace: &'t Trace<B>, opts: &Options) -> Result<Prepared<'t>> {
+pub(crate) fn prepare<'t, B: AsRef<[u8]> + Sync>(
+    trace: &'t Trace<B>,
+    opts: &Options,
+) -> Result<Prepared<'t>> {
     // Instrumented modules with a program database, by pid: one process
     // image, the executable first, then its libraries by module id (the
     // module tag their ENTER records carry).
@@ -420,7 +428,8 @@ fn prepare<'t, B: AsRef<[u8]> + Sync>(trace: &'t Trace<B>, opts: &Options) -> Re
     }
     let compiled: Vec<Module> = module_ids
         .iter()
-        .map(|&id| {
+        .enumerate()
+        .map(|(number, &id)| {
             let m = trace.module(id).expect("indexed module");
             let dbs = trace.program_database(id).expect("checked above");
             let raw = dbs.decompress()?;
@@ -441,7 +450,8 @@ fn prepare<'t, B: AsRef<[u8]> + Sync>(trace: &'t Trace<B>, opts: &Options) -> Re
                 .as_ref()
                 .map_or(true, |name| matches_module(&m.path, name));
             let format = (!opts.count && shown).then_some(opts.format);
-            let mut c = Module::compile(&path_name(&m.path), &db, format, addressing)?;
+            let mut c =
+                Module::compile(&path_name(&m.path), number as u32, &db, format, addressing)?;
             c.tag = m.id.0;
             c.shown = shown;
             c.load_base = m.load_base;
@@ -501,7 +511,7 @@ fn fork_states<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<HashMap<u32, F
     Ok(forks)
 }
 
-struct Ctx<'a, B> {
+pub(crate) struct Ctx<'a, B> {
     trace: &'a Trace<B>,
     /// Each fork child's (by pid) parent state at the fork.
     forks: HashMap<u32, ForkState>,
@@ -583,23 +593,22 @@ struct Piece<'m> {
 const MIN_PIECE_BYTES: u64 = 1 << 20;
 
 impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
-    fn new(
+    /// The regeneration of `prepared` (from [`prepare`] with `opts`).
+    pub(crate) fn new(
         trace: &'a Trace<B>,
-        compiled: &'a [Module],
-        groups: &[Vec<usize>],
-        jobs: &'a [Job<'a>],
-        note: String,
+        prepared: &'a Prepared<'a>,
         opts: &'a Options,
         ahead_bytes: usize,
     ) -> Result<Self> {
+        let (compiled, groups, jobs, note) = prepared;
         Ok(Ctx {
             trace,
             forks: fork_states(trace)?,
             compiled,
             groups: group_views(compiled, groups),
-            group_ids: groups.to_vec(),
+            group_ids: groups.clone(),
             jobs,
-            note,
+            note: note.clone(),
             opts,
             ahead_bytes,
             spare: Default::default(),
@@ -653,6 +662,8 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         let s = &job.info.start;
         if self.opts.format.comments() {
             format!("# thread {} pid {} tid {}\n", s.thread, s.pid, s.os_tid).into_bytes()
+        } else if self.opts.format == Format::Runs {
+            crate::visit::thread_record(s.thread)
         } else {
             Vec::new()
         }
@@ -749,7 +760,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     /// Keeps a written batch for `batch` (a few: the rest are in flight).
     fn recycle(&self, mut b: Vec<u8>) {
         if let Ok(mut s) = self.spare.lock() {
-            if s.len() < SPARE_BATCHES {
+            if s.len() < SPARE_BATCHES && b.capacity() >= BATCH {
                 b.clear();
                 s.push(b);
             }
@@ -762,34 +773,42 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             let h = aetrace_format::addrtrace::Header { count: None };
             out.write_all(&h.to_bytes()).map_err(Error::Output)?;
         }
+        let r = self.deliver(&mut |b| out.write_all(b));
+        // The exact part before an error still goes out; the error itself
+        // is the one to report.
+        let flushed = out.flush().map_err(Error::Output);
+        r.and(flushed)
+    }
+
+    /// Hands the output, in order, batch after batch, to `give` (its error
+    /// stops the regeneration as an [`Error::Output`]). `give` may take the
+    /// batch, leaving a buffer for the next ones in its place.
+    pub(crate) fn deliver(
+        &self,
+        give: &mut dyn FnMut(&mut Vec<u8>) -> std::io::Result<()>,
+    ) -> Result<()> {
         let workers = self.workers();
-        if workers <= 1 || (self.jobs.len() <= 1 && !self.cuts()) {
-            for job in self.jobs {
-                let mut werr = None;
-                let r = self.produce(self.whole(job), &mut |b| match out.write_all(&b) {
-                    Ok(()) => {
-                        self.recycle(b);
-                        true
-                    }
-                    Err(e) => {
-                        werr = Some(e);
-                        false
-                    }
-                });
-                if let Some(e) = werr {
-                    return Err(Error::Output(e));
-                }
-                if let Err(e) = r {
-                    // The exact part before the error still goes out; the
-                    // error itself is the one to report.
-                    let _ = out.flush();
-                    return Err(e);
-                }
-            }
-        } else {
-            self.write_parallel(workers, &mut out)?;
+        if workers > 1 && (self.jobs.len() > 1 || self.cuts()) {
+            return self.write_parallel(workers, give);
         }
-        out.flush().map_err(Error::Output)
+        for job in self.jobs {
+            let mut werr = None;
+            let r = self.produce(self.whole(job), &mut |mut b| match give(&mut b) {
+                Ok(()) => {
+                    self.recycle(b);
+                    true
+                }
+                Err(e) => {
+                    werr = Some(e);
+                    false
+                }
+            });
+            if let Some(e) = werr {
+                return Err(Error::Output(e));
+            }
+            r?;
+        }
+        Ok(())
     }
 
     /// One thread cuts the streams into pieces, thread after thread; the
@@ -798,7 +817,11 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     /// `AHEAD_BYTES` ahead of the writer, and the cutter when `2 * workers`
     /// pieces wait; pieces are taken in order, so the piece the writer waits
     /// for always has a worker: no deadlock.
-    fn write_parallel(&self, workers: usize, out: &mut dyn Write) -> Result<()> {
+    fn write_parallel(
+        &self,
+        workers: usize,
+        give: &mut dyn FnMut(&mut Vec<u8>) -> std::io::Result<()>,
+    ) -> Result<()> {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(workers + 1)
             .build()
@@ -842,8 +865,8 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                 for rx in &order_rx {
                     loop {
                         match rx.recv() {
-                            Ok(Msg::Bytes(b)) => {
-                                out.write_all(&b).map_err(Error::Output)?;
+                            Ok(Msg::Bytes(mut b)) => {
+                                give(&mut b).map_err(Error::Output)?;
                                 self.recycle(b);
                             }
                             Ok(Msg::End(r)) => {

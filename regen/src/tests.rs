@@ -32,6 +32,56 @@ fn run(bytes: &[u8], opts: &Options) -> (Vec<u8>, Result<(), Error>) {
     (out, r)
 }
 
+/// The instruction trace as `--format insn` prints it, rebuilt from the
+/// events of [`crate::visit::Visit`] (thread lines name only the thread:
+/// compare with [`insn_lines`]).
+fn visited(bytes: &[u8], opts: &Options) -> (String, Result<(), Error>) {
+    use crate::visit::{Event, Visit};
+    let t = Trace::parse(bytes).unwrap();
+    let v = match Visit::new(&t, opts) {
+        Ok(v) => v,
+        Err(e) => return (String::new(), Err(e)),
+    };
+    let mut out = String::new();
+    let r = v.run(&mut |runs| {
+        for e in runs.events() {
+            match e {
+                Event::Thread(t) => out.push_str(&format!("# thread {t}\n")),
+                Event::Run(r) => {
+                    let m = &v.modules()[r.module as usize];
+                    let b = &m.blocks[r.block];
+                    let lens = m.insn_lens(r.block);
+                    let mut a = m.load_base + b.start;
+                    for (k, &l) in lens.iter().enumerate().take(r.end as usize) {
+                        if k >= r.first as usize {
+                            out.push_str(&format!("{a:x}\n"));
+                        }
+                        a += u64::from(l);
+                    }
+                }
+            }
+        }
+        true
+    });
+    (out, r)
+}
+
+/// `--format insn` output with thread lines cut to `# thread N` and other
+/// comments dropped, as [`visited`] rebuilds it.
+fn insn_lines(out: &[u8]) -> String {
+    let mut s = String::new();
+    for l in text(out).lines() {
+        if let Some(rest) = l.strip_prefix("# thread ") {
+            let n = rest.split(' ').next().unwrap();
+            s.push_str(&format!("# thread {n}\n"));
+        } else if !l.starts_with('#') {
+            s.push_str(l);
+            s.push('\n');
+        }
+    }
+    s
+}
+
 fn opts(format: Format) -> Options {
     Options {
         format,
@@ -639,6 +689,12 @@ proptest! {
         let (out3, r3) = run(&bytes, &Options { jobs: 3, piece_bytes: piece, ..opts(Format::Insn) });
         prop_assert!(r3.is_ok());
         prop_assert_eq!(&out3, &out);
+        // The in-process events are the same blocks, also in pieces.
+        for o in [opts(Format::Insn), Options { jobs: 3, piece_bytes: piece, ..opts(Format::Insn) }] {
+            let (v, rv) = visited(&bytes, &o);
+            prop_assert!(rv.is_ok());
+            prop_assert_eq!(&v, &insn_lines(&out));
+        }
         // Counting with summaries counts what the walk outputs.
         let (count, rc) = run(&bytes, &Options { count: true, ..opts(Format::Insn) });
         prop_assert!(rc.is_ok());
@@ -899,6 +955,15 @@ fn an_error_in_one_thread_stops_parallel_output_at_the_same_byte() {
             out.len(),
             out1.len()
         );
+        // The in-process events stop at the same instruction, same error.
+        let o = Options {
+            jobs,
+            piece_bytes,
+            ..opts(Format::Insn)
+        };
+        let (v, rv) = visited(&bytes, &o);
+        assert_eq!(rv.unwrap_err().to_string(), e1);
+        assert_eq!(v, insn_lines(&run(&bytes, &o).0));
     }
     // Thread 0's output is longer than a batch: it came in several.
     assert!(out1.len() > 2 * crate::output::BATCH);
@@ -1364,6 +1429,10 @@ fn a_handler_splits_the_interrupted_block() {
     want.insert(3, "# signal 14".into());
     let got: Vec<&str> = text(&insns).lines().skip(1).collect();
     assert_eq!(got, want);
+    // The in-process events carry the parts of the split block.
+    let (v, r) = visited(&bytes, &opts(Format::Insn));
+    r.unwrap();
+    assert_eq!(v, insn_lines(&insns));
 }
 
 #[test]

@@ -9,20 +9,28 @@
 //!   pieces are parsed by two threads while the main thread simulates them
 //!   in order;
 //! - a pipe is read and parsed by one thread that hands batches to the
-//!   simulating thread over a bounded channel.
+//!   simulating thread over a bounded channel;
+//! - an aetrace trace is regenerated on one thread (`aetrace_regen::visit`)
+//!   that hands batches of executed blocks to the simulating thread, which
+//!   simulates them block by block (`aetrace_cachesim::fetch`): no text,
+//!   no pipe, no record per instruction, the same results as the pipe
+//!   from `aetrace regen --format bin`.
 
 use std::ffi::OsString;
-use std::io::Write;
-use std::path::PathBuf;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::mpsc;
 
 use aetrace_cachesim::cachegrind::Cachegrind;
 use aetrace_cachesim::config::HierarchyBuilder;
 use aetrace_cachesim::dinero::Hierarchy;
+use aetrace_cachesim::fetch::{BlockLines, CodeBlock, InsnFetch};
 use aetrace_cachesim::sweep::{Sweep, SweepSpec};
 use aetrace_cachesim::trace::{InFormat, Input, Reader, Ref};
-use aetrace_cachesim::{report, Error, Result};
+use aetrace_cachesim::{report, AccessKind, Error, Result};
+use aetrace_regen::compile::Module;
+use aetrace_regen::visit::{BlockRun, Event, Runs, Visit};
 
 const USAGE: &str = "\
 usage: cachesim [options] [FILE]
@@ -46,6 +54,10 @@ Input and run:
   --seed U         seed of random replacement (default 1)
   --model M        dinero (default) or cachegrind (I1/D1 + optional -l2-u LL)
   --json           print statistics as JSON
+An aetrace trace (TRACE.aet) as FILE is regenerated and simulated in this
+process, block by block, with the same results as
+`aetrace regen --format bin TRACE.aet | cachesim ...`:
+  --modules        also print the instruction fetches per traced module
 One-pass LRU sweep (instead of the options above):
   --sweep LO..HI   every power-of-two size from LO to HI
   --assoc LIST     associativities, e.g. 1,2,4,8,full (default 1,2,4,8,full)
@@ -71,6 +83,7 @@ struct Cli {
     seed: u64,
     model: Model,
     json: bool,
+    modules: bool,
     sweep: Option<String>,
     assoc: Option<String>,
     bsize: Option<u64>,
@@ -94,6 +107,7 @@ fn parse(args: &[String]) -> Result<Cli> {
         seed: 1,
         model: Model::Dinero,
         json: false,
+        modules: false,
         sweep: None,
         assoc: None,
         bsize: None,
@@ -140,6 +154,10 @@ fn parse(args: &[String]) -> Result<Cli> {
             }
             "--json" => {
                 cli.json = true;
+                used = 1;
+            }
+            "--modules" => {
+                cli.modules = true;
                 used = 1;
             }
             "--sweep" => cli.sweep = Some(need(arg)?),
@@ -317,6 +335,186 @@ fn drive_chunks(
     })
 }
 
+/// Whether `input` is an aetrace trace (by its magic; `-informat` says
+/// otherwise).
+fn is_trace(cli: &Cli) -> Option<&Path> {
+    let Input::File(p) = &cli.input else {
+        return None;
+    };
+    let mut magic = [0u8; 8];
+    let read = std::fs::File::open(p).and_then(|mut f| f.read_exact(&mut magic));
+    (cli.informat.is_none() && read.is_ok() && magic == aetrace_format::header::MAGIC)
+        .then_some(p.as_path())
+}
+
+/// A trace's executed blocks fed to a simulator of instruction fetches,
+/// within `-skipcount` and `-maxcount`.
+struct Blocks<'m> {
+    modules: &'m [Module],
+    lines: BlockLines,
+    /// Per module: the number of its first block in `lines`.
+    base: Vec<usize>,
+    /// Per module: its instructions simulated.
+    fetched: Vec<u64>,
+    skip: u64,
+    left: u64,
+}
+
+impl<'m> Blocks<'m> {
+    fn new(modules: &'m [Module], line: u64, cli: &Cli) -> Self {
+        let mut base = Vec::with_capacity(modules.len());
+        let mut n = 0;
+        for m in modules {
+            base.push(n);
+            n += m.blocks.len();
+        }
+        let code = modules.iter().flat_map(|m| {
+            m.blocks.iter().map(|(b, block)| CodeBlock {
+                addr: m.load_base.wrapping_add(block.start),
+                lens: m.insn_lens(b),
+            })
+        });
+        Blocks {
+            modules,
+            lines: BlockLines::new(code, line),
+            base,
+            fetched: vec![0; modules.len()],
+            skip: cli.skipcount,
+            left: cli.maxcount.unwrap_or(u64::MAX),
+        }
+    }
+
+    /// Simulates run `r`, or its part inside the window; false once the
+    /// window is full. A whole block inside the window goes by its leaders.
+    #[inline]
+    fn run(&mut self, r: BlockRun, sim: &mut impl InsnFetch) -> Result<bool> {
+        let mi = r.module as usize;
+        let id = self.base[mi] + r.block.as_u32() as usize;
+        let n = u64::from(r.end - r.first);
+        let (leaders, ninsns) = self.lines.block(id);
+        if self.skip == 0 && self.left > n && r.first == 0 && r.end == ninsns {
+            self.left -= n;
+            self.fetched[mi] += n;
+            sim.block(leaders)?;
+            return Ok(true);
+        }
+        let skipped = self.skip.min(n);
+        self.skip -= skipped;
+        let take = self.left.min(n - skipped);
+        self.left -= take;
+        self.fetched[mi] += take;
+        let m = &self.modules[mi];
+        let first = (u64::from(r.first) + skipped) as usize;
+        let lens = m.insn_lens(r.block);
+        let before: u64 = lens[..first].iter().map(|&l| u64::from(l)).sum();
+        let mut addr = m.load_base.wrapping_add(m.blocks[r.block].start) + before;
+        for &len in &lens[first..first + take as usize] {
+            sim.fetch(Ref {
+                kind: AccessKind::Instr,
+                addr,
+                size: u32::from(len),
+            })?;
+            addr += u64::from(len);
+        }
+        Ok(self.left > 0)
+    }
+}
+
+/// What a simulated trace gives besides the simulator's state.
+struct Simulated {
+    /// References simulated.
+    refs: u64,
+    /// Per traced module: its path and instruction fetches simulated.
+    modules: Vec<(String, u64)>,
+    /// The regeneration stopped with this error after `refs` references
+    /// (the report of what ran comes first, as from a pipe).
+    error: Option<Error>,
+}
+
+/// Regenerates the trace at `path` on a second thread and simulates its
+/// blocks on this one with `sim`.
+fn drive_trace(cli: &Cli, path: &Path, sim: &mut impl InsnFetch) -> Result<Simulated> {
+    let trace = aetrace_format::TraceFile::open(path)?;
+    let producer = |e: aetrace_regen::Error| Error::Producer(Box::new(e));
+    let visit = Visit::new(&trace, &aetrace_regen::Options::default()).map_err(producer)?;
+    let mut blocks = Blocks::new(visit.modules(), sim.fetch_line(), cli);
+    let (tx, rx) = mpsc::sync_channel::<Runs>(4);
+    let (back_tx, back_rx) = mpsc::channel::<Runs>();
+    let visit = &visit;
+    std::thread::scope(|scope| {
+        // `move`: the sender goes with the thread, so the loop below ends
+        // when the regeneration does.
+        let regen = scope.spawn(move || {
+            visit.run(&mut |runs| {
+                let batch = std::mem::replace(runs, back_rx.try_recv().unwrap_or_default());
+                tx.send(batch).is_ok()
+            })
+        });
+        let simulated = (|| -> Result<()> {
+            for batch in rx.iter() {
+                for e in batch.events() {
+                    if let Event::Run(r) = e {
+                        if !blocks.run(r, sim)? {
+                            return Ok(());
+                        }
+                    }
+                }
+                let _ = back_tx.send(batch);
+            }
+            Ok(())
+        })();
+        // Stops the regeneration at its next batch.
+        drop(rx);
+        let regen = regen
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        simulated?;
+        if blocks.skip > 0 {
+            eprintln!("cachesim: warning: input ended before -skipcount was satisfied");
+        }
+        Ok(Simulated {
+            refs: blocks.fetched.iter().sum(),
+            modules: (visit.modules().iter().map(|m| m.name.clone()))
+                .zip(blocks.fetched.iter().copied())
+                .collect(),
+            error: regen.err().map(producer),
+        })
+    })
+}
+
+/// The one-pass sweep as a simulator of instruction fetches, fetch by
+/// fetch (lines of one byte make every instruction a leader).
+struct SweepFetch<'a>(&'a mut Sweep);
+
+impl InsnFetch for SweepFetch<'_> {
+    fn fetch_line(&self) -> u64 {
+        1
+    }
+    fn fetch(&mut self, r: Ref) -> Result<()> {
+        self.0.run(std::slice::from_ref(&r));
+        Ok(())
+    }
+    fn repeat(&mut self, _: u64) {
+        unreachable!("one-byte lines make every instruction a leader")
+    }
+}
+
+/// `--modules`: the per-module table after the report, or a key of its JSON.
+fn modules_report(json: bool, modules: &[(String, u64)]) -> (serde_json::Value, String) {
+    let v = modules
+        .iter()
+        .map(|(m, n)| serde_json::json!({"module": m, "instructions": n}))
+        .collect();
+    let mut t = String::from("---Instruction fetches per traced module\n");
+    for (m, n) in modules {
+        t += &format!("{n:>16}  {m}\n");
+    }
+    (
+        serde_json::Value::Array(v),
+        if json { String::new() } else { t },
+    )
+}
+
 /// Writes a report as pretty JSON or as text, each built only if wanted.
 fn emit(
     out: &mut dyn Write,
@@ -333,6 +531,51 @@ fn emit(
     Ok(())
 }
 
+/// The references of the input simulated by `sim`: a trace in this
+/// process, anything else read by `pipe`.
+fn simulate<S: InsnFetch>(
+    cli: &Cli,
+    sim: &mut S,
+    pipe: impl FnOnce(&mut S) -> Result<u64>,
+) -> Result<Simulated> {
+    match is_trace(cli) {
+        Some(path) => drive_trace(cli, path, sim),
+        None if cli.modules => Err(Error::Usage(
+            "--modules needs an aetrace trace as input".into(),
+        )),
+        None => Ok(Simulated {
+            refs: pipe(sim)?,
+            modules: Vec::new(),
+            error: None,
+        }),
+    }
+}
+
+/// Writes the report of `s` (with `--modules`, its table too), then
+/// returns the regeneration's error if it stopped early.
+fn write_report(
+    out: &mut dyn Write,
+    cli: &Cli,
+    s: Simulated,
+    value: impl FnOnce() -> serde_json::Value,
+    text: impl FnOnce() -> String,
+) -> Result<()> {
+    let extra = cli.modules.then(|| modules_report(cli.json, &s.modules));
+    emit(
+        out,
+        cli.json,
+        || {
+            let mut v = value();
+            if let Some((m, _)) = &extra {
+                v["modules"] = m.clone();
+            }
+            v
+        },
+        || text() + extra.as_ref().map_or("", |e| &e.1),
+    )?;
+    s.error.map_or(Ok(()), Err)
+}
+
 fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
     if let Some(range) = &cli.sweep {
         if !cli.caches.is_empty() || cli.model != Model::Dinero {
@@ -347,21 +590,23 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
         )?;
         let bsize = spec.bsize;
         let mut sw = Sweep::new(spec);
-        drive(&cli, |refs| {
-            sw.run(refs);
-            Ok(())
+        let s = simulate(&cli, &mut SweepFetch(&mut sw), |f| {
+            drive(&cli, |refs| {
+                f.0.run(refs);
+                Ok(())
+            })
         })?;
         let points = sw.results();
         if let Some(path) = &cli.svg {
             aetrace_cachesim::sweep::svg(&points, bsize, path)?;
         }
-        emit(
+        return write_report(
             out,
-            cli.json,
+            &cli,
+            s,
             || serde_json::json!({"model": "sweep", "block_size": bsize, "points": points}),
             || aetrace_cachesim::sweep::table(&points, bsize),
-        )?;
-        return Ok(());
+        );
     }
     if cli.assoc.is_some() || cli.svg.is_some() || cli.bsize.is_some() {
         return Err(Error::Usage(
@@ -372,42 +617,47 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
     match cli.model {
         Model::Dinero => {
             let mut h = Hierarchy::new(caches, cli.seed);
-            let refs = drive(&cli, |refs| {
-                h.run(refs);
-                Ok(())
+            let s = simulate(&cli, &mut h, |h| {
+                drive(&cli, |refs| {
+                    h.run(refs);
+                    Ok(())
+                })
             })?;
             h.finish();
-            emit(
+            let refs = s.refs;
+            write_report(
                 out,
-                cli.json,
+                &cli,
+                s,
                 || report::dinero_json(&h.caches, refs),
                 || report::dinero_report(&h.caches, refs),
-            )?;
+            )
         }
         Model::Cachegrind => {
             let mut cg = Cachegrind::new(&caches)?;
+            // Reference numbers count from the start of the input.
             let base = cli.skipcount;
-            let refs = drive(&cli, |refs| {
-                for &r in refs {
-                    cg.reference(r).map_err(|e| match e {
-                        Error::Reference { index, message } => Error::Reference {
-                            index: index + base,
-                            message,
-                        },
-                        e => e,
-                    })?;
-                }
-                Ok(())
-            })?;
-            emit(
+            let from_start = |e| match e {
+                Error::Reference { index, message } => Error::Reference {
+                    index: index + base,
+                    message,
+                },
+                e => e,
+            };
+            let s = simulate(&cli, &mut cg, |cg| {
+                drive(&cli, |refs| refs.iter().try_for_each(|&r| cg.reference(r)))
+            })
+            .map_err(from_start)?;
+            let refs = s.refs;
+            write_report(
                 out,
-                cli.json,
+                &cli,
+                s,
                 || serde_json::json!({"model": "cachegrind", "references": refs, "stats": cg.stats}),
                 || cg.report(),
-            )?;
+            )
         }
     }
-    Ok(())
 }
 
 /// Entry point of `cachesim ARGS` and `aetrace cachesim ARGS` (arguments

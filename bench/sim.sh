@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Issue 24: trace to cache statistics against cachegrind, one command from
+# the repository root:  bench/sim.sh   (REPS=N: best of N, default 3)
+#
+# For gzip, bzip2 (+libbz2) and xz (+liblzma) compressing 2 MB of libc's
+# bytes and sort on 100k lines, from one run of this script: the native
+# time; `valgrind --tool=cachegrind --cache-sim=yes` (instructions and data)
+# with I1/D1 32k 8-way, LL 1m 16-way, 64-byte lines; `aetrace record` (the
+# rewrite cache warmed first); `aetrace cachesim --model cachegrind TRACE`
+# (regenerated and simulated in one process, instructions only) with the
+# same geometry; record + simulate against cachegrind (> 1: faster), in
+# wall time and in CPU time (user + sys, one run each: the honest figure on
+# a loaded machine, where two threads wait more than one); and
+# our I refs beside cachegrind's (cachegrind counts every instruction of
+# the process, we count the traced modules). Then cachesim's own speed on
+# `bin` input: 20M references of a synthetic program-like stream
+# (cachesim/examples/gentrace.rs) from a file in /dev/shm, in M references
+# per second of wall time and of CPU time (user + sys).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPS=${REPS:-3}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}
+cargo build --release -q -p aetrace --bin aetrace --bin cachesim
+cargo build --release -q -p aetrace-cachesim --example gentrace
+BIN=$(realpath "$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release")
+AETRACE=$BIN/aetrace
+. bench/lib.sh
+WORK=$(mktemp -d /dev/shm/aetrace-sim.XXXXXX 2>/dev/null || mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+cd "$WORK"
+LIBC=$(ldd /usr/bin/gzip | awk '/libc.so/ { print $3 }')
+head -c 2000000 "$LIBC" >libc-2m
+python3 -c 'import random; r = random.Random(7); open("lines-100k", "w").write("".join(f"{r.randrange(10**9)}\n" for _ in range(100_000)))'
+
+# CPU seconds (user + sys, all threads) of one run of "$@".
+cpu() {
+    local line
+    line=$( { TIMEFORMAT='%U %S'; time "$@" >/dev/null 2>&1; } 2>&1 | tail -1)
+    awk -v l="$line" 'BEGIN { split(l, f, " "); printf "%.3f", f[1] + f[2] }'
+}
+
+CG=(--I1=32768,8,64 --D1=32768,8,64 --LL=1048576,16,64)
+GEOM=(-l1-isize 32k -l1-ibsize 64 -l1-iassoc 8 -l1-dsize 32k -l1-dbsize 64 -l1-dassoc 8
+      -l2-usize 1m -l2-ubsize 64 -l2-uassoc 16)
+WORKLOADS=(
+    "gzip 2MB|none|/usr/bin/gzip -c libc-2m"
+    "bzip2 2MB|libbz2.so.1.0|/usr/bin/bzip2 -c libc-2m"
+    "xz 2MB|liblzma.so.5|/usr/bin/xz -c libc-2m"
+    "sort 100k lines|none|/usr/bin/sort lines-100k"
+)
+echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+printf '%-16s %8s %10s %8s %9s %8s %8s %12s %13s %13s\n' workload native cachegrind record cachesim "rec+sim" "vs cg" "CPU vs cg" "cg I refs" "our I refs"
+for w in "${WORKLOADS[@]}"; do
+    name=${w%%|*}
+    rest=${w#*|}
+    libs=${rest%%|*}
+    read -r -a cmd <<<"${rest#*|}"
+    native=$(best "${cmd[@]}")
+    cg=$(best valgrind -q --log-file=/dev/null --tool=cachegrind --cache-sim=yes --cachegrind-out-file=/dev/null "${CG[@]}" "${cmd[@]}")
+    cg_cpu=$(cpu valgrind -q --log-file=/dev/null --tool=cachegrind --cache-sim=yes --cachegrind-out-file=/dev/null "${CG[@]}" "${cmd[@]}")
+    cg_irefs=$(valgrind --tool=cachegrind --cache-sim=yes --cachegrind-out-file=/dev/null "${CG[@]}" "${cmd[@]}" 2>&1 >/dev/null \
+        | awk '/I *refs:/ { gsub(",", "", $4); print $4 }')
+    "$AETRACE" record --libs "$libs" -o t.aet -- "${cmd[@]}" >/dev/null
+    rec=$(best "$AETRACE" record --libs "$libs" -o t.aet -- "${cmd[@]}")
+    sim=$(best "$AETRACE" cachesim --model cachegrind "${GEOM[@]}" t.aet)
+    rec_cpu=$(cpu "$AETRACE" record --libs "$libs" -o t.aet -- "${cmd[@]}")
+    sim_cpu=$(cpu "$AETRACE" cachesim --model cachegrind "${GEOM[@]}" t.aet)
+    ours=$("$AETRACE" cachesim --model cachegrind --json "${GEOM[@]}" t.aet \
+        | python3 -c 'import json, sys; print(json.load(sys.stdin)["stats"]["i_refs"])')
+    awk -v n="$name" -v a="$native" -v c="$cg" -v r="$rec" -v s="$sim" -v ci="$cg_irefs" -v oi="$ours" \
+        -v cc="$cg_cpu" -v rc="$rec_cpu" -v sc="$sim_cpu" 'BEGIN {
+        printf "%-16s %8.3f %10.3f %8.3f %9.3f %8.3f %7.2fx %11.2fx %13.0f %13.0f\n", n, a, c, r, s, r + s, c / (r + s), cc / (rc + sc), ci, oi }'
+done
+
+echo
+"$BIN/examples/gentrace" 20000000 t >/dev/null
+rm -f t.din t.xdin
+line=$( { TIMEFORMAT='%R %U %S'; time "$BIN/cachesim" "${GEOM[@]}" t.bin >/dev/null; } 2>&1 | tail -1)
+best_line=$line
+for ((i = 1; i < REPS; i++)); do
+    line=$( { TIMEFORMAT='%R %U %S'; time "$BIN/cachesim" "${GEOM[@]}" t.bin >/dev/null; } 2>&1 | tail -1)
+    if awk -v a="${line%% *}" -v b="${best_line%% *}" 'BEGIN { exit !(a < b) }'; then best_line=$line; fi
+done
+awk -v l="$best_line" 'BEGIN { split(l, f, " "); printf "cachesim bin input (20M refs, /dev/shm, best of runs): %.1f Mrefs/s wall, %.1f Mrefs per CPU-s (target 150)\n", 20 / f[1], 20 / (f[2] + f[3]) }'
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
