@@ -13,6 +13,9 @@
 //!   binaries, checked against `objdump -d`;
 //! - `cfg_oracle`: recovered CFGs against lackey's executed instructions;
 //! - `cli_errors`, `record_errors`: bad input, one-line errors, no panic;
+//! - `faults`: a full disk, a killed recorder, Ctrl-C, concurrent
+//!   recordings on one rewrite cache, a damaged cache entry, and the
+//!   recorder's limits (threads, execs, forks), against the native run;
 //! - `paths`: `aetrace paths` against paths rebuilt from lackey;
 //! - `profile`: `aetrace profile` and `count` against callgrind;
 //! - `rewrite_elf`: the ELF writer on gcc's programs, read by binutils and
@@ -41,6 +44,7 @@ mod cachesim_regen;
 mod cfg_coverage;
 mod cfg_oracle;
 mod cli_errors;
+mod faults;
 mod paths;
 mod profile;
 mod record_errors;
