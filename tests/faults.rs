@@ -78,8 +78,11 @@ fn gate(c: Command, between: impl FnOnce(&mut Child)) -> Output {
     let mut child = spawn_piped(c);
     let (first, mut rest) = first_line(&mut child);
     assert!(first.starts_with("phase1 "), "{first:?}");
+    // Taken first: `Child::wait` (a killed recorder reaped) closes it.
+    let mut stdin = child.stdin.take().unwrap();
     between(&mut child);
-    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    stdin.write_all(b"go\n").unwrap();
+    drop(stdin);
     let mut tail = Vec::new();
     rest.read_to_end(&mut tail).unwrap();
     let mut out = child.wait_with_output().unwrap();
