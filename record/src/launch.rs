@@ -37,7 +37,7 @@
 //!   failure the file stays a valid, explicitly incomplete prefix.
 //!
 //! While `record` runs it owns every child of the calling process (it reaps
-//! with `waitpid(-1)`) and the dispositions of SIGINT, SIGQUIT, SIGTERM and
+//! with `waitpid(-1)`) and the dispositions of SIGINT, SIGQUIT, SIGTERM, SIGXFSZ and
 //! SIGHUP; it sets PR_SET_CHILD_SUBREAPER on the process for good.
 
 use std::collections::HashMap;
