@@ -15,6 +15,9 @@
 //! - `cli_errors`, `record_errors`: bad input, one-line errors, no panic;
 //! - `debug`: `aetrace debug` under `gdb -batch` against the regenerated
 //!   instruction trace;
+//! - `faults`: a full disk, a killed recorder, Ctrl-C, concurrent
+//!   recordings on one rewrite cache, a damaged cache entry, and the
+//!   recorder's limits (threads, execs, forks), against the native run;
 //! - `paths`: `aetrace paths` against paths rebuilt from lackey;
 //! - `profile`: `aetrace profile` and `count` against callgrind;
 //! - `rewrite_elf`: the ELF writer on gcc's programs, read by binutils and
@@ -46,6 +49,7 @@ mod cfg_coverage;
 mod cfg_oracle;
 mod cli_errors;
 mod debug;
+mod faults;
 mod paths;
 mod profile;
 mod record_errors;

@@ -988,3 +988,46 @@ fn command_round_trip_and_rules() {
     let e = Trace::parse(out).err().unwrap();
     assert!(e.to_string().contains("payload too short"), "{e}");
 }
+
+/// A thread's stream past 4 GiB (issue 25, limits): five chunks of 2^30
+/// raw bytes each (zeros, a few kB once compressed, so the test writes no
+/// gigabytes) are written, indexed and totalled in u64 without wrapping:
+/// the thread's and the END's raw bytes are 5 GiB, and the last chunk's
+/// frame decodes to exactly its raw length (streamed, not held). The
+/// regenerator's stream offsets are u64 too (`regen/src/stream.rs`).
+#[test]
+fn a_stream_larger_than_4_gib_is_indexed_without_wrapping() {
+    use std::io::Write;
+    const RAW: u64 = 1 << 30;
+    let mut enc = zstd::stream::Encoder::new(Vec::new(), 1).unwrap();
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..RAW >> 20 {
+        enc.write_all(&zeros).unwrap();
+    }
+    let data = enc.finish().unwrap();
+    let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+    w.module(&module(0)).unwrap();
+    w.thread_start(&start(0, None, StartReason::Main)).unwrap();
+    for seq in 0..5 {
+        w.append_chunk(&EncodedChunk {
+            thread: ThreadId(0),
+            seq,
+            raw_len: RAW,
+            witnesses: RAW,
+            codec: Codec::Zstd,
+            data: data.clone(),
+        })
+        .unwrap();
+    }
+    w.thread_end(ThreadId(0), EndReason::Exit).unwrap();
+    let (bytes, end) = w.finish().unwrap();
+    assert_eq!(end.raw_bytes, 5 * RAW);
+    let t = Trace::parse(bytes).unwrap();
+    assert_eq!(t.require_complete().unwrap().raw_bytes, 5 * RAW);
+    assert_eq!(t.stats().raw_bytes, 5 * RAW);
+    // The five share their bytes: one decoded stands for all.
+    let c = t.chunks(ThreadId(0)).nth(4).unwrap();
+    let mut dec = zstd::stream::Decoder::new(c.data).unwrap();
+    let n = std::io::copy(&mut dec, &mut std::io::sink()).unwrap();
+    assert_eq!((c.meta.seq, n), (4, c.meta.raw_len));
+}

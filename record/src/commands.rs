@@ -15,7 +15,7 @@ use aetrace_format::{atomic, progdb};
 use aetrace_format::{compress_database, module_flags, Codec, EncodedDatabase};
 
 use crate::error::RecordError;
-use crate::launch::{self, Launch, ModuleSpec, Outcome};
+use crate::launch::{self, Launch, ModuleSpec, Recorded};
 use crate::libs::LibSelection;
 use crate::{Error, Result};
 use aetrace_rewrite::{self as rewrite, Instrumented, Placement};
@@ -173,10 +173,10 @@ fn prepare(exe: &Path, placement: Placement, tag: u32) -> Result<Prepared> {
     } else {
         module_flags::INSTRUMENTED
     };
-    if let (Ok(meta), true) = (std::fs::read(&meta_path), elf.is_file()) {
-        if let Some(module) = decode_meta(&meta, path.clone(), flags) {
-            return Ok(Prepared { elf, module });
-        }
+    if let Some(module) =
+        cache_load(&elf, &meta_path).and_then(|m| decode_meta(&m, path.clone(), flags))
+    {
+        return Ok(Prepared { elf, module });
     }
     let ins = rewrite::instrument_module(exe, placement, tag)?;
     let db = compress_database(progdb::VERSION, &ins.db.encode(), DB_LEVEL).map_err(|source| {
@@ -198,14 +198,39 @@ fn prepare(exe: &Path, placement: Placement, tag: u32) -> Result<Prepared> {
     Ok(Prepared { elf, module })
 }
 
-/// Stores a rewritten module and its metadata in the cache; the metadata
-/// goes last: its presence marks a complete entry.
+/// Stores a rewritten module and its metadata `meta` in the cache. The
+/// metadata file goes last (its presence marks a complete entry) and is
+/// `[u32 crc32 of the rest][u64 ELF length][u32 ELF crc32]` then `meta`:
+/// [`cache_load`] checks both files against it, so an entry truncated or
+/// damaged on disk, or whose two files come from two runs that stored it
+/// at once and differ, is rewritten, never run (docs/faults.md).
 pub(crate) fn cache_store(elf: &Path, bytes: &[u8], meta_path: &Path, meta: &[u8]) -> Result<()> {
     if let Some(dir) = elf.parent() {
         std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
     }
     write_executable(elf, bytes)?;
-    Ok(atomic::write_atomic(meta_path, meta, None)?)
+    let mut side = vec![0; 4];
+    side.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+    side.extend_from_slice(&crc32fast::hash(bytes).to_le_bytes());
+    side.extend_from_slice(meta);
+    let crc = crc32fast::hash(&side[4..]);
+    side[..4].copy_from_slice(&crc.to_le_bytes());
+    Ok(atomic::write_atomic(meta_path, &side, None)?)
+}
+
+/// The metadata [`cache_store`] stored with the rewritten module `elf`,
+/// if both files are whole and sound. Reading and checking the ELF costs
+/// a crc32 of its bytes per run (crc32fast: several GB/s).
+pub(crate) fn cache_load(elf: &Path, meta_path: &Path) -> Option<Vec<u8>> {
+    let side = std::fs::read(meta_path).ok()?;
+    let u32_at = |o: usize| Some(u32::from_le_bytes(side.get(o..o + 4)?.try_into().ok()?));
+    if u32_at(0)? != crc32fast::hash(side.get(4..)?) {
+        return None;
+    }
+    let len = u64::from_le_bytes(side.get(4..12)?.try_into().ok()?);
+    let bytes = std::fs::read(elf).ok()?;
+    (bytes.len() as u64 == len && crc32fast::hash(&bytes) == u32_at(12)?)
+        .then(|| side[16..].to_vec())
 }
 
 /// zstd level of the program database, compressed once per rewrite and
@@ -213,13 +238,13 @@ pub(crate) fn cache_store(elf: &Path, bytes: &[u8], meta_path: &Path, meta: &[u8
 /// does, and the database is most of a short run's trace.
 const DB_LEVEL: i32 = 19;
 
-/// `[u32 crc32 of the rest][u64 size][u64 runtime_vaddr][u64 database raw
-/// length][u32 n][n x (u32 len, bytes)]` for the build-id, the notes, then
-/// the zstd-compressed database to the end. The checksum stands in for
-/// decoding the database on every run.
+/// `[u64 size][u64 runtime_vaddr][u64 database raw length][u32 n][n x
+/// (u32 len, bytes)]` for the build-id, the notes, then the
+/// zstd-compressed database to the end. [`cache_store`]'s checksum stands
+/// in for decoding the database on every run.
 fn encode_meta(m: &ModuleSpec) -> Vec<u8> {
     debug_assert!(m.db.codec == Codec::Zstd && m.db.version == progdb::VERSION);
-    let mut out = vec![0; 4];
+    let mut out = Vec::new();
     out.extend_from_slice(&m.size.to_le_bytes());
     out.extend_from_slice(&m.runtime_vaddr.to_le_bytes());
     out.extend_from_slice(&m.db.raw_len.to_le_bytes());
@@ -232,8 +257,6 @@ fn encode_meta(m: &ModuleSpec) -> Vec<u8> {
         out.extend_from_slice(f);
     }
     out.extend_from_slice(&m.db.data);
-    let crc = crc32fast::hash(&out[4..]);
-    out[..4].copy_from_slice(&crc.to_le_bytes());
     out
 }
 
@@ -242,11 +265,8 @@ fn encode_meta(m: &ModuleSpec) -> Vec<u8> {
 fn decode_meta(b: &[u8], path: PathBuf, flags: u32) -> Option<ModuleSpec> {
     let u64_at = |o: usize| Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?));
     let u32_at = |o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?) as usize);
-    if u32_at(0)? as u32 != crc32fast::hash(b.get(4..)?) {
-        return None;
-    }
-    let (size, runtime_vaddr, raw_len, n) = (u64_at(4)?, u64_at(12)?, u64_at(20)?, u32_at(28)?);
-    let mut at = 32;
+    let (size, runtime_vaddr, raw_len, n) = (u64_at(0)?, u64_at(8)?, u64_at(16)?, u32_at(24)?);
+    let mut at = 28;
     let mut fields = Vec::new();
     for _ in 0..n {
         let len = u32_at(at)?;
@@ -319,7 +339,7 @@ pub(crate) fn prepare_libs<T>(
 
 /// `aetrace record`: rewrites the program (or reuses the cached copy), runs
 /// it with the recorder, and returns how it ended.
-pub fn record(o: &RecordOptions) -> Result<Outcome> {
+pub fn record(o: &RecordOptions) -> Result<Recorded> {
     let exe = find_program(&o.program)?;
     // A script: its interpreter, run with the script (the trace is still
     // named after what the user ran).

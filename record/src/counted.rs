@@ -307,11 +307,11 @@ fn prepare(path: &Path, spec: &CountSpec, tag: u32) -> Result<(PathBuf, Skeleton
     let dir = crate::commands::cache_dir();
     let key = crate::commands::cache_key(path, &bytes, &what, tag);
     let (elf, meta) = (dir.join(&key), dir.join(format!("{key}.skeleton")));
-    if let (Ok(m), true) = (std::fs::read(&meta), elf.is_file()) {
-        // A damaged entry is rewritten.
-        if let Ok(sk) = serde_json::from_slice::<Skeleton>(&m) {
-            return Ok((elf, sk));
-        }
+    // A damaged entry is rewritten.
+    if let Some(sk) = crate::commands::cache_load(&elf, &meta)
+        .and_then(|m| serde_json::from_slice::<Skeleton>(&m).ok())
+    {
+        return Ok((elf, sk));
     }
     let ins = rewrite::instrument_with(path, &How::Count(spec.clone()), tag)?;
     let sk = Skeleton::of(&ins)?;

@@ -90,6 +90,17 @@ pub enum RecordError {
         /// What the trace writer reported.
         source: aetrace_format::Error,
     },
+    /// The recording failed while the program ran, which ran on to its
+    /// end: the trace has no END, and what it holds ends at `at`.
+    #[error("{}: the trace is incomplete (the program ran on to its end): it holds whole sections up to byte {at}, then {}", path.display(), cause(source))]
+    Incomplete {
+        /// The trace file.
+        path: PathBuf,
+        /// Bytes of whole sections (a torn one may follow).
+        at: u64,
+        /// What failed first.
+        source: Box<crate::Error>,
+    },
     /// The trace was closed after an earlier failure.
     #[error("trace closed")]
     TraceClosed,
@@ -300,3 +311,12 @@ pub enum CountError {
 
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `e`'s message without the "recording failed: " that the outer error
+/// says already.
+fn cause(e: &Error) -> String {
+    match e {
+        Error::Record(r) => r.to_string(),
+        e => e.to_string(),
+    }
+}

@@ -37,7 +37,7 @@
 //!   failure the file stays a valid, explicitly incomplete prefix.
 //!
 //! While `record` runs it owns every child of the calling process (it reaps
-//! with `waitpid(-1)`) and the dispositions of SIGINT, SIGQUIT, SIGTERM and
+//! with `waitpid(-1)`) and the dispositions of SIGINT, SIGQUIT, SIGTERM, SIGXFSZ and
 //! SIGHUP; it sets PR_SET_CHILD_SUBREAPER on the process for good.
 
 use std::collections::HashMap;
@@ -151,6 +151,18 @@ pub enum Outcome {
     Signaled(i32),
 }
 
+/// How a recording ended.
+#[derive(Debug)]
+pub struct Recorded {
+    /// How the program's main process ended.
+    pub outcome: Outcome,
+    /// Why the trace is incomplete, when writing it failed while the
+    /// program ran ([`RecordError::Incomplete`]): the program ran to its
+    /// end all the same, and the file has no END (`aetrace info` says
+    /// where it stops).
+    pub incomplete: Option<Error>,
+}
+
 /// Raw stream bytes a thread's open chunk takes before it is closed (a
 /// chunk holds at most this plus one buffer half).
 pub const CHUNK_BYTES: usize = 1 << 20;
@@ -199,8 +211,9 @@ const CREATOR: &str = concat!("aetrace ", env!("CARGO_PKG_VERSION"));
 
 /// Runs `l.program` under the recorder and writes `l.trace`; returns how
 /// the main process ended. The program's own failure (a non-zero exit, a
-/// crash) is an `Outcome`, not an error.
-pub fn record(l: &Launch) -> Result<Outcome> {
+/// crash) is an `Outcome`, not an error; nor is a trace that could not be
+/// written whole once the program started ([`Recorded::incomplete`]).
+pub fn record(l: &Launch) -> Result<Recorded> {
     check_launch(l)?;
     let region = Region::create(l.geometry).map_err(RecordError::WitnessRegion)?;
     // The program's runtime finds the region here, in this process
@@ -216,22 +229,21 @@ pub fn record(l: &Launch) -> Result<Outcome> {
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     let header = Header::new(CREATOR, now).map_err(|e| trace_err(&l.trace, e))?;
-    let mut out = TraceWriter::create(&l.trace, &header).map_err(|e| trace_err(&l.trace, e))?;
+    // Nothing ran when these fail: leave no trace file behind.
+    let abandon = |e: Error| {
+        if aetrace_format::replaceable(&l.trace) {
+            let _ = std::fs::remove_file(&l.trace);
+        }
+        e
+    };
+    let mut out =
+        TraceWriter::create(&l.trace, &header).map_err(|e| abandon(trace_err(&l.trace, e)))?;
     out.set_level(CHUNK_LEVEL);
     // Before the program runs, so even a trace cut short says how to re-run it.
     out.command(&command(l))
-        .map_err(|e| trace_err(&l.trace, e))?;
+        .map_err(|e| abandon(trace_err(&l.trace, e)))?;
     let blocked = Blocked::new()?;
-    let main = match spawn(l, &blocked.0) {
-        Ok(pid) => pid,
-        Err(e) => {
-            // Nothing ran: leave no trace file behind.
-            if aetrace_format::replaceable(&l.trace) {
-                let _ = std::fs::remove_file(&l.trace);
-            }
-            return Err(e);
-        }
-    };
+    let main = spawn(l, &blocked.0).map_err(abandon)?;
     let signals = Signals::install(main);
     drop(blocked);
 
@@ -257,7 +269,7 @@ pub fn record(l: &Launch) -> Result<Outcome> {
         let found = rec.drain(&mut drainer, false);
         rec.libraries(&region);
         if reclaimed.elapsed() >= RECLAIM_EVERY {
-            rec.reclaim(&mut drainer);
+            rec.reclaim(&mut drainer, main);
             reclaimed = Instant::now();
         }
         rec.flush_aged();
@@ -277,12 +289,16 @@ pub fn record(l: &Launch) -> Result<Outcome> {
     rec.drain(&mut drainer, true);
     rec.libraries(&region);
     drop(signals);
-    rec.finish(&reaper.exits)?;
-    match reaper.main_status {
-        Some(ExitStatus::Exited(c)) => Ok(Outcome::Exited(c)),
-        Some(ExitStatus::Signaled { signal, .. }) => Ok(Outcome::Signaled(signal)),
-        None => Err(RecordError::NeverReaped(main).into()),
-    }
+    let incomplete = rec.finish(&reaper.exits).err();
+    let outcome = match reaper.main_status {
+        Some(ExitStatus::Exited(c)) => Outcome::Exited(c),
+        Some(ExitStatus::Signaled { signal, .. }) => Outcome::Signaled(signal),
+        None => return Err(RecordError::NeverReaped(main).into()),
+    };
+    Ok(Recorded {
+        outcome,
+        incomplete,
+    })
 }
 
 /// The COMMAND section: the ORIGINAL program, argv as the program gets it,
@@ -336,6 +352,15 @@ fn command(l: &Launch) -> Command {
         cwd: std::env::current_dir().map_or_else(|_| Vec::new(), |d| bytes(d.as_os_str())),
         stdin,
     }
+}
+
+fn incomplete(trace: &Path, at: u64, source: Error) -> Error {
+    RecordError::Incomplete {
+        path: trace.to_owned(),
+        at,
+        source: Box::new(source),
+    }
+    .into()
 }
 
 fn trace_err(trace: &Path, source: aetrace_format::Error) -> Error {
@@ -462,7 +487,7 @@ fn spawn(l: &Launch, mask: &libc::sigset_t) -> Result<i32> {
     Ok(pid)
 }
 
-/// The main child's pid for the SIGTERM/SIGHUP handler (0: not started).
+/// The main child's pid for the forwarding handler (0: not started, or reaped).
 static FORWARD_TO: AtomicI32 = AtomicI32::new(0);
 /// The region's "data ready" futex word, bumped and woken on SIGCHLD so the
 /// drain loop notices an exit at once instead of at its next poll.
@@ -482,24 +507,39 @@ extern "C" fn child_exited(_sig: libc::c_int) {
     }
 }
 
-extern "C" fn forward(sig: libc::c_int) {
+extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
     let pid = FORWARD_TO.load(Ordering::Acquire);
-    if pid > 0 {
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+    let (code, from) = unsafe { ((*info).si_code, (*info).si_pid()) };
+    // A terminal's ^C or ^\ (SI_KERNEL) went to its whole foreground
+    // process group, the program's included; and what the program sends
+    // (`kill(0, SIGINT)`) reached it already.
+    let reached =
+        matches!(sig, libc::SIGINT | libc::SIGQUIT) && (code == libc::SI_KERNEL || from == pid);
+    if pid > 0 && !reached {
         // SAFETY: kill is async-signal-safe.
         unsafe { libc::kill(pid, sig) };
     }
 }
 
-/// The recorder's own signal dispositions while the program runs: SIGINT
-/// and SIGQUIT ignored (the terminal sends them to the program too, in
-/// the same process group), SIGTERM and SIGHUP forwarded to the program's
-/// main process until it is reaped (then its pid may be reused; orphaned
-/// descendants the recorder still waits for get nothing).
+/// The recorder's own signal dispositions while the program runs:
+/// SIGINT, SIGQUIT, SIGTERM and SIGHUP forwarded to the program's main
+/// process until it is reaped (then its pid may be reused; orphaned
+/// descendants the recorder still waits for get nothing), as valgrind's
+/// and rr's users expect of `kill -INT RECORDER`; but a SIGINT or SIGQUIT
+/// from a terminal is not, for the terminal sends it to the program too
+/// (the same process group), nor one the program itself sent: the
+/// program gets each once, as it would natively. A SIGINT that another
+/// process sends to the whole process group with `kill(2)` reaches the
+/// program twice (only a terminal's is told apart, by its `si_code`).
+/// SIGXFSZ is ignored: a trace grown past `RLIMIT_FSIZE` is a write that
+/// fails (EFBIG), which leaves the trace incomplete as a full disk does,
+/// instead of killing the recorder under its running program.
 /// Installed once the program runs, so it inherits the recorder's own
 /// dispositions (`Blocked` holds the signals back until then).
 /// Dropping it restores the previous dispositions.
 struct Signals {
-    saved: [(libc::c_int, libc::sigaction); 5],
+    saved: [(libc::c_int, libc::sigaction); MANAGED.len()],
 }
 
 impl Signals {
@@ -509,17 +549,21 @@ impl Signals {
         FORWARD_TO.store(main, Ordering::Release);
         // SAFETY: zeroed sigaction structs are valid; sigaction calls only.
         unsafe {
-            let mut saved = [(0, std::mem::zeroed::<libc::sigaction>()); 5];
+            let mut saved = [(0, std::mem::zeroed::<libc::sigaction>()); MANAGED.len()];
             for (i, sig) in MANAGED.into_iter().enumerate() {
                 let mut act: libc::sigaction = std::mem::zeroed();
-                act.sa_sigaction = match sig {
-                    libc::SIGINT | libc::SIGQUIT => libc::SIG_IGN,
-                    libc::SIGCHLD => {
-                        child_exited as extern "C" fn(libc::c_int) as libc::sighandler_t
-                    }
-                    _ => forward as extern "C" fn(libc::c_int) as libc::sighandler_t,
+                type Action = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
+                (act.sa_sigaction, act.sa_flags) = match sig {
+                    libc::SIGXFSZ => (libc::SIG_IGN, libc::SA_RESTART),
+                    libc::SIGCHLD => (
+                        child_exited as extern "C" fn(libc::c_int) as libc::sighandler_t,
+                        libc::SA_RESTART,
+                    ),
+                    _ => (
+                        forward as Action as libc::sighandler_t,
+                        libc::SA_RESTART | libc::SA_SIGINFO,
+                    ),
                 };
-                act.sa_flags = libc::SA_RESTART;
                 libc::sigemptyset(&mut act.sa_mask);
                 saved[i].0 = sig;
                 let r = libc::sigaction(sig, &act, &mut saved[i].1);
@@ -532,14 +576,15 @@ impl Signals {
 
 /// The signals `Signals` handles, blocked (`Blocked`) from before the
 /// program is spawned until their dispositions are in place: one that
-/// arrives meanwhile is handled as if it came just after (a pending
-/// SIGINT is discarded when SIG_IGN is set, a SIGTERM is forwarded).
-const MANAGED: [libc::c_int; 5] = [
+/// arrives meanwhile is handled as if it came just after (forwarded, or
+/// for SIGXFSZ discarded).
+const MANAGED: [libc::c_int; 6] = [
     libc::SIGINT,
     libc::SIGQUIT,
     libc::SIGTERM,
     libc::SIGHUP,
     libc::SIGCHLD,
+    libc::SIGXFSZ,
 ];
 
 /// `MANAGED` blocked in this thread; holds the previous mask, which the
@@ -645,6 +690,21 @@ impl Reaper {
             });
         }
     }
+}
+
+/// Whether the recorder has no child but `main` (reaped or not): then no
+/// orphan runs, for an orphaned descendant of the program is reparented
+/// to the recorder, its subreaper (`Drainer::exited`). Not known (no
+/// `/proc/PID/task/TID/children`) counts as no.
+fn only_child(main: i32) -> bool {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return false;
+    };
+    tasks.into_iter().all(|t| {
+        t.ok()
+            .and_then(|t| std::fs::read_to_string(t.path().join("children")).ok())
+            .is_some_and(|c| c.split_whitespace().all(|p| p == main.to_string()))
+    })
 }
 
 // --- the trace -------------------------------------------------------------
@@ -768,8 +828,8 @@ impl<'l> Recorder<'l> {
     /// Ends the streams of the slots whose thread has exited and hands the
     /// slots back for new threads (module doc, "Slot reuse"). After a
     /// failure the slots are still released (the program runs on).
-    fn reclaim(&mut self, drainer: &mut aetrace_runtime::Drainer<'_>) {
-        for slot in drainer.exited() {
+    fn reclaim(&mut self, drainer: &mut aetrace_runtime::Drainer<'_>, main: i32) {
+        for slot in drainer.exited(&mut || only_child(main)) {
             if let Err(e) = drainer.reclaim(slot, &mut |b| self.batch(b)) {
                 self.fail(RecordError::Drain(e).into());
             }
@@ -840,10 +900,12 @@ impl<'l> Recorder<'l> {
         }
     }
 
+    /// The first failure, as [`RecordError::Incomplete`]; nothing more is
+    /// written after it.
     fn fail(&mut self, e: Error) {
         if self.error.is_none() {
-            self.error = Some(e);
-            self.out = None;
+            let at = self.out.take().map_or(0, |o| o.offset());
+            self.error = Some(incomplete(&self.launch.trace, at, e));
         }
     }
 
@@ -1215,23 +1277,41 @@ impl<'l> Recorder<'l> {
     }
 
     /// Last chunks, THREAD_END for every thread, PROCESS_EXIT for every
-    /// reaped process, END.
+    /// reaped process, END; after a failure, the failure
+    /// ([`RecordError::Incomplete`]).
     fn finish(mut self, exits: &[ProcessExit]) -> Result<()> {
-        if let Some(e) = self.error.take() {
-            return Err(e);
-        }
         let mut slots: Vec<u32> = self.slots.keys().copied().collect();
         slots.sort_unstable();
         for &slot in &slots {
-            self.feed(slot)?;
-            self.close(slot)?;
+            if self.error.is_some() {
+                break;
+            }
+            if let Err(e) = self.feed(slot).and_then(|()| self.close(slot)) {
+                self.fail(e);
+            }
+        }
+        if let Some(e) = self.error.take() {
+            return Err(e);
         }
         let trace = self.launch.trace.clone();
-        let w = |e| trace_err(&trace, e);
         let mut out = self
             .out
             .take()
             .ok_or_else(|| Error::from(RecordError::TraceClosed))?;
+        let ends = self.write_ends(&mut out, exits);
+        let at = out.offset();
+        // No fsync: the trace is complete in the page cache, which the death
+        // of any process leaves intact (as `perf record` and `rr` do); waiting
+        // for the disk cost 0.4 to 5 ms per run, more than a short program.
+        ends.and_then(|()| out.finish().map_err(|e| trace_err(&trace, e)))
+            .map(drop)
+            .map_err(|e| incomplete(&trace, at, e))
+    }
+
+    /// THREAD_END for every thread, PROCESS_EXIT for every reaped process,
+    /// and the run's closing notes.
+    fn write_ends(&self, out: &mut TraceWriter<File>, exits: &[ProcessExit]) -> Result<()> {
+        let w = |e| trace_err(&self.launch.trace, e);
         for (i, t) in self.threads.iter().enumerate() {
             let killed = exits
                 .iter()
@@ -1265,10 +1345,6 @@ impl<'l> Recorder<'l> {
             )
             .map_err(w)?;
         }
-        // No fsync: the trace is complete in the page cache, which the death
-        // of any process leaves intact (as `perf record` and `rr` do); waiting
-        // for the disk cost 0.4 to 5 ms per run, more than a short program.
-        out.finish().map_err(w)?;
         Ok(())
     }
 }

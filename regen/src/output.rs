@@ -195,9 +195,15 @@ pub(crate) fn regen_trace_ahead<B: AsRef<[u8]> + Sync>(
     let ctx = Ctx::new(trace, &prepared, opts, ahead_bytes)?;
     if opts.count {
         let text = ctx.totals()?.to_string();
-        return out.write_all(text.as_bytes()).map_err(Error::Output);
+        out.write_all(text.as_bytes()).map_err(Error::Output)?;
+    } else {
+        ctx.write(out)?;
     }
-    ctx.write(out)
+    // Every stream of an incomplete trace may have ended where it did
+    // (none ran short, or none started): what was written is all the
+    // trace holds, still not the whole run.
+    trace.require_complete()?;
+    Ok(())
 }
 
 /// Totals of a whole trace (`--count`; `aetrace info`).

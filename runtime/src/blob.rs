@@ -128,6 +128,9 @@ const FUTEX_WAKE: u32 = 1;
 const O_RDWR_CREAT_TRUNC_CLOEXEC: u32 = 0o2 | 0o100 | 0o1000 | 0o2000000;
 const O_RDONLY_CLOEXEC: u32 = 0o2000000;
 const O_RDWR_CLOEXEC: u32 = 0o2 | 0o2000000;
+/// What `flush` writes to stderr, once per run, when it finds the
+/// recorder gone: the program then runs on untraced ([`FLAG_RECORDER_GONE`]).
+const GONE_MESSAGE: &str = "aetrace: the recorder is gone (killed?): the program runs on untraced; its trace ends at the last buffer the recorder took\n";
 /// Exit status of a program the runtime has to stop (message on stderr).
 pub const FATAL_STATUS: u32 = 125;
 /// Seconds `flush` waits for the recorder to empty a half before it checks
@@ -513,11 +516,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         &mut l.m_write,
         "aetrace: cannot write the standalone trace file\n",
     )?;
-    msg(
-        &mut a,
-        &mut l.m_gone,
-        "aetrace: the recorder is gone (killed?) and cannot take the witnesses: the program is stopped; its trace ends at the last buffer the recorder took\n",
-    )?;
+    msg(&mut a, &mut l.m_gone, GONE_MESSAGE)?;
     a.set_label(&mut l.t_wait)?;
     a.dq(&[RECORDER_CHECK_SECS, 0])?;
     a.set_label(&mut l.t_slot_wait)?;
@@ -950,12 +949,16 @@ fn emit_flush(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     let mut free = a.create_label();
     let mut done = a.create_label();
     let mut bad_write = a.create_label();
+    let mut orphan = a.create_label();
     let d = enter_blocked(a, &mut l.flush)?;
     a.mov(rbx, qword_ptr(S_BASE).gs())?;
     a.mov(r15, qword_ptr(l.d_region))?;
     a.mov(r12, qword_ptr(r15 + H_HALF_SIZE))?;
     a.test(dword_ptr(r15 + H_FLAGS), FLAG_STANDALONE)?;
     a.jnz(standalone)?;
+
+    a.test(dword_ptr(r15 + H_FLAGS), FLAG_RECORDER_GONE)?;
+    a.jnz(orphan)?;
 
     // Recorder: seal the current half, wake the recorder, take the other.
     a.mov(r13d, dword_ptr(rbx + S_CUR_HALF))?;
@@ -989,8 +992,21 @@ fn emit_flush(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.syscall()?;
     a.cmp(eax, -ESRCH)?;
     a.jne(wait)?;
+    // Gone: the program runs on as it would, its witnesses dropped from
+    // here on. The first thread to find out says so (bts: CF = old bit).
+    a.lock().bts(
+        dword_ptr(r15 + H_FLAGS),
+        FLAG_RECORDER_GONE.trailing_zeros(),
+    )?;
+    a.jc(orphan)?;
+    a.mov(edi, 2u32)?;
     a.lea(rsi, ptr(l.m_gone))?;
-    a.jmp(l.fatal)?;
+    a.mov(edx, GONE_MESSAGE.len() as u32)?;
+    a.mov(eax, SYS_WRITE)?;
+    a.syscall()?;
+    // Without a recorder the current half is written over from its start.
+    a.set_label(&mut orphan)?;
+    a.mov(r13d, dword_ptr(rbx + S_CUR_HALF))?;
     a.set_label(&mut free)?;
     a.mov(dword_ptr(rbx + S_CUR_HALF), r13d)?;
     a.mov(rax, r13)?;

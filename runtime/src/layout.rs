@@ -66,6 +66,9 @@ pub const FLAG_STANDALONE: u32 = 1;
 /// Header flag: a thread or process found no free slot (the program was
 /// stopped with a message; the trace is incomplete).
 pub const FLAG_SLOTS_EXHAUSTED: u32 = 2;
+/// Header flag: a writer found the recorder gone (killed); every `flush`
+/// then writes its half over again and the program runs on untraced.
+pub const FLAG_RECORDER_GONE: u32 = 4;
 
 /// Size of a slot header; the data halves follow it.
 pub const SLOT_HEADER_SIZE: u64 = 256;

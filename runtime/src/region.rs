@@ -376,20 +376,25 @@ impl Drainer<'_> {
     }
 
     /// The active slots that the last pass found idle and whose writer
-    /// thread is gone from a process that still runs: ready for
-    /// [`Drainer::reclaim`]. One `tgkill` per idle slot: call it at a
-    /// bounded rate, not after every pass.
+    /// is gone: ready for [`Drainer::reclaim`]. One `tgkill` per idle
+    /// slot: call it at a bounded rate, not after every pass.
     ///
-    /// A process's main thread (TID = PID) keeps its slot, and so does
-    /// every thread of a process that is gone: a child forked outside
-    /// traced code (libc's `daemon`, whose parent exits at once) runs on
-    /// its parent thread's slot without a `fork_child`, and would write
-    /// through a reset POS (address 0) if that slot were reclaimed. So
-    /// fork children, like main threads, still count against the slots
-    /// for the whole run (`traces/daemon.c`).
-    pub fn exited(&self) -> Vec<u32> {
+    /// A thread gone from a process that still runs always qualifies.
+    /// A slot of a process that is gone (its main thread's, a fork
+    /// child's) only when `no_orphans()` says that no orphaned descendant
+    /// runs: a child forked outside traced code (libc's `daemon`, whose
+    /// parent exits at once) runs on its parent thread's slot without a
+    /// `fork_child`, and would write through a reset POS (address 0) if
+    /// that slot were reclaimed (`traces/daemon.c`). Such a child outlives
+    /// its parent, so the recorder, as subreaper, has it as a child of
+    /// its own: while it has none but the program's main process, no
+    /// process that a dead one forked is left. `no_orphans` is called at
+    /// most once, and only if a gone process holds a slot.
+    pub fn exited(&self, no_orphans: &mut dyn FnMut() -> bool) -> Vec<u32> {
         let r = self.region;
         let g = r.geometry;
+        let mut orphans_checked: Option<bool> = None;
+        let mut no_orphans = || *orphans_checked.get_or_insert_with(&mut *no_orphans);
         (0..self.claimed)
             .filter(|&slot| {
                 let s = g.slot_offset(slot);
@@ -402,7 +407,12 @@ impl Drainer<'_> {
                     && {
                         let tid = r.a32(s + S_TID).load(Ordering::Acquire);
                         let pid = r.a32(s + S_PID).load(Ordering::Acquire);
-                        tid != 0 && tid != pid && !gone(pid, 0) && gone(pid, tid)
+                        tid != 0
+                            && if gone(pid, 0) {
+                                no_orphans()
+                            } else {
+                                tid != pid && gone(pid, tid)
+                            }
                     }
             })
             .collect()
@@ -884,7 +894,7 @@ mod tests {
         let mut sink = |_: Batch<'_>| {};
         d.poll(false, &mut sink).unwrap();
         d.poll(false, &mut sink).unwrap();
-        assert_eq!(d.exited(), vec![0]);
+        assert_eq!(d.exited(&mut || false), vec![0]);
         d.reclaim(0, &mut sink).unwrap();
         let state = r.a32(g.slot_offset(0) + S_STATE);
         d.free_released();
@@ -896,8 +906,10 @@ mod tests {
     }
 
     /// A process's main thread (TID = PID) and every thread of a process
-    /// that is gone keep their slots (`Drainer::exited`): a child forked
-    /// outside traced code may still be writing there.
+    /// that is gone keep their slots (`Drainer::exited`) while an orphan
+    /// runs (a child forked outside traced code may still be writing
+    /// there); a gone process's slots come back once none does, and a
+    /// live main thread's never.
     #[test]
     fn main_threads_and_threads_of_gone_processes_keep_their_slots() {
         let r = small(2);
@@ -913,7 +925,12 @@ mod tests {
         let mut sink = |_: Batch<'_>| {};
         d.poll(false, &mut sink).unwrap();
         d.poll(false, &mut sink).unwrap();
-        assert!(d.exited().is_empty(), "{:?}", d.exited());
+        assert!(d.exited(&mut || false).is_empty());
+        assert_eq!(d.exited(&mut || true), vec![0, 1]);
+        let me = std::process::id();
+        r.put_u32(g.slot_offset(1) + S_PID, me);
+        r.put_u32(g.slot_offset(1) + S_TID, me);
+        assert_eq!(d.exited(&mut || true), vec![0]);
     }
 
     /// A reclaimed slot claimed again is a clean stream: every header
@@ -947,7 +964,7 @@ mod tests {
         d.poll(false, &mut sink).unwrap();
         d.poll(false, &mut sink).unwrap();
         // Idle and its thread gone: slot 0 only (slot 1 is this thread).
-        assert_eq!(d.exited(), vec![0]);
+        assert_eq!(d.exited(&mut || false), vec![0]);
         assert_eq!(d.reclaim(0, &mut sink).unwrap(), 0);
         assert_eq!(r.a32(s0 + S_STATE).load(Ordering::Acquire), SLOT_RELEASED);
         for off in (0..SLOT_HEADER_SIZE).step_by(4) {

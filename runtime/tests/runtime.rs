@@ -226,7 +226,7 @@ fn reclaimed_slots_start_clean_streams_for_new_threads() {
             while !stop.load(Ordering::Acquire) {
                 assert!(start.elapsed() < Duration::from_secs(120), "stuck");
                 d.poll(false, &mut sink).unwrap();
-                for slot in d.exited() {
+                for slot in d.exited(&mut || false) {
                     d.reclaim(slot, &mut sink).unwrap();
                     let (_, bytes) = open.borrow_mut().remove(&slot).expect("it had written");
                     ended.push(bytes);

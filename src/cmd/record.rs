@@ -1,5 +1,6 @@
 //! `aetrace record`: runs the program with its trace recorded and ends
-//! like it.
+//! like it, also when the trace could not be written whole (then with one
+//! error line first).
 
 use aetrace_record::commands::RecordOptions;
 
@@ -26,5 +27,11 @@ pub fn run(a: Args) -> super::Result {
         program,
         args,
     };
-    Ok(exit_like(aetrace_record::commands::record(&opts)?))
+    let recorded = aetrace_record::commands::record(&opts)?;
+    // The program ran to its end: its status is ours, and the one line
+    // says the trace is not whole (docs/faults.md).
+    if let Some(e) = recorded.incomplete {
+        eprintln!("aetrace: error: {e}");
+    }
+    Ok(exit_like(recorded.outcome))
 }
