@@ -512,7 +512,15 @@ impl<'a> Machine<'a> {
     fn settle(&mut self, sink: &mut Sink, r: Step) -> Result<()> {
         match r {
             Ok(()) => {}
-            Err(Flow::Err(e)) => return Err(e),
+            Err(Flow::Err(e)) => {
+                // What the step read before it failed still proves the
+                // output before it ran: a `ret` edge's witness read, then
+                // the caller's next witness missing (a cut stream) leaves
+                // the blocks up to the `ret` certain, as a piece cut at
+                // that witness has them.
+                self.settle_certain(sink);
+                return Err(e);
+            }
             Err(Flow::Signal(sig)) => self.on_signal(sink, sig)?,
         }
         if !self.uncount.is_empty() {
