@@ -13,6 +13,8 @@
 //!   binaries, checked against `objdump -d`;
 //! - `cfg_oracle`: recovered CFGs against lackey's executed instructions;
 //! - `cli_errors`, `record_errors`: bad input, one-line errors, no panic;
+//! - `combos`: programs combining callbacks, signals, longjmp, atexit and
+//!   exit, C++ exceptions, at -O0 to -O3, dynamic and static;
 //! - `paths`: `aetrace paths` against paths rebuilt from lackey;
 //! - `profile`: `aetrace profile` and `count` against callgrind;
 //! - `rewrite_elf`: the ELF writer on gcc's programs, read by binutils and
@@ -41,6 +43,7 @@ mod cachesim_regen;
 mod cfg_coverage;
 mod cfg_oracle;
 mod cli_errors;
+mod combos;
 mod paths;
 mod profile;
 mod record_errors;

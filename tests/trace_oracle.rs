@@ -988,7 +988,7 @@ fn recorder_variable(env: &[(String, String)]) -> (String, String) {
 /// [`check`] for a single-threaded static executable, against the native
 /// single-stepped run. A program that forks has `streams` > 1: only the
 /// first process's stream is compared (the stepper follows one task).
-fn check_static_streams(exe: &Path, args: &[&str], streams: usize) {
+pub(crate) fn check_static_streams(exe: &Path, args: &[&str], streams: usize) {
     let name = exe.file_name().unwrap().to_string_lossy().into_owned();
     let dir = common::scratch("trace-oracle-static");
     let cache = dir.join(format!("cache-{name}-{}", std::process::id()));
@@ -1063,7 +1063,7 @@ fn check_static_streams(exe: &Path, args: &[&str], streams: usize) {
     let _ = std::fs::remove_dir_all(&cache);
 }
 
-fn check_static(exe: &Path, args: &[&str]) {
+pub(crate) fn check_static(exe: &Path, args: &[&str]) {
     check_static_streams(exe, args, 1)
 }
 
