@@ -276,9 +276,6 @@ impl<'t> Stream<'t> {
             kind::LAZY => Item::Lazy(le(p) as u32),
             _ => Item::Return,
         };
-        if std::env::var("DUMPX").is_ok() {
-            eprintln!("ITEM {offset} {item:?}");
-        }
         Ok((item, offset, len))
     }
 
