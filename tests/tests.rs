@@ -13,6 +13,8 @@
 //!   binaries, checked against `objdump -d`;
 //! - `cfg_oracle`: recovered CFGs against lackey's executed instructions;
 //! - `cli_errors`, `record_errors`: bad input, one-line errors, no panic;
+//! - `crashes`: runs a signal ends (SIGSEGV, SIGFPE, SIGABRT, SIGKILL),
+//!   regenerated to a prefix of lackey's run;
 //! - `combos`: programs combining callbacks, signals, longjmp, atexit and
 //!   exit, C++ exceptions, at -O0 to -O3, dynamic and static;
 //! - `paths`: `aetrace paths` against paths rebuilt from lackey;
@@ -44,6 +46,7 @@ mod cfg_coverage;
 mod cfg_oracle;
 mod cli_errors;
 mod combos;
+mod crashes;
 mod paths;
 mod profile;
 mod record_errors;

@@ -30,7 +30,7 @@ use common::recorded::{
 /// The instruction sequences of `aetrace regen`, one per thread (of
 /// module `module` only, when given); the same bytes with each stream cut
 /// into 4 kB pieces expanded in parallel.
-fn regen_threads(trace: &Path, module: Option<&str>) -> Vec<Vec<u64>> {
+pub(crate) fn regen_threads(trace: &Path, module: Option<&str>) -> Vec<Vec<u64>> {
     let regen = |jobs: &str| {
         let mut cmd = Command::new(common::aetrace());
         cmd.args([
@@ -159,7 +159,7 @@ fn left_alone(info: &serde_json::Value, k: usize) -> Vec<String> {
 
 /// Lackey's and aetrace's instruction sequences of one module, per thread,
 /// as link-time offsets (thread counts checked equal).
-fn module_sequences(
+pub(crate) fn module_sequences(
     name: &str,
     module: &Path,
     info: &serde_json::Value,
@@ -1193,7 +1193,7 @@ fn nested_signal_handlers() {
 }
 
 /// Link-time offset of symbol `sym` in `exe` (from `nm`).
-fn symbol(exe: &Path, sym: &str) -> u64 {
+pub(crate) fn symbol(exe: &Path, sym: &str) -> u64 {
     let out = Command::new("nm").arg(exe).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     let addr = text
