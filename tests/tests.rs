@@ -18,6 +18,10 @@
 //! - `faults`: a full disk, a killed recorder, Ctrl-C, concurrent
 //!   recordings on one rewrite cache, a damaged cache entry, and the
 //!   recorder's limits (threads, execs, forks), against the native run;
+//! - `crashes`: runs a signal ends (SIGSEGV, SIGFPE, SIGABRT, SIGKILL),
+//!   regenerated to a prefix of lackey's run;
+//! - `combos`: programs combining callbacks, signals, longjmp, atexit and
+//!   exit, C++ exceptions, at -O0 to -O3, dynamic and static;
 //! - `paths`: `aetrace paths` against paths rebuilt from lackey;
 //! - `profile`: `aetrace profile` and `count` against callgrind;
 //! - `rewrite_elf`: the ELF writer on gcc's programs, read by binutils and
@@ -48,6 +52,8 @@ mod cachesim_regen;
 mod cfg_coverage;
 mod cfg_oracle;
 mod cli_errors;
+mod combos;
+mod crashes;
 mod debug;
 mod faults;
 mod paths;

@@ -55,6 +55,8 @@ pub struct Info {
     /// Executed instructions regenerated per thread (thread order of
     /// `stats.threads`), when regeneration succeeded.
     pub instructions: Option<Vec<u64>>,
+    /// How each thread a signal killed ends ([`crate::Ending`]).
+    pub endings: Vec<String>,
     /// Why `instructions` is missing.
     pub regen_error: Option<String>,
     /// The trace's notes other than the procedures left alone (listed per
@@ -69,9 +71,10 @@ pub struct Info {
 
 /// Executed instructions of each thread, in the order of `trace.threads()`
 /// (the `--count` regeneration: no output is formatted).
-fn instructions<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<Vec<u64>> {
+fn instructions<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<(Vec<u64>, Vec<String>)> {
     let totals = totals(trace, &Options::default())?;
-    Ok(trace
+    let endings = totals.endings.iter().map(|e| e.to_string()).collect();
+    let per_thread = trace
         .threads()
         .map(|t| {
             totals
@@ -81,7 +84,8 @@ fn instructions<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<Vec<u64>> {
                 .map(|x| x.instructions)
                 .sum()
         })
-        .collect())
+        .collect();
+    Ok((per_thread, endings))
 }
 
 /// Gathers [`Info`] for the trace at `path`.
@@ -117,9 +121,9 @@ pub fn info(path: &Path) -> Result<Info> {
             left_alone,
         });
     }
-    let (instructions, regen_error) = match instructions(&trace) {
-        Ok(v) => (Some(v), None),
-        Err(e) => (None, Some(e.to_string())),
+    let (instructions, endings, regen_error) = match instructions(&trace) {
+        Ok((v, e)) => (Some(v), e, None),
+        Err(e) => (None, Vec::new(), Some(e.to_string())),
     };
     let total: Option<u64> = instructions.as_ref().map(|v| v.iter().sum());
     let per = |bytes: u64| {
@@ -141,6 +145,7 @@ pub fn info(path: &Path) -> Result<Info> {
         stats,
         programs,
         instructions,
+        endings,
         regen_error,
     })
 }
@@ -188,6 +193,9 @@ pub fn info_command(path: &Path, json: bool, out: &mut dyn Write) -> Result<()> 
             }
             (None, Some(e)) => s += &format!("regeneration failed: {e}\n"),
             (None, None) => {}
+        }
+        for e in &i.endings {
+            s += &format!("{e}\n");
         }
         s
     };

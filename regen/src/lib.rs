@@ -7,6 +7,7 @@
 //! - [`stream`]: the byte encoding a thread writes, read as items;
 //! - [`compile`]: a program database turned into dense per-block successor
 //!   tables, per-predicate witness choices and preformatted output;
+//! - [`ending`]: how a killed thread's trace ends;
 //! - [`machine`]: the regeneration rules (the contract with the rewriter,
 //!   `docs/regen.md`);
 //! - [`output`]: threads, modules, formats, `-j` parallelism, `--count`;
@@ -24,6 +25,7 @@
 //! regenerator `aetrace_graph::regen_ref`.
 
 pub mod compile;
+pub mod ending;
 pub mod error;
 pub mod info;
 pub mod machine;
@@ -38,6 +40,7 @@ pub mod testkit;
 #[cfg(test)]
 mod tests;
 
+pub use ending::Ending;
 pub use error::{Error, Result};
 pub use output::{
     regen_command, regen_to, regen_trace, totals, with_thread_machine, Format, Options,

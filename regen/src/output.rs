@@ -21,11 +21,12 @@
 //! point, checked by the equality tests against `-j 1`).
 
 use crate::compile::{Addressing, Module};
+use crate::ending::Ending;
 use crate::error::{Error, Result};
 use crate::machine::{ForkState, Machine, Progress, Sink};
 use crate::stream::Stream;
 use aetrace_format::{
-    module_flags, EndReason, ModuleId, StartReason, Status, ThreadId, ThreadInfo, Trace,
+    module_flags, EndReason, ExitStatus, ModuleId, StartReason, Status, ThreadId, ThreadInfo, Trace,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -134,14 +135,15 @@ pub fn regen_to(
     trace: &std::path::Path,
     opts: &Options,
     path: Option<&std::path::Path>,
-) -> Result<()> {
+) -> Result<Vec<Ending>> {
     let Some(path) = path else {
         return regen_command(trace, opts, &mut std::io::stdout().lock());
     };
     let mut f = aetrace_format::atomic::AtomicFile::create(path, None).map_err(output_err)?;
-    regen_command(trace, opts, &mut f)?;
+    let endings = regen_command(trace, opts, &mut f)?;
     f.sync_all().map_err(output_err)?;
-    f.commit().map_err(output_err)
+    f.commit().map_err(output_err)?;
+    Ok(endings)
 }
 
 /// The temporary-file error as an output error.
@@ -152,7 +154,11 @@ fn output_err(e: aetrace_format::atomic::Error) -> Error {
 /// Regenerates the trace at `path` into `out`, with a progress line on
 /// stderr while it is a terminal (the command line's; library callers of
 /// [`regen_trace`] get none).
-pub fn regen_command(trace: &std::path::Path, opts: &Options, out: &mut dyn Write) -> Result<()> {
+pub fn regen_command(
+    trace: &std::path::Path,
+    opts: &Options,
+    out: &mut dyn Write,
+) -> Result<Vec<Ending>> {
     let t = aetrace_format::TraceFile::open(trace)?;
     regen_trace(&t, opts, &mut ProgressOut::on_terminal(out))
 }
@@ -175,12 +181,13 @@ fn matches_module(path: &[u8], name: &str) -> bool {
     p == name || p.rsplit('/').next() == Some(name)
 }
 
-/// Regenerates an already parsed trace into `out`.
+/// Regenerates an already parsed trace into `out`; how the threads a
+/// signal killed end (their traces stop where their witnesses do).
 pub fn regen_trace<B: AsRef<[u8]> + Sync>(
     trace: &Trace<B>,
     opts: &Options,
     out: &mut dyn Write,
-) -> Result<()> {
+) -> Result<Vec<Ending>> {
     regen_trace_ahead(trace, opts, out, AHEAD_BYTES)
 }
 
@@ -190,20 +197,23 @@ pub(crate) fn regen_trace_ahead<B: AsRef<[u8]> + Sync>(
     opts: &Options,
     out: &mut dyn Write,
     ahead_bytes: usize,
-) -> Result<()> {
+) -> Result<Vec<Ending>> {
     let prepared = prepare(trace, opts)?;
     let ctx = Ctx::new(trace, &prepared, opts, ahead_bytes)?;
-    if opts.count {
-        let text = ctx.totals()?.to_string();
-        out.write_all(text.as_bytes()).map_err(Error::Output)?;
+    let endings = if opts.count {
+        let totals = ctx.totals()?;
+        out.write_all(totals.to_string().as_bytes())
+            .map_err(Error::Output)?;
+        totals.endings
     } else {
         ctx.write(out)?;
-    }
+        ctx.take_endings()
+    };
     // Every stream of an incomplete trace may have ended where it did
     // (none ran short, or none started): what was written is all the
     // trace holds, still not the whole run.
     trace.require_complete()?;
-    Ok(())
+    Ok(endings)
 }
 
 /// Totals of a whole trace (`--count`; `aetrace info`).
@@ -235,7 +245,10 @@ pub fn with_thread_machine<B: AsRef<[u8]> + Sync, R>(
     };
     let prepared = prepare(trace, &opts)?;
     let ctx = Ctx::new(trace, &prepared, &opts, AHEAD_BYTES)?;
-    let job = prepared.2.first().expect("prepare keeps the thread asked for");
+    let job = prepared
+        .2
+        .first()
+        .expect("prepare keeps the thread asked for");
     Ok(f(ctx.machine(job)))
 }
 
@@ -247,6 +260,8 @@ pub struct Totals {
     /// Per module regenerated: entries into each procedure (calls, tail
     /// calls, ENTERs), nonzero only, largest first.
     pub calls: Vec<(String, Vec<(String, u64)>)>,
+    /// How the threads a signal killed end.
+    pub endings: Vec<Ending>,
 }
 
 /// One thread's totals.
@@ -292,6 +307,9 @@ impl std::fmt::Display for Totals {
             all_b += t.blocks;
         }
         writeln!(f, "total: {all_i} instructions, {all_b} blocks")?;
+        for e in &self.endings {
+            writeln!(f, "{e}")?;
+        }
         for (m, rows) in &self.calls {
             writeln!(f, "calls per procedure of {m}:")?;
             for (name, n) in rows {
@@ -534,6 +552,8 @@ pub(crate) struct Ctx<'a, B> {
     /// by one thread and freed by another goes back to the system and
     /// comes back as fresh pages, one page fault per 4 KiB of output.
     spare: std::sync::Mutex<Vec<Vec<u8>>>,
+    /// Killed threads' ends, as their last pieces reach them.
+    endings: std::sync::Mutex<Vec<Ending>>,
 }
 
 /// Output bytes written so far, shown on stderr while it is a terminal
@@ -618,6 +638,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             opts,
             ahead_bytes,
             spare: Default::default(),
+            endings: Default::default(),
         })
     }
 
@@ -752,9 +773,53 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             }
             match r? {
                 Progress::More => {}
-                Progress::Done | Progress::Paused => return Ok(()),
+                Progress::Paused => return Ok(()),
+                Progress::Done => {
+                    self.note_ending(&m);
+                    return Ok(());
+                }
             }
         }
+    }
+
+    /// Keeps machine `m`'s ending if its thread was killed.
+    fn note_ending(&self, m: &Machine<'_>) {
+        let Some(needed) = m.stopped.clone() else {
+            return;
+        };
+        let thread = m.thread();
+        let pid = self
+            .jobs
+            .iter()
+            .find(|j| j.info.start.thread == thread)
+            .map_or(0, |j| j.info.start.pid);
+        let signal = self
+            .trace
+            .process_exits()
+            .iter()
+            .find_map(|x| match x.status {
+                ExitStatus::Signaled { signal, .. } if x.pid == pid => Some(signal),
+                _ => None,
+            });
+        if let Ok(mut e) = self.endings.lock() {
+            e.push(Ending {
+                thread,
+                pid,
+                signal,
+                needed,
+            });
+        }
+    }
+
+    /// The killed threads' ends noted so far, in thread order.
+    fn take_endings(&self) -> Vec<Ending> {
+        let mut e = self
+            .endings
+            .lock()
+            .map(|mut e| std::mem::take(&mut *e))
+            .unwrap_or_default();
+        e.sort_by_key(|e| e.thread);
+        e
     }
 
     /// An empty batch buffer.
@@ -909,6 +974,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             let mut m = self.machine(job);
             let mut sink = Sink::counting(&self.groups[job.group]);
             while m.run(&mut sink)? == Progress::More {}
+            self.note_ending(&m);
             let signals = m.signals;
             Ok((
                 sink.counts.map(|c| c.totals).unwrap_or_default(),
@@ -981,6 +1047,10 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                 (m.name.clone(), rows)
             })
             .collect();
-        Ok(Totals { threads, calls })
+        Ok(Totals {
+            threads,
+            calls,
+            endings: self.take_endings(),
+        })
     }
 }

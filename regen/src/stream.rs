@@ -141,10 +141,18 @@ impl Item {
     }
 }
 
+/// How many bytes a killed thread may leave reserved and unwritten at
+/// its stream's end: its last reservation, and one of a handler nested
+/// in it (records are at most 18 bytes).
+const TORN_TAIL: usize = 40;
+
 /// A thread's stream, read front to back.
 #[derive(Clone)]
 pub struct Stream<'t> {
     thread: ThreadId,
+    /// The thread's process was killed: bytes it reserved and did not
+    /// finish writing may end the stream (see [`Stream::torn_tail`]).
+    pub(crate) killed: bool,
     chunks: std::vec::IntoIter<Chunk<'t>>,
     /// Bytes not consumed yet start at `buf[pos]`.
     buf: Vec<u8>,
@@ -165,6 +173,7 @@ impl<'t> Stream<'t> {
     pub(crate) fn new(thread: ThreadId, chunks: Vec<Chunk<'t>>) -> Self {
         Stream {
             thread,
+            killed: false,
             chunks: chunks.into_iter(),
             buf: Vec::new(),
             pos: 0,
@@ -210,7 +219,7 @@ impl<'t> Stream<'t> {
     /// The next item and its offset, without consuming it; `len` is its size.
     pub fn peek(&mut self) -> Result<(Item, u64, usize)> {
         let offset = self.offset();
-        if self.fill(2)? == 0 {
+        if self.fill(2)? == 0 || self.torn_tail()? {
             return Ok((Item::End, offset, 0));
         }
         let first = self.buf[self.pos];
@@ -277,6 +286,28 @@ impl<'t> Stream<'t> {
             _ => Item::Return,
         };
         Ok((item, offset, len))
+    }
+
+    /// Whether the unread bytes are what a killed thread leaves of the
+    /// item it was writing: a byte still 0 (reserved, not stored) or a
+    /// record whose kind still has its pending bit or whose bytes stop
+    /// short, all within [`TORN_TAIL`] bytes of the end of the stream.
+    fn torn_tail(&mut self) -> Result<bool> {
+        if !self.killed || self.fill(TORN_TAIL + 1)? > TORN_TAIL {
+            return Ok(false);
+        }
+        let rest = &self.buf[self.pos..];
+        Ok(match rest {
+            [0, ..] | [ESCAPE] => true,
+            [ESCAPE, k, ..] => k & 0x80 != 0 || kind::len(*k).is_some_and(|n| rest.len() < n),
+            _ => false,
+        })
+    }
+
+    /// Whether nothing is left to read (a torn tail of a killed thread
+    /// counts as nothing).
+    pub fn at_end(&mut self) -> bool {
+        matches!(self.peek(), Ok((Item::End, _, _)))
     }
 
     /// Consumes `len` bytes of a peeked item.

@@ -61,6 +61,12 @@ pub fn trace_bytes(db: &ProgramDb, streams: &[Vec<u8>], chunk: usize) -> Vec<u8>
     trace_bytes_of_minor(db, streams, chunk, aetrace_format::header::VERSION_MINOR)
 }
 
+/// [`trace_bytes`] of a run a signal killed (every THREAD_END `killed`).
+pub fn killed_trace_bytes(db: &ProgramDb, streams: &[Vec<u8>], chunk: usize) -> Vec<u8> {
+    let minor = aetrace_format::header::VERSION_MINOR;
+    trace_bytes_ending(db, streams, chunk, minor, EndReason::Killed)
+}
+
 /// [`trace_bytes`] with the header's format minor set to `minor` (how
 /// regen reads an older runtime's streams).
 pub fn trace_bytes_of_minor(
@@ -68,6 +74,16 @@ pub fn trace_bytes_of_minor(
     streams: &[Vec<u8>],
     chunk: usize,
     minor: u16,
+) -> Vec<u8> {
+    trace_bytes_ending(db, streams, chunk, minor, EndReason::Exit)
+}
+
+fn trace_bytes_ending(
+    db: &ProgramDb,
+    streams: &[Vec<u8>],
+    chunk: usize,
+    minor: u16,
+    end: EndReason,
 ) -> Vec<u8> {
     let mut header = Header::new("regen test", 0).unwrap();
     header.minor = minor;
@@ -104,7 +120,7 @@ pub fn trace_bytes_of_minor(
         }
     }
     for i in 0..streams.len() {
-        w.thread_end(ThreadId(i as u32), EndReason::Exit).unwrap();
+        w.thread_end(ThreadId(i as u32), end).unwrap();
     }
     w.finish().unwrap().0
 }

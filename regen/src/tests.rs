@@ -26,7 +26,7 @@ use proptest::prelude::*;
 fn run(bytes: &[u8], opts: &Options) -> (Vec<u8>, Result<(), Error>) {
     let mut out = Vec::new();
     let r = match Trace::parse(bytes) {
-        Ok(t) => regen_trace(&t, opts, &mut out),
+        Ok(t) => regen_trace(&t, opts, &mut out).map(|_| ()),
         Err(e) => Err(e.into()),
     };
     (out, r)
@@ -738,6 +738,43 @@ proptest! {
         prop_assert_eq!(rcut.err().map(|e| e.to_string()), r.as_ref().err().map(|e| e.to_string()));
         let out = text(&out);
         prop_assert!(out.starts_with(&want) || want.starts_with(out), "{out}\n---\n{want}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// A killed run's cut stream ends its trace without an error (the
+    /// thread's ending says where the next item was needed), with the
+    /// output a cut stream of a normal run has before its error; the same
+    /// with a torn last reservation (a byte still 0, a record still marked
+    /// pending) and in pieces.
+    #[test]
+    fn killed_runs_end_where_their_witnesses_do(
+        seed in any::<u64>(),
+        nprocs in 1usize..5,
+        max_blocks in 1usize..30,
+        structured in any::<bool>(),
+    ) {
+        let s = random_case(seed, nprocs, max_blocks, structured);
+        let mut rng = Rng::new(seed ^ 0x5e9);
+        let budget = 1 + rng.below(200);
+        let e = testgen::Executor::new(&s.prog).run(&mut rng, budget, true);
+        let stream = s.stream(&e);
+        let (normal, r) = run(&trace_bytes(&s.db, std::slice::from_ref(&stream), 7), &opts(Format::Insn));
+        let cut = r.is_err();
+        for tail in [&[][..], &[0, 0, 0][..], &[0xFF, 0x81, 5][..]] {
+            let mut torn = stream.clone();
+            torn.extend_from_slice(tail);
+            let bytes = killed_trace_bytes(&s.db, &[torn], 7);
+            for o in [opts(Format::Insn), Options { jobs: 2, piece_bytes: 3, ..opts(Format::Insn) }] {
+                let (out, r) = run(&bytes, &o);
+                prop_assert!(r.is_ok(), "{:?}", r);
+                if cut {
+                    prop_assert_eq!(text(&out), text(&normal));
+                }
+            }
+        }
     }
 }
 

@@ -64,6 +64,13 @@ pub fn run(a: Args) -> super::Result {
         count: a.count,
         piece_bytes: a.piece,
     };
-    aetrace_regen::regen_to(&a.trace, &opts, a.output.as_deref())?;
+    let count = opts.count;
+    let endings = aetrace_regen::regen_to(&a.trace, &opts, a.output.as_deref())?;
+    if !count {
+        // --count prints them with the totals.
+        for e in endings {
+            eprintln!("aetrace: {e}");
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }

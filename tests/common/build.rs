@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Opt {
     O0,
+    O1,
     O2,
     O3,
 }
@@ -44,6 +45,7 @@ impl Variant {
     pub fn tag(&self) -> String {
         let opt = match self.opt {
             Opt::O0 => "O0",
+            Opt::O1 => "O1",
             Opt::O2 => "O2",
             Opt::O3 => "O3",
         };
@@ -59,6 +61,7 @@ impl Variant {
     fn flags(&self) -> Vec<&'static str> {
         let mut f = vec![match self.opt {
             Opt::O0 => "-O0",
+            Opt::O1 => "-O1",
             Opt::O2 => "-O2",
             Opt::O3 => "-O3",
         }];

@@ -792,7 +792,7 @@ pub fn verify_trace(path: &Path, opts: &VerifyOptions) -> Result<Report, Error> 
                         buf: Vec::with_capacity(BATCH + 4096),
                     };
                     let r = aetrace_regen::regen_trace(trace_ref, &ropts, &mut out)
-                        .and_then(|()| {
+                        .and_then(|_| {
                             std::io::Write::flush(&mut out).map_err(aetrace_regen::Error::Output)
                         })
                         .map_err(|e| e.to_string());

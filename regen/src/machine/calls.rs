@@ -258,28 +258,26 @@ impl<'a> Machine<'a> {
     /// One item while untraced code runs; false at the end of the stream.
     pub(super) fn untraced(&mut self) -> Step<bool> {
         let (item, off) = self.next(Retry::Untraced)?;
+        if item == Item::End && self.killed {
+            // Not `consumed`: the end of a killed thread's stream proves
+            // nothing ran (the blocks since its last item may not have).
+            let caller = self.stack.iter().rev().find_map(|f| match f {
+                Frame::Ret(c) => Some(*c),
+                _ => None,
+            });
+            self.stopped = Some(match caller {
+                Some(c) => format!(
+                    "inside the call of block {} in procedure {}",
+                    self.module(c).block_name(c.block),
+                    self.proc_name(c)
+                ),
+                None => "in untraced code".into(),
+            });
+            return Ok(false);
+        }
         self.consumed(None);
         match item {
-            Item::End => {
-                let caller = self.stack.iter().rev().find_map(|f| match f {
-                    Frame::Ret(c) => Some(*c),
-                    _ => None,
-                });
-                return match caller {
-                    Some(c) if self.killed => Err(Error::Truncated {
-                        thread: self.thread,
-                        offset: off,
-                        at: format!(
-                            "while procedure {} waits for the call of block {} to return: the process was killed by a signal after the thread's last record, at the latest inside that call",
-                            self.proc_name(c),
-                            self.module(c).block_name(c.block)
-                        ),
-                        note: self.note.clone(),
-                    }
-                    .into()),
-                    _ => Ok(false),
-                };
-            }
+            Item::End => return Ok(false),
             Item::Enter(raw) => {
                 if self.stack.last() == Some(&Frame::Sig) {
                     // The handler's entry (its stub wrote SIGNAL, then ENTER).

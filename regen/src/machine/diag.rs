@@ -8,6 +8,10 @@ use crate::error::Error;
 use crate::stream::Item;
 use aetrace_graph::EntityRef;
 
+/// What a truncation's place says when the stream ends where a witness or
+/// record is needed.
+pub(super) const MUST_WRITE_MORE: &str = ", where the program must have written more";
+
 impl<'a> Machine<'a> {
     /// "in procedure f after block 0x401000" / "while untraced code runs".
     pub(super) fn at(&self, l: Option<Loc>) -> String {
@@ -27,7 +31,7 @@ impl<'a> Machine<'a> {
             Item::End => Error::Truncated {
                 thread: self.thread,
                 offset,
-                at: format!("{at}, where the program must have written more"),
+                at: format!("{at}{MUST_WRITE_MORE}"),
                 note: self.note.clone(),
             },
             Item::Signal { signo, rip, .. } => Error::Signal {

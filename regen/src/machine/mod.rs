@@ -191,6 +191,9 @@ pub struct Machine<'a> {
     note: String,
     /// The thread's process was killed by a signal (its THREAD_END).
     killed: bool,
+    /// A killed thread's stream ended: where the next item was needed
+    /// ([`crate::Ending::needed`]).
+    pub stopped: Option<String>,
     /// For a fork child: its parent's state at the fork.
     forked_from: Option<ForkState>,
     /// FORKED records read: each child pid with the state it continues from.
@@ -252,6 +255,7 @@ impl<'a> Machine<'a> {
             entries: modules.iter().map(|m| vec![0; m.procs.len()]).collect(),
             note,
             killed: false,
+            stopped: None,
             forked_from: None,
             forks: Vec::new(),
             jmpbufs: Default::default(),
@@ -265,6 +269,11 @@ impl<'a> Machine<'a> {
             xfers: 0,
             restorer_rips,
         }
+    }
+
+    /// The thread it regenerates.
+    pub fn thread(&self) -> ThreadId {
+        self.thread
     }
 
     /// The modules of its process image.
@@ -284,6 +293,7 @@ impl<'a> Machine<'a> {
     /// blocking call another thread's `exit` cut short).
     pub fn set_killed(&mut self) {
         self.killed = true;
+        self.stream.killed = true;
     }
 
     fn module(&self, l: Loc) -> &'a Module {
@@ -512,7 +522,15 @@ impl<'a> Machine<'a> {
     fn settle(&mut self, sink: &mut Sink, r: Step) -> Result<()> {
         match r {
             Ok(()) => {}
-            Err(Flow::Err(e)) => return Err(e),
+            Err(Flow::Err(e)) => {
+                // What the step read before it failed still proves the
+                // output before it ran: a `ret` edge's witness read, then
+                // the caller's next witness missing (a cut stream) leaves
+                // the blocks up to the `ret` certain, as a piece cut at
+                // that witness has them.
+                self.settle_certain(sink);
+                return Err(e);
+            }
             Err(Flow::Signal(sig)) => self.on_signal(sink, sig)?,
         }
         if !self.uncount.is_empty() {
@@ -540,8 +558,21 @@ impl<'a> Machine<'a> {
     }
 
     /// Regenerates into `sink` until its buffer is full or the stream ends.
-    /// On error, everything regenerated before it is in `sink`.
+    /// On error, everything regenerated before it is in `sink`. A killed
+    /// thread's stream that ends where the next item is needed ends its
+    /// trace ([`Machine::stopped`]): what certainly ran is in `sink`.
     pub fn run(&mut self, sink: &mut Sink) -> Result<Progress> {
+        match self.walk(sink) {
+            Err(Error::Truncated { at, .. }) if self.killed && self.stream.at_end() => {
+                let at = at.trim_end_matches(diag::MUST_WRITE_MORE);
+                self.stopped = Some(at.to_owned());
+                Ok(Progress::Done)
+            }
+            r => r,
+        }
+    }
+
+    fn walk(&mut self, sink: &mut Sink) -> Result<Progress> {
         if !self.started {
             self.started = true;
             if let Some(p) = self.start()? {

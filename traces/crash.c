@@ -1,0 +1,47 @@
+/* A run that a signal ends, chosen by argv[1]: "segv" stores through a
+ * null pointer, "fpe" divides by zero, "abort" calls abort(); "sleep"
+ * ends normally after about 100 ms, sleeping 10 ms every 300 steps of its
+ * work (a test kills it with SIGKILL from outside at a random moment).
+ * Each does the same work first and prints its result, so the trace has
+ * something to end after. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int *volatile null_ptr;
+static volatile int zero;
+
+__attribute__((noinline)) static unsigned step(unsigned s, int i) {
+    if (i % 3 == 0)
+        s = s * 2654435761u + (unsigned)i;
+    else if (i % 3 == 1)
+        s ^= s >> 7;
+    else
+        s += (unsigned)i * 40503u;
+    return s;
+}
+
+__attribute__((noinline)) static void crash(const char *how, unsigned s) {
+    if (strcmp(how, "segv") == 0)
+        *null_ptr = (int)s;
+    else if (strcmp(how, "fpe") == 0)
+        printf("%d\n", (int)s / zero);
+    else if (strcmp(how, "abort") == 0)
+        abort();
+}
+
+int main(int argc, char **argv) {
+    const char *how = argc > 1 ? argv[1] : "segv";
+    int sleepy = strcmp(how, "sleep") == 0;
+    unsigned s = 1;
+    for (int i = 0; i < 3000; i++) {
+        if (sleepy && i % 300 == 0)
+            usleep(10000);
+        s = step(s, i);
+    }
+    printf("s=%u\n", s);
+    fflush(stdout);
+    crash(how, s);
+    return 0;
+}
