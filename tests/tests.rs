@@ -12,6 +12,8 @@
 //! - `cfg_coverage`: `aetrace cfg` coverage of the machine's stripped
 //!   binaries, checked against `objdump -d`;
 //! - `cfg_oracle`: recovered CFGs against lackey's executed instructions;
+//! - `data_census`: `aetrace census`'s reference forms, weighted by
+//!   profiled block counts, against lackey's data references;
 //! - `cli_errors`, `record_errors`: bad input, one-line errors, no panic;
 //! - `paths`: `aetrace paths` against paths rebuilt from lackey;
 //! - `profile`: `aetrace profile` and `count` against callgrind;
@@ -41,6 +43,7 @@ mod cachesim_regen;
 mod cfg_coverage;
 mod cfg_oracle;
 mod cli_errors;
+mod data_census;
 mod paths;
 mod profile;
 mod record_errors;
