@@ -8,8 +8,9 @@
 //! whose entry block has no count (left alone by the profiler, or a CFG
 //! that differs) is listed in `uncounted` and weighs nothing, so
 //! `instructions` equals the profile's own count of the matched
-//! procedures. A `rep` instruction's references are weighted once per
-//! execution of its block (the iteration counts are not in a profile).
+//! procedures. A `rep` instruction's references are weighted by its
+//! count when `rcx` is a known constant, else once per execution of its
+//! block (`rep_unknown`: the iteration counts are not in a profile).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -33,8 +34,9 @@ pub struct ModuleCensus {
     pub classes: BTreeMap<&'static str, u64>,
     /// References executed per lackey form (`L8`, `S4`, `M16`, ...).
     pub forms: BTreeMap<String, u64>,
-    /// Of them, references of `rep` instructions (once per execution).
-    pub rep_refs: u64,
+    /// Of them, references of `rep` instructions whose count is not known
+    /// statically, weighted once per execution.
+    pub rep_unknown: u64,
     /// Bytes of the opaque definitions that feed addresses, each counted
     /// at every execution of its block.
     pub recorded_bytes: u64,
@@ -46,8 +48,8 @@ pub struct ModuleCensus {
     pub escaped_invocations: u64,
     /// All invocations of counted procedures.
     pub invocations: u64,
-    /// Procedures of the module without counts.
-    pub uncounted: Vec<String>,
+    /// Procedures of the module without counts: name and address ranges.
+    pub uncounted: Vec<(String, Vec<(u64, u64)>)>,
 }
 
 impl ModuleCensus {
@@ -94,13 +96,13 @@ fn weigh_module(m: &ModuleRef<'_>) -> Result<ModuleCensus> {
     for p in prog.procs.values() {
         let Some(&calls) = invocations.get(&p.start) else {
             if p.cfg.is_ok() {
-                out.uncounted.push(p.name.clone());
+                out.uncounted.push((p.name.clone(), p.ranges.clone()));
             }
             continue;
         };
         match census_of(&prog, p) {
             Some(c) => add_proc(&mut out, p, &c, &blocks, calls),
-            None => out.uncounted.push(p.name.clone()),
+            None => out.uncounted.push((p.name.clone(), p.ranges.clone())),
         }
     }
     Ok(out)
@@ -133,12 +135,13 @@ fn add_proc(
         let n = count(b);
         out.instructions += n * cfg.blocks.as_slice()[b].insns.len() as u64;
         for r in refs {
-            *out.classes.entry(r.class.as_str()).or_default() += n;
+            let k = n * r.times.unwrap_or(1);
+            *out.classes.entry(r.class.as_str()).or_default() += k;
             *out.forms
                 .entry(format!("{}{}", r.access.letter(), r.size))
-                .or_default() += n;
-            out.rep_refs += if r.rep { n } else { 0 };
-            out.recorded_bytes += n * u64::from(r.own_bytes);
+                .or_default() += k;
+            out.rep_unknown += if r.times.is_none() { n } else { 0 };
+            out.recorded_bytes += k * u64::from(r.own_bytes);
         }
     }
     for s in c.sites.iter().filter(|s| s.feeds_address) {

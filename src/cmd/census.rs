@@ -76,9 +76,9 @@ fn write_table(out: &mut impl Write, modules: &[ModuleCensus]) -> std::io::Resul
     for m in modules {
         writeln!(
             out,
-            "{}: rep references {:.1}% (once per execution); stack slots not followed in {:.1}% of invocations (a stack address escapes); {} procedure(s) without counts",
+            "{}: rep references of unknown count {:.1}% (once per execution); stack slots not followed in {:.1}% of invocations (a stack address escapes); {} procedure(s) without counts",
             m.name,
-            100.0 * ratio(m.rep_refs, m.refs()),
+            100.0 * ratio(m.rep_unknown, m.refs()),
             100.0 * ratio(m.escaped_invocations, m.invocations),
             m.uncounted.len()
         )?;

@@ -145,6 +145,9 @@ struct Reducer<'s> {
     /// of the last `I` line, if any, and the counts by (kind, size).
     data: bool,
     current: Option<usize>,
+    /// Per module, link-time ranges whose instructions are left out
+    /// (neither executed nor data).
+    excluded: Vec<Vec<(u64, u64)>>,
     data_counts: Vec<FastMap<(u8, u32), u64>>,
 }
 
@@ -229,6 +232,7 @@ impl<'s> Reducer<'s> {
             stopped: false,
             data: false,
             current: None,
+            excluded: Vec::new(),
             data_counts: Vec::new(),
         }
     }
@@ -293,8 +297,22 @@ impl<'s> Reducer<'s> {
             )
         });
         let addr = runtime.wrapping_sub(bias);
+        let excluded = self
+            .excluded
+            .get(m)
+            .is_some_and(|r| r.iter().any(|&(lo, hi)| lo <= addr && addr < hi));
+        if excluded {
+            self.current = None;
+            self.prev = None;
+            return;
+        }
         let key = self.thread_key.get(self.thread).copied().unwrap_or(0);
         let t = &mut self.modules[m];
+        // Lackey logs a `rep` instruction once per iteration: with data
+        // counted, a repeat of the previous address is the same instance.
+        if self.data && self.prev == Some((m, addr)) {
+            return;
+        }
         t.executed += 1;
         if let Some(sink) = &mut self.sink {
             self.stopped = !sink(m, key, addr);
@@ -490,10 +508,18 @@ pub fn run_with(
 }
 
 /// [`run`] also counting each module's data references by form
-/// (`ModuleTrace::data`).
-pub fn run_counting_data(exe: &Path, args: &[&str], modules: &[PathBuf], pattern: &str) -> Run {
+/// (`ModuleTrace::data`), leaving out the instructions in each module's
+/// `excluded` link-time ranges.
+pub fn run_counting_data(
+    exe: &Path,
+    args: &[&str],
+    modules: &[PathBuf],
+    pattern: &str,
+    excluded: Vec<Vec<(u64, u64)>>,
+) -> Run {
     let mut reducer = Reducer::new(modules, Capture::Sets, None);
     reducer.data = true;
+    reducer.excluded = excluded;
     run_into(exe, args, pattern, LogMode::Pipe, reducer)
 }
 

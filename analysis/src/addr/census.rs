@@ -18,7 +18,10 @@ use aetrace_graph::BlockId;
 
 use super::flow::solve;
 use super::value::{Shape, ShapeState, Shapes, Sites, Sources, SrcState, FIRST_SITE};
-use super::{Access, ProcProgram, Seg};
+use super::{Access, ProcProgram, Repeat, Seg};
+
+/// `rcx`, a `rep` instruction's count.
+const RCX: usize = 1;
 
 /// How a reference's address can be rebuilt.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -70,8 +73,10 @@ pub struct RefClass {
     pub access: Access,
     /// Bytes (0: depends on the CPU).
     pub size: u32,
-    /// Once per iteration of a `rep` instruction.
-    pub rep: bool,
+    /// Times it happens per execution of its instruction: 1, or a `rep`
+    /// instruction's constant count; `None` when that count is not known
+    /// statically.
+    pub times: Option<u64>,
     /// How its address is rebuilt.
     pub class: Class,
     /// Bytes recorded with the reference itself at each execution (a
@@ -185,7 +190,11 @@ impl ProcCensus {
                     insn: k as u32,
                     access: r.access,
                     size: r.size,
-                    rep: r.rep,
+                    times: match (r.repeat, shape.regs[RCX]) {
+                        (Repeat::Once, _) => Some(1),
+                        (Repeat::Rcx, Shape::Const(n)) => Some(n),
+                        _ => None,
+                    },
                     class,
                     own_bytes: if r.addr.vector_index { 8 } else { 0 },
                 });

@@ -8,7 +8,8 @@
 //! - a read-modify-write (`add [m], r`, `inc`, `xchg`, `lock` forms,
 //!   `xadd`, `cmpxchg`) is one `M`; `movs` is `L` + `S`, `cmps` `L` + `L`;
 //! - a `rep` string instruction's references happen once per iteration
-//!   (flagged `rep`: block counts cannot weight them exactly);
+//!   ([`Repeat`]: block counts weight them exactly only when `rcx` is a
+//!   known constant);
 //! - `bt`/`bts`/`btr`/`btc` with a register bit offset touch the one byte
 //!   `sar(offset, 3)` past the operand (VEX's translation);
 //! - a gather is one load per lane (the lanes' index is a vector register);
@@ -28,7 +29,7 @@ use iced_x86::{
     RflagsBits, UsedMemory,
 };
 
-use super::{AddrExpr, Dst, Gpr, InsnProgram, MemRef, Op, RegSet, Seg, Stored, Update};
+use super::{AddrExpr, Dst, Gpr, InsnProgram, MemRef, Op, RegSet, Repeat, Seg, Stored, Update};
 use crate::addr::Access;
 
 /// The flags a computation depends on (`DF` is fixed by the ABI).
@@ -126,7 +127,11 @@ fn stored(insn: &Instruction) -> Option<Stored> {
 
 fn refs(insn: &Instruction, mem: &[UsedMemory]) -> Vec<MemRef> {
     let string = insn.is_string_instruction();
-    let rep = string && (insn.has_rep_prefix() || insn.has_repne_prefix());
+    let repeat = match (string, insn.has_rep_prefix() || insn.has_repne_prefix()) {
+        (true, true) if stops_on_data(insn) => Repeat::UntilData,
+        (true, true) => Repeat::Rcx,
+        _ => Repeat::Once,
+    };
     let mut out = Vec::with_capacity(mem.len());
     for m in mem {
         let Some(access) = access_of(m.access()) else {
@@ -136,7 +141,7 @@ fn refs(insn: &Instruction, mem: &[UsedMemory]) -> Vec<MemRef> {
             access,
             size: m.memory_size().size() as u32,
             addr: addr_of(m),
-            rep,
+            repeat,
             stored: None,
         };
         if string && r.size == 0 {
@@ -153,6 +158,22 @@ fn refs(insn: &Instruction, mem: &[UsedMemory]) -> Vec<MemRef> {
         out.extend(std::iter::repeat(r).take(lanes));
     }
     out
+}
+
+/// A string compare (`cmps`, `scas`): with `repe`/`repne` it stops on
+/// the data.
+fn stops_on_data(insn: &Instruction) -> bool {
+    matches!(
+        insn.mnemonic(),
+        Mnemonic::Cmpsb
+            | Mnemonic::Cmpsw
+            | Mnemonic::Cmpsd
+            | Mnemonic::Cmpsq
+            | Mnemonic::Scasb
+            | Mnemonic::Scasw
+            | Mnemonic::Scasd
+            | Mnemonic::Scasq
+    )
 }
 
 /// The bit-offset register of `bt`-family instructions on memory.
@@ -329,19 +350,11 @@ fn updates(insn: &Instruction, mem: &[UsedMemory], regs: &[(Register, OpAccess)]
     // after it depend on memory.
     let data_stop = insn.is_string_instruction()
         && (insn.has_repe_prefix() || insn.has_repne_prefix())
-        && matches!(
-            m,
-            Mnemonic::Cmpsb
-                | Mnemonic::Cmpsw
-                | Mnemonic::Cmpsd
-                | Mnemonic::Cmpsq
-                | Mnemonic::Scasb
-                | Mnemonic::Scasw
-                | Mnemonic::Scasd
-                | Mnemonic::Scasq
-        );
-    let opaque = reads_data
-        || data_stop
+        && stops_on_data(insn);
+    // A string instruction's pointers and counter advance by its size,
+    // whatever the data (the accumulator `lods` loads excepted).
+    let string_reg = |g: Gpr| insn.is_string_instruction() && matches!(g.0, 1 | 6 | 7);
+    let opaque_always = data_stop
         || reads_machine_state(m)
         || regs
             .iter()
@@ -363,8 +376,10 @@ fn updates(insn: &Instruction, mem: &[UsedMemory], regs: &[(Register, OpAccess)]
             continue;
         }
         seen.insert(g);
-        let op = if opaque {
+        let op = if opaque_always || (reads_data && !string_reg(g)) {
             opaque_op(insn, r, mem, data_stop)
+        } else if string_reg(g) {
+            string_op(insn, g)
         } else {
             exact_op(insn, r).unwrap_or(Op::Func {
                 mnemonic: m,
@@ -379,7 +394,7 @@ fn updates(insn: &Instruction, mem: &[UsedMemory], regs: &[(Register, OpAccess)]
         });
     }
     if insn.rflags_modified() & STATUS_FLAGS != 0 {
-        let op = if opaque {
+        let op = if opaque_always || reads_data {
             Op::Opaque { width: 1 }
         } else {
             Op::Func {
@@ -394,6 +409,28 @@ fn updates(insn: &Instruction, mem: &[UsedMemory], regs: &[(Register, OpAccess)]
         });
     }
     out
+}
+
+/// A string instruction's pointer or counter: a `rep` ends with `rcx`
+/// zero, and each pointer advanced by a function of itself and `rcx`
+/// (its size and the direction flag, set by `cld`/`std`).
+fn string_op(insn: &Instruction, g: Gpr) -> Op {
+    let rep = insn.has_rep_prefix() || insn.has_repne_prefix();
+    let mut inputs = RegSet::default();
+    inputs.insert(g);
+    match g.0 {
+        1 if rep => Op::Const(0),
+        _ => {
+            if rep {
+                inputs.insert(Gpr(1));
+            }
+            Op::Func {
+                mnemonic: insn.mnemonic(),
+                inputs,
+                flags: false,
+            }
+        }
+    }
 }
 
 /// A register written from memory or machine state: a load when the
@@ -417,8 +454,14 @@ fn opaque_op(insn: &Instruction, r: Register, mem: &[UsedMemory], data_stop: boo
 
 /// The exact forms of register arithmetic (copies, constants, sums);
 /// `None` for the other interpretable operations.
-fn exact_op(insn: &Instruction, r: Register) -> Option<Op> {
-    let dst = gpr(r)?;
+fn exact_op(insn: &Instruction, written: Register) -> Option<Op> {
+    let dst = gpr(written)?;
+    // iced names a 32-bit destination by its 64-bit register (the write
+    // zero-extends); the operand says the width.
+    let r = match insn.op0_kind() {
+        OpKind::Register if gpr(insn.op0_register()) == Some(dst) => insn.op0_register(),
+        _ => written,
+    };
     let wide = r.size() == 8;
     let same_regs = insn.op_count() == 2
         && insn.op0_kind() == OpKind::Register

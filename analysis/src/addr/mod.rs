@@ -163,6 +163,19 @@ pub enum Stored {
     Imm(u64),
 }
 
+/// How many times a reference happens per execution of its instruction.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Repeat {
+    /// Once.
+    Once,
+    /// `rep movs`/`stos`/`lods`: `rcx` times (lackey: one `I` per
+    /// iteration, plus one when `rcx` reaches zero).
+    Rcx,
+    /// `repe`/`repne` `cmps`/`scas`: at most `rcx` times, stopping on the
+    /// data.
+    UntilData,
+}
+
 /// One memory reference of an instruction.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct MemRef {
@@ -172,9 +185,8 @@ pub struct MemRef {
     pub size: u32,
     /// The address.
     pub addr: AddrExpr,
-    /// A `rep` string instruction: this reference happens once per
-    /// iteration, `rcx` times.
-    pub rep: bool,
+    /// How many times it happens per execution.
+    pub repeat: Repeat,
     /// For an 8-byte store: the value written.
     pub stored: Option<Stored>,
 }

@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use super::census::{Class, ProcCensus};
 use super::flow::{solve, solve_naive};
 use super::value::{Shapes, Sites, Sources};
-use super::{forms, BlockProgram, ProcProgram};
+use super::{forms, BlockProgram, ProcProgram, Repeat};
 
 /// Assembles `f`'s instructions at 0x1000 and decodes them back.
 fn asm(f: impl FnOnce(&mut CodeAssembler) -> Result<(), iced_x86::IcedError>) -> Vec<Instruction> {
@@ -31,7 +31,7 @@ fn forms_of(insns: &[Instruction]) -> Vec<Vec<(char, u32, bool)>> {
             forms::program(i, &mut info)
                 .refs
                 .iter()
-                .map(|r| (r.access.letter(), r.size, r.rep))
+                .map(|r| (r.access.letter(), r.size, r.repeat != Repeat::Once))
                 .collect()
         })
         .collect()
@@ -323,4 +323,32 @@ proptest! {
         let sources = Sources { shapes: &shapes, shape_ins: &ins, sites: &sites };
         prop_assert_eq!(solve(&sources, &prog.succs), solve_naive(&sources, &prog.succs));
     }
+}
+
+/// A `rep` instruction's count is known when `rcx` is a constant (gzip
+/// copies a 128-byte table so); its pointers stay computable.
+#[test]
+fn rep_count_from_a_constant() {
+    let b = asm(|a| {
+        a.lea(rdi, ptr(rsp + 0x28))?;
+        a.mov(ecx, 0x20)?;
+        a.mov(rsi, r12)?;
+        a.rep().movsd()?;
+        a.mov(qword_ptr(rdi), rax)?; // stack + 0x28 + 4 * 0x20, not followed
+        a.rep().stosq()
+    });
+    let c = ProcCensus::of(&proc_of(vec![b], vec![vec![]]));
+    let got: Vec<(u32, Option<u64>, Class)> = c.blocks[0]
+        .iter()
+        .map(|r| (r.insn, r.times, r.class))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (3, Some(32), Class::Stack),
+            (3, Some(32), Class::Entry),
+            (4, Some(1), Class::Derived),
+            (5, Some(0), Class::Derived),
+        ]
+    );
 }
