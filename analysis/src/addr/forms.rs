@@ -318,6 +318,20 @@ fn reads_machine_state(m: Mnemonic) -> bool {
     )
 }
 
+/// Whether an access writes the register (a conditional write too).
+fn writes(a: OpAccess) -> bool {
+    matches!(
+        a,
+        OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite
+    )
+}
+
+/// Whether an access reads the register (a conditional write keeps the
+/// old value, so it reads it too).
+fn reads(a: OpAccess) -> bool {
+    a == OpAccess::Read || a == OpAccess::CondRead || writes(a) && a != OpAccess::Write
+}
+
 fn updates(insn: &Instruction, mem: &[UsedMemory], regs: &[(Register, OpAccess)]) -> Vec<Update> {
     if let Some(u) = stack_updates(insn) {
         return u;
@@ -330,22 +344,6 @@ fn updates(insn: &Instruction, mem: &[UsedMemory], regs: &[(Register, OpAccess)]
                 OpAccess::Read | OpAccess::CondRead | OpAccess::ReadWrite | OpAccess::ReadCondWrite
             )
         });
-    let writes = |a: OpAccess| {
-        matches!(
-            a,
-            OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite
-        )
-    };
-    let reads = |a: OpAccess| {
-        matches!(
-            a,
-            OpAccess::Read
-                | OpAccess::CondRead
-                | OpAccess::ReadWrite
-                | OpAccess::CondWrite
-                | OpAccess::ReadCondWrite
-        )
-    };
     // A repeated compare stops on the data: its counters and pointers
     // after it depend on memory.
     let data_stop = insn.is_string_instruction()
