@@ -57,6 +57,9 @@ enum Command {
     Paths(cmd::paths::Args),
     /// Print a report of a profile written by `aetrace profile`.
     Report(cmd::report::Args),
+    /// Classify every data reference of a profile's modules by how its address could be
+    /// rebuilt, weighted by the profile's block counts (the data-trace census).
+    Census(cmd::census::Args),
     /// Rebuild the instruction or block trace of a recorded run.
     Regen(cmd::regen::Args),
     /// Summarise a trace: modules, threads, sizes, procedures left alone, bits per instruction.
@@ -89,6 +92,7 @@ fn main() -> ExitCode {
         Command::Count(a) => cmd::count::run(a),
         Command::Paths(a) => cmd::paths::run(a),
         Command::Report(a) => cmd::report::run(a),
+        Command::Census(a) => cmd::census::run(a),
         Command::Regen(a) => cmd::regen::run(a),
         Command::Info(a) => cmd::info::run(a),
         Command::Verify(a) => cmd::verify::run(a),

@@ -12,6 +12,8 @@
 //! - `cfg_coverage`: `aetrace cfg` coverage of the machine's stripped
 //!   binaries, checked against `objdump -d`;
 //! - `cfg_oracle`: recovered CFGs against lackey's executed instructions;
+//! - `data_census`: `aetrace census`'s reference forms, weighted by
+//!   profiled block counts, against lackey's data references;
 //! - `cli_errors`, `record_errors`: bad input, one-line errors, no panic;
 //! - `debug`: `aetrace debug` under `gdb -batch` against the regenerated
 //!   instruction trace;
@@ -54,6 +56,7 @@ mod cfg_oracle;
 mod cli_errors;
 mod combos;
 mod crashes;
+mod data_census;
 mod debug;
 mod faults;
 mod paths;

@@ -14,6 +14,7 @@
 //! primary start; their ranges are disjoint across the module; every
 //! `Ok(cfg)` satisfies [`cfg::Cfg::check`] (checked in debug builds).
 
+pub mod addr;
 pub mod build;
 pub mod cfg;
 pub mod elf;

@@ -20,6 +20,14 @@ pub enum Error {
         /// What is wrong with it.
         what: String,
     },
+    /// A module of the profile could not be read or analysed again.
+    #[error("{}: {source}", path.display())]
+    Analysis {
+        /// The module.
+        path: PathBuf,
+        /// Why.
+        source: aetrace_analysis::Error,
+    },
     /// Writing the report failed (closed pipe, full disk).
     #[error("writing the report: {0}")]
     Output(#[from] std::io::Error),

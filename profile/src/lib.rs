@@ -14,6 +14,7 @@
 //! counts). This crate runs nothing: the counted runs that fill a profile
 //! live in `aetrace-record`.
 
+pub mod census;
 pub mod error;
 pub mod inclusive;
 pub mod notes;

@@ -54,8 +54,7 @@ use aetrace_graph::{BlockId, EdgeId, EntityRef};
 use aetrace_runtime::{FlagsSave, Site};
 use iced_x86::code_asm::{self, AsmRegister64};
 use iced_x86::{
-    Code, Decoder, DecoderOptions, Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind,
-    Register, RflagsBits,
+    Code, Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register, RflagsBits,
 };
 
 use crate::error::{Error, Refusal, Result};
@@ -391,33 +390,14 @@ pub struct Liveness {
 /// Decodes the instructions of every block of `cfg` from `module`, in the
 /// form [`analyze`] takes.
 pub fn decode_blocks(module: &Module, cfg: &Cfg) -> Result<Vec<Vec<Instruction>>> {
-    let fail = |what: Refusal| Error::Rewrite {
+    use aetrace_analysis::addr::DecodeError;
+    aetrace_analysis::addr::decode_blocks(module, cfg).map_err(|e| Error::Rewrite {
         path: module.path.clone(),
-        what,
-    };
-    let mut out = Vec::with_capacity(cfg.blocks.len());
-    for (id, b) in cfg.blocks.iter() {
-        let bytes = module.bytes_at(b.start, b.end - b.start).ok_or_else(|| {
-            fail(Refusal::BlockBytes {
-                block: id,
-                start: b.start,
-            })
-        })?;
-        let mut d = Decoder::with_ip(64, bytes, b.start, DecoderOptions::NONE);
-        let mut insns = Vec::with_capacity(b.insns.len());
-        for &off in &b.insns {
-            let insn = d.decode();
-            if insn.ip() != b.start + u64::from(off) || insn.is_invalid() {
-                return Err(fail(Refusal::BlockDecode {
-                    block: id,
-                    at: b.start + u64::from(off),
-                }));
-            }
-            insns.push(insn);
-        }
-        out.push(insns);
-    }
-    Ok(out)
+        what: match e {
+            DecodeError::NoBytes { block, start } => Refusal::BlockBytes { block, start },
+            DecodeError::Mismatch { block, at } => Refusal::BlockDecode { block, at },
+        },
+    })
 }
 
 /// Blocks in post-order of a depth-first search from the entry, then from
@@ -707,6 +687,7 @@ mod tests {
     use aetrace_analysis::cfg::{Block, BlockKind, CallSite, CfgEdge, IndirectJump};
     use aetrace_graph::PrimaryMap;
     use iced_x86::code_asm::*;
+    use iced_x86::{Decoder, DecoderOptions};
     use std::collections::HashSet;
 
     /// Assembles one block at `base` and decodes it back (correct `ip`s).

@@ -6,6 +6,7 @@
 //! each); only a command that ran the program ends like it ([`exit_like`]).
 
 pub mod cachesim;
+pub mod census;
 pub mod cfg;
 pub mod count;
 pub mod debug;

@@ -47,7 +47,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 
-use super::FastSet;
+use super::{FastMap, FastSet};
 
 /// What the instruction stream did inside one module (addresses normalised
 /// to link-time addresses).
@@ -70,6 +70,9 @@ pub struct ModuleTrace {
     /// thread, keyed by the order threads started (valgrind reuses its
     /// thread ids once a thread has exited).
     pub sequences: std::collections::BTreeMap<usize, Vec<u64>>,
+    /// With [`run_counting_data`]: the data references (` L addr,size`,
+    /// ` S`, ` M` lines) of the module's instructions, per form (`L8`).
+    pub data: std::collections::BTreeMap<String, u64>,
 }
 
 impl ModuleTrace {
@@ -138,6 +141,14 @@ struct Reducer<'s> {
     /// sequences; `stopped` once it has returned false.
     sink: Option<Sink<'s>>,
     stopped: bool,
+    /// Count data references per module (`ModuleTrace::data`): the module
+    /// of the last `I` line, if any, and the counts by (kind, size).
+    data: bool,
+    current: Option<usize>,
+    /// Per module, link-time ranges whose instructions are left out
+    /// (neither executed nor data).
+    excluded: Vec<Vec<(u64, u64)>>,
+    data_counts: Vec<FastMap<(u8, u32), u64>>,
 }
 
 /// Whether to keep the whole instruction sequence of each module (exact
@@ -219,6 +230,10 @@ impl<'s> Reducer<'s> {
             threads_started: 0,
             sink,
             stopped: false,
+            data: false,
+            current: None,
+            excluded: Vec::new(),
+            data_counts: Vec::new(),
         }
     }
 
@@ -270,7 +285,8 @@ impl<'s> Reducer<'s> {
 
     fn instruction(&mut self, runtime: u64) {
         let resume = std::mem::take(&mut self.resume_next);
-        let Some(m) = self.module_of(runtime) else {
+        self.current = self.module_of(runtime);
+        let Some(m) = self.current else {
             self.prev = None;
             return;
         };
@@ -281,8 +297,22 @@ impl<'s> Reducer<'s> {
             )
         });
         let addr = runtime.wrapping_sub(bias);
+        let excluded = self
+            .excluded
+            .get(m)
+            .is_some_and(|r| r.iter().any(|&(lo, hi)| lo <= addr && addr < hi));
+        if excluded {
+            self.current = None;
+            self.prev = None;
+            return;
+        }
         let key = self.thread_key.get(self.thread).copied().unwrap_or(0);
         let t = &mut self.modules[m];
+        // Lackey logs a `rep` instruction once per iteration: with data
+        // counted, a repeat of the previous address is the same instance.
+        if self.data && self.prev == Some((m, addr)) {
+            return;
+        }
         t.executed += 1;
         if let Some(sink) = &mut self.sink {
             self.stopped = !sink(m, key, addr);
@@ -370,7 +400,11 @@ impl<'s> Reducer<'s> {
                     None => panic!("bad lackey line {:?}", String::from_utf8_lossy(line)),
                 }
             }
-        } else if !line.starts_with(b" ") {
+        } else if line.starts_with(b" ") {
+            if trace && self.data {
+                self.data_line(line);
+            }
+        } else {
             // (Lines opening with a space are data references, ` L
             // addr,size`, the other frequent kind.)
             if trace && line.starts_with(b"--") {
@@ -380,6 +414,27 @@ impl<'s> Reducer<'s> {
                 self.symtab_line(line);
             }
         }
+    }
+
+    /// A data reference, ` K addr,size`, of the last instruction.
+    fn data_line(&mut self, line: &[u8]) {
+        let Some(m) = self.current else { return };
+        let kind = line.get(1).copied().unwrap_or(b'?');
+        let size = line
+            .iter()
+            .position(|&c| c == b',')
+            .and_then(|c| {
+                std::str::from_utf8(&line[c + 1..])
+                    .ok()?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("bad lackey line {:?}", String::from_utf8_lossy(line)));
+        if self.data_counts.len() <= m {
+            self.data_counts.resize_with(m + 1, FastMap::default);
+        }
+        *self.data_counts[m].entry((kind, size)).or_default() += 1;
     }
 
     /// Reduces one log; `forked`: the log of a forked child, whose first
@@ -450,6 +505,22 @@ pub fn run_with(
         mode,
         Reducer::new(modules, capture, None),
     )
+}
+
+/// [`run`] also counting each module's data references by form
+/// (`ModuleTrace::data`), leaving out the instructions in each module's
+/// `excluded` link-time ranges.
+pub fn run_counting_data(
+    exe: &Path,
+    args: &[&str],
+    modules: &[PathBuf],
+    pattern: &str,
+    excluded: Vec<Vec<(u64, u64)>>,
+) -> Run {
+    let mut reducer = Reducer::new(modules, Capture::Sets, None);
+    reducer.data = true;
+    reducer.excluded = excluded;
+    run_into(exe, args, pattern, LogMode::Pipe, reducer)
 }
 
 /// [`run`] handing each instruction of `modules` to `sink` as the log
@@ -567,6 +638,12 @@ fn run_into(exe: &Path, args: &[&str], pattern: &str, mode: LogMode, mut reducer
             m.path.display(),
             String::from_utf8_lossy(&stderr)
         );
+    }
+    for (m, counts) in reducer.data_counts.iter().enumerate() {
+        reducer.modules[m].data = counts
+            .iter()
+            .map(|(&(kind, size), &n)| (format!("{}{size}", kind as char), n))
+            .collect();
     }
     Run {
         status,
