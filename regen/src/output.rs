@@ -337,6 +337,24 @@ fn group_views<'a>(compiled: &'a [Module], groups: &[Vec<usize>]) -> Vec<Vec<&'a
         .collect()
 }
 
+/// Why a trace has no module to regenerate: a program killed before its
+/// runtime registered the first module ran no traced instruction, which is
+/// worth saying apart from a trace without instrumented modules.
+fn no_module_reason<B: AsRef<[u8]>>(trace: &Trace<B>) -> String {
+    let killed = trace.process_exits().iter().find_map(|x| match x.status {
+        ExitStatus::Signaled { signal, .. } => Some(signal),
+        _ => None,
+    });
+    match killed {
+        Some(signal) => format!(
+            "the program was killed by signal {signal} ({}) before its traced code started: \
+             the trace holds no instruction",
+            crate::ending::signal_name(signal)
+        ),
+        None => "the trace has no instrumented module with a program database".into(),
+    }
+}
+
 /// Chooses the threads and their modules, and compiles the modules.
 pub(crate) fn prepare<'t, B: AsRef<[u8]> + Sync>(
     trace: &'t Trace<B>,
@@ -360,9 +378,7 @@ pub(crate) fn prepare<'t, B: AsRef<[u8]> + Sync>(
         });
     }
     if by_pid.is_empty() {
-        return Err(Error::Usage(
-            "the trace has no instrumented module with a program database".into(),
-        ));
+        return Err(Error::Usage(no_module_reason(trace)));
     }
     if let Some(name) = &opts.module {
         let known: Vec<String> = trace.modules().iter().map(|m| path_name(&m.path)).collect();
