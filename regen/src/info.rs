@@ -86,7 +86,11 @@ fn instructions<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<Vec<u64>> {
 
 /// Gathers [`Info`] for the trace at `path`.
 pub fn info(path: &Path) -> Result<Info> {
-    let trace = TraceFile::open(path)?;
+    info_of(&TraceFile::open(path)?)
+}
+
+/// Gathers [`Info`] for a parsed trace.
+pub fn info_of<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<Info> {
     let stats = trace.stats();
     let mut programs = Vec::new();
     for m in trace.modules() {
@@ -117,7 +121,7 @@ pub fn info(path: &Path) -> Result<Info> {
             left_alone,
         });
     }
-    let (instructions, regen_error) = match instructions(&trace) {
+    let (instructions, regen_error) = match instructions(trace) {
         Ok(v) => (Some(v), None),
         Err(e) => (None, Some(e.to_string())),
     };
