@@ -19,15 +19,15 @@ else
     export RUSTC_BOOTSTRAP=1
     fuzz=(cargo fuzz)
 fi
-"${fuzz[@]}" build -O "${targets[@]}" 2>&1 | tail -1
 echo "machine: $(nproc) cores, load average $(cut -d" " -f1-3 /proc/loadavg)"
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
+logs=${FUZZ_LOGS:-$scratch}
 printf '%-12s %8s %10s %8s %8s %8s %s\n' target seconds runs cov ft corpus crashes
 for t in "${targets[@]}"; do
     mkdir -p "$scratch/$t" "fuzz/artifacts/$t"
     before=$(ls "fuzz/artifacts/$t" | wc -l)
-    log=$scratch/$t.log
+    log=$logs/$t.log
     status=0
     "${fuzz[@]}" run -O "$t" "$scratch/$t" "fuzz/corpus/$t" -- \
         -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \

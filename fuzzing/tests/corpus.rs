@@ -12,7 +12,7 @@ use aetrace_fuzzing::mutate::{mutate, Rng};
 use aetrace_fuzzing::TARGETS;
 
 /// Mutants per target: a few seconds in all in a release build.
-const MUTANTS: usize = 400;
+const MUTANTS: usize = 1500;
 
 fn dir(kind: &str, target: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
