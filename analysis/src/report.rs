@@ -714,6 +714,17 @@ pub fn write_cfg(
     Ok(write_report(&mut w, &program, function, &selected, output)?)
 }
 
+/// The report of every procedure of an analysed `program`, as `aetrace
+/// cfg FILE` writes it (the fuzz targets render it from bytes).
+pub fn write_program(
+    program: &Program,
+    output: Output,
+    mut w: &mut dyn Write,
+) -> std::io::Result<()> {
+    let all: Vec<usize> = (0..program.procs.len()).collect();
+    write_report(&mut w, program, None, &all, output)
+}
+
 fn write_report(
     w: &mut impl Write,
     program: &Program,

@@ -322,6 +322,11 @@ pub fn read(path: &Path) -> Result<Profile> {
     read_versioned(path, "profile", VERSION, |p: &Profile| p.version)
 }
 
+/// Parses the bytes of a profile file; `name` names it in errors.
+pub fn parse(bytes: &[u8], name: &Path) -> Result<Profile> {
+    parse_versioned(bytes, name, "profile", VERSION, |p: &Profile| p.version)
+}
+
 /// Reads the JSON file at `path` as a `kind` (`profile`, `path profile`)
 /// of format version `want`, the one this aetrace writes.
 pub(crate) fn read_versioned<T: serde::de::DeserializeOwned>(
@@ -334,12 +339,23 @@ pub(crate) fn read_versioned<T: serde::de::DeserializeOwned>(
         path: path.to_owned(),
         source: e,
     })?;
-    let p: T = serde_json::from_slice(&bytes)
-        .map_err(|e| perr(format!("{}: not a {kind}: {e}", path.display())))?;
+    parse_versioned(&bytes, path, kind, want, version)
+}
+
+/// [`read_versioned`] on the bytes of the file `name`.
+pub(crate) fn parse_versioned<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    name: &Path,
+    kind: &str,
+    want: u32,
+    version: impl Fn(&T) -> u32,
+) -> Result<T> {
+    let p: T = serde_json::from_slice(bytes)
+        .map_err(|e| perr(format!("{}: not a {kind}: {e}", name.display())))?;
     if version(&p) != want {
         return Err(perr(format!(
             "{}: {kind} version {} (this aetrace reads {want})",
-            path.display(),
+            name.display(),
             version(&p)
         )));
     }

@@ -142,6 +142,13 @@ pub fn read(path: &Path) -> Result<PathProfile> {
     crate::read_versioned(path, "path profile", VERSION, |p: &PathProfile| p.version)
 }
 
+/// Parses the bytes of a path profile file; `name` names it in errors.
+pub fn parse(bytes: &[u8], name: &Path) -> Result<PathProfile> {
+    crate::parse_versioned(bytes, name, "path profile", VERSION, |p: &PathProfile| {
+        p.version
+    })
+}
+
 /// The procedures with executed paths over all sections (by section
 /// index), hottest (most path executions) first.
 fn hottest<'p>(secs: &[Section<'p>]) -> Vec<(usize, &'p ProcPathProfile)> {

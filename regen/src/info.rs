@@ -90,7 +90,11 @@ fn instructions<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<(Vec<u64>, Ve
 
 /// Gathers [`Info`] for the trace at `path`.
 pub fn info(path: &Path) -> Result<Info> {
-    let trace = TraceFile::open(path)?;
+    info_of(&TraceFile::open(path)?)
+}
+
+/// Gathers [`Info`] for a parsed trace.
+pub fn info_of<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<Info> {
     let stats = trace.stats();
     let mut programs = Vec::new();
     for m in trace.modules() {
@@ -121,7 +125,7 @@ pub fn info(path: &Path) -> Result<Info> {
             left_alone,
         });
     }
-    let (instructions, endings, regen_error) = match instructions(&trace) {
+    let (instructions, endings, regen_error) = match instructions(trace) {
         Ok((v, e)) => (Some(v), e, None),
         Err(e) => (None, Vec::new(), Some(e.to_string())),
     };

@@ -1,0 +1,4 @@
+//! libFuzzer entry of the `progdb` target: `aetrace_fuzzing::progdb`.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| aetrace_fuzzing::progdb(data));
