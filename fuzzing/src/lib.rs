@@ -91,7 +91,7 @@ pub fn progdb(data: &[u8]) {
         "re-encoding changed the database"
     );
     for format in [Some(Format::Insn), None] {
-        let _ = Compiled::compile("fuzz", &db, format, Addressing::Runtime { load_base: 0 });
+        let _ = Compiled::compile("fuzz", 0, &db, format, Addressing::Runtime { load_base: 0 });
     }
 }
 
