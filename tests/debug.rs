@@ -5,7 +5,9 @@
 //! `reverse-stepi` backwards, a breakpoint stops exactly at the positions
 //! where its address occurs (forwards under `continue`, backwards under
 //! `reverse-continue`), and both ends of the run stop with gdb's "No more
-//! reverse-execution history". Errors: a corrupted trace and a missing gdb
+//! reverse-execution history". Frames and line stepping (`bt`, `next`,
+//! `finish` and their reverse forms) are compared with gdb on the program
+//! run natively (its CFI unwinder and `record full`). Errors: a corrupted trace and a missing gdb
 //! are one line and a non-zero exit.
 
 use crate::common;
@@ -280,4 +282,130 @@ fn a_corrupted_trace_and_a_missing_gdb_are_one_line() {
         assert_eq!(err.lines().count(), 1, "{extra:?}: {err}");
         assert!(err.starts_with("aetrace: error: "), "{err}");
     }
+}
+
+/// Prints `stop FUNCTION LINE OFFSET depth DEPTH` for the selected frame:
+/// its pc as an offset from `main` (the native run and the recording load
+/// the PIE at different bases) and the number of frames in its backtrace.
+const SHOW_STOP: &str = "python
+def aet_show():
+    f = gdb.selected_frame()
+    depth, g = 0, f
+    while g is not None:
+        depth, g = depth + 1, g.older()
+    main = int(gdb.parse_and_eval('(long)&main'))
+    line = f.find_sal().line
+    print('stop %s %d %d depth %d' % (f.name(), line, f.pc() - main, depth))
+end
+";
+
+/// The `stop` lines of [`SHOW_STOP`].
+fn stops(out: &str) -> Vec<&str> {
+    out.lines().filter(|l| l.starts_with("stop ")).collect()
+}
+
+/// `recursion.c` at -O0 -g (line steps need line tables; -O0 keeps one
+/// statement per line and the recursion in `msort`).
+fn recursion_o0_g() -> PathBuf {
+    let exe = common::scratch("debug").join("recursion-O0-g");
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let tmp = exe.with_extension(format!("tmp{}", std::process::id()));
+        run_checked(
+            Command::new("gcc")
+                .args(["-O0", "-g", "-o"])
+                .arg(&tmp)
+                .arg(common::repo_root().join("traces/recursion.c")),
+            "gcc -O0 -g recursion.c",
+        );
+        std::fs::rename(&tmp, &exe).unwrap();
+    });
+    exe
+}
+
+/// Line stepping both ways stops where gdb's own `record full` stops on the
+/// program run natively: the same function, line, pc (relative to `main`)
+/// and backtrace depth after each `next`, `step`, `finish`, `reverse-next`,
+/// `reverse-step` and `reverse-finish`, from `main`'s breakpoint into the
+/// recursion of `msort` and out of it (`finish` and `reverse-finish` out of
+/// a recursive call included).
+#[test]
+fn line_steps_both_ways_agree_with_native_record_full() {
+    let exe = recursion_o0_g();
+    let (_, trace, _) = record_ok(&exe, &["5"], &[], Knobs::DEFAULT);
+    let seq = [
+        "next",
+        "next",
+        "tbreak 42",
+        "continue", // the call of msort(0, 64)
+        "step",
+        "next",
+        "next",
+        "step", // msort(0, 32), depth 3
+        "reverse-finish",
+        "step", // back to its call, and in again
+        "next",
+        "next",
+        "step",   // msort(0, 16), depth 4
+        "finish", // out of the recursive call
+        "next",
+        "step",
+        "reverse-next",
+        "reverse-step",
+        // From msort(0, 32) after its recursive calls: gdb's reverse-finish
+        // stops at the last entry into msort of any frame (depth 7 here),
+        // natively too; the trace must do the same.
+        "reverse-finish",
+        "reverse-next",
+        "reverse-finish",
+        "finish",
+        "finish",
+        "next",
+        "next",
+        "step",
+        "reverse-step",
+        "reverse-next",
+    ];
+    let steps: String = seq
+        .iter()
+        .map(|c| {
+            let show = if c.starts_with("tbreak") {
+                ""
+            } else {
+                "python aet_show()\n"
+            };
+            format!("{c}\n{show}")
+        })
+        .collect();
+    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
+    let ours = gdb(
+        &exe,
+        &trace,
+        &format!(
+            "source {}\n{SHOW_STOP}break main\ncontinue\n{steps}",
+            aetrace_py.display()
+        ),
+    );
+    let script = trace.with_extension("native.gdb");
+    let text = format!(
+        "set pagination off\nset confirm off\n{SHOW_STOP}break main\nrun\nrecord full\n{steps}"
+    );
+    std::fs::write(&script, text).unwrap();
+    let native = run_checked(
+        Command::new("gdb")
+            .args(["-batch", "-nx", "-x"])
+            .arg(&script)
+            .arg("--args")
+            .arg(&exe)
+            .arg("5"),
+        "gdb (native, record full)",
+    );
+    let native = String::from_utf8_lossy(&native.stdout).into_owned()
+        + &String::from_utf8_lossy(&native.stderr);
+    assert_eq!(stops(&native).len(), seq.len() - 1, "{native}");
+    assert_eq!(
+        stops(&ours),
+        stops(&native),
+        "ours:\n{ours}\nnative:\n{native}"
+    );
 }
