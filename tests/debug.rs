@@ -7,8 +7,8 @@
 //! `reverse-continue`), and both ends of the run stop with gdb's "No more
 //! reverse-execution history". Frames and line stepping (`bt`, `next`,
 //! `finish` and their reverse forms) are compared with gdb on the program
-//! run natively (its CFI unwinder and `record full`). Errors: a corrupted trace and a missing gdb
-//! are one line and a non-zero exit.
+//! run natively (its CFI unwinder and `record full`). Errors: a corrupted
+//! trace and a missing gdb are one line and a non-zero exit.
 
 use crate::common;
 
