@@ -23,7 +23,7 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use aetrace_format::addrtrace::{self, AccessKind, AddrRecord, AddrStreamReader, AddrTrace};
+use aetrace_format::addrtrace::{self, AccessKind, AddrRecord, AddrStreamReader, Header};
 
 use crate::{Error, Result};
 
@@ -74,8 +74,11 @@ pub enum Input {
 
 /// References per batch.
 pub const BATCH: usize = 1 << 16;
-/// References per batch decoded from an in-memory binary trace.
-const MAPPED_BATCH: usize = 1 << 12;
+/// References per batch decoded from a binary trace file.
+const FILE_BATCH: usize = 1 << 12;
+/// Bytes read at once from a binary trace file: large enough that the read
+/// calls cost little, small enough to stay in the host's L2 until decoded.
+const FILE_READ: usize = 1 << 18;
 
 const TEXT_BLOCK: usize = 1 << 21;
 
@@ -95,10 +98,18 @@ enum Inner {
         line: u64,
         eof: bool,
     },
-    Mapped {
-        map: memmap2::Mmap,
-        /// Byte offset of the next record.
+    /// A binary trace file, read in [`FILE_READ`] pieces rather than
+    /// mapped: copying from the page cache costs less than mapping and
+    /// unmapping every page, and the decoder then reads from the host's
+    /// cache rather than memory.
+    BinFile {
+        file: File,
+        buf: Vec<u8>,
+        /// `buf[pos..filled]` is the undecoded input.
         pos: usize,
+        filled: usize,
+        /// Body bytes not read yet.
+        left: u64,
     },
     /// A text file, parsed in place.
     MappedText {
@@ -125,12 +136,23 @@ impl Reader {
         let (mut src, map): (Box<dyn Read + Send>, Option<memmap2::Mmap>) = match input {
             Input::Stdin => (Box::new(io::stdin()), None),
             Input::File(p) => {
-                let f = File::open(p).map_err(|e| open_err(p, e))?;
-                let is_regular = f.metadata().map(|m| m.is_file()).unwrap_or(false);
+                let mut f = File::open(p).map_err(|e| open_err(p, e))?;
+                let len = f.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
+                if let Some(len) = len.filter(|&l| l > 0) {
+                    let mut head = [0u8; addrtrace::HEADER_LEN];
+                    let got =
+                        addrtrace::read_full(&mut f, &mut head).map_err(|e| open_err(p, e))?;
+                    let head = &head[..got];
+                    if format == Some(InFormat::Bin)
+                        || (format.is_none() && addrtrace::has_magic(head))
+                    {
+                        return Self::bin_file(f, len, head);
+                    }
+                }
                 // SAFETY: the map is read-only and only read as bytes; a
                 // concurrent truncation of the file by another process is
                 // outside what any reader can defend against.
-                let map = if is_regular && f.metadata().map(|m| m.len() > 0).unwrap_or(false) {
+                let map = if len.is_some_and(|l| l > 0) {
                     // `populate`: fault the pages in with one call rather
                     // than one fault per page during the run.
                     Some(
@@ -144,17 +166,6 @@ impl Reader {
             }
         };
         if let Some(map) = map {
-            let is_bin =
-                format == Some(InFormat::Bin) || (format.is_none() && addrtrace::has_magic(&map));
-            if is_bin {
-                AddrTrace::parse(&map)?;
-                return Ok(Reader {
-                    inner: Inner::Mapped {
-                        map,
-                        pos: addrtrace::HEADER_LEN,
-                    },
-                });
-            }
             // Text from a file: parse the mapped bytes in place.
             return Ok(Reader {
                 inner: Inner::MappedText {
@@ -191,6 +202,23 @@ impl Reader {
         }
     }
 
+    /// A binary trace file of `len` bytes whose first bytes, `head`, are
+    /// read: checked whole (header, record count) before any record is
+    /// simulated, as a mapped trace would be.
+    fn bin_file(file: File, len: u64, head: &[u8]) -> Result<Self> {
+        let header = Header::parse(head)?;
+        header.check_body(len - addrtrace::HEADER_LEN as u64)?;
+        Ok(Reader {
+            inner: Inner::BinFile {
+                file,
+                buf: vec![0; FILE_READ],
+                pos: 0,
+                filled: 0,
+                left: len - addrtrace::HEADER_LEN as u64,
+            },
+        })
+    }
+
     /// A text reader over any byte source (used by tests and benches too).
     pub fn text(src: Box<dyn Read + Send>, format: InFormat) -> Self {
         Reader {
@@ -215,10 +243,10 @@ impl Reader {
         }
     }
 
-    /// True when the whole binary trace is in memory: decoding is then so
+    /// True for a binary trace file: reading and decoding it is then so
     /// cheap that a second thread only adds hand-off costs.
-    pub fn is_mapped_binary(&self) -> bool {
-        matches!(self.inner, Inner::Mapped { .. })
+    pub fn is_binary_file(&self) -> bool {
+        matches!(self.inner, Inner::BinFile { .. })
     }
 
     /// Fills `out` (cleared first) with the next references; empty at the end.
@@ -240,15 +268,29 @@ impl Reader {
                 *pos += used;
                 Ok(())
             }
-            Inner::Mapped { map, pos } => {
-                let body = map.get(*pos..).unwrap_or(&[]);
+            Inner::BinFile {
+                file,
+                buf,
+                pos,
+                filled,
+                left,
+            } => {
+                if *pos == *filled && *left > 0 {
+                    let n = (*left).min(buf.len() as u64) as usize;
+                    // The length was checked at open: a shorter read means
+                    // the file shrank meanwhile, an I/O error.
+                    file.read_exact(&mut buf[..n])?;
+                    (*pos, *filled, *left) = (0, n, *left - n as u64);
+                }
                 // Small batches stay in the host's L1 between decoding and
                 // simulating.
-                let take = body.len().min(MAPPED_BATCH * addrtrace::RECORD_LEN);
+                let take = (*filled - *pos).min(FILE_BATCH * addrtrace::RECORD_LEN);
                 out.extend(
-                    body[..take].chunks_exact(addrtrace::RECORD_LEN).map(|c| {
-                        decode(u64::from_le_bytes(c.try_into().expect("chunks_exact(8)")))
-                    }),
+                    buf[*pos..*pos + take]
+                        .chunks_exact(addrtrace::RECORD_LEN)
+                        .map(|c| {
+                            decode(u64::from_le_bytes(c.try_into().expect("chunks_exact(8)")))
+                        }),
                 );
                 *pos += take;
                 Ok(())
@@ -730,6 +772,48 @@ fn parse_din(s: &[u8], line: &mut u64, out: &mut Vec<Ref>, limit: usize) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A binary trace file is read in pieces: more records than one piece
+    /// holds come back in order, and a file whose length disagrees with its
+    /// header is refused before any record, as from a pipe.
+    #[test]
+    fn binary_file_reads_across_pieces_and_checks_its_length() {
+        let n = FILE_READ / addrtrace::RECORD_LEN * 2 + 5;
+        let want: Vec<Ref> = (0..n as u64)
+            .map(|i| {
+                r(
+                    AccessKind::ALL[(i % 4) as usize],
+                    i * 12,
+                    (i % 64) as u32 + 1,
+                )
+            })
+            .collect();
+        let mut w = addrtrace::AddrWriter::new(Vec::new(), Some(n as u64)).unwrap();
+        for x in &want {
+            w.push(x.kind, x.addr, x.size).unwrap();
+        }
+        let bytes = w.finish().unwrap();
+        let path = std::env::temp_dir().join(format!("cachesim-binfile-{}", std::process::id()));
+        let read = |b: &[u8]| -> Result<Vec<Ref>> {
+            std::fs::write(&path, b).unwrap();
+            let mut rd = Reader::open(&Input::File(path.clone()), None)?;
+            assert!(rd.is_binary_file());
+            let (mut all, mut batch) = (Vec::new(), Vec::new());
+            loop {
+                rd.next_batch(&mut batch)?;
+                if batch.is_empty() {
+                    return Ok(all);
+                }
+                all.extend_from_slice(&batch);
+            }
+        };
+        assert_eq!(read(&bytes).unwrap(), want);
+        for cut in [3, 8] {
+            let e = read(&bytes[..bytes.len() - cut]).unwrap_err().to_string();
+            assert!(e.contains("truncated") || e.contains("declares"), "{e}");
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
 
     fn read_all(text: &str, f: InFormat) -> Result<Vec<Ref>> {
         let mut r = Reader::text(Box::new(io::Cursor::new(text.as_bytes().to_vec())), f);

@@ -119,6 +119,25 @@ pub struct Header {
 }
 
 impl Header {
+    /// Checks that a body of `len` bytes holds exactly the records the
+    /// header declares; returns their number.
+    pub fn check_body(&self, len: u64) -> Result<u64> {
+        let whole = len / RECORD_LEN as u64;
+        if len % RECORD_LEN as u64 != 0 {
+            return Err(Error::AddrTraceTruncated(format!(
+                "record {whole} has {} of its {RECORD_LEN} bytes",
+                len % RECORD_LEN as u64
+            )));
+        }
+        match self.count {
+            Some(declared) if declared != whole => Err(Error::AddrCountMismatch {
+                declared,
+                actual: whole,
+            }),
+            _ => Ok(whole),
+        }
+    }
+
     /// Parses and checks the 24 header bytes.
     pub fn parse(bytes: &[u8]) -> Result<Header> {
         let Some(h) = bytes.get(..HEADER_LEN) else {
@@ -181,21 +200,7 @@ impl<'a> AddrTrace<'a> {
     pub fn parse(bytes: &'a [u8]) -> Result<Self> {
         let header = Header::parse(bytes)?;
         let body = &bytes[HEADER_LEN..];
-        let whole = (body.len() / RECORD_LEN) as u64;
-        if body.len() % RECORD_LEN != 0 {
-            return Err(Error::AddrTraceTruncated(format!(
-                "record {whole} has {} of its {RECORD_LEN} bytes",
-                body.len() % RECORD_LEN
-            )));
-        }
-        if let Some(declared) = header.count {
-            if declared != whole {
-                return Err(Error::AddrCountMismatch {
-                    declared,
-                    actual: whole,
-                });
-            }
-        }
+        header.check_body(body.len() as u64)?;
         Ok(AddrTrace { header, body })
     }
 
@@ -331,7 +336,8 @@ fn read_retry<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
 }
 
 /// Reads until `buf` is full or the stream ends; returns the bytes read.
-fn read_full<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
+/// Reads until `buf` is full or the input ends; returns the bytes read.
+pub fn read_full<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
     let mut got = 0;
     while got < buf.len() {
         let n = read_retry(r, &mut buf[got..])?;

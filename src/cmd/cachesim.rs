@@ -227,7 +227,7 @@ impl Window {
 }
 
 /// Reads the trace and sends batches to `sim`.  Text and piped input are
-/// parsed on a second thread; an in-memory binary trace is decoded in small
+/// parsed on a second thread; a binary trace file is decoded in small
 /// batches on this one.
 fn drive(cli: &Cli, mut sim: impl FnMut(&[Ref]) -> Result<()>) -> Result<u64> {
     let mut reader = Reader::open(&cli.input, cli.informat)?;
@@ -236,7 +236,7 @@ fn drive(cli: &Cli, mut sim: impl FnMut(&[Ref]) -> Result<()>) -> Result<u64> {
         left: cli.maxcount.unwrap_or(u64::MAX),
         simulated: 0,
     };
-    if reader.is_mapped_binary() {
+    if reader.is_binary_file() {
         let mut batch = Vec::new();
         loop {
             reader.next_batch(&mut batch)?;
