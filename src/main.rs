@@ -67,6 +67,9 @@ enum Command {
     /// Debug a recorded run in gdb: step, break and run backwards through a thread's
     /// regenerated trace (`--server`: the gdb stub alone, on stdin/stdout).
     Debug(cmd::debug::Args),
+    /// Write the whole run's call tree as Chrome/Perfetto trace JSON (time in
+    /// instructions, one track per thread).
+    Timeline(cmd::timeline::Args),
     /// Run the original program again under ptrace and check a trace block by block
     /// (exit 0: exact; 1: a divergence, or the check could not be made).
     ///
@@ -97,6 +100,7 @@ fn main() -> ExitCode {
         Command::Info(a) => cmd::info::run(a),
         Command::Verify(a) => cmd::verify::run(a),
         Command::Debug(a) => cmd::debug::run(a),
+        Command::Timeline(a) => cmd::timeline::run(a),
         Command::Cachesim { args } => return cmd::cachesim::main(args),
     };
     match result {

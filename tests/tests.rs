@@ -65,6 +65,7 @@ mod record_errors;
 mod rewrite_elf;
 mod rewrite_unwind;
 mod stop_at;
+mod timeline;
 mod trace_oracle;
 mod transparency;
 mod verify;

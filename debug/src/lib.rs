@@ -9,13 +9,18 @@
 //! - [`image`]: the memory and module lists gdb reads (read-only segments
 //!   of the modules' ELF files at their load bases);
 //! - [`stack`]: the procedure stack at any position (for backtraces);
-//! - [`stub`]: the gdb target (`gdbstub` speaks the protocol).
+//! - [`stub`]: the gdb target (`gdbstub` speaks the protocol);
+//! - [`blocks`]: which procedure an address is in;
+//! - [`calltree`]: the whole run's call tree as Chrome/Perfetto trace JSON
+//!   (`aetrace timeline`).
 //!
 //! Invariants: the pc at position `n` is the `n`th address of `aetrace
 //! regen --thread T --format insn`; no register or memory byte the trace
 //! does not determine is ever served (unavailable instead); the library
 //! prints nothing (errors are [`Error`] values for the binary to report).
 
+pub mod blocks;
+pub mod calltree;
 pub mod image;
 pub mod stack;
 pub mod stub;
@@ -52,6 +57,17 @@ pub enum Error {
     /// The connection to gdb failed.
     #[error("the connection to gdb failed: {0}")]
     Connection(std::io::Error),
+    /// Regenerating a thread stopped before its stream's end.
+    #[error("thread {thread}: regeneration stopped early: {error}")]
+    Cut {
+        /// The thread.
+        thread: u32,
+        /// Why.
+        error: String,
+    },
+    /// The output could not be written.
+    #[error("cannot write the timeline: {0}")]
+    Write(std::io::Error),
     /// The protocol or the target failed.
     #[error("the gdb stub failed: {0}")]
     Stub(String),

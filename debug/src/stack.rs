@@ -81,16 +81,38 @@ impl Stacks {
 
     fn step(&self, s: &mut State, b: u64) {
         if let Some(a) = s.prev.replace(b) {
-            match self.calls.get(&a) {
-                // The callee was untraced and returned.
-                Some(&ret) if ret == b => {}
-                Some(&ret) => s.stack.push(ret),
-                None => {
-                    if let Some(i) = s.stack.iter().rposition(|&r| r == b) {
-                        s.stack.truncate(i);
-                    }
-                }
+            match self.change(a, b, &s.stack) {
+                Change::Push(ret) => s.stack.push(ret),
+                Change::PopTo(i) => s.stack.truncate(i),
+                Change::None => {}
             }
         }
     }
+
+    /// What the step from instruction `a` to instruction `b` does to
+    /// `stack` (return addresses, outermost first): the module comment's
+    /// rules.
+    pub fn change(&self, a: u64, b: u64, stack: &[u64]) -> Change {
+        match self.calls.get(&a) {
+            // The callee was untraced and returned.
+            Some(&ret) if ret == b => Change::None,
+            Some(&ret) => Change::Push(ret),
+            None => match stack.iter().rposition(|&r| r == b) {
+                Some(i) => Change::PopTo(i),
+                None => Change::None,
+            },
+        }
+    }
+}
+
+/// What one step does to the procedure stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// Nothing: a fall-through, a jump within the frame.
+    None,
+    /// A call: the callee's frame, with this return address.
+    Push(u64),
+    /// A return (or longjmp, exception) to the frame whose return address
+    /// is at this depth: it and the frames above it end.
+    PopTo(usize),
 }

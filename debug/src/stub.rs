@@ -12,6 +12,7 @@
 //!   stops with gdb's replay-log stop ("No more reverse-execution history").
 //! - `monitor` commands: `when`, `seek N`, `info` ([`Stub::monitor`]).
 
+use crate::blocks::{BlockAt, Blocks};
 use crate::image::Image;
 use crate::stack::Stacks;
 use crate::timeline::{Found, Timeline};
@@ -111,8 +112,8 @@ pub struct Stub<'m> {
     /// Breakpoint addresses: (address, hardware).
     breaks: Vec<(u64, bool)>,
     action: Action,
-    /// The traced blocks, sorted by start.
-    blocks: Vec<BlockAt<'m>>,
+    /// The traced blocks.
+    blocks: Blocks<'m>,
     modules: &'m [&'m Compiled],
     stacks: Stacks,
     /// The shadow region's bytes at a position ([`SHADOW`]).
@@ -121,16 +122,6 @@ pub struct Stub<'m> {
 
 /// Calls `monitor calls` lists on each side of the current position.
 const CALLS_AROUND: usize = 10;
-
-/// A traced block at its run-time address.
-struct BlockAt<'m> {
-    start: u64,
-    end: u64,
-    module: usize,
-    proc: &'m str,
-    /// The run-time address of its procedure's entry (0: unknown).
-    entry: u64,
-}
 
 /// Where gdb reads the procedure stack (aetrace's gdb unwinder): a
 /// non-canonical address, never a program's. Layout, little-endian u64s:
@@ -148,25 +139,7 @@ impl<'m> Stub<'m> {
         modules: &'m [&'m Compiled],
         at: u64,
     ) -> Stub<'m> {
-        let mut blocks = Vec::new();
-        for (mi, m) in modules.iter().enumerate() {
-            for b in m.blocks.values() {
-                let start = m.load_base.wrapping_add(b.start);
-                let p = &m.procs[b.proc];
-                let entry = m
-                    .blocks
-                    .get(p.entry)
-                    .map_or(0, |e| m.load_base.wrapping_add(e.start));
-                blocks.push(BlockAt {
-                    start,
-                    end: start + u64::from(b.size),
-                    module: mi,
-                    proc: p.name.as_str(),
-                    entry,
-                });
-            }
-        }
-        blocks.sort_unstable_by_key(|b| b.start);
+        let blocks = Blocks::new(modules);
         Stub {
             timeline,
             pos: at,
@@ -268,11 +241,7 @@ impl<'m> Stub<'m> {
     }
 
     fn block_at(&self, addr: u64) -> Option<&BlockAt<'m>> {
-        let i = self
-            .blocks
-            .partition_point(|b| b.start <= addr)
-            .checked_sub(1)?;
-        Some(&self.blocks[i]).filter(|b| addr < b.end)
+        self.blocks.at(addr)
     }
 
     /// The procedure stack now: (pc, procedure entry) per frame,

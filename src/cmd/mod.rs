@@ -17,6 +17,7 @@ pub mod profile;
 pub mod record;
 pub mod regen;
 pub mod report;
+pub mod timeline;
 pub mod verify;
 
 use std::ffi::OsString;
