@@ -12,7 +12,10 @@
 # wall time and in CPU time (user + sys, one run each: the honest figure on
 # a loaded machine, where two threads wait more than one); and
 # our I refs beside cachegrind's (cachegrind counts every instruction of
-# the process, we count the traced modules). Then cachesim's own speed on
+# the process, we count the traced modules). Then ten geometries: ten
+# cachegrind runs (one each) against one recording and one
+# `aetrace cachesim --configs` pass simulating all ten (the recording's
+# time is the table's best). Then cachesim's own speed on
 # `bin` input: 20M references of a synthetic program-like stream
 # (cachesim/examples/gentrace.rs) from a file in /dev/shm, in M references
 # per second of wall time and of CPU time (user + sys).
@@ -70,6 +73,54 @@ for w in "${WORKLOADS[@]}"; do
     awk -v n="$name" -v a="$native" -v c="$cg" -v r="$rec" -v s="$sim" -v ci="$cg_irefs" -v oi="$ours" \
         -v cc="$cg_cpu" -v rc="$rec_cpu" -v sc="$sim_cpu" 'BEGIN {
         printf "%-16s %8.3f %10.3f %8.3f %9.3f %8.3f %7.2fx %11.2fx %13.0f %13.0f\n", n, a, c, r, s, r + s, c / (r + s), cc / (rc + sc), ci, oi }'
+done
+
+# Ten geometries (I1, D1, LL as cachegrind's size,assoc,line): line sizes
+# of 32, 64 and 128 bytes, direct-mapped to 16-way, 4 kB to 8 MB.
+TEN=(
+    "32768,8,64 32768,8,64 1048576,16,64"
+    "16384,4,64 32768,8,64 524288,8,64"
+    "65536,8,64 32768,8,64 2097152,16,64"
+    "8192,2,64 32768,8,64 262144,8,64"
+    "32768,4,64 32768,8,64 4194304,16,64"
+    "32768,2,32 32768,8,32 1048576,8,32"
+    "16384,8,64 32768,8,64 8388608,16,64"
+    "4096,1,64 32768,8,64 131072,4,64"
+    "131072,8,64 32768,8,64 1048576,16,64"
+    "32768,16,128 32768,8,128 2097152,8,128"
+)
+for g in "${TEN[@]}"; do
+    read -r i d l <<<"$g"
+    line=""
+    for c in "l1-i $i" "l1-d $d" "l2-u $l"; do
+        IFS=, read -r size assoc bsize <<<"${c#* }"
+        line+="-${c%% *}size $size -${c%% *}assoc $assoc -${c%% *}bsize $bsize "
+    done
+    echo "$line"
+done >ten.configs
+echo
+echo "ten geometries: ten cachegrind runs against one recording and one aetrace cachesim --configs pass"
+printf '%-16s %12s %9s %12s %8s %11s\n' workload "10x cg" "record" "configs sim" "vs cg" "CPU vs cg"
+for w in "${WORKLOADS[@]}"; do
+    name=${w%%|*}
+    rest=${w#*|}
+    libs=${rest%%|*}
+    read -r -a cmd <<<"${rest#*|}"
+    cg=0 cg_cpu=0
+    for g in "${TEN[@]}"; do
+        read -r i d l <<<"$g"
+        one=(valgrind -q --log-file=/dev/null --tool=cachegrind --cache-sim=yes --cachegrind-out-file=/dev/null
+             --I1="$i" --D1="$d" --LL="$l" "${cmd[@]}")
+        cg=$(awk -v a="$cg" -v b="$(REPS=1 best "${one[@]}")" 'BEGIN { print a + b }')
+        cg_cpu=$(awk -v a="$cg_cpu" -v b="$(cpu "${one[@]}")" 'BEGIN { print a + b }')
+    done
+    "$AETRACE" record --libs "$libs" -o t.aet -- "${cmd[@]}" >/dev/null
+    rec=$(best "$AETRACE" record --libs "$libs" -o t.aet -- "${cmd[@]}")
+    rec_cpu=$(cpu "$AETRACE" record --libs "$libs" -o t.aet -- "${cmd[@]}")
+    sim=$(best "$AETRACE" cachesim --model cachegrind --configs ten.configs t.aet)
+    sim_cpu=$(cpu "$AETRACE" cachesim --model cachegrind --configs ten.configs t.aet)
+    awk -v n="$name" -v c="$cg" -v r="$rec" -v s="$sim" -v cc="$cg_cpu" -v rc="$rec_cpu" -v sc="$sim_cpu" 'BEGIN {
+        printf "%-16s %12.3f %9.3f %12.3f %7.2fx %10.2fx\n", n, c, r, s, c / (r + s), cc / (rc + sc) }'
 done
 
 echo

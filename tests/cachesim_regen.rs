@@ -108,6 +108,9 @@ fn cachegrind_i1_equals_cachesim_on_the_regenerated_stream() {
         ((1024, 1, 64), (4096, 2, 64), (2048, 2, 64)),
         ((4096, 1, 64), (4096, 2, 64), (65536, 16, 64)),
     ];
+    // Each geometry's in-process JSON report and its `--configs` line.
+    let mut singles = Vec::new();
+    let mut lines = String::new();
     for (k, (i1, d1, ll)) in geometries.into_iter().enumerate() {
         let cg = Command::new("valgrind")
             .args([
@@ -139,6 +142,8 @@ fn cachegrind_i1_equals_cachesim_on_the_regenerated_stream() {
             Command::new(common::aetrace()).args(&in_process),
             "aetrace cachesim TRACE",
         );
+        singles.push(serde_json::from_slice::<serde_json::Value>(&direct.stdout).unwrap());
+        lines += &(in_process[4..in_process.len() - 1].join(" ") + "\n");
         assert_eq!(
             String::from_utf8_lossy(&direct.stdout),
             String::from_utf8_lossy(&out.stdout),
@@ -166,6 +171,28 @@ fn cachegrind_i1_equals_cachesim_on_the_regenerated_stream() {
         }
         eprintln!(
             "{ctx}: I refs {irefs}, I1 misses {i1_misses} (cachegrind = aetrace regen | cachesim)"
+        );
+    }
+    // All five geometries (lines of 32 and 64 bytes) in one pass.
+    let configs = dir.join("geometries");
+    std::fs::write(&configs, &lines).unwrap();
+    let all = run_checked(
+        Command::new(common::aetrace())
+            .args(["cachesim", "--model", "cachegrind", "--json", "--configs"])
+            .arg(&configs)
+            .arg(&trace),
+        "aetrace cachesim --configs",
+    );
+    let all: serde_json::Value = serde_json::from_slice(&all.stdout).unwrap();
+    let all = all["configurations"]
+        .as_array()
+        .expect("a report per configuration");
+    assert_eq!(all.len(), singles.len());
+    for ((one, single), line) in all.iter().zip(&singles).zip(lines.lines()) {
+        assert_eq!(one["options"], line, "configurations in file order");
+        assert_eq!(
+            one["stats"], single["stats"],
+            "--configs against one run, {line}"
         );
     }
     std::fs::remove_dir_all(&dir).unwrap();

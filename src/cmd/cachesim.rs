@@ -23,7 +23,7 @@ use std::process::ExitCode;
 use std::sync::mpsc;
 
 use aetrace_cachesim::cachegrind::Cachegrind;
-use aetrace_cachesim::config::HierarchyBuilder;
+use aetrace_cachesim::config::{CacheConfig, HierarchyBuilder};
 use aetrace_cachesim::dinero::Hierarchy;
 use aetrace_cachesim::fetch::{BlockLines, CodeBlock, InsnFetch};
 use aetrace_cachesim::sweep::{Sweep, SweepSpec};
@@ -54,6 +54,9 @@ Input and run:
   --seed U         seed of random replacement (default 1)
   --model M        dinero (default) or cachegrind (I1/D1 + optional -l2-u LL)
   --json           print statistics as JSON
+  --configs FILE   simulate every configuration of FILE (one line of cache
+                   options each, # comments) in one pass over the input,
+                   instead of cache options on the command line
 An aetrace trace (TRACE.aet) as FILE is regenerated and simulated in this
 process, block by block, with the same results as
 `aetrace regen --format bin TRACE.aet | cachesim ...`:
@@ -76,6 +79,7 @@ enum Model {
 #[derive(Debug)]
 struct Cli {
     caches: HierarchyBuilder,
+    configs: Option<PathBuf>,
     informat: Option<InFormat>,
     input: Input,
     skipcount: u64,
@@ -100,6 +104,7 @@ fn number(opt: &str, v: Option<&str>) -> Result<u64> {
 fn parse(args: &[String]) -> Result<Cli> {
     let mut cli = Cli {
         caches: HierarchyBuilder::default(),
+        configs: None,
         informat: None,
         input: Input::Stdin,
         skipcount: 0,
@@ -160,6 +165,7 @@ fn parse(args: &[String]) -> Result<Cli> {
                 cli.modules = true;
                 used = 1;
             }
+            "--configs" => cli.configs = Some(PathBuf::from(need(arg)?)),
             "--sweep" => cli.sweep = Some(need(arg)?),
             "--assoc" => cli.assoc = Some(need(arg)?),
             "--bsize" => {
@@ -576,9 +582,95 @@ fn write_report(
     s.error.map_or(Ok(()), Err)
 }
 
+/// One cache configuration to simulate; `options` is its line of
+/// `--configs` (none for the command line's options).
+struct Configuration {
+    options: Option<String>,
+    caches: Vec<CacheConfig>,
+}
+
+/// The command line's cache options, or each line of `--configs FILE`.
+fn configurations(cli: &Cli) -> Result<Vec<Configuration>> {
+    let Some(path) = &cli.configs else {
+        return Ok(vec![Configuration {
+            options: None,
+            caches: cli.caches.build()?,
+        }]);
+    };
+    if !cli.caches.is_empty() {
+        return Err(Error::Usage(
+            "--configs replaces the -lN-T cache options".into(),
+        ));
+    }
+    let text = std::fs::read_to_string(path).map_err(|source| Error::File {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let mut configs = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let options = line.split('#').next().unwrap_or_default().trim();
+        if options.is_empty() {
+            continue;
+        }
+        let at = |e: Error| Error::Usage(format!("{}:{}: {e}", path.display(), n + 1));
+        let words: Vec<&str> = options.split_whitespace().collect();
+        let mut b = HierarchyBuilder::default();
+        let mut k = 0;
+        while k < words.len() {
+            match b.take(words[k], words.get(k + 1).copied()).map_err(at)? {
+                Some(used) => k += used,
+                None => {
+                    let e = Error::Usage(format!("\"{}\" is not a cache option", words[k]));
+                    return Err(at(e));
+                }
+            }
+        }
+        configs.push(Configuration {
+            options: Some(options.to_string()),
+            caches: b.build().map_err(at)?,
+        });
+    }
+    if configs.is_empty() {
+        return Err(Error::Usage(format!(
+            "--configs {}: no configuration in the file",
+            path.display()
+        )));
+    }
+    Ok(configs)
+}
+
+/// The JSON report: `one(k)` for the command line's configuration, or
+/// under "configurations", each with its options.
+fn reports_json(
+    configs: &[Configuration],
+    one: impl Fn(usize) -> serde_json::Value,
+) -> serde_json::Value {
+    if let [Configuration { options: None, .. }] = configs {
+        return one(0);
+    }
+    let each = configs.iter().enumerate().map(|(k, c)| {
+        let mut v = one(k);
+        v["options"] = c.options.clone().into();
+        v
+    });
+    serde_json::json!({ "configurations": each.collect::<Vec<_>>() })
+}
+
+/// The text report: `one(k)`, with `--configs` each after a header line.
+fn reports_text(configs: &[Configuration], one: impl Fn(usize) -> String) -> String {
+    if let [Configuration { options: None, .. }] = configs {
+        return one(0);
+    }
+    let each = configs.iter().enumerate().map(|(k, c)| {
+        let options = c.options.as_deref().unwrap_or_default();
+        format!("---Configuration {}: {options}\n{}", k + 1, one(k))
+    });
+    each.collect()
+}
+
 fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
     if let Some(range) = &cli.sweep {
-        if !cli.caches.is_empty() || cli.model != Model::Dinero {
+        if !cli.caches.is_empty() || cli.configs.is_some() || cli.model != Model::Dinero {
             return Err(Error::Usage(
                 "--sweep takes --assoc/--bsize, not -lN-T cache options or --model".into(),
             ));
@@ -613,28 +705,32 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
             "--assoc, --bsize and --svg belong to --sweep".into(),
         ));
     }
-    let caches = cli.caches.build()?;
+    let configs = configurations(&cli)?;
     match cli.model {
         Model::Dinero => {
-            let mut h = Hierarchy::new(caches, cli.seed);
-            let s = simulate(&cli, &mut h, |h| {
+            let mut hs: Vec<Hierarchy> = (configs.iter())
+                .map(|c| Hierarchy::new(c.caches.clone(), cli.seed))
+                .collect();
+            let s = simulate(&cli, &mut hs, |hs| {
                 drive(&cli, |refs| {
-                    h.run(refs);
+                    hs.iter_mut().for_each(|h| h.run(refs));
                     Ok(())
                 })
             })?;
-            h.finish();
+            hs.iter_mut().for_each(Hierarchy::finish);
             let refs = s.refs;
             write_report(
                 out,
                 &cli,
                 s,
-                || report::dinero_json(&h.caches, refs),
-                || report::dinero_report(&h.caches, refs),
+                || reports_json(&configs, |k| report::dinero_json(&hs[k].caches, refs)),
+                || reports_text(&configs, |k| report::dinero_report(&hs[k].caches, refs)),
             )
         }
         Model::Cachegrind => {
-            let mut cg = Cachegrind::new(&caches)?;
+            let mut cgs = (configs.iter())
+                .map(|c| Cachegrind::new(&c.caches))
+                .collect::<Result<Vec<_>>>()?;
             // Reference numbers count from the start of the input.
             let base = cli.skipcount;
             let from_start = |e| match e {
@@ -644,17 +740,21 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
                 },
                 e => e,
             };
-            let s = simulate(&cli, &mut cg, |cg| {
-                drive(&cli, |refs| refs.iter().try_for_each(|&r| cg.reference(r)))
+            let s = simulate(&cli, &mut cgs, |cgs| {
+                drive(&cli, |refs| {
+                    (cgs.iter_mut())
+                        .try_for_each(|cg| refs.iter().try_for_each(|&r| cg.reference(r)))
+                })
             })
             .map_err(from_start)?;
             let refs = s.refs;
+            let json = |k: usize| serde_json::json!({"model": "cachegrind", "references": refs, "stats": cgs[k].stats});
             write_report(
                 out,
                 &cli,
                 s,
-                || serde_json::json!({"model": "cachegrind", "references": refs, "stats": cg.stats}),
-                || cg.report(),
+                || reports_json(&configs, json),
+                || reports_text(&configs, |k| cgs[k].report()),
             )
         }
     }
