@@ -219,6 +219,11 @@ impl Cachegrind {
         1 << self.i1.bshift
     }
 
+    /// I1's number of sets.
+    pub fn i1_sets(&self) -> u64 {
+        self.i1.set_mask + 1
+    }
+
     /// Counts `n` instruction fetches that hit I1's line fetched last
     /// (they change no state, see [`crate::fetch`]).
     #[inline]

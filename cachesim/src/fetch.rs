@@ -32,6 +32,7 @@
 //! their number equal the block's instruction count.
 
 use crate::cachegrind::Cachegrind;
+use crate::config::Side;
 use crate::dinero::Hierarchy;
 use crate::trace::Ref;
 use crate::{AccessKind, Result};
@@ -127,6 +128,14 @@ pub trait InsnFetch {
     /// change nothing).
     fn repeat(&mut self, n: u64);
 
+    /// The line size and number of sets of the first cache that sees the
+    /// instruction fetches, when a [`Stripped`] filter may stand before it:
+    /// it sees every instruction fetch and nothing else, and a read of a
+    /// resident line changes nothing but moving it on top of its set.
+    fn strippable(&self) -> Option<(u64, u64)> {
+        None
+    }
+
     /// Simulates a whole block from its leaders.
     #[inline]
     fn block(&mut self, leaders: &[Leader]) -> Result<()> {
@@ -144,25 +153,166 @@ pub trait InsnFetch {
     }
 }
 
-/// Several simulators fed one stream (`--configs`): the leaders of the
-/// smallest line size are given to all. That is exact for the larger lines
-/// too: an instruction that touches no new small line touches no new large
-/// line either (large lines are unions of small ones), so the extra leaders
-/// a larger line sees are repeats of the line accessed last, which hit and
-/// change nothing (the module comment).
-impl<S: InsnFetch> InsnFetch for Vec<S> {
+/// Several simulators fed one stream (`--configs`), with trace stripping
+/// (Puzak, 1985) before those whose first instruction cache allows it.
+///
+/// Leaders are computed once for the smallest line size: a larger line
+/// sees the extra leaders as repeats of the line it accessed last, which hit
+/// and change nothing (the module comment).
+///
+/// Stripping: the simulators whose first-level instruction caches have one
+/// line size share a *filter*, a direct-mapped table of the line accessed
+/// last in each of `C` sets, `C` the fewest sets among those caches (all
+/// powers of two, so each cache's sets refine the filter's). A fetch of a
+/// line the filter holds is a hit in every one of those caches and changes
+/// none: since that line's last access, no access went to its filter set,
+/// so none to its set in any of the caches; it is still resident (reads
+/// always allocate), and on top of its set under LRU. So it is counted, not
+/// simulated, and the misses, and what lower levels see, are the same.
+/// A filter pays only before two or more caches; a lone cache is fed
+/// directly. Invariant: `pending[g]` fetches of group `g` are counted in no
+/// simulator yet; [`Stripped::finish`] adds them.
+pub struct Stripped<S> {
+    sims: Vec<S>,
+    filters: Vec<Filter>,
+    /// Simulators fed without a filter.
+    direct: Vec<usize>,
+}
+
+/// One filter and the simulators behind it.
+struct Filter {
+    shift: u32,
+    mask: u64,
+    /// Per filter set: the line accessed last there (`u64::MAX`: none).
+    last: Vec<u64>,
+    sims: Vec<usize>,
+    /// Fetches found in the filter and not yet counted in `sims`.
+    pending: u64,
+}
+
+impl<S: InsnFetch> Stripped<S> {
+    /// Groups `sims` by their first instruction cache's line size.
+    pub fn new(sims: Vec<S>) -> Self {
+        let mut groups: Vec<(u32, u64, Vec<usize>)> = Vec::new();
+        let mut direct = Vec::new();
+        for (k, s) in sims.iter().enumerate() {
+            match s.strippable() {
+                Some((line, sets)) => {
+                    match groups.iter_mut().find(|g| g.0 == line.trailing_zeros()) {
+                        Some(g) => {
+                            g.1 = g.1.min(sets);
+                            g.2.push(k);
+                        }
+                        None => groups.push((line.trailing_zeros(), sets, vec![k])),
+                    }
+                }
+                None => direct.push(k),
+            }
+        }
+        let mut filters = Vec::new();
+        for (shift, sets, members) in groups {
+            if members.len() < 2 {
+                direct.extend(members);
+                continue;
+            }
+            debug_assert!(sets.is_power_of_two());
+            filters.push(Filter {
+                shift,
+                mask: sets - 1,
+                last: vec![u64::MAX; sets as usize],
+                sims: members,
+                pending: 0,
+            });
+        }
+        Stripped {
+            sims,
+            filters,
+            direct,
+        }
+    }
+
+    /// The simulators, for input that does not go through [`InsnFetch`]
+    /// (a text or `bin` file: data references too, no filter). Feeding
+    /// one `Stripped` both ways would leave its filters stale.
+    pub fn sims_mut(&mut self) -> &mut [S] {
+        &mut self.sims
+    }
+
+    /// The simulators, every fetch counted.
+    pub fn finish(mut self) -> Vec<S> {
+        for f in &mut self.filters {
+            f.flush(&mut self.sims);
+        }
+        self.sims
+    }
+}
+
+impl Filter {
+    /// Leader `l` through the filter: counted if it holds the line,
+    /// otherwise simulated in the filter's simulators.
+    #[inline]
+    fn leader<S: InsnFetch>(&mut self, l: Leader, sims: &mut [S]) -> Result<()> {
+        let first = l.addr >> self.shift;
+        let last = (l.addr + u64::from(l.size).max(1) - 1) >> self.shift;
+        if first == last && self.last[(first & self.mask) as usize] == first {
+            self.pending += 1 + u64::from(l.follow);
+            return Ok(());
+        }
+        self.flush(sims);
+        for &k in &self.sims {
+            sims[k].block(std::slice::from_ref(&l))?;
+        }
+        self.last[(first & self.mask) as usize] = first;
+        self.last[(last & self.mask) as usize] = last;
+        Ok(())
+    }
+
+    /// Counts the pending fetches in the filter's simulators (before one
+    /// goes through, so their reference numbers stay right).
+    fn flush<S: InsnFetch>(&mut self, sims: &mut [S]) {
+        if self.pending > 0 {
+            for &k in &self.sims {
+                sims[k].repeat(self.pending);
+            }
+            self.pending = 0;
+        }
+    }
+}
+
+impl<S: InsnFetch> InsnFetch for Stripped<S> {
     fn fetch_line(&self) -> u64 {
-        self.iter().map(S::fetch_line).min().unwrap_or(64)
+        self.sims.iter().map(S::fetch_line).min().unwrap_or(64)
     }
     fn fetch(&mut self, r: Ref) -> Result<()> {
-        self.iter_mut().try_for_each(|s| s.fetch(r))
+        for &k in &self.direct {
+            self.sims[k].fetch(r)?;
+        }
+        let l = Leader {
+            addr: r.addr,
+            size: r.size,
+            follow: 0,
+        };
+        (self.filters.iter_mut()).try_for_each(|f| f.leader(l, &mut self.sims))
     }
     fn repeat(&mut self, n: u64) {
-        self.iter_mut().for_each(|s| s.repeat(n));
+        for f in &mut self.filters {
+            f.pending += n;
+        }
+        for &k in &self.direct {
+            self.sims[k].repeat(n);
+        }
     }
     #[inline]
     fn block(&mut self, leaders: &[Leader]) -> Result<()> {
-        self.iter_mut().try_for_each(|s| s.block(leaders))
+        for &k in &self.direct {
+            self.sims[k].block(leaders)?;
+        }
+        for f in &mut self.filters {
+            leaders
+                .iter()
+                .try_for_each(|&l| f.leader(l, &mut self.sims))?;
+        }
+        Ok(())
     }
 }
 
@@ -170,6 +320,13 @@ impl InsnFetch for Hierarchy {
     fn fetch_line(&self) -> u64 {
         self.first_cache(AccessKind::Instr)
             .map_or(64, |c| c.config.bsize)
+    }
+    /// A split first-level instruction cache without `-ccc` (whose fully
+    /// associative shadow reorders on hits). Every policy qualifies: a
+    /// filtered line had no access to its set since it was last read.
+    fn strippable(&self) -> Option<(u64, u64)> {
+        let c = &self.first_cache(AccessKind::Instr)?.config;
+        (c.side == Side::Instr && !c.ccc).then(|| (c.bsize, c.sets()))
     }
     #[inline]
     fn fetch(&mut self, r: Ref) -> Result<()> {
@@ -190,6 +347,10 @@ impl InsnFetch for Hierarchy {
 impl InsnFetch for Cachegrind {
     fn fetch_line(&self) -> u64 {
         self.i1_line()
+    }
+    /// I1 is split and LRU.
+    fn strippable(&self) -> Option<(u64, u64)> {
+        Some((self.i1_line(), self.i1_sets()))
     }
     #[inline]
     fn fetch(&mut self, r: Ref) -> Result<()> {
@@ -245,23 +406,41 @@ mod tests {
         (blocks, walk)
     }
 
-    /// Runs `walk` through `sim` block by block and, on a clone, fetch by
-    /// fetch.
+    /// Runs `walk` through `bulk` block by block and through `each` fetch
+    /// by fetch.
     fn both<S: InsnFetch>(
         blocks: &[(u64, Vec<u8>)],
         walk: &[usize],
         bulk: &mut S,
         each: &mut S,
     ) -> (Result<()>, Result<()>) {
+        (
+            by_blocks(blocks, walk, bulk),
+            by_fetches(blocks, walk, each),
+        )
+    }
+
+    fn by_blocks(
+        blocks: &[(u64, Vec<u8>)],
+        walk: &[usize],
+        sim: &mut impl InsnFetch,
+    ) -> Result<()> {
         let code = blocks
             .iter()
             .map(|(addr, lens)| CodeBlock { addr: *addr, lens });
-        let t = BlockLines::new(code, bulk.fetch_line());
-        let a = walk.iter().try_for_each(|&b| bulk.block(t.block(b).0));
-        let b = walk.iter().try_for_each(|&b| {
+        let t = BlockLines::new(code, sim.fetch_line());
+        walk.iter().try_for_each(|&b| sim.block(t.block(b).0))
+    }
+
+    fn by_fetches(
+        blocks: &[(u64, Vec<u8>)],
+        walk: &[usize],
+        sim: &mut impl InsnFetch,
+    ) -> Result<()> {
+        walk.iter().try_for_each(|&b| {
             let (mut addr, lens) = (blocks[b].0, &blocks[b].1);
             lens.iter().try_for_each(|&len| {
-                let r = each.fetch(Ref {
+                let r = sim.fetch(Ref {
                     kind: AccessKind::Instr,
                     addr,
                     size: u32::from(len),
@@ -269,8 +448,7 @@ mod tests {
                 addr += u64::from(len);
                 r
             })
-        });
-        (a, b)
+        })
     }
 
     fn cache(
@@ -364,27 +542,62 @@ mod tests {
             prop_assert_eq!(&bulk.stats, &each.stats);
         }
 
-        /// `--configs`: simulators of different line sizes fed the
-        /// smallest line's leaders give what each gives fetch by fetch.
+        /// `--configs`: Dinero hierarchies of lines of 16 to 64 bytes,
+        /// every policy, with and without `-ccc`, split or unified, one or
+        /// two levels, behind shared filters (block by block), each give
+        /// what it gives alone, fetch by fetch.
         #[test]
-        fn several_line_sizes_share_the_smallest_leaders(
+        fn stripped_dinero_equals_each_alone(
             seed in any::<u64>(),
-            shifts in proptest::collection::vec((2u32..8, 0u32..5, 0u32..4, 0usize..3), 1..5),
+            geoms in proptest::collection::vec(
+                (4u32..7, 0u32..5, 0u32..4, 0usize..3, 0u8..8, any::<bool>()), 1..7),
         ) {
             let (blocks, walk) = program(seed, 40, 600);
-            let hierarchy = |&(bshift, sets_shift, assoc_shift, repl): &(u32, u32, u32, usize)| {
+            let hierarchy = |&(bshift, sets_shift, assoc_shift, repl, flags, two): &(u32, u32, u32, usize, u8, bool)| {
                 let (bsize, assoc) = (1u64 << bshift, 1u64 << assoc_shift);
-                let l1 = cache(1, Side::Instr, ((bsize * assoc) << sets_shift, bsize, assoc), REPLS[repl], false);
-                Hierarchy::new(vec![l1], seed)
+                let size = (bsize * assoc) << sets_shift;
+                // Mostly split: the filters' case; sometimes unified or -ccc.
+                let side = if flags == 0 { Side::Unified } else { Side::Instr };
+                let mut configs = vec![cache(1, side, (size, bsize, assoc), REPLS[repl], flags == 1)];
+                if two {
+                    configs.push(cache(2, Side::Unified, (8 * size, bsize, 2 * assoc), Repl::Lru, false));
+                }
+                Hierarchy::new(configs, seed)
             };
-            let mut bulk: Vec<Hierarchy> = shifts.iter().map(hierarchy).collect();
-            let mut each: Vec<Hierarchy> = shifts.iter().map(hierarchy).collect();
-            let (a, b) = both(&blocks, &walk, &mut bulk, &mut each);
-            prop_assert!(a.is_ok() && b.is_ok());
-            for (x, y) in bulk.iter_mut().zip(&mut each) {
+            let mut stripped = Stripped::new(geoms.iter().map(hierarchy).collect());
+            prop_assert!(by_blocks(&blocks, &walk, &mut stripped).is_ok());
+            for (mut x, g) in stripped.finish().into_iter().zip(&geoms) {
+                let mut alone = hierarchy(g);
+                prop_assert!(by_fetches(&blocks, &walk, &mut alone).is_ok());
                 x.finish();
-                y.finish();
-                prop_assert_eq!(&x.caches[0].stats, &y.caches[0].stats);
+                alone.finish();
+                for (a, b) in x.caches.iter().zip(&alone.caches) {
+                    prop_assert_eq!(&a.stats, &b.stats, "{}", a.config.name);
+                }
+            }
+        }
+
+        /// The same for the cachegrind model (I1 and LL of one line size).
+        #[test]
+        fn stripped_cachegrind_equals_each_alone(
+            seed in any::<u64>(),
+            geoms in proptest::collection::vec((4u32..7, 0u32..5, 0u32..4), 1..7),
+        ) {
+            let (blocks, walk) = program(seed, 40, 600);
+            let model = |&(bshift, sets_shift, assoc_shift): &(u32, u32, u32)| {
+                let (bsize, assoc) = (1u64 << bshift, 1u64 << assoc_shift);
+                let size = (bsize * assoc) << sets_shift;
+                let i1 = cache(1, Side::Instr, (size, bsize, assoc), Repl::Lru, false);
+                let d1 = cache(1, Side::Data, (1024, bsize, 2), Repl::Lru, false);
+                let ll = cache(2, Side::Unified, (4 * size, bsize, 4), Repl::Lru, false);
+                Cachegrind::new(&[i1, d1, ll]).unwrap()
+            };
+            let mut stripped = Stripped::new(geoms.iter().map(model).collect());
+            prop_assert!(by_blocks(&blocks, &walk, &mut stripped).is_ok());
+            for (x, g) in stripped.finish().iter().zip(&geoms) {
+                let mut alone = model(g);
+                prop_assert!(by_fetches(&blocks, &walk, &mut alone).is_ok());
+                prop_assert_eq!(&x.stats, &alone.stats);
             }
         }
     }

@@ -25,7 +25,7 @@ use std::sync::mpsc;
 use aetrace_cachesim::cachegrind::Cachegrind;
 use aetrace_cachesim::config::{CacheConfig, HierarchyBuilder};
 use aetrace_cachesim::dinero::Hierarchy;
-use aetrace_cachesim::fetch::{BlockLines, CodeBlock, InsnFetch};
+use aetrace_cachesim::fetch::{BlockLines, CodeBlock, InsnFetch, Stripped};
 use aetrace_cachesim::sweep::{Sweep, SweepSpec};
 use aetrace_cachesim::trace::{InFormat, Input, Reader, Ref};
 use aetrace_cachesim::{report, AccessKind, Error, Result};
@@ -708,15 +708,17 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
     let configs = configurations(&cli)?;
     match cli.model {
         Model::Dinero => {
-            let mut hs: Vec<Hierarchy> = (configs.iter())
+            let hs = (configs.iter())
                 .map(|c| Hierarchy::new(c.caches.clone(), cli.seed))
                 .collect();
+            let mut hs = Stripped::new(hs);
             let s = simulate(&cli, &mut hs, |hs| {
                 drive(&cli, |refs| {
-                    hs.iter_mut().for_each(|h| h.run(refs));
+                    hs.sims_mut().iter_mut().for_each(|h| h.run(refs));
                     Ok(())
                 })
             })?;
+            let mut hs = hs.finish();
             hs.iter_mut().for_each(Hierarchy::finish);
             let refs = s.refs;
             write_report(
@@ -728,9 +730,10 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
             )
         }
         Model::Cachegrind => {
-            let mut cgs = (configs.iter())
+            let cgs = (configs.iter())
                 .map(|c| Cachegrind::new(&c.caches))
                 .collect::<Result<Vec<_>>>()?;
+            let mut cgs = Stripped::new(cgs);
             // Reference numbers count from the start of the input.
             let base = cli.skipcount;
             let from_start = |e| match e {
@@ -742,11 +745,12 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
             };
             let s = simulate(&cli, &mut cgs, |cgs| {
                 drive(&cli, |refs| {
-                    (cgs.iter_mut())
+                    (cgs.sims_mut().iter_mut())
                         .try_for_each(|cg| refs.iter().try_for_each(|&r| cg.reference(r)))
                 })
             })
             .map_err(from_start)?;
+            let cgs = cgs.finish();
             let refs = s.refs;
             let json = |k: usize| serde_json::json!({"model": "cachegrind", "references": refs, "stats": cgs[k].stats});
             write_report(
