@@ -1,5 +1,6 @@
 # Loaded by `aetrace debug` into gdb (aetrace-debug's GDB_SCRIPT): commands
-# over the stub's `monitor` commands.
+# over the stub's `monitor` commands (`seek`, `materialise`) and the
+# unwinder that builds frames from the stub's procedure stack.
 import os
 import signal
 
@@ -72,7 +73,7 @@ class Materialise(gdb.Command):
         )
         if problem:
             print("aetrace: the re-run diverged from the trace: " + problem)
-        gdb.execute("frame")
+        print(gdb.execute("frame", to_string=True), end="")
 
 
 def map_returns(frames, copies):

@@ -201,7 +201,7 @@ pub fn materialise(r: &Recorded, t: &Target) -> Result<Materialised, Error> {
     let entry = goblin::elf::Elf::parse(&ins.elf).map_or(0, |e| e.header.e_entry);
     let pid = spawn(&file, &r.command)?;
     let stopped = Stopped(pid);
-    stopped.run_to_trap()?;
+    stopped.run_to_trap(t.n)?;
     let base = stopped.entry()?.wrapping_sub(entry);
     let want = t.pc.wrapping_sub(r.load_base);
     let mut regs = stopped.regs()?;
@@ -209,7 +209,7 @@ pub fn materialise(r: &Recorded, t: &Target) -> Result<Materialised, Error> {
         return Err(Error::Diverged(format!(
             "instruction {} is at {:#x} in the trace but the re-run stopped at {:#x} \
              (offsets in the executable)",
-            t.n,
+            t.n - 1,
             want,
             regs.rip.wrapping_sub(base)
         )));
@@ -349,7 +349,7 @@ struct Stopped(i32);
 impl Stopped {
     /// Runs until the counted run's trap (a single-step SIGTRAP), passing
     /// every other signal on.
-    fn run_to_trap(&self) -> Result<(), Error> {
+    fn run_to_trap(&self, n: u64) -> Result<(), Error> {
         const TRAP_TRACE: i32 = 2;
         let mut exec_stop = true;
         loop {
@@ -360,12 +360,13 @@ impl Stopped {
                     return Err(last_os("waitpid"));
                 }
                 if libc::WIFEXITED(status) {
-                    return Err(ended(libc::WEXITSTATUS(status)));
+                    return Err(ended(libc::WEXITSTATUS(status), n));
                 }
                 if libc::WIFSIGNALED(status) {
                     return Err(Error::Diverged(format!(
-                        "the re-run was killed by signal {} before the instruction",
-                        libc::WTERMSIG(status)
+                        "the re-run was killed by signal {} before instruction {}",
+                        libc::WTERMSIG(status),
+                        n - 1
                     )));
                 }
                 let mut sig = libc::WSTOPSIG(status);
@@ -482,8 +483,8 @@ impl Drop for Stopped {
     }
 }
 
-/// The re-run ended (status `code`) before the instruction.
-fn ended(code: i32) -> Error {
+/// The re-run ended (status `code`) before instruction `n`.
+fn ended(code: i32, n: u64) -> Error {
     match code {
         125 => Error::Refused(
             "the re-run ended with status 125: a second thread or a signal handler ran counted \
@@ -491,7 +492,8 @@ fn ended(code: i32) -> Error {
                 .into(),
         ),
         _ => Error::Diverged(format!(
-            "the re-run ended (status {code}) before the instruction"
+            "the re-run ended (status {code}) before instruction {}",
+            n - 1
         )),
     }
 }
