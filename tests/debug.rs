@@ -527,7 +527,6 @@ fn until_and_advance_agree_with_native_gdb() {
         "until",
         "until",
         "until",
-        "until",
         "advance msort",
         "until",
         "until",
