@@ -30,23 +30,20 @@ fn recorded(source: &str, args: &[&str]) -> (PathBuf, PathBuf) {
 
 /// Thread 0's instruction addresses, as `aetrace regen` writes them.
 fn insns(trace: &Path) -> Vec<u64> {
-    let out = run_checked(
-        Command::new(common::aetrace())
-            .args(["regen", "--thread", "0", "--format", "insn"])
-            .arg(trace),
-        "aetrace regen",
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .map(|l| u64::from_str_radix(l, 16).unwrap())
-        .collect()
+    common::regen::addresses(trace, &["--thread", "0", "--format", "insn"])
 }
 
 /// Runs `commands` in `gdb -batch` connected to the stub; its stdout and
 /// stderr together.
 fn gdb(exe: &Path, trace: &Path, commands: &str) -> String {
+    let (ok, s) = gdb_status(exe, trace, commands);
+    assert!(ok, "gdb failed:\n{s}");
+    s
+}
+
+/// [`gdb`], also when the last command fails: whether gdb succeeded and
+/// its output.
+fn gdb_status(exe: &Path, trace: &Path, commands: &str) -> (bool, String) {
     let script = trace.with_extension(format!("{}.gdb", commands.len()));
     let text = format!(
         "set pagination off\nset confirm off\ntarget remote | '{}' debug --server '{}'\n{commands}\n",
@@ -54,16 +51,15 @@ fn gdb(exe: &Path, trace: &Path, commands: &str) -> String {
         trace.display()
     );
     std::fs::write(&script, text).unwrap();
-    let out = run_checked(
-        Command::new("gdb")
-            .args(["-batch", "-nx", "-x"])
-            .arg(&script)
-            .arg(exe),
-        "gdb",
-    );
+    let out = Command::new("gdb")
+        .args(["-batch", "-nx", "-x"])
+        .arg(&script)
+        .arg(exe)
+        .output()
+        .expect("cannot run gdb");
     let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
     s.push_str(&String::from_utf8_lossy(&out.stderr));
-    s
+    (out.status.success(), s)
 }
 
 /// The values of `printf "pc %lx\n", $pc` lines.
@@ -403,6 +399,175 @@ fn line_steps_both_ways_agree_with_native_record_full() {
     let native = String::from_utf8_lossy(&native.stdout).into_owned()
         + &String::from_utf8_lossy(&native.stderr);
     assert_eq!(stops(&native).len(), seq.len() - 1, "{native}");
+    assert_eq!(
+        stops(&ours),
+        stops(&native),
+        "ours:\n{ours}\nnative:\n{native}"
+    );
+}
+
+/// What a materialised or native stop shows, hex numbers masked (stack
+/// addresses differ with the environment's size): `bt` frames, locals
+/// (`name = value`), `print`s, `x/i`, and `off` (the pc from `main`),
+/// after the line `SHOW`.
+fn shown(out: &str) -> Vec<String> {
+    let hex = |l: &str| {
+        let mut r = String::new();
+        let mut rest = l;
+        while let Some(i) = rest.find("0x") {
+            r.push_str(&rest[..i + 2]);
+            rest = rest[i + 2..].trim_start_matches(|c: char| c.is_ascii_hexdigit());
+            r.push('?');
+        }
+        r + rest
+    };
+    let local = |l: &str| {
+        l.split_once(" = ")
+            .is_some_and(|(k, _)| k.chars().all(|c| c.is_alphanumeric() || c == '_'))
+    };
+    let after = out.rsplit_once("SHOW\n").map_or("", |x| x.1);
+    after
+        .lines()
+        .filter(|l| {
+            l.starts_with('#')
+                || l.starts_with("off ")
+                || l.starts_with("=> ")
+                || l.starts_with('$')
+                || local(l)
+        })
+        .map(hex)
+        .collect()
+}
+
+/// After `materialise` in the recursion of `msort` (the third stop at line
+/// 27, five calls deep), the re-run process shows what the native program
+/// shows stopped there by a breakpoint hit for the third time: the pc
+/// (from `main`), `x/i $pc`, `bt` (functions, arguments, lines), the
+/// locals of the innermost frame and of its caller (`up`), `print`s. The
+/// materialised process then runs to its normal end.
+#[test]
+fn materialise_agrees_with_native_gdb() {
+    let exe = recursion_o0_g();
+    let (_, trace, _) = record_ok(&exe, &["7"], &[], Knobs::DEFAULT);
+    let show = "echo SHOW\\n\nprintf \"off %ld\\n\", (long)$pc - (long)&main\nx/i $pc\nbt\ninfo locals\nup\ninfo locals\nprint lo\nprint hi\nprint a[1]\n";
+    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
+    let ours = gdb(
+        &exe,
+        &trace,
+        &format!(
+            "source {}\nbreak 27\ncontinue\ncontinue\ncontinue\nmaterialise\n{show}delete\ncontinue\n",
+            aetrace_py.display()
+        ),
+    );
+    let script = trace.with_extension("native-mat.gdb");
+    std::fs::write(
+        &script,
+        format!("set pagination off\nbreak 27\nrun\ncontinue\ncontinue\n{show}"),
+    )
+    .unwrap();
+    let native = run_checked(
+        Command::new("gdb")
+            .args(["-batch", "-nx", "-x"])
+            .arg(&script)
+            .arg("--args")
+            .arg(&exe)
+            .arg("7"),
+        "gdb (native)",
+    );
+    let native = String::from_utf8_lossy(&native.stdout).into_owned();
+    let (s_ours, s_native) = (shown(&ours), shown(&native));
+    // Six frames (msort five deep, main), two sets of locals, the prints.
+    assert_eq!(
+        s_native.iter().filter(|l| l.starts_with('#')).count(),
+        6 + 1,
+        "{native}"
+    );
+    assert_eq!(s_ours, s_native, "ours:\n{ours}\nnative:\n{native}");
+    assert!(!ours.contains("diverged"), "{ours}");
+    assert!(ours.contains("exited normally"), "{ours}");
+}
+
+/// A re-run that takes another path stops elsewhere or ends first: the
+/// message says it diverged. `procview` prints where its descriptors
+/// point; recorded with stdout to a pipe, re-run with /dev/null, it runs a
+/// different number of instructions.
+#[test]
+fn materialise_says_when_the_rerun_diverges() {
+    let exe = build("procview.c", O2_PIE);
+    let (_, trace, _) = record_ok(&exe, &[], &[], Knobs::DEFAULT);
+    let last = insns(&trace).len() - 1;
+    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
+    let (ok, out) = gdb_status(
+        &exe,
+        &trace,
+        &format!(
+            "source {}\nseek {last}\nmaterialise\n",
+            aetrace_py.display()
+        ),
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("materialise: the re-run diverged from the trace: "),
+        "{out}"
+    );
+    assert_eq!(out.matches("diverged").count(), 1, "{out}");
+}
+
+/// `until` and `advance` stop where they stop on the program run natively
+/// (forwards only: no `record full` needed): from `main` over its loop
+/// (`until` at a backward jump goes on to the loop's exit), into `msort`,
+/// through its merge loops, and `advance` to a line reached first in a
+/// deeper recursive call.
+#[test]
+fn until_and_advance_agree_with_native_gdb() {
+    let exe = recursion_o0_g();
+    let (_, trace, _) = record_ok(&exe, &["5"], &[], Knobs::DEFAULT);
+    let seq = [
+        "until",
+        "until",
+        "until",
+        "until",
+        "advance msort",
+        "until",
+        "until",
+        "advance 27",
+        "until",
+        "until",
+        "until",
+        "until",
+        "until",
+        "advance 33",
+        "until",
+        "until",
+        "advance 43",
+    ];
+    let steps: String = seq
+        .iter()
+        .map(|c| format!("{c}\npython aet_show()\n"))
+        .collect();
+    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
+    let ours = gdb(
+        &exe,
+        &trace,
+        &format!(
+            "source {}\n{SHOW_STOP}break main\ncontinue\n{steps}",
+            aetrace_py.display()
+        ),
+    );
+    let script = trace.with_extension("native-until.gdb");
+    let text = format!("set pagination off\nset confirm off\n{SHOW_STOP}break main\nrun\n{steps}");
+    std::fs::write(&script, text).unwrap();
+    let native = run_checked(
+        Command::new("gdb")
+            .args(["-batch", "-nx", "-x"])
+            .arg(&script)
+            .arg("--args")
+            .arg(&exe)
+            .arg("5"),
+        "gdb (native)",
+    );
+    let native = String::from_utf8_lossy(&native.stdout).into_owned();
+    assert_eq!(stops(&native).len(), seq.len(), "{native}");
     assert_eq!(
         stops(&ours),
         stops(&native),

@@ -24,21 +24,7 @@ const O0_PIE: Variant = Variant::new(Opt::O0, Link::Pie, false);
 
 /// Module-relative addresses of one regenerated trace (`--relative`).
 fn regen(trace: &Path, format: &str) -> Vec<u64> {
-    let out = run_checked(
-        Command::new(common::aetrace())
-            .args(["regen", "--relative", "--format", format])
-            .arg(trace),
-        "aetrace regen",
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .map(|l| {
-            let a = l.split_whitespace().next().unwrap();
-            u64::from_str_radix(a, 16).unwrap_or_else(|_| panic!("regen line {l:?}"))
-        })
-        .collect()
+    common::regen::addresses(trace, &["--relative", "--format", format])
 }
 
 /// The function ranges of `exe` (`nm -S`) and the 16-byte entries of its

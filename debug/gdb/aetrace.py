@@ -1,5 +1,9 @@
 # Loaded by `aetrace debug` into gdb (aetrace-debug's GDB_SCRIPT): commands
-# over the stub's `monitor` commands.
+# over the stub's `monitor` commands (`seek`, `materialise`) and the
+# unwinder that builds frames from the stub's procedure stack.
+import os
+import signal
+
 import gdb
 import gdb.unwinder
 
@@ -18,6 +22,116 @@ class Seek(gdb.Command):
 
 
 Seek()
+
+
+class Materialise(gdb.Command):
+    """materialise: run the program again, natively, to the current
+    instruction (`monitor materialise`), attach to it as a new inferior
+    (`inferior 1` goes back to the trace) and map the callers' return
+    addresses from the rewritten copies back to the original code."""
+
+    def __init__(self):
+        super().__init__("materialise", gdb.COMMAND_RUNNING)
+
+    def invoke(self, arg, from_tty):
+        reply = gdb.execute("monitor materialise", to_string=True)
+        head = [l for l in reply.splitlines() if l.startswith("materialise pid ")]
+        if not head:
+            raise gdb.GdbError(reply.strip())
+        w = head[0].split(None, 16)
+        pid, base, pc = int(w[2]), int(w[4], 16), int(w[6], 16)
+        park, code = int(w[8], 16), int(w[9], 16)
+        copies, n, path = (int(w[11], 16), int(w[12], 16)), int(w[14]), w[16]
+        frames = [
+            tuple(int(x, 16) for x in l.split()[1:3])
+            for l in reply.splitlines()
+            if l.startswith("frame ")
+        ]
+        gdb.execute("add-inferior -no-connection", to_string=True)
+        num = max(i.num for i in gdb.inferiors())
+        gdb.execute("inferior %d" % num, to_string=True)
+        gdb.execute("file " + path, to_string=True)
+        try:
+            gdb.execute("attach %d" % pid, to_string=True)
+        except gdb.error:
+            os.kill(pid, signal.SIGKILL)
+            raise
+        # An attach from Python in a session with two targets leaves the
+        # attach's SIGSTOP to be reported at the next resume, and passed
+        # on after: never stop on SIGSTOP, never pass it.
+        gdb.execute("handle SIGSTOP nostop noprint nopass", to_string=True)
+        # The process spins on a `jmp .` at `park`: the code and pc back.
+        gdb.selected_inferior().write_memory(park, code.to_bytes(2, "little"))
+        gdb.execute("set var $pc = %d" % pc)
+        problem = map_returns(frames, copies)
+        gdb.execute("maintenance flush register-cache")
+        if problem is None:
+            problem = check_frames(pc, [o for _, o in frames], (base, copies[1]))
+        print(
+            "aetrace: inferior %d is process %d, run again to instruction %d (%s); "
+            "`inferior 1` goes back to the trace" % (num, pid, n - 1, path)
+        )
+        if problem:
+            print("aetrace: the re-run diverged from the trace: " + problem)
+        print(gdb.execute("frame", to_string=True), end="")
+
+
+def map_returns(frames, copies):
+    """Rewrites the return address of each caller frame in the copies
+    (found by gdb's unwinder, the copies' CFI) with the original's, in the
+    order of the trace's procedure stack: None, or what differs."""
+    inf = gdb.selected_inferior()
+    slots = []
+    f = gdb.newest_frame().older()
+    while f is not None and len(slots) < len(frames):
+        pc = f.pc()
+        copy, orig = frames[len(slots)]
+        if pc == copy:
+            slot = int(f.read_register("rsp")) - 8
+            if read_u64s(slot, 1)[0] != pc:
+                return "the return address %#x is not at %#x" % (pc, slot)
+            slots.append((slot, orig))
+        elif copies[0] <= pc < copies[1]:
+            return "caller %d of the trace returns to %#x (in the copy: %#x), the re-run's to %#x" % (
+                len(slots) + 1,
+                orig,
+                copy,
+                pc,
+            )
+        f = f.older()
+    if len(slots) < len(frames):
+        return "the re-run has %d of the trace's %d callers" % (len(slots), len(frames))
+    for slot, orig in slots:
+        inf.write_memory(slot, orig.to_bytes(8, "little"))
+    return None
+
+
+def check_frames(pc, returns, exe):
+    """The frames in the executable after the mapping, against the trace's
+    procedure stack (pc, return addresses): None, or what differs."""
+    got = []
+    # The trace's stack goes on past main (to _start); gdb's stops there.
+    past_main = gdb.parameter("backtrace past-main")
+    gdb.execute("set backtrace past-main on")
+    try:
+        f = gdb.newest_frame()
+        while f is not None:
+            if exe[0] <= f.pc() < exe[1]:
+                got.append(f.pc())
+            f = f.older()
+    finally:
+        gdb.execute("set backtrace past-main " + ("on" if past_main else "off"))
+        gdb.execute("maintenance flush register-cache")
+    want = [pc] + returns
+    if got != want:
+        return "frames %s, the trace's %s" % (
+            " ".join("%#x" % a for a in got),
+            " ".join("%#x" % a for a in want),
+        )
+    return None
+
+
+Materialise()
 
 
 # The procedure stack, as the stub serves it at SHADOW (aetrace_debug::stub::

@@ -10,6 +10,8 @@
 //!   of the modules' ELF files at their load bases);
 //! - [`stack`]: the procedure stack at any position (for backtraces);
 //! - [`stub`]: the gdb target (`gdbstub` speaks the protocol);
+//! - [`materialise`]: the program re-run natively to the current
+//!   instruction, for gdb to attach (`monitor materialise`);
 //! - [`blocks`]: which procedure an address is in;
 //! - [`calltree`]: the whole run's call tree as Chrome/Perfetto trace JSON
 //!   (`aetrace timeline`).
@@ -22,6 +24,7 @@
 pub mod blocks;
 pub mod calltree;
 pub mod image;
+pub mod materialise;
 pub mod stack;
 pub mod stub;
 pub mod timeline;
@@ -224,7 +227,8 @@ where
                 at: opts.at,
             });
         }
-        f(&mut stub::Stub::new(timeline, image, modules, opts.at))
+        let plan = materialise::plan(trace, thread);
+        f(&mut stub::Stub::new(timeline, image, modules, opts.at).with_plan(plan))
     })?
 }
 

@@ -10,10 +10,12 @@
 //!   breakpoint (software and hardware alike: nothing is written into
 //!   memory) inside the stub, at regeneration speed; running off either end
 //!   stops with gdb's replay-log stop ("No more reverse-execution history").
-//! - `monitor` commands: `when`, `seek N`, `info` ([`Stub::monitor`]).
+//! - `monitor` commands: `when`, `seek N`, `info`, `calls [N]`,
+//!   `materialise` ([`Stub::monitor`]).
 
 use crate::blocks::{BlockAt, Blocks};
 use crate::image::Image;
+use crate::materialise;
 use crate::stack::Stacks;
 use crate::timeline::{Found, Timeline};
 use aetrace_regen::compile::Module as Compiled;
@@ -118,6 +120,8 @@ pub struct Stub<'m> {
     stacks: Stacks,
     /// The shadow region's bytes at a position ([`SHADOW`]).
     shadow: Option<(u64, Vec<u8>)>,
+    /// How to re-run the program (`monitor materialise`).
+    plan: materialise::Plan,
 }
 
 /// Calls `monitor calls` lists on each side of the current position.
@@ -150,6 +154,33 @@ impl<'m> Stub<'m> {
             modules,
             stacks: Stacks::new(modules),
             shadow: None,
+            plan: Err("the stub was not told how the program was run".into()),
+        }
+    }
+
+    /// The same stub, re-running the program by `plan` to materialise.
+    pub fn with_plan(mut self, plan: materialise::Plan) -> Self {
+        self.plan = plan;
+        self
+    }
+
+    /// `monitor materialise`: the program re-run to the current
+    /// instruction ([`materialise`]); the reply aetrace's gdb command
+    /// reads, or why not.
+    fn materialise(&mut self) -> String {
+        let recorded = match &self.plan {
+            Ok(r) => r.clone(),
+            Err(why) => return format!("materialise: cannot materialise here: {why}"),
+        };
+        let frames = self.frames();
+        let target = materialise::Target {
+            n: self.pos + 1,
+            pc: frames[0].0,
+            returns: frames[1..].iter().map(|f| f.0).collect(),
+        };
+        match materialise::materialise(&recorded, &target) {
+            Ok(m) => m.reply(target.n),
+            Err(e) => format!("materialise: {e}"),
         }
     }
 
@@ -309,7 +340,8 @@ impl<'m> Stub<'m> {
                 Ok(n) => self.calls(n),
                 Err(_) => format!("calls: {n:?} is not a number of calls"),
             },
-            _ => "commands: when, seek N, info, calls [N]".into(),
+            ["materialise"] => self.materialise(),
+            _ => "commands: when, seek N, info, calls [N], materialise".into(),
         }
     }
 

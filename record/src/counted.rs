@@ -583,6 +583,23 @@ pub fn count(
     Ok((ran.outcome, count))
 }
 
+/// The executable `exe` rewritten to raise SIGTRAP just before its `n`th
+/// instruction (`count --event insns --stop-at n --write-program`, as
+/// `aetrace debug`'s `monitor materialise` runs it): the ELF file and its
+/// program database (where each address of a copy stands in the original).
+pub fn stop_program(exe: &Path, n: u64) -> Result<rewrite::Instrumented> {
+    if n == 0 || n > 1 << 60 {
+        return Err(CountError::StopAtRange(n).into());
+    }
+    let spec = CountSpec {
+        events: Some(counters::Event::Insns),
+        threads: process_starts_threads(exe)?,
+        stop_at: Some(n),
+        ..CountSpec::default()
+    };
+    Ok(rewrite::instrument_with(exe, &How::Count(spec), 0)?)
+}
+
 /// The error of writing the count to `-o FILE`.
 pub fn output_error(path: &Path, source: std::io::Error) -> Error {
     CountError::Output {

@@ -18,6 +18,7 @@ pub mod lackey;
 pub mod lsda;
 pub mod oracle;
 pub mod recorded;
+pub mod regen;
 pub mod singlestep;
 
 use std::hash::{BuildHasherDefault, Hasher};
