@@ -34,7 +34,7 @@
 //!   instruction;
 //! - `transparency`: a recorded program sees its native argv, environment
 //!   and descriptors; `#!` scripts record their interpreter;
-//! - `unwind`: timer signals in unwinding recursions, against lackey's run
+//! - `unwinding`: timer signals in unwinding recursions, against lackey's run
 //!   without the timer and the program's counts;
 //! - `verify`: `aetrace verify` on exact and broken traces.
 //!
@@ -70,5 +70,5 @@ mod stop_at;
 mod timeline;
 mod trace_oracle;
 mod transparency;
-mod unwind;
+mod unwinding;
 mod verify;

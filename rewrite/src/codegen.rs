@@ -1664,9 +1664,10 @@ impl ProcGen<'_, '_> {
                         self.em.witness(w, before_last, before, before)?;
                     }
                     // A return is counted after its witness, right before
-                    // the `ret` (flags are dead there, SysV).
+                    // the `ret`, by one instruction (flags are dead there,
+                    // SysV): regen tells a rip before it from one after it.
                     if returns {
-                        self.em.transfer(before_last)?;
+                        self.em.transfer(entry_site(before_last))?;
                     }
                     self.copy_at(b, last_i, last);
                 }
