@@ -20,13 +20,15 @@
 //! The transfer count (`xfers`, docs/regen.md "The transfer count")
 //! mirrors the runtime's per-thread XFERS: it grows by one exactly when the
 //! machine makes a counted transfer ([`Machine::counted`]:
-//! `CallDb::counts_transfer`, the rewriter's rule), never when a step is
+//! `CallDb::counts_transfer`, the rewriter's rule; and every `ret` of a
+//! module whose database `counts_returns`), never when a step is
 //! aborted before it. Every trail mark holds
 //! the count it ran with, so two marks a SIGNAL's point could name differ
-//! in count (two runs of one block are separated by the counted call of
-//! the second; two gaps by the counted transfer into the second), except
+//! in count (two runs of one block are separated by a counted call or
+//! return; two gaps by the counted transfer into the second), except
 //! *before a counted call*, which stands with the count and one more (the
-//! increment is the instruction before the call): [`Machine::fits`].
+//! increment is the instruction before the call), and *before a counted
+//! `ret`*, where the rip says which of the two: [`Machine::fits`].
 
 use super::{Flow, Frame, Loc, Machine, ModuleIx, Sink, Step};
 use crate::compile::{BlockIx, SigAt, EXIT, NO_WITNESS};
@@ -108,8 +110,8 @@ pub(super) enum Mark {
     /// instruction `min` or later of `loc` (an item written before `loc`'s
     /// last instruction has been read: `min` is that instruction).
     /// `cnt`: the thread's transfer count there (the chain's blocks have
-    /// no call but its last, whose counted transfer adds 1 at its last
-    /// instruction).
+    /// no call or return but its last, whose counted transfer adds 1 at
+    /// its last instruction).
     Block {
         loc: Loc,
         first: u32,
