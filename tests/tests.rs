@@ -34,6 +34,8 @@
 //!   instruction;
 //! - `transparency`: a recorded program sees its native argv, environment
 //!   and descriptors; `#!` scripts record their interpreter;
+//! - `unwinding`: timer signals in unwinding recursions, against lackey's run
+//!   without the timer and the program's counts;
 //! - `verify`: `aetrace verify` on exact and broken traces.
 //!
 //! All topics run in one process, in libtest's threads (one per core, as
@@ -68,4 +70,5 @@ mod stop_at;
 mod timeline;
 mod trace_oracle;
 mod transparency;
+mod unwinding;
 mod verify;

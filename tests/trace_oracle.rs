@@ -72,7 +72,7 @@ pub(crate) fn regen_threads(trace: &Path, module: Option<&str>) -> Vec<Vec<u64>>
     threads
 }
 
-fn first_difference(expected: &[u64], got: &[u64]) -> Option<String> {
+pub(crate) fn first_difference(expected: &[u64], got: &[u64]) -> Option<String> {
     let i = expected.iter().zip(got).position(|(a, b)| a != b);
     let i = match i {
         Some(i) => i,

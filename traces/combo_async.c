@@ -1,9 +1,10 @@
 /* Asynchronous signals in the mix: a 200 us interval timer (setitimer)
  * delivers SIGALRM wherever the program is, in a recursion that calls
  * qsort with a comparator; the handler counts, and every fifth time it
- * finds the recursion deep it siglongjmps out of it. alarm() ends the
- * wait for the last ticks. Prints its own counts (the oracle: valgrind
- * delivers timer signals at its own points). */
+ * finds the recursion deep it siglongjmps out of it. A one-shot ualarm()
+ * ends the wait for the last ticks (alarm() would make every run last a
+ * second). Prints its own counts (the oracle: valgrind delivers timer
+ * signals at its own points). */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
@@ -61,7 +62,7 @@ int main(void) {
     struct itimerval off = {{0, 0}, {0, 0}};
     setitimer(ITIMER_REAL, &off, NULL);
     armed = 0;
-    alarm(1);
+    ualarm(2000, 0);
     while (!alarmed)
         pause();
     printf("ticks>=60 %d jumps>0 %d handled_alarm %d\n", ticks >= 60, jumps > 0, (int)alarmed);

@@ -20,9 +20,10 @@
 //!   and every block, instruction and edge they name exists.
 
 /// Version of the encoding written by [`ProgramDb::encode`] (2: signal maps;
-/// 3: [`CallDb::plt`], the second call byte and [`CallDb::jmpbuf`]).
-/// [`ProgramDb::decode`] reads versions 2 and 3.
-pub const VERSION: u32 = 3;
+/// 3: [`CallDb::plt`], the second call byte and [`CallDb::jmpbuf`]; 4: the
+/// flags byte, [`ProgramDb::counts_returns`]).
+/// [`ProgramDb::decode`] reads versions 2 to 4.
+pub const VERSION: u32 = 4;
 /// Oldest version [`ProgramDb::decode`] reads.
 const OLDEST_VERSION: u32 = 2;
 
@@ -36,6 +37,11 @@ pub struct ProgramDb {
     /// recorder learns the blob's run-time address from each thread's slot,
     /// so the load bias is `runtime address - runtime_vaddr`.
     pub runtime_vaddr: u64,
+    /// Every return (an edge of kind [`EdgeKindDb::Return`] taken) is a
+    /// counted transfer too: the rewriter increments the thread's transfer
+    /// count just before each `ret` (version 4; false in older databases,
+    /// whose code did not).
+    pub counts_returns: bool,
     /// Indexed by procedure number.
     pub procs: Vec<ProcDb>,
 }
@@ -271,6 +277,8 @@ const CALL_LANDING: u8 = 0x08;
 /// Second call byte (version 3).
 const CALL2_JMPBUF: u8 = 0x01;
 const CALL_PLT: u8 = 0x04;
+/// Flags byte (version 4): [`ProgramDb::counts_returns`].
+const DB_COUNTS_RETURNS: u8 = 0x01;
 /// Edge byte: kind in the low 3 bits, this bit when a witness number follows.
 const EDGE_WITNESS: u8 = 0x80;
 // Tags of `SigPoint` (low 2 bits of the point byte); bit 7: `Insn` of
@@ -440,6 +448,13 @@ impl ProgramDb {
         out.extend_from_slice(&version.to_le_bytes());
         out.extend_from_slice(&self.link_base.to_le_bytes());
         out.extend_from_slice(&self.runtime_vaddr.to_le_bytes());
+        if version >= 4 {
+            out.push(if self.counts_returns {
+                DB_COUNTS_RETURNS
+            } else {
+                0
+            });
+        }
         put_uleb(&mut out, self.procs.len() as u64);
         for (pi, p) in self.procs.iter().enumerate() {
             put_str(&mut out, &p.name);
@@ -581,6 +596,10 @@ impl ProgramDb {
         }
         let link_base = r.u64("link base")?;
         let runtime_vaddr = r.u64("runtime address")?;
+        let flags = if version >= 4 { r.u8("flags")? } else { 0 };
+        if flags & !DB_COUNTS_RETURNS != 0 {
+            return Err(r.err(format_args!("flags {flags:#04x}: reserved bits set")));
+        }
         // A procedure takes at least 6 bytes (name length, status, entry, two
         // counts, the signal map flag).
         let nprocs = r.count("procedure count", 6)?;
@@ -742,6 +761,7 @@ impl ProgramDb {
         Ok(ProgramDb {
             link_base,
             runtime_vaddr,
+            counts_returns: flags & DB_COUNTS_RETURNS != 0,
             procs,
         })
     }
@@ -1160,6 +1180,7 @@ mod tests {
         ProgramDb {
             link_base: 0x40_0000,
             runtime_vaddr: 0x80_0000 + rnd(1 << 20),
+            counts_returns: rnd(2) == 1,
             procs,
         }
     }
@@ -1175,7 +1196,7 @@ mod tests {
     fn empty_database_round_trips() {
         let db = ProgramDb::default();
         let bytes = db.encode();
-        assert_eq!(bytes.len(), 4 + 4 + 8 + 8 + 1);
+        assert_eq!(bytes.len(), 4 + 4 + 8 + 8 + 1 + 1);
         assert_eq!(ProgramDb::decode(&bytes).unwrap(), db);
     }
 
@@ -1184,6 +1205,7 @@ mod tests {
         let db = ProgramDb {
             link_base: 0x40_0000,
             runtime_vaddr: 0x50_0000,
+            counts_returns: true,
             procs: vec![ProcDb {
                 name: "f".into(),
                 status: ProcStatus::Traced,
@@ -1250,9 +1272,11 @@ mod tests {
         };
         let bytes = db.encode();
         let mut want = b"AEDB".to_vec();
-        want.extend_from_slice(&3u32.to_le_bytes());
+        want.extend_from_slice(&4u32.to_le_bytes());
         want.extend_from_slice(&0x40_0000u64.to_le_bytes());
         want.extend_from_slice(&0x50_0000u64.to_le_bytes());
+        // Flags: returns counted.
+        want.push(1);
         want.extend_from_slice(&[1, 1, b'f', 0, 0, 2]);
         // Call byte (External, MARKER, RETURNS), second call byte (no jmpbuf).
         want.extend_from_slice(&[0x80, 0xa0, 0x80, 0x02, 2, 4, 5, 0x32, 0]);
@@ -1329,6 +1353,7 @@ mod tests {
         ProgramDb {
             link_base: 0x40_0000,
             runtime_vaddr: 0x50_0000,
+            counts_returns: false,
             procs: vec![
                 proc(
                     "main",
@@ -1439,8 +1464,13 @@ mod tests {
             prop_assert_eq!(db.check().map_err(|e| e.to_string()), Ok(()));
             let bytes = db.encode();
             prop_assert_eq!(ProgramDb::decode(&bytes).unwrap(), db.clone());
+            // Version 3 had no flags: returns were not counted.
+            let mut v3 = db.clone();
+            v3.counts_returns = false;
+            prop_assert_eq!(ProgramDb::decode(&db.encode_raw(3)).unwrap(), v3);
             // Version 2 had no `jmpbuf`: every call but a tail call reads as one.
             let mut old = db.clone();
+            old.counts_returns = false;
             for p in &mut old.procs {
                 for c in p.blocks.iter_mut().filter_map(|b| b.call.as_mut()) {
                     c.jmpbuf = !c.tail;

@@ -191,6 +191,9 @@ pub struct Module {
     /// 5), never untraced code of the program, which regen could
     /// otherwise take it for.
     runtime: std::ops::Range<u64>,
+    /// Every return (a [`EdgeKindDb::Return`] edge taken) is a counted
+    /// transfer (`ProgramDb::counts_returns`).
+    pub counts_returns: bool,
 }
 
 /// Where output addresses come from.
@@ -250,6 +253,7 @@ impl Module {
             shown: true,
             format,
             addressing: Some(addressing),
+            counts_returns: db.counts_returns,
             ..Module::default()
         };
         // Global indices first: a call may name any procedure's entry.

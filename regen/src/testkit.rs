@@ -231,6 +231,7 @@ pub(crate) fn synth(prog: Program, rng: &mut Rng) -> Synth {
     let db = ProgramDb {
         link_base: LINK_BASE,
         runtime_vaddr: 0,
+        counts_returns: false,
         procs,
     };
     db.check().unwrap();

@@ -138,6 +138,7 @@ fn db_of(procs: Vec<ProcDb>) -> ProgramDb {
     ProgramDb {
         link_base: LINK_BASE,
         runtime_vaddr: 0,
+        counts_returns: false,
         procs,
     }
 }
@@ -1222,6 +1223,7 @@ fn calls_and_callbacks_across_modules_share_one_stack() {
     let lib = ProgramDb {
         link_base: 0,
         runtime_vaddr: 0,
+        counts_returns: false,
         procs: vec![proc(
             &mut a,
             "lib_f",
@@ -1893,4 +1895,97 @@ fn the_transfer_count_chooses_the_interrupted_gap() {
     );
     let e = hand(&db, &stream(None)).1.unwrap_err().to_string();
     assert!(e.contains("entered at 2 places"), "{e}");
+}
+
+/// main: b0 calls r, b1 returns. r: b0 recurses (witness 0, to b1's call)
+/// or not (witness 1, to b3); b2 runs after the recursive call and
+/// returns, b3 returns; its copy has b2's first instruction at COPY +
+/// 0x140, the return's increment at 0x143, the `ret` at 0x14b. h: a
+/// handler. Returns counted (a version 4 database) when `counted`.
+fn unwind_db(counted: bool) -> ProgramDb {
+    let mut a = LINK_BASE + 0x1000;
+    let main = proc(
+        &mut a,
+        "main",
+        vec![call(CallTarget::Proc(1), false, true, false, None), None],
+        vec![(0, 1, CallReturn, None), (1, 2, Return, None)],
+    );
+    let mut r = proc(
+        &mut a,
+        "r",
+        vec![
+            None,
+            call(CallTarget::Proc(1), false, true, false, None),
+            None,
+            None,
+        ],
+        vec![
+            (0, 1, Taken, Some(0)),
+            (0, 3, FallThrough, Some(1)),
+            (1, 2, CallReturn, None),
+            (2, 4, Return, None),
+            (3, 4, Return, None),
+        ],
+    );
+    r.sigmap = map(
+        COPY + 0x100,
+        0x50,
+        vec![
+            (0, SigPoint::Outside),
+            (0x10, insn(1, 0, 0, 2)),
+            (0x40, insn(1, 2, 0, 1)),
+            (0x43, insn(1, 2, 1, 0)),
+            (0x4b, insn(1, 2, 1, 1)),
+        ],
+    );
+    let h = proc(&mut a, "h", vec![None], vec![(0, 1, Return, None)]);
+    let mut db = db_of(vec![main, r, h]);
+    db.counts_returns = counted;
+    db
+}
+
+/// A signal in the return chain of a recursion three frames deep, which
+/// writes nothing after its last witness: r's b2 runs in two frames, with
+/// transfer counts 4 and 5 once returns count. Before the `ret` (its
+/// increment not run: the rip in the instrumentation) the count is the
+/// run's own, at the `ret`'s copy one more; so each (rip, count) names one
+/// run. Without counted returns both runs have count 3: refused.
+#[test]
+fn counted_returns_choose_the_frame_of_an_unwinding_recursion() {
+    let stream = |off: u64, count: u32| {
+        let mut s = main_start();
+        for w in [0, 0, 1] {
+            witness(&mut s, w);
+        }
+        signal_at(&mut s, 14, LOAD_BASE + COPY + 0x100 + off, count);
+        enter(&mut s, 2);
+        s
+    };
+    let db = unwind_db(true);
+    let down = [
+        full(0, 0),
+        full(1, 0),
+        full(1, 1),
+        full(1, 0),
+        full(1, 1),
+        full(1, 0),
+        full(1, 3),
+    ];
+    let (head, tail) = ((1, 2, 0, 1), (1, 2, 1, 2));
+    let inner = [head, sig(14), full(2, 0), tail, full(1, 2), full(0, 1)];
+    let outer = [full(1, 2), head, sig(14), full(2, 0), tail, full(0, 1)];
+    for (off, count, after) in [
+        (0x43, 4, &inner),
+        (0x4b, 5, &inner),
+        (0x43, 5, &outer),
+        (0x4b, 6, &outer),
+    ] {
+        let steps: Vec<_> = down.iter().chain(after.iter()).copied().collect();
+        expect(&db, &stream(off, count), &parts(&db, &steps));
+    }
+    let e = hand(&db, &stream(0x43, 6)).1.unwrap_err().to_string();
+    assert!(e.contains("only with transfer counts [4, 5]"), "{e}");
+    let old = unwind_db(false);
+    let e = hand(&old, &stream(0x43, 3)).1.unwrap_err().to_string();
+    assert!(e.contains("ran 2 times since its last record"), "{e}");
 }

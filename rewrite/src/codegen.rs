@@ -42,7 +42,9 @@
 //!   witness and EXIT; a PLT stub's `jmp [GOT]` without the PLT flag:
 //!   after its GOT test, on the bound outcome (with it, the jump is not
 //!   counted and the way into the stub is); a conditional tail call:
-//!   first in its taken edge's stub); a
+//!   first in its taken edge's stub), and so is every `ret` of a
+//!   `Return` edge (`ProgramDb::counts_returns`: after its witness, right
+//!   before the `ret`, standing before it); a
 //!   transfer it cannot count stops the rewrite with an error naming its
 //!   address (the regenerator counts every such transfer).
 
@@ -383,8 +385,8 @@ pub enum CodegenError {
     /// `xbegin` cannot be relocated (its abort target is relative).
     #[error("transactional memory (xbegin) is not relocated")]
     Xbegin,
-    /// A call or tail call that must be counted is not a transfer the rewriter counts.
-    #[error("the call or tail call at {0:#x} is not a transfer the rewriter can count")]
+    /// A call, tail call or return that must be counted is not a transfer the rewriter counts.
+    #[error("the call, tail call or return at {0:#x} is not a transfer the rewriter can count")]
     UncountedTransfer(u64),
     /// A conditional tail call has no witness, so its transfer cannot be counted.
     #[error("conditional tail call at {0:#x} without a witness: its transfer cannot be counted")]
@@ -1635,6 +1637,8 @@ impl ProcGen<'_, '_> {
         };
         let (edges, before_last, cp) = (&end.edges, end.before_last, end.cp);
         let fc = last.flow_control();
+        // Every return is a counted transfer (`ProgramDb::counts_returns`).
+        let returns = edges.iter().any(|&e| cfg.edges[e].kind == EdgeKind::Return);
         match fc {
             FlowControl::Call | FlowControl::IndirectCall => self.call(&end)?,
             FlowControl::ConditionalBranch => self.conditional(&end, stubs)?,
@@ -1659,6 +1663,12 @@ impl ProcGen<'_, '_> {
                     for w in edges.iter().filter_map(|&e| p.witness[e.index()]) {
                         self.em.witness(w, before_last, before, before)?;
                     }
+                    // A return is counted after its witness, right before
+                    // the `ret`, by one instruction (flags are dead there,
+                    // SysV): regen tells a rip before it from one after it.
+                    if returns {
+                        self.em.transfer(entry_site(before_last))?;
+                    }
                     self.copy_at(b, last_i, last);
                 }
             }
@@ -1677,7 +1687,7 @@ impl ProcGen<'_, '_> {
         // code above could not count would misplace signals.
         let counted_here =
             self.em.transfers > counts_before.0 || stubs[counts_before.1..].iter().any(|s| s.count);
-        if cp.count && self.em.counting.is_none() && !counted_here {
+        if (cp.count || returns) && self.em.counting.is_none() && !counted_here {
             return Err(CodegenError::UncountedTransfer(last.ip()));
         }
         Ok(())

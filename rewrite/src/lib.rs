@@ -297,6 +297,8 @@ pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented>
     plans.db.runtime_vaddr = runtime.vaddr;
     let emitted = emit::emit(&rw, &runtime, &mut plans)?;
     let counted = emitted.counted.is_some();
+    // Tracing code counts every return (codegen's `transfer`).
+    plans.db.counts_returns = !counted;
     let elf = link::link(&rw, &runtime, &calls, emitted)?;
     Ok(Instrumented {
         elf,

@@ -61,6 +61,7 @@ impl<'p> Plans<'p> {
             db: ProgramDb {
                 link_base: rw.link_base,
                 runtime_vaddr: 0,
+                counts_returns: false,
                 procs: Vec::with_capacity(n),
             },
             plans: Vec::new(),

@@ -13,7 +13,7 @@ use super::{Flow, Frame, Interrupt, Loc, Machine, Mark, ModuleIx, Retry, Step, T
 use crate::compile::ProcIx;
 use crate::error::{Error, Result};
 use crate::stream::Item;
-use aetrace_format::progdb::{CallDb, CallTarget};
+use aetrace_format::progdb::{CallDb, CallTarget, EdgeKindDb};
 use aetrace_graph::EntityRef;
 
 impl<'a> Machine<'a> {
@@ -70,6 +70,18 @@ impl<'a> Machine<'a> {
     /// (`CallDb::counts_transfer`).
     pub(super) fn counted(&self, l: Loc) -> bool {
         self.block(l).call.is_some_and(|c| c.counts_transfer())
+    }
+
+    /// Whether block `l` ends in a `ret` that is a counted transfer
+    /// (`ProgramDb::counts_returns`): its increment is the last
+    /// instrumentation before the `ret`.
+    pub(super) fn counted_return(&self, l: Loc) -> bool {
+        let m = self.module(l);
+        let b = self.block(l);
+        m.counts_returns
+            && m.succs[b.succ_lo as usize..b.succ_hi as usize]
+                .iter()
+                .any(|s| s.kind == EdgeKindDb::Return)
     }
 
     pub(super) fn call_of(&self, c: Loc) -> aetrace_format::progdb::CallDb {

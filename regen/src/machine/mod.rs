@@ -487,6 +487,9 @@ impl<'a> Machine<'a> {
                 // A jump out of the procedure (a PLT stub's bound-import
                 // outcome, a conditional tail call): untraced code runs.
                 EdgeKindDb::TailCall => return self.jump_untraced(from),
+                // The `ret` is a counted transfer (its increment, just
+                // before it, stands at the block's last instruction).
+                EdgeKindDb::Return if m.counts_returns => self.xfers = self.xfers.wrapping_add(1),
                 _ => {}
             }
             // Return from the procedure.

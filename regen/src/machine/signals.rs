@@ -20,13 +20,15 @@
 //! The transfer count (`xfers`, docs/regen.md "The transfer count")
 //! mirrors the runtime's per-thread XFERS: it grows by one exactly when the
 //! machine makes a counted transfer ([`Machine::counted`]:
-//! `CallDb::counts_transfer`, the rewriter's rule), never when a step is
+//! `CallDb::counts_transfer`, the rewriter's rule; and every `ret` of a
+//! module whose database `counts_returns`), never when a step is
 //! aborted before it. Every trail mark holds
 //! the count it ran with, so two marks a SIGNAL's point could name differ
-//! in count (two runs of one block are separated by the counted call of
-//! the second; two gaps by the counted transfer into the second), except
+//! in count (two runs of one block are separated by a counted call or
+//! return; two gaps by the counted transfer into the second), except
 //! *before a counted call*, which stands with the count and one more (the
-//! increment is the instruction before the call): [`Machine::fits`].
+//! increment is the instruction before the call), and *before a counted
+//! `ret`*, where the rip says which of the two: [`Machine::fits`].
 
 use super::{Flow, Frame, Loc, Machine, ModuleIx, Sink, Step};
 use crate::compile::{BlockIx, SigAt, EXIT, NO_WITNESS};
@@ -108,8 +110,8 @@ pub(super) enum Mark {
     /// instruction `min` or later of `loc` (an item written before `loc`'s
     /// last instruction has been read: `min` is that instruction).
     /// `cnt`: the thread's transfer count there (the chain's blocks have
-    /// no call but its last, whose counted transfer adds 1 at its last
-    /// instruction).
+    /// no call or return but its last, whose counted transfer adds 1 at
+    /// its last instruction).
     Block {
         loc: Loc,
         first: u32,
@@ -184,13 +186,21 @@ impl<'a> Machine<'a> {
     }
 
     /// Whether transfer count `n` can stand before instruction `insn` of
-    /// occurrence `o`: its count, or one more at the last instruction of a
-    /// counted call once the increment (just before the call) ran.
-    pub(super) fn fits(&self, o: &Occ, insn: u32, n: u32) -> bool {
-        o.cnt == n
-            || (o.cnt.wrapping_add(1) == n
-                && insn + 1 == self.block(o.loc).ninsns
-                && self.counted(o.loc))
+    /// occurrence `o`, the rip in `instrumentation` or in the copy of the
+    /// instruction: its count, or one more at the last instruction of a
+    /// counted call once the increment (just before the call) ran. Before
+    /// a counted `ret`, exactly one of the two: its increment is the last
+    /// instrumentation, so a rip at the `ret`'s copy comes after it (not
+    /// undone: the handler's runtime moves a rip right after an increment
+    /// of its module back to it), a rip in the instrumentation before it.
+    /// (Each frame of an unwinding recursion runs the same `ret` block
+    /// with the next count: both rules at once would fit two runs.)
+    pub(super) fn fits(&self, o: &Occ, insn: u32, n: u32, instrumentation: bool) -> bool {
+        let last = insn + 1 == self.block(o.loc).ninsns;
+        if last && self.counted_return(o.loc) {
+            return n == o.cnt.wrapping_add(u32::from(!instrumentation));
+        }
+        o.cnt == n || (o.cnt.wrapping_add(1) == n && last && self.counted(o.loc))
     }
 
     /// Drops the suspended states whose `Sig` frames are gone (a handler
@@ -222,11 +232,11 @@ impl<'a> Machine<'a> {
     /// call, a later run of the same block (in the callee) does not.
     pub(super) fn before_call(&self, rip: u64, count: Option<u32>) -> bool {
         match self.place_rip(rip) {
-            Ok((module, SigAt::Insn { block, insn }, _)) => {
+            Ok((module, SigAt::Insn { block, insn }, ins)) => {
                 self.occurrences(|_, _| 0).iter().any(|o| {
                     o.loc == Loc { module, block }
                         && o.min.max(o.first) <= insn
-                        && count.map_or(true, |n| self.fits(o, insn, n))
+                        && count.map_or(true, |n| self.fits(o, insn, n, ins))
                 })
             }
             Ok((_, SigAt::Outside, _)) => self
@@ -413,7 +423,9 @@ impl<'a> Machine<'a> {
         let here = |block| Loc { module: mi, block };
         let cut = match at {
             SigAt::Outside => self.cut_outside(&sig, &occs, instrumentation)?,
-            SigAt::Insn { block, insn } => self.cut_insn(&sig, &occs, here(block), insn)?,
+            SigAt::Insn { block, insn } => {
+                self.cut_insn(&sig, &occs, here(block), insn, instrumentation)?
+            }
             SigAt::Witness { from } => self.cut_witness(&sig, here(from))?,
             SigAt::Returned { block } => self.cut_returned(&sig, here(block))?,
         };
@@ -499,7 +511,14 @@ impl<'a> Machine<'a> {
     /// Where to cut for a rip before instruction `insn` of block `here`:
     /// its one run in the trail whose transfer count fits, or ahead on the
     /// witness-free path from the step's block.
-    fn cut_insn(&self, sig: &Interrupt, occs: &[Occ], here: Loc, insn: u32) -> Result<Cut> {
+    fn cut_insn(
+        &self,
+        sig: &Interrupt,
+        occs: &[Occ],
+        here: Loc,
+        insn: u32,
+        instrumentation: bool,
+    ) -> Result<Cut> {
         let fail = |why: String| self.sig_error(sig, why);
         let name = self.block_named(here);
         let mut hits: Vec<usize> = (0..occs.len())
@@ -510,7 +529,7 @@ impl<'a> Machine<'a> {
             .collect();
         if let Some(n) = sig.count {
             let all: Vec<u32> = hits.iter().map(|&i| occs[i].cnt).collect();
-            hits.retain(|&i| self.fits(&occs[i], insn, n));
+            hits.retain(|&i| self.fits(&occs[i], insn, n, instrumentation));
             if hits.is_empty() && !all.is_empty() {
                 return Err(fail(format!("the rip is before instruction {insn} of block {name} with transfer count {n}, but the thread ran that block since its last record only with transfer counts {all:?}: no run fits")));
             }
@@ -528,7 +547,10 @@ impl<'a> Machine<'a> {
                     len: 0,
                     mark: 0,
                 };
-                if let Some(n) = sig.count.filter(|&n| !self.fits(&ahead, insn, n)) {
+                if let Some(n) = sig
+                    .count
+                    .filter(|&n| !self.fits(&ahead, insn, n, instrumentation))
+                {
                     return Err(fail(format!("the rip is before instruction {insn} of block {name}, ahead with transfer count {}, but the record has transfer count {n}", self.xfers)));
                 }
                 Ok(Cut::Ahead(f, here.block, Some(insn)))
