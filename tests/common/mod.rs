@@ -19,6 +19,7 @@ pub mod lsda;
 pub mod oracle;
 pub mod recorded;
 pub mod singlestep;
+pub mod sweep;
 
 use std::hash::{BuildHasherDefault, Hasher};
 

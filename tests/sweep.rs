@@ -1,0 +1,52 @@
+//! The quick part of `bench/run sweep` (issue 23, point 5): the fastest of
+//! its Debian programs (coreutils, sed, grep, gzip; mawk against its
+//! native run single-stepped under ptrace, where valgrind changes its
+//! path) recorded doing real work, their output the native one and their
+//! traces equal to the oracle's, instruction by instruction, with no
+//! instruction run in a procedure left alone. The same list and comparison
+//! as the bench (`common::sweep`).
+
+use crate::common;
+use common::sweep::{programs, sweep_one};
+
+fn sweep(names: &[&str]) {
+    let dir = common::scratch(&format!("sweep-{}", names.join("-").replace(' ', "_")));
+    let all = programs(&dir.join("inputs"));
+    for name in names {
+        let prog = all
+            .iter()
+            .find(|p| p.name == *name)
+            .unwrap_or_else(|| panic!("no program {name} in the sweep"));
+        if let Some(why) = prog.missing() {
+            panic!("{name}: {why} (.ci/deps installs it)");
+        }
+        let out = sweep_one(prog, &dir);
+        if let Err(e) = &out.verdict {
+            panic!("{name}: {e}");
+        }
+        let executed: u64 = out.modules.iter().map(|(m, _)| m.compared).sum();
+        assert!(
+            executed > 10_000,
+            "{name}: only {executed} instructions compared"
+        );
+        assert!(
+            out.exact(),
+            "{name}: instructions ran in procedures left alone: {:?}",
+            out.left_alone
+        );
+        for (m, ours) in &out.modules {
+            let path = m.path.display();
+            assert_eq!(*ours, m.compared, "{name}: {path}: regen --count");
+        }
+    }
+}
+
+#[test]
+fn coreutils() {
+    sweep(&["wc", "cut", "md5sum", "seq", "tr"]);
+}
+
+#[test]
+fn sed_grep_gzip() {
+    sweep(&["sed", "grep -E", "gzip"]);
+}
