@@ -88,35 +88,8 @@ fn report(prog: &Program, out: &Outcome) {
             m.compared,
             m.untraced
         );
-        for (name, n) in &m.untraced_in {
-            let why = out
-                .left_alone
-                .iter()
-                .find(|l| l.module == m.path && l.name == *name);
-            let why = why.map_or("?", |l| l.reason.as_str());
-            println!(
-                "{:12}     ran {n} instructions in {name}, left alone: {why}",
-                ""
-            );
-        }
     }
-    // The others, never run, counted by kind.
-    let mut kinds: Vec<(&str, usize)> = Vec::new();
-    for l in &out.left_alone {
-        let ran = out
-            .modules
-            .iter()
-            .any(|(m, _)| m.path == l.module && m.untraced_in.iter().any(|(n, _)| *n == l.name));
-        if ran {
-            continue;
-        }
-        match kinds.iter_mut().find(|(k, _)| *k == l.kind()) {
-            Some((_, n)) => *n += 1,
-            None => kinds.push((l.kind(), 1)),
-        }
-    }
-    if !kinds.is_empty() {
-        let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
-        println!("{:12}     left alone, never run: {}", "", kinds.join(", "));
+    for line in out.left_alone_report() {
+        println!("{:12}     {line}", "");
     }
 }

@@ -238,15 +238,15 @@ fn conclude(
 /// `Err` names the module and the first difference (or a thread, regen or
 /// count mismatch).
 pub fn against_lackey(trace: &Path, exe: &Path, args: &[&str]) -> Result<Compared, String> {
-    against_lackey_with(trace, exe, args, None)
+    against_lackey_with(trace, exe, args, &lackey::Launch::default())
 }
 
-/// [`against_lackey`], the program reading `stdin` (else /dev/null).
+/// [`against_lackey`], the program given `with` (stdin, variables).
 pub fn against_lackey_with(
     trace: &Path,
     exe: &Path,
     args: &[&str],
-    stdin: Option<&Path>,
+    with: &lackey::Launch,
 ) -> Result<Compared, String> {
     let info = info_json(trace);
     let paths = instrumented_modules(&info);
@@ -264,7 +264,7 @@ pub fn against_lackey_with(
         };
         keep_going(r, &mut error)
     };
-    let run = lackey::run_streaming(exe, args, stdin, &paths, &mut sink);
+    let run = lackey::run_streaming(exe, args, with, &paths, &mut sink);
     conclude(sides, error, run.status)
 }
 
