@@ -24,8 +24,8 @@ fn main() {
         .map(|s| s.split(',').map(str::to_owned).collect())
         .unwrap_or_default();
     println!(
-        "The sweep: real programs against {} ({} cores, load {}, {})",
-        "lackey or their single-stepped native run",
+        "The sweep: real programs against lackey or their single-stepped native run \
+         ({} cores, load {}, {})",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         std::fs::read_to_string("/proc/loadavg")
             .unwrap_or_default()

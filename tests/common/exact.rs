@@ -45,12 +45,19 @@ pub struct Compared {
     pub status: ExitStatus,
 }
 
+/// A procedure left alone: its name, its ranges and the oracle's
+/// instructions run in them.
+struct Alone {
+    name: String,
+    ranges: Vec<(u64, u64)>,
+    ran: u64,
+}
+
 /// One traced module: its regenerated stream and lackey's side of it.
 struct Side {
     count: ModuleCount,
     base: u64,
-    /// The procedures left alone: name, ranges, instructions run in them.
-    alone: Vec<(String, Vec<(u64, u64)>, u64)>,
+    alone: Vec<Alone>,
     elf: Elf,
     is_rep: FastMap<u64, bool>,
     /// Lackey's previous address in this module (before normalising).
@@ -93,7 +100,7 @@ impl Side {
         }
     }
 
-    /// Lackey's next instruction in this module, `a` at link time.
+    /// The oracle's next instruction in this module, `a` at link time.
     fn instruction(&mut self, a: u64) -> Result<(), String> {
         let repeat = self.prev == Some(a) && {
             let elf = &self.elf;
@@ -104,8 +111,8 @@ impl Side {
             return Ok(());
         }
         let inside = |r: &[(u64, u64)]| r.iter().any(|&(lo, hi)| lo <= a && a < hi);
-        if let Some(p) = self.alone.iter_mut().find(|p| inside(&p.1)) {
-            p.2 += 1;
+        if let Some(p) = self.alone.iter_mut().find(|p| inside(&p.ranges)) {
+            p.ran += 1;
             self.count.untraced += 1;
             return Ok(());
         }
@@ -134,7 +141,7 @@ impl Side {
             None => "(end of the trace)".into(),
         };
         Err(format!(
-            "{}: first difference at instruction {} after [{}]: lackey {want:x}, regen {got}",
+            "{}: first difference at instruction {} after [{}]: oracle {want:x}, regen {got}",
             self.count.path.display(),
             self.count.compared,
             hex(&mut self.recent.iter().copied()),
@@ -144,8 +151,8 @@ impl Side {
     /// The end of lackey's log: the regenerated stream must end too, and
     /// `aetrace regen` succeed.
     fn finish(mut self) -> Result<ModuleCount, String> {
-        let ran = self.alone.iter().filter(|p| p.2 > 0);
-        self.count.untraced_in = ran.map(|p| (p.0.clone(), p.2)).collect();
+        let ran = self.alone.iter().filter(|p| p.ran > 0);
+        self.count.untraced_in = ran.map(|p| (p.name.clone(), p.ran)).collect();
         let mut more = 0u64;
         while self.next()?.is_some() {
             more += 1;
@@ -191,7 +198,11 @@ fn sides(trace: &Path, info: &serde_json::Value) -> Vec<Side> {
                 base: link_base(&path),
                 alone: left_alone_procedures(&path, info, k)
                     .into_iter()
-                    .map(|(name, ranges)| (name, ranges, 0))
+                    .map(|(name, ranges)| Alone {
+                        name,
+                        ranges,
+                        ran: 0,
+                    })
                     .collect(),
                 elf: Elf::read(&path),
                 count: ModuleCount {
@@ -316,18 +327,25 @@ fn canonical(p: &Path) -> PathBuf {
     std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
-/// The executable mappings of a stepped process: (low, high, the module
-/// they belong to and its load bias, if a traced one).
+/// The executable mappings of a stepped process.
 #[derive(Default)]
 struct Maps {
-    ranges: Vec<(u64, u64, Option<(usize, u64)>)>,
+    ranges: Vec<Mapping>,
     last: usize,
+}
+
+/// One executable mapping: its run-time range, and the traced module it
+/// belongs to with that module's load bias, if any.
+struct Mapping {
+    lo: u64,
+    hi: u64,
+    traced: Option<(usize, u64)>,
 }
 
 impl Maps {
     /// The traced module holding run-time address `rip` and its bias.
     fn find(&mut self, pid: libc::pid_t, rip: u64, names: &[PathBuf]) -> Option<(usize, u64)> {
-        let hit = |r: &(u64, u64, Option<(usize, u64)>)| r.0 <= rip && rip < r.1;
+        let hit = |r: &Mapping| r.lo <= rip && rip < r.hi;
         if !self.ranges.get(self.last).is_some_and(hit) {
             match self.ranges.iter().position(hit) {
                 Some(i) => self.last = i,
@@ -337,7 +355,7 @@ impl Maps {
                 }
             }
         }
-        self.ranges[self.last].2
+        self.ranges[self.last].traced
     }
 
     /// Reads `/proc/PID/maps`: each file's bias is where its offset-0
@@ -373,7 +391,7 @@ impl Maps {
                     let start = starts.get(&path)?;
                     Some((m, start - link_base(Path::new(&path))))
                 });
-                (lo, hi, traced)
+                Mapping { lo, hi, traced }
             })
             .collect();
         self.last = 0;
