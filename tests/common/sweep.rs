@@ -181,16 +181,23 @@ pub fn programs(dir: &Path) -> Vec<Program> {
         p("tr", "/usr/bin/tr", &["a-z", "A-Z"], &[]),
     ];
     // Where valgrind changes the program's path: mawk's `fclose` at exit
-    // fails; grep aligns its buffer to a page from where `malloc` put it
-    // (valgrind's heap starts elsewhere); perl copies `environ`, to which
-    // valgrind adds; static glibc dispatches on CPU features valgrind hides.
+    // fails; grep reads `/proc/self/maps`; perl and make walk `environ`,
+    // to which valgrind adds; static glibc dispatches on CPU features
+    // valgrind hides.
     for prog in &mut v {
-        if ["mawk", "grep -E", "perl"].contains(&prog.name) || prog.name.starts_with("ldconfig") {
+        let stepped = ["mawk", "grep -E", "perl", "make -n", "ldconfig -p", "find", "tclsh"];
+        if stepped.contains(&prog.name) {
             prog.oracle = Oracle::Stepped;
         }
+        // Perl and Python hash their strings with a random seed otherwise;
+        // pymalloc tests its arenas' alignment, which follows where mmap
+        // put them (elsewhere under valgrind).
+        let env = |vars: &[(&str, &str)]| vars.iter().map(|&(k, v)| (k.into(), v.into())).collect();
+        if prog.name == "perl" {
+            prog.env = env(&[("PERL_HASH_SEED", "0"), ("PERL_PERTURB_KEYS", "0")]);
+        }
         if prog.name == "python3" {
-            // Python hashes its strings with a random seed otherwise.
-            prog.env = vec![("PYTHONHASHSEED".into(), "0".into())];
+            prog.env = env(&[("PYTHONHASHSEED", "0"), ("PYTHONMALLOC", "malloc")]);
         }
         if prog.name == "tr" {
             prog.stdin = Some(inputs.text.clone());
