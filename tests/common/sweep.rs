@@ -171,7 +171,7 @@ pub fn programs(dir: &Path) -> Vec<Program> {
         p("objdump", "/usr/bin/objdump", &["-d", "-j", ".plt", "/usr/bin/cat"], &[]),
         p("jq", "/usr/bin/jq", &["-c", "[.[] | select(.n % 3 == 1) | .name]", &f(&inputs.json)], &["libjq.so.1"]),
         p("ldconfig -p", "/usr/sbin/ldconfig", &["-p"], &[]),
-        p("zstd", "/usr/bin/zstd", &["-q", "-c", &text], &[]),
+        p("zstd", "/usr/bin/zstd", &["-q", "--single-thread", "--no-asyncio", "-c", &text], &[]),
         p("base64", "/usr/bin/base64", &[&small], &[]),
         p("tac", "/usr/bin/tac", &[&small], &[]),
         p("nl", "/usr/bin/nl", &[&small], &[]),
@@ -185,7 +185,15 @@ pub fn programs(dir: &Path) -> Vec<Program> {
     // to which valgrind adds; static glibc dispatches on CPU features
     // valgrind hides.
     for prog in &mut v {
-        let stepped = ["mawk", "grep -E", "perl", "make -n", "ldconfig -p", "find", "tclsh"];
+        let stepped = [
+            "mawk",
+            "grep -E",
+            "perl",
+            "make -n",
+            "ldconfig -p",
+            "find",
+            "tclsh",
+        ];
         if stepped.contains(&prog.name) {
             prog.oracle = Oracle::Stepped;
         }
