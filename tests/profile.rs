@@ -1637,15 +1637,7 @@ fn check_static(exe: &Path, args: &[&str], tag: &str) -> PathBuf {
         .find_map(|l| l.strip_prefix("_ETRACE_COUNTERS_FD="))
         .unwrap_or_else(|| panic!("no renamed counter variable in {shown:?}"));
     // The rewritten program (beside it: its `.skeleton`).
-    let name = exe.file_name().unwrap().to_string_lossy().into_owned();
-    let inst = std::fs::read_dir(&cache)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| {
-            let n = p.file_name().unwrap().to_string_lossy();
-            n.starts_with(&format!("{name}-")) && !n.ends_with(".skeleton") && !n.ends_with(".meta")
-        })
-        .expect("aetrace caches the rewritten program");
+    let inst = common::singlestep::cached_rewrite(&cache, exe);
     common::singlestep::restore_original_code(exe, &inst);
     let mut stepped_env = env.clone();
     stepped_env.push(("_ETRACE_COUNTERS_FD".to_string(), var.to_string()));

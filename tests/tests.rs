@@ -30,6 +30,8 @@
 //!   gdb;
 //! - `rewrite_unwind`: C++ exceptions through relocated code;
 //! - `stop_at`: `aetrace count --stop-at N` under gdb;
+//! - `sweep`: the fastest programs of `bench/run sweep` (Debian programs
+//!   doing real work) against lackey and the single-stepped native run;
 //! - `trace_oracle`: recorded traces against lackey, instruction by
 //!   instruction;
 //! - `transparency`: a recorded program sees its native argv, environment
@@ -67,6 +69,7 @@ mod record_errors;
 mod rewrite_elf;
 mod rewrite_unwind;
 mod stop_at;
+mod sweep;
 mod timeline;
 mod trace_oracle;
 mod transparency;

@@ -985,11 +985,7 @@ pub(crate) fn check_static_streams(exe: &Path, args: &[&str], streams: usize) {
     );
 
     // The rewritten program the recorder ran, restored in place.
-    let inst = std::fs::read_dir(&cache)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().map_or(true, |e| e != "meta"))
-        .expect("the recorder caches the rewritten program");
+    let inst = common::singlestep::cached_rewrite(&cache, exe);
     common::singlestep::restore_original_code(exe, &inst);
     // The same environment: the recorder adds nothing to it.
     let stepped = common::singlestep::run(&inst, Some(exe), args, &env);

@@ -1,5 +1,6 @@
-//! A recorded trace against lackey, instruction by instruction, with both
-//! streaming: `aetrace regen --format insn --relative --module M` of each
+//! A recorded trace against lackey, or against the native run
+//! single-stepped under ptrace (`against_stepped`), instruction by
+//! instruction, with both streaming: `aetrace regen --format insn --relative --module M` of each
 //! traced module runs as a child process whose output is read as lackey's
 //! log arrives, and nothing is kept. Runs of billions of instructions (xz
 //! on 2 MB: 4.65 billion) compare in constant memory, where holding both
@@ -20,7 +21,8 @@ use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 
 use super::elf::Elf;
 use super::lackey;
-use super::recorded::{info_json, instrumented_modules, left_alone_ranges, link_base};
+use super::recorded::{info_json, instrumented_modules, left_alone_procedures, link_base};
+use super::singlestep;
 use super::FastMap;
 
 /// What was compared in one traced module.
@@ -31,6 +33,9 @@ pub struct ModuleCount {
     pub compared: u64,
     /// Lackey's instructions in procedures left alone (not traced).
     pub untraced: u64,
+    /// Those instructions per procedure left alone that ran: its name and
+    /// count.
+    pub untraced_in: Vec<(String, u64)>,
 }
 
 /// A whole comparison: each module's counts and lackey's run of the
@@ -40,11 +45,19 @@ pub struct Compared {
     pub status: ExitStatus,
 }
 
+/// A procedure left alone: its name, its ranges and the oracle's
+/// instructions run in them.
+struct Alone {
+    name: String,
+    ranges: Vec<(u64, u64)>,
+    ran: u64,
+}
+
 /// One traced module: its regenerated stream and lackey's side of it.
 struct Side {
     count: ModuleCount,
     base: u64,
-    alone: Vec<(u64, u64)>,
+    alone: Vec<Alone>,
     elf: Elf,
     is_rep: FastMap<u64, bool>,
     /// Lackey's previous address in this module (before normalising).
@@ -87,7 +100,7 @@ impl Side {
         }
     }
 
-    /// Lackey's next instruction in this module, `a` at link time.
+    /// The oracle's next instruction in this module, `a` at link time.
     fn instruction(&mut self, a: u64) -> Result<(), String> {
         let repeat = self.prev == Some(a) && {
             let elf = &self.elf;
@@ -97,7 +110,9 @@ impl Side {
         if repeat {
             return Ok(());
         }
-        if self.alone.iter().any(|&(lo, hi)| lo <= a && a < hi) {
+        let inside = |r: &[(u64, u64)]| r.iter().any(|&(lo, hi)| lo <= a && a < hi);
+        if let Some(p) = self.alone.iter_mut().find(|p| inside(&p.ranges)) {
+            p.ran += 1;
             self.count.untraced += 1;
             return Ok(());
         }
@@ -126,7 +141,7 @@ impl Side {
             None => "(end of the trace)".into(),
         };
         Err(format!(
-            "{}: first difference at instruction {} after [{}]: lackey {want:x}, regen {got}",
+            "{}: first difference at instruction {} after [{}]: oracle {want:x}, regen {got}",
             self.count.path.display(),
             self.count.compared,
             hex(&mut self.recent.iter().copied()),
@@ -136,6 +151,8 @@ impl Side {
     /// The end of lackey's log: the regenerated stream must end too, and
     /// `aetrace regen` succeed.
     fn finish(mut self) -> Result<ModuleCount, String> {
+        let ran = self.alone.iter().filter(|p| p.ran > 0);
+        self.count.untraced_in = ran.map(|p| (p.name.clone(), p.ran)).collect();
         let mut more = 0u64;
         while self.next()?.is_some() {
             more += 1;
@@ -160,21 +177,17 @@ impl Side {
     }
 }
 
-/// Runs `exe args` under lackey and compares every instruction it reports
-/// in the traced modules of `trace` with `aetrace regen` of that trace.
-/// `Err` names the module and the first difference (or a thread, regen or
-/// count mismatch).
-pub fn against_lackey(trace: &Path, exe: &Path, args: &[&str]) -> Result<Compared, String> {
-    let info = info_json(trace);
-    let paths = instrumented_modules(&info);
-    let mut sides: Vec<Side> = paths
-        .iter()
+/// One comparison side per traced module of `trace`, each with its
+/// `aetrace regen --module M` running.
+fn sides(trace: &Path, info: &serde_json::Value) -> Vec<Side> {
+    instrumented_modules(info)
+        .into_iter()
         .enumerate()
         .map(|(k, path)| {
             let mut regen = Command::new(super::aetrace())
                 .args(["regen", "--format", "insn", "--relative", "-j", "1"])
                 .arg("--module")
-                .arg(path)
+                .arg(&path)
                 .arg(trace)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
@@ -182,14 +195,22 @@ pub fn against_lackey(trace: &Path, exe: &Path, args: &[&str]) -> Result<Compare
                 .expect("spawning aetrace regen");
             let out = BufReader::with_capacity(1 << 20, regen.stdout.take().unwrap());
             Side {
+                base: link_base(&path),
+                alone: left_alone_procedures(&path, info, k)
+                    .into_iter()
+                    .map(|(name, ranges)| Alone {
+                        name,
+                        ranges,
+                        ran: 0,
+                    })
+                    .collect(),
+                elf: Elf::read(&path),
                 count: ModuleCount {
-                    path: path.clone(),
+                    path,
                     compared: 0,
                     untraced: 0,
+                    untraced_in: Vec::new(),
                 },
-                base: link_base(path),
-                alone: left_alone_ranges(path, &info, k),
-                elf: Elf::read(path),
                 is_rep: FastMap::default(),
                 prev: None,
                 recent: VecDeque::new(),
@@ -199,27 +220,16 @@ pub fn against_lackey(trace: &Path, exe: &Path, args: &[&str]) -> Result<Compare
                 threads: 0,
             }
         })
-        .collect();
-    let mut error: Option<String> = None;
-    let mut first_thread = None;
-    let mut sink = |m: usize, thread: usize, a: u64| {
-        let r = if *first_thread.get_or_insert(thread) != thread {
-            Err(format!(
-                "lackey reports a second thread (in {}); the streaming comparison takes one",
-                sides[m].count.path.display()
-            ))
-        } else {
-            sides[m].instruction(a)
-        };
-        match r {
-            Ok(()) => true,
-            Err(e) => {
-                error = Some(e);
-                false
-            }
-        }
-    };
-    let run = lackey::run_streaming(exe, args, &paths, &mut sink);
+        .collect()
+}
+
+/// The end of an oracle's run: the first difference if the sink found
+/// one, else each side finished.
+fn conclude(
+    sides: Vec<Side>,
+    error: Option<String>,
+    status: ExitStatus,
+) -> Result<Compared, String> {
     if let Some(e) = error {
         for mut s in sides {
             let _ = s.regen.kill();
@@ -231,8 +241,159 @@ pub fn against_lackey(trace: &Path, exe: &Path, args: &[&str]) -> Result<Compare
         .into_iter()
         .map(Side::finish)
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Compared {
-        modules,
-        status: run.status,
-    })
+    Ok(Compared { modules, status })
+}
+
+/// Runs `exe args` under lackey and compares every instruction it reports
+/// in the traced modules of `trace` with `aetrace regen` of that trace.
+/// `Err` names the module and the first difference (or a thread, regen or
+/// count mismatch).
+pub fn against_lackey(trace: &Path, exe: &Path, args: &[&str]) -> Result<Compared, String> {
+    against_lackey_with(trace, exe, args, &lackey::Launch::default())
+}
+
+/// [`against_lackey`], the program given `with` (stdin, variables).
+pub fn against_lackey_with(
+    trace: &Path,
+    exe: &Path,
+    args: &[&str],
+    with: &lackey::Launch,
+) -> Result<Compared, String> {
+    let info = info_json(trace);
+    let paths = instrumented_modules(&info);
+    let mut sides = sides(trace, &info);
+    let mut error: Option<String> = None;
+    let mut first_thread = None;
+    let mut sink = |m: usize, thread: usize, a: u64| {
+        let r = if *first_thread.get_or_insert(thread) != thread {
+            Err(format!(
+                "lackey reports a second thread (in {}); the streaming comparison takes one",
+                sides[m].count.path.display()
+            ))
+        } else {
+            sides[m].instruction(a)
+        };
+        keep_going(r, &mut error)
+    };
+    let run = lackey::run_streaming(exe, args, with, &paths, &mut sink);
+    conclude(sides, error, run.status)
+}
+
+/// Whether the comparison goes on after `r`; its error kept.
+fn keep_going(r: Result<(), String>, error: &mut Option<String>) -> bool {
+    match r {
+        Ok(()) => true,
+        Err(e) => {
+            *error = Some(e);
+            false
+        }
+    }
+}
+
+/// Single-steps `stepped` (`argv[0]`: `argv0`) natively with exactly
+/// `env` and address randomisation off, and compares every instruction it
+/// runs in the traced modules of `trace` with `aetrace regen` of that
+/// trace. `stepped` stands for the trace's executable (it may be a copy
+/// of it at another path); libraries are known by their paths. Modules
+/// are found in `/proc/PID/maps`, read again whenever an instruction runs
+/// outside every mapping known so far. The first process only.
+pub fn against_stepped(
+    trace: &Path,
+    stepped: &Path,
+    argv0: &Path,
+    args: &[&str],
+    env: &[(String, String)],
+) -> Result<(Compared, singlestep::Stepped), String> {
+    let info = info_json(trace);
+    let mut sides = sides(trace, &info);
+    let names: Vec<PathBuf> = std::iter::once(canonical(stepped))
+        .chain(sides.iter().skip(1).map(|s| canonical(&s.count.path)))
+        .collect();
+    let mut maps = Maps::default();
+    let mut error: Option<String> = None;
+    let mut sink = |pid: libc::pid_t, rip: u64| match maps.find(pid, rip, &names) {
+        Some((m, bias)) => keep_going(sides[m].instruction(rip - bias), &mut error),
+        None => true,
+    };
+    let run = singlestep::run_streaming(stepped, Some(argv0), args, env, &mut sink);
+    let status = std::os::unix::process::ExitStatusExt::from_raw(match run.status {
+        s if s > 128 => s - 128,
+        s => s << 8,
+    });
+    conclude(sides, error, status).map(|c| (c, run))
+}
+
+fn canonical(p: &Path) -> PathBuf {
+    std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// The executable mappings of a stepped process.
+#[derive(Default)]
+struct Maps {
+    ranges: Vec<Mapping>,
+    last: usize,
+}
+
+/// One executable mapping: its run-time range, and the traced module it
+/// belongs to with that module's load bias, if any.
+struct Mapping {
+    lo: u64,
+    hi: u64,
+    traced: Option<(usize, u64)>,
+}
+
+impl Maps {
+    /// The traced module holding run-time address `rip` and its bias.
+    fn find(&mut self, pid: libc::pid_t, rip: u64, names: &[PathBuf]) -> Option<(usize, u64)> {
+        let hit = |r: &Mapping| r.lo <= rip && rip < r.hi;
+        if !self.ranges.get(self.last).is_some_and(hit) {
+            match self.ranges.iter().position(hit) {
+                Some(i) => self.last = i,
+                None => {
+                    self.read(pid, names);
+                    self.last = self.ranges.iter().position(hit)?;
+                }
+            }
+        }
+        self.ranges[self.last].traced
+    }
+
+    /// Reads `/proc/PID/maps`: each file's bias is where its offset-0
+    /// mapping starts minus its link base.
+    fn read(&mut self, pid: libc::pid_t, names: &[PathBuf]) {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        let mut starts: FastMap<String, u64> = FastMap::default();
+        let mut execs = Vec::new();
+        for line in text.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (Some(range), Some(perms), Some(off), Some(path)) =
+                (f.first(), f.get(1), f.get(2), f.get(5))
+            else {
+                continue;
+            };
+            let (lo, hi) = range.split_once('-').unwrap();
+            let (lo, hi) = (
+                u64::from_str_radix(lo, 16).unwrap(),
+                u64::from_str_radix(hi, 16).unwrap(),
+            );
+            if u64::from_str_radix(off, 16) == Ok(0) {
+                starts.entry(path.to_string()).or_insert(lo);
+            }
+            if perms.contains('x') {
+                execs.push((lo, hi, path.to_string()));
+            }
+        }
+        self.ranges = execs
+            .into_iter()
+            .map(|(lo, hi, path)| {
+                let module = names.iter().position(|n| n == Path::new(&path));
+                let traced = module.and_then(|m| {
+                    let start = starts.get(&path)?;
+                    Some((m, start - link_base(Path::new(&path))))
+                });
+                Mapping { lo, hi, traced }
+            })
+            .collect();
+        self.last = 0;
+    }
 }

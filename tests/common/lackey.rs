@@ -501,6 +501,7 @@ pub fn run_with(
     run_into(
         exe,
         args,
+        &Launch::default(),
         pattern,
         mode,
         Reducer::new(modules, capture, None),
@@ -520,19 +521,48 @@ pub fn run_counting_data(
     let mut reducer = Reducer::new(modules, Capture::Sets, None);
     reducer.data = true;
     reducer.excluded = excluded;
-    run_into(exe, args, pattern, LogMode::Pipe, reducer)
+    run_into(
+        exe,
+        args,
+        &Launch::default(),
+        pattern,
+        LogMode::Pipe,
+        reducer,
+    )
 }
 
 /// [`run`] handing each instruction of `modules` to `sink` as the log
 /// streams, keeping nothing (a run of billions of instructions needs no
 /// memory); a single log through a pipe. If `sink` stops the reading,
 /// valgrind is killed and the returned status is its death.
-pub fn run_streaming(exe: &Path, args: &[&str], modules: &[PathBuf], sink: Sink) -> Run {
+pub fn run_streaming(
+    exe: &Path,
+    args: &[&str],
+    with: &Launch,
+    modules: &[PathBuf],
+    sink: Sink,
+) -> Run {
     let reducer = Reducer::new(modules, Capture::Sets, Some(sink));
-    run_into(exe, args, "*", LogMode::Pipe, reducer)
+    let mode = LogMode::Pipe;
+    run_into(exe, args, with, "*", mode, reducer)
 }
 
-fn run_into(exe: &Path, args: &[&str], pattern: &str, mode: LogMode, mut reducer: Reducer) -> Run {
+/// What the program under valgrind gets besides its arguments: stdin
+/// (else /dev/null) and variables added to the inherited environment.
+#[derive(Default)]
+pub struct Launch<'a> {
+    pub stdin: Option<&'a Path>,
+    pub env: &'a [(String, String)],
+}
+
+fn run_into(
+    exe: &Path,
+    args: &[&str],
+    with: &Launch,
+    pattern: &str,
+    mode: LogMode,
+    mut reducer: Reducer,
+) -> Run {
     let work = super::scratch("lackey");
     let tag = format!(
         "{}-{}-{:?}",
@@ -580,7 +610,11 @@ fn run_into(exe: &Path, args: &[&str], pattern: &str, mode: LogMode, mut reducer
         .env("AE_ERR", &err_path)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
-    cmd.stdin(Stdio::null());
+    match with.stdin {
+        Some(f) => cmd.stdin(File::open(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()))),
+        None => cmd.stdin(Stdio::null()),
+    };
+    cmd.envs(with.env.iter().map(|(k, v)| (k, v)));
     let mut child = cmd.spawn().expect("spawning valgrind");
     let pipe = child.stdout.take().unwrap();
     // valgrind writes each log line with a system call of its own: a 1 MiB

@@ -20,6 +20,7 @@ pub mod oracle;
 pub mod recorded;
 pub mod regen;
 pub mod singlestep;
+pub mod sweep;
 
 use std::hash::{BuildHasherDefault, Hasher};
 

@@ -37,6 +37,20 @@ pub fn info_json(trace: &Path) -> serde_json::Value {
 /// Address ranges of the procedures of module `exe` (the `k`th program of
 /// the trace) that `aetrace info` says were left alone.
 pub fn left_alone_ranges(exe: &Path, info: &serde_json::Value, k: usize) -> Vec<(u64, u64)> {
+    left_alone_procedures(exe, info, k)
+        .into_iter()
+        .flat_map(|(_, ranges)| ranges)
+        .collect()
+}
+
+/// The procedures of module `exe` (the `k`th program of the trace) that
+/// `aetrace info` says were left alone: each name with its address ranges
+/// (from `aetrace cfg --json`).
+pub fn left_alone_procedures(
+    exe: &Path,
+    info: &serde_json::Value,
+    k: usize,
+) -> Vec<(String, Vec<(u64, u64)>)> {
     let names: Vec<String> = info["programs"][k]["left_alone"]
         .as_array()
         .unwrap()
@@ -49,15 +63,15 @@ pub fn left_alone_ranges(exe: &Path, info: &serde_json::Value, k: usize) -> Vec<
         .output()
         .unwrap();
     let cfg: serde_json::Value = serde_json::from_slice(&cfg.stdout).unwrap();
-    let mut ranges = Vec::new();
+    let mut procs = Vec::new();
     for p in cfg["procedures"].as_array().unwrap() {
-        if names.iter().any(|n| p["name"] == n.as_str()) {
-            for r in p["ranges"].as_array().unwrap() {
-                ranges.push((r[0].as_u64().unwrap(), r[1].as_u64().unwrap()));
-            }
+        if let Some(n) = names.iter().find(|n| p["name"] == n.as_str()) {
+            let ranges = p["ranges"].as_array().unwrap().iter();
+            let ranges = ranges.map(|r| (r[0].as_u64().unwrap(), r[1].as_u64().unwrap()));
+            procs.push((n.clone(), ranges.collect()));
         }
     }
-    ranges
+    procs
 }
 
 /// What a test may change in a recording: buffer halves of `half` bytes

@@ -7,7 +7,8 @@
 //! code with aetrace.
 //!
 //! Single-threaded programs only (a new thread would run unstepped);
-//! [`run_tree`] also steps the processes a program forks. A
+//! [`run_tree`] also steps the processes a program forks; [`run_streaming`]
+//! hands each instruction to a sink instead of keeping it. A
 //! `rep`-prefixed string instruction traps once per iteration: the caller
 //! folds consecutive repeats, as for lackey.
 
@@ -29,7 +30,24 @@ pub struct Stepped {
 /// (stdin /dev/null, stdout and stderr pipes, address space randomisation
 /// off) and steps it from its first instruction to its exit.
 pub fn run(exe: &Path, argv0: Option<&Path>, args: &[&str], env: &[(String, String)]) -> Stepped {
-    step(exe, argv0, args, env, false).0
+    step(exe, argv0, args, env, false, None).0
+}
+
+/// Receives each instruction of the first process as it is about to run:
+/// (the stopped process's id, its run-time address); returns false to end
+/// the run (the program is killed).
+pub type Sink<'s> = &'s mut dyn FnMut(libc::pid_t, u64) -> bool;
+
+/// [`run`] handing each instruction to `sink` and keeping none (`rips`
+/// stays empty): the run's length costs no memory.
+pub fn run_streaming(
+    exe: &Path,
+    argv0: Option<&Path>,
+    args: &[&str],
+    env: &[(String, String)],
+    sink: Sink,
+) -> Stepped {
+    step(exe, argv0, args, env, false, Some(sink)).0
 }
 
 /// [`run`], following the processes it forks (`fork`, `vfork`; not
@@ -41,7 +59,7 @@ pub fn run_tree(
     args: &[&str],
     env: &[(String, String)],
 ) -> (Stepped, Vec<Vec<u64>>) {
-    step(exe, argv0, args, env, true)
+    step(exe, argv0, args, env, true, None)
 }
 
 fn step(
@@ -50,6 +68,7 @@ fn step(
     args: &[&str],
     env: &[(String, String)],
     follow: bool,
+    mut sink: Option<Sink>,
 ) -> (Stepped, Vec<Vec<u64>>) {
     use std::os::unix::process::CommandExt;
     let mut cmd = Command::new(exe);
@@ -90,6 +109,8 @@ fn step(
     let err = drain(child.stderr.take().map(|s| Box::new(s) as _));
     // Per process: its stream (index 0: the first process).
     let mut streams: Vec<Vec<u64>> = vec![Vec::new()];
+    // Per process: whether its first instruction was seen.
+    let mut begun: Vec<bool> = vec![false];
     let mut index: std::collections::HashMap<libc::pid_t, usize> = [(pid, 0)].into();
     // The tracees not yet ended. Each is waited for by its id: a
     // `waitpid(-1)` would also reap the children other tests of this
@@ -152,16 +173,25 @@ fn step(
             if let std::collections::hash_map::Entry::Vacant(e) = index.entry(new) {
                 e.insert(streams.len());
                 streams.push(Vec::new());
+                begun.push(false);
                 alive.push(new);
             }
-        } else if streams[k].is_empty() && (t != pid || stop == libc::SIGTRAP) {
-            // Its first stop: the instruction about to run.
-            streams[k].push(regs.rip);
-        } else if stop == libc::SIGTRAP {
-            // A trap stop reports the next instruction; another signal's
-            // stop comes before the instruction the last trap reported
-            // runs.
-            streams[k].push(regs.rip);
+        } else if stop == libc::SIGTRAP || (!begun[k] && t != pid) {
+            // A trap stop reports the next instruction (the first stop: the
+            // first one); another signal's stop comes before the
+            // instruction the last trap reported runs.
+            begun[k] = true;
+            match sink.as_mut() {
+                Some(f) if k == 0 => {
+                    if !f(t, regs.rip) {
+                        // SAFETY: killing our own tracee (reaped above); it
+                        // takes no more ptrace requests.
+                        unsafe { libc::kill(t, libc::SIGKILL) };
+                        continue;
+                    }
+                }
+                _ => streams[k].push(regs.rip),
+            }
         } else {
             // Deliver it: the program must see the signals it would.
             sig = stop;
@@ -186,6 +216,20 @@ fn step(
         },
         streams.collect(),
     )
+}
+
+/// The rewritten copy of `exe` in the aetrace cache directory `cache`
+/// (not its `.skeleton` or `.meta` beside it).
+pub fn cached_rewrite(cache: &Path, exe: &Path) -> std::path::PathBuf {
+    let name = exe.file_name().unwrap().to_string_lossy().into_owned();
+    std::fs::read_dir(cache)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            let n = p.file_name().unwrap().to_string_lossy();
+            n.starts_with(&format!("{name}-")) && !n.ends_with(".skeleton") && !n.ends_with(".meta")
+        })
+        .unwrap_or_else(|| panic!("aetrace caches no rewritten {name} in {}", cache.display()))
 }
 
 /// Puts the original program's file bytes and entry point back into the
