@@ -213,6 +213,12 @@ pub enum RecordKind {
     /// `u32` `tag << 24 | procedure` of the stub, written first on the
     /// lazy-binding path (format 1.3). The bound outcome writes nothing.
     Lazy = 16,
+    /// The runtime's handler for a signal whose default action ends the
+    /// process (the program left it at `SIG_DFL`) ran: the same payload as
+    /// [`RecordKind::Signal`] (`u32` signal number, `u64` the interrupted
+    /// RIP after the fix-up, `u32` transfer count). The thread's last
+    /// record: the signal then ends the process (format 1.5).
+    Fault = 17,
 }
 
 impl RecordKind {
@@ -237,7 +243,7 @@ impl RecordKind {
             | RecordKind::Desync
             | RecordKind::Setjmp
             | RecordKind::Longjmp => 8,
-            RecordKind::Signal => 16,
+            RecordKind::Signal | RecordKind::Fault => 16,
         }
     }
 
@@ -259,6 +265,7 @@ impl RecordKind {
             14 => RecordKind::Longjmp,
             15 => RecordKind::Signal,
             16 => RecordKind::Lazy,
+            17 => RecordKind::Fault,
             _ => return None,
         })
     }
