@@ -346,3 +346,22 @@ fn sigkill_at_ten_random_moments() {
         "most kills landed inside the run: {lengths:?}"
     );
 }
+
+/// A program with its own SIGSEGV handler (which siglongjmps back) is
+/// not ended by the fault: its output, status and trace are the native
+/// ones (the program's `sigaction` replaced the runtime's handler).
+#[test]
+fn own_handler_survives_the_fault() {
+    let exe = build("crash.c", O2_PIE);
+    let native = common::build::run_native(&exe, &["handler"]);
+    let (name, trace, rec) = record_run(&exe, &["handler"], &[], Knobs::DEFAULT);
+    assert!(native.status.success(), "{name}: native status");
+    assert_eq!(rec.status.code(), native.status.code(), "{name}: status");
+    assert_eq!(rec.stdout, native.stdout, "{name}: stdout");
+    let rg = crate::trace_oracle::regen_threads(&trace, None).swap_remove(0);
+    let _ = std::fs::remove_file(&trace);
+    assert!(
+        rg == stepped(&exe, &["handler"]),
+        "{name}: the trace is not the stepped run"
+    );
+}

@@ -1,13 +1,17 @@
 /* A run that a signal ends, chosen by argv[1]: "segv" stores through a
  * null pointer, "fpe" divides by zero, "abort" calls abort(), "ill"
  * executes ud2, "bus" stores into a shared mapping past the end of its
- * (empty) file; "sleep" ends normally after about 100 ms, sleeping 10 ms
+ * (empty) file; "handler" stores through a null pointer under its own
+ * SIGSEGV handler, which siglongjmps back, then ends normally; "sleep"
+ * ends normally after about 100 ms, sleeping 10 ms
  * every 300 steps of its work (a test kills it with SIGKILL from outside
  * at a random moment). Each does the same work first and prints its
  * result, so the trace has something to end after. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -24,6 +28,24 @@ __attribute__((noinline)) static unsigned step(unsigned s, int i) {
     return s;
 }
 
+static sigjmp_buf recover;
+
+static void on_segv(int sig) {
+    siglongjmp(recover, sig);
+}
+
+/* Its own SIGSEGV handler: the fault is survived, as natively. */
+__attribute__((noinline)) static void survive(unsigned s) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_segv;
+    sigaction(SIGSEGV, &sa, NULL);
+    int got = sigsetjmp(recover, 1);
+    if (got == 0)
+        *null_ptr = (int)s;
+    printf("recovered from signal %d\n", got);
+}
+
 __attribute__((noinline)) static void crash(const char *how, unsigned s) {
     if (strcmp(how, "segv") == 0)
         *null_ptr = (int)s;
@@ -31,6 +53,8 @@ __attribute__((noinline)) static void crash(const char *how, unsigned s) {
         printf("%d\n", (int)s / zero);
     else if (strcmp(how, "abort") == 0)
         abort();
+    else if (strcmp(how, "handler") == 0)
+        survive(s);
     else if (strcmp(how, "ill") == 0)
         __builtin_trap();
     else if (strcmp(how, "bus") == 0) {
