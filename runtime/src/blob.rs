@@ -122,7 +122,9 @@ const SYS_TGKILL: u32 = 234;
 const SA_SIGINFO: u64 = 4;
 const SA_RESTORER: u64 = 0x0400_0000;
 const SA_RESETHAND: u64 = 0x8000_0000;
-const SIGTRAP: u32 = 5;
+/// The signals an instruction raises by faulting (ILL BUS FPE SEGV), as
+/// a bit set: such an instruction faults again when its handler returns.
+const FAULTING: u32 = 1 << 4 | 1 << 7 | 1 << 8 | 1 << 11;
 /// The signals whose default action ends the process (with a core dump:
 /// QUIT ILL TRAP ABRT BUS FPE SEGV XCPU XFSZ SYS; without: HUP INT USR1
 /// USR2 PIPE ALRM TERM VTALRM PROF). `init` gives each the runtime's
@@ -1895,8 +1897,8 @@ fn write_signal_record(a: &mut CodeAssembler, kind: RecordKind) -> Result<(), Ic
 /// Writes FAULT(signo, rip, xfers) with the interrupted rip mapped as
 /// `signal_entry` maps it (stores completed, a runtime's window reported
 /// at its caller), then lets the signal end the process natively: a fault
-/// the instruction raised (`si_code > 0`, not SIGTRAP, whose trap
-/// instruction is already passed) by returning to it, so it faults again
+/// the instruction raised ([`FAULTING`], `si_code > 0`) by returning to
+/// it, so it faults again
 /// with the default action (the native status, core dump and siginfo);
 /// any other signal by sending it again to the thread, unblocked. The
 /// witness region is shared memory (or a shared file mapping), so the
@@ -1922,12 +1924,17 @@ fn emit_fault(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.mov(qword_ptr(rsp + 16), r14)?;
     a.call(l.map_caller)?;
     write_signal_record(a, RecordKind::Fault)?;
-    // A synchronous fault whose rip the fix-up left as it was: return.
+    // SIGILL, SIGBUS, SIGFPE or SIGSEGV the kernel raised (si_code > 0:
+    // a fault, or SI_KERNEL for a general protection fault) at a rip the
+    // fix-up left as it was: return to the instruction. (Any other
+    // signal, SIGTRAP included, whose trap instruction is passed, and a
+    // tty's SIGINT, also SI_KERNEL, is sent again.)
     a.mov(edi, dword_ptr(rsp + 8))?;
     a.cmp(dword_ptr(rsp), 0)?;
     a.jle(again)?;
-    a.cmp(edi, SIGTRAP)?;
-    a.je(again)?;
+    a.mov(eax, FAULTING)?;
+    a.bt(eax, edi)?;
+    a.jae(again)?;
     a.mov(rax, qword_ptr(rsp + 16))?;
     a.cmp(rax, qword_ptr(rsp + 152 + 8 + 40 + 16 * 8))?;
     a.jne(again)?;
