@@ -397,7 +397,7 @@ mod tests {
     use super::*;
 
     /// The kinds and total lengths of the table in `docs/runtime.md` section 2.
-    const TABLE: [(u8, u64); 15] = [
+    const TABLE: [(u8, u64); 16] = [
         (1, 6),
         (2, 10),
         (4, 2),
@@ -413,6 +413,7 @@ mod tests {
         (14, 10),
         (15, 18),
         (16, 6),
+        (17, 18),
     ];
 
     #[test]
@@ -423,7 +424,7 @@ mod tests {
             assert_eq!(k.encoded_len(), len, "{k:?}");
         }
         // 3: the format 1.1 SIGNAL, never written by this runtime.
-        for b in [0u8, 3, 17, 0x7F, 0x80, 0xFF] {
+        for b in [0u8, 3, 18, 0x7F, 0x80, 0xFF] {
             assert_eq!(RecordKind::from_byte(b), None, "{b:#x}");
         }
     }
