@@ -40,7 +40,7 @@ pub mod testkit;
 #[cfg(test)]
 mod tests;
 
-pub use ending::Ending;
+pub use ending::{End, Ending};
 pub use error::{Error, Result};
 pub use output::{
     regen_command, regen_to, regen_trace, totals, with_thread_machine, Format, Options,

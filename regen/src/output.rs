@@ -800,7 +800,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
 
     /// Keeps machine `m`'s ending if its thread was killed.
     fn note_ending(&self, m: &Machine<'_>) {
-        let Some(needed) = m.stopped.clone() else {
+        let Some(end) = m.stopped.clone() else {
             return;
         };
         let thread = m.thread();
@@ -822,7 +822,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                 thread,
                 pid,
                 signal,
-                needed,
+                end,
             });
         }
     }

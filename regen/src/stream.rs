@@ -48,6 +48,9 @@ pub mod kind {
     pub const SIGNAL: u8 = 15;
     /// A PLT stub's lazy-binding outcome (format 1.3).
     pub const LAZY: u8 = 16;
+    /// FAULT: the runtime's handler of a signal that ends the process
+    /// (SIGNAL's payload; format 1.5).
+    pub const FAULT: u8 = 17;
 
     /// Total length of a record of `kind`, `None` for an unknown kind.
     pub fn len(kind: u8) -> Option<usize> {
@@ -55,7 +58,7 @@ pub mod kind {
             ENTER | EXIT | FORK | THREAD | LANDING | FORKED | LAZY => 6,
             INDIRECT | DESYNC | SETJMP | LONGJMP => 10,
             SIGNAL_1_1 => 14,
-            SIGNAL => 18,
+            SIGNAL | FAULT => 18,
             SETJMP_RESUME | RETURN => 2,
             WIDE => 4,
             _ => return None,
@@ -73,7 +76,8 @@ pub enum Item {
     /// INDIRECT: an indirect transfer to this run-time address.
     Indirect(u64),
     /// `count`: the thread's transfer count at the interruption (`None`
-    /// in a format 1.1 trace, which did not record it).
+    /// in a format 1.1 trace, which did not record it). A FAULT record is
+    /// a SIGNAL with `fault` set: placed the same way, it ends the thread.
     Signal {
         /// The signal number.
         signo: u32,
@@ -81,6 +85,8 @@ pub enum Item {
         rip: u64,
         /// The thread's transfer count at the interruption.
         count: Option<u32>,
+        /// A FAULT record: the signal ended the process there.
+        fault: bool,
     },
     /// SETJMP_RESUME: execution resumed at a setjmp return point (after longjmp).
     SetjmpResume,
@@ -119,12 +125,17 @@ impl Item {
                 signo,
                 rip,
                 count: None,
+                ..
             } => format!("SIGNAL({signo}, {rip:#x})"),
             Item::Signal {
                 signo,
                 rip,
                 count: Some(n),
-            } => format!("SIGNAL({signo}, {rip:#x}, transfer {n})"),
+                fault,
+            } => format!(
+                "{}({signo}, {rip:#x}, transfer {n})",
+                if fault { "FAULT" } else { "SIGNAL" }
+            ),
             Item::SetjmpResume => "SETJMP_RESUME".into(),
             Item::Desync(a) => format!("DESYNC({a:#x})"),
             Item::Exit(s) => format!("EXIT({s})"),
@@ -266,11 +277,13 @@ impl<'t> Stream<'t> {
                 signo: le(&p[..4]) as u32,
                 rip: le(&p[4..]),
                 count: None,
+                fault: false,
             },
-            kind::SIGNAL => Item::Signal {
+            kind::SIGNAL | kind::FAULT => Item::Signal {
                 signo: le(&p[..4]) as u32,
                 rip: le(&p[4..12]),
                 count: Some(le(&p[12..]) as u32),
+                fault: k == kind::FAULT,
             },
             kind::SETJMP_RESUME => Item::SetjmpResume,
             kind::DESYNC => Item::Desync(le(p)),

@@ -117,6 +117,22 @@ const SYS_GETTID: u32 = 186;
 const SYS_NANOSLEEP: u32 = 35;
 const SYS_FUTEX: u32 = 202;
 const SYS_KILL: u32 = 62;
+const SYS_RT_SIGACTION: u32 = 13;
+const SYS_TGKILL: u32 = 234;
+const SA_SIGINFO: u64 = 4;
+const SA_RESTORER: u64 = 0x0400_0000;
+const SA_RESETHAND: u64 = 0x8000_0000;
+/// The signals an instruction raises by faulting (ILL BUS FPE SEGV), as
+/// a bit set: such an instruction faults again when its handler returns.
+const FAULTING: u32 = 1 << 4 | 1 << 7 | 1 << 8 | 1 << 11;
+/// The signals whose default action ends the process (with a core dump:
+/// QUIT ILL TRAP ABRT BUS FPE SEGV XCPU XFSZ SYS; without: HUP INT USR1
+/// USR2 PIPE ALRM TERM VTALRM PROF). `init` gives each the runtime's
+/// `fault` handler when the program's image starts with it at `SIG_DFL`,
+/// so a run they end writes FAULT (docs/regen.md, "Killed runs").
+pub const FAULT_SIGNALS: [u32; 19] = [
+    1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 31,
+];
 const ETIMEDOUT: i32 = 110;
 const ESRCH: i32 = 3;
 const ARCH_SET_GS: u32 = 0x1001;
@@ -216,6 +232,9 @@ struct Labels {
     d_tag: CodeLabel,
     d_pretls: CodeLabel,
     signal_entry: CodeLabel,
+    /// The handler of [`FAULT_SIGNALS`], and the restorer it returns through.
+    fault: CodeLabel,
+    fault_restorer: CodeLabel,
     restorer: CodeLabel,
     regmap: CodeLabel,
     s_shm: CodeLabel,
@@ -422,6 +441,8 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         d_tag: a.create_label(),
         d_pretls: a.create_label(),
         signal_entry: a.create_label(),
+        fault: a.create_label(),
+        fault_restorer: a.create_label(),
         restorer: a.create_label(),
         regmap: a.create_label(),
         s_shm: a.create_label(),
@@ -480,6 +501,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
             || depths[..] == [Some(FRAME), Some(8), Some(0), None][..]
     }));
     emit_map_caller(&mut a, &mut l)?;
+    emit_fault(&mut a, &mut l)?;
     // glibc's __restore_rt: `mov rax, 15` + first byte of `syscall`.
     a.set_label(&mut l.restorer)?;
     a.db(&[0x48, 0xC7, 0xC0, 0x0F, 0x00, 0x00, 0x00, 0x0F])?;
@@ -559,6 +581,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         ("fork_done", res.label_ip(&l.fork_done)?),
         ("signal_entry", res.label_ip(&l.signal_entry)?),
         ("restorer_bytes", res.label_ip(&l.restorer)?),
+        ("fault", res.label_ip(&l.fault)?),
         ("ready", data_offset + D_READY),
         ("witness_code_start", data_offset + D_WIN_LO),
         ("witness_code_end", data_offset + D_WIN_HI),
@@ -721,9 +744,57 @@ fn emit_init(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.mov(ebx, RecordKind::Thread as u32)?;
     a.mov(ebp, u32::MAX)?;
     a.call(l.claim)?;
+    install_fault_handler(a, l)?;
     restore_signals(a)?;
     a.set_label(&mut done)?;
     restore_all(a, &mut Depths::default())
+}
+
+/// In `init`, signals blocked: gives each of [`FAULT_SIGNALS`] whose
+/// disposition is `SIG_DFL` (exec keeps an ignored signal ignored) the
+/// `fault` handler, every signal blocked while it runs, reset to
+/// `SIG_DFL` as it starts (`SA_RESETHAND`): the signal that ends the run
+/// then ends it natively. Clobbers rax, rbx, rcx, rdx, rsi, rdi, r10, r11.
+fn install_fault_handler(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
+    let mut lp = a.create_label();
+    let mut next = a.create_label();
+    let mask = FAULT_SIGNALS.iter().fold(0u64, |m, &s| m | 1 << s);
+    // [rsp]: the new kernel sigaction (handler, flags, restorer, mask),
+    // [rsp+32]: the old one.
+    a.sub(rsp, 64)?;
+    a.lea(rax, ptr(l.fault))?;
+    a.mov(qword_ptr(rsp), rax)?;
+    a.mov(rax, SA_SIGINFO | SA_RESTORER | SA_RESETHAND)?;
+    a.mov(qword_ptr(rsp + 8), rax)?;
+    a.lea(rax, ptr(l.fault_restorer))?;
+    a.mov(qword_ptr(rsp + 16), rax)?;
+    a.mov(qword_ptr(rsp + 24), -1)?;
+    a.mov(ebx, 1u32)?;
+    a.set_label(&mut lp)?;
+    a.mov(rax, mask)?;
+    a.bt(rax, rbx)?;
+    a.jae(next)?;
+    a.mov(edi, ebx)?;
+    a.xor(esi, esi)?;
+    a.lea(rdx, ptr(rsp + 32))?;
+    a.mov(r10d, 8u32)?;
+    a.mov(eax, SYS_RT_SIGACTION)?;
+    a.syscall()?;
+    a.test(rax, rax)?;
+    a.jnz(next)?;
+    a.cmp(qword_ptr(rsp + 32), 0)?; // SIG_DFL
+    a.jne(next)?;
+    a.mov(edi, ebx)?;
+    a.mov(rsi, rsp)?;
+    a.xor(edx, edx)?;
+    a.mov(r10d, 8u32)?;
+    a.mov(eax, SYS_RT_SIGACTION)?;
+    a.syscall()?;
+    a.set_label(&mut next)?;
+    a.inc(ebx)?;
+    a.cmp(ebx, 32)?;
+    a.jb(lp)?;
+    a.add(rsp, 64)
 }
 
 /// `attach_thread()`: claim a slot for the calling thread (a new thread,
@@ -1798,21 +1869,105 @@ fn emit_signal_entry(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedEr
     // caller of the entry point it interrupted, or where the restorer it
     // interrupted returns; xfers the thread's
     // transfer count (no transfer completes inside this stub).
-    a.mov(eax, RecordKind::Signal.encoded_len() as u32)?;
+    write_signal_record(a, RecordKind::Signal)?;
+    // SIGNAL written: a second signal from here on is reported in the
+    // stub, before the handler's ENTER.
+    leave_blocked(a, &mut l.windows, Depths::default(), Caller::Placed)?;
+    emit_fixup(a, l)
+}
+
+/// Writes `kind(signo, rip, xfers)` (SIGNAL or FAULT): r12d the signal
+/// number, r14 the rip. Clobbers rax, rcx.
+fn write_signal_record(a: &mut CodeAssembler, kind: RecordKind) -> Result<(), IcedError> {
+    a.mov(eax, kind.encoded_len() as u32)?;
     a.xadd(qword_ptr(S_POS).gs(), rax)?;
     a.mov(
         word_ptr(rax),
-        ESCAPE as u32 | (KIND_PENDING as u32 | RecordKind::Signal as u32) << 8,
+        ESCAPE as u32 | (KIND_PENDING as u32 | kind as u32) << 8,
     )?;
     a.mov(dword_ptr(rax + 2), r12d)?;
     a.mov(qword_ptr(rax + 6), r14)?;
     a.mov(ecx, dword_ptr(S_XFERS).gs())?;
     a.mov(dword_ptr(rax + 14), ecx)?;
-    a.mov(byte_ptr(rax + 1), RecordKind::Signal as u32)?;
-    // SIGNAL written: a second signal from here on is reported in the
-    // stub, before the handler's ENTER.
-    leave_blocked(a, &mut l.windows, Depths::default(), Caller::Placed)?;
-    emit_fixup(a, l)
+    a.mov(byte_ptr(rax + 1), kind as u32)
+}
+
+/// `fault(signo, info, uc)`: the handler of a [`FAULT_SIGNALS`] signal the
+/// program left at `SIG_DFL` (now `SIG_DFL` again, every signal blocked).
+/// Writes FAULT(signo, rip, xfers) with the interrupted rip mapped as
+/// `signal_entry` maps it (stores completed, a runtime's window reported
+/// at its caller), then lets the signal end the process natively: a fault
+/// the instruction raised ([`FAULTING`], `si_code > 0`) by returning to
+/// it, so it faults again
+/// with the default action (the native status, core dump and siginfo);
+/// any other signal by sending it again to the thread, unblocked. The
+/// witness region is shared memory (or a shared file mapping), so the
+/// record needs no flush: the recorder drains the slot after the process
+/// dies.
+fn emit_fault(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
+    let mut again = a.create_label();
+    a.set_label(&mut l.fault)?;
+    // Below the kernel's frame ([rsp]: its pretcode, [rsp+8]: the
+    // ucontext, whose gregs start 40 bytes in), at the depth
+    // `map_caller` expects of `signal_entry`'s (pretcode at its rsp+160):
+    // [rsp] si_code, [rsp+8] signo, [rsp+16] the interrupted rip.
+    a.sub(rsp, 152)?;
+    a.mov(eax, dword_ptr(rsi + 8))?;
+    a.mov(qword_ptr(rsp), rax)?;
+    a.mov(qword_ptr(rsp + 8), rdi)?;
+    // A thread on its parent's slot (a fork child, a new thread that ran
+    // no traced code yet) takes its own first.
+    a.call(l.attach)?;
+    a.mov(r12d, edi)?;
+    a.lea(r13, ptr(rdx + 40))?;
+    a.mov(r14, qword_ptr(r13 + 16 * 8))?;
+    a.mov(qword_ptr(rsp + 16), r14)?;
+    a.call(l.map_caller)?;
+    write_signal_record(a, RecordKind::Fault)?;
+    // SIGILL, SIGBUS, SIGFPE or SIGSEGV the kernel raised (si_code > 0:
+    // a fault, or SI_KERNEL for a general protection fault) at a rip the
+    // fix-up left as it was: return to the instruction. (Any other
+    // signal, SIGTRAP included, whose trap instruction is passed, and a
+    // tty's SIGINT, also SI_KERNEL, is sent again.)
+    a.mov(edi, dword_ptr(rsp + 8))?;
+    a.cmp(dword_ptr(rsp), 0)?;
+    a.jle(again)?;
+    a.mov(eax, FAULTING)?;
+    a.bt(eax, edi)?;
+    a.jae(again)?;
+    a.mov(rax, qword_ptr(rsp + 16))?;
+    a.cmp(rax, qword_ptr(rsp + 152 + 8 + 40 + 16 * 8))?;
+    a.jne(again)?;
+    a.add(rsp, 152)?;
+    a.ret()?;
+    a.set_label(&mut again)?;
+    // Unblock the signal, then send it to this thread.
+    a.lea(ecx, ptr(rdi - 1))?;
+    a.mov(eax, 1u32)?;
+    a.shl(rax, cl)?;
+    a.mov(qword_ptr(rsp + 24), rax)?;
+    a.mov(edi, 1u32)?; // SIG_UNBLOCK
+    a.lea(rsi, ptr(rsp + 24))?;
+    a.xor(edx, edx)?;
+    a.mov(r10d, 8u32)?;
+    a.mov(eax, SYS_RT_SIGPROCMASK)?;
+    a.syscall()?;
+    a.mov(eax, SYS_GETPID)?;
+    a.syscall()?;
+    a.mov(r12, rax)?;
+    a.mov(eax, SYS_GETTID)?;
+    a.syscall()?;
+    a.mov(rdi, r12)?;
+    a.mov(rsi, rax)?;
+    a.mov(edx, dword_ptr(rsp + 8))?;
+    a.mov(eax, SYS_TGKILL)?;
+    a.syscall()?;
+    // Not reached unless the signal was caught again meanwhile.
+    a.add(rsp, 152)?;
+    a.ret()?;
+    // `rt_sigreturn`, glibc's `__restore_rt` byte for byte.
+    a.set_label(&mut l.fault_restorer)?;
+    a.db(&[0x48, 0xC7, 0xC0, 0x0F, 0x00, 0x00, 0x00, 0x0F, 0x05])
 }
 
 /// `fixup`, signals blocked: r13 = the saved gregs of an interrupted

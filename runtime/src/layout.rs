@@ -213,6 +213,12 @@ pub enum RecordKind {
     /// `u32` `tag << 24 | procedure` of the stub, written first on the
     /// lazy-binding path (format 1.3). The bound outcome writes nothing.
     Lazy = 16,
+    /// The runtime's handler for a signal whose default action ends the
+    /// process (the program left it at `SIG_DFL`) ran: the same payload as
+    /// [`RecordKind::Signal`] (`u32` signal number, `u64` the interrupted
+    /// RIP after the fix-up, `u32` transfer count). The thread's last
+    /// record: the signal then ends the process (format 1.5).
+    Fault = 17,
 }
 
 impl RecordKind {
@@ -237,7 +243,7 @@ impl RecordKind {
             | RecordKind::Desync
             | RecordKind::Setjmp
             | RecordKind::Longjmp => 8,
-            RecordKind::Signal => 16,
+            RecordKind::Signal | RecordKind::Fault => 16,
         }
     }
 
@@ -259,6 +265,7 @@ impl RecordKind {
             14 => RecordKind::Longjmp,
             15 => RecordKind::Signal,
             16 => RecordKind::Lazy,
+            17 => RecordKind::Fault,
             _ => return None,
         })
     }
@@ -390,7 +397,7 @@ mod tests {
     use super::*;
 
     /// The kinds and total lengths of the table in `docs/runtime.md` section 2.
-    const TABLE: [(u8, u64); 15] = [
+    const TABLE: [(u8, u64); 16] = [
         (1, 6),
         (2, 10),
         (4, 2),
@@ -406,6 +413,7 @@ mod tests {
         (14, 10),
         (15, 18),
         (16, 6),
+        (17, 18),
     ];
 
     #[test]
@@ -416,7 +424,7 @@ mod tests {
             assert_eq!(k.encoded_len(), len, "{k:?}");
         }
         // 3: the format 1.1 SIGNAL, never written by this runtime.
-        for b in [0u8, 3, 17, 0x7F, 0x80, 0xFF] {
+        for b in [0u8, 3, 18, 0x7F, 0x80, 0xFF] {
             assert_eq!(RecordKind::from_byte(b), None, "{b:#x}");
         }
     }

@@ -140,12 +140,22 @@ impl<'a> Machine<'a> {
                 self.consumed(Some(at));
                 self.longjmp_to = Some((buf, off));
             }
-            (Item::Signal { signo, rip, count }, off, len) if self.before_call(rip, count) => {
+            (
+                Item::Signal {
+                    signo,
+                    rip,
+                    count,
+                    fault,
+                },
+                off,
+                len,
+            ) if self.before_call(rip, count) => {
                 self.stream.advance(len);
                 return Err(Flow::Signal(Interrupt {
                     signo,
                     rip,
                     count,
+                    fault,
                     offset: off,
                     retry: Retry::Call(at),
                 }));
@@ -270,6 +280,12 @@ impl<'a> Machine<'a> {
     /// One item while untraced code runs; false at the end of the stream.
     pub(super) fn untraced(&mut self) -> Step<bool> {
         let (item, off) = self.next(Retry::Untraced)?;
+        if self.faulted() {
+            return match item {
+                Item::End => Ok(false),
+                _ => Err(self.unexpected(item, off, None).into()),
+            };
+        }
         if item == Item::End && self.killed {
             // Not `consumed`: the end of a killed thread's stream proves
             // nothing ran (the blocks since its last item may not have).
@@ -277,14 +293,14 @@ impl<'a> Machine<'a> {
                 Frame::Ret(c) => Some(*c),
                 _ => None,
             });
-            self.stopped = Some(match caller {
+            self.stopped = Some(crate::ending::End::Stopped(match caller {
                 Some(c) => format!(
                     "inside the call of block {} in procedure {}",
                     self.module(c).block_name(c.block),
                     self.proc_name(c)
                 ),
                 None => "in untraced code".into(),
-            });
+            }));
             return Ok(false);
         }
         self.consumed(None);

@@ -27,6 +27,7 @@
 
 mod calls;
 mod diag;
+mod fault;
 mod fork;
 mod plt;
 mod signals;
@@ -36,6 +37,7 @@ pub use fork::ForkState;
 use signals::{Interrupt, Mark, Retry, Suspended};
 
 use crate::compile::{Block, BlockIx, Module, ProcIx, AMBIGUOUS, EXIT, NO_WITNESS};
+use crate::ending::End;
 use crate::error::{Error, Result};
 use crate::stream::{Item, Stream};
 use crate::summary::{Seg, Summaries};
@@ -193,7 +195,7 @@ pub struct Machine<'a> {
     killed: bool,
     /// A killed thread's stream ended: where the next item was needed
     /// ([`crate::Ending::needed`]).
-    pub stopped: Option<String>,
+    pub stopped: Option<End>,
     /// For a fork child: its parent's state at the fork.
     forked_from: Option<ForkState>,
     /// FORKED records read: each child pid with the state it continues from.
@@ -534,7 +536,14 @@ impl<'a> Machine<'a> {
                 self.settle_certain(sink);
                 return Err(e);
             }
-            Err(Flow::Signal(sig)) => self.on_signal(sink, sig)?,
+            Err(Flow::Signal(sig)) => {
+                if let Err(e) = self.on_signal(sink, sig) {
+                    // (A FAULT that cannot be placed ends the trace as
+                    // a killed thread's stream does.)
+                    self.settle_certain(sink);
+                    return Err(e);
+                }
+            }
         }
         if !self.uncount.is_empty() {
             if let Some(c) = sink.counts.as_mut() {
@@ -568,7 +577,7 @@ impl<'a> Machine<'a> {
         match self.walk(sink) {
             Err(Error::Truncated { at, .. }) if self.killed && self.stream.at_end() => {
                 let at = at.trim_end_matches(diag::MUST_WRITE_MORE);
-                self.stopped = Some(at.to_owned());
+                self.stopped = Some(End::Stopped(at.to_owned()));
                 Ok(Progress::Done)
             }
             r => r,

@@ -45,6 +45,8 @@ pub(super) struct Interrupt {
     pub(super) rip: u64,
     /// The thread's transfer count in the record (`None`: format 1.1).
     pub(super) count: Option<u32>,
+    /// A FAULT record: the thread ends at the rip.
+    pub(super) fault: bool,
     pub(super) offset: u64,
     pub(super) retry: Retry,
 }
@@ -64,7 +66,7 @@ enum Cut {
 
 /// What a cut keeps for after the handler: the output after it, its
 /// trail, (counting) its blocks, and the step to redo.
-struct Kept {
+pub(super) struct Kept {
     tail: Vec<u8>,
     trail: Vec<Mark>,
     counted: Vec<Loc>,
@@ -174,10 +176,16 @@ impl<'a> Machine<'a> {
     /// A SIGNAL record read by a step that must be redone after it.
     pub(super) fn signal(item: Item, offset: u64, retry: Retry) -> Option<Flow> {
         match item {
-            Item::Signal { signo, rip, count } => Some(Flow::Signal(Interrupt {
+            Item::Signal {
                 signo,
                 rip,
                 count,
+                fault,
+            } => Some(Flow::Signal(Interrupt {
+                signo,
+                rip,
+                count,
+                fault,
                 offset,
                 retry,
             })),
@@ -395,6 +403,23 @@ impl<'a> Machine<'a> {
     /// interrupted position, cuts the output there (`sink.out` ends with
     /// the trail) and suspends the interrupted code under a `Sig` frame.
     pub(super) fn on_signal(&mut self, sink: &mut Sink, sig: Interrupt) -> Result<()> {
+        if sig.fault {
+            return self.on_fault(sink, sig);
+        }
+        let (mi, at, _, kept) = self.cut_at(sink, &sig)?;
+        self.suspend(sink, &sig, kept, mi, matches!(at, SigAt::Outside));
+        Ok(())
+    }
+
+    /// Places `sig`'s interrupted position and cuts the output there: the
+    /// output after the cut, with the step to redo, is returned. Also
+    /// where it stands and whether inside instrumentation.
+    pub(super) fn cut_at(
+        &mut self,
+        sink: &mut Sink,
+        sig: &Interrupt,
+    ) -> Result<(ModuleIx, SigAt, bool, Kept)> {
+        let sig = *sig;
         let (mi, at, instrumentation) = self.place_rip(sig.rip).map_err(|e| {
             self.sig_error(
                 &sig,
@@ -431,8 +456,7 @@ impl<'a> Machine<'a> {
         };
         let base = sink.out.len() - total;
         let kept = self.make_cut(sink, &sig, cut, &occs, base, tried)?;
-        self.suspend(sink, &sig, kept, mi, matches!(at, SigAt::Outside));
-        Ok(())
+        Ok((mi, at, instrumentation, kept))
     }
 
     /// The output length of block `l` from instruction `first` on (0 when
