@@ -213,6 +213,11 @@ pub enum RecordKind {
     /// `u32` `tag << 24 | procedure` of the stub, written first on the
     /// lazy-binding path (format 1.3). The bound outcome writes nothing.
     Lazy = 16,
+    /// `aetrace record --data --check` (format 1.4): a value the
+    /// regenerator needs for a data address, `u64`: an effective address
+    /// in full, or for a `rep` string instruction its `rcx` and `rflags`
+    /// (`analysis::addr::full` says which, per instruction).
+    Value = 17,
 }
 
 impl RecordKind {
@@ -236,7 +241,8 @@ impl RecordKind {
             RecordKind::Indirect
             | RecordKind::Desync
             | RecordKind::Setjmp
-            | RecordKind::Longjmp => 8,
+            | RecordKind::Longjmp
+            | RecordKind::Value => 8,
             RecordKind::Signal => 16,
         }
     }
@@ -259,6 +265,7 @@ impl RecordKind {
             14 => RecordKind::Longjmp,
             15 => RecordKind::Signal,
             16 => RecordKind::Lazy,
+            17 => RecordKind::Value,
             _ => return None,
         })
     }
@@ -390,7 +397,7 @@ mod tests {
     use super::*;
 
     /// The kinds and total lengths of the table in `docs/runtime.md` section 2.
-    const TABLE: [(u8, u64); 15] = [
+    const TABLE: [(u8, u64); 16] = [
         (1, 6),
         (2, 10),
         (4, 2),
@@ -406,6 +413,7 @@ mod tests {
         (14, 10),
         (15, 18),
         (16, 6),
+        (17, 10),
     ];
 
     #[test]
@@ -416,7 +424,7 @@ mod tests {
             assert_eq!(k.encoded_len(), len, "{k:?}");
         }
         // 3: the format 1.1 SIGNAL, never written by this runtime.
-        for b in [0u8, 3, 17, 0x7F, 0x80, 0xFF] {
+        for b in [0u8, 3, 18, 0x7F, 0x80, 0xFF] {
             assert_eq!(RecordKind::from_byte(b), None, "{b:#x}");
         }
     }
