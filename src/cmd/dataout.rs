@@ -47,14 +47,30 @@ struct Insn {
     plan: Vec<Recorded>,
 }
 
+/// What a data trace holds, counted while it is written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Data references (lackey's ` L`, ` S`, ` M` lines).
+    pub refs: u64,
+    /// Those whose address the instruction gives (never recorded).
+    pub static_refs: u64,
+}
+
 /// Writes the data trace of `trace` to `out`.
 pub fn write(
     trace: &Path,
     opts: &aetrace_regen::Options,
     format: DataFormat,
     out: &mut dyn Write,
-) -> Result<(), Error> {
+) -> Result<Counts, Error> {
     let trace = Trace::open(trace)?;
+    if !trace
+        .modules()
+        .iter()
+        .any(|m| m.flags & module_flags::DATA_CHECK != 0)
+    {
+        return Err("the trace has no data addresses: record it with --data --check".into());
+    }
     let visit = Visit::new(&trace, opts)?;
     let mut w = Writer {
         format,
@@ -65,6 +81,7 @@ pub fn write(
         next: 0,
         thread: None,
         info: InstructionInfoFactory::new(),
+        counts: Counts::default(),
     };
     for m in visit.modules() {
         w.images.push(image(&trace, m)?);
@@ -83,7 +100,7 @@ pub fn write(
         return Err(e);
     }
     w.end_thread()?;
-    Ok(())
+    Ok(w.counts)
 }
 
 /// A module's bytes, checked to be the one recorded with data.
@@ -119,6 +136,7 @@ struct Writer<'o> {
     next: usize,
     thread: Option<ThreadId>,
     info: InstructionInfoFactory,
+    counts: Counts,
 }
 
 impl Writer<'_> {
@@ -244,6 +262,10 @@ impl Writer<'_> {
     /// size each iteration, in direction `dir`).
     fn ref_lines(&mut self, i: &Insn, refs: &[u64], k: u64, dir: i64) -> Result<(), Error> {
         for (r, &a) in i.prog.refs.iter().zip(refs) {
+            self.counts.refs += 1;
+            if full::static_addr(&i.insn, r).is_some() {
+                self.counts.static_refs += 1;
+            }
             let step = (k as i64).wrapping_mul(dir).wrapping_mul(i64::from(r.size)) as u64;
             let a = a.wrapping_add(step);
             let s = r.size;
