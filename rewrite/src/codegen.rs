@@ -1600,15 +1600,14 @@ impl ProcGen<'_, '_> {
             return Ok(());
         };
         let block = &values[b.index()];
-        let mut n: usize = block[..k].iter().map(Vec::len).sum();
+        let first: usize = block[..k].iter().map(Vec::len).sum();
         let site = self.site(p.live.live_before(b, k));
         self.em.point = self.at(b, k);
-        for &v in &block[k] {
+        for (n, &v) in (first..).zip(&block[k]) {
             if n > 0 && n % data::GROUP == 0 {
                 self.check(site)?;
             }
             self.em.value(v, site)?;
-            n += 1;
         }
         Ok(())
     }

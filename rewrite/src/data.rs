@@ -50,9 +50,7 @@ fn insn_values(
     let prog = forms::program(insn, info);
     let refuse = |why: String| {
         rw.err(Refusal::DataForm {
-            proc: proc.to_owned(),
-            addr: insn.ip(),
-            insn: insn.to_string(),
+            at: format!("procedure {proc}: instruction at {:#x} ({insn})", insn.ip()),
             why,
         })
     };

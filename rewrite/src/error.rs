@@ -109,14 +109,11 @@ pub enum Refusal {
     #[error("--stop-at cannot count exactly: procedure {0} calls setjmp or longjmp")]
     StopAtSetjmp(String),
     /// `--data`: an instruction whose references cannot be recorded exactly.
-    #[error("--data: procedure {proc}: instruction at {addr:#x} ({insn}): {why}")]
+    #[error("--data: {at}: {why}")]
     DataForm {
-        /// The procedure.
-        proc: String,
-        /// The instruction's link-time address.
-        addr: u64,
-        /// The instruction, disassembled.
-        insn: String,
+        /// The procedure, the instruction's link-time address and the
+        /// instruction disassembled.
+        at: String,
         /// Why it is refused.
         why: String,
     },
