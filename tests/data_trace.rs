@@ -154,3 +154,43 @@ fn data_addresses_equal_lackey() {
     check("recursion.c", o0, &[]);
     check("rep_string.c", o2, &[]);
 }
+
+/// Asking for data where there is none, or for abstract execution, which
+/// is not built: one line each and a non-zero exit.
+#[test]
+fn data_requests_without_data_are_one_line_errors() {
+    let exe = build("loops.c", Variant::new(Opt::O2, Link::NoPie, false));
+    let trace = common::scratch("data_trace").join("control-only.aet");
+    run_checked(
+        Command::new(common::aetrace())
+            .arg("record")
+            .arg("-o")
+            .arg(&trace)
+            .arg("--")
+            .arg(&exe)
+            .arg("3"),
+        "aetrace record",
+    );
+    let asks: [Vec<std::ffi::OsString>; 2] = [
+        vec![
+            "regen".into(),
+            "--format".into(),
+            "lackey".into(),
+            trace.into(),
+        ],
+        vec!["record".into(), "--data".into(), "--".into(), exe.into()],
+    ];
+    for args in asks {
+        let out = Command::new(common::aetrace())
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(
+            err.contains("--data --check") || err.contains("add --check"),
+            "{err}"
+        );
+    }
+}
