@@ -61,6 +61,7 @@ mod cli_errors;
 mod combos;
 mod crashes;
 mod data_census;
+mod data_trace;
 mod debug;
 mod faults;
 mod paths;

@@ -116,6 +116,9 @@ pub mod module_flags {
     pub const MAIN: u32 = 1;
     /// Rewritten by aetrace: its program database is in the trace.
     pub const INSTRUMENTED: u32 = 2;
+    /// Rewritten by `record --data --check` (format 1.4): its traced
+    /// procedures write VALUE records (docs/data.md).
+    pub const DATA_CHECK: u32 = 4;
 }
 
 /// MODULE: one loaded ELF object of one process.

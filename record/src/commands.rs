@@ -71,6 +71,9 @@ pub struct RecordOptions {
     pub trace: Option<PathBuf>,
     /// Which witness placement the rewriter uses.
     pub placement: Placement,
+    /// `--data --check`: every non-static data address is recorded too
+    /// (VALUE records, docs/data.md).
+    pub data: bool,
     /// Shared libraries rewritten and traced with the program.
     pub libs: LibSelection,
     /// The program to run (a path, or a name looked up on `PATH`; for a
@@ -152,13 +155,15 @@ fn build_id(bytes: &[u8]) -> Option<&[u8]> {
 
 /// Rewrites `exe` (module tag 0) or a library (`tag` > 0), or takes the
 /// copy a previous run cached.
-fn prepare(exe: &Path, placement: Placement, tag: u32) -> Result<Prepared> {
+fn prepare(exe: &Path, placement: Placement, data: bool, tag: u32) -> Result<Prepared> {
     let file = std::fs::File::open(exe).map_err(|e| io_err(exe, e))?;
     // SAFETY: a private read-only mapping; only the pages the key needs
     // (headers and notes when there is a build-id) are read.
     let bytes = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| io_err(exe, e))?;
     let dir = cache_dir();
-    let key = cache_key(exe, &bytes, &format!("{placement:?}"), tag);
+    // A control-only copy keeps the key it always had.
+    let what = format!("{placement:?}{}", if data { "+data-check" } else { "" });
+    let key = cache_key(exe, &bytes, &what, tag);
     drop(bytes);
     let (elf, meta_path) = (dir.join(&key), dir.join(format!("{key}.meta")));
     // A library keeps the path the loader finds it by (its DT_NEEDED
@@ -168,17 +173,20 @@ fn prepare(exe: &Path, placement: Placement, tag: u32) -> Result<Prepared> {
     } else {
         exe.to_owned()
     };
-    let flags = if tag == 0 {
+    let mut flags = if tag == 0 {
         module_flags::MAIN | module_flags::INSTRUMENTED
     } else {
         module_flags::INSTRUMENTED
     };
+    if data {
+        flags |= module_flags::DATA_CHECK;
+    }
     if let Some(module) =
         cache_load(&elf, &meta_path).and_then(|m| decode_meta(&m, path.clone(), flags))
     {
         return Ok(Prepared { elf, module });
     }
-    let ins = rewrite::instrument_module(exe, placement, tag)?;
+    let ins = rewrite::instrument_module_data(exe, placement, tag, data)?;
     let db = compress_database(progdb::VERSION, &ins.db.encode(), DB_LEVEL).map_err(|source| {
         RecordError::Database {
             exe: exe.to_owned(),
@@ -348,10 +356,10 @@ pub fn record(o: &RecordOptions) -> Result<Recorded> {
         argv0: o.program.clone().into_os_string(),
         args: o.args.clone(),
     })?;
-    let prepared = prepare(&run.exe, o.placement, 0)?;
+    let prepared = prepare(&run.exe, o.placement, o.data, 0)?;
     let mut modules = vec![prepared.module];
     let (libs, notes, dir) = prepare_libs(&run.exe, &o.libs, |path, tag| {
-        prepare(path, o.placement, tag).map(|p| (p.elf, p.module))
+        prepare(path, o.placement, o.data, tag).map(|p| (p.elf, p.module))
     })?;
     modules[0].notes.extend(notes);
     modules.extend(libs.into_iter().map(|(_, m)| m));

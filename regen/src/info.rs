@@ -67,6 +67,9 @@ pub struct Info {
     pub bits_per_instruction_raw: Option<f64>,
     /// Witness stream bits per executed instruction, as stored compressed.
     pub bits_per_instruction_compressed: Option<f64>,
+    /// `record --data --check`: the VALUE records of all threads (each
+    /// 10 bytes of witness stream), when a module was recorded with data.
+    pub data_values: Option<u64>,
 }
 
 /// Executed instructions of each thread, in the order of `trace.threads()`
@@ -136,6 +139,20 @@ pub fn info_of<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<Info> {
             .map(|n| bytes as f64 * 8.0 / n as f64)
     };
     // "procedure NAME at ADDR left alone: ..." repeats `left_alone`.
+    let data = trace
+        .modules()
+        .iter()
+        .any(|m| m.flags & aetrace_format::section::module_flags::DATA_CHECK != 0);
+    // A stream the values cannot be read from (a SIGNAL) reports none.
+    let data_values = data
+        .then(|| {
+            trace
+                .threads()
+                .map(|t| crate::data_values(trace, t.start.thread).map(|v| v.len() as u64))
+                .sum::<Result<u64>>()
+                .ok()
+        })
+        .flatten();
     let remarks = trace
         .notes()
         .iter()
@@ -146,6 +163,7 @@ pub fn info_of<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<Info> {
         remarks,
         bits_per_instruction_raw: per(stats.raw_bytes),
         bits_per_instruction_compressed: per(stats.compressed_bytes),
+        data_values,
         stats,
         programs,
         instructions,
@@ -156,9 +174,13 @@ pub fn info_of<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<Info> {
 
 /// `aetrace info`: prints [`Info`] as text or JSON.
 pub fn info_command(path: &Path, json: bool, out: &mut dyn Write) -> Result<()> {
-    let i = info(path)?;
+    write_info(&info(path)?, json, out)
+}
+
+/// Prints `i` as text or JSON.
+pub fn write_info(i: &Info, json: bool, out: &mut dyn Write) -> Result<()> {
     let text = if json {
-        serde_json::to_string_pretty(&i).map_err(|e| Error::Usage(e.to_string()))? + "\n"
+        serde_json::to_string_pretty(i).map_err(|e| Error::Usage(e.to_string()))? + "\n"
     } else {
         let mut s = i.stats.to_string();
         for r in &i.remarks {
@@ -197,6 +219,12 @@ pub fn info_command(path: &Path, json: bool, out: &mut dyn Write) -> Result<()> 
             }
             (None, Some(e)) => s += &format!("regeneration failed: {e}\n"),
             (None, None) => {}
+        }
+        if let Some(n) = i.data_values {
+            s += &format!(
+                "data values: {n} ({} bytes of witness stream, raw)\n",
+                n * 10
+            );
         }
         for e in &i.endings {
             s += &format!("{e}\n");

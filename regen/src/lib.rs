@@ -11,6 +11,7 @@
 //! - [`machine`]: the regeneration rules (the contract with the rewriter,
 //!   `docs/regen.md`);
 //! - [`output`]: threads, modules, formats, `-j` parallelism, `--count`;
+//! - [`data_values`]: the data values a `record --data` trace holds;
 //! - [`visit`]: the executed blocks for a consumer in the same process
 //!   (`aetrace cachesim TRACE`);
 //! - [`info`]: `aetrace info` (container statistics, databases, bits per
@@ -46,3 +47,12 @@ pub use output::{
     regen_command, regen_to, regen_trace, totals, with_thread_machine, Format, Options,
     ThreadTotals, Totals,
 };
+
+/// The data values thread `thread` of `trace` recorded (`record --data`,
+/// VALUE records), in the order it wrote them.
+pub fn data_values<B: AsRef<[u8]>>(
+    trace: &aetrace_format::Trace<B>,
+    thread: aetrace_format::ThreadId,
+) -> Result<Vec<u64>> {
+    stream::Stream::new(thread, trace.chunks(thread).collect()).values()
+}

@@ -51,12 +51,15 @@ pub mod kind {
     /// FAULT: the runtime's handler of a signal that ends the process
     /// (SIGNAL's payload; format 1.5).
     pub const FAULT: u8 = 17;
+    /// VALUE: a data value (`record --data`, format 1.4), read by
+    /// [`super::Stream::values`] and invisible to the control walk.
+    pub const VALUE: u8 = 18;
 
     /// Total length of a record of `kind`, `None` for an unknown kind.
     pub fn len(kind: u8) -> Option<usize> {
         Some(match kind {
             ENTER | EXIT | FORK | THREAD | LANDING | FORKED | LAZY => 6,
-            INDIRECT | DESYNC | SETJMP | LONGJMP => 10,
+            INDIRECT | DESYNC | SETJMP | LONGJMP | VALUE => 10,
             SIGNAL_1_1 => 14,
             SIGNAL | FAULT => 18,
             SETJMP_RESUME | RETURN => 2,
@@ -110,6 +113,8 @@ pub enum Item {
     Longjmp(u64),
     /// The PLT stub `tag << 24 | procedure` took its lazy-binding outcome.
     Lazy(u32),
+    /// A data value ([`Stream::values`] only: the control walk skips them).
+    Value(u64),
     /// The end of the stream.
     End,
 }
@@ -147,6 +152,7 @@ impl Item {
             Item::Setjmp(b) => format!("SETJMP({b:#x})"),
             Item::Longjmp(b) => format!("LONGJMP({b:#x})"),
             Item::Lazy(p) => format!("LAZY({p})"),
+            Item::Value(v) => format!("VALUE({v:#x})"),
             Item::End => "the end of the stream".into(),
         }
     }
@@ -171,6 +177,8 @@ pub struct Stream<'t> {
     /// Stream offset of `buf[0]`.
     base: u64,
     spare: Vec<u8>,
+    /// [`Item::Value`]s are items (else skipped).
+    values: bool,
 }
 
 fn le(bytes: &[u8]) -> u64 {
@@ -190,6 +198,31 @@ impl<'t> Stream<'t> {
             pos: 0,
             base: 0,
             spare: Vec::new(),
+            values: false,
+        }
+    }
+
+    /// The data values of the stream, in order ([`Item::Value`]); a
+    /// SIGNAL is refused (which values a handler took is not recorded
+    /// yet, docs/data.md).
+    pub(crate) fn values(mut self) -> Result<Vec<u64>> {
+        self.values = true;
+        let mut out = Vec::new();
+        loop {
+            match self.next_item()? {
+                (Item::Value(v), _) => out.push(v),
+                (Item::End, _) => return Ok(out),
+                (s @ Item::Signal { .. }, offset) => {
+                    return Err(self.bad(
+                        offset,
+                        format!(
+                            "{}: data traces with signals are not supported yet",
+                            s.describe()
+                        ),
+                    ))
+                }
+                _ => {}
+            }
         }
     }
 
@@ -227,8 +260,18 @@ impl<'t> Stream<'t> {
         }
     }
 
-    /// The next item and its offset, without consuming it; `len` is its size.
+    /// The next item and its offset, without consuming it; `len` is its
+    /// size. VALUE records are skipped unless [`Stream::values`] reads.
     pub fn peek(&mut self) -> Result<(Item, u64, usize)> {
+        loop {
+            match self.peek_any()? {
+                (Item::Value(_), _, len) if !self.values => self.advance(len),
+                r => return Ok(r),
+            }
+        }
+    }
+
+    fn peek_any(&mut self) -> Result<(Item, u64, usize)> {
         let offset = self.offset();
         if self.fill(2)? == 0 || self.torn_tail()? {
             return Ok((Item::End, offset, 0));
@@ -296,6 +339,7 @@ impl<'t> Stream<'t> {
             kind::SETJMP => Item::Setjmp(le(p)),
             kind::LONGJMP => Item::Longjmp(le(p)),
             kind::LAZY => Item::Lazy(le(p) as u32),
+            kind::VALUE => Item::Value(le(p)),
             _ => Item::Return,
         };
         Ok((item, offset, len))

@@ -104,7 +104,11 @@ impl<'t> Calls<'t> {
             may_fork: HashMap::new(),
             pads: aetrace_analysis::lsda::call_site_pads(&prog.module),
         };
-        calls.bounded = calls.bounded_procs(prog);
+        // `--data`: callees write VALUE records, which a caller's budget
+        // for a bounded callee does not count.
+        if !rw.data {
+            calls.bounded = calls.bounded_procs(prog);
+        }
         calls.may_tail = calls.tail_callbacks(prog);
         calls.frame_exits(prog);
         calls.may_fork = spread_up_calls(prog, HashMap::new(), |may, c| calls.call_forks(may, c));

@@ -74,6 +74,7 @@ const SEGMENT_BYTES: u64 = MAX_BYTES_BETWEEN_CHECKS - START_BYTES - 2 * LEAF_BYT
 /// the unwinder enters; `chain_end`: the procedure calls no traced
 /// procedure that calls a traced procedure directly, and is not the process
 /// entry, so its entry check may be left out.
+#[cfg(test)]
 pub fn check_blocks(
     cfg: &Cfg,
     insns: &[Vec<Instruction>],
@@ -81,6 +82,29 @@ pub fn check_blocks(
     landing_pads: &[BlockId],
     chain_end: bool,
     unchecked_return: &[bool],
+) -> Vec<bool> {
+    check_blocks_with(
+        cfg,
+        insns,
+        witness,
+        landing_pads,
+        chain_end,
+        unchecked_return,
+        &[],
+    )
+}
+
+/// [`check_blocks`] when blocks also write `extra` bytes each (`record
+/// --data`: the VALUE records a path through the block writes between two
+/// checks).
+pub fn check_blocks_with(
+    cfg: &Cfg,
+    insns: &[Vec<Instruction>],
+    witness: &[Option<u32>],
+    landing_pads: &[BlockId],
+    chain_end: bool,
+    unchecked_return: &[bool],
+    extra: &[u64],
 ) -> Vec<bool> {
     let n = cfg.blocks.len();
     let entry = cfg.entry.index();
@@ -128,6 +152,9 @@ pub fn check_blocks(
         }
     }
     let mut cost = block_costs(cfg, insns, landing_pads);
+    for (c, &x) in cost.iter_mut().zip(extra) {
+        *c += x;
+    }
     for (c, &u) in cost.iter_mut().zip(unchecked_return) {
         if u {
             *c += LEAF_BYTES;

@@ -55,7 +55,7 @@ use aetrace_graph::{BlockId, EdgeId, EntityRef};
 use aetrace_runtime::layout::RecordKind;
 use aetrace_runtime::{
     emit_buffer_check, emit_outside_entry, emit_record, emit_static_entry, emit_transfer,
-    emit_witness, Payload, RuntimeAddrs, Site,
+    emit_value, emit_witness, Payload, RuntimeAddrs, Site, Value,
 };
 use iced_x86::code_asm::{edi, r11, CodeAssembler};
 use iced_x86::{
@@ -63,6 +63,7 @@ use iced_x86::{
     MemoryOperand, Mnemonic, OpKind, Register,
 };
 
+use crate::data;
 use crate::liveness::Liveness;
 use aetrace_analysis::cfg::{Cfg, EdgeKind};
 
@@ -270,6 +271,9 @@ pub struct ProcPlan<'a> {
     pub landing_pads: Vec<BlockId>,
     /// Counting mode: the procedure's entry and block counters.
     pub counters: Option<PlanCounters>,
+    /// `--data --check`: per block and instruction, the values recorded
+    /// before it (`data`).
+    pub values: Option<crate::data::BlockValues>,
 }
 
 /// Where one procedure's copy ended up (for unwind tables).
@@ -841,6 +845,13 @@ impl Emitter {
         }
         self.transfers += 1;
         self.seq(|a| emit_transfer(a, site))
+    }
+
+    /// A VALUE record (`--data --check`), at the current point: the
+    /// instruction it stands before has not run.
+    fn value(&mut self, value: Value, site: Site) -> GenResult<()> {
+        let at = self.point;
+        self.seq_write(at, at, |a| emit_value(a, value, site))
     }
 
     /// Witness `n`, standing at `before` until it is reserved; in counting
@@ -1582,6 +1593,27 @@ impl ProcGen<'_, '_> {
         })
     }
 
+    /// `--data --check`: the VALUE records before instruction `k` of block
+    /// `b`, with a buffer check before each [`data::GROUP`] of them after
+    /// the block's first.
+    fn values_before(&mut self, b: BlockId, k: usize) -> GenResult<()> {
+        let p = self.p;
+        let Some(values) = p.values.as_ref() else {
+            return Ok(());
+        };
+        let block = &values[b.index()];
+        let first: usize = block[..k].iter().map(Vec::len).sum();
+        let site = self.site(p.live.live_before(b, k));
+        self.em.point = self.at(b, k);
+        for (n, &v) in (first..).zip(&block[k]) {
+            if n > 0 && n % data::GROUP == 0 {
+                self.check(site)?;
+            }
+            self.em.value(v, site)?;
+        }
+        Ok(())
+    }
+
     fn check(&mut self, site: Site) -> GenResult<()> {
         if self.em.counting.is_some() {
             return Ok(());
@@ -1620,9 +1652,12 @@ impl ProcGen<'_, '_> {
         let counts_before = (self.em.transfers, stubs.len());
         self.block_head(b)?;
         for (k, &i) in insns[..last_i].iter().enumerate() {
+            self.values_before(b, k)?;
             self.copy_at(b, k, i);
         }
         // Instrumentation before the last instruction stands before it.
+        // Its values come first: the call plan may move rsp.
+        self.values_before(b, last_i)?;
         let before = self.at(b, last_i);
         self.em.point = before;
         let end = BlockEnd {

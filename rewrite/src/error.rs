@@ -108,6 +108,15 @@ pub enum Refusal {
     /// `--stop-at` was asked of a program in which the named procedure calls setjmp or longjmp.
     #[error("--stop-at cannot count exactly: procedure {0} calls setjmp or longjmp")]
     StopAtSetjmp(String),
+    /// `--data`: an instruction whose references cannot be recorded exactly.
+    #[error("--data: {at}: {why}")]
+    DataForm {
+        /// The procedure, the instruction's link-time address and the
+        /// instruction disassembled.
+        at: String,
+        /// Why it is refused.
+        why: String,
+    },
 
     // The plans (`plan`).
     /// The path counters of all procedures overflow the counter index space.

@@ -24,6 +24,7 @@ mod calls;
 mod checks;
 pub mod codegen;
 pub mod counters;
+mod data;
 pub mod elfout;
 mod emit;
 pub mod error;
@@ -156,6 +157,17 @@ pub fn instrument_module(path: &Path, which: Placement, tag: u32) -> Result<Inst
     instrument_with(path, &How::Trace(which), tag)
 }
 
+/// [`instrument_module`], also recording data addresses when `data`
+/// (`record --data --check`, `analysis::addr::full`).
+pub fn instrument_module_data(
+    path: &Path,
+    which: Placement,
+    tag: u32,
+    data: bool,
+) -> Result<Instrumented> {
+    instrument_full(path, &How::Trace(which), tag, data)
+}
+
 /// Imports that start threads: counters then need `lock add`.
 pub(crate) const THREAD_STARTERS: &[&str] = &["pthread_create", "clone", "clone3", "thrd_create"];
 
@@ -207,6 +219,8 @@ pub(crate) struct Rewrite<'a> {
     pub fatal_longjmps: bool,
     /// Path profiling: entering a landing pad ends the program.
     pub fatal_pads: bool,
+    /// `record --data --check`: every non-static data address is recorded.
+    pub data: bool,
 }
 
 impl<'a> Rewrite<'a> {
@@ -217,6 +231,7 @@ impl<'a> Rewrite<'a> {
         how: &'a How,
         tag: u32,
         fault: Option<(String, u32)>,
+        data: bool,
     ) -> Result<Rewrite<'a>> {
         let module = &prog.module;
         let (stop_at, stop_events) = match how {
@@ -258,6 +273,7 @@ impl<'a> Rewrite<'a> {
             fatal_pads: module.is_static
                 && matches!(how, How::Count(s) if s.paths)
                 && !module.func_symbols.iter().any(|s| s.name == "__cxa_throw"),
+            data,
         };
         limits::check_module(&rw)?;
         let elf = goblin::elf::Elf::parse(module.bytes())
@@ -286,9 +302,13 @@ impl<'a> Rewrite<'a> {
 /// Rewrites module `tag` at `path` (see [`instrument_module`]): witnesses or
 /// counters, as a list of phases.
 pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented> {
+    instrument_full(path, how, tag, false)
+}
+
+fn instrument_full(path: &Path, how: &How, tag: u32, data: bool) -> Result<Instrumented> {
     let fault = fault_injection(path)?;
     let prog = Program::open(path)?;
-    let rw = Rewrite::new(path, &prog, how, tag, fault)?;
+    let rw = Rewrite::new(path, &prog, how, tag, fault, data)?;
     let traced = traced::Traced::decide(&rw);
     let calls = calls::Calls::classify(&rw, &traced);
     limits::check_counting(&rw, &calls)?;

@@ -27,7 +27,7 @@ use aetrace_runtime::layout::TAG_SHIFT;
 use crate::calls::Calls;
 use crate::codegen::{EntryStub, PlanCounters, ProcPlan, Table};
 use crate::traced::Traced;
-use crate::{checks, counters, liveness, pathprof};
+use crate::{checks, counters, data, liveness, pathprof};
 use crate::{CountLayout, How, Placement, Refusal, Result, Rewrite, FAULT_ENV};
 
 /// The outcome of the phase.
@@ -153,13 +153,19 @@ impl<'p> Plans<'p> {
         }
         let tables = self.jump_tables(rw, calls.traced, id, p, cfg)?;
         let unchecked_return: Vec<bool> = site_plans.iter().map(|c| c.unchecked_return).collect();
-        let loop_header = checks::check_blocks(
+        let values = if rw.data {
+            Some(data::values(rw, &p.name, &insns)?)
+        } else {
+            None
+        };
+        let loop_header = checks::check_blocks_with(
             cfg,
             &insns,
             &witness,
             &landing_pads,
             chain_end(rw, calls, p, cfg),
             &unchecked_return,
+            &values.as_ref().map(data::extra_costs).unwrap_or_default(),
         );
         self.db.procs.push(proc_db(
             p,
@@ -190,6 +196,7 @@ impl<'p> Plans<'p> {
             // The copy's LSDAs point at LANDING stubs (see `unwind`).
             landing_pads,
             counters: plan_counters,
+            values,
         });
         Ok(())
     }
@@ -449,7 +456,9 @@ impl CountLayout {
 /// their outside-entry stubs (and its check); every other entry passes
 /// one. A chain of calls without entry checks is at most two deep.
 fn chain_end(rw: &Rewrite<'_>, calls: &Calls<'_>, p: &Procedure, cfg: &Cfg) -> bool {
-    p.start != rw.prog.module.entry
+    // `--data`: the entry writes VALUE records its callers do not count.
+    !rw.data
+        && p.start != rw.prog.module.entry
         && !checks::reaches_call(cfg, |t| {
             calls
                 .traced

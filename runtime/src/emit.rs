@@ -285,6 +285,111 @@ pub fn emit_record(
     end(a, f)
 }
 
+/// An effective address as the instruction computes it: `fs base (when
+/// `fs`) + base + index * scale + disp`, wrapping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AddrOperand {
+    /// `fs:`-relative (the thread pointer is `fs:[0]`, the x86-64 TLS ABI).
+    pub fs: bool,
+    /// The base register, if any.
+    pub base: Option<AsmRegister64>,
+    /// The index register and its scale (1, 2, 4, 8), if any.
+    pub index: Option<(AsmRegister64, u32)>,
+    /// The displacement.
+    pub disp: i64,
+}
+
+/// A value `record --data --check` writes in a VALUE record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Value {
+    /// An effective address, as the instruction that follows sees it.
+    Addr(AddrOperand),
+    /// A register's 64 bits.
+    Reg(AsmRegister64),
+    /// `rflags` (a string instruction's direction flag).
+    Flags,
+}
+
+/// Bytes the VALUE sequence moves `rsp` down before it reads an
+/// rsp-relative value: the red zone and the borrowed register.
+const VALUE_SHIFT: i64 = RED_ZONE as i64 + 8;
+
+/// Emits one VALUE record of `value`, taken in the state before the
+/// sequence (an rsp-relative address is the one the next instruction
+/// sees). The value is computed into a borrowed register `v` first (saved
+/// below the red zone), then written by [`emit_record`]'s sequence.
+pub fn emit_value(a: &mut CodeAssembler, value: Value, site: Site) -> Result<(), Error> {
+    let v = pick_free(&[&[rax][..], site.scratch.as_slice()].concat());
+    a.lea(rsp, ptr(rsp - RED_ZONE))?;
+    a.push(v)?;
+    match value {
+        Value::Addr(o) => load_address(a, v, o)?,
+        Value::Reg(r) if same(r, rsp) => a.lea(v, ptr(rsp + VALUE_SHIFT as i32))?,
+        Value::Reg(r) => {
+            if !same(r, v) {
+                a.mov(v, r)?;
+            }
+        }
+        Value::Flags => {
+            a.pushfq()?;
+            a.pop(v)?;
+        }
+    }
+    let inner = Site {
+        scratch: site.scratch.filter(|s| !same(*s, v)),
+        red_zone_live: false,
+        ..site
+    };
+    emit_record(a, RecordKind::Value, Payload::Reg64(v), inner)?;
+    a.pop(v)?;
+    a.lea(rsp, ptr(rsp + RED_ZONE))?;
+    Ok(())
+}
+
+/// `v = o`, flags preserved; `v` was pushed (its old value is on the stack).
+fn load_address(a: &mut CodeAssembler, v: AsmRegister64, o: AddrOperand) -> Result<(), Error> {
+    let disp = match o.base {
+        Some(b) if same(b, rsp) => o.disp.wrapping_add(VALUE_SHIFT),
+        _ => o.disp,
+    };
+    if o.index.is_some_and(|(i, _)| same(i, rsp)) {
+        return Err(Error::Emit("rsp cannot be an index".into()));
+    }
+    if o.fs && o.base.is_none() && o.index.is_none() {
+        a.mov(v, qword_ptr(0).fs())?;
+        return add_disp(a, v, disp);
+    }
+    if o.base.is_none() && o.index.is_none() {
+        a.mov(v, disp as u64)?;
+    } else {
+        let d = i32::try_from(disp)
+            .map_err(|_| Error::Emit(format!("displacement {disp:#x} does not fit 32 bits")))?;
+        let m = match (o.base, o.index) {
+            (Some(b), Some((i, s))) => ptr(b + i * s + d),
+            (Some(b), None) => ptr(b + d),
+            (None, Some((i, s))) => ptr(i * s + d),
+            (None, None) => unreachable!("handled above"),
+        };
+        a.lea(v, m)?;
+    }
+    if o.fs {
+        a.pushfq()?;
+        a.add(v, qword_ptr(0).fs())?;
+        a.popfq()?;
+    }
+    Ok(())
+}
+
+/// `v += disp` without touching the flags.
+fn add_disp(a: &mut CodeAssembler, v: AsmRegister64, disp: i64) -> Result<(), Error> {
+    match i32::try_from(disp) {
+        Ok(d) => a.lea(v, ptr(v + d)).map_err(Error::from),
+        Err(_) => Err(Error::Emit(format!(
+            "displacement {disp:#x} does not fit 32 bits"
+        ))),
+    }
+}
+
 fn gpr64_of(r: AsmRegister32) -> AsmRegister64 {
     let all64 = [
         rax, rcx, rdx, rbx, rsp, rbp, rsi, rdi, r8, r9, r10, r11, r12, r13, r14, r15,

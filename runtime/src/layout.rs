@@ -219,6 +219,11 @@ pub enum RecordKind {
     /// RIP after the fix-up, `u32` transfer count). The thread's last
     /// record: the signal then ends the process (format 1.5).
     Fault = 17,
+    /// `aetrace record --data --check` (format 1.4): a value the
+    /// regenerator needs for a data address, `u64`: an effective address
+    /// in full, or for a `rep` string instruction its `rcx` and `rflags`
+    /// (`analysis::addr::full` says which, per instruction).
+    Value = 18,
 }
 
 impl RecordKind {
@@ -242,7 +247,8 @@ impl RecordKind {
             RecordKind::Indirect
             | RecordKind::Desync
             | RecordKind::Setjmp
-            | RecordKind::Longjmp => 8,
+            | RecordKind::Longjmp
+            | RecordKind::Value => 8,
             RecordKind::Signal | RecordKind::Fault => 16,
         }
     }
@@ -266,6 +272,7 @@ impl RecordKind {
             15 => RecordKind::Signal,
             16 => RecordKind::Lazy,
             17 => RecordKind::Fault,
+            18 => RecordKind::Value,
             _ => return None,
         })
     }
@@ -414,6 +421,7 @@ mod tests {
         (15, 18),
         (16, 6),
         (17, 18),
+        (18, 10),
     ];
 
     #[test]

@@ -22,7 +22,7 @@ pub mod region;
 pub use blob::{generate, Blob};
 pub use emit::{
     emit_buffer_check, emit_outside_entry, emit_record, emit_static_entry, emit_transfer,
-    emit_witness, FlagsSave, Payload, RuntimeAddrs, Site,
+    emit_value, emit_witness, AddrOperand, FlagsSave, Payload, RuntimeAddrs, Site, Value,
 };
 pub use layout::{Geometry, RecordKind};
 pub use region::{read_standalone, Batch, Drainer, Region, Stream};

@@ -11,6 +11,36 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> super::Result {
-    aetrace_regen::info::info_command(&a.trace, a.json, &mut std::io::stdout().lock())?;
+    let info = aetrace_regen::info::info(&a.trace)?;
+    aetrace_regen::info::write_info(&info, a.json, &mut std::io::stdout().lock())?;
+    if let (Some(values), false) = (info.data_values, a.json) {
+        data_refs(&a.trace, values, info.stats.compressed_bytes)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A data trace's references, counted by regenerating them (lackey's
+/// count), and the recorded bytes per reference.
+fn data_refs(trace: &std::path::Path, values: u64, compressed: u64) -> super::Result {
+    let opts = aetrace_regen::Options {
+        format: aetrace_regen::Format::Xdin,
+        ..Default::default()
+    };
+    let c = super::dataout::write(
+        trace,
+        &opts,
+        super::dataout::DataFormat::Xdin,
+        &mut std::io::sink(),
+    )?;
+    let per = |b: u64| b as f64 / c.refs.max(1) as f64;
+    println!(
+        "data references: {} ({} static, {} from values); value bytes per reference {:.3} raw; \
+         whole trace {:.3} compressed bytes per reference",
+        c.refs,
+        c.static_refs,
+        c.refs - c.static_refs,
+        per(values * 8),
+        per(compressed)
+    );
     Ok(ExitCode::SUCCESS)
 }

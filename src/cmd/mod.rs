@@ -9,6 +9,7 @@ pub mod cachesim;
 pub mod census;
 pub mod cfg;
 pub mod count;
+pub mod dataout;
 pub mod debug;
 pub mod info;
 pub mod instrument;

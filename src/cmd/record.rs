@@ -14,16 +14,29 @@ pub struct Args {
     libs: Libs,
     #[arg(long, value_enum, default_value = "optimal")]
     placement: Placement,
+    /// Also record data addresses (needs --check for now: docs/data.md).
+    #[arg(long)]
+    data: bool,
+    /// With --data: record every non-static data address in full.
+    #[arg(long, requires = "data")]
+    check: bool,
     #[command(flatten)]
     program: Program,
 }
 
 pub fn run(a: Args) -> super::Result {
+    if a.data && !a.check {
+        return Err(
+            "record --data records every address in full only for now: add --check (docs/data.md)"
+                .into(),
+        );
+    }
     let (program, args) = a.program.split();
     let opts = RecordOptions {
         trace: a.output.output,
         libs: a.libs.selection()?,
         placement: a.placement.into(),
+        data: a.data,
         program,
         args,
     };

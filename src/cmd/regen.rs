@@ -30,6 +30,10 @@ pub struct Args {
     /// Write here instead of stdout.
     #[arg(short, long)]
     output: Option<PathBuf>,
+    /// With `--format xdin`: data references too (`r`/`w` lines) from a
+    /// `record --data --check` trace; `--format lackey` always has them.
+    #[arg(long)]
+    data: bool,
 }
 
 /// `--format`: what each line (or record) is.
@@ -40,6 +44,8 @@ enum Format {
     Din,
     Xdin,
     Bin,
+    /// valgrind lackey's `--trace-mem=yes` text (a data trace).
+    Lackey,
 }
 
 impl From<Format> for aetrace_regen::Format {
@@ -50,11 +56,21 @@ impl From<Format> for aetrace_regen::Format {
             Format::Din => Self::Din,
             Format::Xdin => Self::Xdin,
             Format::Bin => Self::Bin,
+            Format::Lackey => Self::Xdin,
         }
     }
 }
 
 pub fn run(a: Args) -> super::Result {
+    let data = match a.format {
+        Format::Lackey => Some(super::dataout::DataFormat::Lackey),
+        Format::Xdin if a.data => Some(super::dataout::DataFormat::Xdin),
+        _ if a.data => return Err("--data needs --format xdin or lackey".into()),
+        _ => None,
+    };
+    if let Some(f) = data {
+        return run_data(a, f);
+    }
     let opts = aetrace_regen::Options {
         format: a.format.into(),
         module: a.module,
@@ -72,5 +88,29 @@ pub fn run(a: Args) -> super::Result {
             eprintln!("aetrace: {e}");
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The data trace (`--format lackey`, `--format xdin --data`).
+fn run_data(a: Args, format: super::dataout::DataFormat) -> super::Result {
+    if a.relative || a.count || a.piece != 0 {
+        return Err("--relative, --count and --piece do not apply to data traces yet".into());
+    }
+    let opts = aetrace_regen::Options {
+        format: aetrace_regen::Format::Xdin,
+        module: a.module,
+        relative: false,
+        thread: a.thread,
+        jobs: a.jobs,
+        count: false,
+        piece_bytes: 0,
+    };
+    let mut out: Box<dyn std::io::Write> = match &a.output {
+        Some(p) => Box::new(std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?),
+        None => Box::new(std::io::stdout().lock()),
+    };
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, &mut out);
+    super::dataout::write(&a.trace, &opts, format, &mut out)?;
+    std::io::Write::flush(&mut out)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -157,6 +157,8 @@ fn refs(insn: &Instruction, mem: &[UsedMemory]) -> Vec<MemRef> {
         let lanes = if r.addr.vector_index { lanes(insn) } else { 1 };
         out.extend(std::iter::repeat(r).take(lanes));
     }
+    // Lackey's order: VEX loads before it stores (`movs`: L then S).
+    out.sort_by_key(|r| r.access == Access::Store);
     out
 }
 

@@ -16,6 +16,7 @@
 //!   entry registers its value depends on).
 //! - [`flow`]: the per-procedure forward dataflow (a worklist fixpoint in
 //!   reverse post-order, and its naive twin, a round-robin fixpoint).
+//! - [`full`]: what the checking mode records before each instruction.
 //! - [`census`]: each reference classified by how its address can be
 //!   rebuilt ([`census::Class`]), and the values that would be recorded.
 //!
@@ -29,6 +30,7 @@
 pub mod census;
 pub mod flow;
 pub mod forms;
+pub mod full;
 pub mod value;
 
 #[cfg(test)]

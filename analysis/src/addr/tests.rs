@@ -78,7 +78,7 @@ fn reference_forms_count_as_lackey_does() {
             vec![n('M', 8)],
             vec![n('M', 8)],
             vec![n('M', 16)],
-            vec![n('S', 1), n('L', 1)],
+            vec![n('L', 1), n('S', 1)],
             vec![n('L', 8), n('L', 8)],
             vec![('S', 8, true)],
             vec![n('L', 1)],
@@ -345,8 +345,8 @@ fn rep_count_from_a_constant() {
     assert_eq!(
         got,
         vec![
-            (3, Some(32), Class::Stack),
             (3, Some(32), Class::Entry),
+            (3, Some(32), Class::Stack),
             (4, Some(1), Class::Derived),
             (5, Some(0), Class::Derived),
         ]

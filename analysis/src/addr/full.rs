@@ -1,0 +1,97 @@
+//! What the checking mode of issue 21 (`aetrace record --data --check`)
+//! records before each instruction, and how those values give back every
+//! reference lackey counts: the one table the rewriter (which places the
+//! VALUE records) and the regenerator (which reads them) share, so the two
+//! cannot disagree on what a value means (drmemtrace's issue #4403 came
+//! from two such analyses).
+//!
+//! Per instruction, in order: for a `rep` string instruction its `rcx`
+//! and `rflags` (the iteration count and the direction), then the address
+//! of each reference that is not static, taken before the instruction
+//! (for a `rep`: its first iteration's). A static reference (rip-relative
+//! or absolute) is never recorded: the instruction gives it.
+//!
+//! Refused, never guessed: `gs:` references (the runtime's own segment),
+//! `bt` with a register bit offset, gathers (a vector index), references
+//! whose size depends on the CPU (`xsave`), `repe`/`repne` compares (their
+//! count depends on the data), and `pop` into an `rsp`-relative operand
+//! (its address is taken after the pop).
+
+use iced_x86::{Instruction, Mnemonic, OpKind, Register};
+
+use super::{InsnProgram, MemRef, Repeat, Seg};
+
+/// One value recorded before an instruction.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Recorded {
+    /// The effective address of reference `k` of the instruction's
+    /// [`InsnProgram::refs`].
+    Addr(usize),
+    /// `rcx` (a `rep` string instruction's iteration count).
+    Rcx,
+    /// `rflags` (its direction flag, bit 10).
+    Flags,
+}
+
+/// The direction flag's bit in `rflags`.
+pub const DF: u64 = 1 << 10;
+
+/// A static reference's address: the link-time address of a rip-relative
+/// one (`module` true: add the module's load bias), or an absolute one.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Static {
+    /// The address the instruction names.
+    pub addr: u64,
+    /// Relative to the module (rip-relative).
+    pub module: bool,
+}
+
+/// The address of `r` when the instruction alone gives it.
+pub fn static_addr(insn: &Instruction, r: &MemRef) -> Option<Static> {
+    let a = &r.addr;
+    (a.seg == Seg::Flat && a.base.is_none() && a.index.is_none() && a.bit_offset.is_none()).then(
+        || Static {
+            addr: a.disp,
+            module: insn.is_ip_rel_memory_operand(),
+        },
+    )
+}
+
+/// The values recorded before `insn` (whose program is `prog`), or why its
+/// references cannot be recorded exactly.
+pub fn plan(insn: &Instruction, prog: &InsnProgram) -> Result<Vec<Recorded>, String> {
+    let mut out = Vec::new();
+    if prog.refs.iter().any(|r| r.repeat == Repeat::UntilData) {
+        return Err("a repe/repne compare stops on the data: its count is not recorded".into());
+    }
+    if prog.refs.iter().any(|r| r.repeat == Repeat::Rcx) {
+        out.extend([Recorded::Rcx, Recorded::Flags]);
+    }
+    for (k, r) in prog.refs.iter().enumerate() {
+        refuse(insn, r)?;
+        if static_addr(insn, r).is_none() {
+            out.push(Recorded::Addr(k));
+        }
+    }
+    Ok(out)
+}
+
+fn refuse(insn: &Instruction, r: &MemRef) -> Result<(), String> {
+    let why = if r.addr.seg == Seg::Gs {
+        "a gs: reference (the runtime owns gs)"
+    } else if r.addr.bit_offset.is_some() {
+        "a bit offset in a register"
+    } else if r.addr.vector_index {
+        "a gather or scatter (vector index)"
+    } else if r.size == 0 {
+        "a reference whose size the CPU decides"
+    } else if insn.mnemonic() == Mnemonic::Pop
+        && insn.op0_kind() == OpKind::Memory
+        && insn.memory_base() == Register::RSP
+    {
+        "a pop into an rsp-relative operand"
+    } else {
+        return Ok(());
+    };
+    Err(why.into())
+}

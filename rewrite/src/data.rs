@@ -1,0 +1,104 @@
+//! `record --data --check` (issue 21, point 5): the VALUE records placed
+//! before each memory-referencing instruction of a traced procedure, as
+//! `analysis::addr::full` decides them (the table the regenerator reads
+//! them by), and the bytes they add between two buffer checks.
+//!
+//! Invariants: an instruction whose references the table refuses makes
+//! the whole rewrite fail with [`Refusal::DataForm`] naming it (never a
+//! guessed address); a block writes at most [`GROUP`] VALUE records
+//! between two checks (codegen checks before each group), and the
+//! bytes of one group are added to the block's cost in `checks`, so the
+//! headroom bound of `docs/runtime.md` section 4 still holds.
+
+use aetrace_analysis::addr::full::{self, Recorded};
+use aetrace_analysis::addr::{forms, AddrExpr, Gpr, Seg};
+use aetrace_runtime::{layout::RecordKind, AddrOperand, Value};
+use iced_x86::code_asm::{get_gpr64, rcx, AsmRegister64};
+use iced_x86::{Instruction, InstructionInfoFactory, Register};
+
+use crate::{Refusal, Result, Rewrite};
+
+/// VALUE records one buffer check covers.
+pub(crate) const GROUP: usize = 32;
+
+/// Per block, per instruction: the values recorded before it.
+pub(crate) type BlockValues = Vec<Vec<Vec<Value>>>;
+
+/// The values of every instruction of `insns` (procedure `proc`).
+pub(crate) fn values(
+    rw: &Rewrite<'_>,
+    proc: &str,
+    insns: &[Vec<Instruction>],
+) -> Result<BlockValues> {
+    let mut info = InstructionInfoFactory::new();
+    insns
+        .iter()
+        .map(|b| {
+            b.iter()
+                .map(|i| insn_values(rw, proc, i, &mut info))
+                .collect()
+        })
+        .collect()
+}
+
+fn insn_values(
+    rw: &Rewrite<'_>,
+    proc: &str,
+    insn: &Instruction,
+    info: &mut InstructionInfoFactory,
+) -> Result<Vec<Value>> {
+    let prog = forms::program(insn, info);
+    let refuse = |why: String| {
+        rw.err(Refusal::DataForm {
+            at: format!("procedure {proc}: instruction at {:#x} ({insn})", insn.ip()),
+            why,
+        })
+    };
+    let plan = full::plan(insn, &prog).map_err(refuse)?;
+    plan.into_iter()
+        .map(|r| match r {
+            Recorded::Rcx => Ok(Value::Reg(rcx)),
+            Recorded::Flags => Ok(Value::Flags),
+            Recorded::Addr(k) => operand(&prog.refs[k].addr)
+                .map(Value::Addr)
+                .ok_or_else(|| refuse("an address the sequence cannot compute".into())),
+        })
+        .collect()
+}
+
+fn reg(g: Gpr) -> Option<AsmRegister64> {
+    let r = Register::RAX as u32 + u32::from(g.0);
+    let r = Register::values().find(|x| *x as u32 == r)?;
+    get_gpr64(r)
+}
+
+fn operand(a: &AddrExpr) -> Option<AddrOperand> {
+    Some(AddrOperand {
+        fs: match a.seg {
+            Seg::Flat => false,
+            Seg::Fs => true,
+            Seg::Gs => return None,
+        },
+        base: match a.base {
+            Some(b) => Some(reg(b)?),
+            None => None,
+        },
+        index: match a.index {
+            Some(i) => Some((reg(i)?, u32::from(a.scale))),
+            None => None,
+        },
+        disp: a.disp as i64,
+    })
+}
+
+/// Per block: the VALUE bytes a path through it writes between two
+/// checks (one group at most, [`GROUP`]).
+pub(crate) fn extra_costs(values: &BlockValues) -> Vec<u64> {
+    values
+        .iter()
+        .map(|b| {
+            let n = b.iter().map(Vec::len).sum::<usize>().min(GROUP);
+            n as u64 * RecordKind::Value.encoded_len()
+        })
+        .collect()
+}
