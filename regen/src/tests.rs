@@ -158,6 +158,7 @@ fn call(
         landing: None,
         jmpbuf: false,
         plt: false,
+        indirect: false,
     })
 }
 
