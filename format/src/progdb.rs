@@ -864,9 +864,9 @@ impl ProcDb {
                         b.start
                     ));
                 }
-                if c.indirect
-                    && !(c.tail && c.target == CallTarget::External && !c.plt && !c.marker)
-                {
+                let unmarked_external_tail =
+                    c.tail && c.target == CallTarget::External && !c.plt && !c.marker;
+                if c.indirect && !unmarked_external_tail {
                     return Some(format!(
                         "block {bi} at {:#x}: an unresolved jump that is not an unmarked external tail call",
                         b.start
