@@ -293,6 +293,9 @@ pub struct Map {
     pub len: u64,
 }
 
+/// Per byte of a [`Map`]: the label of the block copy starting there.
+type MapLabels = Vec<Option<u64>>;
+
 /// Bytes the unresolved jump's dispatch keeps below the red zone: the
 /// destination, rax, rcx and the flags.
 const DISPATCH_FRAME: i64 = 32;
@@ -1094,7 +1097,7 @@ pub fn generate(
     }
     // Table entries: (table index in plan, entry index) -> label.
     let mut table_entries: Vec<Vec<Vec<u64>>> = Vec::with_capacity(plans.len());
-    let mut map_entries: Vec<Option<Vec<Option<u64>>>> = Vec::with_capacity(plans.len());
+    let mut map_entries: Vec<Option<MapLabels>> = Vec::with_capacity(plans.len());
     // Per plan: out-index range, origin range, landing stub labels.
     let mut spans = Vec::with_capacity(plans.len());
     for (k, p) in plans.iter().enumerate() {
@@ -1422,7 +1425,7 @@ impl ProcGen<'_, '_> {
         stub_label: u64,
         invoke_label: Option<u64>,
         landing: &[(u64, u64)],
-    ) -> GenResult<(Vec<Vec<u64>>, Option<Vec<Option<u64>>>)> {
+    ) -> GenResult<(Vec<Vec<u64>>, Option<MapLabels>)> {
         let p = self.p;
         let cfg = p.cfg;
         let order: Vec<BlockId> = cfg.blocks.keys().collect();
@@ -1589,7 +1592,7 @@ impl ProcGen<'_, '_> {
 
     /// The labels of map `m`: each original byte's block copy, if a block
     /// starts there.
-    fn map_entries(&self, m: Map) -> Vec<Option<u64>> {
+    fn map_entries(&self, m: Map) -> MapLabels {
         (m.start..m.start + m.len)
             .map(|a| self.p.cfg.block_at(a).map(|b| self.labels[b.index()]))
             .collect()
