@@ -17,6 +17,9 @@
 //! - `cli_errors`, `record_errors`: bad input, one-line errors, no panic;
 //! - `debug`: `aetrace debug` under `gdb -batch` against the regenerated
 //!   instruction trace;
+//! - `indirect`: procedures with unresolved indirect jumps, traced
+//!   through INDIRECT records, against lackey and Debian's mawk
+//!   single-stepped;
 //! - `faults`: a full disk, a killed recorder, Ctrl-C, concurrent
 //!   recordings on one rewrite cache, a damaged cache entry, and the
 //!   recorder's limits (threads, execs, forks), against the native run;
@@ -64,6 +67,7 @@ mod data_census;
 mod data_trace;
 mod debug;
 mod faults;
+mod indirect;
 mod paths;
 mod profile;
 mod record_errors;

@@ -113,7 +113,12 @@ fn check_with(exe: &Path, args: &[&str], mode: LogMode) {
 /// with lackey's instructions inside that module, through `aetrace regen
 /// --module M --relative` (threads that never ran in M are skipped on both
 /// sides). Returns `aetrace info --json` of the trace.
-fn check_libs(exe: &Path, args: &[&str], libs: &[&str], mode: LogMode) -> serde_json::Value {
+pub(crate) fn check_libs(
+    exe: &Path,
+    args: &[&str],
+    libs: &[&str],
+    mode: LogMode,
+) -> serde_json::Value {
     check_recorded(exe, args, libs, mode, Knobs::DEFAULT)
 }
 
@@ -148,7 +153,7 @@ fn check_recorded(
 
 /// The names `aetrace info` gives for the procedures of the `k`th program
 /// of a trace that were left alone, with their reasons.
-fn left_alone(info: &serde_json::Value, k: usize) -> Vec<String> {
+pub(crate) fn left_alone(info: &serde_json::Value, k: usize) -> Vec<String> {
     info["programs"][k]["left_alone"]
         .as_array()
         .unwrap()

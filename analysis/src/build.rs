@@ -543,6 +543,16 @@ impl<'a> Builder<'a> {
             // unresolved jump: redo without ignoring it.
             (leaders, resolutions) = self.resolve_tables(&base, entries, true)?;
         }
+        if resolutions
+            .values()
+            .any(|r| matches!(r, JumpResolution::Unresolved(_)))
+        {
+            // The jump may reach any instruction: each starts a block, so
+            // that the rewriter's map from original to copy addresses and
+            // the regenerator's tables agree on every place it can land
+            // (docs/cfg.md, "Unresolved jumps").
+            leaders.extend(self.insns.iter().map(Instruction::ip));
+        }
         self.assemble(&leaders, &resolutions, primary)
     }
 

@@ -186,6 +186,13 @@ pub struct IndirectJump {
     pub resolution: JumpResolution,
 }
 
+impl IndirectJump {
+    /// Whether the analysis could not bound the jump's targets.
+    pub fn is_unresolved(&self) -> bool {
+        matches!(self.resolution, JumpResolution::Unresolved(_))
+    }
+}
+
 /// One procedure's CFG.
 #[derive(Clone, Debug)]
 pub struct Cfg {

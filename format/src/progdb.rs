@@ -233,6 +233,15 @@ pub struct CallDb {
     /// call or tail jump to a stub whose jump has it (`Proc`): counted,
     /// a tail jump too. [`ProgramDb::check`] keeps the two sides agreeing.
     pub plt: bool,
+    /// An unresolved indirect jump (`jmp reg`/`jmp [mem]` whose targets
+    /// the analysis could not bound; version 3, second call byte): a tail
+    /// call to `External` after which the thread's next item is
+    /// INDIRECT(target). A target that starts a block of this procedure is
+    /// where the copy went on (no pending witness, nothing counted); any
+    /// other target is a counted jump into untraced code, preceded by
+    /// DESYNC when it lies inside this procedure (`docs/regen.md` section
+    /// 3, "Unresolved jumps").
+    pub indirect: bool,
 }
 
 impl CallDb {
@@ -249,7 +258,7 @@ impl CallDb {
     /// this one rule.
     pub fn counts_transfer(&self) -> bool {
         match self.target {
-            CallTarget::External => !self.plt,
+            CallTarget::External => !self.plt && !self.indirect,
             CallTarget::Proc(_) => !self.tail || self.plt,
             CallTarget::Exit => false,
         }
@@ -276,6 +285,7 @@ const CALL_LAZY: u8 = 0x80;
 const CALL_LANDING: u8 = 0x08;
 /// Second call byte (version 3).
 const CALL2_JMPBUF: u8 = 0x01;
+const CALL2_INDIRECT: u8 = 0x02;
 const CALL_PLT: u8 = 0x04;
 /// Flags byte (version 4): [`ProgramDb::counts_returns`].
 const DB_COUNTS_RETURNS: u8 = 0x01;
@@ -498,7 +508,11 @@ impl ProgramDb {
                         }
                         out.push(byte);
                         if version >= 3 {
-                            out.push(if c.jmpbuf { CALL2_JMPBUF } else { 0 });
+                            let mut byte2 = if c.jmpbuf { CALL2_JMPBUF } else { 0 };
+                            if c.indirect {
+                                byte2 |= CALL2_INDIRECT;
+                            }
+                            out.push(byte2);
                         }
                         if let Some(q) = proc {
                             put_uleb(&mut out, u64::from(q));
@@ -635,16 +649,16 @@ impl ProgramDb {
                             "call byte {byte:#04x}: reserved bits set (version {version})"
                         )));
                     }
-                    let jmpbuf = if version >= 3 {
+                    let (jmpbuf, indirect) = if version >= 3 {
                         let byte2 = r.u8("second call byte")?;
-                        if byte2 & !CALL2_JMPBUF != 0 {
+                        if byte2 & !(CALL2_JMPBUF | CALL2_INDIRECT) != 0 {
                             return Err(r.err(format_args!(
                                 "second call byte {byte2:#04x}: reserved bits set"
                             )));
                         }
-                        byte2 & CALL2_JMPBUF != 0
+                        (byte2 & CALL2_JMPBUF != 0, byte2 & CALL2_INDIRECT != 0)
                     } else {
-                        byte & CALL_TAIL == 0
+                        (byte & CALL_TAIL == 0, false)
                     };
                     let target = match byte & 3 {
                         CALL_PROC => CallTarget::Proc(r.u32_leb("callee")?),
@@ -670,6 +684,7 @@ impl ProgramDb {
                         landing,
                         jmpbuf,
                         plt: byte & CALL_PLT != 0,
+                        indirect,
                     })
                 };
                 blocks.push(BlockDb {
@@ -866,6 +881,14 @@ impl ProcDb {
                 if c.lazy.is_some() && !(c.tail && c.target == CallTarget::External) {
                     return Some(format!(
                         "block {bi} at {:#x}: a lazy-binding path on a call that is not an external tail call",
+                        b.start
+                    ));
+                }
+                let unmarked_external_tail =
+                    c.tail && c.target == CallTarget::External && !c.plt && !c.marker;
+                if c.indirect && !unmarked_external_tail {
+                    return Some(format!(
+                        "block {bi} at {:#x}: an unresolved jump that is not an unmarked external tail call",
                         b.start
                     ));
                 }
@@ -1080,6 +1103,7 @@ mod tests {
                         landing,
                         jmpbuf: !tail && rnd(4) == 0,
                         plt: false,
+                        indirect: false,
                     });
                     let (to, kind) = if tail {
                         (exit, EdgeKindDb::TailCall)
@@ -1223,6 +1247,7 @@ mod tests {
                             landing: None,
                             jmpbuf: false,
                             plt: false,
+                            indirect: false,
                         }),
                     },
                     BlockDb {
@@ -1302,6 +1327,7 @@ mod tests {
                 landing: None,
                 plt,
                 jmpbuf: false,
+                indirect: false,
             })
         };
         let block = |start, call| BlockDb {

@@ -150,6 +150,8 @@ pub struct Proc {
     pub traced: bool,
     /// The entry block ([`EXIT`] when not traced).
     pub entry: BlockIx,
+    /// Its blocks' global indices (sorted by start; empty when not traced).
+    pub blocks: std::ops::Range<u32>,
 }
 
 /// A compiled module.
@@ -278,6 +280,11 @@ impl Module {
                     BlockIx(first[pi] + p.entry)
                 } else {
                     EXIT
+                },
+                blocks: if p.is_traced() {
+                    first[pi]..first[pi] + p.blocks.len() as u32
+                } else {
+                    0..0
                 },
             });
             if !p.is_traced() {
@@ -497,6 +504,29 @@ impl Module {
             },
         };
         Ok((at, instrumentation))
+    }
+
+    /// The block of traced procedure `p` that starts at link-time
+    /// address `a` (where an unresolved jump's copy goes on).
+    pub fn block_starting(&self, p: ProcIx, a: u64) -> Option<BlockIx> {
+        let r = self.procs[p].blocks.clone();
+        let blocks = &self.blocks.as_slice()[r.start as usize..r.end as usize];
+        let i = blocks.binary_search_by_key(&a, |b| b.start).ok()?;
+        Some(BlockIx(r.start + i as u32))
+    }
+
+    /// The traced procedure whose blocks hold link-time address `a`, and
+    /// whether `a` is its entry (an unresolved jump's target outside its
+    /// procedure: an entry is a springboard, elsewhere the original code
+    /// runs untraced).
+    pub fn traced_at(&self, a: u64) -> Option<(ProcIx, bool)> {
+        self.procs.iter().find_map(|(pi, p)| {
+            let blocks = &self.blocks.as_slice()[p.blocks.start as usize..p.blocks.end as usize];
+            let inside = blocks
+                .iter()
+                .any(|b| a >= b.start && a < b.start + u64::from(b.size));
+            inside.then(|| (pi, p.entry != EXIT && self.blocks[p.entry].start == a))
+        })
     }
 
     /// Instruction lengths of block `b`.

@@ -179,6 +179,7 @@ pub(crate) fn synth(prog: Program, rng: &mut Rng) -> Synth {
                     landing: None,
                     jmpbuf: false,
                     plt: false,
+                    indirect: false,
                 }
             });
             let start = addr;

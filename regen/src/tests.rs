@@ -159,6 +159,7 @@ fn call(
         landing: None,
         jmpbuf: false,
         plt: false,
+        indirect: false,
     })
 }
 

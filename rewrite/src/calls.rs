@@ -124,18 +124,19 @@ impl<'t> Calls<'t> {
             .filter(|&(id, p)| {
                 p.start != prog.module.entry
                     && p.cfg.as_ref().is_ok_and(|cfg| {
-                        checks::bounded(cfg, !p.landing_pads.is_empty(), |c| {
-                            match c.target.and_then(|t| self.traced.traced_at(t)) {
-                                Some(q) => Some(q) == plt0,
-                                None => {
-                                    Some(id) == plt0
-                                        || c.name.as_deref().is_some_and(|n| {
-                                            imports::is_callback_free(n)
-                                                && !imports::is_exit_like(n)
-                                        })
+                        !cfg.indirect_jumps.iter().any(|j| j.is_unresolved())
+                            && checks::bounded(cfg, !p.landing_pads.is_empty(), |c| {
+                                match c.target.and_then(|t| self.traced.traced_at(t)) {
+                                    Some(q) => Some(q) == plt0,
+                                    None => {
+                                        Some(id) == plt0
+                                            || c.name.as_deref().is_some_and(|n| {
+                                                imports::is_callback_free(n)
+                                                    && !imports::is_exit_like(n)
+                                            })
+                                    }
                                 }
-                            }
-                        })
+                            })
                     })
             })
             .map(|(id, _)| id)
@@ -147,10 +148,13 @@ impl<'t> Calls<'t> {
         let mut may_tail: HashMap<ProcId, bool> = HashMap::new();
         for (id, p) in prog.procs.iter() {
             let Ok(cfg) = &p.cfg else { continue };
-            let direct = cfg.calls.iter().filter(|c| c.tail).any(|c| {
-                let to_traced = c.target.and_then(|t| self.traced.traced_at(t)).is_some();
-                !to_traced && Some(id) != self.plt0 && callback_capable(c.name.as_deref())
-            });
+            // An unresolved jump may leave for any code.
+            let unresolved = cfg.indirect_jumps.iter().any(|j| j.is_unresolved());
+            let direct = unresolved
+                || cfg.calls.iter().filter(|c| c.tail).any(|c| {
+                    let to_traced = c.target.and_then(|t| self.traced.traced_at(t)).is_some();
+                    !to_traced && Some(id) != self.plt0 && callback_capable(c.name.as_deref())
+                });
             may_tail.insert(id, direct);
         }
         spread_up_calls(prog, may_tail, |may, c| {
@@ -239,6 +243,20 @@ impl<'t> Calls<'t> {
             calls[c.block.index()] = plan;
             call_db[c.block.index()] = Some(db);
         }
+        for j in cfg.indirect_jumps.iter().filter(|j| j.is_unresolved()) {
+            calls[j.block.index()].indirect = true;
+            call_db[j.block.index()] = Some(CallDb {
+                target: CallTarget::External,
+                marker: false,
+                returns: false,
+                tail: true,
+                lazy: None,
+                landing: None,
+                jmpbuf: false,
+                plt: false,
+                indirect: true,
+            });
+        }
         (calls, call_db)
     }
 
@@ -304,8 +322,10 @@ impl<'t> Calls<'t> {
                 }
                 _ => None,
             },
+            indirect: false,
         };
         let db = CallDb {
+            indirect: false,
             jmpbuf: plan.jmpbuf.is_some(),
             target: if (exit_record && !c.tail) || syscall {
                 CallTarget::Exit

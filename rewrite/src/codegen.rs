@@ -132,6 +132,11 @@ pub struct CallPlan {
     /// `setjmp` then returns only once; docs/profile.md, "Static
     /// executables").
     pub fatal_longjmp: bool,
+    /// An unresolved indirect jump: INDIRECT(target), then on through the
+    /// procedure's map of original block starts to the copy
+    /// ([`ProcPlan::map`]); elsewhere to the original target, counted, with
+    /// DESYNC first when the target lies inside the procedure.
+    pub indirect: bool,
 }
 
 /// Counting mode (`aetrace profile`, [`super::counters`]): counter
@@ -274,7 +279,32 @@ pub struct ProcPlan<'a> {
     /// `--data --check`: per block and instruction, the values recorded
     /// before it (`data`).
     pub values: Option<crate::data::BlockValues>,
+    /// With an unresolved jump: where its map from original addresses to
+    /// the copy goes.
+    pub map: Option<Map>,
 }
+
+/// The map an unresolved jump goes on through ([`CallPlan::indirect`]):
+/// one int32 entry per byte of the procedure's primary range, relative to
+/// the map, the copy of the block starting there (the analysis makes every
+/// instruction of such a procedure start a block) or, for a byte inside an
+/// instruction, 0 (the way out with DESYNC: a label is never the map itself).
+#[derive(Clone, Copy, Debug)]
+pub struct Map {
+    /// Link-time address of the map (in the new segment, with the tables).
+    pub new: u64,
+    /// The procedure's start: entry 0.
+    pub start: u64,
+    /// Entries (bytes of the primary range).
+    pub len: u64,
+}
+
+/// Per byte of a [`Map`]: the label of the block copy starting there.
+type MapLabels = Vec<Option<u64>>;
+
+/// Bytes the unresolved jump's dispatch keeps below the red zone: the
+/// destination, rax, rcx and the flags.
+const DISPATCH_FRAME: i64 = 32;
 
 /// Where one procedure's copy ended up (for unwind tables).
 #[derive(Clone, Debug, Default)]
@@ -892,6 +922,48 @@ fn entry_site(s: Site) -> Site {
     }
 }
 
+/// `mov rax, OP` for the operand of `jmp OP` (`jmp r64` or `jmp [m64]`),
+/// read with `rsp` lowered by `down` bytes (rax itself still holds the
+/// program's value).
+fn target_into_rax(jmp: &Instruction, down: i64) -> GenResult<Instruction> {
+    let rax = Register::RAX;
+    let insn = match jmp.op0_kind() {
+        OpKind::Register if jmp.op0_register() == Register::RSP => {
+            Instruction::with2(Code::Lea_r64_m, rax, rsp_at(down))?
+        }
+        OpKind::Register => Instruction::with2(Code::Mov_r64_rm64, rax, jmp.op0_register())?,
+        OpKind::Memory => {
+            let base = jmp.memory_base();
+            let mut displ = jmp.memory_displacement64() as i64;
+            if base == Register::RSP {
+                displ += down;
+            }
+            let size = match base {
+                Register::RIP => 8,
+                _ if displ == 0 && !matches!(base, Register::RBP | Register::R13) => 0,
+                _ if i8::try_from(displ).is_ok() => 1,
+                _ => 4,
+            };
+            let mem = MemoryOperand::new(
+                base,
+                jmp.memory_index(),
+                jmp.memory_index_scale(),
+                displ,
+                size,
+                false,
+                jmp.segment_prefix(),
+            );
+            Instruction::with2(Code::Mov_r64_rm64, rax, mem)?
+        }
+        _ => {
+            return Err(CodegenError::Internal(
+                "an unresolved jump without an operand",
+            ))
+        }
+    };
+    Ok(insn)
+}
+
 /// `[rsp + d]`.
 fn rsp_at(d: i64) -> MemoryOperand {
     MemoryOperand::with_base_displ(Register::RSP, d)
@@ -1038,6 +1110,7 @@ pub fn generate(
     }
     // Table entries: (table index in plan, entry index) -> label.
     let mut table_entries: Vec<Vec<Vec<u64>>> = Vec::with_capacity(plans.len());
+    let mut map_entries: Vec<Option<MapLabels>> = Vec::with_capacity(plans.len());
     // Per plan: out-index range, origin range, landing stub labels.
     let mut spans = Vec::with_capacity(plans.len());
     for (k, p) in plans.iter().enumerate() {
@@ -1058,7 +1131,9 @@ pub fn generate(
         }
         .emit(stub_labels[k], invoke_labels[k], &landing)
         .map_err(|e| e.in_procedure(p.name))?;
+        let (entries, map) = entries;
         table_entries.push(entries);
+        map_entries.push(map);
         if em.counting.is_some() {
             // Exactness: every counter the placement asked for is in the code.
             let c = p.counters.clone().unwrap_or_default();
@@ -1147,6 +1222,18 @@ pub fn generate(
                 }
             }
             tables.push((t.new, bytes));
+        }
+        if let (Some(m), Some(entries)) = (p.map, &map_entries[k]) {
+            let mut bytes = Vec::with_capacity(4 * entries.len());
+            for l in entries {
+                let d = match *l {
+                    Some(l) => i32::try_from(addr(l)? as i64 - m.new as i64)
+                        .map_err(|_| CodegenError::CaseRange)?,
+                    None => 0,
+                };
+                bytes.extend_from_slice(&d.to_le_bytes());
+            }
+            tables.push((m.new, bytes));
         }
     }
     let lazy_slots = em
@@ -1351,7 +1438,7 @@ impl ProcGen<'_, '_> {
         stub_label: u64,
         invoke_label: Option<u64>,
         landing: &[(u64, u64)],
-    ) -> GenResult<Vec<Vec<u64>>> {
+    ) -> GenResult<(Vec<Vec<u64>>, Option<MapLabels>)> {
         let p = self.p;
         let cfg = p.cfg;
         let order: Vec<BlockId> = cfg.blocks.keys().collect();
@@ -1424,6 +1511,7 @@ impl ProcGen<'_, '_> {
         if order.first() != Some(&cfg.entry) {
             self.em.jmp(self.labels[cfg.entry.index()])?;
         }
+
         let mut stubs: Vec<Stub> = Vec::new();
         let mut case_labels: HashMap<EdgeId, u64> = HashMap::new();
         for (pos, &b) in order.iter().enumerate() {
@@ -1491,6 +1579,7 @@ impl ProcGen<'_, '_> {
             }
             self.em.jmp(self.labels[b.index()])?;
         }
+        let map = p.map.map(|m| self.map_entries(m));
         // Table entries: a case with a witness goes through its stub.
         let mut out = Vec::with_capacity(p.tables.len());
         for t in &p.tables {
@@ -1511,7 +1600,110 @@ impl ProcGen<'_, '_> {
             }
             out.push(entries);
         }
-        Ok(out)
+        Ok((out, map))
+    }
+
+    /// The labels of map `m`: each original byte's block copy, if a block
+    /// starts there.
+    fn map_entries(&self, m: Map) -> MapLabels {
+        (m.start..m.start + m.len)
+            .map(|a| self.p.cfg.block_at(a).map(|b| self.labels[b.index()]))
+            .collect()
+    }
+
+    /// An unresolved jump ([`CallPlan::indirect`], docs/rewrite.md
+    /// "Unresolved jumps"). Its witness first, as before any jump. Then,
+    /// below the red zone, with a slot for the destination and rax, rcx and
+    /// the flags saved: the target into the slot, a buffer check (the jump
+    /// may close a cycle no check of the CFG cuts), INDIRECT(target). A
+    /// target inside the primary range goes on where the map says; any
+    /// other goes to the original target, counted (a jump into untraced
+    /// code; a traced procedure's entry is its springboard), with DESYNC
+    /// first for a map entry that is no block (0). `ret 128` jumps to the slot
+    /// and gives the stack back in one instruction: no register, flag or
+    /// byte the program can see changes.
+    fn unresolved(
+        &mut self,
+        last: Instruction,
+        edges: &[EdgeId],
+        before_last: Site,
+    ) -> GenResult<()> {
+        let p = self.p;
+        let m = p
+            .map
+            .ok_or(CodegenError::Internal("an unresolved jump without a map"))?;
+        if let Some(w) = edges.first().and_then(|&e| p.witness[e.index()]) {
+            let at = self.em.point;
+            self.em.witness(w, before_last, at, at)?;
+        }
+        let at = self.em.point;
+        let (rax, rcx) = (Register::RAX, Register::RCX);
+        let rip = |a: u64| MemoryOperand::with_base_displ(Register::RIP, a as i64);
+        self.em.push(rsp_step(-128)?);
+        for r in [rax, rax, rcx] {
+            self.em.push(Instruction::with1(Code::Push_r64, r)?);
+        }
+        self.em.push(Instruction::with(Code::Pushfq));
+        self.em.push(target_into_rax(&last, 128 + DISPATCH_FRAME)?);
+        self.em
+            .push(Instruction::with2(Code::Mov_rm64_r64, rsp_at(24), rax)?);
+        let site = Site {
+            scratch: Some(iced_x86::code_asm::rcx),
+            flags_live: false,
+            red_zone_live: false,
+            flags_save: aetrace_runtime::FlagsSave::Lahf,
+        };
+        let flush = self.rt.flush;
+        self.em.seq(|a| emit_buffer_check(a, flush, site))?;
+        let reg = iced_x86::code_asm::rax;
+        self.em.seq_write(at, at, |a| {
+            emit_record(a, RecordKind::Indirect, Payload::Reg64(reg), site)
+        })?;
+        let out = self.em.label();
+        self.em
+            .push(Instruction::with2(Code::Lea_r64_m, rcx, rip(m.start))?);
+        self.em
+            .push(Instruction::with2(Code::Sub_r64_rm64, rax, rcx)?);
+        let len = i32::try_from(m.len).map_err(|_| CodegenError::Internal("a map over 2 GiB"))?;
+        self.em
+            .push(Instruction::with2(Code::Cmp_rm64_imm32, rax, len)?);
+        self.em
+            .push(Instruction::with_branch(Code::Jae_rel32_64, out)?);
+        self.em
+            .push(Instruction::with2(Code::Lea_r64_m, rcx, rip(m.new))?);
+        let entry = MemoryOperand::with_base_index_scale(rcx, rax, 4);
+        self.em
+            .push(Instruction::with2(Code::Movsxd_r64_rm32, rax, entry)?);
+        self.em
+            .push(Instruction::with2(Code::Test_rm64_r64, rax, rax)?);
+        let desync = self.em.label();
+        self.em
+            .push(Instruction::with_branch(Code::Je_rel32_64, desync)?);
+        self.em
+            .push(Instruction::with2(Code::Add_r64_rm64, rax, rcx)?);
+        self.em
+            .push(Instruction::with2(Code::Mov_rm64_r64, rsp_at(24), rax)?);
+        self.leave_dispatch()?;
+        self.em.bind(desync);
+        self.em
+            .push(Instruction::with2(Code::Mov_r64_rm64, rax, rsp_at(24))?);
+        self.em.seq_write(at, at, |a| {
+            emit_record(a, RecordKind::Desync, Payload::Reg64(reg), site)
+        })?;
+        self.em.bind(out);
+        self.em.transfer(site)?;
+        self.leave_dispatch()
+    }
+
+    /// The dispatch's end: the saved registers back, then `ret 128` to
+    /// the destination slot.
+    fn leave_dispatch(&mut self) -> GenResult<()> {
+        self.em.push(Instruction::with(Code::Popfq));
+        for r in [Register::RCX, Register::RAX] {
+            self.em.push(Instruction::with1(Code::Pop_r64, r)?);
+        }
+        self.em.push(Instruction::with1(Code::Retnq_imm16, 128u32)?);
+        Ok(())
     }
 
     /// EXIT(edi), before the instruction the current point stands at.
@@ -2104,6 +2296,9 @@ impl ProcGen<'_, '_> {
         let cfg = p.cfg;
         let exit = cfg.exit();
         let is_table = p.tables.iter().any(|t| t.block == b);
+        if p.calls[b.index()].indirect && self.em.counting.is_none() {
+            return self.unresolved(last, edges, before_last);
+        }
         let last_i = p.insns[b.index()].len() - 1;
         if is_table {
             for &e in edges {

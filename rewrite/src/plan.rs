@@ -25,7 +25,7 @@ use aetrace_graph::{BlockId, EntityRef, ProcId, VertexKind};
 use aetrace_runtime::layout::TAG_SHIFT;
 
 use crate::calls::Calls;
-use crate::codegen::{EntryStub, PlanCounters, ProcPlan, Table};
+use crate::codegen::{EntryStub, Map, PlanCounters, ProcPlan, Table};
 use crate::traced::Traced;
 use crate::{checks, counters, data, liveness, pathprof};
 use crate::{CountLayout, How, Placement, Refusal, Result, Rewrite, FAULT_ENV};
@@ -152,6 +152,7 @@ impl<'p> Plans<'p> {
             return Err(rw.err(Refusal::StopAtSetjmp(p.name.clone())));
         }
         let tables = self.jump_tables(rw, calls.traced, id, p, cfg)?;
+        let map = self.map(rw, p, cfg);
         let unchecked_return: Vec<bool> = site_plans.iter().map(|c| c.unchecked_return).collect();
         let values = if rw.data {
             Some(data::values(rw, &p.name, &insns)?)
@@ -197,6 +198,7 @@ impl<'p> Plans<'p> {
             landing_pads,
             counters: plan_counters,
             values,
+            map,
         });
         Ok(())
     }
@@ -393,6 +395,22 @@ impl<'p> Plans<'p> {
             out.push(t);
         }
         Ok(out)
+    }
+
+    /// The map of a procedure with an unresolved jump (tracing), placed
+    /// from `tables_end` up.
+    fn map(&mut self, rw: &Rewrite<'_>, p: &Procedure, cfg: &Cfg) -> Option<Map> {
+        let tracing = matches!(rw.how, How::Trace(_));
+        if !tracing || !cfg.indirect_jumps.iter().any(|j| j.is_unresolved()) {
+            return None;
+        }
+        let m = Map {
+            new: self.tables_end,
+            start: p.start,
+            len: p.end - p.start,
+        };
+        self.tables_end += (4 * m.len).next_multiple_of(8);
+        Some(m)
     }
 
     /// What no plan may lack, over all of them.

@@ -56,7 +56,10 @@ impl Traced {
         let reasons: HashMap<ProcId, String> = prog
             .procs
             .keys()
-            .filter_map(|id| Some((id, left_alone_reason(prog, id, &rw.ifuncs)?)))
+            .filter_map(|id| {
+                let tracing = matches!(rw.how, crate::How::Trace(_));
+                Some((id, left_alone_reason(prog, id, &rw.ifuncs, tracing)?))
+            })
             .collect();
         let mut t = Traced {
             reasons,
@@ -228,8 +231,11 @@ pub(crate) fn springboard_fits(prog: &Program, p: &Procedure) -> bool {
     next >= need && aetrace_analysis::report::is_fill(&prog.module, p.end, next)
 }
 
-/// Why procedure `proc` cannot be traced, if it cannot.
-fn left_alone_reason(prog: &Program, id: ProcId, ifuncs: &[u64]) -> Option<String> {
+/// Why procedure `proc` cannot be traced, if it cannot. `tracing`: an
+/// unresolved jump writes INDIRECT and goes on through the copy's map
+/// (`codegen`, "Unresolved jumps"); counters cannot follow it (its edges
+/// are not in the graph whose flow the counts recover).
+fn left_alone_reason(prog: &Program, id: ProcId, ifuncs: &[u64], tracing: bool) -> Option<String> {
     let p = &prog.procs[id];
     let cfg = match &p.cfg {
         Err(e) => return Some(format!("not analysable: {e}")),
@@ -259,8 +265,12 @@ fn left_alone_reason(prog: &Program, id: ProcId, ifuncs: &[u64]) -> Option<Strin
     }
     for j in &cfg.indirect_jumps {
         match &j.resolution {
+            JumpResolution::Unresolved(_) if tracing => {}
             JumpResolution::Unresolved(why) => {
-                return Some(format!("unresolved indirect jump at {:#x}: {why}", j.addr))
+                return Some(format!(
+                    "unresolved indirect jump at {:#x}: {why} (counting mode)",
+                    j.addr
+                ))
             }
             // No path reaches the jump (its guards compare constants).
             JumpResolution::Computed(t) if t.is_empty() => {}

@@ -38,6 +38,9 @@ pub struct Blk {
     pub proc: usize,
     /// Indices (into `blocks`) of the successors inside the procedure.
     pub succs: Vec<u32>,
+    /// It ends in an unresolved indirect jump, which may reach any block of
+    /// its procedure (the trace's INDIRECT record says which).
+    pub unresolved: bool,
 }
 
 /// A module whose blocks are followed.
@@ -79,6 +82,12 @@ impl TracedModule {
             }
             entry_addrs.extend(proc.entries.iter().copied());
             entry_addrs.push(cfg.blocks[cfg.entry].start);
+            let unresolved: Vec<_> = cfg
+                .indirect_jumps
+                .iter()
+                .filter(|j| j.is_unresolved())
+                .map(|j| j.block)
+                .collect();
             for (bid, b) in cfg.blocks.iter() {
                 if !has_pred[bid.index()] {
                     entry_addrs.push(b.start);
@@ -105,6 +114,7 @@ impl TracedModule {
                     first,
                     proc: pid.index(),
                     succs: Vec::new(),
+                    unresolved: unresolved.contains(&bid),
                 });
             }
         }

@@ -879,7 +879,7 @@ impl Tracer<'_> {
                             emulate::plan(&f.insn),
                             Some(Plan::Call | Plan::CallIndirect | Plan::Ret)
                         );
-                    if local && !f.succs.contains(&(b as u32)) {
+                    if local && !f.unresolved && !f.succs.contains(&(b as u32)) {
                         problem = Some(Event::MissingEdge {
                             module: m,
                             from: f.start,

@@ -119,6 +119,7 @@ impl<'a> Machine<'a> {
                 let off = self.stream.offset();
                 Ok(self.enter(at.module, ProcIx::from_u32(q), off)?)
             }
+            CallTarget::External if c.indirect => self.jump_indirect(at),
             CallTarget::External if !c.tail => self.call_external(at, c),
             CallTarget::External => self.jump_external(at, c),
             CallTarget::Exit => self.call_system(at, c),
@@ -201,6 +202,55 @@ impl<'a> Machine<'a> {
             }
             (item, off) => Err(self.unexpected(item, off, Some(at)).into()),
         }
+    }
+
+    /// An unresolved jump leaves block `at`: INDIRECT(target) was written
+    /// just before it. A block start of its procedure is where the copy
+    /// went on (nothing pending, nothing counted); the entry of a traced
+    /// procedure is its springboard, like any other target a counted jump
+    /// into untraced code. DESYNC (a target inside the procedure that is
+    /// no instruction) and a target inside another traced procedure (its
+    /// original code ran untraced) end the walk with an error.
+    fn jump_indirect(&mut self, at: Loc) -> Step {
+        let (item, off) = self.next(Retry::Call(at))?;
+        let Item::Indirect(target) = item else {
+            return Err(self.unexpected(item, off, Some(at)).into());
+        };
+        self.consumed(Some(at));
+        let m = self.module(at);
+        let a = target.wrapping_sub(m.load_base);
+        let proc = m.blocks[at.block].proc;
+        if let Some(block) = m.block_starting(proc, a) {
+            self.cur = Some(Loc {
+                module: at.module,
+                block,
+            });
+            return Ok(());
+        }
+        let desync = matches!(self.stream.peek()?, (Item::Desync(_), _, _));
+        let m = self.module(at);
+        let lost = |why| Error::Unsupported {
+            thread: self.thread,
+            record: item.describe(),
+            offset: off,
+            at: format!("{} (target {a:#x})", self.at(Some(at))),
+            why,
+        };
+        if desync {
+            return Err(lost(
+                "the unresolved jump's target lies inside its procedure but starts no instruction the analysis decoded: the original code ran untraced from there",
+            )
+            .into());
+        }
+        if let Some((q, false)) = m.traced_at(a) {
+            let mut e = lost("the unresolved jump's target lies inside another traced procedure, not at its entry: that procedure's original code ran untraced from there");
+            if let Error::Unsupported { at, .. } = &mut e {
+                at.push_str(&format!(", inside {}", m.procs[q].name));
+            }
+            return Err(e.into());
+        }
+        self.xfers = self.xfers.wrapping_add(1);
+        self.jump_untraced(at)
     }
 
     /// Control jumped from block `from` to untraced code (it never returns

@@ -42,12 +42,11 @@ impl<'a> Machine<'a> {
                 at,
                 why: "a signal cannot be placed here".into(),
             },
-            Item::Indirect(_) => Error::Unsupported {
+            Item::Indirect(_) => Error::Unexpected {
                 thread: self.thread,
                 record: item.describe(),
                 offset,
-                at,
-                why: "unresolved indirect jumps are not regenerated yet",
+                at: format!("{at}, where no unresolved indirect jump is being followed"),
             },
             Item::SetjmpResume => Error::Unsupported {
                 thread: self.thread,

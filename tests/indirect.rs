@@ -1,0 +1,193 @@
+//! Procedures with indirect jumps the analysis cannot resolve (issue 23,
+//! docs/rewrite.md "Unresolved jumps"): traced, each such jump writing
+//! INDIRECT(target) and going on in the copy, and regenerated exactly.
+//! `traces/unresolved_jump.c` (label arithmetic in a computed goto; a jump
+//! through a register to a later instruction, to a traced procedure's entry
+//! and to libc) against lackey, with nothing left alone; its jump into the
+//! middle of an instruction regenerates up to a clear error; and Debian's
+//! mawk counting words against its native run single-stepped under ptrace
+//! (`common::singlestep`: valgrind changes mawk's path, its `fclose` at exit
+//! fails there), with no procedure left alone for an unresolved jump.
+
+use crate::common;
+use crate::trace_oracle::{check_libs, first_difference, left_alone, regen_threads};
+
+use std::path::Path;
+use std::process::Command;
+
+use common::build::{build, Link, Opt, Variant};
+use common::elf::Elf;
+use common::lackey::LogMode;
+use common::recorded::{info_json, left_alone_ranges, link_base, record_checked, Knobs};
+
+/// The unresolved indirect jumps `aetrace cfg` finds in `exe`: procedure
+/// name and link-time address.
+fn unresolved(exe: &Path) -> Vec<(String, u64)> {
+    let out = Command::new(common::aetrace())
+        .args(["cfg", "--json"])
+        .arg(exe)
+        .output()
+        .unwrap();
+    let cfg: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut names = Vec::new();
+    for p in cfg["procedures"].as_array().unwrap() {
+        for j in p["indirect_jumps"].as_array().unwrap() {
+            if j["class"] == "unresolved" {
+                let name = p["name"].as_str().unwrap().to_owned();
+                names.push((name, j["addr"].as_u64().unwrap()));
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn unresolved_jumps_are_followed_exactly() {
+    for v in [
+        Variant::new(Opt::O2, Link::Pie, false),
+        Variant::new(Opt::O0, Link::NoPie, true),
+    ] {
+        let exe = build("unresolved_jump.c", v);
+        let jumps = unresolved(&exe);
+        // Not a test of anything if the analysis resolved them (a stripped
+        // program names its procedures by address).
+        assert!(jumps.len() >= 2, "{v:?}: {jumps:?}");
+        for name in ["hop", "interp"].iter().filter(|_| !v.stripped) {
+            assert!(jumps.iter().any(|j| j.0 == *name), "{v:?}: {jumps:?}");
+        }
+        let info = check_libs(&exe, &[], &[], LogMode::Pipe);
+        // (The stripped one has a 4-byte "procedure" at `hop_hidden`, an
+        // address the program takes: too short for a springboard.)
+        let alone = left_alone(&info, 0);
+        assert!(
+            alone.iter().all(|l| !l.contains("indirect jump")),
+            "{v:?}: {alone:?}"
+        );
+    }
+}
+
+/// A target inside one of the procedure's instructions: the copy cannot go
+/// on there, so the original code runs (the program's output is native)
+/// after DESYNC, and regen stops there naming the jump and its target.
+#[test]
+fn a_jump_into_an_instruction_is_reported() {
+    let exe = build("unresolved_jump.c", Variant::new(Opt::O2, Link::Pie, false));
+    let (_, trace) = record_checked(&exe, &["desync"], &[], Knobs::DEFAULT);
+    let out = Command::new(common::aetrace())
+        .args(["regen", "--format", "insn"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "regen accepted a desynchronised trace"
+    );
+    assert!(
+        err.contains("in procedure hop")
+            && err.contains("starts no instruction the analysis decoded")
+            && err.lines().count() == 1,
+        "{err}"
+    );
+    // Everything before the jump was written.
+    assert!(!out.stdout.is_empty());
+    let _ = std::fs::remove_file(&trace);
+}
+
+/// Debian's mawk (two switches on a class byte reloaded from memory, which
+/// the analysis cannot bound) counting the words of a few kB of text,
+/// recorded and single-stepped with address randomisation off and the same
+/// environment: every instruction of mawk's module equal, and only a
+/// procedure too short for a springboard left alone.
+#[test]
+fn debian_mawk_against_its_single_stepped_run() {
+    let mawk = Path::new("/usr/bin/mawk");
+    assert!(
+        mawk.exists(),
+        "mawk is not installed (.ci/deps installs it)"
+    );
+    let jumps = unresolved(mawk);
+    assert_eq!(jumps.len(), 2, "mawk's unresolved jumps");
+    let dir = common::scratch("indirect-mawk");
+    let text = dir.join("words.txt");
+    let words = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta"];
+    let mut s = String::new();
+    let mut x = 7u32;
+    for line in 0..10 {
+        for _ in 0..6 {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            s.push_str(words[(x >> 16) as usize % words.len()]);
+            s.push(' ');
+        }
+        s.push_str(&format!("{line}\n"));
+    }
+    std::fs::write(&text, s).unwrap();
+    // A `-W` option (its parser's switch is one jump) and regular
+    // expressions (their scanner's switch on each character is the other).
+    let script = "/^(al|be)[a-z]*$|et+a/ { n[$1]++ } { for (i = 1; i <= NF; i++) c[$i]++; \
+                  gsub(/[aeiou]+/, \"_\") } END { for (w in c) print w, c[w], n[w] }";
+    let args = ["-W", "sprintf=4000", script, text.to_str().unwrap()];
+    let env = vec![("PATH".to_string(), "/usr/bin:/bin".to_string())];
+    let stepped = common::singlestep::run(mawk, None, &args, &env);
+    assert_eq!(stepped.status, 0);
+
+    let trace = dir.join(format!("mawk-{}.aet", std::process::id()));
+    let mut rec: Vec<&std::ffi::OsStr> = vec![
+        "record".as_ref(),
+        "-o".as_ref(),
+        trace.as_os_str(),
+        "--".as_ref(),
+        mawk.as_os_str(),
+    ];
+    rec.extend(args.iter().map(std::ffi::OsStr::new));
+    let recorded = common::aetrace_fixed(&rec, &env);
+    assert!(recorded.status.success(), "{recorded:?}");
+    assert_eq!(recorded.stdout, stepped.stdout, "mawk's output");
+
+    let info = info_json(&trace);
+    let alone = left_alone(&info, 0);
+    assert!(
+        alone.iter().all(|l| !l.contains("indirect jump")),
+        "{alone:?}"
+    );
+    let alone = left_alone_ranges(mawk, &info, 0);
+    let elf = Elf::read(mawk);
+    let entry = u64::from_le_bytes(elf.bytes[0x18..0x20].try_into().unwrap());
+    // Address randomisation off: mawk is loaded where the recorded run had
+    // its rewritten copy (the kernel's fixed base for position-independent
+    // executables).
+    let bias = info["modules"][0]["load_base"].as_u64().unwrap();
+    assert!(
+        stepped.rips.contains(&(bias + entry)),
+        "mawk's entry point at {:#x} was not stepped",
+        bias + entry
+    );
+    let (base, size) = (link_base(mawk), std::fs::metadata(mawk).unwrap().len());
+    let mut expected = Vec::new();
+    let mut prev = None;
+    for &rip in &stepped.rips {
+        let a = rip.wrapping_sub(bias);
+        if a < base || a >= base + size {
+            continue;
+        }
+        let repeat = prev == Some(a) && elf.is_rep(a);
+        prev = Some(a);
+        if !repeat && !alone.iter().any(|&(lo, hi)| lo <= a && a < hi) {
+            expected.push(a - base);
+        }
+    }
+    let rg = regen_threads(&trace, None);
+    let base_rel = |a: u64| a - base;
+    for (name, at) in &jumps {
+        let n = rg[0].iter().filter(|&&a| a == base_rel(*at)).count();
+        assert!(n > 0, "{name}'s unresolved jump at {at:#x} never ran");
+    }
+    eprintln!(
+        "mawk: {} instructions of its module stepped, equal",
+        expected.len()
+    );
+    if let Some(d) = first_difference(&expected, &rg[0]) {
+        panic!("mawk (expected: the stepped run): {d}");
+    }
+    let _ = std::fs::remove_file(&trace);
+}
