@@ -29,7 +29,9 @@ static volatile unsigned sink;
 static int qdepth;
 
 __attribute__((noipa)) unsigned mix(unsigned x) {
-    mixes++;
+    // One locked instruction: a signal cannot split it (a `++` loses the
+    // handler's counts when the handler lands between its load and store).
+    __atomic_fetch_add(&mixes, 1, __ATOMIC_RELAXED);
     x ^= x >> 7;
     x *= 0x9E3779B1u;
     x ^= x >> 13;
