@@ -204,9 +204,13 @@ pub fn callgrind(p: &Profile, w: &mut dyn Write) -> Result<()> {
             // Conditional jumps: blocks with a taken and a fall-through edge.
             if let Some(edges) = &c.edges {
                 for (e, &(from, to, ref kind)) in q.edges.iter().enumerate() {
-                    let (Some(b), Some(&n)) =
-                        (q.blocks.get(from as usize), c.blocks.get(from as usize))
-                    else {
+                    // `get`: a profile read from disk may have fewer counts
+                    // than edges (fuzzing found one).
+                    let (Some(b), Some(&n), Some(&taken)) = (
+                        q.blocks.get(from as usize),
+                        c.blocks.get(from as usize),
+                        edges.get(e),
+                    ) else {
                         continue;
                     };
                     let conditional =
@@ -219,8 +223,8 @@ pub fn callgrind(p: &Profile, w: &mut dyn Write) -> Result<()> {
                     let (_, line) = position(w, at)?;
                     writeln!(
                         w,
-                        "jcnd={}/{n} {:#x}\n{at:#x} {line}",
-                        edges[e], target.start
+                        "jcnd={taken}/{n} {:#x}\n{at:#x} {line}",
+                        target.start
                     )?;
                 }
             }
