@@ -221,11 +221,7 @@ pub fn callgrind(p: &Profile, w: &mut dyn Write) -> Result<()> {
                     };
                     let at = b.start + u64::from(b.insns.last().copied().unwrap_or(0));
                     let (_, line) = position(w, at)?;
-                    writeln!(
-                        w,
-                        "jcnd={taken}/{n} {:#x}\n{at:#x} {line}",
-                        target.start
-                    )?;
+                    writeln!(w, "jcnd={taken}/{n} {:#x}\n{at:#x} {line}", target.start)?;
                 }
             }
             for c in calls_of.get(&(m, i)).into_iter().flatten() {
