@@ -91,13 +91,7 @@ fn cachegrind_i1_equals_cachesim_on_the_regenerated_stream() {
             .arg(&trace),
         "aetrace regen --format xdin",
     );
-    let count = run_checked(
-        Command::new(common::aetrace())
-            .args(["regen", "--count"])
-            .arg(&trace),
-        "aetrace regen --count",
-    );
-    let count = String::from_utf8_lossy(&count.stdout).into_owned();
+    let count = common::regen::count(&trace);
 
     // (I1, D1, LL) as cachegrind's size,assoc,line.
     let geometries = [

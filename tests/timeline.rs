@@ -62,12 +62,7 @@ fn timeline(source: &str) -> (PathBuf, PathBuf, Vec<Event>, HashSet<u64>) {
 /// Instructions per thread by `aetrace regen --count` ("thread N ...: M
 /// instructions" lines, one per thread and module).
 fn counts(trace: &Path) -> BTreeMap<u64, u64> {
-    let out = output(
-        Command::new(common::aetrace())
-            .args(["regen", "--count"])
-            .arg(trace),
-        "aetrace regen --count",
-    );
+    let out = common::regen::count(trace);
     let mut n = BTreeMap::new();
     for l in out.lines().filter(|l| l.starts_with("thread ")) {
         let tid = l.split_whitespace().nth(1).unwrap().parse().unwrap();

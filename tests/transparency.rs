@@ -89,18 +89,8 @@ fn same_as_native_by(
 
 /// `aetrace regen --count TRACE`: it must succeed; the calls per
 /// procedure of the executable.
-fn regen_calls(tag: &str, trace: &Path) -> HashMap<String, u64> {
-    let out = Command::new(common::aetrace())
-        .args(["regen", "--count"])
-        .arg(trace)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{tag}: regen: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+fn regen_calls(trace: &Path) -> HashMap<String, u64> {
+    let text = common::regen::count(trace);
     text.lines()
         .skip_while(|l| !l.starts_with("calls per procedure"))
         .skip(1)
@@ -119,7 +109,7 @@ fn procview_exact(tag: &str, program: &Path, args: &[&str]) -> String {
     let out = native(program, args);
     let text = String::from_utf8(out.stdout).unwrap();
     let fds = text.lines().filter(|l| l.starts_with("fd ")).count() as u64;
-    let calls = regen_calls(tag, &trace);
+    let calls = regen_calls(&trace);
     assert_eq!(calls.get("print_target"), Some(&fds), "{tag}: {calls:?}");
     let _ = std::fs::remove_file(&trace);
     text
@@ -158,16 +148,16 @@ fn fd_lines(text: &str) -> String {
 #[test]
 fn env_and_ls_of_proc_self_fd_print_what_they_print_natively() {
     let trace = same_as_native("env", Path::new("/usr/bin/env"), &[]);
-    regen_calls("env", &trace);
+    regen_calls(&trace);
     let trace = same_as_native("ls", Path::new("/bin/ls"), &["/proc/self/fd"]);
-    regen_calls("ls", &trace);
+    regen_calls(&trace);
     let trace = same_as_native_by(
         "ls-l",
         Path::new("/bin/ls"),
         &["-l", "/proc/self/fd"],
         fd_lines,
     );
-    regen_calls("ls-l", &trace);
+    regen_calls(&trace);
 }
 
 /// Writes an executable script.
@@ -194,7 +184,7 @@ fn a_hash_bang_script_records_its_interpreter_with_the_script() {
     let trace = same_as_native("sh-script", &sh, &["x", "y z"]);
     let module = std::fs::canonicalize(main_module(&trace)).unwrap();
     assert_eq!(module, std::fs::canonicalize("/bin/sh").unwrap());
-    regen_calls("sh-script", &trace);
+    regen_calls(&trace);
     let _ = std::fs::remove_file(&trace);
 
     // A C interpreter with one argument (inner spaces kept), then a

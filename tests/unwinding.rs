@@ -48,17 +48,7 @@ fn field(stdout: &[u8], key: &str) -> u64 {
 
 /// SIGNAL records `aetrace regen --count` placed in `trace`.
 fn signals_placed(trace: &Path) -> u64 {
-    let out = Command::new(common::aetrace())
-        .args(["regen", "--count"])
-        .arg(trace)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = common::regen::count(trace);
     let line = text.lines().next().unwrap_or_default();
     let at = line.find(" signals (").map_or(0, |i| i);
     let n = line[..at].rsplit(' ').next().unwrap_or_default();

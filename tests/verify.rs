@@ -80,13 +80,7 @@ fn verify(trace: &Path, extra: &[&str]) -> (i32, String, String) {
 
 /// Total blocks `aetrace regen --count` finds in the trace.
 fn regen_blocks(trace: &Path) -> u64 {
-    let out = run_checked(
-        Command::new(common::aetrace())
-            .args(["regen", "--count"])
-            .arg(trace),
-        "aetrace regen --count",
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = common::regen::count(trace);
     let total = text.lines().find(|l| l.starts_with("total:")).unwrap();
     total
         .split(", ")

@@ -74,30 +74,10 @@ const SEGMENT_BYTES: u64 = MAX_BYTES_BETWEEN_CHECKS - START_BYTES - 2 * LEAF_BYT
 /// the unwinder enters; `chain_end`: the procedure calls no traced
 /// procedure that calls a traced procedure directly, and is not the process
 /// entry, so its entry check may be left out.
-#[cfg(test)]
+/// `extra`: the bytes each block also writes (`record --data`: the VALUE
+/// records a path through the block writes between two checks; empty
+/// without data).
 pub fn check_blocks(
-    cfg: &Cfg,
-    insns: &[Vec<Instruction>],
-    witness: &[Option<u32>],
-    landing_pads: &[BlockId],
-    chain_end: bool,
-    unchecked_return: &[bool],
-) -> Vec<bool> {
-    check_blocks_with(
-        cfg,
-        insns,
-        witness,
-        landing_pads,
-        chain_end,
-        unchecked_return,
-        &[],
-    )
-}
-
-/// [`check_blocks`] when blocks also write `extra` bytes each (`record
-/// --data`: the VALUE records a path through the block writes between two
-/// checks).
-pub fn check_blocks_with(
     cfg: &Cfg,
     insns: &[Vec<Instruction>],
     witness: &[Option<u32>],
@@ -509,7 +489,7 @@ mod tests {
             let (cfg, insns) = cfg(n, &jumps, &call);
             prop_assert!(cfg.check().is_ok());
             let witness: Vec<Option<u32>> = cfg.edges.keys().map(|e: EdgeId| Some(e.index() as u32)).collect();
-            let checked = check_blocks(&cfg, &insns, &witness, &[], chain_end, &[]);
+            let checked = check_blocks(&cfg, &insns, &witness, &[], chain_end, &[], &[]);
             prop_assert!(every_cycle_checked(&cfg, &checked));
             // Only the entry and targets of backward edges are candidates.
             for (b, &c) in checked.iter().enumerate() {
@@ -569,7 +549,7 @@ mod tests {
         fn every_path_between_checks_is_bounded((n, jumps, call) in arb_long()) {
             let (cfg, insns) = cfg(n, &jumps, &call);
             let witness: Vec<Option<u32>> = cfg.edges.keys().map(|e: EdgeId| Some(e.index() as u32)).collect();
-            let checked = check_blocks(&cfg, &insns, &witness, &[], false, &[]);
+            let checked = check_blocks(&cfg, &insns, &witness, &[], false, &[], &[]);
             prop_assert!(every_cycle_checked(&cfg, &checked));
             let worst = naive_longest(&cfg, &insns, &checked).into_iter().max().unwrap_or(0);
             prop_assert!(worst <= SEGMENT_BYTES, "{worst} bytes between two checks");
@@ -590,7 +570,7 @@ mod tests {
             .keys()
             .map(|e: EdgeId| Some(e.index() as u32))
             .collect();
-        let checked = check_blocks(&cfg, &insns, &witness, &[], false, &[]);
+        let checked = check_blocks(&cfg, &insns, &witness, &[], false, &[], &[]);
         let worst = naive_longest(&cfg, &insns, &checked)
             .into_iter()
             .max()
@@ -607,7 +587,7 @@ mod tests {
         let jumps = [None, Some(3), Some(1), Some(2), None];
         let (cfg, insns) = cfg(5, &jumps, &[false; 5]);
         let witness = vec![None; cfg.edges.len()];
-        let checked = check_blocks(&cfg, &insns, &witness, &[], false, &[]);
+        let checked = check_blocks(&cfg, &insns, &witness, &[], false, &[], &[]);
         assert!(every_cycle_checked(&cfg, &checked));
         assert_eq!(
             checked.iter().filter(|&&c| c).count(),

@@ -159,7 +159,7 @@ impl<'p> Plans<'p> {
         } else {
             None
         };
-        let loop_header = checks::check_blocks_with(
+        let loop_header = checks::check_blocks(
             cfg,
             &insns,
             &witness,

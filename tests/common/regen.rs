@@ -1,5 +1,5 @@
-//! `aetrace regen` output as addresses (the oracle side of the `debug`
-//! and `stop_at` topics).
+//! `aetrace regen` output: as addresses (the oracle side of the `debug`
+//! and `stop_at` topics) and as the `--count` summary.
 
 use std::path::Path;
 use std::process::Command;
@@ -25,4 +25,15 @@ pub fn addresses(trace: &Path, args: &[&str]) -> Vec<u64> {
             u64::from_str_radix(a, 16).unwrap_or_else(|_| panic!("regen line {l:?}"))
         })
         .collect()
+}
+
+/// The text of `aetrace regen --count TRACE`, which must succeed.
+pub fn count(trace: &Path) -> String {
+    let out = run_checked(
+        Command::new(super::aetrace())
+            .args(["regen", "--count"])
+            .arg(trace),
+        "aetrace regen --count",
+    );
+    String::from_utf8(out.stdout).unwrap()
 }
