@@ -15,6 +15,8 @@
 
 // The tests' harness, of which the bench needs the recording and the
 // streaming comparison only.
+#[path = "../tests/common/bench.rs"]
+mod bench;
 #[path = "../tests/common/mod.rs"]
 #[allow(dead_code)]
 mod common;
@@ -26,15 +28,10 @@ use std::time::Instant;
 use common::recorded::{issue_workloads, record_checked, Knobs};
 
 fn main() {
-    let only: Vec<String> = std::env::var("ONLY")
-        .map(|s| s.split(',').map(str::to_owned).collect())
-        .unwrap_or_default();
+    let only = bench::only();
     println!(
-        "Traces against valgrind lackey, instruction by instruction ({} cores, load {})",
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        std::fs::read_to_string("/proc/loadavg")
-            .unwrap_or_default()
-            .trim()
+        "Traces against valgrind lackey, instruction by instruction ({})",
+        bench::machine()
     );
     println!(
         "{:16} {:44} {:>15} {:>9} {:>9}",
@@ -43,7 +40,7 @@ fn main() {
     let mut total = 0u64;
     for w in issue_workloads() {
         let name = w.name;
-        if !only.is_empty() && !only.iter().any(|o| name.contains(o.as_str())) {
+        if !bench::selected(&only, name) {
             continue;
         }
         let (exe, args) = (Path::new(w.exe), w.args());

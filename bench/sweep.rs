@@ -11,6 +11,8 @@
 //! instructions run in procedures left alone). `ONLY=a,b` runs the
 //! programs whose names contain `a` or `b`.
 
+#[path = "../tests/common/bench.rs"]
+mod bench;
 #[path = "../tests/common/mod.rs"]
 #[allow(dead_code)]
 mod common;
@@ -20,16 +22,11 @@ use std::io::Write;
 use common::sweep::{programs, sweep_one, Oracle, Outcome, Program};
 
 fn main() {
-    let only: Vec<String> = std::env::var("ONLY")
-        .map(|s| s.split(',').map(str::to_owned).collect())
-        .unwrap_or_default();
+    let only = bench::only();
     println!(
         "The sweep: real programs against lackey or their single-stepped native run \
-         ({} cores, load {}, {})",
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        std::fs::read_to_string("/proc/loadavg")
-            .unwrap_or_default()
-            .trim(),
+         ({}, {})",
+        bench::machine(),
         String::from_utf8_lossy(
             &std::process::Command::new("date")
                 .arg("-u")
@@ -42,7 +39,7 @@ fn main() {
     let dir = common::scratch("sweep-bench");
     let mut not_exact = Vec::new();
     for prog in programs(&dir.join("inputs")) {
-        if !only.is_empty() && !only.iter().any(|o| prog.name.contains(o.as_str())) {
+        if !bench::selected(&only, prog.name) {
             continue;
         }
         if let Some(why) = prog.missing() {
