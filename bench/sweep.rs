@@ -37,7 +37,7 @@ fn main() {
         .trim()
     );
     let dir = common::scratch("sweep-bench");
-    let mut not_exact = Vec::new();
+    let (mut not_exact, mut swept) = (Vec::new(), 0);
     for prog in programs(&dir.join("inputs")) {
         if !bench::selected(&only, prog.name) {
             continue;
@@ -47,14 +47,18 @@ fn main() {
             continue;
         }
         let out = sweep_one(&prog, &dir);
+        swept += 1;
         report(&prog, &out);
         if !out.exact() {
             not_exact.push(prog.name);
         }
         let _ = std::io::stdout().flush();
     }
-    if not_exact.is_empty() {
-        println!("every program exact");
+    if swept == 0 {
+        println!("no program selected and installed");
+        std::process::exit(1);
+    } else if not_exact.is_empty() {
+        println!("every one of {swept} programs exact");
     } else {
         println!("not exact: {}", not_exact.join(", "));
         std::process::exit(1);
