@@ -49,17 +49,25 @@ fn native(program: &Path, args: &[&str]) -> Output {
 /// `aetrace record -o TRACE -- program args` with exactly [`env`]: its
 /// output and the trace (named after `tag`).
 fn recorded(tag: &str, program: &Path, args: &[&str]) -> (Output, PathBuf) {
+    recorded_with(tag, &[], program, args, &env())
+}
+
+/// [`recorded`] with the record options `opts` and the environment `env`.
+fn recorded_with(
+    tag: &str,
+    opts: &[&str],
+    program: &Path,
+    args: &[&str],
+    env: &[(String, String)],
+) -> (Output, PathBuf) {
     let trace = dir().join(format!("{tag}-{}.aet", std::process::id()));
     let _ = std::fs::remove_file(&trace);
-    let mut a: Vec<&std::ffi::OsStr> = vec![
-        "record".as_ref(),
-        "-o".as_ref(),
-        trace.as_os_str(),
-        "--".as_ref(),
-        program.as_os_str(),
-    ];
+    let mut a: Vec<&std::ffi::OsStr> = vec!["record".as_ref(), "-o".as_ref(), trace.as_os_str()];
+    a.extend(opts.iter().map(std::ffi::OsStr::new));
+    a.push("--".as_ref());
+    a.push(program.as_os_str());
     a.extend(args.iter().map(std::ffi::OsStr::new));
-    (common::aetrace_fixed(&a, &env()), trace)
+    (common::aetrace_fixed(&a, env), trace)
 }
 
 /// The recorded run printed and ended as the native one.
@@ -158,6 +166,47 @@ fn env_and_ls_of_proc_self_fd_print_what_they_print_natively() {
         fd_lines,
     );
     regen_calls(&trace);
+}
+
+#[test]
+fn a_program_recorded_with_libs_sees_its_native_ld_library_path() {
+    // `--libs` puts the rewritten copies' directory first in the loader's
+    // path; the runtime gives the program back the native variable:
+    // absent, empty, or a path of its own.
+    let exe = common::build::build_with_lib("envview", "libenvview.so", false);
+    let libs = ["--libs", "libenvview.so"];
+    for (k, native) in [None, Some(""), Some("/nonexistent-a:/nonexistent-b")]
+        .into_iter()
+        .enumerate()
+    {
+        let mut env = env();
+        env.extend(native.map(|v| ("LD_LIBRARY_PATH".to_string(), v.to_string())));
+        let n = Command::new(&exe)
+            .env_clear()
+            .envs(env.iter().cloned())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let tag = format!("envview-{k}");
+        let (r, trace) = recorded_with(&tag, &libs, &exe, &[], &env);
+        let (r_out, n_out) = (
+            String::from_utf8_lossy(&r.stdout),
+            String::from_utf8_lossy(&n.stdout),
+        );
+        assert_eq!(
+            r_out,
+            n_out,
+            "{tag}: stdout (recorder: {})",
+            String::from_utf8_lossy(&r.stderr)
+        );
+        assert!(r.status.success() && n.status.success(), "{tag}");
+        // The library was traced, so its rewritten copy was loaded.
+        let modules = common::recorded::instrumented_modules(&common::recorded::info_json(&trace));
+        assert_eq!(modules.len(), 2, "{tag}: {modules:?}");
+        let calls = regen_calls(&trace);
+        assert_eq!(calls.get("main"), Some(&1), "{tag}: {calls:?}");
+        let _ = std::fs::remove_file(&trace);
+    }
 }
 
 /// Writes an executable script.

@@ -219,6 +219,15 @@ pub fn record(l: &Launch) -> Result<Recorded> {
     // The program's runtime finds the region here, in this process
     // (`aetrace_runtime::layout::REGION_FD`): it inherits nothing of it.
     let _published = region.publish().map_err(RecordError::WitnessRegion)?;
+    // The program sees its native environment (`init` undoes this change).
+    if let Some((k, v)) = l.env.first() {
+        let native = std::env::var_os(k);
+        region.hide_env(
+            k.as_bytes(),
+            v.as_bytes(),
+            native.as_deref().map(OsStrExt::as_bytes),
+        );
+    }
     // Before the program starts: orphans of its descendants must come to
     // us, or we could not know when the last writer is gone.
     // SAFETY: prctl with integer arguments.
@@ -302,14 +311,13 @@ pub fn record(l: &Launch) -> Result<Recorded> {
 }
 
 /// The COMMAND section: the ORIGINAL program, argv as the program gets it,
-/// the environment it inherits (without the overrides of `l.env`, which
-/// only the rewritten program needs), the working directory and where
-/// stdin comes from.
+/// the environment it inherits (the recorder's: `l.env` changes only the
+/// rewritten copy's, and its runtime gives the program the native one), the
+/// working directory and where stdin comes from.
 fn command(l: &Launch) -> Command {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let bytes = |s: &std::ffi::OsStr| s.as_bytes().to_vec();
     let env = std::env::vars_os()
-        .filter(|(k, _)| !l.env.iter().any(|(o, _)| o == k))
         .map(|(k, v)| {
             let mut kv = bytes(&k);
             kv.push(b'=');

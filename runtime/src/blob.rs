@@ -297,6 +297,8 @@ const FRAME: u32 = 8 + 8 * SAVED.len() as u32 + 16;
 
 /// Where `save_all` put rdi (index 6 of [`SAVED`]).
 const SAVED_RDI: i32 = FRAME as i32 - 16 - 8 * 6;
+/// Where `save_all` put rdx (index 2 of [`SAVED`]).
+const SAVED_RDX: i32 = FRAME as i32 - 16 - 8 * 2;
 
 /// The stack depth of an entry point's return address along its code
 /// ([`emit_map_caller`] reports a signal delivered there at the entry
@@ -725,6 +727,7 @@ fn emit_init(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.set_label(&mut mapped)?;
     a.mov(qword_ptr(l.d_region), r15)?;
     a.mov(qword_ptr(l.d_fd), r12)?;
+    hide_env(a)?;
     // FS base 0: a static executable before its libc's TLS setup.
     let mut have_fs = a.create_label();
     a.sub(rsp, 8)?;
@@ -749,6 +752,80 @@ fn emit_init(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     restore_signals(a)?;
     a.set_label(&mut done)?;
     restore_all(a, &mut Depths::default())
+}
+
+/// In `init` (r15 the region header, rsp as `save_all` left it): gives
+/// the program back the native form of the variable the recorder changed
+/// for the rewritten copy ([`H_HIDE`]), in the `envp` `init` was given,
+/// which is libc's `environ`: the loader has read it already. Clobbers
+/// rax, rcx, rdx, rsi, rdi, r8.
+fn hide_env(a: &mut CodeAssembler) -> Result<(), IcedError> {
+    let mut scan = a.create_label();
+    let mut compare = a.create_label();
+    let mut next = a.create_label();
+    let mut shift = a.create_label();
+    let mut empty = a.create_label();
+    let mut suffix = a.create_label();
+    let mut copy = a.create_label();
+    let mut done = a.create_label();
+    a.mov(ecx, dword_ptr(r15 + H_HIDE))?;
+    a.test(ecx, ecx)?;
+    a.jz(done)?;
+    a.mov(rdi, qword_ptr(rsp + SAVED_RDX))?;
+    a.test(rdi, rdi)?;
+    a.jz(done)?;
+    a.set_label(&mut scan)?;
+    a.mov(rsi, qword_ptr(rdi))?;
+    a.test(rsi, rsi)?;
+    a.jz(done)?;
+    a.xor(eax, eax)?;
+    a.set_label(&mut compare)?;
+    a.movzx(edx, byte_ptr(r15 + rax + H_HIDE_BYTES))?;
+    a.cmp(dl, byte_ptr(rsi + rax))?;
+    a.jne(next)?;
+    a.inc(eax)?;
+    a.cmp(eax, ecx)?;
+    a.jb(compare)?;
+    a.mov(edx, dword_ptr(r15 + H_HIDE + 4))?;
+    a.cmp(edx, HIDE_SUFFIX)?;
+    a.je(suffix)?;
+    // Absent or empty natively: the entry is the prefix exactly.
+    a.cmp(byte_ptr(rsi + rcx), 0)?;
+    a.jne(next)?;
+    a.cmp(edx, HIDE_EMPTY)?;
+    a.je(empty)?;
+    // Absent: the later entries, and the NULL, move down over it.
+    a.set_label(&mut shift)?;
+    a.mov(rax, qword_ptr(rdi + 8))?;
+    a.mov(qword_ptr(rdi), rax)?;
+    a.add(rdi, 8)?;
+    a.test(rax, rax)?;
+    a.jnz(shift)?;
+    a.jmp(done)?;
+    a.set_label(&mut empty)?;
+    a.mov(eax, dword_ptr(r15 + H_HIDE + 8))?;
+    a.mov(byte_ptr(rsi + rax), 0)?;
+    a.jmp(done)?;
+    // The native value follows the prefix: `NAME=` goes just before it
+    // (over the prefix's tail) and the entry points there.
+    a.set_label(&mut suffix)?;
+    a.mov(eax, dword_ptr(r15 + H_HIDE + 8))?;
+    a.lea(r8, ptr(rsi + rcx))?;
+    a.sub(r8, rax)?;
+    a.mov(qword_ptr(rdi), r8)?;
+    a.xor(edx, edx)?;
+    a.set_label(&mut copy)?;
+    a.movzx(ecx, byte_ptr(r15 + rdx + H_HIDE_BYTES))?;
+    a.mov(byte_ptr(r8 + rdx), cl)?;
+    a.inc(edx)?;
+    a.cmp(edx, eax)?;
+    a.jb(copy)?;
+    a.jmp(done)?;
+    a.set_label(&mut next)?;
+    a.add(rdi, 8)?;
+    a.jmp(scan)?;
+    a.set_label(&mut done)?;
+    Ok(())
 }
 
 /// In `init`, signals blocked: gives each of [`FAULT_SIGNALS`] whose

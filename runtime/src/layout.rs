@@ -56,6 +56,23 @@ pub const H_FD: u64 = 64;
 pub const H_MODULES: u64 = 512;
 /// Module tags are `0..MAX_MODULES`; the table ends at `H_MODULES + 8 * MAX_MODULES`.
 pub const MAX_MODULES: u32 = 256;
+/// The variable the recorder changed for the rewritten copy (`--libs`'
+/// `LD_LIBRARY_PATH`), which `init` gives back its native form before the
+/// program's code runs: u32 length of the prefix that marks the changed
+/// entry (0: none), u32 `HIDE_*` mode, u32 length of its `NAME=`, then the
+/// prefix's bytes at [`H_HIDE_BYTES`] (at most [`HIDE_MAX`]).
+pub const H_HIDE: u64 = H_MODULES + 8 * MAX_MODULES as u64;
+/// Header offset of the hidden entry's prefix bytes.
+pub const H_HIDE_BYTES: u64 = H_HIDE + 16;
+/// The longest prefix the header holds.
+pub const HIDE_MAX: u64 = HEADER_SIZE - H_HIDE_BYTES;
+/// Hide mode: the variable was absent; the entry equal to the prefix is removed.
+pub const HIDE_REMOVE: u32 = 1;
+/// Hide mode: the variable was empty; the entry equal to the prefix is cut after `NAME=`.
+pub const HIDE_EMPTY: u32 = 2;
+/// Hide mode: the entry is the prefix followed by the native value; it is
+/// pointed at a `NAME=` written just before that value.
+pub const HIDE_SUFFIX: u32 = 3;
 /// ENTER and LANDING payloads carry the module tag in their top bits and
 /// the procedure number (within the module) below `1 << TAG_SHIFT`.
 pub const TAG_SHIFT: u32 = 24;

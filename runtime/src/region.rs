@@ -126,6 +126,36 @@ impl Region {
         Ok(r)
     }
 
+    /// Tells `init` to give the program back its native `key` (section 1 of
+    /// `docs/runtime.md`): the recorder sets `key=added` for the rewritten
+    /// copy, where the native value was `native`. Possible when the variable
+    /// was absent or empty, or when `added` ends with `:` and the native
+    /// value (the loader's search path with a directory put first). Returns
+    /// whether `init` will hide it.
+    pub fn hide_env(&self, key: &[u8], added: &[u8], native: Option<&[u8]>) -> bool {
+        let name = [key, b"="].concat();
+        let (mode, prefix) = match native {
+            None => (HIDE_REMOVE, [&name[..], added].concat()),
+            Some([]) => (HIDE_EMPTY, [&name[..], added].concat()),
+            Some(v) => match added.strip_suffix(v) {
+                Some(head) if head.ends_with(b":") => (HIDE_SUFFIX, [&name[..], head].concat()),
+                _ => return false,
+            },
+        };
+        if prefix.len() as u64 > HIDE_MAX {
+            return false;
+        }
+        // SAFETY: the header is ours and the program has not started.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(self.base.add(H_HIDE_BYTES as usize), prefix.len())
+        };
+        bytes.copy_from_slice(&prefix);
+        self.put_u32(H_HIDE + 4, mode);
+        self.put_u32(H_HIDE + 8, name.len() as u32);
+        self.put_u32(H_HIDE, prefix.len() as u32);
+        true
+    }
+
     /// The region's file descriptor (close-on-exec).
     pub fn fd(&self) -> RawFd {
         self.file.as_raw_fd()
