@@ -165,6 +165,7 @@ impl Traced {
             .chain(&f.fork)
             .copied()
             .collect();
+        let roots: std::collections::HashSet<u64> = work.iter().copied().collect();
         while let Some(a) = work.pop() {
             let Some(&id) = self.by_start.get(&a) else {
                 continue;
@@ -172,11 +173,14 @@ impl Traced {
             if !self.family_procs.insert(id) {
                 continue;
             }
-            self.reasons.entry(id).or_insert_with(|| {
+            let why = if roots.contains(&a) {
                 "setjmp/longjmp/fork family of a static libc (runs untraced, called like \
                  an import)"
-                    .into()
-            });
+            } else {
+                "called by the setjmp/longjmp/fork family of a static libc (runs untraced \
+                 with it)"
+            };
+            self.reasons.entry(id).or_insert_with(|| why.into());
             if let Ok(cfg) = &prog.procs[id].cfg {
                 work.extend(cfg.calls.iter().filter_map(|c| c.target));
             }
