@@ -179,8 +179,13 @@ fn step(
         } else if stop == libc::SIGTRAP || (!begun[k] && t != pid) {
             // A trap stop reports the next instruction (the first stop: the
             // first one); another signal's stop comes before the
-            // instruction the last trap reported runs.
+            // instruction the last trap reported runs. An `int3`'s trap
+            // (SI_KERNEL, not a step's TRAP_TRACE) is the program's own
+            // SIGTRAP: delivered too, after the instruction it reports.
             begun[k] = true;
+            if stop == libc::SIGTRAP && int3_trap(t) {
+                sig = stop;
+            }
             match sink.as_mut() {
                 Some(f) if k == 0 => {
                     if !f(t, regs.rip) {
@@ -216,6 +221,15 @@ fn step(
         },
         streams.collect(),
     )
+}
+
+/// Whether stopped tracee `t`'s SIGTRAP came from an `int3` (`si_code`
+/// SI_KERNEL) rather than a single step or an exec.
+fn int3_trap(t: libc::pid_t) -> bool {
+    // SAFETY: the kernel fills the siginfo of our stopped tracee.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::ptrace(libc::PTRACE_GETSIGINFO, t, 0, &mut info) };
+    r == 0 && info.si_code == 0x80
 }
 
 /// The rewritten copy of `exe` in the aetrace cache directory `cache`
