@@ -1,5 +1,6 @@
 //! The generated runtime: `init`, `attach_thread`, `flush`, `fork_child`,
-//! `signal_entry`, emitted with iced-x86 `code_asm` as one
+//! `fork_prepare`, `fork_done`, `dispositions_native`,
+//! `dispositions_ours`, `signal_entry`, `fault`, emitted with iced-x86 `code_asm` as one
 //! position-independent blob (design decision 6: generated, not linked; raw
 //! syscalls only, no libc).
 //!
@@ -46,6 +47,8 @@
 //!   (`gettid`) and, when they differ, claims the child's slot with its
 //!   FORK record itself (signals blocked); `fork_child`, signals blocked,
 //!   claims only when the slot is still not the thread's own.
+//! - `dispositions_native`, `dispositions_ours` (around a call that may
+//!   read or set a disposition): as `fork_prepare` and `fork_done`.
 //! - `fork_prepare`, `fork_done` (around a call to `fork`): reported at
 //!   their return addresses, before the call (with the count before its
 //!   increment) and at the fork's return point, which the signal map
@@ -129,10 +132,9 @@ const FAULTING: u32 = 1 << 4 | 1 << 7 | 1 << 8 | 1 << 11;
 /// instruction's fault, `abort`, a breakpoint, a bad system call). `init`
 /// gives each the runtime's `fault` handler when the program's image
 /// starts with it at `SIG_DFL`, so a run they end writes FAULT
-/// (docs/regen.md, "Killed runs"). Signals sent to end a process (INT,
-/// TERM, HUP, ...) keep their dispositions untouched: a handler there
-/// would show in the program's own `sigaction` queries, which nothing
-/// routes to the runtime yet.
+/// (docs/regen.md, "Killed runs"); the program's disposition calls see
+/// its own dispositions instead (`emit_disposition_window`). Signals
+/// sent to end a process (INT, TERM, HUP, ...) keep theirs untouched.
 pub const FAULT_SIGNALS: [u32; 7] = [4, 5, 6, 7, 8, 11, 31];
 const ETIMEDOUT: i32 = 110;
 const ESRCH: i32 = 3;

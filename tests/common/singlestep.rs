@@ -176,16 +176,17 @@ fn step(
                 begun.push(false);
                 alive.push(new);
             }
+        } else if stop == libc::SIGTRAP && int3_trap(t) {
+            // An `int3`'s trap (SI_KERNEL, not a step's TRAP_TRACE) is the
+            // program's own SIGTRAP, raised once the `int3` ran (no step
+            // trap follows an `int`): delivered. The rip it reports runs
+            // only if a handler returns there, and is reported then.
+            sig = stop;
         } else if stop == libc::SIGTRAP || (!begun[k] && t != pid) {
             // A trap stop reports the next instruction (the first stop: the
             // first one); another signal's stop comes before the
-            // instruction the last trap reported runs. An `int3`'s trap
-            // (SI_KERNEL, not a step's TRAP_TRACE) is the program's own
-            // SIGTRAP: delivered too, after the instruction it reports.
+            // instruction the last trap reported runs.
             begun[k] = true;
-            if stop == libc::SIGTRAP && int3_trap(t) {
-                sig = stop;
-            }
             match sink.as_mut() {
                 Some(f) if k == 0 => {
                     if !f(t, regs.rip) {
