@@ -191,44 +191,49 @@ fn insn_at(exe: &Path, addr: u64) -> (String, String) {
 
 /// `exe how` dies of `signal` raised by its instruction `mnemonic` in
 /// `proc`: the trace is the native run up to and including that
-/// instruction, which `regen` and `info` name.
+/// instruction, which `regen` and `info` name: as the faulting one, or,
+/// for a trap (`int3`, whose signal the kernel raises once it ran), by
+/// the instruction after it, where the signal interrupted the thread.
 fn check_fault(how: &str, signal: i32, proc: &str, mnemonic: &str) {
     let exe = build("crash.c", O2_PIE);
-    {
-        let (trace, said) = record_killed(&exe, &[how], signal);
-        // Valgrind loses the instructions of the faulting superblock
-        // before the fault (lackey's buffered events) and runs `idiv`
-        // differently: the native run, single-stepped, is the oracle.
-        let rg = crate::trace_oracle::regen_threads(&trace, None).swap_remove(0);
-        let _ = std::fs::remove_file(&trace);
-        let lk = stepped(&exe, &[how]);
-        let tail = |v: &[u64]| format!("{:x?}", &v[v.len().saturating_sub(4)..]);
-        assert_eq!(
-            lk.len(),
-            rg.len(),
-            "{how}: regenerated {} of the stepped run's {} instructions, ending {} and {}",
-            rg.len(),
-            lk.len(),
-            tail(&rg),
-            tail(&lk)
-        );
-        assert_eq!(lk, rg, "{how}: the trace is the stepped run");
-        let last = *rg.last().unwrap();
-        assert_eq!(
-            insn_at(&exe, last),
-            (proc.to_owned(), mnemonic.to_owned()),
-            "{how}: the last instruction, at {last:#x}"
-        );
-        let named = format!("at instruction {last:#x} in procedure ");
-        assert!(
-            said.contains(&named) && said.contains("the faulting instruction"),
-            "{how}: {said}"
-        );
-        eprintln!(
-            "{how}: {} instructions, the last {last:#x}, equal the stepped run's",
-            rg.len()
-        );
-    }
+    let trap = signal == libc::SIGTRAP;
+    let (trace, said) = record_killed(&exe, &[how], signal);
+    // Valgrind loses the instructions of the faulting superblock
+    // before the fault (lackey's buffered events) and runs `idiv`
+    // differently: the native run, single-stepped, is the oracle.
+    let rg = crate::trace_oracle::regen_threads(&trace, None).swap_remove(0);
+    let _ = std::fs::remove_file(&trace);
+    let lk = stepped(&exe, &[how]);
+    let tail = |v: &[u64]| format!("{:x?}", &v[v.len().saturating_sub(4)..]);
+    assert_eq!(
+        lk.len(),
+        rg.len(),
+        "{how}: regenerated {} of the stepped run's {} instructions, ending {} and {}",
+        rg.len(),
+        lk.len(),
+        tail(&rg),
+        tail(&lk)
+    );
+    assert_eq!(lk, rg, "{how}: the trace is the stepped run");
+    let last = *rg.last().unwrap();
+    assert_eq!(
+        insn_at(&exe, last),
+        (proc.to_owned(), mnemonic.to_owned()),
+        "{how}: the last instruction, at {last:#x}"
+    );
+    let (at, what) = match trap {
+        false => (last, "the faulting instruction"),
+        true => (last + 1, "its trace ends there"),
+    };
+    let named = format!("at instruction {at:#x} in procedure ");
+    assert!(
+        said.contains(&named) && said.contains(what),
+        "{how}: {said}"
+    );
+    eprintln!(
+        "{how}: {} instructions, the last {last:#x}, equal the stepped run's",
+        rg.len()
+    );
 }
 
 #[test]
@@ -245,6 +250,12 @@ fn fpe_divide_by_zero() {
 #[test]
 fn ill_ud2() {
     check_fault("ill", 4, "crash.cold", "ud2");
+}
+
+/// `int3` not under a debugger: SIGTRAP with a core dump, as natively.
+#[test]
+fn trap_int3() {
+    check_fault("trap", 5, "crash", "int3");
 }
 
 #[test]
@@ -363,5 +374,46 @@ fn own_handler_survives_the_fault() {
     assert!(
         rg == stepped(&exe, &["handler"]),
         "{name}: the trace is not the stepped run"
+    );
+}
+
+/// Static executables, whose whole libc is traced: each crash's trace is
+/// the native run single-stepped (the rewritten binary with its original
+/// code put back, `trace_oracle::check_static_streams`), the faulting
+/// instruction included; `abort`'s raise in libc too. (Stepping the
+/// original static binary is no oracle: its startup reads its own
+/// program headers, path and environment, and on 2026-11-28 ran 18,336
+/// instructions in the executable where the recorded run ran 59,039.)
+/// One fault the handler returns to, one trap it sends again, one
+/// signal raised in libc: the others take the same paths.
+#[test]
+fn static_crashes() {
+    let exe = build("crash.c", Variant::new(Opt::O2, Link::Static, false));
+    for how in ["segv", "trap", "abort"] {
+        crate::trace_oracle::check_static(&exe, &[how]);
+    }
+}
+
+/// `traces/sigdisp.c` queries, installs, restores and ignores the
+/// dispositions of the signals a crash raises (sigaction, signal,
+/// sysv_signal, a fork child's and an exec'd image's view), sets SIGSEGV
+/// back to `SIG_DFL` after a handler of its own, then crashes: it prints
+/// what a native run prints (the runtime's `fault` handler never shows)
+/// and dies of the same signal, and its trace is the native run
+/// single-stepped, ending with the faulting store, named by `regen`.
+#[test]
+fn the_program_sees_its_own_dispositions() {
+    let exe = build("sigdisp.c", O2_PIE);
+    let (trace, said) = record_killed(&exe, &["segv"], 11);
+    let rg = crate::trace_oracle::regen_threads(&trace, None).swap_remove(0);
+    let _ = std::fs::remove_file(&trace);
+    let lk = stepped(&exe, &["segv"]);
+    assert!(lk == rg, "sigdisp: the trace is not the stepped run");
+    let last = *rg.last().unwrap();
+    assert_eq!(insn_at(&exe, last), ("main".to_owned(), "movl".to_owned()));
+    assert!(
+        said.contains(&format!("at instruction {last:#x} in procedure main"))
+            && said.contains("the faulting instruction"),
+        "{said}"
     );
 }

@@ -961,7 +961,8 @@ fn static_env(cache: &Path) -> Vec<(String, String)> {
 }
 
 /// [`check`] for a single-threaded static executable, against the native
-/// single-stepped run. A program that forks has `streams` > 1: only the
+/// single-stepped run (also one a signal ends, `tests/crashes.rs`). A
+/// program that forks has `streams` > 1: only the
 /// first process's stream is compared (the stepper follows one task).
 pub(crate) fn check_static_streams(exe: &Path, args: &[&str], streams: usize) {
     let name = exe.file_name().unwrap().to_string_lossy().into_owned();
@@ -981,12 +982,19 @@ pub(crate) fn check_static_streams(exe: &Path, args: &[&str], streams: usize) {
     ];
     rec_args.extend(args.iter().map(std::ffi::OsStr::new));
     let recorded = common::aetrace_fixed(&rec_args, &env);
+    // A death by a signal: the stepper's status is 128 + the signal.
+    let status = {
+        use std::os::unix::process::ExitStatusExt;
+        let st = recorded.status;
+        st.code().or(st.signal().map(|s| 128 + s))
+    };
+    assert_eq!(status, Some(native.status), "{name}: status differs");
     assert_same_run(
         &name,
         &recorded,
         &native.stdout,
         &native.stderr,
-        Some(native.status),
+        recorded.status.code(),
     );
 
     // The rewritten program the recorder ran, restored in place.

@@ -1,7 +1,7 @@
 /* A run that a signal ends, chosen by argv[1]: "segv" stores through a
  * null pointer, "fpe" divides by zero, "abort" calls abort(), "ill"
- * executes ud2, "bus" stores into a shared mapping past the end of its
- * (empty) file; "handler" stores through a null pointer under its own
+ * executes ud2, "trap" executes int3 (not under a debugger), "bus"
+ * stores into a shared mapping past the end of its (empty) file; "handler" stores through a null pointer under its own
  * SIGSEGV handler, which siglongjmps back, then ends normally; "sleep"
  * ends normally after about 100 ms, sleeping 10 ms
  * every 300 steps of its work (a test kills it with SIGKILL from outside
@@ -57,6 +57,8 @@ __attribute__((noinline)) static void crash(const char *how, unsigned s) {
         survive(s);
     else if (strcmp(how, "ill") == 0)
         __builtin_trap();
+    else if (strcmp(how, "trap") == 0)
+        __asm__ volatile("int3");
     else if (strcmp(how, "bus") == 0) {
         FILE *f = tmpfile();
         char *p = f ? mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fileno(f), 0)

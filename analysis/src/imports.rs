@@ -395,6 +395,24 @@ const SETJMP_LIKE: &[&str] = &["setjmp", "_setjmp", "__sigsetjmp", "sigsetjmp"];
 /// Imports that return to a saved context (jmp_buf in rdi).
 const LONGJMP_LIKE: &[&str] = &["longjmp", "_longjmp", "siglongjmp", "__longjmp_chk"];
 
+/// Calls that may read or set a signal's disposition (the signal in rdi),
+/// a static libc's internal names too. `syscall(SYS_rt_sigaction, ...)`
+/// is not among them (docs/regen.md section 3b).
+const DISPOSITION_CALLS: &[&str] = &[
+    "sigaction",
+    "__sigaction",
+    "__libc_sigaction",
+    "signal",
+    "bsd_signal",
+    "__bsd_signal",
+    "sysv_signal",
+    "__sysv_signal",
+    "sigset",
+    "sigignore",
+    "siginterrupt",
+    "sigvec",
+];
+
 /// Strips a symbol version (`memcpy@GLIBC_2.14`).
 fn base(name: &str) -> &str {
     name.split('@').next().unwrap_or(name)
@@ -413,6 +431,12 @@ pub fn is_exit_like(name: &str) -> bool {
 /// Whether a new process may run the instruction after a call to `name` (`fork`, `vfork`, ...).
 pub fn is_fork_like(name: &str) -> bool {
     FORK_LIKE.contains(&base(name))
+}
+
+/// Whether a call to `name` may read or set a signal's disposition
+/// (`sigaction`, `signal`, `sigset`, ...).
+pub fn touches_dispositions(name: &str) -> bool {
+    DISPOSITION_CALLS.contains(&base(name))
 }
 
 /// A fork-like call that runs `pthread_atfork` handlers (`vfork` and

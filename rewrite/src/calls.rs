@@ -311,6 +311,7 @@ impl<'t> Calls<'t> {
                 && (c.target.is_some_and(|t| family.atfork.contains(&t))
                     || name.is_some_and(imports::runs_atfork_handlers)
                     || wrapper == Some(true)),
+            dispositions: !c.tail && returns && name.is_some_and(imports::touches_dispositions),
             fatal_longjmp: rw.fatal_longjmps
                 && !c.tail
                 && (to_longjmp || name.is_some_and(imports::is_longjmp_like)),

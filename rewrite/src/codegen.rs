@@ -121,6 +121,11 @@ pub struct CallPlan {
     /// just before it, `call fork_done` after it in both processes
     /// (docs/runtime.md section 7, "fork").
     pub atfork: bool,
+    /// A call that may read or set a signal's disposition (`sigaction`,
+    /// `signal`, ...): `call dispositions_native` just before it, `call
+    /// dispositions_ours` at its return point (docs/runtime.md section 5,
+    /// "Fatal signals").
+    pub dispositions: bool,
     /// SETJMP(rdi) or LONGJMP(rdi) just before the call.
     pub jmpbuf: Option<RecordKind>,
     /// No buffer check at the return point: the callee is bounded
@@ -2044,6 +2049,12 @@ impl ProcGen<'_, '_> {
             let prepare = self.rt.fork_prepare;
             self.em.seq(|a| Ok(a.call(prepare)?))?;
         }
+        if cp.dispositions && self.em.counting.is_none() {
+            // Before the increment, as `fork_prepare`.
+            self.em.point = before;
+            let native = self.rt.dispositions_native;
+            self.em.seq(|a| Ok(a.call(native)?))?;
+        }
         if cp.count {
             // Last, so that a signal sees the count and the point
             // (before the call) agree whether or not it ran.
@@ -2100,6 +2111,10 @@ impl ProcGen<'_, '_> {
         };
         if cp.fork && tracing {
             self.fork_return(p.live.live_in(to), cp.atfork)?;
+        }
+        if cp.dispositions && tracing {
+            let ours = self.rt.dispositions_ours;
+            self.em.seq(|a| Ok(a.call(ours)?))?;
         }
         if !cp.unchecked_return {
             self.check(site)?;

@@ -1,5 +1,6 @@
 //! The generated runtime: `init`, `attach_thread`, `flush`, `fork_child`,
-//! `signal_entry`, emitted with iced-x86 `code_asm` as one
+//! `fork_prepare`, `fork_done`, `dispositions_native`,
+//! `dispositions_ours`, `signal_entry`, `fault`, emitted with iced-x86 `code_asm` as one
 //! position-independent blob (design decision 6: generated, not linked; raw
 //! syscalls only, no libc).
 //!
@@ -46,6 +47,8 @@
 //!   (`gettid`) and, when they differ, claims the child's slot with its
 //!   FORK record itself (signals blocked); `fork_child`, signals blocked,
 //!   claims only when the slot is still not the thread's own.
+//! - `dispositions_native`, `dispositions_ours` (around a call that may
+//!   read or set a disposition): as `fork_prepare` and `fork_done`.
 //! - `fork_prepare`, `fork_done` (around a call to `fork`): reported at
 //!   their return addresses, before the call (with the count before its
 //!   increment) and at the fork's return point, which the signal map
@@ -129,10 +132,9 @@ const FAULTING: u32 = 1 << 4 | 1 << 7 | 1 << 8 | 1 << 11;
 /// instruction's fault, `abort`, a breakpoint, a bad system call). `init`
 /// gives each the runtime's `fault` handler when the program's image
 /// starts with it at `SIG_DFL`, so a run they end writes FAULT
-/// (docs/regen.md, "Killed runs"). Signals sent to end a process (INT,
-/// TERM, HUP, ...) keep their dispositions untouched: a handler there
-/// would show in the program's own `sigaction` queries, which nothing
-/// routes to the runtime yet.
+/// (docs/regen.md, "Killed runs"); the program's disposition calls see
+/// its own dispositions instead (`emit_disposition_window`). Signals
+/// sent to end a process (INT, TERM, HUP, ...) keep theirs untouched.
 pub const FAULT_SIGNALS: [u32; 7] = [4, 5, 6, 7, 8, 11, 31];
 const ETIMEDOUT: i32 = 110;
 const ESRCH: i32 = 3;
@@ -185,6 +187,14 @@ const D_TAG: u64 = 48;
 /// readable and names the main thread until libc installs its TCB, and an
 /// OWNER equal to this address marks a slot claimed before TLS existed.
 const D_PRETLS: u64 = 56;
+/// The program's dispositions (`emit_disposition_window`): a spin lock
+/// (u32) and the number of disposition calls in progress (u32) at
+/// `D_DISP_LOCK`; from `D_DISP`, per signal *s* at `D_DISP + 32 s`, the
+/// kernel `sigaction` (handler, flags, restorer, mask) the program set
+/// for a [`FAULT_SIGNALS`] signal while the kernel holds `fault` in its
+/// place. Zeros: `SIG_DFL` as exec leaves it.
+const D_DISP_LOCK: u64 = 64;
+const D_DISP: u64 = 128;
 const DATA_SIZE: u64 = 4096;
 
 /// A generated runtime: bytes plus its symbol table.
@@ -216,6 +226,10 @@ struct Labels {
     fork_child: CodeLabel,
     fork_prepare: CodeLabel,
     fork_done: CodeLabel,
+    disp_native: CodeLabel,
+    disp_ours: CodeLabel,
+    swap_native: CodeLabel,
+    swap_ours: CodeLabel,
     claim: CodeLabel,
     prefix: CodeLabel,
     parse_dec: CodeLabel,
@@ -232,6 +246,8 @@ struct Labels {
     d_fixups: CodeLabel,
     d_tag: CodeLabel,
     d_pretls: CodeLabel,
+    d_disp_lock: CodeLabel,
+    d_disp: CodeLabel,
     signal_entry: CodeLabel,
     /// The handler of [`FAULT_SIGNALS`], and the restorer it returns through.
     fault: CodeLabel,
@@ -427,6 +443,10 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         fork_child: a.create_label(),
         fork_prepare: a.create_label(),
         fork_done: a.create_label(),
+        disp_native: a.create_label(),
+        disp_ours: a.create_label(),
+        swap_native: a.create_label(),
+        swap_ours: a.create_label(),
         claim: a.create_label(),
         prefix: a.create_label(),
         parse_dec: a.create_label(),
@@ -443,6 +463,8 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         d_fixups: a.create_label(),
         d_tag: a.create_label(),
         d_pretls: a.create_label(),
+        d_disp_lock: a.create_label(),
+        d_disp: a.create_label(),
         signal_entry: a.create_label(),
         fault: a.create_label(),
         fault_restorer: a.create_label(),
@@ -474,6 +496,8 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     emit_flush(&mut a, &mut l)?;
     emit_fork_window(&mut a, &mut l, 1)?;
     emit_fork_window(&mut a, &mut l, -1)?;
+    emit_disposition_window(&mut a, &mut l, true)?;
+    emit_disposition_window(&mut a, &mut l, false)?;
     // Entry, after pushfq, after the lea (registers saved, then signals
     // blocked), after the mask is restored, popfq, ret, after the ret.
     debug_assert_eq!(
@@ -492,6 +516,8 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     emit_claim(&mut a, &mut l)?;
     emit_helpers(&mut a, &mut l)?;
     emit_find_region(&mut a, &mut l)?;
+    emit_swap(&mut a, &mut l, true)?;
+    emit_swap(&mut a, &mut l, false)?;
     emit_signal_entry(&mut a, &mut l)?;
     // Each entry point's windows: entry, after pushfq, after the lea,
     // blocked from its `syscall` on; `signal_entry`'s unblocked prologue
@@ -567,7 +593,10 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     a.db(&[0u8; 8])?;
     a.set_label(&mut l.d_pretls)?;
     a.db(&[0u8; 8])?;
-    a.db(&vec![0u8; (DATA_SIZE - D_PRETLS - 8) as usize])?;
+    a.set_label(&mut l.d_disp_lock)?;
+    a.db(&[0u8; (D_DISP - D_DISP_LOCK) as usize])?;
+    a.set_label(&mut l.d_disp)?;
+    a.db(&vec![0u8; (DATA_SIZE - D_DISP) as usize])?;
     let res = a.assemble_options(0, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)?;
     let data_offset = res.label_ip(&l.d_ready)?;
     debug_assert_eq!(res.label_ip(&l.d_region)?, data_offset + D_REGION);
@@ -575,6 +604,8 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     debug_assert_eq!(res.label_ip(&l.d_fixups)?, data_offset + D_FIXUPS);
     debug_assert_eq!(res.label_ip(&l.d_tag)?, data_offset + D_TAG);
     debug_assert_eq!(res.label_ip(&l.d_pretls)?, data_offset + D_PRETLS);
+    debug_assert_eq!(res.label_ip(&l.d_disp_lock)?, data_offset + D_DISP_LOCK);
+    debug_assert_eq!(res.label_ip(&l.d_disp)?, data_offset + D_DISP);
     let symbols = vec![
         ("init", res.label_ip(&l.init)?),
         ("attach_thread", res.label_ip(&l.attach)?),
@@ -582,6 +613,8 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         ("fork_child", res.label_ip(&l.fork_child)?),
         ("fork_prepare", res.label_ip(&l.fork_prepare)?),
         ("fork_done", res.label_ip(&l.fork_done)?),
+        ("dispositions_native", res.label_ip(&l.disp_native)?),
+        ("dispositions_ours", res.label_ip(&l.disp_ours)?),
         ("signal_entry", res.label_ip(&l.signal_entry)?),
         ("restorer_bytes", res.label_ip(&l.restorer)?),
         ("fault", res.label_ip(&l.fault)?),
@@ -748,7 +781,7 @@ fn emit_init(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.mov(ebx, RecordKind::Thread as u32)?;
     a.mov(ebp, u32::MAX)?;
     a.call(l.claim)?;
-    install_fault_handler(a, l)?;
+    a.call(l.swap_ours)?;
     restore_signals(a)?;
     a.set_label(&mut done)?;
     restore_all(a, &mut Depths::default())
@@ -828,25 +861,41 @@ fn hide_env(a: &mut CodeAssembler) -> Result<(), IcedError> {
     Ok(())
 }
 
-/// In `init`, signals blocked: gives each of [`FAULT_SIGNALS`] whose
-/// disposition is `SIG_DFL` (exec keeps an ignored signal ignored) the
-/// `fault` handler, every signal blocked while it runs, reset to
-/// `SIG_DFL` as it starts (`SA_RESETHAND`): the signal that ends the run
-/// then ends it natively. Clobbers rax, rbx, rcx, rdx, rsi, rdi, r10, r11.
-fn install_fault_handler(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
+/// `swap_native` (`native`) and `swap_ours`, signals blocked, from an
+/// entry point: for each of [`FAULT_SIGNALS`], native: where the kernel
+/// holds the `fault` handler, puts back the disposition the program set
+/// (`D_DISP`); ours: where the kernel holds `SIG_DFL` (exec's, or the
+/// program's), keeps it in `D_DISP` and installs `fault` there, every
+/// signal blocked while it runs, reset to `SIG_DFL` as it starts
+/// (`SA_RESETHAND`), so the signal that ends the run ends it natively.
+/// An ignored signal or a handler of the program is left as it is (exec
+/// keeps an ignored signal ignored). The table and the handler are the
+/// executable's blob's (the slot's RUNTIME), whichever module calls.
+/// Clobbers rax, rbx, rcx, rdx, rsi, rdi, rbp, r10-r14.
+fn emit_swap(a: &mut CodeAssembler, l: &mut Labels, native: bool) -> Result<(), IcedError> {
     let mut lp = a.create_label();
     let mut next = a.create_label();
     let mask = FAULT_SIGNALS.iter().fold(0u64, |m, &s| m | 1 << s);
-    // [rsp]: the new kernel sigaction (handler, flags, restorer, mask),
-    // [rsp+32]: the old one.
+    a.set_label(if native {
+        &mut l.swap_native
+    } else {
+        &mut l.swap_ours
+    })?;
+    // r12: the executable's blob minus this one.
+    a.mov(r12, qword_ptr(S_RUNTIME).gs())?;
+    a.lea(rax, ptr(l.init))?;
+    a.sub(r12, rax)?;
+    a.lea(r13, ptr(l.fault))?;
+    a.add(r13, r12)?;
+    a.lea(r14, ptr(l.fault_restorer))?;
+    a.add(r14, r12)?;
+    // [rsp]: the kernel's current sigaction, [rsp+32]: `fault`'s.
     a.sub(rsp, 64)?;
-    a.lea(rax, ptr(l.fault))?;
-    a.mov(qword_ptr(rsp), rax)?;
+    a.mov(qword_ptr(rsp + 32), r13)?;
     a.mov(rax, SA_SIGINFO | SA_RESTORER | SA_RESETHAND)?;
-    a.mov(qword_ptr(rsp + 8), rax)?;
-    a.lea(rax, ptr(l.fault_restorer))?;
-    a.mov(qword_ptr(rsp + 16), rax)?;
-    a.mov(qword_ptr(rsp + 24), -1)?;
+    a.mov(qword_ptr(rsp + 40), rax)?;
+    a.mov(qword_ptr(rsp + 48), r14)?;
+    a.mov(qword_ptr(rsp + 56), -1)?;
     a.mov(ebx, 1u32)?;
     a.set_label(&mut lp)?;
     a.mov(rax, mask)?;
@@ -854,16 +903,32 @@ fn install_fault_handler(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), Ic
     a.jae(next)?;
     a.mov(edi, ebx)?;
     a.xor(esi, esi)?;
-    a.lea(rdx, ptr(rsp + 32))?;
+    a.mov(rdx, rsp)?;
     a.mov(r10d, 8u32)?;
     a.mov(eax, SYS_RT_SIGACTION)?;
     a.syscall()?;
     a.test(rax, rax)?;
     a.jnz(next)?;
-    a.cmp(qword_ptr(rsp + 32), 0)?; // SIG_DFL
-    a.jne(next)?;
+    // rbp: the signal's entry in the table.
+    a.mov(rbp, rbx)?;
+    a.shl(rbp, 5)?;
+    a.lea(rax, ptr(l.d_disp))?;
+    a.add(rbp, rax)?;
+    a.add(rbp, r12)?;
+    if native {
+        a.cmp(qword_ptr(rsp), r13)?;
+        a.jne(next)?;
+        a.mov(rsi, rbp)?;
+    } else {
+        a.cmp(qword_ptr(rsp), 0)?; // SIG_DFL
+        a.jne(next)?;
+        for off in [0, 8, 16, 24] {
+            a.mov(rax, qword_ptr(rsp + off))?;
+            a.mov(qword_ptr(rbp + off), rax)?;
+        }
+        a.lea(rsi, ptr(rsp + 32))?;
+    }
     a.mov(edi, ebx)?;
-    a.mov(rsi, rsp)?;
     a.xor(edx, edx)?;
     a.mov(r10d, 8u32)?;
     a.mov(eax, SYS_RT_SIGACTION)?;
@@ -872,7 +937,69 @@ fn install_fault_handler(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), Ic
     a.inc(ebx)?;
     a.cmp(ebx, 32)?;
     a.jb(lp)?;
-    a.add(rsp, 64)
+    a.add(rsp, 64)?;
+    a.ret()
+}
+
+/// `dispositions_native()` (`native`) and `dispositions_ours()`: the
+/// rewriter calls them around each call that may read or change a
+/// signal's disposition (`sigaction`, `signal`, ..., named by
+/// `analysis::imports::touches_dispositions`), so that the call finds and
+/// leaves the kernel holding exactly the program's own dispositions, as a
+/// native run's, and the `fault` handler stands in for `SIG_DFL` again
+/// afterwards (`docs/runtime.md` section 5, "Fatal signals"). They count
+/// the calls in progress (nested: a handler's call inside another's;
+/// several threads): the first swaps the program's dispositions in, the
+/// last swaps `fault` back, under a spin lock (signals blocked, a few
+/// system calls; `fork_child` releases it in a child, whose other threads
+/// are gone). Between them a crash ends the run natively, without FAULT.
+/// Signals are blocked from one `syscall` to the other, as in every entry
+/// point (a signal outside that is reported at the caller).
+fn emit_disposition_window(
+    a: &mut CodeAssembler,
+    l: &mut Labels,
+    native: bool,
+) -> Result<(), IcedError> {
+    let mut spin = a.create_label();
+    let mut locked = a.create_label();
+    let mut unlock = a.create_label();
+    let label = if native {
+        &mut l.disp_native
+    } else {
+        &mut l.disp_ours
+    };
+    let d = enter_blocked(a, label)?;
+    // r15: the executable's lock word (the count follows it).
+    a.mov(r15, qword_ptr(S_RUNTIME).gs())?;
+    a.lea(rax, ptr(l.init))?;
+    a.sub(r15, rax)?;
+    a.lea(rax, ptr(l.d_disp_lock))?;
+    a.add(r15, rax)?;
+    a.set_label(&mut spin)?;
+    a.mov(eax, 1u32)?;
+    a.xchg(dword_ptr(r15), eax)?;
+    a.test(eax, eax)?;
+    a.jz(locked)?;
+    a.pause()?;
+    a.jmp(spin)?;
+    a.set_label(&mut locked)?;
+    if native {
+        a.add(dword_ptr(r15 + 4), 1)?;
+        a.cmp(dword_ptr(r15 + 4), 1)?;
+        a.jne(unlock)?;
+        a.call(l.swap_native)?;
+    } else {
+        // Never below 0 (a call left by a longjmp keeps the count up:
+        // the program's dispositions then simply stay in the kernel).
+        a.cmp(dword_ptr(r15 + 4), 0)?;
+        a.je(unlock)?;
+        a.sub(dword_ptr(r15 + 4), 1)?;
+        a.jnz(unlock)?;
+        a.call(l.swap_ours)?;
+    }
+    a.set_label(&mut unlock)?;
+    a.mov(dword_ptr(r15), 0)?;
+    leave_blocked(a, &mut l.windows, d, Caller::Placed)
 }
 
 /// `attach_thread()`: claim a slot for the calling thread (a new thread,
@@ -1017,6 +1144,14 @@ fn emit_fork_child(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
     let d = enter_blocked(a, &mut l.fork_child)?;
     emit_claim_fork_unless_owned(a, l, kept)?;
     a.set_label(&mut kept)?;
+    // The child's only thread: a disposition lock another thread of the
+    // parent held at the fork is nobody's here. (A vfork child clears its
+    // parent's: at worst two swaps then overlap, never a hang.)
+    a.mov(rax, qword_ptr(S_RUNTIME).gs())?;
+    a.lea(rcx, ptr(l.init))?;
+    a.sub(rax, rcx)?;
+    a.lea(rcx, ptr(l.d_disp_lock))?;
+    a.mov(dword_ptr(rax + rcx), 0)?;
     leave_blocked(a, &mut l.windows, d, Caller::Placed)
 }
 

@@ -486,6 +486,11 @@ pub struct RuntimeAddrs {
     pub fork_prepare: u64,
     /// Address of `fork_done`, called at the fork's return point.
     pub fork_done: u64,
+    /// Address of `dispositions_native`, called before a call that may
+    /// read or set a signal's disposition (`sigaction`, `signal`, ...).
+    pub dispositions_native: u64,
+    /// Address of `dispositions_ours`, called at that call's return point.
+    pub dispositions_ours: u64,
     /// Address of `signal_entry`: the fix-up and SIGNAL record at a signal handler's entry.
     pub signal_entry: u64,
     /// Address of the signal restorer's bytes the stubs compare a handler's return address with.
@@ -508,6 +513,8 @@ impl RuntimeAddrs {
             fork_child: at("fork_child"),
             fork_prepare: at("fork_prepare"),
             fork_done: at("fork_done"),
+            dispositions_native: at("dispositions_native"),
+            dispositions_ours: at("dispositions_ours"),
             signal_entry: at("signal_entry"),
             restorer_bytes: at("restorer_bytes"),
         }

@@ -586,7 +586,8 @@ const CHILD_ENV: &str = "AETRACE_RT_TEST_CHILD";
 const CHILD_SEQ: usize = 1 << 20;
 
 /// Runs only in a re-executed child (modes: `kill`: write a sequence
-/// forever; `fork`: write, fork, write in both; `threads`: exceed the slots;
+/// forever; `fork`: write, fork, write in both; `dispositions`: see
+/// [`check_dispositions`]; `threads`: exceed the slots;
 /// `noenv`: init without the variables; `early`: traced code before init).
 #[test]
 fn child_helper_writes_until_killed() {
@@ -652,6 +653,11 @@ fn child_helper_writes_until_killed() {
             assert_eq!(run(c.as_ptr(), c.len()), 0);
             std::process::exit(0);
         }
+        "dispositions" => {
+            check_dispositions(&m);
+            println!("DISPOSITIONS_OK");
+            std::process::exit(0);
+        }
         "threads" => {
             // More threads than slots: the runtime must stop the program loudly.
             let seq = sequence(1, 1000, 1, 254);
@@ -664,6 +670,94 @@ fn child_helper_writes_until_killed() {
         }
         other => panic!("unknown child mode {other}"),
     }
+}
+
+/// A kernel `sigaction`, as `rt_sigaction` reads and writes it.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct KernelAction {
+    handler: u64,
+    flags: u64,
+    restorer: u64,
+    mask: u64,
+}
+
+/// The kernel's disposition of `sig`, read with the raw system call.
+fn kernel_action(sig: i32) -> KernelAction {
+    let mut k = KernelAction::default();
+    let null = std::ptr::null::<KernelAction>();
+    // SAFETY: the kernel writes one sigaction of 8-byte mask.
+    let r = unsafe { libc::syscall(libc::SYS_rt_sigaction, sig, null, &mut k, 8) };
+    assert_eq!(r, 0, "rt_sigaction({sig})");
+    k
+}
+
+/// In a child after `init`: the runtime's `fault` holds SIGFPE (not
+/// SIGSEGV, which Rust's runtime handles); between
+/// `dispositions_native` and `dispositions_ours` the kernel holds what
+/// the program set, a handler, `SIG_IGN` or `SIG_DFL` with its flags and
+/// mask, and after them `fault` stands in for `SIG_DFL` only; nested
+/// calls swap back at the last one.
+fn check_dispositions(m: &Mapped) {
+    let fault = m.sym("fault");
+    // SAFETY: entry points that preserve every register.
+    let native: extern "C" fn() = unsafe { std::mem::transmute(m.sym("dispositions_native")) };
+    let ours: extern "C" fn() = unsafe { std::mem::transmute(m.sym("dispositions_ours")) };
+    let dfl = KernelAction::default();
+    assert_eq!(kernel_action(libc::SIGFPE).handler, fault, "after init");
+    assert_eq!(kernel_action(libc::SIGINT), dfl, "SIGINT untouched");
+    native();
+    assert_eq!(kernel_action(libc::SIGFPE), dfl, "exec's SIG_DFL");
+    // What the program sets, through libc as it would.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = libc::SIG_DFL;
+        sa.sa_flags = libc::SA_NODEFER;
+        libc::sigaddset(&mut sa.sa_mask, libc::SIGUSR1);
+        assert_eq!(libc::sigaction(libc::SIGFPE, &sa, std::ptr::null_mut()), 0);
+        libc::signal(libc::SIGSYS, libc::SIG_IGN);
+    }
+    let set = kernel_action(libc::SIGFPE);
+    ours();
+    assert_eq!(
+        kernel_action(libc::SIGFPE).handler,
+        fault,
+        "SIG_DFL taken over"
+    );
+    assert_eq!(kernel_action(libc::SIGSYS).handler, libc::SIG_IGN as u64);
+    native();
+    native();
+    ours();
+    assert_eq!(
+        kernel_action(libc::SIGFPE),
+        set,
+        "the program's flags and mask, nested"
+    );
+    ours();
+    assert_eq!(
+        kernel_action(libc::SIGFPE).handler,
+        fault,
+        "after the last call"
+    );
+    assert_eq!(set.flags & libc::SA_NODEFER as u64, libc::SA_NODEFER as u64);
+    assert_eq!(set.mask, 1 << (libc::SIGUSR1 - 1));
+}
+
+/// The runtime's `fault` never shows to the program's disposition calls
+/// (docs/runtime.md section 5, "Fatal signals"), in a child, since it
+/// takes over SIGFPE.
+#[test]
+fn dispositions_are_the_programs_own_around_its_calls() {
+    let region = Region::create(SMALL).unwrap();
+    let out = spawn_child(&region, "dispositions")
+        .wait_with_output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("DISPOSITIONS_OK"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn fork_sequences() -> [Vec<u8>; 3] {

@@ -176,6 +176,12 @@ fn step(
                 begun.push(false);
                 alive.push(new);
             }
+        } else if stop == libc::SIGTRAP && int3_trap(t) {
+            // An `int3`'s trap (SI_KERNEL, not a step's TRAP_TRACE) is the
+            // program's own SIGTRAP, raised once the `int3` ran (no step
+            // trap follows an `int`): delivered. The rip it reports runs
+            // only if a handler returns there, and is reported then.
+            sig = stop;
         } else if stop == libc::SIGTRAP || (!begun[k] && t != pid) {
             // A trap stop reports the next instruction (the first stop: the
             // first one); another signal's stop comes before the
@@ -216,6 +222,15 @@ fn step(
         },
         streams.collect(),
     )
+}
+
+/// Whether stopped tracee `t`'s SIGTRAP came from an `int3` (`si_code`
+/// SI_KERNEL) rather than a single step or an exec.
+fn int3_trap(t: libc::pid_t) -> bool {
+    // SAFETY: the kernel fills the siginfo of our stopped tracee.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::ptrace(libc::PTRACE_GETSIGINFO, t, 0, &mut info) };
+    r == 0 && info.si_code == 0x80
 }
 
 /// The rewritten copy of `exe` in the aetrace cache directory `cache`
