@@ -332,3 +332,6 @@ pub fn entry_knowledge(p: &ProcDb, blocks: &[Vec<(Instruction, InsnProgram)>]) -
     }
     known
 }
+
+#[cfg(test)]
+mod tests;
