@@ -213,3 +213,38 @@ fn data_requests_without_data_are_one_line_errors() {
         assert!(err.contains("record it with --data"), "{err}");
     }
 }
+
+/// The checking mode catches a wrong recorded address: with the first
+/// address of `main` recorded 8 bytes off (fault injection), regen stops
+/// with one line naming the procedure and both addresses; without the
+/// fault the same trace regenerates.
+#[test]
+fn data_check_names_the_first_wrong_address() {
+    let exe = build("calltree.c", Variant::new(Opt::O0, Link::NoPie, false));
+    let trace = common::scratch("data_trace").join("fault.aet");
+    let regen = |fault: bool| {
+        let mut rec = Command::new(common::aetrace());
+        rec.args(["record", "--data", "--check", "-o"])
+            .arg(&trace)
+            .arg("--")
+            .arg(&exe);
+        if fault {
+            rec.env("AETRACE_FAULT_DATA_ADDR", "main");
+        }
+        run_checked(&mut rec, "aetrace record --data --check");
+        Command::new(common::aetrace())
+            .args(["regen", "--format", "lackey"])
+            .arg(&trace)
+            .output()
+            .unwrap()
+    };
+    assert!(regen(false).status.success(), "without the fault");
+    let out = regen(true);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the faulty trace regenerated");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("data check: procedure main ") && err.contains("expected 0x"),
+        "{err}"
+    );
+}

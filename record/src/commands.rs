@@ -131,6 +131,7 @@ pub(crate) fn cache_key(exe: &Path, bytes: &[u8], what: &str, tag: u32) -> Strin
     tag.hash(&mut h);
     // A fault-injected copy must never be taken for a correct one.
     std::env::var_os(rewrite::FAULT_ENV).hash(&mut h);
+    std::env::var_os(rewrite::FAULT_DATA_ENV).hash(&mut h);
     env!("CARGO_PKG_VERSION").hash(&mut h);
     if let Ok(me) = std::env::current_exe().and_then(|p| p.metadata()) {
         me.len().hash(&mut h);

@@ -25,6 +25,11 @@ use crate::{DataMode, Refusal, Result, Rewrite};
 /// VALUE records one buffer check covers.
 pub(crate) const GROUP: usize = 32;
 
+/// Fault injection for the checking mode's test: the first address
+/// abstract execution records in the procedure this names is recorded 8
+/// bytes off, so `regen` of a `--data --check` trace must stop there.
+pub const FAULT_DATA_ENV: &str = "AETRACE_FAULT_DATA_ADDR";
+
 /// Per block, per instruction: the values recorded before it.
 pub(crate) type BlockValues = Vec<Vec<Vec<Value>>>;
 
@@ -46,6 +51,7 @@ pub(crate) fn values(
         })
         .collect();
     let known = exec::entry_knowledge(db, &progs);
+    let mut fault = std::env::var(FAULT_DATA_ENV).is_ok_and(|p| p == proc);
     progs
         .iter()
         .zip(known)
@@ -53,18 +59,20 @@ pub(crate) fn values(
             let (plans, _) = Exec::plan_block(k, b);
             b.iter()
                 .zip(plans)
-                .map(|((i, prog), plan)| insn_values(rw, proc, i, prog, plan))
+                .map(|((i, prog), plan)| insn_values(rw, proc, (i, prog), plan, &mut fault))
                 .collect()
         })
         .collect()
 }
 
+/// The values before `insn`: its abstract plan, then with `--check` its
+/// full one; `fault`: shift the first abstract address (and clear it).
 fn insn_values(
     rw: &Rewrite<'_>,
     proc: &str,
-    insn: &Instruction,
-    prog: &InsnProgram,
+    (insn, prog): (&Instruction, &InsnProgram),
     plan: std::result::Result<Vec<Recorded>, String>,
+    fault: &mut bool,
 ) -> Result<Vec<Value>> {
     let refuse = |why: String| {
         rw.err(Refusal::DataForm {
@@ -73,16 +81,24 @@ fn insn_values(
         })
     };
     let mut plan = plan.map_err(refuse)?;
+    let abstract_len = plan.len();
     if rw.data == DataMode::Check {
         plan.extend(full::plan(insn, prog).map_err(refuse)?);
     }
     plan.into_iter()
-        .map(|r| match r {
+        .enumerate()
+        .map(|(n, r)| match r {
             Recorded::Rcx => Ok(Value::Reg(rcx)),
             Recorded::Flags => Ok(Value::Flags),
-            Recorded::Addr(k) => operand(&prog.refs[k].addr)
-                .map(Value::Addr)
-                .ok_or_else(|| refuse("an address the sequence cannot compute".into())),
+            Recorded::Addr(k) => {
+                let mut op = operand(&prog.refs[k].addr)
+                    .ok_or_else(|| refuse("an address the sequence cannot compute".into()))?;
+                if *fault && n < abstract_len {
+                    op.disp += 8;
+                    *fault = false;
+                }
+                Ok(Value::Addr(op))
+            }
         })
         .collect()
 }

@@ -122,6 +122,7 @@ pub fn stop_start(n: u64) -> i64 {
 /// not write witness K while the program database still says it does, a
 /// deliberately broken placement. The trace gets a NOTE saying so.
 pub const FAULT_ENV: &str = "AETRACE_FAULT_DROP_WITNESS";
+pub use data::FAULT_DATA_ENV;
 
 fn rewrite_err(path: &Path, what: Refusal) -> Error {
     Error::Rewrite {
