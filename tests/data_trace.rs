@@ -1,6 +1,8 @@
-//! `record --data --check` + `regen --format lackey` against valgrind
-//! lackey (`--trace-mem=yes --vex-guest-chase=no`) on the original
-//! program: per executed instruction of the executable, the same address
+//! `record --data` (abstract execution) and `record --data --check` (the
+//! same, plus every address in full, which regen compares with the
+//! recomputed ones and refuses at the first difference) + `regen --format
+//! lackey` against valgrind lackey (`--trace-mem=yes
+//! --vex-guest-chase=no`) on the original program, both modes: per executed instruction of the executable, the same address
 //! and length, the same references (kind and size, in order) and the same
 //! data addresses: inside the executable's image equal (non-PIE builds:
 //! link-time addresses on both sides); elsewhere (stack, heap, libraries'
@@ -82,26 +84,35 @@ impl Deltas {
     }
 }
 
-fn check(source: &str, variant: Variant, args: &[&str]) {
-    let exe = build(source, variant);
-    let tag = format!("{source}-{}", variant.tag());
-    let dir = common::scratch("data_trace");
-    let trace = dir.join(format!("{tag}.aet"));
+/// Our lackey text of `exe args` recorded with `record --data MODE`.
+fn ours(exe: &Path, tag: &str, mode: &[&str], args: &[&str]) -> String {
+    let trace = common::scratch("data_trace").join(format!("{tag}{}.aet", mode.concat()));
     run_checked(
         Command::new(common::aetrace())
-            .args(["record", "--data", "--check", "-o"])
+            .args(["record", "--data"])
+            .args(mode)
+            .arg("-o")
             .arg(&trace)
             .arg("--")
-            .arg(&exe)
+            .arg(exe)
             .args(args),
-        "aetrace record --data --check",
+        "aetrace record --data",
     );
-    let ours = run_checked(
+    let out = run_checked(
         Command::new(common::aetrace())
             .args(["regen", "--format", "lackey"])
             .arg(&trace),
         "aetrace regen --format lackey",
     );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn check(source: &str, variant: Variant, args: &[&str]) {
+    let exe = build(source, variant);
+    let tag = format!("{source}-{}", variant.tag());
+    let dir = common::scratch("data_trace");
+    let abs = ours(&exe, &tag, &[], args);
+    let checked = ours(&exe, &tag, &["--check"], args);
     let log = dir.join(format!("{tag}.lackey"));
     let status = Command::new("valgrind")
         .args(["--tool=lackey", "--trace-mem=yes", "--vex-guest-chase=no"])
@@ -113,8 +124,14 @@ fn check(source: &str, variant: Variant, args: &[&str]) {
         .unwrap();
     assert!(status.success(), "{tag}: lackey run failed");
     let image = image_of(&exe);
-    let ours = parse(&String::from_utf8(ours.stdout).unwrap(), image);
     let theirs = parse(&std::fs::read_to_string(&log).unwrap(), image);
+    for (mode, text) in [("--data", &abs), ("--data --check", &checked)] {
+        compare(&format!("{tag} {mode}"), parse(text, image), &theirs, image);
+    }
+}
+
+/// Ours and lackey's instructions agree as the module doc says.
+fn compare(tag: &str, ours: Vec<Insn>, theirs: &[Insn], image: (u64, u64)) {
     assert!(!ours.is_empty(), "{tag}: no instructions");
     let mut deltas = Deltas {
         image,
@@ -122,7 +139,7 @@ fn check(source: &str, variant: Variant, args: &[&str]) {
         stack: None,
     };
     let mut refs = 0;
-    for (i, (o, t)) in ours.iter().zip(&theirs).enumerate() {
+    for (i, (o, t)) in ours.iter().zip(theirs).enumerate() {
         let form = |x: &Insn| x.2.iter().map(|r| (r.0, r.2)).collect::<Vec<_>>();
         assert_eq!(
             (o.0, o.1, form(o)),
@@ -155,8 +172,7 @@ fn data_addresses_equal_lackey() {
     check("rep_string.c", o2, &[]);
 }
 
-/// Asking for data where there is none, or for abstract execution, which
-/// is not built: one line each and a non-zero exit.
+/// Asking for data where there is none: one line and a non-zero exit.
 #[test]
 fn data_requests_without_data_are_one_line_errors() {
     let exe = build("loops.c", Variant::new(Opt::O2, Link::NoPie, false));
@@ -176,9 +192,15 @@ fn data_requests_without_data_are_one_line_errors() {
             "regen".into(),
             "--format".into(),
             "lackey".into(),
+            trace.clone().into(),
+        ],
+        vec![
+            "regen".into(),
+            "--format".into(),
+            "xdin".into(),
+            "--data".into(),
             trace.into(),
         ],
-        vec!["record".into(), "--data".into(), "--".into(), exe.into()],
     ];
     for args in asks {
         let out = Command::new(common::aetrace())
@@ -188,9 +210,41 @@ fn data_requests_without_data_are_one_line_errors() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{args:?} succeeded");
         assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
-        assert!(
-            err.contains("--data --check") || err.contains("add --check"),
-            "{err}"
-        );
+        assert!(err.contains("record it with --data"), "{err}");
     }
+}
+
+/// The checking mode catches a wrong recorded address: with the first
+/// address of `main` recorded 8 bytes off (fault injection), regen stops
+/// with one line naming the procedure and both addresses; without the
+/// fault the same trace regenerates.
+#[test]
+fn data_check_names_the_first_wrong_address() {
+    let exe = build("calltree.c", Variant::new(Opt::O0, Link::NoPie, false));
+    let trace = common::scratch("data_trace").join("fault.aet");
+    let regen = |fault: bool| {
+        let mut rec = Command::new(common::aetrace());
+        rec.args(["record", "--data", "--check", "-o"])
+            .arg(&trace)
+            .arg("--")
+            .arg(&exe);
+        if fault {
+            rec.env("AETRACE_FAULT_DATA_ADDR", "main");
+        }
+        run_checked(&mut rec, "aetrace record --data --check");
+        Command::new(common::aetrace())
+            .args(["regen", "--format", "lackey"])
+            .arg(&trace)
+            .output()
+            .unwrap()
+    };
+    assert!(regen(false).status.success(), "without the fault");
+    let out = regen(true);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the faulty trace regenerated");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("data check: procedure main ") && err.contains("expected 0x"),
+        "{err}"
+    );
 }

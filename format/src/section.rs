@@ -117,8 +117,13 @@ pub mod module_flags {
     /// Rewritten by aetrace: its program database is in the trace.
     pub const INSTRUMENTED: u32 = 2;
     /// Rewritten by `record --data --check` (format 1.4): its traced
-    /// procedures write VALUE records (docs/data.md).
+    /// procedures write every non-static data address in full as VALUE
+    /// records (docs/data.md); with [`DATA_ABS`], after those.
     pub const DATA_CHECK: u32 = 4;
+    /// Rewritten by `record --data` (format 1.4): its traced procedures
+    /// write the VALUE records abstract execution cannot recompute
+    /// (`analysis::addr::exec`, docs/data.md).
+    pub const DATA_ABS: u32 = 8;
 }
 
 /// MODULE: one loaded ELF object of one process.

@@ -18,7 +18,7 @@ use crate::error::RecordError;
 use crate::launch::{self, Launch, ModuleSpec, Recorded};
 use crate::libs::LibSelection;
 use crate::{Error, Result};
-use aetrace_rewrite::{self as rewrite, Instrumented, Placement};
+use aetrace_rewrite::{self as rewrite, DataMode, Instrumented, Placement};
 
 fn io_err(path: &Path, source: std::io::Error) -> Error {
     Error::Io {
@@ -71,9 +71,9 @@ pub struct RecordOptions {
     pub trace: Option<PathBuf>,
     /// Which witness placement the rewriter uses.
     pub placement: Placement,
-    /// `--data --check`: every non-static data address is recorded too
+    /// `--data` (and `--check`): which data values are recorded too
     /// (VALUE records, docs/data.md).
-    pub data: bool,
+    pub data: DataMode,
     /// Shared libraries rewritten and traced with the program.
     pub libs: LibSelection,
     /// The program to run (a path, or a name looked up on `PATH`; for a
@@ -131,6 +131,7 @@ pub(crate) fn cache_key(exe: &Path, bytes: &[u8], what: &str, tag: u32) -> Strin
     tag.hash(&mut h);
     // A fault-injected copy must never be taken for a correct one.
     std::env::var_os(rewrite::FAULT_ENV).hash(&mut h);
+    std::env::var_os(rewrite::FAULT_DATA_ENV).hash(&mut h);
     env!("CARGO_PKG_VERSION").hash(&mut h);
     if let Ok(me) = std::env::current_exe().and_then(|p| p.metadata()) {
         me.len().hash(&mut h);
@@ -155,14 +156,21 @@ fn build_id(bytes: &[u8]) -> Option<&[u8]> {
 
 /// Rewrites `exe` (module tag 0) or a library (`tag` > 0), or takes the
 /// copy a previous run cached.
-fn prepare(exe: &Path, placement: Placement, data: bool, tag: u32) -> Result<Prepared> {
+fn prepare(exe: &Path, placement: Placement, data: DataMode, tag: u32) -> Result<Prepared> {
     let file = std::fs::File::open(exe).map_err(|e| io_err(exe, e))?;
     // SAFETY: a private read-only mapping; only the pages the key needs
     // (headers and notes when there is a build-id) are read.
     let bytes = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| io_err(exe, e))?;
     let dir = cache_dir();
     // A control-only copy keeps the key it always had.
-    let what = format!("{placement:?}{}", if data { "+data-check" } else { "" });
+    let what = format!(
+        "{placement:?}{}",
+        match data {
+            DataMode::Off => "",
+            DataMode::Abstract => "+data-abs",
+            DataMode::Check => "+data-abs-check",
+        }
+    );
     let key = cache_key(exe, &bytes, &what, tag);
     drop(bytes);
     let (elf, meta_path) = (dir.join(&key), dir.join(format!("{key}.meta")));
@@ -178,9 +186,11 @@ fn prepare(exe: &Path, placement: Placement, data: bool, tag: u32) -> Result<Pre
     } else {
         module_flags::INSTRUMENTED
     };
-    if data {
-        flags |= module_flags::DATA_CHECK;
-    }
+    flags |= match data {
+        DataMode::Off => 0,
+        DataMode::Abstract => module_flags::DATA_ABS,
+        DataMode::Check => module_flags::DATA_ABS | module_flags::DATA_CHECK,
+    };
     if let Some(module) =
         cache_load(&elf, &meta_path).and_then(|m| decode_meta(&m, path.clone(), flags))
     {

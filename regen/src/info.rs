@@ -14,6 +14,7 @@ use std::io::Write;
 use std::path::Path;
 
 use aetrace_format::progdb::{ProcStatus, ProgramDb};
+use aetrace_format::section::module_flags;
 use aetrace_format::{Stats, Trace, TraceFile};
 use serde::Serialize;
 
@@ -67,7 +68,7 @@ pub struct Info {
     pub bits_per_instruction_raw: Option<f64>,
     /// Witness stream bits per executed instruction, as stored compressed.
     pub bits_per_instruction_compressed: Option<f64>,
-    /// `record --data --check`: the VALUE records of all threads (each
+    /// `record --data`: the VALUE records of all threads (each
     /// 10 bytes of witness stream), when a module was recorded with data.
     pub data_values: Option<u64>,
 }
@@ -142,7 +143,7 @@ pub fn info_of<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<Info> {
     let data = trace
         .modules()
         .iter()
-        .any(|m| m.flags & aetrace_format::section::module_flags::DATA_CHECK != 0);
+        .any(|m| m.flags & (module_flags::DATA_CHECK | module_flags::DATA_ABS) != 0);
     // A stream the values cannot be read from (a SIGNAL) reports none.
     let data_values = data
         .then(|| {

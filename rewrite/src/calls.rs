@@ -106,7 +106,7 @@ impl<'t> Calls<'t> {
         };
         // `--data`: callees write VALUE records, which a caller's budget
         // for a bounded callee does not count.
-        if !rw.data {
+        if rw.data == crate::DataMode::Off {
             calls.bounded = calls.bounded_procs(prog);
         }
         calls.may_tail = calls.tail_callbacks(prog);

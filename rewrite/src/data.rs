@@ -1,7 +1,9 @@
-//! `record --data --check` (issue 21, point 5): the VALUE records placed
-//! before each memory-referencing instruction of a traced procedure, as
-//! `analysis::addr::full` decides them (the table the regenerator reads
-//! them by), and the bytes they add between two buffer checks.
+//! `record --data` (issue 21 points 2-3): the VALUE records placed before
+//! the instructions of a traced procedure, as `analysis::addr::exec`
+//! decides them from the procedure's program database entry (the input
+//! the regenerator decides them from again), followed with `--check` by
+//! every non-static address in full (`analysis::addr::full`); and the
+//! bytes they add between two buffer checks.
 //!
 //! Invariants: an instruction whose references the table refuses makes
 //! the whole rewrite fail with [`Refusal::DataForm`] naming it (never a
@@ -10,58 +12,93 @@
 //! bytes of one group are added to the block's cost in `checks`, so the
 //! headroom bound of `docs/runtime.md` section 4 still holds.
 
+use aetrace_analysis::addr::exec::{self, Exec};
 use aetrace_analysis::addr::full::{self, Recorded};
-use aetrace_analysis::addr::{forms, AddrExpr, Gpr, Seg};
+use aetrace_analysis::addr::{forms, AddrExpr, Gpr, InsnProgram, Seg};
+use aetrace_format::progdb::ProcDb;
 use aetrace_runtime::{layout::RecordKind, AddrOperand, Value};
 use iced_x86::code_asm::{get_gpr64, rcx, AsmRegister64};
 use iced_x86::{Instruction, InstructionInfoFactory, Register};
 
-use crate::{Refusal, Result, Rewrite};
+use crate::{DataMode, Refusal, Result, Rewrite};
 
 /// VALUE records one buffer check covers.
 pub(crate) const GROUP: usize = 32;
 
+/// Fault injection for the checking mode's test: the first address
+/// abstract execution records in the procedure this names is recorded 8
+/// bytes off, so `regen` of a `--data --check` trace must stop there.
+pub const FAULT_DATA_ENV: &str = "AETRACE_FAULT_DATA_ADDR";
+
 /// Per block, per instruction: the values recorded before it.
 pub(crate) type BlockValues = Vec<Vec<Vec<Value>>>;
 
-/// The values of every instruction of `insns` (procedure `proc`).
+/// The values of every instruction of `insns` (procedure `proc`, whose
+/// database entry is `db`).
 pub(crate) fn values(
     rw: &Rewrite<'_>,
     proc: &str,
+    db: &ProcDb,
     insns: &[Vec<Instruction>],
 ) -> Result<BlockValues> {
     let mut info = InstructionInfoFactory::new();
-    insns
+    let progs: Vec<Vec<(Instruction, InsnProgram)>> = insns
         .iter()
         .map(|b| {
             b.iter()
-                .map(|i| insn_values(rw, proc, i, &mut info))
+                .map(|i| (*i, forms::program(i, &mut info)))
+                .collect()
+        })
+        .collect();
+    let known = exec::entry_knowledge(db, &progs);
+    let mut fault = std::env::var(FAULT_DATA_ENV).is_ok_and(|p| p == proc);
+    progs
+        .iter()
+        .zip(known)
+        .map(|(b, k)| {
+            let (plans, _) = Exec::plan_block(k, b);
+            b.iter()
+                .zip(plans)
+                .map(|((i, prog), plan)| insn_values(rw, proc, (i, prog), plan, &mut fault))
                 .collect()
         })
         .collect()
 }
 
+/// The values before `insn`: its abstract plan, then with `--check` its
+/// full one; `fault`: shift the first abstract address (and clear it).
 fn insn_values(
     rw: &Rewrite<'_>,
     proc: &str,
-    insn: &Instruction,
-    info: &mut InstructionInfoFactory,
+    (insn, prog): (&Instruction, &InsnProgram),
+    plan: std::result::Result<Vec<Recorded>, String>,
+    fault: &mut bool,
 ) -> Result<Vec<Value>> {
-    let prog = forms::program(insn, info);
     let refuse = |why: String| {
         rw.err(Refusal::DataForm {
             at: format!("procedure {proc}: instruction at {:#x} ({insn})", insn.ip()),
             why,
         })
     };
-    let plan = full::plan(insn, &prog).map_err(refuse)?;
+    let mut plan = plan.map_err(refuse)?;
+    let abstract_len = plan.len();
+    if rw.data == DataMode::Check {
+        plan.extend(full::plan(insn, prog).map_err(refuse)?);
+    }
     plan.into_iter()
-        .map(|r| match r {
+        .enumerate()
+        .map(|(n, r)| match r {
             Recorded::Rcx => Ok(Value::Reg(rcx)),
             Recorded::Flags => Ok(Value::Flags),
-            Recorded::Addr(k) => operand(&prog.refs[k].addr)
-                .map(Value::Addr)
-                .ok_or_else(|| refuse("an address the sequence cannot compute".into())),
+            Recorded::Addr(k) => {
+                let mut op = operand(&prog.refs[k].addr)
+                    .ok_or_else(|| refuse("an address the sequence cannot compute".into()))?;
+                if *fault && n < abstract_len {
+                    op.disp += 8;
+                    *fault = false;
+                }
+                Ok(Value::Addr(op))
+            }
         })
         .collect()
 }

@@ -122,6 +122,7 @@ pub fn stop_start(n: u64) -> i64 {
 /// not write witness K while the program database still says it does, a
 /// deliberately broken placement. The trace gets a NOTE saying so.
 pub const FAULT_ENV: &str = "AETRACE_FAULT_DROP_WITNESS";
+pub use data::FAULT_DATA_ENV;
 
 fn rewrite_err(path: &Path, what: Refusal) -> Error {
     Error::Rewrite {
@@ -157,13 +158,25 @@ pub fn instrument_module(path: &Path, which: Placement, tag: u32) -> Result<Inst
     instrument_with(path, &How::Trace(which), tag)
 }
 
-/// [`instrument_module`], also recording data addresses when `data`
-/// (`record --data --check`, `analysis::addr::full`).
+/// What `record --data` records (`docs/data.md`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum DataMode {
+    /// No data addresses: control only.
+    Off,
+    /// `--data`: the values abstract execution cannot recompute
+    /// (`analysis::addr::exec`).
+    Abstract,
+    /// `--data --check`: those, then every non-static address in full
+    /// (`analysis::addr::full`), so the regenerator can compare the two.
+    Check,
+}
+
+/// [`instrument_module`], also recording data addresses as `data` says.
 pub fn instrument_module_data(
     path: &Path,
     which: Placement,
     tag: u32,
-    data: bool,
+    data: DataMode,
 ) -> Result<Instrumented> {
     instrument_full(path, &How::Trace(which), tag, data)
 }
@@ -219,8 +232,8 @@ pub(crate) struct Rewrite<'a> {
     pub fatal_longjmps: bool,
     /// Path profiling: entering a landing pad ends the program.
     pub fatal_pads: bool,
-    /// `record --data --check`: every non-static data address is recorded.
-    pub data: bool,
+    /// `record --data`: which data values are recorded.
+    pub data: DataMode,
 }
 
 impl<'a> Rewrite<'a> {
@@ -231,7 +244,7 @@ impl<'a> Rewrite<'a> {
         how: &'a How,
         tag: u32,
         fault: Option<(String, u32)>,
-        data: bool,
+        data: DataMode,
     ) -> Result<Rewrite<'a>> {
         let module = &prog.module;
         let (stop_at, stop_events) = match how {
@@ -302,10 +315,10 @@ impl<'a> Rewrite<'a> {
 /// Rewrites module `tag` at `path` (see [`instrument_module`]): witnesses or
 /// counters, as a list of phases.
 pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented> {
-    instrument_full(path, how, tag, false)
+    instrument_full(path, how, tag, DataMode::Off)
 }
 
-fn instrument_full(path: &Path, how: &How, tag: u32, data: bool) -> Result<Instrumented> {
+fn instrument_full(path: &Path, how: &How, tag: u32, data: DataMode) -> Result<Instrumented> {
     let fault = fault_injection(path)?;
     let prog = Program::open(path)?;
     let rw = Rewrite::new(path, &prog, how, tag, fault, data)?;

@@ -154,10 +154,10 @@ impl<'p> Plans<'p> {
         let tables = self.jump_tables(rw, calls.traced, id, p, cfg)?;
         let map = self.map(rw, p, cfg);
         let unchecked_return: Vec<bool> = site_plans.iter().map(|c| c.unchecked_return).collect();
-        let values = if rw.data {
-            Some(data::values(rw, &p.name, &insns)?)
-        } else {
-            None
+        let db = proc_db(p, cfg, &insns, &call_db, &witness, plan_counters.is_none());
+        let values = match rw.data {
+            crate::DataMode::Off => None,
+            _ => Some(data::values(rw, &p.name, &db, &insns)?),
         };
         let loop_header = checks::check_blocks(
             cfg,
@@ -168,14 +168,7 @@ impl<'p> Plans<'p> {
             &unchecked_return,
             &values.as_ref().map(data::extra_costs).unwrap_or_default(),
         );
-        self.db.procs.push(proc_db(
-            p,
-            cfg,
-            &insns,
-            &call_db,
-            &witness,
-            plan_counters.is_none(),
-        ));
+        self.db.procs.push(db);
         self.plans.push(ProcPlan {
             number: rw.tag << TAG_SHIFT | id.index() as u32,
             name: &p.name,
@@ -475,7 +468,7 @@ impl CountLayout {
 /// one. A chain of calls without entry checks is at most two deep.
 fn chain_end(rw: &Rewrite<'_>, calls: &Calls<'_>, p: &Procedure, cfg: &Cfg) -> bool {
     // `--data`: the entry writes VALUE records its callers do not count.
-    !rw.data
+    rw.data == crate::DataMode::Off
         && p.start != rw.prog.module.entry
         && !checks::reaches_call(cfg, |t| {
             calls

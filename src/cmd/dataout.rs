@@ -1,11 +1,15 @@
 //! `aetrace regen --format lackey|xdin --data`: the instruction *and* data
-//! trace of a `record --data --check` run (issue 21, point 4). The walk is
+//! trace of a `record --data` run (issue 21, points 3-5). The walk is
 //! `regen::visit`'s (the executed blocks, per thread, identical for any
-//! `-j`); each instruction's references come from
-//! `analysis::addr::forms` (kind and size as lackey counts them) and their
-//! addresses from the instruction (static ones) or from the thread's
-//! VALUE records in order, as `analysis::addr::full` — the table the
-//! rewriter placed them by — says.
+//! `-j`); each instruction's references come from `analysis::addr::forms`
+//! (kind and size as lackey counts them) and their addresses from
+//! `analysis::addr::exec`, the abstract execution the rewriter placed the
+//! thread's VALUE records by: static ones from the instruction, the others
+//! recomputed from known registers or read from the records in order.
+//! With `--check` (MODULE flag `DATA_CHECK`) every non-static address was
+//! also recorded in full after those: each recomputed address is compared
+//! with it, and the first difference is an error naming the procedure,
+//! block, instruction and both addresses.
 //!
 //! Output: `lackey` is valgrind lackey's text (`I  %08lx,%lu`, then ` L`,
 //! ` S`, ` M` lines with `%08lx,%lu`); a `rep` string instruction is one
@@ -15,17 +19,22 @@
 //!
 //! Invariants: every value of a thread is used exactly once (too few or
 //! too many is an error naming the thread); a module rewritten without
-//! `--data --check` is refused, never printed without its references.
+//! `--data` is refused, never printed without its references; a block
+//! that inherits known registers (`exec::entry_knowledge`) is entered only
+//! after one of the predecessors the analysis assumed, else an error.
 
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 use std::rc::Rc;
 
+use aetrace_analysis::addr::exec::{self, Exec, InsnAddrs};
 use aetrace_analysis::addr::full::{self, Recorded, DF};
-use aetrace_analysis::addr::{forms, Access, InsnProgram, Repeat};
+use aetrace_analysis::addr::{forms, Access, InsnProgram, RegSet};
+use aetrace_format::progdb::ProgramDb;
 use aetrace_format::section::module_flags;
 use aetrace_format::{ModuleId, ThreadId, Trace};
+use aetrace_regen::compile::{BlockIx, Module};
 use aetrace_regen::visit::{BlockRun, Event, Visit};
 use iced_x86::{Decoder, DecoderOptions, Instruction, InstructionInfoFactory};
 
@@ -40,11 +49,12 @@ pub enum DataFormat {
 
 type Error = Box<dyn std::error::Error>;
 
-/// One decoded instruction with its references and recorded values.
+/// One decoded instruction with its references and, with `--check`, the
+/// full addresses recorded after the abstract execution's values.
 struct Insn {
     insn: Instruction,
     prog: InsnProgram,
-    plan: Vec<Recorded>,
+    full: Vec<Recorded>,
 }
 
 /// What a data trace holds, counted while it is written.
@@ -54,6 +64,31 @@ pub struct Counts {
     pub refs: u64,
     /// Those whose address the instruction gives (never recorded).
     pub static_refs: u64,
+    /// Those whose address was read from a VALUE record (the others are
+    /// recomputed by abstract execution).
+    pub recorded_refs: u64,
+    /// References compared with their full address (`--check`).
+    pub checked_refs: u64,
+}
+
+/// How a module was recorded, and its database for abstract execution.
+struct ModData {
+    image: aetrace_analysis::elf::Module,
+    check: bool,
+    db: ProgramDb,
+}
+
+/// A traced procedure's cross-block facts (`exec::entry_knowledge`).
+struct ProcFacts {
+    preds: Vec<Vec<u32>>,
+    known: Vec<RegSet>,
+}
+
+/// A thread's abstract execution state.
+struct ThreadExec {
+    exec: Exec,
+    /// The run before: module, block, and whether it ran to its end.
+    prev: Option<(u32, BlockIx, bool)>,
 }
 
 /// Writes the data trace of `trace` to `out`.
@@ -67,24 +102,29 @@ pub fn write(
     if !trace
         .modules()
         .iter()
-        .any(|m| m.flags & module_flags::DATA_CHECK != 0)
+        .any(|m| m.flags & module_flags::DATA_ABS != 0)
     {
-        return Err("the trace has no data addresses: record it with --data --check".into());
+        return Err("the trace has no data addresses: record it with --data".into());
     }
     let visit = Visit::new(&trace, opts)?;
     let mut w = Writer {
         format,
         out,
-        images: Vec::new(),
+        mods: Vec::new(),
         blocks: HashMap::new(),
+        procs: HashMap::new(),
         values: Vec::new(),
         next: 0,
         thread: None,
+        state: ThreadExec {
+            exec: Exec::unknown(0),
+            prev: None,
+        },
         info: InstructionInfoFactory::new(),
         counts: Counts::default(),
     };
     for m in visit.modules() {
-        w.images.push(image(&trace, m)?);
+        w.mods.push(mod_data(&trace, m)?);
     }
     let mut failed: Option<Error> = None;
     visit.run(&mut |runs| {
@@ -103,38 +143,44 @@ pub fn write(
     Ok(w.counts)
 }
 
-/// A module's bytes, checked to be the one recorded with data.
-fn image<B: AsRef<[u8]>>(
-    trace: &Trace<B>,
-    m: &aetrace_regen::compile::Module,
-) -> Result<Option<aetrace_analysis::elf::Module>, Error> {
+/// A module's bytes and database, checked to be the one recorded with data.
+fn mod_data<B: AsRef<[u8]>>(trace: &Trace<B>, m: &Module) -> Result<ModData, Error> {
     let Some(rec) = trace.module(ModuleId(m.tag)) else {
         return Err(format!("module {} is not in the trace", m.name).into());
     };
-    if rec.flags & module_flags::DATA_CHECK == 0 {
+    if rec.flags & module_flags::DATA_ABS == 0 {
         return Err(format!(
-            "module {} was recorded without data addresses: record with --data --check",
+            "module {} was recorded without data addresses: record with --data",
             m.name
         )
         .into());
     }
     let path = std::str::from_utf8(&rec.path)?;
-    let elf = aetrace_analysis::elf::Module::open(Path::new(path))?;
-    if elf.build_id() != rec.build_id {
+    let image = aetrace_analysis::elf::Module::open(Path::new(path))?;
+    if image.build_id() != rec.build_id {
         return Err(format!("{path} is not the file that was recorded (build-id differs)").into());
     }
-    Ok(Some(elf))
+    let db = trace
+        .program_database(ModuleId(m.tag))
+        .ok_or_else(|| format!("module {} has no program database", m.name))?;
+    Ok(ModData {
+        image,
+        check: rec.flags & module_flags::DATA_CHECK != 0,
+        db: ProgramDb::decode(&db.decompress()?)?,
+    })
 }
 
 struct Writer<'o> {
     format: DataFormat,
     out: &'o mut dyn Write,
-    images: Vec<Option<aetrace_analysis::elf::Module>>,
+    mods: Vec<ModData>,
     blocks: HashMap<(u32, u32), Rc<Vec<Insn>>>,
+    procs: HashMap<(u32, u32), Rc<ProcFacts>>,
     /// The current thread's values and the next one to use.
     values: Vec<u64>,
     next: usize,
     thread: Option<ThreadId>,
+    state: ThreadExec,
     info: InstructionInfoFactory,
     counts: Counts,
 }
@@ -152,6 +198,10 @@ impl Writer<'_> {
                 self.values = aetrace_regen::data_values(trace, t)?;
                 self.next = 0;
                 self.thread = Some(t);
+                self.state = ThreadExec {
+                    exec: Exec::unknown(0),
+                    prev: None,
+                };
                 Ok(())
             }
             Event::Run(r) => self.run(visit, r),
@@ -172,34 +222,108 @@ impl Writer<'_> {
         }
     }
 
-    fn decoded(
-        &mut self,
-        visit_mod: &aetrace_regen::compile::Module,
-        r: BlockRun,
-    ) -> Result<Rc<Vec<Insn>>, Error> {
-        let key = (r.module, r.block.as_u32());
+    fn decoded(&mut self, m: &Module, module: u32, block: BlockIx) -> Result<Rc<Vec<Insn>>, Error> {
+        let key = (module, block.as_u32());
         if let Some(b) = self.blocks.get(&key) {
             return Ok(b.clone());
         }
-        let blk = &visit_mod.blocks[r.block];
-        let elf = self.images[r.module as usize]
-            .as_ref()
-            .ok_or("a module without its image")?;
-        let bytes = elf
+        let blk = &m.blocks[block];
+        let md = &self.mods[module as usize];
+        let bytes = md
+            .image
             .bytes_at(blk.start, u64::from(blk.size))
-            .ok_or_else(|| format!("block {:#x}: no bytes in {}", blk.start, visit_mod.name))?;
+            .ok_or_else(|| format!("block {:#x}: no bytes in {}", blk.start, m.name))?;
         let mut d = Decoder::with_ip(64, bytes, blk.start, DecoderOptions::NONE);
         let mut insns = Vec::with_capacity(blk.ninsns as usize);
         for _ in 0..blk.ninsns {
             let insn = d.decode();
             let prog = forms::program(&insn, &mut self.info);
-            let plan = full::plan(&insn, &prog)
-                .map_err(|why| format!("instruction at {:#x} ({insn}): {why}", insn.ip()))?;
-            insns.push(Insn { insn, prog, plan });
+            let full = if md.check {
+                full::plan(&insn, &prog)
+                    .map_err(|why| format!("instruction at {:#x} ({insn}): {why}", insn.ip()))?
+            } else {
+                Vec::new()
+            };
+            insns.push(Insn { insn, prog, full });
         }
         let insns = Rc::new(insns);
         self.blocks.insert(key, insns.clone());
         Ok(insns)
+    }
+
+    /// The cross-block facts of the procedure of `block`.
+    fn proc_facts(
+        &mut self,
+        m: &Module,
+        module: u32,
+        block: BlockIx,
+    ) -> Result<Rc<ProcFacts>, Error> {
+        let pi = m.blocks[block].proc;
+        let key = (module, pi.as_u32());
+        if let Some(f) = self.procs.get(&key) {
+            return Ok(f.clone());
+        }
+        let range = m.procs[pi].blocks.clone();
+        let mut blocks = Vec::with_capacity(range.len());
+        for b in range {
+            let insns = self.decoded(m, module, BlockIx::from_u32(b))?;
+            blocks.push(
+                insns
+                    .iter()
+                    .map(|i| (i.insn, i.prog.clone()))
+                    .collect::<Vec<_>>(),
+            );
+        }
+        let p = &self.mods[module as usize].db.procs[pi.as_u32() as usize];
+        let facts = Rc::new(ProcFacts {
+            preds: exec::plain_preds(p),
+            known: exec::entry_knowledge(p, &blocks),
+        });
+        self.procs.insert(key, facts.clone());
+        Ok(facts)
+    }
+
+    /// Sets the thread's state for the start of run `r`: the registers
+    /// the analysis says are known there, carried from the run before.
+    fn enter(&mut self, m: &Module, r: BlockRun) -> Result<(), Error> {
+        let facts = self.proc_facts(m, r.module, r.block)?;
+        let first = m.procs[m.blocks[r.block].proc].blocks.start;
+        let local = (r.block.as_u32() - first) as usize;
+        let known = facts.known[local];
+        let from = match self.state.prev {
+            Some((pm, pb, true))
+                if pm == r.module && m.blocks[pb].proc == m.blocks[r.block].proc =>
+            {
+                Some(pb.as_u32() - first)
+            }
+            _ => None,
+        };
+        if r.first != 0 && known.0 != 0 {
+            return Err(format!(
+                "block {:#x} of {} entered in its middle",
+                m.blocks[r.block].start, m.name
+            )
+            .into());
+        }
+        if known.0 != 0 && !from.is_some_and(|p| facts.preds[local].contains(&p)) {
+            return Err(format!(
+                "block {:#x} of {} entered from a block the data analysis did not assume",
+                m.blocks[r.block].start, m.name
+            )
+            .into());
+        }
+        let st = &mut self.state.exec;
+        st.keep(known);
+        debug_assert_eq!(
+            st.known(),
+            known,
+            "a predecessor's end state covers the block's"
+        );
+        if st.known() != known {
+            return Err("the data walk lost a register the analysis knows".into());
+        }
+        st.bias = m.load_base;
+        Ok(())
     }
 
     fn run<B: AsRef<[u8]> + Sync>(
@@ -208,45 +332,98 @@ impl Writer<'_> {
         r: BlockRun,
     ) -> Result<(), Error> {
         let m = &visit.modules()[r.module as usize];
-        let insns = self.decoded(m, r)?;
-        for i in &insns[r.first as usize..r.end as usize] {
-            let vals = self.take(i.plan.len())?;
-            let refs = addresses(i, &vals, m.load_base);
+        let insns = self.decoded(m, r.module, r.block)?;
+        self.enter(m, r)?;
+        let check = self.mods[r.module as usize].check;
+        for (k, i) in insns[r.first as usize..r.end as usize].iter().enumerate() {
+            let got = self.abstract_insn(i)?;
+            if check {
+                let vals = self.take(i.full.len())?;
+                self.compare(m, r, r.first as usize + k, i, &got, &vals)?;
+            }
             if m.shown {
-                self.print(i, m.load_base, &vals, &refs)?;
+                self.print(i, m.load_base, &got)?;
             }
         }
+        self.state.prev = Some((r.module, r.block, r.end == m.blocks[r.block].ninsns));
         Ok(())
+    }
+
+    /// Runs `i` in the thread's abstract execution, reading its values.
+    fn abstract_insn(&mut self, i: &Insn) -> Result<InsnAddrs, Error> {
+        let (values, next, thread) = (&self.values, &mut self.next, self.thread);
+        let got = self.state.exec.insn(&i.insn, &i.prog, &mut |_| {
+            let v = values
+                .get(*next)
+                .copied()
+                .ok_or_else(|| short(thread, values.len()))?;
+            *next += 1;
+            Ok(v)
+        });
+        got.map_err(|why| format!("instruction at {:#x} ({}): {why}", i.insn.ip(), i.insn).into())
+    }
+
+    /// `--check`: every rebuilt address (and a `rep`'s count) against the
+    /// one recorded in full.
+    fn compare(
+        &mut self,
+        m: &Module,
+        r: BlockRun,
+        k: usize,
+        i: &Insn,
+        got: &InsnAddrs,
+        vals: &[u64],
+    ) -> Result<(), Error> {
+        let full = addresses(i, vals, m.load_base);
+        let rep_full = i
+            .full
+            .iter()
+            .zip(vals)
+            .find(|(p, _)| **p == Recorded::Rcx)
+            .map(|(_, &v)| v);
+        let rep_got = got.rep.map(|(c, _)| c);
+        let bad = (0..full.len()).find(|&j| full[j] != got.addrs[j]);
+        self.counts.checked_refs += full.len() as u64;
+        if bad.is_none() && rep_full == rep_got {
+            return Ok(());
+        }
+        let pi = m.blocks[r.block].proc;
+        let (expected, rebuilt) = bad.map_or((rep_full.unwrap_or(0), rep_got.unwrap_or(0)), |j| {
+            (full[j], got.addrs[j])
+        });
+        Err(format!(
+            "data check: procedure {} block {:#x} instruction {k} at {:#x} ({}), reference {}: expected {expected:#x}, rebuilt {rebuilt:#x}",
+            m.procs[pi].name,
+            m.blocks[r.block].start,
+            i.insn.ip(),
+            i.insn,
+            bad.map_or("rcx".to_owned(), |j| j.to_string()),
+        )
+        .into())
     }
 
     /// The next `n` values of the thread.
     fn take(&mut self, n: usize) -> Result<Vec<u64>, Error> {
         let end = self.next + n;
-        let v = self.values.get(self.next..end).ok_or_else(|| {
-            format!(
-                "thread {}: the data values end after {} (the trace is short of values)",
-                self.thread.map_or(0, |t| t.0),
-                self.values.len()
-            )
-        })?;
+        let v = self
+            .values
+            .get(self.next..end)
+            .ok_or_else(|| short(self.thread, self.values.len()))?;
         self.next = end;
         Ok(v.to_vec())
     }
 
-    fn print(&mut self, i: &Insn, base: u64, vals: &[u64], refs: &[u64]) -> Result<(), Error> {
+    fn print(&mut self, i: &Insn, base: u64, got: &InsnAddrs) -> Result<(), Error> {
         let ip = base.wrapping_add(i.insn.ip());
         let len = i.insn.len() as u64;
-        let rep = i.prog.refs.iter().any(|r| r.repeat == Repeat::Rcx);
-        if !rep {
+        let Some((count, flags)) = got.rep else {
             self.insn_line(ip, len)?;
-            return self.ref_lines(i, refs, 0, 1);
-        }
-        // `rep`: values start with rcx and rflags (`full::plan`).
-        let (count, flags) = (vals[0], vals[1]);
+            return self.ref_lines(i, got, 0, 1);
+        };
         let dir: i64 = if flags & DF != 0 { -1 } else { 1 };
         for k in 0..count {
             self.insn_line(ip, len)?;
-            self.ref_lines(i, refs, k, dir)?;
+            self.ref_lines(i, got, k, dir)?;
         }
         Ok(self.insn_line(ip, len)?)
     }
@@ -260,11 +437,13 @@ impl Writer<'_> {
 
     /// The references of iteration `k` (a `rep`'s pointers advance by the
     /// size each iteration, in direction `dir`).
-    fn ref_lines(&mut self, i: &Insn, refs: &[u64], k: u64, dir: i64) -> Result<(), Error> {
-        for (r, &a) in i.prog.refs.iter().zip(refs) {
+    fn ref_lines(&mut self, i: &Insn, got: &InsnAddrs, k: u64, dir: i64) -> Result<(), Error> {
+        for (j, (r, &a)) in i.prog.refs.iter().zip(&got.addrs).enumerate() {
             self.counts.refs += 1;
             if full::static_addr(&i.insn, r).is_some() {
                 self.counts.static_refs += 1;
+            } else if got.recorded[j] {
+                self.counts.recorded_refs += 1;
             }
             let step = (k as i64).wrapping_mul(dir).wrapping_mul(i64::from(r.size)) as u64;
             let a = a.wrapping_add(step);
@@ -282,8 +461,15 @@ impl Writer<'_> {
     }
 }
 
+fn short(thread: Option<ThreadId>, n: usize) -> String {
+    format!(
+        "thread {}: the data values end after {n} (the trace is short of values)",
+        thread.map_or(0, |t| t.0)
+    )
+}
+
 /// The run-time address of each reference of `i` (a `rep`'s first
-/// iteration), from the instruction or from its recorded values `vals`.
+/// iteration), from the instruction or from its full values `vals`.
 fn addresses(i: &Insn, vals: &[u64], base: u64) -> Vec<u64> {
     let mut out: Vec<u64> = i
         .prog
@@ -295,7 +481,7 @@ fn addresses(i: &Insn, vals: &[u64], base: u64) -> Vec<u64> {
             None => 0,
         })
         .collect();
-    for (p, &v) in i.plan.iter().zip(vals) {
+    for (p, &v) in i.full.iter().zip(vals) {
         if let Recorded::Addr(k) = *p {
             out[k] = v;
         }

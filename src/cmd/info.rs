@@ -33,14 +33,26 @@ fn data_refs(trace: &std::path::Path, values: u64, compressed: u64) -> super::Re
         &mut std::io::sink(),
     )?;
     let per = |b: u64| b as f64 / c.refs.max(1) as f64;
+    let share = |n: u64| 100.0 * n as f64 / c.refs.max(1) as f64;
+    let derived = c.refs - c.static_refs - c.recorded_refs;
     println!(
-        "data references: {} ({} static, {} from values); value bytes per reference {:.3} raw; \
-         whole trace {:.3} compressed bytes per reference",
+        "data references: {} ({} static {:.1}%, {} derived {:.1}%, {} recorded {:.1}%); \
+         value bytes per reference {:.3} raw; whole trace {:.3} compressed bytes per reference",
         c.refs,
         c.static_refs,
-        c.refs - c.static_refs,
+        share(c.static_refs),
+        derived,
+        share(derived),
+        c.recorded_refs,
+        share(c.recorded_refs),
         per(values * 8),
         per(compressed)
     );
+    if c.checked_refs > 0 {
+        println!(
+            "data check: {} recomputed addresses equal to the full ones",
+            c.checked_refs
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -3,6 +3,7 @@
 //! error line first).
 
 use aetrace_record::commands::RecordOptions;
+use aetrace_rewrite::DataMode;
 
 use super::{exit_like, Libs, Output, Placement, Program};
 
@@ -14,10 +15,12 @@ pub struct Args {
     libs: Libs,
     #[arg(long, value_enum, default_value = "optimal")]
     placement: Placement,
-    /// Also record data addresses (needs --check for now: docs/data.md).
+    /// Also record data addresses: the values abstract execution cannot
+    /// recompute (docs/data.md).
     #[arg(long)]
     data: bool,
-    /// With --data: record every non-static data address in full.
+    /// With --data: also record every non-static data address in full,
+    /// for regen to compare with the recomputed ones.
     #[arg(long, requires = "data")]
     check: bool,
     #[command(flatten)]
@@ -25,18 +28,16 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> super::Result {
-    if a.data && !a.check {
-        return Err(
-            "record --data records every address in full only for now: add --check (docs/data.md)"
-                .into(),
-        );
-    }
     let (program, args) = a.program.split();
     let opts = RecordOptions {
         trace: a.output.output,
         libs: a.libs.selection()?,
         placement: a.placement.into(),
-        data: a.data,
+        data: match (a.data, a.check) {
+            (false, _) => DataMode::Off,
+            (true, false) => DataMode::Abstract,
+            (true, true) => DataMode::Check,
+        },
         program,
         args,
     };

@@ -230,10 +230,12 @@ fn call_updates() -> Vec<Update> {
 fn stack_updates(insn: &Instruction) -> Option<Vec<Update>> {
     let rsp = Gpr::RSP;
     let at = lea_expr;
+    // `push ax` moves rsp by 2: iced knows each form's increment.
+    let moved = || full(rsp, lea(rsp, i64::from(insn.stack_pointer_increment())));
     Some(match insn.mnemonic() {
-        Mnemonic::Push | Mnemonic::Pushf | Mnemonic::Pushfq => vec![full(rsp, lea(rsp, -8))],
+        Mnemonic::Push | Mnemonic::Pushf | Mnemonic::Pushfq => vec![moved()],
         Mnemonic::Pop => {
-            let mut u = vec![full(rsp, lea(rsp, 8))];
+            let mut u = vec![moved()];
             if insn.op0_kind() == OpKind::Register {
                 let r = insn.op0_register();
                 let g = gpr(r)?;
@@ -250,7 +252,7 @@ fn stack_updates(insn: &Instruction) -> Option<Vec<Update>> {
             u
         }
         Mnemonic::Popf | Mnemonic::Popfq => vec![
-            full(rsp, lea(rsp, 8)),
+            moved(),
             Update {
                 dst: Dst::Flags,
                 op: Op::Opaque { width: 1 },

@@ -76,7 +76,8 @@ pub fn plan(insn: &Instruction, prog: &InsnProgram) -> Result<Vec<Recorded>, Str
     Ok(out)
 }
 
-fn refuse(insn: &Instruction, r: &MemRef) -> Result<(), String> {
+/// Why the references of `insn` cannot be recorded exactly, if so.
+pub fn refuse(insn: &Instruction, r: &MemRef) -> Result<(), String> {
     let why = if r.addr.seg == Seg::Gs {
         "a gs: reference (the runtime owns gs)"
     } else if r.addr.bit_offset.is_some() {

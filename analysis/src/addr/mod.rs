@@ -17,6 +17,8 @@
 //! - [`flow`]: the per-procedure forward dataflow (a worklist fixpoint in
 //!   reverse post-order, and its naive twin, a round-robin fixpoint).
 //! - [`full`]: what the checking mode records before each instruction.
+//! - [`exec`]: the abstract execution `record --data` and the regenerator
+//!   share: which values a block records, and every address from them.
 //! - [`census`]: each reference classified by how its address can be
 //!   rebuilt ([`census::Class`]), and the values that would be recorded.
 //!
@@ -28,6 +30,7 @@
 //! census is an estimate until the checking mode of issue 21 confirms it.
 
 pub mod census;
+pub mod exec;
 pub mod flow;
 pub mod forms;
 pub mod full;

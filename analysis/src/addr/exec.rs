@@ -1,0 +1,337 @@
+//! Abstract execution of address programs (issue 21 points 2-3,
+//! `docs/data.md`; Larus's Abstract Execution, paper 003 section 5.2): the
+//! one interpreter that both the rewriter (to decide which values a block
+//! records) and the regenerator (to rebuild every address from them) run,
+//! so the two cannot disagree (drmemtrace's issue #4403).
+//!
+//! The state is a concrete register file where each register is known
+//! (`Some`) or not. Per instruction ([`Exec::insn`]): a `rep` string
+//! instruction records `rcx` and `rflags`; each reference, in order, is
+//! static (the instruction gives it), computable from known registers, or
+//! recorded in full; a recorded flat address `base + index*scale + disp`
+//! with one unknown register (the base, or an index of scale 1) makes that
+//! register known (its value before the instruction). Then the
+//! instruction's updates ([`super::Update`]) are applied together from the
+//! state before it: exact forms (constants, copies, `lea`-like sums, push,
+//! pop, call, ret, leave, enter) and a few interpretable functions keep a
+//! register known; loads, partial writes and opaque results forget it.
+//!
+//! Invariant: *whether* a register is known never depends on the values,
+//! only on the instructions and on which registers were known before, so
+//! the rewriter can run the interpreter on dummy values ([`Exec::plan_block`])
+//! and know exactly which values the regenerator will read.
+//!
+//! Across blocks ([`entry_knowledge`]): a block inherits the registers known
+//! at the end of every predecessor when control can reach it only by a
+//! plain edge (fall-through, taken branch, jump-table case) from a block
+//! that is not a call; procedure entries, landing pads, return points and
+//! blocks without such predecessors start with nothing known (their first
+//! stack reference is recorded, which anchors `rsp`: after a `setjmp`
+//! return, at a landing pad, after a callback). The regenerator checks at
+//! run time that the block it walked before is one of those predecessors.
+
+use iced_x86::{Instruction, Mnemonic};
+
+use super::full::{self, Recorded};
+use super::{AddrExpr, Dst, Gpr, InsnProgram, Op, RegSet, Repeat, Seg};
+use aetrace_format::progdb::{EdgeKindDb, ProcDb};
+
+/// Every register.
+pub const ALL: RegSet = RegSet(0xffff);
+
+/// The registers' values, known or not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Exec {
+    /// Per register.
+    pub regs: [Option<u64>; Gpr::COUNT],
+    /// The module's load bias (rip-relative addresses are link-time).
+    pub bias: u64,
+}
+
+/// What one instruction referenced.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InsnAddrs {
+    /// Each reference's address (a `rep`'s first iteration).
+    pub addrs: Vec<u64>,
+    /// For a `rep` string instruction: `rcx` and `rflags` before it.
+    pub rep: Option<(u64, u64)>,
+    /// Per reference: whether its address was recorded in full.
+    pub recorded: Vec<bool>,
+}
+
+impl Exec {
+    /// Nothing known.
+    pub fn unknown(bias: u64) -> Self {
+        Exec {
+            regs: [None; Gpr::COUNT],
+            bias,
+        }
+    }
+
+    /// The known registers.
+    pub fn known(&self) -> RegSet {
+        let mut s = RegSet::default();
+        for (g, v) in self.regs.iter().enumerate() {
+            if v.is_some() {
+                s.insert(Gpr(g as u8));
+            }
+        }
+        s
+    }
+
+    /// Forgets every register not in `keep`.
+    pub fn keep(&mut self, keep: RegSet) {
+        for (g, v) in self.regs.iter_mut().enumerate() {
+            if keep.0 & (1 << g) == 0 {
+                *v = None;
+            }
+        }
+    }
+
+    /// The value of `a` (a `lea`'s or a reference's), if computable.
+    fn value(&self, insn: &Instruction, a: &AddrExpr) -> Option<u64> {
+        if !plain(insn, a) {
+            return None;
+        }
+        let mut v = a.disp;
+        match a.base {
+            Some(b) => v = v.wrapping_add(self.regs[b.index()]?),
+            None if a.index.is_none() && insn.is_ip_rel_memory_operand() => {
+                v = v.wrapping_add(self.bias)
+            }
+            None => {}
+        }
+        if let Some(i) = a.index {
+            v = v.wrapping_add(self.regs[i.index()]?.wrapping_mul(u64::from(a.scale)));
+        }
+        Some(v)
+    }
+
+    /// Learns the one unknown register of `a` from its recorded value `v`.
+    fn learn(&mut self, insn: &Instruction, a: &AddrExpr, v: u64) {
+        if !plain(insn, a) {
+            return;
+        }
+        let get = |r: Option<Gpr>| r.map(|g| self.regs[g.index()]);
+        let rest = v.wrapping_sub(a.disp);
+        match (a.base, get(a.base), a.index, get(a.index)) {
+            (Some(b), Some(None), i, iv) if i != Some(b) => {
+                if let Some(x) = match (i, iv) {
+                    (None, _) => Some(0),
+                    (Some(_), Some(Some(x))) => Some(x.wrapping_mul(u64::from(a.scale))),
+                    _ => None,
+                } {
+                    self.regs[b.index()] = Some(rest.wrapping_sub(x));
+                }
+            }
+            (b, bv, Some(i), Some(None)) if a.scale == 1 && b != Some(i) => {
+                if let Some(x) = match (b, bv) {
+                    (None, _) => Some(0),
+                    (Some(_), Some(Some(x))) => Some(x),
+                    _ => None,
+                } {
+                    self.regs[i.index()] = Some(rest.wrapping_sub(x));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Runs `insn` (its program `prog`): `take` gives each recorded value,
+    /// in order, and says which it is. Errors: the reference table refuses
+    /// the instruction (`full`), or `take` failed.
+    pub fn insn(
+        &mut self,
+        insn: &Instruction,
+        prog: &InsnProgram,
+        take: &mut dyn FnMut(Recorded) -> Result<u64, String>,
+    ) -> Result<InsnAddrs, String> {
+        let mut out = InsnAddrs::default();
+        if prog.refs.iter().any(|r| r.repeat == Repeat::UntilData) {
+            return Err("a repe/repne compare stops on the data: its count is not recorded".into());
+        }
+        if prog.refs.iter().any(|r| r.repeat == Repeat::Rcx) {
+            out.rep = Some((take(Recorded::Rcx)?, take(Recorded::Flags)?));
+        }
+        for (k, r) in prog.refs.iter().enumerate() {
+            full::refuse(insn, r)?;
+            let known = self.value(insn, &r.addr);
+            let a = match known {
+                Some(a) => a,
+                None => {
+                    let a = take(Recorded::Addr(k))?;
+                    self.learn(insn, &r.addr, a);
+                    a
+                }
+            };
+            out.addrs.push(a);
+            out.recorded.push(known.is_none());
+        }
+        self.update(insn, prog);
+        Ok(out)
+    }
+
+    /// Applies the instruction's register updates, all read before it.
+    fn update(&mut self, insn: &Instruction, prog: &InsnProgram) {
+        let new: Vec<(Dst, Option<u64>)> = prog
+            .updates
+            .iter()
+            .map(|u| (u.dst, self.eval(insn, u.dst, &u.op)))
+            .collect();
+        for (dst, v) in new {
+            match dst {
+                Dst::Full(g) => self.regs[g.index()] = v,
+                Dst::Partial(g) => self.regs[g.index()] = None,
+                Dst::Flags => {}
+            }
+        }
+    }
+
+    fn eval(&self, insn: &Instruction, dst: Dst, op: &Op) -> Option<u64> {
+        match *op {
+            Op::Const(c) => Some(c),
+            Op::Copy(r) => self.regs[r.index()],
+            Op::Lea(a) => self.value(insn, &a),
+            Op::Func { mnemonic, .. } => self.func(insn, dst, mnemonic),
+            Op::Load { .. } | Op::Opaque { .. } => None,
+        }
+    }
+
+    /// The interpretable functions of a register and an immediate: shifts
+    /// and logic on the instruction's 64-bit destination register (the
+    /// rest stay unknown; knownness depends only on the operand kinds).
+    fn func(&self, insn: &Instruction, dst: Dst, m: Mnemonic) -> Option<u64> {
+        use iced_x86::OpKind;
+        if insn.op_count() != 2 || insn.op0_kind() != OpKind::Register {
+            return None;
+        }
+        let r = insn.op0_register();
+        let g = Gpr::of(r).filter(|&g| r.size() == 8 && dst == Dst::Full(g))?;
+        let x = self.regs[g.index()]?;
+        let imm = match insn.op1_kind() {
+            OpKind::Immediate8 | OpKind::Immediate8to64 | OpKind::Immediate32to64 => {
+                insn.immediate(1)
+            }
+            _ => return None,
+        };
+        match m {
+            Mnemonic::Shl => Some(x << (imm & 63)),
+            Mnemonic::Shr => Some(x >> (imm & 63)),
+            Mnemonic::Sar => Some(((x as i64) >> (imm & 63)) as u64),
+            Mnemonic::And => Some(x & imm),
+            Mnemonic::Or => Some(x | imm),
+            Mnemonic::Xor => Some(x ^ imm),
+            _ => None,
+        }
+    }
+
+    /// The values a block records, per instruction, when the registers in
+    /// `known` are known at its start; and the registers known at its end.
+    /// An instruction the table refuses gives its error.
+    pub fn plan_block(
+        known: RegSet,
+        insns: &[(Instruction, InsnProgram)],
+    ) -> (Vec<Result<Vec<Recorded>, String>>, RegSet) {
+        let mut e = Exec::unknown(0);
+        for g in known.iter() {
+            e.regs[g.index()] = Some(0);
+        }
+        let plans = insns
+            .iter()
+            .map(|(i, p)| {
+                let mut plan = Vec::new();
+                let r = e.insn(i, p, &mut |r| {
+                    plan.push(r);
+                    Ok(0)
+                });
+                if r.is_err() {
+                    e.update(i, p);
+                }
+                r.map(|_| plan)
+            })
+            .collect();
+        (plans, e.known())
+    }
+}
+
+/// A flat 64-bit address of general-purpose registers (not `fs:`, no
+/// vector index or bit offset, no 32-bit address size).
+fn plain(insn: &Instruction, a: &AddrExpr) -> bool {
+    a.seg == Seg::Flat
+        && a.bit_offset.is_none()
+        && !a.vector_index
+        && !insn.memory_base().is_gpr32()
+        && !insn.memory_index().is_gpr32()
+}
+
+/// Per block of a traced procedure: the blocks whose end state it
+/// inherits (empty: it starts with nothing known).
+pub fn plain_preds(p: &ProcDb) -> Vec<Vec<u32>> {
+    let n = p.blocks.len();
+    let mut preds: Vec<Vec<u32>> = vec![Vec::new(); n];
+    let mut root = vec![false; n];
+    if let Some(r) = root.get_mut(p.entry as usize) {
+        *r = true;
+    }
+    for b in &p.blocks {
+        if let Some(l) = b.call.and_then(|c| c.landing) {
+            if let Some(r) = root.get_mut(l as usize) {
+                *r = true;
+            }
+        }
+    }
+    for e in p.edges.iter().filter(|e| (e.to as usize) < n) {
+        let plain = matches!(
+            e.kind,
+            EdgeKindDb::FallThrough | EdgeKindDb::Taken | EdgeKindDb::JumpTable
+        ) && p.blocks[e.from as usize].call.is_none();
+        if plain {
+            preds[e.to as usize].push(e.from);
+        } else {
+            root[e.to as usize] = true;
+        }
+    }
+    for (ps, r) in preds.iter_mut().zip(root) {
+        if r {
+            ps.clear();
+        }
+    }
+    preds
+}
+
+/// Per block: the registers known at its start (a greatest fixpoint over
+/// [`plain_preds`]: sound because every walk starts at a block without
+/// them, and each step follows one of them). `blocks` are the procedure's
+/// decoded blocks in database order.
+pub fn entry_knowledge(p: &ProcDb, blocks: &[Vec<(Instruction, InsnProgram)>]) -> Vec<RegSet> {
+    let preds = plain_preds(p);
+    let mut known: Vec<RegSet> = preds
+        .iter()
+        .map(|ps| if ps.is_empty() { RegSet(0) } else { ALL })
+        .collect();
+    let mut out: Vec<RegSet> = blocks
+        .iter()
+        .zip(&known)
+        .map(|(b, &k)| Exec::plan_block(k, b).1)
+        .collect();
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for b in 0..blocks.len() {
+            if preds[b].is_empty() {
+                continue;
+            }
+            let k = RegSet(preds[b].iter().fold(ALL.0, |s, &q| s & out[q as usize].0));
+            if k != known[b] {
+                debug_assert!(k.0 & !known[b].0 == 0, "the fixpoint only shrinks");
+                known[b] = k;
+                out[b] = Exec::plan_block(k, &blocks[b]).1;
+                changed = true;
+            }
+        }
+    }
+    known
+}
+
+#[cfg(test)]
+mod tests;

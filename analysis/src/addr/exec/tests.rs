@@ -1,0 +1,183 @@
+//! Abstract execution on hand-written blocks: which references are
+//! recorded, every address against a hand computation, knownness
+//! independent of the values, and the cross-block fixpoint's roots.
+
+use aetrace_format::progdb::{BlockDb, CallDb, CallTarget, EdgeDb, EdgeKindDb, ProcDb, ProcStatus};
+use iced_x86::code_asm::*;
+use iced_x86::{Decoder, DecoderOptions, Instruction, InstructionInfoFactory};
+
+use super::{entry_knowledge, Exec, RegSet};
+use crate::addr::full::Recorded;
+use crate::addr::{forms, Gpr, InsnProgram};
+
+fn asm(f: impl FnOnce(&mut CodeAssembler) -> Result<(), iced_x86::IcedError>) -> Vec<Instruction> {
+    let mut a = CodeAssembler::new(64).unwrap();
+    f(&mut a).unwrap();
+    let bytes = a.assemble(0x1000).unwrap();
+    Decoder::with_ip(64, &bytes, 0x1000, DecoderOptions::NONE)
+        .into_iter()
+        .collect()
+}
+
+fn progs(insns: &[Instruction]) -> Vec<(Instruction, InsnProgram)> {
+    let mut info = InstructionInfoFactory::new();
+    insns
+        .iter()
+        .map(|i| (*i, forms::program(i, &mut info)))
+        .collect()
+}
+
+/// Runs `block` from nothing known; `truth` gives the true address of
+/// each reference in order. Returns each reference's address and whether
+/// it was recorded.
+fn run(block: &[(Instruction, InsnProgram)], truth: &[u64]) -> Vec<(u64, bool)> {
+    let mut e = Exec::unknown(0);
+    let mut k = 0;
+    let mut out = Vec::new();
+    for (i, p) in block {
+        let got = e
+            .insn(i, p, &mut |r| match r {
+                Recorded::Addr(j) => Ok(truth[k + j]),
+                _ => Err("no rep here".into()),
+            })
+            .unwrap();
+        for (a, r) in got.addrs.iter().zip(&got.recorded) {
+            out.push((*a, *r));
+        }
+        k += got.addrs.len();
+    }
+    out
+}
+
+fn block() -> Vec<(Instruction, InsnProgram)> {
+    progs(&asm(|a| {
+        a.push(rbx)?; // S rsp0-8: recorded, rsp learned
+        a.push(rbp)?; // S rsp0-16
+        a.sub(rsp, 24)?;
+        a.mov(qword_ptr(rsp + 8), rdi)?; // S rsp0-32
+        a.mov(rax, qword_ptr(rsp + 8))?; // L rsp0-32; rax loaded
+        a.mov(ecx, dword_ptr(rax + 16))?; // recorded, rax learned
+        a.mov(edx, dword_ptr(rax + 20))?; // derived
+        a.mov(dword_ptr(rax + rcx * 4), edx)?; // recorded (scale 4)
+        a.mov(rcx, rax)?;
+        a.shl(rcx, 3)?;
+        a.mov(dword_ptr(rcx + 4), edx)?; // derived: rax << 3
+        a.and(rsp, -16)?;
+        a.mov(qword_ptr(rsp), rax)?; // derived
+        a.sub(rsp, rax)?;
+        a.mov(qword_ptr(rsp), rdx)?; // recorded, rsp learned again
+        a.mov(qword_ptr(rsp + 8), rdx)?; // derived
+        Ok(())
+    }))
+}
+
+#[test]
+fn addresses_recorded_only_where_the_arithmetic_cannot_rebuild_them() {
+    let rsp0: u64 = 0x7fff_1238;
+    let (rax_v, rcx_v): (u64, u64) = (0x5000, 9);
+    let aligned = (rsp0 - 40) & !15;
+    let truth = [
+        rsp0 - 8,
+        rsp0 - 16,
+        rsp0 - 32,
+        rsp0 - 32,
+        rax_v + 16,
+        rax_v + 20,
+        rax_v + rcx_v * 4,
+        (rax_v << 3) + 4,
+        aligned,
+        aligned.wrapping_sub(rax_v),
+        aligned.wrapping_sub(rax_v) + 8,
+    ];
+    let got = run(&block(), &truth);
+    let addrs: Vec<u64> = got.iter().map(|g| g.0).collect();
+    let recorded: Vec<bool> = got.iter().map(|g| g.1).collect();
+    assert_eq!(addrs, truth);
+    let yes = true;
+    let no = false;
+    assert_eq!(
+        recorded,
+        [yes, no, no, no, yes, no, yes, no, no, yes, no],
+        "which references are recorded"
+    );
+}
+
+#[test]
+fn what_is_recorded_does_not_depend_on_the_values() {
+    let b = block();
+    let (plans, end) = Exec::plan_block(RegSet(0), &b);
+    let shifted: Vec<u64> = [8u64, 16, 32, 32, 0, 0, 0, 0, 0, 0, 0]
+        .iter()
+        .map(|d| 0x1234_5678u64.wrapping_sub(*d))
+        .collect();
+    let got = run(&b, &shifted);
+    let planned: usize = plans.iter().map(|p| p.as_ref().unwrap().len()).sum();
+    assert_eq!(planned, got.iter().filter(|g| g.1).count());
+    // rsp was learned last and survives; rax was loaded, rcx shifted.
+    let known: Vec<Gpr> = end.iter().collect();
+    assert!(known.contains(&Gpr::RSP) && known.contains(&Gpr(0)) && known.contains(&Gpr(1)));
+}
+
+fn call_db() -> CallDb {
+    CallDb {
+        target: CallTarget::External,
+        marker: true,
+        returns: true,
+        tail: false,
+        lazy: None,
+        landing: None,
+        jmpbuf: false,
+        plt: false,
+        indirect: false,
+    }
+}
+
+#[test]
+fn blocks_inherit_only_along_plain_edges() {
+    // B0 entry: push; B1 loop: store to the stack, jumps to itself or
+    // falls into B2, a call; B3 its return point.
+    let blocks: Vec<Vec<(Instruction, InsnProgram)>> = vec![
+        progs(&asm(|a| a.push(rbx))),
+        progs(&asm(|a| a.mov(qword_ptr(rsp + 8), rax))),
+        progs(&asm(|a| a.call(0x2000u64))),
+        progs(&asm(|a| a.mov(qword_ptr(rsp), rax))),
+    ];
+    let edge = |from, to, kind| EdgeDb {
+        from,
+        to,
+        kind,
+        witness: None,
+    };
+    let p = ProcDb {
+        name: "f".into(),
+        status: ProcStatus::Traced,
+        entry: 0,
+        blocks: (0..4)
+            .map(|b| BlockDb {
+                start: 0x1000 + b,
+                insn_lens: vec![1],
+                call: (b == 2).then(call_db),
+            })
+            .collect(),
+        edges: vec![
+            edge(0, 1, EdgeKindDb::FallThrough),
+            edge(1, 1, EdgeKindDb::Taken),
+            edge(1, 2, EdgeKindDb::FallThrough),
+            edge(2, 3, EdgeKindDb::CallReturn),
+            edge(3, 4, EdgeKindDb::Return),
+        ],
+        sigmap: None,
+    };
+    let known = entry_knowledge(&p, &blocks);
+    let has_rsp = |s: RegSet| s.iter().any(|g| g == Gpr::RSP);
+    assert_eq!(known[0], RegSet(0), "the entry starts with nothing");
+    assert!(
+        has_rsp(known[1]) && has_rsp(known[2]),
+        "the loop inherits rsp"
+    );
+    assert_eq!(known[3], RegSet(0), "a return point starts with nothing");
+    let (plans, _) = Exec::plan_block(known[1], &blocks[1]);
+    assert_eq!(plans[0].as_ref().unwrap(), &Vec::<Recorded>::new());
+    let (plans, _) = Exec::plan_block(known[3], &blocks[3]);
+    assert_eq!(plans[0].as_ref().unwrap(), &vec![Recorded::Addr(0)]);
+}
