@@ -28,6 +28,7 @@
 pub mod compile;
 pub mod ending;
 pub mod error;
+pub mod index;
 pub mod info;
 pub mod machine;
 pub mod output;
@@ -44,8 +45,8 @@ mod tests;
 pub use ending::{End, Ending};
 pub use error::{Error, Result};
 pub use output::{
-    regen_command, regen_to, regen_trace, totals, with_thread_machine, Format, Options,
-    ThreadTotals, Totals,
+    regen_command, regen_to, regen_trace, regen_trace_to, totals, with_thread_machine, Format,
+    Options, ThreadTotals, Totals,
 };
 
 /// The data values thread `thread` of `trace` recorded (`record --data`,
