@@ -3,7 +3,7 @@
 //! `--count`, from pieces started at index entries of any interval, equal
 //! those of `-j 1` without an index (the oracle: the walk the lackey tests
 //! check); a damaged or another trace's sidecar is ignored with one line.
-//! Programs: Debian's gzip on 200 kB, and `traces/signal_alarm.c` (a 20 us
+//! Programs: Debian's gzip on 50 kB, and `traces/signal_alarm.c` (a 20 us
 //! timer: pieces never start inside a handler), and
 //! `traces/signal_threads.c` (several threads).
 
@@ -63,7 +63,7 @@ fn check_identical(trace: &Path) {
 
 fn gzip_trace() -> PathBuf {
     let input = scratch("state-index").join("gzip-input");
-    std::fs::write(&input, crate::common::text_input(200_000)).unwrap();
+    std::fs::write(&input, crate::common::text_input(50_000)).unwrap();
     let gzip = Path::new("/usr/bin/gzip");
     record_ok(gzip, &["-c", input.to_str().unwrap()], &[], Knobs::DEFAULT).1
 }

@@ -1215,9 +1215,10 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         ))
     }
 
-    /// `--count`: totals per thread and module, calls per procedure. With
-    /// a state index, the pieces of each thread count in parallel too.
-    fn totals(&self) -> Result<Totals> {
+    /// Each job's counts, in job order. With a state index, the pieces of
+    /// each thread count in parallel too, and a job's are added in order
+    /// (its first error wins, as the whole walk would meet it first).
+    fn count_jobs(&self) -> Result<Vec<Result<Counts>>> {
         use rayon::prelude::*;
         let cut = self.opts.index.is_some() && self.workers() > 1;
         let spans: Vec<(usize, Span<'_>)> = (self.jobs.iter().enumerate())
@@ -1244,7 +1245,6 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                 .map_err(|e| Error::Usage(format!("cannot start {workers} worker threads: {e}")))?;
             pool.install(|| spans.par_iter().map(run).collect())
         };
-        // Per job, its pieces' counts added in order (the first error wins).
         let mut results: Vec<Result<Counts>> = Vec::with_capacity(self.jobs.len());
         for ((j, _), c) in spans.iter().zip(counted) {
             if *j == results.len() {
@@ -1267,6 +1267,12 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                 }
             }
         }
+        Ok(results)
+    }
+
+    /// `--count`: totals per thread and module, calls per procedure.
+    fn totals(&self) -> Result<Totals> {
+        let results = self.count_jobs()?;
         let mut calls: Vec<Vec<u64>> = self
             .compiled
             .iter()
