@@ -11,6 +11,8 @@
 //! - [`machine`]: the regeneration rules (the contract with the rewriter,
 //!   `docs/regen.md`);
 //! - [`output`]: threads, modules, formats, `-j` parallelism, `--count`;
+//! - [`index`]: the state index beside a trace (`TRACE.idx`), from which
+//!   `-j` expands pieces of one stream without a pass before them;
 //! - [`data_values`]: the data values a `record --data` trace holds;
 //! - [`visit`]: the executed blocks for a consumer in the same process
 //!   (`aetrace cachesim TRACE`);
