@@ -62,6 +62,9 @@ enum Command {
     Census(cmd::census::Args),
     /// Rebuild the instruction or block trace of a recorded run.
     Regen(cmd::regen::Args),
+    /// Write the regenerator's state index beside a trace (TRACE.idx), so that
+    /// `regen -j N` expands pieces of one stream in parallel at once.
+    Index(cmd::index::Args),
     /// Summarise a trace: modules, threads, sizes, procedures left alone, bits per instruction.
     Info(cmd::info::Args),
     /// Debug a recorded run in gdb: step, break and run backwards through a thread's
@@ -97,6 +100,7 @@ fn main() -> ExitCode {
         Command::Report(a) => cmd::report::run(a),
         Command::Census(a) => cmd::census::run(a),
         Command::Regen(a) => cmd::regen::run(a),
+        Command::Index(a) => cmd::index::run(a),
         Command::Info(a) => cmd::info::run(a),
         Command::Verify(a) => cmd::verify::run(a),
         Command::Debug(a) => cmd::debug::run(a),

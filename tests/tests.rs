@@ -32,6 +32,8 @@
 //! - `rewrite_elf`: the ELF writer on gcc's programs, read by binutils and
 //!   gdb;
 //! - `rewrite_unwind`: C++ exceptions through relocated code;
+//! - `state_index`: `aetrace index` and `regen -j N` from it, against
+//!   `-j 1` without it; damaged and stale indexes ignored;
 //! - `stop_at`: `aetrace count --stop-at N` under gdb;
 //! - `sweep`: the fastest programs of `bench/run sweep` (Debian programs
 //!   doing real work) against lackey and the single-stepped native run;
@@ -73,6 +75,7 @@ mod profile;
 mod record_errors;
 mod rewrite_elf;
 mod rewrite_unwind;
+mod state_index;
 mod stop_at;
 mod sweep;
 mod timeline;

@@ -67,7 +67,7 @@ pub use section::{
     StartReason, Stdin, ThreadEnd, ThreadStart,
 };
 pub use stats::{ExitStats, ModuleStats, Stats, ThreadStats};
-pub use trace::{Chunk, Database, Status, Trace, TraceFile};
+pub use trace::{Chunk, Database, Fingerprint, Status, Trace, TraceFile};
 pub use writer::{
     compress_chunk, compress_database, replaceable, EncodedChunk, EncodedDatabase, TraceWriter,
     DEFAULT_LEVEL,

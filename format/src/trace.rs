@@ -191,6 +191,36 @@ impl<B: AsRef<[u8]>> Trace<B> {
     pub fn notes(&self) -> &[Note] {
         &self.index.notes
     }
+
+    /// What identifies these exact bytes, cheaply: the file's length and a
+    /// CRC-32 of its header and of every section header (each holds its
+    /// payload's CRC, so a changed payload changes it). Files derived from
+    /// a trace (the regenerator's state index) are keyed by it.
+    pub fn fingerprint(&self) -> Fingerprint {
+        let data = self.bytes.as_ref();
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(data.get(..HEADER_LEN).unwrap_or(data));
+        let mut at = HEADER_LEN;
+        // Parsing checked the framing; a torn tail ends the walk.
+        while let Some(h) = data.get(at..at + SECTION_HEADER_LEN) {
+            crc.update(h);
+            let len = u32::from_le_bytes([h[4], h[5], h[6], h[7]]) as u64;
+            at += SECTION_HEADER_LEN + section::align8(len) as usize;
+        }
+        Fingerprint {
+            len: data.len() as u64,
+            crc: crc.finalize(),
+        }
+    }
+}
+
+/// [`Trace::fingerprint`]: a trace file's identity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fingerprint {
+    /// The file's length in bytes.
+    pub len: u64,
+    /// CRC-32 of the file header and every section header, in file order.
+    pub crc: u32,
 }
 
 thread_local! {

@@ -27,6 +27,11 @@ pub enum Error {
     #[error("{0}")]
     Usage(String),
 
+    /// A state index (`index`) that does not fit its trace: unreadable,
+    /// built for other bytes, or a state the regeneration does not reach.
+    #[error("state index: {0}")]
+    Index(String),
+
     /// A program database whose witness numbering is not the one the
     /// placement algorithm gives its edges (the regenerator would misread
     /// every witness of the procedure).

@@ -11,6 +11,8 @@
 //! - [`machine`]: the regeneration rules (the contract with the rewriter,
 //!   `docs/regen.md`);
 //! - [`output`]: threads, modules, formats, `-j` parallelism, `--count`;
+//! - [`index`]: the state index beside a trace (`TRACE.idx`), from which
+//!   `-j` expands pieces of one stream without a pass before them;
 //! - [`data_values`]: the data values a `record --data` trace holds;
 //! - [`visit`]: the executed blocks for a consumer in the same process
 //!   (`aetrace cachesim TRACE`);
@@ -28,6 +30,7 @@
 pub mod compile;
 pub mod ending;
 pub mod error;
+pub mod index;
 pub mod info;
 pub mod machine;
 pub mod output;
@@ -44,8 +47,8 @@ mod tests;
 pub use ending::{End, Ending};
 pub use error::{Error, Result};
 pub use output::{
-    regen_command, regen_to, regen_trace, totals, with_thread_machine, Format, Options,
-    ThreadTotals, Totals,
+    regen_command, regen_to, regen_trace, regen_trace_to, totals, with_thread_machine, Format,
+    Options, ThreadTotals, Totals,
 };
 
 /// The data values thread `thread` of `trace` recorded (`record --data`,

@@ -23,8 +23,10 @@
 use crate::compile::{Addressing, Module};
 use crate::ending::Ending;
 use crate::error::{Error, Result};
+use crate::index::{Entry, StateIndex};
 use crate::machine::{ForkState, Machine, Progress, Sink};
 use crate::stream::Stream;
+use crate::summary::Summaries;
 use aetrace_format::{
     module_flags, EndReason, ExitStatus, ModuleId, StartReason, Status, ThreadId, ThreadInfo, Trace,
 };
@@ -41,9 +43,6 @@ pub const BATCH: usize = 1 << 20;
 /// ahead (measured: 16 MiB per worker gave `-j 2` no speed-up on two
 /// threads of 110 MB of output each; 128 MiB gave 1.19x on a loaded machine).
 pub const AHEAD_BYTES: usize = 256 << 20;
-
-/// Written batches kept for reuse (`Ctx::recycle`).
-const SPARE_BATCHES: usize = 16;
 
 /// Output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,6 +110,9 @@ pub struct Options {
     /// Stream bytes per piece when a stream is cut for parallel expansion;
     /// 0 chooses from the stream's length and the number of jobs.
     pub piece_bytes: u64,
+    /// States to start pieces from instead of the fast pass (checked
+    /// against the trace: [`crate::index`]).
+    pub index: Option<std::sync::Arc<StateIndex>>,
 }
 
 impl Default for Options {
@@ -123,6 +125,7 @@ impl Default for Options {
             jobs: 1,
             count: false,
             piece_bytes: 0,
+            index: None,
         }
     }
 }
@@ -136,11 +139,23 @@ pub fn regen_to(
     opts: &Options,
     path: Option<&std::path::Path>,
 ) -> Result<Vec<Ending>> {
+    regen_trace_to(&aetrace_format::TraceFile::open(trace)?, opts, path)
+}
+
+/// [`regen_to`] of a trace already open (the caller checked a state
+/// index against it), with a progress line on stderr while it is a
+/// terminal.
+pub fn regen_trace_to<B: AsRef<[u8]> + Sync>(
+    trace: &Trace<B>,
+    opts: &Options,
+    path: Option<&std::path::Path>,
+) -> Result<Vec<Ending>> {
     let Some(path) = path else {
-        return regen_command(trace, opts, &mut std::io::stdout().lock());
+        let mut out = std::io::stdout().lock();
+        return regen_trace(trace, opts, &mut ProgressOut::on_terminal(&mut out));
     };
     let mut f = aetrace_format::atomic::AtomicFile::create(path, None).map_err(output_err)?;
-    let endings = regen_command(trace, opts, &mut f)?;
+    let endings = regen_trace(trace, opts, &mut ProgressOut::on_terminal(&mut f))?;
     f.sync_all().map_err(output_err)?;
     f.commit().map_err(output_err)?;
     Ok(endings)
@@ -224,6 +239,21 @@ pub fn totals<B: AsRef<[u8]> + Sync>(trace: &Trace<B>, opts: &Options) -> Result
     };
     let prepared = prepare(trace, &opts)?;
     Ctx::new(trace, &prepared, &opts, AHEAD_BYTES)?.totals()
+}
+
+/// Every thread's states at pause points `interval` stream bytes apart
+/// ([`StateIndex::build`]), threads in parallel. A thread whose
+/// regeneration fails keeps the states before the failure.
+pub(crate) fn index_states<B: AsRef<[u8]> + Sync>(
+    trace: &Trace<B>,
+    opts: &Options,
+    interval: u64,
+) -> Result<BTreeMap<u32, Vec<Entry>>> {
+    use rayon::prelude::*;
+    let prepared = prepare(trace, opts)?;
+    let ctx = Ctx::new(trace, &prepared, opts, AHEAD_BYTES)?;
+    let run = |job: &Job<'_>| (job.info.start.thread.0, ctx.index_thread(job, interval));
+    Ok(prepared.2.par_iter().map(run).collect())
 }
 
 /// One thread's regeneration as a [`Machine`] at the start of its stream,
@@ -617,22 +647,79 @@ impl Drop for ProgressOut<'_> {
     }
 }
 
+/// One piece's or thread's counts: per module of its group (instructions,
+/// blocks); procedure entries; (signals, of them interrupting
+/// instrumentation).
+type Counts = (Vec<(u64, u64)>, Vec<Vec<u64>>, (u64, u64));
+
+/// Adds piece counts `c` to `sum`.
+fn add_counts(sum: &mut Counts, c: &Counts) {
+    for (s, x) in sum.0.iter_mut().zip(&c.0) {
+        s.0 += x.0;
+        s.1 += x.1;
+    }
+    for (s, x) in sum.1.iter_mut().zip(&c.1) {
+        for (a, b) in s.iter_mut().zip(x) {
+            *a += b;
+        }
+    }
+    sum.2 .0 += c.2 .0;
+    sum.2 .1 += c.2 .1;
+}
+
 /// A batch of one piece's output, or how the piece ended.
 enum Msg {
     Bytes(Vec<u8>),
     End(Result<()>),
 }
 
-/// A piece of one thread's regeneration: a machine at its start, where it
-/// pauses (`u64::MAX`: the end of the stream), and what precedes its output.
+/// A piece of one thread's regeneration: a machine at its start (or why
+/// it could not be put there), where it pauses (`u64::MAX`: the end of the
+/// stream), what precedes its output, and the state the index says it
+/// pauses in.
 struct Piece<'m> {
-    machine: Machine<'m>,
+    machine: Result<Machine<'m>>,
+    /// The job's group (its modules).
+    group: usize,
     pause_at: u64,
     header: Vec<u8>,
+    expect: Option<&'m Entry>,
 }
+
+/// A piece as index entries: where it starts (`None`: the stream's start)
+/// and where it pauses (`None`: the stream's end).
+type Span<'e> = (Option<&'e Entry>, Option<&'e Entry>);
 
 /// The smallest piece worth a snapshot (a machine clone holds a chunk).
 const MIN_PIECE_BYTES: u64 = 1 << 20;
+
+/// A piece that paused: in the state its index entry says, if it has one.
+fn check_pause(m: &Machine<'_>, expect: Option<&Entry>) -> Result<()> {
+    match expect {
+        Some(e) if m.snapshot().as_deref() != Some(&e.state[..]) => Err(Error::Index(format!(
+            "thread {}: the regeneration pauses at stream byte offset {} in another state \
+             than the index's entry for offset {}: the index does not describe this trace \
+             (delete it; `aetrace index` rebuilds it)",
+            m.thread(),
+            m.stream_offset(),
+            e.offset
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// A piece that reached the end of its stream: it had no entry to reach.
+fn check_end(m: &Machine<'_>, expect: Option<&Entry>) -> Result<()> {
+    match expect {
+        Some(e) => Err(Error::Index(format!(
+            "thread {}: the stream ends before the index's entry for offset {}: \
+             the index does not describe this trace (delete it; `aetrace index` rebuilds it)",
+            m.thread(),
+            e.offset
+        ))),
+        None => Ok(()),
+    }
+}
 
 impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     /// The regeneration of `prepared` (from [`prepare`] with `opts`).
@@ -643,6 +730,9 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         ahead_bytes: usize,
     ) -> Result<Self> {
         let (compiled, groups, jobs, note) = prepared;
+        if let Some(index) = &opts.index {
+            index.check(trace)?;
+        }
         Ok(Ctx {
             trace,
             forks: fork_states(trace)?,
@@ -717,17 +807,65 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     /// pass costs about as much as the expansion it feeds (docs/regen.md,
     /// section 5), so on two CPUs cutting one stream makes it slower; the
     /// threads of a trace still run in parallel.
+    /// With a state index cutting costs nothing, so it cuts on two CPUs.
     fn cuts(&self) -> bool {
-        self.opts.jobs != 0 || self.opts.piece_bytes != 0 || self.workers() > 2
+        self.opts.jobs != 0
+            || self.opts.piece_bytes != 0
+            || self.workers() > 2
+            || (self.opts.index.is_some() && self.workers() > 1)
     }
 
     /// A whole thread as one piece.
     fn whole<'m>(&'m self, job: &Job<'m>) -> Piece<'m> {
+        self.piece(job, (None, None))
+    }
+
+    /// The piece of `job` between two index entries.
+    fn piece<'m>(&'m self, job: &Job<'m>, (from, to): Span<'m>) -> Piece<'m> {
+        let mut machine = self.machine(job);
+        let restored = from.map_or(Ok(()), |e| machine.restore(&e.state));
         Piece {
-            machine: self.machine(job),
-            pause_at: u64::MAX,
-            header: self.header(job),
+            machine: restored.map(|()| machine),
+            group: job.group,
+            pause_at: to.map_or(u64::MAX, |e| e.offset),
+            header: if from.is_none() {
+                self.header(job)
+            } else {
+                Vec::new()
+            },
+            expect: to,
         }
+    }
+
+    /// Stream bytes per piece of `job`'s stream: `--piece`, or a quarter
+    /// of each worker's share.
+    fn piece_bytes(&self, job: &Job<'_>) -> u64 {
+        let thread = job.info.start.thread;
+        let stream_len: u64 = self.trace.chunks(thread).map(|c| c.meta.raw_len).sum();
+        match self.opts.piece_bytes {
+            0 => (stream_len / (4 * self.workers() as u64)).max(MIN_PIECE_BYTES),
+            n => n,
+        }
+    }
+
+    /// `job`'s stream cut at index entries into pieces of about
+    /// [`Ctx::piece_bytes`] (one piece without an index or entries).
+    fn spans<'m>(&'m self, job: &Job<'m>) -> Vec<Span<'m>> {
+        let Some(index) = &self.opts.index else {
+            return vec![(None, None)];
+        };
+        let piece = self.piece_bytes(job);
+        let mut cuts = Vec::new();
+        let mut next = piece;
+        for e in index.entries(job.info.start.thread.0) {
+            if e.offset >= next {
+                cuts.push(e);
+                next = e.offset.saturating_add(piece);
+            }
+        }
+        let starts = std::iter::once(None).chain(cuts.iter().copied().map(Some));
+        let ends = cuts.iter().copied().map(Some).chain(std::iter::once(None));
+        starts.zip(ends).collect()
     }
 
     /// Cuts a thread into pieces of about `piece` stream bytes with the fast
@@ -735,27 +873,36 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     /// end is known (false: stop). A pass that fails ends the last piece at
     /// the end of the stream: its expansion meets the same error after
     /// writing everything before it.
+    /// With a state index, the pieces start at its entries: no pass.
     fn cut<'m>(&'m self, job: &Job<'m>, give: &mut dyn FnMut(Piece<'m>) -> bool) {
         if !self.cuts() {
             give(self.whole(job));
             return;
         }
-        let thread = job.info.start.thread;
-        let stream_len: u64 = self.trace.chunks(thread).map(|c| c.meta.raw_len).sum();
-        let piece = match self.opts.piece_bytes {
-            0 => (stream_len / (4 * self.workers() as u64)).max(MIN_PIECE_BYTES),
-            n => n,
-        };
+        if self.opts.index.is_some() {
+            for span in self.spans(job) {
+                if !give(self.piece(job, span)) {
+                    return;
+                }
+            }
+            return;
+        }
+        let piece = self.piece_bytes(job);
         let mut start = self.whole(job);
-        let mut fast = start.machine.clone();
+        let Ok(mut fast) = start.machine.as_ref().map(Machine::clone) else {
+            give(start);
+            return;
+        };
         let mut sink = Sink::counting(&self.groups[job.group]);
         sink.pause_at = piece;
         while let Ok(Progress::Paused) = fast.run(&mut sink) {
             let at = fast.stream_offset();
             let next = Piece {
-                machine: fast.clone(),
+                machine: Ok(fast.clone()),
+                group: job.group,
                 pause_at: u64::MAX,
                 header: Vec::new(),
+                expect: None,
             };
             start.pause_at = at;
             if !give(std::mem::replace(&mut start, next)) {
@@ -766,17 +913,66 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         give(start);
     }
 
+    /// The states of `job`'s thread at pause points `interval` stream
+    /// bytes apart, up to its end or its first error.
+    fn index_thread(&self, job: &Job<'_>, interval: u64) -> Vec<Entry> {
+        let mut m = self.machine(job);
+        let mut sink = Sink::counting(&self.groups[job.group]);
+        sink.pause_at = interval;
+        let mut entries = Vec::new();
+        loop {
+            match m.run(&mut sink) {
+                Ok(Progress::More) => {}
+                Ok(Progress::Paused) => {
+                    let offset = m.stream_offset();
+                    if let Some(state) = m.snapshot() {
+                        entries.push(Entry { offset, state });
+                    }
+                    sink.pause_at = offset.saturating_add(interval);
+                }
+                Ok(Progress::Done) | Err(_) => return entries,
+            }
+        }
+    }
+
     /// Regenerates one piece, handing batches to `emit` (false: stop).
-    fn produce(&self, piece: Piece<'_>, emit: &mut dyn FnMut(Vec<u8>) -> bool) -> Result<()> {
+    /// `keep` holds the summaries of the last piece and its group, and
+    /// gets this piece's.
+    fn produce(
+        &self,
+        piece: Piece<'_>,
+        emit: &mut dyn FnMut(Vec<u8>) -> bool,
+        keep: &mut Option<(usize, Vec<Summaries>)>,
+    ) -> Result<()> {
         let Piece {
-            machine: mut m,
+            machine,
+            group,
             pause_at,
             header,
+            expect,
         } = piece;
+        let mut m = machine?;
         let mut sink = Sink::output(m.modules(), header, BATCH);
         sink.pause_at = pause_at;
+        if let Some((_, segs)) = keep.take().filter(|(g, _)| *g == group) {
+            sink.reuse_summaries(segs);
+        }
+        let r = self.expand(&mut m, &mut sink, expect, emit);
+        *keep = Some((group, sink.take_summaries()));
+        r
+    }
+
+    /// Runs machine `m` into `sink`, handing batches to `emit` (false:
+    /// stop), up to its pause point or the end of its stream.
+    fn expand(
+        &self,
+        m: &mut Machine<'_>,
+        sink: &mut Sink,
+        expect: Option<&Entry>,
+        emit: &mut dyn FnMut(Vec<u8>) -> bool,
+    ) -> Result<()> {
         loop {
-            let r = m.run(&mut sink);
+            let r = m.run(sink);
             // Only what certainly ran is output (see `Sink::certain`); after a
             // pause the uncertain tail waits for the next batch.
             let mut next = self.batch();
@@ -789,9 +985,10 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             }
             match r? {
                 Progress::More => {}
-                Progress::Paused => return Ok(()),
+                Progress::Paused => return check_pause(m, expect),
                 Progress::Done => {
-                    self.note_ending(&m);
+                    check_end(m, expect)?;
+                    self.note_ending(m);
                     return Ok(());
                 }
             }
@@ -847,7 +1044,12 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     /// Keeps a written batch for `batch` (a few: the rest are in flight).
     fn recycle(&self, mut b: Vec<u8>) {
         if let Ok(mut s) = self.spare.lock() {
-            if s.len() < SPARE_BATCHES && b.capacity() >= BATCH {
+            // As many as may be in flight: a batch freed comes back from
+            // the system as fresh pages (pieces expanded in parallel
+            // from a state index made 110k page faults on gzip's `bin`
+            // with 16 kept), and keeping them never holds more than the
+            // lookahead already allowed.
+            if s.len() < (self.ahead_bytes / BATCH).max(16) && b.capacity() >= BATCH {
                 b.clear();
                 s.push(b);
             }
@@ -878,9 +1080,10 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         if workers > 1 && (self.jobs.len() > 1 || self.cuts()) {
             return self.write_parallel(workers, give);
         }
+        let mut keep = None;
         for job in self.jobs {
             let mut werr = None;
-            let r = self.produce(self.whole(job), &mut |mut b| match give(&mut b) {
+            let mut emit = |mut b| match give(&mut b) {
                 Ok(()) => {
                     self.recycle(b);
                     true
@@ -889,7 +1092,8 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                     werr = Some(e);
                     false
                 }
-            });
+            };
+            let r = self.produce(self.whole(job), &mut emit, &mut keep);
             if let Some(e) = werr {
                 return Err(Error::Output(e));
             }
@@ -938,14 +1142,18 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                 }
             });
             for _ in 0..workers {
-                s.spawn(|_| loop {
-                    let next = work_rx.lock().map(|rx| rx.recv());
-                    let Ok(Ok((piece, tx))) = next else { return };
-                    if stop.load(Ordering::SeqCst) {
-                        return;
+                s.spawn(|_| {
+                    let mut keep = None;
+                    loop {
+                        let next = work_rx.lock().map(|rx| rx.recv());
+                        let Ok(Ok((piece, tx))) = next else { return };
+                        if stop.load(Ordering::SeqCst) {
+                            return;
+                        }
+                        let mut emit = |b| tx.send(Msg::Bytes(b)).is_ok();
+                        let r = self.produce(piece, &mut emit, &mut keep);
+                        let _ = tx.send(Msg::End(r));
                     }
-                    let r = self.produce(piece, &mut |b| tx.send(Msg::Bytes(b)).is_ok());
-                    let _ = tx.send(Msg::End(r));
                 });
             }
             let result = (|| {
@@ -980,34 +1188,91 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         })
     }
 
-    /// `--count`: totals per thread and module, calls per procedure.
-    fn totals(&self) -> Result<Totals> {
+    /// Counts one piece: per module of its group (instructions, blocks);
+    /// procedure entries; (signals, of them interrupting instrumentation).
+    fn count_piece(&self, piece: Piece<'_>, group: usize) -> Result<Counts> {
+        let mut m = piece.machine?;
+        let mut sink = Sink::counting(&self.groups[group]);
+        sink.pause_at = piece.pause_at;
+        loop {
+            match m.run(&mut sink)? {
+                Progress::More => {}
+                Progress::Paused => {
+                    check_pause(&m, piece.expect)?;
+                    break;
+                }
+                Progress::Done => {
+                    check_end(&m, piece.expect)?;
+                    self.note_ending(&m);
+                    break;
+                }
+            }
+        }
+        Ok((
+            sink.counts.map(|c| c.totals).unwrap_or_default(),
+            m.entries,
+            m.signals,
+        ))
+    }
+
+    /// Each job's counts, in job order. With a state index, the pieces of
+    /// each thread count in parallel too, and a job's are added in order
+    /// (its first error wins, as the whole walk would meet it first).
+    fn count_jobs(&self) -> Result<Vec<Result<Counts>>> {
         use rayon::prelude::*;
-        // Per module of the job's group: (instructions, blocks); procedure
-        // entries; (signals, of them interrupting instrumentation).
-        type Counts = (Vec<(u64, u64)>, Vec<Vec<u64>>, (u64, u64));
-        let run = |job: &Job<'_>| -> Result<Counts> {
-            let mut m = self.machine(job);
-            let mut sink = Sink::counting(&self.groups[job.group]);
-            while m.run(&mut sink)? == Progress::More {}
-            self.note_ending(&m);
-            let signals = m.signals;
-            Ok((
-                sink.counts.map(|c| c.totals).unwrap_or_default(),
-                m.entries,
-                signals,
-            ))
+        let cut = self.opts.index.is_some() && self.workers() > 1;
+        let spans: Vec<(usize, Span<'_>)> = (self.jobs.iter().enumerate())
+            .flat_map(|(j, job)| {
+                let spans = if cut {
+                    self.spans(job)
+                } else {
+                    vec![(None, None)]
+                };
+                spans.into_iter().map(move |s| (j, s))
+            })
+            .collect();
+        let run = |&(j, span): &(usize, Span<'_>)| {
+            let job = &self.jobs[j];
+            self.count_piece(self.piece(job, span), job.group)
         };
-        let workers = self.workers().min(self.jobs.len()).max(1);
-        let results: Vec<Result<Counts>> = if workers <= 1 {
-            self.jobs.iter().map(run).collect()
+        let workers = self.workers().min(spans.len()).max(1);
+        let counted: Vec<Result<Counts>> = if workers <= 1 {
+            spans.iter().map(run).collect()
         } else {
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(workers)
                 .build()
                 .map_err(|e| Error::Usage(format!("cannot start {workers} worker threads: {e}")))?;
-            pool.install(|| self.jobs.par_iter().map(run).collect())
+            pool.install(|| spans.par_iter().map(run).collect())
         };
+        let mut results: Vec<Result<Counts>> = Vec::with_capacity(self.jobs.len());
+        for ((j, _), c) in spans.iter().zip(counted) {
+            if *j == results.len() {
+                results.push(c);
+                continue;
+            }
+            let Some(last) = results.last_mut() else {
+                continue;
+            };
+            match c {
+                Ok(c) => {
+                    if let Ok(sum) = last {
+                        add_counts(sum, &c);
+                    }
+                }
+                Err(e) => {
+                    if last.is_ok() {
+                        *last = Err(e);
+                    }
+                }
+            }
+        }
+        Ok(results)
+    }
+
+    /// `--count`: totals per thread and module, calls per procedure.
+    fn totals(&self) -> Result<Totals> {
+        let results = self.count_jobs()?;
         let mut calls: Vec<Vec<u64>> = self
             .compiled
             .iter()

@@ -1990,3 +1990,171 @@ fn counted_returns_choose_the_frame_of_an_unwinding_recursion() {
     let e = hand(&old, &stream(0x43, 3)).1.unwrap_err().to_string();
     assert!(e.contains("ran 2 times since its last record"), "{e}");
 }
+
+// ---------------------------------------------------------------- the state index
+
+/// A random case's trace (1-3 threads, complete or cut executions) and
+/// its output at `-j 1`.
+fn index_case(seed: u64, nthreads: usize, chunk: usize, cut: bool) -> (Vec<u8>, Vec<u8>, String) {
+    let s = random_case(
+        seed,
+        1 + (seed % 5) as usize,
+        1 + (seed % 37) as usize,
+        seed % 2 == 0,
+    );
+    let mut rng = Rng::new(seed ^ 0x1de);
+    let ex = testgen::Executor::new(&s.prog);
+    let streams: Vec<Vec<u8>> = (0..nthreads)
+        .map(|_| {
+            let budget = 1 + rng.below(400);
+            s.stream(&ex.run(&mut rng, budget, cut))
+        })
+        .collect();
+    let bytes = trace_bytes(&s.db, &streams, chunk);
+    let (out, r) = run(&bytes, &opts(Format::Insn));
+    (
+        bytes,
+        out,
+        r.err().map(|e| e.to_string()).unwrap_or_default(),
+    )
+}
+
+/// `opts` with the state index of `bytes` built every `interval` bytes.
+fn with_index(bytes: &[u8], interval: u64, o: Options) -> Options {
+    let t = Trace::parse(bytes).unwrap();
+    let index = crate::index::StateIndex::build(&t, interval).unwrap();
+    Options {
+        index: Some(std::sync::Arc::new(index)),
+        ..o
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Pieces started from a state index built at any interval, cut at any
+    /// piece size, write the bytes `-j 1` writes, error included (cut
+    /// executions end in `Truncated`); `--count` from pieces counts what
+    /// the whole walk counts; the index survives its file encoding.
+    #[test]
+    fn an_index_at_any_interval_gives_identical_output(
+        seed in any::<u64>(),
+        nthreads in 1usize..4,
+        chunk in 1usize..48,
+        interval in 1u64..40,
+        piece in 1u64..30,
+        cut in any::<bool>(),
+    ) {
+        let (bytes, want, want_err) = index_case(seed, nthreads, chunk, cut);
+        let o = with_index(&bytes, interval, opts(Format::Insn));
+        let index = o.index.clone().unwrap();
+        let file = index.encode();
+        prop_assert_eq!(&crate::index::StateIndex::decode(&file).unwrap(), &*index);
+        for jobs in [1, 2, 3] {
+            let (out, r) = run(&bytes, &Options { jobs, piece_bytes: piece, ..o.clone() });
+            prop_assert_eq!(text(&out), text(&want));
+            prop_assert_eq!(r.err().map(|e| e.to_string()).unwrap_or_default(), want_err.clone());
+        }
+        let count = |o: &Options| run(&bytes, &Options { count: true, jobs: 2, piece_bytes: piece, ..o.clone() });
+        let (c1, r1) = count(&opts(Format::Insn));
+        let (c2, r2) = count(&o);
+        prop_assert_eq!(text(&c2), text(&c1));
+        prop_assert_eq!(r2.err().map(|e| e.to_string()), r1.err().map(|e| e.to_string()));
+    }
+
+    /// An index file with any byte changed is refused by its checksum; with
+    /// the checksum made to fit, it is refused as malformed, or each piece
+    /// finds that it does not pause in the state the next entry holds: the
+    /// regeneration stops with an index error after output that is a
+    /// prefix of the true one, or (an unused entry) writes it all. Never
+    /// another byte.
+    #[test]
+    fn a_damaged_index_is_refused_and_never_trusted(
+        seed in any::<u64>(),
+        interval in 1u64..12,
+        at in any::<prop::sample::Index>(),
+        flip in 1u8..=255,
+    ) {
+        let (bytes, want, want_err) = index_case(seed, 2, 16, false);
+        prop_assume!(want_err.is_empty());
+        let index = with_index(&bytes, interval, opts(Format::Insn)).index.unwrap();
+        let mut file = index.encode();
+        let n = file.len();
+        // The header's fingerprint and the entries, not the magic or version.
+        let i = 16 + at.index(n - 20);
+        file[i] ^= flip;
+        let refused = crate::index::StateIndex::decode(&file).unwrap_err().to_string();
+        prop_assert!(refused.contains("bad checksum"), "{}", refused);
+        let crc = crc32fast::hash(&file[..n - 4]).to_le_bytes();
+        file[n - 4..].copy_from_slice(&crc);
+        let Ok(damaged) = crate::index::StateIndex::decode(&file) else {
+            return Ok(());
+        };
+        let o = Options {
+            index: Some(std::sync::Arc::new(damaged)),
+            ..opts(Format::Insn)
+        };
+        for jobs in [2, 3] {
+            let (out, r) = run(&bytes, &Options { jobs, piece_bytes: 1, ..o.clone() });
+            match r {
+                Ok(()) => prop_assert_eq!(text(&out), text(&want)),
+                Err(e) => {
+                    prop_assert!(matches!(e, Error::Index(_)), "{}", e);
+                    prop_assert!(want.starts_with(&out));
+                }
+            }
+        }
+    }
+}
+
+/// An index is another trace's when any section differs: refused by name.
+#[test]
+fn an_index_of_another_trace_is_refused() {
+    let (a, ..) = index_case(7, 1, 16, false);
+    let (b, ..) = index_case(8, 1, 16, false);
+    let o = with_index(&a, 4, opts(Format::Insn));
+    let (out, r) = run(&b, &Options { jobs: 2, ..o });
+    let e = r.unwrap_err().to_string();
+    assert!(e.contains("state index: built for another trace"), "{e}");
+    assert!(out.is_empty());
+}
+
+/// An entry whose state is another entry's block (a well-formed state the
+/// walk does not reach there): the piece before it does not pause in it,
+/// so the regeneration stops with an index error before the piece
+/// started from it writes anything.
+#[test]
+fn an_index_entry_in_another_state_stops_before_its_piece() {
+    let mut tried = 0;
+    for seed in 0..200u64 {
+        let (bytes, want, want_err) = index_case(seed, 1, 16, false);
+        if !want_err.is_empty() {
+            continue;
+        }
+        let o = with_index(&bytes, 1, opts(Format::Insn));
+        let mut index = (*o.index.unwrap()).clone();
+        let entries = index.threads.get_mut(&0).unwrap();
+        // The current block: module and block at state bytes 20..28.
+        let cur = |e: &crate::index::Entry| e.state[20..28].to_vec();
+        let Some(k) = (1..entries.len()).find(|&k| cur(&entries[k]) != cur(&entries[0])) else {
+            continue;
+        };
+        let other = cur(&entries[0]);
+        entries[k].state[20..28].copy_from_slice(&other);
+        let o = Options {
+            index: Some(std::sync::Arc::new(index)),
+            jobs: 2,
+            piece_bytes: 1,
+            ..opts(Format::Insn)
+        };
+        let (out, r) = run(&bytes, &o);
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("in another state than the index's entry"), "{e}");
+        assert!(want.starts_with(&out) && out.len() < want.len());
+        tried += 1;
+    }
+    assert!(
+        tried > 20,
+        "{tried} cases with two entries at different blocks"
+    );
+}

@@ -11,6 +11,7 @@ pub mod cfg;
 pub mod count;
 pub mod dataout;
 pub mod debug;
+pub mod index;
 pub mod info;
 pub mod instrument;
 pub mod paths;

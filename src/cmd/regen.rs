@@ -30,6 +30,13 @@ pub struct Args {
     /// Write here instead of stdout.
     #[arg(short, long)]
     output: Option<PathBuf>,
+    /// The state index to start pieces from (default: TRACE.idx if it
+    /// exists; `aetrace index` writes it).
+    #[arg(long, value_name = "FILE")]
+    index: Option<PathBuf>,
+    /// Cut streams with the fast pass even if an index exists.
+    #[arg(long, conflicts_with = "index")]
+    no_index: bool,
     /// With `--format xdin`: data references too (`r`/`w` lines) from a
     /// `record --data --check` trace; `--format lackey` always has them.
     #[arg(long)]
@@ -71,6 +78,10 @@ pub fn run(a: Args) -> super::Result {
     if let Some(f) = data {
         return run_data(a, f);
     }
+    let trace = aetrace_format::TraceFile::open(&a.trace)?;
+    let index = (!a.no_index)
+        .then(|| super::index::load(&a.trace, a.index.as_deref(), &trace))
+        .flatten();
     let opts = aetrace_regen::Options {
         format: a.format.into(),
         module: a.module,
@@ -79,9 +90,10 @@ pub fn run(a: Args) -> super::Result {
         jobs: a.jobs,
         count: a.count,
         piece_bytes: a.piece,
+        index,
     };
     let count = opts.count;
-    let endings = aetrace_regen::regen_to(&a.trace, &opts, a.output.as_deref())?;
+    let endings = aetrace_regen::regen_trace_to(&trace, &opts, a.output.as_deref())?;
     if !count {
         // --count prints them with the totals.
         for e in endings {
@@ -104,6 +116,7 @@ fn run_data(a: Args, format: super::dataout::DataFormat) -> super::Result {
         jobs: a.jobs,
         count: false,
         piece_bytes: 0,
+        index: None,
     };
     let mut out: Box<dyn std::io::Write> = match &a.output {
         Some(p) => Box::new(std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?),

@@ -31,6 +31,7 @@ mod fault;
 mod fork;
 mod plt;
 mod signals;
+mod snapshot;
 mod unwind;
 
 pub use fork::ForkState;
@@ -129,6 +130,19 @@ impl Sink {
             counts: None,
             segs: modules.iter().map(|m| Summaries::with_text(m)).collect(),
         }
+    }
+
+    /// Its summaries, for another sink of the same modules and kind (the
+    /// next piece a worker expands: summaries depend on the modules
+    /// alone, and their output arena is then paged in once per worker).
+    pub(crate) fn take_summaries(&mut self) -> Vec<Summaries> {
+        std::mem::take(&mut self.segs)
+    }
+
+    /// Uses `segs`, taken from a sink made as this one was.
+    pub(crate) fn reuse_summaries(&mut self, segs: Vec<Summaries>) {
+        debug_assert_eq!(segs.len(), self.segs.len());
+        self.segs = segs;
     }
 
     /// A sink that counts, for a machine over `modules`.

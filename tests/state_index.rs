@@ -1,0 +1,126 @@
+//! `aetrace index` and `regen -j N` from the state index (`docs/regen.md`
+//! section 4): on recorded runs, the bytes of `--format bin`/`block`,
+//! `--count`, from pieces started at index entries of any interval, equal
+//! those of `-j 1` without an index (the oracle: the walk the lackey tests
+//! check); a damaged or another trace's sidecar is ignored with one line.
+//! Programs: Debian's gzip on 50 kB, and `traces/signal_alarm.c` (a 20 us
+//! timer: pieces never start inside a handler), and
+//! `traces/signal_threads.c` (several threads).
+
+use crate::common::build::{build, Link, Opt, Variant};
+use crate::common::recorded::{record_ok, Knobs};
+use crate::common::{aetrace, scratch};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const O2_PIE: Variant = Variant::new(Opt::O2, Link::Pie, false);
+
+fn aet(args: &[&str], trace: &Path) -> Output {
+    let out = Command::new(aetrace())
+        .args(args)
+        .arg(trace)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "aetrace {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Each format and `--count` with the index at several intervals and
+/// piece sizes against `-j 1` without it.
+fn check_identical(trace: &Path) {
+    for format in ["bin", "block"] {
+        let want = aet(
+            &["regen", "--no-index", "-j", "1", "--format", format],
+            trace,
+        )
+        .stdout;
+        for (interval, piece, jobs) in [
+            ("4096", "8192", "2"),
+            ("65536", "0", "3"),
+            ("1", "1000", "2"),
+        ] {
+            aet(&["index", "--interval", interval], trace);
+            let args = ["regen", "-j", jobs, "--piece", piece, "--format", format];
+            let got = aet(&args, trace).stdout;
+            assert!(
+                got == want,
+                "{} {args:?} interval {interval}: output differs",
+                trace.display()
+            );
+        }
+    }
+    let count = aet(&["regen", "--no-index", "--count", "-j", "1"], trace).stdout;
+    let indexed = aet(&["regen", "--count", "-j", "2", "--piece", "4096"], trace).stdout;
+    assert_eq!(
+        String::from_utf8_lossy(&indexed),
+        String::from_utf8_lossy(&count)
+    );
+}
+
+fn gzip_trace() -> PathBuf {
+    let input = scratch("state-index").join("gzip-input");
+    std::fs::write(&input, crate::common::text_input(50_000)).unwrap();
+    let gzip = Path::new("/usr/bin/gzip");
+    record_ok(gzip, &["-c", input.to_str().unwrap()], &[], Knobs::DEFAULT).1
+}
+
+#[test]
+fn indexed_pieces_of_gzip_equal_the_whole_walk() {
+    check_identical(&gzip_trace());
+}
+
+#[test]
+fn indexed_pieces_with_timer_signals_and_threads_equal_the_whole_walk() {
+    let alarm = build("signal_alarm.c", O2_PIE);
+    check_identical(&record_ok(&alarm, &[], &[], Knobs::DEFAULT).1);
+    let threads = build("signal_threads.c", O2_PIE);
+    check_identical(&record_ok(&threads, &["150"], &[], Knobs::DEFAULT).1);
+}
+
+/// A sidecar with a byte changed, or another trace's, is ignored with one
+/// line naming it; the output is the trace's.
+#[test]
+fn a_damaged_or_stale_index_is_ignored_with_one_line() {
+    let trace = gzip_trace();
+    let want = aet(
+        &["regen", "--no-index", "--format", "block", "-j", "1"],
+        &trace,
+    )
+    .stdout;
+    aet(&["index", "--interval", "4096"], &trace);
+    let sidecar = PathBuf::from(format!("{}.idx", trace.display()));
+    let mut bytes = std::fs::read(&sidecar).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x40;
+    std::fs::write(&sidecar, &bytes).unwrap();
+    let alarm = record_ok(&build("signal_alarm.c", O2_PIE), &[], &[], Knobs::DEFAULT).1;
+    let other = PathBuf::from(format!("{}.idx", alarm.display()));
+    aet(&["index"], &alarm);
+    for (file, why) in [
+        (&sidecar, "bad checksum"),
+        (&other, "built for another trace"),
+    ] {
+        let out = aet(
+            &[
+                "regen",
+                "--index",
+                file.to_str().unwrap(),
+                "--format",
+                "block",
+                "-j",
+                "2",
+            ],
+            &trace,
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.lines().count() == 1 && err.contains("warning: ignoring") && err.contains(why),
+            "{err}"
+        );
+        assert!(out.stdout == want, "output with an ignored index differs");
+    }
+}
