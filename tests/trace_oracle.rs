@@ -321,6 +321,52 @@ fn switch_jump_tables() {
     traced("switch.c", O0_NOPIE, &[]);
 }
 
+/// Whether some jump table of `exe` (by `aetrace cfg --json`) has a case
+/// outside the ranges of its procedure.
+fn table_case_outside(exe: &Path) -> bool {
+    let out = Command::new(common::aetrace())
+        .args(["cfg", "--json"])
+        .arg(exe)
+        .output()
+        .unwrap();
+    let cfg: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    cfg["procedures"].as_array().unwrap().iter().any(|p| {
+        let inside = |t: u64| {
+            p["ranges"].as_array().unwrap().iter().any(|r| {
+                let (lo, hi) = (r[0].as_u64().unwrap(), r[1].as_u64().unwrap());
+                lo <= t && t < hi
+            })
+        };
+        p["indirect_jumps"].as_array().unwrap().iter().any(|j| {
+            j["class"] == "jumptable"
+                && j["targets"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|t| !inside(t.as_u64().unwrap()))
+        })
+    })
+}
+
+/// A switch whose holes go to gcc's `.cold` part, which only the table
+/// enters (`traces/cold_case.c`, as in Debian's make and od): those cases
+/// are tail calls to the part's own procedure, traced, and the run, which
+/// ends in one, regenerates exactly, with or without the `.cold` symbol.
+#[test]
+fn jump_table_cases_in_a_cold_part() {
+    for v in [O2_PIE, Variant::new(Opt::O2, Link::Pie, true)] {
+        let exe = build("cold_case.c", v);
+        // Not a test of anything if gcc kept the cases in the procedure.
+        assert!(table_case_outside(&exe), "{v:?}: no case outside");
+        let info = check_libs(&exe, &[], &[], LogMode::Pipe);
+        let alone = left_alone(&info, 0);
+        assert!(
+            alone.iter().all(|l| !l.contains("jump table")),
+            "{v:?}: {alone:?}"
+        );
+    }
+}
+
 #[test]
 fn recursion() {
     traced("recursion.c", O2_PIE, &[]);

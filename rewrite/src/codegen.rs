@@ -1600,7 +1600,7 @@ impl ProcGen<'_, '_> {
                     case_labels
                         .get(&e)
                         .copied()
-                        .unwrap_or(self.labels[target.index()]),
+                        .unwrap_or_else(|| self.labels[target.index()]),
                 );
             }
             out.push(entries);
@@ -2298,6 +2298,50 @@ impl ProcGen<'_, '_> {
         })
     }
 
+    /// The cases of a jump table that leave for another procedure's entry
+    /// (`traced::outside_cases`): a stub, as for a conditional tail call's
+    /// taken edge, counts the transfer, writes the edge's witness (when
+    /// tracing) and jumps to the callee (its copy's body when it is
+    /// traced). Always a stub: a table entry is a label of the copy.
+    fn table_tail_call(
+        &mut self,
+        b: BlockId,
+        e: EdgeId,
+        stubs: &mut Vec<Stub>,
+        case_labels: &mut HashMap<EdgeId, u64>,
+    ) -> GenResult<()> {
+        let p = self.p;
+        let last = *p.insns[b.index()].last().expect("blocks are non-empty");
+        let cp = p.calls[b.index()];
+        let target = p
+            .cfg
+            .calls
+            .iter()
+            .find(|c| c.block == b && c.tail)
+            .and_then(|c| c.target)
+            .ok_or(CodegenError::CaseWithoutEdge)?;
+        let witness = p.witness[e.index()];
+        if witness.is_none() && cp.count {
+            // As for a conditional tail call: the blocking property puts
+            // a witness on a predicate's edge to EXIT.
+            return Err(CodegenError::UnwitnessedTailCall(last.ip()));
+        }
+        let label = self.em.label();
+        stubs.push(Stub {
+            label,
+            edge: e,
+            after: self.after_edge(e, target),
+            witness,
+            site: self.site(p.live.live_on_edge(p.cfg, e)),
+            count: cp.count,
+            exit_record: false,
+            lazy: false,
+            target: self.retarget(target),
+        });
+        case_labels.insert(e, label);
+        Ok(())
+    }
+
     fn indirect(
         &mut self,
         b: BlockId,
@@ -2317,8 +2361,10 @@ impl ProcGen<'_, '_> {
         let last_i = p.insns[b.index()].len() - 1;
         if is_table {
             for &e in edges {
-                if let Some(w) = p.witness[e.index()] {
-                    let to = cfg.edges[e].to;
+                let to = cfg.edges[e].to;
+                if to == exit {
+                    self.table_tail_call(b, e, stubs, case_labels)?;
+                } else if let Some(w) = p.witness[e.index()] {
                     let label = self.em.label();
                     stubs.push(Stub {
                         label,

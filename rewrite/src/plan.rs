@@ -367,9 +367,19 @@ impl<'p> Plans<'p> {
             let JumpResolution::Table { targets, .. } = &j.resolution else {
                 continue;
             };
+            // A case in another procedure (`traced::outside_cases`) is
+            // the jump's tail call: its edge goes to EXIT.
+            let leaves = |t: u64| {
+                cfg.calls
+                    .iter()
+                    .any(|c| c.block == j.block && c.tail && c.target == Some(t))
+            };
             let targets: Vec<_> = targets
                 .iter()
-                .map(|&t| cfg.block_at(t).ok_or(t))
+                .map(|&t| match cfg.block_at(t) {
+                    None if leaves(t) => Ok(cfg.exit()),
+                    b => b.ok_or(t),
+                })
                 .collect::<std::result::Result<_, _>>()
                 .map_err(|case| {
                     rw.err(Refusal::CaseNotBlock {

@@ -12,10 +12,10 @@
 
 use std::collections::{HashMap, HashSet};
 
-use aetrace_analysis::cfg::{CallSite, IndirectJump, JumpResolution};
+use aetrace_analysis::cfg::{CallSite, Cfg, IndirectJump, JumpResolution};
 use aetrace_analysis::elf::{ElfKind, Module};
 use aetrace_analysis::{imports, Procedure, Program};
-use aetrace_graph::ProcId;
+use aetrace_graph::{BlockId, ProcId};
 
 use crate::Rewrite;
 
@@ -116,15 +116,9 @@ impl Traced {
                 let JumpResolution::Table { table, targets } = &j.resolution else {
                     continue;
                 };
-                // A case in another procedure (a `.cold` part) would be a
-                // tail call through the table: not rewritten.
-                if let Some(t) = targets.iter().find(|&&t| cfg.block_at(t).is_none()) {
-                    self.reasons.insert(
-                        id,
-                        format!(
-                            "jump table at {table:#x} has a case outside the procedure ({t:#x})"
-                        ),
-                    );
+                if let Some(why) = outside_cases(cfg, j.block, targets, &self.by_start) {
+                    self.reasons
+                        .insert(id, format!("jump table at {table:#x} {why}"));
                     continue;
                 }
                 match targets.first().and_then(|&t| table_format(prog, *table, t)) {
@@ -186,6 +180,52 @@ impl Traced {
             }
         }
     }
+}
+
+/// Why the cases of a jump table (of the jump ending `block`) outside the
+/// procedure cannot be rewritten, if they cannot. They can when they all go
+/// to one other procedure's entry (gcc's `.cold` part of the same function,
+/// `call abort`, has no symbol in a stripped program and is a procedure of
+/// its own) and some case stays inside: the CFG has that case as the
+/// block's tail call site and its edge to EXIT, a witnessed predicate edge,
+/// which the copy's table entry takes through a stub as a conditional tail
+/// call's taken edge does (docs/rewrite.md, "Jump tables").
+fn outside_cases(
+    cfg: &Cfg,
+    block: BlockId,
+    targets: &[u64],
+    by_start: &HashMap<u64, ProcId>,
+) -> Option<String> {
+    let mut outside: Vec<u64> = targets
+        .iter()
+        .copied()
+        .filter(|&t| cfg.block_at(t).is_none())
+        .collect();
+    outside.sort_unstable();
+    outside.dedup();
+    let first = *outside.first()?;
+    let inside = targets.iter().any(|&t| cfg.block_at(t).is_some());
+    let site = cfg
+        .calls
+        .iter()
+        .find(|c| c.block == block && c.tail && c.target == Some(first));
+    if outside.len() > 1 {
+        return Some(format!(
+            "has cases in {} other procedures ({first:#x}, ...)",
+            outside.len()
+        ));
+    }
+    if !inside {
+        return Some(format!(
+            "has no case inside the procedure (one is {first:#x})"
+        ));
+    }
+    if site.is_none() || !by_start.contains_key(&first) {
+        return Some(format!(
+            "has a case outside the procedure ({first:#x}) that is no other procedure's entry"
+        ));
+    }
+    None
 }
 
 /// The IFUNC resolvers that run before the runtime is initialised.
