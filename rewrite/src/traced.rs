@@ -287,7 +287,7 @@ impl<'p> EntryFacts<'p> {
             let Some((_, writes, callees)) = self.own(p) else {
                 return false;
             };
-            written = written | *writes;
+            written |= *writes;
             if written & need == need {
                 return true;
             }
