@@ -335,7 +335,7 @@ fn function_pointers() {
 /// call (gcc's `-fipa-ra`, as cc1 -O2 does) enters traced procedures
 /// through their outside-entry stubs: the run keeps its native output
 /// (before, the stub's r11 clobbered `keep_r11`'s value and cc1 -O2
-/// aborted in `free`), `bump_rax`'s stub uses rax and stays traced, the
+/// aborted in `free`), `bump_rcx`'s stub uses rcx and stays traced, the
 /// callees with nothing free are left alone with the reason, and the trace
 /// equals lackey's.
 #[test]
@@ -351,7 +351,7 @@ fn fipa_ra_callers_keep_registers_across_outside_entries() {
             "{alone:?}"
         );
     }
-    assert!(alone.iter().all(|l| !l.contains("bump_rax")), "{alone:?}");
+    assert!(alone.iter().all(|l| !l.contains("bump_rcx")), "{alone:?}");
 }
 
 /// A non-PIE program that takes `malloc`'s and `free`'s addresses: libc

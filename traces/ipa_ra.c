@@ -4,8 +4,8 @@
    Each `keep_*` procedure is left alone by the rewriter (a never-taken
    `xbegin`, encoded by hand for old assemblers), so it runs as it was and enters the traced callee through its springboard and
    outside-entry stub, which must clobber nothing the caller keeps:
-   - keep_r11 keeps r11 across `bump_rax`, which writes rax only (its stub
-     has rax free);
+   - keep_r11 keeps r11 across `bump_rcx`, which writes rcx only (its stub
+     has rcx free);
    - keep_flags keeps the flags of a compare across `bump_lea`, which
      writes no flag;
    - keep_all keeps r11 across `bump_mem`, which writes no register.
@@ -17,13 +17,13 @@ long keep_flags(long x, long y);
 long keep_all(long x);
 
 __asm__(".text\n"
-        ".globl bump_rax\n.type bump_rax, @function\n"
-        "bump_rax:\n"
-        "    mov counter(%rip), %rax\n"
-        "    add $1, %rax\n"
-        "    mov %rax, counter(%rip)\n"
+        ".globl bump_rcx\n.type bump_rcx, @function\n"
+        "bump_rcx:\n"
+        "    mov counter(%rip), %rcx\n"
+        "    add $1, %rcx\n"
+        "    mov %rcx, counter(%rip)\n"
         "    ret\n"
-        ".size bump_rax, .-bump_rax\n"
+        ".size bump_rcx, .-bump_rcx\n"
         ".globl bump_lea\n.type bump_lea, @function\n"
         "bump_lea:\n"
         "    mov counter(%rip), %rax\n"
@@ -39,7 +39,7 @@ __asm__(".text\n"
         ".globl keep_r11\n.type keep_r11, @function\n"
         "keep_r11:\n"
         "    mov %rdi, %r11\n"
-        "    call bump_rax\n"
+        "    call bump_rcx\n"
         "    mov %r11, %rax\n"
         "    cmpq $0, never(%rip)\n"
         "    jne 1f\n"

@@ -833,7 +833,7 @@ mod tests {
         assert_eq!(l.site(l.live_before(b(0), 2)).scratch, Some(rcx));
         let (cfg, is) = single(|a| a.mov(rax, rdi));
         let at_ret = analyze(&cfg, &is).live_before(b(0), 1);
-        assert_eq!(at_ret, RegSet::ALL_GPRS, "nothing written but rax");
+        assert_eq!(at_ret, RegSet::ALL, "nothing written but rax: flags too");
     }
 
     #[test]
@@ -1022,7 +1022,7 @@ mod tests {
     fn exits() {
         let (cfg, is) = single(|_| Ok(()));
         let l = analyze(&cfg, &is);
-        assert_eq!(l.live_in(b(0)), RegSet::ALL_GPRS);
+        assert_eq!(l.live_in(b(0)), RegSet::ALL, "-fipa-ra: nothing written");
         assert_eq!(l.site(l.live_in(b(0))).scratch, None);
         // A tail call keeps everything, flags too; a halt only rsp.
         for (kind, want) in [

@@ -549,11 +549,11 @@ pub fn emit_outside_entry(
 
 /// The registers [`emit_outside_entry_with`] may clobber: each encodes
 /// the stub's instructions in the same lengths ([`STUB_INSNS`]; not rsp,
-/// rbp, r12 or r13, whose bases take a SIB or displacement byte), and
-/// none is rdx, which the stub compares with. r11 first: dead at every
-/// entry the SysV ABI governs.
-pub const ENTRY_SCRATCH: [AsmRegister64; 11] =
-    [r11, rax, rcx, rsi, rdi, r8, r9, r10, rbx, r14, r15];
+/// rbp, r12 or r13, whose bases take a SIB or displacement byte, nor rax,
+/// whose `mov rax, fs:[0]` takes the longer moffs form), and none is rdx,
+/// which the stub compares with. r11 first: dead at every entry the SysV
+/// ABI governs.
+pub const ENTRY_SCRATCH: [AsmRegister64; 10] = [r11, rcx, rsi, rdi, r8, r9, r10, rbx, r14, r15];
 
 /// [`emit_outside_entry`] clobbering `scratch` (one of [`ENTRY_SCRATCH`])
 /// instead of r11: gcc's `-fipa-ra` lets a caller in the same module keep
