@@ -377,6 +377,54 @@ fn function_pointers() {
     traced("fnptr.c", O2_PIE, &[]);
 }
 
+/// Untraced code that keeps values in r11 and the flags across a direct
+/// call (gcc's `-fipa-ra`, as cc1 -O2 does) enters traced procedures
+/// through their outside-entry stubs: the run keeps its native output
+/// (before, the stub's r11 clobbered `keep_r11`'s value and cc1 -O2
+/// aborted in `free`), `bump_rcx`'s stub uses rcx and stays traced, the
+/// callees with nothing free are left alone with the reason, and the trace
+/// equals lackey's.
+#[test]
+fn fipa_ra_callers_keep_registers_across_outside_entries() {
+    let exe = build("ipa_ra.c", O2_PIE);
+    let info = check_libs(&exe, &[], &[], LogMode::Pipe);
+    let alone = left_alone(&info, 0);
+    for callee in ["bump_lea", "bump_mem"] {
+        assert!(
+            alone
+                .iter()
+                .any(|l| l.contains(callee) && l.contains("-fipa-ra")),
+            "{alone:?}"
+        );
+    }
+    assert!(alone.iter().all(|l| !l.contains("bump_rcx")), "{alone:?}");
+}
+
+/// A non-PIE program that takes `malloc`'s and `free`'s addresses: libc
+/// calls them through its GOT, bound to the program's PLT stubs, also
+/// inside imports the rewriter knows never to call back (`strdup`). Those
+/// calls now carry RETURN, so the stubs' ENTERs are placed; before, regen
+/// stopped at them (cc1 at -O0, "ENTER after nl_langinfo@plt").
+#[test]
+fn libc_calls_a_canonical_plt_stub() {
+    let exe = build("canonical_plt.c", Variant::new(Opt::O2, Link::NoPie, false));
+    let syms = Command::new("readelf")
+        .args(["--dyn-syms", "-W"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    // An undefined function with a value: its canonical PLT stub.
+    let canonical = String::from_utf8_lossy(&syms.stdout)
+        .lines()
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 7 && f[6] == "UND" && f[3] == "FUNC" && u64::from_str_radix(f[1], 16) != Ok(0)
+        })
+        .count();
+    assert!(canonical >= 2, "no canonical PLT stubs in {exe:?}");
+    check(&exe, &[]);
+}
+
 #[test]
 fn tail_calls() {
     traced("tailcall.c", O2_PIE, &[]);

@@ -684,6 +684,24 @@ impl<'a> Builder<'a> {
             && !self.reads_got(insn)
     }
 
+    /// Whether `insn` reads a fixed word (`[rip+X]`) that the file
+    /// initialises with an address of code outside this procedure: a
+    /// function pointer, never a label (cc1's `init_ttree` ends in `jmp
+    /// *lang_hooks.init_ts`, a tail call, while its absolute switch tables
+    /// make it a procedure that takes its labels). Position-dependent files
+    /// only (`data_words`).
+    fn reads_function_pointer(&self, insn: &Instruction) -> bool {
+        if insn.op0_kind() != OpKind::Memory || insn.memory_base() != Register::RIP {
+            return false;
+        }
+        let at = insn.ip_rel_memory_address();
+        self.ctx
+            .data_words
+            .iter()
+            .find(|&&(_, a)| a == at)
+            .is_some_and(|&(v, _)| !self.in_proc(v))
+    }
+
     /// Whether `insn` reads an import's GOT slot (which never holds a label).
     fn reads_got(&self, insn: &Instruction) -> bool {
         insn.memory_base() == Register::RIP
@@ -827,6 +845,7 @@ impl<'a> Builder<'a> {
                     res,
                     JumpResolution::TailCall | JumpResolution::Unresolved(_)
                 ) && takes_labels
+                    && !self.reads_function_pointer(last)
                 {
                     if !arithmetic && self.loads_pointer(&runs, &preds, &entry_set, k) {
                         res = JumpResolution::Computed(labels.clone());

@@ -146,6 +146,12 @@ pub struct Module {
     /// Function pointers of `.init_array`, `.fini_array`, `.preinit_array`
     /// (after applying RELATIVE relocations), and `DT_INIT`/`DT_FINI`.
     pub init_fini: Vec<u64>,
+    /// Imported functions whose address in the whole process is this
+    /// module's PLT stub (undefined `.dynsym` functions with a value: a
+    /// non-PIE executable taking an import's address). ld.so binds other
+    /// modules' address references to the stub, so they call it: libc's
+    /// own `free` and `malloc` calls go through such references.
+    pub canonical_plt: Vec<String>,
 }
 
 impl std::fmt::Debug for Module {
@@ -290,6 +296,7 @@ impl Module {
             plt_relocs: parsed.plt_relocs,
             dyn_relocs: parsed.dyn_relocs,
             init_fini: parsed.init_fini,
+            canonical_plt: parsed.canonical_plt,
         })
     }
 
@@ -375,6 +382,7 @@ struct Parsed {
     plt_relocs: Vec<Reloc>,
     dyn_relocs: Vec<Reloc>,
     init_fini: Vec<u64>,
+    canonical_plt: Vec<String>,
 }
 
 impl Parsed {
@@ -526,6 +534,12 @@ impl Parsed {
             }
         }
 
+        let canonical_plt = elf
+            .dynsyms
+            .iter()
+            .filter(|s| s.st_shndx == 0 && s.st_value != 0 && s.st_type() == sym::STT_FUNC)
+            .map(|s| elf.dynstrtab.get_at(s.st_name).unwrap_or("").to_owned())
+            .collect();
         Ok(Parsed {
             kind,
             is_static,
@@ -536,6 +550,7 @@ impl Parsed {
             plt_relocs,
             dyn_relocs,
             init_fini,
+            canonical_plt,
         })
     }
 }

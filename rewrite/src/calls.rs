@@ -50,14 +50,25 @@ pub(crate) struct Calls<'t> {
     may_fork: HashMap<ProcId, bool>,
     /// Every call-site range with a landing pad (`lsda::call_site_pads`).
     pads: Vec<(u64, u64, u64)>,
+    /// The module has a canonical PLT stub: any import may call back.
+    imports_call_back: bool,
 }
 
-/// An import that may run traced code before it returns.
-fn callback_capable(name: Option<&str>) -> bool {
+/// An import that may run traced code before it returns. When the module
+/// has a canonical PLT stub (`Module::canonical_plt`), any import may: the
+/// stub is traced, and other modules call it (glibc's `setlocale`,
+/// `strdup` and the like reach cc1's `free@plt` through libc's GOT).
+/// `all`: every import may (`Calls::imports_call_back`).
+fn callback_capable(all: bool, name: Option<&str>) -> bool {
     match name {
-        Some(n) => !imports::is_callback_free(n) && !imports::is_exit_like(n),
+        Some(n) => !callback_free(all, n) && !imports::is_exit_like(n),
         None => true,
     }
+}
+
+/// An import that never runs traced code (see [`callback_capable`]).
+fn callback_free(all: bool, name: &str) -> bool {
+    !all && imports::is_callback_free(name)
 }
 
 impl<'t> Calls<'t> {
@@ -103,6 +114,7 @@ impl<'t> Calls<'t> {
             any_may_exit: false,
             may_fork: HashMap::new(),
             pads: aetrace_analysis::lsda::call_site_pads(&prog.module),
+            imports_call_back: !prog.module.canonical_plt.is_empty(),
         };
         // `--data`: callees write VALUE records, which a caller's budget
         // for a bounded callee does not count.
@@ -131,7 +143,7 @@ impl<'t> Calls<'t> {
                                     None => {
                                         Some(id) == plt0
                                             || c.name.as_deref().is_some_and(|n| {
-                                                imports::is_callback_free(n)
+                                                callback_free(self.imports_call_back, n)
                                                     && !imports::is_exit_like(n)
                                             })
                                     }
@@ -153,7 +165,9 @@ impl<'t> Calls<'t> {
             let direct = unresolved
                 || cfg.calls.iter().filter(|c| c.tail).any(|c| {
                     let to_traced = c.target.and_then(|t| self.traced.traced_at(t)).is_some();
-                    !to_traced && Some(id) != self.plt0 && callback_capable(c.name.as_deref())
+                    !to_traced
+                        && Some(id) != self.plt0
+                        && callback_capable(self.imports_call_back, c.name.as_deref())
                 });
             may_tail.insert(id, direct);
         }
@@ -199,7 +213,7 @@ impl<'t> Calls<'t> {
         }
         match c.target.and_then(|t| self.traced.by_start.get(&t)) {
             Some(q) if Some(*q) != self.plt0 => may[q],
-            _ => self.any_may_exit && callback_capable(c.name.as_deref()),
+            _ => self.any_may_exit && callback_capable(self.imports_call_back, c.name.as_deref()),
         }
     }
 
@@ -275,7 +289,7 @@ impl<'t> Calls<'t> {
             Some(q) => (CallTarget::Proc(q.index() as u32), self.may_tail[&q]),
             None => (
                 CallTarget::External,
-                callback_capable(name) || c.kind == CallKind::Direct,
+                callback_capable(self.imports_call_back, name) || c.kind == CallKind::Direct,
             ),
         };
         let exit_record = got_jump && name.is_some_and(imports::is_exit_like);

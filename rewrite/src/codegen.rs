@@ -54,7 +54,7 @@ use aetrace_format::progdb::{SigPoint, SigRange};
 use aetrace_graph::{BlockId, EdgeId, EntityRef};
 use aetrace_runtime::layout::RecordKind;
 use aetrace_runtime::{
-    emit_buffer_check, emit_outside_entry, emit_record, emit_static_entry, emit_transfer,
+    emit_buffer_check, emit_outside_entry_with, emit_record, emit_static_entry, emit_transfer,
     emit_value, emit_witness, Payload, RuntimeAddrs, Site, Value,
 };
 use iced_x86::code_asm::{edi, r11, CodeAssembler};
@@ -1491,8 +1491,11 @@ impl ProcGen<'_, '_> {
             }
             EntryStub::Full => {
                 let (n, rt) = (p.number, *self.rt);
+                // r11 when nothing is free: then only entries under the
+                // SysV ABI reach the stub (`Traced::leave_unstubbable_alone`).
+                let scratch = p.live.entry_scratch(cfg.entry).unwrap_or(r11);
                 self.em.seq_write(SigPoint::Outside, entered, |a| {
-                    emit_outside_entry(a, n, &rt)
+                    emit_outside_entry_with(a, n, &rt, scratch)
                 })?
             }
             EntryStub::ProcessEntry => {

@@ -33,7 +33,7 @@
 //!   caller-saved registers, except TLS descriptor calls (`call [rax]`),
 //!   which preserve all but rax;
 //! - for the same reason a return keeps live, besides the SysV results and
-//!   callee-saved registers, every GPR the procedure never writes
+//!   callee-saved registers, every GPR (and the flags) the procedure never writes
 //!   ([`Liveness::may_write`]; this assumes a procedure is one compiled
 //!   function, its `.cold` part included, which is how gcc computes the
 //!   clobber set its callers rely on);
@@ -202,12 +202,13 @@ const SCRATCH_ORDER: &[(Register, AsmRegister64)] = &[
 const RETURNED: &[Register] = &[RAX, RDX, RSP, RBX, RBP, R12, R13, R14, R15];
 
 /// Live at the end of an edge to EXIT, by the edge's kind; `may_write` are
-/// the GPRs the procedure may write (see [`Liveness::may_write`]).
+/// the GPRs and flags the procedure may write (see [`Liveness::may_write`]).
 fn exit_set(kind: EdgeKind, may_write: RegSet) -> RegSet {
     match kind {
         // A caller compiled with `-fipa-ra` may keep values in any register
-        // this procedure (and what it calls) never writes.
-        EdgeKind::Return => RegSet::gprs(RETURNED) | (RegSet::ALL_GPRS & !may_write),
+        // this procedure (and what it calls) never writes, the flags too
+        // (gcc's compare elimination reuses flags across such a call).
+        EdgeKind::Return => RegSet::gprs(RETURNED) | (RegSet::ALL & !may_write),
         // Another procedure, or an unresolved indirect jump, takes over.
         // Flags too: a fall-through or a jump into hand-written code may
         // read them.
@@ -224,8 +225,8 @@ fn exit_set(kind: EdgeKind, may_write: RegSet) -> RegSet {
 }
 
 /// What one instruction does to liveness:
-/// `live_before = gen | (live_after & !kill)`; `writes` are the GPRs it may
-/// change in any way (partly, conditionally, or in a callee).
+/// `live_before = gen | (live_after & !kill)`; `writes` are the GPRs and
+/// flags it may change in any way (partly, conditionally, or in a callee).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 struct Effect {
     gen: RegSet,
@@ -259,6 +260,7 @@ fn plain_effect(f: &mut InstructionInfoFactory, insn: &Instruction) -> Effect {
         kill = RegSet::EMPTY;
     }
     gen |= RegSet::from_iced_flags(insn.rflags_read());
+    writes |= RegSet::from_iced_flags(insn.rflags_modified());
     if !count_may_be_zero(insn) {
         kill |= RegSet::from_iced_flags(insn.rflags_modified());
     }
@@ -327,7 +329,7 @@ fn call_effect(insn: &Instruction, plain: Effect, kind: Option<CallKind>) -> Eff
         Some(CallKind::Plt) | Some(CallKind::Indirect) | Some(CallKind::Syscall) => Effect {
             gen,
             kill: RegSet::gprs(CALLER_SAVED),
-            writes: plain.writes | RegSet::gprs(CALLER_SAVED),
+            writes: plain.writes | RegSet::gprs(CALLER_SAVED) | RegSet::FLAGS,
         },
         // `-fipa-ra`: the caller may keep caller-saved values across, and
         // the callee's own writes are unknown here (so none are assumed,
@@ -622,6 +624,20 @@ fn red_zone_live(insns: &[Vec<Instruction>]) -> bool {
 }
 
 impl Liveness {
+    /// The register the outside-entry stub may clobber at entry block
+    /// `entry` (`aetrace_runtime::ENTRY_SCRATCH`, r11 first): one not live
+    /// there, with the flags dead too. `None` when every candidate may
+    /// carry a value a `-fipa-ra` caller keeps across its direct call.
+    pub fn entry_scratch(&self, entry: BlockId) -> Option<AsmRegister64> {
+        let live = self.live_in(entry);
+        if live.flags_live() {
+            return None;
+        }
+        aetrace_runtime::ENTRY_SCRATCH
+            .into_iter()
+            .find(|&r| !live.has_gpr(Register::from(r)))
+    }
+
     /// Live at the start of block `b`.
     pub fn live_in(&self, b: BlockId) -> RegSet {
         self.before[b.index()][0]
@@ -654,9 +670,10 @@ impl Liveness {
         self.before[b.index()][i]
     }
 
-    /// The GPRs some instruction of the procedure may write (partly,
-    /// conditionally, or by a call through the PLT or a pointer); a caller
-    /// compiled with `-fipa-ra` may rely on all others being preserved.
+    /// The GPRs and flags some instruction of the procedure may write
+    /// (partly, conditionally, or by a call through the PLT or a pointer);
+    /// a caller compiled with `-fipa-ra` may rely on all others (and on
+    /// those its direct callees never write) being preserved.
     pub fn may_write(&self) -> RegSet {
         self.may_write
     }
@@ -800,9 +817,14 @@ mod tests {
         // At the return: rax, rdx (results), callee-saved, and whatever the
         // procedure never writes; rcx is written, so dead.
         assert_eq!(
-            l.may_write(),
+            l.may_write() & RegSet::ALL_GPRS,
             RegSet::gprs(&[RAX, RCX, RDX, RSP]),
             "ret moves rsp"
+        );
+        assert_eq!(
+            l.may_write() & RegSet::FLAGS,
+            RegSet::FLAGS,
+            "xor writes every flag"
         );
         assert_eq!(l.live_before(b(0), 3), !RegSet::gpr(RCX) & RegSet::ALL_GPRS);
         // The first free register in preference order is rax, then rcx.
@@ -811,7 +833,7 @@ mod tests {
         assert_eq!(l.site(l.live_before(b(0), 2)).scratch, Some(rcx));
         let (cfg, is) = single(|a| a.mov(rax, rdi));
         let at_ret = analyze(&cfg, &is).live_before(b(0), 1);
-        assert_eq!(at_ret, RegSet::ALL_GPRS, "nothing written but rax");
+        assert_eq!(at_ret, RegSet::ALL, "nothing written but rax: flags too");
     }
 
     #[test]
@@ -1000,7 +1022,7 @@ mod tests {
     fn exits() {
         let (cfg, is) = single(|_| Ok(()));
         let l = analyze(&cfg, &is);
-        assert_eq!(l.live_in(b(0)), RegSet::ALL_GPRS);
+        assert_eq!(l.live_in(b(0)), RegSet::ALL, "-fipa-ra: nothing written");
         assert_eq!(l.site(l.live_in(b(0))).scratch, None);
         // A tail call keeps everything, flags too; a halt only rsp.
         for (kind, want) in [

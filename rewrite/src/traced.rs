@@ -14,10 +14,12 @@ use std::collections::{HashMap, HashSet};
 
 use aetrace_analysis::cfg::{CallSite, Cfg, IndirectJump, JumpResolution};
 use aetrace_analysis::elf::{ElfKind, Module};
-use aetrace_analysis::{imports, Procedure, Program};
+use aetrace_analysis::{imports, ProcKind, Procedure, Program};
 use aetrace_graph::{BlockId, ProcId};
 
+use crate::liveness::{self, RegSet};
 use crate::Rewrite;
+use iced_x86::Register;
 
 /// Length of the `jmp rel32` written over a traced procedure's entry.
 pub(crate) const SPRINGBOARD: u64 = 5;
@@ -76,6 +78,9 @@ impl Traced {
             guarded_family(prog, &mut t.family);
         }
         t.leave_families_alone(prog);
+        if matches!(rw.how, crate::How::Trace(_)) {
+            t.leave_unstubbable_alone(prog);
+        }
         t
     }
 
@@ -147,6 +152,39 @@ impl Traced {
     /// LONGJMP records and `fork_child` at their call sites, whatever alias
     /// the call names. (A fork child must not run traced code before
     /// `fork_child` gives it its own slot.)
+    /// Leaves alone each traced procedure that untraced code of the
+    /// module enters by a direct call or jump and whose outside-entry stub
+    /// could clobber a value such a caller keeps ([`EntryFacts::stub_safe`]):
+    /// gcc's `-fipa-ra` lets it keep values across the call in any register
+    /// (or the flags) the callee never writes (cc1's untraced `pre_gcse`
+    /// code keeps a pointer in r11 across its call of 0x90cda0 and frees
+    /// it after). Until a fixpoint: a procedure left alone here is
+    /// untraced code in turn. PLT stubs are entered under the SysV ABI
+    /// (their callee is another module's).
+    fn leave_unstubbable_alone(&mut self, prog: &Program) {
+        let mut facts = EntryFacts::new(prog, &self.by_start);
+        let mut work: Vec<ProcId> = self.reasons.keys().copied().collect();
+        let mut checked: HashSet<ProcId> = HashSet::new();
+        while let Some(caller) = work.pop() {
+            let Ok(cfg) = &prog.procs[caller].cfg else {
+                continue;
+            };
+            for t in cfg.calls.iter().filter_map(|c| c.target) {
+                let Some(q) = self.traced_at(t) else { continue };
+                if prog.procs[q].kind == ProcKind::Plt || !checked.insert(q) || facts.stub_safe(q) {
+                    continue;
+                }
+                let why = format!(
+                    "entered directly by untraced {}, which may keep values (gcc -fipa-ra) in \
+                     every register and flag its entry stub could use",
+                    prog.procs[caller].name
+                );
+                self.reasons.insert(q, why);
+                work.push(q);
+            }
+        }
+    }
+
     fn leave_families_alone(&mut self, prog: &Program) {
         if !prog.module.is_static {
             return;
@@ -226,6 +264,81 @@ fn outside_cases(
         ));
     }
     None
+}
+
+/// What each procedure's original code writes, for
+/// [`Traced::leave_unstubbable_alone`], computed on demand.
+struct EntryFacts<'p> {
+    prog: &'p Program,
+    by_start: &'p HashMap<u64, ProcId>,
+    /// Per procedure: a register and the flags free at its entry; what it
+    /// may write itself (`Liveness::may_write`, ABI calls included); the
+    /// procedures it calls or jumps to directly. `None`: not analysable.
+    own: HashMap<ProcId, Option<(bool, RegSet, Vec<ProcId>)>>,
+}
+
+impl<'p> EntryFacts<'p> {
+    fn new(prog: &'p Program, by_start: &'p HashMap<u64, ProcId>) -> Self {
+        EntryFacts {
+            prog,
+            by_start,
+            own: HashMap::new(),
+        }
+    }
+
+    fn own(&mut self, q: ProcId) -> Option<&(bool, RegSet, Vec<ProcId>)> {
+        let (prog, by_start) = (self.prog, self.by_start);
+        self.own
+            .entry(q)
+            .or_insert_with(|| {
+                let cfg = prog.procs[q].cfg.as_ref().ok()?;
+                let insns = liveness::decode_blocks(&prog.module, cfg).ok()?;
+                let live = liveness::analyze(cfg, &insns);
+                let callees = cfg
+                    .calls
+                    .iter()
+                    .filter_map(|c| by_start.get(&c.target?).copied())
+                    .collect();
+                Some((
+                    live.entry_scratch(cfg.entry).is_some(),
+                    live.may_write(),
+                    callees,
+                ))
+            })
+            .as_ref()
+    }
+
+    /// Whether q's outside-entry stub clobbers nothing a direct caller
+    /// compiled with `-fipa-ra` keeps: a register and the flags are free at
+    /// q's entry (the stub uses that register), or q and what it calls in
+    /// the module may write r11 and the flags, so gcc counts both clobbered
+    /// by the call (the stub uses r11). Not analysable: not safe.
+    fn stub_safe(&mut self, q: ProcId) -> bool {
+        let need = RegSet::gpr(Register::R11) | RegSet::FLAGS;
+        match self.own(q) {
+            None => return false,
+            Some(&(free, ..)) if free => return true,
+            Some(_) => {}
+        }
+        let mut written = RegSet::EMPTY;
+        let mut seen = HashSet::from([q]);
+        let mut work = vec![q];
+        while let Some(p) = work.pop() {
+            // A PLT stub jumps to another module: the SysV ABI's clobbers.
+            if self.prog.procs[p].kind == ProcKind::Plt {
+                return true;
+            }
+            let Some((_, writes, callees)) = self.own(p) else {
+                return false;
+            };
+            written |= *writes;
+            if written & need == need {
+                return true;
+            }
+            work.extend(callees.clone().into_iter().filter(|&c| seen.insert(c)));
+        }
+        false
+    }
 }
 
 /// The IFUNC resolvers that run before the runtime is initialised.

@@ -551,8 +551,32 @@ pub fn emit_outside_entry(
     proc_id: u32,
     rt: &RuntimeAddrs,
 ) -> Result<(), Error> {
+    emit_outside_entry_with(a, proc_id, rt, r11)
+}
+
+/// The registers [`emit_outside_entry_with`] may clobber: each encodes
+/// the stub's instructions in the same lengths ([`STUB_INSNS`]; not rsp,
+/// rbp, r12 or r13, whose bases take a SIB or displacement byte, nor rax,
+/// whose `mov rax, fs:[0]` takes the longer moffs form), and none is rdx,
+/// which the stub compares with. r11 first: dead at every entry the SysV
+/// ABI governs.
+pub const ENTRY_SCRATCH: [AsmRegister64; 10] = [r11, rcx, rsi, rdi, r8, r9, r10, rbx, r14, r15];
+
+/// [`emit_outside_entry`] clobbering `scratch` (one of [`ENTRY_SCRATCH`])
+/// instead of r11: gcc's `-fipa-ra` lets a caller in the same module keep
+/// values across a direct call in any register the callee never writes,
+/// r11 included, and such a caller may be untraced code entering through
+/// the springboard. The flags must be dead at the entry.
+pub fn emit_outside_entry_with(
+    a: &mut CodeAssembler,
+    proc_id: u32,
+    rt: &RuntimeAddrs,
+    scratch: AsmRegister64,
+) -> Result<(), Error> {
+    debug_assert!(ENTRY_SCRATCH.contains(&scratch));
+    let s = scratch;
     let site = Site {
-        scratch: Some(r11),
+        scratch: Some(s),
         flags_live: false,
         red_zone_live: false,
         flags_save: FlagsSave::Lahf,
@@ -569,8 +593,8 @@ pub fn emit_outside_entry(
         1i32,
     )?)?;
     a.jne(attach_l)?;
-    a.mov(r11, qword_ptr(0u64).fs())?;
-    a.cmp(r11, gs_q(S_OWNER))?;
+    a.mov(s, qword_ptr(0u64).fs())?;
+    a.cmp(s, gs_q(S_OWNER))?;
     a.je(owned)?;
     a.set_label(&mut attach_l)?;
     a.call(rt.attach)?;
@@ -581,14 +605,14 @@ pub fn emit_outside_entry(
     // with anything at `[rsp]` (gcc's `.cold` parts jump back into their
     // function's epilogue): read through `[rsp]` only when rdx says the
     // kernel's frame is there.
-    a.lea(r11, ptr(rsp + 8))?;
-    a.cmp(r11, rdx)?;
+    a.lea(s, ptr(rsp + 8))?;
+    a.cmp(s, rdx)?;
     a.jne(not_signal)?;
-    a.mov(r11, qword_ptr(rsp))?;
-    a.mov(r11, qword_ptr(r11))?;
+    a.mov(s, qword_ptr(rsp))?;
+    a.mov(s, qword_ptr(s))?;
     a.add_instruction(Instruction::with2(
         Code::Cmp_r64_rm64,
-        Register::R11,
+        Register::from(s),
         rip_rel(rt.restorer_bytes),
     )?)?;
     a.jne(not_signal)?;
@@ -694,10 +718,11 @@ mod tests {
     #[test]
     fn outside_entry_layout() {
         let blob = crate::generate().unwrap();
-        for (at, base) in [(0x40_0000u64, 0x7000_0000u64), (0x7100_0000, 0x40_1000)] {
+        let places = [(0x40_0000u64, 0x7000_0000u64), (0x7100_0000, 0x40_1000)];
+        for ((at, base), s) in places.iter().flat_map(|&p| ENTRY_SCRATCH.map(|s| (p, s))) {
             let rt = RuntimeAddrs::new(&blob, base);
             let mut a = CodeAssembler::new(64).unwrap();
-            emit_outside_entry(&mut a, 3, &rt).unwrap();
+            emit_outside_entry_with(&mut a, 3, &rt, s).unwrap();
             let code = a.assemble(at).unwrap();
             let starts: Vec<u32> = iced_x86::Decoder::with_ip(64, &code, at, 0)
                 .iter()

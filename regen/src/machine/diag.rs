@@ -82,6 +82,12 @@ impl<'a> Machine<'a> {
                 offset,
                 at: format!("{at}, where no jump of that stub is being decided"),
             },
+            Item::Enter(raw) => Error::Unexpected {
+                thread: self.thread,
+                record: format!("{} (entry of {})", item.describe(), self.proc_named(raw)),
+                offset,
+                at,
+            },
             Item::Desync(_) => Error::Unsupported {
                 thread: self.thread,
                 record: item.describe(),
