@@ -574,3 +574,110 @@ fn until_and_advance_agree_with_native_gdb() {
         "ours:\n{ours}\nnative:\n{native}"
     );
 }
+
+/// `qsort_callback.c` recorded with data addresses (`record --data
+/// --check`): the executable and the trace.
+fn recorded_with_data() -> (PathBuf, PathBuf) {
+    let exe = build("qsort_callback.c", O2_PIE);
+    let trace = common::scratch("debug").join("qsort_callback-data.aet");
+    run_checked(
+        Command::new(common::aetrace())
+            .args(["record", "--data", "--check", "-o"])
+            .arg(&trace)
+            .arg("--")
+            .arg(&exe),
+        "aetrace record --data --check",
+    );
+    (exe, trace)
+}
+
+/// `n` times `cmd`, each followed by the pc from `main` and `then`.
+fn watch_stops(cmd: &str, n: usize, then: &str) -> String {
+    format!("{cmd}\nprintf \"off %lx\\n\", $pc - (long)&main\n{then}").repeat(n)
+}
+
+/// The values of the `off` lines.
+fn offsets(out: &str) -> Vec<u64> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix("off "))
+        .map(|a| u64::from_str_radix(a.trim(), 16).unwrap())
+        .collect()
+}
+
+/// Watchpoints on `compares` (written by the comparators qsort calls
+/// back): forwards, `awatch` and aetrace's `watch-write` stop where native
+/// gdb's hardware `awatch` and `watch` stop (every write changes the
+/// counter), K times, at the same pcs; backwards, `reverse-continue` stops
+/// before each of those accesses in turn (the instruction before each
+/// forward stop, by the instruction trace); `monitor last-write` names the
+/// last writer. A trace without data refuses a watchpoint with one line.
+#[test]
+fn watchpoints_agree_with_native_gdb_both_ways() {
+    const K: usize = 20;
+    let (exe, trace) = recorded_with_data();
+    let want = insns(&trace);
+    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
+    let var = "*(long *)&compares";
+    for (native_cmd, ours_cmd) in [("awatch -l", "awatch -l"), ("watch -l", "watch-write")] {
+        let script = trace.with_extension("native-watch.gdb");
+        let text = format!(
+            "set pagination off\nset confirm off\nbreak main\nrun\n{native_cmd} {var}\n{}",
+            watch_stops("continue", K, "")
+        );
+        std::fs::write(&script, text).unwrap();
+        let native = run_checked(
+            Command::new("gdb")
+                .args(["-batch", "-nx", "-x"])
+                .arg(&script)
+                .arg(&exe),
+            "gdb (native, hardware watchpoints)",
+        );
+        let native = String::from_utf8_lossy(&native.stdout).into_owned();
+        let last_write = "python gdb.execute('monitor last-write %#x 8' % int(gdb.parse_and_eval('(long)&compares')))";
+        let ours = gdb(
+            &exe,
+            &trace,
+            &format!(
+                "source {}\nbreak main\ncontinue\n{ours_cmd} {var}\n{}{last_write}\n{}",
+                aetrace_py.display(),
+                watch_stops("continue", K, "monitor when\n"),
+                watch_stops("reverse-continue", K, "monitor when\n"),
+            ),
+        );
+        let (got, native_offs) = (offsets(&ours), offsets(&native));
+        assert_eq!(native_offs.len(), K, "{native}");
+        assert_eq!(got.len(), 2 * K, "{ours}");
+        assert_eq!(got[..K], native_offs[..], "{ours_cmd} forwards:\n{ours}");
+        let when_lines: Vec<&str> = ours.lines().filter(|l| l.contains(" block ")).collect();
+        let at = whens(&when_lines.join("\n"));
+        let (fwd, back) = at.split_at(K);
+        let main = want[fwd[0] as usize] - got[0];
+        for (i, &p) in fwd.iter().enumerate() {
+            assert_eq!(want[p as usize] - main, got[i], "forward stop {i}");
+        }
+        let before: Vec<u64> = fwd.iter().rev().map(|p| p - 1).collect();
+        assert_eq!(back, &before[..], "{ours_cmd} backwards:\n{ours}");
+        for (i, &p) in back.iter().enumerate() {
+            assert_eq!(want[p as usize] - main, got[K + i], "reverse stop {i}");
+        }
+        if ours_cmd == "watch-write" {
+            let line = format!(
+                "instruction {} at {:#x} in ",
+                fwd[K - 1] - 1,
+                want[fwd[K - 1] as usize - 1]
+            );
+            assert!(ours.contains(&line), "{line}\n{ours}");
+        }
+    }
+    // Without data addresses: one line from the stub, gdb's refusal.
+    let (exe, trace) = recorded("qsort_callback.c", &[]);
+    let (_, out) = gdb_status(&exe, &trace, &format!("awatch -l {var}\ncontinue"));
+    assert!(
+        out.contains("aetrace: watchpoints need data addresses"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Could not insert hardware watchpoint"),
+        "{out}"
+    );
+}

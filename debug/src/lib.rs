@@ -13,6 +13,7 @@
 //! - [`materialise`]: the program re-run natively to the current
 //!   instruction, for gdb to attach (`monitor materialise`);
 //! - [`blocks`]: which procedure an address is in;
+//! - [`data`]: each instruction's data references (watchpoints);
 //! - [`calltree`]: the whole run's call tree as Chrome/Perfetto trace JSON
 //!   (`aetrace timeline`).
 //!
@@ -23,6 +24,7 @@
 
 pub mod blocks;
 pub mod calltree;
+pub mod data;
 pub mod image;
 pub mod materialise;
 pub mod stack;
@@ -85,6 +87,9 @@ pub struct Options {
     pub at: u64,
     /// Instructions between snapshots (0: [`timeline::INTERVAL`]).
     pub interval: usize,
+    /// Where to say why a watchpoint was refused (the library prints
+    /// nothing itself).
+    pub warn: Option<fn(&str)>,
 }
 
 /// A connection over a byte reader and writer (stdin and stdout for `target
@@ -157,9 +162,10 @@ impl<'m, C: ConnectionExt> run_blocking::BlockingEventLoop for Loop<'m, C> {
         run_blocking::Event<SingleThreadStopReason<u64>>,
         run_blocking::WaitForStopReasonError<String, C::Error>,
     > {
-        Ok(run_blocking::Event::TargetStopped(stub::stop_reason(
-            target.run(),
-        )))
+        match target.run() {
+            Ok(stop) => Ok(run_blocking::Event::TargetStopped(stub::stop_reason(stop))),
+            Err(e) => Err(run_blocking::WaitForStopReasonError::Target(e)),
+        }
     }
 
     fn on_interrupt(
@@ -228,7 +234,9 @@ where
             });
         }
         let plan = materialise::plan(trace, thread);
-        f(&mut stub::Stub::new(timeline, image, modules, opts.at).with_plan(plan))
+        let values = data::values(trace, thread, modules);
+        let stub = stub::Stub::new(timeline, image, modules, opts.at).with_plan(plan);
+        f(&mut stub.with_data(values, opts.warn.unwrap_or(|_| {})))
     })?
 }
 

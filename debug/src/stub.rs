@@ -10,10 +10,15 @@
 //!   breakpoint (software and hardware alike: nothing is written into
 //!   memory) inside the stub, at regeneration speed; running off either end
 //!   stops with gdb's replay-log stop ("No more reverse-execution history").
+//! - Watchpoints (a trace with data addresses, [`Data`]): a write, read or
+//!   access of a watched range stops forwards after the instruction that
+//!   made it (x86's trap-after semantics, as gdb expects of a hardware
+//!   watchpoint) and backwards before it (gdb's `record full` stops there).
 //! - `monitor` commands: `when`, `seek N`, `info`, `calls [N]`,
-//!   `materialise` ([`Stub::monitor`]).
+//!   `last-write ADDR [LEN]`, `materialise` ([`Stub::monitor`]).
 
 use crate::blocks::{BlockAt, Blocks};
+use crate::data::{Code, Data, Ref};
 use crate::image::Image;
 use crate::materialise;
 use crate::stack::Stacks;
@@ -25,7 +30,9 @@ use gdbstub::target::ext::base::reverse_exec::{ReplayLogPosition, ReverseCont, R
 use gdbstub::target::ext::base::singlethread::{
     SingleThreadBase, SingleThreadRangeStepping, SingleThreadResume, SingleThreadSingleStep,
 };
-use gdbstub::target::ext::breakpoints::{Breakpoints, HwBreakpoint, SwBreakpoint};
+use gdbstub::target::ext::breakpoints::{
+    Breakpoints, HwBreakpoint, HwWatchpoint, SwBreakpoint, WatchKind,
+};
 use gdbstub::target::ext::monitor_cmd::{outputln, ConsoleOutput, MonitorCmd};
 use gdbstub::target::{Target, TargetError, TargetResult};
 
@@ -103,6 +110,8 @@ pub enum Stop {
     Begin,
     /// The last instruction was reached going forwards.
     End,
+    /// A watchpoint (its kind and address) was hit.
+    Watch(WatchKind, u64),
 }
 
 /// The target gdb debugs: a thread's timeline, a position on it, the
@@ -122,6 +131,16 @@ pub struct Stub<'m> {
     shadow: Option<(u64, Vec<u8>)>,
     /// How to re-run the program (`monitor materialise`).
     plan: materialise::Plan,
+    /// The thread's data references, or why there are none.
+    data: Result<Data, String>,
+    /// Watched ranges: (start, length, kind).
+    watches: Vec<(u64, u64, WatchKind)>,
+    /// The instruction whose access made the last stop, with its
+    /// references (`monitor watch-hit`).
+    hit: Option<(u64, Vec<Ref>)>,
+    /// Where to say why a request was refused (gdb's remote protocol
+    /// has only an error number for it).
+    warn: fn(&str),
 }
 
 /// Calls `monitor calls` lists on each side of the current position.
@@ -155,7 +174,19 @@ impl<'m> Stub<'m> {
             stacks: Stacks::new(modules),
             shadow: None,
             plan: Err("the stub was not told how the program was run".into()),
+            data: Err("watchpoints need data addresses: record with --data --check".into()),
+            watches: Vec::new(),
+            hit: None,
+            warn: |_| {},
         }
+    }
+
+    /// The same stub, with the thread's recorded data values (or why it
+    /// has none) and where to say why a watchpoint is refused.
+    pub fn with_data(mut self, values: Result<Vec<u64>, String>, warn: fn(&str)) -> Self {
+        self.data = values.map(Data::new);
+        self.warn = warn;
+        self
     }
 
     /// The same stub, re-running the program by `plan` to materialise.
@@ -208,8 +239,18 @@ impl<'m> Stub<'m> {
         ok
     }
 
-    /// Carries out the pending action and says why it stopped.
-    pub fn run(&mut self) -> Stop {
+    /// Carries out the pending action and says why it stopped (an error:
+    /// the data values and the instructions disagree).
+    pub fn run(&mut self) -> Result<Stop, String> {
+        self.hit = None;
+        if !self.watches.is_empty() {
+            return self.run_watching();
+        }
+        Ok(self.run_plain())
+    }
+
+    /// [`Stub::run`] without watchpoints: a search on addresses alone.
+    fn run_plain(&mut self) -> Stop {
         match self.action {
             Action::Step => match self.timeline.has(self.pos + 1) {
                 true => {
@@ -247,6 +288,156 @@ impl<'m> Stub<'m> {
                 });
                 self.stop_at(f, Stop::End)
             }
+        }
+    }
+
+    /// [`Stub::run`] with watchpoints: a walk over each position's data
+    /// references too. Forwards, the current instruction runs first (its
+    /// accesses count, its breakpoint does not) and an access stops after
+    /// its instruction; backwards, undoing an access stops before it.
+    fn run_watching(&mut self) -> Result<Stop, String> {
+        let from = self.pos;
+        let (forward, range) = match self.action {
+            Action::Step => return self.step_watching(true),
+            Action::ReverseStep => return self.step_watching(false),
+            Action::Continue => (true, None),
+            Action::Range(start, end) => (true, Some(start..end)),
+            Action::ReverseContinue => (false, None),
+        };
+        let (breaks, watches) = (&self.breaks, &self.watches);
+        let stops =
+            |pc: u64| is_break(breaks, pc) || range.as_ref().is_some_and(|r| !r.contains(&pc));
+        let code = Code {
+            image: &self.image,
+            blocks: &self.blocks,
+            modules: self.modules,
+        };
+        let data = self.data.as_mut().map_err(|e| e.clone())?;
+        let found = data.scan(
+            &mut self.timeline,
+            &code,
+            from,
+            forward,
+            |p, pc, refs| match forward {
+                true if p > from && stops(pc) => Some(None),
+                true => watch_hit(watches, refs).map(|w| Some((w, refs.to_vec()))),
+                false => match watch_hit(watches, refs) {
+                    Some(w) => Some(Some((w, refs.to_vec()))),
+                    None => stops(pc).then_some(None),
+                },
+            },
+        )?;
+        Ok(match (found, forward) {
+            (Some((p, None)), _) => self.stop_at(Found::At(p), Stop::End),
+            (Some((p, Some((w, refs)))), true) => self.after_access(p, w, refs),
+            (Some((p, Some((w, refs)))), false) => self.before_access(p, w, refs),
+            (None, true) => {
+                let last = self.timeline.known_len().map_or(from, |n| n - 1);
+                self.stop_at(Found::End(last.max(from)), Stop::End)
+            }
+            (None, false) => self.stop_at(Found::End(0), Stop::Begin),
+        })
+    }
+
+    /// One step with watchpoints: forwards, the current instruction's
+    /// accesses; backwards, the previous one's.
+    fn step_watching(&mut self, forward: bool) -> Result<Stop, String> {
+        let p = match forward {
+            true => self.pos,
+            false => match self.pos.checked_sub(1) {
+                Some(p) => p,
+                None => return Ok(Stop::Begin),
+            },
+        };
+        let refs = self.refs_at(p)?.unwrap_or_default();
+        Ok(match (watch_hit(&self.watches, &refs), forward) {
+            (Some(w), true) => self.after_access(p, w, refs),
+            (Some(w), false) => self.before_access(p, w, refs),
+            (None, _) => self.run_plain(),
+        })
+    }
+
+    /// Stops after the access of position `p` (references `refs`) to
+    /// watched address `w`, or at the end when `p` is the last position
+    /// (there is no after).
+    fn after_access(&mut self, p: u64, w: (WatchKind, u64), refs: Vec<Ref>) -> Stop {
+        match self.timeline.has(p + 1) {
+            true => {
+                self.pos = p + 1;
+                self.hit = Some((p, refs));
+                Stop::Watch(w.0, w.1)
+            }
+            false => {
+                self.pos = p;
+                Stop::End
+            }
+        }
+    }
+
+    /// Stops before the access of position `p` (going backwards).
+    fn before_access(&mut self, p: u64, w: (WatchKind, u64), refs: Vec<Ref>) -> Stop {
+        self.pos = p;
+        self.hit = Some((p, refs));
+        Stop::Watch(w.0, w.1)
+    }
+
+    /// `monitor watch-hit`: the instruction whose access made the last
+    /// stop, and its references (aetrace's `watch-write` reads them).
+    fn watch_hit_reply(&self) -> String {
+        let Some((p, refs)) = &self.hit else {
+            return "the last stop was not a watchpoint's".into();
+        };
+        let refs: Vec<String> = refs
+            .iter()
+            .map(|r| format!("{} {:#x},{}", r.access.letter(), r.start, r.end - r.start))
+            .collect();
+        format!("instruction {p}: {}", refs.join(" "))
+    }
+
+    /// The data references of position `p` (`None` past the end).
+    fn refs_at(&mut self, p: u64) -> Result<Option<Vec<Ref>>, String> {
+        self.scan_data(p, true, |q, _, refs| (q == p).then(|| refs.to_vec()))
+            .map(|f| f.map(|(_, refs)| refs))
+    }
+
+    /// [`Data::scan`] on this stub's timeline and code.
+    fn scan_data<T>(
+        &mut self,
+        from: u64,
+        forward: bool,
+        f: impl FnMut(u64, u64, &[Ref]) -> Option<T>,
+    ) -> Result<Option<(u64, T)>, String> {
+        let code = Code {
+            image: &self.image,
+            blocks: &self.blocks,
+            modules: self.modules,
+        };
+        let data = self.data.as_mut().map_err(|e| e.clone())?;
+        data.scan(&mut self.timeline, &code, from, forward, f)
+    }
+
+    /// `monitor last-write ADDR [LEN]`: the last instruction before the
+    /// current one that wrote a byte of `addr..addr + len`.
+    fn last_write(&mut self, addr: u64, len: u64) -> String {
+        let end = addr.saturating_add(len.max(1));
+        let found = self.scan_data(self.pos, false, |_, pc, refs| {
+            let r = refs.iter().find(|r| r.writes() && r.overlaps(addr, end));
+            r.map(|r| (pc, *r))
+        });
+        match found {
+            Ok(Some((p, (pc, r)))) => {
+                let proc = self.block_at(pc).map_or("?", |b| b.proc);
+                format!(
+                    "instruction {p} at {pc:#x} in {proc} wrote {:#x},{}",
+                    r.start,
+                    r.end - r.start
+                )
+            }
+            Ok(None) => format!(
+                "no write to {addr:#x},{len} before instruction {}",
+                self.pos
+            ),
+            Err(e) => format!("last-write: {e}"),
         }
     }
 
@@ -341,7 +532,21 @@ impl<'m> Stub<'m> {
                 Err(_) => format!("calls: {n:?} is not a number of calls"),
             },
             ["materialise"] => self.materialise(),
-            _ => "commands: when, seek N, info, calls [N], materialise".into(),
+            ["watch-hit"] => self.watch_hit_reply(),
+            ["last-write", a] => self.last_write_cmd(a, "1"),
+            ["last-write", a, n] => self.last_write_cmd(a, n),
+            _ => "commands: when, seek N, info, calls [N], last-write ADDR [LEN], watch-hit, materialise"
+                .into(),
+        }
+    }
+
+    /// `monitor last-write` with its words parsed.
+    fn last_write_cmd(&mut self, addr: &str, len: &str) -> String {
+        match (number(addr), number(len)) {
+            (Some(a), Some(n)) => self.last_write(a, n),
+            _ => {
+                format!("last-write: {addr:?} {len:?}: an address and a length, decimal or 0x hex")
+            }
         }
     }
 
@@ -398,6 +603,32 @@ impl<'m> Stub<'m> {
     }
 }
 
+/// `s` as a number: `0x` hex, else decimal.
+fn number(s: &str) -> Option<u64> {
+    match s.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+/// The first watchpoint (kind, address) that `refs` trigger.
+fn watch_hit(watches: &[(u64, u64, WatchKind)], refs: &[Ref]) -> Option<(WatchKind, u64)> {
+    let hits = |&(a, len, kind): &(u64, u64, WatchKind)| {
+        refs.iter().any(|r| {
+            r.overlaps(a, a.saturating_add(len))
+                && match kind {
+                    WatchKind::Write => r.writes(),
+                    WatchKind::Read => r.reads(),
+                    WatchKind::ReadWrite => true,
+                }
+        })
+    };
+    watches
+        .iter()
+        .find(|w| hits(w))
+        .map(|&(a, _, kind)| (kind, a))
+}
+
 /// Whether `a` is a breakpoint's address.
 fn is_break(breaks: &[(u64, bool)], a: u64) -> bool {
     breaks.iter().any(|b| b.0 == a)
@@ -417,6 +648,11 @@ pub fn stop_reason(s: Stop) -> gdbstub::stub::SingleThreadStopReason<u64> {
         Stop::End => R::ReplayLog {
             tid: None,
             pos: ReplayLogPosition::End,
+        },
+        Stop::Watch(kind, addr) => R::Watch {
+            tid: (),
+            kind,
+            addr,
         },
     }
 }
@@ -581,6 +817,13 @@ impl Breakpoints for Stub<'_> {
     ) -> Option<gdbstub::target::ext::breakpoints::HwBreakpointOps<'_, Self>> {
         Some(self)
     }
+
+    #[inline(always)]
+    fn support_hw_watchpoint(
+        &mut self,
+    ) -> Option<gdbstub::target::ext::breakpoints::HwWatchpointOps<'_, Self>> {
+        Some(self)
+    }
 }
 
 impl Stub<'_> {
@@ -615,6 +858,35 @@ impl HwBreakpoint for Stub<'_> {
 
     fn remove_hw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
         Ok(self.remove_break(addr, true))
+    }
+}
+
+impl HwWatchpoint for Stub<'_> {
+    fn add_hw_watchpoint(
+        &mut self,
+        addr: u64,
+        len: u64,
+        kind: WatchKind,
+    ) -> TargetResult<bool, Self> {
+        if let Err(why) = &self.data {
+            (self.warn)(why);
+            return Ok(false);
+        }
+        if !self.watches.contains(&(addr, len, kind)) {
+            self.watches.push((addr, len, kind));
+        }
+        Ok(true)
+    }
+
+    fn remove_hw_watchpoint(
+        &mut self,
+        addr: u64,
+        len: u64,
+        kind: WatchKind,
+    ) -> TargetResult<bool, Self> {
+        let before = self.watches.len();
+        self.watches.retain(|&w| w != (addr, len, kind));
+        Ok(self.watches.len() < before)
     }
 }
 

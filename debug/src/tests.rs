@@ -45,6 +45,7 @@ fn session(trace: &[u8], at: u64, packets: &[String]) -> Vec<String> {
         thread: None,
         at,
         interval: INTERVAL,
+        warn: None,
     };
     let t = Trace::parse(trace).unwrap();
     let mut input = packet("qSupported:swbreak+;hwbreak+");

@@ -22,12 +22,12 @@ use std::io::Write;
 use std::path::Path;
 use std::rc::Rc;
 
-use aetrace_analysis::addr::full::{self, Recorded, DF};
-use aetrace_analysis::addr::{forms, Access, InsnProgram, Repeat};
+use aetrace_analysis::addr::full::{self, Planned, DF};
+use aetrace_analysis::addr::{Access, Repeat};
 use aetrace_format::section::module_flags;
 use aetrace_format::{ModuleId, ThreadId, Trace};
 use aetrace_regen::visit::{BlockRun, Event, Visit};
-use iced_x86::{Decoder, DecoderOptions, Instruction, InstructionInfoFactory};
+use iced_x86::{Decoder, DecoderOptions, InstructionInfoFactory};
 
 /// The two data-trace formats.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -39,13 +39,6 @@ pub enum DataFormat {
 }
 
 type Error = Box<dyn std::error::Error>;
-
-/// One decoded instruction with its references and recorded values.
-struct Insn {
-    insn: Instruction,
-    prog: InsnProgram,
-    plan: Vec<Recorded>,
-}
 
 /// What a data trace holds, counted while it is written.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -130,7 +123,7 @@ struct Writer<'o> {
     format: DataFormat,
     out: &'o mut dyn Write,
     images: Vec<Option<aetrace_analysis::elf::Module>>,
-    blocks: HashMap<(u32, u32), Rc<Vec<Insn>>>,
+    blocks: HashMap<(u32, u32), Rc<Vec<Planned>>>,
     /// The current thread's values and the next one to use.
     values: Vec<u64>,
     next: usize,
@@ -176,7 +169,7 @@ impl Writer<'_> {
         &mut self,
         visit_mod: &aetrace_regen::compile::Module,
         r: BlockRun,
-    ) -> Result<Rc<Vec<Insn>>, Error> {
+    ) -> Result<Rc<Vec<Planned>>, Error> {
         let key = (r.module, r.block.as_u32());
         if let Some(b) = self.blocks.get(&key) {
             return Ok(b.clone());
@@ -191,11 +184,7 @@ impl Writer<'_> {
         let mut d = Decoder::with_ip(64, bytes, blk.start, DecoderOptions::NONE);
         let mut insns = Vec::with_capacity(blk.ninsns as usize);
         for _ in 0..blk.ninsns {
-            let insn = d.decode();
-            let prog = forms::program(&insn, &mut self.info);
-            let plan = full::plan(&insn, &prog)
-                .map_err(|why| format!("instruction at {:#x} ({insn}): {why}", insn.ip()))?;
-            insns.push(Insn { insn, prog, plan });
+            insns.push(Planned::new(d.decode(), &mut self.info)?);
         }
         let insns = Rc::new(insns);
         self.blocks.insert(key, insns.clone());
@@ -211,7 +200,7 @@ impl Writer<'_> {
         let insns = self.decoded(m, r)?;
         for i in &insns[r.first as usize..r.end as usize] {
             let vals = self.take(i.plan.len())?;
-            let refs = addresses(i, &vals, m.load_base);
+            let refs = i.addresses(&vals, m.load_base);
             if m.shown {
                 self.print(i, m.load_base, &vals, &refs)?;
             }
@@ -233,7 +222,7 @@ impl Writer<'_> {
         Ok(v.to_vec())
     }
 
-    fn print(&mut self, i: &Insn, base: u64, vals: &[u64], refs: &[u64]) -> Result<(), Error> {
+    fn print(&mut self, i: &Planned, base: u64, vals: &[u64], refs: &[u64]) -> Result<(), Error> {
         let ip = base.wrapping_add(i.insn.ip());
         let len = i.insn.len() as u64;
         let rep = i.prog.refs.iter().any(|r| r.repeat == Repeat::Rcx);
@@ -260,7 +249,7 @@ impl Writer<'_> {
 
     /// The references of iteration `k` (a `rep`'s pointers advance by the
     /// size each iteration, in direction `dir`).
-    fn ref_lines(&mut self, i: &Insn, refs: &[u64], k: u64, dir: i64) -> Result<(), Error> {
+    fn ref_lines(&mut self, i: &Planned, refs: &[u64], k: u64, dir: i64) -> Result<(), Error> {
         for (r, &a) in i.prog.refs.iter().zip(refs) {
             self.counts.refs += 1;
             if full::static_addr(&i.insn, r).is_some() {
@@ -280,25 +269,4 @@ impl Writer<'_> {
         }
         Ok(())
     }
-}
-
-/// The run-time address of each reference of `i` (a `rep`'s first
-/// iteration), from the instruction or from its recorded values `vals`.
-fn addresses(i: &Insn, vals: &[u64], base: u64) -> Vec<u64> {
-    let mut out: Vec<u64> = i
-        .prog
-        .refs
-        .iter()
-        .map(|r| match full::static_addr(&i.insn, r) {
-            Some(s) if s.module => base.wrapping_add(s.addr),
-            Some(s) => s.addr,
-            None => 0,
-        })
-        .collect();
-    for (p, &v) in i.plan.iter().zip(vals) {
-        if let Recorded::Addr(k) = *p {
-            out[k] = v;
-        }
-    }
-    out
 }

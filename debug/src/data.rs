@@ -1,0 +1,274 @@
+//! The data references of one thread's instructions, for watchpoints and
+//! `monitor last-write` (issue 22, point 5): a trace recorded with
+//! `aetrace record --data --check` (`docs/data.md`) holds, in each
+//! thread's stream, the values recorded before each instruction in
+//! execution order; `addr::full` (the table the rewriter placed them by,
+//! which `regen --format lackey` reads too) turns an instruction and its
+//! values into its references.
+//!
+//! Invariants: position `n`'s values start where position `n - 1`'s end,
+//! so the values of an interval of the [`Timeline`] start at the sum of
+//! the earlier intervals' counts, learnt in order and kept (`starts`); an
+//! interval's references are computed from its first position on, for any
+//! order of visits; a `rep` string instruction is one position whose
+//! reference spans every iteration's bytes.
+
+use crate::blocks::Blocks;
+use crate::image::Image;
+use crate::timeline::Timeline;
+use aetrace_analysis::addr::full::{Planned, Recorded, DF};
+use aetrace_analysis::addr::{Access, Repeat};
+use aetrace_format::section::module_flags;
+use aetrace_format::{ModuleId, ThreadId, Trace};
+use aetrace_regen::compile::Module as Compiled;
+use iced_x86::{Decoder, DecoderOptions, InstructionInfoFactory};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// One data reference: the bytes `start..end` an instruction touched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ref {
+    /// The first byte.
+    pub start: u64,
+    /// Past the last byte.
+    pub end: u64,
+    /// Load, store or both.
+    pub access: Access,
+}
+
+impl Ref {
+    /// Whether it reads memory.
+    pub fn reads(&self) -> bool {
+        self.access != Access::Store
+    }
+
+    /// Whether it writes memory.
+    pub fn writes(&self) -> bool {
+        self.access != Access::Load
+    }
+
+    /// Whether it touches a byte of `start..end`.
+    pub fn overlaps(&self, start: u64, end: u64) -> bool {
+        self.start < end && start < self.end
+    }
+}
+
+/// Where the code is: the bytes gdb reads and the traced blocks (for each
+/// address's module and its load bias).
+pub struct Code<'a, 'm> {
+    /// The modules' read-only segments.
+    pub image: &'a Image,
+    /// The traced blocks.
+    pub blocks: &'a Blocks<'m>,
+    /// The regenerator's modules (load biases).
+    pub modules: &'a [&'m Compiled],
+}
+
+/// The recorded values of `thread`, or why the trace has none for it
+/// (every module the thread runs must have been recorded with data).
+pub fn values<B: AsRef<[u8]>>(
+    trace: &Trace<B>,
+    thread: u32,
+    modules: &[&Compiled],
+) -> Result<Vec<u64>, String> {
+    for m in modules {
+        let flags = trace.module(ModuleId(m.tag)).map_or(0, |r| r.flags);
+        if flags & module_flags::DATA_CHECK == 0 {
+            return Err(format!(
+                "watchpoints need data addresses, and module {} was recorded without them (record with --data --check)",
+                m.name
+            ));
+        }
+    }
+    aetrace_regen::data_values(trace, ThreadId(thread)).map_err(|e| e.to_string())
+}
+
+/// A thread's data references (see the module comment).
+pub struct Data {
+    values: Vec<u64>,
+    /// The index of the first value of each interval learnt so far.
+    starts: Vec<usize>,
+    /// Decoded instructions by run-time address.
+    insns: HashMap<u64, Rc<Planned>>,
+    info: InstructionInfoFactory,
+}
+
+impl Data {
+    /// The references of a thread whose recorded values are `values`.
+    pub fn new(values: Vec<u64>) -> Data {
+        Data {
+            values,
+            starts: vec![0],
+            insns: HashMap::new(),
+            info: InstructionInfoFactory::new(),
+        }
+    }
+
+    /// The first position at or after `from` (`forward`) or the last before
+    /// it (exclusive) for which `f(position, pc, references)` says
+    /// something, with what it said; `None` at the end of the timeline.
+    pub fn scan<T>(
+        &mut self,
+        t: &mut Timeline<'_>,
+        code: &Code<'_, '_>,
+        from: u64,
+        forward: bool,
+        mut f: impl FnMut(u64, u64, &[Ref]) -> Option<T>,
+    ) -> Result<Option<(u64, T)>, String> {
+        let first = match forward {
+            true => from,
+            false => match from.checked_sub(1) {
+                Some(p) => p,
+                None => return Ok(None),
+            },
+        };
+        let Some(mut k) = t.interval_of(first) else {
+            return Ok(None);
+        };
+        loop {
+            let (lo, hi) = match forward {
+                true => (from, u64::MAX),
+                false => (0, from),
+            };
+            let mut found = None;
+            let end = self.walk(t, code, k, |p, pc, refs| {
+                if (lo..hi).contains(&p) {
+                    if let Some(x) = f(p, pc, refs) {
+                        found = Some((p, x));
+                        return forward;
+                    }
+                }
+                false
+            })?;
+            if found.is_some() {
+                return Ok(found);
+            }
+            k = match forward {
+                true => match t.interval_of(end) {
+                    Some(k2) => k2,
+                    None => return Ok(None),
+                },
+                false => match k.checked_sub(1) {
+                    Some(k2) => k2,
+                    None => return Ok(None),
+                },
+            };
+        }
+    }
+
+    /// Calls `f` on each position of interval `k` in order until it says
+    /// stop; the position after the interval (or the one it stopped at).
+    fn walk(
+        &mut self,
+        t: &mut Timeline<'_>,
+        code: &Code<'_, '_>,
+        k: usize,
+        mut f: impl FnMut(u64, u64, &[Ref]) -> bool,
+    ) -> Result<u64, String> {
+        let mut v = self.start_of(t, code, k)?;
+        let (base, pcs) = t.interval(k);
+        let mut refs = Vec::new();
+        for (i, &pc) in pcs.iter().enumerate() {
+            let insn = self.insn(code, pc)?;
+            v = self.refs(&insn, pc, code, v, &mut refs)?;
+            if f(base + i as u64, pc, &refs) {
+                return Ok(base + i as u64);
+            }
+        }
+        let end = base + pcs.len() as u64;
+        if self.starts.len() == k + 1 {
+            self.starts.push(v);
+        }
+        Ok(end)
+    }
+
+    /// The index of interval `k`'s first value, counting earlier
+    /// intervals' values if not yet known.
+    fn start_of(
+        &mut self,
+        t: &mut Timeline<'_>,
+        code: &Code<'_, '_>,
+        k: usize,
+    ) -> Result<usize, String> {
+        while self.starts.len() <= k {
+            let j = self.starts.len() - 1;
+            let mut v = self.starts[j];
+            let (_, pcs) = t.interval(j);
+            let pcs = pcs.to_vec();
+            for pc in pcs {
+                v += self.insn(code, pc)?.plan.len();
+            }
+            self.starts.push(v);
+        }
+        Ok(self.starts[k])
+    }
+
+    /// The instruction at run-time address `pc`, decoded once.
+    fn insn(&mut self, code: &Code<'_, '_>, pc: u64) -> Result<Rc<Planned>, String> {
+        if let Some(i) = self.insns.get(&pc) {
+            return Ok(i.clone());
+        }
+        let b = code
+            .blocks
+            .at(pc)
+            .ok_or_else(|| format!("{pc:#x} is in no traced block"))?;
+        let base = code.modules[b.module].load_base;
+        let mut bytes = [0u8; 15];
+        let n = code.image.read(pc, &mut bytes);
+        let mut d = Decoder::with_ip(64, &bytes[..n], pc.wrapping_sub(base), DecoderOptions::NONE);
+        let insn = d.decode();
+        if insn.is_invalid() {
+            return Err(format!("no instruction can be read at {pc:#x}"));
+        }
+        let i = Rc::new(Planned::new(insn, &mut self.info)?);
+        self.insns.insert(pc, i.clone());
+        Ok(i)
+    }
+
+    /// Fills `out` with the references of `insn` at `pc`, whose values
+    /// start at index `v`; the index after them.
+    fn refs(
+        &self,
+        insn: &Planned,
+        pc: u64,
+        code: &Code<'_, '_>,
+        v: usize,
+        out: &mut Vec<Ref>,
+    ) -> Result<usize, String> {
+        let end = v + insn.plan.len();
+        let vals = self.values.get(v..end).ok_or_else(|| {
+            format!(
+                "the thread's {} data values end before the instruction at {pc:#x}",
+                self.values.len()
+            )
+        })?;
+        let base = code
+            .blocks
+            .at(pc)
+            .map_or(0, |b| code.modules[b.module].load_base);
+        let addrs = insn.addresses(vals, base);
+        // A `rep`'s values start with rcx and rflags (`full::plan`).
+        let rep = match insn.plan.first() {
+            Some(Recorded::Rcx) => Some((vals[0], vals[1] & DF != 0)),
+            _ => None,
+        };
+        out.clear();
+        for (r, &a) in insn.prog.refs.iter().zip(&addrs) {
+            let size = u64::from(r.size);
+            let (start, end) = match rep {
+                Some((n, down)) if r.repeat == Repeat::Rcx => match (n, down) {
+                    (0, _) => continue,
+                    (n, false) => (a, a.wrapping_add(n.wrapping_mul(size))),
+                    (n, true) => (a.wrapping_sub((n - 1).wrapping_mul(size)), a + size),
+                },
+                _ => (a, a.wrapping_add(size)),
+            };
+            out.push(Ref {
+                start,
+                end,
+                access: r.access,
+            });
+        }
+        Ok(end)
+    }
+}
