@@ -17,7 +17,7 @@
 //! - `monitor` commands: `when`, `seek N`, `info`, `calls [N]`,
 //!   `last-write ADDR [LEN]`, `materialise` ([`Stub::monitor`]).
 
-use crate::blocks::{BlockAt, Blocks};
+use crate::blocks::{BlockAt, BlockIndex, Blocks};
 use crate::data::{Code, Data, Ref};
 use crate::image::Image;
 use crate::materialise;
@@ -125,6 +125,8 @@ pub struct Stub<'m> {
     action: Action,
     /// The traced blocks.
     blocks: Blocks<'m>,
+    /// Block numbers (`monitor when`).
+    block_index: BlockIndex,
     modules: &'m [&'m Compiled],
     stacks: Stacks,
     /// The shadow region's bytes at a position ([`SHADOW`]).
@@ -163,7 +165,9 @@ impl<'m> Stub<'m> {
         at: u64,
     ) -> Stub<'m> {
         let blocks = Blocks::new(modules);
+        let block_index = BlockIndex::new(&blocks);
         Stub {
+            block_index,
             timeline,
             pos: at,
             image,
@@ -492,29 +496,13 @@ impl<'m> Stub<'m> {
         xfer(bytes, addr - SHADOW, data.len(), data)
     }
 
-    /// The number of blocks entered up to and including the current
-    /// position: instructions that start a block of a program database.
-    fn block_number(&mut self) -> u64 {
-        let starts: std::collections::HashSet<u64> = self.blocks.iter().map(|b| b.start).collect();
-        let mut n = 0;
-        let mut p = 0;
-        while p <= self.pos {
-            match self.timeline.address(p) {
-                Some(a) if starts.contains(&a) => n += 1,
-                Some(_) => {}
-                None => break,
-            }
-            p += 1;
-        }
-        n
-    }
-
     /// Answers `monitor CMD`: one or more lines of text.
     pub fn monitor(&mut self, cmd: &str) -> String {
         let words: Vec<&str> = cmd.split_whitespace().collect();
         match words[..] {
             ["when"] => {
-                let block = self.block_number().saturating_sub(1);
+                let n = self.block_index.number(&mut self.timeline, self.pos);
+                let block = n.unwrap_or(0).saturating_sub(1);
                 format!("instruction {} block {block}", self.pos)
             }
             ["seek", n] => match n.parse::<u64>() {

@@ -41,10 +41,15 @@ const INTERVAL: usize = 7;
 /// Sends `packets` (after gdb's capabilities) and returns the replies, one
 /// per packet sent (console output of `monitor` folded into its reply).
 fn session(trace: &[u8], at: u64, packets: &[String]) -> Vec<String> {
+    session_with(trace, at, INTERVAL, packets)
+}
+
+/// [`session`] with `interval` instructions per timeline interval.
+fn session_with(trace: &[u8], at: u64, interval: usize, packets: &[String]) -> Vec<String> {
     let opts = Options {
         thread: None,
         at,
-        interval: INTERVAL,
+        interval,
         warn: None,
     };
     let t = Trace::parse(trace).unwrap();
@@ -207,4 +212,29 @@ fn seek_and_start_position() {
     let far = format!("seek {}", addrs.len());
     let r = session(&trace, 0, &[monitor(&far)]);
     assert!(r[0].starts_with("no instruction"), "{}", r[0]);
+}
+
+/// `monitor when`'s block number, from the per-interval index over many
+/// small intervals, equals the count over one interval holding the whole
+/// execution (a plain scan from the first instruction), at every position
+/// and after seeks backwards.
+#[test]
+fn block_numbers_by_index_equal_a_scan() {
+    let (trace, addrs) = (0..200)
+        .map(|seed| synthetic(seed, 400))
+        .find(|(_, a)| a.len() > 8 * INTERVAL)
+        .expect("a long random execution");
+    let mut order: Vec<usize> = (0..addrs.len()).rev().collect();
+    order.extend((0..addrs.len()).step_by(5));
+    let ps: Vec<String> = order
+        .iter()
+        .flat_map(|p| [monitor(&format!("seek {p}")), monitor("when")])
+        .collect();
+    let indexed = session_with(&trace, 0, INTERVAL, &ps);
+    let scanned = session_with(&trace, 0, 1 << 20, &ps);
+    assert_eq!(indexed, scanned);
+    assert!(
+        indexed.iter().any(|r| r.contains(" block 5")),
+        "{indexed:?}"
+    );
 }
