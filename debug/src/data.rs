@@ -23,6 +23,7 @@ use aetrace_format::{ModuleId, ThreadId, Trace};
 use aetrace_regen::compile::Module as Compiled;
 use iced_x86::{Decoder, DecoderOptions, InstructionInfoFactory};
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::rc::Rc;
 
 /// One data reference: the bytes `start..end` an instruction touched.
@@ -83,13 +84,41 @@ pub fn values<B: AsRef<[u8]>>(
     aetrace_regen::data_values(trace, ThreadId(thread)).map_err(|e| e.to_string())
 }
 
+/// A decoded instruction and its module's load bias.
+struct Insn {
+    planned: Planned,
+    base: u64,
+}
+
+/// A hasher for instruction addresses (the cache is looked up once per
+/// instruction walked: SipHash would dominate the walk).
+#[derive(Default)]
+struct PcHasher(u64);
+
+impl Hasher for PcHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        bytes.iter().for_each(|&b| self.write_u64(u64::from(b)));
+    }
+
+    fn write_u64(&mut self, a: u64) {
+        // Fibonacci hashing: the high bits mix every address bit.
+        self.0 = (self.0 ^ a)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .rotate_left(32);
+    }
+}
+
 /// A thread's data references (see the module comment).
 pub struct Data {
     values: Vec<u64>,
     /// The index of the first value of each interval learnt so far.
     starts: Vec<usize>,
     /// Decoded instructions by run-time address.
-    insns: HashMap<u64, Rc<Planned>>,
+    insns: HashMap<u64, Rc<Insn>, BuildHasherDefault<PcHasher>>,
     info: InstructionInfoFactory,
 }
 
@@ -99,7 +128,7 @@ impl Data {
         Data {
             values,
             starts: vec![0],
-            insns: HashMap::new(),
+            insns: HashMap::default(),
             info: InstructionInfoFactory::new(),
         }
     }
@@ -170,7 +199,7 @@ impl Data {
         let mut refs = Vec::new();
         for (i, &pc) in pcs.iter().enumerate() {
             let insn = self.insn(code, pc)?;
-            v = self.refs(&insn, pc, code, v, &mut refs)?;
+            v = self.refs(&insn, pc, v, &mut refs)?;
             if f(base + i as u64, pc, &refs) {
                 return Ok(base + i as u64);
             }
@@ -196,7 +225,7 @@ impl Data {
             let (_, pcs) = t.interval(j);
             let pcs = pcs.to_vec();
             for pc in pcs {
-                v += self.insn(code, pc)?.plan.len();
+                v += self.insn(code, pc)?.planned.plan.len();
             }
             self.starts.push(v);
         }
@@ -204,7 +233,7 @@ impl Data {
     }
 
     /// The instruction at run-time address `pc`, decoded once.
-    fn insn(&mut self, code: &Code<'_, '_>, pc: u64) -> Result<Rc<Planned>, String> {
+    fn insn(&mut self, code: &Code<'_, '_>, pc: u64) -> Result<Rc<Insn>, String> {
         if let Some(i) = self.insns.get(&pc) {
             return Ok(i.clone());
         }
@@ -220,21 +249,20 @@ impl Data {
         if insn.is_invalid() {
             return Err(format!("no instruction can be read at {pc:#x}"));
         }
-        let i = Rc::new(Planned::new(insn, &mut self.info)?);
+        let planned = Planned::new(insn, &mut self.info)?;
+        let i = Rc::new(Insn { planned, base });
         self.insns.insert(pc, i.clone());
         Ok(i)
     }
 
     /// Fills `out` with the references of `insn` at `pc`, whose values
     /// start at index `v`; the index after them.
-    fn refs(
-        &self,
-        insn: &Planned,
-        pc: u64,
-        code: &Code<'_, '_>,
-        v: usize,
-        out: &mut Vec<Ref>,
-    ) -> Result<usize, String> {
+    fn refs(&self, i: &Insn, pc: u64, v: usize, out: &mut Vec<Ref>) -> Result<usize, String> {
+        let insn = &i.planned;
+        out.clear();
+        if insn.prog.refs.is_empty() {
+            return Ok(v);
+        }
         let end = v + insn.plan.len();
         let vals = self.values.get(v..end).ok_or_else(|| {
             format!(
@@ -242,17 +270,12 @@ impl Data {
                 self.values.len()
             )
         })?;
-        let base = code
-            .blocks
-            .at(pc)
-            .map_or(0, |b| code.modules[b.module].load_base);
-        let addrs = insn.addresses(vals, base);
+        let addrs = insn.addresses(vals, i.base);
         // A `rep`'s values start with rcx and rflags (`full::plan`).
         let rep = match insn.plan.first() {
             Some(Recorded::Rcx) => Some((vals[0], vals[1] & DF != 0)),
             _ => None,
         };
-        out.clear();
         for (r, &a) in insn.prog.refs.iter().zip(&addrs) {
             let size = u64::from(r.size);
             let (start, end) = match rep {
