@@ -575,11 +575,12 @@ fn until_and_advance_agree_with_native_gdb() {
     );
 }
 
-/// `qsort_callback.c` recorded with data addresses (`record --data
-/// --check`): the executable and the trace.
-fn recorded_with_data() -> (PathBuf, PathBuf) {
-    let exe = build("qsort_callback.c", O2_PIE);
-    let trace = common::scratch("debug").join("qsort_callback-data.aet");
+/// `qsort_callback.c` built as `variant` and recorded with data addresses
+/// (`record --data --check`): the executable and the trace.
+fn recorded_with_data(variant: Variant) -> (PathBuf, PathBuf) {
+    let exe = build("qsort_callback.c", variant);
+    let name = format!("qsort_callback-{}-data.aet", variant.tag());
+    let trace = common::scratch("debug").join(name);
     run_checked(
         Command::new(common::aetrace())
             .args(["record", "--data", "--check", "-o"])
@@ -614,7 +615,7 @@ fn offsets(out: &str) -> Vec<u64> {
 #[test]
 fn watchpoints_agree_with_native_gdb_both_ways() {
     const K: usize = 20;
-    let (exe, trace) = recorded_with_data();
+    let (exe, trace) = recorded_with_data(O2_PIE);
     let want = insns(&trace);
     let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
     let var = "*(long *)&compares";
@@ -680,4 +681,66 @@ fn watchpoints_agree_with_native_gdb_both_ways() {
         out.contains("Could not insert hardware watchpoint"),
         "{out}"
     );
+}
+
+/// The instructions (addresses) that read a byte of `range`, in order, by
+/// valgrind lackey's `L` and `M` lines.
+fn lackey_readers(exe: &Path, range: (u64, u64)) -> Vec<u64> {
+    let log = exe.with_extension("debug-lackey");
+    let status = Command::new("valgrind")
+        .args(["--tool=lackey", "--trace-mem=yes", "--vex-guest-chase=no"])
+        .arg(format!("--log-file={}", log.display()))
+        .arg(exe)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "lackey run failed");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let num = |s: &str| u64::from_str_radix(s.split(',').next().unwrap().trim(), 16).unwrap();
+    // (instruction line number, its address): one entry per execution.
+    let mut insn = (0, 0);
+    let mut out: Vec<(usize, u64)> = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if let Some(rest) = line.strip_prefix("I  ") {
+            insn = (n, num(rest));
+        } else if let Some(rest) = line.strip_prefix(" L ").or(line.strip_prefix(" M ")) {
+            let a = num(rest);
+            if a < range.1 && range.0 < a + 8 && out.last() != Some(&insn) {
+                out.push(insn);
+            }
+        }
+    }
+    out.into_iter().map(|i| i.1).collect()
+}
+
+/// `rwatch` stops after exactly the instructions that read the watched
+/// counter, in valgrind lackey's order (non-PIE: the same addresses on both
+/// sides), K times; `monitor watch-hit` names each.
+#[test]
+fn rwatch_stops_at_the_reads_lackey_sees() {
+    const K: usize = 30;
+    let (exe, trace) = recorded_with_data(Variant::new(Opt::O2, Link::NoPie, false));
+    let want = insns(&trace);
+    let out = gdb(
+        &exe,
+        &trace,
+        &format!(
+            "printf \"addr %lx\\n\", &compares\nrwatch -l *(long *)&compares\n{}",
+            "continue\nmonitor watch-hit\n".repeat(K)
+        ),
+    );
+    let addr = out
+        .lines()
+        .find_map(|l| l.strip_prefix("addr "))
+        .map(|a| u64::from_str_radix(a.trim(), 16).unwrap())
+        .expect("the counter's address");
+    let ours: Vec<u64> = out
+        .lines()
+        .filter(|l| l.contains(": L ") || l.contains(": M ") || l.contains(": S "))
+        .map(|l| l.split_whitespace().nth(1).unwrap().trim_end_matches(':'))
+        .map(|p| want[p.parse::<usize>().unwrap()])
+        .collect();
+    let theirs = lackey_readers(&exe, (addr, addr + 8));
+    assert!(theirs.len() > K, "{} reads", theirs.len());
+    assert_eq!(ours[..], theirs[..K], "{out}");
 }
