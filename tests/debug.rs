@@ -744,3 +744,52 @@ fn rwatch_stops_at_the_reads_lackey_sees() {
     assert!(theirs.len() > K, "{} reads", theirs.len());
     assert_eq!(ours[..], theirs[..K], "{out}");
 }
+
+/// The trace's thread ids, as `aetrace regen --count` lists them.
+fn counted_threads(trace: &Path) -> Vec<String> {
+    let out = Command::new(common::aetrace())
+        .args(["regen", "--count"])
+        .arg(trace)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let ids = text.lines().filter_map(|l| l.strip_prefix("thread "));
+    ids.map(|l| l.split_whitespace().next().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn each_thread_steps_its_own_stream() {
+    let (exe, trace) = recorded("threads.c", &[]);
+    let ids = counted_threads(&trace);
+    assert_eq!(ids.len(), 5, "main and four workers");
+    let wants: Vec<Vec<u64>> = ids
+        .iter()
+        .map(|t| common::regen::addresses(&trace, &["--thread", t, "--format", "insn"]))
+        .collect();
+    let k = 30;
+    // Every thread forwards k steps, then each one back one step: each
+    // kept its own position while the others moved.
+    let mut script = "info threads\n".to_owned();
+    for n in 1..=ids.len() {
+        script += &format!(
+            "thread {n}\nprintf \"pc %lx\\n\", $pc\n{}",
+            repeat("stepi", k)
+        );
+    }
+    for n in 1..=ids.len() {
+        script += &format!("thread {n}\n{}", repeat("reverse-stepi", 1));
+    }
+    let out = gdb(&exe, &trace, &script);
+    let listed = out.lines().filter(|l| l.contains("(trace thread ")).count();
+    assert_eq!(listed, ids.len(), "info threads:\n{out}");
+    let got = pcs(&out);
+    assert_eq!(got.len(), ids.len() * (k + 2), "{out}");
+    for (i, want) in wants.iter().enumerate() {
+        let run = &got[i * (k + 1)..(i + 1) * (k + 1)];
+        assert_eq!(run, &want[..=k], "thread {}", ids[i]);
+        let back = got[ids.len() * (k + 1) + i];
+        assert_eq!(back, want[k - 1], "thread {} back", ids[i]);
+    }
+}

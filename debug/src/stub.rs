@@ -1,5 +1,6 @@
-//! The gdb remote stub over one thread's [`Timeline`]: the `gdbstub` crate
-//! speaks the protocol; this module answers it.
+//! One thread of the gdb target: its [`Timeline`], its position on it and
+//! what gdb asked of it (`crate::process` serves a process's threads
+//! through `gdbstub`, which speaks the protocol).
 //!
 //! - Registers: only `rip` is known (the instruction at the current
 //!   position); every other register is *unavailable* (`xx` in `g`
@@ -25,16 +26,7 @@ use crate::stack::Stacks;
 use crate::timeline::{Found, Timeline};
 use aetrace_regen::compile::Module as Compiled;
 use gdbstub::arch::{Arch, Registers};
-use gdbstub::common::Signal;
-use gdbstub::target::ext::base::reverse_exec::{ReplayLogPosition, ReverseCont, ReverseStep};
-use gdbstub::target::ext::base::singlethread::{
-    SingleThreadBase, SingleThreadRangeStepping, SingleThreadResume, SingleThreadSingleStep,
-};
-use gdbstub::target::ext::breakpoints::{
-    Breakpoints, HwBreakpoint, HwWatchpoint, SwBreakpoint, WatchKind,
-};
-use gdbstub::target::ext::monitor_cmd::{outputln, ConsoleOutput, MonitorCmd};
-use gdbstub::target::{Target, TargetError, TargetResult};
+use gdbstub::target::ext::breakpoints::WatchKind;
 
 /// x86-64 with only `rip` available (gdb's `i386:x86-64` core and SSE
 /// registers, the layout of `gdbstub_arch`'s `X86_64_SSE`).
@@ -88,7 +80,7 @@ impl Registers for PcRegs {
 
 /// What gdb asked the target to do at the next resume.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Action {
+pub(crate) enum Action {
     Step,
     Continue,
     ReverseStep,
@@ -622,308 +614,63 @@ fn is_break(breaks: &[(u64, bool)], a: u64) -> bool {
     breaks.iter().any(|b| b.0 == a)
 }
 
-/// gdbstub's stop reason for a [`Stop`].
-pub fn stop_reason(s: Stop) -> gdbstub::stub::SingleThreadStopReason<u64> {
-    use gdbstub::stub::SingleThreadStopReason as R;
-    match s {
-        Stop::Step => R::DoneStep,
-        Stop::SwBreak => R::SwBreak(()),
-        Stop::HwBreak => R::HwBreak(()),
-        Stop::Begin => R::ReplayLog {
-            tid: None,
-            pos: ReplayLogPosition::Begin,
-        },
-        Stop::End => R::ReplayLog {
-            tid: None,
-            pos: ReplayLogPosition::End,
-        },
-        Stop::Watch(kind, addr) => R::Watch {
-            tid: (),
-            kind,
-            addr,
-        },
-    }
-}
-
-impl Target for Stub<'_> {
-    type Arch = PcOnly;
-    type Error = String;
-
-    #[inline(always)]
-    fn base_ops(&mut self) -> gdbstub::target::ext::base::BaseOps<'_, PcOnly, String> {
-        gdbstub::target::ext::base::BaseOps::SingleThread(self)
-    }
-
-    #[inline(always)]
-    fn support_breakpoints(
-        &mut self,
-    ) -> Option<gdbstub::target::ext::breakpoints::BreakpointsOps<'_, Self>> {
-        Some(self)
-    }
-
-    #[inline(always)]
-    fn support_monitor_cmd(
-        &mut self,
-    ) -> Option<gdbstub::target::ext::monitor_cmd::MonitorCmdOps<'_, Self>> {
-        Some(self)
-    }
-
-    #[inline(always)]
-    fn support_exec_file(
-        &mut self,
-    ) -> Option<gdbstub::target::ext::exec_file::ExecFileOps<'_, Self>> {
-        Some(self)
-    }
-
-    #[inline(always)]
-    fn support_auxv(&mut self) -> Option<gdbstub::target::ext::auxv::AuxvOps<'_, Self>> {
-        Some(self)
-    }
-
-    #[inline(always)]
-    fn support_libraries_svr4(
-        &mut self,
-    ) -> Option<gdbstub::target::ext::libraries::LibrariesSvr4Ops<'_, Self>> {
-        Some(self)
-    }
-}
-
-impl SingleThreadBase for Stub<'_> {
-    fn read_registers(&mut self, regs: &mut PcRegs) -> TargetResult<(), Self> {
-        regs.rip = self.pc();
-        Ok(())
-    }
-
-    fn write_registers(&mut self, _regs: &PcRegs) -> TargetResult<(), Self> {
-        Err(TargetError::NonFatal)
-    }
-
-    fn read_addrs(&mut self, start: u64, data: &mut [u8]) -> TargetResult<usize, Self> {
-        let n = match start.checked_sub(SHADOW) {
-            Some(_) => self.read_shadow(start, data),
-            None => self.image.read(start, data),
-        };
-        match n {
-            0 => Err(TargetError::NonFatal),
-            n => Ok(n),
-        }
-    }
-
-    fn write_addrs(&mut self, _start: u64, _data: &[u8]) -> TargetResult<(), Self> {
-        Err(TargetError::NonFatal)
-    }
-
-    #[inline(always)]
-    fn support_resume(
-        &mut self,
-    ) -> Option<gdbstub::target::ext::base::singlethread::SingleThreadResumeOps<'_, Self>> {
-        Some(self)
-    }
-}
-
-impl SingleThreadResume for Stub<'_> {
-    fn resume(&mut self, signal: Option<Signal>) -> Result<(), String> {
-        if signal.is_some() {
-            return Err("a recorded run cannot be continued with a signal".into());
-        }
-        self.action = Action::Continue;
-        Ok(())
-    }
-
-    #[inline(always)]
-    fn support_single_step(
-        &mut self,
-    ) -> Option<gdbstub::target::ext::base::singlethread::SingleThreadSingleStepOps<'_, Self>> {
-        Some(self)
-    }
-
-    #[inline(always)]
-    fn support_range_step(
-        &mut self,
-    ) -> Option<gdbstub::target::ext::base::singlethread::SingleThreadRangeSteppingOps<'_, Self>>
-    {
-        Some(self)
-    }
-
-    #[inline(always)]
-    fn support_reverse_step(
-        &mut self,
-    ) -> Option<gdbstub::target::ext::base::reverse_exec::ReverseStepOps<'_, (), Self>> {
-        Some(self)
-    }
-
-    #[inline(always)]
-    fn support_reverse_cont(
-        &mut self,
-    ) -> Option<gdbstub::target::ext::base::reverse_exec::ReverseContOps<'_, (), Self>> {
-        Some(self)
-    }
-}
-
-impl SingleThreadSingleStep for Stub<'_> {
-    fn step(&mut self, signal: Option<Signal>) -> Result<(), String> {
-        if signal.is_some() {
-            return Err("a recorded run cannot be stepped with a signal".into());
-        }
-        self.action = Action::Step;
-        Ok(())
-    }
-}
-
-impl SingleThreadRangeStepping for Stub<'_> {
-    fn resume_range_step(&mut self, start: u64, end: u64) -> Result<(), String> {
-        self.action = Action::Range(start, end);
-        Ok(())
-    }
-}
-
-impl ReverseStep<()> for Stub<'_> {
-    fn reverse_step(&mut self, _tid: ()) -> Result<(), String> {
-        self.action = Action::ReverseStep;
-        Ok(())
-    }
-}
-
-impl ReverseCont<()> for Stub<'_> {
-    fn reverse_cont(&mut self) -> Result<(), String> {
-        self.action = Action::ReverseContinue;
-        Ok(())
-    }
-}
-
-impl Breakpoints for Stub<'_> {
-    #[inline(always)]
-    fn support_sw_breakpoint(
-        &mut self,
-    ) -> Option<gdbstub::target::ext::breakpoints::SwBreakpointOps<'_, Self>> {
-        Some(self)
-    }
-
-    #[inline(always)]
-    fn support_hw_breakpoint(
-        &mut self,
-    ) -> Option<gdbstub::target::ext::breakpoints::HwBreakpointOps<'_, Self>> {
-        Some(self)
-    }
-
-    #[inline(always)]
-    fn support_hw_watchpoint(
-        &mut self,
-    ) -> Option<gdbstub::target::ext::breakpoints::HwWatchpointOps<'_, Self>> {
-        Some(self)
-    }
-}
-
-impl Stub<'_> {
-    fn add_break(&mut self, addr: u64, hw: bool) -> bool {
-        if !self.breaks.contains(&(addr, hw)) {
-            self.breaks.push((addr, hw));
-        }
-        true
-    }
-
-    fn remove_break(&mut self, addr: u64, hw: bool) -> bool {
-        let before = self.breaks.len();
-        self.breaks.retain(|&b| b != (addr, hw));
-        self.breaks.len() < before
-    }
-}
-
-impl SwBreakpoint for Stub<'_> {
-    fn add_sw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
-        Ok(self.add_break(addr, false))
-    }
-
-    fn remove_sw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
-        Ok(self.remove_break(addr, false))
-    }
-}
-
-impl HwBreakpoint for Stub<'_> {
-    fn add_hw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
-        Ok(self.add_break(addr, true))
-    }
-
-    fn remove_hw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
-        Ok(self.remove_break(addr, true))
-    }
-}
-
-impl HwWatchpoint for Stub<'_> {
-    fn add_hw_watchpoint(
-        &mut self,
-        addr: u64,
-        len: u64,
-        kind: WatchKind,
-    ) -> TargetResult<bool, Self> {
-        if let Err(why) = &self.data {
-            (self.warn)(why);
-            return Ok(false);
-        }
-        if !self.watches.contains(&(addr, len, kind)) {
-            self.watches.push((addr, len, kind));
-        }
-        Ok(true)
-    }
-
-    fn remove_hw_watchpoint(
-        &mut self,
-        addr: u64,
-        len: u64,
-        kind: WatchKind,
-    ) -> TargetResult<bool, Self> {
-        let before = self.watches.len();
-        self.watches.retain(|&w| w != (addr, len, kind));
-        Ok(self.watches.len() < before)
-    }
-}
-
-impl MonitorCmd for Stub<'_> {
-    fn handle_monitor_cmd(&mut self, cmd: &[u8], mut out: ConsoleOutput<'_>) -> Result<(), String> {
-        let reply = self.monitor(&String::from_utf8_lossy(cmd));
-        outputln!(out, "{reply}");
-        Ok(())
-    }
-}
-
 /// Copies `data[offset..offset + length]` into `buf` (qXfer objects).
-fn xfer(data: &[u8], offset: u64, length: usize, buf: &mut [u8]) -> usize {
+pub(crate) fn xfer(data: &[u8], offset: u64, length: usize, buf: &mut [u8]) -> usize {
     let from = (offset as usize).min(data.len());
     let n = length.min(buf.len()).min(data.len() - from);
     buf[..n].copy_from_slice(&data[from..from + n]);
     n
 }
 
-impl gdbstub::target::ext::exec_file::ExecFile for Stub<'_> {
-    fn get_exec_file(
-        &self,
-        _pid: Option<gdbstub::common::Pid>,
-        offset: u64,
-        length: usize,
-        buf: &mut [u8],
-    ) -> TargetResult<usize, Self> {
-        Ok(xfer(self.exe_path().as_bytes(), offset, length, buf))
+impl<'m> Stub<'m> {
+    /// Sets what the next [`Stub::run`] does.
+    pub(crate) fn set_action(&mut self, action: Action) {
+        self.action = action;
     }
-}
 
-impl gdbstub::target::ext::auxv::Auxv for Stub<'_> {
-    fn get_auxv(&self, offset: u64, length: usize, buf: &mut [u8]) -> TargetResult<usize, Self> {
-        Ok(xfer(&self.image.auxv(), offset, length, buf))
+    /// The process image gdb reads.
+    pub(crate) fn image(&self) -> &Image {
+        &self.image
     }
-}
 
-impl gdbstub::target::ext::libraries::LibrariesSvr4 for Stub<'_> {
-    fn get_libraries_svr4(
-        &self,
-        offset: u64,
-        length: usize,
-        buf: &mut [u8],
-    ) -> TargetResult<usize, Self> {
-        Ok(xfer(
-            self.image.libraries_svr4().as_bytes(),
-            offset,
-            length,
-            buf,
-        ))
+    /// Reads memory: the shadow region or the image; how many bytes.
+    pub(crate) fn read_memory(&mut self, start: u64, data: &mut [u8]) -> usize {
+        match start.checked_sub(SHADOW) {
+            Some(_) => self.read_shadow(start, data),
+            None => self.image.read(start, data),
+        }
+    }
+
+    /// Adds a breakpoint (hardware or software) at `addr`.
+    pub(crate) fn add_break(&mut self, addr: u64, hw: bool) {
+        if !self.breaks.contains(&(addr, hw)) {
+            self.breaks.push((addr, hw));
+        }
+    }
+
+    /// Removes a breakpoint: whether there was one.
+    pub(crate) fn remove_break(&mut self, addr: u64, hw: bool) -> bool {
+        let before = self.breaks.len();
+        self.breaks.retain(|&b| b != (addr, hw));
+        self.breaks.len() < before
+    }
+
+    /// Adds a watchpoint: refused (saying why) without data addresses.
+    pub(crate) fn add_watch(&mut self, addr: u64, len: u64, kind: WatchKind) -> bool {
+        if let Err(why) = &self.data {
+            (self.warn)(why);
+            return false;
+        }
+        if !self.watches.contains(&(addr, len, kind)) {
+            self.watches.push((addr, len, kind));
+        }
+        true
+    }
+
+    /// Removes a watchpoint: whether there was one.
+    pub(crate) fn remove_watch(&mut self, addr: u64, len: u64, kind: WatchKind) -> bool {
+        let before = self.watches.len();
+        self.watches.retain(|&w| w != (addr, len, kind));
+        self.watches.len() < before
     }
 }
