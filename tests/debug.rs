@@ -7,7 +7,9 @@
 //! `reverse-continue`), and both ends of the run stop with gdb's "No more
 //! reverse-execution history". Frames and line stepping (`bt`, `next`,
 //! `finish` and their reverse forms) are compared with gdb on the program
-//! run natively (its CFI unwinder and `record full`). Errors: a corrupted
+//! run natively (its CFI unwinder and `record full`). Threads: each of a
+//! process's threads steps its own `regen --thread T` stream and keeps its
+//! position across `thread N` switches. Errors: a corrupted
 //! trace and a missing gdb are one line and a non-zero exit.
 
 use crate::common;
@@ -781,9 +783,15 @@ fn each_thread_steps_its_own_stream() {
     for n in 1..=ids.len() {
         script += &format!("thread {n}\n{}", repeat("reverse-stepi", 1));
     }
+    // After `info threads`, a reread of the selected thread's registers
+    // makes it the one `reverse-continue` runs: back to its worker entry.
+    script += "break worker\nthread 2\ninfo threads\nmaintenance flush register-cache\n";
+    script += "reverse-continue\nmonitor when\n";
     let out = gdb(&exe, &trace, &script);
+    assert!(out.contains("Thread 2 hit Breakpoint 1"), "{out}");
+    assert_eq!(whens(&out), [0], "{out}");
     let listed = out.lines().filter(|l| l.contains("(trace thread ")).count();
-    assert_eq!(listed, ids.len(), "info threads:\n{out}");
+    assert_eq!(listed, 2 * ids.len(), "two `info threads`:\n{out}");
     let got = pcs(&out);
     assert_eq!(got.len(), ids.len() * (k + 2), "{out}");
     for (i, want) in wants.iter().enumerate() {

@@ -16,7 +16,8 @@ use crate::stub::{xfer, Action, PcOnly, PcRegs, Stop, Stub};
 use gdbstub::common::{Signal, Tid};
 use gdbstub::stub::MultiThreadStopReason;
 use gdbstub::target::ext::base::multithread::{
-    MultiThreadBase, MultiThreadRangeStepping, MultiThreadResume, MultiThreadSingleStep,
+    MultiThreadBase, MultiThreadRangeStepping, MultiThreadResume, MultiThreadSchedulerLocking,
+    MultiThreadSingleStep,
 };
 use gdbstub::target::ext::base::reverse_exec::{ReplayLogPosition, ReverseCont, ReverseStep};
 use gdbstub::target::ext::breakpoints::{
@@ -281,6 +282,14 @@ impl MultiThreadResume for Process<'_> {
     }
 
     #[inline(always)]
+    fn support_scheduler_locking(
+        &mut self,
+    ) -> Option<gdbstub::target::ext::base::multithread::MultiThreadSchedulerLockingOps<'_, Self>>
+    {
+        Some(self)
+    }
+
+    #[inline(always)]
     fn support_reverse_step(
         &mut self,
     ) -> Option<gdbstub::target::ext::base::reverse_exec::ReverseStepOps<'_, Tid, Self>> {
@@ -292,6 +301,14 @@ impl MultiThreadResume for Process<'_> {
         &mut self,
     ) -> Option<gdbstub::target::ext::base::reverse_exec::ReverseContOps<'_, Tid, Self>> {
         Some(self)
+    }
+}
+
+/// Only one thread ever moves: gdb's scheduler locking is what the stub
+/// does anyway (gdb sends it with `set scheduler-locking on`).
+impl MultiThreadSchedulerLocking for Process<'_> {
+    fn set_resume_action_scheduler_lock(&mut self) -> Result<(), String> {
+        Ok(())
     }
 }
 

@@ -115,7 +115,7 @@ fn rip_of(g: &str) -> u64 {
 #[test]
 fn registers_are_unavailable_but_rip() {
     let (trace, addrs) = synthetic(1, 50);
-    let r = session(&trace, 0, &["g".into(), "vCont;s".into(), "g".into()]);
+    let r = session(&trace, 0, &["g".into(), "vCont;s:1".into(), "g".into()]);
     assert_eq!(rip_of(&r[0]), addrs[0]);
     assert!(r[1].starts_with("T05thread:"), "{}", r[1]);
     assert_eq!(rip_of(&r[2]), addrs[1]);
@@ -128,11 +128,11 @@ fn stepping_both_ways_follows_the_execution() {
         let n = addrs.len();
         let mut ps = Vec::new();
         for _ in 1..n {
-            ps.push("vCont;s".to_owned());
+            ps.push("vCont;s:1".to_owned());
             ps.push("g".to_owned());
         }
         // One step past the end, then all the way back and one more.
-        ps.push("vCont;s".into());
+        ps.push("vCont;s:1".into());
         for _ in 1..n {
             ps.push("bs".into());
             ps.push("g".into());
