@@ -7,7 +7,9 @@
 //! `reverse-continue`), and both ends of the run stop with gdb's "No more
 //! reverse-execution history". Frames and line stepping (`bt`, `next`,
 //! `finish` and their reverse forms) are compared with gdb on the program
-//! run natively (its CFI unwinder and `record full`). Errors: a corrupted
+//! run natively (its CFI unwinder and `record full`). Threads: each of a
+//! process's threads steps its own `regen --thread T` stream and keeps its
+//! position across `thread N` switches. Errors: a corrupted
 //! trace and a missing gdb are one line and a non-zero exit.
 
 use crate::common;
@@ -573,4 +575,229 @@ fn until_and_advance_agree_with_native_gdb() {
         stops(&native),
         "ours:\n{ours}\nnative:\n{native}"
     );
+}
+
+/// `qsort_callback.c` built as `variant` and recorded with data addresses
+/// (`record --data --check`): the executable and the trace.
+fn recorded_with_data(variant: Variant) -> (PathBuf, PathBuf) {
+    let exe = build("qsort_callback.c", variant);
+    let name = format!("qsort_callback-{}-data.aet", variant.tag());
+    let trace = common::scratch("debug").join(name);
+    run_checked(
+        Command::new(common::aetrace())
+            .args(["record", "--data", "--check", "-o"])
+            .arg(&trace)
+            .arg("--")
+            .arg(&exe),
+        "aetrace record --data --check",
+    );
+    (exe, trace)
+}
+
+/// `n` times `cmd`, each followed by the pc from `main` and `then`.
+fn watch_stops(cmd: &str, n: usize, then: &str) -> String {
+    format!("{cmd}\nprintf \"off %lx\\n\", $pc - (long)&main\n{then}").repeat(n)
+}
+
+/// The values of the `off` lines.
+fn offsets(out: &str) -> Vec<u64> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix("off "))
+        .map(|a| u64::from_str_radix(a.trim(), 16).unwrap())
+        .collect()
+}
+
+/// Watchpoints on `compares` (written by the comparators qsort calls
+/// back): forwards, `awatch` and aetrace's `watch-write` stop where native
+/// gdb's hardware `awatch` and `watch` stop (every write changes the
+/// counter), K times, at the same pcs; backwards, `reverse-continue` stops
+/// before each of those accesses in turn (the instruction before each
+/// forward stop, by the instruction trace); `monitor last-write` names the
+/// last writer. A trace without data refuses a watchpoint with one line.
+#[test]
+fn watchpoints_agree_with_native_gdb_both_ways() {
+    const K: usize = 20;
+    let (exe, trace) = recorded_with_data(O2_PIE);
+    let want = insns(&trace);
+    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
+    let var = "*(long *)&compares";
+    for (native_cmd, ours_cmd) in [("awatch -l", "awatch -l"), ("watch -l", "watch-write")] {
+        let script = trace.with_extension("native-watch.gdb");
+        let text = format!(
+            "set pagination off\nset confirm off\nbreak main\nrun\n{native_cmd} {var}\n{}",
+            watch_stops("continue", K, "")
+        );
+        std::fs::write(&script, text).unwrap();
+        let native = run_checked(
+            Command::new("gdb")
+                .args(["-batch", "-nx", "-x"])
+                .arg(&script)
+                .arg(&exe),
+            "gdb (native, hardware watchpoints)",
+        );
+        let native = String::from_utf8_lossy(&native.stdout).into_owned();
+        let last_write = "python gdb.execute('monitor last-write %#x 8' % int(gdb.parse_and_eval('(long)&compares')))";
+        let ours = gdb(
+            &exe,
+            &trace,
+            &format!(
+                "source {}\nbreak main\ncontinue\n{ours_cmd} {var}\n{}{last_write}\n{}",
+                aetrace_py.display(),
+                watch_stops("continue", K, "monitor when\n"),
+                watch_stops("reverse-continue", K, "monitor when\n"),
+            ),
+        );
+        let (got, native_offs) = (offsets(&ours), offsets(&native));
+        assert_eq!(native_offs.len(), K, "{native}");
+        assert_eq!(got.len(), 2 * K, "{ours}");
+        assert_eq!(got[..K], native_offs[..], "{ours_cmd} forwards:\n{ours}");
+        let when_lines: Vec<&str> = ours.lines().filter(|l| l.contains(" block ")).collect();
+        let at = whens(&when_lines.join("\n"));
+        let (fwd, back) = at.split_at(K);
+        let main = want[fwd[0] as usize] - got[0];
+        for (i, &p) in fwd.iter().enumerate() {
+            assert_eq!(want[p as usize] - main, got[i], "forward stop {i}");
+        }
+        let before: Vec<u64> = fwd.iter().rev().map(|p| p - 1).collect();
+        assert_eq!(back, &before[..], "{ours_cmd} backwards:\n{ours}");
+        for (i, &p) in back.iter().enumerate() {
+            assert_eq!(want[p as usize] - main, got[K + i], "reverse stop {i}");
+        }
+        if ours_cmd == "watch-write" {
+            let line = format!(
+                "instruction {} at {:#x} in ",
+                fwd[K - 1] - 1,
+                want[fwd[K - 1] as usize - 1]
+            );
+            assert!(ours.contains(&line), "{line}\n{ours}");
+        }
+    }
+    // Without data addresses: one line from the stub, gdb's refusal.
+    let (exe, trace) = recorded("qsort_callback.c", &[]);
+    let (_, out) = gdb_status(&exe, &trace, &format!("awatch -l {var}\ncontinue"));
+    assert!(
+        out.contains("aetrace: watchpoints need data addresses"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Could not insert hardware watchpoint"),
+        "{out}"
+    );
+}
+
+/// The instructions (addresses) that read a byte of `range`, in order, by
+/// valgrind lackey's `L` and `M` lines.
+fn lackey_readers(exe: &Path, range: (u64, u64)) -> Vec<u64> {
+    let log = exe.with_extension("debug-lackey");
+    let status = Command::new("valgrind")
+        .args(["--tool=lackey", "--trace-mem=yes", "--vex-guest-chase=no"])
+        .arg(format!("--log-file={}", log.display()))
+        .arg(exe)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "lackey run failed");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let num = |s: &str| u64::from_str_radix(s.split(',').next().unwrap().trim(), 16).unwrap();
+    // (instruction line number, its address): one entry per execution.
+    let mut insn = (0, 0);
+    let mut out: Vec<(usize, u64)> = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if let Some(rest) = line.strip_prefix("I  ") {
+            insn = (n, num(rest));
+        } else if let Some(rest) = line.strip_prefix(" L ").or(line.strip_prefix(" M ")) {
+            let a = num(rest);
+            if a < range.1 && range.0 < a + 8 && out.last() != Some(&insn) {
+                out.push(insn);
+            }
+        }
+    }
+    out.into_iter().map(|i| i.1).collect()
+}
+
+/// `rwatch` stops after exactly the instructions that read the watched
+/// counter, in valgrind lackey's order (non-PIE: the same addresses on both
+/// sides), K times; `monitor watch-hit` names each.
+#[test]
+fn rwatch_stops_at_the_reads_lackey_sees() {
+    const K: usize = 30;
+    let (exe, trace) = recorded_with_data(Variant::new(Opt::O2, Link::NoPie, false));
+    let want = insns(&trace);
+    let out = gdb(
+        &exe,
+        &trace,
+        &format!(
+            "printf \"addr %lx\\n\", &compares\nrwatch -l *(long *)&compares\n{}",
+            "continue\nmonitor watch-hit\n".repeat(K)
+        ),
+    );
+    let addr = out
+        .lines()
+        .find_map(|l| l.strip_prefix("addr "))
+        .map(|a| u64::from_str_radix(a.trim(), 16).unwrap())
+        .expect("the counter's address");
+    let ours: Vec<u64> = out
+        .lines()
+        .filter(|l| l.contains(": L ") || l.contains(": M ") || l.contains(": S "))
+        .map(|l| l.split_whitespace().nth(1).unwrap().trim_end_matches(':'))
+        .map(|p| want[p.parse::<usize>().unwrap()])
+        .collect();
+    let theirs = lackey_readers(&exe, (addr, addr + 8));
+    assert!(theirs.len() > K, "{} reads", theirs.len());
+    assert_eq!(ours[..], theirs[..K], "{out}");
+}
+
+/// The trace's thread ids, as `aetrace regen --count` lists them.
+fn counted_threads(trace: &Path) -> Vec<String> {
+    let out = Command::new(common::aetrace())
+        .args(["regen", "--count"])
+        .arg(trace)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let ids = text.lines().filter_map(|l| l.strip_prefix("thread "));
+    ids.map(|l| l.split_whitespace().next().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn each_thread_steps_its_own_stream() {
+    let (exe, trace) = recorded("threads.c", &[]);
+    let ids = counted_threads(&trace);
+    assert_eq!(ids.len(), 5, "main and four workers");
+    let wants: Vec<Vec<u64>> = ids
+        .iter()
+        .map(|t| common::regen::addresses(&trace, &["--thread", t, "--format", "insn"]))
+        .collect();
+    let k = 30;
+    // Every thread forwards k steps, then each one back one step: each
+    // kept its own position while the others moved.
+    let mut script = "info threads\n".to_owned();
+    for n in 1..=ids.len() {
+        script += &format!(
+            "thread {n}\nprintf \"pc %lx\\n\", $pc\n{}",
+            repeat("stepi", k)
+        );
+    }
+    for n in 1..=ids.len() {
+        script += &format!("thread {n}\n{}", repeat("reverse-stepi", 1));
+    }
+    // After `info threads`, a reread of the selected thread's registers
+    // makes it the one `reverse-continue` runs: back to its worker entry.
+    script += "break worker\nthread 2\ninfo threads\nmaintenance flush register-cache\n";
+    script += "reverse-continue\nmonitor when\n";
+    let out = gdb(&exe, &trace, &script);
+    assert!(out.contains("Thread 2 hit Breakpoint 1"), "{out}");
+    assert_eq!(whens(&out), [0], "{out}");
+    let listed = out.lines().filter(|l| l.contains("(trace thread ")).count();
+    assert_eq!(listed, 2 * ids.len(), "two `info threads`:\n{out}");
+    let got = pcs(&out);
+    assert_eq!(got.len(), ids.len() * (k + 2), "{out}");
+    for (i, want) in wants.iter().enumerate() {
+        let run = &got[i * (k + 1)..(i + 1) * (k + 1)];
+        assert_eq!(run, &want[..=k], "thread {}", ids[i]);
+        let back = got[ids.len() * (k + 1) + i];
+        assert_eq!(back, want[k - 1], "thread {} back", ids[i]);
+    }
 }

@@ -134,6 +134,46 @@ def check_frames(pc, returns, exe):
 Materialise()
 
 
+class WriteWatchpoint(gdb.Breakpoint):
+    """An access watchpoint that stops only at writes: gdb's own `watch`
+    stops only when the watched value changes, and a trace has addresses,
+    not values (gdb reads <unreadable> before and after: no change)."""
+
+    def __init__(self, start, length):
+        spec = "*(char (*)[%d]) %#x" % (length, start)
+        super().__init__(spec, gdb.BP_WATCHPOINT, gdb.WP_ACCESS)
+        self.range = (start, start + length)
+
+    def stop(self):
+        reply = gdb.execute("monitor watch-hit", to_string=True).split()
+        # "instruction P: K ADDR,SIZE ...", K in L (load), S, M (read and write).
+        for kind, ref in zip(reply[2::2], reply[3::2]):
+            addr, size = ref.split(",")
+            a = int(addr, 16)
+            if kind in "SM" and a < self.range[1] and self.range[0] < a + int(size):
+                return True
+        return False
+
+
+class WatchWrite(gdb.Command):
+    """watch-write EXPR: stop after each write to the bytes of EXPR (an
+    lvalue: its address is watched, as `watch -l`), forwards and with
+    reverse-continue before it. Needs a trace recorded with --data --check."""
+
+    def __init__(self):
+        super().__init__("watch-write", gdb.COMMAND_BREAKPOINTS, gdb.COMPLETE_EXPRESSION)
+
+    def invoke(self, arg, from_tty):
+        v = gdb.parse_and_eval(arg)
+        if v.address is None:
+            raise gdb.GdbError("watch-write: %s is not in memory" % arg)
+        b = WriteWatchpoint(int(v.address), v.type.sizeof)
+        print("Hardware write watchpoint %d: -location %s (aetrace: stops at writes)" % (b.number, arg))
+
+
+WatchWrite()
+
+
 # The procedure stack, as the stub serves it at SHADOW (aetrace_debug::stub::
 # SHADOW): frame count, then (pc, procedure entry) per frame, innermost first.
 SHADOW = 0xAE7ACE0000000000

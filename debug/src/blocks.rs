@@ -5,7 +5,9 @@
 //! Invariant: blocks are sorted by start and do not overlap (a program
 //! database's blocks partition its traced code).
 
+use crate::timeline::Timeline;
 use aetrace_regen::compile::Module as Compiled;
+use std::collections::HashSet;
 
 /// A traced block at its run-time address.
 pub struct BlockAt<'m> {
@@ -58,5 +60,44 @@ impl<'m> Blocks<'m> {
     /// All blocks, by start.
     pub fn iter(&self) -> impl Iterator<Item = &BlockAt<'m>> {
         self.0.iter()
+    }
+}
+
+/// Block numbers along a timeline (`monitor when`): the blocks entered
+/// before each interval, learnt in order and kept, so that a number costs
+/// at most one interval's count after the first visit (the timeline's
+/// snapshots already make the interval itself cheap to reach).
+///
+/// Invariant: `before[k]` counts the positions before interval `k` whose
+/// address starts a block of a program database.
+pub struct BlockIndex {
+    starts: HashSet<u64>,
+    before: Vec<u64>,
+}
+
+impl BlockIndex {
+    /// The index of `blocks`' starts.
+    pub fn new(blocks: &Blocks<'_>) -> BlockIndex {
+        BlockIndex {
+            starts: blocks.iter().map(|b| b.start).collect(),
+            before: vec![0],
+        }
+    }
+
+    /// The number of blocks entered up to and including position `n`
+    /// (`None` past the end).
+    pub fn number(&mut self, t: &mut Timeline<'_>, n: u64) -> Option<u64> {
+        let k = t.interval_of(n)?;
+        while self.before.len() <= k {
+            let j = self.before.len() - 1;
+            let here = self.count(t.interval(j).1);
+            self.before.push(self.before[j] + here);
+        }
+        let (base, pcs) = t.interval(k);
+        Some(self.before[k] + self.count(&pcs[..=(n - base) as usize]))
+    }
+
+    fn count(&self, pcs: &[u64]) -> u64 {
+        pcs.iter().filter(|a| self.starts.contains(a)).count() as u64
     }
 }

@@ -1,6 +1,6 @@
 //! `aetrace-debug`: trace-driven debugging. A gdb remote stub
-//! (`aetrace debug --server`) that serves one thread of a recorded run as
-//! gdb's target, with time travel over the whole run: gdb steps, breaks
+//! (`aetrace debug --server`) that serves the threads of one process of a
+//! recorded run as gdb's target, each replayed on its own, with time travel over the whole run: gdb steps, breaks
 //! and runs backwards through the regenerated instruction stream
 //! (`../shared/DESIGN-debug.md`, issue 22; `docs/debug.md` says what works).
 //!
@@ -9,10 +9,13 @@
 //! - [`image`]: the memory and module lists gdb reads (read-only segments
 //!   of the modules' ELF files at their load bases);
 //! - [`stack`]: the procedure stack at any position (for backtraces);
-//! - [`stub`]: the gdb target (`gdbstub` speaks the protocol);
+//! - [`stub`]: one thread's replay (position, breakpoints, `monitor`);
+//! - [`process`]: the gdb target, every thread of the process (`gdbstub`
+//!   speaks the protocol);
 //! - [`materialise`]: the program re-run natively to the current
 //!   instruction, for gdb to attach (`monitor materialise`);
 //! - [`blocks`]: which procedure an address is in;
+//! - [`data`]: each instruction's data references (watchpoints);
 //! - [`calltree`]: the whole run's call tree as Chrome/Perfetto trace JSON
 //!   (`aetrace timeline`).
 //!
@@ -23,8 +26,10 @@
 
 pub mod blocks;
 pub mod calltree;
+pub mod data;
 pub mod image;
 pub mod materialise;
+pub mod process;
 pub mod stack;
 pub mod stub;
 pub mod timeline;
@@ -34,7 +39,7 @@ mod tests;
 
 use aetrace_format::{ModuleId, Trace};
 use gdbstub::conn::{Connection, ConnectionExt};
-use gdbstub::stub::{run_blocking, DisconnectReason, GdbStub, SingleThreadStopReason};
+use gdbstub::stub::{run_blocking, DisconnectReason, GdbStub, MultiThreadStopReason};
 use std::io::{BufRead, Write};
 
 /// What can stop a debugging session.
@@ -85,6 +90,9 @@ pub struct Options {
     pub at: u64,
     /// Instructions between snapshots (0: [`timeline::INTERVAL`]).
     pub interval: usize,
+    /// Where to say why a watchpoint was refused (the library prints
+    /// nothing itself).
+    pub warn: Option<fn(&str)>,
 }
 
 /// A connection over a byte reader and writer (stdin and stdout for `target
@@ -145,58 +153,74 @@ impl<R: BufRead, W: Write> ConnectionExt for Pipe<R, W> {
 struct Loop<'m, C>(std::marker::PhantomData<(&'m (), C)>);
 
 impl<'m, C: ConnectionExt> run_blocking::BlockingEventLoop for Loop<'m, C> {
-    type Target = stub::Stub<'m>;
+    type Target = process::Process<'m>;
     type Connection = C;
-    type StopReason = SingleThreadStopReason<u64>;
+    type StopReason = MultiThreadStopReason<u64>;
 
     #[allow(clippy::type_complexity)]
     fn wait_for_stop_reason(
-        target: &mut stub::Stub<'m>,
+        target: &mut process::Process<'m>,
         _conn: &mut C,
     ) -> Result<
-        run_blocking::Event<SingleThreadStopReason<u64>>,
+        run_blocking::Event<MultiThreadStopReason<u64>>,
         run_blocking::WaitForStopReasonError<String, C::Error>,
     > {
-        Ok(run_blocking::Event::TargetStopped(stub::stop_reason(
-            target.run(),
-        )))
+        match target.run() {
+            Ok(stop) => Ok(run_blocking::Event::TargetStopped(stop)),
+            Err(e) => Err(run_blocking::WaitForStopReasonError::Target(e)),
+        }
     }
 
     fn on_interrupt(
-        _target: &mut stub::Stub<'m>,
-    ) -> Result<Option<SingleThreadStopReason<u64>>, String> {
-        Ok(Some(SingleThreadStopReason::Signal(
+        _target: &mut process::Process<'m>,
+    ) -> Result<Option<MultiThreadStopReason<u64>>, String> {
+        Ok(Some(MultiThreadStopReason::Signal(
             gdbstub::common::Signal::SIGINT,
         )))
     }
 }
 
-/// Serves thread `opts.thread` of `trace` to gdb over `conn` until gdb
-/// disconnects.
+/// Serves the process of thread `opts.thread` of `trace` to gdb over
+/// `conn`, that thread selected, until gdb disconnects.
 pub fn serve<B, C>(trace: &Trace<B>, opts: Options, conn: C) -> Result<(), Error>
 where
     B: AsRef<[u8]> + Sync,
     C: ConnectionExt<Error = std::io::Error>,
 {
-    with_stub(trace, opts, |stub| run(stub, conn))
+    with_process(trace, opts, |process| run(process, conn))
 }
 
 /// Checks that thread `opts.thread` of `trace` can be served from
 /// `opts.at` (before gdb is started): the executable's path, as the trace
 /// names it.
 pub fn check<B: AsRef<[u8]> + Sync>(trace: &Trace<B>, opts: Options) -> Result<String, Error> {
-    with_stub(trace, opts, |stub| Ok(stub.exe_path().to_owned()))
+    with_process(trace, opts, |process| {
+        Ok(process.current().exe_path().to_owned())
+    })
 }
 
 /// The gdb script `aetrace debug` loads: commands that wrap `monitor` (so
 /// that gdb rereads the registers after a seek).
 pub const GDB_SCRIPT: &str = include_str!("../gdb/aetrace.py");
 
-/// Runs `f` on a stub at `opts.at` of thread `opts.thread` of `trace`.
-fn with_stub<B, R>(
+/// The trace's thread ids of the process of thread `thread` (itself
+/// included), in the trace's order.
+fn process_threads<B: AsRef<[u8]>>(trace: &Trace<B>, thread: u32) -> Vec<u32> {
+    let pid = trace.threads().find(|t| t.start.thread.0 == thread);
+    let Some(pid) = pid.map(|t| t.start.pid) else {
+        // Unknown: regeneration says so.
+        return vec![thread];
+    };
+    let same = trace.threads().filter(|t| t.start.pid == pid);
+    same.map(|t| t.start.thread.0).collect()
+}
+
+/// Runs `f` on the process of thread `opts.thread` of `trace`, that
+/// thread selected at `opts.at`, the others at their first instruction.
+fn with_process<B, R>(
     trace: &Trace<B>,
     opts: Options,
-    f: impl FnOnce(&mut stub::Stub<'_>) -> Result<R, Error>,
+    f: impl FnOnce(&mut process::Process<'_>) -> Result<R, Error>,
 ) -> Result<R, Error>
 where
     B: AsRef<[u8]> + Sync,
@@ -205,36 +229,61 @@ where
         Some(t) => t,
         None => trace.threads().next().map_or(0, |t| t.start.thread.0),
     };
+    let ids = process_threads(trace, thread);
+    let format = aetrace_regen::Format::Bin;
+    aetrace_regen::with_thread_machines(trace, &ids, format, |machines| {
+        let mut threads = Vec::new();
+        for (&id, machine) in ids.iter().zip(machines) {
+            let at = if id == thread { opts.at } else { 0 };
+            let stub = thread_stub(trace, id, machine, at, &opts)?;
+            let os_tid = trace
+                .thread(aetrace_format::ThreadId(id))
+                .map_or(0, |t| t.start.os_tid);
+            threads.push(process::Thread {
+                thread: id,
+                os_tid,
+                stub,
+            });
+        }
+        let current = ids.iter().position(|&id| id == thread).unwrap_or(0);
+        f(&mut process::Process::new(threads, current))
+    })?
+}
+
+/// The stub of thread `thread` at position `at` over `machine`.
+fn thread_stub<'m, B: AsRef<[u8]>>(
+    trace: &Trace<B>,
+    thread: u32,
+    machine: aetrace_regen::machine::Machine<'m>,
+    at: u64,
+    opts: &Options,
+) -> Result<stub::Stub<'m>, Error> {
     let interval = match opts.interval {
         0 => timeline::INTERVAL,
         n => n,
     };
-    let format = aetrace_regen::Format::Bin;
-    aetrace_regen::with_thread_machine(trace, thread, format, |machine| {
-        let modules = machine.modules();
-        let pid = trace.module(ModuleId(modules[0].tag)).map_or(0, |m| m.pid);
-        let image = image::Image::of_process(trace, pid);
-        let mut timeline = timeline::Timeline::new(machine, interval);
-        if !timeline.has(0) {
-            return Err(match timeline.error() {
-                Some(e) => Error::Stub(e.to_string()),
-                None => Error::Empty(thread),
-            });
-        }
-        if !timeline.has(opts.at) {
-            return Err(Error::At {
-                thread,
-                at: opts.at,
-            });
-        }
-        let plan = materialise::plan(trace, thread);
-        f(&mut stub::Stub::new(timeline, image, modules, opts.at).with_plan(plan))
-    })?
+    let modules = machine.modules();
+    let pid = trace.module(ModuleId(modules[0].tag)).map_or(0, |m| m.pid);
+    let image = image::Image::of_process(trace, pid);
+    let mut timeline = timeline::Timeline::new(machine, interval);
+    if !timeline.has(0) {
+        return Err(match timeline.error() {
+            Some(e) => Error::Stub(e.to_string()),
+            None => Error::Empty(thread),
+        });
+    }
+    if !timeline.has(at) {
+        return Err(Error::At { thread, at });
+    }
+    let plan = materialise::plan(trace, thread);
+    let values = data::values(trace, thread, modules);
+    let stub = stub::Stub::new(timeline, image, modules, at).with_plan(plan);
+    Ok(stub.with_data(values, opts.warn.unwrap_or(|_| {})))
 }
 
 /// Runs the protocol over `conn` until gdb disconnects.
 fn run<C: ConnectionExt<Error = std::io::Error>>(
-    target: &mut stub::Stub<'_>,
+    target: &mut process::Process<'_>,
     conn: C,
 ) -> Result<(), Error> {
     match GdbStub::new(conn).run_blocking::<Loop<'_, C>>(target) {

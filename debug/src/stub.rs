@@ -1,5 +1,6 @@
-//! The gdb remote stub over one thread's [`Timeline`]: the `gdbstub` crate
-//! speaks the protocol; this module answers it.
+//! One thread of the gdb target: its [`Timeline`], its position on it and
+//! what gdb asked of it (`crate::process` serves a process's threads
+//! through `gdbstub`, which speaks the protocol).
 //!
 //! - Registers: only `rip` is known (the instruction at the current
 //!   position); every other register is *unavailable* (`xx` in `g`
@@ -10,24 +11,22 @@
 //!   breakpoint (software and hardware alike: nothing is written into
 //!   memory) inside the stub, at regeneration speed; running off either end
 //!   stops with gdb's replay-log stop ("No more reverse-execution history").
+//! - Watchpoints (a trace with data addresses, [`Data`]): a write, read or
+//!   access of a watched range stops forwards after the instruction that
+//!   made it (x86's trap-after semantics, as gdb expects of a hardware
+//!   watchpoint) and backwards before it (gdb's `record full` stops there).
 //! - `monitor` commands: `when`, `seek N`, `info`, `calls [N]`,
-//!   `materialise` ([`Stub::monitor`]).
+//!   `last-write ADDR [LEN]`, `materialise` ([`Stub::monitor`]).
 
-use crate::blocks::{BlockAt, Blocks};
+use crate::blocks::{BlockAt, BlockIndex, Blocks};
+use crate::data::{Code, Data, Ref, Values};
 use crate::image::Image;
 use crate::materialise;
 use crate::stack::Stacks;
 use crate::timeline::{Found, Timeline};
 use aetrace_regen::compile::Module as Compiled;
 use gdbstub::arch::{Arch, Registers};
-use gdbstub::common::Signal;
-use gdbstub::target::ext::base::reverse_exec::{ReplayLogPosition, ReverseCont, ReverseStep};
-use gdbstub::target::ext::base::singlethread::{
-    SingleThreadBase, SingleThreadRangeStepping, SingleThreadResume, SingleThreadSingleStep,
-};
-use gdbstub::target::ext::breakpoints::{Breakpoints, HwBreakpoint, SwBreakpoint};
-use gdbstub::target::ext::monitor_cmd::{outputln, ConsoleOutput, MonitorCmd};
-use gdbstub::target::{Target, TargetError, TargetResult};
+use gdbstub::target::ext::breakpoints::WatchKind;
 
 /// x86-64 with only `rip` available (gdb's `i386:x86-64` core and SSE
 /// registers, the layout of `gdbstub_arch`'s `X86_64_SSE`).
@@ -81,7 +80,7 @@ impl Registers for PcRegs {
 
 /// What gdb asked the target to do at the next resume.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Action {
+pub(crate) enum Action {
     Step,
     Continue,
     ReverseStep,
@@ -103,6 +102,8 @@ pub enum Stop {
     Begin,
     /// The last instruction was reached going forwards.
     End,
+    /// A watchpoint (its kind and address) was hit.
+    Watch(WatchKind, u64),
 }
 
 /// The target gdb debugs: a thread's timeline, a position on it, the
@@ -116,12 +117,24 @@ pub struct Stub<'m> {
     action: Action,
     /// The traced blocks.
     blocks: Blocks<'m>,
+    /// Block numbers (`monitor when`).
+    block_index: BlockIndex,
     modules: &'m [&'m Compiled],
     stacks: Stacks,
     /// The shadow region's bytes at a position ([`SHADOW`]).
     shadow: Option<(u64, Vec<u8>)>,
     /// How to re-run the program (`monitor materialise`).
     plan: materialise::Plan,
+    /// The thread's data references, or why there are none.
+    data: Result<Data, String>,
+    /// Watched ranges: (start, length, kind).
+    watches: Vec<(u64, u64, WatchKind)>,
+    /// The instruction whose access made the last stop, with its
+    /// references (`monitor watch-hit`).
+    hit: Option<(u64, Vec<Ref>)>,
+    /// Where to say why a request was refused (gdb's remote protocol
+    /// has only an error number for it).
+    warn: fn(&str),
 }
 
 /// Calls `monitor calls` lists on each side of the current position.
@@ -144,7 +157,9 @@ impl<'m> Stub<'m> {
         at: u64,
     ) -> Stub<'m> {
         let blocks = Blocks::new(modules);
+        let block_index = BlockIndex::new(&blocks);
         Stub {
+            block_index,
             timeline,
             pos: at,
             image,
@@ -155,7 +170,19 @@ impl<'m> Stub<'m> {
             stacks: Stacks::new(modules),
             shadow: None,
             plan: Err("the stub was not told how the program was run".into()),
+            data: Err("watchpoints need data addresses: record with --data --check".into()),
+            watches: Vec::new(),
+            hit: None,
+            warn: |_| {},
         }
+    }
+
+    /// The same stub, with the thread's recorded data values (or why it
+    /// has none) and where to say why a watchpoint is refused.
+    pub fn with_data(mut self, values: Result<Values, String>, warn: fn(&str)) -> Self {
+        self.data = values.map(Data::new);
+        self.warn = warn;
+        self
     }
 
     /// The same stub, re-running the program by `plan` to materialise.
@@ -208,8 +235,18 @@ impl<'m> Stub<'m> {
         ok
     }
 
-    /// Carries out the pending action and says why it stopped.
-    pub fn run(&mut self) -> Stop {
+    /// Carries out the pending action and says why it stopped (an error:
+    /// the data values and the instructions disagree).
+    pub fn run(&mut self) -> Result<Stop, String> {
+        self.hit = None;
+        if !self.watches.is_empty() {
+            return self.run_watching();
+        }
+        Ok(self.run_plain())
+    }
+
+    /// [`Stub::run`] without watchpoints: a search on addresses alone.
+    fn run_plain(&mut self) -> Stop {
         match self.action {
             Action::Step => match self.timeline.has(self.pos + 1) {
                 true => {
@@ -247,6 +284,156 @@ impl<'m> Stub<'m> {
                 });
                 self.stop_at(f, Stop::End)
             }
+        }
+    }
+
+    /// [`Stub::run`] with watchpoints: a walk over each position's data
+    /// references too. Forwards, the current instruction runs first (its
+    /// accesses count, its breakpoint does not) and an access stops after
+    /// its instruction; backwards, undoing an access stops before it.
+    fn run_watching(&mut self) -> Result<Stop, String> {
+        let from = self.pos;
+        let (forward, range) = match self.action {
+            Action::Step => return self.step_watching(true),
+            Action::ReverseStep => return self.step_watching(false),
+            Action::Continue => (true, None),
+            Action::Range(start, end) => (true, Some(start..end)),
+            Action::ReverseContinue => (false, None),
+        };
+        let (breaks, watches) = (&self.breaks, &self.watches);
+        let stops =
+            |pc: u64| is_break(breaks, pc) || range.as_ref().is_some_and(|r| !r.contains(&pc));
+        let code = Code {
+            image: &self.image,
+            blocks: &self.blocks,
+            modules: self.modules,
+        };
+        let data = self.data.as_mut().map_err(|e| e.clone())?;
+        let found = data.scan(
+            &mut self.timeline,
+            &code,
+            from,
+            forward,
+            |p, pc, refs| match forward {
+                true if p > from && stops(pc) => Some(None),
+                true => watch_hit(watches, refs).map(|w| Some((w, refs.to_vec()))),
+                false => match watch_hit(watches, refs) {
+                    Some(w) => Some(Some((w, refs.to_vec()))),
+                    None => stops(pc).then_some(None),
+                },
+            },
+        )?;
+        Ok(match (found, forward) {
+            (Some((p, None)), _) => self.stop_at(Found::At(p), Stop::End),
+            (Some((p, Some((w, refs)))), true) => self.after_access(p, w, refs),
+            (Some((p, Some((w, refs)))), false) => self.before_access(p, w, refs),
+            (None, true) => {
+                let last = self.timeline.known_len().map_or(from, |n| n - 1);
+                self.stop_at(Found::End(last.max(from)), Stop::End)
+            }
+            (None, false) => self.stop_at(Found::End(0), Stop::Begin),
+        })
+    }
+
+    /// One step with watchpoints: forwards, the current instruction's
+    /// accesses; backwards, the previous one's.
+    fn step_watching(&mut self, forward: bool) -> Result<Stop, String> {
+        let p = match forward {
+            true => self.pos,
+            false => match self.pos.checked_sub(1) {
+                Some(p) => p,
+                None => return Ok(Stop::Begin),
+            },
+        };
+        let refs = self.refs_at(p)?.unwrap_or_default();
+        Ok(match (watch_hit(&self.watches, &refs), forward) {
+            (Some(w), true) => self.after_access(p, w, refs),
+            (Some(w), false) => self.before_access(p, w, refs),
+            (None, _) => self.run_plain(),
+        })
+    }
+
+    /// Stops after the access of position `p` (references `refs`) to
+    /// watched address `w`, or at the end when `p` is the last position
+    /// (there is no after).
+    fn after_access(&mut self, p: u64, w: (WatchKind, u64), refs: Vec<Ref>) -> Stop {
+        match self.timeline.has(p + 1) {
+            true => {
+                self.pos = p + 1;
+                self.hit = Some((p, refs));
+                Stop::Watch(w.0, w.1)
+            }
+            false => {
+                self.pos = p;
+                Stop::End
+            }
+        }
+    }
+
+    /// Stops before the access of position `p` (going backwards).
+    fn before_access(&mut self, p: u64, w: (WatchKind, u64), refs: Vec<Ref>) -> Stop {
+        self.pos = p;
+        self.hit = Some((p, refs));
+        Stop::Watch(w.0, w.1)
+    }
+
+    /// `monitor watch-hit`: the instruction whose access made the last
+    /// stop, and its references (aetrace's `watch-write` reads them).
+    fn watch_hit_reply(&self) -> String {
+        let Some((p, refs)) = &self.hit else {
+            return "the last stop was not a watchpoint's".into();
+        };
+        let refs: Vec<String> = refs
+            .iter()
+            .map(|r| format!("{} {:#x},{}", r.access.letter(), r.start, r.end - r.start))
+            .collect();
+        format!("instruction {p}: {}", refs.join(" "))
+    }
+
+    /// The data references of position `p` (`None` past the end).
+    fn refs_at(&mut self, p: u64) -> Result<Option<Vec<Ref>>, String> {
+        self.scan_data(p, true, |q, _, refs| (q == p).then(|| refs.to_vec()))
+            .map(|f| f.map(|(_, refs)| refs))
+    }
+
+    /// [`Data::scan`] on this stub's timeline and code.
+    fn scan_data<T>(
+        &mut self,
+        from: u64,
+        forward: bool,
+        f: impl FnMut(u64, u64, &[Ref]) -> Option<T>,
+    ) -> Result<Option<(u64, T)>, String> {
+        let code = Code {
+            image: &self.image,
+            blocks: &self.blocks,
+            modules: self.modules,
+        };
+        let data = self.data.as_mut().map_err(|e| e.clone())?;
+        data.scan(&mut self.timeline, &code, from, forward, f)
+    }
+
+    /// `monitor last-write ADDR [LEN]`: the last instruction before the
+    /// current one that wrote a byte of `addr..addr + len`.
+    fn last_write(&mut self, addr: u64, len: u64) -> String {
+        let end = addr.saturating_add(len.max(1));
+        let found = self.scan_data(self.pos, false, |_, pc, refs| {
+            let r = refs.iter().find(|r| r.writes() && r.overlaps(addr, end));
+            r.map(|r| (pc, *r))
+        });
+        match found {
+            Ok(Some((p, (pc, r)))) => {
+                let proc = self.block_at(pc).map_or("?", |b| b.proc);
+                format!(
+                    "instruction {p} at {pc:#x} in {proc} wrote {:#x},{}",
+                    r.start,
+                    r.end - r.start
+                )
+            }
+            Ok(None) => format!(
+                "no write to {addr:#x},{len} before instruction {}",
+                self.pos
+            ),
+            Err(e) => format!("last-write: {e}"),
         }
     }
 
@@ -301,29 +488,13 @@ impl<'m> Stub<'m> {
         xfer(bytes, addr - SHADOW, data.len(), data)
     }
 
-    /// The number of blocks entered up to and including the current
-    /// position: instructions that start a block of a program database.
-    fn block_number(&mut self) -> u64 {
-        let starts: std::collections::HashSet<u64> = self.blocks.iter().map(|b| b.start).collect();
-        let mut n = 0;
-        let mut p = 0;
-        while p <= self.pos {
-            match self.timeline.address(p) {
-                Some(a) if starts.contains(&a) => n += 1,
-                Some(_) => {}
-                None => break,
-            }
-            p += 1;
-        }
-        n
-    }
-
     /// Answers `monitor CMD`: one or more lines of text.
     pub fn monitor(&mut self, cmd: &str) -> String {
         let words: Vec<&str> = cmd.split_whitespace().collect();
         match words[..] {
             ["when"] => {
-                let block = self.block_number().saturating_sub(1);
+                let n = self.block_index.number(&mut self.timeline, self.pos);
+                let block = n.unwrap_or(0).saturating_sub(1);
                 format!("instruction {} block {block}", self.pos)
             }
             ["seek", n] => match n.parse::<u64>() {
@@ -341,7 +512,21 @@ impl<'m> Stub<'m> {
                 Err(_) => format!("calls: {n:?} is not a number of calls"),
             },
             ["materialise"] => self.materialise(),
-            _ => "commands: when, seek N, info, calls [N], materialise".into(),
+            ["watch-hit"] => self.watch_hit_reply(),
+            ["last-write", a] => self.last_write_cmd(a, "1"),
+            ["last-write", a, n] => self.last_write_cmd(a, n),
+            _ => "commands: when, seek N, info, calls [N], last-write ADDR [LEN], watch-hit, materialise"
+                .into(),
+        }
+    }
+
+    /// `monitor last-write` with its words parsed.
+    fn last_write_cmd(&mut self, addr: &str, len: &str) -> String {
+        match (number(addr), number(len)) {
+            (Some(a), Some(n)) => self.last_write(a, n),
+            _ => {
+                format!("last-write: {addr:?} {len:?}: an address and a length, decimal or 0x hex")
+            }
         }
     }
 
@@ -398,272 +583,94 @@ impl<'m> Stub<'m> {
     }
 }
 
+/// `s` as a number: `0x` hex, else decimal.
+fn number(s: &str) -> Option<u64> {
+    match s.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+/// The first watchpoint (kind, address) that `refs` trigger.
+fn watch_hit(watches: &[(u64, u64, WatchKind)], refs: &[Ref]) -> Option<(WatchKind, u64)> {
+    let hits = |&(a, len, kind): &(u64, u64, WatchKind)| {
+        refs.iter().any(|r| {
+            r.overlaps(a, a.saturating_add(len))
+                && match kind {
+                    WatchKind::Write => r.writes(),
+                    WatchKind::Read => r.reads(),
+                    WatchKind::ReadWrite => true,
+                }
+        })
+    };
+    watches
+        .iter()
+        .find(|w| hits(w))
+        .map(|&(a, _, kind)| (kind, a))
+}
+
 /// Whether `a` is a breakpoint's address.
 fn is_break(breaks: &[(u64, bool)], a: u64) -> bool {
     breaks.iter().any(|b| b.0 == a)
 }
 
-/// gdbstub's stop reason for a [`Stop`].
-pub fn stop_reason(s: Stop) -> gdbstub::stub::SingleThreadStopReason<u64> {
-    use gdbstub::stub::SingleThreadStopReason as R;
-    match s {
-        Stop::Step => R::DoneStep,
-        Stop::SwBreak => R::SwBreak(()),
-        Stop::HwBreak => R::HwBreak(()),
-        Stop::Begin => R::ReplayLog {
-            tid: None,
-            pos: ReplayLogPosition::Begin,
-        },
-        Stop::End => R::ReplayLog {
-            tid: None,
-            pos: ReplayLogPosition::End,
-        },
-    }
-}
-
-impl Target for Stub<'_> {
-    type Arch = PcOnly;
-    type Error = String;
-
-    #[inline(always)]
-    fn base_ops(&mut self) -> gdbstub::target::ext::base::BaseOps<'_, PcOnly, String> {
-        gdbstub::target::ext::base::BaseOps::SingleThread(self)
-    }
-
-    #[inline(always)]
-    fn support_breakpoints(
-        &mut self,
-    ) -> Option<gdbstub::target::ext::breakpoints::BreakpointsOps<'_, Self>> {
-        Some(self)
-    }
-
-    #[inline(always)]
-    fn support_monitor_cmd(
-        &mut self,
-    ) -> Option<gdbstub::target::ext::monitor_cmd::MonitorCmdOps<'_, Self>> {
-        Some(self)
-    }
-
-    #[inline(always)]
-    fn support_exec_file(
-        &mut self,
-    ) -> Option<gdbstub::target::ext::exec_file::ExecFileOps<'_, Self>> {
-        Some(self)
-    }
-
-    #[inline(always)]
-    fn support_auxv(&mut self) -> Option<gdbstub::target::ext::auxv::AuxvOps<'_, Self>> {
-        Some(self)
-    }
-
-    #[inline(always)]
-    fn support_libraries_svr4(
-        &mut self,
-    ) -> Option<gdbstub::target::ext::libraries::LibrariesSvr4Ops<'_, Self>> {
-        Some(self)
-    }
-}
-
-impl SingleThreadBase for Stub<'_> {
-    fn read_registers(&mut self, regs: &mut PcRegs) -> TargetResult<(), Self> {
-        regs.rip = self.pc();
-        Ok(())
-    }
-
-    fn write_registers(&mut self, _regs: &PcRegs) -> TargetResult<(), Self> {
-        Err(TargetError::NonFatal)
-    }
-
-    fn read_addrs(&mut self, start: u64, data: &mut [u8]) -> TargetResult<usize, Self> {
-        let n = match start.checked_sub(SHADOW) {
-            Some(_) => self.read_shadow(start, data),
-            None => self.image.read(start, data),
-        };
-        match n {
-            0 => Err(TargetError::NonFatal),
-            n => Ok(n),
-        }
-    }
-
-    fn write_addrs(&mut self, _start: u64, _data: &[u8]) -> TargetResult<(), Self> {
-        Err(TargetError::NonFatal)
-    }
-
-    #[inline(always)]
-    fn support_resume(
-        &mut self,
-    ) -> Option<gdbstub::target::ext::base::singlethread::SingleThreadResumeOps<'_, Self>> {
-        Some(self)
-    }
-}
-
-impl SingleThreadResume for Stub<'_> {
-    fn resume(&mut self, signal: Option<Signal>) -> Result<(), String> {
-        if signal.is_some() {
-            return Err("a recorded run cannot be continued with a signal".into());
-        }
-        self.action = Action::Continue;
-        Ok(())
-    }
-
-    #[inline(always)]
-    fn support_single_step(
-        &mut self,
-    ) -> Option<gdbstub::target::ext::base::singlethread::SingleThreadSingleStepOps<'_, Self>> {
-        Some(self)
-    }
-
-    #[inline(always)]
-    fn support_range_step(
-        &mut self,
-    ) -> Option<gdbstub::target::ext::base::singlethread::SingleThreadRangeSteppingOps<'_, Self>>
-    {
-        Some(self)
-    }
-
-    #[inline(always)]
-    fn support_reverse_step(
-        &mut self,
-    ) -> Option<gdbstub::target::ext::base::reverse_exec::ReverseStepOps<'_, (), Self>> {
-        Some(self)
-    }
-
-    #[inline(always)]
-    fn support_reverse_cont(
-        &mut self,
-    ) -> Option<gdbstub::target::ext::base::reverse_exec::ReverseContOps<'_, (), Self>> {
-        Some(self)
-    }
-}
-
-impl SingleThreadSingleStep for Stub<'_> {
-    fn step(&mut self, signal: Option<Signal>) -> Result<(), String> {
-        if signal.is_some() {
-            return Err("a recorded run cannot be stepped with a signal".into());
-        }
-        self.action = Action::Step;
-        Ok(())
-    }
-}
-
-impl SingleThreadRangeStepping for Stub<'_> {
-    fn resume_range_step(&mut self, start: u64, end: u64) -> Result<(), String> {
-        self.action = Action::Range(start, end);
-        Ok(())
-    }
-}
-
-impl ReverseStep<()> for Stub<'_> {
-    fn reverse_step(&mut self, _tid: ()) -> Result<(), String> {
-        self.action = Action::ReverseStep;
-        Ok(())
-    }
-}
-
-impl ReverseCont<()> for Stub<'_> {
-    fn reverse_cont(&mut self) -> Result<(), String> {
-        self.action = Action::ReverseContinue;
-        Ok(())
-    }
-}
-
-impl Breakpoints for Stub<'_> {
-    #[inline(always)]
-    fn support_sw_breakpoint(
-        &mut self,
-    ) -> Option<gdbstub::target::ext::breakpoints::SwBreakpointOps<'_, Self>> {
-        Some(self)
-    }
-
-    #[inline(always)]
-    fn support_hw_breakpoint(
-        &mut self,
-    ) -> Option<gdbstub::target::ext::breakpoints::HwBreakpointOps<'_, Self>> {
-        Some(self)
-    }
-}
-
-impl Stub<'_> {
-    fn add_break(&mut self, addr: u64, hw: bool) -> bool {
-        if !self.breaks.contains(&(addr, hw)) {
-            self.breaks.push((addr, hw));
-        }
-        true
-    }
-
-    fn remove_break(&mut self, addr: u64, hw: bool) -> bool {
-        let before = self.breaks.len();
-        self.breaks.retain(|&b| b != (addr, hw));
-        self.breaks.len() < before
-    }
-}
-
-impl SwBreakpoint for Stub<'_> {
-    fn add_sw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
-        Ok(self.add_break(addr, false))
-    }
-
-    fn remove_sw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
-        Ok(self.remove_break(addr, false))
-    }
-}
-
-impl HwBreakpoint for Stub<'_> {
-    fn add_hw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
-        Ok(self.add_break(addr, true))
-    }
-
-    fn remove_hw_breakpoint(&mut self, addr: u64, _kind: usize) -> TargetResult<bool, Self> {
-        Ok(self.remove_break(addr, true))
-    }
-}
-
-impl MonitorCmd for Stub<'_> {
-    fn handle_monitor_cmd(&mut self, cmd: &[u8], mut out: ConsoleOutput<'_>) -> Result<(), String> {
-        let reply = self.monitor(&String::from_utf8_lossy(cmd));
-        outputln!(out, "{reply}");
-        Ok(())
-    }
-}
-
 /// Copies `data[offset..offset + length]` into `buf` (qXfer objects).
-fn xfer(data: &[u8], offset: u64, length: usize, buf: &mut [u8]) -> usize {
+pub(crate) fn xfer(data: &[u8], offset: u64, length: usize, buf: &mut [u8]) -> usize {
     let from = (offset as usize).min(data.len());
     let n = length.min(buf.len()).min(data.len() - from);
     buf[..n].copy_from_slice(&data[from..from + n]);
     n
 }
 
-impl gdbstub::target::ext::exec_file::ExecFile for Stub<'_> {
-    fn get_exec_file(
-        &self,
-        _pid: Option<gdbstub::common::Pid>,
-        offset: u64,
-        length: usize,
-        buf: &mut [u8],
-    ) -> TargetResult<usize, Self> {
-        Ok(xfer(self.exe_path().as_bytes(), offset, length, buf))
+impl<'m> Stub<'m> {
+    /// Sets what the next [`Stub::run`] does.
+    pub(crate) fn set_action(&mut self, action: Action) {
+        self.action = action;
     }
-}
 
-impl gdbstub::target::ext::auxv::Auxv for Stub<'_> {
-    fn get_auxv(&self, offset: u64, length: usize, buf: &mut [u8]) -> TargetResult<usize, Self> {
-        Ok(xfer(&self.image.auxv(), offset, length, buf))
+    /// The process image gdb reads.
+    pub(crate) fn image(&self) -> &Image {
+        &self.image
     }
-}
 
-impl gdbstub::target::ext::libraries::LibrariesSvr4 for Stub<'_> {
-    fn get_libraries_svr4(
-        &self,
-        offset: u64,
-        length: usize,
-        buf: &mut [u8],
-    ) -> TargetResult<usize, Self> {
-        Ok(xfer(
-            self.image.libraries_svr4().as_bytes(),
-            offset,
-            length,
-            buf,
-        ))
+    /// Reads memory: the shadow region or the image; how many bytes.
+    pub(crate) fn read_memory(&mut self, start: u64, data: &mut [u8]) -> usize {
+        match start.checked_sub(SHADOW) {
+            Some(_) => self.read_shadow(start, data),
+            None => self.image.read(start, data),
+        }
+    }
+
+    /// Adds a breakpoint (hardware or software) at `addr`.
+    pub(crate) fn add_break(&mut self, addr: u64, hw: bool) {
+        if !self.breaks.contains(&(addr, hw)) {
+            self.breaks.push((addr, hw));
+        }
+    }
+
+    /// Removes a breakpoint: whether there was one.
+    pub(crate) fn remove_break(&mut self, addr: u64, hw: bool) -> bool {
+        let before = self.breaks.len();
+        self.breaks.retain(|&b| b != (addr, hw));
+        self.breaks.len() < before
+    }
+
+    /// Adds a watchpoint: refused (saying why) without data addresses.
+    pub(crate) fn add_watch(&mut self, addr: u64, len: u64, kind: WatchKind) -> bool {
+        if let Err(why) = &self.data {
+            (self.warn)(why);
+            return false;
+        }
+        if !self.watches.contains(&(addr, len, kind)) {
+            self.watches.push((addr, len, kind));
+        }
+        true
+    }
+
+    /// Removes a watchpoint: whether there was one.
+    pub(crate) fn remove_watch(&mut self, addr: u64, len: u64, kind: WatchKind) -> bool {
+        let before = self.watches.len();
+        self.watches.retain(|&w| w != (addr, len, kind));
+        self.watches.len() < before
     }
 }

@@ -41,10 +41,16 @@ const INTERVAL: usize = 7;
 /// Sends `packets` (after gdb's capabilities) and returns the replies, one
 /// per packet sent (console output of `monitor` folded into its reply).
 fn session(trace: &[u8], at: u64, packets: &[String]) -> Vec<String> {
+    session_with(trace, at, INTERVAL, packets)
+}
+
+/// [`session`] with `interval` instructions per timeline interval.
+fn session_with(trace: &[u8], at: u64, interval: usize, packets: &[String]) -> Vec<String> {
     let opts = Options {
         thread: None,
         at,
-        interval: INTERVAL,
+        interval,
+        warn: None,
     };
     let t = Trace::parse(trace).unwrap();
     let mut input = packet("qSupported:swbreak+;hwbreak+");
@@ -109,9 +115,9 @@ fn rip_of(g: &str) -> u64 {
 #[test]
 fn registers_are_unavailable_but_rip() {
     let (trace, addrs) = synthetic(1, 50);
-    let r = session(&trace, 0, &["g".into(), "vCont;s".into(), "g".into()]);
+    let r = session(&trace, 0, &["g".into(), "vCont;s:1".into(), "g".into()]);
     assert_eq!(rip_of(&r[0]), addrs[0]);
-    assert!(r[1].starts_with("S05"), "{}", r[1]);
+    assert!(r[1].starts_with("T05thread:"), "{}", r[1]);
     assert_eq!(rip_of(&r[2]), addrs[1]);
 }
 
@@ -122,11 +128,11 @@ fn stepping_both_ways_follows_the_execution() {
         let n = addrs.len();
         let mut ps = Vec::new();
         for _ in 1..n {
-            ps.push("vCont;s".to_owned());
+            ps.push("vCont;s:1".to_owned());
             ps.push("g".to_owned());
         }
         // One step past the end, then all the way back and one more.
-        ps.push("vCont;s".into());
+        ps.push("vCont;s:1".into());
         for _ in 1..n {
             ps.push("bs".into());
             ps.push("g".into());
@@ -135,7 +141,7 @@ fn stepping_both_ways_follows_the_execution() {
         let r = session(&trace, 0, &ps);
         let mut it = r.iter();
         for &want in &addrs[1..] {
-            assert_eq!(it.next().unwrap(), "S05");
+            assert!(it.next().unwrap().starts_with("T05thread:"));
             assert_eq!(rip_of(it.next().unwrap()), want, "seed {seed}");
         }
         assert!(it.next().unwrap().contains("replaylog:end"));
@@ -206,4 +212,29 @@ fn seek_and_start_position() {
     let far = format!("seek {}", addrs.len());
     let r = session(&trace, 0, &[monitor(&far)]);
     assert!(r[0].starts_with("no instruction"), "{}", r[0]);
+}
+
+/// `monitor when`'s block number, from the per-interval index over many
+/// small intervals, equals the count over one interval holding the whole
+/// execution (a plain scan from the first instruction), at every position
+/// and after seeks backwards.
+#[test]
+fn block_numbers_by_index_equal_a_scan() {
+    let (trace, addrs) = (0..200)
+        .map(|seed| synthetic(seed, 400))
+        .find(|(_, a)| a.len() > 8 * INTERVAL)
+        .expect("a long random execution");
+    let mut order: Vec<usize> = (0..addrs.len()).rev().collect();
+    order.extend((0..addrs.len()).step_by(5));
+    let ps: Vec<String> = order
+        .iter()
+        .flat_map(|p| [monitor(&format!("seek {p}")), monitor("when")])
+        .collect();
+    let indexed = session_with(&trace, 0, INTERVAL, &ps);
+    let scanned = session_with(&trace, 0, 1 << 20, &ps);
+    assert_eq!(indexed, scanned);
+    assert!(
+        indexed.iter().any(|r| r.contains(" block 5")),
+        "{indexed:?}"
+    );
 }

@@ -47,8 +47,8 @@ mod tests;
 pub use ending::{End, Ending};
 pub use error::{Error, Result};
 pub use output::{
-    regen_command, regen_to, regen_trace, regen_trace_to, totals, with_thread_machine, Format,
-    Options, ThreadTotals, Totals,
+    regen_command, regen_to, regen_trace, regen_trace_to, totals, with_thread_machine,
+    with_thread_machines, Format, Options, ThreadTotals, Totals,
 };
 
 /// The data values thread `thread` of `trace` recorded (`record --data`,

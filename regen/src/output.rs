@@ -282,6 +282,34 @@ pub fn with_thread_machine<B: AsRef<[u8]> + Sync, R>(
     Ok(f(ctx.machine(job)))
 }
 
+/// [`with_thread_machine`] for several threads at once, machines in the
+/// order of `threads` (the debugger serves every thread of a process).
+/// All the trace's threads must run an instrumented module, as for `regen`
+/// without `--thread`.
+pub fn with_thread_machines<B: AsRef<[u8]> + Sync, R>(
+    trace: &Trace<B>,
+    threads: &[u32],
+    format: Format,
+    f: impl FnOnce(Vec<Machine<'_>>) -> R,
+) -> Result<R> {
+    if let [one] = threads {
+        return with_thread_machine(trace, *one, format, |m| f(vec![m]));
+    }
+    let opts = Options {
+        format,
+        ..Options::default()
+    };
+    let prepared = prepare(trace, &opts)?;
+    let ctx = Ctx::new(trace, &prepared, &opts, AHEAD_BYTES)?;
+    let mut machines = Vec::new();
+    for &t in threads {
+        let job = prepared.2.iter().find(|j| j.info.start.thread.0 == t);
+        let job = job.ok_or_else(|| Error::Usage(format!("no thread {t} in the trace")))?;
+        machines.push(ctx.machine(job));
+    }
+    Ok(f(machines))
+}
+
 /// What `--count` reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Totals {

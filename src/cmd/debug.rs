@@ -33,6 +33,8 @@ pub fn run(a: Args) -> super::Result {
         thread: a.thread,
         at: a.at,
         interval: 0,
+        // The server's stderr is gdb's terminal.
+        warn: Some(|why| eprintln!("aetrace: {why}")),
     };
     if a.server {
         let conn = aetrace_debug::Pipe::new(std::io::stdin().lock(), std::io::stdout().lock());

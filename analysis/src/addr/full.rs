@@ -17,7 +17,7 @@
 //! count depends on the data), and `pop` into an `rsp`-relative operand
 //! (its address is taken after the pop).
 
-use iced_x86::{Instruction, Mnemonic, OpKind, Register};
+use iced_x86::{Instruction, InstructionInfoFactory, Mnemonic, OpKind, Register};
 
 use super::{InsnProgram, MemRef, Repeat, Seg};
 
@@ -74,6 +74,51 @@ pub fn plan(insn: &Instruction, prog: &InsnProgram) -> Result<Vec<Recorded>, Str
         }
     }
     Ok(out)
+}
+
+/// One decoded instruction with its references and the values recorded
+/// before it: what a reader of a data trace needs per instruction (the
+/// data output, the debugger's watchpoints).
+pub struct Planned {
+    /// The instruction (its ip module-relative, as in the file).
+    pub insn: Instruction,
+    /// Its references.
+    pub prog: InsnProgram,
+    /// The values recorded before it.
+    pub plan: Vec<Recorded>,
+}
+
+impl Planned {
+    /// `insn` with its references and plan, or why they cannot be
+    /// recorded (naming the instruction).
+    pub fn new(insn: Instruction, info: &mut InstructionInfoFactory) -> Result<Planned, String> {
+        let prog = super::forms::program(&insn, info);
+        let plan = plan(&insn, &prog)
+            .map_err(|why| format!("instruction at {:#x} ({insn}): {why}", insn.ip()))?;
+        Ok(Planned { insn, prog, plan })
+    }
+
+    /// The run-time address of each reference (a `rep`'s first
+    /// iteration), from the instruction or from its recorded values
+    /// `vals`; `base` is the module's load bias.
+    pub fn addresses(&self, vals: &[u64], base: u64) -> Vec<u64> {
+        let mut out: Vec<u64> = self
+            .prog
+            .refs
+            .iter()
+            .map(|r| match static_addr(&self.insn, r) {
+                Some(s) if s.module => base.wrapping_add(s.addr),
+                Some(s) => s.addr,
+                None => 0,
+            })
+            .collect();
+        for (p, &v) in self.plan.iter().zip(vals) {
+            if let Recorded::Addr(k) = *p {
+                out[k] = v;
+            }
+        }
+        out
+    }
 }
 
 /// Why the references of `insn` cannot be recorded exactly, if so.
