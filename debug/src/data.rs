@@ -313,10 +313,9 @@ impl Data {
         }
         let m = code.modules[module];
         let rel = pc.wrapping_sub(m.load_base);
-        let b = (m.blocks.iter())
-            .find(|(_, b)| (b.start..b.start + u64::from(b.size)).contains(&rel))
+        let (pi, _) = m
+            .traced_at(rel)
             .ok_or_else(|| format!("{pc:#x} is in no block of {}", m.name))?;
-        let pi = b.1.proc;
         let blocks: Vec<_> = m.procs[pi]
             .blocks
             .clone()
