@@ -7,7 +7,7 @@
 //! timer: pieces never start inside a handler), and
 //! `traces/signal_threads.c` (several threads).
 
-use crate::common::build::{build, Link, Opt, Variant};
+use crate::common::build::{build, run_checked, Link, Opt, Variant};
 use crate::common::recorded::{record_ok, Knobs};
 use crate::common::{aetrace, scratch};
 use std::path::{Path, PathBuf};
@@ -16,17 +16,10 @@ use std::process::{Command, Output};
 const O2_PIE: Variant = Variant::new(Opt::O2, Link::Pie, false);
 
 fn aet(args: &[&str], trace: &Path) -> Output {
-    let out = Command::new(aetrace())
-        .args(args)
-        .arg(trace)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "aetrace {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    run_checked(
+        Command::new(aetrace()).args(args).arg(trace),
+        &format!("aetrace {args:?}"),
+    )
 }
 
 /// Each format and `--count` with the index at several intervals and

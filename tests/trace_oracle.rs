@@ -1345,15 +1345,9 @@ fn exits_with(cmd: &mut Command, code: i32, why: &[&str]) -> std::process::Outpu
 }
 
 fn aetrace_ok(args: &[&str], trace: &Path) -> String {
-    let out = Command::new(common::aetrace())
-        .args(args)
-        .arg(trace)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "aetrace {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = common::build::run_checked(
+        Command::new(common::aetrace()).args(args).arg(trace),
+        &format!("aetrace {args:?}"),
     );
     String::from_utf8(out.stdout).unwrap()
 }
