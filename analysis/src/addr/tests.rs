@@ -12,8 +12,11 @@ use super::flow::{solve, solve_naive};
 use super::value::{Shapes, Sites, Sources};
 use super::{forms, BlockProgram, ProcProgram, Repeat};
 
-/// Assembles `f`'s instructions at 0x1000 and decodes them back.
-fn asm(f: impl FnOnce(&mut CodeAssembler) -> Result<(), iced_x86::IcedError>) -> Vec<Instruction> {
+/// Assembles `f`'s instructions at 0x1000 and decodes them back (also
+/// for `exec`'s tests).
+pub(super) fn asm(
+    f: impl FnOnce(&mut CodeAssembler) -> Result<(), iced_x86::IcedError>,
+) -> Vec<Instruction> {
     let mut a = CodeAssembler::new(64).unwrap();
     f(&mut a).unwrap();
     let bytes = a.assemble(0x1000).unwrap();

@@ -4,20 +4,13 @@
 
 use aetrace_format::progdb::{BlockDb, CallDb, CallTarget, EdgeDb, EdgeKindDb, ProcDb, ProcStatus};
 use iced_x86::code_asm::*;
-use iced_x86::{Decoder, DecoderOptions, Instruction, InstructionInfoFactory};
+use iced_x86::{Instruction, InstructionInfoFactory};
 
 use super::{entry_knowledge, Exec, RegSet};
 use crate::addr::full::Recorded;
 use crate::addr::{forms, Gpr, InsnProgram};
 
-fn asm(f: impl FnOnce(&mut CodeAssembler) -> Result<(), iced_x86::IcedError>) -> Vec<Instruction> {
-    let mut a = CodeAssembler::new(64).unwrap();
-    f(&mut a).unwrap();
-    let bytes = a.assemble(0x1000).unwrap();
-    Decoder::with_ip(64, &bytes, 0x1000, DecoderOptions::NONE)
-        .into_iter()
-        .collect()
-}
+use crate::addr::tests::asm;
 
 fn progs(insns: &[Instruction]) -> Vec<(Instruction, InsnProgram)> {
     let mut info = InstructionInfoFactory::new();
