@@ -53,6 +53,9 @@ fn reference_forms_count_as_lackey_does() {
         a.lock().xadd(qword_ptr(rax), rbx)?;
         a.xchg(qword_ptr(rax), rbx)?;
         a.cmpxchg16b(xmmword_ptr(rax))?;
+        a.lock().cmpxchg(qword_ptr(rax), rbx)?;
+        a.lock().add(dword_ptr(rax), 1)?;
+        a.lock().bts(qword_ptr(rax), rbx)?;
         a.movsb()?;
         a.cmpsq()?;
         a.rep().stosq()?;
@@ -78,9 +81,13 @@ fn reference_forms_count_as_lackey_does() {
             vec![n('L', 8)],
             vec![n('L', 8), n('S', 8)],
             vec![n('M', 4)],
-            vec![n('M', 8)],
-            vec![n('M', 8)],
+            // Locked: VEX loads, then compare-and-swaps (lackey 3.19).
+            vec![n('L', 8), n('M', 8)],
+            vec![n('L', 8), n('M', 8)],
             vec![n('M', 16)],
+            vec![n('M', 8)],
+            vec![n('L', 4), n('M', 4)],
+            vec![n('L', 1), n('M', 1)],
             vec![n('L', 1), n('S', 1)],
             vec![n('L', 8), n('L', 8)],
             vec![('S', 8, true)],
