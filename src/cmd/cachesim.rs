@@ -14,7 +14,11 @@
 //!   that hands batches of executed blocks to the simulating thread, which
 //!   simulates them block by block (`aetrace_cachesim::fetch`): no text,
 //!   no pipe, no record per instruction, the same results as the pipe
-//!   from `aetrace regen --format bin`.
+//!   from `aetrace regen --format bin`;
+//! - an aetrace trace with data addresses (`record --data`) is walked on
+//!   one thread (`dataout::walk`) that hands batches of references, in
+//!   the order of `aetrace regen --format xdin --data`, to the simulating
+//!   thread: the same references, so the same results, as that pipe.
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -22,6 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::mpsc;
 
+use aetrace_analysis::addr::Access;
 use aetrace_cachesim::cachegrind::Cachegrind;
 use aetrace_cachesim::config::{CacheConfig, HierarchyBuilder};
 use aetrace_cachesim::dinero::Hierarchy;
@@ -59,8 +64,10 @@ Input and run:
                    instead of cache options on the command line
 An aetrace trace (TRACE.aet) as FILE is regenerated and simulated in this
 process, block by block, with the same results as
-`aetrace regen --format bin TRACE.aet | cachesim ...`:
+`aetrace regen --format bin TRACE.aet | cachesim ...`, or, recorded with
+--data, instructions and data as `aetrace regen --format xdin --data`:
   --modules        also print the instruction fetches per traced module
+                   (a trace without data)
 One-pass LRU sweep (instead of the options above):
   --sweep LO..HI   every power-of-two size from LO to HI
   --assoc LIST     associativities, e.g. 1,2,4,8,full (default 1,2,4,8,full)
@@ -236,12 +243,15 @@ impl Window {
 /// parsed on a second thread; a binary trace file is decoded in small
 /// batches on this one.
 fn drive(cli: &Cli, mut sim: impl FnMut(&[Ref]) -> Result<()>) -> Result<u64> {
-    let mut reader = Reader::open(&cli.input, cli.informat)?;
     let mut window = Window {
         skip: cli.skipcount,
         left: cli.maxcount.unwrap_or(u64::MAX),
         simulated: 0,
     };
+    if let Some(path) = is_trace(cli) {
+        return drive_data(path, window, sim);
+    }
+    let mut reader = Reader::open(&cli.input, cli.informat)?;
     if reader.is_binary_file() {
         let mut batch = Vec::new();
         loop {
@@ -337,6 +347,98 @@ fn drive_chunks(
             }
             let _ = recycle[k % PARSERS].send(refs);
         }
+        Ok(window.finish())
+    })
+}
+
+/// References per batch of a data trace's walk.
+const DATA_BATCH: usize = 4096;
+
+/// A data trace's walk as batches of references sent to the simulating
+/// thread (a modify is a read then a write, as in extended din).
+struct Batches {
+    tx: mpsc::SyncSender<Vec<Ref>>,
+    back: mpsc::Receiver<Vec<Ref>>,
+    batch: Vec<Ref>,
+    /// The simulating thread wants no more.
+    stopped: bool,
+}
+
+impl Batches {
+    fn push(&mut self, kind: AccessKind, addr: u64, size: u32) -> super::dataout::Result<()> {
+        self.batch.push(Ref { kind, addr, size });
+        if self.batch.len() < DATA_BATCH {
+            return Ok(());
+        }
+        self.flush()
+    }
+
+    fn flush(&mut self) -> super::dataout::Result<()> {
+        let next = self.back.try_recv().unwrap_or_default();
+        if self
+            .tx
+            .send(std::mem::replace(&mut self.batch, next))
+            .is_err()
+        {
+            self.stopped = true;
+            return Err("the simulation stopped".into());
+        }
+        self.batch.clear();
+        Ok(())
+    }
+}
+
+impl super::dataout::Sink for Batches {
+    fn insn(&mut self, addr: u64, len: u32) -> super::dataout::Result<()> {
+        self.push(AccessKind::Instr, addr, len)
+    }
+
+    fn data(&mut self, access: Access, addr: u64, size: u32) -> super::dataout::Result<()> {
+        if access != Access::Store {
+            self.push(AccessKind::Read, addr, size)?;
+        }
+        if access != Access::Load {
+            self.push(AccessKind::Write, addr, size)?;
+        }
+        Ok(())
+    }
+}
+
+/// Walks the data trace at `path` on a second thread and simulates its
+/// references on this one, within `window`.
+fn drive_data(
+    path: &Path,
+    mut window: Window,
+    mut sim: impl FnMut(&[Ref]) -> Result<()>,
+) -> Result<u64> {
+    let (tx, rx) = mpsc::sync_channel::<Vec<Ref>>(4);
+    let (back_tx, back) = mpsc::channel::<Vec<Ref>>();
+    // `move`: an early return drops `rx`, which stops the walk at its next
+    // batch before the scope joins it.
+    std::thread::scope(move |scope| {
+        let walk = scope.spawn(move || {
+            let mut b = Batches {
+                tx,
+                back,
+                batch: Vec::with_capacity(DATA_BATCH),
+                stopped: false,
+            };
+            let opts = aetrace_regen::Options::default();
+            let r = super::dataout::walk(path, &opts, &mut b).and_then(|_| b.flush());
+            match r {
+                Err(_) if b.stopped => Ok(()),
+                r => r.map_err(|e| e.to_string()),
+            }
+        });
+        for batch in rx.iter() {
+            if !window.feed(&batch, &mut sim)? {
+                break;
+            }
+            let _ = back_tx.send(batch);
+        }
+        drop(rx);
+        let walked = walk.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        walked.map_err(|e| Error::Producer(e.into()))?;
         Ok(window.finish())
     })
 }
@@ -544,12 +646,18 @@ fn simulate<S: InsnFetch>(
     sim: &mut S,
     pipe: impl FnOnce(&mut S) -> Result<u64>,
 ) -> Result<Simulated> {
+    let data = match is_trace(cli) {
+        Some(path) => {
+            super::dataout::has_data(path).map_err(|e| Error::Producer(e.to_string().into()))?
+        }
+        None => false,
+    };
     match is_trace(cli) {
-        Some(path) => drive_trace(cli, path, sim),
-        None if cli.modules => Err(Error::Usage(
-            "--modules needs an aetrace trace as input".into(),
+        Some(path) if !data => drive_trace(cli, path, sim),
+        _ if cli.modules => Err(Error::Usage(
+            "--modules needs an aetrace trace recorded without --data as input".into(),
         )),
-        None => Ok(Simulated {
+        _ => Ok(Simulated {
             refs: pipe(sim)?,
             modules: Vec::new(),
             error: None,

@@ -15,7 +15,8 @@
 //! ` S`, ` M` lines with `%08lx,%lu`); a `rep` string instruction is one
 //! `I` per iteration plus one for the final `rcx == 0` test, as lackey
 //! prints it. `xdin` is `i ADDR LEN`, `r ADDR SIZE`, `w ADDR SIZE` (hex; a
-//! read-modify-write is `r` then `w`).
+//! read-modify-write is `r` then `w`). Both are a [`Sink`] of the walk;
+//! `aetrace cachesim TRACE` is another ([`walk`]).
 //!
 //! Invariants: every value of a thread is used exactly once (too few or
 //! too many is an error naming the thread); a module rewritten without
@@ -48,6 +49,54 @@ pub enum DataFormat {
 }
 
 type Error = Box<dyn std::error::Error>;
+
+/// The walk's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Where the walk's references go, in program order.
+pub trait Sink {
+    /// An executed instruction (each iteration of a `rep` string
+    /// instruction, and its final `rcx == 0` test, is one).
+    fn insn(&mut self, addr: u64, len: u32) -> Result<(), Error>;
+    /// A data reference of the instruction given last.
+    fn data(&mut self, access: Access, addr: u64, size: u32) -> Result<(), Error>;
+}
+
+/// The two text formats as a sink.
+struct Text<'o> {
+    format: DataFormat,
+    out: &'o mut dyn Write,
+}
+
+impl Sink for Text<'_> {
+    fn insn(&mut self, ip: u64, len: u32) -> Result<(), Error> {
+        Ok(match self.format {
+            DataFormat::Lackey => writeln!(self.out, "I  {ip:08x},{len}"),
+            DataFormat::Xdin => writeln!(self.out, "i {ip:x} {len:x}"),
+        }?)
+    }
+
+    fn data(&mut self, access: Access, a: u64, s: u32) -> Result<(), Error> {
+        Ok(match (self.format, access) {
+            (DataFormat::Lackey, acc) => writeln!(self.out, " {} {a:08x},{s}", acc.letter()),
+            (DataFormat::Xdin, Access::Load) => writeln!(self.out, "r {a:x} {s:x}"),
+            (DataFormat::Xdin, Access::Store) => writeln!(self.out, "w {a:x} {s:x}"),
+            (DataFormat::Xdin, Access::Modify) => {
+                writeln!(self.out, "r {a:x} {s:x}\nw {a:x} {s:x}")
+            }
+        }?)
+    }
+}
+
+/// Whether `trace` holds data addresses (`record --data`).
+pub fn has_data(trace: &Path) -> Result<bool, Error> {
+    let trace = Trace::open(trace)?;
+    Ok(trace.modules().iter().any(has_data_flag))
+}
+
+fn has_data_flag(m: &aetrace_format::section::Module) -> bool {
+    m.flags & module_flags::DATA_ABS != 0
+}
 
 /// One decoded instruction with its references and, with `--check`, the
 /// full addresses recorded after the abstract execution's values.
@@ -98,18 +147,22 @@ pub fn write(
     format: DataFormat,
     out: &mut dyn Write,
 ) -> Result<Counts, Error> {
+    walk(trace, opts, &mut Text { format, out })
+}
+
+/// Gives every instruction and data reference of `trace` to `sink`.
+pub fn walk(
+    trace: &Path,
+    opts: &aetrace_regen::Options,
+    sink: &mut dyn Sink,
+) -> Result<Counts, Error> {
     let trace = Trace::open(trace)?;
-    if !trace
-        .modules()
-        .iter()
-        .any(|m| m.flags & module_flags::DATA_ABS != 0)
-    {
+    if !trace.modules().iter().any(has_data_flag) {
         return Err("the trace has no data addresses: record it with --data".into());
     }
     let visit = Visit::new(&trace, opts)?;
     let mut w = Writer {
-        format,
-        out,
+        sink,
         mods: Vec::new(),
         blocks: HashMap::new(),
         procs: HashMap::new(),
@@ -171,8 +224,7 @@ fn mod_data<B: AsRef<[u8]>>(trace: &Trace<B>, m: &Module) -> Result<ModData, Err
 }
 
 struct Writer<'o> {
-    format: DataFormat,
-    out: &'o mut dyn Write,
+    sink: &'o mut dyn Sink,
     mods: Vec<ModData>,
     blocks: HashMap<(u32, u32), Rc<Vec<Insn>>>,
     procs: HashMap<(u32, u32), Rc<ProcFacts>>,
@@ -415,29 +467,22 @@ impl Writer<'_> {
 
     fn print(&mut self, i: &Insn, base: u64, got: &InsnAddrs) -> Result<(), Error> {
         let ip = base.wrapping_add(i.insn.ip());
-        let len = i.insn.len() as u64;
+        let len = i.insn.len() as u32;
         let Some((count, flags)) = got.rep else {
-            self.insn_line(ip, len)?;
-            return self.ref_lines(i, got, 0, 1);
+            self.sink.insn(ip, len)?;
+            return self.refs(i, got, 0, 1);
         };
         let dir: i64 = if flags & DF != 0 { -1 } else { 1 };
         for k in 0..count {
-            self.insn_line(ip, len)?;
-            self.ref_lines(i, got, k, dir)?;
+            self.sink.insn(ip, len)?;
+            self.refs(i, got, k, dir)?;
         }
-        Ok(self.insn_line(ip, len)?)
-    }
-
-    fn insn_line(&mut self, ip: u64, len: u64) -> std::io::Result<()> {
-        match self.format {
-            DataFormat::Lackey => writeln!(self.out, "I  {ip:08x},{len}"),
-            DataFormat::Xdin => writeln!(self.out, "i {ip:x} {len:x}"),
-        }
+        self.sink.insn(ip, len)
     }
 
     /// The references of iteration `k` (a `rep`'s pointers advance by the
     /// size each iteration, in direction `dir`).
-    fn ref_lines(&mut self, i: &Insn, got: &InsnAddrs, k: u64, dir: i64) -> Result<(), Error> {
+    fn refs(&mut self, i: &Insn, got: &InsnAddrs, k: u64, dir: i64) -> Result<(), Error> {
         for (j, (r, &a)) in i.prog.refs.iter().zip(&got.addrs).enumerate() {
             self.counts.refs += 1;
             if full::static_addr(&i.insn, r).is_some() {
@@ -446,16 +491,7 @@ impl Writer<'_> {
                 self.counts.recorded_refs += 1;
             }
             let step = (k as i64).wrapping_mul(dir).wrapping_mul(i64::from(r.size)) as u64;
-            let a = a.wrapping_add(step);
-            let s = r.size;
-            match (self.format, r.access) {
-                (DataFormat::Lackey, acc) => writeln!(self.out, " {} {a:08x},{s}", acc.letter())?,
-                (DataFormat::Xdin, Access::Load) => writeln!(self.out, "r {a:x} {s:x}")?,
-                (DataFormat::Xdin, Access::Store) => writeln!(self.out, "w {a:x} {s:x}")?,
-                (DataFormat::Xdin, Access::Modify) => {
-                    writeln!(self.out, "r {a:x} {s:x}\nw {a:x} {s:x}")?
-                }
-            }
+            self.sink.data(r.access, a.wrapping_add(step), r.size)?;
         }
         Ok(())
     }
