@@ -20,30 +20,10 @@ use std::process::{Command, Stdio};
 
 use common::build::run_checked;
 
-/// Builds `traces/nolibc_icache.c` without libc.
-fn build_nolibc(dir: &Path) -> PathBuf {
-    let exe = dir.join("nolibc_icache");
-    run_checked(
-        Command::new("gcc")
-            .args([
-                "-O2",
-                "-static",
-                "-nostdlib",
-                "-fno-builtin",
-                "-fno-stack-protector",
-                "-o",
-            ])
-            .arg(&exe)
-            .arg(common::repo_root().join("traces/nolibc_icache.c")),
-        "gcc nolibc_icache.c",
-    );
-    exe
-}
-
 #[test]
 fn cachegrind_i1_equals_cachesim_on_the_regenerated_stream() {
     let dir = common::scratch("cachesim-regen");
-    let exe = build_nolibc(&dir);
+    let exe = common::build::build_nolibc(&dir, "nolibc_icache.c", &[], "nolibc_icache");
     let args = ["2500"];
 
     // No rep-string instruction anywhere (objdump, not our decoder).

@@ -248,3 +248,163 @@ fn data_check_names_the_first_wrong_address() {
         "{err}"
     );
 }
+
+/// `traces/nolibc_data.c` (read-modify-writes plain and locked, `rep
+/// movsb`/`rep stosq`, line-straddling loads and stores, push/pop of
+/// memory, SSE; without libc, its stack a static array, so every address is
+/// a link-time one): our lackey text, from `--data` and from `--data
+/// --check`, equals valgrind lackey's line for line.
+#[test]
+fn nolibc_data_equals_lackey_line_for_line() {
+    let dir = common::scratch("data_trace");
+    let exe = common::build::build_nolibc(&dir, "nolibc_data.c", &[], "nolibc_data");
+    let log = dir.join("nolibc_data.lackey");
+    let st = Command::new("valgrind")
+        .args(["--tool=lackey", "--trace-mem=yes", "--vex-guest-chase=no"])
+        .arg(format!("--log-file={}", log.display()))
+        .arg(&exe)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success(), "lackey run failed");
+    let theirs = std::fs::read_to_string(&log).unwrap();
+    let theirs: Vec<&str> = theirs.lines().filter(|l| !l.starts_with("==")).collect();
+    for mode in [&[][..], &["--check"][..]] {
+        let text = ours(&exe, "nolibc_data", mode, &[]);
+        let ours: Vec<&str> = text.lines().collect();
+        let first = ours.iter().zip(&theirs).position(|(a, b)| a != b);
+        assert_eq!(first, None, "{mode:?}: first different line");
+        assert_eq!(ours.len(), theirs.len(), "{mode:?}: lines");
+        // Locked read-modify-writes are `L` + `M` (VEX's load, then its
+        // compare-and-swap): the test sees them.
+        let lm = ours
+            .windows(2)
+            .filter(|w| w[0].starts_with(" L ") && w[1].starts_with(" M "));
+        assert!(lm.count() >= 2000, "{mode:?}: the locked forms ran");
+    }
+}
+
+/// Issue 21: cachegrind's statistics (`valgrind --tool=cachegrind
+/// --cache-sim=yes`) equal `aetrace cachesim --model cachegrind` of a
+/// `record --data` trace, in the process and through `regen --format xdin
+/// --data`: I refs, I1 and LLi misses, and D refs, D1 and LLd misses each
+/// split into reads and writes. Programs: traces/demo.c's naive and blocked
+/// matrix multiply and traces/nolibc_data.c, each a whole program without
+/// libc (every reference of the process traced) whose data addresses are
+/// all link-time ones (matrices and stack in page-aligned static arrays),
+/// so both runs touch the same lines. nolibc_data.c's read-modify-writes
+/// (one read for cachegrind, two references in extended din), locked forms
+/// (two reads), rep iterations and straddling references make a wrong
+/// count in any of them fail.
+#[test]
+fn cachegrind_equals_cachesim_on_data_traces() {
+    let dir = common::scratch("data_cachegrind");
+    let programs = [
+        ("demo.c", &["-DNOLIBC"][..], "demo_naive"),
+        ("demo.c", &["-DNOLIBC", "-DBLOCKED"][..], "demo_blocked"),
+        ("nolibc_data.c", &[][..], "nolibc_data"),
+    ];
+    // (I1, D1, LL) as cachegrind's size,assoc,line.
+    let geometries = [
+        ((32768, 8, 64), (32768, 8, 64), (262144, 8, 64)),
+        ((1024, 1, 32), (4096, 2, 64), (16384, 4, 64)),
+    ];
+    for (source, defines, name) in programs {
+        let exe = common::build::build_nolibc(&dir, source, defines, name);
+        let native = common::build::run_native(&exe, &[]);
+        let trace = dir.join(format!("{name}.aet"));
+        let rec = run_checked(
+            Command::new(common::aetrace())
+                .args(["record", "--data", "-o"])
+                .arg(&trace)
+                .arg("--")
+                .arg(&exe),
+            "aetrace record --data",
+        );
+        assert_eq!(rec.stdout, native.stdout, "{name}: stdout");
+        let info = run_checked(
+            Command::new(common::aetrace())
+                .args(["info", "--json"])
+                .arg(&trace),
+            "aetrace info",
+        );
+        let info: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
+        let left = &info["programs"][0]["left_alone"];
+        assert_eq!(left.as_array().map(Vec::len), Some(0), "{name}: {left}");
+        let xdin = dir.join(format!("{name}.xdin"));
+        run_checked(
+            Command::new(common::aetrace())
+                .args(["regen", "--format", "xdin", "--data", "-o"])
+                .arg(&xdin)
+                .arg(&trace),
+            "aetrace regen --format xdin --data",
+        );
+        for (i1, d1, ll) in geometries {
+            let ctx = format!("{name}: I1 {i1:?} D1 {d1:?} LL {ll:?}");
+            let theirs = cachegrind(&exe, i1, d1, ll);
+            let stats = |input: &Path| {
+                let args = common::cachegrind::model_args(i1, d1, ll, input);
+                let out = run_checked(
+                    Command::new(common::aetrace()).arg("cachesim").args(&args),
+                    "aetrace cachesim --model cachegrind",
+                );
+                serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["stats"].clone()
+            };
+            let ours = stats(&trace);
+            assert_eq!(ours, stats(&xdin), "{ctx}: in the process against the pipe");
+            let get = |k: &str| ours[k].as_u64().unwrap();
+            let num = |label| common::cachegrind::number(&theirs, label);
+            let rw = |label| common::cachegrind::read_write(&theirs, label);
+            assert_eq!(get("i_refs"), num("I   refs:"), "{ctx}: I refs");
+            assert_eq!(get("i1_misses"), num("I1  misses:"), "{ctx}: I1 misses");
+            assert_eq!(get("lli_misses"), num("LLi misses:"), "{ctx}: LLi misses");
+            assert_eq!(
+                (get("d_reads"), get("d_writes")),
+                rw("D   refs:"),
+                "{ctx}: D refs (rd, wr)"
+            );
+            assert_eq!(
+                (get("d1_read_misses"), get("d1_write_misses")),
+                rw("D1  misses:"),
+                "{ctx}: D1 misses (rd, wr)"
+            );
+            assert_eq!(
+                (get("lld_read_misses"), get("lld_write_misses")),
+                rw("LLd misses:"),
+                "{ctx}: LLd misses (rd, wr)"
+            );
+            assert!(get("d1_read_misses") > 50, "{ctx}: D1 exercised");
+            eprintln!(
+                "{ctx}: D refs {:?}, D1 misses {:?}, LLd misses {:?} (cachegrind = aetrace)",
+                rw("D   refs:"),
+                rw("D1  misses:"),
+                rw("LLd misses:")
+            );
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Cachegrind's summary (stderr) of `exe` with these caches.
+fn cachegrind(
+    exe: &Path,
+    i1: common::cachegrind::Geometry,
+    d1: common::cachegrind::Geometry,
+    ll: common::cachegrind::Geometry,
+) -> String {
+    let out = Command::new("valgrind")
+        .args([
+            "--tool=cachegrind",
+            "--cache-sim=yes",
+            "--cachegrind-out-file=/dev/null",
+        ])
+        .arg(format!("--I1={},{},{}", i1.0, i1.1, i1.2))
+        .arg(format!("--D1={},{},{}", d1.0, d1.1, d1.2))
+        .arg(format!("--LL={},{},{}", ll.0, ll.1, ll.2))
+        .arg(exe)
+        .stdout(std::process::Stdio::null())
+        .output()
+        .expect("valgrind (cachegrind)");
+    assert!(out.status.success(), "cachegrind run of {}", exe.display());
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}

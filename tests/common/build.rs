@@ -135,6 +135,29 @@ fn compile(source: &str, variant: Variant) -> PathBuf {
     out
 }
 
+/// Builds `traces/<source>` with `defines` as a whole program without libc
+/// (`-O2 -static -nostdlib -fno-builtin -fno-stack-protector`: its own
+/// `_start`, raw syscalls) into `dir`, named `name`.
+pub fn build_nolibc(dir: &Path, source: &str, defines: &[&str], name: &str) -> PathBuf {
+    let exe = dir.join(name);
+    run_checked(
+        Command::new("gcc")
+            .args([
+                "-O2",
+                "-static",
+                "-nostdlib",
+                "-fno-builtin",
+                "-fno-stack-protector",
+            ])
+            .args(defines)
+            .arg("-o")
+            .arg(&exe)
+            .arg(super::repo_root().join("traces").join(source)),
+        &format!("gcc {source} {defines:?}"),
+    );
+    exe
+}
+
 /// Runs a program natively (no valgrind; stdin from /dev/null) with `args`
 /// and returns its output: the reference the valgrind run must equal.
 pub fn run_native(exe: &Path, args: &[&str]) -> Output {

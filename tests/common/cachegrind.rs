@@ -18,6 +18,26 @@ pub fn number(summary: &str, label: &str) -> u64 {
         .unwrap_or_else(|e| panic!("{label:?} in {line:?}: {e}"))
 }
 
+/// Cachegrind's split figure after `label` (`D   refs:`, `D1  misses:`,
+/// `LLd misses:`): (reads, writes), from its `(R rd + W wr)`.
+pub fn read_write(summary: &str, label: &str) -> (u64, u64) {
+    let line = summary
+        .lines()
+        .find(|l| l.contains(label))
+        .unwrap_or_else(|| panic!("no {label:?} in cachegrind output:\n{summary}"));
+    let inner = line
+        .split_once('(')
+        .and_then(|(_, r)| r.split_once(')'))
+        .unwrap_or_else(|| panic!("no (rd + wr) in {line:?}"))
+        .0;
+    let n: Vec<u64> = inner
+        .split_whitespace()
+        .filter_map(|w| w.replace(',', "").parse().ok())
+        .collect();
+    assert_eq!(n.len(), 2, "two figures in {line:?}");
+    (n[0], n[1])
+}
+
 /// A cache level's geometry as cachegrind's `--I1`/`--D1`/`--LL` take it:
 /// size in bytes, associativity, line size.
 pub type Geometry = (u64, u64, u64);
