@@ -2,13 +2,12 @@
 # The main job on the bundled example (traces/demo.c): recover its CFGs,
 # record its run with aetrace (witness trace), regenerate the exact
 # instruction stream of the program's own code and simulate its instruction
-# cache; then simulate an L1I + L1D + L2 hierarchy on the full instruction
-# and data stream, naive against blocked matrix multiply.
-#
-# aetrace regenerates instruction addresses only (data addresses are not
-# recorded yet), so the data side of the second part comes from valgrind
-# lackey; the recorder, regenerator, cache simulator and CFG recovery are
-# aetrace's own.
+# cache; then record it again with data addresses (record --data: the
+# regenerator recomputes them by abstract execution) and simulate an L1I +
+# L1D + L2 hierarchy on the program's instruction and data stream, naive
+# against blocked matrix multiply. Everything is aetrace's own: no valgrind.
+# The traced module is the executable (libc is not, without --libs), so the
+# references simulated are the program's own.
 set -euo pipefail
 cd "$(dirname "$0")"
 .ci/deps
@@ -35,14 +34,13 @@ done
 for variant in naive blocked; do
     echo
     echo "== $variant matrix multiply: $("$work/demo" "${variant:0:1}")"
-    # lackey's "I/L/S/M addr,size" lines become Dinero extended din.
-    valgrind --tool=lackey --trace-mem=yes "$work/demo" "${variant:0:1}" 2>&1 >/dev/null \
-        | awk -F'[ ,]+' '/^I /{print "i", $2, $3} /^ [LM] /{print "r", $3, $4} /^ [SM] /{print "w", $3, $4}' \
-        > "$work/$variant.din"
-    echo "   $(wc -l < "$work/$variant.din") references"
+    "$aetrace" record --data -o "$work/$variant-data.aet" -- "$work/demo" "${variant:0:1}" >/dev/null
+    "$aetrace" info "$work/$variant-data.aet" | grep -E '^data references'
+    # Regenerated and simulated in this process; the same figures as
+    # `aetrace regen --format xdin --data TRACE | aetrace cachesim ...`.
     "$aetrace" cachesim -l1-isize 32k -l1-ibsize 64 -l1-iassoc 8 \
         -l1-dsize 32k -l1-dbsize 64 -l1-dassoc 8 \
-        -l2-usize 256k -l2-ubsize 64 -l2-uassoc 8 "$work/$variant.din" > "$work/$variant.stats"
+        -l2-usize 256k -l2-ubsize 64 -l2-uassoc 8 "$work/$variant-data.aet" > "$work/$variant.stats"
     grep -E 'cache|Demand miss rate|Demand Misses' "$work/$variant.stats"
     # The total demand misses of the L1 data cache (first number after the label).
     awk '/^l1-dcache/{d=1} d && /Demand Misses/{print $3; exit}' "$work/$variant.stats" > "$work/$variant.l1d"
