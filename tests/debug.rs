@@ -105,6 +105,29 @@ fn stepi_both_ways_follows_the_instruction_trace() {
     assert_eq!(out.matches(END).count(), 1, "{out}");
 }
 
+/// After `prelude` (which sets breakpoint 1), `continue` stops at each of
+/// `hits` (positions of a thread of `len` instructions) in turn and then at
+/// the last instruction, and `reverse-continue` at the same hits in
+/// reverse and then at the first instruction; both ends say so.
+fn assert_hits_both_ways(exe: &Path, trace: &Path, prelude: &str, len: u64, hits: &[u64]) {
+    let n = hits.len();
+    let script = format!(
+        "{prelude}{}{}",
+        "continue\nmonitor when\n".repeat(n + 1),
+        "reverse-continue\nmonitor when\n".repeat(n + 1),
+    );
+    let out = gdb(exe, trace, &script);
+    let got = whens(&out);
+    assert_eq!(got.len(), 2 * n + 2, "{out}");
+    assert_eq!(got[..n], hits[..], "continue");
+    assert_eq!(got[n], len - 1, "continue past the last hit");
+    let back: Vec<u64> = hits.iter().rev().copied().collect();
+    assert_eq!(got[n + 1..2 * n + 1], back[..], "reverse-continue");
+    assert_eq!(got[2 * n + 1], 0, "reverse-continue past the first hit");
+    assert_eq!(out.matches(END).count(), 2, "{out}");
+    assert_eq!(out.matches("reakpoint 1, ").count(), 2 * n, "{out}");
+}
+
 #[test]
 fn breakpoints_stop_at_every_occurrence_both_ways() {
     let (exe, trace) = recorded("recursion.c", &["7"]);
@@ -116,22 +139,7 @@ fn breakpoints_stop_at_every_occurrence_both_ways() {
         .filter(|&i| want[i as usize] == fib)
         .collect();
     assert!(hits.len() > 10, "fib ran {} times", hits.len());
-    let script = format!(
-        "break *fib\n{}{}",
-        "continue\nmonitor when\n".repeat(hits.len() + 1),
-        "reverse-continue\nmonitor when\n".repeat(hits.len() + 1),
-    );
-    let out = gdb(&exe, &trace, &script);
-    let got = whens(&out);
-    let n = hits.len();
-    assert_eq!(got.len(), 2 * n + 2, "{out}");
-    assert_eq!(got[..n], hits[..], "continue");
-    assert_eq!(got[n], want.len() as u64 - 1, "continue past the last hit");
-    let back: Vec<u64> = hits.iter().rev().copied().collect();
-    assert_eq!(got[n + 1..2 * n + 1], back[..], "reverse-continue");
-    assert_eq!(got[2 * n + 1], 0, "reverse-continue past the first hit");
-    assert_eq!(out.matches(END).count(), 2, "{out}");
-    assert_eq!(out.matches("Breakpoint 1, ").count(), 2 * n, "{out}");
+    assert_hits_both_ways(&exe, &trace, "break *fib\n", want.len() as u64, &hits);
     // `monitor calls` at the third hit: entries around it, in order, the
     // current one marked, fib's at positions where fib's entry ran.
     let out = gdb(
@@ -800,4 +808,70 @@ fn each_thread_steps_its_own_stream() {
         let back = got[ids.len() * (k + 1) + i];
         assert_eq!(back, want[k - 1], "thread {} back", ids[i]);
     }
+}
+
+/// `gzip -c` of a 20 kB text, recorded: the executable and the trace.
+fn recorded_gzip() -> (PathBuf, PathBuf) {
+    let input = common::scratch("debug").join("gzip-input");
+    std::fs::write(&input, common::text_input(20_000)).unwrap();
+    let exe = PathBuf::from("/usr/bin/gzip");
+    let (_, trace, _) = record_ok(&exe, &["-c", input.to_str().unwrap()], &[], Knobs::DEFAULT);
+    (exe, trace)
+}
+
+/// The procedure of `regen --count` named `sub_HEX` (gzip is stripped)
+/// entered most often, at most `most` times: its address in the recorded
+/// run and its entries.
+fn busy_procedure(trace: &Path, most: u64) -> (u64, u64) {
+    let text = common::regen::count(trace);
+    let (offset, entries) = text
+        .lines()
+        .filter_map(|l| {
+            let (n, name) = l.trim().split_once(' ')?;
+            let hex = name.strip_prefix("sub_")?;
+            Some((u64::from_str_radix(hex, 16).ok()?, n.parse::<u64>().ok()?))
+        })
+        .filter(|&(_, n)| n <= most)
+        .max_by_key(|&(_, n)| n)
+        .expect("a sub_ procedure in regen --count");
+    let t = aetrace_format::TraceFile::open(trace).unwrap();
+    (t.modules()[0].load_base + offset, entries)
+}
+
+/// On gzip (2.9 M instructions, 22 timeline intervals): `stepi` from the
+/// start, `reverse-stepi` and `stepi` across an interval's start and up to
+/// the end follow `regen --format insn`; a hardware breakpoint on the
+/// entry of a procedure entered a few hundred times stops as many times as
+/// `regen --count` counts its entries, at the positions of its address in
+/// the instruction trace, forwards and backwards.
+#[test]
+fn gzip_steps_and_breakpoints_follow_regen() {
+    let (exe, trace) = recorded_gzip();
+    let want = insns(&trace);
+    let len = want.len() as u64;
+    let s = aetrace_debug::timeline::INTERVAL as u64 + 3;
+    assert!(len > 4 * s, "{len} instructions");
+    let seek = |p: u64| format!("monitor seek {p}\nmaintenance flush register-cache\n");
+    let script = format!(
+        "printf \"pc %lx\\n\", $pc\n{}{}printf \"pc %lx\\n\", $pc\n{}{}{}printf \"pc %lx\\n\", $pc\n{}",
+        repeat("stepi", 200),
+        seek(s),
+        repeat("reverse-stepi", 8),
+        repeat("stepi", 8),
+        seek(len - 3),
+        repeat("stepi", 3),
+    );
+    let got = pcs(&gdb(&exe, &trace, &script));
+    let mut expect: Vec<u64> = want[..=200].to_vec();
+    expect.extend(want[s as usize - 8..=s as usize].iter().rev());
+    expect.extend(&want[s as usize - 7..=s as usize]);
+    // The third stepi from len - 3 is past the end: the pc stays.
+    expect.extend(&want[len as usize - 3..]);
+    expect.push(want[len as usize - 1]);
+    assert_eq!(got, expect);
+    let (addr, entries) = busy_procedure(&trace, 400);
+    let hits: Vec<u64> = (0..len).filter(|&p| want[p as usize] == addr).collect();
+    assert!(entries >= 100, "{entries} entries");
+    assert_eq!(hits.len() as u64, entries, "entries by regen --count");
+    assert_hits_both_ways(&exe, &trace, &format!("hbreak *{addr:#x}\n"), len, &hits);
 }
