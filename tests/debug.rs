@@ -769,6 +769,25 @@ fn counted_threads(trace: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The `at instruction N` of each thread in the last `info threads`.
+fn last_listing(out: &str, threads: usize) -> Vec<u64> {
+    let rows: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("(trace thread "))
+        .collect();
+    let last = &rows[rows.len() - threads..];
+    last.iter()
+        .map(|l| l.split(" at instruction ").nth(1).unwrap())
+        .map(|r| r.split(')').next().unwrap().parse().unwrap())
+        .collect()
+}
+
+/// Each of `threads.c`'s threads steps its own `regen --thread T` stream
+/// and keeps its position while the others move. After `info threads`
+/// (gdb reads every thread's registers, the selected one's from its
+/// cache), `reverse-continue`, `continue` and `reverse-stepi` move the
+/// selected thread and no other (aetrace's gdb script sets scheduler
+/// locking: gdb names the thread, with `Hc` for reverse commands).
 #[test]
 fn each_thread_steps_its_own_stream() {
     let (exe, trace) = recorded("threads.c", &[]);
@@ -781,7 +800,8 @@ fn each_thread_steps_its_own_stream() {
     let k = 30;
     // Every thread forwards k steps, then each one back one step: each
     // kept its own position while the others moved.
-    let mut script = "info threads\n".to_owned();
+    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
+    let mut script = format!("source {}\ninfo threads\n", aetrace_py.display());
     for n in 1..=ids.len() {
         script += &format!(
             "thread {n}\nprintf \"pc %lx\\n\", $pc\n{}",
@@ -791,15 +811,21 @@ fn each_thread_steps_its_own_stream() {
     for n in 1..=ids.len() {
         script += &format!("thread {n}\n{}", repeat("reverse-stepi", 1));
     }
-    // After `info threads`, a reread of the selected thread's registers
-    // makes it the one `reverse-continue` runs: back to its worker entry.
-    script += "break worker\nthread 2\ninfo threads\nmaintenance flush register-cache\n";
-    script += "reverse-continue\nmonitor when\n";
+    script += "break worker\nthread 2\ninfo threads\nreverse-continue\nmonitor when\n";
+    script += "thread 3\ninfo threads\ncontinue\nmonitor when\n";
+    script += "thread 4\ninfo threads\nreverse-stepi\nmonitor when\ninfo threads\n";
     let out = gdb(&exe, &trace, &script);
     assert!(out.contains("Thread 2 hit Breakpoint 1"), "{out}");
-    assert_eq!(whens(&out), [0], "{out}");
+    let last3 = wants[2].len() as u64 - 1;
+    assert_eq!(whens(&out), [0, last3, k as u64 - 2], "{out}");
     let listed = out.lines().filter(|l| l.contains("(trace thread ")).count();
-    assert_eq!(listed, 2 * ids.len(), "two `info threads`:\n{out}");
+    assert_eq!(listed, 5 * ids.len(), "five `info threads`:\n{out}");
+    let k1 = k as u64 - 1;
+    assert_eq!(
+        last_listing(&out, ids.len()),
+        [k1, 0, last3, k1 - 1, k1],
+        "{out}"
+    );
     let got = pcs(&out);
     assert_eq!(got.len(), ids.len() * (k + 2), "{out}");
     for (i, want) in wants.iter().enumerate() {
@@ -874,4 +900,51 @@ fn gzip_steps_and_breakpoints_follow_regen() {
     assert!(entries >= 100, "{entries} entries");
     assert_eq!(hits.len() as u64, entries, "entries by regen --count");
     assert_hits_both_ways(&exe, &trace, &format!("hbreak *{addr:#x}\n"), len, &hits);
+}
+
+/// `fork.c`: the child's stream is served in the parent's session, as gdb
+/// thread 2 with the child's pid (gdb sees one process: the fork copied
+/// the image, so the symbols and breakpoints are the same). Its `stepi`s
+/// follow `regen --thread 1` while the parent stays where it was; a
+/// breakpoint in the child's second loop (77 turns) stops at each of its
+/// occurrences in that stream, both ways.
+#[test]
+fn a_fork_child_is_a_thread_of_the_session() {
+    let (exe, trace) = recorded("fork.c", &[]);
+    let ids = counted_threads(&trace);
+    assert_eq!(ids, ["0", "1"], "the parent and the fork child");
+    let child = common::regen::addresses(&trace, &["--thread", "1", "--format", "insn"]);
+    let parent = insns(&trace);
+    let k = 30;
+    let script = format!(
+        "info threads\nthread 2\nprintf \"pc %lx\\n\", $pc\n{}thread 1\nprintf \"pc %lx\\n\", $pc\n",
+        repeat("stepi", k)
+    );
+    let out = gdb(&exe, &trace, &script);
+    let pid = common::regen::count(&trace)
+        .lines()
+        .find_map(|l| l.strip_prefix("thread 1 pid "))
+        .map(|l| l.split_whitespace().next().unwrap().to_owned())
+        .unwrap();
+    assert!(
+        out.contains(&format!(
+            "(trace thread 1 pid {pid} tid {pid} at instruction 0)"
+        )),
+        "{out}"
+    );
+    let mut want = child[..=k].to_vec();
+    want.push(parent[0]);
+    assert_eq!(pcs(&out), want, "{out}");
+    // The child's busiest address run between 5 and 100 times.
+    let count = |a: u64| child.iter().filter(|&&x| x == a).count();
+    let addr = *child
+        .iter()
+        .filter(|&&a| (5..=100).contains(&count(a)))
+        .max_by_key(|&&a| (count(a), std::cmp::Reverse(a)))
+        .expect("an address of the child's loop");
+    let hits: Vec<u64> = (0..child.len() as u64)
+        .filter(|&p| child[p as usize] == addr)
+        .collect();
+    let prelude = format!("thread 2\nbreak *{addr:#x}\n");
+    assert_hits_both_ways(&exe, &trace, &prelude, child.len() as u64, &hits);
 }
