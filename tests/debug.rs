@@ -17,7 +17,7 @@ use crate::common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::build::{build, run_checked, Link, Opt, Variant};
+use common::build::{build, build_with_lib, run_checked, Link, Opt, Variant};
 use common::recorded::{record_ok, Knobs};
 
 const O2_PIE: Variant = Variant::new(Opt::O2, Link::Pie, false);
@@ -947,4 +947,50 @@ fn a_fork_child_is_a_thread_of_the_session() {
         .collect();
     let prelude = format!("thread 2\nbreak *{addr:#x}\n");
     assert_hits_both_ways(&exe, &trace, &prelude, child.len() as u64, &hits);
+}
+
+/// `--libs`: `shlib_callback` (sorting 40 numbers) recorded with its
+/// library traced. gdb finds the library's symbols at its recorded load
+/// base (`qXfer:libraries-svr4`); `stepi` from the entry of `lib_sort` (in
+/// the library) follows `regen --format insn` through the library and its
+/// callback into the program; a breakpoint on `lib_sort` stops as often as
+/// `regen --count` counts its entries, and one on `mix`, which the library
+/// calls back, at each of its occurrences, both ways.
+#[test]
+fn traced_libraries_are_served_too() {
+    let exe = build_with_lib("shlib_callback", "libaecb.so.1", false);
+    let (_, trace, _) = record_ok(&exe, &["40"], &["libaecb.so.1"], Knobs::DEFAULT);
+    let want = insns(&trace);
+    let len = want.len() as u64;
+    let probe = gdb(
+        &exe,
+        &trace,
+        "printf \"pc %lx\\n\", lib_sort\nprintf \"pc %lx\\n\", ascending\nprintf \"pc %lx\\n\", mix",
+    );
+    let [lib_sort, ascending, mix] = pcs(&probe)[..] else {
+        panic!("{probe}")
+    };
+    let at = |a: u64| -> Vec<u64> { (0..len).filter(|&p| want[p as usize] == a).collect() };
+    let (sorts, mixes) = (at(lib_sort), at(mix));
+    let counted = common::regen::count(&trace);
+    let entries = counted
+        .lines()
+        .find_map(|l| l.trim().strip_suffix(" lib_sort"))
+        .map(|n| n.trim().parse::<usize>().unwrap());
+    assert_eq!(Some(sorts.len()), entries, "{counted}");
+    assert_eq!(mixes.len(), 40, "one visit per number");
+    let k = 60;
+    let out = gdb(
+        &exe,
+        &trace,
+        &format!("break *lib_sort\ncontinue\n{}", repeat("stepi", k)),
+    );
+    let s = sorts[0] as usize;
+    assert_eq!(pcs(&out), want[s + 1..=s + k], "{out}");
+    assert!(
+        want[s..=s + k].contains(&ascending),
+        "a callback in the steps"
+    );
+    assert_hits_both_ways(&exe, &trace, "break *lib_sort\n", len, &sorts);
+    assert_hits_both_ways(&exe, &trace, "break *mix\n", len, &mixes);
 }
