@@ -955,7 +955,8 @@ fn a_fork_child_is_a_thread_of_the_session() {
 /// the library) follows `regen --format insn` through the library and its
 /// callback into the program; a breakpoint on `lib_sort` stops as often as
 /// `regen --count` counts its entries, and one on `mix`, which the library
-/// calls back, at each of its occurrences, both ways.
+/// calls back, at each of its occurrences, both ways; `bt` there goes
+/// through the library to `main`.
 #[test]
 fn traced_libraries_are_served_too() {
     let exe = build_with_lib("shlib_callback", "libaecb.so.1", false);
@@ -993,4 +994,9 @@ fn traced_libraries_are_served_too() {
     );
     assert_hits_both_ways(&exe, &trace, "break *lib_sort\n", len, &sorts);
     assert_hits_both_ways(&exe, &trace, "break *mix\n", len, &mixes);
+    // The callback's caller is the library's function, called by main.
+    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
+    let script = format!("source {}\nbreak *mix\ncontinue\nbt", aetrace_py.display());
+    let out = gdb(&exe, &trace, &script);
+    assert_eq!(backtraces(&out), [["mix", "lib_visit", "main"]], "{out}");
 }
