@@ -1000,3 +1000,62 @@ fn traced_libraries_are_served_too() {
     let out = gdb(&exe, &trace, &script);
     assert_eq!(backtraces(&out), [["mix", "lib_visit", "main"]], "{out}");
 }
+
+/// The program's procedure (a symbol, C or mangled C++) that `regen
+/// --count` counts the most entries of, at most `most`: its name and
+/// entries.
+fn busiest_named(trace: &Path, exe: &Path, most: u64) -> (String, u64) {
+    let text = common::regen::count(trace);
+    let section = format!("calls per procedure of {}:", exe.display());
+    let rows = text.split(&section).nth(1).expect("the program's calls");
+    let rows = rows.lines().skip(1).take_while(|l| l.starts_with(' '));
+    rows.filter_map(|l| {
+        let (n, name) = l.trim().split_once(' ')?;
+        let plain = name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        let ok = plain && !name.starts_with("sub_");
+        let n = n.parse::<u64>().ok()?;
+        ok.then(|| (name.to_owned(), n))
+    })
+    .filter(|&(_, n)| n <= most)
+    .max_by_key(|(name, n)| (*n, std::cmp::Reverse(name.clone())))
+    .expect("a named procedure")
+}
+
+/// On a switch, a signal handler, C++ throws and setjmp/longjmp: a
+/// breakpoint on the program's busiest procedure (by `regen --count`, at
+/// most 200 entries) stops as often as its entries, at its address's
+/// positions in the instruction trace, both ways; around its first hit,
+/// 10 `reverse-stepi` and 10 `stepi` follow the instruction trace.
+#[test]
+fn control_flow_programs_follow_regen() {
+    for (source, args) in [
+        ("switch.c", &[][..]),
+        ("signal.c", &[]),
+        ("cxx_exceptions.cpp", &[]),
+        ("setjmp.c", &[]),
+    ] {
+        let (exe, trace) = recorded(source, args);
+        let want = insns(&trace);
+        let len = want.len() as u64;
+        let (name, entries) = busiest_named(&trace, &exe, 200);
+        // Quoted: gdb takes a mangled name as a symbol then.
+        let name = format!("'{name}'");
+        let probe = gdb(&exe, &trace, &format!("printf \"pc %lx\\n\", {name}"));
+        let addr = pcs(&probe)[0];
+        let hits: Vec<u64> = (0..len).filter(|&p| want[p as usize] == addr).collect();
+        assert_eq!(hits.len() as u64, entries, "{source}: {name}");
+        let first = hits[0] as usize;
+        let back = 10.min(first);
+        let script = format!(
+            "break *{name}\ncontinue\n{}{}",
+            repeat("reverse-stepi", back),
+            repeat("stepi", 10)
+        );
+        let mut expect: Vec<u64> = want[first - back..first].iter().rev().copied().collect();
+        expect.extend(&want[first - back + 1..=first - back + 10]);
+        assert_eq!(pcs(&gdb(&exe, &trace, &script)), expect, "{source}");
+        let prelude = format!("break *{name}\n");
+        assert_hits_both_ways(&exe, &trace, &prelude, len, &hits);
+        eprintln!("{source}: {name}, {entries} entries");
+    }
+}
