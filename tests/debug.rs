@@ -17,7 +17,7 @@ use crate::common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::build::{build, run_checked, Link, Opt, Variant};
+use common::build::{build, build_with_lib, run_checked, Link, Opt, Variant};
 use common::recorded::{record_ok, Knobs};
 
 const O2_PIE: Variant = Variant::new(Opt::O2, Link::Pie, false);
@@ -105,6 +105,29 @@ fn stepi_both_ways_follows_the_instruction_trace() {
     assert_eq!(out.matches(END).count(), 1, "{out}");
 }
 
+/// After `prelude` (which sets breakpoint 1), `continue` stops at each of
+/// `hits` (positions of a thread of `len` instructions) in turn and then at
+/// the last instruction, and `reverse-continue` at the same hits in
+/// reverse and then at the first instruction; both ends say so.
+fn assert_hits_both_ways(exe: &Path, trace: &Path, prelude: &str, len: u64, hits: &[u64]) {
+    let n = hits.len();
+    let script = format!(
+        "{prelude}{}{}",
+        "continue\nmonitor when\n".repeat(n + 1),
+        "reverse-continue\nmonitor when\n".repeat(n + 1),
+    );
+    let out = gdb(exe, trace, &script);
+    let got = whens(&out);
+    assert_eq!(got.len(), 2 * n + 2, "{out}");
+    assert_eq!(got[..n], hits[..], "continue");
+    assert_eq!(got[n], len - 1, "continue past the last hit");
+    let back: Vec<u64> = hits.iter().rev().copied().collect();
+    assert_eq!(got[n + 1..2 * n + 1], back[..], "reverse-continue");
+    assert_eq!(got[2 * n + 1], 0, "reverse-continue past the first hit");
+    assert_eq!(out.matches(END).count(), 2, "{out}");
+    assert_eq!(out.matches("reakpoint 1, ").count(), 2 * n, "{out}");
+}
+
 #[test]
 fn breakpoints_stop_at_every_occurrence_both_ways() {
     let (exe, trace) = recorded("recursion.c", &["7"]);
@@ -116,22 +139,7 @@ fn breakpoints_stop_at_every_occurrence_both_ways() {
         .filter(|&i| want[i as usize] == fib)
         .collect();
     assert!(hits.len() > 10, "fib ran {} times", hits.len());
-    let script = format!(
-        "break *fib\n{}{}",
-        "continue\nmonitor when\n".repeat(hits.len() + 1),
-        "reverse-continue\nmonitor when\n".repeat(hits.len() + 1),
-    );
-    let out = gdb(&exe, &trace, &script);
-    let got = whens(&out);
-    let n = hits.len();
-    assert_eq!(got.len(), 2 * n + 2, "{out}");
-    assert_eq!(got[..n], hits[..], "continue");
-    assert_eq!(got[n], want.len() as u64 - 1, "continue past the last hit");
-    let back: Vec<u64> = hits.iter().rev().copied().collect();
-    assert_eq!(got[n + 1..2 * n + 1], back[..], "reverse-continue");
-    assert_eq!(got[2 * n + 1], 0, "reverse-continue past the first hit");
-    assert_eq!(out.matches(END).count(), 2, "{out}");
-    assert_eq!(out.matches("Breakpoint 1, ").count(), 2 * n, "{out}");
+    assert_hits_both_ways(&exe, &trace, "break *fib\n", want.len() as u64, &hits);
     // `monitor calls` at the third hit: entries around it, in order, the
     // current one marked, fib's at positions where fib's entry ran.
     let out = gdb(
@@ -761,6 +769,25 @@ fn counted_threads(trace: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The `at instruction N` of each thread in the last `info threads`.
+fn last_listing(out: &str, threads: usize) -> Vec<u64> {
+    let rows: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("(trace thread "))
+        .collect();
+    let last = &rows[rows.len() - threads..];
+    last.iter()
+        .map(|l| l.split(" at instruction ").nth(1).unwrap())
+        .map(|r| r.split(')').next().unwrap().parse().unwrap())
+        .collect()
+}
+
+/// Each of `threads.c`'s threads steps its own `regen --thread T` stream
+/// and keeps its position while the others move. After `info threads`
+/// (gdb reads every thread's registers, the selected one's from its
+/// cache), `reverse-continue`, `continue` and `reverse-stepi` move the
+/// selected thread and no other (aetrace's gdb script sets scheduler
+/// locking: gdb names the thread, with `Hc` for reverse commands).
 #[test]
 fn each_thread_steps_its_own_stream() {
     let (exe, trace) = recorded("threads.c", &[]);
@@ -773,7 +800,8 @@ fn each_thread_steps_its_own_stream() {
     let k = 30;
     // Every thread forwards k steps, then each one back one step: each
     // kept its own position while the others moved.
-    let mut script = "info threads\n".to_owned();
+    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
+    let mut script = format!("source {}\ninfo threads\n", aetrace_py.display());
     for n in 1..=ids.len() {
         script += &format!(
             "thread {n}\nprintf \"pc %lx\\n\", $pc\n{}",
@@ -783,15 +811,21 @@ fn each_thread_steps_its_own_stream() {
     for n in 1..=ids.len() {
         script += &format!("thread {n}\n{}", repeat("reverse-stepi", 1));
     }
-    // After `info threads`, a reread of the selected thread's registers
-    // makes it the one `reverse-continue` runs: back to its worker entry.
-    script += "break worker\nthread 2\ninfo threads\nmaintenance flush register-cache\n";
-    script += "reverse-continue\nmonitor when\n";
+    script += "break worker\nthread 2\ninfo threads\nreverse-continue\nmonitor when\n";
+    script += "thread 3\ninfo threads\ncontinue\nmonitor when\n";
+    script += "thread 4\ninfo threads\nreverse-stepi\nmonitor when\ninfo threads\n";
     let out = gdb(&exe, &trace, &script);
     assert!(out.contains("Thread 2 hit Breakpoint 1"), "{out}");
-    assert_eq!(whens(&out), [0], "{out}");
+    let last3 = wants[2].len() as u64 - 1;
+    assert_eq!(whens(&out), [0, last3, k as u64 - 2], "{out}");
     let listed = out.lines().filter(|l| l.contains("(trace thread ")).count();
-    assert_eq!(listed, 2 * ids.len(), "two `info threads`:\n{out}");
+    assert_eq!(listed, 5 * ids.len(), "five `info threads`:\n{out}");
+    let k1 = k as u64 - 1;
+    assert_eq!(
+        last_listing(&out, ids.len()),
+        [k1, 0, last3, k1 - 1, k1],
+        "{out}"
+    );
     let got = pcs(&out);
     assert_eq!(got.len(), ids.len() * (k + 2), "{out}");
     for (i, want) in wants.iter().enumerate() {
@@ -799,5 +833,229 @@ fn each_thread_steps_its_own_stream() {
         assert_eq!(run, &want[..=k], "thread {}", ids[i]);
         let back = got[ids.len() * (k + 1) + i];
         assert_eq!(back, want[k - 1], "thread {} back", ids[i]);
+    }
+}
+
+/// `gzip -c` of a 20 kB text, recorded: the executable and the trace.
+fn recorded_gzip() -> (PathBuf, PathBuf) {
+    let input = common::scratch("debug").join("gzip-input");
+    std::fs::write(&input, common::text_input(20_000)).unwrap();
+    let exe = PathBuf::from("/usr/bin/gzip");
+    let (_, trace, _) = record_ok(&exe, &["-c", input.to_str().unwrap()], &[], Knobs::DEFAULT);
+    (exe, trace)
+}
+
+/// The procedure of `regen --count` named `sub_HEX` (gzip is stripped)
+/// entered most often, at most `most` times: its address in the recorded
+/// run and its entries.
+fn busy_procedure(trace: &Path, most: u64) -> (u64, u64) {
+    let text = common::regen::count(trace);
+    let (offset, entries) = text
+        .lines()
+        .filter_map(|l| {
+            let (n, name) = l.trim().split_once(' ')?;
+            let hex = name.strip_prefix("sub_")?;
+            Some((u64::from_str_radix(hex, 16).ok()?, n.parse::<u64>().ok()?))
+        })
+        .filter(|&(_, n)| n <= most)
+        .max_by_key(|&(_, n)| n)
+        .expect("a sub_ procedure in regen --count");
+    let t = aetrace_format::TraceFile::open(trace).unwrap();
+    (t.modules()[0].load_base + offset, entries)
+}
+
+/// On gzip (2.9 M instructions, 22 timeline intervals): `stepi` from the
+/// start, `reverse-stepi` and `stepi` across an interval's start and up to
+/// the end follow `regen --format insn`; a hardware breakpoint on the
+/// entry of a procedure entered a few hundred times stops as many times as
+/// `regen --count` counts its entries, at the positions of its address in
+/// the instruction trace, forwards and backwards.
+#[test]
+fn gzip_steps_and_breakpoints_follow_regen() {
+    let (exe, trace) = recorded_gzip();
+    let want = insns(&trace);
+    let len = want.len() as u64;
+    let s = aetrace_debug::timeline::INTERVAL as u64 + 3;
+    assert!(len > 4 * s, "{len} instructions");
+    let seek = |p: u64| format!("monitor seek {p}\nmaintenance flush register-cache\n");
+    let script = format!(
+        "printf \"pc %lx\\n\", $pc\n{}{}printf \"pc %lx\\n\", $pc\n{}{}{}printf \"pc %lx\\n\", $pc\n{}",
+        repeat("stepi", 200),
+        seek(s),
+        repeat("reverse-stepi", 8),
+        repeat("stepi", 8),
+        seek(len - 3),
+        repeat("stepi", 3),
+    );
+    let got = pcs(&gdb(&exe, &trace, &script));
+    let mut expect: Vec<u64> = want[..=200].to_vec();
+    expect.extend(want[s as usize - 8..=s as usize].iter().rev());
+    expect.extend(&want[s as usize - 7..=s as usize]);
+    // The third stepi from len - 3 is past the end: the pc stays.
+    expect.extend(&want[len as usize - 3..]);
+    expect.push(want[len as usize - 1]);
+    assert_eq!(got, expect);
+    let (addr, entries) = busy_procedure(&trace, 400);
+    let hits: Vec<u64> = (0..len).filter(|&p| want[p as usize] == addr).collect();
+    assert!(entries >= 100, "{entries} entries");
+    assert_eq!(hits.len() as u64, entries, "entries by regen --count");
+    assert_hits_both_ways(&exe, &trace, &format!("hbreak *{addr:#x}\n"), len, &hits);
+}
+
+/// `fork.c`: the child's stream is served in the parent's session, as gdb
+/// thread 2 with the child's pid (gdb sees one process: the fork copied
+/// the image, so the symbols and breakpoints are the same). Its `stepi`s
+/// follow `regen --thread 1` while the parent stays where it was; a
+/// breakpoint in the child's second loop (77 turns) stops at each of its
+/// occurrences in that stream, both ways.
+#[test]
+fn a_fork_child_is_a_thread_of_the_session() {
+    let (exe, trace) = recorded("fork.c", &[]);
+    let ids = counted_threads(&trace);
+    assert_eq!(ids, ["0", "1"], "the parent and the fork child");
+    let child = common::regen::addresses(&trace, &["--thread", "1", "--format", "insn"]);
+    let parent = insns(&trace);
+    let k = 30;
+    let script = format!(
+        "info threads\nthread 2\nprintf \"pc %lx\\n\", $pc\n{}thread 1\nprintf \"pc %lx\\n\", $pc\n",
+        repeat("stepi", k)
+    );
+    let out = gdb(&exe, &trace, &script);
+    let pid = common::regen::count(&trace)
+        .lines()
+        .find_map(|l| l.strip_prefix("thread 1 pid "))
+        .map(|l| l.split_whitespace().next().unwrap().to_owned())
+        .unwrap();
+    assert!(
+        out.contains(&format!(
+            "(trace thread 1 pid {pid} tid {pid} at instruction 0)"
+        )),
+        "{out}"
+    );
+    let mut want = child[..=k].to_vec();
+    want.push(parent[0]);
+    assert_eq!(pcs(&out), want, "{out}");
+    // The child's busiest address run between 5 and 100 times.
+    let count = |a: u64| child.iter().filter(|&&x| x == a).count();
+    let addr = *child
+        .iter()
+        .filter(|&&a| (5..=100).contains(&count(a)))
+        .max_by_key(|&&a| (count(a), std::cmp::Reverse(a)))
+        .expect("an address of the child's loop");
+    let hits: Vec<u64> = (0..child.len() as u64)
+        .filter(|&p| child[p as usize] == addr)
+        .collect();
+    let prelude = format!("thread 2\nbreak *{addr:#x}\n");
+    assert_hits_both_ways(&exe, &trace, &prelude, child.len() as u64, &hits);
+}
+
+/// `--libs`: `shlib_callback` (sorting 40 numbers) recorded with its
+/// library traced. gdb finds the library's symbols at its recorded load
+/// base (`qXfer:libraries-svr4`); `stepi` from the entry of `lib_sort` (in
+/// the library) follows `regen --format insn` through the library and its
+/// callback into the program; a breakpoint on `lib_sort` stops as often as
+/// `regen --count` counts its entries, and one on `mix`, which the library
+/// calls back, at each of its occurrences, both ways; `bt` there goes
+/// through the library to `main`.
+#[test]
+fn traced_libraries_are_served_too() {
+    let exe = build_with_lib("shlib_callback", "libaecb.so.1", false);
+    let (_, trace, _) = record_ok(&exe, &["40"], &["libaecb.so.1"], Knobs::DEFAULT);
+    let want = insns(&trace);
+    let len = want.len() as u64;
+    let probe = gdb(
+        &exe,
+        &trace,
+        "printf \"pc %lx\\n\", lib_sort\nprintf \"pc %lx\\n\", ascending\nprintf \"pc %lx\\n\", mix",
+    );
+    let [lib_sort, ascending, mix] = pcs(&probe)[..] else {
+        panic!("{probe}")
+    };
+    let at = |a: u64| -> Vec<u64> { (0..len).filter(|&p| want[p as usize] == a).collect() };
+    let (sorts, mixes) = (at(lib_sort), at(mix));
+    let counted = common::regen::count(&trace);
+    let entries = counted
+        .lines()
+        .find_map(|l| l.trim().strip_suffix(" lib_sort"))
+        .map(|n| n.trim().parse::<usize>().unwrap());
+    assert_eq!(Some(sorts.len()), entries, "{counted}");
+    assert_eq!(mixes.len(), 40, "one visit per number");
+    let k = 60;
+    let out = gdb(
+        &exe,
+        &trace,
+        &format!("break *lib_sort\ncontinue\n{}", repeat("stepi", k)),
+    );
+    let s = sorts[0] as usize;
+    assert_eq!(pcs(&out), want[s + 1..=s + k], "{out}");
+    assert!(
+        want[s..=s + k].contains(&ascending),
+        "a callback in the steps"
+    );
+    assert_hits_both_ways(&exe, &trace, "break *lib_sort\n", len, &sorts);
+    assert_hits_both_ways(&exe, &trace, "break *mix\n", len, &mixes);
+    // The callback's caller is the library's function, called by main.
+    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
+    let script = format!("source {}\nbreak *mix\ncontinue\nbt", aetrace_py.display());
+    let out = gdb(&exe, &trace, &script);
+    assert_eq!(backtraces(&out), [["mix", "lib_visit", "main"]], "{out}");
+}
+
+/// The program's procedure (a symbol, C or mangled C++) that `regen
+/// --count` counts the most entries of, at most `most`: its name and
+/// entries.
+fn busiest_named(trace: &Path, exe: &Path, most: u64) -> (String, u64) {
+    let text = common::regen::count(trace);
+    let section = format!("calls per procedure of {}:", exe.display());
+    let rows = text.split(&section).nth(1).expect("the program's calls");
+    let rows = rows.lines().skip(1).take_while(|l| l.starts_with(' '));
+    rows.filter_map(|l| {
+        let (n, name) = l.trim().split_once(' ')?;
+        let plain = name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        let ok = plain && !name.starts_with("sub_");
+        let n = n.parse::<u64>().ok()?;
+        ok.then(|| (name.to_owned(), n))
+    })
+    .filter(|&(_, n)| n <= most)
+    .max_by_key(|(name, n)| (*n, std::cmp::Reverse(name.clone())))
+    .expect("a named procedure")
+}
+
+/// On a switch, a signal handler, C++ throws and setjmp/longjmp: a
+/// breakpoint on the program's busiest procedure (by `regen --count`, at
+/// most 200 entries) stops as often as its entries, at its address's
+/// positions in the instruction trace, both ways; around its first hit,
+/// 10 `reverse-stepi` and 10 `stepi` follow the instruction trace.
+#[test]
+fn control_flow_programs_follow_regen() {
+    for (source, args) in [
+        ("switch.c", &[][..]),
+        ("signal.c", &[]),
+        ("cxx_exceptions.cpp", &[]),
+        ("setjmp.c", &[]),
+    ] {
+        let (exe, trace) = recorded(source, args);
+        let want = insns(&trace);
+        let len = want.len() as u64;
+        let (name, entries) = busiest_named(&trace, &exe, 200);
+        // Quoted: gdb takes a mangled name as a symbol then.
+        let name = format!("'{name}'");
+        let probe = gdb(&exe, &trace, &format!("printf \"pc %lx\\n\", {name}"));
+        let addr = pcs(&probe)[0];
+        let hits: Vec<u64> = (0..len).filter(|&p| want[p as usize] == addr).collect();
+        assert_eq!(hits.len() as u64, entries, "{source}: {name}");
+        let first = hits[0] as usize;
+        let back = 10.min(first);
+        let script = format!(
+            "break *{name}\ncontinue\n{}{}",
+            repeat("reverse-stepi", back),
+            repeat("stepi", 10)
+        );
+        let mut expect: Vec<u64> = want[first - back..first].iter().rev().copied().collect();
+        expect.extend(&want[first - back + 1..=first - back + 10]);
+        assert_eq!(pcs(&gdb(&exe, &trace, &script)), expect, "{source}");
+        let prelude = format!("break *{name}\n");
+        assert_hits_both_ways(&exe, &trace, &prelude, len, &hits);
+        eprintln!("{source}: {name}, {entries} entries");
     }
 }

@@ -233,6 +233,10 @@ class AetraceUnwinder(gdb.unwinder.Unwinder):
 
 
 gdb.unwinder.register_unwinder(None, AetraceUnwinder(), replace=True)
+# One thread moves per command (the stub replays threads independently);
+# under scheduler locking gdb names it in every resume packet, also after
+# `info threads` left its register cache on the selected thread.
+gdb.execute("set scheduler-locking on")
 try:
     # finish would print a made-up return value (rax is unavailable).
     gdb.execute("set print finish off")

@@ -121,9 +121,11 @@ impl Image {
         let mut s = String::from("<library-list-svr4 version=\"1.0\">");
         for (i, m) in self.modules.iter().filter(|m| !m.main).enumerate() {
             s.push_str(&format!(
-                "<library name=\"{}\" lm=\"{:#x}\" l_addr=\"{:#x}\" l_ld=\"{:#x}\"/>",
+                "<library name=\"{}\" lm=\"{:#x}\" l_addr=\"{:#x}\" l_ld=\"{:#x}\" lmid=\"0x0\"/>",
                 xml_escape(&m.path),
-                // A made-up link-map address: gdb only tells entries apart by it.
+                // A made-up link-map address: gdb only tells entries apart by
+                // it. `lmid` (the default namespace) is required by gdb 13's
+                // DTD and ignored by older gdbs.
                 0x1000 * (i as u64 + 1),
                 m.load_base,
                 m.dynamic

@@ -1,6 +1,6 @@
 //! `aetrace-debug`: trace-driven debugging. A gdb remote stub
-//! (`aetrace debug --server`) that serves the threads of one process of a
-//! recorded run as gdb's target, each replayed on its own, with time travel over the whole run: gdb steps, breaks
+//! (`aetrace debug --server`) that serves the threads of one process (and
+//! its fork children) of a recorded run as gdb's target, each replayed on its own, with time travel over the whole run: gdb steps, breaks
 //! and runs backwards through the regenerated instruction stream
 //! (`../shared/DESIGN-debug.md`, issue 22; `docs/debug.md` says what works).
 //!
@@ -12,6 +12,8 @@
 //! - [`stub`]: one thread's replay (position, breakpoints, `monitor`);
 //! - [`process`]: the gdb target, every thread of the process (`gdbstub`
 //!   speaks the protocol);
+//! - [`hc`]: the thread gdb names for reverse commands, read off the
+//!   connection;
 //! - [`materialise`]: the program re-run natively to the current
 //!   instruction, for gdb to attach (`monitor materialise`);
 //! - [`blocks`]: which procedure an address is in;
@@ -27,6 +29,7 @@
 pub mod blocks;
 pub mod calltree;
 pub mod data;
+pub mod hc;
 pub mod image;
 pub mod materialise;
 pub mod process;
@@ -37,6 +40,7 @@ pub mod timeline;
 #[cfg(test)]
 mod tests;
 
+use aetrace_format::section::{StartReason, ThreadStart};
 use aetrace_format::{ModuleId, Trace};
 use gdbstub::conn::{Connection, ConnectionExt};
 use gdbstub::stub::{run_blocking, DisconnectReason, GdbStub, MultiThreadStopReason};
@@ -180,7 +184,8 @@ impl<'m, C: ConnectionExt> run_blocking::BlockingEventLoop for Loop<'m, C> {
     }
 }
 
-/// Serves the process of thread `opts.thread` of `trace` to gdb over
+/// Serves the threads of thread `opts.thread`'s program image
+/// ([`process_threads`]) of `trace` to gdb over
 /// `conn`, that thread selected, until gdb disconnects.
 pub fn serve<B, C>(trace: &Trace<B>, opts: Options, conn: C) -> Result<(), Error>
 where
@@ -203,19 +208,46 @@ pub fn check<B: AsRef<[u8]> + Sync>(trace: &Trace<B>, opts: Options) -> Result<S
 /// that gdb rereads the registers after a seek).
 pub const GDB_SCRIPT: &str = include_str!("../gdb/aetrace.py");
 
-/// The trace's thread ids of the process of thread `thread` (itself
-/// included), in the trace's order.
+/// The trace's thread ids served with thread `thread`, in the trace's
+/// order: the threads of its program image, that is of its process, of
+/// the processes forked from it (a fork copies the image; forks of forks
+/// too) and of the process it was forked from, not the streams after an
+/// `execve` (another image, served by a session of its own).
 fn process_threads<B: AsRef<[u8]>>(trace: &Trace<B>, thread: u32) -> Vec<u32> {
-    let pid = trace.threads().find(|t| t.start.thread.0 == thread);
-    let Some(pid) = pid.map(|t| t.start.pid) else {
+    let starts: std::collections::HashMap<u32, &ThreadStart> = trace
+        .threads()
+        .map(|t| (t.start.thread.0, &t.start))
+        .collect();
+    if !starts.contains_key(&thread) {
         // Unknown: regeneration says so.
         return vec![thread];
-    };
-    let same = trace.threads().filter(|t| t.start.pid == pid);
+    }
+    let root = image_root(&starts, thread);
+    let same = trace
+        .threads()
+        .filter(|t| image_root(&starts, t.start.thread.0) == root);
     same.map(|t| t.start.thread.0).collect()
 }
 
-/// Runs `f` on the process of thread `opts.thread` of `trace`, that
+/// The thread that started `thread`'s program image: up through the
+/// threads that created it, to the program's first thread or the thread
+/// that continued after an `execve`.
+fn image_root(starts: &std::collections::HashMap<u32, &ThreadStart>, thread: u32) -> u32 {
+    let mut t = thread;
+    // A parent comes before its children: at most one step per thread.
+    for _ in 0..starts.len() {
+        let s = starts[&t];
+        match (s.reason, s.parent) {
+            (StartReason::Thread | StartReason::Fork, Some(p)) if starts.contains_key(&p.0) => {
+                t = p.0
+            }
+            _ => break,
+        }
+    }
+    t
+}
+
+/// Runs `f` on the threads of thread `opts.thread`'s program image, that
 /// thread selected at `opts.at`, the others at their first instruction.
 fn with_process<B, R>(
     trace: &Trace<B>,
@@ -236,12 +268,11 @@ where
         for (&id, machine) in ids.iter().zip(machines) {
             let at = if id == thread { opts.at } else { 0 };
             let stub = thread_stub(trace, id, machine, at, &opts)?;
-            let os_tid = trace
-                .thread(aetrace_format::ThreadId(id))
-                .map_or(0, |t| t.start.os_tid);
+            let start = trace.thread(aetrace_format::ThreadId(id)).map(|t| t.start);
             threads.push(process::Thread {
                 thread: id,
-                os_tid,
+                pid: start.map_or(0, |s| s.pid),
+                os_tid: start.map_or(0, |s| s.os_tid),
                 stub,
             });
         }
@@ -286,7 +317,8 @@ fn run<C: ConnectionExt<Error = std::io::Error>>(
     target: &mut process::Process<'_>,
     conn: C,
 ) -> Result<(), Error> {
-    match GdbStub::new(conn).run_blocking::<Loop<'_, C>>(target) {
+    let conn = hc::Watch::new(conn, target.hc());
+    match GdbStub::new(conn).run_blocking::<Loop<'_, hc::Watch<C>>>(target) {
         Ok(DisconnectReason::Disconnect | DisconnectReason::Kill) => Ok(()),
         Ok(other) => Err(Error::Stub(format!("unexpected end: {other:?}"))),
         Err(e) if e.is_connection_error() => match e.into_connection_error() {

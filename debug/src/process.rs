@@ -1,16 +1,18 @@
-//! The gdb target: every thread of one process of the trace, each a
+//! The gdb target: every thread of one program image of the trace (a
+//! process and its fork children, `crate::process_threads`), each a
 //! [`Stub`] over its own regenerated stream (`gdbstub`'s multi-thread
-//! target; docs/debug.md, "Threads").
+//! target: gdb sees one process; docs/debug.md, "Threads").
 //!
 //! Invariants: threads are replayed independently (the trace orders each
 //! thread's instructions, not the threads among themselves), so each keeps
-//! its own position; only one thread moves per resume: the one gdb steps,
-//! else the current thread (the last one whose registers or memory gdb
-//! read, stepped, or was told stopped), as under gdb's `set
-//! scheduler-locking on`. gdb's thread ids
-//! are 1, 2, ... in the trace's thread order; breakpoints and watchpoints
-//! are every thread's.
+//! its own position; only one thread moves per resume, as under gdb's `set
+//! scheduler-locking on` (which aetrace's gdb script sets): the one gdb
+//! names (`vCont` with a thread, `Hc` before a reverse command), else the
+//! current thread (the last one whose registers or memory gdb read,
+//! stepped, or was told stopped). gdb's thread ids are 1, 2, ... in the
+//! trace's thread order; breakpoints and watchpoints are every thread's.
 
+use crate::hc::Noted;
 use crate::image::Image;
 use crate::stub::{xfer, Action, PcOnly, PcRegs, Stop, Stub};
 use gdbstub::common::{Signal, Tid};
@@ -31,6 +33,8 @@ use gdbstub::target::{Target, TargetError, TargetResult};
 pub struct Thread<'m> {
     /// The trace's thread id.
     pub thread: u32,
+    /// The OS process id it had (a fork child's differs).
+    pub pid: u32,
     /// The OS thread id it had.
     pub os_tid: u32,
     /// Its replay.
@@ -43,6 +47,8 @@ pub struct Process<'m> {
     current: usize,
     /// The thread and action of the next resume, if gdb named one.
     pending: Option<(usize, Action)>,
+    /// The thread of gdb's last `Hc` (reverse commands).
+    hc: Noted,
 }
 
 impl<'m> Process<'m> {
@@ -53,6 +59,20 @@ impl<'m> Process<'m> {
             threads,
             current,
             pending: None,
+            hc: Noted::default(),
+        }
+    }
+
+    /// Where the connection notes gdb's `Hc` thread ([`crate::hc`]).
+    pub fn hc(&self) -> Noted {
+        self.hc.clone()
+    }
+
+    /// Makes gdb's `Hc` thread current, when gdb named one (under
+    /// scheduler locking).
+    fn follow_hc(&mut self) {
+        if let Some(i) = self.hc.get().and_then(|t| self.index(t).ok()) {
+            self.current = i;
         }
     }
 
@@ -212,8 +232,9 @@ impl ThreadExtraInfo for Process<'_> {
     fn thread_extra_info(&self, tid: Tid, buf: &mut [u8]) -> Result<usize, String> {
         let t = &self.threads[self.index(tid)?];
         let text = format!(
-            "trace thread {} tid {} at instruction {}",
+            "trace thread {} pid {} tid {} at instruction {}",
             t.thread,
+            t.pid,
             t.os_tid,
             t.stub.position()
         );
@@ -331,16 +352,19 @@ impl MultiThreadRangeStepping for Process<'_> {
 }
 
 impl ReverseStep<Tid> for Process<'_> {
-    /// gdb names no thread here (`Hc` is "any thread" unless scheduler
-    /// locking is on): the current one steps back.
+    /// gdb's `Hc` thread steps back, else the current one (gdbstub turns
+    /// `Hc0`, any thread, into thread 1: `tid` cannot tell).
     fn reverse_step(&mut self, _tid: Tid) -> Result<(), String> {
+        self.follow_hc();
         self.current().set_action(Action::ReverseStep);
         Ok(())
     }
 }
 
 impl ReverseCont<Tid> for Process<'_> {
+    /// As [`Process::reverse_step`].
     fn reverse_cont(&mut self) -> Result<(), String> {
+        self.follow_hc();
         self.current().set_action(Action::ReverseContinue);
         Ok(())
     }

@@ -23,7 +23,7 @@ use crate::data::{Code, Data, Ref, Values};
 use crate::image::Image;
 use crate::materialise;
 use crate::stack::Stacks;
-use crate::timeline::{Found, Timeline};
+use crate::timeline::{Found, Hit, Timeline};
 use aetrace_regen::compile::Module as Compiled;
 use gdbstub::arch::{Arch, Registers};
 use gdbstub::target::ext::breakpoints::WatchKind;
@@ -263,25 +263,21 @@ impl<'m> Stub<'m> {
                 None => Stop::Begin,
             },
             Action::Continue => {
-                let breaks = &self.breaks;
                 let f = self
                     .timeline
-                    .find_forward(self.pos, |a| is_break(breaks, a));
+                    .find_forward(self.pos, Stops::at(&self.breaks, None));
                 self.stop_at(f, Stop::End)
             }
             Action::ReverseContinue => {
-                let breaks = &self.breaks;
                 let f = self
                     .timeline
-                    .find_backward(self.pos, |a| is_break(breaks, a));
+                    .find_backward(self.pos, Stops::at(&self.breaks, None));
                 self.stop_at(f, Stop::Begin)
             }
             Action::Range(start, end) => {
                 // Until the pc leaves the range or meets a breakpoint.
-                let breaks = &self.breaks;
-                let f = self.timeline.find_forward(self.pos, |a| {
-                    !(start..end).contains(&a) || is_break(breaks, a)
-                });
+                let stops = Stops::at(&self.breaks, Some((start, end)));
+                let f = self.timeline.find_forward(self.pos, stops);
                 self.stop_at(f, Stop::End)
             }
         }
@@ -612,6 +608,35 @@ fn watch_hit(watches: &[(u64, u64, WatchKind)], refs: &[Ref]) -> Option<(WatchKi
 /// Whether `a` is a breakpoint's address.
 fn is_break(breaks: &[(u64, bool)], a: u64) -> bool {
     breaks.iter().any(|b| b.0 == a)
+}
+
+/// Where a run stops: at a breakpoint, or outside a range being stepped.
+/// A search over many addresses compares a chunk with one breakpoint at
+/// a time, which vectorises (`bench/run debug`).
+#[derive(Clone, Copy)]
+struct Stops<'a> {
+    breaks: &'a [(u64, bool)],
+    range: Option<(u64, u64)>,
+}
+
+impl<'a> Stops<'a> {
+    /// At `breaks`, and outside `range` when stepping one.
+    fn at(breaks: &'a [(u64, bool)], range: Option<(u64, u64)>) -> Self {
+        Stops { breaks, range }
+    }
+}
+
+impl Hit for Stops<'_> {
+    fn hit(&self, a: u64) -> bool {
+        let out = self.range.is_some_and(|(s, e)| a < s || a >= e);
+        out || is_break(self.breaks, a)
+    }
+
+    fn any(&self, c: &[u64]) -> bool {
+        let out = |(s, e)| c.iter().fold(false, |o, &a| o | (a < s) | (a >= e));
+        let one = |b: u64| c.iter().fold(false, |o, &a| o | (a == b));
+        self.range.is_some_and(out) || self.breaks.iter().any(|b| one(b.0))
+    }
 }
 
 /// Copies `data[offset..offset + length]` into `buf` (qXfer objects).

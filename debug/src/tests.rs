@@ -11,14 +11,30 @@ use aetrace_regen::testkit::{random_case, trace_bytes};
 /// A trace of one random execution of at most `budget` steps, and its
 /// instruction addresses.
 fn synthetic(seed: u64, budget: usize) -> (Vec<u8>, Vec<u64>) {
+    let (bytes, mut addrs) = synthetic_threads(seed, budget, 1);
+    (bytes, addrs.remove(0))
+}
+
+/// A trace of `n` threads of one process, each a random execution of the
+/// same program, and each thread's instruction addresses.
+fn synthetic_threads(seed: u64, budget: usize, n: u64) -> (Vec<u8>, Vec<Vec<u64>>) {
     let s = random_case(seed, 4, 20, true);
-    let mut rng = Rng::new(seed ^ 0x5eed);
-    let exec = testgen::Executor::new(&s.prog).run(&mut rng, budget, false);
-    let bytes = trace_bytes(&s.db, &[s.stream(&exec)], 4096);
-    let addrs = s
-        .expected_insns(&exec)
-        .lines()
-        .map(|l| u64::from_str_radix(l, 16).unwrap())
+    let execs: Vec<_> = (0..n)
+        .map(|i| {
+            let mut rng = Rng::new(seed ^ 0x5eed ^ (i << 32));
+            testgen::Executor::new(&s.prog).run(&mut rng, budget, false)
+        })
+        .collect();
+    let streams: Vec<Vec<u8>> = execs.iter().map(|e| s.stream(e)).collect();
+    let bytes = trace_bytes(&s.db, &streams, 4096);
+    let addrs = execs
+        .iter()
+        .map(|e| {
+            let text = s.expected_insns(e);
+            text.lines()
+                .map(|l| u64::from_str_radix(l, 16).unwrap())
+                .collect()
+        })
         .collect();
     (bytes, addrs)
 }
@@ -237,4 +253,64 @@ fn block_numbers_by_index_equal_a_scan() {
         indexed.iter().any(|r| r.contains(" block 5")),
         "{indexed:?}"
     );
+}
+
+/// Thread ids: `qfThreadInfo` lists gdb threads 1 and 2 (the trace's
+/// threads 0 and 1, `qThreadExtraInfo` says which, with pid and tid);
+/// `Hg` selects whose registers `g` reads; `vCont;s:2` steps thread 2
+/// alone and its stop names it; `Hc2` makes `bc` move thread 2 even after
+/// `Hg1` (gdb names the thread of a reverse command with `Hc`), and after
+/// `Hc0` (any thread) `bs` moves the thread last read.
+#[test]
+fn thread_ids() {
+    let (trace, addrs) = (0..50)
+        .map(|seed| synthetic_threads(seed, 40, 2))
+        .find(|(_, a)| a.iter().all(|t| t.len() > 3) && a[0][..3] != a[1][..3])
+        .expect("two executions that differ");
+    let (one, two) = (&addrs[0], &addrs[1]);
+    let ps: Vec<String> = [
+        "qfThreadInfo",
+        "qsThreadInfo",
+        "qThreadExtraInfo,2",
+        "T2",
+        "T3",
+        "Hg2",
+        "g",
+        "vCont;s:2",
+        "g",
+        "vCont;s:2",
+        "Hg1",
+        "g",
+        "Hc2",
+        "bc",
+        "Hg2",
+        "g",
+        "Hg1",
+        "vCont;s:1",
+        "Hc0",
+        "bs",
+        "g",
+    ]
+    .iter()
+    .map(|p| p.to_string())
+    .collect();
+    let r = session(&trace, 0, &ps);
+    assert_eq!(r[0], "m01,02");
+    assert_eq!(r[1], "l");
+    let extra = String::from_utf8(unhex(&r[2])).unwrap();
+    assert_eq!(extra, "trace thread 1 pid 4242 tid 4243 at instruction 0");
+    assert_eq!((r[3].as_str(), &r[4][..1]), ("OK", "E"));
+    assert_eq!(rip_of(&r[6]), two[0]);
+    assert!(r[7].starts_with("T05thread:02;"), "{}", r[7]);
+    assert_eq!(rip_of(&r[8]), two[1]);
+    assert_eq!(rip_of(&r[11]), one[0], "thread 1 did not move");
+    assert!(
+        r[13].contains("thread:02;") && r[13].contains("replaylog:begin"),
+        "{}",
+        r[13]
+    );
+    assert_eq!(rip_of(&r[15]), two[0], "bc moved thread 2");
+    assert!(r[17].starts_with("T05thread:01;"), "{}", r[17]);
+    assert!(r[19].contains("thread:01;"), "{}", r[19]);
+    assert_eq!(rip_of(&r[20]), one[0], "bs moved thread 1 back");
 }

@@ -95,7 +95,7 @@ impl<'m> Timeline<'m> {
 
     /// The first position after `from` (exclusive) whose address satisfies
     /// `hit`, or the last position when none does (`Err`).
-    pub fn find_forward(&mut self, from: u64, hit: impl Fn(u64) -> bool) -> Found {
+    pub fn find_forward(&mut self, from: u64, hit: impl Hit) -> Found {
         let mut k = match self.interval_of(from + 1) {
             Some(k) => k,
             None => return Found::End(from),
@@ -105,7 +105,7 @@ impl<'m> Timeline<'m> {
             self.load(k);
             let base = self.snaps[k].pos;
             let skip = (start - base) as usize;
-            if let Some(i) = self.window[skip..].iter().position(|&a| hit(a)) {
+            if let Some(i) = first(&self.window[skip..], &hit) {
                 return Found::At(start + i as u64);
             }
             let next = base + self.window.len() as u64;
@@ -121,7 +121,7 @@ impl<'m> Timeline<'m> {
 
     /// The last position before `from` (exclusive) whose address satisfies
     /// `hit`, or position 0 when none does (`End`).
-    pub fn find_backward(&mut self, from: u64, hit: impl Fn(u64) -> bool) -> Found {
+    pub fn find_backward(&mut self, from: u64, hit: impl Hit) -> Found {
         if from == 0 {
             return Found::End(0);
         }
@@ -133,7 +133,7 @@ impl<'m> Timeline<'m> {
             self.load(k);
             let base = self.snaps[k].pos;
             let upto = ((end - base) as usize).min(self.window.len());
-            if let Some(i) = self.window[..upto].iter().rposition(|&a| hit(a)) {
+            if let Some(i) = last(&self.window[..upto], &hit) {
                 return Found::At(base + i as u64);
             }
             if k == 0 {
@@ -234,6 +234,46 @@ impl<'m> Timeline<'m> {
     }
 }
 
+/// Addresses tested at once by [`first`] and [`last`].
+const CHUNK: usize = 32;
+
+/// What a search looks for: an address at a time ([`Hit::hit`]) and a
+/// chunk of addresses at once ([`Hit::any`]).
+pub trait Hit {
+    /// Whether `a` is one.
+    fn hit(&self, a: u64) -> bool;
+
+    /// Whether any address of `c` is one: tested whole, without an early
+    /// exit, so that the common case (no hit in a chunk) vectorises.
+    fn any(&self, c: &[u64]) -> bool {
+        c.iter().fold(false, |o, &a| o | self.hit(a))
+    }
+}
+
+impl<F: Fn(u64) -> bool> Hit for F {
+    fn hit(&self, a: u64) -> bool {
+        self(a)
+    }
+}
+
+/// The index of the first address of `w` that is a hit; only the chunk
+/// that [`Hit::any`] finds is searched address by address.
+fn first(w: &[u64], hit: &impl Hit) -> Option<usize> {
+    let k = w.chunks(CHUNK).position(|c| hit.any(c))?;
+    let c = &w[k * CHUNK..];
+    c.iter().position(|&a| hit.hit(a)).map(|i| k * CHUNK + i)
+}
+
+/// The index of the last address of `w` that is a hit ([`first`]
+/// backwards).
+fn last(w: &[u64], hit: &impl Hit) -> Option<usize> {
+    let k = w.rchunks(CHUNK).position(|c| hit.any(c))?;
+    let end = w.len() - k * CHUNK;
+    let c = &w[end.saturating_sub(CHUNK)..end];
+    let i = c.iter().rposition(|&a| hit.hit(a))?;
+    Some(end - c.len() + i)
+}
+
 /// What a search found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Found {
@@ -241,4 +281,23 @@ pub enum Found {
     At(u64),
     /// No match: the search ended at this end of the timeline.
     End(u64),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{first, last};
+
+    /// [`first`] and [`last`] agree with a plain search, at every length
+    /// around chunk boundaries and every place of one or two hits.
+    #[test]
+    fn chunked_searches_equal_plain_ones() {
+        for len in 0..100u64 {
+            let w: Vec<u64> = (0..len).collect();
+            for (x, y) in (0..=len).flat_map(|x| (x..=len).map(move |y| (x, y))) {
+                let hit = |a: u64| a == x || a == y;
+                assert_eq!(first(&w, &hit), w.iter().position(|&a| hit(a)));
+                assert_eq!(last(&w, &hit), w.iter().rposition(|&a| hit(a)));
+            }
+        }
+    }
 }
