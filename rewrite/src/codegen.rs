@@ -228,6 +228,11 @@ pub struct Table {
     pub new: u64,
     /// int32 entries relative to the table (else absolute 8-byte entries).
     pub rel32: bool,
+    /// Absolute entries in a position-independent module: the original
+    /// table's are moved by R_X86_64_RELATIVE relocations (glibc's
+    /// `vfprintf` in a PIE, `&&label` tables), the copy's hold link-time
+    /// addresses, and its jump adds the load bias ([`ProcGen::biased_jump`]).
+    pub biased: bool,
     /// The case block of each entry, in table order.
     pub targets: Vec<BlockId>,
     /// The jump's block.
@@ -1703,6 +1708,34 @@ impl ProcGen<'_, '_> {
         self.leave_dispatch()
     }
 
+    /// The jump of a [`Table::biased`] table, the `k`th instruction of
+    /// block `b`: its target (read from the copy's table: a link-time
+    /// address) plus the load bias (`lea rcx, [rip + (0 - next)]` is the
+    /// bias: where link-time address 0 is) into a slot below the red zone,
+    /// then the dispatch's end jumps there. Nothing is written to the
+    /// stream (the case stubs write the witnesses); no register, flag or
+    /// byte the program can see changes but the jump's own register, which
+    /// holds the copy's address as with any rewritten table.
+    fn biased_jump(&mut self, b: BlockId, k: usize, last: Instruction) -> GenResult<()> {
+        self.em.point = self.at(b, k);
+        let last = self.relocated(last);
+        let (rax, rcx) = (Register::RAX, Register::RCX);
+        self.em.push(rsp_step(-128)?);
+        for r in [rax, rax, rcx] {
+            self.em.push(Instruction::with1(Code::Push_r64, r)?);
+        }
+        self.em.push(Instruction::with(Code::Pushfq));
+        self.em.push(target_into_rax(&last, 128 + DISPATCH_FRAME)?);
+        let zero = MemoryOperand::with_base_displ(Register::RIP, 0);
+        self.em
+            .push(Instruction::with2(Code::Lea_r64_m, rcx, zero)?);
+        self.em
+            .push(Instruction::with2(Code::Add_r64_rm64, rax, rcx)?);
+        self.em
+            .push(Instruction::with2(Code::Mov_rm64_r64, rsp_at(24), rax)?);
+        self.leave_dispatch()
+    }
+
     /// The dispatch's end: the saved registers back, then `ret 128` to
     /// the destination slot.
     fn leave_dispatch(&mut self) -> GenResult<()> {
@@ -2382,6 +2415,9 @@ impl ProcGen<'_, '_> {
                     });
                     case_labels.insert(e, label);
                 }
+            }
+            if p.tables.iter().any(|t| t.block == b && t.biased) {
+                return self.biased_jump(b, last_i, last);
             }
             self.copy_at(b, last_i, last);
             return Ok(());

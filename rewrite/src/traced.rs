@@ -13,7 +13,7 @@
 use std::collections::{HashMap, HashSet};
 
 use aetrace_analysis::cfg::{CallSite, Cfg, IndirectJump, JumpResolution};
-use aetrace_analysis::elf::{ElfKind, Module};
+use aetrace_analysis::elf::Module;
 use aetrace_analysis::{imports, ProcKind, Procedure, Program};
 use aetrace_graph::{BlockId, ProcId};
 
@@ -127,10 +127,6 @@ impl Traced {
                     continue;
                 }
                 match targets.first().and_then(|&t| table_format(prog, *table, t)) {
-                    Some(false) if prog.module.kind == ElfKind::Pie => {
-                        self.reasons
-                            .insert(id, format!("absolute jump table at {table:#x} in a PIE"));
-                    }
                     Some(rel) => self
                         .tables
                         .entry(id)
