@@ -1060,6 +1060,14 @@ fn static_env(cache: &Path) -> Vec<(String, String)> {
 /// first process's stream is compared (the stepper follows one task).
 /// Returns `aetrace info --json` of the trace.
 pub(crate) fn check_static_streams(exe: &Path, args: &[&str], streams: usize) -> serde_json::Value {
+    check_static_with(exe, args, Some(streams))
+}
+
+/// [`check_static_streams`]; `streams` None: the stepper follows the
+/// processes the program forks too, and each child's stream, up to where
+/// it leaves the program's image (an `exec`), is compared with the trace's
+/// stream of the same number.
+fn check_static_with(exe: &Path, args: &[&str], streams: Option<usize>) -> serde_json::Value {
     let name = exe.file_name().unwrap().to_string_lossy().into_owned();
     let dir = common::scratch("trace-oracle-static");
     let cache = dir.join(format!("cache-{name}-{}", std::process::id()));
@@ -1096,7 +1104,13 @@ pub(crate) fn check_static_streams(exe: &Path, args: &[&str], streams: usize) ->
     let inst = common::singlestep::cached_rewrite(&cache, exe);
     common::singlestep::restore_original_code(exe, &inst);
     // The same environment: the recorder adds nothing to it.
-    let stepped = common::singlestep::run(&inst, Some(exe), args, &env);
+    let (stepped, children) = match streams {
+        Some(_) => (
+            common::singlestep::run(&inst, Some(exe), args, &env),
+            Vec::new(),
+        ),
+        None => common::singlestep::run_tree(&inst, Some(exe), args, &env),
+    };
     assert_eq!(
         stepped.stdout, native.stdout,
         "{name}: the restored program's stdout"
@@ -1109,29 +1123,42 @@ pub(crate) fn check_static_streams(exe: &Path, args: &[&str], streams: usize) ->
     let base = link_base(exe);
     let info = info_json(&trace);
     let alone = left_alone_ranges(exe, &info, 0);
-    let mut expected = Vec::with_capacity(stepped.rips.len());
-    let (mut prev, mut untraced) = (None, 0usize);
-    for &rip in &stepped.rips {
-        let a = rip - bias;
-        let repeat = prev == Some(a) && elf.is_rep(a);
-        prev = Some(a);
-        if repeat {
-            continue;
+    // The image's end: a child's stream past it ran another program.
+    let end = elf.sections.iter().map(|s| s.addr + s.size).max().unwrap();
+    // Link-time offsets of the traced instructions, a `rep` once.
+    let expect = |rips: &[u64]| {
+        let mut expected = Vec::with_capacity(rips.len());
+        let (mut prev, mut untraced) = (None, 0usize);
+        for &rip in rips {
+            let a = rip.wrapping_sub(bias);
+            if !(base..end).contains(&a) {
+                break;
+            }
+            let repeat = prev == Some(a) && elf.is_rep(a);
+            prev = Some(a);
+            if repeat {
+                continue;
+            }
+            if alone.iter().any(|&(lo, hi)| lo <= a && a < hi) {
+                untraced += 1;
+            } else {
+                expected.push(a - base);
+            }
         }
-        if alone.iter().any(|&(lo, hi)| lo <= a && a < hi) {
-            untraced += 1;
-        } else {
-            expected.push(a - base);
-        }
-    }
-    eprintln!(
-        "{name}: {} instructions stepped, {untraced} in procedures left alone",
-        stepped.rips.len()
-    );
+        eprintln!(
+            "{name}: {} instructions stepped, {untraced} in procedures left alone",
+            rips.len()
+        );
+        expected
+    };
     let rg = regen_threads(&trace, None);
+    let streams = streams.unwrap_or(1 + children.len());
     assert_eq!(rg.len(), streams, "{name}: streams");
-    if let Some(d) = first_difference(&expected, &rg[0]) {
-        panic!("{name} (expected: the stepped run): {d}");
+    let stepped_streams = std::iter::once(&stepped.rips).chain(&children);
+    for (k, (rips, ours)) in stepped_streams.zip(&rg).enumerate() {
+        if let Some(d) = first_difference(&expect(rips), ours) {
+            panic!("{name} stream {k} (expected: the stepped run): {d}");
+        }
     }
     let _ = std::fs::remove_file(&trace);
     let _ = std::fs::remove_dir_all(&cache);
@@ -1155,6 +1182,17 @@ fn static_glibc() {
     check_static(&build("setjmp.c", O2_STATIC), &[]);
     // The parent's stream; the child's regenerates from the fork on.
     check_static_streams(&build("fork.c", O2_STATIC), &[], 2);
+}
+
+/// `traces/fork_exec.c` built static: the forked child runs glibc's
+/// traced `execve`, whose `syscall` never returns, so the child's stream
+/// ends there, with no RETURN (before, regen refused it: "the witness
+/// stream ends ... in procedure execve ..., where the program must have
+/// written more"). Both processes against their stepped runs, the child's
+/// up to its exec.
+#[test]
+fn static_fork_child_that_execs() {
+    check_static_with(&build("fork_exec.c", O2_STATIC), &[], None);
 }
 
 /// A stripped static program has no setjmp/longjmp names: glibc's are

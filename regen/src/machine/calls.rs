@@ -187,11 +187,20 @@ impl<'a> Machine<'a> {
 
     /// A system call: EXIT before it when it ended the thread, RETURN
     /// after it when it returned and is marked (nothing is pending at a
-    /// call vertex, so the next item is one of the two).
+    /// call vertex, so the next item is one of the two). A stream that
+    /// ends here, of a thread not killed, ends with the system call: it
+    /// never returned (a static libc's traced `execve` that replaced the
+    /// process image, as a dynamic program's untraced one does).
     fn call_system(&mut self, at: Loc, c: CallDb) -> Step {
         match self.next(Retry::Call(at))? {
             (Item::Exit(_), _) => {
                 self.consumed(Some(at));
+                self.clear_stack();
+                self.cur = None;
+                Ok(())
+            }
+            (Item::End, _) if c.marker && !self.killed => {
+                self.consumed(None);
                 self.clear_stack();
                 self.cur = None;
                 Ok(())
