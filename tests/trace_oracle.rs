@@ -1211,6 +1211,19 @@ fn static_pie_glibc() {
     check_static(&exe, &[]);
 }
 
+/// `traces/multi_entry.c`: a procedure with two entry points (one range
+/// running into the next, as glibc's `__mempcpy` into `__memmove`),
+/// entered at both directly, through pointers and by a tail jump: traced,
+/// the secondary entry's stub writes ENTER_AT; exact against lackey
+/// (before: left alone, "2 entry points"). Static glibc's multi-entry
+/// string functions are checked against the stepped run by
+/// `static_glibc`.
+#[test]
+fn several_entry_points() {
+    let info = check_libs(&build("multi_entry.c", O2_PIE), &[], &[], LogMode::Pipe);
+    assert_eq!(left_alone(&info, 0), Vec::<String>::new());
+}
+
 /// `traces/abs_table.c`: a table of `&&label` addresses read with a
 /// bounded index. In a PIE its entries are absolute addresses that
 /// R_X86_64_RELATIVE relocations move (as glibc's `vfprintf`'s, which a

@@ -193,6 +193,10 @@ impl<'p> Plans<'p> {
             counters: plan_counters,
             values,
             map,
+            entry_points: p.entries[1..]
+                .iter()
+                .filter_map(|&e| Some((e, cfg.block_at(e)?)))
+                .collect(),
         });
         Ok(())
     }

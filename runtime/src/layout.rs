@@ -241,6 +241,11 @@ pub enum RecordKind {
     /// in full, or for a `rep` string instruction its `rcx` and `rflags`
     /// (`analysis::addr::full` says which, per instruction).
     Value = 18,
+    /// Outside entry into a secondary entry point of a procedure with
+    /// several (glibc's `__mempcpy` falling into `__memmove`): `u32`
+    /// `tag << 24 | procedure`, then `u32` the entry's link-time address,
+    /// where its copy starts (format 1.6).
+    EnterAt = 19,
 }
 
 impl RecordKind {
@@ -265,7 +270,8 @@ impl RecordKind {
             | RecordKind::Desync
             | RecordKind::Setjmp
             | RecordKind::Longjmp
-            | RecordKind::Value => 8,
+            | RecordKind::Value
+            | RecordKind::EnterAt => 8,
             RecordKind::Signal | RecordKind::Fault => 16,
         }
     }
@@ -290,6 +296,7 @@ impl RecordKind {
             16 => RecordKind::Lazy,
             17 => RecordKind::Fault,
             18 => RecordKind::Value,
+            19 => RecordKind::EnterAt,
             _ => return None,
         })
     }

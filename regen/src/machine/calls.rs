@@ -65,6 +65,27 @@ impl<'a> Machine<'a> {
         }
     }
 
+    /// ENTER_AT: traced procedure `q` was entered at its secondary entry
+    /// point at link-time address `a` (a block start), not at its entry.
+    fn enter_at(&mut self, module: ModuleIx, q: ProcIx, a: u32, offset: u64) -> Result<()> {
+        let m = self.image(module);
+        match m.block_starting(q, u64::from(a)) {
+            Some(block) => {
+                self.cur = Some(Loc { module, block });
+                Ok(())
+            }
+            None => Err(Error::Unexpected {
+                thread: self.thread,
+                record: format!("ENTER_AT({}, {a:#x})", self.raw_id(module, q)),
+                offset,
+                at: format!(
+                    "(procedure {} has no block starting there)",
+                    m.procs[q].name
+                ),
+            }),
+        }
+    }
+
     /// Whether the call of block `l` is a counted transfer: the rewriter
     /// increments the thread's transfer count just before it
     /// (`CallDb::counts_transfer`).
@@ -365,7 +386,7 @@ impl<'a> Machine<'a> {
         self.consumed(None);
         match item {
             Item::End => return Ok(false),
-            Item::Enter(raw) => {
+            Item::Enter(raw) | Item::EnterAt(raw, _) => {
                 if self.stack.last() == Some(&Frame::Sig) {
                     // The handler's entry (its stub wrote SIGNAL, then ENTER).
                     if let Some(s) = self.sigs.last_mut() {
@@ -375,6 +396,9 @@ impl<'a> Machine<'a> {
                 self.stack.push(Frame::Cb);
                 let (module, q) = self.locate("ENTER", raw, off)?;
                 self.enter(module, q, off)?;
+                if let Item::EnterAt(_, a) = item {
+                    self.enter_at(module, q, a, off)?;
+                }
             }
             Item::Return => match self.stack.last().copied() {
                 Some(Frame::Ret(c)) if self.call_of(c).marker => {
