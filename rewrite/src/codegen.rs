@@ -1748,8 +1748,10 @@ impl ProcGen<'_, '_> {
     /// bias: where link-time address 0 is) into a slot below the red zone,
     /// then the dispatch's end jumps there. Nothing is written to the
     /// stream (the case stubs write the witnesses); no register, flag or
-    /// byte the program can see changes but the jump's own register, which
-    /// holds the copy's address as with any rewritten table.
+    /// byte the program can see changes but a register the entry was
+    /// loaded into (`mov rax, [rcx+rax*8]; jmp rax`), which holds the
+    /// case's link-time copy address, as any rewritten table's entry
+    /// leaves a copy address there.
     fn biased_jump(&mut self, b: BlockId, k: usize, last: Instruction) -> GenResult<()> {
         self.em.point = self.at(b, k);
         let last = self.relocated(last);
