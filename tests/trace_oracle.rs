@@ -1058,7 +1058,16 @@ fn static_env(cache: &Path) -> Vec<(String, String)> {
 /// single-stepped run (also one a signal ends, `tests/crashes.rs`). A
 /// program that forks has `streams` > 1: only the
 /// first process's stream is compared (the stepper follows one task).
-pub(crate) fn check_static_streams(exe: &Path, args: &[&str], streams: usize) {
+/// Returns `aetrace info --json` of the trace.
+pub(crate) fn check_static_streams(exe: &Path, args: &[&str], streams: usize) -> serde_json::Value {
+    check_static_with(exe, args, Some(streams))
+}
+
+/// [`check_static_streams`]; `streams` None: the stepper follows the
+/// processes the program forks too, and each child's stream, up to where
+/// it leaves the program's image (an `exec`), is compared with the trace's
+/// stream of the same number.
+fn check_static_with(exe: &Path, args: &[&str], streams: Option<usize>) -> serde_json::Value {
     let name = exe.file_name().unwrap().to_string_lossy().into_owned();
     let dir = common::scratch("trace-oracle-static");
     let cache = dir.join(format!("cache-{name}-{}", std::process::id()));
@@ -1095,7 +1104,13 @@ pub(crate) fn check_static_streams(exe: &Path, args: &[&str], streams: usize) {
     let inst = common::singlestep::cached_rewrite(&cache, exe);
     common::singlestep::restore_original_code(exe, &inst);
     // The same environment: the recorder adds nothing to it.
-    let stepped = common::singlestep::run(&inst, Some(exe), args, &env);
+    let (stepped, children) = match streams {
+        Some(_) => (
+            common::singlestep::run(&inst, Some(exe), args, &env),
+            Vec::new(),
+        ),
+        None => common::singlestep::run_tree(&inst, Some(exe), args, &env),
+    };
     assert_eq!(
         stepped.stdout, native.stdout,
         "{name}: the restored program's stdout"
@@ -1106,36 +1121,51 @@ pub(crate) fn check_static_streams(exe: &Path, args: &[&str], streams: usize) {
     let entry = u64::from_le_bytes(b[0x18..0x20].try_into().unwrap());
     let bias = stepped.rips[0] - entry;
     let base = link_base(exe);
-    let alone = left_alone_ranges(exe, &info_json(&trace), 0);
-    let mut expected = Vec::with_capacity(stepped.rips.len());
-    let (mut prev, mut untraced) = (None, 0usize);
-    for &rip in &stepped.rips {
-        let a = rip - bias;
-        let repeat = prev == Some(a) && elf.is_rep(a);
-        prev = Some(a);
-        if repeat {
-            continue;
+    let info = info_json(&trace);
+    let alone = left_alone_ranges(exe, &info, 0);
+    // The image's end: a child's stream past it ran another program.
+    let end = elf.sections.iter().map(|s| s.addr + s.size).max().unwrap();
+    // Link-time offsets of the traced instructions, a `rep` once.
+    let expect = |rips: &[u64]| {
+        let mut expected = Vec::with_capacity(rips.len());
+        let (mut prev, mut untraced) = (None, 0usize);
+        for &rip in rips {
+            let a = rip.wrapping_sub(bias);
+            if !(base..end).contains(&a) {
+                break;
+            }
+            let repeat = prev == Some(a) && elf.is_rep(a);
+            prev = Some(a);
+            if repeat {
+                continue;
+            }
+            if alone.iter().any(|&(lo, hi)| lo <= a && a < hi) {
+                untraced += 1;
+            } else {
+                expected.push(a - base);
+            }
         }
-        if alone.iter().any(|&(lo, hi)| lo <= a && a < hi) {
-            untraced += 1;
-        } else {
-            expected.push(a - base);
-        }
-    }
-    eprintln!(
-        "{name}: {} instructions stepped, {untraced} in procedures left alone",
-        stepped.rips.len()
-    );
+        eprintln!(
+            "{name}: {} instructions stepped, {untraced} in procedures left alone",
+            rips.len()
+        );
+        expected
+    };
     let rg = regen_threads(&trace, None);
+    let streams = streams.unwrap_or(1 + children.len());
     assert_eq!(rg.len(), streams, "{name}: streams");
-    if let Some(d) = first_difference(&expected, &rg[0]) {
-        panic!("{name} (expected: the stepped run): {d}");
+    let stepped_streams = std::iter::once(&stepped.rips).chain(&children);
+    for (k, (rips, ours)) in stepped_streams.zip(&rg).enumerate() {
+        if let Some(d) = first_difference(&expect(rips), ours) {
+            panic!("{name} stream {k} (expected: the stepped run): {d}");
+        }
     }
     let _ = std::fs::remove_file(&trace);
     let _ = std::fs::remove_dir_all(&cache);
+    info
 }
 
-pub(crate) fn check_static(exe: &Path, args: &[&str]) {
+pub(crate) fn check_static(exe: &Path, args: &[&str]) -> serde_json::Value {
     check_static_streams(exe, args, 1)
 }
 
@@ -1154,6 +1184,17 @@ fn static_glibc() {
     check_static_streams(&build("fork.c", O2_STATIC), &[], 2);
 }
 
+/// `traces/fork_exec.c` built static: the forked child runs glibc's
+/// traced `execve`, whose `syscall` never returns, so the child's stream
+/// ends there, with no RETURN (before, regen refused it: "the witness
+/// stream ends ... in procedure execve ..., where the program must have
+/// written more"). Both processes against their stepped runs, the child's
+/// up to its exec.
+#[test]
+fn static_fork_child_that_execs() {
+    check_static_with(&build("fork_exec.c", O2_STATIC), &[], None);
+}
+
 /// A stripped static program has no setjmp/longjmp names: glibc's are
 /// recognised by their use of the pointer guard (docs/rewrite.md).
 #[test]
@@ -1168,6 +1209,42 @@ fn static_glibc_stripped_setjmp_longjmp() {
 fn static_pie_glibc() {
     let exe = build_with("loops.c", "static-pie", &["-O2", "-static-pie", "-fPIE"]);
     check_static(&exe, &[]);
+}
+
+/// `traces/multi_entry.c`: a procedure with two entry points (one range
+/// running into the next, as glibc's `__mempcpy` into `__memmove`),
+/// entered at both directly, through pointers and by a tail jump: traced,
+/// the secondary entry's stub writes ENTER_AT; exact against lackey
+/// (before: left alone, "2 entry points"). Static glibc's multi-entry
+/// string functions are checked against the stepped run by
+/// `static_glibc`.
+#[test]
+fn several_entry_points() {
+    let info = check_libs(&build("multi_entry.c", O2_PIE), &[], &[], LogMode::Pipe);
+    assert_eq!(left_alone(&info, 0), Vec::<String>::new());
+}
+
+/// `traces/abs_table.c`: a table of `&&label` addresses read with a
+/// bounded index. In a PIE its entries are absolute addresses that
+/// R_X86_64_RELATIVE relocations move (as glibc's `vfprintf`'s, which a
+/// static-PIE's `printf` runs): traced, the copy's jump adds the load
+/// bias. Exact against lackey (PIE) and the stepped run (static-PIE,
+/// `vfprintf` included); before, both procedures were left alone.
+#[test]
+fn absolute_jump_tables_in_a_pie() {
+    let info = check_libs(&build("abs_table.c", O2_PIE), &[], &[], LogMode::Pipe);
+    assert_eq!(left_alone(&info, 0), Vec::<String>::new());
+    let exe = build_with(
+        "abs_table.c",
+        "static-pie",
+        &["-O2", "-static-pie", "-fPIE"],
+    );
+    let info = check_static(&exe, &[]);
+    let tables: Vec<String> = left_alone(&info, 0)
+        .into_iter()
+        .filter(|l| l.contains("jump table"))
+        .collect();
+    assert_eq!(tables, Vec::<String>::new());
 }
 
 /// A program without libc: the whole process is the program, and lackey

@@ -54,12 +54,15 @@ pub mod kind {
     /// VALUE: a data value (`record --data`, format 1.4), read by
     /// [`super::Stream::values`] and invisible to the control walk.
     pub const VALUE: u8 = 18;
+    /// ENTER_AT: a procedure entered at a secondary entry point, its
+    /// link-time address (format 1.6).
+    pub const ENTER_AT: u8 = 19;
 
     /// Total length of a record of `kind`, `None` for an unknown kind.
     pub fn len(kind: u8) -> Option<usize> {
         Some(match kind {
             ENTER | EXIT | FORK | THREAD | LANDING | FORKED | LAZY => 6,
-            INDIRECT | DESYNC | SETJMP | LONGJMP | VALUE => 10,
+            INDIRECT | DESYNC | SETJMP | LONGJMP | VALUE | ENTER_AT => 10,
             SIGNAL_1_1 => 14,
             SIGNAL | FAULT => 18,
             SETJMP_RESUME | RETURN => 2,
@@ -76,6 +79,9 @@ pub enum Item {
     Witness(u32),
     /// ENTER: procedure `tag << 24 | procedure` starts (main, or an indirect callee).
     Enter(u32),
+    /// ENTER_AT: procedure `tag << 24 | procedure` starts at the secondary
+    /// entry point with this link-time address.
+    EnterAt(u32, u32),
     /// INDIRECT: an indirect transfer to this run-time address.
     Indirect(u64),
     /// `count`: the thread's transfer count at the interruption (`None`
@@ -125,6 +131,7 @@ impl Item {
         match *self {
             Item::Witness(n) => format!("witness {n}"),
             Item::Enter(p) => format!("ENTER({p})"),
+            Item::EnterAt(p, a) => format!("ENTER_AT({p}, {a:#x})"),
             Item::Indirect(t) => format!("INDIRECT({t:#x})"),
             Item::Signal {
                 signo,
@@ -354,6 +361,7 @@ impl<'t> Stream<'t> {
         let p = &self.buf[self.pos + 2..self.pos + len];
         let item = match k {
             kind::ENTER => Item::Enter(le(p) as u32),
+            kind::ENTER_AT => Item::EnterAt(le(&p[..4]) as u32, le(&p[4..]) as u32),
             kind::INDIRECT => Item::Indirect(le(p)),
             kind::SIGNAL_1_1 => Item::Signal {
                 signo: le(&p[..4]) as u32,

@@ -54,8 +54,8 @@ use aetrace_format::progdb::{SigPoint, SigRange};
 use aetrace_graph::{BlockId, EdgeId, EntityRef};
 use aetrace_runtime::layout::RecordKind;
 use aetrace_runtime::{
-    emit_buffer_check, emit_outside_entry_with, emit_record, emit_static_entry, emit_transfer,
-    emit_value, emit_witness, Payload, RuntimeAddrs, Site, Value,
+    emit_buffer_check, emit_outside_entry_at, emit_outside_entry_with, emit_record,
+    emit_static_entry, emit_transfer, emit_value, emit_witness, Payload, RuntimeAddrs, Site, Value,
 };
 use iced_x86::code_asm::{edi, r11, CodeAssembler};
 use iced_x86::{
@@ -228,6 +228,11 @@ pub struct Table {
     pub new: u64,
     /// int32 entries relative to the table (else absolute 8-byte entries).
     pub rel32: bool,
+    /// Absolute entries in a position-independent module: the original
+    /// table's are moved by R_X86_64_RELATIVE relocations (glibc's
+    /// `vfprintf` in a PIE, `&&label` tables), the copy's hold link-time
+    /// addresses, and its jump adds the load bias ([`ProcGen::biased_jump`]).
+    pub biased: bool,
     /// The case block of each entry, in table order.
     pub targets: Vec<BlockId>,
     /// The jump's block.
@@ -287,6 +292,11 @@ pub struct ProcPlan<'a> {
     /// With an unresolved jump: where its map from original addresses to
     /// the copy goes.
     pub map: Option<Map>,
+    /// Tracing: the secondary entry points of a procedure with several
+    /// (`traced::entry_points_unfit`), their link-time address and block.
+    /// Each gets an outside-entry stub that writes ENTER_AT and a
+    /// springboard; every call or jump to one goes through it.
+    pub entry_points: Vec<(u64, BlockId)>,
 }
 
 /// The map an unresolved jump goes on through ([`CallPlan::indirect`]):
@@ -1097,6 +1107,7 @@ pub fn generate(
     let mut entries: HashMap<u64, (u32, u32)> = HashMap::new();
     let mut block_labels: Vec<Vec<u64>> = Vec::with_capacity(plans.len());
     let mut stub_labels = Vec::with_capacity(plans.len());
+    let mut entry_labels: Vec<Vec<u64>> = Vec::with_capacity(plans.len());
     let mut invoke_labels = Vec::with_capacity(plans.len());
     for p in plans {
         let labels: Vec<u64> = (0..p.cfg.blocks.len()).map(|_| em.label()).collect();
@@ -1112,6 +1123,7 @@ pub fn generate(
         entries.insert(p.start, (p.number, p.cfg.entry.index() as u32));
         block_labels.push(labels);
         stub_labels.push(em.label());
+        entry_labels.push(p.entry_points.iter().map(|_| em.label()).collect());
     }
     // Table entries: (table index in plan, entry index) -> label.
     let mut table_entries: Vec<Vec<Vec<u64>>> = Vec::with_capacity(plans.len());
@@ -1134,7 +1146,7 @@ pub fn generate(
             rt,
             traps: Vec::new(),
         }
-        .emit(stub_labels[k], invoke_labels[k], &landing)
+        .emit(stub_labels[k], invoke_labels[k], &landing, &entry_labels[k])
         .map_err(|e| e.in_procedure(p.name))?;
         let (entries, map) = entries;
         table_entries.push(entries);
@@ -1186,6 +1198,9 @@ pub fn generate(
     let mut procs = Vec::with_capacity(plans.len());
     for (k, p) in plans.iter().enumerate() {
         springboards.push((p.start, addr(stub_labels[k])?));
+        for (&(at, _), &l) in p.entry_points.iter().zip(&entry_labels[k]) {
+            springboards.push((at, addr(l)?));
+        }
         let (first, end, o0, o1, landing) = &spans[k];
         let mut insn_map = Vec::with_capacity(o1 - o0);
         for &(i, old) in &em.origin[*o0..*o1] {
@@ -1443,6 +1458,7 @@ impl ProcGen<'_, '_> {
         stub_label: u64,
         invoke_label: Option<u64>,
         landing: &[(u64, u64)],
+        entry_labels: &[u64],
     ) -> GenResult<(Vec<Vec<u64>>, Option<MapLabels>)> {
         let p = self.p;
         let cfg = p.cfg;
@@ -1587,6 +1603,7 @@ impl ProcGen<'_, '_> {
             }
             self.em.jmp(self.labels[b.index()])?;
         }
+        self.entry_point_stubs(entry_labels)?;
         let map = p.map.map(|m| self.map_entries(m));
         // Table entries: a case with a witness goes through its stub.
         let mut out = Vec::with_capacity(p.tables.len());
@@ -1609,6 +1626,28 @@ impl ProcGen<'_, '_> {
             out.push(entries);
         }
         Ok((out, map))
+    }
+
+    /// The outside-entry stubs of the secondary entry points, at
+    /// `labels`: untraced code until ENTER_AT is reserved, then the
+    /// block. The scratch register is free at the entry point
+    /// (`traced::entry_points_unfit` makes sure one is).
+    fn entry_point_stubs(&mut self, labels: &[u64]) -> GenResult<()> {
+        let p = self.p;
+        for (&(at, b), &label) in p.entry_points.iter().zip(labels) {
+            self.em.bind(label);
+            self.em.point = SigPoint::Outside;
+            let (n, rt) = (p.number, *self.rt);
+            let scratch = p.live.entry_scratch(b).unwrap_or(r11);
+            let entry = u32::try_from(at)
+                .map_err(|_| CodegenError::Internal("an entry point above 4 GiB"))?;
+            let after = self.at(b, 0);
+            self.em.seq_write(SigPoint::Outside, after, |a| {
+                emit_outside_entry_at(a, n, entry, &rt, scratch)
+            })?;
+            self.em.jmp(self.labels[b.index()])?;
+        }
+        Ok(())
     }
 
     /// The labels of map `m`: each original byte's block copy, if a block
@@ -1700,6 +1739,36 @@ impl ProcGen<'_, '_> {
         })?;
         self.em.bind(out);
         self.em.transfer(site)?;
+        self.leave_dispatch()
+    }
+
+    /// The jump of a [`Table::biased`] table, the `k`th instruction of
+    /// block `b`: its target (read from the copy's table: a link-time
+    /// address) plus the load bias (`lea rcx, [rip + (0 - next)]` is the
+    /// bias: where link-time address 0 is) into a slot below the red zone,
+    /// then the dispatch's end jumps there. Nothing is written to the
+    /// stream (the case stubs write the witnesses); no register, flag or
+    /// byte the program can see changes but a register the entry was
+    /// loaded into (`mov rax, [rcx+rax*8]; jmp rax`), which holds the
+    /// case's link-time copy address, as any rewritten table's entry
+    /// leaves a copy address there.
+    fn biased_jump(&mut self, b: BlockId, k: usize, last: Instruction) -> GenResult<()> {
+        self.em.point = self.at(b, k);
+        let last = self.relocated(last);
+        let (rax, rcx) = (Register::RAX, Register::RCX);
+        self.em.push(rsp_step(-128)?);
+        for r in [rax, rax, rcx] {
+            self.em.push(Instruction::with1(Code::Push_r64, r)?);
+        }
+        self.em.push(Instruction::with(Code::Pushfq));
+        self.em.push(target_into_rax(&last, 128 + DISPATCH_FRAME)?);
+        let zero = MemoryOperand::with_base_displ(Register::RIP, 0);
+        self.em
+            .push(Instruction::with2(Code::Lea_r64_m, rcx, zero)?);
+        self.em
+            .push(Instruction::with2(Code::Add_r64_rm64, rax, rcx)?);
+        self.em
+            .push(Instruction::with2(Code::Mov_rm64_r64, rsp_at(24), rax)?);
         self.leave_dispatch()
     }
 
@@ -2382,6 +2451,9 @@ impl ProcGen<'_, '_> {
                     });
                     case_labels.insert(e, label);
                 }
+            }
+            if p.tables.iter().any(|t| t.block == b && t.biased) {
+                return self.biased_jump(b, last_i, last);
             }
             self.copy_at(b, last_i, last);
             return Ok(());

@@ -15,6 +15,7 @@
 //!   ([`CountLayout::len`] is the next free one).
 
 use aetrace_analysis::cfg::{BlockKind, Cfg, EdgeKind, JumpResolution};
+use aetrace_analysis::elf::ElfKind;
 use aetrace_analysis::Procedure;
 use aetrace_format::progdb::{BlockDb, CallDb, EdgeDb, EdgeKindDb, ProcDb, ProcStatus, ProgramDb};
 use aetrace_graph::trace::{
@@ -192,6 +193,10 @@ impl<'p> Plans<'p> {
             counters: plan_counters,
             values,
             map,
+            entry_points: p.entries[1..]
+                .iter()
+                .filter_map(|&e| Some((e, cfg.block_at(e)?)))
+                .collect(),
         });
         Ok(())
     }
@@ -391,6 +396,7 @@ impl<'p> Plans<'p> {
                 old: *old,
                 new: self.tables_end,
                 rel32: *rel32,
+                biased: !*rel32 && rw.prog.module.kind != ElfKind::Exec,
                 targets,
                 block: j.block,
             };

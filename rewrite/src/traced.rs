@@ -5,7 +5,8 @@
 //! Invariants:
 //! - a procedure is left alone exactly when [`Traced::reasons`] has an
 //!   entry for it, and then it has no plan, no copy, no springboard;
-//! - a traced procedure has a CFG, one entry, room for the springboard,
+//! - a traced procedure has a CFG, room for the springboard at each entry
+//!   point (a stub writing ENTER_AT at each secondary one),
 //!   and only jump tables the copy can rewrite ([`Traced::tables`]);
 //! - a static libc's setjmp, longjmp and fork families, with everything
 //!   they call, run untraced and are called like imports.
@@ -13,7 +14,7 @@
 use std::collections::{HashMap, HashSet};
 
 use aetrace_analysis::cfg::{CallSite, Cfg, IndirectJump, JumpResolution};
-use aetrace_analysis::elf::{ElfKind, Module};
+use aetrace_analysis::elf::Module;
 use aetrace_analysis::{imports, ProcKind, Procedure, Program};
 use aetrace_graph::{BlockId, ProcId};
 
@@ -79,6 +80,7 @@ impl Traced {
         }
         t.leave_families_alone(prog);
         if matches!(rw.how, crate::How::Trace(_)) {
+            t.entry_point_scratch(prog);
             t.leave_unstubbable_alone(prog);
         }
         t
@@ -127,10 +129,6 @@ impl Traced {
                     continue;
                 }
                 match targets.first().and_then(|&t| table_format(prog, *table, t)) {
-                    Some(false) if prog.module.kind == ElfKind::Pie => {
-                        self.reasons
-                            .insert(id, format!("absolute jump table at {table:#x} in a PIE"));
-                    }
                     Some(rel) => self
                         .tables
                         .entry(id)
@@ -143,6 +141,35 @@ impl Traced {
                         );
                     }
                 }
+            }
+        }
+    }
+
+    /// Leaves alone each traced procedure with a secondary entry point
+    /// where no register is free for its outside-entry stub (every call
+    /// to it goes through the stub, a `-fipa-ra` caller's too).
+    fn entry_point_scratch(&mut self, prog: &Program) {
+        for (id, p) in prog.procs.iter() {
+            if p.entries.len() < 2 || !self.is_traced(id) {
+                continue;
+            }
+            let Ok(cfg) = &p.cfg else { continue };
+            let live = liveness::decode_blocks(&prog.module, cfg)
+                .ok()
+                .map(|insns| liveness::analyze(cfg, &insns));
+            let busy = p.entries[1..].iter().find(|&&e| {
+                let scratch = cfg
+                    .block_at(e)
+                    .zip(live.as_ref())
+                    .and_then(|(b, l)| l.entry_scratch(b));
+                scratch.is_none()
+            });
+            if let Some(e) = busy {
+                let why = format!(
+                    "{} entry points, no register free for the stub at {e:#x}",
+                    p.entries.len()
+                );
+                self.reasons.insert(id, why);
             }
         }
     }
@@ -372,20 +399,64 @@ pub(crate) fn ifunc_resolvers(module: &Module, elf: &goblin::elf::Elf<'_>) -> Ve
 /// (`nop`, `int3`, zero bytes) that belongs to no procedure: no code runs
 /// or reads those bytes, so overwriting them changes nothing else.
 pub(crate) fn springboard_fits(prog: &Program, p: &Procedure) -> bool {
-    let need = p.start + SPRINGBOARD;
-    if p.end >= need {
+    fits_at(prog, p.start, p.end)
+}
+
+/// Whether a springboard fits at `start`, in a range ending at `end`
+/// ([`springboard_fits`]).
+fn fits_at(prog: &Program, start: u64, end: u64) -> bool {
+    let need = start + SPRINGBOARD;
+    if end >= need {
         return true;
     }
-    let Some(section) = prog.module.exec_sections().find(|s| s.contains(p.start)) else {
+    let Some(section) = prog.module.exec_sections().find(|s| s.contains(start)) else {
         return false;
     };
     let next = prog
         .procs
         .values()
         .flat_map(|q| q.ranges.iter().map(|&(s, _)| s))
-        .filter(|&s| s >= p.end)
+        .filter(|&s| s >= end)
         .fold(section.end(), u64::min);
-    next >= need && aetrace_analysis::report::is_fill(&prog.module, p.end, next)
+    next >= need && aetrace_analysis::report::is_fill(&prog.module, end, next)
+}
+
+/// Why a procedure's secondary entry points (glibc's `__mempcpy` and
+/// `__memmove_chk` running into `__memmove`) cannot each get a
+/// springboard and an outside-entry stub writing ENTER_AT, if they cannot:
+/// each must start a block and have room for its springboard, no
+/// springboard may cover another entry point, and the procedure must not
+/// call one of its own blocks (the copy would call the block's copy, past
+/// the stub, where the database has a call into untraced code).
+fn entry_points_unfit(prog: &Program, p: &Procedure, cfg: &Cfg) -> Option<String> {
+    let mut sorted = p.entries.clone();
+    sorted.sort_unstable();
+    if let Some(w) = sorted.windows(2).find(|w| w[1] - w[0] < SPRINGBOARD) {
+        return Some(format!(
+            "entry points {:#x} and {:#x} closer than a springboard",
+            w[0], w[1]
+        ));
+    }
+    for &e in &p.entries[1..] {
+        let end = p.ranges.iter().find(|&&(s, en)| s <= e && e < en);
+        if cfg.block_at(e).is_none() || !end.is_some_and(|&(_, en)| fits_at(prog, e, en)) {
+            return Some(format!(
+                "{} entry points: no block or no room for a springboard at {e:#x}",
+                p.entries.len()
+            ));
+        }
+    }
+    let own = cfg
+        .calls
+        .iter()
+        .filter(|c| !c.tail)
+        .find_map(|c| c.target.filter(|&t| cfg.block_at(t).is_some()));
+    own.map(|t| {
+        format!(
+            "{} entry points, one called from inside ({t:#x})",
+            p.entries.len()
+        )
+    })
 }
 
 /// Why procedure `proc` cannot be traced, if it cannot. `tracing`: an
@@ -406,8 +477,15 @@ fn left_alone_reason(prog: &Program, id: ProcId, ifuncs: &[u64], tracing: bool) 
     if ifuncs.contains(&p.start) {
         return Some("IFUNC resolver (runs before the runtime)".into());
     }
-    if p.entries.len() > 1 {
+    // PLT stubs keep their own handling (`calls::recorded_stubs`); counters
+    // count entries at the entry vertex only.
+    if p.entries.len() > 1 && (!tracing || p.kind == ProcKind::Plt) {
         return Some(format!("{} entry points", p.entries.len()));
+    }
+    if p.entries.len() > 1 {
+        if let Some(why) = entry_points_unfit(prog, p, cfg) {
+            return Some(why);
+        }
     }
     // `xbegin` ends its block; its abort path is not relocated (a witness
     // inside a transaction would abort it anyway).

@@ -76,6 +76,8 @@ pub enum Payload {
     Reg32(AsmRegister32),
     /// A 64-bit register (indirect target, desync address).
     Reg64(AsmRegister64),
+    /// Two immediates, in this order (procedure number and entry address).
+    Imm32Pair(u32, u32),
 }
 
 const RED_ZONE: i32 = 128;
@@ -242,7 +244,7 @@ pub fn emit_record(
         Payload::None => 0,
         Payload::Imm16(_) => 2,
         Payload::Imm32(_) | Payload::Reg32(_) => 4,
-        Payload::Reg64(_) => 8,
+        Payload::Reg64(_) | Payload::Imm32Pair(..) => 8,
     };
     if plen != kind.payload_len() {
         return Err(Error::Emit(format!(
@@ -279,6 +281,10 @@ pub fn emit_record(
             Payload::Imm32(v) => a.mov(dword_ptr(r + 2), v)?,
             Payload::Reg32(v) => a.mov(dword_ptr(r + 2), v)?,
             Payload::Reg64(v) => a.mov(qword_ptr(r + 2), v)?,
+            Payload::Imm32Pair(v, w) => {
+                a.mov(dword_ptr(r + 2), v)?;
+                a.mov(dword_ptr(r + 6), w)?
+            }
         }
         a.mov(byte_ptr(r + 1), k)?;
     }
@@ -573,6 +579,31 @@ pub fn emit_outside_entry_with(
     rt: &RuntimeAddrs,
     scratch: AsmRegister64,
 ) -> Result<(), Error> {
+    outside_entry(a, Payload::Imm32(proc_id), rt, scratch)
+}
+
+/// [`emit_outside_entry_with`] at a secondary entry point of a procedure
+/// with several, link-time address `entry`: records `ENTER_AT(proc,
+/// entry)` instead of `ENTER(proc)`. The same instructions up to the
+/// record ([`STUB_INSNS`]).
+pub fn emit_outside_entry_at(
+    a: &mut CodeAssembler,
+    proc_id: u32,
+    entry: u32,
+    rt: &RuntimeAddrs,
+    scratch: AsmRegister64,
+) -> Result<(), Error> {
+    outside_entry(a, Payload::Imm32Pair(proc_id, entry), rt, scratch)
+}
+
+/// The outside-entry stub, recording ENTER (an `Imm32` payload) or
+/// ENTER_AT (an `Imm32Pair`).
+fn outside_entry(
+    a: &mut CodeAssembler,
+    record: Payload,
+    rt: &RuntimeAddrs,
+    scratch: AsmRegister64,
+) -> Result<(), Error> {
     debug_assert!(ENTRY_SCRATCH.contains(&scratch));
     let s = scratch;
     let site = Site {
@@ -619,7 +650,11 @@ pub fn emit_outside_entry_with(
     a.call(rt.signal_entry)?;
     a.set_label(&mut not_signal)?;
     emit_buffer_check(a, rt.flush, site)?;
-    emit_record(a, RecordKind::Enter, Payload::Imm32(proc_id), site)
+    let kind = match record {
+        Payload::Imm32Pair(..) => RecordKind::EnterAt,
+        _ => RecordKind::Enter,
+    };
+    emit_record(a, kind, record, site)
 }
 
 /// Emits the entry stub of a static executable (its new `e_entry`; there

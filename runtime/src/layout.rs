@@ -241,6 +241,11 @@ pub enum RecordKind {
     /// in full, or for a `rep` string instruction its `rcx` and `rflags`
     /// (`analysis::addr::full` says which, per instruction).
     Value = 18,
+    /// Outside entry into a secondary entry point of a procedure with
+    /// several (glibc's `__mempcpy` falling into `__memmove`): `u32`
+    /// `tag << 24 | procedure`, then `u32` the entry's link-time address,
+    /// where its copy starts (format 1.6).
+    EnterAt = 19,
 }
 
 impl RecordKind {
@@ -265,7 +270,8 @@ impl RecordKind {
             | RecordKind::Desync
             | RecordKind::Setjmp
             | RecordKind::Longjmp
-            | RecordKind::Value => 8,
+            | RecordKind::Value
+            | RecordKind::EnterAt => 8,
             RecordKind::Signal | RecordKind::Fault => 16,
         }
     }
@@ -290,6 +296,7 @@ impl RecordKind {
             16 => RecordKind::Lazy,
             17 => RecordKind::Fault,
             18 => RecordKind::Value,
+            19 => RecordKind::EnterAt,
             _ => return None,
         })
     }
@@ -421,7 +428,7 @@ mod tests {
     use super::*;
 
     /// The kinds and total lengths of the table in `docs/runtime.md` section 2.
-    const TABLE: [(u8, u64); 17] = [
+    const TABLE: [(u8, u64); 18] = [
         (1, 6),
         (2, 10),
         (4, 2),
@@ -439,6 +446,7 @@ mod tests {
         (16, 6),
         (17, 18),
         (18, 10),
+        (19, 10),
     ];
 
     #[test]
@@ -449,7 +457,7 @@ mod tests {
             assert_eq!(k.encoded_len(), len, "{k:?}");
         }
         // 3: the format 1.1 SIGNAL, never written by this runtime.
-        for b in [0u8, 3, 19, 0x7F, 0x80, 0xFF] {
+        for b in [0u8, 3, 20, 0x7F, 0x80, 0xFF] {
             assert_eq!(RecordKind::from_byte(b), None, "{b:#x}");
         }
     }

@@ -65,6 +65,27 @@ impl<'a> Machine<'a> {
         }
     }
 
+    /// ENTER_AT: traced procedure `q` was entered at its secondary entry
+    /// point at link-time address `a` (a block start), not at its entry.
+    fn enter_at(&mut self, module: ModuleIx, q: ProcIx, a: u32, offset: u64) -> Result<()> {
+        let m = self.image(module);
+        match m.block_starting(q, u64::from(a)) {
+            Some(block) => {
+                self.cur = Some(Loc { module, block });
+                Ok(())
+            }
+            None => Err(Error::Unexpected {
+                thread: self.thread,
+                record: format!("ENTER_AT({}, {a:#x})", self.raw_id(module, q)),
+                offset,
+                at: format!(
+                    "(procedure {} has no block starting there)",
+                    m.procs[q].name
+                ),
+            }),
+        }
+    }
+
     /// Whether the call of block `l` is a counted transfer: the rewriter
     /// increments the thread's transfer count just before it
     /// (`CallDb::counts_transfer`).
@@ -187,11 +208,20 @@ impl<'a> Machine<'a> {
 
     /// A system call: EXIT before it when it ended the thread, RETURN
     /// after it when it returned and is marked (nothing is pending at a
-    /// call vertex, so the next item is one of the two).
+    /// call vertex, so the next item is one of the two). A stream that
+    /// ends here, of a thread not killed, ends with the system call: it
+    /// never returned (a static libc's traced `execve` that replaced the
+    /// process image, as a dynamic program's untraced one does).
     fn call_system(&mut self, at: Loc, c: CallDb) -> Step {
         match self.next(Retry::Call(at))? {
             (Item::Exit(_), _) => {
                 self.consumed(Some(at));
+                self.clear_stack();
+                self.cur = None;
+                Ok(())
+            }
+            (Item::End, _) if c.marker && !self.killed => {
+                self.consumed(None);
                 self.clear_stack();
                 self.cur = None;
                 Ok(())
@@ -356,7 +386,7 @@ impl<'a> Machine<'a> {
         self.consumed(None);
         match item {
             Item::End => return Ok(false),
-            Item::Enter(raw) => {
+            Item::Enter(raw) | Item::EnterAt(raw, _) => {
                 if self.stack.last() == Some(&Frame::Sig) {
                     // The handler's entry (its stub wrote SIGNAL, then ENTER).
                     if let Some(s) = self.sigs.last_mut() {
@@ -366,6 +396,9 @@ impl<'a> Machine<'a> {
                 self.stack.push(Frame::Cb);
                 let (module, q) = self.locate("ENTER", raw, off)?;
                 self.enter(module, q, off)?;
+                if let Item::EnterAt(_, a) = item {
+                    self.enter_at(module, q, a, off)?;
+                }
             }
             Item::Return => match self.stack.last().copied() {
                 Some(Frame::Ret(c)) if self.call_of(c).marker => {

@@ -82,7 +82,7 @@ impl<'a> Machine<'a> {
                 offset,
                 at: format!("{at}, where no jump of that stub is being decided"),
             },
-            Item::Enter(raw) => Error::Unexpected {
+            Item::Enter(raw) | Item::EnterAt(raw, _) => Error::Unexpected {
                 thread: self.thread,
                 record: format!("{} (entry of {})", item.describe(), self.proc_named(raw)),
                 offset,
