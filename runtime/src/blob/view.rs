@@ -66,6 +66,7 @@ pub(super) struct Labels {
     pub read: CodeLabel,
     read_full: CodeLabel,
     pub put_dec: CodeLabel,
+    put_hex: CodeLabel,
     install: CodeLabel,
     refresh: CodeLabel,
     fd_path: CodeLabel,
@@ -89,6 +90,7 @@ impl Labels {
             read: a.create_label(),
             read_full: a.create_label(),
             put_dec: a.create_label(),
+            put_hex: a.create_label(),
             install: a.create_label(),
             refresh: a.create_label(),
             fd_path: a.create_label(),
@@ -226,6 +228,41 @@ pub(super) fn emit_helpers(a: &mut CodeAssembler, l: &mut super::Labels) -> Resu
     a.mov(byte_ptr(r8), dl)?;
     a.test(eax, eax)?;
     a.jnz(digit)?;
+    a.ret()?;
+    // put_hex(rdi = buffer, rax = value): lowercase hex digits, at least
+    // 8 (as the kernel prints addresses), rdi past them. Clobbers rax,
+    // rcx, r9.
+    let mut wide = a.create_label();
+    let mut counted = a.create_label();
+    let mut hex_digit = a.create_label();
+    let mut store = a.create_label();
+    a.set_label(&mut v.put_hex)?;
+    a.mov(ecx, 8u32)?;
+    a.mov(r9, rax)?;
+    a.shr(r9, 32)?;
+    a.set_label(&mut wide)?;
+    a.test(r9, r9)?;
+    a.jz(counted)?;
+    a.inc(ecx)?;
+    a.shr(r9, 4)?;
+    a.jmp(wide)?;
+    a.set_label(&mut counted)?;
+    a.add(rdi, rcx)?;
+    a.mov(r9, rdi)?;
+    a.set_label(&mut hex_digit)?;
+    a.dec(r9)?;
+    a.push(rax)?;
+    a.and(eax, 15)?;
+    a.add(eax, b'0' as i32)?;
+    a.cmp(eax, b'9' as i32)?;
+    a.jbe(store)?;
+    a.add(eax, (b'a' - b'9' - 1) as i32)?;
+    a.set_label(&mut store)?;
+    a.mov(byte_ptr(r9), al)?;
+    a.pop(rax)?;
+    a.shr(rax, 4)?;
+    a.dec(ecx)?;
+    a.jnz(hex_digit)?;
     a.ret()?;
     msg(a, &mut v.s_slash, "/")?;
     msg(a, &mut v.s_maps, "maps")?;
@@ -556,7 +593,8 @@ fn added_range(a: &mut CodeAssembler, l: &super::Labels) -> Result<(), IcedError
 
 /// `line()`: the line from rbx to rbp (past its '\n'), r12d the view,
 /// r15 the tail buffer: drops the line of a mapping of ours, rewrites the
-/// names of an executable's line, writes the rest as they are. -> rax < 0
+/// names of an executable's line and the addresses of the heap's, writes
+/// the rest as they are. -> rax < 0
 /// when a write failed. Clobbers rax, rcx, rdx, rsi, rdi, r8-r11.
 fn emit_line(a: &mut CodeAssembler, l: &mut super::Labels) -> Result<(), IcedError> {
     let mut hex = a.create_label();
@@ -573,6 +611,10 @@ fn emit_line(a: &mut CodeAssembler, l: &mut super::Labels) -> Result<(), IcedErr
     let mut keep = a.create_label();
     let mut drop = a.create_label();
     let mut failed = a.create_label();
+    let mut end_hex = a.create_label();
+    let mut end_digit = a.create_label();
+    let mut ranged = a.create_label();
+    let mut not_heap = a.create_label();
     a.set_label(&mut l.view.line)?;
     // rax: the mapping's start (hex up to '-').
     a.xor(eax, eax)?;
@@ -592,7 +634,25 @@ fn emit_line(a: &mut CodeAssembler, l: &mut super::Labels) -> Result<(), IcedErr
     a.or(rax, rcx)?;
     a.inc(rdi)?;
     a.jmp(hex)?;
+    // rdx: its end (hex from after the '-' up to ' ').
     a.set_label(&mut parsed)?;
+    a.xor(edx, edx)?;
+    a.set_label(&mut end_hex)?;
+    a.inc(rdi)?;
+    a.cmp(rdi, rbp)?;
+    a.jae(keep)?;
+    a.movzx(ecx, byte_ptr(rdi))?;
+    a.cmp(ecx, b' ' as i32)?;
+    a.je(ranged)?;
+    a.sub(ecx, b'0' as i32)?;
+    a.cmp(ecx, 9)?;
+    a.jbe(end_digit)?;
+    a.sub(ecx, (b'a' - b'0' - 10) as i32)?;
+    a.set_label(&mut end_digit)?;
+    a.shl(rdx, 4)?;
+    a.or(rdx, rcx)?;
+    a.jmp(end_hex)?;
+    a.set_label(&mut ranged)?;
     // The region.
     a.mov(rcx, qword_ptr(l.d_region))?;
     a.mov(r8, rax)?;
@@ -639,8 +699,49 @@ fn emit_line(a: &mut CodeAssembler, l: &mut super::Labels) -> Result<(), IcedErr
     a.jne(named)?;
     a.inc(rdi)?;
     a.jmp(skip)?;
-    // The copy's path? (r10: the region header.)
+    // The heap: where a native run's is (below by the size of the
+    // executable's added segments, which the kernel put it above).
     a.set_label(&mut named)?;
+    a.lea(r9, ptr(rbp - 1))?;
+    a.sub(r9, rdi)?;
+    a.cmp(r9, 6)?;
+    a.jne(not_heap)?;
+    a.cmp(dword_ptr(rdi), u32::from_le_bytes(*b"[hea") as i32)?;
+    a.jne(not_heap)?;
+    a.cmp(
+        word_ptr(rdi + 4),
+        u32::from(u16::from_le_bytes(*b"p]")) as i32,
+    )?;
+    a.jne(not_heap)?;
+    a.mov(r9, qword_ptr(S_RUNTIME).gs())?;
+    a.mov(rsi, rax)?;
+    added_range(a, l)?;
+    a.sub(r11, r8)?;
+    a.sub(rsi, r11)?;
+    a.sub(rdx, r11)?;
+    a.mov(rdi, r15)?;
+    a.mov(rax, rsi)?;
+    a.call(l.view.put_hex)?;
+    a.mov(byte_ptr(rdi), b'-' as u32)?;
+    a.inc(rdi)?;
+    a.mov(rax, rdx)?;
+    a.call(l.view.put_hex)?;
+    // The rest of the line from the space after the end.
+    a.mov(rsi, rbx)?;
+    let mut to_space = a.create_label();
+    a.set_label(&mut to_space)?;
+    a.inc(rsi)?;
+    a.cmp(byte_ptr(rsi), b' ' as i32)?;
+    a.jne(to_space)?;
+    a.mov(rcx, rbp)?;
+    a.sub(rcx, rsi)?;
+    a.rep().movsb()?;
+    a.mov(rsi, r15)?;
+    a.mov(rdx, rdi)?;
+    a.sub(rdx, r15)?;
+    a.jmp(l.view.write_out)?;
+    // The copy's path? (r10: the region header.)
+    a.set_label(&mut not_heap)?;
     a.mov(r10, qword_ptr(l.d_region))?;
     a.mov(ecx, dword_ptr(r10 + H_VIEW))?;
     a.test(ecx, ecx)?;
