@@ -415,10 +415,14 @@ const DISPOSITION_CALLS: &[&str] = &[
 
 /// Calls that open a file by name and return its descriptor (the
 /// runtime gives the program its view of its own maps there,
-/// `docs/runtime.md` section 5).
+/// `docs/runtime.md` section 5), a static libc's names too.
 const OPEN_FD_CALLS: &[&str] = &[
     "open",
     "open64",
+    "__open",
+    "__open64",
+    "__libc_open",
+    "__libc_open64",
     "openat",
     "openat64",
     "__open_2",
@@ -428,11 +432,11 @@ const OPEN_FD_CALLS: &[&str] = &[
 ];
 
 /// Calls that open a file by name and return a `FILE *`.
-const OPEN_FILE_CALLS: &[&str] = &["fopen", "fopen64", "freopen", "freopen64"];
+const OPEN_FILE_CALLS: &[&str] = &["fopen", "fopen64", "_IO_new_fopen", "freopen", "freopen64"];
 
 /// Calls that read a descriptor at its offset (a read from offset 0
 /// makes a view of the maps again, as the kernel makes the text again).
-const READ_CALLS: &[&str] = &["read", "__read_chk"];
+const READ_CALLS: &[&str] = &["read", "__read", "__libc_read", "__read_chk"];
 
 /// What a call that opens a file by name returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
