@@ -3,7 +3,8 @@
 //! them. Oracles: the native run of the same command with the same
 //! environment (its whole output and exit status: argv, environment,
 //! descriptors, the descriptor `open` returns, auxv entries, as
-//! `traces/procview.c`, `env` and `ls` print them), the program's own
+//! `traces/procview.c`, `env` and `ls` print them; its memory map, as
+//! `traces/mapsview.c` prints it), the program's own
 //! output for the regenerated trace (calls of `print_target` = descriptor
 //! lines printed), and lackey for a traced program that execs a script.
 
@@ -133,6 +134,57 @@ fn a_recorded_program_sees_its_native_environment_descriptors_and_argv() {
         assert!(text.contains("open returned 3\n"), "{tag}: {text}");
         assert!(text.contains("argv[2] = \"b c\""), "{tag}: {text}");
         assert!(!text.contains("AETRACE_SHM"), "{tag}: {text}");
+    }
+}
+
+/// `program args` as [`native`], address randomisation off (as
+/// [`recorded`] runs it).
+fn native_fixed(program: &Path, args: &[&str]) -> Output {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(program);
+    cmd.args(args).env_clear().envs(env()).stdin(Stdio::null());
+    // SAFETY: one async-signal-safe call between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::personality(libc::ADDR_NO_RANDOMIZE as libc::c_ulong) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", program.display()))
+}
+
+#[test]
+fn a_recorded_program_sees_its_native_memory_map() {
+    // docs/runtime.md section 5, "The program's view of its maps": no
+    // witness region, no added segment, the executable's own name.
+    for v in [DYNAMIC, STATIC] {
+        let exe = build("mapsview.c", v);
+        let tag = format!("mapsview-{}", v.tag());
+        let trace = same_as_native(&tag, &exe, &[]);
+        let text = String::from_utf8(native(&exe, &[]).stdout).unwrap();
+        let real = exe.canonicalize().unwrap();
+        assert!(
+            text.contains(&format!("first file: {}\n", real.display())),
+            "{tag}: {text}"
+        );
+        // One `print_line` call per mapping printed, in the trace too.
+        let lines = text.lines().filter(|l| !l.contains(": ")).count() as u64;
+        let calls = regen_calls(&trace);
+        assert_eq!(calls.get("print_line"), Some(&lines), "{tag}: {calls:?}");
+        let _ = std::fs::remove_file(&trace);
+        // Address randomisation off: the text itself, addresses and all.
+        let n = native_fixed(&exe, &["raw"]);
+        let (r, trace) = recorded(&format!("{tag}-raw"), &exe, &["raw"]);
+        assert_eq!(
+            String::from_utf8_lossy(&r.stdout),
+            String::from_utf8_lossy(&n.stdout),
+            "{tag}: raw maps (recorder's stderr: {})",
+            String::from_utf8_lossy(&r.stderr)
+        );
+        let _ = std::fs::remove_file(&trace);
     }
 }
 

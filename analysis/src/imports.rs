@@ -413,6 +413,40 @@ const DISPOSITION_CALLS: &[&str] = &[
     "sigvec",
 ];
 
+/// Calls that open a file by name and return its descriptor (the
+/// runtime gives the program its view of its own maps there,
+/// `docs/runtime.md` section 5), a static libc's names too.
+const OPEN_FD_CALLS: &[&str] = &[
+    "open",
+    "open64",
+    "__open",
+    "__open64",
+    "__libc_open",
+    "__libc_open64",
+    "openat",
+    "openat64",
+    "__open_2",
+    "__open64_2",
+    "__openat_2",
+    "__openat64_2",
+];
+
+/// Calls that open a file by name and return a `FILE *`.
+const OPEN_FILE_CALLS: &[&str] = &["fopen", "fopen64", "_IO_new_fopen", "freopen", "freopen64"];
+
+/// Calls that read a descriptor at its offset (a read from offset 0
+/// makes a view of the maps again, as the kernel makes the text again).
+const READ_CALLS: &[&str] = &["read", "__read", "__libc_read", "__read_chk"];
+
+/// What a call that opens a file by name returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Opened {
+    /// A descriptor (`open`, `openat`, ...).
+    Fd,
+    /// A `FILE *` (`fopen`, ...).
+    File,
+}
+
 /// Strips a symbol version (`memcpy@GLIBC_2.14`).
 fn base(name: &str) -> &str {
     name.split('@').next().unwrap_or(name)
@@ -437,6 +471,23 @@ pub fn is_fork_like(name: &str) -> bool {
 /// (`sigaction`, `signal`, `sigset`, ...).
 pub fn touches_dispositions(name: &str) -> bool {
     DISPOSITION_CALLS.contains(&base(name))
+}
+
+/// Whether a call to `name` opens a file by name, and what it returns.
+pub fn opens_by_name(name: &str) -> Option<Opened> {
+    let name = base(name);
+    if OPEN_FD_CALLS.contains(&name) {
+        Some(Opened::Fd)
+    } else if OPEN_FILE_CALLS.contains(&name) {
+        Some(Opened::File)
+    } else {
+        None
+    }
+}
+
+/// Whether a call to `name` reads a descriptor at its offset (`read`).
+pub fn reads(name: &str) -> bool {
+    READ_CALLS.contains(&base(name))
 }
 
 /// A fork-like call that runs `pthread_atfork` handlers (`vfork` and

@@ -209,6 +209,29 @@ const POLL_WARMUP: Duration = Duration::from_millis(50);
 const RECLAIM_EVERY: Duration = Duration::from_millis(2);
 const CREATOR: &str = concat!("aetrace ", env!("CARGO_PKG_VERSION"));
 
+/// How `/proc/self/maps` names the rewritten copy (its canonical path),
+/// and how it names the original in a native run: `MAJOR:MINOR INODE`
+/// (hexadecimal, at least two digits each, as the kernel prints them) and
+/// the canonical path. None when either cannot be resolved.
+fn exe_names(copy: &Path, original: &Path) -> Option<(Vec<u8>, Vec<u8>, Vec<u8>)> {
+    use std::os::unix::fs::MetadataExt;
+    let copy = std::fs::canonicalize(copy).ok()?;
+    let original = std::fs::canonicalize(original).ok()?;
+    let meta = std::fs::metadata(&original).ok()?;
+    let dev = meta.dev();
+    let dev_ino = format!(
+        "{:02x}:{:02x} {}",
+        libc::major(dev),
+        libc::minor(dev),
+        meta.ino()
+    );
+    Some((
+        copy.into_os_string().into_vec(),
+        dev_ino.into_bytes(),
+        original.into_os_string().into_vec(),
+    ))
+}
+
 /// Runs `l.program` under the recorder and writes `l.trace`; returns how
 /// the main process ended. The program's own failure (a non-zero exit, a
 /// crash) is an `Outcome`, not an error; nor is a trace that could not be
@@ -227,6 +250,10 @@ pub fn record(l: &Launch) -> Result<Recorded> {
             v.as_bytes(),
             native.as_deref().map(OsStrExt::as_bytes),
         );
+    }
+    // Its view of its own maps names the original executable.
+    if let Some((copy, dev_ino, original)) = exe_names(&l.program, &l.modules[0].path) {
+        region.show_exe(&copy, &dev_ino, &original);
     }
     // Before the program starts: orphans of its descendants must come to
     // us, or we could not know when the last writer is gone.

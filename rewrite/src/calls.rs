@@ -326,6 +326,10 @@ impl<'t> Calls<'t> {
                     || name.is_some_and(imports::runs_atfork_handlers)
                     || wrapper == Some(true)),
             dispositions: !c.tail && returns && name.is_some_and(imports::touches_dispositions),
+            opens: name
+                .filter(|_| !c.tail && returns)
+                .and_then(imports::opens_by_name),
+            reads: !c.tail && returns && name.is_some_and(imports::reads),
             fatal_longjmp: rw.fatal_longjmps
                 && !c.tail
                 && (to_longjmp || name.is_some_and(imports::is_longjmp_like)),

@@ -66,6 +66,7 @@ use iced_x86::{
 use crate::data;
 use crate::liveness::Liveness;
 use aetrace_analysis::cfg::{Cfg, EdgeKind};
+use aetrace_analysis::imports;
 
 /// First label id: non-canonical, so never a real code address.
 pub const LABEL_BASE: u64 = 0xFFFF_8000_0000_0000;
@@ -126,6 +127,13 @@ pub struct CallPlan {
     /// dispositions_ours` at its return point (docs/runtime.md section 5,
     /// "Fatal signals").
     pub dispositions: bool,
+    /// A call that opens a file by name (`open`, `fopen`, ...): `call
+    /// maps_opened_fd` or `maps_opened_file` at its return point, which
+    /// gives the program its view of its own maps (docs/runtime.md
+    /// section 5, "The program's view of its maps").
+    pub opens: Option<imports::Opened>,
+    /// A call to `read`: `call maps_read` just before it.
+    pub reads: bool,
     /// SETJMP(rdi) or LONGJMP(rdi) just before the call.
     pub jmpbuf: Option<RecordKind>,
     /// No buffer check at the return point: the callee is bounded
@@ -2127,6 +2135,11 @@ impl ProcGen<'_, '_> {
             let native = self.rt.dispositions_native;
             self.em.seq(|a| Ok(a.call(native)?))?;
         }
+        if cp.reads && self.em.counting.is_none() {
+            self.em.point = before;
+            let read = self.rt.maps_read;
+            self.em.seq(|a| Ok(a.call(read)?))?;
+        }
         if cp.count {
             // Last, so that a signal sees the count and the point
             // (before the call) agree whether or not it ran.
@@ -2187,6 +2200,13 @@ impl ProcGen<'_, '_> {
         if cp.dispositions && tracing {
             let ours = self.rt.dispositions_ours;
             self.em.seq(|a| Ok(a.call(ours)?))?;
+        }
+        if let Some(opened) = cp.opens.filter(|_| tracing) {
+            let view = match opened {
+                imports::Opened::Fd => self.rt.maps_opened_fd,
+                imports::Opened::File => self.rt.maps_opened_file,
+            };
+            self.em.seq(|a| Ok(a.call(view)?))?;
         }
         if !cp.unchecked_return {
             self.check(site)?;

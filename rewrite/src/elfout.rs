@@ -482,6 +482,33 @@ pub fn first_free_vaddr(elf: &[u8]) -> Result<u64> {
     img.first_free(img.phdr_place()?)
 }
 
+/// The page-aligned end of `elf`'s highest `PT_LOAD` (its image in
+/// memory, `.bss` included; the heap starts above it).
+pub fn image_end(elf: &[u8]) -> Result<u64> {
+    let img = Image::parse(Path::new("<input ELF>"), elf)?;
+    img.loads
+        .iter()
+        .map(|p| p.p_vaddr.checked_add(p.p_memsz).and_then(page_up))
+        .try_fold(0, |end, e| e.map(|e| end.max(e)))
+        .ok_or_else(|| img.err(Refusal::AddressSpace))
+}
+
+/// Overwrites the bytes at `vaddr` of `elf`, which must lie inside the
+/// file-backed part of one `PT_LOAD`.
+pub fn patch_vaddr(elf: &mut [u8], vaddr: u64, bytes: &[u8]) -> Result<()> {
+    let len = bytes.len() as u64;
+    let at = {
+        let img = Image::parse(Path::new("<rewritten ELF>"), elf)?;
+        img.offset_of(vaddr, len).ok_or_else(|| {
+            img.malformed(format!(
+                "[{vaddr:#x}, +{len:#x}) is not in the file-backed part of a PT_LOAD"
+            ))
+        })? as usize
+    };
+    elf[at..at + bytes.len()].copy_from_slice(bytes);
+    Ok(())
+}
+
 /// Our own RW segment (the preinit array, the copied `.rela.dyn`, maybe a
 /// moved `.dynamic`), built before the file layout is known: its contents
 /// depend only on its vaddr.

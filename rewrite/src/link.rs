@@ -89,7 +89,27 @@ pub(crate) fn link(
     if let Some(c) = emitted.counted {
         add.segments.extend(c.segments);
     }
-    elfout::write(rw.path, module.bytes(), &add)
+    let mut out = elfout::write(rw.path, module.bytes(), &add)?;
+    added_range(rw, runtime, &mut out)?;
+    Ok(out)
+}
+
+/// Tells the runtime where the added segments are: from the end of the
+/// original image to the end of the rewritten one (`added_start` and
+/// `added_end`, offsets from the blob), so that the program's view of its
+/// maps leaves them out (docs/runtime.md section 5).
+fn added_range(rw: &Rewrite<'_>, runtime: &Runtime, out: &mut [u8]) -> Result<()> {
+    let lo = elfout::image_end(rw.prog.module.bytes())?;
+    let hi = elfout::image_end(out)?;
+    for (sym, at) in [("added_start", lo), ("added_end", hi)] {
+        let off = runtime
+            .blob
+            .symbol(sym)
+            .ok_or_else(|| rw.err(Refusal::RuntimeLacks(sym)))?;
+        let value = at.wrapping_sub(runtime.vaddr);
+        elfout::patch_vaddr(out, runtime.vaddr + off, &value.to_le_bytes())?;
+    }
+    Ok(())
 }
 
 /// Every redirected slot belongs to a stub chosen for it, and the other

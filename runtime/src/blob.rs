@@ -1,6 +1,8 @@
 //! The generated runtime: `init`, `attach_thread`, `flush`, `fork_child`,
 //! `fork_prepare`, `fork_done`, `dispositions_native`,
-//! `dispositions_ours`, `signal_entry`, `fault`, emitted with iced-x86 `code_asm` as one
+//! `dispositions_ours`, `maps_opened_fd`, `maps_opened_file`, `maps_read`
+//! (the program's view of its maps, `view`), `signal_entry`, `fault`,
+//! emitted with iced-x86 `code_asm` as one
 //! position-independent blob (design decision 6: generated, not linked; raw
 //! syscalls only, no libc).
 //!
@@ -48,7 +50,10 @@
 //!   FORK record itself (signals blocked); `fork_child`, signals blocked,
 //!   claims only when the slot is still not the thread's own.
 //! - `dispositions_native`, `dispositions_ours` (around a call that may
-//!   read or set a disposition): as `fork_prepare` and `fork_done`.
+//!   read or set a disposition), `maps_read` (before `read`; its
+//!   flag-free prelude, reported there too),
+//!   `maps_opened_fd` and `maps_opened_file` (at the return point of a
+//!   call that opens a file): as `fork_prepare` and `fork_done`.
 //! - `fork_prepare`, `fork_done` (around a call to `fork`): reported at
 //!   their return addresses, before the call (with the count before its
 //!   increment) and at the fork's return point, which the signal map
@@ -99,6 +104,8 @@ use iced_x86::BlockEncoderOptions;
 use crate::emit::{STUB_INSNS, TRANSFER_INC};
 use crate::layout::*;
 use crate::Error;
+
+mod view;
 
 // Linux x86-64 syscall numbers and constants.
 const SYS_READ: u32 = 0;
@@ -194,6 +201,14 @@ const D_PRETLS: u64 = 56;
 /// for a [`FAULT_SIGNALS`] signal while the kernel holds `fault` in its
 /// place. Zeros: `SIG_DFL` as exec leaves it.
 const D_DISP_LOCK: u64 = 64;
+/// Offsets (from the blob start, as `D_WIN_LO`) of the range of the
+/// module's added segments (the runtime, the copies, their data), written
+/// by the rewriter; the program's view of its maps leaves their lines out
+/// (`view`). 0/0: none.
+const D_ADDED: u64 = 80;
+/// Nonzero once a view of the maps was installed in this process through
+/// this blob or, for the executable's, any blob (`view`).
+const D_VIEWS: u64 = 96;
 const D_DISP: u64 = 128;
 const DATA_SIZE: u64 = 4096;
 
@@ -247,7 +262,11 @@ struct Labels {
     d_tag: CodeLabel,
     d_pretls: CodeLabel,
     d_disp_lock: CodeLabel,
+    d_added: CodeLabel,
+    d_views: CodeLabel,
     d_disp: CodeLabel,
+    /// The program's view of its maps.
+    view: view::Labels,
     signal_entry: CodeLabel,
     /// The handler of [`FAULT_SIGNALS`], and the restorer it returns through.
     fault: CodeLabel,
@@ -464,7 +483,10 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         d_tag: a.create_label(),
         d_pretls: a.create_label(),
         d_disp_lock: a.create_label(),
+        d_added: a.create_label(),
+        d_views: a.create_label(),
         d_disp: a.create_label(),
+        view: view::Labels::new(&mut a),
         signal_entry: a.create_label(),
         fault: a.create_label(),
         fault_restorer: a.create_label(),
@@ -498,6 +520,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     emit_fork_window(&mut a, &mut l, -1)?;
     emit_disposition_window(&mut a, &mut l, true)?;
     emit_disposition_window(&mut a, &mut l, false)?;
+    view::emit_entries(&mut a, &mut l)?;
     // Entry, after pushfq, after the lea (registers saved, then signals
     // blocked), after the mask is restored, popfq, ret, after the ret.
     debug_assert_eq!(
@@ -515,6 +538,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     );
     emit_claim(&mut a, &mut l)?;
     emit_helpers(&mut a, &mut l)?;
+    view::emit_helpers(&mut a, &mut l)?;
     emit_find_region(&mut a, &mut l)?;
     emit_swap(&mut a, &mut l, true)?;
     emit_swap(&mut a, &mut l, false)?;
@@ -528,6 +552,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
             || depths.starts_with(&[Some(0), Some(8), Some(FRAME), None])
                 && depths.ends_with(&[Some(FRAME), Some(8), Some(0), None])
             || depths[..] == [Some(FRAME), Some(8), Some(0), None][..]
+            || depths[..] == [Some(0), Some(8), Some(0), Some(8), Some(0), None][..]
     }));
     emit_map_caller(&mut a, &mut l)?;
     emit_fault(&mut a, &mut l)?;
@@ -594,7 +619,11 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     a.set_label(&mut l.d_pretls)?;
     a.db(&[0u8; 8])?;
     a.set_label(&mut l.d_disp_lock)?;
-    a.db(&[0u8; (D_DISP - D_DISP_LOCK) as usize])?;
+    a.db(&[0u8; (D_ADDED - D_DISP_LOCK) as usize])?;
+    a.set_label(&mut l.d_added)?;
+    a.db(&[0u8; (D_VIEWS - D_ADDED) as usize])?;
+    a.set_label(&mut l.d_views)?;
+    a.db(&[0u8; (D_DISP - D_VIEWS) as usize])?;
     a.set_label(&mut l.d_disp)?;
     a.db(&vec![0u8; (DATA_SIZE - D_DISP) as usize])?;
     let res = a.assemble_options(0, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)?;
@@ -605,6 +634,8 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     debug_assert_eq!(res.label_ip(&l.d_tag)?, data_offset + D_TAG);
     debug_assert_eq!(res.label_ip(&l.d_pretls)?, data_offset + D_PRETLS);
     debug_assert_eq!(res.label_ip(&l.d_disp_lock)?, data_offset + D_DISP_LOCK);
+    debug_assert_eq!(res.label_ip(&l.d_added)?, data_offset + D_ADDED);
+    debug_assert_eq!(res.label_ip(&l.d_views)?, data_offset + D_VIEWS);
     debug_assert_eq!(res.label_ip(&l.d_disp)?, data_offset + D_DISP);
     let symbols = vec![
         ("init", res.label_ip(&l.init)?),
@@ -618,12 +649,17 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         ("signal_entry", res.label_ip(&l.signal_entry)?),
         ("restorer_bytes", res.label_ip(&l.restorer)?),
         ("fault", res.label_ip(&l.fault)?),
+        ("maps_opened_fd", res.label_ip(&l.view.opened_fd)?),
+        ("maps_opened_file", res.label_ip(&l.view.opened_file)?),
+        ("maps_read", res.label_ip(&l.view.read)?),
         ("ready", data_offset + D_READY),
         ("witness_code_start", data_offset + D_WIN_LO),
         ("witness_code_end", data_offset + D_WIN_HI),
         ("signal_fixups", data_offset + D_FIXUPS),
         ("module_tag", data_offset + D_TAG),
         ("pretls", data_offset + D_PRETLS),
+        ("added_start", data_offset + D_ADDED),
+        ("added_end", data_offset + D_ADDED + 8),
     ];
     debug_assert_eq!(res.label_ip(&l.init)?, 0, "init is the blob's base label");
     let bytes = res.inner.code_buffer;
@@ -728,7 +764,7 @@ fn emit_init(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.syscall()?;
     a.test(rax, rax)?;
     a.jnz(bad_region)?;
-    a.xor(edi, edi)?;
+    a.mov(rdi, REGION_HINT)?;
     a.mov(rsi, g.region_size())?;
     a.mov(edx, 3u32)?;
     a.mov(r10d, 1u32)?;
@@ -1614,32 +1650,13 @@ fn proc_path(a: &mut CodeAssembler, l: &Labels, suffix: CodeLabel) -> Result<(),
 }
 
 fn emit_proc_path(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
-    let mut count = a.create_label();
-    let mut write = a.create_label();
     let mut copy = a.create_label();
     a.set_label(&mut l.proc_path)?;
     a.mov(dword_ptr(rdi), u32::from_le_bytes(*b"/pro"))?;
     a.mov(word_ptr(rdi + 4), u32::from(u16::from_le_bytes(*b"c/")))?;
     a.add(rdi, 6)?;
     a.mov(r10, rdx)?;
-    a.mov(r9d, 10u32)?;
-    a.mov(eax, esi)?;
-    a.set_label(&mut count)?;
-    a.xor(edx, edx)?;
-    a.div(r9d)?;
-    a.inc(rdi)?;
-    a.test(eax, eax)?;
-    a.jnz(count)?;
-    a.mov(r8, rdi)?;
-    a.mov(eax, esi)?;
-    a.set_label(&mut write)?;
-    a.xor(edx, edx)?;
-    a.div(r9d)?;
-    a.add(dl, b'0' as i32)?;
-    a.dec(r8)?;
-    a.mov(byte_ptr(r8), dl)?;
-    a.test(eax, eax)?;
-    a.jnz(write)?;
+    a.call(l.view.put_dec)?;
     a.set_label(&mut copy)?;
     a.mov(al, byte_ptr(r10))?;
     a.mov(byte_ptr(rdi), al)?;
@@ -1665,7 +1682,7 @@ fn emit_map_fd(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.jnz(fail)?;
     a.cmp(r14, HEADER_SIZE as i32)?;
     a.jb(fail)?;
-    a.xor(edi, edi)?;
+    a.mov(rdi, REGION_HINT)?;
     a.mov(rsi, r14)?;
     a.mov(edx, 3u32)?; // PROT_READ|PROT_WRITE
     a.mov(r10d, 1u32)?; // MAP_SHARED

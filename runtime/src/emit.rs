@@ -497,6 +497,13 @@ pub struct RuntimeAddrs {
     pub dispositions_native: u64,
     /// Address of `dispositions_ours`, called at that call's return point.
     pub dispositions_ours: u64,
+    /// Address of `maps_opened_fd`, called at the return point of a call
+    /// that opens a file by name and returns its descriptor (`open`, ...).
+    pub maps_opened_fd: u64,
+    /// Address of `maps_opened_file`, the same for a `FILE *` (`fopen`, ...).
+    pub maps_opened_file: u64,
+    /// Address of `maps_read`, called before `read`.
+    pub maps_read: u64,
     /// Address of `signal_entry`: the fix-up and SIGNAL record at a signal handler's entry.
     pub signal_entry: u64,
     /// Address of the signal restorer's bytes the stubs compare a handler's return address with.
@@ -521,6 +528,9 @@ impl RuntimeAddrs {
             fork_done: at("fork_done"),
             dispositions_native: at("dispositions_native"),
             dispositions_ours: at("dispositions_ours"),
+            maps_opened_fd: at("maps_opened_fd"),
+            maps_opened_file: at("maps_opened_file"),
+            maps_read: at("maps_read"),
             signal_entry: at("signal_entry"),
             restorer_bytes: at("restorer_bytes"),
         }

@@ -48,6 +48,28 @@ pub const H_FILE_END: u64 = 56;
 /// copies of instrumented shared libraries, which attach to the region the
 /// executable's `init` created instead of creating it again.
 pub const H_FD: u64 = 64;
+/// The executable as a native run's `/proc/self/maps` names it (the
+/// program's view of its maps, `docs/runtime.md` section 5): u32 length
+/// of the rewritten copy's path as the kernel shows it (0: no view
+/// given), u32 length of the original's `MAJOR:MINOR INODE` text, u32
+/// length of the original's path, u32 0; then the three texts, in that
+/// order, at [`H_VIEW_BYTES`] (at most [`VIEW_MAX`] bytes together).
+pub const H_VIEW: u64 = 128;
+/// Header offset of the view's texts.
+pub const H_VIEW_BYTES: u64 = H_VIEW + 16;
+/// The most bytes the view's texts take.
+pub const VIEW_MAX: u64 = H_MODULES - H_VIEW_BYTES;
+/// The highest address the runtime asks the kernel to map the region at
+/// (a hint: elsewhere if taken), far below where the program's own
+/// mappings go, so that every mapping of the program lands where a native
+/// run's does and merges with the same neighbours (`docs/runtime.md`
+/// section 1): 32 TiB, below a PIE's image and heap (0x55..., about 85
+/// TiB) and the mmap area (0x7f...), above a fixed-address executable's
+/// image and heap and ASan's shadow (up to 16 TiB).
+pub const REGION_HINT: u64 = 0x2000_0000_0000;
+/// The memfd a view of `/proc/self/maps` is given to the program in:
+/// `readlink` of the program's descriptor says `/memfd:aetrace-maps (deleted)`.
+pub const VIEW_MEMFD_NAME: &str = "aetrace-maps";
 /// Module table: `u64` run-time address of each instrumented module's
 /// runtime blob, indexed by its module tag (1..[`MAX_MODULES`]; tag 0, the
 /// executable, reports its address in each slot's `S_RUNTIME`). Written

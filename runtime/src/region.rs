@@ -156,6 +156,28 @@ impl Region {
         true
     }
 
+    /// Tells the program's runtime how a native run's `/proc/self/maps`
+    /// names the executable (`docs/runtime.md` section 5, "The program's
+    /// view of its maps"): lines of the file at `copy` (the path as the
+    /// kernel shows it) show `dev_ino` (`MAJOR:MINOR INODE`, as the kernel
+    /// prints them) and `original` instead. Returns whether the texts fit
+    /// the header ([`VIEW_MAX`]); if not, the view keeps the copy's names.
+    pub fn show_exe(&self, copy: &[u8], dev_ino: &[u8], original: &[u8]) -> bool {
+        let texts = [copy, dev_ino, original].concat();
+        if texts.len() as u64 > VIEW_MAX || copy.is_empty() {
+            return false;
+        }
+        // SAFETY: the header is ours and the program has not started.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(self.base.add(H_VIEW_BYTES as usize), texts.len())
+        };
+        bytes.copy_from_slice(&texts);
+        self.put_u32(H_VIEW + 4, dev_ino.len() as u32);
+        self.put_u32(H_VIEW + 8, original.len() as u32);
+        self.put_u32(H_VIEW, copy.len() as u32);
+        true
+    }
+
     /// The region's file descriptor (close-on-exec).
     pub fn fd(&self) -> RawFd {
         self.file.as_raw_fd()

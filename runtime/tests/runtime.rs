@@ -653,6 +653,11 @@ fn child_helper_writes_until_killed() {
             assert_eq!(run(c.as_ptr(), c.len()), 0);
             std::process::exit(0);
         }
+        "maps" => {
+            check_maps_view(&m);
+            println!("MAPS_OK");
+            std::process::exit(0);
+        }
         "dispositions" => {
             check_dispositions(&m);
             println!("DISPOSITIONS_OK");
@@ -670,6 +675,97 @@ fn child_helper_writes_until_killed() {
         }
         other => panic!("unknown child mode {other}"),
     }
+}
+
+/// Calls the entry point at `at` as the rewriter does: at a call's
+/// return point (rax: what it returned) or before it (rdi: its first
+/// argument). Entry points preserve every register.
+fn call_entry(at: u64, returned: u64, first: u64) {
+    // SAFETY: the entry point preserves every register and the flags and
+    // touches only the stack below rsp.
+    unsafe { std::arch::asm!("call {f}", f = in(reg) at, in("rax") returned, in("rdi") first) }
+}
+
+/// `readlink` of a descriptor.
+fn fd_link(fd: i32) -> String {
+    std::fs::read_link(format!("/proc/self/fd/{fd}"))
+        .unwrap()
+        .display()
+        .to_string()
+}
+
+/// In a child after `init`: a descriptor of `/proc/self/maps` becomes a
+/// read-only view at the same number, without the region, made again by
+/// a read from offset 0 (a mapping made after the open is in it); other
+/// files and `FILE`s of other files are left alone; no descriptor is
+/// left behind.
+fn check_maps_view(m: &Mapped) {
+    let (opened_fd, opened_file, read) = (
+        m.sym("maps_opened_fd"),
+        m.sym("maps_opened_file"),
+        m.sym("maps_read"),
+    );
+    let raw = std::fs::read_to_string("/proc/self/maps").unwrap();
+    assert!(raw.contains("aetrace-witnesses"), "{raw}");
+    // SAFETY: plain libc calls on owned descriptors and a fresh mapping.
+    unsafe {
+        let fd = libc::open(
+            c"/proc/self/maps".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
+        assert!(fd >= 0);
+        call_entry(opened_fd, fd as u64, 0);
+        assert_eq!(fd_link(fd), "/memfd:aetrace-maps (deleted)");
+        assert_eq!(libc::fcntl(fd, libc::F_GETFD), libc::FD_CLOEXEC);
+        assert_eq!(
+            libc::fcntl(fd, libc::F_GETFL) & libc::O_ACCMODE,
+            libc::O_RDONLY
+        );
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED);
+        call_entry(read, 0, fd as u64);
+        let mut text = vec![0u8; 1 << 16];
+        let n = libc::read(fd, text.as_mut_ptr().cast(), text.len());
+        let text = String::from_utf8_lossy(&text[..n.max(0) as usize]).to_string();
+        assert!(!text.contains("aetrace"), "{text}");
+        assert!(text.contains(&format!("{:x}-", p as u64)), "{text}");
+        // Not at offset 0: not made again.
+        call_entry(read, 0, fd as u64);
+        assert_eq!(libc::read(fd, text.as_ptr() as *mut _, 1), 0);
+        libc::close(fd);
+        // Another file, and a FILE of it: left alone.
+        let other = libc::open(c"/proc/self/stat".as_ptr(), libc::O_RDONLY);
+        call_entry(opened_fd, other as u64, 0);
+        assert!(fd_link(other).ends_with("/stat"));
+        let f = libc::fopen(c"/proc/self/maps".as_ptr(), c"r".as_ptr());
+        call_entry(opened_file, f as u64, 0);
+        assert_eq!(fd_link(libc::fileno(f)), "/memfd:aetrace-maps (deleted)");
+        // The temporary descriptors are closed.
+        let next = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY);
+        assert_eq!(next, libc::fileno(f) + 1);
+        libc::fclose(f);
+    }
+}
+
+/// The program's view of its maps (docs/runtime.md section 5), in a
+/// child, since it replaces its descriptors.
+#[test]
+fn a_descriptor_of_the_maps_becomes_the_view() {
+    let region = Region::create(SMALL).unwrap();
+    let out = spawn_child(&region, "maps").wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("MAPS_OK"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// A kernel `sigaction`, as `rt_sigaction` reads and writes it.

@@ -181,13 +181,15 @@ pub fn programs(dir: &Path) -> Vec<Program> {
         p("tr", "/usr/bin/tr", &["a-z", "A-Z"], &[]),
     ];
     // Where valgrind changes the program's path: mawk's `fclose` at exit
-    // fails; grep reads `/proc/self/maps`; perl and make walk `environ`,
+    // fails; grep and diff read `/proc/self/maps` (valgrind's own
+    // mappings show); perl and make walk `environ`,
     // to which valgrind adds; static glibc dispatches on CPU features
     // valgrind hides.
     for prog in &mut v {
         let stepped = [
             "mawk",
             "grep -E",
+            "diff",
             "perl",
             "make -n",
             "ldconfig -p",
