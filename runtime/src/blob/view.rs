@@ -593,7 +593,7 @@ fn added_range(a: &mut CodeAssembler, l: &super::Labels) -> Result<(), IcedError
 
 /// `line()`: the line from rbx to rbp (past its '\n'), r12d the view,
 /// r15 the tail buffer: drops the line of a mapping of ours, rewrites the
-/// names of an executable's line and the start of the heap's, writes
+/// names of an executable's line and the addresses of the heap's, writes
 /// the rest as they are. -> rax < 0
 /// when a write failed. Clobbers rax, rcx, rdx, rsi, rdi, r8-r11.
 fn emit_line(a: &mut CodeAssembler, l: &mut super::Labels) -> Result<(), IcedError> {
@@ -699,12 +699,8 @@ fn emit_line(a: &mut CodeAssembler, l: &mut super::Labels) -> Result<(), IcedErr
     a.jne(named)?;
     a.inc(rdi)?;
     a.jmp(skip)?;
-    // The heap: it starts where a native run's does (below by the size
-    // of the executable's added segments, which the kernel put it
-    // above) and ends where it really ends. The line then also covers
-    // added pages, which are mapped and readable, while every heap page
-    // stays in it: a program that trusts the line (a conservative GC
-    // scanning it) never misses a live page.
+    // The heap: where a native run's is (below by the size of the
+    // executable's added segments, which the kernel put it above).
     a.set_label(&mut named)?;
     a.lea(r9, ptr(rbp - 1))?;
     a.sub(r9, rdi)?;
@@ -722,6 +718,7 @@ fn emit_line(a: &mut CodeAssembler, l: &mut super::Labels) -> Result<(), IcedErr
     added_range(a, l)?;
     a.sub(r11, r8)?;
     a.sub(rsi, r11)?;
+    a.sub(rdx, r11)?;
     a.mov(rdi, r15)?;
     a.mov(rax, rsi)?;
     a.call(l.view.put_hex)?;
