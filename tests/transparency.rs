@@ -340,24 +340,6 @@ fn a_script_whose_interpreter_is_missing_is_one_clear_line() {
     assert!(!trace.exists(), "a trace was left behind");
 }
 
-/// `program` natively with exactly [`env`], stdin from /dev/null and
-/// address randomisation off, as `common::aetrace_fixed` runs the recorder.
-fn native_fixed(program: &Path) -> Output {
-    use std::os::unix::process::CommandExt;
-    let mut cmd = Command::new(program);
-    cmd.env_clear().envs(env()).stdin(Stdio::null());
-    // SAFETY: one async-signal-safe call between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::personality(libc::ADDR_NO_RANDOMIZE as libc::c_ulong) == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    cmd.output().unwrap()
-}
-
 /// Open (issue 23): the recorded process's heap starts after the
 /// rewritten copy's added segments (0x9000 later for `tclsh8.6`), and its
 /// stack below a longer `AT_EXECFN` (the cache path of the copy), so a
@@ -367,7 +349,7 @@ fn native_fixed(program: &Path) -> Output {
 #[ignore = "open: the heap and stack of a recorded process are not the native ones (docs/sweep.md)"]
 fn a_recorded_program_finds_its_heap_and_stack_where_it_does_natively() {
     let exe = build("layout.c", DYNAMIC);
-    let n = native_fixed(&exe);
+    let n = native_fixed(&exe, &[]);
     let (r, trace) = recorded("layout", &exe, &[]);
     assert!(n.status.success(), "native: {n:?}");
     assert_eq!(
