@@ -367,6 +367,30 @@ fn jump_table_cases_in_a_cold_part() {
     }
 }
 
+/// Absolute jump tables read past their entry 0 (`traces/switch_nonzero.c`,
+/// non-PIE; cc1's `hash_operand`, issue 23): gcc's `step` tests its index
+/// against zero before `jmp *T(,%rax,8)`, so the path reads entries 1..=10
+/// of the table the code names at T. The analysis described it from T + 8,
+/// the copy's `jmp` (which names T) kept the original table and ran on in
+/// the original code, untraced, and `regen` failed; now the table is read
+/// from T (its entry 0 is a label) and `step` is traced. `shifted` names
+/// its table one word (no label) before the first entry it can read: it
+/// is left alone, with the reason, rather than traced wrongly.
+#[test]
+fn absolute_tables_read_past_entry_0() {
+    let exe = build(
+        "switch_nonzero.c",
+        Variant::new(Opt::O2, Link::NoPie, false),
+    );
+    let info = check_libs(&exe, &[], &[], LogMode::Pipe);
+    let alone = left_alone(&info, 0);
+    assert_eq!(alone.len(), 1, "{alone:?}");
+    assert!(
+        alone[0].contains("shifted") && alone[0].contains("is not named by any instruction"),
+        "{alone:?}"
+    );
+}
+
 #[test]
 fn recursion() {
     traced("recursion.c", O2_PIE, &[]);

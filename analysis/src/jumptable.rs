@@ -1488,17 +1488,19 @@ fn resolve_path(
             None => return JumpResolution::Unresolved("table outside the file's sections"),
         }
     }
-    // A table of offsets from its own start whose proven range starts
-    // past entry 0 (`test %eax, %eax; jne` then `cmp $5, %eax; ja`): the
+    // A table whose proven range starts past entry 0 (`test %eax, %eax;
+    // jne` then `cmp $5, %eax; ja`; cc1's `hash_operand`: `cmp $0x46, %di;
+    // ja; test %di, %di; je; cmp $0x46, %di; ja; jmp *T(,%rdi,8)`): the
     // entries below it, when all are labels of the procedure, are added
-    // back, so that the table is described from its start (where its
-    // offsets are counted from, which the rewriter needs) and paths with
-    // different lower bounds agree. They are never taken, which costs
-    // nothing in an exact CFG.
+    // back, so that the table is described from the address the code names
+    // (which the rewriter retargets to the copy's table; for offsets, also
+    // where they are counted from) and paths with different lower bounds
+    // agree. They are never taken, which costs nothing in an exact CFG.
     let below = table.wrapping_sub(addr.off) / entry_size;
-    if entry_size == 4 && add == addr.off && table != addr.off && below < MAX_ENTRIES {
+    let from_start = entry_size == 8 || add == addr.off;
+    if from_start && table != addr.off && below < MAX_ENTRIES {
         let low: Option<Vec<u64>> = (0..below)
-            .map(|i| entry(addr.off + i * 4).filter(|&t| in_proc(t)))
+            .map(|i| entry(addr.off + i * entry_size).filter(|&t| in_proc(t)))
             .collect();
         if let Some(mut low) = low {
             low.extend(targets);
@@ -2130,6 +2132,50 @@ mod tests {
                 table: T + 16,
                 targets: all[4..].to_vec()
             }
+        );
+    }
+
+    /// cc1's `hash_operand` (gcc -O2, non-PIE): `movzwl (%rbx), %edi; cmp
+    /// $5, %di; ja; test %di, %di; je; cmp $5, %di; ja; jmp *T(,%rdi,8)`.
+    /// The path proves the index in `1..=5`, but the code names the table
+    /// at `T`, whose entry 0 is a label too: the table is described from
+    /// `T` (before, from `T + 8`, which the rewriter did not find in the
+    /// code, so the copy jumped through the original table). Without a
+    /// label there, from the first entry the path reads, as before.
+    #[test]
+    fn an_absolute_table_read_past_entry_0_is_described_from_its_start() {
+        let head: &[I] = &[
+            I::Raw(&[0x0f, 0xb7, 0x3b]),       // movzwl (%rbx), %edi
+            I::Raw(&[0x66, 0x83, 0xff, 0x05]), // cmp $5, %di
+            I::Raw(&[0x77, 0x10]),             // ja
+        ];
+        let zero: &[I] = &[I::Raw(&[0x66, 0x85, 0xff]), I::Raw(&[0x74, 0x10])];
+        let guard: &[I] = &[I::Raw(&[0x66, 0x83, 0xff, 0x05]), I::Raw(&[0x77, 0x10])];
+        let jump: &[I] = &[I::Raw(&[0xff, 0x24, 0xfd, 0x00, 0x20, 0x00, 0x00])];
+        let all: Vec<u64> = (0..6).map(|i| 0x1100 + 0x10 * i).collect();
+        let table = |entry0: u64| -> Vec<u8> {
+            std::iter::once(entry0)
+                .chain(all[1..].iter().copied())
+                .flat_map(u64::to_le_bytes)
+                .collect()
+        };
+        let in_proc = |a: u64| (0x1000..0x2000).contains(&a);
+        let blocks = [head, zero, guard, jump];
+        let r = run_in(&blocks, &[false; 3], vec![(T, table(0x1100))], &in_proc);
+        assert_eq!(
+            r,
+            Some(JumpResolution::Table {
+                table: T,
+                targets: all.clone()
+            })
+        );
+        let r = run_in(&blocks, &[false; 3], vec![(T, table(0x7000))], &in_proc);
+        assert_eq!(
+            r,
+            Some(JumpResolution::Table {
+                table: T + 8,
+                targets: all[1..].to_vec()
+            })
         );
     }
 

@@ -665,6 +665,15 @@ pub fn discover(module: &Module, stubs: Vec<PltStub>) -> Discovery {
             }
         }
     }
+    // Ranges whose start another range of their group jumps to.
+    let mut jumped_to = vec![false; n];
+    for &(from, t) in &jump_facts {
+        if let Some(to) = st.containing(t).filter(|&to| to != from) {
+            if st.ranges[to].start == t && find(&mut parent, from) == find(&mut parent, to) {
+                jumped_to[to] = true;
+            }
+        }
+    }
     let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by_key(|&i| st.ranges[i].start);
@@ -712,13 +721,18 @@ pub fn discover(module: &Module, stubs: Vec<PltStub>) -> Discovery {
                 }) || outside_jump.contains(&r.start)
             };
             // The primary range: the largest named one; without any, the
-            // first that does not jump into another member's middle.
+            // first whose start no member jumps to (a `.cold` part is
+            // entered by its group's jumps; cc1's `output_*` functions,
+            // named only by a data table, jump into their `.cold` part's
+            // middle, which never comes back), else the first that does
+            // not jump into another member's middle.
             let size = |i: usize| st.ranges[i].end - st.ranges[i].start;
             let primary = members
                 .iter()
                 .copied()
                 .filter(|&i| named(i))
                 .max_by_key(|&i| (size(i), std::cmp::Reverse(st.ranges[i].start)))
+                .or_else(|| members.iter().copied().find(|&i| !jumped_to[i]))
                 .or_else(|| members.iter().copied().find(|&i| !jumper[i]))
                 .unwrap_or(members[0]);
             let mut entries = vec![st.ranges[primary].start];

@@ -503,6 +503,23 @@ struct Emitter {
     lazy: Vec<(u64, u64)>,
 }
 
+/// The address `insn`'s memory operand names, if it names one
+/// (RIP-relative, or an absolute displacement without a base register):
+/// the copy retargets such an operand naming a jump table to the
+/// rewritten table.
+pub(crate) fn named_address(insn: &Instruction) -> Option<u64> {
+    let refs = (0..insn.op_count()).any(|k| insn.op_kind(k) == OpKind::Memory);
+    if !refs {
+        None
+    } else if insn.is_ip_rel_memory_operand() {
+        Some(insn.ip_rel_memory_address())
+    } else if insn.memory_base() == Register::None {
+        Some(insn.memory_displacement64())
+    } else {
+        None
+    }
+}
+
 fn near_branch(i: &Instruction) -> bool {
     (0..i.op_count()).any(|k| {
         matches!(
@@ -1436,17 +1453,9 @@ impl ProcGen<'_, '_> {
             };
             insn.set_near_branch64(t);
         }
-        for t in &self.p.tables {
-            let refs = (0..insn.op_count()).any(|k| insn.op_kind(k) == OpKind::Memory);
-            if !refs {
-                continue;
-            }
-            let rip_rel = insn.is_ip_rel_memory_operand() && insn.ip_rel_memory_address() == t.old;
-            let absolute =
-                insn.memory_base() == Register::None && insn.memory_displacement64() == t.old;
-            if rip_rel || absolute {
-                insn.set_memory_displacement64(t.new);
-            }
+        let named = named_address(&insn);
+        if let Some(t) = self.p.tables.iter().find(|t| named == Some(t.old)) {
+            insn.set_memory_displacement64(t.new);
         }
         insn
     }

@@ -119,6 +119,7 @@ impl Traced {
             if self.reasons.contains_key(&id) {
                 continue;
             }
+            let mut named: Option<HashSet<u64>> = None;
             for j in &cfg.indirect_jumps {
                 let JumpResolution::Table { table, targets } = &j.resolution else {
                     continue;
@@ -126,6 +127,16 @@ impl Traced {
                 if let Some(why) = outside_cases(cfg, j.block, targets, &self.by_start) {
                     self.reasons
                         .insert(id, format!("jump table at {table:#x} {why}"));
+                    continue;
+                }
+                let named = named.get_or_insert_with(|| named_addresses(prog, cfg));
+                if !named.contains(table) {
+                    // The copy would keep reading the original table and
+                    // jump into the original, untraced code.
+                    self.reasons.insert(
+                        id,
+                        format!("jump table at {table:#x} is not named by any instruction"),
+                    );
                     continue;
                 }
                 match targets.first().and_then(|&t| table_format(prog, *table, t)) {
@@ -639,6 +650,19 @@ fn guarded_family(prog: &Program, f: &mut LibcFamily) {
 }
 
 /// Decodes the entry format of a jump table from its first entry.
+/// The addresses the procedure's instructions name in memory operands
+/// (`codegen::named_address`): the copy retargets a jump table only where
+/// the code names it, so a table the analysis reads from another address
+/// (from an entry past the one the code names) cannot be rewritten.
+fn named_addresses(prog: &Program, cfg: &Cfg) -> HashSet<u64> {
+    let blocks = liveness::decode_blocks(&prog.module, cfg).unwrap_or_default();
+    blocks
+        .iter()
+        .flatten()
+        .filter_map(crate::codegen::named_address)
+        .collect()
+}
+
 fn table_format(prog: &Program, table: u64, first: u64) -> Option<bool> {
     let rel = prog.module.bytes_at(table, 4)?;
     let rel = i32::from_le_bytes(rel.try_into().ok()?);
