@@ -489,22 +489,13 @@ fn cachegrind_model_matches_cachegrind_on_a_lackey_stream() {
         ((1024, 2, 64), (1024, 2, 64), (8192, 4, 64)),
         ((512, 1, 32), (2048, 4, 64), (16384, 8, 64)),
     ] {
-        let cg = Command::new("valgrind")
-            .args([
-                "--tool=cachegrind",
-                "--cache-sim=yes",
-                "--cachegrind-out-file=/dev/null",
-            ])
-            .arg(format!("--I1={},{},{}", i1.0, i1.1, i1.2))
-            .arg(format!("--D1={},{},{}", d1.0, d1.1, d1.2))
-            .arg(format!("--LL={},{},{}", ll.0, ll.1, ll.2))
-            .arg(&exe)
-            .stdout(std::fs::File::create(dir.join("out2")).unwrap())
-            .stderr(Stdio::piped())
-            .output()
-            .expect("valgrind (cachegrind)");
-        assert!(cg.status.success());
-        let summary = String::from_utf8_lossy(&cg.stderr).into_owned();
+        let (status, summary) = common::cachegrind::run(
+            &exe,
+            &[],
+            (i1, d1, ll),
+            std::fs::File::create(dir.join("out2")).unwrap().into(),
+        );
+        assert!(status.success());
         let args = common::cachegrind::model_args(i1, d1, ll, &xdin);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let v = json(&cachesim(&args, b""));

@@ -49,13 +49,7 @@ fn cachegrind_i1_equals_cachesim_on_the_regenerated_stream() {
     assert_eq!(rec.stdout, native.stdout, "stdout differs");
     assert_eq!(rec.stderr, native.stderr, "stderr differs");
     assert_eq!(rec.status.code(), native.status.code(), "status differs");
-    let info = run_checked(
-        Command::new(common::aetrace())
-            .args(["info", "--json"])
-            .arg(&trace),
-        "aetrace info",
-    );
-    let info: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
+    let info = common::recorded::info_json(&trace);
     let left = &info["programs"][0]["left_alone"];
     assert_eq!(
         left.as_array().map(Vec::len),
@@ -86,23 +80,8 @@ fn cachegrind_i1_equals_cachesim_on_the_regenerated_stream() {
     let mut singles = Vec::new();
     let mut lines = String::new();
     for (k, (i1, d1, ll)) in geometries.into_iter().enumerate() {
-        let cg = Command::new("valgrind")
-            .args([
-                "--tool=cachegrind",
-                "--cache-sim=yes",
-                "--cachegrind-out-file=/dev/null",
-            ])
-            .arg(format!("--I1={},{},{}", i1.0, i1.1, i1.2))
-            .arg(format!("--D1={},{},{}", d1.0, d1.1, d1.2))
-            .arg(format!("--LL={},{},{}", ll.0, ll.1, ll.2))
-            .arg(&exe)
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .output()
-            .expect("valgrind (cachegrind)");
-        assert_eq!(cg.status.code(), native.status.code(), "cachegrind run");
-        let summary = String::from_utf8_lossy(&cg.stderr).into_owned();
+        let (status, summary) = common::cachegrind::run(&exe, &args, (i1, d1, ll), Stdio::null());
+        assert_eq!(status.code(), native.status.code(), "cachegrind run");
         let mut opts = vec!["cachesim".to_string()];
         opts.extend(common::cachegrind::model_args(i1, d1, ll, &xdin));
         let out = run_checked(

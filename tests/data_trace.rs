@@ -322,13 +322,7 @@ fn cachegrind_equals_cachesim_on_data_traces() {
             "aetrace record --data",
         );
         assert_eq!(rec.stdout, native.stdout, "{name}: stdout");
-        let info = run_checked(
-            Command::new(common::aetrace())
-                .args(["info", "--json"])
-                .arg(&trace),
-            "aetrace info",
-        );
-        let info: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
+        let info = common::recorded::info_json(&trace);
         let left = &info["programs"][0]["left_alone"];
         assert_eq!(left.as_array().map(Vec::len), Some(0), "{name}: {left}");
         let xdin = dir.join(format!("{name}.xdin"));
@@ -392,19 +386,8 @@ fn cachegrind(
     d1: common::cachegrind::Geometry,
     ll: common::cachegrind::Geometry,
 ) -> String {
-    let out = Command::new("valgrind")
-        .args([
-            "--tool=cachegrind",
-            "--cache-sim=yes",
-            "--cachegrind-out-file=/dev/null",
-        ])
-        .arg(format!("--I1={},{},{}", i1.0, i1.1, i1.2))
-        .arg(format!("--D1={},{},{}", d1.0, d1.1, d1.2))
-        .arg(format!("--LL={},{},{}", ll.0, ll.1, ll.2))
-        .arg(exe)
-        .stdout(std::process::Stdio::null())
-        .output()
-        .expect("valgrind (cachegrind)");
-    assert!(out.status.success(), "cachegrind run of {}", exe.display());
-    String::from_utf8_lossy(&out.stderr).into_owned()
+    let (status, summary) =
+        common::cachegrind::run(exe, &[], (i1, d1, ll), std::process::Stdio::null());
+    assert!(status.success(), "cachegrind run of {}", exe.display());
+    summary
 }

@@ -162,6 +162,32 @@ pub(crate) fn left_alone(info: &serde_json::Value, k: usize) -> Vec<String> {
         .collect()
 }
 
+/// The offsets from `base` of the link-time addresses `addrs` that a trace
+/// holds: a `rep` instruction once, those in procedures left alone
+/// (`alone`) counted apart (the second value).
+fn traced_offsets(
+    addrs: impl Iterator<Item = u64>,
+    elf: &Elf,
+    alone: &[(u64, u64)],
+    base: u64,
+) -> (Vec<u64>, usize) {
+    let mut rep_cache: std::collections::HashMap<u64, bool> = Default::default();
+    let (mut kept, mut prev, mut untraced) = (Vec::new(), None, 0usize);
+    for a in addrs {
+        let repeat = prev == Some(a) && *rep_cache.entry(a).or_insert_with(|| elf.is_rep(a));
+        prev = Some(a);
+        if repeat {
+            continue;
+        }
+        if alone.iter().any(|&(lo, hi)| lo <= a && a < hi) {
+            untraced += 1;
+        } else {
+            kept.push(a - base);
+        }
+    }
+    (kept, untraced)
+}
+
 /// Lackey's and aetrace's instruction sequences of one module, per thread,
 /// as link-time offsets (thread counts checked equal).
 pub(crate) fn module_sequences(
@@ -177,28 +203,14 @@ pub(crate) fn module_sequences(
     let base = link_base(exe);
     let alone = left_alone_ranges(exe, info, k);
     let elf = Elf::read(exe);
-    let mut rep_cache: std::collections::HashMap<u64, bool> = Default::default();
     let mut untraced = 0usize;
     let mut lk: Vec<Vec<u64>> = lackey
         .sequences
         .values()
         .map(|s| {
-            // `a` is a link-time address (lackey's minus the load bias).
-            let mut kept: Vec<u64> = Vec::with_capacity(s.len());
-            let mut prev = None;
-            for &a in s {
-                let repeat =
-                    prev == Some(a) && *rep_cache.entry(a).or_insert_with(|| elf.is_rep(a));
-                prev = Some(a);
-                if repeat {
-                    continue;
-                }
-                if alone.iter().any(|&(lo, hi)| lo <= a && a < hi) {
-                    untraced += 1;
-                } else {
-                    kept.push(a - base);
-                }
-            }
+            // Link-time addresses (lackey's minus the load bias).
+            let (kept, alone_here) = traced_offsets(s.iter().copied(), &elf, &alone, base);
+            untraced += alone_here;
             kept
         })
         .collect();
@@ -1151,24 +1163,11 @@ fn check_static_with(exe: &Path, args: &[&str], streams: Option<usize>) -> serde
     let end = elf.sections.iter().map(|s| s.addr + s.size).max().unwrap();
     // Link-time offsets of the traced instructions, a `rep` once.
     let expect = |rips: &[u64]| {
-        let mut expected = Vec::with_capacity(rips.len());
-        let (mut prev, mut untraced) = (None, 0usize);
-        for &rip in rips {
-            let a = rip.wrapping_sub(bias);
-            if !(base..end).contains(&a) {
-                break;
-            }
-            let repeat = prev == Some(a) && elf.is_rep(a);
-            prev = Some(a);
-            if repeat {
-                continue;
-            }
-            if alone.iter().any(|&(lo, hi)| lo <= a && a < hi) {
-                untraced += 1;
-            } else {
-                expected.push(a - base);
-            }
-        }
+        let in_image = rips
+            .iter()
+            .map(|rip| rip.wrapping_sub(bias))
+            .take_while(|a| (base..end).contains(a));
+        let (expected, untraced) = traced_offsets(in_image, &elf, &alone, base);
         eprintln!(
             "{name}: {} instructions stepped, {untraced} in procedures left alone",
             rips.len()

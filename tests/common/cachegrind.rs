@@ -42,6 +42,36 @@ pub fn read_write(summary: &str, label: &str) -> (u64, u64) {
 /// size in bytes, associativity, line size.
 pub type Geometry = (u64, u64, u64);
 
+/// `exe args` under `valgrind --tool=cachegrind --cache-sim=yes` with
+/// these caches, its stdout to `stdout` (glibc's stdio takes another path
+/// for a regular file than for a pipe or `/dev/null`): the run's status
+/// and its summary (stderr).
+pub fn run(
+    exe: &std::path::Path,
+    args: &[&str],
+    (i1, d1, ll): (Geometry, Geometry, Geometry),
+    stdout: std::process::Stdio,
+) -> (std::process::ExitStatus, String) {
+    let out = std::process::Command::new("valgrind")
+        .args([
+            "--tool=cachegrind",
+            "--cache-sim=yes",
+            "--cachegrind-out-file=/dev/null",
+        ])
+        .arg(format!("--I1={},{},{}", i1.0, i1.1, i1.2))
+        .arg(format!("--D1={},{},{}", d1.0, d1.1, d1.2))
+        .arg(format!("--LL={},{},{}", ll.0, ll.1, ll.2))
+        .arg(exe)
+        .args(args)
+        .stdout(stdout)
+        .output()
+        .expect("valgrind (cachegrind)");
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// The `aetrace cachesim` options that simulate cachegrind's model with
 /// the same I1, D1 and LL as a cachegrind run, JSON output, on `input`.
 pub fn model_args(
