@@ -158,7 +158,9 @@ fn compare(tag: &str, ours: Vec<Insn>, theirs: &[Insn], image: (u64, u64)) {
 }
 
 /// The programs the census checks, and `rep movsb`/`rep stosq` with
-/// counts 0, 1 and many, recursion: each under a second under lackey.
+/// counts 0, 1 and many, recursion, return points that keep `rsp`
+/// (data_calls.c: recursion, alloca in a callee, tail calls to traced
+/// code and to `free`): each under a second under lackey.
 #[test]
 fn data_addresses_equal_lackey() {
     let o2 = Variant::new(Opt::O2, Link::NoPie, false);
@@ -170,6 +172,7 @@ fn data_addresses_equal_lackey() {
     check("switch.c", o0, &[]);
     check("recursion.c", o0, &[]);
     check("rep_string.c", o2, &[]);
+    check("data_calls.c", o2, &[]);
 }
 
 /// Asking for data where there is none: one line and a non-zero exit.

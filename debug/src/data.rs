@@ -10,8 +10,8 @@
 //! each instruction the values the abstract execution reads, then the
 //! full ones; which abstract values an instruction has depends only on
 //! the registers its procedure's analysis knows at the block's start
-//! (`exec::entry_knowledge`, `exec::plan_block`), so they are skipped
-//! without running it.
+//! (`exec::entry_knowledge` over the module's `returns::Returns`,
+//! `exec::plan_block`), so they are skipped without running it.
 //!
 //! Invariants: position `n`'s values start where position `n - 1`'s end,
 //! so the values of an interval of the [`Timeline`] start at the sum of
@@ -25,6 +25,7 @@ use crate::image::Image;
 use crate::timeline::Timeline;
 use aetrace_analysis::addr::exec::{self, Exec};
 use aetrace_analysis::addr::full::{Planned, Recorded, DF};
+use aetrace_analysis::addr::returns::Returns;
 use aetrace_analysis::addr::{forms, Access, Repeat};
 use aetrace_format::progdb::ProgramDb;
 use aetrace_format::section::module_flags;
@@ -78,7 +79,7 @@ pub struct Code<'a, 'm> {
 /// order) its program database when it was recorded by abstract execution.
 pub struct Values {
     values: Vec<u64>,
-    dbs: Vec<Option<ProgramDb>>,
+    dbs: Vec<Option<(ProgramDb, Returns)>>,
 }
 
 /// The recorded values of `thread`, or why the trace has none for it
@@ -100,7 +101,11 @@ pub fn values<B: AsRef<[u8]>>(
         }
         let db = match flags & module_flags::DATA_ABS {
             0 => None,
-            _ => Some(program_db(trace, m.tag).map_err(|e| format!("module {}: {e}", m.name))?),
+            _ => {
+                let db = program_db(trace, m.tag).map_err(|e| format!("module {}: {e}", m.name))?;
+                let returns = Returns::of(&db);
+                Some((db, returns))
+            }
         };
         dbs.push(db);
     }
@@ -149,7 +154,7 @@ impl Hasher for PcHasher {
 /// A thread's data references (see the module comment).
 pub struct Data {
     values: Vec<u64>,
-    dbs: Vec<Option<ProgramDb>>,
+    dbs: Vec<Option<(ProgramDb, Returns)>>,
     /// Abstract values before each instruction, by run-time address, for
     /// the procedures seen so far.
     skips: HashMap<u64, usize, BuildHasherDefault<PcHasher>>,
@@ -305,7 +310,7 @@ impl Data {
     /// `module` (0 when it was recorded without abstract execution),
     /// planned for its whole procedure at once.
     fn skip(&mut self, code: &Code<'_, '_>, module: usize, pc: u64) -> Result<usize, String> {
-        let Some(Some(db)) = self.dbs.get(module) else {
+        let Some(Some((db, returns))) = self.dbs.get(module) else {
             return Ok(0);
         };
         if let Some(&n) = self.skips.get(&pc) {
@@ -339,7 +344,7 @@ impl Data {
             .procs
             .get(pi.as_u32() as usize)
             .ok_or_else(|| format!("procedure {pi:?} of {} is not in its database", m.name))?;
-        let known = exec::entry_knowledge(p, &progs);
+        let known = exec::entry_knowledge(p, returns, &progs);
         for (insns, k) in progs.iter().zip(known) {
             let (plans, _) = Exec::plan_block(k, insns);
             for ((i, _), plan) in insns.iter().zip(plans) {

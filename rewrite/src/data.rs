@@ -14,6 +14,7 @@
 
 use aetrace_analysis::addr::exec::{self, Exec};
 use aetrace_analysis::addr::full::{self, Recorded};
+use aetrace_analysis::addr::returns::Returns;
 use aetrace_analysis::addr::{forms, AddrExpr, Gpr, InsnProgram, Seg};
 use aetrace_format::progdb::ProcDb;
 use aetrace_runtime::{layout::RecordKind, AddrOperand, Value};
@@ -34,11 +35,12 @@ pub const FAULT_DATA_ENV: &str = "AETRACE_FAULT_DATA_ADDR";
 pub(crate) type BlockValues = Vec<Vec<Vec<Value>>>;
 
 /// The values of every instruction of `insns` (procedure `proc`, whose
-/// database entry is `db`).
+/// database entry is `db`; `returns`: the module's, `addr::returns`).
 pub(crate) fn values(
     rw: &Rewrite<'_>,
     proc: &str,
     db: &ProcDb,
+    returns: &Returns,
     insns: &[Vec<Instruction>],
 ) -> Result<BlockValues> {
     let mut info = InstructionInfoFactory::new();
@@ -50,7 +52,7 @@ pub(crate) fn values(
                 .collect()
         })
         .collect();
-    let known = exec::entry_knowledge(db, &progs);
+    let known = exec::entry_knowledge(db, returns, &progs);
     let mut fault = std::env::var(FAULT_DATA_ENV).is_ok_and(|p| p == proc);
     progs
         .iter()

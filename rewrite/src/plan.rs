@@ -14,6 +14,7 @@
 //! - counting: counter numbers are dense from 0 in procedure order
 //!   ([`CountLayout::len`] is the next free one).
 
+use aetrace_analysis::addr::returns::Returns;
 use aetrace_analysis::cfg::{BlockKind, Cfg, EdgeKind, JumpResolution};
 use aetrace_analysis::elf::ElfKind;
 use aetrace_analysis::Procedure;
@@ -46,6 +47,19 @@ pub(crate) struct Plans<'p> {
     /// The end of the rewritten jump tables, placed from the start of the
     /// code segment.
     pub tables_end: u64,
+    /// Per plan, what [`Plans::finish`] still needs.
+    pending: Vec<Pending>,
+}
+
+/// A traced procedure's inputs to its buffer checks, kept until every
+/// procedure's database entry is built.
+struct Pending {
+    /// The procedure's number in the module.
+    id: usize,
+    /// Its witness numbers as the database promises them.
+    witness: Vec<Option<u32>>,
+    /// Whether it may end a chain of calls without a check (`chain_end`).
+    chain_end: bool,
 }
 
 /// A procedure's witness (or counter) numbers per edge: what the database
@@ -75,6 +89,7 @@ impl<'p> Plans<'p> {
                 ..CountLayout::default()
             },
             tables_end: code_seg,
+            pending: Vec::new(),
         };
         if traced.stripped {
             // docs/rewrite.md, "Static executables".
@@ -93,8 +108,38 @@ impl<'p> Plans<'p> {
                 None => plans.plan(rw, calls, id, p)?,
             }
         }
+        plans.finish(rw)?;
         plans.check(rw, traced)?;
         Ok(plans)
+    }
+
+    /// With every procedure's database entry built: each plan's VALUE
+    /// records (`--data`: which return points keep `rsp` is a property of
+    /// the whole module, `addr::returns`) and then its buffer checks,
+    /// whose budget counts them.
+    fn finish(&mut self, rw: &Rewrite<'p>) -> Result<()> {
+        let returns = (rw.data != crate::DataMode::Off).then(|| Returns::of(&self.db));
+        for (plan, pend) in self.plans.iter_mut().zip(std::mem::take(&mut self.pending)) {
+            if let Some(r) = &returns {
+                let db = &self.db.procs[pend.id];
+                plan.values = Some(data::values(rw, plan.name, db, r, &plan.insns)?);
+            }
+            let unchecked: Vec<bool> = plan.calls.iter().map(|c| c.unchecked_return).collect();
+            plan.loop_header = checks::check_blocks(
+                plan.cfg,
+                &plan.insns,
+                &pend.witness,
+                &plan.landing_pads,
+                pend.chain_end,
+                &unchecked,
+                &plan
+                    .values
+                    .as_ref()
+                    .map(data::extra_costs)
+                    .unwrap_or_default(),
+            );
+        }
+        Ok(())
     }
 
     fn left_alone(&mut self, p: &Procedure, r: &str) {
@@ -154,21 +199,12 @@ impl<'p> Plans<'p> {
         }
         let tables = self.jump_tables(rw, calls.traced, id, p, cfg)?;
         let map = self.map(rw, p, cfg);
-        let unchecked_return: Vec<bool> = site_plans.iter().map(|c| c.unchecked_return).collect();
         let db = proc_db(p, cfg, &insns, &call_db, &witness, plan_counters.is_none());
-        let values = match rw.data {
-            crate::DataMode::Off => None,
-            _ => Some(data::values(rw, &p.name, &db, &insns)?),
-        };
-        let loop_header = checks::check_blocks(
-            cfg,
-            &insns,
-            &witness,
-            &landing_pads,
-            chain_end(rw, calls, p, cfg),
-            &unchecked_return,
-            &values.as_ref().map(data::extra_costs).unwrap_or_default(),
-        );
+        self.pending.push(Pending {
+            id: id.index(),
+            witness,
+            chain_end: chain_end(rw, calls, p, cfg),
+        });
         self.db.procs.push(db);
         self.plans.push(ProcPlan {
             number: rw.tag << TAG_SHIFT | id.index() as u32,
@@ -187,11 +223,11 @@ impl<'p> Plans<'p> {
             witness: code_witness,
             calls: site_plans,
             tables,
-            loop_header,
+            loop_header: Vec::new(),
             // The copy's LSDAs point at LANDING stubs (see `unwind`).
             landing_pads,
             counters: plan_counters,
-            values,
+            values: None,
             map,
             entry_points: p.entries[1..]
                 .iter()

@@ -22,22 +22,25 @@
 //! too many is an error naming the thread); a module rewritten without
 //! `--data` is refused, never printed without its references; a block
 //! that inherits known registers (`exec::entry_knowledge`) is entered only
-//! after one of the predecessors the analysis assumed, else an error.
+//! by one of the ways the analysis assumed (`exec::WayIn`: right after a
+//! plain predecessor, or after a `ret` of the callee of the call it
+//! returns from), else an error.
 
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 use std::rc::Rc;
 
-use aetrace_analysis::addr::exec::{self, Exec, InsnAddrs};
+use aetrace_analysis::addr::exec::{self, Exec, InsnAddrs, WayIn};
 use aetrace_analysis::addr::full::{self, Recorded, DF};
+use aetrace_analysis::addr::returns::{self, Returns};
 use aetrace_analysis::addr::{forms, Access, InsnProgram, RegSet};
 use aetrace_format::progdb::ProgramDb;
 use aetrace_format::section::module_flags;
 use aetrace_format::{ModuleId, ThreadId, Trace};
 use aetrace_regen::compile::{BlockIx, Module};
 use aetrace_regen::visit::{BlockRun, Event, Visit};
-use iced_x86::{Decoder, DecoderOptions, Instruction, InstructionInfoFactory};
+use iced_x86::{Decoder, DecoderOptions, Instruction, InstructionInfoFactory, Mnemonic};
 
 /// The two data-trace formats.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -125,11 +128,12 @@ struct ModData {
     image: aetrace_analysis::elf::Module,
     check: bool,
     db: ProgramDb,
+    returns: Returns,
 }
 
 /// A traced procedure's cross-block facts (`exec::entry_knowledge`).
 struct ProcFacts {
-    preds: Vec<Vec<u32>>,
+    ways: Vec<Vec<WayIn>>,
     known: Vec<RegSet>,
 }
 
@@ -216,10 +220,12 @@ fn mod_data<B: AsRef<[u8]>>(trace: &Trace<B>, m: &Module) -> Result<ModData, Err
     let db = trace
         .program_database(ModuleId(m.tag))
         .ok_or_else(|| format!("module {} has no program database", m.name))?;
+    let db = ProgramDb::decode(&db.decompress()?)?;
     Ok(ModData {
         image,
         check: rec.flags & module_flags::DATA_CHECK != 0,
-        db: ProgramDb::decode(&db.decompress()?)?,
+        returns: Returns::of(&db),
+        db,
     })
 }
 
@@ -326,10 +332,11 @@ impl Writer<'_> {
                     .collect::<Vec<_>>(),
             );
         }
-        let p = &self.mods[module as usize].db.procs[pi.as_u32() as usize];
+        let md = &self.mods[module as usize];
+        let p = &md.db.procs[pi.as_u32() as usize];
         let facts = Rc::new(ProcFacts {
-            preds: exec::plain_preds(p),
-            known: exec::entry_knowledge(p, &blocks),
+            ways: exec::ways_in(p, &md.returns),
+            known: exec::entry_knowledge(p, &md.returns, &blocks),
         });
         self.procs.insert(key, facts.clone());
         Ok(facts)
@@ -342,14 +349,6 @@ impl Writer<'_> {
         let first = m.procs[m.blocks[r.block].proc].blocks.start;
         let local = (r.block.as_u32() - first) as usize;
         let known = facts.known[local];
-        let from = match self.state.prev {
-            Some((pm, pb, true))
-                if pm == r.module && m.blocks[pb].proc == m.blocks[r.block].proc =>
-            {
-                Some(pb.as_u32() - first)
-            }
-            _ => None,
-        };
         if r.first != 0 && known.0 != 0 {
             return Err(format!(
                 "block {:#x} of {} entered in its middle",
@@ -357,7 +356,7 @@ impl Writer<'_> {
             )
             .into());
         }
-        if known.0 != 0 && !from.is_some_and(|p| facts.preds[local].contains(&p)) {
+        if known.0 != 0 && !self.came_by(m, r, &facts.ways[local])? {
             return Err(format!(
                 "block {:#x} of {} entered from a block the data analysis did not assume",
                 m.blocks[r.block].start, m.name
@@ -376,6 +375,28 @@ impl Writer<'_> {
         }
         st.bias = m.load_base;
         Ok(())
+    }
+
+    /// Whether the run before `r` (in its thread, to its end) is one of
+    /// the ways in the analysis assumed: a plain predecessor in the same
+    /// procedure, or a `ret` of the callee or of a procedure it reaches by
+    /// tail calls.
+    fn came_by(&mut self, m: &Module, r: BlockRun, ways: &[WayIn]) -> Result<bool, Error> {
+        let Some((pm, pb, true)) = self.state.prev else {
+            return Ok(false);
+        };
+        if pm != r.module {
+            return Ok(false);
+        }
+        let (pp, pr) = (m.blocks[pb].proc, m.blocks[r.block].proc);
+        let first = m.procs[pr].blocks.start;
+        let by_ret =
+            self.decoded(m, pm, pb)?.last().map(|i| i.insn.mnemonic()) == Some(Mnemonic::Ret);
+        let db = &self.mods[pm as usize].db;
+        Ok(ways.iter().any(|w| match *w {
+            WayIn::Plain(b) => pp == pr && pb.as_u32() == first + b,
+            WayIn::Return(f) => by_ret && returns::tail_reaches(db, f, pp.as_u32()),
+        }))
     }
 
     fn run<B: AsRef<[u8]> + Sync>(

@@ -24,17 +24,20 @@
 //! Across blocks ([`entry_knowledge`]): a block inherits the registers known
 //! at the end of every predecessor when control can reach it only by a
 //! plain edge (fall-through, taken branch, jump-table case) from a block
-//! that is not a call; procedure entries, landing pads, return points and
-//! blocks without such predecessors start with nothing known (their first
-//! stack reference is recorded, which anchors `rsp`: after a `setjmp`
-//! return, at a landing pad, after a callback). The regenerator checks at
-//! run time that the block it walked before is one of those predecessors.
+//! that is not a call, or by the return of a direct call to a procedure
+//! that returns by `ret` ([`super::returns`]), which carries `rsp` alone;
+//! procedure entries, landing pads, other return points and blocks
+//! without such ways in start with nothing known (their first stack
+//! reference is recorded, which anchors `rsp`: after a `setjmp` return, at
+//! a landing pad, after a callback). The regenerator checks at run time
+//! that the block it walked before is one of those ways in ([`WayIn`]).
 
 use iced_x86::{Instruction, Mnemonic};
 
 use super::full::{self, Recorded};
+use super::returns::Returns;
 use super::{AddrExpr, Dst, Gpr, InsnProgram, Op, RegSet, Repeat, Seg};
-use aetrace_format::progdb::{EdgeKindDb, ProcDb};
+use aetrace_format::progdb::{CallTarget, EdgeKindDb, ProcDb};
 
 /// Every register.
 pub const ALL: RegSet = RegSet(0xffff);
@@ -264,11 +267,26 @@ fn plain(insn: &Instruction, a: &AddrExpr) -> bool {
         && !insn.memory_index().is_gpr32()
 }
 
-/// Per block of a traced procedure: the blocks whose end state it
-/// inherits (empty: it starts with nothing known).
-pub fn plain_preds(p: &ProcDb) -> Vec<Vec<u32>> {
+/// A way into a block that carries known registers into it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum WayIn {
+    /// A plain edge (fall-through, taken branch, jump-table case) from
+    /// this block of the procedure, not a call, run to its end: the
+    /// registers known at its end.
+    Plain(u32),
+    /// The return of a direct call to procedure `q` of the module, which
+    /// returns by `ret` ([`Returns`]): `rsp`, which the callee's `ret`
+    /// (one of `q`'s or of a procedure it tail-calls) left known.
+    Return(u32),
+}
+
+/// Per block of a traced procedure: the ways in that carry registers
+/// (empty: it starts with nothing known). A block is a root when it is
+/// the entry, a landing pad, or has any other way in: a return from
+/// untraced code, a `setjmp`-like call, a tail call, ...
+pub fn ways_in(p: &ProcDb, returns: &Returns) -> Vec<Vec<WayIn>> {
     let n = p.blocks.len();
-    let mut preds: Vec<Vec<u32>> = vec![Vec::new(); n];
+    let mut ways: Vec<Vec<WayIn>> = vec![Vec::new(); n];
     let mut root = vec![false; n];
     if let Some(r) = root.get_mut(p.entry as usize) {
         *r = true;
@@ -281,33 +299,58 @@ pub fn plain_preds(p: &ProcDb) -> Vec<Vec<u32>> {
         }
     }
     for e in p.edges.iter().filter(|e| (e.to as usize) < n) {
-        let plain = matches!(
-            e.kind,
-            EdgeKindDb::FallThrough | EdgeKindDb::Taken | EdgeKindDb::JumpTable
-        ) && p.blocks[e.from as usize].call.is_none();
-        if plain {
-            preds[e.to as usize].push(e.from);
-        } else {
-            root[e.to as usize] = true;
+        let call = p.blocks[e.from as usize].call;
+        let way = match (e.kind, call) {
+            (EdgeKindDb::FallThrough | EdgeKindDb::Taken | EdgeKindDb::JumpTable, None) => {
+                Some(WayIn::Plain(e.from))
+            }
+            (EdgeKindDb::CallReturn, Some(c)) => match c.target {
+                CallTarget::Proc(q) if !c.tail && !c.jmpbuf && returns.by_ret(q) => {
+                    Some(WayIn::Return(q))
+                }
+                _ => None,
+            },
+            _ => None,
+        };
+        match way {
+            Some(w) => ways[e.to as usize].push(w),
+            None => root[e.to as usize] = true,
         }
     }
-    for (ps, r) in preds.iter_mut().zip(root) {
+    for (ws, r) in ways.iter_mut().zip(root) {
         if r {
-            ps.clear();
+            ws.clear();
         }
     }
-    preds
+    ways
+}
+
+/// `rsp` alone: what a return by `ret` carries.
+fn rsp_only() -> RegSet {
+    let mut s = RegSet::default();
+    s.insert(Gpr::RSP);
+    s
 }
 
 /// Per block: the registers known at its start (a greatest fixpoint over
-/// [`plain_preds`]: sound because every walk starts at a block without
-/// them, and each step follows one of them). `blocks` are the procedure's
-/// decoded blocks in database order.
-pub fn entry_knowledge(p: &ProcDb, blocks: &[Vec<(Instruction, InsnProgram)>]) -> Vec<RegSet> {
-    let preds = plain_preds(p);
-    let mut known: Vec<RegSet> = preds
+/// [`ways_in`]: sound because every walk starts at a block without them,
+/// and each step follows one of them). `blocks` are the procedure's
+/// decoded blocks in database order; `returns` is the module's.
+pub fn entry_knowledge(
+    p: &ProcDb,
+    returns: &Returns,
+    blocks: &[Vec<(Instruction, InsnProgram)>],
+) -> Vec<RegSet> {
+    let ways = ways_in(p, returns);
+    let meet = |out: &[RegSet], ws: &[WayIn]| {
+        RegSet(ws.iter().fold(ALL.0, |s, w| match *w {
+            WayIn::Plain(q) => s & out[q as usize].0,
+            WayIn::Return(_) => s & rsp_only().0,
+        }))
+    };
+    let mut known: Vec<RegSet> = ways
         .iter()
-        .map(|ps| if ps.is_empty() { RegSet(0) } else { ALL })
+        .map(|ws| if ws.is_empty() { RegSet(0) } else { ALL })
         .collect();
     let mut out: Vec<RegSet> = blocks
         .iter()
@@ -318,10 +361,10 @@ pub fn entry_knowledge(p: &ProcDb, blocks: &[Vec<(Instruction, InsnProgram)>]) -
     while changed {
         changed = false;
         for b in 0..blocks.len() {
-            if preds[b].is_empty() {
+            if ways[b].is_empty() {
                 continue;
             }
-            let k = RegSet(preds[b].iter().fold(ALL.0, |s, &q| s & out[q as usize].0));
+            let k = meet(&out, &ways[b]);
             if k != known[b] {
                 debug_assert!(k.0 & !known[b].0 == 0, "the fixpoint only shrinks");
                 known[b] = k;

@@ -19,6 +19,8 @@
 //! - [`full`]: what the checking mode records before each instruction.
 //! - [`exec`]: the abstract execution `record --data` and the regenerator
 //!   share: which values a block records, and every address from them.
+//! - [`returns`]: which procedures of a module return only through a
+//!   traced `ret`, so that their callers' return points keep `rsp`.
 //! - [`census`]: each reference classified by how its address can be
 //!   rebuilt ([`census::Class`]), and the values that would be recorded.
 //!
@@ -34,6 +36,7 @@ pub mod exec;
 pub mod flow;
 pub mod forms;
 pub mod full;
+pub mod returns;
 pub mod value;
 
 #[cfg(test)]

@@ -2,12 +2,15 @@
 //! recorded, every address against a hand computation, knownness
 //! independent of the values, and the cross-block fixpoint's roots.
 
-use aetrace_format::progdb::{BlockDb, CallDb, CallTarget, EdgeDb, EdgeKindDb, ProcDb, ProcStatus};
+use aetrace_format::progdb::{
+    BlockDb, CallDb, CallTarget, EdgeDb, EdgeKindDb, ProcDb, ProcStatus, ProgramDb,
+};
 use iced_x86::code_asm::*;
 use iced_x86::{Instruction, InstructionInfoFactory};
 
-use super::{entry_knowledge, Exec, RegSet};
+use super::{entry_knowledge, ways_in, Exec, RegSet, WayIn};
 use crate::addr::full::Recorded;
+use crate::addr::returns::Returns;
 use crate::addr::{forms, Gpr, InsnProgram};
 
 use crate::addr::tests::asm;
@@ -111,9 +114,9 @@ fn what_is_recorded_does_not_depend_on_the_values() {
     assert!(known.contains(&Gpr::RSP) && known.contains(&Gpr(0)) && known.contains(&Gpr(1)));
 }
 
-fn call_db() -> CallDb {
+fn call_db(target: CallTarget) -> CallDb {
     CallDb {
-        target: CallTarget::External,
+        target,
         marker: true,
         returns: true,
         tail: false,
@@ -125,11 +128,10 @@ fn call_db() -> CallDb {
     }
 }
 
-#[test]
-fn blocks_inherit_only_along_plain_edges() {
-    // B0 entry: push; B1 loop: store to the stack, jumps to itself or
-    // falls into B2, a call; B3 its return point.
-    let blocks: Vec<Vec<(Instruction, InsnProgram)>> = vec![
+/// B0 entry: push; B1 loop: store to the stack, jumps to itself or falls
+/// into B2, a call to `target`; B3 its return point.
+fn caller(target: CallTarget) -> (ProcDb, Vec<Vec<(Instruction, InsnProgram)>>) {
+    let blocks = vec![
         progs(&asm(|a| a.push(rbx))),
         progs(&asm(|a| a.mov(qword_ptr(rsp + 8), rax))),
         progs(&asm(|a| a.call(0x2000u64))),
@@ -149,7 +151,7 @@ fn blocks_inherit_only_along_plain_edges() {
             .map(|b| BlockDb {
                 start: 0x1000 + b,
                 insn_lens: vec![1],
-                call: (b == 2).then(call_db),
+                call: (b == 2).then(|| call_db(target)),
             })
             .collect(),
         edges: vec![
@@ -161,8 +163,17 @@ fn blocks_inherit_only_along_plain_edges() {
         ],
         sigmap: None,
     };
-    let known = entry_knowledge(&p, &blocks);
-    let has_rsp = |s: RegSet| s.iter().any(|g| g == Gpr::RSP);
+    (p, blocks)
+}
+
+fn has_rsp(s: RegSet) -> bool {
+    s.iter().any(|g| g == Gpr::RSP)
+}
+
+#[test]
+fn blocks_inherit_only_along_plain_edges() {
+    let (p, blocks) = caller(CallTarget::External);
+    let known = entry_knowledge(&p, &Returns::default(), &blocks);
     assert_eq!(known[0], RegSet(0), "the entry starts with nothing");
     assert!(
         has_rsp(known[1]) && has_rsp(known[2]),
@@ -173,4 +184,44 @@ fn blocks_inherit_only_along_plain_edges() {
     assert_eq!(plans[0].as_ref().unwrap(), &Vec::<Recorded>::new());
     let (plans, _) = Exec::plan_block(known[3], &blocks[3]);
     assert_eq!(plans[0].as_ref().unwrap(), &vec![Recorded::Addr(0)]);
+}
+
+#[test]
+fn a_call_to_a_procedure_that_returns_by_ret_keeps_rsp_only() {
+    // Procedure 0 is the caller; procedure 1 returns by `ret` (the
+    // caller itself does too: recursion is allowed).
+    let (p, blocks) = caller(CallTarget::Proc(1));
+    let (mut callee, _) = caller(CallTarget::Proc(0));
+    callee.blocks.truncate(1);
+    callee.edges = vec![EdgeDb {
+        from: 0,
+        to: 1,
+        kind: EdgeKindDb::Return,
+        witness: None,
+    }];
+    let db = ProgramDb {
+        procs: vec![p.clone(), callee],
+        ..ProgramDb::default()
+    };
+    let returns = Returns::of(&db);
+    assert!(returns.by_ret(0) && returns.by_ret(1));
+    assert_eq!(ways_in(&p, &returns)[3], vec![WayIn::Return(1)]);
+    let known = entry_knowledge(&p, &returns, &blocks);
+    assert_eq!(known[3].iter().collect::<Vec<_>>(), vec![Gpr::RSP]);
+    let (plans, _) = Exec::plan_block(known[3], &blocks[3]);
+    assert_eq!(plans[0].as_ref().unwrap(), &Vec::<Recorded>::new());
+    // A setjmp-like call returns a second time through longjmp.
+    let mut sj = p.clone();
+    sj.blocks[2].call.as_mut().unwrap().jmpbuf = true;
+    assert_eq!(entry_knowledge(&sj, &returns, &blocks)[3], RegSet(0));
+}
+
+/// A `ret` always leaves `rsp` known, recorded or derived: what a return
+/// point of a call that returns by `ret` relies on.
+#[test]
+fn a_ret_leaves_rsp_known() {
+    for ret in [asm(|a| a.ret()), asm(|a| a.ret_1(16))] {
+        let (_, end) = Exec::plan_block(RegSet(0), &progs(&ret));
+        assert!(has_rsp(end), "{:?}", ret[0]);
+    }
 }

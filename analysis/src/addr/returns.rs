@@ -1,0 +1,114 @@
+//! Which calls come back through a traced `ret` (issue 21, `docs/data.md`
+//! "Across calls"): a module-level greatest fixpoint over the program
+//! database, shared by the rewriter, the regenerator and the debugger, so
+//! the three agree on which return points start with `rsp` known.
+//!
+//! Every `ret` reads `[rsp]`, derived or recorded, so after a traced `ret`
+//! abstract execution knows `rsp` exactly, whatever the ABI. A procedure
+//! *returns by `ret`* when it is traced and every way it leaves is a `ret`,
+//! a call or instruction that does not come back (`NoReturn`, `Halt`), or a
+//! tail call to a procedure that returns by `ret` (a tail call to untraced
+//! code, `jmp free@plt`, would return unseen). The return point of a
+//! direct call to such a procedure can then start with `rsp` known, the
+//! regenerator checking that the run before it was a `ret` of the callee or
+//! of a procedure it reaches by tail calls ([`tail_reaches`]).
+//!
+//! Invariant: [`Returns::of`] is the greatest set closed under that rule;
+//! equivalently, `f` returns by `ret` iff every procedure `f` reaches by
+//! tail calls (itself included) leaves only in those ways (the naive twin
+//! of the tests).
+
+use aetrace_format::progdb::{CallTarget, EdgeKindDb, ProcDb, ProgramDb};
+
+/// Per procedure of a module: whether it returns by `ret` (module doc).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Returns(Vec<bool>);
+
+impl Returns {
+    /// The greatest fixpoint over `db`: start from the procedures whose own
+    /// exits qualify, then drop every one that tail-calls a dropped one.
+    pub fn of(db: &ProgramDb) -> Self {
+        let n = db.procs.len();
+        let mut ok = vec![false; n];
+        let mut callers: Vec<Vec<u32>> = vec![Vec::new(); n];
+        for (f, p) in db.procs.iter().enumerate() {
+            let targets = exits(p);
+            ok[f] = targets.is_some();
+            for q in targets.into_iter().flatten() {
+                if let Some(c) = callers.get_mut(q as usize) {
+                    c.push(f as u32);
+                } else {
+                    ok[f] = false;
+                }
+            }
+        }
+        let mut drop: Vec<u32> = (0..n as u32).filter(|&f| !ok[f as usize]).collect();
+        while let Some(q) = drop.pop() {
+            for &f in &callers[q as usize] {
+                if std::mem::take(&mut ok[f as usize]) {
+                    drop.push(f);
+                }
+            }
+        }
+        Returns(ok)
+    }
+
+    /// Whether procedure `q` returns by `ret`.
+    pub fn by_ret(&self, q: u32) -> bool {
+        self.0.get(q as usize).copied().unwrap_or(false)
+    }
+}
+
+/// The procedures `p` tail-calls, when its own exits qualify (traced, and
+/// every exit a `ret`, a way out that never comes back, or a direct tail
+/// call to a procedure of the module); else `None`.
+fn exits(p: &ProcDb) -> Option<Vec<u32>> {
+    if !p.is_traced() {
+        return None;
+    }
+    let mut targets = Vec::new();
+    for e in &p.edges {
+        match e.kind {
+            EdgeKindDb::Return | EdgeKindDb::NoReturn | EdgeKindDb::Halt => {}
+            EdgeKindDb::TailCall => targets.push(tail_target(p, e.from)?),
+            _ => {}
+        }
+    }
+    Some(targets)
+}
+
+/// The traced procedure block `b` of `p` tail-calls directly, if any.
+fn tail_target(p: &ProcDb, b: u32) -> Option<u32> {
+    let c = p.blocks.get(b as usize)?.call?;
+    match c.target {
+        CallTarget::Proc(q) if c.tail && !c.indirect => Some(q),
+        _ => None,
+    }
+}
+
+/// Whether `q` is `f` or a procedure `f` reaches by direct tail calls: a
+/// `ret` of `q` may end a call to `f`.
+pub fn tail_reaches(db: &ProgramDb, f: u32, q: u32) -> bool {
+    if f == q {
+        return true;
+    }
+    let mut seen = vec![false; db.procs.len()];
+    let mut todo = vec![f];
+    while let Some(g) = todo.pop() {
+        if g == q {
+            return true;
+        }
+        let Some(p) = db.procs.get(g as usize) else {
+            continue;
+        };
+        if std::mem::replace(&mut seen[g as usize], true) {
+            continue;
+        }
+        let tails = p.edges.iter().filter(|e| e.kind == EdgeKindDb::TailCall);
+        todo.extend(tails.filter_map(|e| tail_target(p, e.from)));
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests;
