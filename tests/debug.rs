@@ -48,7 +48,7 @@ fn gdb(exe: &Path, trace: &Path, commands: &str) -> String {
 fn gdb_status(exe: &Path, trace: &Path, commands: &str) -> (bool, String) {
     let script = trace.with_extension(format!("{}.gdb", commands.len()));
     let text = format!(
-        "set pagination off\nset confirm off\ntarget remote | '{}' debug --server '{}'\n{commands}\n",
+        "set pagination off\nset confirm off\nset remotetimeout 60\ntarget remote | '{}' debug --server '{}'\n{commands}\n",
         common::aetrace().display(),
         trace.display()
     );
@@ -434,6 +434,17 @@ const LINE_STEPS: &[LineSteps] = &[
         script: "next*7; step; next; step; next; step; next; step; next*2; reverse-next; \
                  reverse-step; reverse-finish; reverse-next; next*6",
     },
+    // A worker thread, stepped alone (scheduler locking on both sides):
+    // natively from its breakpoint after the prologue, on the trace from
+    // its first instruction. Forwards only: gdb 13's `record full` cannot
+    // record `clone3`. (Not `next` off its end: natively into libc.)
+    LineSteps {
+        source: "threads.c",
+        args: &[],
+        record: false,
+        script: "next*7; native: tbreak worker; native: continue; trace: thread 3; trace: next; \
+                 step; next*5; until*2; next",
+    },
     // setjmp/longjmp: into the recursion that longjmps, and back out of it
     // with reverse-finish (not `next` over the longjmp: natively gdb needs
     // libc's longjmp probe to follow it, and runs to the end without).
@@ -508,13 +519,9 @@ fn native_gdb(exe: &Path, case: &LineSteps, script: &Path, commands: &str) -> St
 /// under its own `record full` where reverse commands are in the script:
 /// the same function, line, pc (relative to `main`) and depth of the
 /// program's frames after each command, on loops, recursion, a switch,
-/// callbacks from qsort, a signal handler, a C++ throw and
-/// setjmp/longjmp, one thread per program (`record full` takes seconds).
-/// Threads are not here: gdb 13's `record full` cannot record `clone3`,
-/// and on the trace, after `step` in a worker thread, gdb cannot compute
-/// the frame (its outermost frame has no caller: "Register 7 was not
-/// saved"); `each_thread_steps_its_own_stream` covers threads by
-/// instructions.
+/// callbacks from qsort, a signal handler, a worker thread, a C++ throw
+/// and setjmp/longjmp (the scripts in parallel: `record full` takes
+/// seconds).
 #[test]
 fn line_steps_agree_with_native_gdb() {
     std::thread::scope(|s| {
