@@ -262,6 +262,34 @@ fn aetrace_debug_starts_gdb_at_the_instruction_asked() {
     assert!(text.contains("procedure _start"), "{text}");
 }
 
+/// gdb at the run's edges: a breakpoint on the thread's first
+/// instruction stops `reverse-continue` there as a breakpoint hit, one
+/// more `reverse-stepi` there and one more `stepi` at the last instruction
+/// are gdb's "No more reverse-execution history" (the position stays);
+/// registers other than `rip` print as `<unavailable>`, never a value.
+#[test]
+fn edges_of_the_run_and_unavailable_registers() {
+    let (exe, trace) = recorded("loops.c", &[]);
+    let want = insns(&trace);
+    let last = want.len() - 1;
+    let script = format!(
+        "break *{:#x}\n{}reverse-continue\nmonitor when\nreverse-stepi\nmonitor when\n\
+         print $rax\ninfo registers rsp\nprintf \"pc %lx\\n\", $pc\n\
+         monitor seek {last}\nmaintenance flush register-cache\nstepi\nmonitor when\n",
+        want[0],
+        "stepi\n".repeat(5)
+    );
+    let out = gdb(&exe, &trace, &script);
+    assert_eq!(want.iter().filter(|&&a| a == want[0]).count(), 1);
+    assert_eq!(whens(&out), [0, 0, last as u64], "{out}");
+    assert_eq!(out.matches("Breakpoint 1, ").count(), 1, "{out}");
+    assert_eq!(out.matches(END).count(), 2, "{out}");
+    assert_eq!(pcs(&out), [want[0]], "{out}");
+    assert!(out.contains("$1 = <unavailable>"), "{out}");
+    let rsp = out.lines().find(|l| l.starts_with("rsp "));
+    assert!(rsp.is_some_and(|l| l.contains("<unavailable>")), "{out}");
+}
+
 #[test]
 fn a_corrupted_trace_and_a_missing_gdb_are_one_line() {
     let (_, trace) = recorded("loops.c", &[]);
@@ -590,7 +618,7 @@ fn shown(out: &str) -> Vec<String> {
 
 /// After `materialise` in the recursion of `msort` (the third stop at line
 /// 27, five calls deep), the re-run process shows what the native program
-/// shows stopped there by a breakpoint hit for the third time: the pc
+/// shows stopped there by the breakpoint with an ignore count of 2: the pc
 /// (from `main`), `x/i $pc`, `bt` (functions, arguments, lines), the
 /// locals of the innermost frame and of its caller (`up`), `print`s. The
 /// materialised process then runs to its normal end.
@@ -611,7 +639,7 @@ fn materialise_agrees_with_native_gdb() {
     let script = trace.with_extension("native-mat.gdb");
     std::fs::write(
         &script,
-        format!("set pagination off\nbreak 27\nrun\ncontinue\ncontinue\n{show}"),
+        format!("set pagination off\nbreak 27\nignore 1 2\nrun\n{show}"),
     )
     .unwrap();
     let native = run_checked(
