@@ -21,7 +21,7 @@ trap 'rm -rf "$WORK"' EXIT
 N=$("$A" regen --count --thread 0 "$WORK/t.aet" | awk '/^total:/ {print $2}')
 
 session() { # name, gdb commands after connecting
-    printf 'target remote | %q debug --server %q\n%s\n' "$A" "$WORK/t.aet" "$2" >"$WORK/$1.gdb"
+    printf 'set remotetimeout 60\ntarget remote | %q debug --server %q\n%s\n' "$A" "$WORK/t.aet" "$2" >"$WORK/$1.gdb"
 }
 # Each crossing is repeated K times in one session (a seek back to the
 # start or the end between them) so that the gdb session's own cost, which

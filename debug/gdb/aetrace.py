@@ -223,12 +223,24 @@ class AetraceUnwinder(gdb.unwinder.Unwinder):
         if level >= len(frames):
             return None
         pc, entry = frames[level]
+        if level == 0:
+            # A value gdb knows as unavailable (the stub serves no rax),
+            # fetched now: a caller frame's own registers are "not saved".
+            self.unavailable = pending_frame.read_register("rax")
+            self.unavailable.fetch_lazy()
         if int(pending_frame.read_register("rip")) != pc:
             return None
         depth = len(frames) - level
         info = pending_frame.create_unwind_info(FrameId(STACK_TOP - 0x100 * depth, entry or pc))
-        caller = frames[level + 1][0] if level + 1 < len(frames) else 0
-        info.add_saved_register("rip", u64(caller))
+        if level + 1 < len(frames) or level > 0:
+            caller = frames[level + 1][0] if level + 1 < len(frames) else 0
+            info.add_saved_register("rip", u64(caller))
+        else:
+            # The outermost frame's caller is not in the trace (`_start`'s,
+            # or a thread's start routine in libc): an unavailable pc ends
+            # the backtrace, where a pc of 0 had gdb unwind a frame at 0
+            # with its own unwinders and fail ("Register 7 was not saved").
+            info.add_saved_register("rip", self.unavailable)
         return info
 
 

@@ -73,6 +73,10 @@ fn gdb_command(a: &Args, exe: &str, script: &Path) -> Command {
         "python import os; os.remove({:?})",
         script.display().to_string()
     ));
+    // The stub loads and checks the trace before its first reply, which
+    // can take longer than gdb's 2 s on a long trace or a loaded machine:
+    // gdb then resends, and the replies fall out of step.
+    c.arg("-ex").arg("set remotetimeout 60");
     c.arg("-ex").arg(format!("target remote | {server}"));
     if Path::new(exe).is_file() {
         c.arg(exe);
