@@ -352,7 +352,7 @@ fn drive_chunks(
 }
 
 /// References per batch of a data trace's walk.
-const DATA_BATCH: usize = 16384;
+const DATA_BATCH: usize = 4096;
 
 /// A data trace's walk as batches of references sent to the simulating
 /// thread (a modify is a read then a write, as in extended din).

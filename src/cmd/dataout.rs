@@ -159,7 +159,7 @@ pub fn write(
 pub fn walk(
     trace: &Path,
     opts: &aetrace_regen::Options,
-    sink: &mut dyn Sink,
+    sink: &mut impl Sink,
 ) -> Result<Counts, Error> {
     let trace = Trace::open(trace)?;
     if !trace.modules().iter().any(has_data_flag) {
@@ -229,8 +229,10 @@ fn mod_data<B: AsRef<[u8]>>(trace: &Trace<B>, m: &Module) -> Result<ModData, Err
     })
 }
 
-struct Writer<'o> {
-    sink: &'o mut dyn Sink,
+/// The walk's state; generic over the sink so that its calls, one per
+/// reference, are inlined.
+struct Writer<'o, S> {
+    sink: &'o mut S,
     mods: Vec<ModData>,
     /// The current thread's values and the next one to use.
     values: Vec<u64>,
@@ -243,7 +245,7 @@ struct Writer<'o> {
     counts: Counts,
 }
 
-impl Writer<'_> {
+impl<S: Sink> Writer<'_, S> {
     fn event<B: AsRef<[u8]> + Sync>(
         &mut self,
         trace: &Trace<B>,
@@ -280,11 +282,18 @@ impl Writer<'_> {
         }
     }
 
+    /// The decoded instructions of `block` (decoded at its first run).
+    #[inline]
     fn decoded(&mut self, m: &Module, module: u32, block: BlockIx) -> Result<Rc<Vec<Insn>>, Error> {
-        let md = &self.mods[module as usize];
-        if let Some(b) = &md.blocks[block.as_u32() as usize] {
-            return Ok(b.clone());
+        match &self.mods[module as usize].blocks[block.as_u32() as usize] {
+            Some(b) => Ok(b.clone()),
+            None => self.decode(m, module, block),
         }
+    }
+
+    #[cold]
+    fn decode(&mut self, m: &Module, module: u32, block: BlockIx) -> Result<Rc<Vec<Insn>>, Error> {
+        let md = &self.mods[module as usize];
         let blk = &m.blocks[block];
         let bytes = md
             .image
