@@ -19,6 +19,16 @@
 # `bin` input: 20M references of a synthetic program-like stream
 # (cachesim/examples/gentrace.rs) from a file in /dev/shm, in M references
 # per second of wall time and of CPU time (user + sys).
+#
+# The fair pair against cachegrind, which simulates data too, is printed
+# after the control-only one: `aetrace record --data` and `aetrace cachesim
+# --model cachegrind TRACE` of that data trace (instructions and data
+# references, regenerated and simulated in one process), their sum against
+# cachegrind's time from the same run, and the statistics the two print
+# side by side (I refs, I1/LLi misses, D refs, D1/LLd misses: cachegrind's
+# cover the whole process, ours the traced modules, so they are equal only
+# where every executed instruction is traced, as tests/data_trace.rs checks).
+# ONLY=gzip,sort runs only the workloads whose names start with those words.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPS=${REPS:-3}
@@ -51,6 +61,13 @@ WORKLOADS=(
     "xz 2MB|liblzma.so.5|/usr/bin/xz -c libc-2m"
     "sort 100k lines|none|/usr/bin/sort lines-100k"
 )
+if [ -n "${ONLY:-}" ]; then
+    kept=()
+    for w in "${WORKLOADS[@]}"; do
+        [[ ",$ONLY," == *",${w%% *},"* ]] && kept+=("$w")
+    done
+    WORKLOADS=("${kept[@]}")
+fi
 echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-16s %8s %10s %8s %9s %8s %8s %12s %13s %13s\n' workload native cachegrind record cachesim "rec+sim" "vs cg" "CPU vs cg" "cg I refs" "our I refs"
 for w in "${WORKLOADS[@]}"; do
@@ -73,6 +90,55 @@ for w in "${WORKLOADS[@]}"; do
     awk -v n="$name" -v a="$native" -v c="$cg" -v r="$rec" -v s="$sim" -v ci="$cg_irefs" -v oi="$ours" \
         -v cc="$cg_cpu" -v rc="$rec_cpu" -v sc="$sim_cpu" 'BEGIN {
         printf "%-16s %8.3f %10.3f %8.3f %9.3f %8.3f %7.2fx %11.2fx %13.0f %13.0f\n", n, a, c, r, s, r + s, c / (r + s), cc / (rc + sc), ci, oi }'
+done
+
+# cachegrind's summary of one run of "$@" as "I1 LLi D-refs D1 LLd" totals
+# (thousands separators removed).
+cg_stats() {
+    valgrind --tool=cachegrind --cache-sim=yes --cachegrind-out-file=/dev/null "${CG[@]}" "$@" 2>&1 >/dev/null \
+        | awk '{ gsub(",", "") } /I1 +misses:/ { i1 = $4 } /LLi +misses:/ { lli = $4 }
+               /D +refs:/ { d = $4 } /D1 +misses:/ { d1 = $4 } /LLd +misses:/ { lld = $4 }
+               END { print i1, lli, d, d1, lld }'
+}
+
+# The same from `aetrace cachesim --model cachegrind --json TRACE`.
+our_stats() {
+    "$AETRACE" cachesim --model cachegrind --json "${GEOM[@]}" "$1" | python3 -c 'import json, sys
+s = json.load(sys.stdin)["stats"]
+print(s["i1_misses"], s["lli_misses"], s["d_reads"] + s["d_writes"],
+      s["d1_read_misses"] + s["d1_write_misses"], s["lld_read_misses"] + s["lld_write_misses"])'
+}
+
+echo
+echo "record --data + cachesim of the data trace (instructions and data) against cachegrind"
+printf '%-16s %10s %12s %9s %8s %8s %11s\n' workload cachegrind "record --data" cachesim "rec+sim" "vs cg" "CPU vs cg"
+stats=()
+for w in "${WORKLOADS[@]}"; do
+    name=${w%%|*}
+    rest=${w#*|}
+    libs=${rest%%|*}
+    read -r -a cmd <<<"${rest#*|}"
+    cg=$(best valgrind -q --log-file=/dev/null --tool=cachegrind --cache-sim=yes --cachegrind-out-file=/dev/null "${CG[@]}" "${cmd[@]}")
+    cg_cpu=$(cpu valgrind -q --log-file=/dev/null --tool=cachegrind --cache-sim=yes --cachegrind-out-file=/dev/null "${CG[@]}" "${cmd[@]}")
+    "$AETRACE" record --data --libs "$libs" -o d.aet -- "${cmd[@]}" >/dev/null
+    rec=$(best "$AETRACE" record --data --libs "$libs" -o d.aet -- "${cmd[@]}")
+    sim=$(best "$AETRACE" cachesim --model cachegrind "${GEOM[@]}" d.aet)
+    rec_cpu=$(cpu "$AETRACE" record --data --libs "$libs" -o d.aet -- "${cmd[@]}")
+    sim_cpu=$(cpu "$AETRACE" cachesim --model cachegrind "${GEOM[@]}" d.aet)
+    awk -v n="$name" -v c="$cg" -v r="$rec" -v s="$sim" -v cc="$cg_cpu" -v rc="$rec_cpu" -v sc="$sim_cpu" 'BEGIN {
+        printf "%-16s %10.3f %12.3f %9.3f %8.3f %7.2fx %10.2fx\n", n, c, r, s, r + s, c / (r + s), cc / (rc + sc) }'
+    stats+=("$name|$(cg_stats "${cmd[@]}")|$(our_stats d.aet)")
+    rm -f d.aet
+done
+echo
+echo "their statistics (cachegrind: the whole process; aetrace: the traced modules)"
+printf '%-16s %-10s %12s %12s %14s %12s %12s\n' workload "" "I1 misses" "LLi misses" "D refs" "D1 misses" "LLd misses"
+for s in "${stats[@]}"; do
+    IFS='|' read -r name c o <<<"$s"
+    read -r -a cs <<<"$c"
+    read -r -a os <<<"$o"
+    printf '%-16s %-10s %12s %12s %14s %12s %12s\n' "$name" cachegrind "${cs[@]}"
+    printf '%-16s %-10s %12s %12s %14s %12s %12s\n' "" aetrace "${os[@]}"
 done
 
 # Ten geometries (I1, D1, LL as cachegrind's size,assoc,line): line sizes

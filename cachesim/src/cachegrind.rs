@@ -31,6 +31,10 @@ struct Level {
     store: Store,
     bshift: u32,
     set_mask: u64,
+    /// The block looked up last: the most recent of its set (LRU), so
+    /// looking it up again hits and changes nothing (consecutive
+    /// instructions in one line, stack slots).
+    last: Option<u64>,
 }
 
 impl Level {
@@ -39,22 +43,33 @@ impl Level {
             store: Store::new(c.sets() as usize, c.assoc as usize),
             bshift: c.bsize.trailing_zeros(),
             set_mask: c.sets() - 1,
+            last: None,
         }
     }
 
     #[inline]
     fn block_is_miss(&mut self, block: u64, rng: &mut Rng) -> bool {
-        let set = (block & self.set_mask) as usize;
-        match self.store.find(set, block) {
-            Some(s) => {
-                self.store.touch(set, s);
-                false
-            }
-            None => {
-                self.store.insert(set, block, Repl::Lru, rng);
-                true
-            }
+        if self.hit(block) {
+            return false;
         }
+        let set = (block & self.set_mask) as usize;
+        self.store.insert(set, block, Repl::Lru, rng);
+        self.last = Some(block);
+        true
+    }
+
+    /// Whether `block` is present, made the most recent of its set if so
+    /// (nothing changes otherwise).
+    #[inline]
+    fn hit(&mut self, block: u64) -> bool {
+        if self.last == Some(block) {
+            return true;
+        }
+        let hit = (self.store).hit((block & self.set_mask) as usize, block, true, false);
+        if hit {
+            self.last = Some(block);
+        }
+        hit
     }
 
     /// cachegrind's `cachesim_ref_is_miss`; `None` if the access straddles
@@ -212,12 +227,10 @@ impl Cachegrind {
     /// the others go through [`Cachegrind::reference`].
     #[inline]
     pub fn fetch_block(&mut self, leaders: &[crate::fetch::Leader]) -> Result<()> {
-        let (shift, mask) = (self.i1.bshift, self.i1.set_mask);
+        let shift = self.i1.bshift;
         for l in leaders {
             let b = l.addr >> shift;
-            if (l.addr + u64::from(l.size) - 1) >> shift == b
-                && self.i1.store.hit((b & mask) as usize, b, true, false)
-            {
+            if (l.addr + u64::from(l.size) - 1) >> shift == b && self.i1.hit(b) {
                 self.count_i1_hits(1 + u64::from(l.follow));
                 continue;
             }

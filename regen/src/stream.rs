@@ -170,6 +170,9 @@ impl Item {
 /// in it (records are at most 18 bytes).
 const TORN_TAIL: usize = 40;
 
+/// A VALUE record's bytes: escape, kind, the 8-byte value.
+const VALUE_LEN: usize = 10;
+
 /// A thread's stream, read front to back.
 #[derive(Clone)]
 pub struct Stream<'t> {
@@ -310,11 +313,29 @@ impl<'t> Stream<'t> {
     /// size. VALUE records are skipped unless [`Stream::values`] reads.
     pub fn peek(&mut self) -> Result<(Item, u64, usize)> {
         loop {
+            if let Some(v) = self.buffered_value() {
+                if self.values {
+                    return Ok((Item::Value(v), self.offset(), VALUE_LEN));
+                }
+                self.advance(VALUE_LEN);
+                continue;
+            }
             match self.peek_any()? {
                 (Item::Value(_), _, len) if !self.values => self.advance(len),
                 r => return Ok(r),
             }
         }
+    }
+
+    /// The value of a VALUE record buffered more than [`TORN_TAIL`] bytes
+    /// before the buffer's end, where [`Stream::peek_any`] would read the
+    /// same without loading a chunk or seeing a torn tail (a data trace
+    /// has one per recorded address: this is their hot path).
+    #[inline(always)]
+    fn buffered_value(&self) -> Option<u64> {
+        let b = self.buf.get(self.pos..self.pos + TORN_TAIL + 1)?;
+        (b[0] == ESCAPE && b[1] == kind::VALUE)
+            .then(|| u64::from_le_bytes(b[2..VALUE_LEN].try_into().expect("8 bytes")))
     }
 
     fn peek_any(&mut self) -> Result<(Item, u64, usize)> {

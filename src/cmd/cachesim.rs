@@ -351,8 +351,9 @@ fn drive_chunks(
     })
 }
 
-/// References per batch of a data trace's walk.
-const DATA_BATCH: usize = 4096;
+/// References per batch of a data trace's walk (gzip 2 MB, loaded machine:
+/// 27.4 CPU s and 95k context switches against 30.5 s and 362k at 4096).
+const DATA_BATCH: usize = 16384;
 
 /// A data trace's walk as batches of references sent to the simulating
 /// thread (a modify is a read then a write, as in extended din).

@@ -26,7 +26,6 @@
 //! plain predecessor, or after a `ret` of the callee of the call it
 //! returns from), else an error.
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 use std::rc::Rc;
@@ -107,6 +106,8 @@ struct Insn {
     insn: Instruction,
     prog: InsnProgram,
     full: Vec<Recorded>,
+    /// Per reference: whether the instruction gives its address.
+    statik: Vec<bool>,
 }
 
 /// What a data trace holds, counted while it is written.
@@ -123,12 +124,16 @@ pub struct Counts {
     pub checked_refs: u64,
 }
 
-/// How a module was recorded, and its database for abstract execution.
+/// How a module was recorded, its database for abstract execution, and
+/// its blocks and procedures as decoded so far (by index: looked up once
+/// per executed block).
 struct ModData {
     image: aetrace_analysis::elf::Module,
     check: bool,
     db: ProgramDb,
     returns: Returns,
+    blocks: Vec<Option<Rc<Vec<Insn>>>>,
+    procs: Vec<Option<Rc<ProcFacts>>>,
 }
 
 /// A traced procedure's cross-block facts (`exec::entry_knowledge`).
@@ -158,7 +163,7 @@ pub fn write(
 pub fn walk(
     trace: &Path,
     opts: &aetrace_regen::Options,
-    sink: &mut dyn Sink,
+    sink: &mut impl Sink,
 ) -> Result<Counts, Error> {
     let trace = Trace::open(trace)?;
     if !trace.modules().iter().any(has_data_flag) {
@@ -168,8 +173,6 @@ pub fn walk(
     let mut w = Writer {
         sink,
         mods: Vec::new(),
-        blocks: HashMap::new(),
-        procs: HashMap::new(),
         values: Vec::new(),
         next: 0,
         thread: None,
@@ -178,6 +181,7 @@ pub fn walk(
             prev: None,
         },
         info: InstructionInfoFactory::new(),
+        addrs: InsnAddrs::default(),
         counts: Counts::default(),
     };
     for m in visit.modules() {
@@ -226,24 +230,28 @@ fn mod_data<B: AsRef<[u8]>>(trace: &Trace<B>, m: &Module) -> Result<ModData, Err
         check: rec.flags & module_flags::DATA_CHECK != 0,
         returns: Returns::of(&db),
         db,
+        blocks: vec![None; m.blocks.len()],
+        procs: vec![None; m.procs.len()],
     })
 }
 
-struct Writer<'o> {
-    sink: &'o mut dyn Sink,
+/// The walk's state; generic over the sink so that its calls, one per
+/// reference, are inlined.
+struct Writer<'o, S> {
+    sink: &'o mut S,
     mods: Vec<ModData>,
-    blocks: HashMap<(u32, u32), Rc<Vec<Insn>>>,
-    procs: HashMap<(u32, u32), Rc<ProcFacts>>,
     /// The current thread's values and the next one to use.
     values: Vec<u64>,
     next: usize,
     thread: Option<ThreadId>,
     state: ThreadExec,
     info: InstructionInfoFactory,
+    /// The addresses of the instruction walked last (reused).
+    addrs: InsnAddrs,
     counts: Counts,
 }
 
-impl Writer<'_> {
+impl<S: Sink> Writer<'_, S> {
     fn event<B: AsRef<[u8]> + Sync>(
         &mut self,
         trace: &Trace<B>,
@@ -280,13 +288,19 @@ impl Writer<'_> {
         }
     }
 
+    /// The decoded instructions of `block` (decoded at its first run).
+    #[inline]
     fn decoded(&mut self, m: &Module, module: u32, block: BlockIx) -> Result<Rc<Vec<Insn>>, Error> {
-        let key = (module, block.as_u32());
-        if let Some(b) = self.blocks.get(&key) {
-            return Ok(b.clone());
+        match &self.mods[module as usize].blocks[block.as_u32() as usize] {
+            Some(b) => Ok(b.clone()),
+            None => self.decode(m, module, block),
         }
-        let blk = &m.blocks[block];
+    }
+
+    #[cold]
+    fn decode(&mut self, m: &Module, module: u32, block: BlockIx) -> Result<Rc<Vec<Insn>>, Error> {
         let md = &self.mods[module as usize];
+        let blk = &m.blocks[block];
         let bytes = md
             .image
             .bytes_at(blk.start, u64::from(blk.size))
@@ -302,10 +316,18 @@ impl Writer<'_> {
             } else {
                 Vec::new()
             };
-            insns.push(Insn { insn, prog, full });
+            let statik = (prog.refs.iter())
+                .map(|r| full::static_addr(&insn, r).is_some())
+                .collect();
+            insns.push(Insn {
+                insn,
+                prog,
+                full,
+                statik,
+            });
         }
         let insns = Rc::new(insns);
-        self.blocks.insert(key, insns.clone());
+        self.mods[module as usize].blocks[block.as_u32() as usize] = Some(insns.clone());
         Ok(insns)
     }
 
@@ -317,8 +339,7 @@ impl Writer<'_> {
         block: BlockIx,
     ) -> Result<Rc<ProcFacts>, Error> {
         let pi = m.blocks[block].proc;
-        let key = (module, pi.as_u32());
-        if let Some(f) = self.procs.get(&key) {
+        if let Some(f) = &self.mods[module as usize].procs[pi.as_u32() as usize] {
             return Ok(f.clone());
         }
         let range = m.procs[pi].blocks.clone();
@@ -338,7 +359,7 @@ impl Writer<'_> {
             ways: exec::ways_in(p, &md.returns),
             known: exec::entry_knowledge(p, &md.returns, &blocks),
         });
-        self.procs.insert(key, facts.clone());
+        self.mods[module as usize].procs[pi.as_u32() as usize] = Some(facts.clone());
         Ok(facts)
     }
 
@@ -408,32 +429,44 @@ impl Writer<'_> {
         let insns = self.decoded(m, r.module, r.block)?;
         self.enter(m, r)?;
         let check = self.mods[r.module as usize].check;
-        for (k, i) in insns[r.first as usize..r.end as usize].iter().enumerate() {
-            let got = self.abstract_insn(i)?;
-            if check {
-                let vals = self.take(i.full.len())?;
-                self.compare(m, r, r.first as usize + k, i, &got, &vals)?;
-            }
-            if m.shown {
-                self.print(i, m.load_base, &got)?;
-            }
-        }
+        // The reused addresses, out of `self` while `self` is borrowed.
+        let mut got = std::mem::take(&mut self.addrs);
+        let walked =
+            (insns[r.first as usize..r.end as usize].iter().enumerate()).try_for_each(|(k, i)| {
+                self.abstract_insn(i, &mut got)?;
+                if check {
+                    let vals = self.take(i.full.len())?;
+                    self.compare(m, r, r.first as usize + k, i, &got, &vals)?;
+                }
+                if m.shown {
+                    self.print(i, m.load_base, &got)?;
+                }
+                Ok::<_, Error>(())
+            });
+        self.addrs = got;
+        walked?;
         self.state.prev = Some((r.module, r.block, r.end == m.blocks[r.block].ninsns));
         Ok(())
     }
 
-    /// Runs `i` in the thread's abstract execution, reading its values.
-    fn abstract_insn(&mut self, i: &Insn) -> Result<InsnAddrs, Error> {
+    /// Runs `i` in the thread's abstract execution, reading its values;
+    /// its addresses into `got`.
+    fn abstract_insn(&mut self, i: &Insn, got: &mut InsnAddrs) -> Result<(), Error> {
         let (values, next, thread) = (&self.values, &mut self.next, self.thread);
-        let got = self.state.exec.insn(&i.insn, &i.prog, &mut |_| {
-            let v = values
-                .get(*next)
-                .copied()
-                .ok_or_else(|| short(thread, values.len()))?;
-            *next += 1;
-            Ok(v)
-        });
-        got.map_err(|why| format!("instruction at {:#x} ({}): {why}", i.insn.ip(), i.insn).into())
+        let r = self.state.exec.insn_into(
+            &i.insn,
+            &i.prog,
+            &mut |_| {
+                let v = values
+                    .get(*next)
+                    .copied()
+                    .ok_or_else(|| short(thread, values.len()))?;
+                *next += 1;
+                Ok(v)
+            },
+            got,
+        );
+        r.map_err(|why| format!("instruction at {:#x} ({}): {why}", i.insn.ip(), i.insn).into())
     }
 
     /// `--check`: every rebuilt address (and a `rep`'s count) against the
@@ -489,6 +522,7 @@ impl Writer<'_> {
     fn print(&mut self, i: &Insn, base: u64, got: &InsnAddrs) -> Result<(), Error> {
         let ip = base.wrapping_add(i.insn.ip());
         let len = i.insn.len() as u32;
+        self.count(i, got);
         let Some((count, flags)) = got.rep else {
             self.sink.insn(ip, len)?;
             return self.refs(i, got, 0, 1);
@@ -504,17 +538,24 @@ impl Writer<'_> {
     /// The references of iteration `k` (a `rep`'s pointers advance by the
     /// size each iteration, in direction `dir`).
     fn refs(&mut self, i: &Insn, got: &InsnAddrs, k: u64, dir: i64) -> Result<(), Error> {
-        for (j, (r, &a)) in i.prog.refs.iter().zip(&got.addrs).enumerate() {
-            self.counts.refs += 1;
-            if full::static_addr(&i.insn, r).is_some() {
-                self.counts.static_refs += 1;
-            } else if got.recorded[j] {
-                self.counts.recorded_refs += 1;
-            }
+        for (r, &a) in i.prog.refs.iter().zip(&got.addrs) {
             let step = (k as i64).wrapping_mul(dir).wrapping_mul(i64::from(r.size)) as u64;
             self.sink.data(r.access, a.wrapping_add(step), r.size)?;
         }
         Ok(())
+    }
+
+    /// Counts the references of `i`, every iteration of a `rep`.
+    fn count(&mut self, i: &Insn, got: &InsnAddrs) {
+        let times = got.rep.map_or(1, |(count, _)| count);
+        let statik = i.statik.iter().filter(|&&s| s).count() as u64;
+        let recorded = (i.statik.iter().zip(&got.recorded))
+            .filter(|&(&s, &r)| r && !s)
+            .count() as u64;
+        let c = &mut self.counts;
+        c.refs += times.wrapping_mul(i.prog.refs.len() as u64);
+        c.static_refs += times.wrapping_mul(statik);
+        c.recorded_refs += times.wrapping_mul(recorded);
     }
 }
 

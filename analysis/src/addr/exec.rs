@@ -150,6 +150,23 @@ impl Exec {
         take: &mut dyn FnMut(Recorded) -> Result<u64, String>,
     ) -> Result<InsnAddrs, String> {
         let mut out = InsnAddrs::default();
+        self.insn_into(insn, prog, take, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Exec::insn`] into `out`, cleared first: the regenerator runs this
+    /// once per executed instruction, so it reuses one `out` rather than
+    /// allocating two vectors each time.
+    pub fn insn_into(
+        &mut self,
+        insn: &Instruction,
+        prog: &InsnProgram,
+        take: &mut dyn FnMut(Recorded) -> Result<u64, String>,
+        out: &mut InsnAddrs,
+    ) -> Result<(), String> {
+        out.addrs.clear();
+        out.recorded.clear();
+        out.rep = None;
         if prog.refs.iter().any(|r| r.repeat == Repeat::UntilData) {
             return Err("a repe/repne compare stops on the data: its count is not recorded".into());
         }
@@ -171,22 +188,30 @@ impl Exec {
             out.recorded.push(known.is_none());
         }
         self.update(insn, prog);
-        Ok(out)
+        Ok(())
     }
 
-    /// Applies the instruction's register updates, all read before it.
+    /// Applies the instruction's register updates, all read before it (a
+    /// copy of the registers when there are several: no allocation on the
+    /// regenerator's hot path).
     fn update(&mut self, insn: &Instruction, prog: &InsnProgram) {
-        let new: Vec<(Dst, Option<u64>)> = prog
-            .updates
-            .iter()
-            .map(|u| (u.dst, self.eval(insn, u.dst, &u.op)))
-            .collect();
-        for (dst, v) in new {
-            match dst {
-                Dst::Full(g) => self.regs[g.index()] = v,
-                Dst::Partial(g) => self.regs[g.index()] = None,
-                Dst::Flags => {}
+        match prog.updates.as_slice() {
+            [] => {}
+            [u] => self.set(u.dst, self.eval(insn, u.dst, &u.op)),
+            us => {
+                let before = self.clone();
+                for u in us {
+                    self.set(u.dst, before.eval(insn, u.dst, &u.op));
+                }
             }
+        }
+    }
+
+    fn set(&mut self, dst: Dst, v: Option<u64>) {
+        match dst {
+            Dst::Full(g) => self.regs[g.index()] = v,
+            Dst::Partial(g) => self.regs[g.index()] = None,
+            Dst::Flags => {}
         }
     }
 
