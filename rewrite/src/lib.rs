@@ -237,6 +237,16 @@ pub(crate) struct Rewrite<'a> {
 }
 
 impl<'a> Rewrite<'a> {
+    /// Room left for the heap above the original image: an executable's
+    /// ([`elfout::HEAP_GAP`]); a shared object has no heap.
+    pub fn heap_gap(&self) -> u64 {
+        if self.library {
+            0
+        } else {
+            elfout::HEAP_GAP
+        }
+    }
+
     /// The context, once the module passes [`limits::check_module`].
     fn new(
         path: &'a Path,
