@@ -285,6 +285,7 @@ struct Labels {
     s_out: CodeLabel,
     s_fd_path: CodeLabel,
     s_stat: CodeLabel,
+    s_cwd: CodeLabel,
     s_memfd: CodeLabel,
     m_noenv: CodeLabel,
     m_region: CodeLabel,
@@ -506,6 +507,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         s_out: a.create_label(),
         s_fd_path: a.create_label(),
         s_stat: a.create_label(),
+        s_cwd: a.create_label(),
         s_memfd: a.create_label(),
         m_noenv: a.create_label(),
         m_region: a.create_label(),
@@ -579,6 +581,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     msg(&mut a, &mut l.s_out, "AETRACE_OUT=")?;
     msg(&mut a, &mut l.s_fd_path, &format!("/fd/{REGION_FD}"))?;
     msg(&mut a, &mut l.s_stat, "/stat")?;
+    msg(&mut a, &mut l.s_cwd, "/cwd")?;
     msg(&mut a, &mut l.s_memfd, REGION_MEMFD_LINK)?;
     msg(
         &mut a,
@@ -813,6 +816,7 @@ fn emit_init(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.mov(qword_ptr(l.d_fd), r12)?;
     hide_env(a)?;
     a.call(l.brk.native_brk)?;
+    chdir_back(a, l)?;
     // FS base 0: a static executable before its libc's TLS setup.
     let mut have_fs = a.create_label();
     a.sub(rsp, 8)?;
@@ -909,6 +913,29 @@ fn hide_env(a: &mut CodeAssembler) -> Result<(), IcedError> {
     a.set_label(&mut next)?;
     a.add(rdi, 8)?;
     a.jmp(scan)?;
+    a.set_label(&mut done)?;
+    Ok(())
+}
+
+/// In `init` (r15 the region header): the first `init` after the
+/// recorder exec'd the program from another directory ([`FLAG_CHDIR`],
+/// `record::execname`) goes to the recorder's, `/proc/H_PID/cwd`.
+/// Clobbers rax, rcx, rdx, rsi, rdi, r8-r11.
+fn chdir_back(a: &mut CodeAssembler, l: &Labels) -> Result<(), IcedError> {
+    const SYS_CHDIR: u32 = 80;
+    let mut done = a.create_label();
+    a.lock()
+        .btr(dword_ptr(r15 + H_FLAGS), FLAG_CHDIR.trailing_zeros())?;
+    a.jnc(done)?;
+    a.sub(rsp, 64)?;
+    a.mov(rdi, rsp)?;
+    a.mov(esi, dword_ptr(r15 + H_PID))?;
+    a.lea(rdx, ptr(l.s_cwd))?;
+    a.call(l.proc_path)?;
+    a.mov(rdi, rsp)?;
+    a.mov(eax, SYS_CHDIR)?;
+    a.syscall()?;
+    a.add(rsp, 64)?;
     a.set_label(&mut done)?;
     Ok(())
 }
