@@ -31,6 +31,11 @@
 //!   the first and last ones, `ld.so` requires ascending order), and the
 //!   entries before the first original `PT_LOAD` (`PT_PHDR`, `PT_INTERP`)
 //!   keep their place.
+//! - **The heap's room.** With [`Additions::heap_gap`] (an executable's,
+//!   [`HEAP_GAP`]), the table and every new segment go that far above the
+//!   image (the table at the end of the file, the kernels-≥5.18 placement),
+//!   so the heap can grow from the original image's end as natively once
+//!   the runtime moves the break there (`docs/runtime.md` section 5).
 //! - **New segments** get `p_offset ≡ p_vaddr (mod 4096)` and `p_align =
 //!   4096`: the congruence is only guaranteed modulo the page, and the loaders
 //!   check nothing more. `mem_size > bytes.len()` is zero-filled by the loader.
