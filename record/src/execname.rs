@@ -12,7 +12,9 @@
 //!
 //! Invariants: the name has exactly the native path's length, or there is
 //! none (a native path one byte longer than its base name, `/NAME`, has
-//! no relative twin) and the copy is exec'd by its own path as before;
+//! no relative twin; the loader would read the working directory before
+//! `init` runs, [`loader_reads_cwd`]) and the copy is exec'd by its own
+//! path as before;
 //! the directory and its link are removed when the value is dropped (the
 //! program has exec'd by then: `posix_spawn` returns after the `execve`).
 
@@ -55,6 +57,22 @@ impl Drop for ExecName {
         let _ = std::fs::remove_file(&self.link);
         let _ = std::fs::remove_dir(&self.dir);
     }
+}
+
+/// Whether the loader, which runs before `init` puts the working
+/// directory back, would search it: a relative or empty directory in a
+/// non-empty `LD_LIBRARY_PATH`, or a relative path with a slash in
+/// `LD_PRELOAD` or `LD_AUDIT` (a bare name is searched as a library) of
+/// `env`.
+pub fn loader_reads_cwd(env: &[(Vec<u8>, Vec<u8>)]) -> bool {
+    let relative = |e: &[u8]| !e.starts_with(b"/");
+    env.iter().any(|(k, v)| match k.as_slice() {
+        b"LD_LIBRARY_PATH" => !v.is_empty() && v.split(|&b| b == b':' || b == b';').any(relative),
+        b"LD_PRELOAD" | b"LD_AUDIT" => v
+            .split(|&b| b == b':' || b == b' ')
+            .any(|e| e.contains(&b'/') && relative(e)),
+        _ => false,
+    })
 }
 
 /// `.` and slashes, then `native`'s base name, as long as `native`.
@@ -100,5 +118,17 @@ mod tests {
             assert!(!twin.starts_with('/'));
         }
         assert!(relative_twin(Path::new("/true")).is_none());
+    }
+
+    #[test]
+    fn relative_or_empty_loader_paths_read_the_working_directory() {
+        let var = |k: &str, v: &str| vec![(k.as_bytes().to_vec(), v.as_bytes().to_vec())];
+        assert!(!loader_reads_cwd(&var("LD_LIBRARY_PATH", "/a:/b")));
+        assert!(!loader_reads_cwd(&var("PATH", ".:bin")));
+        assert!(loader_reads_cwd(&var("LD_LIBRARY_PATH", "/a::/b")));
+        assert!(!loader_reads_cwd(&var("LD_LIBRARY_PATH", "")));
+        assert!(loader_reads_cwd(&var("LD_LIBRARY_PATH", "lib")));
+        assert!(loader_reads_cwd(&var("LD_PRELOAD", "lib/x.so")));
+        assert!(!loader_reads_cwd(&var("LD_PRELOAD", "libx.so /a/y.so")));
     }
 }

@@ -55,7 +55,7 @@ use aetrace_format::{
 use aetrace_runtime::layout::ESCAPE;
 use aetrace_runtime::{Batch, Geometry, RecordKind, Region};
 
-use crate::execname::ExecName;
+use crate::execname::{self, ExecName};
 
 use crate::error::RecordError;
 use crate::{Error, Result};
@@ -287,6 +287,7 @@ pub fn record(l: &Launch) -> Result<Recorded> {
     let name = l
         .native_path
         .as_deref()
+        .filter(|_| !execname::loader_reads_cwd(&program_env(l)))
         .and_then(|n| ExecName::new(&l.program, n));
     if name.is_some() {
         region.chdir_back();
@@ -470,20 +471,7 @@ fn spawn(l: &Launch, name: Option<&ExecName>, mask: &libc::sigset_t) -> Result<i
         .chain(&l.args)
         .map(|a| cstr(a.as_bytes()))
         .collect::<Result<Vec<_>>>()?;
-    // The recorder's own environment in its order (what a shell would
-    // have given the program), each variable of `l.env` in place of the
-    // one it overrides or after them all.
-    let mut env: Vec<(Vec<u8>, Vec<u8>)> = std::env::vars_os()
-        .map(|(k, v)| (k.into_vec(), v.into_vec()))
-        .collect();
-    for (k, v) in &l.env {
-        let (k, v) = (k.as_bytes().to_vec(), v.as_bytes().to_vec());
-        match env.iter_mut().find(|(o, _)| *o == k) {
-            Some(slot) => slot.1 = v,
-            None => env.push((k, v)),
-        }
-    }
-    let envp = env
+    let envp = program_env(l)
         .iter()
         .map(|(k, v)| cstr(&[k.as_slice(), b"=", v].concat()))
         .collect::<Result<Vec<_>>>()?;
@@ -546,6 +534,23 @@ fn spawn(l: &Launch, name: Option<&ExecName>, mask: &libc::sigset_t) -> Result<i
     }
     // Reaped with waitpid(-1) like every other descendant.
     Ok(pid)
+}
+
+/// The program's environment: the recorder's own in its order (what a
+/// shell would have given the program), each variable of `l.env` in place
+/// of the one it overrides or after them all.
+fn program_env(l: &Launch) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut env: Vec<(Vec<u8>, Vec<u8>)> = std::env::vars_os()
+        .map(|(k, v)| (k.into_vec(), v.into_vec()))
+        .collect();
+    for (k, v) in &l.env {
+        let (k, v) = (k.as_bytes().to_vec(), v.as_bytes().to_vec());
+        match env.iter_mut().find(|(o, _)| *o == k) {
+            Some(slot) => slot.1 = v,
+            None => env.push((k, v)),
+        }
+    }
+    env
 }
 
 /// The main child's pid for the forwarding handler (0: not started, or reaped).
