@@ -47,8 +47,12 @@ const FIELDS: [(usize, u8); 10] = [
     (51, 80), // env_end
 ];
 const LAST_FIELD: usize = 51;
-/// How far above the highest segment the kernel may start the break:
-/// `arch_randomize_brk` picks a page within 32 MiB, after a page of gap.
+/// How far above the highest segment the break may lie to be moved:
+/// `arch_randomize_brk` picks a page within 32 MiB, after a page of gap
+/// (newer x86-64 kernels pick within more: on this 6.18 one a recorded
+/// heap started 0x5d4882a0 above the image, 1 GiB gap included). A break
+/// further up stays where the kernel put it, random either way, so that
+/// the moved heap keeps most of the gap to grow in.
 const RANDOM_BRK: i32 = (32 << 20) + 2 * 4096;
 /// The stat text's buffer, after the map.
 const TEXT: i32 = 128;
