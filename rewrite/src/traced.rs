@@ -11,13 +11,14 @@
 //! - a static libc's setjmp, longjmp and fork families, with everything
 //!   they call, run untraced and are called like imports.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use aetrace_analysis::cfg::{CallSite, Cfg, IndirectJump, JumpResolution};
 use aetrace_analysis::elf::Module;
 use aetrace_analysis::{imports, ProcKind, Procedure, Program};
 use aetrace_graph::{BlockId, ProcId};
 
+use crate::codegen::Rel32Site;
 use crate::liveness::{self, RegSet};
 use crate::Rewrite;
 use iced_x86::Register;
@@ -49,6 +50,23 @@ pub(crate) struct Traced {
     /// A static executable without setjmp/longjmp symbols: `family` was
     /// recognised by code (`guarded_family`).
     pub stripped: bool,
+    /// Tracing: per traced procedure whose outside-entry stub is not
+    /// safe for the module's untraced direct callers, their calls and
+    /// jumps to retarget to its preserving stub
+    /// ([`Traced::retarget_direct_entries`]).
+    pub direct: HashMap<ProcId, Vec<Rel32Site>>,
+}
+
+/// The rel32 field of the `call`, `jmp` or `jcc` at `[at, end)` that
+/// goes to `target`, if it has one (not a rel8 form).
+fn rel32_site(prog: &Program, (at, end): (u64, u64), target: u64) -> Option<Rel32Site> {
+    let bytes = prog.module.bytes_at(at, end - at)?;
+    let i = iced_x86::Decoder::with_ip(64, bytes, at, iced_x86::DecoderOptions::NONE).decode();
+    let rel32 = i.is_call_near() || i.is_jmp_near() || i.is_jcc_near();
+    (rel32 && i.next_ip() == end && i.near_branch_target() == target).then(|| Rel32Site {
+        field: i.next_ip() - 4,
+        next: i.next_ip(),
+    })
 }
 
 impl Traced {
@@ -71,6 +89,7 @@ impl Traced {
             family: libc_family(&prog.module),
             family_procs: HashSet::new(),
             stripped: false,
+            direct: HashMap::new(),
         };
         t.jump_tables(prog);
         t.stripped =
@@ -81,7 +100,7 @@ impl Traced {
         t.leave_families_alone(prog);
         if matches!(rw.how, crate::How::Trace(_)) {
             t.entry_point_scratch(prog);
-            t.leave_unstubbable_alone(prog);
+            t.retarget_direct_entries(prog);
         }
         t
     }
@@ -185,44 +204,73 @@ impl Traced {
         }
     }
 
+    /// Gives each traced procedure that untraced code of the module enters
+    /// by a direct call or jump, and whose outside-entry stub could clobber
+    /// a value such a caller keeps ([`EntryFacts::stub_safe`]), a
+    /// preserving stub (`runtime::emit_direct_entry`), and retargets those
+    /// calls and jumps to it ([`Traced::direct`]): gcc's `-fipa-ra` lets
+    /// a caller keep values across the call in any register (or the flags)
+    /// the callee never writes (cc1's untraced `pre_gcse` code keeps a
+    /// pointer in r11 across its call of 0x90cda0 and frees it after). A
+    /// `jmp rel8` or `jcc rel8` cannot reach the copy: its target is left
+    /// alone, and is untraced code in turn (until a fixpoint). PLT stubs
+    /// are entered under the SysV ABI (their callee is another module's).
+    fn retarget_direct_entries(&mut self, prog: &Program) {
+        let mut facts = EntryFacts::new(prog, &self.by_start);
+        let mut safe: HashMap<ProcId, bool> = HashMap::new();
+        // Springboards go at traced entries: no retargeted field may
+        // overlap one.
+        let boards: BTreeSet<u64> = prog
+            .procs
+            .iter()
+            .filter(|&(id, _)| self.is_traced(id))
+            .flat_map(|(_, p)| p.entries.iter().copied())
+            .collect();
+        let mut work: Vec<ProcId> = self.reasons.keys().copied().collect();
+        while let Some(caller) = work.pop() {
+            let Ok(cfg) = &prog.procs[caller].cfg else {
+                continue;
+            };
+            for c in &cfg.calls {
+                let Some(q) = c.target.and_then(|t| self.traced_at(t)) else {
+                    continue;
+                };
+                if prog.procs[q].kind == ProcKind::Plt
+                    || *safe.entry(q).or_insert_with(|| facts.stub_safe(q))
+                {
+                    continue;
+                }
+                let b = &cfg.blocks[c.block];
+                let at = b.last_insn();
+                let clear = boards
+                    .range(at.saturating_sub(SPRINGBOARD - 1)..b.end)
+                    .next()
+                    .is_none();
+                match rel32_site(prog, (at, b.end), prog.procs[q].start).filter(|_| clear) {
+                    Some(site) => self.direct.entry(q).or_default().push(site),
+                    None => {
+                        let why = format!(
+                            "entered by a short jump (or one beside a springboard) at {at:#x} from \
+                             untraced {}, which may keep \
+                             values (gcc -fipa-ra) in every register and flag its entry stub \
+                             could use",
+                            prog.procs[caller].name
+                        );
+                        self.reasons.insert(q, why);
+                        work.push(q);
+                    }
+                }
+            }
+        }
+        let reasons = &self.reasons;
+        self.direct.retain(|q, _| !reasons.contains_key(q));
+    }
+
     /// A static libc's setjmp, longjmp and fork families are left alone,
     /// with everything they call, and called like the imports: SETJMP,
     /// LONGJMP records and `fork_child` at their call sites, whatever alias
     /// the call names. (A fork child must not run traced code before
     /// `fork_child` gives it its own slot.)
-    /// Leaves alone each traced procedure that untraced code of the
-    /// module enters by a direct call or jump and whose outside-entry stub
-    /// could clobber a value such a caller keeps ([`EntryFacts::stub_safe`]):
-    /// gcc's `-fipa-ra` lets it keep values across the call in any register
-    /// (or the flags) the callee never writes (cc1's untraced `pre_gcse`
-    /// code keeps a pointer in r11 across its call of 0x90cda0 and frees
-    /// it after). Until a fixpoint: a procedure left alone here is
-    /// untraced code in turn. PLT stubs are entered under the SysV ABI
-    /// (their callee is another module's).
-    fn leave_unstubbable_alone(&mut self, prog: &Program) {
-        let mut facts = EntryFacts::new(prog, &self.by_start);
-        let mut work: Vec<ProcId> = self.reasons.keys().copied().collect();
-        let mut checked: HashSet<ProcId> = HashSet::new();
-        while let Some(caller) = work.pop() {
-            let Ok(cfg) = &prog.procs[caller].cfg else {
-                continue;
-            };
-            for t in cfg.calls.iter().filter_map(|c| c.target) {
-                let Some(q) = self.traced_at(t) else { continue };
-                if prog.procs[q].kind == ProcKind::Plt || !checked.insert(q) || facts.stub_safe(q) {
-                    continue;
-                }
-                let why = format!(
-                    "entered directly by untraced {}, which may keep values (gcc -fipa-ra) in \
-                     every register and flag its entry stub could use",
-                    prog.procs[caller].name
-                );
-                self.reasons.insert(q, why);
-                work.push(q);
-            }
-        }
-    }
-
     fn leave_families_alone(&mut self, prog: &Program) {
         if !prog.module.is_static {
             return;
