@@ -446,6 +446,26 @@ fn fipa_ra_gcc_caller_keeps_caller_saved_registers() {
     assert!(alone[0].contains("mix"), "{alone:?}");
 }
 
+/// Procedures shorter than a springboard with no fill after them: the
+/// one only direct calls enter (from traced `main`, and from untraced
+/// `outer`, whose call is retargeted to its copy) is traced without a
+/// springboard, the one whose address is taken is left alone saying so,
+/// and the trace equals lackey's.
+#[test]
+fn short_procedures_entered_only_directly_are_traced() {
+    let exe = build("short_procs.c", O2_PIE);
+    let info = check_libs(&exe, &[], &[], LogMode::Pipe);
+    let alone = left_alone(&info, 0);
+    assert_eq!(alone.len(), 2, "{alone:?}");
+    assert!(alone.iter().any(|l| l.contains("outer")), "{alone:?}");
+    assert!(
+        alone
+            .iter()
+            .any(|l| l.contains("tiny_taken") && l.contains("address may be taken")),
+        "{alone:?}"
+    );
+}
+
 /// A non-PIE program that takes `malloc`'s and `free`'s addresses: libc
 /// calls them through its GOT, bound to the program's PLT stubs, also
 /// inside imports the rewriter knows never to call back (`strdup`). Those

@@ -312,6 +312,10 @@ pub struct ProcPlan<'a> {
     /// registers the outside-entry stub would clobber
     /// (`traced::Traced::retarget_direct_entries`).
     pub direct_entries: Vec<Rel32Site>,
+    /// A springboard at the entry leads to the outside-entry stub; none
+    /// for a procedure too short for one that only direct branches enter
+    /// (`traced::Traced::trace_unentered_short`).
+    pub springboard: bool,
 }
 
 /// A direct call's or jump's rel32 field in the original code.
@@ -1245,7 +1249,9 @@ pub fn generate(
     let mut procs = Vec::with_capacity(plans.len());
     for (k, p) in plans.iter().enumerate() {
         let labels = &stub_labels[k];
-        springboards.push((p.start, addr(labels.outside)?));
+        if p.springboard {
+            springboards.push((p.start, addr(labels.outside)?));
+        }
         for (&(at, _), &l) in p.entry_points.iter().zip(&labels.entry_points) {
             springboards.push((at, addr(l)?));
         }

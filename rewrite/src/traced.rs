@@ -55,6 +55,28 @@ pub(crate) struct Traced {
     /// jumps to retarget to its preserving stub
     /// ([`Traced::retarget_direct_entries`]).
     pub direct: HashMap<ProcId, Vec<Rel32Site>>,
+    /// Tracing: traced procedures without a springboard, too short for
+    /// one and entered only by direct branches of analysable code
+    /// ([`Traced::trace_unentered_short`]).
+    pub boardless: HashSet<ProcId>,
+}
+
+/// The rel32 field of call site `c`'s branch, unless it is a rel8 form (or
+/// no branch: a fall-through, a table case) or lies beside a springboard
+/// (`boards`: the traced entries).
+fn direct_site(
+    prog: &Program,
+    cfg: &Cfg,
+    c: &CallSite,
+    boards: &BTreeSet<u64>,
+) -> Option<Rel32Site> {
+    let b = &cfg.blocks[c.block];
+    let at = b.last_insn();
+    let clear = boards
+        .range(at.saturating_sub(SPRINGBOARD - 1)..b.end)
+        .next()
+        .is_none();
+    rel32_site(prog, (at, b.end), c.target?).filter(|_| clear)
 }
 
 /// The rel32 field of the `call`, `jmp` or `jcc` at `[at, end)` that
@@ -90,6 +112,7 @@ impl Traced {
             family_procs: HashSet::new(),
             stripped: false,
             direct: HashMap::new(),
+            boardless: HashSet::new(),
         };
         t.jump_tables(prog);
         t.stripped =
@@ -100,6 +123,7 @@ impl Traced {
         t.leave_families_alone(prog);
         if matches!(rw.how, crate::How::Trace(_)) {
             t.entry_point_scratch(prog);
+            t.trace_unentered_short(prog);
             t.retarget_direct_entries(prog);
         }
         t
@@ -235,25 +259,25 @@ impl Traced {
                 let Some(q) = c.target.and_then(|t| self.traced_at(t)) else {
                     continue;
                 };
+                let boardless = self.boardless.contains(&q);
                 if prog.procs[q].kind == ProcKind::Plt
-                    || *safe.entry(q).or_insert_with(|| facts.stub_safe(q))
+                    || !boardless && *safe.entry(q).or_insert_with(|| facts.stub_safe(q))
                 {
                     continue;
                 }
-                let b = &cfg.blocks[c.block];
-                let at = b.last_insn();
-                let clear = boards
-                    .range(at.saturating_sub(SPRINGBOARD - 1)..b.end)
-                    .next()
-                    .is_none();
-                match rel32_site(prog, (at, b.end), prog.procs[q].start).filter(|_| clear) {
+                match direct_site(prog, cfg, c, &boards) {
                     Some(site) => self.direct.entry(q).or_default().push(site),
+                    None if boardless => {
+                        self.boardless.remove(&q);
+                        self.reasons.insert(q, SHORT.to_owned());
+                        work.push(q);
+                    }
                     None => {
+                        let at = cfg.blocks[c.block].last_insn();
                         let why = format!(
                             "entered by a short jump (or one beside a springboard) at {at:#x} from \
-                             untraced {}, which may keep \
-                             values (gcc -fipa-ra) in every register and flag its entry stub \
-                             could use",
+                             untraced {}, which may keep values (gcc -fipa-ra) in every \
+                             register and flag its entry stub could use",
                             prog.procs[caller].name
                         );
                         self.reasons.insert(q, why);
@@ -264,6 +288,55 @@ impl Traced {
         }
         let reasons = &self.reasons;
         self.direct.retain(|q, _| !reasons.contains_key(q));
+    }
+
+    /// Traces the procedures left alone only for being shorter than a
+    /// springboard ([`SHORT`]) that nothing but direct branches of
+    /// analysable code enters ([`crate::unentered`]), each branch from
+    /// untraced code a rel32 one that can be retargeted to the copy
+    /// (until a fixpoint: a procedure that stays alone is untraced code in
+    /// turn). They get no springboard; traced copies enter their copies
+    /// directly.
+    fn trace_unentered_short(&mut self, prog: &Program) {
+        let mut cands: HashSet<u64> = self
+            .reasons
+            .iter()
+            .filter(|&(id, r)| r == SHORT && !self.family_procs.contains(id))
+            .filter(|&(&id, _)| prog.procs[id].entries.len() == 1)
+            .map(|(&id, _)| prog.procs[id].start)
+            .collect();
+        if cands.is_empty() {
+            return;
+        }
+        let taken = crate::unentered::taken(prog, &cands);
+        cands.retain(|a| !taken.contains(a));
+        let boards: BTreeSet<u64> = prog
+            .procs
+            .iter()
+            .filter(|&(id, _)| self.is_traced(id))
+            .flat_map(|(_, p)| p.entries.iter().copied())
+            .collect();
+        loop {
+            let stuck: HashSet<u64> = self
+                .reasons
+                .keys()
+                .filter(|&&id| !cands.contains(&prog.procs[id].start))
+                .filter_map(|&id| prog.procs[id].cfg.as_ref().ok())
+                .flat_map(|cfg| cfg.calls.iter().map(move |c| (cfg, c)))
+                .filter(|(_, c)| c.target.is_some_and(|t| cands.contains(&t)))
+                .filter(|&(cfg, c)| direct_site(prog, cfg, c, &boards).is_none())
+                .filter_map(|(_, c)| c.target)
+                .collect();
+            if stuck.is_empty() {
+                break;
+            }
+            cands.retain(|a| !stuck.contains(a));
+        }
+        for a in cands {
+            let id = self.by_start[&a];
+            self.reasons.remove(&id);
+            self.boardless.insert(id);
+        }
     }
 
     /// A static libc's setjmp, longjmp and fork families are left alone,
@@ -528,11 +601,6 @@ fn left_alone_reason(prog: &Program, id: ProcId, ifuncs: &[u64], tracing: bool) 
         Err(e) => return Some(format!("not analysable: {e}")),
         Ok(c) => c,
     };
-    if !springboard_fits(prog, p) {
-        return Some(format!(
-            "shorter than a springboard ({SPRINGBOARD} bytes) and not followed by enough fill"
-        ));
-    }
     if ifuncs.contains(&p.start) {
         return Some("IFUNC resolver (runs before the runtime)".into());
     }
@@ -577,8 +645,14 @@ fn left_alone_reason(prog: &Program, id: ProcId, ifuncs: &[u64], tracing: bool) 
             JumpResolution::Table { .. } | JumpResolution::TailCall => {}
         }
     }
-    None
+    // Last: `Traced::trace_unentered_short` may trace it still.
+    (!springboard_fits(prog, p)).then(|| SHORT.to_owned())
 }
+
+/// Why a procedure is left alone that is too short for its springboard
+/// and entered by more than direct branches of analysable code.
+const SHORT: &str = "shorter than a springboard (5 bytes), not followed by enough fill, and \
+                     its address may be taken";
 
 /// Entry addresses of a static libc's functions that must run untraced,
 /// like the imports of a dynamic program, by any of their symbol names
