@@ -1567,7 +1567,9 @@ impl ProcGen<'_, '_> {
             EntryStub::Full => {
                 let (n, rt) = (p.number, *self.rt);
                 // r11 when nothing is free: then only entries under the
-                // SysV ABI reach the stub (`Traced::leave_unstubbable_alone`).
+                // SysV ABI reach the stub, the module's untraced direct
+                // callers go to the preserving one
+                // (`Traced::retarget_direct_entries`).
                 let scratch = p.live.entry_scratch(cfg.entry).unwrap_or(r11);
                 self.em.seq_write(SigPoint::Outside, entered, |a| {
                     emit_outside_entry_with(a, n, &rt, scratch)

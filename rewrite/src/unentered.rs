@@ -1,10 +1,10 @@
 //! Which addresses only a direct branch of analysable code can produce
-//! (docs/rewrite.md, "Short procedures"): a procedure shorter than a
-//! springboard, with no fill after it, can be traced without one when
-//! nothing but such branches enters it (gcc's `xor eax, eax; ret`
-//! fragments that other functions jump to); the copies of traced callers
-//! enter its copy, untraced callers are retargeted
-//! (`traced::Traced::trace_unentered_short`).
+//! (docs/rewrite.md, "Untraced direct callers and short procedures"): a
+//! procedure shorter than a springboard, with no fill after it, can be
+//! traced without one when nothing but such branches enters it (gcc's
+//! `xor eax, eax; ret` fragments that other functions jump to); the
+//! copies of traced callers enter its copy, untraced callers are
+//! retargeted (`traced::Traced::trace_unentered_short`).
 //!
 //! Invariant: an address counts as taken, conservatively, when it is the
 //! module's entry, an init/fini pointer, an exported (`.dynsym`) symbol,
