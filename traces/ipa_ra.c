@@ -2,8 +2,10 @@
    flags the callee never writes, as gcc's -fipa-ra allows (cc1 -O2 keeps a
    pointer in r11 across a call of a local function and frees it after).
    Each `keep_*` procedure is left alone by the rewriter (a never-taken
-   `xbegin`, encoded by hand for old assemblers), so it runs as it was and enters the traced callee through its springboard and
-   outside-entry stub, which must clobber nothing the caller keeps:
+   `xbegin`, encoded by hand for old assemblers), so it runs as it was and
+   enters the traced callee through an outside-entry stub (its call
+   retargeted to the preserving stub where the usual one could clobber
+   something), which must clobber nothing the caller keeps:
    - keep_r11 keeps r11 across `bump_rcx`, which writes rcx only (its stub
      has rcx free);
    - keep_flags keeps the flags of a compare across `bump_lea`, which

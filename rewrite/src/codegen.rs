@@ -54,8 +54,9 @@ use aetrace_format::progdb::{SigPoint, SigRange};
 use aetrace_graph::{BlockId, EdgeId, EntityRef};
 use aetrace_runtime::layout::RecordKind;
 use aetrace_runtime::{
-    emit_buffer_check, emit_outside_entry_at, emit_outside_entry_with, emit_record,
-    emit_static_entry, emit_transfer, emit_value, emit_witness, Payload, RuntimeAddrs, Site, Value,
+    emit_buffer_check, emit_direct_entry, emit_outside_entry_at, emit_outside_entry_with,
+    emit_record, emit_static_entry, emit_transfer, emit_value, emit_witness, Payload, RuntimeAddrs,
+    Site, Value,
 };
 use iced_x86::code_asm::{edi, r11, CodeAssembler};
 use iced_x86::{
@@ -305,6 +306,25 @@ pub struct ProcPlan<'a> {
     /// Each gets an outside-entry stub that writes ENTER_AT and a
     /// springboard; every call or jump to one goes through it.
     pub entry_points: Vec<(u64, BlockId)>,
+    /// Tracing: the module's untraced calls and jumps that enter the copy
+    /// through its preserving stub (`runtime::emit_direct_entry`), which
+    /// they are retargeted to, for their callers may keep values in
+    /// registers the outside-entry stub would clobber
+    /// (`traced::Traced::retarget_direct_entries`).
+    pub direct_entries: Vec<Rel32Site>,
+    /// A springboard at the entry leads to the outside-entry stub; none
+    /// for a procedure too short for one that only direct branches enter
+    /// (`traced::Traced::trace_unentered_short`).
+    pub springboard: bool,
+}
+
+/// A direct call's or jump's rel32 field in the original code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rel32Site {
+    /// The field's link-time address.
+    pub field: u64,
+    /// The next instruction's: the field holds `target - next`.
+    pub next: u64,
 }
 
 /// The map an unresolved jump goes on through ([`CallPlan::indirect`]):
@@ -361,6 +381,9 @@ pub struct Copies {
     /// `(GOT slot, address of its stub's LAZY piece)` for every stub
     /// copied with [`CallPlan::lazy_record`]: the slot's new initial value.
     pub lazy_slots: Vec<(u64, u64)>,
+    /// Every [`ProcPlan::direct_entries`] site with its preserving stub's
+    /// address: the field's new target.
+    pub retargets: Vec<(Rel32Site, u64)>,
 }
 
 /// The result of code generation.
@@ -1131,8 +1154,7 @@ pub fn generate(
     // Original start -> (procedure number, entry block) of every traced procedure.
     let mut entries: HashMap<u64, (u32, u32)> = HashMap::new();
     let mut block_labels: Vec<Vec<u64>> = Vec::with_capacity(plans.len());
-    let mut stub_labels = Vec::with_capacity(plans.len());
-    let mut entry_labels: Vec<Vec<u64>> = Vec::with_capacity(plans.len());
+    let mut stub_labels: Vec<StubLabels> = Vec::with_capacity(plans.len());
     let mut invoke_labels = Vec::with_capacity(plans.len());
     for p in plans {
         let labels: Vec<u64> = (0..p.cfg.blocks.len()).map(|_| em.label()).collect();
@@ -1147,8 +1169,11 @@ pub fn generate(
         invoke_labels.push(invoke);
         entries.insert(p.start, (p.number, p.cfg.entry.index() as u32));
         block_labels.push(labels);
-        stub_labels.push(em.label());
-        entry_labels.push(p.entry_points.iter().map(|_| em.label()).collect());
+        stub_labels.push(StubLabels {
+            outside: em.label(),
+            entry_points: p.entry_points.iter().map(|_| em.label()).collect(),
+            direct: (!p.direct_entries.is_empty()).then(|| em.label()),
+        });
     }
     // Table entries: (table index in plan, entry index) -> label.
     let mut table_entries: Vec<Vec<Vec<u64>>> = Vec::with_capacity(plans.len());
@@ -1171,7 +1196,7 @@ pub fn generate(
             rt,
             traps: Vec::new(),
         }
-        .emit(stub_labels[k], invoke_labels[k], &landing, &entry_labels[k])
+        .emit(&stub_labels[k], invoke_labels[k], &landing)
         .map_err(|e| e.in_procedure(p.name))?;
         let (entries, map) = entries;
         table_entries.push(entries);
@@ -1219,12 +1244,20 @@ pub fn generate(
             .map_or(rip + res.code_buffer.len() as u64, |&o| rip + u64::from(o))
     };
     let mut springboards = Vec::with_capacity(plans.len());
+    let mut retargets = Vec::new();
     let mut tables = Vec::new();
     let mut procs = Vec::with_capacity(plans.len());
     for (k, p) in plans.iter().enumerate() {
-        springboards.push((p.start, addr(stub_labels[k])?));
-        for (&(at, _), &l) in p.entry_points.iter().zip(&entry_labels[k]) {
+        let labels = &stub_labels[k];
+        if p.springboard {
+            springboards.push((p.start, addr(labels.outside)?));
+        }
+        for (&(at, _), &l) in p.entry_points.iter().zip(&labels.entry_points) {
             springboards.push((at, addr(l)?));
+        }
+        if let Some(l) = labels.direct {
+            let stub = addr(l)?;
+            retargets.extend(p.direct_entries.iter().map(|&site| (site, stub)));
         }
         let (first, end, o0, o1, landing) = &spans[k];
         let mut insn_map = Vec::with_capacity(o1 - o0);
@@ -1292,7 +1325,17 @@ pub fn generate(
         tables,
         procs,
         lazy_slots,
+        retargets,
     })
+}
+
+/// The labels of one copy's stubs for untraced code: its outside-entry
+/// stub, its secondary entry points' and its preserving stub
+/// ([`ProcPlan::direct_entries`]).
+struct StubLabels {
+    outside: u64,
+    entry_points: Vec<u64>,
+    direct: Option<u64>,
 }
 
 struct ProcGen<'e, 'p> {
@@ -1472,16 +1515,15 @@ impl ProcGen<'_, '_> {
 
     fn emit(
         mut self,
-        stub_label: u64,
+        outside: &StubLabels,
         invoke_label: Option<u64>,
         landing: &[(u64, u64)],
-        entry_labels: &[u64],
     ) -> GenResult<(Vec<Vec<u64>>, Option<MapLabels>)> {
         let p = self.p;
         let cfg = p.cfg;
         let order: Vec<BlockId> = cfg.blocks.keys().collect();
         // Outside-entry stub: untraced code until its ENTER is reserved.
-        self.em.bind(stub_label);
+        self.em.bind(outside.outside);
         let entered = self.at(cfg.entry, 0);
         match p.stub {
             _ if self.em.counting.is_some() => {
@@ -1525,7 +1567,9 @@ impl ProcGen<'_, '_> {
             EntryStub::Full => {
                 let (n, rt) = (p.number, *self.rt);
                 // r11 when nothing is free: then only entries under the
-                // SysV ABI reach the stub (`Traced::leave_unstubbable_alone`).
+                // SysV ABI reach the stub, the module's untraced direct
+                // callers go to the preserving one
+                // (`Traced::retarget_direct_entries`).
                 let scratch = p.live.entry_scratch(cfg.entry).unwrap_or(r11);
                 self.em.seq_write(SigPoint::Outside, entered, |a| {
                     emit_outside_entry_with(a, n, &rt, scratch)
@@ -1620,7 +1664,10 @@ impl ProcGen<'_, '_> {
             }
             self.em.jmp(self.labels[b.index()])?;
         }
-        self.entry_point_stubs(entry_labels)?;
+        self.entry_point_stubs(&outside.entry_points)?;
+        if let Some(l) = outside.direct {
+            self.direct_entry_stub(l)?;
+        }
         let map = p.map.map(|m| self.map_entries(m));
         // Table entries: a case with a witness goes through its stub.
         let mut out = Vec::with_capacity(p.tables.len());
@@ -1665,6 +1712,19 @@ impl ProcGen<'_, '_> {
             self.em.jmp(self.labels[b.index()])?;
         }
         Ok(())
+    }
+
+    /// The preserving stub at `label` ([`ProcPlan::direct_entries`]):
+    /// untraced code until its ENTER is reserved, then the entry block.
+    fn direct_entry_stub(&mut self, label: u64) -> GenResult<()> {
+        let p = self.p;
+        self.em.bind(label);
+        self.em.point = SigPoint::Outside;
+        let (n, rt) = (p.number, *self.rt);
+        let entered = self.at(p.cfg.entry, 0);
+        self.em
+            .seq_write(SigPoint::Outside, entered, |a| emit_direct_entry(a, n, &rt))?;
+        self.em.jmp(self.labels[p.cfg.entry.index()])
     }
 
     /// The labels of map `m`: each original byte's block copy, if a block
@@ -1985,10 +2045,12 @@ impl ProcGen<'_, '_> {
                         self.em.witness(w, before_last, before, before)?;
                     }
                     // A return is counted after its witness, right before
-                    // the `ret`, by one instruction (flags are dead there,
-                    // SysV): regen tells a rip before it from one after it.
+                    // the `ret`, by one instruction: regen tells a rip
+                    // before it from one after it. The flags are saved
+                    // around it where a `-fipa-ra` caller may keep them
+                    // (the procedure never writes them, liveness says).
                     if returns {
-                        self.em.transfer(entry_site(before_last))?;
+                        self.em.transfer(before_last)?;
                     }
                     self.copy_at(b, last_i, last);
                 }

@@ -34,6 +34,7 @@ pub mod liveness;
 pub mod pathprof;
 mod plan;
 mod traced;
+mod unentered;
 pub mod unwind;
 
 use std::path::Path;

@@ -8,6 +8,8 @@
 //!   chosen for it (`calls::recorded_stubs`), and the other way round;
 //! - a springboard is a `jmp rel32` of [`SPRINGBOARD`] bytes at a traced
 //!   procedure's entry, to its copy's outside-entry stub;
+//! - a retargeted call or jump of untraced code changes only its rel32
+//!   field, to its callee's preserving stub;
 //! - an executable runs the runtime's init (or, counting, the init code)
 //!   from its preinit array, a static one from its new entry point, a
 //!   library from a new first init function.
@@ -181,9 +183,10 @@ fn code_segment(runtime: &Runtime, emitted: &Emitted) -> NewSegment {
     }
 }
 
-/// The springboards, and the redirected GOT slots: a lazily bound slot's
-/// initial value (the stub's own lazy-binding half) becomes the copy's
-/// LAZY piece.
+/// The springboards, the retargeted direct calls and jumps of untraced
+/// code (to their callees' preserving stubs), and the redirected GOT
+/// slots: a lazily bound slot's initial value (the stub's own lazy-binding
+/// half) becomes the copy's LAZY piece.
 fn patches(rw: &Rewrite<'_>, emitted: &Emitted) -> Result<Vec<Patch>> {
     let code = &emitted.code;
     code.springboards
@@ -195,6 +198,14 @@ fn patches(rw: &Rewrite<'_>, emitted: &Emitted) -> Result<Vec<Patch>> {
             bytes.extend_from_slice(&rel.to_le_bytes());
             Ok(Patch { vaddr: from, bytes })
         })
+        .chain(code.retargets.iter().map(|&(site, stub)| {
+            let rel = i32::try_from(stub as i64 - site.next as i64)
+                .map_err(|_| rw.err(Refusal::SpringboardRange))?;
+            Ok(Patch {
+                vaddr: site.field,
+                bytes: rel.to_le_bytes().to_vec(),
+            })
+        }))
         .chain(code.lazy_slots.iter().map(|&(slot, piece)| {
             Ok(Patch {
                 vaddr: slot,

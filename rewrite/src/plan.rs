@@ -233,6 +233,8 @@ impl<'p> Plans<'p> {
                 .iter()
                 .filter_map(|&e| Some((e, cfg.block_at(e)?)))
                 .collect(),
+            direct_entries: calls.traced.direct.get(&id).cloned().unwrap_or_default(),
+            springboard: !calls.traced.boardless.contains(&id),
         });
         Ok(())
     }

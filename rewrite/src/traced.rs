@@ -11,13 +11,14 @@
 //! - a static libc's setjmp, longjmp and fork families, with everything
 //!   they call, run untraced and are called like imports.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use aetrace_analysis::cfg::{CallSite, Cfg, IndirectJump, JumpResolution};
 use aetrace_analysis::elf::Module;
 use aetrace_analysis::{imports, ProcKind, Procedure, Program};
 use aetrace_graph::{BlockId, ProcId};
 
+use crate::codegen::Rel32Site;
 use crate::liveness::{self, RegSet};
 use crate::Rewrite;
 use iced_x86::Register;
@@ -49,6 +50,45 @@ pub(crate) struct Traced {
     /// A static executable without setjmp/longjmp symbols: `family` was
     /// recognised by code (`guarded_family`).
     pub stripped: bool,
+    /// Tracing: per traced procedure whose outside-entry stub is not
+    /// safe for the module's untraced direct callers, their calls and
+    /// jumps to retarget to its preserving stub
+    /// ([`Traced::retarget_direct_entries`]).
+    pub direct: HashMap<ProcId, Vec<Rel32Site>>,
+    /// Tracing: traced procedures without a springboard, too short for
+    /// one and entered only by direct branches of analysable code
+    /// ([`Traced::trace_unentered_short`]).
+    pub boardless: HashSet<ProcId>,
+}
+
+/// The rel32 field of call site `c`'s branch, unless it is a rel8 form (or
+/// no branch: a fall-through, a table case) or lies beside a springboard
+/// (`boards`: the traced entries).
+fn direct_site(
+    prog: &Program,
+    cfg: &Cfg,
+    c: &CallSite,
+    boards: &BTreeSet<u64>,
+) -> Option<Rel32Site> {
+    let b = &cfg.blocks[c.block];
+    let at = b.last_insn();
+    let clear = boards
+        .range(at.saturating_sub(SPRINGBOARD - 1)..b.end)
+        .next()
+        .is_none();
+    rel32_site(prog, (at, b.end), c.target?).filter(|_| clear)
+}
+
+/// The rel32 field of the `call`, `jmp` or `jcc` at `[at, end)` that
+/// goes to `target`, if it has one (not a rel8 form).
+fn rel32_site(prog: &Program, (at, end): (u64, u64), target: u64) -> Option<Rel32Site> {
+    let bytes = prog.module.bytes_at(at, end - at)?;
+    let i = iced_x86::Decoder::with_ip(64, bytes, at, iced_x86::DecoderOptions::NONE).decode();
+    let rel32 = i.is_call_near() || i.is_jmp_near() || i.is_jcc_near();
+    (rel32 && i.next_ip() == end && i.near_branch_target() == target).then(|| Rel32Site {
+        field: i.next_ip() - 4,
+        next: i.next_ip(),
+    })
 }
 
 impl Traced {
@@ -71,6 +111,8 @@ impl Traced {
             family: libc_family(&prog.module),
             family_procs: HashSet::new(),
             stripped: false,
+            direct: HashMap::new(),
+            boardless: HashSet::new(),
         };
         t.jump_tables(prog);
         t.stripped =
@@ -81,7 +123,8 @@ impl Traced {
         t.leave_families_alone(prog);
         if matches!(rw.how, crate::How::Trace(_)) {
             t.entry_point_scratch(prog);
-            t.leave_unstubbable_alone(prog);
+            t.trace_unentered_short(prog);
+            t.retarget_direct_entries(prog);
         }
         t
     }
@@ -185,44 +228,122 @@ impl Traced {
         }
     }
 
+    /// Gives each traced procedure that untraced code of the module enters
+    /// by a direct call or jump, and whose outside-entry stub could clobber
+    /// a value such a caller keeps ([`EntryFacts::stub_safe`]), a
+    /// preserving stub (`runtime::emit_direct_entry`), and retargets those
+    /// calls and jumps to it ([`Traced::direct`]): gcc's `-fipa-ra` lets
+    /// a caller keep values across the call in any register (or the flags)
+    /// the callee never writes (cc1's untraced `pre_gcse` code keeps a
+    /// pointer in r11 across its call of 0x90cda0 and frees it after). A
+    /// `jmp rel8` or `jcc rel8` cannot reach the copy: its target is left
+    /// alone, and is untraced code in turn (until a fixpoint). PLT stubs
+    /// are entered under the SysV ABI (their callee is another module's).
+    fn retarget_direct_entries(&mut self, prog: &Program) {
+        let mut facts = EntryFacts::new(prog, &self.by_start);
+        let mut safe: HashMap<ProcId, bool> = HashMap::new();
+        // Springboards go at traced entries: no retargeted field may
+        // overlap one.
+        let boards: BTreeSet<u64> = prog
+            .procs
+            .iter()
+            .filter(|&(id, _)| self.is_traced(id))
+            .flat_map(|(_, p)| p.entries.iter().copied())
+            .collect();
+        let mut work: Vec<ProcId> = self.reasons.keys().copied().collect();
+        while let Some(caller) = work.pop() {
+            let Ok(cfg) = &prog.procs[caller].cfg else {
+                continue;
+            };
+            for c in &cfg.calls {
+                let Some(q) = c.target.and_then(|t| self.traced_at(t)) else {
+                    continue;
+                };
+                let boardless = self.boardless.contains(&q);
+                if prog.procs[q].kind == ProcKind::Plt
+                    || !boardless && *safe.entry(q).or_insert_with(|| facts.stub_safe(q))
+                {
+                    continue;
+                }
+                match direct_site(prog, cfg, c, &boards) {
+                    Some(site) => self.direct.entry(q).or_default().push(site),
+                    None if boardless => {
+                        self.boardless.remove(&q);
+                        self.reasons.insert(q, SHORT.to_owned());
+                        work.push(q);
+                    }
+                    None => {
+                        let at = cfg.blocks[c.block].last_insn();
+                        let why = format!(
+                            "entered by a short jump (or one beside a springboard) at {at:#x} from \
+                             untraced {}, which may keep values (gcc -fipa-ra) in every \
+                             register and flag its entry stub could use",
+                            prog.procs[caller].name
+                        );
+                        self.reasons.insert(q, why);
+                        work.push(q);
+                    }
+                }
+            }
+        }
+        let reasons = &self.reasons;
+        self.direct.retain(|q, _| !reasons.contains_key(q));
+    }
+
+    /// Traces the procedures left alone only for being shorter than a
+    /// springboard ([`SHORT`]) that nothing but direct branches of
+    /// analysable code enters ([`crate::unentered`]), each branch from
+    /// untraced code a rel32 one that can be retargeted to the copy
+    /// (until a fixpoint: a procedure that stays alone is untraced code in
+    /// turn). They get no springboard; traced copies enter their copies
+    /// directly.
+    fn trace_unentered_short(&mut self, prog: &Program) {
+        let mut cands: HashSet<u64> = self
+            .reasons
+            .iter()
+            .filter(|&(id, r)| r == SHORT && !self.family_procs.contains(id))
+            .filter(|&(&id, _)| prog.procs[id].entries.len() == 1)
+            .map(|(&id, _)| prog.procs[id].start)
+            .collect();
+        if cands.is_empty() {
+            return;
+        }
+        let taken = crate::unentered::taken(prog, &cands);
+        cands.retain(|a| !taken.contains(a));
+        let boards: BTreeSet<u64> = prog
+            .procs
+            .iter()
+            .filter(|&(id, _)| self.is_traced(id))
+            .flat_map(|(_, p)| p.entries.iter().copied())
+            .collect();
+        loop {
+            let stuck: HashSet<u64> = self
+                .reasons
+                .keys()
+                .filter(|&&id| !cands.contains(&prog.procs[id].start))
+                .filter_map(|&id| prog.procs[id].cfg.as_ref().ok())
+                .flat_map(|cfg| cfg.calls.iter().map(move |c| (cfg, c)))
+                .filter(|(_, c)| c.target.is_some_and(|t| cands.contains(&t)))
+                .filter(|&(cfg, c)| direct_site(prog, cfg, c, &boards).is_none())
+                .filter_map(|(_, c)| c.target)
+                .collect();
+            if stuck.is_empty() {
+                break;
+            }
+            cands.retain(|a| !stuck.contains(a));
+        }
+        for a in cands {
+            let id = self.by_start[&a];
+            self.reasons.remove(&id);
+            self.boardless.insert(id);
+        }
+    }
+
     /// A static libc's setjmp, longjmp and fork families are left alone,
     /// with everything they call, and called like the imports: SETJMP,
     /// LONGJMP records and `fork_child` at their call sites, whatever alias
     /// the call names. (A fork child must not run traced code before
     /// `fork_child` gives it its own slot.)
-    /// Leaves alone each traced procedure that untraced code of the
-    /// module enters by a direct call or jump and whose outside-entry stub
-    /// could clobber a value such a caller keeps ([`EntryFacts::stub_safe`]):
-    /// gcc's `-fipa-ra` lets it keep values across the call in any register
-    /// (or the flags) the callee never writes (cc1's untraced `pre_gcse`
-    /// code keeps a pointer in r11 across its call of 0x90cda0 and frees
-    /// it after). Until a fixpoint: a procedure left alone here is
-    /// untraced code in turn. PLT stubs are entered under the SysV ABI
-    /// (their callee is another module's).
-    fn leave_unstubbable_alone(&mut self, prog: &Program) {
-        let mut facts = EntryFacts::new(prog, &self.by_start);
-        let mut work: Vec<ProcId> = self.reasons.keys().copied().collect();
-        let mut checked: HashSet<ProcId> = HashSet::new();
-        while let Some(caller) = work.pop() {
-            let Ok(cfg) = &prog.procs[caller].cfg else {
-                continue;
-            };
-            for t in cfg.calls.iter().filter_map(|c| c.target) {
-                let Some(q) = self.traced_at(t) else { continue };
-                if prog.procs[q].kind == ProcKind::Plt || !checked.insert(q) || facts.stub_safe(q) {
-                    continue;
-                }
-                let why = format!(
-                    "entered directly by untraced {}, which may keep values (gcc -fipa-ra) in \
-                     every register and flag its entry stub could use",
-                    prog.procs[caller].name
-                );
-                self.reasons.insert(q, why);
-                work.push(q);
-            }
-        }
-    }
-
     fn leave_families_alone(&mut self, prog: &Program) {
         if !prog.module.is_static {
             return;
@@ -480,11 +601,6 @@ fn left_alone_reason(prog: &Program, id: ProcId, ifuncs: &[u64], tracing: bool) 
         Err(e) => return Some(format!("not analysable: {e}")),
         Ok(c) => c,
     };
-    if !springboard_fits(prog, p) {
-        return Some(format!(
-            "shorter than a springboard ({SPRINGBOARD} bytes) and not followed by enough fill"
-        ));
-    }
     if ifuncs.contains(&p.start) {
         return Some("IFUNC resolver (runs before the runtime)".into());
     }
@@ -529,8 +645,14 @@ fn left_alone_reason(prog: &Program, id: ProcId, ifuncs: &[u64], tracing: bool) 
             JumpResolution::Table { .. } | JumpResolution::TailCall => {}
         }
     }
-    None
+    // Last: `Traced::trace_unentered_short` may trace it still.
+    (!springboard_fits(prog, p)).then(|| SHORT.to_owned())
 }
+
+/// Why a procedure is left alone that is too short for its springboard
+/// and entered by more than direct branches of analysable code.
+const SHORT: &str = "shorter than a springboard (5 bytes), not followed by enough fill, and \
+                     its address may be taken";
 
 /// Entry addresses of a static libc's functions that must run untraced,
 /// like the imports of a dynamic program, by any of their symbol names

@@ -606,6 +606,67 @@ pub fn emit_outside_entry_at(
     outside_entry(a, Payload::Imm32Pair(proc_id, entry), rt, scratch)
 }
 
+/// The outside-entry stub for direct calls and jumps from the module's own
+/// untraced code (the rewriter retargets their rel32 here): like
+/// [`emit_outside_entry`], but every register and the flags are preserved,
+/// for a caller compiled with gcc's `-fipa-ra` may keep values across the
+/// call in any register or flag the callee never writes. Such a caller is
+/// never the kernel's signal trampoline, so there is no SIGNAL check, and
+/// `signal_entry` has nothing to recognise here. It steps over the red
+/// zone (a `.cold` part entered by a jump may share its function's), then
+/// saves r11 and the flags (`pushfq` last: a signal in `attach_thread`
+/// reads the stub's `[rsp]` as its return address, which is never a
+/// pointer to glibc's restorer then).
+pub fn emit_direct_entry(
+    a: &mut CodeAssembler,
+    proc_id: u32,
+    rt: &RuntimeAddrs,
+) -> Result<(), Error> {
+    a.lea(rsp, ptr(rsp - RED_ZONE))?;
+    a.push(r11)?;
+    a.pushfq()?;
+    let site = Site {
+        scratch: Some(r11),
+        flags_live: false,
+        red_zone_live: false,
+        flags_save: FlagsSave::Lahf,
+    };
+    attach_unless_owned(a, rt, r11)?;
+    emit_buffer_check(a, rt.flush, site)?;
+    emit_record(a, RecordKind::Enter, Payload::Imm32(proc_id), site)?;
+    a.popfq()?;
+    a.pop(r11)?;
+    a.lea(rsp, ptr(rsp + RED_ZONE))?;
+    Ok(())
+}
+
+/// Calls `attach_thread` unless the runtime is ready and this thread owns
+/// a slot, clobbering `s` and the flags. Before init the GS base is 0:
+/// `ready` is tested first so gs:[..] never faults. Above 1 while a fork
+/// is in progress (`fork_prepare`): the runtime tells a fork child from
+/// its parent then.
+fn attach_unless_owned(
+    a: &mut CodeAssembler,
+    rt: &RuntimeAddrs,
+    s: AsmRegister64,
+) -> Result<(), Error> {
+    let mut attach_l = a.create_label();
+    let mut owned = a.create_label();
+    a.add_instruction(Instruction::with2(
+        Code::Cmp_rm32_imm8,
+        rip_rel(rt.ready),
+        1i32,
+    )?)?;
+    a.jne(attach_l)?;
+    a.mov(s, qword_ptr(0u64).fs())?;
+    a.cmp(s, gs_q(S_OWNER))?;
+    a.je(owned)?;
+    a.set_label(&mut attach_l)?;
+    a.call(rt.attach)?;
+    a.set_label(&mut owned)?;
+    Ok(())
+}
+
 /// The outside-entry stub, recording ENTER (an `Imm32` payload) or
 /// ENTER_AT (an `Imm32Pair`).
 fn outside_entry(
@@ -622,24 +683,8 @@ fn outside_entry(
         red_zone_live: false,
         flags_save: FlagsSave::Lahf,
     };
-    let mut attach_l = a.create_label();
-    let mut owned = a.create_label();
     let mut not_signal = a.create_label();
-    // Before init the GS base is 0: test `ready` first so gs:[..] never
-    // faults. Above 1 while a fork is in progress (`fork_prepare`): the
-    // runtime tells a fork child from its parent then.
-    a.add_instruction(Instruction::with2(
-        Code::Cmp_rm32_imm8,
-        rip_rel(rt.ready),
-        1i32,
-    )?)?;
-    a.jne(attach_l)?;
-    a.mov(s, qword_ptr(0u64).fs())?;
-    a.cmp(s, gs_q(S_OWNER))?;
-    a.je(owned)?;
-    a.set_label(&mut attach_l)?;
-    a.call(rt.attach)?;
-    a.set_label(&mut owned)?;
+    attach_unless_owned(a, rt, s)?;
     // Called from the kernel's signal trampoline? The return address then
     // points at glibc's `__restore_rt` (`mov rax, 15; syscall`), and rdx
     // at the ucontext right above it. Untraced code may enter by a jump,
