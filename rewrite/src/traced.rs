@@ -73,6 +73,7 @@ impl Traced {
             stripped: false,
         };
         t.jump_tables(prog);
+        t.computed_jumps(prog);
         t.stripped =
             prog.module.is_static && t.family.setjmp.is_empty() && t.family.longjmp.is_empty();
         if t.stripped {
@@ -152,6 +153,43 @@ impl Traced {
                         );
                     }
                 }
+            }
+        }
+    }
+
+    /// Jumps to computed code addresses go through the copy's dispatch
+    /// (`codegen::Dispatch`), which must have a case for every target
+    /// they can take: its cases outside the procedure as a table's
+    /// ([`outside_cases`]); none is a label of a `.cold` part that is
+    /// another procedure ([`cold_labels`]); and no rewritten jump table
+    /// of the procedure is what it reads (a table register the compiler
+    /// hoisted serves both jumps, and the analysis resolved only one).
+    fn computed_jumps(&mut self, prog: &Program) {
+        let cold = cold_labels(prog);
+        for (id, p) in prog.procs.iter() {
+            let Ok(cfg) = &p.cfg else { continue };
+            let tables = self.tables.get(&id).is_some_and(|t| !t.is_empty());
+            for j in &cfg.indirect_jumps {
+                let JumpResolution::Computed(targets) = &j.resolution else {
+                    continue;
+                };
+                if targets.is_empty() || self.reasons.contains_key(&id) {
+                    continue;
+                }
+                let why = if let Some(why) = outside_cases(cfg, j.block, targets, &self.by_start) {
+                    why
+                } else if cold.contains(p.name.as_str()) {
+                    "may go to a label of its `.cold` part, another procedure".into()
+                } else if tables {
+                    "may read a jump table the copy rewrites".into()
+                } else {
+                    continue;
+                };
+                let at = j.addr;
+                self.reasons.insert(
+                    id,
+                    format!("jump at {at:#x} to computed code addresses {why}"),
+                );
             }
         }
     }
@@ -256,6 +294,20 @@ impl Traced {
             }
         }
     }
+}
+
+/// Names whose gcc `.cold` part is a procedure of its own with its
+/// address taken: a `&&label` of the function there (`traces/computed_jump.c`)
+/// is no label of the procedure the analysis gives its computed jumps.
+fn cold_labels(prog: &Program) -> HashSet<&str> {
+    prog.procs
+        .iter()
+        .filter(|(_, p)| {
+            p.sources
+                .contains(&aetrace_analysis::procs::Source::AddressTaken)
+        })
+        .filter_map(|(_, p)| p.name.split_once(".cold").map(|(base, _)| base))
+        .collect()
 }
 
 /// Why the cases of a jump table (of the jump ending `block`) outside the
@@ -518,11 +570,12 @@ fn left_alone_reason(prog: &Program, id: ProcId, ifuncs: &[u64], tracing: bool) 
                     j.addr
                 ))
             }
-            // No path reaches the jump (its guards compare constants).
-            JumpResolution::Computed(t) if t.is_empty() => {}
+            // No path reaches the jump (its guards compare constants); a
+            // traced one dispatches on its target (`codegen::Dispatch`).
+            JumpResolution::Computed(t) if t.is_empty() || tracing => {}
             JumpResolution::Computed(_) => {
                 return Some(format!(
-                    "indirect jump at {:#x} to computed code addresses",
+                    "indirect jump at {:#x} to computed code addresses (counting mode)",
                     j.addr
                 ))
             }
