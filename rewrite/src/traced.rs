@@ -168,7 +168,13 @@ impl Traced {
         let cold = cold_labels(prog);
         for (id, p) in prog.procs.iter() {
             let Ok(cfg) = &p.cfg else { continue };
-            let tables = self.tables.get(&id).is_some_and(|t| !t.is_empty());
+            let tables: Vec<u64> = self
+                .tables
+                .get(&id)
+                .into_iter()
+                .flatten()
+                .map(|t| t.0)
+                .collect();
             for j in &cfg.indirect_jumps {
                 let JumpResolution::Computed(targets) = &j.resolution else {
                     continue;
@@ -180,7 +186,7 @@ impl Traced {
                     why
                 } else if cold.contains(p.name.as_str()) {
                     "may go to a label of its `.cold` part, another procedure".into()
-                } else if tables {
+                } else if !tables.is_empty() && may_read_table(prog, cfg, j.block, &tables) {
                     "may read a jump table the copy rewrites".into()
                 } else {
                     continue;
@@ -294,6 +300,50 @@ impl Traced {
             }
         }
     }
+}
+
+/// Whether the jump ending block `b` may read one of the jump tables at
+/// `tables` (the copy rewrites them): yes unless its target is loaded, in
+/// its block, from an absolute or RIP-relative address that is no such
+/// table (CPython's `jmp *opcode_targets(,%rax,8)`), for a register may hold
+/// a rewritten table's address.
+fn may_read_table(prog: &Program, cfg: &Cfg, b: BlockId, tables: &[u64]) -> bool {
+    use iced_x86::{Decoder, DecoderOptions, InstructionInfoFactory, Mnemonic, OpAccess, OpKind};
+    let blk = &cfg.blocks[b];
+    let Some(bytes) = prog.module.bytes_at(blk.start, blk.end - blk.start) else {
+        return true;
+    };
+    let insns: Vec<_> = Decoder::with_ip(64, bytes, blk.start, DecoderOptions::NONE)
+        .into_iter()
+        .collect();
+    let Some((jmp, body)) = insns.split_last() else {
+        return true;
+    };
+    let load = match jmp.op0_kind() {
+        OpKind::Memory => Some(jmp),
+        OpKind::Register => {
+            let r = jmp.op0_register();
+            let mut info = InstructionInfoFactory::new();
+            body.iter()
+                .rev()
+                .find(|i| {
+                    info.info(i).used_registers().iter().any(|u| {
+                        u.register().full_register() == r
+                            && !matches!(u.access(), OpAccess::Read | OpAccess::CondRead)
+                    })
+                })
+                .filter(|i| {
+                    i.mnemonic() == Mnemonic::Mov
+                        && i.op0_register() == r
+                        && i.op1_kind() == OpKind::Memory
+                })
+        }
+        _ => None,
+    };
+    !load.is_some_and(|l| {
+        matches!(l.memory_base(), Register::None | Register::RIP)
+            && !tables.contains(&l.memory_displacement64())
+    })
 }
 
 /// Names whose gcc `.cold` part is a procedure of its own with its
