@@ -13,7 +13,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use aetrace_analysis::cfg::{CallSite, Cfg, IndirectJump, JumpResolution};
+use aetrace_analysis::cfg::{CallSite, Cfg, EdgeKind, IndirectJump, JumpResolution};
 use aetrace_analysis::elf::Module;
 use aetrace_analysis::{imports, ProcKind, Procedure, Program};
 use aetrace_graph::{BlockId, ProcId};
@@ -304,16 +304,26 @@ impl Traced {
 
 /// Whether the jump ending block `b` may read one of the jump tables at
 /// `tables` (the copy rewrites them): yes unless its target is loaded, in
-/// its block, from an absolute or RIP-relative address that is no such
+/// its block or those falling through into it alone, from an absolute or RIP-relative address that is no such
 /// table (CPython's `jmp *opcode_targets(,%rax,8)`), for a register may hold
 /// a rewritten table's address.
 fn may_read_table(prog: &Program, cfg: &Cfg, b: BlockId, tables: &[u64]) -> bool {
     use iced_x86::{Decoder, DecoderOptions, InstructionInfoFactory, Mnemonic, OpAccess, OpKind};
-    let blk = &cfg.blocks[b];
-    let Some(bytes) = prog.module.bytes_at(blk.start, blk.end - blk.start) else {
+    // The block, after those falling through into it alone (a procedure
+    // with an unresolved jump has a block per instruction).
+    let mut start = b;
+    for _ in 0..8 {
+        let mut preds = cfg.edges.values().filter(|e| e.to == start);
+        match (preds.next(), preds.next()) {
+            (Some(e), None) if e.kind == EdgeKind::FallThrough => start = e.from,
+            _ => break,
+        }
+    }
+    let (from, to) = (cfg.blocks[start].start, cfg.blocks[b].end);
+    let Some(bytes) = prog.module.bytes_at(from, to - from) else {
         return true;
     };
-    let insns: Vec<_> = Decoder::with_ip(64, bytes, blk.start, DecoderOptions::NONE)
+    let insns: Vec<_> = Decoder::with_ip(64, bytes, from, DecoderOptions::NONE)
         .into_iter()
         .collect();
     let Some((jmp, body)) = insns.split_last() else {
