@@ -8,6 +8,9 @@
 //! mawk counting words against its native run single-stepped under ptrace
 //! (`common::singlestep`: valgrind changes mawk's path, its `fclose` at exit
 //! fails there), with no procedure left alone for an unresolved jump.
+//! Jumps to computed code addresses (`traces/computed_jump.c`) go through
+//! the copy's dispatch tables, exact against lackey, and a target none of
+//! their cases has regenerates up to a clear error.
 
 use crate::common;
 use crate::trace_oracle::{check_libs, first_difference, left_alone, regen_threads};
@@ -23,6 +26,12 @@ use common::recorded::{info_json, left_alone_ranges, link_base, record_checked, 
 /// The unresolved indirect jumps `aetrace cfg` finds in `exe`: procedure
 /// name and link-time address.
 fn unresolved(exe: &Path) -> Vec<(String, u64)> {
+    jumps(exe, "unresolved")
+}
+
+/// The indirect jumps of `aetrace cfg` class `class` in `exe` (but those
+/// no path reaches): procedure name and link-time address.
+fn jumps(exe: &Path, class: &str) -> Vec<(String, u64)> {
     let out = Command::new(common::aetrace())
         .args(["cfg", "--json"])
         .arg(exe)
@@ -32,13 +41,71 @@ fn unresolved(exe: &Path) -> Vec<(String, u64)> {
     let mut names = Vec::new();
     for p in cfg["procedures"].as_array().unwrap() {
         for j in p["indirect_jumps"].as_array().unwrap() {
-            if j["class"] == "unresolved" {
+            let dead = class == "computed" && j["targets"].as_array().unwrap().is_empty();
+            if j["class"] == class && !dead {
                 let name = p["name"].as_str().unwrap().to_owned();
                 names.push((name, j["addr"].as_u64().unwrap()));
             }
         }
     }
     names
+}
+
+/// Jumps to computed code addresses (docs/rewrite.md "Computed jumps"):
+/// `traces/computed_jump.c`'s `&&label` interpreter, label chosen per path
+/// and label plus a bounded multiple, traced through the copy's dispatch
+/// and exact against lackey. Left alone: only `tiny`, whose second jump
+/// reads the table the copy rewrites for its first (-O2). Not stripped:
+/// there `scaled`'s labels start procedures of their own, and its jump is
+/// an unresolved one into their middle.
+#[test]
+fn computed_jumps_are_followed_exactly() {
+    for v in [
+        Variant::new(Opt::O2, Link::Pie, false),
+        Variant::new(Opt::O0, Link::NoPie, false),
+    ] {
+        let exe = build("computed_jump.c", v);
+        let jumps = jumps(&exe, "computed");
+        // -O0 shares one `jmp *%rax` among `vm`'s labels.
+        let least = if v.opt == Opt::O0 { 2 } else { 5 };
+        assert!(jumps.len() >= least, "{v:?}: {jumps:?}");
+        for name in ["vm", "scaled"].iter().filter(|_| !v.stripped) {
+            assert!(jumps.iter().any(|j| j.0 == *name), "{v:?}: {jumps:?}");
+        }
+        let info = check_libs(&exe, &[], &[], LogMode::Pipe);
+        let alone = left_alone(&info, 0);
+        let computed: Vec<_> = alone.iter().filter(|l| l.contains("computed")).collect();
+        let allowed = |l: &&&String| l.contains("tiny") && l.contains("jump table");
+        assert!(
+            computed.len() <= 1 && computed.iter().all(|l| allowed(&l)),
+            "{v:?}: {alone:?}"
+        );
+    }
+}
+
+/// A computed jump to an address none of its cases has (`vm`'s array
+/// given another procedure's entry): the original code runs on after
+/// DESYNC (the program's output is native) and regen stops there.
+#[test]
+fn a_computed_jump_elsewhere_is_reported() {
+    let exe = build("computed_jump.c", Variant::new(Opt::O2, Link::Pie, false));
+    let (_, trace) = record_checked(&exe, &["stray"], &[], Knobs::DEFAULT);
+    let out = Command::new(common::aetrace())
+        .args(["regen", "--format", "insn"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "regen accepted a desynchronised trace"
+    );
+    assert!(
+        err.contains("DESYNC(") && err.contains("in procedure vm") && err.lines().count() == 1,
+        "{err}"
+    );
+    assert!(!out.stdout.is_empty());
+    let _ = std::fs::remove_file(&trace);
 }
 
 #[test]

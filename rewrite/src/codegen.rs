@@ -301,6 +301,9 @@ pub struct ProcPlan<'a> {
     /// With an unresolved jump: where its map from original addresses to
     /// the copy goes.
     pub map: Option<Map>,
+    /// Tracing: the jumps to computed code addresses, each through its
+    /// dense tables.
+    pub dispatches: Vec<Dispatch>,
     /// Tracing: the secondary entry points of a procedure with several
     /// (`traced::entry_points_unfit`), their link-time address and block.
     /// Each gets an outside-entry stub that writes ENTER_AT and a
@@ -344,6 +347,34 @@ pub struct Map {
 
 /// Per byte of a [`Map`]: the label of the block copy starting there.
 type MapLabels = Vec<Option<u64>>;
+
+/// A jump to computed code addresses (`JumpResolution::Computed`: a label
+/// formed in another block, a `&&label` pointer loaded from a writable
+/// array): traced as a jump table is, its cases through their witness
+/// stubs. The copy finds the case from the original target the jump's
+/// operand holds ([`ProcGen::computed`], docs/rewrite.md "Computed jumps").
+#[derive(Clone, Debug)]
+pub struct Dispatch {
+    /// The jump's block.
+    pub block: BlockId,
+    /// Its targets in clusters, by address.
+    pub chunks: Vec<Chunk>,
+}
+
+/// One cluster of a [`Dispatch`]'s targets: an int32 entry per byte from
+/// the first target to the last, relative to the chunk's table, the copy's
+/// case there or 0 (no target of the jump: the way out with DESYNC).
+#[derive(Clone, Debug)]
+pub struct Chunk {
+    /// Link-time address of the first target: entry 0.
+    pub start: u64,
+    /// Link-time address of the table (in the new segment, with the
+    /// jump tables).
+    pub new: u64,
+    /// Per byte from `start`: the case block a target starts there (EXIT:
+    /// the jump's tail call into another procedure).
+    pub cases: Vec<Option<BlockId>>,
+}
 
 /// Bytes the unresolved jump's dispatch keeps below the red zone: the
 /// destination, rax, rcx and the flags.
@@ -1005,7 +1036,8 @@ fn target_into_rax(jmp: &Instruction, down: i64) -> GenResult<Instruction> {
                 Register::RIP => 8,
                 _ if displ == 0 && !matches!(base, Register::RBP | Register::R13) => 0,
                 _ if i8::try_from(displ).is_ok() => 1,
-                _ => 4,
+                // iced's size of a 64-bit mode disp32.
+                _ => 8,
             };
             let mem = MemoryOperand::new(
                 base,
@@ -1176,8 +1208,7 @@ pub fn generate(
         });
     }
     // Table entries: (table index in plan, entry index) -> label.
-    let mut table_entries: Vec<Vec<Vec<u64>>> = Vec::with_capacity(plans.len());
-    let mut map_entries: Vec<Option<MapLabels>> = Vec::with_capacity(plans.len());
+    let mut entries_of: Vec<TableLabels> = Vec::with_capacity(plans.len());
     // Per plan: out-index range, origin range, landing stub labels.
     let mut spans = Vec::with_capacity(plans.len());
     for (k, p) in plans.iter().enumerate() {
@@ -1198,9 +1229,7 @@ pub fn generate(
         }
         .emit(&stub_labels[k], invoke_labels[k], &landing)
         .map_err(|e| e.in_procedure(p.name))?;
-        let (entries, map) = entries;
-        table_entries.push(entries);
-        map_entries.push(map);
+        entries_of.push(entries);
         if em.counting.is_some() {
             // Exactness: every counter the placement asked for is in the code.
             let c = p.counters.clone().unwrap_or_default();
@@ -1287,7 +1316,8 @@ pub fn generate(
                 .map(|&(old, l)| Ok((old, addr(l)?)))
                 .collect::<GenResult<_>>()?,
         });
-        for (t, entries) in p.tables.iter().zip(&table_entries[k]) {
+        let labels = &entries_of[k];
+        for (t, entries) in p.tables.iter().zip(&labels.tables) {
             let mut bytes = Vec::with_capacity(t.size() as usize);
             for &l in entries {
                 let target = addr(l)?;
@@ -1301,17 +1331,12 @@ pub fn generate(
             }
             tables.push((t.new, bytes));
         }
-        if let (Some(m), Some(entries)) = (p.map, &map_entries[k]) {
-            let mut bytes = Vec::with_capacity(4 * entries.len());
-            for l in entries {
-                let d = match *l {
-                    Some(l) => i32::try_from(addr(l)? as i64 - m.new as i64)
-                        .map_err(|_| CodegenError::CaseRange)?,
-                    None => 0,
-                };
-                bytes.extend_from_slice(&d.to_le_bytes());
-            }
-            tables.push((m.new, bytes));
+        if let (Some(m), Some(entries)) = (p.map, &labels.map) {
+            tables.push((m.new, relative_entries(m.new, entries, &addr)?));
+        }
+        let chunks = p.dispatches.iter().flat_map(|d| &d.chunks);
+        for (c, entries) in chunks.zip(&labels.chunks) {
+            tables.push((c.new, relative_entries(c.new, entries, &addr)?));
         }
     }
     let lazy_slots = em
@@ -1336,6 +1361,36 @@ struct StubLabels {
     outside: u64,
     entry_points: Vec<u64>,
     direct: Option<u64>,
+}
+
+/// The int32 entries of a map or dispatch table at `new`: each label
+/// relative to the table, 0 for none.
+fn relative_entries(
+    new: u64,
+    entries: &[Option<u64>],
+    addr: &impl Fn(u64) -> GenResult<u64>,
+) -> GenResult<Vec<u8>> {
+    let mut bytes = Vec::with_capacity(4 * entries.len());
+    for l in entries {
+        let d = match *l {
+            Some(l) => {
+                i32::try_from(addr(l)? as i64 - new as i64).map_err(|_| CodegenError::CaseRange)?
+            }
+            None => 0,
+        };
+        bytes.extend_from_slice(&d.to_le_bytes());
+    }
+    Ok(bytes)
+}
+
+/// The labels a procedure's copy puts in its tables.
+struct TableLabels {
+    /// Per jump table, per entry.
+    tables: Vec<Vec<u64>>,
+    /// The unresolved jumps' map.
+    map: Option<MapLabels>,
+    /// Per chunk of each dispatch, in plan order.
+    chunks: Vec<MapLabels>,
 }
 
 struct ProcGen<'e, 'p> {
@@ -1518,7 +1573,7 @@ impl ProcGen<'_, '_> {
         outside: &StubLabels,
         invoke_label: Option<u64>,
         landing: &[(u64, u64)],
-    ) -> GenResult<(Vec<Vec<u64>>, Option<MapLabels>)> {
+    ) -> GenResult<TableLabels> {
         let p = self.p;
         let cfg = p.cfg;
         let order: Vec<BlockId> = cfg.blocks.keys().collect();
@@ -1669,27 +1724,51 @@ impl ProcGen<'_, '_> {
             self.direct_entry_stub(l)?;
         }
         let map = p.map.map(|m| self.map_entries(m));
-        // Table entries: a case with a witness goes through its stub.
-        let mut out = Vec::with_capacity(p.tables.len());
-        for t in &p.tables {
-            let mut entries = Vec::with_capacity(t.targets.len());
-            for &target in &t.targets {
-                let e = cfg
-                    .edges
-                    .iter()
-                    .find(|(_, e)| e.from == t.block && e.to == target)
-                    .map(|(id, _)| id)
-                    .ok_or(CodegenError::CaseWithoutEdge)?;
-                entries.push(
-                    case_labels
-                        .get(&e)
-                        .copied()
-                        .unwrap_or_else(|| self.labels[target.index()]),
-                );
+        let tables = p
+            .tables
+            .iter()
+            .map(|t| {
+                let case = |&to: &BlockId| self.case_label(t.block, to, &case_labels);
+                t.targets.iter().map(case).collect()
+            })
+            .collect::<GenResult<_>>()?;
+        let mut chunks = Vec::new();
+        for d in &p.dispatches {
+            for c in &d.chunks {
+                let case = |to: &Option<BlockId>| {
+                    to.map(|to| self.case_label(d.block, to, &case_labels))
+                        .transpose()
+                };
+                chunks.push(c.cases.iter().map(case).collect::<GenResult<_>>()?);
             }
-            out.push(entries);
         }
-        Ok((out, map))
+        Ok(TableLabels {
+            tables,
+            map,
+            chunks,
+        })
+    }
+
+    /// Where a table's or dispatch's case `to` of the jump ending block
+    /// `b` goes: a case with a witness (or to EXIT) through its stub.
+    fn case_label(
+        &self,
+        b: BlockId,
+        to: BlockId,
+        case_labels: &HashMap<EdgeId, u64>,
+    ) -> GenResult<u64> {
+        let e = self
+            .p
+            .cfg
+            .edges
+            .iter()
+            .find(|(_, e)| e.from == b && e.to == to)
+            .map(|(id, _)| id)
+            .ok_or(CodegenError::CaseWithoutEdge)?;
+        Ok(case_labels
+            .get(&e)
+            .copied()
+            .unwrap_or_else(|| self.labels[to.index()]))
     }
 
     /// The outside-entry stubs of the secondary entry points, at
@@ -1846,6 +1925,79 @@ impl ProcGen<'_, '_> {
             .push(Instruction::with2(Code::Add_r64_rm64, rax, rcx)?);
         self.em
             .push(Instruction::with2(Code::Mov_rm64_r64, rsp_at(24), rax)?);
+        self.leave_dispatch()
+    }
+
+    /// The jump of a [`Dispatch`], the `k`th instruction of block `b`
+    /// (docs/rewrite.md, "Computed jumps"). As for an unresolved jump,
+    /// below the red zone a slot for the destination, rax, rcx and the
+    /// flags saved, and the original target (the jump's own operand, `rsp`
+    /// corrected) into the slot. Each chunk in turn: a target in its span
+    /// puts the entry's case (its stub writes the edge's witness) into the
+    /// slot. Nothing is written on the way: the stubs write what a jump
+    /// table's would. A target no entry has (the analysis was wrong)
+    /// writes DESYNC(target) and goes on at the original target, where the
+    /// regenerator stops with an error; no register, flag or byte the
+    /// program can see changes.
+    fn computed(&mut self, b: BlockId, k: usize, last: Instruction, d: &Dispatch) -> GenResult<()> {
+        self.em.point = self.at(b, k);
+        let at = self.em.point;
+        let (rax, rcx) = (Register::RAX, Register::RCX);
+        let rip = |a: u64| MemoryOperand::with_base_displ(Register::RIP, a as i64);
+        self.em.push(rsp_step(-128)?);
+        for r in [rax, rax, rcx] {
+            self.em.push(Instruction::with1(Code::Push_r64, r)?);
+        }
+        self.em.push(Instruction::with(Code::Pushfq));
+        self.em.push(target_into_rax(&last, 128 + DISPATCH_FRAME)?);
+        self.em
+            .push(Instruction::with2(Code::Mov_rm64_r64, rsp_at(24), rax)?);
+        let out = self.em.label();
+        for c in &d.chunks {
+            let next = self.em.label();
+            let len = i32::try_from(c.cases.len())
+                .map_err(|_| CodegenError::Internal("a dispatch table over 2 GiB"))?;
+            self.em
+                .push(Instruction::with2(Code::Lea_r64_m, rcx, rip(c.start))?);
+            self.em
+                .push(Instruction::with2(Code::Sub_r64_rm64, rax, rcx)?);
+            self.em
+                .push(Instruction::with2(Code::Cmp_rm64_imm32, rax, len)?);
+            self.em
+                .push(Instruction::with_branch(Code::Jae_rel32_64, next)?);
+            self.em
+                .push(Instruction::with2(Code::Lea_r64_m, rcx, rip(c.new))?);
+            let entry = MemoryOperand::with_base_index_scale(rcx, rax, 4);
+            self.em
+                .push(Instruction::with2(Code::Movsxd_r64_rm32, rax, entry)?);
+            self.em
+                .push(Instruction::with2(Code::Test_rm64_r64, rax, rax)?);
+            self.em
+                .push(Instruction::with_branch(Code::Je_rel32_64, out)?);
+            self.em
+                .push(Instruction::with2(Code::Add_r64_rm64, rax, rcx)?);
+            self.em
+                .push(Instruction::with2(Code::Mov_rm64_r64, rsp_at(24), rax)?);
+            self.leave_dispatch()?;
+            self.em.bind(next);
+            self.em
+                .push(Instruction::with2(Code::Add_r64_rm64, rax, rcx)?);
+        }
+        self.em.bind(out);
+        self.em
+            .push(Instruction::with2(Code::Mov_r64_rm64, rax, rsp_at(24))?);
+        let site = Site {
+            scratch: Some(iced_x86::code_asm::rcx),
+            flags_live: false,
+            red_zone_live: false,
+            flags_save: aetrace_runtime::FlagsSave::Lahf,
+        };
+        let flush = self.rt.flush;
+        self.em.seq(|a| emit_buffer_check(a, flush, site))?;
+        let reg = iced_x86::code_asm::rax;
+        self.em.seq_write(at, at, |a| {
+            emit_record(a, RecordKind::Desync, Payload::Reg64(reg), site)
+        })?;
         self.leave_dispatch()
     }
 
@@ -2517,7 +2669,8 @@ impl ProcGen<'_, '_> {
         let p = self.p;
         let cfg = p.cfg;
         let exit = cfg.exit();
-        let is_table = p.tables.iter().any(|t| t.block == b);
+        let dispatch = p.dispatches.iter().find(|d| d.block == b);
+        let is_table = dispatch.is_some() || p.tables.iter().any(|t| t.block == b);
         if p.calls[b.index()].indirect && self.em.counting.is_none() {
             return self.unresolved(last, edges, before_last);
         }
@@ -2542,6 +2695,9 @@ impl ProcGen<'_, '_> {
                     });
                     case_labels.insert(e, label);
                 }
+            }
+            if let Some(d) = dispatch {
+                return self.computed(b, last_i, last, d);
             }
             if p.tables.iter().any(|t| t.block == b && t.biased) {
                 return self.biased_jump(b, last_i, last);

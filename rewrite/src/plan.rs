@@ -27,7 +27,7 @@ use aetrace_graph::{BlockId, EntityRef, ProcId, VertexKind};
 use aetrace_runtime::layout::TAG_SHIFT;
 
 use crate::calls::Calls;
-use crate::codegen::{EntryStub, Map, PlanCounters, ProcPlan, Table};
+use crate::codegen::{Chunk, Dispatch, EntryStub, Map, PlanCounters, ProcPlan, Table};
 use crate::traced::Traced;
 use crate::{checks, counters, data, liveness, pathprof};
 use crate::{CountLayout, How, Placement, Refusal, Result, Rewrite, FAULT_ENV};
@@ -199,6 +199,7 @@ impl<'p> Plans<'p> {
         }
         let tables = self.jump_tables(rw, calls.traced, id, p, cfg)?;
         let map = self.map(rw, p, cfg);
+        let dispatches = self.dispatches(rw, cfg);
         let db = proc_db(p, cfg, &insns, &call_db, &witness, plan_counters.is_none());
         self.pending.push(Pending {
             id: id.index(),
@@ -229,6 +230,7 @@ impl<'p> Plans<'p> {
             counters: plan_counters,
             values: None,
             map,
+            dispatches,
             entry_points: p.entries[1..]
                 .iter()
                 .filter_map(|&e| Some((e, cfg.block_at(e)?)))
@@ -460,6 +462,48 @@ impl<'p> Plans<'p> {
         Some(m)
     }
 
+    /// The dispatches of a procedure's jumps to computed code addresses
+    /// (tracing), their chunks placed from `tables_end` up.
+    fn dispatches(&mut self, rw: &Rewrite<'_>, cfg: &Cfg) -> Vec<Dispatch> {
+        if !matches!(rw.how, How::Trace(_)) {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for j in &cfg.indirect_jumps {
+            let targets = match &j.resolution {
+                JumpResolution::Computed(t) if !t.is_empty() => t,
+                _ => continue,
+            };
+            let mut targets = targets.clone();
+            targets.sort_unstable();
+            let chunks = clusters(&targets)
+                .into_iter()
+                .map(|span| {
+                    let cases = (span[0]..=span[span.len() - 1])
+                        .map(|a| {
+                            // A target outside the procedure is the jump's
+                            // tail call (`traced::outside_cases`).
+                            let case = || cfg.block_at(a).unwrap_or(cfg.exit());
+                            span.binary_search(&a).ok().map(|_| case())
+                        })
+                        .collect::<Vec<_>>();
+                    let c = Chunk {
+                        start: span[0],
+                        new: self.tables_end,
+                        cases,
+                    };
+                    self.tables_end += (4 * c.cases.len() as u64).next_multiple_of(8);
+                    c
+                })
+                .collect();
+            out.push(Dispatch {
+                block: j.block,
+                chunks,
+            });
+        }
+        out
+    }
+
     /// What no plan may lack, over all of them.
     fn check(&self, rw: &Rewrite<'_>, traced: &Traced) -> Result<()> {
         let module = &rw.prog.module;
@@ -530,6 +574,24 @@ fn chain_end(rw: &Rewrite<'_>, calls: &Calls<'_>, p: &Procedure, cfg: &Cfg) -> b
                 .traced_at(t)
                 .is_some_and(|q| calls.calls_traced.contains(&q))
         })
+}
+
+/// A gap between targets wider than this starts another chunk of a
+/// dispatch: its 16 KiB of entries would cost more than one more compare
+/// (a procedure's `.cold` part lies megabytes away).
+const CHUNK_GAP: u64 = 4096;
+
+/// Sorted targets in clusters without a gap over [`CHUNK_GAP`].
+fn clusters(targets: &[u64]) -> Vec<&[u64]> {
+    let mut out = Vec::new();
+    let mut first = 0;
+    for i in 1..=targets.len() {
+        if i == targets.len() || targets[i] - targets[i - 1] > CHUNK_GAP {
+            out.push(&targets[first..i]);
+            first = i;
+        }
+    }
+    out
 }
 
 /// The program database's entry of a traced procedure (its signal map

@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use aetrace_analysis::cfg::{CallSite, Cfg, IndirectJump, JumpResolution};
+use aetrace_analysis::cfg::{CallSite, Cfg, EdgeKind, IndirectJump, JumpResolution};
 use aetrace_analysis::elf::Module;
 use aetrace_analysis::{imports, ProcKind, Procedure, Program};
 use aetrace_graph::{BlockId, ProcId};
@@ -115,6 +115,7 @@ impl Traced {
             boardless: HashSet::new(),
         };
         t.jump_tables(prog);
+        t.computed_jumps(prog);
         t.stripped =
             prog.module.is_static && t.family.setjmp.is_empty() && t.family.longjmp.is_empty();
         if t.stripped {
@@ -195,6 +196,49 @@ impl Traced {
                         );
                     }
                 }
+            }
+        }
+    }
+
+    /// Jumps to computed code addresses go through the copy's dispatch
+    /// (`codegen::Dispatch`), which must have a case for every target
+    /// they can take: its cases outside the procedure as a table's
+    /// ([`outside_cases`]); none is a label of a `.cold` part that is
+    /// another procedure ([`cold_labels`]); and no rewritten jump table
+    /// of the procedure is what it reads (a table register the compiler
+    /// hoisted serves both jumps, and the analysis resolved only one).
+    fn computed_jumps(&mut self, prog: &Program) {
+        let cold = cold_labels(prog);
+        for (id, p) in prog.procs.iter() {
+            let Ok(cfg) = &p.cfg else { continue };
+            let tables: Vec<u64> = self
+                .tables
+                .get(&id)
+                .into_iter()
+                .flatten()
+                .map(|t| t.0)
+                .collect();
+            for j in &cfg.indirect_jumps {
+                let JumpResolution::Computed(targets) = &j.resolution else {
+                    continue;
+                };
+                if targets.is_empty() || self.reasons.contains_key(&id) {
+                    continue;
+                }
+                let why = if let Some(why) = outside_cases(cfg, j.block, targets, &self.by_start) {
+                    why
+                } else if cold.contains(p.name.as_str()) {
+                    "may go to a label of its `.cold` part, another procedure".into()
+                } else if !tables.is_empty() && may_read_table(prog, cfg, j.block, &tables) {
+                    "may read a jump table the copy rewrites".into()
+                } else {
+                    continue;
+                };
+                let at = j.addr;
+                self.reasons.insert(
+                    id,
+                    format!("jump at {at:#x} to computed code addresses {why}"),
+                );
             }
         }
     }
@@ -377,6 +421,74 @@ impl Traced {
             }
         }
     }
+}
+
+/// Whether the jump ending block `b` may read one of the jump tables at
+/// `tables` (the copy rewrites them): yes unless its target is loaded, in
+/// its block or those falling through into it alone, from an absolute or RIP-relative address that is no such
+/// table (CPython's `jmp *opcode_targets(,%rax,8)`), for a register may hold
+/// a rewritten table's address.
+fn may_read_table(prog: &Program, cfg: &Cfg, b: BlockId, tables: &[u64]) -> bool {
+    use iced_x86::{Decoder, DecoderOptions, InstructionInfoFactory, Mnemonic, OpAccess, OpKind};
+    // The block, after those falling through into it alone (a procedure
+    // with an unresolved jump has a block per instruction).
+    let mut start = b;
+    for _ in 0..8 {
+        let mut preds = cfg.edges.values().filter(|e| e.to == start);
+        match (preds.next(), preds.next()) {
+            (Some(e), None) if e.kind == EdgeKind::FallThrough => start = e.from,
+            _ => break,
+        }
+    }
+    let (from, to) = (cfg.blocks[start].start, cfg.blocks[b].end);
+    let Some(bytes) = prog.module.bytes_at(from, to - from) else {
+        return true;
+    };
+    let insns: Vec<_> = Decoder::with_ip(64, bytes, from, DecoderOptions::NONE)
+        .into_iter()
+        .collect();
+    let Some((jmp, body)) = insns.split_last() else {
+        return true;
+    };
+    let load = match jmp.op0_kind() {
+        OpKind::Memory => Some(jmp),
+        OpKind::Register => {
+            let r = jmp.op0_register();
+            let mut info = InstructionInfoFactory::new();
+            body.iter()
+                .rev()
+                .find(|i| {
+                    info.info(i).used_registers().iter().any(|u| {
+                        u.register().full_register() == r
+                            && !matches!(u.access(), OpAccess::Read | OpAccess::CondRead)
+                    })
+                })
+                .filter(|i| {
+                    i.mnemonic() == Mnemonic::Mov
+                        && i.op0_register() == r
+                        && i.op1_kind() == OpKind::Memory
+                })
+        }
+        _ => None,
+    };
+    !load.is_some_and(|l| {
+        matches!(l.memory_base(), Register::None | Register::RIP)
+            && !tables.contains(&l.memory_displacement64())
+    })
+}
+
+/// Names whose gcc `.cold` part is a procedure of its own with its
+/// address taken: a `&&label` of the function there (`traces/computed_jump.c`)
+/// is no label of the procedure the analysis gives its computed jumps.
+fn cold_labels(prog: &Program) -> HashSet<&str> {
+    prog.procs
+        .iter()
+        .filter(|(_, p)| {
+            p.sources
+                .contains(&aetrace_analysis::procs::Source::AddressTaken)
+        })
+        .filter_map(|(_, p)| p.name.split_once(".cold").map(|(base, _)| base))
+        .collect()
 }
 
 /// Why the cases of a jump table (of the jump ending `block`) outside the
@@ -634,11 +746,12 @@ fn left_alone_reason(prog: &Program, id: ProcId, ifuncs: &[u64], tracing: bool) 
                     j.addr
                 ))
             }
-            // No path reaches the jump (its guards compare constants).
-            JumpResolution::Computed(t) if t.is_empty() => {}
+            // No path reaches the jump (its guards compare constants); a
+            // traced one dispatches on its target (`codegen::Dispatch`).
+            JumpResolution::Computed(t) if t.is_empty() || tracing => {}
             JumpResolution::Computed(_) => {
                 return Some(format!(
-                    "indirect jump at {:#x} to computed code addresses",
+                    "indirect jump at {:#x} to computed code addresses (counting mode)",
                     j.addr
                 ))
             }
