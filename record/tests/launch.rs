@@ -252,7 +252,6 @@ fn main_module() -> ModuleSpec {
 fn launch(dir: &Dir, mode: &str, geometry: Geometry) -> Launch {
     Launch {
         program: std::env::current_exe().unwrap(),
-        native_path: None,
         argv0: OsString::from("recorded-argv0"),
         args: [
             "--exact",
