@@ -966,7 +966,15 @@ fn a_traced_library_without_a_traced_executable_stops_clearly() {
 /// Builds `traces/dlopen.c` and its library `traces/dlopen_lib.c` as
 /// `libaedl.so.1`, which the program does not link: it opens it with
 /// `dlopen("libaedl.so.1")`, found through the executable's DT_RUNPATH.
+/// Built once per test process: two tests use it, and one test's `gcc`
+/// rewriting the executable while the other runs it fails with "Text file
+/// busy".
 fn build_dlopen() -> PathBuf {
+    static EXE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    EXE.get_or_init(build_dlopen_once).clone()
+}
+
+fn build_dlopen_once() -> PathBuf {
     let dir = common::scratch("trace-oracle-builds").join(format!("dlopen-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let traces = common::repo_root().join("traces");
