@@ -1842,26 +1842,9 @@ impl ProcGen<'_, '_> {
         let at = self.em.point;
         let (rax, rcx) = (Register::RAX, Register::RCX);
         let rip = |a: u64| MemoryOperand::with_base_displ(Register::RIP, a as i64);
-        self.em.push(rsp_step(-128)?);
-        for r in [rax, rax, rcx] {
-            self.em.push(Instruction::with1(Code::Push_r64, r)?);
-        }
-        self.em.push(Instruction::with(Code::Pushfq));
-        self.em.push(target_into_rax(&last, 128 + DISPATCH_FRAME)?);
-        self.em
-            .push(Instruction::with2(Code::Mov_rm64_r64, rsp_at(24), rax)?);
-        let site = Site {
-            scratch: Some(iced_x86::code_asm::rcx),
-            flags_live: false,
-            red_zone_live: false,
-            flags_save: aetrace_runtime::FlagsSave::Lahf,
-        };
-        let flush = self.rt.flush;
-        self.em.seq(|a| emit_buffer_check(a, flush, site))?;
+        self.enter_dispatch(&last)?;
+        let site = self.record_target(RecordKind::Indirect, at)?;
         let reg = iced_x86::code_asm::rax;
-        self.em.seq_write(at, at, |a| {
-            emit_record(a, RecordKind::Indirect, Payload::Reg64(reg), site)
-        })?;
         let out = self.em.label();
         self.em
             .push(Instruction::with2(Code::Lea_r64_m, rcx, rip(m.start))?);
@@ -1944,14 +1927,7 @@ impl ProcGen<'_, '_> {
         let at = self.em.point;
         let (rax, rcx) = (Register::RAX, Register::RCX);
         let rip = |a: u64| MemoryOperand::with_base_displ(Register::RIP, a as i64);
-        self.em.push(rsp_step(-128)?);
-        for r in [rax, rax, rcx] {
-            self.em.push(Instruction::with1(Code::Push_r64, r)?);
-        }
-        self.em.push(Instruction::with(Code::Pushfq));
-        self.em.push(target_into_rax(&last, 128 + DISPATCH_FRAME)?);
-        self.em
-            .push(Instruction::with2(Code::Mov_rm64_r64, rsp_at(24), rax)?);
+        self.enter_dispatch(&last)?;
         let out = self.em.label();
         for c in &d.chunks {
             let next = self.em.label();
@@ -1986,6 +1962,29 @@ impl ProcGen<'_, '_> {
         self.em.bind(out);
         self.em
             .push(Instruction::with2(Code::Mov_r64_rm64, rax, rsp_at(24))?);
+        self.record_target(RecordKind::Desync, at)?;
+        self.leave_dispatch()
+    }
+
+    /// The dispatch's start: below the red zone, rax twice (the second
+    /// becomes the destination slot), rcx and the flags saved; the jump's
+    /// original target in rax and in the slot.
+    fn enter_dispatch(&mut self, last: &Instruction) -> GenResult<()> {
+        let (rax, rcx) = (Register::RAX, Register::RCX);
+        self.em.push(rsp_step(-128)?);
+        for r in [rax, rax, rcx] {
+            self.em.push(Instruction::with1(Code::Push_r64, r)?);
+        }
+        self.em.push(Instruction::with(Code::Pushfq));
+        self.em.push(target_into_rax(last, 128 + DISPATCH_FRAME)?);
+        self.em
+            .push(Instruction::with2(Code::Mov_rm64_r64, rsp_at(24), rax)?);
+        Ok(())
+    }
+
+    /// A `kind` record of the target in rax, at signal point `at` (rcx
+    /// and the flags are free inside the dispatch); the site it used.
+    fn record_target(&mut self, kind: RecordKind, at: SigPoint) -> GenResult<Site> {
         let site = Site {
             scratch: Some(iced_x86::code_asm::rcx),
             flags_live: false,
@@ -1995,10 +1994,9 @@ impl ProcGen<'_, '_> {
         let flush = self.rt.flush;
         self.em.seq(|a| emit_buffer_check(a, flush, site))?;
         let reg = iced_x86::code_asm::rax;
-        self.em.seq_write(at, at, |a| {
-            emit_record(a, RecordKind::Desync, Payload::Reg64(reg), site)
-        })?;
-        self.leave_dispatch()
+        self.em
+            .seq_write(at, at, |a| emit_record(a, kind, Payload::Reg64(reg), site))?;
+        Ok(site)
     }
 
     /// The dispatch's end: the saved registers back, then `ret 128` to

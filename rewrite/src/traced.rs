@@ -272,6 +272,15 @@ impl Traced {
         }
     }
 
+    /// Where springboards go: every entry point of a traced procedure.
+    fn springboard_sites(&self, prog: &Program) -> BTreeSet<u64> {
+        prog.procs
+            .iter()
+            .filter(|&(id, _)| self.is_traced(id))
+            .flat_map(|(_, p)| p.entries.iter().copied())
+            .collect()
+    }
+
     /// Gives each traced procedure that untraced code of the module enters
     /// by a direct call or jump, and whose outside-entry stub could clobber
     /// a value such a caller keeps ([`EntryFacts::stub_safe`]), a
@@ -288,12 +297,7 @@ impl Traced {
         let mut safe: HashMap<ProcId, bool> = HashMap::new();
         // Springboards go at traced entries: no retargeted field may
         // overlap one.
-        let boards: BTreeSet<u64> = prog
-            .procs
-            .iter()
-            .filter(|&(id, _)| self.is_traced(id))
-            .flat_map(|(_, p)| p.entries.iter().copied())
-            .collect();
+        let boards = self.springboard_sites(prog);
         let mut work: Vec<ProcId> = self.reasons.keys().copied().collect();
         while let Some(caller) = work.pop() {
             let Ok(cfg) = &prog.procs[caller].cfg else {
@@ -354,12 +358,7 @@ impl Traced {
         }
         let taken = crate::unentered::taken(prog, &cands);
         cands.retain(|a| !taken.contains(a));
-        let boards: BTreeSet<u64> = prog
-            .procs
-            .iter()
-            .filter(|&(id, _)| self.is_traced(id))
-            .flat_map(|(_, p)| p.entries.iter().copied())
-            .collect();
+        let boards = self.springboard_sites(prog);
         loop {
             let stuck: HashSet<u64> = self
                 .reasons
