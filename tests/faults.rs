@@ -363,6 +363,16 @@ enum Interrupt {
 /// Runs `c` (`faults sigint HOW`, natively or recorded), interrupts it
 /// once it is ready, and returns its output.
 fn interrupted(mut c: Command, how: Interrupt) -> Output {
+    // A test binary started in the background of a shell without job
+    // control inherits SIGINT ignored, and exec keeps SIG_IGN: the program
+    // would spin its full 20 s, never interrupted.
+    // SAFETY: signal is async-signal-safe.
+    unsafe {
+        c.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
     let mut pty = None;
     if let Interrupt::Terminal = how {
         // SAFETY: pty calls on a descriptor we own; ptsname's buffer is
