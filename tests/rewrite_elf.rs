@@ -243,7 +243,7 @@ fn check_preinit(name: &str, flags: &[&str], define_old: bool) {
     all.extend_from_slice(flags);
     let exe = gcc(name, CTOR_PROGRAM, &all);
     let bytes = std::fs::read(&exe).unwrap();
-    let at = elfout::first_free_vaddr(&bytes).unwrap();
+    let at = elfout::first_free_vaddr(&bytes, 0).unwrap();
     let add = Additions {
         segments: vec![rx_segment(at, print_code(at, b"preinit\n", None))],
         preinit: Some(at),
@@ -380,7 +380,7 @@ fn patch_main() {
     ] {
         let exe = gcc(name, src, flags);
         let bytes = std::fs::read(&exe).unwrap();
-        let at = elfout::first_free_vaddr(&bytes).unwrap();
+        let at = elfout::first_free_vaddr(&bytes, 0).unwrap();
         let main = symbol(&exe, "main", false);
         let add = Additions {
             segments: vec![rx_segment(at, vec![0xb8, 42, 0, 0, 0, 0xc3])],
@@ -429,7 +429,7 @@ fn static_entry_stub() {
     ] {
         let exe = gcc(name, src, flags);
         let bytes = std::fs::read(&exe).unwrap();
-        let at = elfout::first_free_vaddr(&bytes).unwrap();
+        let at = elfout::first_free_vaddr(&bytes, 0).unwrap();
         let stub = print_code(at, b"entry\n", Some(entry_of(&exe)));
         let add = Additions {
             segments: vec![rx_segment(at, stub)],
@@ -509,7 +509,7 @@ fn shared_object_patch() {
     assert_eq!(String::from_utf8_lossy(&before.stdout), "2 9\n");
 
     let bytes = std::fs::read(&lib).unwrap();
-    let at = elfout::first_free_vaddr(&bytes).unwrap();
+    let at = elfout::first_free_vaddr(&bytes, 0).unwrap();
     let answer = symbol(&lib, "answer", true);
     // lea eax, [rdi + 100]; ret
     let code = vec![0x8d, 0x47, 100, 0xc3];
@@ -546,7 +546,7 @@ fn shared_object_patch() {
 fn system_gzip_with_preinit() {
     let gzip = Path::new("/usr/bin/gzip");
     let bytes = std::fs::read(gzip).unwrap();
-    let at = elfout::first_free_vaddr(&bytes).unwrap();
+    let at = elfout::first_free_vaddr(&bytes, 0).unwrap();
     let add = Additions {
         segments: vec![rx_segment(at, print_code(at, b"preinit\n", None))],
         preinit: Some(at),
@@ -573,7 +573,7 @@ fn large_bss_does_not_bloat_the_file() {
                int main(void) { big[12345] = 7; printf(\"%d\\n\", big[12345] + big[1]); return 0; }\n";
     let exe = gcc("bigbss", src, &["-O2"]);
     let bytes = std::fs::read(&exe).unwrap();
-    let at = elfout::first_free_vaddr(&bytes).unwrap();
+    let at = elfout::first_free_vaddr(&bytes, 0).unwrap();
     let add = Additions {
         segments: vec![rx_segment(at, print_code(at, b"preinit\n", None))],
         preinit: Some(at),
@@ -598,7 +598,7 @@ fn large_bss_does_not_bloat_the_file() {
 fn bad_additions_are_refused() {
     let gzip = Path::new("/usr/bin/gzip");
     let bytes = std::fs::read(gzip).unwrap();
-    let at = elfout::first_free_vaddr(&bytes).unwrap();
+    let at = elfout::first_free_vaddr(&bytes, 0).unwrap();
     let bad = [
         Additions {
             segments: vec![rx_segment(at - 0x1000, vec![0xc3])],

@@ -381,6 +381,7 @@ pub fn record(o: &RecordOptions) -> Result<Recorded> {
     launch::record(&Launch {
         program: prepared.elf,
         argv0: run.argv0,
+        native_path: Some(exe),
         args: run.args,
         env,
         trace,

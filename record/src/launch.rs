@@ -55,6 +55,8 @@ use aetrace_format::{
 use aetrace_runtime::layout::ESCAPE;
 use aetrace_runtime::{Batch, Geometry, RecordKind, Region};
 
+use crate::execname::{self, ExecName};
+
 use crate::error::RecordError;
 use crate::{Error, Result};
 
@@ -84,6 +86,10 @@ pub struct Launch {
     pub program: PathBuf,
     /// `argv[0]` exactly as the user typed it.
     pub argv0: OsString,
+    /// The path a native run execs (as `execvp` finds it): the copy is
+    /// exec'd by a name of its length ([`crate::execname`]), so the stack
+    /// is where a native run's is. `None`: by its own path.
+    pub native_path: Option<PathBuf>,
     /// The arguments after `argv[0]`.
     pub args: Vec<OsString>,
     /// Variables ADDED to the inherited environment (e.g. `LD_LIBRARY_PATH`
@@ -278,8 +284,17 @@ pub fn record(l: &Launch) -> Result<Recorded> {
     // Before the program runs, so even a trace cut short says how to re-run it.
     out.command(&command(l))
         .map_err(|e| abandon(trace_err(&l.trace, e)))?;
+    let name = l
+        .native_path
+        .as_deref()
+        .filter(|_| !execname::loader_reads_cwd(&program_env(l)))
+        .and_then(|n| ExecName::new(&l.program, n));
+    if name.is_some() {
+        region.chdir_back();
+    }
     let blocked = Blocked::new()?;
-    let main = spawn(l, &blocked.0).map_err(abandon)?;
+    let main = spawn(l, name.as_ref(), &blocked.0).map_err(abandon)?;
+    drop(name);
     let signals = Signals::install(main);
     drop(blocked);
 
@@ -439,7 +454,8 @@ fn check_launch(l: &Launch) -> Result<()> {
 /// dispositions, not yet changed, but SIGPIPE's back to the default (as
 /// std's spawn does: the Rust runtime ignores it), and nothing of the
 /// region (its runtime finds it through `/proc`, `Region::publish`).
-fn spawn(l: &Launch, mask: &libc::sigset_t) -> Result<i32> {
+/// With a `name`, it is exec'd by that name from that name's directory.
+fn spawn(l: &Launch, name: Option<&ExecName>, mask: &libc::sigset_t) -> Result<i32> {
     use std::ffi::CString;
     let io = |source| Error::Io {
         path: l.program.clone(),
@@ -447,25 +463,15 @@ fn spawn(l: &Launch, mask: &libc::sigset_t) -> Result<i32> {
     };
     let nul = || io(std::io::Error::from(std::io::ErrorKind::InvalidInput));
     let cstr = |b: &[u8]| CString::new(b).map_err(|_| nul());
-    let path = cstr(l.program.as_os_str().as_bytes())?;
+    let path = match name {
+        Some(n) => n.path.clone(),
+        None => cstr(l.program.as_os_str().as_bytes())?,
+    };
     let argv = std::iter::once(&l.argv0)
         .chain(&l.args)
         .map(|a| cstr(a.as_bytes()))
         .collect::<Result<Vec<_>>>()?;
-    // The recorder's own environment in its order (what a shell would
-    // have given the program), each variable of `l.env` in place of the
-    // one it overrides or after them all.
-    let mut env: Vec<(Vec<u8>, Vec<u8>)> = std::env::vars_os()
-        .map(|(k, v)| (k.into_vec(), v.into_vec()))
-        .collect();
-    for (k, v) in &l.env {
-        let (k, v) = (k.as_bytes().to_vec(), v.as_bytes().to_vec());
-        match env.iter_mut().find(|(o, _)| *o == k) {
-            Some(slot) => slot.1 = v,
-            None => env.push((k, v)),
-        }
-    }
-    let envp = env
+    let envp = program_env(l)
         .iter()
         .map(|(k, v)| cstr(&[k.as_slice(), b"=", v].concat()))
         .collect::<Result<Vec<_>>>()?;
@@ -482,6 +488,7 @@ fn spawn(l: &Launch, mask: &libc::sigset_t) -> Result<i32> {
     // and destroyed after.
     let rc = unsafe {
         let mut attr: libc::posix_spawnattr_t = std::mem::zeroed();
+        let mut actions: libc::posix_spawn_file_actions_t = std::mem::zeroed();
         let mut dfl: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut dfl);
         libc::sigaddset(&mut dfl, libc::SIGPIPE);
@@ -492,6 +499,12 @@ fn spawn(l: &Launch, mask: &libc::sigset_t) -> Result<i32> {
         let words = &mut *(&mut dfl as *mut libc::sigset_t as *mut [u64; 16]);
         words[0] |= 3 << 31;
         let mut rc = libc::posix_spawnattr_init(&mut attr);
+        if rc == 0 {
+            rc = libc::posix_spawn_file_actions_init(&mut actions);
+        }
+        if let (0, Some(n)) = (rc, name) {
+            rc = libc::posix_spawn_file_actions_addchdir_np(&mut actions, n.dir_c.as_ptr());
+        }
         if rc == 0 {
             rc = libc::posix_spawnattr_setsigmask(&mut attr, mask);
             if rc == 0 {
@@ -505,12 +518,13 @@ fn spawn(l: &Launch, mask: &libc::sigset_t) -> Result<i32> {
                 rc = libc::posix_spawn(
                     &mut pid,
                     path.as_ptr(),
-                    std::ptr::null(),
+                    &actions,
                     &attr,
                     argv.as_ptr(),
                     envp.as_ptr(),
                 );
             }
+            libc::posix_spawn_file_actions_destroy(&mut actions);
             libc::posix_spawnattr_destroy(&mut attr);
         }
         rc
@@ -520,6 +534,23 @@ fn spawn(l: &Launch, mask: &libc::sigset_t) -> Result<i32> {
     }
     // Reaped with waitpid(-1) like every other descendant.
     Ok(pid)
+}
+
+/// The program's environment: the recorder's own in its order (what a
+/// shell would have given the program), each variable of `l.env` in place
+/// of the one it overrides or after them all.
+fn program_env(l: &Launch) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut env: Vec<(Vec<u8>, Vec<u8>)> = std::env::vars_os()
+        .map(|(k, v)| (k.into_vec(), v.into_vec()))
+        .collect();
+    for (k, v) in &l.env {
+        let (k, v) = (k.as_bytes().to_vec(), v.as_bytes().to_vec());
+        match env.iter_mut().find(|(o, _)| *o == k) {
+            Some(slot) => slot.1 = v,
+            None => env.push((k, v)),
+        }
+    }
+    env
 }
 
 /// The main child's pid for the forwarding handler (0: not started, or reaped).
@@ -1461,6 +1492,7 @@ mod tests {
         let trace = dir.join("t.aet");
         let launch = Launch {
             program: PathBuf::from("/bin/true"),
+            native_path: None,
             argv0: "true".into(),
             args: Vec::new(),
             env: Vec::new(),

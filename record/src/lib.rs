@@ -12,6 +12,7 @@
 pub mod commands;
 pub mod counted;
 pub mod error;
+mod execname;
 pub mod launch;
 pub mod libs;
 pub mod paths;

@@ -252,6 +252,7 @@ fn main_module() -> ModuleSpec {
 fn launch(dir: &Dir, mode: &str, geometry: Geometry) -> Launch {
     Launch {
         program: std::env::current_exe().unwrap(),
+        native_path: None,
         argv0: OsString::from("recorded-argv0"),
         args: [
             "--exact",

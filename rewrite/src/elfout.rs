@@ -31,6 +31,11 @@
 //!   the first and last ones, `ld.so` requires ascending order), and the
 //!   entries before the first original `PT_LOAD` (`PT_PHDR`, `PT_INTERP`)
 //!   keep their place.
+//! - **The heap's room.** With [`Additions::heap_gap`] (an executable's,
+//!   [`HEAP_GAP`]), the table and every new segment go that far above the
+//!   image (the table at the end of the file, the kernels-≥5.18 placement),
+//!   so the heap can grow from the original image's end as natively once
+//!   the runtime moves the break there (`docs/runtime.md` section 5).
 //! - **New segments** get `p_offset ≡ p_vaddr (mod 4096)` and `p_align =
 //!   4096`: the congruence is only guaranteed modulo the page, and the loaders
 //!   check nothing more. `mem_size > bytes.len()` is zero-filled by the loader.
@@ -158,6 +163,11 @@ pub struct Additions {
     /// `segments`: the original `.eh_frame` section header is repointed at
     /// it (readelf and gdb read FDEs through the section).
     pub eh_frame: Option<(u64, u64)>,
+    /// Bytes of address space left free above the original image, below
+    /// everything new (the program header table first): the heap of an
+    /// executable ([`HEAP_GAP`]); 0 for a shared object. The same value
+    /// [`first_free_vaddr`] was given.
+    pub heap_gap: u64,
 }
 
 /// The x86-64 page size: loaders map at this granularity.
@@ -172,6 +182,13 @@ pub const MAX_PHDR_TABLE: u64 = PAGE;
 /// Above this much zero padding, the program header table gives up the
 /// `vaddr = base + offset` placement that kernels before 5.18 need.
 pub const PAD_LIMIT: u64 = 16 << 20;
+/// The [`Additions::heap_gap`] of an executable: the kernel starts its
+/// break after the highest `PT_LOAD`, and the runtime's `init` moves it
+/// back to the original image's end (`docs/runtime.md` section 5), where
+/// the heap then grows as natively, up to this much (then glibc's malloc
+/// goes on with `mmap`). 1 GiB keeps every copy within a rel32 of the
+/// image for images up to about 1 GiB.
+pub const HEAP_GAP: u64 = 1 << 30;
 /// Spare `DT_NULL` slots left in a moved `.dynamic`, like GNU ld's default.
 const SPARE_DYNAMIC: usize = 5;
 
@@ -417,25 +434,28 @@ impl<'a> Image<'a> {
             .unwrap_or(0)
     }
 
-    fn phdr_place(&self) -> Result<PhdrPlace> {
+    /// With a `gap`, the table goes above it (the heap's room), at the
+    /// end of the file: only kernels >= 5.18 load that.
+    fn phdr_place(&self, gap: u64) -> Result<PhdrPlace> {
         let overflow = || self.err(Refusal::AddressSpace);
         let base = self.base();
         let end = self.image_end();
         let offset = align8(self.bytes.len() as u64).ok_or_else(overflow)?;
         let vaddr = base.checked_add(offset).ok_or_else(overflow)?;
-        if vaddr >= end {
+        if gap == 0 && vaddr >= end {
             return Ok(PhdrPlace { offset, vaddr });
         }
         let padded = end - base;
-        if padded - offset <= PAD_LIMIT {
+        if gap == 0 && padded - offset <= PAD_LIMIT {
             return Ok(PhdrPlace {
                 offset: padded,
                 vaddr: end,
             });
         }
+        let above = end.checked_add(gap).ok_or_else(overflow)?;
         Ok(PhdrPlace {
             offset,
-            vaddr: end + offset % PAGE,
+            vaddr: above + offset % PAGE,
         })
     }
 
@@ -475,11 +495,19 @@ impl<'a> Image<'a> {
 }
 
 /// First page-aligned vaddr free for new segments: above every `PT_LOAD` of
-/// `elf` and above the page reserved for the new program header table, with
-/// a one-page gap.
-pub fn first_free_vaddr(elf: &[u8]) -> Result<u64> {
+/// `elf`, `heap_gap` ([`Additions::heap_gap`]) and the page reserved for the
+/// new program header table, with a one-page gap.
+pub fn first_free_vaddr(elf: &[u8], heap_gap: u64) -> Result<u64> {
     let img = Image::parse(Path::new("<input ELF>"), elf)?;
-    img.first_free(img.phdr_place()?)
+    img.first_free(img.phdr_place(heap_gap)?)
+}
+
+/// The first page of the rewritten module's additions (its program header
+/// table's), for `elf` the original and `heap_gap` as given to
+/// [`first_free_vaddr`].
+pub fn added_start(elf: &[u8], heap_gap: u64) -> Result<u64> {
+    let img = Image::parse(Path::new("<input ELF>"), elf)?;
+    Ok(img.phdr_place(heap_gap)?.vaddr & !(PAGE - 1))
 }
 
 /// The page-aligned end of `elf`'s highest `PT_LOAD` (its image in
@@ -894,7 +922,7 @@ fn apply_patches(img: &Image, out: &mut [u8], patches: &[Patch]) -> Result<()> {
 /// `path` names the original in error messages.
 pub fn write(path: &Path, elf: &[u8], add: &Additions) -> Result<Vec<u8>> {
     let img = Image::parse(path, elf)?;
-    let place = img.phdr_place()?;
+    let place = img.phdr_place(add.heap_gap)?;
     let next_free = check_segments(&img, add, img.first_free(place)?)?;
 
     let mut out = elf.to_vec();
@@ -1456,7 +1484,7 @@ mod tests {
     }
 
     fn preinit_at(elf: &[u8]) -> Additions {
-        let at = first_free_vaddr(elf).unwrap();
+        let at = first_free_vaddr(elf, 0).unwrap();
         Additions {
             segments: vec![NewSegment {
                 vaddr: at,
@@ -1477,7 +1505,7 @@ mod tests {
                 write(p, bytes, &Additions::default()),
                 Err(Error::Analysis(aetrace_analysis::Error::NotElf { .. }))
             ));
-            assert!(first_free_vaddr(bytes).is_err());
+            assert!(first_free_vaddr(bytes, 0).is_err());
         }
     }
 
@@ -1527,7 +1555,7 @@ mod tests {
                 let mut bad = elf.clone();
                 bad[i] = v;
                 let _ = write(Path::new("c"), &bad, &add);
-                let _ = first_free_vaddr(&bad);
+                let _ = first_free_vaddr(&bad, 0);
             }
         }
     }
@@ -1555,7 +1583,7 @@ mod tests {
         assert!(
             new.offset_of(new.phdrs[0].p_vaddr, new.phdrs[0].p_filesz) == Some(new.header.e_phoff)
         );
-        assert!(first_free_vaddr(&elf).unwrap() > new.phdrs[0].p_vaddr);
+        assert!(first_free_vaddr(&elf, 0).unwrap() > new.phdrs[0].p_vaddr);
 
         let old_dyn = read_dynamic(&Image::parse(Path::new(GZIP), &elf).unwrap()).unwrap();
         let dynamic = read_dynamic(&new).unwrap();

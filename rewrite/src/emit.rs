@@ -35,7 +35,7 @@ pub(crate) struct Runtime {
 impl Runtime {
     /// Generates the runtime and places it.
     pub fn place(rw: &Rewrite<'_>) -> Result<Runtime> {
-        let vaddr = crate::elfout::first_free_vaddr(rw.prog.module.bytes())?;
+        let vaddr = crate::elfout::first_free_vaddr(rw.prog.module.bytes(), rw.heap_gap())?;
         let blob = aetrace_runtime::generate().map_err(|e| rw.err(Refusal::Runtime(e)))?;
         let code_seg = vaddr + blob.bytes.len() as u64;
         debug_assert_eq!(code_seg % PAGE, 0);

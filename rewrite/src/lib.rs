@@ -238,6 +238,19 @@ pub(crate) struct Rewrite<'a> {
 }
 
 impl<'a> Rewrite<'a> {
+    /// Room left for the heap above the original image: an executable's
+    /// ([`elfout::HEAP_GAP`]). A shared object has no heap, and a static
+    /// PIE's the kernel starts elsewhere (`ELF_ET_DYN_BASE`), while a gap
+    /// would only map its image, placed top-down like a library, lower.
+    pub fn heap_gap(&self) -> u64 {
+        let static_pie = self.prog.module.is_static && self.prog.module.kind == ElfKind::Pie;
+        if self.library || static_pie {
+            0
+        } else {
+            elfout::HEAP_GAP
+        }
+    }
+
     /// The context, once the module passes [`limits::check_module`].
     fn new(
         path: &'a Path,

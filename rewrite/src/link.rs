@@ -79,6 +79,7 @@ pub(crate) fn link(
             .unwind
             .as_ref()
             .map(|u| (u.eh_frame.0, u.eh_frame.1 - u.eh_frame.0)),
+        heap_gap: rw.heap_gap(),
     };
     if let Some(u) = emitted.unwind {
         add.segments.push(NewSegment {
@@ -96,14 +97,26 @@ pub(crate) fn link(
     Ok(out)
 }
 
-/// Tells the runtime where the added segments are: from the end of the
-/// original image to the end of the rewritten one (`added_start` and
-/// `added_end`, offsets from the blob), so that the program's view of its
-/// maps leaves them out (docs/runtime.md section 5).
+/// Tells the runtime where the added segments are: from the first page
+/// above the heap's gap to the end of the rewritten image (`added_start`
+/// and `added_end`, offsets from the blob), so that the program's view of
+/// its maps leaves them out, and, in an executable, where the original
+/// image ends (`native_brk`), where `init` moves the break
+/// (docs/runtime.md section 5).
 fn added_range(rw: &Rewrite<'_>, runtime: &Runtime, out: &mut [u8]) -> Result<()> {
-    let lo = elfout::image_end(rw.prog.module.bytes())?;
+    let original = rw.prog.module.bytes();
+    let lo = elfout::added_start(original, rw.heap_gap())?;
     let hi = elfout::image_end(out)?;
-    for (sym, at) in [("added_start", lo), ("added_end", hi)] {
+    let brk = (rw.heap_gap() > 0)
+        .then(|| elfout::image_end(original))
+        .transpose()?;
+    let fields = [
+        ("added_start", Some(lo)),
+        ("added_end", Some(hi)),
+        ("native_brk", brk),
+    ];
+    for (sym, at) in fields {
+        let Some(at) = at else { continue };
         let off = runtime
             .blob
             .symbol(sym)

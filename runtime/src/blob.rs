@@ -105,6 +105,7 @@ use crate::emit::{STUB_INSNS, TRANSFER_INC};
 use crate::layout::*;
 use crate::Error;
 
+mod brk;
 mod view;
 
 // Linux x86-64 syscall numbers and constants.
@@ -209,6 +210,10 @@ const D_ADDED: u64 = 80;
 /// Nonzero once a view of the maps was installed in this process through
 /// this blob or, for the executable's, any blob (`view`).
 const D_VIEWS: u64 = 96;
+/// Offset (from the blob start, as `D_ADDED`) of the original image's end,
+/// where the native heap starts, written by the rewriter into an
+/// executable's blob; 0: leave the break alone (`brk`).
+const D_NATIVE_BRK: u64 = 104;
 const D_DISP: u64 = 128;
 const DATA_SIZE: u64 = 4096;
 
@@ -264,9 +269,12 @@ struct Labels {
     d_disp_lock: CodeLabel,
     d_added: CodeLabel,
     d_views: CodeLabel,
+    d_native_brk: CodeLabel,
     d_disp: CodeLabel,
     /// The program's view of its maps.
     view: view::Labels,
+    /// The native break.
+    brk: brk::Labels,
     signal_entry: CodeLabel,
     /// The handler of [`FAULT_SIGNALS`], and the restorer it returns through.
     fault: CodeLabel,
@@ -277,6 +285,7 @@ struct Labels {
     s_out: CodeLabel,
     s_fd_path: CodeLabel,
     s_stat: CodeLabel,
+    s_cwd: CodeLabel,
     s_memfd: CodeLabel,
     m_noenv: CodeLabel,
     m_region: CodeLabel,
@@ -485,8 +494,10 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         d_disp_lock: a.create_label(),
         d_added: a.create_label(),
         d_views: a.create_label(),
+        d_native_brk: a.create_label(),
         d_disp: a.create_label(),
         view: view::Labels::new(&mut a),
+        brk: brk::Labels::new(&mut a),
         signal_entry: a.create_label(),
         fault: a.create_label(),
         fault_restorer: a.create_label(),
@@ -496,6 +507,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         s_out: a.create_label(),
         s_fd_path: a.create_label(),
         s_stat: a.create_label(),
+        s_cwd: a.create_label(),
         s_memfd: a.create_label(),
         m_noenv: a.create_label(),
         m_region: a.create_label(),
@@ -539,6 +551,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     emit_claim(&mut a, &mut l)?;
     emit_helpers(&mut a, &mut l)?;
     view::emit_helpers(&mut a, &mut l)?;
+    brk::emit(&mut a, &mut l)?;
     emit_find_region(&mut a, &mut l)?;
     emit_swap(&mut a, &mut l, true)?;
     emit_swap(&mut a, &mut l, false)?;
@@ -568,6 +581,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     msg(&mut a, &mut l.s_out, "AETRACE_OUT=")?;
     msg(&mut a, &mut l.s_fd_path, &format!("/fd/{REGION_FD}"))?;
     msg(&mut a, &mut l.s_stat, "/stat")?;
+    msg(&mut a, &mut l.s_cwd, "/cwd")?;
     msg(&mut a, &mut l.s_memfd, REGION_MEMFD_LINK)?;
     msg(
         &mut a,
@@ -623,7 +637,9 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     a.set_label(&mut l.d_added)?;
     a.db(&[0u8; (D_VIEWS - D_ADDED) as usize])?;
     a.set_label(&mut l.d_views)?;
-    a.db(&[0u8; (D_DISP - D_VIEWS) as usize])?;
+    a.db(&[0u8; (D_NATIVE_BRK - D_VIEWS) as usize])?;
+    a.set_label(&mut l.d_native_brk)?;
+    a.db(&[0u8; (D_DISP - D_NATIVE_BRK) as usize])?;
     a.set_label(&mut l.d_disp)?;
     a.db(&vec![0u8; (DATA_SIZE - D_DISP) as usize])?;
     let res = a.assemble_options(0, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)?;
@@ -636,6 +652,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     debug_assert_eq!(res.label_ip(&l.d_disp_lock)?, data_offset + D_DISP_LOCK);
     debug_assert_eq!(res.label_ip(&l.d_added)?, data_offset + D_ADDED);
     debug_assert_eq!(res.label_ip(&l.d_views)?, data_offset + D_VIEWS);
+    debug_assert_eq!(res.label_ip(&l.d_native_brk)?, data_offset + D_NATIVE_BRK);
     debug_assert_eq!(res.label_ip(&l.d_disp)?, data_offset + D_DISP);
     let symbols = vec![
         ("init", res.label_ip(&l.init)?),
@@ -660,6 +677,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         ("pretls", data_offset + D_PRETLS),
         ("added_start", data_offset + D_ADDED),
         ("added_end", data_offset + D_ADDED + 8),
+        ("native_brk", data_offset + D_NATIVE_BRK),
     ];
     debug_assert_eq!(res.label_ip(&l.init)?, 0, "init is the blob's base label");
     let bytes = res.inner.code_buffer;
@@ -797,6 +815,8 @@ fn emit_init(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.mov(qword_ptr(l.d_region), r15)?;
     a.mov(qword_ptr(l.d_fd), r12)?;
     hide_env(a)?;
+    a.call(l.brk.native_brk)?;
+    chdir_back(a, l)?;
     // FS base 0: a static executable before its libc's TLS setup.
     let mut have_fs = a.create_label();
     a.sub(rsp, 8)?;
@@ -893,6 +913,29 @@ fn hide_env(a: &mut CodeAssembler) -> Result<(), IcedError> {
     a.set_label(&mut next)?;
     a.add(rdi, 8)?;
     a.jmp(scan)?;
+    a.set_label(&mut done)?;
+    Ok(())
+}
+
+/// In `init` (r15 the region header): the first `init` after the
+/// recorder exec'd the program from another directory ([`FLAG_CHDIR`],
+/// `record::execname`) goes to the recorder's, `/proc/H_PID/cwd`.
+/// Clobbers rax, rcx, rdx, rsi, rdi, r8-r11.
+fn chdir_back(a: &mut CodeAssembler, l: &Labels) -> Result<(), IcedError> {
+    const SYS_CHDIR: u32 = 80;
+    let mut done = a.create_label();
+    a.lock()
+        .btr(dword_ptr(r15 + H_FLAGS), FLAG_CHDIR.trailing_zeros())?;
+    a.jnc(done)?;
+    a.sub(rsp, 64)?;
+    a.mov(rdi, rsp)?;
+    a.mov(esi, dword_ptr(r15 + H_PID))?;
+    a.lea(rdx, ptr(l.s_cwd))?;
+    a.call(l.proc_path)?;
+    a.mov(rdi, rsp)?;
+    a.mov(eax, SYS_CHDIR)?;
+    a.syscall()?;
+    a.add(rsp, 64)?;
     a.set_label(&mut done)?;
     Ok(())
 }

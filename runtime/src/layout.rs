@@ -108,6 +108,10 @@ pub const FLAG_SLOTS_EXHAUSTED: u32 = 2;
 /// Header flag: a writer found the recorder gone (killed); every `flush`
 /// then writes its half over again and the program runs on untraced.
 pub const FLAG_RECORDER_GONE: u32 = 4;
+/// Header flag: the recorder exec'd the program from another working
+/// directory (`record::execname`); the first `init` clears it and goes to
+/// the recorder's (`/proc/H_PID/cwd`).
+pub const FLAG_CHDIR: u32 = 8;
 
 /// Size of a slot header; the data halves follow it.
 pub const SLOT_HEADER_SIZE: u64 = 256;

@@ -178,6 +178,12 @@ impl Region {
         true
     }
 
+    /// Tells the program's first `init` to go to this process's working
+    /// directory ([`FLAG_CHDIR`]): the program is exec'd from another.
+    pub fn chdir_back(&self) {
+        self.a32(H_FLAGS).fetch_or(FLAG_CHDIR, Ordering::AcqRel);
+    }
+
     /// The region's file descriptor (close-on-exec).
     pub fn fd(&self) -> RawFd {
         self.file.as_raw_fd()

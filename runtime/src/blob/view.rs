@@ -593,8 +593,8 @@ fn added_range(a: &mut CodeAssembler, l: &super::Labels) -> Result<(), IcedError
 
 /// `line()`: the line from rbx to rbp (past its '\n'), r12d the view,
 /// r15 the tail buffer: drops the line of a mapping of ours, rewrites the
-/// names of an executable's line and the addresses of the heap's, writes
-/// the rest as they are. -> rax < 0
+/// names of an executable's line, writes the rest as they are (the heap's
+/// too: `init` put it where a native run's is, `brk`). -> rax < 0
 /// when a write failed. Clobbers rax, rcx, rdx, rsi, rdi, r8-r11.
 fn emit_line(a: &mut CodeAssembler, l: &mut super::Labels) -> Result<(), IcedError> {
     let mut hex = a.create_label();
@@ -614,7 +614,6 @@ fn emit_line(a: &mut CodeAssembler, l: &mut super::Labels) -> Result<(), IcedErr
     let mut end_hex = a.create_label();
     let mut end_digit = a.create_label();
     let mut ranged = a.create_label();
-    let mut not_heap = a.create_label();
     a.set_label(&mut l.view.line)?;
     // rax: the mapping's start (hex up to '-').
     a.xor(eax, eax)?;
@@ -699,49 +698,8 @@ fn emit_line(a: &mut CodeAssembler, l: &mut super::Labels) -> Result<(), IcedErr
     a.jne(named)?;
     a.inc(rdi)?;
     a.jmp(skip)?;
-    // The heap: where a native run's is (below by the size of the
-    // executable's added segments, which the kernel put it above).
-    a.set_label(&mut named)?;
-    a.lea(r9, ptr(rbp - 1))?;
-    a.sub(r9, rdi)?;
-    a.cmp(r9, 6)?;
-    a.jne(not_heap)?;
-    a.cmp(dword_ptr(rdi), u32::from_le_bytes(*b"[hea") as i32)?;
-    a.jne(not_heap)?;
-    a.cmp(
-        word_ptr(rdi + 4),
-        u32::from(u16::from_le_bytes(*b"p]")) as i32,
-    )?;
-    a.jne(not_heap)?;
-    a.mov(r9, qword_ptr(S_RUNTIME).gs())?;
-    a.mov(rsi, rax)?;
-    added_range(a, l)?;
-    a.sub(r11, r8)?;
-    a.sub(rsi, r11)?;
-    a.sub(rdx, r11)?;
-    a.mov(rdi, r15)?;
-    a.mov(rax, rsi)?;
-    a.call(l.view.put_hex)?;
-    a.mov(byte_ptr(rdi), b'-' as u32)?;
-    a.inc(rdi)?;
-    a.mov(rax, rdx)?;
-    a.call(l.view.put_hex)?;
-    // The rest of the line from the space after the end.
-    a.mov(rsi, rbx)?;
-    let mut to_space = a.create_label();
-    a.set_label(&mut to_space)?;
-    a.inc(rsi)?;
-    a.cmp(byte_ptr(rsi), b' ' as i32)?;
-    a.jne(to_space)?;
-    a.mov(rcx, rbp)?;
-    a.sub(rcx, rsi)?;
-    a.rep().movsb()?;
-    a.mov(rsi, r15)?;
-    a.mov(rdx, rdi)?;
-    a.sub(rdx, r15)?;
-    a.jmp(l.view.write_out)?;
     // The copy's path? (r10: the region header.)
-    a.set_label(&mut not_heap)?;
+    a.set_label(&mut named)?;
     a.mov(r10, qword_ptr(l.d_region))?;
     a.mov(ecx, dword_ptr(r10 + H_VIEW))?;
     a.test(ecx, ecx)?;
