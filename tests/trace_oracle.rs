@@ -1116,9 +1116,10 @@ fn debian_zstd_with_all_its_libraries() {
 // `/proc/self/exe`. So the stepped binary is the rewritten one (from
 // aetrace's cache, at its path) with the original code and entry point put
 // back byte for byte: the same headers and path, none of our code. Both
-// runs get the same environment (the recorder's variable included) and
-// `argv[0]`, with address randomisation off, so that alignment-dependent
-// paths of the string functions are the same too.
+// runs get the same environment (the recorder's variable included),
+// `argv[0]` and length of the exec'd path (`singlestep::NativeName`: the
+// stack's addresses), with address randomisation off, so that
+// alignment-dependent paths of the string functions are the same too.
 
 /// The environment of both runs.
 fn static_env(cache: &Path) -> Vec<(String, String)> {
@@ -1177,14 +1178,17 @@ fn check_static_with(exe: &Path, args: &[&str], streams: Option<usize>) -> serde
     // The rewritten program the recorder ran, restored in place.
     let inst = common::singlestep::cached_rewrite(&cache, exe);
     common::singlestep::restore_original_code(exe, &inst);
-    // The same environment: the recorder adds nothing to it.
+    // The same environment: the recorder adds nothing to it. By a name
+    // of the native length: the stack where the native run's is.
+    let by = common::singlestep::NativeName::new(&inst, exe);
     let (stepped, children) = match streams {
         Some(_) => (
-            common::singlestep::run(&inst, Some(exe), args, &env),
+            common::singlestep::run(&by.path, Some(exe), args, &env),
             Vec::new(),
         ),
-        None => common::singlestep::run_tree(&inst, Some(exe), args, &env),
+        None => common::singlestep::run_tree(&by.path, Some(exe), args, &env),
     };
+    drop(by);
     assert_eq!(
         stepped.stdout, native.stdout,
         "{name}: the restored program's stdout"

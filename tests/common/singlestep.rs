@@ -13,7 +13,7 @@
 //! folds consecutive repeats, as for lackey.
 
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// What the stepped run did and executed.
@@ -235,7 +235,7 @@ fn int3_trap(t: libc::pid_t) -> bool {
 
 /// The rewritten copy of `exe` in the aetrace cache directory `cache`
 /// (not its `.skeleton` or `.meta` beside it).
-pub fn cached_rewrite(cache: &Path, exe: &Path) -> std::path::PathBuf {
+pub fn cached_rewrite(cache: &Path, exe: &Path) -> PathBuf {
     let name = exe.file_name().unwrap().to_string_lossy().into_owned();
     std::fs::read_dir(cache)
         .unwrap()
@@ -245,6 +245,68 @@ pub fn cached_rewrite(cache: &Path, exe: &Path) -> std::path::PathBuf {
             n.starts_with(&format!("{name}-")) && !n.ends_with(".skeleton") && !n.ends_with(".meta")
         })
         .unwrap_or_else(|| panic!("aetrace caches no rewritten {name} in {}", cache.display()))
+}
+
+/// A symlink to a stand-in for a program (the restored rewritten copy),
+/// named by an absolute path as long as the program's own and ending in
+/// its base name: stepped by that name, the stand-in runs with the stack
+/// of the program exec'd by its own path. The kernel copies the path
+/// given to `execve` (`AT_EXECFN`) to the top of the new stack, so its
+/// length moves every stack address, and with them the alignment that
+/// the string functions branch on; the base name is the process's `comm`.
+/// (aetrace execs its copy by a name of the native length too; this is
+/// the oracle's own way, which keeps the working directory.) The link
+/// and its directory go when the value is dropped.
+pub struct NativeName {
+    dir: PathBuf,
+    /// The name to step: the directory, slashes, the base name.
+    pub path: PathBuf,
+}
+
+impl NativeName {
+    /// A name for stepping `stand_in` as `native`; panics when the
+    /// temporary directory's path leaves no room for one.
+    pub fn new(stand_in: &Path, native: &Path) -> NativeName {
+        use std::os::unix::ffi::{OsStrExt, OsStringExt};
+        let base = native.file_name().unwrap();
+        let dir = short_dir();
+        let pad = (native.as_os_str().len()).checked_sub(dir.as_os_str().len() + base.len());
+        let Some(pad) = pad.filter(|&p| p > 0) else {
+            let _ = std::fs::remove_dir(&dir);
+            panic!(
+                "no path as short as {} in {}",
+                native.display(),
+                dir.display()
+            );
+        };
+        let target = std::fs::canonicalize(stand_in).unwrap();
+        std::os::unix::fs::symlink(target, dir.join(base)).unwrap();
+        let mut path = dir.clone().into_os_string().into_vec();
+        path.extend(std::iter::repeat(b'/').take(pad));
+        path.extend_from_slice(base.as_bytes());
+        let path = PathBuf::from(std::ffi::OsString::from_vec(path));
+        NativeName { dir, path }
+    }
+}
+
+impl Drop for NativeName {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A new directory with a short name in the temporary directory (short,
+/// so that it fits in short program paths as `/usr/sbin/ldconfig`).
+fn short_dir() -> PathBuf {
+    let tmp = std::env::temp_dir();
+    (0u32..)
+        .map(|n| tmp.join(format!(".s{n:x}")))
+        .find(|d| match std::fs::create_dir(d) {
+            Ok(()) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+            Err(e) => panic!("{}: {e}", d.display()),
+        })
+        .unwrap()
 }
 
 /// Puts the original program's file bytes and entry point back into the

@@ -471,14 +471,14 @@ fn stepped(
         return Err("the stepped oracle reads no stdin".into());
     }
     let elf = super::elf::Elf::read(&prog.exe);
-    let run_path = if elf.sections.iter().any(|s| s.name == ".interp") {
-        prog.exe.clone()
-    } else {
+    // The restored copy by a name of the program's length (its stack).
+    let name = (!elf.sections.iter().any(|s| s.name == ".interp")).then(|| {
         let inst = super::singlestep::cached_rewrite(cache, &prog.exe);
         super::singlestep::restore_original_code(&prog.exe, &inst);
-        inst
-    };
-    let (c, run) = exact::against_stepped(trace, &run_path, &prog.exe, &prog.args(), env)?;
+        super::singlestep::NativeName::new(&inst, &prog.exe)
+    });
+    let run_path = name.as_ref().map_or(&prog.exe, |n| &n.path);
+    let (c, run) = exact::against_stepped(trace, run_path, &prog.exe, &prog.args(), env)?;
     let native = Output {
         status: c.status,
         stdout: run.stdout,
