@@ -28,15 +28,17 @@ cd "$WORK"
 LIBC=$(ldd /usr/bin/gzip | awk '/libc.so/ { print $3 }')
 head -c 2000000 "$LIBC" >libc-2m
 
-# Best CPU seconds (user + sys, all threads) of REPS runs of "$@".
+# Best CPU seconds (user + sys, all threads) of REPS runs of "$@", then
+# that run's system seconds (-j 2's extra CPU was the kernel's: page
+# faults of output batches waiting for the piece before them).
 cpu() {
-    local i line t b=""
+    local i line t b="" bs=""
     for ((i = 0; i < REPS; i++)); do
         line=$( { TIMEFORMAT='%U %S'; time "$@" >/dev/null 2>&1; } 2>&1 | tail -1)
         t=$(awk -v l="$line" 'BEGIN { split(l, f, " "); printf "%.3f", f[1] + f[2] }')
-        if [ -z "$b" ] || awk -v t="$t" -v b="$b" 'BEGIN { exit !(t < b) }'; then b=$t; fi
+        if [ -z "$b" ] || awk -v t="$t" -v b="$b" 'BEGIN { exit !(t < b) }'; then b=$t bs=${line#* }; fi
     done
-    echo "$b"
+    echo "$b $bs"
 }
 
 WORKLOADS=(
@@ -44,7 +46,7 @@ WORKLOADS=(
     "bzip2 2MB|libbz2.so.1.0|/usr/bin/bzip2 -c libc-2m"
 )
 echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-11s %-6s %8s %8s %8s %8s %8s %8s %9s %9s\n' workload mode "j1 wall" "j2 wall" "j2 pass" "j1 CPU" "j2 CPU" "pass CPU" "wall j1/j2" "CPU j1/j2"
+printf '%-11s %-6s %8s %8s %8s %8s %8s %8s %8s %8s %9s %9s\n' workload mode "j1 wall" "j2 wall" "j2 pass" "j1 CPU" "j2 CPU" "pass CPU" "j1 sys" "j2 sys" "wall j1/j2" "CPU j1/j2"
 for w in "${WORKLOADS[@]}"; do
     name=${w%%|*}
     rest=${w#*|}
@@ -64,11 +66,12 @@ for w in "${WORKLOADS[@]}"; do
         j1=$(best "$AETRACE" regen --no-index -j 1 "${opt[@]}" t.aet)
         j2=$(best "$AETRACE" regen -j 2 "${opt[@]}" t.aet)
         jp=$(best "$AETRACE" regen --no-index -j 2 "${opt[@]}" t.aet)
-        c1=$(cpu "$AETRACE" regen --no-index -j 1 "${opt[@]}" t.aet)
-        c2=$(cpu "$AETRACE" regen -j 2 "${opt[@]}" t.aet)
-        cp=$(cpu "$AETRACE" regen --no-index -j 2 "${opt[@]}" t.aet)
-        awk -v n="$name" -v m="$mode" -v a="$j1" -v b="$j2" -v p="$jp" -v c="$c1" -v d="$c2" -v q="$cp" 'BEGIN {
-            printf "%-11s %-6s %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.2fx %8.2fx\n", n, m, a, b, p, c, d, q, a / b, c / d }'
+        read -r c1 s1 < <(cpu "$AETRACE" regen --no-index -j 1 "${opt[@]}" t.aet)
+        read -r c2 s2 < <(cpu "$AETRACE" regen -j 2 "${opt[@]}" t.aet)
+        read -r cp _ < <(cpu "$AETRACE" regen --no-index -j 2 "${opt[@]}" t.aet)
+        awk -v n="$name" -v m="$mode" -v a="$j1" -v b="$j2" -v p="$jp" -v c="$c1" -v d="$c2" -v q="$cp" \
+            -v s1="$s1" -v s2="$s2" 'BEGIN {
+            printf "%-11s %-6s %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.2fx %8.2fx\n", n, m, a, b, p, c, d, q, s1, s2, a / b, c / d }'
     done
     rm -f t.aet t.aet.idx one.out
 done

@@ -455,6 +455,20 @@ impl<'t> Stream<'t> {
         }
     }
 
+    /// Whether the next item is a one-byte witness, as [`Stream::peek`]
+    /// would say without reading a chunk or seeing a torn tail (the test
+    /// that spares call sites building an item).
+    #[inline(always)]
+    pub fn witness_next(&self) -> bool {
+        self.buf.len() - self.pos > TORN_TAIL && self.peek_byte_witness().is_some()
+    }
+
+    /// The unread bytes already buffered (consume them with `advance`).
+    #[inline(always)]
+    pub fn buffered(&self) -> &[u8] {
+        &self.buf[self.pos..]
+    }
+
     /// The next item if it is a one-byte witness already buffered, not
     /// consumed.
     #[inline(always)]

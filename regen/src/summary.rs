@@ -30,18 +30,81 @@
 //! loop instead of one per block.
 //! The arena is bounded ([`TEXT_BYTES`]); past it, new segments are walked
 //! block by block.
+//!
+//! Counting chains segments ([`Summaries::count_run`]): while a segment
+//! ends, with nothing pending, at another read point whose next two items
+//! are byte witnesses, the next one follows without going back to the
+//! machine, through a memo of 16-byte entries that fits a level-1 data
+//! cache ([`Hot`]) and already holds each step's totals and whether the
+//! chain goes on (issue 24 item 3: one load per witness on the hot path).
 
 use crate::compile::{Block, BlockIx, Module, AMBIGUOUS, EXIT, NO_BLOCK, NO_WITNESS};
 use aetrace_graph::EntityRef;
 
 /// Longest walk one segment summarises (keeps `insns` in a `u32`).
 pub const MAX_BLOCKS: u32 = 1 << 12;
+const _: () = assert!(MAX_BLOCKS < u16::MAX as u32, "Hot::blocks is a u16");
 
 /// Most output bytes the segments of one module keep.
 pub const TEXT_BYTES: usize = 64 << 20;
 
 /// Entries of the memo of `Summaries::get` (a power of two).
 const MEMO: usize = 1 << 12;
+
+/// Entries of the counting memo (a power of two): 32 KiB.
+const HOT: usize = 1 << 11;
+
+/// A counting memo entry: the segment from read point `key >> 8` for
+/// byte witness `key & 0xFF` (254 and 255 are no witness byte's, so
+/// [`Hot::EMPTY`] matches no lookup); no blocks when that segment does not
+/// end with nothing pending, which the machine then takes.
+#[derive(Clone, Copy, Debug)]
+struct Hot {
+    key: u32,
+    /// The segment's end, with [`Hot::AGAIN`] set when it is a read point.
+    end: u32,
+    /// Instructions of the read point's block and of the segment's.
+    insns: u32,
+    /// Blocks: the read point's and the segment's (at most
+    /// [`MAX_BLOCKS`] + 1).
+    blocks: u16,
+    /// `hot_slot(end)`: the next lookup's index is this and the next
+    /// witness byte, without a multiplication on the loop's chain of
+    /// dependent loads.
+    slot: u16,
+}
+
+impl Hot {
+    /// `end`'s bit: the end is a read point (no call, no plain fall-through).
+    const AGAIN: u32 = 1 << 31;
+    const EMPTY: Hot = Hot {
+        key: u32::MAX,
+        end: 0,
+        insns: 0,
+        blocks: 0,
+        slot: 0,
+    };
+}
+
+/// Where read point `b`'s entries start in the counting memo (the index
+/// is this XOR the witness byte).
+#[inline]
+fn hot_slot(b: u32) -> u16 {
+    (b.wrapping_mul(0x9E37_79B9) >> 21) as u16 & (HOT as u16 - 1)
+}
+
+/// What [`Summaries::count_run`] passed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Run {
+    /// Witness bytes consumed: one per segment.
+    pub witnesses: usize,
+    /// The block the last segment ends at (nothing pending there).
+    pub end: u32,
+    /// Instructions and blocks passed, read points' blocks included.
+    pub insns: u64,
+    /// Blocks passed.
+    pub blocks: u64,
+}
 
 #[cfg(test)]
 thread_local! {
@@ -119,6 +182,9 @@ pub struct Summaries {
     memo: Box<[(u64, Seg)]>,
     /// The segments' output (with `with_text` only).
     text: Option<Vec<u8>>,
+    /// The counting memo (`count_run`); empty for output, and for a module
+    /// whose block numbers do not fit a [`Hot`] key's 24 bits.
+    hot: Box<[Hot]>,
 }
 
 impl Summaries {
@@ -129,6 +195,11 @@ impl Summaries {
             single: vec![Seg::UNKNOWN; m.blocks.len()],
             memo: vec![(u64::MAX, Seg::NONE); MEMO].into_boxed_slice(),
             text: None,
+            hot: if m.blocks.len() < 1 << 24 {
+                vec![Hot::EMPTY; HOT].into_boxed_slice()
+            } else {
+                Box::default()
+            },
         }
     }
 
@@ -137,6 +208,7 @@ impl Summaries {
         #[allow(unused_mut)]
         let mut s = Summaries {
             text: Some(Vec::new()),
+            hot: Box::default(),
             ..Summaries::new(m)
         };
         #[cfg(test)]
@@ -167,6 +239,75 @@ impl Summaries {
         let seg = self.lookup(m, l, w);
         self.memo[h] = (key, seg);
         seg
+    }
+
+    /// Counts consecutive segments from read point `l`, whose witness is
+    /// `bytes[0]`, taking at most `max` of them: each while the next
+    /// two bytes are byte witnesses, and the chain stops at a segment's end
+    /// that is no read point, or before a read point with no segment
+    /// ending with nothing pending (the machine takes it from there).
+    /// Out of line: the loop keeps its state in registers.
+    #[inline(never)]
+    pub fn count_run(&mut self, m: &Module, l: BlockIx, bytes: &[u8], max: usize) -> Run {
+        let is_witness = |b: u8| b.wrapping_sub(1) < 0xFE;
+        let mut run = Run {
+            end: l.as_u32(),
+            ..Run::default()
+        };
+        if self.hot.is_empty() {
+            return run;
+        }
+        let max = max.min(bytes.len().saturating_sub(1));
+        let mut slot = hot_slot(run.end);
+        while run.witnesses < max {
+            let (v, next) = (bytes[run.witnesses], bytes[run.witnesses + 1]);
+            if !is_witness(v) || !is_witness(next) {
+                break;
+            }
+            let h = usize::from(slot ^ u16::from(v)) & (HOT - 1);
+            if self.hot[h].key != run.end << 8 | u32::from(v - 1) {
+                self.fill_hot(m, h, run.end, u32::from(v - 1));
+            }
+            let e = &self.hot[h];
+            if e.blocks == 0 {
+                break;
+            }
+            run.witnesses += 1;
+            run.insns += u64::from(e.insns);
+            run.blocks += u64::from(e.blocks);
+            run.end = e.end & !Hot::AGAIN;
+            slot = e.slot;
+            if e.end & Hot::AGAIN == 0 {
+                break;
+            }
+        }
+        run
+    }
+
+    /// Fills counting memo entry `h` for read point `l` and witness `w`:
+    /// no blocks when its segment does not end with nothing pending.
+    #[inline(never)]
+    fn fill_hot(&mut self, m: &Module, h: usize, l: u32, w: u32) {
+        let key = l << 8 | w;
+        let l = BlockIx::new(l as usize);
+        let seg = self.get(m, l, w);
+        self.hot[h] = if !seg.is_some() || seg.pending != NO_WITNESS {
+            Hot { key, ..Hot::EMPTY }
+        } else {
+            let e = &m.blocks[seg.end];
+            let again = if e.next == EXIT && e.call.is_none() {
+                Hot::AGAIN
+            } else {
+                0
+            };
+            Hot {
+                key,
+                end: seg.end.as_u32() | again,
+                insns: m.blocks[l].ninsns + seg.insns,
+                blocks: 1 + seg.blocks as u16,
+                slot: hot_slot(seg.end.as_u32()),
+            }
+        };
     }
 
     #[inline(never)]

@@ -151,6 +151,9 @@ impl<'a> Machine<'a> {
     /// LONGJMP (before their own call: a callee's first record may be its
     /// setjmp's, right after ours), or a SIGNAL that stands before the call.
     fn records_before_call(&mut self, at: Loc, c: CallDb) -> Step {
+        if self.stream.witness_next() {
+            return Ok(());
+        }
         match self.stream.peek()? {
             (Item::Setjmp(buf), _, len) if c.jmpbuf => {
                 self.stream.advance(len);
@@ -288,6 +291,9 @@ impl<'a> Machine<'a> {
     /// EXIT just before the jump; otherwise the untraced code returns to
     /// the top of the stack.
     pub(super) fn jump_untraced(&mut self, from: Loc) -> Step {
+        if self.stream.witness_next() {
+            return self.leave();
+        }
         match self.stream.peek()? {
             (Item::Exit(_), _, len) => {
                 self.stream.advance(len);

@@ -629,6 +629,9 @@ impl<'a> Machine<'a> {
             }
             let counting = match &mut sink.counts {
                 Some(c) => {
+                    if read.is_some() && self.count_run(l, c, &mut sink.segs, sink.pause_at) {
+                        continue;
+                    }
                     let t = &mut c.totals[l.module.index()];
                     t.0 += u64::from(b.ninsns);
                     t.1 += 1;
@@ -734,6 +737,31 @@ impl<'a> Machine<'a> {
             module: l.module,
             block: seg.end,
         });
+    }
+
+    /// Counting at read point `l`: passes the chain of summarised
+    /// segments [`Summaries::count_run`] finds there (stopping before
+    /// `pause_at`), as many `skip_segment`s would. False when it passed
+    /// none.
+    #[inline(always)]
+    fn count_run(&mut self, l: Loc, c: &mut Counts, segs: &mut [Summaries], pause_at: u64) -> bool {
+        let max = pause_at.saturating_sub(self.stream.offset());
+        let max = usize::try_from(max).unwrap_or(usize::MAX);
+        let m = self.module(l);
+        let run = segs[l.module.index()].count_run(m, l.block, self.stream.buffered(), max);
+        if run.witnesses == 0 {
+            return false;
+        }
+        self.stream.advance(run.witnesses);
+        self.consumed(None);
+        let t = &mut c.totals[l.module.index()];
+        t.0 += run.insns;
+        t.1 += run.blocks;
+        self.cur = Some(Loc {
+            module: l.module,
+            block: BlockIx::new(run.end as usize),
+        });
+        true
     }
 
     /// After a step: the output before the trail certainly ran, and all
