@@ -24,7 +24,8 @@
 //!   back, shown as positions in a made-up function `<untraced>`.
 //!
 //! Invariants: the pc at position `n` is the `n`th address of `aetrace
-//! regen --thread T --format insn`; no register or memory byte the trace
+//! regen --thread T --format insn` (a passage through untraced code
+//! before it has the made-up pc of [`untraced`]); no register or memory byte the trace
 //! does not determine is ever served (unavailable instead); the library
 //! prints nothing (errors are [`Error`] values for the binary to report).
 
