@@ -1212,3 +1212,32 @@ fn control_flow_programs_follow_regen() {
         eprintln!("{source}: {name}, {entries} entries");
     }
 }
+
+/// `stepi` and `reverse-stepi` around the first entry into `signal.c`'s
+/// handler: between it and the instruction before it in the instruction
+/// trace (the jump into libc's `raise`) stands one stop in the stub's
+/// `<untraced>`, at its start (traced code entered untraced code there),
+/// both ways; `bt` there has the caller of `raise` as frame 1.
+#[test]
+fn a_passage_through_untraced_code_precedes_a_handler() {
+    let (exe, trace) = recorded("signal.c", &[]);
+    let want = insns(&trace);
+    let probe = gdb(&exe, &trace, "printf \"pc %lx\\n\", on_usr1");
+    let entry = pcs(&probe)[0];
+    let first = want.iter().position(|&a| a == entry).unwrap();
+    let show = "printf \"pc %lx\\n\", $pc\n";
+    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
+    let script = format!(
+        "source {}\nbreak *on_usr1\ncontinue\nreverse-stepi\n{show}bt\nreverse-stepi\n{show}stepi\n{show}stepi\n{show}",
+        aetrace_py.display()
+    );
+    let out = gdb(&exe, &trace, &script);
+    let untraced = 0x7ae7_ace0_0000;
+    let got = pcs(&out);
+    assert_eq!(got, [untraced, want[first - 1], untraced, entry], "{out}");
+    assert!(
+        out.contains("#0  0x00007ae7ace00000 in <untraced> ()"),
+        "{out}"
+    );
+    assert!(out.contains("#1  0x"), "{out}");
+}
