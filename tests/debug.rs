@@ -48,7 +48,7 @@ fn gdb(exe: &Path, trace: &Path, commands: &str) -> String {
 fn gdb_status(exe: &Path, trace: &Path, commands: &str) -> (bool, String) {
     let script = trace.with_extension(format!("{}.gdb", commands.len()));
     let text = format!(
-        "set pagination off\nset confirm off\nset remotetimeout 60\ntarget remote | '{}' debug --server '{}'\n{commands}\n",
+        "set pagination off\nset confirm off\nset remotetimeout 60\n{TRACED_STEPI}target remote | '{}' debug --server '{}'\n{commands}\n",
         common::aetrace().display(),
         trace.display()
     );
@@ -63,6 +63,25 @@ fn gdb_status(exe: &Path, trace: &Path, commands: &str) -> (bool, String) {
     s.push_str(&String::from_utf8_lossy(&out.stderr));
     (out.status.success(), s)
 }
+
+/// gdb commands `traced-stepi` and `traced-reverse-stepi`: `stepi` and
+/// `reverse-stepi` that step once more from a passage through untraced
+/// code (the stub's made-up function `<untraced>`, a stop of its own
+/// between a call into libc and a callback from it), so that each moves
+/// one instruction of the instruction trace.
+const TRACED_STEPI: &str = "define traced-stepi
+stepi
+if $pc >= 0x7ae7ace00000 && $pc < 0x7ae7ace00010
+stepi
+end
+end
+define traced-reverse-stepi
+reverse-stepi
+if $pc >= 0x7ae7ace00000 && $pc < 0x7ae7ace00010
+reverse-stepi
+end
+end
+";
 
 /// The values of `printf "pc %lx\n", $pc` lines.
 fn pcs(out: &str) -> Vec<u64> {
@@ -92,8 +111,8 @@ fn stepi_both_ways_follows_the_instruction_trace() {
     let k = 400.min(want.len() - 1);
     let script = format!(
         "printf \"pc %lx\\n\", $pc\n{}{}reverse-stepi\n",
-        repeat("stepi", k),
-        repeat("reverse-stepi", k)
+        repeat("traced-stepi", k),
+        repeat("traced-reverse-stepi", k)
     );
     let out = gdb(&exe, &trace, &script);
     let got = pcs(&out);
@@ -320,17 +339,23 @@ fn a_corrupted_trace_and_a_missing_gdb_are_one_line() {
 
 /// Prints `stop FUNCTION LINE OFFSET depth DEPTH` for the selected frame:
 /// its pc as an offset from `main` (the native run and the recording load
-/// the PIE at different bases) and the number of the program's frames in
-/// its backtrace (a native backtrace also has libc's: a callback's qsort,
-/// a signal handler's trampoline, a thread's start routine, which a trace
-/// without `--libs` does not have).
+/// the PIE at different bases) and the number of the program's frames (the
+/// ones with a line table, all of an `-O0 -g` program's) in its backtrace
+/// (a native backtrace also has libc's: a callback's qsort, a signal
+/// handler's trampoline, a thread's start routine, which a trace without
+/// `--libs` has as the stub's `<untraced>`, or not at all). A stop in code
+/// without a line table (libc natively, `<untraced>` on the trace) is
+/// `stop untraced depth DEPTH`.
 const SHOW_STOP: &str = "python
 def aet_show():
     f = gdb.selected_frame()
     depth, g = 0, f
     while g is not None:
-        depth += gdb.solib_name(g.pc()) is None
+        depth += g.find_sal().symtab is not None
         g = g.older()
+    if f.find_sal().symtab is None:
+        print('stop untraced depth %d' % depth)
+        return
     main = int(gdb.parse_and_eval('(long)&main'))
     line = f.find_sal().line
     print('stop %s %d %d depth %d' % (f.name(), line, f.pc() - main, depth))
@@ -384,11 +409,14 @@ struct LineSteps {
 /// goes on, so a command that passes it stops elsewhere than on the trace
 /// (one that stops exactly there stops where it would anyway). What a
 /// trace cannot show, and the scripts avoid:
-/// a stop in untraced code (libc), so no `finish`, `reverse-finish` or
-/// `next` off the end of a callback from qsort or of a signal handler
-/// (natively they stop in qsort or the signal trampoline), and no `step`
-/// at a call into libc that calls back (natively gdb steps over libc, which
-/// has no line table; on the trace the callback is the next instruction).
+/// `reverse-finish` out of a callback from qsort or of a signal handler:
+/// natively gdb steps back into libc, whose static functions have no
+/// symbol, and runs back to the start of the log; on the trace it stops
+/// in the stub's `<untraced>`, where the untraced code called back.
+/// `finish`, `next` and `step` off the end of a callback or handler stop
+/// in untraced code both ways (libc natively, `<untraced>` on the trace:
+/// `stop untraced`), and `step` at a call into libc that calls back steps
+/// over it (the `qsort_callback.c` and `signal.c` scripts with them).
 const LINE_STEPS: &[LineSteps] = &[
     // Into the recursion of msort and out (finish and reverse-finish out of
     // a recursive call; from msort(0, 32) after its recursive calls, gdb's
@@ -440,6 +468,26 @@ const LINE_STEPS: &[LineSteps] = &[
         script: "tbreak 26; continue; reverse-next*2; reverse-step; next*2; tbreak by_value; \
                  continue; next*2; finish; reverse-step; reverse-next; reverse-finish; next; \
                  reverse-step; step",
+    },
+    // Passages through untraced code: `step` over qsort and bsearch, which
+    // call back; `step` and `finish` off the end of a comparator called by
+    // qsort stop in untraced code (natively in libc).
+    LineSteps {
+        source: "qsort_callback.c",
+        args: &[],
+        record: true,
+        script: "tbreak 25; continue; step; tbreak 27; continue; tbreak by_value; continue; \
+                 finish; tbreak by_value; continue; next*3; step; tbreak 29; continue; step; \
+                 reverse-next; reverse-step",
+    },
+    // The same off the end of a signal handler run inside raise() (natively
+    // in the signal trampoline or raise), and `step` over raise().
+    LineSteps {
+        source: "signal.c",
+        args: &[],
+        record: true,
+        script: "next*5; step; next*4; step; next*2; step; tbreak on_usr1; continue; finish; \
+                 tbreak on_usr1; continue; next*2; next; tbreak on_usr1; continue; step*3",
     },
     // raise() runs the handler inside the call: next over it both ways; a
     // breakpoint in the handler, reverse-continue to it.
@@ -910,11 +958,11 @@ fn each_thread_steps_its_own_stream() {
     for n in 1..=ids.len() {
         script += &format!(
             "thread {n}\nprintf \"pc %lx\\n\", $pc\n{}",
-            repeat("stepi", k)
+            repeat("traced-stepi", k)
         );
     }
     for n in 1..=ids.len() {
-        script += &format!("thread {n}\n{}", repeat("reverse-stepi", 1));
+        script += &format!("thread {n}\n{}", repeat("traced-reverse-stepi", 1));
     }
     script += "break worker\nthread 2\ninfo threads\nreverse-continue\nmonitor when\n";
     script += "thread 3\ninfo threads\ncontinue\nmonitor when\n";
@@ -985,12 +1033,12 @@ fn gzip_steps_and_breakpoints_follow_regen() {
     let seek = |p: u64| format!("monitor seek {p}\nmaintenance flush register-cache\n");
     let script = format!(
         "printf \"pc %lx\\n\", $pc\n{}{}printf \"pc %lx\\n\", $pc\n{}{}{}printf \"pc %lx\\n\", $pc\n{}",
-        repeat("stepi", 200),
+        repeat("traced-stepi", 200),
         seek(s),
-        repeat("reverse-stepi", 8),
-        repeat("stepi", 8),
+        repeat("traced-reverse-stepi", 8),
+        repeat("traced-stepi", 8),
         seek(len - 3),
-        repeat("stepi", 3),
+        repeat("traced-stepi", 3),
     );
     let got = pcs(&gdb(&exe, &trace, &script));
     let mut expect: Vec<u64> = want[..=200].to_vec();
@@ -1023,7 +1071,7 @@ fn a_fork_child_is_a_thread_of_the_session() {
     let k = 30;
     let script = format!(
         "info threads\nthread 2\nprintf \"pc %lx\\n\", $pc\n{}thread 1\nprintf \"pc %lx\\n\", $pc\n",
-        repeat("stepi", k)
+        repeat("traced-stepi", k)
     );
     let out = gdb(&exe, &trace, &script);
     let pid = common::regen::count(&trace)
@@ -1089,7 +1137,7 @@ fn traced_libraries_are_served_too() {
     let out = gdb(
         &exe,
         &trace,
-        &format!("break *lib_sort\ncontinue\n{}", repeat("stepi", k)),
+        &format!("break *lib_sort\ncontinue\n{}", repeat("traced-stepi", k)),
     );
     let s = sorts[0] as usize;
     assert_eq!(pcs(&out), want[s + 1..=s + k], "{out}");
@@ -1153,8 +1201,8 @@ fn control_flow_programs_follow_regen() {
         let back = 10.min(first);
         let script = format!(
             "break *{name}\ncontinue\n{}{}",
-            repeat("reverse-stepi", back),
-            repeat("stepi", 10)
+            repeat("traced-reverse-stepi", back),
+            repeat("traced-stepi", 10)
         );
         let mut expect: Vec<u64> = want[first - back..first].iter().rev().copied().collect();
         expect.extend(&want[first - back + 1..=first - back + 10]);
@@ -1163,4 +1211,33 @@ fn control_flow_programs_follow_regen() {
         assert_hits_both_ways(&exe, &trace, &prelude, len, &hits);
         eprintln!("{source}: {name}, {entries} entries");
     }
+}
+
+/// `stepi` and `reverse-stepi` around the first entry into `signal.c`'s
+/// handler: between it and the instruction before it in the instruction
+/// trace (the jump into libc's `raise`) stands one stop in the stub's
+/// `<untraced>`, at its start (traced code entered untraced code there),
+/// both ways; `bt` there has the caller of `raise` as frame 1.
+#[test]
+fn a_passage_through_untraced_code_precedes_a_handler() {
+    let (exe, trace) = recorded("signal.c", &[]);
+    let want = insns(&trace);
+    let probe = gdb(&exe, &trace, "printf \"pc %lx\\n\", on_usr1");
+    let entry = pcs(&probe)[0];
+    let first = want.iter().position(|&a| a == entry).unwrap();
+    let show = "printf \"pc %lx\\n\", $pc\n";
+    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
+    let script = format!(
+        "source {}\nbreak *on_usr1\ncontinue\nreverse-stepi\n{show}bt\nreverse-stepi\n{show}stepi\n{show}stepi\n{show}",
+        aetrace_py.display()
+    );
+    let out = gdb(&exe, &trace, &script);
+    let untraced = 0x7ae7_ace0_0000;
+    let got = pcs(&out);
+    assert_eq!(got, [untraced, want[first - 1], untraced, entry], "{out}");
+    assert!(
+        out.contains("#0  0x00007ae7ace00000 in <untraced> ()"),
+        "{out}"
+    );
+    assert!(out.contains("#1  0x"), "{out}");
 }

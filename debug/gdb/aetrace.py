@@ -1,8 +1,13 @@
 # Loaded by `aetrace debug` into gdb (aetrace-debug's GDB_SCRIPT): commands
-# over the stub's `monitor` commands (`seek`, `materialise`) and the
-# unwinder that builds frames from the stub's procedure stack.
+# over the stub's `monitor` commands (`seek`, `materialise`), the
+# unwinder that builds frames from the stub's procedure stack, and the
+# symbol of the made-up function `<untraced>` where the stub stands
+# passages through untraced code.
+import atexit
 import os
 import signal
+import struct
+import tempfile
 
 import gdb
 import gdb.unwinder
@@ -245,6 +250,55 @@ class AetraceUnwinder(gdb.unwinder.Unwinder):
 
 
 gdb.unwinder.register_unwinder(None, AetraceUnwinder(), replace=True)
+
+
+# The made-up function standing for untraced code that calls traced code
+# back (aetrace_debug::untraced::UNTRACED and UNTRACED_SIZE): gdb steps
+# over a function with a symbol and no line table as it does over libc.
+UNTRACED = 0x7AE7ACE00000
+UNTRACED_SIZE = 16
+
+
+def untraced_symbol_file(path):
+    """Writes an ELF file whose only symbol is the function `<untraced>`
+    at UNTRACED (a section without contents: the stub serves no bytes)."""
+    names = b"\0.text\0.symtab\0.strtab\0.shstrtab\0"
+    strtab = b"\0<untraced>\0"
+    # Symbols: the null one, then `<untraced>` (global, function, in .text).
+    symtab = bytes(24) + struct.pack("<IBBHQQ", 1, 0x12, 0, 1, UNTRACED, UNTRACED_SIZE)
+    body = symtab + strtab + names
+    shoff = 64 + len(body)
+    offs = (64, 64 + len(symtab), 64 + len(symtab) + len(strtab))
+
+    def sh(name, kind, flags, addr, off, size, link=0, info=0, align=1, entsize=0):
+        return struct.pack("<IIQQQQIIQQ", name, kind, flags, addr, off, size, link, info, align, entsize)
+
+    sections = (
+        bytes(64)
+        # .text: SHT_NOBITS, SHF_ALLOC | SHF_EXECINSTR
+        + sh(1, 8, 6, UNTRACED, 64, UNTRACED_SIZE, align=16)
+        # .symtab: SHT_SYMTAB, its strings in section 3, the globals from 1
+        + sh(7, 2, 0, 0, offs[0], len(symtab), link=3, info=1, align=8, entsize=24)
+        + sh(15, 3, 0, 0, offs[1], len(strtab))
+        + sh(23, 3, 0, 0, offs[2], len(names))
+    )
+    ident = b"\x7fELF" + bytes([2, 1, 1]) + bytes(9)
+    # ET_EXEC, EM_X86_64, no program headers, 5 sections, names in 4.
+    header = ident + struct.pack("<HHIQQQIHHHHHH", 2, 62, 1, 0, 0, shoff, 0, 64, 0, 0, 64, 5, 4)
+    with open(path, "wb") as f:
+        f.write(header + body + sections)
+
+
+def add_untraced_symbol():
+    fd, path = tempfile.mkstemp(prefix="aetrace-untraced-", suffix=".elf")
+    os.close(fd)
+    # gdb may reopen the file while the session lasts.
+    atexit.register(os.unlink, path)
+    untraced_symbol_file(path)
+    gdb.execute("add-symbol-file %s -s .text %#x" % (path, UNTRACED), to_string=True)
+
+
+add_untraced_symbol()
 # One thread moves per command (the stub replays threads independently);
 # under scheduler locking gdb names it in every resume packet, also after
 # `info threads` left its register cache on the selected thread.

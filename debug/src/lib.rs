@@ -19,10 +19,13 @@
 //! - [`blocks`]: which procedure an address is in;
 //! - [`data`]: each instruction's data references (watchpoints);
 //! - [`calltree`]: the whole run's call tree as Chrome/Perfetto trace JSON
-//!   (`aetrace timeline`).
+//!   (`aetrace timeline`);
+//! - [`untraced`]: passages through untraced code that calls traced code
+//!   back, shown as positions in a made-up function `<untraced>`.
 //!
 //! Invariants: the pc at position `n` is the `n`th address of `aetrace
-//! regen --thread T --format insn`; no register or memory byte the trace
+//! regen --thread T --format insn` (a passage through untraced code
+//! before it has the made-up pc of [`untraced`]); no register or memory byte the trace
 //! does not determine is ever served (unavailable instead); the library
 //! prints nothing (errors are [`Error`] values for the binary to report).
 
@@ -36,6 +39,7 @@ pub mod process;
 pub mod stack;
 pub mod stub;
 pub mod timeline;
+pub mod untraced;
 
 #[cfg(test)]
 mod tests;

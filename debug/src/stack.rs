@@ -8,15 +8,28 @@
 //! elsewhere pushes `a`'s return address (a traced callee, or a callback
 //! from untraced code the call ran); `b` a return address on the stack
 //! pops down to it (a return, a longjmp or an exception to a caller);
-//! anything else is a jump within the frame. Untraced code therefore has
-//! no frames of its own: a callback's caller is the traced call that
-//! started the untraced code.
+//! anything else is a jump within the frame ([`Stacks::change`]). Untraced
+//! code therefore has no frames of its own: a callback's caller is the
+//! traced call that started the untraced code.
+//!
+//! With passages ([`Stacks::with_passages`], the debugger's stacks), a
+//! step that went through untraced code which called traced code back
+//! (`crate::untraced`) has a frame for that code, whose return address is
+//! [`RETURNED`]: a call or jump into untraced code that did not come
+//! straight back (its target, by the instruction's encoding, is not `b`)
+//! enters it (a call first pushes its return address); a return with
+//! [`RETURNED`] on top, or one to no address on the stack that lands on
+//! a procedure's entry, returns into it. After the passage, `b` on the
+//! stack pops to it (the untraced code returned), a procedure's entry is
+//! a callback (push [`RETURNED`]), anything else replaces the frame.
 //!
 //! Invariants: the stack at an interval's start is the same whatever order
 //! positions are visited in (it is computed front to back, interval by
-//! interval, and kept per interval).
+//! interval, and kept per interval), and so are the passages.
 
+use crate::image::Image;
 use crate::timeline::Timeline;
+use crate::untraced::{decode, Exit, Passage, To, RETURNED};
 use aetrace_regen::compile::Module as Compiled;
 use std::collections::HashMap;
 
@@ -33,34 +46,64 @@ pub struct Stacks {
     calls: HashMap<u64, u64>,
     /// States at the starts of intervals `0..states.len()`.
     states: Vec<State>,
+    /// Passages through untraced code, when looked for.
+    passages: Option<Passages>,
 }
 
 impl Stacks {
     /// The call sites of `modules` (non-tail calls ending a block).
     pub fn new(modules: &[&Compiled]) -> Stacks {
         let mut calls = HashMap::new();
-        for m in modules {
-            for (bi, b) in m.blocks.iter() {
-                if b.call.is_some_and(|c| !c.tail) {
-                    let lens = m.insn_lens(bi);
-                    let last: u64 = lens[..lens.len() - 1].iter().map(|&l| u64::from(l)).sum();
-                    let start = m.load_base.wrapping_add(b.start);
-                    calls.insert(start + last, start + u64::from(b.size));
-                }
+        for (a, len, b) in block_ends(modules) {
+            if b.call.is_some_and(|c| !c.tail) {
+                calls.insert(a, a + len);
             }
         }
         Stacks {
             calls,
             states: vec![State::default()],
+            passages: None,
         }
     }
 
+    /// The same stacks with passages through untraced code (the module
+    /// comment), decoding the blocks' last instructions from `image`.
+    pub fn with_passages(mut self, modules: &[&Compiled], image: &Image) -> Stacks {
+        self.passages = Some(Passages::new(modules, image));
+        self
+    }
+
     /// Return addresses at position `n` (before its instruction runs),
-    /// innermost first.
-    pub fn at(&mut self, t: &mut Timeline<'_>, n: u64) -> Vec<u64> {
-        let Some(k) = t.interval_of(n) else {
-            return Vec::new();
+    /// innermost first; with `passage`, in the passage through untraced
+    /// code just before it.
+    pub fn at(&mut self, t: &mut Timeline<'_>, n: u64, passage: bool) -> Vec<u64> {
+        let mut s = match passage {
+            true => self.state_at(t, n - 1),
+            false => self.state_at(t, n),
         };
+        if let (true, Some(p), Some(a), Some(b)) = (passage, &self.passages, s.prev, t.address(n)) {
+            p.enter(a, b, &mut s.stack);
+        }
+        s.stack.reverse();
+        s.stack
+    }
+
+    /// The state after position `n`'s step (an empty one past the end).
+    fn state_at(&mut self, t: &mut Timeline<'_>, n: u64) -> State {
+        let Some(k) = t.interval_of(n) else {
+            return State::default();
+        };
+        self.reach(t, k);
+        let mut s = self.states[k].clone();
+        let (start, addrs) = t.interval(k);
+        for &b in &addrs[..=(n - start) as usize] {
+            self.step(&mut s, b);
+        }
+        s
+    }
+
+    /// Computes the states at the starts of intervals up to `k`.
+    fn reach(&mut self, t: &mut Timeline<'_>, k: usize) {
         while self.states.len() <= k {
             let j = self.states.len() - 1;
             let mut s = self.states[j].clone();
@@ -70,23 +113,47 @@ impl Stacks {
             }
             self.states.push(s);
         }
-        let mut s = self.states[k].clone();
-        let (start, addrs) = t.interval(k);
-        for &b in &addrs[..=(n - start) as usize] {
-            self.step(&mut s, b);
-        }
-        s.stack.reverse();
-        s.stack
     }
 
-    fn step(&self, s: &mut State, b: u64) {
-        if let Some(a) = s.prev.replace(b) {
-            match self.change(a, b, &s.stack) {
-                Change::Push(ret) => s.stack.push(ret),
-                Change::PopTo(i) => s.stack.truncate(i),
-                Change::None => {}
+    /// The passages through untraced code before positions of interval
+    /// `k`: (position, passage), in order (none without passages).
+    pub fn passages(&mut self, t: &mut Timeline<'_>, k: usize) -> &[(u64, Passage)] {
+        let known = self.passages.as_ref().map(|p| p.found.contains_key(&k));
+        if known == Some(false) {
+            self.reach(t, k);
+            let mut s = self.states[k].clone();
+            let (start, addrs) = t.interval(k);
+            let mut found = Vec::new();
+            for (i, &b) in addrs.iter().enumerate() {
+                if let Some(p) = self.step(&mut s, b) {
+                    found.push((start + i as u64, p));
+                }
             }
+            let p = self.passages.as_mut().expect("looked for");
+            p.found.insert(k, found);
         }
+        match &self.passages {
+            Some(p) => &p.found[&k],
+            None => &[],
+        }
+    }
+
+    /// Steps `s` to instruction `b`: the passage before it, if any.
+    fn step(&self, s: &mut State, b: u64) -> Option<Passage> {
+        let a = s.prev.replace(b)?;
+        if let Some(passage) = self
+            .passages
+            .as_ref()
+            .and_then(|p| p.through(a, b, &mut s.stack))
+        {
+            return Some(passage);
+        }
+        match self.change(a, b, &s.stack) {
+            Change::Push(ret) => s.stack.push(ret),
+            Change::PopTo(i) => s.stack.truncate(i),
+            Change::None => {}
+        }
+        None
     }
 
     /// What the step from instruction `a` to instruction `b` does to
@@ -100,6 +167,134 @@ impl Stacks {
             None => match stack.iter().rposition(|&r| r == b) {
                 Some(i) => Change::PopTo(i),
                 None => Change::None,
+            },
+        }
+    }
+}
+
+/// Each block's last instruction: its run-time address, its length and
+/// the block.
+fn block_ends<'a>(
+    modules: &'a [&'a Compiled],
+) -> impl Iterator<Item = (u64, u64, &'a aetrace_regen::compile::Block)> + 'a {
+    modules.iter().flat_map(|m| {
+        m.blocks.iter().map(move |(bi, b)| {
+            let lens = m.insn_lens(bi);
+            let len = u64::from(lens[lens.len() - 1]);
+            let start = m.load_base.wrapping_add(b.start);
+            (start + u64::from(b.size) - len, len, b)
+        })
+    })
+}
+
+/// A block's last instruction that transfers control, and where it is.
+struct Site {
+    exit: Exit,
+    module: usize,
+    /// The import a PLT stub jumps to (its procedure's name without
+    /// `@plt`).
+    import: Option<String>,
+}
+
+/// A procedure entry: its module and name.
+struct Entry {
+    module: usize,
+    name: String,
+}
+
+/// What passages are found with (the module comment's rules).
+struct Passages {
+    sites: HashMap<u64, Site>,
+    entries: HashMap<u64, Entry>,
+    /// Per interval visited: its passages.
+    found: HashMap<usize, Vec<(u64, Passage)>>,
+}
+
+impl Passages {
+    fn new(modules: &[&Compiled], image: &Image) -> Passages {
+        let mut sites = HashMap::new();
+        let mut entries = HashMap::new();
+        for (mi, m) in modules.iter().enumerate() {
+            for p in m.procs.values().filter(|p| p.traced) {
+                if let Some(e) = m.blocks.get(p.entry) {
+                    let name = p.name.clone();
+                    let at = m.load_base.wrapping_add(e.start);
+                    entries.insert(at, Entry { module: mi, name });
+                }
+            }
+            for (a, len, b) in block_ends(std::slice::from_ref(m)) {
+                let mut insn = [0; 16];
+                let insn = &mut insn[..len as usize];
+                if image.read(a, insn) < insn.len() {
+                    continue;
+                }
+                if let Some(exit) = decode(a, insn) {
+                    let name = &m.procs[b.proc].name;
+                    let import = name.strip_suffix("@plt").map(str::to_owned);
+                    sites.insert(
+                        a,
+                        Site {
+                            exit,
+                            module: mi,
+                            import,
+                        },
+                    );
+                }
+            }
+        }
+        Passages {
+            sites,
+            entries,
+            found: HashMap::new(),
+        }
+    }
+
+    /// The step from `a` to `b` through untraced code: the passage, with
+    /// `stack` at `b` (else `None`, `stack` untouched).
+    fn through(&self, a: u64, b: u64, stack: &mut Vec<u64>) -> Option<Passage> {
+        let passage = self.enter(a, b, stack)?;
+        match stack.iter().rposition(|&r| r == b) {
+            Some(i) => stack.truncate(i),
+            None if self.entries.contains_key(&b) => stack.push(RETURNED),
+            None => {}
+        }
+        Some(passage)
+    }
+
+    /// Whether the step from `a` to `b` passes through untraced code: the
+    /// passage, with `stack` as it is there (else `stack` untouched).
+    fn enter(&self, a: u64, b: u64, stack: &mut Vec<u64>) -> Option<Passage> {
+        let site = self.sites.get(&a)?;
+        let on_stack = stack.contains(&b);
+        match site.exit {
+            Exit::Call { ret, to } if b != ret && self.called_back(site, to, b) => {
+                stack.push(ret);
+                Some(Passage::Entered)
+            }
+            Exit::Jump(to) if !on_stack && self.called_back(site, to, b) => Some(Passage::Entered),
+            Exit::Ret if stack.last() == Some(&RETURNED) => {
+                stack.pop();
+                Some(Passage::Returned)
+            }
+            Exit::Ret if !on_stack && self.entries.contains_key(&b) => Some(Passage::Returned),
+            _ => None,
+        }
+    }
+
+    /// Whether a call or jump from `site` to `to` that reached `b` went
+    /// through untraced code: a direct one that did not land on its
+    /// target, or one through an import's GOT slot that landed in its own
+    /// module or on a procedure other than the PLT stub's import (a
+    /// traced library's function, `--libs`, is reached directly).
+    fn called_back(&self, site: &Site, to: To, b: u64) -> bool {
+        match to {
+            To::Direct(t) => t != b,
+            To::Other => false,
+            To::Got => match self.entries.get(&b) {
+                Some(e) => {
+                    e.module == site.module || site.import.as_ref().is_some_and(|i| *i != e.name)
+                }
+                None => true,
             },
         }
     }

@@ -6,7 +6,9 @@
 //!   position); every other register is *unavailable* (`xx` in `g`
 //!   replies), so gdb never shows a made-up value. Writes are refused.
 //! - Memory: the read-only segments of the modules ([`Image`]).
-//! - Execution: `stepi`/`reverse-stepi` move one position; `continue`,
+//! - Execution: `stepi`/`reverse-stepi` move one position (a passage
+//!   through untraced code that calls back, `crate::untraced`, is one
+//!   too); `continue`,
 //!   `reverse-continue` and range stepping search the timeline for the next
 //!   breakpoint (software and hardware alike: nothing is written into
 //!   memory) inside the stub, at regeneration speed; running off either end
@@ -24,6 +26,7 @@ use crate::image::Image;
 use crate::materialise;
 use crate::stack::Stacks;
 use crate::timeline::{Found, Hit, Timeline};
+use crate::untraced::{is_untraced, Passage, RETURNED, UNTRACED};
 use aetrace_regen::compile::Module as Compiled;
 use gdbstub::arch::{Arch, Registers};
 use gdbstub::target::ext::breakpoints::WatchKind;
@@ -111,6 +114,8 @@ pub enum Stop {
 pub struct Stub<'m> {
     timeline: Timeline<'m>,
     pos: u64,
+    /// In the passage through untraced code just before `pos`.
+    untraced: bool,
     image: Image,
     /// Breakpoint addresses: (address, hardware).
     breaks: Vec<(u64, bool)>,
@@ -122,7 +127,7 @@ pub struct Stub<'m> {
     modules: &'m [&'m Compiled],
     stacks: Stacks,
     /// The shadow region's bytes at a position ([`SHADOW`]).
-    shadow: Option<(u64, Vec<u8>)>,
+    shadow: Option<((u64, bool), Vec<u8>)>,
     /// How to re-run the program (`monitor materialise`).
     plan: materialise::Plan,
     /// The thread's data references, or why there are none.
@@ -162,12 +167,13 @@ impl<'m> Stub<'m> {
             block_index,
             timeline,
             pos: at,
+            untraced: false,
+            stacks: Stacks::new(modules).with_passages(modules, &image),
             image,
             breaks: Vec::new(),
             action: Action::Continue,
             blocks,
             modules,
-            stacks: Stacks::new(modules),
             shadow: None,
             plan: Err("the stub was not told how the program was run".into()),
             data: Err("watchpoints need data addresses: record with --data --check".into()),
@@ -196,6 +202,9 @@ impl<'m> Stub<'m> {
     /// reads, or why not.
     fn materialise(&mut self) -> String {
         let recorded = match &self.plan {
+            _ if self.untraced => {
+                return "materialise: cannot materialise in untraced code: step to a traced instruction first".into()
+            }
             Ok(r) => r.clone(),
             Err(why) => return format!("materialise: cannot materialise here: {why}"),
         };
@@ -203,7 +212,13 @@ impl<'m> Stub<'m> {
         let target = materialise::Target {
             n: self.pos + 1,
             pc: frames[0].0,
-            returns: frames[1..].iter().map(|f| f.0).collect(),
+            // Untraced code has no frame in the re-run's copies either
+            // (gdb unwinds through libc there).
+            returns: frames[1..]
+                .iter()
+                .map(|f| f.0)
+                .filter(|&a| !is_untraced(a))
+                .collect(),
         };
         match materialise::materialise(&recorded, &target) {
             Ok(m) => m.reply(target.n),
@@ -221,9 +236,13 @@ impl<'m> Stub<'m> {
         self.pos
     }
 
-    /// The current instruction's address.
+    /// The current instruction's address (in a passage through untraced
+    /// code, its made-up pc).
     pub fn pc(&mut self) -> u64 {
-        self.timeline.address(self.pos).unwrap_or(0)
+        match self.untraced {
+            true => self.passage_before(self.pos).map_or(UNTRACED, Passage::pc),
+            false => self.timeline.address(self.pos).unwrap_or(0),
+        }
     }
 
     /// Moves to position `n` if the thread executed that many instructions.
@@ -231,8 +250,17 @@ impl<'m> Stub<'m> {
         let ok = self.timeline.has(n);
         if ok {
             self.pos = n;
+            self.untraced = false;
         }
         ok
+    }
+
+    /// The passage through untraced code just before position `n`, if any.
+    fn passage_before(&mut self, n: u64) -> Option<Passage> {
+        let k = self.timeline.interval_of(n)?;
+        let found = self.stacks.passages(&mut self.timeline, k);
+        let i = found.binary_search_by_key(&n, |p| p.0).ok()?;
+        Some(found[i].1)
     }
 
     /// Carries out the pending action and says why it stopped (an error:
@@ -240,6 +268,12 @@ impl<'m> Stub<'m> {
     pub fn run(&mut self) -> Result<Stop, String> {
         self.hit = None;
         if !self.watches.is_empty() {
+            // A passage makes no access: a run with watchpoints starts from
+            // the instruction after it.
+            let was = std::mem::take(&mut self.untraced);
+            if was && self.action == Action::Step {
+                return Ok(Stop::Step);
+            }
             return self.run_watching();
         }
         Ok(self.run_plain())
@@ -247,40 +281,112 @@ impl<'m> Stub<'m> {
 
     /// [`Stub::run`] without watchpoints: a search on addresses alone.
     fn run_plain(&mut self) -> Stop {
+        let breaks = self.breaks.clone();
         match self.action {
-            Action::Step => match self.timeline.has(self.pos + 1) {
-                true => {
-                    self.pos += 1;
-                    Stop::Step
-                }
-                false => Stop::End,
-            },
-            Action::ReverseStep => match self.pos.checked_sub(1) {
-                Some(p) => {
-                    self.pos = p;
-                    Stop::Step
-                }
-                None => Stop::Begin,
-            },
-            Action::Continue => {
-                let f = self
-                    .timeline
-                    .find_forward(self.pos, Stops::at(&self.breaks, None));
-                self.stop_at(f, Stop::End)
-            }
-            Action::ReverseContinue => {
-                let f = self
-                    .timeline
-                    .find_backward(self.pos, Stops::at(&self.breaks, None));
-                self.stop_at(f, Stop::Begin)
-            }
-            Action::Range(start, end) => {
-                // Until the pc leaves the range or meets a breakpoint.
-                let stops = Stops::at(&self.breaks, Some((start, end)));
-                let f = self.timeline.find_forward(self.pos, stops);
-                self.stop_at(f, Stop::End)
-            }
+            Action::Step => self.step_forward(),
+            Action::ReverseStep => self.step_backward(),
+            Action::Continue => self.search(true, Stops::at(&breaks, None)),
+            Action::ReverseContinue => self.search(false, Stops::at(&breaks, None)),
+            // Until the pc leaves the range or meets a breakpoint.
+            Action::Range(start, end) => self.search(true, Stops::at(&breaks, Some((start, end)))),
         }
+    }
+
+    /// One step forwards: into the passage before the next instruction, if
+    /// there is one, else to it.
+    fn step_forward(&mut self) -> Stop {
+        if std::mem::take(&mut self.untraced) {
+            return Stop::Step;
+        }
+        if !self.timeline.has(self.pos + 1) {
+            return Stop::End;
+        }
+        self.pos += 1;
+        self.untraced = self.passage_before(self.pos).is_some();
+        Stop::Step
+    }
+
+    /// One step backwards: into the passage before this instruction, if
+    /// there is one, else to the previous instruction.
+    fn step_backward(&mut self) -> Stop {
+        if std::mem::take(&mut self.untraced) {
+            // No passage precedes position 0 (it follows an instruction).
+            self.pos -= 1;
+            return Stop::Step;
+        }
+        if self.passage_before(self.pos).is_some() {
+            self.untraced = true;
+            return Stop::Step;
+        }
+        match self.pos.checked_sub(1) {
+            Some(p) => {
+                self.pos = p;
+                Stop::Step
+            }
+            None => Stop::Begin,
+        }
+    }
+
+    /// Runs forwards or backwards to the nearest instruction or passage
+    /// whose pc `stops` says to stop at, or to the end. Passages are only
+    /// looked for when their pcs are stops (a breakpoint gdb set there,
+    /// a range being stepped), so a plain run searches addresses alone.
+    fn search(&mut self, forward: bool, stops: Stops<'_>) -> Stop {
+        let found = match forward {
+            // From a passage, its instruction is the next one.
+            true => self
+                .timeline
+                .find_forward(self.pos - u64::from(self.untraced), stops),
+            false => self.timeline.find_backward(self.pos, stops),
+        };
+        let at = match found {
+            Found::At(p) | Found::End(p) => p,
+        };
+        let passage = match forward {
+            true => self.passage_between(self.pos + 1, at, true, &stops),
+            false => {
+                let last = self.pos - u64::from(self.untraced);
+                self.passage_between(at + 1, last, false, &stops)
+            }
+        };
+        if let Some(q) = passage {
+            (self.pos, self.untraced) = (q, true);
+            return self.break_kind().unwrap_or(Stop::Step);
+        }
+        self.stop_at(found, if forward { Stop::End } else { Stop::Begin })
+    }
+
+    /// The first (`forward`) or last position in `from..=to` preceded by
+    /// a passage whose pc `stops` says to stop at.
+    fn passage_between(
+        &mut self,
+        from: u64,
+        to: u64,
+        forward: bool,
+        stops: &Stops<'_>,
+    ) -> Option<u64> {
+        if from > to || !(stops.hit(UNTRACED) || stops.hit(RETURNED)) {
+            return None;
+        }
+        let (first, last) = (
+            self.timeline.interval_of(from)?,
+            self.timeline.interval_of(to)?,
+        );
+        let mut ks: Vec<usize> = (first..=last).collect();
+        if !forward {
+            ks.reverse();
+        }
+        ks.into_iter().find_map(|k| {
+            let found = self.stacks.passages(&mut self.timeline, k);
+            let mut hits = found
+                .iter()
+                .filter(|(q, p)| (from..=to).contains(q) && stops.hit(p.pc()));
+            match forward {
+                true => hits.next(),
+                false => hits.next_back(),
+            }
+            .map(|h| h.0)
+        })
     }
 
     /// [`Stub::run`] with watchpoints: a walk over each position's data
@@ -437,11 +543,11 @@ impl<'m> Stub<'m> {
     fn stop_at(&mut self, f: Found, end: Stop) -> Stop {
         match f {
             Found::At(p) => {
-                self.pos = p;
+                (self.pos, self.untraced) = (p, false);
                 self.break_kind().unwrap_or(Stop::Step)
             }
             Found::End(p) => {
-                self.pos = p;
+                (self.pos, self.untraced) = (p, false);
                 end
             }
         }
@@ -462,8 +568,11 @@ impl<'m> Stub<'m> {
     /// innermost first (a caller's pc is its return address).
     pub fn frames(&mut self) -> Vec<(u64, u64)> {
         let pc = self.pc();
-        let rets = self.stacks.at(&mut self.timeline, self.pos);
-        let entry = |a: u64| self.block_at(a).map_or(0, |b| b.entry);
+        let rets = self.stacks.at(&mut self.timeline, self.pos, self.untraced);
+        let entry = |a: u64| match is_untraced(a) {
+            true => UNTRACED,
+            false => self.block_at(a).map_or(0, |b| b.entry),
+        };
         let mut frames = vec![(pc, entry(pc))];
         // A return address's procedure is its call instruction's.
         frames.extend(rets.iter().map(|&r| (r, entry(r - 1))));
@@ -472,13 +581,14 @@ impl<'m> Stub<'m> {
 
     /// Reads the shadow region ([`SHADOW`]): how many bytes were served.
     fn read_shadow(&mut self, addr: u64, data: &mut [u8]) -> usize {
-        if self.shadow.as_ref().map(|s| s.0) != Some(self.pos) {
+        let here = (self.pos, self.untraced);
+        if self.shadow.as_ref().map(|s| s.0) != Some(here) {
             let frames = self.frames();
             let mut bytes = (frames.len() as u64).to_le_bytes().to_vec();
             for (pc, entry) in frames {
                 bytes.extend(pc.to_le_bytes().into_iter().chain(entry.to_le_bytes()));
             }
-            self.shadow = Some((self.pos, bytes));
+            self.shadow = Some((here, bytes));
         }
         let bytes = &self.shadow.as_ref().expect("just set").1;
         xfer(bytes, addr - SHADOW, data.len(), data)
@@ -491,7 +601,11 @@ impl<'m> Stub<'m> {
             ["when"] => {
                 let n = self.block_index.number(&mut self.timeline, self.pos);
                 let block = n.unwrap_or(0).saturating_sub(1);
-                format!("instruction {} block {block}", self.pos)
+                let passage = match self.untraced {
+                    true => " (in untraced code before it)",
+                    false => "",
+                };
+                format!("instruction {} block {block}{passage}", self.pos)
             }
             ["seek", n] => match n.parse::<u64>() {
                 Ok(n) if self.seek(n) => format!(
@@ -557,6 +671,9 @@ impl<'m> Stub<'m> {
     /// `monitor info`: where the current instruction is.
     fn info(&mut self) -> String {
         let pc = self.pc();
+        if self.untraced {
+            return format!("in untraced code before instruction {}", self.pos);
+        }
         let module = self
             .image
             .module_at(pc)
