@@ -110,6 +110,25 @@ fn computed_jumps_are_followed_exactly() {
     }
 }
 
+/// Several jumps reading one jump table (`traces/shared_table.c`, gcc
+/// -O2's duplicated `goto *ops[i & 3]`): the table stays as it is and each
+/// jump dispatches from its targets, exact against lackey with nothing
+/// left alone (regen stopped at the second jump before).
+#[test]
+fn jumps_sharing_a_table_are_followed_exactly() {
+    for v in [
+        Variant::new(Opt::O2, Link::Pie, false),
+        Variant::new(Opt::O2, Link::NoPie, true),
+    ] {
+        let exe = build("shared_table.c", v);
+        let tables = jumps(&exe, "jumptable");
+        assert!(tables.len() >= 2, "{v:?}: {tables:?}");
+        let info = check_libs(&exe, &[], &[], LogMode::Pipe);
+        let alone = left_alone(&info, 0);
+        assert!(alone.is_empty(), "{v:?}: {alone:?}");
+    }
+}
+
 /// A computed jump to an address none of its cases has (`vm`'s array
 /// given another procedure's entry): the original code runs on after
 /// DESYNC (the program's output is native) and regen stops there.
