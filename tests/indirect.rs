@@ -51,18 +51,39 @@ fn jumps(exe: &Path, class: &str) -> Vec<(String, u64)> {
     names
 }
 
+/// How many procedures `aetrace cfg` found in the gaps between others.
+fn gap_procedures(exe: &Path) -> usize {
+    let out = Command::new(common::aetrace())
+        .args(["cfg", "--json"])
+        .arg(exe)
+        .output()
+        .unwrap();
+    let cfg: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let gap = |p: &&serde_json::Value| p["sources"].as_array().unwrap().iter().any(|s| s == "gap");
+    cfg["procedures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(gap)
+        .count()
+}
+
 /// Jumps to computed code addresses (docs/rewrite.md "Computed jumps"):
 /// `traces/computed_jump.c`'s `&&label` interpreter, label chosen per path
 /// and label plus a bounded multiple, traced through the copy's dispatch
 /// and exact against lackey. Left alone: only `tiny`, whose second jump
-/// reads the table the copy rewrites for its first (-O2). Not stripped:
-/// there `scaled`'s labels start procedures of their own, and its jump is
-/// an unresolved one into their middle.
+/// reads the table the copy rewrites for its first (-O2). Stripped too:
+/// there `scaled`'s jump is an unresolved one (its end is unknown), to
+/// labels past it that nothing names, ranges of their own found in the gaps
+/// between procedures (`analysis::procs`, source `gap`), so it enters them
+/// through their springboards (their instructions were missing before).
 #[test]
 fn computed_jumps_are_followed_exactly() {
     for v in [
         Variant::new(Opt::O2, Link::Pie, false),
         Variant::new(Opt::O0, Link::NoPie, false),
+        Variant::new(Opt::O0, Link::NoPie, true),
+        Variant::new(Opt::O2, Link::NoPie, true),
     ] {
         let exe = build("computed_jump.c", v);
         let jumps = jumps(&exe, "computed");
@@ -72,6 +93,12 @@ fn computed_jumps_are_followed_exactly() {
         for name in ["vm", "scaled"].iter().filter(|_| !v.stripped) {
             assert!(jumps.iter().any(|j| j.0 == *name), "{v:?}: {jumps:?}");
         }
+        // Stripped, `scaled`'s jump is unresolved, to its three labels past
+        // the first, in the gaps.
+        if v.stripped {
+            assert!(!unresolved(&exe).is_empty(), "{v:?}");
+            assert_eq!(gap_procedures(&exe), 3, "{v:?}");
+        }
         let info = check_libs(&exe, &[], &[], LogMode::Pipe);
         let alone = left_alone(&info, 0);
         let computed: Vec<_> = alone.iter().filter(|l| l.contains("computed")).collect();
@@ -80,6 +107,25 @@ fn computed_jumps_are_followed_exactly() {
             computed.len() <= 1 && computed.iter().all(|l| allowed(&l)),
             "{v:?}: {alone:?}"
         );
+    }
+}
+
+/// Several jumps reading one jump table (`traces/shared_table.c`, gcc
+/// -O2's duplicated `goto *ops[i & 3]`): the table stays as it is and each
+/// jump dispatches from its targets, exact against lackey with nothing
+/// left alone (regen stopped at the second jump before).
+#[test]
+fn jumps_sharing_a_table_are_followed_exactly() {
+    for v in [
+        Variant::new(Opt::O2, Link::Pie, false),
+        Variant::new(Opt::O2, Link::NoPie, true),
+    ] {
+        let exe = build("shared_table.c", v);
+        let tables = jumps(&exe, "jumptable");
+        assert!(tables.len() >= 2, "{v:?}: {tables:?}");
+        let info = check_libs(&exe, &[], &[], LogMode::Pipe);
+        let alone = left_alone(&info, 0);
+        assert!(alone.is_empty(), "{v:?}: {alone:?}");
     }
 }
 

@@ -7,7 +7,8 @@
 //! `DT_INIT`/`DT_FINI` and the init/fini arrays, unsized symbols, direct
 //! call and jump targets found by decoding, code addresses taken by
 //! RIP-relative `lea` or RELATIVE relocations (only where no other source
-//! covers them), and the address a range falls through to at its end. A
+//! covers them), the address a range falls through to at its end, and,
+//! last, clean code past the padding of a gap between ranges. A
 //! start without an end gets the extent a recursive descent from it reaches
 //! before the next known range. PLT stubs are ranges of their own.
 //!
@@ -54,6 +55,9 @@ pub enum Source {
     FallThrough,
     /// A code address taken by a RIP-relative `lea`.
     AddressTaken,
+    /// Code in a gap between ranges that nothing found names (see
+    /// `gap_starts`).
+    Gap,
 }
 
 impl Source {
@@ -70,6 +74,7 @@ impl Source {
             Source::JumpTarget => "jump-target",
             Source::FallThrough => "fall-through",
             Source::AddressTaken => "address-taken",
+            Source::Gap => "gap",
         }
     }
 }
@@ -381,6 +386,60 @@ fn explore(module: &Module, start: u64, limit: u64) -> u64 {
     end
 }
 
+/// Code that no source names, in the gaps between known ranges: where
+/// a gap's padding (nops, `int3`, zero bytes) ends at a 16-byte boundary
+/// and a descent from there decodes cleanly and ends in no fall-through.
+/// Only an indirect jump reaches such code (a stripped assembly function's
+/// labels past its `jmp *%rcx`, `scaled` of `traces/computed_jump.c`);
+/// a range of its own makes its start a traced procedure's springboard,
+/// where it would otherwise run untraced with nothing in the trace to say
+/// so. One start per gap and round: the rest of the gap comes next round.
+fn gap_starts(st: &State, tried: &HashSet<u64>) -> Vec<u64> {
+    let mut out = Vec::new();
+    for &(sec_start, sec_end) in &st.code {
+        let mut cursor = sec_start;
+        let bounds = st
+            .by_start
+            .range(sec_start..sec_end)
+            .map(|(&s, &i)| (s, st.ranges[i].end));
+        for (s, e) in bounds.chain(std::iter::once((sec_end, sec_end))) {
+            if s > cursor {
+                out.extend(gap_code(st.module, cursor, s).filter(|a| !tried.contains(a)));
+            }
+            cursor = cursor.max(e);
+        }
+    }
+    out
+}
+
+/// The start of clean code past the padding of gap `[a, b)`, if any (see
+/// [`gap_starts`]).
+fn gap_code(module: &Module, a: u64, b: u64) -> Option<u64> {
+    let bytes = module.bytes_at(a, b - a)?;
+    let mut d = Decoder::with_ip(64, bytes, a, DecoderOptions::NONE);
+    let mut p = a;
+    while p < b {
+        if bytes[(p - a) as usize] == 0 {
+            p += 1;
+            continue;
+        }
+        d.set_position((p - a) as usize).ok()?;
+        d.set_ip(p);
+        let insn = d.decode();
+        if insn.is_invalid() || !matches!(insn.mnemonic(), Mnemonic::Nop | Mnemonic::Int3) {
+            break;
+        }
+        p = insn.next_ip();
+    }
+    if p >= b || p % 16 != 0 {
+        return None;
+    }
+    let end = explore(module, p, b);
+    let code = decode_range(module, p, end);
+    let last = code.insns.last()?;
+    (code.error.is_none() && last.next_ip() == end && !falls_through(last)).then_some(p)
+}
+
 /// Union-find over range indices.
 fn find(parent: &mut [usize], mut x: usize) -> usize {
     while parent[x] != x {
@@ -601,6 +660,11 @@ pub fn discover(module: &Module, stubs: Vec<PltStub>) -> Discovery {
         }
         for &a in &ref_facts {
             add(a, Source::AddressTaken, &st);
+        }
+        if pending.is_empty() {
+            for a in gap_starts(&st, &tried) {
+                pending.entry(a).or_default().insert(Source::Gap);
+            }
         }
         if pending.is_empty() {
             break;

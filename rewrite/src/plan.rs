@@ -463,15 +463,18 @@ impl<'p> Plans<'p> {
     }
 
     /// The dispatches of a procedure's jumps to computed code addresses
-    /// (tracing), their chunks placed from `tables_end` up.
+    /// and through tables several jumps read (`traced::shared_tables`;
+    /// tracing), their chunks placed from `tables_end` up.
     fn dispatches(&mut self, rw: &Rewrite<'_>, cfg: &Cfg) -> Vec<Dispatch> {
         if !matches!(rw.how, How::Trace(_)) {
             return Vec::new();
         }
+        let shared = crate::traced::shared_tables(cfg);
         let mut out = Vec::new();
         for j in &cfg.indirect_jumps {
             let targets = match &j.resolution {
                 JumpResolution::Computed(t) if !t.is_empty() => t,
+                JumpResolution::Table { table, targets } if shared.contains(table) => targets,
                 _ => continue,
             };
             let mut targets = targets.clone();

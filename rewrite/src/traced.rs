@@ -114,7 +114,7 @@ impl Traced {
             direct: HashMap::new(),
             boardless: HashSet::new(),
         };
-        t.jump_tables(prog);
+        t.jump_tables(prog, matches!(rw.how, crate::How::Trace(_)));
         t.computed_jumps(prog);
         t.stripped =
             prog.module.is_static && t.family.setjmp.is_empty() && t.family.longjmp.is_empty();
@@ -156,14 +156,22 @@ impl Traced {
             || c.name.as_deref().is_some_and(imports::is_longjmp_like)
     }
 
-    /// Jump tables must be rewritable.
-    fn jump_tables(&mut self, prog: &Program) {
+    /// Jump tables must be rewritable. A table that several jumps of the
+    /// procedure read (gcc -O2 duplicates a `goto *labels[i & 3]`, with the
+    /// table's address hoisted into a register; CPython's 228 jumps
+    /// through `opcode_targets`) is not rewritten: the copy's table could
+    /// hold the case stubs, and so the witnesses, of one jump only. When
+    /// tracing, each such jump goes through a dispatch from the original
+    /// table's targets (`plan::dispatches`), as a computed jump does;
+    /// counting leaves the procedure alone.
+    fn jump_tables(&mut self, prog: &Program, tracing: bool) {
         for (id, p) in prog.procs.iter() {
             let Ok(cfg) = &p.cfg else { continue };
             if self.reasons.contains_key(&id) {
                 continue;
             }
             let mut named: Option<HashSet<u64>> = None;
+            let shared = shared_tables(cfg);
             for j in &cfg.indirect_jumps {
                 let JumpResolution::Table { table, targets } = &j.resolution else {
                     continue;
@@ -171,6 +179,15 @@ impl Traced {
                 if let Some(why) = outside_cases(cfg, j.block, targets, &self.by_start) {
                     self.reasons
                         .insert(id, format!("jump table at {table:#x} {why}"));
+                    continue;
+                }
+                if shared.contains(table) {
+                    if !tracing {
+                        self.reasons.insert(
+                            id,
+                            format!("jump table at {table:#x} is read by several jumps"),
+                        );
+                    }
                     continue;
                 }
                 let named = named.get_or_insert_with(|| named_addresses(prog, cfg));
@@ -420,6 +437,19 @@ impl Traced {
             }
         }
     }
+}
+
+/// The jump tables that more than one jump of `cfg` reads.
+pub(crate) fn shared_tables(cfg: &Cfg) -> HashSet<u64> {
+    let mut seen = HashSet::new();
+    cfg.indirect_jumps
+        .iter()
+        .filter_map(|j| match &j.resolution {
+            JumpResolution::Table { table, .. } => Some(*table),
+            _ => None,
+        })
+        .filter(|&t| !seen.insert(t))
+        .collect()
 }
 
 /// Whether the jump ending block `b` may read one of the jump tables at
