@@ -11,7 +11,10 @@
 //! full ones; which abstract values an instruction has depends only on
 //! the registers its procedure's analysis knows at the block's start
 //! (`exec::entry_knowledge` over the module's `returns::Returns`,
-//! `exec::plan_block`), so they are skipped without running it.
+//! `exec::plan_block`), so they are skipped without running it; and a
+//! procedure entry that starts with `rsp` known has one value more when
+//! an outside-entry stub entered it (`exec::Entered`), which the
+//! position before it tells.
 //!
 //! Invariants: position `n`'s values start where position `n - 1`'s end,
 //! so the values of an interval of the [`Timeline`] start at the sum of
@@ -23,15 +26,15 @@
 use crate::blocks::Blocks;
 use crate::image::Image;
 use crate::timeline::Timeline;
-use aetrace_analysis::addr::exec::{self, Exec};
+use aetrace_analysis::addr::exec::{self, Entered, Exec, WayIn};
 use aetrace_analysis::addr::full::{Planned, Recorded, DF};
 use aetrace_analysis::addr::returns::Returns;
 use aetrace_analysis::addr::{forms, Access, Repeat};
-use aetrace_format::progdb::ProgramDb;
+use aetrace_format::progdb::{CallDb, ProgramDb};
 use aetrace_format::section::module_flags;
 use aetrace_format::{ModuleId, ThreadId, Trace};
 use aetrace_regen::compile::Module as Compiled;
-use iced_x86::{Decoder, DecoderOptions, InstructionInfoFactory};
+use iced_x86::{Decoder, DecoderOptions, Instruction, InstructionInfoFactory};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::rc::Rc;
@@ -121,6 +124,22 @@ fn program_db<B: AsRef<[u8]>>(trace: &Trace<B>, tag: u32) -> Result<ProgramDb, S
     ProgramDb::decode(&bytes).map_err(|e| e.to_string())
 }
 
+/// The last instruction of a block: where it is and the call it ends with.
+struct BlockEnd {
+    module: usize,
+    proc: u32,
+    block: u32,
+    call: Option<CallDb>,
+}
+
+/// A procedure entry that starts with `rsp` known: where it is and its
+/// plain predecessors (blocks of the procedure).
+struct EntryFacts {
+    module: usize,
+    proc: u32,
+    plain: Vec<u32>,
+}
+
 /// A decoded instruction, its module's load bias, and how many abstract
 /// values come before its full ones.
 struct Insn {
@@ -158,8 +177,13 @@ pub struct Data {
     /// Abstract values before each instruction, by run-time address, for
     /// the procedures seen so far.
     skips: HashMap<u64, usize, BuildHasherDefault<PcHasher>>,
-    /// The index of the first value of each interval learnt so far.
-    starts: Vec<usize>,
+    /// The index of the first value of each interval learnt so far, and
+    /// the address of the position before it.
+    starts: Vec<(usize, Option<u64>)>,
+    /// By address, for the procedures seen so far: each block's last
+    /// instruction, and each entry that starts with `rsp` known.
+    ends: HashMap<u64, BlockEnd, BuildHasherDefault<PcHasher>>,
+    entries: HashMap<u64, EntryFacts, BuildHasherDefault<PcHasher>>,
     /// Decoded instructions by run-time address.
     insns: HashMap<u64, Rc<Insn>, BuildHasherDefault<PcHasher>>,
     info: InstructionInfoFactory,
@@ -172,7 +196,9 @@ impl Data {
             values: v.values,
             dbs: v.dbs,
             skips: HashMap::default(),
-            starts: vec![0],
+            starts: vec![(0, None)],
+            ends: HashMap::default(),
+            entries: HashMap::default(),
             insns: HashMap::default(),
             info: InstructionInfoFactory::new(),
         }
@@ -239,19 +265,20 @@ impl Data {
         k: usize,
         mut f: impl FnMut(u64, u64, &[Ref]) -> bool,
     ) -> Result<u64, String> {
-        let mut v = self.start_of(t, code, k)?;
+        let (mut v, mut prev) = self.start_of(t, code, k)?;
         let (base, pcs) = t.interval(k);
         let mut refs = Vec::new();
         for (i, &pc) in pcs.iter().enumerate() {
             let insn = self.insn(code, pc)?;
-            v = self.refs(&insn, pc, v, &mut refs)?;
+            v = self.refs(&insn, pc, v + self.stub(prev, pc), &mut refs)?;
+            prev = Some(pc);
             if f(base + i as u64, pc, &refs) {
                 return Ok(base + i as u64);
             }
         }
         let end = base + pcs.len() as u64;
         if self.starts.len() == k + 1 {
-            self.starts.push(v);
+            self.starts.push((v, prev));
         }
         Ok(end)
     }
@@ -263,19 +290,41 @@ impl Data {
         t: &mut Timeline<'_>,
         code: &Code<'_, '_>,
         k: usize,
-    ) -> Result<usize, String> {
+    ) -> Result<(usize, Option<u64>), String> {
         while self.starts.len() <= k {
             let j = self.starts.len() - 1;
-            let mut v = self.starts[j];
+            let (mut v, mut prev) = self.starts[j];
             let (_, pcs) = t.interval(j);
             let pcs = pcs.to_vec();
             for pc in pcs {
                 let i = self.insn(code, pc)?;
-                v += i.skip + i.planned.plan.len();
+                v += self.stub(prev, pc) + i.skip + i.planned.plan.len();
+                prev = Some(pc);
             }
-            self.starts.push(v);
+            self.starts.push((v, prev));
         }
         Ok(self.starts[k])
+    }
+
+    /// The values an outside-entry stub wrote before the instruction at
+    /// `pc` when the one before was at `prev` (`exec::Entered`, as the
+    /// regenerator decides it): 1 at an entry that starts with `rsp`
+    /// known, not reached along a plain edge of its procedure nor by a
+    /// direct call or jump; else 0. Both were decoded before.
+    fn stub(&self, prev: Option<u64>, pc: u64) -> usize {
+        let Some(e) = self.entries.get(&pc) else {
+            return 0;
+        };
+        let Some(p) = prev
+            .and_then(|a| self.ends.get(&a))
+            .filter(|p| p.module == e.module)
+        else {
+            return 1;
+        };
+        if p.proc == e.proc && e.plain.contains(&p.block) {
+            return 0;
+        }
+        usize::from(Entered::by(p.call.as_ref(), e.proc) == Entered::Outside)
     }
 
     /// The instruction at run-time address `pc`, decoded once.
@@ -345,11 +394,42 @@ impl Data {
             .get(pi.as_u32() as usize)
             .ok_or_else(|| format!("procedure {pi:?} of {} is not in its database", m.name))?;
         let known = exec::entry_knowledge(p, returns, &progs);
-        for (insns, k) in progs.iter().zip(known) {
-            let (plans, _) = Exec::plan_block(k, insns);
+        let ways = exec::ways_in(p, returns);
+        let proc = pi.as_u32();
+        for (b, ((insns, k), blk)) in progs.iter().zip(known).zip(&p.blocks).enumerate() {
+            let (plans, _) = Exec::plan_block(k, insns, exec::anchors_rsp(blk));
             for ((i, _), plan) in insns.iter().zip(plans) {
                 let n = plan.map_or(0, |p| p.len());
                 self.skips.insert(m.load_base.wrapping_add(i.ip()), n);
+            }
+            let at = |i: &Instruction| m.load_base.wrapping_add(i.ip());
+            if let Some((last, _)) = insns.last() {
+                let (block, call) = (b as u32, blk.call);
+                let end = BlockEnd {
+                    module,
+                    proc,
+                    block,
+                    call,
+                };
+                self.ends.insert(at(last), end);
+            }
+            if let (Some((first, _)), true) = (insns.first(), ways[b].contains(&WayIn::Entry)) {
+                if k.0 != 0 {
+                    let plain = (ways[b].iter())
+                        .filter_map(|w| match *w {
+                            WayIn::Plain(q) => Some(q),
+                            _ => None,
+                        })
+                        .collect();
+                    self.entries.insert(
+                        at(first),
+                        EntryFacts {
+                            module,
+                            proc,
+                            plain,
+                        },
+                    );
+                }
             }
         }
         self.skips

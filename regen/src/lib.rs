@@ -57,5 +57,24 @@ pub fn data_values<B: AsRef<[u8]>>(
     trace: &aetrace_format::Trace<B>,
     thread: aetrace_format::ThreadId,
 ) -> Result<Vec<u64>> {
+    data_values_entered(trace, thread).map(|v| v.values)
+}
+
+/// A thread's data values, and which of them an outside-entry stub wrote
+/// (`rsp` right after its ENTER, `docs/data.md`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DataValues {
+    /// Every VALUE record's value, in order.
+    pub values: Vec<u64>,
+    /// `(n, raw)`: value `n` came right after ENTER(`raw`), nothing
+    /// between; increasing `n`.
+    pub entered: Vec<(usize, u32)>,
+}
+
+/// [`data_values`] with the values that follow an ENTER marked.
+pub fn data_values_entered<B: AsRef<[u8]>>(
+    trace: &aetrace_format::Trace<B>,
+    thread: aetrace_format::ThreadId,
+) -> Result<DataValues> {
     stream::Stream::new(thread, trace.chunks(thread).collect()).values()
 }

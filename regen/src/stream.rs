@@ -215,12 +215,21 @@ impl<'t> Stream<'t> {
     /// The data values of the stream, in order ([`Item::Value`]); a
     /// SIGNAL is refused (which values a handler took is not recorded
     /// yet, docs/data.md).
-    pub(crate) fn values(mut self) -> Result<Vec<u64>> {
+    pub(crate) fn values(mut self) -> Result<crate::DataValues> {
         self.values = true;
-        let mut out = Vec::new();
+        let mut out = crate::DataValues::default();
+        let mut enter = None;
         loop {
-            match self.next_item()? {
-                (Item::Value(v), _) => out.push(v),
+            let (item, offset) = self.next_item()?;
+            let after = std::mem::take(&mut enter);
+            match (item, offset) {
+                (Item::Value(v), _) => {
+                    if let Some(raw) = after {
+                        out.entered.push((out.values.len(), raw));
+                    }
+                    out.values.push(v)
+                }
+                (Item::Enter(raw), _) => enter = Some(raw),
                 (Item::End, _) => return Ok(out),
                 (s @ Item::Signal { .. }, offset) => {
                     return Err(self.bad(

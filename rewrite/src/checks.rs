@@ -59,8 +59,9 @@ const EDGE_BYTES: u64 = 4;
 /// written in one block need (SETJMP/LONGJMP or INDIRECT 10, EXIT 6,
 /// RETURN 2, LANDING 6, a PLT stub's LAZY 6).
 const RECORD_BYTES: u64 = 32;
-/// Allowance for the record that may start a segment (ENTER, RETURN).
-const START_BYTES: u64 = 14;
+/// Allowance for the records that may start a segment (RETURN; ENTER and,
+/// with `record --data`, the stub's VALUE of `rsp` after it: 6 + 10).
+const START_BYTES: u64 = 16;
 /// The most a procedure without an entry check may write before its first
 /// check: its callers' segments run on into it.
 pub const LEAF_BYTES: u64 = 64;

@@ -298,6 +298,10 @@ pub struct ProcPlan<'a> {
     /// `--data --check`: per block and instruction, the values recorded
     /// before it (`data`).
     pub values: Option<crate::data::BlockValues>,
+    /// `record --data`, when the entry starts with `rsp` known: the value
+    /// (`rsp`) every outside-entry stub of the entry records right after
+    /// its ENTER (`addr::exec::Entered::Outside`).
+    pub entry_value: Option<Value>,
     /// With an unresolved jump: where its map from original addresses to
     /// the copy goes.
     pub map: Option<Map>,
@@ -1648,6 +1652,7 @@ impl ProcGen<'_, '_> {
                 self.em.seq(|a| emit_static_entry(a, n, &rt))?
             }
         }
+        self.entry_rsp()?;
         if order.first() != Some(&cfg.entry) {
             self.em.jmp(self.labels[cfg.entry.index()])?;
         }
@@ -1803,7 +1808,20 @@ impl ProcGen<'_, '_> {
         let entered = self.at(p.cfg.entry, 0);
         self.em
             .seq_write(SigPoint::Outside, entered, |a| emit_direct_entry(a, n, &rt))?;
+        self.entry_rsp()?;
         self.em.jmp(self.labels[p.cfg.entry.index()])
+    }
+
+    /// `record --data`, after an outside-entry stub's ENTER: the entry's
+    /// `rsp` ([`ProcPlan::entry_value`]), standing before the entry's first
+    /// instruction. Every register and the flags are kept (the preserving
+    /// stub's callers may keep values in any).
+    fn entry_rsp(&mut self) -> GenResult<()> {
+        let Some(v) = self.p.entry_value.filter(|_| self.em.counting.is_none()) else {
+            return Ok(());
+        };
+        self.em.point = self.at(self.p.cfg.entry, 0);
+        self.em.value(v, Site::CONSERVATIVE)
     }
 
     /// The labels of map `m`: each original byte's block copy, if a block

@@ -18,7 +18,7 @@ use aetrace_analysis::addr::returns::Returns;
 use aetrace_analysis::addr::{forms, AddrExpr, Gpr, InsnProgram, Seg};
 use aetrace_format::progdb::ProcDb;
 use aetrace_runtime::{layout::RecordKind, AddrOperand, Value};
-use iced_x86::code_asm::{get_gpr64, rcx, AsmRegister64};
+use iced_x86::code_asm::{get_gpr64, rcx, rsp, AsmRegister64};
 use iced_x86::{Instruction, InstructionInfoFactory, Register};
 
 use crate::{DataMode, Refusal, Result, Rewrite};
@@ -27,22 +27,25 @@ use crate::{DataMode, Refusal, Result, Rewrite};
 pub(crate) const GROUP: usize = 32;
 
 /// Fault injection for the checking mode's test: the first address
-/// abstract execution records in the procedure this names is recorded 8
-/// bytes off, so `regen` of a `--data --check` trace must stop there.
+/// abstract execution records in the procedure this names (its outside
+/// entry's `rsp`, when it has one) is recorded 8 bytes off, so `regen` of
+/// a `--data --check` trace must stop there.
 pub const FAULT_DATA_ENV: &str = "AETRACE_FAULT_DATA_ADDR";
 
 /// Per block, per instruction: the values recorded before it.
 pub(crate) type BlockValues = Vec<Vec<Vec<Value>>>;
 
 /// The values of every instruction of `insns` (procedure `proc`, whose
-/// database entry is `db`; `returns`: the module's, `addr::returns`).
+/// database entry is `db`; `returns`: the module's, `addr::returns`), and
+/// when its entry starts with `rsp` known, the value its outside-entry
+/// stubs record right after their ENTER (`exec::Entered::Outside`).
 pub(crate) fn values(
     rw: &Rewrite<'_>,
     proc: &str,
     db: &ProcDb,
     returns: &Returns,
     insns: &[Vec<Instruction>],
-) -> Result<BlockValues> {
+) -> Result<(BlockValues, Option<Value>)> {
     let mut info = InstructionInfoFactory::new();
     let progs: Vec<Vec<(Instruction, InsnProgram)>> = insns
         .iter()
@@ -53,18 +56,28 @@ pub(crate) fn values(
         })
         .collect();
     let known = exec::entry_knowledge(db, returns, &progs);
+    let entry_rsp = known
+        .get(db.entry as usize)
+        .is_some_and(|k| k.iter().any(|g| g == Gpr::RSP));
     let mut fault = std::env::var(FAULT_DATA_ENV).is_ok_and(|p| p == proc);
-    progs
-        .iter()
-        .zip(known)
-        .map(|(b, k)| {
-            let (plans, _) = Exec::plan_block(k, b);
+    let entry = entry_rsp.then(|| {
+        Value::Addr(AddrOperand {
+            fs: false,
+            base: Some(rsp),
+            index: None,
+            disp: if std::mem::take(&mut fault) { 8 } else { 0 },
+        })
+    });
+    let values = (progs.iter().zip(known).zip(&db.blocks))
+        .map(|((b, k), blk)| {
+            let (plans, _) = Exec::plan_block(k, b, exec::anchors_rsp(blk));
             b.iter()
                 .zip(plans)
                 .map(|((i, prog), plan)| insn_values(rw, proc, (i, prog), plan, &mut fault))
                 .collect()
         })
-        .collect()
+        .collect::<Result<_>>()?;
+    Ok((values, entry))
 }
 
 /// The values before `insn`: its abstract plan, then with `--check` its
@@ -92,6 +105,7 @@ fn insn_values(
         .map(|(n, r)| match r {
             Recorded::Rcx => Ok(Value::Reg(rcx)),
             Recorded::Flags => Ok(Value::Flags),
+            Recorded::Rsp => Ok(Value::Reg(rsp)),
             Recorded::Addr(k) => {
                 let mut op = operand(&prog.refs[k].addr)
                     .ok_or_else(|| refuse("an address the sequence cannot compute".into()))?;

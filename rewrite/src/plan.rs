@@ -122,7 +122,9 @@ impl<'p> Plans<'p> {
         for (plan, pend) in self.plans.iter_mut().zip(std::mem::take(&mut self.pending)) {
             if let Some(r) = &returns {
                 let db = &self.db.procs[pend.id];
-                plan.values = Some(data::values(rw, plan.name, db, r, &plan.insns)?);
+                let (values, entry) = data::values(rw, plan.name, db, r, &plan.insns)?;
+                plan.values = Some(values);
+                plan.entry_value = entry;
             }
             let unchecked: Vec<bool> = plan.calls.iter().map(|c| c.unchecked_return).collect();
             plan.loop_header = checks::check_blocks(
@@ -229,6 +231,7 @@ impl<'p> Plans<'p> {
             landing_pads,
             counters: plan_counters,
             values: None,
+            entry_value: None,
             map,
             dispatches,
             entry_points: p.entries[1..]

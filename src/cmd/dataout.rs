@@ -23,17 +23,19 @@
 //! `--data` is refused, never printed without its references; a block
 //! that inherits known registers (`exec::entry_knowledge`) is entered only
 //! by one of the ways the analysis assumed (`exec::WayIn`: right after a
-//! plain predecessor, or after a `ret` of the callee of the call it
-//! returns from), else an error.
+//! plain predecessor, after a `ret` of the callee of the call it returns
+//! from, or at a procedure entry with `rsp` from the direct call or jump
+//! before it, or from the outside-entry stub's VALUE right after its
+//! ENTER, `exec::Entered`), else an error naming procedure and block.
 
 use std::io::Write;
 use std::path::Path;
 use std::rc::Rc;
 
-use aetrace_analysis::addr::exec::{self, Exec, InsnAddrs, WayIn};
+use aetrace_analysis::addr::exec::{self, Entered, Exec, InsnAddrs, WayIn};
 use aetrace_analysis::addr::full::{self, Recorded, DF};
-use aetrace_analysis::addr::returns::{self, Returns};
-use aetrace_analysis::addr::{forms, Access, InsnProgram, RegSet};
+use aetrace_analysis::addr::returns::Returns;
+use aetrace_analysis::addr::{forms, Access, Gpr, InsnProgram, RegSet};
 use aetrace_format::progdb::ProgramDb;
 use aetrace_format::section::module_flags;
 use aetrace_format::{ModuleId, ThreadId, Trace};
@@ -136,10 +138,14 @@ struct ModData {
     procs: Vec<Option<Rc<ProcFacts>>>,
 }
 
-/// A traced procedure's cross-block facts (`exec::entry_knowledge`).
+/// A traced procedure's cross-block facts (`exec::entry_knowledge`), per
+/// block.
 struct ProcFacts {
     ways: Vec<Vec<WayIn>>,
     known: Vec<RegSet>,
+    /// The block records `rsp` before its last instruction if unknown
+    /// (`exec::anchors_rsp`).
+    anchors: Vec<bool>,
 }
 
 /// A thread's abstract execution state.
@@ -175,6 +181,7 @@ pub fn walk(
         mods: Vec::new(),
         values: Vec::new(),
         next: 0,
+        entered: Vec::new(),
         thread: None,
         state: ThreadExec {
             exec: Exec::unknown(0),
@@ -243,6 +250,9 @@ struct Writer<'o, S> {
     /// The current thread's values and the next one to use.
     values: Vec<u64>,
     next: usize,
+    /// The values outside-entry stubs wrote (`DataValues::entered`),
+    /// reversed: the next one last.
+    entered: Vec<(usize, u32)>,
     thread: Option<ThreadId>,
     state: ThreadExec,
     info: InstructionInfoFactory,
@@ -261,7 +271,10 @@ impl<S: Sink> Writer<'_, S> {
         match e {
             Event::Thread(t) => {
                 self.end_thread()?;
-                self.values = aetrace_regen::data_values(trace, t)?;
+                let v = aetrace_regen::data_values_entered(trace, t)?;
+                self.values = v.values;
+                self.entered = v.entered;
+                self.entered.reverse();
                 self.next = 0;
                 self.thread = Some(t);
                 self.state = ThreadExec {
@@ -358,6 +371,7 @@ impl<S: Sink> Writer<'_, S> {
         let facts = Rc::new(ProcFacts {
             ways: exec::ways_in(p, &md.returns),
             known: exec::entry_knowledge(p, &md.returns, &blocks),
+            anchors: p.blocks.iter().map(exec::anchors_rsp).collect(),
         });
         self.mods[module as usize].procs[pi.as_u32() as usize] = Some(facts.clone());
         Ok(facts)
@@ -365,7 +379,8 @@ impl<S: Sink> Writer<'_, S> {
 
     /// Sets the thread's state for the start of run `r`: the registers
     /// the analysis says are known there, carried from the run before.
-    fn enter(&mut self, m: &Module, r: BlockRun) -> Result<(), Error> {
+    /// Whether the block anchors `rsp` before its last instruction.
+    fn enter(&mut self, m: &Module, r: BlockRun) -> Result<bool, Error> {
         let facts = self.proc_facts(m, r.module, r.block)?;
         let first = m.procs[m.blocks[r.block].proc].blocks.start;
         let local = (r.block.as_u32() - first) as usize;
@@ -378,11 +393,16 @@ impl<S: Sink> Writer<'_, S> {
             .into());
         }
         if known.0 != 0 && !self.came_by(m, r, &facts.ways[local])? {
-            return Err(format!(
-                "block {:#x} of {} entered from a block the data analysis did not assume",
-                m.blocks[r.block].start, m.name
-            )
-            .into());
+            match facts.ways[local].contains(&WayIn::Entry) {
+                true => self.entry_rsp(m, r)?,
+                false => {
+                    return Err(format!(
+                        "block {:#x} of {} entered from a block the data analysis did not assume",
+                        m.blocks[r.block].start, m.name
+                    )
+                    .into())
+                }
+            }
         }
         let st = &mut self.state.exec;
         st.keep(known);
@@ -395,13 +415,75 @@ impl<S: Sink> Writer<'_, S> {
             return Err("the data walk lost a register the analysis knows".into());
         }
         st.bias = m.load_base;
+        Ok(facts.anchors[local])
+    }
+
+    /// At a procedure's entry not reached along a plain edge: the thread's
+    /// state becomes the entry's `rsp` alone, from the call or jump the run
+    /// before ended with, or the outside-entry stub's VALUE (`Entered`).
+    fn entry_rsp(&mut self, m: &Module, r: BlockRun) -> Result<(), Error> {
+        let pi = m.blocks[r.block].proc;
+        let prev = match self.state.prev {
+            Some((pm, pb, true)) if pm == r.module => {
+                let pp = m.blocks[pb].proc;
+                let local = pb.as_u32() - m.procs[pp].blocks.start;
+                let db = &self.mods[pm as usize].db;
+                db.procs[pp.as_u32() as usize].blocks[local as usize].call
+            }
+            _ => None,
+        };
+        let here = || {
+            format!(
+                "procedure {} block {:#x}",
+                m.procs[pi].name, m.blocks[r.block].start
+            )
+        };
+        let st = &mut self.state.exec;
+        let carried = st.regs[Gpr::RSP.index()];
+        let rsp = match Entered::by(prev.as_ref(), pi.as_u32()) {
+            Entered::Call => carried.map(|v| v.wrapping_sub(8)),
+            Entered::Jump => carried,
+            Entered::Outside => Some(self.stub_rsp(m, pi.as_u32(), &here)?),
+        };
+        let rsp = rsp.ok_or_else(|| {
+            format!(
+                "{}: entered by a call or jump whose rsp the data walk does not know",
+                here()
+            )
+        })?;
+        let st = &mut self.state.exec;
+        st.keep(RegSet(0));
+        st.regs[Gpr::RSP.index()] = Some(rsp);
         Ok(())
     }
 
+    /// The VALUE the outside-entry stub of procedure `q` wrote right after
+    /// its ENTER: it must be the thread's next value.
+    fn stub_rsp(&mut self, m: &Module, q: u32, here: &dyn Fn() -> String) -> Result<u64, Error> {
+        let raw = (m.tag << 24) | q;
+        // Values after an ENTER that were not a stub's (an entry that
+        // does not start with `rsp` known) were read as addresses.
+        while self.entered.last().is_some_and(|&(n, _)| n < self.next) {
+            self.entered.pop();
+        }
+        match self.entered.last() {
+            Some(&(n, w)) if n == self.next && w == raw => {
+                self.entered.pop();
+                self.next += 1;
+                Ok(self.values[n])
+            }
+            _ => Err(format!(
+                "{}: entered from outside, but the thread's next data value is not its stub's rsp",
+                here()
+            )
+            .into()),
+        }
+    }
+
     /// Whether the run before `r` (in its thread, to its end) is one of
-    /// the ways in the analysis assumed: a plain predecessor in the same
-    /// procedure, or a `ret` of the callee or of a procedure it reaches by
-    /// tail calls.
+    /// the ways in the analysis assumed that carry the state: a plain
+    /// predecessor in the same procedure, or a `ret` of the callee or of a
+    /// procedure it reaches by tail calls.
     fn came_by(&mut self, m: &Module, r: BlockRun, ways: &[WayIn]) -> Result<bool, Error> {
         let Some((pm, pb, true)) = self.state.prev else {
             return Ok(false);
@@ -413,10 +495,11 @@ impl<S: Sink> Writer<'_, S> {
         let first = m.procs[pr].blocks.start;
         let by_ret =
             self.decoded(m, pm, pb)?.last().map(|i| i.insn.mnemonic()) == Some(Mnemonic::Ret);
-        let db = &self.mods[pm as usize].db;
+        let returns = &self.mods[pm as usize].returns;
         Ok(ways.iter().any(|w| match *w {
             WayIn::Plain(b) => pp == pr && pb.as_u32() == first + b,
-            WayIn::Return(f) => by_ret && returns::tail_reaches(db, f, pp.as_u32()),
+            WayIn::Return(f) => by_ret && returns.tail_reaches(f, pp.as_u32()),
+            WayIn::Entry => false,
         }))
     }
 
@@ -427,13 +510,15 @@ impl<S: Sink> Writer<'_, S> {
     ) -> Result<(), Error> {
         let m = &visit.modules()[r.module as usize];
         let insns = self.decoded(m, r.module, r.block)?;
-        self.enter(m, r)?;
+        let anchor = self.enter(m, r)?;
         let check = self.mods[r.module as usize].check;
         // The reused addresses, out of `self` while `self` is borrowed.
         let mut got = std::mem::take(&mut self.addrs);
+        let last = insns.len() - 1;
         let walked =
             (insns[r.first as usize..r.end as usize].iter().enumerate()).try_for_each(|(k, i)| {
-                self.abstract_insn(i, &mut got)?;
+                let at = r.first as usize + k;
+                self.abstract_insn(i, &mut got, anchor && at == last)?;
                 if check {
                     let vals = self.take(i.full.len())?;
                     self.compare(m, r, r.first as usize + k, i, &got, &vals)?;
@@ -449,23 +534,24 @@ impl<S: Sink> Writer<'_, S> {
         Ok(())
     }
 
-    /// Runs `i` in the thread's abstract execution, reading its values;
-    /// its addresses into `got`.
-    fn abstract_insn(&mut self, i: &Insn, got: &mut InsnAddrs) -> Result<(), Error> {
+    /// Runs `i` in the thread's abstract execution, reading its values
+    /// (first `rsp` if unknown, when `anchor`); its addresses into `got`.
+    fn abstract_insn(&mut self, i: &Insn, got: &mut InsnAddrs, anchor: bool) -> Result<(), Error> {
         let (values, next, thread) = (&self.values, &mut self.next, self.thread);
-        let r = self.state.exec.insn_into(
-            &i.insn,
-            &i.prog,
-            &mut |_| {
-                let v = values
-                    .get(*next)
-                    .copied()
-                    .ok_or_else(|| short(thread, values.len()))?;
-                *next += 1;
-                Ok(v)
-            },
-            got,
-        );
+        let take = &mut |_| {
+            let v = values
+                .get(*next)
+                .copied()
+                .ok_or_else(|| short(thread, values.len()))?;
+            *next += 1;
+            Ok(v)
+        };
+        let exec = &mut self.state.exec;
+        let r = match anchor {
+            true => exec.anchor(take),
+            false => Ok(()),
+        }
+        .and_then(|()| exec.insn_into(&i.insn, &i.prog, take, got));
         r.map_err(|why| format!("instruction at {:#x} ({}): {why}", i.insn.ip(), i.insn).into())
     }
 

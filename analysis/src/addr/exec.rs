@@ -25,19 +25,24 @@
 //! at the end of every predecessor when control can reach it only by a
 //! plain edge (fall-through, taken branch, jump-table case) from a block
 //! that is not a call, or by the return of a direct call to a procedure
-//! that returns by `ret` ([`super::returns`]), which carries `rsp` alone;
-//! procedure entries, landing pads, other return points and blocks
-//! without such ways in start with nothing known (their first stack
-//! reference is recorded, which anchors `rsp`: after a `setjmp` return, at
-//! a landing pad, after a callback). The regenerator checks at run time
-//! that the block it walked before is one of those ways in ([`WayIn`]).
+//! that returns by `ret` ([`super::returns`]), which carries `rsp` alone.
+//! A procedure's entry starts with `rsp` known ([`WayIn::Entry`]): a
+//! direct call or tail jump from traced code carries the caller's (every
+//! call's own `[rsp-8]` leaves it known; a block that may jump into an
+//! entry records it first when unknown, [`anchors_rsp`]), and every way in
+//! from untraced code passes an outside-entry stub, which records `rsp`
+//! right after its ENTER ([`Entered`]). Landing pads, other return points
+//! and blocks without such ways in start with nothing known (their first
+//! stack reference is recorded, which anchors `rsp`: after a `setjmp`
+//! return, at a landing pad, after a callback). The regenerator checks at
+//! run time that the block it walked before is one of those ways in.
 
 use iced_x86::{Instruction, Mnemonic};
 
 use super::full::{self, Recorded};
 use super::returns::Returns;
 use super::{AddrExpr, Dst, Gpr, InsnProgram, Op, RegSet, Repeat, Seg};
-use aetrace_format::progdb::{CallTarget, EdgeKindDb, ProcDb};
+use aetrace_format::progdb::{BlockDb, CallDb, CallTarget, EdgeKindDb, ProcDb};
 
 /// Every register.
 pub const ALL: RegSet = RegSet(0xffff);
@@ -253,25 +258,44 @@ impl Exec {
         }
     }
 
+    /// Before the last instruction of a block that [`anchors_rsp`]: `rsp`
+    /// from `take` ([`Recorded::Rsp`]) when it is not known, so that the
+    /// entry the jump may lead to knows it.
+    pub fn anchor(
+        &mut self,
+        take: &mut dyn FnMut(Recorded) -> Result<u64, String>,
+    ) -> Result<(), String> {
+        if self.regs[Gpr::RSP.index()].is_none() {
+            self.regs[Gpr::RSP.index()] = Some(take(Recorded::Rsp)?);
+        }
+        Ok(())
+    }
+
     /// The values a block records, per instruction, when the registers in
-    /// `known` are known at its start; and the registers known at its end.
-    /// An instruction the table refuses gives its error.
+    /// `known` are known at its start (`anchor`: the block [`anchors_rsp`]);
+    /// and the registers known at its end. An instruction the table refuses
+    /// gives its error.
     pub fn plan_block(
         known: RegSet,
         insns: &[(Instruction, InsnProgram)],
+        anchor: bool,
     ) -> (Vec<Result<Vec<Recorded>, String>>, RegSet) {
         let mut e = Exec::unknown(0);
         for g in known.iter() {
             e.regs[g.index()] = Some(0);
         }
-        let plans = insns
-            .iter()
-            .map(|(i, p)| {
+        let last = insns.len().wrapping_sub(1);
+        let plans = (insns.iter().enumerate())
+            .map(|(k, (i, p))| {
                 let mut plan = Vec::new();
-                let r = e.insn(i, p, &mut |r| {
+                let mut take = |r| {
                     plan.push(r);
                     Ok(0)
-                });
+                };
+                let r = match anchor && k == last {
+                    true => e.anchor(&mut take).and_then(|()| e.insn(i, p, &mut take)),
+                    false => e.insn(i, p, &mut take),
+                };
                 if r.is_err() {
                     e.update(i, p);
                 }
@@ -292,6 +316,51 @@ fn plain(insn: &Instruction, a: &AddrExpr) -> bool {
         && !insn.memory_index().is_gpr32()
 }
 
+/// Whether block `b` ends with a jump that may enter a traced procedure's
+/// entry without an outside-entry stub (a direct tail jump; a PLT stub's
+/// GOT jump whose lazy outcome enters its lazy-binding procedure past the
+/// stub, LAZY): `rsp` is recorded before it when unknown ([`Exec::anchor`]).
+pub fn anchors_rsp(b: &BlockDb) -> bool {
+    b.call.is_some_and(|c| {
+        c.tail && (matches!(c.target, CallTarget::Proc(_)) || (c.plt && c.lazy.is_some()))
+    })
+}
+
+/// How a run of procedure `q`'s entry block (from its start, not along a
+/// plain edge of `q`) was entered, from the call the run before it (to its
+/// end, in the same thread and module) ended with, if any.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Entered {
+    /// By a direct call: `rsp` is the caller's minus 8 (the return address).
+    Call,
+    /// By a jump (a direct tail jump, a PLT stub's lazy outcome): the
+    /// jumper's `rsp`.
+    Jump,
+    /// Through an outside-entry stub (untraced code, an indirect call, a
+    /// thread's or the process's first entry): its VALUE right after its
+    /// ENTER holds `rsp`.
+    Outside,
+}
+
+impl Entered {
+    /// The way into `q`'s entry after a run that ended with `prev` (`None`:
+    /// no run of the module before it in the thread, or not to its end).
+    /// Exact because a direct call or jump to a traced procedure enters its
+    /// copy past the stub (`CallTarget::Proc`: no ENTER), and a PLT stub's
+    /// jump with `plt` enters its lazy procedure only by LAZY, never ENTER;
+    /// every other way into an entry is a stub's.
+    pub fn by(prev: Option<&CallDb>, q: u32) -> Entered {
+        match prev {
+            Some(c) if c.target == CallTarget::Proc(q) && !c.indirect => match c.tail {
+                true => Entered::Jump,
+                false => Entered::Call,
+            },
+            Some(c) if c.tail && c.plt && c.lazy == Some(q) => Entered::Jump,
+            _ => Entered::Outside,
+        }
+    }
+}
+
 /// A way into a block that carries known registers into it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum WayIn {
@@ -303,18 +372,20 @@ pub enum WayIn {
     /// returns by `ret` ([`Returns`]): `rsp`, which the callee's `ret`
     /// (one of `q`'s or of a procedure it tail-calls) left known.
     Return(u32),
+    /// The procedure's entry ([`Entered`]): `rsp`.
+    Entry,
 }
 
 /// Per block of a traced procedure: the ways in that carry registers
 /// (empty: it starts with nothing known). A block is a root when it is
-/// the entry, a landing pad, or has any other way in: a return from
-/// untraced code, a `setjmp`-like call, a tail call, ...
+/// a landing pad or has any other way in: a return from untraced code, a
+/// `setjmp`-like call, ...
 pub fn ways_in(p: &ProcDb, returns: &Returns) -> Vec<Vec<WayIn>> {
     let n = p.blocks.len();
     let mut ways: Vec<Vec<WayIn>> = vec![Vec::new(); n];
     let mut root = vec![false; n];
-    if let Some(r) = root.get_mut(p.entry as usize) {
-        *r = true;
+    if let Some(w) = ways.get_mut(p.entry as usize) {
+        w.push(WayIn::Entry);
     }
     for b in &p.blocks {
         if let Some(l) = b.call.and_then(|c| c.landing) {
@@ -370,17 +441,16 @@ pub fn entry_knowledge(
     let meet = |out: &[RegSet], ws: &[WayIn]| {
         RegSet(ws.iter().fold(ALL.0, |s, w| match *w {
             WayIn::Plain(q) => s & out[q as usize].0,
-            WayIn::Return(_) => s & rsp_only().0,
+            WayIn::Return(_) | WayIn::Entry => s & rsp_only().0,
         }))
     };
     let mut known: Vec<RegSet> = ways
         .iter()
         .map(|ws| if ws.is_empty() { RegSet(0) } else { ALL })
         .collect();
-    let mut out: Vec<RegSet> = blocks
-        .iter()
-        .zip(&known)
-        .map(|(b, &k)| Exec::plan_block(k, b).1)
+    let anchor = |b: usize| p.blocks.get(b).is_some_and(anchors_rsp);
+    let mut out: Vec<RegSet> = (blocks.iter().zip(&known).enumerate())
+        .map(|(b, (insns, &k))| Exec::plan_block(k, insns, anchor(b)).1)
         .collect();
     let mut changed = true;
     while changed {
@@ -393,7 +463,7 @@ pub fn entry_knowledge(
             if k != known[b] {
                 debug_assert!(k.0 & !known[b].0 == 0, "the fixpoint only shrinks");
                 known[b] = k;
-                out[b] = Exec::plan_block(k, &blocks[b]).1;
+                out[b] = Exec::plan_block(k, &blocks[b], anchor(b)).1;
                 changed = true;
             }
         }

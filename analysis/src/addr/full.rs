@@ -31,6 +31,9 @@ pub enum Recorded {
     Rcx,
     /// `rflags` (its direction flag, bit 10).
     Flags,
+    /// `rsp` before the instruction (abstract execution's anchor before a
+    /// jump into a procedure entry, `exec::anchors_rsp`).
+    Rsp,
 }
 
 /// The direction flag's bit in `rflags`.

@@ -11,7 +11,7 @@
 //! code, `jmp free@plt`, would return unseen). The return point of a
 //! direct call to such a procedure can then start with `rsp` known, the
 //! regenerator checking that the run before it was a `ret` of the callee or
-//! of a procedure it reaches by tail calls ([`tail_reaches`]).
+//! of a procedure it reaches by tail calls ([`Returns::tail_reaches`]).
 //!
 //! Invariant: [`Returns::of`] is the greatest set closed under that rule;
 //! equivalently, `f` returns by `ret` iff every procedure `f` reaches by
@@ -20,9 +20,15 @@
 
 use aetrace_format::progdb::{CallTarget, EdgeKindDb, ProcDb, ProgramDb};
 
-/// Per procedure of a module: whether it returns by `ret` (module doc).
+/// Per procedure of a module: whether it returns by `ret` (module doc), and
+/// the procedures it reaches by direct tail calls (computed once: the
+/// regenerator asks at every return point that keeps `rsp`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Returns(Vec<bool>);
+pub struct Returns {
+    by_ret: Vec<bool>,
+    /// Per procedure: the others it reaches by direct tail calls, sorted.
+    reach: Vec<Box<[u32]>>,
+}
 
 impl Returns {
     /// The greatest fixpoint over `db`: start from the procedures whose own
@@ -50,12 +56,25 @@ impl Returns {
                 }
             }
         }
-        Returns(ok)
+        Returns {
+            by_ret: ok,
+            reach: (0..n as u32).map(|f| reach_of(db, f)).collect(),
+        }
     }
 
     /// Whether procedure `q` returns by `ret`.
     pub fn by_ret(&self, q: u32) -> bool {
-        self.0.get(q as usize).copied().unwrap_or(false)
+        self.by_ret.get(q as usize).copied().unwrap_or(false)
+    }
+
+    /// Whether `q` is `f` or a procedure `f` reaches by direct tail calls:
+    /// a `ret` of `q` may end a call to `f`.
+    pub fn tail_reaches(&self, f: u32, q: u32) -> bool {
+        f == q
+            || self
+                .reach
+                .get(f as usize)
+                .is_some_and(|r| r.binary_search(&q).is_ok())
     }
 }
 
@@ -86,28 +105,26 @@ fn tail_target(p: &ProcDb, b: u32) -> Option<u32> {
     }
 }
 
-/// Whether `q` is `f` or a procedure `f` reaches by direct tail calls: a
-/// `ret` of `q` may end a call to `f`.
-pub fn tail_reaches(db: &ProgramDb, f: u32, q: u32) -> bool {
-    if f == q {
-        return true;
-    }
-    let mut seen = vec![false; db.procs.len()];
+/// The procedures of the module other than `f` that `f` reaches by direct
+/// tail calls, sorted.
+fn reach_of(db: &ProgramDb, f: u32) -> Box<[u32]> {
+    let mut seen = vec![f];
     let mut todo = vec![f];
     while let Some(g) = todo.pop() {
-        if g == q {
-            return true;
-        }
         let Some(p) = db.procs.get(g as usize) else {
             continue;
         };
-        if std::mem::replace(&mut seen[g as usize], true) {
-            continue;
-        }
         let tails = p.edges.iter().filter(|e| e.kind == EdgeKindDb::TailCall);
-        todo.extend(tails.filter_map(|e| tail_target(p, e.from)));
+        for q in tails.filter_map(|e| tail_target(p, e.from)) {
+            if (q as usize) < db.procs.len() && !seen.contains(&q) {
+                seen.push(q);
+                todo.push(q);
+            }
+        }
     }
-    false
+    seen.retain(|&q| q != f);
+    seen.sort_unstable();
+    seen.into_boxed_slice()
 }
 
 #[cfg(test)]

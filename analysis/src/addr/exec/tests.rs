@@ -8,7 +8,7 @@ use aetrace_format::progdb::{
 use iced_x86::code_asm::*;
 use iced_x86::{Instruction, InstructionInfoFactory};
 
-use super::{entry_knowledge, ways_in, Exec, RegSet, WayIn};
+use super::{anchors_rsp, entry_knowledge, ways_in, Entered, Exec, RegSet, WayIn};
 use crate::addr::full::Recorded;
 use crate::addr::returns::Returns;
 use crate::addr::{forms, Gpr, InsnProgram};
@@ -101,7 +101,7 @@ fn addresses_recorded_only_where_the_arithmetic_cannot_rebuild_them() {
 #[test]
 fn what_is_recorded_does_not_depend_on_the_values() {
     let b = block();
-    let (plans, end) = Exec::plan_block(RegSet(0), &b);
+    let (plans, end) = Exec::plan_block(RegSet(0), &b, false);
     let shifted: Vec<u64> = [8u64, 16, 32, 32, 0, 0, 0, 0, 0, 0, 0]
         .iter()
         .map(|d| 0x1234_5678u64.wrapping_sub(*d))
@@ -174,15 +174,25 @@ fn has_rsp(s: RegSet) -> bool {
 fn blocks_inherit_only_along_plain_edges() {
     let (p, blocks) = caller(CallTarget::External);
     let known = entry_knowledge(&p, &Returns::default(), &blocks);
-    assert_eq!(known[0], RegSet(0), "the entry starts with nothing");
+    assert_eq!(
+        known[0].iter().collect::<Vec<_>>(),
+        vec![Gpr::RSP],
+        "the entry knows rsp"
+    );
+    let (plans, _) = Exec::plan_block(known[0], &blocks[0], false);
+    assert_eq!(
+        plans[0].as_ref().unwrap(),
+        &Vec::<Recorded>::new(),
+        "push derived"
+    );
     assert!(
         has_rsp(known[1]) && has_rsp(known[2]),
         "the loop inherits rsp"
     );
     assert_eq!(known[3], RegSet(0), "a return point starts with nothing");
-    let (plans, _) = Exec::plan_block(known[1], &blocks[1]);
+    let (plans, _) = Exec::plan_block(known[1], &blocks[1], false);
     assert_eq!(plans[0].as_ref().unwrap(), &Vec::<Recorded>::new());
-    let (plans, _) = Exec::plan_block(known[3], &blocks[3]);
+    let (plans, _) = Exec::plan_block(known[3], &blocks[3], false);
     assert_eq!(plans[0].as_ref().unwrap(), &vec![Recorded::Addr(0)]);
 }
 
@@ -208,7 +218,7 @@ fn a_call_to_a_procedure_that_returns_by_ret_keeps_rsp_only() {
     assert_eq!(ways_in(&p, &returns)[3], vec![WayIn::Return(1)]);
     let known = entry_knowledge(&p, &returns, &blocks);
     assert_eq!(known[3].iter().collect::<Vec<_>>(), vec![Gpr::RSP]);
-    let (plans, _) = Exec::plan_block(known[3], &blocks[3]);
+    let (plans, _) = Exec::plan_block(known[3], &blocks[3], false);
     assert_eq!(plans[0].as_ref().unwrap(), &Vec::<Recorded>::new());
     // A setjmp-like call returns a second time through longjmp.
     let mut sj = p.clone();
@@ -221,7 +231,85 @@ fn a_call_to_a_procedure_that_returns_by_ret_keeps_rsp_only() {
 #[test]
 fn a_ret_leaves_rsp_known() {
     for ret in [asm(|a| a.ret()), asm(|a| a.ret_1(16))] {
-        let (_, end) = Exec::plan_block(RegSet(0), &progs(&ret));
+        let (_, end) = Exec::plan_block(RegSet(0), &progs(&ret), false);
         assert!(has_rsp(end), "{:?}", ret[0]);
     }
+}
+
+/// A landing pad at the entry (or any way in other than a plain edge)
+/// makes it a root again: nothing known, its first stack reference recorded.
+#[test]
+fn an_entry_with_another_way_in_starts_with_nothing() {
+    let (mut p, blocks) = caller(CallTarget::External);
+    assert_eq!(ways_in(&p, &Returns::default())[0], vec![WayIn::Entry]);
+    p.blocks[2].call.as_mut().unwrap().landing = Some(0);
+    assert_eq!(
+        entry_knowledge(&p, &Returns::default(), &blocks)[0],
+        RegSet(0)
+    );
+}
+
+/// A block that may jump into an entry records `rsp` before its jump
+/// exactly when it does not know it, so every such jump carries it.
+#[test]
+fn a_tail_jump_into_an_entry_anchors_rsp() {
+    let jmp = progs(&asm(|a| {
+        a.sub(rsp, rax)?;
+        a.jmp(0x2000u64)
+    }));
+    let (plans, end) = Exec::plan_block(RegSet(0), &jmp, true);
+    assert_eq!(plans[1].as_ref().unwrap(), &vec![Recorded::Rsp]);
+    assert!(has_rsp(end));
+    let (plans, _) = Exec::plan_block(RegSet(0), &jmp, false);
+    assert_eq!(plans[1].as_ref().unwrap(), &Vec::<Recorded>::new());
+    let mut only = RegSet(0);
+    only.insert(Gpr::RSP);
+    let known = progs(&asm(|a| a.jmp(0x2000u64)));
+    let (plans, _) = Exec::plan_block(only, &known, true);
+    assert_eq!(plans[0].as_ref().unwrap(), &Vec::<Recorded>::new());
+    // Which blocks anchor: direct tail jumps and lazy PLT jumps only.
+    let blk = |c: CallDb| BlockDb {
+        start: 0,
+        insn_lens: vec![5],
+        call: Some(c),
+    };
+    let tail = |target| CallDb {
+        tail: true,
+        ..call_db(target)
+    };
+    assert!(anchors_rsp(&blk(tail(CallTarget::Proc(3)))));
+    assert!(!anchors_rsp(&blk(call_db(CallTarget::Proc(3)))));
+    assert!(!anchors_rsp(&blk(tail(CallTarget::External))));
+    let lazy = CallDb {
+        plt: true,
+        lazy: Some(4),
+        ..tail(CallTarget::External)
+    };
+    assert!(anchors_rsp(&blk(lazy)));
+}
+
+/// How an entry was reached, from the call the run before ended with.
+#[test]
+fn entries_are_told_apart_by_the_call_before() {
+    let call = call_db(CallTarget::Proc(7));
+    let tail = CallDb { tail: true, ..call };
+    assert_eq!(Entered::by(Some(&call), 7), Entered::Call);
+    assert_eq!(Entered::by(Some(&tail), 7), Entered::Jump);
+    assert_eq!(Entered::by(Some(&call), 8), Entered::Outside, "a callback");
+    assert_eq!(Entered::by(None, 7), Entered::Outside, "a thread's first");
+    let ext = call_db(CallTarget::External);
+    assert_eq!(Entered::by(Some(&ext), 7), Entered::Outside);
+    let lazy = CallDb {
+        tail: true,
+        plt: true,
+        lazy: Some(7),
+        ..ext
+    };
+    assert_eq!(Entered::by(Some(&lazy), 7), Entered::Jump, "LAZY, no ENTER");
+    let unflagged = CallDb { plt: false, ..lazy };
+    assert_eq!(
+        Entered::by(Some(&unflagged), 7),
+        Entered::Outside,
+        "its ENTER"
+    );
 }

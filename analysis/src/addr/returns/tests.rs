@@ -1,4 +1,4 @@
-//! The fixpoint of [`Returns::of`] and [`tail_reaches`] against a naive
+//! The fixpoint of [`Returns::of`] and [`Returns::tail_reaches`] against a naive
 //! twin on random modules: the reachability of tail calls as a matrix
 //! iterated to its closure, and the definition read literally (a procedure
 //! returns by `ret` iff everything it reaches by tail calls leaves only by
@@ -9,7 +9,7 @@ use aetrace_format::progdb::{
 };
 use proptest::prelude::*;
 
-use super::{tail_reaches, Returns};
+use super::Returns;
 
 /// How one block of a random procedure leaves it.
 #[derive(Clone, Debug)]
@@ -173,7 +173,7 @@ proptest! {
             let naive = row.iter().zip(&db.procs).all(|(&t, p)| !t || leaves_well(p, n));
             prop_assert_eq!(r.by_ret(f as u32), naive, "procedure {}", f);
             for (q, &t) in row.iter().enumerate() {
-                prop_assert_eq!(tail_reaches(&db, f as u32, q as u32), t);
+                prop_assert_eq!(r.tail_reaches(f as u32, q as u32), t);
             }
         }
         prop_assert!(!r.by_ret(n as u32), "past the module's end");
@@ -199,6 +199,6 @@ fn a_tail_call_into_untraced_code_spoils_its_callers_only() {
     let r = Returns::of(&db);
     let got: Vec<bool> = (0..7).map(|f| r.by_ret(f)).collect();
     assert_eq!(got, [false, false, false, true, true, false, true]);
-    assert!(tail_reaches(&db, 0, 2) && !tail_reaches(&db, 2, 0));
-    assert!(tail_reaches(&db, 3, 4) && tail_reaches(&db, 4, 3));
+    assert!(r.tail_reaches(0, 2) && !r.tail_reaches(2, 0));
+    assert!(r.tail_reaches(3, 4) && r.tail_reaches(4, 3));
 }
