@@ -54,6 +54,7 @@ pub mod progdb;
 pub mod section;
 pub mod stats;
 pub mod trace;
+pub mod values;
 pub mod writer;
 
 #[cfg(test)]

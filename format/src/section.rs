@@ -92,6 +92,9 @@ pub enum Codec {
     Stored,
     /// One or more zstd frames.
     Zstd,
+    /// zstd of a data trace's stream with its VALUE records as predicted
+    /// differences (`values`, docs/format.md "Chunk codecs"; minor 7).
+    ZstdValues,
 }
 
 impl Codec {
@@ -99,12 +102,14 @@ impl Codec {
         match self {
             Codec::Stored => 0,
             Codec::Zstd => 1,
+            Codec::ZstdValues => 2,
         }
     }
     fn from_u32(v: u32, offset: u64) -> Result<Codec> {
         match v {
             0 => Ok(Codec::Stored),
             1 => Ok(Codec::Zstd),
+            2 => Ok(Codec::ZstdValues),
             _ => Err(Error::corrupt(offset, format!("unknown codec {v}"))),
         }
     }

@@ -13,7 +13,7 @@ use crate::header::{Header, HEADER_LEN, VERSION_MINOR};
 use crate::index::{ChunkRef, DatabaseRef, Index, ThreadInfo};
 use crate::section::SECTION_HEADER_LEN;
 use crate::section::{self, Codec, Command, End, Module, Note, ProcessExit, Section, Sections};
-use crate::{ModuleId, ThreadId};
+use crate::{values, ModuleId, ThreadId};
 use std::cell::RefCell;
 use std::path::Path;
 
@@ -227,6 +227,8 @@ thread_local! {
     /// One zstd decompression context per thread (rayon workers included): creating
     /// one per chunk costs an allocation of ~100 KiB and its initialisation.
     static DCTX: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
+    /// The decompressed frames of a `ZstdValues` chunk, reused.
+    static VALUE_FRAMES: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Decompresses `data` into `out` (cleared first), checking it yields exactly
@@ -244,19 +246,17 @@ fn expand(
     let raw = usize::try_from(raw_len).map_err(|_| Error::corrupt(offset, what()))?;
     match codec {
         Codec::Stored => out.extend_from_slice(data),
-        Codec::Zstd => {
-            out.reserve_exact(raw);
-            DCTX.with(|cell| {
-                let mut slot = cell.borrow_mut();
-                let z = match &mut *slot {
-                    Some(z) => z,
-                    None => slot.insert(zstd::bulk::Decompressor::new()?),
-                };
-                // The capacity bounds the output: a frame claiming more fails here.
-                z.decompress_to_buffer(data, out)
-                    .map_err(|e| Error::corrupt(offset, format!("{}: zstd: {e}", what())))
-            })?;
-        }
+        Codec::Zstd => unzstd(data, raw, out, what, offset)?,
+        Codec::ZstdValues => VALUE_FRAMES.with(|cell| {
+            let mut frames = cell.borrow_mut();
+            // A value's frame bytes: at most 15 for its 10 raw; any other
+            // raw byte, 1; each frame's two counts, 10 per raw byte or more.
+            let bound = raw.saturating_mul(3).saturating_add(64);
+            frames.clear();
+            unzstd(data, bound, &mut frames, what, offset)?;
+            values::decode(&frames, raw, out)
+                .map_err(|e| Error::corrupt(offset, format!("{}: values: {e}", what())))
+        })?,
     }
     if out.len() != raw {
         return Err(Error::corrupt(
@@ -268,6 +268,28 @@ fn expand(
             ),
         ));
     }
+    Ok(())
+}
+
+/// zstd frames `data` into `out`, at most `cap` bytes.
+fn unzstd(
+    data: &[u8],
+    cap: usize,
+    out: &mut Vec<u8>,
+    what: &dyn Fn() -> String,
+    offset: u64,
+) -> Result<()> {
+    out.reserve_exact(cap);
+    DCTX.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let z = match &mut *slot {
+            Some(z) => z,
+            None => slot.insert(zstd::bulk::Decompressor::new()?),
+        };
+        // The capacity bounds the output: a frame claiming more fails here.
+        z.decompress_to_buffer(data, out)
+            .map_err(|e| Error::corrupt(offset, format!("{}: zstd: {e}", what())))
+    })?;
     Ok(())
 }
 

@@ -270,7 +270,10 @@ pub fn record(l: &Launch) -> Result<Recorded> {
     let now = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
-    let header = Header::new(CREATOR, now).map_err(|e| trace_err(&l.trace, e))?;
+    let mut header = Header::new(CREATOR, now).map_err(|e| trace_err(&l.trace, e))?;
+    if records_values(l) {
+        header.incompat_flags |= aetrace_format::header::INCOMPAT_VALUE_CODEC;
+    }
     // Nothing ran when these fail: leave no trace file behind.
     let abandon = |e: Error| {
         if aetrace_format::replaceable(&l.trace) {
@@ -802,6 +805,8 @@ struct OpenChunk {
     unflushed: usize,
     /// When its first bytes came.
     since: Instant,
+    /// With `--data`: the `zstd+values` codec's state (`format::values`).
+    values: Option<aetrace_format::values::Encoder>,
 }
 
 struct Thread {
@@ -840,6 +845,11 @@ struct Recorder<'l> {
     /// Encoders of closed chunks, reset for the next (a context holds
     /// about a megabyte of tables: allocated once, not per chunk).
     spare: Vec<zstd::stream::raw::Encoder<'static>>,
+    /// A module records values (`--data`): chunks use the `zstd+values` codec.
+    data: bool,
+    /// Reused per batch by that codec: VALUE offsets, frame bytes.
+    value_at: Vec<usize>,
+    frame: Vec<u8>,
 }
 
 impl<'l> Recorder<'l> {
@@ -854,6 +864,9 @@ impl<'l> Recorder<'l> {
             threads: Vec::new(),
             libs_pending: (1..launch.modules.len()).collect(),
             spare: Vec::new(),
+            data: records_values(launch),
+            value_at: Vec::new(),
+            frame: Vec::new(),
         }
     }
 
@@ -1266,6 +1279,7 @@ impl<'l> Recorder<'l> {
                     witnesses: 0,
                     unflushed: 0,
                     since: Instant::now(),
+                    values: self.data.then(Default::default),
                 })
             }
         };
@@ -1274,7 +1288,14 @@ impl<'l> Recorder<'l> {
         if flush {
             open.unflushed = 0;
         }
-        compress_into(&mut open.enc, bytes, flush, &mut open.data).map_err(|source| {
+        let input = match &mut open.values {
+            Some(v) => {
+                value_frame(v, bytes, &mut self.value_at, &mut self.frame);
+                &self.frame[..]
+            }
+            None => bytes,
+        };
+        compress_into(&mut open.enc, input, flush, &mut open.data).map_err(|source| {
             RecordError::Zstd {
                 thread: Some(thread),
                 source,
@@ -1303,6 +1324,10 @@ impl<'l> Recorder<'l> {
         })?;
         // A finished frame leaves the encoder ready for the next one.
         self.spare.push(c.enc);
+        let codec = match c.values {
+            Some(_) => aetrace_format::Codec::ZstdValues,
+            None => aetrace_format::Codec::Zstd,
+        };
         let trace = &self.launch.trace;
         let out = self
             .out
@@ -1313,7 +1338,7 @@ impl<'l> Recorder<'l> {
             seq: out.next_seq(thread).unwrap_or(0),
             raw_len: c.raw_len,
             witnesses: c.witnesses,
-            codec: aetrace_format::Codec::Zstd,
+            codec,
             data: c.data,
         };
         out.append_chunk(&chunk).map_err(|e| trace_err(trace, e))
@@ -1424,6 +1449,34 @@ fn first_record(bytes: &[u8]) -> Option<(u8, u32)> {
         .map(|r| (r[1], u32::from_le_bytes([r[2], r[3], r[4], r[5]])))
 }
 
+/// A module records values (`--data`): the trace's chunks use the
+/// `zstd+values` codec (`format::values`).
+fn records_values(l: &Launch) -> bool {
+    l.modules
+        .iter()
+        .any(|m| m.flags & module_flags::DATA_ABS != 0)
+}
+
+/// `frame` = the `zstd+values` frame of `bytes` (a batch: whole records);
+/// `at` is scratch for its VALUE offsets.
+fn value_frame(
+    v: &mut aetrace_format::values::Encoder,
+    bytes: &[u8],
+    at: &mut Vec<usize>,
+    frame: &mut Vec<u8>,
+) {
+    at.clear();
+    frame.clear();
+    // The drainer checked the batch: no error here. Were there one, the
+    // records after it would stay in the frame's bytes, still exact.
+    let _ = aetrace_runtime::layout::valid_prefix_with(bytes, |i, k| {
+        if k == RecordKind::Value {
+            at.push(i);
+        }
+    });
+    v.frame(bytes, at, frame);
+}
+
 /// Compresses all of `raw` into the frame `enc` is writing, appending to `out`.
 fn compress_into(
     enc: &mut zstd::stream::raw::Encoder<'static>,
@@ -1468,6 +1521,13 @@ fn end_frame(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_values_codec_knows_the_value_record() {
+        use aetrace_format::values::{VALUE_LEN, VALUE_PREFIX};
+        assert_eq!(VALUE_PREFIX, [ESCAPE, RecordKind::Value as u8]);
+        assert_eq!(VALUE_LEN as u64, RecordKind::Value.encoded_len());
+    }
 
     /// A batch of `slot` starting with record `kind` naming `parent`, then
     /// one witness.

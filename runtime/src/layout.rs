@@ -370,6 +370,16 @@ impl Geometry {
 /// for every byte of every stream), or an error offset and byte for an
 /// unknown record kind.
 pub fn valid_prefix(data: &[u8]) -> Result<(usize, u64), (usize, u8)> {
+    valid_prefix_with(data, |_, _| {})
+}
+
+/// [`valid_prefix`], calling `on_record` with each complete record's
+/// offset and kind (the recorder's `zstd+values` codec finds VALUE
+/// records this way).
+pub fn valid_prefix_with(
+    data: &[u8],
+    mut on_record: impl FnMut(usize, RecordKind),
+) -> Result<(usize, u64), (usize, u8)> {
     let mut i = 0usize;
     let mut witnesses = 0u64;
     loop {
@@ -389,6 +399,7 @@ pub fn valid_prefix(data: &[u8]) -> Result<(usize, u64), (usize, u8)> {
                 if end > data.len() {
                     break;
                 }
+                on_record(i, kind);
                 i = end;
             }
             _ => {
