@@ -217,6 +217,40 @@ fn data_requests_without_data_are_one_line_errors() {
     }
 }
 
+/// A data trace whose header says format 1.6 (older outside-entry stubs
+/// wrote no `rsp` value) is refused in one line, not misread.
+#[test]
+fn data_values_of_an_older_format_are_refused() {
+    let exe = build("loops.c", Variant::new(Opt::O2, Link::NoPie, false));
+    let trace = common::scratch("data_trace").join("minor6.aet");
+    run_checked(
+        Command::new(common::aetrace())
+            .args(["record", "--data", "-o"])
+            .arg(&trace)
+            .arg("--")
+            .arg(&exe)
+            .arg("3"),
+        "aetrace record --data",
+    );
+    let mut bytes = std::fs::read(&trace).unwrap();
+    bytes[10..12].copy_from_slice(&6u16.to_le_bytes());
+    let crc = crc32fast::hash(&bytes[..60]);
+    bytes[60..64].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&trace, bytes).unwrap();
+    let out = Command::new(common::aetrace())
+        .args(["regen", "--format", "lackey"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && out.stdout.is_empty(), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("format 1.6") && err.contains("record the trace again"),
+        "{err}"
+    );
+}
+
 /// The checking mode catches a wrong recorded address: with the first
 /// address of `main` recorded 8 bytes off (fault injection), regen stops
 /// with one line naming the procedure and both addresses; without the

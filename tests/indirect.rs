@@ -32,12 +32,7 @@ fn unresolved(exe: &Path) -> Vec<(String, u64)> {
 /// The indirect jumps of `aetrace cfg` class `class` in `exe` (but those
 /// no path reaches): procedure name and link-time address.
 fn jumps(exe: &Path, class: &str) -> Vec<(String, u64)> {
-    let out = Command::new(common::aetrace())
-        .args(["cfg", "--json"])
-        .arg(exe)
-        .output()
-        .unwrap();
-    let cfg: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cfg = common::recorded::cfg_json(exe);
     let mut names = Vec::new();
     for p in cfg["procedures"].as_array().unwrap() {
         for j in p["indirect_jumps"].as_array().unwrap() {
@@ -53,12 +48,7 @@ fn jumps(exe: &Path, class: &str) -> Vec<(String, u64)> {
 
 /// How many procedures `aetrace cfg` found in the gaps between others.
 fn gap_procedures(exe: &Path) -> usize {
-    let out = Command::new(common::aetrace())
-        .args(["cfg", "--json"])
-        .arg(exe)
-        .output()
-        .unwrap();
-    let cfg: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cfg = common::recorded::cfg_json(exe);
     let gap = |p: &&serde_json::Value| p["sources"].as_array().unwrap().iter().any(|s| s == "gap");
     cfg["procedures"]
         .as_array()

@@ -336,12 +336,7 @@ fn switch_jump_tables() {
 /// Whether some jump table of `exe` (by `aetrace cfg --json`) has a case
 /// outside the ranges of its procedure.
 fn table_case_outside(exe: &Path) -> bool {
-    let out = Command::new(common::aetrace())
-        .args(["cfg", "--json"])
-        .arg(exe)
-        .output()
-        .unwrap();
-    let cfg: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cfg = common::recorded::cfg_json(exe);
     cfg["procedures"].as_array().unwrap().iter().any(|p| {
         let inside = |t: u64| {
             p["ranges"].as_array().unwrap().iter().any(|r| {

@@ -19,6 +19,9 @@ pub const VERSION_MINOR: u16 = 7;
 /// The first minor whose SIGNAL rips are never glibc's signal restorer
 /// (the runtime reports where the restorer returns instead).
 pub const MINOR_RESTORER_RESOLVED: u16 = 4;
+/// The first minor whose outside-entry stubs write `rsp` as a VALUE right
+/// after ENTER (`record --data`): older data traces lack those values.
+pub const MINOR_ENTRY_RSP: u16 = 7;
 /// Size of the file header; the first section starts here.
 pub const HEADER_LEN: usize = 64;
 /// `e_machine` of x86-64, the only architecture traced so far.

@@ -72,9 +72,20 @@ pub struct DataValues {
 }
 
 /// [`data_values`] with the values that follow an ENTER marked.
+/// Refuses a trace older than [`MINOR_ENTRY_RSP`]: its stubs did not
+/// write the `rsp` values this reading expects.
+///
+/// [`MINOR_ENTRY_RSP`]: aetrace_format::header::MINOR_ENTRY_RSP
 pub fn data_values_entered<B: AsRef<[u8]>>(
     trace: &aetrace_format::Trace<B>,
     thread: aetrace_format::ThreadId,
 ) -> Result<DataValues> {
+    let minor = trace.header().minor;
+    if minor < aetrace_format::header::MINOR_ENTRY_RSP {
+        return Err(Error::Usage(format!(
+            "data values of format 1.{minor} are read differently since 1.{}: record the trace again with this aetrace",
+            aetrace_format::header::MINOR_ENTRY_RSP
+        )));
+    }
     stream::Stream::new(thread, trace.chunks(thread).collect()).values()
 }

@@ -57,12 +57,7 @@ pub fn left_alone_procedures(
         .iter()
         .map(|l| l["name"].as_str().unwrap().to_owned())
         .collect();
-    let cfg = Command::new(super::aetrace())
-        .args(["cfg", "--json"])
-        .arg(exe)
-        .output()
-        .unwrap();
-    let cfg: serde_json::Value = serde_json::from_slice(&cfg.stdout).unwrap();
+    let cfg = cfg_json(exe);
     let mut procs = Vec::new();
     for p in cfg["procedures"].as_array().unwrap() {
         if let Some(n) = names.iter().find(|n| p["name"] == n.as_str()) {
@@ -274,4 +269,19 @@ impl Workload {
     pub fn args(&self) -> Vec<&str> {
         self.args.iter().map(String::as_str).collect()
     }
+}
+
+/// `aetrace cfg --json EXE`, parsed.
+pub fn cfg_json(exe: &Path) -> serde_json::Value {
+    let out = Command::new(super::aetrace())
+        .args(["cfg", "--json"])
+        .arg(exe)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
 }
