@@ -1031,3 +1031,23 @@ fn a_stream_larger_than_4_gib_is_indexed_without_wrapping() {
     let n = std::io::copy(&mut dec, &mut std::io::sink()).unwrap();
     assert_eq!((c.meta.seq, n), (4, c.meta.raw_len));
 }
+
+/// A chunk in codec `zstd+values` is refused unless the header announces
+/// the codec: a reader that predates it must have refused the header.
+#[test]
+fn value_codec_needs_its_header_flag() {
+    let trace = |flags: u32| {
+        let mut h = header();
+        h.incompat_flags = flags;
+        let mut w = TraceWriter::new(Vec::new(), &h).unwrap();
+        w.thread_start(&start(0, None, StartReason::Main)).unwrap();
+        let mut c = compress_chunk(ThreadId(0), 0, b"abc", 3, 1).unwrap();
+        c.codec = Codec::ZstdValues;
+        w.append_chunk(&c).unwrap();
+        w.thread_end(ThreadId(0), section::EndReason::Exit).unwrap();
+        w.finish().unwrap().0
+    };
+    let e = Trace::parse(trace(0)).err().expect("an unannounced codec");
+    assert!(e.to_string().contains("does not announce"), "{e}");
+    assert!(Trace::parse(trace(crate::header::INCOMPAT_VALUE_CODEC)).is_ok());
+}

@@ -89,6 +89,7 @@ impl<B: AsRef<[u8]>> Trace<B> {
                 Err(b) => return Err(b.error),
             }
         }
+        announced_codecs(&header, &index)?;
         let status = match index.end {
             Some(end) => Status::Complete(end),
             None => Status::Incomplete { tear },
@@ -221,6 +222,28 @@ pub struct Fingerprint {
     pub len: u64,
     /// CRC-32 of the file header and every section header, in file order.
     pub crc: u32,
+}
+
+/// Refuses a chunk in codec `zstd+values` when the header does not set
+/// [`INCOMPAT_VALUE_CODEC`]: a reader that predates the codec must refuse
+/// the file at its header, so a file without the flag cannot use it.
+///
+/// [`INCOMPAT_VALUE_CODEC`]: crate::header::INCOMPAT_VALUE_CODEC
+fn announced_codecs(header: &Header, index: &Index) -> Result<()> {
+    if header.incompat_flags & crate::header::INCOMPAT_VALUE_CODEC != 0 {
+        return Ok(());
+    }
+    let chunks = index.threads.values().flat_map(|t| &t.chunks);
+    match chunks.into_iter().find(|c| c.codec == Codec::ZstdValues) {
+        Some(c) => Err(Error::corrupt(
+            c.section_offset,
+            format!(
+                "thread {} chunk {} uses codec zstd+values, which the header does not announce",
+                c.thread, c.seq
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 thread_local! {
