@@ -12,6 +12,8 @@
 //! - `cfg_coverage`: `aetrace cfg` coverage of the machine's stripped
 //!   binaries, checked against `objdump -d`;
 //! - `cfg_oracle`: recovered CFGs against lackey's executed instructions;
+//! - `data_real`: `record --data` of gzip, bzip2, xz and sort against
+//!   lackey, reference by reference;
 //! - `data_census`: `aetrace census`'s reference forms, weighted by
 //!   profiled block counts, against lackey's data references;
 //! - `cli_errors`, `record_errors`: bad input, one-line errors, no panic;
@@ -66,6 +68,7 @@ mod cli_errors;
 mod combos;
 mod crashes;
 mod data_census;
+mod data_real;
 mod data_trace;
 mod debug;
 mod faults;

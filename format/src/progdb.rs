@@ -21,9 +21,9 @@
 
 /// Version of the encoding written by [`ProgramDb::encode`] (2: signal maps;
 /// 3: [`CallDb::plt`], the second call byte and [`CallDb::jmpbuf`]; 4: the
-/// flags byte, [`ProgramDb::counts_returns`]).
-/// [`ProgramDb::decode`] reads versions 2 to 4.
-pub const VERSION: u32 = 4;
+/// flags byte, [`ProgramDb::counts_returns`]; 5: [`ProgramDb::moved_tables`]).
+/// [`ProgramDb::decode`] reads versions 2 to 5.
+pub const VERSION: u32 = 5;
 /// Oldest version [`ProgramDb::decode`] reads.
 const OLDEST_VERSION: u32 = 2;
 
@@ -44,6 +44,52 @@ pub struct ProgramDb {
     pub counts_returns: bool,
     /// Indexed by procedure number.
     pub procs: Vec<ProcDb>,
+    /// The jump tables the rewriter copied, which the copies read instead
+    /// of the originals (version 5; empty in older databases). A data
+    /// address recorded in a copy is the original's in the trace
+    /// ([`original_address`]).
+    pub moved_tables: Vec<MovedTable>,
+}
+
+/// A jump table the rewriter copied: entry `i` of the copy at `new` is
+/// entry `i` of the table at `old`, in the same format (link-time
+/// addresses, `size` bytes each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MovedTable {
+    /// The original table.
+    pub old: u64,
+    /// The copy.
+    pub new: u64,
+    /// Bytes in each.
+    pub size: u64,
+}
+
+/// Version 5's list of [`MovedTable`]s.
+fn decode_moved_tables(r: &mut Reader<'_>) -> Result<Vec<MovedTable>, String> {
+    let n = r.uleb("moved tables")?;
+    // Three numbers of at least one byte each per table.
+    if n > (r.bytes.len() - r.pos) as u64 / 3 {
+        return Err(r.err(format_args!("{n} moved tables in too few bytes")));
+    }
+    (0..n)
+        .map(|_| {
+            Ok(MovedTable {
+                old: r.uleb("moved table")?,
+                new: r.uleb("moved table")?,
+                size: r.uleb("moved table")?,
+            })
+        })
+        .collect()
+}
+
+/// The original program's address for link-time address `link` of the
+/// rewritten module: inside a copied table, the original table's entry;
+/// elsewhere `link` itself.
+pub fn original_address(tables: &[MovedTable], link: u64) -> u64 {
+    tables
+        .iter()
+        .find(|t| link.wrapping_sub(t.new) < t.size)
+        .map_or(link, |t| t.old + (link - t.new))
 }
 
 /// Whether a procedure's copy is instrumented.
@@ -580,6 +626,14 @@ impl ProgramDb {
                 }
             }
         }
+        if version >= 5 {
+            put_uleb(&mut out, self.moved_tables.len() as u64);
+            for t in &self.moved_tables {
+                for v in [t.old, t.new, t.size] {
+                    put_uleb(&mut out, v);
+                }
+            }
+        }
         out
     }
 
@@ -770,6 +824,11 @@ impl ProgramDb {
                 sigmap,
             });
         }
+        let moved_tables = if version >= 5 {
+            decode_moved_tables(&mut r)?
+        } else {
+            Vec::new()
+        };
         if r.pos != bytes.len() {
             return Err(r.err(format_args!("{} trailing bytes", bytes.len() - r.pos)));
         }
@@ -778,6 +837,7 @@ impl ProgramDb {
             runtime_vaddr,
             counts_returns: flags & DB_COUNTS_RETURNS != 0,
             procs,
+            moved_tables,
         })
     }
 
@@ -1206,6 +1266,13 @@ mod tests {
             runtime_vaddr: 0x80_0000 + rnd(1 << 20),
             counts_returns: rnd(2) == 1,
             procs,
+            moved_tables: (0..rnd(3))
+                .map(|_| MovedTable {
+                    old: 0x40_0000 + rnd(1 << 20),
+                    new: 0x80_0000 + rnd(1 << 20),
+                    size: 4 * rnd(64),
+                })
+                .collect(),
         }
     }
 
@@ -1220,7 +1287,7 @@ mod tests {
     fn empty_database_round_trips() {
         let db = ProgramDb::default();
         let bytes = db.encode();
-        assert_eq!(bytes.len(), 4 + 4 + 8 + 8 + 1 + 1);
+        assert_eq!(bytes.len(), 4 + 4 + 8 + 8 + 1 + 1 + 1);
         assert_eq!(ProgramDb::decode(&bytes).unwrap(), db);
     }
 
@@ -1230,6 +1297,7 @@ mod tests {
             link_base: 0x40_0000,
             runtime_vaddr: 0x50_0000,
             counts_returns: true,
+            moved_tables: Vec::new(),
             procs: vec![ProcDb {
                 name: "f".into(),
                 status: ProcStatus::Traced,
@@ -1297,7 +1365,7 @@ mod tests {
         };
         let bytes = db.encode();
         let mut want = b"AEDB".to_vec();
-        want.extend_from_slice(&4u32.to_le_bytes());
+        want.extend_from_slice(&5u32.to_le_bytes());
         want.extend_from_slice(&0x40_0000u64.to_le_bytes());
         want.extend_from_slice(&0x50_0000u64.to_le_bytes());
         // Flags: returns counted.
@@ -1310,6 +1378,8 @@ mod tests {
         // Signal map: present, start, length, 3 ranges (delta, tag, payload).
         want.extend_from_slice(&[1, 0x80, 0x80, 0x80, 0x03, 0x30, 3]);
         want.extend_from_slice(&[0, 0, 0x20, 1, 1, 0, 1, 1, 2, 1]);
+        // No moved tables.
+        want.push(0);
         assert_eq!(bytes, want);
         assert_eq!(ProgramDb::decode(&bytes).unwrap(), db);
     }
@@ -1380,6 +1450,7 @@ mod tests {
             link_base: 0x40_0000,
             runtime_vaddr: 0x50_0000,
             counts_returns: false,
+            moved_tables: Vec::new(),
             procs: vec![
                 proc(
                     "main",
@@ -1490,12 +1561,16 @@ mod tests {
             prop_assert_eq!(db.check().map_err(|e| e.to_string()), Ok(()));
             let bytes = db.encode();
             prop_assert_eq!(ProgramDb::decode(&bytes).unwrap(), db.clone());
+            // Version 4 had no moved tables.
+            let mut v4 = db.clone();
+            v4.moved_tables.clear();
+            prop_assert_eq!(ProgramDb::decode(&db.encode_raw(4)).unwrap(), v4.clone());
             // Version 3 had no flags: returns were not counted.
-            let mut v3 = db.clone();
+            let mut v3 = v4.clone();
             v3.counts_returns = false;
             prop_assert_eq!(ProgramDb::decode(&db.encode_raw(3)).unwrap(), v3);
             // Version 2 had no `jmpbuf`: every call but a tail call reads as one.
-            let mut old = db.clone();
+            let mut old = v4;
             old.counts_returns = false;
             for p in &mut old.procs {
                 for c in p.blocks.iter_mut().filter_map(|b| b.call.as_mut()) {

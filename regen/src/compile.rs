@@ -196,6 +196,9 @@ pub struct Module {
     /// Every return (a [`EdgeKindDb::Return`] edge taken) is a counted
     /// transfer (`ProgramDb::counts_returns`).
     pub counts_returns: bool,
+    /// The jump tables the copies read in place of the originals
+    /// (`ProgramDb::moved_tables`).
+    pub moved_tables: Vec<aetrace_format::progdb::MovedTable>,
 }
 
 /// Where output addresses come from.
@@ -256,6 +259,7 @@ impl Module {
             format,
             addressing: Some(addressing),
             counts_returns: db.counts_returns,
+            moved_tables: db.moved_tables.clone(),
             ..Module::default()
         };
         // Global indices first: a call may name any procedure's entry.
@@ -452,6 +456,15 @@ impl Module {
             m.runtime = db.runtime_vaddr..copies;
         }
         Ok(m)
+    }
+
+    /// The original program's run-time address for run-time data address
+    /// `a` of the rewritten one: a copied jump table's entry is the
+    /// original table's (`progdb::original_address`).
+    pub fn original_data_address(&self, a: u64) -> u64 {
+        let link = a.wrapping_sub(self.load_base);
+        let orig = aetrace_format::progdb::original_address(&self.moved_tables, link);
+        orig.wrapping_add(self.load_base)
     }
 
     /// Where run-time address `rip` stands, by the signal map, and whether

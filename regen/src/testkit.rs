@@ -233,6 +233,7 @@ pub(crate) fn synth(prog: Program, rng: &mut Rng) -> Synth {
         link_base: LINK_BASE,
         runtime_vaddr: 0,
         counts_returns: false,
+        moved_tables: Vec::new(),
         procs,
     };
     db.check().unwrap();

@@ -139,6 +139,7 @@ fn db_of(procs: Vec<ProcDb>) -> ProgramDb {
         link_base: LINK_BASE,
         runtime_vaddr: 0,
         counts_returns: false,
+        moved_tables: Vec::new(),
         procs,
     }
 }
@@ -1225,6 +1226,7 @@ fn calls_and_callbacks_across_modules_share_one_stack() {
         link_base: 0,
         runtime_vaddr: 0,
         counts_returns: false,
+        moved_tables: Vec::new(),
         procs: vec![proc(
             &mut a,
             "lib_f",

@@ -18,7 +18,9 @@ use aetrace_analysis::addr::returns::Returns;
 use aetrace_analysis::cfg::{BlockKind, Cfg, EdgeKind, JumpResolution};
 use aetrace_analysis::elf::ElfKind;
 use aetrace_analysis::Procedure;
-use aetrace_format::progdb::{BlockDb, CallDb, EdgeDb, EdgeKindDb, ProcDb, ProcStatus, ProgramDb};
+use aetrace_format::progdb::{
+    BlockDb, CallDb, EdgeDb, EdgeKindDb, MovedTable, ProcDb, ProcStatus, ProgramDb,
+};
 use aetrace_graph::trace::{
     all_predicate_edges, naive_blocking_needed, place_witnesses, WitnessPlacement,
 };
@@ -77,6 +79,7 @@ impl<'p> Plans<'p> {
                 link_base: rw.link_base,
                 runtime_vaddr: 0,
                 counts_returns: false,
+                moved_tables: Vec::new(),
                 procs: Vec::with_capacity(n),
             },
             plans: Vec::new(),
@@ -444,6 +447,11 @@ impl<'p> Plans<'p> {
                 block: j.block,
             };
             self.tables_end += t.size().next_multiple_of(8);
+            self.db.moved_tables.push(MovedTable {
+                old: t.old,
+                new: t.new,
+                size: t.size(),
+            });
             out.push(t);
         }
         Ok(out)

@@ -518,7 +518,7 @@ impl<S: Sink> Writer<'_, S> {
         let walked =
             (insns[r.first as usize..r.end as usize].iter().enumerate()).try_for_each(|(k, i)| {
                 let at = r.first as usize + k;
-                self.abstract_insn(i, &mut got, anchor && at == last)?;
+                self.abstract_insn(m, i, &mut got, anchor && at == last)?;
                 if check {
                     let vals = self.take(i.full.len())?;
                     self.compare(m, r, r.first as usize + k, i, &got, &vals)?;
@@ -536,15 +536,26 @@ impl<S: Sink> Writer<'_, S> {
 
     /// Runs `i` in the thread's abstract execution, reading its values
     /// (first `rsp` if unknown, when `anchor`); its addresses into `got`.
-    fn abstract_insn(&mut self, i: &Insn, got: &mut InsnAddrs, anchor: bool) -> Result<(), Error> {
+    /// A recorded address is the original program's: the copies read
+    /// copied jump tables (`Module::original_data_address`).
+    fn abstract_insn(
+        &mut self,
+        m: &Module,
+        i: &Insn,
+        got: &mut InsnAddrs,
+        anchor: bool,
+    ) -> Result<(), Error> {
         let (values, next, thread) = (&self.values, &mut self.next, self.thread);
-        let take = &mut |_| {
+        let take = &mut |what| {
             let v = values
                 .get(*next)
                 .copied()
                 .ok_or_else(|| short(thread, values.len()))?;
             *next += 1;
-            Ok(v)
+            Ok(match what {
+                Recorded::Addr(_) => m.original_data_address(v),
+                _ => v,
+            })
         };
         let exec = &mut self.state.exec;
         let r = match anchor {
@@ -566,7 +577,7 @@ impl<S: Sink> Writer<'_, S> {
         got: &InsnAddrs,
         vals: &[u64],
     ) -> Result<(), Error> {
-        let full = addresses(i, vals, m.load_base);
+        let full = addresses(i, vals, m);
         let rep_full = i
             .full
             .iter()
@@ -653,8 +664,10 @@ fn short(thread: Option<ThreadId>, n: usize) -> String {
 }
 
 /// The run-time address of each reference of `i` (a `rep`'s first
-/// iteration), from the instruction or from its full values `vals`.
-fn addresses(i: &Insn, vals: &[u64], base: u64) -> Vec<u64> {
+/// iteration), from the instruction or from its full values `vals` (the
+/// original program's, as in `Writer::abstract_insn`).
+fn addresses(i: &Insn, vals: &[u64], m: &Module) -> Vec<u64> {
+    let base = m.load_base;
     let mut out: Vec<u64> = i
         .prog
         .refs
@@ -667,7 +680,7 @@ fn addresses(i: &Insn, vals: &[u64], base: u64) -> Vec<u64> {
         .collect();
     for (p, &v) in i.full.iter().zip(vals) {
         if let Recorded::Addr(k) = *p {
-            out[k] = v;
+            out[k] = m.original_data_address(v);
         }
     }
     out

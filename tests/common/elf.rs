@@ -111,6 +111,31 @@ impl Elf {
             .any(|&b| b == 0xf2 || b == 0xf3)
     }
 
+    /// Whether the instruction at `addr` is a bit test of a register by a
+    /// register (`bt`, `bts`, `btr`, `btc`: `0f a3/ab/b3/bb`, ModRM mod
+    /// 3): VEX runs it by storing the register below the stack pointer and
+    /// testing a byte of memory, so lackey logs a store and a load the
+    /// program never makes (seen in sort: `bt %rax,%rdx` with ` S ...,8`
+    /// ` L ...,1`).
+    pub fn is_register_bit_test(&self, addr: u64) -> bool {
+        let Some(s) = self
+            .sections
+            .iter()
+            .find(|s| s.exec && s.addr <= addr && addr < s.addr + s.size)
+        else {
+            return false;
+        };
+        let b = self.bytes_of(s, addr, 15.min(s.addr + s.size - addr));
+        let prefixes = b
+            .iter()
+            .take_while(|&&c| matches!(c, 0x66 | 0x40..=0x4f))
+            .count();
+        matches!(
+            b.get(prefixes..prefixes + 3),
+            Some(&[0x0f, 0xa3 | 0xab | 0xb3 | 0xbb, modrm]) if modrm >= 0xc0
+        )
+    }
+
     /// Whether the instruction at `addr` is a `call` (`e8`, or `ff /2`),
     /// and whether it is an indirect call or jump (`ff /2`, `ff /4`).
     pub fn branch_at(&self, addr: u64) -> (bool, bool) {

@@ -112,6 +112,11 @@ const CACHE_SLOTS: usize = 1 << 12;
 /// reading the log (the comparison has failed).
 pub type Sink<'s> = &'s mut dyn FnMut(usize, usize, u64) -> bool;
 
+/// Receives each data reference of an instruction the [`Sink`] was given,
+/// as (kind `b'L'`/`b'S'`/`b'M'`, run-time address, size, the modules with
+/// the load biases valgrind reported); returns false to stop reading.
+pub type DataSink<'s> = &'s mut dyn FnMut(u8, u64, u32, &[ModuleTrace]) -> bool;
+
 /// The streaming reducer: the state carried from one log line to the next.
 struct Reducer<'s> {
     wanted: Vec<PathBuf>,
@@ -140,6 +145,8 @@ struct Reducer<'s> {
     /// When set, instructions go here instead of into the sets and
     /// sequences; `stopped` once it has returned false.
     sink: Option<Sink<'s>>,
+    /// With a sink: where the data references of its instructions go.
+    data_sink: Option<DataSink<'s>>,
     stopped: bool,
     /// Count data references per module (`ModuleTrace::data`): the module
     /// of the last `I` line, if any, and the counts by (kind, size).
@@ -174,6 +181,10 @@ fn hex(s: &[u8]) -> Option<u64> {
         v = v << 4 | u64::from(d);
     }
     Some(v)
+}
+
+fn bad_line(line: &[u8]) -> ! {
+    panic!("bad lackey line {:?}", String::from_utf8_lossy(line))
 }
 
 /// The decimal number following `key` in `line`.
@@ -229,6 +240,7 @@ impl<'s> Reducer<'s> {
             thread_key: Vec::new(),
             threads_started: 0,
             sink,
+            data_sink: None,
             stopped: false,
             data: false,
             current: None,
@@ -315,6 +327,7 @@ impl<'s> Reducer<'s> {
         }
         t.executed += 1;
         if let Some(sink) = &mut self.sink {
+            self.prev = Some((m, addr));
             self.stopped = !sink(m, key, addr);
             return;
         }
@@ -420,17 +433,22 @@ impl<'s> Reducer<'s> {
     fn data_line(&mut self, line: &[u8]) {
         let Some(m) = self.current else { return };
         let kind = line.get(1).copied().unwrap_or(b'?');
-        let size = line
+        let comma = line
             .iter()
             .position(|&c| c == b',')
-            .and_then(|c| {
-                std::str::from_utf8(&line[c + 1..])
-                    .ok()?
-                    .trim()
-                    .parse()
-                    .ok()
-            })
-            .unwrap_or_else(|| panic!("bad lackey line {:?}", String::from_utf8_lossy(line)));
+            .unwrap_or_else(|| bad_line(line));
+        let size: u32 = std::str::from_utf8(&line[comma + 1..])
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or_else(|| bad_line(line));
+        if let Some(sink) = &mut self.data_sink {
+            let addr = line
+                .get(3..comma)
+                .and_then(hex)
+                .unwrap_or_else(|| bad_line(line));
+            self.stopped = !sink(kind, addr, size, &self.modules);
+            return;
+        }
         if self.data_counts.len() <= m {
             self.data_counts.resize_with(m + 1, FastMap::default);
         }
@@ -545,6 +563,25 @@ pub fn run_streaming(
     let reducer = Reducer::new(modules, Capture::Sets, Some(sink));
     let mode = LogMode::Pipe;
     run_into(exe, args, with, "*", mode, reducer)
+}
+
+/// [`run_streaming`] with the data references too: each instruction of
+/// `modules` outside their `excluded` link-time ranges goes to `sink`
+/// (a `rep` instruction once, as lackey logs it once per iteration), then
+/// its data references, every iteration's, to `data_sink`.
+pub fn run_streaming_data(
+    exe: &Path,
+    args: &[&str],
+    with: &Launch,
+    modules: &[PathBuf],
+    excluded: Vec<Vec<(u64, u64)>>,
+    sinks: (Sink, DataSink),
+) -> Run {
+    let mut reducer = Reducer::new(modules, Capture::Sets, Some(sinks.0));
+    reducer.data_sink = Some(sinks.1);
+    reducer.data = true;
+    reducer.excluded = excluded;
+    run_into(exe, args, with, "*", LogMode::Pipe, reducer)
 }
 
 /// What the program under valgrind gets besides its arguments: stdin

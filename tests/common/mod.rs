@@ -14,6 +14,7 @@ pub mod callgrind;
 pub mod cfg;
 pub mod elf;
 pub mod exact;
+pub mod exact_data;
 pub mod lackey;
 pub mod lsda;
 pub mod oracle;
