@@ -242,14 +242,20 @@ impl Window {
 /// Reads the trace and sends batches to `sim`.  Text and piped input are
 /// parsed on a second thread; a binary trace file is decoded in small
 /// batches on this one.
-fn drive(cli: &Cli, mut sim: impl FnMut(&[Ref]) -> Result<()>) -> Result<u64> {
+/// `followers`: the model counts [`repeated`] markers, with this
+/// smallest I1 line ([`Batches`]; a data trace only).
+fn drive(
+    cli: &Cli,
+    followers: Option<u64>,
+    mut sim: impl FnMut(&[Ref]) -> Result<()>,
+) -> Result<u64> {
     let mut window = Window {
         skip: cli.skipcount,
         left: cli.maxcount.unwrap_or(u64::MAX),
         simulated: 0,
     };
     if let Some(path) = is_trace(cli) {
-        return drive_data(path, window, sim);
+        return drive_data(path, window, followers, sim);
     }
     let mut reader = Reader::open(&cli.input, cli.informat)?;
     if reader.is_binary_file() {
@@ -357,19 +363,112 @@ const DATA_BATCH: usize = 16384;
 
 /// A data trace's walk as batches of references sent to the simulating
 /// thread (a modify is a read then a write, as in extended din).
+///
+/// With `followers` (the cachegrind model, no `-skipcount`), an
+/// instruction fetch in the line its block's instruction before it ended
+/// in (not a *leader*, `aetrace_cachesim::fetch`) is not sent: it hits I1
+/// and changes no state, since data references never touch I1. The
+/// followers between two references sent are counted and sent as one
+/// [`repeated`] marker before the next, so that the model still
+/// sees an instruction between a read and a write (no read-modify-write
+/// merged across it).
 struct Batches {
     tx: mpsc::SyncSender<Vec<Ref>>,
     back: mpsc::Receiver<Vec<Ref>>,
     batch: Vec<Ref>,
     /// The simulating thread wants no more.
     stopped: bool,
+    followers: Option<Followers>,
+    /// Followers not sent since the last reference sent.
+    pending: u64,
+    /// Followers counted in markers (references simulated, not sent).
+    grouped: u64,
+}
+
+/// Which instructions of each block are followers for the smallest I1
+/// line, and the block run walked now.
+struct Followers {
+    line: u64,
+    /// Per instruction of every block (modules in order).
+    follows: Vec<bool>,
+    /// Per module: per block, where its instructions start in `follows`.
+    starts: Vec<Vec<usize>>,
+    /// The run's first instruction in `follows`.
+    at: usize,
+    /// The instruction fetched last in the run (a `rep`'s iterations are
+    /// fetches of one instruction: sent).
+    prev: Option<u32>,
+}
+
+impl Followers {
+    fn new(modules: &[Module], line: u64) -> Self {
+        let code = modules.iter().flat_map(|m| {
+            m.blocks.iter().map(|(b, block)| CodeBlock {
+                addr: m.load_base.wrapping_add(block.start),
+                lens: m.insn_lens(b),
+            })
+        });
+        let lines = BlockLines::new(code, line);
+        let (mut follows, mut starts, mut id) = (Vec::new(), Vec::new(), 0);
+        for m in modules {
+            starts.push(Vec::with_capacity(m.blocks.len()));
+            for _ in 0..m.blocks.len() {
+                let (leaders, ninsns) = lines.block(id);
+                let at = follows.len();
+                starts.last_mut().expect("pushed").push(at);
+                follows.resize(at + ninsns as usize, true);
+                let mut k = at;
+                for l in leaders {
+                    follows[k] = false;
+                    k += 1 + l.follow as usize;
+                }
+                id += 1;
+            }
+        }
+        Followers {
+            line,
+            follows,
+            starts,
+            at: 0,
+            prev: None,
+        }
+    }
+
+    /// Whether the fetch of instruction `k` of the run is a follower.
+    #[inline]
+    fn follows(&mut self, k: u32) -> bool {
+        let f = k != 0 && self.prev == Some(k - 1) && self.follows[self.at + k as usize];
+        self.prev = Some(k);
+        f
+    }
 }
 
 impl Batches {
+    #[inline]
     fn push(&mut self, kind: AccessKind, addr: u64, size: u32) -> super::dataout::Result<()> {
-        self.batch.push(Ref { kind, addr, size });
+        if self.pending != 0 {
+            let n = std::mem::take(&mut self.pending);
+            self.grouped += n - 1;
+            self.put(repeated(n))?;
+        }
+        self.put(Ref { kind, addr, size })
+    }
+
+    #[inline]
+    fn put(&mut self, r: Ref) -> super::dataout::Result<()> {
+        self.batch.push(r);
         if self.batch.len() < DATA_BATCH {
             return Ok(());
+        }
+        self.flush()
+    }
+
+    /// Sends the batch (and, at the end, the followers still pending).
+    fn finish(&mut self) -> super::dataout::Result<()> {
+        if self.pending != 0 {
+            let n = std::mem::take(&mut self.pending);
+            self.grouped += n - 1;
+            self.batch.push(repeated(n));
         }
         self.flush()
     }
@@ -390,7 +489,26 @@ impl Batches {
 }
 
 impl super::dataout::Sink for Batches {
-    fn insn(&mut self, addr: u64, len: u32) -> super::dataout::Result<()> {
+    fn modules(&mut self, modules: &[Module]) {
+        if let Some(f) = &mut self.followers {
+            *f = Followers::new(modules, f.line);
+        }
+    }
+
+    #[inline]
+    fn run(&mut self, r: BlockRun) {
+        if let Some(f) = &mut self.followers {
+            f.at = f.starts[r.module as usize][r.block.as_u32() as usize];
+            f.prev = None;
+        }
+    }
+
+    #[inline]
+    fn insn(&mut self, k: u32, addr: u64, len: u32) -> super::dataout::Result<()> {
+        if self.followers.as_mut().is_some_and(|f| f.follows(k)) {
+            self.pending += 1;
+            return Ok(());
+        }
         self.push(AccessKind::Instr, addr, len)
     }
 
@@ -405,11 +523,31 @@ impl super::dataout::Sink for Batches {
     }
 }
 
+/// A marker of `n` instruction fetches that hit I1's line fetched last
+/// ([`Batches`]; a real fetch is never 0 bytes long).
+fn repeated(n: u64) -> Ref {
+    Ref {
+        kind: AccessKind::Instr,
+        addr: n,
+        size: 0,
+    }
+}
+
+/// The smallest I1 line of `cgs` when the input is a trace whose
+/// followers may go as markers: not with -skipcount or -maxcount, whose
+/// window counts each reference.
+fn followers(cli: &Cli, cgs: &mut Stripped<Cachegrind>) -> Option<u64> {
+    let plain = cli.skipcount == 0 && cli.maxcount.is_none() && is_trace(cli).is_some();
+    plain.then(|| cgs.sims_mut().iter().map(Cachegrind::i1_line).min())?
+}
+
 /// Walks the data trace at `path` on a second thread and simulates its
-/// references on this one, within `window`.
+/// references on this one, within `window`; with `line`, followers for
+/// I1 lines of that size are sent as markers ([`Batches`]).
 fn drive_data(
     path: &Path,
     mut window: Window,
+    line: Option<u64>,
     mut sim: impl FnMut(&[Ref]) -> Result<()>,
 ) -> Result<u64> {
     let (tx, rx) = mpsc::sync_channel::<Vec<Ref>>(4);
@@ -423,12 +561,15 @@ fn drive_data(
                 back,
                 batch: Vec::with_capacity(DATA_BATCH),
                 stopped: false,
+                followers: line.map(|line| Followers::new(&[], line)),
+                pending: 0,
+                grouped: 0,
             };
             let opts = aetrace_regen::Options::default();
-            let r = super::dataout::walk(path, &opts, &mut b).and_then(|_| b.flush());
+            let r = super::dataout::walk(path, &opts, &mut b).and_then(|_| b.finish());
             match r {
-                Err(_) if b.stopped => Ok(()),
-                r => r.map_err(|e| e.to_string()),
+                Err(_) if b.stopped => Ok(b.grouped),
+                r => r.map(|()| b.grouped).map_err(|e| e.to_string()),
             }
         });
         for batch in rx.iter() {
@@ -439,8 +580,8 @@ fn drive_data(
         }
         drop(rx);
         let walked = walk.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-        walked.map_err(|e| Error::Producer(e.into()))?;
-        Ok(window.finish())
+        let grouped = walked.map_err(|e| Error::Producer(e.into()))?;
+        Ok(window.finish() + grouped)
     })
 }
 
@@ -792,7 +933,7 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
         let bsize = spec.bsize;
         let mut sw = Sweep::new(spec);
         let s = simulate(&cli, &mut SweepFetch(&mut sw), |f| {
-            drive(&cli, |refs| {
+            drive(&cli, None, |refs| {
                 f.0.run(refs);
                 Ok(())
             })
@@ -822,7 +963,7 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
                 .collect();
             let mut hs = Stripped::new(hs);
             let s = simulate(&cli, &mut hs, |hs| {
-                drive(&cli, |refs| {
+                drive(&cli, None, |refs| {
                     hs.sims_mut().iter_mut().for_each(|h| h.run(refs));
                     Ok(())
                 })
@@ -853,9 +994,17 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
                 e => e,
             };
             let s = simulate(&cli, &mut cgs, |cgs| {
-                drive(&cli, |refs| {
-                    (cgs.sims_mut().iter_mut())
-                        .try_for_each(|cg| refs.iter().try_for_each(|&r| cg.reference(r)))
+                let line = followers(&cli, cgs);
+                drive(&cli, line, |refs| {
+                    cgs.sims_mut().iter_mut().try_for_each(|cg| {
+                        refs.iter().try_for_each(|&r| match r.size {
+                            0 if line.is_some() && r.kind == AccessKind::Instr => {
+                                cg.count_i1_hits(r.addr);
+                                Ok(())
+                            }
+                            _ => cg.reference(r),
+                        })
+                    })
                 })
             })
             .map_err(from_start)?;

@@ -32,6 +32,7 @@ use std::io::Write;
 use std::path::Path;
 use std::rc::Rc;
 
+use aetrace_analysis::addr::exec::code::BlockCode;
 use aetrace_analysis::addr::exec::{self, Entered, Exec, InsnAddrs, WayIn};
 use aetrace_analysis::addr::full::{self, Recorded, DF};
 use aetrace_analysis::addr::returns::Returns;
@@ -59,9 +60,15 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Where the walk's references go, in program order.
 pub trait Sink {
-    /// An executed instruction (each iteration of a `rep` string
-    /// instruction, and its final `rcx == 0` test, is one).
-    fn insn(&mut self, addr: u64, len: u32) -> Result<(), Error>;
+    /// The trace's modules, which [`BlockRun::module`] indexes, before
+    /// any reference.
+    fn modules(&mut self, _: &[Module]) {}
+    /// A run of a block starts: its instructions follow.
+    fn run(&mut self, _: BlockRun) {}
+    /// An executed instruction, the `k`-th of its block (each iteration
+    /// of a `rep` string instruction, and its final `rcx == 0` test, is
+    /// one).
+    fn insn(&mut self, k: u32, addr: u64, len: u32) -> Result<(), Error>;
     /// A data reference of the instruction given last.
     fn data(&mut self, access: Access, addr: u64, size: u32) -> Result<(), Error>;
 }
@@ -73,7 +80,7 @@ struct Text<'o> {
 }
 
 impl Sink for Text<'_> {
-    fn insn(&mut self, ip: u64, len: u32) -> Result<(), Error> {
+    fn insn(&mut self, _: u32, ip: u64, len: u32) -> Result<(), Error> {
         Ok(match self.format {
             DataFormat::Lackey => writeln!(self.out, "I  {ip:08x},{len}"),
             DataFormat::Xdin => writeln!(self.out, "i {ip:x} {len:x}"),
@@ -108,8 +115,6 @@ struct Insn {
     insn: Instruction,
     prog: InsnProgram,
     full: Vec<Recorded>,
-    /// Per reference: whether the instruction gives its address.
-    statik: Vec<bool>,
 }
 
 /// What a data trace holds, counted while it is written.
@@ -135,6 +140,10 @@ struct ModData {
     db: ProgramDb,
     returns: Returns,
     blocks: Vec<Option<Rc<Vec<Insn>>>>,
+    /// Per block: its compiled address program from its first
+    /// instruction (`exec::code`: the known registers at a block's start
+    /// are fixed, so it is compiled at its first run).
+    codes: Vec<Option<Rc<BlockCode>>>,
     procs: Vec<Option<Rc<ProcFacts>>>,
 }
 
@@ -194,6 +203,7 @@ pub fn walk(
     for m in visit.modules() {
         w.mods.push(mod_data(&trace, m)?);
     }
+    w.sink.modules(visit.modules());
     let mut failed: Option<Error> = None;
     visit.run(&mut |runs| {
         for e in runs.events() {
@@ -238,6 +248,7 @@ fn mod_data<B: AsRef<[u8]>>(trace: &Trace<B>, m: &Module) -> Result<ModData, Err
         returns: Returns::of(&db),
         db,
         blocks: vec![None; m.blocks.len()],
+        codes: vec![None; m.blocks.len()],
         procs: vec![None; m.procs.len()],
     })
 }
@@ -329,15 +340,7 @@ impl<S: Sink> Writer<'_, S> {
             } else {
                 Vec::new()
             };
-            let statik = (prog.refs.iter())
-                .map(|r| full::static_addr(&insn, r).is_some())
-                .collect();
-            insns.push(Insn {
-                insn,
-                prog,
-                full,
-                statik,
-            });
+            insns.push(Insn { insn, prog, full });
         }
         let insns = Rc::new(insns);
         self.mods[module as usize].blocks[block.as_u32() as usize] = Some(insns.clone());
@@ -379,8 +382,8 @@ impl<S: Sink> Writer<'_, S> {
 
     /// Sets the thread's state for the start of run `r`: the registers
     /// the analysis says are known there, carried from the run before.
-    /// Whether the block anchors `rsp` before its last instruction.
-    fn enter(&mut self, m: &Module, r: BlockRun) -> Result<bool, Error> {
+    /// The code of its instructions from `r.first`, compiled for them.
+    fn enter(&mut self, m: &Module, r: BlockRun) -> Result<Rc<BlockCode>, Error> {
         let facts = self.proc_facts(m, r.module, r.block)?;
         let first = m.procs[m.blocks[r.block].proc].blocks.start;
         let local = (r.block.as_u32() - first) as usize;
@@ -415,7 +418,30 @@ impl<S: Sink> Writer<'_, S> {
             return Err("the data walk lost a register the analysis knows".into());
         }
         st.bias = m.load_base;
-        Ok(facts.anchors[local])
+        let codes = &self.mods[r.module as usize].codes;
+        match &codes[r.block.as_u32() as usize] {
+            Some(c) if r.first == 0 => Ok(c.clone()),
+            _ => self.compile(m, r, known, facts.anchors[local]),
+        }
+    }
+
+    /// Compiles run `r`'s block from `r.first` for `known`, kept when
+    /// from its start (a run from the middle starts with nothing known).
+    #[cold]
+    fn compile(
+        &mut self,
+        m: &Module,
+        r: BlockRun,
+        known: RegSet,
+        anchor: bool,
+    ) -> Result<Rc<BlockCode>, Error> {
+        let insns = self.decoded(m, r.module, r.block)?;
+        let progs: Vec<_> = (insns.iter()).map(|i| (i.insn, i.prog.clone())).collect();
+        let code = Rc::new(BlockCode::compile(known, &progs, r.first as usize, anchor));
+        if r.first == 0 {
+            self.mods[r.module as usize].codes[r.block.as_u32() as usize] = Some(code.clone());
+        }
+        Ok(code)
     }
 
     /// At a procedure's entry not reached along a plain edge: the thread's
@@ -510,21 +536,22 @@ impl<S: Sink> Writer<'_, S> {
     ) -> Result<(), Error> {
         let m = &visit.modules()[r.module as usize];
         let insns = self.decoded(m, r.module, r.block)?;
-        let anchor = self.enter(m, r)?;
+        let code = self.enter(m, r)?;
+        if m.shown {
+            self.sink.run(r);
+        }
         let check = self.mods[r.module as usize].check;
         // The reused addresses, out of `self` while `self` is borrowed.
         let mut got = std::mem::take(&mut self.addrs);
-        let last = insns.len() - 1;
         let walked =
             (insns[r.first as usize..r.end as usize].iter().enumerate()).try_for_each(|(k, i)| {
-                let at = r.first as usize + k;
-                self.abstract_insn(m, i, &mut got, anchor && at == last)?;
+                self.abstract_insn(m, i, &code, k, &mut got)?;
                 if check {
                     let vals = self.take(i.full.len())?;
                     self.compare(m, r, r.first as usize + k, i, &got, &vals)?;
                 }
                 if m.shown {
-                    self.print(i, m.load_base, &got)?;
+                    self.print(i, &code, k, r.first + k as u32, m.load_base, &got)?;
                 }
                 Ok::<_, Error>(())
             });
@@ -534,16 +561,18 @@ impl<S: Sink> Writer<'_, S> {
         Ok(())
     }
 
-    /// Runs `i` in the thread's abstract execution, reading its values
-    /// (first `rsp` if unknown, when `anchor`); its addresses into `got`.
-    /// A recorded address is the original program's: the copies read
+    /// Runs `i`, instruction `k` of `code`, in the thread's abstract
+    /// execution, reading its values; its addresses into `got`. A
+    /// recorded address is the original program's: the copies read
     /// copied jump tables (`Module::original_data_address`).
+    #[inline]
     fn abstract_insn(
         &mut self,
         m: &Module,
         i: &Insn,
+        code: &BlockCode,
+        k: usize,
         got: &mut InsnAddrs,
-        anchor: bool,
     ) -> Result<(), Error> {
         let (values, next, thread) = (&self.values, &mut self.next, self.thread);
         let take = &mut |what| {
@@ -557,12 +586,7 @@ impl<S: Sink> Writer<'_, S> {
                 _ => v,
             })
         };
-        let exec = &mut self.state.exec;
-        let r = match anchor {
-            true => exec.anchor(take),
-            false => Ok(()),
-        }
-        .and_then(|()| exec.insn_into(&i.insn, &i.prog, take, got));
+        let r = self.state.exec.run_code(code, k, take, got);
         r.map_err(|why| format!("instruction at {:#x} ({}): {why}", i.insn.ip(), i.insn).into())
     }
 
@@ -616,43 +640,51 @@ impl<S: Sink> Writer<'_, S> {
         Ok(v.to_vec())
     }
 
-    fn print(&mut self, i: &Insn, base: u64, got: &InsnAddrs) -> Result<(), Error> {
+    /// Gives instruction `k` of `code` (`i`, the `at`-th of its block)
+    /// and its references to the sink.
+    #[inline]
+    fn print(
+        &mut self,
+        i: &Insn,
+        code: &BlockCode,
+        k: usize,
+        at: u32,
+        base: u64,
+        got: &InsnAddrs,
+    ) -> Result<(), Error> {
         let ip = base.wrapping_add(i.insn.ip());
         let len = i.insn.len() as u32;
-        self.count(i, got);
+        let refs = code.refs(k);
+        self.count(code, k, got);
         let Some((count, flags)) = got.rep else {
-            self.sink.insn(ip, len)?;
-            return self.refs(i, got, 0, 1);
+            self.sink.insn(at, ip, len)?;
+            for (r, &a) in refs.iter().zip(&got.addrs) {
+                self.sink.data(r.access, a, r.size)?;
+            }
+            return Ok(());
         };
         let dir: i64 = if flags & DF != 0 { -1 } else { 1 };
-        for k in 0..count {
-            self.sink.insn(ip, len)?;
-            self.refs(i, got, k, dir)?;
+        for n in 0..count {
+            self.sink.insn(at, ip, len)?;
+            // A `rep`'s pointers advance by the size each iteration.
+            for (r, &a) in refs.iter().zip(&got.addrs) {
+                let step = (n as i64).wrapping_mul(dir).wrapping_mul(i64::from(r.size)) as u64;
+                self.sink.data(r.access, a.wrapping_add(step), r.size)?;
+            }
         }
-        self.sink.insn(ip, len)
+        self.sink.insn(at, ip, len)
     }
 
-    /// The references of iteration `k` (a `rep`'s pointers advance by the
-    /// size each iteration, in direction `dir`).
-    fn refs(&mut self, i: &Insn, got: &InsnAddrs, k: u64, dir: i64) -> Result<(), Error> {
-        for (r, &a) in i.prog.refs.iter().zip(&got.addrs) {
-            let step = (k as i64).wrapping_mul(dir).wrapping_mul(i64::from(r.size)) as u64;
-            self.sink.data(r.access, a.wrapping_add(step), r.size)?;
-        }
-        Ok(())
-    }
-
-    /// Counts the references of `i`, every iteration of a `rep`.
-    fn count(&mut self, i: &Insn, got: &InsnAddrs) {
+    /// Counts the references of instruction `k` of `code`, every
+    /// iteration of a `rep`.
+    #[inline]
+    fn count(&mut self, code: &BlockCode, k: usize, got: &InsnAddrs) {
         let times = got.rep.map_or(1, |(count, _)| count);
-        let statik = i.statik.iter().filter(|&&s| s).count() as u64;
-        let recorded = (i.statik.iter().zip(&got.recorded))
-            .filter(|&(&s, &r)| r && !s)
-            .count() as u64;
-        let c = &mut self.counts;
-        c.refs += times.wrapping_mul(i.prog.refs.len() as u64);
-        c.static_refs += times.wrapping_mul(statik);
-        c.recorded_refs += times.wrapping_mul(recorded);
+        let c = &code.insns[k];
+        let n = &mut self.counts;
+        n.refs += times.wrapping_mul(code.refs(k).len() as u64);
+        n.static_refs += times.wrapping_mul(u64::from(c.statik));
+        n.recorded_refs += times.wrapping_mul(u64::from(c.recorded));
     }
 }
 

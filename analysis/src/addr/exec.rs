@@ -471,5 +471,7 @@ pub fn entry_knowledge(
     known
 }
 
+pub mod code;
+
 #[cfg(test)]
 mod tests;

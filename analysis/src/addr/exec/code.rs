@@ -1,0 +1,407 @@
+//! Compiled address programs (issue 24, `docs/data.md` "Speed"): a
+//! block's abstract execution specialised, once, to the registers known
+//! at its start. Whether a register is known never depends on the values
+//! (the invariant of [`super`]), so which references are static, derived
+//! or recorded, which register a recorded address teaches, and which
+//! updates keep a register known are fixed per (block, known registers at
+//! its start): [`BlockCode::compile`] decides them with the same rules as
+//! [`Exec::insn_into`], and [`Exec::run_code`] then only adds, shifts and
+//! takes values, with no decoding, matching or allocation per execution.
+//!
+//! Invariant (tested against [`Exec::insn_into`] in `tests.rs`): running
+//! a block's code from a state whose known registers are the ones it was
+//! compiled for gives the same addresses, takes the same values in the
+//! same order and leaves the same state as interpreting it.
+
+use iced_x86::{Instruction, Mnemonic, OpKind};
+
+use super::{plain, Exec, InsnAddrs};
+use crate::addr::full::{self, Recorded};
+use crate::addr::{Access, AddrExpr, Dst, Gpr, InsnProgram, Op, RegSet, Repeat};
+
+/// `disp (+ the load bias) (+ base) (+ index * scale)`, its registers known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Sum {
+    disp: u64,
+    bias: bool,
+    base: Option<Gpr>,
+    index: Option<(Gpr, u8)>,
+}
+
+type Regs = [Option<u64>; Gpr::COUNT];
+
+/// A register the code knows to be known.
+#[inline(always)]
+fn reg(regs: &Regs, g: Gpr) -> u64 {
+    debug_assert!(regs[g.index()].is_some(), "compiled for a known register");
+    regs[g.index()].unwrap_or(0)
+}
+
+impl Sum {
+    /// `a` when [`Exec::value`] would compute it from the registers in `k`.
+    fn of(insn: &Instruction, a: &AddrExpr, k: RegSet) -> Option<Sum> {
+        let known = |r: Option<Gpr>| r.map_or(true, |g| has(k, g));
+        (plain(insn, a) && known(a.base) && known(a.index)).then(|| Sum {
+            disp: a.disp,
+            bias: a.base.is_none() && a.index.is_none() && insn.is_ip_rel_memory_operand(),
+            base: a.base,
+            index: a.index.map(|i| (i, a.scale)),
+        })
+    }
+
+    #[inline(always)]
+    fn eval(&self, regs: &Regs, bias: u64) -> u64 {
+        let mut v = self.disp;
+        if self.bias {
+            v = v.wrapping_add(bias);
+        }
+        if let Some(b) = self.base {
+            v = v.wrapping_add(reg(regs, b));
+        }
+        if let Some((i, s)) = self.index {
+            v = v.wrapping_add(reg(regs, i).wrapping_mul(u64::from(s)));
+        }
+        v
+    }
+
+    fn reads(&self) -> RegSet {
+        let mut s = RegSet::default();
+        self.base.into_iter().for_each(|g| s.insert(g));
+        self.index.into_iter().for_each(|(g, _)| s.insert(g));
+        s
+    }
+}
+
+fn has(k: RegSet, g: Gpr) -> bool {
+    k.0 & (1 << g.0) != 0
+}
+
+/// How a reference's address is found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum How {
+    /// From the instruction and known registers.
+    Known(Sum),
+    /// From the next value; `learn`: that value minus the sum is this
+    /// register's ([`Exec::learn`]).
+    Recorded { learn: Option<(Gpr, Sum)> },
+}
+
+/// One compiled reference.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RefCode {
+    /// Load, store or read-modify-write.
+    pub access: Access,
+    /// Bytes.
+    pub size: u32,
+    how: How,
+}
+
+/// An interpretable function of a known register and an immediate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Func {
+    Shl,
+    Shr,
+    Sar,
+    And,
+    Or,
+    Xor,
+}
+
+/// A register's new value, computable from known registers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Val {
+    Const(u64),
+    Sum(Sum),
+    Func(Func, Gpr, u64),
+}
+
+impl Val {
+    #[inline(always)]
+    fn eval(&self, regs: &Regs, bias: u64) -> u64 {
+        match *self {
+            Val::Const(c) => c,
+            Val::Sum(s) => s.eval(regs, bias),
+            Val::Func(f, g, imm) => {
+                let x = reg(regs, g);
+                match f {
+                    Func::Shl => x << (imm & 63),
+                    Func::Shr => x >> (imm & 63),
+                    Func::Sar => ((x as i64) >> (imm & 63)) as u64,
+                    Func::And => x & imm,
+                    Func::Or => x | imm,
+                    Func::Xor => x ^ imm,
+                }
+            }
+        }
+    }
+
+    fn reads(&self) -> RegSet {
+        match *self {
+            Val::Const(_) => RegSet::default(),
+            Val::Sum(s) => s.reads(),
+            Val::Func(_, g, _) => RegSet(1 << g.0),
+        }
+    }
+}
+
+/// A register update: its new value, or `None` (forgotten).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct UpCode {
+    dst: Gpr,
+    val: Option<Val>,
+}
+
+/// One compiled instruction: index ranges into its block's tables.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InsnCode {
+    /// Why the reference table refuses the instruction (an error when run).
+    fail: Option<String>,
+    /// `rsp` is taken first when unknown ([`Exec::anchor`]): it is unknown.
+    anchor: bool,
+    /// A `rep` string instruction: `rcx` and `rflags` are taken first.
+    rep: bool,
+    refs: (u32, u32),
+    ups: (u32, u32),
+    /// The updates read a register an earlier one of them writes, so they
+    /// read a copy of the registers before the instruction.
+    snapshot: bool,
+    /// References whose address the instruction gives (`full::static_addr`).
+    pub statik: u32,
+    /// References whose address is a value.
+    pub recorded: u32,
+}
+
+/// The compiled instructions `first..` of a block.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BlockCode {
+    /// Per instruction from `first`.
+    pub insns: Vec<InsnCode>,
+    refs: Vec<RefCode>,
+    ups: Vec<UpCode>,
+}
+
+impl BlockCode {
+    /// The code of instructions `first..` of a block (`insns` all of
+    /// them) entered there with the registers in `known` known; `anchor`:
+    /// the block [`super::anchors_rsp`].
+    pub fn compile(
+        known: RegSet,
+        insns: &[(Instruction, InsnProgram)],
+        first: usize,
+        anchor: bool,
+    ) -> BlockCode {
+        let mut code = BlockCode::default();
+        let mut k = known;
+        let last = insns.len().wrapping_sub(1);
+        for (at, (insn, prog)) in insns.iter().enumerate().skip(first) {
+            let anchor = anchor && at == last && !has(k, Gpr::RSP);
+            if anchor {
+                k.insert(Gpr::RSP);
+            }
+            let c = code.insn(insn, prog, &mut k, anchor);
+            code.insns.push(c);
+        }
+        code
+    }
+
+    /// Compiles one instruction entered with `k` known; `k` becomes the
+    /// registers known after it.
+    fn insn(
+        &mut self,
+        insn: &Instruction,
+        prog: &InsnProgram,
+        k: &mut RegSet,
+        anchor: bool,
+    ) -> InsnCode {
+        let refs0 = self.refs.len() as u32;
+        let mut fail = None;
+        if prog.refs.iter().any(|r| r.repeat == Repeat::UntilData) {
+            fail = Some("a repe/repne compare stops on the data: its count is not recorded".into());
+        }
+        let (mut statik, mut recorded) = (0, 0);
+        for r in &prog.refs {
+            if let (None, Err(why)) = (&fail, full::refuse(insn, r)) {
+                fail = Some(why);
+            }
+            statik += u32::from(full::static_addr(insn, r).is_some());
+            let how = match Sum::of(insn, &r.addr, *k) {
+                Some(s) => How::Known(s),
+                None => {
+                    recorded += 1;
+                    How::Recorded {
+                        learn: learn(insn, &r.addr, k),
+                    }
+                }
+            };
+            self.refs.push(RefCode {
+                access: r.access,
+                size: r.size,
+                how,
+            });
+        }
+        let (ups0, snapshot) = (self.ups.len() as u32, self.updates(insn, prog, k));
+        InsnCode {
+            fail,
+            anchor,
+            rep: prog.refs.iter().any(|r| r.repeat == Repeat::Rcx),
+            refs: (refs0, self.refs.len() as u32),
+            ups: (ups0, self.ups.len() as u32),
+            snapshot,
+            statik,
+            recorded,
+        }
+    }
+
+    /// Compiles the instruction's updates ([`Exec::update`]), all read in
+    /// `k`; whether they need a copy of the registers before them.
+    fn updates(&mut self, insn: &Instruction, prog: &InsnProgram, k: &mut RegSet) -> bool {
+        let before = *k;
+        let (mut written, mut snapshot) = (RegSet::default(), false);
+        for u in &prog.updates {
+            let (dst, val) = match u.dst {
+                Dst::Full(g) => (g, eval(insn, u.dst, &u.op, before)),
+                Dst::Partial(g) => (g, None),
+                Dst::Flags => continue,
+            };
+            snapshot |= val.is_some_and(|v| v.reads().0 & written.0 != 0);
+            written.insert(dst);
+            match val {
+                Some(_) => k.insert(dst),
+                None => k.0 &= !(1 << dst.0),
+            }
+            self.ups.push(UpCode { dst, val });
+        }
+        snapshot
+    }
+
+    /// Instruction `k`'s references.
+    #[inline]
+    pub fn refs(&self, k: usize) -> &[RefCode] {
+        let (a, b) = self.insns[k].refs;
+        &self.refs[a as usize..b as usize]
+    }
+}
+
+/// What [`Exec::learn`] would teach from a recorded `a` with `k` known:
+/// the register and the sum to take from the value; `k` gains it.
+fn learn(insn: &Instruction, a: &AddrExpr, k: &mut RegSet) -> Option<(Gpr, Sum)> {
+    if !plain(insn, a) {
+        return None;
+    }
+    let get = |r: Option<Gpr>| r.map(|g| has(*k, g));
+    let rest = |other: Option<(Gpr, u8)>| Sum {
+        disp: a.disp,
+        bias: false,
+        base: None,
+        index: other,
+    };
+    let learned = match (a.base, get(a.base), a.index, get(a.index)) {
+        (Some(b), Some(false), i, iv) if i != Some(b) => match (i, iv) {
+            (None, _) => Some((b, rest(None))),
+            (Some(i), Some(true)) => Some((b, rest(Some((i, a.scale))))),
+            _ => None,
+        },
+        (b, bv, Some(i), Some(false)) if a.scale == 1 && b != Some(i) => match (b, bv) {
+            (None, _) => Some((i, rest(None))),
+            (Some(b), Some(true)) => Some((i, rest(Some((b, 1))))),
+            _ => None,
+        },
+        _ => None,
+    };
+    if let Some((g, _)) = learned {
+        k.insert(g);
+    }
+    learned
+}
+
+/// [`Exec::eval`] compiled with `k` known: `None` when it gives `None`.
+fn eval(insn: &Instruction, dst: Dst, op: &Op, k: RegSet) -> Option<Val> {
+    match *op {
+        Op::Const(c) => Some(Val::Const(c)),
+        Op::Copy(r) => has(k, r).then_some(Val::Sum(Sum {
+            disp: 0,
+            bias: false,
+            base: Some(r),
+            index: None,
+        })),
+        Op::Lea(a) => Sum::of(insn, &a, k).map(Val::Sum),
+        Op::Func { mnemonic, .. } => func(insn, dst, mnemonic, k),
+        Op::Load { .. } | Op::Opaque { .. } => None,
+    }
+}
+
+/// [`Exec::func`] compiled with `k` known.
+fn func(insn: &Instruction, dst: Dst, m: Mnemonic, k: RegSet) -> Option<Val> {
+    if insn.op_count() != 2 || insn.op0_kind() != OpKind::Register {
+        return None;
+    }
+    let r = insn.op0_register();
+    let g = Gpr::of(r).filter(|&g| r.size() == 8 && dst == Dst::Full(g) && has(k, g))?;
+    let imm = match insn.op1_kind() {
+        OpKind::Immediate8 | OpKind::Immediate8to64 | OpKind::Immediate32to64 => insn.immediate(1),
+        _ => return None,
+    };
+    let f = match m {
+        Mnemonic::Shl => Func::Shl,
+        Mnemonic::Shr => Func::Shr,
+        Mnemonic::Sar => Func::Sar,
+        Mnemonic::And => Func::And,
+        Mnemonic::Or => Func::Or,
+        Mnemonic::Xor => Func::Xor,
+        _ => return None,
+    };
+    Some(Val::Func(f, g, imm))
+}
+
+impl Exec {
+    /// Runs instruction `k` of `code` (compiled for the registers known
+    /// now): [`Exec::insn_into`]'s addresses into `out` (`out.recorded`
+    /// left empty: [`InsnCode::recorded`] counts them), the same values
+    /// taken, in the same order, the same state after.
+    #[inline]
+    pub fn run_code(
+        &mut self,
+        code: &BlockCode,
+        k: usize,
+        take: &mut impl FnMut(Recorded) -> Result<u64, String>,
+        out: &mut InsnAddrs,
+    ) -> Result<(), String> {
+        let c = &code.insns[k];
+        if c.anchor {
+            self.regs[Gpr::RSP.index()] = Some(take(Recorded::Rsp)?);
+        }
+        if let Some(why) = &c.fail {
+            return Err(why.clone());
+        }
+        out.addrs.clear();
+        out.recorded.clear();
+        out.rep = match c.rep {
+            true => Some((take(Recorded::Rcx)?, take(Recorded::Flags)?)),
+            false => None,
+        };
+        for (j, r) in code.refs(k).iter().enumerate() {
+            let a = match r.how {
+                How::Known(s) => s.eval(&self.regs, self.bias),
+                How::Recorded { learn } => {
+                    let a = take(Recorded::Addr(j))?;
+                    if let Some((g, s)) = learn {
+                        self.regs[g.index()] = Some(a.wrapping_sub(s.eval(&self.regs, self.bias)));
+                    }
+                    a
+                }
+            };
+            out.addrs.push(a);
+        }
+        let ups = &code.ups[c.ups.0 as usize..c.ups.1 as usize];
+        let before = if c.snapshot { Some(self.regs) } else { None };
+        for u in ups {
+            let regs = before.as_ref().unwrap_or(&self.regs);
+            let v = u.val.map(|v| v.eval(regs, self.bias));
+            self.regs[u.dst.index()] = v;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;
