@@ -174,7 +174,8 @@ pub struct Run {
 
 #[cfg(test)]
 thread_local! {
-    /// Tests: output walks block by block (the reference for summaries).
+    /// Tests: output and counting walk block by block (the reference for
+    /// summaries and counting chains).
     pub static WALK_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
@@ -264,6 +265,19 @@ pub struct Summaries {
 impl Summaries {
     /// Summaries for counting.
     pub fn new(m: &Module) -> Summaries {
+        #[allow(unused_mut)]
+        let mut s = Summaries::unwalked(m);
+        #[cfg(test)]
+        if WALK_ONLY.with(|w| w.get()) {
+            s.choice.fill(Seg::NONE);
+            s.single.fill(Seg::NONE);
+            s.hot = Box::default();
+        }
+        s
+    }
+
+    /// Summaries none of which is computed yet.
+    fn unwalked(m: &Module) -> Summaries {
         Summaries {
             choice: vec![Seg::UNKNOWN; m.choices.len()],
             single: vec![Seg::UNKNOWN; m.blocks.len()],
@@ -285,7 +299,7 @@ impl Summaries {
         let mut s = Summaries {
             text: Some(Vec::new()),
             hot: Box::default(),
-            ..Summaries::new(m)
+            ..Summaries::unwalked(m)
         };
         #[cfg(test)]
         if WALK_ONLY.with(|w| w.get()) {
