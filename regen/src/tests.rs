@@ -704,7 +704,7 @@ proptest! {
         let (blocks, rb) = run(&bytes, &opts(Format::Block));
         prop_assert!(rb.is_ok());
         let lines = |t: &str| t.lines().filter(|l| !l.starts_with('#')).count();
-        let want_total = format!("total: {} instructions, {} blocks", lines(&want), lines(&text(&blocks)));
+        let want_total = format!("total: {} instructions, {} blocks", lines(&want), lines(text(&blocks)));
         prop_assert!(text(&count).contains(&want_total), "{}\n{}", text(&count), want_total);
         // Chains count each procedure's entries as the walk does.
         crate::summary::WALK_ONLY.with(|w| w.set(true));
