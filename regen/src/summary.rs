@@ -37,8 +37,17 @@
 //! machine, through a memo of 16-byte entries that fits a level-1 data
 //! cache ([`Hot`]) and already holds each step's totals and whether the
 //! chain goes on (issue 24 item 3: one load per witness on the hot path).
+//! The chain also goes through direct calls of traced procedures and
+//! through the returns a read point's witness chooses ([`CallHot`]): a
+//! call pushes its block on [`Summaries::frames`] (the machine moves what
+//! is left there onto its stack), counts the callee's entry and transfer,
+//! and falls through from the callee's entry to its next stop; a `ret`
+//! pops a frame pushed in the same chain and falls through from the
+//! caller's return point. The next item is a byte witness at every such
+//! call and return, so no record (SETJMP, SIGNAL, RETURN) can stand there.
 
-use crate::compile::{Block, BlockIx, Module, AMBIGUOUS, EXIT, NO_BLOCK, NO_WITNESS};
+use crate::compile::{Block, BlockIx, Module, ProcIx, AMBIGUOUS, EXIT, NO_BLOCK, NO_WITNESS};
+use aetrace_format::progdb::{CallTarget, EdgeKindDb};
 use aetrace_graph::EntityRef;
 
 /// Longest walk one segment summarises (keeps `insns` in a `u32`).
@@ -77,6 +86,16 @@ struct Hot {
 impl Hot {
     /// `end`'s bit: the end is a read point (no call, no plain fall-through).
     const AGAIN: u32 = 1 << 31;
+    /// `end`'s bit: the end is a call the chain makes ([`chain_call`]).
+    const CALL: u32 = 1 << 30;
+    /// `end`'s bit: the witness chooses a `ret` (the entry counts the read
+    /// point's block alone; where control goes is the caller's).
+    const RET: u32 = 1 << 29;
+    /// `end`'s bit: the end is a block that returns with no witness
+    /// ([`returns_plain`]; only where the chain stops, not for a witness).
+    const RET0: u32 = 1 << 28;
+    /// The kind bits of `end`.
+    const KINDS: u32 = Hot::AGAIN | Hot::CALL | Hot::RET | Hot::RET0;
     const EMPTY: Hot = Hot {
         key: u32::MAX,
         end: 0,
@@ -85,6 +104,51 @@ impl Hot {
         slot: 0,
     };
 }
+
+/// A counting memo entry for a call block the chain goes through
+/// ([`chain_call`]): what the call and the fall-throughs from the callee's
+/// entry pass, and what the fall-throughs from the call's return point
+/// pass once the callee returns.
+#[derive(Clone, Copy, Debug)]
+struct CallHot {
+    /// The call block; `u32::MAX` for none.
+    key: u32,
+    /// The callee's procedure number.
+    callee: u32,
+    /// Where control stops in the callee, with [`Hot`]'s kind bits.
+    land: u32,
+    /// Where control stops after the return, with [`Hot`]'s kind bits;
+    /// [`CallHot::NO_BACK`] when the machine must take the return.
+    back: u32,
+    /// Instructions of the call block and of the fall-throughs in the callee.
+    insns: u32,
+    /// Instructions of the fall-throughs after the return.
+    back_insns: u32,
+    /// Blocks of the call block and of the fall-throughs in the callee.
+    blocks: u16,
+    /// Blocks of the fall-throughs after the return.
+    back_blocks: u16,
+    /// The call is a counted transfer (`CallDb::counts_transfer`).
+    xfer: bool,
+}
+
+impl CallHot {
+    const NO_BACK: u32 = u32::MAX;
+    const EMPTY: CallHot = CallHot {
+        key: u32::MAX,
+        callee: 0,
+        land: 0,
+        back: CallHot::NO_BACK,
+        insns: 0,
+        back_insns: 0,
+        blocks: 0,
+        back_blocks: 0,
+        xfer: false,
+    };
+}
+
+/// Entries of the call memo (a power of two): 32 KiB.
+const CALLS: usize = 1 << 10;
 
 /// Where read point `b`'s entries start in the counting memo (the index
 /// is this XOR the witness byte).
@@ -104,11 +168,14 @@ pub struct Run {
     pub insns: u64,
     /// Blocks passed.
     pub blocks: u64,
+    /// Counted transfers made (calls and `ret`s, `Machine::counted`).
+    pub xfers: u32,
 }
 
 #[cfg(test)]
 thread_local! {
-    /// Tests: output walks block by block (the reference for summaries).
+    /// Tests: output and counting walk block by block (the reference for
+    /// summaries and counting chains).
     pub static WALK_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
@@ -185,11 +252,32 @@ pub struct Summaries {
     /// The counting memo (`count_run`); empty for output, and for a module
     /// whose block numbers do not fit a [`Hot`] key's 24 bits.
     hot: Box<[Hot]>,
+    /// The call memo of `count_run`, direct-mapped by call block: the
+    /// blocks of `frames` and of the calls it makes.
+    calls: Box<[CallHot]>,
+    /// The call blocks of the traced callers on top of the machine's
+    /// stack (oldest first) while `count_run` runs: the machine moves
+    /// its newest ones here before a run and back after it, so a chain
+    /// returns through them as well as through the calls it made.
+    pub frames: Vec<u32>,
 }
 
 impl Summaries {
     /// Summaries for counting.
     pub fn new(m: &Module) -> Summaries {
+        #[allow(unused_mut)]
+        let mut s = Summaries::unwalked(m);
+        #[cfg(test)]
+        if WALK_ONLY.with(|w| w.get()) {
+            s.choice.fill(Seg::NONE);
+            s.single.fill(Seg::NONE);
+            s.hot = Box::default();
+        }
+        s
+    }
+
+    /// Summaries none of which is computed yet.
+    fn unwalked(m: &Module) -> Summaries {
         Summaries {
             choice: vec![Seg::UNKNOWN; m.choices.len()],
             single: vec![Seg::UNKNOWN; m.blocks.len()],
@@ -200,6 +288,8 @@ impl Summaries {
             } else {
                 Box::default()
             },
+            calls: vec![CallHot::EMPTY; CALLS].into_boxed_slice(),
+            frames: Vec::new(),
         }
     }
 
@@ -209,7 +299,7 @@ impl Summaries {
         let mut s = Summaries {
             text: Some(Vec::new()),
             hot: Box::default(),
-            ..Summaries::new(m)
+            ..Summaries::unwalked(m)
         };
         #[cfg(test)]
         if WALK_ONLY.with(|w| w.get()) {
@@ -243,12 +333,21 @@ impl Summaries {
 
     /// Counts consecutive segments from read point `l`, whose witness is
     /// `bytes[0]`, taking at most `max` of them: each while the next
-    /// two bytes are byte witnesses, and the chain stops at a segment's end
-    /// that is no read point, or before a read point with no segment
-    /// ending with nothing pending (the machine takes it from there).
+    /// two bytes are byte witnesses, through the calls and returns the
+    /// module comment lists (counting `entries` of each callee); the chain
+    /// stops at a block that is neither a read point nor such a call, or
+    /// before a read point with no segment ending with nothing pending
+    /// (the machine takes it from there).
     /// Out of line: the loop keeps its state in registers.
     #[inline(never)]
-    pub fn count_run(&mut self, m: &Module, l: BlockIx, bytes: &[u8], max: usize) -> Run {
+    pub fn count_run(
+        &mut self,
+        m: &Module,
+        l: BlockIx,
+        bytes: &[u8],
+        max: usize,
+        entries: &mut [u64],
+    ) -> Run {
         let is_witness = |b: u8| b.wrapping_sub(1) < 0xFE;
         let mut run = Run {
             end: l.as_u32(),
@@ -259,7 +358,35 @@ impl Summaries {
         }
         let max = max.min(bytes.len().saturating_sub(1));
         let mut slot = hot_slot(run.end);
-        while run.witnesses < max {
+        let mut kind = kind(m, l);
+        loop {
+            if kind == Hot::CALL {
+                let c = self.call_hot(m, run.end);
+                self.frames.push(run.end);
+                entries[c.callee as usize] += 1;
+                run.xfers = run.xfers.wrapping_add(u32::from(c.xfer));
+                run.insns += u64::from(c.insns);
+                run.blocks += u64::from(c.blocks);
+                (run.end, kind) = (c.land & !Hot::KINDS, c.land & Hot::KINDS);
+                slot = hot_slot(run.end);
+                continue;
+            }
+            // The machine's read points (where it pauses for `max`).
+            if kind & (Hot::AGAIN | Hot::RET0) == 0 || run.witnesses >= max {
+                break;
+            }
+            if kind == Hot::RET0 {
+                // A `ret` no witness chose: the block, then the caller's.
+                let ninsns = m.blocks[BlockIx::new(run.end as usize)].ninsns;
+                let Some(to) = self.chain_return(m, &mut run) else {
+                    break;
+                };
+                run.insns += u64::from(ninsns);
+                run.blocks += 1;
+                (run.end, kind) = (to & !Hot::KINDS, to & Hot::KINDS);
+                slot = hot_slot(run.end);
+                continue;
+            }
             let (v, next) = (bytes[run.witnesses], bytes[run.witnesses + 1]);
             if !is_witness(v) || !is_witness(next) {
                 break;
@@ -268,42 +395,82 @@ impl Summaries {
             if self.hot[h].key != run.end << 8 | u32::from(v - 1) {
                 self.fill_hot(m, h, run.end, u32::from(v - 1));
             }
-            let e = &self.hot[h];
+            let e = self.hot[h];
             if e.blocks == 0 {
                 break;
             }
+            let to = if e.end & Hot::RET != 0 {
+                let Some(to) = self.chain_return(m, &mut run) else {
+                    break;
+                };
+                slot = hot_slot(to & !Hot::KINDS);
+                to
+            } else {
+                slot = e.slot;
+                e.end
+            };
             run.witnesses += 1;
             run.insns += u64::from(e.insns);
             run.blocks += u64::from(e.blocks);
-            run.end = e.end & !Hot::AGAIN;
-            slot = e.slot;
-            if e.end & Hot::AGAIN == 0 {
-                break;
-            }
+            (run.end, kind) = (to & !Hot::KINDS, to & Hot::KINDS);
         }
         run
     }
 
+    /// Returns from the newest frame of `frames` (adding the fall-throughs
+    /// after it to `run`): where control stops then, with [`Hot`]'s kind
+    /// bits; `None`, with nothing changed, when the machine must return.
+    #[inline]
+    fn chain_return(&mut self, m: &Module, run: &mut Run) -> Option<u32> {
+        let c = *self.frames.last()?;
+        let back = self.call_hot(m, c);
+        if back.back == CallHot::NO_BACK {
+            return None;
+        }
+        self.frames.pop();
+        run.xfers = run.xfers.wrapping_add(u32::from(m.counts_returns));
+        run.insns += u64::from(back.back_insns);
+        run.blocks += u64::from(back.back_blocks);
+        Some(back.back)
+    }
+
+    /// The call memo's entry for call block `c` (one the chain makes).
+    #[inline]
+    fn call_hot(&mut self, m: &Module, c: u32) -> CallHot {
+        let h = hot_slot(c) as usize & (CALLS - 1);
+        if self.calls[h].key != c {
+            self.calls[h] = fill_call(m, c);
+        }
+        self.calls[h]
+    }
+
     /// Fills counting memo entry `h` for read point `l` and witness `w`:
-    /// no blocks when its segment does not end with nothing pending.
+    /// no blocks when its segment does not end with nothing pending and
+    /// the witness chooses no `ret` either.
     #[inline(never)]
     fn fill_hot(&mut self, m: &Module, h: usize, l: u32, w: u32) {
         let key = l << 8 | w;
         let l = BlockIx::new(l as usize);
         let seg = self.get(m, l, w);
-        self.hot[h] = if !seg.is_some() || seg.pending != NO_WITNESS {
+        let b = &m.blocks[l];
+        self.hot[h] = if !seg.is_some() {
+            match returns_by(m, b, w) {
+                true => Hot {
+                    key,
+                    end: Hot::RET,
+                    insns: b.ninsns,
+                    blocks: 1,
+                    slot: 0,
+                },
+                false => Hot { key, ..Hot::EMPTY },
+            }
+        } else if seg.pending != NO_WITNESS {
             Hot { key, ..Hot::EMPTY }
         } else {
-            let e = &m.blocks[seg.end];
-            let again = if e.next == EXIT && e.call.is_none() {
-                Hot::AGAIN
-            } else {
-                0
-            };
             Hot {
                 key,
-                end: seg.end.as_u32() | again,
-                insns: m.blocks[l].ninsns + seg.insns,
+                end: seg.end.as_u32() | kind(m, seg.end),
+                insns: b.ninsns + seg.insns,
                 blocks: 1 + seg.blocks as u16,
                 slot: hot_slot(seg.end.as_u32()),
             }
@@ -330,6 +497,120 @@ impl Summaries {
             *slot = walk(m, l, w, self.text.as_mut());
         }
         *slot
+    }
+}
+
+/// What the counting chain does at block `e`, reached with nothing
+/// pending: [`Hot::AGAIN`] at a read point, [`Hot::RET0`] at a `ret` no
+/// witness chooses, [`Hot::CALL`] at a call it makes ([`chain_call`]),
+/// else nothing (the machine takes `e`).
+fn kind(m: &Module, e: BlockIx) -> u32 {
+    let b = &m.blocks[e];
+    if b.next != EXIT {
+        0
+    } else if b.call.is_none() {
+        if returns_plain(m, b) {
+            Hot::RET0
+        } else {
+            Hot::AGAIN
+        }
+    } else if chain_call(m, b).is_some() {
+        Hot::CALL
+    } else {
+        0
+    }
+}
+
+/// The callee of call block `b` when the counting chain makes the call as
+/// `Machine::call` would with a byte witness next: a direct, unmarked,
+/// non-tail call of a traced procedure (no record stands at it, and its
+/// return needs none).
+fn chain_call(m: &Module, b: &Block) -> Option<u32> {
+    let c = b.call?;
+    match c.target {
+        CallTarget::Proc(q) if !c.tail && !c.marker => m
+            .procs
+            .get(ProcIx::from_u32(q))
+            .is_some_and(|p| p.traced)
+            .then_some(q),
+        _ => None,
+    }
+}
+
+/// Whether witness `w` at read point `b` chooses a `ret` edge and leaves
+/// nothing pending (as `Machine::choose_succ` and `step_from` take it).
+fn returns_by(m: &Module, b: &Block, w: u32) -> bool {
+    let s = match b.succ_hi - b.succ_lo {
+        0 => return false,
+        1 => m.succs[b.succ_lo as usize],
+        _ => match m.choose(b, w) {
+            Some(si) if si != AMBIGUOUS => m.succs[si as usize],
+            _ => return false,
+        },
+    };
+    // One successor: its own witness; several: a witness edge, not one
+    // that leaves the witness pending (an error at EXIT).
+    let fits = match b.succ_hi - b.succ_lo {
+        1 => s.witness == w,
+        _ => s.witness != NO_WITNESS,
+    };
+    fits && s.to == EXIT && s.kind == EdgeKindDb::Return
+}
+
+/// Whether block `b` (no call) leaves by a `ret` that no witness chooses:
+/// the machine takes it without reading the stream.
+fn returns_plain(m: &Module, b: &Block) -> bool {
+    b.succ_hi - b.succ_lo == 1 && {
+        let s = m.succs[b.succ_lo as usize];
+        s.witness == NO_WITNESS && s.to == EXIT && s.kind == EdgeKindDb::Return
+    }
+}
+
+/// Follows plain fall-throughs from `x` (as the machine's fast path does)
+/// to the first block that is not one: that block with its [`kind`], and
+/// the blocks and instructions passed; `None` past [`MAX_BLOCKS`].
+fn fall_through(m: &Module, mut x: BlockIx) -> Option<(u32, u32, u16)> {
+    let (mut insns, mut blocks) = (0u32, 0u32);
+    while m.blocks[x].next != EXIT {
+        insns = insns.checked_add(m.blocks[x].ninsns)?;
+        blocks += 1;
+        if blocks > MAX_BLOCKS {
+            return None;
+        }
+        x = m.blocks[x].next;
+    }
+    Some((x.as_u32() | kind(m, x), insns, blocks as u16))
+}
+
+/// The call memo entry for call block `c`: what the call passes when
+/// [`chain_call`] makes it, and its return in any case.
+fn fill_call(m: &Module, c: u32) -> CallHot {
+    let b = &m.blocks[BlockIx::new(c as usize)];
+    // A frame the machine pushed for another call: its return is the
+    // machine's.
+    let Some(callee) = chain_call(m, b) else {
+        return CallHot {
+            key: c,
+            ..CallHot::EMPTY
+        };
+    };
+    let entry = m.procs[ProcIx::from_u32(callee)].entry;
+    let (land, insns, blocks) = fall_through(m, entry).unwrap_or((entry.as_u32(), 0, 0));
+    // The return point: one successor, no witness (`choose_succ`).
+    let back = (b.succ_hi - b.succ_lo == 1)
+        .then(|| m.succs[b.succ_lo as usize])
+        .filter(|r| r.witness == NO_WITNESS && r.to != EXIT)
+        .and_then(|r| fall_through(m, r.to));
+    CallHot {
+        key: c,
+        callee,
+        land,
+        back: back.map_or(CallHot::NO_BACK, |t| t.0),
+        insns: b.ninsns + insns,
+        back_insns: back.map_or(0, |t| t.1),
+        blocks: 1 + blocks,
+        back_blocks: back.map_or(0, |t| t.2),
+        xfer: b.call.is_some_and(|c| c.counts_transfer()),
     }
 }
 

@@ -698,11 +698,21 @@ proptest! {
             prop_assert!(rv.is_ok());
             prop_assert_eq!(&v, &insn_lines(&out));
         }
-        // Counting with summaries counts what the walk outputs.
+        // Counting with summaries (chains through calls and returns)
+        // counts the instructions and blocks the walk outputs.
         let (count, rc) = run(&bytes, &Options { count: true, ..opts(Format::Insn) });
         prop_assert!(rc.is_ok());
-        let want_total = format!("total: {} instructions", want.lines().filter(|l| !l.starts_with('#')).count());
+        let (blocks, rb) = run(&bytes, &opts(Format::Block));
+        prop_assert!(rb.is_ok());
+        let lines = |t: &str| t.lines().filter(|l| !l.starts_with('#')).count();
+        let want_total = format!("total: {} instructions, {} blocks", lines(&want), lines(text(&blocks)));
         prop_assert!(text(&count).contains(&want_total), "{}\n{}", text(&count), want_total);
+        // Chains count each procedure's entries as the walk does.
+        crate::summary::WALK_ONLY.with(|w| w.set(true));
+        let (walked, rw) = run(&bytes, &Options { count: true, ..opts(Format::Insn) });
+        crate::summary::WALK_ONLY.with(|w| w.set(false));
+        prop_assert!(rw.is_ok());
+        prop_assert_eq!(text(&count), text(&walked));
         // One thread alone, relative addresses.
         let last = nthreads as u32 - 1;
         let (one, r3) = run(&bytes, &Options { thread: Some(last), relative: true, ..opts(Format::Insn) });

@@ -47,6 +47,10 @@ use aetrace_format::ThreadId;
 use aetrace_graph::EntityRef;
 use std::collections::HashSet;
 
+/// Callers a counting chain may return to without the machine (the
+/// newest frames of its stack, moved into the chain for its run).
+const CHAIN_FRAMES: usize = 4;
+
 /// ENTER and LANDING payloads: `tag << TAG_SHIFT | procedure` (the
 /// rewriter's encoding, `docs/runtime.md` section 2).
 pub const TAG_SHIFT: u32 = 24;
@@ -748,12 +752,33 @@ impl<'a> Machine<'a> {
         let max = pause_at.saturating_sub(self.stream.offset());
         let max = usize::try_from(max).unwrap_or(usize::MAX);
         let m = self.module(l);
-        let run = segs[l.module.index()].count_run(m, l.block, self.stream.buffered(), max);
-        if run.witnesses == 0 {
+        let s = &mut segs[l.module.index()];
+        // The newest callers of this module: the chain may return to them.
+        let keep = self.stack.len().saturating_sub(CHAIN_FRAMES);
+        while self.stack.len() > keep {
+            match self.stack.last() {
+                Some(Frame::Ret(c)) if c.module == l.module => {
+                    s.frames.push(c.block.as_u32());
+                    self.stack.pop();
+                }
+                _ => break,
+            }
+        }
+        s.frames.reverse();
+        let entries = &mut self.entries[l.module.index()];
+        let run = s.count_run(m, l.block, self.stream.buffered(), max, entries);
+        self.stack.extend(s.frames.drain(..).map(|c| {
+            Frame::Ret(Loc {
+                module: l.module,
+                block: BlockIx::new(c as usize),
+            })
+        }));
+        if run.blocks == 0 {
             return false;
         }
         self.stream.advance(run.witnesses);
         self.consumed(None);
+        self.xfers = self.xfers.wrapping_add(run.xfers);
         let t = &mut c.totals[l.module.index()];
         t.0 += run.insns;
         t.1 += run.blocks;
