@@ -217,6 +217,54 @@ fn data_requests_without_data_are_one_line_errors() {
     }
 }
 
+/// A thread that handled a signal (raised, SIGALRM from a timer, in a
+/// second thread) has values the walk cannot place yet (docs/data.md,
+/// "Scope of this slice"): the data output stops at that thread with one
+/// line naming the SIGNAL and a non-zero exit (threads walked before it
+/// were printed), and `info` says why it has no values.
+#[test]
+fn data_traces_with_signals_are_refused_in_one_line() {
+    let o2 = Variant::new(Opt::O2, Link::NoPie, false);
+    for (source, check) in [
+        ("signal.c", true),
+        ("signal_alarm.c", false),
+        ("signal_thread.c", false),
+    ] {
+        let exe = build(source, o2);
+        let trace = common::scratch("data_trace").join(format!("{source}-signals.aet"));
+        let mut record = Command::new(common::aetrace());
+        record.args(["record", "--data"]);
+        if check {
+            record.arg("--check");
+        }
+        run_checked(
+            record.arg("-o").arg(&trace).arg("--").arg(&exe),
+            "aetrace record --data",
+        );
+        let out = Command::new(common::aetrace())
+            .args(["regen", "--format", "lackey"])
+            .arg(&trace)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{source}: regen succeeded");
+        assert_eq!(err.lines().count(), 1, "{source}: {err}");
+        assert!(
+            err.contains("SIGNAL(") && err.contains("cannot be regenerated yet"),
+            "{source}: {err}"
+        );
+        let info = run_checked(
+            Command::new(common::aetrace()).arg("info").arg(&trace),
+            "aetrace info",
+        );
+        let info = String::from_utf8_lossy(&info.stdout);
+        assert!(
+            info.contains("data values not read: thread "),
+            "{source}: {info}"
+        );
+    }
+}
+
 /// A data trace whose header says format 1.6 (older outside-entry stubs
 /// wrote no `rsp` value) is refused in one line, not misread.
 #[test]

@@ -783,12 +783,42 @@ fn only_child(main: i32) -> bool {
 struct Slot {
     thread: ThreadId,
     /// Whole records, drained in the last pass.
-    buf: Vec<u8>,
-    /// The drainer's batches in `buf` (each a half or less): where each
-    /// ends and its witness bytes. A chunk closes only between batches, so
-    /// it holds whole records and at most [`CHUNK_BYTES`] plus one batch.
-    batches: Vec<(usize, u64)>,
+    drained: Drained,
     open: Option<OpenChunk>,
+}
+
+/// A slot's bytes drained and not yet compressed, batch by batch.
+#[derive(Default)]
+struct Drained {
+    buf: Vec<u8>,
+    /// Each batch's VALUE offsets ([`Batch::values`]), relative to the batch.
+    values: Vec<usize>,
+    /// The drainer's batches in `buf` (each a half or less): where each
+    /// ends in `buf` and in `values`, and its witness bytes. A chunk closes
+    /// only between batches, so it holds whole records and at most
+    /// [`CHUNK_BYTES`] plus one batch.
+    batches: Vec<(usize, usize, u64)>,
+}
+
+impl Drained {
+    fn of(b: &Batch<'_>) -> Drained {
+        let mut d = Drained::default();
+        d.push(b);
+        d
+    }
+
+    fn push(&mut self, b: &Batch<'_>) {
+        self.buf.extend_from_slice(b.bytes);
+        self.values.extend_from_slice(b.values);
+        self.batches
+            .push((self.buf.len(), self.values.len(), b.witnesses));
+    }
+
+    fn clear(&mut self) {
+        self.buf.clear();
+        self.values.clear();
+        self.batches.clear();
+    }
 }
 
 /// A chunk being compressed as its bytes arrive: one zstd frame, fed
@@ -822,8 +852,7 @@ struct Deferred {
     pid: u32,
     tid: u32,
     runtime: u64,
-    buf: Vec<u8>,
-    batches: Vec<(usize, u64)>,
+    drained: Drained,
 }
 
 struct Recorder<'l> {
@@ -847,8 +876,7 @@ struct Recorder<'l> {
     spare: Vec<zstd::stream::raw::Encoder<'static>>,
     /// A module records values (`--data`): chunks use the `zstd+values` codec.
     data: bool,
-    /// Reused per batch by that codec: VALUE offsets, frame bytes.
-    value_at: Vec<usize>,
+    /// Reused per batch by that codec: the frame's bytes.
     frame: Vec<u8>,
 }
 
@@ -865,7 +893,6 @@ impl<'l> Recorder<'l> {
             libs_pending: (1..launch.modules.len()).collect(),
             spare: Vec::new(),
             data: records_values(launch),
-            value_at: Vec::new(),
             frame: Vec::new(),
         }
     }
@@ -948,7 +975,7 @@ impl<'l> Recorder<'l> {
             // A stream may name its own slot: a fork child that took the
             // slot of its parent, reclaimed (the parent process exited).
             let ready = self.deferred.iter().position(|d| {
-                let parent = first_record(&d.buf).map_or(u32::MAX, |(_, p)| p);
+                let parent = first_record(&d.drained.buf).map_or(u32::MAX, |(_, p)| p);
                 self.slots.contains_key(&parent)
                     || (self.last.contains_key(&parent)
                         && (parent == d.slot || !self.deferred.iter().any(|o| o.slot == parent)))
@@ -959,16 +986,16 @@ impl<'l> Recorder<'l> {
                 pid: d.pid,
                 tid: d.tid,
                 runtime: d.runtime,
-                bytes: &d.buf,
+                bytes: &d.drained.buf,
                 witnesses: 0,
+                values: &[],
             };
             let r = self.start_thread(&b).map(|thread| {
                 self.slots.insert(
                     d.slot,
                     Slot {
                         thread,
-                        buf: d.buf,
-                        batches: d.batches,
+                        drained: d.drained,
                         open: None,
                     },
                 );
@@ -1000,8 +1027,7 @@ impl<'l> Recorder<'l> {
 
     fn take(&mut self, b: Batch<'_>) -> Result<()> {
         if let Some(d) = self.deferred.iter_mut().find(|d| d.slot == b.slot) {
-            d.buf.extend_from_slice(b.bytes);
-            d.batches.push((d.buf.len(), b.witnesses));
+            d.drained.push(&b);
             return Ok(());
         }
         if !self.slots.contains_key(&b.slot) {
@@ -1014,8 +1040,7 @@ impl<'l> Recorder<'l> {
                         pid: b.pid,
                         tid: b.tid,
                         runtime: b.runtime,
-                        buf: b.bytes.to_vec(),
-                        batches: vec![(b.bytes.len(), b.witnesses)],
+                        drained: Drained::of(&b),
                     });
                     return Ok(());
                 }
@@ -1025,8 +1050,7 @@ impl<'l> Recorder<'l> {
                 b.slot,
                 Slot {
                     thread,
-                    buf: Vec::new(),
-                    batches: Vec::new(),
+                    drained: Drained::default(),
                     open: None,
                 },
             );
@@ -1035,11 +1059,10 @@ impl<'l> Recorder<'l> {
             .slots
             .get_mut(&b.slot)
             .expect("slot inserted just above");
-        s.buf.extend_from_slice(b.bytes);
-        s.batches.push((s.buf.len(), b.witnesses));
+        s.drained.push(&b);
         // Compressed after the pass ([`Self::compress_drained`]); this only
         // bounds the memory of a pass that keeps finding sealed halves.
-        if s.buf.len() >= 4 * CHUNK_BYTES {
+        if s.drained.buf.len() >= 4 * CHUNK_BYTES {
             self.feed(b.slot)?;
         }
         Ok(())
@@ -1057,7 +1080,7 @@ impl<'l> Recorder<'l> {
         let drained: Vec<u32> = self
             .slots
             .iter()
-            .filter(|(_, s)| !s.buf.is_empty())
+            .filter(|(_, s)| !s.drained.buf.is_empty())
             .map(|(k, _)| *k)
             .collect();
         for slot in drained {
@@ -1233,29 +1256,38 @@ impl<'l> Recorder<'l> {
         let Some(s) = self.slots.get_mut(&slot) else {
             return Ok(());
         };
-        let mut buf = std::mem::take(&mut s.buf);
-        let mut from = 0;
+        let mut d = std::mem::take(&mut s.drained);
+        let (mut from, mut vfrom) = (0, 0);
         let mut r = Ok(());
-        for (end, witnesses) in std::mem::take(&mut s.batches) {
-            r = buf
+        for &(end, vend, witnesses) in &d.batches {
+            r = d
+                .buf
                 .get(from..end)
+                .zip(d.values.get(vfrom..vend))
                 .ok_or_else(|| Error::from(RecordError::BatchOrder))
-                .and_then(|bytes| self.feed_batch(slot, bytes, witnesses));
+                .and_then(|(bytes, values)| self.feed_batch(slot, bytes, values, witnesses));
             if r.is_err() {
                 break;
             }
-            from = end;
+            (from, vfrom) = (end, vend);
         }
-        buf.clear();
+        d.clear();
         if let Some(s) = self.slots.get_mut(&slot) {
-            s.buf = buf;
+            s.drained = d;
         }
         r
     }
 
     /// One batch into the slot's open chunk (opened if need be); the chunk
-    /// is closed once it holds [`CHUNK_BYTES`].
-    fn feed_batch(&mut self, slot: u32, bytes: &[u8], witnesses: u64) -> Result<()> {
+    /// is closed once it holds [`CHUNK_BYTES`]. `values`: the batch's
+    /// VALUE offsets.
+    fn feed_batch(
+        &mut self,
+        slot: u32,
+        bytes: &[u8],
+        values: &[usize],
+        witnesses: u64,
+    ) -> Result<()> {
         let Some(s) = self.slots.get_mut(&slot) else {
             return Ok(());
         };
@@ -1290,7 +1322,8 @@ impl<'l> Recorder<'l> {
         }
         let input = match &mut open.values {
             Some(v) => {
-                value_frame(v, bytes, &mut self.value_at, &mut self.frame);
+                self.frame.clear();
+                v.frame(bytes, values, &mut self.frame);
                 &self.frame[..]
             }
             None => bytes,
@@ -1457,26 +1490,6 @@ fn records_values(l: &Launch) -> bool {
         .any(|m| m.flags & module_flags::DATA_ABS != 0)
 }
 
-/// `frame` = the `zstd+values` frame of `bytes` (a batch: whole records);
-/// `at` is scratch for its VALUE offsets.
-fn value_frame(
-    v: &mut aetrace_format::values::Encoder,
-    bytes: &[u8],
-    at: &mut Vec<usize>,
-    frame: &mut Vec<u8>,
-) {
-    at.clear();
-    frame.clear();
-    // The drainer checked the batch: no error here. Were there one, the
-    // records after it would stay in the frame's bytes, still exact.
-    let _ = aetrace_runtime::layout::valid_prefix_with(bytes, |i, k| {
-        if k == RecordKind::Value {
-            at.push(i);
-        }
-    });
-    v.frame(bytes, at, frame);
-}
-
 /// Compresses all of `raw` into the frame `enc` is writing, appending to `out`.
 fn compress_into(
     enc: &mut zstd::stream::raw::Encoder<'static>,
@@ -1579,6 +1592,7 @@ mod tests {
                     runtime: 0x7000,
                     bytes,
                     witnesses: 1,
+                    values: &[],
                 })
                 .unwrap();
             }

@@ -71,6 +71,9 @@ pub struct Info {
     /// `record --data`: the VALUE records of all threads (each
     /// 10 bytes of witness stream), when a module was recorded with data.
     pub data_values: Option<u64>,
+    /// Why a data trace's values could not be read (a SIGNAL: not
+    /// supported yet, docs/data.md).
+    pub data_error: Option<String>,
 }
 
 /// Executed instructions of each thread, in the order of `trace.threads()`
@@ -144,16 +147,17 @@ pub fn info_of<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<Info> {
         .modules()
         .iter()
         .any(|m| m.flags & (module_flags::DATA_CHECK | module_flags::DATA_ABS) != 0);
-    // A stream the values cannot be read from (a SIGNAL) reports none.
-    let data_values = data
-        .then(|| {
-            trace
-                .threads()
-                .map(|t| crate::data_values(trace, t.start.thread).map(|v| v.len() as u64))
-                .sum::<Result<u64>>()
-                .ok()
-        })
-        .flatten();
+    // A stream the values cannot be read from (a SIGNAL) reports why.
+    let (data_values, data_error) = match data.then(|| {
+        trace
+            .threads()
+            .map(|t| crate::data_values(trace, t.start.thread).map(|v| v.len() as u64))
+            .sum::<Result<u64>>()
+    }) {
+        Some(Ok(n)) => (Some(n), None),
+        Some(Err(e)) => (None, Some(e.to_string())),
+        None => (None, None),
+    };
     let remarks = trace
         .notes()
         .iter()
@@ -165,6 +169,7 @@ pub fn info_of<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<Info> {
         bits_per_instruction_raw: per(stats.raw_bytes),
         bits_per_instruction_compressed: per(stats.compressed_bytes),
         data_values,
+        data_error,
         stats,
         programs,
         instructions,
@@ -226,6 +231,9 @@ pub fn write_info(i: &Info, json: bool, out: &mut dyn Write) -> Result<()> {
                 "data values: {n} ({} bytes of witness stream, raw)\n",
                 n * 10
             );
+        }
+        if let Some(e) = &i.data_error {
+            s += &format!("data values not read: {e}\n");
         }
         for e in &i.endings {
             s += &format!("{e}\n");

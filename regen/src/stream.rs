@@ -232,13 +232,13 @@ impl<'t> Stream<'t> {
                 (Item::Enter(raw), _) => enter = Some(raw),
                 (Item::End, _) => return Ok(out),
                 (s @ Item::Signal { .. }, offset) => {
-                    return Err(self.bad(
+                    return Err(Error::Unsupported {
+                        thread: self.thread,
+                        record: s.describe(),
                         offset,
-                        format!(
-                            "{}: data traces with signals are not supported yet",
-                            s.describe()
-                        ),
-                    ))
+                        at: "among the data values".into(),
+                        why: "the data of a thread that handled a signal cannot be regenerated yet (docs/data.md, \"Scope of this slice\")",
+                    })
                 }
                 _ => {}
             }

@@ -374,8 +374,8 @@ pub fn valid_prefix(data: &[u8]) -> Result<(usize, u64), (usize, u8)> {
 }
 
 /// [`valid_prefix`], calling `on_record` with each complete record's
-/// offset and kind (the recorder's `zstd+values` codec finds VALUE
-/// records this way).
+/// offset and kind (the drainer finds VALUE records this way, for the
+/// recorder's `zstd+values` codec: [`crate::Batch::values`]).
 pub fn valid_prefix_with(
     data: &[u8],
     mut on_record: impl FnMut(usize, RecordKind),

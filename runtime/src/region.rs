@@ -280,6 +280,7 @@ impl Region {
             slots: vec![SlotCursor::default(); self.geometry.slot_count as usize],
             claimed: 0,
             buf: Vec::new(),
+            values: Vec::new(),
         }
     }
 
@@ -341,6 +342,10 @@ pub struct Batch<'a> {
     pub bytes: &'a [u8],
     /// The witness bytes among `bytes` (the rest are records).
     pub witnesses: u64,
+    /// The offsets in `bytes` of its VALUE records, ascending: found by
+    /// the drainer's own scan, so the recorder's `zstd+values` codec needs
+    /// no second one.
+    pub values: &'a [usize],
 }
 
 /// Pulls newly written bytes out of every slot, in order.
@@ -351,6 +356,8 @@ pub struct Drainer<'r> {
     /// still free and never claimed.
     claimed: u32,
     buf: Vec<u8>,
+    /// The VALUE offsets of `buf`'s batch ([`Batch::values`]).
+    values: Vec<usize>,
 }
 
 /// `kill(pid, 0)` (`tid` 0) or `tgkill(pid, tid, 0)` said ESRCH: no such
@@ -676,13 +683,19 @@ impl Drainer<'_> {
                 )
             };
             fence(Ordering::Acquire);
-            let (n, witnesses) =
-                valid_prefix(&self.buf).map_err(|(at, kind)| Error::BadRecord {
-                    slot,
-                    half: h,
-                    offset: cur.off + at as u64,
-                    kind,
-                })?;
+            let values = &mut self.values;
+            values.clear();
+            let (n, witnesses) = valid_prefix_with(&self.buf, |i, k| {
+                if k == RecordKind::Value {
+                    values.push(i);
+                }
+            })
+            .map_err(|(at, kind)| Error::BadRecord {
+                slot,
+                half: h,
+                offset: cur.off + at as u64,
+                kind,
+            })?;
             if n > 0 {
                 sink(Batch {
                     slot,
@@ -691,6 +704,7 @@ impl Drainer<'_> {
                     runtime: r.a64(s + S_RUNTIME).load(Ordering::Acquire),
                     bytes: &self.buf[..n],
                     witnesses,
+                    values: &self.values,
                 });
                 yielded += n as u64;
             }

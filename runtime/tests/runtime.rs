@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use aetrace_runtime::emit::{
-    emit_outside_entry, emit_record, emit_transfer, emit_witness, FlagsSave, Payload, Site,
-    STUB_INSNS,
+    emit_buffer_check, emit_outside_entry, emit_record, emit_transfer, emit_value, emit_witness,
+    FlagsSave, Payload, Site, Value, STUB_INSNS,
 };
 use aetrace_runtime::layout::{RecordKind, FLAG_SLOTS_EXHAUSTED};
 use aetrace_runtime::{read_standalone, Geometry, Region};
@@ -41,19 +41,29 @@ fn drain_collecting_errors(
     runtime: u64,
     work: impl FnOnce(),
 ) -> (Streams, Vec<String>) {
+    let mut out = Streams::new();
+    let errors = drain_into(region, work, |b| {
+        assert_eq!(b.runtime, runtime, "slot {}: runtime address", b.slot);
+        out.entry(b.slot)
+            .or_insert((b.pid, Vec::new()))
+            .1
+            .extend_from_slice(b.bytes)
+    });
+    (out, errors)
+}
+
+/// Runs `work` while another thread drains `region` into `sink`; returns
+/// the errors `poll` reported.
+fn drain_into(
+    region: &Region,
+    work: impl FnOnce(),
+    mut sink: impl FnMut(aetrace_runtime::Batch<'_>) + Send,
+) -> Vec<String> {
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         let h = s.spawn(|| {
             let mut d = region.drainer();
-            let mut out = Streams::new();
             let mut errors = Vec::new();
-            let mut sink = |b: aetrace_runtime::Batch<'_>| {
-                assert_eq!(b.runtime, runtime, "slot {}: runtime address", b.slot);
-                out.entry(b.slot)
-                    .or_insert((b.pid, Vec::new()))
-                    .1
-                    .extend_from_slice(b.bytes)
-            };
             while !stop.load(Ordering::Acquire) {
                 if let Err(e) = d.poll(false, &mut sink) {
                     errors.push(e.to_string());
@@ -63,7 +73,7 @@ fn drain_collecting_errors(
             if let Err(e) = d.poll(true, &mut sink) {
                 errors.push(e.to_string());
             }
-            (out, errors)
+            errors
         });
         // A lost byte would leave the drainer waiting and the writer blocked
         // on a full half forever: fail loudly instead of hanging CI.
@@ -498,6 +508,63 @@ fn records_are_written_with_their_payloads() {
     want.extend([0xFF, 9, 0x34, 0x12]);
     want.push(0x42);
     assert_eq!(streams[&0].1, want);
+}
+
+/// The drainer hands over where each batch's VALUE records are (the
+/// recorder's `zstd+values` codec takes them from there, scanning nothing
+/// again): across flushes and batches, and with values whose bytes look
+/// like a VALUE record's start.
+#[test]
+fn the_drainer_hands_over_the_value_offsets() {
+    let mut m = Mapped::new();
+    let region = Region::create(SMALL).unwrap();
+    let mut a = CodeAssembler::new(64).unwrap();
+    let site = Site::CONSERVATIVE;
+    // Room for the 33 bytes below (the rewriter's checks do this).
+    emit_buffer_check(&mut a, m.addrs().flush, site).unwrap();
+    emit_witness(&mut a, 0x42, site).unwrap();
+    emit_value(&mut a, Value::Reg(rdi), site).unwrap();
+    emit_value(&mut a, Value::Reg(rsi), site).unwrap();
+    emit_record(&mut a, RecordKind::Return, Payload::None, site).unwrap();
+    emit_value(&mut a, Value::Reg(rdi), site).unwrap();
+    a.ret().unwrap();
+    let code = a.assemble(m.next_ip()).unwrap();
+    let f: extern "C" fn(u64, u64) = unsafe { std::mem::transmute(m.place(&code)) };
+    let saved_gs = get_gs();
+    let (mut got, mut at) = (Vec::new(), Vec::new());
+    let calls = 3000u64; // 99 kB: eight halves of SMALL
+    let errors = drain_into(
+        &region,
+        || {
+            m.init(&[region.env()]);
+            for i in 0..calls {
+                f(0xFF12_FF12_FF12_FF12 ^ i, i);
+            }
+            set_gs(saved_gs);
+        },
+        |b| {
+            at.extend(b.values.iter().map(|&v| v + got.len()));
+            got.extend_from_slice(b.bytes);
+        },
+    );
+    assert!(errors.is_empty(), "drainer errors: {errors:?}");
+    let mut want = thread_record(u32::MAX);
+    let mut want_at = Vec::new();
+    let value = |want: &mut Vec<u8>, want_at: &mut Vec<usize>, v: u64| {
+        want_at.push(want.len());
+        want.extend([0xFF, RecordKind::Value as u8]);
+        want.extend(v.to_le_bytes());
+    };
+    for i in 0..calls {
+        want.push(0x42);
+        value(&mut want, &mut want_at, 0xFF12_FF12_FF12_FF12 ^ i);
+        value(&mut want, &mut want_at, i);
+        want.extend([0xFF, RecordKind::Return as u8]);
+        value(&mut want, &mut want_at, 0xFF12_FF12_FF12_FF12 ^ i);
+    }
+    let differ = got.iter().zip(&want).position(|(g, w)| g != w);
+    assert!(got == want, "the stream differs at {differ:?}");
+    assert_eq!(at, want_at);
 }
 
 /// An unknown record kind in a stream is an error for that slot only: the

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Issue 21's `bench/run data`: the cost of `aetrace record --data` and the
+# size of its values, one command from the repository root:  bench/data.sh
+#
+# For gzip, bzip2 (+libbz2) and xz (+liblzma) compressing 2 MB of libc's
+# bytes and sort on 100k lines, from one run of this script: the native
+# time; `aetrace record` (control only) and `aetrace record --data`, each
+# as a ratio to native (the rewrite cache warmed first: rewriting is not
+# part of a recorded run); the geometric mean of the ratios (target: --data
+# at most 2.0x native); then from `aetrace info` of each trace: the data
+# references, the share recorded (a VALUE record) against derived
+# (recomputed from recorded ones) and static, the raw value bytes, the
+# stored witness stream of the data trace and of the control trace, and
+# bits per data reference of the whole stored stream (target: 2) and of
+# its data part (data trace stored - control trace stored).
+#   REPS=N        best of N wall times for native and control runs (default 3)
+#   DATA_REPS=N   best of N for the --data runs (default 1: xz takes ~30 s)
+#   LACKEY=1      also time valgrind lackey once per workload (minutes each)
+#   ONLY=REGEX    only the workloads whose name matches
+# CPU time (user + sys of the run and its children) of the best run is
+# printed beside each wall time: on a loaded machine the recorder's work
+# shows there, not in wall time. Slow part: `aetrace info` of xz's data
+# trace regenerates every reference and holds every value in memory (over
+# 3.6 GB and 9 minutes on a loaded machine, 2026-11-29): ONLY= skips it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPS=${REPS:-3}
+DATA_REPS=${DATA_REPS:-1}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}
+cargo build --release -q -p aetrace --bin aetrace
+AETRACE=$(realpath "$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release/aetrace")
+WORK=$(mktemp -d /tmp/aetrace-data.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+head -c 2000000 "$(gcc -print-file-name=libc.so.6)" >"$WORK/libc-2m"
+python3 -c '
+import random, sys
+rng = random.Random(7)
+open(sys.argv[1], "w").write("".join(f"{rng.randrange(10**9)}\n" for _ in range(100_000)))
+' "$WORK/lines-100k"
+
+# name|--libs|command (run from $WORK, output to /dev/null).
+WORKLOADS=(
+    "gzip|none|/usr/bin/gzip -c libc-2m"
+    "bzip2+libbz2|libbz2.so.1.0|/usr/bin/bzip2 -c libc-2m"
+    "xz+liblzma|liblzma.so.5|/usr/bin/xz -c libc-2m"
+    "sort 100k|none|/usr/bin/sort lines-100k"
+)
+
+# "wall cpu" in seconds of the run with the least wall time of N runs of
+# "$@" (stdout discarded); cpu is user + sys of the run and its children.
+timed() {
+    local n=$1 i b="" out
+    shift
+    for ((i = 0; i < n; i++)); do
+        /usr/bin/time -f '%e %U %S' -o "$WORK/time" "$@" >/dev/null
+        out=$(awk '{printf "%s %.2f", $1, $2 + $3}' "$WORK/time")
+        if [ -z "$b" ] || awk -v a="${out%% *}" -v b="${b%% *}" 'BEGIN {exit !(a < b)}'; then
+            b=$out
+        fi
+    done
+    echo "$b"
+}
+
+cd "$WORK"
+echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), $(date -u '+%Y-%m-%d %H:%M UTC')"
+: >results
+for w in "${WORKLOADS[@]}"; do
+    name=${w%%|*}
+    if [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]]; then continue; fi
+    rest=${w#*|}
+    libs=${rest%%|*}
+    read -r -a cmd <<<"${rest#*|}"
+    "$AETRACE" record --libs "$libs" -o warm.aet -- "${cmd[@]}" >/dev/null
+    "$AETRACE" record --libs "$libs" --data -o warm.aet -- "${cmd[@]}" >/dev/null
+    native=$(timed "$REPS" "${cmd[@]}")
+    control=$(timed "$REPS" "$AETRACE" record --libs "$libs" -o control.aet -- "${cmd[@]}")
+    data=$(timed "$DATA_REPS" "$AETRACE" record --libs "$libs" --data -o data.aet -- "${cmd[@]}")
+    lackey="nan nan"
+    if [ "${LACKEY:-0}" = 1 ]; then
+        lackey=$(timed 1 valgrind -q --tool=lackey --trace-mem=yes --vex-guest-chase=no \
+            --log-file=/dev/null "${cmd[@]}")
+    fi
+    "$AETRACE" info control.aet >control.info
+    "$AETRACE" info data.aet >data.info
+    python3 - "$name" $native $control $data $lackey <<'EOF' >>results
+import re, sys
+name, *t = sys.argv[1:]
+def grab(f, pat):
+    m = re.search(pat, open(f).read())
+    if not m:
+        sys.exit(f"bench/data.sh: {f}: no match for {pat!r}")
+    return [int(g) for g in m.groups()]
+stream = r"witness streams: \d+ chunks, (\d+) raw bytes, (\d+) stored bytes"
+_, c_stored = grab("control.info", stream)
+raw, stored = grab("data.info", stream)
+values, value_bytes = grab("data.info", r"data values: (\d+) \((\d+) bytes")
+refs, static, derived, recorded = grab(
+    "data.info", r"data references: (\d+) \((\d+) static [\d.]+%, (\d+) derived [\d.]+%, (\d+) recorded")
+print("\t".join([name, *t] + [str(x) for x in
+      (refs, static, derived, recorded, values, value_bytes, raw, stored, c_stored)]))
+EOF
+done
+
+python3 - results <<'EOF'
+import math, sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
+print()
+print("Times: wall seconds (best run) / CPU seconds of that run; ratios wall / native wall, then CPU / native CPU")
+print(f"{'workload':14} {'native':>12} {'record':>12} {'x':>6} {'xcpu':>6} {'--data':>13} {'x':>6} {'xcpu':>6} {'lackey':>13} {'x':>6}")
+ctl, dat, ctlc, datc = [], [], [], []
+for r in rows:
+    name = r[0]
+    nw, nc, cw, cc, dw, dc, lw, lc = map(float, r[1:9])
+    ctl.append(cw / nw); dat.append(dw / nw); ctlc.append(cc / nc); datc.append(dc / nc)
+    print(f"{name:14} {nw:6.2f}/{nc:5.2f} {cw:6.2f}/{cc:5.2f} {cw/nw:6.2f} {cc/nc:6.2f} {dw:7.2f}/{dc:5.2f} {dw/nw:6.2f} {dc/nc:6.2f} "
+          f"{lw:7.2f}/{lc:5.2f} {lw/nw:6.1f}")
+g = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))
+print(f"geometric mean: record {g(ctl):.2f}x, record --data {g(dat):.2f}x native wall (target for --data: <= 2.0x); "
+      f"CPU {g(ctlc):.2f}x, {g(datc):.2f}x")
+print()
+print("Data references (aetrace info of the --data trace); stored = the witness stream as written (zstd+values);")
+print("data part = data trace stored - control trace stored; bits per reference over all data references")
+print(f"{'workload':14} {'references':>11} {'static':>7} {'derived':>8} {'recorded':>9} {'values':>10} "
+      f"{'value B raw':>12} {'stream raw':>11} {'stored':>10} {'ctl stored':>10} {'bits/ref':>8} {'data b/ref':>10}")
+bits = []
+for r in rows:
+    name = r[0]
+    refs, static, derived, recorded, values, vbytes, raw, stored, cstored = map(int, r[9:18])
+    pct = lambda x: f"{100 * x / refs:6.1f}%" if refs else "    nan"
+    b = stored * 8 / refs if refs else float("nan")
+    bits.append(b)
+    print(f"{name:14} {refs:11d} {pct(static):>7} {pct(derived):>8} {pct(recorded):>9} {values:10d} "
+          f"{vbytes:12d} {raw:11d} {stored:10d} {cstored:10d} {b:8.2f} {(stored - cstored) * 8 / refs if refs else float('nan'):10.2f}")
+print(f"bits per data reference, whole stored stream: max {max(bits):.2f} (target <= 2)")
+EOF
