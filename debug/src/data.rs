@@ -311,6 +311,9 @@ impl Data {
     /// regenerator decides it): 1 at an entry that starts with `rsp`
     /// known, not reached along a plain edge of its procedure nor by a
     /// direct call or jump; else 0. Both were decoded before.
+    /// `src/cmd/dataout.rs` decides the same by block runs (`came_by`, then
+    /// `entry_rsp`): what the two share is `Entered::by`; the rest is how
+    /// each finds the run before (here by the previous pc).
     fn stub(&self, prev: Option<u64>, pc: u64) -> usize {
         let Some(e) = self.entries.get(&pc) else {
             return 0;
