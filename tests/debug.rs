@@ -187,15 +187,19 @@ fn breakpoints_stop_at_every_occurrence_both_ways() {
 fn backtraces(out: &str) -> Vec<Vec<String>> {
     let mut all: Vec<Vec<String>> = Vec::new();
     for l in out.lines().filter(|l| l.starts_with('#')) {
-        let rest = l.split_once("  ").map_or("", |x| x.1);
-        let rest = rest.split_once(" in ").map_or(rest, |x| x.1);
-        let name = rest.split(' ').next().unwrap().to_owned();
         if l.starts_with("#0 ") {
             all.push(Vec::new());
         }
-        all.last_mut().unwrap().push(name);
+        all.last_mut().unwrap().push(frame_function(l));
     }
     all
+}
+
+/// The function of a `bt` line.
+fn frame_function(l: &str) -> String {
+    let rest = l.split_once("  ").map_or("", |x| x.1);
+    let rest = rest.split_once(" in ").map_or(rest, |x| x.1);
+    rest.split(' ').next().unwrap().to_owned()
 }
 
 /// `bt` and `finish` on the trace stop where they stop on the program run
@@ -245,6 +249,83 @@ fn backtraces_and_finish_agree_with_native_gdb() {
         offs(&ours),
         offs(&native),
         "ours:\n{ours}\nnative:\n{native}"
+    );
+}
+
+/// Per `bt` in `out`: the functions of its frames in the program's source
+/// `file`, and the lines of the others.
+fn program_frames(out: &str, file: &str) -> Vec<(Vec<String>, Vec<String>)> {
+    let mut all: Vec<(Vec<String>, Vec<String>)> = Vec::new();
+    for l in out.lines().filter(|l| l.starts_with('#')) {
+        if l.starts_with("#0 ") {
+            all.push(Default::default());
+        }
+        let last = all.last_mut().unwrap();
+        match l.contains(file) {
+            true => last.0.push(frame_function(l)),
+            false => last.1.push(l.to_owned()),
+        }
+    }
+    all
+}
+
+/// A worker thread's backtrace, in a function the start routine called and
+/// at the start routine's first instruction: the program's frames are
+/// those of gdb on the native run (each hit of `classify` in
+/// `threads_paths.c`, then `worker`), arguments read without "Register 7
+/// was not saved", and the code that started the thread (libc's
+/// `start_thread` natively) is one `<untraced>` frame that ends it.
+#[test]
+fn a_worker_threads_backtrace_ends_in_untraced_code() {
+    let exe = o0_g("threads_paths.c");
+    let (_, trace, _) = record_ok(&exe, &["20"], &[], Knobs::DEFAULT);
+    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
+    let hits = "continue\nbt\n".repeat(3);
+    let ours = gdb(
+        &exe,
+        &trace,
+        &format!(
+            "source {}\nthread 3\nbt\nbreak classify\n{hits}",
+            aetrace_py.display()
+        ),
+    );
+    let native = run_checked(
+        Command::new("gdb")
+            .args(["-batch", "-nx", "-ex", "set pagination off"])
+            .args([
+                "-ex",
+                "set debuginfod enabled off",
+                "-ex",
+                "break worker",
+                "-ex",
+                "run",
+            ])
+            .args(["-ex", "bt", "-ex", "delete", "-ex", "break classify"])
+            .args(hits.lines().flat_map(|c| ["-ex", c]))
+            .arg("--args")
+            .arg(&exe)
+            .arg("20"),
+        "gdb (native)",
+    );
+    let native = String::from_utf8_lossy(&native.stdout).into_owned();
+    let what = format!("ours:\n{ours}\nnative:\n{native}");
+    // `thread 3` shows its frame `#0` too: not a backtrace.
+    let (ours_bt, native_bt) = (
+        program_frames(&ours, "threads_paths.c").split_off(1),
+        program_frames(&native, "threads_paths.c"),
+    );
+    assert_eq!(native_bt.len(), 4, "{what}");
+    let names =
+        |b: &[(Vec<String>, Vec<String>)]| b.iter().map(|f| f.0.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&ours_bt), names(&native_bt), "{what}");
+    assert_eq!(native_bt[1].0, ["classify", "worker"], "{what}");
+    for (_, rest) in &ours_bt {
+        assert_eq!(rest.len(), 1, "{what}");
+        assert!(rest[0].ends_with(" in <untraced> ()"), "{what}");
+    }
+    assert!(
+        !ours.contains("not saved") && !ours.contains("Backtrace stopped"),
+        "{what}"
     );
 }
 
@@ -410,9 +491,11 @@ struct LineSteps {
 /// (one that stops exactly there stops where it would anyway). What a
 /// trace cannot show, and the scripts avoid:
 /// `reverse-finish` out of a callback from qsort or of a signal handler:
-/// natively gdb steps back into libc, whose static functions have no
+/// natively gdb steps back into libc's static functions, which have no
 /// symbol, and runs back to the start of the log; on the trace it stops
-/// in the stub's `<untraced>`, where the untraced code called back.
+/// in the stub's `<untraced>`, where the untraced code called back, as
+/// gdb stops natively where the caller has a symbol (bsearch's comparator,
+/// tested).
 /// `finish`, `next` and `step` off the end of a callback or handler stop
 /// in untraced code both ways (libc natively, `<untraced>` on the trace:
 /// `stop untraced`), and `step` at a call into libc that calls back steps
@@ -479,6 +562,16 @@ const LINE_STEPS: &[LineSteps] = &[
         script: "tbreak 25; continue; step; tbreak 27; continue; tbreak by_value; continue; \
                  finish; tbreak by_value; continue; next*3; step; tbreak 29; continue; step; \
                  reverse-next; reverse-step",
+    },
+    // reverse-finish out of a comparator called by bsearch (which has a
+    // symbol, natively): into untraced code, then back to the call of
+    // bsearch in main.
+    LineSteps {
+        source: "qsort_callback.c",
+        args: &[],
+        record: true,
+        script: "tbreak 29; continue; tbreak by_value; continue; reverse-finish*2; reverse-next; \
+                 reverse-step",
     },
     // The same off the end of a signal handler run inside raise() (natively
     // in the signal trampoline or raise), and `step` over raise().

@@ -213,8 +213,11 @@ class FrameId:
 
 class AetraceUnwinder(gdb.unwinder.Unwinder):
     """Frames from the stub's procedure stack. Saves only rip (every other
-    register is unavailable, and saving one makes gdb drop the unwinder);
-    the outermost frame's caller pc is 0, which ends the backtrace."""
+    register is unavailable: gdb 13's Python unwinder can only leave one
+    "not saved", and drops itself for a frame where it saves an
+    unavailable value). The outermost traced frame's caller is
+    `<untraced>` (the code that started the thread: libc's start_thread,
+    the kernel), whose CFI ends the backtrace without reading a register."""
 
     def __init__(self):
         super().__init__("aetrace")
@@ -228,24 +231,12 @@ class AetraceUnwinder(gdb.unwinder.Unwinder):
         if level >= len(frames):
             return None
         pc, entry = frames[level]
-        if level == 0:
-            # A value gdb knows as unavailable (the stub serves no rax),
-            # fetched now: a caller frame's own registers are "not saved".
-            self.unavailable = pending_frame.read_register("rax")
-            self.unavailable.fetch_lazy()
         if int(pending_frame.read_register("rip")) != pc:
             return None
         depth = len(frames) - level
         info = pending_frame.create_unwind_info(FrameId(STACK_TOP - 0x100 * depth, entry or pc))
-        if level + 1 < len(frames) or level > 0:
-            caller = frames[level + 1][0] if level + 1 < len(frames) else 0
-            info.add_saved_register("rip", u64(caller))
-        else:
-            # The outermost frame's caller is not in the trace (`_start`'s,
-            # or a thread's start routine in libc): an unavailable pc ends
-            # the backtrace, where a pc of 0 had gdb unwind a frame at 0
-            # with its own unwinders and fail ("Register 7 was not saved").
-            info.add_saved_register("rip", self.unavailable)
+        caller = frames[level + 1][0] if level + 1 < len(frames) else UNTRACED + 1
+        info.add_saved_register("rip", u64(caller))
         return info
 
 
@@ -259,16 +250,34 @@ UNTRACED = 0x7AE7ACE00000
 UNTRACED_SIZE = 16
 
 
+def untraced_cfi():
+    """A .debug_frame for `<untraced>`: the CFA a constant and rip
+    undefined, so gdb's DWARF unwinder takes an `<untraced>` frame the
+    Python one leaves (the outermost: what started a thread) as the
+    outermost frame, reading no register of the frame below it (one the
+    Python unwinder did not save would be an error)."""
+    # CIE: id 0xffffffff, version 1, no augmentation, code alignment 1,
+    # data alignment -8, return address rip (16); DW_CFA_def_cfa_expression
+    # (DW_OP_lit0), DW_CFA_undefined rip, padding.
+    cie = struct.pack("<IBB", 0xFFFFFFFF, 1, 0) + bytes([1, 0x78, 16, 0x0F, 1, 0x30, 0x07, 16, 0, 0])
+    cie = struct.pack("<I", len(cie)) + cie
+    # FDE: the CIE at offset 0, `<untraced>`'s range, no instructions.
+    fde = struct.pack("<IQQ", 0, UNTRACED, UNTRACED_SIZE) + bytes(4)
+    return cie + struct.pack("<I", len(fde)) + fde
+
+
 def untraced_symbol_file(path):
     """Writes an ELF file whose only symbol is the function `<untraced>`
-    at UNTRACED (a section without contents: the stub serves no bytes)."""
-    names = b"\0.text\0.symtab\0.strtab\0.shstrtab\0"
+    at UNTRACED (a section without contents: the stub serves no bytes),
+    with its CFI (`untraced_cfi`)."""
+    names = b"\0.text\0.symtab\0.strtab\0.shstrtab\0.debug_frame\0"
     strtab = b"\0<untraced>\0"
     # Symbols: the null one, then `<untraced>` (global, function, in .text).
     symtab = bytes(24) + struct.pack("<IBBHQQ", 1, 0x12, 0, 1, UNTRACED, UNTRACED_SIZE)
-    body = symtab + strtab + names
+    cfi = untraced_cfi()
+    body = symtab + strtab + names + cfi
     shoff = 64 + len(body)
-    offs = (64, 64 + len(symtab), 64 + len(symtab) + len(strtab))
+    offs = (64, 64 + len(symtab), 64 + len(symtab) + len(strtab), shoff - len(cfi))
 
     def sh(name, kind, flags, addr, off, size, link=0, info=0, align=1, entsize=0):
         return struct.pack("<IIQQQQIIQQ", name, kind, flags, addr, off, size, link, info, align, entsize)
@@ -281,10 +290,12 @@ def untraced_symbol_file(path):
         + sh(7, 2, 0, 0, offs[0], len(symtab), link=3, info=1, align=8, entsize=24)
         + sh(15, 3, 0, 0, offs[1], len(strtab))
         + sh(23, 3, 0, 0, offs[2], len(names))
+        # .debug_frame: SHT_PROGBITS
+        + sh(33, 1, 0, 0, offs[3], len(cfi))
     )
     ident = b"\x7fELF" + bytes([2, 1, 1]) + bytes(9)
-    # ET_EXEC, EM_X86_64, no program headers, 5 sections, names in 4.
-    header = ident + struct.pack("<HHIQQQIHHHHHH", 2, 62, 1, 0, 0, shoff, 0, 64, 0, 0, 64, 5, 4)
+    # ET_EXEC, EM_X86_64, no program headers, 6 sections, names in 4.
+    header = ident + struct.pack("<HHIQQQIHHHHHH", 2, 62, 1, 0, 0, shoff, 0, 64, 0, 0, 64, 6, 4)
     with open(path, "wb") as f:
         f.write(header + body + sections)
 

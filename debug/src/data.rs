@@ -29,11 +29,11 @@ use crate::timeline::Timeline;
 use aetrace_analysis::addr::exec::{self, Entered, Exec, WayIn};
 use aetrace_analysis::addr::full::{Planned, Recorded, DF};
 use aetrace_analysis::addr::returns::Returns;
-use aetrace_analysis::addr::{forms, Access, Repeat};
+use aetrace_analysis::addr::{forms, Access, InsnProgram, Repeat};
 use aetrace_format::progdb::{CallDb, ProgramDb};
 use aetrace_format::section::module_flags;
 use aetrace_format::{ModuleId, ThreadId, Trace};
-use aetrace_regen::compile::Module as Compiled;
+use aetrace_regen::compile::{BlockIx, Module as Compiled, ProcIx};
 use iced_x86::{Decoder, DecoderOptions, Instruction, InstructionInfoFactory};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -311,6 +311,9 @@ impl Data {
     /// regenerator decides it): 1 at an entry that starts with `rsp`
     /// known, not reached along a plain edge of its procedure nor by a
     /// direct call or jump; else 0. Both were decoded before.
+    /// `src/cmd/dataout.rs` decides the same by block runs (`came_by`, then
+    /// `entry_rsp`): what the two share is `Entered::by`; the rest is how
+    /// each finds the run before (here by the previous pc).
     fn stub(&self, prev: Option<u64>, pc: u64) -> usize {
         let Some(e) = self.entries.get(&pc) else {
             return 0;
@@ -357,38 +360,34 @@ impl Data {
 
     /// The abstract values before the instruction at `pc` of module
     /// `module` (0 when it was recorded without abstract execution),
-    /// planned for its whole procedure at once.
+    /// planned for its whole procedure at once ([`Data::learn_proc`]).
     fn skip(&mut self, code: &Code<'_, '_>, module: usize, pc: u64) -> Result<usize, String> {
-        let Some(Some((db, returns))) = self.dbs.get(module) else {
+        let Some(Some(_)) = self.dbs.get(module) else {
             return Ok(0);
         };
         if let Some(&n) = self.skips.get(&pc) {
             return Ok(n);
         }
         let m = code.modules[module];
-        let rel = pc.wrapping_sub(m.load_base);
         let (pi, _) = m
-            .traced_at(rel)
+            .traced_at(pc.wrapping_sub(m.load_base))
             .ok_or_else(|| format!("{pc:#x} is in no block of {}", m.name))?;
-        let blocks: Vec<_> = m.procs[pi]
-            .blocks
-            .clone()
-            .map(|k| &m.blocks[aetrace_regen::compile::BlockIx::from_u32(k)])
-            .collect();
-        let mut progs = Vec::with_capacity(blocks.len());
-        for blk in &blocks {
-            let mut bytes = vec![0u8; blk.size as usize];
-            code.image
-                .read(m.load_base.wrapping_add(blk.start), &mut bytes);
-            let mut d = Decoder::with_ip(64, &bytes, blk.start, DecoderOptions::NONE);
-            let insns: Vec<_> = (0..blk.ninsns)
-                .map(|_| {
-                    let i = d.decode();
-                    (i, forms::program(&i, &mut self.info))
-                })
-                .collect();
-            progs.push(insns);
-        }
+        self.learn_proc(code, module, pi)?;
+        self.skips
+            .get(&pc)
+            .copied()
+            .ok_or_else(|| format!("{pc:#x} starts no instruction of its procedure"))
+    }
+
+    /// Plans procedure `pi` of module `module` as the recorder did: each
+    /// instruction's abstract values (`skips`), each block's end (`ends`)
+    /// and its entry if it starts with `rsp` known (`entries`).
+    fn learn_proc(&mut self, code: &Code<'_, '_>, module: usize, pi: ProcIx) -> Result<(), String> {
+        let m = code.modules[module];
+        let progs = decode_proc(code.image, m, pi, &mut self.info);
+        let Some(Some((db, returns))) = self.dbs.get(module) else {
+            return Ok(());
+        };
         let p = db
             .procs
             .get(pi.as_u32() as usize)
@@ -396,13 +395,12 @@ impl Data {
         let known = exec::entry_knowledge(p, returns, &progs);
         let ways = exec::ways_in(p, returns);
         let proc = pi.as_u32();
+        let at = |i: &Instruction| m.load_base.wrapping_add(i.ip());
         for (b, ((insns, k), blk)) in progs.iter().zip(known).zip(&p.blocks).enumerate() {
             let (plans, _) = Exec::plan_block(k, insns, exec::anchors_rsp(blk));
             for ((i, _), plan) in insns.iter().zip(plans) {
-                let n = plan.map_or(0, |p| p.len());
-                self.skips.insert(m.load_base.wrapping_add(i.ip()), n);
+                self.skips.insert(at(i), plan.map_or(0, |p| p.len()));
             }
-            let at = |i: &Instruction| m.load_base.wrapping_add(i.ip());
             if let Some((last, _)) = insns.last() {
                 let (block, call) = (b as u32, blk.call);
                 let end = BlockEnd {
@@ -413,31 +411,20 @@ impl Data {
                 };
                 self.ends.insert(at(last), end);
             }
-            if let (Some((first, _)), true) = (insns.first(), ways[b].contains(&WayIn::Entry)) {
-                if k.0 != 0 {
-                    let plain = (ways[b].iter())
-                        .filter_map(|w| match *w {
-                            WayIn::Plain(q) => Some(q),
-                            _ => None,
-                        })
-                        .collect();
-                    self.entries.insert(
-                        at(first),
-                        EntryFacts {
-                            module,
-                            proc,
-                            plain,
-                        },
-                    );
+            // Only an entry that starts with `rsp` known has a stub's value.
+            if let (Some((first, _)), true) = (insns.first(), k.0 != 0) {
+                if let Some(plain) = entry_plain(&ways[b]) {
+                    let facts = EntryFacts {
+                        module,
+                        proc,
+                        plain,
+                    };
+                    self.entries.insert(at(first), facts);
                 }
             }
         }
-        self.skips
-            .get(&pc)
-            .copied()
-            .ok_or_else(|| format!("{pc:#x} starts no instruction of its procedure"))
+        Ok(())
     }
-
     /// Fills `out` with the references of `insn` at `pc`, whose values
     /// start at index `v`; the index after them.
     fn refs(&self, i: &Insn, pc: u64, v: usize, out: &mut Vec<Ref>) -> Result<usize, String> {
@@ -478,4 +465,42 @@ impl Data {
         }
         Ok(end)
     }
+}
+
+/// The instructions of procedure `pi`'s blocks, decoded from `image`,
+/// with their address programs.
+fn decode_proc(
+    image: &Image,
+    m: &Compiled,
+    pi: ProcIx,
+    info: &mut InstructionInfoFactory,
+) -> Vec<Vec<(Instruction, InsnProgram)>> {
+    let blocks = m.procs[pi].blocks.clone().map(BlockIx::from_u32);
+    blocks
+        .map(|k| {
+            let blk = &m.blocks[k];
+            let mut bytes = vec![0u8; blk.size as usize];
+            image.read(m.load_base.wrapping_add(blk.start), &mut bytes);
+            let mut d = Decoder::with_ip(64, &bytes, blk.start, DecoderOptions::NONE);
+            (0..blk.ninsns)
+                .map(|_| {
+                    let i = d.decode();
+                    (i, forms::program(&i, info))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// A block's plain predecessors if it is its procedure's entry (`ways`:
+/// its ways in), else `None`.
+fn entry_plain(ways: &[WayIn]) -> Option<Vec<u32>> {
+    if !ways.contains(&WayIn::Entry) {
+        return None;
+    }
+    let plain = ways.iter().filter_map(|w| match *w {
+        WayIn::Plain(q) => Some(q),
+        _ => None,
+    });
+    Some(plain.collect())
 }
