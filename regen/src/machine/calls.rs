@@ -270,9 +270,15 @@ impl<'a> Machine<'a> {
             why,
         };
         if desync {
-            return Err(lost(
-                "the unresolved jump's target lies inside its procedure but starts no instruction the analysis decoded: the original code ran untraced from there",
-            )
+            let own = m.procs[proc].blocks.clone();
+            let inside = m.blocks.as_slice()[own.start as usize..own.end as usize]
+                .iter()
+                .any(|b| a >= b.start && a < b.start + u64::from(b.size));
+            return Err(lost(if inside {
+                "the unresolved jump's target lies inside its procedure but starts no instruction the analysis decoded: the original code ran untraced from there"
+            } else {
+                "the unresolved jump's target lies in code no procedure holds: it ran untraced from there"
+            })
             .into());
         }
         if let Some((q, false)) = m.traced_at(a) {
