@@ -4,7 +4,8 @@
 //! `traces/unresolved_jump.c` (label arithmetic in a computed goto; a jump
 //! through a register to a later instruction, to a traced procedure's entry
 //! and to libc) against lackey, with nothing left alone; its jump into the
-//! middle of an instruction regenerates up to a clear error; and Debian's
+//! middle of an instruction, and into code no procedure holds, regenerate
+//! up to a clear error; and Debian's
 //! mawk counting words against its native run single-stepped under ptrace
 //! (`common::singlestep`: valgrind changes mawk's path, its `fclose` at exit
 //! fails there), with no procedure left alone for an unresolved jump.
@@ -165,6 +166,26 @@ fn a_jump_into_an_instruction_is_reported() {
     assert!(
         err.contains("in procedure hop")
             && err.contains("starts no instruction the analysis decoded"),
+        "{err}"
+    );
+}
+
+/// A target in code no procedure holds (`leap`'s second label, named by
+/// nothing, on no 16-byte boundary): the copy writes DESYNC, the original
+/// code runs (native output), and regen stops there naming the jump, its
+/// target and why, where it used to leave that code out unnoticed.
+#[test]
+fn a_jump_into_code_no_procedure_holds_is_reported() {
+    let exe = build("unresolved_jump.c", Variant::new(Opt::O2, Link::Pie, false));
+    let unowned = common::recorded::cfg_json(&exe)["summary"]["unowned"].clone();
+    assert_eq!(
+        unowned.as_array().map(Vec::len),
+        Some(1),
+        "the analysis found a procedure there: {unowned}"
+    );
+    let err = desynchronised("unresolved_jump.c", "nowhere");
+    assert!(
+        err.contains("in procedure leap") && err.contains("in code no procedure holds"),
         "{err}"
     );
 }

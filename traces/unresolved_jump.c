@@ -7,7 +7,13 @@
  * register) and to libc's `labs` (out of the module). With the argument
  * `desync`, `hop` jumps into the middle of one of its instructions (a
  * 1-byte nop hidden in a `mov` immediate): the copy cannot follow, the
- * original code runs on, and regen must say so. */
+ * original code runs on, and regen must say so. `leap` ends (its symbol's
+ * size) at its jump to a label the `lea` names plus an offset from a
+ * table: offset 0 enters that label's code (a procedure of its own); with
+ * the argument `nowhere`, offset 5 enters the code right after it, which
+ * no symbol, FDE, call or address names and which starts on no 16-byte
+ * boundary, so no procedure holds it: the copy writes DESYNC, the original
+ * code runs, and regen must say so. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +43,25 @@ __asm__(".text\n"
         "hop_hidden = . - 8\n"
         "    ret\n"
         ".size hop, . - hop\n");
+
+long leap(long x, long k);
+long leap_offsets[2] = {0, 5}; /* lea 1(%rdi), %rax (4 bytes); ret */
+
+__asm__(".text\n"
+        ".globl leap\n"
+        ".type leap, @function\n"
+        "leap:\n"
+        "    lea .Lleap_first(%rip), %rcx\n"
+        "    lea leap_offsets(%rip), %rax\n"
+        "    add (%rax,%rsi,8), %rcx\n"
+        "    jmp *%rcx\n"
+        ".size leap, . - leap\n"
+        "    .p2align 4\n"
+        ".Lleap_first:\n"
+        "    lea 1(%rdi), %rax\n"
+        "    ret\n"
+        "    lea 2(%rdi), %rax\n"
+        "    ret\n");
 
 __attribute__((noinline)) long triple(long x) {
     return 3 * x;
@@ -72,6 +97,10 @@ int main(int argc, char **argv) {
         printf("hidden: %ld\n", hop(5, 4));
         return 0;
     }
+    if (argc > 1 && strcmp(argv[1], "nowhere") == 0) {
+        printf("nowhere: %ld\n", leap(5, 1));
+        return 0;
+    }
     unsigned char code[64];
     int n = 0;
     for (int i = 0; i < 40; i++)
@@ -83,6 +112,8 @@ int main(int argc, char **argv) {
     long h = 0;
     for (long i = 0; i < 200; i++)
         h += hop(i - 100, i % 4);
+    for (long i = 0; i < 20; i++)
+        h += leap(i, 0);
     printf("interp: %ld\nhop: %ld\n", acc, h);
     return 0;
 }

@@ -98,6 +98,9 @@ pub struct Program {
     pub procs: PrimaryMap<ProcId, Procedure>,
     /// FDEs found in `.eh_frame` (for the report).
     pub fdes: usize,
+    /// Code no procedure holds, `[start, end)` ascending
+    /// (`procs::Discovery::unowned`).
+    pub unowned: Vec<(u64, u64)>,
 }
 
 impl Program {
@@ -249,6 +252,7 @@ pub fn analyze(module: Module) -> Program {
         module,
         procs,
         fdes: disc.fdes,
+        unowned: disc.unowned,
     }
 }
 

@@ -150,6 +150,8 @@ pub struct Discovery {
     /// jump-table entries or labels (`static void *t[] = {&&a, ...}`); PIC
     /// files have RELATIVE relocations instead (in `taken`).
     pub data_words: Vec<(u64, u64)>,
+    /// Code no range holds (see [`unowned_code`]), ascending.
+    pub unowned: Vec<(u64, u64)>,
 }
 
 /// Decodes `[start, end)` linearly.
@@ -412,10 +414,41 @@ fn gap_starts(st: &State, tried: &HashSet<u64>) -> Vec<u64> {
     out
 }
 
-/// The start of clean code past the padding of gap `[a, b)`, if any (see
-/// [`gap_starts`]).
-fn gap_code(module: &Module, a: u64, b: u64) -> Option<u64> {
-    let bytes = module.bytes_at(a, b - a)?;
+/// Bytes of the executable, non-PLT sections that no range holds once
+/// discovery is done, each gap from its first byte that is no padding
+/// (nops, `int3`, zero bytes) to its end: code only a jump the analysis
+/// cannot follow reaches (a label past the end of a stripped assembly
+/// function, not on a 16-byte boundary), or data in a code section. An
+/// unresolved jump into it would run it untraced, so the rewriter's
+/// dispatch writes DESYNC there (`docs/rewrite.md`, "Code no procedure
+/// holds").
+fn unowned_code(st: &State) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    for &(sec_start, sec_end) in &st.code {
+        let mut cursor = sec_start;
+        let bounds = st
+            .by_start
+            .range(sec_start..sec_end)
+            .map(|(&s, &i)| (s, st.ranges[i].end));
+        for (s, e) in bounds.chain(std::iter::once((sec_end, sec_end))) {
+            if s > cursor {
+                let a = past_padding(st.module, cursor, s);
+                if a < s {
+                    out.push((a, s));
+                }
+            }
+            cursor = cursor.max(e);
+        }
+    }
+    out
+}
+
+/// The first byte of `[a, b)` past its padding (nops, `int3`, zero
+/// bytes); `b` when it is all padding (or unreadable).
+fn past_padding(module: &Module, a: u64, b: u64) -> u64 {
+    let Some(bytes) = module.bytes_at(a, b - a) else {
+        return b;
+    };
     let mut d = Decoder::with_ip(64, bytes, a, DecoderOptions::NONE);
     let mut p = a;
     while p < b {
@@ -423,7 +456,9 @@ fn gap_code(module: &Module, a: u64, b: u64) -> Option<u64> {
             p += 1;
             continue;
         }
-        d.set_position((p - a) as usize).ok()?;
+        if d.set_position((p - a) as usize).is_err() {
+            return b;
+        }
         d.set_ip(p);
         let insn = d.decode();
         if insn.is_invalid() || !matches!(insn.mnemonic(), Mnemonic::Nop | Mnemonic::Int3) {
@@ -431,6 +466,13 @@ fn gap_code(module: &Module, a: u64, b: u64) -> Option<u64> {
         }
         p = insn.next_ip();
     }
+    p.min(b)
+}
+
+/// The start of clean code past the padding of gap `[a, b)`, if any (see
+/// [`gap_starts`]).
+fn gap_code(module: &Module, a: u64, b: u64) -> Option<u64> {
+    let p = past_padding(module, a, b);
     if p >= b || p % 16 != 0 {
         return None;
     }
@@ -831,9 +873,11 @@ pub fn discover(module: &Module, stubs: Vec<PltStub>) -> Discovery {
     } else {
         Vec::new()
     };
+    let unowned = unowned_code(&st);
     Discovery {
         taken: ref_facts,
         data_words,
+        unowned,
         ranges: st.ranges,
         decoded: decoded.into_iter().map(Option::unwrap_or_default).collect(),
         plans,

@@ -330,6 +330,12 @@ fn text_summary(w: &mut impl Write, program: &Program, s: &Summary) -> std::io::
         "procedures: {} ({} PLT stubs, {} not analysable, {} never return; {} FDEs)",
         s.procedures, s.plt_stubs, s.not_analysable, s.noreturn_procedures, program.fdes
     )?;
+    let unowned: u64 = program.unowned.iter().map(|(a, b)| b - a).sum();
+    writeln!(
+        w,
+        "code no procedure holds: {} ranges, {unowned} bytes",
+        program.unowned.len()
+    )?;
     writeln!(
         w,
         "blocks: {}  edges: {}  predicates: {}",
@@ -670,6 +676,7 @@ fn summary_json(program: &Program, s: &Summary) -> Value {
         "not_analysable": s.not_analysable,
         "noreturn_procedures": s.noreturn_procedures,
         "fdes": program.fdes,
+        "unowned": program.unowned.iter().map(|&(a, b)| json!([a, b])).collect::<Vec<_>>(),
         "blocks": s.blocks,
         "edges": s.edges,
         "predicates": s.predicates,

@@ -305,6 +305,9 @@ pub struct ProcPlan<'a> {
     /// With an unresolved jump: where its map from original addresses to
     /// the copy goes.
     pub map: Option<Map>,
+    /// The module's code no procedure holds (`Program::unowned`): an
+    /// unresolved jump there writes DESYNC.
+    pub unowned: &'a [(u64, u64)],
     /// Tracing: the jumps to computed code addresses, each through its
     /// dense tables.
     pub dispatches: Vec<Dispatch>,
@@ -1871,8 +1874,13 @@ impl ProcGen<'_, '_> {
         let len = i32::try_from(m.len).map_err(|_| CodegenError::Internal("a map over 2 GiB"))?;
         self.em
             .push(Instruction::with2(Code::Cmp_rm64_imm32, rax, len)?);
+        let outside = if p.unowned.is_empty() {
+            out
+        } else {
+            self.em.label()
+        };
         self.em
-            .push(Instruction::with_branch(Code::Jae_rel32_64, out)?);
+            .push(Instruction::with_branch(Code::Jae_rel32_64, outside)?);
         self.em
             .push(Instruction::with2(Code::Lea_r64_m, rcx, rip(m.new))?);
         let entry = MemoryOperand::with_base_index_scale(rcx, rax, 4);
@@ -1896,7 +1904,38 @@ impl ProcGen<'_, '_> {
         })?;
         self.em.bind(out);
         self.em.transfer(site)?;
-        self.leave_dispatch()
+        self.leave_dispatch()?;
+        if outside != out {
+            self.em.bind(outside);
+            self.unowned_checks(desync, out)?;
+        }
+        Ok(())
+    }
+
+    /// A target outside the procedure (in the slot) that lies in code no
+    /// procedure holds (`ProcPlan::unowned`) goes to `desync`, any other
+    /// to `out`: such code would otherwise run untraced unnoticed
+    /// (docs/rewrite.md, "Code no procedure holds"). rax, rcx and the flags
+    /// are free inside the dispatch.
+    fn unowned_checks(&mut self, desync: u64, out: u64) -> GenResult<()> {
+        let (rax, rcx) = (Register::RAX, Register::RCX);
+        for &(start, end) in self.p.unowned {
+            let len = i32::try_from(end - start)
+                .map_err(|_| CodegenError::Internal("unowned code over 2 GiB"))?;
+            let at = MemoryOperand::with_base_displ(Register::RIP, start as i64);
+            self.em.push(Instruction::with2(Code::Lea_r64_m, rcx, at)?);
+            self.em
+                .push(Instruction::with2(Code::Mov_r64_rm64, rax, rsp_at(24))?);
+            self.em
+                .push(Instruction::with2(Code::Sub_r64_rm64, rax, rcx)?);
+            self.em
+                .push(Instruction::with2(Code::Cmp_rm64_imm32, rax, len)?);
+            self.em
+                .push(Instruction::with_branch(Code::Jb_rel32_64, desync)?);
+        }
+        self.em
+            .push(Instruction::with_branch(Code::Jmp_rel32_64, out)?);
+        Ok(())
     }
 
     /// The jump of a [`Table::biased`] table, the `k`th instruction of

@@ -236,6 +236,7 @@ impl<'p> Plans<'p> {
             values: None,
             entry_value: None,
             map,
+            unowned: &rw.prog.unowned,
             dispatches,
             entry_points: p.entries[1..]
                 .iter()

@@ -242,7 +242,8 @@ impl<'a> Machine<'a> {
     /// went on (nothing pending, nothing counted); the entry of a traced
     /// procedure is its springboard, like any other target a counted jump
     /// into untraced code. DESYNC (a target inside the procedure that is
-    /// no instruction) and a target inside another traced procedure (its
+    /// no instruction, or in code no procedure holds: docs/rewrite.md,
+    /// "Code no procedure holds") and a target inside another traced procedure (its
     /// original code ran untraced) end the walk with an error.
     fn jump_indirect(&mut self, at: Loc) -> Step {
         let (item, off) = self.next(Retry::Call(at))?;
@@ -270,9 +271,14 @@ impl<'a> Machine<'a> {
             why,
         };
         if desync {
-            return Err(lost(
-                "the unresolved jump's target lies inside its procedure but starts no instruction the analysis decoded: the original code ran untraced from there",
-            )
+            // The copy writes DESYNC for a byte inside one of its
+            // procedure's instructions, or for code no procedure holds.
+            let inside = m.traced_at(a).is_some_and(|(q, _)| q == proc);
+            return Err(lost(if inside {
+                "the unresolved jump's target lies inside its procedure but starts no instruction the analysis decoded: the original code ran untraced from there"
+            } else {
+                "the unresolved jump's target lies in code no procedure holds: it ran untraced from there"
+            })
             .into());
         }
         if let Some((q, false)) = m.traced_at(a) {
