@@ -804,7 +804,7 @@ pub fn discover(module: &Module, stubs: Vec<PltStub>) -> Discovery {
             // into another member's middle.
             let size = |i: usize| st.ranges[i].end - st.ranges[i].start;
             let largest = |keep: &dyn Fn(usize) -> bool| {
-                let mut m = members.iter().copied().filter(|&i| keep(i));
+                let m = members.iter().copied().filter(|&i| keep(i));
                 m.max_by_key(|&i| (size(i), std::cmp::Reverse(st.ranges[i].start)))
             };
             let primary = largest(&|i| named(i))
