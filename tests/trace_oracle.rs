@@ -398,6 +398,22 @@ fn absolute_tables_read_past_entry_0() {
     );
 }
 
+/// A function only a data word names (`traces/cold_slot.c`, non-PIE and
+/// stripped; python3's `member_get`, named only by a type's slot, issue
+/// 23) whose `.cold` part starts with a case its absolute switch table
+/// enters: the hot part is the procedure's entry, with its springboard,
+/// so the call through the table `ops` runs the traced copy. Before, the
+/// `.cold` part was taken as the start, the call ran the original code
+/// untraced and the trace lacked `get`'s instructions (python3's stepped
+/// sweep differed at instruction 4,178,870).
+#[test]
+fn a_function_named_only_by_data_keeps_its_entry_before_its_cold_part() {
+    let exe = build("cold_slot.c", Variant::new(Opt::O2, Link::NoPie, true));
+    let info = check_libs(&exe, &[], &[], LogMode::Pipe);
+    let alone = left_alone(&info, 0);
+    assert!(alone.is_empty(), "{alone:?}");
+}
+
 #[test]
 fn recursion() {
     traced("recursion.c", O2_PIE, &[]);

@@ -797,6 +797,15 @@ pub fn discover(module: &Module, stubs: Vec<PltStub>) -> Discovery {
         }
         m
     };
+    let data_words = if module.kind == crate::elf::ElfKind::Exec {
+        code_words(module, |a| section_of(a).is_some())
+    } else {
+        Vec::new()
+    };
+    let in_data = |a: u64| {
+        let i = data_words.partition_point(|&(v, _)| v < a);
+        data_words.get(i).is_some_and(|&(v, _)| v == a)
+    };
     let mut plans: Vec<Plan> = groups
         .into_values()
         .map(|members| {
@@ -826,18 +835,22 @@ pub fn discover(module: &Module, stubs: Vec<PltStub>) -> Discovery {
                     ) || (*s == Source::Symtab && !cold_symbol)
                 }) || outside_jump.contains(&r.start)
             };
-            // The primary range: the largest named one; without any, the
-            // first whose start no member jumps to (a `.cold` part is
+            // The primary range: the largest named one; without any, of
+            // those whose start no member jumps to (a `.cold` part is
             // entered by its group's jumps; cc1's `output_*` functions,
             // named only by a data table, jump into their `.cold` part's
-            // middle, which never comes back), else the first that does
-            // not jump into another member's middle.
+            // middle, which never comes back), the largest a data word
+            // names (python3's `member_get`, named only by a type's slot,
+            // while its `.cold` part's start is a case of its switch
+            // table), else the first; else the first that does not jump
+            // into another member's middle.
             let size = |i: usize| st.ranges[i].end - st.ranges[i].start;
-            let primary = members
-                .iter()
-                .copied()
-                .filter(|&i| named(i))
-                .max_by_key(|&i| (size(i), std::cmp::Reverse(st.ranges[i].start)))
+            let largest = |keep: &dyn Fn(usize) -> bool| {
+                let m = members.iter().copied().filter(|&i| keep(i));
+                m.max_by_key(|&i| (size(i), std::cmp::Reverse(st.ranges[i].start)))
+            };
+            let primary = largest(&|i| named(i))
+                .or_else(|| largest(&|i| !jumped_to[i] && in_data(st.ranges[i].start)))
                 .or_else(|| members.iter().copied().find(|&i| !jumped_to[i]))
                 .or_else(|| members.iter().copied().find(|&i| !jumper[i]))
                 .unwrap_or(members[0]);
@@ -868,11 +881,6 @@ pub fn discover(module: &Module, stubs: Vec<PltStub>) -> Discovery {
     plans.sort_by_key(|p| st.ranges[p.primary].start);
     ref_facts.sort_unstable();
     ref_facts.dedup();
-    let data_words = if module.kind == crate::elf::ElfKind::Exec {
-        code_words(module, |a| section_of(a).is_some())
-    } else {
-        Vec::new()
-    };
     let unowned = unowned_code(&st);
     Discovery {
         taken: ref_facts,
