@@ -115,8 +115,7 @@ impl Ours {
                 Some(l) => insn_line(l)?,
             },
         };
-        loop {
-            let Some(l) = self.read()? else { break };
+        while let Some(l) = self.read()? {
             if l.starts_with(b"I  ") {
                 let next = insn_line(l)?;
                 if next != addr {
