@@ -397,6 +397,15 @@ fn explore(module: &Module, start: u64, limit: u64) -> u64 {
 /// where it would otherwise run untraced with nothing in the trace to say
 /// so. One start per gap and round: the rest of the gap comes next round.
 fn gap_starts(st: &State, tried: &HashSet<u64>) -> Vec<u64> {
+    (gaps(st).into_iter())
+        .flat_map(|(a, b)| gap_code(st.module, a, b))
+        .filter(|a| !tried.contains(a))
+        .collect()
+}
+
+/// The stretches of the executable, non-PLT sections between the ranges
+/// found so far, in address order.
+fn gaps(st: &State) -> Vec<(u64, u64)> {
     let mut out = Vec::new();
     for &(sec_start, sec_end) in &st.code {
         let mut cursor = sec_start;
@@ -406,7 +415,7 @@ fn gap_starts(st: &State, tried: &HashSet<u64>) -> Vec<u64> {
             .map(|(&s, &i)| (s, st.ranges[i].end));
         for (s, e) in bounds.chain(std::iter::once((sec_end, sec_end))) {
             if s > cursor {
-                out.extend(gap_code(st.module, cursor, s).filter(|a| !tried.contains(a)));
+                out.push((cursor, s));
             }
             cursor = cursor.max(e);
         }
@@ -423,24 +432,10 @@ fn gap_starts(st: &State, tried: &HashSet<u64>) -> Vec<u64> {
 /// dispatch writes DESYNC there (`docs/rewrite.md`, "Code no procedure
 /// holds").
 fn unowned_code(st: &State) -> Vec<(u64, u64)> {
-    let mut out = Vec::new();
-    for &(sec_start, sec_end) in &st.code {
-        let mut cursor = sec_start;
-        let bounds = st
-            .by_start
-            .range(sec_start..sec_end)
-            .map(|(&s, &i)| (s, st.ranges[i].end));
-        for (s, e) in bounds.chain(std::iter::once((sec_end, sec_end))) {
-            if s > cursor {
-                let a = past_padding(st.module, cursor, s);
-                if a < s {
-                    out.push((a, s));
-                }
-            }
-            cursor = cursor.max(e);
-        }
-    }
-    out
+    (gaps(st).into_iter())
+        .map(|(a, b)| (past_padding(st.module, a, b), b))
+        .filter(|&(a, b)| a < b)
+        .collect()
 }
 
 /// The first byte of `[a, b)` past its padding (nops, `int3`, zero

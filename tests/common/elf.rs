@@ -88,19 +88,23 @@ impl Elf {
         &self.bytes[off..off + len as usize]
     }
 
+    /// Up to `len` bytes of the executable section holding `addr`
+    /// (empty outside every one).
+    fn code_at(&self, addr: u64, len: u64) -> &[u8] {
+        self.sections
+            .iter()
+            .find(|s| s.exec && s.addr <= addr && addr < s.addr + s.size)
+            .map_or(&[], |s| {
+                self.bytes_of(s, addr, len.min(s.addr + s.size - addr))
+            })
+    }
+
     /// Whether the instruction at `addr` carries a `rep`/`repne` prefix:
     /// valgrind counts one execution per iteration of such an instruction
     /// (VEX turns each iteration into its own jump back), the program
     /// executes it once.
     pub fn is_rep(&self, addr: u64) -> bool {
-        let Some(s) = self
-            .sections
-            .iter()
-            .find(|s| s.exec && s.addr <= addr && addr < s.addr + s.size)
-        else {
-            return false;
-        };
-        self.bytes_of(s, addr, 4.min(s.addr + s.size - addr))
+        self.code_at(addr, 4)
             .iter()
             .take_while(|b| {
                 matches!(
@@ -118,14 +122,7 @@ impl Elf {
     /// program never makes (seen in sort: `bt %rax,%rdx` with ` S ...,8`
     /// ` L ...,1`).
     pub fn is_register_bit_test(&self, addr: u64) -> bool {
-        let Some(s) = self
-            .sections
-            .iter()
-            .find(|s| s.exec && s.addr <= addr && addr < s.addr + s.size)
-        else {
-            return false;
-        };
-        let b = self.bytes_of(s, addr, 15.min(s.addr + s.size - addr));
+        let b = self.code_at(addr, 15);
         let prefixes = b
             .iter()
             .take_while(|&&c| matches!(c, 0x66 | 0x40..=0x4f))
