@@ -107,6 +107,15 @@ fn ours(exe: &Path, tag: &str, mode: &[&str], args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// `aetrace regen --format lackey TRACE`, whatever its status.
+fn regen_lackey(trace: &Path) -> std::process::Output {
+    Command::new(common::aetrace())
+        .args(["regen", "--format", "lackey"])
+        .arg(trace)
+        .output()
+        .unwrap()
+}
+
 fn check(source: &str, variant: Variant, args: &[&str]) {
     let exe = build(source, variant);
     let tag = format!("{source}-{}", variant.tag());
@@ -241,11 +250,7 @@ fn data_traces_with_signals_are_refused_in_one_line() {
             record.arg("-o").arg(&trace).arg("--").arg(&exe),
             "aetrace record --data",
         );
-        let out = Command::new(common::aetrace())
-            .args(["regen", "--format", "lackey"])
-            .arg(&trace)
-            .output()
-            .unwrap();
+        let out = regen_lackey(&trace);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{source}: regen succeeded");
         assert_eq!(err.lines().count(), 1, "{source}: {err}");
@@ -285,11 +290,7 @@ fn data_values_of_an_older_format_are_refused() {
     let crc = crc32fast::hash(&bytes[..60]);
     bytes[60..64].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(&trace, bytes).unwrap();
-    let out = Command::new(common::aetrace())
-        .args(["regen", "--format", "lackey"])
-        .arg(&trace)
-        .output()
-        .unwrap();
+    let out = regen_lackey(&trace);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && out.stdout.is_empty(), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -317,11 +318,7 @@ fn data_check_names_the_first_wrong_address() {
             rec.env("AETRACE_FAULT_DATA_ADDR", "main");
         }
         run_checked(&mut rec, "aetrace record --data --check");
-        Command::new(common::aetrace())
-            .args(["regen", "--format", "lackey"])
-            .arg(&trace)
-            .output()
-            .unwrap()
+        regen_lackey(&trace)
     };
     assert!(regen(false).status.success(), "without the fault");
     let out = regen(true);

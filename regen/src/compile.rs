@@ -199,6 +199,9 @@ pub struct Module {
     /// The jump tables the copies read in place of the originals
     /// (`ProgramDb::moved_tables`).
     pub moved_tables: Vec<aetrace_format::progdb::MovedTable>,
+    /// Link-time addresses from the lowest copy to the end of the highest:
+    /// the one comparison most recorded addresses (heap, stack) need.
+    moved_span: std::ops::Range<u64>,
 }
 
 /// Where output addresses come from.
@@ -260,6 +263,13 @@ impl Module {
             addressing: Some(addressing),
             counts_returns: db.counts_returns,
             moved_tables: db.moved_tables.clone(),
+            moved_span: (db.moved_tables.iter().map(|t| t.new).min().unwrap_or(0))
+                ..(db
+                    .moved_tables
+                    .iter()
+                    .map(|t| t.new + t.size)
+                    .max()
+                    .unwrap_or(0)),
             ..Module::default()
         };
         // Global indices first: a call may name any procedure's entry.
@@ -461,8 +471,12 @@ impl Module {
     /// The original program's run-time address for run-time data address
     /// `a` of the rewritten one: a copied jump table's entry is the
     /// original table's (`progdb::original_address`).
+    #[inline]
     pub fn original_data_address(&self, a: u64) -> u64 {
         let link = a.wrapping_sub(self.load_base);
+        if !self.moved_span.contains(&link) {
+            return a;
+        }
         let orig = aetrace_format::progdb::original_address(&self.moved_tables, link);
         orig.wrapping_add(self.load_base)
     }

@@ -177,6 +177,18 @@ impl Side {
     }
 }
 
+/// Starts `aetrace regen ...` (`regen`) with its output read through a
+/// large buffer as it streams.
+pub(super) fn spawn_regen(regen: &mut Command) -> (Child, BufReader<ChildStdout>) {
+    let mut child = regen
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning aetrace regen");
+    let out = BufReader::with_capacity(1 << 20, child.stdout.take().unwrap());
+    (child, out)
+}
+
 /// One comparison side per traced module of `trace`, each with its
 /// `aetrace regen --module M` running.
 fn sides(trace: &Path, info: &serde_json::Value) -> Vec<Side> {
@@ -184,16 +196,13 @@ fn sides(trace: &Path, info: &serde_json::Value) -> Vec<Side> {
         .into_iter()
         .enumerate()
         .map(|(k, path)| {
-            let mut regen = Command::new(super::aetrace())
-                .args(["regen", "--format", "insn", "--relative", "-j", "1"])
-                .arg("--module")
-                .arg(&path)
-                .arg(trace)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawning aetrace regen");
-            let out = BufReader::with_capacity(1 << 20, regen.stdout.take().unwrap());
+            let (regen, out) = spawn_regen(
+                Command::new(super::aetrace())
+                    .args(["regen", "--format", "insn", "--relative", "-j", "1"])
+                    .arg("--module")
+                    .arg(&path)
+                    .arg(trace),
+            );
             Side {
                 base: link_base(&path),
                 alone: left_alone_procedures(&path, info, k)

@@ -22,9 +22,10 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStdout, Command, ExitStatus};
 
 use super::elf::Elf;
+use super::exact::spawn_regen;
 use super::lackey::{self, ModuleTrace};
 use super::recorded::{info_json, instrumented_modules, left_alone_ranges};
 use super::FastMap;
@@ -77,14 +78,11 @@ fn addr_size(rest: &[u8]) -> Option<(u64, u32)> {
 
 impl Ours {
     fn start(trace: &Path) -> Ours {
-        let mut regen = Command::new(super::aetrace())
-            .args(["regen", "--format", "lackey"])
-            .arg(trace)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawning aetrace regen");
-        let out = BufReader::with_capacity(1 << 20, regen.stdout.take().unwrap());
+        let (regen, out) = spawn_regen(
+            Command::new(super::aetrace())
+                .args(["regen", "--format", "lackey"])
+                .arg(trace),
+        );
         Ours {
             regen,
             out,
