@@ -414,6 +414,20 @@ fn a_function_named_only_by_data_keeps_its_entry_before_its_cold_part() {
     assert!(alone.is_empty(), "{alone:?}");
 }
 
+/// A function only a data slot names whose `.cold` part another function
+/// jumps to (`traces/cold_shared.c`, non-PIE and stripped; python3's
+/// 0x56a100, issue 23): the outside jump makes the `.cold` part the
+/// procedure's start, and the hot part must still be an entry, else the
+/// call through the slot runs the original code untraced (python3's
+/// stepped sweep differed at instruction 4,968,499).
+#[test]
+fn a_hot_part_named_by_a_slot_is_an_entry_beside_its_cold_start() {
+    let exe = build("cold_shared.c", Variant::new(Opt::O2, Link::NoPie, true));
+    let info = check_libs(&exe, &[], &[], LogMode::Pipe);
+    let alone = left_alone(&info, 0);
+    assert!(alone.is_empty(), "{alone:?}");
+}
+
 #[test]
 fn recursion() {
     traced("recursion.c", O2_PIE, &[]);

@@ -351,6 +351,25 @@ fn code_words(module: &Module, is_code: impl Fn(u64) -> bool) -> Vec<(u64, u64)>
     out
 }
 
+/// Whether a data word holding `a` looks like a function pointer's slot
+/// rather than a jump table's case: neither word beside it holds an
+/// address of the same group (`own`). A `.cold` part's start is often a
+/// case of its group's absolute table (`traces/cold_slot.c`); a type's
+/// slot (python3's `tp_init`) sits among other functions' addresses.
+fn slot_names(
+    data_words: &[(u64, u64)],
+    word_at: &HashMap<u64, u64>,
+    a: u64,
+    own: impl Fn(u64) -> bool,
+) -> bool {
+    let first = data_words.partition_point(|&(v, _)| v < a);
+    let case = |at: u64| word_at.get(&at).is_some_and(|&v| own(v));
+    data_words[first..]
+        .iter()
+        .take_while(|&&(v, _)| v == a)
+        .any(|&(_, at)| !case(at.wrapping_sub(8)) && !case(at + 8))
+}
+
 /// How far a recursive descent from `start` gets before `limit`.
 fn explore(module: &Module, start: u64, limit: u64) -> u64 {
     let Some(bytes) = module.bytes_at(start, limit - start) else {
@@ -797,10 +816,7 @@ pub fn discover(module: &Module, stubs: Vec<PltStub>) -> Discovery {
     } else {
         Vec::new()
     };
-    let in_data = |a: u64| {
-        let i = data_words.partition_point(|&(v, _)| v < a);
-        data_words.get(i).is_some_and(|&(v, _)| v == a)
-    };
+    let word_at: HashMap<u64, u64> = data_words.iter().map(|&(v, at)| (at, v)).collect();
     let mut plans: Vec<Plan> = groups
         .into_values()
         .map(|members| {
@@ -844,14 +860,23 @@ pub fn discover(module: &Module, stubs: Vec<PltStub>) -> Discovery {
                 let m = members.iter().copied().filter(|&i| keep(i));
                 m.max_by_key(|&i| (size(i), std::cmp::Reverse(st.ranges[i].start)))
             };
+            let data_named = |i: usize| {
+                let own = |v: u64| st.containing(v).is_some_and(|k| members.contains(&k));
+                !jumped_to[i] && slot_names(&data_words, &word_at, st.ranges[i].start, own)
+            };
             let primary = largest(&|i| named(i))
-                .or_else(|| largest(&|i| !jumped_to[i] && in_data(st.ranges[i].start)))
+                .or_else(|| largest(&data_named))
                 .or_else(|| members.iter().copied().find(|&i| !jumped_to[i]))
                 .or_else(|| members.iter().copied().find(|&i| !jumper[i]))
                 .unwrap_or(members[0]);
+            // Every other range entered from outside is an entry too, a
+            // data word's included: python3's `dict_init`-like 0x56a100,
+            // named only by a type's slot, shares its group with a `.cold`
+            // part that another function's `ja` (to an unreachable
+            // default) names, and got no springboard.
             let mut entries = vec![st.ranges[primary].start];
             for &i in &members {
-                if i != primary && named(i) {
+                if i != primary && (named(i) || data_named(i)) {
                     entries.push(st.ranges[i].start);
                 }
                 entries.extend(extra.get(&i).into_iter().flatten());
