@@ -33,27 +33,15 @@ fn record_cmd(trace: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(common::aetrace());
     c.arg("record").arg("-o").arg(trace).arg("--").arg(faults());
     c.args(args);
-    no_aslr(&mut c);
+    common::no_aslr(&mut c);
     c
 }
 
 fn native_cmd(args: &[&str]) -> Command {
     let mut c = Command::new(faults());
     c.args(args);
-    no_aslr(&mut c);
+    common::no_aslr(&mut c);
     c
-}
-
-fn no_aslr(c: &mut Command) {
-    // SAFETY: one async-signal-safe call between fork and exec.
-    unsafe {
-        c.pre_exec(|| {
-            if libc::personality(libc::ADDR_NO_RANDOMIZE as libc::c_ulong) == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
 }
 
 fn spawn_piped(mut c: Command) -> Child {
@@ -480,7 +468,7 @@ fn record_libs(exe: &Path, cache: &Path, trace: &Path) -> Command {
         .arg(exe)
         .arg("200")
         .stdin(Stdio::null());
-    no_aslr(&mut c);
+    common::no_aslr(&mut c);
     c
 }
 
@@ -521,7 +509,7 @@ fn recordings_filling_one_empty_cache_at_once_agree() {
 fn native_with(exe: &Path) -> Output {
     let mut c = Command::new(exe);
     c.arg("200").stdin(Stdio::null());
-    no_aslr(&mut c);
+    common::no_aslr(&mut c);
     c.output().unwrap()
 }
 

@@ -688,8 +688,8 @@ fn the_baseline_placements_regenerate_exactly() {
         let optimal = check_recorded(exe, args, &[], LogMode::Pipe, Knobs::DEFAULT);
         for placement in ["all-predicates", "naive-blocking"] {
             let knobs = Knobs {
-                half: None,
                 placement: Some(placement),
+                ..Knobs::DEFAULT
             };
             let info = check_recorded(exe, args, &[], LogMode::Pipe, knobs);
             if placement == "all-predicates" {
@@ -1653,7 +1653,7 @@ fn entries(trace: &Path, exe: &Path, sym: &str) -> u64 {
 /// 12 kB of a thread's witnesses.
 const SMALL_HALVES: Knobs = Knobs {
     half: Some(16 << 10),
-    placement: None,
+    ..Knobs::DEFAULT
 };
 
 /// A SIGNAL is placed in the signal map of the module whose code it

@@ -140,18 +140,9 @@ fn a_recorded_program_sees_its_native_environment_descriptors_and_argv() {
 /// `program args` as [`native`], address randomisation off (as
 /// [`recorded`] runs it).
 fn native_fixed(program: &Path, args: &[&str]) -> Output {
-    use std::os::unix::process::CommandExt;
     let mut cmd = Command::new(program);
     cmd.args(args).env_clear().envs(env()).stdin(Stdio::null());
-    // SAFETY: one async-signal-safe call between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::personality(libc::ADDR_NO_RANDOMIZE as libc::c_ulong) == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    common::no_aslr(&mut cmd);
     cmd.output()
         .unwrap_or_else(|e| panic!("running {}: {e}", program.display()))
 }

@@ -320,7 +320,8 @@ impl State {
 /// Runs `exe args` under lackey and compares every instruction and data
 /// reference it reports in the traced modules of `trace` (recorded with
 /// `--data` and address randomisation off) with `aetrace regen --format
-/// lackey`. `Err` names the first difference.
+/// lackey`, and that every traced instruction was compared. `Err` names
+/// the first difference.
 pub fn against_lackey(trace: &Path, exe: &Path, args: &[&str]) -> Result<DataCompared, String> {
     let info = info_json(trace);
     let paths = instrumented_modules(&info);
@@ -376,6 +377,14 @@ pub fn against_lackey(trace: &Path, exe: &Path, args: &[&str]) -> Result<DataCom
     }
     let (instructions, references) = (s.instructions, s.references);
     s.ours.finish()?;
+    let traced: u64 = (info["instructions"].as_array().unwrap().iter())
+        .map(|n| n.as_u64().unwrap())
+        .sum();
+    if instructions != traced {
+        return Err(format!(
+            "{instructions} instructions compared, the trace has {traced}"
+        ));
+    }
     Ok(DataCompared {
         instructions,
         references,

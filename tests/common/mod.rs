@@ -56,12 +56,18 @@ pub fn aetrace() -> std::path::PathBuf {
 /// `aetrace ARGS` with exactly `env` and address randomisation off (the
 /// traced program inherits both).
 pub fn aetrace_fixed(args: &[&std::ffi::OsStr], env: &[(String, String)]) -> std::process::Output {
-    use std::os::unix::process::CommandExt;
     let mut cmd = std::process::Command::new(aetrace());
     cmd.args(args)
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(std::process::Stdio::null());
+    no_aslr(&mut cmd);
+    cmd.output().unwrap()
+}
+
+/// Runs `cmd` with address randomisation off (`setarch -R`).
+pub fn no_aslr(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
     // SAFETY: one async-signal-safe call between fork and exec.
     unsafe {
         cmd.pre_exec(|| {
@@ -71,7 +77,6 @@ pub fn aetrace_fixed(args: &[&std::ffi::OsStr], env: &[(String, String)]) -> std
             Ok(())
         });
     }
-    cmd.output().unwrap()
 }
 
 /// The number of the `KEY=N` word (`key` is `"KEY="`) in a test program's

@@ -70,18 +70,26 @@ pub fn left_alone_procedures(
 }
 
 /// What a test may change in a recording: buffer halves of `half` bytes
-/// (`AETRACE_HALF_SIZE`, the recorder's testing knob) and the witness
-/// placement (`--placement`; the default, optimal, when `None`).
+/// (`AETRACE_HALF_SIZE`, the recorder's testing knob), the witness
+/// placement (`--placement`; the default, optimal, when `None`) and data
+/// addresses (`--data`, recorded with address randomisation off: the
+/// data comparison finds the stack by its place).
 #[derive(Clone, Copy)]
 pub struct Knobs {
     pub half: Option<u64>,
     pub placement: Option<&'static str>,
+    pub data: bool,
 }
 
 impl Knobs {
     pub const DEFAULT: Knobs = Knobs {
         half: None,
         placement: None,
+        data: false,
+    };
+    pub const DATA: Knobs = Knobs {
+        data: true,
+        ..Knobs::DEFAULT
     };
 }
 
@@ -105,6 +113,11 @@ pub fn record_run(
         Some(p) => format!("{name} placement={p}"),
         None => name,
     };
+    let name = if knobs.data {
+        format!("{name} data")
+    } else {
+        name
+    };
     static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let trace = super::scratch("trace-oracle").join(format!(
@@ -121,10 +134,13 @@ pub fn record_run(
     if let Some(h) = knobs.half {
         rec.env("AETRACE_HALF_SIZE", h.to_string());
     }
+    rec.arg("record");
     if let Some(p) = knobs.placement {
-        rec.args(["record", "--placement", p]);
-    } else {
-        rec.arg("record");
+        rec.args(["--placement", p]);
+    }
+    if knobs.data {
+        rec.arg("--data");
+        super::no_aslr(&mut rec);
     }
     let out = rec
         .arg("-o")
