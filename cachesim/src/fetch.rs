@@ -27,9 +27,15 @@
 //! results against per-instruction results for every policy, `-ccc`,
 //! multi-level hierarchies and the cachegrind model, on random blocks.
 //!
-//! Invariant of [`BlockLines`]: for each block, its leaders in order, the
-//! first instruction always one of them; the leaders' `follow` counts plus
-//! their number equal the block's instruction count.
+//! The same holds across blocks that always run one after the other (a
+//! regenerator's summarised segment, handed over as one record): nothing
+//! reaches the first cache between them, so an instruction lying wholly in
+//! the line the one before it ended in is no leader there either.
+//!
+//! Invariant of [`BlockLines`]: for each entry (a block or a segment) and
+//! each of its line sizes, its leaders in order, the first instruction
+//! always one of them; the leaders' `follow` counts plus their number
+//! equal the entry's instruction count.
 
 use crate::cachegrind::Cachegrind;
 use crate::config::Side;
