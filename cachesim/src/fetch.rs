@@ -27,9 +27,15 @@
 //! results against per-instruction results for every policy, `-ccc`,
 //! multi-level hierarchies and the cachegrind model, on random blocks.
 //!
-//! Invariant of [`BlockLines`]: for each block, its leaders in order, the
-//! first instruction always one of them; the leaders' `follow` counts plus
-//! their number equal the block's instruction count.
+//! The same holds across blocks that always run one after the other (a
+//! regenerator's summarised segment, handed over as one record): nothing
+//! reaches the first cache between them, so an instruction lying wholly in
+//! the line the one before it ended in is no leader there either.
+//!
+//! Invariant of [`BlockLines`]: for each entry (a block or a segment) and
+//! each of its line sizes, its leaders in order, the first instruction
+//! always one of them; the leaders' `follow` counts plus their number
+//! equal the entry's instruction count.
 
 use crate::cachegrind::Cachegrind;
 use crate::config::Side;
@@ -58,40 +64,86 @@ pub struct Leader {
     pub follow: u32,
 }
 
-/// Where a block's leaders are.
-#[derive(Clone, Copy, Debug, Default)]
-struct Span {
-    lo: u32,
-    hi: u32,
-    ninsns: u32,
+/// Leaders for several line sizes, one entry per block or segment (a
+/// sequence of blocks that always run one after the other), numbered in
+/// the order they were added.
+#[derive(Clone, Debug)]
+pub struct BlockLines {
+    /// The line sizes, as shifts.
+    shifts: Vec<u32>,
+    leaders: Vec<Leader>,
+    /// Per entry, `shifts.len() + 2` words: its instruction count, then
+    /// where its leaders for each line size start in `leaders`, then
+    /// where the last ones end (one entry: one cache line looked up).
+    spans: Vec<u32>,
 }
 
-/// Every block's leaders for one line size, indexed by block number.
-#[derive(Clone, Debug, Default)]
-pub struct BlockLines {
-    leaders: Vec<Leader>,
-    /// Per block: its leaders' range in `leaders` and its instruction
-    /// count (one entry: one cache line per block looked up).
-    blocks: Vec<Span>,
+/// One entry of [`BlockLines`].
+#[derive(Clone, Copy, Debug)]
+pub struct Entry<'a> {
+    leaders: &'a [Leader],
+    bounds: &'a [u32],
+    /// The instructions it stands for.
+    pub ninsns: u32,
+}
+
+impl<'a> Entry<'a> {
+    /// The leaders for the `k`th line size of the table.
+    #[inline]
+    pub fn at(&self, k: usize) -> &'a [Leader] {
+        &self.leaders[self.bounds[k] as usize..self.bounds[k + 1] as usize]
+    }
 }
 
 impl BlockLines {
     /// The leaders of `blocks` (numbered in iteration order) for lines of
     /// `line` bytes (a power of two).
     pub fn new<'a>(blocks: impl IntoIterator<Item = CodeBlock<'a>>, line: u64) -> Self {
-        debug_assert!(line.is_power_of_two());
-        let shift = line.trailing_zeros();
-        let mut t = BlockLines::default();
+        let mut t = BlockLines::for_lines(&[line]);
         for b in blocks {
-            let lo = t.leaders.len() as u32;
+            t.push([b]);
+        }
+        t
+    }
+
+    /// An empty table for lines of each of `lines` bytes (powers of two).
+    pub fn for_lines(lines: &[u64]) -> Self {
+        debug_assert!(lines.iter().all(|l| l.is_power_of_two()));
+        BlockLines {
+            shifts: lines.iter().map(|l| l.trailing_zeros()).collect(),
+            leaders: Vec::new(),
+            spans: Vec::new(),
+        }
+    }
+
+    /// Appends one entry for `blocks` run one after the other; returns
+    /// its number. For each line size, an instruction lying wholly in the
+    /// line the one before it ended in is no leader, also across blocks
+    /// (nothing else reaches the first cache between two blocks that
+    /// always run together).
+    pub fn push<'a>(&mut self, blocks: impl IntoIterator<Item = CodeBlock<'a>>) -> usize {
+        let blocks: Vec<CodeBlock<'a>> = blocks.into_iter().collect();
+        let ninsns = blocks.iter().map(|b| b.lens.len() as u32).sum();
+        self.spans.push(ninsns);
+        for k in 0..self.shifts.len() {
+            self.spans.push(self.leaders.len() as u32);
+            self.push_leaders(&blocks, self.shifts[k]);
+        }
+        self.spans.push(self.leaders.len() as u32);
+        self.spans.len() / (self.shifts.len() + 2) - 1
+    }
+
+    fn push_leaders(&mut self, blocks: &[CodeBlock<'_>], shift: u32) {
+        let mut last_line = None;
+        for b in blocks {
             let mut addr = b.addr;
-            let mut last_line = None;
             for &len in b.lens {
+                let first_line = addr >> shift;
                 let end_line = (addr + u64::from(len).max(1) - 1) >> shift;
-                if last_line == Some(end_line) {
-                    t.leaders.last_mut().expect("a leader before").follow += 1;
+                if first_line == end_line && last_line == Some(end_line) {
+                    self.leaders.last_mut().expect("a leader before").follow += 1;
                 } else {
-                    t.leaders.push(Leader {
+                    self.leaders.push(Leader {
                         addr,
                         size: u32::from(len),
                         follow: 0,
@@ -100,20 +152,27 @@ impl BlockLines {
                 last_line = Some(end_line);
                 addr += u64::from(len);
             }
-            t.blocks.push(Span {
-                lo,
-                hi: t.leaders.len() as u32,
-                ninsns: b.lens.len() as u32,
-            });
         }
-        t
     }
 
-    /// The leaders of block `id` and its instruction count.
+    /// Entry `id`.
+    #[inline]
+    pub fn entry(&self, id: usize) -> Entry<'_> {
+        let n = self.shifts.len() + 2;
+        let words = &self.spans[id * n..id * n + n];
+        Entry {
+            leaders: &self.leaders,
+            bounds: &words[1..],
+            ninsns: words[0],
+        }
+    }
+
+    /// The leaders of entry `id` for the first line size, and its
+    /// instruction count.
     #[inline]
     pub fn block(&self, id: usize) -> (&[Leader], u32) {
-        let s = self.blocks[id];
-        (&self.leaders[s.lo as usize..s.hi as usize], s.ninsns)
+        let e = self.entry(id);
+        (e.at(0), e.ninsns)
     }
 }
 
@@ -136,6 +195,18 @@ pub trait InsnFetch {
         None
     }
 
+    /// The line sizes of the entries [`InsnFetch::entry`] takes.
+    fn fetch_lines(&self) -> Vec<u64> {
+        vec![self.fetch_line()]
+    }
+
+    /// Simulates a whole entry of a [`BlockLines`] made for
+    /// [`InsnFetch::fetch_lines`].
+    #[inline]
+    fn entry(&mut self, e: Entry<'_>) -> Result<()> {
+        self.block(e.at(0))
+    }
+
     /// Simulates a whole block from its leaders.
     #[inline]
     fn block(&mut self, leaders: &[Leader]) -> Result<()> {
@@ -156,9 +227,11 @@ pub trait InsnFetch {
 /// Several simulators fed one stream (`--configs`), with trace stripping
 /// (Puzak, 1985) before those whose first instruction cache allows it.
 ///
-/// Leaders are computed once for the smallest line size: a larger line
-/// sees the extra leaders as repeats of the line it accessed last, which hit
-/// and change nothing (the module comment).
+/// Entries carry leaders for each line size among the simulators' first
+/// instruction caches, and each simulator or filter takes those of its
+/// own (with a per-instruction fetch, a larger line sees the extra
+/// leaders of a smaller one as repeats of the line it accessed last,
+/// which hit and change nothing: the module comment).
 ///
 /// Stripping: the simulators whose first-level instruction caches have one
 /// line size share a *filter*, a direct-mapped table of the line accessed
@@ -175,13 +248,19 @@ pub trait InsnFetch {
 pub struct Stripped<S> {
     sims: Vec<S>,
     filters: Vec<Filter>,
-    /// Simulators fed without a filter.
-    direct: Vec<usize>,
+    /// Simulators fed without a filter, each with its line size's index
+    /// in `lines`.
+    direct: Vec<(usize, usize)>,
+    /// The simulators' line sizes, smallest first: entries carry leaders
+    /// for each.
+    lines: Vec<u64>,
 }
 
 /// One filter and the simulators behind it.
 struct Filter {
     shift: u32,
+    /// Its line size's index in [`Stripped::lines`].
+    at: usize,
     mask: u64,
     /// Per filter set: the line accessed last there (`u64::MAX`: none).
     last: Vec<u64>,
@@ -193,6 +272,10 @@ struct Filter {
 impl<S: InsnFetch> Stripped<S> {
     /// Groups `sims` by their first instruction cache's line size.
     pub fn new(sims: Vec<S>) -> Self {
+        let mut lines: Vec<u64> = sims.iter().map(S::fetch_line).collect();
+        lines.sort_unstable();
+        lines.dedup();
+        let at = |line: u64| lines.iter().position(|&l| l == line).expect("a line size");
         let mut groups: Vec<(u32, u64, Vec<usize>)> = Vec::new();
         let mut direct = Vec::new();
         for (k, s) in sims.iter().enumerate() {
@@ -206,18 +289,19 @@ impl<S: InsnFetch> Stripped<S> {
                         None => groups.push((line.trailing_zeros(), sets, vec![k])),
                     }
                 }
-                None => direct.push(k),
+                None => direct.push((k, at(s.fetch_line()))),
             }
         }
         let mut filters = Vec::new();
         for (shift, sets, members) in groups {
             if members.len() < 2 {
-                direct.extend(members);
+                direct.extend(members.into_iter().map(|k| (k, at(1 << shift))));
                 continue;
             }
             debug_assert!(sets.is_power_of_two());
             filters.push(Filter {
                 shift,
+                at: at(1 << shift),
                 mask: sets - 1,
                 last: vec![u64::MAX; sets as usize],
                 sims: members,
@@ -228,6 +312,7 @@ impl<S: InsnFetch> Stripped<S> {
             sims,
             filters,
             direct,
+            lines,
         }
     }
 
@@ -281,10 +366,13 @@ impl Filter {
 
 impl<S: InsnFetch> InsnFetch for Stripped<S> {
     fn fetch_line(&self) -> u64 {
-        self.sims.iter().map(S::fetch_line).min().unwrap_or(64)
+        self.lines.first().copied().unwrap_or(64)
+    }
+    fn fetch_lines(&self) -> Vec<u64> {
+        self.lines.clone()
     }
     fn fetch(&mut self, r: Ref) -> Result<()> {
-        for &k in &self.direct {
+        for &(k, _) in &self.direct {
             self.sims[k].fetch(r)?;
         }
         let l = Leader {
@@ -298,19 +386,17 @@ impl<S: InsnFetch> InsnFetch for Stripped<S> {
         for f in &mut self.filters {
             f.pending += n;
         }
-        for &k in &self.direct {
+        for &(k, _) in &self.direct {
             self.sims[k].repeat(n);
         }
     }
     #[inline]
-    fn block(&mut self, leaders: &[Leader]) -> Result<()> {
-        for &k in &self.direct {
-            self.sims[k].block(leaders)?;
+    fn entry(&mut self, e: Entry<'_>) -> Result<()> {
+        for &(k, at) in &self.direct {
+            self.sims[k].block(e.at(at))?;
         }
         for f in &mut self.filters {
-            leaders
-                .iter()
-                .try_for_each(|&l| f.leader(l, &mut self.sims))?;
+            (e.at(f.at).iter()).try_for_each(|&l| f.leader(l, &mut self.sims))?;
         }
         Ok(())
     }
@@ -390,6 +476,27 @@ mod tests {
         assert_eq!(t.block(0), (&want[..], 5));
     }
 
+    #[test]
+    fn leaders_merge_across_blocks_per_line_size() {
+        // 0x10+2, 0x12+2 in line 1 (16-byte lines); 0x14+3 too, in the
+        // next block; 0x0e+4 straddles back from line 0; 0x18+1 repeats
+        // line 1. With 32-byte lines all five are in line 0.
+        let blocks = [
+            (0x10, &[2u8, 2][..]),
+            (0x14, &[3]),
+            (0x0e, &[4]),
+            (0x18, &[1]),
+        ];
+        let mut t = BlockLines::for_lines(&[16, 32]);
+        let code = blocks.iter().map(|&(addr, lens)| CodeBlock { addr, lens });
+        let id = t.push(code);
+        let l = |addr, size, follow| Leader { addr, size, follow };
+        let e = t.entry(id);
+        assert_eq!(e.ninsns, 5);
+        assert_eq!(e.at(0), [l(0x10, 2, 2), l(0x0e, 4, 1)]);
+        assert_eq!(e.at(1), [l(0x10, 2, 4)]);
+    }
+
     /// Random blocks laid out in a small code region (so lines are shared
     /// between blocks and sets conflict), and a random walk over them.
     fn program(seed: u64, nblocks: usize, steps: usize) -> (Vec<(u64, Vec<u8>)>, Vec<usize>) {
@@ -406,30 +513,43 @@ mod tests {
         (blocks, walk)
     }
 
-    /// Runs `walk` through `bulk` block by block and through `each` fetch
-    /// by fetch.
+    /// Runs `walk` through `bulk` entry by entry (`by_entries`) and
+    /// through `each` fetch by fetch.
     fn both<S: InsnFetch>(
         blocks: &[(u64, Vec<u8>)],
         walk: &[usize],
+        cut: &[usize],
         bulk: &mut S,
         each: &mut S,
     ) -> (Result<()>, Result<()>) {
         (
-            by_blocks(blocks, walk, bulk),
+            by_entries(blocks, walk, cut, bulk),
             by_fetches(blocks, walk, each),
         )
     }
 
-    fn by_blocks(
+    /// Runs `walk` entry by entry: its blocks alone, or with `cut`,
+    /// consecutive blocks (as many as the walk's next `cut` value says)
+    /// as one entry, as a regenerator's segment would come.
+    fn by_entries(
         blocks: &[(u64, Vec<u8>)],
         walk: &[usize],
+        cut: &[usize],
         sim: &mut impl InsnFetch,
     ) -> Result<()> {
-        let code = blocks
-            .iter()
-            .map(|(addr, lens)| CodeBlock { addr: *addr, lens });
-        let t = BlockLines::new(code, sim.fetch_line());
-        walk.iter().try_for_each(|&b| sim.block(t.block(b).0))
+        let code = |b: usize| CodeBlock {
+            addr: blocks[b].0,
+            lens: &blocks[b].1,
+        };
+        let mut t = BlockLines::for_lines(&sim.fetch_lines());
+        let (mut at, mut k) = (0, 0);
+        while at < walk.len() {
+            let n = cut.get(k).map_or(1, |&n| n.clamp(1, walk.len() - at));
+            let id = t.push(walk[at..at + n].iter().map(|&b| code(b)));
+            sim.entry(t.entry(id))?;
+            (at, k) = (at + n, k + 1);
+        }
+        Ok(())
     }
 
     fn by_fetches(
@@ -471,7 +591,8 @@ mod tests {
 
         /// Dinero semantics: every policy, `-ccc`, split or unified first
         /// level, one or two levels, line sizes from 4 (instructions span
-        /// up to four lines) to 128, fully associative included.
+        /// up to four lines) to 128, fully associative included; entries
+        /// of one block or of up to five (`cut`), as segments come.
         #[test]
         fn dinero_blocks_equal_fetch_by_fetch(
             seed in any::<u64>(),
@@ -484,6 +605,7 @@ mod tests {
             sets_shift in 0u32..5,
             assoc_shift in 0u32..4,
             walloc in 0usize..3,
+            cut in proptest::collection::vec(1usize..6, 0..300),
         ) {
             let (blocks, walk) = program(seed, 40, 600);
             let bsize = 1u64 << bshift;
@@ -503,7 +625,7 @@ mod tests {
             }
             let mut bulk = Hierarchy::new(configs.clone(), seed);
             let mut each = Hierarchy::new(configs, seed);
-            let (a, b) = both(&blocks, &walk, &mut bulk, &mut each);
+            let (a, b) = both(&blocks, &walk, &cut, &mut bulk, &mut each);
             prop_assert!(a.is_ok() && b.is_ok());
             bulk.finish();
             each.finish();
@@ -525,6 +647,7 @@ mod tests {
             llshift in 2u32..8,
             sets_shift in 0u32..5,
             assoc_shift in 0u32..4,
+            cut in proptest::collection::vec(1usize..6, 0..300),
         ) {
             let (blocks, walk) = program(seed, 40, 600);
             let bsize = 1u64 << bshift;
@@ -537,20 +660,22 @@ mod tests {
             let configs = [i1, d1, ll];
             let mut bulk = Cachegrind::new(&configs).unwrap();
             let mut each = Cachegrind::new(&configs).unwrap();
-            let (a, b) = both(&blocks, &walk, &mut bulk, &mut each);
+            let (a, b) = both(&blocks, &walk, &cut, &mut bulk, &mut each);
             prop_assert_eq!(a.map_err(|e| e.to_string()), b.map_err(|e| e.to_string()));
             prop_assert_eq!(&bulk.stats, &each.stats);
         }
 
         /// `--configs`: Dinero hierarchies of lines of 16 to 64 bytes,
         /// every policy, with and without `-ccc`, split or unified, one or
-        /// two levels, behind shared filters (block by block), each give
-        /// what it gives alone, fetch by fetch.
+        /// two levels, behind shared filters (entry by entry, each with
+        /// leaders for every line size), each give what it gives alone,
+        /// fetch by fetch.
         #[test]
         fn stripped_dinero_equals_each_alone(
             seed in any::<u64>(),
             geoms in proptest::collection::vec(
                 (4u32..7, 0u32..5, 0u32..4, 0usize..3, 0u8..8, any::<bool>()), 1..7),
+            cut in proptest::collection::vec(1usize..6, 0..300),
         ) {
             let (blocks, walk) = program(seed, 40, 600);
             let hierarchy = |&(bshift, sets_shift, assoc_shift, repl, flags, two): &(u32, u32, u32, usize, u8, bool)| {
@@ -565,7 +690,7 @@ mod tests {
                 Hierarchy::new(configs, seed)
             };
             let mut stripped = Stripped::new(geoms.iter().map(hierarchy).collect());
-            prop_assert!(by_blocks(&blocks, &walk, &mut stripped).is_ok());
+            prop_assert!(by_entries(&blocks, &walk, &cut, &mut stripped).is_ok());
             for (mut x, g) in stripped.finish().into_iter().zip(&geoms) {
                 let mut alone = hierarchy(g);
                 prop_assert!(by_fetches(&blocks, &walk, &mut alone).is_ok());
@@ -582,6 +707,7 @@ mod tests {
         fn stripped_cachegrind_equals_each_alone(
             seed in any::<u64>(),
             geoms in proptest::collection::vec((4u32..7, 0u32..5, 0u32..4), 1..7),
+            cut in proptest::collection::vec(1usize..6, 0..300),
         ) {
             let (blocks, walk) = program(seed, 40, 600);
             let model = |&(bshift, sets_shift, assoc_shift): &(u32, u32, u32)| {
@@ -593,7 +719,7 @@ mod tests {
                 Cachegrind::new(&[i1, d1, ll]).unwrap()
             };
             let mut stripped = Stripped::new(geoms.iter().map(model).collect());
-            prop_assert!(by_blocks(&blocks, &walk, &mut stripped).is_ok());
+            prop_assert!(by_entries(&blocks, &walk, &cut, &mut stripped).is_ok());
             for (x, g) in stripped.finish().iter().zip(&geoms) {
                 let mut alone = model(g);
                 prop_assert!(by_fetches(&blocks, &walk, &mut alone).is_ok());

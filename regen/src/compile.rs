@@ -421,7 +421,7 @@ impl Module {
                     Addressing::Relative { link_base } => b.start.wrapping_sub(link_base),
                 };
                 match format {
-                    Some(Format::Runs) => {
+                    Some(f) if f.runs() => {
                         let n = b.insn_lens.len() as u32;
                         run_record(&mut m.text, number, m.blocks.len() as u32, 0, n);
                     }
@@ -571,7 +571,7 @@ impl Module {
         if from >= to {
             return;
         }
-        if f == Format::Runs {
+        if f.runs() {
             return run_record(out, self.number, b.as_u32(), from, to);
         }
         let lens = self.insn_lens(b);
@@ -625,6 +625,33 @@ impl Module {
     pub fn text(&self, b: &Block) -> &[u8] {
         &self.text[b.text_lo..b.text_hi]
     }
+
+    /// Whether summarised segments are output as segment records
+    /// ([`Format::RunSegments`]).
+    pub(crate) fn segment_records(&self) -> bool {
+        self.format == Some(Format::RunSegments)
+    }
+
+    /// Appends a segment record ([`crate::visit::Segment`]): the first
+    /// `blocks` blocks of segment `number` of this module, from read point
+    /// `read` for witness `witness`.
+    pub(crate) fn segment_record(
+        &self,
+        out: &mut Vec<u8>,
+        read: BlockIx,
+        number: u32,
+        witness: u32,
+        blocks: u32,
+    ) {
+        debug_assert!(witness <= 0xFFFF && blocks <= 0xFFFF);
+        let words = [
+            self.number | crate::visit::SEGMENT,
+            read.as_u32(),
+            number,
+            witness << 16 | blocks,
+        ];
+        out.extend(words.iter().flat_map(|v| v.to_le_bytes()));
+    }
 }
 
 /// Appends a [`Format::Runs`] record: instructions `from..to` of block
@@ -671,7 +698,7 @@ fn format_block(out: &mut Vec<u8>, f: Format, addr: u64, lens: &[u8]) -> Result<
                 out.extend_from_slice(&w.to_le_bytes());
             }
             // Formatted per block above; runs by `run_record`.
-            Format::Block | Format::Runs => {}
+            Format::Block | Format::Runs | Format::RunSegments => {}
         }
         a = a.wrapping_add(u64::from(len));
     }

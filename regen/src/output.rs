@@ -60,6 +60,9 @@ pub enum Format {
     /// In-process only ([`crate::visit`], not in [`Format::NAMES`]): one
     /// 16-byte record per executed block or part of a block.
     Runs,
+    /// In-process only: as [`Format::Runs`], but a summarised segment's
+    /// blocks before its trail are one record ([`crate::visit::Segment`]).
+    RunSegments,
 }
 
 impl Format {
@@ -74,6 +77,11 @@ impl Format {
 
     pub(crate) fn comments(self) -> bool {
         matches!(self, Format::Insn | Format::Block)
+    }
+
+    /// One of the in-process record formats ([`crate::visit`]).
+    pub(crate) fn runs(self) -> bool {
+        matches!(self, Format::Runs | Format::RunSegments)
     }
 }
 
@@ -823,7 +831,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         let s = &job.info.start;
         if self.opts.format.comments() {
             format!("# thread {} pid {} tid {}\n", s.thread, s.pid, s.os_tid).into_bytes()
-        } else if self.opts.format == Format::Runs {
+        } else if self.opts.format.runs() {
             crate::visit::thread_record(s.thread)
         } else {
             Vec::new()

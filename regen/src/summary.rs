@@ -480,10 +480,12 @@ impl Summaries {
     #[inline(never)]
     fn lookup(&mut self, m: &Module, l: BlockIx, w: u32) -> Seg {
         let b = &m.blocks[l];
-        let slot = if b.choice_hi > b.choice_lo {
+        // The segment's number in the module: its choice, or after the
+        // choices, its block.
+        let number = if b.choice_hi > b.choice_lo {
             let cs = &m.choices[b.choice_lo as usize..b.choice_hi as usize];
             match cs.binary_search_by_key(&w, |&(cw, _)| cw) {
-                Ok(i) => &mut self.choice[b.choice_lo as usize + i],
+                Ok(i) => b.choice_lo as usize + i,
                 Err(_) => return Seg::NONE,
             }
         } else {
@@ -491,13 +493,65 @@ impl Summaries {
             if b.succ_hi - b.succ_lo != 1 || m.succs[b.succ_lo as usize].witness != w {
                 return Seg::NONE;
             }
-            &mut self.single[l.index()]
+            m.choices.len() + l.index()
+        };
+        let slot = match number.checked_sub(m.choices.len()) {
+            None => &mut self.choice[number],
+            Some(k) => &mut self.single[k],
         };
         if *slot == Seg::UNKNOWN {
             *slot = walk(m, l, w, self.text.as_mut());
+            if let Some(text) = self.text.as_mut().filter(|_| m.segment_records()) {
+                compact(m, (l, w, number as u32), slot, text);
+            }
         }
         *slot
     }
+}
+
+/// How many segments module `m` can have: the numbers of
+/// [`crate::visit::Segment`] records are below this.
+pub fn segment_numbers(m: &Module) -> usize {
+    m.choices.len() + m.blocks.len()
+}
+
+/// With segment records: replaces the output of segment `seg`, just
+/// walked from read point `key.0` for witness `key.1` (number `key.2`),
+/// by one segment record for its blocks before the trail, then the
+/// trail's block records. Those blocks certainly ran once the segment's
+/// witness was read (the trail is what may still be cut), so what is
+/// certain, and `seg.trail`, are unchanged. Fewer than two blocks stay
+/// as they are.
+fn compact(m: &Module, key: (BlockIx, u32, u32), seg: &mut Seg, text: &mut Vec<u8>) {
+    let (lo, hi) = (seg.text_lo as usize, seg.text_hi as usize);
+    if !seg.is_some() || hi != text.len() {
+        return;
+    }
+    let record = crate::visit::RECORD;
+    let before = hi - lo - seg.trail as usize;
+    debug_assert_eq!(before % record, 0, "whole block records");
+    if before < 2 * record {
+        return;
+    }
+    let trail = text.split_off(lo + before);
+    text.truncate(lo);
+    m.segment_record(text, key.0, key.2, key.1, (before / record) as u32);
+    text.extend_from_slice(&trail);
+    seg.text_hi = text.len() as u32;
+}
+
+/// The first `n` blocks of the segment from read point `l` for witness
+/// `w`, the read point's first: the blocks a segment record stands for.
+pub fn segment_blocks(m: &Module, l: BlockIx, w: u32, n: u32) -> Vec<BlockIx> {
+    let mut blocks = vec![l];
+    let mut step = forced(m, &m.blocks[l], w);
+    while blocks.len() < n as usize {
+        let (si, pending) = step.expect("a segment record's blocks are forced moves");
+        let to = m.succs[si as usize].to;
+        blocks.push(to);
+        step = forced(m, &m.blocks[to], pending);
+    }
+    blocks
 }
 
 /// What the counting chain does at block `e`, reached with nothing

@@ -34,29 +34,62 @@ fn run(bytes: &[u8], opts: &Options) -> (Vec<u8>, Result<(), Error>) {
 
 /// The instruction trace as `--format insn` prints it, rebuilt from the
 /// events of [`crate::visit::Visit`] (thread lines name only the thread:
-/// compare with [`insn_lines`]).
+/// compare with [`insn_lines`]); `Visit::with_segments` must give the
+/// same, its segments expanded, and the same error.
 fn visited(bytes: &[u8], opts: &Options) -> (String, Result<(), Error>) {
-    use crate::visit::{Event, Visit};
+    let (plain, r) = visited_as(bytes, opts, false);
+    let (segs, rs) = visited_as(bytes, opts, true);
+    assert_eq!(plain, segs, "segments expanded");
+    assert_eq!(
+        r.as_ref().map_err(ToString::to_string),
+        rs.as_ref().map_err(ToString::to_string)
+    );
+    (plain, r)
+}
+
+thread_local! {
+    /// Segment records [`visited_as`] expanded.
+    static SEGMENTS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+fn visited_as(bytes: &[u8], opts: &Options, segments: bool) -> (String, Result<(), Error>) {
+    use crate::visit::{Event, Step, Visit};
     let t = Trace::parse(bytes).unwrap();
-    let v = match Visit::new(&t, opts) {
+    let v = match segments {
+        false => Visit::new(&t, opts),
+        true => Visit::with_segments(&t, opts),
+    };
+    let v = match v {
         Ok(v) => v,
         Err(e) => return (String::new(), Err(e)),
     };
     let mut out = String::new();
+    // One number, one segment.
+    let mut numbers = std::collections::HashMap::new();
+    let insns = |out: &mut String, module: u32, block, first: u32, end: u32| {
+        let m = &v.modules()[module as usize];
+        let lens = m.insn_lens(block);
+        let mut a = m.load_base + m.blocks[block].start;
+        for (k, &l) in lens.iter().enumerate().take(end as usize) {
+            if k >= first as usize {
+                out.push_str(&format!("{a:x}\n"));
+            }
+            a += u64::from(l);
+        }
+    };
     let r = v.run(&mut |runs| {
-        for e in runs.events() {
-            match e {
-                Event::Thread(t) => out.push_str(&format!("# thread {t}\n")),
-                Event::Run(r) => {
-                    let m = &v.modules()[r.module as usize];
-                    let b = &m.blocks[r.block];
-                    let lens = m.insn_lens(r.block);
-                    let mut a = m.load_base + b.start;
-                    for (k, &l) in lens.iter().enumerate().take(r.end as usize) {
-                        if k >= r.first as usize {
-                            out.push_str(&format!("{a:x}\n"));
-                        }
-                        a += u64::from(l);
+        for step in runs.steps() {
+            match step {
+                Step::Event(Event::Thread(t)) => out.push_str(&format!("# thread {t}\n")),
+                Step::Event(Event::Run(r)) => insns(&mut out, r.module, r.block, r.first, r.end),
+                Step::Segment(s) => {
+                    assert!(segments && s.blocks >= 2);
+                    SEGMENTS.with(|n| n.set(n.get() + 1));
+                    let m = &v.modules()[s.module as usize];
+                    assert!((s.number as usize) < crate::visit::Segment::numbers(m));
+                    assert_eq!(*numbers.entry((s.module, s.number)).or_insert(s), s);
+                    for b in s.blocks(m) {
+                        insns(&mut out, s.module, b, 0, m.blocks[b].ninsns);
                     }
                 }
             }
@@ -954,6 +987,35 @@ fn regen_command_reads_a_file() {
         text(&out),
         HDR.to_owned() + &b(0) + &b(1) + &b(1) + &b(1) + &b(1) + &b(2)
     );
+}
+
+/// Segment records come (the comparison in [`visited`] is not vacuous)
+/// and stand for their blocks, threads and pieces included.
+#[test]
+fn segment_records_stand_for_their_blocks() {
+    SEGMENTS.with(|n| n.set(0));
+    for seed in 0..8 {
+        let s = random_case(seed, 4, 30, seed % 2 == 0);
+        let mut rng = Rng::new(seed);
+        let ex = testgen::Executor::new(&s.prog);
+        let streams: Vec<Vec<u8>> = (0..2)
+            .map(|_| s.stream(&ex.run(&mut rng, 2000, false)))
+            .collect();
+        let bytes = trace_bytes(&s.db, &streams, 64);
+        for o in [
+            opts(Format::Insn),
+            Options {
+                jobs: 2,
+                piece_bytes: 32,
+                ..opts(Format::Insn)
+            },
+        ] {
+            let (v, r) = visited(&bytes, &o);
+            assert!(r.is_ok());
+            assert_eq!(v, insn_lines(&run(&bytes, &o).0));
+        }
+    }
+    assert!(SEGMENTS.with(|n| n.get()) > 0, "no segment record");
 }
 
 #[test]

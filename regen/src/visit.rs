@@ -10,9 +10,18 @@
 //! the events are exactly the blocks `--format insn` would print, in the
 //! same order, for any number of jobs.
 //!
+//! With [`Visit::with_segments`] ([`Format::RunSegments`]), a summarised
+//! segment (`summary`: the blocks one witness passes, which always run
+//! together) comes as one [`Segment`] record instead of one record per
+//! block, up to its trail (the blocks a later record could still cut,
+//! given block by block as before): a consumer that precomputes what a
+//! segment's blocks do (`aetrace cachesim`: the cache lines they fetch)
+//! then takes one step per witness.
+//!
 //! Invariant: a run's `first..end` is a non-empty range of its block's
 //! instructions; whole blocks (`first == 0`, `end == ninsns`) are the
-//! common case.
+//! common case. A segment's blocks run whole, in the order of
+//! [`Segment::blocks`].
 
 use crate::compile::{BlockIx, Module};
 use crate::error::{Error, Result};
@@ -21,8 +30,10 @@ use aetrace_format::{ThreadId, Trace};
 
 /// Thread-start records carry this module number.
 const THREAD: u32 = u32::MAX;
+/// Segment records carry their module number with this bit.
+pub(crate) const SEGMENT: u32 = 1 << 31;
 /// Bytes per record.
-const RECORD: usize = 16;
+pub(crate) const RECORD: usize = 16;
 
 /// Instructions `first..end` of one executed block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,6 +57,44 @@ pub enum Event {
     Run(BlockRun),
 }
 
+/// Whole blocks of one summarised segment ran ([`Visit::with_segments`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    /// The blocks' module: an index into [`Visit::modules`].
+    pub module: u32,
+    /// The segment's read point, its first block.
+    pub read: BlockIx,
+    /// The witness read there.
+    pub witness: u32,
+    /// How many of the segment's blocks ran (at least two).
+    pub blocks: u32,
+    /// The segment's number in its module, below
+    /// [`Segment::numbers`]: one number, one `(read, witness)`, so one
+    /// list of blocks.
+    pub number: u32,
+}
+
+impl Segment {
+    /// The blocks that ran, in order.
+    pub fn blocks(&self, m: &Module) -> Vec<BlockIx> {
+        crate::summary::segment_blocks(m, self.read, self.witness, self.blocks)
+    }
+
+    /// The numbers segments of module `m` may have are below this.
+    pub fn numbers(m: &Module) -> usize {
+        crate::summary::segment_numbers(m)
+    }
+}
+
+/// What a [`Visit::with_segments`] hands out: an event or a segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// A thread start or a block run.
+    Event(Event),
+    /// The blocks of a segment.
+    Segment(Segment),
+}
+
 /// The record announcing a thread.
 pub(crate) fn thread_record(t: ThreadId) -> Vec<u8> {
     [THREAD, t.0, 0, 0]
@@ -54,16 +103,23 @@ pub(crate) fn thread_record(t: ThreadId) -> Vec<u8> {
         .collect()
 }
 
-fn decode(r: &[u8]) -> Event {
+fn decode(r: &[u8]) -> Step {
     let w = |k: usize| u32::from_le_bytes(r[4 * k..4 * k + 4].try_into().expect("4 bytes"));
     match w(0) {
-        THREAD => Event::Thread(ThreadId(w(1))),
-        module => Event::Run(BlockRun {
+        THREAD => Step::Event(Event::Thread(ThreadId(w(1)))),
+        module if module & SEGMENT != 0 => Step::Segment(Segment {
+            module: module & !SEGMENT,
+            read: BlockIx::from_u32(w(1)),
+            number: w(2),
+            witness: w(3) >> 16,
+            blocks: w(3) & 0xFFFF,
+        }),
+        module => Step::Event(Event::Run(BlockRun {
             module,
             block: BlockIx::from_u32(w(1)),
             first: w(2),
             end: w(3),
-        }),
+        })),
     }
 }
 
@@ -90,8 +146,18 @@ impl<'t, B: AsRef<[u8]> + Sync> Visit<'t, B> {
     /// Prepares `trace` with `opts`' thread, module and jobs choices (its
     /// format and `count` are ignored).
     pub fn new(trace: &'t Trace<B>, opts: &Options) -> Result<Self> {
+        Self::prepare(trace, opts, Format::Runs)
+    }
+
+    /// The same, handing out segments as [`Step::Segment`]s
+    /// ([`Runs::steps`]).
+    pub fn with_segments(trace: &'t Trace<B>, opts: &Options) -> Result<Self> {
+        Self::prepare(trace, opts, Format::RunSegments)
+    }
+
+    fn prepare(trace: &'t Trace<B>, opts: &Options, format: Format) -> Result<Self> {
         let opts = Options {
-            format: Format::Runs,
+            format,
             count: false,
             ..opts.clone()
         };
@@ -151,8 +217,16 @@ pub struct Runs {
 }
 
 impl Runs {
-    /// The events, in order.
+    /// The events, in order (of a [`Visit::new`]).
     pub fn events(&self) -> impl Iterator<Item = Event> + '_ {
+        self.steps().map(|s| match s {
+            Step::Event(e) => e,
+            Step::Segment(_) => unreachable!("segments only from Visit::with_segments"),
+        })
+    }
+
+    /// The events and segments, in order.
+    pub fn steps(&self) -> impl Iterator<Item = Step> + '_ {
         self.bytes.chunks_exact(RECORD).map(decode)
     }
 }

@@ -34,8 +34,9 @@ use aetrace_cachesim::fetch::{BlockLines, CodeBlock, InsnFetch, Stripped};
 use aetrace_cachesim::sweep::{Sweep, SweepSpec};
 use aetrace_cachesim::trace::{InFormat, Input, Reader, Ref};
 use aetrace_cachesim::{report, AccessKind, Error, Result};
+use aetrace_regen::compile::BlockIx;
 use aetrace_regen::compile::Module;
-use aetrace_regen::visit::{BlockRun, Event, Runs, Visit};
+use aetrace_regen::visit::{BlockRun, Event, Runs, Segment, Step, Visit};
 
 const USAGE: &str = "\
 usage: cachesim [options] [FILE]
@@ -601,37 +602,75 @@ fn is_trace(cli: &Cli) -> Option<&Path> {
 /// within `-skipcount` and `-maxcount`.
 struct Blocks<'m> {
     modules: &'m [Module],
+    /// The leaders of every block, then of each segment seen, for the
+    /// simulator's line sizes.
     lines: BlockLines,
     /// Per module: the number of its first block in `lines`.
     base: Vec<usize>,
+    /// Per module, per segment number: its entry in `lines`
+    /// ([`Blocks::NEW`]: not seen yet).
+    segments: Vec<Vec<u32>>,
     /// Per module: its instructions simulated.
     fetched: Vec<u64>,
     skip: u64,
     left: u64,
 }
 
+/// Block `b` of module `m` as the simulator sees it.
+fn code_block(m: &Module, b: BlockIx) -> CodeBlock<'_> {
+    CodeBlock {
+        addr: m.load_base.wrapping_add(m.blocks[b].start),
+        lens: m.insn_lens(b),
+    }
+}
+
 impl<'m> Blocks<'m> {
-    fn new(modules: &'m [Module], line: u64, cli: &Cli) -> Self {
-        let mut base = Vec::with_capacity(modules.len());
-        let mut n = 0;
+    const NEW: u32 = u32::MAX;
+
+    fn new(modules: &'m [Module], lines: &[u64], cli: &Cli) -> Self {
+        let (mut base, mut n) = (Vec::with_capacity(modules.len()), 0);
+        let mut table = BlockLines::for_lines(lines);
         for m in modules {
             base.push(n);
             n += m.blocks.len();
+            for b in m.blocks.keys() {
+                table.push([code_block(m, b)]);
+            }
         }
-        let code = modules.iter().flat_map(|m| {
-            m.blocks.iter().map(|(b, block)| CodeBlock {
-                addr: m.load_base.wrapping_add(block.start),
-                lens: m.insn_lens(b),
-            })
-        });
         Blocks {
             modules,
-            lines: BlockLines::new(code, line),
+            lines: table,
             base,
+            segments: (modules.iter())
+                .map(|m| vec![Blocks::NEW; Segment::numbers(m)])
+                .collect(),
             fetched: vec![0; modules.len()],
             skip: cli.skipcount,
             left: cli.maxcount.unwrap_or(u64::MAX),
         }
+    }
+
+    /// Simulates segment `s` by its leaders, computed on first sight
+    /// (segments come only without a window).
+    #[inline]
+    fn segment(&mut self, s: Segment, sim: &mut impl InsnFetch) -> Result<()> {
+        let mi = s.module as usize;
+        let mut id = self.segments[mi][s.number as usize];
+        if id == Blocks::NEW {
+            id = self.add_segment(s);
+        }
+        let e = self.lines.entry(id as usize);
+        self.fetched[mi] += u64::from(e.ninsns);
+        sim.entry(e)
+    }
+
+    #[inline(never)]
+    fn add_segment(&mut self, s: Segment) -> u32 {
+        let m = &self.modules[s.module as usize];
+        let code = s.blocks(m).into_iter().map(|b| code_block(m, b));
+        let id = self.lines.push(code) as u32;
+        self.segments[s.module as usize][s.number as usize] = id;
+        id
     }
 
     /// Simulates run `r`, or its part inside the window; false once the
@@ -641,11 +680,11 @@ impl<'m> Blocks<'m> {
         let mi = r.module as usize;
         let id = self.base[mi] + r.block.as_u32() as usize;
         let n = u64::from(r.end - r.first);
-        let (leaders, ninsns) = self.lines.block(id);
-        if self.skip == 0 && self.left > n && r.first == 0 && r.end == ninsns {
+        let e = self.lines.entry(id);
+        if self.skip == 0 && self.left > n && r.first == 0 && r.end == e.ninsns {
             self.left -= n;
             self.fetched[mi] += n;
-            sim.block(leaders)?;
+            sim.entry(e)?;
             return Ok(true);
         }
         let skipped = self.skip.min(n);
@@ -682,12 +721,24 @@ struct Simulated {
 }
 
 /// Regenerates the trace at `path` on a second thread and simulates its
-/// blocks on this one with `sim`.
-fn drive_trace(cli: &Cli, path: &Path, sim: &mut impl InsnFetch) -> Result<Simulated> {
+/// blocks on this one with `sim`; with `segments` (and no window), each
+/// summarised segment's blocks at once.
+fn drive_trace(
+    cli: &Cli,
+    path: &Path,
+    sim: &mut impl InsnFetch,
+    segments: bool,
+) -> Result<Simulated> {
     let trace = aetrace_format::TraceFile::open(path)?;
     let producer = |e: aetrace_regen::Error| Error::Producer(Box::new(e));
-    let visit = Visit::new(&trace, &aetrace_regen::Options::default()).map_err(producer)?;
-    let mut blocks = Blocks::new(visit.modules(), sim.fetch_line(), cli);
+    let opts = aetrace_regen::Options::default();
+    let visit = if segments && cli.skipcount == 0 && cli.maxcount.is_none() {
+        Visit::with_segments(&trace, &opts)
+    } else {
+        Visit::new(&trace, &opts)
+    }
+    .map_err(producer)?;
+    let mut blocks = Blocks::new(visit.modules(), &sim.fetch_lines(), cli);
     let (tx, rx) = mpsc::sync_channel::<Runs>(4);
     let (back_tx, back_rx) = mpsc::channel::<Runs>();
     let visit = &visit;
@@ -702,11 +753,15 @@ fn drive_trace(cli: &Cli, path: &Path, sim: &mut impl InsnFetch) -> Result<Simul
         });
         let simulated = (|| -> Result<()> {
             for batch in rx.iter() {
-                for e in batch.events() {
-                    if let Event::Run(r) = e {
-                        if !blocks.run(r, sim)? {
-                            return Ok(());
+                for step in batch.steps() {
+                    match step {
+                        Step::Segment(s) => blocks.segment(s, sim)?,
+                        Step::Event(Event::Run(r)) => {
+                            if !blocks.run(r, sim)? {
+                                return Ok(());
+                            }
                         }
+                        Step::Event(Event::Thread(_)) => {}
                     }
                 }
                 let _ = back_tx.send(batch);
@@ -782,10 +837,12 @@ fn emit(
 }
 
 /// The references of the input simulated by `sim`: a trace in this
-/// process, anything else read by `pipe`.
+/// process (with `segments`, a segment's blocks at once), anything else
+/// read by `pipe`.
 fn simulate<S: InsnFetch>(
     cli: &Cli,
     sim: &mut S,
+    segments: bool,
     pipe: impl FnOnce(&mut S) -> Result<u64>,
 ) -> Result<Simulated> {
     let data = match is_trace(cli) {
@@ -795,7 +852,7 @@ fn simulate<S: InsnFetch>(
         None => false,
     };
     match is_trace(cli) {
-        Some(path) if !data => drive_trace(cli, path, sim),
+        Some(path) if !data => drive_trace(cli, path, sim, segments),
         _ if cli.modules => Err(Error::Usage(
             "--modules needs an aetrace trace recorded without --data as input".into(),
         )),
@@ -932,7 +989,8 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
         )?;
         let bsize = spec.bsize;
         let mut sw = Sweep::new(spec);
-        let s = simulate(&cli, &mut SweepFetch(&mut sw), |f| {
+        // No segments: one-byte lines, every instruction a leader.
+        let s = simulate(&cli, &mut SweepFetch(&mut sw), false, |f| {
             drive(&cli, None, |refs| {
                 f.0.run(refs);
                 Ok(())
@@ -962,7 +1020,7 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
                 .map(|c| Hierarchy::new(c.caches.clone(), cli.seed))
                 .collect();
             let mut hs = Stripped::new(hs);
-            let s = simulate(&cli, &mut hs, |hs| {
+            let s = simulate(&cli, &mut hs, true, |hs| {
                 drive(&cli, None, |refs| {
                     hs.sims_mut().iter_mut().for_each(|h| h.run(refs));
                     Ok(())
@@ -993,7 +1051,7 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
                 },
                 e => e,
             };
-            let s = simulate(&cli, &mut cgs, |cgs| {
+            let s = simulate(&cli, &mut cgs, true, |cgs| {
                 let line = followers(&cli, cgs);
                 drive(&cli, line, |refs| {
                     cgs.sims_mut().iter_mut().try_for_each(|cg| {
