@@ -111,7 +111,7 @@ fn weigh(
             }
         }
     }
-    sites.sort_by(|a, b| b.0.cmp(&a.0));
+    sites.sort_by_key(|s| std::cmp::Reverse(s.0));
     sites.truncate(SITES);
     Ok(ModuleValues {
         name: m.name.clone(),
