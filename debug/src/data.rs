@@ -393,7 +393,7 @@ impl Data {
             .get(pi.as_u32() as usize)
             .ok_or_else(|| format!("procedure {pi:?} of {} is not in its database", m.name))?;
         let known = exec::entry_knowledge(p, returns, &progs);
-        let ways = exec::ways_in(p, returns);
+        let ways = exec::ways_in(p, returns, &progs);
         let proc = pi.as_u32();
         let at = |i: &Instruction| m.load_base.wrapping_add(i.ip());
         for (b, ((insns, k), blk)) in progs.iter().zip(known).zip(&p.blocks).enumerate() {

@@ -372,7 +372,7 @@ impl<S: Sink> Writer<'_, S> {
         let md = &self.mods[module as usize];
         let p = &md.db.procs[pi.as_u32() as usize];
         let facts = Rc::new(ProcFacts {
-            ways: exec::ways_in(p, &md.returns),
+            ways: exec::ways_in(p, &md.returns, &blocks),
             known: exec::entry_knowledge(p, &md.returns, &blocks),
             anchors: p.blocks.iter().map(exec::anchors_rsp).collect(),
         });

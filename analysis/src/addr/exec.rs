@@ -379,9 +379,16 @@ pub enum WayIn {
 /// Per block of a traced procedure: the ways in that carry registers
 /// (empty: it starts with nothing known). A block is a root when it is
 /// a landing pad or has any other way in: a return from untraced code, a
-/// `setjmp`-like call, ...
-pub fn ways_in(p: &ProcDb, returns: &Returns) -> Vec<Vec<WayIn>> {
+/// `setjmp`-like call, ... The edge out of alignment padding ([`padding`])
+/// is no way in: the block after it does not wait for the registers the
+/// padding never knows. `blocks`: the procedure's decoded blocks.
+pub fn ways_in(
+    p: &ProcDb,
+    returns: &Returns,
+    blocks: &[Vec<(Instruction, InsnProgram)>],
+) -> Vec<Vec<WayIn>> {
     let n = p.blocks.len();
+    let pad = padding(p, blocks);
     let mut ways: Vec<Vec<WayIn>> = vec![Vec::new(); n];
     let mut root = vec![false; n];
     if let Some(w) = ways.get_mut(p.entry as usize) {
@@ -394,7 +401,7 @@ pub fn ways_in(p: &ProcDb, returns: &Returns) -> Vec<Vec<WayIn>> {
             }
         }
     }
-    for e in p.edges.iter().filter(|e| (e.to as usize) < n) {
+    for e in (p.edges.iter()).filter(|e| (e.to as usize) < n && !pad[e.from as usize]) {
         let call = p.blocks[e.from as usize].call;
         let way = match (e.kind, call) {
             (EdgeKindDb::FallThrough | EdgeKindDb::Taken | EdgeKindDb::JumpTable, None) => {
@@ -421,6 +428,41 @@ pub fn ways_in(p: &ProcDb, returns: &Returns) -> Vec<Vec<WayIn>> {
     ways
 }
 
+/// Per block: whether it is alignment padding no edge reaches (only
+/// `nop`s, not the entry, no edge or landing into it, in a procedure
+/// without unresolved indirect jumps): control gets there only by a way
+/// the database does not list, so a walk that comes from it is refused
+/// by the regenerator's check of the ways in (an error, never a wrong
+/// address), and the block it falls into need not lose every register
+/// for it (`jmp L; nop; L:` before each aligned loop head).
+pub fn padding(p: &ProcDb, blocks: &[Vec<(Instruction, InsnProgram)>]) -> Vec<bool> {
+    let n = p.blocks.len();
+    let mut reached = vec![false; n];
+    for b in p.edges.iter().map(|e| e.to).chain(Some(p.entry)) {
+        if let Some(r) = reached.get_mut(b as usize) {
+            *r = true;
+        }
+    }
+    for l in p
+        .blocks
+        .iter()
+        .filter_map(|b| b.call.and_then(|c| c.landing))
+    {
+        if let Some(r) = reached.get_mut(l as usize) {
+            *r = true;
+        }
+    }
+    let wild = p.blocks.iter().any(|b| b.call.is_some_and(|c| c.indirect));
+    (0..n)
+        .map(|b| {
+            let nops = blocks.get(b).is_some_and(|i| {
+                !i.is_empty() && i.iter().all(|(x, _)| x.mnemonic() == Mnemonic::Nop)
+            });
+            !wild && !reached[b] && nops
+        })
+        .collect()
+}
+
 /// `rsp` alone: what a return by `ret` carries.
 fn rsp_only() -> RegSet {
     let mut s = RegSet::default();
@@ -437,7 +479,7 @@ pub fn entry_knowledge(
     returns: &Returns,
     blocks: &[Vec<(Instruction, InsnProgram)>],
 ) -> Vec<RegSet> {
-    let ways = ways_in(p, returns);
+    let ways = ways_in(p, returns, blocks);
     let meet = |out: &[RegSet], ws: &[WayIn]| {
         RegSet(ws.iter().fold(ALL.0, |s, w| match *w {
             WayIn::Plain(q) => s & out[q as usize].0,

@@ -21,6 +21,7 @@
 //!   share: which values a block records, and every address from them.
 //! - [`returns`]: which procedures of a module return only through a
 //!   traced `ret`, so that their callers' return points keep `rsp`.
+//! - [`why`]: why each recorded value is recorded (a measurement).
 //! - [`census`]: each reference classified by how its address can be
 //!   rebuilt ([`census::Class`]), and the values that would be recorded.
 //!
@@ -38,6 +39,7 @@ pub mod forms;
 pub mod full;
 pub mod returns;
 pub mod value;
+pub mod why;
 
 #[cfg(test)]
 mod tests;

@@ -8,7 +8,7 @@ use aetrace_format::progdb::{
 use iced_x86::code_asm::*;
 use iced_x86::{Instruction, InstructionInfoFactory};
 
-use super::{anchors_rsp, entry_knowledge, ways_in, Entered, Exec, RegSet, WayIn};
+use super::{anchors_rsp, entry_knowledge, padding, ways_in, Entered, Exec, RegSet, WayIn};
 use crate::addr::full::Recorded;
 use crate::addr::returns::Returns;
 use crate::addr::{forms, Gpr, InsnProgram};
@@ -215,7 +215,7 @@ fn a_call_to_a_procedure_that_returns_by_ret_keeps_rsp_only() {
     };
     let returns = Returns::of(&db);
     assert!(returns.by_ret(0) && returns.by_ret(1));
-    assert_eq!(ways_in(&p, &returns)[3], vec![WayIn::Return(1)]);
+    assert_eq!(ways_in(&p, &returns, &blocks)[3], vec![WayIn::Return(1)]);
     let known = entry_knowledge(&p, &returns, &blocks);
     assert_eq!(known[3].iter().collect::<Vec<_>>(), vec![Gpr::RSP]);
     let (plans, _) = Exec::plan_block(known[3], &blocks[3], false);
@@ -241,7 +241,10 @@ fn a_ret_leaves_rsp_known() {
 #[test]
 fn an_entry_with_another_way_in_starts_with_nothing() {
     let (mut p, blocks) = caller(CallTarget::External);
-    assert_eq!(ways_in(&p, &Returns::default())[0], vec![WayIn::Entry]);
+    assert_eq!(
+        ways_in(&p, &Returns::default(), &blocks)[0],
+        vec![WayIn::Entry]
+    );
     p.blocks[2].call.as_mut().unwrap().landing = Some(0);
     assert_eq!(
         entry_knowledge(&p, &Returns::default(), &blocks)[0],
@@ -311,5 +314,53 @@ fn entries_are_told_apart_by_the_call_before() {
         Entered::by(Some(&unflagged), 7),
         Entered::Outside,
         "its ENTER"
+    );
+}
+
+/// `jmp L; nop; L: loop`: the padding no edge reaches does not make the
+/// loop head lose `rsp`, unless it is not only `nop`s, is reached, or
+/// the procedure has an unresolved indirect jump.
+#[test]
+fn alignment_padding_is_no_way_in() {
+    let (mut p, mut blocks) = caller(CallTarget::External);
+    // Block 3 (the return point) becomes padding falling into block 1.
+    blocks[3] = progs(&asm(|a| a.nop()));
+    p.blocks[2].call = None;
+    p.edges
+        .retain(|e| e.kind != EdgeKindDb::CallReturn && e.from != 3);
+    p.edges.push(EdgeDb {
+        from: 3,
+        to: 1,
+        kind: EdgeKindDb::FallThrough,
+        witness: None,
+    });
+    assert_eq!(padding(&p, &blocks), vec![false, false, false, true]);
+    let known = entry_knowledge(&p, &Returns::default(), &blocks);
+    assert!(has_rsp(known[1]), "the loop head keeps rsp");
+    assert_eq!(known[3], RegSet(0), "the padding itself knows nothing");
+    let mut wild = p.clone();
+    wild.blocks[2].call = Some(CallDb {
+        tail: true,
+        indirect: true,
+        ..call_db(CallTarget::External)
+    });
+    assert!(!padding(&wild, &blocks)[3]);
+    assert_eq!(
+        entry_knowledge(&wild, &Returns::default(), &blocks)[1],
+        RegSet(0)
+    );
+    let mut reached = p.clone();
+    reached.edges.push(EdgeDb {
+        from: 2,
+        to: 3,
+        kind: EdgeKindDb::Taken,
+        witness: None,
+    });
+    assert!(!padding(&reached, &blocks)[3]);
+    blocks[3] = progs(&asm(|a| a.mov(rax, rbx)));
+    assert!(!padding(&p, &blocks)[3]);
+    assert_eq!(
+        entry_knowledge(&p, &Returns::default(), &blocks)[1],
+        RegSet(0)
     );
 }
