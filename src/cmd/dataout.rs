@@ -164,6 +164,103 @@ struct ThreadExec {
     prev: Option<(u32, BlockIx, bool)>,
 }
 
+/// Values per window of a thread's [`Values`] (512 kB).
+const WINDOW: usize = 1 << 16;
+
+/// The current thread's values, read a window at a time beside the walk
+/// (`regen::DataCursor`), so memory does not grow with the trace.
+#[derive(Default)]
+struct Values<'t> {
+    cursor: Option<aetrace_regen::DataCursor<'t>>,
+    thread: Option<ThreadId>,
+    /// The window, and the next value of it to use.
+    win: aetrace_regen::DataValues,
+    next: usize,
+    /// The first of `win.entered` not passed yet.
+    entered: usize,
+    /// Values used before the window.
+    before: u64,
+}
+
+impl<'t> Values<'t> {
+    /// The values of thread `t`.
+    fn start<B: AsRef<[u8]>>(trace: &'t Trace<B>, t: ThreadId) -> Result<Self, Error> {
+        Ok(Values {
+            cursor: Some(aetrace_regen::DataCursor::new(trace, t)?),
+            thread: Some(t),
+            ..Values::default()
+        })
+    }
+
+    /// The next value.
+    #[inline(always)]
+    fn take(&mut self) -> Result<u64, String> {
+        if let Some(&v) = self.win.values.get(self.next) {
+            self.next += 1;
+            return Ok(v);
+        }
+        self.refill()?;
+        let v = self.win.values[self.next];
+        self.next += 1;
+        Ok(v)
+    }
+
+    /// The next window, which must hold a value.
+    #[cold]
+    fn refill(&mut self) -> Result<(), String> {
+        self.before += self.win.values.len() as u64;
+        (self.next, self.entered) = (0, 0);
+        let n = match &mut self.cursor {
+            Some(c) => c.read(WINDOW, &mut self.win).map_err(|e| e.to_string())?,
+            None => 0,
+        };
+        match n {
+            0 => Err(short(self.thread, self.used())),
+            _ => Ok(()),
+        }
+    }
+
+    fn used(&self) -> u64 {
+        self.before + self.next as u64
+    }
+
+    /// The next value when an outside-entry stub of `raw` wrote it right
+    /// after its ENTER.
+    fn take_entered(&mut self, raw: u32) -> Result<Option<u64>, String> {
+        if self.next == self.win.values.len() {
+            self.refill()?;
+        }
+        let e = &self.win.entered;
+        // Values after an ENTER that were not a stub's (an entry that
+        // does not start with `rsp` known) were read as addresses.
+        while e.get(self.entered).is_some_and(|&(n, _)| n < self.next) {
+            self.entered += 1;
+        }
+        match e.get(self.entered) {
+            Some(&(n, w)) if n == self.next && w == raw => self.take().map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// Every value of the thread must have been used.
+    fn finish(&mut self) -> Result<(), Error> {
+        let (Some(t), Some(c)) = (self.thread, self.cursor.take()) else {
+            return Ok(());
+        };
+        let left = (self.win.values.len() - self.next) as u64 + c.count()?;
+        if left == 0 {
+            return Ok(());
+        }
+        Err(format!(
+            "thread {}: {} data values recorded, {} used: the trace and the reference table disagree",
+            t.0,
+            self.used() + left,
+            self.used()
+        )
+        .into())
+    }
+}
+
 /// Writes the data trace of `trace` to `out`.
 pub fn write(
     trace: &Path,
@@ -188,10 +285,7 @@ pub fn walk(
     let mut w = Writer {
         sink,
         mods: Vec::new(),
-        values: Vec::new(),
-        next: 0,
-        entered: Vec::new(),
-        thread: None,
+        values: Values::default(),
         state: ThreadExec {
             exec: Exec::unknown(0),
             prev: None,
@@ -217,7 +311,7 @@ pub fn walk(
     if let Some(e) = failed {
         return Err(e);
     }
-    w.end_thread()?;
+    w.values.finish()?;
     Ok(w.counts)
 }
 
@@ -255,16 +349,11 @@ fn mod_data<B: AsRef<[u8]>>(trace: &Trace<B>, m: &Module) -> Result<ModData, Err
 
 /// The walk's state; generic over the sink so that its calls, one per
 /// reference, are inlined.
-struct Writer<'o, S> {
+struct Writer<'o, 't, S> {
     sink: &'o mut S,
     mods: Vec<ModData>,
-    /// The current thread's values and the next one to use.
-    values: Vec<u64>,
-    next: usize,
-    /// The values outside-entry stubs wrote (`DataValues::entered`),
-    /// reversed: the next one last.
-    entered: Vec<(usize, u32)>,
-    thread: Option<ThreadId>,
+    /// The current thread's values.
+    values: Values<'t>,
     state: ThreadExec,
     info: InstructionInfoFactory,
     /// The addresses of the instruction walked last (reused).
@@ -272,22 +361,17 @@ struct Writer<'o, S> {
     counts: Counts,
 }
 
-impl<S: Sink> Writer<'_, S> {
+impl<'t, S: Sink> Writer<'_, 't, S> {
     fn event<B: AsRef<[u8]> + Sync>(
         &mut self,
-        trace: &Trace<B>,
+        trace: &'t Trace<B>,
         visit: &Visit<'_, B>,
         e: Event,
     ) -> Result<(), Error> {
         match e {
             Event::Thread(t) => {
-                self.end_thread()?;
-                let v = aetrace_regen::data_values_entered(trace, t)?;
-                self.values = v.values;
-                self.entered = v.entered;
-                self.entered.reverse();
-                self.next = 0;
-                self.thread = Some(t);
+                self.values.finish()?;
+                self.values = Values::start(trace, t)?;
                 self.state = ThreadExec {
                     exec: Exec::unknown(0),
                     prev: None,
@@ -295,20 +379,6 @@ impl<S: Sink> Writer<'_, S> {
                 Ok(())
             }
             Event::Run(r) => self.run(visit, r),
-        }
-    }
-
-    /// Every value of the finished thread must have been used.
-    fn end_thread(&mut self) -> Result<(), Error> {
-        match self.thread {
-            Some(t) if self.next != self.values.len() => Err(format!(
-                "thread {}: {} data values recorded, {} used: the trace and the reference table disagree",
-                t.0,
-                self.values.len(),
-                self.next
-            )
-            .into()),
-            _ => Ok(()),
         }
     }
 
@@ -487,18 +557,9 @@ impl<S: Sink> Writer<'_, S> {
     /// its ENTER: it must be the thread's next value.
     fn stub_rsp(&mut self, m: &Module, q: u32, here: &dyn Fn() -> String) -> Result<u64, Error> {
         let raw = (m.tag << 24) | q;
-        // Values after an ENTER that were not a stub's (an entry that
-        // does not start with `rsp` known) were read as addresses.
-        while self.entered.last().is_some_and(|&(n, _)| n < self.next) {
-            self.entered.pop();
-        }
-        match self.entered.last() {
-            Some(&(n, w)) if n == self.next && w == raw => {
-                self.entered.pop();
-                self.next += 1;
-                Ok(self.values[n])
-            }
-            _ => Err(format!(
+        match self.values.take_entered(raw)? {
+            Some(v) => Ok(v),
+            None => Err(format!(
                 "{}: entered from outside, but the thread's next data value is not its stub's rsp",
                 here()
             )
@@ -574,13 +635,9 @@ impl<S: Sink> Writer<'_, S> {
         k: usize,
         got: &mut InsnAddrs,
     ) -> Result<(), Error> {
-        let (values, next, thread) = (&self.values, &mut self.next, self.thread);
+        let values = &mut self.values;
         let take = &mut |what| {
-            let v = values
-                .get(*next)
-                .copied()
-                .ok_or_else(|| short(thread, values.len()))?;
-            *next += 1;
+            let v = values.take()?;
             Ok(match what {
                 Recorded::Addr(_) => m.original_data_address(v),
                 _ => v,
@@ -631,13 +688,9 @@ impl<S: Sink> Writer<'_, S> {
 
     /// The next `n` values of the thread.
     fn take(&mut self, n: usize) -> Result<Vec<u64>, Error> {
-        let end = self.next + n;
-        let v = self
-            .values
-            .get(self.next..end)
-            .ok_or_else(|| short(self.thread, self.values.len()))?;
-        self.next = end;
-        Ok(v.to_vec())
+        Ok((0..n)
+            .map(|_| self.values.take())
+            .collect::<Result<_, _>>()?)
     }
 
     /// Gives instruction `k` of `code` (`i`, the `at`-th of its block)
@@ -688,7 +741,7 @@ impl<S: Sink> Writer<'_, S> {
     }
 }
 
-fn short(thread: Option<ThreadId>, n: usize) -> String {
+fn short(thread: Option<ThreadId>, n: u64) -> String {
     format!(
         "thread {}: the data values end after {n} (the trace is short of values)",
         thread.map_or(0, |t| t.0)
