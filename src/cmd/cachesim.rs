@@ -435,7 +435,7 @@ impl Followers {
     }
 
     /// Whether the fetch of instruction `k` of the run is a follower.
-    #[inline]
+    #[inline(always)]
     fn follows(&mut self, k: u32) -> bool {
         let f = k != 0 && self.prev == Some(k - 1) && self.follows[self.at + k as usize];
         self.prev = Some(k);
@@ -444,7 +444,7 @@ impl Followers {
 }
 
 impl Batches {
-    #[inline]
+    #[inline(always)]
     fn push(&mut self, kind: AccessKind, addr: u64, size: u32) -> super::dataout::Result<()> {
         if self.pending != 0 {
             let n = std::mem::take(&mut self.pending);
@@ -454,7 +454,7 @@ impl Batches {
         self.put(Ref { kind, addr, size })
     }
 
-    #[inline]
+    #[inline(always)]
     fn put(&mut self, r: Ref) -> super::dataout::Result<()> {
         self.batch.push(r);
         if self.batch.len() < DATA_BATCH {
@@ -473,6 +473,7 @@ impl Batches {
         self.flush()
     }
 
+    #[cold]
     fn flush(&mut self) -> super::dataout::Result<()> {
         let next = self.back.try_recv().unwrap_or_default();
         if self
@@ -503,7 +504,7 @@ impl super::dataout::Sink for Batches {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn insn(&mut self, k: u32, addr: u64, len: u32) -> super::dataout::Result<()> {
         if self.followers.as_mut().is_some_and(|f| f.follows(k)) {
             self.pending += 1;
@@ -512,6 +513,7 @@ impl super::dataout::Sink for Batches {
         self.push(AccessKind::Instr, addr, len)
     }
 
+    #[inline(always)]
     fn data(&mut self, access: Access, addr: u64, size: u32) -> super::dataout::Result<()> {
         if access != Access::Store {
             self.push(AccessKind::Read, addr, size)?;
