@@ -37,6 +37,7 @@ use aetrace_analysis::addr::exec::{self, Entered, Exec, InsnAddrs, WayIn};
 use aetrace_analysis::addr::full::{self, Recorded, DF};
 use aetrace_analysis::addr::returns::Returns;
 use aetrace_analysis::addr::{forms, Access, Gpr, InsnProgram, RegSet};
+use aetrace_format::addrtrace::{AccessKind, AddrRecord};
 use aetrace_format::progdb::ProgramDb;
 use aetrace_format::section::module_flags;
 use aetrace_format::{ModuleId, ThreadId, Trace};
@@ -51,6 +52,9 @@ pub enum DataFormat {
     Lackey,
     /// Extended din with `r`/`w` lines.
     Xdin,
+    /// The `bin` address trace (`format::addrtrace`): a fetch record per
+    /// instruction, a read and a write record per read-modify-write.
+    Bin,
 }
 
 type Error = Box<dyn std::error::Error>;
@@ -134,27 +138,75 @@ fn feed<S: Sink + ?Sized>(
 
 /// The two text formats as a sink.
 struct Text<'o> {
-    format: DataFormat,
+    /// Lackey's text, else extended din.
+    lackey: bool,
     out: &'o mut dyn Write,
 }
 
 impl Sink for Text<'_> {
     fn insn(&mut self, _: u32, ip: u64, len: u32) -> Result<(), Error> {
-        Ok(match self.format {
-            DataFormat::Lackey => writeln!(self.out, "I  {ip:08x},{len}"),
-            DataFormat::Xdin => writeln!(self.out, "i {ip:x} {len:x}"),
+        Ok(match self.lackey {
+            true => writeln!(self.out, "I  {ip:08x},{len}"),
+            false => writeln!(self.out, "i {ip:x} {len:x}"),
         }?)
     }
 
     fn data(&mut self, access: Access, a: u64, s: u32) -> Result<(), Error> {
-        Ok(match (self.format, access) {
-            (DataFormat::Lackey, acc) => writeln!(self.out, " {} {a:08x},{s}", acc.letter()),
-            (DataFormat::Xdin, Access::Load) => writeln!(self.out, "r {a:x} {s:x}"),
-            (DataFormat::Xdin, Access::Store) => writeln!(self.out, "w {a:x} {s:x}"),
-            (DataFormat::Xdin, Access::Modify) => {
+        Ok(match (self.lackey, access) {
+            (true, acc) => writeln!(self.out, " {} {a:08x},{s}", acc.letter()),
+            (false, Access::Load) => writeln!(self.out, "r {a:x} {s:x}"),
+            (false, Access::Store) => writeln!(self.out, "w {a:x} {s:x}"),
+            (false, Access::Modify) => {
                 writeln!(self.out, "r {a:x} {s:x}\nw {a:x} {s:x}")
             }
         }?)
+    }
+}
+
+/// The `bin` format as a sink: records encoded into a buffer written a
+/// megabyte at a time.
+struct Bin<'o> {
+    out: &'o mut dyn Write,
+    buf: Vec<u8>,
+}
+
+/// Bytes of records [`Bin`] buffers before writing them.
+const BIN_BUFFER: usize = 1 << 20;
+
+impl Bin<'_> {
+    #[inline(always)]
+    fn put(&mut self, kind: AccessKind, addr: u64, size: u32) -> Result<(), Error> {
+        let word = AddrRecord::encode(kind, addr, size)?;
+        self.buf.extend_from_slice(&word.to_le_bytes());
+        if self.buf.len() >= BIN_BUFFER {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    #[cold]
+    fn flush(&mut self) -> Result<(), Error> {
+        self.out.write_all(&self.buf)?;
+        self.buf.clear();
+        Ok(())
+    }
+}
+
+impl Sink for Bin<'_> {
+    #[inline(always)]
+    fn insn(&mut self, _: u32, ip: u64, len: u32) -> Result<(), Error> {
+        self.put(AccessKind::Instr, ip, len)
+    }
+
+    #[inline(always)]
+    fn data(&mut self, access: Access, a: u64, s: u32) -> Result<(), Error> {
+        if access != Access::Store {
+            self.put(AccessKind::Read, a, s)?;
+        }
+        if access != Access::Load {
+            self.put(AccessKind::Write, a, s)?;
+        }
+        Ok(())
     }
 }
 
@@ -342,7 +394,19 @@ pub fn write(
     format: DataFormat,
     out: &mut dyn Write,
 ) -> Result<Counts, Error> {
-    walk(trace, opts, &mut Text { format, out })
+    if format != DataFormat::Bin {
+        let lackey = format == DataFormat::Lackey;
+        return walk(trace, opts, &mut Text { lackey, out });
+    }
+    let header = aetrace_format::addrtrace::Header { count: None };
+    out.write_all(&header.to_bytes())?;
+    let mut bin = Bin {
+        out,
+        buf: Vec::with_capacity(BIN_BUFFER + 16),
+    };
+    let counts = walk(trace, opts, &mut bin)?;
+    bin.flush()?;
+    Ok(counts)
 }
 
 /// Gives every instruction and data reference of `trace` to `sink`.
