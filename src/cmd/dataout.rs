@@ -621,8 +621,9 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
             }
         }
         let st = &mut self.state.exec;
-        if !keep_exactly(&mut st.regs, known) {
-            debug_assert!(false, "a predecessor's end state covers the block's");
+        let kept = keep_exactly(&mut st.regs, known);
+        debug_assert!(kept, "a predecessor's end state covers the block's");
+        if !kept {
             return Err("the data walk lost a register the analysis knows".into());
         }
         st.bias = m.load_base;
