@@ -369,7 +369,7 @@ fn nolibc_data_equals_lackey_line_for_line() {
 /// Issue 21: cachegrind's statistics (`valgrind --tool=cachegrind
 /// --cache-sim=yes`) equal `aetrace cachesim --model cachegrind` of a
 /// `record --data` trace, in the process and through `regen --format xdin
-/// --data`: I refs, I1 and LLi misses, and D refs, D1 and LLd misses each
+/// --data` and `--format bin --data`: I refs, I1 and LLi misses, and D refs, D1 and LLd misses each
 /// split into reads and writes. Programs: traces/demo.c's naive and blocked
 /// matrix multiply and traces/nolibc_data.c, each a whole program without
 /// libc (every reference of the process traced) whose data addresses are
@@ -407,14 +407,17 @@ fn cachegrind_equals_cachesim_on_data_traces() {
         let info = common::recorded::info_json(&trace);
         let left = &info["programs"][0]["left_alone"];
         assert_eq!(left.as_array().map(Vec::len), Some(0), "{name}: {left}");
-        let xdin = dir.join(format!("{name}.xdin"));
-        run_checked(
-            Command::new(common::aetrace())
-                .args(["regen", "--format", "xdin", "--data", "-o"])
-                .arg(&xdin)
-                .arg(&trace),
-            "aetrace regen --format xdin --data",
-        );
+        let [xdin, bin] = ["xdin", "bin"].map(|format| {
+            let out = dir.join(format!("{name}.{format}"));
+            run_checked(
+                Command::new(common::aetrace())
+                    .args(["regen", "--format", format, "--data", "-o"])
+                    .arg(&out)
+                    .arg(&trace),
+                "aetrace regen --data",
+            );
+            out
+        });
         for (i1, d1, ll) in geometries {
             let ctx = format!("{name}: I1 {i1:?} D1 {d1:?} LL {ll:?}");
             let theirs = cachegrind(&exe, i1, d1, ll);
@@ -428,6 +431,7 @@ fn cachegrind_equals_cachesim_on_data_traces() {
             };
             let ours = stats(&trace);
             assert_eq!(ours, stats(&xdin), "{ctx}: in the process against the pipe");
+            assert_eq!(ours, stats(&bin), "{ctx}: in the process against bin");
             let get = |k: &str| ours[k].as_u64().unwrap();
             let num = |label| common::cachegrind::number(&theirs, label);
             let rw = |label| common::cachegrind::read_write(&theirs, label);

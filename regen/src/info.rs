@@ -151,7 +151,7 @@ pub fn info_of<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<Info> {
     let (data_values, data_error) = match data.then(|| {
         trace
             .threads()
-            .map(|t| crate::data_values(trace, t.start.thread).map(|v| v.len() as u64))
+            .map(|t| crate::DataCursor::new(trace, t.start.thread)?.count())
             .sum::<Result<u64>>()
     }) {
         Some(Ok(n)) => (Some(n), None),

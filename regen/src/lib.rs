@@ -72,20 +72,68 @@ pub struct DataValues {
 }
 
 /// [`data_values`] with the values that follow an ENTER marked.
-/// Refuses a trace older than [`MINOR_ENTRY_RSP`]: its stubs did not
-/// write the `rsp` values this reading expects.
-///
-/// [`MINOR_ENTRY_RSP`]: aetrace_format::header::MINOR_ENTRY_RSP
 pub fn data_values_entered<B: AsRef<[u8]>>(
     trace: &aetrace_format::Trace<B>,
     thread: aetrace_format::ThreadId,
 ) -> Result<DataValues> {
-    let minor = trace.header().minor;
-    if minor < aetrace_format::header::MINOR_ENTRY_RSP {
-        return Err(Error::Usage(format!(
-            "data values of format 1.{minor} are read differently since 1.{}: record the trace again with this aetrace",
-            aetrace_format::header::MINOR_ENTRY_RSP
-        )));
+    let mut out = DataValues::default();
+    DataCursor::new(trace, thread)?.read(usize::MAX, &mut out)?;
+    Ok(out)
+}
+
+/// A thread's data values read in order, a window at a time, beside a walk
+/// that uses them: memory is one chunk and one window, not every value of
+/// the thread (an xz data trace has billions).
+pub struct DataCursor<'t> {
+    stream: stream::Stream<'t>,
+}
+
+impl<'t> DataCursor<'t> {
+    /// The values of `thread`. Refuses a trace older than
+    /// [`MINOR_ENTRY_RSP`]: its stubs did not write the `rsp` values this
+    /// reading expects.
+    ///
+    /// [`MINOR_ENTRY_RSP`]: aetrace_format::header::MINOR_ENTRY_RSP
+    pub fn new<B: AsRef<[u8]>>(
+        trace: &'t aetrace_format::Trace<B>,
+        thread: aetrace_format::ThreadId,
+    ) -> Result<Self> {
+        let minor = trace.header().minor;
+        if minor < aetrace_format::header::MINOR_ENTRY_RSP {
+            return Err(Error::Usage(format!(
+                "data values of format 1.{minor} are read differently since 1.{}: record the trace again with this aetrace",
+                aetrace_format::header::MINOR_ENTRY_RSP
+            )));
+        }
+        let chunks = trace.chunks(thread).collect();
+        Ok(DataCursor {
+            stream: stream::Stream::new(thread, chunks),
+        })
     }
-    stream::Stream::new(thread, trace.chunks(thread).collect()).values()
+
+    /// Replaces `out` with the next at most `max` values (their `entered`
+    /// numbered from 0 in `out`); how many, 0 at the end.
+    pub fn read(&mut self, max: usize, out: &mut DataValues) -> Result<usize> {
+        out.values.clear();
+        out.entered.clear();
+        while out.values.len() < max {
+            let Some((v, enter)) = self.stream.next_value()? else {
+                break;
+            };
+            if let Some(raw) = enter {
+                out.entered.push((out.values.len(), raw));
+            }
+            out.values.push(v);
+        }
+        Ok(out.values.len())
+    }
+
+    /// How many values are left (read to the end).
+    pub fn count(mut self) -> Result<u64> {
+        let mut n = 0;
+        while self.stream.next_value()?.is_some() {
+            n += 1;
+        }
+        Ok(n)
+    }
 }

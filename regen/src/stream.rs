@@ -212,26 +212,27 @@ impl<'t> Stream<'t> {
         }
     }
 
-    /// The data values of the stream, in order ([`Item::Value`]); a
-    /// SIGNAL is refused (which values a handler took is not recorded
-    /// yet, docs/data.md).
-    pub(crate) fn values(mut self) -> Result<crate::DataValues> {
+    /// The next data value of the stream ([`Item::Value`]) and, when an
+    /// ENTER came right before it, that ENTER's procedure; `None` at the
+    /// end. A SIGNAL is refused (which values a handler took is not
+    /// recorded yet, docs/data.md). Reads chunks as it goes, so a reader
+    /// of values holds one chunk at a time.
+    pub(crate) fn next_value(&mut self) -> Result<Option<(u64, Option<u32>)>> {
         self.values = true;
-        let mut out = crate::DataValues::default();
         let mut enter = None;
         loop {
+            while self.next_byte_witness().is_some() {
+                enter = None;
+            }
             let (item, offset) = self.next_item()?;
-            let after = std::mem::take(&mut enter);
-            match (item, offset) {
-                (Item::Value(v), _) => {
-                    if let Some(raw) = after {
-                        out.entered.push((out.values.len(), raw));
-                    }
-                    out.values.push(v)
+            match item {
+                Item::Value(v) => return Ok(Some((v, enter))),
+                Item::Enter(raw) => {
+                    enter = Some(raw);
+                    continue;
                 }
-                (Item::Enter(raw), _) => enter = Some(raw),
-                (Item::End, _) => return Ok(out),
-                (s @ Item::Signal { .. }, offset) => {
+                Item::End => return Ok(None),
+                s @ Item::Signal { .. } => {
                     return Err(Error::Unsupported {
                         thread: self.thread,
                         record: s.describe(),
@@ -242,6 +243,7 @@ impl<'t> Stream<'t> {
                 }
                 _ => {}
             }
+            enter = None;
         }
     }
 

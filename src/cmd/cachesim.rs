@@ -436,7 +436,7 @@ impl Followers {
     }
 
     /// Whether the fetch of instruction `k` of the run is a follower.
-    #[inline]
+    #[inline(always)]
     fn follows(&mut self, k: u32) -> bool {
         let f = k != 0 && self.prev == Some(k - 1) && self.follows[self.at + k as usize];
         self.prev = Some(k);
@@ -445,7 +445,7 @@ impl Followers {
 }
 
 impl Batches {
-    #[inline]
+    #[inline(always)]
     fn push(&mut self, kind: AccessKind, addr: u64, size: u32) -> super::dataout::Result<()> {
         if self.pending != 0 {
             let n = std::mem::take(&mut self.pending);
@@ -455,7 +455,7 @@ impl Batches {
         self.put(Ref { kind, addr, size })
     }
 
-    #[inline]
+    #[inline(always)]
     fn put(&mut self, r: Ref) -> super::dataout::Result<()> {
         self.batch.push(r);
         if self.batch.len() < DATA_BATCH {
@@ -474,6 +474,7 @@ impl Batches {
         self.flush()
     }
 
+    #[cold]
     fn flush(&mut self) -> super::dataout::Result<()> {
         let next = self.back.try_recv().unwrap_or_default();
         if self
@@ -504,7 +505,7 @@ impl super::dataout::Sink for Batches {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn insn(&mut self, k: u32, addr: u64, len: u32) -> super::dataout::Result<()> {
         if self.followers.as_mut().is_some_and(|f| f.follows(k)) {
             self.pending += 1;
@@ -513,6 +514,7 @@ impl super::dataout::Sink for Batches {
         self.push(AccessKind::Instr, addr, len)
     }
 
+    #[inline(always)]
     fn data(&mut self, access: Access, addr: u64, size: u32) -> super::dataout::Result<()> {
         if access != Access::Store {
             self.push(AccessKind::Read, addr, size)?;

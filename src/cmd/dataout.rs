@@ -32,17 +32,18 @@ use std::io::Write;
 use std::path::Path;
 use std::rc::Rc;
 
-use aetrace_analysis::addr::exec::code::BlockCode;
+use aetrace_analysis::addr::exec::code::{BlockAddrs, BlockCode, InsnCode, RefCode};
 use aetrace_analysis::addr::exec::{self, Entered, Exec, InsnAddrs, WayIn};
 use aetrace_analysis::addr::full::{self, Recorded, DF};
 use aetrace_analysis::addr::returns::Returns;
 use aetrace_analysis::addr::{forms, Access, Gpr, InsnProgram, RegSet};
+use aetrace_format::addrtrace::{AccessKind, AddrRecord};
 use aetrace_format::progdb::ProgramDb;
 use aetrace_format::section::module_flags;
 use aetrace_format::{ModuleId, ThreadId, Trace};
 use aetrace_regen::compile::{BlockIx, Module};
 use aetrace_regen::visit::{BlockRun, Event, Visit};
-use iced_x86::{Decoder, DecoderOptions, Instruction, InstructionInfoFactory, Mnemonic};
+use iced_x86::{Decoder, DecoderOptions, Instruction, InstructionInfoFactory};
 
 /// The two data-trace formats.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -51,6 +52,9 @@ pub enum DataFormat {
     Lackey,
     /// Extended din with `r`/`w` lines.
     Xdin,
+    /// The `bin` address trace (`format::addrtrace`): a fetch record per
+    /// instruction, a read and a write record per read-modify-write.
+    Bin,
 }
 
 type Error = Box<dyn std::error::Error>;
@@ -71,31 +75,138 @@ pub trait Sink {
     fn insn(&mut self, k: u32, addr: u64, len: u32) -> Result<(), Error>;
     /// A data reference of the instruction given last.
     fn data(&mut self, access: Access, addr: u64, size: u32) -> Result<(), Error>;
+    /// The first `n` instructions of `code` ran, the run's instructions
+    /// from `first` of its block, with `out`'s references: each
+    /// instruction and its references in turn ([`Sink::insn`],
+    /// [`Sink::data`]); `base`: the module's load bias.
+    #[inline]
+    fn block(
+        &mut self,
+        first: u32,
+        (code, n): (&BlockCode, usize),
+        base: u64,
+        out: &BlockAddrs,
+    ) -> Result<(), Error> {
+        let (mut at, mut reps) = (0, out.reps.iter().peekable());
+        for k in 0..n {
+            let refs = code.refs(k);
+            let addrs = &out.addrs[at..at + refs.len()];
+            at += refs.len();
+            let rep = reps.next_if(|r| r.0 as usize == k).map(|r| (r.1, r.2));
+            feed(
+                self,
+                first + k as u32,
+                (&code.insns[k], base),
+                (refs, addrs),
+                rep,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Gives instruction `c` (the `at`-th of its block; `base`: its module's
+/// load bias) and its references to `sink`: a `rep` string instruction
+/// (`rcx` and `rflags` before it) once per iteration, its pointers
+/// advancing by the size each, and once more for the final test.
+#[inline(always)]
+fn feed<S: Sink + ?Sized>(
+    sink: &mut S,
+    at: u32,
+    (c, base): (&InsnCode, u64),
+    (refs, addrs): (&[RefCode], &[u64]),
+    rep: Option<(u64, u64)>,
+) -> Result<(), Error> {
+    let ip = base.wrapping_add(c.ip);
+    let Some((count, flags)) = rep else {
+        sink.insn(at, ip, c.len)?;
+        for (r, &a) in refs.iter().zip(addrs) {
+            sink.data(r.access, a, r.size)?;
+        }
+        return Ok(());
+    };
+    let dir: i64 = if flags & DF != 0 { -1 } else { 1 };
+    for n in 0..count {
+        sink.insn(at, ip, c.len)?;
+        for (r, &a) in refs.iter().zip(addrs) {
+            let step = (n as i64).wrapping_mul(dir).wrapping_mul(i64::from(r.size)) as u64;
+            sink.data(r.access, a.wrapping_add(step), r.size)?;
+        }
+    }
+    sink.insn(at, ip, c.len)
 }
 
 /// The two text formats as a sink.
 struct Text<'o> {
-    format: DataFormat,
+    /// Lackey's text, else extended din.
+    lackey: bool,
     out: &'o mut dyn Write,
 }
 
 impl Sink for Text<'_> {
     fn insn(&mut self, _: u32, ip: u64, len: u32) -> Result<(), Error> {
-        Ok(match self.format {
-            DataFormat::Lackey => writeln!(self.out, "I  {ip:08x},{len}"),
-            DataFormat::Xdin => writeln!(self.out, "i {ip:x} {len:x}"),
+        Ok(match self.lackey {
+            true => writeln!(self.out, "I  {ip:08x},{len}"),
+            false => writeln!(self.out, "i {ip:x} {len:x}"),
         }?)
     }
 
     fn data(&mut self, access: Access, a: u64, s: u32) -> Result<(), Error> {
-        Ok(match (self.format, access) {
-            (DataFormat::Lackey, acc) => writeln!(self.out, " {} {a:08x},{s}", acc.letter()),
-            (DataFormat::Xdin, Access::Load) => writeln!(self.out, "r {a:x} {s:x}"),
-            (DataFormat::Xdin, Access::Store) => writeln!(self.out, "w {a:x} {s:x}"),
-            (DataFormat::Xdin, Access::Modify) => {
+        Ok(match (self.lackey, access) {
+            (true, acc) => writeln!(self.out, " {} {a:08x},{s}", acc.letter()),
+            (false, Access::Load) => writeln!(self.out, "r {a:x} {s:x}"),
+            (false, Access::Store) => writeln!(self.out, "w {a:x} {s:x}"),
+            (false, Access::Modify) => {
                 writeln!(self.out, "r {a:x} {s:x}\nw {a:x} {s:x}")
             }
         }?)
+    }
+}
+
+/// The `bin` format as a sink: records encoded into a buffer written a
+/// megabyte at a time.
+struct Bin<'o> {
+    out: &'o mut dyn Write,
+    buf: Vec<u8>,
+}
+
+/// Bytes of records [`Bin`] buffers before writing them.
+const BIN_BUFFER: usize = 1 << 20;
+
+impl Bin<'_> {
+    #[inline(always)]
+    fn put(&mut self, kind: AccessKind, addr: u64, size: u32) -> Result<(), Error> {
+        let word = AddrRecord::encode(kind, addr, size)?;
+        self.buf.extend_from_slice(&word.to_le_bytes());
+        if self.buf.len() >= BIN_BUFFER {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    #[cold]
+    fn flush(&mut self) -> Result<(), Error> {
+        self.out.write_all(&self.buf)?;
+        self.buf.clear();
+        Ok(())
+    }
+}
+
+impl Sink for Bin<'_> {
+    #[inline(always)]
+    fn insn(&mut self, _: u32, ip: u64, len: u32) -> Result<(), Error> {
+        self.put(AccessKind::Instr, ip, len)
+    }
+
+    #[inline(always)]
+    fn data(&mut self, access: Access, a: u64, s: u32) -> Result<(), Error> {
+        if access != Access::Store {
+            self.put(AccessKind::Read, a, s)?;
+        }
+        if access != Access::Load {
+            self.put(AccessKind::Write, a, s)?;
+        }
+        Ok(())
     }
 }
 
@@ -140,11 +251,25 @@ struct ModData {
     db: ProgramDb,
     returns: Returns,
     blocks: Vec<Option<Rc<Vec<Insn>>>>,
-    /// Per block: its compiled address program from its first
-    /// instruction (`exec::code`: the known registers at a block's start
-    /// are fixed, so it is compiled at its first run).
-    codes: Vec<Option<Rc<BlockCode>>>,
+    /// Per block, built at its first run.
+    entries: Vec<Option<Entry>>,
     procs: Vec<Option<Rc<ProcFacts>>>,
+}
+
+/// What a run of a block needs at its start, in one place: the walk
+/// looks it up once per run.
+#[derive(Clone)]
+struct Entry {
+    /// The block's compiled address program from its first instruction
+    /// (`exec::code`: the known registers at a block's start are fixed).
+    code: Rc<BlockCode>,
+    /// Its procedure's facts, and the block's index in them.
+    facts: Rc<ProcFacts>,
+    local: u32,
+    /// Its procedure.
+    proc: u32,
+    /// The registers known at its start (`facts.known[local]`).
+    known: RegSet,
 }
 
 /// A traced procedure's cross-block facts (`exec::entry_knowledge`), per
@@ -160,8 +285,106 @@ struct ProcFacts {
 /// A thread's abstract execution state.
 struct ThreadExec {
     exec: Exec,
-    /// The run before: module, block, and whether it ran to its end.
-    prev: Option<(u32, BlockIx, bool)>,
+    /// The run before: module, block, whether it ran to its end, and
+    /// whether that end is a `ret`.
+    prev: Option<(u32, BlockIx, bool, bool)>,
+}
+
+/// Values per window of a thread's [`Values`] (512 kB).
+const WINDOW: usize = 1 << 16;
+
+/// The current thread's values, read a window at a time beside the walk
+/// (`regen::DataCursor`), so memory does not grow with the trace.
+#[derive(Default)]
+struct Values<'t> {
+    cursor: Option<aetrace_regen::DataCursor<'t>>,
+    thread: Option<ThreadId>,
+    /// The window, and the next value of it to use.
+    win: aetrace_regen::DataValues,
+    next: usize,
+    /// The first of `win.entered` not passed yet.
+    entered: usize,
+    /// Values used before the window.
+    before: u64,
+}
+
+impl<'t> Values<'t> {
+    /// The values of thread `t`.
+    fn start<B: AsRef<[u8]>>(trace: &'t Trace<B>, t: ThreadId) -> Result<Self, Error> {
+        Ok(Values {
+            cursor: Some(aetrace_regen::DataCursor::new(trace, t)?),
+            thread: Some(t),
+            ..Values::default()
+        })
+    }
+
+    /// The next value.
+    #[inline(always)]
+    fn take(&mut self) -> Result<u64, String> {
+        if let Some(&v) = self.win.values.get(self.next) {
+            self.next += 1;
+            return Ok(v);
+        }
+        self.refill()?;
+        let v = self.win.values[self.next];
+        self.next += 1;
+        Ok(v)
+    }
+
+    /// The next window, which must hold a value.
+    #[cold]
+    fn refill(&mut self) -> Result<(), String> {
+        self.before += self.win.values.len() as u64;
+        (self.next, self.entered) = (0, 0);
+        let n = match &mut self.cursor {
+            Some(c) => c.read(WINDOW, &mut self.win).map_err(|e| e.to_string())?,
+            None => 0,
+        };
+        match n {
+            0 => Err(short(self.thread, self.used())),
+            _ => Ok(()),
+        }
+    }
+
+    fn used(&self) -> u64 {
+        self.before + self.next as u64
+    }
+
+    /// The next value when an outside-entry stub of `raw` wrote it right
+    /// after its ENTER.
+    fn take_entered(&mut self, raw: u32) -> Result<Option<u64>, String> {
+        if self.next == self.win.values.len() {
+            self.refill()?;
+        }
+        let e = &self.win.entered;
+        // Values after an ENTER that were not a stub's (an entry that
+        // does not start with `rsp` known) were read as addresses.
+        while e.get(self.entered).is_some_and(|&(n, _)| n < self.next) {
+            self.entered += 1;
+        }
+        match e.get(self.entered) {
+            Some(&(n, w)) if n == self.next && w == raw => self.take().map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// Every value of the thread must have been used.
+    fn finish(&mut self) -> Result<(), Error> {
+        let (Some(t), Some(c)) = (self.thread, self.cursor.take()) else {
+            return Ok(());
+        };
+        let left = (self.win.values.len() - self.next) as u64 + c.count()?;
+        if left == 0 {
+            return Ok(());
+        }
+        Err(format!(
+            "thread {}: {} data values recorded, {} used: the trace and the reference table disagree",
+            t.0,
+            self.used() + left,
+            self.used()
+        )
+        .into())
+    }
 }
 
 /// Writes the data trace of `trace` to `out`.
@@ -171,7 +394,19 @@ pub fn write(
     format: DataFormat,
     out: &mut dyn Write,
 ) -> Result<Counts, Error> {
-    walk(trace, opts, &mut Text { format, out })
+    if format != DataFormat::Bin {
+        let lackey = format == DataFormat::Lackey;
+        return walk(trace, opts, &mut Text { lackey, out });
+    }
+    let header = aetrace_format::addrtrace::Header { count: None };
+    out.write_all(&header.to_bytes())?;
+    let mut bin = Bin {
+        out,
+        buf: Vec::with_capacity(BIN_BUFFER + 16),
+    };
+    let counts = walk(trace, opts, &mut bin)?;
+    bin.flush()?;
+    Ok(counts)
 }
 
 /// Gives every instruction and data reference of `trace` to `sink`.
@@ -188,16 +423,14 @@ pub fn walk(
     let mut w = Writer {
         sink,
         mods: Vec::new(),
-        values: Vec::new(),
-        next: 0,
-        entered: Vec::new(),
-        thread: None,
+        values: Values::default(),
         state: ThreadExec {
             exec: Exec::unknown(0),
             prev: None,
         },
         info: InstructionInfoFactory::new(),
         addrs: InsnAddrs::default(),
+        block: BlockAddrs::default(),
         counts: Counts::default(),
     };
     for m in visit.modules() {
@@ -217,7 +450,7 @@ pub fn walk(
     if let Some(e) = failed {
         return Err(e);
     }
-    w.end_thread()?;
+    w.values.finish()?;
     Ok(w.counts)
 }
 
@@ -248,46 +481,38 @@ fn mod_data<B: AsRef<[u8]>>(trace: &Trace<B>, m: &Module) -> Result<ModData, Err
         returns: Returns::of(&db),
         db,
         blocks: vec![None; m.blocks.len()],
-        codes: vec![None; m.blocks.len()],
+        entries: vec![None; m.blocks.len()],
         procs: vec![None; m.procs.len()],
     })
 }
 
 /// The walk's state; generic over the sink so that its calls, one per
 /// reference, are inlined.
-struct Writer<'o, S> {
+struct Writer<'o, 't, S> {
     sink: &'o mut S,
     mods: Vec<ModData>,
-    /// The current thread's values and the next one to use.
-    values: Vec<u64>,
-    next: usize,
-    /// The values outside-entry stubs wrote (`DataValues::entered`),
-    /// reversed: the next one last.
-    entered: Vec<(usize, u32)>,
-    thread: Option<ThreadId>,
+    /// The current thread's values.
+    values: Values<'t>,
     state: ThreadExec,
     info: InstructionInfoFactory,
     /// The addresses of the instruction walked last (reused).
     addrs: InsnAddrs,
+    /// The addresses of the block walked last (reused).
+    block: BlockAddrs,
     counts: Counts,
 }
 
-impl<S: Sink> Writer<'_, S> {
+impl<'t, S: Sink> Writer<'_, 't, S> {
     fn event<B: AsRef<[u8]> + Sync>(
         &mut self,
-        trace: &Trace<B>,
+        trace: &'t Trace<B>,
         visit: &Visit<'_, B>,
         e: Event,
     ) -> Result<(), Error> {
         match e {
             Event::Thread(t) => {
-                self.end_thread()?;
-                let v = aetrace_regen::data_values_entered(trace, t)?;
-                self.values = v.values;
-                self.entered = v.entered;
-                self.entered.reverse();
-                self.next = 0;
-                self.thread = Some(t);
+                self.values.finish()?;
+                self.values = Values::start(trace, t)?;
                 self.state = ThreadExec {
                     exec: Exec::unknown(0),
                     prev: None,
@@ -295,20 +520,6 @@ impl<S: Sink> Writer<'_, S> {
                 Ok(())
             }
             Event::Run(r) => self.run(visit, r),
-        }
-    }
-
-    /// Every value of the finished thread must have been used.
-    fn end_thread(&mut self) -> Result<(), Error> {
-        match self.thread {
-            Some(t) if self.next != self.values.len() => Err(format!(
-                "thread {}: {} data values recorded, {} used: the trace and the reference table disagree",
-                t.0,
-                self.values.len(),
-                self.next
-            )
-            .into()),
-            _ => Ok(()),
         }
     }
 
@@ -383,11 +594,13 @@ impl<S: Sink> Writer<'_, S> {
     /// Sets the thread's state for the start of run `r`: the registers
     /// the analysis says are known there, carried from the run before.
     /// The code of its instructions from `r.first`, compiled for them.
+    #[inline]
     fn enter(&mut self, m: &Module, r: BlockRun) -> Result<Rc<BlockCode>, Error> {
-        let facts = self.proc_facts(m, r.module, r.block)?;
-        let first = m.procs[m.blocks[r.block].proc].blocks.start;
-        let local = (r.block.as_u32() - first) as usize;
-        let known = facts.known[local];
+        let Some(e) = &self.mods[r.module as usize].entries[r.block.as_u32() as usize] else {
+            self.new_entry(m, r)?;
+            return self.enter(m, r);
+        };
+        let (known, code) = (e.known, e.code.clone());
         if r.first != 0 && known.0 != 0 {
             return Err(format!(
                 "block {:#x} of {} entered in its middle",
@@ -395,8 +608,8 @@ impl<S: Sink> Writer<'_, S> {
             )
             .into());
         }
-        if known.0 != 0 && !self.came_by(m, r, &facts.ways[local])? {
-            match facts.ways[local].contains(&WayIn::Entry) {
+        if known.0 != 0 && !self.came_by(r.module, e) {
+            match e.facts.ways[e.local as usize].contains(&WayIn::Entry) {
                 true => self.entry_rsp(m, r)?,
                 false => {
                     return Err(format!(
@@ -408,40 +621,45 @@ impl<S: Sink> Writer<'_, S> {
             }
         }
         let st = &mut self.state.exec;
-        st.keep(known);
-        debug_assert_eq!(
-            st.known(),
-            known,
-            "a predecessor's end state covers the block's"
-        );
-        if st.known() != known {
+        let kept = keep_exactly(&mut st.regs, known);
+        debug_assert!(kept, "a predecessor's end state covers the block's");
+        if !kept {
             return Err("the data walk lost a register the analysis knows".into());
         }
         st.bias = m.load_base;
-        let codes = &self.mods[r.module as usize].codes;
-        match &codes[r.block.as_u32() as usize] {
-            Some(c) if r.first == 0 => Ok(c.clone()),
-            _ => self.compile(m, r, known, facts.anchors[local]),
+        match r.first {
+            0 => Ok(code),
+            // A run from the middle starts with nothing known.
+            _ => Ok(Rc::new(self.compile(m, r, known)?)),
         }
     }
 
-    /// Compiles run `r`'s block from `r.first` for `known`, kept when
-    /// from its start (a run from the middle starts with nothing known).
+    /// The entry of run `r`'s block, at its first run.
     #[cold]
-    fn compile(
-        &mut self,
-        m: &Module,
-        r: BlockRun,
-        known: RegSet,
-        anchor: bool,
-    ) -> Result<Rc<BlockCode>, Error> {
+    fn new_entry(&mut self, m: &Module, r: BlockRun) -> Result<(), Error> {
+        let facts = self.proc_facts(m, r.module, r.block)?;
+        let proc = m.blocks[r.block].proc;
+        let local = r.block.as_u32() - m.procs[proc].blocks.start;
+        let known = facts.known[local as usize];
+        let code = self.compile(m, BlockRun { first: 0, ..r }, known)?;
+        self.mods[r.module as usize].entries[r.block.as_u32() as usize] = Some(Entry {
+            code: Rc::new(code),
+            facts,
+            local,
+            proc: proc.as_u32(),
+            known,
+        });
+        Ok(())
+    }
+
+    /// Compiles run `r`'s block from `r.first` for `known`.
+    fn compile(&mut self, m: &Module, r: BlockRun, known: RegSet) -> Result<BlockCode, Error> {
+        let facts = self.proc_facts(m, r.module, r.block)?;
+        let local = r.block.as_u32() - m.procs[m.blocks[r.block].proc].blocks.start;
         let insns = self.decoded(m, r.module, r.block)?;
         let progs: Vec<_> = (insns.iter()).map(|i| (i.insn, i.prog.clone())).collect();
-        let code = Rc::new(BlockCode::compile(known, &progs, r.first as usize, anchor));
-        if r.first == 0 {
-            self.mods[r.module as usize].codes[r.block.as_u32() as usize] = Some(code.clone());
-        }
-        Ok(code)
+        let anchor = facts.anchors[local as usize];
+        Ok(BlockCode::compile(known, &progs, r.first as usize, anchor))
     }
 
     /// At a procedure's entry not reached along a plain edge: the thread's
@@ -450,7 +668,7 @@ impl<S: Sink> Writer<'_, S> {
     fn entry_rsp(&mut self, m: &Module, r: BlockRun) -> Result<(), Error> {
         let pi = m.blocks[r.block].proc;
         let prev = match self.state.prev {
-            Some((pm, pb, true)) if pm == r.module => {
+            Some((pm, pb, true, _)) if pm == r.module => {
                 let pp = m.blocks[pb].proc;
                 let local = pb.as_u32() - m.procs[pp].blocks.start;
                 let db = &self.mods[pm as usize].db;
@@ -487,18 +705,9 @@ impl<S: Sink> Writer<'_, S> {
     /// its ENTER: it must be the thread's next value.
     fn stub_rsp(&mut self, m: &Module, q: u32, here: &dyn Fn() -> String) -> Result<u64, Error> {
         let raw = (m.tag << 24) | q;
-        // Values after an ENTER that were not a stub's (an entry that
-        // does not start with `rsp` known) were read as addresses.
-        while self.entered.last().is_some_and(|&(n, _)| n < self.next) {
-            self.entered.pop();
-        }
-        match self.entered.last() {
-            Some(&(n, w)) if n == self.next && w == raw => {
-                self.entered.pop();
-                self.next += 1;
-                Ok(self.values[n])
-            }
-            _ => Err(format!(
+        match self.values.take_entered(raw)? {
+            Some(v) => Ok(v),
+            None => Err(format!(
                 "{}: entered from outside, but the thread's next data value is not its stub's rsp",
                 here()
             )
@@ -506,27 +715,27 @@ impl<S: Sink> Writer<'_, S> {
         }
     }
 
-    /// Whether the run before `r` (in its thread, to its end) is one of
-    /// the ways in the analysis assumed that carry the state: a plain
-    /// predecessor in the same procedure, or a `ret` of the callee or of a
-    /// procedure it reaches by tail calls.
-    fn came_by(&mut self, m: &Module, r: BlockRun, ways: &[WayIn]) -> Result<bool, Error> {
-        let Some((pm, pb, true)) = self.state.prev else {
-            return Ok(false);
+    /// Whether the run before the one of `e`'s block (in module
+    /// `module`, in its thread, to its end) is one of the ways in the
+    /// analysis assumed that carry the state: a plain predecessor in the
+    /// same procedure, or a `ret` of the callee or of a procedure it
+    /// reaches by tail calls.
+    fn came_by(&self, module: u32, e: &Entry) -> bool {
+        let Some((pm, pb, true, by_ret)) = self.state.prev else {
+            return false;
         };
-        if pm != r.module {
-            return Ok(false);
+        if pm != module {
+            return false;
         }
-        let (pp, pr) = (m.blocks[pb].proc, m.blocks[r.block].proc);
-        let first = m.procs[pr].blocks.start;
-        let by_ret =
-            self.decoded(m, pm, pb)?.last().map(|i| i.insn.mnemonic()) == Some(Mnemonic::Ret);
-        let returns = &self.mods[pm as usize].returns;
-        Ok(ways.iter().any(|w| match *w {
-            WayIn::Plain(b) => pp == pr && pb.as_u32() == first + b,
-            WayIn::Return(f) => by_ret && returns.tail_reaches(f, pp.as_u32()),
+        let md = &self.mods[pm as usize];
+        let Some(p) = &md.entries[pb.as_u32() as usize] else {
+            return false;
+        };
+        (e.facts.ways[e.local as usize].iter()).any(|w| match *w {
+            WayIn::Plain(b) => p.proc == e.proc && p.local == b,
+            WayIn::Return(f) => by_ret && md.returns.tail_reaches(f, p.proc),
             WayIn::Entry => false,
-        }))
+        })
     }
 
     fn run<B: AsRef<[u8]> + Sync>(
@@ -535,30 +744,69 @@ impl<S: Sink> Writer<'_, S> {
         r: BlockRun,
     ) -> Result<(), Error> {
         let m = &visit.modules()[r.module as usize];
-        let insns = self.decoded(m, r.module, r.block)?;
         let code = self.enter(m, r)?;
         if m.shown {
             self.sink.run(r);
         }
-        let check = self.mods[r.module as usize].check;
+        match self.mods[r.module as usize].check {
+            true => self.run_checked(m, r, &code)?,
+            false => self.run_block(m, r, &code)?,
+        }
+        let to_end = r.end == m.blocks[r.block].ninsns;
+        self.state.prev = Some((r.module, r.block, to_end, code.ret));
+        Ok(())
+    }
+
+    /// Run `r` of `code` in one pass, its references to the sink per
+    /// block.
+    #[inline]
+    fn run_block(&mut self, m: &Module, r: BlockRun, code: &BlockCode) -> Result<(), Error> {
+        let n = (r.end - r.first) as usize;
+        let mut out = std::mem::take(&mut self.block);
+        let values = &mut self.values;
+        let take = &mut |what| {
+            let v = values.take()?;
+            Ok(match what {
+                Recorded::Addr(_) => m.original_data_address(v),
+                _ => v,
+            })
+        };
+        if let Err((k, why)) = self.state.exec.run_block(code, n, take, &mut out) {
+            let i = &self.decoded(m, r.module, r.block)?[r.first as usize + k];
+            return Err(format!("instruction at {:#x} ({}): {why}", i.insn.ip(), i.insn).into());
+        }
+        self.count_block(code, n, &out);
+        let fed = match m.shown {
+            true => (self.sink).block(r.first, (code, n), m.load_base, &out),
+            false => Ok(()),
+        };
+        self.block = out;
+        fed
+    }
+
+    /// Run `r` of `code` an instruction at a time, each address compared
+    /// with the full one recorded after the block's values (`--check`).
+    fn run_checked(&mut self, m: &Module, r: BlockRun, code: &BlockCode) -> Result<(), Error> {
+        let insns = self.decoded(m, r.module, r.block)?;
         // The reused addresses, out of `self` while `self` is borrowed.
         let mut got = std::mem::take(&mut self.addrs);
         let walked =
             (insns[r.first as usize..r.end as usize].iter().enumerate()).try_for_each(|(k, i)| {
-                self.abstract_insn(m, i, &code, k, &mut got)?;
-                if check {
-                    let vals = self.take(i.full.len())?;
-                    self.compare(m, r, r.first as usize + k, i, &got, &vals)?;
+                self.abstract_insn(m, i, code, k, &mut got)?;
+                let vals = self.take(i.full.len())?;
+                self.compare(m, r, r.first as usize + k, i, &got, &vals)?;
+                self.count(code, k, got.rep.map_or(1, |(count, _)| count));
+                match m.shown {
+                    true => {
+                        let c = (&code.insns[k], m.load_base);
+                        let at = r.first + k as u32;
+                        feed(self.sink, at, c, (code.refs(k), &got.addrs), got.rep)
+                    }
+                    false => Ok(()),
                 }
-                if m.shown {
-                    self.print(i, &code, k, r.first + k as u32, m.load_base, &got)?;
-                }
-                Ok::<_, Error>(())
             });
         self.addrs = got;
-        walked?;
-        self.state.prev = Some((r.module, r.block, r.end == m.blocks[r.block].ninsns));
-        Ok(())
+        walked
     }
 
     /// Runs `i`, instruction `k` of `code`, in the thread's abstract
@@ -574,13 +822,9 @@ impl<S: Sink> Writer<'_, S> {
         k: usize,
         got: &mut InsnAddrs,
     ) -> Result<(), Error> {
-        let (values, next, thread) = (&self.values, &mut self.next, self.thread);
+        let values = &mut self.values;
         let take = &mut |what| {
-            let v = values
-                .get(*next)
-                .copied()
-                .ok_or_else(|| short(thread, values.len()))?;
-            *next += 1;
+            let v = values.take()?;
             Ok(match what {
                 Recorded::Addr(_) => m.original_data_address(v),
                 _ => v,
@@ -631,64 +875,59 @@ impl<S: Sink> Writer<'_, S> {
 
     /// The next `n` values of the thread.
     fn take(&mut self, n: usize) -> Result<Vec<u64>, Error> {
-        let end = self.next + n;
-        let v = self
-            .values
-            .get(self.next..end)
-            .ok_or_else(|| short(self.thread, self.values.len()))?;
-        self.next = end;
-        Ok(v.to_vec())
+        Ok((0..n)
+            .map(|_| self.values.take())
+            .collect::<Result<_, _>>()?)
     }
 
-    /// Gives instruction `k` of `code` (`i`, the `at`-th of its block)
-    /// and its references to the sink.
+    /// Counts the references of instructions `0..n` of `code`, every
+    /// iteration of a `rep` (`out`'s).
     #[inline]
-    fn print(
-        &mut self,
-        i: &Insn,
-        code: &BlockCode,
-        k: usize,
-        at: u32,
-        base: u64,
-        got: &InsnAddrs,
-    ) -> Result<(), Error> {
-        let ip = base.wrapping_add(i.insn.ip());
-        let len = i.insn.len() as u32;
-        let refs = code.refs(k);
-        self.count(code, k, got);
-        let Some((count, flags)) = got.rep else {
-            self.sink.insn(at, ip, len)?;
-            for (r, &a) in refs.iter().zip(&got.addrs) {
-                self.sink.data(r.access, a, r.size)?;
+    fn count_block(&mut self, code: &BlockCode, n: usize, out: &BlockAddrs) {
+        match n == code.insns.len() {
+            true => {
+                let c = &mut self.counts;
+                let [refs, statik, recorded] = code.totals;
+                c.refs += refs;
+                c.static_refs += statik;
+                c.recorded_refs += recorded;
             }
-            return Ok(());
-        };
-        let dir: i64 = if flags & DF != 0 { -1 } else { 1 };
-        for n in 0..count {
-            self.sink.insn(at, ip, len)?;
-            // A `rep`'s pointers advance by the size each iteration.
-            for (r, &a) in refs.iter().zip(&got.addrs) {
-                let step = (n as i64).wrapping_mul(dir).wrapping_mul(i64::from(r.size)) as u64;
-                self.sink.data(r.access, a.wrapping_add(step), r.size)?;
-            }
+            false => (0..n).for_each(|k| self.count(code, k, 1)),
         }
-        self.sink.insn(at, ip, len)
+        // A `rep` counted once above runs `count` times.
+        for &(k, count, _) in &out.reps {
+            self.count(code, k as usize, count.wrapping_sub(1));
+        }
     }
 
-    /// Counts the references of instruction `k` of `code`, every
-    /// iteration of a `rep`.
+    /// Counts the references of instruction `k` of `code`, `times` times.
     #[inline]
-    fn count(&mut self, code: &BlockCode, k: usize, got: &InsnAddrs) {
-        let times = got.rep.map_or(1, |(count, _)| count);
+    fn count(&mut self, code: &BlockCode, k: usize, times: u64) {
         let c = &code.insns[k];
         let n = &mut self.counts;
-        n.refs += times.wrapping_mul(code.refs(k).len() as u64);
-        n.static_refs += times.wrapping_mul(u64::from(c.statik));
-        n.recorded_refs += times.wrapping_mul(u64::from(c.recorded));
+        n.refs = n
+            .refs
+            .wrapping_add(times.wrapping_mul(code.refs(k).len() as u64));
+        n.static_refs = (n.static_refs).wrapping_add(times.wrapping_mul(u64::from(c.statik)));
+        n.recorded_refs = (n.recorded_refs).wrapping_add(times.wrapping_mul(u64::from(c.recorded)));
     }
 }
 
-fn short(thread: Option<ThreadId>, n: usize) -> String {
+/// Forgets every register not in `known` (`Exec::keep`, once per block
+/// run: one pass); whether every one in it is known.
+#[inline]
+fn keep_exactly(regs: &mut [Option<u64>], known: RegSet) -> bool {
+    let mut all = true;
+    for (g, v) in regs.iter_mut().enumerate() {
+        match known.0 >> g & 1 {
+            0 => *v = None,
+            _ => all &= v.is_some(),
+        }
+    }
+    all
+}
+
+fn short(thread: Option<ThreadId>, n: u64) -> String {
     format!(
         "thread {}: the data values end after {n} (the trace is short of values)",
         thread.map_or(0, |t| t.0)

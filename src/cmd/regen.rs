@@ -37,8 +37,9 @@ pub struct Args {
     /// Cut streams with the fast pass even if an index exists.
     #[arg(long, conflicts_with = "index")]
     no_index: bool,
-    /// With `--format xdin`: data references too (`r`/`w` lines) from a
-    /// `record --data --check` trace; `--format lackey` always has them.
+    /// With `--format xdin` or `bin`: data references too (`r`/`w` lines,
+    /// read and write records) from a `record --data` trace; `--format
+    /// lackey` always has them.
     #[arg(long)]
     data: bool,
 }
@@ -72,7 +73,8 @@ pub fn run(a: Args) -> super::Result {
     let data = match a.format {
         Format::Lackey => Some(super::dataout::DataFormat::Lackey),
         Format::Xdin if a.data => Some(super::dataout::DataFormat::Xdin),
-        _ if a.data => return Err("--data needs --format xdin or lackey".into()),
+        Format::Bin if a.data => Some(super::dataout::DataFormat::Bin),
+        _ if a.data => return Err("--data needs --format xdin, bin or lackey".into()),
         _ => None,
     };
     if let Some(f) = data {
@@ -103,7 +105,7 @@ pub fn run(a: Args) -> super::Result {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The data trace (`--format lackey`, `--format xdin --data`).
+/// The data trace (`--format lackey`, `--format xdin|bin --data`).
 fn run_data(a: Args, format: super::dataout::DataFormat) -> super::Result {
     if a.relative || a.count || a.piece != 0 {
         return Err("--relative, --count and --piece do not apply to data traces yet".into());

@@ -154,8 +154,14 @@ struct UpCode {
 /// One compiled instruction: index ranges into its block's tables.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InsnCode {
-    /// Why the reference table refuses the instruction (an error when run).
-    fail: Option<String>,
+    /// The instruction's link-time address and length (the walk's fetch,
+    /// without touching the decoded instruction).
+    pub ip: u64,
+    /// Its length in bytes.
+    pub len: u32,
+    /// Why the reference table refuses the instruction (an error when run):
+    /// an index into [`BlockCode`]'s reasons.
+    fail: Option<u32>,
     /// `rsp` is taken first when unknown ([`Exec::anchor`]): it is unknown.
     anchor: bool,
     /// A `rep` string instruction: `rcx` and `rflags` are taken first.
@@ -178,6 +184,23 @@ pub struct BlockCode {
     pub insns: Vec<InsnCode>,
     refs: Vec<RefCode>,
     ups: Vec<UpCode>,
+    fails: Vec<String>,
+    /// The block ends with a `ret`.
+    pub ret: bool,
+    /// All instructions' references, static ones and recorded ones
+    /// ([`InsnCode::statik`], [`InsnCode::recorded`]), each `rep` once.
+    pub totals: [u64; 3],
+}
+
+/// What a run of a block referenced ([`Exec::run_block`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BlockAddrs {
+    /// Every reference's address, instruction after instruction, in the
+    /// order of [`BlockCode::refs`] (a `rep`'s first iteration).
+    pub addrs: Vec<u64>,
+    /// Per `rep` string instruction run: its index in the run, and `rcx`
+    /// and `rflags` before it.
+    pub reps: Vec<(u32, u64, u64)>,
 }
 
 impl BlockCode {
@@ -199,8 +222,15 @@ impl BlockCode {
                 k.insert(Gpr::RSP);
             }
             let c = code.insn(insn, prog, &mut k, anchor);
+            let n = (c.refs.1 - c.refs.0) as u64;
+            code.totals[0] += n;
+            code.totals[1] += u64::from(c.statik);
+            code.totals[2] += u64::from(c.recorded);
             code.insns.push(c);
         }
+        code.ret = insns
+            .last()
+            .is_some_and(|(i, _)| i.mnemonic() == Mnemonic::Ret);
         code
     }
 
@@ -240,7 +270,13 @@ impl BlockCode {
             });
         }
         let (ups0, snapshot) = (self.ups.len() as u32, self.updates(insn, prog, k));
+        let fail = fail.map(|why| {
+            self.fails.push(why);
+            self.fails.len() as u32 - 1
+        });
         InsnCode {
+            ip: insn.ip(),
+            len: insn.len() as u32,
             fail,
             anchor,
             rep: prog.refs.iter().any(|r| r.repeat == Repeat::Rcx),
@@ -366,16 +402,54 @@ impl Exec {
         take: &mut impl FnMut(Recorded) -> Result<u64, String>,
         out: &mut InsnAddrs,
     ) -> Result<(), String> {
+        out.addrs.clear();
+        out.recorded.clear();
+        out.rep = self.step(code, k, take, &mut out.addrs)?;
+        Ok(())
+    }
+
+    /// Runs instructions `0..n` of `code` as [`Exec::run_code`] does, one
+    /// after the other, their addresses into `out` (cleared first): one
+    /// pass over the block, for a walk that feeds its consumer per block.
+    /// An error names the instruction that failed.
+    #[inline]
+    pub fn run_block(
+        &mut self,
+        code: &BlockCode,
+        n: usize,
+        take: &mut impl FnMut(Recorded) -> Result<u64, String>,
+        out: &mut BlockAddrs,
+    ) -> Result<(), (usize, String)> {
+        out.addrs.clear();
+        out.reps.clear();
+        for k in 0..n {
+            match self.step(code, k, take, &mut out.addrs) {
+                Ok(None) => {}
+                Ok(Some((rcx, flags))) => out.reps.push((k as u32, rcx, flags)),
+                Err(why) => return Err((k, why)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Instruction `k` of `code`: its addresses appended to `addrs`, its
+    /// `rep`'s `rcx` and `rflags`.
+    #[inline(always)]
+    fn step(
+        &mut self,
+        code: &BlockCode,
+        k: usize,
+        take: &mut impl FnMut(Recorded) -> Result<u64, String>,
+        addrs: &mut Vec<u64>,
+    ) -> Result<Option<(u64, u64)>, String> {
         let c = &code.insns[k];
         if c.anchor {
             self.regs[Gpr::RSP.index()] = Some(take(Recorded::Rsp)?);
         }
-        if let Some(why) = &c.fail {
-            return Err(why.clone());
+        if let Some(why) = c.fail {
+            return Err(code.fails[why as usize].clone());
         }
-        out.addrs.clear();
-        out.recorded.clear();
-        out.rep = match c.rep {
+        let rep = match c.rep {
             true => Some((take(Recorded::Rcx)?, take(Recorded::Flags)?)),
             false => None,
         };
@@ -390,7 +464,7 @@ impl Exec {
                     a
                 }
             };
-            out.addrs.push(a);
+            addrs.push(a);
         }
         let ups = &code.ups[c.ups.0 as usize..c.ups.1 as usize];
         let before = if c.snapshot { Some(self.regs) } else { None };
@@ -399,7 +473,7 @@ impl Exec {
             let v = u.val.map(|v| v.eval(regs, self.bias));
             self.regs[u.dst.index()] = v;
         }
-        Ok(())
+        Ok(rep)
     }
 }
 

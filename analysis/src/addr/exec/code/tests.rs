@@ -5,7 +5,7 @@
 use iced_x86::code_asm::*;
 use iced_x86::{Instruction, InstructionInfoFactory};
 
-use super::BlockCode;
+use super::{BlockAddrs, BlockCode};
 use crate::addr::exec::{Exec, InsnAddrs};
 use crate::addr::full::Recorded;
 use crate::addr::tests::asm;
@@ -142,5 +142,30 @@ fn compiled_code_runs_as_the_interpreter_for_any_known_registers() {
                 .count();
             assert_eq!(c.recorded as usize, recorded, "instruction {k}");
         }
+    }
+}
+
+#[test]
+fn a_block_run_in_one_pass_is_its_instructions_run_one_by_one() {
+    let b = block();
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    for _ in 0..200 {
+        let known = RegSet(rng.next() as u16);
+        let code = BlockCode::compile(known, &b, 0, true);
+        let seed = rng.next() | 1;
+        let start = state(known, &mut Rng(seed));
+        let steps = run(&b, 0, start.clone(), seed, Some(&code));
+        let (mut e, mut vals, mut out) = (start, Rng(seed), BlockAddrs::default());
+        let n = code.insns.len();
+        e.run_block(&code, n, &mut |_| Ok(vals.next() % 64), &mut out)
+            .unwrap();
+        let addrs: Vec<u64> = steps.iter().flat_map(|s| s.0.clone()).collect();
+        let reps: Vec<_> = (steps.iter().enumerate())
+            .filter_map(|(k, s)| s.1.map(|(c, f)| (k as u32, c, f)))
+            .collect();
+        assert_eq!((out.addrs, out.reps), (addrs, reps), "known {:#x}", known.0);
+        assert_eq!(e, steps[n - 1].3);
+        let refs: usize = (0..n).map(|k| code.refs(k).len()).sum();
+        assert_eq!(code.totals[0], refs as u64);
     }
 }
