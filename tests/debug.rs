@@ -886,8 +886,14 @@ fn materialise_says_when_the_rerun_diverges() {
 /// `qsort_callback.c` built as `variant` and recorded with data addresses
 /// (`record --data --check`): the executable and the trace.
 fn recorded_with_data(variant: Variant) -> (PathBuf, PathBuf) {
-    let exe = build("qsort_callback.c", variant);
-    let name = format!("qsort_callback-{}-data.aet", variant.tag());
+    recorded_source_with_data("qsort_callback.c", variant)
+}
+
+/// `source` built as `variant` and recorded with data addresses.
+fn recorded_source_with_data(source: &str, variant: Variant) -> (PathBuf, PathBuf) {
+    let exe = build(source, variant);
+    let stem = source.rsplit_once('.').map_or(source, |s| s.0);
+    let name = format!("{stem}-{}-data.aet", variant.tag());
     let trace = common::scratch("debug").join(name);
     run_checked(
         Command::new(common::aetrace())
@@ -1391,4 +1397,72 @@ fn a_passage_through_untraced_code_precedes_a_handler() {
         "{out}"
     );
     assert!(out.contains("#1  0x"), "{out}");
+}
+
+/// `switch.c`'s `dense` built as a PIE at -O2, by objdump: the link
+/// addresses of `dense`, of its jump table (the address the rip-relative
+/// `lea` loads: 12 four-byte offsets from it, which the rewritten program
+/// reads from a copy) and of the instruction that reads the table.
+fn dense_table(exe: &Path) -> (u64, u64, u64) {
+    let out = Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn"])
+        .arg(exe)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (head, body) = text.split_once(" <dense>:\n").expect("dense in objdump");
+    let hex = |a: &str| u64::from_str_radix(a.trim(), 16).unwrap();
+    let dense = hex(head.rsplit('\n').next().unwrap());
+    let mut lines = body.lines().take_while(|l| !l.is_empty());
+    let lea = lines.find(|l| l.contains("lea") && l.contains("(%rip),"));
+    let table = lea
+        .and_then(|l| l.split("# ").nth(1))
+        .expect("the table's lea");
+    let table = hex(table.split_whitespace().next().unwrap());
+    let reader = lines
+        .find(|l| l.contains(",4),"))
+        .expect("the table's reader");
+    (dense, table, hex(reader.split(':').next().unwrap()))
+}
+
+/// `rwatch` on `switch.c`'s jump table (PIE: the rewritten program reads
+/// a copy of it, and the stub maps each recorded address back to the
+/// original table's, as gdb knows it) stops after each read of it, as
+/// many as valgrind lackey sees the program make on the native run
+/// (which loads a PIE at 0x108000), each after the instruction objdump says reads it; then the
+/// run goes past the end.
+#[test]
+fn rwatch_on_a_jump_table_stops_at_its_reads() {
+    let (exe, trace) = recorded_source_with_data("switch.c", O2_PIE);
+    let want = insns(&trace);
+    let (dense, table, reader) = dense_table(&exe);
+    let base = 0x108000;
+    let lackey = lackey_readers(&exe, (base + table, base + table + 48));
+    // The program's reads (libc's string functions read the strings next
+    // to the table in wide words; untraced, they are not in the trace).
+    let lackey: Vec<u64> = lackey
+        .into_iter()
+        .filter(|&a| a < base + (1 << 20))
+        .collect();
+    assert!(lackey.len() > 10, "{} reads by lackey", lackey.len());
+    assert!(lackey.iter().all(|&a| a == base + reader), "{lackey:x?}");
+    let out = gdb(
+        &exe,
+        &trace,
+        &format!(
+            "printf \"dense %lx\\n\", &dense\nrwatch -l *(char (*)[48])((char *)&dense + {})\n{}",
+            table - dense,
+            "continue\nmonitor watch-hit\n".repeat(lackey.len() + 1)
+        ),
+    );
+    let at = out.lines().find_map(|l| l.strip_prefix("dense "));
+    let at = u64::from_str_radix(at.expect("dense's address").trim(), 16).unwrap();
+    let ours: Vec<u64> = out
+        .lines()
+        .filter(|l| l.contains(": L "))
+        .map(|l| l.split_whitespace().nth(1).unwrap().trim_end_matches(':'))
+        .map(|p| want[p.parse::<usize>().unwrap()] - at + dense)
+        .collect();
+    assert_eq!(ours, vec![reader; lackey.len()], "{out}");
+    assert_eq!(out.matches(KILLED).count(), 1, "{out}");
 }
