@@ -22,6 +22,9 @@ use common::recorded::{record_ok, Knobs};
 
 const O2_PIE: Variant = Variant::new(Opt::O2, Link::Pie, false);
 const END: &str = "No more reverse-execution history";
+/// How a `continue` past a thread's last instruction stops (as rr's
+/// replay ends), at the position after it.
+const KILLED: &str = "received signal SIGKILL";
 
 /// `source` built and recorded with `args`: the executable and the trace.
 fn recorded(source: &str, args: &[&str]) -> (PathBuf, PathBuf) {
@@ -46,7 +49,10 @@ fn gdb(exe: &Path, trace: &Path, commands: &str) -> String {
 /// [`gdb`], also when the last command fails: whether gdb succeeded and
 /// its output.
 fn gdb_status(exe: &Path, trace: &Path, commands: &str) -> (bool, String) {
-    let script = trace.with_extension(format!("{}.gdb", commands.len()));
+    // Scripts on one trace may run at once: a file each.
+    static SCRIPTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let k = SCRIPTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let script = trace.with_extension(format!("{k}.gdb"));
     let text = format!(
         "set pagination off\nset confirm off\nset remotetimeout 60\n{TRACED_STEPI}target remote | '{}' debug --server '{}'\n{commands}\n",
         common::aetrace().display(),
@@ -125,9 +131,10 @@ fn stepi_both_ways_follows_the_instruction_trace() {
 }
 
 /// After `prelude` (which sets breakpoint 1), `continue` stops at each of
-/// `hits` (positions of a thread of `len` instructions) in turn and then at
-/// the last instruction, and `reverse-continue` at the same hits in
-/// reverse and then at the first instruction; both ends say so.
+/// `hits` (positions of a thread of `len` instructions) in turn and then
+/// past the last instruction (position `len`, SIGKILL), and
+/// `reverse-continue` at the same hits in reverse and then at the first
+/// instruction (the start of history).
 fn assert_hits_both_ways(exe: &Path, trace: &Path, prelude: &str, len: u64, hits: &[u64]) {
     let n = hits.len();
     let script = format!(
@@ -139,11 +146,12 @@ fn assert_hits_both_ways(exe: &Path, trace: &Path, prelude: &str, len: u64, hits
     let got = whens(&out);
     assert_eq!(got.len(), 2 * n + 2, "{out}");
     assert_eq!(got[..n], hits[..], "continue");
-    assert_eq!(got[n], len - 1, "continue past the last hit");
+    assert_eq!(got[n], len, "continue past the last hit");
     let back: Vec<u64> = hits.iter().rev().copied().collect();
     assert_eq!(got[n + 1..2 * n + 1], back[..], "reverse-continue");
     assert_eq!(got[2 * n + 1], 0, "reverse-continue past the first hit");
-    assert_eq!(out.matches(END).count(), 2, "{out}");
+    assert_eq!(out.matches(END).count(), 1, "{out}");
+    assert_eq!(out.matches(KILLED).count(), 1, "{out}");
     assert_eq!(out.matches("reakpoint 1, ").count(), 2 * n, "{out}");
 }
 
@@ -364,9 +372,12 @@ fn aetrace_debug_starts_gdb_at_the_instruction_asked() {
 
 /// gdb at the run's edges: a breakpoint on the thread's first
 /// instruction stops `reverse-continue` there as a breakpoint hit, one
-/// more `reverse-stepi` there and one more `stepi` at the last instruction
-/// are gdb's "No more reverse-execution history" (the position stays);
-/// registers other than `rip` print as `<unavailable>`, never a value.
+/// more `reverse-stepi` there is gdb's "No more reverse-execution history"
+/// (the position stays); a `stepi` at the last instruction goes past it,
+/// into `<untraced>` (the process exited from there), where `stepi` and
+/// `continue` stop with SIGKILL (the position stays) and `reverse-stepi`
+/// goes back to the last instruction; registers other than `rip` print
+/// as `<unavailable>`, never a value.
 #[test]
 fn edges_of_the_run_and_unavailable_registers() {
     let (exe, trace) = recorded("loops.c", &[]);
@@ -375,16 +386,21 @@ fn edges_of_the_run_and_unavailable_registers() {
     let script = format!(
         "break *{:#x}\n{}reverse-continue\nmonitor when\nreverse-stepi\nmonitor when\n\
          print $rax\ninfo registers rsp\nprintf \"pc %lx\\n\", $pc\n\
-         monitor seek {last}\nmaintenance flush register-cache\nstepi\nmonitor when\n",
+         monitor seek {last}\nmaintenance flush register-cache\nstepi\nmonitor when\nbt\n\
+         stepi\ncontinue\nmonitor when\nreverse-stepi\nmonitor when\nprintf \"pc %lx\\n\", $pc\n",
         want[0],
         "stepi\n".repeat(5)
     );
     let out = gdb(&exe, &trace, &script);
     assert_eq!(want.iter().filter(|&&a| a == want[0]).count(), 1);
-    assert_eq!(whens(&out), [0, 0, last as u64], "{out}");
+    let len = want.len() as u64;
+    assert_eq!(whens(&out), [0, 0, len, len, len - 1], "{out}");
     assert_eq!(out.matches("Breakpoint 1, ").count(), 1, "{out}");
-    assert_eq!(out.matches(END).count(), 2, "{out}");
-    assert_eq!(pcs(&out), [want[0]], "{out}");
+    assert_eq!(out.matches(END).count(), 1, "{out}");
+    assert_eq!(out.matches(KILLED).count(), 2, "{out}");
+    // (`<untraced>` has no symbol here: aetrace.py is not loaded.)
+    assert!(out.contains("#0  0x00007ae7ace00001 in "), "{out}");
+    assert_eq!(pcs(&out), [want[0], want[last]], "{out}");
     assert!(out.contains("$1 = <unavailable>"), "{out}");
     let rsp = out.lines().find(|l| l.starts_with("rsp "));
     assert!(rsp.is_some_and(|l| l.contains("<unavailable>")), "{out}");
@@ -469,6 +485,24 @@ fn o0_g(source: &str) -> PathBuf {
         built.push(source.to_owned());
     }
     exe
+}
+
+/// [`o0_g`]`(source)` recorded with `args`, once per test process: the
+/// executable and the trace. Recordings of one executable run one at a
+/// time (two at once raced on the rewrite cache's file: "Text file
+/// busy").
+fn o0_g_recorded(source: &str, args: &[&str]) -> (PathBuf, PathBuf) {
+    type Done = Vec<(String, Vec<String>, PathBuf)>;
+    static DONE: std::sync::Mutex<Done> = std::sync::Mutex::new(Vec::new());
+    let exe = o0_g(source);
+    let mut done = DONE.lock().unwrap();
+    let args_owned: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    if let Some(d) = done.iter().find(|d| d.0 == source && d.1 == args_owned) {
+        return (exe, d.2.clone());
+    }
+    let (_, trace, _) = record_ok(&exe, args, &[], Knobs::DEFAULT);
+    done.push((source.to_owned(), args_owned, trace.clone()));
+    (exe, trace)
 }
 
 /// A line-stepping script for [`line_steps_agree_with_native_gdb`].
@@ -614,6 +648,24 @@ const LINE_STEPS: &[LineSteps] = &[
         script: "next*7; native: tbreak worker; native: continue; trace: thread 3; trace: next; \
                  step; next*5; until*2; next",
     },
+    // Off the end of a worker's start routine: `next` from its last line
+    // and `finish` from it stop where the thread went after its last
+    // traced instruction (natively in libc's start_thread, on the trace
+    // in `<untraced>` past the thread's last instruction).
+    LineSteps {
+        source: "threads.c",
+        args: &[],
+        record: false,
+        script: "next*7; native: tbreak worker; native: continue; trace: thread 3; trace: next; \
+                 tbreak 16; continue; next*2",
+    },
+    LineSteps {
+        source: "threads.c",
+        args: &[],
+        record: false,
+        script: "next*7; native: tbreak worker; native: continue; trace: thread 3; trace: next; \
+                 step; finish",
+    },
     // setjmp/longjmp: into the recursion that longjmps, and back out of it
     // with reverse-finish (not `next` over the longjmp: natively gdb needs
     // libc's longjmp probe to follow it, and runs to the end without).
@@ -694,17 +746,16 @@ fn native_gdb(exe: &Path, case: &LineSteps, script: &Path, commands: &str) -> St
 #[test]
 fn line_steps_agree_with_native_gdb() {
     std::thread::scope(|s| {
-        for case in LINE_STEPS {
-            s.spawn(move || line_steps_agree(case));
+        for (i, case) in LINE_STEPS.iter().enumerate() {
+            s.spawn(move || line_steps_agree(i, case));
         }
     });
 }
 
 /// [`line_steps_agree_with_native_gdb`] for one script.
-fn line_steps_agree(case: &LineSteps) {
+fn line_steps_agree(i: usize, case: &LineSteps) {
     let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
-    let exe = o0_g(case.source);
-    let (_, trace, _) = record_ok(&exe, case.args, &[], Knobs::DEFAULT);
+    let (exe, trace) = o0_g_recorded(case.source, case.args);
     let (ours, n) = expand(case.script, "trace");
     let ours = gdb(
         &exe,
@@ -715,7 +766,8 @@ fn line_steps_agree(case: &LineSteps) {
         ),
     );
     let commands = expand(case.script, "native").0;
-    let native = native_gdb(&exe, case, &trace.with_extension("native.gdb"), &commands);
+    let script = trace.with_extension(format!("native{i}.gdb"));
+    let native = native_gdb(&exe, case, &script, &commands);
     let what = format!(
         "{}: {}\nours:\n{ours}\nnative:\n{native}",
         case.source, case.script
@@ -834,8 +886,14 @@ fn materialise_says_when_the_rerun_diverges() {
 /// `qsort_callback.c` built as `variant` and recorded with data addresses
 /// (`record --data --check`): the executable and the trace.
 fn recorded_with_data(variant: Variant) -> (PathBuf, PathBuf) {
-    let exe = build("qsort_callback.c", variant);
-    let name = format!("qsort_callback-{}-data.aet", variant.tag());
+    recorded_source_with_data("qsort_callback.c", variant)
+}
+
+/// `source` built as `variant` and recorded with data addresses.
+fn recorded_source_with_data(source: &str, variant: Variant) -> (PathBuf, PathBuf) {
+    let exe = build(source, variant);
+    let stem = source.rsplit_once('.').map_or(source, |s| s.0);
+    let name = format!("{stem}-{}-data.aet", variant.tag());
     let trace = common::scratch("debug").join(name);
     run_checked(
         Command::new(common::aetrace())
@@ -1062,7 +1120,8 @@ fn each_thread_steps_its_own_stream() {
     script += "thread 4\ninfo threads\nreverse-stepi\nmonitor when\ninfo threads\n";
     let out = gdb(&exe, &trace, &script);
     assert!(out.contains("Thread 2 hit Breakpoint 1"), "{out}");
-    let last3 = wants[2].len() as u64 - 1;
+    // `continue` runs thread 3 past its last instruction.
+    let last3 = wants[2].len() as u64;
     assert_eq!(whens(&out), [0, last3, k as u64 - 2], "{out}");
     let listed = out.lines().filter(|l| l.contains("(trace thread ")).count();
     assert_eq!(listed, 5 * ids.len(), "five `info threads`:\n{out}");
@@ -1137,10 +1196,15 @@ fn gzip_steps_and_breakpoints_follow_regen() {
     let mut expect: Vec<u64> = want[..=200].to_vec();
     expect.extend(want[s as usize - 8..=s as usize].iter().rev());
     expect.extend(&want[s as usize - 7..=s as usize]);
-    // The third stepi from len - 3 is past the end: the pc stays.
+    // The third stepi from len - 3 is past the end: in `<untraced>`,
+    // where the program went after its last instruction.
     expect.extend(&want[len as usize - 3..]);
-    expect.push(want[len as usize - 1]);
+    let (&end, got) = got.split_last().unwrap();
     assert_eq!(got, expect);
+    assert!(
+        (0x7ae7_ace0_0000..0x7ae7_ace0_0010).contains(&end),
+        "{end:#x}"
+    );
     let (addr, entries) = busy_procedure(&trace, 400);
     let hits: Vec<u64> = (0..len).filter(|&p| want[p as usize] == addr).collect();
     assert!(entries >= 100, "{entries} entries");
@@ -1333,4 +1397,72 @@ fn a_passage_through_untraced_code_precedes_a_handler() {
         "{out}"
     );
     assert!(out.contains("#1  0x"), "{out}");
+}
+
+/// `switch.c`'s `dense` built as a PIE at -O2, by objdump: the link
+/// addresses of `dense`, of its jump table (the address the rip-relative
+/// `lea` loads: 12 four-byte offsets from it, which the rewritten program
+/// reads from a copy) and of the instruction that reads the table.
+fn dense_table(exe: &Path) -> (u64, u64, u64) {
+    let out = Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn"])
+        .arg(exe)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (head, body) = text.split_once(" <dense>:\n").expect("dense in objdump");
+    let hex = |a: &str| u64::from_str_radix(a.trim(), 16).unwrap();
+    let dense = hex(head.rsplit('\n').next().unwrap());
+    let mut lines = body.lines().take_while(|l| !l.is_empty());
+    let lea = lines.find(|l| l.contains("lea") && l.contains("(%rip),"));
+    let table = lea
+        .and_then(|l| l.split("# ").nth(1))
+        .expect("the table's lea");
+    let table = hex(table.split_whitespace().next().unwrap());
+    let reader = lines
+        .find(|l| l.contains(",4),"))
+        .expect("the table's reader");
+    (dense, table, hex(reader.split(':').next().unwrap()))
+}
+
+/// `rwatch` on `switch.c`'s jump table (PIE: the rewritten program reads
+/// a copy of it, and the stub maps each recorded address back to the
+/// original table's, as gdb knows it) stops after each read of it, as
+/// many as valgrind lackey sees the program make on the native run
+/// (which loads a PIE at 0x108000), each after the instruction objdump says reads it; then the
+/// run goes past the end.
+#[test]
+fn rwatch_on_a_jump_table_stops_at_its_reads() {
+    let (exe, trace) = recorded_source_with_data("switch.c", O2_PIE);
+    let want = insns(&trace);
+    let (dense, table, reader) = dense_table(&exe);
+    let base = 0x108000;
+    let lackey = lackey_readers(&exe, (base + table, base + table + 48));
+    // The program's reads (libc's string functions read the strings next
+    // to the table in wide words; untraced, they are not in the trace).
+    let lackey: Vec<u64> = lackey
+        .into_iter()
+        .filter(|&a| a < base + (1 << 20))
+        .collect();
+    assert!(lackey.len() > 10, "{} reads by lackey", lackey.len());
+    assert!(lackey.iter().all(|&a| a == base + reader), "{lackey:x?}");
+    let out = gdb(
+        &exe,
+        &trace,
+        &format!(
+            "printf \"dense %lx\\n\", &dense\nrwatch -l *(char (*)[48])((char *)&dense + {})\n{}",
+            table - dense,
+            "continue\nmonitor watch-hit\n".repeat(lackey.len() + 1)
+        ),
+    );
+    let at = out.lines().find_map(|l| l.strip_prefix("dense "));
+    let at = u64::from_str_radix(at.expect("dense's address").trim(), 16).unwrap();
+    let ours: Vec<u64> = out
+        .lines()
+        .filter(|l| l.contains(": L "))
+        .map(|l| l.split_whitespace().nth(1).unwrap().trim_end_matches(':'))
+        .map(|p| want[p.parse::<usize>().unwrap()] - at + dense)
+        .collect();
+    assert_eq!(ours, vec![reader; lackey.len()], "{out}");
+    assert_eq!(out.matches(KILLED).count(), 1, "{out}");
 }

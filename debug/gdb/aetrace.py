@@ -233,6 +233,11 @@ class AetraceUnwinder(gdb.unwinder.Unwinder):
         pc, entry = frames[level]
         if int(pending_frame.read_register("rip")) != pc:
             return None
+        if entry == UNTRACED and level + 1 == len(frames):
+            # What ran after a thread's last instruction, with no traced
+            # caller: its CFI makes it the outermost frame, with the id it
+            # has as a traced start routine's caller (`finish` stops there).
+            return None
         depth = len(frames) - level
         info = pending_frame.create_unwind_info(FrameId(STACK_TOP - 0x100 * depth, entry or pc))
         caller = frames[level + 1][0] if level + 1 < len(frames) else UNTRACED + 1

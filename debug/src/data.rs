@@ -144,6 +144,8 @@ struct EntryFacts {
 /// values come before its full ones.
 struct Insn {
     planned: Planned,
+    /// Its module, in the regenerator's order.
+    module: usize,
     base: u64,
     skip: usize,
 }
@@ -270,7 +272,7 @@ impl Data {
         let mut refs = Vec::new();
         for (i, &pc) in pcs.iter().enumerate() {
             let insn = self.insn(code, pc)?;
-            v = self.refs(&insn, pc, v + self.stub(prev, pc), &mut refs)?;
+            v = self.refs(code, &insn, pc, v + self.stub(prev, pc), &mut refs)?;
             prev = Some(pc);
             if f(base + i as u64, pc, &refs) {
                 return Ok(base + i as u64);
@@ -350,6 +352,7 @@ impl Data {
         let planned = Planned::new(insn, &mut self.info)?;
         let skip = self.skip(code, b.module, pc)?;
         let i = Rc::new(Insn {
+            module: b.module,
             planned,
             base,
             skip,
@@ -427,7 +430,14 @@ impl Data {
     }
     /// Fills `out` with the references of `insn` at `pc`, whose values
     /// start at index `v`; the index after them.
-    fn refs(&self, i: &Insn, pc: u64, v: usize, out: &mut Vec<Ref>) -> Result<usize, String> {
+    fn refs(
+        &self,
+        code: &Code<'_, '_>,
+        i: &Insn,
+        pc: u64,
+        v: usize,
+        out: &mut Vec<Ref>,
+    ) -> Result<usize, String> {
         let insn = &i.planned;
         out.clear();
         let v = v + i.skip;
@@ -441,7 +451,16 @@ impl Data {
                 self.values.len()
             )
         })?;
-        let addrs = insn.addresses(vals, i.base);
+        let mut addrs = insn.addresses(vals, i.base);
+        // The copies read copied jump tables: a recorded address there is
+        // the original table's as gdb knows the program
+        // (`Module::original_data_address`, as `regen --format lackey`).
+        let m = code.modules[i.module];
+        for p in &insn.plan {
+            if let Recorded::Addr(k) = *p {
+                addrs[k] = m.original_data_address(addrs[k]);
+            }
+        }
         // A `rep`'s values start with rcx and rflags (`full::plan`).
         let rep = match insn.plan.first() {
             Some(Recorded::Rcx) => Some((vals[0], vals[1] & DF != 0)),

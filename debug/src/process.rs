@@ -14,7 +14,7 @@
 
 use crate::hc::Noted;
 use crate::image::Image;
-use crate::stub::{xfer, Action, PcOnly, PcRegs, Stop, Stub};
+use crate::stub::{xfer, Action, PcOnly, PcRegs, Stop, Stub, END_SIGNAL};
 use gdbstub::common::{Signal, Tid};
 use gdbstub::stub::MultiThreadStopReason;
 use gdbstub::target::ext::base::multithread::{
@@ -133,7 +133,10 @@ fn stop_reason(tid: Tid, s: Stop) -> MultiThreadStopReason<u64> {
         Stop::SwBreak => R::SwBreak(tid),
         Stop::HwBreak => R::HwBreak(tid),
         Stop::Begin => replay(ReplayLogPosition::Begin),
-        Stop::End => replay(ReplayLogPosition::End),
+        Stop::End => R::SignalWithThread {
+            tid,
+            signal: Signal(END_SIGNAL),
+        },
         Stop::Watch(kind, addr) => R::Watch { tid, kind, addr },
     }
 }
@@ -244,21 +247,19 @@ impl ThreadExtraInfo for Process<'_> {
 
 impl Process<'_> {
     /// Records gdb's action for thread `tid` (a step or range beats a
-    /// continue: gdb steps one thread and lets the others continue).
-    fn pend(&mut self, tid: Tid, action: Action) -> Result<(), String> {
+    /// continue: gdb steps one thread and lets the others continue),
+    /// resuming with `signal`: only the one the thread stopped with, which
+    /// the recorded run went on to deliver (gdb passes it back).
+    fn pend(&mut self, tid: Tid, action: Action, signal: Option<Signal>) -> Result<(), String> {
         let i = self.index(tid)?;
+        let own = self.threads[i].stub.stop_signal();
+        if signal.is_some_and(|s| Some(s.0) != own) {
+            return Err("a recorded run cannot be resumed with another signal".into());
+        }
         if self.pending.is_none() || action != Action::Continue {
             self.pending = Some((i, action));
         }
         Ok(())
-    }
-}
-
-/// Refuses a signal: a recorded run cannot take one.
-fn no_signal(signal: Option<Signal>) -> Result<(), String> {
-    match signal {
-        Some(_) => Err("a recorded run cannot be resumed with a signal".into()),
-        None => Ok(()),
     }
 }
 
@@ -283,8 +284,7 @@ impl MultiThreadResume for Process<'_> {
         tid: Tid,
         signal: Option<Signal>,
     ) -> Result<(), String> {
-        no_signal(signal)?;
-        self.pend(tid, Action::Continue)
+        self.pend(tid, Action::Continue, signal)
     }
 
     #[inline(always)]
@@ -335,8 +335,7 @@ impl MultiThreadSchedulerLocking for Process<'_> {
 
 impl MultiThreadSingleStep for Process<'_> {
     fn set_resume_action_step(&mut self, tid: Tid, signal: Option<Signal>) -> Result<(), String> {
-        no_signal(signal)?;
-        self.pend(tid, Action::Step)
+        self.pend(tid, Action::Step, signal)
     }
 }
 
@@ -347,7 +346,7 @@ impl MultiThreadRangeStepping for Process<'_> {
         start: u64,
         end: u64,
     ) -> Result<(), String> {
-        self.pend(tid, Action::Range(start, end))
+        self.pend(tid, Action::Range(start, end), None)
     }
 }
 

@@ -29,7 +29,7 @@
 
 use crate::image::Image;
 use crate::timeline::Timeline;
-use crate::untraced::{decode, Exit, Passage, To, RETURNED};
+use crate::untraced::{decode, Exit, Passage, To, RETURNED, UNTRACED};
 use aetrace_regen::compile::Module as Compiled;
 use std::collections::HashMap;
 
@@ -86,6 +86,34 @@ impl Stacks {
         }
         s.stack.reverse();
         s.stack
+    }
+
+    /// Past the thread's last instruction, at position `len` (what ran
+    /// next was untraced: libc's `exit`, a thread's start routine's caller,
+    /// the kernel): the pc of `<untraced>` there ([`RETURNED`] after a
+    /// return, else [`UNTRACED`]) and the return addresses, innermost first.
+    pub fn after_end(&mut self, t: &mut Timeline<'_>, len: u64) -> (u64, Vec<u64>) {
+        let mut s = self.state_at(t, len - 1);
+        let last = s.prev.and_then(|a| self.exit_of(a));
+        let pc = match last {
+            Some(Exit::Call { ret, .. }) => {
+                s.stack.push(ret);
+                UNTRACED
+            }
+            Some(Exit::Ret) => {
+                s.stack.pop();
+                RETURNED
+            }
+            _ => UNTRACED,
+        };
+        s.stack.reverse();
+        (pc, s.stack)
+    }
+
+    /// How the instruction at `a` transfers control, if it ends a block
+    /// with a call, an unconditional jump or a return (with passages).
+    fn exit_of(&self, a: u64) -> Option<Exit> {
+        self.passages.as_ref()?.sites.get(&a).map(|s| s.exit)
     }
 
     /// The state after position `n`'s step (an empty one past the end).

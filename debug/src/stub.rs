@@ -103,7 +103,8 @@ pub enum Stop {
     HwBreak,
     /// The first instruction was reached going backwards.
     Begin,
-    /// The last instruction was reached going forwards.
+    /// A run forwards went past the last instruction (the position
+    /// after it, in untraced code: the thread ended).
     End,
     /// A watchpoint (its kind and address) was hit.
     Watch(WatchKind, u64),
@@ -116,6 +117,10 @@ pub struct Stub<'m> {
     pos: u64,
     /// In the passage through untraced code just before `pos`.
     untraced: bool,
+    /// The pc and return addresses past the last instruction, once asked.
+    end: Option<(u64, Vec<u64>)>,
+    /// Why the last run stopped (a resume may pass its signal on).
+    last: Stop,
     image: Image,
     /// Breakpoint addresses: (address, hardware).
     breaks: Vec<(u64, bool)>,
@@ -141,6 +146,10 @@ pub struct Stub<'m> {
     /// has only an error number for it).
     warn: fn(&str),
 }
+
+/// The signal a run off the end stops with, as rr reports the end of a
+/// replay (SIGKILL): gdb keeps the thread, so reverse commands go on.
+pub const END_SIGNAL: u8 = 9;
 
 /// Calls `monitor calls` lists on each side of the current position.
 const CALLS_AROUND: usize = 10;
@@ -168,6 +177,8 @@ impl<'m> Stub<'m> {
             timeline,
             pos: at,
             untraced: false,
+            end: None,
+            last: Stop::Step,
             stacks: Stacks::new(modules).with_passages(modules, &image),
             image,
             breaks: Vec::new(),
@@ -201,8 +212,9 @@ impl<'m> Stub<'m> {
     /// instruction ([`materialise`]); the reply aetrace's gdb command
     /// reads, or why not.
     fn materialise(&mut self) -> String {
+        let untraced = self.untraced || self.at_end();
         let recorded = match &self.plan {
-            _ if self.untraced => {
+            _ if untraced => {
                 return "materialise: cannot materialise in untraced code: step to a traced instruction first".into()
             }
             Ok(r) => r.clone(),
@@ -241,7 +253,35 @@ impl<'m> Stub<'m> {
     pub fn pc(&mut self) -> u64 {
         match self.untraced {
             true => self.passage_before(self.pos).map_or(UNTRACED, Passage::pc),
-            false => self.timeline.address(self.pos).unwrap_or(0),
+            false => match self.timeline.address(self.pos) {
+                Some(a) => a,
+                None => self.end_state().0,
+            },
+        }
+    }
+
+    /// Whether the position is the one after the thread's last
+    /// instruction (where a run off the end stops).
+    fn at_end(&mut self) -> bool {
+        !self.timeline.has(self.pos)
+    }
+
+    /// The pc and return addresses after the last instruction
+    /// ([`Stacks::after_end`]).
+    fn end_state(&mut self) -> (u64, Vec<u64>) {
+        if self.end.is_none() {
+            let len = self.timeline.known_len().expect("the end was reached");
+            self.end = Some(self.stacks.after_end(&mut self.timeline, len));
+        }
+        self.end.clone().expect("just set")
+    }
+
+    /// The signal of the last stop, which gdb may pass back when it
+    /// resumes (delivering it is what the recorded run did next).
+    pub(crate) fn stop_signal(&self) -> Option<u8> {
+        match self.last {
+            Stop::End => Some(END_SIGNAL),
+            _ => None,
         }
     }
 
@@ -267,6 +307,13 @@ impl<'m> Stub<'m> {
     /// the data values and the instructions disagree).
     pub fn run(&mut self) -> Result<Stop, String> {
         self.hit = None;
+        let stop = self.run_action()?;
+        self.last = stop;
+        Ok(stop)
+    }
+
+    /// [`Stub::run`]'s action, with or without watchpoints.
+    fn run_action(&mut self) -> Result<Stop, String> {
         if !self.watches.is_empty() {
             // A passage makes no access: a run with watchpoints starts from
             // the instruction after it.
@@ -298,9 +345,10 @@ impl<'m> Stub<'m> {
         if std::mem::take(&mut self.untraced) {
             return Stop::Step;
         }
-        if !self.timeline.has(self.pos + 1) {
+        if self.at_end() {
             return Stop::End;
         }
+        // The next position is an instruction, or the one past the last.
         self.pos += 1;
         self.untraced = self.passage_before(self.pos).is_some();
         Stop::Step
@@ -332,6 +380,9 @@ impl<'m> Stub<'m> {
     /// looked for when their pcs are stops (a breakpoint gdb set there,
     /// a range being stepped), so a plain run searches addresses alone.
     fn search(&mut self, forward: bool, stops: Stops<'_>) -> Stop {
+        if forward && self.at_end() {
+            return Stop::End;
+        }
         let found = match forward {
             // From a passage, its instruction is the next one.
             true => self
@@ -353,7 +404,27 @@ impl<'m> Stub<'m> {
             (self.pos, self.untraced) = (q, true);
             return self.break_kind().unwrap_or(Stop::Step);
         }
-        self.stop_at(found, if forward { Stop::End } else { Stop::Begin })
+        match (found, forward) {
+            (Found::End(_), true) => self.off_the_end(stops.range.is_some()),
+            _ => self.stop_at(found, Stop::Begin),
+        }
+    }
+
+    /// Moves past the last instruction, where untraced code ran next: a
+    /// breakpoint there (gdb's `finish` out of a thread's start routine
+    /// sets one at `<untraced>`) or the end of a range being stepped stop
+    /// as such, else the run ended ([`Stop::End`]).
+    fn off_the_end(&mut self, range: bool) -> Stop {
+        if self.at_end() {
+            return Stop::End;
+        }
+        self.pos = self.timeline.known_len().expect("the end was reached");
+        self.untraced = false;
+        match self.break_kind() {
+            Some(b) => b,
+            None if range => Stop::Step,
+            None => Stop::End,
+        }
     }
 
     /// The first (`forward`) or last position in `from..=to` preceded by
@@ -429,10 +500,7 @@ impl<'m> Stub<'m> {
             (Some((p, None)), _) => self.stop_at(Found::At(p), Stop::End),
             (Some((p, Some((w, refs)))), true) => self.after_access(p, w, refs),
             (Some((p, Some((w, refs)))), false) => self.before_access(p, w, refs),
-            (None, true) => {
-                let last = self.timeline.known_len().map_or(from, |n| n - 1);
-                self.stop_at(Found::End(last.max(from)), Stop::End)
-            }
+            (None, true) => self.off_the_end(range.is_some()),
             (None, false) => self.stop_at(Found::End(0), Stop::Begin),
         })
     }
@@ -456,20 +524,12 @@ impl<'m> Stub<'m> {
     }
 
     /// Stops after the access of position `p` (references `refs`) to
-    /// watched address `w`, or at the end when `p` is the last position
-    /// (there is no after).
+    /// watched address `w` (past the last instruction when `p` is the
+    /// last).
     fn after_access(&mut self, p: u64, w: (WatchKind, u64), refs: Vec<Ref>) -> Stop {
-        match self.timeline.has(p + 1) {
-            true => {
-                self.pos = p + 1;
-                self.hit = Some((p, refs));
-                Stop::Watch(w.0, w.1)
-            }
-            false => {
-                self.pos = p;
-                Stop::End
-            }
-        }
+        (self.pos, self.untraced) = (p + 1, false);
+        self.hit = Some((p, refs));
+        Stop::Watch(w.0, w.1)
     }
 
     /// Stops before the access of position `p` (going backwards).
@@ -568,7 +628,10 @@ impl<'m> Stub<'m> {
     /// innermost first (a caller's pc is its return address).
     pub fn frames(&mut self) -> Vec<(u64, u64)> {
         let pc = self.pc();
-        let rets = self.stacks.at(&mut self.timeline, self.pos, self.untraced);
+        let rets = match self.at_end() {
+            true => self.end_state().1,
+            false => self.stacks.at(&mut self.timeline, self.pos, self.untraced),
+        };
         let entry = |a: u64| match is_untraced(a) {
             true => UNTRACED,
             false => self.block_at(a).map_or(0, |b| b.entry),
@@ -599,11 +662,14 @@ impl<'m> Stub<'m> {
         let words: Vec<&str> = cmd.split_whitespace().collect();
         match words[..] {
             ["when"] => {
-                let n = self.block_index.number(&mut self.timeline, self.pos);
+                let end = self.at_end();
+                let at = self.pos - u64::from(end);
+                let n = self.block_index.number(&mut self.timeline, at);
                 let block = n.unwrap_or(0).saturating_sub(1);
-                let passage = match self.untraced {
-                    true => " (in untraced code before it)",
-                    false => "",
+                let passage = match (self.untraced, end) {
+                    (true, _) => " (in untraced code before it)",
+                    (_, true) => " (past the thread's last instruction)",
+                    _ => "",
                 };
                 format!("instruction {} block {block}{passage}", self.pos)
             }
@@ -673,6 +739,12 @@ impl<'m> Stub<'m> {
         let pc = self.pc();
         if self.untraced {
             return format!("in untraced code before instruction {}", self.pos);
+        }
+        if self.at_end() {
+            return format!(
+                "past the thread's last instruction ({} instructions): in untraced code",
+                self.pos
+            );
         }
         let module = self
             .image

@@ -3,6 +3,7 @@
 //! come from the execution, not from the regenerator): gdb's packets in,
 //! the stub's replies checked, over an in-memory connection.
 
+use crate::untraced::is_untraced;
 use crate::{serve, Options, Pipe};
 use aetrace_format::Trace;
 use aetrace_graph::testgen::{self, Rng};
@@ -147,9 +148,11 @@ fn stepping_both_ways_follows_the_execution() {
             ps.push("vCont;s:1".to_owned());
             ps.push("g".to_owned());
         }
-        // One step past the end, then all the way back and one more.
-        ps.push("vCont;s:1".into());
-        for _ in 1..n {
+        // One step past the last instruction (into untraced code), one
+        // more (the end: SIGKILL, as rr's replay ends), then all the way
+        // back and one more.
+        ps.extend(["vCont;s:1", "g", "vCont;s:1"].map(String::from));
+        for _ in 0..n {
             ps.push("bs".into());
             ps.push("g".into());
         }
@@ -160,8 +163,10 @@ fn stepping_both_ways_follows_the_execution() {
             assert!(it.next().unwrap().starts_with("T05thread:"));
             assert_eq!(rip_of(it.next().unwrap()), want, "seed {seed}");
         }
-        assert!(it.next().unwrap().contains("replaylog:end"));
-        for &want in addrs[..n - 1].iter().rev() {
+        assert!(it.next().unwrap().starts_with("T05thread:"));
+        assert!(is_untraced(rip_of(it.next().unwrap())), "seed {seed}");
+        assert!(it.next().unwrap().starts_with("T09thread:"));
+        for &want in addrs.iter().rev() {
             it.next().unwrap();
             assert_eq!(rip_of(it.next().unwrap()), want, "seed {seed}");
         }
@@ -186,15 +191,9 @@ fn breakpoint_on_the_first_instruction_both_ways() {
     }
     ps.push("vCont;c".into());
     ps.push(monitor("when"));
-    // Backwards from the end: the same hits in reverse, then position 0,
-    // the first instruction itself, which is a breakpoint too.
-    let back: Vec<usize> = hits
-        .iter()
-        .rev()
-        .filter(|&&h| h < last as usize)
-        .chain([&0])
-        .copied()
-        .collect();
+    // Backwards from past the end: the same hits in reverse, then
+    // position 0, the first instruction itself, a breakpoint too.
+    let back: Vec<usize> = hits.iter().rev().chain([&0]).copied().collect();
     for _ in 0..=back.len() {
         ps.push("bc".into());
         ps.push(monitor("when"));
@@ -207,8 +206,8 @@ fn breakpoint_on_the_first_instruction_both_ways() {
         assert!(it.next().unwrap().contains("swbreak"));
         assert_eq!(when(it.next().unwrap()), h as u64);
     }
-    assert!(it.next().unwrap().contains("replaylog:end"));
-    assert_eq!(when(it.next().unwrap()), last);
+    assert!(it.next().unwrap().starts_with("T09"));
+    assert_eq!(when(it.next().unwrap()), last + 1);
     for &h in &back {
         assert!(it.next().unwrap().contains("swbreak"));
         assert_eq!(when(it.next().unwrap()), h as u64);
