@@ -1772,6 +1772,64 @@ mod tests {
         assert!(write(path, &elf, &add).is_err());
     }
 
+    /// Detached additions: the original program headers, the segments'
+    /// bytes in the file where the descriptor says, the tag naming the
+    /// descriptor; an init function is refused.
+    #[test]
+    fn detached_additions_of_a_shared_object() {
+        let path = Path::new("/lib/x86_64-linux-gnu/libbz2.so.1.0");
+        let elf = std::fs::read(path).unwrap();
+        assert!(can_detach(&elf).unwrap());
+        let at = first_free_vaddr(&elf, DETACH_GAP).unwrap();
+        let segments: Vec<NewSegment> = [(5, 0xc3u8), (6, 0x5a)]
+            .iter()
+            .enumerate()
+            .map(|(i, &(flags, byte))| NewSegment {
+                vaddr: at + 2 * PAGE * i as u64,
+                flags,
+                bytes: vec![byte; 100 + i],
+                mem_size: 100 + i as u64,
+            })
+            .collect();
+        let add = Additions {
+            segments: segments.clone(),
+            heap_gap: DETACH_GAP,
+            detached: true,
+            ..Additions::default()
+        };
+        let out = write(path, &elf, &add).unwrap();
+        let (old, new) = (
+            Image::parse(path, &elf).unwrap(),
+            Image::parse(Path::new("out"), &out).unwrap(),
+        );
+        assert_eq!(new.phdrs, old.phdrs);
+        let dynamic = read_dynamic(&new).unwrap();
+        assert_eq!(dynamic.spare + 1, read_dynamic(&old).unwrap().spare);
+        let desc = dynamic.get(detach::DT_ADDITIONS).unwrap();
+        let word = |i: u64| u64::from_le_bytes(get::<8>(&out, desc + 8 * i).unwrap());
+        assert_eq!((word(0), word(1)), (detach::MAGIC, 2));
+        let prots = [5, 3];
+        for (i, s) in segments.iter().enumerate() {
+            let e = 2 + 4 * i as u64;
+            assert_eq!(
+                (word(e), word(e + 1), word(e + 3)),
+                (s.vaddr, PAGE, prots[i])
+            );
+            let off = word(e + 2) as usize;
+            assert_eq!(off as u64 % PAGE, 0);
+            assert_eq!(&out[off..off + s.bytes.len()], &s.bytes[..]);
+        }
+        let mut init = add.clone();
+        init.init = Some(at);
+        assert!(matches!(
+            write(path, &elf, &init),
+            Err(Error::Rewrite {
+                what: Refusal::Detached(_),
+                ..
+            })
+        ));
+    }
+
     #[test]
     fn start_addresses_outside_code_are_refused() {
         let elf = gzip();
