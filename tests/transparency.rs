@@ -367,13 +367,13 @@ fn a_recorded_program_finds_its_mappings_where_it_does_natively() {
 }
 
 /// With `--libs`, the rewritten library, libc after it and a later `mmap`
-/// land where they do natively (address randomisation off in both runs).
-/// They do not yet: the copy's added segments lengthen the library's span,
-/// and `ld.so` maps the span top-down, so the library and everything
-/// mapped after it land lower (tclsh's libtcl: 0x7ffff7800000 against
-/// 0x7ffff7df2000 natively, docs/sweep.md "tclsh").
+/// land where they do natively (address randomisation off in both runs):
+/// the copy's added segments are in no `PT_LOAD` (before, they lengthened
+/// the span `ld.so` maps top-down, so the library and everything mapped
+/// after it landed lower: tclsh's libtcl at 0x7ffff7800000 against
+/// 0x7ffff7df2000 natively, docs/sweep.md "tclsh"); the executable's
+/// runtime `init` maps them (`docs/runtime.md` section 5).
 #[test]
-#[ignore = "issue 23: a --libs copy's added segments move it and every later mapping (docs/sweep.md, tclsh)"]
 fn a_program_recorded_with_libs_finds_its_libraries_where_it_does_natively() {
     let exe = common::build::build_with_lib("libmap", "liblibmap.so", false);
     let n = native_fixed(&exe, &[]);

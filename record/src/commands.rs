@@ -154,9 +154,16 @@ fn build_id(bytes: &[u8]) -> Option<&[u8]> {
         .filter(|d| !d.is_empty())
 }
 
-/// Rewrites `exe` (module tag 0) or a library (`tag` > 0), or takes the
-/// copy a previous run cached.
-fn prepare(exe: &Path, placement: Placement, data: DataMode, tag: u32) -> Result<Prepared> {
+/// Rewrites `exe` (module tag 0) or a library (`tag` > 0; `startup`: the
+/// loader maps it before the executable's preinit, so its additions are
+/// detached), or takes the copy a previous run cached.
+fn prepare(
+    exe: &Path,
+    placement: Placement,
+    data: DataMode,
+    tag: u32,
+    startup: bool,
+) -> Result<Prepared> {
     let file = std::fs::File::open(exe).map_err(|e| io_err(exe, e))?;
     // SAFETY: a private read-only mapping; only the pages the key needs
     // (headers and notes when there is a build-id) are read.
@@ -164,12 +171,13 @@ fn prepare(exe: &Path, placement: Placement, data: DataMode, tag: u32) -> Result
     let dir = cache_dir();
     // A control-only copy keeps the key it always had.
     let what = format!(
-        "{placement:?}{}",
+        "{placement:?}{}{}",
         match data {
             DataMode::Off => "",
             DataMode::Abstract => "+data-abs",
             DataMode::Check => "+data-abs-check",
-        }
+        },
+        if startup { "+detached" } else { "" }
     );
     let key = cache_key(exe, &bytes, &what, tag);
     drop(bytes);
@@ -196,7 +204,12 @@ fn prepare(exe: &Path, placement: Placement, data: DataMode, tag: u32) -> Result
     {
         return Ok(Prepared { elf, module });
     }
-    let ins = rewrite::instrument_module_data(exe, placement, tag, data)?;
+    let ins = match rewrite::instrument_module_data(exe, placement, tag, data, startup) {
+        Err(e) if e.is_detach_refusal() => {
+            rewrite::instrument_module_data(exe, placement, tag, data, false)?
+        }
+        r => r?,
+    };
     let db = compress_database(progdb::VERSION, &ins.db.encode(), DB_LEVEL).map_err(|source| {
         RecordError::Database {
             exe: exe.to_owned(),
@@ -316,14 +329,14 @@ fn decode_meta(b: &[u8], path: PathBuf, flags: u32) -> Option<ModuleSpec> {
 /// through which the loader finds the rewritten copies.
 type PreparedLibs<T> = (Vec<(crate::libs::Library, T)>, Vec<String>, Option<LibDir>);
 
-/// The `--libs` libraries of `exe`, each rewritten by `prepare(path, tag)`
+/// The `--libs` libraries of `exe`, each rewritten by `prepare(lib, tag)`
 /// (which returns the rewritten file and what else it made) with dense
 /// module tags from 1; the notes on libraries left alone; the per-run
 /// directory through which the loader finds the rewritten copies.
 pub(crate) fn prepare_libs<T>(
     exe: &Path,
     libs: &LibSelection,
-    mut prepare: impl FnMut(&Path, u32) -> Result<(PathBuf, T)>,
+    mut prepare: impl FnMut(&crate::libs::Library, u32) -> Result<(PathBuf, T)>,
 ) -> Result<PreparedLibs<T>> {
     let sel = crate::libs::select(exe, libs)?;
     let mut notes = sel.notes;
@@ -331,7 +344,7 @@ pub(crate) fn prepare_libs<T>(
     let mut out = Vec::new();
     for lib in &sel.traced {
         // Tags stay dense: the next library gets the next module id.
-        let (elf, made) = match prepare(&lib.path, out.len() as u32 + 1) {
+        let (elf, made) = match prepare(lib, out.len() as u32 + 1) {
             Ok(p) => p,
             // `all` means every library that can be traced: one the
             // rewriter refuses runs untraced, like libc, and the trace
@@ -366,10 +379,10 @@ pub fn record(o: &RecordOptions) -> Result<Recorded> {
         argv0: o.program.clone().into_os_string(),
         args: o.args.clone(),
     })?;
-    let prepared = prepare(&run.exe, o.placement, o.data, 0)?;
+    let prepared = prepare(&run.exe, o.placement, o.data, 0, false)?;
     let mut modules = vec![prepared.module];
-    let (libs, notes, dir) = prepare_libs(&run.exe, &o.libs, |path, tag| {
-        prepare(path, o.placement, o.data, tag).map(|p| (p.elf, p.module))
+    let (libs, notes, dir) = prepare_libs(&run.exe, &o.libs, |lib, tag| {
+        prepare(&lib.path, o.placement, o.data, tag, !lib.dlopened).map(|p| (p.elf, p.module))
     })?;
     modules[0].notes.extend(notes);
     modules.extend(libs.into_iter().map(|(_, m)| m));

@@ -214,7 +214,8 @@ pub(crate) fn rewrite_and_run(
 ) -> Result<RewrittenRun> {
     let main = rewrite_counting(exe, spec, 0)?;
     let what = format!("paths threads={}", spec.threads);
-    let (libs, notes, links) = crate::commands::prepare_libs(exe, libs, |path, tag| {
+    let (libs, notes, links) = crate::commands::prepare_libs(exe, libs, |lib, tag| {
+        let path = lib.path.as_path();
         let r = rewrite_counting(path, spec, tag)?;
         let bytes = std::fs::read(path).map_err(|e| Error::Io {
             path: path.to_owned(),
@@ -363,8 +364,9 @@ fn count_run(
     first: i64,
 ) -> Result<CountedRun> {
     let (elf, exe_sk) = prepare(exe, &spec(exe)?, 0)?;
-    let (libs, notes, dir) =
-        crate::commands::prepare_libs(exe, libs, |path, tag| prepare(path, &spec(path)?, tag))?;
+    let (libs, notes, dir) = crate::commands::prepare_libs(exe, libs, |lib, tag| {
+        prepare(&lib.path, &spec(&lib.path)?, tag)
+    })?;
     refuse_dlopened(exe, libs.iter().map(|(l, _)| l))?;
     let sizes: Vec<u64> = std::iter::once(exe_sk.bytes)
         .chain(libs.iter().map(|(_, s)| s.bytes))

@@ -57,6 +57,19 @@
 //!   (`gdb` finds `DT_DEBUG` through the section).
 //! - **`init`** (shared objects): the same construction for
 //!   `DT_INIT_ARRAY`, our function first, then the object's constructors.
+//! - **Detached additions** ([`Additions::detached`], a `--libs` library
+//!   loaded at start-up; issue 23): the new segments are written to the
+//!   file as above, [`DETACH_GAP`] above the image, but in no `PT_LOAD`:
+//!   the program header table stays the original's, so `ld.so` reserves
+//!   and places the original span and every later mapping lands where it
+//!   does natively. Where the table would go, a descriptor lists the
+//!   segments (`aetrace_runtime::blob::detach`), and a `DT_ADDITIONS` tag
+//!   in a spare `DT_NULL` slot gives its file offset; the executable's
+//!   runtime `init` maps them before any library code runs. Nothing
+//!   `ld.so` reads may be among them: no init, preinit or entry, no
+//!   relocated words, no moved `.dynamic`; `PT_GNU_EH_FRAME` keeps the
+//!   original's table (`_dl_find_object` knows only the span, so
+//!   unwinding through the copies finds no FDE).
 //! - **CET.** The relocated code is not IBT/SHSTK clean, so the
 //!   `GNU_PROPERTY_X86_FEATURE_1_IBT` and `_SHSTK` bits of every
 //!   `NT_GNU_PROPERTY_TYPE_0` note are cleared (kernel and `ld.so` read
@@ -110,6 +123,7 @@ use goblin::elf::Elf;
 
 use crate::error::{Error, Refusal, Result, SegmentFault};
 use aetrace_analysis::elf::R_X86_64_RELATIVE;
+use aetrace_runtime::blob::detach;
 
 /// A new loadable segment to append. `flags` are the segment permission bits
 /// (PF_X=1, PF_W=2, PF_R=4).
@@ -165,9 +179,14 @@ pub struct Additions {
     pub eh_frame: Option<(u64, u64)>,
     /// Bytes of address space left free above the original image, below
     /// everything new (the program header table first): the heap of an
-    /// executable ([`HEAP_GAP`]); 0 for a shared object. The same value
-    /// [`first_free_vaddr`] was given.
+    /// executable ([`HEAP_GAP`]), a detached shared object's
+    /// ([`DETACH_GAP`]); else 0. The same value [`first_free_vaddr`] was
+    /// given.
     pub heap_gap: u64,
+    /// The segments are in no `PT_LOAD` (module documentation, "Detached
+    /// additions"): a shared object with a spare `DT_NULL` slot
+    /// ([`can_detach`]), no init or preinit, every segment file-backed.
+    pub detached: bool,
 }
 
 /// The x86-64 page size: loaders map at this granularity.
@@ -189,6 +208,21 @@ pub const PAD_LIMIT: u64 = 16 << 20;
 /// goes on with `mmap`). 1 GiB keeps every copy within a rel32 of the
 /// image for images up to about 1 GiB.
 pub const HEAP_GAP: u64 = 1 << 30;
+/// The least [`Additions::heap_gap`] of a detached shared object: its
+/// additions start at least this far above its image, in the room between
+/// `mmap_base` and the stack that no unhinted `mmap` takes (at least 119
+/// MiB with address randomisation off: 128 MiB less the stack's 8 MiB
+/// limit and guard gap), for a library mapped less than this far below
+/// `mmap_base`.
+pub const DETACH_GAP: u64 = 32 << 20;
+/// The libraries of one process are mapped next to each other, so their
+/// additions, larger than their images, would overlap at one distance:
+/// module tag *t* adds `(t - 1)` slots to [`DETACH_GAP`], and a library
+/// whose image and additions together exceed a slot is not detached.
+pub const DETACH_SLOT: u64 = 24 << 20;
+/// The highest module tag detached: [`DETACH_GAP`] plus its slots stays
+/// within the room above `mmap_base`.
+pub const DETACH_TAGS: u32 = 3;
 /// Spare `DT_NULL` slots left in a moved `.dynamic`, like GNU ld's default.
 const SPARE_DYNAMIC: usize = 5;
 
@@ -519,6 +553,16 @@ pub fn image_end(elf: &[u8]) -> Result<u64> {
         .map(|p| p.p_vaddr.checked_add(p.p_memsz).and_then(page_up))
         .try_fold(0, |end, e| e.map(|e| end.max(e)))
         .ok_or_else(|| img.err(Refusal::AddressSpace))
+}
+
+/// The vaddr of `elf`'s `.dynamic` (`PT_DYNAMIC`), if it has one.
+pub fn dynamic_vaddr(elf: &[u8]) -> Result<Option<u64>> {
+    let img = Image::parse(Path::new("<rewritten ELF>"), elf)?;
+    Ok(img
+        .phdrs
+        .iter()
+        .find(|p| p.p_type == PT_DYNAMIC)
+        .map(|p| p.p_vaddr))
 }
 
 /// Overwrites the bytes at `vaddr` of `elf`, which must lie inside the
@@ -928,6 +972,10 @@ pub fn write(path: &Path, elf: &[u8], add: &Additions) -> Result<Vec<u8>> {
     let mut out = elf.to_vec();
     apply_patches(&img, &mut out, &add.patches)?;
     clear_cet(&img, &mut out)?;
+    if add.detached {
+        write_detached(&img, &mut out, add, place)?;
+        return Ok(out);
+    }
     if let Some(entry) = add.entry {
         out[24..32].copy_from_slice(&entry.to_le_bytes());
     }
@@ -984,6 +1032,63 @@ pub fn write(path: &Path, elf: &[u8], add: &Additions) -> Result<Vec<u8>> {
     }
     section_table(&img, &mut out, &layout.new_sections, &layout.moved_sections)?;
     Ok(out)
+}
+
+/// Whether a shared object's additions can be detached: a spare `DT_NULL`
+/// slot for [`DT_ADDITIONS`].
+pub fn can_detach(elf: &[u8]) -> Result<bool> {
+    let img = Image::parse(Path::new("<input ELF>"), elf)?;
+    Ok(img.header.e_type == ET_DYN && read_dynamic(&img)?.spare > 0)
+}
+
+/// The detached layout (module documentation): the segments' bytes as
+/// [`write`] lays them out, the descriptor where the table would be, and
+/// the `DT_ADDITIONS` tag; the program headers untouched.
+fn write_detached(img: &Image, out: &mut Vec<u8>, add: &Additions, place: PhdrPlace) -> Result<()> {
+    let unfit = |what: Refusal| Err(img.err(what));
+    if add.preinit.is_some() || add.init.is_some() || add.entry.is_some() {
+        return unfit(Refusal::Detached("an init, preinit or entry function"));
+    }
+    if add.segments.len() > detach::MAX_SEGMENTS
+        || add
+            .segments
+            .iter()
+            .any(|s| s.mem_size != s.bytes.len() as u64)
+    {
+        return unfit(Refusal::Detached("more segments, or zero-filled ones"));
+    }
+    let dynamic = read_dynamic(img)?;
+    if dynamic.spare == 0 {
+        return unfit(Refusal::Detached("no spare DT_NULL slot"));
+    }
+    let mut layout = Layout::new(place, detach::DESC_SIZE as u64, &add.segments);
+    layout.unwind_tables(img, add)?;
+    let mut desc = Vec::with_capacity(detach::DESC_SIZE);
+    desc.extend_from_slice(&detach::MAGIC.to_le_bytes());
+    desc.extend_from_slice(&(add.segments.len() as u64).to_le_bytes());
+    for l in &layout.loads[1..] {
+        // New segments start on a page, so their offsets do too.
+        let len = page_up(l.p_filesz).ok_or_else(|| img.err(Refusal::AddressSpace))?;
+        let prot = [(PF_R, 1), (PF_W, 2), (PF_X, 4)]
+            .iter()
+            .filter(|(pf, _)| l.p_flags & pf != 0)
+            .fold(0u64, |p, (_, bit)| p | bit);
+        for word in [l.p_vaddr, len, l.p_offset, prot] {
+            desc.extend_from_slice(&word.to_le_bytes());
+        }
+    }
+    desc.resize(detach::DESC_SIZE, 0);
+    let slot = dynamic.offset + dynamic.used.len() as u64 * DYN_SIZE;
+    let mut tag = detach::DT_ADDITIONS.to_le_bytes().to_vec();
+    tag.extend_from_slice(&place.offset.to_le_bytes());
+    put(out, slot, &tag).ok_or_else(|| img.malformed("PT_DYNAMIC is outside the file"))?;
+    out.resize(place.offset as usize, 0);
+    out.extend_from_slice(&desc);
+    for (l, s) in layout.loads[1..].iter().zip(&add.segments) {
+        out.resize(l.p_offset as usize, 0);
+        out.extend_from_slice(&s.bytes);
+    }
+    section_table(img, out, &layout.new_sections, &layout.moved_sections)
 }
 
 /// The new segments are page-aligned, ascending from `free`, non-empty,
@@ -1665,6 +1770,64 @@ mod tests {
         let mut add = preinit_at(&elf);
         add.init = add.preinit;
         assert!(write(path, &elf, &add).is_err());
+    }
+
+    /// Detached additions: the original program headers, the segments'
+    /// bytes in the file where the descriptor says, the tag naming the
+    /// descriptor; an init function is refused.
+    #[test]
+    fn detached_additions_of_a_shared_object() {
+        let path = Path::new("/lib/x86_64-linux-gnu/libbz2.so.1.0");
+        let elf = std::fs::read(path).unwrap();
+        assert!(can_detach(&elf).unwrap());
+        let at = first_free_vaddr(&elf, DETACH_GAP).unwrap();
+        let segments: Vec<NewSegment> = [(5, 0xc3u8), (6, 0x5a)]
+            .iter()
+            .enumerate()
+            .map(|(i, &(flags, byte))| NewSegment {
+                vaddr: at + 2 * PAGE * i as u64,
+                flags,
+                bytes: vec![byte; 100 + i],
+                mem_size: 100 + i as u64,
+            })
+            .collect();
+        let add = Additions {
+            segments: segments.clone(),
+            heap_gap: DETACH_GAP,
+            detached: true,
+            ..Additions::default()
+        };
+        let out = write(path, &elf, &add).unwrap();
+        let (old, new) = (
+            Image::parse(path, &elf).unwrap(),
+            Image::parse(Path::new("out"), &out).unwrap(),
+        );
+        assert_eq!(new.phdrs, old.phdrs);
+        let dynamic = read_dynamic(&new).unwrap();
+        assert_eq!(dynamic.spare + 1, read_dynamic(&old).unwrap().spare);
+        let desc = dynamic.get(detach::DT_ADDITIONS).unwrap();
+        let word = |i: u64| u64::from_le_bytes(get::<8>(&out, desc + 8 * i).unwrap());
+        assert_eq!((word(0), word(1)), (detach::MAGIC, 2));
+        let prots = [5, 3];
+        for (i, s) in segments.iter().enumerate() {
+            let e = 2 + 4 * i as u64;
+            assert_eq!(
+                (word(e), word(e + 1), word(e + 3)),
+                (s.vaddr, PAGE, prots[i])
+            );
+            let off = word(e + 2) as usize;
+            assert_eq!(off as u64 % PAGE, 0);
+            assert_eq!(&out[off..off + s.bytes.len()], &s.bytes[..]);
+        }
+        let mut init = add.clone();
+        init.init = Some(at);
+        assert!(matches!(
+            write(path, &elf, &init),
+            Err(Error::Rewrite {
+                what: Refusal::Detached(_),
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -31,6 +31,20 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// The additions could not be detached ([`Refusal::Detached`]): the
+    /// module can still be rewritten with them attached.
+    pub fn is_detach_refusal(&self) -> bool {
+        matches!(
+            self,
+            Error::Rewrite {
+                what: Refusal::Detached(_),
+                ..
+            }
+        )
+    }
+}
+
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -234,6 +248,11 @@ pub enum Refusal {
          DT_PREINIT_ARRAY for the main program only"
     )]
     PreinitNotPie,
+    /// Detached additions (`elfout`, a start-up `--libs` library) were
+    /// asked with something `ld.so` would read in them, or do not fit
+    /// their slot: the caller may rewrite the module attached.
+    #[error("the added segments cannot be detached: {0}")]
+    Detached(&'static str),
     /// Both a preinit and an init function were asked for.
     #[error("both a preinit and an init function")]
     PreinitAndInit,

@@ -173,13 +173,18 @@ pub enum DataMode {
 }
 
 /// [`instrument_module`], also recording data addresses as `data` says.
+/// `startup`: a library the loader maps before the executable's preinit
+/// runs (its DT_NEEDED closure), whose added segments can then be
+/// detached (`elfout`, "Detached additions"), so that it and every later
+/// mapping lie where they do natively.
 pub fn instrument_module_data(
     path: &Path,
     which: Placement,
     tag: u32,
     data: DataMode,
+    startup: bool,
 ) -> Result<Instrumented> {
-    instrument_full(path, &How::Trace(which), tag, data)
+    instrument_full(path, &How::Trace(which), tag, data, startup)
 }
 
 /// Imports that start threads: counters then need `lock add`.
@@ -216,6 +221,9 @@ pub(crate) struct Rewrite<'a> {
     pub tag: u32,
     /// The module is a shared object.
     pub library: bool,
+    /// Its added segments are in no `PT_LOAD` (`elfout`, "Detached
+    /// additions"): a traced library loaded at start-up.
+    pub detached: bool,
     /// [`FAULT_ENV`]: the procedure and witness the code does not write.
     pub fault: Option<(String, u32)>,
     /// The lowest `PT_LOAD`'s page.
@@ -238,13 +246,17 @@ pub(crate) struct Rewrite<'a> {
 }
 
 impl<'a> Rewrite<'a> {
-    /// Room left for the heap above the original image: an executable's
-    /// ([`elfout::HEAP_GAP`]). A shared object has no heap, and a static
-    /// PIE's the kernel starts elsewhere (`ELF_ET_DYN_BASE`), while a gap
-    /// would only map its image, placed top-down like a library, lower.
+    /// Room left above the original image: an executable's heap
+    /// ([`elfout::HEAP_GAP`]), or a detached library's distance to its
+    /// additions ([`elfout::DETACH_GAP`]). Another shared object has no
+    /// heap, and a static PIE's the kernel starts elsewhere
+    /// (`ELF_ET_DYN_BASE`), while a gap would only map its image, placed
+    /// top-down like a library, lower.
     pub fn heap_gap(&self) -> u64 {
         let static_pie = self.prog.module.is_static && self.prog.module.kind == ElfKind::Pie;
-        if self.library || static_pie {
+        if self.detached {
+            elfout::DETACH_GAP + u64::from(self.tag - 1) * elfout::DETACH_SLOT
+        } else if self.library || static_pie {
             0
         } else {
             elfout::HEAP_GAP
@@ -259,6 +271,7 @@ impl<'a> Rewrite<'a> {
         tag: u32,
         fault: Option<(String, u32)>,
         data: DataMode,
+        startup: bool,
     ) -> Result<Rewrite<'a>> {
         let module = &prog.module;
         let (stop_at, stop_events) = match how {
@@ -271,6 +284,11 @@ impl<'a> Rewrite<'a> {
             how,
             tag,
             library: module.kind == ElfKind::Shared,
+            detached: module.kind == ElfKind::Shared
+                && startup
+                && (1..=elfout::DETACH_TAGS).contains(&tag)
+                && matches!(how, How::Trace(_))
+                && elfout::can_detach(module.bytes())?,
             fault,
             link_base: 0,
             size: 0,
@@ -329,13 +347,19 @@ impl<'a> Rewrite<'a> {
 /// Rewrites module `tag` at `path` (see [`instrument_module`]): witnesses or
 /// counters, as a list of phases.
 pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented> {
-    instrument_full(path, how, tag, DataMode::Off)
+    instrument_full(path, how, tag, DataMode::Off, false)
 }
 
-fn instrument_full(path: &Path, how: &How, tag: u32, data: DataMode) -> Result<Instrumented> {
+fn instrument_full(
+    path: &Path,
+    how: &How,
+    tag: u32,
+    data: DataMode,
+    startup: bool,
+) -> Result<Instrumented> {
     let fault = fault_injection(path)?;
     let prog = Program::open(path)?;
-    let rw = Rewrite::new(path, &prog, how, tag, fault, data)?;
+    let rw = Rewrite::new(path, &prog, how, tag, fault, data, startup)?;
     let traced = traced::Traced::decide(&rw);
     let calls = calls::Calls::classify(&rw, &traced);
     limits::check_counting(&rw, &calls)?;

@@ -80,6 +80,7 @@ pub(crate) fn link(
             .as_ref()
             .map(|u| (u.eh_frame.0, u.eh_frame.1 - u.eh_frame.0)),
         heap_gap: rw.heap_gap(),
+        detached: rw.detached,
     };
     if let Some(u) = emitted.unwind {
         add.segments.push(NewSegment {
@@ -92,39 +93,72 @@ pub(crate) fn link(
     if let Some(c) = emitted.counted {
         add.segments.extend(c.segments);
     }
+    if rw.detached {
+        // No PT_LOAD holds the runtime: its words go into the segment's
+        // bytes first.
+        let end = add.segments.iter().map(|s| s.vaddr + s.mem_size).max();
+        let end = end.unwrap_or(runtime.vaddr);
+        let used = end - elfout::added_start(module.bytes(), rw.heap_gap())? + rw.size;
+        if used > elfout::DETACH_SLOT {
+            return Err(rw.err(Refusal::Detached(
+                "the image and its additions are larger than a slot (DETACH_SLOT)",
+            )));
+        }
+        let fields = added_range(rw, runtime, end, None)?;
+        for (off, value) in fields {
+            let at = off as usize - data;
+            add.segments[1].bytes[at..at + 8].copy_from_slice(&value.to_le_bytes());
+        }
+        return elfout::write(rw.path, module.bytes(), &add);
+    }
     let mut out = elfout::write(rw.path, module.bytes(), &add)?;
-    added_range(rw, runtime, &mut out)?;
+    let fields = added_range(
+        rw,
+        runtime,
+        elfout::image_end(&out)?,
+        elfout::dynamic_vaddr(&out)?,
+    )?;
+    for (off, value) in fields {
+        elfout::patch_vaddr(&mut out, runtime.vaddr + off, &value.to_le_bytes())?;
+    }
     Ok(out)
 }
 
-/// Tells the runtime where the added segments are: from the first page
-/// above the heap's gap to the end of the rewritten image (`added_start`
-/// and `added_end`, offsets from the blob), so that the program's view of
-/// its maps leaves them out, and, in an executable, where the original
-/// image ends (`native_brk`), where `init` moves the break
+/// The runtime's words that say where the added segments are, as
+/// (offset in the blob, value): from the first page above the gap to
+/// `end`, the end of the additions (`added_start` and `added_end`,
+/// offsets from the blob), so that the program's view of its maps leaves
+/// them out, and, in an executable, where the original image ends
+/// (`native_brk`), where `init` moves the break, and its `.dynamic` at
+/// `dynamic`, through which `init` finds detached libraries
 /// (docs/runtime.md section 5).
-fn added_range(rw: &Rewrite<'_>, runtime: &Runtime, out: &mut [u8]) -> Result<()> {
+fn added_range(
+    rw: &Rewrite<'_>,
+    runtime: &Runtime,
+    end: u64,
+    dynamic: Option<u64>,
+) -> Result<Vec<(u64, u64)>> {
     let original = rw.prog.module.bytes();
     let lo = elfout::added_start(original, rw.heap_gap())?;
-    let hi = elfout::image_end(out)?;
-    let brk = (rw.heap_gap() > 0)
-        .then(|| elfout::image_end(original))
-        .transpose()?;
+    let hi = end.next_multiple_of(crate::PAGE);
+    let exe = !rw.library && rw.heap_gap() > 0;
+    let brk = exe.then(|| elfout::image_end(original)).transpose()?;
     let fields = [
         ("added_start", Some(lo)),
         ("added_end", Some(hi)),
         ("native_brk", brk),
+        ("dynamic", dynamic.filter(|_| !rw.library)),
     ];
+    let mut out = Vec::new();
     for (sym, at) in fields {
         let Some(at) = at else { continue };
         let off = runtime
             .blob
             .symbol(sym)
             .ok_or_else(|| rw.err(Refusal::RuntimeLacks(sym)))?;
-        let value = at.wrapping_sub(runtime.vaddr);
-        elfout::patch_vaddr(out, runtime.vaddr + off, &value.to_le_bytes())?;
+        out.push((off, at.wrapping_sub(runtime.vaddr)));
     }
-    Ok(())
+    Ok(out)
 }
 
 /// Every redirected slot belongs to a stub chosen for it, and the other

@@ -106,6 +106,7 @@ use crate::layout::*;
 use crate::Error;
 
 mod brk;
+pub mod detach;
 mod view;
 
 // Linux x86-64 syscall numbers and constants.
@@ -214,6 +215,10 @@ const D_VIEWS: u64 = 96;
 /// where the native heap starts, written by the rewriter into an
 /// executable's blob; 0: leave the break alone (`brk`).
 const D_NATIVE_BRK: u64 = 104;
+/// Offset (from the blob start, as `D_ADDED`) of the executable's
+/// `.dynamic`, written by the rewriter into an executable's blob; 0: none
+/// (`detach`: `init` finds the link map through its `DT_DEBUG`).
+const D_DYNAMIC: u64 = 112;
 const D_DISP: u64 = 128;
 const DATA_SIZE: u64 = 4096;
 
@@ -270,11 +275,14 @@ struct Labels {
     d_added: CodeLabel,
     d_views: CodeLabel,
     d_native_brk: CodeLabel,
+    d_dynamic: CodeLabel,
     d_disp: CodeLabel,
     /// The program's view of its maps.
     view: view::Labels,
     /// The native break.
     brk: brk::Labels,
+    /// A start-up library's detached additions.
+    detach: detach::Labels,
     signal_entry: CodeLabel,
     /// The handler of [`FAULT_SIGNALS`], and the restorer it returns through.
     fault: CodeLabel,
@@ -495,9 +503,11 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         d_added: a.create_label(),
         d_views: a.create_label(),
         d_native_brk: a.create_label(),
+        d_dynamic: a.create_label(),
         d_disp: a.create_label(),
         view: view::Labels::new(&mut a),
         brk: brk::Labels::new(&mut a),
+        detach: detach::Labels::new(&mut a),
         signal_entry: a.create_label(),
         fault: a.create_label(),
         fault_restorer: a.create_label(),
@@ -552,6 +562,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     emit_helpers(&mut a, &mut l)?;
     view::emit_helpers(&mut a, &mut l)?;
     brk::emit(&mut a, &mut l)?;
+    detach::emit(&mut a, &mut l)?;
     emit_find_region(&mut a, &mut l)?;
     emit_swap(&mut a, &mut l, true)?;
     emit_swap(&mut a, &mut l, false)?;
@@ -639,7 +650,9 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     a.set_label(&mut l.d_views)?;
     a.db(&[0u8; (D_NATIVE_BRK - D_VIEWS) as usize])?;
     a.set_label(&mut l.d_native_brk)?;
-    a.db(&[0u8; (D_DISP - D_NATIVE_BRK) as usize])?;
+    a.db(&[0u8; (D_DYNAMIC - D_NATIVE_BRK) as usize])?;
+    a.set_label(&mut l.d_dynamic)?;
+    a.db(&[0u8; (D_DISP - D_DYNAMIC) as usize])?;
     a.set_label(&mut l.d_disp)?;
     a.db(&vec![0u8; (DATA_SIZE - D_DISP) as usize])?;
     let res = a.assemble_options(0, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)?;
@@ -653,6 +666,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     debug_assert_eq!(res.label_ip(&l.d_added)?, data_offset + D_ADDED);
     debug_assert_eq!(res.label_ip(&l.d_views)?, data_offset + D_VIEWS);
     debug_assert_eq!(res.label_ip(&l.d_native_brk)?, data_offset + D_NATIVE_BRK);
+    debug_assert_eq!(res.label_ip(&l.d_dynamic)?, data_offset + D_DYNAMIC);
     debug_assert_eq!(res.label_ip(&l.d_disp)?, data_offset + D_DISP);
     let symbols = vec![
         ("init", res.label_ip(&l.init)?),
@@ -678,6 +692,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         ("added_start", data_offset + D_ADDED),
         ("added_end", data_offset + D_ADDED + 8),
         ("native_brk", data_offset + D_NATIVE_BRK),
+        ("dynamic", data_offset + D_DYNAMIC),
     ];
     debug_assert_eq!(res.label_ip(&l.init)?, 0, "init is the blob's base label");
     let bytes = res.inner.code_buffer;
@@ -816,6 +831,7 @@ fn emit_init(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.mov(qword_ptr(l.d_fd), r12)?;
     hide_env(a)?;
     a.call(l.brk.native_brk)?;
+    a.call(l.detach.map_all)?;
     chdir_back(a, l)?;
     // FS base 0: a static executable before its libc's TLS setup.
     let mut have_fs = a.create_label();
