@@ -381,8 +381,10 @@ pub fn record(o: &RecordOptions) -> Result<Recorded> {
     })?;
     let prepared = prepare(&run.exe, o.placement, o.data, 0, false)?;
     let mut modules = vec![prepared.module];
+    let detach = !crate::libs::unwinds_exceptions(&run.exe)?;
     let (libs, notes, dir) = prepare_libs(&run.exe, &o.libs, |lib, tag| {
-        prepare(&lib.path, o.placement, o.data, tag, !lib.dlopened).map(|p| (p.elf, p.module))
+        let startup = detach && !lib.dlopened;
+        prepare(&lib.path, o.placement, o.data, tag, startup).map(|p| (p.elf, p.module))
     })?;
     modules[0].notes.extend(notes);
     modules.extend(libs.into_iter().map(|(_, m)| m));
