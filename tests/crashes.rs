@@ -281,10 +281,11 @@ fn abort_ends_inside_its_call() {
     );
 }
 
-/// The pid of `parent`'s first child, once it has one.
+/// The pid of `parent`'s first child, once it has one (within 20 s: on a
+/// loaded machine the recorder took over a second to start it).
 fn child_of(parent: u32) -> u32 {
     let path = format!("/proc/{parent}/task/{parent}/children");
-    for _ in 0..2000 {
+    for _ in 0..40_000 {
         let text = std::fs::read_to_string(&path).unwrap_or_default();
         if let Some(pid) = text.split_whitespace().next() {
             return pid.parse().unwrap();
