@@ -52,7 +52,8 @@ pub use output::{
 };
 
 /// The data values thread `thread` of `trace` recorded (`record --data`,
-/// VALUE records), in the order it wrote them.
+/// VALUE records), in the order it wrote them (a handler's among the
+/// interrupted code's: [`DataValues::signals`] tells where).
 pub fn data_values<B: AsRef<[u8]>>(
     trace: &aetrace_format::Trace<B>,
     thread: aetrace_format::ThreadId,
@@ -69,6 +70,28 @@ pub struct DataValues {
     /// `(n, raw)`: value `n` came right after ENTER(`raw`), nothing
     /// between; increasing `n`.
     pub entered: Vec<(usize, u32)>,
+    /// The SIGNAL and FAULT records, in order, each with its place among
+    /// the values.
+    pub signals: Vec<SignalAt>,
+}
+
+/// Where a SIGNAL (or FAULT) record stands among a thread's values: a
+/// handler's values start at `at`; the values before it that the walk
+/// has not read belong to the instruction the signal interrupted (its
+/// VALUE records stand before it, and the signal came after them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SignalAt {
+    /// Values before the record.
+    pub at: usize,
+    /// The signal number.
+    pub signo: u32,
+    /// A FAULT: the thread ends there.
+    pub fault: bool,
+    /// The record's stream offset.
+    pub offset: u64,
+    /// The record came right after ENTER(`raw`), before the stub's
+    /// `rsp` value: that value is the first after the handler.
+    pub enter: Option<u32>,
 }
 
 /// [`data_values`] with the values that follow an ENTER marked.

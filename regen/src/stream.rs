@@ -212,9 +212,9 @@ impl<'t> Stream<'t> {
         }
     }
 
-    /// The data values of the stream, in order ([`Item::Value`]); a
-    /// SIGNAL is refused (which values a handler took is not recorded
-    /// yet, docs/data.md).
+    /// The data values of the stream, in order ([`Item::Value`]), the
+    /// values that follow an ENTER, and where each SIGNAL stands among
+    /// them (docs/data.md, "Signals").
     pub(crate) fn values(mut self) -> Result<crate::DataValues> {
         self.values = true;
         let mut out = crate::DataValues::default();
@@ -231,15 +231,13 @@ impl<'t> Stream<'t> {
                 }
                 (Item::Enter(raw), _) => enter = Some(raw),
                 (Item::End, _) => return Ok(out),
-                (s @ Item::Signal { .. }, offset) => {
-                    return Err(Error::Unsupported {
-                        thread: self.thread,
-                        record: s.describe(),
-                        offset,
-                        at: "among the data values".into(),
-                        why: "the data of a thread that handled a signal cannot be regenerated yet (docs/data.md, \"Scope of this slice\")",
-                    })
-                }
+                (Item::Signal { signo, fault, .. }, offset) => out.signals.push(crate::SignalAt {
+                    at: out.values.len(),
+                    signo,
+                    fault,
+                    offset,
+                    enter: after,
+                }),
                 _ => {}
             }
         }

@@ -59,6 +59,7 @@ fn visited(bytes: &[u8], opts: &Options) -> (String, Result<(), Error>) {
                         a += u64::from(l);
                     }
                 }
+                Event::Signal { .. } | Event::SigReturn { .. } => {}
             }
         }
         true

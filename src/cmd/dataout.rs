@@ -27,6 +27,12 @@
 //! from, or at a procedure entry with `rsp` from the direct call or jump
 //! before it, or from the outside-entry stub's VALUE right after its
 //! ENTER, `exec::Entered`), else an error naming procedure and block.
+//! A signal handler's values sit among the interrupted instruction's
+//! (`signals`).
+
+// (A path the `cachesim` binary, which includes this file by its path, finds too.)
+#[path = "dataout/signals.rs"]
+mod signals;
 
 use std::io::Write;
 use std::path::Path;
@@ -196,6 +202,7 @@ pub fn walk(
             exec: Exec::unknown(0),
             prev: None,
         },
+        sig: signals::Signals::default(),
         info: InstructionInfoFactory::new(),
         addrs: InsnAddrs::default(),
         counts: Counts::default(),
@@ -266,6 +273,8 @@ struct Writer<'o, S> {
     entered: Vec<(usize, u32)>,
     thread: Option<ThreadId>,
     state: ThreadExec,
+    /// The thread's signal handlers, entered and returned (`signals`).
+    sig: signals::Signals,
     info: InstructionInfoFactory,
     /// The addresses of the instruction walked last (reused).
     addrs: InsnAddrs,
@@ -286,6 +295,7 @@ impl<S: Sink> Writer<'_, S> {
                 self.values = v.values;
                 self.entered = v.entered;
                 self.entered.reverse();
+                self.sig = signals::Signals::of(v.signals);
                 self.next = 0;
                 self.thread = Some(t);
                 self.state = ThreadExec {
@@ -295,13 +305,25 @@ impl<S: Sink> Writer<'_, S> {
                 Ok(())
             }
             Event::Run(r) => self.run(visit, r),
+            Event::Signal {
+                signo,
+                offset,
+                raised,
+            } => self.deliver(signo, offset, raised),
+            Event::SigReturn { offset } => self.sigreturn(offset),
         }
     }
 
-    /// Every value of the finished thread must have been used.
+    /// Every value of the finished thread must have been used (but an
+    /// instruction's before the FAULT that ended it).
     fn end_thread(&mut self) -> Result<(), Error> {
+        let Some(t) = self.thread else {
+            return Ok(());
+        };
+        let unread = (self.sig.unread_at_end(self.values.len(), self.next))
+            .map_err(|e| format!("thread {}: {e}", t.0))?;
         match self.thread {
-            Some(t) if self.next != self.values.len() => Err(format!(
+            Some(t) if self.next + unread != self.values.len() => Err(format!(
                 "thread {}: {} data values recorded, {} used: the trace and the reference table disagree",
                 t.0,
                 self.values.len(),
@@ -384,6 +406,9 @@ impl<S: Sink> Writer<'_, S> {
     /// the analysis says are known there, carried from the run before.
     /// The code of its instructions from `r.first`, compiled for them.
     fn enter(&mut self, m: &Module, r: BlockRun) -> Result<Rc<BlockCode>, Error> {
+        if let Some(code) = self.resumed_run(m, r)? {
+            return Ok(code);
+        }
         let facts = self.proc_facts(m, r.module, r.block)?;
         let first = m.procs[m.blocks[r.block].proc].blocks.start;
         let local = (r.block.as_u32() - first) as usize;
