@@ -66,7 +66,11 @@ impl Values<'_> {
     /// be the one of `signo` at stream `offset`, and that record: the
     /// early values, and the ENTER the first value after the handler
     /// follows.
-    fn to_signal(&mut self, signo: u32, offset: u64) -> Result<(DataValues, Option<u32>), String> {
+    fn until_signal(
+        &mut self,
+        signo: u32,
+        offset: u64,
+    ) -> Result<(DataValues, Option<u32>), String> {
         let t = self.thread.map_or(0, |t| t.0);
         let mut early = DataValues::default();
         let rest = self.next;
@@ -74,7 +78,8 @@ impl Values<'_> {
         let marks = self.win.entered.iter().filter(|e| e.0 >= rest);
         early.entered.extend(marks.map(|&(n, raw)| (n - rest, raw)));
         self.before += rest as u64;
-        (self.win.values.clear(), self.win.entered.clear());
+        self.win.values.clear();
+        self.win.entered.clear();
         (self.next, self.entered) = (0, 0);
         let carried = self.carry.take();
         let at = early.values.len();
@@ -124,7 +129,7 @@ impl<S: Sink> Writer<'_, '_, S> {
     /// entered: saves the interrupted code's state and early values; the
     /// handler's values follow the SIGNAL.
     pub(super) fn deliver(&mut self, signo: u32, offset: u64, raised: bool) -> Result<(), Error> {
-        let (early, enter) = self.values.to_signal(signo, offset)?;
+        let (early, enter) = self.values.until_signal(signo, offset)?;
         let state = std::mem::replace(
             &mut self.state,
             ThreadExec {
