@@ -112,8 +112,20 @@ pub fn values<B: AsRef<[u8]>>(
         };
         dbs.push(db);
     }
-    let values = aetrace_regen::data_values(trace, ThreadId(thread)).map_err(|e| e.to_string())?;
-    Ok(Values { values, dbs })
+    let (v, signal) =
+        aetrace_regen::data_values_entered(trace, ThreadId(thread)).map_err(|e| e.to_string())?;
+    if let Some(s) = signal {
+        // The positions below count values in order; a handler's values
+        // sit among the interrupted instruction's (docs/data.md).
+        return Err(format!(
+            "watchpoints do not follow the data of a thread that handled a signal yet: thread {thread} took signal {} (stream offset {})",
+            s.signo, s.offset
+        ));
+    }
+    Ok(Values {
+        values: v.values,
+        dbs,
+    })
 }
 
 fn program_db<B: AsRef<[u8]>>(trace: &Trace<B>, tag: u32) -> Result<ProgramDb, String> {

@@ -587,13 +587,30 @@ impl Module {
 
     /// Appends `# signal SIGNO`, where the recorded run took an
     /// asynchronous signal, to the text formats that carry comments
-    /// (`insn`, `block`; nothing when counting or for `din`, `xdin`, `bin`).
-    pub fn signal_note(&self, signo: u32, out: &mut Vec<u8>) {
+    /// (`insn`, `block`; nothing when counting or for `din`, `xdin`,
+    /// `bin`); the in-process formats ([`Format::Runs`],
+    /// [`Format::RunSegments`]) get its delivery record (the SIGNAL
+    /// record's stream `offset`; `raised`: a fault of the instruction
+    /// before).
+    pub fn signal_note(&self, signo: u32, offset: u64, raised: bool, out: &mut Vec<u8>) {
         if self.format.is_some_and(Format::comments) {
             out.extend_from_slice(b"# signal ");
             push_dec(out, u64::from(signo));
             out.push(b'\n');
+        } else if self.format.is_some_and(Format::runs) {
+            crate::visit::signal_record(signo, offset, raised, out);
         }
+    }
+
+    /// Appends the in-process formats' record of the return of the handler
+    /// the SIGNAL record at stream `offset` entered (nothing for the
+    /// other formats); its length.
+    pub fn return_note(&self, offset: u64, out: &mut Vec<u8>) -> usize {
+        let at = out.len();
+        if self.format.is_some_and(Format::runs) {
+            crate::visit::sigreturn_record(offset, out);
+        }
+        out.len() - at
     }
 
     /// The successor of predicate `b` whose witness set holds `w`

@@ -147,7 +147,7 @@ pub fn info_of<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<Info> {
         .modules()
         .iter()
         .any(|m| m.flags & (module_flags::DATA_CHECK | module_flags::DATA_ABS) != 0);
-    // A stream the values cannot be read from (a SIGNAL) reports why.
+    // A stream the values cannot be read from (an older format) reports why.
     let (data_values, data_error) = match data.then(|| {
         trace
             .threads()

@@ -52,12 +52,13 @@ pub use output::{
 };
 
 /// The data values thread `thread` of `trace` recorded (`record --data`,
-/// VALUE records), in the order it wrote them.
+/// VALUE records), in the order it wrote them (a handler's among the
+/// interrupted code's: [`DataCursor`] tells where).
 pub fn data_values<B: AsRef<[u8]>>(
     trace: &aetrace_format::Trace<B>,
     thread: aetrace_format::ThreadId,
 ) -> Result<Vec<u64>> {
-    data_values_entered(trace, thread).map(|v| v.values)
+    data_values_entered(trace, thread).map(|v| v.0.values)
 }
 
 /// A thread's data values, and which of them an outside-entry stub wrote
@@ -71,21 +72,61 @@ pub struct DataValues {
     pub entered: Vec<(usize, u32)>,
 }
 
-/// [`data_values`] with the values that follow an ENTER marked.
+/// Where a SIGNAL (or FAULT) record stands among a thread's values: a
+/// handler's values follow it; the values before it that the walk has
+/// not read belong to the instruction the signal interrupted (its VALUE
+/// records stand before it, and the signal came after them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SignalAt {
+    /// Values before the record.
+    pub at: usize,
+    /// The signal number.
+    pub signo: u32,
+    /// A FAULT: the thread ends there.
+    pub fault: bool,
+    /// The record's stream offset.
+    pub offset: u64,
+    /// The record came right after ENTER(`raw`), before the stub's
+    /// `rsp` value: that value is the first after the handler.
+    pub enter: Option<u32>,
+}
+
+/// One item of a thread's data, in stream order ([`DataCursor`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DataItem {
+    /// A value, and the ENTER right before it (nothing between).
+    Value(u64, Option<u32>),
+    /// A SIGNAL or FAULT record.
+    Signal(SignalAt),
+}
+
+/// [`data_values`] with the values that follow an ENTER marked, and the
+/// thread's first SIGNAL or FAULT record if it has one.
 pub fn data_values_entered<B: AsRef<[u8]>>(
     trace: &aetrace_format::Trace<B>,
     thread: aetrace_format::ThreadId,
-) -> Result<DataValues> {
-    let mut out = DataValues::default();
-    DataCursor::new(trace, thread)?.read(usize::MAX, &mut out)?;
-    Ok(out)
+) -> Result<(DataValues, Option<SignalAt>)> {
+    let (mut out, mut first) = (DataValues::default(), None);
+    let mut c = DataCursor::new(trace, thread)?;
+    loop {
+        c.append(usize::MAX, &mut out)?;
+        match c.signal()? {
+            Some(s) => first = first.or(Some(s)),
+            None => return Ok((out, first)),
+        }
+    }
 }
 
 /// A thread's data values read in order, a window at a time, beside a walk
 /// that uses them: memory is one chunk and one window, not every value of
-/// the thread (an xz data trace has billions).
+/// the thread (an xz data trace has billions). A window stops before a
+/// SIGNAL or FAULT record, which [`DataCursor::signal`] takes.
 pub struct DataCursor<'t> {
     stream: stream::Stream<'t>,
+    /// Values given so far.
+    given: usize,
+    /// An item read and put back.
+    peeked: Option<DataItem>,
 }
 
 impl<'t> DataCursor<'t> {
@@ -108,32 +149,84 @@ impl<'t> DataCursor<'t> {
         let chunks = trace.chunks(thread).collect();
         Ok(DataCursor {
             stream: stream::Stream::new(thread, chunks),
+            given: 0,
+            peeked: None,
         })
     }
 
     /// Replaces `out` with the next at most `max` values (their `entered`
-    /// numbered from 0 in `out`); how many, 0 at the end.
+    /// numbered from 0 in `out`), up to the next SIGNAL or FAULT record;
+    /// how many, 0 at the end or at such a record.
     pub fn read(&mut self, max: usize, out: &mut DataValues) -> Result<usize> {
         out.values.clear();
         out.entered.clear();
-        while out.values.len() < max {
-            let Some((v, enter)) = self.stream.next_value()? else {
-                break;
-            };
-            if let Some(raw) = enter {
-                out.entered.push((out.values.len(), raw));
-            }
-            out.values.push(v);
-        }
-        Ok(out.values.len())
+        self.append(max, out)
     }
 
-    /// How many values are left (read to the end).
-    pub fn count(mut self) -> Result<u64> {
-        let mut n = 0;
-        while self.stream.next_value()?.is_some() {
-            n += 1;
+    /// [`DataCursor::read`] appending to `out`; how many it appended.
+    pub fn append(&mut self, max: usize, out: &mut DataValues) -> Result<usize> {
+        let at = out.values.len();
+        while out.values.len() - at < max {
+            match self.next()? {
+                Some(DataItem::Value(v, enter)) => {
+                    if let Some(raw) = enter {
+                        out.entered.push((out.values.len(), raw));
+                    }
+                    out.values.push(v);
+                }
+                Some(s @ DataItem::Signal(_)) => {
+                    self.peeked = Some(s);
+                    break;
+                }
+                None => break,
+            }
         }
+        Ok(out.values.len() - at)
+    }
+
+    /// The SIGNAL or FAULT record that comes next, taken, if no value
+    /// comes before it (`None` at a value or at the end).
+    pub fn signal(&mut self) -> Result<Option<SignalAt>> {
+        match self.next()? {
+            Some(DataItem::Signal(s)) => Ok(Some(s)),
+            other => {
+                self.peeked = other;
+                Ok(None)
+            }
+        }
+    }
+
+    /// The SIGNAL or FAULT record a [`DataCursor::read`] stopped at, if
+    /// it stopped at one (not taken).
+    pub fn next_signal(&self) -> Option<SignalAt> {
+        match self.peeked {
+            Some(DataItem::Signal(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The next item (the one put back first).
+    fn next(&mut self) -> Result<Option<DataItem>> {
+        if let Some(i) = self.peeked.take() {
+            return Ok(Some(i));
+        }
+        let item = self.stream.next_data(self.given)?;
+        self.given += matches!(item, Some(DataItem::Value(..))) as usize;
+        Ok(item)
+    }
+
+    /// The items left (read to the end), in order, to `f`.
+    pub fn rest(mut self, f: &mut dyn FnMut(DataItem)) -> Result<()> {
+        while let Some(item) = self.next()? {
+            f(item);
+        }
+        Ok(())
+    }
+
+    /// How many values are left (read to the end, across signals).
+    pub fn count(self) -> Result<u64> {
+        let mut n = 0;
+        self.rest(&mut |i| n += matches!(i, DataItem::Value(..)) as u64)?;
         Ok(n)
     }
 }

@@ -212,12 +212,12 @@ impl<'t> Stream<'t> {
         }
     }
 
-    /// The next data value of the stream ([`Item::Value`]) and, when an
-    /// ENTER came right before it, that ENTER's procedure; `None` at the
-    /// end. A SIGNAL is refused (which values a handler took is not
-    /// recorded yet, docs/data.md). Reads chunks as it goes, so a reader
+    /// The next data item of the stream: a value ([`Item::Value`]) with,
+    /// when an ENTER came right before it, that ENTER's procedure, or a
+    /// SIGNAL or FAULT record (`at`: the values before it, counted by the
+    /// caller); `None` at the end. Reads chunks as it goes, so a reader
     /// of values holds one chunk at a time.
-    pub(crate) fn next_value(&mut self) -> Result<Option<(u64, Option<u32>)>> {
+    pub(crate) fn next_data(&mut self, at: usize) -> Result<Option<crate::DataItem>> {
         self.values = true;
         let mut enter = None;
         loop {
@@ -226,20 +226,20 @@ impl<'t> Stream<'t> {
             }
             let (item, offset) = self.next_item()?;
             match item {
-                Item::Value(v) => return Ok(Some((v, enter))),
+                Item::Value(v) => return Ok(Some(crate::DataItem::Value(v, enter))),
                 Item::Enter(raw) => {
                     enter = Some(raw);
                     continue;
                 }
                 Item::End => return Ok(None),
-                s @ Item::Signal { .. } => {
-                    return Err(Error::Unsupported {
-                        thread: self.thread,
-                        record: s.describe(),
+                Item::Signal { signo, fault, .. } => {
+                    return Ok(Some(crate::DataItem::Signal(crate::SignalAt {
+                        at,
+                        signo,
+                        fault,
                         offset,
-                        at: "among the data values".into(),
-                        why: "the data of a thread that handled a signal cannot be regenerated yet (docs/data.md, \"Scope of this slice\")",
-                    })
+                        enter,
+                    })))
                 }
                 _ => {}
             }

@@ -18,6 +18,17 @@
 //! segment's blocks do (`aetrace cachesim`: the cache lines they fetch)
 //! then takes one step per witness.
 //!
+//! Signals (docs/regen.md section 3a): the handler's runs follow a
+//! [`Event::Signal`] where the machine cut the interrupted code, and the
+//! interrupted code's runs resume after the [`Event::SigReturn`] naming
+//! the same SIGNAL record. In the events' order handlers nest: a return
+//! is the innermost running handler's, but for handlers above it that
+//! never returned (`siglongjmp`: no event says so). A consumer that
+//! follows only instructions ignores both (the output is `--format
+//! insn`'s); one that keeps per-thread state (the data walk) saves it at
+//! the first and restores it at the second, as `rt_sigreturn` does. Segment
+//! records ([`Visit::with_segments`]) stand among them in the same order.
+//!
 //! Invariant: a run's `first..end` is a non-empty range of its block's
 //! instructions; whole blocks (`first == 0`, `end == ninsns`) are the
 //! common case. A segment's blocks run whole, in the order of
@@ -32,6 +43,11 @@ use aetrace_format::{ThreadId, Trace};
 const THREAD: u32 = u32::MAX;
 /// Segment records carry their module number with this bit.
 pub(crate) const SEGMENT: u32 = 1 << 31;
+/// Signal-delivery records carry this module number (checked before
+/// [`SEGMENT`], whose bit it has; no module has such a number).
+const SIGNAL: u32 = u32::MAX - 1;
+/// Handler-return records carry this module number.
+const SIGRETURN: u32 = u32::MAX - 2;
 /// Bytes per record.
 pub(crate) const RECORD: usize = 16;
 
@@ -55,6 +71,25 @@ pub enum Event {
     Thread(ThreadId),
     /// Instructions of a block ran.
     Run(BlockRun),
+    /// A traced handler of `signo` was entered where the runs before
+    /// stop: the thread's SIGNAL record at stream offset `offset` (the
+    /// events come in the order of the records). `raised`: the signal
+    /// was a fault raised by the instruction the runs before end with
+    /// (listed once before the handler, and again if it returns).
+    Signal {
+        /// The signal number.
+        signo: u32,
+        /// The SIGNAL record's stream offset.
+        offset: u64,
+        /// A fault raised by the last instruction before it.
+        raised: bool,
+    },
+    /// The handler entered by the SIGNAL record at stream offset
+    /// `offset` returned (`rt_sigreturn`): the code it interrupted resumes.
+    SigReturn {
+        /// Its SIGNAL record's stream offset.
+        offset: u64,
+    },
 }
 
 /// Whole blocks of one summarised segment ran ([`Visit::with_segments`]).
@@ -103,10 +138,34 @@ pub(crate) fn thread_record(t: ThreadId) -> Vec<u8> {
         .collect()
 }
 
+/// The record of a handler's entry ([`Event::Signal`]).
+/// (The signal number, below 2^31, shares its word with `raised`.)
+pub(crate) fn signal_record(signo: u32, offset: u64, raised: bool, out: &mut Vec<u8>) {
+    let word = signo | u32::from(raised) << 31;
+    for v in [SIGNAL, word, offset as u32, (offset >> 32) as u32] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
+/// The record of a handler's return ([`Event::SigReturn`]).
+pub(crate) fn sigreturn_record(offset: u64, out: &mut Vec<u8>) {
+    for v in [SIGRETURN, offset as u32, (offset >> 32) as u32, 0] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
 fn decode(r: &[u8]) -> Step {
     let w = |k: usize| u32::from_le_bytes(r[4 * k..4 * k + 4].try_into().expect("4 bytes"));
     match w(0) {
         THREAD => Step::Event(Event::Thread(ThreadId(w(1)))),
+        SIGNAL => Step::Event(Event::Signal {
+            signo: w(1) & !(1 << 31),
+            offset: u64::from(w(2)) | u64::from(w(3)) << 32,
+            raised: w(1) >> 31 != 0,
+        }),
+        SIGRETURN => Step::Event(Event::SigReturn {
+            offset: u64::from(w(1)) | u64::from(w(2)) << 32,
+        }),
         module if module & SEGMENT != 0 => Step::Segment(Segment {
             module: module & !SEGMENT,
             read: BlockIx::from_u32(w(1)),

@@ -763,7 +763,10 @@ fn drive_trace(
                                 return Ok(());
                             }
                         }
-                        Step::Event(Event::Thread(_)) => {}
+                        // Instructions only: a handler's blocks are blocks.
+                        Step::Event(
+                            Event::Thread(_) | Event::Signal { .. } | Event::SigReturn { .. },
+                        ) => {}
                     }
                 }
                 let _ = back_tx.send(batch);

@@ -27,6 +27,12 @@
 //! from, or at a procedure entry with `rsp` from the direct call or jump
 //! before it, or from the outside-entry stub's VALUE right after its
 //! ENTER, `exec::Entered`), else an error naming procedure and block.
+//! A signal handler's values sit among the interrupted instruction's
+//! (`signals`).
+
+// (A path the `cachesim` binary, which includes this file by its path, finds too.)
+#[path = "dataout/signals.rs"]
+mod signals;
 
 use std::io::Write;
 use std::path::Path;
@@ -43,6 +49,7 @@ use aetrace_format::section::module_flags;
 use aetrace_format::{ModuleId, ThreadId, Trace};
 use aetrace_regen::compile::{BlockIx, Module};
 use aetrace_regen::visit::{BlockRun, Event, Visit};
+use aetrace_regen::DataItem;
 use iced_x86::{Decoder, DecoderOptions, Instruction, InstructionInfoFactory};
 
 /// The two data-trace formats.
@@ -306,6 +313,9 @@ struct Values<'t> {
     entered: usize,
     /// Values used before the window.
     before: u64,
+    /// The ENTER whose stub's value is the first of the next window (a
+    /// handler ran between them, `signals`).
+    carry: Option<u32>,
 }
 
 impl<'t> Values<'t> {
@@ -340,9 +350,28 @@ impl<'t> Values<'t> {
             Some(c) => c.read(WINDOW, &mut self.win).map_err(|e| e.to_string())?,
             None => 0,
         };
-        match n {
-            0 => Err(short(self.thread, self.used())),
-            _ => Ok(()),
+        if n == 0 {
+            return Err(self.short());
+        }
+        if let Some(raw) = self.carry.take() {
+            self.win.entered.insert(0, (0, raw));
+        }
+        Ok(())
+    }
+
+    /// Why the walk needs a value the thread has not: none is left, or
+    /// the next is a signal handler's.
+    #[cold]
+    fn short(&self) -> String {
+        match self.cursor.as_ref().and_then(|c| c.next_signal()) {
+            Some(s) if !s.fault => format!(
+                "thread {}: the walk needs data value {}, which comes after the SIGNAL({}) at stream offset {}, before the walk entered its handler",
+                self.thread.map_or(0, |t| t.0),
+                self.used(),
+                s.signo,
+                s.offset
+            ),
+            _ => short(self.thread, self.used()),
         }
     }
 
@@ -368,22 +397,38 @@ impl<'t> Values<'t> {
         }
     }
 
-    /// Every value of the thread must have been used.
+    /// Every value of the thread must have been used (but those an
+    /// instruction wrote before the FAULT that ended the thread), and
+    /// every SIGNAL delivered.
     fn finish(&mut self) -> Result<(), Error> {
         let (Some(t), Some(c)) = (self.thread, self.cursor.take()) else {
             return Ok(());
         };
-        let left = (self.win.values.len() - self.next) as u64 + c.count()?;
-        if left == 0 {
-            return Ok(());
+        let mut left = (self.win.values.len() - self.next) as u64;
+        // The records left, the first two kept; values after the first.
+        let (mut sigs, mut after) = (Vec::new(), 0);
+        c.rest(&mut |item| match item {
+            DataItem::Value(..) if sigs.is_empty() => left += 1,
+            DataItem::Value(..) => after += 1,
+            DataItem::Signal(s) if sigs.len() < 2 => sigs.push(s),
+            DataItem::Signal(_) => {}
+        })?;
+        match sigs[..] {
+            [] if left == 0 => Ok(()),
+            [f] if f.fault && after == 0 => Ok(()),
+            [s, ..] => Err(format!(
+                "thread {}: its SIGNAL({}) at stream offset {} was not delivered by the walk",
+                t.0, s.signo, s.offset
+            )
+            .into()),
+            [] => Err(format!(
+                "thread {}: {} data values recorded, {} used: the trace and the reference table disagree",
+                t.0,
+                self.used() + left,
+                self.used()
+            )
+            .into()),
         }
-        Err(format!(
-            "thread {}: {} data values recorded, {} used: the trace and the reference table disagree",
-            t.0,
-            self.used() + left,
-            self.used()
-        )
-        .into())
     }
 }
 
@@ -428,6 +473,7 @@ pub fn walk(
             exec: Exec::unknown(0),
             prev: None,
         },
+        sig: signals::Signals::default(),
         info: InstructionInfoFactory::new(),
         addrs: InsnAddrs::default(),
         block: BlockAddrs::default(),
@@ -494,6 +540,8 @@ struct Writer<'o, 't, S> {
     /// The current thread's values.
     values: Values<'t>,
     state: ThreadExec,
+    /// The thread's signal handlers, entered and returned (`signals`).
+    sig: signals::Signals,
     info: InstructionInfoFactory,
     /// The addresses of the instruction walked last (reused).
     addrs: InsnAddrs,
@@ -513,6 +561,7 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
             Event::Thread(t) => {
                 self.values.finish()?;
                 self.values = Values::start(trace, t)?;
+                self.sig = signals::Signals::default();
                 self.state = ThreadExec {
                     exec: Exec::unknown(0),
                     prev: None,
@@ -520,6 +569,12 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
                 Ok(())
             }
             Event::Run(r) => self.run(visit, r),
+            Event::Signal {
+                signo,
+                offset,
+                raised,
+            } => self.deliver(signo, offset, raised),
+            Event::SigReturn { offset } => self.sigreturn(offset),
         }
     }
 
@@ -596,6 +651,11 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
     /// The code of its instructions from `r.first`, compiled for them.
     #[inline]
     fn enter(&mut self, m: &Module, r: BlockRun) -> Result<Rc<BlockCode>, Error> {
+        if self.sig.resumed {
+            if let Some(code) = self.resumed_run(m, r)? {
+                return Ok(code);
+            }
+        }
         let Some(e) = &self.mods[r.module as usize].entries[r.block.as_u32() as usize] else {
             self.new_entry(m, r)?;
             return self.enter(m, r);

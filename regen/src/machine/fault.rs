@@ -20,11 +20,7 @@ impl<'a> Machine<'a> {
         let (mi, at, raised) = match self.cut_at(sink, &sig) {
             Ok((mi, at, _, kept)) => {
                 drop(kept);
-                (
-                    mi,
-                    at,
-                    matches!(sig.signo, 4 | 7 | 8 | 11) && matches!(at, SigAt::Insn { .. }),
-                )
+                (mi, at, super::signals::raised(sig.signo, at))
             }
             Err(e) => {
                 return Err(Error::Truncated {

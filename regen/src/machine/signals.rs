@@ -133,6 +133,11 @@ pub(super) enum Mark {
     /// any SIGNAL could need them; a trail holding this has no
     /// occurrences for them, so placing a signal in it fails loudly.
     Segment,
+    /// Output that is no instruction: [`Format::Runs`]' record of a
+    /// handler's return (`bytes` long), which a cut before it keeps.
+    ///
+    /// [`Format::Runs`]: crate::output::Format
+    Note { bytes: usize },
 }
 
 /// One occurrence of a block in the trail.
@@ -166,6 +171,8 @@ pub(super) struct Suspended {
     pub(super) outside: bool,
     /// The transfer count at the interruption (the handler starts from it).
     pub(super) at_cut: u32,
+    /// The SIGNAL record's stream offset (its handler's return names it).
+    pub(super) offset: u64,
     /// The transfers the machine had mirrored after the cut (the tail's;
     /// `u32::MAX`, i.e. -1, when the interrupted counted transfer's
     /// increment ran but the machine had not made that transfer yet).
@@ -286,6 +293,7 @@ impl<'a> Machine<'a> {
                 cnt,
             } = t
             else {
+                pos += note_bytes(&t);
                 continue;
             };
             let (mut l, mut first, mut min) = (loc, first, min);
@@ -407,7 +415,7 @@ impl<'a> Machine<'a> {
             return self.on_fault(sink, sig);
         }
         let (mi, at, _, kept) = self.cut_at(sink, &sig)?;
-        self.suspend(sink, &sig, kept, mi, matches!(at, SigAt::Outside));
+        self.suspend(sink, &sig, kept, mi, at);
         Ok(())
     }
 
@@ -428,14 +436,11 @@ impl<'a> Machine<'a> {
         })?;
         self.signals.0 += 1;
         self.signals.1 += u64::from(instrumentation);
-        // A fault raised by the instruction at the rip (SIGILL, SIGBUS,
-        // SIGFPE, SIGSEGV): it was fetched and started, as valgrind reports
-        // it, and runs again if the handler returns.
-        let tried =
-            u32::from(matches!(sig.signo, 4 | 7 | 8 | 11) && matches!(at, SigAt::Insn { .. }));
+        let tried = u32::from(raised(sig.signo, at));
         let counting = sink.counts.is_some();
         let occs = self.occurrences(|l, first| self.text_len(counting, l, first));
-        let total: usize = occs.iter().map(|o| o.len).sum();
+        let notes: usize = self.trail.iter().map(note_bytes).sum();
+        let total: usize = occs.iter().map(|o| o.len).sum::<usize>() + notes;
         if total != self.trail_bytes || sink.out.len() < total {
             return Err(self.sig_error(
                 &sig,
@@ -634,10 +639,13 @@ impl<'a> Machine<'a> {
         match cut {
             Cut::End => {}
             Cut::Gap(g) => {
+                // Everything the marks after the gap output.
                 let keep = occs
                     .iter()
-                    .find(|o| o.mark > g)
-                    .map_or(sink.out.len() - base, |o| o.pos);
+                    .filter(|o| o.mark < g)
+                    .map(|o| o.len)
+                    .sum::<usize>()
+                    + self.trail[..g].iter().map(note_bytes).sum::<usize>();
                 kept.tail = sink.out.split_off(base + keep);
                 kept.trail = self.trail[g + 1..].to_vec();
                 kept.counted = occs.iter().filter(|o| o.mark > g).map(|o| o.loc).collect();
@@ -730,7 +738,7 @@ impl<'a> Machine<'a> {
         sig: &Interrupt,
         mut kept: Kept,
         mi: ModuleIx,
-        outside: bool,
+        at: SigAt,
     ) {
         if sink.counts.is_some() {
             kept.tail.clear();
@@ -738,8 +746,10 @@ impl<'a> Machine<'a> {
             kept.counted.clear();
             // Where the handler's blocks begin: a reader (`aetrace verify`)
             // can tell them from a call.
-            self.image(mi).signal_note(sig.signo, &mut sink.out);
+            let m = self.image(mi);
+            m.signal_note(sig.signo, sig.offset, raised(sig.signo, at), &mut sink.out);
         }
+        let outside = matches!(at, SigAt::Outside);
         sink.certain = sink.certain.max(sink.out.len());
         // The handler starts from the count at the interruption; the
         // transfers mirrored past the cut are made again after it.
@@ -756,6 +766,7 @@ impl<'a> Machine<'a> {
             outside,
             at_cut,
             tail_inc,
+            offset: sig.offset,
         });
         self.cur = None;
         self.consumed(None);
@@ -766,12 +777,17 @@ impl<'a> Machine<'a> {
     pub(super) fn resume(&mut self, sink: &mut Sink) -> Step {
         self.stack.pop();
         let s = self.sigs.pop().expect("one suspended state per Sig frame");
+        // The handler's last blocks stay in the trail (a signal nested in
+        // the handler after its last record is read only now), then its
+        // return, the restorer (untraced), then the resumed code.
         if sink.counts.is_none() {
+            let bytes = (self.image(ModuleIx::new(0))).return_note(s.offset, &mut sink.out);
+            if bytes > 0 {
+                self.trail.push(Mark::Note { bytes });
+                self.trail_bytes += bytes;
+            }
             sink.out.extend_from_slice(&s.tail);
         }
-        // The handler's last blocks stay in the trail (a signal nested in
-        // the handler after its last record is read only now), then the
-        // restorer (untraced), then the resumed code.
         let cnt = self.xfers;
         self.trail.push(if s.outside {
             Mark::Gap { cnt }
@@ -798,7 +814,7 @@ impl<'a> Machine<'a> {
             Mark::Restored { cnt } => Mark::Restored {
                 cnt: cnt.wrapping_add(h),
             },
-            Mark::Segment => Mark::Segment,
+            m @ (Mark::Segment | Mark::Note { .. }) => m,
         }));
         self.xfers = cnt.wrapping_add(s.tail_inc);
         self.trail_bytes += s.tail.len();
@@ -829,5 +845,21 @@ impl<'a> Machine<'a> {
             Retry::JumpUntraced(l) => self.jump_untraced(l),
             Retry::Untraced => Ok(()),
         }
+    }
+}
+
+/// Whether signal `signo` standing at `at` was a fault the instruction
+/// there raised (SIGILL, SIGBUS, SIGFPE, SIGSEGV before a traced
+/// instruction): it was fetched and started, as valgrind reports it, and
+/// runs again if the handler returns.
+pub(super) fn raised(signo: u32, at: SigAt) -> bool {
+    matches!(signo, 4 | 7 | 8 | 11) && matches!(at, SigAt::Insn { .. })
+}
+
+/// The output bytes of a mark that is no block.
+fn note_bytes(m: &Mark) -> usize {
+    match *m {
+        Mark::Note { bytes } => bytes,
+        _ => 0,
     }
 }
