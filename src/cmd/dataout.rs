@@ -328,6 +328,17 @@ impl<'t> Values<'t> {
         })
     }
 
+    /// The next value, for `what`: a recorded address read in a copied
+    /// jump table is the original table's.
+    #[inline(always)]
+    fn take_as(&mut self, what: Recorded, m: &Module) -> Result<u64, String> {
+        let v = self.take()?;
+        Ok(match what {
+            Recorded::Addr(_) => m.original_data_address(v),
+            _ => v,
+        })
+    }
+
     /// The next value.
     #[inline(always)]
     fn take(&mut self) -> Result<u64, String> {
@@ -824,13 +835,7 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
         let n = (r.end - r.first) as usize;
         let mut out = std::mem::take(&mut self.block);
         let values = &mut self.values;
-        let take = &mut |what| {
-            let v = values.take()?;
-            Ok(match what {
-                Recorded::Addr(_) => m.original_data_address(v),
-                _ => v,
-            })
-        };
+        let take = &mut |what| values.take_as(what, m);
         if let Err((k, why)) = self.state.exec.run_block(code, n, take, &mut out) {
             let i = &self.decoded(m, r.module, r.block)?[r.first as usize + k];
             return Err(format!("instruction at {:#x} ({}): {why}", i.insn.ip(), i.insn).into());
@@ -883,13 +888,7 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
         got: &mut InsnAddrs,
     ) -> Result<(), Error> {
         let values = &mut self.values;
-        let take = &mut |what| {
-            let v = values.take()?;
-            Ok(match what {
-                Recorded::Addr(_) => m.original_data_address(v),
-                _ => v,
-            })
-        };
+        let take = &mut |what| values.take_as(what, m);
         let r = self.state.exec.run_code(code, k, take, got);
         r.map_err(|why| format!("instruction at {:#x} ({}): {why}", i.insn.ip(), i.insn).into())
     }
