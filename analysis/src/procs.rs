@@ -830,7 +830,7 @@ pub fn discover(module: &Module, stubs: Vec<PltStub>) -> Discovery {
                 .filter(|&&(from, _)| !members.contains(&from))
                 .map(|&(_, t)| t)
                 .collect();
-            let named = |i: usize| {
+            let called = |i: usize| {
                 let r = &st.ranges[i];
                 let cold_symbol = symbol_names
                     .get(&r.start)
@@ -844,17 +844,21 @@ pub fn discover(module: &Module, stubs: Vec<PltStub>) -> Discovery {
                             | Source::AddressTaken
                             | Source::Dynsym
                     ) || (*s == Source::Symtab && !cold_symbol)
-                }) || outside_jump.contains(&r.start)
+                })
             };
-            // The primary range: the largest named one; without any, of
-            // those whose start no member jumps to (a `.cold` part is
-            // entered by its group's jumps; cc1's `output_*` functions,
-            // named only by a data table, jump into their `.cold` part's
-            // middle, which never comes back), the largest a data word
-            // names (python3's `member_get`, named only by a type's slot,
-            // while its `.cold` part's start is a case of its switch
-            // table), else the first; else the first that does not jump
-            // into another member's middle.
+            let named = |i: usize| called(i) || outside_jump.contains(&st.ranges[i].start);
+            // The primary range: the largest named by something but a
+            // jump; without any, of those whose start no member jumps to
+            // (a `.cold` part is entered by its group's jumps; cc1's
+            // `output_*` functions, named only by a data table, jump into
+            // their `.cold` part's middle, which never comes back), the
+            // largest a data slot names (python3's `member_get`, named
+            // only by a type's slot, while its `.cold` part's start is a
+            // case of its switch table; python3's 0x56a100, whose `.cold`
+            // start another function's jump names: as a secondary entry
+            // the hot part had no register free for its stub), then the
+            // largest an outside jump names, else the first; else the
+            // first that does not jump into another member's middle.
             let size = |i: usize| st.ranges[i].end - st.ranges[i].start;
             let largest = |keep: &dyn Fn(usize) -> bool| {
                 let m = members.iter().copied().filter(|&i| keep(i));
@@ -864,8 +868,9 @@ pub fn discover(module: &Module, stubs: Vec<PltStub>) -> Discovery {
                 let own = |v: u64| st.containing(v).is_some_and(|k| members.contains(&k));
                 !jumped_to[i] && slot_names(&data_words, &word_at, st.ranges[i].start, own)
             };
-            let primary = largest(&|i| named(i))
+            let primary = largest(&|i| called(i))
                 .or_else(|| largest(&data_named))
+                .or_else(|| largest(&|i| named(i)))
                 .or_else(|| members.iter().copied().find(|&i| !jumped_to[i]))
                 .or_else(|| members.iter().copied().find(|&i| !jumper[i]))
                 .unwrap_or(members[0]);
