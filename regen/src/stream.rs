@@ -252,38 +252,22 @@ impl<'t> Stream<'t> {
         self.base + self.pos as u64
     }
 
-    /// Chunks not decompressed yet (the buffer ends with the last one read).
-    pub(crate) fn chunks_left(&self) -> u64 {
-        self.chunks.len() as u64
-    }
-
-    /// Positions a fresh stream at `offset` with all but `left` of its
-    /// chunks read, as a stream that reached `offset` by reading has them
-    /// (its buffer ends where that one's does, so the walk from here peeks
-    /// the same bytes and pauses at the same places). False when the two
-    /// do not fit (the offset outside the bytes those chunks end with).
-    pub(crate) fn seek(&mut self, offset: u64, left: u64) -> Result<bool> {
-        let Some(loaded) = (self.chunks.len() as u64).checked_sub(left) else {
-            return Ok(false);
-        };
-        let mut skipped = 0u64;
-        // Chunks wholly before `offset` are skipped unread.
-        while let Some(c) = self.chunks.as_slice().first().filter(|_| skipped < loaded) {
+    /// Positions a fresh stream at `offset`: the chunks wholly before it
+    /// are skipped unread and the one holding it is read. False when the
+    /// stream has no byte there.
+    pub(crate) fn seek(&mut self, offset: u64) -> Result<bool> {
+        while let Some(c) = self.chunks.as_slice().first() {
             if self.base + c.meta.raw_len > offset {
                 break;
             }
             self.base += c.meta.raw_len;
             self.chunks.next();
-            skipped += 1;
         }
-        while skipped < loaded {
-            let Some(chunk) = self.chunks.next() else {
-                return Ok(false);
-            };
-            chunk.decompress_into(&mut self.spare)?;
-            self.buf.extend_from_slice(&self.spare);
-            skipped += 1;
-        }
+        let Some(chunk) = self.chunks.next() else {
+            return Ok(false);
+        };
+        chunk.decompress_into(&mut self.spare)?;
+        self.buf.extend_from_slice(&self.spare);
         self.pos = match usize::try_from(offset - self.base) {
             Ok(p) if p < self.buf.len() => p,
             _ => return Ok(false),
@@ -478,6 +462,15 @@ impl<'t> Stream<'t> {
     #[inline(always)]
     pub fn buffered(&self) -> &[u8] {
         &self.buf[self.pos..]
+    }
+
+    /// The next item if it is a one-byte witness, not consumed, reading
+    /// the next chunk when nothing is buffered: whether a walk pauses must
+    /// not depend on how many chunks it has read (a piece restored from
+    /// the state index has read fewer or more than the walk that built it).
+    pub fn peek_byte_witness_read(&mut self) -> Result<Option<u32>> {
+        self.fill(1)?;
+        Ok(self.peek_byte_witness())
     }
 
     /// The next item if it is a one-byte witness already buffered, not

@@ -620,13 +620,22 @@ impl<'a> Machine<'a> {
             let b = &m.blocks[l.block];
             // A read point (see `summary`): where pieces are cut, and
             // where the machine takes one step per witness.
-            let read = match (self.pending, b.next, b.call) {
-                (None, EXIT, None) => self.stream.peek_byte_witness(),
-                _ => None,
+            let candidate = matches!((self.pending, b.next, b.call), (None, EXIT, None));
+            let read = if candidate {
+                self.stream.peek_byte_witness()
+            } else {
+                None
             };
             // Pieces are not cut inside a signal handler: the interrupted
             // code's output kept for after it exists only when outputting.
-            if read.is_some() && self.sigs.is_empty() && self.stream.offset() >= sink.pause_at {
+            // The pause depends on the stream's bytes only, so a witness
+            // not buffered yet is read (a piece started from the state
+            // index must pause where the walk that built it did).
+            if candidate
+                && self.sigs.is_empty()
+                && self.stream.offset() >= sink.pause_at
+                && (read.is_some() || self.stream.peek_byte_witness_read()?.is_some())
+            {
                 // The witness is there, so everything output so far ran.
                 sink.certain = sink.out.len();
                 return Ok(Progress::Paused);

@@ -5,14 +5,16 @@
 //!
 //! A pause point is a read point (`summary`) outside any signal handler,
 //! with nothing pending: the next stream item is a one-byte witness. The
-//! state there is the stream position (offset, and how many chunks are
-//! read: the buffer's end decides what the walk may peek), the current
-//! block, the procedure stack, the lazy bindings seen, the setjmp
+//! state there is the stream offset, the current block, the procedure stack, the lazy bindings seen, the setjmp
 //! bindings, a longjmp in progress and the transfer count. Counters
 //! (`entries`, `signals`) are not state: a restored machine counts from 0.
 //! The trail (what is not certain yet) is not kept either: the witness at
 //! the pause point is in the stream, so everything before it ran, and the
-//! restored machine starts with an empty trail, as a piece does.
+//! restored machine starts with an empty trail, as a piece does. How many
+//! chunks are read is not state either: a walk pauses where the stream's
+//! bytes say (it reads the next chunk to see the witness), whatever it
+//! has buffered; the buffer changes where summaries apply, never the
+//! output.
 //!
 //! Invariants: equal states encode to equal bytes (sets and maps in
 //! sorted order), so a piece that reaches the next entry's pause point
@@ -45,7 +47,6 @@ impl<'a> Machine<'a> {
         }
         let mut out = Vec::with_capacity(64 + 9 * self.stack.len());
         put64(&mut out, self.stream.offset());
-        put64(&mut out, self.stream.chunks_left());
         put32(&mut out, self.xfers);
         put_loc(&mut out, cur);
         put32(&mut out, self.stack.len() as u32);
@@ -91,10 +92,10 @@ impl<'a> Machine<'a> {
     pub(crate) fn restore(&mut self, snap: &[u8]) -> Result<()> {
         let bad = |what: &str| Error::Index(format!("thread {}: {what}", self.thread));
         let mut r = Fields(snap);
-        let (offset, left) = (r.u64(), r.u64());
+        let offset = r.u64();
         let xfers = r.u32();
         let cur = self.read_loc(&mut r);
-        let (Some(offset), Some(left), Some(xfers), Some(cur)) = (offset, left, xfers, cur) else {
+        let (Some(offset), Some(xfers), Some(cur)) = (offset, xfers, cur) else {
             return Err(bad("a state is cut short or names a block of no module"));
         };
         let b = self.block(cur);
@@ -105,7 +106,7 @@ impl<'a> Machine<'a> {
             .read_rest(&mut r)
             .filter(|_| r.0.is_empty())
             .ok_or_else(|| bad("a state is malformed or names what no module has"))?;
-        if !self.stream.seek(offset, left)? || self.stream.peek_byte_witness().is_none() {
+        if !self.stream.seek(offset)? || self.stream.peek_byte_witness().is_none() {
             return Err(bad(&format!(
                 "stream byte offset {offset} is not a witness of the stream"
             )));
