@@ -24,6 +24,7 @@
 # 3.6 GB and 9 minutes on a loaded machine, 2026-11-29): ONLY= skips it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 REPS=${REPS:-3}
 DATA_REPS=${DATA_REPS:-1}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}
@@ -65,11 +66,7 @@ cd "$WORK"
 echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), $(date -u '+%Y-%m-%d %H:%M UTC')"
 : >results
 for w in "${WORKLOADS[@]}"; do
-    name=${w%%|*}
-    if [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]]; then continue; fi
-    rest=${w#*|}
-    libs=${rest%%|*}
-    read -r -a cmd <<<"${rest#*|}"
+    workload "$w" || continue
     "$AETRACE" record --libs "$libs" -o warm.aet -- "${cmd[@]}" >/dev/null
     "$AETRACE" record --libs "$libs" --data -o warm.aet -- "${cmd[@]}" >/dev/null
     native=$(timed "$REPS" "${cmd[@]}")

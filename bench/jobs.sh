@@ -48,10 +48,7 @@ WORKLOADS=(
 echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-11s %-6s %8s %8s %8s %8s %8s %8s %8s %8s %9s %9s\n' workload mode "j1 wall" "j2 wall" "j2 pass" "j1 CPU" "j2 CPU" "pass CPU" "j1 sys" "j2 sys" "wall j1/j2" "CPU j1/j2"
 for w in "${WORKLOADS[@]}"; do
-    name=${w%%|*}
-    rest=${w#*|}
-    libs=${rest%%|*}
-    read -r -a cmd <<<"${rest#*|}"
+    workload "$w" || continue
     "$AETRACE" record --libs "$libs" -o t.aet -- "${cmd[@]}" >/dev/null
     idx=$(best "$AETRACE" index t.aet)
     echo "$name: aetrace index t.aet: $idx s ($(stat -c %s t.aet.idx) bytes)"

@@ -15,3 +15,13 @@ best() {
     done
     awk -v b="$b" 'BEGIN {printf "%.4f", b / 1e6}'
 }
+
+# Splits a WORKLOADS entry "name|libs|command" into $name, $libs and the
+# array cmd; false when ONLY (a regular expression) names other workloads.
+workload() {
+    name=${1%%|*}
+    if [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]]; then return 1; fi
+    local rest=${1#*|}
+    libs=${rest%%|*}
+    read -r -a cmd <<<"${rest#*|}"
+}

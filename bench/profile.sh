@@ -98,10 +98,7 @@ RESULTS="$WORK/results.tsv"
 : >"$RESULTS"
 echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 for w in "${WORKLOADS[@]}"; do
-    name=${w%%|*}
-    rest=${w#*|}
-    libs=${rest%%|*}
-    read -r -a cmd <<<"${rest#*|}"
+    workload "$w" || continue
     n=$(best "${cmd[@]}")
     read -r s si <<<"$(profiled slow.aprof --libs "$libs" --placement every-block -- "${cmd[@]}")"
     read -r q qi <<<"$(profiled quick.aprof --libs "$libs" -- "${cmd[@]}")"

@@ -82,11 +82,7 @@ empty_native=$(REPS=$((REPS * 4)) best ./empty)
 empty_rec=$(REPS=$((REPS * 4)) best "$AETRACE" record -o empty.aet -- ./empty)
 printf '%s\t%s\n' "$empty_native" "$empty_rec" >"$RESULTS.empty"
 for w in "${WORKLOADS[@]}"; do
-    name=${w%%|*}
-    if [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]]; then continue; fi
-    rest=${w#*|}
-    libs=${rest%%|*}
-    read -r -a cmd <<<"${rest#*|}"
+    workload "$w" || continue
     native=$(best "${cmd[@]}")
     # Rewriting happens once per binary (cached): not part of a recorded run.
     for placement in optimal all-predicates; do

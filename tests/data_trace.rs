@@ -122,18 +122,9 @@ fn check(source: &str, variant: Variant, args: &[&str]) {
     let dir = common::scratch("data_trace");
     let abs = ours(&exe, &tag, &[], args);
     let checked = ours(&exe, &tag, &["--check"], args);
-    let log = dir.join(format!("{tag}.lackey"));
-    let status = Command::new("valgrind")
-        .args(["--tool=lackey", "--trace-mem=yes", "--vex-guest-chase=no"])
-        .arg(format!("--log-file={}", log.display()))
-        .arg(&exe)
-        .args(args)
-        .stdout(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success(), "{tag}: lackey run failed");
+    let log = common::lackey::memory_log(&exe, args, &dir.join(format!("{tag}.lackey")));
     let image = image_of(&exe);
-    let theirs = parse(&std::fs::read_to_string(&log).unwrap(), image);
+    let theirs = parse(&log, image);
     for (mode, text) in [("--data", &abs), ("--data --check", &checked)] {
         compare(&format!("{tag} {mode}"), parse(text, image), &theirs, image);
     }
@@ -319,14 +310,7 @@ fn check_handled(source: &str, handlers: &[&str], called: &[&str], only: &[&str]
     let exe = build(source, variant);
     let tag = format!("{source}-{}", variant.tag());
     let log = common::scratch("data_trace").join(format!("{tag}.lackey"));
-    let status = Command::new("valgrind")
-        .args(["--tool=lackey", "--trace-mem=yes", "--vex-guest-chase=no"])
-        .arg(format!("--log-file={}", log.display()))
-        .arg(&exe)
-        .stdout(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success(), "{tag}: lackey run failed");
+    let log = common::lackey::memory_log(&exe, &[], &log);
     let image = image_of(&exe);
     let entries = functions(&exe, handlers);
     let handling: Vec<_> = entries
@@ -340,7 +324,7 @@ fn check_handled(source: &str, handlers: &[&str], called: &[&str], only: &[&str]
             .filter(|i| kept.is_empty() || inside(&kept, i.0))
             .collect()
     };
-    let theirs = keep(parse(&std::fs::read_to_string(&log).unwrap(), image));
+    let theirs = keep(parse(&log, image));
     for mode in [&[][..], &["--check"][..]] {
         let text = ours(&exe, &format!("{tag}-handled"), mode, &[]);
         let name = format!("{tag} --data {}", mode.concat());
@@ -381,14 +365,7 @@ fn data_traces_with_signals_equal_lackey_and_the_full_addresses() {
     for source in ["signal_alarm.c", "signal_stub.c"] {
         let exe = build(source, o2);
         let trace = common::scratch("data_trace").join(format!("{source}-signals.aet"));
-        run_checked(
-            Command::new(common::aetrace())
-                .args(["record", "--data", "--check", "-o"])
-                .arg(&trace)
-                .arg("--")
-                .arg(&exe),
-            "aetrace record --data --check",
-        );
+        common::recorded::record_data_checked(&exe, &trace);
         let out = regen_lackey(&trace);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{source}: {err}");
@@ -482,16 +459,7 @@ fn data_check_names_the_first_wrong_address() {
 fn nolibc_data_equals_lackey_line_for_line() {
     let dir = common::scratch("data_trace");
     let exe = common::build::build_nolibc(&dir, "nolibc_data.c", &[], "nolibc_data");
-    let log = dir.join("nolibc_data.lackey");
-    let st = Command::new("valgrind")
-        .args(["--tool=lackey", "--trace-mem=yes", "--vex-guest-chase=no"])
-        .arg(format!("--log-file={}", log.display()))
-        .arg(&exe)
-        .stdout(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(st.success(), "lackey run failed");
-    let theirs = std::fs::read_to_string(&log).unwrap();
+    let theirs = common::lackey::memory_log(&exe, &[], &dir.join("nolibc_data.lackey"));
     let theirs: Vec<&str> = theirs.lines().filter(|l| !l.starts_with("==")).collect();
     for mode in [&[][..], &["--check"][..]] {
         let text = ours(&exe, "nolibc_data", mode, &[]);

@@ -895,14 +895,7 @@ fn recorded_source_with_data(source: &str, variant: Variant) -> (PathBuf, PathBu
     let stem = source.rsplit_once('.').map_or(source, |s| s.0);
     let name = format!("{stem}-{}-data.aet", variant.tag());
     let trace = common::scratch("debug").join(name);
-    run_checked(
-        Command::new(common::aetrace())
-            .args(["record", "--data", "--check", "-o"])
-            .arg(&trace)
-            .arg("--")
-            .arg(&exe),
-        "aetrace record --data --check",
-    );
+    common::recorded::record_data_checked(&exe, &trace);
     (exe, trace)
 }
 
@@ -1000,16 +993,7 @@ fn watchpoints_agree_with_native_gdb_both_ways() {
 /// The instructions (addresses) that read a byte of `range`, in order, by
 /// valgrind lackey's `L` and `M` lines.
 fn lackey_readers(exe: &Path, range: (u64, u64)) -> Vec<u64> {
-    let log = exe.with_extension("debug-lackey");
-    let status = Command::new("valgrind")
-        .args(["--tool=lackey", "--trace-mem=yes", "--vex-guest-chase=no"])
-        .arg(format!("--log-file={}", log.display()))
-        .arg(exe)
-        .stdout(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success(), "lackey run failed");
-    let text = std::fs::read_to_string(&log).unwrap();
+    let text = common::lackey::memory_log(exe, &[], &exe.with_extension("debug-lackey"));
     let num = |s: &str| u64::from_str_radix(s.split(',').next().unwrap().trim(), 16).unwrap();
     // (instruction line number, its address): one entry per execution.
     let mut insn = (0, 0);

@@ -722,3 +722,20 @@ fn run_into(
         modules: reducer.modules,
     }
 }
+
+/// Runs `exe args` under `valgrind --tool=lackey --trace-mem=yes
+/// --vex-guest-chase=no` with its log at `log` (the program's stdout
+/// dropped) and returns the log's text; panics naming `exe` when the run
+/// fails.
+pub fn memory_log(exe: &Path, args: &[&str], log: &Path) -> String {
+    let status = Command::new("valgrind")
+        .args(["--tool=lackey", "--trace-mem=yes", "--vex-guest-chase=no"])
+        .arg(format!("--log-file={}", log.display()))
+        .arg(exe)
+        .args(args)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "{}: lackey run failed", exe.display());
+    std::fs::read_to_string(log).unwrap()
+}

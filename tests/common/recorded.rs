@@ -301,3 +301,15 @@ pub fn cfg_json(exe: &Path) -> serde_json::Value {
     );
     serde_json::from_slice(&out.stdout).unwrap()
 }
+
+/// `aetrace record --data --check -o TRACE -- EXE`, which must succeed.
+pub fn record_data_checked(exe: &Path, trace: &Path) {
+    super::build::run_checked(
+        Command::new(super::aetrace())
+            .args(["record", "--data", "--check", "-o"])
+            .arg(trace)
+            .arg("--")
+            .arg(exe),
+        "aetrace record --data --check",
+    );
+}
