@@ -506,6 +506,39 @@ fn recordings_filling_one_empty_cache_at_once_agree() {
     assert!(blocks.windows(2).all(|w| w[0] == w[1]), "traces differ");
 }
 
+/// Twenty rounds of three recordings of one small program started at once,
+/// each round on an empty rewrite cache, all succeed. A recorder renamed its
+/// cached copy into place before closing it, and another one exec'ing it in
+/// that window failed with "Text file busy" (5 of 20 rounds, 2026-11-29).
+#[test]
+fn a_cached_copy_is_closed_before_another_recorder_execs_it() {
+    let exe = build("loops.c", Variant::new(Opt::O2, Link::Pie, false));
+    let d = dir("etxtbsy");
+    for round in 0..20 {
+        let cache = d.join(format!("cache{round}"));
+        let runs: Vec<Child> = (0..3)
+            .map(|i| {
+                Command::new(common::aetrace())
+                    .env("AETRACE_CACHE", &cache)
+                    .arg("record")
+                    .arg("-o")
+                    .arg(d.join(format!("t{i}.aet")))
+                    .arg("--")
+                    .arg(&exe)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for child in runs {
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success(), "round {round}: {}", stderr(&out));
+        }
+    }
+}
+
 fn native_with(exe: &Path) -> Output {
     let mut c = Command::new(exe);
     c.arg("200").stdin(Stdio::null());

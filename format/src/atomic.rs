@@ -2,8 +2,11 @@
 //! sibling (`.NAME.partialPID`, same directory, so the rename stays on one
 //! file system) that is renamed over `path` once complete.
 //!
-//! Invariants: a reader never sees a half-written file at `path`; a failed
-//! or abandoned write leaves no temporary behind; a `path` that is not
+//! Invariants: a reader never sees a half-written file at `path`, and no
+//! process has it open for writing once it is there (the temporary is
+//! closed before the rename: `execve` of a file open for writing fails
+//! with ETXTBSY, and a second recorder may exec a cached copy the moment
+//! it appears); a failed or abandoned write leaves no temporary behind; a `path` that is not
 //! [`replaceable`](crate::replaceable) (a device such as `/dev/null`, a
 //! pipe) is written in place and never unlinked or renamed over.
 
@@ -36,7 +39,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: Option<u32>) -> Result<(), 
 /// A streamed output: written through [`Write`], renamed into place by
 /// [`commit`](AtomicFile::commit), removed when dropped uncommitted.
 pub struct AtomicFile {
-    file: File,
+    /// Open until [`commit`](AtomicFile::commit) closes it.
+    file: Option<File>,
     path: PathBuf,
     /// The temporary, until renamed; `None` when writing in place.
     tmp: Option<PathBuf>,
@@ -55,7 +59,7 @@ impl AtomicFile {
                 .open(path)
                 .map_err(err(path))?;
             return Ok(AtomicFile {
-                file,
+                file: Some(file),
                 path: path.to_owned(),
                 tmp: None,
             });
@@ -66,12 +70,12 @@ impl AtomicFile {
         let tmp = path.with_file_name(format!(".{name}.partial{}", std::process::id()));
         let file = File::create(&tmp).map_err(err(&tmp))?;
         let out = AtomicFile {
-            file,
+            file: Some(file),
             path: path.to_owned(),
             tmp: Some(tmp),
         };
         if let Some(m) = mode {
-            out.file
+            out.file()
                 .set_permissions(std::fs::Permissions::from_mode(m))
                 .map_err(|e| out.error(e))?;
         }
@@ -85,13 +89,14 @@ impl AtomicFile {
     /// [`commit`]: AtomicFile::commit
     pub fn sync_all(&self) -> Result<(), Error> {
         match self.tmp {
-            Some(_) => self.file.sync_all().map_err(|e| self.error(e)),
+            Some(_) => self.file().sync_all().map_err(|e| self.error(e)),
             None => Ok(()),
         }
     }
 
-    /// Renames the finished file over `path`.
+    /// Closes the finished file and renames it over `path`.
     pub fn commit(mut self) -> Result<(), Error> {
+        drop(self.file.take());
         match self.tmp.take() {
             Some(tmp) => std::fs::rename(&tmp, &self.path).map_err(|source| {
                 let _ = std::fs::remove_file(&tmp);
@@ -102,6 +107,12 @@ impl AtomicFile {
             }),
             None => Ok(()),
         }
+    }
+
+    /// The file being written (`commit` consumes the value, so it is
+    /// always open here).
+    fn file(&self) -> &File {
+        self.file.as_ref().expect("open until commit")
     }
 
     /// `e` as an error about the file being written.
@@ -115,11 +126,13 @@ impl AtomicFile {
 
 impl Write for AtomicFile {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.file.write(buf)
+        let mut f = self.file();
+        f.write(buf)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        self.file.flush()
+        let mut f = self.file();
+        f.flush()
     }
 }
 
