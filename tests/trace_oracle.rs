@@ -456,6 +456,20 @@ fn fipa_ra_callers_keep_registers_across_outside_entries() {
     assert!(alone.iter().all(|l| l.contains("keep_")), "{alone:?}");
 }
 
+/// A callee of untraced code that untraced code entered by a short jump
+/// (`traces/short_chain.c`, python3's 0x4db3e9 chain): its call goes to
+/// the callee's preserving stub although it lies where the caller's
+/// springboard would have gone; only the two procedures that cannot be
+/// traced are left alone, and the trace equals lackey's.
+#[test]
+fn a_call_beside_a_springboard_its_procedure_lost_is_retargeted() {
+    let exe = build("short_chain.c", O2_PIE);
+    let info = check_libs(&exe, &[], &[], LogMode::Pipe);
+    let alone = left_alone(&info, 0);
+    assert_eq!(alone.len(), 2, "tiny and body only: {alone:?}");
+    assert!(alone.iter().all(|l| !l.contains("leaf")), "{alone:?}");
+}
+
 /// The same with code gcc -O2 wrote: untraced `mix` keeps seven values in
 /// caller-saved registers (rax, rcx, rsi, r8-r11) across its direct call
 /// of `step`, which writes only memory and the flags; `step` is traced

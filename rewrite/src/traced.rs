@@ -313,8 +313,8 @@ impl Traced {
         let mut facts = EntryFacts::new(prog, &self.by_start);
         let mut safe: HashMap<ProcId, bool> = HashMap::new();
         // Springboards go at traced entries: no retargeted field may
-        // overlap one.
-        let boards = self.springboard_sites(prog);
+        // overlap one. A procedure left alone here loses its own.
+        let mut boards = self.springboard_sites(prog);
         let mut work: Vec<ProcId> = self.reasons.keys().copied().collect();
         while let Some(caller) = work.pop() {
             let Ok(cfg) = &prog.procs[caller].cfg else {
@@ -346,6 +346,9 @@ impl Traced {
                             prog.procs[caller].name
                         );
                         self.reasons.insert(q, why);
+                        for e in &prog.procs[q].entries {
+                            boards.remove(e);
+                        }
                         work.push(q);
                     }
                 }
