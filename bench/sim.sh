@@ -28,7 +28,11 @@
 # side by side (I refs, I1/LLi misses, D refs, D1/LLd misses: cachegrind's
 # cover the whole process, ours the traced modules, so they are equal only
 # where every executed instruction is traced, as tests/data_trace.rs checks).
-# ONLY=gzip,sort runs only the workloads whose names start with those words.
+# AETRACE=PATH times another build. ONLY=gzip,sort runs only the workloads whose names start with those words;
+# PARTS=data,ten runs only those parts (control, data, ten, bin; default all).
+# The data pair times each command REPS times and takes the best wall and the
+# least CPU time (user + sys) of those runs, and its statistics from the last
+# run of each (no extra run for them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPS=${REPS:-3}
@@ -36,7 +40,7 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}
 cargo build --release -q -p aetrace --bin aetrace --bin cachesim
 cargo build --release -q -p aetrace-cachesim --example gentrace
 BIN=$(realpath "$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release")
-AETRACE=$BIN/aetrace
+AETRACE=${AETRACE:-$BIN/aetrace}
 . bench/lib.sh
 WORK=$(mktemp -d /dev/shm/aetrace-sim.XXXXXX 2>/dev/null || mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
@@ -68,7 +72,10 @@ if [ -n "${ONLY:-}" ]; then
     done
     WORKLOADS=("${kept[@]}")
 fi
+PARTS=${PARTS:-control,data,ten,bin}
+part() { [[ ",$PARTS," == *",$1,"* ]]; }
 echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+if part control; then
 printf '%-16s %8s %10s %8s %9s %8s %8s %12s %13s %13s\n' workload native cachegrind record cachesim "rec+sim" "vs cg" "CPU vs cg" "cg I refs" "our I refs"
 for w in "${WORKLOADS[@]}"; do
     name=${w%%|*}
@@ -91,24 +98,39 @@ for w in "${WORKLOADS[@]}"; do
         -v cc="$cg_cpu" -v rc="$rec_cpu" -v sc="$sim_cpu" 'BEGIN {
         printf "%-16s %8.3f %10.3f %8.3f %9.3f %8.3f %7.2fx %11.2fx %13.0f %13.0f\n", n, a, c, r, s, r + s, c / (r + s), cc / (rc + sc), ci, oi }'
 done
+fi
 
-# cachegrind's summary of one run of "$@" as "I1 LLi D-refs D1 LLd" totals
-# (thousands separators removed).
+# Best wall time and least CPU time (user + sys, all threads) of REPS runs
+# of "$@", as "WALL CPU"; the last run's stdout in $OUT, its stderr in $ERR.
+timed() {
+    local i line w u s c bw="" bc=""
+    for ((i = 0; i < REPS; i++)); do
+        line=$( { TIMEFORMAT='%R %U %S'; time "$@" >"$OUT" 2>"$ERR"; } 2>&1 | tail -1)
+        read -r w u s <<<"$line"
+        c=$(awk -v u="$u" -v s="$s" 'BEGIN { print u + s }')
+        if [ -z "$bw" ] || awk -v a="$w" -v b="$bw" 'BEGIN { exit !(a < b) }'; then bw=$w; fi
+        if [ -z "$bc" ] || awk -v a="$c" -v b="$bc" 'BEGIN { exit !(a < b) }'; then bc=$c; fi
+    done
+    echo "$bw $bc"
+}
+
+# cachegrind's summary (its stderr, in file $1) as "I1 LLi D-refs D1 LLd"
+# totals (thousands separators removed).
 cg_stats() {
-    valgrind --tool=cachegrind --cache-sim=yes --cachegrind-out-file=/dev/null "${CG[@]}" "$@" 2>&1 >/dev/null \
-        | awk '{ gsub(",", "") } /I1 +misses:/ { i1 = $4 } /LLi +misses:/ { lli = $4 }
-               /D +refs:/ { d = $4 } /D1 +misses:/ { d1 = $4 } /LLd +misses:/ { lld = $4 }
-               END { print i1, lli, d, d1, lld }'
+    awk '{ gsub(",", "") } /I1 +misses:/ { i1 = $4 } /LLi +misses:/ { lli = $4 }
+         /D +refs:/ { d = $4 } /D1 +misses:/ { d1 = $4 } /LLd +misses:/ { lld = $4 }
+         END { print i1, lli, d, d1, lld }' "$1"
 }
 
-# The same from `aetrace cachesim --model cachegrind --json TRACE`.
+# The same from `aetrace cachesim --model cachegrind --json`'s output (file $1).
 our_stats() {
-    "$AETRACE" cachesim --model cachegrind --json "${GEOM[@]}" "$1" | python3 -c 'import json, sys
-s = json.load(sys.stdin)["stats"]
+    python3 -c 'import json, sys
+s = json.load(open(sys.argv[1]))["stats"]
 print(s["i1_misses"], s["lli_misses"], s["d_reads"] + s["d_writes"],
-      s["d1_read_misses"] + s["d1_write_misses"], s["lld_read_misses"] + s["lld_write_misses"])'
+      s["d1_read_misses"] + s["d1_write_misses"], s["lld_read_misses"] + s["lld_write_misses"])' "$1"
 }
 
+if part data; then
 echo
 echo "record --data + cachesim of the data trace (instructions and data) against cachegrind"
 printf '%-16s %10s %12s %9s %8s %8s %11s\n' workload cachegrind "record --data" cachesim "rec+sim" "vs cg" "CPU vs cg"
@@ -118,17 +140,14 @@ for w in "${WORKLOADS[@]}"; do
     rest=${w#*|}
     libs=${rest%%|*}
     read -r -a cmd <<<"${rest#*|}"
-    cg=$(best valgrind -q --log-file=/dev/null --tool=cachegrind --cache-sim=yes --cachegrind-out-file=/dev/null "${CG[@]}" "${cmd[@]}")
-    cg_cpu=$(cpu valgrind -q --log-file=/dev/null --tool=cachegrind --cache-sim=yes --cachegrind-out-file=/dev/null "${CG[@]}" "${cmd[@]}")
+    read -r cg cg_cpu < <(OUT=/dev/null ERR=cg.err timed valgrind --tool=cachegrind --cache-sim=yes --cachegrind-out-file=/dev/null "${CG[@]}" "${cmd[@]}")
     "$AETRACE" record --data --libs "$libs" -o d.aet -- "${cmd[@]}" >/dev/null
-    rec=$(best "$AETRACE" record --data --libs "$libs" -o d.aet -- "${cmd[@]}")
-    sim=$(best "$AETRACE" cachesim --model cachegrind "${GEOM[@]}" d.aet)
-    rec_cpu=$(cpu "$AETRACE" record --data --libs "$libs" -o d.aet -- "${cmd[@]}")
-    sim_cpu=$(cpu "$AETRACE" cachesim --model cachegrind "${GEOM[@]}" d.aet)
+    read -r rec rec_cpu < <(OUT=/dev/null ERR=/dev/null timed "$AETRACE" record --data --libs "$libs" -o d.aet -- "${cmd[@]}")
+    read -r sim sim_cpu < <(OUT=d.json ERR=/dev/null timed "$AETRACE" cachesim --model cachegrind --json "${GEOM[@]}" d.aet)
     awk -v n="$name" -v c="$cg" -v r="$rec" -v s="$sim" -v cc="$cg_cpu" -v rc="$rec_cpu" -v sc="$sim_cpu" 'BEGIN {
         printf "%-16s %10.3f %12.3f %9.3f %8.3f %7.2fx %10.2fx\n", n, c, r, s, r + s, c / (r + s), cc / (rc + sc) }'
-    stats+=("$name|$(cg_stats "${cmd[@]}")|$(our_stats d.aet)")
-    rm -f d.aet
+    stats+=("$name|$(cg_stats cg.err)|$(our_stats d.json)")
+    rm -f d.aet d.json cg.err
 done
 echo
 echo "their statistics (cachegrind: the whole process; aetrace: the traced modules)"
@@ -140,7 +159,9 @@ for s in "${stats[@]}"; do
     printf '%-16s %-10s %12s %12s %14s %12s %12s\n' "$name" cachegrind "${cs[@]}"
     printf '%-16s %-10s %12s %12s %14s %12s %12s\n' "" aetrace "${os[@]}"
 done
+fi
 
+if part ten; then
 # Ten geometries (I1, D1, LL as cachegrind's size,assoc,line): line sizes
 # of 32, 64 and 128 bytes, direct-mapped to 16-way, 4 kB to 8 MB.
 TEN=(
@@ -189,6 +210,9 @@ for w in "${WORKLOADS[@]}"; do
         printf "%-16s %12.3f %9.3f %12.3f %7.2fx %10.2fx\n", n, c, r, s, c / (r + s), cc / (rc + sc) }'
 done
 
+fi
+
+if part bin; then
 echo
 "$BIN/examples/gentrace" 20000000 t >/dev/null
 rm -f t.din t.xdin
@@ -199,4 +223,5 @@ for ((i = 1; i < REPS; i++)); do
     if awk -v a="${line%% *}" -v b="${best_line%% *}" 'BEGIN { exit !(a < b) }'; then best_line=$line; fi
 done
 awk -v l="$best_line" 'BEGIN { split(l, f, " "); printf "cachesim bin input (20M refs, /dev/shm, best of runs): %.1f Mrefs/s wall, %.1f Mrefs per CPU-s (target 150)\n", 20 / f[1], 20 / (f[2] + f[3]) }'
+fi
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::mpsc;
 
+use aetrace_analysis::addr::exec::code::{BlockAddrs, BlockCode};
 use aetrace_analysis::addr::Access;
 use aetrace_cachesim::cachegrind::Cachegrind;
 use aetrace_cachesim::config::{CacheConfig, HierarchyBuilder};
@@ -384,6 +385,68 @@ struct Batches {
     pending: u64,
     /// Followers counted in markers (references simulated, not sent).
     grouped: u64,
+    /// The run walked now.
+    run: Option<BlockRun>,
+    /// Per module, per block: what a whole run of it sends, built at its
+    /// first such run.
+    templates: Vec<Vec<Option<Template>>>,
+}
+
+/// What a whole run of a block without a `rep` sends ([`Batches`]), its
+/// data addresses left to fill: the references are fixed by the block's
+/// code and its followers, so a run copies them and patches the
+/// addresses in rather than deciding each instruction again.
+#[derive(Default)]
+struct Template {
+    refs: Vec<Ref>,
+    /// Where a data reference goes in `refs`, and its address's index in
+    /// the run's addresses ([`BlockAddrs::addrs`]).
+    patch: Vec<(u32, u32)>,
+    /// Followers counted in markers inside the run.
+    grouped: u64,
+    /// Followers after the run's last reference sent (pending after it).
+    trailing: u64,
+}
+
+impl Template {
+    /// The references of a whole run of `code` (module load bias
+    /// `base`), with `follows` its instructions' follower flags if
+    /// followers are counted, as [`Batches`]'s per-instruction path sends
+    /// them with nothing pending before.
+    fn new(code: &BlockCode, base: u64, follows: Option<&[bool]>) -> Template {
+        let mut t = Template::default();
+        let mut addr = 0;
+        for (k, c) in code.insns.iter().enumerate() {
+            match follows.is_some_and(|f| k != 0 && f[k]) {
+                true => t.trailing += 1,
+                false => {
+                    t.push(AccessKind::Instr, base.wrapping_add(c.ip), c.len);
+                }
+            }
+            for r in code.refs(k) {
+                if r.access != Access::Store {
+                    let at = t.push(AccessKind::Read, 0, r.size);
+                    t.patch.push((at, addr));
+                }
+                if r.access != Access::Load {
+                    let at = t.push(AccessKind::Write, 0, r.size);
+                    t.patch.push((at, addr));
+                }
+                addr += 1;
+            }
+        }
+        t
+    }
+
+    /// Appends a reference after the followers pending; its index.
+    fn push(&mut self, kind: AccessKind, addr: u64, size: u32) -> u32 {
+        if self.trailing != 0 {
+            self.grouped += self.trailing - 1;
+            self.refs.push(repeated(std::mem::take(&mut self.trailing)));
+        }
+        self.refs.push(Ref { kind, addr, size });
+        self.refs.len() as u32 - 1
+    }
 }
 
 /// Which instructions of each block are followers for the smallest I1
@@ -447,11 +510,7 @@ impl Followers {
 impl Batches {
     #[inline(always)]
     fn push(&mut self, kind: AccessKind, addr: u64, size: u32) -> super::dataout::Result<()> {
-        if self.pending != 0 {
-            let n = std::mem::take(&mut self.pending);
-            self.grouped += n - 1;
-            self.put(repeated(n))?;
-        }
+        self.put_pending();
         self.put(Ref { kind, addr, size })
     }
 
@@ -466,12 +525,52 @@ impl Batches {
 
     /// Sends the batch (and, at the end, the followers still pending).
     fn finish(&mut self) -> super::dataout::Result<()> {
+        self.put_pending();
+        self.flush()
+    }
+
+    /// The followers pending, as a marker.
+    #[inline(always)]
+    fn put_pending(&mut self) {
         if self.pending != 0 {
             let n = std::mem::take(&mut self.pending);
             self.grouped += n - 1;
             self.batch.push(repeated(n));
         }
-        self.flush()
+    }
+
+    /// Sends whole run `r` of `code` by its template; false if it is not
+    /// one (a part of its block, or with a `rep`).
+    #[inline]
+    fn whole(
+        &mut self,
+        r: BlockRun,
+        (code, n): (&BlockCode, usize),
+        base: u64,
+        out: &BlockAddrs,
+    ) -> super::dataout::Result<bool> {
+        if r.first != 0 || n != code.insns.len() || n == 0 || !out.reps.is_empty() {
+            return Ok(false);
+        }
+        // The block's first instruction is sent: it takes what is pending.
+        self.put_pending();
+        let (m, b) = (r.module as usize, r.block.as_u32() as usize);
+        let follows = (self.followers.as_ref()).map(|f| {
+            let at = f.starts[m][b];
+            &f.follows[at..at + n]
+        });
+        let t = self.templates[m][b].get_or_insert_with(|| Template::new(code, base, follows));
+        let start = self.batch.len();
+        self.batch.extend_from_slice(&t.refs);
+        for &(p, a) in &t.patch {
+            self.batch[start + p as usize].addr = out.addrs[a as usize];
+        }
+        self.grouped += t.grouped;
+        self.pending = t.trailing;
+        if self.batch.len() >= DATA_BATCH {
+            self.flush()?;
+        }
+        Ok(true)
     }
 
     #[cold]
@@ -495,13 +594,35 @@ impl super::dataout::Sink for Batches {
         if let Some(f) = &mut self.followers {
             *f = Followers::new(modules, f.line);
         }
+        self.templates = (modules.iter())
+            .map(|m| (0..m.blocks.len()).map(|_| None).collect())
+            .collect();
     }
 
     #[inline]
     fn run(&mut self, r: BlockRun) {
+        self.run = Some(r);
         if let Some(f) = &mut self.followers {
             f.at = f.starts[r.module as usize][r.block.as_u32() as usize];
             f.prev = None;
+        }
+    }
+
+    #[inline]
+    fn block(
+        &mut self,
+        first: u32,
+        code: (&BlockCode, usize),
+        base: u64,
+        out: &BlockAddrs,
+    ) -> super::dataout::Result<()> {
+        let whole = match self.run {
+            Some(r) => self.whole(r, code, base, out)?,
+            None => false,
+        };
+        match whole {
+            true => Ok(()),
+            false => super::dataout::each_insn(self, first, code, base, out),
         }
     }
 
@@ -567,6 +688,8 @@ fn drive_data(
                 followers: line.map(|line| Followers::new(&[], line)),
                 pending: 0,
                 grouped: 0,
+                run: None,
+                templates: Vec::new(),
             };
             let opts = aetrace_regen::Options::default();
             let r = super::dataout::walk(path, &opts, &mut b).and_then(|_| b.finish());

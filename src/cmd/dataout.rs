@@ -90,26 +90,39 @@ pub trait Sink {
     fn block(
         &mut self,
         first: u32,
-        (code, n): (&BlockCode, usize),
+        code: (&BlockCode, usize),
         base: u64,
         out: &BlockAddrs,
     ) -> Result<(), Error> {
-        let (mut at, mut reps) = (0, out.reps.iter().peekable());
-        for k in 0..n {
-            let refs = code.refs(k);
-            let addrs = &out.addrs[at..at + refs.len()];
-            at += refs.len();
-            let rep = reps.next_if(|r| r.0 as usize == k).map(|r| (r.1, r.2));
-            feed(
-                self,
-                first + k as u32,
-                (&code.insns[k], base),
-                (refs, addrs),
-                rep,
-            )?;
-        }
-        Ok(())
+        each_insn(self, first, code, base, out)
     }
+}
+
+/// [`Sink::block`] an instruction at a time (its default, and the way
+/// for runs a sink does not take whole).
+#[inline(always)]
+pub fn each_insn<S: Sink + ?Sized>(
+    sink: &mut S,
+    first: u32,
+    (code, n): (&BlockCode, usize),
+    base: u64,
+    out: &BlockAddrs,
+) -> Result<(), Error> {
+    let (mut at, mut reps) = (0, out.reps.iter().peekable());
+    for k in 0..n {
+        let refs = code.refs(k);
+        let addrs = &out.addrs[at..at + refs.len()];
+        at += refs.len();
+        let rep = reps.next_if(|r| r.0 as usize == k).map(|r| (r.1, r.2));
+        feed(
+            sink,
+            first + k as u32,
+            (&code.insns[k], base),
+            (refs, addrs),
+            rep,
+        )?;
+    }
+    Ok(())
 }
 
 /// Gives instruction `c` (the `at`-th of its block; `base`: its module's

@@ -182,6 +182,10 @@ pub struct InsnCode {
 pub struct BlockCode {
     /// Per instruction from `first`.
     pub insns: Vec<InsnCode>,
+    /// The instructions that do something (take a value, reference,
+    /// update a register or fail), in order: [`Exec::run_block`] skips
+    /// the others.
+    busy: Vec<u32>,
     refs: Vec<RefCode>,
     ups: Vec<UpCode>,
     fails: Vec<String>,
@@ -226,6 +230,9 @@ impl BlockCode {
             code.totals[0] += n;
             code.totals[1] += u64::from(c.statik);
             code.totals[2] += u64::from(c.recorded);
+            if c.anchor || c.fail.is_some() || c.rep || n != 0 || c.ups.0 != c.ups.1 {
+                code.busy.push(code.insns.len() as u32);
+            }
             code.insns.push(c);
         }
         code.ret = insns
@@ -299,6 +306,12 @@ impl BlockCode {
                 Dst::Partial(g) => (g, None),
                 Dst::Flags => continue,
             };
+            // Forgetting a register unknown here changes nothing: the
+            // known registers at run time are `k` (the module invariant),
+            // and no later update of the instruction reads it.
+            if val.is_none() && !has(*k, dst) {
+                continue;
+            }
             snapshot |= val.is_some_and(|v| v.reads().0 & written.0 != 0);
             written.insert(dst);
             match val {
@@ -422,7 +435,8 @@ impl Exec {
     ) -> Result<(), (usize, String)> {
         out.addrs.clear();
         out.reps.clear();
-        for k in 0..n {
+        let busy = code.busy.iter().map(|&k| k as usize);
+        for k in busy.take_while(|&k| k < n) {
             match self.step(code, k, take, &mut out.addrs) {
                 Ok(None) => {}
                 Ok(Some((rcx, flags))) => out.reps.push((k as u32, rcx, flags)),
