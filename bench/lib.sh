@@ -17,10 +17,16 @@ best() {
 }
 
 # Splits a WORKLOADS entry "name|libs|command" into $name, $libs and the
-# array cmd; false when ONLY (a regular expression) names other workloads.
+# array cmd; false when ONLY (regular expressions, comma-separated) names
+# other workloads.
 workload() {
     name=${1%%|*}
-    if [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]]; then return 1; fi
+    if [ -n "${ONLY:-}" ]; then
+        local r re kept=1
+        IFS=, read -r -a re <<<"$ONLY"
+        for r in "${re[@]}"; do [[ $name =~ $r ]] && kept=0; done
+        [ $kept = 0 ] || return 1
+    fi
     local rest=${1#*|}
     libs=${rest%%|*}
     read -r -a cmd <<<"${rest#*|}"

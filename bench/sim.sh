@@ -78,10 +78,7 @@ echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 if part control; then
 printf '%-16s %8s %10s %8s %9s %8s %8s %12s %13s %13s\n' workload native cachegrind record cachesim "rec+sim" "vs cg" "CPU vs cg" "cg I refs" "our I refs"
 for w in "${WORKLOADS[@]}"; do
-    name=${w%%|*}
-    rest=${w#*|}
-    libs=${rest%%|*}
-    read -r -a cmd <<<"${rest#*|}"
+    workload "$w" || continue
     native=$(best "${cmd[@]}")
     cg=$(best valgrind -q --log-file=/dev/null --tool=cachegrind --cache-sim=yes --cachegrind-out-file=/dev/null "${CG[@]}" "${cmd[@]}")
     cg_cpu=$(cpu valgrind -q --log-file=/dev/null --tool=cachegrind --cache-sim=yes --cachegrind-out-file=/dev/null "${CG[@]}" "${cmd[@]}")
@@ -136,10 +133,7 @@ echo "record --data + cachesim of the data trace (instructions and data) against
 printf '%-16s %10s %12s %9s %8s %8s %11s\n' workload cachegrind "record --data" cachesim "rec+sim" "vs cg" "CPU vs cg"
 stats=()
 for w in "${WORKLOADS[@]}"; do
-    name=${w%%|*}
-    rest=${w#*|}
-    libs=${rest%%|*}
-    read -r -a cmd <<<"${rest#*|}"
+    workload "$w" || continue
     read -r cg cg_cpu < <(OUT=/dev/null ERR=cg.err timed valgrind --tool=cachegrind --cache-sim=yes --cachegrind-out-file=/dev/null "${CG[@]}" "${cmd[@]}")
     "$AETRACE" record --data --libs "$libs" -o d.aet -- "${cmd[@]}" >/dev/null
     read -r rec rec_cpu < <(OUT=/dev/null ERR=/dev/null timed "$AETRACE" record --data --libs "$libs" -o d.aet -- "${cmd[@]}")
@@ -189,10 +183,7 @@ echo
 echo "ten geometries: ten cachegrind runs against one recording and one aetrace cachesim --configs pass"
 printf '%-16s %12s %9s %12s %8s %11s\n' workload "10x cg" "record" "configs sim" "vs cg" "CPU vs cg"
 for w in "${WORKLOADS[@]}"; do
-    name=${w%%|*}
-    rest=${w#*|}
-    libs=${rest%%|*}
-    read -r -a cmd <<<"${rest#*|}"
+    workload "$w" || continue
     cg=0 cg_cpu=0
     for g in "${TEN[@]}"; do
         read -r i d l <<<"$g"
