@@ -389,3 +389,36 @@ fn a_program_recorded_with_libs_finds_its_libraries_where_it_does_natively() {
     assert_eq!(modules.len(), 2, "the library was not traced: {modules:?}");
     let _ = std::fs::remove_file(&trace);
 }
+
+/// With `--libs`, the initial stack is the native one: argv, envp, the
+/// end of the environment strings, `AT_EXECFN`, `AT_RANDOM` and a local
+/// of main at their native addresses (randomisation off in both runs).
+/// The rewritten executable's own search path (`DT_RUNPATH` here) names
+/// the copies' directory, so nothing is added to the environment; with
+/// the copies' directory in `LD_LIBRARY_PATH` instead, every address was
+/// lower by that variable's length (tclsh's stack 64 bytes lower,
+/// docs/sweep.md "tclsh").
+#[test]
+fn a_program_recorded_with_libs_starts_on_its_native_stack() {
+    let exe = common::build::build_with_lib("stackview", "libstackview.so", false);
+    let n = native_fixed(&exe, &[]);
+    let (r, trace) = recorded_with(
+        "stackview",
+        &["--libs", "libstackview.so"],
+        &exe,
+        &[],
+        &env(),
+    );
+    assert!(n.status.success(), "native: {n:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&r.stdout),
+        String::from_utf8_lossy(&n.stdout),
+        "recorder: {}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    let modules = common::recorded::instrumented_modules(&common::recorded::info_json(&trace));
+    assert_eq!(modules.len(), 2, "the library was not traced: {modules:?}");
+    let calls = regen_calls(&trace);
+    assert_eq!(calls.get("stackview_lib_sum@plt"), Some(&1), "{calls:?}");
+    let _ = std::fs::remove_file(&trace);
+}
