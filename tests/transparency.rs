@@ -213,14 +213,23 @@ fn env_and_ls_of_proc_self_fd_print_what_they_print_natively() {
 
 #[test]
 fn a_program_recorded_with_libs_sees_its_native_ld_library_path() {
-    // `--libs` puts the rewritten copies' directory first in the loader's
-    // path; the runtime gives the program back the native variable:
-    // absent, empty, or a path of its own.
+    // `--libs` puts the rewritten copies' directory first in the
+    // executable's own DT_RUNPATH, so the variable is the native one:
+    // absent, empty, or a path of its own. When the native variable
+    // finds the library (searched before DT_RUNPATH), the directory goes
+    // first in it instead, and the runtime gives the program back the
+    // native value.
     let exe = common::build::build_with_lib("envview", "libenvview.so", false);
+    let own_dir = exe.parent().unwrap().display().to_string();
     let libs = ["--libs", "libenvview.so"];
-    for (k, native) in [None, Some(""), Some("/nonexistent-a:/nonexistent-b")]
-        .into_iter()
-        .enumerate()
+    for (k, native) in [
+        None,
+        Some(""),
+        Some("/nonexistent-a:/nonexistent-b"),
+        Some(own_dir.as_str()),
+    ]
+    .into_iter()
+    .enumerate()
     {
         let mut env = env();
         env.extend(native.map(|v| ("LD_LIBRARY_PATH".to_string(), v.to_string())));
