@@ -384,9 +384,18 @@ fn a_recorded_program_finds_its_mappings_where_it_does_natively() {
 /// runtime `init` maps them (`docs/runtime.md` section 5).
 #[test]
 fn a_program_recorded_with_libs_finds_its_libraries_where_it_does_natively() {
-    let exe = common::build::build_with_lib("libmap", "liblibmap.so", false);
+    let trace = libs_fixed_as_native("libmap", "liblibmap.so");
+    let _ = std::fs::remove_file(&trace);
+}
+
+/// Builds `traces/NAME.c` with its library `SONAME` (`traces/NAME_lib.c`),
+/// records it with `--libs SONAME`, address randomisation off, and checks
+/// that it printed what its native run prints and that the library was
+/// traced; returns the trace.
+fn libs_fixed_as_native(name: &str, soname: &str) -> PathBuf {
+    let exe = common::build::build_with_lib(name, soname, false);
     let n = native_fixed(&exe, &[]);
-    let (r, trace) = recorded_with("libmap", &["--libs", "liblibmap.so"], &exe, &[], &env());
+    let (r, trace) = recorded_with(name, &["--libs", soname], &exe, &[], &env());
     assert!(n.status.success(), "native: {n:?}");
     assert_eq!(
         String::from_utf8_lossy(&r.stdout),
@@ -396,7 +405,7 @@ fn a_program_recorded_with_libs_finds_its_libraries_where_it_does_natively() {
     );
     let modules = common::recorded::instrumented_modules(&common::recorded::info_json(&trace));
     assert_eq!(modules.len(), 2, "the library was not traced: {modules:?}");
-    let _ = std::fs::remove_file(&trace);
+    trace
 }
 
 /// With `--libs`, the initial stack is the native one: argv, envp, the
@@ -409,24 +418,7 @@ fn a_program_recorded_with_libs_finds_its_libraries_where_it_does_natively() {
 /// docs/sweep.md "tclsh").
 #[test]
 fn a_program_recorded_with_libs_starts_on_its_native_stack() {
-    let exe = common::build::build_with_lib("stackview", "libstackview.so", false);
-    let n = native_fixed(&exe, &[]);
-    let (r, trace) = recorded_with(
-        "stackview",
-        &["--libs", "libstackview.so"],
-        &exe,
-        &[],
-        &env(),
-    );
-    assert!(n.status.success(), "native: {n:?}");
-    assert_eq!(
-        String::from_utf8_lossy(&r.stdout),
-        String::from_utf8_lossy(&n.stdout),
-        "recorder: {}",
-        String::from_utf8_lossy(&r.stderr)
-    );
-    let modules = common::recorded::instrumented_modules(&common::recorded::info_json(&trace));
-    assert_eq!(modules.len(), 2, "the library was not traced: {modules:?}");
+    let trace = libs_fixed_as_native("stackview", "libstackview.so");
     let calls = regen_calls(&trace);
     assert_eq!(calls.get("stackview_lib_sum@plt"), Some(&1), "{calls:?}");
     let _ = std::fs::remove_file(&trace);
