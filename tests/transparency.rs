@@ -213,14 +213,23 @@ fn env_and_ls_of_proc_self_fd_print_what_they_print_natively() {
 
 #[test]
 fn a_program_recorded_with_libs_sees_its_native_ld_library_path() {
-    // `--libs` puts the rewritten copies' directory first in the loader's
-    // path; the runtime gives the program back the native variable:
-    // absent, empty, or a path of its own.
+    // `--libs` puts the rewritten copies' directory first in the
+    // executable's own DT_RUNPATH, so the variable is the native one:
+    // absent, empty, or a path of its own. When the native variable
+    // finds the library (searched before DT_RUNPATH), the directory goes
+    // first in it instead, and the runtime gives the program back the
+    // native value.
     let exe = common::build::build_with_lib("envview", "libenvview.so", false);
+    let own_dir = exe.parent().unwrap().display().to_string();
     let libs = ["--libs", "libenvview.so"];
-    for (k, native) in [None, Some(""), Some("/nonexistent-a:/nonexistent-b")]
-        .into_iter()
-        .enumerate()
+    for (k, native) in [
+        None,
+        Some(""),
+        Some("/nonexistent-a:/nonexistent-b"),
+        Some(own_dir.as_str()),
+    ]
+    .into_iter()
+    .enumerate()
     {
         let mut env = env();
         env.extend(native.map(|v| ("LD_LIBRARY_PATH".to_string(), v.to_string())));
@@ -375,9 +384,18 @@ fn a_recorded_program_finds_its_mappings_where_it_does_natively() {
 /// runtime `init` maps them (`docs/runtime.md` section 5).
 #[test]
 fn a_program_recorded_with_libs_finds_its_libraries_where_it_does_natively() {
-    let exe = common::build::build_with_lib("libmap", "liblibmap.so", false);
+    let trace = libs_fixed_as_native("libmap", "liblibmap.so");
+    let _ = std::fs::remove_file(&trace);
+}
+
+/// Builds `traces/NAME.c` with its library `SONAME` (`traces/NAME_lib.c`),
+/// records it with `--libs SONAME`, address randomisation off, and checks
+/// that it printed what its native run prints and that the library was
+/// traced; returns the trace.
+fn libs_fixed_as_native(name: &str, soname: &str) -> PathBuf {
+    let exe = common::build::build_with_lib(name, soname, false);
     let n = native_fixed(&exe, &[]);
-    let (r, trace) = recorded_with("libmap", &["--libs", "liblibmap.so"], &exe, &[], &env());
+    let (r, trace) = recorded_with(name, &["--libs", soname], &exe, &[], &env());
     assert!(n.status.success(), "native: {n:?}");
     assert_eq!(
         String::from_utf8_lossy(&r.stdout),
@@ -387,5 +405,21 @@ fn a_program_recorded_with_libs_finds_its_libraries_where_it_does_natively() {
     );
     let modules = common::recorded::instrumented_modules(&common::recorded::info_json(&trace));
     assert_eq!(modules.len(), 2, "the library was not traced: {modules:?}");
+    trace
+}
+
+/// With `--libs`, the initial stack is the native one: argv, envp, the
+/// end of the environment strings, `AT_EXECFN`, `AT_RANDOM` and a local
+/// of main at their native addresses (randomisation off in both runs).
+/// The rewritten executable's own search path (`DT_RUNPATH` here) names
+/// the copies' directory, so nothing is added to the environment; with
+/// the copies' directory in `LD_LIBRARY_PATH` instead, every address was
+/// lower by that variable's length (tclsh's stack 64 bytes lower,
+/// docs/sweep.md "tclsh").
+#[test]
+fn a_program_recorded_with_libs_starts_on_its_native_stack() {
+    let trace = libs_fixed_as_native("stackview", "libstackview.so");
+    let calls = regen_calls(&trace);
+    assert_eq!(calls.get("stackview_lib_sum@plt"), Some(&1), "{calls:?}");
     let _ = std::fs::remove_file(&trace);
 }

@@ -154,15 +154,16 @@ fn build_id(bytes: &[u8]) -> Option<&[u8]> {
         .filter(|d| !d.is_empty())
 }
 
-/// Rewrites `exe` (module tag 0) or a library (`tag` > 0; `startup`: the
+/// Rewrites `exe` (module tag 0; `search`: the directory its loader
+/// searches first for libraries) or a library (`tag` > 0; `startup`: the
 /// loader maps it before the executable's preinit, so its additions are
 /// detached), or takes the copy a previous run cached.
 fn prepare(
     exe: &Path,
     placement: Placement,
     data: DataMode,
-    tag: u32,
-    startup: bool,
+    (tag, startup): (u32, bool),
+    search: Option<&Path>,
 ) -> Result<Prepared> {
     let file = std::fs::File::open(exe).map_err(|e| io_err(exe, e))?;
     // SAFETY: a private read-only mapping; only the pages the key needs
@@ -171,13 +172,14 @@ fn prepare(
     let dir = cache_dir();
     // A control-only copy keeps the key it always had.
     let what = format!(
-        "{placement:?}{}{}",
+        "{placement:?}{}{}{}",
         match data {
             DataMode::Off => "",
             DataMode::Abstract => "+data-abs",
             DataMode::Check => "+data-abs-check",
         },
-        if startup { "+detached" } else { "" }
+        if startup { "+detached" } else { "" },
+        search.map_or_else(String::new, |d| format!("+search={}", d.display()))
     );
     let key = cache_key(exe, &bytes, &what, tag);
     drop(bytes);
@@ -204,9 +206,9 @@ fn prepare(
     {
         return Ok(Prepared { elf, module });
     }
-    let ins = match rewrite::instrument_module_data(exe, placement, tag, data, startup) {
+    let ins = match rewrite::instrument_module_data(exe, placement, tag, data, startup, search) {
         Err(e) if e.is_detach_refusal() => {
-            rewrite::instrument_module_data(exe, placement, tag, data, false)?
+            rewrite::instrument_module_data(exe, placement, tag, data, false, search)?
         }
         r => r?,
     };
@@ -365,7 +367,7 @@ pub(crate) fn prepare_libs<T>(
     for lib in &sel.origin_relative {
         links.push((lib.needed.clone(), lib.path.clone()));
     }
-    Ok((out, notes, LibDir::create(&links)?))
+    Ok((out, notes, LibDir::create(&links, sel.exe_path_first)?))
 }
 
 /// `aetrace record`: rewrites the program (or reuses the cached copy), runs
@@ -379,16 +381,27 @@ pub fn record(o: &RecordOptions) -> Result<Recorded> {
         argv0: o.program.clone().into_os_string(),
         args: o.args.clone(),
     })?;
-    let prepared = prepare(&run.exe, o.placement, o.data, 0, false)?;
-    let mut modules = vec![prepared.module];
-    let detach = !crate::libs::unwinds_exceptions(&run.exe)?;
+    // Without libraries nothing reads the executable before its rewrite,
+    // whose refusal (not an ELF file, ...) is the one to report.
+    let detach = o.libs == LibSelection::None || !crate::libs::unwinds_exceptions(&run.exe)?;
     let (libs, notes, dir) = prepare_libs(&run.exe, &o.libs, |lib, tag| {
         let startup = detach && !lib.dlopened;
-        prepare(&lib.path, o.placement, o.data, tag, startup).map(|p| (p.elf, p.module))
+        prepare(&lib.path, o.placement, o.data, (tag, startup), None).map(|p| (p.elf, p.module))
     })?;
+    // The copies are found through the executable's own search path
+    // where that reaches them all, so the program's environment (and
+    // its initial stack) is the native one; else through LD_LIBRARY_PATH.
+    let search = dir.as_ref().and_then(LibDir::exe_search);
+    let prepared = prepare(&run.exe, o.placement, o.data, (0, false), search)?;
+    let mut modules = vec![prepared.module];
     modules[0].notes.extend(notes);
     modules.extend(libs.into_iter().map(|(_, m)| m));
-    let env = dir.as_ref().map(LibDir::env).into_iter().collect();
+    let env = dir
+        .as_ref()
+        .filter(|d| d.exe_search().is_none())
+        .map(LibDir::env)
+        .into_iter()
+        .collect();
     let trace = o
         .trace
         .clone()
@@ -417,17 +430,26 @@ pub(crate) fn default_output(exe: &Path, ext: &str) -> PathBuf {
 }
 
 /// The directory of symlinks, named by DT_NEEDED names, to the cached
-/// rewritten libraries; first in `LD_LIBRARY_PATH`, so the loader loads
-/// them instead of the originals. It lives in the cache, named by a hash
+/// rewritten libraries; first in the rewritten executable's own search
+/// path (`record`, where that reaches them all: [`Self::exe_search`]) or
+/// in `LD_LIBRARY_PATH`, so the loader loads them instead of the
+/// originals. It lives in the cache, named by a hash
 /// of its links, and is made once (in a temporary directory renamed into
 /// place, so no run sees it half made) then reused as it is: making and
 /// removing a directory on every run cost about 0.15 ms. Its links point
 /// at cache entries whose names change with their contents, so a reused
 /// directory never points at another rewrite.
-pub(crate) struct LibDir(PathBuf);
+pub(crate) struct LibDir {
+    dir: PathBuf,
+    /// [`crate::libs::Selection::exe_path_first`].
+    exe_path_first: bool,
+}
 
 impl LibDir {
-    pub(crate) fn create(links: &[(String, PathBuf)]) -> Result<Option<LibDir>> {
+    pub(crate) fn create(
+        links: &[(String, PathBuf)],
+        exe_path_first: bool,
+    ) -> Result<Option<LibDir>> {
         use std::hash::{Hash, Hasher};
         if links.is_empty() {
             return Ok(None);
@@ -443,8 +465,14 @@ impl LibDir {
         let cache = cache_dir();
         let cache = std::path::absolute(&cache).map_err(|e| io_err(&cache, e))?;
         let dir = cache.join(format!("libs-{:016x}", h.finish()));
+        let made_dir = |dir| {
+            Some(LibDir {
+                dir,
+                exe_path_first,
+            })
+        };
         if dir.is_dir() {
-            return Ok(Some(LibDir(dir)));
+            return Ok(made_dir(dir));
         }
         std::fs::create_dir_all(&cache).map_err(|e| io_err(&cache, e))?;
         let tmp = cache.join(format!(
@@ -465,12 +493,18 @@ impl LibDir {
             r => r.map_err(|e| io_err(&dir, e)),
         });
         let _ = std::fs::remove_dir_all(&tmp);
-        made.map(|()| Some(LibDir(dir)))
+        made.map(|()| made_dir(dir))
+    }
+
+    /// The directory, when a search path of the executable's own reaches
+    /// every library through it ([`crate::libs::Library::exe_path_first`]).
+    pub(crate) fn exe_search(&self) -> Option<&Path> {
+        self.exe_path_first.then_some(self.dir.as_path())
     }
 
     /// `LD_LIBRARY_PATH` with this directory first.
     pub(crate) fn env(&self) -> (OsString, OsString) {
-        let mut v = self.0.clone().into_os_string();
+        let mut v = self.dir.clone().into_os_string();
         if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|v| !v.is_empty()) {
             v.push(":");
             v.push(old);

@@ -9,10 +9,13 @@
 //! Invariants: a library is identified by the DT_NEEDED name that loaded it
 //! first (what the loader matches later requests against), each is
 //! resolved once, and a candidate is accepted only if it is a 64-bit
-//! x86-64 ELF (the loader skips others too). The rewritten copies are put
-//! in front of the search through `LD_LIBRARY_PATH`, so a selected library
-//! that the loader finds through DT_RPATH (which precedes it) is refused:
-//! the rewritten copy would not be the one loaded.
+//! x86-64 ELF (the loader skips others too). The rewritten copies'
+//! directory is put first in the rewritten executable's own DT_RUNPATH or
+//! DT_RPATH where that reaches every library it must
+//! ([`Selection::exe_path_first`]), else first in `LD_LIBRARY_PATH`; either
+//! way a selected library that the loader finds through another object's
+//! DT_RPATH (which precedes both) is refused: the rewritten copy would not
+//! be the one loaded.
 
 use std::collections::{HashSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -59,6 +62,13 @@ pub struct Library {
     pub path: PathBuf,
     /// Found through a DT_RPATH, which `LD_LIBRARY_PATH` cannot override.
     pub via_rpath: bool,
+    /// A directory put first in the executable's own search path (its
+    /// DT_RUNPATH when it has one, else its DT_RPATH) is searched before
+    /// the place this library was found: the first object to ask for it
+    /// is the executable, or (without an executable DT_RUNPATH) one
+    /// without DT_RUNPATH, whose search ends with the executable's DT_RPATH
+    /// (glibc `_dl_map_object`), and it was not found earlier.
+    pub exe_path_first: bool,
     /// Found in a directory relative to this object's `$ORIGIN`: once that
     /// object is a rewritten copy elsewhere, its `$ORIGIN` moves.
     pub origin: Option<PathBuf>,
@@ -108,6 +118,7 @@ pub fn unwinds_exceptions(exe: &Path) -> Result<bool> {
 /// The DT_NEEDED closure of `exe`, in the loader's breadth-first order.
 pub fn closure(exe: &Path) -> Result<Vec<Library>> {
     let cache = LdCache::load();
+    let exe_runpath = !DynInfo::read(exe)?.runpath.is_empty();
     let ld_library_path: Vec<String> = std::env::var("LD_LIBRARY_PATH")
         .map(|v| split_path(&v))
         .unwrap_or_default();
@@ -129,7 +140,7 @@ pub fn closure(exe: &Path) -> Result<Vec<Library>> {
                 continue;
             }
             let found = if needed.contains('/') {
-                Some((PathBuf::from(needed), false, None))
+                Some((PathBuf::from(needed), Via::Later, None))
             } else {
                 search(
                     needed,
@@ -139,7 +150,7 @@ pub fn closure(exe: &Path) -> Result<Vec<Library>> {
                     &cache,
                 )
             };
-            let Some((path, via_rpath, origin_dir)) = found else {
+            let Some((path, via, origin_dir)) = found else {
                 return Err(LibError::NotFound {
                     object: obj.to_owned(),
                     needed: needed.to_owned(),
@@ -159,10 +170,17 @@ pub fn closure(exe: &Path) -> Result<Vec<Library>> {
                     .find(|o| o.parent() == Some(d.as_path()))
                     .cloned()
             });
+            let by_exe = obj == exe;
+            let exe_path_first = if exe_runpath {
+                by_exe && via == Via::Later
+            } else {
+                info.runpath.is_empty() && (via != Via::Rpath || by_exe)
+            };
             out.push(Library {
                 needed: needed.clone(),
                 path,
-                via_rpath,
+                via_rpath: via == Via::Rpath,
+                exe_path_first,
                 origin,
                 dlopened: false,
             });
@@ -183,6 +201,10 @@ pub struct Selection {
     pub origin_relative: Vec<Library>,
     /// Libraries skipped by `all`, and why.
     pub notes: Vec<String>,
+    /// Every library of `traced` and `origin_relative` is found first in
+    /// a directory put first in the executable's own search path
+    /// ([`Library::exe_path_first`]): no environment variable is needed.
+    pub exe_path_first: bool,
 }
 
 /// The libraries of `exe`'s closure that `sel` names; glibc's, named
@@ -227,10 +249,15 @@ pub fn select(exe: &Path, sel: &LibSelection) -> Result<Selection> {
         .filter(|l| l.origin.as_deref().is_some_and(|o| rewritten.contains(&o)))
         .cloned()
         .collect();
+    let exe_path_first = chosen
+        .iter()
+        .chain(&origin_relative)
+        .all(|l| l.exe_path_first);
     Ok(Selection {
         traced: chosen,
         origin_relative,
         notes,
+        exe_path_first,
     })
 }
 
@@ -320,7 +347,7 @@ fn dlopen_library(exe: &Path, name: &str, all: &[Library]) -> Result<Library> {
         .map(|v| split_path(&v))
         .unwrap_or_default();
     let cache = LdCache::load();
-    let (path, via_rpath, origin_dir) = search(
+    let (path, via, origin_dir) = search(
         name,
         &rpaths,
         &ld_library_path,
@@ -337,7 +364,9 @@ fn dlopen_library(exe: &Path, name: &str, all: &[Library]) -> Result<Library> {
     Ok(Library {
         needed: name.to_owned(),
         path,
-        via_rpath,
+        via_rpath: via == Via::Rpath,
+        // Asked for by the executable, if it calls `dlopen` itself.
+        exe_path_first: info.runpath.is_empty() || via == Via::Later,
         origin: origin_dir.map(|_| exe.to_owned()),
         dlopened: true,
     })
@@ -361,9 +390,20 @@ fn expand(dir: &str, origin: &Path) -> PathBuf {
     PathBuf::from(dir.replace("${ORIGIN}", &o).replace("$ORIGIN", &o))
 }
 
-/// `(path, found through DT_RPATH, the $ORIGIN directory the directory
-/// that found it was relative to)`.
-type Found = (PathBuf, bool, Option<PathBuf>);
+/// Which part of the search found a library.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Via {
+    /// A DT_RPATH.
+    Rpath,
+    /// `LD_LIBRARY_PATH`.
+    LdLibraryPath,
+    /// DT_RUNPATH, the cache, a default directory, or a name with a slash.
+    Later,
+}
+
+/// `(path, what found it, the $ORIGIN directory the directory that found
+/// it was relative to)`.
+type Found = (PathBuf, Via, Option<PathBuf>);
 
 /// The search for one name.
 fn search(
@@ -378,23 +418,23 @@ fn search(
     for (origin, dirs) in rpaths {
         for d in dirs {
             if let Some(p) = try_dir(expand(d, origin)) {
-                return Some((p, true, origin_of(d, origin)));
+                return Some((p, Via::Rpath, origin_of(d, origin)));
             }
         }
     }
     let here = PathBuf::from(".");
     for d in ld_library_path {
         if let Some(p) = try_dir(expand(d, &here)) {
-            return Some((p, false, None));
+            return Some((p, Via::LdLibraryPath, None));
         }
     }
     for d in runpath.1 {
         if let Some(p) = try_dir(expand(d, runpath.0)) {
-            return Some((p, false, origin_of(d, runpath.0)));
+            return Some((p, Via::Later, origin_of(d, runpath.0)));
         }
     }
     if let Some(p) = cache.lookup(name).filter(|p| is_x86_64_elf(p)) {
-        return Some((p, false, None));
+        return Some((p, Via::Later, None));
     }
     [
         "/lib/x86_64-linux-gnu",
@@ -406,7 +446,7 @@ fn search(
     ]
     .into_iter()
     .find_map(|d| try_dir(PathBuf::from(d)))
-    .map(|p| (p, false, None))
+    .map(|p| (p, Via::Later, None))
 }
 
 fn is_x86_64_elf(p: &Path) -> bool {

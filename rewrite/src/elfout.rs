@@ -109,6 +109,7 @@ use std::path::Path;
 use goblin::container::{Container, Ctx};
 use goblin::elf::dynamic::{
     DF_1_PIE, DT_FLAGS_1, DT_INIT_ARRAY, DT_INIT_ARRAYSZ, DT_PREINIT_ARRAY, DT_PREINIT_ARRAYSZ,
+    DT_RPATH, DT_RUNPATH, DT_STRSZ, DT_STRTAB,
 };
 use goblin::elf::header::{Header, EM_X86_64, ET_DYN, ET_EXEC};
 use goblin::elf::program_header::{
@@ -187,6 +188,11 @@ pub struct Additions {
     /// additions"): a shared object with a spare `DT_NULL` slot
     /// ([`can_detach`]), no init or preinit, every segment file-backed.
     pub detached: bool,
+    /// A directory the loader searches first for this executable's
+    /// libraries (`record --libs`: the rewritten copies), put before the
+    /// native `DT_RUNPATH`, or else `DT_RPATH` (added when there is none);
+    /// only with `preinit` ([`search_first`]).
+    pub search_first: Option<Vec<u8>>,
 }
 
 /// The x86-64 page size: loaders map at this granularity.
@@ -721,12 +727,13 @@ impl FirstRun {
 }
 
 /// Builds the new preinit (or init) array (and in a PIE or shared object
-/// its relocations) in our segment at `vaddr`, and points `.dynamic` at it
-/// (in place in `out`, or in a moved copy).
+/// its relocations) in our segment at `vaddr`, with `search` put first in
+/// the library search path ([`search_first`]), and points `.dynamic` at
+/// them (in place in `out`, or in a moved copy).
 fn preinit(
     img: &Image,
     out: &mut [u8],
-    func: u64,
+    (func, search): (u64, Option<&[u8]>),
     vaddr: u64,
     kind: FirstRun,
 ) -> Result<OwnSegment> {
@@ -816,6 +823,9 @@ fn preinit(
             Dynamic::set(&mut entries, DT_RELACOUNT, count + values.len() as u64);
         }
     }
+    if let Some(dir) = search {
+        search_first(img, &dynamic, &mut entries, (&mut seg, vaddr), dir)?;
+    }
     let added = entries.len() - dynamic.used.len();
     let moved_dynamic = if added <= dynamic.spare {
         let mut off = dynamic.offset;
@@ -848,6 +858,52 @@ fn preinit(
         old_rela: dynamic.get(DT_RELA),
         moved_dynamic,
     })
+}
+
+/// Puts `dir` first in the executable's library search path: the string
+/// `dir:NATIVE` (or `dir`) is appended to our segment `seg` (at `vaddr`),
+/// and its `DT_RUNPATH`, or else `DT_RPATH`, names it. `ld.so` reads
+/// such a path at `DT_STRTAB + d_val` with no bound (`decompose_rpath`),
+/// so the string need not be in `.dynstr`: `d_val` is its distance from
+/// the table (wrapping). Our segment is in a `PT_LOAD`, mapped by the
+/// kernel before `ld.so` runs. The search order is otherwise the native
+/// one: `DT_RPATH` (without `DT_RUNPATH`) is searched for every object
+/// loaded on behalf of one without `DT_RUNPATH`, `DT_RUNPATH` only for
+/// the executable's own `DT_NEEDED` and after `LD_LIBRARY_PATH`.
+fn search_first(
+    img: &Image,
+    dynamic: &Dynamic,
+    entries: &mut Vec<(u64, u64)>,
+    (seg, vaddr): (&mut Vec<u8>, u64),
+    dir: &[u8],
+) -> Result<()> {
+    let strtab = dynamic
+        .get(DT_STRTAB)
+        .ok_or_else(|| img.malformed(".dynamic has no DT_STRTAB"))?;
+    let tag = if dynamic.get(DT_RUNPATH).is_some() {
+        DT_RUNPATH
+    } else {
+        DT_RPATH
+    };
+    let mut path = dir.to_vec();
+    if let Some(at) = dynamic.get(tag) {
+        let size = dynamic.get(DT_STRSZ).unwrap_or(0);
+        let table = img.read_vaddr(strtab, size, "DT_STRTAB")?;
+        let native = usize::try_from(at)
+            .ok()
+            .and_then(|at| table.get(at..))
+            .and_then(|t| t.split(|&b| b == 0).next().filter(|_| t.contains(&0)))
+            .ok_or_else(|| img.malformed(format!("search path {at:#x} outside DT_STRTAB")))?;
+        if !native.is_empty() {
+            path.push(b':');
+            path.extend_from_slice(native);
+        }
+    }
+    path.push(0);
+    let at = vaddr + seg.len() as u64;
+    seg.extend_from_slice(&path);
+    Dynamic::set(entries, tag, at.wrapping_sub(strtab));
+    Ok(())
 }
 
 /// The bytes of the original `DT_RELA` table that `ld.so` processes as such:
@@ -980,8 +1036,23 @@ pub fn write(path: &Path, elf: &[u8], add: &Additions) -> Result<Vec<u8>> {
         out[24..32].copy_from_slice(&entry.to_le_bytes());
     }
     let own = match (add.preinit, add.init) {
-        (Some(func), None) => Some(preinit(&img, &mut out, func, next_free, FirstRun::Preinit)?),
-        (None, Some(func)) => Some(preinit(&img, &mut out, func, next_free, FirstRun::Init)?),
+        (Some(func), None) => Some(preinit(
+            &img,
+            &mut out,
+            (func, add.search_first.as_deref()),
+            next_free,
+            FirstRun::Preinit,
+        )?),
+        (None, Some(func)) => Some(preinit(
+            &img,
+            &mut out,
+            (func, None),
+            next_free,
+            FirstRun::Init,
+        )?),
+        (None, None) if add.search_first.is_some() => {
+            return Err(img.err(Refusal::SearchWithoutPreinit))
+        }
         (None, None) => None,
         (Some(_), Some(_)) => return Err(img.err(Refusal::PreinitAndInit)),
     };
@@ -1795,6 +1866,7 @@ mod tests {
             segments: segments.clone(),
             heap_gap: DETACH_GAP,
             detached: true,
+            search_first: None,
             ..Additions::default()
         };
         let out = write(path, &elf, &add).unwrap();

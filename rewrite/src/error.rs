@@ -256,6 +256,10 @@ pub enum Refusal {
     /// Both a preinit and an init function were asked for.
     #[error("both a preinit and an init function")]
     PreinitAndInit,
+    /// A library search path was asked for in a module without a preinit
+    /// array (only a dynamically linked executable has one).
+    #[error("a library search path only goes into a dynamically linked executable")]
+    SearchWithoutPreinit,
     /// An entry of the init or preinit array cannot be moved to the new array.
     #[error(
         "{array} entry at {at:#x} has no RELATIVE relocation (cannot copy it to the new array)"

@@ -176,15 +176,18 @@ pub enum DataMode {
 /// `startup`: a library the loader maps before the executable's preinit
 /// runs (its DT_NEEDED closure), whose added segments can then be
 /// detached (`elfout`, "Detached additions"), so that it and every later
-/// mapping lie where they do natively.
+/// mapping lie where they do natively. `search_first`: a directory the
+/// loader searches first for an executable's libraries
+/// ([`elfout::Additions::search_first`]).
 pub fn instrument_module_data(
     path: &Path,
     which: Placement,
     tag: u32,
     data: DataMode,
     startup: bool,
+    search_first: Option<&Path>,
 ) -> Result<Instrumented> {
-    instrument_full(path, &How::Trace(which), tag, data, startup)
+    instrument_full(path, &How::Trace(which), tag, data, startup, search_first)
 }
 
 /// Imports that start threads: counters then need `lock add`.
@@ -243,6 +246,9 @@ pub(crate) struct Rewrite<'a> {
     pub fatal_pads: bool,
     /// `record --data`: which data values are recorded.
     pub data: DataMode,
+    /// A directory the loader searches first for the executable's
+    /// libraries (`elfout::Additions::search_first`).
+    pub search_first: Option<Vec<u8>>,
 }
 
 impl<'a> Rewrite<'a> {
@@ -319,6 +325,7 @@ impl<'a> Rewrite<'a> {
                 && matches!(how, How::Count(s) if s.paths)
                 && !module.func_symbols.iter().any(|s| s.name == "__cxa_throw"),
             data,
+            search_first: None,
         };
         limits::check_module(&rw)?;
         let elf = goblin::elf::Elf::parse(module.bytes())
@@ -347,7 +354,7 @@ impl<'a> Rewrite<'a> {
 /// Rewrites module `tag` at `path` (see [`instrument_module`]): witnesses or
 /// counters, as a list of phases.
 pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented> {
-    instrument_full(path, how, tag, DataMode::Off, false)
+    instrument_full(path, how, tag, DataMode::Off, false, None)
 }
 
 fn instrument_full(
@@ -356,10 +363,13 @@ fn instrument_full(
     tag: u32,
     data: DataMode,
     startup: bool,
+    search_first: Option<&Path>,
 ) -> Result<Instrumented> {
+    use std::os::unix::ffi::OsStrExt;
     let fault = fault_injection(path)?;
     let prog = Program::open(path)?;
-    let rw = Rewrite::new(path, &prog, how, tag, fault, data, startup)?;
+    let mut rw = Rewrite::new(path, &prog, how, tag, fault, data, startup)?;
+    rw.search_first = search_first.map(|d| d.as_os_str().as_bytes().to_vec());
     let traced = traced::Traced::decide(&rw);
     let calls = calls::Calls::classify(&rw, &traced);
     limits::check_counting(&rw, &calls)?;

@@ -81,6 +81,7 @@ pub(crate) fn link(
             .map(|u| (u.eh_frame.0, u.eh_frame.1 - u.eh_frame.0)),
         heap_gap: rw.heap_gap(),
         detached: rw.detached,
+        search_first: rw.search_first.clone(),
     };
     if let Some(u) = emitted.unwind {
         add.segments.push(NewSegment {
