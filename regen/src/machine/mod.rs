@@ -118,6 +118,10 @@ pub struct Sink {
     pub pause_at: u64,
     /// When set, only count executed blocks and instructions (`--count`); `out` stays empty.
     pub counts: Option<Counts>,
+    /// When set, each signal delivery the machine regenerates is noted
+    /// here (the debugger's signal stops; off by default: a long run may
+    /// take many signals).
+    pub deliveries: Option<Vec<Delivery>>,
     /// Per module: the segments from read points (`summary`).
     segs: Vec<Summaries>,
 }
@@ -132,6 +136,7 @@ impl Sink {
             limit,
             pause_at: u64::MAX,
             counts: None,
+            deliveries: None,
             segs: modules.iter().map(|m| Summaries::with_text(m)).collect(),
         }
     }
@@ -159,9 +164,27 @@ impl Sink {
             counts: Some(Counts {
                 totals: vec![(0, 0); modules.len()],
             }),
+            deliveries: None,
             segs: modules.iter().map(|m| Summaries::new(m)).collect(),
         }
     }
+}
+
+/// A signal delivered to the thread: where its handler's output begins
+/// and what it interrupted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    /// The output offset where the handler's instructions begin (all the
+    /// output before it ran before the signal was delivered).
+    pub out: usize,
+    /// The signal number.
+    pub signo: u32,
+    /// The run-time address of the interrupted instruction, the next one
+    /// the thread would have run (a fault's: the faulting one), when the
+    /// signal interrupted traced code at an instruction; `None` in
+    /// untraced code or in instrumentation before a witness (where the
+    /// next instruction is only known once the witness is read).
+    pub pc: Option<u64>,
 }
 
 /// What a counting sink accumulates.
