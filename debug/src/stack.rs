@@ -108,7 +108,8 @@ impl Stacks {
     /// interrupted, with passages (the debugger's stacks).
     fn interrupted(&self, t: &mut Timeline<'_>, n: u64) -> Option<u64> {
         self.passages.as_ref()?;
-        t.signal_before(n)?.pc
+        let s = t.signal_before(n)?;
+        t.interrupted(s).pc
     }
 
     /// Past the thread's last instruction, at position `len` (what ran
@@ -163,6 +164,7 @@ impl Stacks {
             Some(_) => t.signals_between(start, end).to_vec(),
             None => Vec::new(),
         };
+        let sigs = sigs.into_iter().map(|s| t.interrupted(s)).collect();
         (start, sigs)
     }
 

@@ -267,7 +267,7 @@ impl<'m> Stub<'m> {
     pub fn pc(&mut self) -> u64 {
         match self.at {
             At::Passage => self.passage_before(self.pos).map_or(UNTRACED, Passage::pc),
-            At::Signal => match self.timeline.signal_before(self.pos).and_then(|s| s.pc) {
+            At::Signal => match self.signal_pc() {
                 Some(x) => x,
                 // Untraced code was interrupted.
                 None => self.passage_before(self.pos).map_or(UNTRACED, Passage::pc),
@@ -381,6 +381,13 @@ impl<'m> Stub<'m> {
             return Stop::Step;
         }
         self.signal_or_insn()
+    }
+
+    /// The instruction the signal delivered before the position
+    /// interrupted, if it was traced.
+    fn signal_pc(&mut self) -> Option<u64> {
+        let s = self.timeline.signal_before(self.pos)?;
+        self.timeline.interrupted(s).pc
     }
 
     /// Moves to the delivery of the signal before the position, if there
@@ -707,15 +714,16 @@ impl<'m> Stub<'m> {
     pub fn frames(&mut self) -> Vec<(u64, u64)> {
         let pc = self.pc();
         let end = self.at == At::Insn && self.at_end();
-        let t = &mut self.timeline;
         let rets = match self.at {
-            At::Signal => match t.signal_before(self.pos).and_then(|s| s.pc) {
-                Some(x) => self.stacks.at_signal(t, self.pos, x),
+            At::Signal => match self.signal_pc() {
+                Some(x) => self.stacks.at_signal(&mut self.timeline, self.pos, x),
                 // Untraced code was interrupted: the passage's stack.
-                None => self.stacks.at(t, self.pos, true),
+                None => self.stacks.at(&mut self.timeline, self.pos, true),
             },
             _ if end => self.end_state().1,
-            a => self.stacks.at(t, self.pos, a == At::Passage),
+            a => self
+                .stacks
+                .at(&mut self.timeline, self.pos, a == At::Passage),
         };
         let entry = |a: u64| match is_untraced(a) {
             true => UNTRACED,

@@ -14,7 +14,7 @@
 //! stream, or a regeneration error, ends the timeline at the last
 //! instruction certainly executed.
 
-use aetrace_regen::machine::{Delivery, Machine, Progress, Sink};
+use aetrace_regen::machine::{Delivery, Machine, Noted, Progress, Sink};
 use aetrace_regen::Error;
 
 /// Instructions per interval by default (8 bytes of `bin` output each):
@@ -59,8 +59,14 @@ pub struct Signal {
     /// The signal number.
     pub signo: u32,
     /// The interrupted instruction's address, when traced code was
-    /// interrupted at a known instruction ([`Delivery::pc`]).
+    /// interrupted ([`Timeline::interrupted`] completes it).
     pub pc: Option<u64>,
+    /// The signal interrupted untraced code.
+    pub outside: bool,
+    /// The SIGNAL record's stream offset.
+    record: u64,
+    /// Where the interrupted code resumed, once its handler returned.
+    resumed: Option<u64>,
 }
 
 impl<'m> Timeline<'m> {
@@ -103,6 +109,53 @@ impl<'m> Timeline<'m> {
         self.load(k);
         let i = n - self.snaps[k].pos;
         self.window.get(i as usize).copied()
+    }
+
+    /// Notes delivery or return `d`, made by the run of the interval that
+    /// starts at position `base`.
+    fn note(&mut self, base: u64, d: &Delivery) {
+        let pos = base + d.out as u64 / 8;
+        match d.what {
+            Noted::Delivered { signo, pc, outside } => self.signals.push(Signal {
+                pos,
+                signo,
+                pc,
+                outside,
+                record: d.record,
+                resumed: None,
+            }),
+            Noted::Returned => {
+                let s = self.signals.iter_mut().rev().find(|s| s.record == d.record);
+                if let Some(s) = s {
+                    s.resumed = Some(pos);
+                }
+            }
+        }
+    }
+
+    /// `s` with the interrupted instruction's address where the module's
+    /// code left it open (instrumentation before a witness): the
+    /// instruction the interrupted code resumed at, once the handler
+    /// returned (the next interval is regenerated to find that out).
+    pub fn interrupted(&mut self, s: Signal) -> Signal {
+        if s.pc.is_some() || s.outside {
+            return s;
+        }
+        let find = |t: &Self| t.signals.iter().find(|g| g.record == s.record).copied();
+        let mut g = find(self).unwrap_or(s);
+        if g.resumed.is_none() && self.len.is_none() {
+            let next = self.snaps.last().map_or(0, |l| l.pos);
+            self.interval_of(next + 1);
+            g = find(self).unwrap_or(s);
+        }
+        let Some(r) = g.resumed else { return g };
+        // Another signal delivered right there interrupted the same
+        // instruction.
+        g.pc = match self.signal_before(r) {
+            Some(b) if b.record != g.record => b.pc,
+            _ => self.address(r),
+        };
+        g
     }
 
     /// The signal delivered just before position `n` (after `n - 1`), if
@@ -276,9 +329,9 @@ impl<'m> Timeline<'m> {
         let pos = snap.pos + self.window.len() as u64;
         // The first run of each interval (in order) notes its signals.
         let base = snap.pos;
-        let delivered = self.sink.deliveries.as_ref().expect("set by new");
-        self.signals
-            .extend(delivered.iter().map(|d| Signal::at(base, d)));
+        let notes = self.sink.deliveries.take().expect("set by new");
+        notes.iter().for_each(|d| self.note(base, d));
+        self.sink.deliveries = Some(notes);
         match r {
             Ok(Progress::More) if !self.window.is_empty() => {
                 let tail = self.sink.out[certain..].to_vec();
@@ -289,18 +342,6 @@ impl<'m> Timeline<'m> {
                 self.error = Some(e);
                 self.len = Some(pos);
             }
-        }
-    }
-}
-
-impl Signal {
-    /// The signal of delivery `d`, noted by the run of the interval that
-    /// starts at position `base`.
-    fn at(base: u64, d: &Delivery) -> Signal {
-        Signal {
-            pos: base + d.out as u64 / 8,
-            signo: d.signo,
-            pc: d.pc,
         }
     }
 }

@@ -170,21 +170,37 @@ impl Sink {
     }
 }
 
-/// A signal delivered to the thread: where its handler's output begins
-/// and what it interrupted.
+/// A signal's delivery or its handler's return, where the output is then.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Delivery {
-    /// The output offset where the handler's instructions begin (all the
-    /// output before it ran before the signal was delivered).
+    /// The output offset: where the handler's instructions begin (all the
+    /// output before it ran before the signal was delivered), or where
+    /// the interrupted code's resume after the handler returned.
     pub out: usize,
-    /// The signal number.
-    pub signo: u32,
-    /// The run-time address of the interrupted instruction, the next one
-    /// the thread would have run (a fault's: the faulting one), when the
-    /// signal interrupted traced code at an instruction; `None` in
-    /// untraced code or in instrumentation before a witness (where the
-    /// next instruction is only known once the witness is read).
-    pub pc: Option<u64>,
+    /// The SIGNAL record's stream offset (a return names its delivery).
+    pub record: u64,
+    /// Which of the two.
+    pub what: Noted,
+}
+
+/// What a [`Delivery`] notes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Noted {
+    /// The signal was delivered.
+    Delivered {
+        /// The signal number.
+        signo: u32,
+        /// The run-time address of the interrupted instruction, the next
+        /// one the thread would have run (a fault's: the faulting one),
+        /// where the module's code says it; `None` in untraced code or in
+        /// instrumentation before a witness (the next instruction is
+        /// where the interrupted code resumes, once the witness is read).
+        pc: Option<u64>,
+        /// The signal interrupted untraced code.
+        outside: bool,
+    },
+    /// Its handler returned.
+    Returned,
 }
 
 /// What a counting sink accumulates.

@@ -30,7 +30,7 @@
 //! increment is the instruction before the call), and *before a counted
 //! `ret`*, where the rip says which of the two: [`Machine::fits`].
 
-use super::{Delivery, Flow, Frame, Loc, Machine, ModuleIx, Sink, Step};
+use super::{Delivery, Flow, Frame, Loc, Machine, ModuleIx, Noted, Sink, Step};
 use crate::compile::{BlockIx, SigAt, EXIT, NO_WITNESS};
 use crate::error::Result;
 use crate::stream::Item;
@@ -751,8 +751,12 @@ impl<'a> Machine<'a> {
             if let Some(d) = sink.deliveries.as_mut() {
                 d.push(Delivery {
                     out: sink.out.len(),
-                    signo: sig.signo,
-                    pc: interrupted_pc(m, at),
+                    record: sig.offset,
+                    what: Noted::Delivered {
+                        signo: sig.signo,
+                        pc: interrupted_pc(m, at),
+                        outside: matches!(at, SigAt::Outside),
+                    },
                 });
             }
         }
@@ -789,6 +793,13 @@ impl<'a> Machine<'a> {
         // return, the restorer (untraced), then the resumed code.
         if sink.counts.is_none() {
             let bytes = (self.image(ModuleIx::new(0))).return_note(s.offset, &mut sink.out);
+            if let Some(d) = sink.deliveries.as_mut() {
+                d.push(Delivery {
+                    out: sink.out.len(),
+                    record: s.offset,
+                    what: Noted::Returned,
+                });
+            }
             if bytes > 0 {
                 self.trail.push(Mark::Note { bytes });
                 self.trail_bytes += bytes;
