@@ -1564,7 +1564,8 @@ fn signal_stops_agree_with_native_gdb() {
 /// print`: the first 30 `continue`s stop with SIGALRM at the instruction
 /// each handler run returned to, by the instruction trace (the first
 /// address after the handler's; where the next signal was delivered right
-/// at the return, the one that delivery interrupted).
+/// at the return, the one that delivery interrupted), but where the timer
+/// interrupted untraced code (at most twice: libc's `setitimer` calls).
 #[test]
 fn timer_signals_stop_at_the_instructions_they_interrupted() {
     let (exe, trace) = recorded("signal_alarm.c", &[]);
@@ -1589,8 +1590,20 @@ fn timer_signals_stop_at_the_instructions_they_interrupted() {
     let script = format!("handle SIGALRM stop print\n{}", repeat("continue", n));
     let out = gdb(&exe, &trace, &script);
     assert_eq!(out.matches("received signal SIGALRM").count(), n, "{out}");
-    let expect: Vec<u64> = resumed[..n].iter().map(|r| r.unwrap()).collect();
-    assert_eq!(pcs(&out), expect, "{out}");
+    // A signal that interrupted untraced code (libc's `setitimer` at the
+    // start, natively too) stops there, in `<untraced>`: the trace has no
+    // instruction of it to compare.
+    let untraced = 0x7ae7_ace0_0000..0x7ae7_ace0_0010;
+    let got = pcs(&out);
+    assert_eq!(got.len(), n, "{out}");
+    let pairs: Vec<(u64, u64)> = got
+        .iter()
+        .zip(&resumed)
+        .filter(|(pc, _)| !untraced.contains(*pc))
+        .map(|(&pc, r)| (pc, r.unwrap()))
+        .collect();
+    assert!(pairs.len() >= n - 2, "{out}");
+    assert!(pairs.iter().all(|(pc, r)| pc == r), "{pairs:x?}\n{out}");
 }
 
 /// What `info frame` says that a trace can say as the native run does,
@@ -1626,7 +1639,7 @@ fn frame_infos(out: &str) -> Vec<String> {
 fn info_frame_in_callers_agrees_with_native_gdb() {
     let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
     let (exe, trace) = o0_g_recorded("recursion.c", &["5"]);
-    let frames = "info frame\nup\n".repeat(6);
+    let frames = "info frame\nup\n".repeat(5) + "info frame\n";
     let ours = gdb(
         &exe,
         &trace,

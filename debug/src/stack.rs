@@ -23,6 +23,12 @@
 //! stack pops to it (the untraced code returned), a procedure's entry is
 //! a callback (push [`RETURNED`]), anything else replaces the frame.
 //!
+//! A signal that interrupted traced code at instruction `x` (the
+//! timeline's deliveries, with passages) makes the handler's caller the
+//! restorer ([`RETURNED`], untraced) and its caller `x`'s frame: the
+//! stack steps to `x`, pushes `x` and [`RETURNED`], and the handler's
+//! first instruction is no step from anything; its return pops to `x`.
+//!
 //! Invariants: the stack at an interval's start is the same whatever order
 //! positions are visited in (it is computed front to back, interval by
 //! interval, and kept per interval), and so are the passages.

@@ -13,6 +13,11 @@
 //!   breakpoint (software and hardware alike: nothing is written into
 //!   memory) inside the stub, at regeneration speed; running off either end
 //!   stops with gdb's replay-log stop ("No more reverse-execution history").
+//! - Signals: where the recorded run took a signal, a position of its own
+//!   before the handler's first instruction, at the interrupted
+//!   instruction, stops with the signal's number (gdb's "Program received
+//!   signal"), after the passage through untraced code there, if any;
+//!   every step and search, both ways, meets it in time order.
 //! - Watchpoints (a trace with data addresses, [`Data`]): a write, read or
 //!   access of a watched range stops forwards after the instruction that
 //!   made it (x86's trap-after semantics, as gdb expects of a hardware
@@ -361,7 +366,8 @@ impl<'m> Stub<'m> {
     }
 
     /// One step forwards: into the passage before the next instruction, if
-    /// there is one, else to it.
+    /// there is one, else to the delivery of a signal before it, if there
+    /// is one, else to it.
     fn step_forward(&mut self) -> Stop {
         match self.at {
             At::Passage => return self.signal_or_insn(),

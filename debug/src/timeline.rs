@@ -7,7 +7,10 @@
 //! its machine (a clone is a snapshot, `aetrace_regen::machine::Machine`)
 //! at the start of each interval of about [`INTERVAL`] instructions: going
 //! back restores the snapshot before the target and regenerates the
-//! interval, which becomes the window (its addresses, decoded). Invariants:
+//! interval, which becomes the window (its addresses, decoded). The first
+//! run of each interval notes the signals delivered there and the handler
+//! returns (`Sink::deliveries`), kept by position for the whole timeline.
+//! Invariants:
 //! interval `k` covers positions `[snaps[k].pos, snaps[k + 1].pos)`; an
 //! interval's addresses are the ones `regen` writes there, for any order
 //! of visits (each is regenerated from the same snapshot); the end of the
