@@ -71,20 +71,29 @@ fn gdb_status(exe: &Path, trace: &Path, commands: &str) -> (bool, String) {
 }
 
 /// gdb commands `traced-stepi` and `traced-reverse-stepi`: `stepi` and
-/// `reverse-stepi` that step once more from a passage through untraced
-/// code (the stub's made-up function `<untraced>`, a stop of its own
-/// between a call into libc and a callback from it), so that each moves
-/// one instruction of the instruction trace.
+/// `reverse-stepi` that step on from a passage through untraced code (the
+/// stub's made-up function `<untraced>`, a stop of its own between a call
+/// into libc and a callback from it) and from the delivery of a signal
+/// that interrupted untraced code (a stop after the passage), so that
+/// each moves one instruction of the instruction trace (at most two
+/// steps more: past a thread's last instruction, `stepi` stays in
+/// `<untraced>`).
 const TRACED_STEPI: &str = "define traced-stepi
 stepi
 if $pc >= 0x7ae7ace00000 && $pc < 0x7ae7ace00010
 stepi
+if $pc >= 0x7ae7ace00000 && $pc < 0x7ae7ace00010
+stepi
+end
 end
 end
 define traced-reverse-stepi
 reverse-stepi
 if $pc >= 0x7ae7ace00000 && $pc < 0x7ae7ace00010
 reverse-stepi
+if $pc >= 0x7ae7ace00000 && $pc < 0x7ae7ace00010
+reverse-stepi
+end
 end
 end
 ";
@@ -716,9 +725,16 @@ fn native_gdb(exe: &Path, case: &LineSteps, script: &Path, commands: &str) -> St
     let record = if case.record { "record full\n" } else { "" };
     let text = format!(
         "set pagination off\nset confirm off\nset debuginfod enabled off\n\
-         set debug-file-directory /nonexistent\nhandle SIGUSR1 SIGUSR2 nostop noprint pass\n\
+         set debug-file-directory /nonexistent\n{HANDLE_AS_NATIVE}\
          {SHOW_STOP}break main\nrun\nset scheduler-locking on\n{record}{commands}"
     );
+    native_run(exe, case.args, script, &text)
+}
+
+/// Native gdb on `exe` run with `args` by `text` (written to `script`),
+/// libc's AVX and EVEX string functions off, binding at load time (see
+/// [`native_gdb`]): its output.
+fn native_run(exe: &Path, args: &[&str], script: &Path, text: &str) -> String {
     std::fs::write(script, text).unwrap();
     let hwcaps = "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX2,-AVX,-EVEX,\
                   -AVX_Fast_Unaligned_Load";
@@ -727,7 +743,7 @@ fn native_gdb(exe: &Path, case: &LineSteps, script: &Path, commands: &str) -> St
         .arg(script)
         .arg("--args")
         .arg(exe)
-        .args(case.args)
+        .args(args)
         .env("GLIBC_TUNABLES", hwcaps)
         .env("LD_BIND_NOW", "1")
         .output()
@@ -761,7 +777,7 @@ fn line_steps_agree(i: usize, case: &LineSteps) {
         &exe,
         &trace,
         &format!(
-            "source {}\n{SHOW_STOP}break main\ncontinue\n{ours}",
+            "source {}\n{HANDLE_AS_NATIVE}{SHOW_STOP}break main\ncontinue\n{ours}",
             aetrace_py.display()
         ),
     );
@@ -775,6 +791,10 @@ fn line_steps_agree(i: usize, case: &LineSteps) {
     assert_eq!(stops(&native).len(), n, "{what}");
     assert_eq!(stops(&ours), stops(&native), "{what}");
 }
+
+/// The signal handling both sides of [`line_steps_agree`] use: `raise`d
+/// signals neither stop nor print (the scripts step over them).
+const HANDLE_AS_NATIVE: &str = "handle SIGUSR1 SIGUSR2 nostop noprint pass\n";
 
 /// What a materialised or native stop shows, hex numbers masked (stack
 /// addresses differ with the environment's size): `bt` frames, locals
@@ -1340,15 +1360,16 @@ fn control_flow_programs_follow_regen() {
         assert_eq!(hits.len() as u64, entries, "{source}: {name}");
         let first = hits[0] as usize;
         let back = 10.min(first);
+        // (Signal stops are another test's: the runs pass them.)
         let script = format!(
-            "break *{name}\ncontinue\n{}{}",
+            "{HANDLE_AS_NATIVE}break *{name}\ncontinue\n{}{}",
             repeat("traced-reverse-stepi", back),
             repeat("traced-stepi", 10)
         );
         let mut expect: Vec<u64> = want[first - back..first].iter().rev().copied().collect();
         expect.extend(&want[first - back + 1..=first - back + 10]);
         assert_eq!(pcs(&gdb(&exe, &trace, &script)), expect, "{source}");
-        let prelude = format!("break *{name}\n");
+        let prelude = format!("{HANDLE_AS_NATIVE}break *{name}\n");
         assert_hits_both_ways(&exe, &trace, &prelude, len, &hits);
         eprintln!("{source}: {name}, {entries} entries");
     }
@@ -1356,9 +1377,11 @@ fn control_flow_programs_follow_regen() {
 
 /// `stepi` and `reverse-stepi` around the first entry into `signal.c`'s
 /// handler: between it and the instruction before it in the instruction
-/// trace (the jump into libc's `raise`) stands one stop in the stub's
-/// `<untraced>`, at its start (traced code entered untraced code there),
-/// both ways; `bt` there has the caller of `raise` as frame 1.
+/// trace (the jump into libc's `raise`) stand two stops in the stub's
+/// `<untraced>`, at its start (traced code entered untraced code there):
+/// the passage, then SIGUSR1's delivery (gdb's "Program received signal
+/// SIGUSR1"), both ways; `bt` at the delivery has the caller of `raise`
+/// as frame 1.
 #[test]
 fn a_passage_through_untraced_code_precedes_a_handler() {
     let (exe, trace) = recorded("signal.c", &[]);
@@ -1369,13 +1392,23 @@ fn a_passage_through_untraced_code_precedes_a_handler() {
     let show = "printf \"pc %lx\\n\", $pc\n";
     let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
     let script = format!(
-        "source {}\nbreak *on_usr1\ncontinue\nreverse-stepi\n{show}bt\nreverse-stepi\n{show}stepi\n{show}stepi\n{show}",
+        "source {}\nbreak *on_usr1\ncontinue\ncontinue\nreverse-stepi\n{show}bt\nreverse-stepi\n{show}reverse-stepi\n{show}stepi\n{show}stepi\n{show}stepi\n{show}",
         aetrace_py.display()
     );
     let out = gdb(&exe, &trace, &script);
     let untraced = 0x7ae7_ace0_0000;
     let got = pcs(&out);
-    assert_eq!(got, [untraced, want[first - 1], untraced, entry], "{out}");
+    let expect = [
+        untraced,
+        untraced,
+        want[first - 1],
+        untraced,
+        untraced,
+        entry,
+    ];
+    assert_eq!(got, expect, "{out}");
+    // The first `continue` stops at the delivery too.
+    assert_eq!(out.matches("received signal SIGUSR1").count(), 3, "{out}");
     assert!(
         out.contains("#0  0x00007ae7ace00000 in <untraced> ()"),
         "{out}"
@@ -1449,4 +1482,165 @@ fn rwatch_on_a_jump_table_stops_at_its_reads() {
         .collect();
     assert_eq!(ours, vec![reader; lackey.len()], "{out}");
     assert_eq!(out.matches(KILLED).count(), 1, "{out}");
+}
+
+/// The stops in `out`, in order: [`SHOW_STOP`]'s line, after gdb's
+/// "Program received signal ..." line when a signal made the stop.
+fn signal_stops(out: &str) -> Vec<String> {
+    let mut stops = Vec::new();
+    let mut signal = "";
+    for l in out.lines() {
+        if l.starts_with("Program received signal") {
+            signal = l;
+        } else if l.starts_with("stop ") {
+            stops.push(format!("{signal}{l}"));
+            signal = "";
+        }
+    }
+    stops
+}
+
+/// `signal_stops.c` at -O0 -g: from `main`'s breakpoint, each `continue`
+/// stops where gdb stops on the native run, with the same "Program
+/// received signal" line, function, line, pc (from `main`) and number of
+/// program frames: SIGUSR1 after the program's own `kill` syscall, SIGUSR2
+/// in `raise` (libc natively, `<untraced>` on the trace: `stop untraced`),
+/// SIGSEGV at the faulting store; with `handle SIGUSR1 nostop noprint` on
+/// both sides, only the others. Then `reverse-continue` on the trace
+/// stops at the same deliveries in reverse order, back to `main`'s
+/// breakpoint.
+#[test]
+fn signal_stops_agree_with_native_gdb() {
+    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
+    let (exe, trace) = o0_g_recorded("signal_stops.c", &[]);
+    let native_head = "set pagination off\nset confirm off\nset debuginfod enabled off\n\
+                       set debug-file-directory /nonexistent\n";
+    let show = "python aet_show()\n";
+    for (handle, n) in [("", 7), ("handle SIGUSR1 nostop noprint\n", 4)] {
+        let forward = format!("continue\n{show}").repeat(n);
+        let script = trace.with_extension(format!("signals{n}.gdb"));
+        let native = native_run(
+            &exe,
+            &[],
+            &script,
+            &format!("{native_head}{handle}{SHOW_STOP}break main\nrun\n{show}{forward}"),
+        );
+        let backward = format!("reverse-continue\n{show}").repeat(n);
+        let ours = gdb(
+            &exe,
+            &trace,
+            &format!(
+                "source {}\n{handle}{SHOW_STOP}break main\ncontinue\n{show}{forward}{backward}",
+                aetrace_py.display()
+            ),
+        );
+        let (native, ours) = (signal_stops(&native), signal_stops(&ours));
+        let what = format!("{handle}native: {native:#?}\nours: {ours:#?}");
+        assert_eq!(native.len(), n + 1, "{what}");
+        assert_eq!(ours[..=n], native[..], "{what}");
+        let back: Vec<&String> = native[..n].iter().rev().collect();
+        assert_eq!(ours[n + 1..].iter().collect::<Vec<_>>(), back, "{what}");
+    }
+}
+
+/// `signal_alarm.c` (a 20 us timer's SIGALRM interrupting a hot loop at
+/// any instruction, witness writes included) with `handle SIGALRM stop
+/// print`: the first 30 `continue`s stop with SIGALRM at the instruction
+/// each handler run returned to, by the instruction trace (the first
+/// address after the handler's; where the next signal was delivered right
+/// at the return, the one that delivery interrupted), but where the timer
+/// interrupted untraced code (at most twice: libc's `setitimer` calls).
+#[test]
+fn timer_signals_stop_at_the_instructions_they_interrupted() {
+    let (exe, trace) = recorded("signal_alarm.c", &[]);
+    let want = insns(&trace);
+    let entry = pcs(&gdb(&exe, &trace, "printf \"pc %lx\\n\", on_alarm"))[0];
+    let nm = Command::new("nm").arg("-S").arg(&exe).output().unwrap();
+    let nm = String::from_utf8_lossy(&nm.stdout).into_owned();
+    let size = nm
+        .lines()
+        .find(|l| l.ends_with(" on_alarm"))
+        .and_then(|l| u64::from_str_radix(l.split_whitespace().nth(1)?, 16).ok())
+        .expect("on_alarm's size by nm -S");
+    let inside = |a: u64| (entry..entry + size).contains(&a);
+    // Per handler run: the first address after it outside the handler.
+    let mut resumed = Vec::new();
+    for (p, _) in want.iter().enumerate().filter(|(_, &a)| a == entry) {
+        let after = want[p..].iter().position(|&a| !inside(a));
+        resumed.push(after.map(|i| want[p + i]));
+    }
+    let n = 30;
+    assert!(resumed.len() > n, "{} handler runs", resumed.len());
+    let script = format!("handle SIGALRM stop print\n{}", repeat("continue", n));
+    let out = gdb(&exe, &trace, &script);
+    assert_eq!(out.matches("received signal SIGALRM").count(), n, "{out}");
+    // A signal that interrupted untraced code (libc's `setitimer` at the
+    // start, natively too) stops there, in `<untraced>`: the trace has no
+    // instruction of it to compare.
+    let untraced = 0x7ae7_ace0_0000..0x7ae7_ace0_0010;
+    let got = pcs(&out);
+    assert_eq!(got.len(), n, "{out}");
+    let pairs: Vec<(u64, u64)> = got
+        .iter()
+        .zip(&resumed)
+        .filter(|(pc, _)| !untraced.contains(*pc))
+        .map(|(&pc, r)| (pc, r.unwrap()))
+        .collect();
+    assert!(pairs.len() >= n - 2, "{out}");
+    assert!(pairs.iter().all(|(pc, r)| pc == r), "{pairs:x?}\n{out}");
+}
+
+/// What `info frame` says that a trace can say as the native run does,
+/// per `info frame` in `out`: the level, the function and source line of
+/// `rip`, and whether it names a caller (`called by`) and a callee
+/// (`caller of`). The frame addresses are made up on the trace (a frame's
+/// depth, as the unwinder's frame ids) and the saved registers' slots are
+/// in no memory it has: not compared.
+fn frame_infos(out: &str) -> Vec<String> {
+    let mut infos: Vec<String> = Vec::new();
+    for l in out.lines() {
+        if let Some(rest) = l.strip_prefix("Stack level ") {
+            infos.push(rest.split(',').next().unwrap().to_owned());
+        } else if let (Some(i), Some(rip)) = (infos.last_mut(), l.strip_prefix(" rip = ")) {
+            let at = rip.split_once(" in ").map_or("", |x| x.1);
+            *i += &format!(" {}", at.split(';').next().unwrap());
+        } else if let Some(i) = infos.last_mut() {
+            for mark in [" called by", " caller of"] {
+                if l.starts_with(mark) {
+                    *i += mark;
+                }
+            }
+        }
+    }
+    infos
+}
+
+/// `info frame` at `recursion.c`'s fifth stop in `msort` (five calls
+/// deep) and in each caller up to `main` (`up`): the level, function,
+/// line and callee and caller links equal native gdb's (before
+/// 2026-11-29 a caller frame's failed with "Register 6 was not saved").
+#[test]
+fn info_frame_in_callers_agrees_with_native_gdb() {
+    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
+    let (exe, trace) = o0_g_recorded("recursion.c", &["5"]);
+    let frames = "info frame\nup\n".repeat(5) + "info frame\n";
+    let ours = gdb(
+        &exe,
+        &trace,
+        &format!(
+            "source {}\nbreak msort\nignore 1 4\ncontinue\n{frames}",
+            aetrace_py.display()
+        ),
+    );
+    let script = trace.with_extension("frames.gdb");
+    let native = native_run(
+        &exe,
+        &["5"],
+        &script,
+        &format!("set pagination off\nbreak msort\nignore 1 4\nrun\n{frames}"),
+    );
+    let (ours_i, native_i) = (frame_infos(&ours), frame_infos(&native));
+    assert_eq!(native_i.len(), 6, "{native}");
+    assert!(native_i[5].starts_with("5 main ("), "{native}");
+    assert_eq!(ours_i, native_i, "ours:\n{ours}\nnative:\n{native}");
 }

@@ -187,6 +187,12 @@ SHADOW = 0xAE7ACE0000000000
 STACK_TOP = 0x7FF000000000
 
 
+def frame_address(depth):
+    """The made-up address of the frame `depth` frames from the bottom of
+    the stack (its frame id's, shown as "frame at")."""
+    return STACK_TOP - 0x100 * depth
+
+
 def read_u64s(addr, n):
     mem = gdb.selected_inferior().read_memory(addr, 8 * n)
     b = bytes(mem)
@@ -212,10 +218,10 @@ class FrameId:
 
 
 class AetraceUnwinder(gdb.unwinder.Unwinder):
-    """Frames from the stub's procedure stack. Saves only rip (every other
-    register is unavailable: gdb 13's Python unwinder can only leave one
-    "not saved", and drops itself for a frame where it saves an
-    unavailable value). The outermost traced frame's caller is
+    """Frames from the stub's procedure stack. Saves rip, and rsp and rbp
+    made up from the frame addresses (every other register is left "not
+    saved": gdb 13's Python unwinder cannot mark one unavailable, and
+    drops itself for a frame where it saves an unavailable value). The outermost traced frame's caller is
     `<untraced>` (the code that started the thread: libc's start_thread,
     the kernel), whose CFI ends the backtrace without reading a register."""
 
@@ -239,9 +245,17 @@ class AetraceUnwinder(gdb.unwinder.Unwinder):
             # has as a traced start routine's caller (`finish` stops there).
             return None
         depth = len(frames) - level
-        info = pending_frame.create_unwind_info(FrameId(STACK_TOP - 0x100 * depth, entry or pc))
+        cfa = frame_address(depth)
+        info = pending_frame.create_unwind_info(FrameId(cfa, entry or pc))
         caller = frames[level + 1][0] if level + 1 < len(frames) else UNTRACED + 1
         info.add_saved_register("rip", u64(caller))
+        # The caller's rsp and rbp, made up as the frame ids are, so that
+        # gdb's DWARF frame base of the caller (`info frame`, `up`) reads
+        # a value rather than a register this unwinder did not save:
+        # rsp the callee's frame address (as after a return), rbp 16
+        # below the caller's (its CFA at -O0, after the prologue).
+        info.add_saved_register("rsp", u64(cfa))
+        info.add_saved_register("rbp", u64(frame_address(depth - 1) - 16))
         return info
 
 

@@ -135,10 +135,39 @@ fn stop_reason(tid: Tid, s: Stop) -> MultiThreadStopReason<u64> {
         Stop::Begin => replay(ReplayLogPosition::Begin),
         Stop::End => R::SignalWithThread {
             tid,
-            signal: Signal(END_SIGNAL),
+            signal: gdb_signal(END_SIGNAL),
         },
         Stop::Watch(kind, addr) => R::Watch { tid, kind, addr },
+        Stop::Signal(signo) => R::SignalWithThread {
+            tid,
+            signal: gdb_signal(signo),
+        },
     }
+}
+
+/// gdb's number of Linux signal `signo` (the remote protocol numbers
+/// signals as gdb's `enum gdb_signal`, not as Linux does).
+fn gdb_signal(signo: u32) -> Signal {
+    let gdb = match signo {
+        1..=6 | 8 | 9 | 11 | 13..=15 | 21 | 22 | 24..=28 => signo,
+        7 => 10,
+        10 => 30,
+        12 => 31,
+        17 => 20,
+        18 => 19,
+        19 => 17,
+        20 => 18,
+        23 => 16,
+        29 => 23,
+        30 => 32,
+        31 => 12,
+        32 => 77,
+        33..=63 => signo + 12,
+        64 => 78,
+        // GDB_SIGNAL_UNKNOWN (SIGSTKFLT has no number of gdb's own).
+        _ => 143,
+    };
+    Signal(gdb as u8)
 }
 
 impl Target for Process<'_> {
@@ -252,8 +281,8 @@ impl Process<'_> {
     /// the recorded run went on to deliver (gdb passes it back).
     fn pend(&mut self, tid: Tid, action: Action, signal: Option<Signal>) -> Result<(), String> {
         let i = self.index(tid)?;
-        let own = self.threads[i].stub.stop_signal();
-        if signal.is_some_and(|s| Some(s.0) != own) {
+        let own = self.threads[i].stub.stop_signal().map(gdb_signal);
+        if signal.is_some_and(|s| Some(s) != own) {
             return Err("a recorded run cannot be resumed with another signal".into());
         }
         if self.pending.is_none() || action != Action::Continue {

@@ -23,12 +23,18 @@
 //! stack pops to it (the untraced code returned), a procedure's entry is
 //! a callback (push [`RETURNED`]), anything else replaces the frame.
 //!
+//! A signal that interrupted traced code at instruction `x` (the
+//! timeline's deliveries, with passages) makes the handler's caller the
+//! restorer ([`RETURNED`], untraced) and its caller `x`'s frame: the
+//! stack steps to `x`, pushes `x` and [`RETURNED`], and the handler's
+//! first instruction is no step from anything; its return pops to `x`.
+//!
 //! Invariants: the stack at an interval's start is the same whatever order
 //! positions are visited in (it is computed front to back, interval by
 //! interval, and kept per interval), and so are the passages.
 
 use crate::image::Image;
-use crate::timeline::Timeline;
+use crate::timeline::{Signal, Timeline};
 use crate::untraced::{decode, Exit, Passage, To, RETURNED, UNTRACED};
 use aetrace_regen::compile::Module as Compiled;
 use std::collections::HashMap;
@@ -81,11 +87,35 @@ impl Stacks {
             true => self.state_at(t, n - 1),
             false => self.state_at(t, n),
         };
-        if let (true, Some(p), Some(a), Some(b)) = (passage, &self.passages, s.prev, t.address(n)) {
+        // The passage leads to the instruction a signal interrupted, if one
+        // was delivered before `n`, else to `n`.
+        let to = match self.interrupted(t, n) {
+            Some(x) => Some(x),
+            None => t.address(n),
+        };
+        if let (true, Some(p), Some(a), Some(b)) = (passage, &self.passages, s.prev, to) {
             p.enter(a, b, &mut s.stack);
         }
         s.stack.reverse();
         s.stack
+    }
+
+    /// Return addresses where the signal delivered before position `n`
+    /// interrupted traced code at `pc` (before that instruction ran),
+    /// innermost first.
+    pub fn at_signal(&mut self, t: &mut Timeline<'_>, n: u64, pc: u64) -> Vec<u64> {
+        let mut s = self.state_at(t, n - 1);
+        self.step(&mut s, pc);
+        s.stack.reverse();
+        s.stack
+    }
+
+    /// The traced instruction a signal delivered before position `n`
+    /// interrupted, with passages (the debugger's stacks).
+    fn interrupted(&self, t: &mut Timeline<'_>, n: u64) -> Option<u64> {
+        self.passages.as_ref()?;
+        let s = t.signal_before(n)?;
+        t.interrupted(s).pc
     }
 
     /// Past the thread's last instruction, at position `len` (what ran
@@ -123,11 +153,53 @@ impl Stacks {
         };
         self.reach(t, k);
         let mut s = self.states[k].clone();
-        let (start, addrs) = t.interval(k);
-        for &b in &addrs[..=(n - start) as usize] {
-            self.step(&mut s, b);
-        }
+        let (start, sigs) = self.signals(t, k);
+        let (_, addrs) = t.interval(k);
+        let upto = &addrs[..=(n - start) as usize];
+        self.walk(&mut s, start, upto, &sigs, |_, _| {});
         s
+    }
+
+    /// Interval `k`'s first position and the signals delivered before its
+    /// positions, when the stacks show handlers as called by the code a
+    /// signal interrupted (with passages: the debugger's).
+    fn signals(&self, t: &mut Timeline<'_>, k: usize) -> (u64, Vec<Signal>) {
+        let (start, addrs) = t.interval(k);
+        let end = start + addrs.len() as u64;
+        let sigs = match self.passages {
+            Some(_) => t.signals_between(start, end).to_vec(),
+            None => Vec::new(),
+        };
+        let sigs = sigs.into_iter().map(|s| t.interrupted(s)).collect();
+        (start, sigs)
+    }
+
+    /// Steps `s` through `addrs`, the instructions from position `start`
+    /// on, calling `f` with each position and the passage before it. A
+    /// signal that interrupted traced code at `x` ([`Signal::pc`]) first
+    /// steps to `x`, then calls its handler from there: the handler's
+    /// caller is the restorer (untraced code, [`RETURNED`]), whose caller
+    /// is `x`'s frame (as gdb shows `<signal handler called>`).
+    fn walk(
+        &self,
+        s: &mut State,
+        start: u64,
+        addrs: &[u64],
+        sigs: &[Signal],
+        mut f: impl FnMut(u64, Option<Passage>),
+    ) {
+        let mut sigs = sigs.iter().filter_map(|g| Some((g.pos, g.pc?))).peekable();
+        for (i, &b) in addrs.iter().enumerate() {
+            let q = start + i as u64;
+            let mut before = None;
+            while let Some((_, x)) = sigs.next_if(|g| g.0 <= q) {
+                before = before.or(self.step(s, x));
+                s.stack.extend([x, RETURNED]);
+                s.prev = None;
+            }
+            let p = self.step(s, b);
+            f(q, before.or(p));
+        }
     }
 
     /// Computes the states at the starts of intervals up to `k`.
@@ -135,10 +207,9 @@ impl Stacks {
         while self.states.len() <= k {
             let j = self.states.len() - 1;
             let mut s = self.states[j].clone();
+            let (start, sigs) = self.signals(t, j);
             let (_, addrs) = t.interval(j);
-            for &b in addrs {
-                self.step(&mut s, b);
-            }
+            self.walk(&mut s, start, addrs, &sigs, |_, _| {});
             self.states.push(s);
         }
     }
@@ -150,13 +221,12 @@ impl Stacks {
         if known == Some(false) {
             self.reach(t, k);
             let mut s = self.states[k].clone();
-            let (start, addrs) = t.interval(k);
+            let (start, sigs) = self.signals(t, k);
+            let (_, addrs) = t.interval(k);
             let mut found = Vec::new();
-            for (i, &b) in addrs.iter().enumerate() {
-                if let Some(p) = self.step(&mut s, b) {
-                    found.push((start + i as u64, p));
-                }
-            }
+            self.walk(&mut s, start, addrs, &sigs, |q, p| {
+                found.extend(p.map(|p| (q, p)));
+            });
             let p = self.passages.as_mut().expect("looked for");
             p.found.insert(k, found);
         }

@@ -13,6 +13,11 @@
 //!   breakpoint (software and hardware alike: nothing is written into
 //!   memory) inside the stub, at regeneration speed; running off either end
 //!   stops with gdb's replay-log stop ("No more reverse-execution history").
+//! - Signals: where the recorded run took a signal, a position of its own
+//!   before the handler's first instruction, at the interrupted
+//!   instruction, stops with the signal's number (gdb's "Program received
+//!   signal"), after the passage through untraced code there, if any;
+//!   every step and search, both ways, meets it in time order.
 //! - Watchpoints (a trace with data addresses, [`Data`]): a write, read or
 //!   access of a watched range stops forwards after the instruction that
 //!   made it (x86's trap-after semantics, as gdb expects of a hardware
@@ -25,7 +30,7 @@ use crate::data::{Code, Data, Ref, Values};
 use crate::image::Image;
 use crate::materialise;
 use crate::stack::Stacks;
-use crate::timeline::{Found, Hit, Timeline};
+use crate::timeline::{Found, Hit, Signal, Timeline};
 use crate::untraced::{is_untraced, Passage, RETURNED, UNTRACED};
 use aetrace_regen::compile::Module as Compiled;
 use gdbstub::arch::{Arch, Registers};
@@ -108,6 +113,19 @@ pub enum Stop {
     End,
     /// A watchpoint (its kind and address) was hit.
     Watch(WatchKind, u64),
+    /// A recorded signal (its Linux number) is delivered here.
+    Signal(u32),
+}
+
+/// Where a thread stands at its position `pos`, in time order: in the
+/// passage through untraced code before instruction `pos`, at the delivery
+/// of a signal before it (the interrupted instruction not run yet, the
+/// handler not entered), or at the instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum At {
+    Passage,
+    Signal,
+    Insn,
 }
 
 /// The target gdb debugs: a thread's timeline, a position on it, the
@@ -115,8 +133,8 @@ pub enum Stop {
 pub struct Stub<'m> {
     timeline: Timeline<'m>,
     pos: u64,
-    /// In the passage through untraced code just before `pos`.
-    untraced: bool,
+    /// Where before or at instruction `pos`.
+    at: At,
     /// The pc and return addresses past the last instruction, once asked.
     end: Option<(u64, Vec<u64>)>,
     /// Why the last run stopped (a resume may pass its signal on).
@@ -132,7 +150,7 @@ pub struct Stub<'m> {
     modules: &'m [&'m Compiled],
     stacks: Stacks,
     /// The shadow region's bytes at a position ([`SHADOW`]).
-    shadow: Option<((u64, bool), Vec<u8>)>,
+    shadow: Option<((u64, At), Vec<u8>)>,
     /// How to re-run the program (`monitor materialise`).
     plan: materialise::Plan,
     /// The thread's data references, or why there are none.
@@ -148,8 +166,9 @@ pub struct Stub<'m> {
 }
 
 /// The signal a run off the end stops with, as rr reports the end of a
-/// replay (SIGKILL): gdb keeps the thread, so reverse commands go on.
-pub const END_SIGNAL: u8 = 9;
+/// replay (SIGKILL, Linux's number): gdb keeps the thread, so reverse
+/// commands go on.
+pub const END_SIGNAL: u32 = 9;
 
 /// Calls `monitor calls` lists on each side of the current position.
 const CALLS_AROUND: usize = 10;
@@ -176,7 +195,7 @@ impl<'m> Stub<'m> {
             block_index,
             timeline,
             pos: at,
-            untraced: false,
+            at: At::Insn,
             end: None,
             last: Stop::Step,
             stacks: Stacks::new(modules).with_passages(modules, &image),
@@ -212,10 +231,10 @@ impl<'m> Stub<'m> {
     /// instruction ([`materialise`]); the reply aetrace's gdb command
     /// reads, or why not.
     fn materialise(&mut self) -> String {
-        let untraced = self.untraced || self.at_end();
+        let untraced = self.at != At::Insn || self.at_end();
         let recorded = match &self.plan {
             _ if untraced => {
-                return "materialise: cannot materialise in untraced code: step to a traced instruction first".into()
+                return "materialise: cannot materialise in untraced code or at a signal's delivery: step to a traced instruction first".into()
             }
             Ok(r) => r.clone(),
             Err(why) => return format!("materialise: cannot materialise here: {why}"),
@@ -251,9 +270,14 @@ impl<'m> Stub<'m> {
     /// The current instruction's address (in a passage through untraced
     /// code, its made-up pc).
     pub fn pc(&mut self) -> u64 {
-        match self.untraced {
-            true => self.passage_before(self.pos).map_or(UNTRACED, Passage::pc),
-            false => match self.timeline.address(self.pos) {
+        match self.at {
+            At::Passage => self.passage_before(self.pos).map_or(UNTRACED, Passage::pc),
+            At::Signal => match self.signal_pc() {
+                Some(x) => x,
+                // Untraced code was interrupted.
+                None => self.passage_before(self.pos).map_or(UNTRACED, Passage::pc),
+            },
+            At::Insn => match self.timeline.address(self.pos) {
                 Some(a) => a,
                 None => self.end_state().0,
             },
@@ -278,9 +302,10 @@ impl<'m> Stub<'m> {
 
     /// The signal of the last stop, which gdb may pass back when it
     /// resumes (delivering it is what the recorded run did next).
-    pub(crate) fn stop_signal(&self) -> Option<u8> {
+    pub(crate) fn stop_signal(&self) -> Option<u32> {
         match self.last {
             Stop::End => Some(END_SIGNAL),
+            Stop::Signal(s) => Some(s),
             _ => None,
         }
     }
@@ -290,7 +315,7 @@ impl<'m> Stub<'m> {
         let ok = self.timeline.has(n);
         if ok {
             self.pos = n;
-            self.untraced = false;
+            self.at = At::Insn;
         }
         ok
     }
@@ -317,7 +342,8 @@ impl<'m> Stub<'m> {
         if !self.watches.is_empty() {
             // A passage makes no access: a run with watchpoints starts from
             // the instruction after it.
-            let was = std::mem::take(&mut self.untraced);
+            // (Signal stops are not made with watchpoints.)
+            let was = std::mem::replace(&mut self.at, At::Insn) == At::Passage;
             if was && self.action == Action::Step {
                 return Ok(Stop::Step);
             }
@@ -340,30 +366,70 @@ impl<'m> Stub<'m> {
     }
 
     /// One step forwards: into the passage before the next instruction, if
-    /// there is one, else to it.
+    /// there is one, else to the delivery of a signal before it, if there
+    /// is one, else to it.
     fn step_forward(&mut self) -> Stop {
-        if std::mem::take(&mut self.untraced) {
-            return Stop::Step;
+        match self.at {
+            At::Passage => return self.signal_or_insn(),
+            At::Signal => {
+                self.at = At::Insn;
+                return Stop::Step;
+            }
+            At::Insn => {}
         }
         if self.at_end() {
             return Stop::End;
         }
         // The next position is an instruction, or the one past the last.
         self.pos += 1;
-        self.untraced = self.passage_before(self.pos).is_some();
-        Stop::Step
+        if self.passage_before(self.pos).is_some() {
+            self.at = At::Passage;
+            return Stop::Step;
+        }
+        self.signal_or_insn()
+    }
+
+    /// The instruction the signal delivered before the position
+    /// interrupted, if it was traced.
+    fn signal_pc(&mut self) -> Option<u64> {
+        let s = self.timeline.signal_before(self.pos)?;
+        self.timeline.interrupted(s).pc
+    }
+
+    /// Moves to the delivery of the signal before the position, if there
+    /// is one (a stop with its number), else to the instruction.
+    fn signal_or_insn(&mut self) -> Stop {
+        match self.timeline.signal_before(self.pos) {
+            Some(s) => self.at_signal(s),
+            None => {
+                self.at = At::Insn;
+                Stop::Step
+            }
+        }
+    }
+
+    /// Stops at the delivery of `s`.
+    fn at_signal(&mut self, s: Signal) -> Stop {
+        (self.pos, self.at) = (s.pos, At::Signal);
+        Stop::Signal(s.signo)
     }
 
     /// One step backwards: into the passage before this instruction, if
     /// there is one, else to the previous instruction.
     fn step_backward(&mut self) -> Stop {
-        if std::mem::take(&mut self.untraced) {
+        if self.at == At::Passage {
             // No passage precedes position 0 (it follows an instruction).
-            self.pos -= 1;
+            (self.pos, self.at) = (self.pos - 1, At::Insn);
             return Stop::Step;
         }
+        if self.at == At::Insn {
+            if let Some(s) = self.timeline.signal_before(self.pos) {
+                return self.at_signal(s);
+            }
+        }
+        self.at = At::Insn;
         if self.passage_before(self.pos).is_some() {
-            self.untraced = true;
+            self.at = At::Passage;
             return Stop::Step;
         }
         match self.pos.checked_sub(1) {
@@ -380,33 +446,58 @@ impl<'m> Stub<'m> {
     /// looked for when their pcs are stops (a breakpoint gdb set there,
     /// a range being stepped), so a plain run searches addresses alone.
     fn search(&mut self, forward: bool, stops: Stops<'_>) -> Stop {
-        if forward && self.at_end() {
+        if forward && self.at == At::Insn && self.at_end() {
             return Stop::End;
         }
         let found = match forward {
-            // From a passage, its instruction is the next one.
+            // From a passage or a delivery, its instruction is the next one.
             true => self
                 .timeline
-                .find_forward(self.pos - u64::from(self.untraced), stops),
+                .find_forward(self.pos - u64::from(self.at != At::Insn), stops),
             false => self.timeline.find_backward(self.pos, stops),
         };
         let at = match found {
             Found::At(p) | Found::End(p) => p,
         };
+        // A signal delivered on the way stops first, and a passage before it
+        // first of all (in time order, whichever the direction).
+        let signal = self.signal_on_the_way(forward, at);
         let passage = match forward {
-            true => self.passage_between(self.pos + 1, at, true, &stops),
+            true => {
+                let to = signal.map_or(at, |s| s.pos);
+                self.passage_between(self.pos + 1, to, true, &stops)
+            }
             false => {
-                let last = self.pos - u64::from(self.untraced);
-                self.passage_between(at + 1, last, false, &stops)
+                let last = self.pos - u64::from(self.at == At::Passage);
+                let from = signal.map_or(at, |s| s.pos) + 1;
+                self.passage_between(from, last, false, &stops)
             }
         };
         if let Some(q) = passage {
-            (self.pos, self.untraced) = (q, true);
+            (self.pos, self.at) = (q, At::Passage);
             return self.break_kind().unwrap_or(Stop::Step);
+        }
+        if let Some(s) = signal {
+            return self.at_signal(s);
         }
         match (found, forward) {
             (Found::End(_), true) => self.off_the_end(stops.range.is_some()),
             _ => self.stop_at(found, Stop::Begin),
+        }
+    }
+
+    /// The first signal delivered after the current point and before
+    /// instruction `at` (forwards), or the last one after instruction `at`
+    /// and before the current point (backwards).
+    fn signal_on_the_way(&mut self, forward: bool, at: u64) -> Option<Signal> {
+        match (forward, self.at) {
+            (true, At::Passage) => self
+                .timeline
+                .signal_before(self.pos)
+                .or_else(|| self.timeline.signal_in(self.pos, at)),
+            (true, _) => self.timeline.signal_in(self.pos, at),
+            (false, At::Insn) => self.timeline.signal_last_in(at, self.pos),
+            (false, _) => self.timeline.signal_last_in(at, self.pos - 1),
         }
     }
 
@@ -419,7 +510,7 @@ impl<'m> Stub<'m> {
             return Stop::End;
         }
         self.pos = self.timeline.known_len().expect("the end was reached");
-        self.untraced = false;
+        self.at = At::Insn;
         match self.break_kind() {
             Some(b) => b,
             None if range => Stop::Step,
@@ -527,7 +618,7 @@ impl<'m> Stub<'m> {
     /// watched address `w` (past the last instruction when `p` is the
     /// last).
     fn after_access(&mut self, p: u64, w: (WatchKind, u64), refs: Vec<Ref>) -> Stop {
-        (self.pos, self.untraced) = (p + 1, false);
+        (self.pos, self.at) = (p + 1, At::Insn);
         self.hit = Some((p, refs));
         Stop::Watch(w.0, w.1)
     }
@@ -603,11 +694,11 @@ impl<'m> Stub<'m> {
     fn stop_at(&mut self, f: Found, end: Stop) -> Stop {
         match f {
             Found::At(p) => {
-                (self.pos, self.untraced) = (p, false);
+                (self.pos, self.at) = (p, At::Insn);
                 self.break_kind().unwrap_or(Stop::Step)
             }
             Found::End(p) => {
-                (self.pos, self.untraced) = (p, false);
+                (self.pos, self.at) = (p, At::Insn);
                 end
             }
         }
@@ -628,9 +719,17 @@ impl<'m> Stub<'m> {
     /// innermost first (a caller's pc is its return address).
     pub fn frames(&mut self) -> Vec<(u64, u64)> {
         let pc = self.pc();
-        let rets = match self.at_end() {
-            true => self.end_state().1,
-            false => self.stacks.at(&mut self.timeline, self.pos, self.untraced),
+        let end = self.at == At::Insn && self.at_end();
+        let rets = match self.at {
+            At::Signal => match self.signal_pc() {
+                Some(x) => self.stacks.at_signal(&mut self.timeline, self.pos, x),
+                // Untraced code was interrupted: the passage's stack.
+                None => self.stacks.at(&mut self.timeline, self.pos, true),
+            },
+            _ if end => self.end_state().1,
+            a => self
+                .stacks
+                .at(&mut self.timeline, self.pos, a == At::Passage),
         };
         let entry = |a: u64| match is_untraced(a) {
             true => UNTRACED,
@@ -644,7 +743,7 @@ impl<'m> Stub<'m> {
 
     /// Reads the shadow region ([`SHADOW`]): how many bytes were served.
     fn read_shadow(&mut self, addr: u64, data: &mut [u8]) -> usize {
-        let here = (self.pos, self.untraced);
+        let here = (self.pos, self.at);
         if self.shadow.as_ref().map(|s| s.0) != Some(here) {
             let frames = self.frames();
             let mut bytes = (frames.len() as u64).to_le_bytes().to_vec();
@@ -666,8 +765,9 @@ impl<'m> Stub<'m> {
                 let at = self.pos - u64::from(end);
                 let n = self.block_index.number(&mut self.timeline, at);
                 let block = n.unwrap_or(0).saturating_sub(1);
-                let passage = match (self.untraced, end) {
-                    (true, _) => " (in untraced code before it)",
+                let passage = match (self.at, end) {
+                    (At::Passage, _) => " (in untraced code before it)",
+                    (At::Signal, _) => " (at a signal's delivery before it)",
                     (_, true) => " (past the thread's last instruction)",
                     _ => "",
                 };
@@ -737,8 +837,15 @@ impl<'m> Stub<'m> {
     /// `monitor info`: where the current instruction is.
     fn info(&mut self) -> String {
         let pc = self.pc();
-        if self.untraced {
-            return format!("in untraced code before instruction {}", self.pos);
+        match self.at {
+            At::Passage => return format!("in untraced code before instruction {}", self.pos),
+            At::Signal => {
+                return format!(
+                    "at a signal's delivery before instruction {} (its handler's first)",
+                    self.pos
+                )
+            }
+            At::Insn => {}
         }
         if self.at_end() {
             return format!(

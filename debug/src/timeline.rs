@@ -7,14 +7,17 @@
 //! its machine (a clone is a snapshot, `aetrace_regen::machine::Machine`)
 //! at the start of each interval of about [`INTERVAL`] instructions: going
 //! back restores the snapshot before the target and regenerates the
-//! interval, which becomes the window (its addresses, decoded). Invariants:
+//! interval, which becomes the window (its addresses, decoded). The first
+//! run of each interval notes the signals delivered there and the handler
+//! returns (`Sink::deliveries`), kept by position for the whole timeline.
+//! Invariants:
 //! interval `k` covers positions `[snaps[k].pos, snaps[k + 1].pos)`; an
 //! interval's addresses are the ones `regen` writes there, for any order
 //! of visits (each is regenerated from the same snapshot); the end of the
 //! stream, or a regeneration error, ends the timeline at the last
 //! instruction certainly executed.
 
-use aetrace_regen::machine::{Machine, Progress, Sink};
+use aetrace_regen::machine::{Delivery, Machine, Noted, Progress, Sink};
 use aetrace_regen::Error;
 
 /// Instructions per interval by default (8 bytes of `bin` output each):
@@ -45,6 +48,28 @@ pub struct Timeline<'m> {
     len: Option<u64>,
     /// What stopped regeneration before the stream's end.
     error: Option<Error>,
+    /// The signals delivered in the intervals regenerated so far, in
+    /// order.
+    signals: Vec<Signal>,
+}
+
+/// A signal delivered to the thread, between two positions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Signal {
+    /// The position of the handler's first instruction: the signal was
+    /// delivered after position `pos - 1` and before `pos`.
+    pub pos: u64,
+    /// The signal number.
+    pub signo: u32,
+    /// The interrupted instruction's address, when traced code was
+    /// interrupted ([`Timeline::interrupted`] completes it).
+    pub pc: Option<u64>,
+    /// The signal interrupted untraced code.
+    pub outside: bool,
+    /// The SIGNAL record's stream offset.
+    record: u64,
+    /// Where the interrupted code resumed, once its handler returned.
+    resumed: Option<u64>,
 }
 
 impl<'m> Timeline<'m> {
@@ -52,7 +77,8 @@ impl<'m> Timeline<'m> {
     /// producing the `bin` format, with intervals of about `interval`
     /// instructions. Regenerates the first interval.
     pub fn new(machine: Machine<'m>, interval: usize) -> Timeline<'m> {
-        let sink = Sink::output(machine.modules(), Vec::new(), interval.max(1) * 8);
+        let mut sink = Sink::output(machine.modules(), Vec::new(), interval.max(1) * 8);
+        sink.deliveries = Some(Vec::new());
         let mut t = Timeline {
             snaps: vec![Snap {
                 pos: 0,
@@ -64,6 +90,7 @@ impl<'m> Timeline<'m> {
             window: Vec::new(),
             len: None,
             error: None,
+            signals: Vec::new(),
         };
         t.load(0);
         t
@@ -85,6 +112,87 @@ impl<'m> Timeline<'m> {
         self.load(k);
         let i = n - self.snaps[k].pos;
         self.window.get(i as usize).copied()
+    }
+
+    /// Notes delivery or return `d`, made by the run of the interval that
+    /// starts at position `base`.
+    fn note(&mut self, base: u64, d: &Delivery) {
+        let pos = base + d.out as u64 / 8;
+        match d.what {
+            Noted::Delivered { signo, pc, outside } => self.signals.push(Signal {
+                pos,
+                signo,
+                pc,
+                outside,
+                record: d.record,
+                resumed: None,
+            }),
+            Noted::Returned => {
+                let s = self.signals.iter_mut().rev().find(|s| s.record == d.record);
+                if let Some(s) = s {
+                    s.resumed = Some(pos);
+                }
+            }
+        }
+    }
+
+    /// `s` with the interrupted instruction's address where the module's
+    /// code left it open (instrumentation before a witness): the
+    /// instruction the interrupted code resumed at, once the handler
+    /// returned (the next interval is regenerated to find that out).
+    pub fn interrupted(&mut self, s: Signal) -> Signal {
+        if s.pc.is_some() || s.outside {
+            return s;
+        }
+        let find = |t: &Self| t.signals.iter().find(|g| g.record == s.record).copied();
+        let mut g = find(self).unwrap_or(s);
+        if g.resumed.is_none() && self.len.is_none() {
+            let next = self.snaps.last().map_or(0, |l| l.pos);
+            self.interval_of(next + 1);
+            g = find(self).unwrap_or(s);
+        }
+        let Some(r) = g.resumed else { return g };
+        // Another signal delivered right there interrupted the same
+        // instruction.
+        g.pc = match self.signal_before(r) {
+            Some(b) if b.record != g.record => b.pc,
+            _ => self.address(r),
+        };
+        g
+    }
+
+    /// The signal delivered just before position `n` (after `n - 1`), if
+    /// any (the last one, if several were delivered there at once).
+    pub fn signal_before(&mut self, n: u64) -> Option<Signal> {
+        self.interval_of(n.saturating_sub(1))?;
+        let i = self.signals.partition_point(|s| s.pos <= n);
+        let s = *self.signals.get(i.checked_sub(1)?)?;
+        (s.pos == n).then_some(s)
+    }
+
+    /// The signals delivered before positions `from..to` of intervals
+    /// already regenerated, in order.
+    pub fn signals_between(&self, from: u64, to: u64) -> &[Signal] {
+        let i = self.signals.partition_point(|s| s.pos < from);
+        let j = self.signals.partition_point(|s| s.pos < to);
+        &self.signals[i..j]
+    }
+
+    /// The first signal delivered after position `from` and at or before
+    /// `to` (its `pos`: `from < pos <= to`), regenerating up to `to`.
+    pub fn signal_in(&mut self, from: u64, to: u64) -> Option<Signal> {
+        self.interval_of(to.saturating_sub(1));
+        let i = self.signals.partition_point(|s| s.pos <= from);
+        self.signals.get(i).filter(|s| s.pos <= to).copied()
+    }
+
+    /// The last signal delivered after position `from` and at or before
+    /// `to` (`from < pos <= to`).
+    pub fn signal_last_in(&mut self, from: u64, to: u64) -> Option<Signal> {
+        self.interval_of(to.saturating_sub(1));
+        let i = self.signals.partition_point(|s| s.pos <= to);
+        let s = *self.signals.get(i.checked_sub(1)?)?;
+        (s.pos > from).then_some(s)
     }
 
     /// The last position, once known without regenerating further: `None`
@@ -207,6 +315,8 @@ impl<'m> Timeline<'m> {
         self.sink.out.clear();
         self.sink.out.extend_from_slice(&snap.tail);
         self.sink.certain = 0;
+        let delivered = self.sink.deliveries.as_mut().expect("set by new");
+        delivered.clear();
         let r = machine.run(&mut self.sink);
         let certain = self.sink.certain.min(self.sink.out.len());
         self.window.clear();
@@ -220,6 +330,11 @@ impl<'m> Timeline<'m> {
             return;
         }
         let pos = snap.pos + self.window.len() as u64;
+        // The first run of each interval (in order) notes its signals.
+        let base = snap.pos;
+        let notes = self.sink.deliveries.take().expect("set by new");
+        notes.iter().for_each(|d| self.note(base, d));
+        self.sink.deliveries = Some(notes);
         match r {
             Ok(Progress::More) if !self.window.is_empty() => {
                 let tail = self.sink.out[certain..].to_vec();

@@ -118,6 +118,10 @@ pub struct Sink {
     pub pause_at: u64,
     /// When set, only count executed blocks and instructions (`--count`); `out` stays empty.
     pub counts: Option<Counts>,
+    /// When set, each signal delivery the machine regenerates is noted
+    /// here (the debugger's signal stops; off by default: a long run may
+    /// take many signals).
+    pub deliveries: Option<Vec<Delivery>>,
     /// Per module: the segments from read points (`summary`).
     segs: Vec<Summaries>,
 }
@@ -132,6 +136,7 @@ impl Sink {
             limit,
             pause_at: u64::MAX,
             counts: None,
+            deliveries: None,
             segs: modules.iter().map(|m| Summaries::with_text(m)).collect(),
         }
     }
@@ -159,9 +164,43 @@ impl Sink {
             counts: Some(Counts {
                 totals: vec![(0, 0); modules.len()],
             }),
+            deliveries: None,
             segs: modules.iter().map(|m| Summaries::new(m)).collect(),
         }
     }
+}
+
+/// A signal's delivery or its handler's return, where the output is then.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    /// The output offset: where the handler's instructions begin (all the
+    /// output before it ran before the signal was delivered), or where
+    /// the interrupted code's resume after the handler returned.
+    pub out: usize,
+    /// The SIGNAL record's stream offset (a return names its delivery).
+    pub record: u64,
+    /// Which of the two.
+    pub what: Noted,
+}
+
+/// What a [`Delivery`] notes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Noted {
+    /// The signal was delivered.
+    Delivered {
+        /// The signal number.
+        signo: u32,
+        /// The run-time address of the interrupted instruction, the next
+        /// one the thread would have run (a fault's: the faulting one),
+        /// where the module's code says it; `None` in untraced code or in
+        /// instrumentation before a witness (the next instruction is
+        /// where the interrupted code resumes, once the witness is read).
+        pc: Option<u64>,
+        /// The signal interrupted untraced code.
+        outside: bool,
+    },
+    /// Its handler returned.
+    Returned,
 }
 
 /// What a counting sink accumulates.

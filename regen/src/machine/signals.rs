@@ -30,7 +30,7 @@
 //! increment is the instruction before the call), and *before a counted
 //! `ret`*, where the rip says which of the two: [`Machine::fits`].
 
-use super::{Flow, Frame, Loc, Machine, ModuleIx, Sink, Step};
+use super::{Delivery, Flow, Frame, Loc, Machine, ModuleIx, Noted, Sink, Step};
 use crate::compile::{BlockIx, SigAt, EXIT, NO_WITNESS};
 use crate::error::Result;
 use crate::stream::Item;
@@ -748,6 +748,17 @@ impl<'a> Machine<'a> {
             // can tell them from a call.
             let m = self.image(mi);
             m.signal_note(sig.signo, sig.offset, raised(sig.signo, at), &mut sink.out);
+            if let Some(d) = sink.deliveries.as_mut() {
+                d.push(Delivery {
+                    out: sink.out.len(),
+                    record: sig.offset,
+                    what: Noted::Delivered {
+                        signo: sig.signo,
+                        pc: interrupted_pc(m, at),
+                        outside: matches!(at, SigAt::Outside),
+                    },
+                });
+            }
         }
         let outside = matches!(at, SigAt::Outside);
         sink.certain = sink.certain.max(sink.out.len());
@@ -782,6 +793,13 @@ impl<'a> Machine<'a> {
         // return, the restorer (untraced), then the resumed code.
         if sink.counts.is_none() {
             let bytes = (self.image(ModuleIx::new(0))).return_note(s.offset, &mut sink.out);
+            if let Some(d) = sink.deliveries.as_mut() {
+                d.push(Delivery {
+                    out: sink.out.len(),
+                    record: s.offset,
+                    what: Noted::Returned,
+                });
+            }
             if bytes > 0 {
                 self.trail.push(Mark::Note { bytes });
                 self.trail_bytes += bytes;
@@ -854,6 +872,21 @@ impl<'a> Machine<'a> {
 /// runs again if the handler returns.
 pub(super) fn raised(signo: u32, at: SigAt) -> bool {
     matches!(signo, 4 | 7 | 8 | 11) && matches!(at, SigAt::Insn { .. })
+}
+
+/// The run-time address of the instruction a signal standing at `at` of
+/// module `m` interrupted, where the module's code says it: before an
+/// instruction, or after a call returned (its return address).
+fn interrupted_pc(m: &crate::compile::Module, at: SigAt) -> Option<u64> {
+    let start = |b: BlockIx| m.load_base.wrapping_add(m.blocks[b].start);
+    match at {
+        SigAt::Insn { block, insn } => {
+            let lens = &m.insn_lens(block)[..insn as usize];
+            Some(start(block) + lens.iter().map(|&l| u64::from(l)).sum::<u64>())
+        }
+        SigAt::Returned { block } => Some(start(block) + u64::from(m.blocks[block].size)),
+        SigAt::Outside | SigAt::Witness { .. } => None,
+    }
 }
 
 /// The output bytes of a mark that is no block.
