@@ -1551,7 +1551,11 @@ fn signal_stops_agree_with_native_gdb() {
 /// each handler run returned to, by the instruction trace (the first
 /// address after the handler's; where the next signal was delivered right
 /// at the return, the one that delivery interrupted), but where the timer
-/// interrupted untraced code (at most twice: libc's `setitimer` calls).
+/// interrupted untraced code (at most twice: libc's `setitimer` calls) and
+/// where a signal may have been delivered as its predecessor's handler
+/// returned, no instruction between them (then it may stop in
+/// `<untraced>`, after the restorer: more of those the more the machine
+/// is loaded, 12 of 30 in one full-suite run).
 #[test]
 fn timer_signals_stop_at_the_instructions_they_interrupted() {
     let (exe, trace) = recorded("signal_alarm.c", &[]);
@@ -1565,11 +1569,13 @@ fn timer_signals_stop_at_the_instructions_they_interrupted() {
         .and_then(|l| u64::from_str_radix(l.split_whitespace().nth(1)?, 16).ok())
         .expect("on_alarm's size by nm -S");
     let inside = |a: u64| (entry..entry + size).contains(&a);
-    // Per handler run: the first address after it outside the handler.
+    // Per handler run: the first address after it outside the handler,
+    // and whether it began right after another run ended.
     let mut resumed = Vec::new();
     for (p, _) in want.iter().enumerate().filter(|(_, &a)| a == entry) {
         let after = want[p..].iter().position(|&a| !inside(a));
-        resumed.push(after.map(|i| want[p + i]));
+        let chained = p > 0 && inside(want[p - 1]);
+        resumed.push((after.map(|i| want[p + i]), chained));
     }
     let n = 30;
     assert!(resumed.len() > n, "{} handler runs", resumed.len());
@@ -1582,14 +1588,15 @@ fn timer_signals_stop_at_the_instructions_they_interrupted() {
     let untraced = 0x7ae7_ace0_0000..0x7ae7_ace0_0010;
     let got = pcs(&out);
     assert_eq!(got.len(), n, "{out}");
-    let pairs: Vec<(u64, u64)> = got
-        .iter()
-        .zip(&resumed)
-        .filter(|(pc, _)| !untraced.contains(*pc))
-        .map(|(&pc, r)| (pc, r.unwrap()))
-        .collect();
-    assert!(pairs.len() >= n - 2, "{out}");
-    assert!(pairs.iter().all(|(pc, r)| pc == r), "{pairs:x?}\n{out}");
+    let mut outside = 0;
+    for (&pc, &(r, chained)) in got.iter().zip(&resumed) {
+        if !untraced.contains(&pc) {
+            assert_eq!(Some(pc), r, "{out}");
+        } else if !chained {
+            outside += 1;
+        }
+    }
+    assert!(outside <= 2, "{outside} stops in untraced code\n{out}");
 }
 
 /// What `info frame` says that a trace can say as the native run does,
