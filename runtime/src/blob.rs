@@ -1464,6 +1464,7 @@ fn emit_claim(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     let mut next = a.create_label();
     let mut scan = a.create_label();
     let mut stop = a.create_label();
+    let mut quiet = a.create_label();
     a.set_label(&mut l.claim)?;
     // The pid first (the syscall clobbers rcx): a slot the recorder
     // released while its process runs is this process's only (layout,
@@ -1512,10 +1513,19 @@ fn emit_claim(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.syscall()?;
     a.jmp(scan)?;
     a.set_label(&mut stop)?;
-    a.lock()
-        .or(dword_ptr(r15 + H_FLAGS), FLAG_SLOTS_EXHAUSTED)?;
+    // The first thread to give up says so and stops the process; others
+    // that give up at the same time sleep until it has (one line).
+    const { assert!(FLAG_SLOTS_EXHAUSTED == 1 << 1) };
+    a.lock().bts(dword_ptr(r15 + H_FLAGS), 1)?;
+    a.jc(quiet)?;
     a.lea(rsi, ptr(l.m_slots))?;
     a.jmp(l.fatal)?;
+    a.set_label(&mut quiet)?;
+    a.lea(rdi, ptr(l.t_wait))?;
+    a.xor(esi, esi)?;
+    a.mov(eax, SYS_NANOSLEEP)?;
+    a.syscall()?;
+    a.jmp(quiet)?;
     a.set_label(&mut got)?;
     a.mov(rax, qword_ptr(0u64).fs())?;
     a.mov(qword_ptr(r14 + S_OWNER), rax)?;
