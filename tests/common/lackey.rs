@@ -490,6 +490,23 @@ impl<'s> Reducer<'s> {
     }
 }
 
+/// A pipe valgrind writes one line per system call into. After a short
+/// read the reader waits 5 ms, so it is seldom asleep on the pipe when
+/// valgrind writes: a write that wakes a reader costs a context switch.
+/// (lackey on gzip 20 kB, 5 M lines, at load 12: 7.3 s user + system with
+/// a reader asleep on each write, 5.4 s with one waiting 5 ms.)
+struct Patient<R>(R);
+
+impl<R: Read> Read for Patient<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.0.read(buf)?;
+        if n > 0 && n < buf.len() / 4 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        Ok(n)
+    }
+}
+
 /// Reduces one complete valgrind log (symbol-table trace, scheduler trace
 /// and lackey lines) for `modules`.
 pub fn reduce(log: impl Read, modules: &[PathBuf]) -> Vec<ModuleTrace> {
@@ -667,7 +684,7 @@ fn run_into(
             1 << 20,
         )
     };
-    reducer.feed(pipe, true, true, false);
+    reducer.feed(Patient(pipe), true, true, false);
     if reducer.stopped {
         let _ = child.kill();
     }
