@@ -228,7 +228,6 @@ fn bzip2_20k_with_libbz2() {
     );
 }
 
-
 /// The oracle must be able to fail: on a real trace and CFG, deleting an
 /// edge the run took, or an instruction it executed, must produce a
 /// violation naming those addresses.
