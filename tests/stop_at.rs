@@ -127,64 +127,122 @@ struct Stop {
     ended: Result<String, String>,
 }
 
-/// Runs the program `aetrace count --stop-at n` writes (to `prog`: the
-/// recorded program's path, so that `argv[0]` is the same) under gdb.
-fn stop_under_gdb(exe: &Path, args: &[&str], event: &str, n: usize, prog: &Path) -> Stop {
-    let dir = prog.parent().unwrap();
-    run_checked(
-        Command::new(common::aetrace())
-            .args(["count", "--event", event, "--stop-at", &n.to_string()])
-            .arg("--write-program")
-            .arg(prog)
-            .arg("--")
-            .arg(exe)
-            .args(args),
-        "aetrace count --write-program",
-    );
-    let stdout = dir.join(format!("{event}-{n}.out"));
-    let out = Command::new("gdb")
-        .args(["-batch", "-nx", "-ex"])
-        // `run` with arguments replaces those of `--args`.
-        .arg(format!("run {} > {}", args.join(" "), stdout.display()))
-        .args(["-ex", "p/x $pc", "-ex", "info proc mappings"])
-        .args(["-ex", "set $eflags &= ~0x100", "-ex", "continue", "--args"])
+/// One gdb session for many stops: before each `run`, gdb's `shell` has
+/// `aetrace count --event E --stop-at N` write the program for that stop
+/// to `prog` (the recorded program's path, so that `argv[0]` is the same).
+/// gdb starting once, not once per stop, reads the libraries' symbols once:
+/// most of the time of a stop. `commands` are gdb's for one stop (`{out}`
+/// is replaced by a file for the program's stdout); returns each stop's
+/// transcript, or the whole one where a stop is missing.
+fn gdb_stops(
+    exe: &Path,
+    args: &[&str],
+    prog: &Path,
+    stops: &[(&str, usize)],
+    setup: &[&str],
+    commands: &[&str],
+) -> Vec<Result<String, String>> {
+    let quote = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
+    let target: Vec<String> = [exe.to_str().unwrap()]
+        .into_iter()
+        .chain(args.iter().copied())
+        .map(quote)
+        .collect();
+    let mut gdb = Command::new("gdb");
+    gdb.args(["-batch", "-nx"]);
+    for c in setup {
+        gdb.args(["-ex", c]);
+    }
+    for (k, &(event, n)) in stops.iter().enumerate() {
+        let write = format!(
+            "shell {} count --event {event} --stop-at {n} --write-program {} -- {} >/dev/null 2>&1 || echo '@@write failed'",
+            quote(common::aetrace().to_str().unwrap()),
+            quote(prog.to_str().unwrap()),
+            target.join(" ")
+        );
+        let out = prog.with_file_name(format!("{event}-{n}.out"));
+        gdb.args(["-ex", &format!("echo @@stop {k}\\n"), "-ex", &write]);
+        for c in commands {
+            gdb.args(["-ex", &c.replace("{out}", out.to_str().unwrap())]);
+        }
+    }
+    let out = gdb
+        .arg("--args")
         .arg(prog)
         .args(args)
         .stdin(Stdio::null())
         .output()
         .expect("gdb runs");
     let text = String::from_utf8_lossy(&out.stdout);
-    let what = format!(
-        "{}: --event {event} --stop-at {n}: gdb said\n{text}{}",
-        exe.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        text.contains("Program received signal SIGTRAP"),
-        "no SIGTRAP: {what}"
-    );
-    let pc = text
-        .lines()
-        .find_map(|l| l.strip_prefix("$1 = 0x"))
-        .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
-        .unwrap_or_else(|| panic!("no pc: {what}"));
+    let whole = || format!("{text}{}", String::from_utf8_lossy(&out.stderr));
+    let mut parts = text.split("@@stop ").skip(1);
+    (0..stops.len())
+        .map(|k| {
+            let part = parts.next().ok_or_else(whole)?;
+            let part = part.strip_prefix(&format!("{k}\n")).ok_or_else(whole)?;
+            match part.contains("@@write failed") {
+                true => Err(format!("aetrace count --write-program failed\n{}", whole())),
+                false => Ok(part.to_owned()),
+            }
+        })
+        .collect()
+}
+
+/// The value of gdb's first `p/x` in a transcript.
+fn printed_hex(text: &str) -> Option<u64> {
+    text.lines()
+        .filter(|l| l.starts_with('$'))
+        .find_map(|l| l.split_once(" = 0x"))
+        .and_then(|(_, h)| u64::from_str_radix(h.trim(), 16).ok())
+}
+
+/// Runs the programs `aetrace count --stop-at n` writes for each of
+/// `stops` under gdb, stops there and continues.
+fn stops_under_gdb(exe: &Path, args: &[&str], stops: &[(&str, usize)], prog: &Path) -> Vec<Stop> {
+    let commands = [
+        // `run` with arguments replaces those of `--args`.
+        &format!("run {} > {{out}}", args.join(" ")),
+        "p/x $pc",
+        "info proc mappings",
+        "set $eflags &= ~0x100",
+        "continue",
+    ];
+    let texts = gdb_stops(exe, args, prog, stops, &[], &commands);
     let name = prog.to_str().unwrap();
-    let base = text
-        .lines()
-        .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .find(|w| w.len() >= 6 && w[3] == "0x0" && w[5] == name)
-        .map(|w| u64::from_str_radix(w[0].trim_start_matches("0x"), 16).unwrap())
-        .unwrap_or_else(|| panic!("no base mapping: {what}"));
-    let ended = text
-        .lines()
-        .find(|l| l.starts_with("[Inferior 1"))
-        .map(str::to_owned)
-        .ok_or(what);
-    Stop {
-        at: pc - base,
-        stdout: std::fs::read(&stdout).unwrap_or_default(),
-        ended,
-    }
+    (stops.iter().zip(texts))
+        .map(|(&(event, n), text)| {
+            let what = |t: &str| {
+                format!(
+                    "{}: --event {event} --stop-at {n}: gdb said\n{t}",
+                    exe.display()
+                )
+            };
+            let text = text.unwrap_or_else(|t| panic!("{}", what(&t)));
+            assert!(
+                text.contains("Program received signal SIGTRAP"),
+                "no SIGTRAP: {}",
+                what(&text)
+            );
+            let pc = printed_hex(&text).unwrap_or_else(|| panic!("no pc: {}", what(&text)));
+            let base = text
+                .lines()
+                .map(|l| l.split_whitespace().collect::<Vec<_>>())
+                .find(|w| w.len() >= 6 && w[3] == "0x0" && w[5] == name)
+                .map(|w| u64::from_str_radix(w[0].trim_start_matches("0x"), 16).unwrap())
+                .unwrap_or_else(|| panic!("no base mapping: {}", what(&text)));
+            let ended = text
+                .lines()
+                .find(|l| l.starts_with("[Inferior 1"))
+                .map(str::to_owned)
+                .ok_or_else(|| what(&text));
+            let out = prog.with_file_name(format!("{event}-{n}.out"));
+            Stop {
+                at: pc - base,
+                stdout: std::fs::read(&out).unwrap_or_default(),
+                ended,
+            }
+        })
+        .collect()
 }
 
 /// Records `source`, regenerates its traces and checks every event kind at
@@ -277,18 +335,9 @@ fn check_exe(exe: &Path, tag: &str, args: &[&str], symbols: bool, calls_too: boo
             assert_eq!(s.stdout, native.stdout, "{tag}: {what}: continued stdout");
         }
     };
-    for i in ns {
-        let s = stop_under_gdb(exe, args, "insns", i + 1, &prog);
-        continued(&s, &format!("insns {}", i + 1));
-        let got = s.at;
-        assert_eq!(
-            got,
-            insns[i],
-            "{tag}: --event insns --stop-at {}: gdb stopped at {got:#x}, the trace's instruction is {:#x}",
-            i + 1,
-            insns[i]
-        );
-    }
+    // (event, N, the trace's address there)
+    let mut wanted: Vec<(&str, usize, u64)> =
+        ns.iter().map(|&i| ("insns", i + 1, insns[i])).collect();
 
     // Blocks.
     let mut ns: BTreeSet<usize> = [0, blocks.len() / 3, blocks.len() - 1].into();
@@ -297,37 +346,26 @@ fn check_exe(exe: &Path, tag: &str, args: &[&str], symbols: bool, calls_too: boo
         ns.extend([first, first + 1]);
     }
     ns.retain(|&i| i < blocks.len());
-    for i in ns {
-        let s = stop_under_gdb(exe, args, "blocks", i + 1, &prog);
-        continued(&s, &format!("blocks {}", i + 1));
-        let got = s.at;
-        assert_eq!(
-            got,
-            blocks[i],
-            "{tag}: --event blocks --stop-at {}: gdb stopped at {got:#x}, the trace's block is {:#x}",
-            i + 1,
-            blocks[i]
-        );
-    }
+    wanted.extend(ns.iter().map(|&i| ("blocks", i + 1, blocks[i])));
 
     // Calls.
+    if symbols && calls_too {
+        assert!(calls.len() >= 3, "{tag}: {} function entries", calls.len());
+        let ns: BTreeSet<usize> = [0, 1, calls.len() / 2, calls.len() - 1].into();
+        wanted.extend(ns.iter().map(|&i| ("calls", i + 1, insns[calls[i]])));
+    }
+    let stops: Vec<(&str, usize)> = wanted.iter().map(|&(e, n, _)| (e, n)).collect();
+    let got = stops_under_gdb(exe, args, &stops, &prog);
+    for (&(event, n, want), s) in wanted.iter().zip(&got) {
+        continued(s, &format!("{event} {n}"));
+        assert_eq!(
+            s.at, want,
+            "{tag}: --event {event} --stop-at {n}: gdb stopped at {:#x}, the trace's {event} {n} is at {want:#x}",
+            s.at
+        );
+    }
     if !symbols || !calls_too {
         return;
-    }
-    assert!(calls.len() >= 3, "{tag}: {} function entries", calls.len());
-    let ns: BTreeSet<usize> = [0, 1, calls.len() / 2, calls.len() - 1].into();
-    for i in ns {
-        let s = stop_under_gdb(exe, args, "calls", i + 1, &prog);
-        continued(&s, &format!("calls {}", i + 1));
-        let got = s.at;
-        let want = insns[calls[i]];
-        assert_eq!(
-            got,
-            want,
-            "{tag}: --event calls --stop-at {}: gdb stopped at {got:#x}, the trace's call enters {want:#x} (instruction {})",
-            i + 1,
-            calls[i] + 1
-        );
     }
 
     // Without gdb: a stop is a death by SIGTRAP; a run that ends first says
@@ -445,32 +483,6 @@ fn check_static(exe: &Path, tag: &str, args: &[&str]) {
         .find(|f| f.2 == "main")
         .expect("main");
     let first_main = insns.iter().position(|&a| a == main.0).expect("main runs");
-    let stop = |event: &str, n: usize| -> u64 {
-        write(event, n);
-        let out = Command::new("gdb")
-            .args(["-batch", "-nx"])
-            .args([
-                "-ex",
-                "unset environment",
-                "-ex",
-                "set startup-with-shell off",
-            ])
-            .args(["-ex", "run", "-ex", "p/x $pc", "--args"])
-            .arg(&prog)
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .expect("gdb runs");
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            text.contains("Program received signal SIGTRAP"),
-            "{tag}: --event {event} --stop-at {n}: no SIGTRAP: {text}"
-        );
-        text.lines()
-            .find_map(|l| l.strip_prefix("$1 = 0x"))
-            .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
-            .unwrap_or_else(|| panic!("{tag}: no pc: {text}"))
-    };
     let ns: BTreeSet<usize> = [
         0,
         insns.len() / 3,
@@ -479,24 +491,32 @@ fn check_static(exe: &Path, tag: &str, args: &[&str]) {
         insns.len() - 1,
     ]
     .into();
-    for i in ns {
-        let got = stop("insns", i + 1);
-        assert_eq!(
-            got,
-            insns[i],
-            "{tag}: --event insns --stop-at {}: gdb stopped at {got:#x}, the stepped run's instruction is {:#x}",
-            i + 1,
-            insns[i]
+    // (event, N, the stepped run's address there)
+    let mut wanted: Vec<(&str, usize, u64)> =
+        ns.iter().map(|&i| ("insns", i + 1, insns[i])).collect();
+    let bs: BTreeSet<usize> = [0, blocks.len() / 2, blocks.len() - 1].into();
+    wanted.extend(bs.iter().map(|&i| ("blocks", i + 1, blocks[i])));
+    let stops: Vec<(&str, usize)> = wanted.iter().map(|&(e, n, _)| (e, n)).collect();
+    let setup = ["unset environment", "set startup-with-shell off"];
+    // Killed before the next stop's program replaces it.
+    let texts = gdb_stops(
+        exe,
+        args,
+        &prog,
+        &stops,
+        &setup,
+        &["run", "p/x $pc", "kill"],
+    );
+    for (&(event, n, want), text) in wanted.iter().zip(texts) {
+        let text = text.unwrap_or_else(|t| panic!("{tag}: --event {event} --stop-at {n}: {t}"));
+        assert!(
+            text.contains("Program received signal SIGTRAP"),
+            "{tag}: --event {event} --stop-at {n}: no SIGTRAP: {text}"
         );
-    }
-    for i in [0, blocks.len() / 2, blocks.len() - 1] {
-        let got = stop("blocks", i + 1);
+        let got = printed_hex(&text).unwrap_or_else(|| panic!("{tag}: no pc: {text}"));
         assert_eq!(
-            got,
-            blocks[i],
-            "{tag}: --event blocks --stop-at {}: gdb stopped at {got:#x}, the stepped run's block is {:#x}",
-            i + 1,
-            blocks[i]
+            got, want,
+            "{tag}: --event {event} --stop-at {n}: gdb stopped at {got:#x}, the stepped run's {event} {n} is at {want:#x}"
         );
     }
     eprintln!(
