@@ -2,7 +2,10 @@
 //! items: witnesses and escape records.
 //!
 //! The stream is the concatenation of the thread's chunks, decompressed one
-//! at a time (a record may straddle two chunks). Invariants: nothing here
+//! at a time (a record may straddle two chunks); a stream read from its
+//! start decompresses the chunk after the buffered ones on a helper thread
+//! while the walk reads ([`Ahead`]), and takes its bytes, or its error,
+//! only when the walk needs them. Invariants: nothing here
 //! panics on any byte sequence; every item knows its stream byte offset; a
 //! byte 0x00, a record kind this table does not know or a record cut by the
 //! end of the stream is a typed error, never skipped.
@@ -187,8 +190,76 @@ pub struct Stream<'t> {
     /// Stream offset of `buf[0]`.
     base: u64,
     spare: Vec<u8>,
+    /// The chunk after `buf`'s, taken from `chunks`, maybe decompressing.
+    ahead: Option<Ahead<'t>>,
+    /// Whether chunks are decompressed ahead: not in a stream that `seek`
+    /// positioned (a piece of `-j`, which may stop in the next chunk and
+    /// would decompress one for nothing).
+    prefetch: bool,
     /// [`Item::Value`]s are items (else skipped).
     values: bool,
+}
+
+/// Smallest chunk (decompressed bytes) worth a helper thread: spawning
+/// one costs tens of microseconds, decompressing 64 KiB about as much.
+const AHEAD_MIN: u64 = 64 << 10;
+
+/// A chunk decompressing on a helper thread (issue 24 item 3: zstd was
+/// 13 % of `--count`'s time on gzip's trace, all of it on the walk's
+/// path). The helper owns copies of the chunk's stored bytes and of its
+/// reference and returns the output buffer with the result.
+struct Ahead<'t> {
+    chunk: Chunk<'t>,
+    job: Option<std::thread::JoinHandle<(Vec<u8>, aetrace_format::Result<()>)>>,
+}
+
+impl Clone for Ahead<'_> {
+    /// A clone decompresses the chunk itself when it needs it.
+    fn clone(&self) -> Self {
+        Ahead {
+            chunk: self.chunk,
+            job: None,
+        }
+    }
+}
+
+impl<'t> Ahead<'t> {
+    /// Starts decompressing `chunk` on a helper thread, into `spare`'s
+    /// buffer (taken), or leaves it for the reader (a small chunk, or no
+    /// thread to be had).
+    fn start(chunk: Chunk<'t>, spare: &mut Vec<u8>) -> Self {
+        let job = (chunk.meta.raw_len >= AHEAD_MIN).then(|| {
+            let (meta, data) = (chunk.meta.clone(), chunk.data.to_vec());
+            let mut out = std::mem::take(spare);
+            std::thread::Builder::new()
+                .name("aetrace-unzstd".into())
+                .spawn(move || {
+                    let r = Chunk {
+                        meta: &meta,
+                        data: &data,
+                    }
+                    .decompress_into(&mut out);
+                    (out, r)
+                })
+                .ok()
+        });
+        Ahead {
+            chunk,
+            job: job.flatten(),
+        }
+    }
+
+    /// The chunk's bytes in `out` (the helper's buffer when it ran).
+    fn finish(self, out: &mut Vec<u8>) -> Result<()> {
+        match self.job.map(|j| j.join()) {
+            Some(Ok((bytes, r))) => {
+                *out = bytes;
+                Ok(r?)
+            }
+            // No helper, or it panicked: decompress here.
+            _ => Ok(self.chunk.decompress_into(out)?),
+        }
+    }
 }
 
 fn le(bytes: &[u8]) -> u64 {
@@ -208,6 +279,8 @@ impl<'t> Stream<'t> {
             pos: 0,
             base: 0,
             spare: Vec::new(),
+            ahead: None,
+            prefetch: true,
             values: false,
         }
     }
@@ -256,6 +329,7 @@ impl<'t> Stream<'t> {
     /// are skipped unread and the one holding it is read. False when the
     /// stream has no byte there.
     pub(crate) fn seek(&mut self, offset: u64) -> Result<bool> {
+        self.prefetch = false;
         while let Some(c) = self.chunks.as_slice().first() {
             if self.base + c.meta.raw_len > offset {
                 break;
@@ -279,10 +353,13 @@ impl<'t> Stream<'t> {
     /// returns how many there are (fewer only at the end of the stream).
     fn fill(&mut self, need: usize) -> Result<usize> {
         while self.buf.len() - self.pos < need {
-            let Some(chunk) = self.chunks.next() else {
-                break;
-            };
-            chunk.decompress_into(&mut self.spare)?;
+            match self.ahead.take() {
+                Some(a) => a.finish(&mut self.spare)?,
+                None => match self.chunks.next() {
+                    Some(chunk) => chunk.decompress_into(&mut self.spare)?,
+                    None => break,
+                },
+            }
             if self.pos == self.buf.len() {
                 self.base += self.buf.len() as u64;
                 std::mem::swap(&mut self.buf, &mut self.spare);
@@ -292,6 +369,10 @@ impl<'t> Stream<'t> {
                 self.buf.extend_from_slice(&self.spare);
             }
             self.pos = 0;
+            if self.prefetch {
+                // `spare` is free again: the helper fills it.
+                self.ahead = self.chunks.next().map(|c| Ahead::start(c, &mut self.spare));
+            }
         }
         Ok(self.buf.len() - self.pos)
     }

@@ -643,6 +643,35 @@ fn loop_stream(n: usize) -> Vec<u8> {
     s
 }
 
+/// Chunks of 64 KiB are decompressed ahead on a helper thread, chunks of
+/// 4 KiB by the walk itself (`stream::AHEAD_MIN`): the same output, and
+/// the same error after the same bytes when a later chunk is damaged.
+#[test]
+fn chunks_decompressed_ahead_read_the_same() {
+    let db = loop_db();
+    let mut bad = loop_stream(300_000);
+    bad[200_000] = 0xF0;
+    for s in [loop_stream(300_000), bad] {
+        let streams = std::slice::from_ref(&s);
+        let (small, big) = (
+            trace_bytes(&db, streams, 4096),
+            trace_bytes(&db, streams, 64 << 10),
+        );
+        for o in [
+            opts(Format::Insn),
+            Options {
+                count: true,
+                ..opts(Format::Insn)
+            },
+        ] {
+            let (want, rw) = run(&small, &o);
+            let (got, rg) = run(&big, &o);
+            assert_eq!(got, want);
+            assert_eq!(rg.map_err(|e| e.to_string()), rw.map_err(|e| e.to_string()));
+        }
+    }
+}
+
 #[test]
 fn damaged_traces_give_clear_errors() {
     let db = loop_db();
