@@ -172,6 +172,11 @@ impl Exec {
         out.addrs.clear();
         out.recorded.clear();
         out.rep = None;
+        for g in prog.before.iter() {
+            if self.regs[g.index()].is_none() {
+                self.regs[g.index()] = Some(take(Recorded::Reg(g))?);
+            }
+        }
         if prog.refs.iter().any(|r| r.repeat == Repeat::UntilData) {
             return Err("a repe/repne compare stops on the data: its count is not recorded".into());
         }
@@ -220,42 +225,9 @@ impl Exec {
         }
     }
 
+    /// An update's new value ([`code::eval`], the one evaluator).
     fn eval(&self, insn: &Instruction, dst: Dst, op: &Op) -> Option<u64> {
-        match *op {
-            Op::Const(c) => Some(c),
-            Op::Copy(r) => self.regs[r.index()],
-            Op::Lea(a) => self.value(insn, &a),
-            Op::Func { mnemonic, .. } => self.func(insn, dst, mnemonic),
-            Op::Load { .. } | Op::Opaque { .. } => None,
-        }
-    }
-
-    /// The interpretable functions of a register and an immediate: shifts
-    /// and logic on the instruction's 64-bit destination register (the
-    /// rest stay unknown; knownness depends only on the operand kinds).
-    fn func(&self, insn: &Instruction, dst: Dst, m: Mnemonic) -> Option<u64> {
-        use iced_x86::OpKind;
-        if insn.op_count() != 2 || insn.op0_kind() != OpKind::Register {
-            return None;
-        }
-        let r = insn.op0_register();
-        let g = Gpr::of(r).filter(|&g| r.size() == 8 && dst == Dst::Full(g))?;
-        let x = self.regs[g.index()]?;
-        let imm = match insn.op1_kind() {
-            OpKind::Immediate8 | OpKind::Immediate8to64 | OpKind::Immediate32to64 => {
-                insn.immediate(1)
-            }
-            _ => return None,
-        };
-        match m {
-            Mnemonic::Shl => Some(x << (imm & 63)),
-            Mnemonic::Shr => Some(x >> (imm & 63)),
-            Mnemonic::Sar => Some(((x as i64) >> (imm & 63)) as u64),
-            Mnemonic::And => Some(x & imm),
-            Mnemonic::Or => Some(x | imm),
-            Mnemonic::Xor => Some(x ^ imm),
-            _ => None,
-        }
+        code::eval(insn, dst, op, self.known()).map(|v| v.eval(&self.regs, self.bias))
     }
 
     /// Before the last instruction of a block that [`anchors_rsp`]: `rsp`
@@ -473,12 +445,16 @@ fn rsp_only() -> RegSet {
 /// Per block: the registers known at its start (a greatest fixpoint over
 /// [`ways_in`]: sound because every walk starts at a block without them,
 /// and each step follows one of them). `blocks` are the procedure's
-/// decoded blocks in database order; `returns` is the module's.
+/// decoded blocks in database order, marked first
+/// ([`mark_definitions`]: whoever plans or runs them after this call
+/// records the same values); `returns` is the module's.
 pub fn entry_knowledge(
     p: &ProcDb,
     returns: &Returns,
-    blocks: &[Vec<(Instruction, InsnProgram)>],
+    blocks: &mut [Vec<(Instruction, InsnProgram)>],
 ) -> Vec<RegSet> {
+    mark_definitions(p, returns, blocks);
+    let blocks = &*blocks;
     let ways = ways_in(p, returns, blocks);
     let meet = |out: &[RegSet], ws: &[WayIn]| {
         RegSet(ws.iter().fold(ALL.0, |s, w| match *w {
@@ -511,6 +487,136 @@ pub fn entry_knowledge(
         }
     }
     known
+}
+
+/// Blocks one definition's walk visits at most ([`feeds`]): bounds the
+/// rewriter's and regenerator's work on large procedures.
+const WALK_BLOCKS: usize = 64;
+
+/// Sets each instruction's [`InsnProgram::before`]: register `g` is
+/// recorded right after an instruction `D` that writes all of it (not a
+/// constant, not `rsp`, not a block's last instruction), when it is
+/// unknown there, if `g` *feeds* at least two memory references before it
+/// is written again ([`feeds`]). Recorded there once, every address
+/// computed from it is derived, where recording at each use costs a value
+/// per reference that cannot teach the register back (two unknown
+/// registers, a scale, a register computed from it, a loop head that
+/// loses it). The rule depends only on the instructions and the edges,
+/// so the rewriter and the regenerator mark the same instructions.
+pub fn mark_definitions(
+    p: &ProcDb,
+    returns: &Returns,
+    blocks: &mut [Vec<(Instruction, InsnProgram)>],
+) {
+    let ways = ways_in(p, returns, blocks);
+    let mut succs = vec![Vec::new(); blocks.len()];
+    for (s, ws) in ways.iter().enumerate() {
+        for w in ws {
+            if let WayIn::Plain(b) = *w {
+                succs[b as usize].push(s);
+            }
+        }
+    }
+    let mut marks = Vec::new();
+    for (b, insns) in blocks.iter().enumerate() {
+        for (i, (insn, prog)) in insns.iter().enumerate().take(insns.len().saturating_sub(1)) {
+            for u in &prog.updates {
+                let g = match (u.dst, u.op) {
+                    (Dst::Full(g), op) if g != Gpr::RSP && !matches!(op, Op::Const(_)) => g,
+                    _ => continue,
+                };
+                if !insn.is_call_near() && feeds(blocks, &succs, (b, i + 1), g) {
+                    marks.push((b, i + 1, g));
+                }
+            }
+        }
+    }
+    for (_, prog) in blocks.iter_mut().flatten() {
+        prog.before = RegSet::default();
+    }
+    for (b, i, g) in marks {
+        blocks[b][i].1.before.insert(g);
+    }
+}
+
+/// Whether `g`, from instruction `at` on, feeds at least two memory
+/// references: an address with a register *tainted* by it (`g`, or one an
+/// interpretable update computes from a tainted one; any other write
+/// clears it), along the plain edges (`succs`), each block visited once;
+/// a block reached again while a register is tainted (a loop the
+/// definition is not in) counts its references twice.
+fn feeds(
+    blocks: &[Vec<(Instruction, InsnProgram)>],
+    succs: &[Vec<usize>],
+    at: (usize, usize),
+    g: Gpr,
+) -> bool {
+    let mut fed = vec![None::<u32>; blocks.len()];
+    fed[at.0] = Some(0);
+    let (mut sites, mut visited) = (0u32, 0usize);
+    let mut stack = vec![(at.0, at.1, RegSet(1 << g.0))];
+    while let Some((b, from, mut t)) = stack.pop() {
+        let mut here = 0;
+        for (insn, prog) in &blocks[b][from..] {
+            here += prog
+                .refs
+                .iter()
+                .filter(|r| reads(&r.addr).0 & t.0 != 0)
+                .count() as u32;
+            t = taint(insn, prog, t);
+            if t.0 == 0 {
+                break;
+            }
+        }
+        sites += here;
+        if from == 0 {
+            fed[b] = Some(here);
+        }
+        if sites >= 2 {
+            return true;
+        }
+        for &s in succs[b].iter().filter(|_| t.0 != 0) {
+            match fed[s] {
+                Some(n) => sites += n,
+                None if visited < WALK_BLOCKS => {
+                    visited += 1;
+                    fed[s] = Some(0);
+                    stack.push((s, 0, t));
+                }
+                None => {}
+            }
+        }
+        if sites >= 2 {
+            return true;
+        }
+    }
+    false
+}
+
+/// The registers of a flat address.
+fn reads(a: &AddrExpr) -> RegSet {
+    let mut s = RegSet::default();
+    if a.seg == Seg::Flat {
+        a.base.into_iter().chain(a.index).for_each(|g| s.insert(g));
+    }
+    s
+}
+
+/// The tainted registers after `insn` (all its updates read `t` before it).
+fn taint(insn: &Instruction, prog: &InsnProgram, t: RegSet) -> RegSet {
+    let mut out = t;
+    for u in &prog.updates {
+        let (g, v) = match u.dst {
+            Dst::Full(g) => (g, code::eval(insn, u.dst, &u.op, ALL)),
+            Dst::Partial(g) => (g, None),
+            Dst::Flags => continue,
+        };
+        match v {
+            Some(v) if v.reads().0 & t.0 != 0 => out.insert(g),
+            _ => out.0 &= !(1 << g.0),
+        }
+    }
+    out
 }
 
 pub mod code;

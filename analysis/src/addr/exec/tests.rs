@@ -172,8 +172,8 @@ fn has_rsp(s: RegSet) -> bool {
 
 #[test]
 fn blocks_inherit_only_along_plain_edges() {
-    let (p, blocks) = caller(CallTarget::External);
-    let known = entry_knowledge(&p, &Returns::default(), &blocks);
+    let (p, mut blocks) = caller(CallTarget::External);
+    let known = entry_knowledge(&p, &Returns::default(), &mut blocks);
     assert_eq!(
         known[0].iter().collect::<Vec<_>>(),
         vec![Gpr::RSP],
@@ -200,7 +200,7 @@ fn blocks_inherit_only_along_plain_edges() {
 fn a_call_to_a_procedure_that_returns_by_ret_keeps_rsp_only() {
     // Procedure 0 is the caller; procedure 1 returns by `ret` (the
     // caller itself does too: recursion is allowed).
-    let (p, blocks) = caller(CallTarget::Proc(1));
+    let (p, mut blocks) = caller(CallTarget::Proc(1));
     let (mut callee, _) = caller(CallTarget::Proc(0));
     callee.blocks.truncate(1);
     callee.edges = vec![EdgeDb {
@@ -216,14 +216,14 @@ fn a_call_to_a_procedure_that_returns_by_ret_keeps_rsp_only() {
     let returns = Returns::of(&db);
     assert!(returns.by_ret(0) && returns.by_ret(1));
     assert_eq!(ways_in(&p, &returns, &blocks)[3], vec![WayIn::Return(1)]);
-    let known = entry_knowledge(&p, &returns, &blocks);
+    let known = entry_knowledge(&p, &returns, &mut blocks);
     assert_eq!(known[3].iter().collect::<Vec<_>>(), vec![Gpr::RSP]);
     let (plans, _) = Exec::plan_block(known[3], &blocks[3], false);
     assert_eq!(plans[0].as_ref().unwrap(), &Vec::<Recorded>::new());
     // A setjmp-like call returns a second time through longjmp.
     let mut sj = p.clone();
     sj.blocks[2].call.as_mut().unwrap().jmpbuf = true;
-    assert_eq!(entry_knowledge(&sj, &returns, &blocks)[3], RegSet(0));
+    assert_eq!(entry_knowledge(&sj, &returns, &mut blocks)[3], RegSet(0));
 }
 
 /// A `ret` always leaves `rsp` known, recorded or derived: what a return
@@ -240,14 +240,14 @@ fn a_ret_leaves_rsp_known() {
 /// makes it a root again: nothing known, its first stack reference recorded.
 #[test]
 fn an_entry_with_another_way_in_starts_with_nothing() {
-    let (mut p, blocks) = caller(CallTarget::External);
+    let (mut p, mut blocks) = caller(CallTarget::External);
     assert_eq!(
         ways_in(&p, &Returns::default(), &blocks)[0],
         vec![WayIn::Entry]
     );
     p.blocks[2].call.as_mut().unwrap().landing = Some(0);
     assert_eq!(
-        entry_knowledge(&p, &Returns::default(), &blocks)[0],
+        entry_knowledge(&p, &Returns::default(), &mut blocks)[0],
         RegSet(0)
     );
 }
@@ -335,7 +335,7 @@ fn alignment_padding_is_no_way_in() {
         witness: None,
     });
     assert_eq!(padding(&p, &blocks), vec![false, false, false, true]);
-    let known = entry_knowledge(&p, &Returns::default(), &blocks);
+    let known = entry_knowledge(&p, &Returns::default(), &mut blocks);
     assert!(has_rsp(known[1]), "the loop head keeps rsp");
     assert_eq!(known[3], RegSet(0), "the padding itself knows nothing");
     let mut wild = p.clone();
@@ -346,7 +346,7 @@ fn alignment_padding_is_no_way_in() {
     });
     assert!(!padding(&wild, &blocks)[3]);
     assert_eq!(
-        entry_knowledge(&wild, &Returns::default(), &blocks)[1],
+        entry_knowledge(&wild, &Returns::default(), &mut blocks)[1],
         RegSet(0)
     );
     let mut reached = p.clone();
@@ -360,7 +360,7 @@ fn alignment_padding_is_no_way_in() {
     blocks[3] = progs(&asm(|a| a.mov(rax, rbx)));
     assert!(!padding(&p, &blocks)[3]);
     assert_eq!(
-        entry_knowledge(&p, &Returns::default(), &blocks)[1],
+        entry_knowledge(&p, &Returns::default(), &mut blocks)[1],
         RegSet(0)
     );
 }
