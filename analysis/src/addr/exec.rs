@@ -454,7 +454,15 @@ pub fn entry_knowledge(
     blocks: &mut [Vec<(Instruction, InsnProgram)>],
 ) -> Vec<RegSet> {
     mark_definitions(p, returns, blocks);
-    let blocks = &*blocks;
+    knowledge(p, returns, blocks)
+}
+
+/// [`entry_knowledge`] of blocks as they are marked.
+fn knowledge(
+    p: &ProcDb,
+    returns: &Returns,
+    blocks: &[Vec<(Instruction, InsnProgram)>],
+) -> Vec<RegSet> {
     let ways = ways_in(p, returns, blocks);
     let meet = |out: &[RegSet], ws: &[WayIn]| {
         RegSet(ws.iter().fold(ALL.0, |s, w| match *w {
@@ -496,13 +504,17 @@ const WALK_BLOCKS: usize = 64;
 /// Sets each instruction's [`InsnProgram::before`]: register `g` is
 /// recorded right after an instruction `D` that writes all of it (not a
 /// constant, not `rsp`, not a block's last instruction), when it is
-/// unknown there, if `g` *feeds* at least two memory references before it
-/// is written again ([`feeds`]). Recorded there once, every address
-/// computed from it is derived, where recording at each use costs a value
-/// per reference that cannot teach the register back (two unknown
-/// registers, a scale, a register computed from it, a loop head that
-/// loses it). The rule depends only on the instructions and the edges,
-/// so the rewriter and the regenerator mark the same instructions.
+/// unknown there, if `g` *feeds* at least two memory references that
+/// recording at their use would each pay a value for ([`feeds`]).
+/// Recorded there once, every address computed from it is derived, where
+/// recording at each use costs a value per reference that cannot teach
+/// the register back (a scale, a register computed from it, a loop head
+/// that loses it). Whether a reference's other registers are known is
+/// read from the knowledge with every candidate marked, then with the
+/// marks that chose (three rounds: a definition often pays only when
+/// another does, `rax = window + edx` with `rsi` loaded). The rule depends
+/// only on the instructions and the edges, so the rewriter and the
+/// regenerator mark the same instructions.
 pub fn mark_definitions(
     p: &ProcDb,
     returns: &Returns,
@@ -517,80 +529,149 @@ pub fn mark_definitions(
             }
         }
     }
-    let mut marks = Vec::new();
+    let mut candidates = Vec::new();
     for (b, insns) in blocks.iter().enumerate() {
-        for (i, (insn, prog)) in insns.iter().enumerate().take(insns.len().saturating_sub(1)) {
-            for u in &prog.updates {
-                let g = match (u.dst, u.op) {
-                    (Dst::Full(g), op) if g != Gpr::RSP && !matches!(op, Op::Const(_)) => g,
-                    _ => continue,
-                };
-                if !insn.is_call_near() && feeds(blocks, &succs, (b, i + 1), g) {
-                    marks.push((b, i + 1, g));
+        let body = insns.len().saturating_sub(1);
+        for (i, (insn, prog)) in insns.iter().enumerate().take(body) {
+            for u in prog.updates.iter().filter(|_| !insn.is_call_near()) {
+                match (u.dst, u.op) {
+                    (Dst::Full(g), op) if g != Gpr::RSP && !matches!(op, Op::Const(_)) => {
+                        candidates.push((b, i + 1, g))
+                    }
+                    _ => {}
                 }
             }
         }
     }
+    let mut marks = candidates.clone();
+    for _round in 0..3 {
+        set_marks(blocks, &marks);
+        let known = knowledge(p, returns, blocks);
+        let at = known_before(blocks, &known);
+        let walk = Walk {
+            blocks,
+            succs: &succs,
+            at: &at,
+        };
+        marks = (candidates.iter().copied())
+            .filter(|&(b, i, g)| walk.feeds((b, i), g))
+            .collect();
+    }
+    set_marks(blocks, &marks);
+}
+
+fn set_marks(blocks: &mut [Vec<(Instruction, InsnProgram)>], marks: &[(usize, usize, Gpr)]) {
     for (_, prog) in blocks.iter_mut().flatten() {
         prog.before = RegSet::default();
     }
-    for (b, i, g) in marks {
+    for &(b, i, g) in marks {
         blocks[b][i].1.before.insert(g);
     }
 }
 
-/// Whether `g`, from instruction `at` on, feeds at least two memory
-/// references: an address with a register *tainted* by it (`g`, or one an
-/// interpretable update computes from a tainted one; any other write
-/// clears it), along the plain edges (`succs`), each block visited once;
-/// a block reached again while a register is tainted (a loop the
-/// definition is not in) counts its references twice.
-fn feeds(
-    blocks: &[Vec<(Instruction, InsnProgram)>],
-    succs: &[Vec<usize>],
-    at: (usize, usize),
-    g: Gpr,
-) -> bool {
-    let mut fed = vec![None::<u32>; blocks.len()];
-    fed[at.0] = Some(0);
-    let (mut sites, mut visited) = (0u32, 0usize);
-    let mut stack = vec![(at.0, at.1, RegSet(1 << g.0))];
-    while let Some((b, from, mut t)) = stack.pop() {
+/// Per block, per instruction: the registers known before it (after its
+/// `before` values), the block starting with `known`.
+fn known_before(blocks: &[Vec<(Instruction, InsnProgram)>], known: &[RegSet]) -> Vec<Vec<RegSet>> {
+    (blocks.iter().zip(known))
+        .map(|(insns, &k)| {
+            let mut e = Exec::unknown(0);
+            k.iter().for_each(|g| e.regs[g.index()] = Some(0));
+            (insns.iter())
+                .map(|(insn, prog)| {
+                    let k = RegSet(e.known().0 | prog.before.0);
+                    if e.insn(insn, prog, &mut |_| Ok(0)).is_err() {
+                        e.update(insn, prog);
+                    }
+                    k
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// A procedure's marked blocks, their plain successors and the registers
+/// known before each instruction: where [`Walk::feeds`] looks.
+struct Walk<'a> {
+    blocks: &'a [Vec<(Instruction, InsnProgram)>],
+    succs: &'a [Vec<usize>],
+    at: &'a [Vec<RegSet>],
+}
+
+impl Walk<'_> {
+    /// Whether `g`, from instruction `at` on, feeds at least two memory
+    /// references recording at the use would pay for: an address with a
+    /// register *tainted* by it (`g`, or one an interpretable update
+    /// computes from a tainted one; any other write clears it) whose other
+    /// registers are known, along the plain edges, each block visited
+    /// once; a block reached again while a register is tainted (a loop
+    /// the definition is not in, or a join) counts its references again.
+    /// A reference that would teach a tainted register back (its one
+    /// unknown register, [`Exec::learn`]) untaints it: later uses of it
+    /// are free either way. A register a successor's start does not know
+    /// (a join where another way loses it) is untainted there.
+    fn feeds(&self, at: (usize, usize), g: Gpr) -> bool {
+        let mut fed = vec![None::<u32>; self.blocks.len()];
+        fed[at.0] = Some(0);
+        let (mut sites, mut visited) = (0u32, 0usize);
+        let mut stack = vec![(at.0, at.1, RegSet(1 << g.0))];
+        while let Some((b, from, t)) = stack.pop() {
+            let (here, t) = self.block(b, from, t);
+            sites += here;
+            if from == 0 {
+                fed[b] = Some(here);
+            }
+            for &s in &self.succs[b] {
+                // What a join does not know everywhere is lost there.
+                let t = RegSet(t.0 & self.at[s].first().map_or(0, |k| k.0));
+                match fed[s] {
+                    Some(n) if t.0 != 0 => sites += n,
+                    None if t.0 != 0 && visited < WALK_BLOCKS => {
+                        visited += 1;
+                        fed[s] = Some(0);
+                        stack.push((s, 0, t));
+                    }
+                    _ => {}
+                }
+            }
+            if sites >= 2 {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// The references of block `b` from instruction `from` that `t` feeds,
+    /// and the tainted registers at its end.
+    fn block(&self, b: usize, from: usize, mut t: RegSet) -> (u32, RegSet) {
         let mut here = 0;
-        for (insn, prog) in &blocks[b][from..] {
-            here += prog
-                .refs
-                .iter()
-                .filter(|r| reads(&r.addr).0 & t.0 != 0)
-                .count() as u32;
-            t = taint(insn, prog, t);
+        for (i, (insn, prog)) in self.blocks[b].iter().enumerate().skip(from) {
+            let k = self.at[b][i];
+            let mut taught = RegSet(0);
+            for r in &prog.refs {
+                let regs = reads(&r.addr);
+                if regs.0 & t.0 & !taught.0 != 0 && regs.0 & !t.0 & !k.0 == 0 {
+                    here += 1;
+                    taught.0 |= teaches(&r.addr, t).0;
+                }
+            }
+            t = taint(insn, prog, RegSet(t.0 & !taught.0));
             if t.0 == 0 {
                 break;
             }
         }
-        sites += here;
-        if from == 0 {
-            fed[b] = Some(here);
-        }
-        if sites >= 2 {
-            return true;
-        }
-        for &s in succs[b].iter().filter(|_| t.0 != 0) {
-            match fed[s] {
-                Some(n) => sites += n,
-                None if visited < WALK_BLOCKS => {
-                    visited += 1;
-                    fed[s] = Some(0);
-                    stack.push((s, 0, t));
-                }
-                None => {}
-            }
-        }
-        if sites >= 2 {
-            return true;
-        }
+        (here, t)
     }
-    false
+}
+
+/// The register a recorded `a` teaches back at its use ([`Exec::learn`]),
+/// if any: its one tainted register, as its base or its index of scale 1.
+fn teaches(a: &AddrExpr, t: RegSet) -> RegSet {
+    let tainted = RegSet(reads(a).0 & t.0);
+    match tainted.iter().collect::<Vec<_>>()[..] {
+        [x] if a.base == Some(x) && a.index != Some(x) => tainted,
+        [x] if a.index == Some(x) && a.scale == 1 && a.base != Some(x) => tainted,
+        _ => RegSet(0),
+    }
 }
 
 /// The registers of a flat address.
