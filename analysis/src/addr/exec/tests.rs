@@ -60,7 +60,7 @@ fn block() -> Vec<(Instruction, InsnProgram)> {
         a.mov(dword_ptr(rcx + 4), edx)?; // derived: rax << 3
         a.and(rsp, -16)?;
         a.mov(qword_ptr(rsp), rax)?; // derived
-        a.sub(rsp, rax)?;
+        a.sub(rsp, rdx)?; // rdx loaded: rsp unknown after
         a.mov(qword_ptr(rsp), rdx)?; // recorded, rsp learned again
         a.mov(qword_ptr(rsp + 8), rdx)?; // derived
         Ok(())
@@ -82,8 +82,8 @@ fn addresses_recorded_only_where_the_arithmetic_cannot_rebuild_them() {
         rax_v + rcx_v * 4,
         (rax_v << 3) + 4,
         aligned,
-        aligned.wrapping_sub(rax_v),
-        aligned.wrapping_sub(rax_v) + 8,
+        aligned.wrapping_sub(0x30),
+        aligned.wrapping_sub(0x30) + 8,
     ];
     let got = run(&block(), &truth);
     let addrs: Vec<u64> = got.iter().map(|g| g.0).collect();
@@ -363,4 +363,97 @@ fn alignment_padding_is_no_way_in() {
         entry_knowledge(&p, &Returns::default(), &mut blocks)[1],
         RegSet(0)
     );
+}
+
+/// One block of procedure `f` (no edges): its database entry.
+fn one_block(n: usize) -> ProcDb {
+    ProcDb {
+        name: "f".into(),
+        status: ProcStatus::Traced,
+        entry: 0,
+        blocks: vec![BlockDb {
+            start: 0x1000,
+            insn_lens: vec![1; n],
+            call: None,
+        }],
+        edges: Vec::new(),
+        sigmap: None,
+    }
+}
+
+#[test]
+fn thirty_two_bit_arithmetic_is_evaluated_as_the_cpu_does() {
+    // Expected values from the x86-64 rules by hand: a 32-bit write
+    // zero-extends, shift counts are masked to 5 bits, movsxd/movsx
+    // sign-extend.
+    let b = progs(&asm(|a| {
+        a.mov(eax, edx)?;
+        a.and(edx, 0x7fff)?;
+        a.movsxd(rsi, r8d)?;
+        a.imul_3(ecx, edx, 3)?;
+        a.lea(edi, dword_ptr(r9 + rdx * 2 + 1))?;
+        a.shl(eax, 36)?;
+        a.movzx(r10d, dl)?;
+        a.movsx(r11, r8w)?;
+        a.sub(r9d, esi)?;
+        a.add(r12d, 0x7fff_ffff)?;
+        Ok(())
+    }));
+    let mut e = Exec::unknown(0);
+    for (g, v) in [
+        (2, 0xffff_ffff_1234_8765u64),
+        (8, 0x0000_0001_8000_fff1),
+        (9, 0x0000_0000_0010_0000),
+        (12, 0x0000_0002_9000_0003),
+    ] {
+        e.regs[g] = Some(v);
+    }
+    for (i, p) in &b {
+        e.insn(i, p, &mut |_| Err("nothing is recorded".into()))
+            .unwrap();
+    }
+    let want = [
+        (0, 0x2348_7650u64),         // (0x12348765 << (36 & 31)), low half
+        (2, 0x0765),                 // edx & 0x7fff
+        (6, 0xffff_ffff_8000_fff1),  // movsxd of r8d
+        (1, 0x162f),                 // 0x765 * 3
+        (7, 0x0010_0ecb),            // 0x100000 + 0x765 * 2 + 1
+        (10, 0x65),                  // dl
+        (11, 0xffff_ffff_ffff_fff1), // movsx of r8w
+        (9, 0x800f_000f),            // 0x100000 - 0x8000fff1, low half
+        (12, 0x1000_0002),           // 0x90000003 + 0x7fffffff, low half
+    ];
+    for (g, v) in want {
+        assert_eq!(e.regs[g], Some(v), "register {g}");
+    }
+}
+
+#[test]
+fn a_load_that_feeds_two_scaled_addresses_is_recorded_once_at_its_definition() {
+    let mut b = vec![progs(&asm(|a| {
+        a.lea(r8, qword_ptr(rip + 0x1000u64))?; // known: rip-relative
+        a.movzx(eax, word_ptr(r8))?; // derived; rax loaded
+        a.mov(ecx, dword_ptr(r8 + rax * 4))?; // scale 4: at its use, rax not taught
+        a.mov(edx, dword_ptr(r8 + rax * 4 + 4))?;
+        a.ret()
+    }))];
+    let before = Exec::plan_block(RegSet(0), &b[0], false).0;
+    let count = |plans: &[Result<Vec<Recorded>, String>]| -> usize {
+        plans.iter().map(|p| p.as_ref().unwrap().len()).sum()
+    };
+    // Unmarked: both scaled addresses and the `ret`'s `[rsp]`.
+    assert_eq!(count(&before), 3);
+    let known = entry_knowledge(&one_block(5), &Returns::default(), &mut b);
+    let mut rax = RegSet::default();
+    rax.insert(Gpr(0));
+    let marks: Vec<RegSet> = b[0].iter().map(|(_, p)| p.before).collect();
+    assert_eq!(marks, [RegSet(0), RegSet(0), rax, RegSet(0), RegSet(0)]);
+    let (plans, _) = Exec::plan_block(known[0], &b[0], false);
+    assert_eq!(plans[2].as_ref().unwrap(), &[Recorded::Reg(Gpr(0))]);
+    assert_eq!(count(&plans), 2);
+    // The same block where the load feeds one address: not marked.
+    let mut one = vec![b[0][..3].to_vec()];
+    one[0].push(b[0][4].clone());
+    entry_knowledge(&one_block(4), &Returns::default(), &mut one);
+    assert!(one[0].iter().all(|(_, p)| p.before == RegSet(0)));
 }
