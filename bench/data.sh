@@ -17,6 +17,7 @@
 #   DATA_REPS=N   best of N for the --data runs (default 1: xz takes ~30 s)
 #   LACKEY=1      also time valgrind lackey once per workload (minutes each)
 #   ONLY=REGEX    only the workloads whose name matches
+#   AETRACE=PATH  this aetrace binary instead of building the worktree's (before/after pairs)
 # CPU time (user + sys of the run and its children) of the best run is
 # printed beside each wall time: on a loaded machine the recorder's work
 # shows there, not in wall time. Slow part: `aetrace info` of xz's data
@@ -28,8 +29,8 @@ cd "$(dirname "$0")/.."
 REPS=${REPS:-3}
 DATA_REPS=${DATA_REPS:-1}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}
-cargo build --release -q -p aetrace --bin aetrace
-AETRACE=$(realpath "$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release/aetrace")
+[ -n "${AETRACE:-}" ] || cargo build --release -q -p aetrace --bin aetrace
+AETRACE=${AETRACE:-$(realpath "$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release/aetrace")}
 WORK=$(mktemp -d /tmp/aetrace-data.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 head -c 2000000 "$(gcc -print-file-name=libc.so.6)" >"$WORK/libc-2m"

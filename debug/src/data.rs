@@ -399,7 +399,7 @@ impl Data {
     /// and its entry if it starts with `rsp` known (`entries`).
     fn learn_proc(&mut self, code: &Code<'_, '_>, module: usize, pi: ProcIx) -> Result<(), String> {
         let m = code.modules[module];
-        let progs = decode_proc(code.image, m, pi, &mut self.info);
+        let mut progs = decode_proc(code.image, m, pi, &mut self.info);
         let Some(Some((db, returns))) = self.dbs.get(module) else {
             return Ok(());
         };
@@ -407,7 +407,7 @@ impl Data {
             .procs
             .get(pi.as_u32() as usize)
             .ok_or_else(|| format!("procedure {pi:?} of {} is not in its database", m.name))?;
-        let known = exec::entry_knowledge(p, returns, &progs);
+        let known = exec::entry_knowledge(p, returns, &mut progs);
         let ways = exec::ways_in(p, returns, &progs);
         let proc = pi.as_u32();
         let at = |i: &Instruction| m.load_base.wrapping_add(i.ip());

@@ -47,7 +47,7 @@ pub(crate) fn values(
     insns: &[Vec<Instruction>],
 ) -> Result<(BlockValues, Option<Value>)> {
     let mut info = InstructionInfoFactory::new();
-    let progs: Vec<Vec<(Instruction, InsnProgram)>> = insns
+    let mut progs: Vec<Vec<(Instruction, InsnProgram)>> = insns
         .iter()
         .map(|b| {
             b.iter()
@@ -55,7 +55,7 @@ pub(crate) fn values(
                 .collect()
         })
         .collect();
-    let known = exec::entry_knowledge(db, returns, &progs);
+    let known = exec::entry_knowledge(db, returns, &mut progs);
     let entry_rsp = known
         .get(db.entry as usize)
         .is_some_and(|k| k.iter().any(|g| g == Gpr::RSP));
@@ -106,6 +106,9 @@ fn insn_values(
             Recorded::Rcx => Ok(Value::Reg(rcx)),
             Recorded::Flags => Ok(Value::Flags),
             Recorded::Rsp => Ok(Value::Reg(rsp)),
+            Recorded::Reg(g) => reg(g)
+                .map(Value::Reg)
+                .ok_or_else(|| refuse("a register the sequence cannot read".into())),
             Recorded::Addr(k) => {
                 let mut op = operand(&prog.refs[k].addr)
                     .ok_or_else(|| refuse("an address the sequence cannot compute".into()))?;

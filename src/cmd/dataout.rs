@@ -300,6 +300,10 @@ struct ProcFacts {
     /// The block records `rsp` before its last instruction if unknown
     /// (`exec::anchors_rsp`).
     anchors: Vec<bool>,
+    /// Per block, per instruction: the registers recorded before it when
+    /// unknown (`exec::mark_definitions`; the decoded programs leave them
+    /// empty, so `compile` sets them).
+    before: Vec<Vec<RegSet>>,
 }
 
 /// A thread's abstract execution state.
@@ -649,7 +653,7 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
             return Ok(f.clone());
         }
         let range = m.procs[pi].blocks.clone();
-        let mut blocks = Vec::with_capacity(range.len());
+        let mut blocks: Vec<Vec<_>> = Vec::with_capacity(range.len());
         for b in range {
             let insns = self.decoded(m, module, BlockIx::from_u32(b))?;
             blocks.push(
@@ -663,8 +667,11 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
         let p = &md.db.procs[pi.as_u32() as usize];
         let facts = Rc::new(ProcFacts {
             ways: exec::ways_in(p, &md.returns, &blocks),
-            known: exec::entry_knowledge(p, &md.returns, &blocks),
+            known: exec::entry_knowledge(p, &md.returns, &mut blocks),
             anchors: p.blocks.iter().map(exec::anchors_rsp).collect(),
+            before: (blocks.iter())
+                .map(|b| b.iter().map(|(_, prog)| prog.before).collect())
+                .collect(),
         });
         self.mods[module as usize].procs[pi.as_u32() as usize] = Some(facts.clone());
         Ok(facts)
@@ -741,7 +748,10 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
         let facts = self.proc_facts(m, r.module, r.block)?;
         let local = r.block.as_u32() - m.procs[m.blocks[r.block].proc].blocks.start;
         let insns = self.decoded(m, r.module, r.block)?;
-        let progs: Vec<_> = (insns.iter()).map(|i| (i.insn, i.prog.clone())).collect();
+        let mut progs: Vec<_> = (insns.iter()).map(|i| (i.insn, i.prog.clone())).collect();
+        for ((_, prog), &b) in progs.iter_mut().zip(&facts.before[local as usize]) {
+            prog.before = b;
+        }
         let anchor = facts.anchors[local as usize];
         Ok(BlockCode::compile(known, &progs, r.first as usize, anchor))
     }

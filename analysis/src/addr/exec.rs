@@ -172,6 +172,11 @@ impl Exec {
         out.addrs.clear();
         out.recorded.clear();
         out.rep = None;
+        for g in prog.before.iter() {
+            if self.regs[g.index()].is_none() {
+                self.regs[g.index()] = Some(take(Recorded::Reg(g))?);
+            }
+        }
         if prog.refs.iter().any(|r| r.repeat == Repeat::UntilData) {
             return Err("a repe/repne compare stops on the data: its count is not recorded".into());
         }
@@ -220,42 +225,9 @@ impl Exec {
         }
     }
 
+    /// An update's new value ([`code::eval`], the one evaluator).
     fn eval(&self, insn: &Instruction, dst: Dst, op: &Op) -> Option<u64> {
-        match *op {
-            Op::Const(c) => Some(c),
-            Op::Copy(r) => self.regs[r.index()],
-            Op::Lea(a) => self.value(insn, &a),
-            Op::Func { mnemonic, .. } => self.func(insn, dst, mnemonic),
-            Op::Load { .. } | Op::Opaque { .. } => None,
-        }
-    }
-
-    /// The interpretable functions of a register and an immediate: shifts
-    /// and logic on the instruction's 64-bit destination register (the
-    /// rest stay unknown; knownness depends only on the operand kinds).
-    fn func(&self, insn: &Instruction, dst: Dst, m: Mnemonic) -> Option<u64> {
-        use iced_x86::OpKind;
-        if insn.op_count() != 2 || insn.op0_kind() != OpKind::Register {
-            return None;
-        }
-        let r = insn.op0_register();
-        let g = Gpr::of(r).filter(|&g| r.size() == 8 && dst == Dst::Full(g))?;
-        let x = self.regs[g.index()]?;
-        let imm = match insn.op1_kind() {
-            OpKind::Immediate8 | OpKind::Immediate8to64 | OpKind::Immediate32to64 => {
-                insn.immediate(1)
-            }
-            _ => return None,
-        };
-        match m {
-            Mnemonic::Shl => Some(x << (imm & 63)),
-            Mnemonic::Shr => Some(x >> (imm & 63)),
-            Mnemonic::Sar => Some(((x as i64) >> (imm & 63)) as u64),
-            Mnemonic::And => Some(x & imm),
-            Mnemonic::Or => Some(x | imm),
-            Mnemonic::Xor => Some(x ^ imm),
-            _ => None,
-        }
+        code::eval(insn, dst, op, self.known()).map(|v| v.eval(&self.regs, self.bias))
     }
 
     /// Before the last instruction of a block that [`anchors_rsp`]: `rsp`
@@ -473,8 +445,20 @@ fn rsp_only() -> RegSet {
 /// Per block: the registers known at its start (a greatest fixpoint over
 /// [`ways_in`]: sound because every walk starts at a block without them,
 /// and each step follows one of them). `blocks` are the procedure's
-/// decoded blocks in database order; `returns` is the module's.
+/// decoded blocks in database order, marked first
+/// ([`mark_definitions`]: whoever plans or runs them after this call
+/// records the same values); `returns` is the module's.
 pub fn entry_knowledge(
+    p: &ProcDb,
+    returns: &Returns,
+    blocks: &mut [Vec<(Instruction, InsnProgram)>],
+) -> Vec<RegSet> {
+    mark_definitions(p, returns, blocks);
+    knowledge(p, returns, blocks)
+}
+
+/// [`entry_knowledge`] of blocks as they are marked.
+fn knowledge(
     p: &ProcDb,
     returns: &Returns,
     blocks: &[Vec<(Instruction, InsnProgram)>],
@@ -511,6 +495,209 @@ pub fn entry_knowledge(
         }
     }
     known
+}
+
+/// Blocks one definition's walk visits at most ([`feeds`]): bounds the
+/// rewriter's and regenerator's work on large procedures.
+const WALK_BLOCKS: usize = 64;
+
+/// Sets each instruction's [`InsnProgram::before`]: register `g` is
+/// recorded right after an instruction `D` that writes all of it (not a
+/// constant, not `rsp`, not a block's last instruction), when it is
+/// unknown there, if `g` *feeds* at least two memory references that
+/// recording at their use would each pay a value for ([`feeds`]).
+/// Recorded there once, every address computed from it is derived, where
+/// recording at each use costs a value per reference that cannot teach
+/// the register back (a scale, a register computed from it, a loop head
+/// that loses it). Whether a reference's other registers are known is
+/// read from the knowledge with every candidate marked, then with the
+/// marks that chose (three rounds: a definition often pays only when
+/// another does, `rax = window + edx` with `rsi` loaded). The rule depends
+/// only on the instructions and the edges, so the rewriter and the
+/// regenerator mark the same instructions.
+pub fn mark_definitions(
+    p: &ProcDb,
+    returns: &Returns,
+    blocks: &mut [Vec<(Instruction, InsnProgram)>],
+) {
+    let ways = ways_in(p, returns, blocks);
+    let mut succs = vec![Vec::new(); blocks.len()];
+    for (s, ws) in ways.iter().enumerate() {
+        for w in ws {
+            if let WayIn::Plain(b) = *w {
+                succs[b as usize].push(s);
+            }
+        }
+    }
+    let mut candidates = Vec::new();
+    for (b, insns) in blocks.iter().enumerate() {
+        let body = insns.len().saturating_sub(1);
+        for (i, (insn, prog)) in insns.iter().enumerate().take(body) {
+            for u in prog.updates.iter().filter(|_| !insn.is_call_near()) {
+                match (u.dst, u.op) {
+                    (Dst::Full(g), op) if g != Gpr::RSP && !matches!(op, Op::Const(_)) => {
+                        candidates.push((b, i + 1, g))
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    let mut marks = candidates.clone();
+    for _round in 0..3 {
+        set_marks(blocks, &marks);
+        let known = knowledge(p, returns, blocks);
+        let at = known_before(blocks, &known);
+        let walk = Walk {
+            blocks,
+            succs: &succs,
+            at: &at,
+        };
+        marks = (candidates.iter().copied())
+            .filter(|&(b, i, g)| walk.feeds((b, i), g))
+            .collect();
+    }
+    set_marks(blocks, &marks);
+}
+
+fn set_marks(blocks: &mut [Vec<(Instruction, InsnProgram)>], marks: &[(usize, usize, Gpr)]) {
+    for (_, prog) in blocks.iter_mut().flatten() {
+        prog.before = RegSet::default();
+    }
+    for &(b, i, g) in marks {
+        blocks[b][i].1.before.insert(g);
+    }
+}
+
+/// Per block, per instruction: the registers known before it (after its
+/// `before` values), the block starting with `known`.
+fn known_before(blocks: &[Vec<(Instruction, InsnProgram)>], known: &[RegSet]) -> Vec<Vec<RegSet>> {
+    (blocks.iter().zip(known))
+        .map(|(insns, &k)| {
+            let mut e = Exec::unknown(0);
+            k.iter().for_each(|g| e.regs[g.index()] = Some(0));
+            (insns.iter())
+                .map(|(insn, prog)| {
+                    let k = RegSet(e.known().0 | prog.before.0);
+                    if e.insn(insn, prog, &mut |_| Ok(0)).is_err() {
+                        e.update(insn, prog);
+                    }
+                    k
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// A procedure's marked blocks, their plain successors and the registers
+/// known before each instruction: where [`Walk::feeds`] looks.
+struct Walk<'a> {
+    blocks: &'a [Vec<(Instruction, InsnProgram)>],
+    succs: &'a [Vec<usize>],
+    at: &'a [Vec<RegSet>],
+}
+
+impl Walk<'_> {
+    /// Whether `g`, from instruction `at` on, feeds at least two memory
+    /// references recording at the use would pay for: an address with a
+    /// register *tainted* by it (`g`, or one an interpretable update
+    /// computes from a tainted one; any other write clears it) whose other
+    /// registers are known, along the plain edges, each block visited
+    /// once; a block reached again while a register is tainted (a loop
+    /// the definition is not in, or a join) counts its references again.
+    /// A reference that would teach a tainted register back (its one
+    /// unknown register, [`Exec::learn`]) untaints it: later uses of it
+    /// are free either way. A register a successor's start does not know
+    /// (a join where another way loses it) is untainted there.
+    fn feeds(&self, at: (usize, usize), g: Gpr) -> bool {
+        let mut fed = vec![None::<u32>; self.blocks.len()];
+        fed[at.0] = Some(0);
+        let (mut sites, mut visited) = (0u32, 0usize);
+        let mut stack = vec![(at.0, at.1, RegSet(1 << g.0))];
+        while let Some((b, from, t)) = stack.pop() {
+            let (here, t) = self.block(b, from, t);
+            sites += here;
+            if from == 0 {
+                fed[b] = Some(here);
+            }
+            for &s in &self.succs[b] {
+                // What a join does not know everywhere is lost there.
+                let t = RegSet(t.0 & self.at[s].first().map_or(0, |k| k.0));
+                match fed[s] {
+                    Some(n) if t.0 != 0 => sites += n,
+                    None if t.0 != 0 && visited < WALK_BLOCKS => {
+                        visited += 1;
+                        fed[s] = Some(0);
+                        stack.push((s, 0, t));
+                    }
+                    _ => {}
+                }
+            }
+            if sites >= 2 {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// The references of block `b` from instruction `from` that `t` feeds,
+    /// and the tainted registers at its end.
+    fn block(&self, b: usize, from: usize, mut t: RegSet) -> (u32, RegSet) {
+        let mut here = 0;
+        for (i, (insn, prog)) in self.blocks[b].iter().enumerate().skip(from) {
+            let k = self.at[b][i];
+            let mut taught = RegSet(0);
+            for r in &prog.refs {
+                let regs = reads(&r.addr);
+                if regs.0 & t.0 & !taught.0 != 0 && regs.0 & !t.0 & !k.0 == 0 {
+                    here += 1;
+                    taught.0 |= teaches(&r.addr, t).0;
+                }
+            }
+            t = taint(insn, prog, RegSet(t.0 & !taught.0));
+            if t.0 == 0 {
+                break;
+            }
+        }
+        (here, t)
+    }
+}
+
+/// The register a recorded `a` teaches back at its use ([`Exec::learn`]),
+/// if any: its one tainted register, as its base or its index of scale 1.
+fn teaches(a: &AddrExpr, t: RegSet) -> RegSet {
+    let tainted = RegSet(reads(a).0 & t.0);
+    match tainted.iter().collect::<Vec<_>>()[..] {
+        [x] if a.base == Some(x) && a.index != Some(x) => tainted,
+        [x] if a.index == Some(x) && a.scale == 1 && a.base != Some(x) => tainted,
+        _ => RegSet(0),
+    }
+}
+
+/// The registers of a flat address.
+fn reads(a: &AddrExpr) -> RegSet {
+    let mut s = RegSet::default();
+    if a.seg == Seg::Flat {
+        a.base.into_iter().chain(a.index).for_each(|g| s.insert(g));
+    }
+    s
+}
+
+/// The tainted registers after `insn` (all its updates read `t` before it).
+fn taint(insn: &Instruction, prog: &InsnProgram, t: RegSet) -> RegSet {
+    let mut out = t;
+    for u in &prog.updates {
+        let (g, v) = match u.dst {
+            Dst::Full(g) => (g, code::eval(insn, u.dst, &u.op, ALL)),
+            Dst::Partial(g) => (g, None),
+            Dst::Flags => continue,
+        };
+        match v {
+            Some(v) if v.reads().0 & t.0 != 0 => out.insert(g),
+            _ => out.0 &= !(1 << g.0),
+        }
+    }
+    out
 }
 
 pub mod code;

@@ -70,6 +70,7 @@ pub fn program(insn: &Instruction, info: &mut InstructionInfoFactory) -> InsnPro
         refs,
         updates,
         call,
+        before: RegSet::default(),
     }
 }
 
@@ -557,7 +558,7 @@ fn lea_expr(base: Gpr) -> AddrExpr {
 }
 
 /// A 64-bit `lea`'s address, without segment (a `lea` adds none).
-fn lea_addr(insn: &Instruction) -> AddrExpr {
+pub(crate) fn lea_addr(insn: &Instruction) -> AddrExpr {
     let rip = insn.memory_base() == Register::RIP;
     let index = gpr(insn.memory_index());
     AddrExpr {

@@ -19,7 +19,7 @@
 
 use iced_x86::{Instruction, InstructionInfoFactory, Mnemonic, OpKind, Register};
 
-use super::{InsnProgram, MemRef, Repeat, Seg};
+use super::{Gpr, InsnProgram, MemRef, Repeat, Seg};
 
 /// One value recorded before an instruction.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -34,6 +34,9 @@ pub enum Recorded {
     /// `rsp` before the instruction (abstract execution's anchor before a
     /// jump into a procedure entry, `exec::anchors_rsp`).
     Rsp,
+    /// A register before the instruction: the instruction before it
+    /// defined it, unknown, and it feeds addresses (`InsnProgram::before`).
+    Reg(Gpr),
 }
 
 /// The direction flag's bit in `rflags`.

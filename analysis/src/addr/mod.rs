@@ -269,6 +269,10 @@ pub struct InsnProgram {
     /// A call (not a system call): the callee may write the stack below
     /// `rsp`.
     pub call: bool,
+    /// Registers recorded right before it when unknown: the instruction
+    /// before it defines them and they feed addresses
+    /// (`exec::mark_definitions`; empty as `forms` decodes it).
+    pub before: RegSet,
 }
 
 /// The address program of one block.

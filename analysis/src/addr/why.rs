@@ -108,10 +108,11 @@ type Regs = [Why; 16];
 pub fn reasons(
     p: &ProcDb,
     returns: &Returns,
-    blocks: &[Vec<(Instruction, InsnProgram)>],
+    blocks: &mut [Vec<(Instruction, InsnProgram)>],
     weights: &[u64],
 ) -> Vec<Vec<Vec<Why>>> {
     let known = exec::entry_knowledge(p, returns, blocks);
+    let blocks = &*blocks;
     let ways = exec::ways_in(p, returns, blocks);
     let anchor = |b: usize| p.blocks.get(b).is_some_and(exec::anchors_rsp);
     let n = blocks.len();
@@ -260,6 +261,8 @@ fn value_why(before: &Regs, prog: &InsnProgram, r: Recorded) -> Why {
     match r {
         Recorded::Rcx | Recorded::Flags => Why::Rep,
         Recorded::Rsp => Why::Anchor,
+        // Recorded at its definition: why it is unknown there.
+        Recorded::Reg(g) => before[g.index()],
         Recorded::Addr(k) => match &prog.refs[k].addr {
             a if a.seg != super::Seg::Flat || a.vector_index || a.bit_offset.is_some() => Why::Form,
             a => first_unknown(before, a).unwrap_or(Why::Form),

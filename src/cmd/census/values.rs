@@ -89,14 +89,14 @@ fn weigh(
         if !dbp.is_traced() || range.clone().all(|b| runs[b as usize] == 0) {
             continue;
         }
-        let blocks = range
+        let mut blocks = range
             .clone()
             .map(|b| decode(&image, m, b, &mut info))
             .collect::<Result<Vec<_>, _>>()?;
         let why = why::reasons(
             dbp,
             &returns,
-            &blocks,
+            &mut blocks,
             &runs[range.start as usize..range.end as usize],
         );
         for ((b, insns), code) in range.clone().zip(why).zip(&blocks) {

@@ -13,7 +13,7 @@
 //! compiled for gives the same addresses, takes the same values in the
 //! same order and leaves the same state as interpreting it.
 
-use iced_x86::{Instruction, Mnemonic, OpKind};
+use iced_x86::{Instruction, Mnemonic, OpKind, Register};
 
 use super::{plain, Exec, InsnAddrs};
 use crate::addr::full::{self, Recorded};
@@ -21,7 +21,7 @@ use crate::addr::{Access, AddrExpr, Dst, Gpr, InsnProgram, Op, RegSet, Repeat};
 
 /// `disp (+ the load bias) (+ base) (+ index * scale)`, its registers known.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Sum {
+pub(super) struct Sum {
     disp: u64,
     bias: bool,
     base: Option<Gpr>,
@@ -96,51 +96,136 @@ pub struct RefCode {
     how: How,
 }
 
-/// An interpretable function of a known register and an immediate.
+/// An interpretable function of two operands (`x op y`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Func {
+pub(super) enum Func {
     Shl,
     Shr,
     Sar,
     And,
     Or,
     Xor,
+    Add,
+    Sub,
+    Imul,
+}
+
+/// A function's second operand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Src {
+    Reg(Gpr),
+    Imm(u64),
+}
+
+impl Src {
+    #[inline(always)]
+    fn eval(self, regs: &Regs) -> u64 {
+        match self {
+            Src::Reg(g) => reg(regs, g),
+            Src::Imm(v) => v,
+        }
+    }
 }
 
 /// A register's new value, computable from known registers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Val {
+pub(super) enum Val {
     Const(u64),
     Sum(Sum),
-    Func(Func, Gpr, u64),
+    /// A 32-bit `lea`: the sum's low half, zero-extended.
+    Sum32(Sum),
+    /// `f(x, y)` of the destination's old value `x`; `w32`: on the low
+    /// halves, the result zero-extended (a 32-bit destination).
+    Func {
+        f: Func,
+        x: Gpr,
+        y: Src,
+        w32: bool,
+    },
+    /// The low `bits` of a register, sign- or zero-extended to 64 bits
+    /// (`movzx`, `movsx`, `movsxd`, a 32-bit `mov`), then cut to 32 bits
+    /// when `w32`.
+    Ext {
+        src: Gpr,
+        bits: u8,
+        signed: bool,
+        w32: bool,
+    },
 }
 
 impl Val {
     #[inline(always)]
-    fn eval(&self, regs: &Regs, bias: u64) -> u64 {
+    pub(super) fn eval(&self, regs: &Regs, bias: u64) -> u64 {
         match *self {
             Val::Const(c) => c,
             Val::Sum(s) => s.eval(regs, bias),
-            Val::Func(f, g, imm) => {
-                let x = reg(regs, g);
-                match f {
-                    Func::Shl => x << (imm & 63),
-                    Func::Shr => x >> (imm & 63),
-                    Func::Sar => ((x as i64) >> (imm & 63)) as u64,
-                    Func::And => x & imm,
-                    Func::Or => x | imm,
-                    Func::Xor => x ^ imm,
+            Val::Sum32(s) => s.eval(regs, bias) & LOW32,
+            Val::Func { f, x, y, w32 } => apply(f, reg(regs, x), y.eval(regs), w32),
+            Val::Ext {
+                src,
+                bits,
+                signed,
+                w32,
+            } => {
+                let x = reg(regs, src);
+                let shift = 64 - u32::from(bits);
+                let v = match signed {
+                    true => (((x << shift) as i64) >> shift) as u64,
+                    false => (x << shift) >> shift,
+                };
+                if w32 {
+                    v & LOW32
+                } else {
+                    v
                 }
             }
         }
     }
 
-    fn reads(&self) -> RegSet {
+    pub(super) fn reads(&self) -> RegSet {
+        let mut s = RegSet::default();
         match *self {
-            Val::Const(_) => RegSet::default(),
-            Val::Sum(s) => s.reads(),
-            Val::Func(_, g, _) => RegSet(1 << g.0),
+            Val::Const(_) => {}
+            Val::Sum(x) | Val::Sum32(x) => s = x.reads(),
+            Val::Func { x, y, .. } => {
+                s.insert(x);
+                if let Src::Reg(g) = y {
+                    s.insert(g);
+                }
+            }
+            Val::Ext { src, .. } => s.insert(src),
         }
+        s
+    }
+}
+
+const LOW32: u64 = 0xffff_ffff;
+
+/// `f(x, y)` at 64 bits, or on the low halves zero-extended (`w32`: the
+/// x86-64 rule for a 32-bit destination; a shift count is masked to 5
+/// bits there, 6 at 64).
+#[inline(always)]
+fn apply(f: Func, x: u64, y: u64, w32: bool) -> u64 {
+    if w32 {
+        let (x, c) = (x as u32, (y & 31) as u32);
+        let v = match f {
+            Func::Shl => x << c,
+            Func::Shr => x >> c,
+            Func::Sar => ((x as i32) >> c) as u32,
+            _ => apply(f, u64::from(x), y, false) as u32,
+        };
+        return u64::from(v);
+    }
+    match f {
+        Func::Shl => x << (y & 63),
+        Func::Shr => x >> (y & 63),
+        Func::Sar => ((x as i64) >> (y & 63)) as u64,
+        Func::And => x & y,
+        Func::Or => x | y,
+        Func::Xor => x ^ y,
+        Func::Add => x.wrapping_add(y),
+        Func::Sub => x.wrapping_sub(y),
+        Func::Imul => x.wrapping_mul(y),
     }
 }
 
@@ -164,6 +249,9 @@ pub struct InsnCode {
     fail: Option<u32>,
     /// `rsp` is taken first when unknown ([`Exec::anchor`]): it is unknown.
     anchor: bool,
+    /// Then these registers, lowest first ([`InsnProgram::before`], the
+    /// ones unknown here).
+    before: RegSet,
     /// A `rep` string instruction: `rcx` and `rflags` are taken first.
     rep: bool,
     refs: (u32, u32),
@@ -225,12 +313,20 @@ impl BlockCode {
             if anchor {
                 k.insert(Gpr::RSP);
             }
-            let c = code.insn(insn, prog, &mut k, anchor);
+            let before = RegSet(prog.before.0 & !k.0);
+            k.0 |= before.0;
+            let c = code.insn(insn, prog, &mut k, anchor, before);
             let n = (c.refs.1 - c.refs.0) as u64;
             code.totals[0] += n;
             code.totals[1] += u64::from(c.statik);
             code.totals[2] += u64::from(c.recorded);
-            if c.anchor || c.fail.is_some() || c.rep || n != 0 || c.ups.0 != c.ups.1 {
+            if c.anchor
+                || c.before.0 != 0
+                || c.fail.is_some()
+                || c.rep
+                || n != 0
+                || c.ups.0 != c.ups.1
+            {
                 code.busy.push(code.insns.len() as u32);
             }
             code.insns.push(c);
@@ -249,6 +345,7 @@ impl BlockCode {
         prog: &InsnProgram,
         k: &mut RegSet,
         anchor: bool,
+        before: RegSet,
     ) -> InsnCode {
         let refs0 = self.refs.len() as u32;
         let mut fail = None;
@@ -286,6 +383,7 @@ impl BlockCode {
             len: insn.len() as u32,
             fail,
             anchor,
+            before,
             rep: prog.refs.iter().any(|r| r.repeat == Repeat::Rcx),
             refs: (refs0, self.refs.len() as u32),
             ups: (ups0, self.ups.len() as u32),
@@ -363,8 +461,10 @@ fn learn(insn: &Instruction, a: &AddrExpr, k: &mut RegSet) -> Option<(Gpr, Sum)>
     learned
 }
 
-/// [`Exec::eval`] compiled with `k` known: `None` when it gives `None`.
-fn eval(insn: &Instruction, dst: Dst, op: &Op, k: RegSet) -> Option<Val> {
+/// A register update's new value from the registers in `k`, `None` when
+/// the interpreter cannot compute it (the one evaluator: [`Exec::eval`]
+/// runs it too).
+pub(super) fn eval(insn: &Instruction, dst: Dst, op: &Op, k: RegSet) -> Option<Val> {
     match *op {
         Op::Const(c) => Some(Val::Const(c)),
         Op::Copy(r) => has(k, r).then_some(Val::Sum(Sum {
@@ -379,27 +479,112 @@ fn eval(insn: &Instruction, dst: Dst, op: &Op, k: RegSet) -> Option<Val> {
     }
 }
 
-/// [`Exec::func`] compiled with `k` known.
+/// The interpretable register functions (`docs/data.md`, abstract
+/// execution): of the destination, a 64- or 32-bit register (a 32-bit
+/// write zero-extends), and an immediate or a known register: shifts,
+/// logic, `add`, `sub`, `imul` (two or three operands); extensions of a
+/// known register (`movzx`, `movsx`, `movsxd`, a 32-bit `mov`); a 32-bit
+/// `lea`. Whether one is computable depends only on the instruction and
+/// on `k`.
 fn func(insn: &Instruction, dst: Dst, m: Mnemonic, k: RegSet) -> Option<Val> {
-    if insn.op_count() != 2 || insn.op0_kind() != OpKind::Register {
+    let (Dst::Full(g), OpKind::Register) = (dst, insn.op0_kind()) else {
         return None;
-    }
+    };
     let r = insn.op0_register();
-    let g = Gpr::of(r).filter(|&g| r.size() == 8 && dst == Dst::Full(g) && has(k, g))?;
-    let imm = match insn.op1_kind() {
-        OpKind::Immediate8 | OpKind::Immediate8to64 | OpKind::Immediate32to64 => insn.immediate(1),
+    let w32 = match r.size() {
+        8 => false,
+        4 => true,
         _ => return None,
     };
+    if Gpr::of(r) != Some(g) {
+        return None;
+    }
+    let known = |x: Gpr| has(k, x).then_some(x);
+    let src = |n: u32| match insn.op_kind(n) {
+        OpKind::Register => source(insn.op_register(n))
+            .and_then(|(x, _)| known(x))
+            .map(Src::Reg),
+        OpKind::Immediate8
+        | OpKind::Immediate8to32
+        | OpKind::Immediate8to64
+        | OpKind::Immediate32
+        | OpKind::Immediate32to64 => Some(Src::Imm(insn.immediate(n))),
+        _ => None,
+    };
     let f = match m {
+        Mnemonic::Mov | Mnemonic::Movzx | Mnemonic::Movsx | Mnemonic::Movsxd => {
+            return extend(insn, m, w32, &known)
+        }
+        Mnemonic::Lea if w32 => return Sum::of(insn, &lea_addr(insn), k).map(Val::Sum32),
+        Mnemonic::Imul if insn.op_count() == 3 => {
+            let x = source(insn.op1_register()).and_then(|(x, _)| known(x))?;
+            let y = src(2).filter(|y| matches!(y, Src::Imm(_)))?;
+            return Some(Val::Func {
+                f: Func::Imul,
+                x,
+                y,
+                w32,
+            });
+        }
         Mnemonic::Shl => Func::Shl,
         Mnemonic::Shr => Func::Shr,
         Mnemonic::Sar => Func::Sar,
         Mnemonic::And => Func::And,
         Mnemonic::Or => Func::Or,
         Mnemonic::Xor => Func::Xor,
+        Mnemonic::Add => Func::Add,
+        Mnemonic::Sub => Func::Sub,
+        Mnemonic::Imul => Func::Imul,
         _ => return None,
     };
-    Some(Val::Func(f, g, imm))
+    let y = src(1)?;
+    // A shift by `cl` is not a form here (its count is a register).
+    let shift = matches!(f, Func::Shl | Func::Shr | Func::Sar);
+    if insn.op_count() != 2 || (shift && !matches!(y, Src::Imm(_))) {
+        return None;
+    }
+    Some(Val::Func {
+        f,
+        x: known(g)?,
+        y,
+        w32,
+    })
+}
+
+/// `movzx`, `movsx`, `movsxd` and `mov` of a known register into a
+/// 64- or 32-bit one.
+fn extend(
+    insn: &Instruction,
+    m: Mnemonic,
+    w32: bool,
+    known: &dyn Fn(Gpr) -> Option<Gpr>,
+) -> Option<Val> {
+    if insn.op_count() != 2 || insn.op1_kind() != OpKind::Register {
+        return None;
+    }
+    let (x, bits) = source(insn.op1_register())?;
+    let signed = matches!(m, Mnemonic::Movsx | Mnemonic::Movsxd);
+    // A 64-bit `mov` of a register is a copy (`Op::Copy`), not a function.
+    (bits < 64).then_some(Val::Ext {
+        src: known(x)?,
+        bits,
+        signed,
+        w32,
+    })
+}
+
+/// The general-purpose register holding `r` and the width of `r` in
+/// bits, when `r` is its low part (not `ah`, `bh`, `ch`, `dh`).
+fn source(r: Register) -> Option<(Gpr, u8)> {
+    let high = matches!(r, Register::AH | Register::BH | Register::CH | Register::DH);
+    Gpr::of(r)
+        .filter(|_| !high)
+        .map(|g| (g, (r.size() * 8) as u8))
+}
+
+/// A `lea`'s address (no segment: a `lea` adds none).
+fn lea_addr(insn: &Instruction) -> AddrExpr {
+    crate::addr::forms::lea_addr(insn)
 }
 
 impl Exec {
@@ -459,6 +644,12 @@ impl Exec {
         let c = &code.insns[k];
         if c.anchor {
             self.regs[Gpr::RSP.index()] = Some(take(Recorded::Rsp)?);
+        }
+        let mut before = c.before.0;
+        while before != 0 {
+            let g = Gpr(before.trailing_zeros() as u8);
+            self.regs[g.index()] = Some(take(Recorded::Reg(g))?);
+            before &= before - 1;
         }
         if let Some(why) = c.fail {
             return Err(code.fails[why as usize].clone());
