@@ -49,6 +49,12 @@ fn gdb(exe: &Path, trace: &Path, commands: &str) -> String {
 /// [`gdb`], also when the last command fails: whether gdb succeeded and
 /// its output.
 fn gdb_status(exe: &Path, trace: &Path, commands: &str) -> (bool, String) {
+    gdb_status_in(exe, trace, commands, &std::env::temp_dir())
+}
+
+/// [`gdb_status`] with `TMPDIR` set to `tmp` (where `aetrace.py` and the
+/// stub write their files).
+fn gdb_status_in(exe: &Path, trace: &Path, commands: &str, tmp: &Path) -> (bool, String) {
     // Scripts on one trace may run at once: a file each.
     static SCRIPTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let k = SCRIPTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -63,6 +69,7 @@ fn gdb_status(exe: &Path, trace: &Path, commands: &str) -> (bool, String) {
         .args(["-batch", "-nx", "-x"])
         .arg(&script)
         .arg(exe)
+        .env("TMPDIR", tmp)
         .output()
         .expect("cannot run gdb");
     let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -889,20 +896,56 @@ fn materialise_says_when_the_rerun_diverges() {
     let (_, trace, _) = record_ok(&exe, &[], &[], Knobs::DEFAULT);
     let last = insns(&trace).len() - 1;
     let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
-    let (ok, out) = gdb_status(
+    let tmp = trace.with_extension("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let (ok, out) = gdb_status_in(
         &exe,
         &trace,
         &format!(
             "source {}\nseek {last}\nmaterialise\n",
             aetrace_py.display()
         ),
+        &tmp,
     );
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
+    assert!(left.is_empty(), "left {left:?}");
     assert!(!ok, "{out}");
     assert!(
         out.contains("materialise: the re-run diverged from the trace: "),
         "{out}"
     );
     assert_eq!(out.matches("diverged").count(), 1, "{out}");
+}
+
+/// However a session that materialised ends (the script's end, `kill` or
+/// `detach` of the re-run, `kill` of the trace's inferior: gdb closes the
+/// pipe and sends the stub SIGTERM), the rewritten program the stub wrote
+/// is removed: the session's `TMPDIR` is left empty. A re-run that
+/// diverges leaves nothing either.
+#[test]
+fn materialise_leaves_no_files_however_the_session_ends() {
+    let exe = o0_g("recursion.c");
+    let (_, trace, _) = record_ok(&exe, &["7"], &[], Knobs::DEFAULT);
+    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
+    let materialise = format!(
+        "source {}\nbreak 27\ncontinue\nmaterialise\n",
+        aetrace_py.display()
+    );
+    let ends = [
+        "",
+        "kill",
+        "detach",
+        "inferior 1\nkill",
+        "inferior 1\ndetach",
+    ];
+    for (i, end) in ends.iter().enumerate() {
+        let tmp = trace.with_extension(format!("tmp{i}"));
+        std::fs::create_dir_all(&tmp).unwrap();
+        let (_, out) = gdb_status_in(&exe, &trace, &format!("{materialise}{end}\n"), &tmp);
+        assert!(out.contains("aetrace: inferior 2 is process "), "{out}");
+        let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
+        assert!(left.is_empty(), "{end:?} left {left:?}:\n{out}");
+    }
 }
 
 /// `qsort_callback.c` built as `variant` and recorded with data addresses
