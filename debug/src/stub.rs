@@ -414,8 +414,13 @@ impl<'m> Stub<'m> {
         Stop::Signal(s.signo)
     }
 
-    /// One step backwards: into the passage before this instruction, if
-    /// there is one, else to the previous instruction.
+    /// One step backwards: to the delivery of a signal before this
+    /// instruction, if there is one, else into the passage before it, if
+    /// there is one, else to the previous instruction. A step back to a
+    /// delivery is a plain step, as in gdb's `record full`, which reports
+    /// no signal backwards: reported, a signal gdb does not stop for made
+    /// gdb step on, so `reverse-finish` out of a handler went one
+    /// instruction past the interrupted one.
     fn step_backward(&mut self) -> Stop {
         if self.at == At::Passage {
             // No passage precedes position 0 (it follows an instruction).
@@ -424,7 +429,8 @@ impl<'m> Stub<'m> {
         }
         if self.at == At::Insn {
             if let Some(s) = self.timeline.signal_before(self.pos) {
-                return self.at_signal(s);
+                self.at_signal(s);
+                return Stop::Step;
             }
         }
         self.at = At::Insn;
