@@ -1606,6 +1606,61 @@ fn signal_stops_agree_with_native_gdb() {
     }
 }
 
+/// Resuming from a signal stop without its signal (`signal 0`) or with
+/// another (`signal SIGUSR2`) cannot change a recorded run: the stub says
+/// so on gdb's terminal, once per such resume, and goes on as recorded;
+/// the session goes on (before, `signal SIGUSR2` closed it). The stops
+/// after each resume are native gdb's on `signal_stops.c` (there the
+/// handler is skipped or runs for the other signal: the next stop, the
+/// next signal, is the same); a plain `continue` passes the signal
+/// silently.
+#[test]
+fn resuming_without_the_recorded_signal_is_told() {
+    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
+    let (exe, trace) = o0_g_recorded("signal_stops.c", &[]);
+    let show = "python aet_show()\n";
+    let resumes = [
+        "continue",
+        "signal 0",
+        "continue",
+        "signal SIGUSR2",
+        "continue",
+    ];
+    let commands: String = resumes.iter().map(|r| format!("{r}\n{show}")).collect();
+    let script = trace.with_extension("signal0.gdb");
+    let native = native_run(
+        &exe,
+        &[],
+        &script,
+        &format!(
+            "set pagination off\nset confirm off\nset debuginfod enabled off\n\
+             set debug-file-directory /nonexistent\n{SHOW_STOP}break main\nrun\n{commands}"
+        ),
+    );
+    let ours = gdb(
+        &exe,
+        &trace,
+        &format!(
+            "source {}\n{SHOW_STOP}break main\ncontinue\n{commands}",
+            aetrace_py.display()
+        ),
+    );
+    let (n, o) = (signal_stops(&native), signal_stops(&ours));
+    assert_eq!(n.len(), resumes.len(), "{native}");
+    assert_eq!(o, n, "ours:\n{ours}\nnative:\n{native}");
+    assert_eq!(
+        ours.matches("a trace cannot discard the signal").count(),
+        1,
+        "{ours}"
+    );
+    assert_eq!(
+        ours.matches("a trace cannot deliver another signal")
+            .count(),
+        1,
+        "{ours}"
+    );
+}
+
 /// `signal_alarm.c` (a 20 us timer's SIGALRM interrupting a hot loop at
 /// any instruction, witness writes included) with `handle SIGALRM stop
 /// print`: the first 30 `continue`s stop with SIGALRM at the instruction

@@ -310,6 +310,17 @@ impl<'m> Stub<'m> {
         }
     }
 
+    /// Whether the thread stands at a recorded signal's delivery, its
+    /// handler next.
+    pub(crate) fn at_delivery(&self) -> bool {
+        self.at == At::Signal
+    }
+
+    /// Says `why` on gdb's terminal (the stub's stderr).
+    pub(crate) fn warn(&self, why: &str) {
+        (self.warn)(why);
+    }
+
     /// Moves to position `n` if the thread executed that many instructions.
     pub fn seek(&mut self, n: u64) -> bool {
         let ok = self.timeline.has(n);
@@ -985,7 +996,7 @@ impl<'m> Stub<'m> {
     /// Adds a watchpoint: refused (saying why) without data addresses.
     pub(crate) fn add_watch(&mut self, addr: u64, len: u64, kind: WatchKind) -> bool {
         if let Err(why) = &self.data {
-            (self.warn)(why);
+            self.warn(why);
             return false;
         }
         if !self.watches.contains(&(addr, len, kind)) {
