@@ -1676,10 +1676,8 @@ fn resuming_without_the_recorded_signal_is_told() {
 /// is loaded, 12 of 30 in one full-suite run).
 #[test]
 fn timer_signals_stop_at_the_instructions_they_interrupted() {
-    let (exe, trace) = recorded("signal_alarm.c", &[]);
-    let resumed = handler_returns(&exe, &trace);
     let n = 30;
-    assert!(resumed.len() > n, "{} handler runs", resumed.len());
+    let (exe, trace, resumed) = handler_runs(n);
     let script = format!("handle SIGALRM stop print\n{}", repeat("continue", n));
     let out = gdb(&exe, &trace, &script);
     assert_eq!(out.matches("received signal SIGALRM").count(), n, "{out}");
@@ -1697,10 +1695,8 @@ fn timer_signals_stop_at_the_instructions_they_interrupted() {
 /// `signal_stops.c`'s handler is compared in [`LINE_STEPS`].
 #[test]
 fn reverse_finish_out_of_timer_handlers_stops_at_the_interrupted_instruction() {
-    let (exe, trace) = recorded("signal_alarm.c", &[]);
-    let resumed = handler_returns(&exe, &trace);
     let n = 20;
-    assert!(resumed.len() > n, "{} handler runs", resumed.len());
+    let (exe, trace, resumed) = handler_runs(n);
     // After reverse-finish, the second `continue` enters the same handler
     // run again; the next round's goes on to the next one.
     let round = "tbreak on_alarm\ncontinue\nreverse-finish\nprintf \"pc %lx\\n\", $pc\n\
@@ -1709,6 +1705,15 @@ fn reverse_finish_out_of_timer_handlers_stops_at_the_interrupted_instruction() {
     let script = format!("source {}\n{}", aetrace_py.display(), round.repeat(n));
     let out = gdb(&exe, &trace, &script);
     assert_interrupted(&pcs(&out), &resumed, n, &out);
+}
+
+/// `signal_alarm.c` recorded (the executable and the trace) and its
+/// [`handler_returns`], more than `n` of them.
+fn handler_runs(n: usize) -> (PathBuf, PathBuf, Vec<(Option<u64>, bool)>) {
+    let (exe, trace) = recorded("signal_alarm.c", &[]);
+    let resumed = handler_returns(&exe, &trace);
+    assert!(resumed.len() > n, "{} handler runs", resumed.len());
+    (exe, trace, resumed)
 }
 
 /// Per run of `signal_alarm.c`'s handler `on_alarm` in the instruction
