@@ -49,6 +49,12 @@ fn gdb(exe: &Path, trace: &Path, commands: &str) -> String {
 /// [`gdb`], also when the last command fails: whether gdb succeeded and
 /// its output.
 fn gdb_status(exe: &Path, trace: &Path, commands: &str) -> (bool, String) {
+    gdb_status_in(exe, trace, commands, &std::env::temp_dir())
+}
+
+/// [`gdb_status`] with `TMPDIR` set to `tmp` (where `aetrace.py` and the
+/// stub write their files).
+fn gdb_status_in(exe: &Path, trace: &Path, commands: &str, tmp: &Path) -> (bool, String) {
     // Scripts on one trace may run at once: a file each.
     static SCRIPTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let k = SCRIPTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -63,6 +69,7 @@ fn gdb_status(exe: &Path, trace: &Path, commands: &str) -> (bool, String) {
         .args(["-batch", "-nx", "-x"])
         .arg(&script)
         .arg(exe)
+        .env("TMPDIR", tmp)
         .output()
         .expect("cannot run gdb");
     let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -636,6 +643,24 @@ const LINE_STEPS: &[LineSteps] = &[
                  reverse-continue; next*2; tbreak 21; continue; reverse-next*2; reverse-step; \
                  next*4",
     },
+    // reverse-finish out of a handler of a signal that interrupted traced
+    // code (SIGUSR1 after the program's own `kill` syscall): to the
+    // interrupted instruction (the one after the syscall, not run yet),
+    // then to the call in main; `reverse-stepi` from the handler's entry
+    // and `stepi` back into it. (Not out of the handler of raise()'s
+    // SIGUSR2: natively gdb steps back into libc's static functions and
+    // runs back to the start of the log; the trace stops in
+    // `<untraced>`. Not after a `reverse-continue` to the handler: in
+    // `record full`'s replay gdb unwinds no further than the handler's
+    // caller there. Backwards only from the handler: a replay stops at the
+    // log's end.)
+    LineSteps {
+        source: "signal_stops.c",
+        args: &[],
+        record: true,
+        script: "tbreak 43; continue; tbreak 43; continue; tbreak on_signal; continue; \
+                 reverse-stepi; stepi; reverse-finish*2; reverse-next*3; reverse-step*2",
+    },
     // A C++ throw: next over a call that throws (gdb, without libgcc's
     // debug hooks, goes on to the call's next return, natively too),
     // into and out of inline members, virtual calls, back.
@@ -889,20 +914,56 @@ fn materialise_says_when_the_rerun_diverges() {
     let (_, trace, _) = record_ok(&exe, &[], &[], Knobs::DEFAULT);
     let last = insns(&trace).len() - 1;
     let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
-    let (ok, out) = gdb_status(
+    let tmp = trace.with_extension("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let (ok, out) = gdb_status_in(
         &exe,
         &trace,
         &format!(
             "source {}\nseek {last}\nmaterialise\n",
             aetrace_py.display()
         ),
+        &tmp,
     );
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
+    assert!(left.is_empty(), "left {left:?}");
     assert!(!ok, "{out}");
     assert!(
         out.contains("materialise: the re-run diverged from the trace: "),
         "{out}"
     );
     assert_eq!(out.matches("diverged").count(), 1, "{out}");
+}
+
+/// However a session that materialised ends (the script's end, `kill` or
+/// `detach` of the re-run, `kill` of the trace's inferior: gdb closes the
+/// pipe and sends the stub SIGTERM), the rewritten program the stub wrote
+/// is removed: the session's `TMPDIR` is left empty. A re-run that
+/// diverges leaves nothing either.
+#[test]
+fn materialise_leaves_no_files_however_the_session_ends() {
+    let exe = o0_g("recursion.c");
+    let (_, trace, _) = record_ok(&exe, &["7"], &[], Knobs::DEFAULT);
+    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
+    let materialise = format!(
+        "source {}\nbreak 27\ncontinue\nmaterialise\n",
+        aetrace_py.display()
+    );
+    let ends = [
+        "",
+        "kill",
+        "detach",
+        "inferior 1\nkill",
+        "inferior 1\ndetach",
+    ];
+    for (i, end) in ends.iter().enumerate() {
+        let tmp = trace.with_extension(format!("tmp{i}"));
+        std::fs::create_dir_all(&tmp).unwrap();
+        let (_, out) = gdb_status_in(&exe, &trace, &format!("{materialise}{end}\n"), &tmp);
+        assert!(out.contains("aetrace: inferior 2 is process "), "{out}");
+        let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
+        assert!(left.is_empty(), "{end:?} left {left:?}:\n{out}");
+    }
 }
 
 /// `qsort_callback.c` built as `variant` and recorded with data addresses
@@ -1381,9 +1442,10 @@ fn control_flow_programs_follow_regen() {
 /// handler: between it and the instruction before it in the instruction
 /// trace (the jump into libc's `raise`) stand two stops in the stub's
 /// `<untraced>`, at its start (traced code entered untraced code there):
-/// the passage, then SIGUSR1's delivery (gdb's "Program received signal
-/// SIGUSR1"), both ways; `bt` at the delivery has the caller of `raise`
-/// as frame 1.
+/// the passage, then SIGUSR1's delivery, both ways (gdb's "Program
+/// received signal SIGUSR1" forwards; backwards a plain step, as `record
+/// full` reports no signal backwards); `bt` at the delivery has the
+/// caller of `raise` as frame 1.
 #[test]
 fn a_passage_through_untraced_code_precedes_a_handler() {
     let (exe, trace) = recorded("signal.c", &[]);
@@ -1409,8 +1471,9 @@ fn a_passage_through_untraced_code_precedes_a_handler() {
         entry,
     ];
     assert_eq!(got, expect, "{out}");
-    // The first `continue` stops at the delivery too.
-    assert_eq!(out.matches("received signal SIGUSR1").count(), 3, "{out}");
+    // The first `continue` stops at the delivery too; `stepi` reaches it
+    // with the signal, `reverse-stepi` without.
+    assert_eq!(out.matches("received signal SIGUSR1").count(), 2, "{out}");
     assert!(
         out.contains("#0  0x00007ae7ace00000 in <untraced> ()"),
         "{out}"
@@ -1545,6 +1608,61 @@ fn signal_stops_agree_with_native_gdb() {
     }
 }
 
+/// Resuming from a signal stop without its signal (`signal 0`) or with
+/// another (`signal SIGUSR2`) cannot change a recorded run: the stub says
+/// so on gdb's terminal, once per such resume, and goes on as recorded;
+/// the session goes on (before, `signal SIGUSR2` closed it). The stops
+/// after each resume are native gdb's on `signal_stops.c` (there the
+/// handler is skipped or runs for the other signal: the next stop, the
+/// next signal, is the same); a plain `continue` passes the signal
+/// silently.
+#[test]
+fn resuming_without_the_recorded_signal_is_told() {
+    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
+    let (exe, trace) = o0_g_recorded("signal_stops.c", &[]);
+    let show = "python aet_show()\n";
+    let resumes = [
+        "continue",
+        "signal 0",
+        "continue",
+        "signal SIGUSR2",
+        "continue",
+    ];
+    let commands: String = resumes.iter().map(|r| format!("{r}\n{show}")).collect();
+    let script = trace.with_extension("signal0.gdb");
+    let native = native_run(
+        &exe,
+        &[],
+        &script,
+        &format!(
+            "set pagination off\nset confirm off\nset debuginfod enabled off\n\
+             set debug-file-directory /nonexistent\n{SHOW_STOP}break main\nrun\n{commands}"
+        ),
+    );
+    let ours = gdb(
+        &exe,
+        &trace,
+        &format!(
+            "source {}\n{SHOW_STOP}break main\ncontinue\n{commands}",
+            aetrace_py.display()
+        ),
+    );
+    let (n, o) = (signal_stops(&native), signal_stops(&ours));
+    assert_eq!(n.len(), resumes.len(), "{native}");
+    assert_eq!(o, n, "ours:\n{ours}\nnative:\n{native}");
+    assert_eq!(
+        ours.matches("a trace cannot discard the signal").count(),
+        1,
+        "{ours}"
+    );
+    assert_eq!(
+        ours.matches("a trace cannot deliver another signal")
+            .count(),
+        1,
+        "{ours}"
+    );
+}
+
 /// `signal_alarm.c` (a 20 us timer's SIGALRM interrupting a hot loop at
 /// any instruction, witness writes included) with `handle SIGALRM stop
 /// print`: the first 30 `continue`s stop with SIGALRM at the instruction
@@ -1558,10 +1676,54 @@ fn signal_stops_agree_with_native_gdb() {
 /// is loaded, 12 of 30 in one full-suite run).
 #[test]
 fn timer_signals_stop_at_the_instructions_they_interrupted() {
+    let n = 30;
+    let (exe, trace, resumed) = handler_runs(n);
+    let script = format!("handle SIGALRM stop print\n{}", repeat("continue", n));
+    let out = gdb(&exe, &trace, &script);
+    assert_eq!(out.matches("received signal SIGALRM").count(), n, "{out}");
+    assert_interrupted(&pcs(&out), &resumed, n, &out);
+}
+
+/// `reverse-finish` out of each of `signal_alarm.c`'s first 20 SIGALRM
+/// handler runs (gdb's default `handle SIGALRM nostop noprint pass`, a
+/// `tbreak` on the handler) stops at the instruction the timer
+/// interrupted, by the instruction trace, with the same exceptions as
+/// [`timer_signals_stop_at_the_instructions_they_interrupted`] (the stub
+/// once stepped back past it: gdb stepped on over the delivery it was
+/// told of). Natively under `record full` the timer interrupts other
+/// instructions (the run is single-stepped), so no native stop compares;
+/// `signal_stops.c`'s handler is compared in [`LINE_STEPS`].
+#[test]
+fn reverse_finish_out_of_timer_handlers_stops_at_the_interrupted_instruction() {
+    let n = 20;
+    let (exe, trace, resumed) = handler_runs(n);
+    // After reverse-finish, the second `continue` enters the same handler
+    // run again; the next round's goes on to the next one.
+    let round = "tbreak on_alarm\ncontinue\nreverse-finish\nprintf \"pc %lx\\n\", $pc\n\
+                 tbreak on_alarm\ncontinue\n";
+    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
+    let script = format!("source {}\n{}", aetrace_py.display(), round.repeat(n));
+    let out = gdb(&exe, &trace, &script);
+    assert_interrupted(&pcs(&out), &resumed, n, &out);
+}
+
+/// `signal_alarm.c` recorded (the executable and the trace) and its
+/// [`handler_returns`], more than `n` of them.
+fn handler_runs(n: usize) -> (PathBuf, PathBuf, Vec<(Option<u64>, bool)>) {
     let (exe, trace) = recorded("signal_alarm.c", &[]);
-    let want = insns(&trace);
-    let entry = pcs(&gdb(&exe, &trace, "printf \"pc %lx\\n\", on_alarm"))[0];
-    let nm = Command::new("nm").arg("-S").arg(&exe).output().unwrap();
+    let resumed = handler_returns(&exe, &trace);
+    assert!(resumed.len() > n, "{} handler runs", resumed.len());
+    (exe, trace, resumed)
+}
+
+/// Per run of `signal_alarm.c`'s handler `on_alarm` in the instruction
+/// trace: the first address after it outside the handler (the
+/// instruction its signal interrupted), and whether the run began right
+/// after another run ended (a delivery chained to a handler's return).
+fn handler_returns(exe: &Path, trace: &Path) -> Vec<(Option<u64>, bool)> {
+    let want = insns(trace);
+    let entry = pcs(&gdb(exe, trace, "printf \"pc %lx\\n\", on_alarm"))[0];
+    let nm = Command::new("nm").arg("-S").arg(exe).output().unwrap();
     let nm = String::from_utf8_lossy(&nm.stdout).into_owned();
     let size = nm
         .lines()
@@ -1569,27 +1731,27 @@ fn timer_signals_stop_at_the_instructions_they_interrupted() {
         .and_then(|l| u64::from_str_radix(l.split_whitespace().nth(1)?, 16).ok())
         .expect("on_alarm's size by nm -S");
     let inside = |a: u64| (entry..entry + size).contains(&a);
-    // Per handler run: the first address after it outside the handler,
-    // and whether it began right after another run ended.
     let mut resumed = Vec::new();
     for (p, _) in want.iter().enumerate().filter(|(_, &a)| a == entry) {
         let after = want[p..].iter().position(|&a| !inside(a));
         let chained = p > 0 && inside(want[p - 1]);
         resumed.push((after.map(|i| want[p + i]), chained));
     }
-    let n = 30;
-    assert!(resumed.len() > n, "{} handler runs", resumed.len());
-    let script = format!("handle SIGALRM stop print\n{}", repeat("continue", n));
-    let out = gdb(&exe, &trace, &script);
-    assert_eq!(out.matches("received signal SIGALRM").count(), n, "{out}");
-    // A signal that interrupted untraced code (libc's `setitimer` at the
-    // start, natively too) stops there, in `<untraced>`: the trace has no
-    // instruction of it to compare.
+    resumed
+}
+
+/// The `n` pcs `got` are the instructions the handler runs `resumed`
+/// ([`handler_returns`]) returned to, but where the timer interrupted
+/// untraced code (at most twice: libc's `setitimer` calls, natively too:
+/// the trace has no instruction of it to compare) and where a delivery was
+/// chained to a handler's return (then it may stop in `<untraced>`, after
+/// the restorer: more of those the more the machine is loaded, 12 of 30 in
+/// one full-suite run).
+fn assert_interrupted(got: &[u64], resumed: &[(Option<u64>, bool)], n: usize, out: &str) {
     let untraced = 0x7ae7_ace0_0000..0x7ae7_ace0_0010;
-    let got = pcs(&out);
     assert_eq!(got.len(), n, "{out}");
     let mut outside = 0;
-    for (&pc, &(r, chained)) in got.iter().zip(&resumed) {
+    for (&pc, &(r, chained)) in got.iter().zip(resumed) {
         if !untraced.contains(&pc) {
             assert_eq!(Some(pc), r, "{out}");
         } else if !chained {

@@ -20,6 +20,12 @@
 //! gdb's unwinder (the copies' own CFI) finds, so `bt`, `up` and `info
 //! locals` read as on the original program, and checks the frames.
 //!
+//! The rewritten programs are written to [`scratch_dir`], one directory
+//! per stub process: gdb reads their symbols and the copies' unwind
+//! tables while it debugs the re-runs, so they live as long as the stub
+//! (the binary calls [`remove_scratch`] however the stub ends); a re-run
+//! that is not handed over removes its program at once.
+//!
 //! Invariants: a process whose pc differs from the trace's is killed, never
 //! handed over; every `unsafe` block of the crate is in this module.
 
@@ -173,10 +179,24 @@ impl Materialised {
     }
 }
 
+/// The directory this process writes its rewritten programs in.
+pub fn scratch_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("aetrace-materialise-{}", std::process::id()))
+}
+
+/// Removes [`scratch_dir`] with what it holds, if it exists. A process
+/// gdb debugs runs on unharmed: its program stays mapped.
+pub fn remove_scratch() -> std::io::Result<()> {
+    match std::fs::remove_dir_all(scratch_dir()) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        r => r,
+    }
+}
+
 /// Re-runs the recorded program to `t` and detaches it stopped there.
 pub fn materialise(r: &Recorded, t: &Target) -> Result<Materialised, Error> {
     let ins = aetrace_record::counted::stop_program(&r.exe, t.n)?;
-    let dir = std::env::temp_dir().join(format!("aetrace-materialise-{}", std::process::id()));
+    let dir = scratch_dir();
     std::fs::create_dir_all(&dir).map_err(io(format!("cannot create {}", dir.display())))?;
     let file = dir.join(format!(
         "{}.{}",
@@ -187,6 +207,11 @@ pub fn materialise(r: &Recorded, t: &Target) -> Result<Materialised, Error> {
     ));
     aetrace_format::atomic::write_atomic(&file, &ins.elf, aetrace_format::atomic::EXECUTABLE)
         .map_err(|e| io("cannot write the rewritten program")(e.source))?;
+    // Nobody will debug the program if the re-run is not handed over.
+    let written = Written {
+        path: file,
+        kept: false,
+    };
     let returns = copy_returns(&ins.db);
     let mut frames = Vec::new();
     for &ret in &t.returns {
@@ -199,7 +224,7 @@ pub fn materialise(r: &Recorded, t: &Target) -> Result<Materialised, Error> {
         frames.push((*copy, orig));
     }
     let entry = goblin::elf::Elf::parse(&ins.elf).map_or(0, |e| e.header.e_entry);
-    let pid = spawn(&file, &r.command)?;
+    let pid = spawn(&written.path, &r.command)?;
     let stopped = Stopped(pid);
     stopped.run_to_trap(t.n)?;
     let base = stopped.entry()?.wrapping_sub(entry);
@@ -225,6 +250,7 @@ pub fn materialise(r: &Recorded, t: &Target) -> Result<Materialised, Error> {
     stopped.write(code.entry, &[0xeb, 0xfe])?;
     stopped.set_regs(&regs)?;
     let pid = stopped.detach()?;
+    let file = written.keep();
     let rel = |(c, o): (u64, u64)| (c.wrapping_add(base), o.wrapping_add(base));
     Ok(Materialised {
         pid,
@@ -264,6 +290,27 @@ fn copy_returns(db: &ProgramDb) -> HashMap<u64, u64> {
         }
     }
     map
+}
+
+/// A rewritten program, removed on drop unless kept.
+struct Written {
+    path: PathBuf,
+    kept: bool,
+}
+
+impl Written {
+    fn keep(mut self) -> PathBuf {
+        self.kept = true;
+        self.path.clone()
+    }
+}
+
+impl Drop for Written {
+    fn drop(&mut self) {
+        if !self.kept {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
 }
 
 /// The end of the highest load segment of an ELF file (0 if unreadable).

@@ -277,13 +277,27 @@ impl ThreadExtraInfo for Process<'_> {
 impl Process<'_> {
     /// Records gdb's action for thread `tid` (a step or range beats a
     /// continue: gdb steps one thread and lets the others continue),
-    /// resuming with `signal`: only the one the thread stopped with, which
-    /// the recorded run went on to deliver (gdb passes it back).
+    /// resuming with `signal`. The run goes on as recorded whatever the
+    /// signal: the one the thread stopped with, which the recorded run
+    /// went on to deliver (gdb passes it back), is what it did; none at a
+    /// recorded delivery (`signal 0`, `handle SIG nopass`) or another
+    /// signal (`signal SIG`) is said on gdb's terminal, not refused (an
+    /// error here ends gdbstub's session: before 2026-11-29, `signal SIG`
+    /// at a signal stop closed the connection).
     fn pend(&mut self, tid: Tid, action: Action, signal: Option<Signal>) -> Result<(), String> {
         let i = self.index(tid)?;
-        let own = self.threads[i].stub.stop_signal().map(gdb_signal);
+        let stub = &self.threads[i].stub;
+        let own = stub.stop_signal().map(gdb_signal);
         if signal.is_some_and(|s| Some(s) != own) {
-            return Err("a recorded run cannot be resumed with another signal".into());
+            stub.warn(
+                "a trace cannot deliver another signal than the recorded one: the run goes on \
+                 as recorded",
+            );
+        } else if signal.is_none() && stub.at_delivery() {
+            stub.warn(
+                "a trace cannot discard the signal it stopped with (signal 0, handle nopass): \
+                 the run goes on as recorded, into the signal's handler",
+            );
         }
         if self.pending.is_none() || action != Action::Continue {
             self.pending = Some((i, action));

@@ -310,6 +310,17 @@ impl<'m> Stub<'m> {
         }
     }
 
+    /// Whether the thread stands at a recorded signal's delivery, its
+    /// handler next.
+    pub(crate) fn at_delivery(&self) -> bool {
+        self.at == At::Signal
+    }
+
+    /// Says `why` on gdb's terminal (the stub's stderr).
+    pub(crate) fn warn(&self, why: &str) {
+        (self.warn)(why);
+    }
+
     /// Moves to position `n` if the thread executed that many instructions.
     pub fn seek(&mut self, n: u64) -> bool {
         let ok = self.timeline.has(n);
@@ -414,8 +425,13 @@ impl<'m> Stub<'m> {
         Stop::Signal(s.signo)
     }
 
-    /// One step backwards: into the passage before this instruction, if
-    /// there is one, else to the previous instruction.
+    /// One step backwards: to the delivery of a signal before this
+    /// instruction, if there is one, else into the passage before it, if
+    /// there is one, else to the previous instruction. A step back to a
+    /// delivery is a plain step, as in gdb's `record full`, which reports
+    /// no signal backwards: reported, a signal gdb does not stop for made
+    /// gdb step on, so `reverse-finish` out of a handler went one
+    /// instruction past the interrupted one.
     fn step_backward(&mut self) -> Stop {
         if self.at == At::Passage {
             // No passage precedes position 0 (it follows an instruction).
@@ -424,7 +440,8 @@ impl<'m> Stub<'m> {
         }
         if self.at == At::Insn {
             if let Some(s) = self.timeline.signal_before(self.pos) {
-                return self.at_signal(s);
+                self.at_signal(s);
+                return Stop::Step;
             }
         }
         self.at = At::Insn;
@@ -979,7 +996,7 @@ impl<'m> Stub<'m> {
     /// Adds a watchpoint: refused (saying why) without data addresses.
     pub(crate) fn add_watch(&mut self, addr: u64, len: u64, kind: WatchKind) -> bool {
         if let Err(why) = &self.data {
-            (self.warn)(why);
+            self.warn(why);
             return false;
         }
         if !self.watches.contains(&(addr, len, kind)) {

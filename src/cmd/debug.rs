@@ -2,7 +2,10 @@
 //! (aetrace-debug). Without `--server`, starts the machine's gdb connected
 //! to `aetrace debug --server` (this binary) through a pipe, with the
 //! program's file and aetrace's gdb commands; with `--server`, speaks gdb's
-//! remote protocol on stdin and stdout.
+//! remote protocol on stdin and stdout, and removes what `materialise`
+//! wrote however it ends: gdb closing the pipe (EOF), or gdb's SIGTERM
+//! (gdb sends one to a pipe target's command when it closes the
+//! connection: `quit`, `kill`, `detach`, the end of a batch script).
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -37,8 +40,11 @@ pub fn run(a: Args) -> super::Result {
         warn: Some(|why| eprintln!("aetrace: {why}")),
     };
     if a.server {
+        clean_up_when_signalled()?;
         let conn = aetrace_debug::Pipe::new(std::io::stdin().lock(), std::io::stdout().lock());
-        aetrace_debug::serve(&trace, opts, conn)?;
+        let served = aetrace_debug::serve(&trace, opts, conn);
+        remove_scratch();
+        served?;
         return Ok(ExitCode::SUCCESS);
     }
     let exe = aetrace_debug::check(&trace, opts)?;
@@ -52,6 +58,51 @@ pub fn run(a: Args) -> super::Result {
         a.gdb
     )
     .into())
+}
+
+/// The signals that end the server: gdb's SIGTERM, a hangup, an
+/// interrupt.
+const ENDING: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGHUP, libc::SIGINT];
+
+/// Blocks [`ENDING`] in every thread (threads inherit the mask; the
+/// processes `materialise` runs reset it) and waits for one in a thread of
+/// its own, which removes what `materialise` wrote and ends the process
+/// with 128 + the signal.
+fn clean_up_when_signalled() -> std::io::Result<()> {
+    // SAFETY: a signal set on the stack, filled by libc before use, and
+    // the calling thread's mask.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in ENDING {
+            libc::sigaddset(&mut set, s);
+        }
+        match libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) {
+            0 => set,
+            e => return Err(std::io::Error::from_raw_os_error(e)),
+        }
+    };
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let mut sig = 0;
+            // SAFETY: waits for a signal of a set blocked in every thread.
+            unsafe { libc::sigwait(&set, &mut sig) };
+            remove_scratch();
+            std::process::exit(128 + sig);
+        })?;
+    Ok(())
+}
+
+/// Removes what `materialise` wrote (gdb has read it; a process it
+/// debugs keeps its program mapped).
+fn remove_scratch() {
+    if let Err(e) = aetrace_debug::materialise::remove_scratch() {
+        eprintln!(
+            "aetrace: cannot remove {}: {e}",
+            aetrace_debug::materialise::scratch_dir().display()
+        );
+    }
 }
 
 /// gdb's command line: the program's file, the stub through a pipe,
