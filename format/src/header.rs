@@ -15,13 +15,16 @@ pub const MAGIC: [u8; 8] = *b"AETRACE\0";
 /// Major version written and read: a reader refuses any other major.
 pub const VERSION_MAJOR: u16 = 1;
 /// Minor version written: readers accept any minor of their major (see docs/format.md).
-pub const VERSION_MINOR: u16 = 7;
+pub const VERSION_MINOR: u16 = 8;
 /// The first minor whose SIGNAL rips are never glibc's signal restorer
 /// (the runtime reports where the restorer returns instead).
 pub const MINOR_RESTORER_RESOLVED: u16 = 4;
-/// The first minor whose outside-entry stubs write `rsp` as a VALUE right
-/// after ENTER (`record --data`): older data traces lack those values.
-pub const MINOR_ENTRY_RSP: u16 = 7;
+/// The first minor whose data values are the ones this reader expects:
+/// 1.7's outside-entry stubs write `rsp` as a VALUE right after ENTER;
+/// 1.8 records a register at its definition where two addresses use it,
+/// and evaluates 32-bit arithmetic (fewer values). The regenerator's
+/// analysis decides where values are, so older data traces are refused.
+pub const MINOR_DATA_VALUES: u16 = 8;
 /// Size of the file header; the first section starts here.
 pub const HEADER_LEN: usize = 64;
 /// `e_machine` of x86-64, the only architecture traced so far.

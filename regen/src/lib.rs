@@ -131,19 +131,19 @@ pub struct DataCursor<'t> {
 
 impl<'t> DataCursor<'t> {
     /// The values of `thread`. Refuses a trace older than
-    /// [`MINOR_ENTRY_RSP`]: its stubs did not write the `rsp` values this
-    /// reading expects.
+    /// [`MINOR_DATA_VALUES`]: it recorded other values than this reading
+    /// expects.
     ///
-    /// [`MINOR_ENTRY_RSP`]: aetrace_format::header::MINOR_ENTRY_RSP
+    /// [`MINOR_DATA_VALUES`]: aetrace_format::header::MINOR_DATA_VALUES
     pub fn new<B: AsRef<[u8]>>(
         trace: &'t aetrace_format::Trace<B>,
         thread: aetrace_format::ThreadId,
     ) -> Result<Self> {
         let minor = trace.header().minor;
-        if minor < aetrace_format::header::MINOR_ENTRY_RSP {
+        if minor < aetrace_format::header::MINOR_DATA_VALUES {
             return Err(Error::Usage(format!(
                 "data values of format 1.{minor} are read differently since 1.{}: record the trace again with this aetrace",
-                aetrace_format::header::MINOR_ENTRY_RSP
+                aetrace_format::header::MINOR_DATA_VALUES
             )));
         }
         let chunks = trace.chunks(thread).collect();
