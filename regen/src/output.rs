@@ -1199,9 +1199,9 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
 
     /// One thread cuts the streams into pieces, thread after thread; the
     /// workers expand pieces in the order they were cut; the writer drains
-    /// piece after piece. A worker blocks when the pieces in flight hold
-    /// `AHEAD_BYTES` ahead of the writer ([`Budget`]; never the worker of
-    /// the piece being written), and the cutter when `2 * workers`
+    /// piece after piece. A worker blocks when the pieces in flight hold a
+    /// worker's share of `AHEAD_BYTES` ahead of the writer ([`Budget`];
+    /// never the worker of the piece being written), and the cutter when `2 * workers`
     /// pieces wait; pieces are taken in order, so the piece the writer waits
     /// for always has a worker: no deadlock.
     fn write_parallel(
