@@ -250,8 +250,11 @@ fn inside(ranges: &[(u64, u64)], a: u64) -> bool {
 /// handler's signal frame: each handler run (from an instruction at a
 /// `handlers` entry, in the functions `handling` and the PLT stubs they
 /// call) has its own deltas.
-/// A fault's instruction lists its reference (it was started; the
-/// handler follows), which lackey leaves out.
+/// A fault's instruction had no effect: ours lists it without references
+/// right before its handler (and again with them if the handler
+/// returns); lackey, one instruction per superblock
+/// (`lackey::AT_FAULTS`), never lists it, so with `faults` it is left out
+/// of ours.
 fn compare_handled(
     exe: &Path,
     tag: &str,
@@ -260,7 +263,21 @@ fn compare_handled(
     image: (u64, u64),
     handlers: &[(u64, u64)],
     handling: &[(u64, u64)],
+    faults: bool,
 ) -> usize {
+    let entry = |x: &Insn| handlers.iter().any(|h| h.0 == x.0);
+    let faulting = |k: usize| faults && ours.get(k + 1).is_some_and(entry);
+    let ours: Vec<&Insn> = (ours.iter().enumerate())
+        .filter(|&(k, o)| {
+            let f = faulting(k);
+            assert!(
+                !f || o.2.is_empty(),
+                "{tag}: a fault's instruction has references: {o:?}"
+            );
+            !f
+        })
+        .map(|(_, o)| o)
+        .collect();
     let fresh = || Deltas {
         image,
         pages: HashMap::new(),
@@ -269,15 +286,10 @@ fn compare_handled(
     let (mut main, mut handler) = (fresh(), fresh());
     let plt = &plt_of(exe);
     let (mut in_handlers, mut in_handler) = (0, false);
-    for (i, (o, t)) in ours.iter().zip(theirs).enumerate() {
+    for (i, (&o, t)) in ours.iter().zip(theirs).enumerate() {
         let form = |x: &Insn| x.2.iter().map(|r| (r.0, r.2)).collect::<Vec<_>>();
-        let faulted = t.2.is_empty()
-            && ours
-                .get(i + 1)
-                .is_some_and(|n| handlers.iter().any(|h| h.0 == n.0));
-        let refs = if faulted { vec![] } else { form(o) };
         assert_eq!(
-            (o.0, o.1, refs),
+            (o.0, o.1, form(o)),
             (t.0, t.1, form(t)),
             "{tag}: instruction {i}: (address, length, references)"
         );
@@ -301,16 +313,21 @@ fn compare_handled(
 }
 
 /// A program whose traced handlers run (raised, in a second thread, a
-/// fault left by `siglongjmp`), recorded with `--data` and `--data
-/// --check`, against lackey (`compare_handled`); `only`: compare the
-/// instructions of these functions alone (one thread's, when valgrind
-/// interleaves threads).
-fn check_handled(source: &str, handlers: &[&str], called: &[&str], only: &[&str]) {
+/// fault left by `siglongjmp` or returned from), recorded with `--data`
+/// and `--data --check`, against lackey (`compare_handled`); `only`:
+/// compare the instructions of these functions alone (one thread's, when
+/// valgrind interleaves threads); `faults`: the handlers are of faults.
+fn check_handled(source: &str, handlers: &[&str], called: &[&str], only: &[&str], faults: bool) {
     let variant = Variant::new(Opt::O2, Link::NoPie, false);
     let exe = build(source, variant);
     let tag = format!("{source}-{}", variant.tag());
     let log = common::scratch("data_trace").join(format!("{tag}.lackey"));
-    let log = common::lackey::memory_log(&exe, &[], &log);
+    let opts = if faults {
+        common::lackey::AT_FAULTS
+    } else {
+        &[]
+    };
+    let log = common::lackey::memory_log_with(&exe, &[], &log, opts);
     let image = image_of(&exe);
     let entries = functions(&exe, handlers);
     let handling: Vec<_> = entries
@@ -336,6 +353,7 @@ fn check_handled(source: &str, handlers: &[&str], called: &[&str], only: &[&str]
             image,
             &entries,
             &handling,
+            faults,
         );
         assert!(n > 0, "{name}: no handler instructions");
     }
@@ -346,21 +364,30 @@ fn check_handled(source: &str, handlers: &[&str], called: &[&str], only: &[&str]
 /// interrupted instruction's values come after the handler. Against
 /// lackey: raise() in a loop (signal.c), a handler in a second thread
 /// calling traced code (signal_thread.c), SIGSEGV handlers that
-/// `siglongjmp` out (signal_fault.c). Timer signals, which valgrind
+/// `siglongjmp` out (signal_fault.c) and one that returns, so the
+/// faulting store runs again with its values (fault_resume.c). Timer signals, which valgrind
 /// delivers only between its blocks, land anywhere in the real run:
 /// the checking mode compares every recomputed address of that run
 /// (signal_alarm.c: SIGALRM every 20 us; signal_stub.c: signals nested
 /// in another handler's stub, and between an ENTER and its `rsp` value).
 #[test]
 fn data_traces_with_signals_equal_lackey_and_the_full_addresses() {
-    check_handled("signal.c", &["on_usr1", "on_usr2"], &[], &[]);
+    check_handled("signal.c", &["on_usr1", "on_usr2"], &[], &[], false);
     check_handled(
         "signal_thread.c",
         &["on_usr1"],
         &["bump"],
         &["worker", "on_usr1", "bump"],
+        false,
     );
-    check_handled("signal_fault.c", &["on_fault"], &["record_fault"], &[]);
+    check_handled(
+        "signal_fault.c",
+        &["on_fault"],
+        &["record_fault"],
+        &[],
+        true,
+    );
+    check_handled("fault_resume.c", &["on_segv"], &[], &[], true);
     let o2 = Variant::new(Opt::O2, Link::NoPie, false);
     for source in ["signal_alarm.c", "signal_stub.c"] {
         let exe = build(source, o2);

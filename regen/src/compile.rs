@@ -585,20 +585,39 @@ impl Module {
         let _ = format_block(out, f, addr, &lens[from as usize..to as usize]);
     }
 
+    /// Appends the output of instructions `from..at` of block `b`, cut by
+    /// a signal before instruction `at`, and of instruction `at` too when
+    /// it `raised` the signal (a fault): the runs formats give that one a
+    /// record of its own, marked [`crate::visit::BlockRun::faults`].
+    pub fn part_before_signal(
+        &self,
+        b: BlockIx,
+        from: u32,
+        at: u32,
+        raised: bool,
+        out: &mut Vec<u8>,
+    ) {
+        if !(raised && self.format.is_some_and(Format::runs) && self.addressing.is_some()) {
+            return self.part(b, from, at + u32::from(raised), out);
+        }
+        self.part(b, from, at, out);
+        let module = self.number | crate::visit::FAULTS;
+        run_record(out, module, b.as_u32(), at, at + 1);
+    }
+
     /// Appends `# signal SIGNO`, where the recorded run took an
     /// asynchronous signal, to the text formats that carry comments
     /// (`insn`, `block`; nothing when counting or for `din`, `xdin`,
     /// `bin`); the in-process formats ([`Format::Runs`],
     /// [`Format::RunSegments`]) get its delivery record (the SIGNAL
-    /// record's stream `offset`; `raised`: a fault of the instruction
-    /// before).
-    pub fn signal_note(&self, signo: u32, offset: u64, raised: bool, out: &mut Vec<u8>) {
+    /// record's stream `offset`).
+    pub fn signal_note(&self, signo: u32, offset: u64, out: &mut Vec<u8>) {
         if self.format.is_some_and(Format::comments) {
             out.extend_from_slice(b"# signal ");
             push_dec(out, u64::from(signo));
             out.push(b'\n');
         } else if self.format.is_some_and(Format::runs) {
-            crate::visit::signal_record(signo, offset, raised, out);
+            crate::visit::signal_record(signo, offset, out);
         }
     }
 

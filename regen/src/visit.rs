@@ -29,6 +29,11 @@
 //! the first and restores it at the second, as `rt_sigreturn` does. Segment
 //! records ([`Visit::with_segments`]) stand among them in the same order.
 //!
+//! A fault raised by an instruction (SIGSEGV, SIGBUS, SIGFPE, SIGILL)
+//! whose handler follows is a run of that instruction alone, marked
+//! [`BlockRun::faults`]: it did nothing (the kernel stopped it before
+//! any effect), and it runs again if the handler returns.
+//!
 //! Invariant: a run's `first..end` is a non-empty range of its block's
 //! instructions; whole blocks (`first == 0`, `end == ninsns`) are the
 //! common case. A segment's blocks run whole, in the order of
@@ -43,6 +48,9 @@ use aetrace_format::{ThreadId, Trace};
 const THREAD: u32 = u32::MAX;
 /// Segment records carry their module number with this bit.
 pub(crate) const SEGMENT: u32 = 1 << 31;
+/// The run record of an instruction that raised a fault carries its
+/// module number with this bit ([`BlockRun::faults`]).
+pub(crate) const FAULTS: u32 = 1 << 30;
 /// Signal-delivery records carry this module number (checked before
 /// [`SEGMENT`], whose bit it has; no module has such a number).
 const SIGNAL: u32 = u32::MAX - 1;
@@ -62,6 +70,10 @@ pub struct BlockRun {
     pub first: u32,
     /// One past the last instruction run.
     pub end: u32,
+    /// The run is one instruction that raised a fault, and the next
+    /// event is its handler's [`Event::Signal`]: the instruction had no
+    /// effect (its references did not happen).
+    pub faults: bool,
 }
 
 /// What the regeneration hands a consumer, in order.
@@ -73,16 +85,13 @@ pub enum Event {
     Run(BlockRun),
     /// A traced handler of `signo` was entered where the runs before
     /// stop: the thread's SIGNAL record at stream offset `offset` (the
-    /// events come in the order of the records). `raised`: the signal
-    /// was a fault raised by the instruction the runs before end with
-    /// (listed once before the handler, and again if it returns).
+    /// events come in the order of the records). A fault's instruction is
+    /// the run before, marked [`BlockRun::faults`].
     Signal {
         /// The signal number.
         signo: u32,
         /// The SIGNAL record's stream offset.
         offset: u64,
-        /// A fault raised by the last instruction before it.
-        raised: bool,
     },
     /// The handler entered by the SIGNAL record at stream offset
     /// `offset` returned (`rt_sigreturn`): the code it interrupted resumes.
@@ -139,10 +148,8 @@ pub(crate) fn thread_record(t: ThreadId) -> Vec<u8> {
 }
 
 /// The record of a handler's entry ([`Event::Signal`]).
-/// (The signal number, below 2^31, shares its word with `raised`.)
-pub(crate) fn signal_record(signo: u32, offset: u64, raised: bool, out: &mut Vec<u8>) {
-    let word = signo | u32::from(raised) << 31;
-    for v in [SIGNAL, word, offset as u32, (offset >> 32) as u32] {
+pub(crate) fn signal_record(signo: u32, offset: u64, out: &mut Vec<u8>) {
+    for v in [SIGNAL, signo, offset as u32, (offset >> 32) as u32] {
         out.extend_from_slice(&v.to_le_bytes());
     }
 }
@@ -159,9 +166,8 @@ fn decode(r: &[u8]) -> Step {
     match w(0) {
         THREAD => Step::Event(Event::Thread(ThreadId(w(1)))),
         SIGNAL => Step::Event(Event::Signal {
-            signo: w(1) & !(1 << 31),
+            signo: w(1),
             offset: u64::from(w(2)) | u64::from(w(3)) << 32,
-            raised: w(1) >> 31 != 0,
         }),
         SIGRETURN => Step::Event(Event::SigReturn {
             offset: u64::from(w(1)) | u64::from(w(2)) << 32,
@@ -174,10 +180,11 @@ fn decode(r: &[u8]) -> Step {
             blocks: w(3) & 0xFFFF,
         }),
         module => Step::Event(Event::Run(BlockRun {
-            module,
+            module: module & !FAULTS,
             block: BlockIx::from_u32(w(1)),
             first: w(2),
             end: w(3),
+            faults: module & FAULTS != 0,
         })),
     }
 }

@@ -596,12 +596,9 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
                 };
                 Ok(())
             }
+            Event::Run(r) if r.faults => self.faulting(visit, r),
             Event::Run(r) => self.run(visit, r),
-            Event::Signal {
-                signo,
-                offset,
-                raised,
-            } => self.deliver(signo, offset, raised),
+            Event::Signal { signo, offset } => self.deliver(signo, offset),
             Event::SigReturn { offset } => self.sigreturn(offset),
         }
     }

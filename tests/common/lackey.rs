@@ -745,8 +745,24 @@ fn run_into(
 /// dropped) and returns the log's text; panics naming `exe` when the run
 /// fails.
 pub fn memory_log(exe: &Path, args: &[&str], log: &Path) -> String {
+    memory_log_with(exe, args, log, &[])
+}
+
+/// Valgrind's options for a program whose fault handlers return: the
+/// faulting instruction then runs again with every register as natively
+/// (else only `rsp`, `rip` and `rbp` are exact at a memory access), and a
+/// superblock is one instruction, so a fault drops the events of that
+/// instruction alone (lackey never lists it), not of the ones before it.
+pub const AT_FAULTS: &[&str] = &[
+    "--vex-iropt-register-updates=allregs-at-mem-access",
+    "--vex-guest-max-insns=1",
+];
+
+/// [`memory_log`] with more valgrind options (`valgrind`).
+pub fn memory_log_with(exe: &Path, args: &[&str], log: &Path, valgrind: &[&str]) -> String {
     let status = Command::new("valgrind")
         .args(["--tool=lackey", "--trace-mem=yes", "--vex-guest-chase=no"])
+        .args(valgrind)
         .arg(format!("--log-file={}", log.display()))
         .arg(exe)
         .args(args)

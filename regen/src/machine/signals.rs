@@ -655,7 +655,7 @@ impl<'a> Machine<'a> {
                 let m = self.module(o.loc);
                 let b = self.block(o.loc);
                 let rest = sink.out.split_off(base + o.pos);
-                m.part(o.loc.block, o.first, insn + tried, &mut sink.out);
+                m.part_before_signal(o.loc.block, o.first, insn, tried != 0, &mut sink.out);
                 m.part(o.loc.block, insn, b.ninsns, &mut kept.tail);
                 kept.tail
                     .extend_from_slice(rest.get(o.len..).unwrap_or_default());
@@ -706,9 +706,10 @@ impl<'a> Machine<'a> {
             let b = self.block(l);
             match sink.counts.as_mut() {
                 Some(c) => c.add(l.module, b.ninsns, 1),
-                None if p == to => {
-                    m.part(p, 0, insn.map_or(b.ninsns, |k| k + tried), &mut sink.out)
-                }
+                None if p == to => match insn {
+                    Some(k) => m.part_before_signal(p, 0, k, tried != 0, &mut sink.out),
+                    None => m.part(p, 0, b.ninsns, &mut sink.out),
+                },
                 None => sink.out.extend_from_slice(m.text(b)),
             }
             last_out = Some(l);
@@ -747,7 +748,7 @@ impl<'a> Machine<'a> {
             // Where the handler's blocks begin: a reader (`aetrace verify`)
             // can tell them from a call.
             let m = self.image(mi);
-            m.signal_note(sig.signo, sig.offset, raised(sig.signo, at), &mut sink.out);
+            m.signal_note(sig.signo, sig.offset, &mut sink.out);
             if let Some(d) = sink.deliveries.as_mut() {
                 d.push(Delivery {
                     out: sink.out.len(),

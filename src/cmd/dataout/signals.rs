@@ -8,6 +8,11 @@
 //! streaming cursor (`regen::DataCursor`), whose windows stop at each
 //! SIGNAL record.
 //!
+//! A fault's instruction (a run marked `BlockRun::faults`) had no
+//! effect: the walk shows its fetch alone, as lackey does, and leaves its
+//! values unread, so they are the handler's early values; if the handler
+//! returns, the instruction runs again and reads them then.
+//!
 //! At the delivery the thread's state (abstract registers and the run
 //! before) is saved with K's early values (the values before the SIGNAL
 //! the walk has not read), and the handler starts with nothing known (its
@@ -33,7 +38,7 @@ use super::{Error, Sink, ThreadExec, Values, Writer, WINDOW};
 use aetrace_analysis::addr::exec::code::BlockCode;
 use aetrace_analysis::addr::exec::Exec;
 use aetrace_regen::compile::Module;
-use aetrace_regen::visit::BlockRun;
+use aetrace_regen::visit::{BlockRun, Visit};
 use aetrace_regen::DataValues;
 use std::rc::Rc;
 
@@ -57,8 +62,6 @@ struct Saved {
     /// The SIGNAL came between an ENTER and its stub's `rsp` value: the
     /// first value after the handler is that stub's.
     enter: Option<u32>,
-    /// A fault of the instruction before the handler (it would run again).
-    raised: bool,
 }
 
 impl Values<'_> {
@@ -128,7 +131,7 @@ impl<S: Sink> Writer<'_, '_, S> {
     /// The handler of the SIGNAL record at stream offset `offset` was
     /// entered: saves the interrupted code's state and early values; the
     /// handler's values follow the SIGNAL.
-    pub(super) fn deliver(&mut self, signo: u32, offset: u64, raised: bool) -> Result<(), Error> {
+    pub(super) fn deliver(&mut self, signo: u32, offset: u64) -> Result<(), Error> {
         let (early, enter) = self.values.until_signal(signo, offset)?;
         let state = std::mem::replace(
             &mut self.state,
@@ -142,7 +145,6 @@ impl<S: Sink> Writer<'_, '_, S> {
             state,
             early,
             enter,
-            raised,
         });
         Ok(())
     }
@@ -157,13 +159,32 @@ impl<S: Sink> Writer<'_, '_, S> {
             .ok_or_else(|| format!("thread {t}: the handler of the SIGNAL at stream offset {offset} returned, but the walk did not enter it"))?;
         self.sig.saved.truncate(i + 1);
         let s = self.sig.saved.pop().expect("found above");
-        if s.raised {
-            return Err(format!("thread {t}: a fault handler returned to the instruction that raised the fault, which runs again with values it already used: not handled with data").into());
-        }
         self.values.put_back(s.early, s.enter);
         self.state = s.state;
         self.sig.resumed = true;
         Ok(())
+    }
+
+    /// Run `r`, one instruction, raised a fault whose handler follows: it
+    /// did nothing, so the sink gets its fetch alone (as lackey gives it),
+    /// and its values, unread, are the handler's early values.
+    #[cold]
+    pub(super) fn faulting<B: AsRef<[u8]> + Sync>(
+        &mut self,
+        visit: &Visit<'_, B>,
+        r: BlockRun,
+    ) -> Result<(), Error> {
+        debug_assert_eq!(r.end, r.first + 1, "a fault is one instruction");
+        let m = &visit.modules()[r.module as usize];
+        if !m.shown {
+            return Ok(());
+        }
+        let lens = m.insn_lens(r.block);
+        let skip: u64 = lens[..r.first as usize].iter().map(|&l| u64::from(l)).sum();
+        let ip = (m.load_base).wrapping_add(m.blocks[r.block].start + skip);
+        self.sink.run(r);
+        self.sink
+            .insn(r.first, ip, u32::from(lens[r.first as usize]))
     }
 
     /// The run right after a handler returned, when it resumes its block
