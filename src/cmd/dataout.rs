@@ -28,7 +28,8 @@
 //! before it, or from the outside-entry stub's VALUE right after its
 //! ENTER, `exec::Entered`), else an error naming procedure and block.
 //! A signal handler's values sit among the interrupted instruction's
-//! (`signals`).
+//! (`signals`). The control walk (`Visit::run`) runs on its own thread,
+//! a few batches ahead; the data walk's error stops it and comes first.
 
 // (A path the `cachesim` binary, which includes this file by its path, finds too.)
 #[path = "dataout/signals.rs"]
