@@ -167,6 +167,13 @@ impl<'t> DataCursor<'t> {
     pub fn append(&mut self, max: usize, out: &mut DataValues) -> Result<usize> {
         let at = out.values.len();
         while out.values.len() - at < max {
+            if self.peeked.is_none() {
+                let left = max - (out.values.len() - at);
+                self.given += self.stream.buffered_values(left, &mut out.values);
+                if out.values.len() - at == max {
+                    break;
+                }
+            }
             match self.next()? {
                 Some(DataItem::Value(v, enter)) => {
                     if let Some(raw) = enter {

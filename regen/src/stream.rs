@@ -517,6 +517,33 @@ impl<'t> Stream<'t> {
         self.pos += len;
     }
 
+    /// Appends to `out` the values of the VALUE records that come next,
+    /// at most `max`, with nothing but one-byte witnesses before and
+    /// between them, all buffered more than [`TORN_TAIL`] bytes before the
+    /// buffer's end; how many. It stops before anything else (and leaves
+    /// the witnesses before it unread), so [`Stream::next_data`] reads the
+    /// rest the same: this is what the value cursor does per value, one
+    /// scan of the buffer instead of a call per witness byte and per item.
+    pub(crate) fn buffered_values(&mut self, max: usize, out: &mut Vec<u64>) -> usize {
+        self.values = true;
+        let (buf, end) = (&self.buf[..], self.buf.len().saturating_sub(TORN_TAIL));
+        let (mut pos, mut n) = (self.pos, 0);
+        while n < max {
+            let mut at = pos;
+            while at < end && buf[at].wrapping_sub(1) < 0xFE {
+                at += 1;
+            }
+            if at >= end || buf[at] != ESCAPE || buf[at + 1] != kind::VALUE {
+                break;
+            }
+            let v = buf[at + 2..at + VALUE_LEN].try_into().expect("8 bytes");
+            out.push(u64::from_le_bytes(v));
+            (pos, n) = (at + VALUE_LEN, n + 1);
+        }
+        self.pos = pos;
+        n
+    }
+
     /// The next item if it is a one-byte witness already buffered (the hot
     /// path of Figure 7), consumed; `None` otherwise (nothing consumed).
     #[inline(always)]

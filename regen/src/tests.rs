@@ -2286,3 +2286,79 @@ fn pieces_pause_where_the_index_did_whatever_they_read_ahead() {
         }
     }
 }
+
+/// A random data stream of one-byte witnesses, VALUE, ENTER and SIGNAL
+/// records, cut into stored chunks at random places (records straddle
+/// them), and its raw bytes' chunk references.
+fn data_stream(rng: &mut Rng) -> (Vec<Vec<u8>>, Vec<aetrace_format::ChunkRef>) {
+    let mut raw = Vec::new();
+    for _ in 0..rng.below(3000) {
+        let k = rng.below(20);
+        let v = rng.next_u64();
+        match k {
+            0..=9 => raw.push(1 + rng.below(0xFE) as u8),
+            10..=16 => raw.extend([&[0xFF, 18][..], &v.to_le_bytes()].concat()),
+            17..=18 => raw.extend([&[0xFF, 1][..], &(v as u32).to_le_bytes()].concat()),
+            _ => raw.extend([&[0xFF, 15][..], &[7; 16][..]].concat()),
+        }
+    }
+    let (mut chunks, mut refs, mut at) = (Vec::new(), Vec::new(), 0);
+    while at < raw.len() {
+        let end = (at + 1 + rng.below(300)).min(raw.len());
+        chunks.push(raw[at..end].to_vec());
+        refs.push(aetrace_format::ChunkRef {
+            thread: ThreadId(0),
+            seq: refs.len() as u64,
+            codec: aetrace_format::section::Codec::Stored,
+            raw_len: (end - at) as u64,
+            witnesses: 0,
+            section_offset: 0,
+            data: 0..0,
+        });
+        at = end;
+    }
+    (chunks, refs)
+}
+
+/// The value cursor's windows (`DataCursor::append` with its scan of
+/// buffered VALUE records, `DataCursor::signal`) give the values, the
+/// ENTER marks and the SIGNAL records that reading item by item gives.
+#[test]
+fn value_cursor_windows_equal_the_items() {
+    for seed in 0..200 {
+        let mut rng = Rng::new(seed);
+        let (bytes, refs) = data_stream(&mut rng);
+        let cursor = || crate::DataCursor {
+            stream: crate::stream::Stream::new(
+                ThreadId(0),
+                (refs.iter().zip(&bytes))
+                    .map(|(meta, data)| aetrace_format::Chunk { meta, data })
+                    .collect(),
+            ),
+            given: 0,
+            peeked: None,
+        };
+        let (mut want, mut want_sigs) = (crate::DataValues::default(), Vec::new());
+        cursor()
+            .rest(&mut |item| match item {
+                crate::DataItem::Value(v, enter) => {
+                    if let Some(raw) = enter {
+                        want.entered.push((want.values.len(), raw));
+                    }
+                    want.values.push(v);
+                }
+                crate::DataItem::Signal(s) => want_sigs.push(s),
+            })
+            .unwrap();
+        let (mut c, mut got, mut sigs) = (cursor(), crate::DataValues::default(), Vec::new());
+        loop {
+            let n = c.append(1 + rng.below(40), &mut got).unwrap();
+            match c.signal().unwrap() {
+                Some(s) => sigs.push(s),
+                None if n == 0 => break,
+                None => {}
+            }
+        }
+        assert_eq!((got, sigs), (want, want_sigs), "seed {seed}");
+    }
+}
