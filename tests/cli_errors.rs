@@ -6,7 +6,8 @@
 //! A mistyped option before the program of `record`, `profile`, `count`,
 //! `paths` (and any option `verify` lacks) is clap's usage error, status 2,
 //! while the program's own arguments reach it untouched. A closed stdout
-//! pipe (`| head`) ends `cfg` and `report` quietly with status 0.
+//! pipe (`| head`) ends `cfg` and `report` quietly with status 0. `regen
+//! -o -` writes to stdout.
 //! The foreign ELFs are made without cross compilers: a copy of a real
 //! x86-64 ELF with `e_machine` patched, and a hand-written ELF32 header.
 
@@ -298,4 +299,43 @@ fn a_closed_output_pipe_ends_quietly() {
     for format in ["text", "json", "callgrind"] {
         quiet_on_a_closed_pipe(&["report", "--format", format, p], 0);
     }
+}
+
+/// `regen -o -` writes to stdout, as `-` means to the other tools, and
+/// leaves no file named `-`.
+#[test]
+fn regen_to_dash_is_stdout() {
+    let cwd = dir().join("dash");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let trace = cwd.join("true.aet");
+    let rec = Command::new(common::aetrace())
+        .args(["record", "-o"])
+        .arg(&trace)
+        .args(["--", "/bin/true"])
+        .output()
+        .unwrap();
+    assert!(
+        rec.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rec.stderr)
+    );
+    let regen = |extra: &[&str]| {
+        let out = Command::new(common::aetrace())
+            .current_dir(&cwd)
+            .arg("regen")
+            .args(extra)
+            .arg(&trace)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    };
+    let plain = regen(&[]);
+    assert!(!plain.is_empty());
+    assert_eq!(regen(&["-o", "-"]), plain);
+    assert!(!cwd.join("-").exists(), "regen -o - wrote a file named -");
 }

@@ -27,9 +27,9 @@ pub struct Args {
     /// Stream bytes per parallel piece of one thread (default: automatic).
     #[arg(long, value_name = "BYTES", default_value_t = 0)]
     piece: u64,
-    /// Write here instead of stdout.
-    #[arg(short, long)]
-    output: Option<PathBuf>,
+    /// Write here instead of stdout (`-`: stdout).
+    #[arg(short, long, value_parser = to_file)]
+    output: Option<Dest>,
     /// The state index to start pieces from (default: TRACE.idx if it
     /// exists; `aetrace index` writes it).
     #[arg(long, value_name = "FILE")]
@@ -95,7 +95,8 @@ pub fn run(a: Args) -> super::Result {
         index,
     };
     let count = opts.count;
-    let endings = aetrace_regen::regen_trace_to(&trace, &opts, a.output.as_deref())?;
+    let endings =
+        aetrace_regen::regen_trace_to(&trace, &opts, a.output.as_ref().and_then(Dest::file))?;
     if !count {
         // --count prints them with the totals.
         for e in endings {
@@ -120,7 +121,7 @@ fn run_data(a: Args, format: super::dataout::DataFormat) -> super::Result {
         piece_bytes: 0,
         index: None,
     };
-    let mut out: Box<dyn std::io::Write> = match &a.output {
+    let mut out: Box<dyn std::io::Write> = match a.output.as_ref().and_then(Dest::file) {
         Some(p) => Box::new(std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?),
         None => Box::new(std::io::stdout().lock()),
     };
@@ -128,4 +129,28 @@ fn run_data(a: Args, format: super::dataout::DataFormat) -> super::Result {
     super::dataout::write(&a.trace, &opts, format, &mut out)?;
     std::io::Write::flush(&mut out)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where `-o` writes: a file, or stdout for `-` (as the other tools read
+/// it; a file named `-` is `./-`).
+#[derive(Clone, Debug)]
+enum Dest {
+    Stdout,
+    File(PathBuf),
+}
+
+impl Dest {
+    fn file(&self) -> Option<&std::path::Path> {
+        match self {
+            Dest::Stdout => None,
+            Dest::File(p) => Some(p),
+        }
+    }
+}
+
+fn to_file(s: &str) -> Result<Dest, std::convert::Infallible> {
+    Ok(match s {
+        "-" => Dest::Stdout,
+        _ => Dest::File(PathBuf::from(s)),
+    })
 }
