@@ -976,12 +976,44 @@ fn cxx_exceptions_through_a_traced_libstdcxx() {
 #[test]
 fn cxx_exceptions_through_a_detached_library() {
     let exe = build_with_lib("cxx_callback", "libaecxx.so.1", false);
-    let info = check_libs(&exe, &["5"], &["libaecxx.so.1"], LogMode::Pipe);
-    let lib = &instrumented_modules(&info)[1];
-    let copy = std::fs::read_dir(std::path::Path::new(info["cache"].as_str().unwrap_or("")))
-        .ok()
-        .and_then(|_| None::<PathBuf>);
-    let _ = (lib, copy);
+    check_libs(&exe, &["5"], &["libaecxx.so.1"], LogMode::Pipe);
+    // Detached: binutils' readelf finds the tag in the rewritten copy.
+    let copy = rewritten_library(&exe, "libaecxx.so.1");
+    let dynamic = Command::new("readelf").arg("-d").arg(&copy).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&dynamic.stdout).contains("0x000000006ae70001"),
+        "{} is not detached",
+        copy.display()
+    );
+}
+
+/// Records `exe` with `--libs soname` into a cache next to it; the
+/// rewritten library there.
+fn rewritten_library(exe: &Path, soname: &str) -> PathBuf {
+    let dir = exe.parent().unwrap();
+    let cache = dir.join("cache");
+    let st = Command::new(common::aetrace())
+        .env("AETRACE_CACHE", &cache)
+        .arg("record")
+        .arg("-o")
+        .arg(dir.join("t.aet"))
+        .args(["--libs", soname, "--"])
+        .arg(exe)
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            let n = p.file_name().unwrap().to_string_lossy();
+            n.starts_with(&format!("{soname}-")) && !n.ends_with(".meta")
+        })
+        .expect("the rewritten library is cached")
 }
 
 /// A rewritten library loaded by an executable that is not instrumented
@@ -996,30 +1028,7 @@ fn cxx_exceptions_through_a_detached_library() {
 fn a_traced_library_without_a_traced_executable_stops_clearly() {
     let exe = build_shlib_callback(false);
     let dir = exe.parent().unwrap();
-    let cache = dir.join("cache");
-    let trace = dir.join("t.aet");
-    let st = Command::new(common::aetrace())
-        .env("AETRACE_CACHE", &cache)
-        .arg("record")
-        .arg("-o")
-        .arg(&trace)
-        .args(["--libs", "libaecb.so.1", "--"])
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
-    let copy = std::fs::read_dir(&cache)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| {
-            let n = p.file_name().unwrap().to_string_lossy();
-            n.starts_with("libaecb.so.1-") && !n.ends_with(".meta")
-        })
-        .expect("the rewritten library is cached");
+    let copy = rewritten_library(&exe, "libaecb.so.1");
     let libdir = dir.join("rewritten");
     std::fs::create_dir_all(&libdir).unwrap();
     let link = libdir.join("libaecb.so.1");
