@@ -979,7 +979,11 @@ fn cxx_exceptions_through_a_detached_library() {
     check_libs(&exe, &["5"], &["libaecxx.so.1"], LogMode::Pipe);
     // Detached: binutils' readelf finds the tag in the rewritten copy.
     let copy = rewritten_library(&exe, "libaecxx.so.1");
-    let dynamic = Command::new("readelf").arg("-d").arg(&copy).output().unwrap();
+    let dynamic = Command::new("readelf")
+        .arg("-d")
+        .arg(&copy)
+        .output()
+        .unwrap();
     assert!(
         String::from_utf8_lossy(&dynamic.stdout).contains("0x000000006ae70001"),
         "{} is not detached",

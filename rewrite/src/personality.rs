@@ -33,8 +33,8 @@
 //! preserves and passes the personality's five arguments untouched.
 
 use iced_x86::code_asm::{
-    dword_ptr, qword_ptr, r10, r10d, r11, r12, r13, r14, r15, r15d, r8, r9, r9d, rax, rbp, rbx,
-    rcx, rdx, rsi, rsp, CodeAssembler,
+    dword_ptr, eax, qword_ptr, r10, r10d, r11, r12, r13, r14, r15, r15d, r8, r9, r9d, rax, rbp,
+    rbx, rcx, rdx, rsi, rsp, AsmRegister64, CodeAssembler, CodeLabel,
 };
 
 /// Marks a shim ("AETRSHIM").
@@ -100,13 +100,9 @@ impl Shim {
 /// The wrapper personality, assembled at `rip` (position independent).
 pub fn wrapper(rip: u64) -> Result<Vec<u8>, iced_x86::IcedError> {
     let mut a = CodeAssembler::new(64)?;
-    let mut scan = a.create_label();
-    let mut found = a.create_label();
     let mut call = a.create_label();
     let mut direct = a.create_label();
     let mut put_back = a.create_label();
-    let mut pad_scan = a.create_label();
-    let mut pad_found = a.create_label();
     let mut restore = a.create_label();
     let mut done = a.create_label();
     let mut bad = a.create_label();
@@ -128,20 +124,7 @@ pub fn wrapper(rip: u64) -> Result<Vec<u8>, iced_x86::IcedError> {
     a.shl(r11, 3)?;
     a.lea(rbp, qword_ptr(r12 - 56))?;
     a.sub(rbp, r11)?; // rets
-    a.xor(rax, rax)?;
-    a.set_label(&mut scan)?;
-    a.cmp(rax, r9)?;
-    a.jae(call)?;
-    a.movsxd(r11, dword_ptr(rbp + rax * 8))?;
-    a.add(r11, r12)?;
-    a.cmp(r11, r13)?;
-    a.je(found)?;
-    a.inc(rax)?;
-    a.jmp(scan)?;
-    a.set_label(&mut found)?;
-    a.movsxd(r11, dword_ptr(rbp + rax * 8 + 4))?;
-    a.add(r11, r12)?;
-    a.mov(qword_ptr(rbx + CTX_RA), r11)?;
+    emit_map(&mut a, [rbp, r9, rax, r11, r13], call)?;
     for (field, ctx) in [(-32, CTX_LSDA), (-24, CTX_FUNC)] {
         a.mov(r11, qword_ptr(r12 + field))?;
         a.add(r11, r12)?;
@@ -158,27 +141,14 @@ pub fn wrapper(rip: u64) -> Result<Vec<u8>, iced_x86::IcedError> {
     a.call(rax)?; // rdi, rsi, rdx, rcx, r8: the caller's arguments
     a.test(r15d, r15d)?;
     a.jz(done)?;
-    a.cmp(rax, URC_INSTALL_CONTEXT)?;
+    a.cmp(eax, URC_INSTALL_CONTEXT)?; // an int: the upper half is undefined
     a.jne(restore)?;
     // The landing pad the personality set: the original's, to its stub.
     a.mov(r11, qword_ptr(rbx + CTX_RA))?;
     a.mov(r9d, dword_ptr(r12 - 56))?;
     a.mov(r10d, dword_ptr(r12 - 52))?;
     a.lea(rsi, qword_ptr(rbp + r9 * 8))?; // pads
-    a.xor(rcx, rcx)?;
-    a.set_label(&mut pad_scan)?;
-    a.cmp(rcx, r10)?;
-    a.jae(bad)?;
-    a.movsxd(rdx, dword_ptr(rsi + rcx * 8))?;
-    a.add(rdx, r12)?;
-    a.cmp(rdx, r11)?;
-    a.je(pad_found)?;
-    a.inc(rcx)?;
-    a.jmp(pad_scan)?;
-    a.set_label(&mut pad_found)?;
-    a.movsxd(rdx, dword_ptr(rsi + rcx * 8 + 4))?;
-    a.add(rdx, r12)?;
-    a.mov(qword_ptr(rbx + CTX_RA), rdx)?;
+    emit_map(&mut a, [rsi, r10, rcx, rdx, r11], bad)?;
     a.jmp(put_back)?;
     a.set_label(&mut restore)?;
     a.mov(qword_ptr(rbx + CTX_RA), r13)?;
@@ -194,4 +164,77 @@ pub fn wrapper(rip: u64) -> Result<Vec<u8>, iced_x86::IcedError> {
     a.set_label(&mut bad)?;
     a.ud2()?;
     a.assemble(rip)
+}
+
+/// Looks `key` up among the `count` pairs at `table` (i32 offsets from
+/// `L`, in r12): found, the context's `ra` becomes the pair's second
+/// address and the code falls through; else a jump to `missing`.
+fn emit_map(
+    a: &mut CodeAssembler,
+    [table, count, index, value, key]: [AsmRegister64; 5],
+    missing: CodeLabel,
+) -> Result<(), iced_x86::IcedError> {
+    let mut scan = a.create_label();
+    let mut found = a.create_label();
+    a.xor(index, index)?;
+    a.set_label(&mut scan)?;
+    a.cmp(index, count)?;
+    a.jae(missing)?;
+    a.movsxd(value, dword_ptr(table + index * 8))?;
+    a.add(value, r12)?;
+    a.cmp(value, key)?;
+    a.je(found)?;
+    a.inc(index)?;
+    a.jmp(scan)?;
+    a.set_label(&mut found)?;
+    a.movsxd(value, dword_ptr(table + index * 8 + 4))?;
+    a.add(value, r12)?;
+    a.mov(qword_ptr(rbx + CTX_RA), value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fields sit where the wrapper reads them: below `L`, each
+    /// relative to it, the tables below the fixed part.
+    #[test]
+    fn shim_fields_are_where_the_wrapper_reads_them() {
+        let l = 0x10_0000u64;
+        let shim = Shim {
+            personality: 0x2000,
+            indirect: true,
+            lsda: 0x3000,
+            func: 0x4000,
+            rets: vec![(l + 0x10, 0x4010), (l + 0x20, 0x4020)],
+            pads: vec![(0x4030, l + 0x30)],
+        };
+        let b = shim.encode(l).unwrap();
+        assert_eq!(b.len(), 8 * 3 + SHIM_HEAD);
+        let head = b.len() - SHIM_HEAD;
+        let word = |off: usize| i64::from_le_bytes(b[off..off + 8].try_into().unwrap());
+        let half = |off: usize| i32::from_le_bytes(b[off..off + 4].try_into().unwrap());
+        assert_eq!((half(head), half(head + 4)), (2, 1));
+        assert_eq!(word(head + 8), 0x2000 - l as i64);
+        assert_eq!(word(head + 16), 1);
+        assert_eq!(word(head + 24), 0x3000 - l as i64);
+        assert_eq!(word(head + 32), 0x4000 - l as i64);
+        assert_eq!(word(head + 48) as u64, MAGIC);
+        // Pairs: the second return address, then the landing pad.
+        assert_eq!((half(8), half(12)), (0x20, 0x4020 - l as i32));
+        assert_eq!((half(16), half(20)), (0x4030 - l as i32, 0x30));
+    }
+
+    #[test]
+    fn a_far_address_is_refused() {
+        let shim = Shim {
+            personality: 1 << 40,
+            indirect: false,
+            lsda: 0,
+            func: 0,
+            rets: vec![(1 << 40, 0)],
+            pads: Vec::new(),
+        };
+        assert!(shim.encode(0x1000).is_err());
+    }
 }

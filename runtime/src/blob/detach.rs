@@ -254,8 +254,9 @@ fn emit_map_one(a: &mut CodeAssembler, l: &mut super::Labels) -> Result<(), Iced
 
 /// The GNU hash (`DT_GNU_HASH`) of `name`.
 fn gnu_hash(name: &str) -> u32 {
-    name.bytes()
-        .fold(5381u32, |h, c| h.wrapping_mul(33).wrapping_add(u32::from(c)))
+    name.bytes().fold(5381u32, |h, c| {
+        h.wrapping_mul(33).wrapping_add(u32::from(c))
+    })
 }
 
 /// `register_frames`: calls `__register_frame_info(eh_frame, object)` for
