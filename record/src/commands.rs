@@ -381,11 +381,8 @@ pub fn record(o: &RecordOptions) -> Result<Recorded> {
         argv0: o.program.clone().into_os_string(),
         args: o.args.clone(),
     })?;
-    // Without libraries nothing reads the executable before its rewrite,
-    // whose refusal (not an ELF file, ...) is the one to report.
-    let detach = o.libs == LibSelection::None || !crate::libs::unwinds_exceptions(&run.exe)?;
     let (libs, notes, dir) = prepare_libs(&run.exe, &o.libs, |lib, tag| {
-        let startup = detach && !lib.dlopened;
+        let startup = !lib.dlopened;
         prepare(&lib.path, o.placement, o.data, (tag, startup), None).map(|p| (p.elf, p.module))
     })?;
     // The copies are found through the executable's own search path

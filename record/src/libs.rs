@@ -105,16 +105,6 @@ pub fn is_glibc(needed: &str) -> bool {
 /// loader first.
 type RpathChain = Vec<(PathBuf, Vec<String>)>;
 
-/// Whether `exe` loads the C++ unwinder (libgcc_s or libstdc++ in its
-/// DT_NEEDED closure). Its libraries keep their additions in `PT_LOAD`s:
-/// libgcc finds an FDE only inside an object's span (`_dl_find_object`),
-/// so an exception thrown through a detached library's copies would
-/// abort (docs/rewrite.md, "Where a copy is mapped").
-pub fn unwinds_exceptions(exe: &Path) -> Result<bool> {
-    let unwinder = |n: &str| n.starts_with("libgcc_s.so") || n.starts_with("libstdc++.so");
-    Ok(closure(exe)?.iter().any(|l| unwinder(&l.needed)))
-}
-
 /// The DT_NEEDED closure of `exe`, in the loader's breadth-first order.
 pub fn closure(exe: &Path) -> Result<Vec<Library>> {
     let cache = LdCache::load();

@@ -68,8 +68,9 @@
 //!   runtime `init` maps them before any library code runs. Nothing
 //!   `ld.so` reads may be among them: no init, preinit or entry, no
 //!   relocated words, no moved `.dynamic`; `PT_GNU_EH_FRAME` keeps the
-//!   original's table (`_dl_find_object` knows only the span, so
-//!   unwinding through the copies finds no FDE).
+//!   original's table (`_dl_find_object` knows only the span), and the
+//!   descriptor gives the new `.eh_frame`, which the executable's runtime
+//!   registers with libgcc (`__register_frame_info`).
 //! - **CET.** The relocated code is not IBT/SHSTK clean, so the
 //!   `GNU_PROPERTY_X86_FEATURE_1_IBT` and `_SHSTK` bits of every
 //!   `NT_GNU_PROPERTY_TYPE_0` note are cleared (kernel and `ld.so` read
@@ -1148,7 +1149,10 @@ fn write_detached(img: &Image, out: &mut Vec<u8>, add: &Additions, place: PhdrPl
             desc.extend_from_slice(&word.to_le_bytes());
         }
     }
-    desc.resize(detach::DESC_SIZE, 0);
+    // Registered by the executable's runtime (`detach`): libgcc then finds
+    // the copies' FDEs, outside the span `_dl_find_object` knows.
+    desc.resize(detach::DESC_EH_FRAME, 0);
+    desc.extend_from_slice(&add.eh_frame.map_or(0, |e| e.0).to_le_bytes());
     let slot = dynamic.offset + dynamic.used.len() as u64 * DYN_SIZE;
     let mut tag = detach::DT_ADDITIONS.to_le_bytes().to_vec();
     tag.extend_from_slice(&place.offset.to_le_bytes());

@@ -32,6 +32,7 @@ mod limits;
 mod link;
 pub mod liveness;
 pub mod pathprof;
+pub mod personality;
 mod plan;
 mod traced;
 mod unentered;

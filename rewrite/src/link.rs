@@ -86,7 +86,8 @@ pub(crate) fn link(
     if let Some(u) = emitted.unwind {
         add.segments.push(NewSegment {
             vaddr: u.hdr_vaddr,
-            flags: 4,
+            // Read-only, and executable for the wrapper personality.
+            flags: if u.wrapper.is_some() { 5 } else { 4 },
             mem_size: u.bytes.len() as u64,
             bytes: u.bytes,
         });

@@ -64,6 +64,7 @@ use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction};
 
 use crate::codegen::ProcCopy;
 use crate::error::{Error, Refusal, Result};
+use crate::personality::{self, Shim, ShimRange};
 use aetrace_analysis::elf::Module;
 use aetrace_analysis::lsda::{self, Lsda};
 
@@ -168,6 +169,12 @@ pub enum UnwindError {
     /// Two new FDEs start at the same address.
     #[error("two FDEs start at {0:#x}")]
     TwoFdes(u64),
+    /// The wrapper personality could not be assembled.
+    #[error("the wrapper personality: {0}")]
+    Wrapper(#[source] iced_x86::IcedError),
+    /// A shim's offset is out of reach.
+    #[error(transparent)]
+    Shim(#[from] ShimRange),
     /// An address is out of the header's 32-bit reach.
     #[error("{0:#x} is more than 2 GiB from the header")]
     HeaderRange(u64),
@@ -199,10 +206,16 @@ pub struct Unwind {
     /// FDEs written for the copies (0: no copied code has an FDE, and the
     /// segment is not needed).
     pub fdes: usize,
+    /// The wrapper personality (`personality`), whose code makes the
+    /// segment executable.
+    pub wrapper: Option<u64>,
 }
 
 const PE_ABSPTR: u8 = 0x00;
 const PE_PCREL: u8 = 0x10;
+const PE_INDIRECT: u8 = 0x80;
+/// How a CIE names the wrapper personality: pc-relative, signed 4 bytes.
+const PE_PCREL_SDATA4: u8 = 0x1b;
 /// `DW_EH_PE_pcrel | DW_EH_PE_sdata4`, `DW_EH_PE_udata4`,
 /// `DW_EH_PE_datarel | DW_EH_PE_sdata4`: the header encodings ld writes.
 const HDR_ENCODINGS: [u8; 3] = [0x1b, 0x03, 0x3b];
@@ -774,6 +787,9 @@ struct NewFde {
     end: u64,
     rows: Vec<(u64, Row)>,
     lsda: Option<Lsda>,
+    /// What the wrapper personality needs (`personality`), when the
+    /// original CIE names a personality.
+    shim: Option<Shim>,
 }
 
 /// One FDE to write: an original one or a copy's.
@@ -783,6 +799,8 @@ struct FdeOut<'a> {
     end: u64,
     rows: &'a [(u64, Row)],
     lsda: Option<u64>,
+    /// The wrapper personality, which replaces the CIE's.
+    wrapper: Option<u64>,
 }
 
 /// Plans the new FDEs of one copy.
@@ -926,6 +944,25 @@ fn plan_copy(
                 Some(l)
             }
         };
+        let shim = match (f.lsda, f.cie.personality) {
+            (Some(lsda), Some((enc, personality))) => Some(Shim {
+                personality,
+                indirect: enc & PE_INDIRECT != 0,
+                lsda,
+                func: f.start,
+                rets: (k..=j)
+                    .filter(|&m| {
+                        matches!(
+                            old_insns[m].flow_control(),
+                            FlowControl::Call | FlowControl::IndirectCall
+                        )
+                    })
+                    .map(|m| (map[m].1 + new_lens[m], old_insns[m].next_ip()))
+                    .collect(),
+                pads: copy.landing.clone(),
+            }),
+            _ => None,
+        };
         debug_assert!(copy.new_start <= start && start < end && end <= copy.new_end);
         debug_assert!(rows.windows(2).all(|w| w[0].0 < w[1].0) && rows[0].0 == start);
         out.push(NewFde {
@@ -934,6 +971,7 @@ fn plan_copy(
             end,
             rows,
             lsda,
+            shim,
         });
         k = j + 1;
     }
@@ -941,8 +979,14 @@ fn plan_copy(
 }
 
 /// The CIE of a new FDE: the original's parameters, augmentation and
-/// initial row.
-fn new_cie(cie: &CieInfo, with_lsda: bool, eh_vaddr: u64) -> Res<CommonInformationEntry> {
+/// initial row; the personality `wrapper` instead of the original's when
+/// given.
+fn new_cie(
+    cie: &CieInfo,
+    with_lsda: bool,
+    wrapper: Option<u64>,
+    eh_vaddr: u64,
+) -> Res<CommonInformationEntry> {
     let encoding = Encoding {
         format: Format::Dwarf32,
         version: 1,
@@ -953,7 +997,11 @@ fn new_cie(cie: &CieInfo, with_lsda: bool, eh_vaddr: u64) -> Res<CommonInformati
     let data = i8::try_from(cie.data_align)
         .map_err(|_| UnwindError::Unsupported("data alignment factor out of i8"))?;
     let mut c = CommonInformationEntry::new(encoding, code, data, Register(cie.ra));
-    c.personality = match cie.personality {
+    let personality = match wrapper {
+        Some(w) => Some((PE_PCREL_SDATA4, w)),
+        None => cie.personality,
+    };
+    c.personality = match personality {
         Some((enc, a)) => Some((DwEhPe(enc), eh_address(enc, a, eh_vaddr)?)),
         None => None,
     };
@@ -1014,17 +1062,35 @@ fn build_inner(
             end: f.end,
             rows: &f.rows,
             lsda: f.lsda,
+            wrapper: None,
         })
         .collect();
+    // The wrapper personality, when a copy's FDE has a shim.
+    let wrapper = if news.iter().any(|n| n.lsda.is_some() && n.shim.is_some()) {
+        bytes.resize(bytes.len().next_multiple_of(16), 0);
+        let at = vaddr + bytes.len() as u64;
+        bytes.extend_from_slice(&personality::wrapper(at).map_err(UnwindError::Wrapper)?);
+        Some(at)
+    } else {
+        None
+    };
     for n in &news {
         let lsda = match &n.lsda {
             None => None,
             Some(l) => {
-                bytes.resize(bytes.len().next_multiple_of(4), 0);
+                bytes.resize(bytes.len().next_multiple_of(8), 0);
+                let what = |e: UnwindError| e.at("LSDA for", n.start);
+                if let Some(shim) = &n.shim {
+                    let len = 8 * (shim.rets.len() + shim.pads.len()) + personality::SHIM_HEAD;
+                    let at = vaddr + (bytes.len() + len) as u64;
+                    let b = shim.encode(at).map_err(|e| what(UnwindError::Shim(e)))?;
+                    debug_assert_eq!(b.len(), len);
+                    bytes.extend_from_slice(&b);
+                }
                 let at = vaddr + bytes.len() as u64;
                 let enc = l
                     .encode(at, n.start)
-                    .map_err(|e| UnwindError::from(e).at("LSDA for", n.start))?;
+                    .map_err(|e| what(UnwindError::from(e)))?;
                 bytes.extend_from_slice(&enc);
                 Some(at)
             }
@@ -1035,6 +1101,7 @@ fn build_inner(
             end: n.end,
             rows: &n.rows,
             lsda,
+            wrapper: wrapper.filter(|_| lsda.is_some() && n.shim.is_some()),
         });
     }
     bytes.resize(bytes.len().next_multiple_of(8), 0);
@@ -1045,7 +1112,7 @@ fn build_inner(
     let mut frames = FrameTable::default();
     for o in &outs {
         let what = |e: UnwindError| e.at("FDE for", o.start);
-        let cie = new_cie(o.cie, o.lsda.is_some(), eh_vaddr).map_err(what)?;
+        let cie = new_cie(o.cie, o.lsda.is_some(), o.wrapper, eh_vaddr).map_err(what)?;
         let fde_enc = o.cie.fde_enc.unwrap_or(PE_ABSPTR);
         let len = u32::try_from(o.end - o.start)
             .map_err(|_| what(UnwindError::Unsupported("longer than 4 GiB")))?;
@@ -1138,6 +1205,7 @@ fn build_inner(
         hdr_vaddr: vaddr,
         hdr_size,
         fdes: news.len(),
+        wrapper,
     })
 }
 

@@ -220,6 +220,11 @@ const D_NATIVE_BRK: u64 = 104;
 /// (`detach`: `init` finds the link map through its `DT_DEBUG`).
 const D_DYNAMIC: u64 = 112;
 const D_DISP: u64 = 128;
+/// The `.eh_frame`s to register and their `struct object`s
+/// (`detach::FRAMES_SIZE` bytes), after the dispositions (`D_DISP + 32 *
+/// 65`).
+const D_FRAMES: u64 = 2304;
+const _: () = assert!(D_FRAMES + detach::FRAMES_SIZE as u64 <= DATA_SIZE);
 const DATA_SIZE: u64 = 4096;
 
 /// A generated runtime: bytes plus its symbol table.
@@ -277,6 +282,7 @@ struct Labels {
     d_native_brk: CodeLabel,
     d_dynamic: CodeLabel,
     d_disp: CodeLabel,
+    d_frames: CodeLabel,
     /// The program's view of its maps.
     view: view::Labels,
     /// The native break.
@@ -505,6 +511,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         d_native_brk: a.create_label(),
         d_dynamic: a.create_label(),
         d_disp: a.create_label(),
+        d_frames: a.create_label(),
         view: view::Labels::new(&mut a),
         brk: brk::Labels::new(&mut a),
         detach: detach::Labels::new(&mut a),
@@ -654,7 +661,9 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     a.set_label(&mut l.d_dynamic)?;
     a.db(&[0u8; (D_DISP - D_DYNAMIC) as usize])?;
     a.set_label(&mut l.d_disp)?;
-    a.db(&vec![0u8; (DATA_SIZE - D_DISP) as usize])?;
+    a.db(&vec![0u8; (D_FRAMES - D_DISP) as usize])?;
+    a.set_label(&mut l.d_frames)?;
+    a.db(&vec![0u8; (DATA_SIZE - D_FRAMES) as usize])?;
     let res = a.assemble_options(0, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)?;
     let data_offset = res.label_ip(&l.d_ready)?;
     debug_assert_eq!(res.label_ip(&l.d_region)?, data_offset + D_REGION);
@@ -668,6 +677,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     debug_assert_eq!(res.label_ip(&l.d_native_brk)?, data_offset + D_NATIVE_BRK);
     debug_assert_eq!(res.label_ip(&l.d_dynamic)?, data_offset + D_DYNAMIC);
     debug_assert_eq!(res.label_ip(&l.d_disp)?, data_offset + D_DISP);
+    debug_assert_eq!(res.label_ip(&l.d_frames)?, data_offset + D_FRAMES);
     let symbols = vec![
         ("init", res.label_ip(&l.init)?),
         ("attach_thread", res.label_ip(&l.attach)?),
@@ -832,6 +842,7 @@ fn emit_init(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     hide_env(a)?;
     a.call(l.brk.native_brk)?;
     a.call(l.detach.map_all)?;
+    a.call(l.detach.register_frames)?;
     chdir_back(a, l)?;
     // FS base 0: a static executable before its libc's TLS setup.
     let mut have_fs = a.create_label();

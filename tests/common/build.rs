@@ -180,20 +180,23 @@ pub fn build_with_lib(name: &str, soname: &str, origin: bool) -> PathBuf {
         super::scratch("lib-builds").join(format!("{name}-{}-{call}-{origin}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let traces = super::repo_root().join("traces");
-    let st = Command::new("gcc")
+    // C++ sources (`NAME.cpp`, `NAME_lib.cpp`) are built with g++.
+    let cpp = traces.join(format!("{name}.cpp")).exists();
+    let (cc, ext) = if cpp { ("g++", "cpp") } else { ("gcc", "c") };
+    let st = Command::new(cc)
         .args(["-O2", "-shared", "-fPIC"])
         .arg(format!("-Wl,-soname,{soname}"))
         .arg("-o")
         .arg(dir.join(soname))
-        .arg(traces.join(format!("{name}_lib.c")))
+        .arg(traces.join(format!("{name}_lib.{ext}")))
         .status()
         .unwrap();
-    assert!(st.success(), "gcc -shared {name}_lib.c");
+    assert!(st.success(), "{cc} -shared {name}_lib.{ext}");
     let exe = dir.join(name);
-    let st = Command::new("gcc")
+    let st = Command::new(cc)
         .args(["-O2", "-o"])
         .arg(&exe)
-        .arg(traces.join(format!("{name}.c")))
+        .arg(traces.join(format!("{name}.{ext}")))
         .arg(format!("-L{}", dir.display()))
         .arg(format!("-l:{soname}"))
         .arg(if origin {
@@ -203,6 +206,6 @@ pub fn build_with_lib(name: &str, soname: &str, origin: bool) -> PathBuf {
         })
         .status()
         .unwrap();
-    assert!(st.success(), "gcc {name}.c");
+    assert!(st.success(), "{cc} {name}.{ext}");
     exe
 }
