@@ -1815,3 +1815,40 @@ fn info_frame_in_callers_agrees_with_native_gdb() {
     assert!(native_i[5].starts_with("5 main ("), "{native}");
     assert_eq!(ours_i, native_i, "ours:\n{ours}\nnative:\n{native}");
 }
+
+/// `kill` at a breakpoint ends the session as on a native run: gdb says
+/// the inferior was killed (pids masked) and goes on with the script
+/// (`info inferiors`), without "Remote connection closed" (before
+/// 2026-11-29 the stub closed the pipe without answering `vKill`); a
+/// `quit` with the trace's inferior live detaches from it, silently.
+#[test]
+fn kill_ends_the_session_as_natively() {
+    let (exe, trace) = o0_g_recorded("loops.c", &[]);
+    let commands = "break main\ncontinue\nkill\necho after\\n\ninfo inferiors\n";
+    let ours = gdb(&exe, &trace, commands);
+    let script = trace.with_extension("kill.gdb");
+    let native = native_run(&exe, &[], &script, &commands.replace("continue", "run"));
+    let killed = |out: &str| -> Vec<String> {
+        out.lines()
+            .filter(|l| l.starts_with("[Inferior 1 ") || l.starts_with("after"))
+            // The pid masked.
+            .map(|l| match l.split_once(" (process ") {
+                Some((a, b)) => format!("{a} (process N{}", &b[b.find(')').unwrap()..]),
+                None => l.to_owned(),
+            })
+            .collect()
+    };
+    assert_eq!(
+        killed(&ours),
+        ["[Inferior 1 (process N) killed]", "after"],
+        "{ours}"
+    );
+    assert_eq!(
+        killed(&ours),
+        killed(&native),
+        "ours:\n{ours}\nnative:\n{native}"
+    );
+    assert!(!ours.contains("Remote connection closed"), "{ours}");
+    let (ok, quit) = gdb_status(&exe, &trace, "break main\ncontinue\nquit\n");
+    assert!(ok && !quit.contains("Remote connection closed"), "{quit}");
+}
