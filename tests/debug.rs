@@ -1852,3 +1852,68 @@ fn kill_ends_the_session_as_natively() {
     let (ok, quit) = gdb_status(&exe, &trace, "break main\ncontinue\nquit\n");
     assert!(ok && !quit.contains("Remote connection closed"), "{quit}");
 }
+
+/// The signal stops of `out` (`handle ... stop print`, each resume
+/// followed by `monitor when` and [`repeat`]'s pc line): (signal name,
+/// position, pc) per stop. gdb writes `monitor` replies on stderr, which
+/// [`gdb`] puts after stdout: the three lists are zipped in order.
+fn delivery_stops(out: &str) -> Vec<(String, u64, u64)> {
+    let names = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("Program received signal "))
+        .map(|l| l.split(',').next().unwrap().to_owned());
+    let stops: Vec<_> = names.zip(whens(out)).zip(pcs(out)).collect();
+    stops.into_iter().map(|((n, w), pc)| (n, w, pc)).collect()
+}
+
+/// `signal_stub.c` (a SIGALRM timer striking now and then inside
+/// `on_usr1`'s handler stub before its SIGUSR1 record: two signals
+/// delivered with no instruction between them, both handlers run, the
+/// kernel's two frames): `continue` stops once per recorded signal (the
+/// count `regen --count` gives; before 2026-11-29 deliveries at once
+/// stopped once), and a stop at the same position as the one before it
+/// at the first instruction of the handler of the one before it
+/// (`on_usr1` or `on_alarm`), where natively the second delivery stops:
+/// the first one's handler frame is set up. Then `reverse-continue` stops at the last 50 in reverse
+/// order. (The timer makes how many come at once vary: a few dozen per
+/// run here.)
+#[test]
+fn signals_delivered_at_once_stop_once_each() {
+    // 100 SIGALRMs (the program's argument): a few hundred stops.
+    let (exe, trace) = recorded("signal_stub.c", &["100"]);
+    let count = common::regen::count(&trace);
+    let n: usize = count
+        .split(" signals")
+        .next()
+        .and_then(|h| h.rsplit(' ').next())
+        .and_then(|k| k.parse().ok())
+        .unwrap_or_else(|| panic!("signals in {count}"));
+    let resume = |cmd: &str, k: usize| format!("{cmd}\nmonitor when\n").repeat(k);
+    let script = format!(
+        "handle SIGALRM SIGUSR1 stop print\n{}{}",
+        repeat(&resume("continue", 1), n + 1),
+        repeat(&resume("reverse-continue", 1), 50)
+    );
+    let out = gdb(&exe, &trace, &script);
+    let stops = delivery_stops(&out);
+    let (fwd, back) = stops.split_at(n + 1);
+    assert_eq!(fwd[n].0, "SIGKILL", "{out}");
+    let signals = &fwd[..n];
+    assert!(signals.iter().all(|s| s.0 != "SIGKILL"), "{out}");
+    let entries = pcs(&gdb(
+        &exe,
+        &trace,
+        "printf \"pc %lx\\npc %lx\\n\", on_usr1, on_alarm",
+    ));
+    let handler = |sig: &str| match sig {
+        "SIGUSR1" => entries[0],
+        _ => entries[1],
+    };
+    let at_once: Vec<_> = signals.windows(2).filter(|w| w[0].1 == w[1].1).collect();
+    assert!(!at_once.is_empty(), "{out}");
+    for w in &at_once {
+        assert_eq!(w[1].2, handler(&w[0].0), "{w:?}");
+    }
+    let last: Vec<_> = signals[n - 50..].iter().rev().collect();
+    assert_eq!(back.iter().collect::<Vec<_>>(), last);
+}

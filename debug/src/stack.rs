@@ -114,7 +114,7 @@ impl Stacks {
     /// interrupted, with passages (the debugger's stacks).
     fn interrupted(&self, t: &mut Timeline<'_>, n: u64) -> Option<u64> {
         self.passages.as_ref()?;
-        let s = t.signal_before(n)?;
+        let s = t.signal_before(n, 0)?;
         t.interrupted(s).pc
     }
 

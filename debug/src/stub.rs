@@ -119,12 +119,13 @@ pub enum Stop {
 
 /// Where a thread stands at its position `pos`, in time order: in the
 /// passage through untraced code before instruction `pos`, at the delivery
-/// of a signal before it (the interrupted instruction not run yet, the
-/// handler not entered), or at the instruction.
+/// of the `k`th signal before it (the interrupted instruction not run
+/// yet, no handler entered; several may be delivered at once, each a
+/// stop, as natively), or at the instruction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum At {
     Passage,
-    Signal,
+    Signal(usize),
     Insn,
 }
 
@@ -272,11 +273,7 @@ impl<'m> Stub<'m> {
     pub fn pc(&mut self) -> u64 {
         match self.at {
             At::Passage => self.passage_before(self.pos).map_or(UNTRACED, Passage::pc),
-            At::Signal => match self.signal_pc() {
-                Some(x) => x,
-                // Untraced code was interrupted.
-                None => self.passage_before(self.pos).map_or(UNTRACED, Passage::pc),
-            },
+            At::Signal(k) => self.delivery_pc(k),
             At::Insn => match self.timeline.address(self.pos) {
                 Some(a) => a,
                 None => self.end_state().0,
@@ -313,7 +310,7 @@ impl<'m> Stub<'m> {
     /// Whether the thread stands at a recorded signal's delivery, its
     /// handler next.
     pub(crate) fn at_delivery(&self) -> bool {
-        self.at == At::Signal
+        matches!(self.at, At::Signal(_))
     }
 
     /// Says `why` on gdb's terminal (the stub's stderr).
@@ -382,7 +379,11 @@ impl<'m> Stub<'m> {
     fn step_forward(&mut self) -> Stop {
         match self.at {
             At::Passage => return self.signal_or_insn(),
-            At::Signal => {
+            At::Signal(k) => {
+                // The next signal delivered at once, else the handler.
+                if let Some(s) = self.timeline.signal_before(self.pos, k + 1) {
+                    return self.at_signal(s);
+                }
                 self.at = At::Insn;
                 return Stop::Step;
             }
@@ -400,17 +401,27 @@ impl<'m> Stub<'m> {
         self.signal_or_insn()
     }
 
-    /// The instruction the signal delivered before the position
+    /// The instruction the `k`th signal delivered before the position
     /// interrupted, if it was traced.
-    fn signal_pc(&mut self) -> Option<u64> {
-        let s = self.timeline.signal_before(self.pos)?;
+    fn signal_pc(&mut self, k: usize) -> Option<u64> {
+        let s = self.timeline.signal_before(self.pos, k)?;
         self.timeline.interrupted(s).pc
+    }
+
+    /// The pc at the `k`th signal's delivery before the position: the
+    /// instruction it interrupted, else (untraced code was interrupted)
+    /// the passage's.
+    fn delivery_pc(&mut self, k: usize) -> u64 {
+        match self.signal_pc(k) {
+            Some(x) => x,
+            None => self.passage_before(self.pos).map_or(UNTRACED, Passage::pc),
+        }
     }
 
     /// Moves to the delivery of the signal before the position, if there
     /// is one (a stop with its number), else to the instruction.
     fn signal_or_insn(&mut self) -> Stop {
-        match self.timeline.signal_before(self.pos) {
+        match self.timeline.signal_before(self.pos, 0) {
             Some(s) => self.at_signal(s),
             None => {
                 self.at = At::Insn;
@@ -421,7 +432,7 @@ impl<'m> Stub<'m> {
 
     /// Stops at the delivery of `s`.
     fn at_signal(&mut self, s: Signal) -> Stop {
-        (self.pos, self.at) = (s.pos, At::Signal);
+        (self.pos, self.at) = (s.pos, At::Signal(self.timeline.rank(&s)));
         Stop::Signal(s.signo)
     }
 
@@ -438,11 +449,14 @@ impl<'m> Stub<'m> {
             (self.pos, self.at) = (self.pos - 1, At::Insn);
             return Stop::Step;
         }
-        if self.at == At::Insn {
-            if let Some(s) = self.timeline.signal_before(self.pos) {
-                self.at_signal(s);
-                return Stop::Step;
-            }
+        let back_to = match self.at {
+            At::Insn if self.pos > 0 => self.timeline.signal_last_in(self.pos - 1, self.pos),
+            At::Signal(k) if k > 0 => self.timeline.signal_before(self.pos, k - 1),
+            _ => None,
+        };
+        if let Some(s) = back_to {
+            self.at_signal(s);
+            return Stop::Step;
         }
         self.at = At::Insn;
         if self.passage_before(self.pos).is_some() {
@@ -465,6 +479,9 @@ impl<'m> Stub<'m> {
     fn search(&mut self, forward: bool, stops: Stops<'_>) -> Stop {
         if forward && self.at == At::Insn && self.at_end() {
             return Stop::End;
+        }
+        if let Some(s) = self.signal_at_once(forward) {
+            return self.at_signal(s);
         }
         let found = match forward {
             // From a passage or a delivery, its instruction is the next one.
@@ -503,6 +520,17 @@ impl<'m> Stub<'m> {
         }
     }
 
+    /// At a signal's delivery, the next signal delivered at once with it
+    /// (`forward`), or the previous one.
+    fn signal_at_once(&mut self, forward: bool) -> Option<Signal> {
+        let At::Signal(k) = self.at else { return None };
+        let k = match forward {
+            true => k + 1,
+            false => k.checked_sub(1)?,
+        };
+        self.timeline.signal_before(self.pos, k)
+    }
+
     /// The first signal delivered after the current point and before
     /// instruction `at` (forwards), or the last one after instruction `at`
     /// and before the current point (backwards).
@@ -510,7 +538,7 @@ impl<'m> Stub<'m> {
         match (forward, self.at) {
             (true, At::Passage) => self
                 .timeline
-                .signal_before(self.pos)
+                .signal_before(self.pos, 0)
                 .or_else(|| self.timeline.signal_in(self.pos, at)),
             (true, _) => self.timeline.signal_in(self.pos, at),
             (false, At::Insn) => self.timeline.signal_last_in(at, self.pos),
@@ -738,11 +766,7 @@ impl<'m> Stub<'m> {
         let pc = self.pc();
         let end = self.at == At::Insn && self.at_end();
         let rets = match self.at {
-            At::Signal => match self.signal_pc() {
-                Some(x) => self.stacks.at_signal(&mut self.timeline, self.pos, x),
-                // Untraced code was interrupted: the passage's stack.
-                None => self.stacks.at(&mut self.timeline, self.pos, true),
-            },
+            At::Signal(k) => self.delivery_returns(k),
             _ if end => self.end_state().1,
             a => self
                 .stacks
@@ -756,6 +780,23 @@ impl<'m> Stub<'m> {
         // A return address's procedure is its call instruction's.
         frames.extend(rets.iter().map(|&r| (r, entry(r - 1))));
         frames
+    }
+
+    /// The return addresses at the `k`th signal's delivery before the
+    /// position: the first one's interrupted frame and its callers, and
+    /// for each signal delivered at once after it, the restorer and the
+    /// handler it interrupted (at its first instruction), innermost first.
+    fn delivery_returns(&mut self, k: usize) -> Vec<u64> {
+        let mut rets = match self.signal_pc(0) {
+            Some(x) => self.stacks.at_signal(&mut self.timeline, self.pos, x),
+            // Untraced code was interrupted: the passage's stack.
+            None => self.stacks.at(&mut self.timeline, self.pos, true),
+        };
+        for j in 0..k {
+            let pc = self.delivery_pc(j);
+            rets.splice(0..0, [RETURNED, pc]);
+        }
+        rets
     }
 
     /// Reads the shadow region ([`SHADOW`]): how many bytes were served.
@@ -784,7 +825,7 @@ impl<'m> Stub<'m> {
                 let block = n.unwrap_or(0).saturating_sub(1);
                 let passage = match (self.at, end) {
                     (At::Passage, _) => " (in untraced code before it)",
-                    (At::Signal, _) => " (at a signal's delivery before it)",
+                    (At::Signal(_), _) => " (at a signal's delivery before it)",
                     (_, true) => " (past the thread's last instruction)",
                     _ => "",
                 };
@@ -856,7 +897,7 @@ impl<'m> Stub<'m> {
         let pc = self.pc();
         match self.at {
             At::Passage => return format!("in untraced code before instruction {}", self.pos),
-            At::Signal => {
+            At::Signal(_) => {
                 return format!(
                     "at a signal's delivery before instruction {} (its handler's first)",
                     self.pos
