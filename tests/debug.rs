@@ -1917,3 +1917,57 @@ fn signals_delivered_at_once_stop_once_each() {
     let last: Vec<_> = signals[n - 50..].iter().rev().collect();
     assert_eq!(back.iter().collect::<Vec<_>>(), last);
 }
+
+/// Per `bt` in `out`: each frame as `function line` in the program's
+/// `file`, `<signal handler called>`, or `untraced` for a run of frames
+/// elsewhere (libc natively: `??` and `raise`; `<untraced>` on the trace).
+fn frames_with_signals(out: &str, file: &str) -> Vec<Vec<String>> {
+    let mut all: Vec<Vec<String>> = Vec::new();
+    for l in out.lines().filter(|l| l.starts_with('#')) {
+        if l.starts_with("#0 ") {
+            all.push(Vec::new());
+        }
+        let frame = match l.rsplit_once(&format!("{file}:")) {
+            _ if l.contains("<signal handler called>") => "<signal handler called>".to_owned(),
+            Some((_, line)) => format!("{} {line}", frame_function(l)),
+            None => "untraced".to_owned(),
+        };
+        let last = all.last_mut().unwrap();
+        if !(frame == "untraced" && last.last().is_some_and(|f| f == "untraced")) {
+            last.push(frame);
+        }
+    }
+    all
+}
+
+/// A signal handler's backtrace reads as native gdb's (`signal_stops.c`
+/// at -O0 -g, `bt` in `on_signal` for SIGUSR1 after the program's `kill`
+/// syscall and for SIGUSR2 raised in libc): the handler, `<signal handler
+/// called>` (before 2026-11-29 `<untraced>`), then the interrupted frame
+/// with the line of the interrupted instruction (gdb looks a signal
+/// frame's caller up at its pc) or the untraced code (libc natively, then
+/// `raise`) and `main` at the call's line.
+#[test]
+fn a_handlers_caller_is_the_signal_frame_as_natively() {
+    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
+    let (exe, trace) = o0_g_recorded("signal_stops.c", &[]);
+    let handler = "tbreak on_signal\ncontinue\nbt\n".repeat(2);
+    let commands = format!("{HANDLE_AS_NATIVE}break main\ncontinue\n{handler}");
+    let ours = gdb(
+        &exe,
+        &trace,
+        &format!("source {}\n{commands}", aetrace_py.display()),
+    );
+    let script = trace.with_extension("handler-bt.gdb");
+    let native = native_run(&exe, &[], &script, &commands.replacen("continue", "run", 1));
+    let (o, n) = (
+        frames_with_signals(&ours, "signal_stops.c"),
+        frames_with_signals(&native, "signal_stops.c"),
+    );
+    assert_eq!(n.len(), 2, "{native}");
+    assert!(
+        n.iter().all(|b| b[1] == "<signal handler called>"),
+        "{native}"
+    );
+    assert_eq!(o, n, "ours:\n{ours}\nnative:\n{native}");
+}

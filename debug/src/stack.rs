@@ -25,9 +25,12 @@
 //!
 //! A signal that interrupted traced code at instruction `x` (the
 //! timeline's deliveries, with passages) makes the handler's caller the
-//! restorer ([`RETURNED`], untraced) and its caller `x`'s frame: the
-//! stack steps to `x`, pushes `x` and [`RETURNED`], and the handler's
-//! first instruction is no step from anything; its return pops to `x`.
+//! restorer ([`SIGRETURN`], untraced: gdb's `<signal handler called>`)
+//! and its caller `x`'s frame: the stack steps to `x`, pushes `x` and
+//! [`SIGRETURN`], and the handler's first instruction is no step from
+//! anything; its return pops to `x`. A signal that interrupted untraced
+//! code (`raise`) makes its handler a callback from there: its caller is
+//! the restorer too, whose caller is that code ([`UNTRACED`]).
 //!
 //! Invariants: the stack at an interval's start is the same whatever order
 //! positions are visited in (it is computed front to back, interval by
@@ -35,7 +38,7 @@
 
 use crate::image::Image;
 use crate::timeline::{Signal, Timeline};
-use crate::untraced::{decode, Exit, Passage, To, RETURNED, UNTRACED};
+use crate::untraced::{decode, Exit, Passage, To, RETURNED, SIGRETURN, UNTRACED};
 use aetrace_regen::compile::Module as Compiled;
 use std::collections::HashMap;
 
@@ -188,16 +191,27 @@ impl Stacks {
         sigs: &[Signal],
         mut f: impl FnMut(u64, Option<Passage>),
     ) {
-        let mut sigs = sigs.iter().filter_map(|g| Some((g.pos, g.pc?))).peekable();
+        let mut sigs = sigs.iter().peekable();
         for (i, &b) in addrs.iter().enumerate() {
             let q = start + i as u64;
-            let mut before = None;
-            while let Some((_, x)) = sigs.next_if(|g| g.0 <= q) {
+            let (mut before, mut outside) = (None, false);
+            while let Some(g) = sigs.next_if(|g| g.pos <= q) {
+                let Some(x) = g.pc else {
+                    outside = true;
+                    continue;
+                };
                 before = before.or(self.step(s, x));
-                s.stack.extend([x, RETURNED]);
+                s.stack.extend([x, SIGRETURN]);
                 s.prev = None;
             }
             let p = self.step(s, b);
+            // A handler called back from the untraced code a signal
+            // interrupted: its caller is the restorer, whose caller is that
+            // code (looked up at its pc, as natively libc's).
+            if outside && s.stack.last() == Some(&RETURNED) {
+                s.stack.pop();
+                s.stack.extend([UNTRACED, SIGRETURN]);
+            }
             f(q, before.or(p));
         }
     }
@@ -372,6 +386,15 @@ impl Passages {
             Exit::Jump(to) if !on_stack && self.called_back(site, to, b) => Some(Passage::Entered),
             Exit::Ret if stack.last() == Some(&RETURNED) => {
                 stack.pop();
+                Some(Passage::Returned)
+            }
+            // A handler's return: into the restorer, then the code the
+            // signal interrupted (untraced code: popped with it).
+            Exit::Ret if stack.last() == Some(&SIGRETURN) => {
+                stack.pop();
+                if stack.last() == Some(&UNTRACED) {
+                    stack.pop();
+                }
                 Some(Passage::Returned)
             }
             Exit::Ret if !on_stack && self.entries.contains_key(&b) => Some(Passage::Returned),

@@ -31,7 +31,7 @@ use crate::image::Image;
 use crate::materialise;
 use crate::stack::Stacks;
 use crate::timeline::{Found, Hit, Signal, Timeline};
-use crate::untraced::{is_untraced, Passage, RETURNED, UNTRACED};
+use crate::untraced::{is_untraced, Passage, RETURNED, SIGRETURN, UNTRACED};
 use aetrace_regen::compile::Module as Compiled;
 use gdbstub::arch::{Arch, Registers};
 use gdbstub::target::ext::breakpoints::WatchKind;
@@ -150,8 +150,9 @@ pub struct Stub<'m> {
     block_index: BlockIndex,
     modules: &'m [&'m Compiled],
     stacks: Stacks,
-    /// The shadow region's bytes at a position ([`SHADOW`]).
-    shadow: Option<((u64, At), Vec<u8>)>,
+    /// The shadow regions' bytes at a position ([`SHADOW`],
+    /// [`PCS_BY_DEPTH`]).
+    shadow: Option<((u64, At), Vec<u8>, Vec<u8>)>,
     /// How to re-run the program (`monitor materialise`).
     plan: materialise::Plan,
     /// The thread's data references, or why there are none.
@@ -180,6 +181,13 @@ const CALLS_AROUND: usize = 10;
 /// its procedure's entry (0 when the pc is in no traced procedure); the
 /// outermost frame is the last.
 pub const SHADOW: u64 = 0xae7a_ce00_0000_0000;
+
+/// The frames' pcs by depth from the bottom of the stack, where the CFI
+/// `aetrace.py` gives a signal handler's caller ([`SIGRETURN`]) reads the
+/// interrupted frame's pc (CFI has the frame's depth, from its made-up
+/// frame address, not its level): the u64 at `PCS_BY_DEPTH + 8 * d` is the
+/// pc of the frame `d` frames from the bottom (the outermost is 1).
+pub const PCS_BY_DEPTH: u64 = SHADOW + (1 << 32);
 
 impl<'m> Stub<'m> {
     /// A stub at position `at` of `timeline`, over `image`; `modules` are
@@ -794,24 +802,33 @@ impl<'m> Stub<'m> {
         };
         for j in 0..k {
             let pc = self.delivery_pc(j);
-            rets.splice(0..0, [RETURNED, pc]);
+            rets.splice(0..0, [SIGRETURN, pc]);
         }
         rets
     }
 
-    /// Reads the shadow region ([`SHADOW`]): how many bytes were served.
+    /// Reads the shadow region ([`SHADOW`], [`PCS_BY_DEPTH`]): how many
+    /// bytes were served.
     fn read_shadow(&mut self, addr: u64, data: &mut [u8]) -> usize {
         let here = (self.pos, self.at);
         if self.shadow.as_ref().map(|s| s.0) != Some(here) {
             let frames = self.frames();
             let mut bytes = (frames.len() as u64).to_le_bytes().to_vec();
-            for (pc, entry) in frames {
+            // Depth 0 is no frame's.
+            let mut by_depth = vec![0; 8];
+            for &(pc, entry) in &frames {
                 bytes.extend(pc.to_le_bytes().into_iter().chain(entry.to_le_bytes()));
             }
-            self.shadow = Some((here, bytes));
+            for &(pc, _) in frames.iter().rev() {
+                by_depth.extend(pc.to_le_bytes());
+            }
+            self.shadow = Some((here, bytes, by_depth));
         }
-        let bytes = &self.shadow.as_ref().expect("just set").1;
-        xfer(bytes, addr - SHADOW, data.len(), data)
+        let s = self.shadow.as_ref().expect("just set");
+        match addr.checked_sub(PCS_BY_DEPTH) {
+            Some(off) => xfer(&s.2, off, data.len(), data),
+            None => xfer(&s.1, addr - SHADOW, data.len(), data),
+        }
     }
 
     /// Answers `monitor CMD`: one or more lines of text.
