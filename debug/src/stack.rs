@@ -181,7 +181,7 @@ impl Stacks {
     /// on, calling `f` with each position and the passage before it. A
     /// signal that interrupted traced code at `x` ([`Signal::pc`]) first
     /// steps to `x`, then calls its handler from there: the handler's
-    /// caller is the restorer (untraced code, [`RETURNED`]), whose caller
+    /// caller is the restorer (untraced code, [`SIGRETURN`]), whose caller
     /// is `x`'s frame (as gdb shows `<signal handler called>`).
     fn walk(
         &self,
@@ -388,14 +388,12 @@ impl Passages {
                 stack.pop();
                 Some(Passage::Returned)
             }
-            // A handler's return: into the restorer, then the code the
-            // signal interrupted (untraced code: popped with it).
+            // A handler's return, into the restorer (the frame gdb's
+            // `finish` out of the handler waits for: same depth), then the
+            // code the signal interrupted.
             Exit::Ret if stack.last() == Some(&SIGRETURN) => {
                 stack.pop();
-                if stack.last() == Some(&UNTRACED) {
-                    stack.pop();
-                }
-                Some(Passage::Returned)
+                Some(Passage::Sigreturned)
             }
             Exit::Ret if !on_stack && self.entries.contains_key(&b) => Some(Passage::Returned),
             _ => None,

@@ -580,7 +580,8 @@ impl<'m> Stub<'m> {
         forward: bool,
         stops: &Stops<'_>,
     ) -> Option<u64> {
-        if from > to || !(stops.hit(UNTRACED) || stops.hit(RETURNED)) {
+        let pcs = [UNTRACED, RETURNED, SIGRETURN];
+        if from > to || !pcs.into_iter().any(|pc| stops.hit(pc)) {
             return None;
         }
         let (first, last) = (

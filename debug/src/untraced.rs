@@ -49,6 +49,10 @@ pub enum Passage {
     Entered,
     /// A callback returned into the untraced code that called it.
     Returned,
+    /// A signal handler returned into the restorer: its pc is the
+    /// handler's caller's ([`SIGRETURN`]), where gdb's `finish` and `next`
+    /// out of the handler stop.
+    Sigreturned,
 }
 
 impl Passage {
@@ -57,6 +61,7 @@ impl Passage {
         match self {
             Passage::Entered => UNTRACED,
             Passage::Returned => RETURNED,
+            Passage::Sigreturned => SIGRETURN,
         }
     }
 }
