@@ -29,8 +29,9 @@
 //! and its caller `x`'s frame: the stack steps to `x`, pushes `x` and
 //! [`SIGRETURN`], and the handler's first instruction is no step from
 //! anything; its return pops to `x`. A signal that interrupted untraced
-//! code (`raise`) makes its handler a callback from there: its caller is
-//! the restorer too, whose caller is that code ([`UNTRACED`]).
+//! code (`raise`) makes its handler a callback from there ([`RETURNED`]:
+//! a restorer frame there and one for the untraced code, as natively,
+//! made `reverse-next` over `raise` stop in it).
 //!
 //! Invariants: the stack at an interval's start is the same whatever order
 //! positions are visited in (it is computed front to back, interval by
@@ -194,24 +195,14 @@ impl Stacks {
         let mut sigs = sigs.iter().peekable();
         for (i, &b) in addrs.iter().enumerate() {
             let q = start + i as u64;
-            let (mut before, mut outside) = (None, false);
+            let mut before = None;
             while let Some(g) = sigs.next_if(|g| g.pos <= q) {
-                let Some(x) = g.pc else {
-                    outside = true;
-                    continue;
-                };
+                let Some(x) = g.pc else { continue };
                 before = before.or(self.step(s, x));
                 s.stack.extend([x, SIGRETURN]);
                 s.prev = None;
             }
             let p = self.step(s, b);
-            // A handler called back from the untraced code a signal
-            // interrupted: its caller is the restorer, whose caller is that
-            // code (looked up at its pc, as natively libc's).
-            if outside && s.stack.last() == Some(&RETURNED) {
-                s.stack.pop();
-                s.stack.extend([UNTRACED, SIGRETURN]);
-            }
             f(q, before.or(p));
         }
     }
