@@ -150,9 +150,8 @@ pub struct Stub<'m> {
     block_index: BlockIndex,
     modules: &'m [&'m Compiled],
     stacks: Stacks,
-    /// The shadow regions' bytes at a position ([`SHADOW`],
-    /// [`PCS_BY_DEPTH`]).
-    shadow: Option<((u64, At), Vec<u8>, Vec<u8>)>,
+    /// The shadow regions' bytes at a position.
+    shadow: Option<Shadow>,
     /// How to re-run the program (`monitor materialise`).
     plan: materialise::Plan,
     /// The thread's data references, or why there are none.
@@ -171,6 +170,10 @@ pub struct Stub<'m> {
 /// replay (SIGKILL, Linux's number): gdb keeps the thread, so reverse
 /// commands go on.
 pub const END_SIGNAL: u32 = 9;
+
+/// The shadow regions' bytes at a position: (position, [`SHADOW`]'s
+/// bytes, [`PCS_BY_DEPTH`]'s bytes).
+type Shadow = ((u64, At), Vec<u8>, Vec<u8>);
 
 /// Calls `monitor calls` lists on each side of the current position.
 const CALLS_AROUND: usize = 10;
