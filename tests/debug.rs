@@ -1815,3 +1815,158 @@ fn info_frame_in_callers_agrees_with_native_gdb() {
     assert!(native_i[5].starts_with("5 main ("), "{native}");
     assert_eq!(ours_i, native_i, "ours:\n{ours}\nnative:\n{native}");
 }
+
+/// `kill` at a breakpoint ends the session as on a native run: gdb says
+/// the inferior was killed (pids masked) and goes on with the script
+/// (`info inferiors`), without "Remote connection closed" (before
+/// 2026-11-29 the stub closed the pipe without answering `vKill`); a
+/// `quit` with the trace's inferior live detaches from it, silently.
+#[test]
+fn kill_ends_the_session_as_natively() {
+    let (exe, trace) = o0_g_recorded("loops.c", &[]);
+    let commands = "break main\ncontinue\nkill\necho after\\n\ninfo inferiors\n";
+    let ours = gdb(&exe, &trace, commands);
+    let script = trace.with_extension("kill.gdb");
+    let native = native_run(&exe, &[], &script, &commands.replace("continue", "run"));
+    let killed = |out: &str| -> Vec<String> {
+        out.lines()
+            .filter(|l| l.starts_with("[Inferior 1 ") || l.starts_with("after"))
+            // The pid masked.
+            .map(|l| match l.split_once(" (process ") {
+                Some((a, b)) => format!("{a} (process N{}", &b[b.find(')').unwrap()..]),
+                None => l.to_owned(),
+            })
+            .collect()
+    };
+    assert_eq!(
+        killed(&ours),
+        ["[Inferior 1 (process N) killed]", "after"],
+        "{ours}"
+    );
+    assert_eq!(
+        killed(&ours),
+        killed(&native),
+        "ours:\n{ours}\nnative:\n{native}"
+    );
+    assert!(!ours.contains("Remote connection closed"), "{ours}");
+    let (ok, quit) = gdb_status(&exe, &trace, "break main\ncontinue\nquit\n");
+    assert!(ok && !quit.contains("Remote connection closed"), "{quit}");
+}
+
+/// The signal stops of `out` (`handle ... stop print`, each resume
+/// followed by `monitor when` and [`repeat`]'s pc line): (signal name,
+/// position, pc) per stop. gdb writes `monitor` replies on stderr, which
+/// [`gdb`] puts after stdout: the three lists are zipped in order.
+fn delivery_stops(out: &str) -> Vec<(String, u64, u64)> {
+    let names = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("Program received signal "))
+        .map(|l| l.split(',').next().unwrap().to_owned());
+    let stops: Vec<_> = names.zip(whens(out)).zip(pcs(out)).collect();
+    stops.into_iter().map(|((n, w), pc)| (n, w, pc)).collect()
+}
+
+/// `signal_stub.c` (a SIGALRM timer striking now and then inside
+/// `on_usr1`'s handler stub before its SIGUSR1 record: two signals
+/// delivered with no instruction between them, both handlers run, the
+/// kernel's two frames): `continue` stops once per recorded signal (the
+/// count `regen --count` gives; before 2026-11-29 deliveries at once
+/// stopped once), and a stop at the same position as the one before it
+/// at the first instruction of the handler of the one before it
+/// (`on_usr1` or `on_alarm`), where natively the second delivery stops:
+/// the first one's handler frame is set up. Then `reverse-continue` stops at the last 50 in reverse
+/// order. (The timer makes how many come at once vary: a few dozen per
+/// run here.)
+#[test]
+fn signals_delivered_at_once_stop_once_each() {
+    // 100 SIGALRMs (the program's argument): a few hundred stops.
+    let (exe, trace) = recorded("signal_stub.c", &["100"]);
+    let count = common::regen::count(&trace);
+    let n: usize = count
+        .split(" signals")
+        .next()
+        .and_then(|h| h.rsplit(' ').next())
+        .and_then(|k| k.parse().ok())
+        .unwrap_or_else(|| panic!("signals in {count}"));
+    let resume = |cmd: &str, k: usize| format!("{cmd}\nmonitor when\n").repeat(k);
+    let script = format!(
+        "handle SIGALRM SIGUSR1 stop print\n{}{}",
+        repeat(&resume("continue", 1), n + 1),
+        repeat(&resume("reverse-continue", 1), 50)
+    );
+    let out = gdb(&exe, &trace, &script);
+    let stops = delivery_stops(&out);
+    let (fwd, back) = stops.split_at(n + 1);
+    assert_eq!(fwd[n].0, "SIGKILL", "{out}");
+    let signals = &fwd[..n];
+    assert!(signals.iter().all(|s| s.0 != "SIGKILL"), "{out}");
+    let entries = pcs(&gdb(
+        &exe,
+        &trace,
+        "printf \"pc %lx\\npc %lx\\n\", on_usr1, on_alarm",
+    ));
+    let handler = |sig: &str| match sig {
+        "SIGUSR1" => entries[0],
+        _ => entries[1],
+    };
+    let at_once: Vec<_> = signals.windows(2).filter(|w| w[0].1 == w[1].1).collect();
+    assert!(!at_once.is_empty(), "{out}");
+    for w in &at_once {
+        assert_eq!(w[1].2, handler(&w[0].0), "{w:?}");
+    }
+    let last: Vec<_> = signals[n - 50..].iter().rev().collect();
+    assert_eq!(back.iter().collect::<Vec<_>>(), last);
+}
+
+/// Per `bt` in `out`: each frame as `function line` in the program's
+/// `file`, `<signal handler called>`, or `untraced` for a run of frames
+/// elsewhere (libc natively: `??` and `raise`; `<untraced>` on the trace).
+fn frames_with_signals(out: &str, file: &str) -> Vec<Vec<String>> {
+    let mut all: Vec<Vec<String>> = Vec::new();
+    for l in out.lines().filter(|l| l.starts_with('#')) {
+        if l.starts_with("#0 ") {
+            all.push(Vec::new());
+        }
+        let frame = match l.rsplit_once(&format!("{file}:")) {
+            _ if l.contains("<signal handler called>") => "<signal handler called>".to_owned(),
+            Some((_, line)) => format!("{} {line}", frame_function(l)),
+            None => "untraced".to_owned(),
+        };
+        let last = all.last_mut().unwrap();
+        if !(frame == "untraced" && last.last().is_some_and(|f| f == "untraced")) {
+            last.push(frame);
+        }
+    }
+    all
+}
+
+/// A signal handler's backtrace reads as native gdb's (`signal_stops.c`
+/// at -O0 -g, `bt` in `on_signal` for SIGUSR1 after the program's `kill`
+/// syscall): the handler, `<signal handler called>` (before 2026-11-29
+/// `<untraced>`), then the interrupted frame with the line of the
+/// interrupted instruction (gdb looks a signal frame's caller up at its
+/// pc) and `main`. (Not in `raise`: there the caller is `<untraced>`.)
+#[test]
+fn a_handlers_caller_is_the_signal_frame_as_natively() {
+    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
+    let (exe, trace) = o0_g_recorded("signal_stops.c", &[]);
+    let handler = "tbreak on_signal\ncontinue\nbt\n";
+    let commands = format!("{HANDLE_AS_NATIVE}break main\ncontinue\n{handler}");
+    let ours = gdb(
+        &exe,
+        &trace,
+        &format!("source {}\n{commands}", aetrace_py.display()),
+    );
+    let script = trace.with_extension("handler-bt.gdb");
+    let native = native_run(&exe, &[], &script, &commands.replacen("continue", "run", 1));
+    let (o, n) = (
+        frames_with_signals(&ours, "signal_stops.c"),
+        frames_with_signals(&native, "signal_stops.c"),
+    );
+    assert_eq!(n.len(), 1, "{native}");
+    assert!(
+        n.iter().all(|b| b[1] == "<signal handler called>"),
+        "{native}"
+    );
+    assert_eq!(o, n, "ours:\n{ours}\nnative:\n{native}");
+}

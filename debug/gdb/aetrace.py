@@ -239,6 +239,10 @@ class AetraceUnwinder(gdb.unwinder.Unwinder):
         pc, entry = frames[level]
         if int(pending_frame.read_register("rip")) != pc:
             return None
+        if pc == SIGRETURN and level > 0:
+            # A signal handler's caller: gdb's DWARF unwinder takes it as a
+            # signal frame (`untraced_cfi`), shown `<signal handler called>`.
+            return None
         if entry == UNTRACED and level + 1 == len(frames):
             # What ran after a thread's last instruction, with no traced
             # caller: its CFI makes it the outermost frame, with the id it
@@ -267,22 +271,61 @@ gdb.unwinder.register_unwinder(None, AetraceUnwinder(), replace=True)
 # over a function with a symbol and no line table as it does over libc.
 UNTRACED = 0x7AE7ACE00000
 UNTRACED_SIZE = 16
+# A signal handler's caller, the restorer (aetrace_debug::untraced::SIGRETURN),
+# and where the stub serves the frames' pcs by depth (stub::PCS_BY_DEPTH).
+SIGRETURN = UNTRACED + 8
+PCS_BY_DEPTH = SHADOW + (1 << 32)
 
 
 def untraced_cfi():
-    """A .debug_frame for `<untraced>`: the CFA a constant and rip
-    undefined, so gdb's DWARF unwinder takes an `<untraced>` frame the
-    Python one leaves (the outermost: what started a thread) as the
-    outermost frame, reading no register of the frame below it (one the
-    Python unwinder did not save would be an error)."""
+    """A .debug_frame for `<untraced>`. Its first half: the CFA a
+    constant and rip undefined, so gdb's DWARF unwinder takes an
+    `<untraced>` frame the Python one leaves (the outermost: what started
+    a thread) as the outermost frame, reading no register of the frame
+    below it (one the Python unwinder did not save would be an error).
+    Its second half, around SIGRETURN: a signal frame (augmentation "S":
+    gdb shows `<signal handler called>` and looks the caller's function
+    up at its pc, not pc - 1), whose caller's rip is the stub's pc of the
+    frame two below the handler by depth (PCS_BY_DEPTH), and rsp and rbp
+    as the Python unwinder makes them up (frame_address)."""
     # CIE: id 0xffffffff, version 1, no augmentation, code alignment 1,
     # data alignment -8, return address rip (16); DW_CFA_def_cfa_expression
     # (DW_OP_lit0), DW_CFA_undefined rip, padding.
-    cie = struct.pack("<IBB", 0xFFFFFFFF, 1, 0) + bytes([1, 0x78, 16, 0x0F, 1, 0x30, 0x07, 16, 0, 0])
-    cie = struct.pack("<I", len(cie)) + cie
-    # FDE: the CIE at offset 0, `<untraced>`'s range, no instructions.
-    fde = struct.pack("<IQQ", 0, UNTRACED, UNTRACED_SIZE) + bytes(4)
-    return cie + struct.pack("<I", len(fde)) + fde
+    plain = bytes([0x0F, 1, 0x30, 0x07, 16, 0, 0])
+    # The signal frame's CFA: rsp (the handler's frame address) + 0x100,
+    # the frame address one level out. Its caller's rip is at
+    # PCS_BY_DEPTH + 8 * (its depth), its depth (STACK_TOP - CFA) / 0x100
+    # - 1: DW_CFA_expression rip with the CFA pushed, then STACK_TOP,
+    # swap, minus, 32, div, PCS_BY_DEPTH - 8, plus.
+    where = (
+        bytes([0x0E])
+        + struct.pack("<Q", STACK_TOP)
+        + bytes([0x16, 0x1C, 0x08, 32, 0x1B, 0x0E])
+        + struct.pack("<Q", PCS_BY_DEPTH - 8)
+        + bytes([0x22])
+    )
+    signal = (
+        # DW_CFA_def_cfa rsp, 0x100
+        bytes([0x0C, 7, 0x80, 0x02, 0x10, 16, len(where)])
+        + where
+        # DW_CFA_val_offset rsp, 0 (the CFA); DW_CFA_val_expression rbp,
+        # DW_OP_plus_uconst 0xf0 (16 below the next frame address out).
+        + bytes([0x14, 7, 0, 0x16, 6, 3, 0x23, 0xF0, 0x01])
+    )
+
+    def cie(augmentation, instructions):
+        body = struct.pack("<IB", 0xFFFFFFFF, 1) + augmentation + bytes([0, 1, 0x78, 16]) + instructions
+        return struct.pack("<I", len(body)) + body
+
+    def fde(cie_at, start, size):
+        body = struct.pack("<IQQ", cie_at, start, size)
+        return struct.pack("<I", len(body)) + body
+
+    # pc - 1 of a SIGRETURN caller is in the signal half.
+    half = SIGRETURN - UNTRACED - 4
+    first = cie(b"", plain) + fde(0, UNTRACED, half)
+    second = cie(b"S", signal) + fde(len(first), UNTRACED + half, UNTRACED_SIZE - half)
+    return first + second
 
 
 def untraced_symbol_file(path):

@@ -15,7 +15,7 @@
 use crate::hc::Noted;
 use crate::image::Image;
 use crate::stub::{xfer, Action, PcOnly, PcRegs, Stop, Stub, END_SIGNAL};
-use gdbstub::common::{Signal, Tid};
+use gdbstub::common::{Pid, Signal, Tid};
 use gdbstub::stub::MultiThreadStopReason;
 use gdbstub::target::ext::base::multithread::{
     MultiThreadBase, MultiThreadRangeStepping, MultiThreadResume, MultiThreadSchedulerLocking,
@@ -25,6 +25,7 @@ use gdbstub::target::ext::base::reverse_exec::{ReplayLogPosition, ReverseCont, R
 use gdbstub::target::ext::breakpoints::{
     Breakpoints, HwBreakpoint, HwWatchpoint, SwBreakpoint, WatchKind,
 };
+use gdbstub::target::ext::extended_mode::{Args, AttachKind, ExtendedMode, ShouldTerminate};
 use gdbstub::target::ext::monitor_cmd::{outputln, ConsoleOutput, MonitorCmd};
 use gdbstub::target::ext::thread_extra_info::ThreadExtraInfo;
 use gdbstub::target::{Target, TargetError, TargetResult};
@@ -210,6 +211,46 @@ impl Target for Process<'_> {
         &mut self,
     ) -> Option<gdbstub::target::ext::libraries::LibrariesSvr4Ops<'_, Self>> {
         Some(self)
+    }
+
+    #[inline(always)]
+    fn support_extended_mode(
+        &mut self,
+    ) -> Option<gdbstub::target::ext::extended_mode::ExtendedModeOps<'_, Self>> {
+        Some(self)
+    }
+}
+
+/// Only for gdb's `kill` (`vKill`): gdbstub answers it `OK` only in
+/// extended mode, and without the answer gdb says "Remote connection
+/// closed" (before 2026-11-29). A trace has no process to run or attach:
+/// those requests are refused; `quit` detaches, as from an attached
+/// process, since the replay is no process of the user's to kill.
+impl ExtendedMode for Process<'_> {
+    fn run(&mut self, _file: Option<&[u8]>, _args: Args<'_, '_>) -> TargetResult<Pid, Self> {
+        Err(TargetError::NonFatal)
+    }
+
+    fn attach(&mut self, _pid: Pid) -> TargetResult<(), Self> {
+        Err(TargetError::NonFatal)
+    }
+
+    fn query_if_attached(&mut self, _pid: Pid) -> TargetResult<AttachKind, Self> {
+        Ok(AttachKind::Attach)
+    }
+
+    fn kill(&mut self, _pid: Option<Pid>) -> TargetResult<ShouldTerminate, Self> {
+        // The session ends; the stub's caller cleans up as after a detach.
+        Ok(ShouldTerminate::Yes)
+    }
+
+    /// (`R`, extended-remote only) The run from its start: every thread
+    /// back to its first instruction.
+    fn restart(&mut self) -> Result<(), String> {
+        self.stubs().for_each(|s| {
+            s.seek(0);
+        });
+        Ok(())
     }
 }
 

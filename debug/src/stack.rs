@@ -25,9 +25,13 @@
 //!
 //! A signal that interrupted traced code at instruction `x` (the
 //! timeline's deliveries, with passages) makes the handler's caller the
-//! restorer ([`RETURNED`], untraced) and its caller `x`'s frame: the
-//! stack steps to `x`, pushes `x` and [`RETURNED`], and the handler's
-//! first instruction is no step from anything; its return pops to `x`.
+//! restorer ([`SIGRETURN`], untraced: gdb's `<signal handler called>`)
+//! and its caller `x`'s frame: the stack steps to `x`, pushes `x` and
+//! [`SIGRETURN`], and the handler's first instruction is no step from
+//! anything; its return pops to `x`. A signal that interrupted untraced
+//! code (`raise`) makes its handler a callback from there ([`RETURNED`]:
+//! a restorer frame there and one for the untraced code, as natively,
+//! made `reverse-next` over `raise` stop in it).
 //!
 //! Invariants: the stack at an interval's start is the same whatever order
 //! positions are visited in (it is computed front to back, interval by
@@ -35,7 +39,7 @@
 
 use crate::image::Image;
 use crate::timeline::{Signal, Timeline};
-use crate::untraced::{decode, Exit, Passage, To, RETURNED, UNTRACED};
+use crate::untraced::{decode, Exit, Passage, To, RETURNED, SIGRETURN, UNTRACED};
 use aetrace_regen::compile::Module as Compiled;
 use std::collections::HashMap;
 
@@ -114,7 +118,7 @@ impl Stacks {
     /// interrupted, with passages (the debugger's stacks).
     fn interrupted(&self, t: &mut Timeline<'_>, n: u64) -> Option<u64> {
         self.passages.as_ref()?;
-        let s = t.signal_before(n)?;
+        let s = t.signal_before(n, 0)?;
         t.interrupted(s).pc
     }
 
@@ -178,7 +182,7 @@ impl Stacks {
     /// on, calling `f` with each position and the passage before it. A
     /// signal that interrupted traced code at `x` ([`Signal::pc`]) first
     /// steps to `x`, then calls its handler from there: the handler's
-    /// caller is the restorer (untraced code, [`RETURNED`]), whose caller
+    /// caller is the restorer (untraced code, [`SIGRETURN`]), whose caller
     /// is `x`'s frame (as gdb shows `<signal handler called>`).
     fn walk(
         &self,
@@ -188,13 +192,14 @@ impl Stacks {
         sigs: &[Signal],
         mut f: impl FnMut(u64, Option<Passage>),
     ) {
-        let mut sigs = sigs.iter().filter_map(|g| Some((g.pos, g.pc?))).peekable();
+        let mut sigs = sigs.iter().peekable();
         for (i, &b) in addrs.iter().enumerate() {
             let q = start + i as u64;
             let mut before = None;
-            while let Some((_, x)) = sigs.next_if(|g| g.0 <= q) {
+            while let Some(g) = sigs.next_if(|g| g.pos <= q) {
+                let Some(x) = g.pc else { continue };
                 before = before.or(self.step(s, x));
-                s.stack.extend([x, RETURNED]);
+                s.stack.extend([x, SIGRETURN]);
                 s.prev = None;
             }
             let p = self.step(s, b);
@@ -373,6 +378,13 @@ impl Passages {
             Exit::Ret if stack.last() == Some(&RETURNED) => {
                 stack.pop();
                 Some(Passage::Returned)
+            }
+            // A handler's return, into the restorer (the frame gdb's
+            // `finish` out of the handler waits for: same depth), then the
+            // code the signal interrupted.
+            Exit::Ret if stack.last() == Some(&SIGRETURN) => {
+                stack.pop();
+                Some(Passage::Sigreturned)
             }
             Exit::Ret if !on_stack && self.entries.contains_key(&b) => Some(Passage::Returned),
             _ => None,

@@ -31,7 +31,7 @@ use crate::image::Image;
 use crate::materialise;
 use crate::stack::Stacks;
 use crate::timeline::{Found, Hit, Signal, Timeline};
-use crate::untraced::{is_untraced, Passage, RETURNED, UNTRACED};
+use crate::untraced::{is_untraced, Passage, RETURNED, SIGRETURN, UNTRACED};
 use aetrace_regen::compile::Module as Compiled;
 use gdbstub::arch::{Arch, Registers};
 use gdbstub::target::ext::breakpoints::WatchKind;
@@ -119,12 +119,13 @@ pub enum Stop {
 
 /// Where a thread stands at its position `pos`, in time order: in the
 /// passage through untraced code before instruction `pos`, at the delivery
-/// of a signal before it (the interrupted instruction not run yet, the
-/// handler not entered), or at the instruction.
+/// of the `k`th signal before it (the interrupted instruction not run
+/// yet, no handler entered; several may be delivered at once, each a
+/// stop, as natively), or at the instruction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum At {
     Passage,
-    Signal,
+    Signal(usize),
     Insn,
 }
 
@@ -149,8 +150,8 @@ pub struct Stub<'m> {
     block_index: BlockIndex,
     modules: &'m [&'m Compiled],
     stacks: Stacks,
-    /// The shadow region's bytes at a position ([`SHADOW`]).
-    shadow: Option<((u64, At), Vec<u8>)>,
+    /// The shadow regions' bytes at a position.
+    shadow: Option<Shadow>,
     /// How to re-run the program (`monitor materialise`).
     plan: materialise::Plan,
     /// The thread's data references, or why there are none.
@@ -170,6 +171,10 @@ pub struct Stub<'m> {
 /// commands go on.
 pub const END_SIGNAL: u32 = 9;
 
+/// The shadow regions' bytes at a position: (position, [`SHADOW`]'s
+/// bytes, [`PCS_BY_DEPTH`]'s bytes).
+type Shadow = ((u64, At), Vec<u8>, Vec<u8>);
+
 /// Calls `monitor calls` lists on each side of the current position.
 const CALLS_AROUND: usize = 10;
 
@@ -179,6 +184,13 @@ const CALLS_AROUND: usize = 10;
 /// its procedure's entry (0 when the pc is in no traced procedure); the
 /// outermost frame is the last.
 pub const SHADOW: u64 = 0xae7a_ce00_0000_0000;
+
+/// The frames' pcs by depth from the bottom of the stack, where the CFI
+/// `aetrace.py` gives a signal handler's caller ([`SIGRETURN`]) reads the
+/// interrupted frame's pc (CFI has the frame's depth, from its made-up
+/// frame address, not its level): the u64 at `PCS_BY_DEPTH + 8 * d` is the
+/// pc of the frame `d` frames from the bottom (the outermost is 1).
+pub const PCS_BY_DEPTH: u64 = SHADOW + (1 << 32);
 
 impl<'m> Stub<'m> {
     /// A stub at position `at` of `timeline`, over `image`; `modules` are
@@ -272,11 +284,7 @@ impl<'m> Stub<'m> {
     pub fn pc(&mut self) -> u64 {
         match self.at {
             At::Passage => self.passage_before(self.pos).map_or(UNTRACED, Passage::pc),
-            At::Signal => match self.signal_pc() {
-                Some(x) => x,
-                // Untraced code was interrupted.
-                None => self.passage_before(self.pos).map_or(UNTRACED, Passage::pc),
-            },
+            At::Signal(k) => self.delivery_pc(k),
             At::Insn => match self.timeline.address(self.pos) {
                 Some(a) => a,
                 None => self.end_state().0,
@@ -313,7 +321,7 @@ impl<'m> Stub<'m> {
     /// Whether the thread stands at a recorded signal's delivery, its
     /// handler next.
     pub(crate) fn at_delivery(&self) -> bool {
-        self.at == At::Signal
+        matches!(self.at, At::Signal(_))
     }
 
     /// Says `why` on gdb's terminal (the stub's stderr).
@@ -382,7 +390,11 @@ impl<'m> Stub<'m> {
     fn step_forward(&mut self) -> Stop {
         match self.at {
             At::Passage => return self.signal_or_insn(),
-            At::Signal => {
+            At::Signal(k) => {
+                // The next signal delivered at once, else the handler.
+                if let Some(s) = self.timeline.signal_before(self.pos, k + 1) {
+                    return self.at_signal(s);
+                }
                 self.at = At::Insn;
                 return Stop::Step;
             }
@@ -400,17 +412,27 @@ impl<'m> Stub<'m> {
         self.signal_or_insn()
     }
 
-    /// The instruction the signal delivered before the position
+    /// The instruction the `k`th signal delivered before the position
     /// interrupted, if it was traced.
-    fn signal_pc(&mut self) -> Option<u64> {
-        let s = self.timeline.signal_before(self.pos)?;
+    fn signal_pc(&mut self, k: usize) -> Option<u64> {
+        let s = self.timeline.signal_before(self.pos, k)?;
         self.timeline.interrupted(s).pc
+    }
+
+    /// The pc at the `k`th signal's delivery before the position: the
+    /// instruction it interrupted, else (untraced code was interrupted)
+    /// the passage's.
+    fn delivery_pc(&mut self, k: usize) -> u64 {
+        match self.signal_pc(k) {
+            Some(x) => x,
+            None => self.passage_before(self.pos).map_or(UNTRACED, Passage::pc),
+        }
     }
 
     /// Moves to the delivery of the signal before the position, if there
     /// is one (a stop with its number), else to the instruction.
     fn signal_or_insn(&mut self) -> Stop {
-        match self.timeline.signal_before(self.pos) {
+        match self.timeline.signal_before(self.pos, 0) {
             Some(s) => self.at_signal(s),
             None => {
                 self.at = At::Insn;
@@ -421,7 +443,7 @@ impl<'m> Stub<'m> {
 
     /// Stops at the delivery of `s`.
     fn at_signal(&mut self, s: Signal) -> Stop {
-        (self.pos, self.at) = (s.pos, At::Signal);
+        (self.pos, self.at) = (s.pos, At::Signal(self.timeline.rank(&s)));
         Stop::Signal(s.signo)
     }
 
@@ -438,11 +460,14 @@ impl<'m> Stub<'m> {
             (self.pos, self.at) = (self.pos - 1, At::Insn);
             return Stop::Step;
         }
-        if self.at == At::Insn {
-            if let Some(s) = self.timeline.signal_before(self.pos) {
-                self.at_signal(s);
-                return Stop::Step;
-            }
+        let back_to = match self.at {
+            At::Insn if self.pos > 0 => self.timeline.signal_last_in(self.pos - 1, self.pos),
+            At::Signal(k) if k > 0 => self.timeline.signal_before(self.pos, k - 1),
+            _ => None,
+        };
+        if let Some(s) = back_to {
+            self.at_signal(s);
+            return Stop::Step;
         }
         self.at = At::Insn;
         if self.passage_before(self.pos).is_some() {
@@ -465,6 +490,9 @@ impl<'m> Stub<'m> {
     fn search(&mut self, forward: bool, stops: Stops<'_>) -> Stop {
         if forward && self.at == At::Insn && self.at_end() {
             return Stop::End;
+        }
+        if let Some(s) = self.signal_at_once(forward) {
+            return self.at_signal(s);
         }
         let found = match forward {
             // From a passage or a delivery, its instruction is the next one.
@@ -503,6 +531,17 @@ impl<'m> Stub<'m> {
         }
     }
 
+    /// At a signal's delivery, the next signal delivered at once with it
+    /// (`forward`), or the previous one.
+    fn signal_at_once(&mut self, forward: bool) -> Option<Signal> {
+        let At::Signal(k) = self.at else { return None };
+        let k = match forward {
+            true => k + 1,
+            false => k.checked_sub(1)?,
+        };
+        self.timeline.signal_before(self.pos, k)
+    }
+
     /// The first signal delivered after the current point and before
     /// instruction `at` (forwards), or the last one after instruction `at`
     /// and before the current point (backwards).
@@ -510,7 +549,7 @@ impl<'m> Stub<'m> {
         match (forward, self.at) {
             (true, At::Passage) => self
                 .timeline
-                .signal_before(self.pos)
+                .signal_before(self.pos, 0)
                 .or_else(|| self.timeline.signal_in(self.pos, at)),
             (true, _) => self.timeline.signal_in(self.pos, at),
             (false, At::Insn) => self.timeline.signal_last_in(at, self.pos),
@@ -544,7 +583,8 @@ impl<'m> Stub<'m> {
         forward: bool,
         stops: &Stops<'_>,
     ) -> Option<u64> {
-        if from > to || !(stops.hit(UNTRACED) || stops.hit(RETURNED)) {
+        let pcs = [UNTRACED, RETURNED, SIGRETURN];
+        if from > to || !pcs.into_iter().any(|pc| stops.hit(pc)) {
             return None;
         }
         let (first, last) = (
@@ -738,11 +778,7 @@ impl<'m> Stub<'m> {
         let pc = self.pc();
         let end = self.at == At::Insn && self.at_end();
         let rets = match self.at {
-            At::Signal => match self.signal_pc() {
-                Some(x) => self.stacks.at_signal(&mut self.timeline, self.pos, x),
-                // Untraced code was interrupted: the passage's stack.
-                None => self.stacks.at(&mut self.timeline, self.pos, true),
-            },
+            At::Signal(k) => self.delivery_returns(k),
             _ if end => self.end_state().1,
             a => self
                 .stacks
@@ -758,19 +794,45 @@ impl<'m> Stub<'m> {
         frames
     }
 
-    /// Reads the shadow region ([`SHADOW`]): how many bytes were served.
+    /// The return addresses at the `k`th signal's delivery before the
+    /// position: the first one's interrupted frame and its callers, and
+    /// for each signal delivered at once after it, the restorer and the
+    /// handler it interrupted (at its first instruction), innermost first.
+    fn delivery_returns(&mut self, k: usize) -> Vec<u64> {
+        let mut rets = match self.signal_pc(0) {
+            Some(x) => self.stacks.at_signal(&mut self.timeline, self.pos, x),
+            // Untraced code was interrupted: the passage's stack.
+            None => self.stacks.at(&mut self.timeline, self.pos, true),
+        };
+        for j in 0..k {
+            let pc = self.delivery_pc(j);
+            rets.splice(0..0, [SIGRETURN, pc]);
+        }
+        rets
+    }
+
+    /// Reads the shadow region ([`SHADOW`], [`PCS_BY_DEPTH`]): how many
+    /// bytes were served.
     fn read_shadow(&mut self, addr: u64, data: &mut [u8]) -> usize {
         let here = (self.pos, self.at);
         if self.shadow.as_ref().map(|s| s.0) != Some(here) {
             let frames = self.frames();
             let mut bytes = (frames.len() as u64).to_le_bytes().to_vec();
-            for (pc, entry) in frames {
+            // Depth 0 is no frame's.
+            let mut by_depth = vec![0; 8];
+            for &(pc, entry) in &frames {
                 bytes.extend(pc.to_le_bytes().into_iter().chain(entry.to_le_bytes()));
             }
-            self.shadow = Some((here, bytes));
+            for &(pc, _) in frames.iter().rev() {
+                by_depth.extend(pc.to_le_bytes());
+            }
+            self.shadow = Some((here, bytes, by_depth));
         }
-        let bytes = &self.shadow.as_ref().expect("just set").1;
-        xfer(bytes, addr - SHADOW, data.len(), data)
+        let s = self.shadow.as_ref().expect("just set");
+        match addr.checked_sub(PCS_BY_DEPTH) {
+            Some(off) => xfer(&s.2, off, data.len(), data),
+            None => xfer(&s.1, addr - SHADOW, data.len(), data),
+        }
     }
 
     /// Answers `monitor CMD`: one or more lines of text.
@@ -784,7 +846,7 @@ impl<'m> Stub<'m> {
                 let block = n.unwrap_or(0).saturating_sub(1);
                 let passage = match (self.at, end) {
                     (At::Passage, _) => " (in untraced code before it)",
-                    (At::Signal, _) => " (at a signal's delivery before it)",
+                    (At::Signal(_), _) => " (at a signal's delivery before it)",
                     (_, true) => " (past the thread's last instruction)",
                     _ => "",
                 };
@@ -856,7 +918,7 @@ impl<'m> Stub<'m> {
         let pc = self.pc();
         match self.at {
             At::Passage => return format!("in untraced code before instruction {}", self.pos),
-            At::Signal => {
+            At::Signal(_) => {
                 return format!(
                     "at a signal's delivery before instruction {} (its handler's first)",
                     self.pos

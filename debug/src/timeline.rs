@@ -139,35 +139,67 @@ impl<'m> Timeline<'m> {
     /// `s` with the interrupted instruction's address where the module's
     /// code left it open (instrumentation before a witness): the
     /// instruction the interrupted code resumed at, once the handler
-    /// returned (the next interval is regenerated to find that out).
+    /// returned (the next interval is regenerated to find that out). A
+    /// signal delivered right after another, no instruction between them
+    /// ([`Timeline::rank`] > 0), interrupted the previous one's handler
+    /// before its first instruction: the kernel set up both frames, and
+    /// its handler returns to that first instruction, as natively gdb's
+    /// second stop is there.
     pub fn interrupted(&mut self, s: Signal) -> Signal {
-        if s.pc.is_some() || s.outside {
+        let stacked = self.rank(&s) > 0;
+        if !stacked && (s.pc.is_some() || s.outside) {
             return s;
         }
-        let find = |t: &Self| t.signals.iter().find(|g| g.record == s.record).copied();
-        let mut g = find(self).unwrap_or(s);
-        if g.resumed.is_none() && self.len.is_none() {
-            let next = self.snaps.last().map_or(0, |l| l.pos);
-            self.interval_of(next + 1);
-            g = find(self).unwrap_or(s);
+        let mut g = self.returned(s);
+        let Some(mut r) = g.resumed else { return g };
+        if stacked {
+            // Signals delivered as its handler returned interrupted the
+            // same first instruction: it ran once their handlers returned.
+            while let Some(b) = self.signal_before(r, 0).filter(|b| b.record != s.record) {
+                match self.returned(b).resumed {
+                    Some(q) if q > r => r = q,
+                    _ => break,
+                }
+            }
+            g.pc = self.address(r).or(g.pc);
+            return g;
         }
-        let Some(r) = g.resumed else { return g };
         // Another signal delivered right there interrupted the same
         // instruction.
-        g.pc = match self.signal_before(r) {
+        g.pc = match self.signal_before(r, 0) {
             Some(b) if b.record != g.record => b.pc,
             _ => self.address(r),
         };
         g
     }
 
-    /// The signal delivered just before position `n` (after `n - 1`), if
-    /// any (the last one, if several were delivered there at once).
-    pub fn signal_before(&mut self, n: u64) -> Option<Signal> {
+    /// `s` as noted so far, with where its handler returned to when that
+    /// is in the intervals regenerated so far or the next one.
+    fn returned(&mut self, s: Signal) -> Signal {
+        let find = |t: &Self| t.signals.iter().find(|g| g.record == s.record).copied();
+        let g = find(self).unwrap_or(s);
+        if g.resumed.is_some() || self.len.is_some() {
+            return g;
+        }
+        let next = self.snaps.last().map_or(0, |l| l.pos);
+        self.interval_of(next + 1);
+        find(self).unwrap_or(s)
+    }
+
+    /// How many signals were delivered at `s`'s position before it (with
+    /// no instruction between them).
+    pub fn rank(&self, s: &Signal) -> usize {
+        let i = self.signals.partition_point(|g| g.pos < s.pos);
+        let same = &self.signals[i..];
+        same.iter().position(|g| g.record == s.record).unwrap_or(0)
+    }
+
+    /// The `k`th signal (0 the first) delivered just before position `n`
+    /// (after `n - 1`), if any: several may be delivered there at once.
+    pub fn signal_before(&mut self, n: u64, k: usize) -> Option<Signal> {
         self.interval_of(n.saturating_sub(1))?;
-        let i = self.signals.partition_point(|s| s.pos <= n);
-        let s = *self.signals.get(i.checked_sub(1)?)?;
-        (s.pos == n).then_some(s)
+        let i = self.signals.partition_point(|s| s.pos < n);
+        self.signals.get(i + k).filter(|s| s.pos == n).copied()
     }
 
     /// The signals delivered before positions `from..to` of intervals

@@ -29,6 +29,11 @@
 pub const UNTRACED: u64 = 0x7ae7_ace0_0000;
 /// The pc of [`Passage::Returned`].
 pub const RETURNED: u64 = UNTRACED + 1;
+/// The pc of a signal handler's caller frame, the restorer (libc's
+/// `__restore_rt`, natively): `aetrace.py` gives gdb CFI for it that marks
+/// a signal frame ("S"), so gdb shows `<signal handler called>` there and
+/// looks up the interrupted frame's function at its pc, not at pc - 1.
+pub const SIGRETURN: u64 = UNTRACED + 8;
 /// The function's size (gdb needs bounds to step out of it).
 pub const UNTRACED_SIZE: u64 = 16;
 
@@ -44,6 +49,10 @@ pub enum Passage {
     Entered,
     /// A callback returned into the untraced code that called it.
     Returned,
+    /// A signal handler returned into the restorer: its pc is the
+    /// handler's caller's ([`SIGRETURN`]), where gdb's `finish` and `next`
+    /// out of the handler stop.
+    Sigreturned,
 }
 
 impl Passage {
@@ -52,6 +61,7 @@ impl Passage {
         match self {
             Passage::Entered => UNTRACED,
             Passage::Returned => RETURNED,
+            Passage::Sigreturned => SIGRETURN,
         }
     }
 }
