@@ -180,6 +180,9 @@ fn read_split_leb(planes: &mut [&[u8]; 3]) -> Result<u64, String> {
     Err("a delta too long".into())
 }
 
+/// Decompresses one stored part (at most the given size) into a buffer.
+pub type Unzstd<'a> = dyn FnMut(&[u8], usize, &mut Vec<u8>) -> Result<(), String> + 'a;
+
 /// The raw stream of a codec-3 chunk, appended to `out`, at most `limit`
 /// bytes; `parts`: reused buffers; `unzstd(stored, cap, into)`
 /// decompresses one part (at most `cap` bytes) into a cleared buffer.
@@ -189,7 +192,7 @@ pub fn decode_split(
     limit: usize,
     out: &mut Vec<u8>,
     parts: &mut [Vec<u8>; PARTS],
-    unzstd: &mut dyn FnMut(&[u8], usize, &mut Vec<u8>) -> Result<(), String>,
+    unzstd: &mut Unzstd<'_>,
 ) -> Result<(), String> {
     let n = read_leb(&mut enc)? as usize;
     let valued = n
