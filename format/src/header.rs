@@ -15,7 +15,7 @@ pub const MAGIC: [u8; 8] = *b"AETRACE\0";
 /// Major version written and read: a reader refuses any other major.
 pub const VERSION_MAJOR: u16 = 1;
 /// Minor version written: readers accept any minor of their major (see docs/format.md).
-pub const VERSION_MINOR: u16 = 8;
+pub const VERSION_MINOR: u16 = 9;
 /// The first minor whose SIGNAL rips are never glibc's signal restorer
 /// (the runtime reports where the restorer returns instead).
 pub const MINOR_RESTORER_RESOLVED: u16 = 4;
@@ -32,8 +32,11 @@ pub const ARCH_X86_64: u32 = 62;
 /// Incompatible flag: CHUNKs may use codec 2, `zstd+values` (1.7,
 /// `values`); a reader without it refuses the file at its header.
 pub const INCOMPAT_VALUE_CODEC: u32 = 1;
+/// Incompatible flag: CHUNKs may use codec 3, `zstd+split` (1.9,
+/// `values`); a reader without it refuses the file at its header.
+pub const INCOMPAT_SPLIT_CODEC: u32 = 2;
 /// Incompatible feature flags this reader understands.
-pub const KNOWN_INCOMPAT_FLAGS: u32 = INCOMPAT_VALUE_CODEC;
+pub const KNOWN_INCOMPAT_FLAGS: u32 = INCOMPAT_VALUE_CODEC | INCOMPAT_SPLIT_CODEC;
 
 const CREATOR_LEN: usize = 24;
 

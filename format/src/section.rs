@@ -95,14 +95,28 @@ pub enum Codec {
     /// zstd of a data trace's stream with its VALUE records as predicted
     /// differences (`values`, docs/format.md "Chunk codecs"; minor 7).
     ZstdValues,
+    /// Codec 2's values and bytes in separate zstd frames, the deltas by
+    /// byte plane (`values`, docs/format.md "CHUNK"; minor 9).
+    ZstdSplit,
 }
 
 impl Codec {
+    /// The codec's name in docs/format.md.
+    pub fn name(self) -> &'static str {
+        match self {
+            Codec::Stored => "stored",
+            Codec::Zstd => "zstd",
+            Codec::ZstdValues => "zstd+values",
+            Codec::ZstdSplit => "zstd+split",
+        }
+    }
+
     fn to_u32(self) -> u32 {
         match self {
             Codec::Stored => 0,
             Codec::Zstd => 1,
             Codec::ZstdValues => 2,
+            Codec::ZstdSplit => 3,
         }
     }
     fn from_u32(v: u32, offset: u64) -> Result<Codec> {
@@ -110,6 +124,7 @@ impl Codec {
             0 => Ok(Codec::Stored),
             1 => Ok(Codec::Zstd),
             2 => Ok(Codec::ZstdValues),
+            3 => Ok(Codec::ZstdSplit),
             _ => Err(Error::corrupt(offset, format!("unknown codec {v}"))),
         }
     }

@@ -236,7 +236,7 @@ fn round_trip_every_kind() {
     assert!(stats.complete);
     let text = stats.to_string();
     for want in [
-        "trace format 1.8 written by \"aetrace test\": complete",
+        "trace format 1.9 written by \"aetrace test\": complete",
         "build-id abcd0001 database 3000 ->",
         "/tmp/\u{fffd}not-utf8",
         "process 4002 killed by signal 9",

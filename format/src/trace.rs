@@ -224,22 +224,26 @@ pub struct Fingerprint {
     pub crc: u32,
 }
 
-/// Refuses a chunk in codec `zstd+values` when the header does not set
-/// [`INCOMPAT_VALUE_CODEC`]: a reader that predates the codec must refuse
-/// the file at its header, so a file without the flag cannot use it.
-///
-/// [`INCOMPAT_VALUE_CODEC`]: crate::header::INCOMPAT_VALUE_CODEC
+/// Refuses a chunk in a values codec (`zstd+values`, `zstd+split`) when
+/// the header does not set its incompatible flag: a reader that predates
+/// the codec must refuse the file at its header, so a file without the
+/// flag cannot use it.
 fn announced_codecs(header: &Header, index: &Index) -> Result<()> {
-    if header.incompat_flags & crate::header::INCOMPAT_VALUE_CODEC != 0 {
-        return Ok(());
-    }
-    let chunks = index.threads.values().flat_map(|t| &t.chunks);
-    match chunks.into_iter().find(|c| c.codec == Codec::ZstdValues) {
+    use crate::header::{INCOMPAT_SPLIT_CODEC, INCOMPAT_VALUE_CODEC};
+    let flag = |c: Codec| match c {
+        Codec::ZstdValues => INCOMPAT_VALUE_CODEC,
+        Codec::ZstdSplit => INCOMPAT_SPLIT_CODEC,
+        Codec::Stored | Codec::Zstd => 0,
+    };
+    let mut chunks = index.threads.values().flat_map(|t| &t.chunks);
+    match chunks.find(|c| flag(c.codec) & !header.incompat_flags != 0) {
         Some(c) => Err(Error::corrupt(
             c.section_offset,
             format!(
-                "thread {} chunk {} uses codec zstd+values, which the header does not announce",
-                c.thread, c.seq
+                "thread {} chunk {} uses codec {}, which the header does not announce",
+                c.thread,
+                c.seq,
+                c.codec.name()
             ),
         )),
         None => Ok(()),
@@ -252,6 +256,8 @@ thread_local! {
     static DCTX: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
     /// The decompressed frames of a `ZstdValues` chunk, reused.
     static VALUE_FRAMES: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// The decompressed parts of a `ZstdSplit` chunk, reused.
+    static VALUE_PARTS: RefCell<[Vec<u8>; values::PARTS]> = RefCell::new(Default::default());
 }
 
 /// Decompresses `data` into `out` (cleared first), checking it yields exactly
@@ -278,6 +284,14 @@ fn expand(
             frames.clear();
             unzstd(data, bound, &mut frames, what, offset)?;
             values::decode(&frames, raw, out)
+                .map_err(|e| Error::corrupt(offset, format!("{}: values: {e}", what())))
+        })?,
+        Codec::ZstdSplit => VALUE_PARTS.with(|cell| {
+            let mut part = |stored: &[u8], cap: usize, into: &mut Vec<u8>| {
+                into.clear();
+                unzstd(stored, cap, into, what, offset).map_err(|e| e.to_string())
+            };
+            values::decode_split(data, raw, out, &mut cell.borrow_mut(), &mut part)
                 .map_err(|e| Error::corrupt(offset, format!("{}: values: {e}", what())))
         })?,
     }

@@ -272,7 +272,7 @@ pub fn record(l: &Launch) -> Result<Recorded> {
         .map_or(0, |d| d.as_nanos() as u64);
     let mut header = Header::new(CREATOR, now).map_err(|e| trace_err(&l.trace, e))?;
     if records_values(l) {
-        header.incompat_flags |= aetrace_format::header::INCOMPAT_VALUE_CODEC;
+        header.incompat_flags |= aetrace_format::header::INCOMPAT_SPLIT_CODEC;
     }
     // Nothing ran when these fail: leave no trace file behind.
     let abandon = |e: Error| {
@@ -821,13 +821,15 @@ impl Drained {
     }
 }
 
-/// A chunk being compressed as its bytes arrive: one zstd frame, fed
-/// batch by batch during the run (the compression overlaps the program
-/// instead of following its exit) and ended when the chunk closes. The
-/// frame does not state its content size; the CHUNK header does.
+/// A chunk being compressed as its bytes arrive. Control only: one zstd
+/// frame, fed batch by batch during the run (the compression overlaps the
+/// program instead of following its exit) and ended when the chunk
+/// closes; the frame does not state its content size, the CHUNK header
+/// does. With `--data`: the `zstd+split` codec's parts, compressed when
+/// the chunk closes (every [`CHUNK_BYTES`], so still during the run).
 struct OpenChunk {
-    enc: zstd::stream::raw::Encoder<'static>,
-    /// The frame so far.
+    sink: Sink,
+    /// Control only: the frame so far.
     data: Vec<u8>,
     raw_len: u64,
     witnesses: u64,
@@ -835,8 +837,13 @@ struct OpenChunk {
     unflushed: usize,
     /// When its first bytes came.
     since: Instant,
-    /// With `--data`: the `zstd+values` codec's state (`format::values`).
-    values: Option<aetrace_format::values::Encoder>,
+}
+
+/// Where an open chunk's bytes go.
+enum Sink {
+    Zstd(zstd::stream::raw::Encoder<'static>),
+    /// `record --data`: the `zstd+split` codec (`format::values`).
+    Values(Box<aetrace_format::values::Encoder>),
 }
 
 struct Thread {
@@ -871,13 +878,12 @@ struct Recorder<'l> {
     /// Libraries (module indices) whose MODULE is not written yet: their
     /// runtime has not attached (no traced code of theirs ran so far).
     libs_pending: Vec<usize>,
-    /// Encoders of closed chunks, reset for the next (a context holds
+    /// Sinks of closed chunks, reset for the next (a zstd context holds
     /// about a megabyte of tables: allocated once, not per chunk).
-    spare: Vec<zstd::stream::raw::Encoder<'static>>,
-    /// A module records values (`--data`): chunks use the `zstd+values` codec.
-    data: bool,
-    /// Reused per batch by that codec: the frame's bytes.
-    frame: Vec<u8>,
+    spare: Vec<Sink>,
+    /// A module records values (`--data`): chunks use the `zstd+split`
+    /// codec, whose parts this compresses.
+    parts: Option<zstd::bulk::Compressor<'static>>,
 }
 
 impl<'l> Recorder<'l> {
@@ -892,8 +898,7 @@ impl<'l> Recorder<'l> {
             threads: Vec::new(),
             libs_pending: (1..launch.modules.len()).collect(),
             spare: Vec::new(),
-            data: records_values(launch),
-            frame: Vec::new(),
+            parts: None,
         }
     }
 
@@ -902,6 +907,15 @@ impl<'l> Recorder<'l> {
     /// its workspace at its first frame, here a one-byte one, discarded,
     /// instead of at the first drain.
     fn warm_encoder(&mut self) {
+        if records_values(self.launch) {
+            // Its first `compress` allocates the context: warmed the same way.
+            if let Ok(mut z) = zstd::bulk::Compressor::new(CHUNK_LEVEL) {
+                if z.compress(&[0]).is_ok() {
+                    self.parts = Some(z);
+                }
+            }
+            return;
+        }
         let Ok(mut enc) = zstd::stream::raw::Encoder::new(CHUNK_LEVEL) else {
             return; // the first chunk reports the failure
         };
@@ -911,7 +925,7 @@ impl<'l> Recorder<'l> {
         if compress_into(&mut enc, &[0], false, &mut scratch).is_ok()
             && end_frame(&mut enc, &mut scratch).is_ok()
         {
-            self.spare.push(enc);
+            self.spare.push(Sink::Zstd(enc));
         }
     }
 
@@ -961,7 +975,7 @@ impl<'l> Recorder<'l> {
         if let Some(s) = self.slots.remove(&slot) {
             debug_assert_eq!(self.last.get(&slot), Some(&s.thread));
             if let Some(c) = s.open {
-                self.spare.push(c.enc);
+                self.spare.push(c.sink);
             }
         }
         r
@@ -1295,45 +1309,36 @@ impl<'l> Recorder<'l> {
         let open = match &mut s.open {
             Some(c) => c,
             None => {
-                let enc = match self.spare.pop() {
+                let sink = match self.spare.pop() {
                     Some(e) => e,
-                    None => zstd::stream::raw::Encoder::new(CHUNK_LEVEL).map_err(|source| {
-                        RecordError::Zstd {
-                            thread: None,
-                            source,
-                        }
-                    })?,
+                    None => new_sink(records_values(self.launch))?,
                 };
                 s.open.insert(OpenChunk {
-                    enc,
+                    sink,
                     data: Vec::new(),
                     raw_len: 0,
                     witnesses: 0,
                     unflushed: 0,
                     since: Instant::now(),
-                    values: self.data.then(Default::default),
                 })
             }
         };
-        open.unflushed += bytes.len();
-        let flush = open.unflushed >= FLUSH_BYTES;
-        if flush {
-            open.unflushed = 0;
+        match &mut open.sink {
+            Sink::Values(v) => v.push(bytes, values),
+            Sink::Zstd(enc) => {
+                open.unflushed += bytes.len();
+                let flush = open.unflushed >= FLUSH_BYTES;
+                if flush {
+                    open.unflushed = 0;
+                }
+                compress_into(enc, bytes, flush, &mut open.data).map_err(|source| {
+                    RecordError::Zstd {
+                        thread: Some(thread),
+                        source,
+                    }
+                })?;
+            }
         }
-        let input = match &mut open.values {
-            Some(v) => {
-                self.frame.clear();
-                v.frame(bytes, values, &mut self.frame);
-                &self.frame[..]
-            }
-            None => bytes,
-        };
-        compress_into(&mut open.enc, input, flush, &mut open.data).map_err(|source| {
-            RecordError::Zstd {
-                thread: Some(thread),
-                source,
-            }
-        })?;
         open.raw_len += bytes.len() as u64;
         open.witnesses += witnesses;
         if open.raw_len >= CHUNK_BYTES as u64 {
@@ -1351,16 +1356,28 @@ impl<'l> Recorder<'l> {
             return Ok(());
         };
         let thread = s.thread;
-        end_frame(&mut c.enc, &mut c.data).map_err(|source| RecordError::Zstd {
+        let zstd_err = |source| RecordError::Zstd {
             thread: Some(thread),
             source,
-        })?;
-        // A finished frame leaves the encoder ready for the next one.
-        self.spare.push(c.enc);
-        let codec = match c.values {
-            Some(_) => aetrace_format::Codec::ZstdValues,
-            None => aetrace_format::Codec::Zstd,
         };
+        // A finished frame or chunk leaves the sink ready for the next one.
+        let codec = match &mut c.sink {
+            Sink::Zstd(enc) => {
+                end_frame(enc, &mut c.data).map_err(zstd_err)?;
+                aetrace_format::Codec::Zstd
+            }
+            Sink::Values(v) => {
+                let z = match &mut self.parts {
+                    Some(z) => z,
+                    None => self
+                        .parts
+                        .insert(zstd::bulk::Compressor::new(CHUNK_LEVEL).map_err(zstd_err)?),
+                };
+                v.finish(z, &mut c.data).map_err(zstd_err)?;
+                aetrace_format::Codec::ZstdSplit
+            }
+        };
+        self.spare.push(c.sink);
         let trace = &self.launch.trace;
         let out = self
             .out
@@ -1514,6 +1531,23 @@ fn compress_into(
         }
     }
     Ok(())
+}
+
+/// A sink for a new chunk: the `zstd+split` codec's when values are
+/// recorded, else a zstd frame.
+fn new_sink(values: bool) -> Result<Sink> {
+    if values {
+        return Ok(Sink::Values(Box::default()));
+    }
+    zstd::stream::raw::Encoder::new(CHUNK_LEVEL)
+        .map(Sink::Zstd)
+        .map_err(|source| {
+            RecordError::Zstd {
+                thread: None,
+                source,
+            }
+            .into()
+        })
 }
 
 /// Ends the frame `enc` is writing, appending to `out`.
