@@ -308,31 +308,17 @@ fn regen_to_dash_is_stdout() {
     let cwd = dir().join("dash");
     std::fs::create_dir_all(&cwd).unwrap();
     let trace = cwd.join("true.aet");
-    let rec = Command::new(common::aetrace())
-        .args(["record", "-o"])
-        .arg(&trace)
-        .args(["--", "/bin/true"])
-        .output()
-        .unwrap();
-    assert!(
-        rec.status.success(),
-        "{}",
-        String::from_utf8_lossy(&rec.stderr)
+    common::build::run_checked(
+        Command::new(common::aetrace())
+            .args(["record", "-o"])
+            .arg(&trace)
+            .args(["--", "/bin/true"]),
+        "aetrace record",
     );
     let regen = |extra: &[&str]| {
-        let out = Command::new(common::aetrace())
-            .current_dir(&cwd)
-            .arg("regen")
-            .args(extra)
-            .arg(&trace)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out.stdout
+        let mut cmd = Command::new(common::aetrace());
+        cmd.current_dir(&cwd).arg("regen").args(extra).arg(&trace);
+        common::build::run_checked(&mut cmd, "aetrace regen").stdout
     };
     let plain = regen(&[]);
     assert!(!plain.is_empty());
