@@ -29,10 +29,11 @@
 //! the first and restores it at the second, as `rt_sigreturn` does. Segment
 //! records ([`Visit::with_segments`]) stand among them in the same order.
 //!
-//! A fault raised by an instruction (SIGSEGV, SIGBUS, SIGFPE, SIGILL)
-//! whose handler follows is a run of that instruction alone, marked
-//! [`BlockRun::faults`]: it did nothing (the kernel stopped it before
-//! any effect), and it runs again if the handler returns.
+//! A fault raised by an instruction (SIGSEGV, SIGBUS, SIGFPE, SIGILL) is
+//! a run of that instruction alone, marked [`BlockRun::faults`]: it did
+//! nothing (the kernel stopped it before any effect). Its handler
+//! follows, and it runs again if the handler returns; or, with no
+//! handler (a crash), the thread ends there.
 //!
 //! Invariant: a run's `first..end` is a non-empty range of its block's
 //! instructions; whole blocks (`first == 0`, `end == ninsns`) are the
@@ -70,9 +71,9 @@ pub struct BlockRun {
     pub first: u32,
     /// One past the last instruction run.
     pub end: u32,
-    /// The run is one instruction that raised a fault, and the next
-    /// event is its handler's [`Event::Signal`]: the instruction had no
-    /// effect (its references did not happen).
+    /// The run is one instruction that raised a fault: the next event is
+    /// its handler's [`Event::Signal`], or the thread ends (a crash). The
+    /// instruction had no effect (its references did not happen).
     pub faults: bool,
 }
 

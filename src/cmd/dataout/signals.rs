@@ -165,9 +165,10 @@ impl<S: Sink> Writer<'_, '_, S> {
         Ok(())
     }
 
-    /// Run `r`, one instruction, raised a fault whose handler follows: it
-    /// did nothing, so the sink gets its fetch alone (as lackey gives it),
-    /// and its values, unread, are the handler's early values.
+    /// Run `r`, one instruction, raised a fault: it did nothing, so the
+    /// sink gets its fetch alone (as lackey gives it), and its values,
+    /// unread, are the handler's early values (or, a crash, the values a
+    /// FAULT leaves unread).
     #[cold]
     pub(super) fn faulting<B: AsRef<[u8]> + Sync>(
         &mut self,
