@@ -69,7 +69,7 @@ impl Deltas {
                 .ok_or_else(|| format!("image address {ours:#x}, lackey {theirs:#x}"));
         }
         let delta = theirs.wrapping_sub(ours);
-        if ours >= 0x7ff0_0000_0000 {
+        if ours >= common::STACK_FLOOR {
             let d = *self.stack.get_or_insert(delta);
             if d != delta {
                 return Err(format!(
@@ -84,20 +84,20 @@ impl Deltas {
     }
 }
 
-/// Our lackey text of `exe args` recorded with `record --data MODE`.
+/// Our lackey text of `exe args` recorded with `record --data MODE`,
+/// address randomisation off (so the stack is told by its address).
 fn ours(exe: &Path, tag: &str, mode: &[&str], args: &[&str]) -> String {
     let trace = common::scratch("data_trace").join(format!("{tag}{}.aet", mode.concat()));
-    run_checked(
-        Command::new(common::aetrace())
-            .args(["record", "--data"])
-            .args(mode)
-            .arg("-o")
-            .arg(&trace)
-            .arg("--")
-            .arg(exe)
-            .args(args),
-        "aetrace record --data",
-    );
+    let mut rec = Command::new(common::aetrace());
+    rec.args(["record", "--data"])
+        .args(mode)
+        .arg("-o")
+        .arg(&trace)
+        .arg("--")
+        .arg(exe)
+        .args(args);
+    common::no_aslr(&mut rec);
+    run_checked(&mut rec, "aetrace record --data");
     let out = run_checked(
         Command::new(common::aetrace())
             .args(["regen", "--format", "lackey"])

@@ -28,11 +28,7 @@ use super::elf::Elf;
 use super::exact::spawn_regen;
 use super::lackey::{self, ModuleTrace};
 use super::recorded::{info_json, instrumented_modules, left_alone_ranges};
-use super::FastMap;
-
-/// With address randomisation off the kernel puts the stack below
-/// 0x7ffffffff000 and mappings below 0x7ffff7fff000 (128 MiB lower).
-const STACK_FLOOR: u64 = 0x7fff_f800_0000;
+use super::{FastMap, STACK_FLOOR};
 
 /// What was compared.
 pub struct DataCompared {

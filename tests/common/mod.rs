@@ -65,6 +65,12 @@ pub fn aetrace_fixed(args: &[&std::ffi::OsStr], env: &[(String, String)]) -> std
     cmd.output().unwrap()
 }
 
+/// With address randomisation off the kernel puts the stack below
+/// 0x7ffffffff000 and mappings below 0x7ffff7fff000 (128 MiB lower): an
+/// address at or above this is on the stack. With it on, mappings can
+/// land anywhere up there.
+pub const STACK_FLOOR: u64 = 0x7fff_f800_0000;
+
 /// Runs `cmd` with address randomisation off (`setarch -R`).
 pub fn no_aslr(cmd: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
