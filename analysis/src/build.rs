@@ -4,8 +4,10 @@
 //! the LSDAs: the unwinder enters them), the targets of direct branches
 //! inside the procedure, the targets of resolved jump tables, the labels
 //! whose address the procedure takes (GNU `&&label`), and every
-//! instruction after a block-ending one (branch, call, return, `hlt`, `ud2`,
-//! `int3`). A call ends its block: the block is a call vertex whose
+//! instruction after a block-ending one (branch, call, return, `hlt`, `ud2`).
+//! A trap (`hlt`, `ud2`) that the procedure's own code follows has a
+//! `Resume` edge to it (a handler may move rip past the trap), else a `Halt`
+//! edge to EXIT. A call ends its block: the block is a call vertex whose
 //! successor is the block after the call (`CallReturn`), or EXIT
 //! (`NoReturn`) when the call's fall-through leaves the procedure. Which
 //! callees never return is decided afterwards for the whole module
@@ -101,6 +103,14 @@ impl<'a> Builder<'a> {
         self.insns[run.first..=run.last]
             .iter()
             .all(|i| i.mnemonic() == Mnemonic::Nop)
+    }
+
+    /// Alignment fill as linkers and compilers write it between
+    /// procedures: `nop`s or `int3`s.
+    fn is_fill(&self, run: Run) -> bool {
+        self.insns[run.first..=run.last]
+            .iter()
+            .all(|i| matches!(i.mnemonic(), Mnemonic::Nop | Mnemonic::Int3))
     }
 
     /// The leaders implied by the instructions alone.
@@ -1082,8 +1092,14 @@ impl<'a> Builder<'a> {
                     }
                 }
                 FlowControl::Return => edge(exit, EdgeKind::Return),
+                // A handler may move rip past the trap: control may resume
+                // at the procedure's next code, never at another
+                // procedure's or at padding (nothing resumes there).
                 FlowControl::Interrupt | FlowControl::Exception | FlowControl::Next => {
-                    edge(exit, EdgeKind::Halt)
+                    match block_at(next).filter(|_| self.in_proc(next)) {
+                        Some(n) if !self.is_fill(runs[n.index()]) => edge(n, EdgeKind::Resume),
+                        _ => edge(exit, EdgeKind::Halt),
+                    }
                 }
             }
         }

@@ -16,7 +16,7 @@
 //! - edge endpoints are blocks or EXIT; EXIT has no outgoing edge; no two
 //!   edges share `(from, to)` (parallel transfers are one edge);
 //! - an edge to EXIT has an exit kind (`Return`, `TailCall`, `NoReturn`,
-//!   `Halt`), an edge between blocks has a local kind;
+//!   `Halt`), an edge between blocks has a local kind (`Resume` among them);
 //! - a block of kind `Call` is the `block` of exactly one call site; every
 //!   call site's block has kind `Call` unless it is a conditional tail call
 //!   (a `jcc` to another procedure, a predicate whose taken edge goes to
@@ -72,8 +72,13 @@ pub enum EdgeKind {
     TailCall,
     /// To EXIT: a call to a procedure that never returns.
     NoReturn,
-    /// To EXIT: an instruction that stops the thread (`hlt`, `ud2`, `int3`).
+    /// To EXIT: an instruction that stops the thread (`hlt`, `ud2`) with
+    /// no code of the procedure after it.
     Halt,
+    /// From a trap (`hlt`, `ud2`) to the procedure's code right after it:
+    /// the thread goes on there only if a signal handler moves rip past
+    /// the trap (`ucontext`'s `REG_RIP`), then as after a fall-through.
+    Resume,
 }
 
 impl EdgeKind {
@@ -88,6 +93,7 @@ impl EdgeKind {
             EdgeKind::TailCall => "tailcall",
             EdgeKind::NoReturn => "noreturn",
             EdgeKind::Halt => "halt",
+            EdgeKind::Resume => "resume",
         }
     }
     /// Whether the edge goes to EXIT.

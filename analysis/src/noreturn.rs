@@ -109,7 +109,10 @@ impl Facts<'_> {
                     EdgeKind::CallReturn => call_at
                         .get(&b)
                         .map_or(true, |c| self.callee_returns(c, returns)),
-                    EdgeKind::FallThrough | EdgeKind::Taken | EdgeKind::JumpTable => true,
+                    EdgeKind::FallThrough
+                    | EdgeKind::Taken
+                    | EdgeKind::JumpTable
+                    | EdgeKind::Resume => true,
                 };
                 if follow {
                     work.push(e.to);

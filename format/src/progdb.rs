@@ -21,9 +21,9 @@
 
 /// Version of the encoding written by [`ProgramDb::encode`] (2: signal maps;
 /// 3: [`CallDb::plt`], the second call byte and [`CallDb::jmpbuf`]; 4: the
-/// flags byte, [`ProgramDb::counts_returns`]; 5: [`ProgramDb::moved_tables`]).
-/// [`ProgramDb::decode`] reads versions 2 to 5.
-pub const VERSION: u32 = 5;
+/// flags byte, [`ProgramDb::counts_returns`]; 5: [`ProgramDb::moved_tables`];
+/// 6: [`EdgeKindDb::Resume`]). [`ProgramDb::decode`] reads versions 2 to 6.
+pub const VERSION: u32 = 6;
 /// Oldest version [`ProgramDb::decode`] reads.
 const OLDEST_VERSION: u32 = 2;
 
@@ -210,8 +210,11 @@ pub enum EdgeKindDb {
     TailCall = 5,
     /// A call that does not return ends the procedure (to EXIT).
     NoReturn = 6,
-    /// An instruction that stops the thread (`hlt`, `ud2`, `int3`) ends the procedure (to EXIT).
+    /// An instruction that stops the thread (`hlt`, `ud2`) ends the procedure (to EXIT).
     Halt = 7,
+    /// From a trap (`hlt`, `ud2`) to the code right after it, where a
+    /// signal handler that moves rip past the trap resumes (version 6).
+    Resume = 8,
 }
 
 /// An edge of a procedure's CFG.
@@ -347,7 +350,7 @@ const SIG_OTHER_PROC: u8 = 0x80;
 
 impl EdgeKindDb {
     /// Every kind, indexed by its `repr(u8)` value.
-    pub const ALL: [EdgeKindDb; 8] = [
+    pub const ALL: [EdgeKindDb; 9] = [
         EdgeKindDb::FallThrough,
         EdgeKindDb::Taken,
         EdgeKindDb::JumpTable,
@@ -356,6 +359,7 @@ impl EdgeKindDb {
         EdgeKindDb::TailCall,
         EdgeKindDb::NoReturn,
         EdgeKindDb::Halt,
+        EdgeKindDb::Resume,
     ];
 
     /// Kinds that leave the procedure (their edge goes to EXIT).
@@ -753,7 +757,9 @@ impl ProgramDb {
                 let from = r.u32_leb("edge source")?;
                 let to = r.u32_leb("edge target")?;
                 let byte = r.u8("edge kind")?;
-                let Some(&kind) = EdgeKindDb::ALL.get(usize::from(byte & !EDGE_WITNESS)) else {
+                let kinds = if version >= 6 { 9 } else { 8 };
+                let Some(&kind) = EdgeKindDb::ALL[..kinds].get(usize::from(byte & !EDGE_WITNESS))
+                else {
                     return Err(r.err(format_args!("unknown edge kind byte {byte:#04x}")));
                 };
                 let witness = if byte & EDGE_WITNESS != 0 {

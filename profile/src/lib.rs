@@ -236,6 +236,7 @@ fn kind_name(k: EdgeKindDb) -> &'static str {
         EdgeKindDb::TailCall => "tail",
         EdgeKindDb::NoReturn => "noreturn",
         EdgeKindDb::Halt => "halt",
+        EdgeKindDb::Resume => "resume",
     }
 }
 

@@ -2243,8 +2243,10 @@ impl ProcGen<'_, '_> {
                 self.indirect(b, last, edges, before_last, stubs, case_labels)?
             }
             FlowControl::Return | FlowControl::Exception | FlowControl::Interrupt => {
-                if fc == FlowControl::Interrupt && edges.iter().any(|&e| cfg.edges[e].to != exit) {
-                    // `syscall`, `int n`: execution continues.
+                if edges.iter().any(|&e| cfg.edges[e].to != exit) {
+                    // `syscall`, `int n`: execution continues; after `ud2`
+                    // where a handler resumes (`Resume`), so its witness
+                    // stands after the trap.
                     self.copy_at(b, last_i, last);
                     self.fallthrough(edges, next, blk.end)?;
                 } else {

@@ -217,7 +217,11 @@ fn exit_set(kind: EdgeKind, may_write: RegSet) -> RegSet {
         // the callee-saved registers into a landing pad.
         EdgeKind::NoReturn => RegSet::gprs(CALLEE_SAVED),
         EdgeKind::Halt => RegSet::gpr(RSP),
-        EdgeKind::FallThrough | EdgeKind::Taken | EdgeKind::JumpTable | EdgeKind::CallReturn => {
+        EdgeKind::FallThrough
+        | EdgeKind::Taken
+        | EdgeKind::JumpTable
+        | EdgeKind::CallReturn
+        | EdgeKind::Resume => {
             debug_assert!(false, "{kind:?} is not an exit kind");
             RegSet::ALL
         }
@@ -360,7 +364,15 @@ fn effect(
     call_kind: Option<CallKind>,
 ) -> Effect {
     let plain = plain_effect(f, insn);
-    if matches!(
+    if is_trap(insn) {
+        // A signal handler sees (and may print) every register and the
+        // flags in its `ucontext`, and may resume the thread after the trap.
+        Effect {
+            gen: RegSet::ALL,
+            kill: RegSet::EMPTY,
+            writes: plain.writes,
+        }
+    } else if matches!(
         insn.mnemonic(),
         Mnemonic::Syscall | Mnemonic::Sysenter | Mnemonic::Int | Mnemonic::Int1 | Mnemonic::Into
     ) {
@@ -378,6 +390,15 @@ fn effect(
     } else {
         plain
     }
+}
+
+/// Whether `insn` raises a signal by design (`int3`, `ud2`, `hlt` in user
+/// mode, ...) after which a handler may let the thread go on.
+fn is_trap(insn: &Instruction) -> bool {
+    matches!(
+        insn.mnemonic(),
+        Mnemonic::Int3 | Mnemonic::Ud0 | Mnemonic::Ud1 | Mnemonic::Ud2 | Mnemonic::Hlt
+    )
 }
 
 /// Liveness facts of one procedure.

@@ -658,6 +658,7 @@ fn edge_kind_db(k: EdgeKind) -> EdgeKindDb {
         EdgeKind::TailCall => EdgeKindDb::TailCall,
         EdgeKind::NoReturn => EdgeKindDb::NoReturn,
         EdgeKind::Halt => EdgeKindDb::Halt,
+        EdgeKind::Resume => EdgeKindDb::Resume,
     }
 }
 
@@ -673,6 +674,14 @@ fn placement(cfg: &Cfg, which: Placement) -> WitnessPlacement {
     for e in g.edge_ids() {
         if g.kind(g.edge(e).from) == VertexKind::Call && e != g.exit_root() {
             w[e] = top;
+        }
+    }
+    // A trap's resume edge carries a witness wherever the tree can spare
+    // it: after a handler returns, regen tells by it that the handler
+    // moved rip past the trap (docs/regen.md, "Traps").
+    for (e, ed) in cfg.edges.iter() {
+        if ed.kind == EdgeKind::Resume {
+            w[e] = -top;
         }
     }
     match which {

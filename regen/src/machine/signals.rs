@@ -34,7 +34,7 @@ use super::{Delivery, Flow, Frame, Loc, Machine, ModuleIx, Noted, Sink, Step};
 use crate::compile::{BlockIx, SigAt, EXIT, NO_WITNESS};
 use crate::error::Result;
 use crate::stream::Item;
-use aetrace_format::progdb::CallTarget;
+use aetrace_format::progdb::{CallTarget, EdgeKindDb};
 use aetrace_graph::EntityRef;
 
 /// A SIGNAL record read where a step needed another item, and that step
@@ -177,6 +177,9 @@ pub(super) struct Suspended {
     /// `u32::MAX`, i.e. -1, when the interrupted counted transfer's
     /// increment ran but the machine had not made that transfer yet).
     pub(super) tail_inc: u32,
+    /// A fault the trap ending this block raised, where a handler may
+    /// resume after it (`EdgeKindDb::Resume`); with the signal.
+    pub(super) trap: Option<(Loc, Interrupt)>,
 }
 
 impl<'a> Machine<'a> {
@@ -762,6 +765,12 @@ impl<'a> Machine<'a> {
             }
         }
         let outside = matches!(at, SigAt::Outside);
+        let trap = match at {
+            SigAt::Insn { block, insn } if raised(sig.signo, at) => Some(Loc { module: mi, block })
+                .filter(|&l| insn + 1 == self.block(l).ninsns && self.resumes(l))
+                .map(|l| (l, *sig)),
+            _ => None,
+        };
         sink.certain = sink.certain.max(sink.out.len());
         // The handler starts from the count at the interruption; the
         // transfers mirrored past the cut are made again after it.
@@ -779,16 +788,51 @@ impl<'a> Machine<'a> {
             at_cut,
             tail_inc,
             offset: sig.offset,
+            trap,
         });
         self.cur = None;
         self.consumed(None);
+    }
+
+    /// Whether block `l` ends with a trap a handler may resume after.
+    fn resumes(&self, l: Loc) -> bool {
+        let m = self.module(l);
+        let b = &m.blocks[l.block];
+        (b.succ_lo..b.succ_hi).any(|i| m.succs[i as usize].kind == EdgeKindDb::Resume)
+    }
+
+    /// Whether the handler of `s`, run for a fault of the trap ending
+    /// its block, moved rip past the trap: the trap then did not run
+    /// again. The next item tells: the resume edge's witness, or the trap's
+    /// next SIGNAL or FAULT (it ran again). Without that witness, or with
+    /// the step elsewhere, the trace cannot tell: an error.
+    fn skipped_trap(&mut self, s: &Suspended) -> Result<bool> {
+        let Some((l, sig)) = s.trap else {
+            return Ok(false);
+        };
+        let m = self.module(l);
+        let b = &m.blocks[l.block];
+        let witnessed = (b.succ_lo..b.succ_hi).all(|i| m.succs[i as usize].witness != NO_WITNESS);
+        if !witnessed || !matches!(s.retry, Retry::Step(r) | Retry::Leave(r) if r == l) {
+            return Err(self.sig_error(&sig, format!("the handler returned to the trap ending block {} of procedure {}, whose resume edge has no witness here: the trace cannot tell whether the handler moved rip past the trap", self.block_named(l), self.proc_name(l))));
+        }
+        let (item, _, _) = self.stream.peek()?;
+        Ok(!matches!(item, Item::Signal { .. }))
     }
 
     /// The handler of the newest signal returned: puts back the output
     /// kept for the interrupted code and redoes its step.
     pub(super) fn resume(&mut self, sink: &mut Sink) -> Step {
         self.stack.pop();
-        let s = self.sigs.pop().expect("one suspended state per Sig frame");
+        let mut s = self.sigs.pop().expect("one suspended state per Sig frame");
+        if self.skipped_trap(&s)? {
+            // Nothing of the block runs again: its resume edge is next.
+            s.tail.clear();
+            if let Some(Mark::Block { first, min, .. }) = s.trail.first_mut() {
+                *first += 1;
+                *min = *first;
+            }
+        }
         // The handler's last blocks stay in the trail (a signal nested in
         // the handler after its last record is read only now), then its
         // return, the restorer (untraced), then the resumed code.
