@@ -140,7 +140,7 @@ fn record_killed(exe: &Path, args: &[&str], signal: i32) -> (std::path::PathBuf,
 /// instructions in the executable, at link-time offsets, a `rep` counted
 /// once. The executable is the only module mapped below the libraries'
 /// `0x7f...` range, and `_start` its first instruction run.
-fn stepped(exe: &Path, args: &[&str]) -> Vec<u64> {
+pub(crate) fn stepped(exe: &Path, args: &[&str]) -> Vec<u64> {
     let run = common::singlestep::run(exe, None, args, &[]);
     let elf = common::elf::Elf::read(exe);
     let entry = u64::from_le_bytes(elf.bytes[24..32].try_into().unwrap());

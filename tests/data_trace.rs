@@ -362,7 +362,8 @@ fn check_handled(source: &str, handlers: &[&str], called: &[&str], only: &[&str]
 /// lackey: raise() in a loop (signal.c), a handler in a second thread
 /// calling traced code (signal_thread.c), SIGSEGV handlers that
 /// `siglongjmp` out (signal_fault.c) and one that returns, so the
-/// faulting store runs again with its values (fault_resume.c). Timer signals, which valgrind
+/// faulting store runs again with its values (fault_resume.c), and handlers
+/// that move rip past `ud2` or return after `int3` (trap_resume.c). Timer signals, which valgrind
 /// delivers only between its blocks, land anywhere in the real run:
 /// the checking mode compares every recomputed address of that run
 /// (signal_alarm.c: SIGALRM every 20 us; signal_stub.c: signals nested
@@ -385,6 +386,7 @@ fn data_traces_with_signals_equal_lackey_and_the_full_addresses() {
         true,
     );
     check_handled("fault_resume.c", &["on_segv"], &[], &[], true);
+    check_handled("trap_resume.c", &["on_ill", "on_trap"], &[], &[], true);
     let o2 = Variant::new(Opt::O2, Link::NoPie, false);
     for source in ["signal_alarm.c", "signal_stub.c"] {
         let exe = build(source, o2);

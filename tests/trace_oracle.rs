@@ -19,7 +19,7 @@ use crate::common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::build::{build, build_with_lib, run_native, Link, Opt, Variant};
+use common::build::{build, build_with_lib, run_checked, run_native, Link, Opt, Variant};
 use common::elf::Elf;
 use common::lackey::{self, Capture, LogMode};
 use common::recorded::{
@@ -2015,6 +2015,57 @@ fn own_int3_with_returning_handler() {
     traced("int3.c", O0_NOPIE, &[]);
     traced("int3_after_call.c", O2_PIE, &[]);
     traced("int3_after_call.c", O0_NOPIE, &[]);
+}
+
+/// Handlers that move rip past the instruction that trapped
+/// (`traces/trap_resume.c`: SIGILL skips `ud2`, then SIGTRAP returns after
+/// `int3`, or with an argument SIGSEGV skips `hlt`): the traces equal
+/// lackey's run (without the argument) and the native run single-stepped
+/// (with it: valgrind raises SIGILL for `hlt`); the recorded program
+/// prints what the native one prints, with and without `--data`, and
+/// `--data --check` regenerates every address equal to the full one.
+#[test]
+fn handlers_resuming_after_traps() {
+    for v in [O2_PIE, O0_NOPIE] {
+        traced("trap_resume.c", v, &[]);
+        let exe = build("trap_resume.c", v);
+        let stepped = ["hlt"];
+        let (_, trace) = record_checked(&exe, &stepped, &[], Knobs::DEFAULT);
+        let rg = regen_threads(&trace, None).swap_remove(0);
+        let _ = std::fs::remove_file(&trace);
+        let base = link_base(&exe);
+        let native: Vec<u64> = (crate::crashes::stepped(&exe, &stepped).iter())
+            .map(|a| a - base)
+            .collect();
+        assert_eq!(rg.len(), native.len(), "{}: instructions", exe.display());
+        assert!(
+            rg == native,
+            "{}: the trace is the stepped run",
+            exe.display()
+        );
+        for args in [&[][..], &stepped[..]] {
+            let (name, trace) = record_checked(&exe, args, &[], Knobs::DATA);
+            let _ = std::fs::remove_file(&trace);
+            let checked = trace.with_extension("check.aet");
+            run_checked(
+                Command::new(common::aetrace())
+                    .args(["record", "--data", "--check", "-o"])
+                    .arg(&checked)
+                    .arg("--")
+                    .arg(&exe)
+                    .args(args),
+                "aetrace record --data --check",
+            );
+            let out = Command::new(common::aetrace())
+                .args(["regen", "--format", "lackey", "-o", "/dev/null"])
+                .arg(&checked)
+                .output()
+                .unwrap();
+            let _ = std::fs::remove_file(&checked);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{name} --check: {err}");
+        }
+    }
 }
 
 /// The `traces/` programs written for other topics (the interpreter's
