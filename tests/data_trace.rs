@@ -386,7 +386,9 @@ fn data_traces_with_signals_equal_lackey_and_the_full_addresses() {
         true,
     );
     check_handled("fault_resume.c", &["on_segv"], &[], &[], true);
-    check_handled("trap_resume.c", &["on_ill", "on_trap"], &[], &[], true);
+    // A trap is listed by lackey as by ours (VEX raises SIGILL for `ud2`
+    // after its instruction mark), so nothing is left out.
+    check_handled("trap_resume.c", &["on_ill", "on_trap"], &[], &[], false);
     let o2 = Variant::new(Opt::O2, Link::NoPie, false);
     for source in ["signal_alarm.c", "signal_stub.c"] {
         let exe = build(source, o2);
