@@ -1493,6 +1493,21 @@ mod tests {
     }
 
     #[test]
+    fn a_trap_resumes_at_its_procedures_next_code_only() {
+        // ud2; hlt; ret; ud2; nop; nop (fill to the procedure's end)
+        let cfg = cfg_of(&[0x0f, 0x0b, 0xf4, 0xc3, 0x0f, 0x0b, 0x90, 0x90]).unwrap();
+        assert_eq!(
+            edges(&cfg)[..4],
+            [
+                (0x1000, Some(0x1002), EdgeKind::Resume),
+                (0x1002, Some(0x1003), EdgeKind::Resume),
+                (0x1003, None, EdgeKind::Return),
+                (0x1004, None, EdgeKind::Halt),
+            ]
+        );
+    }
+
+    #[test]
     fn calls_tail_calls_and_halts() {
         // call 0x2000; jne 0x3000 (conditional tail call); jmp 0x4000 (tail call)
         let mut code = vec![0xe8];
