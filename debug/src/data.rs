@@ -206,7 +206,9 @@ impl Cursor {
         let mut fault = false;
         while let Some(&(q, m)) = marks.get(self.mark).filter(|m| m.0 <= p) {
             if q < p {
-                return Err(format!("internal: a signal's mark at position {q} was passed"));
+                return Err(format!(
+                    "internal: a signal's mark at position {q} was passed"
+                ));
             }
             self.mark += 1;
             match m {
@@ -244,12 +246,19 @@ impl Cursor {
     /// interrupted instruction's early values are read first.
     fn sigreturn(&mut self, offset: u64) -> Result<(), String> {
         let i = (self.saved.iter().rposition(|s| s.offset == offset)).ok_or_else(|| {
-            format!("the handler of the SIGNAL at stream offset {offset} returned, but was not entered")
+            format!(
+                "the handler of the SIGNAL at stream offset {offset} returned, but was not entered"
+            )
         })?;
         self.saved.truncate(i + 1);
         let s = self.saved.pop().expect("found above");
         let rest = std::mem::take(&mut self.pending);
-        self.pending = s.early.into_iter().chain(rest).filter(|r| r.start < r.end).collect();
+        self.pending = s
+            .early
+            .into_iter()
+            .chain(rest)
+            .filter(|r| r.start < r.end)
+            .collect();
         self.prev = s.prev;
         Ok(())
     }
@@ -495,7 +504,10 @@ impl Data {
                     continue;
                 }
                 let i = self.insn(code, pc)?;
-                c.advance(self.stub(c.prev, pc) + i.skip + i.planned.plan.len(), |_| {});
+                c.advance(
+                    self.stub(c.prev, pc) + i.skip + i.planned.plan.len(),
+                    |_| {},
+                );
                 c.prev = Some(pc);
             }
             self.starts.push(c);
