@@ -1972,8 +1972,9 @@ fn a_handlers_caller_is_the_signal_frame_as_natively() {
 }
 
 /// The stops in `out`, in order: `signal NAME OFF` for a "Program
-/// received signal" stop, `watch OFF` for a watchpoint's (OFF: the `off`
-/// line after it); the end of a trace (SIGKILL) is none.
+/// received signal" stop, `watch OFF` for a watchpoint's, `break OFF`
+/// for a breakpoint's (OFF: the `off` line after it); the end of a trace
+/// (SIGKILL) is none.
 fn watch_and_signal_stops(out: &str) -> Vec<String> {
     let mut stops = Vec::new();
     let mut what = None;
@@ -1982,7 +1983,9 @@ fn watch_and_signal_stops(out: &str) -> Vec<String> {
             let name = rest.split(',').next().unwrap();
             what = (name != "SIGKILL").then(|| format!("signal {name}"));
         } else if l.contains("atchpoint ") && l.contains(": ") && !l.contains("(aetrace:") {
-            what = what.or(Some("watch".to_string()));
+            what = Some("watch".to_string());
+        } else if l.starts_with("Breakpoint ") && l.contains(", ") {
+            what = Some("break".to_string());
         } else if let Some(off) = l.strip_prefix("off ") {
             if let Some(w) = what.take() {
                 stops.push(format!("{w} {off}"));
@@ -1998,7 +2001,9 @@ fn watch_and_signal_stops(out: &str) -> Vec<String> {
 /// siglongjmps out and by a SIGSEGV handler whose faulting store runs
 /// again): `watch -l` (aetrace's `watch-write`) and `awatch -l` stop at
 /// native gdb's hardware watchpoints' pcs, in the same order among the
-/// signal stops gdb makes at the same pcs, to the end of the run; then
+/// signal stops gdb makes at the same pcs, to the end of the run (with
+/// `awatch`, a breakpoint on SIGUSR2's handler's first instruction too,
+/// which a run from that signal's stop meets first); then
 /// `reverse-continue` makes the same stops in reverse order (each watch
 /// stop before its access: one instruction before the forward one, by
 /// `monitor when`), and `monitor last-write` at the end names the last
@@ -2013,10 +2018,15 @@ fn watchpoints_follow_signal_handlers_as_natively() {
     let when = "monitor when\n";
     let last_write =
         "python gdb.execute('monitor last-write %#x 8' % int(gdb.parse_and_eval('(long)&counter')))";
-    for (native_cmd, ours_cmd) in [("watch -l", "watch-write"), ("awatch -l", "awatch -l")] {
+    let cases = [
+        ("watch -l", "watch-write", ""),
+        ("awatch -l", "awatch -l", "break *on_usr2\n"),
+    ];
+    for (native_cmd, ours_cmd, also) in cases {
         let script = trace.with_extension("native-watch.gdb");
-        let head =
-            format!("set pagination off\nset confirm off\nbreak main\nrun\n{native_cmd} counter\n");
+        let head = format!(
+            "set pagination off\nset confirm off\nbreak main\nrun\n{native_cmd} counter\n{also}"
+        );
         let native = native_run(
             &exe,
             &[],
@@ -2033,7 +2043,7 @@ fn watchpoints_follow_signal_handlers_as_natively() {
             &exe,
             &trace,
             &format!(
-                "source {}\nbreak main\ncontinue\n{ours_cmd} counter\n{}continue\n{last_write}\n{}",
+                "source {}\nbreak main\ncontinue\n{ours_cmd} counter\n{also}{}continue\n{last_write}\n{}",
                 aetrace_py.display(),
                 format!("continue\n{show}{when}").repeat(n),
                 format!("reverse-continue\n{show}{when}").repeat(n),
@@ -2052,9 +2062,13 @@ fn watchpoints_follow_signal_handlers_as_natively() {
                 kind.split(' ').next(),
                 "reverse stop {i}:\n{ours}"
             );
-            let want = if kind.starts_with("watch") { f - 1 } else { f };
-            assert_eq!(*b, want, "reverse stop {i} ({kind}):\n{ours}");
-            if kind.starts_with("signal") {
+            let watch = kind.starts_with("watch");
+            assert_eq!(
+                *b,
+                f - u64::from(watch),
+                "reverse stop {i} ({kind}):\n{ours}"
+            );
+            if !watch {
                 assert_eq!(s, kind, "reverse stop {i}:\n{ours}");
             }
         }

@@ -625,6 +625,9 @@ impl<'m> Stub<'m> {
             return Ok(self.at_signal(s));
         }
         let was = std::mem::replace(&mut self.at, At::Insn);
+        // From a passage or a delivery, the instruction there has not run:
+        // its breakpoint stops too.
+        let first = from + u64::from(was == At::Insn);
         let (breaks, watches) = (&self.breaks, &self.watches);
         let stops =
             |pc: u64| is_break(breaks, pc) || range.as_ref().is_some_and(|r| !r.contains(&pc));
@@ -640,7 +643,7 @@ impl<'m> Stub<'m> {
             from,
             forward,
             |p, pc, refs| match forward {
-                true if p > from && stops(pc) => Some(None),
+                true if p >= first && stops(pc) => Some(None),
                 true => watch_hit(watches, refs).map(|w| Some((w, refs.to_vec()))),
                 false => match watch_hit(watches, refs) {
                     Some(w) => Some(Some((w, refs.to_vec()))),
