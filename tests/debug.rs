@@ -1970,3 +1970,115 @@ fn a_handlers_caller_is_the_signal_frame_as_natively() {
     );
     assert_eq!(o, n, "ours:\n{ours}\nnative:\n{native}");
 }
+
+/// The stops in `out`, in order: `signal NAME OFF` for a "Program
+/// received signal" stop, `watch OFF` for a watchpoint's, `break OFF`
+/// for a breakpoint's (OFF: the `off` line after it); the end of a trace
+/// (SIGKILL) is none.
+fn watch_and_signal_stops(out: &str) -> Vec<String> {
+    let mut stops = Vec::new();
+    let mut what = None;
+    for l in out.lines() {
+        if let Some(rest) = l.strip_prefix("Program received signal ") {
+            let name = rest.split(',').next().unwrap();
+            what = (name != "SIGKILL").then(|| format!("signal {name}"));
+        } else if l.contains("atchpoint ") && l.contains(": ") && !l.contains("(aetrace:") {
+            what = Some("watch".to_string());
+        } else if l.starts_with("Breakpoint ") && l.contains(", ") {
+            what = Some("break".to_string());
+        } else if let Some(off) = l.strip_prefix("off ") {
+            if let Some(w) = what.take() {
+                stops.push(format!("{w} {off}"));
+            }
+        }
+    }
+    stops
+}
+
+/// Watchpoints in a thread that handled signals (`watch_signals.c` at
+/// -O0 -g, recorded with `--data --check`: a counter written by `main`,
+/// by handlers that return, by a nested pair, by a handler that
+/// siglongjmps out and by a SIGSEGV handler whose faulting store runs
+/// again): `watch -l` (aetrace's `watch-write`) and `awatch -l` stop at
+/// native gdb's hardware watchpoints' pcs, in the same order among the
+/// signal stops gdb makes at the same pcs, to the end of the run (with
+/// `awatch`, a breakpoint on SIGUSR2's handler's first instruction too,
+/// which a run from that signal's stop meets first); then
+/// `reverse-continue` makes the same stops in reverse order (each watch
+/// stop before its access: one instruction before the forward one, by
+/// `monitor when`), and `monitor last-write` at the end names the last
+/// writer: `on_segv`, the instruction before the last forward watch stop.
+#[test]
+fn watchpoints_follow_signal_handlers_as_natively() {
+    let exe = o0_g("watch_signals.c");
+    let trace = exe.with_extension("data.aet");
+    common::recorded::record_data_checked(&exe, &trace);
+    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
+    let show = "printf \"off %lx\\n\", $pc - (long)&main\n";
+    let when = "monitor when\n";
+    let last_write =
+        "python gdb.execute('monitor last-write %#x 8' % int(gdb.parse_and_eval('(long)&counter')))";
+    let cases = [
+        ("watch -l", "watch-write", ""),
+        ("awatch -l", "awatch -l", "break *on_usr2\n"),
+    ];
+    for (native_cmd, ours_cmd, also) in cases {
+        let script = trace.with_extension("native-watch.gdb");
+        let head = format!(
+            "set pagination off\nset confirm off\nbreak main\nrun\n{native_cmd} counter\n{also}"
+        );
+        let native = native_run(
+            &exe,
+            &[],
+            &script,
+            &format!("{head}{}", format!("continue\n{show}").repeat(100)),
+        );
+        let native = watch_and_signal_stops(&native);
+        let n = native.len();
+        assert!(
+            n >= 36 && native.iter().filter(|s| s.starts_with("signal")).count() == 12,
+            "{native:#?}"
+        );
+        let ours = gdb(
+            &exe,
+            &trace,
+            &format!(
+                "source {}\nbreak main\ncontinue\n{ours_cmd} counter\n{also}{}continue\n{last_write}\n{}",
+                aetrace_py.display(),
+                format!("continue\n{show}{when}").repeat(n),
+                format!("reverse-continue\n{show}{when}").repeat(n),
+            ),
+        );
+        let stops = watch_and_signal_stops(&ours);
+        assert_eq!(stops.len(), 2 * n, "{ours_cmd}:\n{ours}");
+        assert_eq!(stops[..n], native[..], "{ours_cmd} forwards:\n{ours}");
+        let at = whens(&ours);
+        assert_eq!(at.len(), 2 * n + 1, "{ours}");
+        let (fwd, back) = (&at[..n], &at[n + 1..]);
+        for (i, (b, s)) in back.iter().zip(&stops[n..]).enumerate() {
+            let (f, kind) = (fwd[n - 1 - i], &stops[n - 1 - i]);
+            assert_eq!(
+                s.split(' ').next(),
+                kind.split(' ').next(),
+                "reverse stop {i}:\n{ours}"
+            );
+            let watch = kind.starts_with("watch");
+            assert_eq!(
+                *b,
+                f - u64::from(watch),
+                "reverse stop {i} ({kind}):\n{ours}"
+            );
+            if !watch {
+                assert_eq!(s, kind, "reverse stop {i}:\n{ours}");
+            }
+        }
+        if ours_cmd == "watch-write" {
+            let last = format!("instruction {} at ", fwd[n - 1] - 1);
+            let line = ours.lines().find(|l| l.starts_with(&last));
+            assert!(
+                line.is_some_and(|l| l.contains(" in on_segv wrote ")),
+                "{last}\n{ours}"
+            );
+        }
+    }
+}

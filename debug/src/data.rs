@@ -16,12 +16,23 @@
 //! an outside-entry stub entered it (`exec::Entered`), which the
 //! position before it tells.
 //!
-//! Invariants: position `n`'s values start where position `n - 1`'s end,
-//! so the values of an interval of the [`Timeline`] start at the sum of
-//! the earlier intervals' counts, learnt in order and kept (`starts`); an
-//! interval's references are computed from its first position on, for any
-//! order of visits; a `rep` string instruction is one position whose
-//! reference spans every iteration's bytes.
+//! A thread that handled signals reads its values in another order than
+//! the stream's (`docs/data.md`, "Signals with data"): a handler's values
+//! follow its SIGNAL record, the interrupted instruction's values written
+//! before the signal (its early values) are read when the handler
+//! returned, and a faulting instruction reads none. Where each of these
+//! happens comes from the regenerator: the positions of deliveries,
+//! returns and faults from its walk (`regen::visit`, the data walk's
+//! events), each SIGNAL record's place among the values from
+//! `regen::data_values_entered` ([`Marks`]).
+//!
+//! Invariants: position `n`'s values follow position `n - 1`'s in the
+//! reading order ([`Cursor`]), so the values of an interval of the
+//! [`Timeline`] start where the earlier intervals' counts left the
+//! cursor, learnt in order and kept (`starts`); an interval's references
+//! are computed from its first position on, for any order of visits; a
+//! `rep` string instruction is one position whose reference spans every
+//! iteration's bytes.
 
 use crate::blocks::Blocks;
 use crate::image::Image;
@@ -34,9 +45,12 @@ use aetrace_format::progdb::{CallDb, ProgramDb};
 use aetrace_format::section::module_flags;
 use aetrace_format::{ModuleId, ThreadId, Trace};
 use aetrace_regen::compile::{BlockIx, Module as Compiled, ProcIx};
+use aetrace_regen::visit::{Event, Visit};
+use aetrace_regen::{Options, SignalAt};
 use iced_x86::{Decoder, DecoderOptions, Instruction, InstructionInfoFactory};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::ops::Range;
 use std::rc::Rc;
 
 /// One data reference: the bytes `start..end` an instruction touched.
@@ -78,17 +92,183 @@ pub struct Code<'a, 'm> {
     pub modules: &'a [&'m Compiled],
 }
 
-/// A thread's recorded values, and per module (in the regenerator's
-/// order) its program database when it was recorded by abstract execution.
+/// A thread's recorded values, per module (in the regenerator's order)
+/// its program database when it was recorded by abstract execution, and
+/// where signals change the order the values are read in.
 pub struct Values {
     values: Vec<u64>,
     dbs: Vec<Option<(ProgramDb, Returns)>>,
+    marks: Marks,
+}
+
+/// What happens to the reading order before the instruction at a
+/// position ([`Marks`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mark {
+    /// A handler was entered: its values start at value `at` (the
+    /// SIGNAL record's place), and the unread ones before it are the
+    /// interrupted instruction's early values.
+    Deliver { at: usize, offset: u64 },
+    /// The handler of the SIGNAL record at `offset` returned.
+    Return { offset: u64 },
+    /// The instruction at this position raised a fault: it read nothing
+    /// and made no reference (its handler follows, or the thread ends).
+    Fault,
+}
+
+/// A thread's [`Mark`]s by position, in the regenerator's order.
+type Marks = Vec<(u64, Mark)>;
+
+/// The marks of `thread`, whose SIGNAL and FAULT records are `signals`,
+/// from the regenerator's walk (positions count its instructions).
+fn marks<B: AsRef<[u8]> + Sync>(
+    trace: &Trace<B>,
+    thread: u32,
+    signals: &[SignalAt],
+) -> Result<Marks, String> {
+    let opts = Options {
+        thread: Some(thread),
+        ..Options::default()
+    };
+    let visit = Visit::new(trace, &opts).map_err(|e| e.to_string())?;
+    let (mut marks, mut pos, mut bad) = (Vec::new(), 0u64, None);
+    visit
+        .run(&mut |runs| {
+            for e in runs.events() {
+                match e {
+                    Event::Run(r) if r.faults => marks.push((pos, Mark::Fault)),
+                    Event::Signal { offset, .. } => {
+                        match signals.iter().find(|s| s.offset == offset) {
+                            Some(s) => marks.push((pos, Mark::Deliver { at: s.at, offset })),
+                            None => bad = Some(offset),
+                        }
+                    }
+                    Event::SigReturn { offset } => marks.push((pos, Mark::Return { offset })),
+                    _ => {}
+                }
+                if let Event::Run(r) = e {
+                    pos += u64::from(r.end - r.first);
+                }
+            }
+            bad.is_none()
+        })
+        .map_err(|e| e.to_string())?;
+    match bad {
+        Some(o) => Err(format!(
+            "thread {thread}: a handler was entered at the SIGNAL record at stream offset {o}, which the data values do not have"
+        )),
+        None => Ok(marks),
+    }
+}
+
+/// Where the next values are read from: the interrupted instructions'
+/// early values put back (`pending`, in order), then the stream from
+/// `next`; the last position's address (an outside-entry stub's value
+/// depends on it); the handlers running, and the next [`Mark`].
+#[derive(Clone, Debug, Default)]
+struct Cursor {
+    next: usize,
+    pending: Vec<Range<usize>>,
+    prev: Option<u64>,
+    saved: Vec<Saved>,
+    mark: usize,
+}
+
+/// What a handler's delivery saved of the code it interrupted.
+#[derive(Clone, Debug)]
+struct Saved {
+    offset: u64,
+    early: Vec<Range<usize>>,
+    prev: Option<u64>,
+}
+
+impl Cursor {
+    /// Takes the next `n` values, a range of indices at a time to `f`.
+    fn advance(&mut self, mut n: usize, mut f: impl FnMut(Range<usize>)) {
+        while n > 0 {
+            let Some(r) = self.pending.first_mut() else {
+                f(self.next..self.next + n);
+                self.next += n;
+                return;
+            };
+            let k = n.min(r.len());
+            f(r.start..r.start + k);
+            (r.start, n) = (r.start + k, n - k);
+            if r.start == r.end {
+                self.pending.remove(0);
+            }
+        }
+    }
+
+    /// Applies the marks before the instruction at position `p`; whether
+    /// that instruction raised a fault.
+    fn apply(&mut self, marks: &[(u64, Mark)], p: u64) -> Result<bool, String> {
+        let mut fault = false;
+        while let Some(&(q, m)) = marks.get(self.mark).filter(|m| m.0 <= p) {
+            if q < p {
+                return Err(format!(
+                    "internal: a signal's mark at position {q} was passed"
+                ));
+            }
+            self.mark += 1;
+            match m {
+                Mark::Deliver { at, offset } => self.deliver(at, offset)?,
+                Mark::Return { offset } => self.sigreturn(offset)?,
+                Mark::Fault => fault = true,
+            }
+        }
+        Ok(fault)
+    }
+
+    /// A handler was entered (as `regen`'s data walk, `deliver`): the
+    /// unread values before value `at` are saved as the interrupted
+    /// instruction's, and the handler reads from `at` on.
+    fn deliver(&mut self, at: usize, offset: u64) -> Result<(), String> {
+        if at < self.next {
+            return Err(format!(
+                "the values were read past the SIGNAL record at stream offset {offset}"
+            ));
+        }
+        let mut early = std::mem::take(&mut self.pending);
+        early.push(self.next..at);
+        let prev = self.prev.take();
+        self.saved.push(Saved {
+            offset,
+            early,
+            prev,
+        });
+        self.next = at;
+        Ok(())
+    }
+
+    /// The handler of the SIGNAL record at `offset` returned (as the data
+    /// walk's `sigreturn`): handlers entered after it never returned; the
+    /// interrupted instruction's early values are read first.
+    fn sigreturn(&mut self, offset: u64) -> Result<(), String> {
+        let i = (self.saved.iter().rposition(|s| s.offset == offset)).ok_or_else(|| {
+            format!(
+                "the handler of the SIGNAL at stream offset {offset} returned, but was not entered"
+            )
+        })?;
+        self.saved.truncate(i + 1);
+        let s = self.saved.pop().expect("found above");
+        let rest = std::mem::take(&mut self.pending);
+        self.pending = s
+            .early
+            .into_iter()
+            .chain(rest)
+            .filter(|r| r.start < r.end)
+            .collect();
+        self.prev = s.prev;
+        Ok(())
+    }
 }
 
 /// The recorded values of `thread`, or why the trace has none for it
 /// (every module the thread runs must have been recorded with every
-/// address in full: `--data --check`).
-pub fn values<B: AsRef<[u8]>>(
+/// address in full: `--data --check`). A thread that handled signals
+/// costs a regeneration of its stream here ([`marks`]).
+pub fn values<B: AsRef<[u8]> + Sync>(
     trace: &Trace<B>,
     thread: u32,
     modules: &[&Compiled],
@@ -112,19 +292,16 @@ pub fn values<B: AsRef<[u8]>>(
         };
         dbs.push(db);
     }
-    let (v, signal) =
+    let (v, signals) =
         aetrace_regen::data_values_entered(trace, ThreadId(thread)).map_err(|e| e.to_string())?;
-    if let Some(s) = signal {
-        // The positions below count values in order; a handler's values
-        // sit among the interrupted instruction's (docs/data.md).
-        return Err(format!(
-            "watchpoints do not follow the data of a thread that handled a signal yet: thread {thread} took signal {} (stream offset {})",
-            s.signo, s.offset
-        ));
-    }
+    let marks = match signals.is_empty() {
+        true => Vec::new(),
+        false => marks(trace, thread, &signals)?,
+    };
     Ok(Values {
         values: v.values,
         dbs,
+        marks,
     })
 }
 
@@ -188,12 +365,12 @@ impl Hasher for PcHasher {
 pub struct Data {
     values: Vec<u64>,
     dbs: Vec<Option<(ProgramDb, Returns)>>,
+    marks: Marks,
     /// Abstract values before each instruction, by run-time address, for
     /// the procedures seen so far.
     skips: HashMap<u64, usize, BuildHasherDefault<PcHasher>>,
-    /// The index of the first value of each interval learnt so far, and
-    /// the address of the position before it.
-    starts: Vec<(usize, Option<u64>)>,
+    /// The reading order at the start of each interval learnt so far.
+    starts: Vec<Cursor>,
     /// By address, for the procedures seen so far: each block's last
     /// instruction, and each entry that starts with `rsp` known.
     ends: HashMap<u64, BlockEnd, BuildHasherDefault<PcHasher>>,
@@ -201,6 +378,10 @@ pub struct Data {
     /// Decoded instructions by run-time address.
     insns: HashMap<u64, Rc<Insn>, BuildHasherDefault<PcHasher>>,
     info: InstructionInfoFactory,
+    /// An instruction's values by the reading order, and when it splits
+    /// them, the values together.
+    ranges: Vec<Range<usize>>,
+    split: Vec<u64>,
 }
 
 impl Data {
@@ -209,12 +390,15 @@ impl Data {
         Data {
             values: v.values,
             dbs: v.dbs,
+            marks: v.marks,
             skips: HashMap::default(),
-            starts: vec![(0, None)],
+            starts: vec![Cursor::default()],
             ends: HashMap::default(),
             entries: HashMap::default(),
             insns: HashMap::default(),
             info: InstructionInfoFactory::new(),
+            ranges: Vec::new(),
+            split: Vec::new(),
         }
     }
 
@@ -279,45 +463,56 @@ impl Data {
         k: usize,
         mut f: impl FnMut(u64, u64, &[Ref]) -> bool,
     ) -> Result<u64, String> {
-        let (mut v, mut prev) = self.start_of(t, code, k)?;
+        let mut c = self.start_of(t, code, k)?;
         let (base, pcs) = t.interval(k);
         let mut refs = Vec::new();
         for (i, &pc) in pcs.iter().enumerate() {
-            let insn = self.insn(code, pc)?;
-            v = self.refs(code, &insn, pc, v + self.stub(prev, pc), &mut refs)?;
-            prev = Some(pc);
-            if f(base + i as u64, pc, &refs) {
-                return Ok(base + i as u64);
+            let p = base + i as u64;
+            refs.clear();
+            if !c.apply(&self.marks, p)? {
+                let insn = self.insn(code, pc)?;
+                let before = self.stub(c.prev, pc) + insn.skip;
+                self.refs(code, &insn, pc, &mut c, before, &mut refs)?;
+                c.prev = Some(pc);
+            }
+            if f(p, pc, &refs) {
+                return Ok(p);
             }
         }
         let end = base + pcs.len() as u64;
         if self.starts.len() == k + 1 {
-            self.starts.push((v, prev));
+            self.starts.push(c);
         }
         Ok(end)
     }
 
-    /// The index of interval `k`'s first value, counting earlier
-    /// intervals' values if not yet known.
+    /// The reading order at interval `k`'s first position, counting
+    /// earlier intervals' values if not yet known.
     fn start_of(
         &mut self,
         t: &mut Timeline<'_>,
         code: &Code<'_, '_>,
         k: usize,
-    ) -> Result<(usize, Option<u64>), String> {
+    ) -> Result<Cursor, String> {
         while self.starts.len() <= k {
             let j = self.starts.len() - 1;
-            let (mut v, mut prev) = self.starts[j];
-            let (_, pcs) = t.interval(j);
+            let mut c = self.starts[j].clone();
+            let (base, pcs) = t.interval(j);
             let pcs = pcs.to_vec();
-            for pc in pcs {
+            for (p, pc) in (base..).zip(pcs) {
+                if c.apply(&self.marks, p)? {
+                    continue;
+                }
                 let i = self.insn(code, pc)?;
-                v += self.stub(prev, pc) + i.skip + i.planned.plan.len();
-                prev = Some(pc);
+                c.advance(
+                    self.stub(c.prev, pc) + i.skip + i.planned.plan.len(),
+                    |_| {},
+                );
+                c.prev = Some(pc);
             }
-            self.starts.push((v, prev));
+            self.starts.push(c);
         }
-        Ok(self.starts[k])
+        Ok(self.starts[k].clone())
     }
 
     /// The values an outside-entry stub wrote before the instruction at
@@ -440,29 +635,43 @@ impl Data {
         }
         Ok(())
     }
-    /// Fills `out` with the references of `insn` at `pc`, whose values
-    /// start at index `v`; the index after them.
+    /// The values at `ranges`, in order (for the instruction at `pc`).
+    fn gather(&mut self, pc: u64) -> Result<&[u64], String> {
+        let n = self.values.len();
+        let missing =
+            || format!("the thread's {n} data values end before the instruction at {pc:#x}");
+        if let [r] = &self.ranges[..] {
+            return self.values.get(r.clone()).ok_or_else(missing);
+        }
+        self.split.clear();
+        for r in &self.ranges {
+            let v = self.values.get(r.clone()).ok_or_else(missing)?;
+            self.split.extend_from_slice(v);
+        }
+        Ok(&self.split)
+    }
+
+    /// Fills `out` with the references of `insn` at `pc`, taking its
+    /// values from `c` after the `before` that precede them (a stub's,
+    /// the abstract ones).
     fn refs(
-        &self,
+        &mut self,
         code: &Code<'_, '_>,
         i: &Insn,
         pc: u64,
-        v: usize,
+        c: &mut Cursor,
+        before: usize,
         out: &mut Vec<Ref>,
-    ) -> Result<usize, String> {
+    ) -> Result<(), String> {
         let insn = &i.planned;
-        out.clear();
-        let v = v + i.skip;
-        let end = v + insn.plan.len();
+        c.advance(before, |_| {});
+        let ranges = &mut self.ranges;
+        ranges.clear();
+        c.advance(insn.plan.len(), |r| ranges.push(r));
         if insn.prog.refs.is_empty() {
-            return Ok(end);
+            return Ok(());
         }
-        let vals = self.values.get(v..end).ok_or_else(|| {
-            format!(
-                "the thread's {} data values end before the instruction at {pc:#x}",
-                self.values.len()
-            )
-        })?;
+        let vals = self.gather(pc)?;
         let mut addrs = insn.addresses(vals, i.base);
         // The copies read copied jump tables: a recorded address there is
         // the original table's as gdb knows the program
@@ -494,7 +703,7 @@ impl Data {
                 access: r.access,
             });
         }
-        Ok(end)
+        Ok(())
     }
 }
 

@@ -286,7 +286,7 @@ where
 }
 
 /// The stub of thread `thread` at position `at` over `machine`.
-fn thread_stub<'m, B: AsRef<[u8]>>(
+fn thread_stub<'m, B: AsRef<[u8]> + Sync>(
     trace: &Trace<B>,
     thread: u32,
     machine: aetrace_regen::machine::Machine<'m>,

@@ -359,12 +359,12 @@ impl<'m> Stub<'m> {
     /// [`Stub::run`]'s action, with or without watchpoints.
     fn run_action(&mut self) -> Result<Stop, String> {
         if !self.watches.is_empty() {
-            // A passage makes no access: a run with watchpoints starts from
-            // the instruction after it.
-            // (Signal stops are not made with watchpoints.)
-            let was = std::mem::replace(&mut self.at, At::Insn) == At::Passage;
-            if was && self.action == Action::Step {
-                return Ok(Stop::Step);
+            // A passage makes no access, nor a delivery: a run with
+            // watchpoints starts from the instruction after it (a step
+            // is the plain one).
+            let step = matches!(self.action, Action::Step | Action::ReverseStep);
+            if self.at != At::Insn && step {
+                return Ok(self.run_plain());
             }
             return self.run_watching();
         }
@@ -621,6 +621,13 @@ impl<'m> Stub<'m> {
             Action::Range(start, end) => (true, Some(start..end)),
             Action::ReverseContinue => (false, None),
         };
+        if let Some(s) = self.signal_at_once(forward) {
+            return Ok(self.at_signal(s));
+        }
+        let was = std::mem::replace(&mut self.at, At::Insn);
+        // From a passage or a delivery, the instruction there has not run:
+        // its breakpoint stops too.
+        let first = from + u64::from(was == At::Insn);
         let (breaks, watches) = (&self.breaks, &self.watches);
         let stops =
             |pc: u64| is_break(breaks, pc) || range.as_ref().is_some_and(|r| !r.contains(&pc));
@@ -636,7 +643,7 @@ impl<'m> Stub<'m> {
             from,
             forward,
             |p, pc, refs| match forward {
-                true if p > from && stops(pc) => Some(None),
+                true if p >= first && stops(pc) => Some(None),
                 true => watch_hit(watches, refs).map(|w| Some((w, refs.to_vec()))),
                 false => match watch_hit(watches, refs) {
                     Some(w) => Some(Some((w, refs.to_vec()))),
@@ -644,6 +651,18 @@ impl<'m> Stub<'m> {
                 },
             },
         )?;
+        // A signal delivered before the stop's instruction (its access)
+        // stops first, as in a plain search.
+        let at = match (found.as_ref(), forward) {
+            (Some((p, _)), _) => *p,
+            (None, true) => self.timeline.known_len().unwrap_or(from),
+            (None, false) => 0,
+        };
+        self.at = was;
+        if let Some(s) = self.signal_on_the_way(forward, at) {
+            return Ok(self.at_signal(s));
+        }
+        self.at = At::Insn;
         Ok(match (found, forward) {
             (Some((p, None)), _) => self.stop_at(Found::At(p), Stop::End),
             (Some((p, Some((w, refs)))), true) => self.after_access(p, w, refs),

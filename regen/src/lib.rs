@@ -101,18 +101,19 @@ pub enum DataItem {
 }
 
 /// [`data_values`] with the values that follow an ENTER marked, and the
-/// thread's first SIGNAL or FAULT record if it has one.
+/// thread's SIGNAL and FAULT records in order (where each stands among
+/// the values: the debugger's watchpoints place handlers' values by them).
 pub fn data_values_entered<B: AsRef<[u8]>>(
     trace: &aetrace_format::Trace<B>,
     thread: aetrace_format::ThreadId,
-) -> Result<(DataValues, Option<SignalAt>)> {
-    let (mut out, mut first) = (DataValues::default(), None);
+) -> Result<(DataValues, Vec<SignalAt>)> {
+    let (mut out, mut signals) = (DataValues::default(), Vec::new());
     let mut c = DataCursor::new(trace, thread)?;
     loop {
         c.append(usize::MAX, &mut out)?;
         match c.signal()? {
-            Some(s) => first = first.or(Some(s)),
-            None => return Ok((out, first)),
+            Some(s) => signals.push(s),
+            None => return Ok((out, signals)),
         }
     }
 }
