@@ -9,7 +9,9 @@
 //! a fall-through edge is inline (no jump), one on a taken edge costs one
 //! stub; witnesses on edges leaving by `ret`/`jmp` go just before that
 //! instruction. Buffer checks sit at the entry block, loop headers and
-//! every call's return point (docs/runtime.md section 4). Counting with
+//! every call's return point (docs/runtime.md section 4); a taken edge's
+//! stub into a loop header writes its witness and the header's check in
+//! one sequence and enters the header after its check. Counting with
 //! `--stop-at`: every block (`calls`: every invocation) checks whether it
 //! holds event N, and the out-of-line traps (`StopTrap`) after the stubs
 //! stop the program there.
@@ -55,8 +57,8 @@ use aetrace_graph::{BlockId, EdgeId, EntityRef};
 use aetrace_runtime::layout::RecordKind;
 use aetrace_runtime::{
     emit_buffer_check, emit_direct_entry, emit_outside_entry_at, emit_outside_entry_with,
-    emit_record, emit_static_entry, emit_transfer, emit_value, emit_witness, Payload, RuntimeAddrs,
-    Site, Value,
+    emit_record, emit_static_entry, emit_transfer, emit_value, emit_witness, emit_witness_checked,
+    Payload, RuntimeAddrs, Site, Value,
 };
 use iced_x86::code_asm::{edi, r11, CodeAssembler};
 use iced_x86::{
@@ -1225,10 +1227,12 @@ pub fn generate(
             .iter()
             .map(|&b| (p.cfg.blocks[b].start, em.label()))
             .collect();
+        let checked = (0..p.cfg.blocks.len()).map(|_| em.label()).collect();
         let entries = ProcGen {
             em: &mut em,
             p,
             labels: &block_labels[k],
+            checked,
             bodies: &bodies,
             entries: &entries,
             rt,
@@ -1406,6 +1410,9 @@ struct ProcGen<'e, 'p> {
     traps: Vec<StopTrap>,
     p: &'p ProcPlan<'p>,
     labels: &'p [u64],
+    /// Per block, the label after a loop header's buffer check (bound only
+    /// there, `block_head`).
+    checked: Vec<u64>,
     bodies: &'p HashMap<u64, u64>,
     entries: &'p HashMap<u64, (u32, u32)>,
     rt: &'p RuntimeAddrs,
@@ -1445,6 +1452,20 @@ struct Stub {
 }
 
 impl ProcGen<'_, '_> {
+    /// The label after the buffer check of the loop header a stub jumps
+    /// to, when the stub is only a one-byte witness: it then checks the
+    /// buffer itself, with the address its witness reserved.
+    fn fused_check(&self, s: &Stub) -> Option<u64> {
+        let to = self.p.cfg.edges[s.edge].to;
+        let plain = s.witness.is_some_and(|w| w < 254) && !(s.count || s.lazy || s.exit_record);
+        (plain
+            && self.em.counting.is_none()
+            && to != self.p.cfg.exit()
+            && self.p.loop_header[to.index()]
+            && s.target == self.labels[to.index()])
+        .then(|| self.checked[to.index()])
+    }
+
     fn site(&self, live: crate::liveness::RegSet) -> Site {
         self.p.live.site(live)
     }
@@ -1674,6 +1695,14 @@ impl ProcGen<'_, '_> {
             };
             if s.count {
                 self.em.transfer(entry_site(s.site))?;
+            }
+            if let (Some(checked), Some(w)) = (self.fused_check(&s), s.witness) {
+                let (before, flush) = (self.em.point, self.rt.flush);
+                self.em.seq_write(before, after, |a| {
+                    emit_witness_checked(a, w as u8 + 1, flush, s.site)
+                })?;
+                self.em.jmp(checked)?;
+                continue;
             }
             if let Some(w) = s.witness {
                 let before = self.em.point;
@@ -2292,6 +2321,7 @@ impl ProcGen<'_, '_> {
         if p.loop_header[b.index()] {
             let s = self.site(p.live.live_in(b));
             self.check(s)?;
+            self.em.bind(self.checked[b.index()]);
         }
         if let Some(n) = p
             .counters
