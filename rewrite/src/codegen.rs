@@ -1699,9 +1699,8 @@ impl ProcGen<'_, '_> {
             if let (Some(checked), Some(w)) = (self.fused_check(&s), s.witness) {
                 let (before, flush) = (self.em.point, self.rt.flush);
                 self.em.seq_write(before, after, |a| {
-                    emit_witness_checked(a, w as u8 + 1, flush, s.site)
+                    emit_witness_checked(a, w as u8 + 1, flush, s.site, checked)
                 })?;
-                self.em.jmp(checked)?;
                 continue;
             }
             if let Some(w) = s.witness {

@@ -229,24 +229,35 @@ pub fn emit_witness(a: &mut CodeAssembler, byte: u8, site: Site) -> Result<(), E
 }
 
 /// Emits a witness write of `byte` followed by a buffer check that reuses
-/// the reserved address: `flush` when it is at or above `LIMIT`. Stands
-/// for a witnessed edge into a block whose check it replaces (a loop's
-/// back edge): the check needs no load of `POS`, which right after the
-/// `xadd` waits for its store (docs/runtime.md section 3). The address is
-/// the old `POS`, so the check lets `POS` reach `LIMIT` itself, one byte
-/// past a separate check; the witness byte is counted on the path before
-/// it (section 4), and the headroom is not used up by one byte.
+/// the reserved address (`flush` when it is at or above `LIMIT`), then a
+/// jump to `then`. Stands for a witnessed edge into a block whose check it
+/// replaces (a loop's back edge; `then` is past that check): the check
+/// needs no load of `POS`, which right after the `xadd` waits for its store
+/// (docs/runtime.md section 3), and with nothing to restore the check's
+/// branch goes to `then` itself. The address is the old `POS`, so the
+/// check lets `POS` reach `LIMIT` itself, one byte past a separate check;
+/// the witness byte is counted on the path before it (section 4), and the
+/// headroom is not used up by one byte.
 pub fn emit_witness_checked(
     a: &mut CodeAssembler,
     byte: u8,
     flush: u64,
     site: Site,
+    then: u64,
 ) -> Result<(), Error> {
     check_witness_byte(byte)?;
     let f = begin(a, &site, true, &[])?;
     reserve(a, f.reg, 1)?;
     a.mov(byte_ptr(f.reg), byte as u32)?;
-    flush_unless_below_limit(a, flush, site, f)
+    if f.flags.is_none() && f.pushed.is_empty() && !f.stepped_red_zone {
+        a.cmp(f.reg, gs_q(S_LIMIT))?;
+        a.jb(then)?;
+        call_flush(a, flush, site.red_zone_live)?;
+    } else {
+        flush_unless_below_limit(a, flush, site, f)?;
+    }
+    a.jmp(then)?;
+    Ok(())
 }
 
 fn check_witness_byte(byte: u8) -> Result<(), Error> {
@@ -488,8 +499,14 @@ fn flush_unless_below_limit(
     let mut done = a.create_label();
     a.cmp(f.reg, gs_q(S_LIMIT))?;
     a.jb(done)?;
-    // `call` pushes below rsp: step over a live red zone unless done already.
-    let step = site.red_zone_live && !f.stepped_red_zone;
+    call_flush(a, flush, site.red_zone_live && !f.stepped_red_zone)?;
+    a.set_label(&mut done)?;
+    end_with_label_target(a, f)
+}
+
+/// `call flush`, stepping over the red zone first when `step` (`call`
+/// pushes below rsp).
+fn call_flush(a: &mut CodeAssembler, flush: u64, step: bool) -> Result<(), Error> {
     if step {
         a.lea(rsp, ptr(rsp - RED_ZONE))?;
     }
@@ -497,8 +514,7 @@ fn flush_unless_below_limit(
     if step {
         a.lea(rsp, ptr(rsp + RED_ZONE))?;
     }
-    a.set_label(&mut done)?;
-    end_with_label_target(a, f)
+    Ok(())
 }
 
 /// `end` after a label: a label needs an instruction to attach to.
