@@ -9,7 +9,9 @@
 //! a fall-through edge is inline (no jump), one on a taken edge costs one
 //! stub; witnesses on edges leaving by `ret`/`jmp` go just before that
 //! instruction. Buffer checks sit at the entry block, loop headers and
-//! every call's return point (docs/runtime.md section 4). Counting with
+//! every call's return point (docs/runtime.md section 4); a taken edge's
+//! stub into a loop header writes its witness and the header's check in
+//! one sequence and enters the header after its check. Counting with
 //! `--stop-at`: every block (`calls`: every invocation) checks whether it
 //! holds event N, and the out-of-line traps (`StopTrap`) after the stubs
 //! stop the program there.
@@ -55,8 +57,8 @@ use aetrace_graph::{BlockId, EdgeId, EntityRef};
 use aetrace_runtime::layout::RecordKind;
 use aetrace_runtime::{
     emit_buffer_check, emit_direct_entry, emit_outside_entry_at, emit_outside_entry_with,
-    emit_record, emit_static_entry, emit_transfer, emit_value, emit_witness, Payload, RuntimeAddrs,
-    Site, Value,
+    emit_record, emit_static_entry, emit_transfer, emit_value, emit_witness, emit_witness_checked,
+    Payload, RuntimeAddrs, Site, Value,
 };
 use iced_x86::code_asm::{edi, r11, CodeAssembler};
 use iced_x86::{
@@ -1225,10 +1227,12 @@ pub fn generate(
             .iter()
             .map(|&b| (p.cfg.blocks[b].start, em.label()))
             .collect();
+        let checked = (0..p.cfg.blocks.len()).map(|_| em.label()).collect();
         let entries = ProcGen {
             em: &mut em,
             p,
             labels: &block_labels[k],
+            checked,
             bodies: &bodies,
             entries: &entries,
             rt,
@@ -1406,6 +1410,9 @@ struct ProcGen<'e, 'p> {
     traps: Vec<StopTrap>,
     p: &'p ProcPlan<'p>,
     labels: &'p [u64],
+    /// Per block, the label after a loop header's buffer check (bound only
+    /// there, `block_head`).
+    checked: Vec<u64>,
     bodies: &'p HashMap<u64, u64>,
     entries: &'p HashMap<u64, (u32, u32)>,
     rt: &'p RuntimeAddrs,
@@ -1445,6 +1452,43 @@ struct Stub {
 }
 
 impl ProcGen<'_, '_> {
+    /// The label after the buffer check of the loop header edge `e` goes
+    /// to, when all the edge writes is the one-byte witness `w`: the
+    /// witness then checks the buffer itself, with the address it reserved,
+    /// and jumps there (`emit_witness_checked`).
+    fn fused_check(&self, e: EdgeId, w: Option<u32>) -> Option<(u64, u8)> {
+        let to = self.p.cfg.edges[e].to;
+        let w = w.filter(|&w| w < 254)?;
+        (self.em.counting.is_none() && to != self.p.cfg.exit() && self.p.loop_header[to.index()])
+            .then(|| (self.checked[to.index()], w as u8 + 1))
+    }
+
+    /// Edge `e`'s witness `w` (standing at `before`, then at `after`) and
+    /// the way on to its block `to`: past its check when that is fused
+    /// into the witness, else laid out next or jumped to.
+    fn witness_then_goto(
+        &mut self,
+        e: EdgeId,
+        w: Option<u32>,
+        (before, after): (SigPoint, SigPoint),
+        next: Option<BlockId>,
+        orig: u64,
+    ) -> GenResult<()> {
+        let cfg = self.p.cfg;
+        let site = self.site(self.p.live.live_on_edge(cfg, e));
+        if let Some((checked, byte)) = self.fused_check(e, w) {
+            let flush = self.rt.flush;
+            return self.em.seq_write(before, after, |a| {
+                emit_witness_checked(a, byte, flush, site, checked)
+            });
+        }
+        if let Some(w) = w {
+            self.em.witness(w, site, before, after)?;
+        }
+        self.em.point = after;
+        self.goto(cfg.edges[e].to, next, orig)
+    }
+
     fn site(&self, live: crate::liveness::RegSet) -> Site {
         self.p.live.site(live)
     }
@@ -1674,6 +1718,18 @@ impl ProcGen<'_, '_> {
             };
             if s.count {
                 self.em.transfer(entry_site(s.site))?;
+            }
+            let plain = !(s.count || s.lazy || s.exit_record);
+            let to_label = s.target == self.labels[p.cfg.edges[s.edge].to.index()];
+            if let Some((checked, byte)) = self
+                .fused_check(s.edge, s.witness)
+                .filter(|_| plain && to_label)
+            {
+                let (before, flush) = (self.em.point, self.rt.flush);
+                self.em.seq_write(before, after, |a| {
+                    emit_witness_checked(a, byte, flush, s.site, checked)
+                })?;
+                continue;
             }
             if let Some(w) = s.witness {
                 let before = self.em.point;
@@ -2294,6 +2350,7 @@ impl ProcGen<'_, '_> {
         if p.loop_header[b.index()] {
             let s = self.site(p.live.live_in(b));
             self.check(s)?;
+            self.em.bind(self.checked[b.index()]);
         }
         if let Some(n) = p
             .counters
@@ -2591,17 +2648,11 @@ impl ProcGen<'_, '_> {
             self.em.point = before;
         }
         if let Some(e) = fall {
-            let to = cfg.edges[e].to;
-            let after = self.after_edge(e, blk.end);
-            if let Some(w) = wit(e) {
-                let s = self.site(p.live.live_on_edge(cfg, e));
-                let before = SigPoint::Witness {
-                    edge: e.index() as u32,
-                };
-                self.em.witness(w, s, before, after)?;
-            }
-            self.em.point = after;
-            self.goto(to, end.next, blk.end)?;
+            let before = SigPoint::Witness {
+                edge: e.index() as u32,
+            };
+            let points = (before, self.after_edge(e, blk.end));
+            self.witness_then_goto(e, wit(e), points, end.next, blk.end)?;
         } else if let Some(to) = cfg.block_at(blk.end) {
             // Both outcomes reach the same block (one edge).
             self.em.point = self.at(to, 0);
@@ -2613,21 +2664,14 @@ impl ProcGen<'_, '_> {
     /// The single fall-through successor of a block ending without a branch
     /// (or into another procedure: a tail call).
     fn fallthrough(&mut self, edges: &[EdgeId], next: Option<BlockId>, end: u64) -> GenResult<()> {
-        let cfg = self.p.cfg;
         let Some(&e) = edges.first() else {
             return Ok(());
         };
-        let to = cfg.edges[e].to;
-        let after = self.after_edge(e, end);
-        if let Some(w) = self.p.witness[e.index()] {
-            let s = self.site(self.p.live.live_on_edge(cfg, e));
-            let before = SigPoint::Witness {
-                edge: e.index() as u32,
-            };
-            self.em.witness(w, s, before, after)?;
-        }
-        self.em.point = after;
-        self.goto(to, next, end)
+        let before = SigPoint::Witness {
+            edge: e.index() as u32,
+        };
+        let points = (before, self.after_edge(e, end));
+        self.witness_then_goto(e, self.p.witness[e.index()], points, next, end)
     }
 
     /// At a fork's return point: the parent (result > 0) writes

@@ -221,15 +221,52 @@ fn gpr32_of(r: AsmRegister64) -> AsmRegister32 {
 
 /// Emits one witness write of `byte` (1..=0xFE).
 pub fn emit_witness(a: &mut CodeAssembler, byte: u8, site: Site) -> Result<(), Error> {
+    check_witness_byte(byte)?;
+    let f = begin(a, &site, true, &[])?;
+    reserve(a, f.reg, 1)?;
+    a.mov(byte_ptr(f.reg), byte as u32)?;
+    end(a, f)
+}
+
+/// Emits a witness write of `byte` followed by a buffer check that reuses
+/// the reserved address (`flush` when it is at or above `LIMIT`), then a
+/// jump to `then`. Stands for a witnessed edge into a block whose check it
+/// replaces (a loop's back edge; `then` is past that check): the check
+/// needs no load of `POS`, which right after the `xadd` waits for its store
+/// (docs/runtime.md section 3), and with nothing to restore the check's
+/// branch goes to `then` itself. The address is the old `POS`, so the
+/// check lets `POS` reach `LIMIT` itself, one byte past a separate check;
+/// the witness byte is counted on the path before it (section 4), and the
+/// headroom is not used up by one byte.
+pub fn emit_witness_checked(
+    a: &mut CodeAssembler,
+    byte: u8,
+    flush: u64,
+    site: Site,
+    then: u64,
+) -> Result<(), Error> {
+    check_witness_byte(byte)?;
+    let f = begin(a, &site, true, &[])?;
+    reserve(a, f.reg, 1)?;
+    a.mov(byte_ptr(f.reg), byte as u32)?;
+    if f.flags.is_none() && f.pushed.is_empty() && !f.stepped_red_zone {
+        a.cmp(f.reg, gs_q(S_LIMIT))?;
+        a.jb(then)?;
+        call_flush(a, flush, site.red_zone_live)?;
+    } else {
+        flush_unless_below_limit(a, flush, site, f)?;
+    }
+    a.jmp(then)?;
+    Ok(())
+}
+
+fn check_witness_byte(byte: u8) -> Result<(), Error> {
     if byte == 0 || byte == ESCAPE {
         return Err(Error::Emit(format!(
             "witness byte {byte:#04x} is reserved (0x00 = unwritten, 0xFF = escape)"
         )));
     }
-    let f = begin(a, &site, true, &[])?;
-    reserve(a, f.reg, 1)?;
-    a.mov(byte_ptr(f.reg), byte as u32)?;
-    end(a, f)
+    Ok(())
 }
 
 /// Emits one escape record of `kind` with `payload` (which must match the
@@ -447,12 +484,29 @@ pub fn emit_transfer(a: &mut CodeAssembler, site: Site) -> Result<(), Error> {
 /// (absolute address `flush`; it preserves every register and the flags).
 pub fn emit_buffer_check(a: &mut CodeAssembler, flush: u64, site: Site) -> Result<(), Error> {
     let f = begin(a, &site, true, &[])?;
-    let mut done = a.create_label();
     a.mov(f.reg, gs_q(S_POS))?;
+    flush_unless_below_limit(a, flush, site, f)
+}
+
+/// The end of a buffer check: `flush` unless `f.reg` is below `LIMIT`, then
+/// what `f` borrowed restored.
+fn flush_unless_below_limit(
+    a: &mut CodeAssembler,
+    flush: u64,
+    site: Site,
+    f: Frame,
+) -> Result<(), Error> {
+    let mut done = a.create_label();
     a.cmp(f.reg, gs_q(S_LIMIT))?;
     a.jb(done)?;
-    // `call` pushes below rsp: step over a live red zone unless done already.
-    let step = site.red_zone_live && !f.stepped_red_zone;
+    call_flush(a, flush, site.red_zone_live && !f.stepped_red_zone)?;
+    a.set_label(&mut done)?;
+    end_with_label_target(a, f)
+}
+
+/// `call flush`, stepping over the red zone first when `step` (`call`
+/// pushes below rsp).
+fn call_flush(a: &mut CodeAssembler, flush: u64, step: bool) -> Result<(), Error> {
     if step {
         a.lea(rsp, ptr(rsp - RED_ZONE))?;
     }
@@ -460,8 +514,7 @@ pub fn emit_buffer_check(a: &mut CodeAssembler, flush: u64, site: Site) -> Resul
     if step {
         a.lea(rsp, ptr(rsp + RED_ZONE))?;
     }
-    a.set_label(&mut done)?;
-    end_with_label_target(a, f)
+    Ok(())
 }
 
 /// `end` after a label: a label needs an instruction to attach to.

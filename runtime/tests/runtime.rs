@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use aetrace_runtime::emit::{
     emit_buffer_check, emit_outside_entry, emit_record, emit_transfer, emit_value, emit_witness,
-    FlagsSave, Payload, Site, Value, STUB_INSNS,
+    emit_witness_checked, FlagsSave, Payload, Site, Value, STUB_INSNS,
 };
 use aetrace_runtime::layout::{RecordKind, FLAG_SLOTS_EXHAUSTED};
 use aetrace_runtime::{read_standalone, Geometry, Region};
@@ -508,6 +508,40 @@ fn records_are_written_with_their_payloads() {
     want.extend([0xFF, 9, 0x34, 0x12]);
     want.push(0x42);
     assert_eq!(streams[&0].1, want);
+}
+
+/// A witness with its own buffer check (a loop's back edge into its
+/// header, `emit_witness_checked`) flushes when the reserved address
+/// reaches LIMIT and jumps to its target: 100,000 of them, eight times
+/// SMALL's half, drain as the bytes written, with a dead scratch register
+/// (the check's branch goes to the target) and with none (flags and red
+/// zone live: everything restored first). Without the check the writer
+/// would run past its half.
+#[test]
+fn a_witness_with_its_own_check_flushes_and_continues_at_its_target() {
+    for site in [Site::with_scratch(r11), Site::CONSERVATIVE] {
+        let mut m = Mapped::new();
+        let region = Region::create(SMALL).unwrap();
+        let mut a = CodeAssembler::new(64).unwrap();
+        // The target first, at the placed code's start: `ret`.
+        let then = m.next_ip();
+        a.ret().unwrap();
+        emit_witness_checked(&mut a, 0x42, m.addrs().flush, site, then).unwrap();
+        let code = a.assemble(m.next_ip()).unwrap();
+        let f: extern "C" fn() = unsafe { std::mem::transmute(m.place(&code) + 1) };
+        let calls = 100_000;
+        let saved_gs = get_gs();
+        let streams = drain_while(&region, m.base as u64, || {
+            m.init(&[region.env()]);
+            for _ in 0..calls {
+                f();
+            }
+            set_gs(saved_gs);
+        });
+        let mut want = thread_record(u32::MAX);
+        want.extend(std::iter::repeat(0x42).take(calls));
+        assert!(streams[&0].1 == want, "{site:?}: the stream differs");
+    }
 }
 
 /// The drainer hands over where each batch's VALUE records are (the
