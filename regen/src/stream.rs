@@ -589,6 +589,45 @@ impl<'t> Stream<'t> {
         (b.wrapping_sub(1) < 0xFE).then(|| u32::from(b) - 1)
     }
 
+    /// Skips the VALUE records that come next when the item after them is
+    /// a one-byte witness, and gives that witness (not consumed); `None`,
+    /// nothing skipped, otherwise or when values are read. They are what
+    /// [`Stream::peek`] skips anyway: a data trace's block writes its
+    /// values before the witness of its exit, and the machine's summarised
+    /// segments start only where a witness is next.
+    #[inline]
+    pub fn skip_values_to_witness(&mut self) -> Option<u32> {
+        if self.values {
+            return None;
+        }
+        self.pos += self.values_before_witness(self.pos)?;
+        self.peek_byte_witness()
+    }
+
+    /// Whether the item after the next one (a witness) is, past VALUE
+    /// records, a one-byte witness, all buffered ([`Stream::peek_second_is_witness`]
+    /// for a stream whose values are skipped).
+    #[inline]
+    pub fn second_is_witness_past_values(&self) -> bool {
+        !self.values && self.values_before_witness(self.pos + 1).is_some()
+    }
+
+    /// The bytes of the whole VALUE records from `from`, all more than
+    /// [`TORN_TAIL`] bytes before the buffer's end, when a one-byte
+    /// witness follows them there.
+    #[inline]
+    fn values_before_witness(&self, from: usize) -> Option<usize> {
+        let end = self.buf.len().saturating_sub(TORN_TAIL);
+        let mut at = from;
+        while at < end && self.buf[at] == ESCAPE {
+            if self.buf[at + 1] != kind::VALUE || at + VALUE_LEN >= end {
+                return None;
+            }
+            at += VALUE_LEN;
+        }
+        (at < end && self.buf[at].wrapping_sub(1) < 0xFE).then_some(at - from)
+    }
+
     /// Whether the item after the next one is a one-byte witness already
     /// buffered.
     #[inline(always)]

@@ -2362,3 +2362,48 @@ fn value_cursor_windows_equal_the_items() {
         assert_eq!((got, sigs), (want, want_sigs), "seed {seed}");
     }
 }
+
+/// The machine's read points in a data trace (`Stream::skip_values_to_witness`,
+/// `Stream::second_is_witness_past_values`, each one scan of the buffer)
+/// against reading item by item (`Stream::peek`, which skips VALUE
+/// records): a witness either gives is the one the items give, and the
+/// values skipped are the ones `peek` skips (a SIGNAL or ENTER is not
+/// passed over: the item after it is not a witness then).
+#[test]
+fn witnesses_past_values_equal_the_items() {
+    use crate::stream::{Item, Stream};
+    let (mut firsts, mut seconds) = (0, 0);
+    for seed in 0..200 {
+        let mut rng = Rng::new(seed);
+        let (bytes, refs) = data_stream(&mut rng);
+        let chunks = (refs.iter().zip(&bytes))
+            .map(|(meta, data)| aetrace_format::Chunk { meta, data })
+            .collect();
+        let mut s = Stream::new(ThreadId(0), chunks);
+        loop {
+            let got = s.skip_values_to_witness();
+            let (item, offset, len) = s.peek().unwrap();
+            if let Some(w) = got {
+                assert_eq!(
+                    (item, offset),
+                    (Item::Witness(w), s.offset()),
+                    "seed {seed}"
+                );
+                firsts += 1;
+            }
+            // Asked, as the machine asks it, only with a witness next.
+            let second = match item {
+                Item::End => break,
+                Item::Witness(_) => s.second_is_witness_past_values(),
+                _ => false,
+            };
+            s.advance(len);
+            if second {
+                let (after, ..) = s.peek().unwrap();
+                assert!(matches!(after, Item::Witness(_)), "seed {seed}: {after:?}");
+                seconds += 1;
+            }
+        }
+    }
+    assert!(firsts > 1000 && seconds > 1000, "{firsts} {seconds}");
+}

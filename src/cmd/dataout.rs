@@ -28,8 +28,10 @@
 //! before it, or from the outside-entry stub's VALUE right after its
 //! ENTER, `exec::Entered`), else an error naming procedure and block.
 //! A signal handler's values sit among the interrupted instruction's
-//! (`signals`). The control walk (`Visit::run`) runs on its own thread,
-//! a few batches ahead; the data walk's error stops it and comes first.
+//! (`signals`). The control walk (`Visit::run`, with summarised segments:
+//! one step per witness) runs on its own thread, a few batches ahead; the
+//! data walk runs a segment's blocks whole, as the runs they stand for.
+//! The data walk's error stops it and comes first.
 
 // (A path the `cachesim` binary, which includes this file by its path, finds too.)
 #[path = "dataout/signals.rs"]
@@ -50,7 +52,7 @@ use aetrace_format::progdb::ProgramDb;
 use aetrace_format::section::module_flags;
 use aetrace_format::{ModuleId, ThreadId, Trace};
 use aetrace_regen::compile::{BlockIx, Module};
-use aetrace_regen::visit::{BlockRun, Event, Runs, Visit};
+use aetrace_regen::visit::{BlockRun, Event, Runs, Segment, Step, Visit};
 use aetrace_regen::DataItem;
 use iced_x86::{Decoder, DecoderOptions, Instruction, InstructionInfoFactory};
 
@@ -494,7 +496,7 @@ pub fn walk(
     if !trace.modules().iter().any(has_data_flag) {
         return Err("the trace has no data addresses: record it with --data".into());
     }
-    let visit = Visit::new(&trace, opts)?;
+    let visit = Visit::with_segments(&trace, opts)?;
     let mut w = Writer {
         sink,
         mods: Vec::new(),
@@ -508,9 +510,11 @@ pub fn walk(
         addrs: InsnAddrs::default(),
         block: BlockAddrs::default(),
         counts: Counts::default(),
+        segments: Segments::default(),
     };
     for m in visit.modules() {
         w.mods.push(mod_data(&trace, m)?);
+        w.segments.of.push(vec![Segments::NEW; Segment::numbers(m)]);
     }
     w.sink.modules(visit.modules());
     std::thread::scope(|s| {
@@ -591,6 +595,44 @@ struct Writer<'o, 't, S> {
     /// The addresses of the block walked last (reused).
     block: BlockAddrs,
     counts: Counts,
+    segments: Segments,
+}
+
+/// The blocks of each summarised segment the control walk gave
+/// ([`Step::Segment`]), listed at its first sight: the control walk
+/// then takes one step per witness instead of one per block, and the
+/// data walk runs the listed blocks whole, as the runs it would have
+/// been given.
+#[derive(Default)]
+struct Segments {
+    /// Per module, per segment number: where its blocks are in `blocks`
+    /// and how many ([`Segments::NEW`]: not listed yet).
+    of: Vec<Vec<(u32, u32)>>,
+    blocks: Vec<BlockIx>,
+}
+
+impl Segments {
+    const NEW: (u32, u32) = (u32::MAX, 0);
+
+    /// Where segment `s`'s blocks are in `blocks`.
+    #[inline]
+    fn range(&mut self, m: &Module, s: Segment) -> std::ops::Range<usize> {
+        let (at, n) = self.of[s.module as usize][s.number as usize];
+        match (at, n) {
+            // A number is one (read point, witness); `s.blocks` is
+            // checked all the same, and a new list made if it differs.
+            (at, n) if n == s.blocks && at != u32::MAX => at as usize..(at + n) as usize,
+            _ => self.list(m, s),
+        }
+    }
+
+    #[cold]
+    fn list(&mut self, m: &Module, s: Segment) -> std::ops::Range<usize> {
+        let at = self.blocks.len();
+        self.blocks.extend(s.blocks(m));
+        self.of[s.module as usize][s.number as usize] = (at as u32, s.blocks);
+        at..self.blocks.len()
+    }
 }
 
 impl<'t, S: Sink> Writer<'_, 't, S> {
@@ -605,10 +647,30 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
         back: mpsc::Sender<Runs>,
     ) -> Result<(), Error> {
         for runs in rx {
-            for e in runs.events() {
-                self.event(trace, visit, e)?;
+            for step in runs.steps() {
+                match step {
+                    Step::Event(e) => self.event(trace, visit, e)?,
+                    Step::Segment(s) => self.segment(visit, s)?,
+                }
             }
             let _ = back.send(runs);
+        }
+        Ok(())
+    }
+
+    /// The blocks of segment `s`, each run whole.
+    fn segment<B: AsRef<[u8]> + Sync>(&mut self, visit: &Visit<'_, B>, s: Segment) -> Result<()> {
+        let m = &visit.modules()[s.module as usize];
+        for k in self.segments.range(m, s) {
+            let block = self.segments.blocks[k];
+            let r = BlockRun {
+                module: s.module,
+                block,
+                first: 0,
+                end: m.blocks[block].ninsns,
+                faults: false,
+            };
+            self.run(visit, r)?;
         }
         Ok(())
     }

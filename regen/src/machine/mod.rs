@@ -702,8 +702,17 @@ impl<'a> Machine<'a> {
                 }
                 None => {
                     // As counting does; the segment's output starts with
-                    // this block's.
-                    if let Some(w) = read.filter(|_| self.stream.peek_second_is_witness()) {
+                    // this block's. In a data trace, the VALUE records
+                    // before the witness and after it are passed over
+                    // (a SIGNAL or ENTER among them still stops it).
+                    let read = match read {
+                        None if candidate => self.stream.skip_values_to_witness(),
+                        r => r,
+                    };
+                    let second = |s: &Stream| {
+                        s.peek_second_is_witness() || s.second_is_witness_past_values()
+                    };
+                    if let Some(w) = read.filter(|_| second(&self.stream)) {
                         let segs = &mut sink.segs[l.module.index()];
                         let seg = segs.get(m, l.block, w);
                         if seg.is_some() {
