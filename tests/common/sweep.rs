@@ -179,6 +179,7 @@ pub fn programs(dir: &Path) -> Vec<Program> {
         p("paste", "/usr/bin/paste", &["-d", ":", &small, &lines], &[]),
         p("xxd", "/usr/bin/xxd", &[&small], &[]),
         p("tr", "/usr/bin/tr", &["a-z", "A-Z"], &[]),
+        p("troff", "/usr/bin/troff", &["-Tascii", "-man", &f(&inputs.man)], &["libstdc++.so.6"]),
     ];
     // Where valgrind changes the program's path: mawk's `fclose` at exit
     // fails; grep and diff read `/proc/self/maps` (valgrind's own
@@ -187,7 +188,8 @@ pub fn programs(dir: &Path) -> Vec<Program> {
     // valgrind hides; python3 (sets and dicts keyed by identity), tclsh
     // (hashes of addresses) and cc1 (its `ggc` page table) follow the
     // addresses of the process, which are valgrind's under lackey and
-    // the native ones in the recorded run.
+    // the native ones in the recorded run; so does troff (groff's
+    // dictionaries hash a symbol by its string's address).
     for prog in &mut v {
         let stepped = [
             "mawk",
@@ -200,6 +202,7 @@ pub fn programs(dir: &Path) -> Vec<Program> {
             "tclsh",
             "python3",
             "cc1 -O2",
+            "troff",
         ];
         if stepped.contains(&prog.name) {
             prog.oracle = Oracle::Stepped;
@@ -246,6 +249,8 @@ struct Inputs {
     tcl: PathBuf,
     bc: PathBuf,
     json: PathBuf,
+    /// A manual page (troff: C++, its libstdc++ traced).
+    man: PathBuf,
     make: PathBuf,
     repo: PathBuf,
 }
@@ -289,6 +294,7 @@ impl Inputs {
             tcl: put("script.tcl", TCL.as_bytes()),
             bc: put("pi.bc", b"scale = 60\n4 * a(1)\ne(1)\nquit\n"),
             json: put("items.json", format!("[{}]", json.join(",")).as_bytes()),
+            man: put("page.1", MAN_PAGE.as_bytes()),
             repo: git_repo(dir, &text),
             tree,
             make,
@@ -309,6 +315,23 @@ enum kind { LEAF, INNER = 4, ROOT };
 typedef int (*cmp)(const void *, const void *);
 extern int hash(const char *s);
 int *first = &table[0], *last = &table[63];
+";
+
+const MAN_PAGE: &str = ".TH WITNESS 1
+.SH NAME
+witness \\- place one-byte witnesses on edges
+.SH SYNOPSIS
+.B witness
+[\\fB\\-o\\fR \\fIfile\\fR] \\fIprogram\\fR
+.SH DESCRIPTION
+Places \\fBwitnesses\\fR on few edges of each procedure's graph:
+.IP 1. 4
+blocking witnesses on predicate edges that reach calls;
+.IP 2. 4
+a maximum spanning tree over the rest.
+.TP
+.B \\-o
+the output file.
 ";
 
 const TCL: &str = "set d [dict create]
