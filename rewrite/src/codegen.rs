@@ -1452,41 +1452,18 @@ struct Stub {
 }
 
 impl ProcGen<'_, '_> {
-    /// The label after the buffer check of the loop header edge `e` goes
-    /// to, when all the edge writes is the one-byte witness `w`: the
-    /// witness then checks the buffer itself, with the address it reserved,
-    /// and jumps there (`emit_witness_checked`).
-    fn fused_check(&self, e: EdgeId, w: Option<u32>) -> Option<(u64, u8)> {
-        let to = self.p.cfg.edges[e].to;
-        let w = w.filter(|&w| w < 254)?;
-        (self.em.counting.is_none() && to != self.p.cfg.exit() && self.p.loop_header[to.index()])
-            .then(|| (self.checked[to.index()], w as u8 + 1))
-    }
-
-    /// Edge `e`'s witness `w` (standing at `before`, then at `after`) and
-    /// the way on to its block `to`: past its check when that is fused
-    /// into the witness, else laid out next or jumped to.
-    fn witness_then_goto(
-        &mut self,
-        e: EdgeId,
-        w: Option<u32>,
-        (before, after): (SigPoint, SigPoint),
-        next: Option<BlockId>,
-        orig: u64,
-    ) -> GenResult<()> {
-        let cfg = self.p.cfg;
-        let site = self.site(self.p.live.live_on_edge(cfg, e));
-        if let Some((checked, byte)) = self.fused_check(e, w) {
-            let flush = self.rt.flush;
-            return self.em.seq_write(before, after, |a| {
-                emit_witness_checked(a, byte, flush, site, checked)
-            });
-        }
-        if let Some(w) = w {
-            self.em.witness(w, site, before, after)?;
-        }
-        self.em.point = after;
-        self.goto(cfg.edges[e].to, next, orig)
+    /// The label after the buffer check of the loop header a stub jumps
+    /// to, when the stub is only a one-byte witness: it then checks the
+    /// buffer itself, with the address its witness reserved.
+    fn fused_check(&self, s: &Stub) -> Option<u64> {
+        let to = self.p.cfg.edges[s.edge].to;
+        let plain = s.witness.is_some_and(|w| w < 254) && !(s.count || s.lazy || s.exit_record);
+        (plain
+            && self.em.counting.is_none()
+            && to != self.p.cfg.exit()
+            && self.p.loop_header[to.index()]
+            && s.target == self.labels[to.index()])
+        .then(|| self.checked[to.index()])
     }
 
     fn site(&self, live: crate::liveness::RegSet) -> Site {
@@ -1719,15 +1696,10 @@ impl ProcGen<'_, '_> {
             if s.count {
                 self.em.transfer(entry_site(s.site))?;
             }
-            let plain = !(s.count || s.lazy || s.exit_record);
-            let to_label = s.target == self.labels[p.cfg.edges[s.edge].to.index()];
-            if let Some((checked, byte)) = self
-                .fused_check(s.edge, s.witness)
-                .filter(|_| plain && to_label)
-            {
+            if let (Some(checked), Some(w)) = (self.fused_check(&s), s.witness) {
                 let (before, flush) = (self.em.point, self.rt.flush);
                 self.em.seq_write(before, after, |a| {
-                    emit_witness_checked(a, byte, flush, s.site, checked)
+                    emit_witness_checked(a, w as u8 + 1, flush, s.site, checked)
                 })?;
                 continue;
             }
@@ -2648,11 +2620,17 @@ impl ProcGen<'_, '_> {
             self.em.point = before;
         }
         if let Some(e) = fall {
-            let before = SigPoint::Witness {
-                edge: e.index() as u32,
-            };
-            let points = (before, self.after_edge(e, blk.end));
-            self.witness_then_goto(e, wit(e), points, end.next, blk.end)?;
+            let to = cfg.edges[e].to;
+            let after = self.after_edge(e, blk.end);
+            if let Some(w) = wit(e) {
+                let s = self.site(p.live.live_on_edge(cfg, e));
+                let before = SigPoint::Witness {
+                    edge: e.index() as u32,
+                };
+                self.em.witness(w, s, before, after)?;
+            }
+            self.em.point = after;
+            self.goto(to, end.next, blk.end)?;
         } else if let Some(to) = cfg.block_at(blk.end) {
             // Both outcomes reach the same block (one edge).
             self.em.point = self.at(to, 0);
@@ -2664,14 +2642,21 @@ impl ProcGen<'_, '_> {
     /// The single fall-through successor of a block ending without a branch
     /// (or into another procedure: a tail call).
     fn fallthrough(&mut self, edges: &[EdgeId], next: Option<BlockId>, end: u64) -> GenResult<()> {
+        let cfg = self.p.cfg;
         let Some(&e) = edges.first() else {
             return Ok(());
         };
-        let before = SigPoint::Witness {
-            edge: e.index() as u32,
-        };
-        let points = (before, self.after_edge(e, end));
-        self.witness_then_goto(e, self.p.witness[e.index()], points, next, end)
+        let to = cfg.edges[e].to;
+        let after = self.after_edge(e, end);
+        if let Some(w) = self.p.witness[e.index()] {
+            let s = self.site(self.p.live.live_on_edge(cfg, e));
+            let before = SigPoint::Witness {
+                edge: e.index() as u32,
+            };
+            self.em.witness(w, s, before, after)?;
+        }
+        self.em.point = after;
+        self.goto(to, next, end)
     }
 
     /// At a fork's return point: the parent (result > 0) writes
