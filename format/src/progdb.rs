@@ -1371,7 +1371,7 @@ mod tests {
         };
         let bytes = db.encode();
         let mut want = b"AEDB".to_vec();
-        want.extend_from_slice(&5u32.to_le_bytes());
+        want.extend_from_slice(&6u32.to_le_bytes());
         want.extend_from_slice(&0x40_0000u64.to_le_bytes());
         want.extend_from_slice(&0x50_0000u64.to_le_bytes());
         // Flags: returns counted.

@@ -2290,6 +2290,13 @@ impl ProcGen<'_, '_> {
                         self.em.transfer(before_last)?;
                     }
                     self.copy_at(b, last_i, last);
+                    if !returns {
+                        // A trap with no code of the procedure after it: a
+                        // handler that moves rip past it goes where the
+                        // native program goes (`docs/cfg.md`, "Traps that
+                        // resume"), not into the next block of the copy.
+                        self.em.jmp(self.retarget(blk.end))?;
+                    }
                 }
             }
             FlowControl::Next => {
