@@ -137,8 +137,9 @@ fn record_killed(exe: &Path, args: &[&str], signal: i32) -> (std::path::PathBuf,
 }
 
 /// The native run of `exe args` single-stepped (ASLR off): its
-/// instructions in the executable, at link-time offsets, a `rep` counted
-/// once. The executable is the only module mapped below the libraries'
+/// instructions in the executable, at link-time addresses (offsets from
+/// the image's start in a PIE, absolute addresses in a non-PIE), a `rep`
+/// counted once. The executable is the only module mapped below the libraries'
 /// `0x7f...` range, and `_start` its first instruction run.
 pub(crate) fn stepped(exe: &Path, args: &[&str]) -> Vec<u64> {
     let run = common::singlestep::run(exe, None, args, &[]);
