@@ -76,6 +76,14 @@ impl Format {
         ("bin", Format::Bin),
     ];
 
+    /// A record per executed instruction: output many times the stream.
+    fn per_instruction(self) -> bool {
+        matches!(
+            self,
+            Format::Insn | Format::Din | Format::Xdin | Format::Bin
+        )
+    }
+
     pub(crate) fn comments(self) -> bool {
         matches!(self, Format::Insn | Format::Block)
     }
@@ -788,6 +796,12 @@ type Span<'e> = (Option<&'e Entry>, Option<&'e Entry>);
 /// The smallest piece worth a snapshot (a machine clone holds a chunk).
 const MIN_PIECE_BYTES: u64 = 1 << 20;
 
+/// Stream bytes per piece of a format with a record per instruction,
+/// started from a state index. The piece after the one being written
+/// waits whole in memory, so a long one stalls its worker at the lookahead
+/// (docs/regen.md, section 5: "Pieces sized for their output").
+const OUTPUT_PIECE_BYTES: u64 = 512 << 10;
+
 /// A piece that paused: in the state its index entry says, if it has one.
 fn check_pause(m: &Machine<'_>, expect: Option<&Entry>) -> Result<()> {
     match expect {
@@ -932,13 +946,22 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         }
     }
 
-    /// Stream bytes per piece of `job`'s stream: `--piece`, or a quarter
-    /// of each worker's share.
+    /// Stream bytes per piece of `job`'s stream: `--piece`; for a format
+    /// with a record per instruction from a state index
+    /// [`OUTPUT_PIECE_BYTES`]; else a quarter of each worker's share.
     fn piece_bytes(&self, job: &Job<'_>) -> u64 {
-        let thread = job.info.start.thread;
-        let stream_len: u64 = self.trace.chunks(thread).map(|c| c.meta.raw_len).sum();
         match self.opts.piece_bytes {
-            0 => (stream_len / (4 * self.workers() as u64)).max(MIN_PIECE_BYTES),
+            0 if self.opts.index.is_some()
+                && !self.opts.count
+                && self.opts.format.per_instruction() =>
+            {
+                OUTPUT_PIECE_BYTES
+            }
+            0 => {
+                let thread = job.info.start.thread;
+                let stream_len: u64 = self.trace.chunks(thread).map(|c| c.meta.raw_len).sum();
+                (stream_len / (4 * self.workers() as u64)).max(MIN_PIECE_BYTES)
+            }
             n => n,
         }
     }
