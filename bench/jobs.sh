@@ -15,6 +15,9 @@
 # average printed) two threads wait for cores more than one does, and the
 # CPU ratio (about 1 when splitting costs nothing) says what the split
 # costs. Every `-j 2` output is compared with `-j 1`'s (cmp) first.
+# On a busy machine run it as `chrt -f 50 bench/jobs.sh` (root): every
+# command it times then gets both cores (SCHED_FIFO) and the wall ratio
+# means something again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPS=${REPS:-3}
