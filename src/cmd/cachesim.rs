@@ -660,9 +660,44 @@ fn repeated(n: u64) -> Ref {
 /// The smallest I1 line of `cgs` when the input is a trace whose
 /// followers may go as markers: not with -skipcount or -maxcount, whose
 /// window counts each reference.
-fn followers(cli: &Cli, cgs: &mut Stripped<Cachegrind>) -> Option<u64> {
+fn followers(cli: &Cli, groups: &mut [Stripped<Cachegrind>]) -> Option<u64> {
     let plain = cli.skipcount == 0 && cli.maxcount.is_none() && is_trace(cli).is_some();
-    plain.then(|| cgs.sims_mut().iter().map(Cachegrind::i1_line).min())?
+    let cgs = groups.iter_mut().flat_map(Stripped::sims_mut);
+    plain.then(|| cgs.map(|cg| cg.i1_line()).min())?
+}
+
+/// `sims` (one per configuration) as groups that each simulate a trace's
+/// blocks on a thread of their own: two when there are two configurations
+/// or more, the input is a trace and there are two CPUs; else one. Every
+/// group still gets every block, so the statistics are those of one group
+/// (they are independent simulators).
+fn groups<S: InsnFetch>(cli: &Cli, sims: Vec<S>) -> Vec<Stripped<S>> {
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    if sims.len() < 2 || cpus < 2 || is_trace(cli).is_none() {
+        return vec![Stripped::new(sims)];
+    }
+    // Alternate configurations: neighbours in a file are often alike.
+    let (mut even, mut odd) = (Vec::new(), Vec::new());
+    for (k, s) in sims.into_iter().enumerate() {
+        if k % 2 == 0 {
+            even.push(s)
+        } else {
+            odd.push(s)
+        }
+    }
+    vec![Stripped::new(even), Stripped::new(odd)]
+}
+
+/// The simulators of [`groups`] back in configuration order, every fetch
+/// counted.
+fn ungroup<S: InsnFetch>(groups: Vec<Stripped<S>>) -> Vec<S> {
+    let mut each: Vec<_> = groups.into_iter().map(|g| g.finish().into_iter()).collect();
+    let (n, mut out) = (each.len(), Vec::new());
+    // Group k % n holds configuration k: the first group to run out ends.
+    while let Some(s) = each[out.len() % n].next() {
+        out.push(s);
+    }
+    out
 }
 
 /// Walks the data trace at `path` on a second thread and simulates its
@@ -846,12 +881,14 @@ struct Simulated {
 }
 
 /// Regenerates the trace at `path` on a second thread and simulates its
-/// blocks on this one with `sim`; with `segments` (and no window), each
-/// summarised segment's blocks at once.
-fn drive_trace(
+/// blocks with `sims`: one group on this thread, several (`--configs`,
+/// [`groups`]) each on a thread of its own, every batch of blocks shared
+/// by all. With `segments` (and no window), each summarised segment's
+/// blocks at once.
+fn drive_trace<S: InsnFetch + Send>(
     cli: &Cli,
     path: &Path,
-    sim: &mut impl InsnFetch,
+    sims: &mut [S],
     segments: bool,
 ) -> Result<Simulated> {
     let trace = aetrace_format::TraceFile::open(path)?;
@@ -863,10 +900,39 @@ fn drive_trace(
         Visit::new(&trace, &opts)
     }
     .map_err(producer)?;
+    let (regen, fed) = match sims {
+        [sim] => one_group(cli, &visit, sim),
+        _ => shared_batches(cli, &visit, sims),
+    };
+    let blocks = fed?;
+    if blocks.skip > 0 {
+        eprintln!("cachesim: warning: input ended before -skipcount was satisfied");
+    }
+    Ok(Simulated {
+        refs: blocks.fetched.iter().sum(),
+        modules: (visit.modules().iter().map(|m| m.name.clone()))
+            .zip(blocks.fetched.iter().copied())
+            .collect(),
+        error: regen.err().map(producer),
+    })
+}
+
+/// How the regeneration ended, and the blocks one group of simulators
+/// took (every group takes the same ones).
+type Fed<'m> = (
+    std::result::Result<(), aetrace_regen::Error>,
+    Result<Blocks<'m>>,
+);
+
+/// The regeneration on a second thread, `sim` on this one.
+fn one_group<'m, B: AsRef<[u8]> + Sync>(
+    cli: &Cli,
+    visit: &'m Visit<'_, B>,
+    sim: &mut impl InsnFetch,
+) -> Fed<'m> {
     let mut blocks = Blocks::new(visit.modules(), &sim.fetch_lines(), cli);
     let (tx, rx) = mpsc::sync_channel::<Runs>(4);
     let (back_tx, back_rx) = mpsc::channel::<Runs>();
-    let visit = &visit;
     std::thread::scope(|scope| {
         // `move`: the sender goes with the thread, so the loop below ends
         // when the regeneration does.
@@ -878,19 +944,8 @@ fn drive_trace(
         });
         let simulated = (|| -> Result<()> {
             for batch in rx.iter() {
-                for step in batch.steps() {
-                    match step {
-                        Step::Segment(s) => blocks.segment(s, sim)?,
-                        Step::Event(Event::Run(r)) => {
-                            if !blocks.run(r, sim)? {
-                                return Ok(());
-                            }
-                        }
-                        // Instructions only: a handler's blocks are blocks.
-                        Step::Event(
-                            Event::Thread(_) | Event::Signal { .. } | Event::SigReturn { .. },
-                        ) => {}
-                    }
+                if !feed(&mut blocks, &batch, sim)? {
+                    return Ok(());
                 }
                 let _ = back_tx.send(batch);
             }
@@ -901,18 +956,76 @@ fn drive_trace(
         let regen = regen
             .join()
             .unwrap_or_else(|p| std::panic::resume_unwind(p));
-        simulated?;
-        if blocks.skip > 0 {
-            eprintln!("cachesim: warning: input ended before -skipcount was satisfied");
-        }
-        Ok(Simulated {
-            refs: blocks.fetched.iter().sum(),
-            modules: (visit.modules().iter().map(|m| m.name.clone()))
-                .zip(blocks.fetched.iter().copied())
-                .collect(),
-            error: regen.err().map(producer),
-        })
+        (regen, simulated.map(|()| blocks))
     })
+}
+
+/// The regeneration on one thread and each group of `sims` on another,
+/// all groups reading the same batches. A batch comes back for reuse
+/// from the last group to let it go.
+fn shared_batches<'m, S: InsnFetch + Send, B: AsRef<[u8]> + Sync>(
+    cli: &Cli,
+    visit: &'m Visit<'_, B>,
+    sims: &mut [S],
+) -> Fed<'m> {
+    use std::sync::Arc;
+    let (txs, rxs): (Vec<_>, Vec<_>) = sims
+        .iter()
+        .map(|_| mpsc::sync_channel::<Arc<Runs>>(4))
+        .unzip();
+    let (back_tx, back_rx) = mpsc::channel::<Arc<Runs>>();
+    std::thread::scope(|scope| {
+        let regen = scope.spawn(move || {
+            visit.run(&mut |runs| {
+                let spare = back_rx.try_iter().find_map(|b| Arc::try_unwrap(b).ok());
+                let batch = Arc::new(std::mem::replace(runs, spare.unwrap_or_default()));
+                // A group that stopped (window full, or an error) stops it.
+                txs.iter().all(|tx| tx.send(Arc::clone(&batch)).is_ok())
+            })
+        });
+        let groups: Vec<_> = (sims.iter_mut().zip(rxs))
+            .map(|(sim, rx)| {
+                let back = back_tx.clone();
+                scope.spawn(move || -> Result<Blocks<'m>> {
+                    let mut blocks = Blocks::new(visit.modules(), &sim.fetch_lines(), cli);
+                    for batch in rx.iter() {
+                        if !feed(&mut blocks, &batch, sim)? {
+                            break;
+                        }
+                        let _ = back.send(batch);
+                    }
+                    Ok(blocks)
+                })
+            })
+            .collect();
+        let mut fed = groups
+            .into_iter()
+            .map(|g| g.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        let first = fed.next().expect("two groups or more");
+        let fed = fed.fold(first, |a, b| a.and_then(|a| b.map(|_| a)));
+        let regen = regen
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        (regen, fed)
+    })
+}
+
+/// Simulates `batch`'s blocks with `sim`; false once the window is full.
+#[inline]
+fn feed(blocks: &mut Blocks<'_>, batch: &Runs, sim: &mut impl InsnFetch) -> Result<bool> {
+    for step in batch.steps() {
+        match step {
+            Step::Segment(s) => blocks.segment(s, sim)?,
+            Step::Event(Event::Run(r)) => {
+                if !blocks.run(r, sim)? {
+                    return Ok(false);
+                }
+            }
+            // Instructions only: a handler's blocks are blocks.
+            Step::Event(Event::Thread(_) | Event::Signal { .. } | Event::SigReturn { .. }) => {}
+        }
+    }
+    Ok(true)
 }
 
 /// The one-pass sweep as a simulator of instruction fetches, fetch by
@@ -967,11 +1080,11 @@ fn emit(
 /// The references of the input simulated by `sim`: a trace in this
 /// process (with `segments`, a segment's blocks at once), anything else
 /// read by `pipe`.
-fn simulate<S: InsnFetch>(
+fn simulate<S: InsnFetch + Send>(
     cli: &Cli,
-    sim: &mut S,
+    sims: &mut [S],
     segments: bool,
-    pipe: impl FnOnce(&mut S) -> Result<u64>,
+    pipe: impl FnOnce(&mut [S]) -> Result<u64>,
 ) -> Result<Simulated> {
     let data = match is_trace(cli) {
         Some(path) => {
@@ -980,12 +1093,12 @@ fn simulate<S: InsnFetch>(
         None => false,
     };
     match is_trace(cli) {
-        Some(path) if !data => drive_trace(cli, path, sim, segments),
+        Some(path) if !data => drive_trace(cli, path, sims, segments),
         _ if cli.modules => Err(Error::Usage(
             "--modules needs an aetrace trace recorded without --data as input".into(),
         )),
         _ => Ok(Simulated {
-            refs: pipe(sim)?,
+            refs: pipe(sims)?,
             modules: Vec::new(),
             error: None,
         }),
@@ -1118,9 +1231,9 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
         let bsize = spec.bsize;
         let mut sw = Sweep::new(spec);
         // No segments: one-byte lines, every instruction a leader.
-        let s = simulate(&cli, &mut SweepFetch(&mut sw), false, |f| {
+        let s = simulate(&cli, &mut [SweepFetch(&mut sw)], false, |f| {
             drive(&cli, None, |refs| {
-                f.0.run(refs);
+                f.iter_mut().for_each(|f| f.0.run(refs));
                 Ok(())
             })
         })?;
@@ -1147,14 +1260,14 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
             let hs = (configs.iter())
                 .map(|c| Hierarchy::new(c.caches.clone(), cli.seed))
                 .collect();
-            let mut hs = Stripped::new(hs);
-            let s = simulate(&cli, &mut hs, true, |hs| {
+            let mut groups = groups(&cli, hs);
+            let s = simulate(&cli, &mut groups, true, |groups| {
                 drive(&cli, None, |refs| {
-                    hs.sims_mut().iter_mut().for_each(|h| h.run(refs));
+                    (groups.iter_mut().flat_map(Stripped::sims_mut)).for_each(|h| h.run(refs));
                     Ok(())
                 })
             })?;
-            let mut hs = hs.finish();
+            let mut hs = ungroup(groups);
             hs.iter_mut().for_each(Hierarchy::finish);
             let refs = s.refs;
             write_report(
@@ -1169,7 +1282,7 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
             let cgs = (configs.iter())
                 .map(|c| Cachegrind::new(&c.caches))
                 .collect::<Result<Vec<_>>>()?;
-            let mut cgs = Stripped::new(cgs);
+            let mut groups = groups(&cli, cgs);
             // Reference numbers count from the start of the input.
             let base = cli.skipcount;
             let from_start = |e| match e {
@@ -1179,10 +1292,10 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
                 },
                 e => e,
             };
-            let s = simulate(&cli, &mut cgs, true, |cgs| {
-                let line = followers(&cli, cgs);
+            let s = simulate(&cli, &mut groups, true, |groups| {
+                let line = followers(&cli, groups);
                 drive(&cli, line, |refs| {
-                    cgs.sims_mut().iter_mut().try_for_each(|cg| {
+                    (groups.iter_mut().flat_map(Stripped::sims_mut)).try_for_each(|cg| {
                         refs.iter().try_for_each(|&r| match r.size {
                             0 if line.is_some() && r.kind == AccessKind::Instr => {
                                 cg.count_i1_hits(r.addr);
@@ -1194,7 +1307,7 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
                 })
             })
             .map_err(from_start)?;
-            let cgs = cgs.finish();
+            let cgs = ungroup(groups);
             let refs = s.refs;
             let json = |k: usize| serde_json::json!({"model": "cachegrind", "references": refs, "stats": cgs[k].stats});
             write_report(
