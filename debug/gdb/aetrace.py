@@ -239,9 +239,10 @@ class AetraceUnwinder(gdb.unwinder.Unwinder):
         pc, entry = frames[level]
         if int(pending_frame.read_register("rip")) != pc:
             return None
-        if pc == SIGRETURN and level > 0:
-            # A signal handler's caller: gdb's DWARF unwinder takes it as a
-            # signal frame (`untraced_cfi`), shown `<signal handler called>`.
+        if pc == SIGRETURN:
+            # A signal handler's caller, or the return into it (where the
+            # stub serves a made-up rsp): gdb's DWARF unwinder takes it as
+            # a signal frame (`untraced_cfi`), `<signal handler called>`.
             return None
         if entry == UNTRACED and level + 1 == len(frames):
             # What ran after a thread's last instruction, with no traced

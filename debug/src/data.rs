@@ -45,6 +45,7 @@ use aetrace_format::progdb::{CallDb, ProgramDb};
 use aetrace_format::section::module_flags;
 use aetrace_format::{ModuleId, ThreadId, Trace};
 use aetrace_regen::compile::{BlockIx, Module as Compiled, ProcIx};
+use aetrace_regen::handlers::Handlers;
 use aetrace_regen::visit::{Event, Visit};
 use aetrace_regen::{Options, SignalAt};
 use iced_x86::{Decoder, DecoderOptions, Instruction, InstructionInfoFactory};
@@ -170,14 +171,13 @@ struct Cursor {
     next: usize,
     pending: Vec<Range<usize>>,
     prev: Option<u64>,
-    saved: Vec<Saved>,
+    saved: Handlers<Saved>,
     mark: usize,
 }
 
 /// What a handler's delivery saved of the code it interrupted.
 #[derive(Clone, Debug)]
 struct Saved {
-    offset: u64,
     early: Vec<Range<usize>>,
     prev: Option<u64>,
 }
@@ -232,11 +232,7 @@ impl Cursor {
         let mut early = std::mem::take(&mut self.pending);
         early.push(self.next..at);
         let prev = self.prev.take();
-        self.saved.push(Saved {
-            offset,
-            early,
-            prev,
-        });
+        self.saved.enter(offset, Saved { early, prev });
         self.next = at;
         Ok(())
     }
@@ -245,13 +241,11 @@ impl Cursor {
     /// walk's `sigreturn`): handlers entered after it never returned; the
     /// interrupted instruction's early values are read first.
     fn sigreturn(&mut self, offset: u64) -> Result<(), String> {
-        let i = (self.saved.iter().rposition(|s| s.offset == offset)).ok_or_else(|| {
+        let s = self.saved.returned(offset).ok_or_else(|| {
             format!(
                 "the handler of the SIGNAL at stream offset {offset} returned, but was not entered"
             )
         })?;
-        self.saved.truncate(i + 1);
-        let s = self.saved.pop().expect("found above");
         let rest = std::mem::take(&mut self.pending);
         self.pending = s
             .early

@@ -258,7 +258,9 @@ impl MultiThreadBase for Process<'_> {
     /// Reading a thread's registers selects it: gdb reads the selected
     /// thread's before it resumes, and `bc` names no thread.
     fn read_registers(&mut self, regs: &mut PcRegs, tid: Tid) -> TargetResult<(), Self> {
-        regs.rip = self.select(tid).map_err(TargetError::Fatal)?.pc();
+        let stub = self.select(tid).map_err(TargetError::Fatal)?;
+        regs.rip = stub.pc();
+        regs.rsp = stub.restorer_rsp();
         Ok(())
     }
 
@@ -321,7 +323,7 @@ impl Process<'_> {
     /// resuming with `signal`. The run goes on as recorded whatever the
     /// signal: the one the thread stopped with, which the recorded run
     /// went on to deliver (gdb passes it back), is what it did; none at a
-    /// recorded delivery (`signal 0`, `handle SIG nopass`) or another
+    /// recorded delivery it stopped with (`signal 0`, `handle SIG nopass`) or another
     /// signal (`signal SIG`) is said on gdb's terminal, not refused (an
     /// error here ends gdbstub's session: before 2026-11-29, `signal SIG`
     /// at a signal stop closed the connection).
@@ -334,7 +336,10 @@ impl Process<'_> {
                 "a trace cannot deliver another signal than the recorded one: the run goes on \
                  as recorded",
             );
-        } else if signal.is_none() && stub.at_delivery() {
+        } else if signal.is_none() && own.is_some() && stub.at_delivery() {
+            // Only where gdb was told of the signal: a step back onto a
+            // delivery is a plain step (as `record full` reports it), and
+            // gdb resumes from it without a signal, as it should.
             stub.warn(
                 "a trace cannot discard the signal it stopped with (signal 0, handle nopass): \
                  the run goes on as recorded, into the signal's handler",

@@ -4,7 +4,11 @@
 //!
 //! - Registers: only `rip` is known (the instruction at the current
 //!   position); every other register is *unavailable* (`xx` in `g`
-//!   replies), so gdb never shows a made-up value. Writes are refused.
+//!   replies), so gdb never shows a made-up value, but one: at a signal
+//!   handler's return into the restorer (untraced code, no real register
+//!   known there), `rsp` is the made-up frame address `aetrace.py` gives
+//!   the frame (as it gives callers), from which the restorer's CFI
+//!   unwinds it as gdb's `<signal handler called>`. Writes are refused.
 //! - Memory: the read-only segments of the modules ([`Image`]).
 //! - Execution: `stepi`/`reverse-stepi` move one position (a passage
 //!   through untraced code that calls back, `crate::untraced`, is one
@@ -51,12 +55,20 @@ impl Arch for PcOnly {
     }
 }
 
-/// The register file: `rip`, the rest unavailable.
+/// The register file: `rip`, the rest unavailable (`rsp` but at the
+/// restorer).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PcRegs {
     /// The current instruction's address.
     pub rip: u64,
+    /// The made-up stack pointer at a handler's return into the restorer
+    /// ([`Stub::restorer_rsp`]).
+    pub rsp: Option<u64>,
 }
+
+/// Bytes of the `g` packet's registers before rsp: rax, rbx, rcx, rdx,
+/// rsi, rdi, rbp.
+const BEFORE_RSP: usize = 7 * 8;
 
 /// Bytes of the `g` packet's registers around rip: rax..r15 before it;
 /// eflags, six segments, eight x87 registers, eight x87 control words,
@@ -72,7 +84,10 @@ impl Registers for PcRegs {
     }
 
     fn gdb_serialize(&self, mut write_byte: impl FnMut(Option<u8>)) {
-        (0..BEFORE_RIP).for_each(|_| write_byte(None));
+        (0..BEFORE_RSP).for_each(|_| write_byte(None));
+        let rsp = self.rsp.map(u64::to_le_bytes);
+        (0..8).for_each(|i| write_byte(rsp.map(|b| b[i])));
+        (BEFORE_RSP + 8..BEFORE_RIP).for_each(|_| write_byte(None));
         self.rip
             .to_le_bytes()
             .iter()
@@ -192,6 +207,13 @@ pub const SHADOW: u64 = 0xae7a_ce00_0000_0000;
 /// pc of the frame `d` frames from the bottom (the outermost is 1).
 pub const PCS_BY_DEPTH: u64 = SHADOW + (1 << 32);
 
+/// The made-up address of the frame `depth` frames from the bottom of the
+/// stack (`aetrace.py`'s `frame_address`, `STACK_TOP - 0x100 * depth`):
+/// frame ids and callers' `rsp` are made up from it.
+fn frame_address(depth: u64) -> u64 {
+    0x7ff0_0000_0000 - 0x100 * depth
+}
+
 impl<'m> Stub<'m> {
     /// A stub at position `at` of `timeline`, over `image`; `modules` are
     /// the regenerator's (blocks and procedures for `monitor`).
@@ -290,6 +312,19 @@ impl<'m> Stub<'m> {
                 None => self.end_state().0,
             },
         }
+    }
+
+    /// At a signal handler's return into the restorer ([`SIGRETURN`],
+    /// the innermost frame): the `rsp` of the frame the handler's was,
+    /// one frame address in from the restorer's, so that the restorer's
+    /// CFI (a signal frame, its CFA `rsp` + 0x100, as where it is a
+    /// handler's caller) gives it the frame id `finish` out of the
+    /// handler expects. Elsewhere none.
+    pub fn restorer_rsp(&mut self) -> Option<u64> {
+        if self.pc() != SIGRETURN {
+            return None;
+        }
+        Some(frame_address(self.frames().len() as u64 + 1))
     }
 
     /// Whether the position is the one after the thread's last

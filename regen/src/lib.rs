@@ -16,6 +16,8 @@
 //! - [`data_values`]: the data values a `record --data` trace holds;
 //! - [`visit`]: the executed blocks for a consumer in the same process
 //!   (`aetrace cachesim TRACE`);
+//! - [`handlers`]: the signal handlers a thread is in, for the readers
+//!   of their data values;
 //! - [`info`]: `aetrace info` (container statistics, databases, bits per
 //!   instruction);
 //! - `testkit` (feature `testkit`): synthetic traces from random programs.
@@ -30,6 +32,7 @@
 pub mod compile;
 pub mod ending;
 pub mod error;
+pub mod handlers;
 pub mod index;
 pub mod info;
 pub mod machine;

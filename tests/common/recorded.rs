@@ -302,8 +302,9 @@ pub fn cfg_json(exe: &Path) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-/// `aetrace record --data --check -o TRACE -- EXE`, which must succeed.
-pub fn record_data_checked(exe: &Path, trace: &Path) {
+/// `aetrace record --data --check -o TRACE -- EXE`, which must succeed:
+/// the program's output (it writes to the recorder's stdout).
+pub fn record_data_checked(exe: &Path, trace: &Path) -> std::process::Output {
     super::build::run_checked(
         Command::new(super::aetrace())
             .args(["record", "--data", "--check", "-o"])
@@ -311,5 +312,5 @@ pub fn record_data_checked(exe: &Path, trace: &Path) {
             .arg("--")
             .arg(exe),
         "aetrace record --data --check",
-    );
+    )
 }

@@ -38,6 +38,7 @@ use super::{Error, Sink, ThreadExec, Values, Writer, WINDOW};
 use aetrace_analysis::addr::exec::code::BlockCode;
 use aetrace_analysis::addr::exec::Exec;
 use aetrace_regen::compile::Module;
+use aetrace_regen::handlers::Handlers;
 use aetrace_regen::visit::{BlockRun, Visit};
 use aetrace_regen::DataValues;
 use std::rc::Rc;
@@ -45,16 +46,14 @@ use std::rc::Rc;
 /// A thread's signal handlers as the walk meets them.
 #[derive(Default)]
 pub(super) struct Signals {
-    /// One per handler entered and not returned, the oldest first.
-    saved: Vec<Saved>,
+    /// One per handler entered and not returned.
+    saved: Handlers<Saved>,
     /// A handler returned: the next run continues the interrupted code.
     pub(super) resumed: bool,
 }
 
 /// The interrupted code's state while a handler runs.
 struct Saved {
-    /// The SIGNAL record's stream offset.
-    offset: u64,
     state: ThreadExec,
     /// The interrupted instruction's values written before the signal,
     /// with their outside-entry marks.
@@ -140,12 +139,14 @@ impl<S: Sink> Writer<'_, '_, S> {
                 prev: None,
             },
         );
-        self.sig.saved.push(Saved {
+        self.sig.saved.enter(
             offset,
-            state,
-            early,
-            enter,
-        });
+            Saved {
+                state,
+                early,
+                enter,
+            },
+        );
         Ok(())
     }
 
@@ -155,10 +156,8 @@ impl<S: Sink> Writer<'_, '_, S> {
     /// never returned.
     pub(super) fn sigreturn(&mut self, offset: u64) -> Result<(), Error> {
         let t = self.thread_no();
-        let i = (self.sig.saved.iter().rposition(|s| s.offset == offset))
+        let s = (self.sig.saved.returned(offset))
             .ok_or_else(|| format!("thread {t}: the handler of the SIGNAL at stream offset {offset} returned, but the walk did not enter it"))?;
-        self.sig.saved.truncate(i + 1);
-        let s = self.sig.saved.pop().expect("found above");
         self.values.put_back(s.early, s.enter);
         self.state = s.state;
         self.sig.resumed = true;
