@@ -31,7 +31,11 @@
 //! (`signals`). The control walk (`Visit::run`, with summarised segments:
 //! one step per witness) runs on its own thread, a few batches ahead; the
 //! data walk runs a segment's blocks whole, as the runs they stand for.
-//! The data walk's error stops it and comes first.
+//! The data walk's error stops it and comes first. A whole run of a
+//! block runs the block's flat code (`exec::code::flat`) on the thread's
+//! plain registers ([`Regs`]); a run from a block's middle, a block with
+//! a `rep` or a refused instruction, and `--check` run the compiled code
+//! on the interpreter's state made from them.
 
 // (A path the `cachesim` binary, which includes this file by its path, finds too.)
 #[path = "dataout/signals.rs"]
