@@ -291,11 +291,17 @@ impl Bin<'_> {
     }
 }
 
+/// Nothing yet for each block of each of `modules` (a sink's per-block
+/// records, built at a block's first whole run).
+pub fn per_block<T>(modules: &[Module]) -> Vec<Vec<Option<T>>> {
+    (modules.iter())
+        .map(|m| (0..m.blocks.len()).map(|_| None).collect())
+        .collect()
+}
+
 impl Sink for Bin<'_> {
     fn modules(&mut self, modules: &[Module]) {
-        self.words = (modules.iter())
-            .map(|m| (0..m.blocks.len()).map(|_| None).collect())
-            .collect();
+        self.words = per_block(modules);
     }
 
     #[inline]

@@ -36,7 +36,7 @@ fn pool() -> Vec<(Instruction, InsnProgram)> {
     let all = block().into_iter().chain(more);
     all.filter(|b| {
         FlatCode::of(
-            &BlockCode::compile(RegSet(0), &[b.clone()], 0, false),
+            &BlockCode::compile(RegSet(0), std::slice::from_ref(b), 0, false),
             RegSet(0),
             0,
         )
