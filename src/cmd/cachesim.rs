@@ -594,9 +594,7 @@ impl super::dataout::Sink for Batches {
         if let Some(f) = &mut self.followers {
             *f = Followers::new(modules, f.line);
         }
-        self.templates = (modules.iter())
-            .map(|m| (0..m.blocks.len()).map(|_| None).collect())
-            .collect();
+        self.templates = super::dataout::per_block(modules);
     }
 
     #[inline]

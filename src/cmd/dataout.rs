@@ -31,7 +31,11 @@
 //! (`signals`). The control walk (`Visit::run`, with summarised segments:
 //! one step per witness) runs on its own thread, a few batches ahead; the
 //! data walk runs a segment's blocks whole, as the runs they stand for.
-//! The data walk's error stops it and comes first.
+//! The data walk's error stops it and comes first. A whole run of a
+//! block runs the block's flat code (`exec::code::flat`) on the thread's
+//! plain registers ([`Regs`]); a run from a block's middle, a block with
+//! a `rep` or a refused instruction, and `--check` run the compiled code
+//! on the interpreter's state made from them.
 
 // (A path the `cachesim` binary, which includes this file by its path, finds too.)
 #[path = "dataout/signals.rs"]
@@ -42,12 +46,13 @@ use std::path::Path;
 use std::rc::Rc;
 use std::sync::mpsc;
 
+use aetrace_analysis::addr::exec::code::flat::{FlatCode, Regs};
 use aetrace_analysis::addr::exec::code::{BlockAddrs, BlockCode, InsnCode, RefCode};
 use aetrace_analysis::addr::exec::{self, Entered, Exec, InsnAddrs, WayIn};
 use aetrace_analysis::addr::full::{self, Recorded, DF};
 use aetrace_analysis::addr::returns::Returns;
 use aetrace_analysis::addr::{forms, Access, Gpr, InsnProgram, RegSet};
-use aetrace_format::addrtrace::{AccessKind, AddrRecord};
+use aetrace_format::addrtrace::{AccessKind, AddrRecord, ADDRESS_LIMIT};
 use aetrace_format::progdb::ProgramDb;
 use aetrace_format::section::module_flags;
 use aetrace_format::{ModuleId, ThreadId, Trace};
@@ -188,10 +193,54 @@ impl Sink for Text<'_> {
 }
 
 /// The `bin` format as a sink: records encoded into a buffer written a
-/// megabyte at a time.
+/// megabyte at a time; a whole run of a block without a `rep` by the
+/// block's encoded records, its data addresses patched in.
 struct Bin<'o> {
     out: &'o mut dyn Write,
-    buf: Vec<u8>,
+    /// Records, and their bytes (little-endian) when written.
+    buf: Vec<u64>,
+    bytes: Vec<u8>,
+    /// The run walked now.
+    run: Option<BlockRun>,
+    /// Per module, per block, built at its first whole run: its records,
+    /// or `None` if one cannot be encoded (the per-instruction path then
+    /// says why).
+    words: Vec<Vec<Option<Option<Words>>>>,
+}
+
+/// A whole run's records ([`Bin`]): fetches encoded, data records with
+/// their address bits 0.
+struct Words {
+    words: Vec<u64>,
+    /// Per data record: its index in `words` and its address's in the
+    /// run's addresses.
+    patch: Vec<(u32, u32)>,
+}
+
+impl Words {
+    /// The records of a whole run of `code` (load bias `base`).
+    fn new(code: &BlockCode, base: u64) -> Option<Words> {
+        let mut w = Words {
+            words: Vec::new(),
+            patch: Vec::new(),
+        };
+        let mut addr = 0;
+        for (k, c) in code.insns.iter().enumerate() {
+            let fetch = AddrRecord::encode(AccessKind::Instr, base.wrapping_add(c.ip), c.len);
+            w.words.push(fetch.ok()?);
+            for r in code.refs(k) {
+                // A modify is a read then a write, as `Sink::data` gives it.
+                let read = (r.access != Access::Store).then_some(AccessKind::Read);
+                let write = (r.access != Access::Load).then_some(AccessKind::Write);
+                for kind in read.into_iter().chain(write) {
+                    w.patch.push((w.words.len() as u32, addr));
+                    w.words.push(AddrRecord::encode(kind, 0, r.size).ok()?);
+                }
+                addr += 1;
+            }
+        }
+        Some(w)
+    }
 }
 
 /// Bytes of records [`Bin`] buffers before writing them.
@@ -201,8 +250,8 @@ impl Bin<'_> {
     #[inline(always)]
     fn put(&mut self, kind: AccessKind, addr: u64, size: u32) -> Result<(), Error> {
         let word = AddrRecord::encode(kind, addr, size)?;
-        self.buf.extend_from_slice(&word.to_le_bytes());
-        if self.buf.len() >= BIN_BUFFER {
+        self.buf.push(word);
+        if self.buf.len() >= BIN_BUFFER / 8 {
             self.flush()?;
         }
         Ok(())
@@ -210,13 +259,73 @@ impl Bin<'_> {
 
     #[cold]
     fn flush(&mut self) -> Result<(), Error> {
-        self.out.write_all(&self.buf)?;
+        self.bytes.resize(8 * self.buf.len(), 0);
+        for (o, w) in self.bytes.chunks_exact_mut(8).zip(&self.buf) {
+            o.copy_from_slice(&w.to_le_bytes());
+        }
+        self.out.write_all(&self.bytes)?;
         self.buf.clear();
         Ok(())
     }
+
+    /// Writes whole run `r` (`code`, load bias `base`, addresses `addrs`)
+    /// by its block's records; false if they cannot encode it.
+    #[inline]
+    fn whole(&mut self, r: BlockRun, code: &BlockCode, base: u64, addrs: &[u64]) -> Result<bool> {
+        let (m, b) = (r.module as usize, r.block.as_u32() as usize);
+        let t = self.words[m][b].get_or_insert_with(|| Words::new(code, base));
+        let Some(t) = t else { return Ok(false) };
+        if addrs.iter().fold(0, |x, &a| x | a) >= ADDRESS_LIMIT {
+            return Ok(false);
+        }
+        let start = self.buf.len();
+        self.buf.extend_from_slice(&t.words);
+        let out = &mut self.buf[start..];
+        for &(p, a) in &t.patch {
+            out[p as usize] |= addrs[a as usize];
+        }
+        if self.buf.len() >= BIN_BUFFER / 8 {
+            self.flush()?;
+        }
+        Ok(true)
+    }
+}
+
+/// Nothing yet for each block of each of `modules` (a sink's per-block
+/// records, built at a block's first whole run).
+pub fn per_block<T>(modules: &[Module]) -> Vec<Vec<Option<T>>> {
+    (modules.iter())
+        .map(|m| (0..m.blocks.len()).map(|_| None).collect())
+        .collect()
 }
 
 impl Sink for Bin<'_> {
+    fn modules(&mut self, modules: &[Module]) {
+        self.words = per_block(modules);
+    }
+
+    #[inline]
+    fn run(&mut self, r: BlockRun) {
+        self.run = Some(r);
+    }
+
+    #[inline]
+    fn block(
+        &mut self,
+        first: u32,
+        (code, n): (&BlockCode, usize),
+        base: u64,
+        out: &BlockAddrs,
+    ) -> Result<(), Error> {
+        let whole = first == 0 && n == code.insns.len() && out.reps.is_empty();
+        if let (Some(r), true) = (self.run, whole) {
+            if self.whole(r, code, base, &out.addrs)? {
+                return Ok(());
+            }
+        }
+        each_insn(self, first, (code, n), base, out)
+    }
+
     #[inline(always)]
     fn insn(&mut self, _: u32, ip: u64, len: u32) -> Result<(), Error> {
         self.put(AccessKind::Instr, ip, len)
@@ -266,6 +375,17 @@ pub struct Counts {
     pub checked_refs: u64,
 }
 
+impl Counts {
+    /// Counts a whole run of `code`, each `rep` once.
+    #[inline(always)]
+    fn add_block(&mut self, code: &BlockCode) {
+        let [refs, statik, recorded] = code.totals;
+        self.refs += refs;
+        self.static_refs += statik;
+        self.recorded_refs += recorded;
+    }
+}
+
 /// How a module was recorded, its database for abstract execution, and
 /// its blocks and procedures as decoded so far (by index: looked up once
 /// per executed block).
@@ -294,6 +414,9 @@ struct Entry {
     proc: u32,
     /// The registers known at its start (`facts.known[local]`).
     known: RegSet,
+    /// `code` as flat code, for a whole run (none with `--check`, or for
+    /// a block with a `rep` or a refused instruction).
+    flat: Option<FlatCode>,
 }
 
 /// A traced procedure's cross-block facts (`exec::entry_knowledge`), per
@@ -311,8 +434,11 @@ struct ProcFacts {
 }
 
 /// A thread's abstract execution state.
+#[derive(Default)]
 struct ThreadExec {
-    exec: Exec,
+    /// Its registers (the interpreter's state, `Regs::exec`, for the
+    /// runs flat code does not run).
+    regs: Regs,
     /// The run before: module, block, whether it ran to its end, and
     /// whether that end is a `ret`.
     prev: Option<(u32, BlockIx, bool, bool)>,
@@ -479,7 +605,10 @@ pub fn write(
     out.write_all(&header.to_bytes())?;
     let mut bin = Bin {
         out,
-        buf: Vec::with_capacity(BIN_BUFFER + 16),
+        buf: Vec::with_capacity(BIN_BUFFER / 8 + 16),
+        bytes: Vec::new(),
+        run: None,
+        words: Vec::new(),
     };
     let counts = walk(trace, opts, &mut bin)?;
     bin.flush()?;
@@ -501,10 +630,7 @@ pub fn walk(
         sink,
         mods: Vec::new(),
         values: Values::default(),
-        state: ThreadExec {
-            exec: Exec::unknown(0),
-            prev: None,
-        },
+        state: ThreadExec::default(),
         sig: signals::Signals::default(),
         info: InstructionInfoFactory::new(),
         addrs: InsnAddrs::default(),
@@ -686,10 +812,7 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
                 self.values.finish()?;
                 self.values = Values::start(trace, t)?;
                 self.sig = signals::Signals::default();
-                self.state = ThreadExec {
-                    exec: Exec::unknown(0),
-                    prev: None,
-                };
+                self.state = ThreadExec::default();
                 Ok(())
             }
             Event::Run(r) if r.faults => self.faulting(visit, r),
@@ -772,19 +895,20 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
 
     /// Sets the thread's state for the start of run `r`: the registers
     /// the analysis says are known there, carried from the run before.
-    /// The code of its instructions from `r.first`, compiled for them.
+    /// The code of its instructions from `r.first`, compiled for them, or
+    /// `None` when it is its block's entry's (`r.first` 0).
     #[inline]
-    fn enter(&mut self, m: &Module, r: BlockRun) -> Result<Rc<BlockCode>, Error> {
+    fn enter(&mut self, m: &Module, r: BlockRun) -> Result<Option<Rc<BlockCode>>, Error> {
         if self.sig.resumed {
             if let Some(code) = self.resumed_run(m, r)? {
-                return Ok(code);
+                return Ok(Some(code));
             }
         }
         let Some(e) = &self.mods[r.module as usize].entries[r.block.as_u32() as usize] else {
             self.new_entry(m, r)?;
             return self.enter(m, r);
         };
-        let (known, code) = (e.known, e.code.clone());
+        let known = e.known;
         if r.first != 0 && known.0 != 0 {
             return Err(format!(
                 "block {:#x} of {} entered in its middle",
@@ -804,17 +928,15 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
                 }
             }
         }
-        let st = &mut self.state.exec;
-        let kept = keep_exactly(&mut st.regs, known);
+        let kept = self.state.regs.keep_exactly(known);
         debug_assert!(kept, "a predecessor's end state covers the block's");
         if !kept {
             return Err("the data walk lost a register the analysis knows".into());
         }
-        st.bias = m.load_base;
         match r.first {
-            0 => Ok(code),
+            0 => Ok(None),
             // A run from the middle starts with nothing known.
-            _ => Ok(Rc::new(self.compile(m, r, known)?)),
+            _ => Ok(Some(Rc::new(self.compile(m, r, known)?))),
         }
     }
 
@@ -826,12 +948,18 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
         let local = r.block.as_u32() - m.procs[proc].blocks.start;
         let known = facts.known[local as usize];
         let code = self.compile(m, BlockRun { first: 0, ..r }, known)?;
-        self.mods[r.module as usize].entries[r.block.as_u32() as usize] = Some(Entry {
+        let md = &mut self.mods[r.module as usize];
+        let flat = match md.check {
+            true => None,
+            false => FlatCode::of(&code, known, m.load_base),
+        };
+        md.entries[r.block.as_u32() as usize] = Some(Entry {
             code: Rc::new(code),
             facts,
             local,
             proc: proc.as_u32(),
             known,
+            flat,
         });
         Ok(())
     }
@@ -869,8 +997,7 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
                 m.procs[pi].name, m.blocks[r.block].start
             )
         };
-        let st = &mut self.state.exec;
-        let carried = st.regs[Gpr::RSP.index()];
+        let carried = self.state.regs.get(Gpr::RSP);
         let rsp = match Entered::by(prev.as_ref(), pi.as_u32()) {
             Entered::Call => carried.map(|v| v.wrapping_sub(8)),
             Entered::Jump => carried,
@@ -882,9 +1009,9 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
                 here()
             )
         })?;
-        let st = &mut self.state.exec;
-        st.keep(RegSet(0));
-        st.regs[Gpr::RSP.index()] = Some(rsp);
+        let st = &mut self.state.regs;
+        st.keep_exactly(RegSet(0));
+        st.set(Gpr::RSP, rsp);
         Ok(())
     }
 
@@ -931,31 +1058,87 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
         r: BlockRun,
     ) -> Result<(), Error> {
         let m = &visit.modules()[r.module as usize];
-        let code = self.enter(m, r)?;
+        let from = self.enter(m, r)?;
         if m.shown {
             self.sink.run(r);
         }
-        match self.mods[r.module as usize].check {
-            true => self.run_checked(m, r, &code)?,
-            false => self.run_block(m, r, &code)?,
-        }
+        let ret = match from {
+            None => self.run_entry(m, r)?,
+            Some(code) => {
+                self.run_code(m, r, &code)?;
+                code.ret
+            }
+        };
         let to_end = r.end == m.blocks[r.block].ninsns;
-        self.state.prev = Some((r.module, r.block, to_end, code.ret));
+        self.state.prev = Some((r.module, r.block, to_end, ret));
         Ok(())
     }
 
-    /// Run `r` of `code` in one pass, its references to the sink per
-    /// block.
+    /// Run `r` of its block's entry code (entered at its start), by the
+    /// flat code when it is whole; whether the block ends with `ret`.
     #[inline]
+    fn run_entry(&mut self, m: &Module, r: BlockRun) -> Result<bool, Error> {
+        let Writer {
+            mods,
+            values,
+            state,
+            sink,
+            block,
+            counts,
+            ..
+        } = self;
+        let e = (mods[r.module as usize].entries[r.block.as_u32() as usize].as_ref())
+            .ok_or("a block run before its entry")?;
+        let (code, n) = (&*e.code, (r.end - r.first) as usize);
+        let Some(flat) = e.flat.as_ref().filter(|_| n == code.insns.len()) else {
+            let code = e.code.clone();
+            self.run_code(m, r, &code)?;
+            return Ok(code.ret);
+        };
+        let take = &mut |what| values.take_as(what, m);
+        if let Err((k, why)) = flat.run(&mut state.regs, take, &mut block.addrs) {
+            return Err(self.failed(m, r, k, why));
+        }
+        block.reps.clear();
+        counts.add_block(code);
+        if m.shown {
+            sink.block(0, (code, n), m.load_base, block)?;
+        }
+        Ok(code.ret)
+    }
+
+    /// Run `r` of `code` (`r.first` onwards, compiled for the state).
+    fn run_code(&mut self, m: &Module, r: BlockRun, code: &BlockCode) -> Result<(), Error> {
+        match self.mods[r.module as usize].check {
+            true => self.run_checked(m, r, code),
+            false => self.run_block(m, r, code),
+        }
+    }
+
+    /// The error of instruction `k` of run `r`.
+    #[cold]
+    fn failed(&mut self, m: &Module, r: BlockRun, k: usize, why: String) -> Error {
+        match self.decoded(m, r.module, r.block) {
+            Ok(insns) => {
+                let i = &insns[r.first as usize + k];
+                format!("instruction at {:#x} ({}): {why}", i.insn.ip(), i.insn).into()
+            }
+            Err(e) => e,
+        }
+    }
+
+    /// Run `r` of `code` in one pass by the interpreter's state, its
+    /// references to the sink per block.
     fn run_block(&mut self, m: &Module, r: BlockRun, code: &BlockCode) -> Result<(), Error> {
         let n = (r.end - r.first) as usize;
         let mut out = std::mem::take(&mut self.block);
         let values = &mut self.values;
         let take = &mut |what| values.take_as(what, m);
-        if let Err((k, why)) = self.state.exec.run_block(code, n, take, &mut out) {
-            let i = &self.decoded(m, r.module, r.block)?[r.first as usize + k];
-            return Err(format!("instruction at {:#x} ({}): {why}", i.insn.ip(), i.insn).into());
+        let mut exec = self.state.regs.exec(m.load_base);
+        if let Err((k, why)) = exec.run_block(code, n, take, &mut out) {
+            return Err(self.failed(m, r, k, why));
         }
+        self.state.regs = Regs::of(&exec);
         self.count_block(code, n, &out);
         let fed = match m.shown {
             true => (self.sink).block(r.first, (code, n), m.load_base, &out),
@@ -971,9 +1154,10 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
         let insns = self.decoded(m, r.module, r.block)?;
         // The reused addresses, out of `self` while `self` is borrowed.
         let mut got = std::mem::take(&mut self.addrs);
+        let mut exec = self.state.regs.exec(m.load_base);
         let walked =
             (insns[r.first as usize..r.end as usize].iter().enumerate()).try_for_each(|(k, i)| {
-                self.abstract_insn(m, i, code, k, &mut got)?;
+                self.abstract_insn(m, (i, &mut exec), code, k, &mut got)?;
                 let vals = self.take(i.full.len())?;
                 self.compare(m, r, r.first as usize + k, i, &got, &vals)?;
                 self.count(code, k, got.rep.map_or(1, |(count, _)| count));
@@ -987,6 +1171,7 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
                 }
             });
         self.addrs = got;
+        self.state.regs = Regs::of(&exec);
         walked
     }
 
@@ -998,14 +1183,14 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
     fn abstract_insn(
         &mut self,
         m: &Module,
-        i: &Insn,
+        (i, exec): (&Insn, &mut Exec),
         code: &BlockCode,
         k: usize,
         got: &mut InsnAddrs,
     ) -> Result<(), Error> {
         let values = &mut self.values;
         let take = &mut |what| values.take_as(what, m);
-        let r = self.state.exec.run_code(code, k, take, got);
+        let r = exec.run_code(code, k, take, got);
         r.map_err(|why| format!("instruction at {:#x} ({}): {why}", i.insn.ip(), i.insn).into())
     }
 
@@ -1060,13 +1245,7 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
     #[inline]
     fn count_block(&mut self, code: &BlockCode, n: usize, out: &BlockAddrs) {
         match n == code.insns.len() {
-            true => {
-                let c = &mut self.counts;
-                let [refs, statik, recorded] = code.totals;
-                c.refs += refs;
-                c.static_refs += statik;
-                c.recorded_refs += recorded;
-            }
+            true => self.counts.add_block(code),
             false => (0..n).for_each(|k| self.count(code, k, 1)),
         }
         // A `rep` counted once above runs `count` times.
@@ -1086,20 +1265,6 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
         n.static_refs = (n.static_refs).wrapping_add(times.wrapping_mul(u64::from(c.statik)));
         n.recorded_refs = (n.recorded_refs).wrapping_add(times.wrapping_mul(u64::from(c.recorded)));
     }
-}
-
-/// Forgets every register not in `known` (`Exec::keep`, once per block
-/// run: one pass); whether every one in it is known.
-#[inline]
-fn keep_exactly(regs: &mut [Option<u64>], known: RegSet) -> bool {
-    let mut all = true;
-    for (g, v) in regs.iter_mut().enumerate() {
-        match known.0 >> g & 1 {
-            0 => *v = None,
-            _ => all &= v.is_some(),
-        }
-    }
-    all
 }
 
 fn short(thread: Option<ThreadId>, n: u64) -> String {

@@ -36,7 +36,6 @@
 
 use super::{Error, Sink, ThreadExec, Values, Writer, WINDOW};
 use aetrace_analysis::addr::exec::code::BlockCode;
-use aetrace_analysis::addr::exec::Exec;
 use aetrace_regen::compile::Module;
 use aetrace_regen::handlers::Handlers;
 use aetrace_regen::visit::{BlockRun, Visit};
@@ -132,13 +131,7 @@ impl<S: Sink> Writer<'_, '_, S> {
     /// handler's values follow the SIGNAL.
     pub(super) fn deliver(&mut self, signo: u32, offset: u64) -> Result<(), Error> {
         let (early, enter) = self.values.until_signal(signo, offset)?;
-        let state = std::mem::replace(
-            &mut self.state,
-            ThreadExec {
-                exec: Exec::unknown(0),
-                prev: None,
-            },
-        );
+        let state = std::mem::take(&mut self.state);
         self.sig.saved.enter(
             offset,
             Saved {
@@ -200,9 +193,7 @@ impl<S: Sink> Writer<'_, '_, S> {
         if r.first == 0 {
             return Ok(None);
         }
-        let st = &mut self.state.exec;
-        st.bias = m.load_base;
-        let known = st.known();
+        let known = self.state.regs.known;
         Ok(Some(Rc::new(self.compile(m, r, known)?)))
     }
 }

@@ -166,19 +166,7 @@ impl Val {
                 bits,
                 signed,
                 w32,
-            } => {
-                let x = reg(regs, src);
-                let shift = 64 - u32::from(bits);
-                let v = match signed {
-                    true => (((x << shift) as i64) >> shift) as u64,
-                    false => (x << shift) >> shift,
-                };
-                if w32 {
-                    v & LOW32
-                } else {
-                    v
-                }
-            }
+            } => extend_bits(reg(regs, src), bits, signed, w32),
         }
     }
 
@@ -200,6 +188,22 @@ impl Val {
 }
 
 const LOW32: u64 = 0xffff_ffff;
+
+/// [`Val::Ext`]'s value of `x`: its low `bits` sign- or zero-extended,
+/// then cut to 32 bits when `w32`.
+#[inline(always)]
+fn extend_bits(x: u64, bits: u8, signed: bool, w32: bool) -> u64 {
+    let shift = 64 - u32::from(bits);
+    let v = match signed {
+        true => (((x << shift) as i64) >> shift) as u64,
+        false => (x << shift) >> shift,
+    };
+    if w32 {
+        v & LOW32
+    } else {
+        v
+    }
+}
 
 /// `f(x, y)` at 64 bits, or on the low halves zero-extended (`w32`: the
 /// x86-64 rule for a 32-bit destination; a shift count is masked to 5
@@ -681,6 +685,8 @@ impl Exec {
         Ok(rep)
     }
 }
+
+pub mod flat;
 
 #[cfg(test)]
 mod tests;

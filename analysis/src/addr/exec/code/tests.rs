@@ -11,7 +11,7 @@ use crate::addr::full::Recorded;
 use crate::addr::tests::asm;
 use crate::addr::{forms, InsnProgram, RegSet};
 
-fn block() -> Vec<(Instruction, InsnProgram)> {
+pub(super) fn block() -> Vec<(Instruction, InsnProgram)> {
     let insns = asm(|a| {
         let mut here = a.create_label();
         a.set_label(&mut here)?;
@@ -64,10 +64,10 @@ fn block() -> Vec<(Instruction, InsnProgram)> {
 }
 
 /// A small deterministic generator (xorshift).
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;

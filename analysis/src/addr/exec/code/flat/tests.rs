@@ -1,0 +1,149 @@
+//! Flat code against the compiled code it flattens ([`Exec::run_block`],
+//! itself tested against the interpreter): random blocks of every form
+//! but `rep` string instructions, entered with random known registers,
+//! stale values in the unknown slots, and values that may run out.
+
+use iced_x86::code_asm::*;
+use iced_x86::{Instruction, InstructionInfoFactory};
+
+use super::super::tests::{block, Rng};
+use super::{FlatCode, Regs};
+use crate::addr::exec::code::{BlockAddrs, BlockCode};
+use crate::addr::exec::Exec;
+use crate::addr::full::Recorded;
+use crate::addr::tests::asm;
+use crate::addr::{forms, InsnProgram, RegSet};
+
+/// The compiled code's test block without its `rep`s, and the register
+/// functions it lacks.
+fn pool() -> Vec<(Instruction, InsnProgram)> {
+    let more = asm(|a| {
+        a.movzx(eax, cl)?;
+        a.movsxd(rdx, ecx)?;
+        a.movsx(rsi, di)?;
+        a.mov(ecx, edx)?;
+        a.imul_3(rcx, rax, 12)?;
+        a.imul_2(rdx, rcx)?;
+        a.lea(esi, dword_ptr(rdi + rax * 4 + 1))?;
+        a.add(eax, 7)?;
+        a.shl(ecx, 2)?;
+        a.sub(r8, rdx)?;
+        a.mov(qword_ptr(r8 + rsi * 2 + 8), rcx)?;
+        Ok(())
+    });
+    let mut info = InstructionInfoFactory::new();
+    let more = more.iter().map(|i| (*i, forms::program(i, &mut info)));
+    let all = block().into_iter().chain(more);
+    all.filter(|b| {
+        FlatCode::of(
+            &BlockCode::compile(RegSet(0), std::slice::from_ref(b), 0, false),
+            RegSet(0),
+            0,
+        )
+        .is_some()
+    })
+    .collect()
+}
+
+/// Addresses (or the failing instruction), values taken, and the state
+/// after, of one run.
+type Outcome = (Result<Vec<u64>, (usize, String)>, Vec<Recorded>, Exec);
+
+/// A take that gives `left` values from `seed`, then fails.
+fn values(seed: u64, mut left: u64) -> impl FnMut(Recorded) -> Result<u64, String> {
+    let mut rng = Rng(seed);
+    move |_| match left {
+        0 => Err("out of values".into()),
+        _ => {
+            left -= 1;
+            Ok(rng.next() % 64)
+        }
+    }
+}
+
+fn compiled(code: &BlockCode, start: &Exec, seed: u64, left: u64) -> Outcome {
+    let (mut e, mut out, mut taken) = (start.clone(), BlockAddrs::default(), Vec::new());
+    let mut vals = values(seed, left);
+    let r = e.run_block(
+        code,
+        code.insns.len(),
+        &mut |w| {
+            taken.push(w);
+            vals(w)
+        },
+        &mut out,
+    );
+    assert!(out.reps.is_empty());
+    (r.map(|()| out.addrs), taken, e)
+}
+
+fn flat(f: &FlatCode, start: &Exec, seed: u64, left: u64, stale: &mut Rng) -> Outcome {
+    let mut regs = Regs::of(start);
+    // The unknown slots hold whatever: no op may read them.
+    for g in 0..16 {
+        if start.regs[g].is_none() {
+            regs.v[g] = stale.next();
+        }
+    }
+    let (mut addrs, mut taken, mut vals) = (Vec::new(), Vec::new(), values(seed, left));
+    let r = f.run(
+        &mut regs,
+        &mut |w| {
+            taken.push(w);
+            vals(w)
+        },
+        &mut addrs,
+    );
+    (r.map(|()| addrs), taken, regs.exec(start.bias))
+}
+
+#[test]
+fn flat_code_runs_as_the_compiled_code_on_random_blocks() {
+    let pool = pool();
+    assert!(pool.len() > 40, "{} forms", pool.len());
+    let mut rng = Rng(0x6a09_e667_f3bc_c909);
+    let (mut short, mut whole) = (0, 0);
+    for _ in 0..2000 {
+        let n = 1 + rng.next() % 24;
+        let b: Vec<_> = (0..n)
+            .map(|_| pool[(rng.next() % pool.len() as u64) as usize].clone())
+            .collect();
+        let known = RegSet(rng.next() as u16);
+        let code = BlockCode::compile(known, &b, 0, rng.next() % 2 == 0);
+        let bias = 0x5555_0000 + (rng.next() % 16) * 0x1000;
+        let f = FlatCode::of(&code, known, bias).expect("no rep and no refused form");
+        let seed = rng.next() | 1;
+        let mut start = Exec::unknown(bias);
+        let mut init = Rng(seed ^ 0xff);
+        known
+            .iter()
+            .for_each(|g| start.regs[g.index()] = Some(init.next() % 64));
+        // A quarter of the runs run out of values somewhere.
+        let left = match rng.next() % 4 {
+            0 => rng.next() % 8,
+            _ => u64::MAX,
+        };
+        let want = compiled(&code, &start, seed, left);
+        let got = flat(&f, &start, seed, left, &mut rng);
+        match &want.0 {
+            Ok(_) => {
+                whole += 1;
+                assert_eq!(got, want, "known {:#x}", known.0);
+                assert_eq!(f.exit, want.2.known());
+            }
+            // After a failure only the error and the values taken count.
+            Err(_) => {
+                short += 1;
+                assert_eq!((&got.0, &got.1), (&want.0, &want.1));
+            }
+        }
+    }
+    assert!(short > 100 && whole > 1000, "{short} short, {whole} whole");
+}
+
+#[test]
+fn a_rep_or_a_refused_form_has_no_flat_code() {
+    let b = block();
+    let code = BlockCode::compile(RegSet(0), &b, 0, false);
+    assert_eq!(FlatCode::of(&code, RegSet(0), 0), None);
+}
