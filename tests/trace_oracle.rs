@@ -862,6 +862,23 @@ fn setjmp_longjmp() {
     traced("setjmp.c", O0_NOPIE, &[]);
 }
 
+/// A longjmp made where no traced code writes a record: glibc's forced
+/// unwind of `pthread_exit` and of a cancellation, which `longjmp`s into
+/// each level of a recursion of C cleanup handlers (`__sigsetjmp` in
+/// `pthread_cleanup_push`) from inside libc; and one out of `qsort`'s
+/// comparator, by name or through a pointer, to the level of a recursion
+/// whose every level set a jmp_buf at the same setjmp call. Each setjmp
+/// call's second return writes SETJMP_RESUME (call, rsp). Before, regen
+/// refused both programs ("witness ... cannot occur while untraced code
+/// runs"), 2026-11-29.
+#[test]
+fn setjmp_resumed_by_a_longjmp_inside_untraced_code() {
+    for v in [Variant::new(Opt::O1, Link::Pie, false), O0_NOPIE] {
+        traced("pthread_cleanup.c", v, &[]);
+        traced("longjmp_untraced.c", v, &[]);
+    }
+}
+
 #[test]
 fn exec_ends_the_traced_process_cleanly() {
     // argv[0] is the original program: the new image runs untraced (and

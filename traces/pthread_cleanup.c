@@ -4,14 +4,16 @@
  * (`unwind_stop`), where no traced code writes a LONGJMP. One thread
  * recurses five levels, each with its own handler, and calls
  * `pthread_exit` at the bottom; another waits in `pause` with handlers
- * at three levels and is cancelled. Prints what the handlers saw. */
+ * at three levels and is cancelled (in `pause`, or at once if the cancel
+ * comes first). Prints what the handlers saw. */
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdio.h>
 #include <unistd.h>
 
 static int cleaned;
 static int cancelled;
-static volatile int ready;
+static sem_t ready;
 
 static void cleanup(void *arg)
 {
@@ -44,7 +46,7 @@ __attribute__((noinline)) static void wait_here(int n)
 {
     pthread_cleanup_push(uncancel, (void *)(long)n);
     if (n == 0) {
-        ready = 1;
+        sem_post(&ready);
         for (;;) {
             pause();
             pthread_testcancel();
@@ -68,9 +70,9 @@ int main(void)
     pthread_create(&t, NULL, exiting, NULL);
     pthread_join(t, &v);
     printf("exit %ld cleaned %d\n", (long)v, cleaned);
+    sem_init(&ready, 0, 0);
     pthread_create(&t, NULL, waiting, NULL);
-    while (!ready)
-        usleep(1000);
+    sem_wait(&ready);
     pthread_cancel(t);
     pthread_join(t, &v);
     printf("cancelled %d %s\n", cancelled, v == PTHREAD_CANCELED ? "yes" : "no");

@@ -2555,7 +2555,12 @@ impl ProcGen<'_, '_> {
         let (flush, n) = (self.rt.flush, self.p.number);
         self.em.seq_write(SigPoint::Outside, after, |a| {
             emit_buffer_check(a, flush, site)?;
-            emit_rsp_record(a, RecordKind::SetjmpResume, Some((n, b.index() as u32)), site)
+            emit_rsp_record(
+                a,
+                RecordKind::SetjmpResume,
+                Some((n, b.index() as u32)),
+                site,
+            )
         })?;
         self.em.bind(first);
         Ok(())
