@@ -175,6 +175,40 @@ fn data_addresses_equal_lackey() {
     check("data_calls.c", o2, &[]);
 }
 
+/// Data after a setjmp call returned again through a longjmp made inside
+/// untraced code (SETJMP_RESUME; the return point's first stack reference
+/// is an `rsp` anchor): out of `qsort`'s comparator to one level of a
+/// recursion, and glibc's forced unwind through C cleanup handlers
+/// (`pthread_exit`, a cancellation), whose threads run one after the
+/// other: their functions alone are compared, in lackey's order (gcc -O1
+/// inlines the handlers).
+#[test]
+fn data_after_a_setjmp_resumed_from_untraced_code() {
+    let o1 = Variant::new(Opt::O1, Link::NoPie, false);
+    check("longjmp_untraced.c", o1, &[]);
+    let exe = build("pthread_cleanup.c", o1);
+    let tag = format!("pthread_cleanup.c-{}", o1.tag());
+    let log = common::scratch("data_trace").join(format!("{tag}.lackey"));
+    let log = common::lackey::memory_log(&exe, &[], &log);
+    let image = image_of(&exe);
+    let kept = functions(&exe, &["exiting", "depth", "waiting", "wait_here"]);
+    let keep = |text: &str| -> Vec<Insn> {
+        (parse(text, image).into_iter())
+            .filter(|i| inside(&kept, i.0))
+            .collect()
+    };
+    let theirs = keep(&log);
+    for mode in [&[][..], &["--check"][..]] {
+        let text = ours(&exe, &tag, mode, &[]);
+        compare(
+            &format!("{tag} --data {}", mode.concat()),
+            keep(&text),
+            &theirs,
+            image,
+        );
+    }
+}
+
 /// Asking for data where there is none: one line and a non-zero exit.
 #[test]
 fn data_requests_without_data_are_one_line_errors() {

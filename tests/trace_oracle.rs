@@ -862,6 +862,49 @@ fn setjmp_longjmp() {
     traced("setjmp.c", O0_NOPIE, &[]);
 }
 
+/// A longjmp made where no traced code writes a record: glibc's forced
+/// unwind of `pthread_exit` and of a cancellation, which `longjmp`s into
+/// each level of a recursion of C cleanup handlers (`__sigsetjmp` in
+/// `pthread_cleanup_push`) from inside libc; and one out of `qsort`'s
+/// comparator, by name or through a pointer, to the level of a recursion
+/// whose every level set a jmp_buf at the same setjmp call. Each setjmp
+/// call's second return writes SETJMP_RESUME (call, rsp). Before, regen
+/// refused both programs ("witness ... cannot occur while untraced code
+/// runs"), 2026-11-29.
+/// A trace whose header says format 1.9 has SETJMP records naming
+/// jmp_bufs: refused at the first one, in one line naming the version.
+#[test]
+fn setjmp_records_of_an_older_format_are_refused() {
+    let exe = build("setjmp.c", O2_PIE);
+    let (_, recorded, _) = record_ok(&exe, &[], &[], Knobs::DEFAULT);
+    let trace = common::scratch("trace_oracle").join("setjmp-minor9.aet");
+    let mut bytes = std::fs::read(&recorded).unwrap();
+    bytes[10..12].copy_from_slice(&9u16.to_le_bytes());
+    let crc = crc32fast::hash(&bytes[..60]);
+    bytes[60..64].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&trace, bytes).unwrap();
+    let out = Command::new(common::aetrace())
+        .args(["regen", "--format", "insn"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("SETJMP(") && err.contains("before format 1.10"),
+        "{err}"
+    );
+}
+
+#[test]
+fn setjmp_resumed_by_a_longjmp_inside_untraced_code() {
+    for v in [Variant::new(Opt::O1, Link::Pie, false), O0_NOPIE] {
+        traced("pthread_cleanup.c", v, &[]);
+        traced("longjmp_untraced.c", v, &[]);
+    }
+}
+
 #[test]
 fn exec_ends_the_traced_process_cleanly() {
     // argv[0] is the original program: the new image runs untraced (and

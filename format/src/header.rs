@@ -15,7 +15,7 @@ pub const MAGIC: [u8; 8] = *b"AETRACE\0";
 /// Major version written and read: a reader refuses any other major.
 pub const VERSION_MAJOR: u16 = 1;
 /// Minor version written: readers accept any minor of their major (see docs/format.md).
-pub const VERSION_MINOR: u16 = 9;
+pub const VERSION_MINOR: u16 = 10;
 /// The first minor whose SIGNAL rips are never glibc's signal restorer
 /// (the runtime reports where the restorer returns instead).
 pub const MINOR_RESTORER_RESOLVED: u16 = 4;
@@ -25,6 +25,10 @@ pub const MINOR_RESTORER_RESOLVED: u16 = 4;
 /// and evaluates 32-bit arithmetic (fewer values). The regenerator's
 /// analysis decides where values are, so older data traces are refused.
 pub const MINOR_DATA_VALUES: u16 = 8;
+/// The first minor whose SETJMP records carry `rsp` and whose setjmp
+/// calls write SETJMP_RESUME when they return again (no LONGJMP): older
+/// SETJMP and LONGJMP records name jmp_bufs, which regen refuses.
+pub const MINOR_SETJMP_RSP: u16 = 10;
 /// Size of the file header; the first section starts here.
 pub const HEADER_LEN: usize = 64;
 /// `e_machine` of x86-64, the only architecture traced so far.

@@ -235,8 +235,12 @@ fn round_trip_every_kind() {
     assert_eq!(stats.database_raw_bytes, 3000);
     assert!(stats.complete);
     let text = stats.to_string();
+    let version = format!(
+        "trace format 1.{} written by \"aetrace test\": complete",
+        crate::header::VERSION_MINOR
+    );
     for want in [
-        "trace format 1.9 written by \"aetrace test\": complete",
+        version.as_str(),
         "build-id abcd0001 database 3000 ->",
         "/tmp/\u{fffd}not-utf8",
         "process 4002 killed by signal 9",

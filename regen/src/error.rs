@@ -134,8 +134,9 @@ pub enum Error {
         why: String,
     },
 
-    /// A record the regenerator cannot follow yet (INDIRECT, SETJMP_RESUME)
-    /// or one that says the trace lost the program (DESYNC).
+    /// A record the regenerator cannot follow where it stands (a
+    /// SETJMP_RESUME while traced code runs, an older trace's SETJMP) or
+    /// one that says the trace lost the program (DESYNC).
     #[error("thread {thread}: {record} at stream byte offset {offset} {at}: {why}")]
     Unsupported {
         /// The thread whose stream it is.

@@ -28,8 +28,9 @@ pub const MAGIC: [u8; 8] = *b"AETRIDX\0";
 /// Version of the file layout and of the machine state it holds (block,
 /// procedure and module numbers as `compile` assigns them): any change of
 /// either makes older files stale (2: states no longer hold how many
-/// chunks were read).
-pub const VERSION: u16 = 2;
+/// chunks were read; 3: setjmp bindings by call block and `rsp`, no
+/// longjmp in progress).
+pub const VERSION: u16 = 3;
 /// Stream bytes between entries unless asked otherwise: small enough that
 /// pieces of any size `-j` chooses start close to where it wants them.
 pub const DEFAULT_INTERVAL: u64 = 256 << 10;

@@ -399,12 +399,6 @@ impl std::fmt::Display for Totals {
 /// regenerate and the note for truncation messages.
 pub(crate) type Prepared<'t> = (Vec<Module>, Vec<Vec<usize>>, Vec<Job<'t>>, String);
 
-/// Whether the trace's SIGNAL rips can be glibc's signal restorer (its
-/// runtime predates format 1.4, which reports where the restorer returns).
-fn restorer_rips<B: AsRef<[u8]>>(trace: &Trace<B>) -> bool {
-    trace.header().minor < aetrace_format::header::MINOR_RESTORER_RESOLVED
-}
-
 fn group_views<'a>(compiled: &'a [Module], groups: &[Vec<usize>]) -> Vec<Vec<&'a Module>> {
     groups
         .iter()
@@ -611,7 +605,7 @@ fn fork_states<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<HashMap<u32, F
         let thread = job.info.start.thread;
         let stream = Stream::new(thread, trace.chunks(thread).collect());
         let mods = &views[job.group];
-        let mut m = Machine::new(thread, mods, stream, note.clone(), restorer_rips(trace));
+        let mut m = Machine::new(thread, mods, stream, note.clone(), trace.header().minor);
         if job.info.start.reason == StartReason::Fork {
             if let Some(state) = forks.get(&job.info.start.pid) {
                 m.continue_fork(ForkState::clone(state));
@@ -882,7 +876,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             &self.groups[job.group],
             stream,
             note,
-            restorer_rips(self.trace),
+            self.trace.header().minor,
         );
         if job
             .info

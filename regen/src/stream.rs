@@ -25,7 +25,7 @@ pub mod kind {
     pub const INDIRECT: u8 = 2;
     /// SIGNAL without the transfer count (format 1.1).
     pub const SIGNAL_1_1: u8 = 3;
-    /// SETJMP_RESUME: execution resumed at a setjmp return point (after longjmp).
+    /// SETJMP_RESUME: a setjmp-like call returned again (format 1.10).
     pub const SETJMP_RESUME: u8 = 4;
     /// DESYNC: control escaped to uninstrumented code (e.g. a traced `clone` system call) at this address.
     pub const DESYNC: u8 = 5;
@@ -43,9 +43,11 @@ pub mod kind {
     pub const LANDING: u8 = 11;
     /// FORKED: in a fork's parent, the child's pid.
     pub const FORKED: u8 = 12;
-    /// SETJMP: just before a call to `setjmp`, its jmp_buf.
+    /// SETJMP: just before a call to `setjmp`, `rsp` (format 1.10; its
+    /// jmp_buf before).
     pub const SETJMP: u8 = 13;
-    /// LONGJMP: just before a call to `longjmp`, its jmp_buf.
+    /// LONGJMP: just before a call to `longjmp`, its jmp_buf (before
+    /// format 1.10 only).
     pub const LONGJMP: u8 = 14;
     /// SIGNAL with the thread's transfer count (format 1.2).
     pub const SIGNAL: u8 = 15;
@@ -67,8 +69,8 @@ pub mod kind {
             ENTER | EXIT | FORK | THREAD | LANDING | FORKED | LAZY => 6,
             INDIRECT | DESYNC | SETJMP | LONGJMP | VALUE | ENTER_AT => 10,
             SIGNAL_1_1 => 14,
-            SIGNAL | FAULT => 18,
-            SETJMP_RESUME | RETURN => 2,
+            SIGNAL | FAULT | SETJMP_RESUME => 18,
+            RETURN => 2,
             WIDE => 4,
             _ => return None,
         })
@@ -100,8 +102,16 @@ pub enum Item {
         /// A FAULT record: the signal ended the process there.
         fault: bool,
     },
-    /// SETJMP_RESUME: execution resumed at a setjmp return point (after longjmp).
-    SetjmpResume,
+    /// SETJMP_RESUME: the setjmp-like call of block `block` of procedure
+    /// `tag << 24 | proc` returned again, with `rsp` (its SETJMP's).
+    SetjmpResume {
+        /// `tag << 24 | procedure`.
+        proc: u32,
+        /// `rsp` at the return point.
+        rsp: u64,
+        /// The call block's index in the procedure.
+        block: u32,
+    },
     /// DESYNC: control escaped to uninstrumented code at this address.
     Desync(u64),
     /// EXIT: an `exit`-like call with this status.
@@ -116,7 +126,7 @@ pub enum Item {
     Landing(u32),
     /// In a fork's parent: the child with this pid continues from here.
     Forked(u32),
-    /// Before a call to setjmp: its jmp_buf.
+    /// Before a call to setjmp: `rsp` (format 1.10; its jmp_buf before).
     Setjmp(u64),
     /// Before a call to longjmp: its jmp_buf.
     Longjmp(u64),
@@ -151,7 +161,9 @@ impl Item {
                 "{}({signo}, {rip:#x}, transfer {n})",
                 if fault { "FAULT" } else { "SIGNAL" }
             ),
-            Item::SetjmpResume => "SETJMP_RESUME".into(),
+            Item::SetjmpResume { proc, rsp, block } => {
+                format!("SETJMP_RESUME({proc}, {rsp:#x}, block {block})")
+            }
             Item::Desync(a) => format!("DESYNC({a:#x})"),
             Item::Exit(s) => format!("EXIT({s})"),
             Item::Fork(s) => format!("FORK({s})"),
@@ -472,7 +484,11 @@ impl<'t> Stream<'t> {
                 count: Some(le(&p[12..]) as u32),
                 fault: k == kind::FAULT,
             },
-            kind::SETJMP_RESUME => Item::SetjmpResume,
+            kind::SETJMP_RESUME => Item::SetjmpResume {
+                proc: le(&p[..4]) as u32,
+                rsp: le(&p[4..12]),
+                block: le(&p[12..]) as u32,
+            },
             kind::DESYNC => Item::Desync(le(p)),
             kind::EXIT => Item::Exit(le(p) as u32),
             kind::FORK => Item::Fork(le(p) as u32),

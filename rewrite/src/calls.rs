@@ -345,7 +345,7 @@ impl<'t> Calls<'t> {
         };
         let db = CallDb {
             indirect: false,
-            jmpbuf: plan.jmpbuf.is_some(),
+            jmpbuf: plan.jmpbuf == Some(aetrace_runtime::RecordKind::Setjmp),
             target: if (exit_record && !c.tail) || syscall {
                 CallTarget::Exit
             } else {

@@ -57,10 +57,10 @@ use aetrace_graph::{BlockId, EdgeId, EntityRef};
 use aetrace_runtime::layout::RecordKind;
 use aetrace_runtime::{
     emit_buffer_check, emit_direct_entry, emit_outside_entry_at, emit_outside_entry_with,
-    emit_record, emit_static_entry, emit_transfer, emit_value, emit_witness, emit_witness_checked,
-    Payload, RuntimeAddrs, Site, Value,
+    emit_record, emit_rsp_record, emit_static_entry, emit_transfer, emit_value, emit_witness,
+    emit_witness_checked, Payload, RuntimeAddrs, Site, Value,
 };
-use iced_x86::code_asm::{edi, r11, CodeAssembler};
+use iced_x86::code_asm::{eax, edi, r11, CodeAssembler};
 use iced_x86::{
     BlockEncoder, BlockEncoderOptions, Code, FlowControl, Instruction, InstructionBlock,
     MemoryOperand, Mnemonic, OpKind, Register,
@@ -137,7 +137,11 @@ pub struct CallPlan {
     pub opens: Option<imports::Opened>,
     /// A call to `read`: `call maps_read` just before it.
     pub reads: bool,
-    /// SETJMP(rdi) or LONGJMP(rdi) just before the call.
+    /// A setjmp-like call (`Some(Setjmp)`: SETJMP(rsp) just before it,
+    /// SETJMP_RESUME at its return point when it returns again) or a
+    /// longjmp-like one (`Some(Longjmp)`: nothing written since format
+    /// 1.10, the setjmp's return point says where it went; `--stop-at`
+    /// refuses both).
     pub jmpbuf: Option<RecordKind>,
     /// No buffer check at the return point: the callee is bounded
     /// (`checks`), the caller's check-free path runs on through it.
@@ -2423,14 +2427,9 @@ impl ProcGen<'_, '_> {
                 end.last.ip()
             ))?;
         }
-        if let Some(kind) = cp.jmpbuf.filter(|_| self.em.counting.is_none()) {
+        if cp.jmpbuf == Some(RecordKind::Setjmp) && self.em.counting.is_none() {
             self.em.seq_write(before, before, |a| {
-                emit_record(
-                    a,
-                    kind,
-                    Payload::Reg64(iced_x86::code_asm::rdi),
-                    before_last,
-                )
+                emit_rsp_record(a, RecordKind::Setjmp, None, before_last)
             })?;
         }
         // The callee's frame starts with the count exact.
@@ -2510,6 +2509,10 @@ impl ProcGen<'_, '_> {
         } else {
             returned
         };
+        if cp.jmpbuf == Some(RecordKind::Setjmp) && tracing {
+            let after = self.em.point;
+            self.resume_record(b, site, after)?;
+        }
         if cp.fork && tracing {
             self.fork_return(p.live.live_in(to), cp.atfork)?;
         }
@@ -2534,6 +2537,33 @@ impl ProcGen<'_, '_> {
             })?;
         }
         self.goto(to, end.next, 0)
+    }
+
+    /// At setjmp-like call block `b`'s return point: when the call returns
+    /// again (`eax != 0`: a longjmp, traced or not, came back to it),
+    /// SETJMP_RESUME(procedure, rsp, block); the first return only tests
+    /// `eax`. Until the record is reserved the regenerator has the thread
+    /// in untraced code (the longjmp's), so the test stands there too: on
+    /// the first return, untraced code (the setjmp) has just run as well,
+    /// and a signal there is placed the same (docs/regen.md section 3).
+    fn resume_record(&mut self, b: BlockId, site: Site, after: SigPoint) -> GenResult<()> {
+        let first = self.em.label();
+        self.em.point = SigPoint::Outside;
+        self.em.seq(|a| Ok(a.test(eax, eax)?))?;
+        self.em
+            .push(Instruction::with_branch(Code::Je_rel32_64, first)?);
+        let (flush, n) = (self.rt.flush, self.p.number);
+        self.em.seq_write(SigPoint::Outside, after, |a| {
+            emit_buffer_check(a, flush, site)?;
+            emit_rsp_record(
+                a,
+                RecordKind::SetjmpResume,
+                Some((n, b.index() as u32)),
+                site,
+            )
+        })?;
+        self.em.bind(first);
+        Ok(())
     }
 
     /// A block ending in a conditional branch: the taken edge's witness in

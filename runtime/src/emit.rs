@@ -78,6 +78,9 @@ pub enum Payload {
     Reg64(AsmRegister64),
     /// Two immediates, in this order (procedure number and entry address).
     Imm32Pair(u32, u32),
+    /// An immediate, a 64-bit register, an immediate, in this order
+    /// (SETJMP_RESUME: procedure number, `rsp`, block).
+    Around(u32, AsmRegister64, u32),
 }
 
 const RED_ZONE: i32 = 128;
@@ -282,6 +285,7 @@ pub fn emit_record(
         Payload::Imm16(_) => 2,
         Payload::Imm32(_) | Payload::Reg32(_) => 4,
         Payload::Reg64(_) | Payload::Imm32Pair(..) => 8,
+        Payload::Around(..) => 16,
     };
     if plen != kind.payload_len() {
         return Err(Error::Emit(format!(
@@ -290,7 +294,7 @@ pub fn emit_record(
         )));
     }
     let avoid: Vec<AsmRegister64> = match payload {
-        Payload::Reg64(r) => vec![r],
+        Payload::Reg64(r) | Payload::Around(_, r, _) => vec![r],
         Payload::Reg32(r) => vec![gpr64_of(r)],
         _ => vec![],
     };
@@ -321,6 +325,11 @@ pub fn emit_record(
             Payload::Imm32Pair(v, w) => {
                 a.mov(dword_ptr(r + 2), v)?;
                 a.mov(dword_ptr(r + 6), w)?
+            }
+            Payload::Around(v, x, w) => {
+                a.mov(dword_ptr(r + 2), v)?;
+                a.mov(qword_ptr(r + 6), x)?;
+                a.mov(dword_ptr(r + 14), w)?
             }
         }
         a.mov(byte_ptr(r + 1), k)?;
@@ -362,6 +371,35 @@ const VALUE_SHIFT: i64 = RED_ZONE as i64 + 8;
 /// sees). The value is computed into a borrowed register `v` first (saved
 /// below the red zone), then written by [`emit_record`]'s sequence.
 pub fn emit_value(a: &mut CodeAssembler, value: Value, site: Site) -> Result<(), Error> {
+    emit_computed(a, RecordKind::Value, value, site, Payload::Reg64)
+}
+
+/// Emits a record of `kind` whose payload holds `rsp` as the code before
+/// the sequence sees it: SETJMP(rsp) with `around` none, SETJMP_RESUME
+/// (procedure, rsp, block) with `around` the two immediates. Computed as
+/// [`emit_value`]'s values are.
+pub fn emit_rsp_record(
+    a: &mut CodeAssembler,
+    kind: RecordKind,
+    around: Option<(u32, u32)>,
+    site: Site,
+) -> Result<(), Error> {
+    let payload = |v| match around {
+        Some((p, b)) => Payload::Around(p, v, b),
+        None => Payload::Reg64(v),
+    };
+    emit_computed(a, kind, Value::Reg(rsp), site, payload)
+}
+
+/// A record of `kind` whose payload `payload(v)` holds `value`, computed
+/// into a borrowed register `v` saved below the red zone.
+fn emit_computed(
+    a: &mut CodeAssembler,
+    kind: RecordKind,
+    value: Value,
+    site: Site,
+    payload: impl Fn(AsmRegister64) -> Payload,
+) -> Result<(), Error> {
     let v = pick_free(&[&[rax][..], site.scratch.as_slice()].concat());
     a.lea(rsp, ptr(rsp - RED_ZONE))?;
     a.push(v)?;
@@ -383,7 +421,7 @@ pub fn emit_value(a: &mut CodeAssembler, value: Value, site: Site) -> Result<(),
         red_zone_live: false,
         ..site
     };
-    emit_record(a, RecordKind::Value, Payload::Reg64(v), inner)?;
+    emit_record(a, kind, payload(v), inner)?;
     a.pop(v)?;
     a.lea(rsp, ptr(rsp + RED_ZONE))?;
     Ok(())

@@ -226,7 +226,11 @@ pub enum RecordKind {
     /// transfer count ([`S_XFERS`]) at the interruption. Kind 15 since
     /// format 1.2; kind 3 (format 1.1, no count) is no longer written.
     Signal = 15,
-    /// Execution resumed at a setjmp return point (after longjmp).
+    /// A setjmp-like call returned again (a longjmp, traced or not, came
+    /// back to it; written at its return point when `eax != 0`): `u32`
+    /// `tag << 24 | procedure`, `u64` `rsp` there (the same as at the
+    /// call, its SETJMP's), `u32` the call block's index in the procedure
+    /// (format 1.10; reserved and never written before).
     SetjmpResume = 4,
     /// Control escaped to uninstrumented original code at `u64`.
     Desync = 5,
@@ -248,9 +252,12 @@ pub enum RecordKind {
     /// In the parent, right after `fork`/`vfork` returned: `u32` child pid
     /// (the child's stream, FORK first, continues from this point).
     Forked = 12,
-    /// Just before a call to `setjmp`-like functions: `u64` jmp_buf address.
+    /// Just before a call to `setjmp`-like functions: `u64` `rsp` at the
+    /// call (format 1.10; before, the jmp_buf address).
     Setjmp = 13,
-    /// Just before a call to `longjmp`-like functions: `u64` jmp_buf address.
+    /// Just before a call to `longjmp`-like functions: `u64` jmp_buf
+    /// address. No longer written since format 1.10 (SETJMP_RESUME at the
+    /// setjmp's return point says where a longjmp went, traced or not).
     Longjmp = 14,
     /// A PLT stub's `jmp [GOT]` found its slot not bound yet (lazy binding):
     /// `u32` `tag << 24 | procedure` of the stub, written first on the
@@ -283,7 +290,7 @@ impl RecordKind {
     /// Payload length in bytes.
     pub const fn payload_len(self) -> u64 {
         match self {
-            RecordKind::SetjmpResume | RecordKind::Return => 0,
+            RecordKind::Return => 0,
             RecordKind::Wide => 2,
             RecordKind::Enter
             | RecordKind::Exit
@@ -298,7 +305,7 @@ impl RecordKind {
             | RecordKind::Longjmp
             | RecordKind::Value
             | RecordKind::EnterAt => 8,
-            RecordKind::Signal | RecordKind::Fault => 16,
+            RecordKind::Signal | RecordKind::Fault | RecordKind::SetjmpResume => 16,
         }
     }
 
@@ -468,7 +475,7 @@ mod tests {
     const TABLE: [(u8, u64); 18] = [
         (1, 6),
         (2, 10),
-        (4, 2),
+        (4, 18),
         (5, 10),
         (6, 6),
         (7, 6),

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use aetrace_runtime::emit::{
-    emit_buffer_check, emit_outside_entry, emit_record, emit_transfer, emit_value, emit_witness,
-    emit_witness_checked, FlagsSave, Payload, Site, Value, STUB_INSNS,
+    emit_buffer_check, emit_outside_entry, emit_record, emit_rsp_record, emit_transfer, emit_value,
+    emit_witness, emit_witness_checked, FlagsSave, Payload, Site, Value, STUB_INSNS,
 };
 use aetrace_runtime::layout::{RecordKind, FLAG_SLOTS_EXHAUSTED};
 use aetrace_runtime::{read_standalone, Geometry, Region};
@@ -483,11 +483,21 @@ fn records_are_written_with_their_payloads() {
     let site = Site::CONSERVATIVE;
     emit_record(&mut a, RecordKind::Indirect, Payload::Reg64(rdi), site).unwrap();
     emit_record(&mut a, RecordKind::Exit, Payload::Reg32(esi), site).unwrap();
-    emit_record(&mut a, RecordKind::SetjmpResume, Payload::None, site).unwrap();
     emit_record(&mut a, RecordKind::Return, Payload::None, site).unwrap();
     emit_record(&mut a, RecordKind::Wide, Payload::Imm16(0x1234), site).unwrap();
     emit_witness(&mut a, 0x42, site).unwrap();
+    // `rsp` as the code around sees it, whatever the sequence pushes.
+    emit_rsp_record(&mut a, RecordKind::Setjmp, None, site).unwrap();
+    let resume = Some((0x0100_0007, 3));
+    emit_rsp_record(
+        &mut a,
+        RecordKind::SetjmpResume,
+        resume,
+        Site::with_scratch(r11),
+    )
+    .unwrap();
     a.ret().unwrap();
+    assert!(emit_record(&mut a, RecordKind::SetjmpResume, Payload::None, site).is_err());
     assert!(emit_record(&mut a, RecordKind::Enter, Payload::Reg64(rdi), site).is_err());
     // SIGNAL (12-byte payload) is written by the runtime's signal_entry only.
     assert!(emit_record(&mut a, RecordKind::Signal, Payload::Reg32(esi), site).is_err());
@@ -503,11 +513,32 @@ fn records_are_written_with_their_payloads() {
     let mut want = thread_record(u32::MAX);
     want.extend([0xFF, 2, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11]);
     want.extend([0xFF, 6, 11, 0, 0, 0]);
-    want.extend([0xFF, 4]);
     want.extend([0xFF, 10]);
     want.extend([0xFF, 9, 0x34, 0x12]);
     want.push(0x42);
-    assert_eq!(streams[&0].1, want);
+    let got = &streams[&0].1;
+    assert_eq!(got[..want.len()], want[..]);
+    let rest = &got[want.len()..];
+    assert_eq!(rest.len(), 10 + 18);
+    assert_eq!(
+        (&rest[..2], &rest[10..16]),
+        (&[0xFF, 13][..], &[0xFF, 4, 7, 0, 0, 1][..])
+    );
+    assert_eq!(&rest[24..], &[3, 0, 0, 0]);
+    let stack = u64::from_le_bytes(rest[2..10].try_into().unwrap());
+    assert_eq!(
+        rest[16..24],
+        stack.to_le_bytes(),
+        "SETJMP_RESUME's rsp is SETJMP's"
+    );
+    // Inside `f`, called with the stack aligned: 8 below a multiple of 16,
+    // on this thread's stack.
+    let local = 0u8;
+    let here = std::ptr::addr_of!(local) as u64;
+    assert!(
+        stack % 16 == 8 && here.abs_diff(stack) < 1 << 20,
+        "rsp {stack:#x}, a local at {here:#x}"
+    );
 }
 
 /// A witness with its own buffer check (a loop's back edge into its

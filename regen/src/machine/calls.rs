@@ -147,23 +147,21 @@ impl<'a> Machine<'a> {
         }
     }
 
-    /// The records a thread writes just before a call it makes: SETJMP and
-    /// LONGJMP (before their own call: a callee's first record may be its
-    /// setjmp's, right after ours), or a SIGNAL that stands before the call.
+    /// The records a thread writes just before a call it makes: SETJMP
+    /// (before its own call: a callee's first record may be its setjmp's,
+    /// right after ours), or a SIGNAL that stands before the call.
     fn records_before_call(&mut self, at: Loc, c: CallDb) -> Step {
         if self.stream.witness_next() {
             return Ok(());
         }
         match self.stream.peek()? {
-            (Item::Setjmp(buf), _, len) if c.jmpbuf => {
-                self.stream.advance(len);
-                self.consumed(Some(at));
-                self.jmpbufs.insert(buf, (self.stack.len(), at));
+            (item @ (Item::Setjmp(_) | Item::Longjmp(_)), off, _) if self.jmp_bufs => {
+                return Err(self.unexpected(item, off, Some(at)).into());
             }
-            (Item::Longjmp(buf), off, len) if c.jmpbuf => {
+            (Item::Setjmp(rsp), _, len) if c.jmpbuf => {
                 self.stream.advance(len);
                 self.consumed(Some(at));
-                self.longjmp_to = Some((buf, off));
+                self.setjmps.insert((at, rsp), self.stack.len());
             }
             (
                 Item::Signal {
@@ -431,6 +429,7 @@ impl<'a> Machine<'a> {
                 self.clear_stack();
             }
             Item::Landing(q) => self.land(q, off)?,
+            Item::SetjmpResume { proc, rsp, block } => self.setjmp_resume(proc, rsp, block, off)?,
             Item::Forked(pid) => {
                 let state = self.fork_state();
                 self.forks.push((pid, state));

@@ -48,12 +48,19 @@ impl<'a> Machine<'a> {
                 offset,
                 at: format!("{at}, where no unresolved indirect jump is being followed"),
             },
-            Item::SetjmpResume => Error::Unsupported {
+            Item::SetjmpResume { .. } => Error::Unsupported {
                 thread: self.thread,
                 record: item.describe(),
                 offset,
                 at,
-                why: "setjmp/longjmp is not regenerated yet",
+                why: "a longjmp came back to a setjmp while the regenerator follows traced code: it was made inside a call taken for one that returns without running traced code",
+            },
+            Item::Setjmp(_) | Item::Longjmp(_) => Error::Unsupported {
+                thread: self.thread,
+                record: item.describe(),
+                offset,
+                at,
+                why: "traces before format 1.10 name jmp_bufs in SETJMP and LONGJMP, which this regenerator no longer follows: record the program again",
             },
             Item::Landing(_) => Error::Unsupported {
                 thread: self.thread,

@@ -22,7 +22,7 @@ pub struct ForkState {
     /// The parent's setjmp bindings: the child has copies of their
     /// jmp_bufs and frames, and may longjmp to one (perl's `exit` in a
     /// forked child does).
-    pub(super) jmpbufs: std::collections::HashMap<u64, (usize, Loc)>,
+    pub(super) setjmps: std::collections::HashMap<(Loc, u64), usize>,
 }
 
 impl<'a> Machine<'a> {
@@ -38,7 +38,7 @@ impl<'a> Machine<'a> {
             stack: self.stack.clone(),
             seen_lazy: self.seen_lazy.clone(),
             sigs: self.sigs.clone(),
-            jmpbufs: self.jmpbufs.clone(),
+            setjmps: self.setjmps.clone(),
         }
     }
 
@@ -62,7 +62,7 @@ impl<'a> Machine<'a> {
                 Some(state) => {
                     self.stack = state.stack;
                     self.seen_lazy = state.seen_lazy;
-                    self.jmpbufs = state.jmpbufs;
+                    self.setjmps = state.setjmps;
                 }
                 // A child that only execs (or dies) writes nothing more.
                 None => {

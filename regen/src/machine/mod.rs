@@ -63,7 +63,7 @@ aetrace_graph::entity!(
 );
 
 /// A traced block of one module.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Loc {
     /// The module's index in the machine's module list.
     pub module: ModuleIx,
@@ -257,11 +257,10 @@ pub struct Machine<'a> {
     forked_from: Option<ForkState>,
     /// FORKED records read: each child pid with the state it continues from.
     pub forks: Vec<(u32, ForkState)>,
-    /// Each jmp_buf's setjmp: the stack depth and call block where it was
-    /// called (a later longjmp returns there).
-    jmpbufs: std::collections::HashMap<u64, (usize, Loc)>,
-    /// A longjmp in progress: its jmp_buf.
-    longjmp_to: Option<(u64, u64)>,
+    /// Each setjmp-like call made, by its call block and `rsp` there (its
+    /// SETJMP): the stack depth at the call (a SETJMP_RESUME naming both
+    /// returns there).
+    setjmps: std::collections::HashMap<(Loc, u64), usize>,
     /// Output since the last item read (see the module comment).
     trail: Vec<Mark>,
     trail_bytes: usize,
@@ -282,16 +281,21 @@ pub struct Machine<'a> {
     /// A SIGNAL's rip may be glibc's signal restorer (traces before
     /// format 1.4): a `Restored` mark is then a place untraced code ran.
     restorer_rips: bool,
+    /// SETJMP and LONGJMP name jmp_bufs (traces before format 1.10):
+    /// refused where read.
+    jmp_bufs: bool,
 }
 
 impl<'a> Machine<'a> {
-    /// A machine regenerating thread `thread` from its witness `stream` over `modules`; `note` is appended to truncation messages, `restorer_rips` as in the field.
+    /// A machine regenerating thread `thread` from its witness `stream`
+    /// over `modules`; `note` is appended to truncation messages; `minor`
+    /// is the trace's format minor version.
     pub(crate) fn new(
         thread: ThreadId,
         modules: &'a [&'a Module],
         stream: Stream<'a>,
         note: String,
-        restorer_rips: bool,
+        minor: u16,
     ) -> Self {
         let mut by_tag = Vec::new();
         for (i, m) in modules.iter().enumerate() {
@@ -317,8 +321,7 @@ impl<'a> Machine<'a> {
             stopped: None,
             forked_from: None,
             forks: Vec::new(),
-            jmpbufs: Default::default(),
-            longjmp_to: None,
+            setjmps: Default::default(),
             trail: Vec::new(),
             trail_bytes: 0,
             sigs: Vec::new(),
@@ -326,7 +329,8 @@ impl<'a> Machine<'a> {
             signals: (0, 0),
             chained: false,
             xfers: 0,
-            restorer_rips,
+            restorer_rips: minor < aetrace_format::header::MINOR_RESTORER_RESOLVED,
+            jmp_bufs: minor < aetrace_format::header::MINOR_SETJMP_RSP,
         }
     }
 

@@ -6,7 +6,7 @@
 //! A pause point is a read point (`summary`) outside any signal handler,
 //! with nothing pending: the next stream item is a one-byte witness. The
 //! state there is the stream offset, the current block, the procedure stack, the lazy bindings seen, the setjmp
-//! bindings, a longjmp in progress and the transfer count. Counters
+//! bindings (call block and `rsp`, depth) and the transfer count. Counters
 //! (`entries`, `signals`) are not state: a restored machine counts from 0.
 //! The trail (what is not certain yet) is not kept either: the witness at
 //! the pause point is in the stream, so everything before it ran, and the
@@ -68,21 +68,13 @@ impl<'a> Machine<'a> {
             put32(&mut out, m.index() as u32);
             put32(&mut out, p.index() as u32);
         }
-        let mut bufs: Vec<_> = self.jmpbufs.iter().map(|(&b, &v)| (b, v)).collect();
-        bufs.sort_unstable_by_key(|&(b, _)| b);
+        let mut bufs: Vec<_> = self.setjmps.iter().map(|(&k, &d)| (k, d)).collect();
+        bufs.sort_unstable_by_key(|&((l, rsp), _)| (l.module.index(), l.block.index(), rsp));
         put32(&mut out, bufs.len() as u32);
-        for (buf, (depth, l)) in bufs {
-            put64(&mut out, buf);
+        for ((l, rsp), depth) in bufs {
+            put64(&mut out, rsp);
             put64(&mut out, depth as u64);
             put_loc(&mut out, l);
-        }
-        match self.longjmp_to {
-            None => out.push(0),
-            Some((buf, off)) => {
-                out.push(1);
-                put64(&mut out, buf);
-                put64(&mut out, off);
-            }
         }
         Some(out)
     }
@@ -111,7 +103,7 @@ impl<'a> Machine<'a> {
                 "stream byte offset {offset} is not a witness of the stream"
             )));
         }
-        (self.stack, self.seen_lazy, self.jmpbufs, self.longjmp_to) = state;
+        (self.stack, self.seen_lazy, self.setjmps) = state;
         self.cur = Some(cur);
         self.xfers = xfers;
         self.started = true;
@@ -120,7 +112,7 @@ impl<'a> Machine<'a> {
         Ok(())
     }
 
-    /// The stack, lazy bindings, setjmp bindings and longjmp of a state.
+    /// The stack, lazy bindings and setjmp bindings of a state.
     #[allow(clippy::type_complexity)]
     fn read_rest(
         &self,
@@ -128,8 +120,7 @@ impl<'a> Machine<'a> {
     ) -> Option<(
         Vec<Frame>,
         std::collections::HashSet<(ModuleIx, ProcIx)>,
-        std::collections::HashMap<u64, (usize, Loc)>,
-        Option<(u64, u64)>,
+        std::collections::HashMap<(Loc, u64), usize>,
     )> {
         let n = r.u32()? as usize;
         let mut stack = Vec::with_capacity(n.min(r.0.len()));
@@ -150,16 +141,11 @@ impl<'a> Machine<'a> {
         }
         let mut bufs = std::collections::HashMap::new();
         for _ in 0..r.u32()? {
-            let buf = r.u64()?;
+            let rsp = r.u64()?;
             let depth = usize::try_from(r.u64()?).ok()?;
-            bufs.insert(buf, (depth, self.read_call(r)?));
+            bufs.insert((self.read_call(r)?, rsp), depth);
         }
-        let longjmp = match r.u8()? {
-            0 => None,
-            1 => Some((r.u64()?, r.u64()?)),
-            _ => return None,
-        };
-        Some((stack, lazy, bufs, longjmp))
+        Some((stack, lazy, bufs))
     }
 
     /// A call block (where a `Ret` frame or a setjmp stands).
