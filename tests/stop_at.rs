@@ -154,11 +154,16 @@ fn gdb_stops(
         gdb.args(["-ex", c]);
     }
     for (k, &(event, n)) in stops.iter().enumerate() {
+        // gdb rereads a program whose modification time changed, in whole
+        // seconds: each written program gets a time of its own, or a
+        // program written in the second of the one before keeps the old
+        // one's unwind tables (gdb then failed an assertion on an FDE).
         let write = format!(
-            "shell {} count --event {event} --stop-at {n} --write-program {} -- {} >/dev/null 2>&1 || echo '@@write failed'",
-            quote(common::aetrace().to_str().unwrap()),
-            quote(prog.to_str().unwrap()),
-            target.join(" ")
+            "shell {aetrace} count --event {event} --stop-at {n} --write-program {prog} -- {} >/dev/null 2>&1 && touch -d @{} {prog} || echo '@@write failed'",
+            target.join(" "),
+            1_000_000_000 + k,
+            aetrace = quote(common::aetrace().to_str().unwrap()),
+            prog = quote(prog.to_str().unwrap()),
         );
         let out = prog.with_file_name(format!("{event}-{n}.out"));
         gdb.args(["-ex", &format!("echo @@stop {k}\\n"), "-ex", &write]);
