@@ -878,10 +878,9 @@ struct Simulated {
     error: Option<Error>,
 }
 
-/// Regenerates the trace at `path` on a second thread and simulates its
-/// blocks with `sims`: one group on this thread, several (`--configs`,
-/// [`groups`]) each on a thread of its own, every batch of blocks shared
-/// by all. With `segments` (and no window), each summarised segment's
+/// Regenerates the trace at `path` on one thread and simulates its blocks
+/// with `sims`, each group (several with `--configs`: [`groups`]) on a
+/// thread of its own, every batch of blocks shared by all. With `segments` (and no window), each summarised segment's
 /// blocks at once.
 fn drive_trace<S: InsnFetch + Send>(
     cli: &Cli,
@@ -898,10 +897,7 @@ fn drive_trace<S: InsnFetch + Send>(
         Visit::new(&trace, &opts)
     }
     .map_err(producer)?;
-    let (regen, fed) = match sims {
-        [sim] => one_group(cli, &visit, sim),
-        _ => shared_batches(cli, &visit, sims),
-    };
+    let (regen, fed) = shared_batches(cli, &visit, sims);
     let blocks = fed?;
     if blocks.skip > 0 {
         eprintln!("cachesim: warning: input ended before -skipcount was satisfied");
@@ -921,42 +917,6 @@ type Fed<'m> = (
     std::result::Result<(), aetrace_regen::Error>,
     Result<Blocks<'m>>,
 );
-
-/// The regeneration on a second thread, `sim` on this one.
-fn one_group<'m, B: AsRef<[u8]> + Sync>(
-    cli: &Cli,
-    visit: &'m Visit<'_, B>,
-    sim: &mut impl InsnFetch,
-) -> Fed<'m> {
-    let mut blocks = Blocks::new(visit.modules(), &sim.fetch_lines(), cli);
-    let (tx, rx) = mpsc::sync_channel::<Runs>(4);
-    let (back_tx, back_rx) = mpsc::channel::<Runs>();
-    std::thread::scope(|scope| {
-        // `move`: the sender goes with the thread, so the loop below ends
-        // when the regeneration does.
-        let regen = scope.spawn(move || {
-            visit.run(&mut |runs| {
-                let batch = std::mem::replace(runs, back_rx.try_recv().unwrap_or_default());
-                tx.send(batch).is_ok()
-            })
-        });
-        let simulated = (|| -> Result<()> {
-            for batch in rx.iter() {
-                if !feed(&mut blocks, &batch, sim)? {
-                    return Ok(());
-                }
-                let _ = back_tx.send(batch);
-            }
-            Ok(())
-        })();
-        // Stops the regeneration at its next batch.
-        drop(rx);
-        let regen = regen
-            .join()
-            .unwrap_or_else(|p| std::panic::resume_unwind(p));
-        (regen, simulated.map(|()| blocks))
-    })
-}
 
 /// The regeneration on one thread and each group of `sims` on another,
 /// all groups reading the same batches. A batch comes back for reuse
@@ -999,7 +959,7 @@ fn shared_batches<'m, S: InsnFetch + Send, B: AsRef<[u8]> + Sync>(
         let mut fed = groups
             .into_iter()
             .map(|g| g.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
-        let first = fed.next().expect("two groups or more");
+        let first = fed.next().expect("one group or more");
         let fed = fed.fold(first, |a, b| a.and_then(|a| b.map(|_| a)));
         let regen = regen
             .join()
