@@ -150,6 +150,33 @@ impl CallHot {
 /// Entries of the call memo (a power of two): 32 KiB.
 const CALLS: usize = 1 << 10;
 
+/// Entries of the output memo (a power of two): 32 KiB.
+const OUT: usize = 1 << 11;
+
+/// An output memo entry ([`Summaries::output_run`]): the segment from
+/// read point `key >> 8` for byte witness `key & 0xFF`, when it ends with
+/// nothing pending; its output is `text[lo..hi]`.
+#[derive(Clone, Copy, Debug)]
+struct OutHot {
+    key: u32,
+    /// The segment's end, with [`Hot::AGAIN`] set when it is a read point
+    /// (the chain goes on); [`OutHot::NONE`] when the machine takes the
+    /// witness.
+    end: u32,
+    lo: u32,
+    hi: u32,
+}
+
+impl OutHot {
+    const NONE: u32 = u32::MAX;
+    const EMPTY: OutHot = OutHot {
+        key: u32::MAX,
+        end: OutHot::NONE,
+        lo: 0,
+        hi: 0,
+    };
+}
+
 /// Where read point `b`'s entries start in the counting memo (the index
 /// is this XOR the witness byte).
 #[inline]
@@ -252,6 +279,9 @@ pub struct Summaries {
     /// The counting memo (`count_run`); empty for output, and for a module
     /// whose block numbers do not fit a [`Hot`] key's 24 bits.
     hot: Box<[Hot]>,
+    /// The output memo (`output_run`); empty for counting, and for a
+    /// module whose block numbers do not fit an [`OutHot`] key's 24 bits.
+    out: Box<[OutHot]>,
     /// The call memo of `count_run`, direct-mapped by call block: the
     /// blocks of `frames` and of the calls it makes.
     calls: Box<[CallHot]>,
@@ -288,6 +318,7 @@ impl Summaries {
             } else {
                 Box::default()
             },
+            out: Box::default(),
             calls: vec![CallHot::EMPTY; CALLS].into_boxed_slice(),
             frames: Vec::new(),
         }
@@ -299,6 +330,11 @@ impl Summaries {
         let mut s = Summaries {
             text: Some(Vec::new()),
             hot: Box::default(),
+            out: if m.blocks.len() < 1 << 24 {
+                vec![OutHot::EMPTY; OUT].into_boxed_slice()
+            } else {
+                Box::default()
+            },
             ..Summaries::unwalked(m)
         };
         #[cfg(test)]
@@ -415,6 +451,76 @@ impl Summaries {
             (run.end, kind) = (to & !Hot::KINDS, to & Hot::KINDS);
         }
         run
+    }
+
+    /// Outputs consecutive segments from read point `l`, whose witness is
+    /// `bytes[0]`, taking at most `max` of them: each while the next two
+    /// bytes are byte witnesses and the segment before ends, with nothing
+    /// pending, at another read point; stops once `out` holds `limit`
+    /// bytes. Returns the last segment's read point and witness and how
+    /// many were taken, `None` for none: the machine then takes the
+    /// witness itself. No calls or returns: their records and frames stay
+    /// the machine's.
+    /// Out of line: the loop keeps its state in registers.
+    #[inline(never)]
+    pub fn output_run(
+        &mut self,
+        m: &Module,
+        l: BlockIx,
+        bytes: &[u8],
+        max: usize,
+        out: &mut Vec<u8>,
+        limit: usize,
+    ) -> Option<(BlockIx, u32, usize)> {
+        let is_witness = |b: u8| b.wrapping_sub(1) < 0xFE;
+        if self.out.is_empty() {
+            return None;
+        }
+        let max = max.min(bytes.len().saturating_sub(1));
+        let (mut end, mut last, mut n) = (l.as_u32(), None, 0);
+        while n < max && out.len() < limit {
+            let (v, next) = (bytes[n], bytes[n + 1]);
+            if !is_witness(v) || !is_witness(next) {
+                break;
+            }
+            let w = u32::from(v - 1);
+            let h = usize::from(hot_slot(end) ^ u16::from(v)) & (OUT - 1);
+            if self.out[h].key != end << 8 | w {
+                self.fill_out(m, h, end, w);
+            }
+            let e = self.out[h];
+            if e.end == OutHot::NONE {
+                break;
+            }
+            let text = self.text.as_deref().unwrap_or_default();
+            out.extend_from_slice(&text[e.lo as usize..e.hi as usize]);
+            (last, n) = (Some(end), n + 1);
+            let again = e.end & Hot::AGAIN != 0;
+            end = e.end & !Hot::AGAIN;
+            if !again {
+                break;
+            }
+        }
+        last.map(|r| (BlockIx::new(r as usize), u32::from(bytes[n - 1] - 1), n))
+    }
+
+    /// Fills output memo entry `h` for read point `l` and witness `w`.
+    #[inline(never)]
+    fn fill_out(&mut self, m: &Module, h: usize, l: u32, w: u32) {
+        let seg = self.get(m, BlockIx::new(l as usize), w);
+        let end = if seg.is_some() && seg.pending == NO_WITNESS {
+            let again = kind(m, seg.end) & Hot::AGAIN;
+            seg.end.as_u32() | again
+        } else {
+            OutHot::NONE
+        };
+        let (lo, hi) = (seg.text_lo, seg.text_hi);
+        self.out[h] = OutHot {
+            key: l << 8 | w,
+            end,
+            lo,
+            hi,
+        };
     }
 
     /// Returns from the newest frame of `frames` (adding the fall-throughs

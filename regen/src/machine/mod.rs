@@ -713,6 +713,13 @@ impl<'a> Machine<'a> {
                         None if candidate => self.stream.skip_values_to_witness(),
                         r => r,
                     };
+                    if read.is_some() && self.output_run(l, sink) {
+                        self.settle_certain(sink);
+                        if sink.certain >= sink.limit {
+                            return Ok(Progress::More);
+                        }
+                        continue;
+                    }
                     let second = |s: &Stream| {
                         s.peek_second_is_witness() || s.second_is_witness_past_values()
                     };
@@ -802,6 +809,42 @@ impl<'a> Machine<'a> {
             module: l.module,
             block: seg.end,
         });
+    }
+
+    /// Output at read point `l`: passes the chain of summarised segments
+    /// [`Summaries::output_run`] finds there (stopping before `pause_at`),
+    /// outputting each, and leaves the machine as `skip_segment` after the
+    /// last one would, with its trail. False when it passed none.
+    #[inline(always)]
+    fn output_run(&mut self, l: Loc, sink: &mut Sink) -> bool {
+        let max = sink.pause_at.saturating_sub(self.stream.offset());
+        let max = usize::try_from(max).unwrap_or(usize::MAX);
+        let m = self.module(l);
+        let segs = &mut sink.segs[l.module.index()];
+        let bytes = self.stream.buffered();
+        let Some((read, w, n)) = segs.output_run(m, l.block, bytes, max, &mut sink.out, sink.limit)
+        else {
+            return false;
+        };
+        let seg = segs.get(m, read, w);
+        debug_assert!(seg.is_some() && seg.pending == NO_WITNESS);
+        self.stream.advance(n);
+        self.consumed(None);
+        let end = Loc {
+            module: l.module,
+            block: seg.end,
+        };
+        self.cur = Some(end);
+        // The last segment's trail, as the single-segment path keeps it.
+        self.trail.push(Mark::Segment);
+        self.trail_bytes = seg.trail as usize;
+        self.trail.push(Mark::Block {
+            loc: end,
+            first: 0,
+            min: 0,
+            cnt: self.xfers,
+        });
+        true
     }
 
     /// Counting at read point `l`: passes the chain of summarised
