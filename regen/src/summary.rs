@@ -27,7 +27,10 @@
 //! Output (`Summaries::with_text`) uses the same segments: each keeps the
 //! output of its read point's block and of its blocks, concatenated, in an
 //! arena, so a witness costs one `memcpy` and one step of the machine's
-//! loop instead of one per block.
+//! loop instead of one per block. Output chains segments as counting
+//! does ([`Summaries::output_run`], below), but only from read point to
+//! read point: calls and returns stay the machine's steps, since their
+//! frames and records are its own.
 //! The arena is bounded ([`TEXT_BYTES`]); past it, new segments are walked
 //! block by block.
 //!
