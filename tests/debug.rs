@@ -10,10 +10,12 @@
 //! run natively (its CFI unwinder and `record full`). Threads: each of a
 //! process's threads steps its own `regen --thread T` stream and keeps its
 //! position across `thread N` switches. Errors: a corrupted
-//! trace and a missing gdb are one line and a non-zero exit.
+//! trace, a missing gdb and an unknown `--thread` are one line and a
+//! non-zero exit.
 
 use crate::common;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -25,6 +27,8 @@ const END: &str = "No more reverse-execution history";
 /// How a `continue` past a thread's last instruction stops (as rr's
 /// replay ends), at the position after it.
 const KILLED: &str = "received signal SIGKILL";
+/// The start of the stub's made-up function `<untraced>` (16 bytes).
+const UNTRACED: u64 = 0x7ae7_ace0_0000;
 
 /// `source` built and recorded with `args`: the executable and the trace.
 fn recorded(source: &str, args: &[&str]) -> (PathBuf, PathBuf) {
@@ -55,12 +59,24 @@ fn gdb_status(exe: &Path, trace: &Path, commands: &str) -> (bool, String) {
 /// [`gdb_status`] with `TMPDIR` set to `tmp` (where `aetrace.py` and the
 /// stub write their files).
 fn gdb_status_in(exe: &Path, trace: &Path, commands: &str, tmp: &Path) -> (bool, String) {
+    gdb_server_args(exe, trace, "", commands, tmp)
+}
+
+/// [`gdb_status_in`] with `args` (shell words) before the trace on the
+/// stub's command line.
+fn gdb_server_args(
+    exe: &Path,
+    trace: &Path,
+    args: &str,
+    commands: &str,
+    tmp: &Path,
+) -> (bool, String) {
     // Scripts on one trace may run at once: a file each.
     static SCRIPTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let k = SCRIPTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let script = trace.with_extension(format!("{k}.gdb"));
     let text = format!(
-        "set pagination off\nset confirm off\nset remotetimeout 60\n{TRACED_STEPI}target remote | '{}' debug --server '{}'\n{commands}\n",
+        "set pagination off\nset confirm off\nset remotetimeout 60\n{TRACED_STEPI}target remote | '{}' debug --server {args} '{}'\n{commands}\n",
         common::aetrace().display(),
         trace.display()
     );
@@ -353,22 +369,17 @@ fn a_worker_threads_backtrace_ends_in_untraced_code() {
     );
 }
 
-/// `aetrace debug TRACE --at N` itself: gdb starts at instruction N with
-/// the program's symbols and aetrace's commands (`seek`), reading its
-/// commands from stdin.
-#[test]
-fn aetrace_debug_starts_gdb_at_the_instruction_asked() {
-    let (_, trace) = recorded("loops.c", &[]);
-    let want = insns(&trace);
+/// `aetrace debug ARGS` itself, reading `commands` from stdin: its
+/// stdout (without gdb's prompts) and stderr together, once it succeeded.
+fn aetrace_debug(args: &[&std::ffi::OsStr], commands: &str) -> String {
     let mut child = Command::new(common::aetrace())
-        .args(["debug", "--at", "3"])
-        .arg(&trace)
+        .arg("debug")
+        .args(args)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let commands = "monitor when\nprintf \"pc %lx\\n\", $pc\nseek 7\nprintf \"pc %lx\\n\", $pc\nmonitor info\nquit\n";
     use std::io::Write;
     child
         .stdin
@@ -381,6 +392,18 @@ fn aetrace_debug_starts_gdb_at_the_instruction_asked() {
     let text = String::from_utf8_lossy(&out.stdout).replace("(gdb) ", "")
         + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{text}");
+    text
+}
+
+/// `aetrace debug TRACE --at N` itself: gdb starts at instruction N with
+/// the program's symbols and aetrace's commands (`seek`), reading its
+/// commands from stdin.
+#[test]
+fn aetrace_debug_starts_gdb_at_the_instruction_asked() {
+    let (_, trace) = recorded("loops.c", &[]);
+    let want = insns(&trace);
+    let commands = "monitor when\nprintf \"pc %lx\\n\", $pc\nseek 7\nprintf \"pc %lx\\n\", $pc\nmonitor info\nquit\n";
+    let text = aetrace_debug(&["--at".as_ref(), "3".as_ref(), trace.as_ref()], commands);
     assert_eq!(whens(&text).first(), Some(&3), "{text}");
     assert_eq!(pcs(&text), [want[3], want[7]], "{text}");
     assert!(text.contains("procedure _start"), "{text}");
@@ -423,7 +446,7 @@ fn edges_of_the_run_and_unavailable_registers() {
 }
 
 #[test]
-fn a_corrupted_trace_and_a_missing_gdb_are_one_line() {
+fn a_corrupted_trace_a_missing_gdb_and_an_unknown_thread_are_one_line() {
     let (_, trace) = recorded("loops.c", &[]);
     let mut bytes = std::fs::read(&trace).unwrap();
     let bad = trace.with_extension("corrupt.aet");
@@ -431,10 +454,12 @@ fn a_corrupted_trace_and_a_missing_gdb_are_one_line() {
     bytes[mid..].iter_mut().for_each(|b| *b ^= 0x5a);
     std::fs::write(&bad, &bytes).unwrap();
     let missing = trace.with_extension("no-such-gdb");
-    let cases: [(&Path, &[&str]); 3] = [
+    let cases: [(&Path, &[&str]); 5] = [
         (&bad, &[]),
         (&bad, &["--server"]),
         (&trace, &["--gdb", missing.to_str().unwrap()]),
+        (&trace, &["--thread", "99"]),
+        (&trace, &["--server", "--thread", "99"]),
     ];
     for (t, extra) in cases {
         let out = Command::new(common::aetrace())
@@ -447,6 +472,9 @@ fn a_corrupted_trace_and_a_missing_gdb_are_one_line() {
         assert_eq!(out.status.code(), Some(1), "{extra:?}: {err}");
         assert_eq!(err.lines().count(), 1, "{extra:?}: {err}");
         assert!(err.starts_with("aetrace: error: "), "{err}");
+        if extra.contains(&"99") {
+            assert!(err.contains("no thread 99 "), "{err}");
+        }
     }
 }
 
@@ -1208,6 +1236,64 @@ fn each_thread_steps_its_own_stream() {
     }
 }
 
+/// `--thread T` on the command line, `aetrace debug` and `aetrace debug
+/// --server` alike: the session starts on trace thread T (a worker of
+/// `threads.c`, gdb's selected thread 1 in `info threads`, the others
+/// after it in the trace's order), at its first
+/// instruction, and `stepi` follows `regen --thread T --format insn`
+/// (not main's).
+#[test]
+fn the_thread_asked_on_the_command_line_is_selected() {
+    let (exe, trace) = recorded("threads.c", &[]);
+    let ids = counted_threads(&trace);
+    let t = &ids[2];
+    let stream =
+        |t: &String| common::regen::addresses(&trace, &["--thread", t, "--format", "insn"]);
+    let k = 40;
+    let want = stream(t);
+    // (The workers' streams are alike: which one the session is on, gdb's
+    // selected thread in `info threads` says.)
+    assert_ne!(stream(&ids[0])[..=k], want[..=k], "main");
+    let commands = format!(
+        "info threads\nmonitor when\nprintf \"pc %lx\\n\", $pc\n{}",
+        repeat("stepi", k)
+    ) + "quit\n";
+    let (ok, served) = gdb_server_args(
+        &exe,
+        &trace,
+        &format!("--thread {t}"),
+        &commands,
+        &std::env::temp_dir(),
+    );
+    assert!(ok, "{served}");
+    let started = aetrace_debug(
+        &["--thread".as_ref(), t.as_ref(), trace.as_ref()],
+        &commands,
+    );
+    // gdb's thread 1, the others after it in the trace's order.
+    let mut order: Vec<&String> = vec![t];
+    order.extend(ids.iter().filter(|&o| o != t));
+    for out in [served, started] {
+        let listed: Vec<&str> = out
+            .lines()
+            .filter_map(|l| l.split("(trace thread ").nth(1))
+            .collect();
+        let listed: Vec<&str> = listed
+            .iter()
+            .map(|l| l.split(' ').next().unwrap())
+            .collect();
+        assert_eq!(listed, order, "{out}");
+        let first = format!("(trace thread {t} ");
+        let selected = out.lines().find(|l| l.starts_with("* "));
+        assert!(
+            selected.is_some_and(|l| l.starts_with("* 1 ") && l.contains(&first)),
+            "{out}"
+        );
+        assert_eq!(whens(&out), [0], "{out}");
+        assert_eq!(pcs(&out), want[..=k], "{out}");
+    }
+}
+
 /// `gzip -c` of a 20 kB text, recorded: the executable and the trace.
 fn recorded_gzip() -> (PathBuf, PathBuf) {
     let input = common::scratch("debug").join("gzip-input");
@@ -1268,10 +1354,7 @@ fn gzip_steps_and_breakpoints_follow_regen() {
     expect.extend(&want[len as usize - 3..]);
     let (&end, got) = got.split_last().unwrap();
     assert_eq!(got, expect);
-    assert!(
-        (0x7ae7_ace0_0000..0x7ae7_ace0_0010).contains(&end),
-        "{end:#x}"
-    );
+    assert!((UNTRACED..UNTRACED + 16).contains(&end), "{end:#x}");
     let (addr, entries) = busy_procedure(&trace, 400);
     let hits: Vec<u64> = (0..len).filter(|&p| want[p as usize] == addr).collect();
     assert!(entries >= 100, "{entries} entries");
@@ -1460,7 +1543,7 @@ fn a_passage_through_untraced_code_precedes_a_handler() {
         aetrace_py.display()
     );
     let out = gdb(&exe, &trace, &script);
-    let untraced = 0x7ae7_ace0_0000;
+    let untraced = UNTRACED;
     let got = pcs(&out);
     let expect = [
         untraced,
@@ -1479,6 +1562,121 @@ fn a_passage_through_untraced_code_precedes_a_handler() {
         "{out}"
     );
     assert!(out.contains("#1  0x"), "{out}");
+}
+
+/// `exe` by `objdump -d`: its instructions (link address, text) and its
+/// symbols' link addresses.
+fn disassembly(exe: &Path) -> (Vec<(u64, String)>, HashMap<String, u64>) {
+    let out = Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn"])
+        .arg(exe)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let insn = |l: &str| {
+        let (a, i) = l.trim_start().split_once(":\t")?;
+        Some((u64::from_str_radix(a, 16).ok()?, i.trim().to_owned()))
+    };
+    let symbol = |l: &str| {
+        let (a, name) = l.strip_suffix(">:")?.split_once(" <")?;
+        Some((name.to_owned(), u64::from_str_radix(a, 16).ok()?))
+    };
+    let insns = text.lines().filter_map(insn).collect();
+    (insns, text.lines().filter_map(symbol).collect())
+}
+
+/// The pcs `stepi` shows from instruction `from` to `to` of the
+/// instruction trace `want` of a program whose instructions `code`
+/// loaded at `base`, and whose `callbacks` are entered from untraced code
+/// only: the trace's pcs, and where the program passed through untraced
+/// code, one stop in `<untraced>` between two of them, at its first byte
+/// after a jump or call into it, at its second after a `ret` into it.
+/// Where that happened comes from the program, not from the stub: at an
+/// entry into a callback, and after a `ret` to an instruction that no
+/// call in the program returns to (only calls into untraced code, through
+/// the PLT).
+fn with_passages(
+    want: &[u64],
+    (from, to): (usize, usize),
+    code: &[(u64, String)],
+    base: u64,
+    callbacks: &[u64],
+) -> Vec<u64> {
+    let traced_return = |a: u64| {
+        let i = code.partition_point(|c| c.0 < a - base);
+        let call = &code[i.saturating_sub(1)].1;
+        let here = code.get(i).is_some_and(|c| c.0 == a - base);
+        i > 0 && here && call.starts_with("call") && !call.contains("@plt>")
+    };
+    let rets: Vec<u64> = code
+        .iter()
+        .filter(|c| c.1 == "ret")
+        .map(|c| base + c.0)
+        .collect();
+    let mut pcs = vec![want[from]];
+    for w in want[from..=to].windows(2) {
+        let ret = rets.contains(&w[0]);
+        if callbacks.contains(&w[1]) || (ret && !traced_return(w[1])) {
+            pcs.push(UNTRACED + u64::from(ret));
+        }
+        pcs.push(w[1]);
+    }
+    pcs
+}
+
+/// `stepi` across qsort's callbacks (libc, untraced, calls the program's
+/// comparators) follows the instruction trace, with one stop in
+/// `<untraced>` per passage through libc ([`with_passages`]), and
+/// `reverse-stepi` the same reversed: from the first call of qsort into
+/// its first callbacks and back, then back from the return into `main`
+/// after it, through its last callbacks, and forwards again.
+#[test]
+fn stepi_across_qsort_callbacks_follows_the_instruction_trace() {
+    let (exe, trace) = recorded("qsort_callback.c", &[]);
+    let want = insns(&trace);
+    let (code, symbols) = disassembly(&exe);
+    let probe = gdb(&exe, &trace, "printf \"pc %lx\\n\", main");
+    let base = pcs(&probe)[0] - symbols["main"];
+    let callbacks = [base + symbols["by_value"], base + symbols["by_last_digit"]];
+    // Nothing in the program calls the comparators.
+    for c in &callbacks {
+        let name = format!("{:x} <", c - base);
+        assert!(!code
+            .iter()
+            .any(|i| i.1.starts_with("call") && i.1.contains(&name)));
+    }
+    let i = code
+        .iter()
+        .position(|c| c.1.contains("<qsort@plt>"))
+        .expect("a call of qsort");
+    let (call, back) = (base + code[i].0, base + code[i + 1].0);
+    let first = want.iter().position(|&a| a == call).unwrap();
+    let returned = first + want[first..].iter().position(|&a| a == back).unwrap();
+    let (k, m) = (300, 60);
+    let forwards = with_passages(&want, (first, first + k), &code, base, &callbacks);
+    let backwards = with_passages(&want, (returned - m, returned), &code, base, &callbacks);
+    let (forwards, backwards) = (&forwards[..=k], &backwards[backwards.len() - m - 1..]);
+    let passages = |pcs: &[u64]| {
+        pcs.iter()
+            .filter(|&&a| (UNTRACED..UNTRACED + 16).contains(&a))
+            .count()
+    };
+    assert!(passages(forwards) > 5 && passages(backwards) > 1);
+    assert!(backwards.contains(&(UNTRACED + 1)));
+    let script = format!(
+        "break *{call:#x}\ncontinue\ndelete\nprintf \"pc %lx\\n\", $pc\n{}{}tbreak *{back:#x}\ncontinue\n{}{}",
+        repeat("stepi", k),
+        repeat("reverse-stepi", k),
+        repeat("reverse-stepi", m),
+        repeat("stepi", m),
+    );
+    let out = gdb(&exe, &trace, &script);
+    let mut expect = forwards.to_vec();
+    expect.extend(forwards[..k].iter().rev());
+    expect.extend(backwards[..m].iter().rev());
+    expect.extend(&backwards[1..]);
+    assert_eq!(pcs(&out), expect, "{out}");
 }
 
 /// `switch.c`'s `dense` built as a PIE at -O2, by objdump: the link
@@ -1748,7 +1946,7 @@ fn handler_returns(exe: &Path, trace: &Path) -> Vec<(Option<u64>, bool)> {
 /// the restorer: more of those the more the machine is loaded, 12 of 30 in
 /// one full-suite run).
 fn assert_interrupted(got: &[u64], resumed: &[(Option<u64>, bool)], n: usize, out: &str) {
-    let untraced = 0x7ae7_ace0_0000..0x7ae7_ace0_0010;
+    let untraced = UNTRACED..UNTRACED + 16;
     assert_eq!(got.len(), n, "{out}");
     let mut outside = 0;
     for (&pc, &(r, chained)) in got.iter().zip(resumed) {

@@ -1,7 +1,8 @@
 /* Watchpoints across signal handlers (issue 22): a counter written by
  * the program and by handlers that return, by a handler that siglongjmps
  * out, by a nested pair (SIGUSR1's handler sends SIGUSR2) and by a
- * SIGSEGV handler that returns so the faulting store runs again. Every
+ * SIGSEGV handler that returns so the faulting store runs again (the
+ * counter's store right before it). Every
  * signal is sent by a raw `kill` syscall in the program's own code or
  * raised by one of its instructions, so a native run under gdb stops at
  * the same instructions as its trace. */
@@ -68,7 +69,10 @@ int main(void) {
             self_kill(SIGHUP);
         }
         counter += 3;
-        page[i] = (char)counter;
+        long v = counter + 4;
+        /* A watched store right before a faulting one: natively gdb stops
+         * at the watchpoint, then at SIGSEGV, both at the faulting store. */
+        __asm__ volatile("movq %2, %0\n\tmovb %b2, (%1)" : "=m"(counter) : "r"(page + i), "r"(v) : "memory");
         if (mprotect(page, page_size, PROT_READ) != 0)
             return 5;
     }

@@ -50,6 +50,9 @@ pub struct Process<'m> {
     pending: Option<(usize, Action)>,
     /// The thread of gdb's last `Hc` (reverse commands).
     hc: Noted,
+    /// The thread the session starts on, listed first
+    /// ([`Process::list_active_threads`]).
+    starts_on: usize,
 }
 
 impl<'m> Process<'m> {
@@ -61,6 +64,7 @@ impl<'m> Process<'m> {
             current,
             pending: None,
             hc: Noted::default(),
+            starts_on: current,
         }
     }
 
@@ -282,9 +286,14 @@ impl MultiThreadBase for Process<'_> {
         Err(TargetError::NonFatal)
     }
 
-    #[inline(always)]
+    /// The thread the session starts on, then the others in the trace's
+    /// order: gdbstub's reply to gdb's `?` names the first thread listed,
+    /// and gdb selects it (gdb's `Hg0` before it and its thread numbers
+    /// follow the list too, so no other order selects it).
     fn list_active_threads(&mut self, active: &mut dyn FnMut(Tid)) -> Result<(), String> {
-        (0..self.threads.len()).for_each(|i| active(Self::tid(i)));
+        active(Self::tid(self.starts_on));
+        let others = (0..self.threads.len()).filter(|&i| i != self.starts_on);
+        others.for_each(|i| active(Self::tid(i)));
         Ok(())
     }
 

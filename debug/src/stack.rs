@@ -293,6 +293,8 @@ fn block_ends<'a>(
 /// A block's last instruction that transfers control, and where it is.
 struct Site {
     exit: Exit,
+    /// The address after the instruction.
+    next: u64,
     module: usize,
     /// The import a PLT stub jumps to (its procedure's name without
     /// `@plt`).
@@ -338,6 +340,7 @@ impl Passages {
                         a,
                         Site {
                             exit,
+                            next: a + len,
                             module: mi,
                             import,
                         },
@@ -395,7 +398,9 @@ impl Passages {
     /// through untraced code: a direct one that did not land on its
     /// target, or one through an import's GOT slot that landed in its own
     /// module or on a procedure other than the PLT stub's import (a
-    /// traced library's function, `--libs`, is reached directly).
+    /// traced library's function, `--libs`, is reached directly), but
+    /// not on the instruction after it (a lazily bound PLT stub's slot
+    /// points there until ld.so binds it: no untraced code ran).
     fn called_back(&self, site: &Site, to: To, b: u64) -> bool {
         match to {
             To::Direct(t) => t != b,
@@ -404,7 +409,7 @@ impl Passages {
                 Some(e) => {
                     e.module == site.module || site.import.as_ref().is_some_and(|i| *i != e.name)
                 }
-                None => true,
+                None => b != site.next,
             },
         }
     }
