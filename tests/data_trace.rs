@@ -675,7 +675,8 @@ fn a_rep_faulting_mid_way_refuses_data_not_control() {
     for (mode, args) in [("", &[][..]), ("--check", &[][..]), ("", &["crash"][..])] {
         let trace = dir.join(format!("rep_fault{mode}{}.aet", args.concat()));
         let mut rec = Command::new(common::aetrace());
-        rec.args(["record", "--data"]).args((!mode.is_empty()).then_some(mode));
+        rec.args(["record", "--data"])
+            .args((!mode.is_empty()).then_some(mode));
         rec.arg("-o").arg(&trace).arg("--").arg(&exe).args(args);
         let st = rec.output().unwrap().status;
         assert_eq!(st.success(), args.is_empty(), "{mode} {args:?}: {st}");
@@ -687,7 +688,11 @@ fn a_rep_faulting_mid_way_refuses_data_not_control() {
             err.contains("the `rep` string instruction at 0x") && err.contains("raised a fault"),
             "{err}"
         );
-        let insns = Command::new(common::aetrace()).arg("regen").arg(&trace).output().unwrap();
+        let insns = Command::new(common::aetrace())
+            .arg("regen")
+            .arg(&trace)
+            .output()
+            .unwrap();
         let ours: Vec<u64> = String::from_utf8_lossy(&insns.stdout)
             .lines()
             .filter_map(|l| u64::from_str_radix(l, 16).ok())
