@@ -649,3 +649,63 @@ fn cachegrind(
     assert!(status.success(), "cachegrind run of {}", exe.display());
     summary
 }
+
+/// A `rep` string instruction faulting after some of its iterations
+/// (`traces/rep_fault.c`: `rep movsb`/`rep stosb` into a PROT_NONE page, a
+/// handler that makes it writable and returns, and a crash variant). No
+/// record says how many iterations ran before the fault, so `regen
+/// --format lackey` refuses the data trace in one line naming the
+/// instruction, in `--data` and `--data --check` (before, both printed the
+/// iterations before the fault after the handler, and `--check` agreed),
+/// while the control trace regenerates equal to lackey's instructions (a
+/// `rep` once per execution: before the handler and again after it).
+#[test]
+fn a_rep_faulting_mid_way_refuses_data_not_control() {
+    let exe = build("rep_fault.c", Variant::new(Opt::O2, Link::NoPie, false));
+    let image = image_of(&exe);
+    let dir = common::scratch("data_trace");
+    let log = dir.join("rep_fault.lackey");
+    let log = common::lackey::memory_log_with(&exe, &[], &log, common::lackey::AT_FAULTS);
+    let once = |v: Vec<u64>| -> Vec<u64> {
+        let mut v = v;
+        v.dedup();
+        v
+    };
+    let theirs = once(parse(&log, image).into_iter().map(|i| i.0).collect());
+    for (mode, args) in [("", &[][..]), ("--check", &[][..]), ("", &["crash"][..])] {
+        let trace = dir.join(format!("rep_fault{mode}{}.aet", args.concat()));
+        let mut rec = Command::new(common::aetrace());
+        rec.args(["record", "--data"])
+            .args((!mode.is_empty()).then_some(mode));
+        rec.arg("-o").arg(&trace).arg("--").arg(&exe).args(args);
+        let st = rec.output().unwrap().status;
+        assert_eq!(st.success(), args.is_empty(), "{mode} {args:?}: {st}");
+        let out = regen_lackey(&trace);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{mode} {args:?}: regenerated");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("the `rep` string instruction at 0x") && err.contains("raised a fault"),
+            "{err}"
+        );
+        let insns = Command::new(common::aetrace())
+            .arg("regen")
+            .arg(&trace)
+            .output()
+            .unwrap();
+        let ours: Vec<u64> = String::from_utf8_lossy(&insns.stdout)
+            .lines()
+            .filter_map(|l| u64::from_str_radix(l, 16).ok())
+            .filter(|a| (image.0..image.1).contains(a))
+            .collect();
+        if args.is_empty() {
+            assert!(insns.status.success(), "{mode}: control regen failed");
+            assert_eq!(ours, theirs, "{mode}: instructions");
+        } else {
+            // The crash's trace ends with the faulting instruction.
+            let at = err.split("at 0x").nth(1).and_then(|s| s.split(' ').next());
+            let at = at.and_then(|h| u64::from_str_radix(h, 16).ok());
+            assert_eq!(ours.last().copied(), at, "crash: the last instruction");
+        }
+    }
+}

@@ -10,9 +10,9 @@
 //! `*ABS*+0x<resolver>` like objdump does.
 //!
 //! Invariants: stubs are disjoint, lie inside their section, and have the
-//! section's entry size (16 bytes for `.plt`/`.plt.sec`, `sh_entsize` or 8
-//! for `.plt.got`); the first `.plt` entry is the lazy-binding header
-//! `<plt0>`.
+//! section's entry size (16 bytes for `.plt`/`.plt.sec`, 8 for a `.plt` of
+//! non-lazy entries, `sh_entsize` or 8 for `.plt.got`); the first entry of a
+//! lazy `.plt` is the lazy-binding header `<plt0>`.
 
 use std::collections::HashMap;
 
@@ -77,8 +77,13 @@ pub fn find_stubs(module: &Module) -> Vec<PltStub> {
     let got = got_names(module);
     let mut stubs = Vec::new();
     for sec in module.exec_sections() {
-        let is_plt = sec.name == ".plt";
+        let Some(bytes) = module.section_bytes(sec) else {
+            continue;
+        };
+        let non_lazy = sec.name == ".plt" && is_non_lazy_entry(bytes);
+        let is_plt = sec.name == ".plt" && !non_lazy;
         let entsize = match sec.name.as_str() {
+            ".plt" if non_lazy => 8,
             ".plt" | ".plt.sec" => 16,
             ".plt.got" | ".plt.bnd" => {
                 if sec.entsize == 8 || sec.entsize == 16 {
@@ -88,9 +93,6 @@ pub fn find_stubs(module: &Module) -> Vec<PltStub> {
                 }
             }
             _ => continue,
-        };
-        let Some(bytes) = module.section_bytes(sec) else {
-            continue;
         };
         let n = sec.size / entsize;
         for i in 0..n {
@@ -120,6 +122,14 @@ pub fn find_stubs(module: &Module) -> Vec<PltStub> {
     }
     stubs.sort_by_key(|s| s.start);
     stubs
+}
+
+/// Whether a `.plt` starts with GNU ld's 8-byte non-lazy entry, `jmp
+/// [rip+disp]; xchg ax, ax`, instead of the lazy header `push [rip+disp]`:
+/// a static non-PIE executable's `.plt` of IRELATIVE stubs has no header
+/// (each entry would otherwise be read as 16 bytes, two stubs in one).
+fn is_non_lazy_entry(bytes: &[u8]) -> bool {
+    bytes.len() >= 8 && bytes[..2] == [0xff, 0x25] && bytes[6..8] == [0x66, 0x90]
 }
 
 /// The GOT slot of the stub's `jmp [rip+disp]` and the operand of its
@@ -160,6 +170,17 @@ mod tests {
         let (slot, push) = scan_stub(&code, 0x1030);
         assert_eq!(slot, Some(0x1030 + 6 + 0x2fe2));
         assert_eq!(push, Some(3));
+    }
+
+    #[test]
+    fn non_lazy_entries_are_told_from_the_lazy_header() {
+        // jmp *0xa2fe2(%rip); xchg %ax,%ax (static non-PIE glibc's `.plt`)
+        let non_lazy = [0xff, 0x25, 0xe2, 0x2f, 0x0a, 0x00, 0x66, 0x90];
+        assert!(is_non_lazy_entry(&non_lazy));
+        // push 0xecfca(%rip); jmp *0xecfcc(%rip): `<plt0>`
+        let lazy = [0xff, 0x35, 0xca, 0xcf, 0x0e, 0x00, 0xff, 0x25];
+        assert!(!is_non_lazy_entry(&lazy));
+        assert!(!is_non_lazy_entry(&non_lazy[..6]));
     }
 
     #[test]

@@ -406,7 +406,11 @@ impl Traced {
     /// with everything they call, and called like the imports: SETJMP,
     /// LONGJMP records and `fork_child` at their call sites, whatever alias
     /// the call names. (A fork child must not run traced code before
-    /// `fork_child` gives it its own slot.)
+    /// `fork_child` gives it its own slot.) The IRELATIVE PLT stubs they
+    /// call stay traced: a stub's one `jmp [GOT]` goes to an implementation
+    /// traced or not whoever calls the stub, so leaving the stub alone would
+    /// keep no traced code out of the family; traced, its springboard's
+    /// ENTER is one more callback beside the implementation's own.
     fn leave_families_alone(&mut self, prog: &Program) {
         if !prog.module.is_static {
             return;
@@ -424,7 +428,7 @@ impl Traced {
             let Some(&id) = self.by_start.get(&a) else {
                 continue;
             };
-            if !self.family_procs.insert(id) {
+            if prog.procs[id].kind == ProcKind::Plt || !self.family_procs.insert(id) {
                 continue;
             }
             let why = if roots.contains(&a) {

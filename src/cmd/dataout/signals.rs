@@ -36,6 +36,7 @@
 
 use super::{Error, Sink, ThreadExec, Values, Writer, WINDOW};
 use aetrace_analysis::addr::exec::code::BlockCode;
+use aetrace_analysis::addr::Repeat;
 use aetrace_regen::compile::Module;
 use aetrace_regen::handlers::Handlers;
 use aetrace_regen::visit::{BlockRun, Visit};
@@ -160,7 +161,9 @@ impl<S: Sink> Writer<'_, '_, S> {
     /// Run `r`, one instruction, raised a fault: it did nothing, so the
     /// sink gets its fetch alone (as lackey gives it), and its values,
     /// unread, are the handler's early values (or, a crash, the values a
-    /// FAULT leaves unread).
+    /// FAULT leaves unread). A `rep` string instruction is refused: it may
+    /// have done some iterations before the fault, and nothing recorded
+    /// says how many (its values are `rcx` before the first).
     #[cold]
     pub(super) fn faulting<B: AsRef<[u8]> + Sync>(
         &mut self,
@@ -175,6 +178,18 @@ impl<S: Sink> Writer<'_, '_, S> {
         let lens = m.insn_lens(r.block);
         let skip: u64 = lens[..r.first as usize].iter().map(|&l| u64::from(l)).sum();
         let ip = (m.load_base).wrapping_add(m.blocks[r.block].start + skip);
+        let insns = self.decoded(m, r.module, r.block)?;
+        let i = &insns[r.first as usize];
+        if i.prog.refs.iter().any(|x| x.repeat != Repeat::Once) {
+            return Err(format!(
+                "thread {}: the `rep` string instruction at {ip:#x} ({}) raised a fault, \
+                 after iterations whose number no record gives: its data addresses \
+                 cannot be rebuilt (docs/data.md, \"Signals with data\")",
+                self.thread_no(),
+                i.insn
+            )
+            .into());
+        }
         self.sink.run(r);
         self.sink
             .insn(r.first, ip, u32::from(lens[r.first as usize]))

@@ -1,0 +1,64 @@
+/* A `rep` string instruction faulting after some of its iterations
+ * (issue 21, docs/data.md "Signals with data"). `rep movsb` and `rep
+ * stosb` write K bytes before a PROT_NONE page and run into it; the
+ * SIGSEGV handler makes the page writable and returns, and the instruction
+ * resumes where it stopped (rsi, rdi and rcx as the K iterations left
+ * them). With the argument `crash` no handler is installed and the first
+ * fault ends the program. */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+static long page;
+static char *guard;
+static volatile int faults;
+
+/* Only the guard page faults: open it and let the instruction resume. */
+static void on_segv(int sig) {
+    (void)sig;
+    if (mprotect(guard, page, PROT_READ | PROT_WRITE) != 0)
+        _exit(3);
+    faults++;
+}
+
+static __attribute__((noinline)) void copy(char *dst, const char *src, long n) {
+    __asm__ volatile("rep movsb" : "+D"(dst), "+S"(src), "+c"(n) : : "memory");
+}
+
+static __attribute__((noinline)) void fill(char *dst, char v, long n) {
+    __asm__ volatile("rep stosb" : "+D"(dst), "+c"(n) : "a"(v) : "memory");
+}
+
+int main(int argc, char **argv) {
+    int crash = argc > 1 && strcmp(argv[1], "crash") == 0;
+    page = sysconf(_SC_PAGESIZE);
+    char *region = mmap(NULL, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (region == MAP_FAILED)
+        return 2;
+    guard = region + page;
+    if (!crash) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_segv;
+        sigaction(SIGSEGV, &sa, NULL);
+    }
+    static char src[64];
+    for (int i = 0; i < 64; i++)
+        src[i] = (char)(i * 7 + 1);
+    long sum = 0;
+    for (int k = 3; k <= 11; k += 4) {
+        if (mprotect(guard, page, PROT_NONE) != 0)
+            return 4;
+        copy(region + page - k, src, 24);
+        if (mprotect(guard, page, PROT_NONE) != 0)
+            return 4;
+        fill(region + page - k, (char)k, 16);
+        for (int i = -k; i < 24; i++)
+            sum += region[page + i] * (i + 100);
+    }
+    printf("faults %d sum %ld\n", faults, sum);
+    return 0;
+}
