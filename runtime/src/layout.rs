@@ -387,9 +387,17 @@ pub fn valid_prefix_with(
     data: &[u8],
     mut on_record: impl FnMut(usize, RecordKind),
 ) -> Result<(usize, u64), (usize, u8)> {
+    const VALUE: u8 = RecordKind::Value as u8;
+    const VALUE_LEN: usize = RecordKind::Value.encoded_len() as usize;
     let mut i = 0usize;
     let mut witnesses = 0u64;
     loop {
+        // VALUE records are most of a data trace's stream, often several
+        // in a row: taken here without the general decoding below.
+        while let Some([ESCAPE, VALUE, ..]) = data.get(i..i + VALUE_LEN) {
+            on_record(i, RecordKind::Value);
+            i += VALUE_LEN;
+        }
         let run = skip_witnesses(data, i);
         witnesses += (run - i) as u64;
         i = run;
@@ -573,6 +581,40 @@ mod tests {
                 }
             }
             assert_eq!(w, naive, "prefix of {end} bytes");
+        }
+    }
+
+    #[test]
+    fn value_runs_are_taken_whole_or_not_at_all() {
+        // w [VALUE] [VALUE] w [VALUE], the payloads full of 0x00 and 0xFF
+        // bytes that only the record's length tells from a hole or an escape.
+        let value = |v: u64| {
+            let mut r = vec![ESCAPE, RecordKind::Value as u8];
+            r.extend(v.to_le_bytes());
+            r
+        };
+        let mut s = vec![7];
+        s.extend(value(0x00FF_0000_FFFF_0000));
+        s.extend(value(u64::MAX));
+        s.push(9);
+        s.extend(value(0));
+        let bounds = [0, 1, 11, 21, 22, 32];
+        for end in 0..=s.len() {
+            let mut seen = Vec::new();
+            let (n, w) = valid_prefix_with(&s[..end], |i, k| seen.push((i, k))).unwrap();
+            let want = bounds.iter().copied().filter(|&b| b <= end).max().unwrap();
+            assert_eq!(n, want, "prefix of {end} bytes");
+            assert_eq!(
+                w,
+                u64::from(n >= 1) + u64::from(n >= 22),
+                "prefix of {end} bytes"
+            );
+            let values: Vec<_> = [1, 11, 22]
+                .into_iter()
+                .filter(|&i| i + 10 <= n)
+                .map(|i| (i, RecordKind::Value))
+                .collect();
+            assert_eq!(seen, values, "prefix of {end} bytes");
         }
     }
 }
