@@ -16,6 +16,13 @@ use aetrace_format::{Chunk, ThreadId};
 /// Byte that starts an escape record.
 pub const ESCAPE: u8 = 0xFF;
 
+/// Whether `b` is a one-byte witness, witness `b - 1`: 0x00 is reserved
+/// (never written) and [`ESCAPE`] starts a record.
+#[inline(always)]
+pub(crate) fn is_byte_witness(b: u8) -> bool {
+    b.wrapping_sub(1) < 0xFE
+}
+
 /// Record kinds (`docs/runtime.md` section 2) and their total lengths,
 /// escape byte and kind byte included.
 pub mod kind {
@@ -546,7 +553,7 @@ impl<'t> Stream<'t> {
         let (mut pos, mut n) = (self.pos, 0);
         while n < max {
             let mut at = pos;
-            while at < end && buf[at].wrapping_sub(1) < 0xFE {
+            while at < end && is_byte_witness(buf[at]) {
                 at += 1;
             }
             if at >= end || buf[at] != ESCAPE || buf[at + 1] != kind::VALUE {
@@ -565,7 +572,7 @@ impl<'t> Stream<'t> {
     #[inline(always)]
     pub fn next_byte_witness(&mut self) -> Option<(u32, u64)> {
         let b = *self.buf.get(self.pos)?;
-        if b.wrapping_sub(1) < 0xFE {
+        if is_byte_witness(b) {
             let offset = self.offset();
             self.pos += 1;
             Some((u32::from(b) - 1, offset))
@@ -602,7 +609,7 @@ impl<'t> Stream<'t> {
     #[inline(always)]
     pub fn peek_byte_witness(&self) -> Option<u32> {
         let b = *self.buf.get(self.pos)?;
-        (b.wrapping_sub(1) < 0xFE).then(|| u32::from(b) - 1)
+        is_byte_witness(b).then(|| u32::from(b) - 1)
     }
 
     /// Skips the VALUE records that come next when the item after them is
@@ -641,7 +648,7 @@ impl<'t> Stream<'t> {
             }
             at += VALUE_LEN;
         }
-        (at < end && self.buf[at].wrapping_sub(1) < 0xFE).then_some(at - from)
+        (at < end && is_byte_witness(self.buf[at])).then_some(at - from)
     }
 
     /// Whether the item after the next one is a one-byte witness already
@@ -650,7 +657,7 @@ impl<'t> Stream<'t> {
     pub fn peek_second_is_witness(&self) -> bool {
         self.buf
             .get(self.pos + 1)
-            .is_some_and(|b| b.wrapping_sub(1) < 0xFE)
+            .is_some_and(|&b| is_byte_witness(b))
     }
 
     /// The next item and its offset, consumed.

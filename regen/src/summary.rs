@@ -50,6 +50,7 @@
 //! call and return, so no record (SETJMP, SIGNAL, RETURN) can stand there.
 
 use crate::compile::{Block, BlockIx, Module, ProcIx, AMBIGUOUS, EXIT, NO_BLOCK, NO_WITNESS};
+use crate::stream::is_byte_witness;
 use aetrace_format::progdb::{CallTarget, EdgeKindDb};
 use aetrace_graph::EntityRef;
 
@@ -387,7 +388,6 @@ impl Summaries {
         max: usize,
         entries: &mut [u64],
     ) -> Run {
-        let is_witness = |b: u8| b.wrapping_sub(1) < 0xFE;
         let mut run = Run {
             end: l.as_u32(),
             ..Run::default()
@@ -427,7 +427,7 @@ impl Summaries {
                 continue;
             }
             let (v, next) = (bytes[run.witnesses], bytes[run.witnesses + 1]);
-            if !is_witness(v) || !is_witness(next) {
+            if !is_byte_witness(v) || !is_byte_witness(next) {
                 break;
             }
             let h = usize::from(slot ^ u16::from(v)) & (HOT - 1);
@@ -475,7 +475,6 @@ impl Summaries {
         out: &mut Vec<u8>,
         limit: usize,
     ) -> Option<(BlockIx, u32, usize)> {
-        let is_witness = |b: u8| b.wrapping_sub(1) < 0xFE;
         if self.out.is_empty() {
             return None;
         }
@@ -483,7 +482,7 @@ impl Summaries {
         let (mut end, mut last, mut n) = (l.as_u32(), None, 0);
         while n < max && out.len() < limit {
             let (v, next) = (bytes[n], bytes[n + 1]);
-            if !is_witness(v) || !is_witness(next) {
+            if !is_byte_witness(v) || !is_byte_witness(next) {
                 break;
             }
             let w = u32::from(v - 1);
