@@ -639,6 +639,8 @@ pub(crate) struct Ctx<'a, B> {
     spare: std::sync::Mutex<Vec<Vec<u8>>>,
     /// Killed threads' ends, as their last pieces reach them.
     endings: std::sync::Mutex<Vec<Ending>>,
+    /// Decompressed chunks the pieces of one stream share.
+    chunks: crate::stream::Chunks,
 }
 
 /// Output bytes written so far, shown on stderr while it is a terminal
@@ -848,6 +850,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             ahead_bytes,
             spare: Default::default(),
             endings: Default::default(),
+            chunks: Default::default(),
         })
     }
 
@@ -866,7 +869,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
 
     fn machine<'m>(&'m self, job: &Job<'m>) -> Machine<'m> {
         let thread = job.info.start.thread;
-        let stream = Stream::new(thread, self.trace.chunks(thread).collect());
+        let stream = Stream::new(thread, self.trace.chunks(thread).collect()).sharing(&self.chunks);
         let mut note = self.note.clone();
         if note.is_empty() && job.info.end.is_none() {
             note = format!(" (thread {thread} has no THREAD_END)");
@@ -1064,7 +1067,11 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             expect,
         } = piece;
         let mut m = machine?;
-        let mut sink = Sink::output(m.modules(), header, BATCH);
+        // A recycled batch: one grown from the header would page in fresh
+        // memory at every piece.
+        let mut out = self.batch();
+        out.extend_from_slice(&header);
+        let mut sink = Sink::output(m.modules(), out, BATCH);
         sink.pause_at = pause_at;
         if let Some((_, segs)) = keep.take().filter(|(g, _)| *g == group) {
             sink.reuse_summaries(segs);

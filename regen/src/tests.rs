@@ -672,6 +672,33 @@ fn chunks_decompressed_ahead_read_the_same() {
     }
 }
 
+/// The pieces of `-j N` share decompressed chunks (`stream::Chunks`):
+/// a chunk's shared bytes are what it decompresses to, asking again
+/// gives the same buffer (decompressed once), and the oldest go when the
+/// budget is spent.
+#[test]
+fn shared_chunks_are_each_chunk_decompressed_once() {
+    use crate::stream::Chunks;
+    use std::sync::Arc;
+    let db = loop_db();
+    let bytes = trace_bytes(&db, &[loop_stream(300_000)], 64 << 10);
+    let t = Trace::parse(&bytes[..]).unwrap();
+    let chunks: Vec<_> = t.chunks(ThreadId(0)).collect();
+    assert!(chunks.len() > 3);
+    let shared = Chunks::keeping(2 * (64 << 10));
+    let got: Vec<_> = chunks.iter().map(|c| shared.get(*c).unwrap()).collect();
+    for (c, a) in chunks.iter().zip(&got) {
+        assert_eq!(**a, c.decompress().unwrap());
+    }
+    // Two chunks fit the budget: the last two are kept, the first is not.
+    let n = chunks.len();
+    for k in [n - 2, n - 1] {
+        assert!(Arc::ptr_eq(&got[k], &shared.get(chunks[k]).unwrap()));
+    }
+    let again = shared.get(chunks[0]).unwrap();
+    assert!(!Arc::ptr_eq(&got[0], &again) && got[0] == again);
+}
+
 #[test]
 fn damaged_traces_give_clear_errors() {
     let db = loop_db();
