@@ -1080,6 +1080,12 @@ impl<'l> Recorder<'l> {
             .slots
             .get_mut(&b.slot)
             .expect("slot inserted just above");
+        if s.drained.buf.is_empty() && records_values(self.launch) {
+            // Copied once, straight into the open chunk: closing it only
+            // hands it to the pool (`crate::encode`), so there is no
+            // compression to keep out of the pass.
+            return self.feed_batch(b.slot, b.bytes, b.values, b.witnesses);
+        }
         s.drained.push(&b);
         // Compressed after the pass ([`Self::compress_drained`]); this only
         // bounds the memory of a pass that keeps finding sealed halves.
