@@ -55,6 +55,7 @@ use aetrace_format::{
 use aetrace_runtime::layout::ESCAPE;
 use aetrace_runtime::{Batch, Geometry, RecordKind, Region};
 
+use crate::encode::{Job, Pipeline, IN_FLIGHT};
 use crate::execname::{self, ExecName};
 
 use crate::error::RecordError;
@@ -825,8 +826,10 @@ impl Drained {
 /// frame, fed batch by batch during the run (the compression overlaps the
 /// program instead of following its exit) and ended when the chunk
 /// closes; the frame does not state its content size, the CHUNK header
-/// does. With `--data`: the `zstd+split` codec's parts, compressed when
-/// the chunk closes (every [`CHUNK_BYTES`], so still during the run).
+/// does. With `--data`: the chunk's raw bytes, gathered and handed to
+/// the rayon pool when the chunk closes (`crate::encode`: the
+/// `zstd+split` codec is most of the recorder's CPU; every
+/// [`CHUNK_BYTES`], so still during the run).
 struct OpenChunk {
     sink: Sink,
     /// Control only: the frame so far.
@@ -842,12 +845,19 @@ struct OpenChunk {
 /// Where an open chunk's bytes go.
 enum Sink {
     Zstd(zstd::stream::raw::Encoder<'static>),
-    /// `record --data`: the `zstd+split` codec (`format::values`).
-    Values(Box<aetrace_format::values::Encoder>),
+    /// `record --data`: the raw bytes and their VALUE offsets (relative
+    /// to `raw`), for the `zstd+split` codec (`format::values`).
+    Values {
+        raw: Vec<u8>,
+        values: Vec<usize>,
+    },
 }
 
 struct Thread {
     pid: u32,
+    /// Chunks closed so far (some may still be encoding): the next one's
+    /// sequence number.
+    chunks: u64,
     /// Its process called execve: the stream ended there.
     exec: bool,
 }
@@ -881,9 +891,8 @@ struct Recorder<'l> {
     /// Sinks of closed chunks, reset for the next (a zstd context holds
     /// about a megabyte of tables: allocated once, not per chunk).
     spare: Vec<Sink>,
-    /// A module records values (`--data`): chunks use the `zstd+split`
-    /// codec, whose parts this compresses.
-    parts: Option<zstd::bulk::Compressor<'static>>,
+    /// `--data`: the chunks being encoded off this thread.
+    encoding: Pipeline,
 }
 
 impl<'l> Recorder<'l> {
@@ -898,7 +907,7 @@ impl<'l> Recorder<'l> {
             threads: Vec::new(),
             libs_pending: (1..launch.modules.len()).collect(),
             spare: Vec::new(),
-            parts: None,
+            encoding: Pipeline::default(),
         }
     }
 
@@ -908,12 +917,7 @@ impl<'l> Recorder<'l> {
     /// instead of at the first drain.
     fn warm_encoder(&mut self) {
         if records_values(self.launch) {
-            // Its first `compress` allocates the context: warmed the same way.
-            if let Ok(mut z) = zstd::bulk::Compressor::new(CHUNK_LEVEL) {
-                if z.compress(&[0]).is_ok() {
-                    self.parts = Some(z);
-                }
-            }
+            Pipeline::warm(CHUNK_LEVEL);
             return;
         }
         let Ok(mut enc) = zstd::stream::raw::Encoder::new(CHUNK_LEVEL) else {
@@ -942,6 +946,9 @@ impl<'l> Recorder<'l> {
         };
         self.start_deferred();
         self.compress_drained();
+        if let Err(e) = self.append_encoded(IN_FLIGHT) {
+            self.fail(e);
+        }
         found
     }
 
@@ -1073,6 +1080,12 @@ impl<'l> Recorder<'l> {
             .slots
             .get_mut(&b.slot)
             .expect("slot inserted just above");
+        if s.drained.buf.is_empty() && records_values(self.launch) {
+            // Copied once, straight into the open chunk: closing it only
+            // hands it to the pool (`crate::encode`), so there is no
+            // compression to keep out of the pass.
+            return self.feed_batch(b.slot, b.bytes, b.values, b.witnesses);
+        }
         s.drained.push(&b);
         // Compressed after the pass ([`Self::compress_drained`]); this only
         // bounds the memory of a pass that keeps finding sealed halves.
@@ -1180,6 +1193,7 @@ impl<'l> Recorder<'l> {
         }
         self.threads.push(Thread {
             pid: b.pid,
+            chunks: 0,
             exec: false,
         });
         self.last.insert(b.slot, thread);
@@ -1324,7 +1338,10 @@ impl<'l> Recorder<'l> {
             }
         };
         match &mut open.sink {
-            Sink::Values(v) => v.push(bytes, values),
+            Sink::Values { raw, values: at } => {
+                at.extend(values.iter().map(|v| v + raw.len()));
+                raw.extend_from_slice(bytes);
+            }
             Sink::Zstd(enc) => {
                 open.unflushed += bytes.len();
                 let flush = open.unflushed >= FLUSH_BYTES;
@@ -1347,7 +1364,9 @@ impl<'l> Recorder<'l> {
         Ok(())
     }
 
-    /// Ends a slot's open chunk and writes it as its thread's next CHUNK.
+    /// Ends a slot's open chunk and writes it as its thread's next CHUNK
+    /// (with `--data`: hands it to the pool, and writes what the pool has
+    /// done).
     fn close(&mut self, slot: u32) -> Result<()> {
         let Some(s) = self.slots.get_mut(&slot) else {
             return Ok(());
@@ -1356,42 +1375,68 @@ impl<'l> Recorder<'l> {
             return Ok(());
         };
         let thread = s.thread;
-        let zstd_err = |source| RecordError::Zstd {
-            thread: Some(thread),
-            source,
-        };
-        // A finished frame or chunk leaves the sink ready for the next one.
-        let codec = match &mut c.sink {
-            Sink::Zstd(enc) => {
-                end_frame(enc, &mut c.data).map_err(zstd_err)?;
-                aetrace_format::Codec::Zstd
+        let t = &mut self.threads[thread.0 as usize];
+        let seq = t.chunks;
+        t.chunks += 1;
+        let data = match c.sink {
+            Sink::Zstd(mut enc) => {
+                // A finished frame leaves the encoder ready for the next one.
+                let r = end_frame(&mut enc, &mut c.data);
+                self.spare.push(Sink::Zstd(enc));
+                r.map_err(|source| RecordError::Zstd {
+                    thread: Some(thread),
+                    source,
+                })?;
+                c.data
             }
-            Sink::Values(v) => {
-                let z = match &mut self.parts {
-                    Some(z) => z,
-                    None => self
-                        .parts
-                        .insert(zstd::bulk::Compressor::new(CHUNK_LEVEL).map_err(zstd_err)?),
+            Sink::Values { raw, values } => {
+                let job = Job {
+                    thread,
+                    seq,
+                    witnesses: c.witnesses,
+                    raw,
+                    values,
                 };
-                v.finish(z, &mut c.data).map_err(zstd_err)?;
-                aetrace_format::Codec::ZstdSplit
+                self.encoding.submit(job, CHUNK_LEVEL);
+                return self.append_encoded(IN_FLIGHT);
             }
         };
-        self.spare.push(c.sink);
+        self.append_chunk(&aetrace_format::EncodedChunk {
+            thread,
+            seq,
+            raw_len: c.raw_len,
+            witnesses: c.witnesses,
+            codec: aetrace_format::Codec::Zstd,
+            data,
+        })
+    }
+
+    /// Writes the chunks the pool has encoded, in the order they closed;
+    /// waits until at most `keep` are left to it.
+    fn append_encoded(&mut self, keep: usize) -> Result<()> {
+        for d in self.encoding.take(keep) {
+            let (mut raw, mut values) = (d.raw, d.values);
+            raw.clear();
+            values.clear();
+            self.spare.push(Sink::Values { raw, values });
+            let chunk = d.chunk.map_err(|(thread, source)| RecordError::Zstd {
+                thread: Some(thread),
+                source,
+            })?;
+            if self.error.is_none() {
+                self.append_chunk(&chunk)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn append_chunk(&mut self, chunk: &aetrace_format::EncodedChunk) -> Result<()> {
         let trace = &self.launch.trace;
         let out = self
             .out
             .as_mut()
             .ok_or_else(|| Error::from(RecordError::TraceClosed))?;
-        let chunk = aetrace_format::EncodedChunk {
-            thread,
-            seq: out.next_seq(thread).unwrap_or(0),
-            raw_len: c.raw_len,
-            witnesses: c.witnesses,
-            codec,
-            data: c.data,
-        };
-        out.append_chunk(&chunk).map_err(|e| trace_err(trace, e))
+        out.append_chunk(chunk).map_err(|e| trace_err(trace, e))
     }
 
     /// Closes the chunks opened longer than [`CHUNK_AGE`] ago.
@@ -1428,6 +1473,11 @@ impl<'l> Recorder<'l> {
                 break;
             }
             if let Err(e) = self.feed(slot).and_then(|()| self.close(slot)) {
+                self.fail(e);
+            }
+        }
+        if self.error.is_none() {
+            if let Err(e) = self.append_encoded(0) {
                 self.fail(e);
             }
         }
@@ -1537,7 +1587,10 @@ fn compress_into(
 /// recorded, else a zstd frame.
 fn new_sink(values: bool) -> Result<Sink> {
     if values {
-        return Ok(Sink::Values(Box::default()));
+        return Ok(Sink::Values {
+            raw: Vec::new(),
+            values: Vec::new(),
+        });
     }
     zstd::stream::raw::Encoder::new(CHUNK_LEVEL)
         .map(Sink::Zstd)

@@ -11,6 +11,7 @@
 
 pub mod commands;
 pub mod counted;
+mod encode;
 pub mod error;
 mod execname;
 pub mod launch;
