@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::build::{build, build_with_lib, run_checked, Link, Opt, Variant};
-use common::recorded::{record_ok, Knobs};
+use common::recorded::{record_ok, record_run, Knobs};
 
 const O2_PIE: Variant = Variant::new(Opt::O2, Link::Pie, false);
 const END: &str = "No more reverse-execution history";
@@ -91,6 +91,12 @@ fn gdb_server_args(
     let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
     s.push_str(&String::from_utf8_lossy(&out.stderr));
     (out.status.success(), s)
+}
+
+/// [`gdb_server_args`] on a stub serving thread `t` (`--thread`).
+fn gdb_on_thread(exe: &Path, trace: &Path, t: &str, commands: &str) -> (bool, String) {
+    let args = format!("--thread {t}");
+    gdb_server_args(exe, trace, &args, commands, &std::env::temp_dir())
 }
 
 /// gdb commands `traced-stepi` and `traced-reverse-stepi`: `stepi` and
@@ -1258,13 +1264,7 @@ fn the_thread_asked_on_the_command_line_is_selected() {
         "info threads\nmonitor when\nprintf \"pc %lx\\n\", $pc\n{}",
         repeat("stepi", k)
     ) + "quit\n";
-    let (ok, served) = gdb_server_args(
-        &exe,
-        &trace,
-        &format!("--thread {t}"),
-        &commands,
-        &std::env::temp_dir(),
-    );
+    let (ok, served) = gdb_on_thread(&exe, &trace, t, &commands);
     assert!(ok, "{served}");
     let started = aetrace_debug(
         &["--thread".as_ref(), t.as_ref(), trace.as_ref()],
@@ -1294,7 +1294,7 @@ fn the_thread_asked_on_the_command_line_is_selected() {
     }
 }
 
-/// `exec_self.c`, which execs its own instrumented image (the new image
+/// `exec.c self`, which execs its own instrumented image (the new image
 /// is traced too: its stream starts with the exec, by `aetrace info`):
 /// `aetrace debug --server --thread T` on that stream serves the new
 /// image alone, its `stepi`s follow `regen --thread T` (`traced-stepi`:
@@ -1304,8 +1304,10 @@ fn the_thread_asked_on_the_command_line_is_selected() {
 /// `work`, `main`, and `monitor info` names the program.
 #[test]
 fn a_post_exec_stream_is_served_by_its_own_session() {
-    let exe = build("exec_self.c", O2_PIE);
-    let (_, trace, rec) = record_ok(&exe, &[], &[], Knobs::DEFAULT);
+    let exe = build("exec.c", O2_PIE);
+    let (_, trace, rec) = record_run(&exe, &["self"], &[], Knobs::DEFAULT);
+    // The new image's status.
+    assert_eq!(rec.status.code(), Some(3), "{rec:?}");
     let printed = String::from_utf8_lossy(&rec.stdout);
     assert!(printed.contains("new image: 9"), "{printed}");
     let info = run_checked(
@@ -1330,13 +1332,7 @@ fn a_post_exec_stream_is_served_by_its_own_session() {
         aetrace_py.display(),
         repeat("traced-stepi", k)
     );
-    let (ok, out) = gdb_server_args(
-        &exe,
-        &trace,
-        &format!("--thread {t}"),
-        &commands,
-        &std::env::temp_dir(),
-    );
+    let (ok, out) = gdb_on_thread(&exe, &trace, &t, &commands);
     assert!(ok, "{out}");
     assert_eq!(out.matches("(trace thread ").count(), 1, "{out}");
     let got = pcs(&out);
