@@ -1,7 +1,10 @@
 /* exec: the traced process does some work, then replaces itself with a new
  * image (the original, untraced program, with an argument telling it to
  * stop); the trace ends at the exec and the recorder reports the final
- * image's exit status. */
+ * image's exit status. With the argument `self` it execs its own running
+ * image instead (/proc/self/exe, the instrumented copy the recorder
+ * started), so the new image is traced too: a second stream, started by
+ * the exec (docs/format.md, THREAD_START reason 3). */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -21,7 +24,7 @@ int main(int argc, char **argv) {
     printf("before exec: %d\n", work(1000));
     fflush(stdout);
     char *args[] = {argv[0], "again", NULL};
-    execv(argv[0], args);
+    execv(argc > 1 && strcmp(argv[1], "self") == 0 ? "/proc/self/exe" : argv[0], args);
     perror("execv");
     return 1;
 }

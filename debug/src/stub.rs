@@ -26,6 +26,10 @@
 //!   access of a watched range stops forwards after the instruction that
 //!   made it (x86's trap-after semantics, as gdb expects of a hardware
 //!   watchpoint) and backwards before it (gdb's `record full` stops there).
+//!   Where a signal was delivered right after that instruction, the stop
+//!   is at the delivery, and the signal's own stop there comes next
+//!   forwards (natively: the watchpoint, then the signal, both at the
+//!   interrupted instruction).
 //! - `monitor` commands: `when`, `seek N`, `info`, `calls [N]`,
 //!   `last-write ADDR [LEN]`, `materialise` ([`Stub::monitor`]).
 
@@ -176,6 +180,9 @@ pub struct Stub<'m> {
     /// The instruction whose access made the last stop, with its
     /// references (`monitor watch-hit`).
     hit: Option<(u64, Vec<Ref>)>,
+    /// A watch stop was made at the delivery the thread stands at (its
+    /// access right before it): the delivery's signal stop is still due.
+    due: bool,
     /// Where to say why a request was refused (gdb's remote protocol
     /// has only an error number for it).
     warn: fn(&str),
@@ -243,6 +250,7 @@ impl<'m> Stub<'m> {
             data: Err("watchpoints need data addresses: record with --data --check".into()),
             watches: Vec::new(),
             hit: None,
+            due: false,
             warn: |_| {},
         }
     }
@@ -393,6 +401,9 @@ impl<'m> Stub<'m> {
 
     /// [`Stub::run`]'s action, with or without watchpoints.
     fn run_action(&mut self) -> Result<Stop, String> {
+        if let Some(stop) = self.due_signal() {
+            return Ok(stop);
+        }
         if !self.watches.is_empty() {
             // A passage makes no access, nor a delivery: a run with
             // watchpoints starts from the instruction after it (a step
@@ -404,6 +415,21 @@ impl<'m> Stub<'m> {
             return self.run_watching();
         }
         Ok(self.run_plain())
+    }
+
+    /// The signal stop still due at the delivery a watch stop was made at,
+    /// if the action goes forwards (natively gdb stops at the watchpoint,
+    /// then at the signal, both at the interrupted instruction); the
+    /// position does not change.
+    fn due_signal(&mut self) -> Option<Stop> {
+        let due = std::mem::take(&mut self.due);
+        let backwards = matches!(self.action, Action::ReverseStep | Action::ReverseContinue);
+        let At::Signal(k) = self.at else { return None };
+        if !due || backwards {
+            return None;
+        }
+        let s = self.timeline.signal_before(self.pos, k)?;
+        Some(Stop::Signal(s.signo))
     }
 
     /// [`Stub::run`] without watchpoints: a search on addresses alone.
@@ -730,6 +756,13 @@ impl<'m> Stub<'m> {
     /// last).
     fn after_access(&mut self, p: u64, w: (WatchKind, u64), refs: Vec<Ref>) -> Stop {
         (self.pos, self.at) = (p + 1, At::Insn);
+        // A signal delivered right after the access (an asynchronous one:
+        // a fault is delivered after its own instruction's position)
+        // interrupted the next traced instruction before it ran: the stop
+        // is at the delivery, whose signal stop comes next.
+        if self.passage_before(p + 1).is_none() && self.signal_pc(0).is_some() {
+            (self.at, self.due) = (At::Signal(0), true);
+        }
         self.hit = Some((p, refs));
         Stop::Watch(w.0, w.1)
     }

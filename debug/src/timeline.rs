@@ -165,9 +165,10 @@ impl<'m> Timeline<'m> {
             return g;
         }
         // Another signal delivered right there interrupted the same
-        // instruction.
+        // instruction, which it may know only where its own handler
+        // returned to (it interrupted instrumentation before a witness).
         g.pc = match self.signal_before(r, 0) {
-            Some(b) if b.record != g.record => b.pc,
+            Some(b) if b.record != g.record => self.interrupted(b).pc,
             _ => self.address(r),
         };
         g
