@@ -709,3 +709,47 @@ fn a_rep_faulting_mid_way_refuses_data_not_control() {
         }
     }
 }
+
+/// `traces/xsave.c`: a module holding an instruction the data walk cannot
+/// model (`xsave`, whose size the CPU decides) records with `--data` and
+/// `--data --check` (before, the rewrite was refused: static glibc's
+/// `_dl_runtime_resolve_xsave` kept every static program from `--data`).
+/// A run that does not execute it regenerates its data; one that does is
+/// refused in one line naming procedure, block and instruction, and its
+/// control trace still regenerates. Oracle: the program's own output.
+#[test]
+fn an_unmodelled_instruction_refuses_only_the_runs_that_execute_it() {
+    let exe = build("xsave.c", Variant::new(Opt::O2, Link::Pie, false));
+    let dir = common::scratch("data_trace");
+    for (mode, args) in [("", &[][..]), ("--check", &["run"][..]), ("", &["run"])] {
+        let trace = dir.join(format!("xsave{mode}{}.aet", args.concat()));
+        let native = Command::new(&exe).args(args).output().unwrap();
+        let mut rec = Command::new(common::aetrace());
+        rec.args(["record", "--data"])
+            .args((!mode.is_empty()).then_some(mode));
+        rec.arg("-o").arg(&trace).arg("--").arg(&exe).args(args);
+        let recorded = run_checked(&mut rec, "aetrace record --data");
+        assert_eq!(recorded.stdout, native.stdout, "{mode} {args:?}");
+        let out = regen_lackey(&trace);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.success(),
+            args.is_empty(),
+            "{mode} {args:?}: {err}"
+        );
+        if !args.is_empty() {
+            assert_eq!(err.lines().count(), 1, "{err}");
+            assert!(
+                err.contains("procedure save block 0x") && err.contains("(xsave "),
+                "{err}"
+            );
+        }
+        let control = Command::new(common::aetrace())
+            .arg("regen")
+            .arg(&trace)
+            .output()
+            .unwrap();
+        assert!(control.status.success(), "{mode} {args:?}: control regen");
+        let _ = std::fs::remove_file(&trace);
+    }
+}

@@ -140,8 +140,16 @@ fn a_recorded_program_sees_its_native_environment_descriptors_and_argv() {
 /// `program args` as [`native`], address randomisation off (as
 /// [`recorded`] runs it).
 fn native_fixed(program: &Path, args: &[&str]) -> Output {
+    native_fixed_with(program, args, &env())
+}
+
+/// [`native_fixed`] with the environment `env`.
+fn native_fixed_with(program: &Path, args: &[&str], env: &[(String, String)]) -> Output {
     let mut cmd = Command::new(program);
-    cmd.args(args).env_clear().envs(env()).stdin(Stdio::null());
+    cmd.args(args)
+        .env_clear()
+        .envs(env.iter().cloned())
+        .stdin(Stdio::null());
     common::no_aslr(&mut cmd);
     cmd.output()
         .unwrap_or_else(|e| panic!("running {}: {e}", program.display()))
@@ -384,18 +392,25 @@ fn a_recorded_program_finds_its_mappings_where_it_does_natively() {
 /// runtime `init` maps them (`docs/runtime.md` section 5).
 #[test]
 fn a_program_recorded_with_libs_finds_its_libraries_where_it_does_natively() {
-    let trace = libs_fixed_as_native("libmap", "liblibmap.so");
+    let trace = libs_fixed_as_native("libmap", "liblibmap.so", false);
     let _ = std::fs::remove_file(&trace);
 }
 
 /// Builds `traces/NAME.c` with its library `SONAME` (`traces/NAME_lib.c`),
 /// records it with `--libs SONAME`, address randomisation off, and checks
 /// that it printed what its native run prints and that the library was
-/// traced; returns the trace.
-fn libs_fixed_as_native(name: &str, soname: &str) -> PathBuf {
+/// traced; returns the trace. `own_dir`: both runs with `LD_LIBRARY_PATH`
+/// naming the library's directory.
+fn libs_fixed_as_native(name: &str, soname: &str, own_dir: bool) -> PathBuf {
     let exe = common::build::build_with_lib(name, soname, false);
-    let n = native_fixed(&exe, &[]);
-    let (r, trace) = recorded_with(name, &["--libs", soname], &exe, &[], &env());
+    let mut env = env();
+    if own_dir {
+        let dir = exe.parent().unwrap().display().to_string();
+        env.push(("LD_LIBRARY_PATH".to_string(), dir));
+    }
+    let n = native_fixed_with(&exe, &[], &env);
+    let tag = format!("{name}-{own_dir}");
+    let (r, trace) = recorded_with(&tag, &["--libs", soname], &exe, &[], &env);
     assert!(n.status.success(), "native: {n:?}");
     assert_eq!(
         String::from_utf8_lossy(&r.stdout),
@@ -415,11 +430,16 @@ fn libs_fixed_as_native(name: &str, soname: &str) -> PathBuf {
 /// the copies' directory, so nothing is added to the environment; with
 /// the copies' directory in `LD_LIBRARY_PATH` instead, every address was
 /// lower by that variable's length (tclsh's stack 64 bytes lower,
-/// docs/sweep.md "tclsh").
+/// docs/sweep.md "tclsh"). Also when the native `LD_LIBRARY_PATH`, which
+/// the loader searches before `DT_RUNPATH`, finds the library: the
+/// executable's copy names the library's copy by path in its DT_NEEDED
+/// (before 2026-11-30 the directory went first in `LD_LIBRARY_PATH`).
 #[test]
 fn a_program_recorded_with_libs_starts_on_its_native_stack() {
-    let trace = libs_fixed_as_native("stackview", "libstackview.so");
-    let calls = regen_calls(&trace);
-    assert_eq!(calls.get("stackview_lib_sum@plt"), Some(&1), "{calls:?}");
-    let _ = std::fs::remove_file(&trace);
+    for own_dir in [false, true] {
+        let trace = libs_fixed_as_native("stackview", "libstackview.so", own_dir);
+        let calls = regen_calls(&trace);
+        assert_eq!(calls.get("stackview_lib_sum@plt"), Some(&1), "{calls:?}");
+        let _ = std::fs::remove_file(&trace);
+    }
 }

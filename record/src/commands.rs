@@ -154,8 +154,12 @@ fn build_id(bytes: &[u8]) -> Option<&[u8]> {
         .filter(|d| !d.is_empty())
 }
 
+/// The directory the executable's loader searches first for libraries,
+/// and the DT_NEEDED names its copy names by their path in it.
+pub(crate) type Search<'a> = (&'a Path, &'a [String]);
+
 /// Rewrites `exe` (module tag 0; `search`: the directory its loader
-/// searches first for libraries) or a library (`tag` > 0; `startup`: the
+/// searches first for libraries, [`Search`]) or a library (`tag` > 0; `startup`: the
 /// loader maps it before the executable's preinit, so its additions are
 /// detached), or takes the copy a previous run cached.
 fn prepare(
@@ -163,7 +167,7 @@ fn prepare(
     placement: Placement,
     data: DataMode,
     (tag, startup): (u32, bool),
-    search: Option<&Path>,
+    search: Option<Search<'_>>,
 ) -> Result<Prepared> {
     let file = std::fs::File::open(exe).map_err(|e| io_err(exe, e))?;
     // SAFETY: a private read-only mapping; only the pages the key needs
@@ -179,7 +183,14 @@ fn prepare(
             DataMode::Check => "+data-abs-check",
         },
         if startup { "+detached" } else { "" },
-        search.map_or_else(String::new, |d| format!("+search={}", d.display()))
+        search.map_or_else(String::new, |(d, by_path)| format!(
+            "+search={}{}",
+            d.display(),
+            by_path
+                .iter()
+                .map(|n| format!("+by-path={n}"))
+                .collect::<String>()
+        ))
     );
     let key = cache_key(exe, &bytes, &what, tag);
     drop(bytes);
@@ -367,7 +378,12 @@ pub(crate) fn prepare_libs<T>(
     for lib in &sel.origin_relative {
         links.push((lib.needed.clone(), lib.path.clone()));
     }
-    Ok((out, notes, LibDir::create(&links, sel.exe_path_first)?))
+    // A library left alone above has no link to name.
+    let by_path = (sel.by_path.into_iter())
+        .filter(|n| links.iter().any(|(l, _)| l == n))
+        .collect();
+    let dir = LibDir::create(&links, sel.exe_path_first)?;
+    Ok((out, notes, dir.map(|d| LibDir { by_path, ..d })))
 }
 
 /// `aetrace record`: rewrites the program (or reuses the cached copy), runs
@@ -440,6 +456,8 @@ pub(crate) struct LibDir {
     dir: PathBuf,
     /// [`crate::libs::Selection::exe_path_first`].
     exe_path_first: bool,
+    /// [`crate::libs::Selection::by_path`], of the libraries linked here.
+    by_path: Vec<String>,
 }
 
 impl LibDir {
@@ -466,6 +484,7 @@ impl LibDir {
             Some(LibDir {
                 dir,
                 exe_path_first,
+                by_path: Vec::new(),
             })
         };
         if dir.is_dir() {
@@ -494,9 +513,11 @@ impl LibDir {
     }
 
     /// The directory, when a search path of the executable's own reaches
-    /// every library through it ([`crate::libs::Library::exe_path_first`]).
-    pub(crate) fn exe_search(&self) -> Option<&Path> {
-        self.exe_path_first.then_some(self.dir.as_path())
+    /// every library through it ([`crate::libs::Library::exe_path_first`]),
+    /// with the DT_NEEDED names the executable's copy names by their path
+    /// in it ([`crate::libs::Library::by_path`]).
+    pub(crate) fn exe_search(&self) -> Option<Search<'_>> {
+        (self.exe_path_first).then_some((self.dir.as_path(), self.by_path.as_slice()))
     }
 
     /// `LD_LIBRARY_PATH` with this directory first.

@@ -67,8 +67,17 @@ pub struct Library {
     /// the place this library was found: the first object to ask for it
     /// is the executable, or (without an executable DT_RUNPATH) one
     /// without DT_RUNPATH, whose search ends with the executable's DT_RPATH
-    /// (glibc `_dl_map_object`), and it was not found earlier.
+    /// (glibc `_dl_map_object`), and it was not found earlier; or the
+    /// copy is named by path ([`Library::by_path`]).
     pub exe_path_first: bool,
+    /// The executable (with DT_RUNPATH) needs it itself and the native
+    /// `LD_LIBRARY_PATH`, searched before DT_RUNPATH, finds it: the
+    /// executable's copy names the rewritten copy by its path in the
+    /// directory instead of by name (its DT_NEEDED), which the loader
+    /// opens without a search. Only when its DT_SONAME is that name: later
+    /// requests for the name then match the loaded copy, as they match
+    /// the name natively.
+    pub by_path: bool,
     /// Found in a directory relative to this object's `$ORIGIN`: once that
     /// object is a rewritten copy elsewhere, its `$ORIGIN` moves.
     pub origin: Option<PathBuf>,
@@ -161,8 +170,12 @@ pub fn closure(exe: &Path) -> Result<Vec<Library>> {
                     .cloned()
             });
             let by_exe = obj == exe;
+            let by_path = exe_runpath
+                && by_exe
+                && via == Via::LdLibraryPath
+                && DynInfo::read(&path)?.soname.as_ref() == Some(needed);
             let exe_path_first = if exe_runpath {
-                by_exe && via == Via::Later
+                by_exe && (via == Via::Later || by_path)
             } else {
                 info.runpath.is_empty() && (via != Via::Rpath || by_exe)
             };
@@ -171,6 +184,7 @@ pub fn closure(exe: &Path) -> Result<Vec<Library>> {
                 path,
                 via_rpath: via == Via::Rpath,
                 exe_path_first,
+                by_path,
                 origin,
                 dlopened: false,
             });
@@ -195,6 +209,9 @@ pub struct Selection {
     /// a directory put first in the executable's own search path
     /// ([`Library::exe_path_first`]): no environment variable is needed.
     pub exe_path_first: bool,
+    /// The DT_NEEDED names the executable's copy names by their path in
+    /// the directory ([`Library::by_path`]).
+    pub by_path: Vec<String>,
 }
 
 /// The libraries of `exe`'s closure that `sel` names; glibc's, named
@@ -239,15 +256,17 @@ pub fn select(exe: &Path, sel: &LibSelection) -> Result<Selection> {
         .filter(|l| l.origin.as_deref().is_some_and(|o| rewritten.contains(&o)))
         .cloned()
         .collect();
-    let exe_path_first = chosen
-        .iter()
-        .chain(&origin_relative)
-        .all(|l| l.exe_path_first);
+    let linked = || chosen.iter().chain(&origin_relative);
+    let exe_path_first = linked().all(|l| l.exe_path_first);
+    let by_path = (linked().filter(|l| l.by_path))
+        .map(|l| l.needed.clone())
+        .collect();
     Ok(Selection {
+        exe_path_first,
+        by_path,
         traced: chosen,
         origin_relative,
         notes,
-        exe_path_first,
     })
 }
 
@@ -357,6 +376,7 @@ fn dlopen_library(exe: &Path, name: &str, all: &[Library]) -> Result<Library> {
         via_rpath: via == Via::Rpath,
         // Asked for by the executable, if it calls `dlopen` itself.
         exe_path_first: info.runpath.is_empty() || via == Via::Later,
+        by_path: false,
         origin: origin_dir.map(|_| exe.to_owned()),
         dlopened: true,
     })
@@ -456,6 +476,7 @@ struct DynInfo {
     needed: Vec<String>,
     rpath: Vec<String>,
     runpath: Vec<String>,
+    soname: Option<String>,
 }
 
 impl DynInfo {
@@ -495,6 +516,7 @@ impl DynInfo {
             needed: Vec::new(),
             rpath: Vec::new(),
             runpath: Vec::new(),
+            soname: None,
         };
         let Some(dynamic) = Dynamic::parse(bytes, &phdrs, ctx).map_err(malformed)? else {
             return Ok(info);
@@ -527,10 +549,11 @@ impl DynInfo {
                     ),
                 }))
         };
-        use goblin::elf::dynamic::{DT_NEEDED, DT_RPATH, DT_RUNPATH};
+        use goblin::elf::dynamic::{DT_NEEDED, DT_RPATH, DT_RUNPATH, DT_SONAME};
         for d in &dynamic.dyns {
             match d.d_tag {
                 DT_NEEDED => info.needed.push(string(d)?.to_owned()),
+                DT_SONAME => info.soname = Some(string(d)?.to_owned()),
                 DT_RPATH => info.rpath.extend(split_path(string(d)?)),
                 DT_RUNPATH => info.runpath.extend(split_path(string(d)?)),
                 _ => {}

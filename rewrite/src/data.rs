@@ -5,9 +5,11 @@
 //! every non-static address in full (`analysis::addr::full`); and the
 //! bytes they add between two buffer checks.
 //!
-//! Invariants: an instruction whose references the table refuses makes
-//! the whole rewrite fail with [`Refusal::DataForm`] naming it (never a
-//! guessed address); a block writes at most [`GROUP`] VALUE records
+//! Invariants: an instruction whose references the table refuses
+//! (`xsave`, a gather, ...) records no value, so a run that executes it
+//! is refused by the regenerator's walk, which refuses the same
+//! instruction at the same point (never a guessed address), and a module
+//! that holds one but does not run it records; a block writes at most [`GROUP`] VALUE records
 //! between two checks (codegen checks before each group), and the
 //! bytes of one group are added to the block's cost in `checks`, so the
 //! headroom bound of `docs/runtime.md` section 4 still holds.
@@ -95,7 +97,13 @@ fn insn_values(
             why,
         })
     };
-    let mut plan = plan.map_err(refuse)?;
+    // An instruction the table cannot model records nothing: the
+    // regenerator's walk refuses it when (only if) a run executes it, and
+    // the abstract walk fails before the full values would be read
+    // (`full::plan` refuses exactly what `Exec::insn` refuses).
+    let Ok(mut plan) = plan else {
+        return Ok(Vec::new());
+    };
     let abstract_len = plan.len();
     if rw.data == DataMode::Check {
         plan.extend(full::plan(insn, prog).map_err(refuse)?);

@@ -109,8 +109,8 @@ use std::path::Path;
 
 use goblin::container::{Container, Ctx};
 use goblin::elf::dynamic::{
-    DF_1_PIE, DT_FLAGS_1, DT_INIT_ARRAY, DT_INIT_ARRAYSZ, DT_PREINIT_ARRAY, DT_PREINIT_ARRAYSZ,
-    DT_RPATH, DT_RUNPATH, DT_STRSZ, DT_STRTAB,
+    DF_1_PIE, DT_FLAGS_1, DT_INIT_ARRAY, DT_INIT_ARRAYSZ, DT_NEEDED, DT_PREINIT_ARRAY,
+    DT_PREINIT_ARRAYSZ, DT_RPATH, DT_RUNPATH, DT_STRSZ, DT_STRTAB,
 };
 use goblin::elf::header::{Header, EM_X86_64, ET_DYN, ET_EXEC};
 use goblin::elf::program_header::{
@@ -193,7 +193,20 @@ pub struct Additions {
     /// libraries (`record --libs`: the rewritten copies), put before the
     /// native `DT_RUNPATH`, or else `DT_RPATH` (added when there is none);
     /// only with `preinit` ([`search_first`]).
-    pub search_first: Option<Vec<u8>>,
+    pub search_first: Option<SearchFirst>,
+}
+
+/// A directory put first in an executable's library search path, and the
+/// DT_NEEDED names its copy names by their path in that directory.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SearchFirst {
+    /// The directory.
+    pub dir: Vec<u8>,
+    /// Names the loader would otherwise find elsewhere first (the native
+    /// `LD_LIBRARY_PATH`, searched before an executable's DT_RUNPATH):
+    /// their DT_NEEDED entries name `dir/NAME`, which the loader opens
+    /// without a search.
+    pub by_path: Vec<Vec<u8>>,
 }
 
 /// The x86-64 page size: loaders map at this granularity.
@@ -734,7 +747,7 @@ impl FirstRun {
 fn preinit(
     img: &Image,
     out: &mut [u8],
-    (func, search): (u64, Option<&[u8]>),
+    (func, search): (u64, Option<&SearchFirst>),
     vaddr: u64,
     kind: FirstRun,
 ) -> Result<OwnSegment> {
@@ -870,40 +883,53 @@ fn preinit(
 /// kernel before `ld.so` runs. The search order is otherwise the native
 /// one: `DT_RPATH` (without `DT_RUNPATH`) is searched for every object
 /// loaded on behalf of one without `DT_RUNPATH`, `DT_RUNPATH` only for
-/// the executable's own `DT_NEEDED` and after `LD_LIBRARY_PATH`.
+/// the executable's own `DT_NEEDED` and after `LD_LIBRARY_PATH`. A
+/// `DT_NEEDED` of `search.by_path` names the library's path in the
+/// directory, read the same unbounded way (`_dl_map_object_deps`), and a
+/// name with a slash is opened without a search.
 fn search_first(
     img: &Image,
     dynamic: &Dynamic,
     entries: &mut Vec<(u64, u64)>,
     (seg, vaddr): (&mut Vec<u8>, u64),
-    dir: &[u8],
+    search: &SearchFirst,
 ) -> Result<()> {
     let strtab = dynamic
         .get(DT_STRTAB)
         .ok_or_else(|| img.malformed(".dynamic has no DT_STRTAB"))?;
+    let size = dynamic.get(DT_STRSZ).unwrap_or(0);
+    let table = img.read_vaddr(strtab, size, "DT_STRTAB")?;
+    let string = |at: u64| {
+        usize::try_from(at)
+            .ok()
+            .and_then(|at| table.get(at..))
+            .and_then(|t| t.split(|&b| b == 0).next().filter(|_| t.contains(&0)))
+            .ok_or_else(|| img.malformed(format!("string {at:#x} outside DT_STRTAB")))
+    };
+    // Appends `bytes` and a NUL to our segment: its `d_val`.
+    let mut add = |bytes: &[&[u8]]| {
+        let at = vaddr + seg.len() as u64;
+        bytes.iter().for_each(|b| seg.extend_from_slice(b));
+        seg.push(0);
+        at.wrapping_sub(strtab)
+    };
+    for e in entries.iter_mut().filter(|e| e.0 == DT_NEEDED) {
+        let name = string(e.1)?;
+        if search.by_path.iter().any(|n| n == name) {
+            e.1 = add(&[&search.dir, b"/", name]);
+        }
+    }
     let tag = if dynamic.get(DT_RUNPATH).is_some() {
         DT_RUNPATH
     } else {
         DT_RPATH
     };
-    let mut path = dir.to_vec();
-    if let Some(at) = dynamic.get(tag) {
-        let size = dynamic.get(DT_STRSZ).unwrap_or(0);
-        let table = img.read_vaddr(strtab, size, "DT_STRTAB")?;
-        let native = usize::try_from(at)
-            .ok()
-            .and_then(|at| table.get(at..))
-            .and_then(|t| t.split(|&b| b == 0).next().filter(|_| t.contains(&0)))
-            .ok_or_else(|| img.malformed(format!("search path {at:#x} outside DT_STRTAB")))?;
-        if !native.is_empty() {
-            path.push(b':');
-            path.extend_from_slice(native);
-        }
-    }
-    path.push(0);
-    let at = vaddr + seg.len() as u64;
-    seg.extend_from_slice(&path);
-    Dynamic::set(entries, tag, at.wrapping_sub(strtab));
+    let native = dynamic.get(tag).map(string).transpose()?;
+    let val = match native.filter(|n| !n.is_empty()) {
+        Some(n) => add(&[&search.dir, b":", n]),
+        None => add(&[&search.dir]),
+    };
+    Dynamic::set(entries, tag, val);
     Ok(())
 }
 
@@ -1040,7 +1066,7 @@ pub fn write(path: &Path, elf: &[u8], add: &Additions) -> Result<Vec<u8>> {
         (Some(func), None) => Some(preinit(
             &img,
             &mut out,
-            (func, add.search_first.as_deref()),
+            (func, add.search_first.as_ref()),
             next_free,
             FirstRun::Preinit,
         )?),

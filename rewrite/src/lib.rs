@@ -178,7 +178,8 @@ pub enum DataMode {
 /// runs (its DT_NEEDED closure), whose added segments can then be
 /// detached (`elfout`, "Detached additions"), so that it and every later
 /// mapping lie where they do natively. `search_first`: a directory the
-/// loader searches first for an executable's libraries
+/// loader searches first for an executable's libraries, and the DT_NEEDED
+/// names the copy names by their path in it
 /// ([`elfout::Additions::search_first`]).
 pub fn instrument_module_data(
     path: &Path,
@@ -186,7 +187,7 @@ pub fn instrument_module_data(
     tag: u32,
     data: DataMode,
     startup: bool,
-    search_first: Option<&Path>,
+    search_first: Option<(&Path, &[String])>,
 ) -> Result<Instrumented> {
     instrument_full(path, &How::Trace(which), tag, data, startup, search_first)
 }
@@ -249,7 +250,7 @@ pub(crate) struct Rewrite<'a> {
     pub data: DataMode,
     /// A directory the loader searches first for the executable's
     /// libraries (`elfout::Additions::search_first`).
-    pub search_first: Option<Vec<u8>>,
+    pub search_first: Option<elfout::SearchFirst>,
 }
 
 impl<'a> Rewrite<'a> {
@@ -364,13 +365,16 @@ fn instrument_full(
     tag: u32,
     data: DataMode,
     startup: bool,
-    search_first: Option<&Path>,
+    search_first: Option<(&Path, &[String])>,
 ) -> Result<Instrumented> {
     use std::os::unix::ffi::OsStrExt;
     let fault = fault_injection(path)?;
     let prog = Program::open(path)?;
     let mut rw = Rewrite::new(path, &prog, how, tag, fault, data, startup)?;
-    rw.search_first = search_first.map(|d| d.as_os_str().as_bytes().to_vec());
+    rw.search_first = search_first.map(|(d, by_path)| elfout::SearchFirst {
+        dir: d.as_os_str().as_bytes().to_vec(),
+        by_path: by_path.iter().map(|n| n.as_bytes().to_vec()).collect(),
+    });
     let traced = traced::Traced::decide(&rw);
     let calls = calls::Calls::classify(&rw, &traced);
     limits::check_counting(&rw, &calls)?;

@@ -402,11 +402,18 @@ impl Traced {
         }
     }
 
-    /// A static libc's setjmp, longjmp and fork families are left alone,
-    /// with everything they call, and called like the imports: SETJMP,
-    /// LONGJMP records and `fork_child` at their call sites, whatever alias
-    /// the call names. (A fork child must not run traced code before
-    /// `fork_child` gives it its own slot.) The IRELATIVE PLT stubs they
+    /// A static libc's setjmp, longjmp and fork families are left alone
+    /// and called like the imports: SETJMP, LONGJMP records and
+    /// `fork_child` at their call sites, whatever alias the call names.
+    /// The fork family is left alone with everything it calls: a fork
+    /// child must not run traced code before `fork_child` gives it its own
+    /// slot. So is setjmp: its call site writes SETJMP and its return
+    /// point SETJMP_RESUME, and the regenerator admits nothing between the
+    /// two (an ENTER of a traced `__sigjmp_save` there "cannot occur").
+    /// What longjmp calls (`_exit`, `mmap`, `munmap` on its fortify
+    /// error path) stays traced: entered from it, it is a callback from
+    /// untraced code, as from an import, and returns before the context is
+    /// resumed. The IRELATIVE PLT stubs they
     /// call stay traced: a stub's one `jmp [GOT]` goes to an implementation
     /// traced or not whoever calls the stub, so leaving the stub alone would
     /// keep no traced code out of the family; traced, its springboard's
@@ -416,15 +423,13 @@ impl Traced {
             return;
         }
         let f = &self.family;
-        let mut work: Vec<u64> = f
-            .setjmp
-            .iter()
-            .chain(&f.longjmp)
-            .chain(&f.fork)
-            .copied()
+        // (entry, whether its callees join it): longjmp's first, so that
+        // the closures are taken before its roots are reached without one.
+        let mut work: Vec<(u64, bool)> = (f.longjmp.iter().map(|&a| (a, false)))
+            .chain(f.setjmp.iter().chain(&f.fork).map(|&a| (a, true)))
             .collect();
-        let roots: std::collections::HashSet<u64> = work.iter().copied().collect();
-        while let Some(a) = work.pop() {
+        let roots: std::collections::HashSet<u64> = work.iter().map(|&(a, _)| a).collect();
+        while let Some((a, closed)) = work.pop() {
             let Some(&id) = self.by_start.get(&a) else {
                 continue;
             };
@@ -435,12 +440,12 @@ impl Traced {
                 "setjmp/longjmp/fork family of a static libc (runs untraced, called like \
                  an import)"
             } else {
-                "called by the setjmp/longjmp/fork family of a static libc (runs untraced \
+                "called by the setjmp or fork family of a static libc (runs untraced \
                  with it)"
             };
             self.reasons.entry(id).or_insert_with(|| why.into());
-            if let Ok(cfg) = &prog.procs[id].cfg {
-                work.extend(cfg.calls.iter().filter_map(|c| c.target));
+            if let (true, Ok(cfg)) = (closed, &prog.procs[id].cfg) {
+                work.extend(cfg.calls.iter().filter_map(|c| c.target.map(|t| (t, true))));
             }
         }
     }

@@ -844,11 +844,11 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
         for _ in 0..blk.ninsns {
             let insn = d.decode();
             let prog = forms::program(&insn, &mut self.info);
-            let full = if md.check {
-                full::plan(&insn, &prog)
-                    .map_err(|why| format!("instruction at {:#x} ({insn}): {why}", insn.ip()))?
-            } else {
-                Vec::new()
+            // An instruction the table refuses has no values: the abstract
+            // walk refuses it if it runs, before these would be read.
+            let full = match md.check {
+                true => full::plan(&insn, &prog).unwrap_or_default(),
+                false => Vec::new(),
             };
             insns.push(Insn { insn, prog, full });
         }
@@ -1119,10 +1119,7 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
     #[cold]
     fn failed(&mut self, m: &Module, r: BlockRun, k: usize, why: String) -> Error {
         match self.decoded(m, r.module, r.block) {
-            Ok(insns) => {
-                let i = &insns[r.first as usize + k];
-                format!("instruction at {:#x} ({}): {why}", i.insn.ip(), i.insn).into()
-            }
+            Ok(insns) => refused(m, r, &insns[r.first as usize + k].insn, why),
             Err(e) => e,
         }
     }
@@ -1157,7 +1154,7 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
         let mut exec = self.state.regs.exec(m.load_base);
         let walked =
             (insns[r.first as usize..r.end as usize].iter().enumerate()).try_for_each(|(k, i)| {
-                self.abstract_insn(m, (i, &mut exec), code, k, &mut got)?;
+                self.abstract_insn((m, r), (i, &mut exec), code, k, &mut got)?;
                 let vals = self.take(i.full.len())?;
                 self.compare(m, r, r.first as usize + k, i, &got, &vals)?;
                 self.count(code, k, got.rep.map_or(1, |(count, _)| count));
@@ -1182,7 +1179,7 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
     #[inline]
     fn abstract_insn(
         &mut self,
-        m: &Module,
+        (m, r): (&Module, BlockRun),
         (i, exec): (&Insn, &mut Exec),
         code: &BlockCode,
         k: usize,
@@ -1190,8 +1187,8 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
     ) -> Result<(), Error> {
         let values = &mut self.values;
         let take = &mut |what| values.take_as(what, m);
-        let r = exec.run_code(code, k, take, got);
-        r.map_err(|why| format!("instruction at {:#x} ({}): {why}", i.insn.ip(), i.insn).into())
+        let run = exec.run_code(code, k, take, got);
+        run.map_err(|why| refused(m, r, &i.insn, why))
     }
 
     /// `--check`: every rebuilt address (and a `rep`'s count) against the
@@ -1265,6 +1262,19 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
         n.static_refs = (n.static_refs).wrapping_add(times.wrapping_mul(u64::from(c.statik)));
         n.recorded_refs = (n.recorded_refs).wrapping_add(times.wrapping_mul(u64::from(c.recorded)));
     }
+}
+
+/// The error of `insn`, an instruction of run `r`, that the data walk
+/// could not run: one line naming its procedure, block and instruction.
+fn refused(m: &Module, r: BlockRun, insn: &Instruction, why: String) -> Error {
+    let pi = m.blocks[r.block].proc;
+    format!(
+        "the data walk stopped in procedure {} block {:#x} at instruction {:#x} ({insn}): {why}",
+        m.procs[pi].name,
+        m.blocks[r.block].start,
+        insn.ip(),
+    )
+    .into()
 }
 
 fn short(thread: Option<ThreadId>, n: u64) -> String {

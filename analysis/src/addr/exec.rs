@@ -172,19 +172,16 @@ impl Exec {
         out.addrs.clear();
         out.recorded.clear();
         out.rep = None;
+        full::refusal(insn, prog)?;
         for g in prog.before.iter() {
             if self.regs[g.index()].is_none() {
                 self.regs[g.index()] = Some(take(Recorded::Reg(g))?);
             }
         }
-        if prog.refs.iter().any(|r| r.repeat == Repeat::UntilData) {
-            return Err("a repe/repne compare stops on the data: its count is not recorded".into());
-        }
         if prog.refs.iter().any(|r| r.repeat == Repeat::Rcx) {
             out.rep = Some((take(Recorded::Rcx)?, take(Recorded::Flags)?));
         }
         for (k, r) in prog.refs.iter().enumerate() {
-            full::refuse(insn, r)?;
             let known = self.value(insn, &r.addr);
             let a = match known {
                 Some(a) => a,
@@ -265,7 +262,9 @@ impl Exec {
                     Ok(0)
                 };
                 let r = match anchor && k == last {
-                    true => e.anchor(&mut take).and_then(|()| e.insn(i, p, &mut take)),
+                    true => (full::refusal(i, p))
+                        .and_then(|()| e.anchor(&mut take))
+                        .and_then(|()| e.insn(i, p, &mut take)),
                     false => e.insn(i, p, &mut take),
                 };
                 if r.is_err() {

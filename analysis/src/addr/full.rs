@@ -66,15 +66,12 @@ pub fn static_addr(insn: &Instruction, r: &MemRef) -> Option<Static> {
 /// The values recorded before `insn` (whose program is `prog`), or why its
 /// references cannot be recorded exactly.
 pub fn plan(insn: &Instruction, prog: &InsnProgram) -> Result<Vec<Recorded>, String> {
+    refusal(insn, prog)?;
     let mut out = Vec::new();
-    if prog.refs.iter().any(|r| r.repeat == Repeat::UntilData) {
-        return Err("a repe/repne compare stops on the data: its count is not recorded".into());
-    }
     if prog.refs.iter().any(|r| r.repeat == Repeat::Rcx) {
         out.extend([Recorded::Rcx, Recorded::Flags]);
     }
     for (k, r) in prog.refs.iter().enumerate() {
-        refuse(insn, r)?;
         if static_addr(insn, r).is_none() {
             out.push(Recorded::Addr(k));
         }
@@ -127,7 +124,17 @@ impl Planned {
     }
 }
 
-/// Why the references of `insn` cannot be recorded exactly, if so.
+/// Why the references of `insn` (its program `prog`) cannot be recorded
+/// exactly, if so: checked before any of its values is read, so a walk
+/// refuses it the same way whatever was recorded around it.
+pub fn refusal(insn: &Instruction, prog: &InsnProgram) -> Result<(), String> {
+    if prog.refs.iter().any(|r| r.repeat == Repeat::UntilData) {
+        return Err("a repe/repne compare stops on the data: its count is not recorded".into());
+    }
+    prog.refs.iter().try_for_each(|r| refuse(insn, r))
+}
+
+/// Why reference `r` of `insn` cannot be recorded exactly, if so.
 pub fn refuse(insn: &Instruction, r: &MemRef) -> Result<(), String> {
     let why = if r.addr.seg == Seg::Gs {
         "a gs: reference (the runtime owns gs)"

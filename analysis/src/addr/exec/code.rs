@@ -352,15 +352,9 @@ impl BlockCode {
         before: RegSet,
     ) -> InsnCode {
         let refs0 = self.refs.len() as u32;
-        let mut fail = None;
-        if prog.refs.iter().any(|r| r.repeat == Repeat::UntilData) {
-            fail = Some("a repe/repne compare stops on the data: its count is not recorded".into());
-        }
+        let fail = full::refusal(insn, prog).err();
         let (mut statik, mut recorded) = (0, 0);
         for r in &prog.refs {
-            if let (None, Err(why)) = (&fail, full::refuse(insn, r)) {
-                fail = Some(why);
-            }
             statik += u32::from(full::static_addr(insn, r).is_some());
             let how = match Sum::of(insn, &r.addr, *k) {
                 Some(s) => How::Known(s),
@@ -646,6 +640,10 @@ impl Exec {
         addrs: &mut Vec<u64>,
     ) -> Result<Option<(u64, u64)>, String> {
         let c = &code.insns[k];
+        // Before any value is read: the rewriter recorded none for it.
+        if let Some(why) = c.fail {
+            return Err(code.fails[why as usize].clone());
+        }
         if c.anchor {
             self.regs[Gpr::RSP.index()] = Some(take(Recorded::Rsp)?);
         }
@@ -654,9 +652,6 @@ impl Exec {
             let g = Gpr(before.trailing_zeros() as u8);
             self.regs[g.index()] = Some(take(Recorded::Reg(g))?);
             before &= before - 1;
-        }
-        if let Some(why) = c.fail {
-            return Err(code.fails[why as usize].clone());
         }
         let rep = match c.rep {
             true => Some((take(Recorded::Rcx)?, take(Recorded::Flags)?)),
