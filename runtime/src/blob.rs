@@ -120,6 +120,7 @@ const SYS_MUNMAP: u32 = 11;
 const SYS_READLINK: u32 = 89;
 const SYS_GETPPID: u32 = 110;
 const SYS_RT_SIGPROCMASK: u32 = 14;
+const SYS_RT_SIGRETURN: u32 = 15;
 const SYS_PWRITE64: u32 = 18;
 const SYS_GETPID: u32 = 39;
 const SYS_EXIT_GROUP: u32 = 231;
@@ -203,6 +204,12 @@ const D_PRETLS: u64 = 56;
 /// for a [`FAULT_SIGNALS`] signal while the kernel holds `fault` in its
 /// place. Zeros: `SIG_DFL` as exec leaves it.
 const D_DISP_LOCK: u64 = 64;
+/// glibc's signal restorer (`__restore_rt`), the pretcode the kernel put
+/// in the last traced handler's frame before `signal_entry` replaced it
+/// with `sigreturn` (every glibc handler has the same one): `sigreturn`
+/// gives it to `map_caller`, which recognises a rip there. In the
+/// executable's blob.
+const D_RESTORER: u64 = 72;
 /// Offsets (from the blob start, as `D_WIN_LO`) of the range of the
 /// module's added segments (the runtime, the copies, their data), written
 /// by the rewriter; the program's view of its maps leaves their lines out
@@ -294,6 +301,14 @@ struct Labels {
     fault: CodeLabel,
     fault_restorer: CodeLabel,
     restorer: CodeLabel,
+    /// `sigreturn`, the restorer a traced handler returns through; the end
+    /// of its prologue, where it has blocked signals; `sigret_record`.
+    sigreturn: CodeLabel,
+    sigret_blocked: CodeLabel,
+    sigret_record: CodeLabel,
+    /// A full signal set (8 bytes of ones).
+    all_ones: CodeLabel,
+    d_restorer: CodeLabel,
     regmap: CodeLabel,
     s_shm: CodeLabel,
     s_out: CodeLabel,
@@ -519,6 +534,11 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         fault: a.create_label(),
         fault_restorer: a.create_label(),
         restorer: a.create_label(),
+        sigreturn: a.create_label(),
+        sigret_blocked: a.create_label(),
+        sigret_record: a.create_label(),
+        all_ones: a.create_label(),
+        d_restorer: a.create_label(),
         regmap: a.create_label(),
         s_shm: a.create_label(),
         s_out: a.create_label(),
@@ -587,6 +607,9 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     }));
     emit_map_caller(&mut a, &mut l)?;
     emit_fault(&mut a, &mut l)?;
+    emit_sigreturn(&mut a, &mut l)?;
+    a.set_label(&mut l.all_ones)?;
+    a.dq(&[u64::MAX])?;
     // glibc's __restore_rt: `mov rax, 15` + first byte of `syscall`.
     a.set_label(&mut l.restorer)?;
     a.db(&[0x48, 0xC7, 0xC0, 0x0F, 0x00, 0x00, 0x00, 0x0F])?;
@@ -651,7 +674,9 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     a.set_label(&mut l.d_pretls)?;
     a.db(&[0u8; 8])?;
     a.set_label(&mut l.d_disp_lock)?;
-    a.db(&[0u8; (D_ADDED - D_DISP_LOCK) as usize])?;
+    a.db(&[0u8; (D_RESTORER - D_DISP_LOCK) as usize])?;
+    a.set_label(&mut l.d_restorer)?;
+    a.db(&[0u8; (D_ADDED - D_RESTORER) as usize])?;
     a.set_label(&mut l.d_added)?;
     a.db(&[0u8; (D_VIEWS - D_ADDED) as usize])?;
     a.set_label(&mut l.d_views)?;
@@ -672,6 +697,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     debug_assert_eq!(res.label_ip(&l.d_tag)?, data_offset + D_TAG);
     debug_assert_eq!(res.label_ip(&l.d_pretls)?, data_offset + D_PRETLS);
     debug_assert_eq!(res.label_ip(&l.d_disp_lock)?, data_offset + D_DISP_LOCK);
+    debug_assert_eq!(res.label_ip(&l.d_restorer)?, data_offset + D_RESTORER);
     debug_assert_eq!(res.label_ip(&l.d_added)?, data_offset + D_ADDED);
     debug_assert_eq!(res.label_ip(&l.d_views)?, data_offset + D_VIEWS);
     debug_assert_eq!(res.label_ip(&l.d_native_brk)?, data_offset + D_NATIVE_BRK);
@@ -690,6 +716,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         ("signal_entry", res.label_ip(&l.signal_entry)?),
         ("restorer_bytes", res.label_ip(&l.restorer)?),
         ("fault", res.label_ip(&l.fault)?),
+        ("sigreturn", res.label_ip(&l.sigreturn)?),
         ("maps_opened_fd", res.label_ip(&l.view.opened_fd)?),
         ("maps_opened_file", res.label_ip(&l.view.opened_file)?),
         ("maps_read", res.label_ip(&l.view.read)?),
@@ -1921,6 +1948,7 @@ fn emit_map_caller(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
     let mut done = a.create_label();
     let mut outer = a.create_label();
     a.set_label(&mut l.map_caller)?;
+    in_sigreturn_prologue(a, l)?;
     // A signal in glibc's restorer (`mov rax, 15` at +0, `syscall` at +7:
     // signal_entry's pretcode, [rsp+152] there, the restorer every glibc
     // handler returns through) came after an earlier handler had returned
@@ -1929,9 +1957,18 @@ fn emit_map_caller(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
     // the restorer's rsp) instead of an untraced rip that regen cannot
     // tell from other untraced code (docs/regen.md section 3a); as often
     // as restorers interrupted restorers.
+    // The same for the executable's `fault_restorer` (glibc's bytes),
+    // where a handler's context is sent when `sigreturn` is interrupted
+    // before it blocked signals (below).
     let mut restored = a.create_label();
     let mut not_restorer = a.create_label();
     a.mov(rax, qword_ptr(rsp + 152 + 8))?;
+    a.cmp(r14, rax)?;
+    a.je(restored)?;
+    a.add(rax, 7)?;
+    a.cmp(r14, rax)?;
+    a.je(restored)?;
+    runtime_addr(a, l, l.fault_restorer, rax)?;
     a.cmp(r14, rax)?;
     a.je(restored)?;
     a.add(rax, 7)?;
@@ -2180,10 +2217,117 @@ fn emit_signal_entry(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedEr
     // interrupted returns; xfers the thread's
     // transfer count (no transfer completes inside this stub).
     write_signal_record(a, RecordKind::Signal)?;
+    // The handler returns through the executable's `sigreturn`, which
+    // says where the thread resumes (the handler may move the rip); the
+    // pretcode it replaces, glibc's restorer, is kept for `map_caller`.
+    a.mov(rax, qword_ptr(rsp + 152))?;
+    runtime_addr(a, l, l.d_restorer, rcx)?;
+    a.mov(qword_ptr(rcx), rax)?;
+    runtime_addr(a, l, l.sigreturn, rcx)?;
+    a.mov(qword_ptr(rsp + 152), rcx)?;
     // SIGNAL written: a second signal from here on is reported in the
     // stub, before the handler's ENTER.
     leave_blocked(a, &mut l.windows, Depths::default(), Caller::Placed)?;
     emit_fixup(a, l)
+}
+
+/// `dst` = the address of `label` in the executable's blob (the slot's
+/// `RUNTIME`): every blob is the same code. Clobbers rdx.
+fn runtime_addr(
+    a: &mut CodeAssembler,
+    l: &Labels,
+    label: CodeLabel,
+    dst: AsmRegister64,
+) -> Result<(), IcedError> {
+    a.lea(dst, ptr(label))?;
+    a.lea(rdx, ptr(l.init))?;
+    a.sub(dst, rdx)?;
+    a.add(dst, qword_ptr(S_RUNTIME).gs())
+}
+
+/// `sigreturn`: the return address (pretcode) `signal_entry` gives a
+/// traced handler, in place of glibc's restorer; the executable's for
+/// every module. At its entry rsp points at the kernel's ucontext, as at
+/// glibc's restorer, and every register is dead (`rt_sigreturn` restores
+/// the context). It blocks every signal (the context's own mask comes
+/// back with `rt_sigreturn`), writes SIGRETURN with the context's rip
+/// mapped as `signal_entry` maps it (`sigret_record`), checks the buffer
+/// and calls `rt_sigreturn`. A signal before its mask is blocked (up to
+/// `sigret_blocked`) is handled by `map_caller` (`in_sigreturn_prologue`).
+/// Its unwind entry (`docs/runtime.md` section 5, the rewriter's
+/// `unwind::sigreturn_fde`) starts one byte before it, at a `nop`, since
+/// an unwinder looks up a return address minus one.
+fn emit_sigreturn(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
+    let mut room = a.create_label();
+    a.nop()?;
+    a.set_label(&mut l.sigreturn)?;
+    a.mov(eax, SYS_RT_SIGPROCMASK)?;
+    a.xor(edi, edi)?; // SIG_BLOCK
+    a.lea(rsi, ptr(l.all_ones))?;
+    a.xor(edx, edx)?;
+    a.mov(r10d, 8u32)?;
+    a.syscall()?;
+    a.set_label(&mut l.sigret_blocked)?;
+    a.lea(r13, ptr(rsp + 40))?;
+    a.call(l.sigret_record)?;
+    a.mov(rax, qword_ptr(S_POS).gs())?;
+    a.cmp(rax, qword_ptr(S_LIMIT).gs())?;
+    a.jb(room)?;
+    a.call(l.flush)?;
+    a.set_label(&mut room)?;
+    a.mov(eax, SYS_RT_SIGRETURN)?;
+    a.syscall()?;
+    // `sigret_record`, signals blocked: r13 = the gregs of a context a
+    // handler returns to. Maps its rip with `map_caller`, whose frame
+    // check wants glibc's restorer where `signal_entry` has its pretcode,
+    // and writes SIGRETURN(rip). Clobbers every register but r12.
+    a.set_label(&mut l.sigret_record)?;
+    a.sub(rsp, 168)?;
+    runtime_addr(a, l, l.d_restorer, rax)?;
+    a.mov(rax, qword_ptr(rax))?;
+    a.mov(qword_ptr(rsp + 152), rax)?;
+    a.mov(r14, qword_ptr(r13 + 16 * 8))?;
+    a.call(l.map_caller)?;
+    let kind = RecordKind::SigReturn;
+    a.mov(eax, kind.encoded_len() as u32)?;
+    a.xadd(qword_ptr(S_POS).gs(), rax)?;
+    a.mov(
+        word_ptr(rax),
+        ESCAPE as u32 | (KIND_PENDING as u32 | kind as u32) << 8,
+    )?;
+    a.mov(qword_ptr(rax + 2), r14)?;
+    a.mov(byte_ptr(rax + 1), kind as u32)?;
+    a.add(rsp, 168)?;
+    a.ret()
+}
+
+/// In `map_caller`: a rip in the executable's `sigreturn` before it
+/// blocked signals belongs to a handler that has returned. Its context
+/// (the ucontext at `sigreturn`'s rsp) is where the thread is: its
+/// SIGRETURN is written now (`sigret_record`), the interrupted
+/// `sigreturn` is sent to `fault_restorer` (a bare `rt_sigreturn`, so it
+/// writes nothing more), and that context is mapped instead.
+fn in_sigreturn_prologue(a: &mut CodeAssembler, l: &Labels) -> Result<(), IcedError> {
+    let mut not_in = a.create_label();
+    runtime_addr(a, l, l.sigreturn, rax)?;
+    a.cmp(r14, rax)?;
+    a.jb(not_in)?;
+    runtime_addr(a, l, l.sigret_blocked, rax)?;
+    a.cmp(r14, rax)?;
+    a.jae(not_in)?;
+    a.push(r13)?;
+    a.mov(rax, qword_ptr(r13 + 15 * 8))?;
+    a.lea(r13, ptr(rax + 40))?;
+    a.call(l.sigret_record)?;
+    a.pop(r13)?;
+    runtime_addr(a, l, l.fault_restorer, rax)?;
+    a.mov(qword_ptr(r13 + 16 * 8), rax)?;
+    a.mov(rax, qword_ptr(r13 + 15 * 8))?;
+    a.lea(r13, ptr(rax + 40))?;
+    a.mov(r14, qword_ptr(r13 + 16 * 8))?;
+    a.jmp(l.map_caller)?;
+    a.set_label(&mut not_in)?;
+    a.zero_bytes()
 }
 
 /// Writes `kind(signo, rip, xfers)` (SIGNAL or FAULT): r12d the signal

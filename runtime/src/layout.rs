@@ -279,6 +279,11 @@ pub enum RecordKind {
     /// `tag << 24 | procedure`, then `u32` the entry's link-time address,
     /// where its copy starts (format 1.6).
     EnterAt = 19,
+    /// A traced signal handler returned (its restorer, the runtime's
+    /// `sigreturn`, runs before `rt_sigreturn`): `u64` the rip the thread
+    /// resumes at, mapped as SIGNAL's (format 1.11). Equal to its
+    /// SIGNAL's rip unless the handler moved the rip.
+    SigReturn = 20,
 }
 
 impl RecordKind {
@@ -304,7 +309,8 @@ impl RecordKind {
             | RecordKind::Setjmp
             | RecordKind::Longjmp
             | RecordKind::Value
-            | RecordKind::EnterAt => 8,
+            | RecordKind::EnterAt
+            | RecordKind::SigReturn => 8,
             RecordKind::Signal | RecordKind::Fault | RecordKind::SetjmpResume => 16,
         }
     }
@@ -330,6 +336,7 @@ impl RecordKind {
             17 => RecordKind::Fault,
             18 => RecordKind::Value,
             19 => RecordKind::EnterAt,
+            20 => RecordKind::SigReturn,
             _ => return None,
         })
     }

@@ -180,6 +180,9 @@ pub(super) struct Suspended {
     /// A fault the trap ending this block raised, where a handler may
     /// resume after it (`EdgeKindDb::Resume`); with the signal.
     pub(super) trap: Option<(Loc, Interrupt)>,
+    /// The SIGNAL record (its rip: where the handler returns unless it
+    /// moves the rip, which SIGRETURN then says).
+    pub(super) sig: Interrupt,
 }
 
 impl<'a> Machine<'a> {
@@ -789,6 +792,7 @@ impl<'a> Machine<'a> {
             tail_inc,
             offset: sig.offset,
             trap,
+            sig: *sig,
         });
         self.cur = None;
         self.consumed(None);
@@ -820,9 +824,56 @@ impl<'a> Machine<'a> {
         Ok(!matches!(item, Item::Signal { .. }))
     }
 
+    /// Since format 1.11 the handler's return writes SIGRETURN(rip) (the
+    /// runtime's restorer): read it, after any signal nested in the
+    /// handler's last blocks (placed first, with the handler's return
+    /// redone after it). `None`: an older trace, or the stream ends (a
+    /// killed thread). A rip other than the SIGNAL's (the handler moved
+    /// it) is refused unless the block ends with a trap that may be
+    /// resumed after (`skipped_trap` decides that case).
+    fn sigreturn(&mut self, sig: Interrupt, trap: bool) -> Step<Option<u64>> {
+        if !self.sigreturns {
+            return Ok(None);
+        }
+        let (item, off, len) = self.stream.peek()?;
+        let rip = match item {
+            Item::SigReturn(rip) => rip,
+            Item::End => return Ok(None),
+            _ => {
+                self.stream.advance(len);
+                return Err(match Self::signal(item, off, Retry::Untraced) {
+                    Some(f) => f,
+                    None => self.unexpected(item, off, None).into(),
+                });
+            }
+        };
+        self.stream.advance(len);
+        self.consumed(None);
+        if rip != sig.rip && !trap {
+            let at = match self.place_rip(sig.rip) {
+                Ok((mi, SigAt::Insn { block, .. }, _)) => {
+                    let l = Loc { module: mi, block };
+                    format!(
+                        "in block {} of procedure {}",
+                        self.block_named(l),
+                        self.proc_name(l)
+                    )
+                }
+                _ => "outside any traced instruction".into(),
+            };
+            return Err(self
+                .sig_error(&sig, format!("the handler returned to {rip:#x} (SIGRETURN at stream offset {off}), not to the interrupted {:#x} {at}: a handler that moves the rip is not followed", sig.rip))
+                .into());
+        }
+        Ok(Some(rip))
+    }
+
     /// The handler of the newest signal returned: puts back the output
     /// kept for the interrupted code and redoes its step.
     pub(super) fn resume(&mut self, sink: &mut Sink) -> Step {
+        if let Some(s) = self.sigs.last() {
+            self.sigreturn(s.sig, s.trap.is_some())?;
+        }
         self.stack.pop();
         let mut s = self.sigs.pop().expect("one suspended state per Sig frame");
         if self.skipped_trap(&s)? {
