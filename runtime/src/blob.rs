@@ -717,6 +717,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         ("restorer_bytes", res.label_ip(&l.restorer)?),
         ("fault", res.label_ip(&l.fault)?),
         ("sigreturn", res.label_ip(&l.sigreturn)?),
+        ("sigreturn_blocked", res.label_ip(&l.sigret_blocked)?),
         ("maps_opened_fd", res.label_ip(&l.view.opened_fd)?),
         ("maps_opened_file", res.label_ip(&l.view.opened_file)?),
         ("maps_read", res.label_ip(&l.view.read)?),

@@ -599,6 +599,12 @@ pub struct RuntimeAddrs {
     pub signal_entry: u64,
     /// Address of the signal restorer's bytes the stubs compare a handler's return address with.
     pub restorer_bytes: u64,
+    /// Address of `sigreturn`, the restorer a traced handler returns
+    /// through (SIGRETURN, then `rt_sigreturn`; its unwind entry starts a
+    /// byte before it), and of the end of its prologue, up to which its
+    /// rsp is the kernel's ucontext.
+    pub sigreturn: u64,
+    pub sigreturn_blocked: u64,
 }
 
 impl RuntimeAddrs {
@@ -624,6 +630,8 @@ impl RuntimeAddrs {
             maps_read: at("maps_read"),
             signal_entry: at("signal_entry"),
             restorer_bytes: at("restorer_bytes"),
+            sigreturn: at("sigreturn"),
+            sigreturn_blocked: at("sigreturn_blocked"),
         }
     }
 }
