@@ -1,8 +1,9 @@
 /* A SIGSEGV handler that moves the interrupted rip past a faulting load
  * (issue 23: the traced program must compute as the native one; issue 21:
- * its data trace too). `load` is `xor eax, eax; mov (%rdi), %rax; ret`;
- * the handler checks the bytes at REG_RIP are that `mov` and adds its
- * length, 3. Six calls, three on a pointer that faults. Modes:
+ * its data trace too). `load` is `mov $0, %eax; mov (%rdi), %rax; ret`
+ * (the `mov` past the first 5 bytes, which a traced procedure's
+ * springboard overwrites); the handler checks the bytes at REG_RIP are
+ * that `mov` and adds its length, 3. Six calls, three on a pointer that faults. Modes:
  *   skip     the skipped load leaves rax 0: prints the sum of the good ones;
  *   emulate  the handler also sets REG_RAX (100), as if the load read it;
  *   bt       the handler also counts the frames `backtrace()` finds and
@@ -24,7 +25,7 @@ __asm__(".text\n"
         ".type load, @function\n"
         "load:\n"
         ".cfi_startproc\n"
-        "  xor %eax, %eax\n"
+        "  mov $0, %eax\n"
         "  mov (%rdi), %rax\n"
         "  ret\n"
         ".cfi_endproc\n"

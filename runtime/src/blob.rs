@@ -226,6 +226,10 @@ const D_NATIVE_BRK: u64 = 104;
 /// `.dynamic`, written by the rewriter into an executable's blob; 0: none
 /// (`detach`: `init` finds the link map through its `DT_DEBUG`).
 const D_DYNAMIC: u64 = 112;
+/// Offset (from the blob start, as `D_ADDED`) of the module's table of
+/// instruction starts, copy to original and back (the rewriter's
+/// `insnmap`), written by the rewriter; 0: none (`translate`).
+const D_INSNS: u64 = 120;
 const D_DISP: u64 = 128;
 /// The `.eh_frame`s to register and their `struct object`s
 /// (`detach::FRAMES_SIZE` bytes), after the dispositions (`D_DISP + 32 *
@@ -288,6 +292,11 @@ struct Labels {
     d_views: CodeLabel,
     d_native_brk: CodeLabel,
     d_dynamic: CodeLabel,
+    d_insns: CodeLabel,
+    /// `translate` (one blob's table) and `translate_any` (this blob's,
+    /// then the executable's).
+    translate: CodeLabel,
+    translate_any: CodeLabel,
     d_disp: CodeLabel,
     d_frames: CodeLabel,
     /// The program's view of its maps.
@@ -525,6 +534,9 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         d_views: a.create_label(),
         d_native_brk: a.create_label(),
         d_dynamic: a.create_label(),
+        d_insns: a.create_label(),
+        translate: a.create_label(),
+        translate_any: a.create_label(),
         d_disp: a.create_label(),
         d_frames: a.create_label(),
         view: view::Labels::new(&mut a),
@@ -608,6 +620,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     emit_map_caller(&mut a, &mut l)?;
     emit_fault(&mut a, &mut l)?;
     emit_sigreturn(&mut a, &mut l)?;
+    emit_translate(&mut a, &mut l)?;
     a.set_label(&mut l.all_ones)?;
     a.dq(&[u64::MAX])?;
     // glibc's __restore_rt: `mov rax, 15` + first byte of `syscall`.
@@ -684,7 +697,9 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     a.set_label(&mut l.d_native_brk)?;
     a.db(&[0u8; (D_DYNAMIC - D_NATIVE_BRK) as usize])?;
     a.set_label(&mut l.d_dynamic)?;
-    a.db(&[0u8; (D_DISP - D_DYNAMIC) as usize])?;
+    a.db(&[0u8; (D_INSNS - D_DYNAMIC) as usize])?;
+    a.set_label(&mut l.d_insns)?;
+    a.db(&[0u8; (D_DISP - D_INSNS) as usize])?;
     a.set_label(&mut l.d_disp)?;
     a.db(&vec![0u8; (D_FRAMES - D_DISP) as usize])?;
     a.set_label(&mut l.d_frames)?;
@@ -702,6 +717,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     debug_assert_eq!(res.label_ip(&l.d_views)?, data_offset + D_VIEWS);
     debug_assert_eq!(res.label_ip(&l.d_native_brk)?, data_offset + D_NATIVE_BRK);
     debug_assert_eq!(res.label_ip(&l.d_dynamic)?, data_offset + D_DYNAMIC);
+    debug_assert_eq!(res.label_ip(&l.d_insns)?, data_offset + D_INSNS);
     debug_assert_eq!(res.label_ip(&l.d_disp)?, data_offset + D_DISP);
     debug_assert_eq!(res.label_ip(&l.d_frames)?, data_offset + D_FRAMES);
     let symbols = vec![
@@ -731,6 +747,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         ("added_end", data_offset + D_ADDED + 8),
         ("native_brk", data_offset + D_NATIVE_BRK),
         ("dynamic", data_offset + D_DYNAMIC),
+        ("insn_table", data_offset + D_INSNS),
     ];
     debug_assert_eq!(res.label_ip(&l.init)?, 0, "init is the blob's base label");
     let bytes = res.inner.code_buffer;
@@ -2218,6 +2235,17 @@ fn emit_signal_entry(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedEr
     // interrupted returns; xfers the thread's
     // transfer count (no transfer completes inside this stub).
     write_signal_record(a, RecordKind::Signal)?;
+    // The handler sees the native rip: its interrupted rip, when that is
+    // the copy of an instruction, becomes the instruction's original
+    // address (`sigreturn` maps it back).
+    let mut as_is = a.create_label();
+    a.mov(rdi, qword_ptr(rsp + 200 + 16 * 8))?;
+    a.xor(esi, esi)?;
+    a.call(l.translate_any)?;
+    a.test(rax, rax)?;
+    a.jz(as_is)?;
+    a.mov(qword_ptr(rsp + 200 + 16 * 8), rax)?;
+    a.set_label(&mut as_is)?;
     // The handler returns through the executable's `sigreturn`, which
     // says where the thread resumes (the handler may move the rip); the
     // pretcode it replaces, glibc's restorer, is kept for `map_caller`.
@@ -2283,6 +2311,17 @@ fn emit_sigreturn(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError
     // check wants glibc's restorer where `signal_entry` has its pretcode,
     // and writes SIGRETURN(rip). Clobbers every register but r12.
     a.set_label(&mut l.sigret_record)?;
+    // An original instruction's address (`signal_entry` showed the
+    // handler one; the handler may have moved it to another) goes back to
+    // its copy.
+    let mut as_is = a.create_label();
+    a.mov(rdi, qword_ptr(r13 + 16 * 8))?;
+    a.mov(esi, 1u32)?;
+    a.call(l.translate_any)?;
+    a.test(rax, rax)?;
+    a.jz(as_is)?;
+    a.mov(qword_ptr(r13 + 16 * 8), rax)?;
+    a.set_label(&mut as_is)?;
     a.sub(rsp, 168)?;
     runtime_addr(a, l, l.d_restorer, rax)?;
     a.mov(rax, qword_ptr(rax))?;
@@ -2299,6 +2338,110 @@ fn emit_sigreturn(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError
     a.mov(qword_ptr(rax + 2), r14)?;
     a.mov(byte_ptr(rax + 1), kind as u32)?;
     a.add(rsp, 168)?;
+    a.ret()
+}
+
+/// `translate_any(rdi = address, esi = 0: copy to original, 1: original
+/// to copy)`: rax = the instruction's address on the other side, by this
+/// blob's table, else the executable's (the slot's `RUNTIME`); 0 when
+/// neither has the address as an instruction start (instrumentation,
+/// untraced code, a library's code when the handler is another module's).
+/// `translate` does one blob's (rbx): a linear scan of the rows whose
+/// span holds the address, then of their entries (the rewriter's
+/// `insnmap` has the layout). Both clobber rcx, rdx, r8-r11.
+fn emit_translate(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
+    let mut out = a.create_label();
+    a.set_label(&mut l.translate_any)?;
+    a.push(rbx)?;
+    a.lea(rbx, ptr(l.init))?;
+    a.call(l.translate)?;
+    a.test(rax, rax)?;
+    a.jnz(out)?;
+    a.mov(rbx, qword_ptr(S_RUNTIME).gs())?;
+    a.call(l.translate)?;
+    a.set_label(&mut out)?;
+    a.pop(rbx)?;
+    a.ret()?;
+
+    let (mut row, mut copy_key, mut have_key, mut entry) = (
+        a.create_label(),
+        a.create_label(),
+        a.create_label(),
+        a.create_label(),
+    );
+    let (mut by_copy, mut next_entry, mut next_row, mut none, mut done) = (
+        a.create_label(),
+        a.create_label(),
+        a.create_label(),
+        a.create_label(),
+        a.create_label(),
+    );
+    a.set_label(&mut l.translate)?;
+    a.push(rbp)?;
+    a.push(r15)?;
+    a.lea(rdx, ptr(l.d_insns))?;
+    a.lea(rcx, ptr(l.init))?;
+    a.sub(rdx, rcx)?;
+    a.mov(r8, qword_ptr(rbx + rdx))?;
+    a.test(r8, r8)?;
+    a.jz(none)?;
+    a.add(r8, rbx)?; // the table
+    a.mov(ecx, dword_ptr(r8))?; // rows
+    a.lea(r9, ptr(r8 + 4))?;
+    a.mov(eax, ecx)?;
+    a.shl(rax, 4)?;
+    a.lea(r10, ptr(r9 + rax))?; // the entries
+    a.set_label(&mut row)?;
+    a.test(ecx, ecx)?;
+    a.jz(none)?;
+    a.mov(eax, dword_ptr(r9))?;
+    a.add(rax, rbx)?; // the row's copy start
+    a.movsxd(rdx, dword_ptr(r9 + 4))?;
+    a.add(rdx, rbx)?; // its original start
+    a.mov(r11, rdi)?;
+    a.test(esi, esi)?;
+    a.jz(copy_key)?;
+    a.sub(r11, rdx)?;
+    a.jmp(have_key)?;
+    a.set_label(&mut copy_key)?;
+    a.sub(r11, rax)?;
+    a.set_label(&mut have_key)?;
+    a.cmp(r11, 0xFFFF)?;
+    a.ja(next_row)?;
+    a.mov(ebp, dword_ptr(r9 + 8))?;
+    a.mov(r15d, dword_ptr(r9 + 12))?;
+    a.lea(rbp, ptr(r10 + rbp * 4))?;
+    a.set_label(&mut entry)?;
+    a.test(r15d, r15d)?;
+    a.jz(next_row)?;
+    a.test(esi, esi)?;
+    a.jz(by_copy)?;
+    a.movzx(r8d, word_ptr(rbp))?;
+    a.cmp(r8, r11)?;
+    a.jne(next_entry)?;
+    a.movzx(r8d, word_ptr(rbp + 2))?;
+    a.add(rax, r8)?;
+    a.jmp(done)?;
+    a.set_label(&mut by_copy)?;
+    a.movzx(r8d, word_ptr(rbp + 2))?;
+    a.cmp(r8, r11)?;
+    a.jne(next_entry)?;
+    a.movzx(r8d, word_ptr(rbp))?;
+    a.lea(rax, ptr(rdx + r8))?;
+    a.jmp(done)?;
+    a.set_label(&mut next_entry)?;
+    a.add(rbp, 4)?;
+    a.dec(r15d)?;
+    a.jmp(entry)?;
+    a.set_label(&mut next_row)?;
+    a.add(r9, 16)?;
+    a.dec(ecx)?;
+    a.jmp(row)?;
+    a.set_label(&mut none)?;
+    a.xor(eax, eax)?;
+    a.set_label(&mut done)?;
+    a.pop(r15)?;
+    a.pop(rbp)?;
     a.ret()
 }
 

@@ -601,9 +601,10 @@ pub struct RuntimeAddrs {
     pub restorer_bytes: u64,
     /// Address of `sigreturn`, the restorer a traced handler returns
     /// through (SIGRETURN, then `rt_sigreturn`; its unwind entry starts a
-    /// byte before it), and of the end of its prologue, up to which its
-    /// rsp is the kernel's ucontext.
+    /// byte before it).
     pub sigreturn: u64,
+    /// The end of `sigreturn`'s prologue, up to which its rsp is the
+    /// kernel's ucontext.
     pub sigreturn_blocked: u64,
 }
 

@@ -828,10 +828,8 @@ impl<'a> Machine<'a> {
     /// runtime's restorer): read it, after any signal nested in the
     /// handler's last blocks (placed first, with the handler's return
     /// redone after it). `None`: an older trace, or the stream ends (a
-    /// killed thread). A rip other than the SIGNAL's (the handler moved
-    /// it) is refused unless the block ends with a trap that may be
-    /// resumed after (`skipped_trap` decides that case).
-    fn sigreturn(&mut self, sig: Interrupt, trap: bool) -> Step<Option<u64>> {
+    /// killed thread).
+    fn sigreturn(&mut self) -> Step<Option<u64>> {
         if !self.sigreturns {
             return Ok(None);
         }
@@ -849,33 +847,98 @@ impl<'a> Machine<'a> {
         };
         self.stream.advance(len);
         self.consumed(None);
-        if rip != sig.rip && !trap {
-            let at = match self.place_rip(sig.rip) {
-                Ok((mi, SigAt::Insn { block, .. }, _)) => {
-                    let l = Loc { module: mi, block };
-                    format!(
-                        "in block {} of procedure {}",
-                        self.block_named(l),
-                        self.proc_name(l)
-                    )
-                }
-                _ => "outside any traced instruction".into(),
-            };
-            return Err(self
-                .sig_error(&sig, format!("the handler returned to {rip:#x} (SIGRETURN at stream offset {off}), not to the interrupted {:#x} {at}: a handler that moves the rip is not followed", sig.rip))
-                .into());
-        }
         Ok(Some(rip))
+    }
+
+    /// The handler of `s` returned to `rip`, not to where its signal
+    /// interrupted the thread: the thread goes on from `rip`, the copy of
+    /// an instruction of the interrupted procedure (the runtime maps the
+    /// original address a handler sets to it). Later in the block the
+    /// signal cut (a faulting instruction skipped), the kept output
+    /// loses the instructions passed over and the step is redone as it
+    /// was; elsewhere in that procedure, when the step redone is the
+    /// procedure's own (no call or return kept), the kept output is
+    /// dropped and the thread leaves `rip`'s block from there (a trap's
+    /// `Resume` edge, whose witness the jump passes over). Anything else
+    /// is refused, naming both addresses.
+    fn moved(&self, sink: &mut Sink, s: &mut Suspended, rip: u64) -> Result<()> {
+        let to = match self.place_rip(rip) {
+            Ok((mi, SigAt::Insn { block, insn }, false)) => Some((Loc { module: mi, block }, insn)),
+            _ => None,
+        };
+        let cut = match s.trail.first() {
+            Some(&Mark::Block { loc, first, .. }) => Some((loc, first)),
+            _ => None,
+        };
+        let proc_of = |l: Loc| (l.module, self.module(l).blocks[l.block].proc);
+        let own = |l: Loc| {
+            s.retry.block().is_some_and(|r| proc_of(r) == proc_of(l))
+                && s.trail.iter().all(|m| match *m {
+                    Mark::Block { loc, .. } => proc_of(loc) == proc_of(l),
+                    _ => false,
+                })
+        };
+        match (to, cut) {
+            (Some((l, k)), Some((c, first))) if l == c && k >= first => {
+                if sink.counts.is_none() {
+                    let mut skipped = Vec::new();
+                    self.module(l).part(l.block, first, k, &mut skipped);
+                    s.tail.drain(..skipped.len());
+                }
+                if let Some(Mark::Block { first, min, .. }) = s.trail.first_mut() {
+                    *first = k;
+                    *min = k;
+                }
+            }
+            (Some((l, k)), Some((c, _))) if proc_of(l) == proc_of(c) && own(c) => {
+                s.tail.clear();
+                match sink.counts.as_mut() {
+                    // (Counted whole, as a block cut by a signal is.)
+                    Some(n) => n.add(l.module, self.block(l).ninsns, 1),
+                    None => self
+                        .module(l)
+                        .part(l.block, k, self.block(l).ninsns, &mut s.tail),
+                }
+                s.trail = vec![Mark::Block {
+                    loc: l,
+                    first: k,
+                    min: k,
+                    cnt: s.at_cut,
+                }];
+                s.counted.clear();
+                s.retry = Retry::Leave(l);
+                s.tail_inc = 0;
+            }
+            _ => {
+                let at = match cut {
+                    Some((c, _)) => format!(
+                        "in block {} of procedure {}",
+                        self.block_named(c),
+                        self.proc_name(c)
+                    ),
+                    None => "outside any traced instruction".into(),
+                };
+                return Err(self.sig_error(&s.sig, format!("the handler returned to {rip:#x}, not to the interrupted {:#x} {at}, and the trace cannot follow it there (no instruction of that procedure the thread could go on from)", s.sig.rip)));
+            }
+        }
+        s.trap = None;
+        Ok(())
     }
 
     /// The handler of the newest signal returned: puts back the output
     /// kept for the interrupted code and redoes its step.
     pub(super) fn resume(&mut self, sink: &mut Sink) -> Step {
-        if let Some(s) = self.sigs.last() {
-            self.sigreturn(s.sig, s.trap.is_some())?;
-        }
+        let back = self.sigreturn()?;
         self.stack.pop();
         let mut s = self.sigs.pop().expect("one suspended state per Sig frame");
+        match back {
+            // Where the handler returned says it (a trap skipped or not
+            // included: its `Resume` edge's witness is not written when
+            // the handler moved the rip past it).
+            Some(rip) if rip != s.sig.rip => self.moved(sink, &mut s, rip)?,
+            Some(_) => s.trap = None,
+            None => {}
+        }
         if self.skipped_trap(&s)? {
             // Nothing of the block runs again: its resume edge is next.
             s.tail.clear();
