@@ -419,3 +419,44 @@ fn the_program_sees_its_own_dispositions() {
         "{said}"
     );
 }
+
+/// A SIGSEGV handler that skips a faulting load by its length
+/// (`traces/skip_fault.c`, -O2 non-PIE and -O0 static): the recorded
+/// program prints what the native one prints (the handler sees the native
+/// rip, `load+5`, and `backtrace()` finds the native frames through the
+/// runtime's `sigreturn`, whose FDE is the signal frame's), and the
+/// control trace is never listed wrong: the `ret` after the load has the
+/// transfer count's increment before its copy, which the runtime's table
+/// does not list, so regen refuses it, naming the handler's return
+/// (before format 1.10 it listed the load twice per fault, silently).
+#[test]
+fn a_handler_that_skips_a_faulting_load() {
+    for v in [
+        Variant::new(Opt::O2, Link::NoPie, false),
+        Variant::new(Opt::O0, Link::Static, false),
+    ] {
+        let exe = build("skip_fault.c", v);
+        for mode in ["skip", "emulate", "bt"] {
+            let native = common::build::run_native(&exe, &[mode]);
+            let (_, trace, out) = record_run(&exe, &[mode], &[], Knobs::DEFAULT);
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&native.stdout),
+                "{} {mode}: output",
+                exe.display()
+            );
+            let rg = Command::new(common::aetrace())
+                .args(["regen", "--format", "insn", "-o", "/dev/null"])
+                .arg(&trace)
+                .output()
+                .unwrap();
+            let _ = std::fs::remove_file(&trace);
+            let err = String::from_utf8_lossy(&rg.stderr);
+            assert!(
+                !rg.status.success() && err.contains("the handler returned to"),
+                "{} {mode}: regen must refuse: {err}",
+                exe.display()
+            );
+        }
+    }
+}

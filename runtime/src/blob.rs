@@ -2238,10 +2238,15 @@ fn emit_signal_entry(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedEr
     // The handler sees the native rip: its interrupted rip, when that is
     // the copy of an instruction, becomes the instruction's original
     // address (`sigreturn` maps it back).
+    // The copy's rip and the original shown (0: none) are kept in the
+    // frame's `uc_mcontext.__reserved1` (the kernel neither reads nor
+    // writes it) for `sigret_record`.
     let mut as_is = a.create_label();
     a.mov(rdi, qword_ptr(rsp + 200 + 16 * 8))?;
+    a.mov(qword_ptr(rsp + 200 + KEPT_COPY), rdi)?;
     a.xor(esi, esi)?;
     a.call(l.translate_any)?;
+    a.mov(qword_ptr(rsp + 200 + KEPT_ORIG), rax)?;
     a.test(rax, rax)?;
     a.jz(as_is)?;
     a.mov(qword_ptr(rsp + 200 + 16 * 8), rax)?;
@@ -2259,6 +2264,12 @@ fn emit_signal_entry(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedEr
     leave_blocked(a, &mut l.windows, Depths::default(), Caller::Placed)?;
     emit_fixup(a, l)
 }
+
+/// Where `signal_entry` keeps, from a frame's gregs, the copy's rip it
+/// interrupted and the original address it showed the handler (0: none):
+/// `uc_mcontext.__reserved1[0..2]`, after the gregs and the fpregs pointer.
+const KEPT_COPY: i32 = 192;
+const KEPT_ORIG: i32 = 200;
 
 /// `dst` = the address of `label` in the executable's blob (the slot's
 /// `RUNTIME`): every blob is the same code. Clobbers rdx.
@@ -2314,12 +2325,27 @@ fn emit_sigreturn(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError
     // An original instruction's address (`signal_entry` showed the
     // handler one; the handler may have moved it to another) goes back to
     // its copy.
-    let mut as_is = a.create_label();
+    // The rip shown unchanged: the copy's, as it was. Moved to no listed
+    // instruction: the copy's moved as far (as before 1.10; regen then
+    // refuses the trace unless a trap's `Resume` edge explains it).
+    let (mut as_is, mut moved, mut store) = (a.create_label(), a.create_label(), a.create_label());
     a.mov(rdi, qword_ptr(r13 + 16 * 8))?;
+    a.mov(rax, qword_ptr(r13 + KEPT_ORIG))?;
+    a.test(rax, rax)?;
+    a.jz(as_is)?;
+    a.cmp(rdi, rax)?;
+    a.jne(moved)?;
+    a.mov(rax, qword_ptr(r13 + KEPT_COPY))?;
+    a.jmp(store)?;
+    a.set_label(&mut moved)?;
     a.mov(esi, 1u32)?;
     a.call(l.translate_any)?;
     a.test(rax, rax)?;
-    a.jz(as_is)?;
+    a.jnz(store)?;
+    a.mov(rax, qword_ptr(r13 + 16 * 8))?;
+    a.sub(rax, qword_ptr(r13 + KEPT_ORIG))?;
+    a.add(rax, qword_ptr(r13 + KEPT_COPY))?;
+    a.set_label(&mut store)?;
     a.mov(qword_ptr(r13 + 16 * 8), rax)?;
     a.set_label(&mut as_is)?;
     a.sub(rsp, 168)?;

@@ -935,7 +935,14 @@ impl<'a> Machine<'a> {
             // Where the handler returned says it (a trap skipped or not
             // included: its `Resume` edge's witness is not written when
             // the handler moved the rip past it).
-            Some(rip) if rip != s.sig.rip => self.moved(sink, &mut s, rip)?,
+            // (A trap's handler moving the rip to no listed instruction:
+            // the `Resume` edge's witness tells, as before 1.10.)
+            Some(rip) if rip != s.sig.rip => {
+                let exact = matches!(self.place_rip(rip), Ok((_, SigAt::Insn { .. }, false)));
+                if s.trap.is_none() || exact {
+                    self.moved(sink, &mut s, rip)?;
+                }
+            }
             Some(_) => s.trap = None,
             None => {}
         }
