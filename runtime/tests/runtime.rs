@@ -1327,6 +1327,9 @@ fn trap_handler_bytes(rip: u64, xfers: u32) -> Vec<u8> {
     v.extend(xfers.to_le_bytes());
     v.extend(enter_record(HANDLER_PROC));
     v.extend(HANDLER_BLOCK);
+    // The runtime's `sigreturn`: where the thread resumes.
+    v.extend([0xFF, 20]);
+    v.extend(rip.to_le_bytes());
     v
 }
 
