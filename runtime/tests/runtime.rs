@@ -429,8 +429,15 @@ fn signal_case(main_site: Site) -> u64 {
                 HANDLER_BLOCK,
                 "byte {i}: handler block {k} not whole"
             );
+            // The handler's return: SIGRETURN with the SIGNAL's rip.
+            assert_eq!(got[i + 28..i + 30], [0xFF, 20], "byte {i}: SIGRETURN");
+            assert_eq!(
+                got[i + 30..i + 38],
+                got[i + 6..i + 14],
+                "byte {i}: SIGRETURN's rip"
+            );
             k += 1;
-            i += 28;
+            i += 38;
         } else {
             assert!(entered, "byte {i}: main witness before main's ENTER");
             assert!(
@@ -1729,6 +1736,11 @@ fn signal_inside_flush(library: bool) {
         );
         signals.push((signo, rip));
         rest = &rest[18 + group.len()..];
+        // The handler's return: SIGRETURN with the same rip.
+        let mut back = vec![0xFF, 20];
+        back.extend(rip.to_le_bytes());
+        assert!(rest.starts_with(&back), "SIGRETURN after SIGNAL {signo}");
+        rest = &rest[back.len()..];
     }
     assert_eq!(rest, [0x66], "the stream after the call differs");
     let trap = libc::SIGTRAP as u32;
