@@ -1882,16 +1882,28 @@ fn probe_signals(mut rest: &[u8]) -> (Vec<(u32, u64)>, &[u8]) {
     let mut signals = Vec::new();
     let enter = enter_record(HANDLER_PROC);
     // SIGNAL(signo, rip, transfer count), then the handler's ENTER.
+    // Each handler's return writes SIGRETURN (the runtime's `sigreturn`),
+    // after any handler nested in it: one per SIGNAL.
     let n = RecordKind::Signal.encoded_len() as usize;
-    while rest.len() >= n + enter.len()
-        && rest[..2] == [0xFF, RecordKind::Signal as u8]
-        && rest[n..n + enter.len()] == enter[..]
-    {
-        let signo = u32::from_le_bytes(rest[2..6].try_into().unwrap());
-        let rip = u64::from_le_bytes(rest[6..14].try_into().unwrap());
-        signals.push((signo, rip));
-        rest = &rest[n + enter.len()..];
+    let back = RecordKind::SigReturn.encoded_len() as usize;
+    let mut returns = 0;
+    loop {
+        if rest.len() >= back && rest[..2] == [0xFF, RecordKind::SigReturn as u8] {
+            returns += 1;
+            rest = &rest[back..];
+        } else if rest.len() >= n + enter.len()
+            && rest[..2] == [0xFF, RecordKind::Signal as u8]
+            && rest[n..n + enter.len()] == enter[..]
+        {
+            let signo = u32::from_le_bytes(rest[2..6].try_into().unwrap());
+            let rip = u64::from_le_bytes(rest[6..14].try_into().unwrap());
+            signals.push((signo, rip));
+            rest = &rest[n + enter.len()..];
+        } else {
+            break;
+        }
     }
+    assert_eq!(returns, signals.len(), "one SIGRETURN per handler");
     (signals, rest)
 }
 
