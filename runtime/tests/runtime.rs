@@ -2184,6 +2184,9 @@ fn a_signal_inside_signal_entry_is_reported_where_the_first_one_struck() {
         if rest.starts_with(&enter) {
             enters += 1;
             rest = &rest[6..];
+        } else if rest.starts_with(&[0xFF, RecordKind::SigReturn as u8]) {
+            // A handler's return (the runtime's `sigreturn`).
+            rest = &rest[RecordKind::SigReturn.encoded_len() as usize..];
         } else {
             assert!(rest.len() >= n && rest[..2] == [0xFF, kind], "{rest:x?}");
             let signo = u32::from_le_bytes(rest[2..6].try_into().unwrap());
