@@ -428,7 +428,7 @@ fn the_program_sees_its_own_dispositions() {
 /// control trace is never listed wrong: the `ret` after the load has the
 /// transfer count's increment before its copy, which the runtime's table
 /// does not list, so regen refuses it, naming the handler's return
-/// (before format 1.10 it listed the load twice per fault, silently).
+/// (before format 1.11 it listed the load twice per fault, silently).
 #[test]
 fn a_handler_that_skips_a_faulting_load() {
     for v in [
