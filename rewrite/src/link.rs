@@ -95,13 +95,7 @@ pub(crate) fn link(
     if let Some(c) = emitted.counted {
         add.segments.extend(c.segments);
     }
-    insn_table(
-        rw,
-        runtime,
-        &emitted.code,
-        emitted.code_vaddr,
-        &mut add.segments,
-    )?;
+    insn_table(rw, runtime, &emitted.code, &mut add.segments)?;
     if rw.detached {
         // No PT_LOAD holds the runtime: its words go into the segment's
         // bytes first.
@@ -140,12 +134,11 @@ fn insn_table(
     rw: &Rewrite<'_>,
     runtime: &Runtime,
     code: &crate::codegen::Copies,
-    code_vaddr: u64,
     segments: &mut Vec<NewSegment>,
 ) -> Result<()> {
     let end = segments.iter().map(|s| s.vaddr + s.mem_size).max();
     let vaddr = end.unwrap_or(runtime.vaddr).next_multiple_of(crate::PAGE);
-    let bytes = crate::insnmap::table(&code.procs, runtime.vaddr, &code.bytes, code_vaddr);
+    let bytes = crate::insnmap::table(&code.procs, runtime.vaddr, rw.data != crate::DataMode::Off);
     let sym = "insn_table";
     let off = runtime
         .blob

@@ -18,6 +18,11 @@
 //!   do writes that depend on the CPU (`rdssp` is a NOP without shadow
 //!   stacks, and libgcc's unwinder relies on it; `tzcnt`/`lzcnt` are
 //!   `bsf`/`bsr` on older CPUs);
+//! - an instruction with a memory operand kills nothing (registers nor
+//!   flags): it may fault, and a handler may skip it (`REG_RIP +=` its
+//!   length, `traces/skip_fault.c`), so the registers it would write keep
+//!   their values natively, and instrumentation before it must not
+//!   clobber them (a VALUE's `lahf; seto al` did, before a load into rax);
 //! - a flag is killed only by an unconditional write (written, cleared, set,
 //!   undefined), never by a shift or rotate whose count may be zero;
 //! - `syscall`, `int`, `sysenter` use everything; an undecodable
@@ -260,13 +265,13 @@ fn plain_effect(f: &mut InstructionInfoFactory, insn: &Instruction) -> Effect {
             OpAccess::Write | OpAccess::CondWrite | OpAccess::None | OpAccess::NoMemAccess => {}
         }
     }
-    if may_be_nop(insn) {
-        kill = RegSet::EMPTY;
-    }
     gen |= RegSet::from_iced_flags(insn.rflags_read());
     writes |= RegSet::from_iced_flags(insn.rflags_modified());
     if !count_may_be_zero(insn) {
         kill |= RegSet::from_iced_flags(insn.rflags_modified());
+    }
+    if may_be_nop(insn) || may_fault(insn) {
+        kill = RegSet::EMPTY;
     }
     // A register both read and written is live before: gen wins.
     Effect { gen, kill, writes }
@@ -281,6 +286,13 @@ fn may_be_nop(insn: &Instruction) -> bool {
         insn.mnemonic(),
         Mnemonic::Rdsspd | Mnemonic::Rdsspq | Mnemonic::Tzcnt | Mnemonic::Lzcnt
     )
+}
+
+/// An explicit memory operand that is accessed (not `lea`'s or a `nop`'s):
+/// a fault a handler may skip.
+fn may_fault(insn: &Instruction) -> bool {
+    !matches!(insn.mnemonic(), Mnemonic::Lea | Mnemonic::Nop)
+        && (0..insn.op_count()).any(|k| insn.op_kind(k) == OpKind::Memory)
 }
 
 /// Shifts and rotates leave the flags alone when the masked count is zero.

@@ -1335,6 +1335,7 @@ mod tests {
                     start: p.start,
                     new_start: p.start + DELTA,
                     new_end: p.end + DELTA,
+                    leads: insn_map.iter().map(|&(_, c)| c).collect(),
                     insn_map,
                     landing: p.landing_pads.iter().map(|&a| (a, a + DELTA)).collect(),
                     sigmap: Vec::new(),

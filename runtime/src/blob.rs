@@ -2326,7 +2326,7 @@ fn emit_sigreturn(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError
     // handler one; the handler may have moved it to another) goes back to
     // its copy.
     // The rip shown unchanged: the copy's, as it was. Moved to no listed
-    // instruction: the copy's moved as far (as before 1.10; regen then
+    // instruction: the copy's moved as far (as before 1.11; regen then
     // refuses the trace unless a trap's `Resume` edge explains it).
     let (mut as_is, mut moved, mut store) = (a.create_label(), a.create_label(), a.create_label());
     a.mov(rdi, qword_ptr(r13 + 16 * 8))?;
@@ -2348,6 +2348,7 @@ fn emit_sigreturn(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError
     a.set_label(&mut store)?;
     a.mov(qword_ptr(r13 + 16 * 8), rax)?;
     a.set_label(&mut as_is)?;
+    sigret_registers(a, l)?;
     a.sub(rsp, 168)?;
     runtime_addr(a, l, l.d_restorer, rax)?;
     a.mov(rax, qword_ptr(rax))?;
@@ -2367,11 +2368,55 @@ fn emit_sigreturn(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError
     a.ret()
 }
 
+/// Bytes before the table's rows: `u32` rows, `u32` flags
+/// ([`TABLE_REGISTERS`]).
+const TABLE_HEAD: i32 = 8;
+/// Table flag: the executable was rewritten with `--data`, so `sigreturn`
+/// writes the context's general registers as VALUEs (the data walk's
+/// known registers take them: a handler may have changed them).
+pub const TABLE_REGISTERS: u32 = 1;
+/// `uc_mcontext.gregs` index of each general register in the data walk's
+/// order (`rax rcx rdx rbx rsp rbp rsi rdi r8`..`r15`).
+const GREGS: [i32; 16] = [13, 14, 12, 11, 15, 10, 9, 8, 0, 1, 2, 3, 4, 5, 6, 7];
+
+/// In `sigret_record` (r13 = the gregs, signals blocked): when the
+/// executable's table says [`TABLE_REGISTERS`], 16 VALUE records, the
+/// context's general registers in [`GREGS`] order, before SIGRETURN.
+/// Clobbers rax, rbx, rcx, rdx, r8.
+fn sigret_registers(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
+    let mut none = a.create_label();
+    a.mov(rbx, qword_ptr(S_RUNTIME).gs())?;
+    a.lea(rdx, ptr(l.d_insns))?;
+    a.lea(rcx, ptr(l.init))?;
+    a.sub(rdx, rcx)?;
+    a.mov(r8, qword_ptr(rbx + rdx))?;
+    a.test(r8, r8)?;
+    a.jz(none)?;
+    a.test(byte_ptr(rbx + r8 + 4), TABLE_REGISTERS as i32)?;
+    a.jz(none)?;
+    let kind = RecordKind::Value;
+    let len = kind.encoded_len() as i32;
+    a.mov(eax, (len * GREGS.len() as i32) as u32)?;
+    a.xadd(qword_ptr(S_POS).gs(), rax)?;
+    for (i, &g) in (0..).zip(&GREGS) {
+        let at = i * len;
+        a.mov(
+            word_ptr(rax + at),
+            ESCAPE as u32 | (KIND_PENDING as u32 | kind as u32) << 8,
+        )?;
+        a.mov(rcx, qword_ptr(r13 + 8 * g))?;
+        a.mov(qword_ptr(rax + at + 2), rcx)?;
+        a.mov(byte_ptr(rax + at + 1), kind as u32)?;
+    }
+    a.set_label(&mut none)
+}
+
 /// `translate_any(rdi = address, esi = 0: copy to original, 1: original
-/// to copy)`: rax = the instruction's address on the other side, by this
-/// blob's table, else the executable's (the slot's `RUNTIME`); 0 when
-/// neither has the address as an instruction start (instrumentation,
-/// untraced code, a library's code when the handler is another module's).
+/// to copy)`: rax = the instruction's address on the other side (an
+/// original's: where its lead starts in the copy), by this blob's table,
+/// else the executable's (the slot's `RUNTIME`); 0 when neither has the
+/// address as an instruction start (instrumentation, untraced code, a
+/// library's code when the handler is another module's).
 /// `translate` does one blob's (rbx): a linear scan of the rows whose
 /// span holds the address, then of their entries (the rewriter's
 /// `insnmap` has the layout). Both clobber rcx, rdx, r8-r11.
@@ -2413,7 +2458,7 @@ fn emit_translate(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError
     a.jz(none)?;
     a.add(r8, rbx)?; // the table
     a.mov(ecx, dword_ptr(r8))?; // rows
-    a.lea(r9, ptr(r8 + 4))?;
+    a.lea(r9, ptr(r8 + TABLE_HEAD))?;
     a.mov(eax, ecx)?;
     a.shl(rax, 4)?;
     a.lea(r10, ptr(r9 + rax))?; // the entries
@@ -2436,7 +2481,8 @@ fn emit_translate(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError
     a.ja(next_row)?;
     a.mov(ebp, dword_ptr(r9 + 8))?;
     a.mov(r15d, dword_ptr(r9 + 12))?;
-    a.lea(rbp, ptr(r10 + rbp * 4))?;
+    a.lea(rbp, ptr(rbp + rbp * 2))?;
+    a.lea(rbp, ptr(r10 + rbp * 2))?; // 6-byte entries
     a.set_label(&mut entry)?;
     a.test(r15d, r15d)?;
     a.jz(next_row)?;
@@ -2447,6 +2493,8 @@ fn emit_translate(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError
     a.jne(next_entry)?;
     a.movzx(r8d, word_ptr(rbp + 2))?;
     a.add(rax, r8)?;
+    a.movzx(r8d, word_ptr(rbp + 4))?;
+    a.sub(rax, r8)?; // its lead
     a.jmp(done)?;
     a.set_label(&mut by_copy)?;
     a.movzx(r8d, word_ptr(rbp + 2))?;
@@ -2456,7 +2504,7 @@ fn emit_translate(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError
     a.lea(rax, ptr(rdx + r8))?;
     a.jmp(done)?;
     a.set_label(&mut next_entry)?;
-    a.add(rbp, 4)?;
+    a.add(rbp, 6)?;
     a.dec(r15d)?;
     a.jmp(entry)?;
     a.set_label(&mut next_row)?;

@@ -850,6 +850,20 @@ impl<'a> Machine<'a> {
         Ok(Some(rip))
     }
 
+    /// The instruction whose arrival `rip` is: its copy, or the start of
+    /// the instrumentation standing before it (its lead, where the
+    /// runtime sends a handler's return to it); `None` for anything else.
+    fn arrival(&self, rip: u64) -> Option<(Loc, u32)> {
+        match self.place_rip(rip) {
+            Ok((module, SigAt::Insn { block, insn }, lead))
+                if !lead || self.modules[module.index()].starts_lead(rip) =>
+            {
+                Some((Loc { module, block }, insn))
+            }
+            _ => None,
+        }
+    }
+
     /// The handler of `s` returned to `rip`, not to where its signal
     /// interrupted the thread: the thread goes on from `rip`, the copy of
     /// an instruction of the interrupted procedure (the runtime maps the
@@ -862,10 +876,7 @@ impl<'a> Machine<'a> {
     /// `Resume` edge, whose witness the jump passes over). Anything else
     /// is refused, naming both addresses.
     fn moved(&self, sink: &mut Sink, s: &mut Suspended, rip: u64) -> Result<()> {
-        let to = match self.place_rip(rip) {
-            Ok((mi, SigAt::Insn { block, insn }, false)) => Some((Loc { module: mi, block }, insn)),
-            _ => None,
-        };
+        let to = self.arrival(rip);
         let cut = match s.trail.first() {
             Some(&Mark::Block { loc, first, .. }) => Some((loc, first)),
             _ => None,
@@ -881,9 +892,18 @@ impl<'a> Machine<'a> {
         match (to, cut) {
             (Some((l, k)), Some((c, first))) if l == c && k >= first => {
                 if sink.counts.is_none() {
-                    let mut skipped = Vec::new();
-                    self.module(l).part(l.block, first, k, &mut skipped);
-                    s.tail.drain(..skipped.len());
+                    // The kept output starts with the rest of the block
+                    // from the cut (one record in the runs formats, one
+                    // line in `block`): it becomes the rest from `k`.
+                    let (m, n) = (self.module(l), self.block(l).ninsns);
+                    let (mut old, mut new) = (Vec::new(), Vec::new());
+                    m.part(l.block, first, n, &mut old);
+                    m.part(l.block, k, n, &mut new);
+                    if !s.tail.starts_with(&old) {
+                        let why = "the output kept after the cut is not the rest of its block";
+                        return Err(self.sig_error(&s.sig, why.into()));
+                    }
+                    s.tail.splice(..old.len(), new);
                 }
                 if let Some(Mark::Block { first, min, .. }) = s.trail.first_mut() {
                     *first = k;
@@ -936,10 +956,9 @@ impl<'a> Machine<'a> {
             // included: its `Resume` edge's witness is not written when
             // the handler moved the rip past it).
             // (A trap's handler moving the rip to no listed instruction:
-            // the `Resume` edge's witness tells, as before 1.10.)
+            // the `Resume` edge's witness tells, as before 1.11.)
             Some(rip) if rip != s.sig.rip => {
-                let exact = matches!(self.place_rip(rip), Ok((_, SigAt::Insn { .. }, false)));
-                if s.trap.is_none() || exact {
+                if s.trap.is_none() || self.arrival(rip).is_some() {
                     self.moved(sink, &mut s, rip)?;
                 }
             }
@@ -958,7 +977,8 @@ impl<'a> Machine<'a> {
         // the handler after its last record is read only now), then its
         // return, the restorer (untraced), then the resumed code.
         if sink.counts.is_none() {
-            let bytes = (self.image(ModuleIx::new(0))).return_note(s.offset, &mut sink.out);
+            let moved = back.is_some_and(|rip| rip != s.sig.rip);
+            let bytes = (self.image(ModuleIx::new(0))).return_note(s.offset, moved, &mut sink.out);
             if let Some(d) = sink.deliveries.as_mut() {
                 d.push(Delivery {
                     out: sink.out.len(),
