@@ -1106,13 +1106,15 @@ pub(super) fn rsp_step(d: i64) -> GenResult<Instruction> {
 /// The signal map of instructions `first..end` of `points` laid out at
 /// `offsets` (`u32::MAX`: rewritten by the encoder), the copy starting at
 /// offset `base` and ending at `stop`: consecutive instructions at the same
-/// point merge, and copies as long as their originals merge into runs.
+/// point merge, and copies as long as their originals merge into runs;
+/// a range starts at each of `leads` (ascending indices: where a handler's
+/// return to an instruction enters, which regen tells by a range start).
 fn sig_ranges(
     points: &[(SigPoint, u8)],
     offsets: &[u32],
     (first, end): (usize, usize),
-    base: u32,
-    stop: u32,
+    (base, stop): (u32, u32),
+    leads: &[usize],
 ) -> GenResult<Vec<SigRange>> {
     let mut ranges: Vec<SigRange> = Vec::new();
     // The last range is a run of copies whose last one is as long as its
@@ -1138,6 +1140,7 @@ fn sig_ranges(
             return Err(CodegenError::Internal("instruction offsets out of order"));
         }
         let (point, orig_len) = points[i];
+        let lead = leads.binary_search(&i).is_ok();
         let copy = j == i + 1 && orig_len > 0;
         let same_len = copy && u32::from(orig_len) == next - off;
         let offset = u64::from(off - base);
@@ -1178,7 +1181,7 @@ fn sig_ranges(
             }
         }
         open = false;
-        if ranges.last().is_some_and(|r| r.point == point) {
+        if !lead && ranges.last().is_some_and(|r| r.point == point) {
             continue;
         }
         ranges.push(SigRange { offset, point });
@@ -1331,12 +1334,13 @@ pub fn generate(
             leads.push(at(lead)?);
         }
         let (new_start, new_end) = (at_index(*first), at_index(*end));
+        let lead_at: Vec<usize> = em.origin[*o0..*o1].iter().map(|o| o.0).collect();
         let sigmap = sig_ranges(
             &em.points,
             &res.new_instruction_offsets,
             (*first, *end),
-            (new_start - rip) as u32,
-            (new_end - rip) as u32,
+            ((new_start - rip) as u32, (new_end - rip) as u32),
+            &lead_at,
         )
         .map_err(|e| e.in_procedure(p.name))?;
         procs.push(ProcCopy {
