@@ -248,7 +248,7 @@ impl Cursor {
     /// walk's `sigreturn`): handlers entered after it never returned; the
     /// interrupted instruction's early values are read first, unless the
     /// handler `moved` the rip (it never runs); the 16 registers the
-    /// runtime's `sigreturn` records (format 1.11) are passed over.
+    /// runtime's `sigreturn` records then (format 1.11) are passed over.
     fn sigreturn(&mut self, offset: u64, moved: bool) -> Result<(), String> {
         let mut s = self.saved.returned(offset).ok_or_else(|| {
             format!(
@@ -258,7 +258,7 @@ impl Cursor {
         if moved {
             s.early.clear();
         }
-        if self.registers {
+        if self.registers && moved {
             self.next += 16;
         }
         let rest = std::mem::take(&mut self.pending);

@@ -2338,6 +2338,9 @@ fn emit_sigreturn(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError
     a.mov(rax, qword_ptr(r13 + KEPT_COPY))?;
     a.jmp(store)?;
     a.set_label(&mut moved)?;
+    // Moved: the signal stood at an instruction's copy (the original was
+    // shown), so the context's registers are the program's.
+    sigret_registers(a, l)?;
     a.mov(esi, 1u32)?;
     a.call(l.translate_any)?;
     a.test(rax, rax)?;
@@ -2348,7 +2351,6 @@ fn emit_sigreturn(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError
     a.set_label(&mut store)?;
     a.mov(qword_ptr(r13 + 16 * 8), rax)?;
     a.set_label(&mut as_is)?;
-    sigret_registers(a, l)?;
     a.sub(rsp, 168)?;
     runtime_addr(a, l, l.d_restorer, rax)?;
     a.mov(rax, qword_ptr(rax))?;
@@ -2379,9 +2381,11 @@ pub const TABLE_REGISTERS: u32 = 1;
 /// order (`rax rcx rdx rbx rsp rbp rsi rdi r8`..`r15`).
 const GREGS: [i32; 16] = [13, 14, 12, 11, 15, 10, 9, 8, 0, 1, 2, 3, 4, 5, 6, 7];
 
-/// In `sigret_record` (r13 = the gregs, signals blocked): when the
-/// executable's table says [`TABLE_REGISTERS`], 16 VALUE records, the
-/// context's general registers in [`GREGS`] order, before SIGRETURN.
+/// In `sigret_record` (r13 = the gregs, signals blocked), for a handler
+/// that moved the rip: when the executable's table says
+/// [`TABLE_REGISTERS`], 16 VALUE records, the context's general registers
+/// in [`GREGS`] order, before SIGRETURN (a return unmoved may stand
+/// inside instrumentation, whose registers are not the program's).
 /// Clobbers rax, rbx, rcx, rdx, r8.
 fn sigret_registers(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     let mut none = a.create_label();

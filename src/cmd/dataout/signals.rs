@@ -165,7 +165,7 @@ impl<S: Sink> Writer<'_, '_, S> {
         if moved {
             s.early = DataValues::default();
         }
-        if self.values.registers {
+        if self.values.registers && moved {
             // A handler may have changed them in its context: the known
             // ones take what `rt_sigreturn` restores (the set stays the
             // analysis's, so the values read after are the ones placed).
