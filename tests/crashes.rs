@@ -426,8 +426,9 @@ fn the_program_sees_its_own_dispositions() {
 /// through the runtime's `sigreturn` (whose FDE is the signal frame's),
 /// and the thread resumes where the handler says: at the lead of the
 /// `ret` after the load (the transfer count's increment before its
-/// copy). The recorded program prints what the native one prints, the
-/// control trace is the native run single-stepped, and, dynamic, with
+/// copy). The recorded program prints what the native one prints (and
+/// its trace regenerates); dynamic, the control trace is the native run
+/// single-stepped, and with
 /// `--data --check` (the handler's return records the registers;
 /// `emulate` sets rax) the program prints the same and every recomputed
 /// address agrees with the recorded one. Before format 1.11 the load was listed twice
@@ -445,8 +446,13 @@ fn a_handler_that_skips_a_faulting_load() {
             let native = common::build::run_native(&exe, &[mode]);
             let name = format!("{} {mode}", exe.display());
             if v.link == Link::Static {
-                // (A static glibc has `xsave`, which `--data` refuses.)
-                crate::trace_oracle::check_static_streams(&exe, &[mode], 1);
+                // Output and a regenerated trace only: stepping a static
+                // run takes minutes, and a static glibc has `xsave`,
+                // which `--data` refuses.
+                let (_, trace, out) = record_run(&exe, &[mode], &[], Knobs::DEFAULT);
+                assert_eq!(out.stdout, native.stdout, "{name}: output");
+                assert!(!crate::trace_oracle::regen_threads(&trace, None).is_empty());
+                let _ = std::fs::remove_file(&trace);
                 continue;
             } else {
                 let (_, trace, out) = record_run(&exe, &[mode], &[], Knobs::DEFAULT);
