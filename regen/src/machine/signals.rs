@@ -957,11 +957,10 @@ impl<'a> Machine<'a> {
             // the handler moved the rip past it).
             // (A trap's handler moving the rip to no listed instruction:
             // the `Resume` edge's witness tells, as before 1.11.)
-            Some(rip) if rip != s.sig.rip => {
-                if s.trap.is_none() || self.arrival(rip).is_some() {
-                    self.moved(sink, &mut s, rip)?;
-                }
+            Some(rip) if rip != s.sig.rip && (s.trap.is_none() || self.arrival(rip).is_some()) => {
+                self.moved(sink, &mut s, rip)?
             }
+            Some(rip) if rip != s.sig.rip => {}
             Some(_) => s.trap = None,
             None => {}
         }
