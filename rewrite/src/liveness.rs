@@ -1354,10 +1354,10 @@ mod tests {
         );
     }
 
-    /// Precision floor on gzip (measured 2026-11-30: 87.2% of edges have
-    /// a dead scratch register, 4789 of 5489; 96.4% before an access that
-    /// may fault stopped killing, 2026-11-29's figure): catches an
-    /// analysis that turns needlessly conservative.
+    /// Precision floor on gzip (measured 2026-11-30: 4789 of 5489 edges,
+    /// 87.2%, have a dead scratch register and 784, 14.3%, live flags;
+    /// 5292 and 61 when an access that may fault killed its outputs):
+    /// catches an analysis that turns needlessly conservative.
     #[test]
     fn most_gzip_edges_get_a_scratch_register() {
         let prog = crate::Program::open(std::path::Path::new("/usr/bin/gzip")).unwrap();
@@ -1382,7 +1382,7 @@ mod tests {
             "scratch on {scratch} of {edges} edges"
         );
         assert!(
-            flags * 100 <= edges * 3,
+            flags * 100 <= edges * 15,
             "flags live on {flags} of {edges} edges"
         );
     }
