@@ -431,8 +431,8 @@ fn the_program_sees_its_own_dispositions() {
 /// single-stepped, and with `--data --check` (the handler's return
 /// records the registers; `emulate` sets rax) the program prints the same
 /// and every recomputed address agrees with the recorded one. Static
-/// (whose libc is traced), `emulate` at -O2 is the stepped run from
-/// `main` on ([`stepped_from_main`]); `bt` is not: libgcc's unwinder,
+/// (whose libc is traced), `emulate` at -O2 is the stepped run while
+/// `run` runs ([`stepped_run_window`]); `bt` is not: libgcc's unwinder,
 /// traced, looks up the copies' return addresses and its search takes
 /// other branches (docs/runtime.md, "Unwinding"). Before format 1.11 the
 /// load was listed twice per fault, silently; before the leads, regen
@@ -461,7 +461,7 @@ fn a_handler_that_skips_a_faulting_load() {
                 .collect();
             match v.link {
                 Link::Static if v.opt == Opt::O2 && mode == "emulate" => {
-                    let (lk, rg) = stepped_from_main(&exe, &[mode], &info_json(&trace), &rg);
+                    let (lk, rg) = stepped_run_window(&exe, &[mode], &info_json(&trace), &rg);
                     assert_same_steps(&name, &lk, &rg);
                 }
                 // Stepping every static run would take seconds each
@@ -492,24 +492,34 @@ fn assert_same_steps(name: &str, lk: &[u64], rg: &[u64]) {
 }
 
 /// The stepped run of static `exe args` and the regenerated `rg`, both
-/// from the first instruction of `main` on: before it, the rewritten
-/// program's startup reads its own program headers, which differ
-/// (docs/rewrite.md, "Static executables"). The stepped run without the
-/// procedures `info` says were left alone, and without glibc's restorer
-/// (`__restore_rt`, two instructions), which the rewritten program does
-/// not run: its handlers return through the runtime's `sigreturn`.
-fn stepped_from_main(
+/// from `run`'s first instruction to the first one of `main` after it:
+/// the loads, the faults, the handlers and their returns. Outside it the
+/// runs differ by where the stack is (the recorded program is another
+/// file, with other program headers, in another environment), which
+/// glibc's string functions test (`strcmp` checks its operands' page
+/// offsets). The stepped run without the procedures `info` says were
+/// left alone, and without glibc's restorer (`__restore_rt`, two
+/// instructions), which the rewritten program does not run: its handlers
+/// return through the runtime's `sigreturn`.
+fn stepped_run_window(
     exe: &Path,
     args: &[&str],
     info: &serde_json::Value,
     rg: &[u64],
 ) -> (Vec<u64>, Vec<u64>) {
-    let nm = Command::new("nm").arg(exe).output().unwrap();
-    let main = String::from_utf8_lossy(&nm.stdout)
-        .lines()
-        .find_map(|l| l.strip_suffix(" T main"))
-        .map(|a| u64::from_str_radix(a, 16).unwrap())
-        .expect("nm lists main");
+    let nm = Command::new("nm").arg("-S").arg(exe).output().unwrap();
+    let nm = String::from_utf8_lossy(&nm.stdout);
+    let sym = |name: &str| {
+        nm.lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|f| f.len() == 4 && f[3].split('.').next() == Some(name))
+            .map(|f| {
+                let lo = u64::from_str_radix(f[0], 16).unwrap();
+                (lo, lo + u64::from_str_radix(f[1], 16).unwrap())
+            })
+            .unwrap_or_else(|| panic!("nm lists {name}"))
+    };
+    let (run, main) = (sym("run").0, sym("main"));
     let alone = common::recorded::left_alone_ranges(exe, info, 0);
     let restorers = common::elf::Elf::read(exe).sigreturn_stubs();
     let kept = |&a: &u64| {
@@ -518,8 +528,12 @@ fn stepped_from_main(
             && !restorers.contains(&a.wrapping_sub(7))
     };
     let lk: Vec<u64> = stepped(exe, args).into_iter().filter(kept).collect();
-    let from = |s: &[u64]| s.iter().position(|&a| a == main).expect("main ran");
-    (lk[from(&lk)..].to_vec(), rg[from(rg)..].to_vec())
+    let window = |s: &[u64]| {
+        let from = s.iter().position(|&a| a == run).expect("run ran");
+        let len = s[from..].iter().position(|&a| main.0 <= a && a < main.1);
+        s[from..from + len.expect("run returned")].to_vec()
+    };
+    (window(&lk), window(rg))
 }
 
 /// `exe mode` recorded with `--data --check` prints `native` and its
