@@ -1345,6 +1345,29 @@ mod tests {
         (text, code, copies)
     }
 
+    /// The unwind segment of `copies` of `prog`'s `text` (`shifted`), at
+    /// the first page after the moved text (`sigreturn` below it), and
+    /// its address.
+    fn built(
+        prog: &Program,
+        copies: &[ProcCopy],
+        text: &aetrace_analysis::elf::Section,
+        code: &[u8],
+    ) -> (Unwind, u64) {
+        let vaddr = (text.end() + DELTA).next_multiple_of(4096);
+        let sigreturn = (vaddr - 32, vaddr - 16);
+        let u = build(
+            &prog.module,
+            copies,
+            code,
+            text.addr + DELTA,
+            vaddr,
+            sigreturn,
+        )
+        .unwrap();
+        (u, vaddr)
+    }
+
     /// With shifted copies, every new LSDA is its original moved by
     /// `DELTA`: same call sites (minus those covering no instruction), same
     /// landing pads, actions and type entries (re-encoded where they now
@@ -1355,16 +1378,7 @@ mod tests {
         let prog = Program::open(Path::new("/usr/lib/x86_64-linux-gnu/libstdc++.so.6")).unwrap();
         let m = &prog.module;
         let (text, code, copies) = shifted(&prog);
-        let vaddr = (text.end() + DELTA).next_multiple_of(4096);
-        let u = build(
-            m,
-            &copies,
-            code,
-            text.addr + DELTA,
-            vaddr,
-            (vaddr - 32, vaddr - 16),
-        )
-        .unwrap();
+        let (u, vaddr) = built(&prog, &copies, text, code);
         let module_fdes = original_fdes(m).unwrap();
         let relocs = lsda::LoadRelocs::of(m);
         let (new_eh, new_bases) = (
@@ -1426,16 +1440,7 @@ mod tests {
         let m = &prog.module;
         let (text, code, copies) = shifted(&prog);
         assert!(copies.len() > 100);
-        let vaddr = (text.end() + DELTA).next_multiple_of(4096);
-        let u = build(
-            m,
-            &copies,
-            code,
-            text.addr + DELTA,
-            vaddr,
-            (vaddr - 32, vaddr - 16),
-        )
-        .unwrap();
+        let (u, vaddr) = built(&prog, &copies, text, code);
         assert!(
             u.fdes * 10 >= copies.len() * 9,
             "{} FDEs for {} copies",
