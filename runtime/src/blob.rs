@@ -2358,12 +2358,7 @@ fn emit_sigreturn(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError
     a.mov(r14, qword_ptr(r13 + 16 * 8))?;
     a.call(l.map_caller)?;
     let kind = RecordKind::SigReturn;
-    a.mov(eax, kind.encoded_len() as u32)?;
-    a.xadd(qword_ptr(S_POS).gs(), rax)?;
-    a.mov(
-        word_ptr(rax),
-        ESCAPE as u32 | (KIND_PENDING as u32 | kind as u32) << 8,
-    )?;
+    reserve_record(a, kind)?;
     a.mov(qword_ptr(rax + 2), r14)?;
     a.mov(byte_ptr(rax + 1), kind as u32)?;
     a.add(rsp, 168)?;
@@ -2404,10 +2399,7 @@ fn sigret_registers(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErr
     a.xadd(qword_ptr(S_POS).gs(), rax)?;
     for (i, &g) in (0..).zip(&GREGS) {
         let at = i * len;
-        a.mov(
-            word_ptr(rax + at),
-            ESCAPE as u32 | (KIND_PENDING as u32 | kind as u32) << 8,
-        )?;
+        pending_word(a, kind, at)?;
         a.mov(rcx, qword_ptr(r13 + 8 * g))?;
         a.mov(qword_ptr(rax + at + 2), rcx)?;
         a.mov(byte_ptr(rax + at + 1), kind as u32)?;
@@ -2552,15 +2544,27 @@ fn in_sigreturn_prologue(a: &mut CodeAssembler, l: &Labels) -> Result<(), IcedEr
     a.zero_bytes()
 }
 
+/// Takes a `kind` record's bytes at the stream's position (rax: their
+/// address) and writes its escape word marked pending: a reader stops
+/// there until the kind byte is written, last. Clobbers rax.
+fn reserve_record(a: &mut CodeAssembler, kind: RecordKind) -> Result<(), IcedError> {
+    a.mov(eax, kind.encoded_len() as u32)?;
+    a.xadd(qword_ptr(S_POS).gs(), rax)?;
+    pending_word(a, kind, 0)
+}
+
+/// The escape word of a pending `kind` record at `rax + at`.
+fn pending_word(a: &mut CodeAssembler, kind: RecordKind, at: i32) -> Result<(), IcedError> {
+    a.mov(
+        word_ptr(rax + at),
+        ESCAPE as u32 | (KIND_PENDING as u32 | kind as u32) << 8,
+    )
+}
+
 /// Writes `kind(signo, rip, xfers)` (SIGNAL or FAULT): r12d the signal
 /// number, r14 the rip. Clobbers rax, rcx.
 fn write_signal_record(a: &mut CodeAssembler, kind: RecordKind) -> Result<(), IcedError> {
-    a.mov(eax, kind.encoded_len() as u32)?;
-    a.xadd(qword_ptr(S_POS).gs(), rax)?;
-    a.mov(
-        word_ptr(rax),
-        ESCAPE as u32 | (KIND_PENDING as u32 | kind as u32) << 8,
-    )?;
+    reserve_record(a, kind)?;
     a.mov(dword_ptr(rax + 2), r12d)?;
     a.mov(qword_ptr(rax + 6), r14)?;
     a.mov(ecx, dword_ptr(S_XFERS).gs())?;
