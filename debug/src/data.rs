@@ -100,6 +100,8 @@ pub struct Values {
     values: Vec<u64>,
     dbs: Vec<Option<(ProgramDb, Returns)>>,
     marks: Marks,
+    /// Handlers' returns have the registers before them (format 1.11).
+    registers: bool,
 }
 
 /// What happens to the reading order before the instruction at a
@@ -110,8 +112,9 @@ enum Mark {
     /// SIGNAL record's place), and the unread ones before it are the
     /// interrupted instruction's early values.
     Deliver { at: usize, offset: u64 },
-    /// The handler of the SIGNAL record at `offset` returned.
-    Return { offset: u64 },
+    /// The handler of the SIGNAL record at `offset` returned, having
+    /// `moved` the rip or not.
+    Return { offset: u64, moved: bool },
     /// The instruction at this position raised a fault: it read nothing
     /// and made no reference (its handler follows, or the thread ends).
     Fault,
@@ -144,7 +147,9 @@ fn marks<B: AsRef<[u8]> + Sync>(
                             None => bad = Some(offset),
                         }
                     }
-                    Event::SigReturn { offset } => marks.push((pos, Mark::Return { offset })),
+                    Event::SigReturn { offset, moved } => {
+                        marks.push((pos, Mark::Return { offset, moved }))
+                    }
                     _ => {}
                 }
                 if let Event::Run(r) = e {
@@ -169,6 +174,8 @@ fn marks<B: AsRef<[u8]> + Sync>(
 #[derive(Clone, Debug, Default)]
 struct Cursor {
     next: usize,
+    /// Each handler's return has the registers before it (format 1.11).
+    registers: bool,
     pending: Vec<Range<usize>>,
     prev: Option<u64>,
     saved: Handlers<Saved>,
@@ -213,7 +220,7 @@ impl Cursor {
             self.mark += 1;
             match m {
                 Mark::Deliver { at, offset } => self.deliver(at, offset)?,
-                Mark::Return { offset } => self.sigreturn(offset)?,
+                Mark::Return { offset, moved } => self.sigreturn(offset, moved)?,
                 Mark::Fault => fault = true,
             }
         }
@@ -239,13 +246,21 @@ impl Cursor {
 
     /// The handler of the SIGNAL record at `offset` returned (as the data
     /// walk's `sigreturn`): handlers entered after it never returned; the
-    /// interrupted instruction's early values are read first.
-    fn sigreturn(&mut self, offset: u64) -> Result<(), String> {
-        let s = self.saved.returned(offset).ok_or_else(|| {
+    /// interrupted instruction's early values are read first, unless the
+    /// handler `moved` the rip (it never runs); the 16 registers the
+    /// runtime's `sigreturn` records then (format 1.11) are passed over.
+    fn sigreturn(&mut self, offset: u64, moved: bool) -> Result<(), String> {
+        let mut s = self.saved.returned(offset).ok_or_else(|| {
             format!(
                 "the handler of the SIGNAL at stream offset {offset} returned, but was not entered"
             )
         })?;
+        if moved {
+            s.early.clear();
+        }
+        if self.registers && moved {
+            self.next += 16;
+        }
         let rest = std::mem::take(&mut self.pending);
         self.pending = s
             .early
@@ -296,6 +311,7 @@ pub fn values<B: AsRef<[u8]> + Sync>(
         values: v.values,
         dbs,
         marks,
+        registers: trace.header().minor >= aetrace_format::header::MINOR_SIGRETURN,
     })
 }
 
@@ -386,7 +402,10 @@ impl Data {
             dbs: v.dbs,
             marks: v.marks,
             skips: HashMap::default(),
-            starts: vec![Cursor::default()],
+            starts: vec![Cursor {
+                registers: v.registers,
+                ..Cursor::default()
+            }],
             ends: HashMap::default(),
             entries: HashMap::default(),
             insns: HashMap::default(),

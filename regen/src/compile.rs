@@ -533,6 +533,20 @@ impl Module {
         Ok((at, instrumentation))
     }
 
+    /// Whether run-time address `rip` starts the instrumentation standing
+    /// before instruction `insn` of a block (its lead: where the runtime's
+    /// `sigreturn` sends a handler's return to that instruction, and a
+    /// run arriving there passes): the first byte of a signal-map range
+    /// standing before that instruction.
+    pub fn starts_lead(&self, rip: u64) -> bool {
+        let a = rip.wrapping_sub(self.load_base);
+        let i = self.sigmap.partition_point(|e| e.start <= a);
+        i.checked_sub(1).is_some_and(|i| {
+            let e = self.sigmap[i];
+            e.start == a && matches!(e.point, Some(SigPoint::Insn { count: 0, .. }))
+        })
+    }
+
     /// The block of traced procedure `p` that starts at link-time
     /// address `a` (where an unresolved jump's copy goes on).
     pub fn block_starting(&self, p: ProcIx, a: u64) -> Option<BlockIx> {
@@ -622,12 +636,12 @@ impl Module {
     }
 
     /// Appends the in-process formats' record of the return of the handler
-    /// the SIGNAL record at stream `offset` entered (nothing for the
-    /// other formats); its length.
-    pub fn return_note(&self, offset: u64, out: &mut Vec<u8>) -> usize {
+    /// the SIGNAL record at stream `offset` entered, which `moved` the rip
+    /// or not (nothing for the other formats); its length.
+    pub fn return_note(&self, offset: u64, moved: bool, out: &mut Vec<u8>) -> usize {
         let at = out.len();
         if self.format.is_some_and(Format::runs) {
-            crate::visit::sigreturn_record(offset, out);
+            crate::visit::sigreturn_record(offset, moved, out);
         }
         out.len() - at
     }

@@ -69,12 +69,15 @@ pub mod kind {
     /// ENTER_AT: a procedure entered at a secondary entry point, its
     /// link-time address (format 1.6).
     pub const ENTER_AT: u8 = 19;
+    /// SIGRETURN: a traced handler returned; the rip the thread resumes
+    /// at, mapped as SIGNAL's (format 1.11).
+    pub const SIGRETURN: u8 = 20;
 
     /// Total length of a record of `kind`, `None` for an unknown kind.
     pub fn len(kind: u8) -> Option<usize> {
         Some(match kind {
             ENTER | EXIT | FORK | THREAD | LANDING | FORKED | LAZY => 6,
-            INDIRECT | DESYNC | SETJMP | LONGJMP | VALUE | ENTER_AT => 10,
+            INDIRECT | DESYNC | SETJMP | LONGJMP | VALUE | ENTER_AT | SIGRETURN => 10,
             SIGNAL_1_1 => 14,
             SIGNAL | FAULT | SETJMP_RESUME => 18,
             RETURN => 2,
@@ -141,6 +144,9 @@ pub enum Item {
     Lazy(u32),
     /// A data value ([`Stream::values`] only: the control walk skips them).
     Value(u64),
+    /// SIGRETURN: the newest handler returned; the thread resumes at this
+    /// rip (as SIGNAL's: run-time, in the copy).
+    SigReturn(u64),
     /// The end of the stream.
     End,
 }
@@ -181,6 +187,7 @@ impl Item {
             Item::Setjmp(b) => format!("SETJMP({b:#x})"),
             Item::Longjmp(b) => format!("LONGJMP({b:#x})"),
             Item::Lazy(p) => format!("LAZY({p})"),
+            Item::SigReturn(rip) => format!("SIGRETURN({rip:#x})"),
             Item::Value(v) => format!("VALUE({v:#x})"),
             Item::End => "the end of the stream".into(),
         }
@@ -601,6 +608,7 @@ impl<'t> Stream<'t> {
             kind::LONGJMP => Item::Longjmp(le(p)),
             kind::LAZY => Item::Lazy(le(p) as u32),
             kind::VALUE => Item::Value(le(p)),
+            kind::SIGRETURN => Item::SigReturn(le(p)),
             _ => Item::Return,
         };
         Ok((item, offset, len))

@@ -99,6 +99,9 @@ pub enum Event {
     SigReturn {
         /// Its SIGNAL record's stream offset.
         offset: u64,
+        /// The handler moved the rip (SIGRETURN's differs from SIGNAL's):
+        /// the interrupted instruction does not run again.
+        moved: bool,
     },
 }
 
@@ -156,8 +159,13 @@ pub(crate) fn signal_record(signo: u32, offset: u64, out: &mut Vec<u8>) {
 }
 
 /// The record of a handler's return ([`Event::SigReturn`]).
-pub(crate) fn sigreturn_record(offset: u64, out: &mut Vec<u8>) {
-    for v in [SIGRETURN, offset as u32, (offset >> 32) as u32, 0] {
+pub(crate) fn sigreturn_record(offset: u64, moved: bool, out: &mut Vec<u8>) {
+    for v in [
+        SIGRETURN,
+        offset as u32,
+        (offset >> 32) as u32,
+        moved.into(),
+    ] {
         out.extend_from_slice(&v.to_le_bytes());
     }
 }
@@ -172,6 +180,7 @@ fn decode(r: &[u8]) -> Step {
         }),
         SIGRETURN => Step::Event(Event::SigReturn {
             offset: u64::from(w(1)) | u64::from(w(2)) << 32,
+            moved: w(3) != 0,
         }),
         module if module & SEGMENT != 0 => Step::Segment(Segment {
             module: module & !SEGMENT,

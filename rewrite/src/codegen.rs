@@ -405,6 +405,10 @@ pub struct ProcCopy {
     /// `(original address, copy address)` of every copied instruction, in
     /// layout order (original addresses ascending within a procedure).
     pub insn_map: Vec<(u64, u64)>,
+    /// Per `insn_map` entry: where the instrumentation that stands before
+    /// that copy starts (the copy itself when there is none): where
+    /// control arriving at the original instruction enters the copy.
+    pub leads: Vec<u64>,
     /// `(original landing pad, its LANDING stub in the copy)`.
     pub landing: Vec<(u64, u64)>,
     /// `[new_start, new_end)` range by range: where a signal interrupting
@@ -552,8 +556,12 @@ struct Emitter {
     /// them, e.g. an event counter whose increment is 0): label -> the
     /// label its instruction carries. Resolved before encoding.
     alias: HashMap<u64, u64>,
-    /// `(index in out, original address)` of copied instructions.
-    origin: Vec<(usize, u64)>,
+    /// `(index in out of its lead, of the copy, original address)` of
+    /// copied instructions ([`ProcCopy::leads`]).
+    origin: Vec<(usize, usize, u64)>,
+    /// Where the next copied instruction's lead starts: after the last
+    /// copy, or at the block's head.
+    lead: usize,
     counting: Option<Counting>,
     /// Counters emitted so far (each must be, at least once).
     emitted: std::collections::HashSet<u32>,
@@ -642,6 +650,14 @@ impl Emitter {
             None => insn.set_ip(0),
         }
         self.out.push(insn);
+    }
+
+    /// Pushes the copy of the original instruction at `orig`; what is
+    /// pushed next, up to the next copy, is the next one's lead.
+    fn push_copy(&mut self, insn: Instruction, orig: u64) {
+        self.origin.push((self.lead, self.out.len(), orig));
+        self.push(insn);
+        self.lead = self.out.len();
     }
 
     /// Appends what `f` emits, its local labels renamed into ours.
@@ -1090,13 +1106,15 @@ pub(super) fn rsp_step(d: i64) -> GenResult<Instruction> {
 /// The signal map of instructions `first..end` of `points` laid out at
 /// `offsets` (`u32::MAX`: rewritten by the encoder), the copy starting at
 /// offset `base` and ending at `stop`: consecutive instructions at the same
-/// point merge, and copies as long as their originals merge into runs.
+/// point merge, and copies as long as their originals merge into runs;
+/// a range starts at each of `leads` (ascending indices: where a handler's
+/// return to an instruction enters, which regen tells by a range start).
 fn sig_ranges(
     points: &[(SigPoint, u8)],
     offsets: &[u32],
     (first, end): (usize, usize),
-    base: u32,
-    stop: u32,
+    (base, stop): (u32, u32),
+    leads: &[usize],
 ) -> GenResult<Vec<SigRange>> {
     let mut ranges: Vec<SigRange> = Vec::new();
     // The last range is a run of copies whose last one is as long as its
@@ -1122,6 +1140,7 @@ fn sig_ranges(
             return Err(CodegenError::Internal("instruction offsets out of order"));
         }
         let (point, orig_len) = points[i];
+        let lead = leads.binary_search(&i).is_ok();
         let copy = j == i + 1 && orig_len > 0;
         let same_len = copy && u32::from(orig_len) == next - off;
         let offset = u64::from(off - base);
@@ -1162,7 +1181,7 @@ fn sig_ranges(
             }
         }
         open = false;
-        if ranges.last().is_some_and(|r| r.point == point) {
+        if !lead && ranges.last().is_some_and(|r| r.point == point) {
             continue;
         }
         ranges.push(SigRange { offset, point });
@@ -1187,6 +1206,7 @@ pub fn generate(
         pending: None,
         alias: HashMap::new(),
         origin: Vec::new(),
+        lead: 0,
         counting,
         emitted: Default::default(),
         point: SigPoint::Outside,
@@ -1304,20 +1324,23 @@ pub fn generate(
             retargets.extend(p.direct_entries.iter().map(|&site| (site, stub)));
         }
         let (first, end, o0, o1, landing) = &spans[k];
-        let mut insn_map = Vec::with_capacity(o1 - o0);
-        for &(i, old) in &em.origin[*o0..*o1] {
-            match res.new_instruction_offsets[i] {
-                u32::MAX => return Err(CodegenError::CopyRewritten(old).in_procedure(p.name)),
-                off => insn_map.push((old, rip + u64::from(off))),
-            }
+        let (mut insn_map, mut leads) = (Vec::with_capacity(o1 - o0), Vec::with_capacity(o1 - o0));
+        for &(lead, i, old) in &em.origin[*o0..*o1] {
+            let at = |i: usize| match res.new_instruction_offsets[i] {
+                u32::MAX => Err(CodegenError::CopyRewritten(old).in_procedure(p.name)),
+                off => Ok(rip + u64::from(off)),
+            };
+            insn_map.push((old, at(i)?));
+            leads.push(at(lead)?);
         }
         let (new_start, new_end) = (at_index(*first), at_index(*end));
+        let lead_at: Vec<usize> = em.origin[*o0..*o1].iter().map(|o| o.0).collect();
         let sigmap = sig_ranges(
             &em.points,
             &res.new_instruction_offsets,
             (*first, *end),
-            (new_start - rip) as u32,
-            (new_end - rip) as u32,
+            ((new_start - rip) as u32, (new_end - rip) as u32),
+            &lead_at,
         )
         .map_err(|e| e.in_procedure(p.name))?;
         procs.push(ProcCopy {
@@ -1326,6 +1349,7 @@ pub fn generate(
             new_end,
             sigmap,
             insn_map,
+            leads,
             landing: landing
                 .iter()
                 .map(|&(old, l)| Ok((old, addr(l)?)))
@@ -1565,9 +1589,9 @@ impl ProcGen<'_, '_> {
 
     /// Copies `insn` ([`ProcGen::relocated`]).
     fn copy(&mut self, insn: Instruction) {
-        self.em.origin.push((self.em.out.len(), insn.ip()));
+        let ip = insn.ip();
         let insn = self.relocated(insn);
-        self.em.push(insn);
+        self.em.push_copy(insn, ip);
     }
 
     /// `insn` with a direct branch retargeted and references to rewritten
@@ -2329,6 +2353,7 @@ impl ProcGen<'_, '_> {
     fn block_head(&mut self, b: BlockId) -> GenResult<()> {
         let p = self.p;
         self.em.bind(self.labels[b.index()]);
+        self.em.lead = self.em.out.len();
         self.em.point = self.at(b, 0);
         if p.loop_header[b.index()] {
             let s = self.site(p.live.live_in(b));
@@ -2637,9 +2662,8 @@ impl ProcGen<'_, '_> {
         );
         let near = short_only.then(|| self.em.label());
         insn.set_near_branch64(near.unwrap_or(t));
-        self.em.origin.push((self.em.out.len(), last.ip()));
         self.em.copy_len = last.len() as u8;
-        self.em.push(insn);
+        self.em.push_copy(insn, last.ip());
         if let Some(near) = near {
             let over = self.em.label();
             self.em.point = match fall {

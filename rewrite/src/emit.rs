@@ -90,6 +90,7 @@ pub(crate) fn emit(rw: &Rewrite<'_>, runtime: &Runtime, plans: &mut Plans<'_>) -
         &code.bytes,
         code_vaddr,
         unwind_vaddr,
+        (runtime.addrs.sigreturn - 1, runtime.addrs.sigreturn_blocked),
     )?;
     let unwind = (unwind.fdes > 0).then_some(unwind);
     let counted = match counting {

@@ -28,6 +28,7 @@ mod data;
 pub mod elfout;
 mod emit;
 pub mod error;
+mod insnmap;
 mod limits;
 mod link;
 pub mod liveness;

@@ -95,6 +95,7 @@ pub(crate) fn link(
     if let Some(c) = emitted.counted {
         add.segments.extend(c.segments);
     }
+    insn_table(rw, runtime, &emitted.code, &mut add.segments)?;
     if rw.detached {
         // No PT_LOAD holds the runtime: its words go into the segment's
         // bytes first.
@@ -124,6 +125,34 @@ pub(crate) fn link(
         elfout::patch_vaddr(&mut out, runtime.vaddr + off, &value.to_le_bytes())?;
     }
     Ok(out)
+}
+
+/// The table of instruction starts (`insnmap`) in a read-only segment
+/// on the page after the others, its offset from the blob in the blob's
+/// data page (`insn_table`, segment 1).
+fn insn_table(
+    rw: &Rewrite<'_>,
+    runtime: &Runtime,
+    code: &crate::codegen::Copies,
+    segments: &mut Vec<NewSegment>,
+) -> Result<()> {
+    let end = segments.iter().map(|s| s.vaddr + s.mem_size).max();
+    let vaddr = end.unwrap_or(runtime.vaddr).next_multiple_of(crate::PAGE);
+    let bytes = crate::insnmap::table(&code.procs, runtime.vaddr, rw.data != crate::DataMode::Off);
+    let sym = "insn_table";
+    let off = runtime
+        .blob
+        .symbol(sym)
+        .ok_or_else(|| rw.err(Refusal::RuntimeLacks(sym)))?;
+    let at = (off - runtime.blob.data_offset) as usize;
+    segments[1].bytes[at..at + 8].copy_from_slice(&(vaddr - runtime.vaddr).to_le_bytes());
+    segments.push(NewSegment {
+        vaddr,
+        flags: 4,
+        mem_size: bytes.len() as u64,
+        bytes,
+    });
+    Ok(())
 }
 
 /// The runtime's words that say where the added segments are, as

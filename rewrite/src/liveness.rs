@@ -18,6 +18,18 @@
 //!   do writes that depend on the CPU (`rdssp` is a NOP without shadow
 //!   stacks, and libgcc's unwinder relies on it; `tzcnt`/`lzcnt` are
 //!   `bsf`/`bsr` on older CPUs);
+//! - an instruction that accesses memory through an operand (iced: a
+//!   memory or string operand whose access is not `NoMemAccess`, so not
+//!   `lea`, `nop [m]` or a prefetch) kills nothing, registers nor flags:
+//!   it may fault, and a handler may skip it (`REG_RIP +=` its length,
+//!   `traces/skip_fault.c`), so what it would write keeps its value
+//!   natively, and instrumentation before it must not clobber it (a
+//!   VALUE's `lahf; seto al` did, before a load into rax; a skipped `cmp
+//!   [m], x` leaves the flags before it, so they are live there). Only
+//!   outputs written without being read lose anything by this (one also
+//!   read is live before anyway). Implicit stack accesses (`push`, `pop`,
+//!   calls, returns) keep their kills: a handler skipping one would leave
+//!   the stack pointer wrong, which no program does;
 //! - a flag is killed only by an unconditional write (written, cleared, set,
 //!   undefined), never by a shift or rotate whose count may be zero;
 //! - `syscall`, `int`, `sysenter` use everything; an undecodable
@@ -54,7 +66,8 @@ use aetrace_graph::{BlockId, EdgeId, EntityRef};
 use aetrace_runtime::{FlagsSave, Site};
 use iced_x86::code_asm::{self, AsmRegister64};
 use iced_x86::{
-    Code, Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register, RflagsBits,
+    Code, Instruction, InstructionInfo, InstructionInfoFactory, Mnemonic, OpAccess, OpKind,
+    Register, RflagsBits,
 };
 
 use crate::error::{Error, Refusal, Result};
@@ -244,7 +257,8 @@ fn plain_effect(f: &mut InstructionInfoFactory, insn: &Instruction) -> Effect {
     let mut gen = RegSet::EMPTY;
     let mut kill = RegSet::EMPTY;
     let mut writes = RegSet::EMPTY;
-    for u in f.info(insn).used_registers() {
+    let info = f.info(insn);
+    for u in info.used_registers() {
         let r = u.register();
         if matches!(
             u.access(),
@@ -260,13 +274,13 @@ fn plain_effect(f: &mut InstructionInfoFactory, insn: &Instruction) -> Effect {
             OpAccess::Write | OpAccess::CondWrite | OpAccess::None | OpAccess::NoMemAccess => {}
         }
     }
-    if may_be_nop(insn) {
-        kill = RegSet::EMPTY;
-    }
     gen |= RegSet::from_iced_flags(insn.rflags_read());
     writes |= RegSet::from_iced_flags(insn.rflags_modified());
     if !count_may_be_zero(insn) {
         kill |= RegSet::from_iced_flags(insn.rflags_modified());
+    }
+    if may_be_nop(insn) || may_fault(info, insn) {
+        kill = RegSet::EMPTY;
     }
     // A register both read and written is live before: gen wins.
     Effect { gen, kill, writes }
@@ -281,6 +295,28 @@ fn may_be_nop(insn: &Instruction) -> bool {
         insn.mnemonic(),
         Mnemonic::Rdsspd | Mnemonic::Rdsspq | Mnemonic::Tzcnt | Mnemonic::Lzcnt
     )
+}
+
+/// An operand that accesses memory (explicit, or a string instruction's),
+/// which may fault where a handler skips the instruction; iced calls the
+/// operand of `lea`, `nop [m]` and prefetches `NoMemAccess`.
+fn may_fault(info: &InstructionInfo, insn: &Instruction) -> bool {
+    use OpKind::*;
+    (0..insn.op_count()).any(|k| {
+        matches!(
+            insn.op_kind(k),
+            Memory
+                | MemorySegSI
+                | MemorySegESI
+                | MemorySegRSI
+                | MemorySegDI
+                | MemorySegEDI
+                | MemorySegRDI
+                | MemoryESDI
+                | MemoryESEDI
+                | MemoryESRDI
+        ) && info.op_access(k) != OpAccess::NoMemAccess
+    })
 }
 
 /// Shifts and rotates leave the flags alone when the masked count is zero.
@@ -916,14 +952,39 @@ mod tests {
     fn read_and_write_is_a_use() {
         let (cfg, is) = single(|a| {
             a.add(eax, 1)?;
-            a.mov(rbx, qword_ptr(rsi + rdi * 8 - 8))?;
+            a.lea(rbx, qword_ptr(rsi + rdi * 8 - 8))?;
+            a.add(rdx, qword_ptr(rbx))?;
             a.movzx(ecx, cl)
         });
         let li = analyze(&cfg, &is).live_in(b(0));
-        for r in [RAX, RSI, RDI, RCX] {
+        for r in [RAX, RSI, RDI, RCX, RDX] {
             assert!(li.has_gpr(r), "{r:?} in {li}");
         }
         assert!(!li.has_gpr(RBX));
+    }
+
+    /// A handler may skip an instruction whose memory access faults
+    /// (`traces/skip_fault.c`): what it writes without reading keeps its
+    /// value, so it is live before it; `lea` accesses nothing.
+    #[test]
+    fn a_possibly_faulting_access_kills_nothing() {
+        let (cfg, is) = single(|a| {
+            a.mov(rax, qword_ptr(rdi))?;
+            a.lea(rcx, qword_ptr(rsi + 8))?;
+            a.cmp(qword_ptr(rcx), 1)?;
+            a.sete(al)?;
+            a.cmp(rdx, 1)?;
+            a.sete(ah)?;
+            a.lodsq()?;
+            a.add(rax, rcx)
+        });
+        let l = analyze(&cfg, &is);
+        let at = |i| l.live_before(b(0), i);
+        assert!(at(0).has_gpr(RAX), "a load may be skipped: {}", at(0));
+        assert!(!at(1).has_gpr(RCX), "lea kills: {}", at(1));
+        assert!(at(2).has_bit(16 + 3), "cmp [m] may be skipped: {}", at(2));
+        assert!(!at(4).flags_live(), "cmp reg kills the flags: {}", at(4));
+        assert!(at(6).has_gpr(RAX), "lodsq may be skipped: {}", at(6));
     }
 
     #[test]
@@ -1087,7 +1148,7 @@ mod tests {
         // An unconditional indirect tail call keeps everything live, and
         // the edge's set holds before the `jmp rax` too.
         let b0 = asm(0x1000, |a| {
-            a.mov(rax, qword_ptr(rdi))?;
+            a.lea(rax, qword_ptr(rdi + 8))?;
             a.jmp(rax)
         });
         let mut cfg = mk_cfg(
@@ -1293,9 +1354,10 @@ mod tests {
         );
     }
 
-    /// Precision floor on gzip (measured: 96.4% of edges have a dead
-    /// scratch register, 1.1% live flags, 26 of 129 procedures a live red
-    /// zone): catches an analysis that turns needlessly conservative.
+    /// Precision floor on gzip (measured 2026-11-30: 4789 of 5489 edges,
+    /// 87.2%, have a dead scratch register and 784, 14.3%, live flags;
+    /// 5292 and 61 when an access that may fault killed its outputs):
+    /// catches an analysis that turns needlessly conservative.
     #[test]
     fn most_gzip_edges_get_a_scratch_register() {
         let prog = crate::Program::open(std::path::Path::new("/usr/bin/gzip")).unwrap();
@@ -1313,13 +1375,14 @@ mod tests {
                 flags += usize::from(s.flags_live);
             }
         }
+        eprintln!("gzip: scratch on {scratch} of {edges} edges, flags live on {flags}");
         assert!(edges > 3000, "{edges} edges");
         assert!(
-            scratch * 100 >= edges * 93,
+            scratch * 100 >= edges * 87,
             "scratch on {scratch} of {edges} edges"
         );
         assert!(
-            flags * 100 <= edges * 3,
+            flags * 100 <= edges * 15,
             "flags live on {flags} of {edges} edges"
         );
     }

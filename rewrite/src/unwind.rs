@@ -1020,16 +1020,59 @@ fn new_cie(
     Ok(c)
 }
 
+/// The ucontext's `gregs` index of each DWARF register 0..=16 (rax, rdx,
+/// rcx, rbx, rsi, rdi, rbp, rsp, r8-r15, rip).
+const GREGS_OF_DWARF: [i64; 17] = [13, 12, 14, 11, 9, 8, 10, 15, 0, 1, 2, 3, 4, 5, 6, 7, 16];
+
+/// The CIE and FDE of the runtime's `sigreturn` over `[start, end)` (`start`
+/// one byte before it: unwinders look up a return address minus one), as
+/// glibc describes its `__restore_rt`: a signal frame (augmentation `S`)
+/// whose CFA is the interrupted rsp and whose every register, rip
+/// included, is in the ucontext at rsp (its gregs 40 bytes in). libgcc
+/// recognises glibc's restorer by its bytes only where no FDE covers the
+/// pc, so without this entry `backtrace()` in a handler and C++
+/// exceptions leaving one would stop there.
+fn sigreturn_fde(
+    start: u64,
+    end: u64,
+    eh_vaddr: u64,
+) -> Res<(CommonInformationEntry, FrameDescriptionEntry)> {
+    let encoding = Encoding {
+        format: Format::Dwarf32,
+        version: 1,
+        address_size: 8,
+    };
+    let mut cie = CommonInformationEntry::new(encoding, 1, -8, Register(16));
+    cie.fde_address_encoding = DwEhPe(PE_PCREL_SDATA4);
+    cie.signal_trampoline = true;
+    let len = u32::try_from(end - start).map_err(|_| UnwindError::Unsupported("sigreturn span"))?;
+    let mut fde = FrameDescriptionEntry::new(eh_address(PE_PCREL_SDATA4, start, eh_vaddr)?, len);
+    let greg = |r: usize| 40 + 8 * GREGS_OF_DWARF[r];
+    let mut cfa = Expression::new();
+    cfa.op_breg(Register(7), greg(7));
+    cfa.op_deref();
+    fde.add_instruction(0, W::CfaExpression(cfa));
+    for r in 0..GREGS_OF_DWARF.len() {
+        let mut at = Expression::new();
+        at.op_breg(Register(7), greg(r));
+        fde.add_instruction(0, W::Expression(Register(r as u16), at));
+    }
+    Ok((cie, fde))
+}
+
 /// Builds the unwind segment for `copies`, whose code (`code`, as encoded)
-/// starts at `code_vaddr`; the segment goes at `vaddr`.
+/// starts at `code_vaddr`; the segment goes at `vaddr`. `sigreturn`: the
+/// runtime's `sigreturn` span, which gets its own entry
+/// ([`sigreturn_fde`]).
 pub fn build(
     module: &Module,
     copies: &[ProcCopy],
     code: &[u8],
     code_vaddr: u64,
     vaddr: u64,
+    sigreturn: (u64, u64),
 ) -> Result<Unwind> {
-    build_inner(module, copies, code, code_vaddr, vaddr).map_err(|what| Error::Rewrite {
+    build_inner(module, copies, code, code_vaddr, vaddr, sigreturn).map_err(|what| Error::Rewrite {
         path: module.path.clone(),
         what: Refusal::Unwind(what),
     })
@@ -1041,6 +1084,7 @@ fn build_inner(
     code: &[u8],
     code_vaddr: u64,
     vaddr: u64,
+    sigreturn: (u64, u64),
 ) -> Res<Unwind> {
     let fdes = original_fdes(module)?;
     let relocs = lsda::LoadRelocs::of(module);
@@ -1049,7 +1093,7 @@ fn build_inner(
         plan_copy(module, &relocs, &fdes, c, code, code_vaddr, &mut news)
             .map_err(|e| e.at("procedure at", c.start))?;
     }
-    let count = fdes.len() + news.len();
+    let count = fdes.len() + news.len() + 1;
     let hdr_size = 12 + 8 * count as u64;
 
     // The new LSDAs after the header.
@@ -1141,6 +1185,12 @@ fn build_inner(
         let id = frames.add_cie(cie);
         frames.add_fde(id, fde);
     }
+    let (cie, fde) = sigreturn_fde(sigreturn.0, sigreturn.1, eh_vaddr)
+        .map_err(|e| e.at("FDE for sigreturn at", sigreturn.0))?;
+    let id = frames.add_cie(cie);
+    frames.add_fde(id, fde);
+    let mut spans: Vec<(u64, u64)> = outs.iter().map(|o| (o.start, o.end - o.start)).collect();
+    spans.push((sigreturn.0, sigreturn.1 - sigreturn.0));
     let mut eh = gimli::write::EhFrame(EndianVec::new(LittleEndian));
     frames.write_eh_frame(&mut eh).map_err(UnwindError::Write)?;
     let mut eh_bytes = eh.0.into_vec();
@@ -1163,13 +1213,13 @@ fn build_inner(
                     what: "new .eh_frame FDE",
                     source,
                 })?;
-            let o = outs
+            let &(start, _) = spans
                 .get(table.len())
-                .filter(|o| o.start == fde.initial_address() && o.end - o.start == fde.len())
+                .filter(|&&(start, len)| start == fde.initial_address() && len == fde.len())
                 .ok_or(UnwindError::Inconsistent(
                     "the new .eh_frame does not read back as written",
                 ))?;
-            table.push((o.start, eh_vaddr + fde.offset() as u64));
+            table.push((start, eh_vaddr + fde.offset() as u64));
         }
     }
     if table.len() != count {
@@ -1285,6 +1335,7 @@ mod tests {
                     start: p.start,
                     new_start: p.start + DELTA,
                     new_end: p.end + DELTA,
+                    leads: insn_map.iter().map(|&(_, c)| c).collect(),
                     insn_map,
                     landing: p.landing_pads.iter().map(|&a| (a, a + DELTA)).collect(),
                     sigmap: Vec::new(),
@@ -1292,6 +1343,29 @@ mod tests {
             })
             .collect();
         (text, code, copies)
+    }
+
+    /// The unwind segment of `copies` of `prog`'s `text` (`shifted`), at
+    /// the first page after the moved text (`sigreturn` below it), and
+    /// its address.
+    fn built(
+        prog: &Program,
+        copies: &[ProcCopy],
+        text: &aetrace_analysis::elf::Section,
+        code: &[u8],
+    ) -> (Unwind, u64) {
+        let vaddr = (text.end() + DELTA).next_multiple_of(4096);
+        let sigreturn = (vaddr - 32, vaddr - 16);
+        let u = build(
+            &prog.module,
+            copies,
+            code,
+            text.addr + DELTA,
+            vaddr,
+            sigreturn,
+        )
+        .unwrap();
+        (u, vaddr)
     }
 
     /// With shifted copies, every new LSDA is its original moved by
@@ -1304,8 +1378,7 @@ mod tests {
         let prog = Program::open(Path::new("/usr/lib/x86_64-linux-gnu/libstdc++.so.6")).unwrap();
         let m = &prog.module;
         let (text, code, copies) = shifted(&prog);
-        let vaddr = (text.end() + DELTA).next_multiple_of(4096);
-        let u = build(m, &copies, code, text.addr + DELTA, vaddr).unwrap();
+        let (u, vaddr) = built(&prog, &copies, text, code);
         let module_fdes = original_fdes(m).unwrap();
         let relocs = lsda::LoadRelocs::of(m);
         let (new_eh, new_bases) = (
@@ -1367,8 +1440,7 @@ mod tests {
         let m = &prog.module;
         let (text, code, copies) = shifted(&prog);
         assert!(copies.len() > 100);
-        let vaddr = (text.end() + DELTA).next_multiple_of(4096);
-        let u = build(m, &copies, code, text.addr + DELTA, vaddr).unwrap();
+        let (u, vaddr) = built(&prog, &copies, text, code);
         assert!(
             u.fdes * 10 >= copies.len() * 9,
             "{} FDEs for {} copies",
@@ -1381,7 +1453,8 @@ mod tests {
         let new_eh = EhFrame::new(new_bytes, LittleEndian);
         let new_bases = BaseAddresses::default().set_eh_frame(u.eh_frame.0);
         let (olds, news) = (fdes(&old_eh, &old_bases), fdes(&new_eh, &new_bases));
-        assert_eq!(news.len(), olds.len() + u.fdes);
+        // (And `sigreturn`'s.)
+        assert_eq!(news.len(), olds.len() + u.fdes + 1);
         let mut checked = 0;
         for c in &copies {
             for &(old, new) in &c.insn_map {

@@ -120,6 +120,7 @@ const SYS_MUNMAP: u32 = 11;
 const SYS_READLINK: u32 = 89;
 const SYS_GETPPID: u32 = 110;
 const SYS_RT_SIGPROCMASK: u32 = 14;
+const SYS_RT_SIGRETURN: u32 = 15;
 const SYS_PWRITE64: u32 = 18;
 const SYS_GETPID: u32 = 39;
 const SYS_EXIT_GROUP: u32 = 231;
@@ -203,6 +204,12 @@ const D_PRETLS: u64 = 56;
 /// for a [`FAULT_SIGNALS`] signal while the kernel holds `fault` in its
 /// place. Zeros: `SIG_DFL` as exec leaves it.
 const D_DISP_LOCK: u64 = 64;
+/// glibc's signal restorer (`__restore_rt`), the pretcode the kernel put
+/// in the last traced handler's frame before `signal_entry` replaced it
+/// with `sigreturn` (every glibc handler has the same one): `sigreturn`
+/// gives it to `map_caller`, which recognises a rip there. In the
+/// executable's blob.
+const D_RESTORER: u64 = 72;
 /// Offsets (from the blob start, as `D_WIN_LO`) of the range of the
 /// module's added segments (the runtime, the copies, their data), written
 /// by the rewriter; the program's view of its maps leaves their lines out
@@ -219,6 +226,10 @@ const D_NATIVE_BRK: u64 = 104;
 /// `.dynamic`, written by the rewriter into an executable's blob; 0: none
 /// (`detach`: `init` finds the link map through its `DT_DEBUG`).
 const D_DYNAMIC: u64 = 112;
+/// Offset (from the blob start, as `D_ADDED`) of the module's table of
+/// instruction starts, copy to original and back (the rewriter's
+/// `insnmap`), written by the rewriter; 0: none (`translate`).
+const D_INSNS: u64 = 120;
 const D_DISP: u64 = 128;
 /// The `.eh_frame`s to register and their `struct object`s
 /// (`detach::FRAMES_SIZE` bytes), after the dispositions (`D_DISP + 32 *
@@ -281,6 +292,11 @@ struct Labels {
     d_views: CodeLabel,
     d_native_brk: CodeLabel,
     d_dynamic: CodeLabel,
+    d_insns: CodeLabel,
+    /// `translate` (one blob's table) and `translate_any` (this blob's,
+    /// then the executable's).
+    translate: CodeLabel,
+    translate_any: CodeLabel,
     d_disp: CodeLabel,
     d_frames: CodeLabel,
     /// The program's view of its maps.
@@ -294,6 +310,14 @@ struct Labels {
     fault: CodeLabel,
     fault_restorer: CodeLabel,
     restorer: CodeLabel,
+    /// `sigreturn`, the restorer a traced handler returns through; the end
+    /// of its prologue, where it has blocked signals; `sigret_record`.
+    sigreturn: CodeLabel,
+    sigret_blocked: CodeLabel,
+    sigret_record: CodeLabel,
+    /// A full signal set (8 bytes of ones).
+    all_ones: CodeLabel,
+    d_restorer: CodeLabel,
     regmap: CodeLabel,
     s_shm: CodeLabel,
     s_out: CodeLabel,
@@ -510,6 +534,9 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         d_views: a.create_label(),
         d_native_brk: a.create_label(),
         d_dynamic: a.create_label(),
+        d_insns: a.create_label(),
+        translate: a.create_label(),
+        translate_any: a.create_label(),
         d_disp: a.create_label(),
         d_frames: a.create_label(),
         view: view::Labels::new(&mut a),
@@ -519,6 +546,11 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         fault: a.create_label(),
         fault_restorer: a.create_label(),
         restorer: a.create_label(),
+        sigreturn: a.create_label(),
+        sigret_blocked: a.create_label(),
+        sigret_record: a.create_label(),
+        all_ones: a.create_label(),
+        d_restorer: a.create_label(),
         regmap: a.create_label(),
         s_shm: a.create_label(),
         s_out: a.create_label(),
@@ -587,6 +619,10 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     }));
     emit_map_caller(&mut a, &mut l)?;
     emit_fault(&mut a, &mut l)?;
+    emit_sigreturn(&mut a, &mut l)?;
+    emit_translate(&mut a, &mut l)?;
+    a.set_label(&mut l.all_ones)?;
+    a.dq(&[u64::MAX])?;
     // glibc's __restore_rt: `mov rax, 15` + first byte of `syscall`.
     a.set_label(&mut l.restorer)?;
     a.db(&[0x48, 0xC7, 0xC0, 0x0F, 0x00, 0x00, 0x00, 0x0F])?;
@@ -651,7 +687,9 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     a.set_label(&mut l.d_pretls)?;
     a.db(&[0u8; 8])?;
     a.set_label(&mut l.d_disp_lock)?;
-    a.db(&[0u8; (D_ADDED - D_DISP_LOCK) as usize])?;
+    a.db(&[0u8; (D_RESTORER - D_DISP_LOCK) as usize])?;
+    a.set_label(&mut l.d_restorer)?;
+    a.db(&[0u8; (D_ADDED - D_RESTORER) as usize])?;
     a.set_label(&mut l.d_added)?;
     a.db(&[0u8; (D_VIEWS - D_ADDED) as usize])?;
     a.set_label(&mut l.d_views)?;
@@ -659,7 +697,9 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     a.set_label(&mut l.d_native_brk)?;
     a.db(&[0u8; (D_DYNAMIC - D_NATIVE_BRK) as usize])?;
     a.set_label(&mut l.d_dynamic)?;
-    a.db(&[0u8; (D_DISP - D_DYNAMIC) as usize])?;
+    a.db(&[0u8; (D_INSNS - D_DYNAMIC) as usize])?;
+    a.set_label(&mut l.d_insns)?;
+    a.db(&[0u8; (D_DISP - D_INSNS) as usize])?;
     a.set_label(&mut l.d_disp)?;
     a.db(&vec![0u8; (D_FRAMES - D_DISP) as usize])?;
     a.set_label(&mut l.d_frames)?;
@@ -672,10 +712,12 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     debug_assert_eq!(res.label_ip(&l.d_tag)?, data_offset + D_TAG);
     debug_assert_eq!(res.label_ip(&l.d_pretls)?, data_offset + D_PRETLS);
     debug_assert_eq!(res.label_ip(&l.d_disp_lock)?, data_offset + D_DISP_LOCK);
+    debug_assert_eq!(res.label_ip(&l.d_restorer)?, data_offset + D_RESTORER);
     debug_assert_eq!(res.label_ip(&l.d_added)?, data_offset + D_ADDED);
     debug_assert_eq!(res.label_ip(&l.d_views)?, data_offset + D_VIEWS);
     debug_assert_eq!(res.label_ip(&l.d_native_brk)?, data_offset + D_NATIVE_BRK);
     debug_assert_eq!(res.label_ip(&l.d_dynamic)?, data_offset + D_DYNAMIC);
+    debug_assert_eq!(res.label_ip(&l.d_insns)?, data_offset + D_INSNS);
     debug_assert_eq!(res.label_ip(&l.d_disp)?, data_offset + D_DISP);
     debug_assert_eq!(res.label_ip(&l.d_frames)?, data_offset + D_FRAMES);
     let symbols = vec![
@@ -690,6 +732,8 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         ("signal_entry", res.label_ip(&l.signal_entry)?),
         ("restorer_bytes", res.label_ip(&l.restorer)?),
         ("fault", res.label_ip(&l.fault)?),
+        ("sigreturn", res.label_ip(&l.sigreturn)?),
+        ("sigreturn_blocked", res.label_ip(&l.sigret_blocked)?),
         ("maps_opened_fd", res.label_ip(&l.view.opened_fd)?),
         ("maps_opened_file", res.label_ip(&l.view.opened_file)?),
         ("maps_read", res.label_ip(&l.view.read)?),
@@ -703,6 +747,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         ("added_end", data_offset + D_ADDED + 8),
         ("native_brk", data_offset + D_NATIVE_BRK),
         ("dynamic", data_offset + D_DYNAMIC),
+        ("insn_table", data_offset + D_INSNS),
     ];
     debug_assert_eq!(res.label_ip(&l.init)?, 0, "init is the blob's base label");
     let bytes = res.inner.code_buffer;
@@ -1921,6 +1966,7 @@ fn emit_map_caller(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
     let mut done = a.create_label();
     let mut outer = a.create_label();
     a.set_label(&mut l.map_caller)?;
+    in_sigreturn_prologue(a, l)?;
     // A signal in glibc's restorer (`mov rax, 15` at +0, `syscall` at +7:
     // signal_entry's pretcode, [rsp+152] there, the restorer every glibc
     // handler returns through) came after an earlier handler had returned
@@ -1929,9 +1975,18 @@ fn emit_map_caller(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
     // the restorer's rsp) instead of an untraced rip that regen cannot
     // tell from other untraced code (docs/regen.md section 3a); as often
     // as restorers interrupted restorers.
+    // The same for the executable's `fault_restorer` (glibc's bytes),
+    // where a handler's context is sent when `sigreturn` is interrupted
+    // before it blocked signals (below).
     let mut restored = a.create_label();
     let mut not_restorer = a.create_label();
     a.mov(rax, qword_ptr(rsp + 152 + 8))?;
+    a.cmp(r14, rax)?;
+    a.je(restored)?;
+    a.add(rax, 7)?;
+    a.cmp(r14, rax)?;
+    a.je(restored)?;
+    runtime_addr(a, l, l.fault_restorer, rax)?;
     a.cmp(r14, rax)?;
     a.je(restored)?;
     a.add(rax, 7)?;
@@ -2180,21 +2235,336 @@ fn emit_signal_entry(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedEr
     // interrupted returns; xfers the thread's
     // transfer count (no transfer completes inside this stub).
     write_signal_record(a, RecordKind::Signal)?;
+    // The handler sees the native rip: its interrupted rip, when that is
+    // the copy of an instruction, becomes the instruction's original
+    // address (`sigreturn` maps it back).
+    // The copy's rip and the original shown (0: none) are kept in the
+    // frame's `uc_mcontext.__reserved1` (the kernel neither reads nor
+    // writes it) for `sigret_record`.
+    let mut as_is = a.create_label();
+    a.mov(rdi, qword_ptr(rsp + 200 + 16 * 8))?;
+    a.mov(qword_ptr(rsp + 200 + KEPT_COPY), rdi)?;
+    a.xor(esi, esi)?;
+    a.call(l.translate_any)?;
+    a.mov(qword_ptr(rsp + 200 + KEPT_ORIG), rax)?;
+    a.test(rax, rax)?;
+    a.jz(as_is)?;
+    a.mov(qword_ptr(rsp + 200 + 16 * 8), rax)?;
+    a.set_label(&mut as_is)?;
+    // The handler returns through the executable's `sigreturn`, which
+    // says where the thread resumes (the handler may move the rip); the
+    // pretcode it replaces, glibc's restorer, is kept for `map_caller`.
+    a.mov(rax, qword_ptr(rsp + 152))?;
+    runtime_addr(a, l, l.d_restorer, rcx)?;
+    a.mov(qword_ptr(rcx), rax)?;
+    runtime_addr(a, l, l.sigreturn, rcx)?;
+    a.mov(qword_ptr(rsp + 152), rcx)?;
     // SIGNAL written: a second signal from here on is reported in the
     // stub, before the handler's ENTER.
     leave_blocked(a, &mut l.windows, Depths::default(), Caller::Placed)?;
     emit_fixup(a, l)
 }
 
+/// Where `signal_entry` keeps, from a frame's gregs, the copy's rip it
+/// interrupted and the original address it showed the handler (0: none):
+/// `uc_mcontext.__reserved1[0..2]`, after the gregs and the fpregs pointer.
+const KEPT_COPY: i32 = 192;
+const KEPT_ORIG: i32 = 200;
+
+/// `dst` = the address of `label` in the executable's blob (the slot's
+/// `RUNTIME`): every blob is the same code. Clobbers rdx.
+fn runtime_addr(
+    a: &mut CodeAssembler,
+    l: &Labels,
+    label: CodeLabel,
+    dst: AsmRegister64,
+) -> Result<(), IcedError> {
+    a.lea(dst, ptr(label))?;
+    a.lea(rdx, ptr(l.init))?;
+    a.sub(dst, rdx)?;
+    a.add(dst, qword_ptr(S_RUNTIME).gs())
+}
+
+/// `sigreturn`: the return address (pretcode) `signal_entry` gives a
+/// traced handler, in place of glibc's restorer; the executable's for
+/// every module. At its entry rsp points at the kernel's ucontext, as at
+/// glibc's restorer, and every register is dead (`rt_sigreturn` restores
+/// the context). It blocks every signal (the context's own mask comes
+/// back with `rt_sigreturn`), writes SIGRETURN with the context's rip
+/// mapped as `signal_entry` maps it (`sigret_record`), checks the buffer
+/// and calls `rt_sigreturn`. A signal before its mask is blocked (up to
+/// `sigret_blocked`) is handled by `map_caller` (`in_sigreturn_prologue`).
+/// Its unwind entry (`docs/runtime.md` section 5, the rewriter's
+/// `unwind::sigreturn_fde`) starts one byte before it, at a `nop`, since
+/// an unwinder looks up a return address minus one.
+fn emit_sigreturn(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
+    let mut room = a.create_label();
+    a.nop()?;
+    a.set_label(&mut l.sigreturn)?;
+    a.mov(eax, SYS_RT_SIGPROCMASK)?;
+    a.xor(edi, edi)?; // SIG_BLOCK
+    a.lea(rsi, ptr(l.all_ones))?;
+    a.xor(edx, edx)?;
+    a.mov(r10d, 8u32)?;
+    a.syscall()?;
+    a.set_label(&mut l.sigret_blocked)?;
+    a.lea(r13, ptr(rsp + 40))?;
+    a.call(l.sigret_record)?;
+    a.mov(rax, qword_ptr(S_POS).gs())?;
+    a.cmp(rax, qword_ptr(S_LIMIT).gs())?;
+    a.jb(room)?;
+    a.call(l.flush)?;
+    a.set_label(&mut room)?;
+    a.mov(eax, SYS_RT_SIGRETURN)?;
+    a.syscall()?;
+    // `sigret_record`, signals blocked: r13 = the gregs of a context a
+    // handler returns to. Maps its rip with `map_caller`, whose frame
+    // check wants glibc's restorer where `signal_entry` has its pretcode,
+    // and writes SIGRETURN(rip). Clobbers every register but r12.
+    a.set_label(&mut l.sigret_record)?;
+    // An original instruction's address (`signal_entry` showed the
+    // handler one; the handler may have moved it to another) goes back to
+    // its copy.
+    // The rip shown unchanged: the copy's, as it was. Moved to no listed
+    // instruction: the copy's moved as far (as before 1.11; regen then
+    // refuses the trace unless a trap's `Resume` edge explains it).
+    let (mut as_is, mut moved, mut store) = (a.create_label(), a.create_label(), a.create_label());
+    a.mov(rdi, qword_ptr(r13 + 16 * 8))?;
+    a.mov(rax, qword_ptr(r13 + KEPT_ORIG))?;
+    a.test(rax, rax)?;
+    a.jz(as_is)?;
+    a.cmp(rdi, rax)?;
+    a.jne(moved)?;
+    a.mov(rax, qword_ptr(r13 + KEPT_COPY))?;
+    a.jmp(store)?;
+    a.set_label(&mut moved)?;
+    // Moved: the signal stood at an instruction's copy (the original was
+    // shown), so the context's registers are the program's.
+    sigret_registers(a, l)?;
+    a.mov(esi, 1u32)?;
+    a.call(l.translate_any)?;
+    a.test(rax, rax)?;
+    a.jnz(store)?;
+    a.mov(rax, qword_ptr(r13 + 16 * 8))?;
+    a.sub(rax, qword_ptr(r13 + KEPT_ORIG))?;
+    a.add(rax, qword_ptr(r13 + KEPT_COPY))?;
+    a.set_label(&mut store)?;
+    a.mov(qword_ptr(r13 + 16 * 8), rax)?;
+    a.set_label(&mut as_is)?;
+    a.sub(rsp, 168)?;
+    runtime_addr(a, l, l.d_restorer, rax)?;
+    a.mov(rax, qword_ptr(rax))?;
+    a.mov(qword_ptr(rsp + 152), rax)?;
+    a.mov(r14, qword_ptr(r13 + 16 * 8))?;
+    a.call(l.map_caller)?;
+    let kind = RecordKind::SigReturn;
+    reserve_record(a, kind)?;
+    a.mov(qword_ptr(rax + 2), r14)?;
+    a.mov(byte_ptr(rax + 1), kind as u32)?;
+    a.add(rsp, 168)?;
+    a.ret()
+}
+
+/// Bytes before the table's rows: `u32` rows, `u32` flags
+/// ([`TABLE_REGISTERS`]).
+const TABLE_HEAD: i32 = 8;
+/// Table flag: the executable was rewritten with `--data`, so `sigreturn`
+/// writes the context's general registers as VALUEs (the data walk's
+/// known registers take them: a handler may have changed them).
+pub const TABLE_REGISTERS: u32 = 1;
+/// `uc_mcontext.gregs` index of each general register in the data walk's
+/// order (`rax rcx rdx rbx rsp rbp rsi rdi r8`..`r15`).
+const GREGS: [i32; 16] = [13, 14, 12, 11, 15, 10, 9, 8, 0, 1, 2, 3, 4, 5, 6, 7];
+
+/// In `sigret_record` (r13 = the gregs, signals blocked), for a handler
+/// that moved the rip: when the executable's table says
+/// [`TABLE_REGISTERS`], 16 VALUE records, the context's general registers
+/// in [`GREGS`] order, before SIGRETURN (a return unmoved may stand
+/// inside instrumentation, whose registers are not the program's).
+/// Clobbers rax, rbx, rcx, rdx, r8.
+fn sigret_registers(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
+    let mut none = a.create_label();
+    a.mov(rbx, qword_ptr(S_RUNTIME).gs())?;
+    a.lea(rdx, ptr(l.d_insns))?;
+    a.lea(rcx, ptr(l.init))?;
+    a.sub(rdx, rcx)?;
+    a.mov(r8, qword_ptr(rbx + rdx))?;
+    a.test(r8, r8)?;
+    a.jz(none)?;
+    a.test(byte_ptr(rbx + r8 + 4), TABLE_REGISTERS as i32)?;
+    a.jz(none)?;
+    let kind = RecordKind::Value;
+    let len = kind.encoded_len() as i32;
+    a.mov(eax, (len * GREGS.len() as i32) as u32)?;
+    a.xadd(qword_ptr(S_POS).gs(), rax)?;
+    for (i, &g) in (0..).zip(&GREGS) {
+        let at = i * len;
+        pending_word(a, kind, at)?;
+        a.mov(rcx, qword_ptr(r13 + 8 * g))?;
+        a.mov(qword_ptr(rax + at + 2), rcx)?;
+        a.mov(byte_ptr(rax + at + 1), kind as u32)?;
+    }
+    a.set_label(&mut none)
+}
+
+/// `translate_any(rdi = address, esi = 0: copy to original, 1: original
+/// to copy)`: rax = the instruction's address on the other side (an
+/// original's: where its lead starts in the copy), by this blob's table,
+/// else the executable's (the slot's `RUNTIME`); 0 when neither has the
+/// address as an instruction start (instrumentation, untraced code, a
+/// library's code when the handler is another module's).
+/// `translate` does one blob's (rbx): a linear scan of the rows whose
+/// span holds the address, then of their entries (the rewriter's
+/// `insnmap` has the layout). Both clobber rcx, rdx, r8-r11.
+fn emit_translate(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
+    let mut out = a.create_label();
+    a.set_label(&mut l.translate_any)?;
+    a.push(rbx)?;
+    a.lea(rbx, ptr(l.init))?;
+    a.call(l.translate)?;
+    a.test(rax, rax)?;
+    a.jnz(out)?;
+    a.mov(rbx, qword_ptr(S_RUNTIME).gs())?;
+    a.call(l.translate)?;
+    a.set_label(&mut out)?;
+    a.pop(rbx)?;
+    a.ret()?;
+
+    let (mut row, mut copy_key, mut have_key, mut entry) = (
+        a.create_label(),
+        a.create_label(),
+        a.create_label(),
+        a.create_label(),
+    );
+    let (mut by_copy, mut next_entry, mut next_row, mut none, mut done) = (
+        a.create_label(),
+        a.create_label(),
+        a.create_label(),
+        a.create_label(),
+        a.create_label(),
+    );
+    a.set_label(&mut l.translate)?;
+    a.push(rbp)?;
+    a.push(r15)?;
+    a.lea(rdx, ptr(l.d_insns))?;
+    a.lea(rcx, ptr(l.init))?;
+    a.sub(rdx, rcx)?;
+    a.mov(r8, qword_ptr(rbx + rdx))?;
+    a.test(r8, r8)?;
+    a.jz(none)?;
+    a.add(r8, rbx)?; // the table
+    a.mov(ecx, dword_ptr(r8))?; // rows
+    a.lea(r9, ptr(r8 + TABLE_HEAD))?;
+    a.mov(eax, ecx)?;
+    a.shl(rax, 4)?;
+    a.lea(r10, ptr(r9 + rax))?; // the entries
+    a.set_label(&mut row)?;
+    a.test(ecx, ecx)?;
+    a.jz(none)?;
+    a.mov(eax, dword_ptr(r9))?;
+    a.add(rax, rbx)?; // the row's copy start
+    a.movsxd(rdx, dword_ptr(r9 + 4))?;
+    a.add(rdx, rbx)?; // its original start
+    a.mov(r11, rdi)?;
+    a.test(esi, esi)?;
+    a.jz(copy_key)?;
+    a.sub(r11, rdx)?;
+    a.jmp(have_key)?;
+    a.set_label(&mut copy_key)?;
+    a.sub(r11, rax)?;
+    a.set_label(&mut have_key)?;
+    a.cmp(r11, 0xFFFF)?;
+    a.ja(next_row)?;
+    a.mov(ebp, dword_ptr(r9 + 8))?;
+    a.mov(r15d, dword_ptr(r9 + 12))?;
+    a.lea(rbp, ptr(rbp + rbp * 2))?;
+    a.lea(rbp, ptr(r10 + rbp * 2))?; // 6-byte entries
+    a.set_label(&mut entry)?;
+    a.test(r15d, r15d)?;
+    a.jz(next_row)?;
+    a.test(esi, esi)?;
+    a.jz(by_copy)?;
+    a.movzx(r8d, word_ptr(rbp))?;
+    a.cmp(r8, r11)?;
+    a.jne(next_entry)?;
+    a.movzx(r8d, word_ptr(rbp + 2))?;
+    a.add(rax, r8)?;
+    a.movzx(r8d, word_ptr(rbp + 4))?;
+    a.sub(rax, r8)?; // its lead
+    a.jmp(done)?;
+    a.set_label(&mut by_copy)?;
+    a.movzx(r8d, word_ptr(rbp + 2))?;
+    a.cmp(r8, r11)?;
+    a.jne(next_entry)?;
+    a.movzx(r8d, word_ptr(rbp))?;
+    a.lea(rax, ptr(rdx + r8))?;
+    a.jmp(done)?;
+    a.set_label(&mut next_entry)?;
+    a.add(rbp, 6)?;
+    a.dec(r15d)?;
+    a.jmp(entry)?;
+    a.set_label(&mut next_row)?;
+    a.add(r9, 16)?;
+    a.dec(ecx)?;
+    a.jmp(row)?;
+    a.set_label(&mut none)?;
+    a.xor(eax, eax)?;
+    a.set_label(&mut done)?;
+    a.pop(r15)?;
+    a.pop(rbp)?;
+    a.ret()
+}
+
+/// In `map_caller`: a rip in the executable's `sigreturn` before it
+/// blocked signals belongs to a handler that has returned. Its context
+/// (the ucontext at `sigreturn`'s rsp) is where the thread is: its
+/// SIGRETURN is written now (`sigret_record`), the interrupted
+/// `sigreturn` is sent to `fault_restorer` (a bare `rt_sigreturn`, so it
+/// writes nothing more), and that context is mapped instead.
+fn in_sigreturn_prologue(a: &mut CodeAssembler, l: &Labels) -> Result<(), IcedError> {
+    let mut not_in = a.create_label();
+    runtime_addr(a, l, l.sigreturn, rax)?;
+    a.cmp(r14, rax)?;
+    a.jb(not_in)?;
+    runtime_addr(a, l, l.sigret_blocked, rax)?;
+    a.cmp(r14, rax)?;
+    a.jae(not_in)?;
+    a.push(r13)?;
+    a.mov(rax, qword_ptr(r13 + 15 * 8))?;
+    a.lea(r13, ptr(rax + 40))?;
+    a.call(l.sigret_record)?;
+    a.pop(r13)?;
+    runtime_addr(a, l, l.fault_restorer, rax)?;
+    a.mov(qword_ptr(r13 + 16 * 8), rax)?;
+    a.mov(rax, qword_ptr(r13 + 15 * 8))?;
+    a.lea(r13, ptr(rax + 40))?;
+    a.mov(r14, qword_ptr(r13 + 16 * 8))?;
+    a.jmp(l.map_caller)?;
+    a.set_label(&mut not_in)?;
+    a.zero_bytes()
+}
+
+/// Takes a `kind` record's bytes at the stream's position (rax: their
+/// address) and writes its escape word marked pending: a reader stops
+/// there until the kind byte is written, last. Clobbers rax.
+fn reserve_record(a: &mut CodeAssembler, kind: RecordKind) -> Result<(), IcedError> {
+    a.mov(eax, kind.encoded_len() as u32)?;
+    a.xadd(qword_ptr(S_POS).gs(), rax)?;
+    pending_word(a, kind, 0)
+}
+
+/// The escape word of a pending `kind` record at `rax + at`.
+fn pending_word(a: &mut CodeAssembler, kind: RecordKind, at: i32) -> Result<(), IcedError> {
+    a.mov(
+        word_ptr(rax + at),
+        ESCAPE as u32 | (KIND_PENDING as u32 | kind as u32) << 8,
+    )
+}
+
 /// Writes `kind(signo, rip, xfers)` (SIGNAL or FAULT): r12d the signal
 /// number, r14 the rip. Clobbers rax, rcx.
 fn write_signal_record(a: &mut CodeAssembler, kind: RecordKind) -> Result<(), IcedError> {
-    a.mov(eax, kind.encoded_len() as u32)?;
-    a.xadd(qword_ptr(S_POS).gs(), rax)?;
-    a.mov(
-        word_ptr(rax),
-        ESCAPE as u32 | (KIND_PENDING as u32 | kind as u32) << 8,
-    )?;
+    reserve_record(a, kind)?;
     a.mov(dword_ptr(rax + 2), r12d)?;
     a.mov(qword_ptr(rax + 6), r14)?;
     a.mov(ecx, dword_ptr(S_XFERS).gs())?;

@@ -113,7 +113,14 @@ fn begin(
     clobbers_flags: bool,
     avoid: &[AsmRegister64],
 ) -> Result<Frame, Error> {
-    let flags = (clobbers_flags && site.flags_live).then_some(site.flags_save);
+    // `lahf; seto al` writes rax: with a payload in rax the flags are
+    // pushed (live before a load into rax more often since an access that
+    // may fault keeps its outputs live, rewrite's `liveness`).
+    let save = match site.flags_save {
+        FlagsSave::Lahf if avoid.iter().any(|x| same(*x, rax)) => FlagsSave::Pushf,
+        s => s,
+    };
+    let flags = (clobbers_flags && site.flags_live).then_some(save);
     if site.scratch == Some(rsp) {
         return Err(Error::Emit("rsp cannot be a scratch register".into()));
     }
@@ -130,20 +137,10 @@ fn begin(
             r
         }
         (Some(FlagsSave::Lahf), Some(s)) => {
-            if avoid.iter().any(|x| same(*x, rax)) {
-                return Err(Error::Emit(
-                    "lahf flag save needs rax; payload uses it".into(),
-                ));
-            }
             pushed.push(rax);
             s
         }
         (Some(FlagsSave::Lahf), None) => {
-            if avoid.iter().any(|x| same(*x, rax)) {
-                return Err(Error::Emit(
-                    "lahf flag save needs rax; payload uses it".into(),
-                ));
-            }
             let r = pick_free(&[&[rax][..], avoid].concat());
             pushed.push(rax);
             pushed.push(r);
@@ -302,9 +299,7 @@ pub fn emit_record(
         return Err(Error::Emit("record payload cannot be rsp".into()));
     }
     let f = begin(a, &site, true, &avoid)?;
-    if f.pushed.iter().any(|p| avoid.iter().any(|x| same(*x, *p)))
-        || (f.flags == Some(FlagsSave::Lahf) && avoid.iter().any(|x| same(*x, rax)))
-    {
+    if f.pushed.iter().any(|p| avoid.iter().any(|x| same(*x, *p))) {
         return Err(Error::Emit(format!(
             "payload register of {kind:?} is needed by the sequence"
         )));
@@ -599,6 +594,13 @@ pub struct RuntimeAddrs {
     pub signal_entry: u64,
     /// Address of the signal restorer's bytes the stubs compare a handler's return address with.
     pub restorer_bytes: u64,
+    /// Address of `sigreturn`, the restorer a traced handler returns
+    /// through (SIGRETURN, then `rt_sigreturn`; its unwind entry starts a
+    /// byte before it).
+    pub sigreturn: u64,
+    /// The end of `sigreturn`'s prologue, up to which its rsp is the
+    /// kernel's ucontext.
+    pub sigreturn_blocked: u64,
 }
 
 impl RuntimeAddrs {
@@ -624,6 +626,8 @@ impl RuntimeAddrs {
             maps_read: at("maps_read"),
             signal_entry: at("signal_entry"),
             restorer_bytes: at("restorer_bytes"),
+            sigreturn: at("sigreturn"),
+            sigreturn_blocked: at("sigreturn_blocked"),
         }
     }
 }

@@ -279,6 +279,11 @@ pub enum RecordKind {
     /// `tag << 24 | procedure`, then `u32` the entry's link-time address,
     /// where its copy starts (format 1.6).
     EnterAt = 19,
+    /// A traced signal handler returned (its restorer, the runtime's
+    /// `sigreturn`, runs before `rt_sigreturn`): `u64` the rip the thread
+    /// resumes at, mapped as SIGNAL's (format 1.11). Equal to its
+    /// SIGNAL's rip unless the handler moved the rip.
+    SigReturn = 20,
 }
 
 impl RecordKind {
@@ -304,7 +309,8 @@ impl RecordKind {
             | RecordKind::Setjmp
             | RecordKind::Longjmp
             | RecordKind::Value
-            | RecordKind::EnterAt => 8,
+            | RecordKind::EnterAt
+            | RecordKind::SigReturn => 8,
             RecordKind::Signal | RecordKind::Fault | RecordKind::SetjmpResume => 16,
         }
     }
@@ -330,6 +336,7 @@ impl RecordKind {
             17 => RecordKind::Fault,
             18 => RecordKind::Value,
             19 => RecordKind::EnterAt,
+            20 => RecordKind::SigReturn,
             _ => return None,
         })
     }
@@ -480,7 +487,7 @@ mod tests {
     use super::*;
 
     /// The kinds and total lengths of the table in `docs/runtime.md` section 2.
-    const TABLE: [(u8, u64); 18] = [
+    const TABLE: [(u8, u64); 19] = [
         (1, 6),
         (2, 10),
         (4, 18),
@@ -499,6 +506,7 @@ mod tests {
         (17, 18),
         (18, 10),
         (19, 10),
+        (20, 10),
     ];
 
     #[test]
@@ -509,7 +517,7 @@ mod tests {
             assert_eq!(k.encoded_len(), len, "{k:?}");
         }
         // 3: the format 1.1 SIGNAL, never written by this runtime.
-        for b in [0u8, 3, 20, 0x7F, 0x80, 0xFF] {
+        for b in [0u8, 3, 21, 0x7F, 0x80, 0xFF] {
             assert_eq!(RecordKind::from_byte(b), None, "{b:#x}");
         }
     }

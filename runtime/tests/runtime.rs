@@ -429,8 +429,15 @@ fn signal_case(main_site: Site) -> u64 {
                 HANDLER_BLOCK,
                 "byte {i}: handler block {k} not whole"
             );
+            // The handler's return: SIGRETURN with the SIGNAL's rip.
+            assert_eq!(got[i + 28..i + 30], [0xFF, 20], "byte {i}: SIGRETURN");
+            assert_eq!(
+                got[i + 30..i + 38],
+                got[i + 6..i + 14],
+                "byte {i}: SIGRETURN's rip"
+            );
             k += 1;
-            i += 28;
+            i += 38;
         } else {
             assert!(entered, "byte {i}: main witness before main's ENTER");
             assert!(
@@ -1327,6 +1334,9 @@ fn trap_handler_bytes(rip: u64, xfers: u32) -> Vec<u8> {
     v.extend(xfers.to_le_bytes());
     v.extend(enter_record(HANDLER_PROC));
     v.extend(HANDLER_BLOCK);
+    // The runtime's `sigreturn`: where the thread resumes.
+    v.extend([0xFF, 20]);
+    v.extend(rip.to_le_bytes());
     v
 }
 
@@ -1726,6 +1736,11 @@ fn signal_inside_flush(library: bool) {
         );
         signals.push((signo, rip));
         rest = &rest[18 + group.len()..];
+        // The handler's return: SIGRETURN with the same rip.
+        let mut back = vec![0xFF, 20];
+        back.extend(rip.to_le_bytes());
+        assert!(rest.starts_with(&back), "SIGRETURN after SIGNAL {signo}");
+        rest = &rest[back.len()..];
     }
     assert_eq!(rest, [0x66], "the stream after the call differs");
     let trap = libc::SIGTRAP as u32;
@@ -1867,16 +1882,28 @@ fn probe_signals(mut rest: &[u8]) -> (Vec<(u32, u64)>, &[u8]) {
     let mut signals = Vec::new();
     let enter = enter_record(HANDLER_PROC);
     // SIGNAL(signo, rip, transfer count), then the handler's ENTER.
+    // Each handler's return writes SIGRETURN (the runtime's `sigreturn`),
+    // after any handler nested in it: one per SIGNAL.
     let n = RecordKind::Signal.encoded_len() as usize;
-    while rest.len() >= n + enter.len()
-        && rest[..2] == [0xFF, RecordKind::Signal as u8]
-        && rest[n..n + enter.len()] == enter[..]
-    {
-        let signo = u32::from_le_bytes(rest[2..6].try_into().unwrap());
-        let rip = u64::from_le_bytes(rest[6..14].try_into().unwrap());
-        signals.push((signo, rip));
-        rest = &rest[n + enter.len()..];
+    let back = RecordKind::SigReturn.encoded_len() as usize;
+    let mut returns = 0;
+    loop {
+        if rest.len() >= back && rest[..2] == [0xFF, RecordKind::SigReturn as u8] {
+            returns += 1;
+            rest = &rest[back..];
+        } else if rest.len() >= n + enter.len()
+            && rest[..2] == [0xFF, RecordKind::Signal as u8]
+            && rest[n..n + enter.len()] == enter[..]
+        {
+            let signo = u32::from_le_bytes(rest[2..6].try_into().unwrap());
+            let rip = u64::from_le_bytes(rest[6..14].try_into().unwrap());
+            signals.push((signo, rip));
+            rest = &rest[n + enter.len()..];
+        } else {
+            break;
+        }
     }
+    assert_eq!(returns, signals.len(), "one SIGRETURN per handler");
     (signals, rest)
 }
 
@@ -2157,6 +2184,9 @@ fn a_signal_inside_signal_entry_is_reported_where_the_first_one_struck() {
         if rest.starts_with(&enter) {
             enters += 1;
             rest = &rest[6..];
+        } else if rest.starts_with(&[0xFF, RecordKind::SigReturn as u8]) {
+            // A handler's return (the runtime's `sigreturn`).
+            rest = &rest[RecordKind::SigReturn.encoded_len() as usize..];
         } else {
             assert!(rest.len() >= n && rest[..2] == [0xFF, kind], "{rest:x?}");
             let signo = u32::from_le_bytes(rest[2..6].try_into().unwrap());

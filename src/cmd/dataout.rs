@@ -463,6 +463,9 @@ struct Values<'t> {
     /// The ENTER whose stub's value is the first of the next window (a
     /// handler ran between them, `signals`).
     carry: Option<u32>,
+    /// Each handler's return is preceded by the context's 16 general
+    /// registers as VALUEs (format 1.11, the runtime's `sigreturn`).
+    registers: bool,
 }
 
 impl<'t> Values<'t> {
@@ -471,6 +474,7 @@ impl<'t> Values<'t> {
         Ok(Values {
             cursor: Some(aetrace_regen::DataCursor::new(trace, t)?),
             thread: Some(t),
+            registers: trace.header().minor >= aetrace_format::header::MINOR_SIGRETURN,
             ..Values::default()
         })
     }
@@ -818,7 +822,7 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
             Event::Run(r) if r.faults => self.faulting(visit, r),
             Event::Run(r) => self.run(visit, r),
             Event::Signal { signo, offset } => self.deliver(signo, offset),
-            Event::SigReturn { offset } => self.sigreturn(offset),
+            Event::SigReturn { offset, moved } => self.sigreturn(offset, moved),
         }
     }
 

@@ -284,6 +284,8 @@ pub struct Machine<'a> {
     /// SETJMP and LONGJMP name jmp_bufs (traces before format 1.10):
     /// refused where read.
     jmp_bufs: bool,
+    /// Every traced handler that returns writes SIGRETURN (format 1.11).
+    sigreturns: bool,
 }
 
 impl<'a> Machine<'a> {
@@ -297,6 +299,7 @@ impl<'a> Machine<'a> {
         note: String,
         minor: u16,
     ) -> Self {
+        use aetrace_format::header::{MINOR_RESTORER_RESOLVED, MINOR_SETJMP_RSP, MINOR_SIGRETURN};
         let mut by_tag = Vec::new();
         for (i, m) in modules.iter().enumerate() {
             let t = m.tag as usize;
@@ -329,8 +332,9 @@ impl<'a> Machine<'a> {
             signals: (0, 0),
             chained: false,
             xfers: 0,
-            restorer_rips: minor < aetrace_format::header::MINOR_RESTORER_RESOLVED,
-            jmp_bufs: minor < aetrace_format::header::MINOR_SETJMP_RSP,
+            restorer_rips: minor < MINOR_RESTORER_RESOLVED,
+            jmp_bufs: minor < MINOR_SETJMP_RSP,
+            sigreturns: minor >= MINOR_SIGRETURN,
         }
     }
 

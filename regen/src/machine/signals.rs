@@ -180,6 +180,9 @@ pub(super) struct Suspended {
     /// A fault the trap ending this block raised, where a handler may
     /// resume after it (`EdgeKindDb::Resume`); with the signal.
     pub(super) trap: Option<(Loc, Interrupt)>,
+    /// The SIGNAL record (its rip: where the handler returns unless it
+    /// moves the rip, which SIGRETURN then says).
+    pub(super) sig: Interrupt,
 }
 
 impl<'a> Machine<'a> {
@@ -789,6 +792,7 @@ impl<'a> Machine<'a> {
             tail_inc,
             offset: sig.offset,
             trap,
+            sig: *sig,
         });
         self.cur = None;
         self.consumed(None);
@@ -820,11 +824,146 @@ impl<'a> Machine<'a> {
         Ok(!matches!(item, Item::Signal { .. }))
     }
 
+    /// Since format 1.11 the handler's return writes SIGRETURN(rip) (the
+    /// runtime's restorer): read it, after any signal nested in the
+    /// handler's last blocks (placed first, with the handler's return
+    /// redone after it). `None`: an older trace, or the stream ends (a
+    /// killed thread).
+    fn sigreturn(&mut self) -> Step<Option<u64>> {
+        if !self.sigreturns {
+            return Ok(None);
+        }
+        let (item, off, len) = self.stream.peek()?;
+        let rip = match item {
+            Item::SigReturn(rip) => rip,
+            Item::End => return Ok(None),
+            _ => {
+                self.stream.advance(len);
+                return Err(match Self::signal(item, off, Retry::Untraced) {
+                    Some(f) => f,
+                    None => self.unexpected(item, off, None).into(),
+                });
+            }
+        };
+        self.stream.advance(len);
+        self.consumed(None);
+        Ok(Some(rip))
+    }
+
+    /// The instruction whose arrival `rip` is: its copy, or the start of
+    /// the instrumentation standing before it (its lead, where the
+    /// runtime sends a handler's return to it); `None` for anything else.
+    fn arrival(&self, rip: u64) -> Option<(Loc, u32)> {
+        match self.place_rip(rip) {
+            Ok((module, SigAt::Insn { block, insn }, lead))
+                if !lead || self.modules[module.index()].starts_lead(rip) =>
+            {
+                Some((Loc { module, block }, insn))
+            }
+            _ => None,
+        }
+    }
+
+    /// The handler of `s` returned to `rip`, not to where its signal
+    /// interrupted the thread: the thread goes on from `rip`, the copy of
+    /// an instruction of the interrupted procedure (the runtime maps the
+    /// original address a handler sets to it). Later in the block the
+    /// signal cut (a faulting instruction skipped), the kept output
+    /// loses the instructions passed over and the step is redone as it
+    /// was; elsewhere in that procedure, when the step redone is the
+    /// procedure's own (no call or return kept), the kept output is
+    /// dropped and the thread leaves `rip`'s block from there (a trap's
+    /// `Resume` edge, whose witness the jump passes over). Anything else
+    /// is refused, naming both addresses.
+    fn moved(&self, sink: &mut Sink, s: &mut Suspended, rip: u64) -> Result<()> {
+        let to = self.arrival(rip);
+        let cut = match s.trail.first() {
+            Some(&Mark::Block { loc, first, .. }) => Some((loc, first)),
+            _ => None,
+        };
+        let proc_of = |l: Loc| (l.module, self.module(l).blocks[l.block].proc);
+        let own = |l: Loc| {
+            s.retry.block().is_some_and(|r| proc_of(r) == proc_of(l))
+                && s.trail.iter().all(|m| match *m {
+                    Mark::Block { loc, .. } => proc_of(loc) == proc_of(l),
+                    _ => false,
+                })
+        };
+        match (to, cut) {
+            (Some((l, k)), Some((c, first))) if l == c && k >= first => {
+                if sink.counts.is_none() {
+                    // The kept output starts with the rest of the block
+                    // from the cut (one record in the runs formats, one
+                    // line in `block`): it becomes the rest from `k`.
+                    let (m, n) = (self.module(l), self.block(l).ninsns);
+                    let (mut old, mut new) = (Vec::new(), Vec::new());
+                    m.part(l.block, first, n, &mut old);
+                    m.part(l.block, k, n, &mut new);
+                    if !s.tail.starts_with(&old) {
+                        let why = "the output kept after the cut is not the rest of its block";
+                        return Err(self.sig_error(&s.sig, why.into()));
+                    }
+                    s.tail.splice(..old.len(), new);
+                }
+                if let Some(Mark::Block { first, min, .. }) = s.trail.first_mut() {
+                    *first = k;
+                    *min = k;
+                }
+            }
+            (Some((l, k)), Some((c, _))) if proc_of(l) == proc_of(c) && own(c) => {
+                s.tail.clear();
+                match sink.counts.as_mut() {
+                    // (Counted whole, as a block cut by a signal is.)
+                    Some(n) => n.add(l.module, self.block(l).ninsns, 1),
+                    None => self
+                        .module(l)
+                        .part(l.block, k, self.block(l).ninsns, &mut s.tail),
+                }
+                s.trail = vec![Mark::Block {
+                    loc: l,
+                    first: k,
+                    min: k,
+                    cnt: s.at_cut,
+                }];
+                s.counted.clear();
+                s.retry = Retry::Leave(l);
+                s.tail_inc = 0;
+            }
+            _ => {
+                let at = match cut {
+                    Some((c, _)) => format!(
+                        "in block {} of procedure {}",
+                        self.block_named(c),
+                        self.proc_name(c)
+                    ),
+                    None => "outside any traced instruction".into(),
+                };
+                return Err(self.sig_error(&s.sig, format!("the handler returned to {rip:#x}, not to the interrupted {:#x} {at}, and the trace cannot follow it there (no instruction of that procedure the thread could go on from)", s.sig.rip)));
+            }
+        }
+        s.trap = None;
+        Ok(())
+    }
+
     /// The handler of the newest signal returned: puts back the output
     /// kept for the interrupted code and redoes its step.
     pub(super) fn resume(&mut self, sink: &mut Sink) -> Step {
+        let back = self.sigreturn()?;
         self.stack.pop();
         let mut s = self.sigs.pop().expect("one suspended state per Sig frame");
+        match back {
+            // Where the handler returned says it (a trap skipped or not
+            // included: its `Resume` edge's witness is not written when
+            // the handler moved the rip past it).
+            // (A trap's handler moving the rip to no listed instruction:
+            // the `Resume` edge's witness tells, as before 1.11.)
+            Some(rip) if rip != s.sig.rip && (s.trap.is_none() || self.arrival(rip).is_some()) => {
+                self.moved(sink, &mut s, rip)?
+            }
+            Some(rip) if rip != s.sig.rip => {}
+            Some(_) => s.trap = None,
+            None => {}
+        }
         if self.skipped_trap(&s)? {
             // Nothing of the block runs again: its resume edge is next.
             s.tail.clear();
@@ -837,7 +976,8 @@ impl<'a> Machine<'a> {
         // the handler after its last record is read only now), then its
         // return, the restorer (untraced), then the resumed code.
         if sink.counts.is_none() {
-            let bytes = (self.image(ModuleIx::new(0))).return_note(s.offset, &mut sink.out);
+            let moved = back.is_some_and(|rip| rip != s.sig.rip);
+            let bytes = (self.image(ModuleIx::new(0))).return_note(s.offset, moved, &mut sink.out);
             if let Some(d) = sink.deliveries.as_mut() {
                 d.push(Delivery {
                     out: sink.out.len(),

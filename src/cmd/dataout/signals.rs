@@ -25,6 +25,14 @@
 //! handler below it returns (or the thread ends): K never ran, and its
 //! early values are never read.
 //!
+//! A handler may move the rip (skip a faulting load, format 1.11's
+//! SIGRETURN): the interrupted instruction then never runs, its early
+//! values are dropped, and the thread goes on at another instruction's
+//! lead, which writes that one's values. A handler may change registers
+//! in its context: the runtime's `sigreturn` records the 16 general
+//! registers before SIGRETURN (a `--data` executable), and the restored
+//! state's known registers take those values.
+//!
 //! Invariants: every SIGNAL record of the thread is delivered once, in
 //! order, and only a FAULT (the thread's end) is not (`Values::finish`);
 //! the walk never reads a value after a SIGNAL before its delivery (the
@@ -146,12 +154,26 @@ impl<S: Sink> Writer<'_, '_, S> {
 
     /// The handler of the SIGNAL record at stream offset `offset`
     /// returned: the state of the code it interrupted comes back, and
-    /// that code's early values are read next. Handlers entered after it
-    /// never returned.
-    pub(super) fn sigreturn(&mut self, offset: u64) -> Result<(), Error> {
+    /// that code's early values are read next, unless the handler
+    /// `moved` the rip (that code's instruction never runs: the thread
+    /// goes on at another one's lead, which writes that one's values).
+    /// Handlers entered after it never returned.
+    pub(super) fn sigreturn(&mut self, offset: u64, moved: bool) -> Result<(), Error> {
         let t = self.thread_no();
-        let s = (self.sig.saved.returned(offset))
+        let mut s = (self.sig.saved.returned(offset))
             .ok_or_else(|| format!("thread {t}: the handler of the SIGNAL at stream offset {offset} returned, but the walk did not enter it"))?;
+        if moved {
+            s.early = DataValues::default();
+        }
+        if self.values.registers && moved {
+            // A handler may have changed them in its context: the known
+            // ones take what `rt_sigreturn` restores (the set stays the
+            // analysis's, so the values read after are the ones placed).
+            let regs = self.take(16)?;
+            for g in s.state.regs.known.iter() {
+                s.state.regs.set(g, regs[g.index()]);
+            }
+        }
         self.values.put_back(s.early, s.enter);
         self.state = s.state;
         self.sig.resumed = true;
