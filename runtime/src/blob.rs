@@ -2376,6 +2376,18 @@ pub const TABLE_REGISTERS: u32 = 1;
 /// order (`rax rcx rdx rbx rsp rbp rsi rdi r8`..`r15`).
 const GREGS: [i32; 16] = [13, 14, 12, 11, 15, 10, 9, 8, 0, 1, 2, 3, 4, 5, 6, 7];
 
+/// r8 = the offset of the executable's instruction table from the runtime
+/// (rbx), read from its data word; to `none` when it has no table.
+/// Clobbers rcx, rdx.
+fn insn_table(a: &mut CodeAssembler, l: &Labels, none: CodeLabel) -> Result<(), IcedError> {
+    a.lea(rdx, ptr(l.d_insns))?;
+    a.lea(rcx, ptr(l.init))?;
+    a.sub(rdx, rcx)?;
+    a.mov(r8, qword_ptr(rbx + rdx))?;
+    a.test(r8, r8)?;
+    a.jz(none)
+}
+
 /// In `sigret_record` (r13 = the gregs, signals blocked), for a handler
 /// that moved the rip: when the executable's table says
 /// [`TABLE_REGISTERS`], 16 VALUE records, the context's general registers
@@ -2385,12 +2397,7 @@ const GREGS: [i32; 16] = [13, 14, 12, 11, 15, 10, 9, 8, 0, 1, 2, 3, 4, 5, 6, 7];
 fn sigret_registers(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     let mut none = a.create_label();
     a.mov(rbx, qword_ptr(S_RUNTIME).gs())?;
-    a.lea(rdx, ptr(l.d_insns))?;
-    a.lea(rcx, ptr(l.init))?;
-    a.sub(rdx, rcx)?;
-    a.mov(r8, qword_ptr(rbx + rdx))?;
-    a.test(r8, r8)?;
-    a.jz(none)?;
+    insn_table(a, l, none)?;
     a.test(byte_ptr(rbx + r8 + 4), TABLE_REGISTERS as i32)?;
     a.jz(none)?;
     let kind = RecordKind::Value;
@@ -2446,12 +2453,7 @@ fn emit_translate(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError
     a.set_label(&mut l.translate)?;
     a.push(rbp)?;
     a.push(r15)?;
-    a.lea(rdx, ptr(l.d_insns))?;
-    a.lea(rcx, ptr(l.init))?;
-    a.sub(rdx, rcx)?;
-    a.mov(r8, qword_ptr(rbx + rdx))?;
-    a.test(r8, r8)?;
-    a.jz(none)?;
+    insn_table(a, l, none)?;
     a.add(r8, rbx)?; // the table
     a.mov(ecx, dword_ptr(r8))?; // rows
     a.lea(r9, ptr(r8 + TABLE_HEAD))?;
