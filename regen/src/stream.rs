@@ -253,7 +253,8 @@ impl Default for Chunks {
 type ChunkKey = (ThreadId, u64);
 
 /// Decompressed bytes [`Chunks`] keeps: a few chunks of the recorder's
-/// size (1 MiB halves), for the two pieces per worker in flight.
+/// size (about 1 MiB, `CHUNK_BYTES`), for the two pieces per worker in
+/// flight.
 const SHARED_BYTES: usize = 16 << 20;
 
 impl Chunks {
