@@ -2215,8 +2215,17 @@ fn frames_with_signals(out: &str, file: &str) -> Vec<Vec<String>> {
 /// `record full` does not come back from a step there): a `stepi` from a
 /// delivery that a `reverse-stepi` reached says nothing (before
 /// 2026-11-29 the stub said it could not discard the signal, of which
-/// gdb was never told). (Not in `raise`: there the caller is `<untraced>`; SIGUSR2 is
-/// raised between the two SIGUSR1s.)
+/// gdb was never told). Then the handler of SIGUSR2, delivered inside
+/// libc's `raise` (untraced): `bt` at its entry has `<signal handler
+/// called>`, then libc's frames (natively `__pthread_kill_implementation`,
+/// `__pthread_kill_internal`, `raise` with libc's debug information; on
+/// the trace one `<untraced>`), then `main` at the call's line (before
+/// 2026-11-30 `<untraced>` and `main`, no signal frame); `finish` stops
+/// in `<signal handler called>` (before, in `<untraced>`), `next` off
+/// the handler's end in libc; `reverse-next` over `raise`, and
+/// `reverse-finish` out of the handler into libc. (Natively the reverse
+/// commands run after `record goto end`, on the trace after the check
+/// above: both then stand at `main`'s line 43 or later.)
 #[test]
 fn a_handlers_frames_and_steps_out_agree_with_native_gdb() {
     let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
@@ -2224,12 +2233,18 @@ fn a_handlers_frames_and_steps_out_agree_with_native_gdb() {
     let steps = "tbreak 23\ncontinue\nbt\nnext\nbt\n\
                  break on_signal\ncontinue\ncontinue\ndelete\nbt\nfinish\nbt\nnext\nbt\n\
                  reverse-stepi\nbt\nreverse-finish\nbt\n";
+    // Lines with their file: natively a stop in libc (with its debug
+    // information) makes libc's source file the default one.
+    let in_raise = "tbreak signal_stops.c:44\ncontinue\ntbreak on_signal\ncontinue\nbt\nfinish\nbt\n\
+                    tbreak signal_stops.c:44\ncontinue\ntbreak signal_stops.c:23\ncontinue\nnext\nbt\n\
+                    tbreak signal_stops.c:46\ncontinue\nreverse-next\nbt\nreverse-next\nbt\n\
+                    tbreak on_signal\ncontinue\nreverse-finish\nbt\n";
     let ours = gdb(
         &exe,
         &trace,
         &format!(
             "source {}\n{HANDLE_AS_NATIVE}break main\ncontinue\n{steps}\
-             tbreak on_signal\ncontinue\nreverse-stepi\nstepi\n",
+             tbreak on_signal\ncontinue\nreverse-stepi\nstepi\n{in_raise}",
             aetrace_py.display()
         ),
     );
@@ -2239,7 +2254,8 @@ fn a_handlers_frames_and_steps_out_agree_with_native_gdb() {
         &[],
         &script,
         &format!(
-            "set pagination off\nset confirm off\n{HANDLE_AS_NATIVE}break main\nrun\nrecord full\n{steps}"
+            "set pagination off\nset confirm off\n{HANDLE_AS_NATIVE}break main\nrun\nrecord full\n{steps}\
+             python gdb.execute('record goto end', to_string=True)\n{in_raise}"
         ),
     );
     let (o, n) = (
@@ -2247,8 +2263,15 @@ fn a_handlers_frames_and_steps_out_agree_with_native_gdb() {
         frames_with_signals(&native, "signal_stops.c"),
     );
     let what = format!("ours:\n{ours}\nnative:\n{native}");
-    assert_eq!(n.len(), 7, "{what}");
+    assert_eq!(n.len(), 13, "{what}");
     assert_eq!(n[3][0], "<signal handler called>", "{what}");
+    let in_raise = [
+        "on_signal 20",
+        "<signal handler called>",
+        "untraced",
+        "main 44",
+    ];
+    assert_eq!(n[7], in_raise, "{what}");
     assert_eq!(o, n, "{what}");
     assert!(!ours.contains("aetrace: "), "{what}");
 }

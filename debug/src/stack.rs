@@ -29,9 +29,12 @@
 //! and its caller `x`'s frame: the stack steps to `x`, pushes `x` and
 //! [`SIGRETURN`], and the handler's first instruction is no step from
 //! anything; its return pops to `x`. A signal that interrupted untraced
-//! code (`raise`) makes its handler a callback from there ([`RETURNED`]:
-//! a restorer frame there and one for the untraced code, as natively,
-//! made `reverse-next` over `raise` stop in it).
+//! code (`raise`) makes its handler a callback from there called by the
+//! restorer: it pushes [`RETURNED`] (the untraced code's frame) and
+//! [`SIGRETURN`], and its return is a passage of two positions
+//! ([`Passage::SigreturnedIntoUntraced`]: the restorer's, then the
+//! untraced code's, whose frame pops there), as natively the restorer,
+//! then libc.
 //!
 //! Invariants: the stack at an interval's start is the same whatever order
 //! positions are visited in (it is computed front to back, interval by
@@ -84,12 +87,13 @@ impl Stacks {
     }
 
     /// Return addresses at position `n` (before its instruction runs),
-    /// innermost first; with `passage`, in the passage through untraced
-    /// code just before it.
-    pub fn at(&mut self, t: &mut Timeline<'_>, n: u64, passage: bool) -> Vec<u64> {
+    /// innermost first; with `passage` `Some(i)`, in the `i`th position
+    /// of the passage through untraced code just before it (its last if
+    /// it has fewer).
+    pub fn at(&mut self, t: &mut Timeline<'_>, n: u64, passage: Option<u8>) -> Vec<u64> {
         let mut s = match passage {
-            true => self.state_at(t, n - 1),
-            false => self.state_at(t, n),
+            Some(_) => self.state_at(t, n - 1),
+            None => self.state_at(t, n),
         };
         // The passage leads to the instruction a signal interrupted, if one
         // was delivered before `n`, else to `n`.
@@ -97,8 +101,12 @@ impl Stacks {
             Some(x) => Some(x),
             None => t.address(n),
         };
-        if let (true, Some(p), Some(a), Some(b)) = (passage, &self.passages, s.prev, to) {
-            p.enter(a, b, &mut s.stack);
+        if let (Some(i), Some(p), Some(a), Some(b)) = (passage, &self.passages, s.prev, to) {
+            let two = p.enter(a, b, &mut s.stack) == Some(Passage::SigreturnedIntoUntraced);
+            if two && i > 0 {
+                // The restorer returned into the untraced code.
+                s.stack.pop();
+            }
         }
         s.stack.reverse();
         s.stack
@@ -109,7 +117,7 @@ impl Stacks {
     /// innermost first.
     pub fn at_signal(&mut self, t: &mut Timeline<'_>, n: u64, pc: u64) -> Vec<u64> {
         let mut s = self.state_at(t, n - 1);
-        self.step(&mut s, pc);
+        self.step(&mut s, pc, false);
         s.stack.reverse();
         s.stack
     }
@@ -183,7 +191,9 @@ impl Stacks {
     /// signal that interrupted traced code at `x` ([`Signal::pc`]) first
     /// steps to `x`, then calls its handler from there: the handler's
     /// caller is the restorer (untraced code, [`SIGRETURN`]), whose caller
-    /// is `x`'s frame (as gdb shows `<signal handler called>`).
+    /// is `x`'s frame (as gdb shows `<signal handler called>`). One that
+    /// interrupted untraced code makes the step into its handler push the
+    /// restorer over the untraced code's frame ([`Passages::through`]).
     fn walk(
         &self,
         s: &mut State,
@@ -195,14 +205,17 @@ impl Stacks {
         let mut sigs = sigs.iter().peekable();
         for (i, &b) in addrs.iter().enumerate() {
             let q = start + i as u64;
-            let mut before = None;
+            let (mut before, mut untraced) = (None, false);
             while let Some(g) = sigs.next_if(|g| g.pos <= q) {
-                let Some(x) = g.pc else { continue };
-                before = before.or(self.step(s, x));
+                let Some(x) = g.pc else {
+                    untraced = true;
+                    continue;
+                };
+                before = before.or(self.step(s, x, false));
                 s.stack.extend([x, SIGRETURN]);
                 s.prev = None;
             }
-            let p = self.step(s, b);
+            let p = self.step(s, b, untraced);
             f(q, before.or(p));
         }
     }
@@ -241,13 +254,15 @@ impl Stacks {
         }
     }
 
-    /// Steps `s` to instruction `b`: the passage before it, if any.
-    fn step(&self, s: &mut State, b: u64) -> Option<Passage> {
+    /// Steps `s` to instruction `b`, the first of a handler of a signal
+    /// that interrupted untraced code if `signal`: the passage before it,
+    /// if any.
+    fn step(&self, s: &mut State, b: u64, signal: bool) -> Option<Passage> {
         let a = s.prev.replace(b)?;
         if let Some(passage) = self
             .passages
             .as_ref()
-            .and_then(|p| p.through(a, b, &mut s.stack))
+            .and_then(|p| p.through(a, b, signal, &mut s.stack))
         {
             return Some(passage);
         }
@@ -356,12 +371,23 @@ impl Passages {
     }
 
     /// The step from `a` to `b` through untraced code: the passage, with
-    /// `stack` at `b` (else `None`, `stack` untouched).
-    fn through(&self, a: u64, b: u64, stack: &mut Vec<u64>) -> Option<Passage> {
+    /// `stack` at `b` (else `None`, `stack` untouched). `b` is the first
+    /// instruction of a handler of a signal that interrupted the untraced
+    /// code if `signal`: its caller is the restorer.
+    fn through(&self, a: u64, b: u64, signal: bool, stack: &mut Vec<u64>) -> Option<Passage> {
         let passage = self.enter(a, b, stack)?;
+        if passage == Passage::SigreturnedIntoUntraced {
+            // The restorer returned into the untraced code.
+            stack.pop();
+        }
         match stack.iter().rposition(|&r| r == b) {
             Some(i) => stack.truncate(i),
-            None if self.entries.contains_key(&b) => stack.push(RETURNED),
+            None if self.entries.contains_key(&b) => {
+                stack.push(RETURNED);
+                if signal {
+                    stack.push(SIGRETURN);
+                }
+            }
             None => {}
         }
         Some(passage)
@@ -387,7 +413,12 @@ impl Passages {
             // code the signal interrupted.
             Exit::Ret if stack.last() == Some(&SIGRETURN) => {
                 stack.pop();
-                Some(Passage::Sigreturned)
+                // Below the restorer, the untraced code the signal
+                // interrupted (traced code is a traced pc).
+                Some(match stack.last() == Some(&RETURNED) {
+                    true => Passage::SigreturnedIntoUntraced,
+                    false => Passage::Sigreturned,
+                })
             }
             Exit::Ret if !on_stack && self.entries.contains_key(&b) => Some(Passage::Returned),
             _ => None,

@@ -137,13 +137,14 @@ pub enum Stop {
 }
 
 /// Where a thread stands at its position `pos`, in time order: in the
-/// passage through untraced code before instruction `pos`, at the delivery
+/// `i`th position of the passage through untraced code before instruction
+/// `pos` (most have one; [`Passage::positions`]), at the delivery
 /// of the `k`th signal before it (the interrupted instruction not run
 /// yet, no handler entered; several may be delivered at once, each a
 /// stop, as natively), or at the instruction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum At {
-    Passage,
+    Passage(u8),
     Signal(usize),
     Insn,
 }
@@ -313,7 +314,7 @@ impl<'m> Stub<'m> {
     /// code, its made-up pc).
     pub fn pc(&mut self) -> u64 {
         match self.at {
-            At::Passage => self.passage_before(self.pos).map_or(UNTRACED, Passage::pc),
+            At::Passage(i) => self.passage_before(self.pos).map_or(UNTRACED, |p| p.pc(i)),
             At::Signal(k) => self.delivery_pc(k),
             At::Insn => match self.timeline.address(self.pos) {
                 Some(a) => a,
@@ -450,7 +451,16 @@ impl<'m> Stub<'m> {
     /// is one, else to it.
     fn step_forward(&mut self) -> Stop {
         match self.at {
-            At::Passage => return self.signal_or_insn(),
+            At::Passage(i) => {
+                let next = self
+                    .passage_before(self.pos)
+                    .filter(|p| i + 1 < p.positions());
+                if next.is_some() {
+                    self.at = At::Passage(i + 1);
+                    return Stop::Step;
+                }
+                return self.signal_or_insn();
+            }
             At::Signal(k) => {
                 // The next signal delivered at once, else the handler.
                 if let Some(s) = self.timeline.signal_before(self.pos, k + 1) {
@@ -467,7 +477,7 @@ impl<'m> Stub<'m> {
         // The next position is an instruction, or the one past the last.
         self.pos += 1;
         if self.passage_before(self.pos).is_some() {
-            self.at = At::Passage;
+            self.at = At::Passage(0);
             return Stop::Step;
         }
         self.signal_or_insn()
@@ -482,11 +492,13 @@ impl<'m> Stub<'m> {
 
     /// The pc at the `k`th signal's delivery before the position: the
     /// instruction it interrupted, else (untraced code was interrupted)
-    /// the passage's.
+    /// the passage's last position's.
     fn delivery_pc(&mut self, k: usize) -> u64 {
         match self.signal_pc(k) {
             Some(x) => x,
-            None => self.passage_before(self.pos).map_or(UNTRACED, Passage::pc),
+            None => self
+                .passage_before(self.pos)
+                .map_or(UNTRACED, |p| p.pc(u8::MAX)),
         }
     }
 
@@ -516,10 +528,17 @@ impl<'m> Stub<'m> {
     /// gdb step on, so `reverse-finish` out of a handler went one
     /// instruction past the interrupted one.
     fn step_backward(&mut self) -> Stop {
-        if self.at == At::Passage {
-            // No passage precedes position 0 (it follows an instruction).
-            (self.pos, self.at) = (self.pos - 1, At::Insn);
-            return Stop::Step;
+        match self.at {
+            At::Passage(0) => {
+                // No passage precedes position 0 (it follows an instruction).
+                (self.pos, self.at) = (self.pos - 1, At::Insn);
+                return Stop::Step;
+            }
+            At::Passage(i) => {
+                self.at = At::Passage(i - 1);
+                return Stop::Step;
+            }
+            _ => {}
         }
         let back_to = match self.at {
             At::Insn if self.pos > 0 => self.timeline.signal_last_in(self.pos - 1, self.pos),
@@ -531,8 +550,8 @@ impl<'m> Stub<'m> {
             return Stop::Step;
         }
         self.at = At::Insn;
-        if self.passage_before(self.pos).is_some() {
-            self.at = At::Passage;
+        if let Some(p) = self.passage_before(self.pos) {
+            self.at = At::Passage(p.positions() - 1);
             return Stop::Step;
         }
         match self.pos.checked_sub(1) {
@@ -571,16 +590,15 @@ impl<'m> Stub<'m> {
         let passage = match forward {
             true => {
                 let to = signal.map_or(at, |s| s.pos);
-                self.passage_between(self.pos + 1, to, true, &stops)
+                self.passage_between(self.pos, to, true, &stops)
             }
             false => {
-                let last = self.pos - u64::from(self.at == At::Passage);
                 let from = signal.map_or(at, |s| s.pos) + 1;
-                self.passage_between(from, last, false, &stops)
+                self.passage_between(from, self.pos, false, &stops)
             }
         };
-        if let Some(q) = passage {
-            (self.pos, self.at) = (q, At::Passage);
+        if let Some((q, i)) = passage {
+            (self.pos, self.at) = (q, At::Passage(i));
             return self.break_kind().unwrap_or(Stop::Step);
         }
         if let Some(s) = signal {
@@ -608,7 +626,7 @@ impl<'m> Stub<'m> {
     /// and before the current point (backwards).
     fn signal_on_the_way(&mut self, forward: bool, at: u64) -> Option<Signal> {
         match (forward, self.at) {
-            (true, At::Passage) => self
+            (true, At::Passage(_)) => self
                 .timeline
                 .signal_before(self.pos, 0)
                 .or_else(|| self.timeline.signal_in(self.pos, at)),
@@ -635,15 +653,17 @@ impl<'m> Stub<'m> {
         }
     }
 
-    /// The first (`forward`) or last position in `from..=to` preceded by
-    /// a passage whose pc `stops` says to stop at.
+    /// The first (`forward`) or last position of a passage before an
+    /// instruction in `from..=to`, after (`forward`) or before the current
+    /// point, whose pc `stops` says to stop at: (instruction, position in
+    /// the passage).
     fn passage_between(
         &mut self,
         from: u64,
         to: u64,
         forward: bool,
         stops: &Stops<'_>,
-    ) -> Option<u64> {
+    ) -> Option<(u64, u8)> {
         let pcs = [UNTRACED, RETURNED, SIGRETURN];
         if from > to || !pcs.into_iter().any(|pc| stops.hit(pc)) {
             return None;
@@ -656,16 +676,30 @@ impl<'m> Stub<'m> {
         if !forward {
             ks.reverse();
         }
+        // The current point: a passage's position, else after the
+        // passage before the current instruction.
+        let here = match self.at {
+            At::Passage(i) => (self.pos, i),
+            _ => (self.pos, u8::MAX),
+        };
         ks.into_iter().find_map(|k| {
             let found = self.stacks.passages(&mut self.timeline, k);
             let mut hits = found
                 .iter()
-                .filter(|(q, p)| (from..=to).contains(q) && stops.hit(p.pc()));
+                .filter(|(q, _)| (from..=to).contains(q))
+                .flat_map(|&(q, p)| (0..p.positions()).map(move |i| (q, i, p.pc(i))))
+                .filter(|&(q, i, pc)| {
+                    let later = match forward {
+                        true => (q, i) > here,
+                        false => (q, i) < here,
+                    };
+                    later && stops.hit(pc)
+                });
             match forward {
                 true => hits.next(),
                 false => hits.next_back(),
             }
-            .map(|h| h.0)
+            .map(|(q, i, _)| (q, i))
         })
     }
 
@@ -867,9 +901,8 @@ impl<'m> Stub<'m> {
         let rets = match self.at {
             At::Signal(k) => self.delivery_returns(k),
             _ if end => self.end_state().1,
-            a => self
-                .stacks
-                .at(&mut self.timeline, self.pos, a == At::Passage),
+            At::Passage(i) => self.stacks.at(&mut self.timeline, self.pos, Some(i)),
+            At::Insn => self.stacks.at(&mut self.timeline, self.pos, None),
         };
         let entry = |a: u64| match is_untraced(a) {
             true => UNTRACED,
@@ -888,8 +921,8 @@ impl<'m> Stub<'m> {
     fn delivery_returns(&mut self, k: usize) -> Vec<u64> {
         let mut rets = match self.signal_pc(0) {
             Some(x) => self.stacks.at_signal(&mut self.timeline, self.pos, x),
-            // Untraced code was interrupted: the passage's stack.
-            None => self.stacks.at(&mut self.timeline, self.pos, true),
+            // Untraced code was interrupted: the passage's (last) stack.
+            None => self.stacks.at(&mut self.timeline, self.pos, Some(u8::MAX)),
         };
         for j in 0..k {
             let pc = self.delivery_pc(j);
@@ -932,7 +965,7 @@ impl<'m> Stub<'m> {
                 let n = self.block_index.number(&mut self.timeline, at);
                 let block = n.unwrap_or(0).saturating_sub(1);
                 let passage = match (self.at, end) {
-                    (At::Passage, _) => " (in untraced code before it)",
+                    (At::Passage(_), _) => " (in untraced code before it)",
                     (At::Signal(_), _) => " (at a signal's delivery before it)",
                     (_, true) => " (past the thread's last instruction)",
                     _ => "",
@@ -1004,7 +1037,7 @@ impl<'m> Stub<'m> {
     fn info(&mut self) -> String {
         let pc = self.pc();
         match self.at {
-            At::Passage => return format!("in untraced code before instruction {}", self.pos),
+            At::Passage(_) => return format!("in untraced code before instruction {}", self.pos),
             At::Signal(_) => {
                 return format!(
                     "at a signal's delivery before instruction {} (its handler's first)",

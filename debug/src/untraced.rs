@@ -53,15 +53,33 @@ pub enum Passage {
     /// handler's caller's ([`SIGRETURN`]), where gdb's `finish` and `next`
     /// out of the handler stop.
     Sigreturned,
+    /// A signal handler returned into the restorer, which returned into
+    /// the untraced code the signal interrupted (libc's `raise`), which
+    /// returned to traced code: two positions, as natively two frames,
+    /// the restorer's ([`SIGRETURN`], where `finish` out of the handler
+    /// stops) and the untraced code's ([`RETURNED`], where `next` off the
+    /// handler's end stops).
+    SigreturnedIntoUntraced,
 }
 
 impl Passage {
-    /// The synthetic pc of the passage.
-    pub fn pc(self) -> u64 {
+    /// How many positions (stops of `stepi`) the passage has.
+    pub fn positions(self) -> u8 {
+        match self {
+            Passage::SigreturnedIntoUntraced => 2,
+            _ => 1,
+        }
+    }
+
+    /// The synthetic pc of the passage's `i`th position (its last one's
+    /// if it has fewer).
+    pub fn pc(self, i: u8) -> u64 {
         match self {
             Passage::Entered => UNTRACED,
             Passage::Returned => RETURNED,
             Passage::Sigreturned => SIGRETURN,
+            Passage::SigreturnedIntoUntraced if i == 0 => SIGRETURN,
+            Passage::SigreturnedIntoUntraced => RETURNED,
         }
     }
 }
