@@ -2221,8 +2221,10 @@ fn frames_with_signals(out: &str, file: &str) -> Vec<Vec<String>> {
 /// `__pthread_kill_internal`, `raise` with libc's debug information; on
 /// the trace one `<untraced>`), then `main` at the call's line (before
 /// 2026-11-30 `<untraced>` and `main`, no signal frame); `finish` stops
-/// in `<signal handler called>` (before, in `<untraced>`), `next` off
-/// the handler's end in libc; `reverse-next` over `raise`, and
+/// in `<signal handler called>` (before, in `<untraced>`) and `next`
+/// from there in libc (the restorer is a function of its own, as libc's
+/// `__restore_rt`: before, `next` ran through `<untraced>` to `main`),
+/// as does `next` off the handler's end; `reverse-next` over `raise`, and
 /// `reverse-finish` out of the handler into libc. (Natively the reverse
 /// commands run after `record goto end`, on the trace after the check
 /// above: both then stand at `main`'s line 43 or later.)
@@ -2235,7 +2237,7 @@ fn a_handlers_frames_and_steps_out_agree_with_native_gdb() {
                  reverse-stepi\nbt\nreverse-finish\nbt\n";
     // Lines with their file: natively a stop in libc (with its debug
     // information) makes libc's source file the default one.
-    let in_raise = "tbreak signal_stops.c:44\ncontinue\ntbreak on_signal\ncontinue\nbt\nfinish\nbt\n\
+    let in_raise = "tbreak signal_stops.c:44\ncontinue\ntbreak on_signal\ncontinue\nbt\nfinish\nbt\nnext\nbt\n\
                     tbreak signal_stops.c:44\ncontinue\ntbreak signal_stops.c:23\ncontinue\nnext\nbt\n\
                     tbreak signal_stops.c:46\ncontinue\nreverse-next\nbt\nreverse-next\nbt\n\
                     tbreak on_signal\ncontinue\nreverse-finish\nbt\n";
@@ -2263,7 +2265,7 @@ fn a_handlers_frames_and_steps_out_agree_with_native_gdb() {
         frames_with_signals(&native, "signal_stops.c"),
     );
     let what = format!("ours:\n{ours}\nnative:\n{native}");
-    assert_eq!(n.len(), 13, "{what}");
+    assert_eq!(n.len(), 14, "{what}");
     assert_eq!(n[3][0], "<signal handler called>", "{what}");
     let in_raise = [
         "on_signal 20",

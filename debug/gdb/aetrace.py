@@ -330,13 +330,22 @@ def untraced_cfi():
 
 
 def untraced_symbol_file(path):
-    """Writes an ELF file whose only symbol is the function `<untraced>`
-    at UNTRACED (a section without contents: the stub serves no bytes),
-    with its CFI (`untraced_cfi`)."""
+    """Writes an ELF file whose symbols are the functions `<untraced>` at
+    UNTRACED and `<restorer>` at SIGRETURN, its last half (a section
+    without contents: the stub serves no bytes), with their CFI
+    (`untraced_cfi`). The restorer is a function of its own, as libc's
+    `__restore_rt` is natively, so that `next` from `<signal handler
+    called>` steps out of it alone: into the untraced code a signal
+    interrupted (`raise`), where natively gdb stops in libc."""
     names = b"\0.text\0.symtab\0.strtab\0.shstrtab\0.debug_frame\0"
-    strtab = b"\0<untraced>\0"
-    # Symbols: the null one, then `<untraced>` (global, function, in .text).
-    symtab = bytes(24) + struct.pack("<IBBHQQ", 1, 0x12, 0, 1, UNTRACED, UNTRACED_SIZE)
+    strtab = b"\0<untraced>\0<restorer>\0"
+    # Symbols: the null one, then the two functions (global, in .text).
+    half = SIGRETURN - UNTRACED
+    symtab = (
+        bytes(24)
+        + struct.pack("<IBBHQQ", 1, 0x12, 0, 1, UNTRACED, half)
+        + struct.pack("<IBBHQQ", 12, 0x12, 0, 1, SIGRETURN, UNTRACED_SIZE - half)
+    )
     cfi = untraced_cfi()
     body = symtab + strtab + names + cfi
     shoff = 64 + len(body)
