@@ -12,7 +12,7 @@
 //! - Memory: the read-only segments of the modules ([`Image`]).
 //! - Execution: `stepi`/`reverse-stepi` move one position (a passage
 //!   through untraced code that calls back, `crate::untraced`, is one
-//!   too); `continue`,
+//!   too, or two: [`Passage::positions`]); `continue`,
 //!   `reverse-continue` and range stepping search the timeline for the next
 //!   breakpoint (software and hardware alike: nothing is written into
 //!   memory) inside the stub, at regeneration speed; running off either end

@@ -4,9 +4,10 @@
 //! handler, libc into `main`) gdb natively stops there: `finish` or `next`
 //! out of the callback, `reverse-finish` out of it, and `step` at the call
 //! steps over the untraced function because it has no line table. So the
-//! stub stands one synthetic position for each such passage, between the
-//! traced instruction that left for untraced code and the next traced one
-//! (`crate::stack` finds them), with the pc in a made-up function
+//! stub stands one synthetic position for each such passage (two for
+//! [`Passage::SigreturnedIntoUntraced`]), between the traced instruction
+//! that left for untraced code and the next traced one (`crate::stack`
+//! finds them), with the pc in a made-up function
 //! `<untraced>` at [`UNTRACED`] whose symbol `aetrace.py` gives gdb:
 //! [`Passage::Entered`] at its start (traced code called or jumped into
 //! untraced code that called back), [`Passage::Returned`] one byte in (a
@@ -32,7 +33,9 @@ pub const RETURNED: u64 = UNTRACED + 1;
 /// The pc of a signal handler's caller frame, the restorer (libc's
 /// `__restore_rt`, natively): `aetrace.py` gives gdb CFI for it that marks
 /// a signal frame ("S"), so gdb shows `<signal handler called>` there and
-/// looks up the interrupted frame's function at its pc, not at pc - 1.
+/// looks up the interrupted frame's function at its pc, not at pc - 1,
+/// and a function symbol of its own, `<restorer>`, from here to the end
+/// (`next` from there steps out of the restorer alone).
 pub const SIGRETURN: u64 = UNTRACED + 8;
 /// The function's size (gdb needs bounds to step out of it).
 pub const UNTRACED_SIZE: u64 = 16;
