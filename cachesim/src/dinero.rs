@@ -54,21 +54,6 @@ pub struct Stats {
     pub bytes_to_memory: u64,
 }
 
-impl Stats {
-    /// Adds `o`'s counters to these.
-    pub fn add(&mut self, o: &Stats) {
-        let sum = |a: &mut [u64; 4], b: &[u64; 4]| a.iter_mut().zip(b).for_each(|(a, b)| *a += b);
-        sum(&mut self.fetch, &o.fetch);
-        sum(&mut self.miss, &o.miss);
-        sum(&mut self.compulsory, &o.compulsory);
-        sum(&mut self.capacity, &o.capacity);
-        sum(&mut self.conflict, &o.conflict);
-        self.multiblock += o.multiblock;
-        self.bytes_from_memory += o.bytes_from_memory;
-        self.bytes_to_memory += o.bytes_to_memory;
-    }
-}
-
 /// The fully associative and infinite shadow caches of `-ccc`.
 struct Ccc {
     full: Store,
@@ -348,22 +333,6 @@ impl Hierarchy {
         debug_assert!(kind != AccessKind::Write);
         if let Some(i) = self.first[kind as usize] {
             self.caches[i].stats.fetch[kind as usize] += n;
-        }
-    }
-
-    /// Counts `n` splits of references of `kind` at a block boundary of
-    /// their first cache made before they reached it ([`crate::halves`]).
-    pub fn count_splits(&mut self, kind: AccessKind, n: u64) {
-        if let Some(i) = self.first[kind as usize] {
-            self.caches[i].stats.multiblock += n;
-        }
-    }
-
-    /// Adds the counters of `other`, a hierarchy of the same caches, to
-    /// this one's.
-    pub fn absorb(&mut self, other: &Hierarchy) {
-        for (a, b) in self.caches.iter_mut().zip(&other.caches) {
-            a.stats.add(&b.stats);
         }
     }
 

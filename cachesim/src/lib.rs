@@ -12,8 +12,6 @@
 //!   splitting, write-back/write-through, write-allocate, the order of the
 //!   references sent towards memory, compulsory/capacity/conflict).
 //! - [`cachegrind`]: cachegrind's simpler semantics (`--model cachegrind`).
-//! - [`halves`]: a Dinero hierarchy simulated as two independent halves
-//!   split by an address bit (one per core), with the results of one.
 //! - [`fetch`]: block-level instruction fetch (one simulated access per
 //!   line a block touches, the rest counted in bulk), exact by construction.
 //! - [`sweep`]: one-pass LRU miss ratios for many sizes and associativities
@@ -37,7 +35,6 @@ pub mod cachegrind;
 pub mod config;
 pub mod dinero;
 pub mod fetch;
-pub mod halves;
 pub mod report;
 pub mod sweep;
 pub mod trace;

@@ -32,7 +32,6 @@ use aetrace_cachesim::cachegrind::Cachegrind;
 use aetrace_cachesim::config::{CacheConfig, HierarchyBuilder};
 use aetrace_cachesim::dinero::Hierarchy;
 use aetrace_cachesim::fetch::{BlockLines, CodeBlock, InsnFetch, Stripped};
-use aetrace_cachesim::halves::Halves;
 use aetrace_cachesim::sweep::{Sweep, SweepSpec};
 use aetrace_cachesim::trace::{InFormat, Input, Reader, Ref};
 use aetrace_cachesim::{report, AccessKind, Error, Result};
@@ -656,80 +655,6 @@ fn repeated(n: u64) -> Ref {
     }
 }
 
-/// References per batch sent to a half's thread ([`drive_halves`]).
-const HALF_BATCH: usize = 1 << 14;
-
-/// The split of the one configuration of `groups` into two halves, each
-/// simulated on a core of its own ([`aetrace_cachesim::halves`]), when
-/// that pays: the input is a `bin` file (text parsing has both cores
-/// already), there are two CPUs, and the hierarchy can be split.
-fn halved(cli: &Cli, groups: &mut [Stripped<Hierarchy>]) -> Result<Option<Halves>> {
-    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
-    let [group] = groups else { return Ok(None) };
-    let [h] = group.sims_mut() else {
-        return Ok(None);
-    };
-    if cpus < 2 || !matches!(cli.input, Input::File(_)) {
-        return Ok(None);
-    }
-    if !Reader::open(&cli.input, cli.informat)?.is_binary_file() {
-        return Ok(None);
-    }
-    Ok(Halves::new(h))
-}
-
-/// Reads the input on this thread, cuts its references into `halves`
-/// and simulates each half on a thread of its own; the hierarchy of the
-/// whole, finished, and the references simulated.
-fn drive_halves(cli: &Cli, mut halves: Halves) -> Result<(Hierarchy, u64)> {
-    let configs = match configurations(cli)?.pop() {
-        Some(c) => c.caches,
-        None => return Err(Error::Usage("no cache configuration".into())),
-    };
-    std::thread::scope(|scope| {
-        let mut sides = Vec::new();
-        let mut links = Vec::new();
-        for _ in 0..2 {
-            let (tx, rx) = mpsc::sync_channel::<Vec<Ref>>(4);
-            let (back_tx, back_rx) = mpsc::channel::<Vec<Ref>>();
-            let configs = configs.clone();
-            sides.push(scope.spawn(move || {
-                let mut h = Hierarchy::new(configs, cli.seed);
-                for batch in rx.iter() {
-                    h.run(&batch);
-                    let _ = back_tx.send(batch);
-                }
-                h.finish();
-                h
-            }));
-            links.push((tx, back_rx));
-        }
-        let mut out = [Vec::new(), Vec::new()];
-        let send = |out: &mut [Vec<Ref>; 2], at_least: usize| {
-            for ((tx, back), o) in links.iter().zip(out.iter_mut()) {
-                if o.len() >= at_least {
-                    let next = back.try_recv().unwrap_or_default();
-                    // A half that stopped panicked: its join says so.
-                    let _ = tx.send(std::mem::replace(o, next));
-                    o.clear();
-                }
-            }
-        };
-        let refs = drive(cli, None, |refs| {
-            halves.split(refs, &mut out);
-            send(&mut out, HALF_BATCH);
-            Ok(())
-        });
-        send(&mut out, 1);
-        drop(links);
-        let [a, b] = [0, 1].map(|_| {
-            let h = sides.remove(0).join();
-            h.unwrap_or_else(|p| std::panic::resume_unwind(p))
-        });
-        Ok((halves.join(a, &b), refs?))
-    })
-}
-
 /// The smallest I1 line of `cgs` when the input is a trace whose
 /// followers may go as markers: not with -skipcount or -maxcount, whose
 /// window counts each reference.
@@ -1294,27 +1219,14 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
                 .map(|c| Hierarchy::new(c.caches.clone(), cli.seed))
                 .collect();
             let mut groups = groups(&cli, hs);
-            let mut halves = None;
             let s = simulate(&cli, &mut groups, true, |groups| {
-                if let Some(h) = halved(&cli, groups)? {
-                    let (whole, refs) = drive_halves(&cli, h)?;
-                    halves = Some(whole);
-                    return Ok(refs);
-                }
                 drive(&cli, None, |refs| {
                     (groups.iter_mut().flat_map(Stripped::sims_mut)).for_each(|h| h.run(refs));
                     Ok(())
                 })
             })?;
-            // The halves' hierarchy is finished already.
-            let hs = halves.map_or_else(
-                || {
-                    let mut hs = ungroup(groups);
-                    hs.iter_mut().for_each(Hierarchy::finish);
-                    hs
-                },
-                |whole| vec![whole],
-            );
+            let mut hs = ungroup(groups);
+            hs.iter_mut().for_each(Hierarchy::finish);
             let refs = s.refs;
             write_report(
                 out,
