@@ -665,37 +665,79 @@ fn followers(cli: &Cli, groups: &mut [Stripped<Cachegrind>]) -> Option<u64> {
 }
 
 /// `sims` (one per configuration) as groups that each simulate a trace's
-/// blocks on a thread of their own: two when there are two configurations
+/// blocks on a thread of its own: two when there are two configurations
 /// or more, the input is a trace and there are two CPUs; else one. Every
 /// group still gets every block, so the statistics are those of one group
-/// (they are independent simulators).
-fn groups<S: InsnFetch>(cli: &Cli, sims: Vec<S>) -> Vec<Stripped<S>> {
+/// (they are independent simulators). With the groups, the configuration
+/// of each of their simulators, group after group.
+fn groups<S: InsnFetch>(cli: &Cli, sims: Vec<S>) -> (Vec<Stripped<S>>, Vec<usize>) {
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     if sims.len() < 2 || cpus < 2 || is_trace(cli).is_none() {
-        return vec![Stripped::new(sims)];
+        let order = (0..sims.len()).collect();
+        return (vec![Stripped::new(sims)], order);
     }
-    // Alternate configurations: neighbours in a file are often alike.
-    let (mut even, mut odd) = (Vec::new(), Vec::new());
-    for (k, s) in sims.into_iter().enumerate() {
-        if k % 2 == 0 {
-            even.push(s)
-        } else {
-            odd.push(s)
-        }
-    }
-    vec![Stripped::new(even), Stripped::new(odd)]
+    let sides = sides(&sims);
+    let mut sims: Vec<Option<S>> = sims.into_iter().map(Some).collect();
+    let mut take = |ks: &[usize]| -> Vec<S> {
+        let each = ks
+            .iter()
+            .map(|&k| sims[k].take().expect("in one side only"));
+        each.collect()
+    };
+    let groups = sides.iter().map(|ks| Stripped::new(take(ks))).collect();
+    (groups, sides.concat())
 }
 
-/// The simulators of [`groups`] back in configuration order, every fetch
-/// counted.
-fn ungroup<S: InsnFetch>(groups: Vec<Stripped<S>>) -> Vec<S> {
-    let mut each: Vec<_> = groups.into_iter().map(|g| g.finish().into_iter()).collect();
-    let (n, mut out) = (each.len(), Vec::new());
-    // Group k % n holds configuration k: the first group to run out ends.
-    while let Some(s) = each[out.len() % n].next() {
-        out.push(s);
+/// Which configurations each of two groups ([`groups`]) takes. Those
+/// whose first instruction caches would share a filter ([`Stripped`]: one
+/// line size, strippable) stay together, so the filter runs once; such a
+/// class, or a configuration fed directly, goes to the group with less
+/// work so far, the heaviest first. Work is counted in leader lookups per
+/// leader: one for a cache fed directly, one for a filter and a tenth for
+/// each cache behind it (the filter passed 9 % of gzip's leaders,
+/// `docs/cachesim.md`). One class alone is split alternately (a filter
+/// in each group).
+fn sides<S: InsnFetch>(sims: &[S]) -> [Vec<usize>; 2] {
+    let mut classes: Vec<(Option<u64>, Vec<usize>)> = Vec::new();
+    for (k, s) in sims.iter().enumerate() {
+        let line = s.strippable().map(|(line, _)| line);
+        match classes.iter_mut().find(|c| line.is_some() && c.0 == line) {
+            Some(c) => c.1.push(k),
+            None => classes.push((line, vec![k])),
+        }
     }
-    out
+    let mut sides = [Vec::new(), Vec::new()];
+    if let [(_, one)] = &classes[..] {
+        for &k in one {
+            sides[k % 2].push(k);
+        }
+        return sides;
+    }
+    let work = |c: &(Option<u64>, Vec<usize>)| match c.1.len() {
+        n if n >= 2 => 10 + n,
+        _ => 10,
+    };
+    classes.sort_by_key(|c| std::cmp::Reverse(work(c)));
+    let mut load = [0, 0];
+    for c in &classes {
+        let side = usize::from(load[1] < load[0]);
+        load[side] += work(c);
+        sides[side].extend(&c.1);
+    }
+    sides
+}
+
+/// The simulators of [`groups`] back in configuration order (`order`:
+/// the configuration of each, group after group), every fetch counted.
+fn ungroup<S: InsnFetch>(groups: Vec<Stripped<S>>, order: &[usize]) -> Vec<S> {
+    let mut out: Vec<Option<S>> = order.iter().map(|_| None).collect();
+    for (s, &k) in groups.into_iter().flat_map(Stripped::finish).zip(order) {
+        out[k] = Some(s);
+    }
+    let each = out
+        .into_iter()
+        .map(|s| s.expect("every configuration in a group"));
+    each.collect()
 }
 
 /// Walks the data trace at `path` on a second thread and simulates its
@@ -1218,14 +1260,14 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
             let hs = (configs.iter())
                 .map(|c| Hierarchy::new(c.caches.clone(), cli.seed))
                 .collect();
-            let mut groups = groups(&cli, hs);
+            let (mut groups, order) = groups(&cli, hs);
             let s = simulate(&cli, &mut groups, true, |groups| {
                 drive(&cli, None, |refs| {
                     (groups.iter_mut().flat_map(Stripped::sims_mut)).for_each(|h| h.run(refs));
                     Ok(())
                 })
             })?;
-            let mut hs = ungroup(groups);
+            let mut hs = ungroup(groups, &order);
             hs.iter_mut().for_each(Hierarchy::finish);
             let refs = s.refs;
             write_report(
@@ -1240,7 +1282,7 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
             let cgs = (configs.iter())
                 .map(|c| Cachegrind::new(&c.caches))
                 .collect::<Result<Vec<_>>>()?;
-            let mut groups = groups(&cli, cgs);
+            let (mut groups, order) = groups(&cli, cgs);
             // Reference numbers count from the start of the input.
             let base = cli.skipcount;
             let from_start = |e| match e {
@@ -1265,7 +1307,7 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
                 })
             })
             .map_err(from_start)?;
-            let cgs = ungroup(groups);
+            let cgs = ungroup(groups, &order);
             let refs = s.refs;
             let json = |k: usize| serde_json::json!({"model": "cachegrind", "references": refs, "stats": cgs[k].stats});
             write_report(
