@@ -192,14 +192,12 @@ impl Sink for Text<'_> {
     }
 }
 
-/// The `bin` format as a sink: records encoded into a buffer written a
-/// megabyte at a time; a whole run of a block without a `rep` by the
-/// block's encoded records, its data addresses patched in.
+/// The `bin` format as a sink: records encoded straight into a buffer of
+/// their bytes ([`Records`]); a whole run of a block without a `rep` by
+/// the block's encoded records, its data addresses or'ed in as they are
+/// copied (one pass, no conversion when written).
 struct Bin<'o> {
-    out: &'o mut dyn Write,
-    /// Records, and their bytes (little-endian) when written.
-    buf: Vec<u64>,
-    bytes: Vec<u8>,
+    records: Records<'o>,
     /// The run walked now.
     run: Option<BlockRun>,
     /// Per module, per block, built at its first whole run: its records,
@@ -208,13 +206,22 @@ struct Bin<'o> {
     words: Vec<Vec<Option<Option<Words>>>>,
 }
 
-/// A whole run's records ([`Bin`]): fetches encoded, data records with
-/// their address bits 0.
+/// Encoded records (little-endian) written a megabyte at a time.
+struct Records<'o> {
+    out: &'o mut dyn Write,
+    /// The first `len` bytes are records not written yet.
+    buf: Vec<u8>,
+    len: usize,
+}
+
+/// A whole run's records ([`Bin`]): per record its word (a data
+/// record's address bits 0), the index of its address in the run's
+/// addresses, and 1 for a data record, 0 for a fetch (whose index is 0
+/// and whose address is masked off: no branch per record).
 struct Words {
-    words: Vec<u64>,
-    /// Per data record: its index in `words` and its address's in the
-    /// run's addresses.
-    patch: Vec<(u32, u32)>,
+    words: Vec<(u64, u32, u32)>,
+    /// The run's addresses.
+    refs: usize,
 }
 
 impl Words {
@@ -222,23 +229,24 @@ impl Words {
     fn new(code: &BlockCode, base: u64) -> Option<Words> {
         let mut w = Words {
             words: Vec::new(),
-            patch: Vec::new(),
+            refs: 0,
         };
         let mut addr = 0;
         for (k, c) in code.insns.iter().enumerate() {
             let fetch = AddrRecord::encode(AccessKind::Instr, base.wrapping_add(c.ip), c.len);
-            w.words.push(fetch.ok()?);
+            w.words.push((fetch.ok()?, 0, 0));
             for r in code.refs(k) {
                 // A modify is a read then a write, as `Sink::data` gives it.
                 let read = (r.access != Access::Store).then_some(AccessKind::Read);
                 let write = (r.access != Access::Load).then_some(AccessKind::Write);
                 for kind in read.into_iter().chain(write) {
-                    w.patch.push((w.words.len() as u32, addr));
-                    w.words.push(AddrRecord::encode(kind, 0, r.size).ok()?);
+                    w.words
+                        .push((AddrRecord::encode(kind, 0, r.size).ok()?, addr, 1));
                 }
                 addr += 1;
             }
         }
+        w.refs = addr as usize;
         Some(w)
     }
 }
@@ -246,25 +254,35 @@ impl Words {
 /// Bytes of records [`Bin`] buffers before writing them.
 const BIN_BUFFER: usize = 1 << 20;
 
-impl Bin<'_> {
+impl Records<'_> {
+    /// The buffer's next `n` bytes, after writing what it holds if they
+    /// do not fit.
     #[inline(always)]
-    fn put(&mut self, kind: AccessKind, addr: u64, size: u32) -> Result<(), Error> {
-        let word = AddrRecord::encode(kind, addr, size)?;
-        self.buf.push(word);
-        if self.buf.len() >= BIN_BUFFER / 8 {
+    fn room(&mut self, n: usize) -> Result<&mut [u8], Error> {
+        if self.len + n > self.buf.len() {
             self.flush()?;
+            if n > self.buf.len() {
+                self.buf.resize(n, 0);
+            }
         }
-        Ok(())
+        let at = self.len;
+        self.len += n;
+        Ok(&mut self.buf[at..at + n])
     }
 
     #[cold]
     fn flush(&mut self) -> Result<(), Error> {
-        self.bytes.resize(8 * self.buf.len(), 0);
-        for (o, w) in self.bytes.chunks_exact_mut(8).zip(&self.buf) {
-            o.copy_from_slice(&w.to_le_bytes());
-        }
-        self.out.write_all(&self.bytes)?;
-        self.buf.clear();
+        self.out.write_all(&self.buf[..self.len])?;
+        self.len = 0;
+        Ok(())
+    }
+}
+
+impl Bin<'_> {
+    #[inline(always)]
+    fn put(&mut self, kind: AccessKind, addr: u64, size: u32) -> Result<(), Error> {
+        let word = AddrRecord::encode(kind, addr, size)?;
+        self.records.room(8)?.copy_from_slice(&word.to_le_bytes());
         Ok(())
     }
 
@@ -275,17 +293,15 @@ impl Bin<'_> {
         let (m, b) = (r.module as usize, r.block.as_u32() as usize);
         let t = self.words[m][b].get_or_insert_with(|| Words::new(code, base));
         let Some(t) = t else { return Ok(false) };
-        if addrs.iter().fold(0, |x, &a| x | a) >= ADDRESS_LIMIT {
+        if addrs.len() != t.refs || addrs.iter().fold(0, |x, &a| x | a) >= ADDRESS_LIMIT {
             return Ok(false);
         }
-        let start = self.buf.len();
-        self.buf.extend_from_slice(&t.words);
-        let out = &mut self.buf[start..];
-        for &(p, a) in &t.patch {
-            out[p as usize] |= addrs[a as usize];
-        }
-        if self.buf.len() >= BIN_BUFFER / 8 {
-            self.flush()?;
+        // A block without references indexes the 0 masked off.
+        let addrs = if addrs.is_empty() { &[0][..] } else { addrs };
+        let out = self.records.room(8 * t.words.len())?;
+        for (o, &(w, i, data)) in out.chunks_exact_mut(8).zip(&t.words) {
+            let a = addrs[i as usize] & 0u64.wrapping_sub(u64::from(data));
+            o.copy_from_slice(&(w | a).to_le_bytes());
         }
         Ok(true)
     }
@@ -608,14 +624,16 @@ pub fn write(
     let header = aetrace_format::addrtrace::Header { count: None };
     out.write_all(&header.to_bytes())?;
     let mut bin = Bin {
-        out,
-        buf: Vec::with_capacity(BIN_BUFFER / 8 + 16),
-        bytes: Vec::new(),
+        records: Records {
+            out,
+            buf: vec![0; BIN_BUFFER],
+            len: 0,
+        },
         run: None,
         words: Vec::new(),
     };
     let counts = walk(trace, opts, &mut bin)?;
-    bin.flush()?;
+    bin.records.flush()?;
     Ok(counts)
 }
 
@@ -739,6 +757,11 @@ struct Segments {
     /// and how many ([`Segments::NEW`]: not listed yet).
     of: Vec<Vec<(u32, u32)>>,
     blocks: Vec<BlockIx>,
+    /// Per listed block: it was entered from the block listed before it
+    /// by a way in the analysis assumed (`Writer::came_by`). The check
+    /// depends on the two blocks alone, so once passed it holds for
+    /// every run of the segment and is not made again.
+    plain: Vec<bool>,
 }
 
 impl Segments {
@@ -760,6 +783,7 @@ impl Segments {
     fn list(&mut self, m: &Module, s: Segment) -> std::ops::Range<usize> {
         let at = self.blocks.len();
         self.blocks.extend(s.blocks(m));
+        self.plain.resize(self.blocks.len(), false);
         self.of[s.module as usize][s.number as usize] = (at as u32, s.blocks);
         at..self.blocks.len()
     }
@@ -791,7 +815,9 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
     /// The blocks of segment `s`, each run whole.
     fn segment<B: AsRef<[u8]> + Sync>(&mut self, visit: &Visit<'_, B>, s: Segment) -> Result<()> {
         let m = &visit.modules()[s.module as usize];
-        for k in self.segments.range(m, s) {
+        let range = self.segments.range(m, s);
+        let first = range.start;
+        for k in range {
             let block = self.segments.blocks[k];
             let r = BlockRun {
                 module: s.module,
@@ -800,7 +826,10 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
                 end: m.blocks[block].ninsns,
                 faults: false,
             };
-            self.run(visit, r)?;
+            // The segment's first block follows whatever ran before it.
+            let mut plain = k > first && self.segments.plain[k];
+            self.run(visit, r, &mut plain)?;
+            self.segments.plain[k] = k > first && plain;
         }
         Ok(())
     }
@@ -820,7 +849,7 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
                 Ok(())
             }
             Event::Run(r) if r.faults => self.faulting(visit, r),
-            Event::Run(r) => self.run(visit, r),
+            Event::Run(r) => self.run(visit, r, &mut false),
             Event::Signal { signo, offset } => self.deliver(signo, offset),
             Event::SigReturn { offset, moved } => self.sigreturn(offset, moved),
         }
@@ -900,9 +929,17 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
     /// Sets the thread's state for the start of run `r`: the registers
     /// the analysis says are known there, carried from the run before.
     /// The code of its instructions from `r.first`, compiled for them, or
-    /// `None` when it is its block's entry's (`r.first` 0).
+    /// `None` when it is its block's entry's (`r.first` 0). `plain`: in,
+    /// the run before is known to be a way in the analysis assumed (an
+    /// edge of a segment that passed the check before); out, whether it
+    /// is.
     #[inline]
-    fn enter(&mut self, m: &Module, r: BlockRun) -> Result<Option<Rc<BlockCode>>, Error> {
+    fn enter(
+        &mut self,
+        m: &Module,
+        r: BlockRun,
+        plain: &mut bool,
+    ) -> Result<Option<Rc<BlockCode>>, Error> {
         if self.sig.resumed {
             if let Some(code) = self.resumed_run(m, r)? {
                 return Ok(Some(code));
@@ -910,7 +947,7 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
         }
         let Some(e) = &self.mods[r.module as usize].entries[r.block.as_u32() as usize] else {
             self.new_entry(m, r)?;
-            return self.enter(m, r);
+            return self.enter(m, r, plain);
         };
         let known = e.known;
         if r.first != 0 && known.0 != 0 {
@@ -920,7 +957,10 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
             )
             .into());
         }
-        if known.0 != 0 && !self.came_by(r.module, e) {
+        if known.0 != 0 && !*plain {
+            *plain = self.came_by(r.module, e);
+        }
+        if known.0 != 0 && !*plain {
             match e.facts.ways[e.local as usize].contains(&WayIn::Entry) {
                 true => self.entry_rsp(m, r)?,
                 false => {
@@ -1056,13 +1096,15 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
         })
     }
 
+    /// Run `r`; `plain` as [`Writer::enter`]'s.
     fn run<B: AsRef<[u8]> + Sync>(
         &mut self,
         visit: &Visit<'_, B>,
         r: BlockRun,
+        plain: &mut bool,
     ) -> Result<(), Error> {
         let m = &visit.modules()[r.module as usize];
-        let from = self.enter(m, r)?;
+        let from = self.enter(m, r, plain)?;
         if m.shown {
             self.sink.run(r);
         }
