@@ -162,7 +162,8 @@ impl Index {
                         format!("{}: no such module", what()),
                     ));
                 }
-                if self.databases.contains_key(&header.module) || self.shared(header.module).is_some()
+                if self.databases.contains_key(&header.module)
+                    || self.shared(header.module).is_some()
                 {
                     return Err(Error::corrupt(offset, format!("{} given twice", what())));
                 }

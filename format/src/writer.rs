@@ -20,8 +20,8 @@ use crate::error::{Error, Result};
 use crate::header::{Header, HEADER_LEN};
 use crate::index::Index;
 use crate::section::{
-    self, ChunkHeader, Codec, Command, DatabaseHeader, End, Image, Module, Note, ProcessExit, Record,
-    ThreadEnd, ThreadStart, SECTION_HEADER_LEN,
+    self, ChunkHeader, Codec, Command, DatabaseHeader, End, Image, Module, Note, ProcessExit,
+    Record, ThreadEnd, ThreadStart, SECTION_HEADER_LEN,
 };
 use crate::{ModuleId, ThreadId};
 use std::cell::RefCell;

@@ -484,7 +484,11 @@ impl Images {
     /// The modules `info`'s stream runs: those of the image it belongs
     /// to, found up its creators (a thread or fork child runs its
     /// creator's image) to the stream that started the image.
-    fn of_thread<B: AsRef<[u8]>>(&self, trace: &Trace<B>, info: &ThreadInfo) -> Result<&[ModuleId]> {
+    fn of_thread<B: AsRef<[u8]>>(
+        &self,
+        trace: &Trace<B>,
+        info: &ThreadInfo,
+    ) -> Result<&[ModuleId]> {
         let mut t = info;
         for _ in 0..1 << 20 {
             if let Some(ids) = self.by_thread.get(&t.start.thread) {
@@ -518,6 +522,17 @@ impl Images {
 pub(crate) fn prepare<'t, B: AsRef<[u8]> + Sync>(
     trace: &'t Trace<B>,
     opts: &Options,
+) -> Result<Prepared<'t>> {
+    prepare_some(trace, opts, false)
+}
+
+/// [`prepare`]; with `lenient`, a stream whose image has unknown modules
+/// is left out instead of refused (the fork parents' walk: such a
+/// stream is only refused where it is asked for).
+fn prepare_some<'t, B: AsRef<[u8]> + Sync>(
+    trace: &'t Trace<B>,
+    opts: &Options,
+    lenient: bool,
 ) -> Result<Prepared<'t>> {
     let images = Images::of(trace);
     if images.is_empty() {
@@ -561,7 +576,10 @@ pub(crate) fn prepare<'t, B: AsRef<[u8]> + Sync>(
     let mut groups: Vec<Vec<usize>> = Vec::new();
     let mut jobs = Vec::new();
     for info in threads {
-        let ids = images.of_thread(trace, info)?;
+        let ids = match images.of_thread(trace, info) {
+            Err(_) if lenient => continue,
+            r => r?,
+        };
         if let Some(name) = &opts.module {
             let path = |id| &trace.module(id).expect("indexed module").path;
             if !ids.iter().any(|&id| matches_module(path(id), name)) {
@@ -655,7 +673,7 @@ fn fork_states<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<HashMap<u32, F
         count: true,
         ..Options::default()
     };
-    let (compiled, groups, jobs, note) = prepare(trace, &opts)?;
+    let (compiled, groups, jobs, note) = prepare_some(trace, &opts, true)?;
     let views = group_views(&compiled, &groups);
     for job in jobs
         .iter()
