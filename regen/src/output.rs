@@ -301,8 +301,8 @@ pub fn with_thread_machine<B: AsRef<[u8]> + Sync, R>(
 
 /// [`with_thread_machine`] for several threads at once, machines in the
 /// order of `threads` (the debugger serves every thread of a process).
-/// All the trace's threads must run an instrumented module, as for `regen`
-/// without `--thread`.
+/// Every thread asked for must run an instrumented module; the others
+/// may run an exec'd image whose modules the trace does not hold.
 pub fn with_thread_machines<B: AsRef<[u8]> + Sync, R>(
     trace: &Trace<B>,
     threads: &[u32],
@@ -316,12 +316,20 @@ pub fn with_thread_machines<B: AsRef<[u8]> + Sync, R>(
         format,
         ..Options::default()
     };
-    let prepared = prepare(trace, &opts)?;
+    // A stream of an unknown exec'd image is refused only when asked for.
+    let prepared = prepare_some(trace, &opts, true)?;
     let ctx = Ctx::new(trace, &prepared, &opts, AHEAD_BYTES)?;
     let mut machines = Vec::new();
     for &t in threads {
-        let job = prepared.2.iter().find(|j| j.info.start.thread.0 == t);
-        let job = job.ok_or_else(|| Error::Usage(format!("no thread {t} in the trace")))?;
+        let Some(job) = prepared.2.iter().find(|j| j.info.start.thread.0 == t) else {
+            let one = Options {
+                thread: Some(t),
+                ..opts.clone()
+            };
+            return Err(prepare(trace, &one)
+                .err()
+                .unwrap_or_else(|| Error::Usage(format!("no thread {t} in the trace"))));
+        };
         machines.push(ctx.machine(job));
     }
     Ok(f(machines))
