@@ -1396,16 +1396,17 @@ fn a_post_exec_stream_is_served_by_its_own_session() {
 /// `counter` is at the address each image printed, in its own stream.
 fn exec_data_at_each_images_addresses(exe: &Path) {
     let trace = common::scratch("debug").join(format!("exec-data-{}.aet", std::process::id()));
-    let rec = run_checked(
-        Command::new(common::aetrace())
-            .args(["record", "--data", "-o"])
-            .arg(&trace)
-            .arg("--")
-            .arg(exe)
-            .arg("self")
-            .stdin(std::process::Stdio::null()),
-        "aetrace record --data",
-    );
+    let rec = Command::new(common::aetrace())
+        .args(["record", "--data", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(exe)
+        .arg("self")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    // The new image's status.
+    assert_eq!(rec.status.code(), Some(3), "{rec:?}");
     let stderr = String::from_utf8_lossy(&rec.stderr);
     for (t, image) in [("0", "first"), ("1", "new")] {
         let counter = printed_at(&stderr, image, "counter");
