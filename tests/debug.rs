@@ -1302,6 +1302,11 @@ fn the_thread_asked_on_the_command_line_is_selected() {
 /// `continue` stops at `work`'s first entry in that stream (the new
 /// image's call: the recorded run printed its result), `bt` there is
 /// `work`, `main`, and `monitor info` names the program.
+/// The oracle for addresses is the program's own output: each image
+/// prints where its `work` is (address randomisation on: the two images
+/// at different bases), and each stream's instructions (`regen`, the
+/// session's `$pc` at `work`) and `aetrace info`'s module bases are at
+/// its own image's; `--relative` is the absolute trace less one base.
 #[test]
 fn a_post_exec_stream_is_served_by_its_own_session() {
     let exe = build("exec.c", O2_PIE);
@@ -1310,6 +1315,12 @@ fn a_post_exec_stream_is_served_by_its_own_session() {
     assert_eq!(rec.status.code(), Some(3), "{rec:?}");
     let printed = String::from_utf8_lossy(&rec.stdout);
     assert!(printed.contains("new image: 9"), "{printed}");
+    let stderr = String::from_utf8_lossy(&rec.stderr);
+    let (work1, work2) = (
+        printed_at(&stderr, "first", "work"),
+        printed_at(&stderr, "new", "work"),
+    );
+    assert_ne!(work1, work2, "both images at one base: {stderr}");
     let info = run_checked(
         Command::new(common::aetrace()).arg("info").arg(&trace),
         "aetrace info",
@@ -1322,7 +1333,39 @@ fn a_post_exec_stream_is_served_by_its_own_session() {
         .find(|w| w.len() > 5 && w[4] == "exec")
         .map(|w| w[0].to_owned())
         .unwrap_or_else(|| panic!("no stream started by exec:\n{info}"));
+    // Module 0 is the first image's; the new image's is tied to stream t.
+    let base = |marker: &str| -> u64 {
+        let line = info.lines().find(|l| l.contains(marker));
+        let w: Vec<&str> = line
+            .unwrap_or_else(|| panic!("{marker}:\n{info}"))
+            .split_whitespace()
+            .collect();
+        let at = w.iter().position(|&x| x == "base").unwrap() + 1;
+        u64::from_str_radix(w[at].trim_start_matches("0x"), 16).unwrap()
+    };
+    let (base1, base2) = (
+        base(" main instrumented"),
+        base(&format!("image of thread {t},")),
+    );
+    assert_eq!(
+        work2.wrapping_sub(base2),
+        work1.wrapping_sub(base1),
+        "{stderr}{info}"
+    );
+    let first = common::regen::addresses(&trace, &["--thread", "0", "--format", "insn"]);
+    assert!(first.contains(&work1), "{work1:#x} not in thread 0's trace");
     let want = common::regen::addresses(&trace, &["--thread", &t, "--format", "insn"]);
+    assert!(
+        want.contains(&work2),
+        "{work2:#x} not in thread {t}'s trace"
+    );
+    let relative =
+        common::regen::addresses(&trace, &["--relative", "--thread", &t, "--format", "insn"]);
+    let moved: Vec<u64> = relative.iter().map(|&a| a.wrapping_add(base2)).collect();
+    assert_eq!(
+        moved, want,
+        "thread {t}: --relative is not the trace less its base"
+    );
     // Fewer steps than the instructions before `work`'s entry.
     let k = 20;
     let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
@@ -1341,9 +1384,60 @@ fn a_post_exec_stream_is_served_by_its_own_session() {
     let entry = want.iter().position(|&a| a == got[k + 1]);
     assert!(entry.is_some_and(|e| e > k), "{out}");
     assert_eq!(at.first().copied(), entry.map(|e| e as u64), "{out}");
+    assert_eq!(got[k + 1], work2, "{out}");
     assert_eq!(backtraces(&out)[0][..2], ["work", "main"], "{out}");
     let named = format!("module {} procedure work", exe.display());
     assert!(out.contains(&named), "{named}\n{out}");
+    exec_data_at_each_images_addresses(&exe);
+}
+
+/// `exec.c self` recorded with `--data` (randomisation on, unlike
+/// [`Knobs::DATA`], so the images' bases differ): `work`'s store to
+/// `counter` is at the address each image printed, in its own stream.
+fn exec_data_at_each_images_addresses(exe: &Path) {
+    let trace = common::scratch("debug").join(format!("exec-data-{}.aet", std::process::id()));
+    let rec = Command::new(common::aetrace())
+        .args(["record", "--data", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(exe)
+        .arg("self")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    // The new image's status.
+    assert_eq!(rec.status.code(), Some(3), "{rec:?}");
+    let stderr = String::from_utf8_lossy(&rec.stderr);
+    for (t, image) in [("0", "first"), ("1", "new")] {
+        let counter = printed_at(&stderr, image, "counter");
+        let lackey = run_checked(
+            Command::new(common::aetrace())
+                .args(["regen", "--data", "--format", "lackey", "--thread", t])
+                .arg(&trace),
+            "aetrace regen --data",
+        );
+        let lackey = String::from_utf8_lossy(&lackey.stdout);
+        let store = format!(" M {counter:x},4");
+        assert!(
+            lackey.lines().any(|l| l == store),
+            "thread {t}: no {store:?}\n{stderr}"
+        );
+    }
+    let _ = std::fs::remove_file(&trace);
+}
+
+/// The address `exec.c` printed on stderr for `what` (`work` or
+/// `counter`) in the image named `image` (`first` or `new`).
+fn printed_at(stderr: &str, image: &str, what: &str) -> u64 {
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with(&format!("{image} image:")));
+    let w: Vec<&str> = line
+        .unwrap_or_else(|| panic!("no {image} image in {stderr}"))
+        .split_whitespace()
+        .collect();
+    let at = w.iter().position(|&x| x == what).unwrap() + 1;
+    u64::from_str_radix(w[at].trim_start_matches("0x"), 16).unwrap()
 }
 
 /// `gzip -c` of a 20 kB text, recorded: the executable and the trace.

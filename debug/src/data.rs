@@ -284,7 +284,7 @@ pub fn values<B: AsRef<[u8]> + Sync>(
 ) -> Result<Values, String> {
     let mut dbs = Vec::new();
     for m in modules {
-        let flags = trace.module(ModuleId(m.tag)).map_or(0, |r| r.flags);
+        let flags = trace.module(ModuleId(m.id)).map_or(0, |r| r.flags);
         if flags & module_flags::DATA_CHECK == 0 {
             return Err(format!(
                 "watchpoints need data addresses, each in full, and module {} was recorded without them (record with --data --check)",
@@ -294,7 +294,7 @@ pub fn values<B: AsRef<[u8]> + Sync>(
         let db = match flags & module_flags::DATA_ABS {
             0 => None,
             _ => {
-                let db = program_db(trace, m.tag).map_err(|e| format!("module {}: {e}", m.name))?;
+                let db = program_db(trace, m.id).map_err(|e| format!("module {}: {e}", m.name))?;
                 let returns = Returns::of(&db);
                 Some((db, returns))
             }
@@ -315,9 +315,9 @@ pub fn values<B: AsRef<[u8]> + Sync>(
     })
 }
 
-fn program_db<B: AsRef<[u8]>>(trace: &Trace<B>, tag: u32) -> Result<ProgramDb, String> {
+fn program_db<B: AsRef<[u8]>>(trace: &Trace<B>, id: u32) -> Result<ProgramDb, String> {
     let db = trace
-        .program_database(ModuleId(tag))
+        .program_database(ModuleId(id))
         .ok_or("no program database")?;
     let bytes = db.decompress().map_err(|e| e.to_string())?;
     ProgramDb::decode(&bytes).map_err(|e| e.to_string())

@@ -10,7 +10,7 @@
 //! never as a made-up value. A module whose file is missing or is not an
 //! ELF file keeps its place in the lists but has no memory.
 
-use aetrace_format::{module_flags, Trace};
+use aetrace_format::{module_flags, ModuleId, Trace};
 use goblin::elf::program_header::{PF_W, PT_DYNAMIC, PT_LOAD, PT_PHDR};
 
 /// One module of the image.
@@ -40,12 +40,12 @@ pub struct Image {
 }
 
 impl Image {
-    /// The modules the trace recorded for process `pid`.
-    pub fn of_process<B: AsRef<[u8]>>(trace: &Trace<B>, pid: u32) -> Image {
-        let mut modules: Vec<Module> = trace
-            .modules()
+    /// The trace's modules `ids` (a stream's process image, as the
+    /// regenerator chose it: an exec'd image has modules of its own).
+    pub fn of_modules<B: AsRef<[u8]>>(trace: &Trace<B>, ids: &[ModuleId]) -> Image {
+        let mut modules: Vec<Module> = ids
             .iter()
-            .filter(|m| m.pid == pid)
+            .filter_map(|&id| trace.module(id))
             .map(|m| {
                 Module::load(
                     String::from_utf8_lossy(&m.path).into_owned(),

@@ -298,8 +298,8 @@ fn thread_stub<'m, B: AsRef<[u8]> + Sync>(
         n => n,
     };
     let modules = machine.modules();
-    let pid = trace.module(ModuleId(modules[0].tag)).map_or(0, |m| m.pid);
-    let image = image::Image::of_process(trace, pid);
+    let ids: Vec<ModuleId> = modules.iter().map(|m| ModuleId(m.id)).collect();
+    let image = image::Image::of_modules(trace, &ids);
     let mut timeline = timeline::Timeline::new(machine, interval);
     if !timeline.has(0) {
         return Err(match timeline.error() {

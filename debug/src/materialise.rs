@@ -105,7 +105,9 @@ pub fn plan<B: AsRef<[u8]>>(trace: &Trace<B>, thread: u32) -> Plan {
     let modules: Vec<_> = trace
         .modules()
         .iter()
-        .filter(|m| m.pid == first.pid)
+        // The first image's: a module an IMAGE ties to a later stream
+        // is an image the process exec'd.
+        .filter(|m| m.pid == first.pid && trace.image_thread(m.id).is_none())
         .collect();
     if modules.len() > 1 {
         return Err(

@@ -15,7 +15,7 @@ pub const MAGIC: [u8; 8] = *b"AETRACE\0";
 /// Major version written and read: a reader refuses any other major.
 pub const VERSION_MAJOR: u16 = 1;
 /// Minor version written: readers accept any minor of their major (see docs/format.md).
-pub const VERSION_MINOR: u16 = 11;
+pub const VERSION_MINOR: u16 = 12;
 /// The first minor whose SIGNAL rips are never glibc's signal restorer
 /// (the runtime reports where the restorer returns instead).
 pub const MINOR_RESTORER_RESOLVED: u16 = 4;
@@ -32,6 +32,11 @@ pub const MINOR_DATA_VALUES: u16 = 8;
 /// calls write SETJMP_RESUME when they return again (no LONGJMP): older
 /// SETJMP and LONGJMP records name jmp_bufs, which regen refuses.
 pub const MINOR_SETJMP_RSP: u16 = 10;
+/// The first minor whose recorder ties an exec'd image's modules to its
+/// stream (IMAGE sections): a stream started by an exec without one runs
+/// an image whose modules the trace does not know. Older traces key
+/// modules by pid, as their readers did.
+pub const MINOR_IMAGES: u16 = 12;
 /// Size of the file header; the first section starts here.
 pub const HEADER_LEN: usize = 64;
 /// `e_machine` of x86-64, the only architecture traced so far.

@@ -7,6 +7,8 @@
 //! - module and thread ids are not 0xffffffff (which means "none");
 //! - module ids are unique; a PROGRAM_DATABASE or NOTE names a module already seen,
 //!   and each module has at most one program database;
+//! - an IMAGE names a module and a thread already seen, a module at most once,
+//!   and a shared database one already given, of a module without its own;
 //! - a thread id is started once; its CHUNKs come after its THREAD_START, before its
 //!   THREAD_END, numbered 0, 1, 2... in file order (a gap is [`Error::MissingChunk`]);
 //!   THREAD_END states how many chunks there were;
@@ -16,8 +18,8 @@
 
 use crate::error::{Error, Result};
 use crate::section::{
-    Codec, Command, DatabaseHeader, End, Module, Note, ProcessExit, Record, ThreadEnd, ThreadStart,
-    MAX_RAW_LEN,
+    Codec, Command, DatabaseHeader, End, Image, Module, Note, ProcessExit, Record, ThreadEnd,
+    ThreadStart, MAX_RAW_LEN,
 };
 use crate::{ModuleId, ThreadId};
 use std::collections::{BTreeMap, HashMap};
@@ -80,6 +82,7 @@ pub struct Index {
     pub(crate) exits: Vec<ProcessExit>,
     pub(crate) notes: Vec<Note>,
     pub(crate) command: Option<Command>,
+    pub(crate) images: Vec<Image>,
     pub(crate) end: Option<End>,
     /// Sections accepted so far (END excluded), unknown kinds included.
     pub(crate) sections: u64,
@@ -159,7 +162,9 @@ impl Index {
                         format!("{}: no such module", what()),
                     ));
                 }
-                if self.databases.contains_key(&header.module) {
+                if self.databases.contains_key(&header.module)
+                    || self.shared(header.module).is_some()
+                {
                     return Err(Error::corrupt(offset, format!("{} given twice", what())));
                 }
                 check_raw(offset, &what, header.codec, header.raw_len, data.len())?;
@@ -319,9 +324,42 @@ impl Index {
                 }
                 self.command = Some(c.clone());
             }
+            Record::Image(i) => self.push_image(offset, i)?,
             Record::Unknown(_) => {}
         }
         self.sections += 1;
+        Ok(())
+    }
+
+    /// The module whose database `module` shares (IMAGE), if any.
+    pub(crate) fn shared(&self, module: ModuleId) -> Option<ModuleId> {
+        self.images
+            .iter()
+            .find(|i| i.module == module)
+            .and_then(|i| i.database)
+    }
+
+    /// IMAGE: its module, thread and shared database must be known.
+    fn push_image(&mut self, offset: u64, i: &Image) -> Result<()> {
+        let bad = |what: String| Err(Error::corrupt(offset, format!("IMAGE: {what}")));
+        if !self.module_pos.contains_key(&i.module) {
+            return bad(format!("no module {}", i.module));
+        }
+        if !self.threads.contains_key(&i.thread) {
+            return bad(format!("no thread {}", i.thread));
+        }
+        if self.images.iter().any(|o| o.module == i.module) {
+            return bad(format!("module {} given twice", i.module));
+        }
+        if let Some(db) = i.database {
+            if !self.databases.contains_key(&db) || self.databases.contains_key(&i.module) {
+                return bad(format!(
+                    "module {} cannot share the database of module {db}",
+                    i.module
+                ));
+            }
+        }
+        self.images.push(*i);
         Ok(())
     }
 

@@ -64,8 +64,8 @@ pub use error::{Error, Result};
 pub use header::Header;
 pub use index::{ChunkRef, DatabaseRef, ThreadInfo};
 pub use section::{
-    module_flags, Codec, Command, EndReason, ExitStatus, Module, Note, ProcessExit, SectionKind,
-    StartReason, Stdin, ThreadEnd, ThreadStart,
+    module_flags, Codec, Command, EndReason, ExitStatus, Image, Module, Note, ProcessExit,
+    SectionKind, StartReason, Stdin, ThreadEnd, ThreadStart,
 };
 pub use stats::{ExitStats, ModuleStats, Stats, ThreadStats};
 pub use trace::{Chunk, Database, Fingerprint, Status, Trace, TraceFile};

@@ -50,6 +50,10 @@ impl SectionKind {
     /// How to run the program again (`aetrace verify`); not critical: a
     /// reader that does not know it loses nothing else.
     pub const COMMAND: SectionKind = SectionKind(9);
+    /// IMAGE (1.12): ties a module to the stream that starts its process
+    /// image (a program exec'd by a traced process); not critical: a
+    /// reader that does not know it keys modules by pid as before.
+    pub const IMAGE: SectionKind = SectionKind(10);
     /// Bit that makes an unknown kind fatal rather than skippable.
     pub const CRITICAL: u16 = 0x8000;
 
@@ -65,6 +69,7 @@ impl SectionKind {
             Self::NOTE => "NOTE",
             Self::END => "END",
             Self::COMMAND => "COMMAND",
+            Self::IMAGE => "IMAGE",
             _ => return None,
         })
     }
@@ -248,6 +253,20 @@ pub struct Note {
     pub text: String,
 }
 
+/// IMAGE (since 1.12): `module` belongs to the process image whose first
+/// stream is `thread` (a program a traced process exec'd), not to the
+/// image its pid ran first; `database` is the module whose program
+/// database it shares (the same rewritten file), `None` for its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Image {
+    /// The module (a MODULE earlier in the file).
+    pub module: ModuleId,
+    /// The stream that starts the image (a THREAD_START earlier in the file).
+    pub thread: ThreadId,
+    /// The module whose PROGRAM_DATABASE serves this one, if not its own.
+    pub database: Option<ModuleId>,
+}
+
 /// END: totals over the whole trace; its presence means the trace is complete.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct End {
@@ -365,6 +384,8 @@ pub enum Record<'a> {
     End(End),
     /// The COMMAND section: how the program was started.
     Command(Command),
+    /// An IMAGE section: a module's process image.
+    Image(Image),
     /// A non-critical kind this reader does not know; skipped.
     Unknown(SectionKind),
 }
@@ -388,6 +409,7 @@ impl Record<'_> {
             Record::Note(_) => SectionKind::NOTE,
             Record::End(_) => SectionKind::END,
             Record::Command(_) => SectionKind::COMMAND,
+            Record::Image(_) => SectionKind::IMAGE,
             Record::Unknown(k) => *k,
         }
     }
@@ -459,6 +481,12 @@ impl Record<'_> {
                 out.put_u32(how);
                 out.put_i32(status);
                 out.put_u32(core);
+            }
+            Record::Image(i) => {
+                out.put_u32(i.module.0);
+                out.put_u32(i.thread.0);
+                out.put_u32(i.database.map_or(NONE_ID, |m| m.0));
+                out.put_u32(0);
             }
             Record::Note(n) => {
                 out.put_u32(n.module.map_or(NONE_ID, |m| m.0));
@@ -679,6 +707,17 @@ pub(crate) fn decode(
                 env,
                 cwd,
                 stdin,
+            })
+        }
+        SectionKind::IMAGE => {
+            let module = ModuleId(c.u32("module id")?);
+            let thread = ThreadId(c.u32("thread id")?);
+            let database = opt_id(c.u32("database module id")?).map(ModuleId);
+            c.u32("reserved")?;
+            Record::Image(Image {
+                module,
+                thread,
+                database,
             })
         }
         SectionKind::FILE_HEADER => return Err(bad("section of kind 0".into())),

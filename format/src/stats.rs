@@ -33,6 +33,12 @@ pub struct ModuleStats {
     pub database_raw_bytes: Option<u64>,
     /// Stored (usually compressed) size of the program database.
     pub database_stored_bytes: Option<u64>,
+    /// The module whose program database it shares (an exec'd image's
+    /// executable: module 0's), from its IMAGE section.
+    pub database_of: Option<ModuleId>,
+    /// The stream that starts the process image it belongs to, when a
+    /// traced process exec'd it (IMAGE); `None`: its pid's first image.
+    pub image_thread: Option<ThreadId>,
 }
 
 /// One thread's stream.
@@ -147,6 +153,8 @@ impl<B: AsRef<[u8]>> Trace<B> {
                     instrumented: m.flags & module_flags::INSTRUMENTED != 0,
                     database_raw_bytes: db.map(|d| d.header.raw_len),
                     database_stored_bytes: db.map(|d| d.data.len() as u64),
+                    database_of: index.shared(m.id),
+                    image_thread: self.image_thread(m.id),
                 }
             })
             .collect::<Vec<_>>();
@@ -241,9 +249,14 @@ impl fmt::Display for Stats {
         )?;
         writeln!(f, "modules: {}", self.modules.len())?;
         for m in &self.modules {
-            let db = match (m.database_raw_bytes, m.database_stored_bytes) {
-                (Some(raw), Some(stored)) => format!("database {raw} -> {stored} bytes"),
+            let db = match (m.database_raw_bytes, m.database_stored_bytes, m.database_of) {
+                (Some(raw), Some(stored), _) => format!("database {raw} -> {stored} bytes"),
+                (_, _, Some(of)) => format!("database of module {of}"),
                 _ => "no database".to_owned(),
+            };
+            let db = match m.image_thread {
+                Some(t) => format!("image of thread {t}, {db}"),
+                None => db,
             };
             let build_id = if m.build_id.is_empty() {
                 "-"

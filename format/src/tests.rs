@@ -1055,3 +1055,77 @@ fn value_codec_needs_its_header_flag() {
     assert!(e.to_string().contains("does not announce"), "{e}");
     assert!(Trace::parse(trace(crate::header::INCOMPAT_VALUE_CODEC)).is_ok());
 }
+
+/// IMAGE (1.12): a module tied to the stream an exec started, sharing
+/// module 0's database, reads back with its thread and that database;
+/// an IMAGE naming what is not there, twice, or sharing a database the
+/// module has of its own is corruption.
+#[test]
+fn image_sections_tie_a_module_to_its_stream() {
+    let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+    w.module(&module(0)).unwrap();
+    w.program_database(ModuleId(0), 1, b"database").unwrap();
+    w.thread_start(&start(0, None, StartReason::Main)).unwrap();
+    w.thread_start(&start(1, Some(0), StartReason::Exec))
+        .unwrap();
+    w.module(&module(1)).unwrap();
+    let image = Image {
+        module: ModuleId(1),
+        thread: ThreadId(1),
+        database: Some(ModuleId(0)),
+    };
+    w.image(&image).unwrap();
+    for t in 0..2 {
+        w.thread_end(ThreadId(t), EndReason::Exit).unwrap();
+    }
+    let (bytes, _) = w.finish().unwrap();
+    let t = Trace::parse(bytes).unwrap();
+    assert_eq!(t.images(), [image]);
+    assert_eq!(t.image_thread(ModuleId(1)), Some(ThreadId(1)));
+    assert_eq!(t.image_thread(ModuleId(0)), None);
+    let db = |m| {
+        t.program_database(ModuleId(m))
+            .unwrap()
+            .decompress()
+            .unwrap()
+    };
+    assert_eq!(db(1), db(0));
+    let m1 = &t.stats().modules[1];
+    assert_eq!(
+        (m1.database_of, m1.image_thread),
+        (Some(ModuleId(0)), Some(ThreadId(1)))
+    );
+
+    let img = |module, thread, database: Option<u32>| {
+        Record::Image(Image {
+            module: ModuleId(module),
+            thread: ThreadId(thread),
+            database: database.map(ModuleId),
+        })
+    };
+    let main = || Record::ThreadStart(start(0, None, StartReason::Main));
+    let cases: Vec<(Vec<Record<'_>>, &str)> = vec![
+        (vec![main(), img(0, 0, None)], "IMAGE: no module 0"),
+        (
+            vec![Record::Module(module(0)), img(0, 0, None)],
+            "IMAGE: no thread 0",
+        ),
+        (
+            vec![
+                Record::Module(module(0)),
+                main(),
+                img(0, 0, None),
+                img(0, 0, None),
+            ],
+            "module 0 given twice",
+        ),
+        (
+            vec![Record::Module(module(0)), main(), img(0, 0, Some(0))],
+            "cannot share the database of module 0",
+        ),
+    ];
+    for (records, want) in cases {
+        let e = Trace::parse(raw_trace(12, &records)).err().unwrap();
+        assert!(e.to_string().contains(want), "{e} lacks {want}");
+    }
+}

@@ -12,7 +12,9 @@ use crate::error::{Error, Result};
 use crate::header::{Header, HEADER_LEN, VERSION_MINOR};
 use crate::index::{ChunkRef, DatabaseRef, Index, ThreadInfo};
 use crate::section::SECTION_HEADER_LEN;
-use crate::section::{self, Codec, Command, End, Module, Note, ProcessExit, Section, Sections};
+use crate::section::{
+    self, Codec, Command, End, Image, Module, Note, ProcessExit, Section, Sections,
+};
 use crate::{values, ModuleId, ThreadId};
 use std::cell::RefCell;
 use std::path::Path;
@@ -141,13 +143,31 @@ impl<B: AsRef<[u8]>> Trace<B> {
         self.index.module(id)
     }
 
-    /// The program database of a module, if the trace has one.
+    /// The program database of a module, if the trace has one: its own, or
+    /// the one its IMAGE section says it shares.
     pub fn program_database(&self, module: ModuleId) -> Option<Database<'_>> {
-        let r = self.index.databases.get(&module)?;
+        let own = self.index.shared(module).unwrap_or(module);
+        let r = self.index.databases.get(&own)?;
         Some(Database {
             meta: r,
             data: self.bytes.as_ref().get(r.data.clone()).unwrap_or(&[]),
         })
+    }
+
+    /// The IMAGE sections (1.12): modules of process images started by an
+    /// exec, each tied to the stream that starts its image.
+    pub fn images(&self) -> &[Image] {
+        &self.index.images
+    }
+
+    /// The stream whose image `module` belongs to, when an IMAGE says so
+    /// (else the module is its pid's first image's).
+    pub fn image_thread(&self, module: ModuleId) -> Option<ThreadId> {
+        self.index
+            .images
+            .iter()
+            .find(|i| i.module == module)
+            .map(|i| i.thread)
     }
 
     /// Threads by id.

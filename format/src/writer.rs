@@ -20,8 +20,8 @@ use crate::error::{Error, Result};
 use crate::header::{Header, HEADER_LEN};
 use crate::index::Index;
 use crate::section::{
-    self, ChunkHeader, Codec, Command, DatabaseHeader, End, Module, Note, ProcessExit, Record,
-    ThreadEnd, ThreadStart, SECTION_HEADER_LEN,
+    self, ChunkHeader, Codec, Command, DatabaseHeader, End, Image, Module, Note, ProcessExit,
+    Record, ThreadEnd, ThreadStart, SECTION_HEADER_LEN,
 };
 use crate::{ModuleId, ThreadId};
 use std::cell::RefCell;
@@ -301,6 +301,11 @@ impl<W: Write> TraceWriter<W> {
     /// COMMAND: how the program is started (at most once).
     pub fn command(&mut self, command: &Command) -> Result<()> {
         self.append(&Record::Command(command.clone()))
+    }
+
+    /// IMAGE: `image.module` belongs to the image `image.thread` starts.
+    pub fn image(&mut self, image: &Image) -> Result<()> {
+        self.append(&Record::Image(*image))
     }
 
     /// NOTE.

@@ -236,6 +236,7 @@ fn prepare(
         size: ins.size,
         db,
         runtime_vaddr: ins.db.runtime_vaddr,
+        image_id: ins.image_id,
         notes: ins.notes.clone(),
     };
     cache_store(&elf, &ins.elf, &meta_path, &encode_meta(&module))?;
@@ -282,7 +283,8 @@ pub(crate) fn cache_load(elf: &Path, meta_path: &Path) -> Option<Vec<u8>> {
 /// does, and the database is most of a short run's trace.
 const DB_LEVEL: i32 = 19;
 
-/// `[u64 size][u64 runtime_vaddr][u64 database raw length][u32 n][n x
+/// `[u64 size][u64 runtime_vaddr][u64 image id][u64 database raw
+/// length][u32 n][n x
 /// (u32 len, bytes)]` for the build-id, the notes, then the
 /// zstd-compressed database to the end. [`cache_store`]'s checksum stands
 /// in for decoding the database on every run.
@@ -291,6 +293,7 @@ fn encode_meta(m: &ModuleSpec) -> Vec<u8> {
     let mut out = Vec::new();
     out.extend_from_slice(&m.size.to_le_bytes());
     out.extend_from_slice(&m.runtime_vaddr.to_le_bytes());
+    out.extend_from_slice(&m.image_id.to_le_bytes());
     out.extend_from_slice(&m.db.raw_len.to_le_bytes());
     let fields: Vec<&[u8]> = std::iter::once(m.build_id.as_slice())
         .chain(m.notes.iter().map(|n| n.as_bytes()))
@@ -309,8 +312,9 @@ fn encode_meta(m: &ModuleSpec) -> Vec<u8> {
 fn decode_meta(b: &[u8], path: PathBuf, flags: u32) -> Option<ModuleSpec> {
     let u64_at = |o: usize| Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?));
     let u32_at = |o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?) as usize);
-    let (size, runtime_vaddr, raw_len, n) = (u64_at(0)?, u64_at(8)?, u64_at(16)?, u32_at(24)?);
-    let mut at = 28;
+    let (size, runtime_vaddr, image_id) = (u64_at(0)?, u64_at(8)?, u64_at(16)?);
+    let (raw_len, n) = (u64_at(24)?, u32_at(32)?);
+    let mut at = 36;
     let mut fields = Vec::new();
     for _ in 0..n {
         let len = u32_at(at)?;
@@ -331,6 +335,7 @@ fn decode_meta(b: &[u8], path: PathBuf, flags: u32) -> Option<ModuleSpec> {
         size,
         db,
         runtime_vaddr,
+        image_id,
         notes: fields
             .map(|f| String::from_utf8_lossy(&f).into_owned())
             .collect(),

@@ -49,7 +49,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use aetrace_format::{
-    module_flags, Command, EncodedDatabase, EndReason, ExitStatus, Header, Module, ModuleId,
+    module_flags, Command, EncodedDatabase, EndReason, ExitStatus, Header, Image, Module, ModuleId,
     ProcessExit, StartReason, Stdin, ThreadId, ThreadStart, TraceWriter,
 };
 use aetrace_runtime::layout::ESCAPE;
@@ -76,6 +76,9 @@ pub struct ModuleSpec {
     pub db: EncodedDatabase,
     /// Link-time vaddr of the runtime blob in the rewritten module.
     pub runtime_vaddr: u64,
+    /// The rewritten module's image id (its runtime reports it in each
+    /// slot's `S_IMAGE`); 0 for none.
+    pub image_id: u64,
     /// Facts worth keeping with the trace, e.g. procedures left alone.
     pub notes: Vec<String>,
 }
@@ -862,6 +865,31 @@ struct Thread {
     exec: bool,
 }
 
+/// The MODULE section of `m` as module `id`, whose runtime blob runs at
+/// `runtime` in process `pid`: its load bias is `runtime - runtime_vaddr`.
+fn module_section(m: &ModuleSpec, id: ModuleId, pid: u32, runtime: u64) -> Result<Module> {
+    let bias = runtime
+        .checked_sub(m.runtime_vaddr)
+        .filter(|_| runtime != 0)
+        .ok_or_else(|| {
+            Error::from(RecordError::RuntimeAddress {
+                path: m.path.clone(),
+                pid,
+                runtime,
+                link: m.runtime_vaddr,
+            })
+        })?;
+    Ok(Module {
+        id,
+        pid,
+        flags: m.flags,
+        load_base: bias,
+        size: m.size,
+        build_id: m.build_id.clone(),
+        path: m.path.as_os_str().as_bytes().to_vec(),
+    })
+}
+
 /// A stream's first bytes, held until its creator's stream has started
 /// (its THREAD/FORK record names a slot that has none yet).
 struct Deferred {
@@ -869,6 +897,7 @@ struct Deferred {
     pid: u32,
     tid: u32,
     runtime: u64,
+    image: u64,
     drained: Drained,
 }
 
@@ -885,6 +914,8 @@ struct Recorder<'l> {
     last: HashMap<u32, ThreadId>,
     deferred: Vec<Deferred>,
     threads: Vec<Thread>,
+    /// New images of the executable written so far ([`Self::write_image`]).
+    images: usize,
     /// Libraries (module indices) whose MODULE is not written yet: their
     /// runtime has not attached (no traced code of theirs ran so far).
     libs_pending: Vec<usize>,
@@ -905,6 +936,7 @@ impl<'l> Recorder<'l> {
             last: HashMap::new(),
             deferred: Vec::new(),
             threads: Vec::new(),
+            images: 0,
             libs_pending: (1..launch.modules.len()).collect(),
             spare: Vec::new(),
             encoding: Pipeline::default(),
@@ -1007,6 +1039,7 @@ impl<'l> Recorder<'l> {
                 pid: d.pid,
                 tid: d.tid,
                 runtime: d.runtime,
+                image: d.image,
                 bytes: &d.drained.buf,
                 witnesses: 0,
                 values: &[],
@@ -1061,6 +1094,7 @@ impl<'l> Recorder<'l> {
                         pid: b.pid,
                         tid: b.tid,
                         runtime: b.runtime,
+                        image: b.image,
                         drained: Drained::of(&b),
                     });
                     return Ok(());
@@ -1135,28 +1169,38 @@ impl<'l> Recorder<'l> {
         let (kind, parent_slot) = first.ok_or_else(bad)?;
         let thread = ThreadId(self.threads.len() as u32);
         let mut notes = Vec::new();
+        // A new image of the traced executable: its modules follow the
+        // stream's THREAD_START.
+        let mut known_image = false;
         let (reason, parent) = match RecordKind::from_byte(kind) {
             Some(RecordKind::Thread) if parent_slot == u32::MAX => {
                 if self.threads.is_empty() {
                     self.write_modules(b)?;
                     (StartReason::Main, None)
-                } else if let Some(prev) = self.threads.iter().rposition(|t| t.pid == b.pid) {
-                    // The same process initialised a runtime again: it
-                    // exec'd an instrumented program.
-                    for t in self.threads.iter_mut().filter(|t| t.pid == b.pid) {
-                        t.exec = true;
-                    }
-                    notes.push(format!(
-                        "thread {thread} (pid {}): process exec'd an instrumented program (runtime at {:#x}) whose modules the recorder does not know",
-                        b.pid, b.runtime
-                    ));
-                    (StartReason::Exec, Some(ThreadId(prev as u32)))
                 } else {
-                    notes.push(format!(
-                        "thread {thread} (pid {}): an instrumented program (runtime at {:#x}) started by an untraced process; the recorder does not know its modules",
-                        b.pid, b.runtime
-                    ));
-                    (StartReason::Main, None)
+                    known_image = self.is_executable(b);
+                    let prev = self.threads.iter().rposition(|t| t.pid == b.pid);
+                    let how = match prev {
+                        Some(_) => "process exec'd an instrumented program",
+                        None => "an instrumented program started by an untraced process",
+                    };
+                    if !known_image {
+                        notes.push(format!(
+                            "thread {thread} (pid {}): {how} (runtime at {:#x}) whose modules the recorder does not know",
+                            b.pid, b.runtime
+                        ));
+                    }
+                    match prev {
+                        Some(prev) => {
+                            // The same process initialised a runtime
+                            // again: it exec'd an instrumented program.
+                            for t in self.threads.iter_mut().filter(|t| t.pid == b.pid) {
+                                t.exec = true;
+                            }
+                            (StartReason::Exec, Some(ThreadId(prev as u32)))
+                        }
+                        None => (StartReason::Main, None),
+                    }
                 }
             }
             Some(k @ (RecordKind::Thread | RecordKind::Fork)) => {
@@ -1186,6 +1230,9 @@ impl<'l> Recorder<'l> {
             reason,
         })
         .map_err(|e| trace_err(&self.launch.trace, e))?;
+        if known_image {
+            self.write_image(thread, b)?;
+        }
         for n in notes {
             self.writer()?
                 .note(None, &n)
@@ -1230,6 +1277,38 @@ impl<'l> Recorder<'l> {
         }
     }
 
+    /// Whether the stream `b` starts runs the traced executable's
+    /// rewritten copy (its runtime reports the copy's image id): a
+    /// program that execs itself (`/proc/self/exe`, `fexecve`).
+    fn is_executable(&self, b: &Batch<'_>) -> bool {
+        let id = self.launch.modules[0].image_id;
+        id != 0 && b.image == id
+    }
+
+    /// MODULE and IMAGE sections of a new image of the executable, whose
+    /// first stream is `thread`: the executable's module at the load bias
+    /// `b`'s runtime address gives, sharing module 0's program database.
+    /// Its id follows every module the launch may write.
+    fn write_image(&mut self, thread: ThreadId, b: &Batch<'_>) -> Result<()> {
+        let m = &self.launch.modules[0];
+        let id = ModuleId((self.launch.modules.len() + self.images) as u32);
+        let module = module_section(m, id, b.pid, b.runtime)?;
+        let trace = &self.launch.trace;
+        let out = self
+            .out
+            .as_mut()
+            .ok_or_else(|| Error::from(RecordError::TraceClosed))?;
+        out.module(&module).map_err(|e| trace_err(trace, e))?;
+        out.image(&Image {
+            module: id,
+            thread,
+            database: Some(ModuleId(0)),
+        })
+        .map_err(|e| trace_err(trace, e))?;
+        self.images += 1;
+        Ok(())
+    }
+
     /// MODULE, PROGRAM_DATABASE and NOTE sections of module `i`, whose
     /// runtime blob runs at `runtime` in process `pid`.
     fn write_module(&mut self, i: usize, pid: u32, runtime: u64) -> Result<()> {
@@ -1241,28 +1320,9 @@ impl<'l> Recorder<'l> {
         {
             let m = &self.launch.modules[i];
             let id = ModuleId(i as u32);
-            let bias = runtime
-                .checked_sub(m.runtime_vaddr)
-                .filter(|_| runtime != 0)
-                .ok_or_else(|| {
-                    Error::from(RecordError::RuntimeAddress {
-                        path: m.path.clone(),
-                        pid,
-                        runtime,
-                        link: m.runtime_vaddr,
-                    })
-                })?;
             let w = |e| trace_err(trace, e);
-            out.module(&Module {
-                id,
-                pid,
-                flags: m.flags,
-                load_base: bias,
-                size: m.size,
-                build_id: m.build_id.clone(),
-                path: m.path.as_os_str().as_bytes().to_vec(),
-            })
-            .map_err(w)?;
+            out.module(&module_section(m, id, pid, runtime)?)
+                .map_err(w)?;
             if m.flags & module_flags::INSTRUMENTED != 0 {
                 out.append_database(id, &m.db).map_err(w)?;
             }
@@ -1664,6 +1724,7 @@ mod tests {
                 size: 0x10000,
                 db: aetrace_format::compress_database(9, b"db", 3).unwrap(),
                 runtime_vaddr: 0x3000,
+                image_id: 0,
                 notes: Vec::new(),
             }],
             geometry: Launch::DEFAULT_GEOMETRY,
@@ -1677,6 +1738,7 @@ mod tests {
                     pid: 100,
                     tid: 100 + bytes[6] as u32,
                     runtime: 0x7000,
+                    image: 0,
                     bytes,
                     witnesses: 1,
                     values: &[],

@@ -245,6 +245,7 @@ fn main_module() -> ModuleSpec {
         size: 0x20_0000,
         db: aetrace_format::compress_database(9, DATABASE, 3).unwrap(),
         runtime_vaddr: RUNTIME_VADDR,
+        image_id: 0,
         notes: vec!["procedure foo left alone: unresolved indirect jump".into()],
     }
 }

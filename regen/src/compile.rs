@@ -169,9 +169,12 @@ pub struct Module {
     pub choices: Vec<(u32, u32)>,
     /// The preformatted output of all blocks (each block owns a range).
     pub text: Vec<u8>,
-    /// The module tag ENTER and LANDING records name it by (its module id
-    /// in the trace; 0 for the executable).
+    /// The module tag ENTER and LANDING records name it by (0 for the
+    /// executable, a library's module id).
     pub tag: u32,
+    /// Its module id in the trace (an exec'd image's executable has
+    /// another id than 0, its tag).
+    pub id: u32,
     /// Its blocks are output and counted (`--module` hides the others).
     pub shown: bool,
     /// The instruction lengths of all blocks (each block owns a range).

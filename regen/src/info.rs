@@ -15,7 +15,7 @@ use std::path::Path;
 
 use aetrace_format::progdb::{ProcStatus, ProgramDb};
 use aetrace_format::section::module_flags;
-use aetrace_format::{Stats, Trace, TraceFile};
+use aetrace_format::{Module, Stats, Trace, TraceFile};
 use serde::Serialize;
 
 use crate::output::{totals, Options};
@@ -104,7 +104,14 @@ pub fn info(path: &Path) -> Result<Info> {
 pub fn info_of<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<Info> {
     let stats = trace.stats();
     let mut programs = Vec::new();
-    for m in trace.modules() {
+    // A database shared by an exec'd image (IMAGE) is its first module's.
+    let shared = |m: &&Module| {
+        trace
+            .images()
+            .iter()
+            .any(|i| i.module == m.id && i.database.is_some())
+    };
+    for m in trace.modules().iter().filter(|m| !shared(m)) {
         let Some(db) = trace.program_database(m.id) else {
             continue;
         };

@@ -301,8 +301,8 @@ pub fn with_thread_machine<B: AsRef<[u8]> + Sync, R>(
 
 /// [`with_thread_machine`] for several threads at once, machines in the
 /// order of `threads` (the debugger serves every thread of a process).
-/// All the trace's threads must run an instrumented module, as for `regen`
-/// without `--thread`.
+/// Every thread asked for must run an instrumented module; the others
+/// may run an exec'd image whose modules the trace does not hold.
 pub fn with_thread_machines<B: AsRef<[u8]> + Sync, R>(
     trace: &Trace<B>,
     threads: &[u32],
@@ -316,12 +316,20 @@ pub fn with_thread_machines<B: AsRef<[u8]> + Sync, R>(
         format,
         ..Options::default()
     };
-    let prepared = prepare(trace, &opts)?;
+    // A stream of an unknown exec'd image is refused only when asked for.
+    let prepared = prepare_some(trace, &opts, true)?;
     let ctx = Ctx::new(trace, &prepared, &opts, AHEAD_BYTES)?;
     let mut machines = Vec::new();
     for &t in threads {
-        let job = prepared.2.iter().find(|j| j.info.start.thread.0 == t);
-        let job = job.ok_or_else(|| Error::Usage(format!("no thread {t} in the trace")))?;
+        let Some(job) = prepared.2.iter().find(|j| j.info.start.thread.0 == t) else {
+            let one = Options {
+                thread: Some(t),
+                ..opts.clone()
+            };
+            return Err(prepare(trace, &one)
+                .err()
+                .unwrap_or_else(|| Error::Usage(format!("no thread {t} in the trace"))));
+        };
         machines.push(ctx.machine(job));
     }
     Ok(f(machines))
@@ -424,29 +432,118 @@ fn no_module_reason<B: AsRef<[u8]>>(trace: &Trace<B>) -> String {
     }
 }
 
+/// The instrumented modules with a program database, by process image:
+/// the executable first, then its libraries by module id (the module tag
+/// their ENTER records carry).
+struct Images {
+    /// Each pid's first image (modules without an IMAGE section).
+    by_pid: BTreeMap<u32, Vec<ModuleId>>,
+    /// Images an exec started (format 1.12), by their first stream.
+    by_thread: BTreeMap<ThreadId, Vec<ModuleId>>,
+    /// The trace ties exec'd images to their streams (1.12): a stream an
+    /// exec started without an image has unknown modules. Before, such a
+    /// stream took its pid's modules, as readers of the time did.
+    tied: bool,
+}
+
+impl Images {
+    fn of<B: AsRef<[u8]>>(trace: &Trace<B>) -> Self {
+        let mut images = Images {
+            by_pid: BTreeMap::new(),
+            by_thread: BTreeMap::new(),
+            tied: trace.header().minor >= aetrace_format::header::MINOR_IMAGES,
+        };
+        for m in trace.modules() {
+            if m.flags & module_flags::INSTRUMENTED == 0 || trace.program_database(m.id).is_none() {
+                continue;
+            }
+            match trace.image_thread(m.id) {
+                Some(t) => images.by_thread.entry(t).or_default().push(m.id),
+                None => images.by_pid.entry(m.pid).or_default().push(m.id),
+            }
+        }
+        let main_first = |id: &ModuleId| {
+            let main = trace
+                .module(*id)
+                .is_some_and(|m| m.flags & module_flags::MAIN != 0);
+            (!main, id.0)
+        };
+        for ids in images.by_pid.values_mut() {
+            ids.sort_by_key(main_first);
+        }
+        for ids in images.by_thread.values_mut() {
+            ids.sort_by_key(main_first);
+        }
+        images
+    }
+
+    fn is_empty(&self) -> bool {
+        self.by_pid.is_empty() && self.by_thread.is_empty()
+    }
+
+    fn has(&self, id: ModuleId) -> bool {
+        self.by_pid
+            .values()
+            .chain(self.by_thread.values())
+            .flatten()
+            .any(|&m| m == id)
+    }
+
+    /// The modules `info`'s stream runs: those of the image it belongs
+    /// to, found up its creators (a thread or fork child runs its
+    /// creator's image) to the stream that started the image.
+    fn of_thread<B: AsRef<[u8]>>(
+        &self,
+        trace: &Trace<B>,
+        info: &ThreadInfo,
+    ) -> Result<&[ModuleId]> {
+        let mut t = info;
+        for _ in 0..1 << 20 {
+            if let Some(ids) = self.by_thread.get(&t.start.thread) {
+                return Ok(ids);
+            }
+            if self.tied && t.start.reason == StartReason::Exec {
+                return Err(Error::Usage(format!(
+                    "thread {} (pid {}) runs a program its process exec'd (stream {}), whose \
+                     modules the trace does not hold: the recorder knows the traced \
+                     executable's only",
+                    info.start.thread, info.start.pid, t.start.thread
+                )));
+            }
+            let first = !self.tied || t.start.reason == StartReason::Main;
+            if let Some(ids) = self.by_pid.get(&t.start.pid).filter(|_| first) {
+                return Ok(ids);
+            }
+            match t.start.parent.and_then(|p| trace.thread(p)) {
+                Some(p) => t = p,
+                None => break,
+            }
+        }
+        Err(Error::Usage(format!(
+            "thread {} (pid {}) runs no instrumented module of the trace",
+            info.start.thread, info.start.pid
+        )))
+    }
+}
+
 /// Chooses the threads and their modules, and compiles the modules.
 pub(crate) fn prepare<'t, B: AsRef<[u8]> + Sync>(
     trace: &'t Trace<B>,
     opts: &Options,
 ) -> Result<Prepared<'t>> {
-    // Instrumented modules with a program database, by pid: one process
-    // image, the executable first, then its libraries by module id (the
-    // module tag their ENTER records carry).
-    let mut by_pid: BTreeMap<u32, Vec<ModuleId>> = BTreeMap::new();
-    for m in trace.modules() {
-        if m.flags & module_flags::INSTRUMENTED != 0 && trace.program_database(m.id).is_some() {
-            by_pid.entry(m.pid).or_default().push(m.id);
-        }
-    }
-    for ids in by_pid.values_mut() {
-        ids.sort_by_key(|&id| {
-            let main = trace
-                .module(id)
-                .is_some_and(|m| m.flags & module_flags::MAIN != 0);
-            (!main, id.0)
-        });
-    }
-    if by_pid.is_empty() {
+    prepare_some(trace, opts, false)
+}
+
+/// [`prepare`]; with `lenient`, a stream whose image has unknown modules
+/// is left out instead of refused (the fork parents' walk: such a
+/// stream is only refused where it is asked for).
+fn prepare_some<'t, B: AsRef<[u8]> + Sync>(
+    trace: &'t Trace<B>,
+    opts: &Options,
+    lenient: bool,
+) -> Result<Prepared<'t>> {
+    let images = Images::of(trace);
+    if images.is_empty() {
         return Err(Error::Usage(no_module_reason(trace)));
     }
     if let Some(name) = &opts.module {
@@ -462,10 +559,7 @@ pub(crate) fn prepare<'t, B: AsRef<[u8]> + Sync>(
                 known.join(", ")
             )));
         }
-        if !hit
-            .iter()
-            .any(|m| by_pid.values().flatten().any(|&id| id == m.id))
-        {
+        if !hit.iter().any(|m| images.has(m.id)) {
             return Err(Error::Usage(format!(
                 "module {name} is not instrumented: none of its blocks are in the trace"
             )));
@@ -490,25 +584,9 @@ pub(crate) fn prepare<'t, B: AsRef<[u8]> + Sync>(
     let mut groups: Vec<Vec<usize>> = Vec::new();
     let mut jobs = Vec::new();
     for info in threads {
-        let mut t = info;
-        let mut hops = 0;
-        let ids = loop {
-            if let Some(ids) = by_pid.get(&t.start.pid) {
-                break Some(ids);
-            }
-            match t.start.parent.and_then(|p| trace.thread(p)) {
-                Some(p) if hops < 1 << 20 => {
-                    t = p;
-                    hops += 1;
-                }
-                _ => break None,
-            }
-        };
-        let Some(ids) = ids else {
-            return Err(Error::Usage(format!(
-                "thread {} (pid {}) runs no instrumented module of the trace",
-                info.start.thread, info.start.pid
-            )));
+        let ids = match images.of_thread(trace, info) {
+            Err(_) if lenient => continue,
+            r => r?,
         };
         if let Some(name) = &opts.module {
             let path = |id| &trace.module(id).expect("indexed module").path;
@@ -561,7 +639,14 @@ pub(crate) fn prepare<'t, B: AsRef<[u8]> + Sync>(
             let format = (!opts.count && shown).then_some(opts.format);
             let mut c =
                 Module::compile(&path_name(&m.path), number as u32, &db, format, addressing)?;
-            c.tag = m.id.0;
+            // Only the executable's tag differs from its id: an exec'd
+            // image's (IMAGE) is another module than the first image's.
+            c.tag = if m.flags & module_flags::MAIN != 0 {
+                0
+            } else {
+                m.id.0
+            };
+            c.id = m.id.0;
             c.shown = shown;
             c.load_base = m.load_base;
             Ok(c)
@@ -596,7 +681,7 @@ fn fork_states<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<HashMap<u32, F
         count: true,
         ..Options::default()
     };
-    let (compiled, groups, jobs, note) = prepare(trace, &opts)?;
+    let (compiled, groups, jobs, note) = prepare_some(trace, &opts, true)?;
     let views = group_views(&compiled, &groups);
     for job in jobs
         .iter()

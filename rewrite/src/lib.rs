@@ -97,6 +97,9 @@ pub struct CountLayout {
 pub struct Instrumented {
     /// The rewritten ELF file.
     pub elf: Vec<u8>,
+    /// Its runtime's image id (`link::image_id`), which the runtime
+    /// reports in each slot's `S_IMAGE`.
+    pub image_id: u64,
     /// The program database regen needs to decode the module's trace.
     pub db: ProgramDb,
     /// The original module's GNU build-id (the rewrite cache's and the trace's key).
@@ -386,9 +389,11 @@ fn instrument_full(
     let counted = emitted.counted.is_some();
     // Tracing code counts every return (codegen's `transfer`).
     plans.db.counts_returns = !counted;
-    let elf = link::link(&rw, &runtime, &calls, emitted)?;
+    let image_id = link::image_id(&runtime, &emitted, tag);
+    let elf = link::link(&rw, &runtime, &calls, emitted, image_id)?;
     Ok(Instrumented {
         elf,
+        image_id,
         traced: plans.plans.len(),
         witness_edges: plans.witness_edges,
         db: plans.db,

@@ -26,10 +26,11 @@ pub(crate) fn link(
     runtime: &Runtime,
     calls: &Calls<'_>,
     emitted: Emitted,
+    image: u64,
 ) -> Result<Vec<u8>> {
     let module = &rw.prog.module;
     let blob = &runtime.blob;
-    let blob_bytes = runtime_bytes(rw, runtime, &emitted)?;
+    let blob_bytes = runtime_bytes(rw, runtime, &emitted, image)?;
     check_lazy_slots(rw, calls, &emitted)?;
     let patches = patches(rw, &emitted)?;
     let data = blob.data_offset as usize;
@@ -210,14 +211,35 @@ fn check_lazy_slots(rw: &Rewrite<'_>, calls: &Calls<'_>, emitted: &Emitted) -> R
     Ok(())
 }
 
-/// The runtime's bytes, with where the copies are and the module's tag.
-fn runtime_bytes(rw: &Rewrite<'_>, runtime: &Runtime, emitted: &Emitted) -> Result<Vec<u8>> {
+/// The id of a rewritten module (the runtime's `image_id`, never 0): a
+/// hash of its copies, where they and the runtime go, and its tag, so two
+/// rewrites with the same program database share it and two different
+/// modules do not (the recorder tells a process's new image by it). A
+/// fixed-key hash: a copy rewritten again gets the same id.
+pub(crate) fn image_id(runtime: &Runtime, emitted: &Emitted, tag: u32) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (runtime.vaddr, emitted.code_vaddr, tag).hash(&mut h);
+    emitted.code.bytes.hash(&mut h);
+    emitted.code.tables.hash(&mut h);
+    h.finish().max(1)
+}
+
+/// The runtime's bytes, with where the copies are, the module's tag and
+/// its image id.
+fn runtime_bytes(
+    rw: &Rewrite<'_>,
+    runtime: &Runtime,
+    emitted: &Emitted,
+    image: u64,
+) -> Result<Vec<u8>> {
     let code_end = emitted.code_vaddr + emitted.code.bytes.len() as u64;
     let mut bytes = runtime.blob.bytes.clone();
     for (sym, value) in [
         ("witness_code_start", emitted.code_vaddr - runtime.vaddr),
         ("witness_code_end", code_end - runtime.vaddr),
         ("module_tag", u64::from(rw.tag)),
+        ("image_id", image),
     ] {
         let off = runtime
             .blob

@@ -231,6 +231,12 @@ const D_DYNAMIC: u64 = 112;
 /// `insnmap`), written by the rewriter; 0: none (`translate`).
 const D_INSNS: u64 = 120;
 const D_DISP: u64 = 128;
+/// The image id (`layout::S_IMAGE`), written by the rewriter: which
+/// rewritten module this blob belongs to, so the recorder can tell a
+/// program that execs its own image from one that execs another. After
+/// the dispositions (`D_DISP + 32 * 65`).
+const D_IMAGE: u64 = 2208;
+const _: () = assert!(D_DISP + 32 * 65 <= D_IMAGE);
 /// The `.eh_frame`s to register and their `struct object`s
 /// (`detach::FRAMES_SIZE` bytes), after the dispositions (`D_DISP + 32 *
 /// 65`).
@@ -298,6 +304,7 @@ struct Labels {
     translate: CodeLabel,
     translate_any: CodeLabel,
     d_disp: CodeLabel,
+    d_image: CodeLabel,
     d_frames: CodeLabel,
     /// The program's view of its maps.
     view: view::Labels,
@@ -538,6 +545,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         translate: a.create_label(),
         translate_any: a.create_label(),
         d_disp: a.create_label(),
+        d_image: a.create_label(),
         d_frames: a.create_label(),
         view: view::Labels::new(&mut a),
         brk: brk::Labels::new(&mut a),
@@ -701,7 +709,9 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     a.set_label(&mut l.d_insns)?;
     a.db(&[0u8; (D_DISP - D_INSNS) as usize])?;
     a.set_label(&mut l.d_disp)?;
-    a.db(&vec![0u8; (D_FRAMES - D_DISP) as usize])?;
+    a.db(&vec![0u8; (D_IMAGE - D_DISP) as usize])?;
+    a.set_label(&mut l.d_image)?;
+    a.db(&[0u8; (D_FRAMES - D_IMAGE) as usize])?;
     a.set_label(&mut l.d_frames)?;
     a.db(&vec![0u8; (DATA_SIZE - D_FRAMES) as usize])?;
     let res = a.assemble_options(0, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)?;
@@ -719,6 +729,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     debug_assert_eq!(res.label_ip(&l.d_dynamic)?, data_offset + D_DYNAMIC);
     debug_assert_eq!(res.label_ip(&l.d_insns)?, data_offset + D_INSNS);
     debug_assert_eq!(res.label_ip(&l.d_disp)?, data_offset + D_DISP);
+    debug_assert_eq!(res.label_ip(&l.d_image)?, data_offset + D_IMAGE);
     debug_assert_eq!(res.label_ip(&l.d_frames)?, data_offset + D_FRAMES);
     let symbols = vec![
         ("init", res.label_ip(&l.init)?),
@@ -748,6 +759,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         ("native_brk", data_offset + D_NATIVE_BRK),
         ("dynamic", data_offset + D_DYNAMIC),
         ("insn_table", data_offset + D_INSNS),
+        ("image_id", data_offset + D_IMAGE),
     ];
     debug_assert_eq!(res.label_ip(&l.init)?, 0, "init is the blob's base label");
     let bytes = res.inner.code_buffer;
@@ -1597,15 +1609,21 @@ fn emit_claim(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     // this process's load bias from it. Stored before POS, which the
     // drainer reads first.
     // A slot claimed from another slot (a thread, a fork child) inherits
-    // its RUNTIME: a library's runtime can claim one, and `signal_entry`
-    // looks for the executable's there.
-    let mut own = a.create_label();
-    a.lea(rax, ptr(l.init))?;
+    // its RUNTIME and IMAGE: a library's runtime can claim one, and
+    // `signal_entry` looks for the executable's there.
+    let (mut own, mut image) = (a.create_label(), a.create_label());
     a.cmp(ebp, u32::MAX)?;
     a.je(own)?;
     a.mov(rax, qword_ptr(S_RUNTIME).gs())?;
-    a.set_label(&mut own)?;
     a.mov(qword_ptr(r14 + S_RUNTIME), rax)?;
+    a.mov(rax, qword_ptr(S_IMAGE).gs())?;
+    a.jmp(image)?;
+    a.set_label(&mut own)?;
+    a.lea(rax, ptr(l.init))?;
+    a.mov(qword_ptr(r14 + S_RUNTIME), rax)?;
+    a.mov(rax, qword_ptr(l.d_image))?;
+    a.set_label(&mut image)?;
+    a.mov(qword_ptr(r14 + S_IMAGE), rax)?;
     a.mov(rax, qword_ptr(r15 + H_HALF_SIZE))?;
     a.lea(rdx, qword_ptr(r14 + SLOT_HEADER_SIZE))?;
     a.lea(rax, qword_ptr(rdx + rax - HEADROOM as i32))?;

@@ -152,6 +152,12 @@ pub const S_REGION: u64 = 96;
 /// every jump into untraced code); starts at 0 in every slot (threads and
 /// fork children alike) and wraps. `signal_entry` puts it in SIGNAL.
 pub const S_XFERS: u64 = 104;
+/// IMAGE: u64 id of the rewritten executable whose `init` claimed the
+/// first slot of the process image (the rewriter's `image_id`, a hash of
+/// the copy; 0 from a blob without one), inherited by the slots its
+/// threads and fork children claim. The recorder tells by it which
+/// image a process exec'd (`docs/runtime.md` section 1).
+pub const S_IMAGE: u64 = 112;
 
 /// Never claimed, or released by the recorder for any process.
 pub const SLOT_FREE: u32 = 0;

@@ -27,8 +27,8 @@
 //!   Races (`docs/runtime.md` section 8, "Slot reuse"): nothing else
 //!   writes an active slot whose thread is gone; a thread still pointing
 //!   `%gs` at it (not attached yet) only reads OWNER, TID, RUNTIME and
-//!   REGION, and the reset keeps RUNTIME, REGION and PID, which belong to
-//!   the process, and clears OWNER, which no TCB equals.
+//!   REGION, and the reset keeps RUNTIME, IMAGE, REGION and PID, which
+//!   belong to the process, and clears OWNER, which no TCB equals.
 //! - Bytes read from a region or file are untrusted: every offset is bounds
 //!   checked and bad layouts are errors, never panics.
 
@@ -338,6 +338,9 @@ pub struct Batch<'a> {
     /// Run-time address of the runtime blob in the writing process (the
     /// slot's `S_RUNTIME`): its load bias is `runtime - runtime_vaddr`.
     pub runtime: u64,
+    /// The slot's `S_IMAGE`: which rewritten executable the writing
+    /// process runs (0: a blob without an id).
+    pub image: u64,
     /// Complete witnesses and records, continuing the slot's previous batch.
     pub bytes: &'a [u8],
     /// The witness bytes among `bytes` (the rest are records).
@@ -702,6 +705,7 @@ impl Drainer<'_> {
                     pid: r.a32(s + S_PID).load(Ordering::Acquire),
                     tid: r.a32(s + S_TID).load(Ordering::Acquire),
                     runtime: r.a64(s + S_RUNTIME).load(Ordering::Acquire),
+                    image: r.a64(s + S_IMAGE).load(Ordering::Acquire),
                     bytes: &self.buf[..n],
                     witnesses,
                     values: &self.values,
@@ -1044,6 +1048,8 @@ mod tests {
                 S_PID,
                 S_RUNTIME,
                 S_RUNTIME + 4,
+                S_IMAGE,
+                S_IMAGE + 4,
                 S_REGION,
                 S_REGION + 4,
                 S_STATE,

@@ -697,7 +697,7 @@ const RUNS_AHEAD: usize = 4;
 
 /// A module's bytes and database, checked to be the one recorded with data.
 fn mod_data<B: AsRef<[u8]>>(trace: &Trace<B>, m: &Module) -> Result<ModData, Error> {
-    let Some(rec) = trace.module(ModuleId(m.tag)) else {
+    let Some(rec) = trace.module(ModuleId(m.id)) else {
         return Err(format!("module {} is not in the trace", m.name).into());
     };
     if rec.flags & module_flags::DATA_ABS == 0 {
@@ -713,7 +713,7 @@ fn mod_data<B: AsRef<[u8]>>(trace: &Trace<B>, m: &Module) -> Result<ModData, Err
         return Err(format!("{path} is not the file that was recorded (build-id differs)").into());
     }
     let db = trace
-        .program_database(ModuleId(m.tag))
+        .program_database(ModuleId(m.id))
         .ok_or_else(|| format!("module {} has no program database", m.name))?;
     let db = ProgramDb::decode(&db.decompress()?)?;
     Ok(ModData {

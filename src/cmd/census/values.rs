@@ -72,11 +72,11 @@ fn weigh(
     partial: u64,
 ) -> Result<ModuleValues, Error> {
     let rec = trace
-        .module(ModuleId(m.tag))
+        .module(ModuleId(m.id))
         .ok_or_else(|| format!("module {} is not in the trace", m.name))?;
     let image = aetrace_analysis::elf::Module::open(Path::new(std::str::from_utf8(&rec.path)?))?;
     let db = trace
-        .program_database(ModuleId(m.tag))
+        .program_database(ModuleId(m.id))
         .ok_or_else(|| format!("module {} has no program database", m.name))?;
     let db = ProgramDb::decode(&db.decompress()?)?;
     let returns = Returns::of(&db);
