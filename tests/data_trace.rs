@@ -652,61 +652,95 @@ fn cachegrind(
 
 /// A `rep` string instruction faulting after some of its iterations
 /// (`traces/rep_fault.c`: `rep movsb`/`rep stosb` into a PROT_NONE page, a
-/// handler that makes it writable and returns, and a crash variant). No
-/// record says how many iterations ran before the fault, so `regen
-/// --format lackey` refuses the data trace in one line naming the
-/// instruction, in `--data` and `--data --check` (before, both printed the
-/// iterations before the fault after the handler, and `--check` agreed),
-/// while the control trace regenerates equal to lackey's instructions (a
-/// `rep` once per execution: before the handler and again after it).
+/// handler that makes it writable and returns, and a crash variant), format
+/// 1.13: the runtime records `rcx`, `rsi`, `rdi` at the fault, and `regen
+/// --format lackey` lists the iterations before the fault, the faulting
+/// one's fetch alone, the handler, then the iterations left, in `--data`
+/// and `--data --check`. Oracles: the crash against lackey, reference by
+/// reference (valgrind crashes there too); the handled run against the
+/// registers its handler read from each fault's context, which the program
+/// prints (lackey's resumed `rep` runs one iteration fewer than the native
+/// one: valgrind's run prints another sum), and its instructions against
+/// lackey's (a `rep` once per execution).
 #[test]
-fn a_rep_faulting_mid_way_refuses_data_not_control() {
+fn a_rep_faulting_mid_way_lists_its_iterations_around_the_handler() {
     let exe = build("rep_fault.c", Variant::new(Opt::O2, Link::NoPie, false));
     let image = image_of(&exe);
     let dir = common::scratch("data_trace");
-    let log = dir.join("rep_fault.lackey");
-    let log = common::lackey::memory_log_with(&exe, &[], &log, common::lackey::AT_FAULTS);
-    let once = |v: Vec<u64>| -> Vec<u64> {
-        let mut v = v;
+    let lackey = common::lackey::AT_FAULTS;
+    let log = dir.join("rep_fault_crash.lackey");
+    let crash = parse(
+        &common::lackey::crash_memory_log(&exe, &["crash"], &log, lackey),
+        image,
+    );
+    let log = common::lackey::memory_log_with(&exe, &[], &dir.join("rep_fault.lackey"), lackey);
+    let once = |v: &[Insn]| -> Vec<u64> {
+        let mut v: Vec<u64> = v.iter().map(|i| i.0).collect();
         v.dedup();
         v
     };
-    let theirs = once(parse(&log, image).into_iter().map(|i| i.0).collect());
-    for (mode, args) in [("", &[][..]), ("--check", &[][..]), ("", &["crash"][..])] {
-        let trace = dir.join(format!("rep_fault{mode}{}.aet", args.concat()));
-        let mut rec = Command::new(common::aetrace());
-        rec.args(["record", "--data"])
-            .args((!mode.is_empty()).then_some(mode));
-        rec.arg("-o").arg(&trace).arg("--").arg(&exe).args(args);
-        let st = rec.output().unwrap().status;
-        assert_eq!(st.success(), args.is_empty(), "{mode} {args:?}: {st}");
+    let handled = once(&parse(&log, image));
+    let on_segv = functions(&exe, &["on_segv"])[0].0;
+    for mode in ["", "--check"] {
+        let trace = dir.join(format!("rep_fault_crash{mode}.aet"));
+        let st = record_rep_fault(&exe, mode, &["crash"], &trace).status;
+        assert!(!st.success(), "{mode} crash: {st}");
         let out = regen_lackey(&trace);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{mode} {args:?}: regenerated");
-        assert_eq!(err.lines().count(), 1, "{err}");
-        assert!(
-            err.contains("the `rep` string instruction at 0x") && err.contains("raised a fault"),
-            "{err}"
-        );
-        let insns = Command::new(common::aetrace())
-            .arg("regen")
-            .arg(&trace)
-            .output()
-            .unwrap();
-        let ours: Vec<u64> = String::from_utf8_lossy(&insns.stdout)
+        assert!(out.status.success(), "{mode} crash: {}", String::from_utf8_lossy(&out.stderr));
+        let ours = parse(&String::from_utf8_lossy(&out.stdout), image);
+        compare(&format!("rep_fault crash {mode}"), ours, &crash, image);
+
+        let trace = dir.join(format!("rep_fault{mode}.aet"));
+        let rec = record_rep_fault(&exe, mode, &[], &trace);
+        assert!(rec.status.success(), "{mode}: {}", rec.status);
+        let faults: Vec<[u64; 3]> = String::from_utf8_lossy(&rec.stdout)
             .lines()
-            .filter_map(|l| u64::from_str_radix(l, 16).ok())
-            .filter(|a| (image.0..image.1).contains(a))
+            .filter_map(|l| {
+                let w: Vec<&str> = l.strip_prefix("fault ")?.split(' ').collect();
+                let num = |k: usize, radix| u64::from_str_radix(w[k], radix).unwrap();
+                Some([num(1, 10), num(3, 16), num(5, 16)])
+            })
             .collect();
-        if args.is_empty() {
-            assert!(insns.status.success(), "{mode}: control regen failed");
-            assert_eq!(ours, theirs, "{mode}: instructions");
-        } else {
-            // The crash's trace ends with the faulting instruction.
-            let at = err.split("at 0x").nth(1).and_then(|s| s.split(' ').next());
-            let at = at.and_then(|h| u64::from_str_radix(h, 16).ok());
-            assert_eq!(ours.last().copied(), at, "crash: the last instruction");
+        assert_eq!(faults.len(), 6, "{mode}: the program's faults");
+        let out = regen_lackey(&trace);
+        assert!(out.status.success(), "{mode}: {}", String::from_utf8_lossy(&out.stderr));
+        let ours = parse(&String::from_utf8_lossy(&out.stdout), image);
+        assert_eq!(once(&ours), handled, "{mode}: instructions");
+        let entries: Vec<usize> = (0..ours.len()).filter(|&k| ours[k].0 == on_segv).collect();
+        assert_eq!(entries.len(), faults.len(), "{mode}: handler runs");
+        for (&h, f) in entries.iter().zip(&faults) {
+            check_rep_fault(&format!("{mode} fault at {h}"), &ours, h, *f);
         }
+    }
+}
+
+/// `aetrace record --data [MODE] -o TRACE -- EXE ARGS`, whatever its status.
+fn record_rep_fault(exe: &Path, mode: &str, args: &[&str], trace: &Path) -> std::process::Output {
+    let mut rec = Command::new(common::aetrace());
+    rec.args(["record", "--data"])
+        .args((!mode.is_empty()).then_some(mode));
+    rec.arg("-o").arg(trace).arg("--").arg(exe).args(args);
+    rec.output().unwrap()
+}
+
+/// Around the handler run entered at `ours[h]`: the faulting `rep` right
+/// before it (its fetch alone), after the iterations that wrote up to the
+/// `rdi` its context held (`[rcx, rsi, rdi]` at the fault); after the
+/// handler, the same `rep` resumes at that `rdi` (and `rsi`, a `movs`) for
+/// `rcx` iterations.
+fn check_rep_fault(tag: &str, ours: &[Insn], h: usize, [rcx, rsi, rdi]: [u64; 3]) {
+    let rep = ours[h - 1].0;
+    assert!(ours[h - 1].2.is_empty(), "{tag}: the faulting fetch has references");
+    let store = |i: &Insn| i.2.iter().find(|r| r.0 == 'S').map(|r| r.1);
+    let before = ours[..h - 1].iter().rev().take_while(|i| i.0 == rep && !i.2.is_empty());
+    let last = before.clone().next().and_then(store);
+    assert_eq!(last.map(|a| a + 1), Some(rdi), "{tag}: the store before the fault");
+    let resumed = h + ours[h..].iter().position(|i| i.0 == rep).expect("the rep resumes");
+    let after: Vec<&Insn> = ours[resumed..].iter().take_while(|i| !i.2.is_empty()).collect();
+    assert_eq!(after.len() as u64, rcx, "{tag}: iterations after the handler");
+    assert_eq!(store(after[0]), Some(rdi), "{tag}: the first store after the handler");
+    if after[0].2.len() == 2 {
+        assert_eq!(after[0].2[0].1, rsi, "{tag}: the first load after the handler");
     }
 }
 

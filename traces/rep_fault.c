@@ -3,8 +3,10 @@
  * stosb` write K bytes before a PROT_NONE page and run into it; the
  * SIGSEGV handler makes the page writable and returns, and the instruction
  * resumes where it stopped (rsi, rdi and rcx as the K iterations left
- * them). With the argument `crash` no handler is installed and the first
- * fault ends the program. */
+ * them). The handler keeps each fault's rcx, rsi and rdi from its context,
+ * and the program prints them at the end: an oracle of where each `rep`
+ * stopped. With the argument `crash` no handler is installed and the
+ * first fault ends the program. */
 #define _GNU_SOURCE
 #include <signal.h>
 #include <stdio.h>
@@ -15,12 +17,20 @@
 static long page;
 static char *guard;
 static volatile int faults;
+static volatile unsigned long seen[8][3];
 
 /* Only the guard page faults: open it and let the instruction resume. */
-static void on_segv(int sig) {
+static void on_segv(int sig, siginfo_t *info, void *context) {
     (void)sig;
+    (void)info;
+    const greg_t *g = ((ucontext_t *)context)->uc_mcontext.gregs;
     if (mprotect(guard, page, PROT_READ | PROT_WRITE) != 0)
         _exit(3);
+    if (faults < 8) {
+        seen[faults][0] = g[REG_RCX];
+        seen[faults][1] = g[REG_RSI];
+        seen[faults][2] = g[REG_RDI];
+    }
     faults++;
 }
 
@@ -42,7 +52,8 @@ int main(int argc, char **argv) {
     if (!crash) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_segv;
+        sa.sa_sigaction = on_segv;
+        sa.sa_flags = SA_SIGINFO;
         sigaction(SIGSEGV, &sa, NULL);
     }
     static char src[64];
@@ -60,5 +71,7 @@ int main(int argc, char **argv) {
             sum += region[page + i] * (i + 100);
     }
     printf("faults %d sum %ld\n", faults, sum);
+    for (int i = 0; i < faults && i < 8; i++)
+        printf("fault rcx %lu rsi %lx rdi %lx\n", seen[i][0], seen[i][1], seen[i][2]);
     return 0;
 }

@@ -38,7 +38,7 @@ use crate::blocks::Blocks;
 use crate::image::Image;
 use crate::timeline::Timeline;
 use aetrace_analysis::addr::exec::{self, Entered, Exec, WayIn};
-use aetrace_analysis::addr::full::{Planned, Recorded, DF};
+use aetrace_analysis::addr::full::{self, Planned, Recorded, DF};
 use aetrace_analysis::addr::returns::Returns;
 use aetrace_analysis::addr::{forms, Access, InsnProgram, Repeat};
 use aetrace_format::progdb::{CallDb, ProgramDb};
@@ -102,6 +102,8 @@ pub struct Values {
     marks: Marks,
     /// Handlers' returns have the registers before them (format 1.11).
     registers: bool,
+    /// `rep` faults have their registers after their SIGNAL (format 1.13).
+    rep_faults: bool,
 }
 
 /// What happens to the reading order before the instruction at a
@@ -176,6 +178,11 @@ struct Cursor {
     next: usize,
     /// Each handler's return has the registers before it (format 1.11).
     registers: bool,
+    /// A `rep` string instruction's fault has its registers after its
+    /// SIGNAL (format 1.13).
+    rep_faults: bool,
+    /// Values the next delivery passes over (a `rep` fault's registers).
+    after_signal: usize,
     pending: Vec<Range<usize>>,
     prev: Option<u64>,
     saved: Handlers<Saved>,
@@ -240,7 +247,7 @@ impl Cursor {
         early.push(self.next..at);
         let prev = self.prev.take();
         self.saved.enter(offset, Saved { early, prev });
-        self.next = at;
+        self.next = at + std::mem::take(&mut self.after_signal);
         Ok(())
     }
 
@@ -312,6 +319,7 @@ pub fn values<B: AsRef<[u8]> + Sync>(
         dbs,
         marks,
         registers: trace.header().minor >= aetrace_format::header::MINOR_SIGRETURN,
+        rep_faults: trace.header().minor >= aetrace_format::header::MINOR_REP_FAULT,
     })
 }
 
@@ -404,6 +412,7 @@ impl Data {
             skips: HashMap::default(),
             starts: vec![Cursor {
                 registers: v.registers,
+                rep_faults: v.rep_faults,
                 ..Cursor::default()
             }],
             ends: HashMap::default(),
@@ -482,7 +491,9 @@ impl Data {
         for (i, &pc) in pcs.iter().enumerate() {
             let p = base + i as u64;
             refs.clear();
-            if !c.apply(&self.marks, p)? {
+            if c.apply(&self.marks, p)? {
+                self.fault(code, pc, &mut c)?;
+            } else {
                 let insn = self.insn(code, pc)?;
                 let before = self.stub(c.prev, pc) + insn.skip;
                 self.refs(code, &insn, pc, &mut c, before, &mut refs)?;
@@ -514,6 +525,7 @@ impl Data {
             let pcs = pcs.to_vec();
             for (p, pc) in (base..).zip(pcs) {
                 if c.apply(&self.marks, p)? {
+                    self.fault(code, pc, &mut c)?;
                     continue;
                 }
                 let i = self.insn(code, pc)?;
@@ -526,6 +538,18 @@ impl Data {
             self.starts.push(c);
         }
         Ok(self.starts[k].clone())
+    }
+
+    /// The instruction at `pc` raised a fault: a `rep` string one's
+    /// registers at the fault follow its SIGNAL (format 1.13), and the
+    /// delivery passes over them. (Its early values are read as written
+    /// when it resumes: its references span every iteration's bytes there,
+    /// the ones before the fault too.)
+    fn fault(&mut self, code: &Code<'_, '_>, pc: u64, c: &mut Cursor) -> Result<(), String> {
+        if c.rep_faults && full::registers_at_fault(&self.insn(code, pc)?.planned.prog) {
+            c.after_signal = 3;
+        }
+        Ok(())
     }
 
     /// The values an outside-entry stub wrote before the instruction at

@@ -15,13 +15,18 @@ pub const MAGIC: [u8; 8] = *b"AETRACE\0";
 /// Major version written and read: a reader refuses any other major.
 pub const VERSION_MAJOR: u16 = 1;
 /// Minor version written: readers accept any minor of their major (see docs/format.md).
-pub const VERSION_MINOR: u16 = 12;
+pub const VERSION_MINOR: u16 = 13;
 /// The first minor whose SIGNAL rips are never glibc's signal restorer
 /// (the runtime reports where the restorer returns instead).
 pub const MINOR_RESTORER_RESOLVED: u16 = 4;
 /// The first minor whose traced handlers return through the runtime's
 /// restorer, which writes SIGRETURN (where the thread resumes) after each.
 pub const MINOR_SIGRETURN: u16 = 11;
+/// The first minor whose `rep` string instructions (`movs`, `stos`,
+/// `lods`, `ins`, `outs`; `--data`) that fault have their `rcx`, `rsi` and
+/// `rdi` at the fault as three VALUEs right after the SIGNAL or FAULT:
+/// how many iterations ran before it.
+pub const MINOR_REP_FAULT: u16 = 13;
 /// The first minor whose data values are the ones this reader expects:
 /// 1.7's outside-entry stubs write `rsp` as a VALUE right after ENTER;
 /// 1.8 records a register at its definition where two addresses use it,

@@ -2253,6 +2253,7 @@ fn emit_signal_entry(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedEr
     // interrupted returns; xfers the thread's
     // transfer count (no transfer completes inside this stub).
     write_signal_record(a, RecordKind::Signal)?;
+    rep_fault_registers(a, l)?;
     // The handler sees the native rip: its interrupted rip, when that is
     // the copy of an instruction, becomes the instruction's original
     // address (`sigreturn` maps it back).
@@ -2418,17 +2419,88 @@ fn sigret_registers(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErr
     insn_table(a, l, none)?;
     a.test(byte_ptr(rbx + r8 + 4), TABLE_REGISTERS as i32)?;
     a.jz(none)?;
+    gregs_values(a, &GREGS)?;
+    a.set_label(&mut none)
+}
+
+/// VALUE records of the general registers `gregs` (`uc_mcontext.gregs`
+/// indices) of the context at r13, in that order. Clobbers rax, rcx.
+fn gregs_values(a: &mut CodeAssembler, gregs: &[i32]) -> Result<(), IcedError> {
     let kind = RecordKind::Value;
     let len = kind.encoded_len() as i32;
-    a.mov(eax, (len * GREGS.len() as i32) as u32)?;
+    a.mov(eax, (len * gregs.len() as i32) as u32)?;
     a.xadd(qword_ptr(S_POS).gs(), rax)?;
-    for (i, &g) in (0..).zip(&GREGS) {
+    for (i, &g) in (0..).zip(gregs) {
         let at = i * len;
         pending_word(a, kind, at)?;
         a.mov(rcx, qword_ptr(r13 + 8 * g))?;
         a.mov(qword_ptr(rax + at + 2), rcx)?;
         a.mov(byte_ptr(rax + at + 1), kind as u32)?;
     }
+    Ok(())
+}
+
+/// After a SIGNAL or FAULT record (r12d the signal number, r13 the gregs,
+/// r14 the rip written): when the signal is a fault ([`FAULTING`]) a
+/// `rep` string instruction raised (`movs`, `stos`, `lods`, `ins`, `outs`
+/// with a `rep`/`repne` prefix, at the context's rip itself) in a
+/// `--data` executable, its `rcx`, `rsi` and `rdi` at the fault as three
+/// VALUEs (format 1.13): the data walk tells from them how many
+/// iterations ran before the fault, and where the instruction resumes.
+/// The same test as the walk's (`addr::full::registers_at_fault`), by the
+/// bytes: prefixes, then the opcode. Clobbers rax, rbx, rcx, rdx, rsi, r8.
+fn rep_fault_registers(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
+    let mut none = a.create_label();
+    let (mut lp, mut rep, mut next) = (a.create_label(), a.create_label(), a.create_label());
+    let (mut opcode, mut string) = (a.create_label(), a.create_label());
+    // `bt` takes the bit number modulo 32: a real-time signal is no fault.
+    a.cmp(r12d, 31)?;
+    a.ja(none)?;
+    a.mov(eax, FAULTING)?;
+    a.bt(eax, r12d)?;
+    a.jae(none)?;
+    a.cmp(r14, qword_ptr(r13 + 16 * 8))?;
+    a.jne(none)?;
+    a.mov(rbx, qword_ptr(S_RUNTIME).gs())?;
+    insn_table(a, l, none)?;
+    a.test(byte_ptr(rbx + r8 + 4), TABLE_REGISTERS as i32)?;
+    a.jz(none)?;
+    // edx: a rep or repne prefix seen; at most 15 bytes.
+    a.mov(rsi, r14)?;
+    a.xor(edx, edx)?;
+    a.mov(ecx, 15u32)?;
+    a.set_label(&mut lp)?;
+    a.movzx(eax, byte_ptr(rsi))?;
+    // (byte & mask) == value: F2/F3; 66/67; 26/2E/36/3E; 64/65; REX.
+    let prefix = |a: &mut CodeAssembler, mask: u32, value: u32, to: CodeLabel| {
+        a.mov(r8d, eax)?;
+        a.and(r8d, mask)?;
+        a.cmp(r8d, value)?;
+        a.je(to)
+    };
+    prefix(a, 0xFE, 0xF2, rep)?;
+    for (mask, value) in [(0xFE, 0x66), (0xE7, 0x26), (0xFE, 0x64), (0xF0, 0x40)] {
+        prefix(a, mask, value, next)?;
+    }
+    a.jmp(opcode)?;
+    a.set_label(&mut rep)?;
+    a.mov(edx, 1u32)?;
+    a.set_label(&mut next)?;
+    a.inc(rsi)?;
+    a.dec(ecx)?;
+    a.jnz(lp)?;
+    a.jmp(none)?;
+    // ins/outs 6C-6F, movs A4/A5, stos AA/AB, lods AC/AD.
+    a.set_label(&mut opcode)?;
+    a.test(edx, edx)?;
+    a.jz(none)?;
+    prefix(a, 0xFC, 0x6C, string)?;
+    prefix(a, 0xFE, 0xA4, string)?;
+    a.sub(eax, 0xAA)?;
+    a.cmp(eax, 4)?;
+    a.jae(none)?;
+    a.set_label(&mut string)?;
+    gregs_values(a, &[GREGS[1], GREGS[6], GREGS[7]])?;
     a.set_label(&mut none)
 }
 
@@ -2624,6 +2696,7 @@ fn emit_fault(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.mov(qword_ptr(rsp + 16), r14)?;
     a.call(l.map_caller)?;
     write_signal_record(a, RecordKind::Fault)?;
+    rep_fault_registers(a, l)?;
     // SIGILL, SIGBUS, SIGFPE or SIGSEGV the kernel raised (si_code > 0:
     // a fault, or SI_KERNEL for a general protection fault) at a rip the
     // fix-up left as it was: return to the instruction. (Any other

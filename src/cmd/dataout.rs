@@ -450,7 +450,7 @@ struct ProcFacts {
 }
 
 /// A thread's abstract execution state.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct ThreadExec {
     /// Its registers (the interpreter's state, `Regs::exec`, for the
     /// runs flat code does not run).
@@ -482,6 +482,9 @@ struct Values<'t> {
     /// Each handler's return is preceded by the context's 16 general
     /// registers as VALUEs (format 1.11, the runtime's `sigreturn`).
     registers: bool,
+    /// A `rep` string instruction's fault is followed by its `rcx`, `rsi`
+    /// and `rdi` as VALUEs (format 1.12, `signals`).
+    rep_faults: bool,
 }
 
 impl<'t> Values<'t> {
@@ -491,6 +494,7 @@ impl<'t> Values<'t> {
             cursor: Some(aetrace_regen::DataCursor::new(trace, t)?),
             thread: Some(t),
             registers: trace.header().minor >= aetrace_format::header::MINOR_SIGRETURN,
+            rep_faults: trace.header().minor >= aetrace_format::header::MINOR_REP_FAULT,
             ..Values::default()
         })
     }
@@ -685,7 +689,7 @@ pub fn walk(
             .unwrap_or_else(|p| std::panic::resume_unwind(p));
         walked?;
         controlled?;
-        w.values.finish()?;
+        w.end_thread(&visit)?;
         Ok(w.counts)
     })
 }
@@ -842,7 +846,7 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
     ) -> Result<(), Error> {
         match e {
             Event::Thread(t) => {
-                self.values.finish()?;
+                self.end_thread(visit)?;
                 self.values = Values::start(trace, t)?;
                 self.sig = signals::Signals::default();
                 self.state = ThreadExec::default();
@@ -850,7 +854,7 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
             }
             Event::Run(r) if r.faults => self.faulting(visit, r),
             Event::Run(r) => self.run(visit, r, &mut false),
-            Event::Signal { signo, offset } => self.deliver(signo, offset),
+            Event::Signal { signo, offset } => self.deliver(visit, signo, offset),
             Event::SigReturn { offset, moved } => self.sigreturn(offset, moved),
         }
     }

@@ -760,6 +760,24 @@ pub const AT_FAULTS: &[&str] = &[
 
 /// [`memory_log`] with more valgrind options (`valgrind`).
 pub fn memory_log_with(exe: &Path, args: &[&str], log: &Path, valgrind: &[&str]) -> String {
+    let (status, text) = memory_run(exe, args, log, valgrind);
+    assert!(status.success(), "{}: lackey run failed", exe.display());
+    text
+}
+
+/// [`memory_log_with`] of a run that must end by a signal (a crash).
+pub fn crash_memory_log(exe: &Path, args: &[&str], log: &Path, valgrind: &[&str]) -> String {
+    let (status, text) = memory_run(exe, args, log, valgrind);
+    assert!(!status.success(), "{}: the lackey run did not crash", exe.display());
+    text
+}
+
+fn memory_run(
+    exe: &Path,
+    args: &[&str],
+    log: &Path,
+    valgrind: &[&str],
+) -> (std::process::ExitStatus, String) {
     let status = Command::new("valgrind")
         .args(["--tool=lackey", "--trace-mem=yes", "--vex-guest-chase=no"])
         .args(valgrind)
@@ -767,8 +785,8 @@ pub fn memory_log_with(exe: &Path, args: &[&str], log: &Path, valgrind: &[&str])
         .arg(exe)
         .args(args)
         .stdout(Stdio::null())
+        .stderr(Stdio::null())
         .status()
         .unwrap();
-    assert!(status.success(), "{}: lackey run failed", exe.display());
-    std::fs::read_to_string(log).unwrap()
+    (status, std::fs::read_to_string(log).unwrap())
 }

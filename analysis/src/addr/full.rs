@@ -79,6 +79,15 @@ pub fn plan(insn: &Instruction, prog: &InsnProgram) -> Result<Vec<Recorded>, Str
     Ok(out)
 }
 
+/// Whether a fault `insn` (program `prog`) raised is followed by its
+/// `rcx`, `rsi` and `rdi` at the fault (format 1.13, `--data`): a `rep`
+/// string instruction that runs `rcx` times (`movs`, `stos`, `lods`,
+/// `ins`, `outs`), which may fault after some of its iterations. The
+/// runtime tells the same instructions by their bytes.
+pub fn registers_at_fault(prog: &InsnProgram) -> bool {
+    prog.refs.iter().any(|r| r.repeat == Repeat::Rcx)
+}
+
 /// One decoded instruction with its references and the values recorded
 /// before it: what a reader of a data trace needs per instruction (the
 /// data output, the debugger's watchpoints).

@@ -42,9 +42,11 @@
 //! [`Event::Signal`]: aetrace_regen::visit::Event::Signal
 //! [`Event::SigReturn`]: aetrace_regen::visit::Event::SigReturn
 
-use super::{Error, Sink, ThreadExec, Values, Writer, WINDOW};
+use super::{feed, Error, Sink, ThreadExec, Values, Writer, WINDOW};
 use aetrace_analysis::addr::exec::code::BlockCode;
-use aetrace_analysis::addr::Repeat;
+use aetrace_analysis::addr::exec::InsnAddrs;
+use aetrace_analysis::addr::full::{self, Recorded};
+use aetrace_analysis::addr::{Gpr, Repeat};
 use aetrace_regen::compile::Module;
 use aetrace_regen::handlers::Handlers;
 use aetrace_regen::visit::{BlockRun, Visit};
@@ -58,6 +60,10 @@ pub(super) struct Signals {
     saved: Handlers<Saved>,
     /// A handler returned: the next run continues the interrupted code.
     pub(super) resumed: bool,
+    /// A `rep` string instruction raised a fault (format 1.13): its
+    /// iterations before it are listed when its SIGNAL, or the FAULT that
+    /// ends the thread, gives its registers.
+    rep: Option<BlockRun>,
 }
 
 /// The interrupted code's state while a handler runs.
@@ -73,13 +79,12 @@ struct Saved {
 
 impl Values<'_> {
     /// Takes the values up to the thread's next SIGNAL record, which must
-    /// be the one of `signo` at stream `offset`, and that record: the
-    /// early values, and the ENTER the first value after the handler
-    /// follows.
+    /// be the one of `signo` at stream `offset` (`want`; `None`: the
+    /// thread's FAULT), and that record: the early values, and the ENTER
+    /// the first value after the handler follows.
     fn until_signal(
         &mut self,
-        signo: u32,
-        offset: u64,
+        want: Option<(u32, u64)>,
     ) -> Result<(DataValues, Option<u32>), String> {
         let t = self.thread.map_or(0, |t| t.0);
         let mut early = DataValues::default();
@@ -102,9 +107,13 @@ impl Values<'_> {
             early.entered.pop();
         }
         let sig = (c.signal().map_err(|e| e.to_string())?)
-            .filter(|s| !s.fault && s.signo == signo && s.offset == offset)
-            .ok_or_else(|| {
-                format!("thread {t}: a handler of the SIGNAL({signo}) at stream offset {offset} was entered, but the thread's next SIGNAL record after the walk's values is not that one")
+            .filter(|s| match want {
+                Some((signo, offset)) => !s.fault && s.signo == signo && s.offset == offset,
+                None => s.fault,
+            })
+            .ok_or_else(|| match want {
+                Some((signo, offset)) => format!("thread {t}: a handler of the SIGNAL({signo}) at stream offset {offset} was entered, but the thread's next SIGNAL record after the walk's values is not that one"),
+                None => format!("thread {t}: a `rep` string instruction's fault ended the thread, but its next record after the walk's values is no FAULT"),
             })?;
         let enter = sig.enter.or(carried.filter(|_| more == 0));
         Ok((early, enter))
@@ -137,9 +146,17 @@ impl<S: Sink> Writer<'_, '_, S> {
 
     /// The handler of the SIGNAL record at stream offset `offset` was
     /// entered: saves the interrupted code's state and early values; the
-    /// handler's values follow the SIGNAL.
-    pub(super) fn deliver(&mut self, signo: u32, offset: u64) -> Result<(), Error> {
-        let (early, enter) = self.values.until_signal(signo, offset)?;
+    /// handler's values follow the SIGNAL (after a `rep` fault's three).
+    pub(super) fn deliver<B: AsRef<[u8]> + Sync>(
+        &mut self,
+        visit: &Visit<'_, B>,
+        signo: u32,
+        offset: u64,
+    ) -> Result<(), Error> {
+        let (mut early, enter) = self.values.until_signal(Some((signo, offset)))?;
+        if let Some(r) = self.sig.rep.take() {
+            self.rep_fault(visit, r, &mut early)?;
+        }
         let state = std::mem::take(&mut self.state);
         self.sig.saved.enter(
             offset,
@@ -183,9 +200,10 @@ impl<S: Sink> Writer<'_, '_, S> {
     /// Run `r`, one instruction, raised a fault: it did nothing, so the
     /// sink gets its fetch alone (as lackey gives it), and its values,
     /// unread, are the handler's early values (or, a crash, the values a
-    /// FAULT leaves unread). A `rep` string instruction is refused: it may
-    /// have done some iterations before the fault, and nothing recorded
-    /// says how many (its values are `rcx` before the first).
+    /// FAULT leaves unread). A `rep` string instruction may have done some
+    /// iterations before the fault: from format 1.13 its registers after
+    /// the SIGNAL or FAULT say how many (`rep_fault`, when the walk
+    /// reaches that record); in older traces it is refused.
     #[cold]
     pub(super) fn faulting<B: AsRef<[u8]> + Sync>(
         &mut self,
@@ -202,11 +220,16 @@ impl<S: Sink> Writer<'_, '_, S> {
         let ip = (m.load_base).wrapping_add(m.blocks[r.block].start + skip);
         let insns = self.decoded(m, r.module, r.block)?;
         let i = &insns[r.first as usize];
+        if self.values.rep_faults && full::registers_at_fault(&i.prog) {
+            self.sig.rep = Some(r);
+            return Ok(());
+        }
         if i.prog.refs.iter().any(|x| x.repeat != Repeat::Once) {
             return Err(format!(
                 "thread {}: the `rep` string instruction at {ip:#x} ({}) raised a fault, \
-                 after iterations whose number no record gives: its data addresses \
-                 cannot be rebuilt (docs/data.md, \"Signals with data\")",
+                 after iterations whose number no record of this trace gives (format \
+                 1.13 records it): its data addresses cannot be rebuilt (docs/data.md, \
+                 \"Signals with data\")",
                 self.thread_no(),
                 i.insn
             )
@@ -215,6 +238,139 @@ impl<S: Sink> Writer<'_, '_, S> {
         self.sink.run(r);
         self.sink
             .insn(r.first, ip, u32::from(lens[r.first as usize]))
+    }
+
+    /// The thread ends (its next is another, or the trace ends): a `rep`
+    /// whose fault ended it lists its iterations before the fault.
+    pub(super) fn end_thread<B: AsRef<[u8]> + Sync>(
+        &mut self,
+        visit: &Visit<'_, B>,
+    ) -> Result<(), Error> {
+        if let Some(r) = self.sig.rep.take() {
+            let (mut early, _) = self.values.until_signal(None)?;
+            self.rep_fault(visit, r, &mut early)?;
+        }
+        self.values.finish()
+    }
+
+    /// Run `r`, a `rep` string instruction, raised a fault after some of
+    /// its iterations (format 1.13): its `rcx`, `rsi` and `rdi` at the
+    /// fault are the next three values, after its SIGNAL or FAULT, and
+    /// `early` holds the values it wrote before. Lists the iterations
+    /// before the fault, then the faulting one's fetch alone (lackey's
+    /// order), and makes its early values and the state say what the
+    /// instruction resumes with, so that after the handler it runs the
+    /// iterations left from where it stopped.
+    #[cold]
+    fn rep_fault<B: AsRef<[u8]> + Sync>(
+        &mut self,
+        visit: &Visit<'_, B>,
+        r: BlockRun,
+        early: &mut DataValues,
+    ) -> Result<(), Error> {
+        let regs = self.take(3)?;
+        let at_fault = |g: Gpr| match g.0 {
+            1 => Some(regs[0]),
+            6 => Some(regs[1]),
+            7 => Some(regs[2]),
+            _ => None,
+        };
+        let m = &visit.modules()[r.module as usize];
+        let (code, read, got) = self.before_fault(m, r, early)?;
+        let (count, flags) = got.rep.ok_or("internal: a `rep` without its count")?;
+        let done = count.checked_sub(regs[0]).ok_or_else(|| {
+            format!(
+                "thread {}: a `rep` string instruction at {:#x} faulted with rcx {:#x}, above the {count} it started with",
+                self.thread_no(),
+                m.load_base.wrapping_add(code.insns[0].ip),
+                regs[0]
+            )
+        })?;
+        self.count(&code, 0, done);
+        if m.shown {
+            self.sink.run(r);
+            let c = (&code.insns[0], m.load_base);
+            feed(self.sink, r.first, c, (code.refs(0), &got.addrs), Some((done, flags)))?;
+        }
+        let insns = self.decoded(m, r.module, r.block)?;
+        let refs = &insns[r.first as usize].prog.refs;
+        for (n, what) in read {
+            let v = match what {
+                Recorded::Rcx => Some(regs[0]),
+                Recorded::Reg(g) => at_fault(g),
+                Recorded::Addr(j) => refs[j].addr.base.and_then(at_fault),
+                _ => None,
+            };
+            if let Some(v) = v {
+                early.values[n] = v;
+            }
+        }
+        for g in [1, 6, 7].map(Gpr) {
+            if self.state.regs.get(g).is_some() {
+                self.state.regs.set(g, at_fault(g).unwrap_or_default());
+            }
+        }
+        Ok(())
+    }
+
+    /// The code of run `r` (one instruction) for the thread's state, the
+    /// values it read from `early` (their places and what each is, the
+    /// full ones of `--check` too) and its addresses and count: the
+    /// instruction run on its early values, with the state and the
+    /// values left as they were.
+    fn before_fault(
+        &mut self,
+        m: &Module,
+        r: BlockRun,
+        early: &mut DataValues,
+    ) -> Result<(Rc<BlockCode>, Vec<(usize, Recorded)>, InsnAddrs), Error> {
+        let kept = (self.state.clone(), self.sig.resumed);
+        let scratch = Values {
+            win: std::mem::take(early),
+            thread: self.values.thread,
+            ..Values::default()
+        };
+        let outer = std::mem::replace(&mut self.values, scratch);
+        let ran = self.run_early(m, r);
+        *early = std::mem::replace(&mut self.values, outer).win;
+        (self.state, self.sig.resumed) = kept;
+        ran
+    }
+
+    /// [`Writer::before_fault`] on the scratch values.
+    fn run_early(
+        &mut self,
+        m: &Module,
+        r: BlockRun,
+    ) -> Result<(Rc<BlockCode>, Vec<(usize, Recorded)>, InsnAddrs), Error> {
+        let code = match r.first {
+            0 => match self.enter(m, r)? {
+                Some(code) => code,
+                None => self.mods[r.module as usize].entries[r.block.as_u32() as usize]
+                    .as_ref()
+                    .map(|e| e.code.clone())
+                    .ok_or("internal: a block entered without its entry")?,
+            },
+            _ => Rc::new(self.compile(m, r, self.state.regs.known)?),
+        };
+        let (mut got, mut read) = (InsnAddrs::default(), Vec::new());
+        let mut exec = self.state.regs.exec(m.load_base);
+        let values = &mut self.values;
+        let take = &mut |what| {
+            read.push((values.next, what));
+            values.take_as(what, m)
+        };
+        if let Err(why) = exec.run_code(&code, 0, take, &mut got) {
+            return Err(self.failed(m, r, 0, why));
+        }
+        if self.mods[r.module as usize].check {
+            let insns = self.decoded(m, r.module, r.block)?;
+            for &what in &insns[r.first as usize].full {
+                read.push((self.values.next, what));
+                self.values.take()?;
+            }
+        }
+        Ok((code, read, got))
     }
 
     /// The run right after a handler returned, when it resumes its block
