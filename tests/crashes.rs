@@ -508,8 +508,10 @@ fn check_departure(exe: &Path, trace: &Path, rg: &[u64], traced: bool) {
     assert_eq!(d.len(), 1, "{d:?}");
     assert_eq!(d[0]["procedure"], "_Unwind_Find_FDE", "{d:?}");
     let n = d[0]["instruction"].as_u64().unwrap();
+    // nm's offsets from the image's start; `rg` has the link base added.
     let (lo, hi) = crate::unwinding::symbol_range(exe, "_Unwind_Find_FDE");
-    let first = rg.iter().position(|a| (lo..hi).contains(a));
+    let base = common::recorded::link_base(exe);
+    let first = rg.iter().position(|a| (lo..hi).contains(&(a - base)));
     assert_eq!(first, Some(n as usize - 1), "{}", exe.display());
     let line = format!("warning: thread 0: from instruction {n} on (entering _Unwind_Find_FDE");
     assert!(err.contains(&line), "{err}");
