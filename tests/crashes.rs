@@ -435,7 +435,8 @@ fn the_program_sees_its_own_dispositions() {
 /// (whose libc is traced), `emulate` at -O2 is the stepped run while
 /// `run` runs ([`stepped_run_window`]); `bt` is not: libgcc's unwinder,
 /// traced, looks up the copies' return addresses and its search takes
-/// other branches (docs/runtime.md, "Unwinding"). Before format 1.11 the
+/// other branches (docs/runtime.md, "Unwinding"), and `info` and `regen`
+/// name the first instruction of it ([`check_departure`]). Before format 1.11 the
 /// load was listed twice per fault, silently; before the leads, regen
 /// refused these traces.
 #[test]
@@ -460,6 +461,9 @@ fn a_handler_that_skips_a_faulting_load() {
                 .into_iter()
                 .map(|a| a + base)
                 .collect();
+            if v.link == Link::Static || mode == "bt" {
+                check_departure(&exe, &trace, &rg, v.link == Link::Static && mode == "bt");
+            }
             match v.link {
                 Link::Static if v.opt == Opt::O2 && mode == "emulate" => {
                     let (lk, rg) = stepped_run_window(&exe, &[mode], &info_json(&trace), &rg);
@@ -481,6 +485,36 @@ fn a_handler_that_skips_a_faulting_load() {
             let _ = std::fs::remove_file(&trace);
         }
     }
+}
+
+/// Where regenerated `rg` (link-time addresses) stops being the native
+/// run's, as `info` and `regen` name it: at the first instruction of
+/// libgcc's `_Unwind_Find_FDE` (`nm`'s range) when `traced` (a static
+/// `bt`, whose unwinder is traced), nowhere otherwise (a dynamic
+/// program's unwinder is libgcc_s's, untraced).
+fn check_departure(exe: &Path, trace: &Path, rg: &[u64], traced: bool) {
+    let info = info_json(trace);
+    let d = info["departures"].as_array().unwrap();
+    let regen = Command::new(common::aetrace())
+        .args(["regen", "--count"])
+        .arg(trace)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&regen.stderr);
+    if !traced {
+        assert!(d.is_empty() && !err.contains("warning"), "{d:?} {err}");
+        return;
+    }
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0]["procedure"], "_Unwind_Find_FDE", "{d:?}");
+    let n = d[0]["instruction"].as_u64().unwrap();
+    // nm's offsets from the image's start; `rg` has the link base added.
+    let (lo, hi) = crate::unwinding::symbol_range(exe, "_Unwind_Find_FDE");
+    let base = common::recorded::link_base(exe);
+    let first = rg.iter().position(|a| (lo..hi).contains(&(a - base)));
+    assert_eq!(first, Some(n as usize - 1), "{}", exe.display());
+    let line = format!("warning: thread 0: from instruction {n} on (entering _Unwind_Find_FDE");
+    assert!(err.contains(&line), "{err}");
 }
 
 /// `rg` (regenerated) is `lk` (stepped), or the first difference is shown.

@@ -26,7 +26,7 @@ use common::recorded::{info_json, instrumented_modules, record_ok, Knobs};
 const ROUNDS: &str = "100";
 
 /// The link-time offsets `[start, end)` of symbol `sym` of `exe`.
-fn symbol_range(exe: &Path, sym: &str) -> (u64, u64) {
+pub(crate) fn symbol_range(exe: &Path, sym: &str) -> (u64, u64) {
     let out = Command::new("nm").arg("-S").arg(exe).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     let size = text

@@ -22,8 +22,9 @@
 /// Version of the encoding written by [`ProgramDb::encode`] (2: signal maps;
 /// 3: [`CallDb::plt`], the second call byte and [`CallDb::jmpbuf`]; 4: the
 /// flags byte, [`ProgramDb::counts_returns`]; 5: [`ProgramDb::moved_tables`];
-/// 6: [`EdgeKindDb::Resume`]). [`ProgramDb::decode`] reads versions 2 to 6.
-pub const VERSION: u32 = 6;
+/// 6: [`EdgeKindDb::Resume`]; 7: [`ProgramDb::copy_dependent`]).
+/// [`ProgramDb::decode`] reads versions 2 to 7.
+pub const VERSION: u32 = 7;
 /// Oldest version [`ProgramDb::decode`] reads.
 const OLDEST_VERSION: u32 = 2;
 
@@ -49,6 +50,12 @@ pub struct ProgramDb {
     /// address recorded in a copy is the original's in the trace
     /// ([`original_address`]).
     pub moved_tables: Vec<MovedTable>,
+    /// Traced procedures whose path depends on the copies' addresses
+    /// (version 7; empty in older databases): the unwinder's FDE search
+    /// looks up return addresses, which are the copies' in the rewritten
+    /// program. From the first instruction of one on, a thread's stream is
+    /// the rewritten program's, not the native one's.
+    pub copy_dependent: Vec<u32>,
 }
 
 /// A jump table the rewriter copied: entry `i` of the copy at `new` is
@@ -638,6 +645,12 @@ impl ProgramDb {
                 }
             }
         }
+        if version >= 7 {
+            put_uleb(&mut out, self.copy_dependent.len() as u64);
+            for &q in &self.copy_dependent {
+                put_uleb(&mut out, u64::from(q));
+            }
+        }
         out
     }
 
@@ -835,6 +848,14 @@ impl ProgramDb {
         } else {
             Vec::new()
         };
+        let copy_dependent = if version >= 7 {
+            let n = r.count("copy-dependent procedures", 1)?;
+            (0..n)
+                .map(|_| r.u32_leb("copy-dependent procedure"))
+                .collect::<Result<_, _>>()?
+        } else {
+            Vec::new()
+        };
         if r.pos != bytes.len() {
             return Err(r.err(format_args!("{} trailing bytes", bytes.len() - r.pos)));
         }
@@ -844,6 +865,7 @@ impl ProgramDb {
             counts_returns: flags & DB_COUNTS_RETURNS != 0,
             procs,
             moved_tables,
+            copy_dependent,
         })
     }
 
@@ -863,7 +885,10 @@ impl ProgramDb {
                 return Some(format!("procedure {pi} ({}): {v}", p.name));
             }
         }
-        None
+        self.copy_dependent
+            .iter()
+            .find(|&&q| !self.procs.get(q as usize).is_some_and(ProcDb::is_traced))
+            .map(|q| format!("copy-dependent procedure {q} is not a traced procedure"))
     }
 }
 
@@ -1267,6 +1292,9 @@ mod tests {
                 sigmap,
             });
         }
+        let copy_dependent = (0..procs.len() as u32)
+            .filter(|&q| procs[q as usize].is_traced() && rnd(3) == 0)
+            .collect();
         ProgramDb {
             link_base: 0x40_0000,
             runtime_vaddr: 0x80_0000 + rnd(1 << 20),
@@ -1279,6 +1307,7 @@ mod tests {
                     size: 4 * rnd(64),
                 })
                 .collect(),
+            copy_dependent,
         }
     }
 
@@ -1293,7 +1322,8 @@ mod tests {
     fn empty_database_round_trips() {
         let db = ProgramDb::default();
         let bytes = db.encode();
-        assert_eq!(bytes.len(), 4 + 4 + 8 + 8 + 1 + 1 + 1);
+        // Magic, version, two addresses, flags, and three empty lists.
+        assert_eq!(bytes.len(), 4 + 4 + 8 + 8 + 1 + 1 + 1 + 1);
         assert_eq!(ProgramDb::decode(&bytes).unwrap(), db);
     }
 
@@ -1304,6 +1334,7 @@ mod tests {
             runtime_vaddr: 0x50_0000,
             counts_returns: true,
             moved_tables: Vec::new(),
+            copy_dependent: vec![0],
             procs: vec![ProcDb {
                 name: "f".into(),
                 status: ProcStatus::Traced,
@@ -1371,7 +1402,7 @@ mod tests {
         };
         let bytes = db.encode();
         let mut want = b"AEDB".to_vec();
-        want.extend_from_slice(&6u32.to_le_bytes());
+        want.extend_from_slice(&7u32.to_le_bytes());
         want.extend_from_slice(&0x40_0000u64.to_le_bytes());
         want.extend_from_slice(&0x50_0000u64.to_le_bytes());
         // Flags: returns counted.
@@ -1384,8 +1415,8 @@ mod tests {
         // Signal map: present, start, length, 3 ranges (delta, tag, payload).
         want.extend_from_slice(&[1, 0x80, 0x80, 0x80, 0x03, 0x30, 3]);
         want.extend_from_slice(&[0, 0, 0x20, 1, 1, 0, 1, 1, 2, 1]);
-        // No moved tables.
-        want.push(0);
+        // No moved tables; one copy-dependent procedure, 0.
+        want.extend_from_slice(&[0, 1, 0]);
         assert_eq!(bytes, want);
         assert_eq!(ProgramDb::decode(&bytes).unwrap(), db);
     }
@@ -1457,6 +1488,7 @@ mod tests {
             runtime_vaddr: 0x50_0000,
             counts_returns: false,
             moved_tables: Vec::new(),
+            copy_dependent: Vec::new(),
             procs: vec![
                 proc(
                     "main",
@@ -1558,6 +1590,13 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("entry block 99"));
+
+        let mut db = random_db(9, 2);
+        db.copy_dependent = vec![2];
+        let e = ProgramDb::decode(&db.encode_raw(VERSION))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("copy-dependent procedure 2"), "{e}");
     }
 
     proptest! {
@@ -1567,9 +1606,11 @@ mod tests {
             prop_assert_eq!(db.check().map_err(|e| e.to_string()), Ok(()));
             let bytes = db.encode();
             prop_assert_eq!(ProgramDb::decode(&bytes).unwrap(), db.clone());
-            // Version 4 had no moved tables.
+            // Version 4 had no moved tables (nor, before 7, copy-dependent
+            // procedures).
             let mut v4 = db.clone();
             v4.moved_tables.clear();
+            v4.copy_dependent.clear();
             prop_assert_eq!(ProgramDb::decode(&db.encode_raw(4)).unwrap(), v4.clone());
             // Version 3 had no flags: returns were not counted.
             let mut v3 = v4.clone();

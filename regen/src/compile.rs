@@ -148,6 +148,9 @@ pub struct Proc {
     pub name: String,
     /// Whether the rewriter traced it (else it was left alone).
     pub traced: bool,
+    /// Its path depends on the copies' addresses
+    /// (`ProgramDb::copy_dependent`).
+    pub copy_dependent: bool,
     /// The entry block ([`EXIT`] when not traced).
     pub entry: BlockIx,
     /// Its blocks' global indices (sorted by start; empty when not traced).
@@ -292,6 +295,7 @@ impl Module {
             m.procs.push(Proc {
                 name: p.name.clone(),
                 traced: p.is_traced(),
+                copy_dependent: db.copy_dependent.contains(&(pi as u32)),
                 // `check` bounds a traced entry; another one is never used.
                 entry: if p.is_traced() {
                     BlockIx(first[pi] + p.entry)

@@ -4,7 +4,8 @@
 //! it left alone and why (its program database), and, by regenerating every
 //! thread, the executed instructions the witnesses stand for: bits per
 //! executed instruction, the paper's measure of trace size (paper 003,
-//! Table 3).
+//! Table 3), and where a thread's trace stops being the native program's
+//! ([`crate::departure`]).
 //!
 //! Invariant: every figure is measured from the file; an instruction count
 //! is only reported when every thread regenerates without error (otherwise
@@ -58,6 +59,9 @@ pub struct Info {
     pub instructions: Option<Vec<u64>>,
     /// How each thread a signal killed ends ([`crate::Ending`]).
     pub endings: Vec<String>,
+    /// Where a thread's trace stops being the native program's
+    /// ([`crate::Departure`]), when regeneration succeeded.
+    pub departures: Vec<crate::Departure>,
     /// Why `instructions` is missing.
     pub regen_error: Option<String>,
     /// The trace's notes other than the procedures left alone (listed per
@@ -143,6 +147,10 @@ pub fn info_of<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<Info> {
         Ok((v, e)) => (Some(v), e, None),
         Err(e) => (None, Vec::new(), Some(e.to_string())),
     };
+    let departures = match instructions {
+        Some(_) => crate::departures(trace, &Options::default())?,
+        None => Vec::new(),
+    };
     let total: Option<u64> = instructions.as_ref().map(|v| v.iter().sum());
     let per = |bytes: u64| {
         total
@@ -181,6 +189,7 @@ pub fn info_of<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<Info> {
         programs,
         instructions,
         endings,
+        departures,
         regen_error,
     })
 }
@@ -244,6 +253,9 @@ pub fn write_info(i: &Info, json: bool, out: &mut dyn Write) -> Result<()> {
         }
         for e in &i.endings {
             s += &format!("{e}\n");
+        }
+        for d in &i.departures {
+            s += &format!("{d}\n");
         }
         s
     };

@@ -8,6 +8,8 @@
 //! - [`compile`]: a program database turned into dense per-block successor
 //!   tables, per-predicate witness choices and preformatted output;
 //! - [`ending`]: how a killed thread's trace ends;
+//! - [`departure`]: where a thread's trace stops being the native
+//!   program's (a static image's unwinder looking up copies' addresses);
 //! - [`machine`]: the regeneration rules (the contract with the rewriter,
 //!   `docs/regen.md`);
 //! - [`output`]: threads, modules, formats, `-j` parallelism, `--count`;
@@ -30,6 +32,7 @@
 //! regenerator `aetrace_graph::regen_ref`.
 
 pub mod compile;
+pub mod departure;
 pub mod ending;
 pub mod error;
 pub mod handlers;
@@ -47,6 +50,7 @@ pub mod testkit;
 #[cfg(test)]
 mod tests;
 
+pub use departure::{departures, Departure};
 pub use ending::{End, Ending};
 pub use error::{Error, Result};
 pub use output::{

@@ -234,6 +234,7 @@ pub(crate) fn synth(prog: Program, rng: &mut Rng) -> Synth {
         runtime_vaddr: 0,
         counts_returns: false,
         moved_tables: Vec::new(),
+        copy_dependent: Vec::new(),
         procs,
     };
     db.check().unwrap();

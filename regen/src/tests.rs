@@ -174,6 +174,7 @@ fn db_of(procs: Vec<ProcDb>) -> ProgramDb {
         runtime_vaddr: 0,
         counts_returns: false,
         moved_tables: Vec::new(),
+        copy_dependent: Vec::new(),
         procs,
     }
 }
@@ -1357,6 +1358,7 @@ fn calls_and_callbacks_across_modules_share_one_stack() {
         runtime_vaddr: 0,
         counts_returns: false,
         moved_tables: Vec::new(),
+        copy_dependent: Vec::new(),
         procs: vec![proc(
             &mut a,
             "lib_f",

@@ -80,6 +80,7 @@ impl<'p> Plans<'p> {
                 runtime_vaddr: 0,
                 counts_returns: false,
                 moved_tables: Vec::new(),
+                copy_dependent: Vec::new(),
                 procs: Vec::with_capacity(n),
             },
             plans: Vec::new(),
@@ -111,6 +112,7 @@ impl<'p> Plans<'p> {
                 None => plans.plan(rw, calls, id, p)?,
             }
         }
+        plans.db.copy_dependent = copy_dependent(&plans.db);
         plans.finish(rw)?;
         plans.check(rw, traced)?;
         Ok(plans)
@@ -694,4 +696,28 @@ fn placement(cfg: &Cfg, which: Placement) -> WitnessPlacement {
         // ld.so came after an `exit` stub's EXIT record: regen refused it).
         Placement::NaiveBlocking => naive_blocking_needed(&g, &w),
     }
+}
+
+/// libgcc's FDE search (by symbol, `.cold` parts included): it looks up
+/// the pcs of the frames the unwinder walks, return addresses that are the
+/// copies' in the rewritten program, so it compares other values and takes
+/// other branches than natively (`backtrace()`, a C++ `throw` in a static
+/// image: docs/rewrite.md, "Static executables").
+const FDE_SEARCH: [&str; 4] = [
+    "_Unwind_Find_FDE",
+    "_Unwind_IteratePhdrCallback",
+    "search_object",
+    "linear_search_fdes",
+];
+
+/// The traced procedures of `db` whose path depends on the copies'
+/// addresses ([`ProgramDb::copy_dependent`]).
+fn copy_dependent(db: &ProgramDb) -> Vec<u32> {
+    (0..db.procs.len() as u32)
+        .filter(|&q| {
+            let p = &db.procs[q as usize];
+            let base = p.name.split('.').next().unwrap_or_default();
+            p.is_traced() && FDE_SEARCH.contains(&base)
+        })
+        .collect()
 }

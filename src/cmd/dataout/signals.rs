@@ -344,7 +344,7 @@ impl<S: Sink> Writer<'_, '_, S> {
         r: BlockRun,
     ) -> Result<(Rc<BlockCode>, Vec<(usize, Recorded)>, InsnAddrs), Error> {
         let code = match r.first {
-            0 => match self.enter(m, r)? {
+            0 => match self.enter(m, r, &mut false)? {
                 Some(code) => code,
                 None => self.mods[r.module as usize].entries[r.block.as_u32() as usize]
                     .as_ref()
