@@ -686,7 +686,11 @@ fn a_rep_faulting_mid_way_lists_its_iterations_around_the_handler() {
         let st = record_rep_fault(&exe, mode, &["crash"], &trace).status;
         assert!(!st.success(), "{mode} crash: {st}");
         let out = regen_lackey(&trace);
-        assert!(out.status.success(), "{mode} crash: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{mode} crash: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let ours = parse(&String::from_utf8_lossy(&out.stdout), image);
         compare(&format!("rep_fault crash {mode}"), ours, &crash, image);
 
@@ -703,7 +707,11 @@ fn a_rep_faulting_mid_way_lists_its_iterations_around_the_handler() {
             .collect();
         assert_eq!(faults.len(), 6, "{mode}: the program's faults");
         let out = regen_lackey(&trace);
-        assert!(out.status.success(), "{mode}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{mode}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let ours = parse(&String::from_utf8_lossy(&out.stdout), image);
         assert_eq!(once(&ours), handled, "{mode}: instructions");
         let entries: Vec<usize> = (0..ours.len()).filter(|&k| ours[k].0 == on_segv).collect();
@@ -730,17 +738,44 @@ fn record_rep_fault(exe: &Path, mode: &str, args: &[&str], trace: &Path) -> std:
 /// `rcx` iterations.
 fn check_rep_fault(tag: &str, ours: &[Insn], h: usize, [rcx, rsi, rdi]: [u64; 3]) {
     let rep = ours[h - 1].0;
-    assert!(ours[h - 1].2.is_empty(), "{tag}: the faulting fetch has references");
+    assert!(
+        ours[h - 1].2.is_empty(),
+        "{tag}: the faulting fetch has references"
+    );
     let store = |i: &Insn| i.2.iter().find(|r| r.0 == 'S').map(|r| r.1);
-    let before = ours[..h - 1].iter().rev().take_while(|i| i.0 == rep && !i.2.is_empty());
+    let before = ours[..h - 1]
+        .iter()
+        .rev()
+        .take_while(|i| i.0 == rep && !i.2.is_empty());
     let last = before.clone().next().and_then(store);
-    assert_eq!(last.map(|a| a + 1), Some(rdi), "{tag}: the store before the fault");
-    let resumed = h + ours[h..].iter().position(|i| i.0 == rep).expect("the rep resumes");
-    let after: Vec<&Insn> = ours[resumed..].iter().take_while(|i| !i.2.is_empty()).collect();
-    assert_eq!(after.len() as u64, rcx, "{tag}: iterations after the handler");
-    assert_eq!(store(after[0]), Some(rdi), "{tag}: the first store after the handler");
+    assert_eq!(
+        last.map(|a| a + 1),
+        Some(rdi),
+        "{tag}: the store before the fault"
+    );
+    let resumed = h + ours[h..]
+        .iter()
+        .position(|i| i.0 == rep)
+        .expect("the rep resumes");
+    let after: Vec<&Insn> = ours[resumed..]
+        .iter()
+        .take_while(|i| !i.2.is_empty())
+        .collect();
+    assert_eq!(
+        after.len() as u64,
+        rcx,
+        "{tag}: iterations after the handler"
+    );
+    assert_eq!(
+        store(after[0]),
+        Some(rdi),
+        "{tag}: the first store after the handler"
+    );
     if after[0].2.len() == 2 {
-        assert_eq!(after[0].2[0].1, rsi, "{tag}: the first load after the handler");
+        assert_eq!(
+            after[0].2[0].1, rsi,
+            "{tag}: the first load after the handler"
+        );
     }
 }
 

@@ -768,7 +768,11 @@ pub fn memory_log_with(exe: &Path, args: &[&str], log: &Path, valgrind: &[&str])
 /// [`memory_log_with`] of a run that must end by a signal (a crash).
 pub fn crash_memory_log(exe: &Path, args: &[&str], log: &Path, valgrind: &[&str]) -> String {
     let (status, text) = memory_run(exe, args, log, valgrind);
-    assert!(!status.success(), "{}: the lackey run did not crash", exe.display());
+    assert!(
+        !status.success(),
+        "{}: the lackey run did not crash",
+        exe.display()
+    );
     text
 }
 

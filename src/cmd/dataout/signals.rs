@@ -53,6 +53,10 @@ use aetrace_regen::visit::{BlockRun, Visit};
 use aetrace_regen::DataValues;
 use std::rc::Rc;
 
+/// A faulting instruction run on its early values: its code, the values
+/// it read (their places among them, and what each is) and its addresses.
+type Early = (Rc<BlockCode>, Vec<(usize, Recorded)>, InsnAddrs);
+
 /// A thread's signal handlers as the walk meets them.
 #[derive(Default)]
 pub(super) struct Signals {
@@ -290,7 +294,13 @@ impl<S: Sink> Writer<'_, '_, S> {
         if m.shown {
             self.sink.run(r);
             let c = (&code.insns[0], m.load_base);
-            feed(self.sink, r.first, c, (code.refs(0), &got.addrs), Some((done, flags)))?;
+            feed(
+                self.sink,
+                r.first,
+                c,
+                (code.refs(0), &got.addrs),
+                Some((done, flags)),
+            )?;
         }
         let insns = self.decoded(m, r.module, r.block)?;
         let refs = &insns[r.first as usize].prog.refs;
@@ -323,7 +333,7 @@ impl<S: Sink> Writer<'_, '_, S> {
         m: &Module,
         r: BlockRun,
         early: &mut DataValues,
-    ) -> Result<(Rc<BlockCode>, Vec<(usize, Recorded)>, InsnAddrs), Error> {
+    ) -> Result<Early, Error> {
         let kept = (self.state.clone(), self.sig.resumed);
         let scratch = Values {
             win: std::mem::take(early),
@@ -338,11 +348,7 @@ impl<S: Sink> Writer<'_, '_, S> {
     }
 
     /// [`Writer::before_fault`] on the scratch values.
-    fn run_early(
-        &mut self,
-        m: &Module,
-        r: BlockRun,
-    ) -> Result<(Rc<BlockCode>, Vec<(usize, Recorded)>, InsnAddrs), Error> {
+    fn run_early(&mut self, m: &Module, r: BlockRun) -> Result<Early, Error> {
         let code = match r.first {
             0 => match self.enter(m, r, &mut false)? {
                 Some(code) => code,
