@@ -103,9 +103,6 @@ pub fn run(a: Args) -> super::Result {
             eprintln!("aetrace: {e}");
         }
     }
-    for d in aetrace_regen::departures(&trace, &opts)? {
-        eprintln!("aetrace: {d}");
-    }
     Ok(ExitCode::SUCCESS)
 }
 
