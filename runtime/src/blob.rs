@@ -2407,6 +2407,16 @@ fn insn_table(a: &mut CodeAssembler, l: &Labels, none: CodeLabel) -> Result<(), 
     a.jz(none)
 }
 
+/// To `none` unless the executable's table (the slot's `RUNTIME`, into
+/// rbx) says [`TABLE_REGISTERS`]: a `--data` executable. Clobbers rcx,
+/// rdx, r8.
+fn unless_registers(a: &mut CodeAssembler, l: &Labels, none: CodeLabel) -> Result<(), IcedError> {
+    a.mov(rbx, qword_ptr(S_RUNTIME).gs())?;
+    insn_table(a, l, none)?;
+    a.test(byte_ptr(rbx + r8 + 4), TABLE_REGISTERS as i32)?;
+    a.jz(none)
+}
+
 /// In `sigret_record` (r13 = the gregs, signals blocked), for a handler
 /// that moved the rip: when the executable's table says
 /// [`TABLE_REGISTERS`], 16 VALUE records, the context's general registers
@@ -2415,10 +2425,7 @@ fn insn_table(a: &mut CodeAssembler, l: &Labels, none: CodeLabel) -> Result<(), 
 /// Clobbers rax, rbx, rcx, rdx, r8.
 fn sigret_registers(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     let mut none = a.create_label();
-    a.mov(rbx, qword_ptr(S_RUNTIME).gs())?;
-    insn_table(a, l, none)?;
-    a.test(byte_ptr(rbx + r8 + 4), TABLE_REGISTERS as i32)?;
-    a.jz(none)?;
+    unless_registers(a, l, none)?;
     gregs_values(a, &GREGS)?;
     a.set_label(&mut none)
 }
@@ -2461,10 +2468,7 @@ fn rep_fault_registers(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), Iced
     a.jae(none)?;
     a.cmp(r14, qword_ptr(r13 + 16 * 8))?;
     a.jne(none)?;
-    a.mov(rbx, qword_ptr(S_RUNTIME).gs())?;
-    insn_table(a, l, none)?;
-    a.test(byte_ptr(rbx + r8 + 4), TABLE_REGISTERS as i32)?;
-    a.jz(none)?;
+    unless_registers(a, l, none)?;
     // edx: a rep or repne prefix seen; at most 15 bytes.
     a.mov(rsi, r14)?;
     a.xor(edx, edx)?;
