@@ -1,6 +1,8 @@
 /* A `rep` string instruction faulting after some of its iterations
- * (issue 21, docs/data.md "Signals with data"). `rep movsb` and `rep
- * stosb` write K bytes before a PROT_NONE page and run into it; the
+ * (issue 21, docs/data.md "Signals with data"). `rep movsb`, `rep
+ * stosb`, `rep movsl` and `rep stosq` write up to K bytes before a
+ * PROT_NONE page and run into it (a wide element straddling the page
+ * faults whole: none of it is written, maybe no iteration ran); the
  * SIGSEGV handler makes the page writable and returns, and the instruction
  * resumes where it stopped (rsi, rdi and rcx as the K iterations left
  * them). The handler keeps each fault's rcx, rsi and rdi from its context,
@@ -17,7 +19,7 @@
 static long page;
 static char *guard;
 static volatile int faults;
-static volatile unsigned long seen[8][3];
+static volatile unsigned long seen[16][3];
 
 /* Only the guard page faults: open it and let the instruction resume. */
 static void on_segv(int sig, siginfo_t *info, void *context) {
@@ -26,7 +28,7 @@ static void on_segv(int sig, siginfo_t *info, void *context) {
     const greg_t *g = ((ucontext_t *)context)->uc_mcontext.gregs;
     if (mprotect(guard, page, PROT_READ | PROT_WRITE) != 0)
         _exit(3);
-    if (faults < 8) {
+    if (faults < 16) {
         seen[faults][0] = g[REG_RCX];
         seen[faults][1] = g[REG_RSI];
         seen[faults][2] = g[REG_RDI];
@@ -40,6 +42,16 @@ static __attribute__((noinline)) void copy(char *dst, const char *src, long n) {
 
 static __attribute__((noinline)) void fill(char *dst, char v, long n) {
     __asm__ volatile("rep stosb" : "+D"(dst), "+c"(n) : "a"(v) : "memory");
+}
+
+/* n 4-byte elements. */
+static __attribute__((noinline)) void copy4(char *dst, const char *src, long n) {
+    __asm__ volatile("rep movsl" : "+D"(dst), "+S"(src), "+c"(n) : : "memory");
+}
+
+/* n 8-byte elements. */
+static __attribute__((noinline)) void fill8(char *dst, long v, long n) {
+    __asm__ volatile("rep stosq" : "+D"(dst), "+c"(n) : "a"(v) : "memory");
 }
 
 int main(int argc, char **argv) {
@@ -67,11 +79,17 @@ int main(int argc, char **argv) {
         if (mprotect(guard, page, PROT_NONE) != 0)
             return 4;
         fill(region + page - k, (char)k, 16);
+        if (mprotect(guard, page, PROT_NONE) != 0)
+            return 4;
+        copy4(region + page - k, src, 6);
+        if (mprotect(guard, page, PROT_NONE) != 0)
+            return 4;
+        fill8(region + page - k, 0x0101010101010101L * k, 3);
         for (int i = -k; i < 24; i++)
             sum += region[page + i] * (i + 100);
     }
     printf("faults %d sum %ld\n", faults, sum);
-    for (int i = 0; i < faults && i < 8; i++)
+    for (int i = 0; i < faults && i < 16; i++)
         printf("fault rcx %lu rsi %lx rdi %lx\n", seen[i][0], seen[i][1], seen[i][2]);
     return 0;
 }
