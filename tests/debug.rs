@@ -2063,28 +2063,54 @@ fn handler_runs(n: usize) -> (PathBuf, PathBuf, Vec<(Option<u64>, bool)>) {
 /// Per run of `signal_alarm.c`'s handler `on_alarm` in the instruction
 /// trace: the first address after it outside the handler (the
 /// instruction its signal interrupted), and whether the signal
-/// interrupted libc (`setitimer`): the last instruction before the run,
-/// or before the first of runs chained to each other's returns, is in the
-/// PLT, through which the program entered libc.
+/// interrupted libc (`setitimer`, or ld.so binding it on its first call):
+/// the last instruction before the run, or before the first of runs
+/// chained to each other's returns, is in the PLT (`.plt` and `.plt.got`,
+/// PLT0's jump to ld.so's resolver included), through which the program
+/// entered libc, and the run returned outside the PLT. Until 2026-11-30
+/// the PLT was its stubs' symbols, without PLT0: a first signal that
+/// struck while `setitimer`, bound lazily, ran after PLT0's jump (2 of 30
+/// recordings at load 7-12) was taken for one in traced code. (The
+/// instruction trace cannot tell a delivery in libc from one at the
+/// return address before its instruction ran; the second needs an
+/// interrupt at that one instruction boundary: not seen.)
 fn handler_returns(exe: &Path, trace: &Path) -> Vec<(Option<u64>, bool)> {
     let want = insns(trace);
     let handler = on_alarm_range(exe, trace);
     let inside = |a: u64| handler.contains(&a);
     let (_, symbols) = disassembly(exe);
     let base = handler.start - symbols["on_alarm"];
-    let stubs = symbols.iter().filter(|(name, _)| name.contains("@plt"));
-    let stubs: Vec<u64> = stubs.map(|(_, &a)| base + a).collect();
-    let plt = stubs.iter().min().unwrap().to_owned()..stubs.iter().max().unwrap() + 16;
+    let plts = plt_sections(exe);
+    let in_plt = |a: u64| plts.iter().any(|s| s.contains(&(a - base)));
     let mut resumed: Vec<(Option<u64>, bool)> = Vec::new();
     for (p, _) in want.iter().enumerate().filter(|(_, &a)| a == handler.start) {
-        let after = want[p..].iter().position(|&a| !inside(a));
+        let after = want[p..].iter().find(|&&a| !inside(a)).copied();
         let libc = match resumed.last() {
             Some(&(_, libc)) if inside(want[p - 1]) => libc,
-            _ => p > 0 && plt.contains(&want[p - 1]),
+            _ => p > 0 && in_plt(want[p - 1]) && after.is_some_and(|r| !in_plt(r)),
         };
-        resumed.push((after.map(|i| want[p + i]), libc));
+        resumed.push((after, libc));
     }
     resumed
+}
+
+/// The link-time address ranges of `exe`'s PLT sections (`.plt`,
+/// `.plt.got`, `.plt.sec`), by `objdump -h`.
+fn plt_sections(exe: &Path) -> Vec<std::ops::Range<u64>> {
+    let out = Command::new("objdump").arg("-h").arg(exe).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let hex = |f: Option<&str>| f.and_then(|h| u64::from_str_radix(h, 16).ok());
+    let plts: Vec<_> = text
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace().skip(1);
+            f.next().filter(|n| n.starts_with(".plt"))?;
+            let (size, vma) = (hex(f.next())?, hex(f.next())?);
+            Some(vma..vma + size)
+        })
+        .collect();
+    assert!(!plts.is_empty(), "no PLT in {}:\n{text}", exe.display());
+    plts
 }
 
 /// The run-time addresses of `signal_alarm.c`'s handler `on_alarm` in
