@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::build::{build, build_with_lib, run_checked, Link, Opt, Variant};
+use common::build::{build, build_with_lib, build_with_lib_flags, run_checked, Link, Opt, Variant};
 use common::recorded::{record_ok, record_run, Knobs};
 
 const O2_PIE: Variant = Variant::new(Opt::O2, Link::Pie, false);
@@ -2299,16 +2299,18 @@ fn signals_delivered_at_once_stop_once_each() {
     assert_eq!(back.iter().collect::<Vec<_>>(), last);
 }
 
-/// Per `bt` in `out`: each frame as `function line` in the program's
-/// `file`, `<signal handler called>`, or `untraced` for a run of frames
-/// elsewhere (libc natively: `??` and `raise`; `<untraced>` on the trace).
-fn frames_with_signals(out: &str, file: &str) -> Vec<Vec<String>> {
+/// Per `bt` in `out`: each frame as `function line` in one of the
+/// program's `files`, `<signal handler called>`, or `untraced` for a run
+/// of frames elsewhere (libc natively: `??` and `raise`; `<untraced>` on
+/// the trace).
+fn frames_with_signals(out: &str, files: &[&str]) -> Vec<Vec<String>> {
     let mut all: Vec<Vec<String>> = Vec::new();
     for l in out.lines().filter(|l| l.starts_with('#')) {
         if l.starts_with("#0 ") {
             all.push(Vec::new());
         }
-        let frame = match l.rsplit_once(&format!("{file}:")) {
+        let at = files.iter().find_map(|f| l.rsplit_once(&format!("/{f}:")));
+        let frame = match at {
             _ if l.contains("<signal handler called>") => "<signal handler called>".to_owned(),
             Some((_, line)) => format!("{} {line}", frame_function(l)),
             None => "untraced".to_owned(),
@@ -2381,8 +2383,8 @@ fn a_handlers_frames_and_steps_out_agree_with_native_gdb() {
         ),
     );
     let (o, n) = (
-        frames_with_signals(&ours, "signal_stops.c"),
-        frames_with_signals(&native, "signal_stops.c"),
+        frames_with_signals(&ours, &["signal_stops.c"]),
+        frames_with_signals(&native, &["signal_stops.c"]),
     );
     let what = format!("ours:\n{ours}\nnative:\n{native}");
     assert_eq!(n.len(), 14, "{what}");
@@ -2394,6 +2396,62 @@ fn a_handlers_frames_and_steps_out_agree_with_native_gdb() {
         "main 44",
     ];
     assert_eq!(n[7], in_raise, "{what}");
+    assert_eq!(o, n, "{what}");
+    assert!(!ours.contains("aetrace: "), "{what}");
+    a_traced_librarys_frames_under_a_handler_agree();
+}
+
+/// The handler's frames and the steps out of it and back when the signal
+/// interrupted a traced library (`--libs`): `signal_lib.c kill 10` and its
+/// library at -O0 -g, SIGUSR1 sent by the library's own `syscall` in
+/// `sys2`, called by `lib_kill_loop`, called by `main`. `bt` at the
+/// handler's entry, after `finish`, after three `next`s out through the
+/// library's frames; then at the next run of the handler two
+/// `reverse-finish` (to the interrupted instruction, then to the call of
+/// `sys2`) and two `reverse-next`: 9 backtraces, every frame's function
+/// and line as native gdb's under `record full`. (libc itself cannot be
+/// traced: glibc's libraries are refused in `--libs`, and a static
+/// glibc's `raise` is left alone, called by `abort`.)
+fn a_traced_librarys_frames_under_a_handler_agree() {
+    let flags = ["-O0", "-g"];
+    let exe = build_with_lib_flags("signal_lib", "libaesig.so.1", false, &flags);
+    let args = ["kill", "10"];
+    let (_, trace, _) = record_ok(&exe, &args, &["libaesig.so.1"], Knobs::DEFAULT);
+    let steps = "tbreak on_signal\ncontinue\nbt\nfinish\nbt\nnext\nbt\nnext\nbt\nnext\nbt\n\
+                 tbreak on_signal\ncontinue\nreverse-finish\nbt\nreverse-finish\nbt\n\
+                 reverse-next\nbt\nreverse-next\nbt\n";
+    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
+    let ours = gdb(
+        &exe,
+        &trace,
+        &format!(
+            "source {}\n{HANDLE_AS_NATIVE}break main\ncontinue\n{steps}",
+            aetrace_py.display()
+        ),
+    );
+    let script = trace.with_extension("lib-handler-steps.gdb");
+    let head = format!("set pagination off\nset confirm off\n{HANDLE_AS_NATIVE}");
+    let native = native_run(
+        &exe,
+        &args,
+        &script,
+        &format!("{head}break main\nrun\nrecord full\n{steps}"),
+    );
+    let files = ["signal_lib.c", "signal_lib_lib.c"];
+    let (o, n) = (
+        frames_with_signals(&ours, &files),
+        frames_with_signals(&native, &files),
+    );
+    let what = format!("ours:\n{ours}\nnative:\n{native}");
+    assert_eq!(n.len(), 9, "{what}");
+    let entry = [
+        "on_signal 27",
+        "<signal handler called>",
+        "sys2 17",
+        "lib_kill_loop 56",
+        "main 46",
+    ];
+    assert_eq!(n[0], entry, "{what}");
     assert_eq!(o, n, "{what}");
     assert!(!ours.contains("aetrace: "), "{what}");
 }
