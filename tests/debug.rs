@@ -2382,23 +2382,37 @@ fn a_handlers_frames_and_steps_out_agree_with_native_gdb() {
              python gdb.execute('record goto end', to_string=True)\n{in_raise}"
         ),
     );
-    let (o, n) = (
-        frames_with_signals(&ours, &["signal_stops.c"]),
-        frames_with_signals(&native, &["signal_stops.c"]),
-    );
-    let what = format!("ours:\n{ours}\nnative:\n{native}");
-    assert_eq!(n.len(), 14, "{what}");
-    assert_eq!(n[3][0], "<signal handler called>", "{what}");
     let in_raise = [
         "on_signal 20",
         "<signal handler called>",
         "untraced",
         "main 44",
     ];
-    assert_eq!(n[7], in_raise, "{what}");
+    let n = assert_frames_agree(&ours, &native, &["signal_stops.c"], 14, (7, &in_raise));
+    assert_eq!(n[3][0], "<signal handler called>", "{native}");
+    a_traced_librarys_frames_under_a_handler_agree();
+}
+
+/// The backtraces in `ours` and `native` ([`frames_with_signals`] in
+/// `files`) are `count`, the `k`th one `want`, and equal, with no
+/// `aetrace:` line in `ours`; native gdb's.
+fn assert_frames_agree(
+    ours: &str,
+    native: &str,
+    files: &[&str],
+    count: usize,
+    (k, want): (usize, &[&str]),
+) -> Vec<Vec<String>> {
+    let (o, n) = (
+        frames_with_signals(ours, files),
+        frames_with_signals(native, files),
+    );
+    let what = format!("ours:\n{ours}\nnative:\n{native}");
+    assert_eq!(n.len(), count, "{what}");
+    assert_eq!(n[k], want, "{what}");
     assert_eq!(o, n, "{what}");
     assert!(!ours.contains("aetrace: "), "{what}");
-    a_traced_librarys_frames_under_a_handler_agree();
+    n
 }
 
 /// The handler's frames and the steps out of it and back when the signal
@@ -2438,12 +2452,6 @@ fn a_traced_librarys_frames_under_a_handler_agree() {
         &format!("{head}break main\nrun\nrecord full\n{steps}"),
     );
     let files = ["signal_lib.c", "signal_lib_lib.c"];
-    let (o, n) = (
-        frames_with_signals(&ours, &files),
-        frames_with_signals(&native, &files),
-    );
-    let what = format!("ours:\n{ours}\nnative:\n{native}");
-    assert_eq!(n.len(), 9, "{what}");
     let entry = [
         "on_signal 27",
         "<signal handler called>",
@@ -2451,9 +2459,7 @@ fn a_traced_librarys_frames_under_a_handler_agree() {
         "lib_kill_loop 56",
         "main 46",
     ];
-    assert_eq!(n[0], entry, "{what}");
-    assert_eq!(o, n, "{what}");
-    assert!(!ours.contains("aetrace: "), "{what}");
+    assert_frames_agree(&ours, &native, &files, 9, (0, &entry));
 }
 
 /// The stops in `out`, in order: `signal NAME OFF` for a "Program
