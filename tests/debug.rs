@@ -2425,7 +2425,7 @@ fn assert_frames_agree(
 /// `sys2`) and two `reverse-next`: 9 backtraces, every frame's function
 /// and line as native gdb's under `record full`. (libc itself cannot be
 /// traced: glibc's libraries are refused in `--libs`, and a static
-/// glibc's `raise` is left alone, called by `abort`.)
+/// glibc's `raise` is left alone, as the setjmp and fork family's.)
 fn a_traced_librarys_frames_under_a_handler_agree() {
     let flags = ["-O0", "-g"];
     let exe = build_with_lib_flags("signal_lib", "libaesig.so.1", false, &flags);
