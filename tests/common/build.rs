@@ -172,6 +172,12 @@ pub fn run_native(exe: &Path, args: &[&str]) -> Output {
 /// `traces/<name>_lib.c`, built as `soname` (found through an absolute
 /// DT_RUNPATH, or with `origin` through `$ORIGIN`); the executable.
 pub fn build_with_lib(name: &str, soname: &str, origin: bool) -> PathBuf {
+    build_with_lib_flags(name, soname, origin, &["-O2"])
+}
+
+/// [`build_with_lib`] with the compiler's `flags` (optimisation, debug
+/// information) for both the library and the executable.
+pub fn build_with_lib_flags(name: &str, soname: &str, origin: bool, flags: &[&str]) -> PathBuf {
     // A directory per call: tests of several topics build the same library
     // at once in this process, and one replaces its library afterwards.
     static CALLS: AtomicUsize = AtomicUsize::new(0);
@@ -184,17 +190,19 @@ pub fn build_with_lib(name: &str, soname: &str, origin: bool) -> PathBuf {
     let cpp = traces.join(format!("{name}.cpp")).exists();
     let (cc, ext) = if cpp { ("g++", "cpp") } else { ("gcc", "c") };
     let st = Command::new(cc)
-        .args(["-O2", "-shared", "-fPIC"])
+        .args(flags)
+        .args(["-shared", "-fPIC"])
         .arg(format!("-Wl,-soname,{soname}"))
         .arg("-o")
         .arg(dir.join(soname))
         .arg(traces.join(format!("{name}_lib.{ext}")))
         .status()
         .unwrap();
-    assert!(st.success(), "{cc} -shared {name}_lib.{ext}");
+    assert!(st.success(), "{cc} {flags:?} -shared {name}_lib.{ext}");
     let exe = dir.join(name);
     let st = Command::new(cc)
-        .args(["-O2", "-o"])
+        .args(flags)
+        .arg("-o")
         .arg(&exe)
         .arg(traces.join(format!("{name}.{ext}")))
         .arg(format!("-L{}", dir.display()))
@@ -206,6 +214,6 @@ pub fn build_with_lib(name: &str, soname: &str, origin: bool) -> PathBuf {
         })
         .status()
         .unwrap();
-    assert!(st.success(), "{cc} {name}.{ext}");
+    assert!(st.success(), "{cc} {flags:?} {name}.{ext}");
     exe
 }
