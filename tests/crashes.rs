@@ -29,7 +29,7 @@ fn sequences(exe: &Path, args: &[&str], trace: &Path) -> (Vec<u64>, Vec<u64>) {
         exe,
         args,
         &[exe.to_path_buf()],
-        "*",
+        &lackey::symtab_pattern(&[exe.to_path_buf()]),
         LogMode::Pipe,
         Capture::Sequences,
     );

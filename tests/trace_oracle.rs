@@ -142,7 +142,14 @@ fn check_recorded(
             "{name}: instrumented modules in the trace: {modules:?}"
         );
     }
-    let run = lackey::run_with(exe, args, &modules, "*", mode, Capture::Sequences);
+    let run = lackey::run_with(
+        exe,
+        args,
+        &modules,
+        &lackey::symtab_pattern(&modules),
+        mode,
+        Capture::Sequences,
+    );
     for (k, module) in modules.iter().enumerate() {
         let filter = (!libs.is_empty()).then(|| module.to_str().unwrap());
         compare_module(&name, module, &info, k, &run.modules[k], &trace, filter);
@@ -285,7 +292,7 @@ fn record_both(exe: &Path, args: &[&str], mode: LogMode) -> (String, Vec<Vec<u64
         exe,
         args,
         &[exe.to_path_buf()],
-        "*",
+        &lackey::symtab_pattern(&[exe.to_path_buf()]),
         mode,
         Capture::Sequences,
     );
@@ -1540,7 +1547,7 @@ fn signals_delivered_by_kill_and_unblocking() {
         &exe,
         &["die"],
         std::slice::from_ref(&exe),
-        "*",
+        &lackey::symtab_pattern(std::slice::from_ref(&exe)),
         LogMode::Pipe,
         Capture::Sequences,
     );
