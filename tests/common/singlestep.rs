@@ -114,6 +114,9 @@ fn step(
     // Per process: the instruction the last trap reported, kept until the
     // next stop says whether it ran.
     let mut held: Vec<Option<u64>> = vec![None];
+    // Per process: whether the signal delivered at its last stop was sent
+    // to it (`sent`): if it kills, the held instruction never ran.
+    let mut was_sent: Vec<bool> = vec![false];
     let mut index: std::collections::HashMap<libc::pid_t, usize> = [(pid, 0)].into();
     // The tracees not yet ended. Each is waited for by its id: a
     // `waitpid(-1)` would also reap the children other tests of this
@@ -142,7 +145,9 @@ fn step(
         assert!(t > 0, "waitpid: {}", std::io::Error::last_os_error());
         if libc::WIFEXITED(st) || libc::WIFSIGNALED(st) {
             alive.retain(|&q| q != t);
-            if let Some((k, ran)) = index.get(&t).and_then(|&k| Some((k, held[k].take()?))) {
+            let ran = |k: usize| !(libc::WIFSIGNALED(st) && was_sent[k]);
+            let last = index.get(&t).filter(|&&k| ran(k));
+            if let Some((k, ran)) = last.and_then(|&k| Some((k, held[k].take()?))) {
                 match sink.as_mut() {
                     Some(f) if k == 0 => {
                         f(t, ran);
@@ -186,6 +191,7 @@ fn step(
                 streams.push(Vec::new());
                 begun.push(false);
                 held.push(None);
+                was_sent.push(false);
                 alive.push(new);
             }
         } else if stop == libc::SIGTRAP && int3_trap(t) {
@@ -199,6 +205,7 @@ fn step(
             // first one); another signal's stop comes before the
             // instruction the last trap reported runs.
             begun[k] = true;
+            was_sent[k] = false;
             match (held[k].replace(regs.rip), sink.as_mut()) {
                 (None, _) => {}
                 (Some(ran), Some(f)) if k == 0 => {
@@ -219,7 +226,8 @@ fn step(
             // return reports again (before 2026-11-30 the stream listed
             // it twice: a `raise` in traced static glibc).
             sig = stop;
-            if sent(t) && caught(t, stop) {
+            was_sent[k] = sent(t);
+            if was_sent[k] && caught(t, stop) {
                 held[k] = None;
             }
         }
