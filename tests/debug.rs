@@ -21,7 +21,7 @@ use std::process::Command;
 
 use crate::trace_oracle::first_difference;
 use common::build::{build, build_with_lib, run_checked, Link, Opt, Variant};
-use common::lackey::{self, Capture, LogMode};
+use common::lackey;
 use common::recorded::{record_ok, record_run, Knobs};
 
 const O2_PIE: Variant = Variant::new(Opt::O2, Link::Pie, false);
@@ -1407,14 +1407,7 @@ fn exec_streams_against_lackey(exe: &Path, trace: &Path, t: &str) {
     let lengths = objdump_lengths(exe);
     let (mut refs, mut straddles) = (Vec::new(), 0);
     for (thread, args) in [("0", &["self"][..]), (t, &["again", "self"][..])] {
-        let run = lackey::run_with(
-            exe,
-            args,
-            &[exe.to_path_buf()],
-            "*",
-            LogMode::Pipe,
-            Capture::Sequences,
-        );
+        let run = lackey::executable_sequences(exe, args);
         let seqs = &run.modules[0].sequences;
         assert_eq!(seqs.len(), 1, "lackey {args:?}: threads {:?}", seqs.keys());
         let lk = seqs.values().next().unwrap();
