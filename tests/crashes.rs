@@ -17,7 +17,7 @@ use std::path::Path;
 use std::process::Command;
 
 use common::build::{build, Link, Opt, Variant};
-use common::lackey::{self, Capture, LogMode};
+use common::lackey;
 use common::recorded::{info_json, record_run, Knobs};
 
 const O2_PIE: Variant = Variant::new(Opt::O2, Link::Pie, false);
@@ -25,14 +25,7 @@ const O2_PIE: Variant = Variant::new(Opt::O2, Link::Pie, false);
 /// Lackey's instruction sequence of `exe args` in the executable and the
 /// regenerated one of `trace` (link-time offsets, one thread).
 fn sequences(exe: &Path, args: &[&str], trace: &Path) -> (Vec<u64>, Vec<u64>) {
-    let run = lackey::run_with(
-        exe,
-        args,
-        &[exe.to_path_buf()],
-        &lackey::symtab_pattern(&[exe.to_path_buf()]),
-        LogMode::Pipe,
-        Capture::Sequences,
-    );
+    let run = lackey::executable_sequences(exe, args);
     let (_, mut lk, mut rg) = module_sequences(
         "crash",
         exe,

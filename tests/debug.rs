@@ -19,7 +19,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::trace_oracle::first_difference;
 use common::build::{build, build_with_lib, build_with_lib_flags, run_checked, Link, Opt, Variant};
+use common::lackey;
 use common::recorded::{record_ok, record_run, Knobs};
 
 const O2_PIE: Variant = Variant::new(Opt::O2, Link::Pie, false);
@@ -1388,7 +1390,98 @@ fn a_post_exec_stream_is_served_by_its_own_session() {
     assert_eq!(backtraces(&out)[0][..2], ["work", "main"], "{out}");
     let named = format!("module {} procedure work", exe.display());
     assert!(out.contains(&named), "{named}\n{out}");
+    exec_streams_against_lackey(&exe, &trace, &t);
     exec_data_at_each_images_addresses(&exe);
+}
+
+/// Each stream of `exec.c self`'s `trace` (`t` the exec'd one) against
+/// lackey, which cannot follow this exec (under valgrind `/proc/self/exe`
+/// names valgrind's tool, whose load fails): the first image is lackey's
+/// `exec self` up to its exec, the new one lackey's `exec again self`, the
+/// arguments the exec passes. Then `aetrace cachesim` on the trace: one
+/// reference per instruction of both images, and Dinero's demand fetches
+/// one more per instruction straddling two 64-byte lines (a split
+/// reference, a "multi-block ref"), the straddles counted from lackey's
+/// addresses and objdump's lengths (the images' bases are page-aligned).
+fn exec_streams_against_lackey(exe: &Path, trace: &Path, t: &str) {
+    let lengths = objdump_lengths(exe);
+    let (mut refs, mut straddles) = (Vec::new(), 0);
+    for (thread, args) in [("0", &["self"][..]), (t, &["again", "self"][..])] {
+        let run = lackey::executable_sequences(exe, args);
+        let seqs = &run.modules[0].sequences;
+        assert_eq!(seqs.len(), 1, "lackey {args:?}: threads {:?}", seqs.keys());
+        let lk = seqs.values().next().unwrap();
+        // PIE linked at 0: lackey's link-time addresses are the offsets.
+        let rg = common::regen::addresses(
+            trace,
+            &["--relative", "--thread", thread, "--format", "insn"],
+        );
+        assert!(
+            lk == &rg,
+            "thread {thread} against lackey {args:?}: {:?}",
+            first_difference(lk, &rg)
+        );
+        let line = |a: u64| a / 64;
+        straddles += (lk.iter())
+            .filter(|&&a| line(a) != line(a + lengths[&a] - 1))
+            .count() as u64;
+        refs.push(lk.len() as u64);
+    }
+    let out = run_checked(
+        Command::new(common::aetrace())
+            .args([
+                "cachesim",
+                "-l1-usize",
+                "32k",
+                "-l1-ubsize",
+                "64",
+                "--modules",
+            ])
+            .arg(trace),
+        "aetrace cachesim",
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let total: u64 = refs.iter().sum();
+    assert!(
+        text.contains(&format!("---References simulated: {total}\n")),
+        "{text}"
+    );
+    let row = |label: &str| -> Vec<u64> {
+        let line = text.lines().find_map(|l| l.strip_prefix(label));
+        let line = line.unwrap_or_else(|| panic!("no {label:?}:\n{text}"));
+        line.split_whitespace()
+            .map(|w| w.parse().unwrap())
+            .collect()
+    };
+    // Total and instruction fetches, then data, read, write, misc.
+    let fetches = total + straddles;
+    assert_eq!(row(" Demand Fetches")[..3], [fetches, fetches, 0], "{text}");
+    assert_eq!(row(" Multi-block refs"), [straddles], "{text}");
+    let per_module: Vec<u64> = (text.lines())
+        .skip_while(|l| !l.starts_with("---Instruction fetches per traced module"))
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert_eq!(per_module, refs, "{text}");
+}
+
+/// The length of each instruction of `exe`'s code, by its link-time
+/// address (`objdump -d`, one line per instruction).
+fn objdump_lengths(exe: &Path) -> HashMap<u64, u64> {
+    let out = run_checked(
+        Command::new("objdump")
+            .args(["-d", "--insn-width=16"])
+            .arg(exe),
+        "objdump -d",
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split('\t');
+            let addr = u64::from_str_radix(f.next()?.trim().strip_suffix(':')?, 16).ok()?;
+            Some((addr, f.next()?.split_whitespace().count() as u64))
+        })
+        .collect()
 }
 
 /// `exec.c self` recorded with `--data` (randomisation on, unlike

@@ -13,10 +13,11 @@ use crate::{ProcProfile, Profile};
 
 /// Whether procedure `p`'s call to `import` installs a signal handler. A
 /// static executable holds its libc: glibc's `profil` (linked into every
-/// static program) installs a SIGPROF handler that only counts.
+/// static program) installs a SIGPROF handler that only counts, and
+/// `abort` sets SIGABRT's action to SIG_DFL, no handler.
 fn installs_handlers(p: &ProcProfile, import: Option<&str>) -> bool {
     import.is_some_and(signals::is_installer)
-        && !matches!(p.name.as_str(), "__profil" | "profil")
+        && !matches!(p.name.as_str(), "__profil" | "profil" | "abort")
         && !p.name.ends_with("@plt")
 }
 

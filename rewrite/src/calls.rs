@@ -297,16 +297,15 @@ impl<'t> Calls<'t> {
         // exit_group, and RETURN after it when it returned: the
         // regenerator cannot mistake the EXIT of a later one for it.
         let syscall = c.kind == CallKind::Syscall;
-        let to_setjmp = c.target.is_some_and(|t| family.setjmp.contains(&t));
         let to_longjmp = c.target.is_some_and(|t| family.longjmp.contains(&t));
         let to_fork = c.target.is_some_and(|t| family.fork.contains(&t));
         // A traced procedure that only tail-jumps to `fork`.
         let wrapper = target_proc.and_then(|q| self.fork_tails.get(&q).copied());
-        // Left alone with all it calls: no callback, and a longjmp
-        // never returns (its last jump is indirect, so the CFG cannot
-        // tell).
+        // A longjmp never returns (its last jump is indirect, so the CFG
+        // cannot tell). A static libc's setjmp is a direct call, so it is
+        // marked: its callees are traced (`__sigjmp_save`).
         let returns = c.returns && !to_longjmp;
-        let marker = (marker || syscall) && returns && !c.tail && !to_setjmp;
+        let marker = (marker || syscall) && returns && !c.tail;
         let mut plan = CallPlan {
             count: false,
             lazy_record: false,

@@ -407,13 +407,12 @@ impl Traced {
     /// `fork_child` at their call sites, whatever alias the call names.
     /// The fork family is left alone with everything it calls: a fork
     /// child must not run traced code before `fork_child` gives it its own
-    /// slot. So is setjmp: its call site writes SETJMP and its return
-    /// point SETJMP_RESUME, and the regenerator admits nothing between the
-    /// two (an ENTER of a traced `__sigjmp_save` there "cannot occur").
-    /// What longjmp calls (`_exit`, `mmap`, `munmap` on its fortify
-    /// error path) stays traced: entered from it, it is a callback from
-    /// untraced code, as from an import, and returns before the context is
-    /// resumed. The IRELATIVE PLT stubs they
+    /// slot. What setjmp calls (`__sigjmp_save`) and what longjmp calls
+    /// (`_exit`, `mmap`, `munmap` on its fortify error path) stays traced:
+    /// entered from them, it is a callback from untraced code, as from an
+    /// import, and returns before the setjmp call returns (its call is
+    /// marked: RETURN after SETJMP and the callbacks) or before the context
+    /// is resumed. The IRELATIVE PLT stubs they
     /// call stay traced: a stub's one `jmp [GOT]` goes to an implementation
     /// traced or not whoever calls the stub, so leaving the stub alone would
     /// keep no traced code out of the family; traced, its springboard's
@@ -423,10 +422,16 @@ impl Traced {
             return;
         }
         let f = &self.family;
-        // (entry, whether its callees join it): longjmp's first, so that
-        // the closures are taken before its roots are reached without one.
-        let mut work: Vec<(u64, bool)> = (f.longjmp.iter().map(|&a| (a, false)))
-            .chain(f.setjmp.iter().chain(&f.fork).map(|&a| (a, true)))
+        // (entry, whether its callees join it): only fork's do, for a
+        // child must not run traced code before `fork_child` gives it its
+        // slot. What a setjmp or longjmp calls is traced, entered from
+        // untraced code like a callback (a setjmp call is marked: the
+        // regenerator takes callbacks until its RETURN). Fork's last, popped
+        // first, so that its closure is taken before the other roots are
+        // reached without one.
+        let mut work: Vec<(u64, bool)> = (f.longjmp.iter().chain(&f.setjmp))
+            .map(|&a| (a, false))
+            .chain(f.fork.iter().map(|&a| (a, true)))
             .collect();
         let roots: std::collections::HashSet<u64> = work.iter().map(|&(a, _)| a).collect();
         while let Some((a, closed)) = work.pop() {
@@ -440,8 +445,7 @@ impl Traced {
                 "setjmp/longjmp/fork family of a static libc (runs untraced, called like \
                  an import)"
             } else {
-                "called by the setjmp or fork family of a static libc (runs untraced \
-                 with it)"
+                "called by the fork family of a static libc (runs untraced with it)"
             };
             self.reasons.entry(id).or_insert_with(|| why.into());
             if let (true, Ok(cfg)) = (closed, &prog.procs[id].cfg) {

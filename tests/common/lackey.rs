@@ -564,6 +564,21 @@ pub fn run_with(
     )
 }
 
+/// [`run_with`] for the executable `exe` alone, keeping its instruction
+/// sequence per thread (one log through a pipe).
+pub fn executable_sequences(exe: &Path, args: &[&str]) -> Run {
+    let modules = [exe.to_path_buf()];
+    let pattern = symtab_pattern(&modules);
+    run_with(
+        exe,
+        args,
+        &modules,
+        &pattern,
+        LogMode::Pipe,
+        Capture::Sequences,
+    )
+}
+
 /// [`run`] also counting each module's data references by form
 /// (`ModuleTrace::data`), leaving out the instructions in each module's
 /// `excluded` link-time ranges.

@@ -33,9 +33,9 @@ pub fn run(exe: &Path, argv0: Option<&Path>, args: &[&str], env: &[(String, Stri
     step(exe, argv0, args, env, false, None).0
 }
 
-/// Receives each instruction of the first process as it is about to run:
-/// (the stopped process's id, its run-time address); returns false to end
-/// the run (the program is killed).
+/// Receives each instruction of the first process once the next stop
+/// shows it ran: (the stopped process's id, its run-time address);
+/// returns false to end the run (the program is killed).
 pub type Sink<'s> = &'s mut dyn FnMut(libc::pid_t, u64) -> bool;
 
 /// [`run`] handing each instruction to `sink` and keeping none (`rips`
@@ -111,6 +111,12 @@ fn step(
     let mut streams: Vec<Vec<u64>> = vec![Vec::new()];
     // Per process: whether its first instruction was seen.
     let mut begun: Vec<bool> = vec![false];
+    // Per process: the instruction the last trap reported, kept until the
+    // next stop says whether it ran.
+    let mut held: Vec<Option<u64>> = vec![None];
+    // Per process: whether the signal delivered at its last stop was sent
+    // to it (`sent`): if it kills, the held instruction never ran.
+    let mut was_sent: Vec<bool> = vec![false];
     let mut index: std::collections::HashMap<libc::pid_t, usize> = [(pid, 0)].into();
     // The tracees not yet ended. Each is waited for by its id: a
     // `waitpid(-1)` would also reap the children other tests of this
@@ -139,6 +145,16 @@ fn step(
         assert!(t > 0, "waitpid: {}", std::io::Error::last_os_error());
         if libc::WIFEXITED(st) || libc::WIFSIGNALED(st) {
             alive.retain(|&q| q != t);
+            let ran = |k: usize| !(libc::WIFSIGNALED(st) && was_sent[k]);
+            let last = index.get(&t).filter(|&&k| ran(k));
+            if let Some((k, ran)) = last.and_then(|&k| Some((k, held[k].take()?))) {
+                match sink.as_mut() {
+                    Some(f) if k == 0 => {
+                        f(t, ran);
+                    }
+                    _ => streams[k].push(ran),
+                }
+            }
             if t == pid {
                 status = Some(if libc::WIFEXITED(st) {
                     libc::WEXITSTATUS(st)
@@ -174,6 +190,8 @@ fn step(
                 e.insert(streams.len());
                 streams.push(Vec::new());
                 begun.push(false);
+                held.push(None);
+                was_sent.push(false);
                 alive.push(new);
             }
         } else if stop == libc::SIGTRAP && int3_trap(t) {
@@ -187,20 +205,31 @@ fn step(
             // first one); another signal's stop comes before the
             // instruction the last trap reported runs.
             begun[k] = true;
-            match sink.as_mut() {
-                Some(f) if k == 0 => {
-                    if !f(t, regs.rip) {
+            was_sent[k] = false;
+            match (held[k].replace(regs.rip), sink.as_mut()) {
+                (None, _) => {}
+                (Some(ran), Some(f)) if k == 0 => {
+                    if !f(t, ran) {
                         // SAFETY: killing our own tracee (reaped above); it
                         // takes no more ptrace requests.
                         unsafe { libc::kill(t, libc::SIGKILL) };
                         continue;
                     }
                 }
-                _ => streams[k].push(regs.rip),
+                (Some(ran), _) => streams[k].push(ran),
             }
         } else {
-            // Deliver it: the program must see the signals it would.
+            // Deliver it: the program must see the signals it would. One
+            // sent to it (`kill`, `tgkill`, `raise`, `sigqueue`, a POSIX
+            // timer: `si_code` <= 0), caught, runs its handler before the
+            // instruction the last trap reported, which the handler's
+            // return reports again (before 2026-11-30 the stream listed
+            // it twice: a `raise` in traced static glibc).
             sig = stop;
+            was_sent[k] = sent(t);
+            if was_sent[k] && caught(t, stop) {
+                held[k] = None;
+            }
         }
         if t == pid {
             started = true;
@@ -224,13 +253,33 @@ fn step(
     )
 }
 
-/// Whether stopped tracee `t`'s SIGTRAP came from an `int3` (`si_code`
-/// SI_KERNEL) rather than a single step or an exec.
-fn int3_trap(t: libc::pid_t) -> bool {
+/// The `si_code` of the signal stopped tracee `t` reports.
+fn si_code(t: libc::pid_t) -> Option<i32> {
     // SAFETY: the kernel fills the siginfo of our stopped tracee.
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
     let r = unsafe { libc::ptrace(libc::PTRACE_GETSIGINFO, t, 0, &mut info) };
-    r == 0 && info.si_code == 0x80
+    (r == 0).then_some(info.si_code)
+}
+
+/// Whether stopped tracee `t`'s SIGTRAP came from an `int3` (`si_code`
+/// SI_KERNEL) rather than a single step or an exec.
+fn int3_trap(t: libc::pid_t) -> bool {
+    si_code(t) == Some(0x80)
+}
+
+/// Whether the signal stopped tracee `t` reports was sent by a process
+/// or a POSIX timer (`si_code` <= 0), not raised by an instruction.
+fn sent(t: libc::pid_t) -> bool {
+    si_code(t).is_some_and(|c| c <= 0)
+}
+
+/// Whether thread `t` has a handler for signal `sig` (`SigCgt` in its
+/// `/proc` status).
+fn caught(t: libc::pid_t, sig: i32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{t}/status")).unwrap_or_default();
+    let mask = status.lines().find_map(|l| l.strip_prefix("SigCgt:"));
+    let mask = mask.and_then(|m| u64::from_str_radix(m.trim(), 16).ok());
+    mask.is_some_and(|m| m >> (sig - 1) & 1 == 1)
 }
 
 /// The rewritten copy of `exe` in the aetrace cache directory `cache`
