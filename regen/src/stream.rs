@@ -265,7 +265,43 @@ type ChunkKey = (ThreadId, u64);
 
 /// A chunk's bytes once its claimer has them (`None`: it failed; a reader
 /// then decompresses the chunk itself, for the error).
-type Slot = std::sync::Arc<std::sync::OnceLock<Option<std::sync::Arc<Vec<u8>>>>>;
+type Slot = std::sync::Arc<SlotCell>;
+
+/// A [`Slot`]'s state: set once, waited for (`OnceLock::wait` is newer
+/// than the workspace's MSRV).
+#[derive(Default)]
+struct SlotCell {
+    bytes: std::sync::Mutex<Option<Option<std::sync::Arc<Vec<u8>>>>>,
+    filled: std::sync::Condvar,
+}
+
+impl SlotCell {
+    /// Fills the slot unless it is filled already.
+    fn set(&self, bytes: Option<std::sync::Arc<Vec<u8>>>) {
+        if let Ok(mut b) = self.bytes.lock() {
+            b.get_or_insert(bytes);
+        }
+        self.filled.notify_all();
+    }
+
+    /// Bytes held now (0 until filled).
+    fn size(&self) -> usize {
+        let b = self.bytes.lock().ok();
+        b.and_then(|b| b.as_ref().and_then(|b| b.as_ref().map(|b| b.len())))
+            .unwrap_or(0)
+    }
+
+    /// The bytes once filled (`None`: failed, or a lock poisoned).
+    fn wait(&self) -> Option<std::sync::Arc<Vec<u8>>> {
+        let mut b = self.bytes.lock().ok()?;
+        loop {
+            if let Some(bytes) = &*b {
+                return bytes.clone();
+            }
+            b = self.filled.wait(b).ok()?;
+        }
+    }
+}
 
 /// Decompressed bytes [`Chunks`] keeps: a few chunks of the recorder's
 /// size (about 1 MiB, `CHUNK_BYTES`), for the two pieces per worker in
@@ -304,8 +340,7 @@ impl Chunks {
         }
         let slot = Slot::default();
         kept.push_back((key, slot.clone()));
-        let size = |s: &Slot| s.get().and_then(|b| b.as_ref()).map_or(0, |b| b.len());
-        while kept.iter().map(|(_, s)| size(s)).sum::<usize>() > self.budget && kept.len() > 1 {
+        while kept.iter().map(|(_, s)| s.size()).sum::<usize>() > self.budget && kept.len() > 1 {
             kept.pop_front();
         }
         (slot, true)
@@ -328,13 +363,13 @@ fn fill(slot: &Slot, chunk: Chunk<'_>) {
     struct Failed<'s>(&'s Slot);
     impl Drop for Failed<'_> {
         fn drop(&mut self) {
-            let _ = self.0.set(None);
+            self.0.set(None);
         }
     }
     let _failed = Failed(slot);
     let mut out = Vec::new();
     let bytes = chunk.decompress_into(&mut out).ok().map(|_| out.into());
-    let _ = slot.set(bytes);
+    slot.set(bytes);
 }
 
 /// The bytes of `chunk`'s `slot` once filled, or the chunk's error.
