@@ -147,6 +147,15 @@ impl<'t> DataCursor<'t> {
         trace: &'t aetrace_format::Trace<B>,
         thread: aetrace_format::ThreadId,
     ) -> Result<Self> {
+        DataCursor::sharing(trace, thread, None)
+    }
+
+    /// [`DataCursor::new`] reading its chunks through `shared` if given.
+    pub(crate) fn sharing<B: AsRef<[u8]>>(
+        trace: &'t aetrace_format::Trace<B>,
+        thread: aetrace_format::ThreadId,
+        shared: Option<&'t stream::Chunks>,
+    ) -> Result<Self> {
         let minor = trace.header().minor;
         if minor < aetrace_format::header::MINOR_DATA_VALUES {
             return Err(Error::Usage(format!(
@@ -154,9 +163,12 @@ impl<'t> DataCursor<'t> {
                 aetrace_format::header::MINOR_DATA_VALUES
             )));
         }
-        let chunks = trace.chunks(thread).collect();
+        let mut stream = stream::Stream::new(thread, trace.chunks(thread).collect());
+        if let Some(shared) = shared {
+            stream = stream.sharing(shared);
+        }
         Ok(DataCursor {
-            stream: stream::Stream::new(thread, chunks),
+            stream,
             given: 0,
             peeked: None,
         })

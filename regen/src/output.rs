@@ -724,8 +724,9 @@ pub(crate) struct Ctx<'a, B> {
     spare: std::sync::Mutex<Vec<Vec<u8>>>,
     /// Killed threads' ends, as their last pieces reach them.
     endings: std::sync::Mutex<Vec<Ending>>,
-    /// Decompressed chunks the pieces of one stream share.
-    chunks: crate::stream::Chunks,
+    /// Decompressed chunks the pieces of one stream share (and, for a
+    /// data walk, its value cursor).
+    pub(crate) chunks: std::sync::Arc<crate::stream::Chunks>,
 }
 
 /// Output bytes written so far, shown on stderr while it is a terminal

@@ -229,19 +229,30 @@ pub struct Stream<'t> {
     shared: Option<&'t Chunks>,
 }
 
-/// Decompressed chunks shared by the pieces of one regeneration (`-j N`
-/// from a state index): a piece starts in the chunk the piece before it
-/// ends in, and each of the two would decompress it (pieces of 512 KiB
-/// of stream in chunks of about 1 MiB decompressed each chunk 2.4 times
-/// on gzip's trace, 9 % of `-j 2`'s CPU time). The most recently used
-/// chunks stay, up to [`SHARED_BYTES`] of them; pieces in flight are
-/// close together in the stream, so they find what they need.
-/// Invariant: a chunk's bytes are keyed by (thread, seq), its identity in
-/// the trace, and are exactly [`Chunk::decompress_into`]'s.
+/// Decompressed chunks shared by the readers of one regeneration: the
+/// pieces of `-j N` from a state index (a piece starts in the chunk the
+/// piece before it ends in, and each of the two would decompress it:
+/// pieces of 512 KiB of stream in chunks of about 1 MiB decompressed each
+/// chunk 2.4 times on gzip's trace, 9 % of `-j 2`'s CPU time), and, for a
+/// data walk ([`Chunks::from_start`]), its control walk and its value
+/// cursor, which read every chunk of a thread from the start (each
+/// decompressed and decoded every chunk: 12 % of the samples of `regen
+/// --format bin --data`). The most recently claimed chunks stay, up to a
+/// budget of decompressed bytes; readers in flight are close together in
+/// the stream, so they find what they need, and one that does not
+/// decompresses the chunk again (the same bytes).
+/// Invariants: a chunk's bytes are keyed by (thread, seq), its identity in
+/// the trace, and are exactly [`Chunk::decompress_into`]'s; a slot is
+/// claimed by one reader, which fills it on a thread that waits for no
+/// other reader (its own, at once, or a helper's), so a reader waiting
+/// for a slot never waits for itself.
 pub(crate) struct Chunks {
-    kept: std::sync::Mutex<std::collections::VecDeque<(ChunkKey, std::sync::Arc<Vec<u8>>)>>,
+    kept: std::sync::Mutex<std::collections::VecDeque<(ChunkKey, Slot)>>,
     /// Decompressed bytes kept at most (and the last chunk, whatever its size).
     budget: usize,
+    /// Streams read from their start go through it too, decompressing
+    /// ahead into its slots (else only streams positioned by `seek`).
+    from_start: bool,
 }
 
 impl Default for Chunks {
@@ -252,9 +263,50 @@ impl Default for Chunks {
 
 type ChunkKey = (ThreadId, u64);
 
+/// A chunk's bytes once its claimer has them (`None`: it failed; a reader
+/// then decompresses the chunk itself, for the error).
+type Slot = std::sync::Arc<SlotCell>;
+
+/// A [`Slot`]'s state: set once, waited for (`OnceLock::wait` is newer
+/// than the workspace's MSRV).
+#[derive(Default)]
+struct SlotCell {
+    bytes: std::sync::Mutex<Option<Option<std::sync::Arc<Vec<u8>>>>>,
+    filled: std::sync::Condvar,
+}
+
+impl SlotCell {
+    /// Fills the slot unless it is filled already.
+    fn set(&self, bytes: Option<std::sync::Arc<Vec<u8>>>) {
+        if let Ok(mut b) = self.bytes.lock() {
+            b.get_or_insert(bytes);
+        }
+        self.filled.notify_all();
+    }
+
+    /// Bytes held now (0 until filled).
+    fn size(&self) -> usize {
+        let b = self.bytes.lock().ok();
+        b.and_then(|b| b.as_ref().and_then(|b| b.as_ref().map(|b| b.len())))
+            .unwrap_or(0)
+    }
+
+    /// The bytes once filled (`None`: failed, or a lock poisoned).
+    fn wait(&self) -> Option<std::sync::Arc<Vec<u8>>> {
+        let mut b = self.bytes.lock().ok()?;
+        loop {
+            if let Some(bytes) = &*b {
+                return bytes.clone();
+            }
+            b = self.filled.wait(b).ok()?;
+        }
+    }
+}
+
 /// Decompressed bytes [`Chunks`] keeps: a few chunks of the recorder's
 /// size (about 1 MiB, `CHUNK_BYTES`), for the two pieces per worker in
-/// flight.
+/// flight, or the control walk ahead of the value cursor (at most
+/// `RUNS_AHEAD` batches of runs, a few chunks).
 const SHARED_BYTES: usize = 16 << 20;
 
 impl Chunks {
@@ -263,33 +315,72 @@ impl Chunks {
         Chunks {
             kept: Default::default(),
             budget,
+            from_start: false,
         }
     }
 
-    /// `chunk`'s bytes, decompressed here unless a piece did it already.
-    /// Two pieces asking at once may both decompress it: the lock is not
-    /// held while zstd runs.
-    pub(crate) fn get(&self, chunk: Chunk<'_>) -> Result<std::sync::Arc<Vec<u8>>> {
+    /// Chunks shared by readers of whole streams: a data walk's control
+    /// walk and value cursor ([`crate::Visit::sharing_values`]).
+    pub(crate) fn from_start() -> Self {
+        Chunks {
+            from_start: true,
+            ..Chunks::default()
+        }
+    }
+
+    /// `chunk`'s slot, and whether the caller claimed it (it must then fill
+    /// it).
+    fn claim(&self, chunk: Chunk<'_>) -> (Slot, bool) {
         let key = (chunk.meta.thread, chunk.meta.seq);
-        let found = self
-            .kept
-            .lock()
-            .ok()
-            .and_then(|k| k.iter().find(|(k, _)| *k == key).map(|(_, b)| b.clone()));
-        if let Some(bytes) = found {
-            return Ok(bytes);
+        let Ok(mut kept) = self.kept.lock() else {
+            return (Default::default(), true);
+        };
+        if let Some((_, slot)) = kept.iter().find(|(k, _)| *k == key) {
+            return (slot.clone(), false);
         }
-        let mut out = Vec::new();
-        chunk.decompress_into(&mut out)?;
-        let bytes = std::sync::Arc::new(out);
-        if let Ok(mut kept) = self.kept.lock() {
-            kept.retain(|(k, _)| *k != key);
-            kept.push_back((key, bytes.clone()));
-            while kept.iter().map(|(_, b)| b.len()).sum::<usize>() > self.budget && kept.len() > 1 {
-                kept.pop_front();
-            }
+        let slot = Slot::default();
+        kept.push_back((key, slot.clone()));
+        while kept.iter().map(|(_, s)| s.size()).sum::<usize>() > self.budget && kept.len() > 1 {
+            kept.pop_front();
         }
-        Ok(bytes)
+        (slot, true)
+    }
+
+    /// `chunk`'s bytes, decompressed here unless a reader did it, or is
+    /// doing it (then waited for).
+    pub(crate) fn get(&self, chunk: Chunk<'_>) -> Result<std::sync::Arc<Vec<u8>>> {
+        let (slot, mine) = self.claim(chunk);
+        if mine {
+            fill(&slot, chunk);
+        }
+        taken(&slot, chunk)
+    }
+}
+
+/// Decompresses `chunk` into its claimed `slot`; the slot is filled (as
+/// failed) even if this panics, so no reader waits for ever.
+fn fill(slot: &Slot, chunk: Chunk<'_>) {
+    struct Failed<'s>(&'s Slot);
+    impl Drop for Failed<'_> {
+        fn drop(&mut self) {
+            self.0.set(None);
+        }
+    }
+    let _failed = Failed(slot);
+    let mut out = Vec::new();
+    let bytes = chunk.decompress_into(&mut out).ok().map(|_| out.into());
+    slot.set(bytes);
+}
+
+/// The bytes of `chunk`'s `slot` once filled, or the chunk's error.
+fn taken(slot: &Slot, chunk: Chunk<'_>) -> Result<std::sync::Arc<Vec<u8>>> {
+    match slot.wait() {
+        Some(bytes) => Ok(bytes.clone()),
+        None => {
+            let mut out = Vec::new();
+            chunk.decompress_into(&mut out)?;
+            Ok(out.into())
+        }
     }
 }
 
@@ -299,51 +390,97 @@ const AHEAD_MIN: u64 = 64 << 10;
 
 /// A chunk decompressing on a helper thread (issue 24 item 3: zstd was
 /// 13 % of `--count`'s time on gzip's trace, all of it on the walk's
-/// path). The helper owns copies of the chunk's stored bytes and of its
-/// reference and returns the output buffer with the result.
+/// path), or in a slot of shared [`Chunks`] (by this stream's helper or
+/// another reader). The helper owns copies of the chunk's stored bytes and
+/// of its reference and returns the output buffer with the result.
 struct Ahead<'t> {
     chunk: Chunk<'t>,
     job: Option<std::thread::JoinHandle<(Vec<u8>, aetrace_format::Result<()>)>>,
+    slot: Option<Slot>,
 }
 
 impl Clone for Ahead<'_> {
-    /// A clone decompresses the chunk itself when it needs it.
+    /// A clone decompresses the chunk itself when it needs it, or waits
+    /// for the slot (filled by the original's helper, which runs on).
     fn clone(&self) -> Self {
         Ahead {
             chunk: self.chunk,
             job: None,
+            slot: self.slot.clone(),
         }
     }
+}
+
+/// A helper thread running `f` on copies of `chunk`'s reference and
+/// stored bytes; `None` when no thread is to be had.
+fn helper<T: Send + 'static>(
+    chunk: Chunk<'_>,
+    f: impl FnOnce(Chunk<'_>) -> T + Send + 'static,
+) -> Option<std::thread::JoinHandle<T>> {
+    let (meta, data) = (chunk.meta.clone(), chunk.data.to_vec());
+    std::thread::Builder::new()
+        .name("aetrace-unzstd".into())
+        .spawn(move || {
+            f(Chunk {
+                meta: &meta,
+                data: &data,
+            })
+        })
+        .ok()
 }
 
 impl<'t> Ahead<'t> {
     /// Starts decompressing `chunk` on a helper thread, into `spare`'s
     /// buffer (taken), or leaves it for the reader (a small chunk, or no
-    /// thread to be had).
-    fn start(chunk: Chunk<'t>, spare: &mut Vec<u8>) -> Self {
+    /// thread to be had). With `shared` chunks, into the chunk's slot
+    /// unless another reader claimed it.
+    fn start(chunk: Chunk<'t>, spare: &mut Vec<u8>, shared: Option<&Chunks>) -> Self {
+        if let Some(shared) = shared {
+            return Ahead::share(chunk, shared);
+        }
         let job = (chunk.meta.raw_len >= AHEAD_MIN).then(|| {
-            let (meta, data) = (chunk.meta.clone(), chunk.data.to_vec());
             let mut out = std::mem::take(spare);
-            std::thread::Builder::new()
-                .name("aetrace-unzstd".into())
-                .spawn(move || {
-                    let r = Chunk {
-                        meta: &meta,
-                        data: &data,
-                    }
-                    .decompress_into(&mut out);
-                    (out, r)
-                })
-                .ok()
+            helper(chunk, move |c| {
+                let r = c.decompress_into(&mut out);
+                (out, r)
+            })
         });
         Ahead {
             chunk,
             job: job.flatten(),
+            slot: None,
+        }
+    }
+
+    /// `chunk` through its slot of `shared`, filled by a helper if this
+    /// reader claimed it (here at once when no helper is to be had: a
+    /// slot waited for must be filled without this reader).
+    fn share(chunk: Chunk<'t>, shared: &Chunks) -> Self {
+        let (slot, mine) = shared.claim(chunk);
+        if mine {
+            let s = slot.clone();
+            let spawned = (chunk.meta.raw_len >= AHEAD_MIN)
+                .then(|| helper(chunk, move |c| fill(&s, c)))
+                .flatten();
+            if spawned.is_none() {
+                fill(&slot, chunk);
+            }
+        }
+        Ahead {
+            chunk,
+            job: None,
+            slot: Some(slot),
         }
     }
 
     /// The chunk's bytes in `out` (the helper's buffer when it ran).
     fn finish(self, out: &mut Vec<u8>) -> Result<()> {
+        if let Some(slot) = &self.slot {
+            let bytes = taken(slot, self.chunk)?;
+            out.clear();
+            out.extend_from_slice(&bytes);
+            return Ok(());
+        }
         match self.job.map(|j| j.join()) {
             Some(Ok((bytes, r))) => {
                 *out = bytes;
@@ -403,7 +540,7 @@ impl<'t> Stream<'t> {
     /// The shared chunks, for a stream positioned by [`Stream::seek`] (one
     /// read from its start decompresses ahead on its own).
     fn shared(&self) -> Option<&'t Chunks> {
-        self.shared.filter(|_| !self.prefetch)
+        self.shared.filter(|c| !self.prefetch || c.from_start)
     }
 
     /// The next data item of the stream: a value ([`Item::Value`]) with,
@@ -492,7 +629,8 @@ impl<'t> Stream<'t> {
             self.pos = 0;
             if self.prefetch {
                 // `spare` is free again: the helper fills it.
-                self.ahead = self.chunks.next().map(|c| Ahead::start(c, &mut self.spare));
+                let shared = self.shared();
+                self.ahead = (self.chunks.next()).map(|c| Ahead::start(c, &mut self.spare, shared));
             }
         }
         Ok(self.buf.len() - self.pos)

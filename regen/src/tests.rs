@@ -701,6 +701,54 @@ fn shared_chunks_are_each_chunk_decompressed_once() {
     assert!(!Arc::ptr_eq(&got[0], &again) && got[0] == again);
 }
 
+/// A data walk's control walk and value cursor read a thread's chunks
+/// through one `stream::Chunks::from_start`, each decompressing ahead
+/// into the chunks' slots or waiting for the other's: two streams read at
+/// once on two threads give the items one stream alone gives (and the
+/// same error at the same offset when a chunk holds a 0x00 byte), and the
+/// chunks stay shared (asking again gives the same buffer).
+#[test]
+fn streams_from_the_start_share_their_chunks() {
+    use crate::stream::{Chunks, Item, Stream};
+    let db = loop_db();
+    let mut bad = loop_stream(300_000);
+    bad[200_000] = 0;
+    for s in [loop_stream(300_000), bad] {
+        let bytes = trace_bytes(&db, std::slice::from_ref(&s), 64 << 10);
+        let t = Trace::parse(&bytes[..]).unwrap();
+        let chunks = || t.chunks(ThreadId(0)).collect::<Vec<_>>();
+        let items = |mut s: Stream<'_>| {
+            let mut out = Vec::new();
+            loop {
+                match s.peek() {
+                    Ok((Item::End, ..)) => return (out, None),
+                    Ok((item, offset, len)) => {
+                        out.push((offset, item));
+                        s.advance(len);
+                    }
+                    Err(e) => return (out, Some(e.to_string())),
+                }
+            }
+        };
+        let want = items(Stream::new(ThreadId(0), chunks()));
+        assert!(want.0.len() > 100_000);
+        let shared = Chunks::from_start();
+        let sharing = || Stream::new(ThreadId(0), chunks()).sharing(&shared);
+        let (a, b) = std::thread::scope(|sc| {
+            let a = sc.spawn(|| items(sharing()));
+            let b = items(sharing());
+            (a.join().unwrap(), b)
+        });
+        assert_eq!(a, want);
+        assert_eq!(b, want);
+        let c = chunks()[1];
+        assert!(std::sync::Arc::ptr_eq(
+            &shared.get(c).unwrap(),
+            &shared.get(c).unwrap()
+        ));
+    }
+}
+
 #[test]
 fn damaged_traces_give_clear_errors() {
     let db = loop_db();

@@ -43,6 +43,8 @@
 use crate::compile::{BlockIx, Module};
 use crate::error::{Error, Result};
 use crate::output::{prepare, Ctx, Format, Options, Prepared, AHEAD_BYTES};
+use crate::stream::Chunks;
+use crate::DataCursor;
 use aetrace_format::{ThreadId, Trace};
 
 /// Thread-start records carry this module number.
@@ -216,6 +218,8 @@ pub struct Visit<'t, B> {
     trace: &'t aetrace_format::Trace<B>,
     opts: Options,
     prepared: Prepared<'t>,
+    /// The decompressed chunks its walk shares ([`Visit::sharing_values`]).
+    chunks: std::sync::Arc<Chunks>,
 }
 
 impl<'t, B: AsRef<[u8]> + Sync> Visit<'t, B> {
@@ -242,7 +246,22 @@ impl<'t, B: AsRef<[u8]> + Sync> Visit<'t, B> {
             trace,
             opts,
             prepared,
+            chunks: Default::default(),
         })
+    }
+
+    /// The same, its walk sharing each decompressed chunk with the
+    /// [`Visit::values`] cursors, so that a chunk read by both is
+    /// decompressed and decoded once.
+    pub fn sharing_values(mut self) -> Self {
+        self.chunks = std::sync::Arc::new(Chunks::from_start());
+        self
+    }
+
+    /// The data values of `thread` ([`DataCursor::new`]), read through the
+    /// walk's chunks.
+    pub fn values(&self, thread: aetrace_format::ThreadId) -> Result<DataCursor<'_>> {
+        DataCursor::sharing(self.trace, thread, Some(&self.chunks))
     }
 
     /// The compiled modules [`BlockRun::module`] indexes.
@@ -255,7 +274,8 @@ impl<'t, B: AsRef<[u8]> + Sync> Visit<'t, B> {
     /// `give` returning false stops the walk early with `Ok`. On a
     /// regeneration error, everything before it was given.
     pub fn run(&self, give: &mut dyn FnMut(&mut Runs) -> bool) -> Result<()> {
-        let ctx = Ctx::new(self.trace, &self.prepared, &self.opts, AHEAD_BYTES)?;
+        let mut ctx = Ctx::new(self.trace, &self.prepared, &self.opts, AHEAD_BYTES)?;
+        ctx.chunks = self.chunks.clone();
         // A record cut between two batches (not expected: batches end at
         // block boundaries, but the stream is a concatenation either way).
         let mut carry: Vec<u8> = Vec::new();

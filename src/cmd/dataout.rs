@@ -488,10 +488,14 @@ struct Values<'t> {
 }
 
 impl<'t> Values<'t> {
-    /// The values of thread `t`.
-    fn start<B: AsRef<[u8]>>(trace: &'t Trace<B>, t: ThreadId) -> Result<Self, Error> {
+    /// The values of thread `t`, read through the chunks of `visit`'s walk.
+    fn start<B: AsRef<[u8]> + Sync>(
+        trace: &Trace<B>,
+        visit: &'t Visit<'_, B>,
+        t: ThreadId,
+    ) -> Result<Self, Error> {
         Ok(Values {
-            cursor: Some(aetrace_regen::DataCursor::new(trace, t)?),
+            cursor: Some(visit.values(t)?),
             thread: Some(t),
             registers: trace.header().minor >= aetrace_format::header::MINOR_SIGRETURN,
             rep_faults: trace.header().minor >= aetrace_format::header::MINOR_REP_FAULT,
@@ -651,7 +655,7 @@ pub fn walk(
     if !trace.modules().iter().any(has_data_flag) {
         return Err("the trace has no data addresses: record it with --data".into());
     }
-    let visit = Visit::with_segments(&trace, opts)?;
+    let visit = Visit::with_segments(&trace, opts)?.sharing_values();
     let mut w = Writer {
         sink,
         mods: Vec::new(),
@@ -799,8 +803,8 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
     /// batch sent `back` to be reused.
     fn events<B: AsRef<[u8]> + Sync>(
         &mut self,
-        trace: &'t Trace<B>,
-        visit: &Visit<'_, B>,
+        trace: &Trace<B>,
+        visit: &'t Visit<'_, B>,
         rx: mpsc::Receiver<Runs>,
         back: mpsc::Sender<Runs>,
     ) -> Result<(), Error> {
@@ -840,14 +844,14 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
 
     fn event<B: AsRef<[u8]> + Sync>(
         &mut self,
-        trace: &'t Trace<B>,
-        visit: &Visit<'_, B>,
+        trace: &Trace<B>,
+        visit: &'t Visit<'_, B>,
         e: Event,
     ) -> Result<(), Error> {
         match e {
             Event::Thread(t) => {
                 self.end_thread(visit)?;
-                self.values = Values::start(trace, t)?;
+                self.values = Values::start(trace, visit, t)?;
                 self.sig = signals::Signals::default();
                 self.state = ThreadExec::default();
                 Ok(())
