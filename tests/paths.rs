@@ -314,14 +314,7 @@ fn check_with(exe: &Path, args: &[&str], tag: &str, libs: &[&str], killed: bool)
     let files: Vec<PathBuf> = std::iter::once(exe.to_path_buf())
         .chain(prof.libs.iter().map(|l| l.1.clone()))
         .collect();
-    let run = lackey::run_with(
-        exe,
-        args,
-        &files,
-        &lackey::symtab_pattern(&files),
-        LogMode::Pipe,
-        Capture::Sequences,
-    );
+    let run = lackey::run_with(exe, args, &files, LogMode::Pipe, Capture::Sequences);
     let sections =
         std::iter::once((&prof.procs, &prof.paths)).chain(prof.libs.iter().map(|l| (&l.2, &l.3)));
     for (m, (procs, paths)) in sections.enumerate() {
@@ -476,7 +469,6 @@ fn too_many_paths_falls_back_to_edges() {
         &exe,
         &["5"],
         std::slice::from_ref(&exe),
-        &lackey::symtab_pattern(std::slice::from_ref(&exe)),
         LogMode::Pipe,
         Capture::Sequences,
     );

@@ -142,14 +142,7 @@ fn check_recorded(
             "{name}: instrumented modules in the trace: {modules:?}"
         );
     }
-    let run = lackey::run_with(
-        exe,
-        args,
-        &modules,
-        &lackey::symtab_pattern(&modules),
-        mode,
-        Capture::Sequences,
-    );
+    let run = lackey::run_with(exe, args, &modules, mode, Capture::Sequences);
     for (k, module) in modules.iter().enumerate() {
         let filter = (!libs.is_empty()).then(|| module.to_str().unwrap());
         compare_module(&name, module, &info, k, &run.modules[k], &trace, filter);
@@ -288,14 +281,7 @@ fn compare_module(
 fn record_both(exe: &Path, args: &[&str], mode: LogMode) -> (String, Vec<Vec<u64>>, Vec<Vec<u64>>) {
     let (name, trace) = record_checked(exe, args, &[], Knobs::DEFAULT);
     let info = info_json(&trace);
-    let run = lackey::run_with(
-        exe,
-        args,
-        &[exe.to_path_buf()],
-        &lackey::symtab_pattern(&[exe.to_path_buf()]),
-        mode,
-        Capture::Sequences,
-    );
+    let run = lackey::run_with(exe, args, &[exe.to_path_buf()], mode, Capture::Sequences);
     let seqs = module_sequences(&name, exe, &info, 0, &run.modules[0], &trace, None);
     let _ = std::fs::remove_file(&trace);
     seqs
@@ -1547,7 +1533,6 @@ fn signals_delivered_by_kill_and_unblocking() {
         &exe,
         &["die"],
         std::slice::from_ref(&exe),
-        &lackey::symtab_pattern(std::slice::from_ref(&exe)),
         LogMode::Pipe,
         Capture::Sequences,
     );

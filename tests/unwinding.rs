@@ -67,15 +67,7 @@ fn exact_without_handler(exe: &Path, runs: usize) {
         let run = oracle.get_or_insert_with(|| {
             let modules = instrumented_modules(&info);
             let args = ["0", "0", ROUNDS];
-            let pattern = lackey::symtab_pattern(&modules);
-            lackey::run_with(
-                exe,
-                &args,
-                &modules,
-                &pattern,
-                LogMode::Pipe,
-                Capture::Sequences,
-            )
+            lackey::run_with(exe, &args, &modules, LogMode::Pipe, Capture::Sequences)
         });
         for key in ["s=", "mixes="] {
             assert_eq!(

@@ -542,41 +542,30 @@ pub fn symtab_pattern(modules: &[PathBuf]) -> String {
 /// `--trace-symtab-patt` glob: it must match the object names of all of
 /// `modules` and should match little else (the dumps are large).
 pub fn run(exe: &Path, args: &[&str], modules: &[PathBuf], pattern: &str, mode: LogMode) -> Run {
-    run_with(exe, args, modules, pattern, mode, Capture::Sets)
+    let reducer = Reducer::new(modules, Capture::Sets, None);
+    run_into(exe, args, &Launch::default(), pattern, mode, reducer)
 }
 
-/// [`run`], keeping the instruction sequences when `capture` says so.
+/// [`run`] with the narrowest symbol-table pattern for `modules`
+/// ([`symtab_pattern`]), keeping the instruction sequences when `capture`
+/// says so.
 pub fn run_with(
     exe: &Path,
     args: &[&str],
     modules: &[PathBuf],
-    pattern: &str,
     mode: LogMode,
     capture: Capture,
 ) -> Run {
-    run_into(
-        exe,
-        args,
-        &Launch::default(),
-        pattern,
-        mode,
-        Reducer::new(modules, capture, None),
-    )
+    let pattern = symtab_pattern(modules);
+    let reducer = Reducer::new(modules, capture, None);
+    run_into(exe, args, &Launch::default(), &pattern, mode, reducer)
 }
 
 /// [`run_with`] for the executable `exe` alone, keeping its instruction
 /// sequence per thread (one log through a pipe).
 pub fn executable_sequences(exe: &Path, args: &[&str]) -> Run {
     let modules = [exe.to_path_buf()];
-    let pattern = symtab_pattern(&modules);
-    run_with(
-        exe,
-        args,
-        &modules,
-        &pattern,
-        LogMode::Pipe,
-        Capture::Sequences,
-    )
+    run_with(exe, args, &modules, LogMode::Pipe, Capture::Sequences)
 }
 
 /// [`run`] also counting each module's data references by form
