@@ -268,13 +268,6 @@ fn functions(exe: &Path, names: &[&str]) -> Vec<(u64, u64)> {
     found
 }
 
-/// The PLT sections' spans of `exe`.
-fn plt_of(exe: &Path) -> Vec<(u64, u64)> {
-    let m = aetrace_analysis::elf::Module::open(exe).unwrap();
-    let plt = m.sections.iter().filter(|s| s.name.starts_with(".plt"));
-    plt.map(|s| (s.addr, s.addr + s.size)).collect()
-}
-
 fn inside(ranges: &[(u64, u64)], a: u64) -> bool {
     ranges.iter().any(|&(lo, hi)| (lo..hi).contains(&a))
 }
@@ -299,7 +292,7 @@ fn compare_handled(
         stack: None,
     };
     let (mut main, mut handler) = (fresh(), fresh());
-    let plt = &plt_of(exe);
+    let plt = &common::elf::Elf::read(exe).plt_spans();
     let (mut in_handlers, mut in_handler) = (0, false);
     for (i, (o, t)) in ours.iter().zip(theirs).enumerate() {
         let form = |x: &Insn| x.2.iter().map(|r| (r.0, r.2)).collect::<Vec<_>>();

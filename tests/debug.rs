@@ -2173,8 +2173,9 @@ fn handler_returns(exe: &Path, trace: &Path) -> Vec<(Option<u64>, bool)> {
     let inside = |a: u64| handler.contains(&a);
     let (_, symbols) = disassembly(exe);
     let base = handler.start - symbols["on_alarm"];
-    let plts = plt_sections(exe);
-    let in_plt = |a: u64| plts.iter().any(|s| s.contains(&(a - base)));
+    let plts = common::elf::Elf::read(exe).plt_spans();
+    assert!(!plts.is_empty(), "no PLT in {}", exe.display());
+    let in_plt = |a: u64| plts.iter().any(|&(lo, hi)| (lo..hi).contains(&(a - base)));
     let mut resumed: Vec<(Option<u64>, bool)> = Vec::new();
     for (p, _) in want.iter().enumerate().filter(|(_, &a)| a == handler.start) {
         let after = want[p..].iter().find(|&&a| !inside(a)).copied();
@@ -2185,25 +2186,6 @@ fn handler_returns(exe: &Path, trace: &Path) -> Vec<(Option<u64>, bool)> {
         resumed.push((after, libc));
     }
     resumed
-}
-
-/// The link-time address ranges of `exe`'s PLT sections (`.plt`,
-/// `.plt.got`, `.plt.sec`), by `objdump -h`.
-fn plt_sections(exe: &Path) -> Vec<std::ops::Range<u64>> {
-    let out = Command::new("objdump").arg("-h").arg(exe).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let hex = |f: Option<&str>| f.and_then(|h| u64::from_str_radix(h, 16).ok());
-    let plts: Vec<_> = text
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace().skip(1);
-            f.next().filter(|n| n.starts_with(".plt"))?;
-            let (size, vma) = (hex(f.next())?, hex(f.next())?);
-            Some(vma..vma + size)
-        })
-        .collect();
-    assert!(!plts.is_empty(), "no PLT in {}:\n{text}", exe.display());
-    plts
 }
 
 /// The run-time addresses of `signal_alarm.c`'s handler `on_alarm` in

@@ -83,6 +83,13 @@ impl Elf {
     }
 
     /// The file bytes of `[addr, addr + len)` inside `s`.
+    /// The spans `[addr, addr + size)` of the PLT sections (`.plt`,
+    /// `.plt.got`, `.plt.sec`), PLT0 included.
+    pub fn plt_spans(&self) -> Vec<(u64, u64)> {
+        let plt = self.sections.iter().filter(|s| s.name.starts_with(".plt"));
+        plt.map(|s| (s.addr, s.addr + s.size)).collect()
+    }
+
     pub fn bytes_of(&self, s: &Section, addr: u64, len: u64) -> &[u8] {
         let off = (s.offset + (addr - s.addr)) as usize;
         &self.bytes[off..off + len as usize]
