@@ -1417,6 +1417,16 @@ fn static_fork_child_that_execs() {
     check_static_with(&build("fork_exec.c", O2_STATIC), (&[], &[]), None);
 }
 
+/// `traces/kernel_signals.c` built static: SIGCHLD (CLD_EXITED) and an
+/// interval timer's SIGALRM (SI_KERNEL), caught inside `sigsuspend`. The
+/// kernel sends them, no instruction raises them, so the instruction the
+/// stepper stops before runs once, after the handler (before, the stepped
+/// stream listed it twice for such signals). Parent and three children.
+#[test]
+fn static_kernel_sent_signals() {
+    check_static_streams(&build("kernel_signals.c", O2_STATIC), &[], 4);
+}
+
 /// A stripped static program has no setjmp/longjmp names: glibc's are
 /// recognised by their use of the pointer guard (docs/rewrite.md).
 #[test]

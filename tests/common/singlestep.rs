@@ -114,9 +114,9 @@ fn step(
     // Per process: the instruction the last trap reported, kept until the
     // next stop says whether it ran.
     let mut held: Vec<Option<u64>> = vec![None];
-    // Per process: whether the signal delivered at its last stop was sent
-    // to it (`sent`): if it kills, the held instruction never ran.
-    let mut was_sent: Vec<bool> = vec![false];
+    // Per process: whether the signal delivered at its last stop was not
+    // raised by an instruction: if it kills, the held instruction never ran.
+    let mut asynchronous: Vec<bool> = vec![false];
     let mut index: std::collections::HashMap<libc::pid_t, usize> = [(pid, 0)].into();
     // The tracees not yet ended. Each is waited for by its id: a
     // `waitpid(-1)` would also reap the children other tests of this
@@ -145,7 +145,7 @@ fn step(
         assert!(t > 0, "waitpid: {}", std::io::Error::last_os_error());
         if libc::WIFEXITED(st) || libc::WIFSIGNALED(st) {
             alive.retain(|&q| q != t);
-            let ran = |k: usize| !(libc::WIFSIGNALED(st) && was_sent[k]);
+            let ran = |k: usize| !(libc::WIFSIGNALED(st) && asynchronous[k]);
             let last = index.get(&t).filter(|&&k| ran(k));
             if let Some((k, ran)) = last.and_then(|&k| Some((k, held[k].take()?))) {
                 match sink.as_mut() {
@@ -191,7 +191,7 @@ fn step(
                 streams.push(Vec::new());
                 begun.push(false);
                 held.push(None);
-                was_sent.push(false);
+                asynchronous.push(false);
                 alive.push(new);
             }
         } else if stop == libc::SIGTRAP && int3_trap(t) {
@@ -205,7 +205,7 @@ fn step(
             // first one); another signal's stop comes before the
             // instruction the last trap reported runs.
             begun[k] = true;
-            was_sent[k] = false;
+            asynchronous[k] = false;
             match (held[k].replace(regs.rip), sink.as_mut()) {
                 (None, _) => {}
                 (Some(ran), Some(f)) if k == 0 => {
@@ -220,14 +220,15 @@ fn step(
             }
         } else {
             // Deliver it: the program must see the signals it would. One
-            // sent to it (`kill`, `tgkill`, `raise`, `sigqueue`, a POSIX
-            // timer: `si_code` <= 0), caught, runs its handler before the
-            // instruction the last trap reported, which the handler's
-            // return reports again (before 2026-11-30 the stream listed
-            // it twice: a `raise` in traced static glibc).
+            // no instruction raised (sent by `kill`, `raise`, a POSIX
+            // timer; or by the kernel: SIGCHLD, an interval timer's
+            // SIGALRM), caught, runs its handler before the instruction
+            // the last trap reported, which the handler's return reports
+            // again (before 2026-11-30 the stream listed it twice: first
+            // for a `raise` in traced static glibc, then for the kernel's).
             sig = stop;
-            was_sent[k] = sent(t);
-            if was_sent[k] && caught(t, stop) {
+            asynchronous[k] = !raised_by_instruction(t, stop);
+            if asynchronous[k] && caught(t, stop) {
                 held[k] = None;
             }
         }
@@ -267,10 +268,15 @@ fn int3_trap(t: libc::pid_t) -> bool {
     si_code(t) == Some(0x80)
 }
 
-/// Whether the signal stopped tracee `t` reports was sent by a process
-/// or a POSIX timer (`si_code` <= 0), not raised by an instruction.
-fn sent(t: libc::pid_t) -> bool {
-    si_code(t).is_some_and(|c| c <= 0)
+/// Whether the signal `sig` stopped tracee `t` reports is a fault of the
+/// instruction it stopped before (`si_code` > 0; SI_KERNEL for a
+/// general-protection SIGSEGV), not one sent by a process, a timer or the
+/// kernel (SIGCHLD's CLD_EXITED is > 0 too, hence the signal numbers).
+fn raised_by_instruction(t: libc::pid_t, sig: i32) -> bool {
+    matches!(
+        sig,
+        libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL
+    ) && si_code(t).is_some_and(|c| c > 0)
 }
 
 /// Whether thread `t` has a handler for signal `sig` (`SigCgt` in its
