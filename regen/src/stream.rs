@@ -247,7 +247,9 @@ pub struct Stream<'t> {
 /// other reader (its own, at once, or a helper's), so a reader waiting
 /// for a slot never waits for itself.
 pub(crate) struct Chunks {
-    kept: std::sync::Mutex<std::collections::VecDeque<(ChunkKey, Slot)>>,
+    /// Claimed chunks, oldest first, each with its raw length: counted
+    /// from the claim, so a slot still being filled holds its place.
+    kept: std::sync::Mutex<std::collections::VecDeque<(ChunkKey, usize, Slot)>>,
     /// Decompressed bytes kept at most (and the last chunk, whatever its size).
     budget: usize,
     /// Streams read from their start go through it too, decompressing
@@ -270,7 +272,7 @@ type Slot = std::sync::Arc<SlotCell>;
 /// A [`Slot`]'s state: set once, waited for (`OnceLock::wait` is newer
 /// than the workspace's MSRV).
 #[derive(Default)]
-struct SlotCell {
+pub(crate) struct SlotCell {
     bytes: std::sync::Mutex<Option<Option<std::sync::Arc<Vec<u8>>>>>,
     filled: std::sync::Condvar,
 }
@@ -282,13 +284,6 @@ impl SlotCell {
             b.get_or_insert(bytes);
         }
         self.filled.notify_all();
-    }
-
-    /// Bytes held now (0 until filled).
-    fn size(&self) -> usize {
-        let b = self.bytes.lock().ok();
-        b.and_then(|b| b.as_ref().and_then(|b| b.as_ref().map(|b| b.len())))
-            .unwrap_or(0)
     }
 
     /// The bytes once filled (`None`: failed, or a lock poisoned).
@@ -330,18 +325,24 @@ impl Chunks {
 
     /// `chunk`'s slot, and whether the caller claimed it (it must then fill
     /// it).
-    fn claim(&self, chunk: Chunk<'_>) -> (Slot, bool) {
+    pub(crate) fn claim(&self, chunk: Chunk<'_>) -> (Slot, bool) {
         let key = (chunk.meta.thread, chunk.meta.seq);
         let Ok(mut kept) = self.kept.lock() else {
             return (Default::default(), true);
         };
-        if let Some((_, slot)) = kept.iter().find(|(k, _)| *k == key) {
+        if let Some((_, _, slot)) = kept.iter().find(|(k, _, _)| *k == key) {
             return (slot.clone(), false);
         }
         let slot = Slot::default();
-        kept.push_back((key, slot.clone()));
-        while kept.iter().map(|(_, s)| s.size()).sum::<usize>() > self.budget && kept.len() > 1 {
-            kept.pop_front();
+        let raw = usize::try_from(chunk.meta.raw_len).unwrap_or(usize::MAX);
+        kept.push_back((key, raw, slot.clone()));
+        let mut held = kept
+            .iter()
+            .fold(0usize, |n, (_, r, _)| n.saturating_add(*r));
+        while held > self.budget && kept.len() > 1 {
+            if let Some((_, r, _)) = kept.pop_front() {
+                held = held.saturating_sub(r);
+            }
         }
         (slot, true)
     }

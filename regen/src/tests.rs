@@ -701,6 +701,24 @@ fn shared_chunks_are_each_chunk_decompressed_once() {
     assert!(!Arc::ptr_eq(&got[0], &again) && got[0] == again);
 }
 
+/// A claimed chunk counts its raw length against the budget before its
+/// claimer fills it: claims alone evict the oldest (before 2026-11-30 an
+/// unfilled slot counted 0 bytes, so any number of claims stayed).
+#[test]
+fn shared_chunks_count_a_claim_before_it_is_filled() {
+    use crate::stream::Chunks;
+    let db = loop_db();
+    let bytes = trace_bytes(&db, &[loop_stream(300_000)], 64 << 10);
+    let t = Trace::parse(&bytes[..]).unwrap();
+    let chunks: Vec<_> = t.chunks(ThreadId(0)).collect();
+    assert!(chunks.len() > 3);
+    let shared = Chunks::keeping(2 * (64 << 10));
+    assert!(chunks.iter().all(|c| shared.claim(*c).1), "first claims");
+    let n = chunks.len();
+    assert!(!shared.claim(chunks[n - 2]).1 && !shared.claim(chunks[n - 1]).1);
+    assert!(shared.claim(chunks[0]).1, "the oldest claim was evicted");
+}
+
 /// A data walk's control walk and value cursor read a thread's chunks
 /// through one `stream::Chunks::from_start`, each decompressing ahead
 /// into the chunks' slots or waiting for the other's: two streams read at
