@@ -222,15 +222,18 @@ impl Cachegrind {
     }
 
     /// Simulates a block's instruction fetches from its leaders
-    /// ([`crate::fetch`]): a leader within one I1 line that hits is counted
-    /// with its followers at once (an LRU hit, as `block_is_miss` does it);
-    /// the others go through [`Cachegrind::reference`].
+    /// ([`crate::fetch`]): a leader whose one or two I1 lines hit is
+    /// counted with its followers at once (LRU hits, as `block_is_miss`
+    /// does them, in order); the others go through
+    /// [`Cachegrind::reference`], which finds the lines that hit here on
+    /// top of their sets, so looking them up again changes nothing.
     #[inline]
     pub fn fetch_block(&mut self, leaders: &[crate::fetch::Leader]) -> Result<()> {
         let shift = self.i1.bshift;
         for l in leaders {
             let b = l.addr >> shift;
-            if (l.addr + u64::from(l.size) - 1) >> shift == b && self.i1.hit(b) {
+            let e = (l.addr + u64::from(l.size) - 1) >> shift;
+            if self.i1.hit(b) && (e == b || (e == b + 1 && self.i1.hit(e))) {
                 self.count_i1_hits(1 + u64::from(l.follow));
                 continue;
             }

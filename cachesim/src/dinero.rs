@@ -336,6 +336,18 @@ impl Hierarchy {
         }
     }
 
+    /// Counts `n` instruction fetches that straddle two lines of the
+    /// first instruction cache, both on top of their sets (a filter's
+    /// hits, [`crate::fetch::Stripped`]): each is two pieces, two demand
+    /// fetches that hit and change nothing, and one multi-block ref.
+    pub fn count_straddling_hits(&mut self, n: u64) {
+        if let Some(i) = self.first[AccessKind::Instr as usize] {
+            let s = &mut self.caches[i].stats;
+            s.fetch[AccessKind::Instr as usize] += 2 * n;
+            s.multiblock += n;
+        }
+    }
+
     /// Simulates a block's instruction fetches from its leaders
     /// ([`crate::fetch`]): the fast path of [`Hierarchy::reference`] for
     /// instruction fetches, with the fetch counts of hits added once.
@@ -347,14 +359,22 @@ impl Hierarchy {
         let mut hits = 0;
         for l in leaders {
             let block = l.addr >> h.bshift;
-            if h.fast && (l.addr + u64::from(l.size) - 1) >> h.bshift == block {
+            let end = (l.addr + u64::from(l.size) - 1) >> h.bshift;
+            if h.fast && end == block {
                 let set = (block & h.set_mask) as usize;
                 if self.caches[h.cache].store.hit(set, block, h.lru, false) {
                     hits += 1 + u64::from(l.follow);
                     continue;
                 }
+                self.at(first, AccessKind::Instr, l.addr, u64::from(l.size));
+            } else {
+                // A straddling leader: the fast path's two-piece hit first.
+                self.reference(Ref {
+                    kind: AccessKind::Instr,
+                    addr: l.addr,
+                    size: l.size,
+                });
             }
-            self.at(first, AccessKind::Instr, l.addr, u64::from(l.size));
             hits += u64::from(l.follow);
         }
         self.caches[first].stats.fetch[k] += hits;

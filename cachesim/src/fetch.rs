@@ -60,17 +60,29 @@ pub struct Leader {
     pub addr: u64,
     /// Its length.
     pub size: u32,
-    /// Instructions after it, in its block, that touch no new line.
+    /// Instructions after it, in its entry, that need no simulation:
+    /// they repeat the line accessed just before, or [`BlockLines`]
+    /// stripped them.
     pub follow: u32,
 }
 
 /// Leaders for several line sizes, one entry per block or segment (a
 /// sequence of blocks that always run one after the other), numbered in
 /// the order they were added.
+///
+/// Per line size, leaders may also be stripped within an entry by a
+/// number of sets `C` (a power of two, 1: not at all): an instruction
+/// wholly in a line that the entry touched before, with no other line of
+/// the same set modulo `C` touched since, is no leader either. Its line
+/// is on top of its set in every cache of `C` sets or a multiple (as in
+/// a [`Stripped`] filter, decided once when the entry is made), so the
+/// fetch hits and changes nothing ([`InsnFetch::strip_sets`]).
 #[derive(Clone, Debug)]
 pub struct BlockLines {
     /// The line sizes, as shifts.
     shifts: Vec<u32>,
+    /// Per line size, `C - 1`.
+    strip_masks: Vec<u64>,
     leaders: Vec<Leader>,
     /// Per entry, `shifts.len() + 2` words: its instruction count, then
     /// where its leaders for each line size start in `leaders`, then
@@ -106,11 +118,34 @@ impl BlockLines {
         t
     }
 
-    /// An empty table for lines of each of `lines` bytes (powers of two).
+    /// An empty table for lines of each of `lines` bytes (powers of two),
+    /// leaders not stripped within entries.
     pub fn for_lines(lines: &[u64]) -> Self {
-        debug_assert!(lines.iter().all(|l| l.is_power_of_two()));
+        Self::stripped(lines.iter().map(|&l| (l, 1)))
+    }
+
+    /// An empty table for `sim`: its line sizes, each stripped by
+    /// [`InsnFetch::strip_sets`].
+    pub fn for_sim(sim: &impl InsnFetch) -> Self {
+        Self::stripped(
+            sim.fetch_lines()
+                .into_iter()
+                .map(|l| (l, sim.strip_sets(l))),
+        )
+    }
+
+    /// An empty table for `(line, C)` pairs: lines of that many bytes,
+    /// leaders stripped within entries by `C` sets (powers of two).
+    fn stripped(lines: impl Iterator<Item = (u64, u64)>) -> Self {
+        let (shifts, strip_masks) = lines
+            .map(|(line, sets)| {
+                debug_assert!(line.is_power_of_two() && sets.is_power_of_two());
+                (line.trailing_zeros(), sets - 1)
+            })
+            .unzip();
         BlockLines {
-            shifts: lines.iter().map(|l| l.trailing_zeros()).collect(),
+            shifts,
+            strip_masks,
             leaders: Vec::new(),
             spans: Vec::new(),
         }
@@ -120,27 +155,29 @@ impl BlockLines {
     /// its number. For each line size, an instruction lying wholly in the
     /// line the one before it ended in is no leader, also across blocks
     /// (nothing else reaches the first cache between two blocks that
-    /// always run together).
+    /// always run together), nor one stripped (the type's comment).
     pub fn push<'a>(&mut self, blocks: impl IntoIterator<Item = CodeBlock<'a>>) -> usize {
         let blocks: Vec<CodeBlock<'a>> = blocks.into_iter().collect();
         let ninsns = blocks.iter().map(|b| b.lens.len() as u32).sum();
         self.spans.push(ninsns);
         for k in 0..self.shifts.len() {
             self.spans.push(self.leaders.len() as u32);
-            self.push_leaders(&blocks, self.shifts[k]);
+            self.push_leaders(&blocks, self.shifts[k], self.strip_masks[k]);
         }
         self.spans.push(self.leaders.len() as u32);
         self.spans.len() / (self.shifts.len() + 2) - 1
     }
 
-    fn push_leaders(&mut self, blocks: &[CodeBlock<'_>], shift: u32) {
-        let mut last_line = None;
+    fn push_leaders(&mut self, blocks: &[CodeBlock<'_>], shift: u32, mask: u64) {
+        // Per set (modulo C) the entry touched, the line it touched last
+        // there: few, so a list.
+        let mut touched: Vec<(u64, u64)> = Vec::new();
         for b in blocks {
             let mut addr = b.addr;
             for &len in b.lens {
                 let first_line = addr >> shift;
                 let end_line = (addr + u64::from(len).max(1) - 1) >> shift;
-                if first_line == end_line && last_line == Some(end_line) {
+                if first_line == end_line && touched.contains(&(end_line & mask, end_line)) {
                     self.leaders.last_mut().expect("a leader before").follow += 1;
                 } else {
                     self.leaders.push(Leader {
@@ -148,8 +185,13 @@ impl BlockLines {
                         size: u32::from(len),
                         follow: 0,
                     });
+                    for line in first_line..=end_line {
+                        match touched.iter_mut().find(|t| t.0 == line & mask) {
+                            Some(t) => t.1 = line,
+                            None => touched.push((line & mask, line)),
+                        }
+                    }
                 }
-                last_line = Some(end_line);
                 addr += u64::from(len);
             }
         }
@@ -186,6 +228,11 @@ pub trait InsnFetch {
     /// Counts `n` fetches that repeat the line fetched last (hits that
     /// change nothing).
     fn repeat(&mut self, n: u64);
+    /// Counts `n` fetches that each straddle two lines, both on top of
+    /// their sets in the first cache (a [`Stripped`] filter's hits, so
+    /// only called when [`InsnFetch::strippable`]): hits that change
+    /// nothing, counted as the model counts a straddling access.
+    fn repeat_straddles(&mut self, n: u64);
 
     /// The line size and number of sets of the first cache that sees the
     /// instruction fetches, when a [`Stripped`] filter may stand before it:
@@ -198,6 +245,17 @@ pub trait InsnFetch {
     /// The line sizes of the entries [`InsnFetch::entry`] takes.
     fn fetch_lines(&self) -> Vec<u64> {
         vec![self.fetch_line()]
+    }
+
+    /// The sets `C` by which the entries' leaders for lines of `line`
+    /// bytes may be stripped ([`BlockLines`]): a fetch of a line on top of
+    /// its set modulo `C` hits and changes nothing. 1 (not at all) unless
+    /// [`InsnFetch::strippable`].
+    fn strip_sets(&self, line: u64) -> u64 {
+        match self.strippable() {
+            Some((l, sets)) if l == line => sets,
+            _ => 1,
+        }
     }
 
     /// Simulates a whole entry of a [`BlockLines`] made for
@@ -242,9 +300,13 @@ pub trait InsnFetch {
 /// so none to its set in any of the caches; it is still resident (reads
 /// always allocate), and on top of its set under LRU. So it is counted, not
 /// simulated, and the misses, and what lower levels see, are the same.
+/// A fetch straddling two lines the filter both holds is such a hit in
+/// both of its lines (consecutive lines fall in two sets of every cache
+/// with two sets or more; with one, the filter cannot hold both): it is
+/// counted too, as a straddling hit ([`InsnFetch::repeat_straddles`]).
 /// A filter pays only before two or more caches; a lone cache is fed
-/// directly. Invariant: `pending[g]` fetches of group `g` are counted in no
-/// simulator yet; [`Stripped::finish`] adds them.
+/// directly. Invariant: a filter's `pending` fetches and `straddles` are
+/// counted in no simulator yet; [`Stripped::finish`] adds them.
 pub struct Stripped<S> {
     sims: Vec<S>,
     filters: Vec<Filter>,
@@ -265,8 +327,11 @@ struct Filter {
     /// Per filter set: the line accessed last there (`u64::MAX`: none).
     last: Vec<u64>,
     sims: Vec<usize>,
-    /// Fetches found in the filter and not yet counted in `sims`.
+    /// Fetches within one line found in the filter and not yet counted
+    /// in `sims`.
     pending: u64,
+    /// Straddling fetches found in the filter, not yet counted.
+    straddles: u64,
 }
 
 impl<S: InsnFetch> Stripped<S> {
@@ -306,6 +371,7 @@ impl<S: InsnFetch> Stripped<S> {
                 last: vec![u64::MAX; sets as usize],
                 sims: members,
                 pending: 0,
+                straddles: 0,
             });
         }
         Stripped {
@@ -339,9 +405,16 @@ impl Filter {
     fn leader<S: InsnFetch>(&mut self, l: Leader, sims: &mut [S]) -> Result<()> {
         let first = l.addr >> self.shift;
         let last = (l.addr + u64::from(l.size).max(1) - 1) >> self.shift;
-        if first == last && self.last[(first & self.mask) as usize] == first {
-            self.pending += 1 + u64::from(l.follow);
-            return Ok(());
+        if self.last[(first & self.mask) as usize] == first {
+            if first == last {
+                self.pending += 1 + u64::from(l.follow);
+                return Ok(());
+            }
+            if last == first + 1 && self.last[(last & self.mask) as usize] == last {
+                self.straddles += 1;
+                self.pending += u64::from(l.follow);
+                return Ok(());
+            }
         }
         self.flush(sims);
         for &k in &self.sims {
@@ -361,6 +434,12 @@ impl Filter {
             }
             self.pending = 0;
         }
+        if self.straddles > 0 {
+            for &k in &self.sims {
+                sims[k].repeat_straddles(self.straddles);
+            }
+            self.straddles = 0;
+        }
     }
 }
 
@@ -370,6 +449,17 @@ impl<S: InsnFetch> InsnFetch for Stripped<S> {
     }
     fn fetch_lines(&self) -> Vec<u64> {
         self.lines.clone()
+    }
+    /// The fewest sets among the filters and the directly fed simulators
+    /// that take leaders for `line`.
+    fn strip_sets(&self, line: u64) -> u64 {
+        let filters = (self.filters.iter())
+            .filter(|f| 1 << f.shift == line)
+            .map(|f| f.mask + 1);
+        let direct = (self.direct.iter())
+            .filter(|&&(_, at)| self.lines[at] == line)
+            .map(|&(k, _)| self.sims[k].strip_sets(line));
+        filters.chain(direct).min().unwrap_or(1)
     }
     fn fetch(&mut self, r: Ref) -> Result<()> {
         for &(k, _) in &self.direct {
@@ -388,6 +478,14 @@ impl<S: InsnFetch> InsnFetch for Stripped<S> {
         }
         for &(k, _) in &self.direct {
             self.sims[k].repeat(n);
+        }
+    }
+    fn repeat_straddles(&mut self, n: u64) {
+        for f in &mut self.filters {
+            f.straddles += n;
+        }
+        for &(k, _) in &self.direct {
+            self.sims[k].repeat_straddles(n);
         }
     }
     #[inline]
@@ -423,6 +521,10 @@ impl InsnFetch for Hierarchy {
     fn repeat(&mut self, n: u64) {
         self.count_hits(AccessKind::Instr, n);
     }
+    /// Dinero's two pieces, each a demand fetch, and one multi-block ref.
+    fn repeat_straddles(&mut self, n: u64) {
+        self.count_straddling_hits(n);
+    }
     #[inline]
     fn block(&mut self, leaders: &[Leader]) -> Result<()> {
         self.fetch_block(leaders);
@@ -444,6 +546,10 @@ impl InsnFetch for Cachegrind {
     }
     #[inline]
     fn repeat(&mut self, n: u64) {
+        self.count_i1_hits(n);
+    }
+    /// Cachegrind's straddling access is one reference.
+    fn repeat_straddles(&mut self, n: u64) {
         self.count_i1_hits(n);
     }
     #[inline]
@@ -497,6 +603,40 @@ mod tests {
         assert_eq!(e.at(1), [l(0x10, 2, 4)]);
     }
 
+    #[test]
+    fn leaders_stripped_by_sets_within_an_entry() {
+        // 16-byte lines, two sets: 0x10 (line 1, set 1), a call to 0x40
+        // (line 4, set 0), back at 0x12: line 1 is still on top of set 1,
+        // no leader. After 0x30 (line 3, set 1) it is one again; and 0x2e
+        // straddles lines 2 and 3, touching both sets.
+        let blocks = [
+            (0x10, &[2u8][..]),
+            (0x40, &[2]),
+            (0x12, &[2]),
+            (0x30, &[1]),
+            (0x14, &[1]),
+            (0x2e, &[4]),
+            (0x32, &[1]),
+            (0x16, &[1]),
+        ];
+        let mut t = BlockLines::stripped([(16, 2), (16, 1)].into_iter());
+        let id = t.push(blocks.iter().map(|&(addr, lens)| CodeBlock { addr, lens }));
+        let l = |addr, size, follow| Leader { addr, size, follow };
+        let e = t.entry(id);
+        assert_eq!(e.ninsns, 8);
+        let want = [
+            l(0x10, 2, 0),
+            l(0x40, 2, 1),
+            l(0x30, 1, 0),
+            l(0x14, 1, 0),
+            l(0x2e, 4, 1),
+            l(0x16, 1, 0),
+        ];
+        assert_eq!(e.at(0), want);
+        // One set: only the line touched just before.
+        assert_eq!(e.at(1).len(), 7);
+    }
+
     /// Random blocks laid out in a small code region (so lines are shared
     /// between blocks and sets conflict), and a random walk over them.
     fn program(seed: u64, nblocks: usize, steps: usize) -> (Vec<(u64, Vec<u8>)>, Vec<usize>) {
@@ -541,7 +681,7 @@ mod tests {
             addr: blocks[b].0,
             lens: &blocks[b].1,
         };
-        let mut t = BlockLines::for_lines(&sim.fetch_lines());
+        let mut t = BlockLines::for_sim(sim);
         let (mut at, mut k) = (0, 0);
         while at < walk.len() {
             let n = cut.get(k).map_or(1, |&n| n.clamp(1, walk.len() - at));

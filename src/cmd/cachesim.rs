@@ -827,9 +827,8 @@ fn code_block(m: &Module, b: BlockIx) -> CodeBlock<'_> {
 impl<'m> Blocks<'m> {
     const NEW: u32 = u32::MAX;
 
-    fn new(modules: &'m [Module], lines: &[u64], cli: &Cli) -> Self {
+    fn new(modules: &'m [Module], mut table: BlockLines, cli: &Cli) -> Self {
         let (mut base, mut n) = (Vec::with_capacity(modules.len()), 0);
-        let mut table = BlockLines::for_lines(lines);
         for m in modules {
             base.push(n);
             n += m.blocks.len();
@@ -987,7 +986,7 @@ fn shared_batches<'m, S: InsnFetch + Send, B: AsRef<[u8]> + Sync>(
             .map(|(sim, rx)| {
                 let back = back_tx.clone();
                 scope.spawn(move || -> Result<Blocks<'m>> {
-                    let mut blocks = Blocks::new(visit.modules(), &sim.fetch_lines(), cli);
+                    let mut blocks = Blocks::new(visit.modules(), BlockLines::for_sim(sim), cli);
                     for batch in rx.iter() {
                         if !feed(&mut blocks, &batch, sim)? {
                             break;
@@ -1042,6 +1041,9 @@ impl InsnFetch for SweepFetch<'_> {
     }
     fn repeat(&mut self, _: u64) {
         unreachable!("one-byte lines make every instruction a leader")
+    }
+    fn repeat_straddles(&mut self, _: u64) {
+        unreachable!("the sweep is not strippable: no filter stands before it")
     }
 }
 
