@@ -36,15 +36,9 @@ fn check(exe: &str, args: &[&str], libs: &[&str]) {
     let _ = std::fs::remove_file(&trace);
 }
 
-fn input(name: &str) -> String {
-    let p = common::scratch("inputs").join(format!("data-real-{name}"));
-    std::fs::write(&p, common::text_input(20_000)).unwrap();
-    p.display().to_string()
-}
-
 #[test]
 fn debian_gzip() {
-    check("/usr/bin/gzip", &["-c", &input("gzip")], &[]);
+    check("/usr/bin/gzip", &["-c", common::text_20k()], &[]);
 }
 
 /// `record --data` encodes closed chunks on the rayon pool and writes
@@ -55,7 +49,7 @@ fn debian_gzip() {
 /// is where it was).
 #[test]
 fn data_chunks_are_the_same_for_one_encoder_or_three() {
-    let input = input("gzip-pool");
+    let input = common::text_20k();
     let regen = |threads: &str| {
         let dir = common::scratch("data_real");
         let trace = dir.join(format!("gzip-pool-{threads}.aet"));
@@ -63,7 +57,7 @@ fn data_chunks_are_the_same_for_one_encoder_or_three() {
         rec.env("RAYON_NUM_THREADS", threads)
             .args(["record", "--data", "-o"])
             .arg(&trace)
-            .args(["--", "/usr/bin/gzip", "-c", &input])
+            .args(["--", "/usr/bin/gzip", "-c", input])
             .stdout(Stdio::null());
         common::no_aslr(&mut rec);
         assert!(rec.status().unwrap().success(), "record, {threads} threads");
@@ -85,14 +79,18 @@ fn data_chunks_are_the_same_for_one_encoder_or_three() {
 fn debian_bzip2_with_libbz2() {
     check(
         "/usr/bin/bzip2",
-        &["-c", &input("bzip2")],
+        &["-c", common::text_20k()],
         &["libbz2.so.1.0"],
     );
 }
 
 #[test]
 fn debian_xz_with_liblzma() {
-    check("/usr/bin/xz", &["-c", &input("xz")], &["liblzma.so.5"]);
+    check(
+        "/usr/bin/xz",
+        &["-c", common::text_20k()],
+        &["liblzma.so.5"],
+    );
 }
 
 #[test]

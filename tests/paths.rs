@@ -412,11 +412,9 @@ fn exit_with_frames_active() {
 
 #[test]
 fn debian_gzip() {
-    let input = common::scratch("inputs").join("paths-gzip");
-    std::fs::write(&input, common::text_input(20_000)).unwrap();
     check(
         Path::new("/usr/bin/gzip"),
-        &["-c", input.to_str().unwrap()],
+        &["-c", common::text_20k()],
         "gzip",
     );
 }

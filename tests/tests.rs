@@ -49,9 +49,12 @@
 //!
 //! All topics run in one process, in libtest's threads (one per core, as
 //! each topic's binary did): the harness's per-process state is keyed by
-//! what it holds (one build of each `traces/` program and variant), and a
-//! program built with its own library gets a directory per call
-//! (`build::build_with_lib`: one test replaces its library).
+//! what it holds (one build of each `traces/` program and variant; one
+//! lackey log of each program, arguments and input, `lackey_cache`, which
+//! the tests of several topics read: gzip, bzip2 and xz take their 20 kB
+//! from one file, `common::text_20k`, for that), and a program built with
+//! its own library gets a directory per call (`build::build_with_lib`: one
+//! test replaces its library).
 //!
 //! One topic: `cargo test --release --test tests cfg_oracle::` (a filter
 //! is a substring of `topic::test`); one test: `cargo test --release

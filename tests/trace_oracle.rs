@@ -552,12 +552,12 @@ fn input(name: &str) -> String {
 
 #[test]
 fn debian_gzip() {
-    check(Path::new("/usr/bin/gzip"), &["-c", &input("gzip")]);
+    check(Path::new("/usr/bin/gzip"), &["-c", common::text_20k()]);
 }
 
 #[test]
 fn debian_bzip2() {
-    check(Path::new("/usr/bin/bzip2"), &["-c", &input("bzip2")]);
+    check(Path::new("/usr/bin/bzip2"), &["-c", common::text_20k()]);
 }
 
 /// Through the streaming comparison (`common::exact`), which `cargo bench
@@ -566,7 +566,7 @@ fn debian_bzip2() {
 #[test]
 fn debian_bzip2_with_libbz2() {
     let bzip2 = Path::new("/usr/bin/bzip2");
-    let args = ["-c", &input("bzip2-libs")];
+    let args = ["-c", common::text_20k()];
     let (name, trace) = record_checked(bzip2, &args, &["libbz2.so.1.0"], Knobs::DEFAULT);
     let compared = common::exact::against_lackey(&trace, bzip2, &args)
         .unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -627,7 +627,7 @@ fn streaming_comparison_reports_the_first_difference() {
 fn debian_xz_with_liblzma() {
     let info = check_libs(
         Path::new("/usr/bin/xz"),
-        &["-c", &input("xz-libs")],
+        &["-c", common::text_20k()],
         &["liblzma.so.5"],
         LogMode::Pipe,
     );
@@ -680,14 +680,11 @@ fn debian_sort() {
 /// placement (a check that the option took effect).
 #[test]
 fn the_baseline_placements_regenerate_exactly() {
-    let gzip_input = input("gzip-placements");
+    let gzip_input = common::text_20k();
     let programs = [
         (build("nested_if.c", O2_PIE), vec![]),
         (build("switch.c", O0_NOPIE), vec![]),
-        (
-            PathBuf::from("/usr/bin/gzip"),
-            vec!["-c", gzip_input.as_str()],
-        ),
+        (PathBuf::from("/usr/bin/gzip"), vec!["-c", gzip_input]),
     ];
     for (exe, args) in &programs {
         let optimal = check_recorded(exe, args, &[], LogMode::Pipe, Knobs::DEFAULT);

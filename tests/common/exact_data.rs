@@ -26,7 +26,7 @@ use std::process::{Child, ChildStdout, Command, ExitStatus};
 
 use super::elf::Elf;
 use super::exact::spawn_regen;
-use super::lackey::{self, ModuleTrace};
+use super::lackey::{self, addr_size, ModuleTrace};
 use super::recorded::{info_json, instrumented_modules, left_alone_ranges};
 use super::{FastMap, STACK_FLOOR};
 
@@ -55,21 +55,6 @@ struct Ours {
     peeked: Option<u64>,
     /// The current instruction's references (kind, address, size).
     refs: Vec<(u8, u64, u32)>,
-}
-
-fn hex(s: &[u8]) -> Option<u64> {
-    u64::from_str_radix(std::str::from_utf8(s).ok()?.trim(), 16).ok()
-}
-
-/// `ADDR,SIZE` of a lackey-format line's rest.
-fn addr_size(rest: &[u8]) -> Option<(u64, u32)> {
-    let comma = rest.iter().position(|&c| c == b',')?;
-    let size = std::str::from_utf8(&rest[comma + 1..])
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    Some((hex(&rest[..comma])?, size))
 }
 
 impl Ours {

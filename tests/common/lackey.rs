@@ -41,13 +41,19 @@
 //! because two processes writing one pipe would interleave lines; a forked
 //! child inherits its parent's mappings but valgrind does not dump them
 //! again, so the maps are read from all files before any instruction.
+//!
+//! A log through the pipe is kept, compressed, for this process's other
+//! runs of the same program, arguments and input (`lackey_cache`: gzip on
+//! the 20 kB text is read by eight tests, from one valgrind run); the
+//! program's stdout and stderr go to files named as the shell's
+//! arguments, not in variables, so its environment is the test's.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 
-use super::{FastMap, FastSet};
+use super::{lackey_cache, FastMap, FastSet};
 
 /// What the instruction stream did inside one module (addresses normalised
 /// to link-time addresses).
@@ -181,6 +187,24 @@ fn hex(s: &[u8]) -> Option<u64> {
         v = v << 4 | u64::from(d);
     }
     Some(v)
+}
+
+/// `ADDR,SIZE`, the rest of a lackey-format line after its kind (hex
+/// address, decimal size).
+pub fn addr_size(rest: &[u8]) -> Option<(u64, u32)> {
+    let comma = rest.iter().position(|&c| c == b',')?;
+    let digits = &rest[comma + 1..];
+    if digits.is_empty() || digits.len() > 9 {
+        return None;
+    }
+    let mut size = 0u32;
+    for &c in digits {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        size = size * 10 + u32::from(c - b'0');
+    }
+    Some((hex(&rest[..comma])?, size))
 }
 
 fn bad_line(line: &[u8]) -> ! {
@@ -433,19 +457,11 @@ impl<'s> Reducer<'s> {
     fn data_line(&mut self, line: &[u8]) {
         let Some(m) = self.current else { return };
         let kind = line.get(1).copied().unwrap_or(b'?');
-        let comma = line
-            .iter()
-            .position(|&c| c == b',')
-            .unwrap_or_else(|| bad_line(line));
-        let size: u32 = std::str::from_utf8(&line[comma + 1..])
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
+        let (addr, size) = line
+            .get(3..)
+            .and_then(addr_size)
             .unwrap_or_else(|| bad_line(line));
         if let Some(sink) = &mut self.data_sink {
-            let addr = line
-                .get(3..comma)
-                .and_then(hex)
-                .unwrap_or_else(|| bad_line(line));
             self.stopped = !sink(kind, addr, size, &self.modules);
             return;
         }
@@ -641,6 +657,29 @@ pub struct Launch<'a> {
     pub env: &'a [(String, String)],
 }
 
+/// The options every run gets (its symbol-table pattern and log apart).
+fn valgrind_options() -> Vec<String> {
+    [
+        "valgrind",
+        "--tool=lackey",
+        "--trace-mem=yes",
+        // VEX's chasing into conditional branch targets makes lackey report
+        // instructions of the untaken side (measured: nested_if's `je` at
+        // 0x10dc, 1026 reported executions of its fall-through block against
+        // 505 counted by gdb breakpoints); without chasing the stream is exact.
+        "--vex-guest-chase=no",
+        "--basic-counts=no",
+        "--trace-symtab=yes",
+        "--trace-sched=yes",
+        "--trace-signals=yes",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// How a run ended: valgrind's status, the program's stdout and stderr.
+type Ended = (ExitStatus, Vec<u8>, Vec<u8>);
+
 fn run_into(
     exe: &Path,
     args: &[&str],
@@ -649,108 +688,13 @@ fn run_into(
     mode: LogMode,
     mut reducer: Reducer,
 ) -> Run {
-    let work = super::scratch("lackey");
-    let tag = format!(
-        "{}-{}-{:?}",
-        exe.file_name().unwrap().to_string_lossy(),
-        std::process::id(),
-        std::thread::current().id()
-    )
-    .replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_");
-    let out_path = work.join(format!("{tag}.stdout"));
-    let err_path = work.join(format!("{tag}.stderr"));
-    let log_dir = work.join(format!("{tag}.logs"));
-    let mut vg: Vec<String> = vec![
-        "valgrind".into(),
-        "--tool=lackey".into(),
-        "--trace-mem=yes".into(),
-        // VEX's chasing into conditional branch targets makes lackey report
-        // instructions of the untaken side (measured: nested_if's `je` at
-        // 0x10dc, 1026 reported executions of its fall-through block against
-        // 505 counted by gdb breakpoints); without chasing the stream is exact.
-        "--vex-guest-chase=no".into(),
-        "--basic-counts=no".into(),
-        "--trace-symtab=yes".into(),
-        "--trace-sched=yes".into(),
-        "--trace-signals=yes".into(),
-        format!("--trace-symtab-patt={pattern}"),
-    ];
-    match mode {
-        LogMode::Pipe => vg.push("--log-fd=3".into()),
-        LogMode::PerProcessFiles => {
-            let _ = std::fs::remove_dir_all(&log_dir);
-            std::fs::create_dir_all(&log_dir).unwrap();
-            vg.push(format!("--log-file={}/lackey.%p", log_dir.display()));
-        }
-    }
-    vg.push(exe.display().to_string());
-    vg.extend(args.iter().map(|s| s.to_string()));
-    // The shell routes the program's stdout/stderr to files and valgrind's
-    // log (fd 3) to our pipe.
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c")
-        .arg(r#"exec "$@" 3>&1 1>"$AE_OUT" 2>"$AE_ERR""#)
-        .arg("sh")
-        .args(&vg)
-        .env("AE_OUT", &out_path)
-        .env("AE_ERR", &err_path)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    match with.stdin {
-        Some(f) => cmd.stdin(File::open(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()))),
-        None => cmd.stdin(Stdio::null()),
+    let program: Vec<String> = std::iter::once(exe.display().to_string())
+        .chain(args.iter().map(|s| s.to_string()))
+        .collect();
+    let (status, stdout, stderr) = match mode {
+        LogMode::Pipe => piped(&program, with, pattern, &mut reducer),
+        LogMode::PerProcessFiles => per_process(&program, with, pattern, &mut reducer),
     };
-    cmd.envs(with.env.iter().map(|(k, v)| (k, v)));
-    let mut child = cmd.spawn().expect("spawning valgrind");
-    let pipe = child.stdout.take().unwrap();
-    // valgrind writes each log line with a system call of its own: a 1 MiB
-    // pipe lets it run ahead of the reader (lackey on gzip 20 kB: 2.3 s
-    // into a 1 MiB pipe read 1 MiB at a time, 3.0 s into a default pipe
-    // read by `wc`, 1.8 s into /dev/null; fails harmlessly where the limit
-    // is lower).
-    // SAFETY: fcntl on a descriptor we own.
-    unsafe {
-        libc::fcntl(
-            std::os::fd::AsRawFd::as_raw_fd(&pipe),
-            libc::F_SETPIPE_SZ,
-            1 << 20,
-        )
-    };
-    reducer.feed(Patient(pipe), true, true, false);
-    if reducer.stopped {
-        let _ = child.kill();
-    }
-    let status = child.wait().expect("waiting for valgrind");
-    if mode == LogMode::PerProcessFiles {
-        let mut logs: Vec<PathBuf> = std::fs::read_dir(&log_dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
-        // `sh` execs valgrind: the first process keeps the shell's pid.
-        let first = format!("lackey.{}", child.id());
-        // The first process, then the others in pid order.
-        let pid = |l: &PathBuf| -> (bool, u64) {
-            let name = l.file_name().unwrap().to_string_lossy().into_owned();
-            let n = name
-                .trim_start_matches("lackey.")
-                .parse()
-                .unwrap_or(u64::MAX);
-            (name != first, n)
-        };
-        logs.sort_by_key(pid);
-        for l in &logs {
-            reducer.feed(File::open(l).unwrap(), true, false, false);
-        }
-        for l in &logs {
-            let forked = l.file_name().is_some_and(|n| *n != *first);
-            reducer.feed(File::open(l).unwrap(), false, true, forked);
-        }
-        let _ = std::fs::remove_dir_all(&log_dir);
-    }
-    let stdout = std::fs::read(&out_path).unwrap_or_default();
-    let stderr = std::fs::read(&err_path).unwrap_or_default();
-    let _ = std::fs::remove_file(&out_path);
-    let _ = std::fs::remove_file(&err_path);
     for m in &reducer.modules {
         assert!(
             m.bias.is_some(),
@@ -769,6 +713,169 @@ fn run_into(
         status,
         stdout,
         modules: reducer.modules,
+    }
+}
+
+/// A run whose single log comes through a pipe, or from this process's
+/// kept log of the same run (`lackey_cache`), which it is kept as when
+/// read whole.
+fn piped(program: &[String], with: &Launch, pattern: &str, reducer: &mut Reducer) -> Ended {
+    let mut argv = valgrind_options();
+    argv.extend_from_slice(program);
+    let run = lackey_cache::Run {
+        argv: &argv,
+        stdin: with.stdin,
+        env: with.env,
+        modules: &reducer.wanted,
+    };
+    let slot = lackey_cache::slot(&run);
+    let mut slot = lackey_cache::lock(&slot);
+    if let Some(kept) = slot.serving(&run, pattern) {
+        reducer.feed(kept.log(), true, true, false);
+        return (kept.status, kept.stdout.clone(), kept.stderr.clone());
+    }
+    let mut copy = slot.writer(&run, pattern);
+    let mut vg = launch(program, with, pattern, "--log-fd=3");
+    // valgrind writes each log line with a system call of its own: a 1 MiB
+    // pipe lets it run ahead of the reader (lackey on gzip 20 kB: 2.3 s
+    // into a 1 MiB pipe read 1 MiB at a time, 3.0 s into a default pipe
+    // read by `wc`, 1.8 s into /dev/null; fails harmlessly where the limit
+    // is lower).
+    // SAFETY: fcntl on a descriptor we own.
+    unsafe {
+        libc::fcntl(
+            std::os::fd::AsRawFd::as_raw_fd(&vg.pipe),
+            libc::F_SETPIPE_SZ,
+            1 << 20,
+        )
+    };
+    let from = Patient(&mut vg.pipe);
+    let tee = lackey_cache::Tee {
+        from,
+        copy: &mut copy,
+    };
+    reducer.feed(tee, true, true, false);
+    let ended = vg.end(reducer.stopped);
+    if reducer.stopped || !copy.whole() {
+        copy.discard();
+    } else {
+        slot.keep(copy, ended.0, &ended.1, &ended.2);
+    }
+    ended
+}
+
+/// A run of a program that forks, logging to one file per process.
+fn per_process(program: &[String], with: &Launch, pattern: &str, reducer: &mut Reducer) -> Ended {
+    let log_dir = super::scratch("lackey").join(format!("{}.logs", run_tag(program)));
+    let _ = std::fs::remove_dir_all(&log_dir);
+    std::fs::create_dir_all(&log_dir).unwrap();
+    let log = format!("--log-file={}/lackey.%p", log_dir.display());
+    let vg = launch(program, with, pattern, &log);
+    let first = format!("lackey.{}", vg.child.id());
+    let ended = vg.end(false);
+    let mut logs: Vec<PathBuf> = std::fs::read_dir(&log_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    // `sh` execs valgrind: the first process keeps the shell's pid.
+    // The first process, then the others in pid order.
+    let pid = |l: &PathBuf| -> (bool, u64) {
+        let name = l.file_name().unwrap().to_string_lossy().into_owned();
+        let n = name
+            .trim_start_matches("lackey.")
+            .parse()
+            .unwrap_or(u64::MAX);
+        (name != first, n)
+    };
+    logs.sort_by_key(pid);
+    for l in &logs {
+        reducer.feed(File::open(l).unwrap(), true, false, false);
+    }
+    for l in &logs {
+        let forked = l.file_name().is_some_and(|n| *n != *first);
+        reducer.feed(File::open(l).unwrap(), false, true, forked);
+    }
+    let _ = std::fs::remove_dir_all(&log_dir);
+    ended
+}
+
+/// A name for one run's files: the program, this process and thread.
+fn run_tag(program: &[String]) -> String {
+    let name = Path::new(&program[0])
+        .file_name()
+        .unwrap()
+        .to_string_lossy();
+    format!(
+        "{name}-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    )
+    .replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_")
+}
+
+/// Valgrind running, its fd 3 our pipe, the program's stdout and stderr
+/// going to files.
+struct Valgrind {
+    child: Child,
+    pipe: ChildStdout,
+    out: PathBuf,
+    err: PathBuf,
+}
+
+/// Starts `program` under lackey with symbol-table `pattern` and `log`
+/// (the option naming where the log goes).
+fn launch(program: &[String], with: &Launch, pattern: &str, log: &str) -> Valgrind {
+    let work = super::scratch("lackey");
+    let tag = run_tag(program);
+    let (out, err) = (
+        work.join(format!("{tag}.stdout")),
+        work.join(format!("{tag}.stderr")),
+    );
+    // The shell routes the program's stdout/stderr to files and valgrind's
+    // log (fd 3) to our pipe; the files are its arguments, not variables,
+    // so the program's environment is the test's (and `with.env`).
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(r#"o=$1 e=$2; shift 2; exec "$@" 3>&1 1>"$o" 2>"$e""#)
+        .arg("sh")
+        .arg(&out)
+        .arg(&err)
+        .args(valgrind_options())
+        .arg(format!("--trace-symtab-patt={pattern}"))
+        .arg(log)
+        .args(program)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    match with.stdin {
+        Some(f) => cmd.stdin(File::open(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()))),
+        None => cmd.stdin(Stdio::null()),
+    };
+    cmd.envs(with.env.iter().map(|(k, v)| (k, v)));
+    let mut child = cmd.spawn().expect("spawning valgrind");
+    let pipe = child.stdout.take().unwrap();
+    Valgrind {
+        child,
+        pipe,
+        out,
+        err,
+    }
+}
+
+impl Valgrind {
+    /// Waits for valgrind (killed first if `kill`: its reader stopped)
+    /// and takes the program's output.
+    fn end(mut self, kill: bool) -> Ended {
+        if kill {
+            let _ = self.child.kill();
+        }
+        drop(self.pipe);
+        let status = self.child.wait().expect("waiting for valgrind");
+        let take = |p: &Path| {
+            let bytes = std::fs::read(p).unwrap_or_default();
+            let _ = std::fs::remove_file(p);
+            bytes
+        };
+        (status, take(&self.out), take(&self.err))
     }
 }
 

@@ -16,6 +16,7 @@ pub mod elf;
 pub mod exact;
 pub mod exact_data;
 pub mod lackey;
+pub mod lackey_cache;
 pub mod lsda;
 pub mod oracle;
 pub mod recorded;
@@ -104,6 +105,22 @@ pub fn scratch(sub: &str) -> std::path::PathBuf {
 /// The directory holding the workspace (where `traces/` lives).
 pub fn repo_root() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// [`text_input`]'s 20 kB in a file, written once per process: the input
+/// of every test that runs gzip, bzip2 or xz on 20 kB under lackey, one
+/// path for all, so that one lackey run serves them (`lackey_cache` keys
+/// on the arguments).
+pub fn text_20k() -> &'static str {
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let p = scratch("inputs").join("text-20000");
+        // Renamed into place: a concurrent test binary may be reading it.
+        let tmp = p.with_extension(std::process::id().to_string());
+        std::fs::write(&tmp, text_input(20_000)).unwrap();
+        std::fs::rename(&tmp, &p).unwrap();
+        p.display().to_string()
+    })
 }
 
 /// A deterministic, compressible 20 kB text-like input for gzip/bzip2
