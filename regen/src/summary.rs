@@ -48,6 +48,10 @@
 //! pops a frame pushed in the same chain and falls through from the
 //! caller's return point. The next item is a byte witness at every such
 //! call and return, so no record (SETJMP, SIGNAL, RETURN) can stand there.
+//! Two plain steps (a read point's witness, ending at another read point,
+//! then that one's witness, choosing no `ret`) are one entry of a pair
+//! memo ([`Pair`]), keyed by the read point and both witness bytes: one
+//! dependent load for two witnesses.
 
 use crate::compile::{Block, BlockIx, Module, ProcIx, AMBIGUOUS, EXIT, NO_BLOCK, NO_WITNESS};
 use crate::stream::is_byte_witness;
@@ -153,6 +157,49 @@ impl CallHot {
 
 /// Entries of the call memo (a power of two): 32 KiB.
 const CALLS: usize = 1 << 10;
+
+/// Entries of the pair memo (a power of two): 24 KiB.
+const PAIRS: usize = 1 << 10;
+const _: () = assert!(
+    2 * (MAX_BLOCKS + 1) < u16::MAX as u32,
+    "Pair::blocks is a u16"
+);
+
+/// A pair memo entry: two consecutive plain steps of the counting chain,
+/// from read point `key >> 16` for byte witnesses `key >> 8 & 0xFF` and
+/// `key & 0xFF`, when the first ends at a read point and the second does
+/// not choose a `ret`; no blocks when they cannot be taken as one (the
+/// chain then takes the first alone). One dependent load for two
+/// witnesses on the chain (issue 24 item 3).
+#[derive(Clone, Copy, Debug)]
+struct Pair {
+    key: u64,
+    /// The second step's end, with [`Hot`]'s kind bits.
+    end: u32,
+    /// Instructions of both steps.
+    insns: u32,
+    /// Blocks of both steps (each at most [`MAX_BLOCKS`] + 1).
+    blocks: u16,
+    /// `hot_slot(end)`.
+    slot: u16,
+}
+
+impl Pair {
+    const EMPTY: Pair = Pair {
+        key: u64::MAX,
+        end: 0,
+        insns: 0,
+        blocks: 0,
+        slot: 0,
+    };
+}
+
+/// Where the pair of witness bytes `v1`, `v2` from the read point whose
+/// [`hot_slot`] is `slot` stands in the pair memo.
+#[inline]
+fn pair_slot(slot: u16, v1: u8, v2: u8) -> usize {
+    (usize::from(slot) ^ usize::from(v1) << 4 ^ usize::from(v2)) & (PAIRS - 1)
+}
 
 /// Entries of the output memo (a power of two): 32 KiB.
 const OUT: usize = 1 << 11;
@@ -289,6 +336,8 @@ pub struct Summaries {
     /// The call memo of `count_run`, direct-mapped by call block: the
     /// blocks of `frames` and of the calls it makes.
     calls: Box<[CallHot]>,
+    /// The pair memo of `count_run` (two plain steps in one).
+    pairs: Box<[Pair]>,
     /// The call blocks of the traced callers on top of the machine's
     /// stack (oldest first) while `count_run` runs: the machine moves
     /// its newest ones here before a run and back after it, so a chain
@@ -324,6 +373,7 @@ impl Summaries {
             },
             out: Box::default(),
             calls: vec![CallHot::EMPTY; CALLS].into_boxed_slice(),
+            pairs: vec![Pair::EMPTY; PAIRS].into_boxed_slice(),
             frames: Vec::new(),
         }
     }
@@ -430,11 +480,27 @@ impl Summaries {
             if !is_byte_witness(v) || !is_byte_witness(next) {
                 break;
             }
-            let h = usize::from(slot ^ u16::from(v)) & (HOT - 1);
-            if self.hot[h].key != run.end << 8 | u32::from(v - 1) {
-                self.fill_hot(m, h, run.end, u32::from(v - 1));
+            // Two plain steps at once when the third byte is a witness
+            // too (the second step's `next`).
+            if kind == Hot::AGAIN
+                && run.witnesses + 2 <= max
+                && is_byte_witness(bytes[run.witnesses + 2])
+            {
+                let i = pair_slot(slot, v, next);
+                let key = u64::from(run.end) << 16 | u64::from(v) << 8 | u64::from(next);
+                if self.pairs[i].key != key {
+                    self.fill_pair(m, i, run.end, slot, (v, next));
+                }
+                let p = self.pairs[i];
+                if p.blocks != 0 {
+                    run.witnesses += 2;
+                    run.insns += u64::from(p.insns);
+                    run.blocks += u64::from(p.blocks);
+                    (run.end, kind, slot) = (p.end & !Hot::KINDS, p.end & Hot::KINDS, p.slot);
+                    continue;
+                }
             }
-            let e = self.hot[h];
+            let e = self.hot_entry(m, run.end, slot, v);
             if e.blocks == 0 {
                 break;
             }
@@ -560,6 +626,44 @@ impl Summaries {
     #[inline(never)]
     fn fill_call_hot(&mut self, m: &Module, h: usize, c: u32) {
         self.calls[h] = fill_call(m, c);
+    }
+
+    /// The counting memo's entry for read point `l`, whose [`hot_slot`]
+    /// is `slot`, and witness byte `v` (inlined: the chain's hot path).
+    #[inline(always)]
+    fn hot_entry(&mut self, m: &Module, l: u32, slot: u16, v: u8) -> Hot {
+        let h = usize::from(slot ^ u16::from(v)) & (HOT - 1);
+        if self.hot[h].key != l << 8 | u32::from(v - 1) {
+            self.fill_hot(m, h, l, u32::from(v - 1));
+        }
+        self.hot[h]
+    }
+
+    /// Fills pair memo entry `i` for read point `l` (its [`hot_slot`] is
+    /// `slot`) and witness bytes `v1`, `v2`, from the two single steps.
+    #[cold]
+    #[inline(never)]
+    fn fill_pair(&mut self, m: &Module, i: usize, l: u32, slot: u16, (v1, v2): (u8, u8)) {
+        let key = u64::from(l) << 16 | u64::from(v1) << 8 | u64::from(v2);
+        let first = self.hot_entry(m, l, slot, v1);
+        self.pairs[i] = Pair { key, ..Pair::EMPTY };
+        if first.blocks == 0 || first.end & Hot::KINDS != Hot::AGAIN {
+            return;
+        }
+        let second = self.hot_entry(m, first.end & !Hot::KINDS, first.slot, v2);
+        if second.blocks == 0 || second.end & Hot::RET != 0 {
+            return;
+        }
+        let Some(insns) = first.insns.checked_add(second.insns) else {
+            return;
+        };
+        self.pairs[i] = Pair {
+            key,
+            end: second.end,
+            insns,
+            blocks: first.blocks + second.blocks,
+            slot: second.slot,
+        };
     }
 
     /// Fills counting memo entry `h` for read point `l` and witness `w`:
