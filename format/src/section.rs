@@ -265,6 +265,11 @@ pub struct Image {
     pub thread: ThreadId,
     /// The module whose PROGRAM_DATABASE serves this one, if not its own.
     pub database: Option<ModuleId>,
+    /// The module tag the image's ENTER and LANDING records carry for
+    /// this module (since 1.14): 0 for the executable, the library's for
+    /// a `--libs` library; 0 in older traces, whose IMAGEs are
+    /// executables'.
+    pub tag: u32,
 }
 
 /// END: totals over the whole trace; its presence means the trace is complete.
@@ -486,7 +491,7 @@ impl Record<'_> {
                 out.put_u32(i.module.0);
                 out.put_u32(i.thread.0);
                 out.put_u32(i.database.map_or(NONE_ID, |m| m.0));
-                out.put_u32(0);
+                out.put_u32(i.tag);
             }
             Record::Note(n) => {
                 out.put_u32(n.module.map_or(NONE_ID, |m| m.0));
@@ -713,11 +718,12 @@ pub(crate) fn decode(
             let module = ModuleId(c.u32("module id")?);
             let thread = ThreadId(c.u32("thread id")?);
             let database = opt_id(c.u32("database module id")?).map(ModuleId);
-            c.u32("reserved")?;
+            let tag = c.u32("module tag")?;
             Record::Image(Image {
                 module,
                 thread,
                 database,
+                tag,
             })
         }
         SectionKind::FILE_HEADER => return Err(bad("section of kind 0".into())),

@@ -1069,10 +1069,12 @@ fn image_sections_tie_a_module_to_its_stream() {
     w.thread_start(&start(1, Some(0), StartReason::Exec))
         .unwrap();
     w.module(&module(1)).unwrap();
+    // A tag other than 0 reads back (since 1.14, a library's).
     let image = Image {
         module: ModuleId(1),
         thread: ThreadId(1),
         database: Some(ModuleId(0)),
+        tag: 7,
     };
     w.image(&image).unwrap();
     for t in 0..2 {
@@ -1101,6 +1103,7 @@ fn image_sections_tie_a_module_to_its_stream() {
             module: ModuleId(module),
             thread: ThreadId(thread),
             database: database.map(ModuleId),
+            tag: 0,
         })
     };
     let main = || Record::ThreadStart(start(0, None, StartReason::Main));

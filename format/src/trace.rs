@@ -163,11 +163,22 @@ impl<B: AsRef<[u8]>> Trace<B> {
     /// The stream whose image `module` belongs to, when an IMAGE says so
     /// (else the module is its pid's first image's).
     pub fn image_thread(&self, module: ModuleId) -> Option<ThreadId> {
-        self.index
-            .images
-            .iter()
-            .find(|i| i.module == module)
-            .map(|i| i.thread)
+        self.image_of(module).map(|i| i.thread)
+    }
+
+    /// The IMAGE section naming `module`, if any.
+    pub fn image_of(&self, module: ModuleId) -> Option<&Image> {
+        self.index.images.iter().find(|i| i.module == module)
+    }
+
+    /// The module tag the stream records of `module`'s image carry for it
+    /// (docs/format.md, ENTER): 0 for an executable, else its IMAGE's
+    /// (1.14), else its id (a library of the first image: id = tag).
+    pub fn module_tag(&self, module: &Module) -> u32 {
+        if module.flags & crate::module_flags::MAIN != 0 {
+            return 0;
+        }
+        self.image_of(module.id).map_or(module.id.0, |i| i.tag)
     }
 
     /// Threads by id.

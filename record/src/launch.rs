@@ -898,6 +898,7 @@ struct Deferred {
     tid: u32,
     runtime: u64,
     image: u64,
+    serial: u32,
     drained: Drained,
 }
 
@@ -914,8 +915,13 @@ struct Recorder<'l> {
     last: HashMap<u32, ThreadId>,
     deferred: Vec<Deferred>,
     threads: Vec<Thread>,
-    /// New images of the executable written so far ([`Self::write_image`]).
+    /// Modules of new images written so far ([`Self::write_image`]).
     images: usize,
+    /// The new images of the executable, by their serial (slot field
+    /// SERIAL): the stream that starts each.
+    serials: HashMap<u32, ThreadId>,
+    /// The (serial, tag) of the libraries of new images written so far.
+    image_libs: Vec<(u32, u32)>,
     /// Libraries (module indices) whose MODULE is not written yet: their
     /// runtime has not attached (no traced code of theirs ran so far).
     libs_pending: Vec<usize>,
@@ -937,6 +943,8 @@ impl<'l> Recorder<'l> {
             deferred: Vec::new(),
             threads: Vec::new(),
             images: 0,
+            serials: HashMap::new(),
+            image_libs: Vec::new(),
             libs_pending: (1..launch.modules.len()).collect(),
             spare: Vec::new(),
             encoding: Pipeline::default(),
@@ -1040,6 +1048,7 @@ impl<'l> Recorder<'l> {
                 tid: d.tid,
                 runtime: d.runtime,
                 image: d.image,
+                serial: d.serial,
                 bytes: &d.drained.buf,
                 witnesses: 0,
                 values: &[],
@@ -1095,6 +1104,7 @@ impl<'l> Recorder<'l> {
                         tid: b.tid,
                         runtime: b.runtime,
                         image: b.image,
+                        serial: b.serial,
                         drained: Drained::of(&b),
                     });
                     return Ok(());
@@ -1231,7 +1241,8 @@ impl<'l> Recorder<'l> {
         })
         .map_err(|e| trace_err(&self.launch.trace, e))?;
         if known_image {
-            self.write_image(thread, b)?;
+            self.serials.insert(b.serial, thread);
+            self.write_image(thread, 0, b.pid, b.runtime)?;
         }
         for n in notes {
             self.writer()?
@@ -1275,6 +1286,32 @@ impl<'l> Recorder<'l> {
                 return;
             }
         }
+        if let Err(e) = self.image_libraries(region) {
+            self.fail(e);
+        }
+    }
+
+    /// The libraries that attached in the new images of the executable
+    /// since the last call (the region's image library table): each a
+    /// module of its image. Those of images the recorder does not know
+    /// (another program) are left out, as their executables are.
+    fn image_libraries(&mut self, region: &Region) -> Result<()> {
+        for (serial, tag, rt) in region.image_libraries() {
+            let Some(&thread) = self.serials.get(&serial) else {
+                continue;
+            };
+            let lib = self.launch.modules.get(tag as usize);
+            let instrumented = lib.is_some_and(|m| {
+                m.flags & module_flags::MAIN == 0 && m.flags & module_flags::INSTRUMENTED != 0
+            });
+            if !instrumented || self.image_libs.contains(&(serial, tag)) {
+                continue;
+            }
+            self.image_libs.push((serial, tag));
+            let pid = self.threads[thread.0 as usize].pid;
+            self.write_image(thread, tag as usize, pid, rt)?;
+        }
+        Ok(())
     }
 
     /// Whether the stream `b` starts runs the traced executable's
@@ -1285,26 +1322,35 @@ impl<'l> Recorder<'l> {
         id != 0 && b.image == id
     }
 
-    /// MODULE and IMAGE sections of a new image of the executable, whose
-    /// first stream is `thread`: the executable's module at the load bias
-    /// `b`'s runtime address gives, sharing module 0's program database.
-    /// Its id follows every module the launch may write.
-    fn write_image(&mut self, thread: ThreadId, b: &Batch<'_>) -> Result<()> {
-        let m = &self.launch.modules[0];
+    /// MODULE and IMAGE sections of module `i` (its tag) in a new image
+    /// of the executable, whose first stream is `thread`, in process
+    /// `pid`, at the load bias its runtime address `runtime` gives. It
+    /// shares the program database of the launch's module `i` when that
+    /// one is written (the executable's always is), else has its own
+    /// (a library the first image never ran). Its id follows every
+    /// module the launch may write.
+    fn write_image(&mut self, thread: ThreadId, i: usize, pid: u32, runtime: u64) -> Result<()> {
+        let m = &self.launch.modules[i];
         let id = ModuleId((self.launch.modules.len() + self.images) as u32);
-        let module = module_section(m, id, b.pid, b.runtime)?;
+        let module = module_section(m, id, pid, runtime)?;
+        let shared = !self.libs_pending.contains(&i);
         let trace = &self.launch.trace;
         let out = self
             .out
             .as_mut()
             .ok_or_else(|| Error::from(RecordError::TraceClosed))?;
-        out.module(&module).map_err(|e| trace_err(trace, e))?;
+        let w = |e| trace_err(trace, e);
+        out.module(&module).map_err(w)?;
+        if !shared {
+            out.append_database(id, &m.db).map_err(w)?;
+        }
         out.image(&Image {
             module: id,
             thread,
-            database: Some(ModuleId(0)),
+            database: shared.then_some(ModuleId(i as u32)),
+            tag: i as u32,
         })
-        .map_err(|e| trace_err(trace, e))?;
+        .map_err(w)?;
         self.images += 1;
         Ok(())
     }
@@ -1579,7 +1625,8 @@ impl<'l> Recorder<'l> {
         for x in exits {
             out.process_exit(x).map_err(w)?;
         }
-        for &i in &self.libs_pending {
+        let in_images = |i: &usize| self.image_libs.iter().any(|&(_, t)| t as usize == *i);
+        for &i in self.libs_pending.iter().filter(|i| !in_images(i)) {
             out.note(
                 None,
                 &format!(
@@ -1739,6 +1786,7 @@ mod tests {
                     tid: 100 + bytes[6] as u32,
                     runtime: 0x7000,
                     image: 0,
+                    serial: 0,
                     bytes,
                     witnesses: 1,
                     values: &[],

@@ -639,13 +639,9 @@ fn prepare_some<'t, B: AsRef<[u8]> + Sync>(
             let format = (!opts.count && shown).then_some(opts.format);
             let mut c =
                 Module::compile(&path_name(&m.path), number as u32, &db, format, addressing)?;
-            // Only the executable's tag differs from its id: an exec'd
-            // image's (IMAGE) is another module than the first image's.
-            c.tag = if m.flags & module_flags::MAIN != 0 {
-                0
-            } else {
-                m.id.0
-            };
+            // An exec'd image's modules (IMAGE) are other modules than
+            // the first image's, with the first image's tags.
+            c.tag = trace.module_tag(m);
             c.id = m.id.0;
             c.shown = shown;
             c.load_base = m.load_base;

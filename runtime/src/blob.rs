@@ -337,6 +337,9 @@ struct Labels {
     m_notready: CodeLabel,
     m_early: CodeLabel,
     m_rebased: CodeLabel,
+    m_images_full: CodeLabel,
+    /// In `emit_attach`: the library's entry holds another address.
+    rebased: CodeLabel,
     m_slots: CodeLabel,
     m_write: CodeLabel,
     m_gone: CodeLabel,
@@ -571,6 +574,8 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         m_notready: a.create_label(),
         m_early: a.create_label(),
         m_rebased: a.create_label(),
+        m_images_full: a.create_label(),
+        rebased: a.create_label(),
         m_slots: a.create_label(),
         m_write: a.create_label(),
         m_gone: a.create_label(),
@@ -657,6 +662,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     )?;
     msg(&mut a, &mut l.m_notready, "aetrace: instrumented code ran before the runtime's init (init must be the first DT_PREINIT_ARRAY entry)\n")?;
     msg(&mut a, &mut l.m_early, "aetrace: an instrumented shared library ran before the executable's runtime init (an IFUNC resolver, or a process whose executable is not instrumented)\n")?;
+    msg(&mut a, &mut l.m_images_full, "aetrace: the witness region's table of exec'd images' libraries is full (256 entries); stopped\n")?;
     msg(&mut a, &mut l.m_rebased, "aetrace: an instrumented shared library was loaded again at another address (dlclose, then dlopen): the trace has one load address per module; stopped\n")?;
     msg(
         &mut a,
@@ -1222,23 +1228,30 @@ fn emit_attach(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.mov(qword_ptr(l.d_region), r15)?;
     a.mov(rax, qword_ptr(r15 + H_FD))?;
     a.mov(qword_ptr(l.d_fd), rax)?;
-    // Publish this blob's address under its tag (first writer wins: a
-    // fork child has the same mappings; an exec'd image's modules are
-    // not known to the recorder anyway). A library dlclosed and opened
-    // again finds its entry set: at the same address it goes on; at
-    // another one the trace could not tell its two loads apart, so the
-    // program stops here, before any of the second load's records.
+    // Publish this blob's address under its image and tag (first writer
+    // wins: a fork child has the same mappings): image 0's in the module
+    // table, another image's (a program that exec'd) in the image
+    // library table. A library dlclosed and opened again finds its entry
+    // set: at the same address it goes on; at another one the trace
+    // could not tell its two loads apart, so the program stops here,
+    // before any of the second load's records.
+    let mut table = a.create_label();
     a.mov(rdx, qword_ptr(l.d_tag))?;
     a.and(edx, (MAX_MODULES - 1) as i32)?;
     a.lea(rcx, ptr(l.init))?;
-    a.xor(eax, eax)?;
+    a.mov(eax, dword_ptr(S_SERIAL).gs())?;
+    a.test(eax, eax)?;
+    a.jnz(table)?;
     a.lock()
         .cmpxchg(qword_ptr(r15 + rdx * 8 + H_MODULES as i32), rcx)?;
     a.je(published)?;
     a.cmp(rax, rcx)?;
     a.je(published)?;
+    a.set_label(&mut l.rebased)?;
     a.lea(rsi, ptr(l.m_rebased))?;
     a.jmp(l.fatal)?;
+    a.set_label(&mut table)?;
+    emit_publish_image(a, l, published)?;
     a.set_label(&mut published)?;
     a.mov(dword_ptr(l.d_ready), 1)?;
     // A thread that owns its slot already (the usual case) keeps it (a
@@ -1294,6 +1307,53 @@ fn emit_attach(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     emit_claim_fork_unless_owned(a, l, kept)?;
     a.set_label(&mut kept)?;
     leave_blocked(a, &mut l.windows, d, Caller::Stub)
+}
+
+/// The image library table's entry of this library in the image whose
+/// serial is eax (not 0), tag in edx, this blob's address in rcx, the
+/// region in r15 (layout, `H_IMAGE_LIBS`): the first free entry is claimed
+/// with the key `serial << 32 | tag`, then given the address; an entry
+/// with the key already must hold this address (waited for while its
+/// claimer completes it), else the library was loaded again elsewhere.
+/// Jumps to `published`; a full table stops the program.
+fn emit_publish_image(
+    a: &mut CodeAssembler,
+    l: &mut Labels,
+    published: CodeLabel,
+) -> Result<(), IcedError> {
+    let (mut next, mut mine, mut wait, mut lp) = (
+        a.create_label(),
+        a.create_label(),
+        a.create_label(),
+        a.create_label(),
+    );
+    a.shl(rax, 32)?;
+    a.or(rdx, rax)?; // the key
+    a.lea(r8, qword_ptr(r15 + H_IMAGE_LIBS))?;
+    a.lea(r9, qword_ptr(r8 + (16 * IMAGE_LIBS) as i32))?;
+    a.set_label(&mut lp)?;
+    a.xor(eax, eax)?;
+    a.lock().cmpxchg(qword_ptr(r8), rdx)?;
+    a.jne(mine)?;
+    a.mov(qword_ptr(r8 + 8), rcx)?;
+    a.jmp(published)?;
+    a.set_label(&mut mine)?;
+    a.cmp(rax, rdx)?;
+    a.jne(next)?;
+    a.set_label(&mut wait)?;
+    a.pause()?;
+    a.mov(rax, qword_ptr(r8 + 8))?;
+    a.test(rax, rax)?;
+    a.jz(wait)?;
+    a.cmp(rax, rcx)?;
+    a.je(published)?;
+    a.jmp(l.rebased)?;
+    a.set_label(&mut next)?;
+    a.add(r8, 16)?;
+    a.cmp(r8, r9)?;
+    a.jb(lp)?;
+    a.lea(rsi, ptr(l.m_images_full))?;
+    a.jmp(l.fatal)
 }
 
 /// `fork_child()`: called in a fork/vfork child right after the call
@@ -1611,16 +1671,22 @@ fn emit_claim(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     // A slot claimed from another slot (a thread, a fork child) inherits
     // its RUNTIME and IMAGE: a library's runtime can claim one, and
     // `signal_entry` looks for the executable's there.
+    // The first slot of a process image takes the image's SERIAL.
     let (mut own, mut image) = (a.create_label(), a.create_label());
     a.cmp(ebp, u32::MAX)?;
     a.je(own)?;
     a.mov(rax, qword_ptr(S_RUNTIME).gs())?;
     a.mov(qword_ptr(r14 + S_RUNTIME), rax)?;
+    a.mov(eax, dword_ptr(S_SERIAL).gs())?;
+    a.mov(dword_ptr(r14 + S_SERIAL), eax)?;
     a.mov(rax, qword_ptr(S_IMAGE).gs())?;
     a.jmp(image)?;
     a.set_label(&mut own)?;
     a.lea(rax, ptr(l.init))?;
     a.mov(qword_ptr(r14 + S_RUNTIME), rax)?;
+    a.mov(eax, 1)?;
+    a.lock().xadd(dword_ptr(r15 + H_IMAGES), eax)?;
+    a.mov(dword_ptr(r14 + S_SERIAL), eax)?;
     a.mov(rax, qword_ptr(l.d_image))?;
     a.set_label(&mut image)?;
     a.mov(qword_ptr(r14 + S_IMAGE), rax)?;

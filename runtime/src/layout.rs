@@ -15,11 +15,12 @@
 
 /// `b"AETRSHM1"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"AETRSHM1");
-/// Layout version in the header.
-pub const VERSION: u32 = 1;
+/// Layout version in the header (2 since 2026-11-30: the header's second
+/// page holds the libraries of exec'd images, [`H_IMAGE_LIBS`]).
+pub const VERSION: u32 = 2;
 
 /// Size of the region header; slots start here (page aligned).
-pub const HEADER_SIZE: u64 = 4096;
+pub const HEADER_SIZE: u64 = 8192;
 
 // Region header field offsets.
 /// Header offset: the magic (u64, [`MAGIC`]).
@@ -48,6 +49,9 @@ pub const H_FILE_END: u64 = 56;
 /// copies of instrumented shared libraries, which attach to the region the
 /// executable's `init` created instead of creating it again.
 pub const H_FD: u64 = 64;
+/// The next process image serial (u32, `lock xadd`): each image's first
+/// slot takes one ([`S_SERIAL`]); the recorder's launch is image 0.
+pub const H_IMAGES: u64 = 72;
 /// The executable as a native run's `/proc/self/maps` names it (the
 /// program's view of its maps, `docs/runtime.md` section 5): u32 length
 /// of the rewritten copy's path as the kernel shows it (0: no view
@@ -87,7 +91,17 @@ pub const H_HIDE: u64 = H_MODULES + 8 * MAX_MODULES as u64;
 /// Header offset of the hidden entry's prefix bytes.
 pub const H_HIDE_BYTES: u64 = H_HIDE + 16;
 /// The longest prefix the header holds.
-pub const HIDE_MAX: u64 = HEADER_SIZE - H_HIDE_BYTES;
+pub const HIDE_MAX: u64 = H_IMAGE_LIBS - H_HIDE_BYTES;
+/// The libraries of images other than image 0 (a program that exec'd
+/// itself): [`IMAGE_LIBS`] entries of 16 bytes, u64 key `serial << 32 |
+/// tag` (claimed by `lock cmpxchg` 0 -> key), then u64 the run-time
+/// address of that library's runtime blob in that image (stored after
+/// the key: 0 while the claim is being completed). Image 0's libraries
+/// use the module table ([`H_MODULES`]).
+pub const H_IMAGE_LIBS: u64 = 4096;
+/// Entries of the exec'd images' library table.
+pub const IMAGE_LIBS: u32 = 256;
+const _: () = assert!(H_IMAGE_LIBS + 16 * IMAGE_LIBS as u64 <= HEADER_SIZE);
 /// Hide mode: the variable was absent; the entry equal to the prefix is removed.
 pub const HIDE_REMOVE: u32 = 1;
 /// Hide mode: the variable was empty; the entry equal to the prefix is cut after `NAME=`.
@@ -158,6 +172,11 @@ pub const S_XFERS: u64 = 104;
 /// threads and fork children claim. The recorder tells by it which
 /// image a process exec'd (`docs/runtime.md` section 1).
 pub const S_IMAGE: u64 = 112;
+/// SERIAL: u32 serial of the process image that claimed its first slot
+/// ([`H_IMAGES`]), inherited like IMAGE: a library's runtime publishes
+/// its address under it, in the module table for image 0, in
+/// [`H_IMAGE_LIBS`] for the others.
+pub const S_SERIAL: u64 = 120;
 
 /// Never claimed, or released by the recorder for any process.
 pub const SLOT_FREE: u32 = 0;

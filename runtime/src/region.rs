@@ -26,8 +26,9 @@
 //!   starts again at half 0, offset 0: the next claim is a new stream.
 //!   Races (`docs/runtime.md` section 8, "Slot reuse"): nothing else
 //!   writes an active slot whose thread is gone; a thread still pointing
-//!   `%gs` at it (not attached yet) only reads OWNER, TID, RUNTIME and
-//!   REGION, and the reset keeps RUNTIME, IMAGE, REGION and PID, which
+//!   `%gs` at it (not attached yet) only reads OWNER, TID, RUNTIME,
+//!   REGION and SERIAL, and the reset keeps RUNTIME, IMAGE, SERIAL, REGION
+//!   and PID, which
 //!   belong to the process, and clears OWNER, which no TCB equals.
 //! - Bytes read from a region or file are untrusted: every offset is bounds
 //!   checked and bad layouts are errors, never panics.
@@ -273,6 +274,26 @@ impl Region {
             .load(Ordering::Acquire)
     }
 
+    /// The libraries that attached in images other than image 0 (the
+    /// image-library table, layout `H_IMAGE_LIBS`): (image serial, module
+    /// tag, run-time address of the library's runtime blob), each entry
+    /// once its address is written.
+    pub fn image_libraries(&self) -> Vec<(u32, u32, u64)> {
+        (0..u64::from(IMAGE_LIBS))
+            .map(|i| H_IMAGE_LIBS + 16 * i)
+            .map(|e| (self.a64(e).load(Ordering::Acquire), e))
+            .take_while(|&(key, _)| key != 0)
+            .map(|(key, e)| {
+                (
+                    (key >> 32) as u32,
+                    key as u32,
+                    self.a64(e + 8).load(Ordering::Acquire),
+                )
+            })
+            .filter(|&(_, _, address)| address != 0)
+            .collect()
+    }
+
     /// A drainer over every slot, starting from the beginning.
     pub fn drainer(&self) -> Drainer<'_> {
         Drainer {
@@ -341,6 +362,9 @@ pub struct Batch<'a> {
     /// The slot's `S_IMAGE`: which rewritten executable the writing
     /// process runs (0: a blob without an id).
     pub image: u64,
+    /// The slot's `S_SERIAL`: the serial of the writing process image
+    /// (0: the launched program's), under which its libraries attach.
+    pub serial: u32,
     /// Complete witnesses and records, continuing the slot's previous batch.
     pub bytes: &'a [u8],
     /// The witness bytes among `bytes` (the rest are records).
@@ -706,6 +730,7 @@ impl Drainer<'_> {
                     tid: r.a32(s + S_TID).load(Ordering::Acquire),
                     runtime: r.a64(s + S_RUNTIME).load(Ordering::Acquire),
                     image: r.a64(s + S_IMAGE).load(Ordering::Acquire),
+                    serial: r.a32(s + S_SERIAL).load(Ordering::Acquire),
                     bytes: &self.buf[..n],
                     witnesses,
                     values: &self.values,
@@ -1050,6 +1075,7 @@ mod tests {
                 S_RUNTIME + 4,
                 S_IMAGE,
                 S_IMAGE + 4,
+                S_SERIAL,
                 S_REGION,
                 S_REGION + 4,
                 S_STATE,
