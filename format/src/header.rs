@@ -15,7 +15,7 @@ pub const MAGIC: [u8; 8] = *b"AETRACE\0";
 /// Major version written and read: a reader refuses any other major.
 pub const VERSION_MAJOR: u16 = 1;
 /// Minor version written: readers accept any minor of their major (see docs/format.md).
-pub const VERSION_MINOR: u16 = 14;
+pub const VERSION_MINOR: u16 = 15;
 /// The first minor whose SIGNAL rips are never glibc's signal restorer
 /// (the runtime reports where the restorer returns instead).
 pub const MINOR_RESTORER_RESOLVED: u16 = 4;
@@ -30,9 +30,11 @@ pub const MINOR_REP_FAULT: u16 = 13;
 /// The first minor whose data values are the ones this reader expects:
 /// 1.7's outside-entry stubs write `rsp` as a VALUE right after ENTER;
 /// 1.8 records a register at its definition where two addresses use it,
-/// and evaluates 32-bit arithmetic (fewer values). The regenerator's
+/// and evaluates 32-bit arithmetic (fewer values); 1.15 also records a
+/// register before the end of a predecessor that loses it at a join the
+/// other ways into know it (`analysis::addr::exec`). The regenerator's
 /// analysis decides where values are, so older data traces are refused.
-pub const MINOR_DATA_VALUES: u16 = 8;
+pub const MINOR_DATA_VALUES: u16 = 15;
 /// The first minor whose SETJMP records carry `rsp` and whose setjmp
 /// calls write SETJMP_RESUME when they return again (no LONGJMP): older
 /// SETJMP and LONGJMP records name jmp_bufs, which regen refuses.

@@ -542,6 +542,7 @@ pub fn mark_definitions(
             }
         }
     }
+    candidates.extend(join_candidates(p, returns, blocks, &ways, &candidates));
     let mut marks = candidates.clone();
     for _round in 0..3 {
         set_marks(blocks, &marks);
@@ -557,6 +558,64 @@ pub fn mark_definitions(
             .collect();
     }
     set_marks(blocks, &marks);
+}
+
+/// Candidates that close a join ([`mark_definitions`]): register `g`
+/// recorded before the last instruction of a predecessor that does not
+/// know it at its end, where every other way into a block knows it, with
+/// every definition candidate `defs` marked. Without it the join forgets
+/// `g` on every run (gzip's `longest_match`: the chain loop's head learns
+/// its index again by recording an address per iteration, though the
+/// loop's own edge knows it from a value recorded once per iteration);
+/// with it the predecessor, usually outside the loop, pays once. `ways`:
+/// the procedure's [`ways_in`].
+fn join_candidates(
+    p: &ProcDb,
+    returns: &Returns,
+    blocks: &mut [Vec<(Instruction, InsnProgram)>],
+    ways: &[Vec<WayIn>],
+    defs: &[(usize, usize, Gpr)],
+) -> Vec<(usize, usize, Gpr)> {
+    set_marks(blocks, defs);
+    let known = knowledge(p, returns, blocks);
+    let anchor = |b: usize| p.blocks.get(b).is_some_and(anchors_rsp);
+    let out: Vec<RegSet> = (blocks.iter().zip(&known).enumerate())
+        .map(|(b, (insns, &k))| Exec::plan_block(k, insns, anchor(b)).1)
+        .collect();
+    let mut joins = Vec::new();
+    for ws in ways.iter().filter(|ws| ws.len() > 1) {
+        let preds: Option<Vec<usize>> = (ws.iter())
+            .map(|w| match *w {
+                WayIn::Plain(q) => Some(q as usize),
+                WayIn::Return(_) | WayIn::Entry => None,
+            })
+            .collect();
+        let Some(preds) = preds else { continue };
+        let some = preds.iter().fold(0, |s, &q| s | out[q].0);
+        let all = preds.iter().fold(ALL.0, |s, &q| s & out[q].0);
+        let lost = RegSet(some & !all & !(1 << Gpr::RSP.0));
+        for &q in &preds {
+            let Some(last) = blocks[q].len().checked_sub(1) else {
+                continue;
+            };
+            let written = writes(&blocks[q][last].1);
+            (lost.iter())
+                .filter(|g| (out[q].0 | written.0) & (1 << g.0) == 0)
+                .for_each(|g| joins.push((q, last, g)));
+        }
+    }
+    joins
+}
+
+/// The registers an instruction's updates write, in full or in part.
+fn writes(prog: &InsnProgram) -> RegSet {
+    let mut s = RegSet::default();
+    for u in &prog.updates {
+        if let Dst::Full(g) | Dst::Partial(g) = u.dst {
+            s.insert(g);
+        }
+    }
+    s
 }
 
 fn set_marks(blocks: &mut [Vec<(Instruction, InsnProgram)>], marks: &[(usize, usize, Gpr)]) {
@@ -607,26 +666,34 @@ impl Walk<'_> {
     /// A reference that would teach a tainted register back (its one
     /// unknown register, [`Exec::learn`]) untaints it: later uses of it
     /// are free either way. A register a successor's start does not know
-    /// (a join where another way loses it) is untainted there.
+    /// (a join where another way loses it) is untainted there. A block
+    /// reached again with registers tainted that its walk did not taint
+    /// is walked again with them (within [`WALK_BLOCKS`]): a loop that
+    /// computes an index from `g` anew each iteration (gzip's
+    /// `longest_match`: `movsxd rsi,r8d` at the latch, after the first
+    /// use taught `rsi` back at the entry).
     fn feeds(&self, at: (usize, usize), g: Gpr) -> bool {
-        let mut fed = vec![None::<u32>; self.blocks.len()];
-        fed[at.0] = Some(0);
+        // Per block: the taint its walks had, and the references counted.
+        let mut fed = vec![None::<(RegSet, u32)>; self.blocks.len()];
+        fed[at.0] = Some((ALL, 0));
         let (mut sites, mut visited) = (0u32, 0usize);
         let mut stack = vec![(at.0, at.1, RegSet(1 << g.0))];
         while let Some((b, from, t)) = stack.pop() {
             let (here, t) = self.block(b, from, t);
             sites += here;
             if from == 0 {
-                fed[b] = Some(here);
+                fed[b] = fed[b].map(|(w, _)| (w, here));
             }
             for &s in &self.succs[b] {
                 // What a join does not know everywhere is lost there.
                 let t = RegSet(t.0 & self.at[s].first().map_or(0, |k| k.0));
+                let walked = fed[s].map_or(0, |(w, _)| w.0);
                 match fed[s] {
-                    Some(n) if t.0 != 0 => sites += n,
-                    None if t.0 != 0 && visited < WALK_BLOCKS => {
+                    _ if t.0 == 0 => {}
+                    Some((_, n)) if t.0 & !walked == 0 => sites += n,
+                    _ if visited < WALK_BLOCKS => {
                         visited += 1;
-                        fed[s] = Some(0);
+                        fed[s] = Some((RegSet(walked | t.0), 0));
                         stack.push((s, 0, t));
                     }
                     _ => {}

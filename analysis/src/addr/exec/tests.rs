@@ -458,3 +458,107 @@ fn a_load_that_feeds_two_scaled_addresses_is_recorded_once_at_its_definition() {
     entry_knowledge(&one_block(4), &Returns::default(), &mut one);
     assert!(one[0].iter().all(|(_, p)| p.before == RegSet(0)));
 }
+
+/// Procedure `f` of `blocks`, entry B0, with plain `edges` (from, to).
+fn plain_proc(blocks: &[Vec<(Instruction, InsnProgram)>], edges: &[(u32, u32)]) -> ProcDb {
+    ProcDb {
+        name: "f".into(),
+        status: ProcStatus::Traced,
+        entry: 0,
+        blocks: (blocks.iter().enumerate())
+            .map(|(b, insns)| BlockDb {
+                start: 0x1000 + 0x100 * b as u64,
+                insn_lens: vec![1; insns.len()],
+                call: None,
+            })
+            .collect(),
+        edges: (edges.iter())
+            .map(|&(from, to)| EdgeDb {
+                from,
+                to,
+                kind: EdgeKindDb::Taken,
+                witness: None,
+            })
+            .collect(),
+        sigmap: None,
+    }
+}
+
+/// The values each block records per run, planned from `known`.
+fn values_per_block(known: &[RegSet], blocks: &[Vec<(Instruction, InsnProgram)>]) -> Vec<usize> {
+    (blocks.iter().zip(known))
+        .map(|(b, &k)| {
+            let (plans, _) = Exec::plan_block(k, b, false);
+            plans.iter().map(|p| p.as_ref().unwrap().len()).sum()
+        })
+        .collect()
+}
+
+/// gzip's `longest_match` in small: `r8` loaded once, `rsi = movsxd r8d`
+/// at the entry (taught back by its first use) and again at the loop's
+/// latch. The definition's walk reaches the loop head a second time with
+/// `rsi` tainted, so `r8` is recorded once instead of the head's address
+/// every iteration.
+#[test]
+fn a_loop_that_recomputes_an_index_from_a_definition_marks_it() {
+    let mut blocks = vec![
+        progs(&asm(|a| {
+            a.mov(r8d, dword_ptr(0x5000))?;
+            a.movsxd(rsi, r8d)?;
+            a.mov(r9, 0x6000u64)?;
+            a.movzx(ebp, byte_ptr(r9 + rsi))?;
+            a.nop()
+        })),
+        progs(&asm(|a| {
+            a.movzx(ecx, byte_ptr(r9 + rsi))?;
+            a.nop()
+        })),
+        progs(&asm(|a| {
+            a.movsxd(rsi, r8d)?;
+            a.nop()
+        })),
+    ];
+    let p = plain_proc(&blocks, &[(0, 1), (1, 2), (2, 1)]);
+    let known = entry_knowledge(&p, &Returns::default(), &mut blocks);
+    let mut want = RegSet::default();
+    want.insert(Gpr(8));
+    assert_eq!(blocks[0][1].1.before, want, "r8 recorded after its load");
+    assert_eq!(values_per_block(&known, &blocks), [1, 0, 0]);
+}
+
+/// A loop head whose index comes from the entry (an argument) on one
+/// way in and from a load at the latch on the other: the entry's way
+/// records the argument before its last instruction, so the head knows
+/// it and its two scaled addresses are derived; the latch's load is
+/// recorded once per iteration instead of both addresses.
+#[test]
+fn a_join_is_closed_on_the_way_that_loses_the_register() {
+    let mut blocks = vec![
+        progs(&asm(|a| {
+            a.mov(r9, 0x6000u64)?;
+            a.nop()
+        })),
+        progs(&asm(|a| {
+            a.movzx(ecx, byte_ptr(r9 + rdx * 2))?;
+            a.movzx(ecx, byte_ptr(r9 + rdx * 2 + 1))?;
+            a.nop()
+        })),
+        progs(&asm(|a| {
+            a.movzx(edx, word_ptr(r9))?;
+            a.nop()
+        })),
+    ];
+    let p = plain_proc(&blocks, &[(0, 1), (1, 2), (2, 1)]);
+    let ways = ways_in(&p, &Returns::default(), &blocks);
+    assert_eq!(ways[1], [WayIn::Plain(0), WayIn::Plain(2)]);
+    // Unmarked, the head records both addresses every iteration.
+    let head = Exec::plan_block(RegSet(0), &blocks[1], false).0;
+    assert_eq!(head[0].as_ref().unwrap(), &[Recorded::Addr(0)]);
+    assert_eq!(head[1].as_ref().unwrap(), &[Recorded::Addr(0)]);
+    let known = entry_knowledge(&p, &Returns::default(), &mut blocks);
+    let mut want = RegSet::default();
+    want.insert(Gpr(2));
+    assert_eq!(blocks[0][1].1.before, want, "the entry's way records rdx");
+    assert_eq!(blocks[2][1].1.before, want, "the latch records its load");
+    assert_eq!(values_per_block(&known, &blocks), [1, 0, 1]);
+}
