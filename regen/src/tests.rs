@@ -677,7 +677,7 @@ fn chunks_decompressed_ahead_read_the_same() {
 /// The pieces of `-j N` share decompressed chunks (`stream::Chunks`):
 /// a chunk's shared bytes are what it decompresses to, asking again
 /// gives the same buffer (decompressed once), and the oldest go when the
-/// budget is spent.
+/// budget is spent, counted from their claims.
 #[test]
 fn shared_chunks_are_each_chunk_decompressed_once() {
     use crate::stream::Chunks;
@@ -699,24 +699,13 @@ fn shared_chunks_are_each_chunk_decompressed_once() {
     }
     let again = shared.get(chunks[0]).unwrap();
     assert!(!Arc::ptr_eq(&got[0], &again) && got[0] == again);
-}
-
-/// A claimed chunk counts its raw length against the budget before its
-/// claimer fills it: claims alone evict the oldest (before 2026-11-30 an
-/// unfilled slot counted 0 bytes, so any number of claims stayed).
-#[test]
-fn shared_chunks_count_a_claim_before_it_is_filled() {
-    use crate::stream::Chunks;
-    let db = loop_db();
-    let bytes = trace_bytes(&db, &[loop_stream(300_000)], 64 << 10);
-    let t = Trace::parse(&bytes[..]).unwrap();
-    let chunks: Vec<_> = t.chunks(ThreadId(0)).collect();
-    assert!(chunks.len() > 3);
-    let shared = Chunks::keeping(2 * (64 << 10));
-    assert!(chunks.iter().all(|c| shared.claim(*c).1), "first claims");
-    let n = chunks.len();
-    assert!(!shared.claim(chunks[n - 2]).1 && !shared.claim(chunks[n - 1]).1);
-    assert!(shared.claim(chunks[0]).1, "the oldest claim was evicted");
+    // A claim counts its raw length before its claimer fills it (before
+    // 2026-11-30 an unfilled slot counted 0 bytes, so claims alone kept
+    // any number of slots): claims alone evict the oldest.
+    let claims = Chunks::keeping(2 * (64 << 10));
+    assert!(chunks.iter().all(|c| claims.claim(*c).1), "first claims");
+    assert!(!claims.claim(chunks[n - 2]).1 && !claims.claim(chunks[n - 1]).1);
+    assert!(claims.claim(chunks[0]).1, "the oldest claim was evicted");
 }
 
 /// A data walk's control walk and value cursor read a thread's chunks
