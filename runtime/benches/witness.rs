@@ -1,7 +1,10 @@
 //! Cost of the witness hot sequences, measured in a tight generated loop
 //! (16 witnesses per iteration, one buffer check per iteration as at a loop
 //! header) while a recorder thread drains the region concurrently, against
-//! a plain one-byte store baseline measured in the same run.
+//! a plain one-byte store baseline measured in the same run; and, per
+//! value of `rax`, today's VALUE record against the two forms of a second
+//! value stream growing down from `LIMIT` (docs/data.md, "A second value
+//! stream, measured before building").
 //!
 //! Run: `cargo bench -p aetrace-runtime --bench witness`
 
@@ -11,8 +14,11 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use aetrace_runtime::emit::{emit_buffer_check, emit_witness, FlagsSave, Site};
-use aetrace_runtime::{Geometry, Region};
+use aetrace_runtime::emit::{
+    emit_buffer_check, emit_record, emit_witness, FlagsSave, Payload, Site,
+};
+use aetrace_runtime::layout::{HEADROOM, S_LIMIT};
+use aetrace_runtime::{Geometry, RecordKind, Region};
 use common::*;
 use iced_x86::code_asm::*;
 
@@ -37,6 +43,14 @@ enum Body {
     /// Two dead registers: load the slot address from `gs:[BASE]` (a
     /// constant, off the dependency chain), then `xadd` through it.
     XaddViaBase,
+    /// A VALUE record of `rax` in the witness stream (today's
+    /// `record --data`), dead scratch, dead flags.
+    ValueRecord,
+    /// `rax` into a value stream growing down from `LIMIT`, reserved
+    /// with `xadd gs:[LIMIT]` then stored.
+    ValueXadd,
+    /// The same stored first and published by `sub gs:[LIMIT], 8`.
+    ValueSub,
 }
 
 /// `fn(buf, iters)`: `iters` x (check + 16 witnesses), or the references.
@@ -92,6 +106,31 @@ fn build(m: &mut Mapped, body: Body) -> extern "C" fn(*mut u8, u64) {
                     a.mov(qword_ptr(rdx), r10).unwrap();
                 }
                 a.mov(byte_ptr(r11), 1 + i as u32).unwrap();
+            }
+        }
+        Body::ValueRecord | Body::ValueXadd | Body::ValueSub => {
+            emit_buffer_check(&mut a, flush, Site::with_scratch(r11)).unwrap();
+            let store = ptr(r11 + (HEADROOM - 8) as i32);
+            for _ in 0..PER_ITER {
+                match body {
+                    Body::ValueRecord => emit_record(
+                        &mut a,
+                        RecordKind::Value,
+                        Payload::Reg64(rax),
+                        Site::with_scratch(r11),
+                    )
+                    .unwrap(),
+                    Body::ValueXadd => {
+                        a.mov(r11, -8i64).unwrap();
+                        a.xadd(qword_ptr(S_LIMIT).gs(), r11).unwrap();
+                        a.mov(qword_ptr(store), rax).unwrap();
+                    }
+                    _ => {
+                        a.mov(r11, qword_ptr(S_LIMIT).gs()).unwrap();
+                        a.mov(qword_ptr(store), rax).unwrap();
+                        a.sub(qword_ptr(S_LIMIT).gs(), 8).unwrap();
+                    }
+                }
             }
         }
         Body::Plain => {
@@ -178,6 +217,12 @@ fn main() {
                 ..Site::CONSERVATIVE
             }),
         ),
+        (
+            "value: VALUE record (10 B, witness stream)",
+            Body::ValueRecord,
+        ),
+        ("value: stream, xadd gs:[LIMIT] then store", Body::ValueXadd),
+        ("value: stream, store then sub gs:[LIMIT]", Body::ValueSub),
     ];
     let fns: Vec<_> = variants
         .iter()
