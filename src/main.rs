@@ -89,6 +89,12 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Before the thread pool starts: growing a shared descriptor table
+    // waits for an RCU grace period (about 10 ms here), which `record`'s
+    // publishing of its witness region paid on every run. Best effort: a
+    // limit that forbids it is reported by that publishing, in a command
+    // that needs it.
+    let _ = aetrace_record::reserve_region_fd();
     aetrace_record::quiet_workers();
     let result = match cli.command {
         Command::Cfg(a) => cmd::cfg::run(a),

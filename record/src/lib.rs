@@ -19,5 +19,6 @@ pub mod libs;
 pub mod paths;
 pub mod script;
 
+pub use aetrace_runtime::region::reserve_region_fd;
 pub use error::{Error, Result};
 pub use launch::quiet_workers;

@@ -74,6 +74,77 @@ fn io(what: &'static str) -> Error {
     }
 }
 
+/// Grows this process's descriptor table to hold [`REGION_FD`], for a
+/// process that will publish a region later, once it runs threads: the
+/// kernel grows a table that threads share only after an RCU grace period
+/// (`expand_fdtable`), about 10 ms on the 2-core VM of `docs/runtime.md`
+/// section 1, which was most of a recorded empty `main()`'s run; a table
+/// never shrinks, so growing it while the process has one thread makes
+/// [`Region::publish`]'s `dup3` cheap. Nothing is left open. An error
+/// (a hard limit on open files below [`REGION_FD`]) changes nothing:
+/// `publish` reports it.
+pub fn reserve_region_fd() -> Result<(), Error> {
+    // SAFETY: open/fcntl/close on a constant path and integers.
+    unsafe {
+        if libc::fcntl(REGION_FD, libc::F_GETFD) >= 0 {
+            return Ok(());
+        }
+        let root = libc::open(c"/".as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
+        if root < 0 {
+            return Err(io("opening / to grow the descriptor table"));
+        }
+        let r = dup_at_region_fd(root);
+        if r.is_ok() {
+            libc::close(REGION_FD);
+        }
+        libc::close(root);
+        r
+    }
+}
+
+/// A close-on-exec copy of `fd` at [`REGION_FD`]. dup3 may not name a
+/// descriptor at or above the soft limit on open files: it is raised for
+/// the call only (an open descriptor stays valid above a lowered limit),
+/// so the program inherits the limit it would have had.
+fn dup_at_region_fd(fd: RawFd) -> Result<(), Error> {
+    // SAFETY: getrlimit/setrlimit/dup3/close on integers and a local struct.
+    unsafe {
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return Err(io("reading RLIMIT_NOFILE"));
+        }
+        let need = REGION_FD as libc::rlim_t + 1;
+        if lim.rlim_max < need {
+            return Err(Error::BadRegion(format!(
+                "the recorder keeps it at descriptor {REGION_FD}, above the hard limit on open files ({}): raise it to {need} (ulimit -Hn {need})",
+                lim.rlim_max
+            )));
+        }
+        let raise = lim.rlim_cur < need;
+        if raise {
+            let up = libc::rlimit {
+                rlim_cur: need,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &up) != 0 {
+                return Err(io("raising RLIMIT_NOFILE to publish the witness region"));
+            }
+        }
+        let copy = libc::dup3(fd, REGION_FD, libc::O_CLOEXEC);
+        let err = io("publishing the witness region at its descriptor");
+        if raise && libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+            if copy >= 0 {
+                libc::close(copy);
+            }
+            return Err(io("restoring RLIMIT_NOFILE"));
+        }
+        if copy < 0 {
+            return Err(err);
+        }
+    }
+    Ok(())
+}
+
 impl Region {
     /// Creates a zeroed memfd-backed region with `geometry` and writes its header.
     pub fn create(geometry: Geometry) -> Result<Region, Error> {
@@ -197,50 +268,13 @@ impl Region {
     /// dropped. One region per process at a time: an fd already open at
     /// [`REGION_FD`] is an error (the caller's, or another region's).
     pub fn publish(&self) -> Result<Published, Error> {
-        // SAFETY: fcntl/getrlimit/setrlimit/dup3 on integers and a local struct.
-        unsafe {
-            if libc::fcntl(REGION_FD, libc::F_GETFD) >= 0 {
-                return Err(Error::BadRegion(format!(
-                    "descriptor {REGION_FD}, where the witness region is published, is already open"
-                )));
-            }
-            // dup3 may not name a descriptor at or above the soft limit:
-            // raise it for the call only (an open descriptor stays valid
-            // above a lowered limit), so the program inherits the limit
-            // it would have had.
-            let mut lim: libc::rlimit = std::mem::zeroed();
-            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-                return Err(io("reading RLIMIT_NOFILE"));
-            }
-            let need = REGION_FD as libc::rlim_t + 1;
-            if lim.rlim_max < need {
-                return Err(Error::BadRegion(format!(
-                    "the recorder keeps it at descriptor {REGION_FD}, above the hard limit on open files ({}): raise it to {need} (ulimit -Hn {need})",
-                    lim.rlim_max
-                )));
-            }
-            let raise = lim.rlim_cur < need;
-            if raise {
-                let up = libc::rlimit {
-                    rlim_cur: need,
-                    rlim_max: lim.rlim_max,
-                };
-                if libc::setrlimit(libc::RLIMIT_NOFILE, &up) != 0 {
-                    return Err(io("raising RLIMIT_NOFILE to publish the witness region"));
-                }
-            }
-            let fd = libc::dup3(self.fd(), REGION_FD, libc::O_CLOEXEC);
-            let err = io("publishing the witness region at its descriptor");
-            if raise && libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                if fd >= 0 {
-                    libc::close(fd);
-                }
-                return Err(io("restoring RLIMIT_NOFILE"));
-            }
-            if fd < 0 {
-                return Err(err);
-            }
+        // SAFETY: fcntl on an integer.
+        if unsafe { libc::fcntl(REGION_FD, libc::F_GETFD) } >= 0 {
+            return Err(Error::BadRegion(format!(
+                "descriptor {REGION_FD}, where the witness region is published, is already open"
+            )));
         }
+        dup_at_region_fd(self.fd())?;
         Ok(Published(()))
     }
 

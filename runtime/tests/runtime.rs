@@ -1053,6 +1053,12 @@ static PUBLISHED: std::sync::Mutex<()> = std::sync::Mutex::new(());
 #[test]
 fn init_finds_the_region_its_ancestor_published() {
     let _one = PUBLISHED.lock().unwrap_or_else(|e| e.into_inner());
+    // Growing the descriptor table first, as `aetrace` does, leaves no
+    // descriptor behind for `publish` to find.
+    aetrace_runtime::region::reserve_region_fd().unwrap();
+    let fd = aetrace_runtime::layout::REGION_FD;
+    // SAFETY: fcntl on an integer.
+    assert!(unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0);
     for via_sh in [false, true] {
         let region = Region::create(SMALL).unwrap();
         let _published = region.publish().unwrap();
