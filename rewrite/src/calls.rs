@@ -85,7 +85,7 @@ impl<'t> Calls<'t> {
             .map(|(id, _)| id);
         let family = &traced.family;
         let fork_tails = fork_wrappers(prog, &traced.by_start, |c| {
-            let named = traced.untraced_name(c);
+            let named = traced.fork_name(c);
             (traced.untraced_in(c, &family.fork) || named.is_some_and(imports::is_fork_like)).then(
                 || {
                     traced.untraced_in(c, &family.atfork)
@@ -314,7 +314,7 @@ impl<'t> Calls<'t> {
         // A static libc's `fork` left alone (counting): a traced one
         // claims the child's slot at its own system call.
         let to_fork = self.traced.untraced_in(c, &family.fork);
-        let untraced_name = self.traced.untraced_name(c);
+        let fork_name = self.traced.fork_name(c);
         // A traced procedure that only tail-jumps to `fork`.
         let wrapper = target_proc.and_then(|q| self.fork_tails.get(&q).copied());
         // A longjmp never returns (its last jump is indirect, so the CFG
@@ -337,11 +337,11 @@ impl<'t> Calls<'t> {
             fork: !c.tail
                 && (forks
                     || to_fork
-                    || untraced_name.is_some_and(imports::is_fork_like)
+                    || fork_name.is_some_and(imports::is_fork_like)
                     || wrapper.is_some()),
             atfork: !c.tail
                 && (self.traced.untraced_in(c, &family.atfork)
-                    || untraced_name.is_some_and(imports::runs_atfork_handlers)
+                    || fork_name.is_some_and(imports::runs_atfork_handlers)
                     || wrapper == Some(true)),
             dispositions: !c.tail && returns && name.is_some_and(imports::touches_dispositions),
             opens: name

@@ -160,12 +160,14 @@ impl Traced {
             .is_some_and(|t| entries.contains(&t) && self.traced_at(t).is_none())
     }
 
-    /// The symbol a call or jump names (an import's, or a static libc
-    /// function's) when its target runs untraced.
-    pub fn untraced_name<'c>(&self, c: &'c CallSite) -> Option<&'c str> {
-        c.name
-            .as_deref()
-            .filter(|_| c.target.and_then(|t| self.traced_at(t)).is_none())
+    /// The symbol a call or jump names (an import's, a PLT stub's), but
+    /// none for a traced member of a static libc's fork family: that one
+    /// claims the child's slot at its own system call.
+    pub fn fork_name<'c>(&self, c: &'c CallSite) -> Option<&'c str> {
+        let traced_fork = c
+            .target
+            .is_some_and(|t| self.family.fork.contains(&t) && self.traced_at(t).is_some());
+        c.name.as_deref().filter(|_| !traced_fork)
     }
 
     /// A call or jump to the longjmp family.
