@@ -658,3 +658,44 @@ pub(crate) struct RecordedStub {
     /// stub (`CallDb::lazy`).
     entry: Option<ProcId>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::creates_process;
+    use iced_x86::{Decoder, DecoderOptions, Instruction};
+
+    fn block(bytes: &[u8]) -> Vec<Instruction> {
+        Decoder::with_ip(64, bytes, 0x1000, DecoderOptions::NONE)
+            .into_iter()
+            .collect()
+    }
+
+    /// glibc 2.36's `_Fork` and `__libc_vfork` are recognised; a thread's
+    /// clone, another system call, or a number not loaded as a constant
+    /// in the block are not.
+    #[test]
+    fn process_creating_system_calls() {
+        const SYSCALL: [u8; 2] = [0x0f, 0x05];
+        let fork_clone = [
+            &[0xbf, 0x11, 0x00, 0x20, 0x01][..], // mov edi, 0x1200011
+            &[0xb8, 0x38, 0, 0, 0],              // mov eax, 56
+            &SYSCALL,
+        ]
+        .concat();
+        assert!(creates_process(&block(&fork_clone)));
+        let vfork = [&[0x5f][..], &[0xb8, 0x3a, 0, 0, 0], &SYSCALL].concat(); // pop rdi; mov eax, 58
+        assert!(creates_process(&block(&vfork)));
+        let thread = [
+            &[0xbf, 0x00, 0x0f, 0x3d, 0x00][..], // mov edi, 0x3d0f00 (CLONE_VM|CLONE_THREAD|...)
+            &[0xb8, 0x38, 0, 0, 0],
+            &SYSCALL,
+        ]
+        .concat();
+        assert!(!creates_process(&block(&thread)));
+        let write = [&[0xb8, 0x01, 0, 0, 0][..], &SYSCALL].concat();
+        assert!(!creates_process(&block(&write)));
+        // mov eax, 57; mov eax, edx: the number is not a constant.
+        let computed = [&[0xb8, 0x39, 0, 0, 0][..], &[0x89, 0xd0], &SYSCALL].concat();
+        assert!(!creates_process(&block(&computed)));
+    }
+}
