@@ -19,7 +19,10 @@ use aetrace_analysis::{imports, ProcKind, Program};
 use aetrace_format::progdb::{CallDb, CallTarget};
 use aetrace_graph::{EntityRef, ProcId};
 
+use iced_x86::Instruction;
+
 use crate::codegen::CallPlan;
+use crate::liveness::Liveness;
 use crate::traced::Traced;
 use crate::{checks, How, Rewrite};
 
@@ -82,13 +85,13 @@ impl<'t> Calls<'t> {
             .map(|(id, _)| id);
         let family = &traced.family;
         let fork_tails = fork_wrappers(prog, &traced.by_start, |c| {
-            let named = c.name.as_deref();
-            (c.target.is_some_and(|t| family.fork.contains(&t))
-                || named.is_some_and(imports::is_fork_like))
-            .then(|| {
-                c.target.is_some_and(|t| family.atfork.contains(&t))
-                    || named.is_some_and(imports::runs_atfork_handlers)
-            })
+            let named = traced.fork_name(c);
+            (traced.untraced_in(c, &family.fork) || named.is_some_and(imports::is_fork_like)).then(
+                || {
+                    traced.untraced_in(c, &family.atfork)
+                        || named.is_some_and(imports::runs_atfork_handlers)
+                },
+            )
         });
         let mut calls = Calls {
             traced,
@@ -247,13 +250,21 @@ impl<'t> Calls<'t> {
     pub fn plan_sites(
         &self,
         rw: &Rewrite<'_>,
-        id: ProcId,
-        cfg: &Cfg,
+        (id, cfg): (ProcId, &Cfg),
+        insns: &[Vec<Instruction>],
+        live: &Liveness,
     ) -> (Vec<CallPlan>, Vec<Option<CallDb>>) {
         let mut calls = vec![CallPlan::default(); cfg.blocks.len()];
         let mut call_db: Vec<Option<CallDb>> = vec![None; cfg.blocks.len()];
         for c in &cfg.calls {
-            let (plan, db) = self.plan_site(rw, id, cfg, c);
+            // A static executable's fork or vfork system call: `fork_child`
+            // in the child right after it (flags dead there: its test).
+            let forks = c.kind == CallKind::Syscall
+                && rw.prog.module.is_static
+                && matches!(rw.how, How::Trace(_))
+                && creates_process(&insns[c.block.index()])
+                && !live.live_out(c.block).flags_live();
+            let (plan, db) = self.plan_site(rw, (id, cfg), c, forks);
             calls[c.block.index()] = plan;
             call_db[c.block.index()] = Some(db);
         }
@@ -274,12 +285,14 @@ impl<'t> Calls<'t> {
         (calls, call_db)
     }
 
+    /// `forks`: a system call that creates a process
+    /// ([`creates_process`]).
     fn plan_site(
         &self,
         rw: &Rewrite<'_>,
-        id: ProcId,
-        cfg: &Cfg,
+        (id, cfg): (ProcId, &Cfg),
         c: &CallSite,
+        forks: bool,
     ) -> (CallPlan, CallDb) {
         let family = &self.traced.family;
         let name = c.name.as_deref();
@@ -298,7 +311,10 @@ impl<'t> Calls<'t> {
         // regenerator cannot mistake the EXIT of a later one for it.
         let syscall = c.kind == CallKind::Syscall;
         let to_longjmp = c.target.is_some_and(|t| family.longjmp.contains(&t));
-        let to_fork = c.target.is_some_and(|t| family.fork.contains(&t));
+        // A static libc's `fork` left alone (counting): a traced one
+        // claims the child's slot at its own system call.
+        let to_fork = self.traced.untraced_in(c, &family.fork);
+        let fork_name = self.traced.fork_name(c);
         // A traced procedure that only tail-jumps to `fork`.
         let wrapper = target_proc.and_then(|q| self.fork_tails.get(&q).copied());
         // A longjmp never returns (its last jump is indirect, so the CFG
@@ -317,12 +333,15 @@ impl<'t> Calls<'t> {
                 && target_proc.is_some_and(|q| self.bounded.contains(&q)),
             marker,
             exit_record,
-            syscall_exit: syscall,
+            syscall_exit: syscall && !forks,
             fork: !c.tail
-                && (to_fork || name.is_some_and(imports::is_fork_like) || wrapper.is_some()),
+                && (forks
+                    || to_fork
+                    || fork_name.is_some_and(imports::is_fork_like)
+                    || wrapper.is_some()),
             atfork: !c.tail
-                && (c.target.is_some_and(|t| family.atfork.contains(&t))
-                    || name.is_some_and(imports::runs_atfork_handlers)
+                && (self.traced.untraced_in(c, &family.atfork)
+                    || fork_name.is_some_and(imports::runs_atfork_handlers)
                     || wrapper == Some(true)),
             dispositions: !c.tail && returns && name.is_some_and(imports::touches_dispositions),
             opens: name
@@ -409,6 +428,71 @@ fn spread_up_calls(
         if !changed {
             return may;
         }
+    }
+}
+
+/// Linux x86-64 system calls that create a process, and the `clone`
+/// flags that make its child share the parent's memory or thread group.
+const SYS_CLONE: u64 = 56;
+const SYS_FORK: u64 = 57;
+const SYS_VFORK: u64 = 58;
+const CLONE_VM_OR_THREAD: u64 = 0x100 | 0x10000;
+
+/// Whether the `syscall` ending a block (`insns`) creates a process that
+/// goes on right after it: `fork`, `vfork`, or `clone` without CLONE_VM
+/// or CLONE_THREAD (glibc's `_Fork`), by the constants the block loads
+/// into eax (and edi, clone's flags) before it. The child must claim its
+/// own slot there, before any witness (docs/rewrite.md, "Static
+/// executables"). Any other system call, or a number the block does not
+/// load, keeps the run-time test that writes DESYNC for a new task.
+pub(crate) fn creates_process(insns: &[Instruction]) -> bool {
+    use iced_x86::Register::{RAX, RDI};
+    let Some((_, body)) = insns.split_last() else {
+        return false;
+    };
+    let loaded = |reg| {
+        let mut info = iced_x86::InstructionInfoFactory::new();
+        body.iter()
+            .rev()
+            .find(|i| writes(&mut info, i, reg))
+            .and_then(constant)
+    };
+    match loaded(RAX) {
+        Some(SYS_FORK | SYS_VFORK) => true,
+        Some(SYS_CLONE) => loaded(RDI).is_some_and(|f| f & CLONE_VM_OR_THREAD == 0),
+        _ => false,
+    }
+}
+
+/// Whether `i` writes (part of) the full register `reg`.
+fn writes(
+    info: &mut iced_x86::InstructionInfoFactory,
+    i: &Instruction,
+    reg: iced_x86::Register,
+) -> bool {
+    use iced_x86::OpAccess::{CondWrite, ReadCondWrite, ReadWrite, Write};
+    info.info(i).used_registers().iter().any(|u| {
+        u.register().full_register() == reg
+            && matches!(u.access(), Write | ReadWrite | CondWrite | ReadCondWrite)
+    })
+}
+
+/// The value `i` leaves in its destination register when it is a
+/// constant: `mov r, imm` (zero- or sign-extended as the CPU does) or
+/// `xor r, r`.
+fn constant(i: &Instruction) -> Option<u64> {
+    use iced_x86::{Mnemonic, OpKind};
+    let to_reg = i.op_count() == 2 && i.op0_kind() == OpKind::Register;
+    match (i.mnemonic(), i.op1_kind()) {
+        (Mnemonic::Mov, OpKind::Immediate32 | OpKind::Immediate32to64 | OpKind::Immediate64)
+            if to_reg =>
+        {
+            Some(i.immediate(1))
+        }
+        (Mnemonic::Xor, OpKind::Register) if to_reg && i.op0_register() == i.op1_register() => {
+            Some(0)
+        }
+        _ => None,
     }
 }
 
@@ -573,4 +657,45 @@ pub(crate) struct RecordedStub {
     /// `.plt` entry), entered from the LAZY piece past its outside-entry
     /// stub (`CallDb::lazy`).
     entry: Option<ProcId>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::creates_process;
+    use iced_x86::{Decoder, DecoderOptions, Instruction};
+
+    fn block(bytes: &[u8]) -> Vec<Instruction> {
+        Decoder::with_ip(64, bytes, 0x1000, DecoderOptions::NONE)
+            .into_iter()
+            .collect()
+    }
+
+    /// glibc 2.36's `_Fork` and `__libc_vfork` are recognised; a thread's
+    /// clone, another system call, or a number not loaded as a constant
+    /// in the block are not.
+    #[test]
+    fn process_creating_system_calls() {
+        const SYSCALL: [u8; 2] = [0x0f, 0x05];
+        let fork_clone = [
+            &[0xbf, 0x11, 0x00, 0x20, 0x01][..], // mov edi, 0x1200011
+            &[0xb8, 0x38, 0, 0, 0],              // mov eax, 56
+            &SYSCALL,
+        ]
+        .concat();
+        assert!(creates_process(&block(&fork_clone)));
+        let vfork = [&[0x5f][..], &[0xb8, 0x3a, 0, 0, 0], &SYSCALL].concat(); // pop rdi; mov eax, 58
+        assert!(creates_process(&block(&vfork)));
+        let thread = [
+            &[0xbf, 0x00, 0x0f, 0x3d, 0x00][..], // mov edi, 0x3d0f00 (CLONE_VM|CLONE_THREAD|...)
+            &[0xb8, 0x38, 0, 0, 0],
+            &SYSCALL,
+        ]
+        .concat();
+        assert!(!creates_process(&block(&thread)));
+        let write = [&[0xb8, 0x01, 0, 0, 0][..], &SYSCALL].concat();
+        assert!(!creates_process(&block(&write)));
+        // mov eax, 57; mov eax, edx: the number is not a constant.
+        let computed = [&[0xb8, 0x39, 0, 0, 0][..], &[0x89, 0xd0], &SYSCALL].concat();
+        assert!(!creates_process(&block(&computed)));
+    }
 }

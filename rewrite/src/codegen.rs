@@ -119,7 +119,9 @@ pub struct CallPlan {
     /// A `syscall`: EXIT(edi) just before it when rax is exit or
     /// exit_group (the thread or process ends inside it).
     pub syscall_exit: bool,
-    /// `call fork_child` in the child (the call returned 0) at the return point.
+    /// `call fork_child` in the child (the call returned 0) at the return
+    /// point, FORKED(child pid) in the parent: after a call to a `fork`, or
+    /// a static executable's fork system call (`calls::creates_process`).
     pub fork: bool,
     /// A `fork` that runs `pthread_atfork` handlers: `call fork_prepare`
     /// just before it, `call fork_done` after it in both processes

@@ -191,7 +191,7 @@ impl<'p> Plans<'p> {
             How::Count(spec) if spec.paths => self.path_counters(rw, calls, id, p, cfg)?,
             How::Count(spec) => self.edge_counters(rw, calls, (id, p), spec, &landing_pads)?,
         };
-        let (site_plans, call_db) = calls.plan_sites(rw, id, cfg);
+        let (site_plans, call_db) = calls.plan_sites(rw, (id, cfg), &insns, &live);
         // `--stop-at` and a throw: every frame it leaves stands at a call
         // with a virtual exit edge, whose query increment is 0 (the counter
         // is exact for the caller there), and the unwinder's entry at a

@@ -8,8 +8,10 @@
 //! - a traced procedure has a CFG, room for the springboard at each entry
 //!   point (a stub writing ENTER_AT at each secondary one),
 //!   and only jump tables the copy can rewrite ([`Traced::tables`]);
-//! - a static libc's setjmp, longjmp and fork families, with everything
-//!   they call, run untraced and are called like imports.
+//! - a static libc's setjmp and longjmp families run untraced and are
+//!   called like imports; so does its fork family, with everything it
+//!   calls, in counting mode only (traced, its child claims its slot at
+//!   the system call).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
@@ -121,7 +123,7 @@ impl Traced {
         if t.stripped {
             guarded_family(prog, &mut t.family);
         }
-        t.leave_families_alone(prog);
+        t.leave_families_alone(prog, matches!(rw.how, crate::How::Trace(_)));
         if matches!(rw.how, crate::How::Trace(_)) {
             t.entry_point_scratch(prog);
             t.trace_unentered_short(prog);
@@ -148,6 +150,24 @@ impl Traced {
         !c.tail
             && (c.target.is_some_and(|t| self.family.setjmp.contains(&t))
                 || c.name.as_deref().is_some_and(imports::is_setjmp_like))
+    }
+
+    /// A call or jump to one of `entries` (of [`LibcFamily`]) that runs
+    /// untraced: its call site stands for what it does (`fork_child` after
+    /// a `fork`).
+    pub fn untraced_in(&self, c: &CallSite, entries: &[u64]) -> bool {
+        c.target
+            .is_some_and(|t| entries.contains(&t) && self.traced_at(t).is_none())
+    }
+
+    /// The symbol a call or jump names (an import's, a PLT stub's), but
+    /// none for a traced member of a static libc's fork family: that one
+    /// claims the child's slot at its own system call.
+    pub fn fork_name<'c>(&self, c: &'c CallSite) -> Option<&'c str> {
+        let traced_fork = c
+            .target
+            .is_some_and(|t| self.family.fork.contains(&t) && self.traced_at(t).is_some());
+        c.name.as_deref().filter(|_| !traced_fork)
     }
 
     /// A call or jump to the longjmp family.
@@ -402,22 +422,23 @@ impl Traced {
         }
     }
 
-    /// A static libc's setjmp, longjmp and fork families are left alone
-    /// and called like the imports: SETJMP, LONGJMP records and
-    /// `fork_child` at their call sites, whatever alias the call names.
-    /// The fork family is left alone with everything it calls: a fork
-    /// child must not run traced code before `fork_child` gives it its own
-    /// slot. What setjmp calls (`__sigjmp_save`) and what longjmp calls
-    /// (`_exit`, `mmap`, `munmap` on its fortify error path) stays traced:
-    /// entered from them, it is a callback from untraced code, as from an
-    /// import, and returns before the setjmp call returns (its call is
-    /// marked: RETURN after SETJMP and the callbacks) or before the context
-    /// is resumed. The IRELATIVE PLT stubs they
-    /// call stay traced: a stub's one `jmp [GOT]` goes to an implementation
-    /// traced or not whoever calls the stub, so leaving the stub alone would
-    /// keep no traced code out of the family; traced, its springboard's
-    /// ENTER is one more callback beside the implementation's own.
-    fn leave_families_alone(&mut self, prog: &Program) {
+    /// A static libc's setjmp and longjmp families are left alone and
+    /// called like the imports: SETJMP, LONGJMP records at their call
+    /// sites, whatever alias the call names. What setjmp calls
+    /// (`__sigjmp_save`) and what longjmp calls (`_exit`, `mmap`, `munmap`
+    /// on its fortify error path) stays traced: entered from them, it is a
+    /// callback from untraced code, as from an import, and returns before
+    /// the setjmp call returns (its call is marked: RETURN after SETJMP and
+    /// the callbacks) or before the context is resumed. The IRELATIVE PLT
+    /// stubs they call stay traced: a stub's one `jmp [GOT]` goes to an
+    /// implementation traced or not whoever calls the stub, so leaving the
+    /// stub alone would keep no traced code out of the family; traced, its
+    /// springboard's ENTER is one more callback beside the implementation's
+    /// own. The fork family is traced when `tracing`: its child claims its
+    /// slot right after the system call (`calls::creates_process`). In
+    /// counting mode it is left alone with everything it calls (`fork_child`
+    /// at its call sites; path profiles split a fork call's return edge).
+    fn leave_families_alone(&mut self, prog: &Program, tracing: bool) {
         if !prog.module.is_static {
             return;
         }
@@ -429,9 +450,10 @@ impl Traced {
         // regenerator takes callbacks until its RETURN). Fork's last, popped
         // first, so that its closure is taken before the other roots are
         // reached without one.
+        let forks = f.fork.iter().filter(|_| !tracing);
         let mut work: Vec<(u64, bool)> = (f.longjmp.iter().chain(&f.setjmp))
             .map(|&a| (a, false))
-            .chain(f.fork.iter().map(|&a| (a, true)))
+            .chain(forks.map(|&a| (a, true)))
             .collect();
         let roots: std::collections::HashSet<u64> = work.iter().map(|&(a, _)| a).collect();
         while let Some((a, closed)) = work.pop() {
@@ -441,9 +463,10 @@ impl Traced {
             if prog.procs[id].kind == ProcKind::Plt || !self.family_procs.insert(id) {
                 continue;
             }
-            let why = if roots.contains(&a) {
-                "setjmp/longjmp/fork family of a static libc (runs untraced, called like \
-                 an import)"
+            let why = if closed && roots.contains(&a) {
+                "fork family of a static libc, counting (runs untraced, called like an import)"
+            } else if roots.contains(&a) {
+                "setjmp/longjmp family of a static libc (runs untraced, called like an import)"
             } else {
                 "called by the fork family of a static libc (runs untraced with it)"
             };

@@ -212,9 +212,19 @@ impl<'a> Machine<'a> {
     /// call vertex, so the next item is one of the two). A stream that
     /// ends here, of a thread not killed, ends with the system call: it
     /// never returned (a static libc's traced `execve` that replaced the
-    /// process image, as a dynamic program's untraced one does).
+    /// process image, as a dynamic program's untraced one does). A static
+    /// executable's fork system call writes FORKED(child) before its
+    /// RETURN in the parent: the child goes on from here, its RETURN first.
     fn call_system(&mut self, at: Loc, c: CallDb) -> Step {
         match self.next(Retry::Call(at))? {
+            (Item::Forked(pid), _) if c.returns && c.marker => {
+                self.consumed(None);
+                self.stack.push(Frame::Ret(at));
+                let state = self.fork_state();
+                self.stack.pop();
+                self.forks.push((pid, state));
+                self.call_system(at, c)
+            }
             (Item::Exit(_), _) => {
                 self.consumed(Some(at));
                 self.clear_stack();
