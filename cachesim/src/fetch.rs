@@ -88,13 +88,25 @@ pub struct BlockLines {
     /// where its leaders for each line size start in `leaders`, then
     /// where the last ones end (one entry: one cache line looked up).
     spans: Vec<u32>,
+    /// Per entry, per line size, its [`Entry::settled`] shape: the number
+    /// of its leaders that straddle two lines, with [`SETTLES`] when each
+    /// set (modulo `C`) it touches holds one line of it and no leader
+    /// spans more than two lines.
+    shapes: Vec<u32>,
 }
+
+/// The bit of [`BlockLines::shapes`] marking an entry that leaves one
+/// line of its own on top of each set it touches.
+const SETTLES: u32 = 1 << 31;
 
 /// One entry of [`BlockLines`].
 #[derive(Clone, Copy, Debug)]
 pub struct Entry<'a> {
     leaders: &'a [Leader],
     bounds: &'a [u32],
+    shapes: &'a [u32],
+    /// Its number in the table.
+    pub id: usize,
     /// The instructions it stands for.
     pub ninsns: u32,
 }
@@ -104,6 +116,19 @@ impl<'a> Entry<'a> {
     #[inline]
     pub fn at(&self, k: usize) -> &'a [Leader] {
         &self.leaders[self.bounds[k] as usize..self.bounds[k + 1] as usize]
+    }
+
+    /// For the `k`th line size, when the entry *settles* (each set modulo
+    /// the table's `C` that it touches, it touches in one line only, and
+    /// no leader spans more than two lines): the number of its leaders
+    /// that straddle two lines. After such an entry, the line each of its
+    /// leaders touches is the one accessed last in its set; so while no
+    /// other line is accessed in any of them, the entry again is nothing
+    /// but hits that change nothing ([`Stripped`]'s filters use this).
+    #[inline]
+    pub fn settled(&self, k: usize) -> Option<u32> {
+        let s = self.shapes[k];
+        (s & SETTLES != 0).then_some(s & !SETTLES)
     }
 }
 
@@ -148,6 +173,7 @@ impl BlockLines {
             strip_masks,
             leaders: Vec::new(),
             spans: Vec::new(),
+            shapes: Vec::new(),
         }
     }
 
@@ -162,16 +188,20 @@ impl BlockLines {
         self.spans.push(ninsns);
         for k in 0..self.shifts.len() {
             self.spans.push(self.leaders.len() as u32);
-            self.push_leaders(&blocks, self.shifts[k], self.strip_masks[k]);
+            let shape = self.push_leaders(&blocks, self.shifts[k], self.strip_masks[k]);
+            self.shapes.push(shape);
         }
         self.spans.push(self.leaders.len() as u32);
         self.spans.len() / (self.shifts.len() + 2) - 1
     }
 
-    fn push_leaders(&mut self, blocks: &[CodeBlock<'_>], shift: u32, mask: u64) {
+    /// Pushes the leaders of `blocks` for one line size; returns the
+    /// entry's shape ([`BlockLines::shapes`]).
+    fn push_leaders(&mut self, blocks: &[CodeBlock<'_>], shift: u32, mask: u64) -> u32 {
         // Per set (modulo C) the entry touched, the line it touched last
         // there: few, so a list.
         let mut touched: Vec<(u64, u64)> = Vec::new();
+        let (mut settles, mut straddles) = (true, 0);
         for b in blocks {
             let mut addr = b.addr;
             for &len in b.lens {
@@ -185,15 +215,25 @@ impl BlockLines {
                         size: u32::from(len),
                         follow: 0,
                     });
+                    settles &= end_line <= first_line + 1;
+                    straddles += u32::from(end_line != first_line);
                     for line in first_line..=end_line {
                         match touched.iter_mut().find(|t| t.0 == line & mask) {
-                            Some(t) => t.1 = line,
+                            Some(t) => {
+                                settles &= t.1 == line;
+                                t.1 = line;
+                            }
                             None => touched.push((line & mask, line)),
                         }
                     }
                 }
                 addr += u64::from(len);
             }
+        }
+        if settles {
+            straddles | SETTLES
+        } else {
+            straddles
         }
     }
 
@@ -202,9 +242,12 @@ impl BlockLines {
     pub fn entry(&self, id: usize) -> Entry<'_> {
         let n = self.shifts.len() + 2;
         let words = &self.spans[id * n..id * n + n];
+        let k = self.shifts.len();
         Entry {
             leaders: &self.leaders,
             bounds: &words[1..],
+            shapes: &self.shapes[id * k..id * k + k],
+            id,
             ninsns: words[0],
         }
     }
@@ -304,8 +347,13 @@ pub trait InsnFetch {
 /// both of its lines (consecutive lines fall in two sets of every cache
 /// with two sets or more; with one, the filter cannot hold both): it is
 /// counted too, as a straddling hit ([`InsnFetch::repeat_straddles`]).
-/// A filter pays only before two or more caches; a lone cache is fed
-/// directly. Invariant: a filter's `pending` fetches and `straddles` are
+/// A filter also takes a whole entry at once when the entry settled
+/// ([`Entry::settled`]) the last time it went through and no leader went
+/// through the filter since (a version number per filter, stamped per
+/// entry): its lines are still the last accessed in their sets, so every
+/// leader would be a filter hit. In a loop whose code maps to distinct
+/// sets that is every entry, so a lone strippable cache gets a filter
+/// too. Invariant: a filter's `pending` fetches and `straddles` are
 /// counted in no simulator yet; [`Stripped::finish`] adds them.
 pub struct Stripped<S> {
     sims: Vec<S>,
@@ -332,6 +380,12 @@ struct Filter {
     pending: u64,
     /// Straddling fetches found in the filter, not yet counted.
     straddles: u64,
+    /// Changes of `last` so far (a leader through the filter counts as
+    /// one).
+    version: u64,
+    /// Per entry (by number): `version` when it last went through and
+    /// settled ([`Entry::settled`]); 0, never.
+    settled: Vec<u64>,
 }
 
 impl<S: InsnFetch> Stripped<S> {
@@ -359,10 +413,6 @@ impl<S: InsnFetch> Stripped<S> {
         }
         let mut filters = Vec::new();
         for (shift, sets, members) in groups {
-            if members.len() < 2 {
-                direct.extend(members.into_iter().map(|k| (k, at(1 << shift))));
-                continue;
-            }
             debug_assert!(sets.is_power_of_two());
             filters.push(Filter {
                 shift,
@@ -372,6 +422,8 @@ impl<S: InsnFetch> Stripped<S> {
                 sims: members,
                 pending: 0,
                 straddles: 0,
+                version: 1,
+                settled: Vec::new(),
             });
         }
         Stripped {
@@ -399,6 +451,30 @@ impl<S: InsnFetch> Stripped<S> {
 }
 
 impl Filter {
+    /// Entry `e` through the filter. One that settled when it last went
+    /// through, with `last` unchanged since, is all filter hits: counted
+    /// at once (the lines of its leaders are still the last accessed in
+    /// their sets, [`Entry::settled`]).
+    #[inline(always)]
+    fn entry<S: InsnFetch>(&mut self, e: Entry<'_>, sims: &mut [S]) -> Result<()> {
+        let settles = e.settled(self.at);
+        if let Some(straddles) = settles {
+            if self.settled.get(e.id) == Some(&self.version) {
+                self.straddles += u64::from(straddles);
+                self.pending += u64::from(e.ninsns - straddles);
+                return Ok(());
+            }
+        }
+        (e.at(self.at).iter()).try_for_each(|&l| self.leader(l, sims))?;
+        if settles.is_some() {
+            if self.settled.len() <= e.id {
+                self.settled.resize(e.id + 1, 0);
+            }
+            self.settled[e.id] = self.version;
+        }
+        Ok(())
+    }
+
     /// Leader `l` through the filter: counted if it holds the line,
     /// otherwise simulated in the filter's simulators.
     #[inline]
@@ -417,6 +493,7 @@ impl Filter {
             }
         }
         self.flush(sims);
+        self.version += 1;
         for &k in &self.sims {
             sims[k].block(std::slice::from_ref(&l))?;
         }
@@ -488,13 +565,13 @@ impl<S: InsnFetch> InsnFetch for Stripped<S> {
             self.sims[k].repeat_straddles(n);
         }
     }
-    #[inline]
+    #[inline(always)]
     fn entry(&mut self, e: Entry<'_>) -> Result<()> {
         for &(k, at) in &self.direct {
             self.sims[k].block(e.at(at))?;
         }
         for f in &mut self.filters {
-            (e.at(f.at).iter()).try_for_each(|&l| f.leader(l, &mut self.sims))?;
+            f.entry(e, &mut self.sims)?;
         }
         Ok(())
     }
@@ -637,8 +714,26 @@ mod tests {
         assert_eq!(e.at(1).len(), 7);
     }
 
+    #[test]
+    fn entries_settle_with_one_line_per_set() {
+        // 0x10+2, then 0x2e+8 (16-byte lines: straddling lines 2 and 3),
+        // back at 0x14+2. Four sets: lines 1, 2, 3 in sets of their own,
+        // one straddle. Two sets: lines 1 and 3 share one. 4-byte lines:
+        // 0x2e+8 spans three. 64-byte lines: one line.
+        let blocks = [(0x10, &[2u8][..]), (0x2e, &[8]), (0x14, &[2])];
+        let sizes = [(16, 4), (16, 2), (4, 64), (64, 1)];
+        let mut t = BlockLines::stripped(sizes.into_iter());
+        let id = t.push(blocks.iter().map(|&(addr, lens)| CodeBlock { addr, lens }));
+        let e = t.entry(id);
+        assert_eq!(e.id, id);
+        let settled: Vec<_> = (0..4).map(|k| e.settled(k)).collect();
+        assert_eq!(settled, [Some(1), None, None, Some(0)]);
+    }
+
     /// Random blocks laid out in a small code region (so lines are shared
-    /// between blocks and sets conflict), and a random walk over them.
+    /// between blocks and sets conflict), and a random walk over them
+    /// that loops: a body of one to three blocks, run one to four times
+    /// (so entries recur with nothing between them).
     fn program(seed: u64, nblocks: usize, steps: usize) -> (Vec<(u64, Vec<u8>)>, Vec<usize>) {
         let mut rng = Rng::new(seed);
         let blocks = (0..nblocks)
@@ -649,7 +744,14 @@ mod tests {
                 (addr, lens)
             })
             .collect();
-        let walk = (0..steps).map(|_| rng.below(nblocks)).collect();
+        let mut walk = Vec::with_capacity(steps + 12);
+        while walk.len() < steps {
+            let body: Vec<usize> = (0..1 + rng.below(3)).map(|_| rng.below(nblocks)).collect();
+            for _ in 0..1 + rng.below(4) {
+                walk.extend(&body);
+            }
+        }
+        walk.truncate(steps);
         (blocks, walk)
     }
 
@@ -670,7 +772,8 @@ mod tests {
 
     /// Runs `walk` entry by entry: its blocks alone, or with `cut`,
     /// consecutive blocks (as many as the walk's next `cut` value says)
-    /// as one entry, as a regenerator's segment would come.
+    /// as one entry, as a regenerator's segment would come (one entry
+    /// per sequence of blocks, so entries repeat).
     fn by_entries(
         blocks: &[(u64, Vec<u8>)],
         walk: &[usize],
@@ -682,10 +785,12 @@ mod tests {
             lens: &blocks[b].1,
         };
         let mut t = BlockLines::for_sim(sim);
+        let mut ids = std::collections::HashMap::new();
         let (mut at, mut k) = (0, 0);
         while at < walk.len() {
             let n = cut.get(k).map_or(1, |&n| n.clamp(1, walk.len() - at));
-            let id = t.push(walk[at..at + n].iter().map(|&b| code(b)));
+            let seq = &walk[at..at + n];
+            let id = *(ids.entry(seq)).or_insert_with(|| t.push(seq.iter().map(|&b| code(b))));
             sim.entry(t.entry(id))?;
             (at, k) = (at + n, k + 1);
         }

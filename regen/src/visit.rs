@@ -172,6 +172,10 @@ pub(crate) fn sigreturn_record(offset: u64, moved: bool, out: &mut Vec<u8>) {
     }
 }
 
+/// Inlined, so that a consumer's match on the step is fused with it (no
+/// step built and read back per record: 8 % of `aetrace cachesim`'s
+/// samples on bzip2's trace when it was a call).
+#[inline]
 fn decode(r: &[u8]) -> Step {
     let w = |k: usize| u32::from_le_bytes(r[4 * k..4 * k + 4].try_into().expect("4 bytes"));
     match w(0) {
@@ -322,6 +326,7 @@ impl Runs {
     }
 
     /// The events and segments, in order.
+    #[inline]
     pub fn steps(&self) -> impl Iterator<Item = Step> + '_ {
         self.bytes.chunks_exact(RECORD).map(decode)
     }

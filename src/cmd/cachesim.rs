@@ -807,9 +807,12 @@ struct Blocks<'m> {
     lines: BlockLines,
     /// Per module: the number of its first block in `lines`.
     base: Vec<usize>,
-    /// Per module, per segment number: its entry in `lines`
-    /// ([`Blocks::NEW`]: not seen yet).
-    segments: Vec<Vec<u32>>,
+    /// Per segment number, module after module (from `seg_base`): its
+    /// entry in `lines` ([`Blocks::NEW`]: not seen yet). One flat table,
+    /// one load per segment record.
+    segments: Vec<u32>,
+    /// Per module: where its segment numbers start in `segments`.
+    seg_base: Vec<usize>,
     /// Per module: its instructions simulated.
     fetched: Vec<u64>,
     skip: u64,
@@ -829,9 +832,11 @@ impl<'m> Blocks<'m> {
 
     fn new(modules: &'m [Module], mut table: BlockLines, cli: &Cli) -> Self {
         let (mut base, mut n) = (Vec::with_capacity(modules.len()), 0);
+        let mut seg_base = vec![0];
         for m in modules {
             base.push(n);
             n += m.blocks.len();
+            seg_base.push(seg_base.last().map_or(0, |&n| n) + Segment::numbers(m));
             for b in m.blocks.keys() {
                 table.push([code_block(m, b)]);
             }
@@ -840,9 +845,8 @@ impl<'m> Blocks<'m> {
             modules,
             lines: table,
             base,
-            segments: (modules.iter())
-                .map(|m| vec![Blocks::NEW; Segment::numbers(m)])
-                .collect(),
+            segments: vec![Blocks::NEW; seg_base.last().map_or(0, |&n| n)],
+            seg_base,
             fetched: vec![0; modules.len()],
             skip: cli.skipcount,
             left: cli.maxcount.unwrap_or(u64::MAX),
@@ -854,9 +858,10 @@ impl<'m> Blocks<'m> {
     #[inline]
     fn segment(&mut self, s: Segment, sim: &mut impl InsnFetch) -> Result<()> {
         let mi = s.module as usize;
-        let mut id = self.segments[mi][s.number as usize];
+        let at = self.seg_base[mi] + s.number as usize;
+        let mut id = self.segments[at];
         if id == Blocks::NEW {
-            id = self.add_segment(s);
+            id = self.add_segment(s, at);
         }
         let e = self.lines.entry(id as usize);
         self.fetched[mi] += u64::from(e.ninsns);
@@ -864,11 +869,11 @@ impl<'m> Blocks<'m> {
     }
 
     #[inline(never)]
-    fn add_segment(&mut self, s: Segment) -> u32 {
+    fn add_segment(&mut self, s: Segment, at: usize) -> u32 {
         let m = &self.modules[s.module as usize];
         let code = s.blocks(m).into_iter().map(|b| code_block(m, b));
         let id = self.lines.push(code) as u32;
-        self.segments[s.module as usize][s.number as usize] = id;
+        self.segments[at] = id;
         id
     }
 
