@@ -62,6 +62,23 @@ pub fn run_tree(
     step(exe, argv0, args, env, true, None)
 }
 
+/// Spawns `cmd`, retrying for up to a second while its executable is
+/// "Text file busy": a just-built test program can still be open for
+/// writing in a process that has not exited or exec'd yet (seen once in a
+/// loaded CI run, `fnptr-O0-static-stripped`, 2026-11-30).
+fn spawn_when_not_busy(cmd: &mut Command) -> std::io::Result<std::process::Child> {
+    let mut tries = 0;
+    loop {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            r => return r,
+        }
+    }
+}
+
 fn step(
     exe: &Path,
     argv0: Option<&Path>,
@@ -92,9 +109,8 @@ fn step(
             Ok(())
         });
     }
-    let mut child = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("{}: {e}", exe.display()));
+    let mut child =
+        spawn_when_not_busy(&mut cmd).unwrap_or_else(|e| panic!("{}: {e}", exe.display()));
     let pid = child.id() as libc::pid_t;
     let drain = |r: Option<Box<dyn Read + Send>>| {
         std::thread::spawn(move || {
