@@ -46,8 +46,13 @@
 //! is left there onto its stack), counts the callee's entry and transfer,
 //! and falls through from the callee's entry to its next stop; a `ret`
 //! pops a frame pushed in the same chain and falls through from the
-//! caller's return point. The next item is a byte witness at every such
-//! call and return, so no record (SETJMP, SIGNAL, RETURN) can stand there.
+//! caller's return point. It also takes a tail jump to a traced procedure
+//! by a block's only, witness-free edge (no frame), and a call of a PLT
+//! stub whose `jmp [GOT]` goes to untraced code that returns at once
+//! ([`plt_through`]: the call, the stub's block and the fall-throughs
+//! after the return, no frame). The next item is a byte witness at every
+//! such call and return, so no record (SETJMP, SIGNAL, RETURN, LAZY) can
+//! stand there.
 //! Two plain steps (a read point's witness, ending at another read point,
 //! then that one's witness, choosing no `ret`) are one entry of a pair
 //! memo ([`Pair`]), keyed by the read point and both witness bytes: one
@@ -136,8 +141,14 @@ struct CallHot {
     blocks: u16,
     /// Blocks of the fall-throughs after the return.
     back_blocks: u16,
-    /// The call is a counted transfer (`CallDb::counts_transfer`).
-    xfer: bool,
+    /// Counted transfers the call makes (`CallDb::counts_transfer`):
+    /// its own, and through a PLT stub the stub's jump.
+    xfers: u8,
+    /// The chain pushes no frame: a tail jump (`back` is
+    /// [`CallHot::NO_BACK`]), or a call of a PLT stub whose import
+    /// returns at once ([`plt_through`]; `land` is then where control
+    /// stops after the return, past the `back` fall-throughs).
+    through: bool,
 }
 
 impl CallHot {
@@ -151,7 +162,8 @@ impl CallHot {
         back_insns: 0,
         blocks: 0,
         back_blocks: 0,
-        xfer: false,
+        xfers: 0,
+        through: false,
     };
 }
 
@@ -451,9 +463,14 @@ impl Summaries {
         loop {
             if kind == Hot::CALL {
                 let c = self.call_hot(m, run.end);
-                self.frames.push(run.end);
+                if c.through {
+                    run.insns += u64::from(c.back_insns);
+                    run.blocks += u64::from(c.back_blocks);
+                } else {
+                    self.frames.push(run.end);
+                }
                 entries[c.callee as usize] += 1;
-                run.xfers = run.xfers.wrapping_add(u32::from(c.xfer));
+                run.xfers = run.xfers.wrapping_add(u32::from(c.xfers));
                 run.insns += u64::from(c.insns);
                 run.blocks += u64::from(c.blocks);
                 (run.end, kind) = (c.land & !Hot::KINDS, c.land & Hot::KINDS);
@@ -798,13 +815,18 @@ fn kind(m: &Module, e: BlockIx) -> u32 {
 }
 
 /// The callee of call block `b` when the counting chain makes the call as
-/// `Machine::call` would with a byte witness next: a direct, unmarked,
-/// non-tail call of a traced procedure (no record stands at it, and its
-/// return needs none).
+/// `Machine::call` would with a byte witness next: a direct, unmarked
+/// call of a traced procedure (no record stands at it, and its return
+/// needs none), or a tail jump to one by the block's only edge, which no
+/// witness chooses (`Machine::step_from` then makes the call).
 fn chain_call(m: &Module, b: &Block) -> Option<u32> {
     let c = b.call?;
+    let plain_tail = || match &m.succs[b.succ_lo as usize..b.succ_hi as usize] {
+        [s] => s.witness == NO_WITNESS && s.to == EXIT && s.kind == EdgeKindDb::TailCall,
+        _ => false,
+    };
     match c.target {
-        CallTarget::Proc(q) if !c.tail && !c.marker => m
+        CallTarget::Proc(q) if !c.marker && (!c.tail || plain_tail()) => m
             .procs
             .get(ProcIx::from_u32(q))
             .is_some_and(|p| p.traced)
@@ -872,12 +894,15 @@ fn fill_call(m: &Module, c: u32) -> CallHot {
     };
     let entry = m.procs[ProcIx::from_u32(callee)].entry;
     let (land, insns, blocks) = fall_through(m, entry).unwrap_or((entry.as_u32(), 0, 0));
-    // The return point: one successor, no witness (`choose_succ`).
-    let back = (b.succ_hi - b.succ_lo == 1)
+    let tail = b.call.is_some_and(|c| c.tail);
+    // The return point: one successor, no witness (`choose_succ`); a
+    // tail jump returns where its procedure does.
+    let back = (b.succ_hi - b.succ_lo == 1 && !tail)
         .then(|| m.succs[b.succ_lo as usize])
         .filter(|r| r.witness == NO_WITNESS && r.to != EXIT)
         .and_then(|r| fall_through(m, r.to));
-    CallHot {
+    let xfers = u8::from(b.call.is_some_and(|c| c.counts_transfer()));
+    let mut hot = CallHot {
         key: c,
         callee,
         land,
@@ -886,8 +911,51 @@ fn fill_call(m: &Module, c: u32) -> CallHot {
         back_insns: back.map_or(0, |t| t.1),
         blocks: 1 + blocks,
         back_blocks: back.map_or(0, |t| t.2),
-        xfer: b.call.is_some_and(|c| c.counts_transfer()),
+        xfers,
+        through: tail,
+    };
+    // A call of a PLT stub whose import returns at once: its return too.
+    let stub = &m.blocks[BlockIx::new((land & !Hot::KINDS) as usize)];
+    let returns = b.call.is_some_and(|c| c.returns);
+    if let (Some(jump), Some(insns)) = (plt_through(m, stub), hot.insns.checked_add(stub.ninsns)) {
+        if returns && !tail && hot.back != CallHot::NO_BACK && land & Hot::KINDS == 0 {
+            hot.land = hot.back;
+            hot.insns = insns;
+            hot.blocks += 1;
+            hot.xfers += jump;
+            hot.through = true;
+        }
     }
+    hot
+}
+
+/// For block `b` reached with nothing pending and a byte witness next:
+/// the counted transfers (0 or 1) of its jump into untraced code that
+/// returns, with no item read, to the caller on top of the machine's
+/// stack; `None` for any other block. That is a PLT stub's `jmp [GOT]`
+/// (or any external tail jump that is not an unresolved one) as
+/// `Machine::step_from` takes it: its bound edge (LAZY would be next for
+/// the lazy one), then `Machine::jump_external` and `jump_untraced`, whose
+/// untraced code returns to the caller's frame (`Machine::leave`).
+fn plt_through(m: &Module, b: &Block) -> Option<u8> {
+    let c = b
+        .call
+        .filter(|c| c.tail && !c.indirect && c.target == CallTarget::External)?;
+    let succs = &m.succs[b.succ_lo as usize..b.succ_hi as usize];
+    let bound = match succs {
+        [s] if s.witness == NO_WITNESS => s,
+        // `Machine::plt_outcome`: one edge to EXIT, one to the lazy half.
+        [s, t] if c.plt && (s.to == EXIT) != (t.to == EXIT) => {
+            if s.to == EXIT {
+                s
+            } else {
+                t
+            }
+        }
+        _ => return None,
+    };
+    let fits = b.next == EXIT && bound.to == EXIT && bound.kind == EdgeKindDb::TailCall;
+    fits.then_some(u8::from(c.counts_transfer()))
 }
 
 /// The successor `b` leaves by with `pending`, and the witness pending

@@ -496,6 +496,120 @@ fn tail_calls_external_and_traced() {
     );
 }
 
+/// Counting chains (`Summaries::count_run`) through a bound PLT stub's
+/// call and a tail jump count what the block-by-block walk does: main's
+/// loop calls `f@plt` (bound, or lazy once: LAZY) and `f`, which
+/// tail-jumps to `g`, whose witness chooses one of two returns.
+#[test]
+fn counting_chains_pass_plt_calls_and_tail_jumps() {
+    let mut a = LINK_BASE + 0x1000;
+    let to_stub = CallDb {
+        plt: true,
+        ..call(CallTarget::Proc(1), false, true, false, None).unwrap()
+    };
+    let jump = CallDb {
+        plt: true,
+        ..call(CallTarget::External, false, true, true, None).unwrap()
+    };
+    let db = db_of(vec![
+        proc(
+            &mut a,
+            "main",
+            vec![
+                None,
+                Some(to_stub),
+                call(CallTarget::Proc(3), false, true, false, None),
+                None,
+                None,
+            ],
+            vec![
+                (0, 1, Taken, Some(0)),
+                (0, 4, Taken, Some(1)),
+                (1, 2, CallReturn, None),
+                (2, 3, CallReturn, None),
+                (3, 0, Taken, None),
+                (4, 5, Return, None),
+            ],
+        ),
+        proc(
+            &mut a,
+            "f@plt",
+            vec![
+                Some(jump),
+                call(CallTarget::Proc(2), false, true, true, None),
+            ],
+            vec![
+                (0, 2, TailCall, None),
+                (0, 1, Taken, None),
+                (1, 2, TailCall, None),
+            ],
+        ),
+        proc(
+            &mut a,
+            "<plt0>",
+            vec![call(CallTarget::External, false, true, true, None)],
+            vec![(0, 1, TailCall, None)],
+        ),
+        proc(
+            &mut a,
+            "f",
+            vec![call(CallTarget::Proc(4), false, true, true, None)],
+            vec![(0, 1, TailCall, None)],
+        ),
+        proc(
+            &mut a,
+            "g",
+            vec![None, None, None],
+            vec![
+                (0, 1, Taken, Some(0)),
+                (0, 2, Taken, Some(1)),
+                (1, 3, Return, None),
+                (2, 3, Return, None),
+            ],
+        ),
+    ]);
+    for lazy_at in [None, Some(0), Some(7)] {
+        let mut s = Vec::new();
+        thread_rec(&mut s);
+        enter(&mut s, 0);
+        for i in 0..40u32 {
+            witness(&mut s, 0);
+            if lazy_at == Some(i) {
+                lazy(&mut s, 1);
+            }
+            witness(&mut s, u32::from(i % 3 == 0));
+        }
+        witness(&mut s, 1);
+        let bytes = trace_bytes(&db, &[s], 16);
+        let (count, r) = run(
+            &bytes,
+            &Options {
+                count: true,
+                ..opts(Format::Block)
+            },
+        );
+        r.unwrap();
+        crate::summary::WALK_ONLY.with(|w| w.set(true));
+        let (walked, rw) = run(
+            &bytes,
+            &Options {
+                count: true,
+                ..opts(Format::Block)
+            },
+        );
+        crate::summary::WALK_ONLY.with(|w| w.set(false));
+        rw.unwrap();
+        assert_eq!(text(&count), text(&walked), "LAZY at {lazy_at:?}");
+        let (blocks, rb) = run(&bytes, &opts(Format::Block));
+        rb.unwrap();
+        let n = text(&blocks)
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .count();
+        assert!(text(&count).contains(&format!("total: {} instructions, {n} blocks", 2 * n)));
+    }
+}
+
 #[test]
 fn exit_with_frames_active_then_an_exit_handler() {
     let mut a = LINK_BASE + 0x1000;

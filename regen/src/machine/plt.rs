@@ -77,6 +77,10 @@ impl<'a> Machine<'a> {
     /// edge, "witness not reserved") or in the import aborts the step
     /// (`retry`), decided again after the handler.
     pub(super) fn lazy_record(&mut self, at: Loc, retry: Retry) -> Step<bool> {
+        // The common case, without building an item: a witness is next.
+        if self.stream.witness_next() {
+            return Ok(false);
+        }
         let me = self.raw_id(at.module, self.block(at).proc);
         match self.stream.peek()? {
             (Item::Lazy(raw), _, len) if raw == me => {
