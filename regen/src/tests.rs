@@ -334,27 +334,39 @@ fn lazy_binding_path_is_followed_once_per_thread() {
 /// witness: LAZY(1) names its lazy outcome (its second half, then `<plt0>`).
 fn lazy_plt_db() -> ProgramDb {
     let mut a = LINK_BASE + 0x1000;
-    let to_stub = CallDb {
+    let main = proc(
+        &mut a,
+        "main",
+        vec![Some(to_plt_stub()), Some(to_plt_stub()), None],
+        vec![
+            (0, 1, CallReturn, None),
+            (1, 2, CallReturn, None),
+            (2, 3, Return, None),
+        ],
+    );
+    let mut procs = vec![main];
+    procs.extend(plt_stub_procs(&mut a));
+    db_of(procs)
+}
+
+/// A call of `f@plt` (procedure 1), counted at the way into the stub.
+fn to_plt_stub() -> CallDb {
+    CallDb {
         plt: true,
         ..call(CallTarget::Proc(1), false, true, false, None).unwrap()
-    };
+    }
+}
+
+/// `f@plt`, whose jump (`CallDb::plt`) has no witness, its second half
+/// tail-jumping to `<plt0>`; then `<plt0>`; laid out from `*a`.
+fn plt_stub_procs(a: &mut u64) -> [ProcDb; 2] {
     let jump = CallDb {
         plt: true,
         ..call(CallTarget::External, false, true, true, None).unwrap()
     };
-    db_of(vec![
+    [
         proc(
-            &mut a,
-            "main",
-            vec![Some(to_stub), Some(to_stub), None],
-            vec![
-                (0, 1, CallReturn, None),
-                (1, 2, CallReturn, None),
-                (2, 3, Return, None),
-            ],
-        ),
-        proc(
-            &mut a,
+            a,
             "f@plt",
             vec![
                 Some(jump),
@@ -367,12 +379,12 @@ fn lazy_plt_db() -> ProgramDb {
             ],
         ),
         proc(
-            &mut a,
+            a,
             "<plt0>",
             vec![call(CallTarget::External, false, true, true, None)],
             vec![(0, 1, TailCall, None)],
         ),
-    ])
+    ]
 }
 
 /// LAZY: 0xFF 16 u32.
@@ -503,71 +515,44 @@ fn tail_calls_external_and_traced() {
 #[test]
 fn counting_chains_pass_plt_calls_and_tail_jumps() {
     let mut a = LINK_BASE + 0x1000;
-    let to_stub = CallDb {
-        plt: true,
-        ..call(CallTarget::Proc(1), false, true, false, None).unwrap()
-    };
-    let jump = CallDb {
-        plt: true,
-        ..call(CallTarget::External, false, true, true, None).unwrap()
-    };
-    let db = db_of(vec![
-        proc(
-            &mut a,
-            "main",
-            vec![
-                None,
-                Some(to_stub),
-                call(CallTarget::Proc(3), false, true, false, None),
-                None,
-                None,
-            ],
-            vec![
-                (0, 1, Taken, Some(0)),
-                (0, 4, Taken, Some(1)),
-                (1, 2, CallReturn, None),
-                (2, 3, CallReturn, None),
-                (3, 0, Taken, None),
-                (4, 5, Return, None),
-            ],
-        ),
-        proc(
-            &mut a,
-            "f@plt",
-            vec![
-                Some(jump),
-                call(CallTarget::Proc(2), false, true, true, None),
-            ],
-            vec![
-                (0, 2, TailCall, None),
-                (0, 1, Taken, None),
-                (1, 2, TailCall, None),
-            ],
-        ),
-        proc(
-            &mut a,
-            "<plt0>",
-            vec![call(CallTarget::External, false, true, true, None)],
-            vec![(0, 1, TailCall, None)],
-        ),
-        proc(
-            &mut a,
-            "f",
-            vec![call(CallTarget::Proc(4), false, true, true, None)],
-            vec![(0, 1, TailCall, None)],
-        ),
-        proc(
-            &mut a,
-            "g",
-            vec![None, None, None],
-            vec![
-                (0, 1, Taken, Some(0)),
-                (0, 2, Taken, Some(1)),
-                (1, 3, Return, None),
-                (2, 3, Return, None),
-            ],
-        ),
-    ]);
+    let main = proc(
+        &mut a,
+        "main",
+        vec![
+            None,
+            Some(to_plt_stub()),
+            call(CallTarget::Proc(3), false, true, false, None),
+            None,
+            None,
+        ],
+        vec![
+            (0, 1, Taken, Some(0)),
+            (0, 4, Taken, Some(1)),
+            (1, 2, CallReturn, None),
+            (2, 3, CallReturn, None),
+            (3, 0, Taken, None),
+            (4, 5, Return, None),
+        ],
+    );
+    let [stub, plt0] = plt_stub_procs(&mut a);
+    let f = proc(
+        &mut a,
+        "f",
+        vec![call(CallTarget::Proc(4), false, true, true, None)],
+        vec![(0, 1, TailCall, None)],
+    );
+    let g = proc(
+        &mut a,
+        "g",
+        vec![None, None, None],
+        vec![
+            (0, 1, Taken, Some(0)),
+            (0, 2, Taken, Some(1)),
+            (1, 3, Return, None),
+            (2, 3, Return, None),
+        ],
+    );
+    let db = db_of(vec![main, stub, plt0, f, g]);
     for lazy_at in [None, Some(0), Some(7)] {
         let mut s = Vec::new();
         thread_rec(&mut s);

@@ -431,16 +431,24 @@ impl<'a> Machine<'a> {
     }
 
     /// Checks that no witness is pending where the blocking property says
-    /// none can be (a call vertex, EXIT).
+    /// none can be (a call vertex, EXIT). Inlined, its error out of line:
+    /// it runs at every call and return.
+    #[inline(always)]
     fn no_pending(&self, at: Loc, what: &str) -> Result<()> {
         match self.pending {
             None => Ok(()),
-            Some((w, off)) => Err(Error::Unexpected {
-                thread: self.thread,
-                record: format!("witness {w} (still pending)"),
-                offset: off,
-                at: format!("{} at {what}", self.at(Some(at))),
-            }),
+            Some((w, off)) => Err(self.still_pending(at, what, w, off)),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn still_pending(&self, at: Loc, what: &str, w: u32, off: u64) -> Error {
+        Error::Unexpected {
+            thread: self.thread,
+            record: format!("witness {w} (still pending)"),
+            offset: off,
+            at: format!("{} at {what}", self.at(Some(at))),
         }
     }
 
