@@ -17,7 +17,9 @@
 # costs. Every `-j 2` output is compared with `-j 1`'s (cmp) first.
 # On a busy machine run it as `chrt -f 50 bench/jobs.sh` (root): every
 # command it times then gets both cores (SCHED_FIFO) and the wall ratio
-# means something again.
+# means something again; but SCHED_FIFO gives no time slices, so `-j 2`'s
+# writer thread then runs only when a worker blocks (docs/regen.md
+# section 5, "Where `-j 2` loses").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPS=${REPS:-3}

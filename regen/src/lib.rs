@@ -54,8 +54,8 @@ pub use departure::{departures, Departure};
 pub use ending::{End, Ending};
 pub use error::{Error, Result};
 pub use output::{
-    regen_command, regen_to, regen_trace, regen_trace_to, totals, with_thread_machine,
-    with_thread_machines, Format, Options, ThreadTotals, Totals,
+    regen_command, regen_to, regen_trace, regen_trace_indexing, regen_trace_to, totals,
+    with_thread_machine, with_thread_machines, Format, Options, ThreadTotals, Totals,
 };
 
 /// The data values thread `thread` of `trace` recorded (`record --data`,

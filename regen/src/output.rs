@@ -44,6 +44,13 @@ pub const BATCH: usize = 1 << 20;
 /// ahead (measured: 16 MiB per worker gave `-j 2` no speed-up on two
 /// threads of 110 MB of output each; 128 MiB gave 1.19x on a loaded machine).
 pub const AHEAD_BYTES: usize = 256 << 20;
+/// [`AHEAD_BYTES`] for streams cut at state index entries: the piece
+/// after the one being written need only get half its output ahead (about
+/// 30 MB of `bin` in a piece of [`OUTPUT_PIECE_BYTES`] on gzip's trace)
+/// for its worker never to wait, and every batch held more is a fresh
+/// page per 4 KiB (256 MiB: 44 k page faults on gzip's `bin` at `-j 2`,
+/// 64 MiB: 22 k, docs/regen.md section 4, "Writing").
+const PIECES_AHEAD_BYTES: usize = 64 << 20;
 
 /// Output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -167,15 +174,37 @@ pub fn regen_trace_to<B: AsRef<[u8]> + Sync>(
     opts: &Options,
     path: Option<&std::path::Path>,
 ) -> Result<Vec<Ending>> {
+    Ok(regen_trace_indexing(trace, opts, path, None)?.0)
+}
+
+/// [`regen_trace_to`], keeping, when `interval` is given, the states a
+/// state index keeps every `interval` stream bytes as the threads go:
+/// the index [`StateIndex::build`] would build, returned when every
+/// thread was regenerated whole (none cut into pieces; a regeneration
+/// that fails returns its error instead), so that the first
+/// regeneration of a trace writes its index (issue 24 item 4).
+pub fn regen_trace_indexing<B: AsRef<[u8]> + Sync>(
+    trace: &Trace<B>,
+    opts: &Options,
+    path: Option<&std::path::Path>,
+    interval: Option<u64>,
+) -> Result<(Vec<Ending>, Option<StateIndex>)> {
     let Some(path) = path else {
         let mut out = std::io::stdout().lock();
-        return regen_trace(trace, opts, &mut ProgressOut::on_terminal(&mut out));
+        let out = &mut ProgressOut::on_terminal(&mut out);
+        return regen_trace_ahead(trace, opts, out, AHEAD_BYTES, interval);
     };
     let mut f = aetrace_format::atomic::AtomicFile::create(path, None).map_err(output_err)?;
-    let endings = regen_trace(trace, opts, &mut ProgressOut::on_terminal(&mut f))?;
+    let done = regen_trace_ahead(
+        trace,
+        opts,
+        &mut ProgressOut::on_terminal(&mut f),
+        AHEAD_BYTES,
+        interval,
+    )?;
     f.sync_all().map_err(output_err)?;
     f.commit().map_err(output_err)?;
-    Ok(endings)
+    Ok(done)
 }
 
 /// The temporary-file error as an output error.
@@ -220,18 +249,25 @@ pub fn regen_trace<B: AsRef<[u8]> + Sync>(
     opts: &Options,
     out: &mut dyn Write,
 ) -> Result<Vec<Ending>> {
-    regen_trace_ahead(trace, opts, out, AHEAD_BYTES)
+    Ok(regen_trace_ahead(trace, opts, out, AHEAD_BYTES, None)?.0)
 }
 
-/// [`regen_trace`] with another lookahead budget (tests make workers block).
+/// [`regen_trace`] with another lookahead budget (tests make workers
+/// block), keeping states every `interval` stream bytes when given
+/// ([`regen_trace_indexing`]).
 pub(crate) fn regen_trace_ahead<B: AsRef<[u8]> + Sync>(
     trace: &Trace<B>,
     opts: &Options,
     out: &mut dyn Write,
     ahead_bytes: usize,
-) -> Result<Vec<Ending>> {
+    interval: Option<u64>,
+) -> Result<(Vec<Ending>, Option<StateIndex>)> {
     let prepared = prepare(trace, opts)?;
-    let ctx = Ctx::new(trace, &prepared, opts, ahead_bytes)?;
+    let mut ctx = Ctx::new(trace, &prepared, opts, ahead_bytes)?;
+    ctx.states = interval.filter(|&i| i > 0).map(|interval| States {
+        interval,
+        threads: Default::default(),
+    });
     let endings = if opts.count {
         let totals = ctx.totals()?;
         out.write_all(totals.to_string().as_bytes())
@@ -245,7 +281,7 @@ pub(crate) fn regen_trace_ahead<B: AsRef<[u8]> + Sync>(
     // (none ran short, or none started): what was written is all the
     // trace holds, still not the whole run.
     trace.require_complete()?;
-    Ok(endings)
+    Ok((endings, ctx.take_index()))
 }
 
 /// Totals of a whole trace (`--count`; `aetrace info`).
@@ -720,6 +756,8 @@ pub(crate) struct Ctx<'a, B> {
     spare: std::sync::Mutex<Vec<Vec<u8>>>,
     /// Killed threads' ends, as their last pieces reach them.
     endings: std::sync::Mutex<Vec<Ending>>,
+    /// The states kept for a state index as whole threads go, if asked.
+    states: Option<States>,
     /// Decompressed chunks the pieces of one stream share (and, for a
     /// data walk, its value cursor).
     pub(crate) chunks: std::sync::Arc<crate::stream::Chunks>,
@@ -854,17 +892,44 @@ impl Budget {
     }
 }
 
-/// A piece of one thread's regeneration: a machine at its start (or why
-/// it could not be put there), where it pauses (`u64::MAX`: the end of the
-/// stream), what precedes its output, and the state the index says it
-/// pauses in.
+/// A piece of one thread's regeneration: a machine at its start, or at
+/// the stream's start with the index entry to restore first (`from`: the
+/// worker restores it, in its own buffers), where it pauses (`u64::MAX`:
+/// the end of the stream), what precedes its output, and the state the
+/// index says it pauses in.
 struct Piece<'m> {
-    machine: Result<Machine<'m>>,
+    machine: Machine<'m>,
+    from: Option<&'m Entry>,
     /// The job's group (its modules).
     group: usize,
     pause_at: u64,
     header: Vec<u8>,
     expect: Option<&'m Entry>,
+    /// The whole thread: it may keep states for a state index.
+    whole: bool,
+}
+
+/// The states of a state index, kept by the threads regenerated whole
+/// ([`regen_trace_indexing`]).
+pub(crate) struct States {
+    interval: u64,
+    threads: std::sync::Mutex<BTreeMap<u32, Vec<Entry>>>,
+}
+
+/// What a worker's last piece leaves for its next one: the summaries of
+/// its group (with their output arena) and its stream's chunk buffers,
+/// all paged in already (fresh ones per piece cost more page faults than
+/// the output: docs/regen.md section 4, "Writing").
+#[derive(Default)]
+struct Kept {
+    summaries: Option<(usize, Vec<Summaries>)>,
+    stream: (Vec<u8>, Vec<u8>),
+}
+
+/// Puts piece machine `m` at index entry `from` (none: it starts where it
+/// is).
+fn restore(m: &mut Machine<'_>, from: Option<&Entry>) -> Result<()> {
+    from.map_or(Ok(()), |e| m.restore(&e.state))
 }
 
 /// A piece as index entries: where it starts (`None`: the stream's start)
@@ -879,6 +944,16 @@ const MIN_PIECE_BYTES: u64 = 1 << 20;
 /// waits whole in memory, so a long one stalls its worker at the lookahead
 /// (docs/regen.md, section 5: "Pieces sized for their output").
 const OUTPUT_PIECE_BYTES: u64 = 512 << 10;
+
+/// Keeps the state of machine `m`, paused for a state index, in `entries`;
+/// where it pauses next.
+fn keep_state(m: &Machine<'_>, interval: u64, entries: &mut Vec<Entry>) -> u64 {
+    let offset = m.stream_offset();
+    if let Some(state) = m.snapshot() {
+        entries.push(Entry { offset, state });
+    }
+    offset.saturating_add(interval)
+}
 
 /// A piece that paused: in the state its index entry says, if it has one.
 fn check_pause(m: &Machine<'_>, expect: Option<&Entry>) -> Result<()> {
@@ -932,6 +1007,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             ahead_bytes,
             spare: Default::default(),
             endings: Default::default(),
+            states: None,
             chunks: Default::default(),
         })
     }
@@ -1003,6 +1079,16 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             || (self.opts.index.is_some() && self.workers() > 1)
     }
 
+    /// The output pieces may hold ahead of the writer: less when the
+    /// streams are cut at index entries, whose pieces are short.
+    fn pieces_ahead(&self) -> usize {
+        if self.opts.index.is_some() && self.cuts() {
+            PIECES_AHEAD_BYTES
+        } else {
+            AHEAD_BYTES
+        }
+    }
+
     /// A whole thread as one piece.
     fn whole<'m>(&'m self, job: &Job<'m>) -> Piece<'m> {
         self.piece(job, (None, None))
@@ -1010,10 +1096,9 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
 
     /// The piece of `job` between two index entries.
     fn piece<'m>(&'m self, job: &Job<'m>, (from, to): Span<'m>) -> Piece<'m> {
-        let mut machine = self.machine(job);
-        let restored = from.map_or(Ok(()), |e| machine.restore(&e.state));
         Piece {
-            machine: restored.map(|()| machine),
+            machine: self.machine(job),
+            from,
             group: job.group,
             pause_at: to.map_or(u64::MAX, |e| e.offset),
             header: if from.is_none() {
@@ -1022,6 +1107,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                 Vec::new()
             },
             expect: to,
+            whole: from.is_none() && to.is_none(),
         }
     }
 
@@ -1086,22 +1172,22 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         }
         let piece = self.piece_bytes(job);
         let mut start = self.whole(job);
-        let Ok(mut fast) = start.machine.as_ref().map(Machine::clone) else {
-            give(start);
-            return;
-        };
+        let mut fast = start.machine.clone();
         let mut sink = Sink::counting(&self.groups[job.group]);
         sink.pause_at = piece;
         while let Ok(Progress::Paused) = fast.run(&mut sink) {
             let at = fast.stream_offset();
             let next = Piece {
-                machine: Ok(fast.clone()),
+                machine: fast.clone(),
+                from: None,
                 group: job.group,
                 pause_at: u64::MAX,
                 header: Vec::new(),
                 expect: None,
+                whole: false,
             };
             start.pause_at = at;
+            start.whole = false;
             if !give(std::mem::replace(&mut start, next)) {
                 return;
             }
@@ -1120,57 +1206,72 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         loop {
             match m.run(&mut sink) {
                 Ok(Progress::More) => {}
-                Ok(Progress::Paused) => {
-                    let offset = m.stream_offset();
-                    if let Some(state) = m.snapshot() {
-                        entries.push(Entry { offset, state });
-                    }
-                    sink.pause_at = offset.saturating_add(interval);
-                }
+                Ok(Progress::Paused) => sink.pause_at = keep_state(&m, interval, &mut entries),
                 Ok(Progress::Done) | Err(_) => return entries,
             }
         }
     }
 
     /// Regenerates one piece, handing batches to `emit` (false: stop).
-    /// `keep` holds the summaries of the last piece and its group, and
-    /// gets this piece's.
+    /// `keep` holds what the worker's last piece leaves for the next.
     fn produce(
         &self,
         piece: Piece<'_>,
         emit: &mut dyn FnMut(Vec<u8>) -> bool,
-        keep: &mut Option<(usize, Vec<Summaries>)>,
+        keep: &mut Kept,
     ) -> Result<()> {
         let Piece {
-            machine,
+            machine: mut m,
+            from,
             group,
             pause_at,
             header,
             expect,
+            whole,
         } = piece;
-        let mut m = machine?;
+        m.stream_mut().reusing(std::mem::take(&mut keep.stream));
+        if let Err(e) = restore(&mut m, from) {
+            keep.stream = m.stream_mut().take_buffers();
+            return Err(e);
+        }
         // A recycled batch: one grown from the header would page in fresh
         // memory at every piece.
         let mut out = self.batch();
         out.extend_from_slice(&header);
-        let mut sink = Sink::output(m.modules(), out, BATCH);
+        let mut sink = match keep.summaries.take().filter(|(g, _)| *g == group) {
+            Some((_, segs)) => Sink::output_with(segs, out, BATCH),
+            None => Sink::output(m.modules(), out, BATCH),
+        };
         sink.pause_at = pause_at;
-        if let Some((_, segs)) = keep.take().filter(|(g, _)| *g == group) {
-            sink.reuse_summaries(segs);
+        let mut states = self.states.as_ref().filter(|_| whole).map(|s| {
+            sink.pause_at = s.interval;
+            (s, Vec::new())
+        });
+        let r = self.expand(&mut m, &mut sink, expect, emit, states.as_mut());
+        if let Some((s, entries)) = states {
+            if let Ok(mut t) = s.threads.lock() {
+                t.insert(m.thread().0, entries);
+            }
         }
-        let r = self.expand(&mut m, &mut sink, expect, emit);
-        *keep = Some((group, sink.take_summaries()));
+        // The batch the last run left unused.
+        self.recycle(std::mem::take(&mut sink.out));
+        keep.summaries = Some((group, sink.take_summaries()));
+        keep.stream = m.stream_mut().take_buffers();
         r
     }
 
     /// Runs machine `m` into `sink`, handing batches to `emit` (false:
     /// stop), up to its pause point or the end of its stream.
+    /// With `states`, a whole thread's walk pauses every `interval`
+    /// stream bytes (at the pause points [`Ctx::index_thread`] keeps) to
+    /// keep its state there.
     fn expand(
         &self,
         m: &mut Machine<'_>,
         sink: &mut Sink,
         expect: Option<&Entry>,
         emit: &mut dyn FnMut(Vec<u8>) -> bool,
+        mut states: Option<&mut (&States, Vec<Entry>)>,
     ) -> Result<()> {
         loop {
             let r = m.run(sink);
@@ -1186,7 +1287,10 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             }
             match r? {
                 Progress::More => {}
-                Progress::Paused => return check_pause(m, expect),
+                Progress::Paused => match states.as_deref_mut() {
+                    Some((s, entries)) => sink.pause_at = keep_state(m, s.interval, entries),
+                    None => return check_pause(m, expect),
+                },
                 Progress::Done => {
                     check_end(m, expect)?;
                     self.note_ending(m);
@@ -1223,6 +1327,18 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                 end,
             });
         }
+    }
+
+    /// The state index the whole threads kept, if every thread kept its
+    /// states ([`regen_trace_indexing`]).
+    fn take_index(&mut self) -> Option<StateIndex> {
+        let States { interval, threads } = self.states.take()?;
+        let threads = threads.into_inner().ok()?;
+        (threads.len() == self.jobs.len()).then(|| StateIndex {
+            fingerprint: self.trace.fingerprint(),
+            interval,
+            threads,
+        })
     }
 
     /// The killed threads' ends noted so far, in thread order.
@@ -1281,7 +1397,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         if workers > 1 && (self.jobs.len() > 1 || self.cuts()) {
             return self.write_parallel(workers, give);
         }
-        let mut keep = None;
+        let mut keep = Kept::default();
         for job in self.jobs {
             let mut werr = None;
             let mut emit = |mut b| match give(&mut b) {
@@ -1324,7 +1440,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         // whole of it, with pieces a quarter as long, made 84-90 k page
         // faults of fresh batches on bzip2's `bin` against 45 k, and no
         // less CPU time).
-        let ahead = (self.ahead_bytes / BATCH / workers).max(4);
+        let ahead = (self.ahead_bytes.min(self.pieces_ahead()) / BATCH / workers).max(4);
         let budget = Budget::new(ahead);
         let (order_tx, order_rx) = mpsc::channel::<mpsc::Receiver<Msg>>();
         let (work_tx, work_rx) =
@@ -1352,7 +1468,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             });
             for _ in 0..workers {
                 s.spawn(|_| {
-                    let mut keep = None;
+                    let mut keep = Kept::default();
                     loop {
                         let next = work_rx.lock().map(|rx| rx.recv());
                         let Ok(Ok((piece, tx, number))) = next else {
@@ -1405,7 +1521,8 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     /// Counts one piece: per module of its group (instructions, blocks);
     /// procedure entries; (signals, of them interrupting instrumentation).
     fn count_piece(&self, piece: Piece<'_>, group: usize) -> Result<Counts> {
-        let mut m = piece.machine?;
+        let mut m = piece.machine;
+        restore(&mut m, piece.from)?;
         let mut sink = Sink::counting(&self.groups[group]);
         sink.pause_at = piece.pause_at;
         loop {

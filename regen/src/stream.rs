@@ -538,6 +538,34 @@ impl<'t> Stream<'t> {
         self
     }
 
+    /// Its two chunk buffers, emptied, for the next stream of the same
+    /// reader ([`Stream::reusing`]).
+    pub(crate) fn take_buffers(&mut self) -> (Vec<u8>, Vec<u8>) {
+        let (mut buf, mut spare) = (
+            std::mem::take(&mut self.buf),
+            std::mem::take(&mut self.spare),
+        );
+        self.pos = 0;
+        buf.clear();
+        spare.clear();
+        (buf, spare)
+    }
+
+    /// Fills `buffers` (from [`Stream::take_buffers`]) instead of new ones
+    /// if it has read nothing yet (a clone of a stream being read keeps
+    /// its own): a worker's pieces of `-j N` then copy their chunks into
+    /// memory already paged in and cached (fresh buffers cost a page
+    /// fault per 4 KiB of every chunk a piece reads).
+    pub(crate) fn reusing(&mut self, (buf, spare): (Vec<u8>, Vec<u8>)) {
+        if self.buf.is_empty()
+            && self.spare.is_empty()
+            && self.offset() == 0
+            && self.ahead.is_none()
+        {
+            (self.buf, self.spare) = (buf, spare);
+        }
+    }
+
     /// The shared chunks, for a stream positioned by [`Stream::seek`] (one
     /// read from its start decompresses ahead on its own).
     fn shared(&self) -> Option<&'t Chunks> {

@@ -1431,7 +1431,7 @@ fn workers_that_block_on_a_full_channel_still_write_every_thread_in_order() {
         ..opts(Format::Xdin)
     };
     let mut seq = Vec::new();
-    crate::output::regen_trace_ahead(&t, &o(1), &mut seq, 0).unwrap();
+    crate::output::regen_trace_ahead(&t, &o(1), &mut seq, 0, None).unwrap();
     assert!(seq.len() > 16 * crate::output::BATCH);
     assert_eq!(
         seq.iter().filter(|&&b| b == b'\n').count(),
@@ -1440,7 +1440,7 @@ fn workers_that_block_on_a_full_channel_still_write_every_thread_in_order() {
     );
     for jobs in [2, 3] {
         let mut par = Vec::new();
-        crate::output::regen_trace_ahead(&t, &o(jobs), &mut par, 0).unwrap();
+        crate::output::regen_trace_ahead(&t, &o(jobs), &mut par, 0, None).unwrap();
         assert!(par == seq, "-j {jobs} differs with blocking workers");
     }
 }
@@ -2350,6 +2350,38 @@ proptest! {
         let (c2, r2) = count(&o);
         prop_assert_eq!(text(&c2), text(&c1));
         prop_assert_eq!(r2.err().map(|e| e.to_string()), r1.err().map(|e| e.to_string()));
+    }
+
+    /// A regeneration that keeps states as it goes (the first one of a
+    /// trace, which writes its index) keeps the index `aetrace index`
+    /// builds, at any interval, and writes the bytes, error included, of
+    /// one that keeps none; one that fails returns no index. With two
+    /// jobs its streams may be cut into pieces (then it keeps none).
+    #[test]
+    fn a_regeneration_keeps_the_index_aetrace_index_builds(
+        seed in any::<u64>(),
+        nthreads in 1usize..4,
+        chunk in 1usize..48,
+        interval in 1u64..40,
+        cut in any::<bool>(),
+        jobs in 1usize..3,
+    ) {
+        let (bytes, want, want_err) = index_case(seed, nthreads, chunk, cut);
+        let t = Trace::parse(&bytes).unwrap();
+        let o = Options { jobs, ..opts(Format::Insn) };
+        let mut out = Vec::new();
+        let r = crate::output::regen_trace_ahead(&t, &o, &mut out, crate::output::AHEAD_BYTES, Some(interval));
+        prop_assert_eq!(text(&out), text(&want));
+        match r {
+            Ok((_, kept)) => {
+                prop_assert!(want_err.is_empty());
+                let built = crate::index::StateIndex::build(&t, interval).unwrap();
+                if jobs == 1 || kept.is_some() {
+                    prop_assert_eq!(kept, Some(built));
+                }
+            }
+            Err(e) => prop_assert_eq!(e.to_string(), want_err),
+        }
     }
 
     /// An index file with any byte changed is refused by its checksum; with

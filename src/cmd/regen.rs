@@ -95,8 +95,22 @@ pub fn run(a: Args) -> super::Result {
         index,
     };
     let count = opts.count;
-    let endings =
-        aetrace_regen::regen_trace_to(&trace, &opts, a.output.as_ref().and_then(Dest::file))?;
+    // The first regeneration of the whole trace keeps its states and
+    // writes the index `-j N` starts pieces from (issue 24 item 4).
+    let indexing = opts.index.is_none()
+        && !a.no_index
+        && a.index.is_none()
+        && a.thread.is_none()
+        && opts.module.is_none()
+        && !count;
+    let interval = indexing.then_some(aetrace_regen::index::DEFAULT_INTERVAL);
+    let out = a.output.as_ref().and_then(Dest::file);
+    let (endings, index) = aetrace_regen::regen_trace_indexing(&trace, &opts, out, interval)?;
+    if let Some(index) = index {
+        // Written under a temporary name and renamed; a directory we may
+        // not write in only means the next run has no index either.
+        let _ = index.save(&aetrace_regen::index::StateIndex::sidecar(&a.trace));
+    }
     if !count {
         // --count prints them with the totals.
         for e in endings {

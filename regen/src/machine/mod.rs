@@ -130,6 +130,15 @@ impl Sink {
     /// A sink for the output bytes of a machine over `modules`, pausing
     /// every `limit` bytes.
     pub fn output(modules: &[&Module], out: Vec<u8>, limit: usize) -> Sink {
+        let segs = modules.iter().map(|m| Summaries::with_text(m)).collect();
+        Sink::output_with(segs, out, limit)
+    }
+
+    /// [`Sink::output`] with `segs`, taken from a sink made as this one
+    /// was (the next piece a worker expands: summaries depend on the
+    /// modules alone, so their tables and output arena are allocated and
+    /// paged in once per worker, not once per piece).
+    pub(crate) fn output_with(segs: Vec<Summaries>, out: Vec<u8>, limit: usize) -> Sink {
         Sink {
             certain: out.len(),
             out,
@@ -137,21 +146,13 @@ impl Sink {
             pause_at: u64::MAX,
             counts: None,
             deliveries: None,
-            segs: modules.iter().map(|m| Summaries::with_text(m)).collect(),
+            segs,
         }
     }
 
-    /// Its summaries, for another sink of the same modules and kind (the
-    /// next piece a worker expands: summaries depend on the modules
-    /// alone, and their output arena is then paged in once per worker).
+    /// Its summaries, for [`Sink::output_with`].
     pub(crate) fn take_summaries(&mut self) -> Vec<Summaries> {
         std::mem::take(&mut self.segs)
-    }
-
-    /// Uses `segs`, taken from a sink made as this one was.
-    pub(crate) fn reuse_summaries(&mut self, segs: Vec<Summaries>) {
-        debug_assert_eq!(segs.len(), self.segs.len());
-        self.segs = segs;
     }
 
     /// A sink that counts, for a machine over `modules`.
@@ -336,6 +337,12 @@ impl<'a> Machine<'a> {
             jmp_bufs: minor < MINOR_SETJMP_RSP,
             sigreturns: minor >= MINOR_SIGRETURN,
         }
+    }
+
+    /// Its witness stream (a `-j N` worker passes its chunk buffers from
+    /// piece to piece).
+    pub(crate) fn stream_mut(&mut self) -> &mut Stream<'a> {
+        &mut self.stream
     }
 
     /// The thread it regenerates.
