@@ -1017,6 +1017,27 @@ fn fork_sequences() -> [Vec<u8>; 3] {
     ]
 }
 
+/// Runs the child in `mode` on `region`, handing `sink` what it writes:
+/// drained while it runs (the halves are small), then after it exits.
+fn drain_child(
+    region: &Region,
+    mode: &str,
+    sink: &mut dyn FnMut(aetrace_runtime::Batch<'_>),
+) -> std::process::Output {
+    let child = spawn_child(region, mode);
+    let mut d = region.drainer();
+    let out = std::thread::scope(|s| {
+        let h = s.spawn(|| child.wait_with_output().unwrap());
+        while !h.is_finished() {
+            d.poll(false, &mut *sink).unwrap();
+            d.wait(Duration::from_millis(1));
+        }
+        h.join().unwrap()
+    });
+    d.poll(true, sink).unwrap();
+    out
+}
+
 /// `fork_child` called by a new thread (tid not its pid: a static
 /// glibc's traced `clone3` for `pthread_create`) claims a slot with
 /// THREAD(its creator's slot), and the creator's stream goes on in its
@@ -1024,25 +1045,14 @@ fn fork_sequences() -> [Vec<u8>; 3] {
 #[test]
 fn fork_child_in_a_new_thread_claims_a_thread_slot() {
     let region = Region::create(SMALL).unwrap();
-    let child = spawn_child(&region, "clone_thread");
-    let mut d = region.drainer();
     let mut streams = Streams::new();
-    let mut sink = |b: aetrace_runtime::Batch<'_>| {
+    let out = drain_child(&region, "clone_thread", &mut |b| {
         streams
             .entry(b.slot)
             .or_insert((b.tid, Vec::new()))
             .1
             .extend_from_slice(b.bytes)
-    };
-    let out = std::thread::scope(|s| {
-        let h = s.spawn(|| child.wait_with_output().unwrap());
-        while !h.is_finished() {
-            d.poll(false, &mut sink).unwrap();
-            d.wait(Duration::from_millis(1));
-        }
-        h.join().unwrap()
     });
-    d.poll(true, &mut sink).unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -1174,28 +1184,16 @@ fn walk_sequence() -> Vec<u8> {
 #[test]
 fn fork_child_gets_its_own_stream() {
     let region = Region::create(SMALL).unwrap();
-    let child = spawn_child(&region, "fork");
-    let mut d = region.drainer();
     let mut streams = Streams::new();
     let mut runtimes = BTreeMap::new();
-    let mut sink = |b: aetrace_runtime::Batch<'_>| {
+    let out = drain_child(&region, "fork", &mut |b| {
         runtimes.insert(b.slot, b.runtime);
         streams
             .entry(b.slot)
             .or_insert((b.pid, Vec::new()))
             .1
             .extend_from_slice(b.bytes)
-    };
-    // Drain while it runs (the halves are small), then after it exits.
-    let out = std::thread::scope(|s| {
-        let h = s.spawn(|| child.wait_with_output().unwrap());
-        while !h.is_finished() {
-            d.poll(false, &mut sink).unwrap();
-            d.wait(Duration::from_millis(1));
-        }
-        h.join().unwrap()
     });
-    d.poll(true, &mut sink).unwrap();
     assert!(
         out.status.success(),
         "child failed: {}",
