@@ -696,14 +696,20 @@ fn prepare_some<'t, B: AsRef<[u8]> + Sync>(
     Ok((compiled, groups, jobs, note))
 }
 
-/// The state each fork child continues from: the parents' machines run
-/// (without output, in thread order, so a parent that is itself a fork
-/// child has its own state already) and note it at each FORKED record.
-fn fork_states<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<HashMap<u32, ForkState>> {
+/// A fork child's or a new task's parent state, by (creating thread, the
+/// child's thread id: the FORKED record's payload; a fork child's is its
+/// pid).
+type ForkStates = HashMap<(ThreadId, u32), ForkState>;
+
+/// The state each fork child, and each thread a traced `clone` system
+/// call started, continues from: the parents' machines run (without
+/// output, in thread order, so a parent that is itself such a child has
+/// its own state already) and note it at each FORKED record.
+fn fork_states<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<ForkStates> {
     let mut forks = HashMap::new();
     let parents: Vec<ThreadId> = trace
         .threads()
-        .filter(|t| t.start.reason == StartReason::Fork)
+        .filter(|t| continues_a_parent(trace, t))
         .filter_map(|t| t.start.parent)
         .collect();
     if parents.is_empty() {
@@ -723,24 +729,48 @@ fn fork_states<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<HashMap<u32, F
         let stream = Stream::new(thread, trace.chunks(thread).collect());
         let mods = &views[job.group];
         let mut m = Machine::new(thread, mods, stream, note.clone(), trace.header().minor);
-        if job.info.start.reason == StartReason::Fork {
-            if let Some(state) = forks.get(&job.info.start.pid) {
-                m.continue_fork(ForkState::clone(state));
-            }
+        if let Some(state) = parent_state(&forks, job.info) {
+            m.continue_fork(ForkState::clone(state));
         }
         let mut sink = Sink::counting(mods);
         // A parent whose own regeneration fails later still gave its
         // children their states up to there.
         let _ = m.run(&mut sink);
-        forks.extend(m.forks.drain(..));
+        forks.extend(m.forks.drain(..).map(|(tid, s)| ((thread, tid), s)));
     }
     Ok(forks)
 }
 
+/// Whether `t`'s stream goes on from its creator's state: a fork child,
+/// or a thread whose stream starts inside the system call that created it
+/// (RETURN right after its THREAD record: a traced `clone3` or `clone`,
+/// docs/regen.md). A thread an outside entry started does not.
+fn continues_a_parent<B: AsRef<[u8]>>(trace: &Trace<B>, t: &ThreadInfo) -> bool {
+    match t.start.reason {
+        StartReason::Fork => true,
+        StartReason::Thread => {
+            let mut stream = Stream::new(t.start.thread, trace.chunks(t.start.thread).collect());
+            stream.next_item().is_ok()
+                && matches!(stream.peek(), Ok((crate::stream::Item::Return, _, _)))
+        }
+        _ => false,
+    }
+}
+
+/// The state `info`'s stream continues from, when its creator wrote one.
+fn parent_state<'f>(forks: &'f ForkStates, info: &ThreadInfo) -> Option<&'f ForkState> {
+    match info.start.reason {
+        StartReason::Fork | StartReason::Thread => {
+            forks.get(&(info.start.parent?, info.start.os_tid))
+        }
+        _ => None,
+    }
+}
+
 pub(crate) struct Ctx<'a, B> {
     trace: &'a Trace<B>,
-    /// Each fork child's (by pid) parent state at the fork.
-    forks: HashMap<u32, ForkState>,
+    /// Each fork child's and traced clone's parent state.
+    forks: ForkStates,
     compiled: &'a [Module],
     /// Each group's modules, in the machine's order.
     groups: Vec<Vec<&'a Module>>,
@@ -1047,10 +1077,8 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         {
             m.set_killed();
         }
-        if job.info.start.reason == StartReason::Fork {
-            if let Some(state) = self.forks.get(&job.info.start.pid) {
-                m.continue_fork(state.clone());
-            }
+        if let Some(state) = parent_state(&self.forks, job.info) {
+            m.continue_fork(state.clone());
         }
         m
     }

@@ -17,7 +17,7 @@ use std::collections::{HashMap, HashSet};
 use aetrace_analysis::cfg::{CallKind, CallSite, Cfg, EdgeKind};
 use aetrace_analysis::{imports, ProcKind, Program};
 use aetrace_format::progdb::{CallDb, CallTarget};
-use aetrace_graph::{EntityRef, ProcId};
+use aetrace_graph::{BlockId, EntityRef, ProcId};
 
 use iced_x86::Instruction;
 
@@ -51,6 +51,9 @@ pub(crate) struct Calls<'t> {
     any_may_exit: bool,
     /// Counting: a procedure may call a `fork`.
     may_fork: HashMap<ProcId, bool>,
+    /// The system calls that create a task ([`creates_task`]), by
+    /// procedure and block: the child goes on after each.
+    task_syscalls: HashSet<(ProcId, BlockId)>,
     /// Every call-site range with a landing pad (`lsda::call_site_pads`).
     pads: Vec<(u64, u64, u64)>,
     /// The module has a canonical PLT stub: any import may call back.
@@ -116,6 +119,7 @@ impl<'t> Calls<'t> {
             may_exit: HashMap::new(),
             any_may_exit: false,
             may_fork: HashMap::new(),
+            task_syscalls: task_syscalls(prog),
             pads: aetrace_analysis::lsda::call_site_pads(&prog.module),
             imports_call_back: !prog.module.canonical_plt.is_empty(),
         };
@@ -126,7 +130,12 @@ impl<'t> Calls<'t> {
         }
         calls.may_tail = calls.tail_callbacks(prog);
         calls.frame_exits(prog);
-        calls.may_fork = spread_up_calls(prog, HashMap::new(), |may, c| calls.call_forks(may, c));
+        let seeds = calls
+            .task_syscalls
+            .iter()
+            .map(|&(id, _)| (id, true))
+            .collect();
+        calls.may_fork = spread_up_calls(prog, seeds, |may, c| calls.call_forks(may, c));
         calls
     }
 
@@ -234,15 +243,18 @@ impl<'t> Calls<'t> {
                 .is_some_and(|q| may.get(q).copied().unwrap_or(false))
     }
 
-    /// Counting: calls after which the process may be two (`fork`,
-    /// `vfork`, or a traced procedure that may call one, a fixpoint over
-    /// direct calls): each returns once per process, as a `setjmp` call
-    /// returns again per `longjmp`, so it gets the same split return edge
-    /// (`R0 -> S` derived: the children's returns). A child's counts add to
-    /// the parent's (shared counters, docs/profile.md). A tail call's frame
-    /// is gone: its caller's call returns twice.
-    pub fn may_fork_call(&self, c: &CallSite) -> bool {
-        !c.tail && self.call_forks(&self.may_fork, c)
+    /// Counting: calls of procedure `id` after which the process may be
+    /// two (`fork`, `vfork`, a system call that creates a task, or a traced
+    /// procedure that may make one, a fixpoint over direct calls): each
+    /// returns once per process (or thread: a new thread goes on after its
+    /// `clone3`), as a `setjmp` call returns again per `longjmp`, so it gets
+    /// the same split return edge (`R0 -> S` derived: the children's
+    /// returns). A child's counts add to the parent's (shared counters,
+    /// docs/profile.md). A tail call's frame is gone: its caller's call
+    /// returns twice.
+    pub fn may_fork_call(&self, id: ProcId, c: &CallSite) -> bool {
+        !c.tail
+            && (self.call_forks(&self.may_fork, c) || self.task_syscalls.contains(&(id, c.block)))
     }
 
     /// The plans of procedure `id`'s call sites, per block: what its copy
@@ -257,13 +269,20 @@ impl<'t> Calls<'t> {
         let mut calls = vec![CallPlan::default(); cfg.blocks.len()];
         let mut call_db: Vec<Option<CallDb>> = vec![None; cfg.blocks.len()];
         for c in &cfg.calls {
-            // A static executable's fork or vfork system call: `fork_child`
-            // in the child right after it (flags dead there: its test).
-            let forks = c.kind == CallKind::Syscall
-                && rw.prog.module.is_static
+            // A system call that creates a task: `fork_child` in the child
+            // right after it (flags dead there: its test). A process by
+            // fork's constants only in a static executable: a dynamic
+            // one's libc makes it inside `fork`, whose call sites have it.
+            let task = (c.kind == CallKind::Syscall
                 && matches!(rw.how, How::Trace(_))
-                && creates_process(&insns[c.block.index()])
-                && !live.live_out(c.block).flags_live();
+                && !live.live_out(c.block).flags_live())
+            .then(|| creates_task(&insns[c.block.index()]))
+            .flatten();
+            let forks = match task {
+                Some(NewTask::Process) => rw.prog.module.is_static,
+                Some(NewTask::Task) => true,
+                None => false,
+            };
             let (plan, db) = self.plan_site(rw, (id, cfg), c, forks);
             calls[c.block.index()] = plan;
             call_db[c.block.index()] = Some(db);
@@ -285,8 +304,7 @@ impl<'t> Calls<'t> {
         (calls, call_db)
     }
 
-    /// `forks`: a system call that creates a process
-    /// ([`creates_process`]).
+    /// `forks`: a system call that creates a task ([`creates_task`]).
     fn plan_site(
         &self,
         rw: &Rewrite<'_>,
@@ -311,8 +329,8 @@ impl<'t> Calls<'t> {
         // regenerator cannot mistake the EXIT of a later one for it.
         let syscall = c.kind == CallKind::Syscall;
         let to_longjmp = c.target.is_some_and(|t| family.longjmp.contains(&t));
-        // A static libc's `fork` left alone (counting): a traced one
-        // claims the child's slot at its own system call.
+        // A static libc's `fork` left alone (for a reason of its own): a
+        // traced one claims the child's slot at its own system call.
         let to_fork = self.traced.untraced_in(c, &family.fork);
         let fork_name = self.traced.fork_name(c);
         // A traced procedure that only tail-jumps to `fork`.
@@ -431,25 +449,38 @@ fn spread_up_calls(
     }
 }
 
-/// Linux x86-64 system calls that create a process, and the `clone`
-/// flags that make its child share the parent's memory or thread group.
+/// Linux x86-64 system calls that create a task, and the `clone` flags
+/// that make its child share the parent's memory or thread group.
 const SYS_CLONE: u64 = 56;
 const SYS_FORK: u64 = 57;
 const SYS_VFORK: u64 = 58;
+const SYS_CLONE3: u64 = 435;
 const CLONE_VM_OR_THREAD: u64 = 0x100 | 0x10000;
 
-/// Whether the `syscall` ending a block (`insns`) creates a process that
-/// goes on right after it: `fork`, `vfork`, or `clone` without CLONE_VM
-/// or CLONE_THREAD (glibc's `_Fork`), by the constants the block loads
-/// into eax (and edi, clone's flags) before it. The child must claim its
-/// own slot there, before any witness (docs/rewrite.md, "Static
-/// executables"). Any other system call, or a number the block does not
-/// load, keeps the run-time test that writes DESYNC for a new task.
-pub(crate) fn creates_process(insns: &[Instruction]) -> bool {
+/// What a `syscall` that creates a task goes on with in the child, right
+/// after it ([`creates_task`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NewTask {
+    /// A process: `fork`, `vfork`, or `clone` whose flags (a constant)
+    /// hold neither CLONE_VM nor CLONE_THREAD (glibc's `_Fork`,
+    /// `__libc_vfork`).
+    Process,
+    /// A thread, or a process sharing its parent's memory: `clone3`, or
+    /// `clone` with other flags or flags the block does not load (glibc's
+    /// `__clone3` and `__clone`, which `pthread_create` and `posix_spawn`
+    /// call). `fork_child` tells which at run time (docs/runtime.md).
+    Task,
+}
+
+/// What the `syscall` ending a block (`insns`) creates, by the constants
+/// the block loads into eax (and edi, clone's flags) before it. The child
+/// must claim its own slot right after it, before any witness
+/// (docs/rewrite.md, "Static executables"). Any other system call, or a
+/// number the block does not load, keeps the run-time test that writes
+/// DESYNC for a new task.
+pub(crate) fn creates_task(insns: &[Instruction]) -> Option<NewTask> {
     use iced_x86::Register::{RAX, RDI};
-    let Some((_, body)) = insns.split_last() else {
-        return false;
-    };
+    let (_, body) = insns.split_last()?;
     let loaded = |reg| {
         let mut info = iced_x86::InstructionInfoFactory::new();
         body.iter()
@@ -457,11 +488,34 @@ pub(crate) fn creates_process(insns: &[Instruction]) -> bool {
             .find(|i| writes(&mut info, i, reg))
             .and_then(constant)
     };
-    match loaded(RAX) {
-        Some(SYS_FORK | SYS_VFORK) => true,
-        Some(SYS_CLONE) => loaded(RDI).is_some_and(|f| f & CLONE_VM_OR_THREAD == 0),
-        _ => false,
+    match loaded(RAX)? {
+        SYS_FORK | SYS_VFORK => Some(NewTask::Process),
+        SYS_CLONE if loaded(RDI).is_some_and(|f| f & CLONE_VM_OR_THREAD == 0) => {
+            Some(NewTask::Process)
+        }
+        SYS_CLONE | SYS_CLONE3 => Some(NewTask::Task),
+        _ => None,
     }
+}
+
+/// The blocks of `prog` ending in a system call that creates a task
+/// ([`creates_task`]).
+fn task_syscalls(prog: &Program) -> HashSet<(ProcId, BlockId)> {
+    let mut found = HashSet::new();
+    for (id, p) in prog.procs.iter() {
+        let Ok(cfg) = &p.cfg else { continue };
+        for c in cfg.calls.iter().filter(|c| c.kind == CallKind::Syscall) {
+            let b = &cfg.blocks[c.block];
+            let Some(bytes) = prog.module.bytes_at(b.start, b.end - b.start) else {
+                continue;
+            };
+            let decoder = iced_x86::Decoder::with_ip(64, bytes, b.start, Default::default());
+            if creates_task(&decoder.into_iter().collect::<Vec<_>>()).is_some() {
+                found.insert((id, c.block));
+            }
+        }
+    }
+    found
 }
 
 /// Whether `i` writes (part of) the full register `reg`.
@@ -661,7 +715,7 @@ pub(crate) struct RecordedStub {
 
 #[cfg(test)]
 mod tests {
-    use super::creates_process;
+    use super::{creates_task, NewTask};
     use iced_x86::{Decoder, DecoderOptions, Instruction};
 
     fn block(bytes: &[u8]) -> Vec<Instruction> {
@@ -670,11 +724,12 @@ mod tests {
             .collect()
     }
 
-    /// glibc 2.36's `_Fork` and `__libc_vfork` are recognised; a thread's
-    /// clone, another system call, or a number not loaded as a constant
-    /// in the block are not.
+    /// glibc 2.36's `_Fork` and `__libc_vfork` create a process; a
+    /// thread's clone, `__clone`'s (flags from a register) and `__clone3`'s
+    /// a task `fork_child` tells apart; another system call, or a number
+    /// not loaded as a constant in the block, nothing.
     #[test]
-    fn process_creating_system_calls() {
+    fn task_creating_system_calls() {
         const SYSCALL: [u8; 2] = [0x0f, 0x05];
         let fork_clone = [
             &[0xbf, 0x11, 0x00, 0x20, 0x01][..], // mov edi, 0x1200011
@@ -682,20 +737,26 @@ mod tests {
             &SYSCALL,
         ]
         .concat();
-        assert!(creates_process(&block(&fork_clone)));
+        assert_eq!(creates_task(&block(&fork_clone)), Some(NewTask::Process));
         let vfork = [&[0x5f][..], &[0xb8, 0x3a, 0, 0, 0], &SYSCALL].concat(); // pop rdi; mov eax, 58
-        assert!(creates_process(&block(&vfork)));
+        assert_eq!(creates_task(&block(&vfork)), Some(NewTask::Process));
         let thread = [
             &[0xbf, 0x00, 0x0f, 0x3d, 0x00][..], // mov edi, 0x3d0f00 (CLONE_VM|CLONE_THREAD|...)
             &[0xb8, 0x38, 0, 0, 0],
             &SYSCALL,
         ]
         .concat();
-        assert!(!creates_process(&block(&thread)));
+        assert_eq!(creates_task(&block(&thread)), Some(NewTask::Task));
+        // __clone: mov rdi, rdx; mov eax, 56.
+        let clone = [&[0x48, 0x89, 0xd7][..], &[0xb8, 0x38, 0, 0, 0], &SYSCALL].concat();
+        assert_eq!(creates_task(&block(&clone)), Some(NewTask::Task));
+        // __clone3: mov r8, rcx; mov eax, 435.
+        let clone3 = [&[0x49, 0x89, 0xc8][..], &[0xb8, 0xb3, 0x01, 0, 0], &SYSCALL].concat();
+        assert_eq!(creates_task(&block(&clone3)), Some(NewTask::Task));
         let write = [&[0xb8, 0x01, 0, 0, 0][..], &SYSCALL].concat();
-        assert!(!creates_process(&block(&write)));
+        assert_eq!(creates_task(&block(&write)), None);
         // mov eax, 57; mov eax, edx: the number is not a constant.
         let computed = [&[0xb8, 0x39, 0, 0, 0][..], &[0x89, 0xd0], &SYSCALL].concat();
-        assert!(!creates_process(&block(&computed)));
+        assert_eq!(creates_task(&block(&computed)), None);
     }
 }

@@ -120,8 +120,8 @@ pub struct CallPlan {
     /// exit_group (the thread or process ends inside it).
     pub syscall_exit: bool,
     /// `call fork_child` in the child (the call returned 0) at the return
-    /// point, FORKED(child pid) in the parent: after a call to a `fork`, or
-    /// a static executable's fork system call (`calls::creates_process`).
+    /// point, FORKED(child's thread id) in the parent: after a call to a
+    /// `fork`, or a system call that creates a task (`calls::creates_task`).
     pub fork: bool,
     /// A `fork` that runs `pthread_atfork` handlers: `call fork_prepare`
     /// just before it, `call fork_done` after it in both processes

@@ -148,7 +148,7 @@ fn path_limits(rw: &Rewrite<'_>, calls: &Calls<'_>) -> Result<()> {
             // Each process takes back the paths its inherited frames
             // counted as active once (shared counters): measured, a
             // fork caller's active path at -1.
-            (None, None, None) => match cfg.calls.iter().find(|c| calls.may_fork_call(c)) {
+            (None, None, None) => match cfg.calls.iter().find(|c| calls.may_fork_call(id, c)) {
                 Some(c) => PathLimit::Fork {
                     proc: p.name.clone(),
                     at: at(c),

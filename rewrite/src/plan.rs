@@ -357,7 +357,7 @@ impl<'p> Plans<'p> {
         let mut setjmp_blocks: Vec<BlockId> = cfg
             .calls
             .iter()
-            .filter(|c| calls.traced.setjmp_call(c) || calls.may_fork_call(c))
+            .filter(|c| calls.traced.setjmp_call(c) || calls.may_fork_call(id, c))
             .map(|c| c.block)
             .filter(|&b| {
                 cfg.edges

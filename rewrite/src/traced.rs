@@ -9,9 +9,8 @@
 //!   point (a stub writing ENTER_AT at each secondary one),
 //!   and only jump tables the copy can rewrite ([`Traced::tables`]);
 //! - a static libc's setjmp and longjmp families run untraced and are
-//!   called like imports; so does its fork family, with everything it
-//!   calls, in counting mode only (traced, its child claims its slot at
-//!   the system call).
+//!   called like imports (its fork family is traced: a child claims its
+//!   slot at the system call).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
@@ -47,7 +46,7 @@ pub(crate) struct Traced {
     pub by_start: HashMap<u64, ProcId>,
     /// A static libc's setjmp, longjmp and fork families.
     pub family: LibcFamily,
-    /// The procedures of `family` and everything they call.
+    /// The procedures of the setjmp and longjmp families (left alone).
     pub family_procs: HashSet<ProcId>,
     /// A static executable without setjmp/longjmp symbols: `family` was
     /// recognised by code (`guarded_family`).
@@ -123,7 +122,7 @@ impl Traced {
         if t.stripped {
             guarded_family(prog, &mut t.family);
         }
-        t.leave_families_alone(prog, matches!(rw.how, crate::How::Trace(_)));
+        t.leave_families_alone(prog);
         if matches!(rw.how, crate::How::Trace(_)) {
             t.entry_point_scratch(prog);
             t.trace_unentered_short(prog);
@@ -434,46 +433,25 @@ impl Traced {
     /// implementation traced or not whoever calls the stub, so leaving the
     /// stub alone would keep no traced code out of the family; traced, its
     /// springboard's ENTER is one more callback beside the implementation's
-    /// own. The fork family is traced when `tracing`: its child claims its
-    /// slot right after the system call (`calls::creates_process`). In
-    /// counting mode it is left alone with everything it calls (`fork_child`
-    /// at its call sites; path profiles split a fork call's return edge).
-    fn leave_families_alone(&mut self, prog: &Program, tracing: bool) {
+    /// own. The fork family is traced and counted: a traced child claims
+    /// its slot right after the system call (`calls::creates_task`), and a
+    /// counted one's system call gets a fork's split return edge
+    /// (`Calls::may_fork_call`).
+    fn leave_families_alone(&mut self, prog: &Program) {
         if !prog.module.is_static {
             return;
         }
         let f = &self.family;
-        // (entry, whether its callees join it): only fork's do, for a
-        // child must not run traced code before `fork_child` gives it its
-        // slot. What a setjmp or longjmp calls is traced, entered from
-        // untraced code like a callback (a setjmp call is marked: the
-        // regenerator takes callbacks until its RETURN). Fork's last, popped
-        // first, so that its closure is taken before the other roots are
-        // reached without one.
-        let forks = f.fork.iter().filter(|_| !tracing);
-        let mut work: Vec<(u64, bool)> = (f.longjmp.iter().chain(&f.setjmp))
-            .map(|&a| (a, false))
-            .chain(forks.map(|&a| (a, true)))
-            .collect();
-        let roots: std::collections::HashSet<u64> = work.iter().map(|&(a, _)| a).collect();
-        while let Some((a, closed)) = work.pop() {
-            let Some(&id) = self.by_start.get(&a) else {
+        for a in f.longjmp.iter().chain(&f.setjmp) {
+            let Some(&id) = self.by_start.get(a) else {
                 continue;
             };
             if prog.procs[id].kind == ProcKind::Plt || !self.family_procs.insert(id) {
                 continue;
             }
-            let why = if closed && roots.contains(&a) {
-                "fork family of a static libc, counting (runs untraced, called like an import)"
-            } else if roots.contains(&a) {
-                "setjmp/longjmp family of a static libc (runs untraced, called like an import)"
-            } else {
-                "called by the fork family of a static libc (runs untraced with it)"
-            };
+            let why =
+                "setjmp/longjmp family of a static libc (runs untraced, called like an import)";
             self.reasons.entry(id).or_insert_with(|| why.into());
-            if let (true, Ok(cfg)) = (closed, &prog.procs[id].cfg) {
-                work.extend(cfg.calls.iter().filter_map(|c| c.target.map(|t| (t, true))));
-            }
         }
     }
 }

@@ -1356,17 +1356,39 @@ fn emit_publish_image(
     a.jmp(l.fatal)
 }
 
-/// `fork_child()`: called in a fork/vfork child right after the call
-/// returned 0; gives the child its own slot with a FORK record.
+/// `fork_child()`: called in a new task right after the call or system
+/// call that created it returned 0; gives it its own slot: a process (a
+/// fork or vfork child, or a `clone`/`clone3` child without CLONE_THREAD:
+/// its thread id is its process id) with a FORK record, a thread (a
+/// static libc's `clone3` for `pthread_create`) with a THREAD record.
 ///
-/// A traced handler can run in the child before this call (libc's fork
+/// A traced handler can run in a fork child before this call (libc's fork
 /// returns with signals unblocked) or before it blocks signals:
 /// `signal_entry` claims the child's slot then, and this call keeps it.
+/// (glibc starts a thread with every signal blocked.)
 fn emit_fork_child(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
+    let mut process = a.create_label();
+    let mut owned = a.create_label();
     let mut kept = a.create_label();
     let d = enter_blocked(a, &mut l.fork_child)?;
-    emit_claim_fork_unless_owned(a, l, kept)?;
-    a.set_label(&mut kept)?;
+    a.mov(eax, SYS_GETPID)?;
+    a.syscall()?;
+    a.mov(ebx, eax)?;
+    a.mov(eax, SYS_GETTID)?;
+    a.syscall()?;
+    a.cmp(eax, ebx)?;
+    a.je(process)?;
+    // A new thread: the slot `%gs` points at is its creator's.
+    a.cmp(dword_ptr(S_TID).gs(), eax)?;
+    a.je(kept)?;
+    a.call(l.slot_index)?;
+    a.mov(ebp, eax)?;
+    a.mov(ebx, RecordKind::Thread as u32)?;
+    a.call(l.claim)?;
+    a.jmp(kept)?;
+    a.set_label(&mut process)?;
+    emit_claim_fork_unless_owned(a, l, owned)?;
+    a.set_label(&mut owned)?;
     // The child's only thread: a disposition lock another thread of the
     // parent held at the fork is nobody's here. (A vfork child clears its
     // parent's: at worst two swaps then overlap, never a hang.)
@@ -1375,6 +1397,7 @@ fn emit_fork_child(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
     a.sub(rax, rcx)?;
     a.lea(rcx, ptr(l.d_disp_lock))?;
     a.mov(dword_ptr(rax + rcx), 0)?;
+    a.set_label(&mut kept)?;
     leave_blocked(a, &mut l.windows, d, Caller::Placed)
 }
 

@@ -792,6 +792,20 @@ fn child_helper_writes_until_killed() {
             assert_eq!(run(c.as_ptr(), c.len()), 0);
             std::process::exit(0);
         }
+        "clone_thread" => {
+            // A new thread calls fork_child first, as right after a traced
+            // clone3: it claims a slot of its own with THREAD.
+            let [a, b, c] = fork_sequences();
+            assert_eq!(run(a.as_ptr(), a.len()), 0);
+            let fork_child: extern "C" fn() = unsafe { std::mem::transmute(m.sym("fork_child")) };
+            let ok = std::thread::spawn(move || {
+                fork_child();
+                run(b.as_ptr(), b.len()) == 0
+            });
+            assert!(ok.join().unwrap());
+            assert_eq!(run(c.as_ptr(), c.len()), 0);
+            std::process::exit(0);
+        }
         "maps" => {
             check_maps_view(&m);
             println!("MAPS_OK");
@@ -1003,6 +1017,60 @@ fn fork_sequences() -> [Vec<u8>; 3] {
     ]
 }
 
+/// Runs the child in `mode` on `region`, handing `sink` what it writes:
+/// drained while it runs (the halves are small), then after it exits.
+fn drain_child(
+    region: &Region,
+    mode: &str,
+    sink: &mut dyn FnMut(aetrace_runtime::Batch<'_>),
+) -> std::process::Output {
+    let child = spawn_child(region, mode);
+    let mut d = region.drainer();
+    let out = std::thread::scope(|s| {
+        let h = s.spawn(|| child.wait_with_output().unwrap());
+        while !h.is_finished() {
+            d.poll(false, &mut *sink).unwrap();
+            d.wait(Duration::from_millis(1));
+        }
+        h.join().unwrap()
+    });
+    d.poll(true, sink).unwrap();
+    out
+}
+
+/// `fork_child` called by a new thread (tid not its pid: a static
+/// glibc's traced `clone3` for `pthread_create`) claims a slot with
+/// THREAD(its creator's slot), and the creator's stream goes on in its
+/// own.
+#[test]
+fn fork_child_in_a_new_thread_claims_a_thread_slot() {
+    let region = Region::create(SMALL).unwrap();
+    let mut streams = Streams::new();
+    let out = drain_child(&region, "clone_thread", &mut |b| {
+        streams
+            .entry(b.slot)
+            .or_insert((b.tid, Vec::new()))
+            .1
+            .extend_from_slice(b.bytes)
+    });
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let [a, b, c] = fork_sequences();
+    let mut main = expected_main(11, &a);
+    main.extend(enter_record(11));
+    main.extend_from_slice(&c);
+    let mut thread = vec![0xFF, 8, 0, 0, 0, 0]; // THREAD(creator's slot 0)
+    thread.extend(enter_record(11));
+    thread.extend_from_slice(&b);
+    assert_eq!(streams.len(), 2);
+    assert_ne!(streams[&0].0, streams[&1].0, "two threads");
+    assert!(streams[&0].1 == main, "the creator's stream differs");
+    assert!(streams[&1].1 == thread, "the new thread's stream differs");
+}
+
 /// The descriptor at which [`spawn_child`] hands the child the region.
 const CHILD_FD: i32 = 100;
 
@@ -1116,28 +1184,16 @@ fn walk_sequence() -> Vec<u8> {
 #[test]
 fn fork_child_gets_its_own_stream() {
     let region = Region::create(SMALL).unwrap();
-    let child = spawn_child(&region, "fork");
-    let mut d = region.drainer();
     let mut streams = Streams::new();
     let mut runtimes = BTreeMap::new();
-    let mut sink = |b: aetrace_runtime::Batch<'_>| {
+    let out = drain_child(&region, "fork", &mut |b| {
         runtimes.insert(b.slot, b.runtime);
         streams
             .entry(b.slot)
             .or_insert((b.pid, Vec::new()))
             .1
             .extend_from_slice(b.bytes)
-    };
-    // Drain while it runs (the halves are small), then after it exits.
-    let out = std::thread::scope(|s| {
-        let h = s.spawn(|| child.wait_with_output().unwrap());
-        while !h.is_finished() {
-            d.poll(false, &mut sink).unwrap();
-            d.wait(Duration::from_millis(1));
-        }
-        h.join().unwrap()
     });
-    d.poll(true, &mut sink).unwrap();
     assert!(
         out.status.success(),
         "child failed: {}",

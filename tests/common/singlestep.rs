@@ -6,8 +6,9 @@
 //! gives the program another environment and auxiliary vector. Shares no
 //! code with aetrace.
 //!
-//! Single-threaded programs only (a new thread would run unstepped);
-//! [`run_tree`] also steps the processes a program forks; [`run_streaming`]
+//! [`run`] and [`run_streaming`] follow one thread (a new thread would
+//! run unstepped); [`run_tree`] also steps the threads a program starts
+//! and the processes it forks, each as a stream of its own; [`run_streaming`]
 //! hands each instruction to a sink instead of keeping it. A
 //! `rep`-prefixed string instruction traps once per iteration: the caller
 //! folds consecutive repeats, as for lackey.
@@ -50,9 +51,10 @@ pub fn run_streaming(
     step(exe, argv0, args, env, false, Some(sink)).0
 }
 
-/// [`run`], following the processes it forks (`fork`, `vfork`; not
-/// threads): the first process's run, then each child's instruction
-/// stream, in the order they were created.
+/// [`run`], following the threads it starts and the processes it forks
+/// (`clone`, `clone3`, `fork`, `vfork`): the first thread's run, then
+/// each other task's instruction stream, in the order they were created
+/// (their thread ids' order). Threads run at once, stepped in turns.
 pub fn run_tree(
     exe: &Path,
     argv0: Option<&Path>,
@@ -186,7 +188,8 @@ fn step(
         let k = index[&t];
         let mut sig = 0;
         if follow && !started && t == pid {
-            let opts = libc::PTRACE_O_TRACEFORK | libc::PTRACE_O_TRACEVFORK;
+            let opts =
+                libc::PTRACE_O_TRACEFORK | libc::PTRACE_O_TRACEVFORK | libc::PTRACE_O_TRACECLONE;
             // SAFETY: our stopped tracee.
             let r = unsafe { libc::ptrace(libc::PTRACE_SETOPTIONS, t, 0, opts) };
             assert_eq!(r, 0, "PTRACE_SETOPTIONS");
@@ -196,7 +199,7 @@ fn step(
         let r = unsafe { libc::ptrace(libc::PTRACE_GETREGS, t, 0, &mut regs) };
         assert_eq!(r, 0, "PTRACE_GETREGS");
         if event != 0 {
-            // A fork event: the new process, stopped, is ours too.
+            // A fork or clone event: the new task, stopped, is ours too.
             let mut new: libc::c_ulong = 0;
             // SAFETY: our stopped tracee, a word for the message.
             let r = unsafe { libc::ptrace(libc::PTRACE_GETEVENTMSG, t, 0, &mut new) };

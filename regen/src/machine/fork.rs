@@ -1,6 +1,7 @@
 //! Fork children: a child's stream continues from its parent's state at
 //! the fork (its FORK record first, then RETURN of the fork call), taken
-//! from the parent's FORKED record (docs/regen.md section 3, "Fork,
+//! from the parent's FORKED record; so does a thread a traced `clone3` or
+//! `clone` system call started (THREAD, then RETURN of the system call) (docs/regen.md section 3, "Fork,
 //! exceptions, setjmp").
 //!
 //! Invariant: a child starts with its parent's stack, lazy bindings seen
@@ -43,12 +44,20 @@ impl<'a> Machine<'a> {
     }
 
     /// Reads the stream's first record: THREAD, or FORK in a fork child,
-    /// which takes its parent's state. `Some` when there is nothing to
+    /// which takes its parent's state (as a traced clone's THREAD does). `Some` when there is nothing to
     /// regenerate.
     pub(super) fn start(&mut self) -> Result<Option<Progress>> {
         match self.stream.next_item()? {
             (Item::End, _) => return Ok(Some(Progress::Done)),
-            (Item::Thread(_), _) => {}
+            // A thread a traced clone started goes on inside the system
+            // call, from its creator's stack (it never returns into those
+            // frames: it ends with `exit`).
+            (Item::Thread(_), _) => {
+                if let Some(state) = self.forked_from.take() {
+                    self.stack = state.stack;
+                    self.seen_lazy = state.seen_lazy;
+                }
+            }
             (Item::Fork(slot), off) => match self.forked_from.take() {
                 Some(state) if !state.sigs.is_empty() => {
                     return Err(Error::Unsupported {
