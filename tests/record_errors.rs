@@ -287,11 +287,27 @@ fn libraries_that_cannot_be_traced_are_refused_clearly() {
     let exe = exe.to_str().unwrap();
     let t = dir().join("libs-refused.aet");
     let t = t.to_str().unwrap();
+    let ld = "ld-linux-x86-64.so.2";
     let e = one_line_error(
-        &aetrace(&["record", "-o", t, "--libs", "libc.so.6", "--", exe]),
-        "--libs libc.so.6",
+        &aetrace(&["record", "-o", t, "--libs", ld, "--", exe]),
+        "--libs of the dynamic loader",
     );
-    assert!(e.contains("libc.so.6") && e.contains("glibc"), "{e}");
+    assert!(e.contains(ld) && e.contains("dynamic loader"), "{e}");
+    // libc.so.6 is traced, but not for a program that can start threads.
+    let threads = build("threads.c", Variant::new(Opt::O2, Link::Pie, false));
+    let e = one_line_error(
+        &aetrace(&[
+            "record",
+            "-o",
+            t,
+            "--libs",
+            "libc.so.6",
+            "--",
+            threads.to_str().unwrap(),
+        ]),
+        "--libs libc.so.6 of a threaded program",
+    );
+    assert!(e.contains("libc.so.6") && e.contains("threads"), "{e}");
     let e = one_line_error(
         &aetrace(&["record", "-o", t, "--libs", "libnothere.so.7", "--", exe]),
         "--libs of a library the program does not load",

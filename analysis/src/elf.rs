@@ -395,9 +395,13 @@ impl Parsed {
             .dynamic
             .as_ref()
             .is_some_and(|d| d.info.flags_1 & goblin::elf::dynamic::DF_1_PIE != 0);
+        // A shared object may be runnable too (libc.so.6 has PT_INTERP and
+        // prints its version): its DT_SONAME, which an executable lacks,
+        // makes it a library.
+        let runnable_library = elf.soname.is_some() && !pie_flag;
         let kind = match e_type {
             header::ET_EXEC => ElfKind::Exec,
-            _ if has_interp || pie_flag => ElfKind::Pie,
+            _ if (has_interp && !runnable_library) || pie_flag => ElfKind::Pie,
             _ => ElfKind::Shared,
         };
         let is_static = kind != ElfKind::Shared && !has_interp;

@@ -353,10 +353,10 @@ type PreparedLibs<T> = (Vec<(crate::libs::Library, T)>, Vec<String>, Option<LibD
 /// directory through which the loader finds the rewritten copies.
 pub(crate) fn prepare_libs<T>(
     exe: &Path,
-    libs: &LibSelection,
+    (libs, glibc): (&LibSelection, crate::libs::GlibcPolicy),
     mut prepare: impl FnMut(&crate::libs::Library, u32) -> Result<(PathBuf, T)>,
 ) -> Result<PreparedLibs<T>> {
-    let sel = crate::libs::select(exe, libs)?;
+    let sel = crate::libs::select(exe, libs, glibc)?;
     let mut notes = sel.notes;
     let mut links = Vec::new();
     let mut out = Vec::new();
@@ -402,7 +402,8 @@ pub fn record(o: &RecordOptions) -> Result<Recorded> {
         argv0: o.program.clone().into_os_string(),
         args: o.args.clone(),
     })?;
-    let (libs, notes, dir) = prepare_libs(&run.exe, &o.libs, |lib, tag| {
+    let glibc = recorded_glibc(&run.exe, &o.libs)?;
+    let (libs, notes, dir) = prepare_libs(&run.exe, (&o.libs, glibc), |lib, tag| {
         let startup = !lib.dlopened;
         prepare(&lib.path, o.placement, o.data, (tag, startup), None).map(|p| (p.elf, p.module))
     })?;
@@ -434,6 +435,20 @@ pub fn record(o: &RecordOptions) -> Result<Recorded> {
         modules,
         geometry: Launch::geometry_from_env()?,
     })
+}
+
+/// Which of glibc's libraries `record --libs` may trace: all but the
+/// loader, unless the program starts threads (a thread that a traced
+/// libc.so.6 starts begins in its `clone`, which is not traced exactly
+/// yet: refused rather than a wrong trace).
+fn recorded_glibc(exe: &Path, libs: &LibSelection) -> Result<crate::libs::GlibcPolicy> {
+    use crate::libs::GlibcPolicy;
+    if *libs == LibSelection::None || !crate::counted::process_starts_threads(exe)? {
+        return Ok(GlibcPolicy::AllButLoader);
+    }
+    Ok(GlibcPolicy::Refused(
+        "the program can start threads, and the threads a traced libc starts are not traced exactly yet",
+    ))
 }
 
 /// The default output of a run of `exe`: its base name with `ext` added,

@@ -214,22 +214,23 @@ pub(crate) fn rewrite_and_run(
 ) -> Result<RewrittenRun> {
     let main = rewrite_counting(exe, spec, 0)?;
     let what = format!("paths threads={}", spec.threads);
-    let (libs, notes, links) = crate::commands::prepare_libs(exe, libs, |lib, tag| {
-        let path = lib.path.as_path();
-        let r = rewrite_counting(path, spec, tag)?;
-        let bytes = std::fs::read(path).map_err(|e| Error::Io {
-            path: path.to_owned(),
-            source: e,
+    let (libs, notes, links) =
+        crate::commands::prepare_libs(exe, (libs, COUNTED_GLIBC), |lib, tag| {
+            let path = lib.path.as_path();
+            let r = rewrite_counting(path, spec, tag)?;
+            let bytes = std::fs::read(path).map_err(|e| Error::Io {
+                path: path.to_owned(),
+                source: e,
+            })?;
+            let dir = crate::commands::cache_dir();
+            std::fs::create_dir_all(&dir).map_err(|e| Error::Io {
+                path: dir.clone(),
+                source: e,
+            })?;
+            let elf = dir.join(crate::commands::cache_key(path, &bytes, &what, tag));
+            crate::commands::write_executable(&elf, &r.ins.elf)?;
+            Ok((elf, r))
         })?;
-        let dir = crate::commands::cache_dir();
-        std::fs::create_dir_all(&dir).map_err(|e| Error::Io {
-            path: dir.clone(),
-            source: e,
-        })?;
-        let elf = dir.join(crate::commands::cache_key(path, &bytes, &what, tag));
-        crate::commands::write_executable(&elf, &r.ins.elf)?;
-        Ok((elf, r))
-    })?;
     refuse_dlopened(exe, libs.iter().map(|(l, _)| l))?;
     let sizes: Vec<u64> = std::iter::once(main.layout.bytes)
         .chain(libs.iter().map(|(_, r)| r.layout.bytes))
@@ -321,6 +322,12 @@ fn prepare(path: &Path, spec: &CountSpec, tag: u32) -> Result<(PathBuf, Skeleton
     Ok((elf, sk))
 }
 
+/// Counting leaves glibc's libraries alone: their code that ld.so runs
+/// before the executable's init would count into counters not yet mapped.
+const COUNTED_GLIBC: crate::libs::GlibcPolicy = crate::libs::GlibcPolicy::Refused(
+    "glibc's libraries are traced by `aetrace record`, not counted",
+);
+
 /// Whether any module of the process can start threads: the executable or
 /// a library of its closure (glibc's own excepted: they define the
 /// starters) imports a thread starter. Then every module counts with
@@ -364,9 +371,10 @@ fn count_run(
     first: i64,
 ) -> Result<CountedRun> {
     let (elf, exe_sk) = prepare(exe, &spec(exe)?, 0)?;
-    let (libs, notes, dir) = crate::commands::prepare_libs(exe, libs, |lib, tag| {
-        prepare(&lib.path, &spec(&lib.path)?, tag)
-    })?;
+    let (libs, notes, dir) =
+        crate::commands::prepare_libs(exe, (libs, COUNTED_GLIBC), |lib, tag| {
+            prepare(&lib.path, &spec(&lib.path)?, tag)
+        })?;
     refuse_dlopened(exe, libs.iter().map(|(l, _)| l))?;
     let sizes: Vec<u64> = std::iter::once(exe_sk.bytes)
         .chain(libs.iter().map(|(_, s)| s.bytes))

@@ -210,9 +210,9 @@ pub enum LibError {
         /// The DT_NEEDED name.
         needed: String,
     },
-    #[error("--libs: {0} cannot be traced: glibc's libraries and ld.so run before the runtime's init (libc's early init, IFUNC resolution) and the runtime relies on them")]
-    /// `--libs` names a glibc library or ld.so, which run before the runtime is ready.
-    Glibc(String),
+    #[error("--libs: {0} cannot be traced here: {1}")]
+    /// `--libs` names ld.so, or a glibc library where it cannot be traced.
+    Glibc(String, &'static str),
     #[error("--libs: {needed} is found through a DT_RPATH ({}), which the loader searches before LD_LIBRARY_PATH: the rewritten copy could not be substituted", path.display())]
     /// A library given to `--libs` is found through a DT_RPATH, so a rewritten copy on `LD_LIBRARY_PATH` would not be used.
     ViaRpath {

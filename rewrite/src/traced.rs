@@ -122,7 +122,7 @@ impl Traced {
         if t.stripped {
             guarded_family(prog, &mut t.family);
         }
-        t.leave_families_alone(prog);
+        t.leave_families_alone(prog, &rw.ifuncs);
         if matches!(rw.how, crate::How::Trace(_)) {
             t.entry_point_scratch(prog);
             t.trace_unentered_short(prog);
@@ -433,27 +433,114 @@ impl Traced {
     /// implementation traced or not whoever calls the stub, so leaving the
     /// stub alone would keep no traced code out of the family; traced, its
     /// springboard's ENTER is one more callback beside the implementation's
-    /// own. The fork family is traced and counted: a traced child claims
-    /// its slot right after the system call (`calls::creates_task`), and a
-    /// counted one's system call gets a fork's split return edge
-    /// (`Calls::may_fork_call`).
-    fn leave_families_alone(&mut self, prog: &Program) {
-        if !prog.module.is_static {
-            return;
-        }
+    /// own. The fork family of a static libc is traced and counted: a
+    /// traced child claims its slot right after the system call
+    /// (`calls::creates_task`), and a counted one's system call gets a
+    /// fork's split return edge (`Calls::may_fork_call`). libc.so.6's
+    /// families are left alone likewise, its fork family with its closure
+    /// (the executable calls it as an import, with `fork_child` after the
+    /// call); and in any shared object or dynamic executable, what ld.so
+    /// runs before the executable's runtime exists (IFUNC resolvers, libc's
+    /// `__libc_early_init`) with everything it calls.
+    fn leave_families_alone(&mut self, prog: &Program, ifuncs: &[u64]) {
+        let shared_libc = is_shared_libc(&prog.module);
         let f = &self.family;
-        for a in f.longjmp.iter().chain(&f.setjmp) {
-            let Some(&id) = self.by_start.get(a) else {
+        // (entry, whether its callees join it, why): only fork's do, for
+        // a child must not run traced code before `fork_child` gives it
+        // its slot. What a setjmp or longjmp calls is traced, entered from
+        // untraced code like a callback (a setjmp call is marked: the
+        // regenerator takes callbacks until its RETURN). Fork's last,
+        // popped first, so that its closure is taken before the other
+        // roots are reached without one.
+        let setjmp = if shared_libc {
+            SETJMP_LIBC_SO
+        } else {
+            SETJMP_STATIC
+        };
+        let forks = f.fork.iter().filter(|_| shared_libc);
+        let mut work: Vec<(u64, bool, &'static str)> = (f.longjmp.iter().chain(&f.setjmp))
+            .map(|&a| (a, false, setjmp))
+            .chain(forks.map(|&a| (a, true, FORK_LIBC_SO)))
+            .collect();
+        // What ld.so runs before the executable's preinit (its runtime's
+        // init) must not write a witness, nor may anything it calls. (A
+        // static program's init comes first: its resolvers' callees are
+        // traced.)
+        let early = (prog.module.func_symbols.iter())
+            .filter(|s| shared_libc && s.name == LIBC_EARLY_INIT)
+            .map(|s| s.addr);
+        let resolvers = ifuncs.iter().filter(|_| !prog.module.is_static);
+        work.extend(resolvers.copied().chain(early).map(|a| (a, true, EARLY)));
+        let roots: HashSet<u64> = work.iter().map(|&(a, ..)| a).collect();
+        while let Some((a, closed, why)) = work.pop() {
+            let Some(&id) = self.by_start.get(&a) else {
                 continue;
             };
-            if prog.procs[id].kind == ProcKind::Plt || !self.family_procs.insert(id) {
+            // A PLT stub jumps to the same code whoever calls it, so it
+            // stays traced (and shared), but not one ld.so's early calls
+            // reach: its copy is not mapped then.
+            let plt = prog.procs[id].kind == ProcKind::Plt;
+            if (plt && why != EARLY) || !self.family_procs.insert(id) {
                 continue;
             }
-            let why =
-                "setjmp/longjmp family of a static libc (runs untraced, called like an import)";
-            self.reasons.entry(id).or_insert_with(|| why.into());
+            let text = if roots.contains(&a) {
+                why.to_owned()
+            } else {
+                format!("called by the {why}")
+            };
+            self.reasons.entry(id).or_insert(text);
+            if let (true, Ok(cfg)) = (closed, &prog.procs[id].cfg) {
+                work.extend((cfg.calls.iter()).filter_map(|c| c.target.map(|t| (t, true, why))));
+                // A callback it hands out runs early too (libc's
+                // `__pthread_tunables_init` gives ld.so's
+                // `__tunable_get_val` one).
+                if why == EARLY {
+                    work.extend(lea_targets(prog, cfg).map(|t| (t, true, why)));
+                }
+            }
         }
     }
+}
+
+const SETJMP_STATIC: &str =
+    "setjmp/longjmp family of a static libc (runs untraced, called like an import)";
+const SETJMP_LIBC_SO: &str =
+    "setjmp/longjmp family of libc.so.6 (runs untraced, called like an import)";
+const FORK_LIBC_SO: &str =
+    "fork family of libc.so.6 (runs untraced, the executable calls it as an import)";
+const EARLY: &str =
+    "code ld.so runs before the runtime's init (IFUNC resolver, __libc_early_init): runs untraced";
+
+/// The code addresses `cfg`'s blocks load with a RIP-relative `lea`:
+/// callbacks it may hand to code it calls.
+fn lea_targets<'p>(prog: &'p Program, cfg: &'p Cfg) -> impl Iterator<Item = u64> + 'p {
+    use iced_x86::{Decoder, DecoderOptions, Mnemonic};
+    cfg.blocks.values().flat_map(move |b| {
+        let bytes = prog
+            .module
+            .bytes_at(b.start, b.end - b.start)
+            .unwrap_or(&[]);
+        Decoder::with_ip(64, bytes, b.start, DecoderOptions::NONE)
+            .into_iter()
+            .filter(|i| i.mnemonic() == Mnemonic::Lea && i.is_ip_rel_memory_operand())
+            .map(|i| i.ip_rel_memory_address())
+            .collect::<Vec<_>>()
+    })
+}
+
+/// What ld.so calls in libc.so.6 after relocating it and before the
+/// executable's preinit (glibc 2.32 on).
+const LIBC_EARLY_INIT: &str = "__libc_early_init";
+
+/// glibc's libc.so.6: a shared object defining [`LIBC_EARLY_INIT`]. Its
+/// setjmp, longjmp and fork families are found by name, as a static
+/// libc's are.
+fn is_shared_libc(module: &Module) -> bool {
+    !module.is_static
+        && module
+            .func_symbols
+            .iter()
+            .any(|s| s.name == LIBC_EARLY_INIT)
 }
 
 /// The jump tables that more than one jump of `cfg` reads.
@@ -832,7 +919,7 @@ pub(crate) struct LibcFamily {
 
 fn libc_family(module: &Module) -> LibcFamily {
     let mut f = LibcFamily::default();
-    if !module.is_static {
+    if !module.is_static && !is_shared_libc(module) {
         return f;
     }
     for s in &module.func_symbols {

@@ -668,6 +668,10 @@ fn valgrind_options() -> Vec<String> {
         // 0x10dc, 1026 reported executions of its fall-through block against
         // 505 counted by gdb breakpoints); without chasing the stream is exact.
         "--vex-guest-chase=no",
+        // valgrind runs glibc's and libstdc++'s free-at-exit code, which a
+        // native run never runs (seen in libc.so.6 once it is traced).
+        "--run-libc-freeres=no",
+        "--run-cxx-freeres=no",
         "--basic-counts=no",
         "--trace-symtab=yes",
         "--trace-sched=yes",
