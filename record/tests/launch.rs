@@ -656,6 +656,12 @@ fn launch_program_inherits_the_dispositions_the_recorder_had() {
 #[test]
 fn launch_forwards_sigint_and_sigterm_sent_to_the_recorder() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // A shell's background job starts with SIGINT ignored, and the child
+    // inherits what the recorder inherited (transparency): it would then
+    // run forever. The test is about the default action.
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        unsafe { libc::signal(sig, libc::SIG_DFL) };
+    }
     for (sig, name) in [(libc::SIGINT, "int"), (libc::SIGTERM, "term")] {
         let dir = Dir::new(name);
         let (outcome, _, _) = interrupt(&dir, "forever", 1 << 20, |_| unsafe {
