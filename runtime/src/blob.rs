@@ -1379,15 +1379,9 @@ fn emit_fork_child(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
     a.cmp(eax, ebx)?;
     a.je(process)?;
     // A new thread: the slot `%gs` points at is its creator's.
-    a.cmp(dword_ptr(S_TID).gs(), eax)?;
-    a.je(kept)?;
-    a.call(l.slot_index)?;
-    a.mov(ebp, eax)?;
-    a.mov(ebx, RecordKind::Thread as u32)?;
-    a.call(l.claim)?;
-    a.jmp(kept)?;
+    emit_claim_unless_owned(a, l, RecordKind::Thread, kept)?;
     a.set_label(&mut process)?;
-    emit_claim_fork_unless_owned(a, l, owned)?;
+    emit_claim_unless_owned(a, l, RecordKind::Fork, owned)?;
     a.set_label(&mut owned)?;
     // The child's only thread: a disposition lock another thread of the
     // parent held at the fork is nobody's here. (A vfork child clears its
@@ -1448,11 +1442,23 @@ fn emit_claim_fork_unless_owned(
 ) -> Result<(), IcedError> {
     a.mov(eax, SYS_GETTID)?;
     a.syscall()?;
+    emit_claim_unless_owned(a, l, RecordKind::Fork, done)
+}
+
+/// [`emit_claim_fork_unless_owned`] with this thread's TID already in
+/// eax, and the record `kind` (FORK, or THREAD for a thread a traced
+/// clone started).
+fn emit_claim_unless_owned(
+    a: &mut CodeAssembler,
+    l: &mut Labels,
+    kind: RecordKind,
+    done: CodeLabel,
+) -> Result<(), IcedError> {
     a.cmp(dword_ptr(S_TID).gs(), eax)?;
     a.je(done)?;
     a.call(l.slot_index)?;
     a.mov(ebp, eax)?;
-    a.mov(ebx, RecordKind::Fork as u32)?;
+    a.mov(ebx, kind as u32)?;
     a.call(l.claim)?;
     a.jmp(done)
 }
