@@ -117,3 +117,40 @@ fn a_damaged_or_stale_index_is_ignored_with_one_line() {
         assert!(out.stdout == want, "output with an ignored index differs");
     }
 }
+
+/// Recording again to the same name removes the earlier trace's index,
+/// which would only be ignored with a warning.
+#[test]
+fn recording_again_removes_the_earlier_index() {
+    let trace = scratch("state-index-again").join("true.aet");
+    let record = |args: &[&str]| {
+        run_checked(
+            Command::new(aetrace())
+                .args(["record", "-o"])
+                .arg(&trace)
+                .args(["--", "/usr/bin/true"])
+                .args(args),
+            "aetrace record",
+        )
+    };
+    record(&[]);
+    aet(&["index"], &trace);
+    let sidecar = PathBuf::from(format!("{}.idx", trace.display()));
+    assert!(
+        sidecar.exists(),
+        "aetrace index wrote no {}",
+        sidecar.display()
+    );
+    record(&["again"]);
+    assert!(
+        !sidecar.exists(),
+        "{} outlived the re-recording",
+        sidecar.display()
+    );
+    let out = aet(&["regen", "--format", "block"], &trace);
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -171,6 +171,8 @@ pub struct Recorded {
     /// end all the same, and the file has no END (`aetrace info` says
     /// where it stops).
     pub incomplete: Option<Error>,
+    /// The trace file written.
+    pub trace: PathBuf,
 }
 
 /// Raw stream bytes a thread's open chunk takes before it is closed (a
@@ -356,6 +358,7 @@ pub fn record(l: &Launch) -> Result<Recorded> {
     Ok(Recorded {
         outcome,
         incomplete,
+        trace: l.trace.clone(),
     })
 }
 

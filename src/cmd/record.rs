@@ -3,6 +3,7 @@
 //! error line first).
 
 use aetrace_record::commands::RecordOptions;
+use aetrace_regen::index::StateIndex;
 use aetrace_rewrite::DataMode;
 
 use super::{exit_like, Libs, Output, Placement, Program};
@@ -42,6 +43,9 @@ pub fn run(a: Args) -> super::Result {
         args,
     };
     let recorded = aetrace_record::commands::record(&opts)?;
+    // A state index kept beside an earlier trace of the same name
+    // describes that trace: regen would only warn and rebuild it.
+    let _ = std::fs::remove_file(StateIndex::sidecar(&recorded.trace));
     // The program ran to its end: its status is ours, and the one line
     // says the trace is not whole (docs/faults.md).
     if let Some(e) = recorded.incomplete {
