@@ -1,8 +1,8 @@
 //! Fork children: a child's stream continues from its parent's state at
 //! the fork (its FORK record first, then RETURN of the fork call), taken
 //! from the parent's FORKED record; so does a thread a traced `clone3` or
-//! `clone` system call started (THREAD, then RETURN of the system call) (docs/regen.md section 3, "Fork,
-//! exceptions, setjmp").
+//! `clone` system call started (THREAD, then RETURN of the system call)
+//! (docs/regen.md section 3, "Fork, exceptions, setjmp").
 //!
 //! Invariant: a child starts with its parent's stack, lazy bindings seen
 //! and setjmp bindings; a fork inside a signal handler is refused.
@@ -44,8 +44,8 @@ impl<'a> Machine<'a> {
     }
 
     /// Reads the stream's first record: THREAD, or FORK in a fork child,
-    /// which takes its parent's state (as a traced clone's THREAD does). `Some` when there is nothing to
-    /// regenerate.
+    /// which takes its parent's state (as a traced clone's THREAD does).
+    /// `Some` when there is nothing to regenerate.
     pub(super) fn start(&mut self) -> Result<Option<Progress>> {
         match self.stream.next_item()? {
             (Item::End, _) => return Ok(Some(Progress::Done)),
