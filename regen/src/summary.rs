@@ -27,10 +27,12 @@
 //! Output (`Summaries::with_text`) uses the same segments: each keeps the
 //! output of its read point's block and of its blocks, concatenated, in an
 //! arena, so a witness costs one `memcpy` and one step of the machine's
-//! loop instead of one per block. Output chains segments as counting
-//! does ([`Summaries::output_run`], below), but only from read point to
-//! read point: calls and returns stay the machine's steps, since their
-//! frames and records are its own.
+//! loop instead of one per block. Output chains segments, calls and
+//! returns as counting does ([`Summaries::output_run`], below), copying
+//! the output of each block a call or return passes (a call's block, a
+//! PLT stub's, the fall-throughs after them): the machine's trail after
+//! the chain is the last segment's and all output after it, none of
+//! which a record can cut, since a byte witness is next.
 //! The arena is bounded ([`TEXT_BYTES`]); past it, new segments are walked
 //! block by block.
 //!
@@ -222,9 +224,9 @@ const OUT: usize = 1 << 11;
 #[derive(Clone, Copy, Debug)]
 struct OutHot {
     key: u32,
-    /// The segment's end, with [`Hot::AGAIN`] set when it is a read point
-    /// (the chain goes on); [`OutHot::NONE`] when the machine takes the
-    /// witness.
+    /// The segment's end, with [`Hot`]'s kind bits ([`Hot::RET`] alone
+    /// when the witness chooses a `ret` and there is no segment);
+    /// [`OutHot::NONE`] when the machine takes the witness.
     end: u32,
     lo: u32,
     hi: u32,
@@ -260,6 +262,20 @@ pub struct Run {
     pub blocks: u64,
     /// Counted transfers made (calls and `ret`s, `Machine::counted`).
     pub xfers: u32,
+}
+
+/// Where an output chain ([`Summaries::output_run`]) stopped.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OutRun {
+    /// Witness bytes consumed.
+    pub witnesses: usize,
+    /// The block control stopped at (nothing pending there).
+    pub end: u32,
+    /// Counted transfers made (calls and `ret`s, `Machine::counted`).
+    pub xfers: u32,
+    /// The last bytes of output a later record could still cut (the
+    /// machine's trail): the last segment's trail and all output after it.
+    pub trail: usize,
 }
 
 #[cfg(test)]
@@ -539,14 +555,15 @@ impl Summaries {
         run
     }
 
-    /// Outputs consecutive segments from read point `l`, whose witness is
-    /// `bytes[0]`, taking at most `max` of them: each while the next two
-    /// bytes are byte witnesses and the segment before ends, with nothing
-    /// pending, at another read point; stops once `out` holds `limit`
-    /// bytes. Returns the last segment's read point and witness and how
-    /// many were taken, `None` for none: the machine then takes the
-    /// witness itself. No calls or returns: their records and frames stay
-    /// the machine's.
+    /// Outputs the chain of steps from read point `l`, whose witness is
+    /// `bytes[0]`, as [`Summaries::count_run`] counts it: consecutive
+    /// segments while the next two bytes are byte witnesses and the
+    /// segment before ends, with nothing pending, at another read point;
+    /// through the calls and returns the counting chain makes (their
+    /// blocks' output, the frames on [`Summaries::frames`], the callees'
+    /// entries in `entries`); taking at most `max` witnesses and stopping
+    /// once `out` holds `limit` bytes. `run.witnesses == 0`: none taken,
+    /// the machine takes the witness itself.
     /// Out of line: the loop keeps its state in registers.
     #[inline(never)]
     pub fn output_run(
@@ -554,48 +571,134 @@ impl Summaries {
         m: &Module,
         l: BlockIx,
         bytes: &[u8],
-        max: usize,
+        (max, limit): (usize, usize),
         out: &mut Vec<u8>,
-        limit: usize,
-    ) -> Option<(BlockIx, u32, usize)> {
+        entries: &mut [u64],
+    ) -> OutRun {
+        let mut run = OutRun {
+            end: l.as_u32(),
+            ..OutRun::default()
+        };
         if self.out.is_empty() {
-            return None;
+            return run;
         }
         let max = max.min(bytes.len().saturating_sub(1));
-        let (mut end, mut last, mut n) = (l.as_u32(), None, 0);
-        while n < max && out.len() < limit {
-            let (v, next) = (bytes[n], bytes[n + 1]);
+        // The last witness step: a segment's read point and witness, or
+        // `None` for a witness choosing a `ret`; where its output ends.
+        let mut last = (None, out.len());
+        let mut kind = Hot::AGAIN;
+        loop {
+            if kind == Hot::CALL {
+                let c = self.call_hot(m, run.end);
+                self.call_text(m, run.end, &c, out);
+                if !c.through {
+                    self.frames.push(run.end);
+                }
+                entries[c.callee as usize] += 1;
+                run.xfers = run.xfers.wrapping_add(u32::from(c.xfers));
+                (run.end, kind) = (c.land & !Hot::KINDS, c.land & Hot::KINDS);
+                continue;
+            }
+            if kind & (Hot::AGAIN | Hot::RET0) == 0 || run.witnesses >= max || out.len() >= limit {
+                break;
+            }
+            if kind == Hot::RET0 {
+                // A `ret` no witness chose: the block, then the caller's.
+                let Some(to) = self.output_return(m, run.end, &mut run.xfers, out) else {
+                    break;
+                };
+                (run.end, kind) = (to & !Hot::KINDS, to & Hot::KINDS);
+                continue;
+            }
+            let (v, next) = (bytes[run.witnesses], bytes[run.witnesses + 1]);
             if !is_byte_witness(v) || !is_byte_witness(next) {
                 break;
             }
             let w = u32::from(v - 1);
-            let h = usize::from(hot_slot(end) ^ u16::from(v)) & (OUT - 1);
-            if self.out[h].key != end << 8 | w {
-                self.fill_out(m, h, end, w);
+            let h = usize::from(hot_slot(run.end) ^ u16::from(v)) & (OUT - 1);
+            if self.out[h].key != run.end << 8 | w {
+                self.fill_out(m, h, run.end, w);
             }
             let e = self.out[h];
             if e.end == OutHot::NONE {
                 break;
             }
-            let text = self.text.as_deref().unwrap_or_default();
-            out.extend_from_slice(&text[e.lo as usize..e.hi as usize]);
-            (last, n) = (Some(end), n + 1);
-            let again = e.end & Hot::AGAIN != 0;
-            end = e.end & !Hot::AGAIN;
-            if !again {
-                break;
-            }
+            let to = if e.end & Hot::RET != 0 {
+                // The witness chooses a `ret`: all output after the read
+                // point's block is kept as the trail.
+                let at = out.len();
+                let Some(to) = self.output_return(m, run.end, &mut run.xfers, out) else {
+                    break;
+                };
+                last = (None, at);
+                to
+            } else {
+                let text = self.text.as_deref().unwrap_or_default();
+                out.extend_from_slice(&text[e.lo as usize..e.hi as usize]);
+                last = (Some((BlockIx::new(run.end as usize), w)), out.len());
+                e.end
+            };
+            run.witnesses += 1;
+            (run.end, kind) = (to & !Hot::KINDS, to & Hot::KINDS);
         }
-        last.map(|r| (BlockIx::new(r as usize), u32::from(bytes[n - 1] - 1), n))
+        // The trail: the last segment's (as the machine keeps it after
+        // one), then everything output after it.
+        let from = match last {
+            (Some((read, w)), after) => after - self.get(m, read, w).trail as usize,
+            (None, at) => at,
+        };
+        run.trail = out.len() - from;
+        run
+    }
+
+    /// Outputs the return from block `b` (no call) to the newest frame of
+    /// [`Summaries::frames`] as `chain_return` takes it: `b`'s block and
+    /// the caller's fall-throughs after the call. Where control stops
+    /// then, with [`Hot`]'s kind bits; `None`, with nothing changed, when
+    /// the machine must return.
+    #[inline]
+    fn output_return(
+        &mut self,
+        m: &Module,
+        b: u32,
+        xfers: &mut u32,
+        out: &mut Vec<u8>,
+    ) -> Option<u32> {
+        let c = *self.frames.last()?;
+        let back = self.call_hot(m, c);
+        if back.back == CallHot::NO_BACK {
+            return None;
+        }
+        self.frames.pop();
+        *xfers = xfers.wrapping_add(u32::from(m.counts_returns));
+        out.extend_from_slice(m.text(&m.blocks[BlockIx::new(b as usize)]));
+        falls_text(m, return_point(m, c), back.back_blocks, out);
+        Some(back.back)
+    }
+
+    /// Outputs what call block `c`, with memo entry `call`, passes when
+    /// the chain makes the call: its block, the callee's fall-throughs
+    /// (a PLT stub's block), and through a PLT stub the fall-throughs
+    /// after the return.
+    #[inline]
+    fn call_text(&self, m: &Module, c: u32, call: &CallHot, out: &mut Vec<u8>) {
+        out.extend_from_slice(m.text(&m.blocks[BlockIx::new(c as usize)]));
+        let entry = m.procs[ProcIx::from_u32(call.callee)].entry;
+        falls_text(m, entry, call.blocks - 1, out);
+        if call.through && call.back != CallHot::NO_BACK {
+            falls_text(m, return_point(m, c), call.back_blocks, out);
+        }
     }
 
     /// Fills output memo entry `h` for read point `l` and witness `w`.
     #[inline(never)]
     fn fill_out(&mut self, m: &Module, h: usize, l: u32, w: u32) {
-        let seg = self.get(m, BlockIx::new(l as usize), w);
+        let read = BlockIx::new(l as usize);
+        let seg = self.get(m, read, w);
         let end = if seg.is_some() && seg.pending == NO_WITNESS {
-            let again = kind(m, seg.end) & Hot::AGAIN;
-            seg.end.as_u32() | again
+            seg.end.as_u32() | kind(m, seg.end)
+        } else if !seg.is_some() && returns_by(m, &m.blocks[read], w) {
+            Hot::RET
         } else {
             OutHot::NONE
         };
@@ -878,6 +981,21 @@ fn fall_through(m: &Module, mut x: BlockIx) -> Option<(u32, u32, u16)> {
         x = m.blocks[x].next;
     }
     Some((x.as_u32() | kind(m, x), insns, blocks as u16))
+}
+
+/// The return point of call block `c`: its only successor.
+fn return_point(m: &Module, c: u32) -> BlockIx {
+    m.succs[m.blocks[BlockIx::new(c as usize)].succ_lo as usize].to
+}
+
+/// Appends the output of `n` blocks from `x` on, each falling into the
+/// next (as [`fall_through`] passes them).
+fn falls_text(m: &Module, mut x: BlockIx, n: u16, out: &mut Vec<u8>) {
+    for _ in 0..n {
+        let b = &m.blocks[x];
+        out.extend_from_slice(m.text(b));
+        x = b.next;
+    }
 }
 
 /// The call memo entry for call block `c`: what the call passes when

@@ -830,33 +830,34 @@ impl<'a> Machine<'a> {
         });
     }
 
-    /// Output at read point `l`: passes the chain of summarised segments
-    /// [`Summaries::output_run`] finds there (stopping before `pause_at`),
-    /// outputting each, and leaves the machine as `skip_segment` after the
-    /// last one would, with its trail. False when it passed none.
+    /// Output at read point `l`: passes the chain [`Summaries::output_run`]
+    /// finds there (stopping before `pause_at`), outputting it, and leaves
+    /// the machine as the block-by-block walk would be at its end, with
+    /// its trail. False when it passed none.
     #[inline(always)]
     fn output_run(&mut self, l: Loc, sink: &mut Sink) -> bool {
         let max = sink.pause_at.saturating_sub(self.stream.offset());
         let max = usize::try_from(max).unwrap_or(usize::MAX);
         let m = self.module(l);
-        let segs = &mut sink.segs[l.module.index()];
+        let s = &mut sink.segs[l.module.index()];
+        self.lend_frames(l.module, s);
+        let entries = &mut self.entries[l.module.index()];
         let bytes = self.stream.buffered();
-        let Some((read, w, n)) = segs.output_run(m, l.block, bytes, max, &mut sink.out, sink.limit)
-        else {
+        let run = s.output_run(m, l.block, bytes, (max, sink.limit), &mut sink.out, entries);
+        self.take_frames(l.module, s);
+        if run.witnesses == 0 {
             return false;
-        };
-        let seg = segs.get(m, read, w);
-        debug_assert!(seg.is_some() && seg.pending == NO_WITNESS);
-        self.stream.advance(n);
+        }
+        self.stream.advance(run.witnesses);
         self.consumed(None);
+        self.xfers = self.xfers.wrapping_add(run.xfers);
         let end = Loc {
             module: l.module,
-            block: seg.end,
+            block: BlockIx::new(run.end as usize),
         };
         self.cur = Some(end);
-        // The last segment's trail, as the single-segment path keeps it.
         self.trail.push(Mark::Segment);
-        self.trail_bytes = seg.trail as usize;
+        self.trail_bytes = run.trail;
         self.trail.push(Mark::Block {
             loc: end,
             first: 0,
@@ -864,6 +865,35 @@ impl<'a> Machine<'a> {
             cnt: self.xfers,
         });
         true
+    }
+
+    /// Moves the newest callers of `module` on the stack (at most
+    /// [`CHAIN_FRAMES`]) onto `s.frames`, oldest first: a chain may
+    /// return to them.
+    #[inline(always)]
+    fn lend_frames(&mut self, module: ModuleIx, s: &mut Summaries) {
+        let keep = self.stack.len().saturating_sub(CHAIN_FRAMES);
+        while self.stack.len() > keep {
+            match self.stack.last() {
+                Some(Frame::Ret(c)) if c.module == module => {
+                    s.frames.push(c.block.as_u32());
+                    self.stack.pop();
+                }
+                _ => break,
+            }
+        }
+        s.frames.reverse();
+    }
+
+    /// Moves what is left on `s.frames` back onto the stack.
+    #[inline(always)]
+    fn take_frames(&mut self, module: ModuleIx, s: &mut Summaries) {
+        self.stack.extend(s.frames.drain(..).map(|c| {
+            Frame::Ret(Loc {
+                module,
+                block: BlockIx::new(c as usize),
+            })
+        }));
     }
 
     /// Counting at read point `l`: passes the chain of summarised
@@ -876,26 +906,10 @@ impl<'a> Machine<'a> {
         let max = usize::try_from(max).unwrap_or(usize::MAX);
         let m = self.module(l);
         let s = &mut segs[l.module.index()];
-        // The newest callers of this module: the chain may return to them.
-        let keep = self.stack.len().saturating_sub(CHAIN_FRAMES);
-        while self.stack.len() > keep {
-            match self.stack.last() {
-                Some(Frame::Ret(c)) if c.module == l.module => {
-                    s.frames.push(c.block.as_u32());
-                    self.stack.pop();
-                }
-                _ => break,
-            }
-        }
-        s.frames.reverse();
+        self.lend_frames(l.module, s);
         let entries = &mut self.entries[l.module.index()];
         let run = s.count_run(m, l.block, self.stream.buffered(), max, entries);
-        self.stack.extend(s.frames.drain(..).map(|c| {
-            Frame::Ret(Loc {
-                module: l.module,
-                block: BlockIx::new(c as usize),
-            })
-        }));
+        self.take_frames(l.module, s);
         if run.blocks == 0 {
             return false;
         }
