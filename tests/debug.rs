@@ -2509,23 +2509,7 @@ fn a_traced_librarys_frames_under_a_handler_agree() {
     let steps = "tbreak on_signal\ncontinue\nbt\nfinish\nbt\nnext\nbt\nnext\nbt\nnext\nbt\n\
                  tbreak on_signal\ncontinue\nreverse-finish\nbt\nreverse-finish\nbt\n\
                  reverse-next\nbt\nreverse-next\nbt\n";
-    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
-    let ours = gdb(
-        &exe,
-        &trace,
-        &format!(
-            "source {}\n{HANDLE_AS_NATIVE}break main\ncontinue\n{steps}",
-            aetrace_py.display()
-        ),
-    );
-    let script = trace.with_extension("lib-handler-steps.gdb");
-    let head = format!("set pagination off\nset confirm off\n{HANDLE_AS_NATIVE}");
-    let native = native_run(
-        &exe,
-        &args,
-        &script,
-        &format!("{head}break main\nrun\nrecord full\n{steps}"),
-    );
+    let (ours, native) = from_main_both_ways(&exe, &trace, &args, steps, "lib-handler-steps");
     let files = ["signal_lib.c", "signal_lib_lib.c"];
     let entry = [
         "on_signal 27",
@@ -2535,6 +2519,37 @@ fn a_traced_librarys_frames_under_a_handler_agree() {
         "main 46",
     ];
     assert_frames_agree(&ours, &native, &files, 9, (0, &entry));
+}
+
+/// `steps` from `main`'s breakpoint on the trace (with `aetrace.py`) and
+/// on `exe` run natively with `args` under `record full` (the script
+/// `trace` with extension `tag`), raised signals passed as
+/// [`HANDLE_AS_NATIVE`]: the two outputs.
+fn from_main_both_ways(
+    exe: &Path,
+    trace: &Path,
+    args: &[&str],
+    steps: &str,
+    tag: &str,
+) -> (String, String) {
+    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
+    let ours = gdb(
+        exe,
+        trace,
+        &format!(
+            "source {}\n{HANDLE_AS_NATIVE}break main\ncontinue\n{steps}",
+            aetrace_py.display()
+        ),
+    );
+    let script = trace.with_extension(format!("{tag}.gdb"));
+    let head = format!("set pagination off\nset confirm off\n{HANDLE_AS_NATIVE}");
+    let native = native_run(
+        exe,
+        args,
+        &script,
+        &format!("{head}break main\nrun\nrecord full\n{steps}"),
+    );
+    (ours, native)
 }
 
 /// The stops in `out`, in order: `signal NAME OFF` for a "Program
@@ -3076,23 +3091,7 @@ fn a_handler_run_inside_libc_agrees_with_native_gdb() {
         "next\nbt\n".repeat(3),
         "reverse-finish\nbt\nreverse-finish\nbt\nreverse-next\nbt\nreverse-stepi\nbt\n",
     );
-    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
-    let ours = gdb(
-        &exe,
-        &trace,
-        &format!(
-            "source {}\n{HANDLE_AS_NATIVE}break main\ncontinue\n{steps}",
-            aetrace_py.display()
-        ),
-    );
-    let script = trace.with_extension("libc-handler.gdb");
-    let head = format!("set pagination off\nset confirm off\n{HANDLE_AS_NATIVE}");
-    let native = native_run(
-        &exe,
-        &[],
-        &script,
-        &format!("{head}break main\nrun\nrecord full\n{steps}"),
-    );
+    let (ours, native) = from_main_both_ways(&exe, &trace, &[], &steps, "libc-handler");
     let (o, n) = (frames_at_lines(&ours), frames_at_lines(&native));
     let what = format!("ours:\n{ours}\nnative:\n{native}");
     assert_eq!(n.len(), 12, "{what}");
