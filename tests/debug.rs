@@ -2509,23 +2509,7 @@ fn a_traced_librarys_frames_under_a_handler_agree() {
     let steps = "tbreak on_signal\ncontinue\nbt\nfinish\nbt\nnext\nbt\nnext\nbt\nnext\nbt\n\
                  tbreak on_signal\ncontinue\nreverse-finish\nbt\nreverse-finish\nbt\n\
                  reverse-next\nbt\nreverse-next\nbt\n";
-    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
-    let ours = gdb(
-        &exe,
-        &trace,
-        &format!(
-            "source {}\n{HANDLE_AS_NATIVE}break main\ncontinue\n{steps}",
-            aetrace_py.display()
-        ),
-    );
-    let script = trace.with_extension("lib-handler-steps.gdb");
-    let head = format!("set pagination off\nset confirm off\n{HANDLE_AS_NATIVE}");
-    let native = native_run(
-        &exe,
-        &args,
-        &script,
-        &format!("{head}break main\nrun\nrecord full\n{steps}"),
-    );
+    let (ours, native) = from_main_both_ways(&exe, &trace, &args, steps, "lib-handler-steps");
     let files = ["signal_lib.c", "signal_lib_lib.c"];
     let entry = [
         "on_signal 27",
@@ -2535,6 +2519,37 @@ fn a_traced_librarys_frames_under_a_handler_agree() {
         "main 46",
     ];
     assert_frames_agree(&ours, &native, &files, 9, (0, &entry));
+}
+
+/// `steps` from `main`'s breakpoint on the trace (with `aetrace.py`) and
+/// on `exe` run natively with `args` under `record full` (the script
+/// `trace` with extension `tag`), raised signals passed as
+/// [`HANDLE_AS_NATIVE`]: the two outputs.
+fn from_main_both_ways(
+    exe: &Path,
+    trace: &Path,
+    args: &[&str],
+    steps: &str,
+    tag: &str,
+) -> (String, String) {
+    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
+    let ours = gdb(
+        exe,
+        trace,
+        &format!(
+            "source {}\n{HANDLE_AS_NATIVE}break main\ncontinue\n{steps}",
+            aetrace_py.display()
+        ),
+    );
+    let script = trace.with_extension(format!("{tag}.gdb"));
+    let head = format!("set pagination off\nset confirm off\n{HANDLE_AS_NATIVE}");
+    let native = native_run(
+        exe,
+        args,
+        &script,
+        &format!("{head}break main\nrun\nrecord full\n{steps}"),
+    );
+    (ours, native)
 }
 
 /// The stops in `out`, in order: `signal NAME OFF` for a "Program
@@ -2872,4 +2887,217 @@ fn rwatch_and_awatch_agree_with_native_gdb_both_ways() {
             });
         }
     });
+}
+
+/// Per `bt` in `out`: each frame as its function and, where gdb has its
+/// line, `file:line` (the file's name without its directory), or
+/// `<signal handler called>`.
+fn frames_at_lines(out: &str) -> Vec<Vec<String>> {
+    let mut all: Vec<Vec<String>> = Vec::new();
+    for l in out.lines().filter(|l| l.starts_with('#')) {
+        if l.starts_with("#0 ") {
+            all.push(Vec::new());
+        }
+        let at = l
+            .rsplit_once(" at ")
+            .map(|(_, a)| a.rsplit('/').next().unwrap());
+        let frame = match at {
+            _ if l.contains("<signal handler called>") => "<signal handler called>".to_owned(),
+            Some(at) => format!("{} {at}", frame_function(l)),
+            None => frame_function(l),
+        };
+        all.last_mut().unwrap().push(frame);
+    }
+    all
+}
+
+/// `qsort_callback.c` at -O0 -g recorded with `--libs libc.so.6`, and
+/// libc's module in the trace: its path and address range.
+fn recorded_with_libc() -> (PathBuf, PathBuf, String, std::ops::Range<u64>) {
+    let exe = o0_g("qsort_callback.c");
+    let (_, trace, _) = record_ok(&exe, &[], &["libc.so.6"], Knobs::DEFAULT);
+    let info = common::recorded::info_json(&trace);
+    let libc = info["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["path"].as_str().unwrap().ends_with("/libc.so.6"))
+        .expect("libc.so.6 traced");
+    let base = libc["load_base"].as_u64().unwrap();
+    let range = base..base + libc["size"].as_u64().unwrap();
+    (exe, trace, libc["path"].as_str().unwrap().to_owned(), range)
+}
+
+/// `--libs libc.so.6` (libc traced): libc's procedures are served as the
+/// program's are. `stepi` from the executable into libc (its first call
+/// there) and `reverse-stepi` back out follow `regen --format insn`; a
+/// breakpoint on libc's `_IO_file_xsputn` stops at each of its entries
+/// (as many as `regen --count` counts) and on `malloc` at its one entry,
+/// both ways, one `reverse-stepi` from there in libc's `malloc@plt`;
+/// `monitor info` and `monitor calls` name libc's procedures. 9 s
+/// (4.3 s CPU; measured 2026-11-30 at load 10).
+#[test]
+fn libcs_procedures_are_served_when_libc_is_traced() {
+    let (exe, trace, libc, range) = recorded_with_libc();
+    let want = insns(&trace);
+    let len = want.len() as u64;
+    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
+    let probe = gdb(
+        &exe,
+        &trace,
+        "printf \"pc %lx\\n\", (long)&_IO_file_xsputn\nprintf \"pc %lx\\n\", (long)&malloc",
+    );
+    let [xsputn, malloc] = pcs(&probe)[..] else {
+        panic!("{probe}")
+    };
+    assert!(
+        range.contains(&xsputn) && range.contains(&malloc),
+        "{probe}"
+    );
+    let at = |a: u64| -> Vec<u64> { (0..len).filter(|&p| want[p as usize] == a).collect() };
+    let counted = common::regen::count(&trace);
+    let section = format!("calls per procedure of {libc}:");
+    let entries = counted.split(&section).nth(1).and_then(|rows| {
+        rows.lines()
+            .find_map(|l| l.trim().strip_suffix(" _IO_file_xsputn"))
+            .map(|n| n.trim().parse::<usize>().unwrap())
+    });
+    let (puts, mallocs) = (at(xsputn), at(malloc));
+    assert_eq!(Some(puts.len()), entries, "{counted}");
+    assert!(puts.len() > 1 && !mallocs.is_empty(), "{counted}");
+    assert_hits_both_ways(&exe, &trace, &format!("break *{xsputn:#x}\n"), len, &puts);
+    assert_hits_both_ways(
+        &exe,
+        &trace,
+        &format!("break *{malloc:#x}\n"),
+        len,
+        &mallocs,
+    );
+    // libc's own `malloc@plt` is bound to libc's `malloc`: one step back
+    // from its entry is the stub's jump (before 2026-11-30, a passage
+    // through `<untraced>`, and an `<untraced>` frame in `bt`).
+    let out = gdb(
+        &exe,
+        &trace,
+        &format!("break *{malloc:#x}\ncontinue\nreverse-stepi\nprintf \"pc %lx\\n\", $pc"),
+    );
+    assert_eq!(pcs(&out), [want[mallocs[0] as usize - 1]], "{out}");
+    // The first step from the executable into libc, 20 steps each way
+    // around it.
+    let into = (1..want.len())
+        .find(|&p| !range.contains(&want[p - 1]) && range.contains(&want[p]))
+        .filter(|&p| (10..want.len() - 20).contains(&p))
+        .expect("a step into libc");
+    let k = 20;
+    let out = gdb(
+        &exe,
+        &trace,
+        &format!(
+            "source {}\nseek {}\n{}{}",
+            aetrace_py.display(),
+            into - 10,
+            repeat("traced-stepi", k),
+            repeat("traced-reverse-stepi", k),
+        ),
+    );
+    let forwards = &want[into - 9..=into + 10];
+    let mut back: Vec<u64> = want[into - 10..into + 10].to_vec();
+    back.reverse();
+    assert_eq!(pcs(&out), [forwards, &back[..]].concat(), "{out}");
+    // Where libc runs: its module and procedure, and its calls.
+    let out = gdb(
+        &exe,
+        &trace,
+        &format!("break *{xsputn:#x}\ncontinue\nmonitor info\nmonitor calls 4"),
+    );
+    let here = format!("module {libc} procedure _IO_file_xsputn block {xsputn:#x}");
+    assert!(out.contains(&here), "{out}");
+    let calls: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.get(3..)?.strip_prefix("instruction "))
+        .collect();
+    assert_eq!(calls.len(), 8, "{out}");
+    assert!(calls.iter().any(|c| c.ends_with(": _IO_printf")), "{out}");
+    assert_eq!(calls[4], format!("{}: _IO_file_xsputn", puts[0]), "{out}");
+}
+
+/// `--libs libc.so.6`: a callback's backtrace goes through libc's frames
+/// as natively. In `qsort_callback.c` (-O0 -g) at the two calls of
+/// `printf` (libc's `_IO_printf`, reached from the executable's
+/// `printf@plt`: before 2026-11-30 the second, bound, had an `<untraced>`
+/// frame between it and `main`), at `bsearch`'s entry and at
+/// four of its calls of the comparator `by_value`: `bt` (by_value, libc's
+/// `bsearch` at its line, main), `finish` back into `bsearch` and `bt`
+/// there, then `reverse-finish` out of the comparator to its call in
+/// `bsearch` and `reverse-continue` to the comparator's previous call:
+/// every frame's function and `file:line` equal to native gdb's under
+/// `record full` from `bsearch`'s entry (libc's names and lines are the
+/// machine's: with its debug information, `__GI_bsearch` at
+/// `stdlib-bsearch.h`; without it, the dynamic symbol, both sides). 5 s
+/// (2.5 s CPU; measured 2026-11-30 at load 10).
+#[test]
+fn libcs_frames_agree_with_native_gdb() {
+    let (exe, trace, _, _) = recorded_with_libc();
+    let printfs = "break printf\ncontinue\nbt\ncontinue\nbt\n";
+    let steps = format!(
+        "break bsearch\ncontinue\nrecord full\nbt\nbreak by_value\n{}continue\n\
+         reverse-finish\nbt\nreverse-continue\nbt\n",
+        "continue\nbt\nfinish\nbt\n".repeat(3)
+    );
+    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
+    let (mut ours, mut native) = (String::new(), String::new());
+    for (k, commands) in [printfs, &steps].into_iter().enumerate() {
+        // `record full` is native gdb's alone.
+        let trace_side = commands.replace("record full\n", "");
+        ours += &gdb(
+            &exe,
+            &trace,
+            &format!(
+                "source {}\nbreak main\ncontinue\n{trace_side}",
+                aetrace_py.display()
+            ),
+        );
+        let script = trace.with_extension(format!("libc-frames{k}.gdb"));
+        let head = "set pagination off\nset confirm off\nbreak main\nrun\n";
+        native += &native_run(&exe, &[], &script, &format!("{head}{commands}"));
+    }
+    let (o, n) = (frames_at_lines(&ours), frames_at_lines(&native));
+    let what = format!("ours:\n{ours}\nnative:\n{native}");
+    assert_eq!(n.len(), 11, "{what}");
+    assert_eq!(n[1].len(), 2, "{what}");
+    assert_eq!(n[3].len(), 3, "{what}");
+    assert!(n[3][1].contains("bsearch"), "{what}");
+    assert_eq!(o, n, "{what}");
+}
+
+/// `--libs libc.so.6`: a handler run while inside libc, whose frames are
+/// traced. `signal_libc.c` at -O0 -g: SIGUSR1 sent by libc's `syscall`
+/// and `kill` (delivered on their syscall's return: the interrupted
+/// instruction is libc's). `bt` at the handler's entry (the handler,
+/// `<signal handler called>`, libc's `syscall` at its line, `main`),
+/// after `finish` and two `next`s back through libc's frame, at the
+/// handler run in `kill`, after three `next`s out of it, then after two
+/// `reverse-finish` from the next handler run, a `reverse-next` and a
+/// `reverse-stepi`: 12 backtraces, every frame's function and `file:line`
+/// equal to native gdb's under `record full` (where signals interrupt
+/// untraced libc code, `raise`, its frames are one `<untraced>`: above).
+/// 3 s (1.1 s CPU; measured 2026-11-30 at load 10).
+#[test]
+fn a_handler_run_inside_libc_agrees_with_native_gdb() {
+    let exe = o0_g("signal_libc.c");
+    let (_, trace, _) = record_ok(&exe, &[], &["libc.so.6"], Knobs::DEFAULT);
+    let steps = format!(
+        "break on_usr1\ncontinue\nbt\nfinish\nbt\n{}continue\nbt\n{}continue\n{}",
+        "next\nbt\n".repeat(2),
+        "next\nbt\n".repeat(3),
+        "reverse-finish\nbt\nreverse-finish\nbt\nreverse-next\nbt\nreverse-stepi\nbt\n",
+    );
+    let (ours, native) = from_main_both_ways(&exe, &trace, &[], &steps, "libc-handler");
+    let (o, n) = (frames_at_lines(&ours), frames_at_lines(&native));
+    let what = format!("ours:\n{ours}\nnative:\n{native}");
+    assert_eq!(n.len(), 12, "{what}");
+    assert_eq!(n[0].len(), 4, "{what}");
+    assert_eq!(n[0][1], "<signal handler called>", "{what}");
+    assert!(n[0][2].starts_with("syscall"), "{what}");
+    assert_eq!(o, n, "{what}");
 }

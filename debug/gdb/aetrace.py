@@ -217,6 +217,24 @@ class FrameId:
         self.pc = u64(pc)
 
 
+def stack_index(pending_frame, n):
+    """The index in the procedure stack (of `n` frames) of the frame gdb
+    unwinds: 0 where its rsp is unavailable (frame 0, or a function whose
+    callee at frame 0 was inlined into it), else one past the frame whose
+    made-up address it is (`frame_address`, the callee's saved rsp). Not
+    gdb's frame level, which counts inlined functions (libc's): None
+    where the rsp is none of the stack's frame addresses."""
+    try:
+        rsp = int(pending_frame.read_register("rsp"))
+    except gdb.error:
+        return 0
+    depth, off = divmod(STACK_TOP - rsp, 0x100)
+    if off or not 0 < depth <= n:
+        return None
+    index = n - depth + 1
+    return index if index < n else None
+
+
 class AetraceUnwinder(gdb.unwinder.Unwinder):
     """Frames from the stub's procedure stack. Saves rip, and rsp and rbp
     made up from the frame addresses (every other register is left "not
@@ -233,17 +251,16 @@ class AetraceUnwinder(gdb.unwinder.Unwinder):
             frames = shadow_frames()
         except gdb.error:
             return None
-        level = pending_frame.level()
-        if level >= len(frames):
-            return None
-        pc, entry = frames[level]
-        if int(pending_frame.read_register("rip")) != pc:
-            return None
-        if pc == SIGRETURN:
+        rip = int(pending_frame.read_register("rip"))
+        if rip == SIGRETURN:
             # A signal handler's caller, or the return into it (where the
             # stub serves a made-up rsp): gdb's DWARF unwinder takes it as
             # a signal frame (`untraced_cfi`), `<signal handler called>`.
             return None
+        level = stack_index(pending_frame, len(frames))
+        if level is None or frames[level][0] != rip:
+            return None
+        pc, entry = frames[level]
         if entry == UNTRACED and level + 1 == len(frames):
             # What ran after a thread's last instruction, with no traced
             # caller: its CFI makes it the outermost frame, with the id it

@@ -12,6 +12,8 @@
 
 use aetrace_format::{module_flags, ModuleId, Trace};
 use goblin::elf::program_header::{PF_W, PT_DYNAMIC, PT_LOAD, PT_PHDR};
+use goblin::elf::sym::{STT_FUNC, STT_GNU_IFUNC};
+use std::collections::HashMap;
 
 /// One module of the image.
 #[derive(Clone, Debug)]
@@ -30,6 +32,9 @@ pub struct Module {
     phnum: u64,
     /// Read-only segments: run-time start and file bytes.
     segments: Vec<(u64, Vec<u8>)>,
+    /// The functions it exports (dynamic symbols): run-time address ->
+    /// names (one function has aliases: libc's `printf` is `_IO_printf`).
+    exports: HashMap<u64, Vec<String>>,
 }
 
 /// The modules of one process.
@@ -69,6 +74,14 @@ impl Image {
             .iter()
             .filter(|m| m.load_base <= addr)
             .max_by_key(|m| m.load_base)
+    }
+
+    /// The names the function at `addr` is exported as (dynamic symbols
+    /// of its module).
+    pub fn exported(&self, addr: u64) -> &[String] {
+        self.module_at(addr)
+            .and_then(|m| m.exports.get(&addr))
+            .map_or(&[], Vec::as_slice)
     }
 
     /// Reads `buf.len()` bytes at `addr`: how many leading bytes are
@@ -155,6 +168,7 @@ impl Module {
             phdr: 0,
             phnum: 0,
             segments: Vec::new(),
+            exports: HashMap::new(),
         };
         if let Ok(bytes) = std::fs::read(&m.path) {
             m.read_elf(&bytes);
@@ -182,6 +196,14 @@ impl Module {
                     }
                 }
                 _ => {}
+            }
+        }
+        let functions = (elf.dynsyms.iter())
+            .filter(|s| s.st_shndx != 0 && matches!(s.st_type(), STT_FUNC | STT_GNU_IFUNC));
+        for sym in functions {
+            if let Some(name) = elf.dynstrtab.get_at(sym.st_name) {
+                let names = self.exports.entry(base + sym.st_value).or_default();
+                names.push(name.to_owned());
             }
         }
     }

@@ -316,10 +316,11 @@ struct Site {
     import: Option<String>,
 }
 
-/// A procedure entry: its module and name.
+/// A procedure entry: its module and names.
 struct Entry {
     module: usize,
-    name: String,
+    /// Its procedure's name and the names its module exports it as.
+    names: Vec<String>,
 }
 
 /// What passages are found with (the module comment's rules).
@@ -337,9 +338,12 @@ impl Passages {
         for (mi, m) in modules.iter().enumerate() {
             for p in m.procs.values().filter(|p| p.traced) {
                 if let Some(e) = m.blocks.get(p.entry) {
-                    let name = p.name.clone();
                     let at = m.load_base.wrapping_add(e.start);
-                    entries.insert(at, Entry { module: mi, name });
+                    let names = (image.exported(at).iter())
+                        .chain(std::iter::once(&p.name))
+                        .cloned()
+                        .collect();
+                    entries.insert(at, Entry { module: mi, names });
                 }
             }
             for (a, len, b) in block_ends(std::slice::from_ref(m)) {
@@ -427,20 +431,22 @@ impl Passages {
 
     /// Whether a call or jump from `site` to `to` that reached `b` went
     /// through untraced code: a direct one that did not land on its
-    /// target, or one through an import's GOT slot that landed in its own
-    /// module or on a procedure other than the PLT stub's import (a
-    /// traced library's function, `--libs`, is reached directly), but
-    /// not on the instruction after it (a lazily bound PLT stub's slot
-    /// points there until ld.so binds it: no untraced code ran).
+    /// target, or one through an import's GOT slot that landed on a
+    /// procedure other than the PLT stub's import (by its procedure's
+    /// name or an exported alias: a traced library's function, `--libs`,
+    /// is reached directly, and so is libc's own `malloc` from libc's
+    /// `malloc@plt`), or, for a slot of no known import, in its own
+    /// module; but not on the instruction after it (a lazily bound PLT
+    /// stub's slot points there until ld.so binds it: no untraced code
+    /// ran).
     fn called_back(&self, site: &Site, to: To, b: u64) -> bool {
         match to {
             To::Direct(t) => t != b,
             To::Other => false,
-            To::Got => match self.entries.get(&b) {
-                Some(e) => {
-                    e.module == site.module || site.import.as_ref().is_some_and(|i| *i != e.name)
-                }
-                None => b != site.next,
+            To::Got => match (self.entries.get(&b), &site.import) {
+                (Some(e), Some(i)) => !e.names.contains(i),
+                (Some(e), None) => e.module == site.module,
+                (None, _) => b != site.next,
             },
         }
     }
