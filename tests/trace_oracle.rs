@@ -823,34 +823,89 @@ fn atfork_handlers_write_into_their_own_process_stream() {
 /// procedures left alone, named by `aetrace info`, taken out of its side):
 /// loops, qsort calling back into the program, handlers run by `raise`
 /// (libc's restorer is left alone: it sits in `__libc_sigaction`'s range
-/// as a second entry point without a free register). Not yet exact, so
-/// not here: setjmp.c, exit_nested.c and fork.c, whose regeneration
-/// stops at the executable's import call (docs/rewrite.md, "glibc's
-/// libc.so.6"). Not lackey: valgrind's
-/// preloaded `vgpreload_core` calls libc's `__cxa_finalize` from its own
-/// destructor at exit, which a native run never does (lackey's libc
-/// stream had one more `__cxa_finalize` than ours, loops.c, 2026-11-30).
+/// as a second entry point without a free register), setjmp/longjmp
+/// (libc's `__sigjmp_save`, traced, called from its untraced `_setjmp`),
+/// atexit handlers run by `exit` from deep frames, and gzip on 20 kB.
+/// Every import call of the executable is marked when glibc is traced
+/// (before, 2026-11-30, regen stopped at the ENTER of a libc function the
+/// executable called as a callback-free import: setjmp.c, exit_nested.c,
+/// gzip). libc's fork family is traced: `traces/fork.c` in
+/// [`libc_so_fork_traced`]. Not lackey: valgrind's preloaded
+/// `vgpreload_core` calls libc's `__cxa_finalize` from its own destructor
+/// at exit, which a native run never does (lackey's libc stream had one
+/// more `__cxa_finalize` than ours, loops.c, 2026-11-30).
 #[test]
 fn libc_so_traced() {
     let env: Vec<(String, String)> = std::env::vars().collect();
-    for source in ["loops.c", "qsort_callback.c", "signal.c"] {
-        let exe = build(source, O2_PIE);
-        let (name, trace) = record_checked(&exe, &[], &["libc.so.6"], Knobs::DEFAULT);
-        let (compared, _) = common::exact::against_stepped(&trace, &exe, &exe, &[], &env)
+    let sources = [
+        "loops.c",
+        "qsort_callback.c",
+        "signal.c",
+        "setjmp.c",
+        "exit_nested.c",
+    ];
+    let gzip = (
+        PathBuf::from("/usr/bin/gzip"),
+        vec!["-c", common::text_20k()],
+    );
+    let programs = sources.iter().map(|s| (build(s, O2_PIE), Vec::new()));
+    for (exe, args) in programs.chain([gzip]) {
+        let (name, trace) = record_checked(&exe, &args, &["libc.so.6"], Knobs::DEFAULT);
+        let info = info_json(&trace);
+        assert_eq!(
+            left_alone(&info, 1)
+                .iter()
+                .filter(|l| l.contains("fork"))
+                .count(),
+            0,
+            "{name}: libc's fork family is traced"
+        );
+        let (compared, _) = common::exact::against_stepped(&trace, &exe, &exe, &args, &env)
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         let counts: Vec<u64> = compared.modules.iter().map(|m| m.compared).collect();
         assert!(
             counts.len() == 2 && counts.iter().all(|&n| n > 0),
             "{name}: {counts:?}"
         );
-        assert_eq!(
-            counts.iter().sum::<u64>(),
-            instructions(&info_json(&trace)),
-            "{name}"
-        );
+        assert_eq!(counts.iter().sum::<u64>(), instructions(&info), "{name}");
         eprintln!("{name}: {counts:?} instructions equal (executable, libc)");
         let _ = std::fs::remove_file(&trace);
     }
+}
+
+/// `--libs libc.so.6` on `traces/fork.c`: libc's fork family traced, the
+/// child claims its slot right after `_Fork`'s system call, inside libc
+/// (the executable's call of the `fork` import gets no `fork_child`).
+/// Parent and child, each module, equal to their processes stepped
+/// natively (before, 2026-11-30, the family and its 266-procedure closure
+/// ran untraced, and regen stopped at the executable's LAZY of `fork@plt`).
+#[test]
+fn libc_so_fork_traced() {
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let exe = build("fork.c", O2_PIE);
+    let (name, trace) = record_checked(&exe, &[], &["libc.so.6"], Knobs::DEFAULT);
+    let info = info_json(&trace);
+    assert_eq!(
+        left_alone(&info, 1)
+            .iter()
+            .filter(|l| l.contains("fork"))
+            .count(),
+        0,
+        "{name}: libc's fork family is traced"
+    );
+    let compared = common::exact::against_stepped_processes(&trace, &exe, &[], &env, 2)
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let counts: Vec<Vec<u64>> = (compared.iter())
+        .map(|c| c.modules.iter().map(|m| m.compared).collect())
+        .collect();
+    assert!(
+        counts.iter().flatten().all(|&n| n > 0) && counts.iter().all(|c| c.len() == 2),
+        "{name}: {counts:?}"
+    );
+    let total: u64 = counts.iter().flatten().sum();
+    assert_eq!(total, instructions(&info), "{name}");
+    eprintln!("{name}: {counts:?} instructions equal (per process: executable, libc)");
+    let _ = std::fs::remove_file(&trace);
 }
 
 #[test]

@@ -56,7 +56,9 @@ pub(crate) struct Calls<'t> {
     task_syscalls: HashSet<(ProcId, BlockId)>,
     /// Every call-site range with a landing pad (`lsda::call_site_pads`).
     pads: Vec<(u64, u64, u64)>,
-    /// The module has a canonical PLT stub: any import may call back.
+    /// Any import may run traced code: the module has a canonical PLT
+    /// stub, or a glibc library is traced in this run (its functions write
+    /// ENTER when called from here, so even `memcpy` needs a RETURN record).
     imports_call_back: bool,
 }
 
@@ -121,7 +123,7 @@ impl<'t> Calls<'t> {
             may_fork: HashMap::new(),
             task_syscalls: task_syscalls(prog),
             pads: aetrace_analysis::lsda::call_site_pads(&prog.module),
-            imports_call_back: !prog.module.canonical_plt.is_empty(),
+            imports_call_back: rw.glibc_traced || !prog.module.canonical_plt.is_empty(),
         };
         // `--data`: callees write VALUE records, which a caller's budget
         // for a bounded callee does not count.
@@ -270,19 +272,14 @@ impl<'t> Calls<'t> {
         let mut call_db: Vec<Option<CallDb>> = vec![None; cfg.blocks.len()];
         for c in &cfg.calls {
             // A system call that creates a task: `fork_child` in the child
-            // right after it (flags dead there: its test). A process by
-            // fork's constants only in a static executable: a dynamic
-            // one's libc makes it inside `fork`, whose call sites have it.
+            // right after it (flags dead there: its test), in a static
+            // libc's `_Fork` as in libc.so.6's.
             let task = (c.kind == CallKind::Syscall
                 && matches!(rw.how, How::Trace(_))
                 && !live.live_out(c.block).flags_live())
             .then(|| creates_task(&insns[c.block.index()]))
             .flatten();
-            let forks = match task {
-                Some(NewTask::Process) => rw.prog.module.is_static,
-                Some(NewTask::Task) => true,
-                None => false,
-            };
+            let forks = task.is_some();
             let (plan, db) = self.plan_site(rw, (id, cfg), c, forks);
             calls[c.block.index()] = plan;
             call_db[c.block.index()] = Some(db);

@@ -34,9 +34,10 @@ pub fn run(exe: &Path, argv0: Option<&Path>, args: &[&str], env: &[(String, Stri
     step(exe, argv0, args, env, false, None).0
 }
 
-/// Receives each instruction of the first process once the next stop
-/// shows it ran: (the stopped process's id, its run-time address);
-/// returns false to end the run (the program is killed).
+/// Receives each instruction of the first process (with
+/// [`run_tree_streaming`], of every task) once the next stop shows it ran:
+/// (the stopped task's id, its run-time address); returns false to end
+/// that task (it is killed).
 pub type Sink<'s> = &'s mut dyn FnMut(libc::pid_t, u64) -> bool;
 
 /// [`run`] handing each instruction to `sink` and keeping none (`rips`
@@ -62,6 +63,18 @@ pub fn run_tree(
     env: &[(String, String)],
 ) -> (Stepped, Vec<Vec<u64>>) {
     step(exe, argv0, args, env, true, None)
+}
+
+/// [`run_tree`] handing each instruction of every task to `sink`, keeping
+/// none.
+pub fn run_tree_streaming(
+    exe: &Path,
+    argv0: Option<&Path>,
+    args: &[&str],
+    env: &[(String, String)],
+    sink: Sink,
+) -> Stepped {
+    step(exe, argv0, args, env, true, Some(sink)).0
 }
 
 /// Spawns `cmd`, retrying for up to a second while its executable is
@@ -167,7 +180,7 @@ fn step(
             let last = index.get(&t).filter(|&&k| ran(k));
             if let Some((k, ran)) = last.and_then(|&k| Some((k, held[k].take()?))) {
                 match sink.as_mut() {
-                    Some(f) if k == 0 => {
+                    Some(f) => {
                         f(t, ran);
                     }
                     _ => streams[k].push(ran),
@@ -227,7 +240,7 @@ fn step(
             asynchronous[k] = false;
             match (held[k].replace(regs.rip), sink.as_mut()) {
                 (None, _) => {}
-                (Some(ran), Some(f)) if k == 0 => {
+                (Some(ran), Some(f)) => {
                     if !f(t, ran) {
                         // SAFETY: killing our own tracee (reaped above); it
                         // takes no more ptrace requests.
