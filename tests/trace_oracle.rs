@@ -153,6 +153,13 @@ fn check_recorded(
     }
     let run = lackey::run_with(exe, args, &modules, mode, Capture::Sequences);
     for (k, module) in modules.iter().enumerate() {
+        // libc.so.6, traced by `all`: its stream under valgrind has one
+        // more `__cxa_finalize`, called by `vgpreload_core`'s destructor,
+        // than a native run's; `libc_so_traced` compares it with the
+        // native run stepped.
+        if libs == ["all"] && module.file_name().is_some_and(|f| f == "libc.so.6") {
+            continue;
+        }
         let filter = (!libs.is_empty()).then(|| module.to_str().unwrap());
         compare_module(&name, module, &info, k, &run.modules[k], &trace, filter);
     }
@@ -1136,8 +1143,16 @@ fn build_shlib_callback(origin: bool) -> PathBuf {
 fn shared_library_calling_back_into_the_program() {
     let exe = build_shlib_callback(false);
     check_libs(&exe, &["300"], &["libaecb.so.1"], LogMode::Pipe);
-    // `all`: every library but glibc's (left alone with a note).
-    check_libs(&exe, &["50"], &["all"], LogMode::Pipe);
+    // `all`: every library but ld.so (left alone with a note), libc
+    // included: the executable and the library equal to lackey, and
+    // libc's stream regenerated (before, 2026-11-30, regen stopped at the
+    // ENTER of `malloc` after an import call of `main`).
+    let info = check_libs(&exe, &["50"], &["all"], LogMode::Pipe);
+    let modules = instrumented_modules(&info);
+    assert!(
+        modules.iter().any(|m| m.ends_with("libc.so.6")),
+        "all: libc.so.6 traced: {modules:?}"
+    );
 }
 
 /// The rewritten executable runs from the cache, so its `$ORIGIN` moves:
