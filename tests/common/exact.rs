@@ -323,7 +323,7 @@ pub fn against_stepped(
         Some((m, bias)) => keep_going(sides[m].instruction(rip - bias), &mut error),
         None => true,
     };
-    let run = singlestep::run_streaming(stepped, Some(argv0), args, env, &mut sink);
+    let run = singlestep::run_streaming(stepped, Some(argv0), (args, env), false, &mut sink);
     let status = exit_status(run.status);
     conclude(sides, error, status).map(|c| (c, run))
 }
@@ -367,7 +367,7 @@ pub fn against_stepped_processes(
             None => true,
         }
     };
-    let run = singlestep::run_tree_streaming(stepped, Some(stepped), args, env, &mut sink);
+    let run = singlestep::run_streaming(stepped, Some(stepped), (args, env), true, &mut sink);
     let status = exit_status(run.status);
     if let Some(e) = error {
         // Every side's regen killed.

@@ -7,9 +7,10 @@
 //! code with aetrace.
 //!
 //! [`run`] and [`run_streaming`] follow one thread (a new thread would
-//! run unstepped); [`run_tree`] also steps the threads a program starts
-//! and the processes it forks, each as a stream of its own; [`run_streaming`]
-//! hands each instruction to a sink instead of keeping it. A
+//! run unstepped); [`run_tree`] (and [`run_streaming`] with `tree`) also
+//! steps the threads a program starts and the processes it forks, each as
+//! a stream of its own; [`run_streaming`] hands each instruction to a sink
+//! instead of keeping it. A
 //! `rep`-prefixed string instruction traps once per iteration: the caller
 //! folds consecutive repeats, as for lackey.
 
@@ -35,21 +36,22 @@ pub fn run(exe: &Path, argv0: Option<&Path>, args: &[&str], env: &[(String, Stri
 }
 
 /// Receives each instruction of the first process (with
-/// [`run_tree_streaming`], of every task) once the next stop shows it ran:
+/// [`run_streaming`]'s `tree`, of every task) once the next stop shows it ran:
 /// (the stopped task's id, its run-time address); returns false to end
 /// that task (it is killed).
 pub type Sink<'s> = &'s mut dyn FnMut(libc::pid_t, u64) -> bool;
 
 /// [`run`] handing each instruction to `sink` and keeping none (`rips`
-/// stays empty): the run's length costs no memory.
+/// stays empty): the run's length costs no memory. `tree`: following
+/// every task, as [`run_tree`] does.
 pub fn run_streaming(
     exe: &Path,
     argv0: Option<&Path>,
-    args: &[&str],
-    env: &[(String, String)],
+    (args, env): (&[&str], &[(String, String)]),
+    tree: bool,
     sink: Sink,
 ) -> Stepped {
-    step(exe, argv0, args, env, false, Some(sink)).0
+    step(exe, argv0, args, env, tree, Some(sink)).0
 }
 
 /// [`run`], following the threads it starts and the processes it forks
@@ -63,18 +65,6 @@ pub fn run_tree(
     env: &[(String, String)],
 ) -> (Stepped, Vec<Vec<u64>>) {
     step(exe, argv0, args, env, true, None)
-}
-
-/// [`run_tree`] handing each instruction of every task to `sink`, keeping
-/// none.
-pub fn run_tree_streaming(
-    exe: &Path,
-    argv0: Option<&Path>,
-    args: &[&str],
-    env: &[(String, String)],
-    sink: Sink,
-) -> Stepped {
-    step(exe, argv0, args, env, true, Some(sink)).0
 }
 
 /// Spawns `cmd`, retrying for up to a second while its executable is
