@@ -166,7 +166,7 @@ fn prepare(
     exe: &Path,
     placement: Placement,
     data: DataMode,
-    (tag, startup): (u32, bool),
+    (tag, startup, glibc_traced): (u32, bool, bool),
     search: Option<Search<'_>>,
 ) -> Result<Prepared> {
     let file = std::fs::File::open(exe).map_err(|e| io_err(exe, e))?;
@@ -176,13 +176,14 @@ fn prepare(
     let dir = cache_dir();
     // A control-only copy keeps the key it always had.
     let what = format!(
-        "{placement:?}{}{}{}",
+        "{placement:?}{}{}{}{}",
         match data {
             DataMode::Off => "",
             DataMode::Abstract => "+data-abs",
             DataMode::Check => "+data-abs-check",
         },
         if startup { "+detached" } else { "" },
+        if glibc_traced { "+glibc-traced" } else { "" },
         search.map_or_else(String::new, |(d, by_path)| format!(
             "+search={}{}",
             d.display(),
@@ -217,9 +218,11 @@ fn prepare(
     {
         return Ok(Prepared { elf, module });
     }
-    let ins = match rewrite::instrument_module_data(exe, placement, tag, data, startup, search) {
+    let how = (startup, glibc_traced);
+    let ins = match rewrite::instrument_module_data(exe, placement, tag, data, how, search) {
         Err(e) if e.is_detach_refusal() => {
-            rewrite::instrument_module_data(exe, placement, tag, data, false, search)?
+            let how = (false, glibc_traced);
+            rewrite::instrument_module_data(exe, placement, tag, data, how, search)?
         }
         r => r?,
     };
@@ -347,22 +350,25 @@ fn decode_meta(b: &[u8], path: PathBuf, flags: u32) -> Option<ModuleSpec> {
 /// through which the loader finds the rewritten copies.
 type PreparedLibs<T> = (Vec<(crate::libs::Library, T)>, Vec<String>, Option<LibDir>);
 
-/// The `--libs` libraries of `exe`, each rewritten by `prepare(lib, tag)`
-/// (which returns the rewritten file and what else it made) with dense
-/// module tags from 1; the notes on libraries left alone; the per-run
-/// directory through which the loader finds the rewritten copies.
+/// The `--libs` libraries of `exe`, each rewritten by `prepare(lib, tag,
+/// glibc_traced)` (which returns the rewritten file and what else it made)
+/// with dense module tags from 1 (`glibc_traced`: one of glibc's libraries
+/// is selected, so every module's imports may run traced code); the notes
+/// on libraries left alone; the per-run directory through which the
+/// loader finds the rewritten copies.
 pub(crate) fn prepare_libs<T>(
     exe: &Path,
     (libs, glibc): (&LibSelection, crate::libs::GlibcPolicy),
-    mut prepare: impl FnMut(&crate::libs::Library, u32) -> Result<(PathBuf, T)>,
+    mut prepare: impl FnMut(&crate::libs::Library, u32, bool) -> Result<(PathBuf, T)>,
 ) -> Result<PreparedLibs<T>> {
     let sel = crate::libs::select(exe, libs, glibc)?;
+    let glibc_traced = sel.traced.iter().any(|l| crate::libs::is_glibc(&l.needed));
     let mut notes = sel.notes;
     let mut links = Vec::new();
     let mut out = Vec::new();
     for lib in &sel.traced {
         // Tags stay dense: the next library gets the next module id.
-        let (elf, made) = match prepare(lib, out.len() as u32 + 1) {
+        let (elf, made) = match prepare(lib, out.len() as u32 + 1, glibc_traced) {
             Ok(p) => p,
             // `all` means every library that can be traced: one the
             // rewriter refuses runs untraced, like libc, and the trace
@@ -403,15 +409,17 @@ pub fn record(o: &RecordOptions) -> Result<Recorded> {
         args: o.args.clone(),
     })?;
     let glibc = recorded_glibc(&run.exe, &o.libs)?;
-    let (libs, notes, dir) = prepare_libs(&run.exe, (&o.libs, glibc), |lib, tag| {
-        let startup = !lib.dlopened;
-        prepare(&lib.path, o.placement, o.data, (tag, startup), None).map(|p| (p.elf, p.module))
+    let (libs, notes, dir) = prepare_libs(&run.exe, (&o.libs, glibc), |lib, tag, glibc_traced| {
+        let flags = (tag, !lib.dlopened, glibc_traced);
+        prepare(&lib.path, o.placement, o.data, flags, None).map(|p| (p.elf, p.module))
     })?;
     // The copies are found through the executable's own search path
     // where that reaches them all, so the program's environment (and
     // its initial stack) is the native one; else through LD_LIBRARY_PATH.
     let search = dir.as_ref().and_then(LibDir::exe_search);
-    let prepared = prepare(&run.exe, o.placement, o.data, (0, false), search)?;
+    let glibc_traced = libs.iter().any(|(l, _)| crate::libs::is_glibc(&l.needed));
+    let flags = (0, false, glibc_traced);
+    let prepared = prepare(&run.exe, o.placement, o.data, flags, search)?;
     let mut modules = vec![prepared.module];
     modules[0].notes.extend(notes);
     modules.extend(libs.into_iter().map(|(_, m)| m));

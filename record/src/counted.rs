@@ -215,7 +215,7 @@ pub(crate) fn rewrite_and_run(
     let main = rewrite_counting(exe, spec, 0)?;
     let what = format!("paths threads={}", spec.threads);
     let (libs, notes, links) =
-        crate::commands::prepare_libs(exe, (libs, COUNTED_GLIBC), |lib, tag| {
+        crate::commands::prepare_libs(exe, (libs, COUNTED_GLIBC), |lib, tag, _| {
             let path = lib.path.as_path();
             let r = rewrite_counting(path, spec, tag)?;
             let bytes = std::fs::read(path).map_err(|e| Error::Io {
@@ -372,7 +372,7 @@ fn count_run(
 ) -> Result<CountedRun> {
     let (elf, exe_sk) = prepare(exe, &spec(exe)?, 0)?;
     let (libs, notes, dir) =
-        crate::commands::prepare_libs(exe, (libs, COUNTED_GLIBC), |lib, tag| {
+        crate::commands::prepare_libs(exe, (libs, COUNTED_GLIBC), |lib, tag, _| {
             prepare(&lib.path, &spec(&lib.path)?, tag)
         })?;
     refuse_dlopened(exe, libs.iter().map(|(l, _)| l))?;

@@ -28,9 +28,9 @@ use crate::{Error, Result};
 pub enum LibSelection {
     /// Only the executable.
     None,
-    /// Every library of the DT_NEEDED closure except glibc's
-    /// ([`is_glibc`]), which are left alone with a note (traced only when
-    /// named).
+    /// Every library of the DT_NEEDED closure except those of glibc's
+    /// that [`GlibcPolicy`] refuses (the loader always), which are left
+    /// alone with a note.
     All,
     /// These DT_NEEDED names (e.g. `libbz2.so.1.0`) or file names.
     Named(Vec<String>),
@@ -320,11 +320,7 @@ fn choose(
     match names {
         None => {
             for l in all.iter().cloned() {
-                // Not yet by `all`: calls from other modules into a traced
-                // libc are not all exact yet (docs/rewrite.md).
-                let unnamed = is_glibc(&l.needed)
-                    .then_some("glibc's libraries are traced only when named (--libs libc.so.6)");
-                if let Some(why) = glibc.refuses(&l.needed).or(unnamed) {
+                if let Some(why) = glibc.refuses(&l.needed) {
                     notes.push(format!("library {} left alone: {why}", l.needed));
                 } else {
                     chosen.push(l);

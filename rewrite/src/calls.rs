@@ -56,7 +56,9 @@ pub(crate) struct Calls<'t> {
     task_syscalls: HashSet<(ProcId, BlockId)>,
     /// Every call-site range with a landing pad (`lsda::call_site_pads`).
     pads: Vec<(u64, u64, u64)>,
-    /// The module has a canonical PLT stub: any import may call back.
+    /// Any import may run traced code: the module has a canonical PLT
+    /// stub, or a glibc library is traced in this run (its functions write
+    /// ENTER when called from here, so even `memcpy` needs a RETURN record).
     imports_call_back: bool,
 }
 
@@ -121,7 +123,7 @@ impl<'t> Calls<'t> {
             may_fork: HashMap::new(),
             task_syscalls: task_syscalls(prog),
             pads: aetrace_analysis::lsda::call_site_pads(&prog.module),
-            imports_call_back: !prog.module.canonical_plt.is_empty(),
+            imports_call_back: rw.glibc_traced || !prog.module.canonical_plt.is_empty(),
         };
         // `--data`: callees write VALUE records, which a caller's budget
         // for a bounded callee does not count.
@@ -270,19 +272,12 @@ impl<'t> Calls<'t> {
         let mut call_db: Vec<Option<CallDb>> = vec![None; cfg.blocks.len()];
         for c in &cfg.calls {
             // A system call that creates a task: `fork_child` in the child
-            // right after it (flags dead there: its test). A process by
-            // fork's constants only in a static executable: a dynamic
-            // one's libc makes it inside `fork`, whose call sites have it.
-            let task = (c.kind == CallKind::Syscall
+            // right after it (flags dead there: its test), in a static
+            // libc's `_Fork` as in libc.so.6's.
+            let forks = c.kind == CallKind::Syscall
                 && matches!(rw.how, How::Trace(_))
-                && !live.live_out(c.block).flags_live())
-            .then(|| creates_task(&insns[c.block.index()]))
-            .flatten();
-            let forks = match task {
-                Some(NewTask::Process) => rw.prog.module.is_static,
-                Some(NewTask::Task) => true,
-                None => false,
-            };
+                && !live.live_out(c.block).flags_live()
+                && creates_task(&insns[c.block.index()]);
             let (plan, db) = self.plan_site(rw, (id, cfg), c, forks);
             calls[c.block.index()] = plan;
             call_db[c.block.index()] = Some(db);
@@ -449,53 +444,28 @@ fn spread_up_calls(
     }
 }
 
-/// Linux x86-64 system calls that create a task, and the `clone` flags
-/// that make its child share the parent's memory or thread group.
+/// Linux x86-64 system calls that create a task.
 const SYS_CLONE: u64 = 56;
 const SYS_FORK: u64 = 57;
 const SYS_VFORK: u64 = 58;
 const SYS_CLONE3: u64 = 435;
-const CLONE_VM_OR_THREAD: u64 = 0x100 | 0x10000;
 
-/// What a `syscall` that creates a task goes on with in the child, right
-/// after it ([`creates_task`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum NewTask {
-    /// A process: `fork`, `vfork`, or `clone` whose flags (a constant)
-    /// hold neither CLONE_VM nor CLONE_THREAD (glibc's `_Fork`,
-    /// `__libc_vfork`).
-    Process,
-    /// A thread, or a process sharing its parent's memory: `clone3`, or
-    /// `clone` with other flags or flags the block does not load (glibc's
-    /// `__clone3` and `__clone`, which `pthread_create` and `posix_spawn`
-    /// call). `fork_child` tells which at run time (docs/runtime.md).
-    Task,
-}
-
-/// What the `syscall` ending a block (`insns`) creates, by the constants
-/// the block loads into eax (and edi, clone's flags) before it. The child
-/// must claim its own slot right after it, before any witness
-/// (docs/rewrite.md, "Static executables"). Any other system call, or a
-/// number the block does not load, keeps the run-time test that writes
-/// DESYNC for a new task.
-pub(crate) fn creates_task(insns: &[Instruction]) -> Option<NewTask> {
-    use iced_x86::Register::{RAX, RDI};
-    let (_, body) = insns.split_last()?;
-    let loaded = |reg| {
-        let mut info = iced_x86::InstructionInfoFactory::new();
-        body.iter()
-            .rev()
-            .find(|i| writes(&mut info, i, reg))
-            .and_then(constant)
+/// Whether the `syscall` ending a block (`insns`) creates a task (fork,
+/// vfork, clone, clone3), by the constant the block loads into eax before
+/// it. The child must claim its own slot right after it, before any
+/// witness; `fork_child` tells a thread from a process at run time
+/// (docs/rewrite.md, "Static executables"; docs/runtime.md). Any other
+/// system call, or a number the block does not load, keeps the run-time
+/// test that writes DESYNC for a new task.
+pub(crate) fn creates_task(insns: &[Instruction]) -> bool {
+    let Some((_, body)) = insns.split_last() else {
+        return false;
     };
-    match loaded(RAX)? {
-        SYS_FORK | SYS_VFORK => Some(NewTask::Process),
-        SYS_CLONE if loaded(RDI).is_some_and(|f| f & CLONE_VM_OR_THREAD == 0) => {
-            Some(NewTask::Process)
-        }
-        SYS_CLONE | SYS_CLONE3 => Some(NewTask::Task),
-        _ => None,
-    }
+    let mut info = iced_x86::InstructionInfoFactory::new();
+    let number = (body.iter().rev())
+        .find(|i| writes(&mut info, i, iced_x86::Register::RAX))
+        .and_then(constant);
+    matches!(number, Some(SYS_FORK | SYS_VFORK | SYS_CLONE | SYS_CLONE3))
 }
 
 /// The blocks of `prog` ending in a system call that creates a task
@@ -510,7 +480,7 @@ fn task_syscalls(prog: &Program) -> HashSet<(ProcId, BlockId)> {
                 continue;
             };
             let decoder = iced_x86::Decoder::with_ip(64, bytes, b.start, Default::default());
-            if creates_task(&decoder.into_iter().collect::<Vec<_>>()).is_some() {
+            if creates_task(&decoder.into_iter().collect::<Vec<_>>()) {
                 found.insert((id, c.block));
             }
         }
@@ -715,7 +685,7 @@ pub(crate) struct RecordedStub {
 
 #[cfg(test)]
 mod tests {
-    use super::{creates_task, NewTask};
+    use super::creates_task;
     use iced_x86::{Decoder, DecoderOptions, Instruction};
 
     fn block(bytes: &[u8]) -> Vec<Instruction> {
@@ -724,10 +694,10 @@ mod tests {
             .collect()
     }
 
-    /// glibc 2.36's `_Fork` and `__libc_vfork` create a process; a
-    /// thread's clone, `__clone`'s (flags from a register) and `__clone3`'s
-    /// a task `fork_child` tells apart; another system call, or a number
-    /// not loaded as a constant in the block, nothing.
+    /// glibc 2.36's `_Fork`, `__libc_vfork`, a thread's clone, `__clone`'s
+    /// (flags from a register) and `__clone3`'s create a task; another
+    /// system call, or a number not loaded as a constant in the block,
+    /// nothing.
     #[test]
     fn task_creating_system_calls() {
         const SYSCALL: [u8; 2] = [0x0f, 0x05];
@@ -737,26 +707,26 @@ mod tests {
             &SYSCALL,
         ]
         .concat();
-        assert_eq!(creates_task(&block(&fork_clone)), Some(NewTask::Process));
+        assert!(creates_task(&block(&fork_clone)));
         let vfork = [&[0x5f][..], &[0xb8, 0x3a, 0, 0, 0], &SYSCALL].concat(); // pop rdi; mov eax, 58
-        assert_eq!(creates_task(&block(&vfork)), Some(NewTask::Process));
+        assert!(creates_task(&block(&vfork)));
         let thread = [
             &[0xbf, 0x00, 0x0f, 0x3d, 0x00][..], // mov edi, 0x3d0f00 (CLONE_VM|CLONE_THREAD|...)
             &[0xb8, 0x38, 0, 0, 0],
             &SYSCALL,
         ]
         .concat();
-        assert_eq!(creates_task(&block(&thread)), Some(NewTask::Task));
+        assert!(creates_task(&block(&thread)));
         // __clone: mov rdi, rdx; mov eax, 56.
         let clone = [&[0x48, 0x89, 0xd7][..], &[0xb8, 0x38, 0, 0, 0], &SYSCALL].concat();
-        assert_eq!(creates_task(&block(&clone)), Some(NewTask::Task));
+        assert!(creates_task(&block(&clone)));
         // __clone3: mov r8, rcx; mov eax, 435.
         let clone3 = [&[0x49, 0x89, 0xc8][..], &[0xb8, 0xb3, 0x01, 0, 0], &SYSCALL].concat();
-        assert_eq!(creates_task(&block(&clone3)), Some(NewTask::Task));
+        assert!(creates_task(&block(&clone3)));
         let write = [&[0xb8, 0x01, 0, 0, 0][..], &SYSCALL].concat();
-        assert_eq!(creates_task(&block(&write)), None);
+        assert!(!creates_task(&block(&write)));
         // mov eax, 57; mov eax, edx: the number is not a constant.
         let computed = [&[0xb8, 0x39, 0, 0, 0][..], &[0x89, 0xd0], &SYSCALL].concat();
-        assert_eq!(creates_task(&block(&computed)), None);
+        assert!(!creates_task(&block(&computed)));
     }
 }

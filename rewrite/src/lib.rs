@@ -184,16 +184,19 @@ pub enum DataMode {
 /// mapping lie where they do natively. `search_first`: a directory the
 /// loader searches first for an executable's libraries, and the DT_NEEDED
 /// names the copy names by their path in it
-/// ([`elfout::Additions::search_first`]).
+/// ([`elfout::Additions::search_first`]). `glibc_traced`: one of glibc's
+/// libraries (libc.so.6, libm.so.6, ...) is traced in the same run, so any
+/// import may run traced code (its own or a callback) before it returns.
 pub fn instrument_module_data(
     path: &Path,
     which: Placement,
     tag: u32,
     data: DataMode,
-    startup: bool,
+    (startup, glibc_traced): (bool, bool),
     search_first: Option<(&Path, &[String])>,
 ) -> Result<Instrumented> {
-    instrument_full(path, &How::Trace(which), tag, data, startup, search_first)
+    let how = How::Trace(which);
+    instrument_full(path, &how, tag, data, (startup, glibc_traced), search_first)
 }
 
 /// Imports that start threads: counters then need `lock add`.
@@ -255,6 +258,9 @@ pub(crate) struct Rewrite<'a> {
     /// A directory the loader searches first for the executable's
     /// libraries (`elfout::Additions::search_first`).
     pub search_first: Option<elfout::SearchFirst>,
+    /// A glibc library is traced in this run: every import may run traced
+    /// code (`calls::Calls::imports_call_back`).
+    pub glibc_traced: bool,
 }
 
 impl<'a> Rewrite<'a> {
@@ -332,6 +338,7 @@ impl<'a> Rewrite<'a> {
                 && !module.func_symbols.iter().any(|s| s.name == "__cxa_throw"),
             data,
             search_first: None,
+            glibc_traced: false,
         };
         limits::check_module(&rw)?;
         let elf = goblin::elf::Elf::parse(module.bytes())
@@ -360,7 +367,7 @@ impl<'a> Rewrite<'a> {
 /// Rewrites module `tag` at `path` (see [`instrument_module`]): witnesses or
 /// counters, as a list of phases.
 pub fn instrument_with(path: &Path, how: &How, tag: u32) -> Result<Instrumented> {
-    instrument_full(path, how, tag, DataMode::Off, false, None)
+    instrument_full(path, how, tag, DataMode::Off, (false, false), None)
 }
 
 fn instrument_full(
@@ -368,13 +375,14 @@ fn instrument_full(
     how: &How,
     tag: u32,
     data: DataMode,
-    startup: bool,
+    (startup, glibc_traced): (bool, bool),
     search_first: Option<(&Path, &[String])>,
 ) -> Result<Instrumented> {
     use std::os::unix::ffi::OsStrExt;
     let fault = fault_injection(path)?;
     let prog = Program::open(path)?;
     let mut rw = Rewrite::new(path, &prog, how, tag, fault, data, startup)?;
+    rw.glibc_traced = glibc_traced;
     rw.search_first = search_first.map(|(d, by_path)| elfout::SearchFirst {
         dir: d.as_os_str().as_bytes().to_vec(),
         by_path: by_path.iter().map(|n| n.as_bytes().to_vec()).collect(),

@@ -8,9 +8,9 @@
 //! - a traced procedure has a CFG, room for the springboard at each entry
 //!   point (a stub writing ENTER_AT at each secondary one),
 //!   and only jump tables the copy can rewrite ([`Traced::tables`]);
-//! - a static libc's setjmp and longjmp families run untraced and are
-//!   called like imports (its fork family is traced: a child claims its
-//!   slot at the system call).
+//! - a libc's setjmp and longjmp families run untraced and are called
+//!   like imports (its fork family is traced: a child claims its slot at
+//!   the system call).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
@@ -60,6 +60,9 @@ pub(crate) struct Traced {
     /// one and entered only by direct branches of analysable code
     /// ([`Traced::trace_unentered_short`]).
     pub boardless: HashSet<ProcId>,
+    /// glibc is traced in this run (`Rewrite::glibc_traced`): an import
+    /// named `fork` is libc.so.6's traced fork family.
+    glibc_traced: bool,
 }
 
 /// The rel32 field of call site `c`'s branch, unless it is a rel8 form (or
@@ -114,6 +117,7 @@ impl Traced {
             stripped: false,
             direct: HashMap::new(),
             boardless: HashSet::new(),
+            glibc_traced: rw.glibc_traced,
         };
         t.jump_tables(prog, matches!(rw.how, crate::How::Trace(_)));
         t.computed_jumps(prog);
@@ -160,12 +164,13 @@ impl Traced {
     }
 
     /// The symbol a call or jump names (an import's, a PLT stub's), but
-    /// none for a traced member of a static libc's fork family: that one
-    /// claims the child's slot at its own system call.
+    /// none for a traced member of a libc's fork family (a static libc's,
+    /// or libc.so.6's, which every `fork` name reaches when glibc is
+    /// traced): that one claims the child's slot at its own system call.
     pub fn fork_name<'c>(&self, c: &'c CallSite) -> Option<&'c str> {
-        let traced_fork = c
-            .target
-            .is_some_and(|t| self.family.fork.contains(&t) && self.traced_at(t).is_some());
+        let traced_fork = self.glibc_traced
+            || c.target
+                .is_some_and(|t| self.family.fork.contains(&t) && self.traced_at(t).is_some());
         c.name.as_deref().filter(|_| !traced_fork)
     }
 
@@ -421,9 +426,9 @@ impl Traced {
         }
     }
 
-    /// A static libc's setjmp and longjmp families are left alone and
-    /// called like the imports: SETJMP, LONGJMP records at their call
-    /// sites, whatever alias the call names. What setjmp calls
+    /// A libc's setjmp and longjmp families (static or libc.so.6) are left
+    /// alone and called like the imports: SETJMP, LONGJMP records at their
+    /// call sites, whatever alias the call names. What setjmp calls
     /// (`__sigjmp_save`) and what longjmp calls (`_exit`, `mmap`, `munmap`
     /// on its fortify error path) stays traced: entered from them, it is a
     /// callback from untraced code, as from an import, and returns before
@@ -433,34 +438,29 @@ impl Traced {
     /// implementation traced or not whoever calls the stub, so leaving the
     /// stub alone would keep no traced code out of the family; traced, its
     /// springboard's ENTER is one more callback beside the implementation's
-    /// own. The fork family of a static libc is traced and counted: a
+    /// own. The fork family (static or libc.so.6) is traced and counted: a
     /// traced child claims its slot right after the system call
-    /// (`calls::creates_task`), and a counted one's system call gets a
-    /// fork's split return edge (`Calls::may_fork_call`). libc.so.6's
-    /// families are left alone likewise, its fork family with its closure
-    /// (the executable calls it as an import, with `fork_child` after the
-    /// call); and in any shared object or dynamic executable, what ld.so
-    /// runs before the executable's runtime exists (IFUNC resolvers, libc's
-    /// `__libc_early_init`) with everything it calls.
+    /// (`calls::creates_task`; the `fork_child` at an executable's call of
+    /// the `fork` import then finds the slot its own), and a counted one's
+    /// system call gets a fork's split return edge
+    /// (`Calls::may_fork_call`). In any shared object or dynamic
+    /// executable, what ld.so runs before the executable's runtime exists
+    /// (IFUNC resolvers, libc's `__libc_early_init`) is left alone with
+    /// everything it calls.
     fn leave_families_alone(&mut self, prog: &Program, ifuncs: &[u64]) {
         let shared_libc = is_shared_libc(&prog.module);
         let f = &self.family;
-        // (entry, whether its callees join it, why): only fork's do, for
-        // a child must not run traced code before `fork_child` gives it
-        // its slot. What a setjmp or longjmp calls is traced, entered from
-        // untraced code like a callback (a setjmp call is marked: the
-        // regenerator takes callbacks until its RETURN). Fork's last,
-        // popped first, so that its closure is taken before the other
-        // roots are reached without one.
+        // (entry, why): only the early code's callees join it. What a
+        // setjmp or longjmp calls is traced, entered from untraced code
+        // like a callback (a setjmp call is marked: the regenerator takes
+        // callbacks until its RETURN).
         let setjmp = if shared_libc {
             SETJMP_LIBC_SO
         } else {
             SETJMP_STATIC
         };
-        let forks = f.fork.iter().filter(|_| shared_libc);
-        let mut work: Vec<(u64, bool, &'static str)> = (f.longjmp.iter().chain(&f.setjmp))
-            .map(|&a| (a, false, setjmp))
-            .chain(forks.map(|&a| (a, true, FORK_LIBC_SO)))
+        let mut work: Vec<(u64, &'static str)> = (f.longjmp.iter().chain(&f.setjmp))
+            .map(|&a| (a, setjmp))
             .collect();
         // What ld.so runs before the executable's preinit (its runtime's
         // init) must not write a witness, nor may anything it calls. (A
@@ -470,9 +470,9 @@ impl Traced {
             .filter(|s| shared_libc && s.name == LIBC_EARLY_INIT)
             .map(|s| s.addr);
         let resolvers = ifuncs.iter().filter(|_| !prog.module.is_static);
-        work.extend(resolvers.copied().chain(early).map(|a| (a, true, EARLY)));
-        let roots: HashSet<u64> = work.iter().map(|&(a, ..)| a).collect();
-        while let Some((a, closed, why)) = work.pop() {
+        work.extend(resolvers.copied().chain(early).map(|a| (a, EARLY)));
+        let roots: HashSet<u64> = work.iter().map(|&(a, _)| a).collect();
+        while let Some((a, why)) = work.pop() {
             let Some(&id) = self.by_start.get(&a) else {
                 continue;
             };
@@ -489,14 +489,12 @@ impl Traced {
                 format!("called by the {why}")
             };
             self.reasons.entry(id).or_insert(text);
-            if let (true, Ok(cfg)) = (closed, &prog.procs[id].cfg) {
-                work.extend((cfg.calls.iter()).filter_map(|c| c.target.map(|t| (t, true, why))));
+            if let (EARLY, Ok(cfg)) = (why, &prog.procs[id].cfg) {
+                work.extend((cfg.calls.iter()).filter_map(|c| c.target.map(|t| (t, why))));
                 // A callback it hands out runs early too (libc's
                 // `__pthread_tunables_init` gives ld.so's
                 // `__tunable_get_val` one).
-                if why == EARLY {
-                    work.extend(lea_targets(prog, cfg).map(|t| (t, true, why)));
-                }
+                work.extend(lea_targets(prog, cfg).map(|t| (t, why)));
             }
         }
     }
@@ -506,8 +504,6 @@ const SETJMP_STATIC: &str =
     "setjmp/longjmp family of a static libc (runs untraced, called like an import)";
 const SETJMP_LIBC_SO: &str =
     "setjmp/longjmp family of libc.so.6 (runs untraced, called like an import)";
-const FORK_LIBC_SO: &str =
-    "fork family of libc.so.6 (runs untraced, the executable calls it as an import)";
 const EARLY: &str =
     "code ld.so runs before the runtime's init (IFUNC resolver, __libc_early_init): runs untraced";
 

@@ -190,19 +190,18 @@ pub(super) fn spawn_regen(regen: &mut Command) -> (Child, BufReader<ChildStdout>
 }
 
 /// One comparison side per traced module of `trace`, each with its
-/// `aetrace regen --module M` running.
-fn sides(trace: &Path, info: &serde_json::Value) -> Vec<Side> {
+/// `aetrace regen --module M` running (of thread `thread` only, if given).
+fn sides(trace: &Path, info: &serde_json::Value, thread: Option<usize>) -> Vec<Side> {
     instrumented_modules(info)
         .into_iter()
         .enumerate()
         .map(|(k, path)| {
-            let (regen, out) = spawn_regen(
-                Command::new(super::aetrace())
-                    .args(["regen", "--format", "insn", "--relative", "-j", "1"])
-                    .arg("--module")
-                    .arg(&path)
-                    .arg(trace),
-            );
+            let mut regen = Command::new(super::aetrace());
+            regen.args(["regen", "--format", "insn", "--relative", "-j", "1"]);
+            if let Some(t) = thread {
+                regen.arg("--thread").arg(t.to_string());
+            }
+            let (regen, out) = spawn_regen(regen.arg("--module").arg(&path).arg(trace));
             Side {
                 base: link_base(&path),
                 alone: left_alone_procedures(&path, info, k)
@@ -270,7 +269,7 @@ pub fn against_lackey_with(
 ) -> Result<Compared, String> {
     let info = info_json(trace);
     let paths = instrumented_modules(&info);
-    let mut sides = sides(trace, &info);
+    let mut sides = sides(trace, &info, None);
     let mut error: Option<String> = None;
     let mut first_thread = None;
     let mut sink = |m: usize, thread: usize, a: u64| {
@@ -314,7 +313,7 @@ pub fn against_stepped(
     env: &[(String, String)],
 ) -> Result<(Compared, singlestep::Stepped), String> {
     let info = info_json(trace);
-    let mut sides = sides(trace, &info);
+    let mut sides = sides(trace, &info, None);
     let names: Vec<PathBuf> = std::iter::once(canonical(stepped))
         .chain(sides.iter().skip(1).map(|s| canonical(&s.count.path)))
         .collect();
@@ -324,12 +323,70 @@ pub fn against_stepped(
         Some((m, bias)) => keep_going(sides[m].instruction(rip - bias), &mut error),
         None => true,
     };
-    let run = singlestep::run_streaming(stepped, Some(argv0), args, env, &mut sink);
-    let status = std::os::unix::process::ExitStatusExt::from_raw(match run.status {
+    let run = singlestep::run_streaming(stepped, Some(argv0), (args, env), false, &mut sink);
+    let status = exit_status(run.status);
+    conclude(sides, error, status).map(|c| (c, run))
+}
+
+/// [`against_stepped`] for a program that forks: the stepper follows
+/// every process, and the `k`-th process to run an instruction is compared
+/// with the trace's thread `k` (`processes` of them, each its own stream:
+/// no threads). Returns each process's comparison, the first's first.
+pub fn against_stepped_processes(
+    trace: &Path,
+    stepped: &Path,
+    args: &[&str],
+    env: &[(String, String)],
+    processes: usize,
+) -> Result<Vec<Compared>, String> {
+    let info = info_json(trace);
+    let mut sides: Vec<Vec<Side>> = (0..processes)
+        .map(|k| sides(trace, &info, Some(k)))
+        .collect();
+    let names: Vec<PathBuf> = std::iter::once(canonical(stepped))
+        .chain(sides[0].iter().skip(1).map(|s| canonical(&s.count.path)))
+        .collect();
+    let mut maps: Vec<(libc::pid_t, Maps)> = Vec::new();
+    let mut error: Option<String> = None;
+    let mut sink = |pid: libc::pid_t, rip: u64| {
+        let k = match maps.iter().position(|(p, _)| *p == pid) {
+            Some(k) => k,
+            None => {
+                maps.push((pid, Maps::default()));
+                maps.len() - 1
+            }
+        };
+        let Some(side) = sides.get_mut(k) else {
+            error = Some(format!(
+                "the stepped run has more than {processes} processes"
+            ));
+            return false;
+        };
+        match maps[k].1.find(pid, rip, &names) {
+            Some((m, bias)) => keep_going(side[m].instruction(rip - bias), &mut error),
+            None => true,
+        }
+    };
+    let run = singlestep::run_streaming(stepped, Some(stepped), (args, env), true, &mut sink);
+    let status = exit_status(run.status);
+    if let Some(e) = error {
+        // Every side's regen killed.
+        for s in sides {
+            let _ = conclude(s, Some(e.clone()), status);
+        }
+        return Err(e);
+    }
+    let done = sides.into_iter().enumerate();
+    done.map(|(k, s)| conclude(s, None, status).map_err(|e| format!("process {k}: {e}")))
+        .collect()
+}
+
+/// The stepper's status (exit code, or 128 + signal) as an `ExitStatus`.
+fn exit_status(s: i32) -> ExitStatus {
+    std::os::unix::process::ExitStatusExt::from_raw(match s {
         s if s > 128 => s - 128,
         s => s << 8,
-    });
-    conclude(sides, error, status).map(|c| (c, run))
+    })
 }
 
 fn canonical(p: &Path) -> PathBuf {

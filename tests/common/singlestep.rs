@@ -7,9 +7,10 @@
 //! code with aetrace.
 //!
 //! [`run`] and [`run_streaming`] follow one thread (a new thread would
-//! run unstepped); [`run_tree`] also steps the threads a program starts
-//! and the processes it forks, each as a stream of its own; [`run_streaming`]
-//! hands each instruction to a sink instead of keeping it. A
+//! run unstepped); [`run_tree`] (and [`run_streaming`] with `tree`) also
+//! steps the threads a program starts and the processes it forks, each as
+//! a stream of its own; [`run_streaming`] hands each instruction to a sink
+//! instead of keeping it. A
 //! `rep`-prefixed string instruction traps once per iteration: the caller
 //! folds consecutive repeats, as for lackey.
 
@@ -34,21 +35,23 @@ pub fn run(exe: &Path, argv0: Option<&Path>, args: &[&str], env: &[(String, Stri
     step(exe, argv0, args, env, false, None).0
 }
 
-/// Receives each instruction of the first process once the next stop
-/// shows it ran: (the stopped process's id, its run-time address);
-/// returns false to end the run (the program is killed).
+/// Receives each instruction of the first process (with
+/// [`run_streaming`]'s `tree`, of every task) once the next stop shows it ran:
+/// (the stopped task's id, its run-time address); returns false to end
+/// that task (it is killed).
 pub type Sink<'s> = &'s mut dyn FnMut(libc::pid_t, u64) -> bool;
 
 /// [`run`] handing each instruction to `sink` and keeping none (`rips`
-/// stays empty): the run's length costs no memory.
+/// stays empty): the run's length costs no memory. `tree`: following
+/// every task, as [`run_tree`] does.
 pub fn run_streaming(
     exe: &Path,
     argv0: Option<&Path>,
-    args: &[&str],
-    env: &[(String, String)],
+    (args, env): (&[&str], &[(String, String)]),
+    tree: bool,
     sink: Sink,
 ) -> Stepped {
-    step(exe, argv0, args, env, false, Some(sink)).0
+    step(exe, argv0, args, env, tree, Some(sink)).0
 }
 
 /// [`run`], following the threads it starts and the processes it forks
@@ -167,7 +170,7 @@ fn step(
             let last = index.get(&t).filter(|&&k| ran(k));
             if let Some((k, ran)) = last.and_then(|&k| Some((k, held[k].take()?))) {
                 match sink.as_mut() {
-                    Some(f) if k == 0 => {
+                    Some(f) => {
                         f(t, ran);
                     }
                     _ => streams[k].push(ran),
@@ -227,7 +230,7 @@ fn step(
             asynchronous[k] = false;
             match (held[k].replace(regs.rip), sink.as_mut()) {
                 (None, _) => {}
-                (Some(ran), Some(f)) if k == 0 => {
+                (Some(ran), Some(f)) => {
                     if !f(t, ran) {
                         // SAFETY: killing our own tracee (reaped above); it
                         // takes no more ptrace requests.
