@@ -507,17 +507,18 @@ fn data_check_names_the_first_wrong_address() {
 
 /// `traces/nolibc_data.c` (read-modify-writes plain and locked, `rep
 /// movsb`/`rep stosq`, line-straddling loads and stores, push/pop of
-/// memory, SSE; without libc, its stack a static array, so every address is
+/// memory, SSE, and with `FX_STATE` `fxsave`/`fxrstor` (18 references
+/// each); without libc, its stack a static array, so every address is
 /// a link-time one): our lackey text, from `--data` and from `--data
 /// --check`, equals valgrind lackey's line for line.
 #[test]
 fn nolibc_data_equals_lackey_line_for_line() {
     let dir = common::scratch("data_trace");
-    let exe = common::build::build_nolibc(&dir, "nolibc_data.c", &[], "nolibc_data");
-    let theirs = common::lackey::memory_log(&exe, &[], &dir.join("nolibc_data.lackey"));
+    let exe = common::build::build_nolibc(&dir, "nolibc_data.c", &["-DFX_STATE"], "nolibc_data_fx");
+    let theirs = common::lackey::memory_log(&exe, &[], &dir.join("nolibc_data_fx.lackey"));
     let theirs: Vec<&str> = theirs.lines().filter(|l| !l.starts_with("==")).collect();
     for mode in [&[][..], &["--check"][..]] {
-        let text = ours(&exe, "nolibc_data", mode, &[]);
+        let text = ours(&exe, "nolibc_data_fx", mode, &[]);
         let ours: Vec<&str> = text.lines().collect();
         let first = ours.iter().zip(&theirs).position(|(a, b)| a != b);
         assert_eq!(first, None, "{mode:?}: first different line");
@@ -528,6 +529,12 @@ fn nolibc_data_equals_lackey_line_for_line() {
             .windows(2)
             .filter(|w| w[0].starts_with(" L ") && w[1].starts_with(" M "));
         assert!(lm.count() >= 2000, "{mode:?}: the locked forms ran");
+        let fx = ours.iter().filter(|l| l.ends_with(",160"));
+        assert_eq!(
+            fx.count(),
+            8 * 3,
+            "{mode:?}: the fxsave and fxrstor forms ran"
+        );
     }
 }
 
@@ -713,6 +720,111 @@ fn a_rep_faulting_mid_way_lists_its_iterations_around_the_handler() {
             check_rep_fault(&format!("{mode} fault at {h}"), &ours, h, *f);
         }
     }
+}
+
+/// `traces/rep_signal.c`: a 20 us timer stops `rep stosq` and `rep
+/// movsb` between iterations (at the page faults of fresh pages); its
+/// handler prints each delivery's context (at a `rep`: rcx, rsi, rdi).
+/// `--data` and `--data --check`: before each such handler run, the `rep`
+/// iterations that ran before the signal, their last store ending at the
+/// printed `rdi`; after it the `rep` resumes at the printed `rdi` (and
+/// `rsi`) with at most the printed `rcx` iterations (exactly, unless
+/// another signal stops it again). Before format 1.16 all the
+/// iterations came after the handler. About 3 s.
+#[test]
+fn a_rep_stopped_by_a_timer_lists_its_iterations_around_the_handler() {
+    let exe = build("rep_signal.c", Variant::new(Opt::O2, Link::NoPie, false));
+    let image = image_of(&exe);
+    let dir = common::scratch("data_trace");
+    let on_alarm = functions(&exe, &["on_alarm"])[0].0;
+    for mode in ["", "--check"] {
+        let trace = dir.join(format!("rep_signal{mode}.aet"));
+        let rec = record_rep_fault(&exe, mode, &[], &trace);
+        assert!(rec.status.success(), "{mode}: {}", rec.status);
+        let stdout = String::from_utf8_lossy(&rec.stdout);
+        let words = |p: &str| -> Vec<Vec<String>> {
+            (stdout.lines())
+                .filter_map(|l| l.strip_prefix(p))
+                .map(|l| l.split(' ').map(String::from).collect())
+                .collect()
+        };
+        let hex = |w: &str| u64::from_str_radix(w, 16).unwrap();
+        let sites = &words("sites ")[0];
+        let sites = [hex(&sites[0]), hex(&sites[1])];
+        let deliveries: Vec<(usize, [u64; 3])> = (words("signal ").iter())
+            .map(|w| {
+                (
+                    w[0].parse().unwrap(),
+                    [w[2].parse().unwrap(), hex(&w[4]), hex(&w[6])],
+                )
+            })
+            .collect();
+        let out = regen_lackey(&trace);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{mode}: {err}");
+        let ours = parse(&String::from_utf8_lossy(&out.stdout), image);
+        let entries: Vec<usize> = (0..ours.len()).filter(|&k| ours[k].0 == on_alarm).collect();
+        assert_eq!(entries.len(), deliveries.len(), "{mode}: handler runs");
+        let mut mid_way = 0;
+        for (&h, &(at, regs)) in entries.iter().zip(&deliveries) {
+            if at > 0 {
+                let tag = format!("{mode} signal at {h}");
+                mid_way += usize::from(check_rep_signal(&tag, &ours, h, sites[at - 1], regs));
+            }
+        }
+        assert!(
+            mid_way > 0,
+            "{mode}: no signal stopped a `rep` after some of its iterations"
+        );
+    }
+}
+
+/// Around the handler run entered at `ours[h]`, for a signal that stopped
+/// the `rep` at `rep` with `[rcx, rsi, rdi]` in its context: the
+/// iterations right before the handler (if any: whether there were) end
+/// their store at `rdi`; after the handler the `rep` resumes at `rdi` (and
+/// `rsi`, a `movs`) for `rcx` iterations, fewer when another handler
+/// stops it again first.
+fn check_rep_signal(
+    tag: &str,
+    ours: &[Insn],
+    h: usize,
+    rep: u64,
+    [rcx, rsi, rdi]: [u64; 3],
+) -> bool {
+    let store = |i: &Insn| i.2.iter().find(|r| r.0 == 'S').map(|r| (r.1, r.2));
+    let before = ours[..h].last().filter(|i| i.0 == rep && !i.2.is_empty());
+    if let Some(last) = before {
+        let end = store(last).map(|(a, size)| a + size);
+        assert_eq!(end, Some(rdi), "{tag}: the store before the signal");
+    }
+    let resumed = h + ours[h..]
+        .iter()
+        .position(|i| i.0 == rep)
+        .expect("the rep resumes");
+    let after = ours[resumed..]
+        .iter()
+        .take_while(|i| i.0 == rep && !i.2.is_empty());
+    let n = after.clone().count() as u64;
+    let stopped_again = ours.get(resumed + n as usize).is_some_and(|i| i.0 != rep);
+    match stopped_again {
+        true => assert!(
+            n <= rcx,
+            "{tag}: {n} iterations after the handler, {rcx} left"
+        ),
+        false => assert_eq!(n, rcx, "{tag}: iterations after the handler"),
+    }
+    if let Some(first) = after.clone().next() {
+        assert_eq!(
+            store(first).map(|(a, _)| a),
+            Some(rdi),
+            "{tag}: the first store after"
+        );
+        if first.2.len() == 2 {
+            assert_eq!(first.2[0].1, rsi, "{tag}: the first load after the handler");
+        }
+    }
+    before.is_some()
 }
 
 /// `aetrace record --data [MODE] -o TRACE -- EXE ARGS`, whatever its status.

@@ -4,7 +4,8 @@
  * program's: read-modify-writes (add to memory, xchg, lock xadd, inc),
  * rep movsb/stosq with data-dependent counts (0 included), loads and stores
  * straddling two cache lines, push and pop of a memory operand, 16-byte SSE
- * loads and stores. Its stack is a page-aligned static array, so every data
+ * loads and stores; with -DFX_STATE also fxsave (through a register) and
+ * fxrstor64 (rip-relative) of 512-byte areas. Its stack is a page-aligned static array, so every data
  * address is a link-time one, the same under valgrind as in a recorded run.
  * It reads nothing the kernel laid out (not even argc): valgrind lackey's
  * text of it equals `aetrace regen --format lackey`'s line for line.
@@ -64,10 +65,26 @@ __attribute__((noinline)) static void print_hex(u64 v) {
                      : "rcx", "r11", "memory");
 }
 
+#ifdef FX_STATE
+static unsigned char fx[512] __attribute__((aligned(16)));
+
+/* fxsave to buf at a 16-aligned offset that varies, then fxrstor64 of
+ * the same state from fx. */
+__attribute__((noinline)) static void fx_state(u64 i) {
+    unsigned char *p = buf + ((i * 48) & 4095);
+    __asm__ volatile("fxsave %0" : "=m"(*(unsigned char(*)[512])p));
+    __asm__ volatile("fxsave64 %0\n\tfxrstor64 %0" : "+m"(fx));
+}
+#endif
+
 __attribute__((noreturn, used)) static void start_c(void) {
     u64 x = 1;
     for (u64 i = 0; i < 1000; i++)
         x = step(i, x);
+#ifdef FX_STATE
+    for (u64 i = 0; i < 8; i++)
+        fx_state(i);
+#endif
     for (int k = 0; k < 64; k++)
         x += counters[k] + buf[k * 128];
     print_hex(x);

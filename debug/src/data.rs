@@ -112,8 +112,9 @@ pub struct Values {
 enum Mark {
     /// A handler was entered: its values start at value `at` (the
     /// SIGNAL record's place), and the unread ones before it are the
-    /// interrupted instruction's early values.
-    Deliver { at: usize, offset: u64 },
+    /// interrupted instruction's early values; `rep`: a `rep` string
+    /// instruction's three registers come first (format 1.16).
+    Deliver { at: usize, offset: u64, rep: bool },
     /// The handler of the SIGNAL record at `offset` returned, having
     /// `moved` the rip or not.
     Return { offset: u64, moved: bool },
@@ -145,7 +146,14 @@ fn marks<B: AsRef<[u8]> + Sync>(
                     Event::Run(r) if r.faults => marks.push((pos, Mark::Fault)),
                     Event::Signal { offset, .. } => {
                         match signals.iter().find(|s| s.offset == offset) {
-                            Some(s) => marks.push((pos, Mark::Deliver { at: s.at, offset })),
+                            Some(s) => marks.push((
+                                pos,
+                                Mark::Deliver {
+                                    at: s.at,
+                                    offset,
+                                    rep: s.rep,
+                                },
+                            )),
                             None => bad = Some(offset),
                         }
                     }
@@ -226,7 +234,7 @@ impl Cursor {
             }
             self.mark += 1;
             match m {
-                Mark::Deliver { at, offset } => self.deliver(at, offset)?,
+                Mark::Deliver { at, offset, rep } => self.deliver(at, offset, rep)?,
                 Mark::Return { offset, moved } => self.sigreturn(offset, moved)?,
                 Mark::Fault => fault = true,
             }
@@ -236,8 +244,10 @@ impl Cursor {
 
     /// A handler was entered (as `regen`'s data walk, `deliver`): the
     /// unread values before value `at` are saved as the interrupted
-    /// instruction's, and the handler reads from `at` on.
-    fn deliver(&mut self, at: usize, offset: u64) -> Result<(), String> {
+    /// instruction's, and the handler reads from `at` on, after a `rep`
+    /// string instruction's registers when its SIGNAL says so (`rep`,
+    /// format 1.16; a fault's from 1.13, [`Data::fault`]).
+    fn deliver(&mut self, at: usize, offset: u64, rep: bool) -> Result<(), String> {
         if at < self.next {
             return Err(format!(
                 "the values were read past the SIGNAL record at stream offset {offset}"
@@ -247,7 +257,8 @@ impl Cursor {
         early.push(self.next..at);
         let prev = self.prev.take();
         self.saved.enter(offset, Saved { early, prev });
-        self.next = at + std::mem::take(&mut self.after_signal);
+        let regs = std::mem::take(&mut self.after_signal);
+        self.next = at + if rep { 3 } else { regs };
         Ok(())
     }
 

@@ -96,6 +96,11 @@ pub struct SignalAt {
     /// The record came right after ENTER(`raw`), before the stub's
     /// `rsp` value: that value is the first after the handler.
     pub enter: Option<u32>,
+    /// The interrupted rip (run-time, in the copy, after the fix-up).
+    pub rip: u64,
+    /// The interrupted `rep` string instruction's `rcx`, `rsi` and `rdi`
+    /// are the three values right after the record (format 1.16).
+    pub rep: bool,
 }
 
 /// One item of a thread's data, in stream order ([`DataCursor`]).

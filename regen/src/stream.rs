@@ -72,6 +72,10 @@ pub mod kind {
     /// SIGRETURN: a traced handler returned; the rip the thread resumes
     /// at, mapped as SIGNAL's (format 1.11).
     pub const SIGRETURN: u8 = 20;
+    /// Set in a SIGNAL's or FAULT's signal number when the interrupted
+    /// `rep` string instruction's `rcx`, `rsi` and `rdi` follow as three
+    /// VALUEs (format 1.16; the runtime's `layout::SIGNAL_REP_REGISTERS`).
+    pub const SIGNAL_REP_REGISTERS: u32 = 1 << 8;
 
     /// Total length of a record of `kind`, `None` for an unknown kind.
     pub fn len(kind: u8) -> Option<usize> {
@@ -111,6 +115,9 @@ pub enum Item {
         count: Option<u32>,
         /// A FAULT record: the signal ended the process there.
         fault: bool,
+        /// The interrupted `rep` string instruction's `rcx`, `rsi` and
+        /// `rdi` follow as three VALUEs ([`kind::SIGNAL_REP_REGISTERS`]).
+        rep: bool,
     },
     /// SETJMP_RESUME: the setjmp-like call of block `block` of procedure
     /// `tag << 24 | proc` returned again, with `rsp` (its SETJMP's).
@@ -170,6 +177,7 @@ impl Item {
                 rip,
                 count: Some(n),
                 fault,
+                ..
             } => format!(
                 "{}({signo}, {rip:#x}, transfer {n})",
                 if fault { "FAULT" } else { "SIGNAL" }
@@ -592,13 +600,21 @@ impl<'t> Stream<'t> {
                     continue;
                 }
                 Item::End => return Ok(None),
-                Item::Signal { signo, fault, .. } => {
+                Item::Signal {
+                    signo,
+                    rip,
+                    fault,
+                    rep,
+                    ..
+                } => {
                     return Ok(Some(crate::DataItem::Signal(crate::SignalAt {
                         at,
                         signo,
                         fault,
                         offset,
                         enter,
+                        rip,
+                        rep,
                     })))
                 }
                 _ => {}
@@ -753,13 +769,18 @@ impl<'t> Stream<'t> {
                 rip: le(&p[4..]),
                 count: None,
                 fault: false,
+                rep: false,
             },
-            kind::SIGNAL | kind::FAULT => Item::Signal {
-                signo: le(&p[..4]) as u32,
-                rip: le(&p[4..12]),
-                count: Some(le(&p[12..]) as u32),
-                fault: k == kind::FAULT,
-            },
+            kind::SIGNAL | kind::FAULT => {
+                let signo = le(&p[..4]) as u32;
+                Item::Signal {
+                    signo: signo & !kind::SIGNAL_REP_REGISTERS,
+                    rip: le(&p[4..12]),
+                    count: Some(le(&p[12..]) as u32),
+                    fault: k == kind::FAULT,
+                    rep: signo & kind::SIGNAL_REP_REGISTERS != 0,
+                }
+            }
             kind::SETJMP_RESUME => Item::SetjmpResume {
                 proc: le(&p[..4]) as u32,
                 rsp: le(&p[4..12]),

@@ -2347,8 +2347,9 @@ fn emit_signal_entry(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedEr
     // caller of the entry point it interrupted, or where the restorer it
     // interrupted returns; xfers the thread's
     // transfer count (no transfer completes inside this stub).
+    rep_flag(a, l, false)?;
     write_signal_record(a, RecordKind::Signal)?;
-    rep_fault_registers(a, l)?;
+    rep_registers(a)?;
     // The handler sees the native rip: its interrupted rip, when that is
     // the copy of an instruction, becomes the instruction's original
     // address (`sigreturn` maps it back).
@@ -2542,25 +2543,28 @@ fn gregs_values(a: &mut CodeAssembler, gregs: &[i32]) -> Result<(), IcedError> {
     Ok(())
 }
 
-/// After a SIGNAL or FAULT record (r12d the signal number, r13 the gregs,
-/// r14 the rip written): when the signal is a fault ([`FAULTING`]) a
-/// `rep` string instruction raised (`movs`, `stos`, `lods`, `ins`, `outs`
-/// with a `rep`/`repne` prefix, at the context's rip itself) in a
-/// `--data` executable, its `rcx`, `rsi` and `rdi` at the fault as three
-/// VALUEs (format 1.13): the data walk tells from them how many
-/// iterations ran before the fault, and where the instruction resumes.
+/// Before a SIGNAL or FAULT record (r12d the signal number, r13 the
+/// gregs, r14 the rip to write): when the context's rip is a `rep` string
+/// instruction's own (`movs`, `stos`, `lods`, `ins`, `outs` with a
+/// `rep`/`repne` prefix; r14 at it, no window) in a `--data` executable,
+/// sets [`SIGNAL_REP_REGISTERS`] in r12d, so that the record says
+/// [`rep_registers`] follow (format 1.16; from 1.13 to 1.15 only a fault's,
+/// unflagged). A FAULT's (`faults_only`) only for a fault ([`FAULTING`]):
+/// the walk reads them where the instruction's fault ends the thread.
 /// The same test as the walk's (`addr::full::registers_at_fault`), by the
 /// bytes: prefixes, then the opcode. Clobbers rax, rbx, rcx, rdx, rsi, r8.
-fn rep_fault_registers(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
+fn rep_flag(a: &mut CodeAssembler, l: &mut Labels, faults_only: bool) -> Result<(), IcedError> {
     let mut none = a.create_label();
     let (mut lp, mut rep, mut next) = (a.create_label(), a.create_label(), a.create_label());
     let (mut opcode, mut string) = (a.create_label(), a.create_label());
-    // `bt` takes the bit number modulo 32: a real-time signal is no fault.
-    a.cmp(r12d, 31)?;
-    a.ja(none)?;
-    a.mov(eax, FAULTING)?;
-    a.bt(eax, r12d)?;
-    a.jae(none)?;
+    if faults_only {
+        // `bt` takes the bit number modulo 32: a real-time signal is no fault.
+        a.cmp(r12d, 31)?;
+        a.ja(none)?;
+        a.mov(eax, FAULTING)?;
+        a.bt(eax, r12d)?;
+        a.jae(none)?;
+    }
     a.cmp(r14, qword_ptr(r13 + 16 * 8))?;
     a.jne(none)?;
     unless_registers(a, l, none)?;
@@ -2599,6 +2603,17 @@ fn rep_fault_registers(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), Iced
     a.cmp(eax, 4)?;
     a.jae(none)?;
     a.set_label(&mut string)?;
+    a.or(r12d, SIGNAL_REP_REGISTERS)?;
+    a.set_label(&mut none)
+}
+
+/// After the SIGNAL or FAULT record [`rep_flag`] flagged: the context's
+/// `rcx`, `rsi` and `rdi` (r13 the gregs) as three VALUEs, and r12d the
+/// signal number again. Clobbers rax, rcx.
+fn rep_registers(a: &mut CodeAssembler) -> Result<(), IcedError> {
+    let mut none = a.create_label();
+    a.btr(r12d, SIGNAL_REP_REGISTERS.trailing_zeros())?;
+    a.jae(none)?;
     gregs_values(a, &[GREGS[1], GREGS[6], GREGS[7]])?;
     a.set_label(&mut none)
 }
@@ -2794,8 +2809,9 @@ fn emit_fault(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.mov(r14, qword_ptr(r13 + 16 * 8))?;
     a.mov(qword_ptr(rsp + 16), r14)?;
     a.call(l.map_caller)?;
+    rep_flag(a, l, true)?;
     write_signal_record(a, RecordKind::Fault)?;
-    rep_fault_registers(a, l)?;
+    rep_registers(a)?;
     // SIGILL, SIGBUS, SIGFPE or SIGSEGV the kernel raised (si_code > 0:
     // a fault, or SI_KERNEL for a general protection fault) at a rip the
     // fix-up left as it was: return to the instruction. (Any other

@@ -236,6 +236,14 @@ pub const ESCAPE: u8 = 0xFF;
 /// Set in the kind byte while the record's payload is being written.
 pub const KIND_PENDING: u8 = 0x80;
 
+/// Set in a SIGNAL's or FAULT's signal number (format 1.16) when the
+/// interrupted rip is a `rep` string instruction's own (`movs`, `stos`,
+/// `lods`, `ins`, `outs`) in a `--data` executable's trace: the context's
+/// `rcx`, `rsi` and `rdi` follow as three VALUEs, which say how many of
+/// its iterations ran before the signal (docs/data.md, "Signals with
+/// data"). The regenerator's `stream::kind::SIGNAL_REP_REGISTERS`.
+pub const SIGNAL_REP_REGISTERS: u32 = 1 << 8;
+
 /// Escape record kinds. Record layout: `[0xFF][kind][payload]`, payload
 /// little-endian, total length [`RecordKind::encoded_len`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -250,6 +258,8 @@ pub enum RecordKind {
     /// pending witness stores and advanced it), then `u32` the thread's
     /// transfer count ([`S_XFERS`]) at the interruption. Kind 15 since
     /// format 1.2; kind 3 (format 1.1, no count) is no longer written.
+    /// The signal number has [`SIGNAL_REP_REGISTERS`] set when three VALUEs
+    /// follow (format 1.16).
     Signal = 15,
     /// A setjmp-like call returned again (a longjmp, traced or not, came
     /// back to it; written at its return point when `eax != 0`): `u32`

@@ -147,13 +147,28 @@ fn feed<S: Sink + ?Sized>(
     rep: Option<(u64, u64)>,
 ) -> Result<(), Error> {
     let ip = base.wrapping_add(c.ip);
-    let Some((count, flags)) = rep else {
+    let Some(rep) = rep else {
         sink.insn(at, ip, c.len)?;
         for (r, &a) in refs.iter().zip(addrs) {
             sink.data(r.access, a, r.size)?;
         }
         return Ok(());
     };
+    iterations(sink, at, (c, base), (refs, addrs), rep)?;
+    sink.insn(at, ip, c.len)
+}
+
+/// The first `count` iterations of a `rep` string instruction (`flags`
+/// its `rflags`: the direction), each its fetch and references, without
+/// the final fetch that finds `rcx` zero.
+fn iterations<S: Sink + ?Sized>(
+    sink: &mut S,
+    at: u32,
+    (c, base): (&InsnCode, u64),
+    (refs, addrs): (&[RefCode], &[u64]),
+    (count, flags): (u64, u64),
+) -> Result<(), Error> {
+    let ip = base.wrapping_add(c.ip);
     let dir: i64 = if flags & DF != 0 { -1 } else { 1 };
     for n in 0..count {
         sink.insn(at, ip, c.len)?;
@@ -162,7 +177,7 @@ fn feed<S: Sink + ?Sized>(
             sink.data(r.access, a.wrapping_add(step), r.size)?;
         }
     }
-    sink.insn(at, ip, c.len)
+    Ok(())
 }
 
 /// The two text formats as a sink.
@@ -591,7 +606,8 @@ impl<'t> Values<'t> {
             return Ok(());
         };
         let mut left = (self.win.values.len() - self.next) as u64;
-        // The records left, the first two kept; values after the first.
+        // The records left, the first two kept; values after the first
+        // (a FAULT in untraced code's `rep` has its three registers).
         let (mut sigs, mut after) = (Vec::new(), 0);
         c.rest(&mut |item| match item {
             DataItem::Value(..) if sigs.is_empty() => left += 1,
@@ -601,7 +617,7 @@ impl<'t> Values<'t> {
         })?;
         match sigs[..] {
             [] if left == 0 => Ok(()),
-            [f] if f.fault && after == 0 => Ok(()),
+            [f] if f.fault && after == if f.rep { 3 } else { 0 } => Ok(()),
             [s, ..] => Err(format!(
                 "thread {}: its SIGNAL({}) at stream offset {} was not delivered by the walk",
                 t.0, s.signo, s.offset

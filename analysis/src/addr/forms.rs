@@ -17,6 +17,8 @@
 //! - `bt`/`bts`/`btr`/`btc` with a register bit offset touch the one byte
 //!   `sar(offset, 3)` past the operand (VEX's translation);
 //! - a gather is one load per lane (the lanes' index is a vector register);
+//! - `fxsave`/`fxrstor` are 18 references of their 512-byte area, as VEX
+//!   splits them (x87 state, MXCSR, the XMM registers: `fx_refs`);
 //! - `lea`, `nop` and prefetches touch nothing.
 //!
 //! Updates say how each general-purpose register (and the flags) written
@@ -25,8 +27,8 @@
 //! memory, vector or system state, or a callee's result, as `Opaque`.
 //!
 //! Not pinned by a test against lackey yet (issue 21's golden program):
-//! `fxsave`/`xsave` (one event of their architectural size, `xsave` size
-//! 0), masked vector moves (one event of the vector's size), gathers.
+//! `xsave` (one event of size 0: its size depends on XCR0 and the mask),
+//! masked vector moves (one event of the vector's size), gathers.
 
 use iced_x86::{
     FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register,
@@ -137,6 +139,9 @@ fn refs(insn: &Instruction, mem: &[UsedMemory]) -> Vec<MemRef> {
         (true, true) => Repeat::Rcx,
         _ => Repeat::Once,
     };
+    if let (Some(access), [m]) = (fx_access(insn), mem) {
+        return fx_refs(access, addr_of(m));
+    }
     let mut out = Vec::with_capacity(mem.len());
     for m in mem {
         let Some(access) = access_of(m.access()) else {
@@ -172,6 +177,34 @@ fn refs(insn: &Instruction, mem: &[UsedMemory]) -> Vec<MemRef> {
     // Lackey's order: VEX loads before it stores (`movs`: L then S).
     out.sort_by_key(|r| r.access == Access::Store);
     out
+}
+
+/// `fxsave` (a store) or `fxrstor` (a load), with or without REX.W.
+fn fx_access(insn: &Instruction) -> Option<Access> {
+    match insn.mnemonic() {
+        Mnemonic::Fxsave | Mnemonic::Fxsave64 => Some(Access::Store),
+        Mnemonic::Fxrstor | Mnemonic::Fxrstor64 => Some(Access::Load),
+        _ => None,
+    }
+}
+
+/// The 512-byte area at `addr` as VEX's `fxsave`/`fxrstor` touch it
+/// (measured with valgrind 3.19's lackey, `traces/nolibc_data.c`): the
+/// first 160 bytes (the x87 state), 8 at +24 (MXCSR and its mask), then
+/// each of the 16 XMM registers, 16 bytes from +160.
+fn fx_refs(access: Access, addr: AddrExpr) -> Vec<MemRef> {
+    let at = |off: u64, size: u32| MemRef {
+        access,
+        size,
+        addr: AddrExpr {
+            disp: addr.disp.wrapping_add(off),
+            ..addr
+        },
+        repeat: Repeat::Once,
+        stored: None,
+    };
+    let xmm = (0..16).map(|k| at(160 + 16 * k, 16));
+    [at(0, 160), at(24, 8)].into_iter().chain(xmm).collect()
 }
 
 /// Whether VEX translates `insn`'s read-modify-write as a load and then a

@@ -169,6 +169,7 @@ impl<'a> Machine<'a> {
                     rip,
                     count,
                     fault,
+                    ..
                 },
                 off,
                 len,

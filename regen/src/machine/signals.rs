@@ -194,6 +194,7 @@ impl<'a> Machine<'a> {
                 rip,
                 count,
                 fault,
+                ..
             } => Some(Flow::Signal(Interrupt {
                 signo,
                 rip,

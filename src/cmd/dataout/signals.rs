@@ -25,6 +25,11 @@
 //! handler below it returns (or the thread ends): K never ran, and its
 //! early values are never read.
 //!
+//! A `rep` string instruction stopped after some iterations, by its fault
+//! (format 1.13) or by an asynchronous signal (format 1.16, the SIGNAL
+//! flagged), has its `rcx`, `rsi` and `rdi` right after the record: the
+//! iterations that ran are listed before the handler, the rest after it.
+//!
 //! A handler may move the rip (skip a faulting load, format 1.11's
 //! SIGRETURN): the interrupted instruction then never runs, its early
 //! values are dropped, and the thread goes on at another instruction's
@@ -42,15 +47,15 @@
 //! [`Event::Signal`]: aetrace_regen::visit::Event::Signal
 //! [`Event::SigReturn`]: aetrace_regen::visit::Event::SigReturn
 
-use super::{feed, Error, Sink, ThreadExec, Values, Writer, WINDOW};
+use super::{feed, iterations, Error, Sink, ThreadExec, Values, Writer, WINDOW};
 use aetrace_analysis::addr::exec::code::BlockCode;
 use aetrace_analysis::addr::exec::InsnAddrs;
 use aetrace_analysis::addr::full::{self, Recorded};
 use aetrace_analysis::addr::{Gpr, Repeat};
-use aetrace_regen::compile::Module;
+use aetrace_regen::compile::{Module, SigAt};
 use aetrace_regen::handlers::Handlers;
 use aetrace_regen::visit::{BlockRun, Visit};
-use aetrace_regen::DataValues;
+use aetrace_regen::{DataValues, SignalAt};
 use std::rc::Rc;
 
 /// A faulting instruction run on its early values: its code, the values
@@ -84,12 +89,12 @@ struct Saved {
 impl Values<'_> {
     /// Takes the values up to the thread's next SIGNAL record, which must
     /// be the one of `signo` at stream `offset` (`want`; `None`: the
-    /// thread's FAULT), and that record: the early values, and the ENTER
-    /// the first value after the handler follows.
+    /// thread's FAULT), and that record: the early values, the ENTER the
+    /// first value after the handler follows, and the record.
     fn until_signal(
         &mut self,
         want: Option<(u32, u64)>,
-    ) -> Result<(DataValues, Option<u32>), String> {
+    ) -> Result<(DataValues, Option<u32>, SignalAt), String> {
         let t = self.thread.map_or(0, |t| t.0);
         let mut early = DataValues::default();
         let rest = self.next;
@@ -120,7 +125,7 @@ impl Values<'_> {
                 None => format!("thread {t}: a `rep` string instruction's fault ended the thread, but its next record after the walk's values is no FAULT"),
             })?;
         let enter = sig.enter.or(carried.filter(|_| more == 0));
-        Ok((early, enter))
+        Ok((early, enter, sig))
     }
 
     /// Puts `early` before the values not read yet; `enter`: the first of
@@ -157,9 +162,11 @@ impl<S: Sink> Writer<'_, '_, S> {
         signo: u32,
         offset: u64,
     ) -> Result<(), Error> {
-        let (mut early, enter) = self.values.until_signal(Some((signo, offset)))?;
+        let (mut early, enter, sig) = self.values.until_signal(Some((signo, offset)))?;
         if let Some(r) = self.sig.rep.take() {
-            self.rep_fault(visit, r, &mut early)?;
+            self.rep_stopped(visit, r, &mut early, true)?;
+        } else if sig.rep {
+            self.rep_signal(visit, sig.rip, &mut early)?;
         }
         let state = std::mem::take(&mut self.state);
         self.sig.saved.enter(
@@ -251,26 +258,66 @@ impl<S: Sink> Writer<'_, '_, S> {
         visit: &Visit<'_, B>,
     ) -> Result<(), Error> {
         if let Some(r) = self.sig.rep.take() {
-            let (mut early, _) = self.values.until_signal(None)?;
-            self.rep_fault(visit, r, &mut early)?;
+            let (mut early, ..) = self.values.until_signal(None)?;
+            self.rep_stopped(visit, r, &mut early, true)?;
         }
         self.values.finish()
     }
 
-    /// Run `r`, a `rep` string instruction, raised a fault after some of
-    /// its iterations (format 1.13): its `rcx`, `rsi` and `rdi` at the
-    /// fault are the next three values, after its SIGNAL or FAULT, and
+    /// An asynchronous signal stopped a `rep` string instruction at `rip`
+    /// (its SIGNAL flagged, format 1.16): its registers are the next three
+    /// values. In traced code (the copy of an instruction, not
+    /// instrumentation) the iterations before the signal are listed now,
+    /// before the handler's; in untraced code the three are passed over.
+    #[cold]
+    fn rep_signal<B: AsRef<[u8]> + Sync>(
+        &mut self,
+        visit: &Visit<'_, B>,
+        rip: u64,
+        early: &mut DataValues,
+    ) -> Result<(), Error> {
+        let copied =
+            (visit.modules().iter().zip(0..)).find_map(|(m, module)| match m.locate(rip) {
+                Ok((SigAt::Insn { block, insn }, false)) => Some(BlockRun {
+                    module,
+                    block,
+                    first: insn,
+                    end: insn + 1,
+                    faults: false,
+                }),
+                _ => None,
+            });
+        let Some(r) = copied else {
+            self.take(3)?;
+            return Ok(());
+        };
+        let m = &visit.modules()[r.module as usize];
+        if !full::registers_at_fault(&self.decoded(m, r.module, r.block)?[r.first as usize].prog) {
+            return Err(format!(
+                "thread {}: a SIGNAL at {rip:#x} gives a `rep` string instruction's registers, but the instruction there is none",
+                self.thread_no()
+            )
+            .into());
+        }
+        self.rep_stopped(visit, r, early, false)
+    }
+
+    /// Run `r`, a `rep` string instruction, stopped after some of its
+    /// iterations: it raised a fault (`faulted`, format 1.13) or an
+    /// asynchronous signal came (format 1.16). Its `rcx`, `rsi` and `rdi`
+    /// then are the next three values, after its SIGNAL or FAULT, and
     /// `early` holds the values it wrote before. Lists the iterations
-    /// before the fault, then the faulting one's fetch alone (lackey's
+    /// before the stop, then a faulting one's fetch alone (lackey's
     /// order), and makes its early values and the state say what the
     /// instruction resumes with, so that after the handler it runs the
     /// iterations left from where it stopped.
     #[cold]
-    fn rep_fault<B: AsRef<[u8]> + Sync>(
+    fn rep_stopped<B: AsRef<[u8]> + Sync>(
         &mut self,
         visit: &Visit<'_, B>,
         r: BlockRun,
         early: &mut DataValues,
+        faulted: bool,
     ) -> Result<(), Error> {
         let regs = self.take(3)?;
         let at_fault = |g: Gpr| match g.0 {
@@ -284,23 +331,23 @@ impl<S: Sink> Writer<'_, '_, S> {
         let (count, flags) = got.rep.ok_or("internal: a `rep` without its count")?;
         let done = count.checked_sub(regs[0]).ok_or_else(|| {
             format!(
-                "thread {}: a `rep` string instruction at {:#x} faulted with rcx {:#x}, above the {count} it started with",
+                "thread {}: a `rep` string instruction at {:#x} stopped with rcx {:#x}, above the {count} it started with",
                 self.thread_no(),
                 m.load_base.wrapping_add(code.insns[0].ip),
                 regs[0]
             )
         })?;
         self.count(&code, 0, done);
-        if m.shown {
+        if m.shown && (faulted || done > 0) {
             self.sink.run(r);
-            let c = (&code.insns[0], m.load_base);
-            feed(
-                self.sink,
-                r.first,
-                c,
-                (code.refs(0), &got.addrs),
-                Some((done, flags)),
-            )?;
+            let (c, refs) = (
+                (&code.insns[0], m.load_base),
+                (code.refs(0), &got.addrs[..]),
+            );
+            match faulted {
+                true => feed(self.sink, r.first, c, refs, Some((done, flags)))?,
+                false => iterations(self.sink, r.first, c, refs, (done, flags))?,
+            }
         }
         let insns = self.decoded(m, r.module, r.block)?;
         let refs = &insns[r.first as usize].prog.refs;
