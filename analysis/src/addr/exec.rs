@@ -511,7 +511,8 @@ const WALK_BLOCKS: usize = 64;
 /// that loses it). Whether a reference's other registers are known is
 /// read from the knowledge with every candidate marked, then with the
 /// marks that chose (three rounds: a definition often pays only when
-/// another does, `rax = window + edx` with `rsi` loaded). The rule depends
+/// another does, `rax = window + edx` with `rsi` loaded). Joins are closed
+/// too ([`join_candidates`]). The rule depends
 /// only on the instructions and the edges, so the rewriter and the
 /// regenerator mark the same instructions.
 pub fn mark_definitions(
@@ -542,6 +543,7 @@ pub fn mark_definitions(
             }
         }
     }
+    let defs = candidates.len();
     candidates.extend(join_candidates(p, returns, blocks, &ways, &candidates));
     let mut marks = candidates.clone();
     for _round in 0..3 {
@@ -553,17 +555,22 @@ pub fn mark_definitions(
             succs: &succs,
             at: &at,
         };
-        marks = (candidates.iter().copied())
-            .filter(|&(b, i, g)| walk.feeds((b, i), g))
+        marks = (candidates.iter().enumerate())
+            .filter(|&(n, &(b, i, g))| {
+                walk.feeds((b, i), g) || (n >= defs && walk.closes(b, g, &ways))
+            })
+            .map(|(_, &c)| c)
             .collect();
     }
     set_marks(blocks, &marks);
 }
 
 /// Candidates that close a join ([`mark_definitions`]): register `g`
-/// recorded before the last instruction of a predecessor that does not
-/// know it at its end, where every other way into a block knows it, with
-/// every definition candidate `defs` marked. Without it the join forgets
+/// (`rsp` too) recorded before the last instruction of a predecessor that
+/// does not know it at its end, where every other way into a block knows
+/// it, with every definition candidate `defs` marked; kept when `g` feeds
+/// two references ([`Walk::feeds`]) or the join block uses it
+/// ([`Walk::closes`]). Without it the join forgets
 /// `g` on every run (gzip's `longest_match`: the chain loop's head learns
 /// its index again by recording an address per iteration, though the
 /// loop's own edge knows it from a value recorded once per iteration);
@@ -593,7 +600,7 @@ fn join_candidates(
         let Some(preds) = preds else { continue };
         let some = preds.iter().fold(0, |s, &q| s | out[q].0);
         let all = preds.iter().fold(ALL.0, |s, &q| s & out[q].0);
-        let lost = RegSet(some & !all & !(1 << Gpr::RSP.0));
+        let lost = RegSet(some & !all);
         for &q in &preds {
             let Some(last) = blocks[q].len().checked_sub(1) else {
                 continue;
@@ -704,6 +711,23 @@ impl Walk<'_> {
             }
         }
         false
+    }
+
+    /// Whether recording `g` at the end of block `q` closes a join that
+    /// pays for it: a successor with several ways in that knows `g` at its
+    /// start (every other way knows it at its end) and whose own
+    /// references `g` feeds. Left open, every run of the join pays a value
+    /// there, whichever way it came (a loop head: every iteration, though
+    /// only the entry's way lost it, gzip's `updcrc` pointer); closed, only
+    /// the runs of `q` do, and those are no more than the join's runs that
+    /// come from `q` plus those of `q`'s other successors.
+    fn closes(&self, q: usize, g: Gpr, ways: &[Vec<WayIn>]) -> bool {
+        let t = RegSet(1 << g.0);
+        self.succs[q].iter().any(|&s| {
+            ways[s].len() > 1
+                && self.at[s].first().is_some_and(|k| k.0 & t.0 != 0)
+                && self.block(s, 0, t).0 > 0
+        })
     }
 
     /// The references of block `b` from instruction `from` that `t` feeds,

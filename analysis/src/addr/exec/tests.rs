@@ -344,11 +344,15 @@ fn alignment_padding_is_no_way_in() {
         indirect: true,
         ..call_db(CallTarget::External)
     });
+    // Not padding: a way into the loop head that knows nothing, so the
+    // join is closed on it (format 1.17): block 3 records `rsp`.
+    let only_rsp = RegSet(1 << Gpr::RSP.0);
     assert!(!padding(&wild, &blocks)[3]);
     assert_eq!(
         entry_knowledge(&wild, &Returns::default(), &mut blocks)[1],
-        RegSet(0)
+        only_rsp
     );
+    assert_eq!(blocks[3][0].1.before, only_rsp);
     let mut reached = p.clone();
     reached.edges.push(EdgeDb {
         from: 2,
@@ -361,8 +365,9 @@ fn alignment_padding_is_no_way_in() {
     assert!(!padding(&p, &blocks)[3]);
     assert_eq!(
         entry_knowledge(&p, &Returns::default(), &mut blocks)[1],
-        RegSet(0)
+        only_rsp
     );
+    assert_eq!(blocks[3][0].1.before, only_rsp);
 }
 
 /// One block of procedure `f` (no edges): its database entry.
@@ -561,4 +566,32 @@ fn a_join_is_closed_on_the_way_that_loses_the_register() {
     assert_eq!(blocks[0][1].1.before, want, "the entry's way records rdx");
     assert_eq!(blocks[2][1].1.before, want, "the latch records its load");
     assert_eq!(values_per_block(&known, &blocks), [1, 0, 1]);
+}
+
+/// gzip's `updcrc` in small: a loop over a pointer argument, `rdi`,
+/// which the entry does not know. The head's first use would teach it
+/// back, so the join's walk counts one use and the head used to record
+/// `[rdi]` every iteration (the loop's own edge knows it); closing the
+/// join records `rdi` once, at the entry's way.
+#[test]
+fn a_join_whose_head_uses_the_register_is_closed_though_it_would_teach_it() {
+    let mut blocks = vec![
+        progs(&asm(|a| {
+            a.mov(rcx, 0x7000u64)?;
+            a.nop()
+        })),
+        progs(&asm(|a| {
+            a.movzx(eax, byte_ptr(rdi))?;
+            a.add(rdi, 1)?;
+            a.nop()
+        })),
+    ];
+    let p = plain_proc(&blocks, &[(0, 1), (1, 1)]);
+    let head = Exec::plan_block(RegSet(0), &blocks[1], false).0;
+    assert_eq!(head[0].as_ref().unwrap(), &[Recorded::Addr(0)]);
+    let known = entry_knowledge(&p, &Returns::default(), &mut blocks);
+    let mut want = RegSet::default();
+    want.insert(Gpr(7));
+    assert_eq!(blocks[0][1].1.before, want, "the entry's way records rdi");
+    assert_eq!(values_per_block(&known, &blocks), [1, 0]);
 }
