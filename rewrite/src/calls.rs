@@ -102,7 +102,14 @@ impl<'t> Calls<'t> {
             traced,
             plt0,
             lazy_stubs: match rw.how {
-                How::Trace(_) => recorded_stubs(prog, |q| traced.is_traced(q), plt0),
+                // An early stub's slot, which ld.so binds before the
+                // copies are mapped, keeps its original value: the copy
+                // compares it (`Traced::early`).
+                How::Trace(_) => recorded_stubs(
+                    prog,
+                    |q| traced.is_traced(q) && !traced.early.contains(&q),
+                    plt0,
+                ),
                 How::Count(_) => HashMap::new(),
             },
             fork_tails,

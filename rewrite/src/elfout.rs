@@ -159,6 +159,11 @@ pub struct Additions {
     pub segments: Vec<NewSegment>,
     /// Overwrites of the original image (springboards), non-overlapping.
     pub patches: Vec<Patch>,
+    /// Overwrites the executable's runtime makes at its init, after
+    /// ld.so's early calls into this object ([`Additions::detached`]
+    /// only): a table after the descriptor (`detach`), none overlapping
+    /// another or one of `patches`.
+    pub late_patches: Vec<Patch>,
     /// A function (link-time vaddr) to run before anything else of the
     /// program: the first entry of `DT_PREINIT_ARRAY`, called with argc,
     /// argv, envp. Only for dynamically linked executables; static ones
@@ -1028,14 +1033,19 @@ fn clear_cet(img: &Image, out: &mut [u8]) -> Result<()> {
     Ok(())
 }
 
-fn apply_patches(img: &Image, out: &mut [u8], patches: &[Patch]) -> Result<()> {
-    let mut spans: Vec<(u64, u64)> = Vec::with_capacity(patches.len());
-    for p in patches {
+/// Writes `patches` into `out`; `late` ones (the runtime's, at init) must
+/// fit as well, and none may overlap another.
+fn apply_patches(img: &Image, out: &mut [u8], patches: &[Patch], late: &[Patch]) -> Result<()> {
+    let mut spans: Vec<(u64, u64)> = Vec::with_capacity(patches.len() + late.len());
+    let now = patches.iter().map(|p| (p, true));
+    for (p, now) in now.chain(late.iter().map(|p| (p, false))) {
         let len = p.bytes.len() as u64;
         let off = img
             .offset_of(p.vaddr, len)
             .ok_or_else(|| img.err(Refusal::PatchOutside { at: p.vaddr, len }))?;
-        put(out, off, &p.bytes).ok_or_else(|| img.err(Refusal::PatchOutOfFile))?;
+        if now {
+            put(out, off, &p.bytes).ok_or_else(|| img.err(Refusal::PatchOutOfFile))?;
+        }
         spans.push((p.vaddr, p.vaddr + len));
     }
     spans.sort_unstable();
@@ -1053,7 +1063,12 @@ pub fn write(path: &Path, elf: &[u8], add: &Additions) -> Result<Vec<u8>> {
     let next_free = check_segments(&img, add, img.first_free(place)?)?;
 
     let mut out = elf.to_vec();
-    apply_patches(&img, &mut out, &add.patches)?;
+    if !add.detached && !add.late_patches.is_empty() {
+        return Err(img.err(Refusal::Detached(
+            "patches made at init without detached additions",
+        )));
+    }
+    apply_patches(&img, &mut out, &add.patches, &add.late_patches)?;
     clear_cet(&img, &mut out)?;
     if add.detached {
         write_detached(&img, &mut out, add, place)?;
@@ -1167,11 +1182,7 @@ fn write_detached(img: &Image, out: &mut Vec<u8>, add: &Additions, place: PhdrPl
     for l in &layout.loads[1..] {
         // New segments start on a page, so their offsets do too.
         let len = page_up(l.p_filesz).ok_or_else(|| img.err(Refusal::AddressSpace))?;
-        let prot = [(PF_R, 1), (PF_W, 2), (PF_X, 4)]
-            .iter()
-            .filter(|(pf, _)| l.p_flags & pf != 0)
-            .fold(0u64, |p, (_, bit)| p | bit);
-        for word in [l.p_vaddr, len, l.p_offset, prot] {
+        for word in [l.p_vaddr, len, l.p_offset, prot_bits(l.p_flags)] {
             desc.extend_from_slice(&word.to_le_bytes());
         }
     }
@@ -1179,6 +1190,8 @@ fn write_detached(img: &Image, out: &mut Vec<u8>, add: &Additions, place: PhdrPl
     // the copies' FDEs, outside the span `_dl_find_object` knows.
     desc.resize(detach::DESC_EH_FRAME, 0);
     desc.extend_from_slice(&add.eh_frame.map_or(0, |e| e.0).to_le_bytes());
+    // The table of patches made at init, if any (`late_patch_table`).
+    desc.resize(detach::DESC_SIZE, 0);
     let slot = dynamic.offset + dynamic.used.len() as u64 * DYN_SIZE;
     let mut tag = detach::DT_ADDITIONS.to_le_bytes().to_vec();
     tag.extend_from_slice(&place.offset.to_le_bytes());
@@ -1189,7 +1202,59 @@ fn write_detached(img: &Image, out: &mut Vec<u8>, add: &Additions, place: PhdrPl
         out.resize(l.p_offset as usize, 0);
         out.extend_from_slice(&s.bytes);
     }
+    late_patch_table(img, out, place.offset, &add.late_patches)?;
     section_table(img, out, &layout.new_sections, &layout.moved_sections)
+}
+
+/// Appends the table of patches the executable's runtime makes at init
+/// (`detach`: per patch its link-time vaddr, length, bytes and the
+/// `PROT_*` bits of its `PT_LOAD`, four words) and gives its file offset
+/// and length in the descriptor at `desc`.
+fn late_patch_table(img: &Image, out: &mut Vec<u8>, desc: u64, late: &[Patch]) -> Result<()> {
+    if late.is_empty() {
+        return Ok(());
+    }
+    let offset = align8(out.len() as u64).ok_or_else(|| img.err(Refusal::AddressSpace))?;
+    out.resize(offset as usize, 0);
+    for p in late {
+        let end = p.vaddr + p.bytes.len() as u64;
+        let load = (img.loads.iter())
+            .find(|l| p.vaddr >= l.p_vaddr && end <= l.p_vaddr + l.p_filesz)
+            .ok_or_else(|| {
+                img.err(Refusal::PatchOutside {
+                    at: p.vaddr,
+                    len: 0,
+                })
+            })?;
+        if p.bytes.len() > 8 {
+            return Err(img.err(Refusal::Detached(
+                "a patch made at init longer than 8 bytes",
+            )));
+        }
+        let mut word = [0u8; 8];
+        word[..p.bytes.len()].copy_from_slice(&p.bytes);
+        let prot = prot_bits(load.p_flags);
+        for w in [
+            p.vaddr,
+            p.bytes.len() as u64,
+            u64::from_le_bytes(word),
+            prot,
+        ] {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+    }
+    let at = (desc as usize) + detach::DESC_PATCHES;
+    out[at..at + 8].copy_from_slice(&offset.to_le_bytes());
+    out[at + 8..at + 16].copy_from_slice(&(late.len() as u64).to_le_bytes());
+    Ok(())
+}
+
+/// `PROT_*` bits of a program header's `PF_*` flags.
+fn prot_bits(p_flags: u32) -> u64 {
+    [(PF_R, 1), (PF_W, 2), (PF_X, 4)]
+        .iter()
+        .filter(|(pf, _)| p_flags & pf != 0)
+        .fold(0u64, |p, (_, bit)| p | bit)
 }
 
 /// The new segments are page-aligned, ascending from `free`, non-empty,

@@ -10,6 +10,9 @@
 //!   procedure's entry, to its copy's outside-entry stub;
 //! - a retargeted call or jump of untraced code changes only its rel32
 //!   field, to its callee's preserving stub;
+//! - a patch in the code ld.so runs before the runtime's init
+//!   (`Traced::early`) is made by the executable's runtime at its init,
+//!   not in the file (`Additions::late_patches`);
 //! - an executable runs the runtime's init (or, counting, the init code)
 //!   from its preinit array, a static one from its new entry point, a
 //!   library from a new first init function.
@@ -32,7 +35,9 @@ pub(crate) fn link(
     let blob = &runtime.blob;
     let blob_bytes = runtime_bytes(rw, runtime, &emitted, image)?;
     check_lazy_slots(rw, calls, &emitted)?;
-    let patches = patches(rw, &emitted)?;
+    let (late_patches, patches) = patches(rw, &emitted)?
+        .into_iter()
+        .partition(|p| calls.traced.patched_at_init(rw.prog, p.vaddr));
     let data = blob.data_offset as usize;
     let init = runtime.vaddr
         + blob
@@ -63,6 +68,7 @@ pub(crate) fn link(
             code_segment(runtime, &emitted),
         ],
         patches,
+        late_patches,
         preinit: (!rw.library && !module.is_static).then(|| preinit.unwrap_or(init)),
         // A library's counters are mapped by its own first constructor.
         init: preinit.filter(|_| rw.library),

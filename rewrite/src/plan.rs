@@ -106,6 +106,9 @@ impl<'p> Plans<'p> {
                 traced.family.longjmp.len()
             ));
         }
+        if let Some(note) = early_note(rw, traced) {
+            plans.notes.push(note);
+        }
         for (id, p) in rw.prog.procs.iter() {
             match traced.reasons.get(&id) {
                 Some(r) => plans.left_alone(p, r),
@@ -721,3 +724,26 @@ fn copy_dependent(db: &ProgramDb) -> Vec<u32> {
         })
         .collect()
 }
+
+/// The note naming the procedures ld.so runs before the runtime's init
+/// that are traced from it on (`Traced::early`), by address.
+fn early_note(rw: &Rewrite<'_>, traced: &Traced) -> Option<String> {
+    let mut early: Vec<&Procedure> = (traced.early.iter())
+        .filter(|&&id| traced.is_traced(id))
+        .map(|&id| &rw.prog.procs[id])
+        .collect();
+    early.sort_by_key(|p| p.start);
+    let names: Vec<&str> = early.iter().map(|p| p.name.as_str()).collect();
+    (!names.is_empty()).then(|| {
+        format!(
+            "{EARLY_NOTE} in {} ({} procedures; the runtime's init installs their springboards): {}",
+            rw.path.display(),
+            names.len(),
+            names.join(", ")
+        )
+    })
+}
+
+/// How the note of [`early_note`] starts.
+const EARLY_NOTE: &str =
+    "traced from the runtime's init on, untraced before it: the code ld.so runs first";

@@ -10,7 +10,10 @@
 //!   and only jump tables the copy can rewrite ([`Traced::tables`]);
 //! - a libc's setjmp and longjmp families run untraced and are called
 //!   like imports (its fork family is traced: a child claims its slot at
-//!   the system call).
+//!   the system call);
+//! - a procedure of [`Traced::early`] is no root of a setjmp family and,
+//!   when [`Traced::late`], has no reason of the early code's: nothing
+//!   in its code is patched in the file (the runtime patches it at init).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
@@ -63,6 +66,15 @@ pub(crate) struct Traced {
     /// glibc is traced in this run (`Rewrite::glibc_traced`): an import
     /// named `fork` is libc.so.6's traced fork family.
     glibc_traced: bool,
+    /// The code ld.so runs before the runtime's init (IFUNC resolvers,
+    /// libc's `__libc_early_init`, with everything they call), when its
+    /// springboards and other patches are installed by the runtime at
+    /// init ([`Traced::late`]): traced, untraced until then.
+    pub early: HashSet<ProcId>,
+    /// A detached library's early code is traced: the executable's
+    /// runtime installs its patches at init (`runtime::blob::detach`).
+    /// Elsewhere it is left alone.
+    pub late: bool,
 }
 
 /// The rel32 field of call site `c`'s branch, unless it is a rel8 form (or
@@ -100,13 +112,13 @@ impl Traced {
     /// cannot be rewritten, and a static libc's untraced families.
     pub fn decide(rw: &Rewrite<'_>) -> Traced {
         let prog = rw.prog;
+        let tracing = matches!(rw.how, crate::How::Trace(_));
+        let late = tracing && rw.detached;
+        let resolvers: &[u64] = if late { &[] } else { &rw.ifuncs };
         let reasons: HashMap<ProcId, String> = prog
             .procs
             .keys()
-            .filter_map(|id| {
-                let tracing = matches!(rw.how, crate::How::Trace(_));
-                Some((id, left_alone_reason(prog, id, &rw.ifuncs, tracing)?))
-            })
+            .filter_map(|id| Some((id, left_alone_reason(prog, id, resolvers, tracing)?)))
             .collect();
         let mut t = Traced {
             reasons,
@@ -118,6 +130,8 @@ impl Traced {
             direct: HashMap::new(),
             boardless: HashSet::new(),
             glibc_traced: rw.glibc_traced,
+            early: HashSet::new(),
+            late,
         };
         t.jump_tables(prog, matches!(rw.how, crate::How::Trace(_)));
         t.computed_jumps(prog);
@@ -133,6 +147,13 @@ impl Traced {
             t.retarget_direct_entries(prog);
         }
         t
+    }
+
+    /// Whether a patch at `vaddr` lies in the code ld.so runs before the
+    /// runtime's init, when the runtime makes those patches ([`Traced::late`]).
+    pub fn patched_at_init(&self, prog: &Program, vaddr: u64) -> bool {
+        let inside = |&(lo, hi): &(u64, u64)| lo <= vaddr && vaddr < hi;
+        self.late && (self.early.iter()).any(|&id| prog.procs[id].ranges.iter().any(inside))
     }
 
     /// Whether procedure `id` is traced.
@@ -445,8 +466,11 @@ impl Traced {
     /// system call gets a fork's split return edge
     /// (`Calls::may_fork_call`). In any shared object or dynamic
     /// executable, what ld.so runs before the executable's runtime exists
-    /// (IFUNC resolvers, libc's `__libc_early_init`) is left alone with
-    /// everything it calls.
+    /// (IFUNC resolvers, libc's `__libc_early_init`), with everything it
+    /// calls, is [`Traced::early`]: in a detached library traced, its
+    /// original entries intact in the file until the runtime's init
+    /// installs their springboards (ld.so's early calls run the original
+    /// code, and so nothing traced); elsewhere left alone.
     fn leave_families_alone(&mut self, prog: &Program, ifuncs: &[u64]) {
         let shared_libc = is_shared_libc(&prog.module);
         let f = &self.family;
@@ -480,15 +504,27 @@ impl Traced {
             // stays traced (and shared), but not one ld.so's early calls
             // reach: its copy is not mapped then.
             let plt = prog.procs[id].kind == ProcKind::Plt;
-            if (plt && why != EARLY) || !self.family_procs.insert(id) {
+            if plt && why != EARLY {
                 continue;
             }
-            let text = if roots.contains(&a) {
-                why.to_owned()
+            // Traced, its patches installed at init: untraced until then.
+            let late = why == EARLY && self.late;
+            let first = if late {
+                self.early.insert(id)
             } else {
-                format!("called by the {why}")
+                self.family_procs.insert(id)
             };
-            self.reasons.entry(id).or_insert(text);
+            if !first {
+                continue;
+            }
+            if !late {
+                let text = if roots.contains(&a) {
+                    why.to_owned()
+                } else {
+                    format!("called by the {why}")
+                };
+                self.reasons.entry(id).or_insert(text);
+            }
             if let (EARLY, Ok(cfg)) = (why, &prog.procs[id].cfg) {
                 work.extend((cfg.calls.iter()).filter_map(|c| c.target.map(|t| (t, why))));
                 // A callback it hands out runs early too (libc's

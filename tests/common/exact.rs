@@ -21,7 +21,9 @@ use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 
 use super::elf::Elf;
 use super::lackey;
-use super::recorded::{info_json, instrumented_modules, left_alone_procedures, link_base};
+use super::recorded::{
+    early_procedures, info_json, instrumented_modules, left_alone_procedures, link_base,
+};
 use super::singlestep;
 use super::FastMap;
 
@@ -36,6 +38,9 @@ pub struct ModuleCount {
     /// Those instructions per procedure left alone that ran: its name and
     /// count.
     pub untraced_in: Vec<(String, u64)>,
+    /// The oracle's instructions in the code ld.so runs before the
+    /// runtime's init, run untraced then (`early_procedures`).
+    pub before_init: u64,
 }
 
 /// A whole comparison: each module's counts and lackey's run of the
@@ -58,6 +63,9 @@ struct Side {
     count: ModuleCount,
     base: u64,
     alone: Vec<Alone>,
+    /// The address ranges of the code ld.so runs before the runtime's
+    /// init: traced only after it.
+    early: Vec<(u64, u64)>,
     elf: Elf,
     is_rep: FastMap<u64, bool>,
     /// Lackey's previous address in this module (before normalising).
@@ -101,7 +109,10 @@ impl Side {
     }
 
     /// The oracle's next instruction in this module, `a` at link time.
-    fn instruction(&mut self, a: u64) -> Result<(), String> {
+    /// `before_init`: no instruction of a traced module outside the code
+    /// ld.so runs before the runtime's init (and outside the procedures
+    /// left alone) has run yet; the first one clears it.
+    fn instruction(&mut self, a: u64, before_init: &mut bool) -> Result<(), String> {
         let repeat = self.prev == Some(a) && {
             let elf = &self.elf;
             *self.is_rep.entry(a).or_insert_with(|| elf.is_rep(a))
@@ -111,11 +122,16 @@ impl Side {
             return Ok(());
         }
         let inside = |r: &[(u64, u64)]| r.iter().any(|&(lo, hi)| lo <= a && a < hi);
+        if *before_init && inside(&self.early) {
+            self.count.before_init += 1;
+            return Ok(());
+        }
         if let Some(p) = self.alone.iter_mut().find(|p| inside(&p.ranges)) {
             p.ran += 1;
             self.count.untraced += 1;
             return Ok(());
         }
+        *before_init = false;
         let want = a - self.base;
         let got = self.next()?;
         if got == Some(want) {
@@ -212,12 +228,16 @@ fn sides(trace: &Path, info: &serde_json::Value, thread: Option<usize>) -> Vec<S
                         ran: 0,
                     })
                     .collect(),
+                early: (early_procedures(&path, info).into_iter())
+                    .flat_map(|(_, ranges)| ranges)
+                    .collect(),
                 elf: Elf::read(&path),
                 count: ModuleCount {
                     path,
                     compared: 0,
                     untraced: 0,
                     untraced_in: Vec::new(),
+                    before_init: 0,
                 },
                 is_rep: FastMap::default(),
                 prev: None,
@@ -272,6 +292,7 @@ pub fn against_lackey_with(
     let mut sides = sides(trace, &info, None);
     let mut error: Option<String> = None;
     let mut first_thread = None;
+    let mut before_init = true;
     let mut sink = |m: usize, thread: usize, a: u64| {
         let r = if *first_thread.get_or_insert(thread) != thread {
             Err(format!(
@@ -279,7 +300,7 @@ pub fn against_lackey_with(
                 sides[m].count.path.display()
             ))
         } else {
-            sides[m].instruction(a)
+            sides[m].instruction(a, &mut before_init)
         };
         keep_going(r, &mut error)
     };
@@ -319,8 +340,12 @@ pub fn against_stepped(
         .collect();
     let mut maps = Maps::default();
     let mut error: Option<String> = None;
+    let mut before_init = true;
     let mut sink = |pid: libc::pid_t, rip: u64| match maps.find(pid, rip, &names) {
-        Some((m, bias)) => keep_going(sides[m].instruction(rip - bias), &mut error),
+        Some((m, bias)) => keep_going(
+            sides[m].instruction(rip - bias, &mut before_init),
+            &mut error,
+        ),
         None => true,
     };
     let run = singlestep::run_streaming(stepped, Some(argv0), (args, env), false, &mut sink);
@@ -348,6 +373,8 @@ pub fn against_stepped_processes(
         .collect();
     let mut maps: Vec<(libc::pid_t, Maps)> = Vec::new();
     let mut error: Option<String> = None;
+    // One for every process: a child starts after its parent's init.
+    let mut before_init = true;
     let mut sink = |pid: libc::pid_t, rip: u64| {
         let k = match maps.iter().position(|(p, _)| *p == pid) {
             Some(k) => k,
@@ -363,7 +390,10 @@ pub fn against_stepped_processes(
             return false;
         };
         match maps[k].1.find(pid, rip, &names) {
-            Some((m, bias)) => keep_going(side[m].instruction(rip - bias), &mut error),
+            Some((m, bias)) => keep_going(
+                side[m].instruction(rip - bias, &mut before_init),
+                &mut error,
+            ),
             None => true,
         }
     };

@@ -57,6 +57,32 @@ pub fn left_alone_procedures(
         .iter()
         .map(|l| l["name"].as_str().unwrap().to_owned())
         .collect();
+    procedure_ranges(exe, &names)
+}
+
+/// How the rewriter's note naming a module's early code starts.
+const EARLY_NOTE: &str =
+    "traced from the runtime's init on, untraced before it: the code ld.so runs first in ";
+
+/// The procedures of module `exe` that ld.so runs before the runtime's
+/// init, which run untraced until then and traced after (the rewriter's
+/// note in `aetrace info`): each name with its address ranges.
+pub fn early_procedures(exe: &Path, info: &serde_json::Value) -> Vec<(String, Vec<(u64, u64)>)> {
+    let prefix = format!("{EARLY_NOTE}{}", exe.display());
+    let remarks = info["remarks"].as_array().unwrap().iter();
+    let note = remarks
+        .filter_map(|r| r.as_str())
+        .find_map(|r| r.strip_prefix(prefix.as_str()));
+    let Some(names) = note.and_then(|n| n.split_once("): ")) else {
+        return Vec::new();
+    };
+    let names: Vec<String> = names.1.split(", ").map(str::to_owned).collect();
+    procedure_ranges(exe, &names)
+}
+
+/// Each of `names` that is a procedure of `exe`, with its address ranges
+/// (from `aetrace cfg --json`).
+fn procedure_ranges(exe: &Path, names: &[String]) -> Vec<(String, Vec<(u64, u64)>)> {
     let cfg = cfg_json(exe);
     let mut procs = Vec::new();
     for p in cfg["procedures"].as_array().unwrap() {

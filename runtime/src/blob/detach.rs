@@ -16,8 +16,18 @@
 //! [`MAX_SEGMENTS`], then per segment four words: link-time vaddr, length,
 //! file offset, all page-aligned, and the `PROT_*` bits; after the last
 //! possible segment the link-time vaddr of the library's new `.eh_frame`,
-//! or 0) is written by the rewriter where an attached copy has its
-//! program header table.
+//! or 0; then the file offset and length of its patch table) is written
+//! by the rewriter where an attached copy has its program header table.
+//!
+//! Patches made at init: the code ld.so runs in the library before this
+//! `init` (IFUNC resolvers, libc's `__libc_early_init` and what they call)
+//! is traced, but its springboards (and any other patch of its code) are
+//! not in the file, so that ld.so's early calls run the original code and
+//! write nothing. Once the library's segments are mapped, `map_one` makes
+//! them from the table ([`PATCH_SIZE`] bytes an entry): `mprotect` to
+//! write, then back. Nothing else runs meanwhile: one thread, signals
+//! blocked, none of that code on the stack (ld.so calls `init` from
+//! `_dl_init`).
 //!
 //! Unwinding through the copies: libgcc finds an FDE in the objects
 //! registered with `__register_frame_info` before it asks
@@ -44,8 +54,15 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"AETDETA1");
 pub const MAX_SEGMENTS: usize = 8;
 /// Offset in a descriptor of the `.eh_frame` word.
 pub const DESC_EH_FRAME: usize = 16 + 32 * MAX_SEGMENTS;
-/// Bytes of a descriptor: two words, four per segment, the `.eh_frame`.
-pub const DESC_SIZE: usize = DESC_EH_FRAME + 8;
+/// Offset in a descriptor of the patch table's file offset (0: none),
+/// followed by its number of entries.
+pub const DESC_PATCHES: usize = DESC_EH_FRAME + 8;
+/// Bytes of a patch table's entry: link-time vaddr, length (at most 8),
+/// the bytes (a little-endian word), the `PROT_*` bits to restore.
+pub const PATCH_SIZE: usize = 32;
+/// Bytes of a descriptor: two words, four per segment, the `.eh_frame`,
+/// the patch table's two.
+pub const DESC_SIZE: usize = DESC_PATCHES + 16;
 /// The most libraries whose `.eh_frame` is registered (the detached tags).
 pub const MAX_FRAMES: usize = 3;
 /// Bytes the runtime keeps for libgcc's `struct object` (7 words in gcc 12).
@@ -60,6 +77,7 @@ const DT_STRTAB: i32 = 5;
 const DT_SYMTAB: i32 = 6;
 
 const DT_DEBUG: i32 = 21;
+const SYS_MPROTECT: u32 = 10;
 const SYS_PREAD64: u32 = 17;
 /// `MAP_PRIVATE | MAP_FIXED_NOREPLACE` (a kernel before 4.17 takes the
 /// address as a hint: the result is compared).
@@ -139,7 +157,7 @@ pub(super) fn emit(a: &mut CodeAssembler, l: &mut super::Labels) -> Result<(), I
     msg(
         a,
         &mut l.detach.m_failed,
-        "aetrace: cannot map the added code of a --libs library at its fixed distance above it (the range is taken, or its file cannot be read)\n",
+        "aetrace: cannot map the added code of a --libs library at its fixed distance above it, or patch its code (the range is taken, or its file cannot be read)\n",
     )
 }
 
@@ -242,6 +260,7 @@ fn emit_map_one(a: &mut CodeAssembler, l: &mut super::Labels) -> Result<(), Iced
     a.inc(rcx)?;
     a.mov(qword_ptr(rdx), rcx)?;
     a.set_label(&mut close_fd)?;
+    emit_patches(a, l)?;
     a.mov(rdi, r12)?;
     a.mov(eax, SYS_CLOSE)?;
     a.syscall()?;
@@ -250,6 +269,65 @@ fn emit_map_one(a: &mut CodeAssembler, l: &mut super::Labels) -> Result<(), Iced
     a.set_label(&mut fail)?;
     a.lea(rsi, ptr(l.detach.m_failed))?;
     a.jmp(l.fatal)
+}
+
+/// In `map_one`, its segments mapped: makes each patch of the table the
+/// descriptor at rsp names (read from the file at r12, one entry at a
+/// time into the descriptor's first bytes), each page made writable for
+/// the write and given back its protection. Clobbers what `map_one` does.
+fn emit_patches(a: &mut CodeAssembler, l: &mut super::Labels) -> Result<(), IcedError> {
+    let mut each = a.create_label();
+    let mut byte = a.create_label();
+    let mut done = a.create_label();
+    let mut fail = a.create_label();
+    a.mov(rbp, qword_ptr(rsp + (DESC_PATCHES + 8) as i32))?;
+    a.mov(r13, qword_ptr(rsp + DESC_PATCHES as i32))?;
+    a.set_label(&mut each)?;
+    a.test(rbp, rbp)?;
+    a.jz(done)?;
+    a.mov(rdi, r12)?;
+    a.mov(rsi, rsp)?;
+    a.mov(edx, PATCH_SIZE as u32)?;
+    a.mov(r10, r13)?;
+    a.mov(eax, SYS_PREAD64)?;
+    a.syscall()?;
+    a.cmp(rax, PATCH_SIZE as i32)?;
+    a.jne(fail)?;
+    // r8 the patch's address; rdi its page, rsi the length to its end
+    // (`syscall` keeps both).
+    a.mov(r8, qword_ptr(rsp))?;
+    a.add(r8, qword_ptr(r14 + L_ADDR))?;
+    a.mov(rsi, r8)?;
+    a.and(esi, 0xfff)?;
+    a.add(rsi, qword_ptr(rsp + 8))?;
+    a.mov(rdi, r8)?;
+    a.and(rdi, -0x1000)?;
+    a.mov(edx, 3u32)?; // PROT_READ|PROT_WRITE
+    a.mov(eax, SYS_MPROTECT)?;
+    a.syscall()?;
+    a.test(rax, rax)?;
+    a.jnz(fail)?;
+    a.mov(rcx, qword_ptr(rsp + 8))?;
+    a.mov(rax, qword_ptr(rsp + 16))?;
+    a.set_label(&mut byte)?;
+    a.mov(byte_ptr(r8), al)?;
+    a.shr(rax, 8)?;
+    a.inc(r8)?;
+    a.dec(rcx)?;
+    a.jnz(byte)?;
+    a.mov(rdx, qword_ptr(rsp + 24))?;
+    a.mov(eax, SYS_MPROTECT)?;
+    a.syscall()?;
+    a.test(rax, rax)?;
+    a.jnz(fail)?;
+    a.add(r13, PATCH_SIZE as i32)?;
+    a.dec(rbp)?;
+    a.jmp(each)?;
+    a.set_label(&mut fail)?;
+    a.lea(rsi, ptr(l.detach.m_failed))?;
+    a.jmp(l.fatal)?;
+    a.set_label(&mut done)?;
+    Ok(())
 }
 
 /// The GNU hash (`DT_GNU_HASH`) of `name`.
