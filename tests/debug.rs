@@ -3101,3 +3101,37 @@ fn a_handler_run_inside_libc_agrees_with_native_gdb() {
     assert!(n[0][2].starts_with("syscall"), "{what}");
     assert_eq!(o, n, "{what}");
 }
+
+/// `--libs libc.so.6`: a handler run by `raise`, whose frames in libc
+/// (`raise`, `pthread_kill`: ld.so's early code, traced from the
+/// runtime's init on) are traced. `signal.c` at -O0 -g: `bt` at the
+/// handler's entry (the handler, `<signal handler called>`, libc's
+/// `__pthread_kill_implementation` and `raise` at their lines, `busy`,
+/// `main`), at its next run, after `finish` back into the signal frame
+/// and after `next` out of it: every frame's function and `file:line`
+/// equal to native gdb's under `record full` (until 2026-12-01 libc's
+/// frames were one `<untraced>`), but one. Native gdb shows
+/// `__pthread_kill_internal` between `__pthread_kill_implementation` and
+/// `raise`: a tail-call frame it makes from libc's DWARF call sites
+/// (`pthread_kill` jumps to `__pthread_kill_implementation`), where the
+/// procedure stack has none. 10 s (measured 2026-12-01 at load 10).
+#[test]
+fn a_handler_run_by_raise_shows_libcs_frames_as_native_gdb() {
+    let exe = o0_g("signal.c");
+    let (_, trace, _) = record_ok(&exe, &[], &["libc.so.6"], Knobs::DEFAULT);
+    let steps = "break on_usr1\ncontinue\nbt\ncontinue\nbt\nfinish\nbt\nnext\nbt\n";
+    let (ours, native) = from_main_both_ways(&exe, &trace, &[], steps, "raise-handler");
+    let (o, mut n) = (frames_at_lines(&ours), frames_at_lines(&native));
+    let what = format!("ours:\n{ours}\nnative:\n{native}");
+    assert_eq!(n.len(), 4, "{what}");
+    assert_eq!(n[0].len(), 7, "{what}");
+    assert_eq!(n[0][1], "<signal handler called>", "{what}");
+    assert!(n[0][4].contains("raise"), "{what}");
+    for bt in &mut n {
+        let tail = bt
+            .iter()
+            .position(|f| f.starts_with("__pthread_kill_internal "));
+        bt.remove(tail.expect(&what));
+    }
+    assert_eq!(o, n, "{what}");
+}

@@ -860,16 +860,23 @@ fn libc_so_traced_gzip() {
 }
 
 /// `exe args` recorded with `--libs libc.so.6` (its output and status the
-/// native ones), libc's fork family traced, and both modules equal to the
-/// native run stepped.
+/// native ones), libc's fork family and the code ld.so runs before the
+/// runtime's init (`__libc_early_init` with what it calls, the IFUNC
+/// resolvers) traced, and both modules equal to the native run stepped
+/// (that code's instructions before the runtime's init, which ran
+/// untraced, apart).
 fn libc_so_against_stepped(exe: &Path, args: &[&str]) {
     let env: Vec<(String, String)> = std::env::vars().collect();
     let (name, trace) = record_checked(exe, args, &["libc.so.6"], Knobs::DEFAULT);
     let info = info_json(&trace);
-    let forks = left_alone(&info, 1)
+    let untraced = left_alone(&info, 1)
         .into_iter()
-        .filter(|l| l.contains("fork"));
-    assert_eq!(forks.count(), 0, "{name}: libc's fork family is traced");
+        .filter(|l| l.contains("fork") || l.contains("ld.so runs") || l.contains("IFUNC resolver"));
+    assert_eq!(
+        untraced.count(),
+        0,
+        "{name}: libc's fork family and early code are traced"
+    );
     let (compared, _) = common::exact::against_stepped(&trace, exe, exe, args, &env)
         .unwrap_or_else(|e| panic!("{name}: {e}"));
     let counts: Vec<u64> = compared.modules.iter().map(|m| m.compared).collect();
@@ -878,7 +885,12 @@ fn libc_so_against_stepped(exe: &Path, args: &[&str]) {
         "{name}: {counts:?}"
     );
     assert_eq!(counts.iter().sum::<u64>(), instructions(&info), "{name}");
-    eprintln!("{name}: {counts:?} instructions equal (executable, libc)");
+    let early = compared.modules[1].before_init;
+    assert!(early > 0, "{name}: ld.so ran libc's early code");
+    eprintln!(
+        "{name}: {counts:?} instructions equal (executable, libc); \
+         {early} of libc's before the runtime's init"
+    );
     let _ = std::fs::remove_file(&trace);
 }
 
