@@ -211,12 +211,7 @@ fn emit_map_one(a: &mut CodeAssembler, l: &mut super::Labels) -> Result<(), Iced
     a.test(rax, rax)?;
     a.js(fail)?;
     a.mov(r12, rax)?;
-    a.mov(rdi, r12)?;
-    a.mov(rsi, rsp)?;
-    a.mov(edx, DESC_SIZE as u32)?;
-    a.mov(r10, r13)?;
-    a.mov(eax, SYS_PREAD64)?;
-    a.syscall()?;
+    pread_r13(a, DESC_SIZE)?;
     a.mov(rcx, MAGIC)?;
     a.cmp(qword_ptr(rsp), rcx)?;
     a.jne(fail)?;
@@ -271,6 +266,17 @@ fn emit_map_one(a: &mut CodeAssembler, l: &mut super::Labels) -> Result<(), Iced
     a.jmp(l.fatal)
 }
 
+/// `pread(r12, rsp, len, r13)`: `len` bytes of the file at offset r13
+/// onto the stack. Clobbers rax, rcx, rdx, rsi, rdi, r10, r11.
+fn pread_r13(a: &mut CodeAssembler, len: usize) -> Result<(), IcedError> {
+    a.mov(rdi, r12)?;
+    a.mov(rsi, rsp)?;
+    a.mov(edx, len as u32)?;
+    a.mov(r10, r13)?;
+    a.mov(eax, SYS_PREAD64)?;
+    a.syscall()
+}
+
 /// In `map_one`, its segments mapped: makes each patch of the table the
 /// descriptor at rsp names (read from the file at r12, one entry at a
 /// time into the descriptor's first bytes), each page made writable for
@@ -285,12 +291,7 @@ fn emit_patches(a: &mut CodeAssembler, l: &mut super::Labels) -> Result<(), Iced
     a.set_label(&mut each)?;
     a.test(rbp, rbp)?;
     a.jz(done)?;
-    a.mov(rdi, r12)?;
-    a.mov(rsi, rsp)?;
-    a.mov(edx, PATCH_SIZE as u32)?;
-    a.mov(r10, r13)?;
-    a.mov(eax, SYS_PREAD64)?;
-    a.syscall()?;
+    pread_r13(a, PATCH_SIZE)?;
     a.cmp(rax, PATCH_SIZE as i32)?;
     a.jne(fail)?;
     // r8 the patch's address; rdi its page, rsi the length to its end
