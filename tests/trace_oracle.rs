@@ -913,6 +913,41 @@ fn libc_so_fork_traced() {
     let _ = std::fs::remove_file(&trace);
 }
 
+/// `--libs libc.so.6` on `traces/threads_gated.c`: libc.so.6's traced
+/// `__clone3` starts each thread, which claims its slot right after the
+/// system call (its FDE ends before the `syscall`, which splits the block
+/// from the one loading the number: before, the new thread wrote DESYNC
+/// into its creator's stream there and regen stopped), runs the worker and
+/// exits through libc's traced `start_thread`. Every thread, both
+/// modules, equal to its task stepped natively (`pthread_join`'s waits,
+/// which depend on the scheduling, left out of the main thread's as in
+/// `static_threads`).
+#[test]
+fn libc_so_threads() {
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let exe = build("threads_gated.c", O2_PIE);
+    let (name, trace) = record_checked(&exe, &[], &["libc.so.6"], Knobs::DEFAULT);
+    let (stepped, status) = common::exact::stepped_tasks(&trace, &exe, &[], &env);
+    assert!(status.success(), "{name}: the stepped run: {status}");
+    let ours = common::exact::regen_tasks(&trace);
+    assert_eq!((stepped.len(), ours.len()), (4, 4), "{name}: tasks");
+    let join = plt_stub(&exe, "pthread_join")[0].0;
+    // One sequence of numbers per task: the module above the offset.
+    let flat = |s: &[(usize, u64)]| -> Vec<u64> {
+        let v: Vec<u64> = s.iter().map(|&(m, off)| (m as u64) << 48 | off).collect();
+        without_calls_to(&v, join)
+    };
+    for (k, ((_, native), (_, regen))) in stepped.iter().zip(&ours).enumerate() {
+        let in_libc = |s: &[(usize, u64)]| s.iter().filter(|i| i.0 == 1).count();
+        assert!(in_libc(regen) > 0, "{name} thread {k}: no libc instruction");
+        if let Some(d) = first_difference(&flat(native), &flat(regen)) {
+            panic!("{name} thread {k} (expected: the stepped run): {d}");
+        }
+        eprintln!("{name} thread {k}: {} instructions equal", regen.len());
+    }
+    let _ = std::fs::remove_file(&trace);
+}
+
 #[test]
 fn cxx_exceptions_land_in_the_right_frames() {
     traced("cxx_exceptions.cpp", O2_PIE, &[]);
@@ -2453,6 +2488,15 @@ fn programs_of_the_other_topics() {
 /// Where the lazy-binding half (`push n`) of `import`'s PLT stub starts,
 /// relative to the link base.
 fn plt_lazy_half(exe: &Path, import: &str) -> u64 {
+    let stub = plt_stub(exe, import);
+    let push = stub.iter().find(|(_, text)| text.contains("push"));
+    push.unwrap_or_else(|| panic!("no lazy-binding half of {import}@plt in {}", exe.display()))
+        .0
+}
+
+/// The instructions of `import`'s stub in `.plt`: each one's address
+/// relative to the link base, and its text (`objdump`).
+fn plt_stub(exe: &Path, import: &str) -> Vec<(u64, String)> {
     let out = Command::new("objdump")
         .args(["-d", "-j", ".plt", "--no-show-raw-insn"])
         .arg(exe)
@@ -2463,11 +2507,13 @@ fn plt_lazy_half(exe: &Path, import: &str) -> u64 {
         .lines()
         .skip_while(|l| !l.ends_with(&format!("<{import}@plt>:")));
     lines.next();
+    let base = link_base(exe);
     lines
-        .find(|l| l.contains("push"))
-        .and_then(|l| u64::from_str_radix(l.trim().split(':').next()?, 16).ok())
-        .unwrap_or_else(|| panic!("no lazy-binding half of {import}@plt in {}", exe.display()))
-        - link_base(exe)
+        .map_while(|l| {
+            let (at, insn) = l.trim().split_once(':')?;
+            Some((u64::from_str_radix(at, 16).ok()? - base, insn.to_owned()))
+        })
+        .collect()
 }
 
 /// PLT stubs whose bound outcome writes nothing and whose lazy one writes
