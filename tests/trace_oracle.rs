@@ -863,6 +863,18 @@ fn libc_so_traced_gzip() {
 /// native ones), libc's fork family traced, and both modules equal to the
 /// native run stepped.
 fn libc_so_against_stepped(exe: &Path, args: &[&str]) {
+    let (name, info, counts) = libc_so_first_against_stepped(exe, args, 0);
+    assert_eq!(counts.iter().sum::<u64>(), instructions(&info), "{name}");
+}
+
+/// [`libc_so_against_stepped`] of the first process's main thread, with
+/// `others` more streams (threads, processes) that must regenerate but
+/// are not compared: the trace's info and each module's count.
+fn libc_so_first_against_stepped(
+    exe: &Path,
+    args: &[&str],
+    others: usize,
+) -> (String, serde_json::Value, Vec<u64>) {
     let env: Vec<(String, String)> = std::env::vars().collect();
     let (name, trace) = record_checked(exe, args, &["libc.so.6"], Knobs::DEFAULT);
     let info = info_json(&trace);
@@ -877,9 +889,23 @@ fn libc_so_against_stepped(exe: &Path, args: &[&str]) {
         counts.len() == 2 && counts.iter().all(|&n| n > 0),
         "{name}: {counts:?}"
     );
-    assert_eq!(counts.iter().sum::<u64>(), instructions(&info), "{name}");
+    let streams = common::exact::regen_tasks(&trace);
+    assert_eq!(streams.len(), 1 + others, "{name}: streams");
     eprintln!("{name}: {counts:?} instructions equal (executable, libc)");
     let _ = std::fs::remove_file(&trace);
+    (name, info, counts)
+}
+
+/// `traces/spawn.c` with `--libs libc.so.6`: `posix_spawn` and `system()`
+/// reach libc.so.6's traced `__clone3` (CLONE_VM|CLONE_VFORK), whose
+/// child claims its FORK slot right after the system call (before, it
+/// wrote DESYNC into its parent's stream there, and regen stopped). The
+/// parent, both modules, against its stepped run; its three children
+/// regenerate, not compared (a stepped child finds SIGTRAP unblocked:
+/// `static_posix_spawn_and_system`).
+#[test]
+fn libc_so_posix_spawn_and_system() {
+    libc_so_first_against_stepped(&build("spawn.c", O2_PIE), &[], 3);
 }
 
 /// `--libs libc.so.6` on `traces/fork.c`: libc's fork family traced, the

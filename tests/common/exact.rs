@@ -334,7 +334,8 @@ fn keep_going(r: Result<(), String>, error: &mut Option<String>) -> bool {
 /// trace. `stepped` stands for the trace's executable (it may be a copy
 /// of it at another path); libraries are known by their paths. Modules
 /// are found in `/proc/PID/maps`, read again whenever an instruction runs
-/// outside every mapping known so far. The first process only.
+/// outside every mapping known so far. The first process's first thread
+/// only (the trace's thread 0; the trace's other streams are not read).
 pub fn against_stepped(
     trace: &Path,
     stepped: &Path,
@@ -343,7 +344,7 @@ pub fn against_stepped(
     env: &[(String, String)],
 ) -> Result<(Compared, singlestep::Stepped), String> {
     let info = info_json(trace);
-    let mut sides = sides(trace, &info, None);
+    let mut sides = sides(trace, &info, Some(0));
     let names: Vec<PathBuf> = std::iter::once(canonical(stepped))
         .chain(sides.iter().skip(1).map(|s| canonical(&s.count.path)))
         .collect();
