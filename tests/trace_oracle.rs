@@ -23,8 +23,8 @@ use common::build::{build, build_with_lib, run_checked, run_native, Link, Opt, V
 use common::elf::Elf;
 use common::lackey::{self, Capture, LogMode};
 use common::recorded::{
-    assert_same_run, info_json, instrumented_modules, issue_workloads, left_alone_ranges,
-    link_base, record_checked, record_ok, record_run, sort_lines, Knobs,
+    assert_same_run, early_procedures, info_json, instrumented_modules, issue_workloads,
+    left_alone_ranges, link_base, record_checked, record_ok, record_run, sort_lines, Knobs,
 };
 
 /// The instruction sequences of `aetrace regen`, one per thread (of
@@ -204,6 +204,30 @@ fn traced_offsets(
     (kept, untraced)
 }
 
+/// The addresses of `s` (one thread's, in one module) that the trace
+/// holds once its code ld.so runs before the runtime's init (`early`,
+/// traced from the init on) is taken out: when `first`, the leading
+/// instructions in it, before the first one outside it and outside the
+/// procedures left alone (`alone`). Per module, since lackey's sequences
+/// are: a module's early code that runs before any of its other traced
+/// code runs before the init (ld.so relocates and resolves IFUNCs first).
+fn after_init<'a>(
+    s: &'a [u64],
+    early: &'a [(u64, u64)],
+    alone: &'a [(u64, u64)],
+    first: bool,
+) -> impl Iterator<Item = u64> + 'a {
+    let inside = |r: &[(u64, u64)], a: u64| r.iter().any(|&(lo, hi)| lo <= a && a < hi);
+    let mut before_init = first;
+    s.iter().copied().filter(move |&a| {
+        if before_init && inside(early, a) {
+            return false;
+        }
+        before_init &= inside(alone, a);
+        true
+    })
+}
+
 /// Lackey's and aetrace's instruction sequences of one module, per thread,
 /// as link-time offsets (thread counts checked equal).
 pub(crate) fn module_sequences(
@@ -220,12 +244,18 @@ pub(crate) fn module_sequences(
     let alone = left_alone_ranges(exe, info, k);
     let elf = Elf::read(exe);
     let mut untraced = 0usize;
+    let early: Vec<(u64, u64)> = (early_procedures(exe, info).into_iter())
+        .flat_map(|(_, ranges)| ranges)
+        .collect();
     let mut lk: Vec<Vec<u64>> = lackey
         .sequences
         .values()
-        .map(|s| {
+        .enumerate()
+        .map(|(t, s)| {
+            // Only the first thread runs before the runtime's init.
+            let s = after_init(s, &early, &alone, t == 0);
             // Link-time addresses (lackey's minus the load bias).
-            let (kept, alone_here) = traced_offsets(s.iter().copied(), &elf, &alone, base);
+            let (kept, alone_here) = traced_offsets(s, &elf, &alone, base);
             untraced += alone_here;
             kept
         })
