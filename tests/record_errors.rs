@@ -293,21 +293,6 @@ fn libraries_that_cannot_be_traced_are_refused_clearly() {
         "--libs of the dynamic loader",
     );
     assert!(e.contains(ld) && e.contains("dynamic loader"), "{e}");
-    // libc.so.6 is traced, but not for a program that can start threads.
-    let threads = build("threads.c", Variant::new(Opt::O2, Link::Pie, false));
-    let e = one_line_error(
-        &aetrace(&[
-            "record",
-            "-o",
-            t,
-            "--libs",
-            "libc.so.6",
-            "--",
-            threads.to_str().unwrap(),
-        ]),
-        "--libs libc.so.6 of a threaded program",
-    );
-    assert!(e.contains("libc.so.6") && e.contains("threads"), "{e}");
     let e = one_line_error(
         &aetrace(&["record", "-o", t, "--libs", "libnothere.so.7", "--", exe]),
         "--libs of a library the program does not load",

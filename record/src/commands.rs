@@ -408,7 +408,7 @@ pub fn record(o: &RecordOptions) -> Result<Recorded> {
         argv0: o.program.clone().into_os_string(),
         args: o.args.clone(),
     })?;
-    let glibc = recorded_glibc(&run.exe, &o.libs)?;
+    let glibc = crate::libs::GlibcPolicy::AllButLoader;
     let (libs, notes, dir) = prepare_libs(&run.exe, (&o.libs, glibc), |lib, tag, glibc_traced| {
         let flags = (tag, !lib.dlopened, glibc_traced);
         prepare(&lib.path, o.placement, o.data, flags, None).map(|p| (p.elf, p.module))
@@ -443,20 +443,6 @@ pub fn record(o: &RecordOptions) -> Result<Recorded> {
         modules,
         geometry: Launch::geometry_from_env()?,
     })
-}
-
-/// Which of glibc's libraries `record --libs` may trace: all but the
-/// loader, unless the program starts threads (a thread that a traced
-/// libc.so.6 starts begins in its `clone`, which is not traced exactly
-/// yet: refused rather than a wrong trace).
-fn recorded_glibc(exe: &Path, libs: &LibSelection) -> Result<crate::libs::GlibcPolicy> {
-    use crate::libs::GlibcPolicy;
-    if *libs == LibSelection::None || !crate::counted::process_starts_threads(exe)? {
-        return Ok(GlibcPolicy::AllButLoader);
-    }
-    Ok(GlibcPolicy::Refused(
-        "the program can start threads, and the threads a traced libc starts are not traced exactly yet",
-    ))
 }
 
 /// The default output of a run of `exe`: its base name with `ext` added,

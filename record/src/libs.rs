@@ -96,7 +96,7 @@ pub fn is_loader(needed: &str) -> bool {
 
 /// glibc's own objects: the loader and the libraries that define the
 /// thread starters. Counting leaves them all alone; recording traces them
-/// but the loader, unless the program starts threads ([`GlibcPolicy`]).
+/// but the loader ([`GlibcPolicy`]).
 /// What of libc.so.6 runs before the executable's runtime init (IFUNC
 /// resolvers, `__libc_early_init`, with everything they call) the
 /// rewriter leaves alone (`docs/rewrite.md`, "glibc's libc.so.6").
@@ -123,11 +123,10 @@ pub fn is_glibc(needed: &str) -> bool {
 /// Which of glibc's objects ([`is_glibc`]) `--libs` may select.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GlibcPolicy {
-    /// Every one but the loader (recording a single-threaded program).
+    /// Every one but the loader (recording).
     AllButLoader,
     /// None, and why: counting (its counters are not set up before
-    /// ld.so runs glibc's early code), or a program that starts threads
-    /// (a thread libc starts is not traced exactly yet).
+    /// ld.so runs glibc's early code).
     Refused(&'static str),
 }
 

@@ -277,7 +277,7 @@ impl<'t> Calls<'t> {
             let forks = c.kind == CallKind::Syscall
                 && matches!(rw.how, How::Trace(_))
                 && !live.live_out(c.block).flags_live()
-                && creates_task(&insns[c.block.index()]);
+                && creates_task(&straight_line(cfg, c.block, |b| insns[b.index()].clone()));
             let (plan, db) = self.plan_site(rw, (id, cfg), c, forks);
             calls[c.block.index()] = plan;
             call_db[c.block.index()] = Some(db);
@@ -474,18 +474,51 @@ fn task_syscalls(prog: &Program) -> HashSet<(ProcId, BlockId)> {
     let mut found = HashSet::new();
     for (id, p) in prog.procs.iter() {
         let Ok(cfg) = &p.cfg else { continue };
+        let decoded = |b: BlockId| {
+            let b = &cfg.blocks[b];
+            let bytes = prog
+                .module
+                .bytes_at(b.start, b.end - b.start)
+                .unwrap_or_default();
+            iced_x86::Decoder::with_ip(64, bytes, b.start, Default::default())
+                .into_iter()
+                .collect()
+        };
         for c in cfg.calls.iter().filter(|c| c.kind == CallKind::Syscall) {
-            let b = &cfg.blocks[c.block];
-            let Some(bytes) = prog.module.bytes_at(b.start, b.end - b.start) else {
-                continue;
-            };
-            let decoder = iced_x86::Decoder::with_ip(64, bytes, b.start, Default::default());
-            if creates_task(&decoder.into_iter().collect::<Vec<_>>()) {
+            if creates_task(&straight_line(cfg, c.block, decoded)) {
                 found.insert((id, c.block));
             }
         }
     }
     found
+}
+
+/// The instructions that run, on every path, up to the end of block `b`:
+/// its own, after those of its predecessor while a block has only one,
+/// which is not a call (a few blocks at most). glibc's `__clone3` in
+/// libc.so.6 ends its FDE right before its `syscall` (`cfi_endproc`: the
+/// child's unwind info would be wrong), which splits the block there and
+/// leaves the number loaded in the block before.
+fn straight_line(
+    cfg: &Cfg,
+    b: BlockId,
+    insns: impl Fn(BlockId) -> Vec<Instruction>,
+) -> Vec<Instruction> {
+    const LOOKBACK: usize = 4;
+    let mut chain = vec![b];
+    while chain.len() < LOOKBACK {
+        let at = chain[chain.len() - 1];
+        let mut preds = cfg.edges.values().filter(|e| e.to == at).map(|e| e.from);
+        let (Some(p), None) = (preds.next(), preds.next()) else {
+            break;
+        };
+        let plain = cfg.blocks[p].kind == aetrace_analysis::cfg::BlockKind::Plain;
+        if at == cfg.entry || !plain || chain.contains(&p) {
+            break;
+        }
+        chain.push(p);
+    }
+    chain.iter().rev().flat_map(|&b| insns(b)).collect()
 }
 
 /// Whether `i` writes (part of) the full register `reg`.

@@ -5,6 +5,7 @@
 
 use std::path::Path;
 
+#[derive(Clone)]
 pub struct Section {
     pub name: String,
     pub addr: u64,
@@ -14,6 +15,7 @@ pub struct Section {
     pub nobits: bool,
 }
 
+#[derive(Clone)]
 pub struct Elf {
     pub bytes: Vec<u8>,
     pub sections: Vec<Section>,

@@ -47,21 +47,70 @@ pub struct Compared {
 
 /// A procedure left alone: its name, its ranges and the oracle's
 /// instructions run in them.
+#[derive(Clone)]
 struct Alone {
     name: String,
     ranges: Vec<(u64, u64)>,
     ran: u64,
 }
 
-/// One traced module: its regenerated stream and lackey's side of it.
-struct Side {
-    count: ModuleCount,
+/// The oracle's side of one traced module: its instructions as offsets
+/// from the module's base, a `rep` once, those of procedures left alone
+/// counted and left out.
+#[derive(Clone)]
+struct Oracle {
     base: u64,
     alone: Vec<Alone>,
     elf: Elf,
     is_rep: FastMap<u64, bool>,
-    /// Lackey's previous address in this module (before normalising).
+    /// The oracle's previous address in this module (before normalising).
     prev: Option<u64>,
+}
+
+impl Oracle {
+    /// The oracle of module `k` of `info`, at `path`.
+    fn new(path: &Path, info: &serde_json::Value, k: usize) -> Oracle {
+        Oracle {
+            base: link_base(path),
+            alone: left_alone_procedures(path, info, k)
+                .into_iter()
+                .map(|(name, ranges)| Alone {
+                    name,
+                    ranges,
+                    ran: 0,
+                })
+                .collect(),
+            elf: Elf::read(path),
+            is_rep: FastMap::default(),
+            prev: None,
+        }
+    }
+
+    /// The offset the trace must show for the oracle's instruction at
+    /// link-time address `a`, if any (`Err(true)`: in a procedure left
+    /// alone; `Err(false)`: a `rep`'s repeat).
+    fn offset(&mut self, a: u64) -> Result<u64, bool> {
+        let repeat = self.prev == Some(a) && {
+            let elf = &self.elf;
+            *self.is_rep.entry(a).or_insert_with(|| elf.is_rep(a))
+        };
+        self.prev = Some(a);
+        if repeat {
+            return Err(false);
+        }
+        let inside = |r: &[(u64, u64)]| r.iter().any(|&(lo, hi)| lo <= a && a < hi);
+        if let Some(p) = self.alone.iter_mut().find(|p| inside(&p.ranges)) {
+            p.ran += 1;
+            return Err(true);
+        }
+        Ok(a - self.base)
+    }
+}
+
+/// One traced module: its regenerated stream and lackey's side of it.
+struct Side {
+    count: ModuleCount,
+    oracle: Oracle,
     /// The last instructions found equal, for the report of a difference.
     recent: VecDeque<u64>,
     regen: Child,
@@ -102,21 +151,13 @@ impl Side {
 
     /// The oracle's next instruction in this module, `a` at link time.
     fn instruction(&mut self, a: u64) -> Result<(), String> {
-        let repeat = self.prev == Some(a) && {
-            let elf = &self.elf;
-            *self.is_rep.entry(a).or_insert_with(|| elf.is_rep(a))
+        let want = match self.oracle.offset(a) {
+            Ok(want) => want,
+            Err(alone) => {
+                self.count.untraced += u64::from(alone);
+                return Ok(());
+            }
         };
-        self.prev = Some(a);
-        if repeat {
-            return Ok(());
-        }
-        let inside = |r: &[(u64, u64)]| r.iter().any(|&(lo, hi)| lo <= a && a < hi);
-        if let Some(p) = self.alone.iter_mut().find(|p| inside(&p.ranges)) {
-            p.ran += 1;
-            self.count.untraced += 1;
-            return Ok(());
-        }
-        let want = a - self.base;
         let got = self.next()?;
         if got == Some(want) {
             self.count.compared += 1;
@@ -151,7 +192,7 @@ impl Side {
     /// The end of lackey's log: the regenerated stream must end too, and
     /// `aetrace regen` succeed.
     fn finish(mut self) -> Result<ModuleCount, String> {
-        let ran = self.alone.iter().filter(|p| p.ran > 0);
+        let ran = self.oracle.alone.iter().filter(|p| p.ran > 0);
         self.count.untraced_in = ran.map(|p| (p.name.clone(), p.ran)).collect();
         let mut more = 0u64;
         while self.next()?.is_some() {
@@ -203,24 +244,13 @@ fn sides(trace: &Path, info: &serde_json::Value, thread: Option<usize>) -> Vec<S
             }
             let (regen, out) = spawn_regen(regen.arg("--module").arg(&path).arg(trace));
             Side {
-                base: link_base(&path),
-                alone: left_alone_procedures(&path, info, k)
-                    .into_iter()
-                    .map(|(name, ranges)| Alone {
-                        name,
-                        ranges,
-                        ran: 0,
-                    })
-                    .collect(),
-                elf: Elf::read(&path),
+                oracle: Oracle::new(&path, info, k),
                 count: ModuleCount {
                     path,
                     compared: 0,
                     untraced: 0,
                     untraced_in: Vec::new(),
                 },
-                is_rep: FastMap::default(),
-                prev: None,
                 recent: VecDeque::new(),
                 regen,
                 out,
@@ -304,7 +334,8 @@ fn keep_going(r: Result<(), String>, error: &mut Option<String>) -> bool {
 /// trace. `stepped` stands for the trace's executable (it may be a copy
 /// of it at another path); libraries are known by their paths. Modules
 /// are found in `/proc/PID/maps`, read again whenever an instruction runs
-/// outside every mapping known so far. The first process only.
+/// outside every mapping known so far. The first process's first thread
+/// only (the trace's thread 0; the trace's other streams are not read).
 pub fn against_stepped(
     trace: &Path,
     stepped: &Path,
@@ -313,7 +344,7 @@ pub fn against_stepped(
     env: &[(String, String)],
 ) -> Result<(Compared, singlestep::Stepped), String> {
     let info = info_json(trace);
-    let mut sides = sides(trace, &info, None);
+    let mut sides = sides(trace, &info, Some(0));
     let names: Vec<PathBuf> = std::iter::once(canonical(stepped))
         .chain(sides.iter().skip(1).map(|s| canonical(&s.count.path)))
         .collect();
@@ -379,6 +410,86 @@ pub fn against_stepped_processes(
     let done = sides.into_iter().enumerate();
     done.map(|(k, s)| conclude(s, None, status).map_err(|e| format!("process {k}: {e}")))
         .collect()
+}
+
+/// One task's instructions in the traced modules: (module, offset from
+/// its base), in the order they ran.
+pub type TaskStream = Vec<(usize, u64)>;
+
+/// The native run of `stepped` single-stepped with every task followed
+/// (threads and forked processes), normalised as [`against_stepped`]
+/// normalises it: each task's stream ([`TaskStream`]) by thread id, the
+/// order the tasks were created in. Held in memory, for short runs whose
+/// threads are compared whole (where a stretch of one is to be taken out,
+/// as the waits of `pthread_join`, which streaming cannot do).
+pub fn stepped_tasks(
+    trace: &Path,
+    stepped: &Path,
+    args: &[&str],
+    env: &[(String, String)],
+) -> (Vec<(libc::pid_t, TaskStream)>, ExitStatus) {
+    let info = info_json(trace);
+    let paths = instrumented_modules(&info);
+    let names: Vec<PathBuf> = std::iter::once(canonical(stepped))
+        .chain(paths.iter().skip(1).map(|p| canonical(p)))
+        .collect();
+    let fresh: Vec<Oracle> = (paths.iter().enumerate())
+        .map(|(m, p)| Oracle::new(p, &info, m))
+        .collect();
+    let mut tasks: Vec<(libc::pid_t, Maps, Vec<Oracle>, TaskStream)> = Vec::new();
+    let mut sink = |pid: libc::pid_t, rip: u64| {
+        let k = tasks.iter().position(|t| t.0 == pid).unwrap_or_else(|| {
+            tasks.push((pid, Maps::default(), fresh.clone(), Vec::new()));
+            tasks.len() - 1
+        });
+        let (_, maps, oracles, stream) = &mut tasks[k];
+        if let Some((m, bias)) = maps.find(pid, rip, &names) {
+            if let Ok(off) = oracles[m].offset(rip - bias) {
+                stream.push((m, off));
+            }
+        }
+        true
+    };
+    let run = singlestep::run_streaming(stepped, Some(stepped), (args, env), true, &mut sink);
+    let mut streams: Vec<_> = tasks.into_iter().map(|t| (t.0, t.3)).collect();
+    streams.sort_by_key(|t| t.0);
+    (streams, exit_status(run.status))
+}
+
+/// Each thread of `trace` regenerated (`aetrace regen`, every module),
+/// by thread id: its instructions as (module, offset from the module's
+/// run-time base), as [`stepped_tasks`] gives the oracle's.
+pub fn regen_tasks(trace: &Path) -> Vec<(u32, TaskStream)> {
+    let info = info_json(trace);
+    let modules: Vec<(u64, u64)> = (info["modules"].as_array().unwrap().iter())
+        .filter(|m| m["instrumented"] == true)
+        .map(|m| {
+            let base = m["load_base"].as_u64().unwrap();
+            (base, base + m["size"].as_u64().unwrap())
+        })
+        .collect();
+    let out = Command::new(super::aetrace())
+        .args(["regen", "--format", "insn", "-j", "1"])
+        .arg(trace)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "aetrace regen failed: {err}");
+    let mut threads: Vec<(u32, TaskStream)> = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        if let Some(head) = line.strip_prefix("# thread ") {
+            // "N pid P tid T"
+            let tid = head.rsplit(' ').next().unwrap().parse().unwrap();
+            threads.push((tid, Vec::new()));
+        } else if !line.is_empty() && !line.starts_with('#') {
+            let a = u64::from_str_radix(line, 16).unwrap();
+            let m = modules.iter().position(|&(lo, hi)| lo <= a && a < hi);
+            let m = m.unwrap_or_else(|| panic!("regen's {a:x} is in no traced module"));
+            threads.last_mut().unwrap().1.push((m, a - modules[m].0));
+        }
+    }
+    threads.sort_by_key(|t| t.0);
+    threads
 }
 
 /// The stepper's status (exit code, or 128 + signal) as an `ExitStatus`.
