@@ -29,20 +29,27 @@ pub const MAGIC: [u8; 8] = *b"AETRIDX\0";
 /// procedure and module numbers as `compile` assigns them): any change of
 /// either makes older files stale (2: states no longer hold how many
 /// chunks were read; 3: setjmp bindings by call block and `rsp`, no
-/// longjmp in progress).
-pub const VERSION: u16 = 3;
+/// longjmp in progress; 4: each entry's instruction count, so `bin` pieces
+/// are written at their offsets).
+pub const VERSION: u16 = 4;
 /// Stream bytes between entries unless asked otherwise: small enough that
 /// pieces of any size `-j` chooses start close to where it wants them.
 pub const DEFAULT_INTERVAL: u64 = 256 << 10;
 
 /// Bytes before the threads.
 const HEADER_LEN: usize = 40;
+/// An entry's instruction count when it was not counted.
+const UNCOUNTED: u64 = u64::MAX;
 
 /// One entry: a machine state at stream offset `offset` (its first 8 bytes).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
     /// Stream offset of the pause point (the witness read next).
     pub offset: u64,
+    /// Instructions the thread executed before it, in every module of its
+    /// process image (`None`: not counted, as by an output walk of a
+    /// format without a record per instruction of fixed size).
+    pub instructions: Option<u64>,
     /// The encoded state (`Machine::snapshot`).
     pub state: Vec<u8>,
 }
@@ -121,6 +128,8 @@ impl StateIndex {
             out.extend_from_slice(&t.to_le_bytes());
             out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
             for e in entries {
+                let n = e.instructions.unwrap_or(UNCOUNTED);
+                out.extend_from_slice(&n.to_le_bytes());
                 out.extend_from_slice(&(e.state.len() as u32).to_le_bytes());
                 out.extend_from_slice(&e.state);
             }
@@ -169,8 +178,9 @@ impl StateIndex {
         for _ in 0..nthreads {
             let t = r.u32()?;
             let n = r.u32()? as usize;
-            let mut entries: Vec<Entry> = Vec::with_capacity(n.min(r.0.len() / 12));
+            let mut entries: Vec<Entry> = Vec::with_capacity(n.min(r.0.len() / 20));
             for _ in 0..n {
+                let instructions = Some(r.u64()?).filter(|&n| n != UNCOUNTED);
                 let len = r.u32()? as usize;
                 let state = r.bytes(len)?.to_vec();
                 let offset = u64::from_le_bytes(state.get(..8)?.try_into().ok()?);
@@ -178,7 +188,11 @@ impl StateIndex {
                 if entries.last().is_some_and(|p| p.offset >= offset) {
                     return None;
                 }
-                entries.push(Entry { offset, state });
+                entries.push(Entry {
+                    offset,
+                    instructions,
+                    state,
+                });
             }
             if threads.insert(t, entries).is_some() {
                 return None;
