@@ -1,7 +1,7 @@
 //! `aetrace index` and `regen -j N` from the state index (`docs/regen.md`
 //! section 4): on recorded runs, the bytes of `--format bin`/`block`,
-//! `--count`, from pieces started at index entries of any interval (`bin`
-//! also into a file, which the workers write at their offsets), equal
+//! `--count`, from pieces started at index entries of any interval (also
+//! into a file, which the workers write at their offsets), equal
 //! those of `-j 1` without an index (the oracle: the walk the lackey tests
 //! check); a damaged or another trace's sidecar is ignored with one line.
 //! Programs: Debian's gzip on 50 kB, and `traces/signal_alarm.c` (a 20 us
@@ -45,15 +45,13 @@ fn check_identical(trace: &Path) {
                 "{} {args:?} interval {interval}: output differs",
                 trace.display()
             );
-            if format == "bin" {
-                // Into a file, the workers write their pieces at their offsets.
-                for (how, got) in into_files(&args, trace) {
-                    assert!(
-                        got == want,
-                        "{} {args:?} {how}, interval {interval}: output differs",
-                        trace.display()
-                    );
-                }
+            // Into a file, the workers write their pieces at their offsets.
+            for (how, got) in into_files(&args, trace) {
+                assert!(
+                    got == want,
+                    "{} {args:?} {how}, interval {interval}: output differs",
+                    trace.display()
+                );
             }
         }
     }

@@ -904,8 +904,9 @@ enum Target<'g> {
     /// In batches to the writer, which hands them in order to the function.
     Writer(&'g mut dyn FnMut(&mut Vec<u8>) -> std::io::Result<()>),
     /// Into the file, each worker at its piece's offset from the byte
-    /// given (`bin` from a state index that counted instructions: nothing
-    /// waits in memory for the piece before it, docs/regen.md section 4).
+    /// given (from a state index that counted the output before its
+    /// entries: nothing waits in memory for the piece before it,
+    /// docs/regen.md section 4).
     At(&'g File, u64),
 }
 
@@ -982,8 +983,8 @@ struct Piece<'m> {
     expect: Option<&'m Entry>,
     /// The whole thread: it may keep states for a state index.
     whole: bool,
-    /// Where its `bin` output starts in the thread's, when the index
-    /// counted the instructions before it.
+    /// Where its output starts in the thread's, when the index counted
+    /// the output before it ([`Ctx::offset_of`]).
     at: Option<u64>,
 }
 
@@ -1011,7 +1012,7 @@ fn restore(m: &mut Machine<'_>, from: Option<&Entry>) -> Result<()> {
 }
 
 /// Why a piece cannot be written at its offset.
-const UNCOUNTED: &str = "an index entry without an instruction count: \
+const UNCOUNTED: &str = "an index entry that did not count the output before it: \
     the piece after it cannot be written at its offset";
 
 /// The error of a piece that does not start where the output before it
@@ -1039,11 +1040,12 @@ const MIN_PIECE_BYTES: u64 = 1 << 20;
 const OUTPUT_PIECE_BYTES: u64 = 512 << 10;
 
 /// Keeps the state of machine `m`, paused for a state index after
-/// `instructions` (if counted), in `entries`; where it pauses next.
+/// (`instructions`, `block` output bytes) (if counted), in `entries`;
+/// where it pauses next.
 fn keep_state(
     m: &Machine<'_>,
     interval: u64,
-    instructions: Option<u64>,
+    (instructions, block_bytes): (Option<u64>, Option<u64>),
     entries: &mut Vec<Entry>,
 ) -> u64 {
     let offset = m.stream_offset();
@@ -1051,6 +1053,7 @@ fn keep_state(
         entries.push(Entry {
             offset,
             instructions,
+            block_bytes,
             state,
         });
     }
@@ -1213,18 +1216,41 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             },
             expect: to,
             whole: from.is_none() && to.is_none(),
-            at: from.map_or(Some(0), |e| e.instructions.map(bin_bytes)),
+            at: from.map_or(Some(0), |e| self.offset_of(e)),
+        }
+    }
+
+    /// Where the output at index entry `e` starts in its thread's, when
+    /// the entry counted it: `bin` from its instructions, `block` (with
+    /// run-time addresses) its bytes.
+    fn offset_of(&self, e: &Entry) -> Option<u64> {
+        match self.opts.format {
+            Format::Bin => e.instructions.map(bin_bytes),
+            Format::Block if !self.opts.relative => e.block_bytes,
+            _ => None,
+        }
+    }
+
+    /// What a whole thread's output of `emitted` bytes counted, for its
+    /// index entry there: (instructions, `block` output bytes).
+    fn counts_of(&self, emitted: u64) -> (Option<u64>, Option<u64>) {
+        match self.opts.format {
+            Format::Bin => (Some(emitted / bin_bytes(1)), None),
+            Format::Block if !self.opts.relative => (None, Some(emitted)),
+            _ => (None, None),
         }
     }
 
     /// Stream bytes per piece of `job`'s stream: `--piece`; for a format
-    /// with a record per instruction from a state index
-    /// [`OUTPUT_PIECE_BYTES`]; else a quarter of each worker's share.
+    /// with a record per instruction, or `block`, from a state index
+    /// [`OUTPUT_PIECE_BYTES`] (`block`'s pieces are written at their
+    /// offsets, and short ones keep both workers busy to the end); else a
+    /// quarter of each worker's share.
     fn piece_bytes(&self, job: &Job<'_>) -> u64 {
         match self.opts.piece_bytes {
             0 if self.opts.index.is_some()
                 && !self.opts.count
-                && self.opts.format.per_instruction() =>
+                && (self.opts.format.per_instruction() || self.opts.format == Format::Block) =>
             {
                 OUTPUT_PIECE_BYTES
             }
@@ -1318,7 +1344,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                         .counts
                         .as_ref()
                         .map(|c| c.totals.iter().map(|t| t.0).sum());
-                    sink.pause_at = keep_state(&m, interval, n, &mut entries);
+                    sink.pause_at = keep_state(&m, interval, (n, None), &mut entries);
                 }
                 Ok(Progress::Done) | Err(_) => return entries,
             }
@@ -1388,7 +1414,8 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         mut states: Option<&mut (&States, Vec<Entry>)>,
     ) -> Result<()> {
         // Output bytes so far: a whole thread's `bin` counts its
-        // instructions (other formats' are not counted as they go).
+        // instructions, its `block` itself (other formats' are not counted
+        // as they go).
         let mut emitted = 0u64;
         loop {
             let r = m.run(sink);
@@ -1407,9 +1434,8 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                 Progress::More => {}
                 Progress::Paused => match states.as_deref_mut() {
                     Some((s, entries)) => {
-                        let bin = self.opts.format == Format::Bin;
-                        let n = bin.then(|| emitted / bin_bytes(1));
-                        sink.pause_at = keep_state(m, s.interval, n, entries);
+                        let counts = self.counts_of(emitted);
+                        sink.pause_at = keep_state(m, s.interval, counts, entries);
                     }
                     None => return check_pause(m, expect),
                 },
@@ -1515,31 +1541,35 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     }
 
     /// Whether the workers write their pieces themselves, each at its
-    /// offset: `bin` (a record per instruction) of one thread, cut at index
-    /// entries that counted the instructions before them.
+    /// offset: `bin` or `block` of one thread, cut at index entries that
+    /// counted the output before them ([`Ctx::offset_of`]).
     fn writes_at_offsets(&self) -> bool {
         let [job] = self.jobs else {
             return false;
         };
-        self.opts.format == Format::Bin
-            && self.opts.module.is_none()
+        self.opts.module.is_none()
             && self.opts.index.is_some()
             && self.workers() > 1
             && self.cuts()
             && self
                 .spans(job)
                 .iter()
-                .all(|(from, _)| from.map_or(true, |e| e.instructions.is_some()))
+                .all(|(from, _)| from.map_or(true, |e| self.offset_of(e).is_some()))
     }
 
-    /// `bin` written by the workers at their pieces' offsets in `file`,
+    /// Output written by the workers at their pieces' offsets in `file`,
     /// from its position, which is then left after the output as a
     /// sequential write leaves it. After an error a regular file is cut
     /// to the exact output before it (later pieces may have written past).
     fn write_at_offsets(&self, file: &File) -> Result<()> {
         let mut f = file;
         let base = f.stream_position().map_err(Error::Output)?;
-        let header = aetrace_format::addrtrace::Header { count: None }.to_bytes();
+        let mut header = Vec::new();
+        if self.opts.format == Format::Bin {
+            header = aetrace_format::addrtrace::Header { count: None }
+                .to_bytes()
+                .to_vec();
+        }
         file.write_all_at(&header, base).map_err(Error::Output)?;
         let body = base + header.len() as u64;
         let (r, len) = self.write_parallel(self.workers(), Target::At(file, body));

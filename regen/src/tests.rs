@@ -2391,25 +2391,27 @@ proptest! {
         prop_assert_eq!(r2.err().map(|e| e.to_string()), r1.err().map(|e| e.to_string()));
     }
 
-    /// `bin` into a file, whose pieces the workers write at the offsets
-    /// the index's instruction counts give, holds the bytes `-j 1` writes
+    /// `bin` or `block` into a file, whose pieces the workers write at
+    /// the offsets the index's counts give, holds the bytes `-j 1` writes
     /// after what the file held before, error included, and is left
     /// positioned after them; with an entry's count changed, the
     /// regeneration stops with an index error after a prefix of them.
     #[test]
-    fn bin_pieces_written_at_their_offsets_give_identical_output(
+    fn pieces_written_at_their_offsets_give_identical_output(
         seed in any::<u64>(),
         nthreads in 1usize..3,
         chunk in 1usize..48,
         interval in 1u64..40,
         piece in 1u64..30,
         cut in any::<bool>(),
+        block in any::<bool>(),
         damage in any::<prop::sample::Index>(),
     ) {
         let (bytes, _, _) = index_case(seed, nthreads, chunk, cut);
-        let (want, want_err) = run(&bytes, &opts(Format::Bin));
+        let format = if block { Format::Block } else { Format::Bin };
+        let (want, want_err) = run(&bytes, &opts(format));
         let want_err = want_err.err().map(|e| e.to_string());
-        let o = with_index(&bytes, interval, opts(Format::Bin));
+        let o = with_index(&bytes, interval, opts(format));
         for jobs in [2, 3] {
             let (got, r) = run_into_file(&bytes, &Options { jobs, piece_bytes: piece, ..o.clone() });
             prop_assert!(got == want, "{} bytes against {}", got.len(), want.len());
@@ -2419,7 +2421,9 @@ proptest! {
         let mut entries: Vec<_> = index.threads.values_mut().flatten().collect();
         prop_assume!(!entries.is_empty());
         let n = damage.index(entries.len());
-        entries[n].instructions = entries[n].instructions.map(|c| c + 1);
+        let e = &mut entries[n];
+        let count = if block { &mut e.block_bytes } else { &mut e.instructions };
+        *count = count.map(|c| c + 1);
         let damaged = Options { jobs: 2, piece_bytes: 1, index: Some(std::sync::Arc::new(index)), ..o };
         let (got, r) = run_into_file(&bytes, &damaged);
         prop_assert!(want.starts_with(&got), "{} bytes, not a prefix", got.len());
@@ -2436,8 +2440,8 @@ proptest! {
     /// builds, at any interval, and writes the bytes, error included, of
     /// one that keeps none; one that fails returns no index. With two
     /// jobs its streams may be cut into pieces (then it keeps none).
-    /// Instructions are counted by `bin`'s walk (a record each), not by
-    /// `insn`'s.
+    /// Instructions are counted by `bin`'s walk (a record each), `block`
+    /// bytes by `block`'s, neither by `insn`'s.
     #[test]
     fn a_regeneration_keeps_the_index_aetrace_index_builds(
         seed in any::<u64>(),
@@ -2446,13 +2450,12 @@ proptest! {
         interval in 1u64..40,
         cut in any::<bool>(),
         jobs in 1usize..3,
-        bin in any::<bool>(),
+        format in prop::sample::select(vec![Format::Insn, Format::Bin, Format::Block]),
     ) {
-        let (bytes, insn, want_err) = index_case(seed, nthreads, chunk, cut);
+        let (bytes, _, want_err) = index_case(seed, nthreads, chunk, cut);
         let t = Trace::parse(&bytes).unwrap();
-        let format = if bin { Format::Bin } else { Format::Insn };
         let o = Options { jobs, ..opts(format) };
-        let want = if bin { run(&bytes, &opts(Format::Bin)).0 } else { insn };
+        let want = run(&bytes, &opts(format)).0;
         let mut out = Vec::new();
         let r = crate::output::regen_trace_ahead(&t, &o, &mut out, crate::output::AHEAD_BYTES, Some(interval), None);
         prop_assert!(out == want, "{} bytes against {}", out.len(), want.len());
@@ -2460,8 +2463,9 @@ proptest! {
             Ok((_, kept)) => {
                 prop_assert!(want_err.is_empty());
                 let mut built = crate::index::StateIndex::build(&t, interval).unwrap();
-                for e in built.threads.values_mut().flatten().filter(|_| !bin) {
-                    e.instructions = None;
+                for e in built.threads.values_mut().flatten() {
+                    e.instructions = e.instructions.filter(|_| format == Format::Bin);
+                    e.block_bytes = e.block_bytes.filter(|_| format == Format::Block);
                 }
                 if jobs == 1 || kept.is_some() {
                     prop_assert_eq!(kept, Some(built));
