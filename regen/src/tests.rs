@@ -802,9 +802,15 @@ fn shared_chunks_are_each_chunk_decompressed_once() {
     // 2026-11-30 an unfilled slot counted 0 bytes, so claims alone kept
     // any number of slots): claims alone evict the oldest.
     let claims = Chunks::keeping(2 * (64 << 10));
-    assert!(chunks.iter().all(|c| claims.claim(*c).1), "first claims");
-    assert!(!claims.claim(chunks[n - 2]).1 && !claims.claim(chunks[n - 1]).1);
-    assert!(claims.claim(chunks[0]).1, "the oldest claim was evicted");
+    assert!(
+        chunks.iter().all(|c| claims.claim(*c).1.is_some()),
+        "first claims"
+    );
+    assert!(claims.claim(chunks[n - 2]).1.is_none() && claims.claim(chunks[n - 1]).1.is_none());
+    assert!(
+        claims.claim(chunks[0]).1.is_some(),
+        "the oldest claim was evicted"
+    );
 }
 
 /// A data walk's control walk and value cursor read a thread's chunks
