@@ -14,6 +14,10 @@
 //! the trace stops the regeneration with an error after exact output, it
 //! never changes a byte.
 //!
+//! An entry also counts the output before it (instructions, `block`
+//! bytes), so that `-j N` writes each piece at its offset in a file; the
+//! writer checks that pieces join, so wrong counts stop it the same way.
+//!
 //! Invariants: the file is keyed by the trace's fingerprint (its length
 //! and the CRC of its file and section headers) and checked by a CRC-32 of
 //! all its bytes; entries of a thread are in increasing stream order.

@@ -19,7 +19,10 @@
 //! ahead of the writer (the one being written as much again), and at most `2 * jobs` cut pieces
 //! wait, so memory stays bounded however long the streams are; a piece
 //! ends exactly where the next one's snapshot was taken (the same read
-//! point, checked by the equality tests against `-j 1`).
+//! point, checked by the equality tests against `-j 1`). Into a file, when
+//! the state index counted the output before each piece, the workers write
+//! their pieces at their offsets and nothing waits for the writer; it
+//! checks that each piece starts where the one before it ended.
 
 use crate::compile::{Addressing, Module};
 use crate::ending::Ending;
