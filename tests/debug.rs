@@ -794,12 +794,13 @@ fn native_gdb(exe: &Path, case: &LineSteps, script: &Path, commands: &str) -> St
 
 /// Native gdb on `exe` run with `args` by `text` (written to `script`),
 /// libc's AVX and EVEX string functions off, binding at load time (see
-/// [`native_gdb`]): its output.
+/// [`native_gdb`]), gdb kept off the XSAVE registers (`common::native_gdb`):
+/// its output.
 fn native_run(exe: &Path, args: &[&str], script: &Path, text: &str) -> String {
     std::fs::write(script, text).unwrap();
     let hwcaps = "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX2,-AVX,-EVEX,\
                   -AVX_Fast_Unaligned_Load";
-    let out = Command::new("gdb")
+    let out = common::native_gdb::gdb()
         .args(["-batch", "-nx", "-x"])
         .arg(script)
         .arg("--args")
