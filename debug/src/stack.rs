@@ -7,7 +7,11 @@
 //! untraced code that came back); `a` a call (not a tail call) and `b`
 //! elsewhere pushes `a`'s return address (a traced callee, or a callback
 //! from untraced code the call ran); `b` a return address on the stack
-//! pops down to it (a return, a longjmp or an exception to a caller);
+//! pops down to it (a return, a longjmp or an exception to a caller),
+//! unless `b` is a direct successor of `a` in the CFG (a jump within the
+//! frame onto a return address: libc's `msort_with_tmp`, whose recursion
+//! gcc inlined one level of, jumps past its call onto the instruction
+//! after it, the return address of its callers' frames of itself);
 //! anything else is a jump within the frame ([`Stacks::change`]). Untraced
 //! code therefore has no frames of its own: a callback's caller is the
 //! traced call that started the untraced code.
@@ -43,8 +47,9 @@
 use crate::image::Image;
 use crate::timeline::{Signal, Timeline};
 use crate::untraced::{decode, Exit, Passage, To, RETURNED, SIGRETURN, UNTRACED};
+use aetrace_format::progdb::EdgeKindDb;
 use aetrace_regen::compile::Module as Compiled;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// The stack and the previous instruction's address, at an interval start.
 #[derive(Clone, Debug, Default)]
@@ -57,6 +62,10 @@ struct State {
 pub struct Stacks {
     /// Call instruction address -> return address (the next instruction).
     calls: HashMap<u64, u64>,
+    /// CFG edges within a procedure (fall-through, direct or jump-table
+    /// jump) that land on a return address: (last instruction of the
+    /// block, the return address).
+    jumps_to_returns: HashSet<(u64, u64)>,
     /// States at the starts of intervals `0..states.len()`.
     states: Vec<State>,
     /// Passages through untraced code, when looked for.
@@ -72,8 +81,10 @@ impl Stacks {
                 calls.insert(a, a + len);
             }
         }
+        let returns: HashSet<u64> = calls.values().copied().collect();
         Stacks {
             calls,
+            jumps_to_returns: jumps_to(modules, &returns),
             states: vec![State::default()],
             passages: None,
         }
@@ -282,6 +293,7 @@ impl Stacks {
             // The callee was untraced and returned.
             Some(&ret) if ret == b => Change::None,
             Some(&ret) => Change::Push(ret),
+            None if self.jumps_to_returns.contains(&(a, b)) => Change::None,
             None => match stack.iter().rposition(|&r| r == b) {
                 Some(i) => Change::PopTo(i),
                 None => Change::None,
@@ -303,6 +315,31 @@ fn block_ends<'a>(
             (start + u64::from(b.size) - len, len, b)
         })
     })
+}
+
+/// The CFG edges of `modules` within a procedure (fall-through, taken
+/// jump, jump table case) whose target is in `targets`: (the source
+/// block's last instruction, the target), as run-time addresses.
+fn jumps_to(modules: &[&Compiled], targets: &HashSet<u64>) -> HashSet<(u64, u64)> {
+    let mut found = HashSet::new();
+    for m in modules {
+        for (last, _, b) in block_ends(std::slice::from_ref(m)) {
+            for s in &m.succs[b.succ_lo as usize..b.succ_hi as usize] {
+                let within = matches!(
+                    s.kind,
+                    EdgeKindDb::FallThrough | EdgeKindDb::Taken | EdgeKindDb::JumpTable
+                );
+                let Some(to) = m.blocks.get(s.to).filter(|_| within) else {
+                    continue;
+                };
+                let to = m.load_base.wrapping_add(to.start);
+                if targets.contains(&to) {
+                    found.insert((last, to));
+                }
+            }
+        }
+    }
+    found
 }
 
 /// A block's last instruction that transfers control, and where it is.
