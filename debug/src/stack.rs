@@ -389,7 +389,7 @@ impl Passages {
                 if image.read(a, insn) < insn.len() {
                     continue;
                 }
-                if let Some(exit) = decode(a, insn) {
+                if let Some(exit) = decode(a, insn).map(|e| slot_or_pointer(e, image)) {
                     let name = &m.procs[b.proc].name;
                     let import = name.strip_suffix("@plt").map(str::to_owned);
                     sites.insert(
@@ -480,12 +480,28 @@ impl Passages {
         match to {
             To::Direct(t) => t != b,
             To::Other => false,
-            To::Got => match (self.entries.get(&b), &site.import) {
+            To::Got(_) => match (self.entries.get(&b), &site.import) {
                 (Some(e), Some(i)) => !e.names.contains(i),
                 (Some(e), None) => e.module == site.module,
                 (None, _) => b != site.next,
             },
         }
+    }
+}
+
+/// `exit` with a call or jump through a rip-relative pointer that is no
+/// GOT slot (a function pointer in the module's data: gzip's `call
+/// *work(%rip)`) taken as through any other pointer: where it went is its
+/// target, not a sign of untraced code calling back.
+fn slot_or_pointer(exit: Exit, image: &Image) -> Exit {
+    let other = |to| match to {
+        To::Got(slot) if !image.in_got(slot) => To::Other,
+        to => to,
+    };
+    match exit {
+        Exit::Call { ret, to } => Exit::Call { ret, to: other(to) },
+        Exit::Jump(to) => Exit::Jump(other(to)),
+        Exit::Ret => Exit::Ret,
     }
 }
 
