@@ -3136,27 +3136,17 @@ fn frame_args(l: &str) -> Vec<(String, String)> {
 /// entry from `printf` in `qsort_callback.c` (-O0 -g; frames of libc's
 /// `_IO_file_doallocate`, `_IO_doallocbuf`, `_IO_new_file_overflow`,
 /// `_IO_new_file_xsputn`), every argument `bt` shows with a value on the
-/// trace has native gdb's value at the same breakpoint; the others are
+/// trace has native gdb's value at the same breakpoint (under `record
+/// full` from `main`, as the other scripts); the others are
 /// `<optimized out>`, `<unavailable>` or an error. Before 2026-12-01 a
 /// variable in `rbp` read the made-up `rbp` (`ch=-2320`, `n=140...`):
 /// now a caller gets `rbp` only where its CFA is computed from it
-/// (`.eh_frame`). 3 s (1.1 s CPU; measured 2026-12-01 at load 12).
+/// (`.eh_frame`). 5 s (3.5 s CPU; measured 2026-12-01 at load 7).
 #[test]
 fn libcs_optimised_callers_read_no_made_up_values() {
     let (exe, trace, _, _) = recorded_with_libc();
     let steps = "break malloc\ncontinue\nbt\n";
-    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
-    let ours = gdb(
-        &exe,
-        &trace,
-        &format!(
-            "source {}\nbreak main\ncontinue\n{steps}",
-            aetrace_py.display()
-        ),
-    );
-    let script = trace.with_extension("libc-args.gdb");
-    let head = "set pagination off\nset confirm off\nbreak main\nrun\n";
-    let native = native_run(&exe, &[], &script, &format!("{head}{steps}"));
+    let (ours, native) = from_main_both_ways(&exe, &trace, &[], steps, "libc-args");
     let what = format!("ours:\n{ours}\nnative:\n{native}");
     let bt = |out: &str| -> Vec<String> {
         out.lines()
