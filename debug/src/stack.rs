@@ -8,10 +8,11 @@
 //! elsewhere pushes `a`'s return address (a traced callee, or a callback
 //! from untraced code the call ran); `b` a return address on the stack
 //! pops down to it (a return, a longjmp or an exception to a caller),
-//! unless `b` is a direct successor of `a` in the CFG (a jump within the
-//! frame onto a return address: libc's `msort_with_tmp`, whose recursion
-//! gcc inlined one level of, jumps past its call onto the instruction
-//! after it, the return address of its callers' frames of itself);
+//! unless `b` is a direct successor of `a` in the CFG and follows a call
+//! that returns (a jump within the frame onto a return address: libc's
+//! `msort_with_tmp`, whose recursion gcc inlined one level of, jumps past
+//! its call onto the instruction after it, the return address of its
+//! callers' frames of itself);
 //! anything else is a jump within the frame ([`Stacks::change`]). Untraced
 //! code therefore has no frames of its own: a callback's caller is the
 //! traced call that started the untraced code.
@@ -81,7 +82,7 @@ impl Stacks {
                 calls.insert(a, a + len);
             }
         }
-        let returns: HashSet<u64> = calls.values().copied().collect();
+        let returns = returns_of_returning_calls(modules);
         Stacks {
             calls,
             jumps_to_returns: jumps_to(modules, &returns),
@@ -315,6 +316,26 @@ fn block_ends<'a>(
             (start + u64::from(b.size) - len, len, b)
         })
     })
+}
+
+/// The return addresses of the calls of `modules` that return (a
+/// `CallReturn` edge): a noreturn call's return address (after `call
+/// __cxa_throw` at -O0, the code of a branch that does not throw) is no
+/// frame's, and a jump onto it must still pop the stale return addresses
+/// an exception left (its landing pads are entered like callbacks).
+fn returns_of_returning_calls(modules: &[&Compiled]) -> HashSet<u64> {
+    let mut found = HashSet::new();
+    for m in modules {
+        for (last, len, b) in block_ends(std::slice::from_ref(m)) {
+            let returns = m.succs[b.succ_lo as usize..b.succ_hi as usize]
+                .iter()
+                .any(|s| s.kind == EdgeKindDb::CallReturn);
+            if b.call.is_some_and(|c| !c.tail) && returns {
+                found.insert(last + len);
+            }
+        }
+    }
+    found
 }
 
 /// The CFG edges of `modules` within a procedure (fall-through, taken
