@@ -794,12 +794,13 @@ fn native_gdb(exe: &Path, case: &LineSteps, script: &Path, commands: &str) -> St
 
 /// Native gdb on `exe` run with `args` by `text` (written to `script`),
 /// libc's AVX and EVEX string functions off, binding at load time (see
-/// [`native_gdb`]): its output.
+/// [`native_gdb`]), gdb kept off the XSAVE registers (`common::native_gdb`):
+/// its output.
 fn native_run(exe: &Path, args: &[&str], script: &Path, text: &str) -> String {
     std::fs::write(script, text).unwrap();
     let hwcaps = "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX2,-AVX,-EVEX,\
                   -AVX_Fast_Unaligned_Load";
-    let out = Command::new("gdb")
+    let out = common::native_gdb::gdb()
         .args(["-batch", "-nx", "-x"])
         .arg(script)
         .arg("--args")
@@ -3022,7 +3023,12 @@ fn libcs_procedures_are_served_when_libc_is_traced() {
 }
 
 /// `--libs libc.so.6`: a callback's backtrace goes through libc's frames
-/// as natively. In `qsort_callback.c` (-O0 -g) at the two calls of
+/// as natively. In `qsort_callback.c` (-O0 -g) at the first call of the
+/// comparator `by_last_digit` (17 frames: libc's `msort_with_tmp`
+/// recursion, seven calls deep, each but the innermost with a level gcc
+/// inlined into it, which jumps past its recursive call onto the return
+/// address of its callers: before 2026-12-01 the procedure stack popped
+/// there and `bt` had 11 frames), at the two calls of
 /// `printf` (libc's `_IO_printf`, reached from the executable's
 /// `printf@plt`: before 2026-11-30 the second, bound, had an `<untraced>`
 /// frame between it and `main`), at `bsearch`'s entry and at
@@ -3033,12 +3039,13 @@ fn libcs_procedures_are_served_when_libc_is_traced() {
 /// every frame's function and `file:line` equal to native gdb's under
 /// `record full` from `bsearch`'s entry (libc's names and lines are the
 /// machine's: with its debug information, `__GI_bsearch` at
-/// `stdlib-bsearch.h`; without it, the dynamic symbol, both sides). 5 s
-/// (2.5 s CPU; measured 2026-11-30 at load 10).
+/// `stdlib-bsearch.h`; without it, the dynamic symbol, both sides). 6 s
+/// (2.0 s CPU; measured 2026-12-01 at load 12).
 #[test]
 fn libcs_frames_agree_with_native_gdb() {
     let (exe, trace, _, _) = recorded_with_libc();
-    let printfs = "break printf\ncontinue\nbt\ncontinue\nbt\n";
+    let printfs =
+        "break by_last_digit\ncontinue\nbt\ndelete\nbreak printf\ncontinue\nbt\ncontinue\nbt\n";
     let steps = format!(
         "break bsearch\ncontinue\nrecord full\nbt\nbreak by_value\n{}continue\n\
          reverse-finish\nbt\nreverse-continue\nbt\n",
@@ -3063,10 +3070,11 @@ fn libcs_frames_agree_with_native_gdb() {
     }
     let (o, n) = (frames_at_lines(&ours), frames_at_lines(&native));
     let what = format!("ours:\n{ours}\nnative:\n{native}");
-    assert_eq!(n.len(), 11, "{what}");
-    assert_eq!(n[1].len(), 2, "{what}");
-    assert_eq!(n[3].len(), 3, "{what}");
-    assert!(n[3][1].contains("bsearch"), "{what}");
+    assert_eq!(n.len(), 12, "{what}");
+    assert_eq!(n[0].len(), 17, "{what}");
+    assert_eq!(n[2].len(), 2, "{what}");
+    assert_eq!(n[4].len(), 3, "{what}");
+    assert!(n[4][1].contains("bsearch"), "{what}");
     assert_eq!(o, n, "{what}");
 }
 
@@ -3134,4 +3142,186 @@ fn a_handler_run_by_raise_shows_libcs_frames_as_native_gdb() {
         bt.remove(tail.expect(&what));
     }
     assert_eq!(o, n, "{what}");
+}
+
+/// The arguments a `bt` line shows: (name, value) in order (`a@entry`
+/// for an entry value).
+fn frame_args(l: &str) -> Vec<(String, String)> {
+    let Some((_, args)) = l.split_once(" (") else {
+        return Vec::new();
+    };
+    let args = args.rsplit_once(')').map_or(args, |x| x.0);
+    let mut all: Vec<(String, String)> = Vec::new();
+    for piece in args.split(", ") {
+        let named = piece.split_once('=').filter(|(n, _)| {
+            n.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '@')
+        });
+        match (named, all.last_mut()) {
+            (Some((n, v)), _) => all.push((n.to_owned(), v.to_owned())),
+            (None, Some(last)) => last.1 = format!("{}, {piece}", last.1),
+            (None, None) => {}
+        }
+    }
+    all
+}
+
+/// `--libs libc.so.6`: libc's optimised callers' arguments never read
+/// the made-up frame addresses the unwinder gives callers. At `malloc`'s
+/// entry from `printf` in `qsort_callback.c` (-O0 -g; frames of libc's
+/// `_IO_file_doallocate`, `_IO_doallocbuf`, `_IO_new_file_overflow`,
+/// `_IO_new_file_xsputn`), every argument `bt` shows with a value on the
+/// trace has native gdb's value at the same breakpoint (under `record
+/// full` from `main`, as the other scripts); the others are
+/// `<optimized out>`, `<unavailable>` or an error. Before 2026-12-01 a
+/// variable in `rbp` read the made-up `rbp` (`ch=-2320`, `n=140...`):
+/// now a caller gets `rbp` only where its CFA is computed from it
+/// (`.eh_frame`). 5 s (3.5 s CPU; measured 2026-12-01 at load 7).
+#[test]
+fn libcs_optimised_callers_read_no_made_up_values() {
+    let (exe, trace, _, _) = recorded_with_libc();
+    let steps = "break malloc\ncontinue\nbt\n";
+    let (ours, native) = from_main_both_ways(&exe, &trace, &[], steps, "libc-args");
+    let what = format!("ours:\n{ours}\nnative:\n{native}");
+    let bt = |out: &str| -> Vec<String> {
+        out.lines()
+            .filter(|l| l.starts_with('#'))
+            .map(str::to_owned)
+            .collect()
+    };
+    let (o, n) = (bt(&ours), bt(&native));
+    // Up to printf's internals (`__vfprintf_internal`, left untraced for
+    // its jump tables: one `<untraced>` frame on the trace).
+    let untraced = o.iter().position(|l| l.contains("<untraced>"));
+    let k = untraced.expect("printf's untraced internals");
+    let (of, nf) = (frames_at_lines(&ours), frames_at_lines(&native));
+    assert_eq!(of[0][..k], nf[0][..k], "{what}");
+    assert!(
+        o.iter().any(|l| l.contains("_IO_new_file_overflow")),
+        "{what}"
+    );
+    for (ol, nl) in o[..k].iter().zip(&n) {
+        let native_args = frame_args(nl);
+        for (name, value) in frame_args(ol) {
+            if value.starts_with('<') {
+                continue;
+            }
+            let native_value = native_args.iter().find(|a| a.0 == name).map(|a| &a.1);
+            assert_eq!(Some(&value), native_value, "{name} in {ol}\n{what}");
+        }
+    }
+    // `_IO_new_file_overflow`'s `ch` and `_IO_new_file_xsputn`'s `n` are
+    // in `rbp` there.
+    let overflow = o
+        .iter()
+        .find(|l| l.contains("_IO_new_file_overflow"))
+        .unwrap();
+    assert!(overflow.contains("ch=<optimized out>"), "{what}");
+}
+
+/// The offsets of `exe`'s calls through a rip-relative pointer (`call
+/// *disp(%rip)`) outside its `.got`, by `objdump -d` (the pointer's
+/// address in the comment) and `objdump -h`.
+fn rip_pointer_calls(exe: &Path) -> Vec<u64> {
+    let objdump = |arg: &str| {
+        let out = run_checked(Command::new("objdump").arg(arg).arg(exe), "objdump");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let hex = |s: &str| u64::from_str_radix(s.trim(), 16).ok();
+    let got = objdump("-h")
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(1) == Some(&".got")).then(|| Some((hex(f[3])?, hex(f[2])?)))?
+        })
+        .expect("a .got section");
+    let text = objdump("-d");
+    text.lines()
+        .filter(|l| l.contains("call   *0x") && l.contains("(%rip)"))
+        .filter_map(|l| {
+            let slot = hex(l.split("# ").nth(1)?.split(' ').next()?)?;
+            let outside = !(got.0..got.0 + got.1).contains(&slot);
+            outside.then(|| hex(l.split(':').next()?)).flatten()
+        })
+        .collect()
+}
+
+/// The pcs of `out`'s `bt` lines in the module loaded at `base` (its file
+/// `size` bytes long), as offsets from `base`.
+fn frame_offsets(out: &str, base: u64, size: u64) -> Vec<u64> {
+    out.lines()
+        .filter(|l| l.starts_with('#'))
+        .filter_map(|l| {
+            let pc = l.split_whitespace().nth(1)?.strip_prefix("0x")?;
+            let pc = u64::from_str_radix(pc, 16).ok()?;
+            (base..base + size).contains(&pc).then(|| pc - base)
+        })
+        .collect()
+}
+
+/// A call through a function pointer in the program's data (gzip's `call
+/// *work(%rip)`, rip-relative like a `-fno-plt` call through a GOT slot)
+/// that lands in the program is a call, not untraced code calling back:
+/// `bt` at the callee's first instruction (gzip -c of 20 kB) has the
+/// program's frames at native gdb's pcs, then libc's caller of `main`
+/// (`<untraced>` here), no `<untraced>` frame between the program's
+/// (before 2026-12-01, one between the callee and its caller). 2 s
+/// (0.7 s CPU; measured 2026-12-01 at load 12).
+#[test]
+fn a_call_through_a_pointer_in_data_has_no_untraced_frame() {
+    let (exe, trace) = recorded_gzip();
+    let want = insns(&trace);
+    let base = aetrace_format::TraceFile::open(&trace).unwrap().modules()[0].load_base;
+    let size = std::fs::metadata(&exe).unwrap().len();
+    let sites = rip_pointer_calls(&exe);
+    let into = (1..want.len())
+        .find(|&p| {
+            let (a, b) = (want[p - 1], want[p]);
+            a >= base
+                && sites.contains(&(a - base))
+                && b != a + 6
+                && (base..base + size).contains(&b)
+        })
+        .expect("a call through a pointer into the program");
+    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
+    let ours = gdb(
+        &exe,
+        &trace,
+        &format!(
+            "source {}\nbreak *{:#x}\ncontinue\nbt",
+            aetrace_py.display(),
+            want[into]
+        ),
+    );
+    let input = common::scratch("debug").join("gzip-input");
+    // gdb runs a PIE executable at this base (randomisation off).
+    let native_base = 0x5555_5555_4000;
+    let script = trace.with_extension("pointer-call.gdb");
+    let native = native_run(
+        &exe,
+        &[],
+        &script,
+        &format!(
+            "set pagination off\nset confirm off\nbreak *{:#x}\nrun -c {} > /dev/null\nbt\n",
+            native_base + want[into] - base,
+            input.display()
+        ),
+    );
+    let what = format!("ours:\n{ours}\nnative:\n{native}");
+    let o = frame_offsets(&ours, base, size);
+    assert!(o.len() >= 3, "{what}");
+    assert_eq!(o, frame_offsets(&native, native_base, size), "{what}");
+    // The program's frames come first on both sides (then libc's,
+    // untraced here: `<untraced>`), none in between.
+    let frames = |out: &str| -> Vec<String> {
+        out.lines()
+            .filter(|l| l.starts_with('#'))
+            .map(str::to_owned)
+            .collect()
+    };
+    let first_untraced = frames(&ours).iter().position(|l| l.contains("<untraced>"));
+    let native_first_libc = frames(&native)
+        .iter()
+        .position(|l| frame_offsets(l, native_base, size).is_empty());
+    assert_eq!(first_untraced, native_first_libc, "{what}");
 }

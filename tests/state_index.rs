@@ -1,6 +1,7 @@
 //! `aetrace index` and `regen -j N` from the state index (`docs/regen.md`
 //! section 4): on recorded runs, the bytes of `--format bin`/`block`,
-//! `--count`, from pieces started at index entries of any interval, equal
+//! `--count`, from pieces started at index entries of any interval (also
+//! into a file, which the workers write at their offsets), equal
 //! those of `-j 1` without an index (the oracle: the walk the lackey tests
 //! check); a damaged or another trace's sidecar is ignored with one line.
 //! Programs: Debian's gzip on 50 kB, and `traces/signal_alarm.c` (a 20 us
@@ -44,6 +45,20 @@ fn check_identical(trace: &Path) {
                 "{} {args:?} interval {interval}: output differs",
                 trace.display()
             );
+            // Into a file, the workers write their pieces at their offsets
+            // (once: each run costs the test time).
+            let files = if interval == "4096" {
+                into_files(&args, trace).to_vec()
+            } else {
+                Vec::new()
+            };
+            for (how, got) in files {
+                assert!(
+                    got == want,
+                    "{} {args:?} {how}, interval {interval}: output differs",
+                    trace.display()
+                );
+            }
         }
     }
     let count = aet(&["regen", "--no-index", "--count", "-j", "1"], trace).stdout;
@@ -52,6 +67,24 @@ fn check_identical(trace: &Path) {
         String::from_utf8_lossy(&indexed),
         String::from_utf8_lossy(&count)
     );
+}
+
+/// The output of `aetrace ARGS TRACE` with `-o FILE`, and with stdout
+/// a file: into files of their own beside the trace.
+fn into_files(args: &[&str], trace: &Path) -> [(&'static str, Vec<u8>); 2] {
+    let path = PathBuf::from(format!("{}.out", trace.display()));
+    let mut o = args.to_vec();
+    o.extend(["-o", path.to_str().unwrap()]);
+    aet(&o, trace);
+    let by_o = std::fs::read(&path).unwrap();
+    let stdout = std::fs::File::create(&path).unwrap();
+    run_checked(
+        Command::new(aetrace()).args(args).arg(trace).stdout(stdout),
+        &format!("aetrace {args:?} >FILE"),
+    );
+    let by_stdout = std::fs::read(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    [("-o FILE", by_o), (">FILE", by_stdout)]
 }
 
 fn gzip_trace() -> PathBuf {

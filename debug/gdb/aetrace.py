@@ -275,9 +275,13 @@ class AetraceUnwinder(gdb.unwinder.Unwinder):
         # gdb's DWARF frame base of the caller (`info frame`, `up`) reads
         # a value rather than a register this unwinder did not save:
         # rsp the callee's frame address (as after a return), rbp 16
-        # below the caller's (its CFA at -O0, after the prologue).
+        # below the caller's (its CFA at -O0, after the prologue). rbp
+        # only where the caller's CFA is computed from it (the stub's
+        # RBP_BASED): in optimised code rbp holds a variable, which then
+        # reads `<optimized out>`, not the made-up address.
         info.add_saved_register("rsp", u64(cfa))
-        info.add_saved_register("rbp", u64(frame_address(depth - 1) - 16))
+        if level + 1 == len(frames) or read_u64s(RBP_BASED + 8 * (level + 1), 1)[0]:
+            info.add_saved_register("rbp", u64(frame_address(depth - 1) - 16))
         return info
 
 
@@ -293,6 +297,8 @@ UNTRACED_SIZE = 16
 # and where the stub serves the frames' pcs by depth (stub::PCS_BY_DEPTH).
 SIGRETURN = UNTRACED + 8
 PCS_BY_DEPTH = SHADOW + (1 << 32)
+# Per frame by level, 1 where its CFA is computed from rbp (stub::RBP_BASED).
+RBP_BASED = SHADOW + (2 << 32)
 
 
 def untraced_cfi():

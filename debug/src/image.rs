@@ -11,7 +11,7 @@
 //! ELF file keeps its place in the lists but has no memory.
 
 use aetrace_format::{module_flags, ModuleId, Trace};
-use goblin::elf::program_header::{PF_W, PT_DYNAMIC, PT_LOAD, PT_PHDR};
+use goblin::elf::program_header::{PF_W, PT_DYNAMIC, PT_GNU_EH_FRAME, PT_LOAD, PT_PHDR};
 use goblin::elf::sym::{STT_FUNC, STT_GNU_IFUNC};
 use std::collections::HashMap;
 
@@ -32,6 +32,11 @@ pub struct Module {
     phnum: u64,
     /// Read-only segments: run-time start and file bytes.
     segments: Vec<(u64, Vec<u8>)>,
+    /// Run-time address of its `.eh_frame_hdr` (`PT_GNU_EH_FRAME`; 0:
+    /// none).
+    pub eh_frame_hdr: u64,
+    /// Its `.got` and `.got.plt` sections: run-time start and end.
+    gots: Vec<(u64, u64)>,
     /// The functions it exports (dynamic symbols): run-time address ->
     /// names (one function has aliases: libc's `printf` is `_IO_printf`).
     exports: HashMap<u64, Vec<String>>,
@@ -87,17 +92,31 @@ impl Image {
     /// Reads `buf.len()` bytes at `addr`: how many leading bytes are
     /// served (0 when `addr` is in no read-only segment).
     pub fn read(&self, addr: u64, buf: &mut [u8]) -> usize {
+        let from = self.bytes_from(addr);
+        let n = from.len().min(buf.len());
+        buf[..n].copy_from_slice(&from[..n]);
+        n
+    }
+
+    /// Whether `addr` is in a module's GOT (`.got`, `.got.plt`): a slot
+    /// the dynamic linker fills with an import's address.
+    pub fn in_got(&self, addr: u64) -> bool {
+        (self.module_at(addr).into_iter())
+            .flat_map(|m| &m.gots)
+            .any(|&(start, end)| (start..end).contains(&addr))
+    }
+
+    /// The bytes of the read-only segment holding `addr`, from `addr` to
+    /// the segment's end (empty when `addr` is in none).
+    pub fn bytes_from(&self, addr: u64) -> &[u8] {
         for m in &self.modules {
             for (start, bytes) in &m.segments {
                 if addr >= *start && addr - start < bytes.len() as u64 {
-                    let from = &bytes[(addr - start) as usize..];
-                    let n = from.len().min(buf.len());
-                    buf[..n].copy_from_slice(&from[..n]);
-                    return n;
+                    return &bytes[(addr - start) as usize..];
                 }
             }
         }
-        0
+        &[]
     }
 
     /// The auxiliary vector gdb reads to relocate the executable.
@@ -168,6 +187,8 @@ impl Module {
             phdr: 0,
             phnum: 0,
             segments: Vec::new(),
+            eh_frame_hdr: 0,
+            gots: Vec::new(),
             exports: HashMap::new(),
         };
         if let Ok(bytes) = std::fs::read(&m.path) {
@@ -187,6 +208,7 @@ impl Module {
             match ph.p_type {
                 PT_DYNAMIC => self.dynamic = base + ph.p_vaddr,
                 PT_PHDR => self.phdr = base + ph.p_vaddr,
+                PT_GNU_EH_FRAME => self.eh_frame_hdr = base + ph.p_vaddr,
                 PT_LOAD if ph.p_flags & PF_W == 0 => {
                     let file = bytes.get(ph.file_range()).unwrap_or_default();
                     self.segments.push((base + ph.p_vaddr, file.to_vec()));
@@ -196,6 +218,15 @@ impl Module {
                     }
                 }
                 _ => {}
+            }
+        }
+        for sh in &elf.section_headers {
+            if matches!(
+                elf.shdr_strtab.get_at(sh.sh_name),
+                Some(".got" | ".got.plt")
+            ) {
+                let start = base + sh.sh_addr;
+                self.gots.push((start, start + sh.sh_size));
             }
         }
         let functions = (elf.dynsyms.iter())

@@ -9,6 +9,8 @@
 //! - [`image`]: the memory and module lists gdb reads (read-only segments
 //!   of the modules' ELF files at their load bases);
 //! - [`stack`]: the procedure stack at any position (for backtraces);
+//! - [`cfi`]: which frames compute their CFA from `rbp` (what the
+//!   backtraces' made-up `rbp` is given to);
 //! - [`stub`]: one thread's replay (position, breakpoints, `monitor`);
 //! - [`process`]: the gdb target, every thread of the process (`gdbstub`
 //!   speaks the protocol);
@@ -31,6 +33,7 @@
 
 pub mod blocks;
 pub mod calltree;
+pub mod cfi;
 pub mod data;
 pub mod hc;
 pub mod image;

@@ -7,7 +7,12 @@
 //! untraced code that came back); `a` a call (not a tail call) and `b`
 //! elsewhere pushes `a`'s return address (a traced callee, or a callback
 //! from untraced code the call ran); `b` a return address on the stack
-//! pops down to it (a return, a longjmp or an exception to a caller);
+//! pops down to it (a return, a longjmp or an exception to a caller),
+//! unless `b` is a direct successor of `a` in the CFG and follows a call
+//! that returns (a jump within the frame onto a return address: libc's
+//! `msort_with_tmp`, whose recursion gcc inlined one level of, jumps past
+//! its call onto the instruction after it, the return address of its
+//! callers' frames of itself);
 //! anything else is a jump within the frame ([`Stacks::change`]). Untraced
 //! code therefore has no frames of its own: a callback's caller is the
 //! traced call that started the untraced code.
@@ -43,8 +48,9 @@
 use crate::image::Image;
 use crate::timeline::{Signal, Timeline};
 use crate::untraced::{decode, Exit, Passage, To, RETURNED, SIGRETURN, UNTRACED};
+use aetrace_format::progdb::EdgeKindDb;
 use aetrace_regen::compile::Module as Compiled;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// The stack and the previous instruction's address, at an interval start.
 #[derive(Clone, Debug, Default)]
@@ -57,6 +63,10 @@ struct State {
 pub struct Stacks {
     /// Call instruction address -> return address (the next instruction).
     calls: HashMap<u64, u64>,
+    /// CFG edges within a procedure (fall-through, direct or jump-table
+    /// jump) that land on a return address: (last instruction of the
+    /// block, the return address).
+    jumps_to_returns: HashSet<(u64, u64)>,
     /// States at the starts of intervals `0..states.len()`.
     states: Vec<State>,
     /// Passages through untraced code, when looked for.
@@ -72,8 +82,10 @@ impl Stacks {
                 calls.insert(a, a + len);
             }
         }
+        let returns = returns_of_returning_calls(modules);
         Stacks {
             calls,
+            jumps_to_returns: jumps_to(modules, &returns),
             states: vec![State::default()],
             passages: None,
         }
@@ -282,6 +294,7 @@ impl Stacks {
             // The callee was untraced and returned.
             Some(&ret) if ret == b => Change::None,
             Some(&ret) => Change::Push(ret),
+            None if self.jumps_to_returns.contains(&(a, b)) => Change::None,
             None => match stack.iter().rposition(|&r| r == b) {
                 Some(i) => Change::PopTo(i),
                 None => Change::None,
@@ -303,6 +316,51 @@ fn block_ends<'a>(
             (start + u64::from(b.size) - len, len, b)
         })
     })
+}
+
+/// The return addresses of the calls of `modules` that return (a
+/// `CallReturn` edge): a noreturn call's return address (after `call
+/// __cxa_throw` at -O0, the code of a branch that does not throw) is no
+/// frame's, and a jump onto it must still pop the stale return addresses
+/// an exception left (its landing pads are entered like callbacks).
+fn returns_of_returning_calls(modules: &[&Compiled]) -> HashSet<u64> {
+    let mut found = HashSet::new();
+    for m in modules {
+        for (last, len, b) in block_ends(std::slice::from_ref(m)) {
+            let returns = m.succs[b.succ_lo as usize..b.succ_hi as usize]
+                .iter()
+                .any(|s| s.kind == EdgeKindDb::CallReturn);
+            if b.call.is_some_and(|c| !c.tail) && returns {
+                found.insert(last + len);
+            }
+        }
+    }
+    found
+}
+
+/// The CFG edges of `modules` within a procedure (fall-through, taken
+/// jump, jump table case) whose target is in `targets`: (the source
+/// block's last instruction, the target), as run-time addresses.
+fn jumps_to(modules: &[&Compiled], targets: &HashSet<u64>) -> HashSet<(u64, u64)> {
+    let mut found = HashSet::new();
+    for m in modules {
+        for (last, _, b) in block_ends(std::slice::from_ref(m)) {
+            for s in &m.succs[b.succ_lo as usize..b.succ_hi as usize] {
+                let within = matches!(
+                    s.kind,
+                    EdgeKindDb::FallThrough | EdgeKindDb::Taken | EdgeKindDb::JumpTable
+                );
+                let Some(to) = m.blocks.get(s.to).filter(|_| within) else {
+                    continue;
+                };
+                let to = m.load_base.wrapping_add(to.start);
+                if targets.contains(&to) {
+                    found.insert((last, to));
+                }
+            }
+        }
+    }
+    found
 }
 
 /// A block's last instruction that transfers control, and where it is.
@@ -352,7 +410,7 @@ impl Passages {
                 if image.read(a, insn) < insn.len() {
                     continue;
                 }
-                if let Some(exit) = decode(a, insn) {
+                if let Some(exit) = decode(a, insn).map(|e| slot_or_pointer(e, image)) {
                     let name = &m.procs[b.proc].name;
                     let import = name.strip_suffix("@plt").map(str::to_owned);
                     sites.insert(
@@ -443,12 +501,28 @@ impl Passages {
         match to {
             To::Direct(t) => t != b,
             To::Other => false,
-            To::Got => match (self.entries.get(&b), &site.import) {
+            To::Got(_) => match (self.entries.get(&b), &site.import) {
                 (Some(e), Some(i)) => !e.names.contains(i),
                 (Some(e), None) => e.module == site.module,
                 (None, _) => b != site.next,
             },
         }
+    }
+}
+
+/// `exit` with a call or jump through a rip-relative pointer that is no
+/// GOT slot (a function pointer in the module's data: gzip's `call
+/// *work(%rip)`) taken as through any other pointer: where it went is its
+/// target, not a sign of untraced code calling back.
+fn slot_or_pointer(exit: Exit, image: &Image) -> Exit {
+    let other = |to| match to {
+        To::Got(slot) if !image.in_got(slot) => To::Other,
+        to => to,
+    };
+    match exit {
+        Exit::Call { ret, to } => Exit::Call { ret, to: other(to) },
+        Exit::Jump(to) => Exit::Jump(other(to)),
+        Exit::Ret => Exit::Ret,
     }
 }
 

@@ -92,9 +92,11 @@ impl Passage {
 pub enum To {
     /// A relative target.
     Direct(u64),
-    /// Through a rip-relative pointer: an import's GOT slot (PLT stubs,
-    /// `-fno-plt` calls).
-    Got,
+    /// Through a rip-relative pointer at this address: an import's GOT
+    /// slot (PLT stubs, `-fno-plt` calls), or a function pointer in the
+    /// module's data (gzip's `call *work(%rip)`), which the caller tells
+    /// apart by the module's GOT sections.
+    Got(u64),
     /// Through a register or other memory (function pointers, jump
     /// tables): the target is where control went.
     Other,
@@ -133,9 +135,16 @@ pub fn decode(addr: u64, insn: &[u8]) -> Option<Exit> {
         };
         Some(end.wrapping_add(v as u64))
     };
-    let via = |modrm: u8| match modrm & 0xc7 {
-        0x05 => To::Got,
-        _ => To::Other,
+    // A rip-relative operand (mod 00, r/m 101): its disp32 follows ModRM.
+    let via = |modrm: u8| -> Option<To> {
+        match modrm & 0xc7 {
+            0x05 => {
+                let d = insn.get(skip + 2..skip + 6)?;
+                let d = i64::from(i32::from_le_bytes(d.try_into().ok()?));
+                Some(To::Got(end.wrapping_add(d as u64)))
+            }
+            _ => Some(To::Other),
+        }
     };
     match insn[skip] {
         0xe8 => Some(Exit::Call {
@@ -150,9 +159,9 @@ pub fn decode(addr: u64, insn: &[u8]) -> Option<Exit> {
             match (modrm >> 3) & 7 {
                 2 => Some(Exit::Call {
                     ret: end,
-                    to: via(modrm),
+                    to: via(modrm)?,
                 }),
-                4 => Some(Exit::Jump(via(modrm))),
+                4 => Some(Exit::Jump(via(modrm)?)),
                 _ => None,
             }
         }
@@ -183,7 +192,7 @@ mod tests {
                 &[0xff, 0x15, 0xca, 0x2f, 0, 0],
                 Some(Exit::Call {
                     ret: 0x1006,
-                    to: To::Got,
+                    to: To::Got(0x3fd0),
                 }),
             ),
             // call *%r11, call *0x8(%rax)
@@ -204,7 +213,7 @@ mod tests {
             // a PLT stub's jmp *GOT(%rip), with IBT's bnd prefix
             (
                 &[0xf2, 0xff, 0x25, 0xca, 0x2f, 0, 0],
-                Some(Exit::Jump(To::Got)),
+                Some(Exit::Jump(To::Got(0x3fd1))),
             ),
             // jmp rel32, jmp rel8, notrack jmp *%rax
             (&[0xe9, 0x0b, 0, 0, 0], Some(Exit::Jump(To::Direct(0x1010)))),

@@ -111,7 +111,7 @@ impl AtomicFile {
 
     /// The file being written (`commit` consumes the value, so it is
     /// always open here).
-    fn file(&self) -> &File {
+    pub fn file(&self) -> &File {
         self.file.as_ref().expect("open until commit")
     }
 

@@ -14,6 +14,10 @@
 //! the trace stops the regeneration with an error after exact output, it
 //! never changes a byte.
 //!
+//! An entry also counts the output before it (instructions, `block`
+//! bytes), so that `-j N` writes each piece at its offset in a file; the
+//! writer checks that pieces join, so wrong counts stop it the same way.
+//!
 //! Invariants: the file is keyed by the trace's fingerprint (its length
 //! and the CRC of its file and section headers) and checked by a CRC-32 of
 //! all its bytes; entries of a thread are in increasing stream order.
@@ -29,20 +33,31 @@ pub const MAGIC: [u8; 8] = *b"AETRIDX\0";
 /// procedure and module numbers as `compile` assigns them): any change of
 /// either makes older files stale (2: states no longer hold how many
 /// chunks were read; 3: setjmp bindings by call block and `rsp`, no
-/// longjmp in progress).
-pub const VERSION: u16 = 3;
+/// longjmp in progress; 4: each entry's instruction count and `block`
+/// output bytes, so pieces are written at their offsets).
+pub const VERSION: u16 = 4;
 /// Stream bytes between entries unless asked otherwise: small enough that
 /// pieces of any size `-j` chooses start close to where it wants them.
 pub const DEFAULT_INTERVAL: u64 = 256 << 10;
 
 /// Bytes before the threads.
 const HEADER_LEN: usize = 40;
+/// An entry's instruction count when it was not counted.
+const UNCOUNTED: u64 = u64::MAX;
 
 /// One entry: a machine state at stream offset `offset` (its first 8 bytes).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
     /// Stream offset of the pause point (the witness read next).
     pub offset: u64,
+    /// Instructions the thread executed before it, in every module of its
+    /// process image (`None`: not counted, as by the output walk of a
+    /// format other than `bin`).
+    pub instructions: Option<u64>,
+    /// Bytes of the thread's `--format block` output (run-time addresses)
+    /// before it, its comment lines included (`None`: not counted, as by
+    /// the output walk of another format).
+    pub block_bytes: Option<u64>,
     /// The encoded state (`Machine::snapshot`).
     pub state: Vec<u8>,
 }
@@ -62,7 +77,9 @@ impl StateIndex {
     /// Runs every thread of `trace` once (counting, with summaries) and
     /// keeps its state every `interval` stream bytes. A thread whose
     /// regeneration fails is indexed up to there (its regeneration
-    /// reports the error).
+    /// reports the error). Beside it, a walk writing `--format block`
+    /// (to nowhere) gives each entry its output bytes before it, when the
+    /// whole trace regenerates.
     pub fn build<B: AsRef<[u8]> + Sync>(trace: &Trace<B>, interval: u64) -> Result<StateIndex> {
         if interval == 0 {
             return Err(Error::Usage(
@@ -74,7 +91,22 @@ impl StateIndex {
             jobs: 0,
             ..crate::Options::default()
         };
-        let threads = crate::output::index_states(trace, &opts, interval)?;
+        let block = crate::Options {
+            format: crate::Format::Block,
+            ..crate::Options::default()
+        };
+        let (counted, walked) = rayon::join(
+            || crate::output::index_states(trace, &opts, interval),
+            || {
+                let sink = &mut std::io::sink();
+                let ahead = crate::output::AHEAD_BYTES;
+                crate::output::regen_trace_ahead(trace, &block, sink, ahead, Some(interval), None)
+            },
+        );
+        let mut threads = counted?;
+        if let Ok((_, Some(walked))) = walked {
+            add_block_bytes(&mut threads, &walked.threads);
+        }
         Ok(StateIndex {
             fingerprint: trace.fingerprint(),
             interval,
@@ -121,6 +153,9 @@ impl StateIndex {
             out.extend_from_slice(&t.to_le_bytes());
             out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
             for e in entries {
+                for n in [e.instructions, e.block_bytes] {
+                    out.extend_from_slice(&n.unwrap_or(UNCOUNTED).to_le_bytes());
+                }
                 out.extend_from_slice(&(e.state.len() as u32).to_le_bytes());
                 out.extend_from_slice(&e.state);
             }
@@ -169,8 +204,10 @@ impl StateIndex {
         for _ in 0..nthreads {
             let t = r.u32()?;
             let n = r.u32()? as usize;
-            let mut entries: Vec<Entry> = Vec::with_capacity(n.min(r.0.len() / 12));
+            let mut entries: Vec<Entry> = Vec::with_capacity(n.min(r.0.len() / 28));
             for _ in 0..n {
+                let instructions = Some(r.u64()?).filter(|&n| n != UNCOUNTED);
+                let block_bytes = Some(r.u64()?).filter(|&n| n != UNCOUNTED);
                 let len = r.u32()? as usize;
                 let state = r.bytes(len)?.to_vec();
                 let offset = u64::from_le_bytes(state.get(..8)?.try_into().ok()?);
@@ -178,7 +215,12 @@ impl StateIndex {
                 if entries.last().is_some_and(|p| p.offset >= offset) {
                     return None;
                 }
-                entries.push(Entry { offset, state });
+                entries.push(Entry {
+                    offset,
+                    instructions,
+                    block_bytes,
+                    state,
+                });
             }
             if threads.insert(t, entries).is_some() {
                 return None;
@@ -212,6 +254,21 @@ impl StateIndex {
         let mut f = aetrace_format::atomic::AtomicFile::create(path, None).map_err(io)?;
         std::io::Write::write_all(&mut f, &self.encode()).map_err(Error::Output)?;
         f.commit().map_err(io)
+    }
+}
+
+/// Gives `threads`' entries the `block` output bytes of the same entries
+/// kept by a `block` output walk (the same pause points: both walks
+/// visit the same ones).
+fn add_block_bytes(threads: &mut BTreeMap<u32, Vec<Entry>>, walked: &BTreeMap<u32, Vec<Entry>>) {
+    for (t, entries) in threads {
+        let Some(w) = walked.get(t).filter(|w| w.len() == entries.len()) else {
+            continue;
+        };
+        for (e, w) in entries.iter_mut().zip(w) {
+            debug_assert!(e.offset == w.offset && e.state == w.state);
+            e.block_bytes = w.block_bytes;
+        }
     }
 }
 

@@ -19,7 +19,10 @@
 //! ahead of the writer (the one being written as much again), and at most `2 * jobs` cut pieces
 //! wait, so memory stays bounded however long the streams are; a piece
 //! ends exactly where the next one's snapshot was taken (the same read
-//! point, checked by the equality tests against `-j 1`).
+//! point, checked by the equality tests against `-j 1`). Into a file, when
+//! the state index counted the output before each piece, the workers write
+//! their pieces at their offsets and nothing waits for the writer; it
+//! checks that each piece starts where the one before it ended.
 
 use crate::compile::{Addressing, Module};
 use crate::ending::Ending;
@@ -32,7 +35,9 @@ use aetrace_format::{
     module_flags, EndReason, ExitStatus, ModuleId, StartReason, Status, ThreadId, ThreadInfo, Trace,
 };
 use std::collections::{BTreeMap, HashMap};
-use std::io::Write;
+use std::fs::File;
+use std::io::{Seek, Write};
+use std::os::unix::fs::FileExt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -190,21 +195,51 @@ pub fn regen_trace_indexing<B: AsRef<[u8]> + Sync>(
     interval: Option<u64>,
 ) -> Result<(Vec<Ending>, Option<StateIndex>)> {
     let Some(path) = path else {
-        let mut out = std::io::stdout().lock();
+        let stdout = std::io::stdout();
+        let file = positional(std::os::fd::AsFd::as_fd(&stdout));
+        let mut out = stdout.lock();
         let out = &mut ProgressOut::on_terminal(&mut out);
-        return regen_trace_ahead(trace, opts, out, AHEAD_BYTES, interval);
+        return regen_trace_ahead(trace, opts, out, AHEAD_BYTES, interval, file.as_ref());
     };
     let mut f = aetrace_format::atomic::AtomicFile::create(path, None).map_err(output_err)?;
+    let file = positional(std::os::fd::AsFd::as_fd(f.file()));
     let done = regen_trace_ahead(
         trace,
         opts,
         &mut ProgressOut::on_terminal(&mut f),
         AHEAD_BYTES,
         interval,
+        file.as_ref(),
     )?;
     f.sync_all().map_err(output_err)?;
     f.commit().map_err(output_err)?;
     Ok(done)
+}
+
+/// The output file `fd` as a file pieces may be written into at their
+/// offsets: a regular file not opened for appending (`pwrite` would
+/// append), or /dev/null; `None` for anything else (a pipe, a terminal).
+fn positional(fd: std::os::fd::BorrowedFd<'_>) -> Option<File> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let file = File::from(fd.try_clone_to_owned().ok()?);
+    let meta = file.metadata().ok()?;
+    let null = || {
+        meta.file_type().is_char_device()
+            && std::fs::metadata("/dev/null").is_ok_and(|n| n.rdev() == meta.rdev())
+    };
+    ((meta.is_file() && !appends(fd)) || null()).then_some(file)
+}
+
+/// Whether `fd` was opened with `O_APPEND` (its flags in
+/// `/proc/self/fdinfo`, in octal; unreadable: assumed so).
+fn appends(fd: std::os::fd::BorrowedFd<'_>) -> bool {
+    const O_APPEND: u32 = 0o2000;
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&fd);
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();
+    let flags = info.lines().find_map(|l| l.strip_prefix("flags:"));
+    flags
+        .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
+        .map_or(true, |f| f & O_APPEND != 0)
 }
 
 /// The temporary-file error as an output error.
@@ -249,18 +284,20 @@ pub fn regen_trace<B: AsRef<[u8]> + Sync>(
     opts: &Options,
     out: &mut dyn Write,
 ) -> Result<Vec<Ending>> {
-    Ok(regen_trace_ahead(trace, opts, out, AHEAD_BYTES, None)?.0)
+    Ok(regen_trace_ahead(trace, opts, out, AHEAD_BYTES, None, None)?.0)
 }
 
 /// [`regen_trace`] with another lookahead budget (tests make workers
 /// block), keeping states every `interval` stream bytes when given
-/// ([`regen_trace_indexing`]).
+/// ([`regen_trace_indexing`]); `file`, when given, is `out`'s file, for
+/// workers that write their pieces at their offsets.
 pub(crate) fn regen_trace_ahead<B: AsRef<[u8]> + Sync>(
     trace: &Trace<B>,
     opts: &Options,
     out: &mut dyn Write,
     ahead_bytes: usize,
     interval: Option<u64>,
+    file: Option<&File>,
 ) -> Result<(Vec<Ending>, Option<StateIndex>)> {
     let prepared = prepare(trace, opts)?;
     let mut ctx = Ctx::new(trace, &prepared, opts, ahead_bytes)?;
@@ -274,7 +311,7 @@ pub(crate) fn regen_trace_ahead<B: AsRef<[u8]> + Sync>(
             .map_err(Error::Output)?;
         totals.endings
     } else {
-        ctx.write(out)?;
+        ctx.write(out, file)?;
         ctx.take_endings()
     };
     // Every stream of an incomplete trace may have ended where it did
@@ -858,10 +895,22 @@ fn add_counts(sum: &mut Counts, c: &Counts) {
     sum.2 .1 += c.2 .1;
 }
 
-/// A batch of one piece's output, or how the piece ended.
+/// A batch of one piece's output, or how the piece ended (with the bytes
+/// its worker wrote itself at the piece's offset).
 enum Msg {
     Bytes(Vec<u8>),
-    End(Result<()>),
+    End(Result<()>, u64),
+}
+
+/// Where the parallel workers' output goes.
+enum Target<'g> {
+    /// In batches to the writer, which hands them in order to the function.
+    Writer(&'g mut dyn FnMut(&mut Vec<u8>) -> std::io::Result<()>),
+    /// Into the file, each worker at its piece's offset from the byte
+    /// given (from a state index that counted the output before its
+    /// entries: nothing waits in memory for the piece before it,
+    /// docs/regen.md section 4).
+    At(&'g File, u64),
 }
 
 /// The batches the parallel workers hold ahead of the writer, counted over
@@ -937,6 +986,9 @@ struct Piece<'m> {
     expect: Option<&'m Entry>,
     /// The whole thread: it may keep states for a state index.
     whole: bool,
+    /// Where its output starts in the thread's, when the index counted
+    /// the output before it ([`Ctx::offset_of`]).
+    at: Option<u64>,
 }
 
 /// The states of a state index, kept by the threads regenerated whole
@@ -962,6 +1014,21 @@ fn restore(m: &mut Machine<'_>, from: Option<&Entry>) -> Result<()> {
     from.map_or(Ok(()), |e| m.restore(&e.state))
 }
 
+/// Why a piece cannot be written at its offset.
+const UNCOUNTED: &str = "an index entry that did not count the output before it: \
+    the piece after it cannot be written at its offset";
+
+/// The error of a piece that does not start where the output before it
+/// ends: the index's counts do not describe the trace.
+fn misplaced(start: Option<u64>, end: u64) -> Error {
+    Error::Index(format!(
+        "the index puts a piece's output at byte {} of the thread's, where the output \
+         before it ends at byte {end}: the index does not describe this trace (delete it; \
+         `aetrace index` rebuilds it)",
+        start.map_or_else(|| "(unknown)".to_owned(), |s| s.to_string())
+    ))
+}
+
 /// A piece as index entries: where it starts (`None`: the stream's start)
 /// and where it pauses (`None`: the stream's end).
 type Span<'e> = (Option<&'e Entry>, Option<&'e Entry>);
@@ -975,14 +1042,30 @@ const MIN_PIECE_BYTES: u64 = 1 << 20;
 /// (docs/regen.md, section 5: "Pieces sized for their output").
 const OUTPUT_PIECE_BYTES: u64 = 512 << 10;
 
-/// Keeps the state of machine `m`, paused for a state index, in `entries`;
+/// Keeps the state of machine `m`, paused for a state index after
+/// (`instructions`, `block` output bytes) (if counted), in `entries`;
 /// where it pauses next.
-fn keep_state(m: &Machine<'_>, interval: u64, entries: &mut Vec<Entry>) -> u64 {
+fn keep_state(
+    m: &Machine<'_>,
+    interval: u64,
+    (instructions, block_bytes): (Option<u64>, Option<u64>),
+    entries: &mut Vec<Entry>,
+) -> u64 {
     let offset = m.stream_offset();
     if let Some(state) = m.snapshot() {
-        entries.push(Entry { offset, state });
+        entries.push(Entry {
+            offset,
+            instructions,
+            block_bytes,
+            state,
+        });
     }
     offset.saturating_add(interval)
+}
+
+/// The `bin` output of `instructions` instructions: one record each.
+fn bin_bytes(instructions: u64) -> u64 {
+    instructions.saturating_mul(aetrace_format::addrtrace::RECORD_LEN as u64)
 }
 
 /// A piece that paused: in the state its index entry says, if it has one.
@@ -1136,17 +1219,41 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             },
             expect: to,
             whole: from.is_none() && to.is_none(),
+            at: from.map_or(Some(0), |e| self.offset_of(e)),
+        }
+    }
+
+    /// Where the output at index entry `e` starts in its thread's, when
+    /// the entry counted it: `bin` from its instructions, `block` (with
+    /// run-time addresses) its bytes.
+    fn offset_of(&self, e: &Entry) -> Option<u64> {
+        match self.opts.format {
+            Format::Bin => e.instructions.map(bin_bytes),
+            Format::Block if !self.opts.relative => e.block_bytes,
+            _ => None,
+        }
+    }
+
+    /// What a whole thread's output of `emitted` bytes counted, for its
+    /// index entry there: (instructions, `block` output bytes).
+    fn counts_of(&self, emitted: u64) -> (Option<u64>, Option<u64>) {
+        match self.opts.format {
+            Format::Bin => (Some(emitted / bin_bytes(1)), None),
+            Format::Block if !self.opts.relative => (None, Some(emitted)),
+            _ => (None, None),
         }
     }
 
     /// Stream bytes per piece of `job`'s stream: `--piece`; for a format
-    /// with a record per instruction from a state index
-    /// [`OUTPUT_PIECE_BYTES`]; else a quarter of each worker's share.
+    /// with a record per instruction, or `block`, from a state index
+    /// [`OUTPUT_PIECE_BYTES`] (`block`'s pieces are written at their
+    /// offsets, and short ones keep both workers busy to the end); else a
+    /// quarter of each worker's share.
     fn piece_bytes(&self, job: &Job<'_>) -> u64 {
         match self.opts.piece_bytes {
             0 if self.opts.index.is_some()
                 && !self.opts.count
-                && self.opts.format.per_instruction() =>
+                && (self.opts.format.per_instruction() || self.opts.format == Format::Block) =>
             {
                 OUTPUT_PIECE_BYTES
             }
@@ -1213,6 +1320,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                 header: Vec::new(),
                 expect: None,
                 whole: false,
+                at: None,
             };
             start.pause_at = at;
             start.whole = false;
@@ -1234,7 +1342,13 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         loop {
             match m.run(&mut sink) {
                 Ok(Progress::More) => {}
-                Ok(Progress::Paused) => sink.pause_at = keep_state(&m, interval, &mut entries),
+                Ok(Progress::Paused) => {
+                    let n = sink
+                        .counts
+                        .as_ref()
+                        .map(|c| c.totals.iter().map(|t| t.0).sum());
+                    sink.pause_at = keep_state(&m, interval, (n, None), &mut entries);
+                }
                 Ok(Progress::Done) | Err(_) => return entries,
             }
         }
@@ -1256,6 +1370,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             header,
             expect,
             whole,
+            ..
         } = piece;
         m.stream_mut().reusing(std::mem::take(&mut keep.stream));
         if let Err(e) = restore(&mut m, from) {
@@ -1301,6 +1416,10 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         emit: &mut dyn FnMut(Vec<u8>) -> bool,
         mut states: Option<&mut (&States, Vec<Entry>)>,
     ) -> Result<()> {
+        // Output bytes so far: a whole thread's `bin` counts its
+        // instructions, its `block` itself (other formats' are not counted
+        // as they go).
+        let mut emitted = 0u64;
         loop {
             let r = m.run(sink);
             // Only what certainly ran is output (see `Sink::certain`); after a
@@ -1310,13 +1429,17 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             sink.out.truncate(sink.certain);
             let bytes = std::mem::replace(&mut sink.out, next);
             sink.certain = 0;
+            emitted += bytes.len() as u64;
             if !bytes.is_empty() && !emit(bytes) {
                 return Ok(());
             }
             match r? {
                 Progress::More => {}
                 Progress::Paused => match states.as_deref_mut() {
-                    Some((s, entries)) => sink.pause_at = keep_state(m, s.interval, entries),
+                    Some((s, entries)) => {
+                        let counts = self.counts_of(emitted);
+                        sink.pause_at = keep_state(m, s.interval, counts, entries);
+                    }
                     None => return check_pause(m, expect),
                 },
                 Progress::Done => {
@@ -1401,7 +1524,13 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         }
     }
 
-    fn write(&self, out: &mut dyn Write) -> Result<()> {
+    /// Writes the output to `out`, or, when the workers can write their
+    /// pieces at their offsets, to `file` (the same file: a regular one
+    /// or /dev/null).
+    fn write(&self, out: &mut dyn Write, file: Option<&File>) -> Result<()> {
+        if let Some(file) = file.filter(|_| self.writes_at_offsets()) {
+            return self.write_at_offsets(file);
+        }
         let mut out = std::io::BufWriter::with_capacity(1 << 20, out);
         if self.opts.format == crate::Format::Bin {
             let h = aetrace_format::addrtrace::Header { count: None };
@@ -1414,6 +1543,47 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         r.and(flushed)
     }
 
+    /// Whether the workers write their pieces themselves, each at its
+    /// offset: `bin` or `block` of one thread, cut at index entries that
+    /// counted the output before them ([`Ctx::offset_of`]).
+    fn writes_at_offsets(&self) -> bool {
+        let [job] = self.jobs else {
+            return false;
+        };
+        self.opts.module.is_none()
+            && self.opts.index.is_some()
+            && self.workers() > 1
+            && self.cuts()
+            && self
+                .spans(job)
+                .iter()
+                .all(|(from, _)| from.map_or(true, |e| self.offset_of(e).is_some()))
+    }
+
+    /// Output written by the workers at their pieces' offsets in `file`,
+    /// from its position, which is then left after the output as a
+    /// sequential write leaves it. After an error a regular file is cut
+    /// to the exact output before it (later pieces may have written past).
+    fn write_at_offsets(&self, file: &File) -> Result<()> {
+        let mut f = file;
+        let base = f.stream_position().map_err(Error::Output)?;
+        let mut header = Vec::new();
+        if self.opts.format == Format::Bin {
+            header = aetrace_format::addrtrace::Header { count: None }
+                .to_bytes()
+                .to_vec();
+        }
+        file.write_all_at(&header, base).map_err(Error::Output)?;
+        let body = base + header.len() as u64;
+        let (r, len) = self.write_parallel(self.workers(), Target::At(file, body));
+        if r.is_err() && file.metadata().is_ok_and(|m| m.is_file()) {
+            file.set_len(body + len).map_err(Error::Output)?;
+        }
+        f.seek(std::io::SeekFrom::Start(body + len))
+            .map_err(Error::Output)?;
+        r
+    }
+
     /// Hands the output, in order, batch after batch, to `give` (its error
     /// stops the regeneration as an [`Error::Output`]). `give` may take the
     /// batch, leaving a buffer for the next ones in its place.
@@ -1423,7 +1593,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     ) -> Result<()> {
         let workers = self.workers();
         if workers > 1 && (self.jobs.len() > 1 || self.cuts()) {
-            return self.write_parallel(workers, give);
+            return self.write_parallel(workers, Target::Writer(give)).0;
         }
         let mut keep = Kept::default();
         for job in self.jobs {
@@ -1453,16 +1623,25 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     /// worker's share of `AHEAD_BYTES` ahead of the writer ([`Budget`];
     /// never the worker of the piece being written), and the cutter when `2 * workers`
     /// pieces wait; pieces are taken in order, so the piece the writer waits
-    /// for always has a worker: no deadlock.
-    fn write_parallel(
-        &self,
-        workers: usize,
-        give: &mut dyn FnMut(&mut Vec<u8>) -> std::io::Result<()>,
-    ) -> Result<()> {
-        let pool = rayon::ThreadPoolBuilder::new()
+    /// for always has a worker: no deadlock. With [`Target::At`] the
+    /// workers write their own output and the writer checks, piece after
+    /// piece, that each starts where the one before it ended. Also returns
+    /// the bytes written at offsets in order before any error.
+    fn write_parallel(&self, workers: usize, target: Target<'_>) -> (Result<()>, u64) {
+        let pool = match rayon::ThreadPoolBuilder::new()
             .num_threads(workers + 1)
             .build()
-            .map_err(|e| Error::Usage(format!("cannot start {workers} worker threads: {e}")))?;
+        {
+            Ok(p) => p,
+            Err(e) => {
+                let e = format!("cannot start {workers} worker threads: {e}");
+                return (Err(Error::Usage(e)), 0);
+            }
+        };
+        let (mut give, at) = match target {
+            Target::Writer(give) => (Some(give), None),
+            Target::At(file, body) => (None, Some((file, body))),
+        };
         // Batches ahead of the writer, all pieces together: a worker's
         // share of AHEAD_BYTES, what one piece's channel held before (the
         // whole of it, with pieces a quarter as long, made 84-90 k page
@@ -1470,12 +1649,13 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         // less CPU time).
         let ahead = (self.ahead_bytes.min(self.pieces_ahead()) / BATCH / workers).max(4);
         let budget = Budget::new(ahead);
-        let (order_tx, order_rx) = mpsc::channel::<mpsc::Receiver<Msg>>();
+        let (order_tx, order_rx) = mpsc::channel::<(mpsc::Receiver<Msg>, Option<u64>)>();
         let (work_tx, work_rx) =
             mpsc::sync_channel::<(Piece<'_>, mpsc::SyncSender<Msg>, u64)>(2 * workers);
         let work_rx = std::sync::Mutex::new(work_rx);
         let stop = AtomicBool::new(false);
-        pool.in_place_scope(|s| {
+        let mut pos = 0;
+        let result = pool.in_place_scope(|s| {
             s.spawn(|_| {
                 let (order_tx, work_tx) = (order_tx, work_tx);
                 let mut number = 0;
@@ -1484,7 +1664,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                     self.cut(job, &mut |p| {
                         let (tx, rx) = mpsc::sync_channel::<Msg>(ahead);
                         go = !stop.load(Ordering::SeqCst)
-                            && order_tx.send(rx).is_ok()
+                            && order_tx.send((rx, p.at)).is_ok()
                             && work_tx.send((p, tx, number)).is_ok();
                         number += 1;
                         go
@@ -1505,22 +1685,37 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                         if stop.load(Ordering::SeqCst) {
                             return;
                         }
-                        let mut emit = |b| budget.take(number) && tx.send(Msg::Bytes(b)).is_ok();
-                        let r = self.produce(piece, &mut emit, &mut keep);
-                        let _ = tx.send(Msg::End(r));
+                        let (r, written) = match (at, piece.at) {
+                            (None, _) => {
+                                let mut emit =
+                                    |b| budget.take(number) && tx.send(Msg::Bytes(b)).is_ok();
+                                (self.produce(piece, &mut emit, &mut keep), 0)
+                            }
+                            (Some((file, body)), Some(start)) => {
+                                self.produce_at(piece, file, body + start, &stop, &mut keep)
+                            }
+                            (Some(_), None) => (Err(Error::Index(UNCOUNTED.into())), 0),
+                        };
+                        let _ = tx.send(Msg::End(r, written));
                     }
                 });
             }
             let result = (|| {
-                for rx in &order_rx {
+                for (rx, start) in &order_rx {
                     loop {
                         match rx.recv() {
                             Ok(Msg::Bytes(mut b)) => {
-                                give(&mut b).map_err(Error::Output)?;
+                                if let Some(give) = give.as_mut() {
+                                    give(&mut b).map_err(Error::Output)?;
+                                }
                                 self.recycle(b);
                                 budget.update(|h| h.batches = h.batches.saturating_sub(1));
                             }
-                            Ok(Msg::End(r)) => {
+                            Ok(Msg::End(r, written)) => {
+                                if at.is_some() && start != Some(pos) {
+                                    return Err(misplaced(start, pos));
+                                }
+                                pos += written;
                                 r?;
                                 budget.update(|h| h.head += 1);
                                 break;
@@ -1543,7 +1738,35 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                 }
             }
             result
-        })
+        });
+        (result, pos)
+    }
+
+    /// Regenerates one piece into `file` from byte `from` on, batch after
+    /// batch (until `stop`); the bytes written.
+    fn produce_at(
+        &self,
+        piece: Piece<'_>,
+        file: &File,
+        from: u64,
+        stop: &AtomicBool,
+        keep: &mut Kept,
+    ) -> (Result<()>, u64) {
+        let mut written = 0;
+        let mut werr = None;
+        let mut emit = |b: Vec<u8>| match file.write_all_at(&b, from + written) {
+            Ok(()) => {
+                written += b.len() as u64;
+                self.recycle(b);
+                !stop.load(Ordering::SeqCst)
+            }
+            Err(e) => {
+                werr = Some(e);
+                false
+            }
+        };
+        let r = self.produce(piece, &mut emit, keep);
+        (werr.map_or(r, |e| Err(Error::Output(e))), written)
     }
 
     /// Counts one piece: per module of its group (instructions, blocks);

@@ -331,15 +331,18 @@ impl Chunks {
         }
     }
 
-    /// `chunk`'s slot, and whether the caller claimed it (it must then fill
-    /// it).
-    pub(crate) fn claim(&self, chunk: Chunk<'_>) -> (Slot, bool) {
+    /// `chunk`'s slot, and, when the caller claimed it (it must then fill
+    /// it), a buffer to fill it in: an evicted chunk's when no reader holds
+    /// it any more, its pages in already (a fresh buffer per chunk made a
+    /// page fault per 4 KiB: 7 k of gzip's `block` at `-j 2`, docs/regen.md
+    /// section 5).
+    pub(crate) fn claim(&self, chunk: Chunk<'_>) -> (Slot, Option<Vec<u8>>) {
         let key = (chunk.meta.thread, chunk.meta.seq);
         let Ok(mut kept) = self.kept.lock() else {
-            return (Default::default(), true);
+            return (Default::default(), Some(Vec::new()));
         };
         if let Some((_, _, slot)) = kept.iter().find(|(k, _, _)| *k == key) {
-            return (slot.clone(), false);
+            return (slot.clone(), None);
         }
         let slot = Slot::default();
         let raw = usize::try_from(chunk.meta.raw_len).unwrap_or(usize::MAX);
@@ -347,28 +350,38 @@ impl Chunks {
         let mut held = kept
             .iter()
             .fold(0usize, |n, (_, r, _)| n.saturating_add(*r));
+        let mut spare = None;
         while held > self.budget && kept.len() > 1 {
-            if let Some((_, r, _)) = kept.pop_front() {
+            if let Some((_, r, old)) = kept.pop_front() {
                 held = held.saturating_sub(r);
+                spare = spare.or_else(|| unshared(old));
             }
         }
-        (slot, true)
+        (slot, Some(spare.unwrap_or_default()))
     }
 
     /// `chunk`'s bytes, decompressed here unless a reader did it, or is
     /// doing it (then waited for).
     pub(crate) fn get(&self, chunk: Chunk<'_>) -> Result<std::sync::Arc<Vec<u8>>> {
         let (slot, mine) = self.claim(chunk);
-        if mine {
-            fill(&slot, chunk);
+        if let Some(out) = mine {
+            fill(&slot, chunk, out);
         }
         taken(&slot, chunk)
     }
 }
 
-/// Decompresses `chunk` into its claimed `slot`; the slot is filled (as
-/// failed) even if this panics, so no reader waits for ever.
-fn fill(slot: &Slot, chunk: Chunk<'_>) {
+/// The bytes of an evicted `slot`, if nothing else holds them.
+fn unshared(slot: Slot) -> Option<Vec<u8>> {
+    let cell = Slot::try_unwrap(slot).ok()?;
+    let bytes = cell.bytes.into_inner().ok()??;
+    std::sync::Arc::try_unwrap(bytes?).ok()
+}
+
+/// Decompresses `chunk` into its claimed `slot`, in buffer `out`; the
+/// slot is filled (as failed) even if this panics, so no reader waits for
+/// ever.
+fn fill(slot: &Slot, chunk: Chunk<'_>, mut out: Vec<u8>) {
     struct Failed<'s>(&'s Slot);
     impl Drop for Failed<'_> {
         fn drop(&mut self) {
@@ -376,7 +389,6 @@ fn fill(slot: &Slot, chunk: Chunk<'_>) {
         }
     }
     let _failed = Failed(slot);
-    let mut out = Vec::new();
     let bytes = chunk.decompress_into(&mut out).ok().map(|_| out.into());
     slot.set(bytes);
 }
@@ -466,13 +478,13 @@ impl<'t> Ahead<'t> {
     /// slot waited for must be filled without this reader).
     fn share(chunk: Chunk<'t>, shared: &Chunks) -> Self {
         let (slot, mine) = shared.claim(chunk);
-        if mine {
+        if let Some(out) = mine {
             let s = slot.clone();
             let spawned = (chunk.meta.raw_len >= AHEAD_MIN)
-                .then(|| helper(chunk, move |c| fill(&s, c)))
+                .then(|| helper(chunk, move |c| fill(&s, c, out)))
                 .flatten();
             if spawned.is_none() {
-                fill(&slot, chunk);
+                fill(&slot, chunk, Vec::new());
             }
         }
         Ahead {

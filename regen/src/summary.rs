@@ -55,10 +55,12 @@
 //! after the return, no frame). The next item is a byte witness at every
 //! such call and return, so no record (SETJMP, SIGNAL, RETURN, LAZY) can
 //! stand there.
-//! Two plain steps (a read point's witness, ending at another read point,
-//! then that one's witness, choosing no `ret`) are one entry of a pair
-//! memo ([`Pair`]), keyed by the read point and both witness bytes: one
-//! dependent load for two witnesses.
+//! Up to four plain steps (a read point's witness, ending at another read
+//! point, then that one's, and so on, none choosing a `ret`) are one entry
+//! of a wide memo ([`Wide`]), keyed by the read point and the next four
+//! witness bytes: one dependent load for up to four witnesses. Each
+//! memo entry also keeps the [`hot_slot`] of where it ends, so no hash is
+//! computed on the chain of dependent loads.
 
 use crate::compile::{Block, BlockIx, Module, ProcIx, AMBIGUOUS, EXIT, NO_BLOCK, NO_WITNESS};
 use crate::stream::is_byte_witness;
@@ -143,6 +145,10 @@ struct CallHot {
     blocks: u16,
     /// Blocks of the fall-throughs after the return.
     back_blocks: u16,
+    /// `hot_slot` of `land`'s block and of `back`'s (the chain's next
+    /// lookups, without a multiplication on its dependent loads).
+    land_slot: u16,
+    back_slot: u16,
     /// Counted transfers the call makes (`CallDb::counts_transfer`):
     /// its own, and through a PLT stub the stub's jump.
     xfers: u8,
@@ -164,55 +170,84 @@ impl CallHot {
         back_insns: 0,
         blocks: 0,
         back_blocks: 0,
+        land_slot: 0,
+        back_slot: 0,
         xfers: 0,
         through: false,
     };
 }
 
-/// Entries of the call memo (a power of two): 32 KiB.
+/// Entries of the call memo (a power of two): 36 KiB.
 const CALLS: usize = 1 << 10;
 
-/// Entries of the pair memo (a power of two): 24 KiB.
-const PAIRS: usize = 1 << 10;
+/// Witness steps one entry of the wide memo answers.
+const WIDE_STEPS: usize = 4;
 const _: () = assert!(
-    2 * (MAX_BLOCKS + 1) < u16::MAX as u32,
-    "Pair::blocks is a u16"
+    WIDE_STEPS as u32 * (MAX_BLOCKS + 1) < u16::MAX as u32,
+    "Wide::blocks is a u16"
 );
 
-/// A pair memo entry: two consecutive plain steps of the counting chain,
-/// from read point `key >> 16` for byte witnesses `key >> 8 & 0xFF` and
-/// `key & 0xFF`, when the first ends at a read point and the second does
-/// not choose a `ret`; no blocks when they cannot be taken as one (the
-/// chain then takes the first alone). One dependent load for two
-/// witnesses on the chain (issue 24 item 3).
+const _: () = assert!(WIDE_STEPS == 4, "a Wide key holds four bytes");
+
+/// Entries of the wide memo (a power of two): 48 KiB.
+const WIDES: usize = 1 << 11;
+
+/// A wide memo entry: up to [`WIDE_STEPS`] consecutive plain steps of
+/// the counting chain, from read point `key >> 32` for the witness bytes
+/// of `key as u32` (the first in its low byte): while each step before
+/// ends at a read point and none chooses a `ret` or has no [`Hot`] entry.
+/// The bytes past those steps take no part in them but are in the key
+/// all the same (a lookup cannot know how many count before the load).
+/// No steps: the chain takes the first witness alone. One dependent load
+/// for up to four witnesses on the chain (issue 24 item 3).
 #[derive(Clone, Copy, Debug)]
-struct Pair {
+struct Wide {
     key: u64,
-    /// The second step's end, with [`Hot`]'s kind bits.
+    /// The last step's end, with [`Hot`]'s kind bits.
     end: u32,
-    /// Instructions of both steps.
+    /// Instructions of all steps.
     insns: u32,
-    /// Blocks of both steps (each at most [`MAX_BLOCKS`] + 1).
+    /// Blocks of all steps (each at most [`MAX_BLOCKS`] + 1).
     blocks: u16,
     /// `hot_slot(end)`.
     slot: u16,
+    /// Witness bytes the steps consume.
+    steps: u8,
 }
 
-impl Pair {
-    const EMPTY: Pair = Pair {
+impl Wide {
+    const EMPTY: Wide = Wide {
         key: u64::MAX,
         end: 0,
         insns: 0,
         blocks: 0,
         slot: 0,
+        steps: 0,
     };
 }
 
-/// Where the pair of witness bytes `v1`, `v2` from the read point whose
-/// [`hot_slot`] is `slot` stands in the pair memo.
+/// Where the witness bytes `word` (little-endian) from the read point
+/// whose [`hot_slot`] is `slot` stand in the wide memo. The bytes' hash
+/// does not depend on the memo's last load, so only the XOR is on the
+/// chain of dependent loads.
 #[inline]
-fn pair_slot(slot: u16, v1: u8, v2: u8) -> usize {
-    (usize::from(slot) ^ usize::from(v1) << 4 ^ usize::from(v2)) & (PAIRS - 1)
+fn wide_slot(slot: u16, word: u32) -> usize {
+    (usize::from(slot) ^ (word.wrapping_mul(0x9E37_79B1) >> 21) as usize) & (WIDES - 1)
+}
+
+/// The [`WIDE_STEPS`] bytes from `bytes[at]` on (little-endian) when they
+/// and the byte after them are all byte witnesses (`is_byte_witness`:
+/// neither 0 nor 0xFF), tested in one word.
+#[inline]
+fn witness_word(bytes: &[u8], at: usize) -> Option<u32> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    const TESTED: u64 = (1 << (8 * (WIDE_STEPS + 1))) - 1;
+    let x = u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?);
+    // A byte's high bit is set where it is 0 (in `x`) or 0xFF (in `!x`);
+    // a false one only above a true one, so "any" is exact.
+    let zero = |y: u64| y.wrapping_sub(ONES) & !y & HIGHS;
+    ((zero(x) | zero(!x)) & TESTED == 0).then_some(x as u32)
 }
 
 /// Entries of the output memo (a power of two): 32 KiB.
@@ -364,8 +399,8 @@ pub struct Summaries {
     /// The call memo of `count_run`, direct-mapped by call block: the
     /// blocks of `frames` and of the calls it makes.
     calls: Box<[CallHot]>,
-    /// The pair memo of `count_run` (two plain steps in one).
-    pairs: Box<[Pair]>,
+    /// The wide memo of `count_run` ([`WIDE_STEPS`] plain steps in one).
+    wides: Box<[Wide]>,
     /// The call blocks of the traced callers on top of the machine's
     /// stack (oldest first) while `count_run` runs: the machine moves
     /// its newest ones here before a run and back after it, so a chain
@@ -401,7 +436,7 @@ impl Summaries {
             },
             out: Box::default(),
             calls: vec![CallHot::EMPTY; CALLS].into_boxed_slice(),
-            pairs: vec![Pair::EMPTY; PAIRS].into_boxed_slice(),
+            wides: vec![Wide::EMPTY; WIDES].into_boxed_slice(),
             frames: Vec::new(),
         }
     }
@@ -477,8 +512,9 @@ impl Summaries {
         let mut slot = hot_slot(run.end);
         let mut kind = kind(m, l);
         loop {
+            debug_assert_eq!(slot, hot_slot(run.end));
             if kind == Hot::CALL {
-                let c = self.call_hot(m, run.end);
+                let c = self.call_hot(m, run.end, slot);
                 if c.through {
                     run.insns += u64::from(c.back_insns);
                     run.blocks += u64::from(c.back_blocks);
@@ -489,8 +525,7 @@ impl Summaries {
                 run.xfers = run.xfers.wrapping_add(u32::from(c.xfers));
                 run.insns += u64::from(c.insns);
                 run.blocks += u64::from(c.blocks);
-                (run.end, kind) = (c.land & !Hot::KINDS, c.land & Hot::KINDS);
-                slot = hot_slot(run.end);
+                (run.end, kind, slot) = (c.land & !Hot::KINDS, c.land & Hot::KINDS, c.land_slot);
                 continue;
             }
             // The machine's read points (where it pauses for `max`).
@@ -500,37 +535,35 @@ impl Summaries {
             if kind == Hot::RET0 {
                 // A `ret` no witness chose: the block, then the caller's.
                 let ninsns = m.blocks[BlockIx::new(run.end as usize)].ninsns;
-                let Some(to) = self.chain_return(m, &mut run) else {
+                let Some((to, to_slot)) = self.chain_return(m, &mut run) else {
                     break;
                 };
                 run.insns += u64::from(ninsns);
                 run.blocks += 1;
-                (run.end, kind) = (to & !Hot::KINDS, to & Hot::KINDS);
-                slot = hot_slot(run.end);
+                (run.end, kind, slot) = (to & !Hot::KINDS, to & Hot::KINDS, to_slot);
                 continue;
             }
             let (v, next) = (bytes[run.witnesses], bytes[run.witnesses + 1]);
             if !is_byte_witness(v) || !is_byte_witness(next) {
                 break;
             }
-            // Two plain steps at once when the third byte is a witness
-            // too (the second step's `next`).
-            if kind == Hot::AGAIN
-                && run.witnesses + 2 <= max
-                && is_byte_witness(bytes[run.witnesses + 2])
-            {
-                let i = pair_slot(slot, v, next);
-                let key = u64::from(run.end) << 16 | u64::from(v) << 8 | u64::from(next);
-                if self.pairs[i].key != key {
-                    self.fill_pair(m, i, run.end, slot, (v, next));
-                }
-                let p = self.pairs[i];
-                if p.blocks != 0 {
-                    run.witnesses += 2;
-                    run.insns += u64::from(p.insns);
-                    run.blocks += u64::from(p.blocks);
-                    (run.end, kind, slot) = (p.end & !Hot::KINDS, p.end & Hot::KINDS, p.slot);
-                    continue;
+            // Up to four plain steps at once when the fifth byte is a
+            // witness too.
+            if kind == Hot::AGAIN && run.witnesses + WIDE_STEPS <= max {
+                if let Some(word) = witness_word(bytes, run.witnesses) {
+                    let i = wide_slot(slot, word);
+                    let key = u64::from(run.end) << 32 | u64::from(word);
+                    if self.wides[i].key != key {
+                        self.fill_wide(m, i, run.end, slot, word);
+                    }
+                    let e = self.wides[i];
+                    if e.steps != 0 {
+                        run.witnesses += usize::from(e.steps);
+                        run.insns += u64::from(e.insns);
+                        run.blocks += u64::from(e.blocks);
+                        (run.end, kind, slot) = (e.end & !Hot::KINDS, e.end & Hot::KINDS, e.slot);
+                        continue;
+                    }
                 }
             }
             let e = self.hot_entry(m, run.end, slot, v);
@@ -538,10 +571,10 @@ impl Summaries {
                 break;
             }
             let to = if e.end & Hot::RET != 0 {
-                let Some(to) = self.chain_return(m, &mut run) else {
+                let Some((to, to_slot)) = self.chain_return(m, &mut run) else {
                     break;
                 };
-                slot = hot_slot(to & !Hot::KINDS);
+                slot = to_slot;
                 to
             } else {
                 slot = e.slot;
@@ -589,7 +622,7 @@ impl Summaries {
         let mut kind = Hot::AGAIN;
         loop {
             if kind == Hot::CALL {
-                let c = self.call_hot(m, run.end);
+                let c = self.call_hot(m, run.end, hot_slot(run.end));
                 self.call_text(m, run.end, &c, out);
                 if !c.through {
                     self.frames.push(run.end);
@@ -665,7 +698,7 @@ impl Summaries {
         out: &mut Vec<u8>,
     ) -> Option<u32> {
         let c = *self.frames.last()?;
-        let back = self.call_hot(m, c);
+        let back = self.call_hot(m, c, hot_slot(c));
         if back.back == CallHot::NO_BACK {
             return None;
         }
@@ -713,11 +746,12 @@ impl Summaries {
 
     /// Returns from the newest frame of `frames` (adding the fall-throughs
     /// after it to `run`): where control stops then, with [`Hot`]'s kind
-    /// bits; `None`, with nothing changed, when the machine must return.
+    /// bits, and its block's [`hot_slot`]; `None`, with nothing changed,
+    /// when the machine must return.
     #[inline]
-    fn chain_return(&mut self, m: &Module, run: &mut Run) -> Option<u32> {
+    fn chain_return(&mut self, m: &Module, run: &mut Run) -> Option<(u32, u16)> {
         let c = *self.frames.last()?;
-        let back = self.call_hot(m, c);
+        let back = self.call_hot(m, c, hot_slot(c));
         if back.back == CallHot::NO_BACK {
             return None;
         }
@@ -725,16 +759,18 @@ impl Summaries {
         run.xfers = run.xfers.wrapping_add(u32::from(m.counts_returns));
         run.insns += u64::from(back.back_insns);
         run.blocks += u64::from(back.back_blocks);
-        Some(back.back)
+        Some((back.back, back.back_slot))
     }
 
-    /// The call memo's entry for call block `c` (one the chain makes).
+    /// The call memo's entry for call block `c` (one the chain makes),
+    /// whose [`hot_slot`] is `slot`.
     /// Inlined, its hit path is a load and a compare on the chain's loop
     /// (out of line it was 11 % of `--count`'s time, mostly the call and
     /// the 32-byte copy of its result).
     #[inline(always)]
-    fn call_hot(&mut self, m: &Module, c: u32) -> CallHot {
-        let h = hot_slot(c) as usize & (CALLS - 1);
+    fn call_hot(&mut self, m: &Module, c: u32, slot: u16) -> CallHot {
+        debug_assert_eq!(slot, hot_slot(c));
+        let h = usize::from(slot) & (CALLS - 1);
         if self.calls[h].key != c {
             self.fill_call_hot(m, h, c);
         }
@@ -759,31 +795,33 @@ impl Summaries {
         self.hot[h]
     }
 
-    /// Fills pair memo entry `i` for read point `l` (its [`hot_slot`] is
-    /// `slot`) and witness bytes `v1`, `v2`, from the two single steps.
+    /// Fills wide memo entry `i` for read point `l` (its [`hot_slot`] is
+    /// `slot`) and the witness bytes of `word`, from single steps.
     #[cold]
     #[inline(never)]
-    fn fill_pair(&mut self, m: &Module, i: usize, l: u32, slot: u16, (v1, v2): (u8, u8)) {
-        let key = u64::from(l) << 16 | u64::from(v1) << 8 | u64::from(v2);
-        let first = self.hot_entry(m, l, slot, v1);
-        self.pairs[i] = Pair { key, ..Pair::EMPTY };
-        if first.blocks == 0 || first.end & Hot::KINDS != Hot::AGAIN {
-            return;
-        }
-        let second = self.hot_entry(m, first.end & !Hot::KINDS, first.slot, v2);
-        if second.blocks == 0 || second.end & Hot::RET != 0 {
-            return;
-        }
-        let Some(insns) = first.insns.checked_add(second.insns) else {
-            return;
+    fn fill_wide(&mut self, m: &Module, i: usize, l: u32, slot: u16, word: u32) {
+        let mut w = Wide {
+            key: u64::from(l) << 32 | u64::from(word),
+            end: l | Hot::AGAIN,
+            slot,
+            ..Wide::EMPTY
         };
-        self.pairs[i] = Pair {
-            key,
-            end: second.end,
-            insns,
-            blocks: first.blocks + second.blocks,
-            slot: second.slot,
-        };
+        for v in word.to_le_bytes() {
+            if w.end & Hot::KINDS != Hot::AGAIN {
+                break;
+            }
+            let e = self.hot_entry(m, w.end & !Hot::KINDS, w.slot, v);
+            if e.blocks == 0 || e.end & Hot::RET != 0 {
+                break;
+            }
+            let Some(insns) = w.insns.checked_add(e.insns) else {
+                break;
+            };
+            (w.end, w.slot, w.insns) = (e.end, e.slot, insns);
+            w.blocks += e.blocks;
+            w.steps += 1;
+        }
+        self.wides[i] = w;
     }
 
     /// Fills counting memo entry `h` for read point `l` and witness `w`:
@@ -1029,6 +1067,8 @@ fn fill_call(m: &Module, c: u32) -> CallHot {
         back_insns: back.map_or(0, |t| t.1),
         blocks: 1 + blocks,
         back_blocks: back.map_or(0, |t| t.2),
+        land_slot: hot_slot(land & !Hot::KINDS),
+        back_slot: back.map_or(0, |t| hot_slot(t.0 & !Hot::KINDS)),
         xfers,
         through: tail,
     };
@@ -1037,7 +1077,7 @@ fn fill_call(m: &Module, c: u32) -> CallHot {
     let returns = b.call.is_some_and(|c| c.returns);
     if let (Some(jump), Some(insns)) = (plt_through(m, stub), hot.insns.checked_add(stub.ninsns)) {
         if returns && !tail && hot.back != CallHot::NO_BACK && land & Hot::KINDS == 0 {
-            hot.land = hot.back;
+            (hot.land, hot.land_slot) = (hot.back, hot.back_slot);
             hot.insns = insns;
             hot.blocks += 1;
             hot.xfers += jump;

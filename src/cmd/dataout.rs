@@ -24,7 +24,9 @@
 //! that inherits known registers (`exec::entry_knowledge`) is entered only
 //! by one of the ways the analysis assumed (`exec::WayIn`: right after a
 //! plain predecessor, after a `ret` of the callee of the call it returns
-//! from, or at a procedure entry with `rsp` from the direct call or jump
+//! from, after a call whose callee runs no traced code with the state that
+//! call block left (only PLT stub blocks, `exec::passes_through`, run
+//! between), or at a procedure entry with `rsp` from the direct call or jump
 //! before it, or from the outside-entry stub's VALUE right after its
 //! ENTER, `exec::Entered`), else an error naming procedure and block.
 //! A signal handler's values sit among the interrupted instruction's
@@ -448,6 +450,12 @@ struct Entry {
     /// `code` as flat code, for a whole run (none with `--check`, or for
     /// a block with a `rep` or a refused instruction).
     flat: Option<FlatCode>,
+    /// It ends with a call whose return carries the registers the ABI
+    /// preserves (`exec::back_call`): the state at its end is kept.
+    back: bool,
+    /// It may run between such a call and its return
+    /// (`exec::passes_through`).
+    passes: bool,
 }
 
 /// A traced procedure's cross-block facts (`exec::entry_knowledge`), per
@@ -473,6 +481,31 @@ struct ThreadExec {
     /// The run before: module, block, whether it ran to its end, and
     /// whether that end is a `ret`.
     prev: Option<(u32, BlockIx, bool, bool)>,
+    /// The state at the end of the last run of a block that ends with a
+    /// call whose return carries the preserved registers (`exec::WayIn::
+    /// Back`), while only blocks that pass through it ran since.
+    back: Option<Back>,
+}
+
+/// The state a call block left, for its return point ([`ThreadExec::back`]).
+#[derive(Clone)]
+struct Back {
+    module: u32,
+    proc: u32,
+    local: u32,
+    regs: Regs,
+}
+
+/// How the run before a block's run is one of the ways in the analysis
+/// assumed ([`Writer::came_by`]).
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Came {
+    /// Not one of them.
+    No,
+    /// The run before left the state the block starts with.
+    Plain,
+    /// A call's return whose state is [`ThreadExec::back`]'s.
+    Back,
 }
 
 /// Values per window of a thread's [`Values`] (512 kB).
@@ -981,10 +1014,18 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
             )
             .into());
         }
+        let mut came = Came::No;
         if known.0 != 0 && !*plain {
-            *plain = self.came_by(r.module, e);
+            came = self.came_by(r.module, e);
+            *plain = came == Came::Plain;
         }
-        if known.0 != 0 && !*plain {
+        if came == Came::Back {
+            // (Not cached as plain: the stub's run says nothing of the
+            // state without the call's before it.)
+            if let Some(b) = &self.state.back {
+                self.state.regs = b.regs.clone();
+            }
+        } else if known.0 != 0 && !*plain {
             match e.facts.ways[e.local as usize].contains(&WayIn::Entry) {
                 true => self.entry_rsp(m, r)?,
                 false => {
@@ -1021,6 +1062,10 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
             true => None,
             false => FlatCode::of(&code, known, m.load_base),
         };
+        let blk = &md.db.procs[proc.as_u32() as usize].blocks[local as usize];
+        let back = blk.call.is_some_and(|c| exec::back_call(&c, &md.returns));
+        let passes = (md.blocks[r.block.as_u32() as usize].as_ref())
+            .is_some_and(|i| exec::passes_through(blk, i.iter().map(|i| &i.prog)));
         md.entries[r.block.as_u32() as usize] = Some(Entry {
             code: Rc::new(code),
             facts,
@@ -1028,6 +1073,8 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
             proc: proc.as_u32(),
             known,
             flat,
+            back,
+            passes,
         });
         Ok(())
     }
@@ -1100,24 +1147,37 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
     /// Whether the run before the one of `e`'s block (in module
     /// `module`, in its thread, to its end) is one of the ways in the
     /// analysis assumed that carry the state: a plain predecessor in the
-    /// same procedure, or a `ret` of the callee or of a procedure it
-    /// reaches by tail calls.
-    fn came_by(&self, module: u32, e: &Entry) -> bool {
+    /// same procedure, a `ret` of the callee or of a procedure it
+    /// reaches by tail calls, or a call whose callee runs no traced code,
+    /// itself or with only blocks that pass through run since it.
+    fn came_by(&self, module: u32, e: &Entry) -> Came {
         let Some((pm, pb, true, by_ret)) = self.state.prev else {
-            return false;
+            return Came::No;
         };
         if pm != module {
-            return false;
+            return Came::No;
         }
         let md = &self.mods[pm as usize];
         let Some(p) = &md.entries[pb.as_u32() as usize] else {
-            return false;
+            return Came::No;
         };
-        (e.facts.ways[e.local as usize].iter()).any(|w| match *w {
-            WayIn::Plain(b) => p.proc == e.proc && p.local == b,
-            WayIn::Return(f) => by_ret && md.returns.tail_reaches(f, p.proc),
-            WayIn::Entry => false,
-        })
+        let call = |b: u32| {
+            (self.state.back.as_ref())
+                .is_some_and(|c| c.module == module && c.proc == e.proc && c.local == b)
+        };
+        let mut came = Came::No;
+        for w in &e.facts.ways[e.local as usize] {
+            match *w {
+                WayIn::Plain(b) if p.proc == e.proc && p.local == b => return Came::Plain,
+                WayIn::Return(f) if by_ret && md.returns.tail_reaches(f, p.proc) => {
+                    return Came::Plain
+                }
+                WayIn::Back(b) if p.proc == e.proc && p.local == b => return Came::Plain,
+                WayIn::Back(b) if p.passes && call(b) => came = Came::Back,
+                _ => {}
+            }
+        }
+        came
     }
 
     /// Run `r`; `plain` as [`Writer::enter`]'s.
@@ -1141,7 +1201,28 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
         };
         let to_end = r.end == m.blocks[r.block].ninsns;
         self.state.prev = Some((r.module, r.block, to_end, ret));
+        self.keep_back(r, to_end);
         Ok(())
+    }
+
+    /// After run `r`: the state at the end of a call block whose return
+    /// carries the preserved registers is kept; any other run but one
+    /// that passes through drops it.
+    #[inline]
+    fn keep_back(&mut self, r: BlockRun, to_end: bool) {
+        let e = self.mods[r.module as usize].entries[r.block.as_u32() as usize].as_ref();
+        match e {
+            Some(e) if e.back && to_end => {
+                self.state.back = Some(Back {
+                    module: r.module,
+                    proc: e.proc,
+                    local: e.local,
+                    regs: self.state.regs.clone(),
+                })
+            }
+            Some(e) if e.passes && to_end => {}
+            _ => self.state.back = None,
+        }
     }
 
     /// Run `r` of its block's entry code (entered at its start), by the

@@ -18,6 +18,7 @@ pub mod exact_data;
 pub mod lackey;
 pub mod lackey_cache;
 pub mod lsda;
+pub mod native_gdb;
 pub mod oracle;
 pub mod recorded;
 pub mod regen;

@@ -25,7 +25,10 @@
 //! at the end of every predecessor when control can reach it only by a
 //! plain edge (fall-through, taken branch, jump-table case) from a block
 //! that is not a call, or by the return of a direct call to a procedure
-//! that returns by `ret` ([`super::returns`]), which carries `rsp` alone.
+//! that returns by `ret` ([`super::returns`]), which carries `rsp` alone,
+//! or by the return of a call whose callee never runs traced code
+//! ([`back_call`]), which carries the registers SysV x86-64 has a callee
+//! preserve ([`PRESERVED`]) as the call block left them.
 //! A procedure's entry starts with `rsp` known ([`WayIn::Entry`]): a
 //! direct call or tail jump from traced code carries the caller's (every
 //! call's own `[rsp-8]` leaves it known; a block that may jump into an
@@ -46,6 +49,10 @@ use aetrace_format::progdb::{BlockDb, CallDb, CallTarget, EdgeKindDb, ProcDb};
 
 /// Every register.
 pub const ALL: RegSet = RegSet(0xffff);
+
+/// The registers a SysV x86-64 callee leaves as it found them: `rsp`,
+/// `rbx`, `rbp`, `r12`-`r15`.
+pub const PRESERVED: RegSet = RegSet(1 << 3 | 1 << 4 | 1 << 5 | 0xf000);
 
 /// The registers' values, known or not.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -345,12 +352,45 @@ pub enum WayIn {
     Return(u32),
     /// The procedure's entry ([`Entered`]): `rsp`.
     Entry,
+    /// The return of the call block `b` of this procedure ends with, whose
+    /// callee never runs traced code ([`back_call`]): the registers the
+    /// ABI preserves ([`PRESERVED`]) known at `b`'s end. The regenerator
+    /// keeps them across the call: the run before is `b`, or a PLT stub's
+    /// block that writes no register but `rsp` ([`passes_through`]) run
+    /// since `b`.
+    Back(u32),
+}
+
+/// Whether the return of call `c` carries the registers the ABI preserves
+/// ([`WayIn::Back`]): a call that returns, not `setjmp`-like, unmarked (its
+/// callee never runs traced code: `CallDb::marker`), to untraced code
+/// directly or through a PLT stub of the module ([`Returns::stub`]).
+/// Assumed: untraced code and the linker's PLT and lazy-binding path keep
+/// `rsp`, `rbx`, `rbp` and `r12`-`r15` (SysV x86-64).
+pub fn back_call(c: &CallDb, returns: &Returns) -> bool {
+    let to = match c.target {
+        CallTarget::External => !c.indirect,
+        CallTarget::Proc(q) => returns.stub(q),
+        CallTarget::Exit => false,
+    };
+    to && !c.tail && !c.jmpbuf && c.returns && !c.marker
+}
+
+/// Whether a block may run between a [`back_call`] and its return point
+/// without changing what [`WayIn::Back`] carries: it ends with a tail
+/// jump and writes no register but `rsp` (a PLT stub's `jmp [GOT]`, the
+/// lazy-binding path's `push; jmp`).
+pub fn passes_through<'a>(b: &BlockDb, progs: impl IntoIterator<Item = &'a InsnProgram>) -> bool {
+    let rsp_only = |p: &InsnProgram| {
+        (p.updates.iter()).all(|u| matches!(u.dst, Dst::Full(Gpr::RSP) | Dst::Flags))
+    };
+    b.call.is_some_and(|c| c.tail) && progs.into_iter().all(rsp_only)
 }
 
 /// Per block of a traced procedure: the ways in that carry registers
 /// (empty: it starts with nothing known). A block is a root when it is
-/// a landing pad or has any other way in: a return from untraced code, a
-/// `setjmp`-like call, ... The edge out of alignment padding ([`padding`])
+/// a landing pad or has any other way in: a return from untraced code that
+/// may run traced code, a `setjmp`-like call, ... The edge out of alignment padding ([`padding`])
 /// is no way in: the block after it does not wait for the registers the
 /// padding never knows. `blocks`: the procedure's decoded blocks.
 pub fn ways_in(
@@ -382,6 +422,7 @@ pub fn ways_in(
                 CallTarget::Proc(q) if !c.tail && !c.jmpbuf && returns.by_ret(q) => {
                     Some(WayIn::Return(q))
                 }
+                _ if back_call(&c, returns) => Some(WayIn::Back(e.from)),
                 _ => None,
             },
             _ => None,
@@ -466,6 +507,7 @@ fn knowledge(
     let meet = |out: &[RegSet], ws: &[WayIn]| {
         RegSet(ws.iter().fold(ALL.0, |s, w| match *w {
             WayIn::Plain(q) => s & out[q as usize].0,
+            WayIn::Back(q) => s & out[q as usize].0 & PRESERVED.0,
             WayIn::Return(_) | WayIn::Entry => s & rsp_only().0,
         }))
     };
@@ -594,7 +636,7 @@ fn join_candidates(
         let preds: Option<Vec<usize>> = (ws.iter())
             .map(|w| match *w {
                 WayIn::Plain(q) => Some(q as usize),
-                WayIn::Return(_) | WayIn::Entry => None,
+                WayIn::Return(_) | WayIn::Entry | WayIn::Back(_) => None,
             })
             .collect();
         let Some(preds) = preds else { continue };

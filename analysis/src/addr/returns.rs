@@ -13,6 +13,11 @@
 //! regenerator checking that the run before it was a `ret` of the callee or
 //! of a procedure it reaches by tail calls ([`Returns::tail_reaches`]).
 //!
+//! It also names the module's PLT stubs ([`Returns::stub`]): a procedure
+//! whose entry block ends with the stub's jump through its GOT slot, so
+//! that a call to one whose import never runs traced code returns with
+//! the registers the ABI preserves (`exec::WayIn::Back`).
+//!
 //! Invariant: [`Returns::of`] is the greatest set closed under that rule;
 //! equivalently, `f` returns by `ret` iff every procedure `f` reaches by
 //! tail calls (itself included) leaves only in those ways (the naive twin
@@ -28,6 +33,8 @@ pub struct Returns {
     by_ret: Vec<bool>,
     /// Per procedure: the others it reaches by direct tail calls, sorted.
     reach: Vec<Box<[u32]>>,
+    /// Per procedure: a PLT stub ([`Returns::stub`]).
+    stubs: Vec<bool>,
 }
 
 impl Returns {
@@ -59,7 +66,14 @@ impl Returns {
         Returns {
             by_ret: ok,
             reach: (0..n as u32).map(|f| reach_of(db, f)).collect(),
+            stubs: db.procs.iter().map(is_stub).collect(),
         }
+    }
+
+    /// Whether procedure `q` is a PLT stub: traced, its entry block ends
+    /// with a jump through a GOT slot (`CallDb::plt`, to untraced code).
+    pub fn stub(&self, q: u32) -> bool {
+        self.stubs.get(q as usize).copied().unwrap_or(false)
     }
 
     /// Whether procedure `q` returns by `ret`.
@@ -76,6 +90,13 @@ impl Returns {
                 .get(f as usize)
                 .is_some_and(|r| r.binary_search(&q).is_ok())
     }
+}
+
+/// Whether `p` is a PLT stub ([`Returns::stub`]).
+fn is_stub(p: &ProcDb) -> bool {
+    let jump = p.blocks.get(p.entry as usize).and_then(|b| b.call);
+    p.is_traced()
+        && jump.is_some_and(|c| c.tail && c.plt && !c.indirect && c.target == CallTarget::External)
 }
 
 /// The procedures `p` tail-calls, when its own exits qualify (traced, and

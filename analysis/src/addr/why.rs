@@ -36,7 +36,8 @@ pub enum Why {
     /// that returns by `ret` (the return point keeps only `rsp`).
     CalleeSaved,
     /// A callee-saved register known before a call whose return point
-    /// starts with nothing known (untraced callee, PLT stub, ...).
+    /// starts with nothing known (an untraced callee that may run traced
+    /// code, an indirect call, ...).
     SavedUntraced,
     /// A caller-saved register after a call (its result, or clobbered).
     CallResult,
@@ -148,7 +149,7 @@ fn block_in(
     outs: &[(Regs, Regs)],
 ) -> Regs {
     let weight = |w: &WayIn| match *w {
-        WayIn::Plain(q) => weights.get(q as usize).copied().unwrap_or(0),
+        WayIn::Plain(q) | WayIn::Back(q) => weights.get(q as usize).copied().unwrap_or(0),
         _ => weights.get(b).copied().unwrap_or(0),
     };
     let mut r = [Why::Root; 16];
@@ -164,7 +165,8 @@ fn block_in(
         }
         let from = ways[b].iter().filter_map(|way| match *way {
             WayIn::Entry => Some((weight(way), Why::Entry)),
-            WayIn::Plain(q) => Some((weight(way), outs[q as usize].1[g])),
+            // A call's result, or what the call block did not know.
+            WayIn::Plain(q) | WayIn::Back(q) => Some((weight(way), outs[q as usize].1[g])),
             WayIn::Return(_) => None,
         });
         let best = from

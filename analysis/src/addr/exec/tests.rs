@@ -8,7 +8,9 @@ use aetrace_format::progdb::{
 use iced_x86::code_asm::*;
 use iced_x86::{Instruction, InstructionInfoFactory};
 
-use super::{anchors_rsp, entry_knowledge, padding, ways_in, Entered, Exec, RegSet, WayIn};
+use super::{
+    anchors_rsp, entry_knowledge, padding, passes_through, ways_in, Entered, Exec, RegSet, WayIn,
+};
 use crate::addr::full::Recorded;
 use crate::addr::returns::Returns;
 use crate::addr::{forms, Gpr, InsnProgram};
@@ -224,6 +226,83 @@ fn a_call_to_a_procedure_that_returns_by_ret_keeps_rsp_only() {
     let mut sj = p.clone();
     sj.blocks[2].call.as_mut().unwrap().jmpbuf = true;
     assert_eq!(entry_knowledge(&sj, &returns, &mut blocks)[3], RegSet(0));
+}
+
+/// A call whose callee never runs traced code (unmarked), to untraced code
+/// or through a PLT stub, returns with the registers the ABI preserves as
+/// the call block left them; a marked one (callbacks may run) with nothing.
+#[test]
+fn a_call_that_runs_no_traced_code_keeps_the_preserved_registers() {
+    let (mut p, mut blocks) = caller(CallTarget::External);
+    blocks[0] = progs(&asm(|a| {
+        a.lea(rbx, qword_ptr(rsp + 16))?;
+        a.lea(rcx, qword_ptr(rsp + 24))
+    }));
+    blocks[3] = progs(&asm(|a| {
+        a.mov(qword_ptr(rbx), rax)?; // derived: rbx survives the call
+        a.mov(qword_ptr(rcx), rax) // recorded: rcx is the callee's
+    }));
+    let stub = ProcDb {
+        name: "memcmp@plt".into(),
+        status: ProcStatus::Traced,
+        entry: 0,
+        blocks: vec![BlockDb {
+            start: 0x2000,
+            insn_lens: vec![6],
+            call: Some(CallDb {
+                tail: true,
+                plt: true,
+                marker: false,
+                ..call_db(CallTarget::External)
+            }),
+        }],
+        edges: vec![EdgeDb {
+            from: 0,
+            to: 1,
+            kind: EdgeKindDb::TailCall,
+            witness: None,
+        }],
+        sigmap: None,
+    };
+    let db = ProgramDb {
+        procs: vec![p.clone(), stub],
+        ..ProgramDb::default()
+    };
+    let returns = Returns::of(&db);
+    assert!(returns.stub(1) && !returns.stub(0) && !returns.by_ret(1));
+    for target in [CallTarget::External, CallTarget::Proc(1)] {
+        let c = p.blocks[2].call.as_mut().unwrap();
+        (c.target, c.marker) = (target, true);
+        assert_eq!(
+            ways_in(&p, &returns, &blocks)[3],
+            Vec::<WayIn>::new(),
+            "{target:?}"
+        );
+        assert_eq!(entry_knowledge(&p, &returns, &mut blocks)[3], RegSet(0));
+        p.blocks[2].call.as_mut().unwrap().marker = false;
+        assert_eq!(ways_in(&p, &returns, &blocks)[3], vec![WayIn::Back(2)]);
+        let known = entry_knowledge(&p, &returns, &mut blocks);
+        assert_eq!(known[3], RegSet(1 << 3 | 1 << 4), "{target:?}: rsp and rbx");
+        let (plans, _) = Exec::plan_block(known[3], &blocks[3], false);
+        let recorded: Vec<_> = plans.iter().map(|p| p.as_ref().unwrap().len()).collect();
+        assert_eq!(recorded, [0, 1]);
+    }
+    // A block a stub's way may run: a tail jump writing `rsp` alone.
+    let jmp = progs(&asm(|a| {
+        a.push(0x12)?;
+        a.jmp(0x3000u64)
+    }));
+    let stub_block = &db.procs[1].blocks[0];
+    assert!(passes_through(stub_block, jmp.iter().map(|(_, p)| p)));
+    let writes = progs(&asm(|a| {
+        a.mov(rbx, 1u64)?;
+        a.jmp(0x3000u64)
+    }));
+    assert!(!passes_through(stub_block, writes.iter().map(|(_, p)| p)));
+    assert!(
+        !passes_through(&p.blocks[2], jmp.iter().map(|(_, p)| p)),
+        "not a tail jump"
+    );
 }
 
 /// A `ret` always leaves `rsp` known, recorded or derived: what a return

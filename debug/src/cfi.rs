@@ -1,0 +1,48 @@
+//! Where a frame's CFA comes from, by the module's `.eh_frame` (found
+//! through `.eh_frame_hdr`'s search table): whether gdb needs the frame's
+//! `rbp` to compute its frame base. The unwinder (`aetrace.py`) gives a
+//! caller the made-up `rbp` only where its CFA is `rbp`-based (a frame
+//! pointer, as at -O0); elsewhere `rbp` is left "not saved", so an
+//! optimised caller's variable that lives in `rbp` reads `<optimized
+//! out>` rather than the made-up address as a number.
+//!
+//! Invariant: an address without CFI (no `.eh_frame_hdr`, no FDE, made-up
+//! code such as `<untraced>`) counts as `rbp`-based: gdb's prologue
+//! analyser may need `rbp` there, and "Register 6 was not saved" is worse
+//! than a made-up value.
+
+use crate::image::Image;
+use gimli::{BaseAddresses, CfaRule, EhFrame, EhFrameHdr, LittleEndian, Pointer, UnwindContext};
+use gimli::{UnwindSection, X86_64};
+
+/// Whether the CFA at `pc` is computed from `rbp` (or `pc` has no CFI).
+pub fn cfa_from_rbp(image: &Image, pc: u64) -> bool {
+    cfa_rule_uses_rbp(image, pc).unwrap_or(true)
+}
+
+/// The CFA rule at `pc` uses `rbp`: `None` where `pc` has no CFI.
+fn cfa_rule_uses_rbp(image: &Image, pc: u64) -> Option<bool> {
+    let hdr_at = image.module_at(pc)?.eh_frame_hdr;
+    if hdr_at == 0 {
+        return None;
+    }
+    let bases = BaseAddresses::default().set_eh_frame_hdr(hdr_at);
+    let hdr = EhFrameHdr::new(image.bytes_from(hdr_at), LittleEndian)
+        .parse(&bases, 8)
+        .ok()?;
+    let Pointer::Direct(eh_at) = hdr.eh_frame_ptr() else {
+        return None;
+    };
+    let bases = bases.set_eh_frame(eh_at);
+    let eh_frame = EhFrame::new(image.bytes_from(eh_at), LittleEndian);
+    let mut ctx = UnwindContext::new();
+    let row = hdr
+        .table()?
+        .unwind_info_for_address(&eh_frame, &bases, &mut ctx, pc, EhFrame::cie_from_offset)
+        .ok()?;
+    Some(match row.cfa() {
+        CfaRule::RegisterAndOffset { register, .. } => *register == X86_64::RBP,
+        // gcc's CFA expressions (stack realignment) read rbp.
+        CfaRule::Expression(_) => true,
+    })
+}
