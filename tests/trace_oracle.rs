@@ -920,7 +920,7 @@ fn libc_so_first_against_stepped(
     others: usize,
 ) -> (String, serde_json::Value, Vec<u64>) {
     let env: Vec<(String, String)> = std::env::vars().collect();
-    let (name, trace) = record_checked(exe, args, &["libc.so.6"], Knobs::DEFAULT);
+    let (name, trace) = record_checked(exe, args, &["libc.so.6"], Knobs::FIXED);
     let info = info_json(&trace);
     let untraced = left_alone(&info, 1)
         .into_iter()
@@ -971,7 +971,7 @@ fn libc_so_posix_spawn_and_system() {
 fn libc_so_fork_traced() {
     let env: Vec<(String, String)> = std::env::vars().collect();
     let exe = build("fork.c", O2_PIE);
-    let (name, trace) = record_checked(&exe, &[], &["libc.so.6"], Knobs::DEFAULT);
+    let (name, trace) = record_checked(&exe, &[], &["libc.so.6"], Knobs::FIXED);
     let info = info_json(&trace);
     let forks = left_alone(&info, 1)
         .into_iter()
@@ -1005,7 +1005,7 @@ fn libc_so_fork_traced() {
 fn libc_so_threads() {
     let env: Vec<(String, String)> = std::env::vars().collect();
     let exe = build("threads_gated.c", O2_PIE);
-    let (name, trace) = record_checked(&exe, &[], &["libc.so.6"], Knobs::DEFAULT);
+    let (name, trace) = record_checked(&exe, &[], &["libc.so.6"], Knobs::FIXED);
     let (stepped, status) = common::exact::stepped_tasks(&trace, &exe, &[], &env);
     assert!(status.success(), "{name}: the stepped run: {status}");
     let ours = common::exact::regen_tasks(&trace);

@@ -352,12 +352,14 @@ pub fn against_lackey_with(
     conclude(sides, error, run.status)
 }
 
-/// Whether the comparison goes on after `r`; its error kept.
+/// Whether the comparison goes on after `r`; the first error kept.
 fn keep_going(r: Result<(), String>, error: &mut Option<String>) -> bool {
     match r {
         Ok(()) => true,
         Err(e) => {
-            *error = Some(e);
+            // The first only: the stepper reports the killed task's held
+            // instruction once more at its exit, a second difference.
+            error.get_or_insert(e);
             false
         }
     }

@@ -105,6 +105,12 @@ pub struct Knobs {
     pub half: Option<u64>,
     pub placement: Option<&'static str>,
     pub data: bool,
+    /// Address randomisation off (as `--data` has it), as the stepped
+    /// oracle runs: the stack pointer's offset in its page, which the
+    /// kernel otherwise draws at random, decides paths of libc's string
+    /// functions (their alignment and page-crossing checks on a buffer
+    /// on the stack).
+    pub fixed: bool,
 }
 
 impl Knobs {
@@ -112,9 +118,15 @@ impl Knobs {
         half: None,
         placement: None,
         data: false,
+        fixed: false,
     };
     pub const DATA: Knobs = Knobs {
         data: true,
+        ..Knobs::DEFAULT
+    };
+    /// For a comparison with the native run single-stepped.
+    pub const FIXED: Knobs = Knobs {
+        fixed: true,
         ..Knobs::DEFAULT
     };
 }
@@ -166,6 +178,8 @@ pub fn record_run(
     }
     if knobs.data {
         rec.arg("--data");
+    }
+    if knobs.data || knobs.fixed {
         super::no_aslr(&mut rec);
     }
     let out = rec
