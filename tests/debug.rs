@@ -1536,11 +1536,33 @@ fn printed_at(stderr: &str, image: &str, what: &str) -> u64 {
 
 /// `gzip -c` of a 20 kB text, recorded: the executable and the trace.
 fn recorded_gzip() -> (PathBuf, PathBuf) {
+    recorded_gzip_with(&[])
+}
+
+/// [`recorded_gzip`] with `libs` traced too (`--libs`).
+fn recorded_gzip_with(libs: &[&str]) -> (PathBuf, PathBuf) {
     let input = common::scratch("debug").join("gzip-input");
     std::fs::write(&input, common::text_input(20_000)).unwrap();
     let exe = PathBuf::from("/usr/bin/gzip");
-    let (_, trace, _) = record_ok(&exe, &["-c", input.to_str().unwrap()], &[], Knobs::DEFAULT);
+    let (_, trace, _) = record_ok(&exe, &["-c", input.to_str().unwrap()], libs, Knobs::DEFAULT);
     (exe, trace)
+}
+
+/// gdb runs a PIE executable at this base (randomisation off).
+const NATIVE_BASE: u64 = 0x5555_5555_4000;
+
+/// Native gdb on [`recorded_gzip`]'s run of `exe` from a breakpoint at
+/// `offset` in it, running `then` there (`script` names its file): its
+/// output.
+fn native_gzip_from(exe: &Path, trace: &Path, script: &str, offset: u64, then: &str) -> String {
+    let input = common::scratch("debug").join("gzip-input");
+    let script = trace.with_extension(script);
+    let text = format!(
+        "set pagination off\nset confirm off\nbreak *{:#x}\nrun -c {} > /dev/null\n{then}",
+        NATIVE_BASE + offset,
+        input.display()
+    );
+    native_run(exe, &[], &script, &text)
 }
 
 /// The procedure of `regen --count` named `sub_HEX` (gzip is stripped)
@@ -3259,24 +3281,11 @@ fn a_call_through_a_pointer_in_data_has_no_untraced_frame() {
             want[into]
         ),
     );
-    let input = common::scratch("debug").join("gzip-input");
-    // gdb runs a PIE executable at this base (randomisation off).
-    let native_base = 0x5555_5555_4000;
-    let script = trace.with_extension("pointer-call.gdb");
-    let native = native_run(
-        &exe,
-        &[],
-        &script,
-        &format!(
-            "set pagination off\nset confirm off\nbreak *{:#x}\nrun -c {} > /dev/null\nbt\n",
-            native_base + want[into] - base,
-            input.display()
-        ),
-    );
+    let native = native_gzip_from(&exe, &trace, "pointer-call.gdb", want[into] - base, "bt\n");
     let what = format!("ours:\n{ours}\nnative:\n{native}");
     let o = frame_offsets(&ours, base, size);
     assert!(o.len() >= 3, "{what}");
-    assert_eq!(o, frame_offsets(&native, native_base, size), "{what}");
+    assert_eq!(o, frame_offsets(&native, NATIVE_BASE, size), "{what}");
     // The program's frames come first on both sides (then libc's,
     // untraced here: `<untraced>`), none in between.
     let frames = |out: &str| -> Vec<String> {
@@ -3288,7 +3297,7 @@ fn a_call_through_a_pointer_in_data_has_no_untraced_frame() {
     let first_untraced = frames(&ours).iter().position(|l| l.contains("<untraced>"));
     let native_first_libc = frames(&native)
         .iter()
-        .position(|l| frame_offsets(l, native_base, size).is_empty());
+        .position(|l| frame_offsets(l, NATIVE_BASE, size).is_empty());
     assert_eq!(first_untraced, native_first_libc, "{what}");
 }
 
@@ -3402,11 +3411,7 @@ fn the_outermost_frame_is_start_as_natively() {
 /// 2026-12-01 at load 15).
 #[test]
 fn reverse_finish_out_of_write_into_stripped_gzip_runs_back_as_natively() {
-    let input = common::scratch("debug").join("gzip-input");
-    std::fs::write(&input, common::text_input(20_000)).unwrap();
-    let exe = PathBuf::from("/usr/bin/gzip");
-    let args = ["-c", input.to_str().unwrap()];
-    let (_, trace, _) = record_ok(&exe, &args, &["libc.so.6"], Knobs::DEFAULT);
+    let (exe, trace) = recorded_gzip_with(&["libc.so.6"]);
     let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
     let ours = gdb(
         &exe,
@@ -3432,21 +3437,10 @@ fn reverse_finish_out_of_write_into_stripped_gzip_runs_back_as_natively() {
         insns[call]
     );
     let before = insns[call - 1].0;
-    let native_base = 0x5555_5555_4000;
-    let script = trace.with_extension("reverse-finish-write.gdb");
-    let native = native_run(
-        &exe,
-        &[],
-        &script,
-        &format!(
-            "set pagination off\nset confirm off\nbreak *{:#x}\nrun -c {} > /dev/null\n\
-             record full\nbreak write\ncontinue\nreverse-finish\nprintf \"at %ld\\n\", $pc\n",
-            native_base + before,
-            input.display()
-        ),
-    );
+    let then = "record full\nbreak write\ncontinue\nreverse-finish\nprintf \"at %ld\\n\", $pc\n";
+    let native = native_gzip_from(&exe, &trace, "reverse-finish-write.gdb", before, then);
     let what = format!("{what}\nnative:\n{native}");
     assert!(native.contains(END), "{what}");
     let at = numbers(&native, "at ");
-    assert_eq!(at, [(native_base + before) as i64], "{what}");
+    assert_eq!(at, [(NATIVE_BASE + before) as i64], "{what}");
 }
