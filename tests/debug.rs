@@ -3309,8 +3309,8 @@ fn a_call_through_a_pointer_in_data_has_no_untraced_frame() {
 /// a function-try-block's) and after 3 `next`s out of the last: every
 /// frame's function and `file:line` equal to native gdb's, 20
 /// backtraces. Before 2026-12-01 the frames the unwinder skipped stayed
-/// on the trace's stack (frame 1 of a catch block was `dive`). 2 s (0.5 s
-/// CPU; measured 2026-12-01 at load 15).
+/// on the trace's stack (frame 1 of a catch block was `dive`). 5 s (1.4 s
+/// CPU with g++ and gdb; measured 2026-12-01 at load 20).
 #[test]
 fn backtraces_after_throws_agree_with_native_gdb() {
     let (exe, trace) = o0_g_recorded("cxx_unwind_deep.cpp", &[]);
@@ -3354,8 +3354,8 @@ fn backtraces_after_throws_agree_with_native_gdb() {
 /// cleanup, the program's frames (on the trace those but one
 /// `<untraced>` frame for libc's start code, natively libc's two) are
 /// native gdb's, the last `_start`. Before 2026-12-01 an `<untraced>`
-/// frame (the kernel) ended the trace's backtrace. 1 s (0.3 s CPU;
-/// measured 2026-12-01 at load 15).
+/// frame (the kernel) ended the trace's backtrace. 4 s (1.0 s CPU with
+/// g++ and gdb; measured 2026-12-01 at load 20).
 #[test]
 fn the_outermost_frame_is_start_as_natively() {
     let (exe, trace) = o0_g_recorded("cxx_unwind_deep.cpp", &[]);
@@ -3407,8 +3407,8 @@ fn the_outermost_frame_is_start_as_natively() {
 /// instruction reaches: "No more reverse-execution history" at the
 /// history's start, the trace's first instruction, natively the
 /// instruction before the call where `record full` started (not the
-/// call). Not the stub's doing, so not changed. 4 s (1.5 s CPU; measured
-/// 2026-12-01 at load 15).
+/// call). Not the stub's doing, so not changed. 5 s (1.5 s CPU with the
+/// recording and gdb; measured 2026-12-01 at load 20).
 #[test]
 fn reverse_finish_out_of_write_into_stripped_gzip_runs_back_as_natively() {
     let (exe, trace) = recorded_gzip_with(&["libc.so.6"]);
