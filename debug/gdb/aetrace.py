@@ -240,8 +240,9 @@ class AetraceUnwinder(gdb.unwinder.Unwinder):
     made up from the frame addresses (every other register is left "not
     saved": gdb 13's Python unwinder cannot mark one unavailable, and
     drops itself for a frame where it saves an unavailable value). The outermost traced frame's caller is
-    `<untraced>` (the code that started the thread: libc's start_thread,
-    the kernel), whose CFI ends the backtrace without reading a register."""
+    `<untraced>` (the code that started the thread: libc's start_thread),
+    whose CFI ends the backtrace without reading a register; a caller
+    frame whose own CFI ends the backtrace (`_start`) is left to gdb."""
 
     def __init__(self):
         super().__init__("aetrace")
@@ -261,6 +262,11 @@ class AetraceUnwinder(gdb.unwinder.Unwinder):
         if level is None or frames[level][0] != rip:
             return None
         pc, entry = frames[level]
+        if level > 0 and read_u64s(OUTERMOST + 8 * level, 1)[0]:
+            # Its CFI leaves the return address undefined (glibc's
+            # `_start`): gdb's DWARF unwinder ends the backtrace there,
+            # as natively, from the made-up rsp saved for it.
+            return None
         if entry == UNTRACED and level + 1 == len(frames):
             # What ran after a thread's last instruction, with no traced
             # caller: its CFI makes it the outermost frame, with the id it
@@ -299,6 +305,9 @@ SIGRETURN = UNTRACED + 8
 PCS_BY_DEPTH = SHADOW + (1 << 32)
 # Per frame by level, 1 where its CFA is computed from rbp (stub::RBP_BASED).
 RBP_BASED = SHADOW + (2 << 32)
+# Per frame by level, 1 where its CFI leaves the return address undefined
+# (stub::OUTERMOST).
+OUTERMOST = SHADOW + (3 << 32)
 
 
 def untraced_cfi():

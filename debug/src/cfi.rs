@@ -4,7 +4,9 @@
 //! caller the made-up `rbp` only where its CFA is `rbp`-based (a frame
 //! pointer, as at -O0); elsewhere `rbp` is left "not saved", so an
 //! optimised caller's variable that lives in `rbp` reads `<optimized
-//! out>` rather than the made-up address as a number.
+//! out>` rather than the made-up address as a number. And whether a
+//! frame's return address is undefined (glibc's `_start`): the outermost
+//! frame, where gdb ends a backtrace.
 //!
 //! Invariant: an address without CFI (no `.eh_frame_hdr`, no FDE, made-up
 //! code such as `<untraced>`) counts as `rbp`-based: gdb's prologue
@@ -13,15 +15,30 @@
 
 use crate::image::Image;
 use gimli::{BaseAddresses, CfaRule, EhFrame, EhFrameHdr, LittleEndian, Pointer, UnwindContext};
-use gimli::{UnwindSection, X86_64};
+use gimli::{RegisterRule, UnwindSection, UnwindTableRow, X86_64};
 
 /// Whether the CFA at `pc` is computed from `rbp` (or `pc` has no CFI).
 pub fn cfa_from_rbp(image: &Image, pc: u64) -> bool {
-    cfa_rule_uses_rbp(image, pc).unwrap_or(true)
+    with_row(image, pc, |row| match row.cfa() {
+        CfaRule::RegisterAndOffset { register, .. } => *register == X86_64::RBP,
+        // gcc's CFA expressions (stack realignment) read rbp.
+        CfaRule::Expression(_) => true,
+    })
+    .unwrap_or(true)
 }
 
-/// The CFA rule at `pc` uses `rbp`: `None` where `pc` has no CFI.
-fn cfa_rule_uses_rbp(image: &Image, pc: u64) -> Option<bool> {
+/// Whether the return address at `pc` is undefined by its CFI: the
+/// outermost frame, as glibc's `_start` says (`cfi_undefined (rip)`),
+/// where gdb ends a backtrace. False where `pc` has no CFI.
+pub fn outermost(image: &Image, pc: u64) -> bool {
+    with_row(image, pc, |row| {
+        matches!(row.register(X86_64::RA), Some(RegisterRule::Undefined))
+    })
+    .unwrap_or(false)
+}
+
+/// `f` of the CFI's row at `pc`: `None` where `pc` has no CFI.
+fn with_row<T>(image: &Image, pc: u64, f: impl FnOnce(&UnwindTableRow<usize>) -> T) -> Option<T> {
     let hdr_at = image.module_at(pc)?.eh_frame_hdr;
     if hdr_at == 0 {
         return None;
@@ -40,9 +57,5 @@ fn cfa_rule_uses_rbp(image: &Image, pc: u64) -> Option<bool> {
         .table()?
         .unwind_info_for_address(&eh_frame, &bases, &mut ctx, pc, EhFrame::cie_from_offset)
         .ok()?;
-    Some(match row.cfa() {
-        CfaRule::RegisterAndOffset { register, .. } => *register == X86_64::RBP,
-        // gcc's CFA expressions (stack realignment) read rbp.
-        CfaRule::Expression(_) => true,
-    })
+    Some(f(row))
 }

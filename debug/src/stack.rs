@@ -13,6 +13,11 @@
 //! `msort_with_tmp`, whose recursion gcc inlined one level of, jumps past
 //! its call onto the instruction after it, the return address of its
 //! callers' frames of itself);
+//! `b` a C++ landing pad of procedure `q` reached by no CFG edge from `a`
+//! (the unwinder entered it) pops the frames from the newest one of `q`
+//! at a call with a landing pad on, as the regenerator's LANDING does:
+//! that frame goes on at `b` (before 2026-12-01 the unwinder's skipped
+//! frames stayed until a later return popped them);
 //! anything else is a jump within the frame ([`Stacks::change`]). Untraced
 //! code therefore has no frames of its own: a callback's caller is the
 //! traced call that started the untraced code.
@@ -49,7 +54,7 @@ use crate::image::Image;
 use crate::timeline::{Signal, Timeline};
 use crate::untraced::{decode, Exit, Passage, To, RETURNED, SIGRETURN, UNTRACED};
 use aetrace_format::progdb::EdgeKindDb;
-use aetrace_regen::compile::Module as Compiled;
+use aetrace_regen::compile::{BlockIx, Module as Compiled};
 use std::collections::{HashMap, HashSet};
 
 /// The stack and the previous instruction's address, at an interval start.
@@ -67,6 +72,14 @@ pub struct Stacks {
     /// jump) that land on a return address: (last instruction of the
     /// block, the return address).
     jumps_to_returns: HashSet<(u64, u64)>,
+    /// Landing pads of C++ exceptions: pad address -> its procedure (module
+    /// index, procedure entry).
+    pads: HashMap<u64, (usize, u64)>,
+    /// Return addresses of calls with a landing pad -> the calling
+    /// procedure (module index, procedure entry).
+    landing_calls: HashMap<u64, (usize, u64)>,
+    /// CFG edges within a procedure that reach a landing pad (no unwinding).
+    jumps_to_pads: HashSet<(u64, u64)>,
     /// States at the starts of intervals `0..states.len()`.
     states: Vec<State>,
     /// Passages through untraced code, when looked for.
@@ -83,9 +96,14 @@ impl Stacks {
             }
         }
         let returns = returns_of_returning_calls(modules);
+        let (pads, landing_calls) = landings(modules);
+        let pad_set = pads.keys().copied().collect();
         Stacks {
             calls,
             jumps_to_returns: jumps_to(modules, &returns),
+            pads,
+            landing_calls,
+            jumps_to_pads: jumps_to(modules, &pad_set),
             states: vec![State::default()],
             passages: None,
         }
@@ -276,6 +294,10 @@ impl Stacks {
             .as_ref()
             .and_then(|p| p.through(a, b, signal, &mut s.stack))
         {
+            // The unwinder (untraced code) entered a landing pad.
+            if let Some(i) = self.landed(a, b, &s.stack) {
+                s.stack.truncate(i);
+            }
             return Some(passage);
         }
         match self.change(a, b, &s.stack) {
@@ -286,10 +308,31 @@ impl Stacks {
         None
     }
 
+    /// Where the step from `a` to landing pad `b` of procedure `q` left
+    /// the stack (outermost first), as the regenerator's LANDING: the
+    /// frames from the newest one of `q` at a call with a landing pad on
+    /// are gone (that frame goes on at `b`, as frame 0). `None` where `b`
+    /// is no landing pad, the step is a CFG edge within the procedure, or
+    /// no such frame is on the stack.
+    fn landed(&self, a: u64, b: u64, stack: &[u64]) -> Option<usize> {
+        let q = self.pads.get(&b)?;
+        if self.jumps_to_pads.contains(&(a, b)) {
+            return None;
+        }
+        stack
+            .iter()
+            .rposition(|r| self.landing_calls.get(r) == Some(q))
+    }
+
     /// What the step from instruction `a` to instruction `b` does to
     /// `stack` (return addresses, outermost first): the module comment's
     /// rules.
     pub fn change(&self, a: u64, b: u64, stack: &[u64]) -> Change {
+        if let Some(i) = self.landed(a, b, stack) {
+            // Checked first: the call into the unwinder (`__cxa_throw`)
+            // would push its return address.
+            return Change::PopTo(i);
+        }
         match self.calls.get(&a) {
             // The callee was untraced and returned.
             Some(&ret) if ret == b => Change::None,
@@ -336,6 +379,28 @@ fn returns_of_returning_calls(modules: &[&Compiled]) -> HashSet<u64> {
         }
     }
     found
+}
+
+/// The landing pads of `modules`' calls (pad -> its procedure) and the
+/// return addresses of those calls (-> their procedure), run-time
+/// addresses; a procedure is (its module's index, its entry's address).
+type Landings = (HashMap<u64, (usize, u64)>, HashMap<u64, (usize, u64)>);
+
+fn landings(modules: &[&Compiled]) -> Landings {
+    let (mut pads, mut calls) = (HashMap::new(), HashMap::new());
+    for (mi, m) in modules.iter().enumerate() {
+        for (last, len, b) in block_ends(std::slice::from_ref(m)) {
+            let pad = b.call.and_then(|c| c.landing);
+            let pad = pad.and_then(|p| m.blocks.get(BlockIx::from_u32(p)));
+            let entry = m.blocks.get(m.procs[b.proc].entry);
+            if let (Some(pad), Some(entry)) = (pad, entry) {
+                let q = (mi, m.load_base.wrapping_add(entry.start));
+                pads.insert(m.load_base.wrapping_add(pad.start), q);
+                calls.insert(last + len, q);
+            }
+        }
+    }
+    (pads, calls)
 }
 
 /// The CFG edges of `modules` within a procedure (fall-through, taken

@@ -195,8 +195,9 @@ pub struct Stub<'m> {
 pub const END_SIGNAL: u32 = 9;
 
 /// The shadow regions' bytes at a position: (position, [`SHADOW`]'s
-/// bytes, [`PCS_BY_DEPTH`]'s bytes, [`RBP_BASED`]'s bytes).
-type Shadow = ((u64, At), Vec<u8>, Vec<u8>, Vec<u8>);
+/// bytes, [`PCS_BY_DEPTH`]'s bytes, [`RBP_BASED`]'s and [`OUTERMOST`]'s
+/// bytes).
+type Shadow = ((u64, At), Vec<u8>, Vec<u8>, [Vec<u8>; 2]);
 
 /// Calls `monitor calls` lists on each side of the current position.
 const CALLS_AROUND: usize = 10;
@@ -220,6 +221,13 @@ pub const PCS_BY_DEPTH: u64 = SHADOW + (1 << 32);
 /// `RBP_BASED + 8 * level` is 1 if so (or the pc has no CFI), else 0.
 /// `aetrace.py` gives a caller its made-up `rbp` only where it is 1.
 pub const RBP_BASED: u64 = SHADOW + (2 << 32);
+
+/// Per frame, innermost first, whether its CFI at its pc (a caller's: the
+/// call's) leaves the return address undefined ([`crate::cfi::outermost`]:
+/// glibc's `_start`): the u64 at `OUTERMOST + 8 * level` is 1 if so.
+/// `aetrace.py` leaves such a caller frame to gdb's DWARF unwinder, which
+/// ends the backtrace there, as natively.
+pub const OUTERMOST: u64 = SHADOW + (3 << 32);
 
 /// The made-up address of the frame `depth` frames from the bottom of the
 /// stack (`aetrace.py`'s `frame_address`, `STACK_TOP - 0x100 * depth`):
@@ -952,12 +960,15 @@ impl<'m> Stub<'m> {
             for &(pc, _) in frames.iter().rev() {
                 by_depth.extend(pc.to_le_bytes());
             }
-            let rbp_based = self.rbp_based(&frames);
-            self.shadow = Some((here, bytes, by_depth, rbp_based));
+            let cfi = self.cfi_facts(&frames);
+            self.shadow = Some((here, bytes, by_depth, cfi));
         }
         let s = self.shadow.as_ref().expect("just set");
+        if let Some(off) = addr.checked_sub(OUTERMOST) {
+            return xfer(&s.3[1], off, data.len(), data);
+        }
         if let Some(off) = addr.checked_sub(RBP_BASED) {
-            return xfer(&s.3, off, data.len(), data);
+            return xfer(&s.3[0], off, data.len(), data);
         }
         match addr.checked_sub(PCS_BY_DEPTH) {
             Some(off) => xfer(&s.2, off, data.len(), data),
@@ -965,20 +976,22 @@ impl<'m> Stub<'m> {
         }
     }
 
-    /// [`RBP_BASED`]'s bytes for `frames` (innermost first). A caller's
-    /// CFA rule is the one at its call (the byte before its return
-    /// address), as gdb looks it up; the frame a signal interrupted (the
-    /// caller of the restorer) is at its pc.
-    fn rbp_based(&self, frames: &[(u64, u64)]) -> Vec<u8> {
+    /// [`RBP_BASED`]'s and [`OUTERMOST`]'s bytes for `frames` (innermost
+    /// first). A caller's CFI row is the one at its call (the byte before
+    /// its return address), as gdb looks it up; the frame a signal
+    /// interrupted (the caller of the restorer) is at its pc.
+    fn cfi_facts(&self, frames: &[(u64, u64)]) -> [Vec<u8>; 2] {
         let mut below = None;
-        let mut bytes = Vec::with_capacity(8 * frames.len());
+        let mut bytes = [Vec::new(), Vec::new()];
         for &(pc, _) in frames {
             let at = match below {
                 Some(b) if b != SIGRETURN => pc.wrapping_sub(1),
                 _ => pc,
             };
             let based = crate::cfi::cfa_from_rbp(&self.image, at);
-            bytes.extend(u64::from(based).to_le_bytes());
+            let outermost = crate::cfi::outermost(&self.image, at);
+            bytes[0].extend(u64::from(based).to_le_bytes());
+            bytes[1].extend(u64::from(outermost).to_le_bytes());
             below = Some(pc);
         }
         bytes
