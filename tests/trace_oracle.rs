@@ -1027,6 +1027,81 @@ fn libc_so_threads() {
     let _ = std::fs::remove_file(&trace);
 }
 
+/// Each task of `exe ARGS` recorded (`--libs LIBS`) against the same task
+/// single-stepped natively, every traced module: `tasks` of them.
+fn tasks_against_stepped(exe: &Path, args: &[&str], libs: &[&str], tasks: usize) {
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let (name, trace) = record_checked(exe, args, libs, Knobs::DEFAULT);
+    let name = format!("{name} {args:?} --libs {libs:?}");
+    let (stepped, status) = common::exact::stepped_tasks(&trace, exe, args, &env);
+    assert!(status.success(), "{name}: the stepped run: {status}");
+    let ours = common::exact::regen_tasks(&trace);
+    assert_eq!((stepped.len(), ours.len()), (tasks, tasks), "{name}: tasks");
+    let flat = |s: &[(usize, u64)]| -> Vec<u64> {
+        s.iter().map(|&(m, off)| (m as u64) << 48 | off).collect()
+    };
+    for (k, ((_, native), (_, regen))) in stepped.iter().zip(&ours).enumerate() {
+        if let Some(d) = first_difference(&flat(native), &flat(regen)) {
+            panic!("{name} task {k} (expected: the stepped run): {d}");
+        }
+        eprintln!("{name} task {k}: {} instructions equal", regen.len());
+    }
+    let _ = std::fs::remove_file(&trace);
+}
+
+/// `traces/raw_clone.c`: tasks the clone system call makes without
+/// `pthread_create` or `fork()` (docs/rewrite.md, "System calls"). A
+/// process made through libc's `syscall()` (SYS_fork; SYS_clone with
+/// SIGCHLD and no stack; SYS_clone3 likewise) returns where its parent
+/// does and claims its own slot there: at the return point of the
+/// executable's call of `syscall@plt` (libc untraced), or, with
+/// `--libs libc.so.6`, right after the system call inside libc's traced
+/// `syscall()`, whose number is known only at run time. Before
+/// (2026-12-01) the child wrote into its parent's stream and regen
+/// refused the parent ("RETURN ... cannot occur"), or, libc traced, the
+/// parent's stream said DESYNC there. A thread made by inline `syscall`
+/// instructions claims its slot right after them (as before). Each task
+/// against its task stepped natively.
+#[test]
+fn raw_clone_tasks() {
+    let exe = build("raw_clone.c", O2_PIE);
+    for how in ["asm", "fork", "clone-fork", "clone3-fork"] {
+        tasks_against_stepped(&exe, &[how], &[], 2);
+    }
+    for how in ["clone-fork", "clone3-fork"] {
+        tasks_against_stepped(&exe, &[how], &["libc.so.6"], 2);
+    }
+}
+
+/// A thread that libc's `syscall()` starts on a stack of its own leaves
+/// `syscall()` on that stack for wherever the program pointed it
+/// (`traces/raw_clone.c` `clone`, `clone3`: into `child`), still on its
+/// creator's slot: the creator's stream says DESYNC at the call (libc
+/// untraced) or at the system call (libc traced), and regen stops there
+/// in one line saying so; the program's output is native.
+#[test]
+fn a_raw_clone_thread_on_its_own_stack_stops_regen_clearly() {
+    let exe = build("raw_clone.c", O2_PIE);
+    for how in ["clone", "clone3"] {
+        for libs in [&[][..], &["libc.so.6"]] {
+            let (name, trace) = record_checked(&exe, &[how], libs, Knobs::DEFAULT);
+            let out = Command::new(common::aetrace())
+                .args(["regen", "--format", "insn", "-o", "/dev/null"])
+                .arg(&trace)
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "{name} {how} {libs:?}: {err}");
+            assert_eq!(err.lines().count(), 1, "{name} {how} {libs:?}: {err}");
+            assert!(
+                err.contains("DESYNC(") && err.contains("left instrumented code"),
+                "{name} {how} {libs:?}: {err}"
+            );
+            let _ = std::fs::remove_file(&trace);
+        }
+    }
+}
+
 #[test]
 fn cxx_exceptions_land_in_the_right_frames() {
     traced("cxx_exceptions.cpp", O2_PIE, &[]);
@@ -1779,6 +1854,20 @@ fn static_fork_family_traced() {
 fn static_threads() {
     let info = check_static_with(&build("threads_gated.c", O2_STATIC), (&[], &[]), None);
     none_left_alone_saying(&info, "clone");
+}
+
+/// `traces/raw_clone.c` built static: a process made through static
+/// libc's traced `syscall()` (SYS_clone with SIGCHLD and no stack,
+/// SYS_clone3 likewise), whose system call number is known only at run
+/// time, claims its slot right after the system call (before, 2026-12-01:
+/// DESYNC in its parent's stream); a thread made by inline `syscall`
+/// instructions right after them. Every task against its stepped run.
+#[test]
+fn static_raw_clone_tasks() {
+    let exe = build("raw_clone.c", O2_STATIC);
+    for how in ["asm", "clone-fork", "clone3-fork"] {
+        check_static_with(&exe, (&[how], &[]), None);
+    }
 }
 
 /// `traces/spawn.c` built static: `posix_spawn` and `system()` reach

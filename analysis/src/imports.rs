@@ -467,6 +467,12 @@ pub fn is_fork_like(name: &str) -> bool {
     FORK_LIKE.contains(&base(name))
 }
 
+/// Whether `name` is libc's `syscall(number, ...)`, which creates a task
+/// when its number is fork, vfork, clone or clone3.
+pub fn is_syscall_function(name: &str) -> bool {
+    base(name) == "syscall"
+}
+
 /// Whether a call to `name` may read or set a signal's disposition
 /// (`sigaction`, `signal`, `sigset`, ...).
 pub fn touches_dispositions(name: &str) -> bool {

@@ -128,7 +128,7 @@ impl<'t> Calls<'t> {
             may_exit: HashMap::new(),
             any_may_exit: false,
             may_fork: HashMap::new(),
-            task_syscalls: task_syscalls(prog),
+            task_syscalls: task_syscalls(prog, traced),
             pads: aetrace_analysis::lsda::call_site_pads(&prog.module),
             imports_call_back: rw.glibc_traced || !prog.module.canonical_plt.is_empty(),
         };
@@ -281,11 +281,17 @@ impl<'t> Calls<'t> {
             // A system call that creates a task: `fork_child` in the child
             // right after it (flags dead there: its test), in a static
             // libc's `_Fork` as in libc.so.6's.
+            let line = || straight_line(cfg, c.block, |b| insns[b.index()].clone());
+            let tracing = matches!(rw.how, How::Trace(_));
             let forks = c.kind == CallKind::Syscall
-                && matches!(rw.how, How::Trace(_))
+                && tracing
                 && !live.live_out(c.block).flags_live()
-                && creates_task(&straight_line(cfg, c.block, |b| insns[b.index()].clone()));
-            let (plan, db) = self.plan_site(rw, (id, cfg), c, forks);
+                && creates_task(&line());
+            let libc_task = (tracing && libc_syscall(rw.prog, self.traced, c))
+                .then(|| syscall_call_task(&line()))
+                .flatten();
+            let (mut plan, db) = self.plan_site(rw, (id, cfg), c, forks || libc_task.is_some());
+            plan.own_stack = libc_task.filter(|&n| n == SYS_CLONE || n == SYS_CLONE3);
             calls[c.block.index()] = plan;
             call_db[c.block.index()] = Some(db);
         }
@@ -306,7 +312,8 @@ impl<'t> Calls<'t> {
         (calls, call_db)
     }
 
-    /// `forks`: a system call that creates a task ([`creates_task`]).
+    /// `forks`: a system call that creates a task ([`creates_task`]), or
+    /// a call of libc's `syscall()` that makes one ([`syscall_call_task`]).
     fn plan_site(
         &self,
         rw: &Rewrite<'_>,
@@ -380,6 +387,7 @@ impl<'t> Calls<'t> {
                 _ => None,
             },
             indirect: false,
+            own_stack: None,
         };
         let db = CallDb {
             indirect: false,
@@ -463,21 +471,53 @@ const SYS_CLONE3: u64 = 435;
 /// witness; `fork_child` tells a thread from a process at run time
 /// (docs/rewrite.md, "Static executables"; docs/runtime.md). Any other
 /// system call, or a number the block does not load, keeps the run-time
-/// test that writes DESYNC for a new task.
+/// test, which makes a new task on a path of its own with the same
+/// return point (`codegen`'s `syscall_exit`).
 pub(crate) fn creates_task(insns: &[Instruction]) -> bool {
-    let Some((_, body)) = insns.split_last() else {
-        return false;
-    };
+    task_number(insns, iced_x86::Register::RAX).is_some()
+}
+
+/// The task-creating system call (fork, vfork, clone, clone3) a call of
+/// libc's `syscall(number, ...)` ending `insns` makes, by the constant
+/// loaded into its first argument, rdi: the child returns from the call
+/// (`fork_child` at its return point), or, on a stack of its own
+/// (`CallPlan::own_stack`), goes where that stack says.
+pub(crate) fn syscall_call_task(insns: &[Instruction]) -> Option<u64> {
+    task_number(insns, iced_x86::Register::RDI)
+}
+
+/// The task-creating system call number the instructions before the last
+/// of `insns` leave in `reg`, when they load a constant.
+fn task_number(insns: &[Instruction], reg: iced_x86::Register) -> Option<u64> {
+    let (_, body) = insns.split_last()?;
     let mut info = iced_x86::InstructionInfoFactory::new();
-    let number = (body.iter().rev())
-        .find(|i| writes(&mut info, i, iced_x86::Register::RAX))
-        .and_then(constant);
-    matches!(number, Some(SYS_FORK | SYS_VFORK | SYS_CLONE | SYS_CLONE3))
+    (body.iter().rev())
+        .find(|i| writes(&mut info, i, reg))
+        .and_then(constant)
+        .filter(|n| matches!(*n, SYS_FORK | SYS_VFORK | SYS_CLONE | SYS_CLONE3))
+}
+
+/// A call of an untraced `syscall()` (libc's, libc.so.6 not traced),
+/// through its PLT stub or GOT: its system call runs where no traced code
+/// follows the child. (A static libc's traced `syscall()` makes the child
+/// claim its slot itself, `codegen`'s `syscall_exit`.)
+fn libc_syscall(prog: &Program, traced: &Traced, c: &CallSite) -> bool {
+    let traced_body = |q: ProcId| prog.procs[q].kind != ProcKind::Plt;
+    c.kind != CallKind::Syscall
+        && !c.tail
+        && !c
+            .target
+            .and_then(|t| traced.traced_at(t))
+            .is_some_and(traced_body)
+        && traced
+            .fork_name(c)
+            .is_some_and(imports::is_syscall_function)
 }
 
 /// The blocks of `prog` ending in a system call that creates a task
-/// ([`creates_task`]).
-fn task_syscalls(prog: &Program) -> HashSet<(ProcId, BlockId)> {
+/// ([`creates_task`]) or in a call of libc's `syscall()` that makes one
+/// ([`syscall_call_task`]).
+fn task_syscalls(prog: &Program, traced: &Traced) -> HashSet<(ProcId, BlockId)> {
     let mut found = HashSet::new();
     for (id, p) in prog.procs.iter() {
         let Ok(cfg) = &p.cfg else { continue };
@@ -491,8 +531,13 @@ fn task_syscalls(prog: &Program) -> HashSet<(ProcId, BlockId)> {
                 .into_iter()
                 .collect()
         };
-        for c in cfg.calls.iter().filter(|c| c.kind == CallKind::Syscall) {
-            if creates_task(&straight_line(cfg, c.block, decoded)) {
+        for c in &cfg.calls {
+            let line = || straight_line(cfg, c.block, decoded);
+            let task = match c.kind {
+                CallKind::Syscall => creates_task(&line()),
+                _ => libc_syscall(prog, traced, c) && syscall_call_task(&line()).is_some(),
+            };
+            if task {
                 found.insert((id, c.block));
             }
         }

@@ -79,8 +79,12 @@ const SEQ_LABELS: u64 = 0x100;
 /// Linux x86-64 system calls that end the calling thread or process.
 const SYS_EXIT: i32 = 60;
 const SYS_EXIT_GROUP: i32 = 231;
-/// clone, fork, vfork, clone3: a new task that inherits the GS base.
-const SYS_NEW_TASK: [i32; 4] = [56, 57, 58, 435];
+/// clone, clone3, fork, vfork: a new task that inherits the GS base.
+const SYS_CLONE: i32 = 56;
+const SYS_CLONE3: i32 = 435;
+const SYS_FORK_VFORK: [i32; 2] = [57, 58];
+/// The offset of `stack` in clone3's `struct clone_args`.
+const CLONE_ARGS_STACK: i32 = 40;
 
 /// How untraced code enters a procedure copy.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -117,8 +121,16 @@ pub struct CallPlan {
     /// enters its copy past the outside-entry stub.
     pub lazy_entry: Option<u64>,
     /// A `syscall`: EXIT(edi) just before it when rax is exit or
-    /// exit_group (the thread or process ends inside it).
+    /// exit_group (the thread or process ends inside it); a number known
+    /// only at run time that creates a task makes it on a path of its own
+    /// with the fork's return point (`ProcGen::syscall_exit`).
     pub syscall_exit: bool,
+    /// A call of libc's untraced `syscall()` for clone (56) or clone3
+    /// (435) (`calls::syscall_call_task`): DESYNC(call) just before it
+    /// when the new task gets a stack of its own, on which it leaves
+    /// `syscall()` for wherever the program pointed it, never this call's
+    /// return point, still on its creator's slot.
+    pub own_stack: Option<u64>,
     /// `call fork_child` in the child (the call returned 0) at the return
     /// point, FORKED(child's thread id) in the parent: after a call to a
     /// `fork`, or a system call that creates a task (`calls::creates_task`).
@@ -2162,13 +2174,22 @@ impl ProcGen<'_, '_> {
     }
 
     /// Before a `syscall` (at `orig`): EXIT(edi) when rax is exit (60) or
-    /// exit_group (231); DESYNC(orig) when it is fork, vfork, clone or
-    /// clone3, whose child would go on writing into this thread's slot
-    /// (the regenerator stops there with a message; the program runs on).
+    /// exit_group (231). When it creates a task, fork or vfork, or clone
+    /// or clone3 without a stack of its own (clone's rsi, clone3's
+    /// `clone_args.stack`, 0: the child returns where its creator does),
+    /// and the system call returns (`task`): on to label `task`, where a
+    /// second copy of the `syscall` has the fork's return point
+    /// ([`ProcGen::task_path`]), so the child claims its own slot as at a
+    /// system call known to create a task (glibc's `syscall()` traced);
+    /// otherwise DESYNC(orig): the child would go on writing into this
+    /// thread's slot, on a stack where no frame of this thread's is (the
+    /// regenerator stops there with a message; the program runs on).
     /// rcx and r11 are dead (the kernel overwrites them) and the tests
-    /// (`lea rcx`, `jrcxz`) leave the flags alone, which the kernel
-    /// preserves across the call and may be live.
-    fn syscall_exit(&mut self, before: Site, orig: u64) -> GenResult<()> {
+    /// (`lea rcx`, `mov rcx`, `jrcxz`) leave the flags alone, which the
+    /// kernel preserves across the call and may be live. (clone3's
+    /// arguments are read here: a pointer the kernel would refuse with
+    /// EFAULT faults instead.)
+    fn syscall_exit(&mut self, before: Site, orig: u64, task: Option<u64>) -> GenResult<()> {
         if self.em.counting.is_some() {
             return Ok(());
         }
@@ -2179,19 +2200,39 @@ impl ProcGen<'_, '_> {
             flags_save: aetrace_runtime::FlagsSave::Pushf,
         };
         self.em.seq(|a| {
-            use iced_x86::code_asm::{ptr, rax, rcx};
+            use iced_x86::code_asm::{ptr, qword_ptr, rax, rcx, rdi, rsi};
             let mut exit = a.create_label();
             let mut desync = a.create_label();
             let mut done = a.create_label();
+            let mut clone = a.create_label();
+            let mut clone3 = a.create_label();
+            let mut new_task = a.create_label();
             for nr in [SYS_EXIT_GROUP, SYS_EXIT] {
                 a.lea(rcx, ptr(rax - nr))?;
                 a.jrcxz(exit)?;
             }
-            for nr in SYS_NEW_TASK {
+            a.lea(rcx, ptr(rax - SYS_CLONE))?;
+            a.jrcxz(clone)?;
+            a.lea(rcx, ptr(rax - SYS_CLONE3))?;
+            a.jrcxz(clone3)?;
+            for nr in SYS_FORK_VFORK {
                 a.lea(rcx, ptr(rax - nr))?;
-                a.jrcxz(desync)?;
+                a.jrcxz(new_task)?;
             }
             a.jmp(done)?;
+            a.set_label(&mut clone)?;
+            a.mov(rcx, rsi)?;
+            a.jrcxz(new_task)?;
+            a.jmp(desync)?;
+            a.set_label(&mut clone3)?;
+            a.mov(rcx, qword_ptr(rdi + CLONE_ARGS_STACK))?;
+            a.jrcxz(new_task)?;
+            a.jmp(desync)?;
+            a.set_label(&mut new_task)?;
+            match task {
+                Some(t) => a.add_instruction(Instruction::with_branch(Code::Jmp_rel32_64, t)?)?,
+                None => a.jmp(desync)?,
+            }
             a.set_label(&mut exit)?;
             emit_record(a, RecordKind::Exit, Payload::Reg32(edi), site)?;
             a.jmp(done)?;
@@ -2199,6 +2240,57 @@ impl ProcGen<'_, '_> {
             a.mov(rcx, orig)?;
             emit_record(a, RecordKind::Desync, Payload::Reg64(rcx), site)?;
             a.set_label(&mut done)?;
+            a.nop()?;
+            Ok(())
+        })
+    }
+
+    /// The second copy of a `syscall` whose number, known only at run time,
+    /// creates a task ([`ProcGen::syscall_exit`] jumps to label `task`):
+    /// the fork's return point after it (`fork_child` in the child,
+    /// FORKED in the parent), at `returned` as at a call's, then on to
+    /// `joined`, the first return point's code after where its own
+    /// `fork_return` would stand. The regenerator's `call_system` takes
+    /// FORKED there as after a system call known to create a task.
+    fn task_path(
+        &mut self,
+        end: &BlockEnd,
+        live: crate::liveness::RegSet,
+        (task, joined): (u64, u64),
+        returned: SigPoint,
+    ) -> GenResult<()> {
+        self.em.bind(task);
+        self.em.point = self.at(end.b, end.last_i);
+        self.em.push(Instruction::with(Code::Syscall));
+        self.em.point = returned;
+        self.fork_return(live, false)?;
+        self.em.jmp(joined)
+    }
+
+    /// Before a call of libc's `syscall()` for clone or clone3
+    /// (`CallPlan::own_stack`, `number`): DESYNC(orig) when the new task
+    /// gets a stack of its own (`syscall(SYS_clone, flags, stack, ...)`'s
+    /// rdx, or `syscall(SYS_clone3, args, size)`'s `args->stack` through
+    /// rsi, non-zero). At a call the flags, r10 and r11 are dead (no
+    /// argument of `syscall()`).
+    fn own_stack_desync(&mut self, before: Site, number: u64, orig: u64) -> GenResult<()> {
+        let site = Site {
+            scratch: Some(r11),
+            flags_live: false,
+            ..before
+        };
+        self.em.seq(|a| {
+            use iced_x86::code_asm::{qword_ptr, r10, rdx, rsi};
+            let mut shared = a.create_label();
+            if number == SYS_CLONE as u64 {
+                a.test(rdx, rdx)?;
+            } else {
+                a.cmp(qword_ptr(rsi + CLONE_ARGS_STACK), 0)?;
+            }
+            a.je(shared)?;
+            a.mov(r10, orig)?;
+            emit_record(a, RecordKind::Desync, Payload::Reg64(r10), site)?;
+            a.set_label(&mut shared)?;
             a.nop()?;
             Ok(())
         })
@@ -2402,15 +2494,18 @@ impl ProcGen<'_, '_> {
             || p.counters
                 .as_ref()
                 .is_some_and(|c| c.split_return.get(b.index()).copied().unwrap_or(false));
-        let query = self.before_call(end, setjmp)?;
-        self.copy_at(b, end.last_i, end.last);
         let ret = end
             .edges
             .iter()
             .find(|&&e| p.cfg.edges[e].kind == EdgeKind::CallReturn)
             .copied();
+        // A system call that may create a task at run time, and returns.
+        let tracing = self.em.counting.is_none();
+        let task = (end.cp.syscall_exit && tracing && ret.is_some()).then(|| self.em.label());
+        let query = self.before_call(end, setjmp, task)?;
+        self.copy_at(b, end.last_i, end.last);
         match ret {
-            Some(e) => self.call_return(end, e, query, setjmp),
+            Some(e) => self.call_return(end, e, query, setjmp, task),
             None => Ok(()),
         }
     }
@@ -2419,14 +2514,18 @@ impl ProcGen<'_, '_> {
     /// SETJMP/LONGJMP records, the `--stop-at` query, `fork_prepare` and
     /// the counted transfer. Returns the query increment the callee's
     /// frame starts with.
-    fn before_call(&mut self, end: &BlockEnd, setjmp: bool) -> GenResult<i64> {
+    fn before_call(&mut self, end: &BlockEnd, setjmp: bool, task: Option<u64>) -> GenResult<i64> {
         let p = self.p;
         let (b, cp, before, before_last) = (end.b, end.cp, end.before, end.before_last);
         if cp.exit_record {
             self.exit_record(before_last)?;
         }
         if cp.syscall_exit {
-            self.syscall_exit(before_last, end.last.ip())?;
+            self.syscall_exit(before_last, end.last.ip(), task)?;
+        }
+        if let Some(number) = cp.own_stack.filter(|_| self.em.counting.is_none()) {
+            self.em.point = before;
+            self.own_stack_desync(before_last, number, end.last.ip())?;
         }
         if self.em.counting.is_some() {
             // A call that never returns: its edge to EXIT is
@@ -2500,6 +2599,7 @@ impl ProcGen<'_, '_> {
         e: EdgeId,
         query: i64,
         setjmp: bool,
+        task: Option<u64>,
     ) -> GenResult<()> {
         let p = self.p;
         let (b, cp) = (end.b, end.cp);
@@ -2540,8 +2640,14 @@ impl ProcGen<'_, '_> {
             let after = self.em.point;
             self.resume_record(b, site, after)?;
         }
+        let returned_at = self.em.point;
         if cp.fork && tracing {
             self.fork_return(p.live.live_in(to), cp.atfork)?;
+        }
+        let joined = task.map(|t| (t, self.em.label()));
+        if let Some((_, j)) = joined {
+            debug_assert!(query == 0 && !cp.fork, "a task path joins no count or fork");
+            self.em.bind(j);
         }
         if cp.dispositions && tracing {
             let ours = self.rt.dispositions_ours;
@@ -2563,7 +2669,12 @@ impl ProcGen<'_, '_> {
                 emit_record(a, RecordKind::Return, Payload::None, site)
             })?;
         }
-        self.goto(to, end.next, 0)
+        let Some(labels) = joined else {
+            return self.goto(to, end.next, 0);
+        };
+        // The task path follows: never fall through into it.
+        self.goto(to, None, 0)?;
+        self.task_path(end, p.live.live_in(to), labels, returned_at)
     }
 
     /// At setjmp-like call block `b`'s return point: when the call returns
