@@ -363,10 +363,31 @@ const VALUE_SHIFT: i64 = RED_ZONE as i64 + 8;
 
 /// Emits one VALUE record of `value`, taken in the state before the
 /// sequence (an rsp-relative address is the one the next instruction
-/// sees). The value is computed into a borrowed register `v` first (saved
-/// below the red zone), then written by [`emit_record`]'s sequence.
+/// sees). A register other than `rsp` (or an address that is one) is
+/// stored from itself by [`emit_record`]'s sequence; any other value is
+/// computed into a borrowed register `v` first (saved below the red
+/// zone).
 pub fn emit_value(a: &mut CodeAssembler, value: Value, site: Site) -> Result<(), Error> {
-    emit_computed(a, RecordKind::Value, value, site, Payload::Reg64)
+    match in_register(value) {
+        Some(r) => emit_record(a, RecordKind::Value, Payload::Reg64(r), site),
+        None => emit_computed(a, RecordKind::Value, value, site, Payload::Reg64),
+    }
+}
+
+/// The register other than `rsp` whose 64 bits are `value`, if any: a
+/// register, or an address that is its base alone.
+fn in_register(value: Value) -> Option<AsmRegister64> {
+    let r = match value {
+        Value::Reg(r) => r,
+        Value::Addr(AddrOperand {
+            fs: false,
+            base: Some(b),
+            index: None,
+            disp: 0,
+        }) => b,
+        Value::Addr(_) | Value::Flags => return None,
+    };
+    (!same(r, rsp)).then_some(r)
 }
 
 /// Emits a record of `kind` whose payload holds `rsp` as the code before

@@ -434,43 +434,49 @@ pub fn valid_prefix_with(
     let mut i = 0usize;
     let mut witnesses = 0u64;
     loop {
-        // VALUE records are most of a data trace's stream, often several
-        // in a row: taken here without the general decoding below.
-        while let Some([ESCAPE, VALUE, ..]) = data.get(i..i + VALUE_LEN) {
-            on_record(i, RecordKind::Value);
-            i += VALUE_LEN;
-        }
+        // One word finds the next record (or the end) whether witnesses
+        // come first or not: no branch on which, the one a data trace's
+        // mix of VALUE records and witnesses mispredicts.
         let run = skip_witnesses(data, i);
         witnesses += (run - i) as u64;
         i = run;
-        let Some(&b) = data.get(i) else { break };
-        match b {
-            UNWRITTEN => break,
-            ESCAPE => {
-                let Some(&k) = data.get(i + 1) else { break };
-                if k == UNWRITTEN || k & KIND_PENDING != 0 {
-                    break;
-                }
-                let kind = RecordKind::from_byte(k).ok_or((i + 1, k))?;
-                let end = i + kind.encoded_len() as usize;
-                if end > data.len() {
-                    break;
-                }
-                on_record(i, kind);
-                i = end;
-            }
-            _ => {
-                witnesses += 1;
-                i += 1;
-            }
+        let Some(&[b, k]) = data.get(i..i + 2) else {
+            break;
+        };
+        if b != ESCAPE || k == UNWRITTEN || k & KIND_PENDING != 0 {
+            break;
         }
+        // VALUE records are most of a data trace's stream, often several
+        // in a row (bzip2's): taken without the kind and length tables,
+        // a run of them without looking for witnesses between.
+        if k == VALUE {
+            if i + VALUE_LEN > data.len() {
+                break;
+            }
+            on_record(i, RecordKind::Value);
+            i += VALUE_LEN;
+            while let Some([ESCAPE, VALUE, ..]) = data.get(i..i + VALUE_LEN) {
+                on_record(i, RecordKind::Value);
+                i += VALUE_LEN;
+            }
+            continue;
+        }
+        let kind = RecordKind::from_byte(k).ok_or((i + 1, k))?;
+        let end = i + kind.encoded_len() as usize;
+        if end > data.len() {
+            break;
+        }
+        on_record(i, kind);
+        i = end;
     }
     Ok((i, witnesses))
 }
 
 /// The index of the first byte at or after `from` that is not a witness
 /// (`0x00` or `0xFF`), or `data.len()`. Eight bytes at a time: the
-/// recorder scans every stream byte this way, and witnesses are most of them.
+/// recorder scans every stream byte this way, and witnesses are most of
+/// a control trace's bytes.
+#[inline]
 pub fn skip_witnesses(data: &[u8], from: usize) -> usize {
     const LO: u64 = 0x0101_0101_0101_0101;
     const HI: u64 = 0x8080_8080_8080_8080;
@@ -483,11 +489,11 @@ pub fn skip_witnesses(data: &[u8], from: usize) -> usize {
         let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
         let stops = zeros(w) | zeros(!w);
         if stops != 0 {
-            // Records come every 30 bytes or so in real streams: find the
-            // stop in the word rather than byte by byte.
-            // The byte loop below then stops at once.
-            i += (stops.trailing_zeros() / 8) as usize;
-            break;
+            // Records come every few bytes in real streams: the stop is
+            // found in the word, not byte by byte.
+            let i = i + (stops.trailing_zeros() / 8) as usize;
+            debug_assert!(data[from..i].iter().all(|&b| b != UNWRITTEN && b != ESCAPE));
+            return i;
         }
         i += 8;
     }
