@@ -284,9 +284,10 @@ impl WideFill {
     }
 }
 
-/// Most callee entries and frames one [`Wide`] entry leaves: sort's
-/// comparisons make up to about two calls per witness.
-const WIDE_OPS: usize = 7;
+/// Most callee entries and frames one [`Wide`] entry leaves (with its
+/// count, a cache line): sort's comparisons make about one call per
+/// witness, each a callee entry, most with a frame pushed for a while.
+const WIDE_OPS: usize = 15;
 
 /// A [`Wide`] entry's op that pushes a frame (its call block in the low
 /// bits); without it, an op counts an entry of the callee it names.
