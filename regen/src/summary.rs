@@ -284,9 +284,9 @@ impl WideFill {
     }
 }
 
-/// Most callee entries and frames one [`Wide`] entry leaves (with its
-/// count, a cache line): sort's comparisons make about one call per
-/// witness, each a callee entry, most with a frame pushed for a while.
+/// Most callee entries and frames one [`Wide`] entry leaves: sort's
+/// comparisons make about one call per witness, each a callee entry,
+/// most with a frame pushed for a while.
 const WIDE_OPS: usize = 15;
 
 /// A [`Wide`] entry's op that pushes a frame (its call block in the low
@@ -911,7 +911,9 @@ impl Summaries {
         }
         debug_assert!(done.w.steps != 0 || done.w.end == l | Hot::AGAIN);
         self.wides[i] = done.w;
-        self.wide_ops[i] = done.ops;
+        if done.w.ops != 0 {
+            self.wide_ops[i] = done.ops;
+        }
     }
 
     /// Moves `f` through calls and plain returns to a read point; false
@@ -933,12 +935,11 @@ impl Summaries {
         }
     }
 
-    /// Takes witness byte `v` at `f`'s read point; false, `f` unchanged
-    /// in what counts, where `count_run`'s single step would stop or the
+    /// Takes witness byte `v` at `f`'s read point; false (`f` then no
+    /// longer counts) where `count_run`'s single step would stop or the
     /// entry could not follow.
     fn wide_step(&mut self, m: &Module, f: &mut WideFill, v: u8) -> bool {
         let e = self.hot_entry(m, f.w.end & !Hot::KINDS, f.w.slot, v);
-        let before = *f;
         let ok = e.blocks != 0
             && f.add(e.insns, e.blocks)
             && if e.end & Hot::RET != 0 {
@@ -947,12 +948,8 @@ impl Summaries {
                 (f.w.end, f.w.slot) = (e.end, e.slot);
                 true
             };
-        if !ok {
-            *f = before;
-            return false;
-        }
-        f.w.steps += 1;
-        true
+        f.w.steps += u8::from(ok);
+        ok
     }
 
     /// Makes the call at `f`'s end as `count_run` does; false, `f`
@@ -960,18 +957,23 @@ impl Summaries {
     fn wide_call(&mut self, m: &Module, f: &mut WideFill) -> bool {
         let c = f.w.end & !Hot::KINDS;
         let call = self.call_hot(m, c, f.w.slot);
-        let before = *f;
-        let ok = f.op(call.callee)
-            && (call.through || f.op(PUSH | c))
-            && f.add(call.insns, call.blocks)
-            && f.add(
-                call.back_insns * u32::from(call.through),
-                call.back_blocks * u16::from(call.through),
-            )
-            && f.xfer(call.xfers);
-        if !ok {
-            *f = before;
+        let back = u16::from(call.through);
+        let room = usize::from(f.w.ops) + 2 - usize::from(back) <= WIDE_OPS;
+        let (Some(insns), Some(blocks), Some(xfers), true) = (
+            call.insns.checked_add(call.back_insns * u32::from(back)),
+            call.blocks.checked_add(call.back_blocks * back),
+            f.w.xfers.checked_add(call.xfers),
+            room,
+        ) else {
             return false;
+        };
+        if !f.add(insns, blocks) {
+            return false;
+        }
+        f.w.xfers = xfers;
+        f.op(call.callee);
+        if !call.through {
+            f.op(PUSH | c);
         }
         (f.w.end, f.w.slot) = (call.land, call.land_slot);
         true
