@@ -903,7 +903,7 @@ impl Summaries {
         };
         let mut done = f;
         for v in word.to_le_bytes() {
-            if !self.to_read_point(m, &mut f) || !self.wide_step(m, &mut f, v) {
+            if !self.reach_read_point(m, &mut f) || !self.wide_step(m, &mut f, v) {
                 break;
             }
             while f.w.end & Hot::KINDS == Hot::CALL && self.wide_call(m, &mut f) {}
@@ -918,7 +918,7 @@ impl Summaries {
 
     /// Moves `f` through calls and plain returns to a read point; false
     /// where `f` cannot go on.
-    fn to_read_point(&mut self, m: &Module, f: &mut WideFill) -> bool {
+    fn reach_read_point(&mut self, m: &Module, f: &mut WideFill) -> bool {
         loop {
             let ok = match f.w.end & Hot::KINDS {
                 Hot::AGAIN => return true,
