@@ -55,10 +55,14 @@
 //! after the return, no frame). The next item is a byte witness at every
 //! such call and return, so no record (SETJMP, SIGNAL, RETURN, LAZY) can
 //! stand there.
-//! Up to four plain steps (a read point's witness, ending at another read
-//! point, then that one's, and so on, none choosing a `ret`) are one entry
-//! of a wide memo ([`Wide`]), keyed by the read point and the next four
-//! witness bytes: one dependent load for up to four witnesses. Each
+//! Up to four steps (a read point's witness, then the calls and returns
+//! to the next read point, then that one's, and so on), with the calls
+//! after the last, are one entry of a wide memo ([`Wide`]), keyed by the
+//! read point and the next four witness bytes: one dependent load for up
+//! to four witnesses and the calls among them (sort's comparisons make
+//! about one call per witness). An entry returns only through frames it
+//! pushed itself, so its key decides it; it keeps the callees whose
+//! entries it counts and the frames it leaves pushed. Each
 //! memo entry also keeps the [`hot_slot`] of where it ends, so no hash is
 //! computed on the chain of dependent loads.
 
@@ -192,27 +196,36 @@ const _: () = assert!(WIDE_STEPS == 4, "a Wide key holds four bytes");
 /// Entries of the wide memo (a power of two): 48 KiB.
 const WIDES: usize = 1 << 11;
 
-/// A wide memo entry: up to [`WIDE_STEPS`] consecutive plain steps of
+/// A wide memo entry: up to [`WIDE_STEPS`] consecutive witness steps of
 /// the counting chain, from read point `key >> 32` for the witness bytes
-/// of `key as u32` (the first in its low byte): while each step before
-/// ends at a read point and none chooses a `ret` or has no [`Hot`] entry.
-/// The bytes past those steps take no part in them but are in the key
-/// all the same (a lookup cannot know how many count before the load).
+/// of `key as u32` (the first in its low byte), with the calls and
+/// returns between them and the calls after the last (issue 24 item 3):
+/// while each step has a [`Hot`] entry, every return pops a frame the
+/// entry pushed itself (so its result does not depend on the stack below
+/// the read point), and what the calls leave fits [`WIDE_OPS`]. The
+/// bytes past those steps take no part in them but are in the key all
+/// the same (a lookup cannot know how many count before the load).
 /// No steps: the chain takes the first witness alone. One dependent load
-/// for up to four witnesses on the chain (issue 24 item 3).
+/// for up to four witnesses and the calls among them.
 #[derive(Clone, Copy, Debug)]
 struct Wide {
     key: u64,
-    /// The last step's end, with [`Hot`]'s kind bits.
+    /// Where control stops after the steps and the calls after them,
+    /// with [`Hot`]'s kind bits.
     end: u32,
-    /// Instructions of all steps.
+    /// Instructions of all steps, calls and returns.
     insns: u32,
-    /// Blocks of all steps (each at most [`MAX_BLOCKS`] + 1).
+    /// Blocks of all steps, calls and returns.
     blocks: u16,
     /// `hot_slot(end)`.
     slot: u16,
     /// Witness bytes the steps consume.
     steps: u8,
+    /// Counted transfers of the calls and returns.
+    xfers: u8,
+    /// How many of the entry's [`WIDE_OPS`] slots in `Summaries::wide_ops`
+    /// are used.
+    ops: u8,
 }
 
 impl Wide {
@@ -223,8 +236,62 @@ impl Wide {
         blocks: 0,
         slot: 0,
         steps: 0,
+        xfers: 0,
+        ops: 0,
     };
 }
+
+/// A [`Wide`] entry while `Summaries::fill_wide` builds it, with its ops.
+#[derive(Clone, Copy, Debug)]
+struct WideFill {
+    w: Wide,
+    ops: [u32; WIDE_OPS],
+}
+
+impl WideFill {
+    /// Adds instructions and blocks; false when a count would overflow.
+    fn add(&mut self, insns: u32, blocks: u16) -> bool {
+        match (
+            self.w.insns.checked_add(insns),
+            self.w.blocks.checked_add(blocks),
+        ) {
+            (Some(i), Some(b)) if i < u32::MAX / 2 => {
+                (self.w.insns, self.w.blocks) = (i, b);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Adds counted transfers; false on overflow.
+    fn xfer(&mut self, n: u8) -> bool {
+        self.w
+            .xfers
+            .checked_add(n)
+            .map(|x| self.w.xfers = x)
+            .is_some()
+    }
+
+    /// Appends an op; false when the entry has no room.
+    fn op(&mut self, op: u32) -> bool {
+        let n = usize::from(self.w.ops);
+        if n == WIDE_OPS {
+            return false;
+        }
+        self.ops[n] = op;
+        self.w.ops += 1;
+        true
+    }
+}
+
+/// Most callee entries and frames one [`Wide`] entry leaves: sort's
+/// comparisons make about one call per witness, each a callee entry,
+/// most with a frame pushed for a while.
+const WIDE_OPS: usize = 15;
+
+/// A [`Wide`] entry's op that pushes a frame (its call block in the low
+/// bits); without it, an op counts an entry of the callee it names.
+const PUSH: u32 = 1 << 31;
 
 /// Where the witness bytes `word` (little-endian) from the read point
 /// whose [`hot_slot`] is `slot` stand in the wide memo. The bytes' hash
@@ -399,8 +466,11 @@ pub struct Summaries {
     /// The call memo of `count_run`, direct-mapped by call block: the
     /// blocks of `frames` and of the calls it makes.
     calls: Box<[CallHot]>,
-    /// The wide memo of `count_run` ([`WIDE_STEPS`] plain steps in one).
+    /// The wide memo of `count_run` ([`WIDE_STEPS`] steps in one).
     wides: Box<[Wide]>,
+    /// Beside each entry of `wides`: the callees whose entries it counts
+    /// and the frames it leaves pushed ([`PUSH`]), in order.
+    wide_ops: Box<[[u32; WIDE_OPS]]>,
     /// The call blocks of the traced callers on top of the machine's
     /// stack (oldest first) while `count_run` runs: the machine moves
     /// its newest ones here before a run and back after it, so a chain
@@ -437,6 +507,7 @@ impl Summaries {
             out: Box::default(),
             calls: vec![CallHot::EMPTY; CALLS].into_boxed_slice(),
             wides: vec![Wide::EMPTY; WIDES].into_boxed_slice(),
+            wide_ops: vec![[0; WIDE_OPS]; WIDES].into_boxed_slice(),
             frames: Vec::new(),
         }
     }
@@ -547,8 +618,8 @@ impl Summaries {
             if !is_byte_witness(v) || !is_byte_witness(next) {
                 break;
             }
-            // Up to four plain steps at once when the fifth byte is a
-            // witness too.
+            // Up to four steps and the calls among them at once when the
+            // fifth byte is a witness too.
             if kind == Hot::AGAIN && run.witnesses + WIDE_STEPS <= max {
                 if let Some(word) = witness_word(bytes, run.witnesses) {
                     let i = wide_slot(slot, word);
@@ -561,6 +632,10 @@ impl Summaries {
                         run.witnesses += usize::from(e.steps);
                         run.insns += u64::from(e.insns);
                         run.blocks += u64::from(e.blocks);
+                        run.xfers = run.xfers.wrapping_add(u32::from(e.xfers));
+                        if e.ops != 0 {
+                            self.apply_ops(i, e.ops, entries);
+                        }
                         (run.end, kind, slot) = (e.end & !Hot::KINDS, e.end & Hot::KINDS, e.slot);
                         continue;
                     }
@@ -795,33 +870,135 @@ impl Summaries {
         self.hot[h]
     }
 
+    /// Counts the callee entries and pushes the frames of wide memo
+    /// entry `i`'s first `n` ops.
+    #[inline(always)]
+    fn apply_ops(&mut self, i: usize, n: u8, entries: &mut [u64]) {
+        for &op in &self.wide_ops[i][..usize::from(n)] {
+            if op & PUSH != 0 {
+                self.frames.push(op & !PUSH);
+            } else {
+                entries[op as usize] += 1;
+            }
+        }
+    }
+
     /// Fills wide memo entry `i` for read point `l` (its [`hot_slot`] is
-    /// `slot`) and the witness bytes of `word`, from single steps.
+    /// `slot`) and the witness bytes of `word`, from single steps, calls
+    /// and returns as `count_run` takes them. After each step it also
+    /// makes the calls that follow (the loop makes those without looking
+    /// at `max`); a read point or a plain `ret` after them waits for the
+    /// next step (the loop pauses there).
     #[cold]
     #[inline(never)]
     fn fill_wide(&mut self, m: &Module, i: usize, l: u32, slot: u16, word: u32) {
-        let mut w = Wide {
-            key: u64::from(l) << 32 | u64::from(word),
-            end: l | Hot::AGAIN,
-            slot,
-            ..Wide::EMPTY
+        let mut f = WideFill {
+            w: Wide {
+                key: u64::from(l) << 32 | u64::from(word),
+                end: l | Hot::AGAIN,
+                slot,
+                ..Wide::EMPTY
+            },
+            ops: [0; WIDE_OPS],
         };
+        let mut done = f;
         for v in word.to_le_bytes() {
-            if w.end & Hot::KINDS != Hot::AGAIN {
+            if !self.reach_read_point(m, &mut f) || !self.wide_step(m, &mut f, v) {
                 break;
             }
-            let e = self.hot_entry(m, w.end & !Hot::KINDS, w.slot, v);
-            if e.blocks == 0 || e.end & Hot::RET != 0 {
-                break;
-            }
-            let Some(insns) = w.insns.checked_add(e.insns) else {
-                break;
-            };
-            (w.end, w.slot, w.insns) = (e.end, e.slot, insns);
-            w.blocks += e.blocks;
-            w.steps += 1;
+            while f.w.end & Hot::KINDS == Hot::CALL && self.wide_call(m, &mut f) {}
+            done = f;
         }
-        self.wides[i] = w;
+        debug_assert!(done.w.steps != 0 || done.w.end == l | Hot::AGAIN);
+        self.wides[i] = done.w;
+        if done.w.ops != 0 {
+            self.wide_ops[i] = done.ops;
+        }
+    }
+
+    /// Moves `f` through calls and plain returns to a read point; false
+    /// where `f` cannot go on.
+    fn reach_read_point(&mut self, m: &Module, f: &mut WideFill) -> bool {
+        loop {
+            let ok = match f.w.end & Hot::KINDS {
+                Hot::AGAIN => return true,
+                Hot::CALL => self.wide_call(m, f),
+                Hot::RET0 => {
+                    let b = &m.blocks[BlockIx::new((f.w.end & !Hot::KINDS) as usize)];
+                    f.add(b.ninsns, 1) && self.wide_return(m, f)
+                }
+                _ => false,
+            };
+            if !ok {
+                return false;
+            }
+        }
+    }
+
+    /// Takes witness byte `v` at `f`'s read point; false (`f` then no
+    /// longer counts) where `count_run`'s single step would stop or the
+    /// entry could not follow.
+    fn wide_step(&mut self, m: &Module, f: &mut WideFill, v: u8) -> bool {
+        let e = self.hot_entry(m, f.w.end & !Hot::KINDS, f.w.slot, v);
+        let ok = e.blocks != 0
+            && f.add(e.insns, e.blocks)
+            && if e.end & Hot::RET != 0 {
+                self.wide_return(m, f)
+            } else {
+                (f.w.end, f.w.slot) = (e.end, e.slot);
+                true
+            };
+        f.w.steps += u8::from(ok);
+        ok
+    }
+
+    /// Makes the call at `f`'s end as `count_run` does; false, `f`
+    /// unchanged, when its ops would not fit.
+    fn wide_call(&mut self, m: &Module, f: &mut WideFill) -> bool {
+        let c = f.w.end & !Hot::KINDS;
+        let call = self.call_hot(m, c, f.w.slot);
+        let back = u16::from(call.through);
+        let room = usize::from(f.w.ops) + 2 - usize::from(back) <= WIDE_OPS;
+        let (Some(insns), Some(blocks), Some(xfers), true) = (
+            call.insns.checked_add(call.back_insns * u32::from(back)),
+            call.blocks.checked_add(call.back_blocks * back),
+            f.w.xfers.checked_add(call.xfers),
+            room,
+        ) else {
+            return false;
+        };
+        if !f.add(insns, blocks) {
+            return false;
+        }
+        f.w.xfers = xfers;
+        f.op(call.callee);
+        if !call.through {
+            f.op(PUSH | c);
+        }
+        (f.w.end, f.w.slot) = (call.land, call.land_slot);
+        true
+    }
+
+    /// Returns through the newest frame `f` pushed itself, as
+    /// `chain_return` does; false when it pushed none or the machine
+    /// must take the return (`f` then no longer counts).
+    fn wide_return(&mut self, m: &Module, f: &mut WideFill) -> bool {
+        let n = usize::from(f.w.ops);
+        let Some(k) = f.ops[..n].iter().rposition(|&op| op & PUSH != 0) else {
+            return false;
+        };
+        let c = f.ops[k] & !PUSH;
+        let back = self.call_hot(m, c, hot_slot(c));
+        if back.back == CallHot::NO_BACK
+            || !f.add(back.back_insns, back.back_blocks)
+            || !f.xfer(u8::from(m.counts_returns))
+        {
+            return false;
+        }
+        f.ops.copy_within(k + 1..n, k);
+        f.w.ops -= 1;
+        (f.w.end, f.w.slot) = (back.back, back.back_slot);
+        true
     }
 
     /// Fills counting memo entry `h` for read point `l` and witness `w`:
