@@ -47,7 +47,10 @@ impl Level {
         }
     }
 
-    #[inline]
+    /// Looks `block` up: whether it missed (then it is inserted). Not
+    /// inlined: [`Level::is_miss`] answers the most common hit without a
+    /// call.
+    #[inline(never)]
     fn block_is_miss(&mut self, block: u64, rng: &mut Rng) -> bool {
         if self.hit(block) {
             return false;
@@ -74,10 +77,15 @@ impl Level {
 
     /// cachegrind's `cachesim_ref_is_miss`; `None` if the access straddles
     /// more than two lines.
-    #[inline]
+    #[inline(always)]
     fn is_miss(&mut self, addr: u64, size: u32, rng: &mut Rng) -> Option<bool> {
         let b1 = addr >> self.bshift;
         let b2 = (addr + u64::from(size) - 1) >> self.bshift;
+        // The most recent line of its set (7 data references in 10, gzip)
+        // hits and changes nothing.
+        if b1 == b2 && self.store.top((b1 & self.set_mask) as usize) == b1 {
+            return Some(false);
+        }
         if b1 == b2 {
             Some(self.block_is_miss(b1, rng))
         } else if b1 + 1 == b2 {
