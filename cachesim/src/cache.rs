@@ -124,6 +124,16 @@ impl Store {
         }
     }
 
+    /// The block at the top of `set` (for LRU, the most recent), or
+    /// [`INVALID`] where that is more than one load away (a large set).
+    #[inline(always)]
+    pub fn top(&self, set: usize) -> u64 {
+        match self {
+            Store::Small(s) => s.tags[set << s.assoc_shift],
+            Store::Large(_) => INVALID,
+        }
+    }
+
     /// The hit of the fast path: when `block` is in `set`, moves it to the
     /// top if `lru`, marks it dirty if `write`, and returns true; otherwise
     /// changes nothing.  The same as [`Store::find`], then [`Store::touch`]

@@ -394,14 +394,17 @@ struct Batches {
 
 /// What a whole run of a block without a `rep` sends ([`Batches`]), its
 /// data addresses left to fill: the references are fixed by the block's
-/// code and its followers, so a run copies them and patches the
-/// addresses in rather than deciding each instruction again.
+/// code and its followers, so a run copies them with its addresses or'ed
+/// in, in one pass, rather than deciding each instruction again.
 #[derive(Default)]
 struct Template {
-    refs: Vec<Ref>,
-    /// Where a data reference goes in `refs`, and its address's index in
-    /// the run's addresses ([`BlockAddrs::addrs`]).
-    patch: Vec<(u32, u32)>,
+    /// Per reference: its address 0 if a data reference, the index of
+    /// that address in the run's addresses ([`BlockAddrs::addrs`]; 0 for
+    /// a fetch), and the mask of the address (all ones for a data
+    /// reference, 0 for a fetch: no branch per reference).
+    refs: Vec<(Ref, u32, u64)>,
+    /// The run's addresses.
+    addrs: usize,
     /// Followers counted in markers inside the run.
     grouped: u64,
     /// Followers after the run's last reference sent (pending after it).
@@ -425,27 +428,33 @@ impl Template {
             }
             for r in code.refs(k) {
                 if r.access != Access::Store {
-                    let at = t.push(AccessKind::Read, 0, r.size);
-                    t.patch.push((at, addr));
+                    t.push_data(AccessKind::Read, r.size, addr);
                 }
                 if r.access != Access::Load {
-                    let at = t.push(AccessKind::Write, 0, r.size);
-                    t.patch.push((at, addr));
+                    t.push_data(AccessKind::Write, r.size, addr);
                 }
                 addr += 1;
             }
         }
+        t.addrs = addr as usize;
         t
     }
 
-    /// Appends a reference after the followers pending; its index.
-    fn push(&mut self, kind: AccessKind, addr: u64, size: u32) -> u32 {
+    /// Appends a fetch after the followers pending.
+    fn push(&mut self, kind: AccessKind, addr: u64, size: u32) {
         if self.trailing != 0 {
             self.grouped += self.trailing - 1;
-            self.refs.push(repeated(std::mem::take(&mut self.trailing)));
+            let n = std::mem::take(&mut self.trailing);
+            self.refs.push((repeated(n), 0, 0));
         }
-        self.refs.push(Ref { kind, addr, size });
-        self.refs.len() as u32 - 1
+        self.refs.push((Ref { kind, addr, size }, 0, 0));
+    }
+
+    /// Appends a data reference of the run's address `at`.
+    fn push_data(&mut self, kind: AccessKind, size: u32, at: u32) {
+        self.push(kind, 0, size);
+        let last = self.refs.last_mut().expect("pushed");
+        (last.1, last.2) = (at, u64::MAX);
     }
 }
 
@@ -560,11 +569,22 @@ impl Batches {
             &f.follows[at..at + n]
         });
         let t = self.templates[m][b].get_or_insert_with(|| Template::new(code, base, follows));
-        let start = self.batch.len();
-        self.batch.extend_from_slice(&t.refs);
-        for &(p, a) in &t.patch {
-            self.batch[start + p as usize].addr = out.addrs[a as usize];
-        }
+        debug_assert_eq!(
+            out.addrs.len(),
+            t.addrs,
+            "the run's addresses are its block's"
+        );
+        // A block without data references indexes the 0 masked off.
+        let addrs = if out.addrs.is_empty() {
+            &[0][..]
+        } else {
+            &out.addrs[..]
+        };
+        let each = (t.refs.iter()).map(|&(r, at, mask)| Ref {
+            addr: r.addr | (addrs[at as usize] & mask),
+            ..r
+        });
+        self.batch.extend(each);
         self.grouped += t.grouped;
         self.pending = t.trailing;
         if self.batch.len() >= DATA_BATCH {
