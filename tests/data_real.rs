@@ -5,7 +5,8 @@
 //! same (kind, size) list per instruction, addresses in the modules'
 //! images equal module-relative, the stack up to one delta, everything
 //! else up to one delta per page. Issue 21's inputs: 20 kB, and sort on
-//! 20,000 lines here (100,000 in `bench/run exactness`).
+//! 20,000 lines here (100,000 in `bench/run exactness`); sort with libc
+//! traced in a UTF-8 locale by `--data --check`.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -102,6 +103,37 @@ fn debian_sort() {
         &["-S", "64M", &p.display().to_string()],
         &[],
     );
+}
+
+/// Issue 21: sort in a UTF-8 locale with libc traced loads the locale's
+/// data (`_nl_intern_locale_data`, whose switch the control analysis
+/// leaves an unresolved jump into its own procedure): recorded with
+/// `--data --check`, every address regenerates as the run computed it.
+#[test]
+fn debian_sort_with_libc_in_a_utf8_locale() {
+    let input = common::scratch("inputs").join("data-real-sort-30");
+    std::fs::write(&input, sort_lines(30)).unwrap();
+    let trace = common::scratch("data_real").join("sort-libc.aet");
+    let mut rec = Command::new(common::aetrace());
+    rec.env("LANG", "C.UTF-8")
+        .args(["record", "--data", "--check", "--libs", "libc.so.6", "-o"])
+        .arg(&trace)
+        .args(["--", "/usr/bin/sort"])
+        .arg(&input)
+        .stdout(Stdio::null());
+    assert!(rec.status().unwrap().success(), "record");
+    let out = Command::new(common::aetrace())
+        .args(["regen", "-j", "1", "--format", "lackey"])
+        .arg(&trace)
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "regen: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_file(&trace);
 }
 
 /// The comparison fails where only a data address differs: the trace of

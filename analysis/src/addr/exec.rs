@@ -342,9 +342,9 @@ impl Entered {
 /// A way into a block that carries known registers into it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum WayIn {
-    /// A plain edge (fall-through, taken branch, jump-table case) from
-    /// this block of the procedure, not a call, run to its end: the
-    /// registers known at its end.
+    /// A plain edge (fall-through, taken branch, jump-table case, an
+    /// unresolved indirect jump) from this block of the procedure, not a
+    /// call, run to its end: the registers known at its end.
     Plain(u32),
     /// The return of a direct call to procedure `q` of the module, which
     /// returns by `ret` ([`Returns`]): `rsp`, which the callee's `ret`
@@ -392,7 +392,11 @@ pub fn passes_through<'a>(b: &BlockDb, progs: impl IntoIterator<Item = &'a InsnP
 /// a landing pad or has any other way in: a return from untraced code that
 /// may run traced code, a `setjmp`-like call, ... The edge out of alignment padding ([`padding`])
 /// is no way in: the block after it does not wait for the registers the
-/// padding never knows. `blocks`: the procedure's decoded blocks.
+/// padding never knows. An unresolved indirect jump (`CallDb::indirect`)
+/// may go on at any block of the procedure, with no edge listed: it is a
+/// plain way into every block (glibc's `_nl_intern_locale_data`, whose
+/// switch table the control analysis does not bound). `blocks`: the
+/// procedure's decoded blocks.
 pub fn ways_in(
     p: &ProcDb,
     returns: &Returns,
@@ -431,6 +435,9 @@ pub fn ways_in(
             Some(w) => ways[e.to as usize].push(w),
             None => root[e.to as usize] = true,
         }
+    }
+    for j in (0..n).filter(|&j| p.blocks[j].call.is_some_and(|c| c.indirect)) {
+        ways.iter_mut().for_each(|w| w.push(WayIn::Plain(j as u32)));
     }
     for (ws, r) in ways.iter_mut().zip(root) {
         if r {

@@ -397,8 +397,9 @@ fn entries_are_told_apart_by_the_call_before() {
 }
 
 /// `jmp L; nop; L: loop`: the padding no edge reaches does not make the
-/// loop head lose `rsp`, unless it is not only `nop`s, is reached, or
-/// the procedure has an unresolved indirect jump.
+/// loop head lose `rsp`, unless it is not only `nop`s or is reached; with
+/// an unresolved indirect jump in the procedure it is no padding, and the
+/// jump is a way into it.
 #[test]
 fn alignment_padding_is_no_way_in() {
     let (mut p, mut blocks) = caller(CallTarget::External);
@@ -423,15 +424,14 @@ fn alignment_padding_is_no_way_in() {
         indirect: true,
         ..call_db(CallTarget::External)
     });
-    // Not padding: a way into the loop head that knows nothing, so the
-    // join is closed on it (format 1.17): block 3 records `rsp`.
+    let mut wild_blocks = blocks.clone();
+    wild_blocks[2] = progs(&asm(|a| a.jmp(rax)));
+    // Not padding, but the jump, a way into every block, knows `rsp`:
+    // block 3 inherits it and the loop head keeps it.
     let only_rsp = RegSet(1 << Gpr::RSP.0);
-    assert!(!padding(&wild, &blocks)[3]);
-    assert_eq!(
-        entry_knowledge(&wild, &Returns::default(), &mut blocks)[1],
-        only_rsp
-    );
-    assert_eq!(blocks[3][0].1.before, only_rsp);
+    assert!(!padding(&wild, &wild_blocks)[3]);
+    let known = entry_knowledge(&wild, &Returns::default(), &mut wild_blocks);
+    assert_eq!((known[1], known[3]), (only_rsp, only_rsp));
     let mut reached = p.clone();
     reached.edges.push(EdgeDb {
         from: 2,
@@ -608,6 +608,45 @@ fn a_loop_that_recomputes_an_index_from_a_definition_marks_it() {
     want.insert(Gpr(8));
     assert_eq!(blocks[0][1].1.before, want, "r8 recorded after its load");
     assert_eq!(values_per_block(&known, &blocks), [1, 0, 0]);
+}
+
+/// An unresolved indirect jump (block 2) may go on at any block of its
+/// procedure with no edge listed: it is a plain way into each, so block
+/// 1, also reached from block 0 that knows `r9`, learns `r9` only when
+/// the jump's block records it (glibc's `_nl_intern_locale_data`).
+#[test]
+fn an_unresolved_jump_is_a_way_into_every_block() {
+    let mut blocks = vec![
+        progs(&asm(|a| {
+            a.mov(r9, 0x6000u64)?;
+            a.cmp(eax, 12)?;
+            a.ja(0x1100u64)
+        })),
+        progs(&asm(|a| {
+            a.mov(ecx, dword_ptr(r9 + 8))?;
+            a.nop()
+        })),
+        progs(&asm(|a| {
+            a.mov(r9, qword_ptr(r9))?;
+            a.jmp(r9)
+        })),
+    ];
+    let mut p = plain_proc(&blocks, &[(0, 1), (0, 2)]);
+    p.blocks[2].call = Some(CallDb {
+        tail: true,
+        indirect: true,
+        ..call_db(CallTarget::External)
+    });
+    let ways = ways_in(&p, &Returns::default(), &blocks);
+    assert_eq!(ways[0], [WayIn::Entry, WayIn::Plain(2)]);
+    assert_eq!(ways[1], [WayIn::Plain(0), WayIn::Plain(2)]);
+    assert_eq!(ways[2], [WayIn::Plain(0), WayIn::Plain(2)]);
+    let known = entry_knowledge(&p, &Returns::default(), &mut blocks);
+    let has_r9 = |s: RegSet| s.iter().any(|g| g == Gpr(9));
+    assert!(
+        !has_r9(known[1]) || has_r9(blocks[2][1].1.before),
+        "block 1 knows r9 only if the jump's block records it"
+    );
 }
 
 /// A loop head whose index comes from the entry (an argument) on one
