@@ -500,6 +500,23 @@ struct Back {
     regs: Regs,
 }
 
+impl Back {
+    /// Whether a handler that returned to `regs` (its context's 16
+    /// registers; `at`: the interrupted code's state) left this kept state
+    /// the one the call's return gets: `rsp` as the interrupted code had
+    /// it, and the preserved registers as the call block left them (a
+    /// leaf that had changed one returns it only by the ABI's promise,
+    /// which a handler's new context breaks). Else it is dropped, and the
+    /// return point refuses the walk.
+    fn unmoved(&self, at: &Regs, regs: &[u64]) -> bool {
+        let rsp = at.get(Gpr::RSP).is_none_or(|v| v == regs[Gpr::RSP.index()]);
+        let kept = (self.regs.known.iter())
+            .filter(|&g| g != Gpr::RSP && exec::PRESERVED.0 >> g.0 & 1 != 0)
+            .all(|g| self.regs.get(g) == Some(regs[g.index()]));
+        rsp && kept
+    }
+}
+
 /// How the run before a block's run is one of the ways in the analysis
 /// assumed ([`Writer::came_by`]).
 #[derive(Copy, Clone, PartialEq, Eq)]
@@ -1227,7 +1244,8 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
                     regs: self.state.regs.clone(),
                 })
             }
-            Some(e) if (e.passes || e.leaf) && to_end => {}
+            // A leaf's run that stops early (a fault, a signal) keeps it too.
+            Some(e) if e.passes && to_end || e.leaf => {}
             _ => self.state.back = None,
         }
     }

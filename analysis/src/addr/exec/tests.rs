@@ -198,21 +198,27 @@ fn blocks_inherit_only_along_plain_edges() {
     assert_eq!(plans[0].as_ref().unwrap(), &vec![Recorded::Addr(0)]);
 }
 
-#[test]
-fn a_call_to_a_procedure_that_returns_by_ret_keeps_rsp_only() {
-    // Procedure 0 is the caller; procedure 1 returns by `ret` (the
-    // caller itself does too: recursion is allowed).
-    let (p, mut blocks) = caller(CallTarget::Proc(1));
-    let (mut callee, _) = caller(CallTarget::Proc(0));
-    callee.blocks.truncate(1);
-    callee.edges = vec![EdgeDb {
+/// A procedure of one block that returns by `ret` and calls nothing.
+fn returning() -> ProcDb {
+    let (mut p, _) = caller(CallTarget::Proc(0));
+    p.blocks.truncate(1);
+    p.blocks[0].call = None;
+    p.edges = vec![EdgeDb {
         from: 0,
         to: 1,
         kind: EdgeKindDb::Return,
         witness: None,
     }];
+    p
+}
+
+#[test]
+fn a_call_to_a_procedure_that_returns_by_ret_keeps_rsp_only() {
+    // Procedure 0 is the caller; procedure 1 returns by `ret` (the
+    // caller itself does too: recursion is allowed).
+    let (p, mut blocks) = caller(CallTarget::Proc(1));
     let db = ProgramDb {
-        procs: vec![p.clone(), callee],
+        procs: vec![p.clone(), returning()],
         ..ProgramDb::default()
     };
     let returns = Returns::of(&db);
@@ -313,17 +319,8 @@ fn a_call_that_runs_no_traced_code_keeps_the_preserved_registers() {
 fn a_call_to_a_leaf_keeps_the_preserved_registers() {
     let (p, mut blocks) = caller(CallTarget::Proc(1));
     blocks[0] = progs(&asm(|a| a.lea(rbx, qword_ptr(rsp + 16))));
-    let (mut callee, _) = caller(CallTarget::Proc(0));
-    callee.blocks.truncate(1);
-    callee.blocks[0].call = None;
-    callee.edges = vec![EdgeDb {
-        from: 0,
-        to: 1,
-        kind: EdgeKindDb::Return,
-        witness: None,
-    }];
     let db = ProgramDb {
-        procs: vec![p.clone(), callee.clone()],
+        procs: vec![p.clone(), returning()],
         ..ProgramDb::default()
     };
     let leaves = Returns::of(&db).with_leaves(&db, |_| false);
