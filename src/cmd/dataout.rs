@@ -509,7 +509,9 @@ impl Back {
     /// which a handler's new context breaks). Else it is dropped, and the
     /// return point refuses the walk.
     fn unmoved(&self, at: &Regs, regs: &[u64]) -> bool {
-        let rsp = at.get(Gpr::RSP).is_none_or(|v| v == regs[Gpr::RSP.index()]);
+        let rsp = at
+            .get(Gpr::RSP)
+            .map_or(true, |v| v == regs[Gpr::RSP.index()]);
         let kept = (self.regs.known.iter())
             .filter(|&g| g != Gpr::RSP && exec::PRESERVED.0 >> g.0 & 1 != 0)
             .all(|g| self.regs.get(g) == Some(regs[g.index()]));
