@@ -26,9 +26,9 @@
 //! plain edge (fall-through, taken branch, jump-table case) from a block
 //! that is not a call, or by the return of a direct call to a procedure
 //! that returns by `ret` ([`super::returns`]), which carries `rsp` alone,
-//! or by the return of a call whose callee never runs traced code
-//! ([`back_call`]), which carries the registers SysV x86-64 has a callee
-//! preserve ([`PRESERVED`]) as the call block left them.
+//! or by the return of a call whose callee never runs traced code or is a
+//! leaf ([`back_call`]), which carries the registers SysV x86-64 has a
+//! callee preserve ([`PRESERVED`]) as the call block left them.
 //! A procedure's entry starts with `rsp` known ([`WayIn::Entry`]): a
 //! direct call or tail jump from traced code carries the caller's (every
 //! call's own `[rsp-8]` leaves it known; a block that may jump into an
@@ -355,22 +355,25 @@ pub enum WayIn {
     /// The return of the call block `b` of this procedure ends with, whose
     /// callee never runs traced code ([`back_call`]): the registers the
     /// ABI preserves ([`PRESERVED`]) known at `b`'s end. The regenerator
-    /// keeps them across the call: the run before is `b`, or a PLT stub's
+    /// keeps them across the call: the run before is `b`, a PLT stub's
     /// block that writes no register but `rsp` ([`passes_through`]) run
-    /// since `b`.
+    /// since `b`, or a `ret` of a leaf ([`Returns::leaf`]) whose blocks
+    /// alone ran since `b`.
     Back(u32),
 }
 
 /// Whether the return of call `c` carries the registers the ABI preserves
 /// ([`WayIn::Back`]): a call that returns, not `setjmp`-like, unmarked (its
 /// callee never runs traced code: `CallDb::marker`), to untraced code
-/// directly or through a PLT stub of the module ([`Returns::stub`]).
-/// Assumed: untraced code and the linker's PLT and lazy-binding path keep
-/// `rsp`, `rbx`, `rbp` and `r12`-`r15` (SysV x86-64).
+/// directly or through a PLT stub of the module ([`Returns::stub`]), or
+/// to a traced leaf ([`Returns::leaf`]: only its own blocks run before it
+/// returns). Assumed: untraced code, the linker's PLT and lazy-binding
+/// path and the module's leaves keep `rsp`, `rbx`, `rbp` and `r12`-`r15`
+/// (SysV x86-64).
 pub fn back_call(c: &CallDb, returns: &Returns) -> bool {
     let to = match c.target {
         CallTarget::External => !c.indirect,
-        CallTarget::Proc(q) => returns.stub(q),
+        CallTarget::Proc(q) => returns.stub(q) || returns.leaf(q) && !c.indirect,
         CallTarget::Exit => false,
     };
     to && !c.tail && !c.jmpbuf && c.returns && !c.marker
@@ -419,10 +422,10 @@ pub fn ways_in(
                 Some(WayIn::Plain(e.from))
             }
             (EdgeKindDb::CallReturn, Some(c)) => match c.target {
+                _ if back_call(&c, returns) => Some(WayIn::Back(e.from)),
                 CallTarget::Proc(q) if !c.tail && !c.jmpbuf && returns.by_ret(q) => {
                     Some(WayIn::Return(q))
                 }
-                _ if back_call(&c, returns) => Some(WayIn::Back(e.from)),
                 _ => None,
             },
             _ => None,

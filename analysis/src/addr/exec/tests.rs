@@ -198,21 +198,27 @@ fn blocks_inherit_only_along_plain_edges() {
     assert_eq!(plans[0].as_ref().unwrap(), &vec![Recorded::Addr(0)]);
 }
 
-#[test]
-fn a_call_to_a_procedure_that_returns_by_ret_keeps_rsp_only() {
-    // Procedure 0 is the caller; procedure 1 returns by `ret` (the
-    // caller itself does too: recursion is allowed).
-    let (p, mut blocks) = caller(CallTarget::Proc(1));
-    let (mut callee, _) = caller(CallTarget::Proc(0));
-    callee.blocks.truncate(1);
-    callee.edges = vec![EdgeDb {
+/// A procedure of one block that returns by `ret` and calls nothing.
+fn returning() -> ProcDb {
+    let (mut p, _) = caller(CallTarget::Proc(0));
+    p.blocks.truncate(1);
+    p.blocks[0].call = None;
+    p.edges = vec![EdgeDb {
         from: 0,
         to: 1,
         kind: EdgeKindDb::Return,
         witness: None,
     }];
+    p
+}
+
+#[test]
+fn a_call_to_a_procedure_that_returns_by_ret_keeps_rsp_only() {
+    // Procedure 0 is the caller; procedure 1 returns by `ret` (the
+    // caller itself does too: recursion is allowed).
+    let (p, mut blocks) = caller(CallTarget::Proc(1));
     let db = ProgramDb {
-        procs: vec![p.clone(), callee],
+        procs: vec![p.clone(), returning()],
         ..ProgramDb::default()
     };
     let returns = Returns::of(&db);
@@ -303,6 +309,33 @@ fn a_call_that_runs_no_traced_code_keeps_the_preserved_registers() {
         !passes_through(&p.blocks[2], jmp.iter().map(|(_, p)| p)),
         "not a tail jump"
     );
+}
+
+/// A direct call to a leaf (returns by `ret`, calls nothing, enters no
+/// kernel) returns with the registers the ABI preserves as the call block
+/// left them; to a procedure that calls, or may enter the kernel, with
+/// `rsp` alone.
+#[test]
+fn a_call_to_a_leaf_keeps_the_preserved_registers() {
+    let (mut p, mut blocks) = caller(CallTarget::Proc(1));
+    // A call to traced code writes no marker (no RETURN record).
+    p.blocks[2].call.as_mut().unwrap().marker = false;
+    blocks[0] = progs(&asm(|a| a.lea(rbx, qword_ptr(rsp + 16))));
+    let db = ProgramDb {
+        procs: vec![p.clone(), returning()],
+        ..ProgramDb::default()
+    };
+    let leaves = Returns::of(&db).with_leaves(&db, |_| false);
+    assert!(leaves.leaf(1) && !leaves.leaf(0), "procedure 0 calls");
+    assert_eq!(ways_in(&p, &leaves, &blocks)[3], vec![WayIn::Back(2)]);
+    let known = entry_knowledge(&p, &leaves, &mut blocks);
+    assert_eq!(known[3], RegSet(1 << 3 | 1 << 4), "rsp and rbx");
+    let kernel = Returns::of(&db).with_leaves(&db, |_| true);
+    assert!(!kernel.leaf(1));
+    assert_eq!(ways_in(&p, &kernel, &blocks)[3], vec![WayIn::Return(1)]);
+    assert_eq!(entry_knowledge(&p, &kernel, &mut blocks)[3], RegSet(1 << 4));
+    // Without leaves named (`Returns::of` alone) no procedure is one.
+    assert!(!Returns::of(&db).leaf(1));
 }
 
 /// A `ret` always leaves `rsp` known, recorded or derived: what a return
