@@ -557,7 +557,9 @@ const WALK_BLOCKS: usize = 64;
 /// read from the knowledge with every candidate marked, then with the
 /// marks that chose (three rounds: a definition often pays only when
 /// another does, `rax = window + edx` with `rsi` loaded). Joins are closed
-/// too ([`join_candidates`]). The rule depends
+/// too ([`join_candidates`]), offered again with the marks chosen and
+/// chosen again if any is new (the knowledge of the marks kept is not that
+/// of every candidate: marks chosen are not monotone in it). The rule depends
 /// only on the instructions and the edges, so the rewriter and the
 /// regenerator mark the same instructions.
 pub fn mark_definitions(
@@ -574,6 +576,44 @@ pub fn mark_definitions(
             }
         }
     }
+    let mut candidates = definition_candidates(blocks);
+    let defs = candidates.len();
+    candidates.extend(join_candidates(p, returns, blocks, &ways, &candidates));
+    let all = candidates.clone();
+    let mut marks = choose_marks(
+        p,
+        returns,
+        blocks,
+        (&succs, &ways),
+        (&candidates, defs),
+        all,
+    );
+    // A join every way into which knew a register with every definition
+    // marked may lose it once a definition that taught it is dropped
+    // (gzip's hash loop 0x4b88 lost `rbp`, learnt at 0x4857 only while
+    // `r15` was marked): offered again with the marks chosen.
+    let again: Vec<_> = (join_candidates(p, returns, blocks, &ways, &marks).into_iter())
+        .filter(|c| !candidates.contains(c))
+        .collect();
+    if !again.is_empty() {
+        marks.extend(&again);
+        candidates.extend(again);
+        marks = choose_marks(
+            p,
+            returns,
+            blocks,
+            (&succs, &ways),
+            (&candidates, defs),
+            marks,
+        );
+    }
+    set_marks(blocks, &marks);
+}
+
+/// Definition candidates ([`mark_definitions`]): after each instruction
+/// but a block's last that writes all of a register other than `rsp`
+/// with something other than a constant (not a call's).
+fn definition_candidates(blocks: &[Vec<(Instruction, InsnProgram)>]) -> Vec<(usize, usize, Gpr)> {
     let mut candidates = Vec::new();
     for (b, insns) in blocks.iter().enumerate() {
         let body = insns.len().saturating_sub(1);
@@ -588,32 +628,45 @@ pub fn mark_definitions(
             }
         }
     }
-    let defs = candidates.len();
-    candidates.extend(join_candidates(p, returns, blocks, &ways, &candidates));
-    let mut marks = candidates.clone();
+    candidates
+}
+
+/// The marks [`mark_definitions`] keeps of `candidates` (the first `defs`
+/// definitions, then joins), starting from `marks`: three rounds, each
+/// keeping the candidates that pay with the knowledge the previous
+/// round's marks give ([`Walk::feeds`], [`Walk::closes`]).
+fn choose_marks(
+    p: &ProcDb,
+    returns: &Returns,
+    blocks: &mut [Vec<(Instruction, InsnProgram)>],
+    (succs, ways): (&[Vec<usize>], &[Vec<WayIn>]),
+    (candidates, defs): (&[(usize, usize, Gpr)], usize),
+    mut marks: Vec<(usize, usize, Gpr)>,
+) -> Vec<(usize, usize, Gpr)> {
     for _round in 0..3 {
         set_marks(blocks, &marks);
         let known = knowledge(p, returns, blocks);
         let at = known_before(blocks, &known);
         let walk = Walk {
             blocks,
-            succs: &succs,
+            succs,
             at: &at,
         };
         marks = (candidates.iter().enumerate())
             .filter(|&(n, &(b, i, g))| {
-                walk.feeds((b, i), g) || (n >= defs && walk.closes(b, g, &ways))
+                walk.feeds((b, i), g) || (n >= defs && walk.closes(b, g, ways))
             })
             .map(|(_, &c)| c)
             .collect();
     }
-    set_marks(blocks, &marks);
+    marks
 }
 
 /// Candidates that close a join ([`mark_definitions`]): register `g`
 /// (`rsp` too) recorded before the last instruction of a predecessor that
 /// does not know it at its end, where every other way into a block knows
-/// it, with every definition candidate `defs` marked; kept when `g` feeds
+/// it, with `marks` marked (every definition candidate, then the marks
+/// chosen); kept when `g` feeds
 /// two references ([`Walk::feeds`]) or the join block uses it
 /// ([`Walk::closes`]). Without it the join forgets
 /// `g` on every run (gzip's `longest_match`: the chain loop's head learns
@@ -626,9 +679,9 @@ fn join_candidates(
     returns: &Returns,
     blocks: &mut [Vec<(Instruction, InsnProgram)>],
     ways: &[Vec<WayIn>],
-    defs: &[(usize, usize, Gpr)],
+    marks: &[(usize, usize, Gpr)],
 ) -> Vec<(usize, usize, Gpr)> {
-    set_marks(blocks, defs);
+    set_marks(blocks, marks);
     let known = knowledge(p, returns, blocks);
     let anchor = |b: usize| p.blocks.get(b).is_some_and(anchors_rsp);
     let out: Vec<RegSet> = (blocks.iter().zip(&known).enumerate())
