@@ -707,3 +707,36 @@ fn a_join_whose_head_uses_the_register_is_closed_though_it_would_teach_it() {
     assert_eq!(blocks[0][1].1.before, want, "the entry's way records rdi");
     assert_eq!(values_per_block(&known, &blocks), [1, 0]);
 }
+
+/// gzip's deflate in small: `rbp` is learnt at B0 from an address whose
+/// other register comes from a load (`r15`) only while that load is
+/// marked, and the load's mark does not pay (its one use teaches `rbp`
+/// instead of being derived). With every definition marked the loop head
+/// B1 knows `rbp` on both ways in, so the join looked closed; once the
+/// mark is dropped the entry's way loses `rbp`, and the join, offered
+/// again, records it once there instead of the head's address every
+/// iteration.
+#[test]
+fn a_join_is_closed_again_when_a_dropped_mark_loses_its_register() {
+    let mut blocks = vec![
+        progs(&asm(|a| {
+            a.mov(r15d, dword_ptr(0x5000))?;
+            a.lea(eax, ptr(r15 + 2))?;
+            a.movzx(eax, byte_ptr(rbp + rax))?;
+            a.mov(ecx, 0)?;
+            a.nop()
+        })),
+        progs(&asm(|a| {
+            a.movzx(edx, byte_ptr(rbp + rcx))?;
+            a.add(ecx, 1)?;
+            a.nop()
+        })),
+    ];
+    let p = plain_proc(&blocks, &[(0, 1), (1, 1)]);
+    let known = entry_knowledge(&p, &Returns::default(), &mut blocks);
+    assert_eq!(blocks[0][1].1.before, RegSet(0), "r15's mark does not pay");
+    let mut want = RegSet::default();
+    want.insert(Gpr::RBP);
+    assert_eq!(blocks[0][4].1.before, want, "the entry's way records rbp");
+    assert_eq!(values_per_block(&known, &blocks), [2, 0]);
+}
