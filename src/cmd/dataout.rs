@@ -504,17 +504,22 @@ impl Back {
     /// Whether a handler that returned to `regs` (its context's 16
     /// registers; `at`: the interrupted code's state) left this kept state
     /// the one the call's return gets: `rsp` as the interrupted code had
-    /// it, and the preserved registers as the call block left them (a
-    /// leaf that had changed one returns it only by the ABI's promise,
-    /// which a handler's new context breaks). Else it is dropped, and the
-    /// return point refuses the walk.
+    /// it, and each preserved register either as the call block left it
+    /// or as the interrupted code had it (the handler did not change it:
+    /// a leaf that had saved and changed one, as `rbp` at -O0, still
+    /// restores it by the ABI's promise). A value that is neither may be
+    /// the handler's, which that promise does not cover: the state is
+    /// dropped, and the return point refuses the walk.
     fn unmoved(&self, at: &Regs, regs: &[u64]) -> bool {
         let rsp = at
             .get(Gpr::RSP)
             .map_or(true, |v| v == regs[Gpr::RSP.index()]);
         let kept = (self.regs.known.iter())
             .filter(|&g| g != Gpr::RSP && exec::PRESERVED.0 >> g.0 & 1 != 0)
-            .all(|g| self.regs.get(g) == Some(regs[g.index()]));
+            .all(|g| {
+                let v = Some(regs[g.index()]);
+                self.regs.get(g) == v || at.get(g) == v
+            });
         rsp && kept
     }
 }
