@@ -444,13 +444,13 @@ fn data_traces_with_signals_equal_lackey_and_the_full_addresses() {
     }
 }
 
-/// A data trace whose header says format 1.17 (values at other places:
-/// return points of calls to untraced code started with nothing known) is
+/// A data trace whose header says format 1.18 (values at other places:
+/// return points of calls to traced leaves started with `rsp` alone) is
 /// refused in one line, not misread.
 #[test]
 fn data_values_of_an_older_format_are_refused() {
     let exe = build("loops.c", Variant::new(Opt::O2, Link::NoPie, false));
-    let trace = common::scratch("data_trace").join("minor17.aet");
+    let trace = common::scratch("data_trace").join("minor18.aet");
     run_checked(
         Command::new(common::aetrace())
             .args(["record", "--data", "-o"])
@@ -461,7 +461,7 @@ fn data_values_of_an_older_format_are_refused() {
         "aetrace record --data",
     );
     let mut bytes = std::fs::read(&trace).unwrap();
-    bytes[10..12].copy_from_slice(&17u16.to_le_bytes());
+    bytes[10..12].copy_from_slice(&18u16.to_le_bytes());
     let crc = crc32fast::hash(&bytes[..60]);
     bytes[60..64].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(&trace, bytes).unwrap();
@@ -470,7 +470,7 @@ fn data_values_of_an_older_format_are_refused() {
     assert!(!out.status.success() && out.stdout.is_empty(), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
-        err.contains("format 1.17") && err.contains("record the trace again"),
+        err.contains("format 1.18") && err.contains("record the trace again"),
         "{err}"
     );
 }

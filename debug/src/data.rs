@@ -291,6 +291,18 @@ impl Cursor {
     }
 }
 
+/// The file module `m` was recorded from.
+fn module_image<B: AsRef<[u8]>>(
+    trace: &Trace<B>,
+    m: &Compiled,
+) -> Result<aetrace_analysis::elf::Module, String> {
+    let rec = (trace.module(ModuleId(m.id)))
+        .ok_or_else(|| format!("module {} is not in the trace", m.name))?;
+    let path = String::from_utf8_lossy(&rec.path).into_owned();
+    aetrace_analysis::elf::Module::open(std::path::Path::new(&path))
+        .map_err(|e| format!("{path}: {e}"))
+}
+
 /// The recorded values of `thread`, or why the trace has none for it
 /// (every module the thread runs must have been recorded with every
 /// address in full: `--data --check`). A thread that handled signals
@@ -313,7 +325,8 @@ pub fn values<B: AsRef<[u8]> + Sync>(
             0 => None,
             _ => {
                 let db = program_db(trace, m.id).map_err(|e| format!("module {}: {e}", m.name))?;
-                let returns = Returns::of(&db);
+                let image = module_image(trace, m)?;
+                let returns = Returns::of_module(&db, &image);
                 Some((db, returns))
             }
         };

@@ -126,7 +126,8 @@ impl<'p> Plans<'p> {
     /// the whole module, `addr::returns`) and then its buffer checks,
     /// whose budget counts them.
     fn finish(&mut self, rw: &Rewrite<'p>) -> Result<()> {
-        let returns = (rw.data != crate::DataMode::Off).then(|| Returns::of(&self.db));
+        let returns = (rw.data != crate::DataMode::Off)
+            .then(|| Returns::of_module(&self.db, &rw.prog.module));
         for (plan, pend) in self.plans.iter_mut().zip(std::mem::take(&mut self.pending)) {
             if let Some(r) = &returns {
                 let db = &self.db.procs[pend.id];

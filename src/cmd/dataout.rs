@@ -24,8 +24,9 @@
 //! that inherits known registers (`exec::entry_knowledge`) is entered only
 //! by one of the ways the analysis assumed (`exec::WayIn`: right after a
 //! plain predecessor, after a `ret` of the callee of the call it returns
-//! from, after a call whose callee runs no traced code with the state that
-//! call block left (only PLT stub blocks, `exec::passes_through`, run
+//! from, after a call whose callee runs no traced code or is a leaf with
+//! the state that call block left (only PLT stub blocks, `exec::
+//! passes_through`, or the leaves' blocks ending with a `ret` ran
 //! between), or at a procedure entry with `rsp` from the direct call or jump
 //! before it, or from the outside-entry stub's VALUE right after its
 //! ENTER, `exec::Entered`), else an error naming procedure and block.
@@ -456,6 +457,9 @@ struct Entry {
     /// It may run between such a call and its return
     /// (`exec::passes_through`).
     passes: bool,
+    /// It is a block of a leaf (`Returns::leaf`): it may run between a
+    /// call to its procedure and the return, and its `ret` returns there.
+    leaf: bool,
 }
 
 /// A traced procedure's cross-block facts (`exec::entry_knowledge`), per
@@ -494,6 +498,30 @@ struct Back {
     proc: u32,
     local: u32,
     regs: Regs,
+}
+
+impl Back {
+    /// Whether a handler that returned to `regs` (its context's 16
+    /// registers; `at`: the interrupted code's state) left this kept state
+    /// the one the call's return gets: `rsp` as the interrupted code had
+    /// it, and each preserved register either as the call block left it
+    /// or as the interrupted code had it (the handler did not change it:
+    /// a leaf that had saved and changed one, as `rbp` at -O0, still
+    /// restores it by the ABI's promise). A value that is neither may be
+    /// the handler's, which that promise does not cover: the state is
+    /// dropped, and the return point refuses the walk.
+    fn unmoved(&self, at: &Regs, regs: &[u64]) -> bool {
+        let rsp = at
+            .get(Gpr::RSP)
+            .map_or(true, |v| v == regs[Gpr::RSP.index()]);
+        let kept = (self.regs.known.iter())
+            .filter(|&g| g != Gpr::RSP && exec::PRESERVED.0 >> g.0 & 1 != 0)
+            .all(|g| {
+                let v = Some(regs[g.index()]);
+                self.regs.get(g) == v || at.get(g) == v
+            });
+        rsp && kept
+    }
 }
 
 /// How the run before a block's run is one of the ways in the analysis
@@ -774,9 +802,9 @@ fn mod_data<B: AsRef<[u8]>>(trace: &Trace<B>, m: &Module) -> Result<ModData, Err
         .ok_or_else(|| format!("module {} has no program database", m.name))?;
     let db = ProgramDb::decode(&db.decompress()?)?;
     Ok(ModData {
-        image,
         check: rec.flags & module_flags::DATA_CHECK != 0,
-        returns: Returns::of(&db),
+        returns: Returns::of_module(&db, &image),
+        image,
         db,
         blocks: vec![None; m.blocks.len()],
         entries: vec![None; m.blocks.len()],
@@ -1075,6 +1103,7 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
             flat,
             back,
             passes,
+            leaf: md.returns.leaf(proc.as_u32()),
         });
         Ok(())
     }
@@ -1149,7 +1178,9 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
     /// analysis assumed that carry the state: a plain predecessor in the
     /// same procedure, a `ret` of the callee or of a procedure it
     /// reaches by tail calls, or a call whose callee runs no traced code,
-    /// itself or with only blocks that pass through run since it.
+    /// itself or with only blocks that pass through run since it, or a
+    /// call to a leaf with a `ret` of a leaf last and only leaves' blocks
+    /// run since it.
     fn came_by(&self, module: u32, e: &Entry) -> Came {
         let Some((pm, pb, true, by_ret)) = self.state.prev else {
             return Came::No;
@@ -1173,7 +1204,7 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
                     return Came::Plain
                 }
                 WayIn::Back(b) if p.proc == e.proc && p.local == b => return Came::Plain,
-                WayIn::Back(b) if p.passes && call(b) => came = Came::Back,
+                WayIn::Back(b) if (p.passes || p.leaf && by_ret) && call(b) => came = Came::Back,
                 _ => {}
             }
         }
@@ -1207,7 +1238,7 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
 
     /// After run `r`: the state at the end of a call block whose return
     /// carries the preserved registers is kept; any other run but one
-    /// that passes through drops it.
+    /// that passes through or of a leaf drops it.
     #[inline]
     fn keep_back(&mut self, r: BlockRun, to_end: bool) {
         let e = self.mods[r.module as usize].entries[r.block.as_u32() as usize].as_ref();
@@ -1220,7 +1251,8 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
                     regs: self.state.regs.clone(),
                 })
             }
-            Some(e) if e.passes && to_end => {}
+            // A leaf's run that stops early (a fault, a signal) keeps it too.
+            Some(e) if e.passes && to_end || e.leaf => {}
             _ => self.state.back = None,
         }
     }

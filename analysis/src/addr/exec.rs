@@ -26,9 +26,9 @@
 //! plain edge (fall-through, taken branch, jump-table case) from a block
 //! that is not a call, or by the return of a direct call to a procedure
 //! that returns by `ret` ([`super::returns`]), which carries `rsp` alone,
-//! or by the return of a call whose callee never runs traced code
-//! ([`back_call`]), which carries the registers SysV x86-64 has a callee
-//! preserve ([`PRESERVED`]) as the call block left them.
+//! or by the return of a call whose callee never runs traced code or is a
+//! leaf ([`back_call`]), which carries the registers SysV x86-64 has a
+//! callee preserve ([`PRESERVED`]) as the call block left them.
 //! A procedure's entry starts with `rsp` known ([`WayIn::Entry`]): a
 //! direct call or tail jump from traced code carries the caller's (every
 //! call's own `[rsp-8]` leaves it known; a block that may jump into an
@@ -355,22 +355,25 @@ pub enum WayIn {
     /// The return of the call block `b` of this procedure ends with, whose
     /// callee never runs traced code ([`back_call`]): the registers the
     /// ABI preserves ([`PRESERVED`]) known at `b`'s end. The regenerator
-    /// keeps them across the call: the run before is `b`, or a PLT stub's
+    /// keeps them across the call: the run before is `b`, a PLT stub's
     /// block that writes no register but `rsp` ([`passes_through`]) run
-    /// since `b`.
+    /// since `b`, or a `ret` of a leaf ([`Returns::leaf`]) whose blocks
+    /// alone ran since `b`.
     Back(u32),
 }
 
 /// Whether the return of call `c` carries the registers the ABI preserves
 /// ([`WayIn::Back`]): a call that returns, not `setjmp`-like, unmarked (its
 /// callee never runs traced code: `CallDb::marker`), to untraced code
-/// directly or through a PLT stub of the module ([`Returns::stub`]).
-/// Assumed: untraced code and the linker's PLT and lazy-binding path keep
-/// `rsp`, `rbx`, `rbp` and `r12`-`r15` (SysV x86-64).
+/// directly or through a PLT stub of the module ([`Returns::stub`]), or
+/// to a traced leaf ([`Returns::leaf`]: only its own blocks run before it
+/// returns). Assumed: untraced code, the linker's PLT and lazy-binding
+/// path and the module's leaves keep `rsp`, `rbx`, `rbp` and `r12`-`r15`
+/// (SysV x86-64).
 pub fn back_call(c: &CallDb, returns: &Returns) -> bool {
     let to = match c.target {
         CallTarget::External => !c.indirect,
-        CallTarget::Proc(q) => returns.stub(q),
+        CallTarget::Proc(q) => returns.stub(q) || returns.leaf(q) && !c.indirect,
         CallTarget::Exit => false,
     };
     to && !c.tail && !c.jmpbuf && c.returns && !c.marker
@@ -423,10 +426,10 @@ pub fn ways_in(
                 Some(WayIn::Plain(e.from))
             }
             (EdgeKindDb::CallReturn, Some(c)) => match c.target {
+                _ if back_call(&c, returns) => Some(WayIn::Back(e.from)),
                 CallTarget::Proc(q) if !c.tail && !c.jmpbuf && returns.by_ret(q) => {
                     Some(WayIn::Return(q))
                 }
-                _ if back_call(&c, returns) => Some(WayIn::Back(e.from)),
                 _ => None,
             },
             _ => None,
@@ -561,7 +564,9 @@ const WALK_BLOCKS: usize = 64;
 /// read from the knowledge with every candidate marked, then with the
 /// marks that chose (three rounds: a definition often pays only when
 /// another does, `rax = window + edx` with `rsi` loaded). Joins are closed
-/// too ([`join_candidates`]). The rule depends
+/// too ([`join_candidates`]), offered again with the marks chosen and
+/// chosen again if any is new (the knowledge of the marks kept is not that
+/// of every candidate: marks chosen are not monotone in it). The rule depends
 /// only on the instructions and the edges, so the rewriter and the
 /// regenerator mark the same instructions.
 pub fn mark_definitions(
@@ -578,6 +583,44 @@ pub fn mark_definitions(
             }
         }
     }
+    let mut candidates = definition_candidates(blocks);
+    let defs = candidates.len();
+    candidates.extend(join_candidates(p, returns, blocks, &ways, &candidates));
+    let all = candidates.clone();
+    let mut marks = choose_marks(
+        p,
+        returns,
+        blocks,
+        (&succs, &ways),
+        (&candidates, defs),
+        all,
+    );
+    // A join every way into which knew a register with every definition
+    // marked may lose it once a definition that taught it is dropped
+    // (gzip's hash loop 0x4b88 lost `rbp`, learnt at 0x4857 only while
+    // `r15` was marked): offered again with the marks chosen.
+    let again: Vec<_> = (join_candidates(p, returns, blocks, &ways, &marks).into_iter())
+        .filter(|c| !candidates.contains(c))
+        .collect();
+    if !again.is_empty() {
+        marks.extend(&again);
+        candidates.extend(again);
+        marks = choose_marks(
+            p,
+            returns,
+            blocks,
+            (&succs, &ways),
+            (&candidates, defs),
+            marks,
+        );
+    }
+    set_marks(blocks, &marks);
+}
+
+/// Definition candidates ([`mark_definitions`]): after each instruction
+/// but a block's last that writes all of a register other than `rsp`
+/// with something other than a constant (not a call's).
+fn definition_candidates(blocks: &[Vec<(Instruction, InsnProgram)>]) -> Vec<(usize, usize, Gpr)> {
     let mut candidates = Vec::new();
     for (b, insns) in blocks.iter().enumerate() {
         let body = insns.len().saturating_sub(1);
@@ -592,32 +635,45 @@ pub fn mark_definitions(
             }
         }
     }
-    let defs = candidates.len();
-    candidates.extend(join_candidates(p, returns, blocks, &ways, &candidates));
-    let mut marks = candidates.clone();
+    candidates
+}
+
+/// The marks [`mark_definitions`] keeps of `candidates` (the first `defs`
+/// definitions, then joins), starting from `marks`: three rounds, each
+/// keeping the candidates that pay with the knowledge the previous
+/// round's marks give ([`Walk::feeds`], [`Walk::closes`]).
+fn choose_marks(
+    p: &ProcDb,
+    returns: &Returns,
+    blocks: &mut [Vec<(Instruction, InsnProgram)>],
+    (succs, ways): (&[Vec<usize>], &[Vec<WayIn>]),
+    (candidates, defs): (&[(usize, usize, Gpr)], usize),
+    mut marks: Vec<(usize, usize, Gpr)>,
+) -> Vec<(usize, usize, Gpr)> {
     for _round in 0..3 {
         set_marks(blocks, &marks);
         let known = knowledge(p, returns, blocks);
         let at = known_before(blocks, &known);
         let walk = Walk {
             blocks,
-            succs: &succs,
+            succs,
             at: &at,
         };
         marks = (candidates.iter().enumerate())
             .filter(|&(n, &(b, i, g))| {
-                walk.feeds((b, i), g) || (n >= defs && walk.closes(b, g, &ways))
+                walk.feeds((b, i), g) || (n >= defs && walk.closes(b, g, ways))
             })
             .map(|(_, &c)| c)
             .collect();
     }
-    set_marks(blocks, &marks);
+    marks
 }
 
 /// Candidates that close a join ([`mark_definitions`]): register `g`
 /// (`rsp` too) recorded before the last instruction of a predecessor that
 /// does not know it at its end, where every other way into a block knows
-/// it, with every definition candidate `defs` marked; kept when `g` feeds
+/// it, with `marks` marked (every definition candidate, then the marks
+/// chosen); kept when `g` feeds
 /// two references ([`Walk::feeds`]) or the join block uses it
 /// ([`Walk::closes`]). Without it the join forgets
 /// `g` on every run (gzip's `longest_match`: the chain loop's head learns
@@ -630,9 +686,9 @@ fn join_candidates(
     returns: &Returns,
     blocks: &mut [Vec<(Instruction, InsnProgram)>],
     ways: &[Vec<WayIn>],
-    defs: &[(usize, usize, Gpr)],
+    marks: &[(usize, usize, Gpr)],
 ) -> Vec<(usize, usize, Gpr)> {
-    set_marks(blocks, defs);
+    set_marks(blocks, marks);
     let known = knowledge(p, returns, blocks);
     let anchor = |b: usize| p.blocks.get(b).is_some_and(anchors_rsp);
     let out: Vec<RegSet> = (blocks.iter().zip(&known).enumerate())

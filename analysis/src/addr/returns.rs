@@ -16,14 +16,22 @@
 //! It also names the module's PLT stubs ([`Returns::stub`]): a procedure
 //! whose entry block ends with the stub's jump through its GOT slot, so
 //! that a call to one whose import never runs traced code returns with
-//! the registers the ABI preserves (`exec::WayIn::Back`).
+//! the registers the ABI preserves (`exec::WayIn::Back`), and its leaves
+//! ([`Returns::leaf`]): procedures that return by `ret`, call nothing and
+//! never enter the kernel, so that between a call to one and its return
+//! only the leaf's own blocks run in the thread (a signal handler's runs
+//! aside, which the regenerator saves the state around) and the return
+//! point keeps the caller's preserved registers too (`exec::WayIn::Back`).
+//! No thread starts inside a leaf: a fork or clone child starts after a
+//! system call.
 //!
 //! Invariant: [`Returns::of`] is the greatest set closed under that rule;
 //! equivalently, `f` returns by `ret` iff every procedure `f` reaches by
 //! tail calls (itself included) leaves only in those ways (the naive twin
 //! of the tests).
 
-use aetrace_format::progdb::{CallTarget, EdgeKindDb, ProcDb, ProgramDb};
+use aetrace_format::progdb::{BlockDb, CallTarget, EdgeKindDb, ProcDb, ProgramDb};
+use iced_x86::{Decoder, DecoderOptions, Mnemonic};
 
 /// Per procedure of a module: whether it returns by `ret` (module doc), and
 /// the procedures it reaches by direct tail calls (computed once: the
@@ -35,6 +43,9 @@ pub struct Returns {
     reach: Vec<Box<[u32]>>,
     /// Per procedure: a PLT stub ([`Returns::stub`]).
     stubs: Vec<bool>,
+    /// Per procedure: a leaf ([`Returns::leaf`]); none until
+    /// [`Returns::with_leaves`].
+    leaves: Vec<bool>,
 }
 
 impl Returns {
@@ -67,7 +78,30 @@ impl Returns {
             by_ret: ok,
             reach: (0..n as u32).map(|f| reach_of(db, f)).collect(),
             stubs: db.procs.iter().map(is_stub).collect(),
+            leaves: Vec::new(),
         }
+    }
+
+    /// [`Returns::of`] with the leaves of the module `image` named: what
+    /// the rewriter, the regenerator, the census and the debugger use, so
+    /// that they agree on every way in.
+    pub fn of_module(db: &ProgramDb, image: &crate::elf::Module) -> Self {
+        Self::of(db).with_leaves(db, |b| enters_kernel(b, block_bytes(image, b)))
+    }
+
+    /// With the module's leaves ([`Returns::leaf`]) named: `kernel` says
+    /// whether a block may enter the kernel ([`enters_kernel`]).
+    pub fn with_leaves(mut self, db: &ProgramDb, kernel: impl Fn(&BlockDb) -> bool) -> Self {
+        self.leaves = (db.procs.iter().enumerate())
+            .map(|(f, p)| self.by_ret[f] && p.blocks.iter().all(|b| b.call.is_none() && !kernel(b)))
+            .collect();
+        self
+    }
+
+    /// Whether procedure `q` is a leaf: it returns by `ret`, and no block
+    /// of it calls, jumps to another procedure or enters the kernel.
+    pub fn leaf(&self, q: u32) -> bool {
+        self.leaves.get(q as usize).copied().unwrap_or(false)
     }
 
     /// Whether procedure `q` is a PLT stub: traced, its entry block ends
@@ -90,6 +124,29 @@ impl Returns {
                 .get(f as usize)
                 .is_some_and(|r| r.binary_search(&q).is_ok())
     }
+}
+
+/// Whether block `b`, whose bytes are `code` (`None`: not readable), may
+/// enter the kernel: a `syscall`, `sysenter` or `int`, or bytes that do
+/// not decode as its instructions.
+fn enters_kernel(b: &BlockDb, code: Option<&[u8]>) -> bool {
+    let Some(code) = code else { return true };
+    let mut d = Decoder::with_ip(64, code, b.start, DecoderOptions::NONE);
+    b.insn_lens.iter().any(|&len| {
+        let i = d.decode();
+        i.is_invalid()
+            || i.len() != usize::from(len)
+            || matches!(
+                i.mnemonic(),
+                Mnemonic::Syscall | Mnemonic::Sysenter | Mnemonic::Int
+            )
+    })
+}
+
+/// The bytes of block `b` in `image`.
+fn block_bytes<'a>(image: &'a crate::elf::Module, b: &BlockDb) -> Option<&'a [u8]> {
+    let len = b.insn_lens.iter().map(|&l| u64::from(l)).sum();
+    image.bytes_at(b.start, len)
 }
 
 /// Whether `p` is a PLT stub ([`Returns::stub`]).

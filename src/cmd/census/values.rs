@@ -79,7 +79,7 @@ fn weigh(
         .program_database(ModuleId(m.id))
         .ok_or_else(|| format!("module {} has no program database", m.name))?;
     let db = ProgramDb::decode(&db.decompress()?)?;
-    let returns = Returns::of(&db);
+    let returns = Returns::of_module(&db, &image);
     let mut info = InstructionInfoFactory::new();
     let mut reasons = BTreeMap::new();
     let mut sites = Vec::new();

@@ -198,6 +198,7 @@ impl<S: Sink> Writer<'_, '_, S> {
             // ones take what `rt_sigreturn` restores (the set stays the
             // analysis's, so the values read after are the ones placed).
             let regs = self.take(16)?;
+            s.state.back = s.state.back.filter(|b| b.unmoved(&s.state.regs, &regs));
             for g in s.state.regs.known.iter() {
                 s.state.regs.set(g, regs[g.index()]);
             }

@@ -198,21 +198,27 @@ fn blocks_inherit_only_along_plain_edges() {
     assert_eq!(plans[0].as_ref().unwrap(), &vec![Recorded::Addr(0)]);
 }
 
-#[test]
-fn a_call_to_a_procedure_that_returns_by_ret_keeps_rsp_only() {
-    // Procedure 0 is the caller; procedure 1 returns by `ret` (the
-    // caller itself does too: recursion is allowed).
-    let (p, mut blocks) = caller(CallTarget::Proc(1));
-    let (mut callee, _) = caller(CallTarget::Proc(0));
-    callee.blocks.truncate(1);
-    callee.edges = vec![EdgeDb {
+/// A procedure of one block that returns by `ret` and calls nothing.
+fn returning() -> ProcDb {
+    let (mut p, _) = caller(CallTarget::Proc(0));
+    p.blocks.truncate(1);
+    p.blocks[0].call = None;
+    p.edges = vec![EdgeDb {
         from: 0,
         to: 1,
         kind: EdgeKindDb::Return,
         witness: None,
     }];
+    p
+}
+
+#[test]
+fn a_call_to_a_procedure_that_returns_by_ret_keeps_rsp_only() {
+    // Procedure 0 is the caller; procedure 1 returns by `ret` (the
+    // caller itself does too: recursion is allowed).
+    let (p, mut blocks) = caller(CallTarget::Proc(1));
     let db = ProgramDb {
-        procs: vec![p.clone(), callee],
+        procs: vec![p.clone(), returning()],
         ..ProgramDb::default()
     };
     let returns = Returns::of(&db);
@@ -303,6 +309,33 @@ fn a_call_that_runs_no_traced_code_keeps_the_preserved_registers() {
         !passes_through(&p.blocks[2], jmp.iter().map(|(_, p)| p)),
         "not a tail jump"
     );
+}
+
+/// A direct call to a leaf (returns by `ret`, calls nothing, enters no
+/// kernel) returns with the registers the ABI preserves as the call block
+/// left them; to a procedure that calls, or may enter the kernel, with
+/// `rsp` alone.
+#[test]
+fn a_call_to_a_leaf_keeps_the_preserved_registers() {
+    let (mut p, mut blocks) = caller(CallTarget::Proc(1));
+    // A call to traced code writes no marker (no RETURN record).
+    p.blocks[2].call.as_mut().unwrap().marker = false;
+    blocks[0] = progs(&asm(|a| a.lea(rbx, qword_ptr(rsp + 16))));
+    let db = ProgramDb {
+        procs: vec![p.clone(), returning()],
+        ..ProgramDb::default()
+    };
+    let leaves = Returns::of(&db).with_leaves(&db, |_| false);
+    assert!(leaves.leaf(1) && !leaves.leaf(0), "procedure 0 calls");
+    assert_eq!(ways_in(&p, &leaves, &blocks)[3], vec![WayIn::Back(2)]);
+    let known = entry_knowledge(&p, &leaves, &mut blocks);
+    assert_eq!(known[3], RegSet(1 << 3 | 1 << 4), "rsp and rbx");
+    let kernel = Returns::of(&db).with_leaves(&db, |_| true);
+    assert!(!kernel.leaf(1));
+    assert_eq!(ways_in(&p, &kernel, &blocks)[3], vec![WayIn::Return(1)]);
+    assert_eq!(entry_knowledge(&p, &kernel, &mut blocks)[3], RegSet(1 << 4));
+    // Without leaves named (`Returns::of` alone) no procedure is one.
+    assert!(!Returns::of(&db).leaf(1));
 }
 
 /// A `ret` always leaves `rsp` known, recorded or derived: what a return
@@ -712,4 +745,37 @@ fn a_join_whose_head_uses_the_register_is_closed_though_it_would_teach_it() {
     want.insert(Gpr(7));
     assert_eq!(blocks[0][1].1.before, want, "the entry's way records rdi");
     assert_eq!(values_per_block(&known, &blocks), [1, 0]);
+}
+
+/// gzip's deflate in small: `rbp` is learnt at B0 from an address whose
+/// other register comes from a load (`r15`) only while that load is
+/// marked, and the load's mark does not pay (its one use teaches `rbp`
+/// instead of being derived). With every definition marked the loop head
+/// B1 knows `rbp` on both ways in, so the join looked closed; once the
+/// mark is dropped the entry's way loses `rbp`, and the join, offered
+/// again, records it once there instead of the head's address every
+/// iteration.
+#[test]
+fn a_join_is_closed_again_when_a_dropped_mark_loses_its_register() {
+    let mut blocks = vec![
+        progs(&asm(|a| {
+            a.mov(r15d, dword_ptr(0x5000))?;
+            a.lea(eax, ptr(r15 + 2))?;
+            a.movzx(eax, byte_ptr(rbp + rax))?;
+            a.mov(ecx, 0)?;
+            a.nop()
+        })),
+        progs(&asm(|a| {
+            a.movzx(edx, byte_ptr(rbp + rcx))?;
+            a.add(ecx, 1)?;
+            a.nop()
+        })),
+    ];
+    let p = plain_proc(&blocks, &[(0, 1), (1, 1)]);
+    let known = entry_knowledge(&p, &Returns::default(), &mut blocks);
+    assert_eq!(blocks[0][1].1.before, RegSet(0), "r15's mark does not pay");
+    let mut want = RegSet::default();
+    want.insert(Gpr::RBP);
+    assert_eq!(blocks[0][4].1.before, want, "the entry's way records rbp");
+    assert_eq!(values_per_block(&known, &blocks), [2, 0]);
 }
