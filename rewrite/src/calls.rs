@@ -495,7 +495,7 @@ pub(crate) fn syscall_call_task(insns: &[Instruction]) -> Option<u64> {
 /// the other copies of `codegen`'s `syscall_exit` (a `write` or a
 /// `futex` does not).
 pub(crate) fn may_create_task(insns: &[Instruction]) -> bool {
-    loaded_constant(insns, iced_x86::Register::RAX).is_none_or(is_task_number)
+    loaded_constant(insns, iced_x86::Register::RAX).map_or(true, is_task_number)
 }
 
 fn is_task_number(n: u64) -> bool {
