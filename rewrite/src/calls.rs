@@ -292,6 +292,7 @@ impl<'t> Calls<'t> {
                 .flatten();
             let (mut plan, db) = self.plan_site(rw, (id, cfg), c, forks || libc_task.is_some());
             plan.own_stack = libc_task.filter(|&n| n == SYS_CLONE || n == SYS_CLONE3);
+            plan.task_paths = plan.syscall_exit && may_create_task(&line());
             calls[c.block.index()] = plan;
             call_db[c.block.index()] = Some(db);
         }
@@ -388,6 +389,7 @@ impl<'t> Calls<'t> {
             },
             indirect: false,
             own_stack: None,
+            task_paths: false,
         };
         let db = CallDb {
             indirect: false,
@@ -486,15 +488,34 @@ pub(crate) fn syscall_call_task(insns: &[Instruction]) -> Option<u64> {
     task_number(insns, iced_x86::Register::RDI)
 }
 
+/// Whether the `syscall` ending `insns` may create a task by a number
+/// known only at run time: the number the block loads into eax is no
+/// constant, or one of fork, vfork, clone, clone3 (where the flags live
+/// after it kept it from [`creates_task`]). Only such a `syscall` gets
+/// the other copies of `codegen`'s `syscall_exit` (a `write` or a
+/// `futex` does not).
+pub(crate) fn may_create_task(insns: &[Instruction]) -> bool {
+    loaded_constant(insns, iced_x86::Register::RAX).map_or(true, is_task_number)
+}
+
+fn is_task_number(n: u64) -> bool {
+    matches!(n, SYS_FORK | SYS_VFORK | SYS_CLONE | SYS_CLONE3)
+}
+
 /// The task-creating system call number the instructions before the last
 /// of `insns` leave in `reg`, when they load a constant.
 fn task_number(insns: &[Instruction], reg: iced_x86::Register) -> Option<u64> {
+    loaded_constant(insns, reg).filter(|&n| is_task_number(n))
+}
+
+/// The constant the instructions before the last of `insns` leave in
+/// `reg`, when the last of them to write it loads one.
+fn loaded_constant(insns: &[Instruction], reg: iced_x86::Register) -> Option<u64> {
     let (_, body) = insns.split_last()?;
     let mut info = iced_x86::InstructionInfoFactory::new();
     (body.iter().rev())
         .find(|i| writes(&mut info, i, reg))
         .and_then(constant)
-        .filter(|n| matches!(*n, SYS_FORK | SYS_VFORK | SYS_CLONE | SYS_CLONE3))
 }
 
 /// A call of an untraced `syscall()` (libc's, libc.so.6 not traced),

@@ -54,7 +54,7 @@ use std::collections::HashMap;
 
 use aetrace_format::progdb::{SigPoint, SigRange};
 use aetrace_graph::{BlockId, EdgeId, EntityRef};
-use aetrace_runtime::layout::RecordKind;
+use aetrace_runtime::layout::{RecordKind, S_OWNER};
 use aetrace_runtime::{
     emit_buffer_check, emit_direct_entry, emit_outside_entry_at, emit_outside_entry_with,
     emit_record, emit_rsp_record, emit_static_entry, emit_transfer, emit_value, emit_witness,
@@ -99,6 +99,16 @@ pub enum EntryStub {
     StaticEntry,
 }
 
+/// The labels of a run-time-numbered `syscall`'s other copies
+/// ([`ProcGen::syscall_exit`]): `task` for a task that returns where its
+/// creator does ([`ProcGen::task_path`]), `own` for a clone on a stack of
+/// the child's own ([`ProcGen::own_stack_path`]).
+#[derive(Copy, Clone, Debug)]
+struct TaskPaths {
+    task: u64,
+    own: Option<u64>,
+}
+
 /// What the rewriter adds around one call site.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct CallPlan {
@@ -125,11 +135,17 @@ pub struct CallPlan {
     /// only at run time that creates a task makes it on a path of its own
     /// with the fork's return point (`ProcGen::syscall_exit`).
     pub syscall_exit: bool,
+    /// With `syscall_exit`, a number that may create a task
+    /// (`calls::may_create_task`: not a constant, or a task-creating one
+    /// with the flags live after it): the other copies of the `syscall`
+    /// for the child ([`ProcGen::task_path`], [`ProcGen::own_stack_path`]).
+    pub task_paths: bool,
     /// A call of libc's untraced `syscall()` for clone (56) or clone3
-    /// (435) (`calls::syscall_call_task`): DESYNC(call) just before it
-    /// when the new task gets a stack of its own, on which it leaves
-    /// `syscall()` for wherever the program pointed it, never this call's
-    /// return point, still on its creator's slot.
+    /// (435) (`calls::syscall_call_task`): when the new task gets a stack
+    /// of its own, on which it leaves `syscall()` for wherever the program
+    /// pointed it, never this call's return point, still on its creator's
+    /// slot, the slot is marked so that the child claims its own at its
+    /// first outside entry ([`ProcGen::own_stack_mark`]).
     pub own_stack: Option<u64>,
     /// `call fork_child` in the child (the call returned 0) at the return
     /// point, FORKED(child's thread id) in the parent: after a call to a
@@ -2181,15 +2197,18 @@ impl ProcGen<'_, '_> {
     /// second copy of the `syscall` has the fork's return point
     /// ([`ProcGen::task_path`]), so the child claims its own slot as at a
     /// system call known to create a task (glibc's `syscall()` traced);
-    /// otherwise DESYNC(orig): the child would go on writing into this
-    /// thread's slot, on a stack where no frame of this thread's is (the
-    /// regenerator stops there with a message; the program runs on).
+    /// clone or clone3 on a stack of their own go on to label `own`,
+    /// where a third copy lets the child claim its slot and enter this
+    /// procedure anew ([`ProcGen::own_stack_path`]): no frame of its
+    /// creator's is on that stack. Without those paths, DESYNC(orig): the
+    /// child would go on writing into this thread's slot (the regenerator
+    /// stops there with a message; the program runs on).
     /// rcx and r11 are dead (the kernel overwrites them) and the tests
     /// (`lea rcx`, `mov rcx`, `jrcxz`) leave the flags alone, which the
     /// kernel preserves across the call and may be live. (clone3's
     /// arguments are read here: a pointer the kernel would refuse with
     /// EFAULT faults instead.)
-    fn syscall_exit(&mut self, before: Site, orig: u64, task: Option<u64>) -> GenResult<()> {
+    fn syscall_exit(&mut self, before: Site, orig: u64, paths: Option<TaskPaths>) -> GenResult<()> {
         if self.em.counting.is_some() {
             return Ok(());
         }
@@ -2207,6 +2226,7 @@ impl ProcGen<'_, '_> {
             let mut clone = a.create_label();
             let mut clone3 = a.create_label();
             let mut new_task = a.create_label();
+            let mut own_stack = a.create_label();
             for nr in [SYS_EXIT_GROUP, SYS_EXIT] {
                 a.lea(rcx, ptr(rax - nr))?;
                 a.jrcxz(exit)?;
@@ -2223,14 +2243,20 @@ impl ProcGen<'_, '_> {
             a.set_label(&mut clone)?;
             a.mov(rcx, rsi)?;
             a.jrcxz(new_task)?;
-            a.jmp(desync)?;
+            a.jmp(own_stack)?;
             a.set_label(&mut clone3)?;
             a.mov(rcx, qword_ptr(rdi + CLONE_ARGS_STACK))?;
             a.jrcxz(new_task)?;
-            a.jmp(desync)?;
+            a.set_label(&mut own_stack)?;
+            match paths.and_then(|p| p.own) {
+                Some(o) => a.add_instruction(Instruction::with_branch(Code::Jmp_rel32_64, o)?)?,
+                None => a.jmp(desync)?,
+            }
             a.set_label(&mut new_task)?;
-            match task {
-                Some(t) => a.add_instruction(Instruction::with_branch(Code::Jmp_rel32_64, t)?)?,
+            match paths {
+                Some(p) => {
+                    a.add_instruction(Instruction::with_branch(Code::Jmp_rel32_64, p.task)?)?
+                }
                 None => a.jmp(desync)?,
             }
             a.set_label(&mut exit)?;
@@ -2267,20 +2293,64 @@ impl ProcGen<'_, '_> {
         self.em.jmp(joined)
     }
 
-    /// Before a call of libc's `syscall()` for clone or clone3
-    /// (`CallPlan::own_stack`, `number`): DESYNC(orig) when the new task
-    /// gets a stack of its own (`syscall(SYS_clone, flags, stack, ...)`'s
-    /// rdx, or `syscall(SYS_clone3, args, size)`'s `args->stack` through
-    /// rsi, non-zero). At a call the flags, r10 and r11 are dead (no
-    /// argument of `syscall()`).
-    fn own_stack_desync(&mut self, before: Site, number: u64, orig: u64) -> GenResult<()> {
-        let site = Site {
-            scratch: Some(r11),
-            flags_live: false,
-            ..before
-        };
+    /// The third copy of a `syscall` whose number, known only at run time,
+    /// is clone or clone3 with a stack of the child's own
+    /// ([`ProcGen::syscall_exit`] jumps to label `own`). The parent goes
+    /// on to `joined`, the first copy's return point (nothing for the
+    /// child there: it wrote no FORKED). The child (rax 0) calls
+    /// `fork_child` (its own slot: THREAD, or FORK for a process), then
+    /// writes ENTER_AT(procedure, the return point's address) and goes on
+    /// at the return point's block, past the RETURN the first copy writes:
+    /// its stream starts as a callback's of untraced code would, this
+    /// procedure alone on it, since below its frame the child's stack
+    /// holds what its creator put there, no frame of the creator's (it
+    /// returns into whatever function that is, through its outside entry).
+    /// Until ENTER_AT is reserved the child runs, for the regenerator,
+    /// untraced code.
+    fn own_stack_path(
+        &mut self,
+        end: &BlockEnd,
+        to: BlockId,
+        (own, joined): (u64, u64),
+        returned: SigPoint,
+    ) -> GenResult<()> {
+        let p = self.p;
+        let entry = u32::try_from(p.cfg.blocks[to].start)
+            .map_err(|_| CodegenError::Internal("a return point above 4 GiB"))?;
+        let (n, fork_child) = (p.number, self.rt.fork_child);
+        let site = self.site(p.live.live_in(to) | crate::liveness::RegSet::gpr(Register::RAX));
+        self.em.bind(own);
+        self.em.point = self.at(end.b, end.last_i);
+        self.em.push(Instruction::with(Code::Syscall));
+        self.em.point = returned;
         self.em.seq(|a| {
-            use iced_x86::code_asm::{qword_ptr, r10, rdx, rsi};
+            a.test(eax, eax)?;
+            a.add_instruction(Instruction::with_branch(Code::Jne_rel32_64, joined)?)?;
+            Ok(())
+        })?;
+        self.em.point = SigPoint::Outside;
+        self.em.seq(|a| Ok(a.call(fork_child)?))?;
+        self.em.seq_write(SigPoint::Outside, self.at(to, 0), |a| {
+            emit_record(a, RecordKind::EnterAt, Payload::Imm32Pair(n, entry), site)
+        })?;
+        self.em.jmp(self.labels[to.index()])
+    }
+
+    /// Before a call of libc's untraced `syscall()` for clone or clone3
+    /// (`CallPlan::own_stack`, `number`) that gives the new task a stack
+    /// of its own (`syscall(SYS_clone, flags, stack, ...)`'s rdx, or
+    /// `syscall(SYS_clone3, args, size)`'s `args->stack` through rsi,
+    /// non-zero): OWNER of this thread's slot becomes `fs:[0] | 1`. The
+    /// child leaves `syscall()` on that stack for wherever the program
+    /// pointed it, still on this slot with this TCB, and claims its own
+    /// slot at its first outside entry, where `attach_thread` tells it
+    /// from this thread by its TID (docs/runtime.md section 7, "clone").
+    /// The mark stays: this thread's outside entries take that slower
+    /// path from then on. At a call the flags, r10 and r11 are dead (no
+    /// argument of `syscall()`).
+    fn own_stack_mark(&mut self, number: u64) -> GenResult<()> {
+        self.em.seq(|a| {
+            use iced_x86::code_asm::{qword_ptr, rdx, rsi};
             let mut shared = a.create_label();
             if number == SYS_CLONE as u64 {
                 a.test(rdx, rdx)?;
@@ -2288,8 +2358,9 @@ impl ProcGen<'_, '_> {
                 a.cmp(qword_ptr(rsi + CLONE_ARGS_STACK), 0)?;
             }
             a.je(shared)?;
-            a.mov(r10, orig)?;
-            emit_record(a, RecordKind::Desync, Payload::Reg64(r10), site)?;
+            a.mov(r11, qword_ptr(0u64).fs())?;
+            a.or(r11, 1)?;
+            a.mov(qword_ptr(S_OWNER).gs(), r11)?;
             a.set_label(&mut shared)?;
             a.nop()?;
             Ok(())
@@ -2501,7 +2572,13 @@ impl ProcGen<'_, '_> {
             .copied();
         // A system call that may create a task at run time, and returns.
         let tracing = self.em.counting.is_none();
-        let task = (end.cp.syscall_exit && tracing && ret.is_some()).then(|| self.em.label());
+        let task = (end.cp.task_paths && tracing && ret.is_some()).then(|| TaskPaths {
+            task: self.em.label(),
+            // With data values an outside entry writes `rsp` after its
+            // ENTER, which this path does not: DESYNC there.
+            // (`test eax` after the system call: the flags must be dead.)
+            own: (p.values.is_none() && !p.live.live_out(b).flags_live()).then(|| self.em.label()),
+        });
         let query = self.before_call(end, setjmp, task)?;
         self.copy_at(b, end.last_i, end.last);
         match ret {
@@ -2514,7 +2591,12 @@ impl ProcGen<'_, '_> {
     /// SETJMP/LONGJMP records, the `--stop-at` query, `fork_prepare` and
     /// the counted transfer. Returns the query increment the callee's
     /// frame starts with.
-    fn before_call(&mut self, end: &BlockEnd, setjmp: bool, task: Option<u64>) -> GenResult<i64> {
+    fn before_call(
+        &mut self,
+        end: &BlockEnd,
+        setjmp: bool,
+        task: Option<TaskPaths>,
+    ) -> GenResult<i64> {
         let p = self.p;
         let (b, cp, before, before_last) = (end.b, end.cp, end.before, end.before_last);
         if cp.exit_record {
@@ -2525,7 +2607,7 @@ impl ProcGen<'_, '_> {
         }
         if let Some(number) = cp.own_stack.filter(|_| self.em.counting.is_none()) {
             self.em.point = before;
-            self.own_stack_desync(before_last, number, end.last.ip())?;
+            self.own_stack_mark(number)?;
         }
         if self.em.counting.is_some() {
             // A call that never returns: its edge to EXIT is
@@ -2599,7 +2681,7 @@ impl ProcGen<'_, '_> {
         e: EdgeId,
         query: i64,
         setjmp: bool,
-        task: Option<u64>,
+        task: Option<TaskPaths>,
     ) -> GenResult<()> {
         let p = self.p;
         let (b, cp) = (end.b, end.cp);
@@ -2669,12 +2751,16 @@ impl ProcGen<'_, '_> {
                 emit_record(a, RecordKind::Return, Payload::None, site)
             })?;
         }
-        let Some(labels) = joined else {
+        let Some((paths, joined)) = joined else {
             return self.goto(to, end.next, 0);
         };
-        // The task path follows: never fall through into it.
+        // The task paths follow: never fall through into them.
         self.goto(to, None, 0)?;
-        self.task_path(end, p.live.live_in(to), labels, returned_at)
+        self.task_path(end, p.live.live_in(to), (paths.task, joined), returned_at)?;
+        match paths.own {
+            Some(own) => self.own_stack_path(end, to, (own, joined), returned_at),
+            None => Ok(()),
+        }
     }
 
     /// At setjmp-like call block `b`'s return point: when the call returns

@@ -1256,10 +1256,12 @@ fn emit_attach(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.mov(dword_ptr(l.d_ready), 1)?;
     // A thread that owns its slot already (the usual case) keeps it (a
     // fork child still on its parent's slot claims its own).
-    let mut lib_owner = a.create_label();
+    let (mut lib_owner, mut lib_claim) = (a.create_label(), a.create_label());
     a.mov(rax, qword_ptr(0u64).fs())?;
     a.cmp(rax, qword_ptr(S_OWNER).gs())?;
     a.je(lib_owner)?;
+    emit_keep_if_clone_marked(a, lib_claim, done)?;
+    a.set_label(&mut lib_claim)?;
     a.call(l.slot_index)?;
     a.mov(ebp, eax)?;
     a.mov(ebx, RecordKind::Thread as u32)?;
@@ -1289,9 +1291,12 @@ fn emit_attach(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.mov(rax, qword_ptr(0u64).fs())?;
     a.cmp(rax, qword_ptr(S_OWNER).gs())?;
     a.je(owner)?;
+    let mut pretls = a.create_label();
     a.lea(rcx, ptr(l.d_pretls))?;
     a.cmp(qword_ptr(S_OWNER).gs(), rcx)?;
-    a.jne(claim)?;
+    a.je(pretls)?;
+    emit_keep_if_clone_marked(a, claim, kept)?;
+    a.set_label(&mut pretls)?;
     a.mov(eax, SYS_GETTID)?;
     a.syscall()?;
     a.cmp(dword_ptr(S_TID).gs(), eax)?;
@@ -1307,6 +1312,32 @@ fn emit_attach(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     emit_claim_fork_unless_owned(a, l, kept)?;
     a.set_label(&mut kept)?;
     leave_blocked(a, &mut l.windows, d, Caller::Stub)
+}
+
+/// Signals blocked, `fs:[0]` not the slot's OWNER: when OWNER is this
+/// TCB's address with bit 0 set, the slot's thread has made a clone on a
+/// stack of the child's own through untraced code (the rewriter marks it
+/// so before libc's `syscall()`, `codegen`'s `own_stack_mark`), and the
+/// child, on the same TCB (no CLONE_SETTLS) and still on this slot,
+/// claims its own here at its first outside entry (THREAD, its stream
+/// starting in untraced code) while the slot's own thread (its TID)
+/// keeps the slot, mark and all: any of its clones' children may still
+/// come. Jumps to `keep` for the slot's own thread, to `claim` otherwise.
+/// Clobbers rax, rcx, r11.
+fn emit_keep_if_clone_marked(
+    a: &mut CodeAssembler,
+    claim: CodeLabel,
+    keep: CodeLabel,
+) -> Result<(), IcedError> {
+    a.mov(rax, qword_ptr(0u64).fs())?;
+    a.or(rax, 1)?;
+    a.cmp(rax, qword_ptr(S_OWNER).gs())?;
+    a.jne(claim)?;
+    a.mov(eax, SYS_GETTID)?;
+    a.syscall()?;
+    a.cmp(dword_ptr(S_TID).gs(), eax)?;
+    a.jne(claim)?;
+    a.jmp(keep)
 }
 
 /// The image library table's entry of this library in the image whose

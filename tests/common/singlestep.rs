@@ -9,8 +9,17 @@
 //! [`run`] and [`run_streaming`] follow one thread (a new thread would
 //! run unstepped); [`run_tree`] (and [`run_streaming`] with `tree`) also
 //! steps the threads a program starts and the processes it forks, each as
-//! a stream of its own; [`run_streaming`] hands each instruction to a sink
-//! instead of keeping it. A
+//! a stream of its own, a child up to its `execve` (the part that runs
+//! the program's image: `posix_spawn`, `system`), the first process
+//! across its own; [`run_streaming`] hands each instruction to a sink
+//! instead of keeping it.
+//!
+//! A step's trap is a forced SIGTRAP, which the kernel unblocks when the
+//! task blocks it: the stepper blocks it again at every stop while the
+//! program's own mask (its `rt_sigprocmask` calls) has it blocked, so
+//! that a program reading its mask finds it as natively (glibc's
+//! `posix_spawn` blocks every signal, and its child's `__spawni_child`
+//! loops over the blocked ones). A
 //! `rep`-prefixed string instruction traps once per iteration: the caller
 //! folds consecutive repeats, as for lackey.
 
@@ -138,6 +147,8 @@ fn step(
     // Per process: whether the signal delivered at its last stop was not
     // raised by an instruction: if it kills, the held instruction never ran.
     let mut asynchronous: Vec<bool> = vec![false];
+    // Per process: whether the program's own signal mask blocks SIGTRAP.
+    let mut trap_blocked: Vec<bool> = vec![false];
     let mut index: std::collections::HashMap<libc::pid_t, usize> = [(pid, 0)].into();
     // The tracees not yet ended. Each is waited for by its id: a
     // `waitpid(-1)` would also reap the children other tests of this
@@ -191,8 +202,10 @@ fn step(
         let k = index[&t];
         let mut sig = 0;
         if follow && !started && t == pid {
-            let opts =
-                libc::PTRACE_O_TRACEFORK | libc::PTRACE_O_TRACEVFORK | libc::PTRACE_O_TRACECLONE;
+            let opts = libc::PTRACE_O_TRACEFORK
+                | libc::PTRACE_O_TRACEVFORK
+                | libc::PTRACE_O_TRACECLONE
+                | libc::PTRACE_O_TRACEEXEC;
             // SAFETY: our stopped tracee.
             let r = unsafe { libc::ptrace(libc::PTRACE_SETOPTIONS, t, 0, opts) };
             assert_eq!(r, 0, "PTRACE_SETOPTIONS");
@@ -201,7 +214,27 @@ fn step(
         let mut regs: libc::user_regs_struct = unsafe { std::mem::zeroed() };
         let r = unsafe { libc::ptrace(libc::PTRACE_GETREGS, t, 0, &mut regs) };
         assert_eq!(r, 0, "PTRACE_GETREGS");
-        if event != 0 {
+        if event == libc::PTRACE_EVENT_EXEC && t != pid {
+            // A child's `execve` ran: its stream ends there (it goes on
+            // natively, unstepped).
+            if let Some(ran) = held[k].take() {
+                match sink.as_mut() {
+                    Some(f) => {
+                        f(t, ran);
+                    }
+                    _ => streams[k].push(ran),
+                }
+            }
+            alive.retain(|&q| q != t);
+            // SAFETY: detaching our own stopped tracee.
+            let r = unsafe { libc::ptrace(libc::PTRACE_DETACH, t, 0, 0) };
+            assert_eq!(r, 0, "PTRACE_DETACH");
+            continue;
+        }
+        if trap_blocked[k] {
+            block_trap(t);
+        }
+        if event != 0 && event != libc::PTRACE_EVENT_EXEC {
             // A fork or clone event: the new task, stopped, is ours too.
             let mut new: libc::c_ulong = 0;
             // SAFETY: our stopped tracee, a word for the message.
@@ -214,9 +247,10 @@ fn step(
                 begun.push(false);
                 held.push(None);
                 asynchronous.push(false);
+                trap_blocked.push(trap_blocked[k]);
                 alive.push(new);
             }
-        } else if stop == libc::SIGTRAP && int3_trap(t) {
+        } else if stop == libc::SIGTRAP && event == 0 && int3_trap(t) {
             // An `int3`'s trap (SI_KERNEL, not a step's TRAP_TRACE) is the
             // program's own SIGTRAP, raised once the `int3` ran (no step
             // trap follows an `int`): delivered. The rip it reports runs
@@ -257,6 +291,9 @@ fn step(
         if t == pid {
             started = true;
         }
+        if let Some(blocked) = sigprocmask_blocks_trap(t, &regs) {
+            trap_blocked[k] = blocked;
+        }
         let r = unsafe { libc::ptrace(libc::PTRACE_SINGLESTEP, t, 0, sig) };
         assert_eq!(r, 0, "PTRACE_SINGLESTEP");
     }
@@ -274,6 +311,53 @@ fn step(
         },
         streams.collect(),
     )
+}
+
+/// Bit of SIGTRAP in a kernel signal mask.
+const TRAP_BIT: u64 = 1 << (libc::SIGTRAP - 1);
+
+/// The signal mask of stopped tracee `t`.
+fn sigmask(t: libc::pid_t) -> u64 {
+    let mut mask = 0u64;
+    // SAFETY: our stopped tracee; the kernel writes 8 bytes.
+    let r = unsafe { libc::ptrace(libc::PTRACE_GETSIGMASK, t, 8, &mut mask) };
+    assert_eq!(r, 0, "PTRACE_GETSIGMASK");
+    mask
+}
+
+/// Blocks SIGTRAP again in stopped tracee `t` (its last step's trap
+/// unblocked it).
+fn block_trap(t: libc::pid_t) {
+    let mask = sigmask(t) | TRAP_BIT;
+    // SAFETY: our stopped tracee; the kernel reads 8 bytes.
+    let r = unsafe { libc::ptrace(libc::PTRACE_SETSIGMASK, t, 8, &mask) };
+    assert_eq!(r, 0, "PTRACE_SETSIGMASK");
+}
+
+/// When stopped tracee `t` is about to run `rt_sigprocmask` (a `syscall`
+/// at its rip with rax 14): whether the mask it sets blocks SIGTRAP.
+fn sigprocmask_blocks_trap(t: libc::pid_t, regs: &libc::user_regs_struct) -> Option<bool> {
+    const SYS_RT_SIGPROCMASK: u64 = 14;
+    if regs.rax != SYS_RT_SIGPROCMASK {
+        return None;
+    }
+    // SAFETY: reading our stopped tracee's memory (errno tells a failure).
+    let word = unsafe { libc::ptrace(libc::PTRACE_PEEKTEXT, t, regs.rip, 0) };
+    if word as u64 & 0xffff != 0x050f {
+        return None;
+    }
+    let old = sigmask(t) & TRAP_BIT != 0;
+    if regs.rsi == 0 {
+        return Some(old);
+    }
+    // SAFETY: as above; a bad pointer makes the call fail, mask unchanged.
+    let set = unsafe { libc::ptrace(libc::PTRACE_PEEKDATA, t, regs.rsi, 0) } as u64 & TRAP_BIT;
+    Some(match regs.rdi as i32 {
+        libc::SIG_BLOCK => old || set != 0,
+        libc::SIG_UNBLOCK => old && set == 0,
+        libc::SIG_SETMASK => set != 0,
+        _ => old,
+    })
 }
 
 /// The `si_code` of the signal stopped tracee `t` reports.

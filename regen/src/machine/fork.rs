@@ -2,7 +2,10 @@
 //! the fork (its FORK record first, then RETURN of the fork call), taken
 //! from the parent's FORKED record; so does a thread a traced `clone3` or
 //! `clone` system call started (THREAD, then RETURN of the system call)
-//! (docs/regen.md section 3, "Fork, exceptions, setjmp").
+//! (docs/regen.md section 3, "Fork, exceptions, setjmp"). A child of a
+//! clone on a stack of its own has no parent state: its stream, THREAD
+//! or FORK first, goes on with an outside entry (ENTER_AT its system
+//! call's return point, or ENTER where it first reaches traced code).
 //!
 //! Invariant: a child starts with its parent's stack, lazy bindings seen
 //! and setjmp bindings; a fork inside a signal handler is refused.
@@ -73,10 +76,14 @@ impl<'a> Machine<'a> {
                     self.seen_lazy = state.seen_lazy;
                     self.setjmps = state.setjmps;
                 }
-                // A child that only execs (or dies) writes nothing more.
+                // A child that only execs (or dies) writes nothing more;
+                // one a clone started on a stack of its own enters traced
+                // code from untraced code, as a thread does, its frames
+                // none of its parent's.
                 None => {
                     return match self.stream.peek()? {
                         (Item::End, _, _) => Ok(Some(Progress::Done)),
+                        (Item::Enter(_) | Item::EnterAt(..), _, _) => Ok(None),
                         _ => Err(self.unexpected(Item::Fork(slot), off, None)),
                     }
                 }
