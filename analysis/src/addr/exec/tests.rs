@@ -130,6 +130,33 @@ fn call_db(target: CallTarget) -> CallDb {
     }
 }
 
+/// A PLT stub named `name`: one block, its jump through the GOT to
+/// untraced code that runs no traced code (unmarked).
+fn plt_stub(name: &str) -> ProcDb {
+    ProcDb {
+        name: name.into(),
+        status: ProcStatus::Traced,
+        entry: 0,
+        blocks: vec![BlockDb {
+            start: 0x2000,
+            insn_lens: vec![6],
+            call: Some(CallDb {
+                tail: true,
+                plt: true,
+                marker: false,
+                ..call_db(CallTarget::External)
+            }),
+        }],
+        edges: vec![EdgeDb {
+            from: 0,
+            to: 1,
+            kind: EdgeKindDb::TailCall,
+            witness: None,
+        }],
+        sigmap: None,
+    }
+}
+
 /// B0 entry: push; B1 loop: store to the stack, jumps to itself or falls
 /// into B2, a call to `target`; B3 its return point.
 fn caller(target: CallTarget) -> (ProcDb, Vec<Vec<(Instruction, InsnProgram)>>) {
@@ -248,28 +275,7 @@ fn a_call_that_runs_no_traced_code_keeps_the_preserved_registers() {
         a.mov(qword_ptr(rbx), rax)?; // derived: rbx survives the call
         a.mov(qword_ptr(rcx), rax) // recorded: rcx is the callee's
     }));
-    let stub = ProcDb {
-        name: "memcmp@plt".into(),
-        status: ProcStatus::Traced,
-        entry: 0,
-        blocks: vec![BlockDb {
-            start: 0x2000,
-            insn_lens: vec![6],
-            call: Some(CallDb {
-                tail: true,
-                plt: true,
-                marker: false,
-                ..call_db(CallTarget::External)
-            }),
-        }],
-        edges: vec![EdgeDb {
-            from: 0,
-            to: 1,
-            kind: EdgeKindDb::TailCall,
-            witness: None,
-        }],
-        sigmap: None,
-    };
+    let stub = plt_stub("memcmp@plt");
     let db = ProgramDb {
         procs: vec![p.clone(), stub],
         ..ProgramDb::default()
@@ -786,28 +792,6 @@ fn a_join_is_closed_again_when_a_dropped_mark_loses_its_register() {
 /// another import's stub, does not.
 #[test]
 fn a_return_from_a_thread_constant_takes_rax_once() {
-    let stub = |name: &str| ProcDb {
-        name: name.into(),
-        status: ProcStatus::Traced,
-        entry: 0,
-        blocks: vec![BlockDb {
-            start: 0x2000,
-            insn_lens: vec![6],
-            call: Some(CallDb {
-                tail: true,
-                plt: true,
-                marker: false,
-                ..call_db(CallTarget::External)
-            }),
-        }],
-        edges: vec![EdgeDb {
-            from: 0,
-            to: 1,
-            kind: EdgeKindDb::TailCall,
-            witness: None,
-        }],
-        sigmap: None,
-    };
     let (mut p, _) = caller(CallTarget::Proc(1));
     p.blocks[2].call.as_mut().unwrap().marker = false;
     let blocks3 = || {
@@ -817,7 +801,11 @@ fn a_return_from_a_thread_constant_takes_rax_once() {
         }))
     };
     let db = ProgramDb {
-        procs: vec![p.clone(), stub("__errno_location@plt"), stub("memcmp@plt")],
+        procs: vec![
+            p.clone(),
+            plt_stub("__errno_location@plt"),
+            plt_stub("memcmp@plt"),
+        ],
         ..ProgramDb::default()
     };
     let returns = Returns::of(&db);
