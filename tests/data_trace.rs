@@ -416,41 +416,57 @@ fn data_traces_with_signals_equal_lackey_and_the_full_addresses() {
     // A trap is listed by lackey as by ours (VEX raises SIGILL for `ud2`
     // after its instruction mark), so nothing is left out.
     check_handled("trap_resume.c", &["on_ill", "on_trap"], &[], &[], false);
-    let o2 = Variant::new(Opt::O2, Link::NoPie, false);
     for source in ["signal_alarm.c", "signal_stub.c"] {
-        let exe = build(source, o2);
-        let trace = common::scratch("data_trace").join(format!("{source}-signals.aet"));
-        common::recorded::record_data_checked(&exe, &trace);
-        let out = regen_lackey(&trace);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{source}: {err}");
-        let info = run_checked(
-            Command::new(common::aetrace()).arg("info").arg(&trace),
-            "aetrace info",
-        );
-        let info = String::from_utf8_lossy(&info.stdout);
-        let checked = (info.lines())
-            .find_map(|l| l.strip_prefix("data check: "))
-            .and_then(|l| l.split(' ').next()?.parse::<u64>().ok());
-        assert!(checked.is_some_and(|n| n > 1000), "{source}: {info}");
-        let insns = run_checked(
-            Command::new(common::aetrace()).arg("regen").arg(&trace),
-            "aetrace regen",
-        );
-        let handled = String::from_utf8_lossy(&insns.stdout)
-            .matches("# signal ")
-            .count();
-        assert!(handled > 10, "{source}: {handled} signals handled");
+        check_timer_signals(source);
     }
 }
 
-/// A data trace whose header says format 1.18 (values at other places:
-/// return points of calls to traced leaves started with `rsp` alone) is
-/// refused in one line, not misread.
+/// Thread constants (docs/data.md, "Thread constants"): `__errno_location`'s
+/// result, recorded once per thread and per handler, read in a main loop,
+/// a second thread's, a fork child's and in nested SIGALRM handlers that
+/// interrupt them anywhere (errno_signal.c): every recomputed address
+/// equals the full one.
+#[test]
+fn thread_constants_are_recorded_once_per_thread_and_handler() {
+    check_timer_signals("errno_signal.c");
+}
+
+/// `source`, whose traced handlers a timer runs anywhere, recorded with
+/// `--data --check`: `regen --format lackey` succeeds, `info` checked
+/// more than 1000 addresses, and more than 10 signals were handled.
+fn check_timer_signals(source: &str) {
+    let exe = build(source, Variant::new(Opt::O2, Link::NoPie, false));
+    let trace = common::scratch("data_trace").join(format!("{source}-signals.aet"));
+    common::recorded::record_data_checked(&exe, &trace);
+    let out = regen_lackey(&trace);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{source}: {err}");
+    let info = run_checked(
+        Command::new(common::aetrace()).arg("info").arg(&trace),
+        "aetrace info",
+    );
+    let info = String::from_utf8_lossy(&info.stdout);
+    let checked = (info.lines())
+        .find_map(|l| l.strip_prefix("data check: "))
+        .and_then(|l| l.split(' ').next()?.parse::<u64>().ok());
+    assert!(checked.is_some_and(|n| n > 1000), "{source}: {info}");
+    let insns = run_checked(
+        Command::new(common::aetrace()).arg("regen").arg(&trace),
+        "aetrace regen",
+    );
+    let handled = String::from_utf8_lossy(&insns.stdout)
+        .matches("# signal ")
+        .count();
+    assert!(handled > 10, "{source}: {handled} signals handled");
+}
+
+/// A data trace whose header says format 1.19 (values at other places:
+/// every return from `__errno_location` recorded its result) is refused
+/// in one line, not misread.
 #[test]
 fn data_values_of_an_older_format_are_refused() {
     let exe = build("loops.c", Variant::new(Opt::O2, Link::NoPie, false));
-    let trace = common::scratch("data_trace").join("minor18.aet");
+    let trace = common::scratch("data_trace").join("minor19.aet");
     run_checked(
         Command::new(common::aetrace())
             .args(["record", "--data", "-o"])
@@ -461,7 +477,7 @@ fn data_values_of_an_older_format_are_refused() {
         "aetrace record --data",
     );
     let mut bytes = std::fs::read(&trace).unwrap();
-    bytes[10..12].copy_from_slice(&18u16.to_le_bytes());
+    bytes[10..12].copy_from_slice(&19u16.to_le_bytes());
     let crc = crc32fast::hash(&bytes[..60]);
     bytes[60..64].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(&trace, bytes).unwrap();
@@ -470,7 +486,7 @@ fn data_values_of_an_older_format_are_refused() {
     assert!(!out.status.success() && out.stdout.is_empty(), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
-        err.contains("format 1.18") && err.contains("record the trace again"),
+        err.contains("format 1.19") && err.contains("record the trace again"),
         "{err}"
     );
 }

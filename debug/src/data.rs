@@ -195,6 +195,9 @@ struct Cursor {
     prev: Option<u64>,
     saved: Handlers<Saved>,
     mark: usize,
+    /// Bit `k`: the thread (or the handler running) has read thread
+    /// constant `k` (`Recorded::Once`), as the runtime's slot word `ONCE`.
+    once: u8,
 }
 
 /// What a handler's delivery saved of the code it interrupted.
@@ -202,6 +205,7 @@ struct Cursor {
 struct Saved {
     early: Vec<Range<usize>>,
     prev: Option<u64>,
+    once: u8,
 }
 
 impl Cursor {
@@ -256,7 +260,8 @@ impl Cursor {
         let mut early = std::mem::take(&mut self.pending);
         early.push(self.next..at);
         let prev = self.prev.take();
-        self.saved.enter(offset, Saved { early, prev });
+        let once = std::mem::take(&mut self.once);
+        self.saved.enter(offset, Saved { early, prev, once });
         let regs = std::mem::take(&mut self.after_signal);
         self.next = at + if rep { 3 } else { regs };
         Ok(())
@@ -287,8 +292,30 @@ impl Cursor {
             .filter(|r| r.start < r.end)
             .collect();
         self.prev = s.prev;
+        self.once = s.once;
         Ok(())
     }
+
+    /// The abstract values of an instruction whose plan is `skip`: its
+    /// thread constant counts only the first time (then it is read).
+    fn abstract_values(&mut self, (n, once): Skip) -> usize {
+        match once {
+            Some(k) if self.once & 1 << k == 0 => {
+                self.once |= 1 << k;
+                n + 1
+            }
+            _ => n,
+        }
+    }
+}
+
+/// An instruction's abstract plan as the values it reads ([`Skip`]).
+fn skip_of(plan: &[Recorded]) -> Skip {
+    let once = plan.iter().find_map(|r| match *r {
+        Recorded::Once(k) => Some(k),
+        _ => None,
+    });
+    (plan.len() - usize::from(once.is_some()), once)
 }
 
 /// The file module `m` was recorded from.
@@ -378,8 +405,15 @@ struct Insn {
     /// Its module, in the regenerator's order.
     module: usize,
     base: u64,
-    skip: usize,
+    /// Its abstract values: how many, and the thread constant one of
+    /// them is when the thread has not recorded it yet.
+    skip: Skip,
 }
+
+/// An instruction's abstract values: the values always recorded, and the
+/// thread constant (`exec::mark_once`) recorded when the reading thread
+/// (or handler) has not yet.
+type Skip = (usize, Option<u8>);
 
 /// A hasher for instruction addresses (the cache is looked up once per
 /// instruction walked: SipHash would dominate the walk).
@@ -410,7 +444,7 @@ pub struct Data {
     marks: Marks,
     /// Abstract values before each instruction, by run-time address, for
     /// the procedures seen so far.
-    skips: HashMap<u64, usize, BuildHasherDefault<PcHasher>>,
+    skips: HashMap<u64, Skip, BuildHasherDefault<PcHasher>>,
     /// The reading order at the start of each interval learnt so far.
     starts: Vec<Cursor>,
     /// By address, for the procedures seen so far: each block's last
@@ -519,7 +553,7 @@ impl Data {
                 self.fault(code, pc, &mut c)?;
             } else {
                 let insn = self.insn(code, pc)?;
-                let before = self.stub(c.prev, pc) + insn.skip;
+                let before = self.stub(c.prev, pc) + c.abstract_values(insn.skip);
                 self.refs(code, &insn, pc, &mut c, before, &mut refs)?;
                 c.prev = Some(pc);
             }
@@ -553,10 +587,8 @@ impl Data {
                     continue;
                 }
                 let i = self.insn(code, pc)?;
-                c.advance(
-                    self.stub(c.prev, pc) + i.skip + i.planned.plan.len(),
-                    |_| {},
-                );
+                let n = self.stub(c.prev, pc) + c.abstract_values(i.skip) + i.planned.plan.len();
+                c.advance(n, |_| {});
                 c.prev = Some(pc);
             }
             self.starts.push(c);
@@ -632,9 +664,9 @@ impl Data {
     /// The abstract values before the instruction at `pc` of module
     /// `module` (0 when it was recorded without abstract execution),
     /// planned for its whole procedure at once ([`Data::learn_proc`]).
-    fn skip(&mut self, code: &Code<'_, '_>, module: usize, pc: u64) -> Result<usize, String> {
+    fn skip(&mut self, code: &Code<'_, '_>, module: usize, pc: u64) -> Result<Skip, String> {
         let Some(Some(_)) = self.dbs.get(module) else {
-            return Ok(0);
+            return Ok((0, None));
         };
         if let Some(&n) = self.skips.get(&pc) {
             return Ok(n);
@@ -670,7 +702,8 @@ impl Data {
         for (b, ((insns, k), blk)) in progs.iter().zip(known).zip(&p.blocks).enumerate() {
             let (plans, _) = Exec::plan_block(k, insns, exec::anchors_rsp(blk));
             for ((i, _), plan) in insns.iter().zip(plans) {
-                self.skips.insert(at(i), plan.map_or(0, |p| p.len()));
+                self.skips
+                    .insert(at(i), skip_of(plan.as_deref().unwrap_or(&[])));
             }
             if let Some((last, _)) = insns.last() {
                 let (block, call) = (b as u32, blk.call);

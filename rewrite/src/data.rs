@@ -114,6 +114,7 @@ fn insn_values(
             Recorded::Rcx => Ok(Value::Reg(rcx)),
             Recorded::Flags => Ok(Value::Flags),
             Recorded::Rsp => Ok(Value::Reg(rsp)),
+            Recorded::Once(k) => Ok(Value::Once(k)),
             Recorded::Reg(g) => reg(g)
                 .map(Value::Reg)
                 .ok_or_else(|| refuse("a register the sequence cannot read".into())),

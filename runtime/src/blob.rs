@@ -2397,6 +2397,12 @@ fn emit_signal_entry(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedEr
     a.jz(as_is)?;
     a.mov(qword_ptr(rsp + 200 + 16 * 8), rax)?;
     a.set_label(&mut as_is)?;
+    // The handler starts with no thread constant recorded (`S_ONCE`, as
+    // the regenerator's walk starts it); `sigret_record` puts the
+    // interrupted code's word back.
+    a.mov(eax, dword_ptr(S_ONCE).gs())?;
+    a.mov(qword_ptr(rsp + 200 + KEPT_ONCE), rax)?;
+    a.mov(dword_ptr(S_ONCE).gs(), 0)?;
     // The handler returns through the executable's `sigreturn`, which
     // says where the thread resumes (the handler may move the rip); the
     // pretcode it replaces, glibc's restorer, is kept for `map_caller`.
@@ -2416,6 +2422,8 @@ fn emit_signal_entry(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedEr
 /// `uc_mcontext.__reserved1[0..2]`, after the gregs and the fpregs pointer.
 const KEPT_COPY: i32 = 192;
 const KEPT_ORIG: i32 = 200;
+/// And the slot's `S_ONCE` word of the interrupted code: `__reserved1[2]`.
+const KEPT_ONCE: i32 = 208;
 
 /// `dst` = the address of `label` in the executable's blob (the slot's
 /// `RUNTIME`): every blob is the same code. Clobbers rdx.
@@ -2468,6 +2476,10 @@ fn emit_sigreturn(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError
     // check wants glibc's restorer where `signal_entry` has its pretcode,
     // and writes SIGRETURN(rip). Clobbers every register but r12.
     a.set_label(&mut l.sigret_record)?;
+    // The interrupted code's thread constants come back with it (the
+    // regenerator's walk restores its state at this SIGRETURN).
+    a.mov(eax, dword_ptr(r13 + KEPT_ONCE))?;
+    a.mov(dword_ptr(S_ONCE).gs(), eax)?;
     // An original instruction's address (`signal_entry` showed the
     // handler one; the handler may have moved it to another) goes back to
     // its copy.

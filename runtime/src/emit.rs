@@ -18,7 +18,7 @@
 use iced_x86::code_asm::*;
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
 
-use crate::layout::{RecordKind, ESCAPE, KIND_PENDING, S_LIMIT, S_OWNER, S_POS, S_XFERS};
+use crate::layout::{RecordKind, ESCAPE, KIND_PENDING, S_LIMIT, S_ONCE, S_OWNER, S_POS, S_XFERS};
 use crate::{Blob, Error};
 
 /// How live arithmetic flags are saved around a sequence that clobbers them.
@@ -355,6 +355,10 @@ pub enum Value {
     Reg(AsmRegister64),
     /// `rflags` (a string instruction's direction flag).
     Flags,
+    /// `rax`, thread constant `k` (`analysis::addr::returns::
+    /// THREAD_CONSTANTS`): recorded only while bit `k` of the slot's
+    /// [`S_ONCE`] word is clear, which the record then sets.
+    Once(u8),
 }
 
 /// Bytes the VALUE sequence moves `rsp` down before it reads an
@@ -368,6 +372,9 @@ const VALUE_SHIFT: i64 = RED_ZONE as i64 + 8;
 /// computed into a borrowed register `v` first (saved below the red
 /// zone).
 pub fn emit_value(a: &mut CodeAssembler, value: Value, site: Site) -> Result<(), Error> {
+    if let Value::Once(k) = value {
+        return emit_once(a, k, site);
+    }
     match in_register(value) {
         Some(r) => emit_record(a, RecordKind::Value, Payload::Reg64(r), site),
         None => emit_computed(a, RecordKind::Value, value, site, Payload::Reg64),
@@ -385,9 +392,47 @@ fn in_register(value: Value) -> Option<AsmRegister64> {
             index: None,
             disp: 0,
         }) => b,
-        Value::Addr(_) | Value::Flags => return None,
+        Value::Addr(_) | Value::Flags | Value::Once(_) => return None,
     };
     (!same(r, rsp)).then_some(r)
+}
+
+/// [`Value::Once`]: `test byte gs:[ONCE], 1 << k; jnz done`, a VALUE
+/// record of `rax`, `or byte gs:[ONCE], 1 << k`. Not atomic with respect
+/// to a signal, and need not be: a handler starts with the word clear and
+/// returns to it as it was (`signal_entry`, `sigreturn`), so the
+/// interrupted sequence records exactly when it would have without the
+/// handler, and the regenerator runs the handler with no constant known.
+fn emit_once(a: &mut CodeAssembler, k: u8, site: Site) -> Result<(), Error> {
+    if u32::from(k) >= 8 {
+        return Err(Error::Emit(format!(
+            "thread constant {k}: 8 fit the ONCE byte"
+        )));
+    }
+    let bit = 1u32 << k;
+    let save = site.flags_live;
+    if save {
+        a.lea(rsp, ptr(rsp - RED_ZONE))?;
+        a.pushfq()?;
+    }
+    let mut done = a.create_label();
+    a.test(byte_ptr(S_ONCE).gs(), bit)?;
+    a.jnz(done)?;
+    let inner = Site {
+        flags_live: false,
+        red_zone_live: site.red_zone_live && !save,
+        ..site
+    };
+    emit_record(a, RecordKind::Value, Payload::Reg64(rax), inner)?;
+    a.or(byte_ptr(S_ONCE).gs(), bit)?;
+    a.set_label(&mut done)?;
+    if save {
+        a.popfq()?;
+        a.lea(rsp, ptr(rsp + RED_ZONE))?;
+    } else {
+        a.nop()?;
+    }
+    Ok(())
 }
 
 /// Emits a record of `kind` whose payload holds `rsp` as the code before
@@ -416,6 +461,11 @@ fn emit_computed(
     site: Site,
     payload: impl Fn(AsmRegister64) -> Payload,
 ) -> Result<(), Error> {
+    if let Value::Once(k) = value {
+        return Err(Error::Emit(format!(
+            "thread constant {k}: recorded by `emit_value` alone"
+        )));
+    }
     let v = pick_free(&[&[rax][..], site.scratch.as_slice()].concat());
     a.lea(rsp, ptr(rsp - RED_ZONE))?;
     a.push(v)?;
@@ -431,6 +481,7 @@ fn emit_computed(
             a.pushfq()?;
             a.pop(v)?;
         }
+        Value::Once(_) => {}
     }
     let inner = Site {
         scratch: site.scratch.filter(|s| !same(*s, v)),

@@ -166,6 +166,13 @@ pub const S_REGION: u64 = 96;
 /// every jump into untraced code); starts at 0 in every slot (threads and
 /// fork children alike) and wraps. `signal_entry` puts it in SIGNAL.
 pub const S_XFERS: u64 = 104;
+/// ONCE: u32, bit `k` set once the thread recorded thread constant `k`
+/// (`record --data`: `analysis::addr::returns::THREAD_CONSTANTS`, the
+/// rewriter's `Value::Once`); starts at 0 in every slot (threads and
+/// fork children alike). `signal_entry` saves it in the handler's frame
+/// and clears it, `sigreturn` puts it back, so a handler records its own
+/// as the regenerator's walk expects (`docs/data.md`).
+pub const S_ONCE: u64 = 108;
 /// IMAGE: u64 id of the rewritten executable whose `init` claimed the
 /// first slot of the process image (the rewriter's `image_id`, a hash of
 /// the copy; 0 from a blob without one), inherited by the slots its

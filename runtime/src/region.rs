@@ -606,6 +606,7 @@ impl Drainer<'_> {
             S_HALF_STATE + 4,
             S_PARENT,
             S_XFERS,
+            S_ONCE,
         ] {
             r.a32(s + off).store(0, Ordering::Relaxed);
         }

@@ -471,9 +471,10 @@ struct ProcFacts {
     /// (`exec::anchors_rsp`).
     anchors: Vec<bool>,
     /// Per block, per instruction: the registers recorded before it when
-    /// unknown (`exec::mark_definitions`; the decoded programs leave them
+    /// unknown (`exec::mark_definitions`) and the thread constant `rax`
+    /// holds there (`exec::mark_once`; the decoded programs leave both
     /// empty, so `compile` sets them).
-    before: Vec<Vec<RegSet>>,
+    before: Vec<Vec<(RegSet, Option<u8>)>>,
 }
 
 /// A thread's abstract execution state.
@@ -561,7 +562,13 @@ struct Values<'t> {
     /// A `rep` string instruction's fault is followed by its `rcx`, `rsi`
     /// and `rdi` as VALUEs (format 1.12, `signals`).
     rep_faults: bool,
+    /// The thread constants taken so far (`Recorded::Once`), by number.
+    once: Once,
 }
+
+/// The thread constants a thread (or a handler) has taken, by number
+/// (`returns::THREAD_CONSTANTS`).
+type Once = [Option<u64>; aetrace_analysis::addr::returns::THREAD_CONSTANTS.len()];
 
 impl<'t> Values<'t> {
     /// The values of thread `t`, read through the chunks of `visit`'s walk.
@@ -583,11 +590,31 @@ impl<'t> Values<'t> {
     /// jump table is the original table's.
     #[inline(always)]
     fn take_as(&mut self, what: Recorded, m: &Module) -> Result<u64, String> {
-        let v = self.take()?;
+        let v = match what {
+            Recorded::Once(k) => return self.constant(k),
+            _ => self.take()?,
+        };
         Ok(match what {
             Recorded::Addr(_) => m.original_data_address(v),
             _ => v,
         })
+    }
+
+    /// Thread constant `k`: the thread's first return from its import
+    /// recorded it, as the runtime's slot word `ONCE` says (a handler
+    /// starts without them, `signals`).
+    #[cold]
+    fn constant(&mut self, k: u8) -> Result<u64, String> {
+        let k = usize::from(k);
+        match self.once.get(k) {
+            Some(&Some(v)) => Ok(v),
+            Some(None) => {
+                let v = self.take()?;
+                self.once[k] = Some(v);
+                Ok(v)
+            }
+            None => Err(format!("thread constant {k} is not one this aetrace knows")),
+        }
     }
 
     /// The next value.
@@ -1004,7 +1031,7 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
             known: exec::entry_knowledge(p, &md.returns, &mut blocks),
             anchors: p.blocks.iter().map(exec::anchors_rsp).collect(),
             before: (blocks.iter())
-                .map(|b| b.iter().map(|(_, prog)| prog.before).collect())
+                .map(|b| b.iter().map(|(_, prog)| (prog.before, prog.once)).collect())
                 .collect(),
         });
         self.mods[module as usize].procs[pi.as_u32() as usize] = Some(facts.clone());
@@ -1114,8 +1141,8 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
         let local = r.block.as_u32() - m.procs[m.blocks[r.block].proc].blocks.start;
         let insns = self.decoded(m, r.module, r.block)?;
         let mut progs: Vec<_> = (insns.iter()).map(|i| (i.insn, i.prog.clone())).collect();
-        for ((_, prog), &b) in progs.iter_mut().zip(&facts.before[local as usize]) {
-            prog.before = b;
+        for ((_, prog), &(b, once)) in progs.iter_mut().zip(&facts.before[local as usize]) {
+            (prog.before, prog.once) = (b, once);
         }
         let anchor = facts.anchors[local as usize];
         Ok(BlockCode::compile(known, &progs, r.first as usize, anchor))

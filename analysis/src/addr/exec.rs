@@ -180,6 +180,12 @@ impl Exec {
         out.recorded.clear();
         out.rep = None;
         full::refusal(insn, prog)?;
+        if let Some(k) = prog.once {
+            let rax = &mut self.regs[0];
+            if rax.is_none() {
+                *rax = Some(take(Recorded::Once(k))?);
+            }
+        }
         for g in prog.before.iter() {
             if self.regs[g.index()].is_none() {
                 self.regs[g.index()] = Some(take(Recorded::Reg(g))?);
@@ -503,8 +509,34 @@ pub fn entry_knowledge(
     returns: &Returns,
     blocks: &mut [Vec<(Instruction, InsnProgram)>],
 ) -> Vec<RegSet> {
+    mark_once(p, returns, blocks);
     mark_definitions(p, returns, blocks);
     knowledge(p, returns, blocks)
+}
+
+/// Sets [`InsnProgram::once`] on the first instruction of each block
+/// whose every way in is the return of a call ([`WayIn::Back`]) to the
+/// PLT stub of one thread constant's import
+/// ([`Returns::thread_constant`]): `rax` there is that constant, taken
+/// once per thread.
+pub fn mark_once(p: &ProcDb, returns: &Returns, blocks: &mut [Vec<(Instruction, InsnProgram)>]) {
+    let ways = ways_in(p, returns, blocks);
+    let constant = |w: &WayIn| match *w {
+        WayIn::Back(b) => match p.blocks.get(b as usize)?.call?.target {
+            CallTarget::Proc(q) => returns.thread_constant(q),
+            _ => None,
+        },
+        _ => None,
+    };
+    for (ws, insns) in ways.iter().zip(blocks.iter_mut()) {
+        let mut ks = ws.iter().map(constant);
+        let Some(Some(k)) = ks.next() else { continue };
+        if ks.all(|c| c == Some(k)) {
+            if let Some((_, prog)) = insns.first_mut() {
+                prog.once = Some(k);
+            }
+        }
+    }
 }
 
 /// [`entry_knowledge`] of blocks as they are marked.

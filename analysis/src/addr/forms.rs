@@ -73,6 +73,7 @@ pub fn program(insn: &Instruction, info: &mut InstructionInfoFactory) -> InsnPro
         updates,
         call,
         before: RegSet::default(),
+        once: None,
     }
 }
 

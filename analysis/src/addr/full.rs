@@ -37,6 +37,11 @@ pub enum Recorded {
     /// A register before the instruction: the instruction before it
     /// defined it, unknown, and it feeds addresses (`InsnProgram::before`).
     Reg(Gpr),
+    /// `rax` at a return point of a call to the thread constant `k`
+    /// ([`super::returns::THREAD_CONSTANTS`], `InsnProgram::once`):
+    /// recorded by the thread's first such return only (the runtime's
+    /// slot word `ONCE`), the regenerator keeping it per thread.
+    Once(u8),
 }
 
 /// The direction flag's bit in `rflags`.

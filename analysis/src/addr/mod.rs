@@ -273,6 +273,11 @@ pub struct InsnProgram {
     /// before it defines them and they feed addresses
     /// (`exec::mark_definitions`; empty as `forms` decodes it).
     pub before: RegSet,
+    /// `rax` holds thread constant `k` here, taken first when unknown
+    /// ([`full::Recorded::Once`]): the instruction starts a return point
+    /// whose every way in is the return of a call to that constant's
+    /// import (`exec::mark_once`; `None` as `forms` decodes it).
+    pub once: Option<u8>,
 }
 
 /// The address program of one block.

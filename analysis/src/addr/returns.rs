@@ -25,6 +25,13 @@
 //! No thread starts inside a leaf: a fork or clone child starts after a
 //! system call.
 //!
+//! And the stubs of imports whose result is a thread constant
+//! ([`THREAD_CONSTANTS`], [`Returns::thread_constant`]): glibc's
+//! `__errno_location` returns the thread's `errno` address, the same at
+//! every call of one thread (a fork child's equals its parent's, and its
+//! slot starts afresh anyway), so a data trace records it once per thread
+//! (`exec::mark_once`).
+//!
 //! Invariant: [`Returns::of`] is the greatest set closed under that rule;
 //! equivalently, `f` returns by `ret` iff every procedure `f` reaches by
 //! tail calls (itself included) leaves only in those ways (the naive twin
@@ -46,7 +53,22 @@ pub struct Returns {
     /// Per procedure: a leaf ([`Returns::leaf`]); none until
     /// [`Returns::with_leaves`].
     leaves: Vec<bool>,
+    /// Per procedure: the thread constant a PLT stub's import returns
+    /// ([`Returns::thread_constant`]).
+    consts: Vec<Option<u8>>,
 }
+
+/// Imports whose result is the same at every call of one thread (glibc:
+/// the addresses of the thread's `errno` and locale tables, the thread's
+/// descriptor), by number: bit `k` of the runtime's slot word `ONCE` says
+/// whether the thread recorded constant `k` yet.
+pub const THREAD_CONSTANTS: [&str; 5] = [
+    "__errno_location",
+    "__ctype_b_loc",
+    "__ctype_tolower_loc",
+    "__ctype_toupper_loc",
+    "pthread_self",
+];
 
 impl Returns {
     /// The greatest fixpoint over `db`: start from the procedures whose own
@@ -79,6 +101,9 @@ impl Returns {
             reach: (0..n as u32).map(|f| reach_of(db, f)).collect(),
             stubs: db.procs.iter().map(is_stub).collect(),
             leaves: Vec::new(),
+            consts: (db.procs.iter())
+                .map(|p| constant_of(&p.name).filter(|_| is_stub(p)))
+                .collect(),
         }
     }
 
@@ -108,6 +133,12 @@ impl Returns {
     /// with a jump through a GOT slot (`CallDb::plt`, to untraced code).
     pub fn stub(&self, q: u32) -> bool {
         self.stubs.get(q as usize).copied().unwrap_or(false)
+    }
+
+    /// The thread constant ([`THREAD_CONSTANTS`]) procedure `q` returns:
+    /// a PLT stub of one of those imports.
+    pub fn thread_constant(&self, q: u32) -> Option<u8> {
+        self.consts.get(q as usize).copied().flatten()
     }
 
     /// Whether procedure `q` returns by `ret`.
@@ -147,6 +178,13 @@ fn enters_kernel(b: &BlockDb, code: Option<&[u8]>) -> bool {
 fn block_bytes<'a>(image: &'a crate::elf::Module, b: &BlockDb) -> Option<&'a [u8]> {
     let len = b.insn_lens.iter().map(|&l| u64::from(l)).sum();
     image.bytes_at(b.start, len)
+}
+
+/// The number of the thread constant a stub named `name` (`import@plt`)
+/// returns.
+fn constant_of(name: &str) -> Option<u8> {
+    let import = name.strip_suffix("@plt")?;
+    (THREAD_CONSTANTS.iter().position(|c| *c == import)).map(|k| k as u8)
 }
 
 /// Whether `p` is a PLT stub ([`Returns::stub`]).

@@ -250,7 +250,10 @@ fn run(
                     (None, false) => op_why(&before, &u.op, (insn, prog)),
                 };
             }
+            // A thread constant's value is not one per run (at most one
+            // per thread): not counted.
             (plan.iter())
+                .filter(|r| !matches!(r, Recorded::Once(_)))
                 .map(|r| value_why(&before, prog, *r))
                 .collect()
         })
@@ -263,6 +266,7 @@ fn value_why(before: &Regs, prog: &InsnProgram, r: Recorded) -> Why {
     match r {
         Recorded::Rcx | Recorded::Flags => Why::Rep,
         Recorded::Rsp => Why::Anchor,
+        Recorded::Once(_) => Why::CallResult,
         // Recorded at its definition: why it is unknown there.
         Recorded::Reg(g) => before[g.index()],
         Recorded::Addr(k) => match &prog.refs[k].addr {

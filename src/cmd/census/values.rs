@@ -3,7 +3,8 @@
 //! (`analysis::addr::why`), each block's values weighted by the runs of
 //! the block from its start that the control walk finds (`regen::visit`).
 //! Outside-entry stubs' `rsp` values are not counted (they stand before
-//! no instruction).
+//! no instruction), nor thread constants (`Recorded::Once`: one per
+//! thread and handler, not per run).
 
 use std::collections::BTreeMap;
 use std::path::Path;

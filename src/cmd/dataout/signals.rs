@@ -84,6 +84,10 @@ struct Saved {
     /// The SIGNAL came between an ENTER and its stub's `rsp` value: the
     /// first value after the handler is that stub's.
     enter: Option<u32>,
+    /// The thread constants the interrupted code had taken: the handler
+    /// starts without any, as the runtime's `signal_entry` clears the
+    /// slot's `ONCE` word and `sigreturn` puts it back.
+    once: super::Once,
 }
 
 impl Values<'_> {
@@ -169,12 +173,14 @@ impl<S: Sink> Writer<'_, '_, S> {
             self.rep_signal(visit, sig.rip, &mut early)?;
         }
         let state = std::mem::take(&mut self.state);
+        let once = std::mem::take(&mut self.values.once);
         self.sig.saved.enter(
             offset,
             Saved {
                 state,
                 early,
                 enter,
+                once,
             },
         );
         Ok(())
@@ -204,6 +210,7 @@ impl<S: Sink> Writer<'_, '_, S> {
             }
         }
         self.values.put_back(s.early, s.enter);
+        self.values.once = s.once;
         self.state = s.state;
         self.sig.resumed = true;
         Ok(())

@@ -72,6 +72,9 @@ impl Sum {
     }
 }
 
+/// `rax`, where a call's result is.
+const RAX: Gpr = Gpr(0);
+
 fn has(k: RegSet, g: Gpr) -> bool {
     k.0 & (1 << g.0) != 0
 }
@@ -253,6 +256,9 @@ pub struct InsnCode {
     fail: Option<u32>,
     /// `rsp` is taken first when unknown ([`Exec::anchor`]): it is unknown.
     anchor: bool,
+    /// Then `rax`, thread constant `k` ([`InsnProgram::once`], when `rax`
+    /// is unknown here).
+    once: Option<u8>,
     /// Then these registers, lowest first ([`InsnProgram::before`], the
     /// ones unknown here).
     before: RegSet,
@@ -317,14 +323,19 @@ impl BlockCode {
             if anchor {
                 k.insert(Gpr::RSP);
             }
+            let once = prog.once.filter(|_| !has(k, RAX));
+            if once.is_some() {
+                k.insert(RAX);
+            }
             let before = RegSet(prog.before.0 & !k.0);
             k.0 |= before.0;
-            let c = code.insn(insn, prog, &mut k, anchor, before);
+            let c = code.insn(insn, prog, &mut k, (anchor, once), before);
             let n = (c.refs.1 - c.refs.0) as u64;
             code.totals[0] += n;
             code.totals[1] += u64::from(c.statik);
             code.totals[2] += u64::from(c.recorded);
             if c.anchor
+                || c.once.is_some()
                 || c.before.0 != 0
                 || c.fail.is_some()
                 || c.rep
@@ -348,7 +359,7 @@ impl BlockCode {
         insn: &Instruction,
         prog: &InsnProgram,
         k: &mut RegSet,
-        anchor: bool,
+        (anchor, once): (bool, Option<u8>),
         before: RegSet,
     ) -> InsnCode {
         let refs0 = self.refs.len() as u32;
@@ -381,6 +392,7 @@ impl BlockCode {
             len: insn.len() as u32,
             fail,
             anchor,
+            once,
             before,
             rep: prog.refs.iter().any(|r| r.repeat == Repeat::Rcx),
             refs: (refs0, self.refs.len() as u32),
@@ -646,6 +658,9 @@ impl Exec {
         }
         if c.anchor {
             self.regs[Gpr::RSP.index()] = Some(take(Recorded::Rsp)?);
+        }
+        if let Some(once) = c.once {
+            self.regs[RAX.index()] = Some(take(Recorded::Once(once))?);
         }
         let mut before = c.before.0;
         while before != 0 {

@@ -130,6 +130,33 @@ fn call_db(target: CallTarget) -> CallDb {
     }
 }
 
+/// A PLT stub named `name`: one block, its jump through the GOT to
+/// untraced code that runs no traced code (unmarked).
+fn plt_stub(name: &str) -> ProcDb {
+    ProcDb {
+        name: name.into(),
+        status: ProcStatus::Traced,
+        entry: 0,
+        blocks: vec![BlockDb {
+            start: 0x2000,
+            insn_lens: vec![6],
+            call: Some(CallDb {
+                tail: true,
+                plt: true,
+                marker: false,
+                ..call_db(CallTarget::External)
+            }),
+        }],
+        edges: vec![EdgeDb {
+            from: 0,
+            to: 1,
+            kind: EdgeKindDb::TailCall,
+            witness: None,
+        }],
+        sigmap: None,
+    }
+}
+
 /// B0 entry: push; B1 loop: store to the stack, jumps to itself or falls
 /// into B2, a call to `target`; B3 its return point.
 fn caller(target: CallTarget) -> (ProcDb, Vec<Vec<(Instruction, InsnProgram)>>) {
@@ -248,28 +275,7 @@ fn a_call_that_runs_no_traced_code_keeps_the_preserved_registers() {
         a.mov(qword_ptr(rbx), rax)?; // derived: rbx survives the call
         a.mov(qword_ptr(rcx), rax) // recorded: rcx is the callee's
     }));
-    let stub = ProcDb {
-        name: "memcmp@plt".into(),
-        status: ProcStatus::Traced,
-        entry: 0,
-        blocks: vec![BlockDb {
-            start: 0x2000,
-            insn_lens: vec![6],
-            call: Some(CallDb {
-                tail: true,
-                plt: true,
-                marker: false,
-                ..call_db(CallTarget::External)
-            }),
-        }],
-        edges: vec![EdgeDb {
-            from: 0,
-            to: 1,
-            kind: EdgeKindDb::TailCall,
-            witness: None,
-        }],
-        sigmap: None,
-    };
+    let stub = plt_stub("memcmp@plt");
     let db = ProgramDb {
         procs: vec![p.clone(), stub],
         ..ProgramDb::default()
@@ -778,4 +784,50 @@ fn a_join_is_closed_again_when_a_dropped_mark_loses_its_register() {
     want.insert(Gpr::RBP);
     assert_eq!(blocks[0][4].1.before, want, "the entry's way records rbp");
     assert_eq!(values_per_block(&known, &blocks), [2, 0]);
+}
+
+/// The return point of an unmarked call to `__errno_location@plt` takes
+/// `rax` once (`Recorded::Once`), before its first instruction, and then
+/// knows it; a return point that a plain edge reaches too, or a call to
+/// another import's stub, does not.
+#[test]
+fn a_return_from_a_thread_constant_takes_rax_once() {
+    let (mut p, _) = caller(CallTarget::Proc(1));
+    p.blocks[2].call.as_mut().unwrap().marker = false;
+    let blocks3 = || {
+        progs(&asm(|a| {
+            a.mov(dword_ptr(rax), 0)?; // the errno address: taken once
+            a.mov(dword_ptr(rax + 4), 1) // then derived
+        }))
+    };
+    let db = ProgramDb {
+        procs: vec![
+            p.clone(),
+            plt_stub("__errno_location@plt"),
+            plt_stub("memcmp@plt"),
+        ],
+        ..ProgramDb::default()
+    };
+    let returns = Returns::of(&db);
+    assert_eq!(returns.thread_constant(1), Some(0));
+    assert_eq!(returns.thread_constant(2), None);
+    let plan = |p: &ProcDb| {
+        let (_, mut blocks) = caller(CallTarget::Proc(1));
+        blocks[3] = blocks3();
+        let known = entry_knowledge(p, &returns, &mut blocks);
+        let (plans, _) = Exec::plan_block(known[3], &blocks[3], false);
+        plans.into_iter().map(|p| p.unwrap()).collect::<Vec<_>>()
+    };
+    assert_eq!(plan(&p), [vec![Recorded::Once(0)], vec![]]);
+    let mut other = p.clone();
+    other.blocks[2].call.as_mut().unwrap().target = CallTarget::Proc(2);
+    assert_eq!(plan(&other), [vec![Recorded::Addr(0)], vec![]]);
+    let mut joined = p.clone();
+    joined.edges.push(EdgeDb {
+        from: 1,
+        to: 3,
+        kind: EdgeKindDb::Taken,
+        witness: None,
+    });
+    assert_eq!(plan(&joined)[0], vec![Recorded::Addr(0)]);
 }

@@ -197,6 +197,9 @@ impl FlatCode {
             if c.anchor {
                 f.take(k, Gpr::RSP, Recorded::Rsp);
             }
+            if let Some(once) = c.once {
+                f.take(k, Gpr(0), Recorded::Once(once));
+            }
             c.before.iter().for_each(|g| f.take(k, g, Recorded::Reg(g)));
             let refs = &code.refs[c.refs.0 as usize..c.refs.1 as usize];
             for (j, r) in refs.iter().enumerate() {
