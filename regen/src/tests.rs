@@ -595,6 +595,72 @@ fn counting_chains_pass_plt_calls_and_tail_jumps() {
     }
 }
 
+/// A wide counting entry that returns through the frame below its read
+/// point keeps that frame and is used only with it on top: the same loop
+/// of `g`, with the same witness bytes, returns to two call sites of
+/// `main` that pass different blocks back to its loop head (site A one,
+/// site B two). `--count` equals the walk's; it does not when the lookup
+/// ignores the kept frame.
+#[test]
+fn wide_entries_return_below_their_read_point_only_to_their_frame() {
+    let mut a = LINK_BASE + 0x1000;
+    let g_call = || call(CallTarget::Proc(1), false, true, false, None);
+    let main = proc(
+        &mut a,
+        "main",
+        vec![None, g_call(), None, g_call(), None, None, None],
+        vec![
+            (0, 1, Taken, Some(0)),
+            (0, 3, Taken, Some(1)),
+            (1, 2, CallReturn, None),
+            (2, 0, Taken, None),
+            (3, 4, CallReturn, None),
+            (4, 5, Taken, None),
+            (5, 0, Taken, None),
+            (0, 6, Taken, Some(2)),
+            (6, 7, Return, None),
+        ],
+    );
+    let g = proc(
+        &mut a,
+        "g",
+        vec![None, None, None],
+        vec![
+            (0, 1, Taken, Some(0)),
+            (0, 2, Taken, Some(1)),
+            (1, 0, Taken, None),
+            (2, 3, Return, None),
+        ],
+    );
+    let db = db_of(vec![main, g]);
+    let mut s = Vec::new();
+    thread_rec(&mut s);
+    enter(&mut s, 0);
+    let mut x = 7u32;
+    for _ in 0..300 {
+        x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        let site_b = x >> 16 & 1;
+        witness(&mut s, site_b);
+        for _ in 0..x >> 20 & 3 {
+            witness(&mut s, 0);
+        }
+        witness(&mut s, 1);
+    }
+    witness(&mut s, 2);
+    let bytes = trace_bytes(&db, &[s], 64);
+    let count_opts = Options {
+        count: true,
+        ..opts(Format::Block)
+    };
+    let (count, r) = run(&bytes, &count_opts);
+    r.unwrap();
+    crate::summary::WALK_ONLY.with(|w| w.set(true));
+    let (walked, rw) = run(&bytes, &count_opts);
+    crate::summary::WALK_ONLY.with(|w| w.set(false));
+    rw.unwrap();
+    assert_eq!(text(&count), text(&walked));
+}
+
 #[test]
 fn exit_with_frames_active_then_an_exit_handler() {
     let mut a = LINK_BASE + 0x1000;
