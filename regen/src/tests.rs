@@ -127,6 +127,14 @@ fn text(v: &[u8]) -> &str {
     std::str::from_utf8(v).unwrap()
 }
 
+/// [`run`] with no summaries: every block walked one by one.
+fn run_walked(bytes: &[u8], opts: &Options) -> (Vec<u8>, Result<(), Error>) {
+    crate::summary::WALK_ONLY.with(|w| w.set(true));
+    let r = run(bytes, opts);
+    crate::summary::WALK_ONLY.with(|w| w.set(false));
+    r
+}
+
 // ---------------------------------------------------------------- hand-written programs
 
 /// A procedure with blocks of 2 instructions (3 + 2 bytes) laid out from
@@ -574,15 +582,13 @@ fn counting_chains_pass_plt_calls_and_tail_jumps() {
             },
         );
         r.unwrap();
-        crate::summary::WALK_ONLY.with(|w| w.set(true));
-        let (walked, rw) = run(
+        let (walked, rw) = run_walked(
             &bytes,
             &Options {
                 count: true,
                 ..opts(Format::Block)
             },
         );
-        crate::summary::WALK_ONLY.with(|w| w.set(false));
         rw.unwrap();
         assert_eq!(text(&count), text(&walked), "LAZY at {lazy_at:?}");
         let (blocks, rb) = run(&bytes, &opts(Format::Block));
@@ -654,9 +660,7 @@ fn wide_entries_return_below_their_read_point_only_to_their_frame() {
     };
     let (count, r) = run(&bytes, &count_opts);
     r.unwrap();
-    crate::summary::WALK_ONLY.with(|w| w.set(true));
-    let (walked, rw) = run(&bytes, &count_opts);
-    crate::summary::WALK_ONLY.with(|w| w.set(false));
+    let (walked, rw) = run_walked(&bytes, &count_opts);
     rw.unwrap();
     assert_eq!(text(&count), text(&walked));
 }
@@ -1026,9 +1030,7 @@ proptest! {
         let want_total = format!("total: {} instructions, {} blocks", lines(&want), lines(text(&blocks)));
         prop_assert!(text(&count).contains(&want_total), "{}\n{}", text(&count), want_total);
         // Chains count each procedure's entries as the walk does.
-        crate::summary::WALK_ONLY.with(|w| w.set(true));
-        let (walked, rw) = run(&bytes, &Options { count: true, ..opts(Format::Insn) });
-        crate::summary::WALK_ONLY.with(|w| w.set(false));
+        let (walked, rw) = run_walked(&bytes, &Options { count: true, ..opts(Format::Insn) });
         prop_assert!(rw.is_ok());
         prop_assert_eq!(text(&count), text(&walked));
         // One thread alone, relative addresses.
@@ -1141,9 +1143,7 @@ proptest! {
                 }
                 let bytes = trace_bytes(&s.db, &[damaged], 64);
                 let (out, r) = run(&bytes, &opts(Format::Block));
-                crate::summary::WALK_ONLY.with(|w| w.set(true));
-                let (walk, rw) = run(&bytes, &opts(Format::Block));
-                crate::summary::WALK_ONLY.with(|w| w.set(false));
+                let (walk, rw) = run_walked(&bytes, &opts(Format::Block));
                 prop_assert_eq!(text(&out), text(&walk), "byte {} (cut {})", i, cut);
                 prop_assert_eq!(r.err().map(|e| e.to_string()), rw.err().map(|e| e.to_string()));
             }
