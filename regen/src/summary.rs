@@ -60,9 +60,12 @@
 //! after the last, are one entry of a wide memo ([`Wide`]), keyed by the
 //! read point and the next four witness bytes: one dependent load for up
 //! to four witnesses and the calls among them (sort's comparisons make
-//! about one call per witness). An entry returns only through frames it
-//! pushed itself, so its key decides it; it keeps the callees whose
-//! entries it counts and the frames it leaves pushed. Each
+//! about one call per witness). An entry returns through frames it
+//! pushed itself and, once, through the newest frame below its read point,
+//! which it then keeps and a lookup matches beside the key (a comparison
+//! of sort ends in returns to calls made before its last read points); it
+//! keeps the callees whose entries it counts and the frames it pops and
+//! leaves pushed. Each
 //! memo entry also keeps the [`hot_slot`] of where it ends, so no hash is
 //! computed on the chain of dependent loads.
 
@@ -193,7 +196,7 @@ const _: () = assert!(
 
 const _: () = assert!(WIDE_STEPS == 4, "a Wide key holds four bytes");
 
-/// Entries of the wide memo (a power of two): 48 KiB.
+/// Entries of the wide memo (a power of two): 64 KiB.
 const WIDES: usize = 1 << 11;
 
 /// A wide memo entry: up to [`WIDE_STEPS`] consecutive witness steps of
@@ -201,15 +204,21 @@ const WIDES: usize = 1 << 11;
 /// of `key as u32` (the first in its low byte), with the calls and
 /// returns between them and the calls after the last (issue 24 item 3):
 /// while each step has a [`Hot`] entry, every return pops a frame the
-/// entry pushed itself (so its result does not depend on the stack below
-/// the read point), and what the calls leave fits [`WIDE_OPS`]. The
-/// bytes past those steps take no part in them but are in the key all
-/// the same (a lookup cannot know how many count before the load).
-/// No steps: the chain takes the first witness alone. One dependent load
-/// for up to four witnesses and the calls among them.
+/// entry pushed itself or, once, the newest of `Summaries::frames` when
+/// the entry has none of its own left ([`Wide::frame`]: its result
+/// depends on no other part of the stack), and what the calls leave fits
+/// [`WIDE_OPS`]. The bytes past those steps take no part in them but are
+/// in the key all the same (a lookup cannot know how many count before
+/// the load). No steps: the chain takes the first witness alone. One
+/// dependent load for up to four witnesses and the calls among them.
 #[derive(Clone, Copy, Debug)]
 struct Wide {
     key: u64,
+    /// The call block of the frame below the read point that the entry
+    /// returns through (newest of `Summaries::frames` at its lookup);
+    /// [`NO_FRAME`] when it returns through none. sort's comparisons end in
+    /// returns to the frames of calls made before the entry's read point.
+    frame: u32,
     /// Where control stops after the steps and the calls after them,
     /// with [`Hot`]'s kind bits.
     end: u32,
@@ -231,6 +240,7 @@ struct Wide {
 impl Wide {
     const EMPTY: Wide = Wide {
         key: u64::MAX,
+        frame: NO_FRAME,
         end: 0,
         insns: 0,
         blocks: 0,
@@ -242,45 +252,54 @@ impl Wide {
 }
 
 /// A [`Wide`] entry while `Summaries::fill_wide` builds it, with its ops.
+/// Every field is a `u32` (the entry's narrower ones are checked as they
+/// grow): a load of a field that a narrower store has just written waits
+/// for that store (bzip2's fills stalled there).
 #[derive(Clone, Copy, Debug)]
 struct WideFill {
-    w: Wide,
+    end: u32,
+    slot: u32,
+    insns: u32,
+    blocks: u32,
+    steps: u32,
+    xfers: u32,
+    frame: u32,
+    nops: u32,
     ops: [u32; WIDE_OPS],
 }
 
 impl WideFill {
-    /// Adds instructions and blocks; false when a count would overflow.
-    fn add(&mut self, insns: u32, blocks: u16) -> bool {
-        match (
-            self.w.insns.checked_add(insns),
-            self.w.blocks.checked_add(blocks),
-        ) {
-            (Some(i), Some(b)) if i < u32::MAX / 2 => {
-                (self.w.insns, self.w.blocks) = (i, b);
+    /// Adds instructions and blocks; false, nothing changed, when a count
+    /// would overflow.
+    fn add(&mut self, insns: u32, blocks: u32) -> bool {
+        match (self.insns.checked_add(insns), self.blocks + blocks) {
+            (Some(i), b) if i < u32::MAX / 2 && b <= u32::from(u16::MAX) => {
+                (self.insns, self.blocks) = (i, b);
                 true
             }
             _ => false,
         }
     }
 
-    /// Adds counted transfers; false on overflow.
-    fn xfer(&mut self, n: u8) -> bool {
-        self.w
-            .xfers
-            .checked_add(n)
-            .map(|x| self.w.xfers = x)
-            .is_some()
+    /// Appends an op (the caller checked the room).
+    fn op(&mut self, op: u32) {
+        self.ops[self.nops as usize] = op;
+        self.nops += 1;
     }
 
-    /// Appends an op; false when the entry has no room.
-    fn op(&mut self, op: u32) -> bool {
-        let n = usize::from(self.w.ops);
-        if n == WIDE_OPS {
-            return false;
+    /// The entry with key `key`.
+    fn entry(&self, key: u64) -> Wide {
+        Wide {
+            key,
+            frame: self.frame,
+            end: self.end,
+            insns: self.insns,
+            blocks: self.blocks as u16,
+            slot: self.slot as u16,
+            steps: self.steps as u8,
+            xfers: self.xfers as u8,
+            ops: self.nops as u8,
         }
-        self.ops[n] = op;
-        self.w.ops += 1;
-        true
     }
 }
 
@@ -292,6 +311,15 @@ const WIDE_OPS: usize = 15;
 /// A [`Wide`] entry's op that pushes a frame (its call block in the low
 /// bits); without it, an op counts an entry of the callee it names.
 const PUSH: u32 = 1 << 31;
+
+/// A [`Wide`] entry's op that pops the frame below its read point
+/// ([`Wide::frame`]). Procedure numbers are below it: a module with a
+/// counting memo has fewer than 2^24 blocks, each procedure at least one.
+const POP: u32 = 1 << 30;
+
+/// [`Wide::frame`] of an entry that pops no frame below its read point
+/// (no call block's number: those fit a [`Hot`] key's 24 bits).
+const NO_FRAME: u32 = u32::MAX;
 
 /// Where the witness bytes `word` (little-endian) from the read point
 /// whose [`hot_slot`] is `slot` stand in the wide memo. The bytes' hash
@@ -624,7 +652,8 @@ impl Summaries {
                 if let Some(word) = witness_word(bytes, run.witnesses) {
                     let i = wide_slot(slot, word);
                     let key = u64::from(run.end) << 32 | u64::from(word);
-                    if self.wides[i].key != key {
+                    let w = &self.wides[i];
+                    if w.key != key || w.frame != NO_FRAME && Some(&w.frame) != self.frames.last() {
                         self.fill_wide(m, i, run.end, slot, word);
                     }
                     let e = self.wides[i];
@@ -870,13 +899,16 @@ impl Summaries {
         self.hot[h]
     }
 
-    /// Counts the callee entries and pushes the frames of wide memo
-    /// entry `i`'s first `n` ops.
+    /// Counts the callee entries and pushes and pops the frames of wide
+    /// memo entry `i`'s first `n` ops.
     #[inline(always)]
     fn apply_ops(&mut self, i: usize, n: u8, entries: &mut [u64]) {
         for &op in &self.wide_ops[i][..usize::from(n)] {
             if op & PUSH != 0 {
                 self.frames.push(op & !PUSH);
+            } else if op == POP {
+                let _c = self.frames.pop();
+                debug_assert_eq!(_c, Some(self.wides[i].frame));
             } else {
                 entries[op as usize] += 1;
             }
@@ -885,34 +917,44 @@ impl Summaries {
 
     /// Fills wide memo entry `i` for read point `l` (its [`hot_slot`] is
     /// `slot`) and the witness bytes of `word`, from single steps, calls
-    /// and returns as `count_run` takes them. After each step it also
-    /// makes the calls that follow (the loop makes those without looking
-    /// at `max`); a read point or a plain `ret` after them waits for the
-    /// next step (the loop pauses there).
+    /// and returns as `count_run` takes them, with `frames` as they stand
+    /// (a return below the read point may pop their newest, [`Wide::frame`]).
+    /// After each step it also makes the calls that follow (the loop makes
+    /// those without looking at `max`); a read point or a plain `ret` after
+    /// them waits for the next step (the loop pauses there).
+    /// A failed step leaves `f` as it was (`wide_step`, `wide_return` and
+    /// `wide_call` change nothing when they fail), so only the calls and
+    /// returns before a step need undoing: the fill copies its state only
+    /// there (a copy per step stalled on store forwarding, 46 % of bzip2's
+    /// fill samples).
     #[cold]
     #[inline(never)]
     fn fill_wide(&mut self, m: &Module, i: usize, l: u32, slot: u16, word: u32) {
         let mut f = WideFill {
-            w: Wide {
-                key: u64::from(l) << 32 | u64::from(word),
-                end: l | Hot::AGAIN,
-                slot,
-                ..Wide::EMPTY
-            },
+            end: l | Hot::AGAIN,
+            slot: u32::from(slot),
+            insns: 0,
+            blocks: 0,
+            steps: 0,
+            xfers: 0,
+            frame: NO_FRAME,
+            nops: 0,
             ops: [0; WIDE_OPS],
         };
-        let mut done = f;
         for v in word.to_le_bytes() {
+            let undo = (f.end & (Hot::CALL | Hot::RET0) != 0).then_some(f);
             if !self.reach_read_point(m, &mut f) || !self.wide_step(m, &mut f, v) {
+                if let Some(u) = undo {
+                    f = u;
+                }
                 break;
             }
-            while f.w.end & Hot::KINDS == Hot::CALL && self.wide_call(m, &mut f) {}
-            done = f;
+            while f.end & Hot::KINDS == Hot::CALL && self.wide_call(m, &mut f) {}
         }
-        debug_assert!(done.w.steps != 0 || done.w.end == l | Hot::AGAIN);
-        self.wides[i] = done.w;
-        if done.w.ops != 0 {
-            self.wide_ops[i] = done.ops;
+        debug_assert!(f.steps != 0 || f.end == l | Hot::AGAIN);
+        self.wides[i] = f.entry(u64::from(l) << 32 | u64::from(word));
+        if f.nops != 0 {
+            self.wide_ops[i] = f.ops;
         }
     }
 
@@ -920,12 +962,12 @@ impl Summaries {
     /// where `f` cannot go on.
     fn reach_read_point(&mut self, m: &Module, f: &mut WideFill) -> bool {
         loop {
-            let ok = match f.w.end & Hot::KINDS {
+            let ok = match f.end & Hot::KINDS {
                 Hot::AGAIN => return true,
                 Hot::CALL => self.wide_call(m, f),
                 Hot::RET0 => {
-                    let b = &m.blocks[BlockIx::new((f.w.end & !Hot::KINDS) as usize)];
-                    f.add(b.ninsns, 1) && self.wide_return(m, f)
+                    let b = &m.blocks[BlockIx::new((f.end & !Hot::KINDS) as usize)];
+                    self.wide_return(m, f, b.ninsns, 1)
                 }
                 _ => false,
             };
@@ -935,69 +977,91 @@ impl Summaries {
         }
     }
 
-    /// Takes witness byte `v` at `f`'s read point; false (`f` then no
-    /// longer counts) where `count_run`'s single step would stop or the
-    /// entry could not follow.
+    /// Takes witness byte `v` at `f`'s read point; false, `f` unchanged,
+    /// where `count_run`'s single step would stop or the entry could not
+    /// follow.
     fn wide_step(&mut self, m: &Module, f: &mut WideFill, v: u8) -> bool {
-        let e = self.hot_entry(m, f.w.end & !Hot::KINDS, f.w.slot, v);
-        let ok = e.blocks != 0
-            && f.add(e.insns, e.blocks)
+        let e = self.hot_entry(m, f.end & !Hot::KINDS, f.slot as u16, v);
+        let (insns, blocks) = (e.insns, u32::from(e.blocks));
+        let ok = blocks != 0
             && if e.end & Hot::RET != 0 {
-                self.wide_return(m, f)
+                self.wide_return(m, f, insns, blocks)
             } else {
-                (f.w.end, f.w.slot) = (e.end, e.slot);
-                true
+                f.add(insns, blocks) && {
+                    (f.end, f.slot) = (e.end, u32::from(e.slot));
+                    true
+                }
             };
-        f.w.steps += u8::from(ok);
+        f.steps += u32::from(ok);
         ok
     }
 
     /// Makes the call at `f`'s end as `count_run` does; false, `f`
     /// unchanged, when its ops would not fit.
     fn wide_call(&mut self, m: &Module, f: &mut WideFill) -> bool {
-        let c = f.w.end & !Hot::KINDS;
-        let call = self.call_hot(m, c, f.w.slot);
-        let back = u16::from(call.through);
-        let room = usize::from(f.w.ops) + 2 - usize::from(back) <= WIDE_OPS;
-        let (Some(insns), Some(blocks), Some(xfers), true) = (
-            call.insns.checked_add(call.back_insns * u32::from(back)),
-            call.blocks.checked_add(call.back_blocks * back),
-            f.w.xfers.checked_add(call.xfers),
-            room,
-        ) else {
-            return false;
-        };
-        if !f.add(insns, blocks) {
+        let c = f.end & !Hot::KINDS;
+        let call = self.call_hot(m, c, f.slot as u16);
+        let back = u32::from(call.through);
+        let xfers = f.xfers + u32::from(call.xfers);
+        if f.nops as usize + 2 - back as usize > WIDE_OPS
+            || xfers > u32::from(u8::MAX)
+            || !f.add(
+                call.insns.saturating_add(call.back_insns * back),
+                u32::from(call.blocks) + u32::from(call.back_blocks) * back,
+            )
+        {
             return false;
         }
-        f.w.xfers = xfers;
+        f.xfers = xfers;
+        debug_assert!(call.callee < POP);
         f.op(call.callee);
         if !call.through {
             f.op(PUSH | c);
         }
-        (f.w.end, f.w.slot) = (call.land, call.land_slot);
+        (f.end, f.slot) = (call.land, u32::from(call.land_slot));
         true
     }
 
-    /// Returns through the newest frame `f` pushed itself, as
-    /// `chain_return` does; false when it pushed none or the machine
-    /// must take the return (`f` then no longer counts).
-    fn wide_return(&mut self, m: &Module, f: &mut WideFill) -> bool {
-        let n = usize::from(f.w.ops);
-        let Some(k) = f.ops[..n].iter().rposition(|&op| op & PUSH != 0) else {
-            return false;
+    /// Passes `insns` instructions in `blocks` blocks, then returns as
+    /// `chain_return` does: through the newest frame `f` pushed itself,
+    /// or when it has none left, once, through the newest of `frames`
+    /// (kept in [`Wide::frame`], which the lookup then matches); false,
+    /// `f` unchanged, when there is no such frame, the machine must take
+    /// the return, or a count would overflow.
+    fn wide_return(&mut self, m: &Module, f: &mut WideFill, insns: u32, blocks: u32) -> bool {
+        let n = f.nops as usize;
+        let own = f.ops[..n].iter().rposition(|&op| op & PUSH != 0);
+        let c = match own {
+            Some(k) => f.ops[k] & !PUSH,
+            None if f.frame == NO_FRAME && n < WIDE_OPS => match self.frames.last() {
+                Some(&c) => c,
+                None => return false,
+            },
+            None => return false,
         };
-        let c = f.ops[k] & !PUSH;
         let back = self.call_hot(m, c, hot_slot(c));
+        let xfers = f.xfers + u32::from(m.counts_returns);
         if back.back == CallHot::NO_BACK
-            || !f.add(back.back_insns, back.back_blocks)
-            || !f.xfer(u8::from(m.counts_returns))
+            || xfers > u32::from(u8::MAX)
+            || !f.add(
+                back.back_insns.saturating_add(insns),
+                u32::from(back.back_blocks) + blocks,
+            )
         {
             return false;
         }
-        f.ops.copy_within(k + 1..n, k);
-        f.w.ops -= 1;
-        (f.w.end, f.w.slot) = (back.back, back.back_slot);
+        f.xfers = xfers;
+        match own {
+            Some(k) => {
+                f.ops.copy_within(k + 1..n, k);
+                f.nops -= 1;
+            }
+            None => {
+                f.frame = c;
+                f.op(POP);
+            }
+        }
+        (f.end, f.slot) = (back.back, u32::from(back.back_slot));
         true
     }
 

@@ -127,6 +127,14 @@ fn text(v: &[u8]) -> &str {
     std::str::from_utf8(v).unwrap()
 }
 
+/// [`run`] with no summaries: every block walked one by one.
+fn run_walked(bytes: &[u8], opts: &Options) -> (Vec<u8>, Result<(), Error>) {
+    crate::summary::WALK_ONLY.with(|w| w.set(true));
+    let r = run(bytes, opts);
+    crate::summary::WALK_ONLY.with(|w| w.set(false));
+    r
+}
+
 // ---------------------------------------------------------------- hand-written programs
 
 /// A procedure with blocks of 2 instructions (3 + 2 bytes) laid out from
@@ -574,15 +582,13 @@ fn counting_chains_pass_plt_calls_and_tail_jumps() {
             },
         );
         r.unwrap();
-        crate::summary::WALK_ONLY.with(|w| w.set(true));
-        let (walked, rw) = run(
+        let (walked, rw) = run_walked(
             &bytes,
             &Options {
                 count: true,
                 ..opts(Format::Block)
             },
         );
-        crate::summary::WALK_ONLY.with(|w| w.set(false));
         rw.unwrap();
         assert_eq!(text(&count), text(&walked), "LAZY at {lazy_at:?}");
         let (blocks, rb) = run(&bytes, &opts(Format::Block));
@@ -593,6 +599,70 @@ fn counting_chains_pass_plt_calls_and_tail_jumps() {
             .count();
         assert!(text(&count).contains(&format!("total: {} instructions, {n} blocks", 2 * n)));
     }
+}
+
+/// A wide counting entry that returns through the frame below its read
+/// point keeps that frame and is used only with it on top: the same loop
+/// of `g`, with the same witness bytes, returns to two call sites of
+/// `main` that pass different blocks back to its loop head (site A one,
+/// site B two). `--count` equals the walk's; it does not when the lookup
+/// ignores the kept frame.
+#[test]
+fn wide_entries_return_below_their_read_point_only_to_their_frame() {
+    let mut a = LINK_BASE + 0x1000;
+    let g_call = || call(CallTarget::Proc(1), false, true, false, None);
+    let main = proc(
+        &mut a,
+        "main",
+        vec![None, g_call(), None, g_call(), None, None, None],
+        vec![
+            (0, 1, Taken, Some(0)),
+            (0, 3, Taken, Some(1)),
+            (1, 2, CallReturn, None),
+            (2, 0, Taken, None),
+            (3, 4, CallReturn, None),
+            (4, 5, Taken, None),
+            (5, 0, Taken, None),
+            (0, 6, Taken, Some(2)),
+            (6, 7, Return, None),
+        ],
+    );
+    let g = proc(
+        &mut a,
+        "g",
+        vec![None, None, None],
+        vec![
+            (0, 1, Taken, Some(0)),
+            (0, 2, Taken, Some(1)),
+            (1, 0, Taken, None),
+            (2, 3, Return, None),
+        ],
+    );
+    let db = db_of(vec![main, g]);
+    let mut s = Vec::new();
+    thread_rec(&mut s);
+    enter(&mut s, 0);
+    let mut x = 7u32;
+    for _ in 0..300 {
+        x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        let site_b = x >> 16 & 1;
+        witness(&mut s, site_b);
+        for _ in 0..x >> 20 & 3 {
+            witness(&mut s, 0);
+        }
+        witness(&mut s, 1);
+    }
+    witness(&mut s, 2);
+    let bytes = trace_bytes(&db, &[s], 64);
+    let count_opts = Options {
+        count: true,
+        ..opts(Format::Block)
+    };
+    let (count, r) = run(&bytes, &count_opts);
+    r.unwrap();
+    let (walked, rw) = run_walked(&bytes, &count_opts);
+    rw.unwrap();
+    assert_eq!(text(&count), text(&walked));
 }
 
 #[test]
@@ -960,9 +1030,7 @@ proptest! {
         let want_total = format!("total: {} instructions, {} blocks", lines(&want), lines(text(&blocks)));
         prop_assert!(text(&count).contains(&want_total), "{}\n{}", text(&count), want_total);
         // Chains count each procedure's entries as the walk does.
-        crate::summary::WALK_ONLY.with(|w| w.set(true));
-        let (walked, rw) = run(&bytes, &Options { count: true, ..opts(Format::Insn) });
-        crate::summary::WALK_ONLY.with(|w| w.set(false));
+        let (walked, rw) = run_walked(&bytes, &Options { count: true, ..opts(Format::Insn) });
         prop_assert!(rw.is_ok());
         prop_assert_eq!(text(&count), text(&walked));
         // One thread alone, relative addresses.
@@ -1075,9 +1143,7 @@ proptest! {
                 }
                 let bytes = trace_bytes(&s.db, &[damaged], 64);
                 let (out, r) = run(&bytes, &opts(Format::Block));
-                crate::summary::WALK_ONLY.with(|w| w.set(true));
-                let (walk, rw) = run(&bytes, &opts(Format::Block));
-                crate::summary::WALK_ONLY.with(|w| w.set(false));
+                let (walk, rw) = run_walked(&bytes, &opts(Format::Block));
                 prop_assert_eq!(text(&out), text(&walk), "byte {} (cut {})", i, cut);
                 prop_assert_eq!(r.err().map(|e| e.to_string()), rw.err().map(|e| e.to_string()));
             }
