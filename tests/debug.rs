@@ -3045,7 +3045,9 @@ fn libcs_procedures_are_served_when_libc_is_traced() {
 }
 
 /// `--libs libc.so.6`: a callback's backtrace goes through libc's frames
-/// as natively. In `qsort_callback.c` (-O0 -g) at the first call of the
+/// as natively. In `qsort_callback.c` (-O0 -g) at `main` with `backtrace
+/// past-main on` (libc's two frames of its start code, then `_start`:
+/// without libc traced they are one `<untraced>` frame), at the first call of the
 /// comparator `by_last_digit` (17 frames: libc's `msort_with_tmp`
 /// recursion, seven calls deep, each but the innermost with a level gcc
 /// inlined into it, which jumps past its recursive call onto the return
@@ -3066,8 +3068,12 @@ fn libcs_procedures_are_served_when_libc_is_traced() {
 #[test]
 fn libcs_frames_agree_with_native_gdb() {
     let (exe, trace, _, _) = recorded_with_libc();
-    let printfs =
-        "break by_last_digit\ncontinue\nbt\ndelete\nbreak printf\ncontinue\nbt\ncontinue\nbt\n";
+    // libc's start code below `main`: two frames of their own, as
+    // natively (untraced, it is one `<untraced>` frame).
+    let start = "set backtrace past-main on\nbt\nset backtrace past-main off\n";
+    let printfs = format!(
+        "{start}break by_last_digit\ncontinue\nbt\ndelete\nbreak printf\ncontinue\nbt\ncontinue\nbt\n"
+    );
     let steps = format!(
         "break bsearch\ncontinue\nrecord full\nbt\nbreak by_value\n{}continue\n\
          reverse-finish\nbt\nreverse-continue\nbt\n",
@@ -3075,7 +3081,7 @@ fn libcs_frames_agree_with_native_gdb() {
     );
     let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
     let (mut ours, mut native) = (String::new(), String::new());
-    for (k, commands) in [printfs, &steps].into_iter().enumerate() {
+    for (k, commands) in [&printfs, &steps].into_iter().enumerate() {
         // `record full` is native gdb's alone.
         let trace_side = commands.replace("record full\n", "");
         ours += &gdb(
@@ -3092,11 +3098,14 @@ fn libcs_frames_agree_with_native_gdb() {
     }
     let (o, n) = (frames_at_lines(&ours), frames_at_lines(&native));
     let what = format!("ours:\n{ours}\nnative:\n{native}");
-    assert_eq!(n.len(), 12, "{what}");
-    assert_eq!(n[0].len(), 17, "{what}");
-    assert_eq!(n[2].len(), 2, "{what}");
-    assert_eq!(n[4].len(), 3, "{what}");
-    assert!(n[4][1].contains("bsearch"), "{what}");
+    assert_eq!(n.len(), 13, "{what}");
+    // main, libc's `__libc_start_call_main` and `__libc_start_main`, `_start`.
+    assert_eq!(n[0].len(), 4, "{what}");
+    assert_eq!(n[0][3], "_start", "{what}");
+    assert_eq!(n[1].len(), 17, "{what}");
+    assert_eq!(n[3].len(), 2, "{what}");
+    assert_eq!(n[5].len(), 3, "{what}");
+    assert!(n[5][1].contains("bsearch"), "{what}");
     assert_eq!(o, n, "{what}");
 }
 
@@ -3430,6 +3439,91 @@ fn the_outermost_frame_is_start_as_natively() {
     );
     assert_eq!(n[1].len(), 5, "{what}");
     assert_eq!(o, n, "{what}");
+}
+
+/// At the trace's first instruction, frame 0 in `_start`, `_start` is the
+/// outermost frame as natively (gdb's default `backtrace past-entry
+/// off`): `bt` lists it alone, `up` and `finish` are refused with native
+/// gdb's messages and Python's `Frame.older()` is None; the same after
+/// three `stepi`. (`info frame` there, and `bt` with `backtrace
+/// past-entry on`, show an `<untraced>` caller: docs/debug.md.) 2 s.
+#[test]
+fn the_first_instruction_in_start_is_the_outermost_frame_as_natively() {
+    let (exe, trace) = o0_g_recorded("cxx_unwind_deep.cpp", &[]);
+    let probe =
+        "bt\npython\nfor c in (\"up\", \"finish\"):\n    try:\n        gdb.execute(c)\n    \
+                 except gdb.error as e:\n        print(\"error:\", e)\n\
+                 print(\"older:\", gdb.newest_frame().older())\nend\n";
+    let commands = format!("{probe}{}{probe}", "stepi\n".repeat(3));
+    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
+    let ours = gdb(
+        &exe,
+        &trace,
+        &format!("source {}\n{commands}", aetrace_py.display()),
+    );
+    // Natively: from the dynamic linker's first instruction to the
+    // program's `_start` (ld.so has no symbols without its debug
+    // information, so `_start` is the program's).
+    let head = "set pagination off\nset confirm off\nset debug-file-directory /nonexistent\n\
+                starti\nbreak _start\ncontinue\n";
+    let script = trace.with_extension("first.gdb");
+    let native = native_run(&exe, &[], &script, &format!("{head}{commands}"));
+    let said = |out: &str| -> Vec<String> {
+        out.lines()
+            .filter(|l| l.starts_with("error:") || l.starts_with("older:"))
+            .map(String::from)
+            .collect()
+    };
+    let what = format!("ours:\n{ours}\nnative:\n{native}");
+    let n = frames_at_lines(&native);
+    assert_eq!(n, [["_start"], ["_start"]], "{what}");
+    assert_eq!(frames_at_lines(&ours), n, "{what}");
+    assert_eq!(said(&native).len(), 6, "{what}");
+    assert_eq!(said(&ours), said(&native), "{what}");
+}
+
+/// Registers the stub cannot know print `<unavailable>` (frame 0) or
+/// `<not saved>` (callers), never a number: `info registers` at
+/// `recursion.c`'s second stop in `msort` and in its caller (`up`). The
+/// exceptions, made up by the unwinder (docs/debug.md, "Status against
+/// issue 22"): `rip` everywhere, and a caller's `rsp` and `rbp` (its
+/// CFA is `rbp`-based at -O0), the frame addresses of the frame ids. 1 s.
+#[test]
+fn registers_the_stub_cannot_know_are_never_numbers() {
+    let (exe, trace) = o0_g_recorded("recursion.c", &["5"]);
+    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
+    let out = gdb(
+        &exe,
+        &trace,
+        &format!(
+            "source {}\nbreak msort\ncontinue\ncontinue\necho frame 0\\n\ninfo registers\n\
+             up\necho frame 1\\n\ninfo registers\n",
+            aetrace_py.display()
+        ),
+    );
+    let (inner, caller) = out
+        .split_once("frame 0\n")
+        .and_then(|(_, o)| o.split_once("frame 1\n"))
+        .expect(&out);
+    let registers = |part: &str| -> Vec<(String, String)> {
+        part.lines()
+            .filter_map(|l| l.split_once(char::is_whitespace))
+            .filter(|(r, _)| {
+                r.starts_with(|c: char| c.is_ascii_alphabetic())
+                    && r.chars().all(|c| c.is_ascii_alphanumeric())
+            })
+            .map(|(r, v)| (r.to_owned(), v.trim().to_owned()))
+            .collect()
+    };
+    let (r0, r1) = (registers(inner), registers(caller));
+    assert!(r0.len() >= 24 && r1.len() >= 24, "{out}");
+    for (r, v) in &r0 {
+        assert!(r == "rip" || v == "<unavailable>", "frame 0 {r} {v}\n{out}");
+    }
+    for (r, v) in &r1 {
+        let made_up = ["rip", "rsp", "rbp"].contains(&r.as_str());
+        assert!(made_up || v == "<not saved>", "frame 1 {r} {v}\n{out}");
+    }
 }
 
 /// `reverse-finish` out of libc's `write` (its first instruction) on gzip
