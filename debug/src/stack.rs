@@ -51,11 +51,11 @@
 //! interval, and kept per interval), and so are the passages.
 
 use crate::image::Image;
+use crate::pcmap::{PcMap, PcSet};
 use crate::timeline::{Signal, Timeline};
 use crate::untraced::{decode, Exit, Passage, To, RETURNED, SIGRETURN, UNTRACED};
 use aetrace_format::progdb::EdgeKindDb;
 use aetrace_regen::compile::{BlockIx, Module as Compiled};
-use std::collections::{HashMap, HashSet};
 
 /// The stack and the previous instruction's address, at an interval start.
 #[derive(Clone, Debug, Default)]
@@ -67,19 +67,19 @@ struct State {
 /// Shadow stacks of one timeline.
 pub struct Stacks {
     /// Call instruction address -> return address (the next instruction).
-    calls: HashMap<u64, u64>,
+    calls: PcMap<u64, u64>,
     /// CFG edges within a procedure (fall-through, direct or jump-table
     /// jump) that land on a return address: (last instruction of the
     /// block, the return address).
-    jumps_to_returns: HashSet<(u64, u64)>,
+    jumps_to_returns: PcSet<(u64, u64)>,
     /// Landing pads of C++ exceptions: pad address -> its procedure (module
     /// index, procedure entry).
-    pads: HashMap<u64, (usize, u64)>,
+    pads: PcMap<u64, (usize, u64)>,
     /// Return addresses of calls with a landing pad -> the calling
     /// procedure (module index, procedure entry).
-    landing_calls: HashMap<u64, (usize, u64)>,
+    landing_calls: PcMap<u64, (usize, u64)>,
     /// CFG edges within a procedure that reach a landing pad (no unwinding).
-    jumps_to_pads: HashSet<(u64, u64)>,
+    jumps_to_pads: PcSet<(u64, u64)>,
     /// States at the starts of intervals `0..states.len()`.
     states: Vec<State>,
     /// Passages through untraced code, when looked for.
@@ -89,7 +89,7 @@ pub struct Stacks {
 impl Stacks {
     /// The call sites of `modules` (non-tail calls ending a block).
     pub fn new(modules: &[&Compiled]) -> Stacks {
-        let mut calls = HashMap::new();
+        let mut calls = PcMap::default();
         for (a, len, b) in block_ends(modules) {
             if b.call.is_some_and(|c| !c.tail) {
                 calls.insert(a, a + len);
@@ -366,8 +366,8 @@ fn block_ends<'a>(
 /// __cxa_throw` at -O0, the code of a branch that does not throw) is no
 /// frame's, and a jump onto it must still pop the stale return addresses
 /// an exception left (its landing pads are entered like callbacks).
-fn returns_of_returning_calls(modules: &[&Compiled]) -> HashSet<u64> {
-    let mut found = HashSet::new();
+fn returns_of_returning_calls(modules: &[&Compiled]) -> PcSet<u64> {
+    let mut found = PcSet::default();
     for m in modules {
         for (last, len, b) in block_ends(std::slice::from_ref(m)) {
             let returns = m.succs[b.succ_lo as usize..b.succ_hi as usize]
@@ -384,10 +384,10 @@ fn returns_of_returning_calls(modules: &[&Compiled]) -> HashSet<u64> {
 /// The landing pads of `modules`' calls (pad -> its procedure) and the
 /// return addresses of those calls (-> their procedure), run-time
 /// addresses; a procedure is (its module's index, its entry's address).
-type Landings = (HashMap<u64, (usize, u64)>, HashMap<u64, (usize, u64)>);
+type Landings = (PcMap<u64, (usize, u64)>, PcMap<u64, (usize, u64)>);
 
 fn landings(modules: &[&Compiled]) -> Landings {
-    let (mut pads, mut calls) = (HashMap::new(), HashMap::new());
+    let (mut pads, mut calls) = (PcMap::default(), PcMap::default());
     for (mi, m) in modules.iter().enumerate() {
         for (last, len, b) in block_ends(std::slice::from_ref(m)) {
             let pad = b.call.and_then(|c| c.landing);
@@ -406,8 +406,8 @@ fn landings(modules: &[&Compiled]) -> Landings {
 /// The CFG edges of `modules` within a procedure (fall-through, taken
 /// jump, jump table case) whose target is in `targets`: (the source
 /// block's last instruction, the target), as run-time addresses.
-fn jumps_to(modules: &[&Compiled], targets: &HashSet<u64>) -> HashSet<(u64, u64)> {
-    let mut found = HashSet::new();
+fn jumps_to(modules: &[&Compiled], targets: &PcSet<u64>) -> PcSet<(u64, u64)> {
+    let mut found = PcSet::default();
     for m in modules {
         for (last, _, b) in block_ends(std::slice::from_ref(m)) {
             for s in &m.succs[b.succ_lo as usize..b.succ_hi as usize] {
@@ -448,16 +448,16 @@ struct Entry {
 
 /// What passages are found with (the module comment's rules).
 struct Passages {
-    sites: HashMap<u64, Site>,
-    entries: HashMap<u64, Entry>,
+    sites: PcMap<u64, Site>,
+    entries: PcMap<u64, Entry>,
     /// Per interval visited: its passages.
-    found: HashMap<usize, Vec<(u64, Passage)>>,
+    found: PcMap<usize, Vec<(u64, Passage)>>,
 }
 
 impl Passages {
     fn new(modules: &[&Compiled], image: &Image) -> Passages {
-        let mut sites = HashMap::new();
-        let mut entries = HashMap::new();
+        let mut sites = PcMap::default();
+        let mut entries = PcMap::default();
         for (mi, m) in modules.iter().enumerate() {
             for p in m.procs.values().filter(|p| p.traced) {
                 if let Some(e) = m.blocks.get(p.entry) {
@@ -493,7 +493,7 @@ impl Passages {
         Passages {
             sites,
             entries,
-            found: HashMap::new(),
+            found: PcMap::default(),
         }
     }
 
