@@ -39,3 +39,45 @@ pub type PcMap<K, V> = HashMap<K, V, BuildHasherDefault<PcHasher>>;
 
 /// A set of addresses.
 pub type PcSet<K> = HashSet<K, BuildHasherDefault<PcHasher>>;
+
+/// Flags of addresses inside a few spans (the modules' code), a byte per
+/// address: a look-up is a bounds check and a load, for the procedure
+/// stack's walk, which looks up every instruction ([`crate::stack`]).
+/// Invariant: an address outside every span has no flags.
+#[derive(Clone, Debug, Default)]
+pub struct PcFlags {
+    /// (first address, flags from it on).
+    spans: Vec<(u64, Vec<u8>)>,
+}
+
+impl PcFlags {
+    /// No flags, over `spans` (start, end).
+    pub fn over(spans: impl IntoIterator<Item = (u64, u64)>) -> PcFlags {
+        let spans = spans
+            .into_iter()
+            .filter(|&(s, e)| s < e)
+            .map(|(s, e)| (s, vec![0; (e - s) as usize]))
+            .collect();
+        PcFlags { spans }
+    }
+
+    /// Sets `flags` on `a`: whether it is in a span (else it cannot be).
+    pub fn set(&mut self, a: u64, flags: u8) -> bool {
+        let slot = self.spans.iter_mut().find_map(|(s, f)| {
+            let off = usize::try_from(a.checked_sub(*s)?).ok()?;
+            f.get_mut(off)
+        });
+        slot.map(|f| *f |= flags).is_some()
+    }
+
+    /// The flags of `a` (0 outside the spans).
+    #[inline]
+    pub fn get(&self, a: u64) -> u8 {
+        for (s, f) in &self.spans {
+            if let Some(&x) = f.get(a.wrapping_sub(*s) as usize) {
+                return x;
+            }
+        }
+        0
+    }
+}

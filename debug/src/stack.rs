@@ -51,7 +51,7 @@
 //! interval, and kept per interval), and so are the passages.
 
 use crate::image::Image;
-use crate::pcmap::{PcMap, PcSet};
+use crate::pcmap::{PcFlags, PcMap, PcSet};
 use crate::timeline::{Signal, Timeline};
 use crate::untraced::{decode, Exit, Passage, To, RETURNED, SIGRETURN, UNTRACED};
 use aetrace_format::progdb::EdgeKindDb;
@@ -62,7 +62,16 @@ use aetrace_regen::compile::{BlockIx, Module as Compiled};
 struct State {
     stack: Vec<u64>,
     prev: Option<u64>,
+    /// Whether `prev` has [`FROM`] (looked up as the step's target).
+    from: bool,
 }
+
+/// [`Stacks::marks`]: a step from this instruction may change the stack
+/// or pass through untraced code (a key of `calls` or of the passages'
+/// sites, a source of `jumps_to_returns` or `jumps_to_pads`).
+const FROM: u8 = 1;
+/// [`Stacks::marks`]: a landing pad.
+const PAD: u8 = 2;
 
 /// Shadow stacks of one timeline.
 pub struct Stacks {
@@ -80,6 +89,11 @@ pub struct Stacks {
     landing_calls: PcMap<u64, (usize, u64)>,
     /// CFG edges within a procedure that reach a landing pad (no unwinding).
     jumps_to_pads: PcSet<(u64, u64)>,
+    /// [`FROM`] and [`PAD`]: a step from an instruction without
+    /// [`FROM`] to one without [`PAD`] changes the stack only by popping
+    /// to its target, when that is on the stack ([`Stacks::step`]'s fast
+    /// path: one look-up per instruction, no hashing).
+    marks: PcFlags,
     /// States at the starts of intervals `0..states.len()`.
     states: Vec<State>,
     /// Passages through untraced code, when looked for.
@@ -98,12 +112,23 @@ impl Stacks {
         let returns = returns_of_returning_calls(modules);
         let (pads, landing_calls) = landings(modules);
         let pad_set = pads.keys().copied().collect();
+        let jumps_to_returns = jumps_to(modules, &returns);
+        let jumps_to_pads = jumps_to(modules, &pad_set);
+        let mut marks = PcFlags::over(code_spans(modules));
+        let sources = jumps_to_returns.iter().chain(&jumps_to_pads).map(|j| j.0);
+        calls
+            .keys()
+            .copied()
+            .chain(sources)
+            .for_each(|a| mark(&mut marks, a, FROM));
+        pads.keys().for_each(|&a| mark(&mut marks, a, PAD));
         Stacks {
             calls,
-            jumps_to_returns: jumps_to(modules, &returns),
+            jumps_to_returns,
             pads,
             landing_calls,
-            jumps_to_pads: jumps_to(modules, &pad_set),
+            jumps_to_pads,
+            marks,
             states: vec![State::default()],
             passages: None,
         }
@@ -112,7 +137,9 @@ impl Stacks {
     /// The same stacks with passages through untraced code (the module
     /// comment), decoding the blocks' last instructions from `image`.
     pub fn with_passages(mut self, modules: &[&Compiled], image: &Image) -> Stacks {
-        self.passages = Some(Passages::new(modules, image));
+        let p = Passages::new(modules, image);
+        p.sites.keys().for_each(|&a| mark(&mut self.marks, a, FROM));
+        self.passages = Some(p);
         self
     }
 
@@ -286,9 +313,24 @@ impl Stacks {
 
     /// Steps `s` to instruction `b`, the first of a handler of a signal
     /// that interrupted untraced code if `signal`: the passage before it,
-    /// if any.
+    /// if any. Inlined into the walk: most steps change nothing.
+    #[inline(always)]
     fn step(&self, s: &mut State, b: u64, signal: bool) -> Option<Passage> {
+        let marks = self.marks.get(b);
+        let from = std::mem::replace(&mut s.from, marks & FROM != 0);
         let a = s.prev.replace(b)?;
+        debug_assert_eq!(from, self.marks.get(a) & FROM != 0);
+        if !from && marks & PAD == 0 && !s.stack.contains(&b) {
+            // No site, call, jump onto a return address or pad, no pop.
+            debug_assert_eq!(self.change(a, b, &s.stack), Change::None);
+            return None;
+        }
+        self.step_from(s, a, b, signal)
+    }
+
+    /// [`Stacks::step`] from `a` where the step may change the stack.
+    #[inline(never)]
+    fn step_from(&self, s: &mut State, a: u64, b: u64, signal: bool) -> Option<Passage> {
         if let Some(passage) = self
             .passages
             .as_ref()
@@ -344,6 +386,25 @@ impl Stacks {
             },
         }
     }
+}
+
+/// Sets `flag` on `a` in `marks`, which span every block of the modules.
+fn mark(marks: &mut PcFlags, a: u64, flag: u8) {
+    let spanned = marks.set(a, flag);
+    debug_assert!(spanned, "{a:#x} is in a module's code");
+}
+
+/// Per module, the run-time addresses its blocks span: (start, end).
+fn code_spans(modules: &[&Compiled]) -> Vec<(u64, u64)> {
+    let span = |m: &Compiled| {
+        let blocks = m
+            .blocks
+            .iter()
+            .map(|(_, b)| (b.start, b.start + u64::from(b.size)));
+        let (lo, hi) = blocks.fold((u64::MAX, 0), |(l, h), (s, e)| (l.min(s), h.max(e)));
+        (lo < hi).then(|| (m.load_base.wrapping_add(lo), m.load_base.wrapping_add(hi)))
+    };
+    modules.iter().filter_map(|m| span(m)).collect()
 }
 
 /// Each block's last instruction: its run-time address, its length and
