@@ -94,7 +94,8 @@ pub struct Stacks {
     /// to its target, when that is on the stack ([`Stacks::step`]'s fast
     /// path: one look-up per instruction, no hashing).
     marks: PcFlags,
-    /// States at the starts of intervals `0..states.len()`.
+    /// States at the starts of intervals `0..states.len()` (the last one
+    /// may be the state after the last interval).
     states: Vec<State>,
     /// Passages through untraced code, when looked for.
     passages: Option<Passages>,
@@ -277,8 +278,10 @@ impl Stacks {
         }
     }
 
-    /// Computes the states at the starts of intervals up to `k`.
-    fn reach(&mut self, t: &mut Timeline<'_>, k: usize) {
+    /// Computes the states at the starts of intervals up to `k` (one
+    /// past the last interval: the state after it); walking interval
+    /// `k - 1` while it is the timeline's window regenerates nothing.
+    pub fn reach(&mut self, t: &mut Timeline<'_>, k: usize) {
         while self.states.len() <= k {
             let j = self.states.len() - 1;
             let mut s = self.states[j].clone();

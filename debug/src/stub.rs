@@ -583,10 +583,16 @@ impl<'m> Stub<'m> {
             return self.at_signal(s);
         }
         let found = match forward {
-            // From a passage or a delivery, its instruction is the next one.
-            true => self
-                .timeline
-                .find_forward(self.pos - u64::from(self.at != At::Insn), stops),
+            // From a passage or a delivery, its instruction is the next one;
+            // the stack at the stop (gdb reads it) is walked along.
+            true => {
+                let stacks = &mut self.stacks;
+                self.timeline.find_forward_visiting(
+                    self.pos - u64::from(self.at != At::Insn),
+                    stops,
+                    |t, k| stacks.reach(t, k + 1),
+                )
+            }
             false => self.timeline.find_backward(self.pos, stops),
         };
         let at = match found {
