@@ -5,9 +5,9 @@
 //! Invariant: blocks are sorted by start and do not overlap (a program
 //! database's blocks partition its traced code).
 
+use crate::pcmap::PcSet;
 use crate::timeline::Timeline;
 use aetrace_regen::compile::Module as Compiled;
-use std::collections::HashSet;
 
 /// A traced block at its run-time address.
 pub struct BlockAt<'m> {
@@ -71,7 +71,7 @@ impl<'m> Blocks<'m> {
 /// Invariant: `before[k]` counts the positions before interval `k` whose
 /// address starts a block of a program database.
 pub struct BlockIndex {
-    starts: HashSet<u64>,
+    starts: PcSet<u64>,
     before: Vec<u64>,
 }
 

@@ -36,6 +36,7 @@
 
 use crate::blocks::Blocks;
 use crate::image::Image;
+use crate::pcmap::PcMap;
 use crate::timeline::Timeline;
 use aetrace_analysis::addr::exec::{self, Entered, Exec, WayIn};
 use aetrace_analysis::addr::full::{self, Planned, Recorded, DF};
@@ -49,8 +50,6 @@ use aetrace_regen::handlers::Handlers;
 use aetrace_regen::visit::{Event, Visit};
 use aetrace_regen::{Options, SignalAt};
 use iced_x86::{Decoder, DecoderOptions, Instruction, InstructionInfoFactory};
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::Range;
 use std::rc::Rc;
 
@@ -415,28 +414,6 @@ struct Insn {
 /// (or handler) has not yet.
 type Skip = (usize, Option<u8>);
 
-/// A hasher for instruction addresses (the cache is looked up once per
-/// instruction walked: SipHash would dominate the walk).
-#[derive(Default)]
-struct PcHasher(u64);
-
-impl Hasher for PcHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        bytes.iter().for_each(|&b| self.write_u64(u64::from(b)));
-    }
-
-    fn write_u64(&mut self, a: u64) {
-        // Fibonacci hashing: the high bits mix every address bit.
-        self.0 = (self.0 ^ a)
-            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-            .rotate_left(32);
-    }
-}
-
 /// A thread's data references (see the module comment).
 pub struct Data {
     values: Vec<u64>,
@@ -444,15 +421,15 @@ pub struct Data {
     marks: Marks,
     /// Abstract values before each instruction, by run-time address, for
     /// the procedures seen so far.
-    skips: HashMap<u64, Skip, BuildHasherDefault<PcHasher>>,
+    skips: PcMap<u64, Skip>,
     /// The reading order at the start of each interval learnt so far.
     starts: Vec<Cursor>,
     /// By address, for the procedures seen so far: each block's last
     /// instruction, and each entry that starts with `rsp` known.
-    ends: HashMap<u64, BlockEnd, BuildHasherDefault<PcHasher>>,
-    entries: HashMap<u64, EntryFacts, BuildHasherDefault<PcHasher>>,
+    ends: PcMap<u64, BlockEnd>,
+    entries: PcMap<u64, EntryFacts>,
     /// Decoded instructions by run-time address.
-    insns: HashMap<u64, Rc<Insn>, BuildHasherDefault<PcHasher>>,
+    insns: PcMap<u64, Rc<Insn>>,
     info: InstructionInfoFactory,
     /// An instruction's values by the reading order, and when it splits
     /// them, the values together.
@@ -467,15 +444,15 @@ impl Data {
             values: v.values,
             dbs: v.dbs,
             marks: v.marks,
-            skips: HashMap::default(),
+            skips: PcMap::default(),
             starts: vec![Cursor {
                 registers: v.registers,
                 rep_faults: v.rep_faults,
                 ..Cursor::default()
             }],
-            ends: HashMap::default(),
-            entries: HashMap::default(),
-            insns: HashMap::default(),
+            ends: PcMap::default(),
+            entries: PcMap::default(),
+            insns: PcMap::default(),
             info: InstructionInfoFactory::new(),
             ranges: Vec::new(),
             split: Vec::new(),

@@ -22,6 +22,7 @@
 //! - [`data`]: each instruction's data references (watchpoints);
 //! - [`calltree`]: the whole run's call tree as Chrome/Perfetto trace JSON
 //!   (`aetrace timeline`);
+//! - [`pcmap`]: hash maps keyed by addresses, with a cheap hasher;
 //! - [`untraced`]: passages through untraced code that calls traced code
 //!   back, shown as positions in a made-up function `<untraced>`.
 //!
@@ -38,6 +39,7 @@ pub mod data;
 pub mod hc;
 pub mod image;
 pub mod materialise;
+pub mod pcmap;
 pub mod process;
 pub mod stack;
 pub mod stub;

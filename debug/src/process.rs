@@ -14,7 +14,7 @@
 
 use crate::hc::Noted;
 use crate::image::Image;
-use crate::stub::{xfer, Action, PcOnly, PcRegs, Stop, Stub, END_SIGNAL};
+use crate::stub::{xfer, Action, PcOnly, PcRegs, Stop, Stub};
 use gdbstub::common::{Pid, Signal, Tid};
 use gdbstub::stub::MultiThreadStopReason;
 use gdbstub::target::ext::base::multithread::{
@@ -138,10 +138,7 @@ fn stop_reason(tid: Tid, s: Stop) -> MultiThreadStopReason<u64> {
         Stop::SwBreak => R::SwBreak(tid),
         Stop::HwBreak => R::HwBreak(tid),
         Stop::Begin => replay(ReplayLogPosition::Begin),
-        Stop::End => R::SignalWithThread {
-            tid,
-            signal: gdb_signal(END_SIGNAL),
-        },
+        Stop::End => replay(ReplayLogPosition::End),
         Stop::Watch(kind, addr) => R::Watch { tid, kind, addr },
         Stop::Signal(signo) => R::SignalWithThread {
             tid,

@@ -51,36 +51,51 @@
 //! interval, and kept per interval), and so are the passages.
 
 use crate::image::Image;
+use crate::pcmap::{PcFlags, PcMap, PcSet};
 use crate::timeline::{Signal, Timeline};
 use crate::untraced::{decode, Exit, Passage, To, RETURNED, SIGRETURN, UNTRACED};
 use aetrace_format::progdb::EdgeKindDb;
 use aetrace_regen::compile::{BlockIx, Module as Compiled};
-use std::collections::{HashMap, HashSet};
 
 /// The stack and the previous instruction's address, at an interval start.
 #[derive(Clone, Debug, Default)]
 struct State {
     stack: Vec<u64>,
     prev: Option<u64>,
+    /// Whether `prev` has [`FROM`] (looked up as the step's target).
+    from: bool,
 }
+
+/// [`Stacks::marks`]: a step from this instruction may change the stack
+/// or pass through untraced code (a key of `calls` or of the passages'
+/// sites, a source of `jumps_to_returns` or `jumps_to_pads`).
+const FROM: u8 = 1;
+/// [`Stacks::marks`]: a landing pad.
+const PAD: u8 = 2;
 
 /// Shadow stacks of one timeline.
 pub struct Stacks {
     /// Call instruction address -> return address (the next instruction).
-    calls: HashMap<u64, u64>,
+    calls: PcMap<u64, u64>,
     /// CFG edges within a procedure (fall-through, direct or jump-table
     /// jump) that land on a return address: (last instruction of the
     /// block, the return address).
-    jumps_to_returns: HashSet<(u64, u64)>,
+    jumps_to_returns: PcSet<(u64, u64)>,
     /// Landing pads of C++ exceptions: pad address -> its procedure (module
     /// index, procedure entry).
-    pads: HashMap<u64, (usize, u64)>,
+    pads: PcMap<u64, (usize, u64)>,
     /// Return addresses of calls with a landing pad -> the calling
     /// procedure (module index, procedure entry).
-    landing_calls: HashMap<u64, (usize, u64)>,
+    landing_calls: PcMap<u64, (usize, u64)>,
     /// CFG edges within a procedure that reach a landing pad (no unwinding).
-    jumps_to_pads: HashSet<(u64, u64)>,
-    /// States at the starts of intervals `0..states.len()`.
+    jumps_to_pads: PcSet<(u64, u64)>,
+    /// [`FROM`] and [`PAD`]: a step from an instruction without
+    /// [`FROM`] to one without [`PAD`] changes the stack only by popping
+    /// to its target, when that is on the stack ([`Stacks::step`]'s fast
+    /// path: one look-up per instruction, no hashing).
+    marks: PcFlags,
+    /// States at the starts of intervals `0..states.len()` (the last one
+    /// may be the state after the last interval).
     states: Vec<State>,
     /// Passages through untraced code, when looked for.
     passages: Option<Passages>,
@@ -89,7 +104,7 @@ pub struct Stacks {
 impl Stacks {
     /// The call sites of `modules` (non-tail calls ending a block).
     pub fn new(modules: &[&Compiled]) -> Stacks {
-        let mut calls = HashMap::new();
+        let mut calls = PcMap::default();
         for (a, len, b) in block_ends(modules) {
             if b.call.is_some_and(|c| !c.tail) {
                 calls.insert(a, a + len);
@@ -98,12 +113,23 @@ impl Stacks {
         let returns = returns_of_returning_calls(modules);
         let (pads, landing_calls) = landings(modules);
         let pad_set = pads.keys().copied().collect();
+        let jumps_to_returns = jumps_to(modules, &returns);
+        let jumps_to_pads = jumps_to(modules, &pad_set);
+        let mut marks = PcFlags::over(code_spans(modules));
+        let sources = jumps_to_returns.iter().chain(&jumps_to_pads).map(|j| j.0);
+        calls
+            .keys()
+            .copied()
+            .chain(sources)
+            .for_each(|a| mark(&mut marks, a, FROM));
+        pads.keys().for_each(|&a| mark(&mut marks, a, PAD));
         Stacks {
             calls,
-            jumps_to_returns: jumps_to(modules, &returns),
+            jumps_to_returns,
             pads,
             landing_calls,
-            jumps_to_pads: jumps_to(modules, &pad_set),
+            jumps_to_pads,
+            marks,
             states: vec![State::default()],
             passages: None,
         }
@@ -112,7 +138,9 @@ impl Stacks {
     /// The same stacks with passages through untraced code (the module
     /// comment), decoding the blocks' last instructions from `image`.
     pub fn with_passages(mut self, modules: &[&Compiled], image: &Image) -> Stacks {
-        self.passages = Some(Passages::new(modules, image));
+        let p = Passages::new(modules, image);
+        p.sites.keys().for_each(|&a| mark(&mut self.marks, a, FROM));
+        self.passages = Some(p);
         self
     }
 
@@ -250,8 +278,10 @@ impl Stacks {
         }
     }
 
-    /// Computes the states at the starts of intervals up to `k`.
-    fn reach(&mut self, t: &mut Timeline<'_>, k: usize) {
+    /// Computes the states at the starts of intervals up to `k` (one
+    /// past the last interval: the state after it); walking interval
+    /// `k - 1` while it is the timeline's window regenerates nothing.
+    pub fn reach(&mut self, t: &mut Timeline<'_>, k: usize) {
         while self.states.len() <= k {
             let j = self.states.len() - 1;
             let mut s = self.states[j].clone();
@@ -286,9 +316,24 @@ impl Stacks {
 
     /// Steps `s` to instruction `b`, the first of a handler of a signal
     /// that interrupted untraced code if `signal`: the passage before it,
-    /// if any.
+    /// if any. Inlined into the walk: most steps change nothing.
+    #[inline(always)]
     fn step(&self, s: &mut State, b: u64, signal: bool) -> Option<Passage> {
+        let marks = self.marks.get(b);
+        let from = std::mem::replace(&mut s.from, marks & FROM != 0);
         let a = s.prev.replace(b)?;
+        debug_assert_eq!(from, self.marks.get(a) & FROM != 0);
+        if !from && marks & PAD == 0 && !s.stack.contains(&b) {
+            // No site, call, jump onto a return address or pad, no pop.
+            debug_assert_eq!(self.change(a, b, &s.stack), Change::None);
+            return None;
+        }
+        self.step_from(s, a, b, signal)
+    }
+
+    /// [`Stacks::step`] from `a` where the step may change the stack.
+    #[inline(never)]
+    fn step_from(&self, s: &mut State, a: u64, b: u64, signal: bool) -> Option<Passage> {
         if let Some(passage) = self
             .passages
             .as_ref()
@@ -346,6 +391,25 @@ impl Stacks {
     }
 }
 
+/// Sets `flag` on `a` in `marks`, which span every block of the modules.
+fn mark(marks: &mut PcFlags, a: u64, flag: u8) {
+    let spanned = marks.set(a, flag);
+    debug_assert!(spanned, "{a:#x} is in a module's code");
+}
+
+/// Per module, the run-time addresses its blocks span: (start, end).
+fn code_spans(modules: &[&Compiled]) -> Vec<(u64, u64)> {
+    let span = |m: &Compiled| {
+        let blocks = m
+            .blocks
+            .iter()
+            .map(|(_, b)| (b.start, b.start + u64::from(b.size)));
+        let (lo, hi) = blocks.fold((u64::MAX, 0), |(l, h), (s, e)| (l.min(s), h.max(e)));
+        (lo < hi).then(|| (m.load_base.wrapping_add(lo), m.load_base.wrapping_add(hi)))
+    };
+    modules.iter().filter_map(|m| span(m)).collect()
+}
+
 /// Each block's last instruction: its run-time address, its length and
 /// the block.
 fn block_ends<'a>(
@@ -366,8 +430,8 @@ fn block_ends<'a>(
 /// __cxa_throw` at -O0, the code of a branch that does not throw) is no
 /// frame's, and a jump onto it must still pop the stale return addresses
 /// an exception left (its landing pads are entered like callbacks).
-fn returns_of_returning_calls(modules: &[&Compiled]) -> HashSet<u64> {
-    let mut found = HashSet::new();
+fn returns_of_returning_calls(modules: &[&Compiled]) -> PcSet<u64> {
+    let mut found = PcSet::default();
     for m in modules {
         for (last, len, b) in block_ends(std::slice::from_ref(m)) {
             let returns = m.succs[b.succ_lo as usize..b.succ_hi as usize]
@@ -384,10 +448,10 @@ fn returns_of_returning_calls(modules: &[&Compiled]) -> HashSet<u64> {
 /// The landing pads of `modules`' calls (pad -> its procedure) and the
 /// return addresses of those calls (-> their procedure), run-time
 /// addresses; a procedure is (its module's index, its entry's address).
-type Landings = (HashMap<u64, (usize, u64)>, HashMap<u64, (usize, u64)>);
+type Landings = (PcMap<u64, (usize, u64)>, PcMap<u64, (usize, u64)>);
 
 fn landings(modules: &[&Compiled]) -> Landings {
-    let (mut pads, mut calls) = (HashMap::new(), HashMap::new());
+    let (mut pads, mut calls) = (PcMap::default(), PcMap::default());
     for (mi, m) in modules.iter().enumerate() {
         for (last, len, b) in block_ends(std::slice::from_ref(m)) {
             let pad = b.call.and_then(|c| c.landing);
@@ -406,8 +470,8 @@ fn landings(modules: &[&Compiled]) -> Landings {
 /// The CFG edges of `modules` within a procedure (fall-through, taken
 /// jump, jump table case) whose target is in `targets`: (the source
 /// block's last instruction, the target), as run-time addresses.
-fn jumps_to(modules: &[&Compiled], targets: &HashSet<u64>) -> HashSet<(u64, u64)> {
-    let mut found = HashSet::new();
+fn jumps_to(modules: &[&Compiled], targets: &PcSet<u64>) -> PcSet<(u64, u64)> {
+    let mut found = PcSet::default();
     for m in modules {
         for (last, _, b) in block_ends(std::slice::from_ref(m)) {
             for s in &m.succs[b.succ_lo as usize..b.succ_hi as usize] {
@@ -448,16 +512,16 @@ struct Entry {
 
 /// What passages are found with (the module comment's rules).
 struct Passages {
-    sites: HashMap<u64, Site>,
-    entries: HashMap<u64, Entry>,
+    sites: PcMap<u64, Site>,
+    entries: PcMap<u64, Entry>,
     /// Per interval visited: its passages.
-    found: HashMap<usize, Vec<(u64, Passage)>>,
+    found: PcMap<usize, Vec<(u64, Passage)>>,
 }
 
 impl Passages {
     fn new(modules: &[&Compiled], image: &Image) -> Passages {
-        let mut sites = HashMap::new();
-        let mut entries = HashMap::new();
+        let mut sites = PcMap::default();
+        let mut entries = PcMap::default();
         for (mi, m) in modules.iter().enumerate() {
             for p in m.procs.values().filter(|p| p.traced) {
                 if let Some(e) = m.blocks.get(p.entry) {
@@ -493,7 +557,7 @@ impl Passages {
         Passages {
             sites,
             entries,
-            found: HashMap::new(),
+            found: PcMap::default(),
         }
     }
 

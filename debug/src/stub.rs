@@ -189,11 +189,6 @@ pub struct Stub<'m> {
     warn: fn(&str),
 }
 
-/// The signal a run off the end stops with, as rr reports the end of a
-/// replay (SIGKILL, Linux's number): gdb keeps the thread, so reverse
-/// commands go on.
-pub const END_SIGNAL: u32 = 9;
-
 /// The shadow regions' bytes at a position: (position, [`SHADOW`]'s
 /// bytes, [`PCS_BY_DEPTH`]'s bytes, [`RBP_BASED`]'s and [`OUTERMOST`]'s
 /// bytes).
@@ -370,7 +365,6 @@ impl<'m> Stub<'m> {
     /// resumes (delivering it is what the recorded run did next).
     pub(crate) fn stop_signal(&self) -> Option<u32> {
         match self.last {
-            Stop::End => Some(END_SIGNAL),
             Stop::Signal(s) => Some(s),
             _ => None,
         }
@@ -589,10 +583,16 @@ impl<'m> Stub<'m> {
             return self.at_signal(s);
         }
         let found = match forward {
-            // From a passage or a delivery, its instruction is the next one.
-            true => self
-                .timeline
-                .find_forward(self.pos - u64::from(self.at != At::Insn), stops),
+            // From a passage or a delivery, its instruction is the next one;
+            // the stack at the stop (gdb reads it) is walked along.
+            true => {
+                let stacks = &mut self.stacks;
+                self.timeline.find_forward_visiting(
+                    self.pos - u64::from(self.at != At::Insn),
+                    stops,
+                    |t, k| stacks.reach(t, k + 1),
+                )
+            }
             false => self.timeline.find_backward(self.pos, stops),
         };
         let at = match found {

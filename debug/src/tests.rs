@@ -149,8 +149,8 @@ fn stepping_both_ways_follows_the_execution() {
             ps.push("g".to_owned());
         }
         // One step past the last instruction (into untraced code), one
-        // more (the end: SIGKILL, as rr's replay ends), then all the way
-        // back and one more.
+        // more (the end of the replay log: the position stays), then all
+        // the way back and one more.
         ps.extend(["vCont;s:1", "g", "vCont;s:1"].map(String::from));
         for _ in 0..n {
             ps.push("bs".into());
@@ -165,7 +165,8 @@ fn stepping_both_ways_follows_the_execution() {
         }
         assert!(it.next().unwrap().starts_with("T05thread:"));
         assert!(is_untraced(rip_of(it.next().unwrap())), "seed {seed}");
-        assert!(it.next().unwrap().starts_with("T09thread:"));
+        let end = it.next().unwrap();
+        assert!(end.starts_with("T05thread:01;") && end.contains("replaylog:end"));
         for &want in addrs.iter().rev() {
             it.next().unwrap();
             assert_eq!(rip_of(it.next().unwrap()), want, "seed {seed}");
@@ -206,7 +207,7 @@ fn breakpoint_on_the_first_instruction_both_ways() {
         assert!(it.next().unwrap().contains("swbreak"));
         assert_eq!(when(it.next().unwrap()), h as u64);
     }
-    assert!(it.next().unwrap().starts_with("T09"));
+    assert!(it.next().unwrap().contains("replaylog:end"));
     assert_eq!(when(it.next().unwrap()), last + 1);
     for &h in &back {
         assert!(it.next().unwrap().contains("swbreak"));

@@ -237,12 +237,27 @@ impl<'m> Timeline<'m> {
     /// The first position after `from` (exclusive) whose address satisfies
     /// `hit`, or the last position when none does (`Err`).
     pub fn find_forward(&mut self, from: u64, hit: impl Hit) -> Found {
+        self.find_forward_visiting(from, hit, |_, _| {})
+    }
+
+    /// [`Timeline::find_forward`], calling `visit` with each interval
+    /// searched while it is the window, so that a walk over the same
+    /// instructions (the procedure stack's) regenerates none again.
+    pub fn find_forward_visiting(
+        &mut self,
+        from: u64,
+        hit: impl Hit,
+        mut visit: impl FnMut(&mut Self, usize),
+    ) -> Found {
         let mut k = match self.interval_of(from + 1) {
             Some(k) => k,
             None => return Found::End(from),
         };
         let mut start = from + 1;
         loop {
+            self.load(k);
+            visit(self, k);
+            // (Regenerated again only if `visit` moved the window.)
             self.load(k);
             let base = self.snaps[k].pos;
             let skip = (start - base) as usize;
