@@ -1278,8 +1278,10 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
                     regs: self.state.regs.clone(),
                 })
             }
-            // A leaf's run that stops early (a fault, a signal) keeps it too.
-            Some(e) if e.passes && to_end || e.leaf => {}
+            // A leaf's or pass-through block's run that stops early (a
+            // fault, a signal: the rest of it runs when the handler
+            // returns) keeps it too.
+            Some(e) if e.passes || e.leaf => {}
             _ => self.state.back = None,
         }
     }
