@@ -1713,9 +1713,10 @@ fn check_static_with(
         expected
     };
     // The stepped tasks come in the order they were created, the
-    // trace's threads in the order the recorder found them: by thread id.
+    // trace's threads in the order the recorder found them: by creation.
     let mut rg = regen_threads_with_tids(&trace, None);
-    rg[1..].sort_by_key(|&(tid, _)| tid);
+    let key = common::creation_key(rg[0].0);
+    rg[1..].sort_by_key(|&(tid, _)| key(tid));
     let streams = streams.unwrap_or(1 + children.len());
     assert_eq!(rg.len(), streams, "{name}: streams");
     let join = find_symbol(exe, "pthread_join");

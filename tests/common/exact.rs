@@ -464,8 +464,8 @@ pub type TaskStream = Vec<(usize, u64)>;
 
 /// The native run of `stepped` single-stepped with every task followed
 /// (threads and forked processes), normalised as [`against_stepped`]
-/// normalises it: each task's stream ([`TaskStream`]) by thread id, the
-/// order the tasks were created in. Held in memory, for short runs whose
+/// normalises it: each task's stream ([`TaskStream`]) in the order the
+/// tasks were created in ([`super::creation_key`]). Held in memory, for short runs whose
 /// threads are compared whole (where a stretch of one is to be taken out,
 /// as the waits of `pthread_join`, which streaming cannot do).
 pub fn stepped_tasks(
@@ -501,12 +501,16 @@ pub fn stepped_tasks(
     };
     let run = singlestep::run_streaming(stepped, Some(stepped), (args, env), true, &mut sink);
     let mut streams: Vec<_> = tasks.into_iter().map(|t| (t.0, t.3)).collect();
-    streams.sort_by_key(|t| t.0);
+    // The first task to run is the first created: the root.
+    if let Some(&(root, _)) = streams.first() {
+        let key = super::creation_key(root as u32);
+        streams.sort_by_key(|t| key(t.0 as u32));
+    }
     (streams, exit_status(run.status))
 }
 
 /// Each thread of `trace` regenerated (`aetrace regen`, every module),
-/// by thread id: its instructions as (module, offset from the module's
+/// in the order the threads were created ([`super::creation_key`]): its instructions as (module, offset from the module's
 /// run-time base), as [`stepped_tasks`] gives the oracle's.
 pub fn regen_tasks(trace: &Path) -> Vec<(u32, TaskStream)> {
     let info = info_json(trace);
@@ -537,7 +541,11 @@ pub fn regen_tasks(trace: &Path) -> Vec<(u32, TaskStream)> {
             threads.last_mut().unwrap().1.push((m, a - modules[m].0));
         }
     }
-    threads.sort_by_key(|t| t.0);
+    // Thread 0, the first, is the main thread: the root.
+    if let Some(&(root, _)) = threads.first() {
+        let key = super::creation_key(root);
+        threads.sort_by_key(|t| key(t.0));
+    }
     threads
 }
 

@@ -776,20 +776,18 @@ fn per_process(program: &[String], with: &Launch, pattern: &str, reducer: &mut R
     let log = format!("--log-file={}/lackey.%p", log_dir.display());
     let vg = launch(program, with, pattern, &log);
     let first = format!("lackey.{}", vg.child.id());
+    let key = super::creation_key(vg.child.id());
     let ended = vg.end(false);
     let mut logs: Vec<PathBuf> = std::fs::read_dir(&log_dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
     // `sh` execs valgrind: the first process keeps the shell's pid.
-    // The first process, then the others in pid order.
-    let pid = |l: &PathBuf| -> (bool, u64) {
+    // The first process, then the others in the order they were created.
+    let pid = |l: &PathBuf| -> (bool, u32) {
         let name = l.file_name().unwrap().to_string_lossy().into_owned();
-        let n = name
-            .trim_start_matches("lackey.")
-            .parse()
-            .unwrap_or(u64::MAX);
-        (name != first, n)
+        let n = name.trim_start_matches("lackey.").parse().map(&key);
+        (name != first, n.unwrap_or(u32::MAX))
     };
     logs.sort_by_key(pid);
     for l in &logs {

@@ -50,6 +50,25 @@ impl Hasher for FastHasher {
 pub type FastMap<K, V> = std::collections::HashMap<K, V, BuildHasherDefault<FastHasher>>;
 pub type FastSet<K> = std::collections::HashSet<K, BuildHasherDefault<FastHasher>>;
 
+/// Sort key putting task ids in the order the kernel created them, given
+/// the first task's id `root`: ids are handed out cyclically up to
+/// `pid_max` (32768 here), so a run straddling the wrap has a child id
+/// below its parent's, and sorting by id then pairs the stepped run's
+/// tasks with the wrong threads of the trace (issue 23, seen once under
+/// load: `raw_clone` clone3-fork). A run spans far fewer than `pid_max`
+/// creations, so the distance from `root` is the creation order.
+pub fn creation_key(root: u32) -> impl Fn(u32) -> u32 {
+    let max: u32 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .expect("/proc/sys/kernel/pid_max")
+        .trim()
+        .parse()
+        .expect("pid_max is a number");
+    move |id| {
+        debug_assert!(id < max && root < max);
+        (id + max - root) % max
+    }
+}
+
 /// The `aetrace` binary of this build.
 pub fn aetrace() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_BIN_EXE_aetrace"))

@@ -65,8 +65,8 @@ pub fn run_streaming(
 
 /// [`run`], following the threads it starts and the processes it forks
 /// (`clone`, `clone3`, `fork`, `vfork`): the first thread's run, then
-/// each other task's instruction stream, in the order they were created
-/// (their thread ids' order). Threads run at once, stepped in turns.
+/// each other task's instruction stream, in the order the tracer saw
+/// them created (a fork or clone event of their creator's). Threads run at once, stepped in turns.
 pub fn run_tree(
     exe: &Path,
     argv0: Option<&Path>,
