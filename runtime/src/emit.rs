@@ -561,24 +561,45 @@ pub const TRANSFER_INC: [u8; 8] = [0x65, 0xFF, 0x04, 0x25, S_XFERS as u8, 0, 0, 
 /// another function's entry), placed just before a counted transfer (see
 /// `docs/runtime.md` section 2, "The transfer count"). It is one
 /// instruction, so a signal sees it done or not; the rewriter gives it the
-/// signal-map point of the transfer it precedes. Live flags are saved with
-/// `pushfq` (below the red zone when it is live).
+/// signal-map point of the transfer it precedes. Live flags are saved as
+/// the site says: with `lahf; seto al` (rax pushed unless it is the dead
+/// scratch) or `pushfq`, below the red zone when it is live and the stack
+/// is used. `popfq` is microcoded: on sort's comparison calls, whose flags
+/// a `-fipa-ra` caller may keep, it was the copy's hottest instruction.
 ///
 /// The increment is [`TRANSFER_INC`]: `signal_entry` undoes one it finds
-/// right before an interrupted rip (docs/runtime.md section 5).
+/// right before an interrupted rip (docs/runtime.md section 5); what
+/// follows it (`add al, 0x7f`, `popfq`) never ends with those bytes.
 pub fn emit_transfer(a: &mut CodeAssembler, site: Site) -> Result<(), Error> {
     let inc = |a: &mut CodeAssembler| a.inc(dword_ptr(S_XFERS).gs());
     if !site.flags_live {
         inc(a)?;
         return Ok(());
     }
-    if site.red_zone_live {
+    let lahf = site.flags_save == FlagsSave::Lahf;
+    let push_rax = lahf && site.scratch != Some(rax);
+    let step = site.red_zone_live && (push_rax || !lahf);
+    if step {
         a.lea(rsp, ptr(rsp - RED_ZONE))?;
     }
-    a.pushfq()?;
-    inc(a)?;
-    a.popfq()?;
-    if site.red_zone_live {
+    if !lahf {
+        a.pushfq()?;
+        inc(a)?;
+        a.popfq()?;
+    } else {
+        if push_rax {
+            a.push(rax)?;
+        }
+        a.lahf()?;
+        a.seto(al)?;
+        inc(a)?;
+        a.add(al, 0x7f)?;
+        a.sahf()?;
+        if push_rax {
+            a.pop(rax)?;
+        }
+    }
+    if step {
         a.lea(rsp, ptr(rsp + RED_ZONE))?;
     }
     Ok(())
@@ -954,17 +975,33 @@ mod tests {
         assert_eq!(enter, 35);
     }
 
-    /// [`TRANSFER_INC`] is what [`emit_transfer`] emits, flags dead or live.
+    /// [`TRANSFER_INC`] is what [`emit_transfer`] emits, flags dead or
+    /// live, once; sizes: 8 bytes with dead flags; with live flags 15
+    /// (rax dead, `lahf`), 17 (rax pushed), 10 (`pushfq`), 13 more when
+    /// the red zone is stepped over.
     #[test]
     fn transfer_increment_bytes() {
-        for live in [false, true] {
-            let mut site = Site::with_scratch(r11);
-            site.flags_live = live;
+        let cases = [
+            (Some(r11), false, false, FlagsSave::Lahf, 8),
+            (Some(rax), true, true, FlagsSave::Lahf, 15),
+            (Some(r11), true, false, FlagsSave::Lahf, 17),
+            (None, true, true, FlagsSave::Lahf, 30),
+            (Some(r11), true, false, FlagsSave::Pushf, 10),
+            (Some(r11), true, true, FlagsSave::Pushf, 23),
+        ];
+        for (scratch, flags_live, red_zone_live, flags_save, len) in cases {
+            let site = Site {
+                scratch,
+                flags_live,
+                red_zone_live,
+                flags_save,
+            };
             let mut a = CodeAssembler::new(64).unwrap();
             emit_transfer(&mut a, site).unwrap();
             let code = a.assemble(0x40_0000).unwrap();
-            assert!(code.windows(8).any(|w| w == TRANSFER_INC), "{code:x?}");
-            if !live {
+            let incs = code.windows(8).filter(|w| *w == TRANSFER_INC).count();
+            assert_eq!((incs, code.len()), (1, len), "{site:?}: {code:x?}");
+            if !flags_live {
                 assert_eq!(code, TRANSFER_INC);
             }
         }
