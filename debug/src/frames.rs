@@ -47,7 +47,13 @@ pub fn cfas(
             walk.level >= needed
         })?;
     }
-    debug_assert!(walk.found.iter().flatten().is_sorted());
+    debug_assert!(walk
+        .found
+        .iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .windows(2)
+        .all(|w| w[0] < w[1]));
     Ok(walk.found.into_iter().collect())
 }
 
@@ -105,7 +111,7 @@ impl Walk<'_> {
         let creator = l < self.found.len()
             && self.by_call(l)
             && self.frames[l + 1].0 == ret
-            && self.last_slot.is_none_or(|below| s > below);
+            && self.last_slot.map_or(true, |below| s > below);
         if creator {
             self.found[l] = Some(s + 8);
             self.last_slot = Some(s);
