@@ -182,15 +182,11 @@ WatchWrite()
 # The procedure stack, as the stub serves it at SHADOW (aetrace_debug::stub::
 # SHADOW): frame count, then (pc, procedure entry) per frame, innermost first.
 SHADOW = 0xAE7ACE0000000000
-# Made-up stack addresses for frame ids: a frame's depth from the bottom
-# of the stack identifies it across stops (`finish`, `next` compare ids).
+# Made-up stack addresses for frame ids where the trace has no data
+# references (or they leave a frame's address unknown): a frame's depth
+# from the bottom of the stack identifies it across stops (`finish`,
+# `next` compare ids). The stub serves the ids it uses (FRAME_IDS).
 STACK_TOP = 0x7FF000000000
-
-
-def frame_address(depth):
-    """The made-up address of the frame `depth` frames from the bottom of
-    the stack (its frame id's, shown as "frame at")."""
-    return STACK_TOP - 0x100 * depth
 
 
 def read_u64s(addr, n):
@@ -217,29 +213,30 @@ class FrameId:
         self.pc = u64(pc)
 
 
-def stack_index(pending_frame, n):
-    """The index in the procedure stack (of `n` frames) of the frame gdb
-    unwinds: 0 where its rsp is unavailable (frame 0, or a function whose
-    callee at frame 0 was inlined into it), else one past the frame whose
-    made-up address it is (`frame_address`, the callee's saved rsp). Not
-    gdb's frame level, which counts inlined functions (libc's): None
-    where the rsp is none of the stack's frame addresses."""
+def stack_index(pending_frame, ids):
+    """The index in the procedure stack (whose frame ids are `ids`) of
+    the frame gdb unwinds: one past the frame whose id its rsp is (the
+    callee's saved rsp); 0 where its rsp is unavailable or below frame
+    0's id (frame 0, or a function whose callee at frame 0 was inlined
+    into it). Not gdb's frame level, which counts inlined functions
+    (libc's): None where the rsp is none of these."""
     try:
         rsp = int(pending_frame.read_register("rsp"))
     except gdb.error:
         return 0
-    depth, off = divmod(STACK_TOP - rsp, 0x100)
-    if off or not 0 < depth <= n:
-        return None
-    index = n - depth + 1
-    return index if index < n else None
+    for i in range(1, len(ids)):
+        if ids[i - 1] == rsp:
+            return i
+    return 0 if ids and rsp < ids[0] else None
 
 
 class AetraceUnwinder(gdb.unwinder.Unwinder):
     """Frames from the stub's procedure stack. Saves rip, and rsp and rbp
-    made up from the frame addresses (every other register is left "not
-    saved": gdb 13's Python unwinder cannot mark one unavailable, and
-    drops itself for a frame where it saves an unavailable value). The outermost traced frame's caller is
+    as the stub serves them (FRAME_IDS, CALLER_RBP: real where the trace's
+    data references give them, else made up from the frame's depth, or
+    rbp not saved; every other register is left "not saved": gdb 13's
+    Python unwinder cannot mark one unavailable, and drops itself for a
+    frame where it saves an unavailable value). The outermost traced frame's caller is
     `<untraced>` (the code that started the thread: libc's start_thread),
     whose CFI ends the backtrace without reading a register; a caller
     frame whose own CFI ends the backtrace (`_start`) is left to gdb."""
@@ -258,7 +255,8 @@ class AetraceUnwinder(gdb.unwinder.Unwinder):
             # stub serves a made-up rsp): gdb's DWARF unwinder takes it as
             # a signal frame (`untraced_cfi`), `<signal handler called>`.
             return None
-        level = stack_index(pending_frame, len(frames))
+        ids = read_u64s(FRAME_IDS, len(frames))
+        level = stack_index(pending_frame, ids)
         if level is None or frames[level][0] != rip:
             return None
         pc, entry = frames[level]
@@ -272,22 +270,19 @@ class AetraceUnwinder(gdb.unwinder.Unwinder):
             # caller: its CFI makes it the outermost frame, with the id it
             # has as a traced start routine's caller (`finish` stops there).
             return None
-        depth = len(frames) - level
-        cfa = frame_address(depth)
+        cfa = ids[level]
         info = pending_frame.create_unwind_info(FrameId(cfa, entry or pc))
         caller = frames[level + 1][0] if level + 1 < len(frames) else UNTRACED + 1
         info.add_saved_register("rip", u64(caller))
-        # The caller's rsp and rbp, made up as the frame ids are, so that
-        # gdb's DWARF frame base of the caller (`info frame`, `up`) reads
-        # a value rather than a register this unwinder did not save:
-        # rsp the callee's frame address (as after a return), rbp 16
-        # below the caller's (its CFA at -O0, after the prologue). rbp
-        # only where the caller's CFA is computed from it (the stub's
-        # RBP_BASED): in optimised code rbp holds a variable, which then
-        # reads `<optimized out>`, not the made-up address.
+        # The caller's rsp is this frame's CFA; its rbp what the stub
+        # serves: real, or (made-up frame ids) 16 below its made-up CFA
+        # where that is rbp-based, so that gdb's DWARF frame base of the
+        # caller (`info frame`, `up`) reads a value; elsewhere (optimised
+        # code, where rbp holds a variable) not saved: `<optimized out>`.
         info.add_saved_register("rsp", u64(cfa))
-        if level + 1 == len(frames) or read_u64s(RBP_BASED + 8 * (level + 1), 1)[0]:
-            info.add_saved_register("rbp", u64(frame_address(depth - 1) - 16))
+        known, rbp = read_u64s(CALLER_RBP + 16 * level, 2)
+        if known:
+            info.add_saved_register("rbp", u64(rbp))
         return info
 
 
@@ -303,11 +298,14 @@ UNTRACED_SIZE = 16
 # and where the stub serves the frames' pcs by depth (stub::PCS_BY_DEPTH).
 SIGRETURN = UNTRACED + 8
 PCS_BY_DEPTH = SHADOW + (1 << 32)
-# Per frame by level, 1 where its CFA is computed from rbp (stub::RBP_BASED).
-RBP_BASED = SHADOW + (2 << 32)
 # Per frame by level, 1 where its CFI leaves the return address undefined
 # (stub::OUTERMOST).
 OUTERMOST = SHADOW + (3 << 32)
+# Per frame by level, its frame id's address (stub::FRAME_IDS), and the rbp
+# its unwinder gives its caller: (1, value) or (0, 0), not saved
+# (stub::CALLER_RBP).
+FRAME_IDS = SHADOW + (4 << 32)
+CALLER_RBP = SHADOW + (5 << 32)
 
 
 def untraced_cfi():
@@ -320,7 +318,8 @@ def untraced_cfi():
     gdb shows `<signal handler called>` and looks the caller's function
     up at its pc, not pc - 1), whose caller's rip is the stub's pc of the
     frame two below the handler by depth (PCS_BY_DEPTH), and rsp and rbp
-    as the Python unwinder makes them up (frame_address)."""
+    made up as the stub makes frame ids without data (STACK_TOP - 0x100
+    * depth: `<signal handler called>` makes every frame id made up)."""
     # CIE: id 0xffffffff, version 1, no augmentation, code alignment 1,
     # data alignment -8, return address rip (16); DW_CFA_def_cfa_expression
     # (DW_OP_lit0), DW_CFA_undefined rip, padding.

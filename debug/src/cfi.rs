@@ -14,6 +14,7 @@
 //! than a made-up value.
 
 use crate::image::Image;
+use aetrace_analysis::addr::Gpr;
 use gimli::{BaseAddresses, CfaRule, EhFrame, EhFrameHdr, LittleEndian, Pointer, UnwindContext};
 use gimli::{RegisterRule, UnwindSection, UnwindTableRow, X86_64};
 
@@ -25,6 +26,22 @@ pub fn cfa_from_rbp(image: &Image, pc: u64) -> bool {
         CfaRule::Expression(_) => true,
     })
     .unwrap_or(true)
+}
+
+/// The CFA at `pc` as a register and an offset (`rsp` or `rbp` plus a
+/// constant), where its CFI says so: the frames' real addresses
+/// (`crate::frames`) come from it and a register's value.
+pub fn cfa_rule(image: &Image, pc: u64) -> Option<(Gpr, i64)> {
+    with_row(image, pc, |row| match *row.cfa() {
+        CfaRule::RegisterAndOffset { register, offset } if register == X86_64::RSP => {
+            Some((Gpr::RSP, offset))
+        }
+        CfaRule::RegisterAndOffset { register, offset } if register == X86_64::RBP => {
+            Some((Gpr::RBP, offset))
+        }
+        _ => None,
+    })
+    .flatten()
 }
 
 /// Whether the return address at `pc` is undefined by its CFI: the

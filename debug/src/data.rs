@@ -41,7 +41,7 @@ use crate::timeline::Timeline;
 use aetrace_analysis::addr::exec::{self, Entered, Exec, WayIn};
 use aetrace_analysis::addr::full::{self, Planned, Recorded, DF};
 use aetrace_analysis::addr::returns::Returns;
-use aetrace_analysis::addr::{forms, Access, InsnProgram, Repeat};
+use aetrace_analysis::addr::{forms, Access, Gpr, InsnProgram, Repeat, Seg};
 use aetrace_format::progdb::{CallDb, ProgramDb};
 use aetrace_format::section::module_flags;
 use aetrace_format::{ModuleId, ThreadId, Trace};
@@ -49,7 +49,7 @@ use aetrace_regen::compile::{BlockIx, Module as Compiled, ProcIx};
 use aetrace_regen::handlers::Handlers;
 use aetrace_regen::visit::{Event, Visit};
 use aetrace_regen::{Options, SignalAt};
-use iced_x86::{Decoder, DecoderOptions, Instruction, InstructionInfoFactory};
+use iced_x86::{Decoder, DecoderOptions, Instruction, InstructionInfoFactory, Mnemonic};
 use std::ops::Range;
 use std::rc::Rc;
 
@@ -62,6 +62,11 @@ pub struct Ref {
     pub end: u64,
     /// Load, store or both.
     pub access: Access,
+    /// The register the address is computed from, with the displacement
+    /// added to it, when that is all (no segment base, no index): the
+    /// register's value before the instruction is `start - disp`
+    /// (`crate::frames`).
+    pub from: Option<(Gpr, u64)>,
 }
 
 impl Ref {
@@ -79,6 +84,17 @@ impl Ref {
     pub fn overlaps(&self, start: u64, end: u64) -> bool {
         self.start < end && start < self.end
     }
+}
+
+/// How an instruction moves the procedure stack ([`Data::scan_back`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flow {
+    /// A call (not a system call) returning to this address.
+    Call(u64),
+    /// A return.
+    Ret,
+    /// Anything else.
+    Other,
 }
 
 /// Where the code is: the bytes gdb reads and the traced blocks (for each
@@ -511,6 +527,47 @@ impl Data {
         }
     }
 
+    /// Calls `f` on positions `to`, `to - 1`, ... 0 (latest first) with
+    /// each one's pc, [`Flow`] and references, until it says stop.
+    pub fn scan_back(
+        &mut self,
+        t: &mut Timeline<'_>,
+        code: &Code<'_, '_>,
+        to: u64,
+        mut f: impl FnMut(u64, u64, Flow, &[Ref]) -> bool,
+    ) -> Result<(), String> {
+        let Some(mut k) = t.interval_of(to) else {
+            return Ok(());
+        };
+        loop {
+            let mut seen = Vec::new();
+            self.walk(t, code, k, |p, pc, refs| {
+                seen.push((p, pc, refs.to_vec()));
+                p >= to
+            })?;
+            for (p, pc, refs) in seen.iter().rev() {
+                if f(*p, *pc, self.flow(code, *pc)?, refs) {
+                    return Ok(());
+                }
+            }
+            k = match k.checked_sub(1) {
+                Some(j) => j,
+                None => return Ok(()),
+            };
+        }
+    }
+
+    /// The [`Flow`] of the instruction at `pc`.
+    fn flow(&mut self, code: &Code<'_, '_>, pc: u64) -> Result<Flow, String> {
+        let i = self.insn(code, pc)?;
+        let insn = &i.planned.insn;
+        Ok(match (i.planned.prog.call, insn.mnemonic()) {
+            (true, _) => Flow::Call(i.base.wrapping_add(insn.next_ip())),
+            (false, Mnemonic::Ret) => Flow::Ret,
+            _ => Flow::Other,
+        })
+    }
+
     /// Calls `f` on each position of interval `k` in order until it says
     /// stop; the position after the interval (or the one it stopped at).
     fn walk(
@@ -768,10 +825,16 @@ impl Data {
                 },
                 _ => (a, a.wrapping_add(size)),
             };
+            let e = &r.addr;
+            let plain = e.seg == Seg::Flat && e.index.is_none() && e.bit_offset.is_none();
             out.push(Ref {
                 start,
                 end,
                 access: r.access,
+                from: e
+                    .base
+                    .filter(|_| plain && rep.is_none())
+                    .map(|b| (b, e.disp)),
             });
         }
         Ok(())

@@ -36,6 +36,7 @@ pub mod blocks;
 pub mod calltree;
 pub mod cfi;
 pub mod data;
+pub mod frames;
 pub mod hc;
 pub mod image;
 pub mod materialise;

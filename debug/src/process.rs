@@ -261,7 +261,7 @@ impl MultiThreadBase for Process<'_> {
     fn read_registers(&mut self, regs: &mut PcRegs, tid: Tid) -> TargetResult<(), Self> {
         let stub = self.select(tid).map_err(TargetError::Fatal)?;
         regs.rip = stub.pc();
-        regs.rsp = stub.restorer_rsp();
+        (regs.rsp, regs.rbp) = stub.frame0_stack();
         Ok(())
     }
 

@@ -40,6 +40,7 @@ use crate::materialise;
 use crate::stack::Stacks;
 use crate::timeline::{Found, Hit, Signal, Timeline};
 use crate::untraced::{is_untraced, Passage, RETURNED, SIGRETURN, UNTRACED};
+use aetrace_analysis::addr::Gpr;
 use aetrace_regen::compile::Module as Compiled;
 use gdbstub::arch::{Arch, Registers};
 use gdbstub::target::ext::breakpoints::WatchKind;
@@ -59,19 +60,21 @@ impl Arch for PcOnly {
     }
 }
 
-/// The register file: `rip`, the rest unavailable (`rsp` but at the
-/// restorer).
+/// The register file: `rip`, the rest unavailable (`rsp` and `rbp` but
+/// where [`Stub::frame0_stack`] gives them).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PcRegs {
     /// The current instruction's address.
     pub rip: u64,
-    /// The made-up stack pointer at a handler's return into the restorer
-    /// ([`Stub::restorer_rsp`]).
+    /// The stack pointer, where known ([`Stub::frame0_stack`]).
     pub rsp: Option<u64>,
+    /// The frame pointer, where known.
+    pub rbp: Option<u64>,
 }
 
-/// Bytes of the `g` packet's registers before rsp: rax, rbx, rcx, rdx,
-/// rsi, rdi, rbp.
+/// Bytes of the `g` packet's registers before rbp: rax, rbx, rcx, rdx,
+/// rsi, rdi; rsp follows rbp.
+const BEFORE_RBP: usize = 6 * 8;
 const BEFORE_RSP: usize = 7 * 8;
 
 /// Bytes of the `g` packet's registers around rip: rax..r15 before it;
@@ -88,9 +91,11 @@ impl Registers for PcRegs {
     }
 
     fn gdb_serialize(&self, mut write_byte: impl FnMut(Option<u8>)) {
-        (0..BEFORE_RSP).for_each(|_| write_byte(None));
-        let rsp = self.rsp.map(u64::to_le_bytes);
-        (0..8).for_each(|i| write_byte(rsp.map(|b| b[i])));
+        (0..BEFORE_RBP).for_each(|_| write_byte(None));
+        for r in [self.rbp, self.rsp] {
+            let r = r.map(u64::to_le_bytes);
+            (0..8).for_each(|i| write_byte(r.map(|b| b[i])));
+        }
         (BEFORE_RSP + 8..BEFORE_RIP).for_each(|_| write_byte(None));
         self.rip
             .to_le_bytes()
@@ -190,9 +195,13 @@ pub struct Stub<'m> {
 }
 
 /// The shadow regions' bytes at a position: (position, [`SHADOW`]'s
-/// bytes, [`PCS_BY_DEPTH`]'s bytes, [`RBP_BASED`]'s and [`OUTERMOST`]'s
-/// bytes).
-type Shadow = ((u64, At), Vec<u8>, Vec<u8>, [Vec<u8>; 2]);
+/// bytes, [`PCS_BY_DEPTH`]'s bytes, [`OUTERMOST`]'s, [`FRAME_IDS`]'
+/// and [`CALLER_RBP`]'s bytes), and frame 0's `rsp` and `rbp` where its
+/// frame id is real ([`Stub::frame0_stack`]).
+type Shadow = ((u64, At), Vec<u8>, Vec<u8>, [Vec<u8>; 3], Frame0);
+
+/// Frame 0's `rsp` and `rbp`, where known.
+type Frame0 = (Option<u64>, Option<u64>);
 
 /// Calls `monitor calls` lists on each side of the current position.
 const CALLS_AROUND: usize = 10;
@@ -211,12 +220,6 @@ pub const SHADOW: u64 = 0xae7a_ce00_0000_0000;
 /// pc of the frame `d` frames from the bottom (the outermost is 1).
 pub const PCS_BY_DEPTH: u64 = SHADOW + (1 << 32);
 
-/// Per frame, innermost first, whether its CFA at its pc (a caller's:
-/// the call's) is computed from `rbp` ([`crate::cfi`]): the u64 at
-/// `RBP_BASED + 8 * level` is 1 if so (or the pc has no CFI), else 0.
-/// `aetrace.py` gives a caller its made-up `rbp` only where it is 1.
-pub const RBP_BASED: u64 = SHADOW + (2 << 32);
-
 /// Per frame, innermost first, whether its CFI at its pc (a caller's: the
 /// call's) leaves the return address undefined ([`crate::cfi::outermost`]:
 /// glibc's `_start`): the u64 at `OUTERMOST + 8 * level` is 1 if so.
@@ -224,11 +227,43 @@ pub const RBP_BASED: u64 = SHADOW + (2 << 32);
 /// ends the backtrace there, as natively.
 pub const OUTERMOST: u64 = SHADOW + (3 << 32);
 
+/// Per frame, innermost first, its frame id's address (its CFA): the
+/// u64 at `FRAME_IDS + 8 * level`, which `aetrace.py` also gives the
+/// caller as its `rsp`. Real ([`crate::frames`]) where the trace's data
+/// references give every frame the unwinder builds, else made up
+/// ([`frame_address`]): one made-up frame among real ones would be inner
+/// to them, which gdb takes for a corrupt stack.
+pub const FRAME_IDS: u64 = SHADOW + (4 << 32);
+
+/// Per frame, innermost first, the `rbp` its unwinder gives its caller:
+/// two u64s at `CALLER_RBP + 16 * level`, 1 and the value, or 0 (not
+/// saved). With real frame ids, the caller's CFA less its CFI's offset
+/// where that is `rbp`-based (so never a made-up value); with made-up
+/// ones, 16 below the caller's frame id where its CFA is `rbp`-based.
+pub const CALLER_RBP: u64 = SHADOW + (5 << 32);
+
 /// The made-up address of the frame `depth` frames from the bottom of the
 /// stack (`aetrace.py`'s `frame_address`, `STACK_TOP - 0x100 * depth`):
 /// frame ids and callers' `rsp` are made up from it.
 fn frame_address(depth: u64) -> u64 {
     0x7ff0_0000_0000 - 0x100 * depth
+}
+
+/// `words` as little-endian bytes.
+fn words(words: impl IntoIterator<Item = u64>) -> Vec<u8> {
+    words.into_iter().flat_map(u64::to_le_bytes).collect()
+}
+
+/// Where gdb looks up the CFI of frame `l` of `frames` (innermost first;
+/// `l` may be past the last): a caller's at its call (the byte before its
+/// return address), the frame a signal interrupted (the restorer's
+/// caller) and frame 0 at their pc.
+fn cfi_pc(frames: &[(u64, u64)], l: usize) -> u64 {
+    let pc = frames.get(l).map_or(0, |f| f.0);
+    match l.checked_sub(1).map(|b| frames[b].0) {
+        Some(b) if b != SIGRETURN => pc.wrapping_sub(1),
+        _ => pc,
+    }
 }
 
 impl<'m> Stub<'m> {
@@ -948,6 +983,35 @@ impl<'m> Stub<'m> {
     /// Reads the shadow region ([`SHADOW`], [`PCS_BY_DEPTH`]): how many
     /// bytes were served.
     fn read_shadow(&mut self, addr: u64, data: &mut [u8]) -> usize {
+        let s = self.shadow();
+        if let Some(off) = addr.checked_sub(CALLER_RBP) {
+            return xfer(&s.3[2], off, data.len(), data);
+        }
+        if let Some(off) = addr.checked_sub(FRAME_IDS) {
+            return xfer(&s.3[1], off, data.len(), data);
+        }
+        if let Some(off) = addr.checked_sub(OUTERMOST) {
+            return xfer(&s.3[0], off, data.len(), data);
+        }
+        match addr.checked_sub(PCS_BY_DEPTH) {
+            Some(off) => xfer(&s.2, off, data.len(), data),
+            None => xfer(&s.1, addr - SHADOW, data.len(), data),
+        }
+    }
+
+    /// Frame 0's `rsp` and `rbp` where its frame id is real: its CFA less
+    /// the offset of its CFI row (for the register that row computes it
+    /// from). At a signal handler's return into the restorer, the made-up
+    /// `rsp` of [`Stub::restorer_rsp`]. Elsewhere unavailable.
+    pub fn frame0_stack(&mut self) -> Frame0 {
+        match self.restorer_rsp() {
+            Some(rsp) => (Some(rsp), None),
+            None => self.shadow().4,
+        }
+    }
+
+    /// The shadow regions at the current position, computed once there.
+    fn shadow(&mut self) -> &Shadow {
         let here = (self.pos, self.at);
         if self.shadow.as_ref().map(|s| s.0) != Some(here) {
             let frames = self.frames();
@@ -960,41 +1024,85 @@ impl<'m> Stub<'m> {
             for &(pc, _) in frames.iter().rev() {
                 by_depth.extend(pc.to_le_bytes());
             }
-            let cfi = self.cfi_facts(&frames);
-            self.shadow = Some((here, bytes, by_depth, cfi));
+            let [based, outermost] = self.cfi_facts(&frames);
+            let (ids, rbps, frame0) = self.frame_addresses(&frames, &based, &outermost);
+            let rbps = rbps
+                .iter()
+                .flat_map(|r| [u64::from(r.is_some()), r.unwrap_or(0)]);
+            let outermost = words(outermost.into_iter().map(u64::from));
+            let regions = [outermost, words(ids), words(rbps)];
+            self.shadow = Some((here, bytes, by_depth, regions, frame0));
         }
-        let s = self.shadow.as_ref().expect("just set");
-        if let Some(off) = addr.checked_sub(OUTERMOST) {
-            return xfer(&s.3[1], off, data.len(), data);
-        }
-        if let Some(off) = addr.checked_sub(RBP_BASED) {
-            return xfer(&s.3[0], off, data.len(), data);
-        }
-        match addr.checked_sub(PCS_BY_DEPTH) {
-            Some(off) => xfer(&s.2, off, data.len(), data),
-            None => xfer(&s.1, addr - SHADOW, data.len(), data),
-        }
+        self.shadow.as_ref().expect("just set")
     }
 
-    /// [`RBP_BASED`]'s and [`OUTERMOST`]'s bytes for `frames` (innermost
-    /// first). A caller's CFI row is the one at its call (the byte before
+    /// Per frame of `frames` (innermost first), whether its CFA is
+    /// computed from `rbp` ([`crate::cfi::cfa_from_rbp`]: the made-up
+    /// `rbp` [`CALLER_RBP`] gives a caller) and whether its return address
+    /// is undefined ([`OUTERMOST`]). A caller's CFI row is the one at its call (the byte before
     /// its return address), as gdb looks it up; the frame a signal
     /// interrupted (the caller of the restorer) is at its pc.
-    fn cfi_facts(&self, frames: &[(u64, u64)]) -> [Vec<u8>; 2] {
-        let mut below = None;
-        let mut bytes = [Vec::new(), Vec::new()];
-        for &(pc, _) in frames {
-            let at = match below {
-                Some(b) if b != SIGRETURN => pc.wrapping_sub(1),
-                _ => pc,
-            };
-            let based = crate::cfi::cfa_from_rbp(&self.image, at);
-            let outermost = crate::cfi::outermost(&self.image, at);
-            bytes[0].extend(u64::from(based).to_le_bytes());
-            bytes[1].extend(u64::from(outermost).to_le_bytes());
-            below = Some(pc);
+    fn cfi_facts(&self, frames: &[(u64, u64)]) -> [Vec<bool>; 2] {
+        let mut facts = [Vec::new(), Vec::new()];
+        for l in 0..frames.len() {
+            let at = cfi_pc(frames, l);
+            facts[0].push(crate::cfi::cfa_from_rbp(&self.image, at));
+            facts[1].push(crate::cfi::outermost(&self.image, at));
         }
-        bytes
+        facts
+    }
+
+    /// [`FRAME_IDS`]' and [`CALLER_RBP`]'s values for `frames` (innermost
+    /// first), whose CFAs are `rbp`-based and outermost as `based` and
+    /// `outermost` say, and frame 0's `rsp` and `rbp` where they are real.
+    fn frame_addresses(
+        &mut self,
+        frames: &[(u64, u64)],
+        based: &[bool],
+        outermost: &[bool],
+    ) -> (Vec<u64>, Vec<Option<u64>>, Frame0) {
+        let n = frames.len();
+        // The frames the unwinder builds: up to the first whose own CFI
+        // ends the backtrace, or the untraced code that started the thread.
+        let last_untraced = frames.last().is_some_and(|f| f.1 == UNTRACED);
+        let needed = (1..n)
+            .find(|&l| outermost[l])
+            .unwrap_or(n - usize::from(last_untraced));
+        let made_up = |l: usize| frame_address((n - l) as u64);
+        let Some(mut ids) = self.real_cfas(frames, needed) else {
+            let ids: Vec<u64> = (0..n).map(made_up).collect();
+            let rbps = (0..n)
+                .map(|l| (l + 1 == n || based[l + 1]).then(|| made_up(l + 1) - 16))
+                .collect();
+            return (ids, rbps, (None, None));
+        };
+        ids.extend((ids.len()..n).map(made_up));
+        let rule = |l: usize| crate::cfi::cfa_rule(&self.image, cfi_pc(frames, l));
+        let below = |l: usize, reg: Gpr| match rule(l) {
+            Some((r, off)) if r == reg && l < needed => Some(ids[l].wrapping_sub(off as u64)),
+            _ => None,
+        };
+        let rbps = (0..n).map(|l| below(l + 1, Gpr::RBP)).collect();
+        let frame0 = (below(0, Gpr::RSP), below(0, Gpr::RBP));
+        (ids, rbps, frame0)
+    }
+
+    /// The real CFAs of `frames[..needed]` ([`crate::frames`]), where the
+    /// thread has data references and stands at a traced instruction
+    /// with no signal handler's frame (whose caller's CFI `aetrace.py`
+    /// makes from made-up frame addresses).
+    fn real_cfas(&mut self, frames: &[(u64, u64)], needed: usize) -> Option<Vec<u64>> {
+        if self.at != At::Insn || self.at_end() || frames.iter().any(|f| f.0 == SIGRETURN) {
+            return None;
+        }
+        let data = self.data.as_mut().ok()?;
+        let code = Code {
+            image: &self.image,
+            blocks: &self.blocks,
+            modules: self.modules,
+        };
+        let found = crate::frames::cfas(data, &mut self.timeline, &code, self.pos, frames, needed);
+        found.ok().flatten()
     }
 
     /// Answers `monitor CMD`: one or more lines of text.
