@@ -396,6 +396,67 @@ fn a_program_recorded_with_libs_finds_its_libraries_where_it_does_natively() {
     let _ = std::fs::remove_file(&trace);
 }
 
+/// With `--libs` of a library the loader finds natively through
+/// `/etc/ld.so.cache` (zlib), the library, libc, an `mmap`, a `malloc`
+/// and every line of `/proc/self/maps` are where they are natively
+/// (randomisation off), but for the copy's name and its detached
+/// additions. Natively ld.so maps the cache (33,699 bytes here) while it
+/// searches for zlib, so zlib lands below it; the copy is found first in
+/// the executable copy's own search path and the cache was read only for
+/// libc, after zlib was mapped: zlib 0x9000 bytes higher than natively.
+/// The executable's copy now asks for an absent auxiliary object just
+/// before zlib, whose failed search reads the cache there
+/// (docs/rewrite.md, "Loading the rewritten copies").
+#[test]
+fn a_library_found_through_the_loader_cache_is_recorded_where_it_is_natively() {
+    let exe = common::scratch("lib-builds").join(format!("libmap_cache-{}", std::process::id()));
+    let src = common::repo_root().join("traces/libmap_cache.c");
+    common::build::run_checked(
+        Command::new("gcc")
+            .args(["-O2", "-o"])
+            .arg(&exe)
+            .arg(&src)
+            .arg("-l:libz.so.1"),
+        "gcc libmap_cache.c -l:libz.so.1",
+    );
+    let n = native_fixed_with(&exe, &[], &env());
+    let (r, trace) = recorded_with("libmap-cache", &["--libs", "libz.so.1"], &exe, &[], &env());
+    let _ = std::fs::remove_file(&trace);
+    let _ = std::fs::remove_file(&exe);
+    let (n, r) = (
+        String::from_utf8_lossy(&n.stdout),
+        String::from_utf8_lossy(&r.stdout),
+    );
+    let head = |s: &str| s.lines().take(4).collect::<Vec<_>>().join("\n");
+    assert_eq!(head(&r), head(&n), "recorded:\n{r}\nnative:\n{n}");
+    // "START-END PERMS" of each line, and whether it names the cache.
+    let cache = env()
+        .into_iter()
+        .find(|(k, _)| k == "AETRACE_CACHE")
+        .unwrap()
+        .1;
+    let lines = |s: &str| -> Vec<(String, bool)> {
+        let fields = |l: &str| l.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+        s.lines()
+            .skip(4)
+            .map(|l| (fields(l), l.contains(&cache)))
+            .collect()
+    };
+    let (native, recorded) = (lines(&n), lines(&r));
+    for (l, _) in &native {
+        assert!(
+            recorded.iter().any(|(m, _)| m == l),
+            "native {l} not in\n{r}"
+        );
+    }
+    for (l, copy) in &recorded {
+        assert!(
+            *copy || native.iter().any(|(m, _)| m == l),
+            "recorded {l} not in\n{n}"
+        );
+    }
+}
+
 /// Builds `traces/NAME.c` with its library `SONAME` (`traces/NAME_lib.c`),
 /// records it with `--libs SONAME`, address randomisation off, and checks
 /// that it printed what its native run prints and that the library was

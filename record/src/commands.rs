@@ -155,8 +155,9 @@ fn build_id(bytes: &[u8]) -> Option<&[u8]> {
 }
 
 /// The directory the executable's loader searches first for libraries,
-/// and the DT_NEEDED names its copy names by their path in it.
-pub(crate) type Search<'a> = (&'a Path, &'a [String]);
+/// the DT_NEEDED names its copy names by their path in it, and where its
+/// loader reads its cache.
+pub(crate) type Search = rewrite::elfout::SearchFirst;
 
 /// Rewrites `exe` (module tag 0; `search`: the directory its loader
 /// searches first for libraries, [`Search`]) or a library (`tag` > 0; `startup`: the
@@ -167,7 +168,7 @@ fn prepare(
     placement: Placement,
     data: DataMode,
     (tag, startup, glibc_traced): (u32, bool, bool),
-    search: Option<Search<'_>>,
+    search: Option<&Search>,
 ) -> Result<Prepared> {
     let file = std::fs::File::open(exe).map_err(|e| io_err(exe, e))?;
     // SAFETY: a private read-only mapping; only the pages the key needs
@@ -184,14 +185,19 @@ fn prepare(
         },
         if startup { "+detached" } else { "" },
         if glibc_traced { "+glibc-traced" } else { "" },
-        search.map_or_else(String::new, |(d, by_path)| format!(
-            "+search={}{}",
-            d.display(),
-            by_path
-                .iter()
-                .map(|n| format!("+by-path={n}"))
-                .collect::<String>()
-        ))
+        search.map_or_else(String::new, |s| {
+            let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+            format!(
+                "+search={}{}{}",
+                text(&s.dir),
+                (s.by_path.iter())
+                    .map(|n| format!("+by-path={}", text(n)))
+                    .collect::<String>(),
+                (s.cache_probe_before.as_deref())
+                    .map(|n| format!("+cache-probe={}", text(n)))
+                    .unwrap_or_default()
+            )
+        })
     );
     let key = cache_key(exe, &bytes, &what, tag);
     drop(bytes);
@@ -390,11 +396,16 @@ pub(crate) fn prepare_libs<T>(
         links.push((lib.needed.clone(), lib.path.clone()));
     }
     // A library left alone above has no link to name.
-    let by_path = (sel.by_path.into_iter())
-        .filter(|n| links.iter().any(|(l, _)| l == n))
-        .collect();
+    let linked = |n: &String| links.iter().any(|(l, _)| l == n);
+    let by_path = sel.by_path.into_iter().filter(linked).collect();
+    let cache_probe_before = sel.cache_probe_before.filter(linked);
     let dir = LibDir::create(&links, sel.exe_path_first)?;
-    Ok((out, notes, dir.map(|d| LibDir { by_path, ..d })))
+    let dir = dir.map(|d| LibDir {
+        by_path,
+        cache_probe_before,
+        ..d
+    });
+    Ok((out, notes, dir))
 }
 
 /// `aetrace record`: rewrites the program (or reuses the cached copy), runs
@@ -419,13 +430,13 @@ pub fn record(o: &RecordOptions) -> Result<Recorded> {
     let search = dir.as_ref().and_then(LibDir::exe_search);
     let glibc_traced = libs.iter().any(|(l, _)| crate::libs::is_glibc(&l.needed));
     let flags = (0, false, glibc_traced);
-    let prepared = prepare(&run.exe, o.placement, o.data, flags, search)?;
+    let prepared = prepare(&run.exe, o.placement, o.data, flags, search.as_ref())?;
     let mut modules = vec![prepared.module];
     modules[0].notes.extend(notes);
     modules.extend(libs.into_iter().map(|(_, m)| m));
     let env = dir
         .as_ref()
-        .filter(|d| d.exe_search().is_none())
+        .filter(|d| !d.exe_path_first)
         .map(LibDir::env)
         .into_iter()
         .collect();
@@ -472,6 +483,8 @@ pub(crate) struct LibDir {
     exe_path_first: bool,
     /// [`crate::libs::Selection::by_path`], of the libraries linked here.
     by_path: Vec<String>,
+    /// [`crate::libs::Selection::cache_probe_before`], when linked here.
+    cache_probe_before: Option<String>,
 }
 
 impl LibDir {
@@ -499,6 +512,7 @@ impl LibDir {
                 dir,
                 exe_path_first,
                 by_path: Vec::new(),
+                cache_probe_before: None,
             })
         };
         if dir.is_dir() {
@@ -529,9 +543,16 @@ impl LibDir {
     /// The directory, when a search path of the executable's own reaches
     /// every library through it ([`crate::libs::Library::exe_path_first`]),
     /// with the DT_NEEDED names the executable's copy names by their path
-    /// in it ([`crate::libs::Library::by_path`]).
-    pub(crate) fn exe_search(&self) -> Option<Search<'_>> {
-        (self.exe_path_first).then_some((self.dir.as_path(), self.by_path.as_slice()))
+    /// in it ([`crate::libs::Library::by_path`]) and the one before which
+    /// its loader reads its cache.
+    pub(crate) fn exe_search(&self) -> Option<Search> {
+        use std::os::unix::ffi::OsStrExt;
+        let bytes = |n: &String| n.as_bytes().to_vec();
+        (self.exe_path_first).then(|| Search {
+            dir: self.dir.as_os_str().as_bytes().to_vec(),
+            by_path: self.by_path.iter().map(bytes).collect(),
+            cache_probe_before: self.cache_probe_before.as_ref().map(bytes),
+        })
     }
 
     /// `LD_LIBRARY_PATH` with this directory first.

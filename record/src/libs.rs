@@ -79,6 +79,11 @@ pub struct Library {
     /// requests for the name then match the loaded copy, as they match
     /// the name natively.
     pub by_path: bool,
+    /// The executable asks for it and the native search for it reads
+    /// `/etc/ld.so.cache` (no search path before the cache finds it):
+    /// ld.so maps the cache at the first such search and keeps it mapped
+    /// until start-up ends.
+    pub reads_cache: bool,
     /// Found in a directory relative to this object's `$ORIGIN`: once that
     /// object is a rewritten copy elsewhere, its `$ORIGIN` moves.
     pub origin: Option<PathBuf>,
@@ -172,7 +177,7 @@ pub fn closure(exe: &Path) -> Result<Vec<Library>> {
                 continue;
             }
             let found = if needed.contains('/') {
-                Some((PathBuf::from(needed), Via::Later, None))
+                Some((PathBuf::from(needed), Via::Path, None))
             } else {
                 search(
                     needed,
@@ -208,7 +213,7 @@ pub fn closure(exe: &Path) -> Result<Vec<Library>> {
                 && via == Via::LdLibraryPath
                 && DynInfo::read(&path)?.soname.as_ref() == Some(needed);
             let exe_path_first = if exe_runpath {
-                by_exe && (via == Via::Later || by_path)
+                by_exe && (via.after_runpath_starts() || by_path)
             } else {
                 info.runpath.is_empty() && (via != Via::Rpath || by_exe)
             };
@@ -218,6 +223,7 @@ pub fn closure(exe: &Path) -> Result<Vec<Library>> {
                 via_rpath: via == Via::Rpath,
                 exe_path_first,
                 by_path,
+                reads_cache: by_exe && via == Via::Cache,
                 origin,
                 dlopened: false,
             });
@@ -245,6 +251,12 @@ pub struct Selection {
     /// The DT_NEEDED names the executable's copy names by their path in
     /// the directory ([`Library::by_path`]).
     pub by_path: Vec<String>,
+    /// The library at whose search the native loader first reads its
+    /// cache ([`Library::reads_cache`]), when it is linked in the
+    /// directory, whose copy is found without reading it: the
+    /// executable's copy has the loader read the cache there all the same
+    /// (`rewrite::elfout::SearchFirst::cache_probe_before`).
+    pub cache_probe_before: Option<String>,
 }
 
 /// The libraries of `exe`'s closure that `sel` names; glibc's that
@@ -268,6 +280,10 @@ pub fn select(exe: &Path, sel: &LibSelection, glibc: GlibcPolicy) -> Result<Sele
     let rewritten: Vec<&Path> = std::iter::once(exe)
         .chain(chosen.iter().map(|l| l.path.as_path()))
         .collect();
+    // The executable's names come first in the loader's breadth-first
+    // order, so the first of them that reads the cache is the first
+    // search that does.
+    let first_cache_read = all.iter().find(|l| l.reads_cache).cloned();
     // A dlopened library's own dependencies are not in the executable's
     // closure; those it finds through its `$ORIGIN` must be linked too.
     let mut all = all;
@@ -294,9 +310,13 @@ pub fn select(exe: &Path, sel: &LibSelection, glibc: GlibcPolicy) -> Result<Sele
     let by_path = (linked().filter(|l| l.by_path))
         .map(|l| l.needed.clone())
         .collect();
+    let cache_probe_before = first_cache_read
+        .filter(|first| linked().any(|l| l.needed == first.needed))
+        .map(|l| l.needed.clone());
     Ok(Selection {
         exe_path_first,
         by_path,
+        cache_probe_before,
         traced: chosen,
         origin_relative,
         notes,
@@ -410,8 +430,9 @@ fn dlopen_library(exe: &Path, name: &str, all: &[Library]) -> Result<Library> {
         path,
         via_rpath: via == Via::Rpath,
         // Asked for by the executable, if it calls `dlopen` itself.
-        exe_path_first: info.runpath.is_empty() || via == Via::Later,
+        exe_path_first: info.runpath.is_empty() || via.after_runpath_starts(),
         by_path: false,
+        reads_cache: false,
         origin: origin_dir.map(|_| exe.to_owned()),
         dlopened: true,
     })
@@ -442,8 +463,20 @@ enum Via {
     Rpath,
     /// `LD_LIBRARY_PATH`.
     LdLibraryPath,
-    /// DT_RUNPATH, the cache, a default directory, or a name with a slash.
-    Later,
+    /// DT_RUNPATH.
+    Runpath,
+    /// The cache or a default directory: the search read the cache.
+    Cache,
+    /// A name with a slash: no search.
+    Path,
+}
+
+impl Via {
+    /// Found by DT_RUNPATH or later: a directory put first in the
+    /// executable's DT_RUNPATH is searched before.
+    fn after_runpath_starts(self) -> bool {
+        matches!(self, Via::Runpath | Via::Cache | Via::Path)
+    }
 }
 
 /// `(path, what found it, the $ORIGIN directory the directory that found
@@ -475,11 +508,11 @@ fn search(
     }
     for d in runpath.1 {
         if let Some(p) = try_dir(expand(d, runpath.0)) {
-            return Some((p, Via::Later, origin_of(d, runpath.0)));
+            return Some((p, Via::Runpath, origin_of(d, runpath.0)));
         }
     }
     if let Some(p) = cache.lookup(name).filter(|p| is_x86_64_elf(p)) {
-        return Some((p, Via::Later, None));
+        return Some((p, Via::Cache, None));
     }
     [
         "/lib/x86_64-linux-gnu",
@@ -491,7 +524,7 @@ fn search(
     ]
     .into_iter()
     .find_map(|d| try_dir(PathBuf::from(d)))
-    .map(|p| (p, Via::Later, None))
+    .map(|p| (p, Via::Cache, None))
 }
 
 fn is_x86_64_elf(p: &Path) -> bool {

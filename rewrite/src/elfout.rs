@@ -212,7 +212,17 @@ pub struct SearchFirst {
     /// their DT_NEEDED entries name `dir/NAME`, which the loader opens
     /// without a search.
     pub by_path: Vec<Vec<u8>>,
+    /// The DT_NEEDED name at which the native loader first reads
+    /// `/etc/ld.so.cache` when the copy's loader would not (the library
+    /// is now found in `dir`): a `DT_AUXILIARY` naming [`CACHE_PROBE`]
+    /// goes before it ([`search_first`]).
+    pub cache_probe_before: Option<Vec<u8>>,
 }
+
+/// The name a cache probe's `DT_AUXILIARY` asks the loader for: no search
+/// path, cache or default directory holds it, so the loader searches them
+/// all, mapping `/etc/ld.so.cache` on the way, and ignores the failure.
+pub const CACHE_PROBE: &[u8] = b"aetrace-ld.so.cache-probe";
 
 /// The x86-64 page size: loaders map at this granularity.
 const PAGE: u64 = 4096;
@@ -252,6 +262,9 @@ pub const DETACH_TAGS: u32 = 3;
 const SPARE_DYNAMIC: usize = 5;
 
 const DT_NULL: u64 = 0;
+/// A filtee the loader loads if it can and skips silently if not (not in
+/// goblin's list).
+const DT_AUXILIARY: u64 = 0x7fff_fffd;
 const DT_PLTRELSZ: u64 = 2;
 const DT_RELA: u64 = 7;
 const DT_RELASZ: u64 = 8;
@@ -891,7 +904,14 @@ fn preinit(
 /// the executable's own `DT_NEEDED` and after `LD_LIBRARY_PATH`. A
 /// `DT_NEEDED` of `search.by_path` names the library's path in the
 /// directory, read the same unbounded way (`_dl_map_object_deps`), and a
-/// name with a slash is opened without a search.
+/// name with a slash is opened without a search. With
+/// `search.cache_probe_before`, a `DT_AUXILIARY` naming [`CACHE_PROBE`]
+/// precedes that `DT_NEEDED`: `_dl_map_object_deps` handles an object's
+/// entries in order, the failed search maps `/etc/ld.so.cache` (which
+/// stays mapped until the end of start-up) exactly where the native
+/// search for that library did, so it and every later mapping land at
+/// their native addresses (docs/rewrite.md, "Loading the rewritten
+/// copies").
 fn search_first(
     img: &Image,
     dynamic: &Dynamic,
@@ -918,11 +938,23 @@ fn search_first(
         seg.push(0);
         at.wrapping_sub(strtab)
     };
-    for e in entries.iter_mut().filter(|e| e.0 == DT_NEEDED) {
+    let mut probe_at = None;
+    for (i, e) in entries
+        .iter_mut()
+        .enumerate()
+        .filter(|(_, e)| e.0 == DT_NEEDED)
+    {
         let name = string(e.1)?;
+        if probe_at.is_none() && search.cache_probe_before.as_deref() == Some(name) {
+            probe_at = Some(i);
+        }
         if search.by_path.iter().any(|n| n == name) {
             e.1 = add(&[&search.dir, b"/", name]);
         }
+    }
+    if let Some(i) = probe_at {
+        let probe = add(&[CACHE_PROBE]);
+        entries.insert(i, (DT_AUXILIARY, probe));
     }
     let tag = if dynamic.get(DT_RUNPATH).is_some() {
         DT_RUNPATH

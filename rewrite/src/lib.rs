@@ -182,9 +182,9 @@ pub enum DataMode {
 /// runs (its DT_NEEDED closure), whose added segments can then be
 /// detached (`elfout`, "Detached additions"), so that it and every later
 /// mapping lie where they do natively. `search_first`: a directory the
-/// loader searches first for an executable's libraries, and the DT_NEEDED
-/// names the copy names by their path in it
-/// ([`elfout::Additions::search_first`]). `glibc_traced`: one of glibc's
+/// loader searches first for an executable's libraries, the DT_NEEDED
+/// names the copy names by their path in it, and where its loader reads
+/// its cache ([`elfout::Additions::search_first`]). `glibc_traced`: one of glibc's
 /// libraries (libc.so.6, libm.so.6, ...) is traced in the same run, so any
 /// import may run traced code (its own or a callback) before it returns.
 pub fn instrument_module_data(
@@ -193,7 +193,7 @@ pub fn instrument_module_data(
     tag: u32,
     data: DataMode,
     (startup, glibc_traced): (bool, bool),
-    search_first: Option<(&Path, &[String])>,
+    search_first: Option<&elfout::SearchFirst>,
 ) -> Result<Instrumented> {
     let how = How::Trace(which);
     instrument_full(path, &how, tag, data, (startup, glibc_traced), search_first)
@@ -376,17 +376,13 @@ fn instrument_full(
     tag: u32,
     data: DataMode,
     (startup, glibc_traced): (bool, bool),
-    search_first: Option<(&Path, &[String])>,
+    search_first: Option<&elfout::SearchFirst>,
 ) -> Result<Instrumented> {
-    use std::os::unix::ffi::OsStrExt;
     let fault = fault_injection(path)?;
     let prog = Program::open(path)?;
     let mut rw = Rewrite::new(path, &prog, how, tag, fault, data, startup)?;
     rw.glibc_traced = glibc_traced;
-    rw.search_first = search_first.map(|(d, by_path)| elfout::SearchFirst {
-        dir: d.as_os_str().as_bytes().to_vec(),
-        by_path: by_path.iter().map(|n| n.as_bytes().to_vec()).collect(),
-    });
+    rw.search_first = search_first.cloned();
     let traced = traced::Traced::decide(&rw);
     let calls = calls::Calls::classify(&rw, &traced);
     limits::check_counting(&rw, &calls)?;
