@@ -36,7 +36,9 @@
 //! data walk runs a segment's blocks whole, as the runs they stand for.
 //! The data walk's error stops it and comes first. A whole run of a
 //! block runs the block's flat code (`exec::code::flat`) on the thread's
-//! plain registers ([`Regs`]); a run from a block's middle, a block with
+//! plain registers ([`Regs`]), straight into the sink's records of the
+//! run when it keeps them ([`Sink::whole`]: `bin`, `cachesim`; no list
+//! of addresses between); a run from a block's middle, a block with
 //! a `rep` or a refused instruction, and `--check` run the compiled code
 //! on the interpreter's state made from them.
 
