@@ -26,7 +26,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::mpsc;
 
-use aetrace_analysis::addr::exec::code::{BlockAddrs, BlockCode};
+use super::dataout::Whole;
+use aetrace_analysis::addr::exec::code::flat::{FlatCode, Regs};
+use aetrace_analysis::addr::exec::code::BlockCode;
+use aetrace_analysis::addr::full::Recorded;
 use aetrace_analysis::addr::Access;
 use aetrace_cachesim::cachegrind::Cachegrind;
 use aetrace_cachesim::config::{CacheConfig, HierarchyBuilder};
@@ -385,26 +388,21 @@ struct Batches {
     pending: u64,
     /// Followers counted in markers (references simulated, not sent).
     grouped: u64,
-    /// The run walked now.
-    run: Option<BlockRun>,
     /// Per module, per block: what a whole run of it sends, built at its
     /// first such run.
     templates: Vec<Vec<Option<Template>>>,
 }
 
-/// What a whole run of a block without a `rep` sends ([`Batches`]), its
+/// What a whole run of a block with flat code sends ([`Batches`]), its
 /// data addresses left to fill: the references are fixed by the block's
-/// code and its followers, so a run copies them with its addresses or'ed
-/// in, in one pass, rather than deciding each instruction again.
-#[derive(Default)]
+/// code and its followers, so a run copies them and the block's flat
+/// code puts its addresses in ([`FlatCode::run_into`]), rather than
+/// deciding each instruction again.
 struct Template {
-    /// Per reference: its address 0 if a data reference, the index of
-    /// that address in the run's addresses ([`BlockAddrs::addrs`]; 0 for
-    /// a fetch), and the mask of the address (all ones for a data
-    /// reference, 0 for a fetch: no branch per reference).
-    refs: Vec<(Ref, u32, u64)>,
-    /// The run's addresses.
-    addrs: usize,
+    /// The run's references, a data reference's address 0.
+    refs: Vec<Ref>,
+    /// The flat code, each address placed in its references.
+    flat: FlatCode,
     /// Followers counted in markers inside the run.
     grouped: u64,
     /// Followers after the run's last reference sent (pending after it).
@@ -413,48 +411,59 @@ struct Template {
 
 impl Template {
     /// The references of a whole run of `code` (module load bias
-    /// `base`), with `follows` its instructions' follower flags if
-    /// followers are counted, as [`Batches`]'s per-instruction path sends
-    /// them with nothing pending before.
-    fn new(code: &BlockCode, base: u64, follows: Option<&[bool]>) -> Template {
-        let mut t = Template::default();
-        let mut addr = 0;
+    /// `base`, flat code `flat`), with `follows` its instructions'
+    /// follower flags if followers are counted, as [`Batches`]'s
+    /// per-instruction path sends them with nothing pending before.
+    fn new(code: &BlockCode, flat: &FlatCode, base: u64, follows: Option<&[bool]>) -> Template {
+        let mut t = Template {
+            refs: Vec::new(),
+            flat: flat.clone(),
+            grouped: 0,
+            trailing: 0,
+        };
+        let mut at = Vec::new();
         for (k, c) in code.insns.iter().enumerate() {
             match follows.is_some_and(|f| k != 0 && f[k]) {
                 true => t.trailing += 1,
-                false => {
-                    t.push(AccessKind::Instr, base.wrapping_add(c.ip), c.len);
-                }
+                false => t.push(AccessKind::Instr, base.wrapping_add(c.ip), c.len),
             }
             for r in code.refs(k) {
                 if r.access != Access::Store {
-                    t.push_data(AccessKind::Read, r.size, addr);
+                    t.push(AccessKind::Read, 0, r.size);
                 }
+                let read = t.refs.len() as u32 - 1;
                 if r.access != Access::Load {
-                    t.push_data(AccessKind::Write, r.size, addr);
+                    t.push(AccessKind::Write, 0, r.size);
                 }
-                addr += 1;
+                // A store's place is its write: `read` is the one before.
+                let write = t.refs.len() as u32 - 1;
+                at.push([
+                    if r.access == Access::Store {
+                        write
+                    } else {
+                        read
+                    },
+                    write,
+                ]);
             }
         }
-        t.addrs = addr as usize;
+        debug_assert_eq!(
+            at.len(),
+            flat.refs,
+            "the flat code's addresses are the block's"
+        );
+        t.flat = flat.placed(|n| at[n]);
         t
     }
 
-    /// Appends a fetch after the followers pending.
+    /// Appends a reference after the followers pending.
     fn push(&mut self, kind: AccessKind, addr: u64, size: u32) {
         if self.trailing != 0 {
             self.grouped += self.trailing - 1;
             let n = std::mem::take(&mut self.trailing);
-            self.refs.push((repeated(n), 0, 0));
+            self.refs.push(repeated(n));
         }
-        self.refs.push((Ref { kind, addr, size }, 0, 0));
-    }
-
-    /// Appends a data reference of the run's address `at`.
-    fn push_data(&mut self, kind: AccessKind, size: u32, at: u32) {
-        self.push(kind, 0, size);
-        let last = self.refs.last_mut().expect("pushed");
-        (last.1, last.2) = (at, u64::MAX);
+        self.refs.push(Ref { kind, addr, size });
     }
 }
 
@@ -548,51 +557,6 @@ impl Batches {
         }
     }
 
-    /// Sends whole run `r` of `code` by its template; false if it is not
-    /// one (a part of its block, or with a `rep`).
-    #[inline]
-    fn whole(
-        &mut self,
-        r: BlockRun,
-        (code, n): (&BlockCode, usize),
-        base: u64,
-        out: &BlockAddrs,
-    ) -> super::dataout::Result<bool> {
-        if r.first != 0 || n != code.insns.len() || n == 0 || !out.reps.is_empty() {
-            return Ok(false);
-        }
-        // The block's first instruction is sent: it takes what is pending.
-        self.put_pending();
-        let (m, b) = (r.module as usize, r.block.as_u32() as usize);
-        let follows = (self.followers.as_ref()).map(|f| {
-            let at = f.starts[m][b];
-            &f.follows[at..at + n]
-        });
-        let t = self.templates[m][b].get_or_insert_with(|| Template::new(code, base, follows));
-        debug_assert_eq!(
-            out.addrs.len(),
-            t.addrs,
-            "the run's addresses are its block's"
-        );
-        // A block without data references indexes the 0 masked off.
-        let addrs = if out.addrs.is_empty() {
-            &[0][..]
-        } else {
-            &out.addrs[..]
-        };
-        let each = (t.refs.iter()).map(|&(r, at, mask)| Ref {
-            addr: r.addr | (addrs[at as usize] & mask),
-            ..r
-        });
-        self.batch.extend(each);
-        self.grouped += t.grouped;
-        self.pending = t.trailing;
-        if self.batch.len() >= DATA_BATCH {
-            self.flush()?;
-        }
-        Ok(true)
-    }
-
     #[cold]
     fn flush(&mut self) -> super::dataout::Result<()> {
         let next = self.back.try_recv().unwrap_or_default();
@@ -619,29 +583,50 @@ impl super::dataout::Sink for Batches {
 
     #[inline]
     fn run(&mut self, r: BlockRun) {
-        self.run = Some(r);
         if let Some(f) = &mut self.followers {
             f.at = f.starts[r.module as usize][r.block.as_u32() as usize];
             f.prev = None;
         }
     }
 
+    /// Sends whole run `r` by its template, the flat code putting the
+    /// run's addresses in the copy.
     #[inline]
-    fn block(
+    fn whole<T: FnMut(Recorded) -> Result<u64, String>>(
         &mut self,
-        first: u32,
-        code: (&BlockCode, usize),
+        r: BlockRun,
+        (code, flat): (&BlockCode, &FlatCode),
         base: u64,
-        out: &BlockAddrs,
-    ) -> super::dataout::Result<()> {
-        let whole = match self.run {
-            Some(r) => self.whole(r, code, base, out)?,
-            None => false,
-        };
-        match whole {
-            true => Ok(()),
-            false => super::dataout::each_insn(self, first, code, base, out),
+        regs: &mut Regs,
+        take: &mut T,
+    ) -> super::dataout::Result<Whole> {
+        let n = code.insns.len();
+        if n == 0 {
+            return Ok(Whole::Not);
         }
+        // The block's first instruction is sent: it takes what is pending.
+        let before = self.batch.len();
+        self.put_pending();
+        let (m, b) = (r.module as usize, r.block.as_u32() as usize);
+        let follows = (self.followers.as_ref()).map(|f| {
+            let at = f.starts[m][b];
+            &f.follows[at..at + n]
+        });
+        let t =
+            self.templates[m][b].get_or_insert_with(|| Template::new(code, flat, base, follows));
+        let at = self.batch.len();
+        self.batch.extend_from_slice(&t.refs);
+        let ran = (t.flat).run_into(regs, take, &mut self.batch[at..], |r, a| r.addr |= a);
+        if let Err((k, why)) = ran {
+            self.batch.truncate(before);
+            return Ok(Whole::Failed(k, why));
+        }
+        self.grouped += t.grouped;
+        self.pending = t.trailing;
+        if self.batch.len() >= DATA_BATCH {
+            self.flush()?;
+        }
+        Ok(Whole::Ran)
     }
 
     #[inline(always)]
@@ -783,7 +768,6 @@ fn drive_data(
                 followers: line.map(|line| Followers::new(&[], line)),
                 pending: 0,
                 grouped: 0,
-                run: None,
                 templates: Vec::new(),
             };
             let opts = aetrace_regen::Options::default();

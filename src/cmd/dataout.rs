@@ -36,7 +36,9 @@
 //! data walk runs a segment's blocks whole, as the runs they stand for.
 //! The data walk's error stops it and comes first. A whole run of a
 //! block runs the block's flat code (`exec::code::flat`) on the thread's
-//! plain registers ([`Regs`]); a run from a block's middle, a block with
+//! plain registers ([`Regs`]), straight into the sink's records of the
+//! run when it keeps them ([`Sink::whole`]: `bin`, `cachesim`; no list
+//! of addresses between); a run from a block's middle, a block with
 //! a `rep` or a refused instruction, and `--check` run the compiled code
 //! on the interpreter's state made from them.
 
@@ -108,6 +110,34 @@ pub trait Sink {
     ) -> Result<(), Error> {
         each_insn(self, first, code, base, out)
     }
+    /// A whole run `r` of a block with flat code (`code`, `flat`; load
+    /// bias `base`): a sink with its own records of such a run runs
+    /// the flat code into them itself ([`FlatCode::run_into`], on the
+    /// thread's `regs`, values from `take`), no list of addresses between;
+    /// [`Whole::Not`] (the default) leaves the run to the flat code and
+    /// [`Sink::block`].
+    #[inline]
+    fn whole<T: FnMut(Recorded) -> Result<u64, String>>(
+        &mut self,
+        _r: BlockRun,
+        _code: (&BlockCode, &FlatCode),
+        _base: u64,
+        _regs: &mut Regs,
+        _take: &mut T,
+    ) -> Result<Whole, Error> {
+        Ok(Whole::Not)
+    }
+}
+
+/// What [`Sink::whole`] did with a run.
+pub enum Whole {
+    /// It ran the flat code and took the run's references.
+    Ran,
+    /// The flat code stopped at an instruction (its index in the block)
+    /// and why; nothing of the run was taken.
+    Failed(usize, String),
+    /// Nothing: the walk runs the flat code and gives [`Sink::block`] the run.
+    Not,
 }
 
 /// [`Sink::block`] an instruction at a time (its default, and the way
@@ -211,13 +241,11 @@ impl Sink for Text<'_> {
 }
 
 /// The `bin` format as a sink: records encoded straight into a buffer of
-/// their bytes ([`Records`]); a whole run of a block without a `rep` by
-/// the block's encoded records, its data addresses or'ed in as they are
-/// copied (one pass, no conversion when written).
+/// their bytes ([`Records`]); a whole run of a block with flat code by
+/// the block's encoded records, copied, its flat code then putting each
+/// data address into its records ([`Sink::whole`]).
 struct Bin<'o> {
     records: Records<'o>,
-    /// The run walked now.
-    run: Option<BlockRun>,
     /// Per module, per block, built at its first whole run: its records,
     /// or `None` if one cannot be encoded (the per-instruction path then
     /// says why).
@@ -227,60 +255,60 @@ struct Bin<'o> {
 /// Encoded records (little-endian) written a megabyte at a time.
 struct Records<'o> {
     out: &'o mut dyn Write,
-    /// The first `len` bytes are records not written yet.
-    buf: Vec<u8>,
+    /// The first `len` records are not written yet.
+    buf: Vec<[u8; 8]>,
     len: usize,
 }
 
-/// A whole run's records ([`Bin`]): per record its word (a data
-/// record's address bits 0), the index of its address in the run's
-/// addresses, and 1 for a data record, 0 for a fetch (whose index is 0
-/// and whose address is masked off: no branch per record).
+/// A whole run's records ([`Bin`]): each encoded, a data record's
+/// address bits 0, and the block's flat code placing each address in
+/// its records (a read-modify-write's in its read and its write).
 struct Words {
-    words: Vec<(u64, u32, u32)>,
-    /// The run's addresses.
-    refs: usize,
+    words: Vec<[u8; 8]>,
+    flat: FlatCode,
 }
 
 impl Words {
-    /// The records of a whole run of `code` (load bias `base`).
-    fn new(code: &BlockCode, base: u64) -> Option<Words> {
-        let mut w = Words {
-            words: Vec::new(),
-            refs: 0,
-        };
-        let mut addr = 0;
+    /// The records of a whole run of `code` (load bias `base`) and its
+    /// flat code `flat`.
+    fn new(code: &BlockCode, flat: &FlatCode, base: u64) -> Option<Words> {
+        let (mut words, mut at) = (Vec::new(), Vec::new());
         for (k, c) in code.insns.iter().enumerate() {
             let fetch = AddrRecord::encode(AccessKind::Instr, base.wrapping_add(c.ip), c.len);
-            w.words.push((fetch.ok()?, 0, 0));
+            words.push(fetch.ok()?.to_le_bytes());
             for r in code.refs(k) {
                 // A modify is a read then a write, as `Sink::data` gives it.
                 let read = (r.access != Access::Store).then_some(AccessKind::Read);
                 let write = (r.access != Access::Load).then_some(AccessKind::Write);
+                let first = words.len() as u32;
                 for kind in read.into_iter().chain(write) {
-                    w.words
-                        .push((AddrRecord::encode(kind, 0, r.size).ok()?, addr, 1));
+                    words.push(AddrRecord::encode(kind, 0, r.size).ok()?.to_le_bytes());
                 }
-                addr += 1;
+                at.push([first, words.len() as u32 - 1]);
             }
         }
-        w.refs = addr as usize;
-        Some(w)
+        debug_assert_eq!(
+            at.len(),
+            flat.refs,
+            "the flat code's addresses are the block's"
+        );
+        let flat = flat.placed(|n| at[n]);
+        Some(Words { words, flat })
     }
 }
 
-/// Bytes of records [`Bin`] buffers before writing them.
-const BIN_BUFFER: usize = 1 << 20;
+/// Records [`Bin`] buffers before writing them (a megabyte).
+const BIN_BUFFER: usize = 1 << 17;
 
 impl Records<'_> {
-    /// The buffer's next `n` bytes, after writing what it holds if they
+    /// The buffer's next `n` records, after writing what it holds if they
     /// do not fit.
     #[inline(always)]
-    fn room(&mut self, n: usize) -> Result<&mut [u8], Error> {
+    fn room(&mut self, n: usize) -> Result<&mut [[u8; 8]], Error> {
         if self.len + n > self.buf.len() {
             self.flush()?;
             if n > self.buf.len() {
-                self.buf.resize(n, 0);
+                self.buf.resize(n, [0; 8]);
             }
         }
         let at = self.len;
@@ -290,7 +318,7 @@ impl Records<'_> {
 
     #[cold]
     fn flush(&mut self) -> Result<(), Error> {
-        self.out.write_all(&self.buf[..self.len])?;
+        self.out.write_all(self.buf[..self.len].as_flattened())?;
         self.len = 0;
         Ok(())
     }
@@ -300,28 +328,8 @@ impl Bin<'_> {
     #[inline(always)]
     fn put(&mut self, kind: AccessKind, addr: u64, size: u32) -> Result<(), Error> {
         let word = AddrRecord::encode(kind, addr, size)?;
-        self.records.room(8)?.copy_from_slice(&word.to_le_bytes());
+        self.records.room(1)?[0] = word.to_le_bytes();
         Ok(())
-    }
-
-    /// Writes whole run `r` (`code`, load bias `base`, addresses `addrs`)
-    /// by its block's records; false if they cannot encode it.
-    #[inline]
-    fn whole(&mut self, r: BlockRun, code: &BlockCode, base: u64, addrs: &[u64]) -> Result<bool> {
-        let (m, b) = (r.module as usize, r.block.as_u32() as usize);
-        let t = self.words[m][b].get_or_insert_with(|| Words::new(code, base));
-        let Some(t) = t else { return Ok(false) };
-        if addrs.len() != t.refs || addrs.iter().fold(0, |x, &a| x | a) >= ADDRESS_LIMIT {
-            return Ok(false);
-        }
-        // A block without references indexes the 0 masked off.
-        let addrs = if addrs.is_empty() { &[0][..] } else { addrs };
-        let out = self.records.room(8 * t.words.len())?;
-        for (o, &(w, i, data)) in out.chunks_exact_mut(8).zip(&t.words) {
-            let a = addrs[i as usize] & 0u64.wrapping_sub(u64::from(data));
-            o.copy_from_slice(&(w | a).to_le_bytes());
-        }
-        Ok(true)
     }
 }
 
@@ -338,26 +346,41 @@ impl Sink for Bin<'_> {
         self.words = per_block(modules);
     }
 
+    /// The run's records copied, the flat code putting its addresses in
+    /// them. An address too large for a record is the error its record
+    /// gives (`AddrRecord::encode`), none of the run's records written.
     #[inline]
-    fn run(&mut self, r: BlockRun) {
-        self.run = Some(r);
-    }
-
-    #[inline]
-    fn block(
+    fn whole<T: FnMut(Recorded) -> Result<u64, String>>(
         &mut self,
-        first: u32,
-        (code, n): (&BlockCode, usize),
+        r: BlockRun,
+        (code, flat): (&BlockCode, &FlatCode),
         base: u64,
-        out: &BlockAddrs,
-    ) -> Result<(), Error> {
-        let whole = first == 0 && n == code.insns.len() && out.reps.is_empty();
-        if let (Some(r), true) = (self.run, whole) {
-            if self.whole(r, code, base, &out.addrs)? {
-                return Ok(());
+        regs: &mut Regs,
+        take: &mut T,
+    ) -> Result<Whole, Error> {
+        let (m, b) = (r.module as usize, r.block.as_u32() as usize);
+        let t = self.words[m][b].get_or_insert_with(|| Words::new(code, flat, base));
+        let Some(t) = t else { return Ok(Whole::Not) };
+        let n = t.words.len();
+        let out = self.records.room(n)?;
+        out.copy_from_slice(&t.words);
+        let mut large = None;
+        let ran = t.flat.run_into(regs, take, out, |w, a| {
+            if a >= ADDRESS_LIMIT {
+                large.get_or_insert(a);
             }
+            *w = (u64::from_le_bytes(*w) | a).to_le_bytes();
+        });
+        if ran.is_err() || large.is_some() {
+            self.records.len -= n;
         }
-        each_insn(self, first, (code, n), base, out)
+        if let Err((k, why)) = ran {
+            return Ok(Whole::Failed(k, why));
+        }
+        match large {
+            Some(a) => Err(aetrace_format::Error::AddressTooLarge(a).into()),
+            None => Ok(Whole::Ran),
+        }
     }
 
     #[inline(always)]
@@ -738,10 +761,9 @@ pub fn write(
     let mut bin = Bin {
         records: Records {
             out,
-            buf: vec![0; BIN_BUFFER],
+            buf: vec![[0; 8]; BIN_BUFFER],
             len: 0,
         },
-        run: None,
         words: Vec::new(),
     };
     let counts = walk(trace, opts, &mut bin)?;
@@ -1308,6 +1330,16 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
             return Ok(code.ret);
         };
         let take = &mut |what| values.take_as(what, m);
+        if m.shown {
+            match sink.whole(r, (code, flat), m.load_base, &mut state.regs, take)? {
+                Whole::Ran => {
+                    counts.add_block(code);
+                    return Ok(code.ret);
+                }
+                Whole::Failed(k, why) => return Err(self.failed(m, r, k, why)),
+                Whole::Not => {}
+            }
+        }
         if let Err((k, why)) = flat.run(&mut state.regs, take, &mut block.addrs) {
             return Err(self.failed(m, r, k, why));
         }

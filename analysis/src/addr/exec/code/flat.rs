@@ -17,7 +17,8 @@
 //! Invariant (tested against [`Exec::run_block`] in `tests.rs`): from a
 //! state whose known registers are the block's compiled ones, [`FlatCode::run`]
 //! gives the same addresses, takes the same values in the same order, and
-//! leaves the same known registers with the same values.
+//! leaves the same known registers with the same values; [`FlatCode::run_into`]
+//! puts each address at its places in a consumer's records instead.
 
 use super::{apply, extend_bits, BlockCode, Func, How, Src, Sum, Val, LOW32};
 use crate::addr::exec::Exec;
@@ -142,11 +143,18 @@ impl FSum {
 enum Op {
     /// `v[dst]` = the next value (`what`: `Rsp` or `Reg`).
     Take { k: u16, dst: u8, what: Recorded },
-    /// The next address: a sum.
-    Addr { s: FSum },
+    /// The next address: a sum; `at`: where [`FlatCode::run_into`] puts
+    /// it ([`FlatCode::placed`]).
+    Addr { s: FSum, at: [u32; 2] },
     /// The next address: the next value (reference `j` of its
     /// instruction), which teaches `v[dst]` = value - `s`.
-    Rec { k: u16, j: u8, dst: u8, s: FSum },
+    Rec {
+        k: u16,
+        j: u8,
+        dst: u8,
+        s: FSum,
+        at: [u32; 2],
+    },
     /// `v[dst]` = the sum, masked (a 32-bit `lea`).
     Set { dst: u8, s: FSum, mask: u64 },
     /// `v[dst]` = `f(v[x], v[y] + imm)`.
@@ -211,7 +219,28 @@ impl FlatCode {
                 bias,
             )?;
         }
+        f.place(|n| [n as u32; 2]);
         Some(f)
+    }
+
+    /// The same code, its `n`-th address put at `at(n)` by
+    /// [`FlatCode::run_into`] (both places for a read-modify-write's
+    /// read and write, the same place twice for the others): a
+    /// consumer's records of a whole run, filled in place.
+    pub fn placed(&self, at: impl Fn(usize) -> [u32; 2]) -> FlatCode {
+        let mut f = self.clone();
+        f.place(at);
+        f
+    }
+
+    fn place(&mut self, at: impl Fn(usize) -> [u32; 2]) {
+        let ats = self.ops.iter_mut().filter_map(|op| match op {
+            Op::Addr { at, .. } | Op::Rec { at, .. } => Some(at),
+            _ => None,
+        });
+        for (n, a) in ats.enumerate() {
+            *a = at(n);
+        }
     }
 
     fn take(&mut self, k: u16, g: Gpr, what: Recorded) {
@@ -223,6 +252,7 @@ impl FlatCode {
         let op = match *how {
             How::Known(s) => Op::Addr {
                 s: FSum::of(&s, bias),
+                at: [0; 2],
             },
             How::Recorded { learn } => {
                 let (dst, s) = match learn {
@@ -233,7 +263,13 @@ impl FlatCode {
                     None => (DISCARD, FSum::slot(ZERO)),
                 };
                 let j = u8::try_from(j).ok()?;
-                Op::Rec { k, j, dst, s }
+                Op::Rec {
+                    k,
+                    j,
+                    dst,
+                    s,
+                    at: [0; 2],
+                }
             }
         };
         self.ops.push(op);
@@ -281,16 +317,45 @@ impl FlatCode {
     ) -> Result<(), (usize, String)> {
         addrs.clear();
         addrs.reserve(self.refs);
+        self.go(regs, take, |_, a| addrs.push(a))
+    }
+
+    /// [`FlatCode::run`] with each address given to `patch` with the
+    /// records of `out` at its places ([`FlatCode::placed`]) instead of
+    /// into a list: a consumer's template of the run, copied into `out`
+    /// before, is completed with no intermediate list of addresses.
+    #[inline]
+    pub fn run_into<W>(
+        &self,
+        regs: &mut Regs,
+        take: &mut impl FnMut(Recorded) -> Result<u64, String>,
+        out: &mut [W],
+        mut patch: impl FnMut(&mut W, u64),
+    ) -> Result<(), (usize, String)> {
+        self.go(regs, take, |[p, q], a| {
+            patch(&mut out[p as usize], a);
+            patch(&mut out[q as usize], a);
+        })
+    }
+
+    /// Runs the ops, each address with its places to `put`.
+    #[inline(always)]
+    fn go(
+        &self,
+        regs: &mut Regs,
+        take: &mut impl FnMut(Recorded) -> Result<u64, String>,
+        mut put: impl FnMut([u32; 2], u64),
+    ) -> Result<(), (usize, String)> {
         let v = &mut regs.v;
         for op in &self.ops {
             match *op {
                 Op::Take { k, dst, what } => {
                     v[dst as usize & (SLOTS - 1)] = take(what).map_err(|e| (k as usize, e))?;
                 }
-                Op::Addr { s } => addrs.push(s.eval(v)),
-                Op::Rec { k, j, dst, s } => {
+                Op::Addr { s, at } => put(at, s.eval(v)),
+                Op::Rec { k, j, dst, s, at } => {
                     let a = take(Recorded::Addr(j as usize)).map_err(|e| (k as usize, e))?;
-                    addrs.push(a);
+                    put(at, a);
                     v[dst as usize & (SLOTS - 1)] = a.wrapping_sub(s.eval(v));
                 }
                 Op::Set { dst, s, mask } => v[dst as usize & (SLOTS - 1)] = s.eval(v) & mask,

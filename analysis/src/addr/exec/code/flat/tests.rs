@@ -1,7 +1,8 @@
 //! Flat code against the compiled code it flattens ([`Exec::run_block`],
 //! itself tested against the interpreter): random blocks of every form
 //! but `rep` string instructions, entered with random known registers,
-//! stale values in the unknown slots, and values that may run out.
+//! stale values in the unknown slots, and values that may run out; its
+//! addresses put in place ([`FlatCode::run_into`]) as in a list.
 
 use iced_x86::code_asm::*;
 use iced_x86::{Instruction, InstructionInfoFactory};
@@ -85,6 +86,7 @@ fn flat(f: &FlatCode, start: &Exec, seed: u64, left: u64, stale: &mut Rng) -> Ou
             regs.v[g] = stale.next();
         }
     }
+    let mut placed_regs = regs.clone();
     let (mut addrs, mut taken, mut vals) = (Vec::new(), Vec::new(), values(seed, left));
     let r = f.run(
         &mut regs,
@@ -94,6 +96,16 @@ fn flat(f: &FlatCode, start: &Exec, seed: u64, left: u64, stale: &mut Rng) -> Ou
         },
         &mut addrs,
     );
+    // In place: address `n` at records 2n and 2n + 1, each given once.
+    let (mut out, mut vals) = (vec![0u64; 2 * f.refs], values(seed, left));
+    let placed = f.placed(|n| [2 * n as u32, 2 * n as u32 + 1]);
+    let ran = placed.run_into(&mut placed_regs, &mut vals, &mut out, |w, a| *w += a);
+    assert_eq!(ran, r);
+    if r.is_ok() {
+        let pairs: Vec<_> = out.chunks(2).map(|p| (p[0], p[1])).collect();
+        assert_eq!(pairs, addrs.iter().map(|&a| (a, a)).collect::<Vec<_>>());
+        assert_eq!(placed_regs, regs);
+    }
     (r.map(|()| addrs), taken, regs.exec(start.bias))
 }
 
