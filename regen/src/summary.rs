@@ -200,25 +200,23 @@ const _: () = assert!(WIDE_STEPS == 4, "a Wide key holds four bytes");
 const WIDES: usize = 1 << 11;
 
 /// A wide memo entry: up to [`WIDE_STEPS`] consecutive witness steps of
-/// the counting chain, from read point `key >> 32` for the witness bytes
-/// of `key as u32` (the first in its low byte), with the calls and
-/// returns between them and the calls after the last (issue 24 item 3):
-/// while each step has a [`Hot`] entry, every return pops a frame the
-/// entry pushed itself or, once, the newest of `Summaries::frames` when
-/// the entry has none of its own left ([`Wide::frame`]: its result
-/// depends on no other part of the stack), and what the calls leave fits
-/// [`WIDE_OPS`]. The bytes past those steps take no part in them but are
+/// the counting chain, from read point `(key >> 32) & 0xFF_FFFF` for the
+/// witness bytes of `key as u32` (the first in its low byte), with the
+/// calls and returns between them and the calls after the last (issue 24
+/// item 3): while each step has a [`Hot`] entry, every return pops a
+/// frame the entry pushed itself or, once, the newest of
+/// `Summaries::frames` when the entry has none of its own left (then
+/// [`FRAMED`] is set in the key and that frame's call block is kept in
+/// `Summaries::wide_frames`: its result depends on no other part of the
+/// stack), and what the calls leave fits [`WIDE_OPS`]. The bytes past those steps take no part in them but are
 /// in the key all the same (a lookup cannot know how many count before
 /// the load). No steps: the chain takes the first witness alone. One
 /// dependent load for up to four witnesses and the calls among them.
+/// 24 bytes (the memo 48 KiB): the frame below the read point, which few
+/// entries keep, stands apart.
 #[derive(Clone, Copy, Debug)]
 struct Wide {
     key: u64,
-    /// The call block of the frame below the read point that the entry
-    /// returns through (newest of `Summaries::frames` at its lookup);
-    /// [`NO_FRAME`] when it returns through none. sort's comparisons end in
-    /// returns to the frames of calls made before the entry's read point.
-    frame: u32,
     /// Where control stops after the steps and the calls after them,
     /// with [`Hot`]'s kind bits.
     end: u32,
@@ -240,7 +238,6 @@ struct Wide {
 impl Wide {
     const EMPTY: Wide = Wide {
         key: u64::MAX,
-        frame: NO_FRAME,
         end: 0,
         insns: 0,
         blocks: 0,
@@ -287,11 +284,10 @@ impl WideFill {
         self.nops += 1;
     }
 
-    /// The entry with key `key`.
+    /// The entry with key `key` (for no frame below its read point).
     fn entry(&self, key: u64) -> Wide {
         Wide {
-            key,
-            frame: self.frame,
+            key: if self.frame == NO_FRAME { key } else { key | FRAMED },
             end: self.end,
             insns: self.insns,
             blocks: self.blocks as u16,
@@ -313,13 +309,19 @@ const WIDE_OPS: usize = 15;
 const PUSH: u32 = 1 << 31;
 
 /// A [`Wide`] entry's op that pops the frame below its read point
-/// ([`Wide::frame`]). Procedure numbers are below it: a module with a
+/// (the entry's `Summaries::wide_frames`). Procedure numbers are below it: a module with a
 /// counting memo has fewer than 2^24 blocks, each procedure at least one.
 const POP: u32 = 1 << 30;
 
-/// [`Wide::frame`] of an entry that pops no frame below its read point
+/// `WideFill::frame` of an entry that pops no frame below its read point
 /// (no call block's number: those fit a [`Hot`] key's 24 bits).
 const NO_FRAME: u32 = u32::MAX;
+
+/// A [`Wide`] key's bit: the entry pops the frame below its read point
+/// that `Summaries::wide_frames` keeps, so a lookup's key (read points
+/// fit 24 bits) matches it only through [`Summaries::framed_hit`]. The
+/// common lookup, of an entry without one, is one comparison.
+const FRAMED: u64 = 1 << 63;
 
 /// Where the witness bytes `word` (little-endian) from the read point
 /// whose [`hot_slot`] is `slot` stand in the wide memo. The bytes' hash
@@ -499,6 +501,11 @@ pub struct Summaries {
     /// Beside each entry of `wides`: the callees whose entries it counts
     /// and the frames it leaves pushed ([`PUSH`]), in order.
     wide_ops: Box<[[u32; WIDE_OPS]]>,
+    /// Beside each entry of `wides` with [`FRAMED`] set: the call block of
+    /// the frame below its read point that it returns through (the newest
+    /// of `frames` at its lookup). sort's comparisons end in returns to the
+    /// frames of calls made before the entry's read point.
+    wide_frames: Box<[u32]>,
     /// The call blocks of the traced callers on top of the machine's
     /// stack (oldest first) while `count_run` runs: the machine moves
     /// its newest ones here before a run and back after it, so a chain
@@ -536,6 +543,7 @@ impl Summaries {
             calls: vec![CallHot::EMPTY; CALLS].into_boxed_slice(),
             wides: vec![Wide::EMPTY; WIDES].into_boxed_slice(),
             wide_ops: vec![[0; WIDE_OPS]; WIDES].into_boxed_slice(),
+            wide_frames: vec![NO_FRAME; WIDES].into_boxed_slice(),
             frames: Vec::new(),
         }
     }
@@ -652,8 +660,7 @@ impl Summaries {
                 if let Some(word) = witness_word(bytes, run.witnesses) {
                     let i = wide_slot(slot, word);
                     let key = u64::from(run.end) << 32 | u64::from(word);
-                    let w = &self.wides[i];
-                    if w.key != key || w.frame != NO_FRAME && Some(&w.frame) != self.frames.last() {
+                    if self.wides[i].key != key && !self.framed_hit(i, key) {
                         self.fill_wide(m, i, run.end, slot, word);
                     }
                     let e = self.wides[i];
@@ -908,17 +915,26 @@ impl Summaries {
                 self.frames.push(op & !PUSH);
             } else if op == POP {
                 let _c = self.frames.pop();
-                debug_assert_eq!(_c, Some(self.wides[i].frame));
+                debug_assert_eq!(_c, Some(self.wide_frames[i]));
             } else {
                 entries[op as usize] += 1;
             }
         }
     }
 
+    /// Whether wide memo entry `i`, keyed `key` but for [`FRAMED`], pops
+    /// the frame on top of `frames` below its read point: a hit, off the
+    /// path of the entries that pop none.
+    #[inline(always)]
+    fn framed_hit(&self, i: usize, key: u64) -> bool {
+        self.wides[i].key == key | FRAMED && self.frames.last() == Some(&self.wide_frames[i])
+    }
+
     /// Fills wide memo entry `i` for read point `l` (its [`hot_slot`] is
     /// `slot`) and the witness bytes of `word`, from single steps, calls
     /// and returns as `count_run` takes them, with `frames` as they stand
-    /// (a return below the read point may pop their newest, [`Wide::frame`]).
+    /// (a return below the read point may pop their newest, kept in
+    /// `wide_frames`).
     /// After each step it also makes the calls that follow (the loop makes
     /// those without looking at `max`); a read point or a plain `ret` after
     /// them waits for the next step (the loop pauses there).
@@ -952,7 +968,9 @@ impl Summaries {
             while f.end & Hot::KINDS == Hot::CALL && self.wide_call(m, &mut f) {}
         }
         debug_assert!(f.steps != 0 || f.end == l | Hot::AGAIN);
+        debug_assert!(l < 1 << 24, "a Wide key's read point is below FRAMED");
         self.wides[i] = f.entry(u64::from(l) << 32 | u64::from(word));
+        self.wide_frames[i] = f.frame;
         if f.nops != 0 {
             self.wide_ops[i] = f.ops;
         }
@@ -1025,7 +1043,7 @@ impl Summaries {
     /// Passes `insns` instructions in `blocks` blocks, then returns as
     /// `chain_return` does: through the newest frame `f` pushed itself,
     /// or when it has none left, once, through the newest of `frames`
-    /// (kept in [`Wide::frame`], which the lookup then matches); false,
+    /// (kept in `wide_frames`, which the lookup then matches); false,
     /// `f` unchanged, when there is no such frame, the machine must take
     /// the return, or a count would overflow.
     fn wide_return(&mut self, m: &Module, f: &mut WideFill, insns: u32, blocks: u32) -> bool {
