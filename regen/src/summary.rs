@@ -200,25 +200,23 @@ const _: () = assert!(WIDE_STEPS == 4, "a Wide key holds four bytes");
 const WIDES: usize = 1 << 11;
 
 /// A wide memo entry: up to [`WIDE_STEPS`] consecutive witness steps of
-/// the counting chain, from read point `key >> 32` for the witness bytes
-/// of `key as u32` (the first in its low byte), with the calls and
-/// returns between them and the calls after the last (issue 24 item 3):
-/// while each step has a [`Hot`] entry, every return pops a frame the
-/// entry pushed itself or, once, the newest of `Summaries::frames` when
-/// the entry has none of its own left ([`Wide::frame`]: its result
-/// depends on no other part of the stack), and what the calls leave fits
-/// [`WIDE_OPS`]. The bytes past those steps take no part in them but are
+/// the counting chain, from read point `(key >> 32) & 0xFF_FFFF` for the
+/// witness bytes of `key as u32` (the first in its low byte), with the
+/// calls and returns between them and the calls after the last (issue 24
+/// item 3): while each step has a [`Hot`] entry, every return pops a
+/// frame the entry pushed itself or, once, the newest of
+/// `Summaries::frames` when the entry has none of its own left (then
+/// [`FRAMED`] is set in the key and that frame's call block is kept in
+/// `Summaries::wide_frames`: its result depends on no other part of the
+/// stack), and what the calls leave fits [`WIDE_OPS`]. The bytes past those steps take no part in them but are
 /// in the key all the same (a lookup cannot know how many count before
 /// the load). No steps: the chain takes the first witness alone. One
 /// dependent load for up to four witnesses and the calls among them.
+/// 24 bytes (the memo 48 KiB): the frame below the read point, which few
+/// entries keep, stands apart.
 #[derive(Clone, Copy, Debug)]
 struct Wide {
     key: u64,
-    /// The call block of the frame below the read point that the entry
-    /// returns through (newest of `Summaries::frames` at its lookup);
-    /// [`NO_FRAME`] when it returns through none. sort's comparisons end in
-    /// returns to the frames of calls made before the entry's read point.
-    frame: u32,
     /// Where control stops after the steps and the calls after them,
     /// with [`Hot`]'s kind bits.
     end: u32,
@@ -232,15 +230,17 @@ struct Wide {
     steps: u8,
     /// Counted transfers of the calls and returns.
     xfers: u8,
-    /// How many of the entry's [`WIDE_OPS`] slots in `Summaries::wide_ops`
-    /// are used.
-    ops: u8,
+    /// What a hit does beside the counts: the number of callees whose
+    /// entries it counts (the low byte), then the number of frames it
+    /// leaves pushed (the next four bits), as `Summaries::wide_ops` lists
+    /// them in that order; [`POP_FIRST`] when it first pops the frame below
+    /// its read point. Zero for most entries of gzip and bzip2: one test.
+    ops: u16,
 }
 
 impl Wide {
     const EMPTY: Wide = Wide {
         key: u64::MAX,
-        frame: NO_FRAME,
         end: 0,
         insns: 0,
         blocks: 0,
@@ -287,19 +287,38 @@ impl WideFill {
         self.nops += 1;
     }
 
-    /// The entry with key `key`.
-    fn entry(&self, key: u64) -> Wide {
-        Wide {
-            key,
-            frame: self.frame,
+    /// The entry with key `key` (for no frame below its read point) and
+    /// its ops as `Summaries::wide_ops` keeps them: the callees, then the
+    /// frames pushed (in order; the callee counts commute with them and
+    /// with the pop below the read point, which comes before any push
+    /// that stays: [`Summaries::wide_return`] takes it with none of the
+    /// entry's own frames left).
+    fn entry(&self, key: u64) -> (Wide, [u32; WIDE_OPS]) {
+        let ops = &self.ops[..self.nops as usize];
+        let mut list = [0; WIDE_OPS];
+        let callees = ops.iter().filter(|&&op| op & PUSH == 0);
+        let pushes = ops.iter().filter(|&&op| op & PUSH != 0);
+        let ncallees = callees.clone().count() as u16;
+        for (to, &op) in list.iter_mut().zip(callees.chain(pushes)) {
+            *to = op & !PUSH;
+        }
+        let npushes = self.nops as u16 - ncallees;
+        let pop = if self.frame == NO_FRAME { 0 } else { POP_FIRST };
+        let wide = Wide {
+            key: if self.frame == NO_FRAME {
+                key
+            } else {
+                key | FRAMED
+            },
             end: self.end,
             insns: self.insns,
             blocks: self.blocks as u16,
             slot: self.slot as u16,
             steps: self.steps as u8,
             xfers: self.xfers as u8,
-            ops: self.nops as u8,
-        }
+            ops: ncallees | npushes << 8 | pop,
+        };
+        (wide, list)
     }
 }
 
@@ -308,18 +327,24 @@ impl WideFill {
 /// most with a frame pushed for a while.
 const WIDE_OPS: usize = 15;
 
-/// A [`Wide`] entry's op that pushes a frame (its call block in the low
-/// bits); without it, an op counts an entry of the callee it names.
+/// A `WideFill` op that pushes a frame (its call block in the low bits);
+/// without it, an op counts an entry of the callee it names.
 const PUSH: u32 = 1 << 31;
 
-/// A [`Wide`] entry's op that pops the frame below its read point
-/// ([`Wide::frame`]). Procedure numbers are below it: a module with a
-/// counting memo has fewer than 2^24 blocks, each procedure at least one.
-const POP: u32 = 1 << 30;
+/// [`Wide::ops`]' bit: a hit first pops the frame below the entry's read
+/// point (the entry's `Summaries::wide_frames`).
+const POP_FIRST: u16 = 1 << 15;
+const _: () = assert!(WIDE_OPS < 16, "Wide::ops keeps the pushes in four bits");
 
-/// [`Wide::frame`] of an entry that pops no frame below its read point
+/// `WideFill::frame` of an entry that pops no frame below its read point
 /// (no call block's number: those fit a [`Hot`] key's 24 bits).
 const NO_FRAME: u32 = u32::MAX;
+
+/// A [`Wide`] key's bit: the entry pops the frame below its read point
+/// that `Summaries::wide_frames` keeps, so a lookup's key (read points
+/// fit 24 bits) matches it only through [`Summaries::framed_hit`]. The
+/// common lookup, of an entry without one, is one comparison.
+const FRAMED: u64 = 1 << 63;
 
 /// Where the witness bytes `word` (little-endian) from the read point
 /// whose [`hot_slot`] is `slot` stand in the wide memo. The bytes' hash
@@ -377,6 +402,15 @@ impl OutHot {
 #[inline]
 fn hot_slot(b: u32) -> u16 {
     (b.wrapping_mul(0x9E37_79B9) >> 21) as u16 & (HOT as u16 - 1)
+}
+
+/// A memo of `N` entries `empty` on the heap, its length in its type: an
+/// index masked to `N - 1` needs no bounds check on the chain's loop.
+fn memo<T: Clone, const N: usize>(empty: T) -> Box<[T; N]> {
+    match vec![empty; N].into_boxed_slice().try_into() {
+        Ok(memo) => memo,
+        Err(_) => unreachable!("a vector of N entries"),
+    }
 }
 
 /// What [`Summaries::count_run`] passed.
@@ -493,12 +527,17 @@ pub struct Summaries {
     out: Box<[OutHot]>,
     /// The call memo of `count_run`, direct-mapped by call block: the
     /// blocks of `frames` and of the calls it makes.
-    calls: Box<[CallHot]>,
+    calls: Box<[CallHot; CALLS]>,
     /// The wide memo of `count_run` ([`WIDE_STEPS`] steps in one).
-    wides: Box<[Wide]>,
-    /// Beside each entry of `wides`: the callees whose entries it counts
-    /// and the frames it leaves pushed ([`PUSH`]), in order.
-    wide_ops: Box<[[u32; WIDE_OPS]]>,
+    wides: Box<[Wide; WIDES]>,
+    /// Beside each entry of `wides`: the callees whose entries it counts,
+    /// then the frames it leaves pushed, in order ([`Wide::ops`]).
+    wide_ops: Box<[[u32; WIDE_OPS]; WIDES]>,
+    /// Beside each entry of `wides` with [`FRAMED`] set: the call block of
+    /// the frame below its read point that it returns through (the newest
+    /// of `frames` at its lookup). sort's comparisons end in returns to the
+    /// frames of calls made before the entry's read point.
+    wide_frames: Box<[u32; WIDES]>,
     /// The call blocks of the traced callers on top of the machine's
     /// stack (oldest first) while `count_run` runs: the machine moves
     /// its newest ones here before a run and back after it, so a chain
@@ -533,9 +572,10 @@ impl Summaries {
                 Box::default()
             },
             out: Box::default(),
-            calls: vec![CallHot::EMPTY; CALLS].into_boxed_slice(),
-            wides: vec![Wide::EMPTY; WIDES].into_boxed_slice(),
-            wide_ops: vec![[0; WIDE_OPS]; WIDES].into_boxed_slice(),
+            calls: memo(CallHot::EMPTY),
+            wides: memo(Wide::EMPTY),
+            wide_ops: memo([0; WIDE_OPS]),
+            wide_frames: memo(NO_FRAME),
             frames: Vec::new(),
         }
     }
@@ -608,10 +648,41 @@ impl Summaries {
             return run;
         }
         let max = max.min(bytes.len().saturating_sub(1));
+        // The wide memo's lookups stop before `at`: taking four steps at
+        // `at` needs `at + WIDE_STEPS <= max` and the eight bytes
+        // `witness_word` loads.
+        let wide_end = (max + 1)
+            .saturating_sub(WIDE_STEPS)
+            .min((bytes.len() + 1).saturating_sub(8));
         let mut slot = hot_slot(run.end);
         let mut kind = kind(m, l);
         loop {
             debug_assert_eq!(slot, hot_slot(run.end));
+            // Up to four steps and the calls among them at once when the
+            // fifth byte is a witness too (so are the first two, which a
+            // single step tests below). First: most of gzip's and bzip2's
+            // witnesses go here.
+            if kind == Hot::AGAIN && run.witnesses < wide_end {
+                if let Some(word) = witness_word(bytes, run.witnesses) {
+                    let i = wide_slot(slot, word);
+                    let key = u64::from(run.end) << 32 | u64::from(word);
+                    let mut e = self.wides[i];
+                    if e.key != key && !self.framed_hit(i, e.key, key) {
+                        e = self.fill_wide(m, i, run.end, slot, word);
+                    }
+                    if e.steps != 0 {
+                        run.witnesses += usize::from(e.steps);
+                        run.insns += u64::from(e.insns);
+                        run.blocks += u64::from(e.blocks);
+                        run.xfers = run.xfers.wrapping_add(u32::from(e.xfers));
+                        if e.ops != 0 {
+                            self.apply_ops(i, e.ops, entries);
+                        }
+                        (run.end, kind, slot) = (e.end & !Hot::KINDS, e.end & Hot::KINDS, e.slot);
+                        continue;
+                    }
+                }
+            }
             if kind == Hot::CALL {
                 let c = self.call_hot(m, run.end, slot);
                 if c.through {
@@ -645,30 +716,6 @@ impl Summaries {
             let (v, next) = (bytes[run.witnesses], bytes[run.witnesses + 1]);
             if !is_byte_witness(v) || !is_byte_witness(next) {
                 break;
-            }
-            // Up to four steps and the calls among them at once when the
-            // fifth byte is a witness too.
-            if kind == Hot::AGAIN && run.witnesses + WIDE_STEPS <= max {
-                if let Some(word) = witness_word(bytes, run.witnesses) {
-                    let i = wide_slot(slot, word);
-                    let key = u64::from(run.end) << 32 | u64::from(word);
-                    let w = &self.wides[i];
-                    if w.key != key || w.frame != NO_FRAME && Some(&w.frame) != self.frames.last() {
-                        self.fill_wide(m, i, run.end, slot, word);
-                    }
-                    let e = self.wides[i];
-                    if e.steps != 0 {
-                        run.witnesses += usize::from(e.steps);
-                        run.insns += u64::from(e.insns);
-                        run.blocks += u64::from(e.blocks);
-                        run.xfers = run.xfers.wrapping_add(u32::from(e.xfers));
-                        if e.ops != 0 {
-                            self.apply_ops(i, e.ops, entries);
-                        }
-                        (run.end, kind, slot) = (e.end & !Hot::KINDS, e.end & Hot::KINDS, e.slot);
-                        continue;
-                    }
-                }
             }
             let e = self.hot_entry(m, run.end, slot, v);
             if e.blocks == 0 {
@@ -899,26 +946,40 @@ impl Summaries {
         self.hot[h]
     }
 
-    /// Counts the callee entries and pushes and pops the frames of wide
-    /// memo entry `i`'s first `n` ops.
+    /// Pops the frame below wide memo entry `i`'s read point, counts its
+    /// callees' entries and pushes the frames it leaves, as its `ops`
+    /// ([`Wide::ops`]) say. Callees and frames in two runs, not one op at
+    /// a time: the loop tested each op's kind and stored `frames`' length
+    /// at each push (sort: 36 % of `count_run`'s instructions).
     #[inline(always)]
-    fn apply_ops(&mut self, i: usize, n: u8, entries: &mut [u64]) {
-        for &op in &self.wide_ops[i][..usize::from(n)] {
-            if op & PUSH != 0 {
-                self.frames.push(op & !PUSH);
-            } else if op == POP {
-                let _c = self.frames.pop();
-                debug_assert_eq!(_c, Some(self.wides[i].frame));
-            } else {
-                entries[op as usize] += 1;
-            }
+    fn apply_ops(&mut self, i: usize, ops: u16, entries: &mut [u64]) {
+        if ops & POP_FIRST != 0 {
+            let _c = self.frames.pop();
+            debug_assert_eq!(_c, Some(self.wide_frames[i]));
         }
+        let (n, p) = (usize::from(ops & 0xFF), usize::from(ops >> 8 & 0xF));
+        let list = &self.wide_ops[i];
+        for &q in &list[..n] {
+            entries[q as usize] += 1;
+        }
+        if p != 0 {
+            self.frames.extend(list[n..n + p].iter().copied());
+        }
+    }
+
+    /// Whether wide memo entry `i`, keyed `held`, is the one for `key`
+    /// but for [`FRAMED`] and pops the frame on top of `frames` below its
+    /// read point: a hit, off the path of the entries that pop none.
+    #[inline(always)]
+    fn framed_hit(&self, i: usize, held: u64, key: u64) -> bool {
+        held == key | FRAMED && self.frames.last() == Some(&self.wide_frames[i])
     }
 
     /// Fills wide memo entry `i` for read point `l` (its [`hot_slot`] is
     /// `slot`) and the witness bytes of `word`, from single steps, calls
     /// and returns as `count_run` takes them, with `frames` as they stand
-    /// (a return below the read point may pop their newest, [`Wide::frame`]).
+    /// (a return below the read point may pop their newest, kept in
+    /// `wide_frames`).
     /// After each step it also makes the calls that follow (the loop makes
     /// those without looking at `max`); a read point or a plain `ret` after
     /// them waits for the next step (the loop pauses there).
@@ -927,9 +988,10 @@ impl Summaries {
     /// returns before a step need undoing: the fill copies its state only
     /// there (a copy per step stalled on store forwarding, 46 % of bzip2's
     /// fill samples).
+    /// Returns the entry.
     #[cold]
     #[inline(never)]
-    fn fill_wide(&mut self, m: &Module, i: usize, l: u32, slot: u16, word: u32) {
+    fn fill_wide(&mut self, m: &Module, i: usize, l: u32, slot: u16, word: u32) -> Wide {
         let mut f = WideFill {
             end: l | Hot::AGAIN,
             slot: u32::from(slot),
@@ -952,10 +1014,14 @@ impl Summaries {
             while f.end & Hot::KINDS == Hot::CALL && self.wide_call(m, &mut f) {}
         }
         debug_assert!(f.steps != 0 || f.end == l | Hot::AGAIN);
-        self.wides[i] = f.entry(u64::from(l) << 32 | u64::from(word));
+        debug_assert!(l < 1 << 24, "a Wide key's read point is below FRAMED");
+        let (wide, list) = f.entry(u64::from(l) << 32 | u64::from(word));
+        self.wides[i] = wide;
+        self.wide_frames[i] = f.frame;
         if f.nops != 0 {
-            self.wide_ops[i] = f.ops;
+            self.wide_ops[i] = list;
         }
+        wide
     }
 
     /// Moves `f` through calls and plain returns to a read point; false
@@ -1013,7 +1079,7 @@ impl Summaries {
             return false;
         }
         f.xfers = xfers;
-        debug_assert!(call.callee < POP);
+        debug_assert!(call.callee & PUSH == 0);
         f.op(call.callee);
         if !call.through {
             f.op(PUSH | c);
@@ -1025,7 +1091,7 @@ impl Summaries {
     /// Passes `insns` instructions in `blocks` blocks, then returns as
     /// `chain_return` does: through the newest frame `f` pushed itself,
     /// or when it has none left, once, through the newest of `frames`
-    /// (kept in [`Wide::frame`], which the lookup then matches); false,
+    /// (kept in `wide_frames`, which the lookup then matches); false,
     /// `f` unchanged, when there is no such frame, the machine must take
     /// the return, or a count would overflow.
     fn wide_return(&mut self, m: &Module, f: &mut WideFill, insns: u32, blocks: u32) -> bool {
@@ -1033,7 +1099,7 @@ impl Summaries {
         let own = f.ops[..n].iter().rposition(|&op| op & PUSH != 0);
         let c = match own {
             Some(k) => f.ops[k] & !PUSH,
-            None if f.frame == NO_FRAME && n < WIDE_OPS => match self.frames.last() {
+            None if f.frame == NO_FRAME => match self.frames.last() {
                 Some(&c) => c,
                 None => return false,
             },
@@ -1056,10 +1122,7 @@ impl Summaries {
                 f.ops.copy_within(k + 1..n, k);
                 f.nops -= 1;
             }
-            None => {
-                f.frame = c;
-                f.op(POP);
-            }
+            None => f.frame = c,
         }
         (f.end, f.slot) = (back.back, u32::from(back.back_slot));
         true
