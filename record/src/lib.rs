@@ -14,6 +14,7 @@ pub mod counted;
 mod encode;
 pub mod error;
 mod execname;
+mod follow;
 pub mod launch;
 pub mod libs;
 pub mod paths;
