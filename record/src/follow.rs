@@ -62,8 +62,9 @@ pub(crate) struct Follower {
 
 /// Why an exec runs as the program called it.
 enum Native {
-    /// It fails natively, with the errno it has natively.
-    Fails,
+    /// Nothing to say: it fails with its native errno, or runs a copy
+    /// the recorder made, traced already.
+    AsCalled,
     /// It runs a program untraced: the trace says why.
     Untraced(String),
 }
@@ -104,7 +105,7 @@ impl Follower {
         for req in drainer.exec_requests() {
             let answer = match self.answer(&req) {
                 Ok(at) => at,
-                Err(Native::Fails) => 0,
+                Err(Native::AsCalled) => 0,
                 Err(Native::Untraced(why)) => {
                     notes.push(format!("process {} execs untraced: {why}", req.pid));
                     0
@@ -117,23 +118,28 @@ impl Follower {
 
     fn answer(&mut self, req: &ExecRequest) -> Result<u64, Native> {
         let Some(how) = self.how.clone() else {
-            return Err(Native::Fails);
+            return Err(Native::AsCalled);
         };
         let mem = Mem(req.pid as libc::pid_t);
         let call = Call::decode(req, &mem)?;
-        let at = |p: &Path| call.dir.join(p);
+        let own = PathBuf::from(format!("/proc/{}", req.pid));
+        // The process's `/proc/self` is not ours.
+        let at = |p: &Path| match p.strip_prefix("/proc/self") {
+            Ok(rest) => own.join(rest),
+            Err(_) => call.dir.join(p),
+        };
         let (name, opened) = locate(&call, &mem, &at)?;
         let script = head(&opened).starts_with(b"#!");
         let inv = if script {
             let argv = mem.strings(&call.argv)?;
-            let (argv0, args) = argv.split_first().ok_or(Native::Fails)?;
+            let (argv0, args) = argv.split_first().ok_or(Native::AsCalled)?;
             let inv = Invocation {
                 exe: PathBuf::from(OsString::from_vec(name.clone())),
                 argv0: argv0.clone(),
                 args: args.to_vec(),
             };
             // A bad interpreter fails natively (ENOENT, EACCES, ELOOP).
-            Some(follow_at(inv, &at).map_err(|_| Native::Fails)?)
+            Some(follow_at(inv, &at).map_err(|_| Native::AsCalled)?)
         } else {
             None
         };
@@ -144,7 +150,13 @@ impl Follower {
                 exe.display()
             )));
         }
-        let copy = self.rewrite(&exe, how)?;
+        // A copy the recorder made (`/proc/self/exe`, the copy's own
+        // path) is traced as it is.
+        let real = std::fs::canonicalize(&exe).map_err(|_| Native::AsCalled)?;
+        if std::fs::canonicalize(crate::commands::cache_dir()).is_ok_and(|c| real.starts_with(c)) {
+            return Err(Native::AsCalled);
+        }
+        let copy = self.rewrite(&real, how)?;
         let mut w = Answer::new(req.buf);
         let path = w.string(copy.elf.as_os_str().as_bytes());
         let argv = match (&inv, &call.argv) {
@@ -171,14 +183,13 @@ impl Follower {
         Ok(req.buf)
     }
 
-    /// The rewritten copy of `exe` (from the run's cache, or made now).
+    /// The rewritten copy of `exe`, a canonical path (from the run's
+    /// cache, or made now).
     fn rewrite(&mut self, exe: &Path, how: Follow) -> Result<Rewritten, Native> {
-        let meta = std::fs::metadata(exe).map_err(|_| Native::Fails)?;
+        let meta = std::fs::metadata(exe).map_err(|_| Native::AsCalled)?;
         let key = (meta.dev(), meta.ino(), meta.mtime(), meta.mtime_nsec());
-        let made = self.rewrites.entry(key).or_insert_with(|| {
-            let real = std::fs::canonicalize(exe).unwrap_or_else(|_| exe.to_owned());
-            rewrite_program(&real, &how).map_err(|e| e.to_string())
-        });
+        let made = (self.rewrites.entry(key))
+            .or_insert_with(|| rewrite_program(exe, &how).map_err(|e| e.to_string()));
         match made {
             Ok(r) => {
                 self.images
@@ -195,14 +206,14 @@ impl Call {
     fn decode(req: &ExecRequest, mem: &Mem) -> Result<Call, Native> {
         let [rdi, rsi, rdx, rcx, r8, r9, r10, rax] = req.args;
         let cwd = PathBuf::from(format!("/proc/{}/cwd", req.pid));
-        let kind = ExecKind::from_u32(req.kind).ok_or(Native::Fails)?;
+        let kind = ExecKind::from_u32(req.kind).ok_or(Native::AsCalled)?;
         let environ = || mem.environ().ok_or_else(|| Native::Untraced("its environment cannot be found".into()));
         let list = |envp: bool| -> Result<(Argv, Option<u64>), Native> {
             let mut words = vec![rsi, rdx, rcx, r8, r9].into_iter().chain(
                 (0..MAX_ARGS as u64).map_while(|i| mem.u64(req.sp + 8 * i)),
             );
             let list: Vec<u64> = words.by_ref().take_while(|&p| p != 0).collect();
-            let env = if envp { Some(words.next().ok_or(Native::Fails)?) } else { None };
+            let env = if envp { Some(words.next().ok_or(Native::AsCalled)?) } else { None };
             Ok((Argv::List(list), env))
         };
         let (name, argv, envp, search, dir) = match kind {
@@ -217,7 +228,7 @@ impl Call {
                 }
                 (rsi, Argv::Array(rdx), r10, false, dir)
             }
-            ExecKind::Syscall => return Err(Native::Fails),
+            ExecKind::Syscall => return Err(Native::AsCalled),
             ExecKind::Execve => (rdi, Argv::Array(rsi), rdx, false, cwd),
             ExecKind::Execv => (rdi, Argv::Array(rsi), environ()?, false, cwd),
             ExecKind::Execvp => (rdi, Argv::Array(rsi), environ()?, true, cwd),
@@ -235,7 +246,7 @@ impl Call {
             }
         };
         Ok(Call {
-            name: mem.string(name).ok_or(Native::Fails)?,
+            name: mem.string(name).ok_or(Native::AsCalled)?,
             dir,
             search,
             argv,
@@ -255,10 +266,10 @@ fn locate(call: &Call, mem: &Mem, at: &dyn Fn(&Path) -> PathBuf) -> Result<(Vec<
             .then_some(p)
     };
     if call.name.is_empty() {
-        return Err(Native::Fails);
+        return Err(Native::AsCalled);
     }
     if !call.search || call.name.contains(&b'/') {
-        let p = runnable(&call.name).ok_or(Native::Fails)?;
+        let p = runnable(&call.name).ok_or(Native::AsCalled)?;
         return Ok((call.name.clone(), p));
     }
     // glibc's `execvp` reads PATH from the current environment.
@@ -272,7 +283,7 @@ fn locate(call: &Call, mem: &Mem, at: &dyn Fn(&Path) -> PathBuf) -> Result<(Vec<
             d => [d, b"/", &call.name].concat(),
         })
         .find_map(|name| runnable(&name).map(|p| (name, p)))
-        .ok_or(Native::Fails)
+        .ok_or(Native::AsCalled)
 }
 
 /// The first bytes of a file (empty when it cannot be read).
@@ -391,11 +402,11 @@ impl Mem {
     /// The strings of an argv.
     fn strings(&self, argv: &Argv) -> Result<Vec<OsString>, Native> {
         let list = match argv {
-            Argv::Array(p) => self.array(*p).ok_or(Native::Fails)?,
+            Argv::Array(p) => self.array(*p).ok_or(Native::AsCalled)?,
             Argv::List(l) => l.clone(),
         };
         list.into_iter()
-            .map(|p| self.string(p).map(OsString::from_vec).ok_or(Native::Fails))
+            .map(|p| self.string(p).map(OsString::from_vec).ok_or(Native::AsCalled))
             .collect()
     }
 
@@ -408,27 +419,51 @@ impl Mem {
         })
     }
 
-    /// The process's current environment (libc's `__environ`): its
-    /// address, found through libc's dynamic symbols and where
-    /// `/proc/PID/maps` says libc is loaded.
+    /// The process's current environment (libc's `__environ`): found
+    /// as the loader binds it, in the executable first (a copy
+    /// relocation moves it there when the program names `environ`), then
+    /// in libc, each where `/proc/PID/maps` says it is loaded.
     fn environ(&self) -> Option<u64> {
         let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.0)).ok()?;
-        let (base, path) = maps.lines().find_map(|line| {
+        let exe = std::fs::read_link(format!("/proc/{}/exe", self.0)).ok()?;
+        let is_libc = |p: &Path| {
+            p.file_name()
+                .and_then(|f| f.to_str())
+                .is_some_and(|f| f.starts_with("libc.so") || f.starts_with("libc-"))
+        };
+        let objects = maps.lines().filter_map(|line| {
             let f: Vec<&str> = line.split_whitespace().collect();
-            let path = *f.get(5)?;
-            let file = Path::new(path).file_name()?.to_str()?;
-            let libc = file.starts_with("libc.so") || file.starts_with("libc-");
-            (libc && f.get(2) == Some(&"00000000")).then(|| {
-                let start = f[0].split('-').next()?;
-                Some((u64::from_str_radix(start, 16).ok()?, path.to_owned()))
-            })?
+            let path = Path::new(*f.get(5)?);
+            let start = u64::from_str_radix(f[0].split('-').next()?, 16).ok()?;
+            (f[2] == "00000000" && (path == exe || is_libc(path)))
+                .then(|| (path == exe, start, path.to_owned()))
+        });
+        let mut objects: Vec<_> = objects.collect();
+        objects.sort_by_key(|o| !o.0);
+        objects.dedup_by(|a, b| a.2 == b.2);
+        let at = objects.iter().find_map(|(_, start, path)| {
+            let bytes = std::fs::read(path).ok()?;
+            let elf = goblin::elf::Elf::parse(&bytes).ok()?;
+            let sym = elf.dynsyms.iter().find(|s| {
+                s.st_shndx != 0
+                    && s.st_value != 0
+                    && matches!(
+                        elf.dynstrtab.get_at(s.st_name),
+                        Some("__environ" | "environ" | "_environ")
+                    )
+            })?;
+            let bias = match elf.header.e_type {
+                goblin::elf::header::ET_EXEC => 0,
+                _ => {
+                    let first = (elf.program_headers.iter())
+                        .filter(|h| h.p_type == goblin::elf::program_header::PT_LOAD)
+                        .map(|h| h.p_vaddr & !0xfff)
+                        .min()?;
+                    start - first
+                }
+            };
+            Some(bias + sym.st_value)
         })?;
-        let bytes = std::fs::read(&path).ok()?;
-        let elf = goblin::elf::Elf::parse(&bytes).ok()?;
-        let sym = elf.dynsyms.iter().find(|s| {
-            s.st_value != 0
-                && matches!(elf.dynstrtab.get_at(s.st_name), Some("__environ" | "environ"))
-        })?;
-        self.u64(base + sym.st_value)
+        self.u64(at)
     }
 }
