@@ -207,13 +207,20 @@ impl Call {
         let [rdi, rsi, rdx, rcx, r8, r9, r10, rax] = req.args;
         let cwd = PathBuf::from(format!("/proc/{}/cwd", req.pid));
         let kind = ExecKind::from_u32(req.kind).ok_or(Native::AsCalled)?;
-        let environ = || mem.environ().ok_or_else(|| Native::Untraced("its environment cannot be found".into()));
+        let environ = || {
+            mem.environ()
+                .ok_or_else(|| Native::Untraced("its environment cannot be found".into()))
+        };
         let list = |envp: bool| -> Result<(Argv, Option<u64>), Native> {
-            let mut words = vec![rsi, rdx, rcx, r8, r9].into_iter().chain(
-                (0..MAX_ARGS as u64).map_while(|i| mem.u64(req.sp + 8 * i)),
-            );
+            let mut words = vec![rsi, rdx, rcx, r8, r9]
+                .into_iter()
+                .chain((0..MAX_ARGS as u64).map_while(|i| mem.u64(req.sp + 8 * i)));
             let list: Vec<u64> = words.by_ref().take_while(|&p| p != 0).collect();
-            let env = if envp { Some(words.next().ok_or(Native::AsCalled)?) } else { None };
+            let env = if envp {
+                Some(words.next().ok_or(Native::AsCalled)?)
+            } else {
+                None
+            };
             Ok((Argv::List(list), env))
         };
         let (name, argv, envp, search, dir) = match kind {
@@ -224,7 +231,9 @@ impl Call {
                     fd => PathBuf::from(format!("/proc/{}/fd/{fd}", req.pid)),
                 };
                 if r8 & AT_EMPTY_PATH != 0 && mem.string(rsi).is_some_and(|n| n.is_empty()) {
-                    return Err(Native::Untraced("execveat of a descriptor is not followed".into()));
+                    return Err(Native::Untraced(
+                        "execveat of a descriptor is not followed".into(),
+                    ));
                 }
                 (rsi, Argv::Array(rdx), r10, false, dir)
             }
@@ -258,7 +267,11 @@ impl Call {
 /// The file the call runs: its name as execve gets it, and the path by
 /// which the recorder opens it. A name that names nothing executable
 /// fails natively.
-fn locate(call: &Call, mem: &Mem, at: &dyn Fn(&Path) -> PathBuf) -> Result<(Vec<u8>, PathBuf), Native> {
+fn locate(
+    call: &Call,
+    mem: &Mem,
+    at: &dyn Fn(&Path) -> PathBuf,
+) -> Result<(Vec<u8>, PathBuf), Native> {
     let runnable = |name: &[u8]| {
         let p = at(Path::new(std::ffi::OsStr::from_bytes(name)));
         std::fs::metadata(&p)
@@ -406,7 +419,11 @@ impl Mem {
             Argv::List(l) => l.clone(),
         };
         list.into_iter()
-            .map(|p| self.string(p).map(OsString::from_vec).ok_or(Native::AsCalled))
+            .map(|p| {
+                self.string(p)
+                    .map(OsString::from_vec)
+                    .ok_or(Native::AsCalled)
+            })
             .collect()
     }
 

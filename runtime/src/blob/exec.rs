@@ -42,7 +42,10 @@ pub(super) fn emit(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
     let saved = |r| FRAME as i32 - 16 - 8 * SAVED.iter().position(|s| *s == r).unwrap() as i32;
     a.mov(eax, dword_ptr(rsp + saved(r11)))?;
     a.mov(dword_ptr(rbx + S_EXEC_KIND), eax)?;
-    for (i, r) in [rdi, rsi, rdx, rcx, r8, r9, r10, rax].into_iter().enumerate() {
+    for (i, r) in [rdi, rsi, rdx, rcx, r8, r9, r10, rax]
+        .into_iter()
+        .enumerate()
+    {
         a.mov(rax, qword_ptr(rsp + saved(r)))?;
         a.mov(qword_ptr(rbx + S_EXEC_ARGS as i32 + 8 * i as i32), rax)?;
     }
