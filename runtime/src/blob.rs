@@ -1484,12 +1484,43 @@ fn wake_recorder(a: &mut CodeAssembler) -> Result<(), IcedError> {
     Ok(())
 }
 
+/// Waits while the u32 at `word` holds `value`, r15 = the region:
+/// futex waits of [`RECORDER_CHECK_SECS`], each followed by a check that
+/// the recorder still exists (its pid is in the header; signal 0 only
+/// checks). Jumps to `changed` once the word changed; falls through when
+/// the recorder is gone. Clobbers rax, rcx, rdx, rsi, rdi, r10, r11.
+fn wait_for_recorder(
+    a: &mut CodeAssembler,
+    l: &Labels,
+    word: AsmMemoryOperand,
+    value: u32,
+    changed: CodeLabel,
+) -> Result<(), IcedError> {
+    let mut wait = a.create_label();
+    a.set_label(&mut wait)?;
+    a.cmp(dword_ptr(word), value)?;
+    a.jne(changed)?;
+    a.lea(rdi, word)?;
+    a.mov(esi, FUTEX_WAIT)?;
+    a.mov(edx, value)?;
+    a.lea(r10, ptr(l.t_wait))?;
+    a.mov(eax, SYS_FUTEX)?;
+    a.syscall()?;
+    a.cmp(eax, -ETIMEDOUT)?;
+    a.jne(wait)?;
+    a.mov(edi, dword_ptr(r15 + H_PID))?;
+    a.xor(esi, esi)?;
+    a.mov(eax, SYS_KILL)?;
+    a.syscall()?;
+    a.cmp(eax, -ESRCH)?;
+    a.jne(wait)
+}
+
 /// `flush()`: the buffer check found `POS >= LIMIT`. Signals are blocked
 /// from its first `syscall` to its last; its [`Depths`] mark where its
 /// return address is before and after (module doc).
 fn emit_flush(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     let mut standalone = a.create_label();
-    let mut wait = a.create_label();
     let mut free = a.create_label();
     let mut done = a.create_label();
     let mut bad_write = a.create_label();
@@ -1517,25 +1548,10 @@ fn emit_flush(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.add(qword_ptr(rbx + S_SEQ), 1)?;
     wake_recorder(a)?;
     a.xor(r13d, 1)?;
-    a.set_label(&mut wait)?;
-    a.cmp(dword_ptr(rbx + r13 * 4 + S_HALF_STATE as i32), HALF_EMPTY)?;
-    a.je(free)?;
-    a.lea(rdi, qword_ptr(rbx + r13 * 4 + S_HALF_STATE as i32))?;
-    a.mov(esi, FUTEX_WAIT)?;
-    a.mov(edx, HALF_FULL)?;
-    a.lea(r10, ptr(l.t_wait))?;
-    a.mov(eax, SYS_FUTEX)?;
-    a.syscall()?;
     // A recorder that died never empties the half: stop rather than wait
-    // for ever (its pid is in the header; signal 0 only checks it exists).
-    a.cmp(eax, -ETIMEDOUT)?;
-    a.jne(wait)?;
-    a.mov(edi, dword_ptr(r15 + H_PID))?;
-    a.xor(esi, esi)?;
-    a.mov(eax, SYS_KILL)?;
-    a.syscall()?;
-    a.cmp(eax, -ESRCH)?;
-    a.jne(wait)?;
+    // for ever. (The half is FULL or EMPTY.)
+    let half = ptr(rbx + r13 * 4 + S_HALF_STATE as i32);
+    wait_for_recorder(a, l, half, HALF_FULL, free)?;
     // Gone: the program runs on as it would, its witnesses dropped from
     // here on. The first thread to find out says so (bts: CF = old bit).
     a.lock().bts(

@@ -436,6 +436,19 @@ fn gone(pid: u32, tid: u32) -> bool {
     r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
 }
 
+/// Wakes every writer waiting on `word`, a word of the shared mapping.
+fn wake(word: &AtomicU32) {
+    // SAFETY: futex wake on a word of the shared mapping.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word as *const AtomicU32,
+            libc::FUTEX_WAKE,
+            i32::MAX,
+        );
+    }
+}
+
 /// An exec a thread asked the recorder about (`exec_request`, the slot's
 /// EXEC fields): it waits until [`Drainer::answer_exec`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -485,15 +498,7 @@ impl Drainer<'_> {
         r.a64(s + S_EXEC_ANSWER).store(answer, Ordering::Release);
         let state = r.a32(s + S_EXEC_STATE);
         state.store(EXEC_ANSWERED, Ordering::Release);
-        // SAFETY: futex wake on a word of the shared mapping.
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                state as *const AtomicU32,
-                libc::FUTEX_WAKE,
-                i32::MAX,
-            );
-        }
+        wake(state);
     }
 
     /// Yields every slot's new complete bytes to `sink`. `finished` says no
@@ -729,15 +734,7 @@ impl Drainer<'_> {
             .store(0, Ordering::Release);
         let state = r.a32(s + S_HALF_STATE + 4 * h as u64);
         state.store(HALF_EMPTY, Ordering::Release);
-        // SAFETY: futex wake on a word of the shared mapping.
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                state as *const AtomicU32,
-                libc::FUTEX_WAKE,
-                i32::MAX,
-            );
-        }
+        wake(state);
         let c = &mut self.slots[slot as usize];
         c.half = h ^ 1;
         c.off = 0;

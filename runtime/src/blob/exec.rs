@@ -24,7 +24,6 @@ use super::*;
 /// `exec_request()`: see the module doc.
 pub(super) fn emit(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     let mut native = a.create_label();
-    let mut wait = a.create_label();
     let mut answered = a.create_label();
     let mut probe = a.create_label();
     let mut drop = a.create_label();
@@ -65,24 +64,8 @@ pub(super) fn emit(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
     // x86 stores are ordered: the fields are visible before the state.
     a.mov(dword_ptr(rbx + S_EXEC_STATE), EXEC_ASKED)?;
     wake_recorder(a)?;
-    a.set_label(&mut wait)?;
-    a.cmp(dword_ptr(rbx + S_EXEC_STATE), EXEC_ASKED)?;
-    a.jne(answered)?;
-    a.lea(rdi, qword_ptr(rbx + S_EXEC_STATE))?;
-    a.mov(esi, FUTEX_WAIT)?;
-    a.mov(edx, EXEC_ASKED)?;
-    a.lea(r10, ptr(l.t_wait))?;
-    a.mov(eax, SYS_FUTEX)?;
-    a.syscall()?;
     // A recorder that died never answers: run the program's own call.
-    a.cmp(eax, -ETIMEDOUT)?;
-    a.jne(wait)?;
-    a.mov(edi, dword_ptr(r15 + H_PID))?;
-    a.xor(esi, esi)?;
-    a.mov(eax, SYS_KILL)?;
-    a.syscall()?;
-    a.cmp(eax, -ESRCH)?;
-    a.jne(wait)?;
+    wait_for_recorder(a, l, ptr(rbx + S_EXEC_STATE), EXEC_ASKED, answered)?;
     a.mov(dword_ptr(rbx + S_EXEC_STATE), EXEC_IDLE)?;
     a.jmp(drop)?;
     a.set_label(&mut answered)?;
