@@ -519,8 +519,8 @@ fn image_equals_lackey(tag: &str, trace: &Path, exe: &Path, args: &[&str]) {
 /// execs `sh` through `execvp`) and the shell execs a traces/ program:
 /// `env`, the shell and the program are each traced in their own image
 /// of the process, the output and exit status are native, and the last
-/// program's stream equals lackey's run of it. 1.1 s at load 2
-/// (2026-12-01).
+/// program's stream equals lackey's run of it. 0.56 s, rewrite cache
+/// warm, load 4-6 (2026-12-01 09:50).
 #[test]
 fn a_script_run_by_env_sh_is_followed_into_every_program_it_execs() {
     let loops = build("loops.c", DYNAMIC);
@@ -575,7 +575,7 @@ fn same_as_native_on_path(tag: &str, program: &Path, args: &[&str]) -> PathBuf {
 /// A traced C program `execvp`s a `#!/bin/sh` script found on `PATH`,
 /// which execs another traces/ program: each image traced, the first and
 /// the last equal to lackey's runs. `execl` and `execve` of the program
-/// itself too. 2.3 s at load 2 (2026-12-01).
+/// itself too. 1.48 s, rewrite cache warm, load 4-6 (2026-12-01 09:50).
 #[test]
 fn a_traced_program_execvps_a_script_that_execs_a_program() {
     let chain = build("exec_chain.c", DYNAMIC);
@@ -604,8 +604,8 @@ fn a_traced_program_execvps_a_script_that_execs_a_program() {
 /// Execs that fail natively fail so when recorded, with the native
 /// errno (the program prints its text): a name on no `PATH` directory, a
 /// missing path, a file without an execute bit, through `execvp`,
-/// `execl` and `execve`; the trace is the program's alone. 1.5 s at
-/// load 2 (2026-12-01).
+/// `execl` and `execve`; the trace is the program's alone. 0.10 s,
+/// rewrite cache warm, load 4-6 (2026-12-01 09:50).
 #[test]
 fn an_exec_that_fails_natively_fails_with_its_native_errno() {
     let chain = build("exec_chain.c", DYNAMIC);
@@ -636,7 +636,8 @@ fn an_exec_that_fails_natively_fails_with_its_native_errno() {
 /// `record -- SCRIPT` whose `#!` names a traces/ program by its absolute
 /// path, with an argument: the program is recorded with the kernel's
 /// argv (interpreter, argument, script) and its stream equals lackey's
-/// run with those arguments. 0.6 s at load 2 (2026-12-01).
+/// run with those arguments. 0.48 s, rewrite cache warm, load 4-6
+/// (2026-12-01 09:50).
 #[test]
 fn a_script_whose_interpreter_is_a_traced_program_is_exact() {
     let loops = build("loops.c", DYNAMIC);
