@@ -1190,11 +1190,12 @@ fn setjmp_resumed_by_a_longjmp_inside_untraced_code() {
 
 #[test]
 fn exec_ends_the_traced_process_cleanly() {
-    // argv[0] is the original program: the new image runs untraced (and
-    // outside lackey, which does not follow exec by default); the trace is
-    // the first image's, complete, with the new image's exit status 3.
+    // argv[0] is the original program: the recorder follows the exec
+    // (docs/runtime.md section 7, "exec"), so the new image is traced in
+    // a stream of its own, started by the exec, with the same program;
+    // the trace is complete, with the new image's exit status 3. (Each
+    // image against lackey: `transparency::a_traced_program_execvps_*`.)
     let exe = build("exec.c", O2_PIE);
-    check(&exe, &[]);
     let trace = common::scratch("trace-oracle").join(format!("exec-{}.aet", std::process::id()));
     let st = Command::new(common::aetrace())
         .arg("record")
@@ -1214,6 +1215,15 @@ fn exec_ends_the_traced_process_cleanly() {
     let info = String::from_utf8_lossy(&info.stdout);
     assert!(info.contains(": complete"), "{info}");
     assert!(info.contains("exited with status 3"), "{info}");
+    let json = info_json(&trace);
+    let threads = json["threads"].as_array().unwrap();
+    let ends: Vec<_> = (threads.iter())
+        .map(|t| (t["start"].as_str().unwrap(), t["end"].as_str().unwrap()))
+        .collect();
+    assert_eq!(ends, [("main", "exec"), ("exec", "exit")], "{info}");
+    let real = exe.canonicalize().unwrap();
+    assert_eq!(instrumented_modules(&json), [real.clone(), real], "{info}");
+    common::regen::count(&trace);
     let _ = std::fs::remove_file(&trace);
 }
 
@@ -1899,10 +1909,12 @@ fn static_posix_spawn_and_system() {
 /// up to its exec.
 #[test]
 fn static_fork_child_that_execs() {
+    // The child's exec of /bin/true is followed: a third stream, after
+    // the child's (same thread id), not stepped.
     no_fork_left_alone(&check_static_with(
         &build("fork_exec.c", O2_STATIC),
         (&[], &[]),
-        None,
+        Some(3),
     ));
 }
 

@@ -376,6 +376,11 @@ impl<'t> Calls<'t> {
                 .filter(|_| !c.tail && returns)
                 .and_then(imports::opens_by_name),
             reads: !c.tail && returns && name.is_some_and(imports::reads),
+            // A traced exec function (a static libc's) asks again at its
+            // system call: harmless, an exec that runs does not return.
+            exec: name
+                .filter(|_| !c.tail)
+                .and_then(aetrace_runtime::layout::ExecKind::of_function),
             fatal_longjmp: rw.fatal_longjmps
                 && !c.tail
                 && (to_longjmp || name.is_some_and(imports::is_longjmp_like)),

@@ -79,6 +79,8 @@ const SEQ_LABELS: u64 = 0x100;
 /// Linux x86-64 system calls that end the calling thread or process.
 const SYS_EXIT: i32 = 60;
 const SYS_EXIT_GROUP: i32 = 231;
+/// execve, execveat: the recorder rewrites the program they run.
+const SYS_EXECVE_EXECVEAT: [i32; 2] = [59, 322];
 /// clone, clone3, fork, vfork: a new task that inherits the GS base.
 const SYS_CLONE: i32 = 56;
 const SYS_CLONE3: i32 = 435;
@@ -167,6 +169,9 @@ pub struct CallPlan {
     pub opens: Option<imports::Opened>,
     /// A call to `read`: `call maps_read` just before it.
     pub reads: bool,
+    /// A call of libc's untraced exec family: `call exec_request` just
+    /// before it, r11 the kind (docs/runtime.md section 7, "exec").
+    pub exec: Option<aetrace_runtime::layout::ExecKind>,
     /// A setjmp-like call (`Some(Setjmp)`: SETJMP(rsp) just before it,
     /// SETJMP_RESUME at its return point when it returns again) or a
     /// longjmp-like one (`Some(Longjmp)`: nothing written since format
@@ -2218,9 +2223,12 @@ impl ProcGen<'_, '_> {
             red_zone_live: before.red_zone_live,
             flags_save: aetrace_runtime::FlagsSave::Pushf,
         };
+        let request = self.rt.exec_request;
         self.em.seq(|a| {
-            use iced_x86::code_asm::{ptr, qword_ptr, rax, rcx, rdi, rsi};
+            use aetrace_runtime::layout::ExecKind;
+            use iced_x86::code_asm::{ptr, qword_ptr, r11d, rax, rcx, rdi, rsi, rsp};
             let mut exit = a.create_label();
+            let mut exec = a.create_label();
             let mut desync = a.create_label();
             let mut done = a.create_label();
             let mut clone = a.create_label();
@@ -2231,6 +2239,10 @@ impl ProcGen<'_, '_> {
                 a.lea(rcx, ptr(rax - nr))?;
                 a.jrcxz(exit)?;
             }
+            for nr in SYS_EXECVE_EXECVEAT {
+                a.lea(rcx, ptr(rax - nr))?;
+                a.jrcxz(exec)?;
+            }
             a.lea(rcx, ptr(rax - SYS_CLONE))?;
             a.jrcxz(clone)?;
             a.lea(rcx, ptr(rax - SYS_CLONE3))?;
@@ -2238,6 +2250,18 @@ impl ProcGen<'_, '_> {
             for nr in SYS_FORK_VFORK {
                 a.lea(rcx, ptr(rax - nr))?;
                 a.jrcxz(new_task)?;
+            }
+            a.jmp(done)?;
+            // The recorder rewrites what it runs (docs/runtime.md section
+            // 7, "exec"); r11 is the syscall's to clobber.
+            a.set_label(&mut exec)?;
+            if site.red_zone_live {
+                a.lea(rsp, ptr(rsp - 128))?;
+            }
+            a.mov(r11d, ExecKind::Syscall as u32)?;
+            a.call(request)?;
+            if site.red_zone_live {
+                a.lea(rsp, ptr(rsp + 128))?;
             }
             a.jmp(done)?;
             a.set_label(&mut clone)?;
@@ -2662,6 +2686,15 @@ impl ProcGen<'_, '_> {
             self.em.point = before;
             let read = self.rt.maps_read;
             self.em.seq(|a| Ok(a.call(read)?))?;
+        }
+        if let Some(kind) = cp.exec.filter(|_| self.em.counting.is_none()) {
+            // r11 is no argument of any call.
+            self.em.point = before;
+            let request = self.rt.exec_request;
+            self.em.seq(|a| {
+                a.mov(iced_x86::code_asm::r11d, kind as u32)?;
+                Ok(a.call(request)?)
+            })?;
         }
         if cp.count {
             // Last, so that a signal sees the count and the point
