@@ -1,6 +1,7 @@
 /* exec_chain: does some traced work, then runs argv[1] with the rest of
  * argv through libc's exec family: `execvp` (a name looked up on PATH, or
- * a path), or with `-l` `execl(argv[2], argv[2], "l", NULL)`, with `-e`
+ * a path), or with `-l` `execl(argv[2], argv[2], "l", "2", "3", "4", "5",
+ * NULL)` (its last two arguments on the stack), with `-e`
  * `execve(argv[2], argv + 2, environ)`. What it runs (an ELF program, a
  * `#!` script) is followed by the recorder; when the exec fails it prints
  * the native errno's text and exits 1. */
@@ -26,7 +27,7 @@ int main(int argc, char **argv) {
     printf("before exec: %d\n", work(60));
     fflush(stdout);
     if (strcmp(argv[1], "-l") == 0)
-        execl(argv[2], argv[2], "l", (char *)NULL);
+        execl(argv[2], argv[2], "l", "2", "3", "4", "5", (char *)NULL);
     else if (strcmp(argv[1], "-e") == 0)
         execve(argv[2], argv + 2, environ);
     else

@@ -170,7 +170,9 @@ pub struct CallPlan {
     /// A call to `read`: `call maps_read` just before it.
     pub reads: bool,
     /// A call of libc's untraced exec family: `call exec_request` just
-    /// before it, r11 the kind (docs/runtime.md section 7, "exec").
+    /// before it, r11 the kind (docs/runtime.md section 7, "exec"); on a
+    /// lazily bound PLT stub's jump ([`CallPlan::lazy_record`]), before the
+    /// jump when the slot is bound, else in its LAZY piece after LAZY.
     pub exec: Option<aetrace_runtime::layout::ExecKind>,
     /// A setjmp-like call (`Some(Setjmp)`: SETJMP(rsp) just before it,
     /// SETJMP_RESUME at its return point when it returns again) or a
@@ -1511,6 +1513,8 @@ struct Stub {
     exit_record: bool,
     /// LAZY(this procedure) instead of a witness (a PLT stub's lazy piece).
     lazy: bool,
+    /// An exec request after LAZY (the stub of an exec function).
+    exec: Option<aetrace_runtime::layout::ExecKind>,
     target: u64,
 }
 
@@ -1775,6 +1779,9 @@ impl ProcGen<'_, '_> {
                 self.em.seq_write(before, after, |a| {
                     emit_record(a, RecordKind::Lazy, Payload::Imm32(n), s.site)
                 })?;
+            }
+            if let Some(kind) = s.exec {
+                self.exec_request_entered(kind)?;
             }
             if s.exit_record {
                 self.exit_record(s.site)?;
@@ -2615,6 +2622,48 @@ impl ProcGen<'_, '_> {
     /// SETJMP/LONGJMP records, the `--stop-at` query, `fork_prepare` and
     /// the counted transfer. Returns the query increment the callee's
     /// frame starts with.
+    /// Before a lazily bound PLT stub's `jmp [GOT]` (`last`) of an exec
+    /// function: the exec request, when the slot is bound (it no longer
+    /// holds `lazy`, its LAZY piece's address). Unbound, the piece asks
+    /// after its LAZY, so that the lazy-binding path the exec would run
+    /// natively is in the trace ([`CallPlan::exec`]). r11 and the flags
+    /// are the stub's to clobber.
+    fn bound_exec_request(
+        &mut self,
+        exec: Option<aetrace_runtime::layout::ExecKind>,
+        last: &Instruction,
+        lazy: u64,
+    ) -> GenResult<()> {
+        let Some(kind) = exec else {
+            return Ok(());
+        };
+        let rip = |a: u64| MemoryOperand::with_base_displ(Register::RIP, a as i64);
+        let unbound = self.em.label();
+        let lea = Instruction::with2(Code::Lea_r64_m, Register::R11, rip(lazy))?;
+        self.em.push(lea);
+        let got = rip(last.ip_rel_memory_address());
+        self.em
+            .push(Instruction::with2(Code::Cmp_rm64_r64, got, Register::R11)?);
+        self.em
+            .push(Instruction::with_branch(Code::Je_rel32_64, unbound)?);
+        self.exec_request_entered(kind)?;
+        self.em.bind(unbound);
+        Ok(())
+    }
+
+    /// `exec_request` from inside the callee (a PLT stub, its return
+    /// address on the stack, so that the request's rsp plus 8 is the
+    /// caller's). No red zone is live there: the stub has no data, and
+    /// a function that tail-jumps to it has left its frame.
+    fn exec_request_entered(&mut self, kind: aetrace_runtime::layout::ExecKind) -> GenResult<()> {
+        use aetrace_runtime::layout::EXEC_ENTERED;
+        let request = self.rt.exec_request;
+        self.em.seq(|a| {
+            a.mov(iced_x86::code_asm::r11d, kind as u32 | EXEC_ENTERED)?;
+            Ok(a.call(request)?)
+        })
+    }
+
     fn before_call(
         &mut self,
         end: &BlockEnd,
@@ -2859,6 +2908,7 @@ impl ProcGen<'_, '_> {
                     count: to == exit && cp.count,
                     exit_record: false,
                     lazy: false,
+                    exec: None,
                     target: if to == exit {
                         dest
                     } else {
@@ -3030,6 +3080,7 @@ impl ProcGen<'_, '_> {
             count: cp.count,
             exit_record: false,
             lazy: false,
+            exec: None,
             target: self.retarget(target),
         });
         case_labels.insert(e, label);
@@ -3070,6 +3121,7 @@ impl ProcGen<'_, '_> {
                         count: false,
                         exit_record: false,
                         lazy: false,
+                        exec: None,
                         target: self.labels[to.index()],
                     });
                     case_labels.insert(e, label);
@@ -3108,15 +3160,19 @@ impl ProcGen<'_, '_> {
                 if cp.exit_record {
                     self.exit_record(before_last)?;
                 }
-                self.copy_at(b, last_i, last);
                 // IBT: the slot's lazy value leads to a LAZY piece that
                 // enters the `.plt` entry's copy (see the two-edge case).
-                if let Some(entry) = cp.lazy_entry.filter(|_| self.em.counting.is_none()) {
+                let lazy = cp.lazy_entry.filter(|_| self.em.counting.is_none());
+                let label = self.em.label();
+                if lazy.is_some() {
+                    self.bound_exec_request(cp.exec, &last, label)?;
+                }
+                self.copy_at(b, last_i, last);
+                if let Some(entry) = lazy {
                     let target = *self
                         .bodies
                         .get(&entry)
                         .ok_or(CodegenError::LazyEntryUntraced(entry))?;
-                    let label = self.em.label();
                     self.em.lazy.push((last.ip_rel_memory_address(), label));
                     stubs.push(Stub {
                         label,
@@ -3127,6 +3183,7 @@ impl ProcGen<'_, '_> {
                         count: false,
                         exit_record: false,
                         lazy: true,
+                        exec: cp.exec,
                         target,
                     });
                 }
@@ -3152,8 +3209,9 @@ impl ProcGen<'_, '_> {
                     });
                 }
                 let to = cfg.edges[l].to;
-                self.copy_at(b, last_i, last);
                 let label = self.em.label();
+                self.bound_exec_request(cp.exec, &last, label)?;
+                self.copy_at(b, last_i, last);
                 self.em.lazy.push((last.ip_rel_memory_address(), label));
                 stubs.push(Stub {
                     label,
@@ -3164,6 +3222,7 @@ impl ProcGen<'_, '_> {
                     count: false,
                     exit_record: false,
                     lazy: true,
+                    exec: cp.exec,
                     target: self.labels[to.index()],
                 });
                 Ok(())
@@ -3215,6 +3274,7 @@ impl ProcGen<'_, '_> {
                     count: false,
                     exit_record: cp.exit_record,
                     lazy: false,
+                    exec: None,
                     target: self.labels[to.index()],
                 });
                 Ok(())

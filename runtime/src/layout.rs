@@ -216,6 +216,12 @@ pub const EXEC_ASKED: u32 = 1;
 /// EXEC_STATE: the recorder answered.
 pub const EXEC_ANSWERED: u32 = 2;
 
+/// EXEC_KIND bit: the request comes from inside the callee (a PLT stub's
+/// `jmp [GOT]` or its lazy-binding piece), where the call's return
+/// address is on the stack: the caller's stack arguments start 8 bytes
+/// above the rsp the request saw.
+pub const EXEC_ENTERED: u32 = 0x100;
+
 /// What an exec request intercepted: libc's exec family at a call from
 /// traced code to the untraced function (arguments as the function takes
 /// them), or an `execve`/`execveat` system call in traced code.

@@ -475,16 +475,23 @@ impl Drainer<'_> {
         (0..self.claimed)
             .map(|slot| (slot, g.slot_offset(slot)))
             .filter(|&(_, s)| r.a32(s + S_EXEC_STATE).load(Ordering::Acquire) == EXEC_ASKED)
-            .map(|(slot, s)| ExecRequest {
-                slot,
-                pid: r.a32(s + S_PID).load(Ordering::Acquire),
-                kind: r.a32(s + S_EXEC_KIND).load(Ordering::Acquire),
-                args: std::array::from_fn(|i| {
-                    r.a64(s + S_EXEC_ARGS + 8 * i as u64)
-                        .load(Ordering::Acquire)
-                }),
-                sp: r.a64(s + S_EXEC_SP).load(Ordering::Acquire),
-                buf: r.a64(s + S_EXEC_BUF).load(Ordering::Acquire),
+            .map(|(slot, s)| {
+                let kind = r.a32(s + S_EXEC_KIND).load(Ordering::Acquire);
+                let sp = r.a64(s + S_EXEC_SP).load(Ordering::Acquire);
+                // Inside the callee: its return address lies below the
+                // caller's stack arguments.
+                let entered = kind & EXEC_ENTERED != 0;
+                ExecRequest {
+                    slot,
+                    pid: r.a32(s + S_PID).load(Ordering::Acquire),
+                    kind: kind & !EXEC_ENTERED,
+                    args: std::array::from_fn(|i| {
+                        r.a64(s + S_EXEC_ARGS + 8 * i as u64)
+                            .load(Ordering::Acquire)
+                    }),
+                    sp: sp + if entered { 8 } else { 0 },
+                    buf: r.a64(s + S_EXEC_BUF).load(Ordering::Acquire),
+                }
             })
             .collect()
     }
