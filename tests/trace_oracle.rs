@@ -957,12 +957,54 @@ fn libc_so_first_against_stepped(
 /// three children up to their `execve` (or `_exit(127)` when it fails),
 /// each against its task stepped natively (before, 2026-12-01, the
 /// children were not compared: single-stepped, a child found SIGTRAP
-/// unblocked, `static_posix_spawn_and_system`).
+/// unblocked, `static_posix_spawn_and_system`). The execs of `/bin/true`
+/// and `/bin/sh` are followed (`docs/runtime.md` section 7, "exec"):
+/// each image, its program and libc, against that program stepped
+/// natively.
 #[test]
 fn libc_so_posix_spawn_and_system() {
     let exe = build("spawn.c", O2_PIE);
     libc_so_first_against_stepped(&exe, &[], 3);
-    tasks_against_stepped_with(&exe, (&[], &["libc.so.6"]), 4, Knobs::FIXED);
+    tasks_against_stepped_with(&exe, (&[], &["libc.so.6"]), (4, SPAWNED), Knobs::FIXED);
+}
+
+/// A program a followed exec ran: its path, `argv[0]` and arguments.
+type Followed<'a> = (&'a str, &'a str, &'a [&'a str]);
+
+/// What `traces/spawn.c`'s children exec (the first exec fails).
+const SPAWNED: &[Followed] = &[
+    ("/bin/true", "/bin/true", &[]),
+    ("/bin/sh", "sh", &["-c", "exit 3"]),
+];
+
+/// Each image of `trace` a followed exec started, in the order of its
+/// thread, against the program of `followed` stepped natively with
+/// `env`: every traced module of the image.
+fn followed_against_stepped(
+    name: &str,
+    trace: &Path,
+    followed: &[Followed],
+    env: &[(String, String)],
+) {
+    let info = info_json(trace);
+    let threads = info["threads"].as_array().unwrap().iter();
+    let execs: Vec<usize> = (threads.enumerate())
+        .filter(|(_, t)| t["start"] == "exec")
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(execs.len(), followed.len(), "{name}: followed images");
+    for (&t, &(program, argv0, args)) in execs.iter().zip(followed) {
+        let how = (Path::new(argv0), args, env);
+        let (compared, _) =
+            common::exact::thread_against_stepped(trace, t, Path::new(program), how)
+                .unwrap_or_else(|e| panic!("{name} thread {t} ({program}): {e}"));
+        let counts: Vec<u64> = compared.modules.iter().map(|m| m.compared).collect();
+        assert!(
+            !counts.is_empty() && counts.iter().all(|&n| n > 0),
+            "{name} thread {t} ({program}): {counts:?}"
+        );
+        eprintln!("{name} thread {t} ({program}): {counts:?} instructions equal");
+    }
 }
 
 /// `--libs libc.so.6` on `traces/fork.c`: libc's fork family traced, the
@@ -1034,14 +1076,15 @@ fn libc_so_threads() {
 /// Each task of `exe ARGS` recorded (`--libs LIBS`) against the same task
 /// single-stepped natively, every traced module: `tasks` of them.
 fn tasks_against_stepped(exe: &Path, args: &[&str], libs: &[&str], tasks: usize) {
-    tasks_against_stepped_with(exe, (args, libs), tasks, Knobs::DEFAULT)
+    tasks_against_stepped_with(exe, (args, libs), (tasks, &[]), Knobs::DEFAULT)
 }
 
-/// [`tasks_against_stepped`], recorded with `knobs`.
+/// [`tasks_against_stepped`], recorded with `knobs`; the images its
+/// followed execs started against `followed` ([`followed_against_stepped`]).
 fn tasks_against_stepped_with(
     exe: &Path,
     (args, libs): (&[&str], &[&str]),
-    tasks: usize,
+    (tasks, followed): (usize, &[Followed]),
     knobs: Knobs,
 ) {
     let env: Vec<(String, String)> = std::env::vars().collect();
@@ -1060,6 +1103,7 @@ fn tasks_against_stepped_with(
         }
         eprintln!("{name} task {k}: {} instructions equal", regen.len());
     }
+    followed_against_stepped(&name, &trace, followed, &env);
     let _ = std::fs::remove_file(&trace);
 }
 
@@ -1190,11 +1234,12 @@ fn setjmp_resumed_by_a_longjmp_inside_untraced_code() {
 
 #[test]
 fn exec_ends_the_traced_process_cleanly() {
-    // argv[0] is the original program: the new image runs untraced (and
-    // outside lackey, which does not follow exec by default); the trace is
-    // the first image's, complete, with the new image's exit status 3.
+    // argv[0] is the original program: the recorder follows the exec
+    // (docs/runtime.md section 7, "exec"), so the new image is traced in
+    // a stream of its own, started by the exec, with the same program;
+    // the trace is complete, with the new image's exit status 3. (Each
+    // image against lackey: `transparency::a_traced_program_execvps_*`.)
     let exe = build("exec.c", O2_PIE);
-    check(&exe, &[]);
     let trace = common::scratch("trace-oracle").join(format!("exec-{}.aet", std::process::id()));
     let st = Command::new(common::aetrace())
         .arg("record")
@@ -1214,6 +1259,15 @@ fn exec_ends_the_traced_process_cleanly() {
     let info = String::from_utf8_lossy(&info.stdout);
     assert!(info.contains(": complete"), "{info}");
     assert!(info.contains("exited with status 3"), "{info}");
+    let json = info_json(&trace);
+    let threads = json["threads"].as_array().unwrap();
+    let ends: Vec<_> = (threads.iter())
+        .map(|t| (t["start"].as_str().unwrap(), t["end"].as_str().unwrap()))
+        .collect();
+    assert_eq!(ends, [("main", "exec"), ("exec", "exit")], "{info}");
+    let real = exe.canonicalize().unwrap();
+    assert_eq!(instrumented_modules(&json), [real.clone(), real], "{info}");
+    common::regen::count(&trace);
     let _ = std::fs::remove_file(&trace);
 }
 
@@ -1628,19 +1682,21 @@ fn static_env(cache: &Path) -> Vec<(String, String)> {
 /// first process's stream is compared (the stepper follows one task).
 /// Returns `aetrace info --json` of the trace.
 pub(crate) fn check_static_streams(exe: &Path, args: &[&str], streams: usize) -> serde_json::Value {
-    check_static_with(exe, (args, &[]), Some(streams))
+    check_static_with(exe, (args, &[]), (Some(streams), &[]))
 }
 
 /// [`check_static_streams`]; `streams` None: the stepper follows the
 /// processes the program forks too, and each child's stream, up to where
 /// it leaves the program's image (an `exec`), is compared with the trace's
-/// stream of the same number.
+/// stream of the same number. The images of the execs the recorder
+/// followed are no such streams: each against its program of `followed`
+/// stepped natively ([`followed_against_stepped`]).
 /// `record`: options of `aetrace record` (with `--data`, the data walk
 /// must regenerate too: with `--check`, agreeing on every reference).
 fn check_static_with(
     exe: &Path,
     (args, record): (&[&str], &[&str]),
-    streams: Option<usize>,
+    (streams, followed): (Option<usize>, &[Followed]),
 ) -> serde_json::Value {
     let name = exe.file_name().unwrap().to_string_lossy().into_owned();
     let dir = common::scratch("trace-oracle-static");
@@ -1714,7 +1770,11 @@ fn check_static_with(
     };
     // The stepped tasks come in the order they were created, the
     // trace's threads in the order the recorder found them: by creation.
-    let mut rg = regen_threads_with_tids(&trace, None);
+    let mut rg: Vec<(u32, Vec<u64>)> = (regen_threads_with_tids(&trace, None).into_iter())
+        .enumerate()
+        .filter(|(k, _)| common::recorded::image_of(&info, *k).is_none())
+        .map(|(_, t)| t)
+        .collect();
     let key = common::creation_key(rg[0].0);
     rg[1..].sort_by_key(|&(tid, _)| key(tid));
     let streams = streams.unwrap_or(1 + children.len());
@@ -1733,6 +1793,7 @@ fn check_static_with(
             panic!("{name} stream {k} (expected: the stepped run): {d}");
         }
     }
+    followed_against_stepped(&name, &trace, followed, &env);
     if record.contains(&"--data") {
         let data = common::aetrace_fixed(
             &[
@@ -1805,7 +1866,7 @@ fn static_glibc() {
     no_stub_left_alone(&check_static_with(
         &build("loops.c", O2_STATIC),
         data,
-        Some(1),
+        (Some(1), &[]),
     ));
     check_static(&build("switch.c", O2_STATIC), &[]);
     check_static(
@@ -1840,7 +1901,11 @@ fn static_fork_family_traced() {
         ("atfork.c", O2_STATIC),
         ("fork.c", stripped),
     ] {
-        no_fork_left_alone(&check_static_with(&build(source, v), (&[], &[]), None));
+        no_fork_left_alone(&check_static_with(
+            &build(source, v),
+            (&[], &[]),
+            (None, &[]),
+        ));
     }
 }
 
@@ -1853,7 +1918,11 @@ fn static_fork_family_traced() {
 /// stopped at the clone's DESYNC in the main thread.
 #[test]
 fn static_threads() {
-    let info = check_static_with(&build("threads_gated.c", O2_STATIC), (&[], &[]), None);
+    let info = check_static_with(
+        &build("threads_gated.c", O2_STATIC),
+        (&[], &[]),
+        (None, &[]),
+    );
     none_left_alone_saying(&info, "clone");
 }
 
@@ -1870,7 +1939,7 @@ fn static_threads() {
 fn static_raw_clone_tasks() {
     let exe = build("raw_clone.c", O2_STATIC);
     for how in ["asm", "clone", "clone3", "clone-fork", "clone3-fork"] {
-        check_static_with(&exe, (&[how], &[]), None);
+        check_static_with(&exe, (&[how], &[]), (None, &[]));
     }
 }
 
@@ -1886,7 +1955,7 @@ fn static_raw_clone_tasks() {
 /// while the program's mask does (`tests/common/singlestep.rs`).
 #[test]
 fn static_posix_spawn_and_system() {
-    let info = check_static_with(&build("spawn.c", O2_STATIC), (&[], &[]), None);
+    let info = check_static_with(&build("spawn.c", O2_STATIC), (&[], &[]), (None, SPAWNED));
     none_left_alone_saying(&info, "clone");
     no_fork_left_alone(&info);
 }
@@ -1899,10 +1968,13 @@ fn static_posix_spawn_and_system() {
 /// up to its exec.
 #[test]
 fn static_fork_child_that_execs() {
+    // The child's exec of /bin/true is followed: its image, a third
+    // stream after the child's (same thread id), against /bin/true
+    // stepped natively.
     no_fork_left_alone(&check_static_with(
         &build("fork_exec.c", O2_STATIC),
         (&[], &[]),
-        None,
+        (None, &[("/bin/true", "true", &[])]),
     ));
 }
 
@@ -1915,7 +1987,7 @@ fn static_fork_child_that_execs() {
 #[test]
 fn static_kernel_sent_signals() {
     let exe = build("kernel_signals.c", O2_STATIC);
-    no_fork_left_alone(&check_static_with(&exe, (&[], &[]), None));
+    no_fork_left_alone(&check_static_with(&exe, (&[], &[]), (None, &[])));
 }
 
 /// A stripped static program has no setjmp/longjmp names: glibc's are

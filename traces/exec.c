@@ -1,7 +1,8 @@
 /* exec: the traced process does some work, then replaces itself with a new
- * image (the original, untraced program, with an argument telling it to
- * stop); the trace ends at the exec and the recorder reports the final
- * image's exit status. With the argument `self` it execs its own running
+ * image (the original program, with an argument telling it to stop), which
+ * the recorder follows: rewritten and traced, a second stream started by
+ * the exec; the recorder reports the final image's exit status. With the
+ * argument `self` it execs its own running
  * image instead (/proc/self/exe, the instrumented copy the recorder
  * started), so the new image is traced too: a second stream, started by
  * the exec (docs/format.md, THREAD_START reason 3, IMAGE). Then each

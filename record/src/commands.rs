@@ -419,10 +419,60 @@ pub fn record(o: &RecordOptions) -> Result<Recorded> {
         argv0: o.program.clone().into_os_string(),
         args: o.args.clone(),
     })?;
+    let follow = Follow {
+        placement: o.placement,
+        data: o.data,
+        libs: o.libs.clone(),
+    };
+    let rewritten = rewrite_program(&run.exe, &follow)?;
+    let trace = o
+        .trace
+        .clone()
+        .unwrap_or_else(|| default_output(&exe, ".aet"));
+    launch::record(&Launch {
+        program: rewritten.elf,
+        argv0: run.argv0,
+        native_path: Some(exe),
+        args: run.args,
+        env: rewritten.env,
+        trace,
+        modules: rewritten.modules,
+        geometry: Launch::geometry_from_env()?,
+        follow: Some(follow),
+    })
+}
+
+/// How `aetrace record` rewrites a program: its own, and each one a
+/// traced process execs ([`crate::follow`]).
+#[derive(Clone, Debug)]
+pub struct Follow {
+    /// Which witness placement the rewriter uses.
+    pub placement: Placement,
+    /// `--data`.
+    pub data: DataMode,
+    /// `--libs`, as given.
+    pub libs: LibSelection,
+}
+
+/// A program rewritten with its `--libs` libraries, ready to run.
+#[derive(Clone, Debug)]
+pub(crate) struct Rewritten {
+    /// The rewritten executable.
+    pub elf: PathBuf,
+    /// The executable's module, then its traced libraries'.
+    pub modules: Vec<ModuleSpec>,
+    /// Variables the copy needs added (the loader's search path, where
+    /// the executable's own does not reach the libraries' copies).
+    pub env: Vec<(OsString, OsString)>,
+}
+
+/// Rewrites the ELF executable `exe` and the libraries `f.libs` selects
+/// (or takes them from the cache).
+pub(crate) fn rewrite_program(exe: &Path, f: &Follow) -> Result<Rewritten> {
     let glibc = crate::libs::GlibcPolicy::AllButLoader;
-    let (libs, notes, dir) = prepare_libs(&run.exe, (&o.libs, glibc), |lib, tag, glibc_traced| {
+    let (libs, notes, dir) = prepare_libs(exe, (&f.libs, glibc), |lib, tag, glibc_traced| {
         let flags = (tag, !lib.dlopened, glibc_traced);
-        prepare(&lib.path, o.placement, o.data, flags, None).map(|p| (p.elf, p.module))
+        prepare(&lib.path, f.placement, f.data, flags, None).map(|p| (p.elf, p.module))
     })?;
     // The copies are found through the executable's own search path
     // where that reaches them all, so the program's environment (and
@@ -430,7 +480,7 @@ pub fn record(o: &RecordOptions) -> Result<Recorded> {
     let search = dir.as_ref().and_then(LibDir::exe_search);
     let glibc_traced = libs.iter().any(|(l, _)| crate::libs::is_glibc(&l.needed));
     let flags = (0, false, glibc_traced);
-    let prepared = prepare(&run.exe, o.placement, o.data, flags, search.as_ref())?;
+    let prepared = prepare(exe, f.placement, f.data, flags, search.as_ref())?;
     let mut modules = vec![prepared.module];
     modules[0].notes.extend(notes);
     modules.extend(libs.into_iter().map(|(_, m)| m));
@@ -440,19 +490,10 @@ pub fn record(o: &RecordOptions) -> Result<Recorded> {
         .map(LibDir::env)
         .into_iter()
         .collect();
-    let trace = o
-        .trace
-        .clone()
-        .unwrap_or_else(|| default_output(&exe, ".aet"));
-    launch::record(&Launch {
-        program: prepared.elf,
-        argv0: run.argv0,
-        native_path: Some(exe),
-        args: run.args,
-        env,
-        trace,
+    Ok(Rewritten {
+        elf: prepared.elf,
         modules,
-        geometry: Launch::geometry_from_env()?,
+        env,
     })
 }
 

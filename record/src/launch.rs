@@ -105,6 +105,10 @@ pub struct Launch {
     pub modules: Vec<ModuleSpec>,
     /// Slot count and half size of the shared witness region.
     pub geometry: Geometry,
+    /// How to rewrite a program a traced process execs, so that it is
+    /// traced too ([`crate::follow`]); `None`: such a program runs
+    /// untraced.
+    pub follow: Option<crate::commands::Follow>,
 }
 
 impl Launch {
@@ -327,6 +331,7 @@ pub fn record(l: &Launch) -> Result<Recorded> {
     let mut reclaimed = Instant::now();
     loop {
         let found = rec.drain(&mut drainer, false);
+        rec.serve_execs(&drainer);
         rec.libraries(&region);
         if reclaimed.elapsed() >= RECLAIM_EVERY {
             rec.reclaim(&mut drainer, main);
@@ -893,6 +898,19 @@ fn module_section(m: &ModuleSpec, id: ModuleId, pid: u32, runtime: u64) -> Resul
     })
 }
 
+/// The modules of the program whose copy has image id `image`: the
+/// launch's, or those of a program `follower` rewrote.
+fn modules_in<'a>(
+    launch: &'a Launch,
+    follower: &'a crate::follow::Follower,
+    image: u64,
+) -> &'a [ModuleSpec] {
+    match follower.images.get(&image) {
+        Some(m) if image != launch.modules[0].image_id => m,
+        _ => &launch.modules,
+    }
+}
+
 /// A stream's first bytes, held until its creator's stream has started
 /// (its THREAD/FORK record names a slot that has none yet).
 struct Deferred {
@@ -920,9 +938,14 @@ struct Recorder<'l> {
     threads: Vec<Thread>,
     /// Modules of new images written so far ([`Self::write_image`]).
     images: usize,
-    /// The new images of the executable, by their serial (slot field
-    /// SERIAL): the stream that starts each.
-    serials: HashMap<u32, ThreadId>,
+    /// The new images of known programs, by their serial (slot field
+    /// SERIAL): the stream that starts each, and the image id.
+    serials: HashMap<u32, (ThreadId, u64)>,
+    /// Rewrites the programs traced processes exec.
+    follower: crate::follow::Follower,
+    /// The module whose program database a followed program's module
+    /// shares, by (image id, tag): the first written.
+    followed_dbs: HashMap<(u64, u32), ModuleId>,
     /// The (serial, tag) of the libraries of new images written so far.
     image_libs: Vec<(u32, u32)>,
     /// Libraries (module indices) whose MODULE is not written yet: their
@@ -947,6 +970,8 @@ impl<'l> Recorder<'l> {
             threads: Vec::new(),
             images: 0,
             serials: HashMap::new(),
+            follower: crate::follow::Follower::new(launch.follow.clone()),
+            followed_dbs: HashMap::new(),
             image_libs: Vec::new(),
             libs_pending: (1..launch.modules.len()).collect(),
             spare: Vec::new(),
@@ -1244,8 +1269,8 @@ impl<'l> Recorder<'l> {
         })
         .map_err(|e| trace_err(&self.launch.trace, e))?;
         if known_image {
-            self.serials.insert(b.serial, thread);
-            self.write_image(thread, 0, b.pid, b.runtime)?;
+            self.serials.insert(b.serial, (thread, b.image));
+            self.write_image(thread, b.image, 0, (b.pid, b.runtime))?;
         }
         for n in notes {
             self.writer()?
@@ -1300,10 +1325,10 @@ impl<'l> Recorder<'l> {
     /// (another program) are left out, as their executables are.
     fn image_libraries(&mut self, region: &Region) -> Result<()> {
         for (serial, tag, rt) in region.image_libraries() {
-            let Some(&thread) = self.serials.get(&serial) else {
+            let Some(&(thread, image)) = self.serials.get(&serial) else {
                 continue;
             };
-            let lib = self.launch.modules.get(tag as usize);
+            let lib = self.modules_of(image).get(tag as usize);
             let instrumented = lib.is_some_and(|m| {
                 m.flags & module_flags::MAIN == 0 && m.flags & module_flags::INSTRUMENTED != 0
             });
@@ -1312,31 +1337,64 @@ impl<'l> Recorder<'l> {
             }
             self.image_libs.push((serial, tag));
             let pid = self.threads[thread.0 as usize].pid;
-            self.write_image(thread, tag as usize, pid, rt)?;
+            self.write_image(thread, image, tag as usize, (pid, rt))?;
         }
         Ok(())
     }
 
-    /// Whether the stream `b` starts runs the traced executable's
-    /// rewritten copy (its runtime reports the copy's image id): a
-    /// program that execs itself (`/proc/self/exe`, `fexecve`).
+    /// Whether the stream `b` starts runs a rewritten copy the recorder
+    /// made (its runtime reports the copy's image id): the traced
+    /// executable's (a program that execs itself, `/proc/self/exe`,
+    /// `fexecve`), or one it made for an exec it followed.
     fn is_executable(&self, b: &Batch<'_>) -> bool {
-        let id = self.launch.modules[0].image_id;
-        id != 0 && b.image == id
+        b.image != 0
+            && (b.image == self.launch.modules[0].image_id
+                || self.follower.images.contains_key(&b.image))
+    }
+
+    /// The modules of the program whose copy has image id `image`.
+    fn modules_of(&self, image: u64) -> &[ModuleSpec] {
+        modules_in(self.launch, &self.follower, image)
+    }
+
+    /// Answers the exec requests waiting, and notes the processes that
+    /// run a program untraced.
+    fn serve_execs(&mut self, drainer: &aetrace_runtime::Drainer<'_>) {
+        for n in self.follower.serve(drainer) {
+            let trace = &self.launch.trace;
+            let r = self
+                .writer()
+                .and_then(|w| w.note(None, &n).map_err(|e| trace_err(trace, e)));
+            if let Err(e) = r {
+                self.fail(e);
+            }
+        }
     }
 
     /// MODULE and IMAGE sections of module `i` (its tag) in a new image
-    /// of the executable, whose first stream is `thread`, in process
-    /// `pid`, at the load bias its runtime address `runtime` gives. It
-    /// shares the program database of the launch's module `i` when that
-    /// one is written (the executable's always is), else has its own
-    /// (a library the first image never ran). Its id follows every
-    /// module the launch may write.
-    fn write_image(&mut self, thread: ThreadId, i: usize, pid: u32, runtime: u64) -> Result<()> {
-        let m = &self.launch.modules[i];
+    /// of the program whose copy has image id `image`, whose first
+    /// stream is `thread`, in process `pid`, at the load bias its runtime
+    /// address `runtime` gives. It shares the program database of the
+    /// launch's module `i` when that one is written (the executable's
+    /// always is), or of the first module written for the same followed
+    /// program and tag, else has its own (a library the first image never
+    /// ran). Its id follows every module the launch may write.
+    fn write_image(
+        &mut self,
+        thread: ThreadId,
+        image: u64,
+        i: usize,
+        (pid, runtime): (u32, u64),
+    ) -> Result<()> {
+        let first = image == self.launch.modules[0].image_id;
+        let m = &modules_in(self.launch, &self.follower, image)[i];
         let id = ModuleId((self.launch.modules.len() + self.images) as u32);
         let module = module_section(m, id, pid, runtime)?;
-        let shared = !self.libs_pending.contains(&i);
+        let shared = if first {
+            (!self.libs_pending.contains(&i)).then_some(ModuleId(i as u32))
+        } else {
+            self.followed_dbs.get(&(image, i as u32)).copied()
+        };
         let trace = &self.launch.trace;
         let out = self
             .out
@@ -1344,13 +1402,19 @@ impl<'l> Recorder<'l> {
             .ok_or_else(|| Error::from(RecordError::TraceClosed))?;
         let w = |e| trace_err(trace, e);
         out.module(&module).map_err(w)?;
-        if !shared {
+        if shared.is_none() {
             out.append_database(id, &m.db).map_err(w)?;
+            if !first {
+                self.followed_dbs.insert((image, i as u32), id);
+                for n in &m.notes {
+                    out.note(Some(id), n).map_err(w)?;
+                }
+            }
         }
         out.image(&Image {
             module: id,
             thread,
-            database: shared.then_some(ModuleId(i as u32)),
+            database: shared,
             tag: i as u32,
         })
         .map_err(w)?;
@@ -1778,6 +1842,7 @@ mod tests {
                 notes: Vec::new(),
             }],
             geometry: Launch::DEFAULT_GEOMETRY,
+            follow: None,
         };
         let out = TraceWriter::create(&trace, &Header::new(CREATOR, 0).unwrap()).unwrap();
         let mut rec = Recorder::new(&launch, out);

@@ -2,7 +2,8 @@
 //! `aetrace-rewrite` and keeps what they write: the launcher and its
 //! witness drainer ([`launch`]), the shared libraries `--libs` selects and
 //! how they are found ([`libs`]), the rewrite cache and traced runs
-//! ([`commands`]; `#!` scripts followed as the kernel does, [`script`]), and the counted runs that fill edge and path profiles
+//! ([`commands`]; `#!` scripts followed as the kernel does, [`script`]; the
+//! programs traced processes exec, rewritten and traced too, `follow`), and the counted runs that fill edge and path profiles
 //! and event counts ([`counted`], [`paths`]).
 //!
 //! Invariants: the program sees its own exit status, signals and output;
@@ -14,6 +15,7 @@ pub mod counted;
 mod encode;
 pub mod error;
 mod execname;
+mod follow;
 pub mod launch;
 pub mod libs;
 pub mod paths;

@@ -44,16 +44,23 @@ pub struct Invocation {
 /// an interpreter that cannot be executed, or a chain longer
 /// than [`MAX_SCRIPTS`], is an [`Error::BadInterpreter`] naming the
 /// script and its interpreter, as a shell does.
-pub fn follow(mut inv: Invocation) -> Result<Invocation> {
+pub fn follow(inv: Invocation) -> Result<Invocation> {
+    follow_at(inv, &|p| p.to_owned())
+}
+
+/// [`follow`] for another process: `at` gives the path by which this
+/// process opens a file that process names (relative to its working
+/// directory); the invocation keeps the names as that process gave them.
+pub(crate) fn follow_at(mut inv: Invocation, at: &dyn Fn(&Path) -> PathBuf) -> Result<Invocation> {
     let script = inv.exe.clone();
     let mut first: Option<PathBuf> = None;
     for depth in 0..=MAX_SCRIPTS {
-        let Some((name, arg)) = head(&inv.exe).as_deref().and_then(shebang) else {
+        let Some((name, arg)) = head(&at(&inv.exe)).as_deref().and_then(shebang) else {
             return Ok(inv);
         };
         if depth == 0 {
             // execve's own check of the file it was given.
-            executable(&inv.exe).map_err(|source| Error::Io {
+            executable(&at(&inv.exe)).map_err(|source| Error::Io {
                 path: inv.exe.clone(),
                 source,
             })?;
@@ -68,7 +75,7 @@ pub fn follow(mut inv: Invocation) -> Result<Invocation> {
         if depth == MAX_SCRIPTS {
             return Err(bad(std::io::Error::from_raw_os_error(libc::ELOOP)));
         }
-        executable(&interp).map_err(bad)?;
+        executable(&at(&interp)).map_err(bad)?;
         let mut args: Vec<OsString> = arg.map(OsString::from_vec).into_iter().collect();
         args.push(std::mem::take(&mut inv.exe).into_os_string());
         args.append(&mut inv.args);

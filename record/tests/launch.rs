@@ -271,6 +271,7 @@ fn launch(dir: &Dir, mode: &str, geometry: Geometry) -> Launch {
         trace: dir.0.join("TRACE.aet"),
         modules: vec![main_module()],
         geometry,
+        follow: None,
     }
 }
 

@@ -376,6 +376,7 @@ impl<'t> Calls<'t> {
                 .filter(|_| !c.tail && returns)
                 .and_then(imports::opens_by_name),
             reads: !c.tail && returns && name.is_some_and(imports::reads),
+            exec: None,
             fatal_longjmp: rw.fatal_longjmps
                 && !c.tail
                 && (to_longjmp || name.is_some_and(imports::is_longjmp_like)),
@@ -417,6 +418,14 @@ impl<'t> Calls<'t> {
         };
         plan.count = db.counts_transfer();
         plan.lazy_record = db.plt && db.target == CallTarget::External;
+        // A traced exec function (a static libc's) asks again at its
+        // system call: harmless, an exec that runs does not return. A
+        // lazily bound stub asks itself, once bound or after its LAZY
+        // (the lazy-binding path ran as natively), not its callers.
+        let to_lazy_stub = target_proc.is_some_and(|q| self.lazy_stubs.contains_key(&q));
+        plan.exec = name
+            .filter(|_| plan.lazy_record || !(c.tail || to_lazy_stub))
+            .and_then(aetrace_runtime::layout::ExecKind::of_function);
         plan.lazy_entry = db
             .lazy
             .map(|l| rw.prog.procs[ProcId::new(l as usize)].start);

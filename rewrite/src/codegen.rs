@@ -79,6 +79,8 @@ const SEQ_LABELS: u64 = 0x100;
 /// Linux x86-64 system calls that end the calling thread or process.
 const SYS_EXIT: i32 = 60;
 const SYS_EXIT_GROUP: i32 = 231;
+/// execve, execveat: the recorder rewrites the program they run.
+const SYS_EXECVE_EXECVEAT: [i32; 2] = [59, 322];
 /// clone, clone3, fork, vfork: a new task that inherits the GS base.
 const SYS_CLONE: i32 = 56;
 const SYS_CLONE3: i32 = 435;
@@ -167,6 +169,11 @@ pub struct CallPlan {
     pub opens: Option<imports::Opened>,
     /// A call to `read`: `call maps_read` just before it.
     pub reads: bool,
+    /// A call of libc's untraced exec family: `call exec_request` just
+    /// before it, r11 the kind (docs/runtime.md section 7, "exec"); on a
+    /// lazily bound PLT stub's jump ([`CallPlan::lazy_record`]), before the
+    /// jump when the slot is bound, else in its LAZY piece after LAZY.
+    pub exec: Option<aetrace_runtime::layout::ExecKind>,
     /// A setjmp-like call (`Some(Setjmp)`: SETJMP(rsp) just before it,
     /// SETJMP_RESUME at its return point when it returns again) or a
     /// longjmp-like one (`Some(Longjmp)`: nothing written since format
@@ -1506,6 +1513,8 @@ struct Stub {
     exit_record: bool,
     /// LAZY(this procedure) instead of a witness (a PLT stub's lazy piece).
     lazy: bool,
+    /// An exec request after LAZY (the stub of an exec function).
+    exec: Option<aetrace_runtime::layout::ExecKind>,
     target: u64,
 }
 
@@ -1770,6 +1779,9 @@ impl ProcGen<'_, '_> {
                 self.em.seq_write(before, after, |a| {
                     emit_record(a, RecordKind::Lazy, Payload::Imm32(n), s.site)
                 })?;
+            }
+            if let Some(kind) = s.exec {
+                self.exec_request_entered(kind)?;
             }
             if s.exit_record {
                 self.exit_record(s.site)?;
@@ -2218,9 +2230,12 @@ impl ProcGen<'_, '_> {
             red_zone_live: before.red_zone_live,
             flags_save: aetrace_runtime::FlagsSave::Pushf,
         };
+        let request = self.rt.exec_request;
         self.em.seq(|a| {
-            use iced_x86::code_asm::{ptr, qword_ptr, rax, rcx, rdi, rsi};
+            use aetrace_runtime::layout::ExecKind;
+            use iced_x86::code_asm::{ptr, qword_ptr, r11d, rax, rcx, rdi, rsi, rsp};
             let mut exit = a.create_label();
+            let mut exec = a.create_label();
             let mut desync = a.create_label();
             let mut done = a.create_label();
             let mut clone = a.create_label();
@@ -2231,6 +2246,10 @@ impl ProcGen<'_, '_> {
                 a.lea(rcx, ptr(rax - nr))?;
                 a.jrcxz(exit)?;
             }
+            for nr in SYS_EXECVE_EXECVEAT {
+                a.lea(rcx, ptr(rax - nr))?;
+                a.jrcxz(exec)?;
+            }
             a.lea(rcx, ptr(rax - SYS_CLONE))?;
             a.jrcxz(clone)?;
             a.lea(rcx, ptr(rax - SYS_CLONE3))?;
@@ -2238,6 +2257,18 @@ impl ProcGen<'_, '_> {
             for nr in SYS_FORK_VFORK {
                 a.lea(rcx, ptr(rax - nr))?;
                 a.jrcxz(new_task)?;
+            }
+            a.jmp(done)?;
+            // The recorder rewrites what it runs (docs/runtime.md section
+            // 7, "exec"); r11 is the syscall's to clobber.
+            a.set_label(&mut exec)?;
+            if site.red_zone_live {
+                a.lea(rsp, ptr(rsp - 128))?;
+            }
+            a.mov(r11d, ExecKind::Syscall as u32)?;
+            a.call(request)?;
+            if site.red_zone_live {
+                a.lea(rsp, ptr(rsp + 128))?;
             }
             a.jmp(done)?;
             a.set_label(&mut clone)?;
@@ -2591,6 +2622,48 @@ impl ProcGen<'_, '_> {
     /// SETJMP/LONGJMP records, the `--stop-at` query, `fork_prepare` and
     /// the counted transfer. Returns the query increment the callee's
     /// frame starts with.
+    /// Before a lazily bound PLT stub's `jmp [GOT]` (`last`) of an exec
+    /// function: the exec request, when the slot is bound (it no longer
+    /// holds `lazy`, its LAZY piece's address). Unbound, the piece asks
+    /// after its LAZY, so that the lazy-binding path the exec would run
+    /// natively is in the trace ([`CallPlan::exec`]). r11 and the flags
+    /// are the stub's to clobber.
+    fn bound_exec_request(
+        &mut self,
+        exec: Option<aetrace_runtime::layout::ExecKind>,
+        last: &Instruction,
+        lazy: u64,
+    ) -> GenResult<()> {
+        let Some(kind) = exec else {
+            return Ok(());
+        };
+        let rip = |a: u64| MemoryOperand::with_base_displ(Register::RIP, a as i64);
+        let unbound = self.em.label();
+        let lea = Instruction::with2(Code::Lea_r64_m, Register::R11, rip(lazy))?;
+        self.em.push(lea);
+        let got = rip(last.ip_rel_memory_address());
+        self.em
+            .push(Instruction::with2(Code::Cmp_rm64_r64, got, Register::R11)?);
+        self.em
+            .push(Instruction::with_branch(Code::Je_rel32_64, unbound)?);
+        self.exec_request_entered(kind)?;
+        self.em.bind(unbound);
+        Ok(())
+    }
+
+    /// `exec_request` from inside the callee (a PLT stub, its return
+    /// address on the stack, so that the request's rsp plus 8 is the
+    /// caller's). No red zone is live there: the stub has no data, and
+    /// a function that tail-jumps to it has left its frame.
+    fn exec_request_entered(&mut self, kind: aetrace_runtime::layout::ExecKind) -> GenResult<()> {
+        use aetrace_runtime::layout::EXEC_ENTERED;
+        let request = self.rt.exec_request;
+        self.em.seq(|a| {
+            a.mov(iced_x86::code_asm::r11d, kind as u32 | EXEC_ENTERED)?;
+            Ok(a.call(request)?)
+        })
+    }
+
     fn before_call(
         &mut self,
         end: &BlockEnd,
@@ -2662,6 +2735,15 @@ impl ProcGen<'_, '_> {
             self.em.point = before;
             let read = self.rt.maps_read;
             self.em.seq(|a| Ok(a.call(read)?))?;
+        }
+        if let Some(kind) = cp.exec.filter(|_| self.em.counting.is_none()) {
+            // r11 is no argument of any call.
+            self.em.point = before;
+            let request = self.rt.exec_request;
+            self.em.seq(|a| {
+                a.mov(iced_x86::code_asm::r11d, kind as u32)?;
+                Ok(a.call(request)?)
+            })?;
         }
         if cp.count {
             // Last, so that a signal sees the count and the point
@@ -2826,6 +2908,7 @@ impl ProcGen<'_, '_> {
                     count: to == exit && cp.count,
                     exit_record: false,
                     lazy: false,
+                    exec: None,
                     target: if to == exit {
                         dest
                     } else {
@@ -2997,6 +3080,7 @@ impl ProcGen<'_, '_> {
             count: cp.count,
             exit_record: false,
             lazy: false,
+            exec: None,
             target: self.retarget(target),
         });
         case_labels.insert(e, label);
@@ -3037,6 +3121,7 @@ impl ProcGen<'_, '_> {
                         count: false,
                         exit_record: false,
                         lazy: false,
+                        exec: None,
                         target: self.labels[to.index()],
                     });
                     case_labels.insert(e, label);
@@ -3075,15 +3160,19 @@ impl ProcGen<'_, '_> {
                 if cp.exit_record {
                     self.exit_record(before_last)?;
                 }
-                self.copy_at(b, last_i, last);
                 // IBT: the slot's lazy value leads to a LAZY piece that
                 // enters the `.plt` entry's copy (see the two-edge case).
-                if let Some(entry) = cp.lazy_entry.filter(|_| self.em.counting.is_none()) {
+                let lazy = cp.lazy_entry.filter(|_| self.em.counting.is_none());
+                let label = self.em.label();
+                if lazy.is_some() {
+                    self.bound_exec_request(cp.exec, &last, label)?;
+                }
+                self.copy_at(b, last_i, last);
+                if let Some(entry) = lazy {
                     let target = *self
                         .bodies
                         .get(&entry)
                         .ok_or(CodegenError::LazyEntryUntraced(entry))?;
-                    let label = self.em.label();
                     self.em.lazy.push((last.ip_rel_memory_address(), label));
                     stubs.push(Stub {
                         label,
@@ -3094,6 +3183,7 @@ impl ProcGen<'_, '_> {
                         count: false,
                         exit_record: false,
                         lazy: true,
+                        exec: cp.exec,
                         target,
                     });
                 }
@@ -3119,8 +3209,9 @@ impl ProcGen<'_, '_> {
                     });
                 }
                 let to = cfg.edges[l].to;
-                self.copy_at(b, last_i, last);
                 let label = self.em.label();
+                self.bound_exec_request(cp.exec, &last, label)?;
+                self.copy_at(b, last_i, last);
                 self.em.lazy.push((last.ip_rel_memory_address(), label));
                 stubs.push(Stub {
                     label,
@@ -3131,6 +3222,7 @@ impl ProcGen<'_, '_> {
                     count: false,
                     exit_record: false,
                     lazy: true,
+                    exec: cp.exec,
                     target: self.labels[to.index()],
                 });
                 Ok(())
@@ -3182,6 +3274,7 @@ impl ProcGen<'_, '_> {
                     count: false,
                     exit_record: cp.exit_record,
                     lazy: false,
+                    exec: None,
                     target: self.labels[to.index()],
                 });
                 Ok(())

@@ -1,5 +1,5 @@
 //! The generated runtime: `init`, `attach_thread`, `flush`, `fork_child`,
-//! `fork_prepare`, `fork_done`, `dispositions_native`,
+//! `fork_prepare`, `fork_done`, `exec_request`, `dispositions_native`,
 //! `dispositions_ours`, `maps_opened_fd`, `maps_opened_file`, `maps_read`
 //! (the program's view of its maps, `view`), `signal_entry`, `fault`,
 //! emitted with iced-x86 `code_asm` as one
@@ -53,7 +53,9 @@
 //!   read or set a disposition), `maps_read` (before `read`; its
 //!   flag-free prelude, reported there too),
 //!   `maps_opened_fd` and `maps_opened_file` (at the return point of a
-//!   call that opens a file): as `fork_prepare` and `fork_done`.
+//!   call that opens a file), `exec_request` (before an exec; also
+//!   between the mask it puts back and its `execve`): as `fork_prepare`
+//!   and `fork_done`.
 //! - `fork_prepare`, `fork_done` (around a call to `fork`): reported at
 //!   their return addresses, before the call (with the count before its
 //!   increment) and at the fork's return point, which the signal map
@@ -107,6 +109,7 @@ use crate::Error;
 
 mod brk;
 pub mod detach;
+mod exec;
 mod view;
 
 // Linux x86-64 syscall numbers and constants.
@@ -130,6 +133,7 @@ const SYS_GETTID: u32 = 186;
 const SYS_NANOSLEEP: u32 = 35;
 const SYS_FUTEX: u32 = 202;
 const SYS_KILL: u32 = 62;
+const SYS_EXECVE: u32 = 59;
 const SYS_RT_SIGACTION: u32 = 13;
 const SYS_TGKILL: u32 = 234;
 const SA_SIGINFO: u64 = 4;
@@ -273,6 +277,7 @@ struct Labels {
     fork_child: CodeLabel,
     fork_prepare: CodeLabel,
     fork_done: CodeLabel,
+    exec_request: CodeLabel,
     disp_native: CodeLabel,
     disp_ours: CodeLabel,
     swap_native: CodeLabel,
@@ -519,6 +524,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         fork_child: a.create_label(),
         fork_prepare: a.create_label(),
         fork_done: a.create_label(),
+        exec_request: a.create_label(),
         disp_native: a.create_label(),
         disp_ours: a.create_label(),
         swap_native: a.create_label(),
@@ -592,6 +598,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     emit_flush(&mut a, &mut l)?;
     emit_fork_window(&mut a, &mut l, 1)?;
     emit_fork_window(&mut a, &mut l, -1)?;
+    exec::emit(&mut a, &mut l)?;
     emit_disposition_window(&mut a, &mut l, true)?;
     emit_disposition_window(&mut a, &mut l, false)?;
     view::emit_entries(&mut a, &mut l)?;
@@ -744,6 +751,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         ("fork_child", res.label_ip(&l.fork_child)?),
         ("fork_prepare", res.label_ip(&l.fork_prepare)?),
         ("fork_done", res.label_ip(&l.fork_done)?),
+        ("exec_request", res.label_ip(&l.exec_request)?),
         ("dispositions_native", res.label_ip(&l.disp_native)?),
         ("dispositions_ours", res.label_ip(&l.disp_ours)?),
         ("signal_entry", res.label_ip(&l.signal_entry)?),
@@ -1507,12 +1515,43 @@ fn wake_recorder(a: &mut CodeAssembler) -> Result<(), IcedError> {
     Ok(())
 }
 
+/// Waits while the u32 at `word` holds `value`, r15 = the region:
+/// futex waits of [`RECORDER_CHECK_SECS`], each followed by a check that
+/// the recorder still exists (its pid is in the header; signal 0 only
+/// checks). Jumps to `changed` once the word changed; falls through when
+/// the recorder is gone. Clobbers rax, rcx, rdx, rsi, rdi, r10, r11.
+fn wait_for_recorder(
+    a: &mut CodeAssembler,
+    l: &Labels,
+    word: AsmMemoryOperand,
+    value: u32,
+    changed: CodeLabel,
+) -> Result<(), IcedError> {
+    let mut wait = a.create_label();
+    a.set_label(&mut wait)?;
+    a.cmp(dword_ptr(word), value)?;
+    a.jne(changed)?;
+    a.lea(rdi, word)?;
+    a.mov(esi, FUTEX_WAIT)?;
+    a.mov(edx, value)?;
+    a.lea(r10, ptr(l.t_wait))?;
+    a.mov(eax, SYS_FUTEX)?;
+    a.syscall()?;
+    a.cmp(eax, -ETIMEDOUT)?;
+    a.jne(wait)?;
+    a.mov(edi, dword_ptr(r15 + H_PID))?;
+    a.xor(esi, esi)?;
+    a.mov(eax, SYS_KILL)?;
+    a.syscall()?;
+    a.cmp(eax, -ESRCH)?;
+    a.jne(wait)
+}
+
 /// `flush()`: the buffer check found `POS >= LIMIT`. Signals are blocked
 /// from its first `syscall` to its last; its [`Depths`] mark where its
 /// return address is before and after (module doc).
 fn emit_flush(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     let mut standalone = a.create_label();
-    let mut wait = a.create_label();
     let mut free = a.create_label();
     let mut done = a.create_label();
     let mut bad_write = a.create_label();
@@ -1540,25 +1579,10 @@ fn emit_flush(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.add(qword_ptr(rbx + S_SEQ), 1)?;
     wake_recorder(a)?;
     a.xor(r13d, 1)?;
-    a.set_label(&mut wait)?;
-    a.cmp(dword_ptr(rbx + r13 * 4 + S_HALF_STATE as i32), HALF_EMPTY)?;
-    a.je(free)?;
-    a.lea(rdi, qword_ptr(rbx + r13 * 4 + S_HALF_STATE as i32))?;
-    a.mov(esi, FUTEX_WAIT)?;
-    a.mov(edx, HALF_FULL)?;
-    a.lea(r10, ptr(l.t_wait))?;
-    a.mov(eax, SYS_FUTEX)?;
-    a.syscall()?;
     // A recorder that died never empties the half: stop rather than wait
-    // for ever (its pid is in the header; signal 0 only checks it exists).
-    a.cmp(eax, -ETIMEDOUT)?;
-    a.jne(wait)?;
-    a.mov(edi, dword_ptr(r15 + H_PID))?;
-    a.xor(esi, esi)?;
-    a.mov(eax, SYS_KILL)?;
-    a.syscall()?;
-    a.cmp(eax, -ESRCH)?;
-    a.jne(wait)?;
+    // for ever. (The half is FULL or EMPTY.)
+    let half = ptr(rbx + r13 * 4 + S_HALF_STATE as i32);
+    wait_for_recorder(a, l, half, HALF_FULL, free)?;
     // Gone: the program runs on as it would, its witnesses dropped from
     // here on. The first thread to find out says so (bts: CF = old bit).
     a.lock().bts(

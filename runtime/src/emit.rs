@@ -671,6 +671,9 @@ pub struct RuntimeAddrs {
     pub fork_prepare: u64,
     /// Address of `fork_done`, called at the fork's return point.
     pub fork_done: u64,
+    /// Address of `exec_request`, called before an exec (r11 = the
+    /// [`crate::layout::ExecKind`]).
+    pub exec_request: u64,
     /// Address of `dispositions_native`, called before a call that may
     /// read or set a signal's disposition (`sigaction`, `signal`, ...).
     pub dispositions_native: u64,
@@ -712,6 +715,7 @@ impl RuntimeAddrs {
             fork_child: at("fork_child"),
             fork_prepare: at("fork_prepare"),
             fork_done: at("fork_done"),
+            exec_request: at("exec_request"),
             dispositions_native: at("dispositions_native"),
             dispositions_ours: at("dispositions_ours"),
             maps_opened_fd: at("maps_opened_fd"),

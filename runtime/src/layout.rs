@@ -185,6 +185,97 @@ pub const S_IMAGE: u64 = 112;
 /// [`H_IMAGE_LIBS`] for the others.
 pub const S_SERIAL: u64 = 120;
 
+/// EXEC_STATE: u32, an exec request of the slot's thread to the recorder
+/// (`exec_request`, `docs/runtime.md` section 7, "exec"):
+/// [`EXEC_IDLE`], [`EXEC_ASKED`] (the fields below are filled; the
+/// thread waits on this word), [`EXEC_ANSWERED`] (the recorder wrote
+/// EXEC_ANSWER and woke it).
+pub const S_EXEC_STATE: u64 = 128;
+/// EXEC_KIND: u32 [`ExecKind`] of the request.
+pub const S_EXEC_KIND: u64 = 132;
+/// EXEC_ARGS: 8 × u64, the caller's rdi, rsi, rdx, rcx, r8, r9, r10 and
+/// rax at the exec call or system call.
+pub const S_EXEC_ARGS: u64 = 136;
+/// EXEC_SP: u64, the caller's rsp at the call (a variadic `execl`'s
+/// arguments after the sixth are there).
+pub const S_EXEC_SP: u64 = 200;
+/// EXEC_BUF: u64, the address of [`EXEC_BUF_SIZE`] bytes of the thread's
+/// stack the recorder may write its answer into.
+pub const S_EXEC_BUF: u64 = 208;
+/// EXEC_ANSWER: u64, 0 (run the exec as the program called it: natively,
+/// untraced or failing as it would) or the address in EXEC_BUF of three
+/// u64, the path, argv and envp of the `execve` that runs the rewritten
+/// copy.
+pub const S_EXEC_ANSWER: u64 = 216;
+/// Bytes of stack `exec_request` lends the recorder for its answer.
+pub const EXEC_BUF_SIZE: u64 = 16384;
+/// EXEC_STATE: no request.
+pub const EXEC_IDLE: u32 = 0;
+/// EXEC_STATE: a request waits for the recorder.
+pub const EXEC_ASKED: u32 = 1;
+/// EXEC_STATE: the recorder answered.
+pub const EXEC_ANSWERED: u32 = 2;
+
+/// EXEC_KIND bit: the request comes from inside the callee (a PLT stub's
+/// `jmp [GOT]` or its lazy-binding piece), where the call's return
+/// address is on the stack: the caller's stack arguments start 8 bytes
+/// above the rsp the request saw.
+pub const EXEC_ENTERED: u32 = 0x100;
+
+/// What an exec request intercepted: libc's exec family at a call from
+/// traced code to the untraced function (arguments as the function takes
+/// them), or an `execve`/`execveat` system call in traced code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum ExecKind {
+    /// A `syscall` instruction; rax says `execve` (59) or `execveat` (322).
+    Syscall = 0,
+    /// `execve(path, argv, envp)`.
+    Execve = 1,
+    /// `execv(path, argv)`.
+    Execv = 2,
+    /// `execvp(file, argv)`.
+    Execvp = 3,
+    /// `execvpe(file, argv, envp)`.
+    Execvpe = 4,
+    /// `execl(path, arg, ..., NULL)`.
+    Execl = 5,
+    /// `execlp(file, arg, ..., NULL)`.
+    Execlp = 6,
+    /// `execle(path, arg, ..., NULL, envp)`.
+    Execle = 7,
+    /// `fexecve(fd, argv, envp)`.
+    Fexecve = 8,
+}
+
+impl ExecKind {
+    /// The libc function a call intercepts, by its name (a version
+    /// after `@` ignored).
+    pub fn of_function(name: &str) -> Option<ExecKind> {
+        Some(match name.split('@').next().unwrap_or(name) {
+            "execve" => ExecKind::Execve,
+            "execv" => ExecKind::Execv,
+            "execvp" => ExecKind::Execvp,
+            "execvpe" => ExecKind::Execvpe,
+            "execl" => ExecKind::Execl,
+            "execlp" => ExecKind::Execlp,
+            "execle" => ExecKind::Execle,
+            "fexecve" => ExecKind::Fexecve,
+            _ => return None,
+        })
+    }
+
+    /// The kind of an EXEC_KIND word.
+    pub fn from_u32(k: u32) -> Option<ExecKind> {
+        use ExecKind::*;
+        [
+            Syscall, Execve, Execv, Execvp, Execvpe, Execl, Execlp, Execle, Fexecve,
+        ]
+        .into_iter()
+        .find(|e| *e as u32 == k)
+    }
+}
+
 /// Never claimed, or released by the recorder for any process.
 pub const SLOT_FREE: u32 = 0;
 /// Claimed (`lock cmpxchg` from `SLOT_FREE`, or from `SLOT_RELEASED` by

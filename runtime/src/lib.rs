@@ -27,7 +27,7 @@ pub use emit::{
     Site, Value, ENTRY_SCRATCH,
 };
 pub use layout::{Geometry, RecordKind};
-pub use region::{read_standalone, Batch, Drainer, Region, Stream};
+pub use region::{read_standalone, Batch, Drainer, ExecRequest, Region, Stream};
 
 /// Everything that can go wrong in this crate.
 #[derive(Debug, thiserror::Error)]

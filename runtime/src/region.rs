@@ -436,7 +436,78 @@ fn gone(pid: u32, tid: u32) -> bool {
     r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
 }
 
+/// Wakes every writer waiting on `word`, a word of the shared mapping.
+fn wake(word: &AtomicU32) {
+    // SAFETY: futex wake on a word of the shared mapping.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word as *const AtomicU32,
+            libc::FUTEX_WAKE,
+            i32::MAX,
+        );
+    }
+}
+
+/// An exec a thread asked the recorder about (`exec_request`, the slot's
+/// EXEC fields): it waits until [`Drainer::answer_exec`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExecRequest {
+    /// The asking thread's slot.
+    pub slot: u32,
+    /// Its process.
+    pub pid: u32,
+    /// What it was about to call ([`crate::layout::ExecKind`] as a word).
+    pub kind: u32,
+    /// rdi, rsi, rdx, rcx, r8, r9, r10, rax at the call.
+    pub args: [u64; 8],
+    /// The caller's rsp at the call.
+    pub sp: u64,
+    /// The [`EXEC_BUF_SIZE`] bytes the answer may be written to.
+    pub buf: u64,
+}
+
 impl Drainer<'_> {
+    /// The exec requests waiting for an answer, in the slots seen claimed.
+    pub fn exec_requests(&self) -> Vec<ExecRequest> {
+        let r = self.region;
+        let g = r.geometry;
+        (0..self.claimed)
+            .map(|slot| (slot, g.slot_offset(slot)))
+            .filter(|&(_, s)| r.a32(s + S_EXEC_STATE).load(Ordering::Acquire) == EXEC_ASKED)
+            .map(|(slot, s)| {
+                let kind = r.a32(s + S_EXEC_KIND).load(Ordering::Acquire);
+                let sp = r.a64(s + S_EXEC_SP).load(Ordering::Acquire);
+                // Inside the callee: its return address lies below the
+                // caller's stack arguments.
+                let entered = kind & EXEC_ENTERED != 0;
+                ExecRequest {
+                    slot,
+                    pid: r.a32(s + S_PID).load(Ordering::Acquire),
+                    kind: kind & !EXEC_ENTERED,
+                    args: std::array::from_fn(|i| {
+                        r.a64(s + S_EXEC_ARGS + 8 * i as u64)
+                            .load(Ordering::Acquire)
+                    }),
+                    sp: sp + if entered { 8 } else { 0 },
+                    buf: r.a64(s + S_EXEC_BUF).load(Ordering::Acquire),
+                }
+            })
+            .collect()
+    }
+
+    /// Answers `slot`'s exec request and wakes its thread: `answer` 0
+    /// (run the program's own call) or the address of the `execve`
+    /// arguments the recorder wrote into the request's buffer.
+    pub fn answer_exec(&self, slot: u32, answer: u64) {
+        let r = self.region;
+        let s = r.geometry.slot_offset(slot);
+        r.a64(s + S_EXEC_ANSWER).store(answer, Ordering::Release);
+        let state = r.a32(s + S_EXEC_STATE);
+        state.store(EXEC_ANSWERED, Ordering::Release);
+        wake(state);
+    }
+
     /// Yields every slot's new complete bytes to `sink`. `finished` says no
     /// process can write any more (all have exited or been killed): then a
     /// `0x00` ends the slot's stream for good instead of being waited for.
@@ -671,15 +742,7 @@ impl Drainer<'_> {
             .store(0, Ordering::Release);
         let state = r.a32(s + S_HALF_STATE + 4 * h as u64);
         state.store(HALF_EMPTY, Ordering::Release);
-        // SAFETY: futex wake on a word of the shared mapping.
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                state as *const AtomicU32,
-                libc::FUTEX_WAKE,
-                i32::MAX,
-            );
-        }
+        wake(state);
         let c = &mut self.slots[slot as usize];
         c.half = h ^ 1;
         c.off = 0;

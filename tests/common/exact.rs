@@ -22,7 +22,7 @@ use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 use super::elf::Elf;
 use super::lackey;
 use super::recorded::{
-    early_procedures, info_json, instrumented_modules, left_alone_procedures, link_base,
+    early_procedures, image_modules, image_of, info_json, left_alone_procedures, link_base,
 };
 use super::singlestep;
 use super::FastMap;
@@ -265,10 +265,12 @@ pub(super) fn spawn_regen(regen: &mut Command) -> (Child, BufReader<ChildStdout>
 
 /// One comparison side per traced module of `trace`, each with its
 /// `aetrace regen --module M` running (of thread `thread` only, if given).
+/// One side per traced module of the image `thread` runs in (without a
+/// thread, the launched program's): an exec'd image's modules may have
+/// the paths and addresses of the launched one's.
 fn sides(trace: &Path, info: &serde_json::Value, thread: Option<usize>) -> Vec<Side> {
-    instrumented_modules(info)
+    image_modules(info, thread.and_then(|t| image_of(info, t)))
         .into_iter()
-        .enumerate()
         .map(|(k, path)| {
             let mut regen = Command::new(super::aetrace());
             regen.args(["regen", "--format", "insn", "--relative", "-j", "1"]);
@@ -332,7 +334,10 @@ pub fn against_lackey_with(
     with: &lackey::Launch,
 ) -> Result<Compared, String> {
     let info = info_json(trace);
-    let paths = instrumented_modules(&info);
+    let paths: Vec<PathBuf> = image_modules(&info, None)
+        .into_iter()
+        .map(|m| m.1)
+        .collect();
     let mut sides = sides(trace, &info, None);
     let mut error: Option<String> = None;
     let mut first_thread = None;
@@ -380,8 +385,20 @@ pub fn against_stepped(
     args: &[&str],
     env: &[(String, String)],
 ) -> Result<(Compared, singlestep::Stepped), String> {
+    thread_against_stepped(trace, 0, stepped, (argv0, args, env))
+}
+
+/// [`against_stepped`] for the trace's thread `thread`, in the modules of
+/// its image: an image a followed exec started (`stepped`: the program
+/// it runs) against that program stepped natively from its start.
+pub fn thread_against_stepped(
+    trace: &Path,
+    thread: usize,
+    stepped: &Path,
+    (argv0, args, env): (&Path, &[&str], &[(String, String)]),
+) -> Result<(Compared, singlestep::Stepped), String> {
     let info = info_json(trace);
-    let mut sides = sides(trace, &info, Some(0));
+    let mut sides = sides(trace, &info, Some(thread));
     let names: Vec<PathBuf> = std::iter::once(canonical(stepped))
         .chain(sides.iter().skip(1).map(|s| canonical(&s.count.path)))
         .collect();
@@ -475,12 +492,13 @@ pub fn stepped_tasks(
     env: &[(String, String)],
 ) -> (Vec<(libc::pid_t, TaskStream)>, ExitStatus) {
     let info = info_json(trace);
-    let paths = instrumented_modules(&info);
+    // The stepper stops following a task at its exec.
+    let modules = image_modules(&info, None);
     let names: Vec<PathBuf> = std::iter::once(canonical(stepped))
-        .chain(paths.iter().skip(1).map(|p| canonical(p)))
+        .chain(modules.iter().skip(1).map(|(_, p)| canonical(p)))
         .collect();
-    let fresh: Vec<Oracle> = (paths.iter().enumerate())
-        .map(|(m, p)| Oracle::new(p, &info, m))
+    let fresh: Vec<Oracle> = (modules.iter())
+        .map(|(k, p)| Oracle::new(p, &info, *k))
         .collect();
     // Each task's flag `before_init`: only the first task runs before
     // the runtime's init, the others start after it.
@@ -509,13 +527,16 @@ pub fn stepped_tasks(
     (streams, exit_status(run.status))
 }
 
-/// Each thread of `trace` regenerated (`aetrace regen`, every module),
-/// in the order the threads were created ([`super::creation_key`]): its instructions as (module, offset from the module's
-/// run-time base), as [`stepped_tasks`] gives the oracle's.
+/// Each thread of `trace` that runs the launched program regenerated
+/// (`aetrace regen`, every module), in the order the threads were
+/// created ([`super::creation_key`]): its instructions as (module, offset
+/// from the module's run-time base), as [`stepped_tasks`] gives the
+/// oracle's. Threads of images that followed execs started are left out,
+/// as the stepper leaves them.
 pub fn regen_tasks(trace: &Path) -> Vec<(u32, TaskStream)> {
     let info = info_json(trace);
     let modules: Vec<(u64, u64)> = (info["modules"].as_array().unwrap().iter())
-        .filter(|m| m["instrumented"] == true)
+        .filter(|m| m["instrumented"] == true && m["image_thread"].is_null())
         .map(|m| {
             let base = m["load_base"].as_u64().unwrap();
             (base, base + m["size"].as_u64().unwrap())
@@ -529,12 +550,17 @@ pub fn regen_tasks(trace: &Path) -> Vec<(u32, TaskStream)> {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "aetrace regen failed: {err}");
     let mut threads: Vec<(u32, TaskStream)> = Vec::new();
+    let mut launched = true;
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         if let Some(head) = line.strip_prefix("# thread ") {
             // "N pid P tid T"
+            let n: usize = head.split(' ').next().unwrap().parse().unwrap();
+            launched = image_of(&info, n).is_none();
             let tid = head.rsplit(' ').next().unwrap().parse().unwrap();
-            threads.push((tid, Vec::new()));
-        } else if !line.is_empty() && !line.starts_with('#') {
+            if launched {
+                threads.push((tid, Vec::new()));
+            }
+        } else if launched && !line.is_empty() && !line.starts_with('#') {
             let a = u64::from_str_radix(line, 16).unwrap();
             let m = modules.iter().position(|&(lo, hi)| lo <= a && a < hi);
             let m = m.unwrap_or_else(|| panic!("regen's {a:x} is in no traced module"));

@@ -580,8 +580,15 @@ pub fn run_with(
 /// [`run_with`] for the executable `exe` alone, keeping its instruction
 /// sequence per thread (one log through a pipe).
 pub fn executable_sequences(exe: &Path, args: &[&str]) -> Run {
+    executable_sequences_with(exe, args, &Launch::default())
+}
+
+/// [`executable_sequences`], the program given `with` (stdin, variables).
+pub fn executable_sequences_with(exe: &Path, args: &[&str], with: &Launch) -> Run {
     let modules = [exe.to_path_buf()];
-    run_with(exe, args, &modules, LogMode::Pipe, Capture::Sequences)
+    let reducer = Reducer::new(&modules, Capture::Sequences, None);
+    let pattern = symtab_pattern(&modules);
+    run_into(exe, args, with, &pattern, LogMode::Pipe, reducer)
 }
 
 /// [`run`] also counting each module's data references by form

@@ -256,6 +256,29 @@ pub fn instrumented_modules(info: &serde_json::Value) -> Vec<PathBuf> {
         .collect()
 }
 
+/// The process image thread `t` of a trace (`aetrace info --json`) runs
+/// in: the thread whose exec started it (`start` "exec"), inherited
+/// from the creator; `None` for the launched program's.
+pub fn image_of(info: &serde_json::Value, t: usize) -> Option<u64> {
+    let thread = &info["threads"][t];
+    if thread["start"] == "exec" {
+        return Some(t as u64);
+    }
+    let parent = thread["parent"].as_u64()?;
+    image_of(info, parent as usize)
+}
+
+/// [`instrumented_modules`] of one process image ([`image_of`]), each
+/// with its index among all of them (its `programs` entry).
+pub fn image_modules(info: &serde_json::Value, image: Option<u64>) -> Vec<(usize, PathBuf)> {
+    let modules = info["modules"].as_array().unwrap().iter();
+    (modules.filter(|m| m["instrumented"] == true))
+        .enumerate()
+        .filter(|(_, m)| m["image_thread"].as_u64() == image)
+        .map(|(k, m)| (k, PathBuf::from(m["path"].as_str().unwrap())))
+        .collect()
+}
+
 /// `n` lines of pseudo-random numbers for sort.
 pub fn sort_lines(n: u64) -> String {
     (0..n)

@@ -1,0 +1,486 @@
+//! Exec following (issue 23, point 4): a program a traced process execs
+//! runs traced too, an ELF executable or a `#!` script's interpreter, as
+//! valgrind's `--trace-children=yes` follows it.
+//!
+//! The runtime's `exec_request` (before a call of libc's exec family from
+//! traced code, or an `execve`/`execveat` system call in traced code)
+//! hands the call's registers to the recorder through its slot and waits
+//! (`docs/runtime.md` section 7, "exec"). Here the recorder reads the
+//! call's arguments from the process's memory (`process_vm_readv`: the
+//! recorder is an ancestor of every recorded process), resolves the
+//! program as the kernel and libc would (the `p` variants' `PATH` search
+//! in the process's current environment, `#!` lines through
+//! [`crate::script`], names relative to the process's working
+//! directory), rewrites it with the run's options (cached per device,
+//! inode and modification time for the run, and on disk as every
+//! rewrite is), and writes into the stack bytes the request lends the
+//! `execve` that runs the copy: the copy's path, the native argv (the
+//! program's own array, or for a script the kernel's: interpreter,
+//! optional argument, script path, the rest) and the native envp.
+//!
+//! Invariants: every request is answered, also when nothing can be
+//! followed (answer 0: the program's own call runs, failing with its
+//! native errno or running the program untraced), so no process waits
+//! for ever; an exec that runs a program untraced leaves a note saying
+//! which process and why; the answer is written only inside the lent
+//! [`EXEC_BUF_SIZE`] bytes.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use aetrace_runtime::layout::{ExecKind, EXEC_BUF_SIZE};
+use aetrace_runtime::{Drainer, ExecRequest};
+
+use crate::commands::{rewrite_program, Follow, Rewritten};
+use crate::launch::ModuleSpec;
+use crate::script::{follow_at, Invocation};
+
+const SYS_EXECVE: u64 = 59;
+const SYS_EXECVEAT: u64 = 322;
+const AT_FDCWD: i32 = -100;
+const AT_EMPTY_PATH: u64 = 0x1000;
+/// The kernel's `MAX_ARG_STRLEN`: a longer argument fails natively.
+const MAX_STRING: usize = 32 * 4096;
+/// Arguments read at most (the kernel's limit is the stack's size).
+const MAX_ARGS: usize = 1 << 20;
+/// glibc's `PATH` when the variable is unset (`execvp`).
+const DEFAULT_PATH: &[u8] = b"/bin:/usr/bin";
+
+/// The recorder's side of exec following.
+pub(crate) struct Follower {
+    /// How programs are rewritten; `None`: nothing is followed.
+    how: Option<Follow>,
+    /// The run's rewrites by the executable's device, inode and
+    /// modification time (a refusal kept as its reason).
+    rewrites: HashMap<(u64, u64, i64, i64), Result<Rewritten, String>>,
+    /// The modules of each rewritten program, by its image id.
+    pub(crate) images: HashMap<u64, Vec<ModuleSpec>>,
+}
+
+/// Why an exec runs as the program called it.
+enum Native {
+    /// Nothing to say: it fails with its native errno, or runs a copy
+    /// the recorder made, traced already.
+    AsCalled,
+    /// It runs a program untraced: the trace says why.
+    Untraced(String),
+}
+
+/// The arguments of the intercepted call.
+struct Call {
+    /// The file as the program named it.
+    name: Vec<u8>,
+    /// Where a relative name starts, as the recorder opens it.
+    dir: PathBuf,
+    /// `execvp` and its kin: a name without `/` is searched on `PATH`.
+    search: bool,
+    argv: Argv,
+    /// The new program's environment (its address in the process).
+    envp: u64,
+}
+
+enum Argv {
+    /// An argv array in the process.
+    Array(u64),
+    /// `execl`'s arguments, the pointers themselves.
+    List(Vec<u64>),
+}
+
+impl Follower {
+    pub(crate) fn new(how: Option<Follow>) -> Follower {
+        Follower {
+            how,
+            rewrites: HashMap::new(),
+            images: HashMap::new(),
+        }
+    }
+
+    /// Answers every waiting exec request; returns the notes on processes
+    /// that run a program untraced.
+    pub(crate) fn serve(&mut self, drainer: &Drainer<'_>) -> Vec<String> {
+        let mut notes = Vec::new();
+        for req in drainer.exec_requests() {
+            let answer = match self.answer(&req) {
+                Ok(at) => at,
+                Err(Native::AsCalled) => 0,
+                Err(Native::Untraced(why)) => {
+                    notes.push(format!("process {} execs untraced: {why}", req.pid));
+                    0
+                }
+            };
+            drainer.answer_exec(req.slot, answer);
+        }
+        notes
+    }
+
+    fn answer(&mut self, req: &ExecRequest) -> Result<u64, Native> {
+        let Some(how) = self.how.clone() else {
+            return Err(Native::AsCalled);
+        };
+        let mem = Mem(req.pid as libc::pid_t);
+        let call = Call::decode(req, &mem)?;
+        let own = PathBuf::from(format!("/proc/{}", req.pid));
+        // The process's `/proc/self` is not ours.
+        let at = |p: &Path| match p.strip_prefix("/proc/self") {
+            Ok(rest) => own.join(rest),
+            Err(_) => call.dir.join(p),
+        };
+        let (name, opened) = locate(&call, &mem, &at)?;
+        let script = head(&opened).starts_with(b"#!");
+        let inv = if script {
+            let argv = mem.strings(&call.argv)?;
+            let (argv0, args) = argv.split_first().ok_or(Native::AsCalled)?;
+            let inv = Invocation {
+                exe: PathBuf::from(OsString::from_vec(name.clone())),
+                argv0: argv0.clone(),
+                args: args.to_vec(),
+            };
+            // A bad interpreter fails natively (ENOENT, EACCES, ELOOP).
+            Some(follow_at(inv, &at).map_err(|_| Native::AsCalled)?)
+        } else {
+            None
+        };
+        let exe = inv.as_ref().map_or_else(|| opened.clone(), |i| at(&i.exe));
+        if !head(&exe).starts_with(b"\x7fELF") {
+            return Err(Native::Untraced(format!(
+                "{} is neither an ELF executable nor a #! script",
+                exe.display()
+            )));
+        }
+        // A copy the recorder made (`/proc/self/exe`, the copy's own
+        // path) is traced as it is.
+        let real = std::fs::canonicalize(&exe).map_err(|_| Native::AsCalled)?;
+        if std::fs::canonicalize(crate::commands::cache_dir()).is_ok_and(|c| real.starts_with(c)) {
+            return Err(Native::AsCalled);
+        }
+        let copy = self.rewrite(&real, how)?;
+        let mut w = Answer::new(req.buf);
+        let path = w.string(copy.elf.as_os_str().as_bytes());
+        let argv = match (&inv, &call.argv) {
+            (None, Argv::Array(p)) => *p,
+            (None, Argv::List(list)) => w.pointers(list),
+            (Some(inv), _) => {
+                let list: Vec<u64> = std::iter::once(&inv.argv0)
+                    .chain(&inv.args)
+                    .map(|a| w.string(a.as_bytes()))
+                    .collect();
+                w.pointers(&list)
+            }
+        };
+        w.head([path, argv, call.envp]);
+        if w.bytes.len() as u64 > EXEC_BUF_SIZE {
+            return Err(Native::Untraced(format!(
+                "the exec of {} needs {} bytes of arguments, more than the {EXEC_BUF_SIZE} the runtime lends",
+                exe.display(),
+                w.bytes.len()
+            )));
+        }
+        mem.write(req.buf, &w.bytes)
+            .ok_or_else(|| Native::Untraced("its memory cannot be written".into()))?;
+        Ok(req.buf)
+    }
+
+    /// The rewritten copy of `exe`, a canonical path (from the run's
+    /// cache, or made now).
+    fn rewrite(&mut self, exe: &Path, how: Follow) -> Result<Rewritten, Native> {
+        let meta = std::fs::metadata(exe).map_err(|_| Native::AsCalled)?;
+        let key = (meta.dev(), meta.ino(), meta.mtime(), meta.mtime_nsec());
+        let made = (self.rewrites.entry(key))
+            .or_insert_with(|| rewrite_program(exe, &how).map_err(|e| e.to_string()));
+        match made {
+            Ok(r) => {
+                self.images
+                    .entry(r.modules[0].image_id)
+                    .or_insert_with(|| r.modules.clone());
+                Ok(r.clone())
+            }
+            Err(why) => Err(Native::Untraced(format!("{}: {why}", exe.display()))),
+        }
+    }
+}
+
+impl Call {
+    fn decode(req: &ExecRequest, mem: &Mem) -> Result<Call, Native> {
+        let [rdi, rsi, rdx, rcx, r8, r9, r10, rax] = req.args;
+        let cwd = PathBuf::from(format!("/proc/{}/cwd", req.pid));
+        let kind = ExecKind::from_u32(req.kind).ok_or(Native::AsCalled)?;
+        let environ = || {
+            mem.environ()
+                .ok_or_else(|| Native::Untraced("its environment cannot be found".into()))
+        };
+        let list = |envp: bool| -> Result<(Argv, Option<u64>), Native> {
+            let mut words = vec![rsi, rdx, rcx, r8, r9]
+                .into_iter()
+                .chain((0..MAX_ARGS as u64).map_while(|i| mem.u64(req.sp + 8 * i)));
+            let list: Vec<u64> = words.by_ref().take_while(|&p| p != 0).collect();
+            let env = if envp {
+                Some(words.next().ok_or(Native::AsCalled)?)
+            } else {
+                None
+            };
+            Ok((Argv::List(list), env))
+        };
+        let (name, argv, envp, search, dir) = match kind {
+            ExecKind::Syscall if rax == SYS_EXECVE => (rdi, Argv::Array(rsi), rdx, false, cwd),
+            ExecKind::Syscall if rax == SYS_EXECVEAT => {
+                let dir = match rdi as i32 {
+                    AT_FDCWD => cwd,
+                    fd => PathBuf::from(format!("/proc/{}/fd/{fd}", req.pid)),
+                };
+                if r8 & AT_EMPTY_PATH != 0 && mem.string(rsi).is_some_and(|n| n.is_empty()) {
+                    return Err(Native::Untraced(
+                        "execveat of a descriptor is not followed".into(),
+                    ));
+                }
+                (rsi, Argv::Array(rdx), r10, false, dir)
+            }
+            ExecKind::Syscall => return Err(Native::AsCalled),
+            ExecKind::Execve => (rdi, Argv::Array(rsi), rdx, false, cwd),
+            ExecKind::Execv => (rdi, Argv::Array(rsi), environ()?, false, cwd),
+            ExecKind::Execvp => (rdi, Argv::Array(rsi), environ()?, true, cwd),
+            ExecKind::Execvpe => (rdi, Argv::Array(rsi), rdx, true, cwd),
+            ExecKind::Execl | ExecKind::Execlp => {
+                let (argv, _) = list(false)?;
+                (rdi, argv, environ()?, kind == ExecKind::Execlp, cwd)
+            }
+            ExecKind::Execle => {
+                let (argv, envp) = list(true)?;
+                (rdi, argv, envp.unwrap_or(0), false, cwd)
+            }
+            ExecKind::Fexecve => {
+                return Err(Native::Untraced("fexecve is not followed".into()));
+            }
+        };
+        Ok(Call {
+            name: mem.string(name).ok_or(Native::AsCalled)?,
+            dir,
+            search,
+            argv,
+            envp,
+        })
+    }
+}
+
+/// The file the call runs: its name as execve gets it, and the path by
+/// which the recorder opens it. A name that names nothing executable
+/// fails natively.
+fn locate(
+    call: &Call,
+    mem: &Mem,
+    at: &dyn Fn(&Path) -> PathBuf,
+) -> Result<(Vec<u8>, PathBuf), Native> {
+    let runnable = |name: &[u8]| {
+        let p = at(Path::new(std::ffi::OsStr::from_bytes(name)));
+        std::fs::metadata(&p)
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .then_some(p)
+    };
+    if call.name.is_empty() {
+        return Err(Native::AsCalled);
+    }
+    if !call.search || call.name.contains(&b'/') {
+        let p = runnable(&call.name).ok_or(Native::AsCalled)?;
+        return Ok((call.name.clone(), p));
+    }
+    // glibc's `execvp` reads PATH from the current environment.
+    let path = mem
+        .environ()
+        .and_then(|env| mem.variable(env, b"PATH"))
+        .unwrap_or_else(|| DEFAULT_PATH.to_vec());
+    path.split(|&c| c == b':')
+        .map(|dir| match dir {
+            b"" => call.name.clone(),
+            d => [d, b"/", &call.name].concat(),
+        })
+        .find_map(|name| runnable(&name).map(|p| (name, p)))
+        .ok_or(Native::AsCalled)
+}
+
+/// The first bytes of a file (empty when it cannot be read).
+fn head(path: &Path) -> Vec<u8> {
+    use std::io::Read;
+    let mut buf = Vec::with_capacity(4);
+    let _ = std::fs::File::open(path).and_then(|f| f.take(4).read_to_end(&mut buf));
+    buf
+}
+
+/// The answer being built: three pointers, then strings and arrays, at
+/// their addresses in the process (`base` is where it will lie).
+struct Answer {
+    base: u64,
+    bytes: Vec<u8>,
+}
+
+impl Answer {
+    fn new(base: u64) -> Answer {
+        Answer {
+            base,
+            bytes: vec![0; 24],
+        }
+    }
+
+    fn head(&mut self, words: [u64; 3]) {
+        for (i, w) in words.into_iter().enumerate() {
+            self.bytes[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
+        }
+    }
+
+    /// A NUL-terminated copy of `s`; its address.
+    fn string(&mut self, s: &[u8]) -> u64 {
+        let at = self.base + self.bytes.len() as u64;
+        self.bytes.extend_from_slice(s);
+        self.bytes.push(0);
+        at
+    }
+
+    /// A NULL-terminated, aligned array of `ptrs`; its address.
+    fn pointers(&mut self, ptrs: &[u64]) -> u64 {
+        self.bytes.resize(self.bytes.len().next_multiple_of(8), 0);
+        let at = self.base + self.bytes.len() as u64;
+        for p in ptrs.iter().chain(&[0]) {
+            self.bytes.extend_from_slice(&p.to_le_bytes());
+        }
+        at
+    }
+}
+
+/// Another process's memory.
+struct Mem(libc::pid_t);
+
+impl Mem {
+    /// `len` bytes at `addr`, all or nothing.
+    fn read(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
+        let mut buf = vec![0u8; len];
+        let local = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: len,
+        };
+        let remote = libc::iovec {
+            iov_base: addr as *mut libc::c_void,
+            iov_len: len,
+        };
+        // SAFETY: `local` is our buffer of `len` bytes.
+        let n = unsafe { libc::process_vm_readv(self.0, &local, 1, &remote, 1, 0) };
+        (n == len as isize).then_some(buf)
+    }
+
+    fn write(&self, addr: u64, bytes: &[u8]) -> Option<()> {
+        let local = libc::iovec {
+            iov_base: bytes.as_ptr() as *mut libc::c_void,
+            iov_len: bytes.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: addr as *mut libc::c_void,
+            iov_len: bytes.len(),
+        };
+        // SAFETY: the kernel only reads `local`.
+        let n = unsafe { libc::process_vm_writev(self.0, &local, 1, &remote, 1, 0) };
+        (n == bytes.len() as isize).then_some(())
+    }
+
+    fn u64(&self, addr: u64) -> Option<u64> {
+        let b = self.read(addr, 8)?;
+        Some(u64::from_le_bytes(b.try_into().ok()?))
+    }
+
+    /// The NUL-terminated string at `addr`, read page by page.
+    fn string(&self, addr: u64) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut at = addr;
+        while out.len() <= MAX_STRING {
+            let chunk = self.read(at, (4096 - at % 4096) as usize)?;
+            match chunk.iter().position(|&c| c == 0) {
+                Some(end) => {
+                    out.extend_from_slice(&chunk[..end]);
+                    return Some(out);
+                }
+                None => out.extend_from_slice(&chunk),
+            }
+            at += chunk.len() as u64;
+        }
+        None
+    }
+
+    /// The pointers of the NULL-terminated array at `addr`.
+    fn array(&self, addr: u64) -> Option<Vec<u64>> {
+        (0..MAX_ARGS as u64)
+            .map(|i| self.u64(addr + 8 * i))
+            .take_while(|p| *p != Some(0))
+            .collect()
+    }
+
+    /// The strings of an argv.
+    fn strings(&self, argv: &Argv) -> Result<Vec<OsString>, Native> {
+        let list = match argv {
+            Argv::Array(p) => self.array(*p).ok_or(Native::AsCalled)?,
+            Argv::List(l) => l.clone(),
+        };
+        list.into_iter()
+            .map(|p| {
+                self.string(p)
+                    .map(OsString::from_vec)
+                    .ok_or(Native::AsCalled)
+            })
+            .collect()
+    }
+
+    /// The value of variable `name` in the environment array `env`.
+    fn variable(&self, env: u64, name: &[u8]) -> Option<Vec<u8>> {
+        self.array(env)?.into_iter().find_map(|p| {
+            let s = self.string(p)?;
+            let v = s.strip_prefix(name)?.strip_prefix(b"=")?;
+            Some(v.to_vec())
+        })
+    }
+
+    /// The process's current environment (libc's `__environ`): found
+    /// as the loader binds it, in the executable first (a copy
+    /// relocation moves it there when the program names `environ`), then
+    /// in libc, each where `/proc/PID/maps` says it is loaded.
+    fn environ(&self) -> Option<u64> {
+        let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.0)).ok()?;
+        let exe = std::fs::read_link(format!("/proc/{}/exe", self.0)).ok()?;
+        let is_libc = |p: &Path| {
+            p.file_name()
+                .and_then(|f| f.to_str())
+                .is_some_and(|f| f.starts_with("libc.so") || f.starts_with("libc-"))
+        };
+        let objects = maps.lines().filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let path = Path::new(*f.get(5)?);
+            let start = u64::from_str_radix(f[0].split('-').next()?, 16).ok()?;
+            (f[2] == "00000000" && (path == exe || is_libc(path)))
+                .then(|| (path == exe, start, path.to_owned()))
+        });
+        let mut objects: Vec<_> = objects.collect();
+        objects.sort_by_key(|o| !o.0);
+        objects.dedup_by(|a, b| a.2 == b.2);
+        let at = objects.iter().find_map(|(_, start, path)| {
+            let bytes = std::fs::read(path).ok()?;
+            let elf = goblin::elf::Elf::parse(&bytes).ok()?;
+            let sym = elf.dynsyms.iter().find(|s| {
+                s.st_shndx != 0
+                    && s.st_value != 0
+                    && matches!(
+                        elf.dynstrtab.get_at(s.st_name),
+                        Some("__environ" | "environ" | "_environ")
+                    )
+            })?;
+            let bias = match elf.header.e_type {
+                goblin::elf::header::ET_EXEC => 0,
+                _ => {
+                    let first = (elf.program_headers.iter())
+                        .filter(|h| h.p_type == goblin::elf::program_header::PT_LOAD)
+                        .map(|h| h.p_vaddr & !0xfff)
+                        .min()?;
+                    start - first
+                }
+            };
+            Some(bias + sym.st_value)
+        })?;
+        self.u64(at)
+    }
+}
