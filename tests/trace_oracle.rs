@@ -968,14 +968,17 @@ fn libc_so_posix_spawn_and_system() {
     tasks_against_stepped_with(&exe, (&[], &["libc.so.6"]), (4, SPAWNED), Knobs::FIXED);
 }
 
-/// A program a followed exec ran: its path, `argv[0]` and arguments.
-type Followed<'a> = (&'a str, &'a str, &'a [&'a str]);
+/// A program a followed exec ran: its path, `argv[0]` and arguments;
+/// `None` for an image whose path depends on the process's ids, counted
+/// but not compared with a second run.
+type Followed<'a> = Option<(&'a str, &'a str, &'a [&'a str])>;
 
-/// What `traces/spawn.c`'s children exec (the first exec fails).
-const SPAWNED: &[Followed] = &[
-    ("/bin/true", "/bin/true", &[]),
-    ("/bin/sh", "sh", &["-c", "exit 3"]),
-];
+/// What `traces/spawn.c`'s children exec (the first exec fails). dash
+/// formats its parent's pid into `PPID` at start-up, so its instructions
+/// follow the pid's number of digits, which a second (stepped) run need
+/// not share (this test failed on it now and then): its image is
+/// counted, not compared.
+const SPAWNED: &[Followed] = &[Some(("/bin/true", "/bin/true", &[])), None];
 
 /// Each image of `trace` a followed exec started, in the order of its
 /// thread, against the program of `followed` stepped natively with
@@ -993,7 +996,8 @@ fn followed_against_stepped(
         .map(|(k, _)| k)
         .collect();
     assert_eq!(execs.len(), followed.len(), "{name}: followed images");
-    for (&t, &(program, argv0, args)) in execs.iter().zip(followed) {
+    let compared = execs.iter().zip(followed);
+    for (&t, &(program, argv0, args)) in compared.filter_map(|(t, f)| Some((t, f.as_ref()?))) {
         let how = (Path::new(argv0), args, env);
         let (compared, _) =
             common::exact::thread_against_stepped(trace, t, Path::new(program), how)
@@ -1974,7 +1978,7 @@ fn static_fork_child_that_execs() {
     no_fork_left_alone(&check_static_with(
         &build("fork_exec.c", O2_STATIC),
         (&[], &[]),
-        (None, &[("/bin/true", "true", &[])]),
+        (None, &[Some(("/bin/true", "true", &[]))]),
     ));
 }
 
