@@ -2306,28 +2306,41 @@ fn frame_infos(out: &str) -> Vec<String> {
 /// 2026-11-29 a caller frame's failed with "Register 6 was not saved").
 #[test]
 fn info_frame_in_callers_agrees_with_native_gdb() {
-    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
     let (exe, trace) = o0_g_recorded("recursion.c", &["5"]);
     let frames = "info frame\nup\n".repeat(5) + "info frame\n";
+    let (ours, native) = at_fifth_msort_both_ways(&exe, &trace, &["5"], &frames);
+    let (ours_i, native_i) = (frame_infos(&ours), frame_infos(&native));
+    assert_eq!(native_i.len(), 6, "{native}");
+    assert!(native_i[5].starts_with("5 main ("), "{native}");
+    assert_eq!(ours_i, native_i, "ours:\n{ours}\nnative:\n{native}");
+}
+
+/// `commands` run at the fifth stop in `recursion.c`'s `msort`, by gdb on
+/// `trace` (our stub, the shipped unwinder) and by native gdb on `exe`
+/// run with `args`: (ours, native).
+fn at_fifth_msort_both_ways(
+    exe: &Path,
+    trace: &Path,
+    args: &[&str],
+    commands: &str,
+) -> (String, String) {
+    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
     let ours = gdb(
-        &exe,
-        &trace,
+        exe,
+        trace,
         &format!(
-            "source {}\nbreak msort\nignore 1 4\ncontinue\n{frames}",
+            "source {}\nbreak msort\nignore 1 4\ncontinue\n{commands}",
             aetrace_py.display()
         ),
     );
     let script = trace.with_extension("frames.gdb");
     let native = native_run(
-        &exe,
-        &["5"],
+        exe,
+        args,
         &script,
-        &format!("set pagination off\nbreak msort\nignore 1 4\nrun\n{frames}"),
+        &format!("set pagination off\nbreak msort\nignore 1 4\nrun\n{commands}"),
     );
-    let (ours_i, native_i) = (frame_infos(&ours), frame_infos(&native));
-    assert_eq!(native_i.len(), 6, "{native}");
-    assert!(native_i[5].starts_with("5 main ("), "{native}");
-    assert_eq!(ours_i, native_i, "ours:\n{ours}\nnative:\n{native}");
+    (ours, native)
 }
 
 /// The stack addresses `info frame` and `print` show in `out`, each
@@ -2393,24 +2406,9 @@ fn frame_addresses_on_a_data_trace_agree_with_native_gdb() {
     let exe = o0_g("recursion.c");
     let trace = exe.with_extension("frames-data.aet");
     common::recorded::record_data_checked(&exe, &trace);
-    let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
     let show = |var: &str| format!("info frame\np &{var}\np $sp\np $fp\n");
     let frames = (show("mid") + "up\n").repeat(5) + &show("n");
-    let ours = gdb(
-        &exe,
-        &trace,
-        &format!(
-            "source {}\nbreak msort\nignore 1 4\ncontinue\n{frames}",
-            aetrace_py.display()
-        ),
-    );
-    let script = trace.with_extension("frames.gdb");
-    let native = native_run(
-        &exe,
-        &[],
-        &script,
-        &format!("set pagination off\nbreak msort\nignore 1 4\nrun\n{frames}"),
-    );
+    let (ours, native) = at_fifth_msort_both_ways(&exe, &trace, &[], &frames);
     let (ours_a, native_a) = (stack_addresses(&ours), stack_addresses(&native));
     assert_eq!(native_a.len(), 6 * 9 - 2, "{native}");
     assert_eq!(
