@@ -2403,9 +2403,24 @@ fn stack_addresses(out: &str) -> Vec<(String, Option<i64>)> {
 /// -O0: `rsp` is not known), never a number.
 #[test]
 fn frame_addresses_on_a_data_trace_agree_with_native_gdb() {
+    frame_addresses_agree_with_native_gdb(&["--data", "--check"], "frames-data.aet");
+}
+
+/// [`frame_addresses_on_a_data_trace_agree_with_native_gdb`] on a trace
+/// recorded with `--data` alone: the references are the abstract data
+/// walk's (`debug/src/rebuilt.rs`); before 2026-12-01 the frames'
+/// addresses were made up there.
+#[test]
+fn frame_addresses_on_an_abstract_data_trace_agree_with_native_gdb() {
+    frame_addresses_agree_with_native_gdb(&["--data"], "frames-abs.aet");
+}
+
+/// The stack addresses at `recursion.c`'s fifth `msort` and its callers
+/// against native gdb's, on a trace recorded with `flags` (to `name`).
+fn frame_addresses_agree_with_native_gdb(flags: &[&str], name: &str) {
     let exe = o0_g("recursion.c");
-    let trace = exe.with_extension("frames-data.aet");
-    common::recorded::record_data_checked(&exe, &trace);
+    let trace = exe.with_extension(name);
+    common::recorded::record_with(&exe, &trace, flags);
     let show = |var: &str| format!("info frame\np &{var}\np $sp\np $fp\n");
     let frames = (show("mid") + "up\n").repeat(5) + &show("n");
     let (ours, native) = at_fifth_msort_both_ways(&exe, &trace, &[], &frames);

@@ -37,11 +37,12 @@
 use crate::blocks::Blocks;
 use crate::image::Image;
 use crate::pcmap::PcMap;
+use crate::rebuilt::Rebuilt;
 use crate::timeline::Timeline;
 use aetrace_analysis::addr::exec::{self, Entered, Exec, WayIn};
 use aetrace_analysis::addr::full::{self, Planned, Recorded, DF};
 use aetrace_analysis::addr::returns::Returns;
-use aetrace_analysis::addr::{forms, Access, Gpr, InsnProgram, Repeat, Seg};
+use aetrace_analysis::addr::{forms, Access, AddrExpr, Gpr, InsnProgram, Repeat, Seg};
 use aetrace_format::progdb::{CallDb, ProgramDb};
 use aetrace_format::section::module_flags;
 use aetrace_format::{ModuleId, ThreadId, Trace};
@@ -119,6 +120,8 @@ pub struct Values {
     registers: bool,
     /// `rep` faults have their registers after their SIGNAL (format 1.13).
     rep_faults: bool,
+    /// Every reference, rebuilt by the data walk (no values then).
+    rebuilt: Option<Rebuilt>,
 }
 
 /// What happens to the reading order before the instruction at a
@@ -346,23 +349,39 @@ fn module_image<B: AsRef<[u8]>>(
 }
 
 /// The recorded values of `thread`, or why the trace has none for it
-/// (every module the thread runs must have been recorded with every
-/// address in full: `--data --check`). A thread that handled signals
-/// costs a regeneration of its stream here ([`marks`]).
+/// (every module the thread runs must have been recorded with data
+/// addresses). A module recorded with every address in full (`--data
+/// --check`) is read here; one recorded with `--data` alone makes the
+/// thread's references `rebuild`'s, the abstract data walk's
+/// ([`Rebuilt`]). A thread that handled signals costs a regeneration of
+/// its stream here ([`marks`]).
 pub fn values<B: AsRef<[u8]> + Sync>(
     trace: &Trace<B>,
     thread: u32,
     modules: &[&Compiled],
+    rebuild: Option<crate::Rebuild<'_>>,
 ) -> Result<Values, String> {
+    let flags = |m: &Compiled| trace.module(ModuleId(m.id)).map_or(0, |r| r.flags);
+    if let Some(m) = modules.iter().find(|m| flags(m) & module_flags::DATA_ABS == 0) {
+        return Err(format!(
+            "watchpoints need data addresses, and module {} was recorded without them (record with --data)",
+            m.name
+        ));
+    }
+    if modules.iter().any(|m| flags(m) & module_flags::DATA_CHECK == 0) {
+        let rebuild = rebuild.ok_or("the trace's data addresses are not rebuilt here")?;
+        return Ok(Values {
+            values: Vec::new(),
+            dbs: Vec::new(),
+            marks: Vec::new(),
+            registers: false,
+            rep_faults: false,
+            rebuilt: Some(rebuild(thread)?),
+        });
+    }
     let mut dbs = Vec::new();
     for m in modules {
-        let flags = trace.module(ModuleId(m.id)).map_or(0, |r| r.flags);
-        if flags & module_flags::DATA_CHECK == 0 {
-            return Err(format!(
-                "watchpoints need data addresses, each in full, and module {} was recorded without them (record with --data --check)",
-                m.name
-            ));
-        }
+        let flags = flags(m);
         let db = match flags & module_flags::DATA_ABS {
             0 => None,
             _ => {
@@ -386,6 +405,7 @@ pub fn values<B: AsRef<[u8]> + Sync>(
         marks,
         registers: trace.header().minor >= aetrace_format::header::MINOR_SIGRETURN,
         rep_faults: trace.header().minor >= aetrace_format::header::MINOR_REP_FAULT,
+        rebuilt: None,
     })
 }
 
@@ -451,6 +471,9 @@ pub struct Data {
     /// them, the values together.
     ranges: Vec<Range<usize>>,
     split: Vec<u64>,
+    /// Every reference, when the data walk rebuilt them ([`Rebuilt`]):
+    /// the values, the marks and the reading order are not used then.
+    rebuilt: Option<Rebuilt>,
 }
 
 impl Data {
@@ -472,6 +495,7 @@ impl Data {
             info: InstructionInfoFactory::new(),
             ranges: Vec::new(),
             split: Vec::new(),
+            rebuilt: v.rebuilt,
         }
     }
 
@@ -577,6 +601,9 @@ impl Data {
         k: usize,
         mut f: impl FnMut(u64, u64, &[Ref]) -> bool,
     ) -> Result<u64, String> {
+        if self.rebuilt.is_some() {
+            return self.walk_rebuilt(t, code, k, f);
+        }
         let mut c = self.start_of(t, code, k)?;
         let (base, pcs) = t.interval(k);
         let mut refs = Vec::new();
@@ -600,6 +627,48 @@ impl Data {
             self.starts.push(c);
         }
         Ok(end)
+    }
+
+    /// [`Data::walk`] with the references rebuilt by the data walk, each
+    /// with the register its address is computed from as the decoded
+    /// instruction has it (a `rep`'s none).
+    fn walk_rebuilt(
+        &mut self,
+        t: &mut Timeline<'_>,
+        code: &Code<'_, '_>,
+        k: usize,
+        mut f: impl FnMut(u64, u64, &[Ref]) -> bool,
+    ) -> Result<u64, String> {
+        let (base, pcs) = t.interval(k);
+        let mut refs = Vec::new();
+        for (i, &pc) in pcs.iter().enumerate() {
+            let p = base + i as u64;
+            let insn = self.insn(code, pc)?;
+            let got = self.rebuilt.as_ref().map_or(&[][..], |r| r.of(p));
+            let prog = &insn.planned.prog;
+            let rep = prog.refs.iter().any(|r| r.repeat != Repeat::Once);
+            // A faulting instruction made none.
+            if !rep && !got.is_empty() && got.len() != prog.refs.len() {
+                return Err(format!(
+                    "the data walk gave instruction {p} at {pc:#x} {} references, where it has {}",
+                    got.len(),
+                    prog.refs.len()
+                ));
+            }
+            refs.clear();
+            refs.extend(got.iter().zip(&prog.refs).map(|(&(start, end, access), r)| {
+                Ref {
+                    start,
+                    end,
+                    access,
+                    from: plain_base(&r.addr).filter(|_| !rep),
+                }
+            }));
+            if f(p, pc, &refs) {
+                return Ok(p);
+            }
+        }
+        Ok(base + pcs.len() as u64)
     }
 
     /// The reading order at interval `k`'s first position, counting
@@ -825,20 +894,22 @@ impl Data {
                 },
                 _ => (a, a.wrapping_add(size)),
             };
-            let e = &r.addr;
-            let plain = e.seg == Seg::Flat && e.index.is_none() && e.bit_offset.is_none();
             out.push(Ref {
                 start,
                 end,
                 access: r.access,
-                from: e
-                    .base
-                    .filter(|_| plain && rep.is_none())
-                    .map(|b| (b, e.disp)),
+                from: plain_base(&r.addr).filter(|_| rep.is_none()),
             });
         }
         Ok(())
     }
+}
+
+/// The register an address is computed from, with its displacement, when
+/// that is all (no segment base, no index).
+fn plain_base(e: &AddrExpr) -> Option<(Gpr, u64)> {
+    let plain = e.seg == Seg::Flat && e.index.is_none() && e.bit_offset.is_none();
+    e.base.filter(|_| plain).map(|b| (b, e.disp))
 }
 
 /// The instructions of procedure `pi`'s blocks, decoded from `image`,

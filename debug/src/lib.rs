@@ -19,7 +19,8 @@
 //! - [`materialise`]: the program re-run natively to the current
 //!   instruction, for gdb to attach (`monitor materialise`);
 //! - [`blocks`]: which procedure an address is in;
-//! - [`data`]: each instruction's data references (watchpoints);
+//! - [`data`]: each instruction's data references (watchpoints, frames'
+//!   addresses); [`rebuilt`]: those the abstract data walk rebuilt;
 //! - [`calltree`]: the whole run's call tree as Chrome/Perfetto trace JSON
 //!   (`aetrace timeline`);
 //! - [`pcmap`]: hash maps keyed by addresses, with a cheap hasher;
@@ -42,6 +43,7 @@ pub mod image;
 pub mod materialise;
 pub mod pcmap;
 pub mod process;
+pub mod rebuilt;
 pub mod stack;
 pub mod stub;
 pub mod timeline;
@@ -95,9 +97,14 @@ pub enum Error {
     Stub(String),
 }
 
+/// The data references of a thread (by id) of a trace recorded with
+/// `--data` but not `--check`, rebuilt by the abstract data walk, which
+/// lives in the binary ([`rebuilt`]).
+pub type Rebuild<'a> = &'a dyn Fn(u32) -> Result<rebuilt::Rebuilt, String>;
+
 /// Which thread, and where to start.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Options {
+#[derive(Clone, Copy, Default)]
+pub struct Options<'a> {
     /// The trace's thread id (default: the first thread).
     pub thread: Option<u32>,
     /// The position to start at (default 0, the first instruction).
@@ -107,6 +114,10 @@ pub struct Options {
     /// Where to say why a watchpoint was refused (the library prints
     /// nothing itself).
     pub warn: Option<fn(&str)>,
+    /// How to rebuild a thread's data references when the trace has
+    /// them abstract only (`--data` without `--check`); without it such
+    /// a trace has none (no watchpoints, frames' addresses made up).
+    pub rebuild: Option<Rebuild<'a>>,
 }
 
 /// A connection over a byte reader and writer (stdin and stdout for `target
@@ -197,7 +208,7 @@ impl<'m, C: ConnectionExt> run_blocking::BlockingEventLoop for Loop<'m, C> {
 /// Serves the threads of thread `opts.thread`'s program image
 /// ([`process_threads`]) of `trace` to gdb over
 /// `conn`, that thread selected, until gdb disconnects.
-pub fn serve<B, C>(trace: &Trace<B>, opts: Options, conn: C) -> Result<(), Error>
+pub fn serve<B, C>(trace: &Trace<B>, opts: Options<'_>, conn: C) -> Result<(), Error>
 where
     B: AsRef<[u8]> + Sync,
     C: ConnectionExt<Error = std::io::Error>,
@@ -208,7 +219,7 @@ where
 /// Checks that thread `opts.thread` of `trace` can be served from
 /// `opts.at` (before gdb is started): the executable's path, as the trace
 /// names it.
-pub fn check<B: AsRef<[u8]> + Sync>(trace: &Trace<B>, opts: Options) -> Result<String, Error> {
+pub fn check<B: AsRef<[u8]> + Sync>(trace: &Trace<B>, opts: Options<'_>) -> Result<String, Error> {
     with_process(trace, opts, |process| {
         Ok(process.current().exe_path().to_owned())
     })
@@ -261,7 +272,7 @@ fn image_root(starts: &std::collections::HashMap<u32, &ThreadStart>, thread: u32
 /// thread selected at `opts.at`, the others at their first instruction.
 fn with_process<B, R>(
     trace: &Trace<B>,
-    opts: Options,
+    opts: Options<'_>,
     f: impl FnOnce(&mut process::Process<'_>) -> Result<R, Error>,
 ) -> Result<R, Error>
 where
@@ -297,7 +308,7 @@ fn thread_stub<'m, B: AsRef<[u8]> + Sync>(
     thread: u32,
     machine: aetrace_regen::machine::Machine<'m>,
     at: u64,
-    opts: &Options,
+    opts: &Options<'_>,
 ) -> Result<stub::Stub<'m>, Error> {
     let interval = match opts.interval {
         0 => timeline::INTERVAL,
@@ -317,7 +328,7 @@ fn thread_stub<'m, B: AsRef<[u8]> + Sync>(
         return Err(Error::At { thread, at });
     }
     let plan = materialise::plan(trace, thread);
-    let values = data::values(trace, thread, modules);
+    let values = data::values(trace, thread, modules, opts.rebuild);
     let stub = stub::Stub::new(timeline, image, modules, at).with_plan(plan);
     Ok(stub.with_data(values, opts.warn.unwrap_or(|_| {})))
 }

@@ -68,6 +68,7 @@ fn session_with(trace: &[u8], at: u64, interval: usize, packets: &[String]) -> V
         at,
         interval,
         warn: None,
+        rebuild: None,
     };
     let t = Trace::parse(trace).unwrap();
     let mut input = packet("qSupported:swbreak+;hwbreak+");

@@ -7,6 +7,10 @@
 //! (gdb sends one to a pipe target's command when it closes the
 //! connection: `quit`, `kill`, `detach`, the end of a batch script).
 
+use super::dataout::Sink;
+use aetrace_analysis::addr::Access;
+use aetrace_debug::rebuilt::Rebuilt;
+use aetrace_regen::visit::BlockRun;
 use std::ffi::OsString;
 use std::io::Write;
 use std::os::unix::process::CommandExt;
@@ -32,12 +36,14 @@ pub struct Args {
 
 pub fn run(a: Args) -> super::Result {
     let trace = aetrace_format::TraceFile::open(&a.trace)?;
+    let rebuild = |thread| rebuilt(&a.trace, thread);
     let opts = aetrace_debug::Options {
         thread: a.thread,
         at: a.at,
         interval: 0,
         // The server's stderr is gdb's terminal.
         warn: Some(|why| eprintln!("aetrace: {why}")),
+        rebuild: Some(&rebuild),
     };
     if a.server {
         clean_up_when_signalled()?;
@@ -58,6 +64,37 @@ pub fn run(a: Args) -> super::Result {
         a.gdb
     )
     .into())
+}
+
+/// The data references of thread `thread` of a trace recorded with
+/// `--data` alone, as `regen --format lackey` has them (the data walk,
+/// [`super::dataout::walk`]), by position.
+fn rebuilt(trace: &Path, thread: u32) -> Result<Rebuilt, String> {
+    let opts = aetrace_regen::Options {
+        thread: Some(thread),
+        ..aetrace_regen::Options::default()
+    };
+    let mut sink = Rebuilding(Rebuilt::default());
+    super::dataout::walk(trace, &opts, &mut sink)
+        .map_err(|e| format!("thread {thread}: the data addresses cannot be rebuilt: {e}"))?;
+    Ok(sink.0)
+}
+
+/// The data walk's sink that fills a [`Rebuilt`].
+struct Rebuilding(Rebuilt);
+
+impl Sink for Rebuilding {
+    fn run(&mut self, r: BlockRun) {
+        self.0.run(r.first, r.end);
+    }
+
+    fn insn(&mut self, k: u32, _: u64, _: u32) -> super::dataout::Result<()> {
+        Ok(self.0.insn(k)?)
+    }
+
+    fn data(&mut self, access: Access, addr: u64, size: u32) -> super::dataout::Result<()> {
+        Ok(self.0.data(access, addr, size)?)
+    }
 }
 
 /// The signals that end the server: gdb's SIGTERM, a hangup, an

@@ -368,12 +368,20 @@ pub fn cfg_json(exe: &Path) -> serde_json::Value {
 /// `aetrace record --data --check -o TRACE -- EXE`, which must succeed:
 /// the program's output (it writes to the recorder's stdout).
 pub fn record_data_checked(exe: &Path, trace: &Path) -> std::process::Output {
+    record_with(exe, trace, &["--data", "--check"])
+}
+
+/// `aetrace record FLAGS -o TRACE -- EXE`, which must succeed: the
+/// program's output.
+pub fn record_with(exe: &Path, trace: &Path, flags: &[&str]) -> std::process::Output {
     super::build::run_checked(
         Command::new(super::aetrace())
-            .args(["record", "--data", "--check", "-o"])
+            .arg("record")
+            .args(flags)
+            .arg("-o")
             .arg(trace)
             .arg("--")
             .arg(exe),
-        "aetrace record --data --check",
+        &format!("aetrace record {}", flags.join(" ")),
     )
 }
