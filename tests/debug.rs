@@ -2767,9 +2767,24 @@ fn watch_and_signal_stops(out: &str) -> Vec<String> {
 /// writer: `on_segv`, the instruction before the last forward watch stop.
 #[test]
 fn watchpoints_follow_signal_handlers_as_natively() {
+    watchpoints_follow_signal_handlers(&["--data", "--check"], "data.aet");
+}
+
+/// [`watchpoints_follow_signal_handlers_as_natively`] on a trace recorded
+/// with `--data` alone: the references are the abstract data walk's
+/// (`debug/src/rebuilt.rs`), across the handlers too; before 2026-12-01
+/// such a trace refused watchpoints.
+#[test]
+fn watchpoints_on_an_abstract_data_trace_follow_signal_handlers() {
+    watchpoints_follow_signal_handlers(&["--data"], "abs.aet");
+}
+
+/// `watch_signals.c`'s watchpoints both ways against native gdb's, on a
+/// trace recorded with `flags` (to `name`).
+fn watchpoints_follow_signal_handlers(flags: &[&str], name: &str) {
     let exe = o0_g("watch_signals.c");
-    let trace = exe.with_extension("data.aet");
-    common::recorded::record_data_checked(&exe, &trace);
+    let trace = exe.with_extension(name);
+    common::recorded::record_with(&exe, &trace, flags);
     let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
     let show = "printf \"off %lx\\n\", $pc - (long)&main\n";
     let when = "monitor when\n";

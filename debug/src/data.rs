@@ -362,13 +362,19 @@ pub fn values<B: AsRef<[u8]> + Sync>(
     rebuild: Option<crate::Rebuild<'_>>,
 ) -> Result<Values, String> {
     let flags = |m: &Compiled| trace.module(ModuleId(m.id)).map_or(0, |r| r.flags);
-    if let Some(m) = modules.iter().find(|m| flags(m) & module_flags::DATA_ABS == 0) {
+    if let Some(m) = modules
+        .iter()
+        .find(|m| flags(m) & module_flags::DATA_ABS == 0)
+    {
         return Err(format!(
             "watchpoints need data addresses, and module {} was recorded without them (record with --data)",
             m.name
         ));
     }
-    if modules.iter().any(|m| flags(m) & module_flags::DATA_CHECK == 0) {
+    if modules
+        .iter()
+        .any(|m| flags(m) & module_flags::DATA_CHECK == 0)
+    {
         let rebuild = rebuild.ok_or("the trace's data addresses are not rebuilt here")?;
         return Ok(Values {
             values: Vec::new(),
@@ -656,14 +662,16 @@ impl Data {
                 ));
             }
             refs.clear();
-            refs.extend(got.iter().zip(&prog.refs).map(|(&(start, end, access), r)| {
-                Ref {
-                    start,
-                    end,
-                    access,
-                    from: plain_base(&r.addr).filter(|_| !rep),
-                }
-            }));
+            refs.extend(
+                got.iter()
+                    .zip(&prog.refs)
+                    .map(|(&(start, end, access), r)| Ref {
+                        start,
+                        end,
+                        access,
+                        from: plain_base(&r.addr).filter(|_| !rep),
+                    }),
+            );
             if f(p, pc, &refs) {
                 return Ok(p);
             }
