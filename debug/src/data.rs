@@ -607,16 +607,19 @@ impl Data {
         k: usize,
         mut f: impl FnMut(u64, u64, &[Ref]) -> bool,
     ) -> Result<u64, String> {
-        if self.rebuilt.is_some() {
-            return self.walk_rebuilt(t, code, k, f);
-        }
-        let mut c = self.start_of(t, code, k)?;
+        // Rebuilt references need no reading order.
+        let mut c = match self.rebuilt {
+            Some(_) => Cursor::default(),
+            None => self.start_of(t, code, k)?,
+        };
         let (base, pcs) = t.interval(k);
         let mut refs = Vec::new();
         for (i, &pc) in pcs.iter().enumerate() {
             let p = base + i as u64;
             refs.clear();
-            if c.apply(&self.marks, p)? {
+            if self.rebuilt.is_some() {
+                self.rebuilt_refs(code, p, pc, &mut refs)?;
+            } else if c.apply(&self.marks, p)? {
                 self.fault(code, pc, &mut c)?;
             } else {
                 let insn = self.insn(code, pc)?;
@@ -635,48 +638,36 @@ impl Data {
         Ok(end)
     }
 
-    /// [`Data::walk`] with the references rebuilt by the data walk, each
-    /// with the register its address is computed from as the decoded
-    /// instruction has it (a `rep`'s none).
-    fn walk_rebuilt(
+    /// Fills `out` with the references the data walk rebuilt for position
+    /// `p` (at `pc`), each with the register its address is computed from
+    /// as the decoded instruction has it (a `rep`'s none).
+    fn rebuilt_refs(
         &mut self,
-        t: &mut Timeline<'_>,
         code: &Code<'_, '_>,
-        k: usize,
-        mut f: impl FnMut(u64, u64, &[Ref]) -> bool,
-    ) -> Result<u64, String> {
-        let (base, pcs) = t.interval(k);
-        let mut refs = Vec::new();
-        for (i, &pc) in pcs.iter().enumerate() {
-            let p = base + i as u64;
-            let insn = self.insn(code, pc)?;
-            let got = self.rebuilt.as_ref().map_or(&[][..], |r| r.of(p));
-            let prog = &insn.planned.prog;
-            let rep = prog.refs.iter().any(|r| r.repeat != Repeat::Once);
-            // A faulting instruction made none.
-            if !rep && !got.is_empty() && got.len() != prog.refs.len() {
-                return Err(format!(
-                    "the data walk gave instruction {p} at {pc:#x} {} references, where it has {}",
-                    got.len(),
-                    prog.refs.len()
-                ));
-            }
-            refs.clear();
-            refs.extend(
-                got.iter()
-                    .zip(&prog.refs)
-                    .map(|(&(start, end, access), r)| Ref {
-                        start,
-                        end,
-                        access,
-                        from: plain_base(&r.addr).filter(|_| !rep),
-                    }),
-            );
-            if f(p, pc, &refs) {
-                return Ok(p);
-            }
+        p: u64,
+        pc: u64,
+        out: &mut Vec<Ref>,
+    ) -> Result<(), String> {
+        let insn = self.insn(code, pc)?;
+        let got = self.rebuilt.as_ref().map_or(&[][..], |r| r.of(p));
+        let prog = &insn.planned.prog;
+        let rep = prog.refs.iter().any(|r| r.repeat != Repeat::Once);
+        // A faulting instruction made none.
+        if !rep && !got.is_empty() && got.len() != prog.refs.len() {
+            return Err(format!(
+                "the data walk gave instruction {p} at {pc:#x} {} references, where it has {}",
+                got.len(),
+                prog.refs.len()
+            ));
         }
-        Ok(base + pcs.len() as u64)
+        let with_reg = got.iter().zip(&prog.refs);
+        out.extend(with_reg.map(|(&(start, end, access), r)| Ref {
+            start,
+            end,
+            access,
+            from: plain_base(&r.addr).filter(|_| !rep),
+        }));
+        Ok(())
     }
 
     /// The reading order at interval `k`'s first position, counting

@@ -292,7 +292,7 @@ impl<'m> Stub<'m> {
             modules,
             shadow: None,
             plan: Err("the stub was not told how the program was run".into()),
-            data: Err("watchpoints need data addresses: record with --data --check".into()),
+            data: Err("watchpoints need data addresses: record with --data".into()),
             watches: Vec::new(),
             hit: None,
             due: false,
