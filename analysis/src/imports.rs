@@ -438,6 +438,34 @@ const OPEN_FILE_CALLS: &[&str] = &["fopen", "fopen64", "_IO_new_fopen", "freopen
 /// makes a view of the maps again, as the kernel makes the text again).
 const READ_CALLS: &[&str] = &["read", "__read", "__libc_read", "__read_chk"];
 
+/// Calls that read a symbolic link or resolve a path, the path their
+/// first argument (the runtime answers the program's own
+/// `/proc/PID/exe` with the original executable there,
+/// `docs/runtime.md` section 5, "The executable's names"), a static
+/// libc's names too.
+const PATH_FIRST_CALLS: &[&str] = &[
+    "readlink",
+    "__readlink",
+    "__readlink_chk",
+    "realpath",
+    "__realpath",
+    "__realpath_chk",
+    "canonicalize_file_name",
+];
+
+/// The same, the path their second argument (after a directory's
+/// descriptor).
+const PATH_SECOND_CALLS: &[&str] = &["readlinkat", "__readlinkat", "__readlinkat_chk"];
+
+/// Which argument of a call that reads a link names the path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PathArg {
+    /// The first (rdi): `readlink`, `realpath`.
+    First = 0,
+    /// The second (rsi): `readlinkat`.
+    Second = 1,
+}
+
 /// What a call that opens a file by name returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Opened {
@@ -491,6 +519,19 @@ pub fn opens_by_name(name: &str) -> Option<Opened> {
     }
 }
 
+/// Whether a call to `name` reads a symbolic link or resolves a path
+/// (`readlink`, `realpath`, ...), and which argument names it.
+pub fn exe_path_arg(name: &str) -> Option<PathArg> {
+    let name = base(name);
+    if PATH_FIRST_CALLS.contains(&name) {
+        Some(PathArg::First)
+    } else if PATH_SECOND_CALLS.contains(&name) {
+        Some(PathArg::Second)
+    } else {
+        None
+    }
+}
+
 /// Whether a call to `name` reads a descriptor at its offset (`read`).
 pub fn reads(name: &str) -> bool {
     READ_CALLS.contains(&base(name))
@@ -526,5 +567,8 @@ mod tests {
         assert!(!is_fork_like("forkpty"));
         assert!(runs_atfork_handlers("fork@GLIBC_2.2.5"));
         assert!(!runs_atfork_handlers("vfork"));
+        assert_eq!(exe_path_arg("readlink@GLIBC_2.2.5"), Some(PathArg::First));
+        assert_eq!(exe_path_arg("readlinkat"), Some(PathArg::Second));
+        assert_eq!(exe_path_arg("symlink"), None);
     }
 }

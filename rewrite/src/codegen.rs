@@ -169,6 +169,11 @@ pub struct CallPlan {
     pub opens: Option<imports::Opened>,
     /// A call to `read`: `call maps_read` just before it.
     pub reads: bool,
+    /// A call that reads a link or resolves a path (`readlink`,
+    /// `realpath`, ...): `call exe_path` just before it, r11 the
+    /// argument that names the path (docs/runtime.md section 5, "The
+    /// executable's names").
+    pub exe_path: Option<imports::PathArg>,
     /// A call of libc's untraced exec family: `call exec_request` just
     /// before it, r11 the kind (docs/runtime.md section 7, "exec"); on a
     /// lazily bound PLT stub's jump ([`CallPlan::lazy_record`]), before the
@@ -2735,6 +2740,15 @@ impl ProcGen<'_, '_> {
             self.em.point = before;
             let read = self.rt.maps_read;
             self.em.seq(|a| Ok(a.call(read)?))?;
+        }
+        if let Some(arg) = cp.exe_path.filter(|_| self.em.counting.is_none()) {
+            // r11 is no argument of any call.
+            self.em.point = before;
+            let exe = self.rt.exe_path;
+            self.em.seq(|a| {
+                a.mov(iced_x86::code_asm::r11d, arg as u32)?;
+                Ok(a.call(exe)?)
+            })?;
         }
         if let Some(kind) = cp.exec.filter(|_| self.em.counting.is_none()) {
             // r11 is no argument of any call.
