@@ -509,27 +509,31 @@ pub fn touches_dispositions(name: &str) -> bool {
 
 /// Whether a call to `name` opens a file by name, and what it returns.
 pub fn opens_by_name(name: &str) -> Option<Opened> {
+    class_of(
+        name,
+        &[(OPEN_FD_CALLS, Opened::Fd), (OPEN_FILE_CALLS, Opened::File)],
+    )
+}
+
+/// The class of the first list that holds `name` (without its version).
+fn class_of<T: Copy>(name: &str, classes: &[(&[&str], T)]) -> Option<T> {
     let name = base(name);
-    if OPEN_FD_CALLS.contains(&name) {
-        Some(Opened::Fd)
-    } else if OPEN_FILE_CALLS.contains(&name) {
-        Some(Opened::File)
-    } else {
-        None
-    }
+    classes
+        .iter()
+        .find(|(names, _)| names.contains(&name))
+        .map(|&(_, class)| class)
 }
 
 /// Whether a call to `name` reads a symbolic link or resolves a path
 /// (`readlink`, `realpath`, ...), and which argument names it.
 pub fn exe_path_arg(name: &str) -> Option<PathArg> {
-    let name = base(name);
-    if PATH_FIRST_CALLS.contains(&name) {
-        Some(PathArg::First)
-    } else if PATH_SECOND_CALLS.contains(&name) {
-        Some(PathArg::Second)
-    } else {
-        None
-    }
+    class_of(
+        name,
+        &[
+            (PATH_FIRST_CALLS, PathArg::First),
+            (PATH_SECOND_CALLS, PathArg::Second),
+        ],
+    )
 }
 
 /// Whether a call to `name` reads a descriptor at its offset (`read`).
@@ -570,5 +574,7 @@ mod tests {
         assert_eq!(exe_path_arg("readlink@GLIBC_2.2.5"), Some(PathArg::First));
         assert_eq!(exe_path_arg("readlinkat"), Some(PathArg::Second));
         assert_eq!(exe_path_arg("symlink"), None);
+        assert_eq!(opens_by_name("fopen64@GLIBC_2.2.5"), Some(Opened::File));
+        assert_eq!(opens_by_name("__openat_2"), Some(Opened::Fd));
     }
 }

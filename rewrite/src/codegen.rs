@@ -2742,22 +2742,12 @@ impl ProcGen<'_, '_> {
             self.em.seq(|a| Ok(a.call(read)?))?;
         }
         if let Some(arg) = cp.exe_path.filter(|_| self.em.counting.is_none()) {
-            // r11 is no argument of any call.
             self.em.point = before;
-            let exe = self.rt.exe_path;
-            self.em.seq(|a| {
-                a.mov(iced_x86::code_asm::r11d, arg as u32)?;
-                Ok(a.call(exe)?)
-            })?;
+            self.call_with_r11(self.rt.exe_path, arg as u32)?;
         }
         if let Some(kind) = cp.exec.filter(|_| self.em.counting.is_none()) {
-            // r11 is no argument of any call.
             self.em.point = before;
-            let request = self.rt.exec_request;
-            self.em.seq(|a| {
-                a.mov(iced_x86::code_asm::r11d, kind as u32)?;
-                Ok(a.call(request)?)
-            })?;
+            self.call_with_r11(self.rt.exec_request, kind as u32)?;
         }
         if cp.count {
             // Last, so that a signal sees the count and the point
@@ -2766,6 +2756,15 @@ impl ProcGen<'_, '_> {
             self.em.transfer(before_last)?;
         }
         Ok(query)
+    }
+
+    /// `call entry` with r11 = `value` (an entry point's one parameter:
+    /// r11 is no argument of any call).
+    fn call_with_r11(&mut self, entry: u64, value: u32) -> GenResult<()> {
+        self.em.seq(|a| {
+            a.mov(iced_x86::code_asm::r11d, value)?;
+            Ok(a.call(entry)?)
+        })
     }
 
     /// At a call's return point (edge `e`): the query taken back, the
