@@ -41,8 +41,9 @@
 //!   doing real work) against lackey and the single-stepped native run;
 //! - `trace_oracle`: recorded traces against lackey, instruction by
 //!   instruction;
-//! - `transparency`: a recorded program sees its native argv, environment
-//!   and descriptors; `#!` scripts record their interpreter;
+//! - `transparency`: a recorded program sees its native argv, environment,
+//!   descriptors and executable's names; `#!` scripts record their
+//!   interpreter;
 //! - `unwinding`: timer signals in unwinding recursions, against lackey's run
 //!   without the timer and the program's counts;
 //! - `verify`: `aetrace verify` on exact and broken traces.

@@ -4,7 +4,8 @@
 //! environment (its whole output and exit status: argv, environment,
 //! descriptors, the descriptor `open` returns, auxv entries, as
 //! `traces/procview.c`, `env` and `ls` print them; its memory map, as
-//! `traces/mapsview.c` prints it), the program's own
+//! `traces/mapsview.c` prints it; its executable's names, as
+//! `traces/exename.c` prints them), the program's own
 //! output for the regenerated trace (calls of `print_target` = descriptor
 //! lines printed), and lackey for a traced program that execs a script.
 
@@ -186,6 +187,42 @@ fn a_recorded_program_sees_its_native_memory_map() {
             "{tag}: raw maps (recorder's stderr: {})",
             String::from_utf8_lossy(&r.stderr)
         );
+        let _ = std::fs::remove_file(&trace);
+    }
+}
+
+#[test]
+fn a_recorded_program_sees_its_native_executable_names() {
+    // docs/runtime.md section 5, "The executable's names": AT_EXECFN's
+    // string and readlink and realpath of its own /proc/PID/exe name the
+    // original, not the relative name the copy is exec'd by or the copy.
+    for v in [DYNAMIC, STATIC] {
+        let exe = build("exename.c", v);
+        let tag = format!("exename-{}", v.tag());
+        let trace = same_as_native(&tag, &exe, &[]);
+        let text = String::from_utf8(native(&exe, &[]).stdout).unwrap();
+        let real = exe.canonicalize().unwrap();
+        let real = real.display();
+        for line in [
+            format!("AT_EXECFN: {}\n", exe.display()),
+            format!("/proc/self/exe: {real} ("),
+            format!("/proc/PID/exe: {real} ("),
+            format!("/proc/thread-self/exe: {real} ("),
+            "cut to 4: /".to_string(),
+            "bad pointer: error Bad address\n".to_string(),
+            format!("realpath: {real}\n"),
+        ] {
+            assert!(text.contains(&line), "{tag}: {line:?} in {text}");
+        }
+        let calls = regen_calls(&trace);
+        // gcc may clone a function (`show_link.constprop.0`).
+        let calls_of = |f: &str| -> u64 {
+            let clone = format!("{f}.");
+            let named = |k: &String| *k == f || k.starts_with(&clone);
+            calls.iter().filter(|(k, _)| named(k)).map(|(_, n)| n).sum()
+        };
+        assert_eq!(calls_of("show_link"), 5, "{tag}: {calls:?}");
+        assert_eq!(calls_of("show"), 2, "{tag}: {calls:?}");
         let _ = std::fs::remove_file(&trace);
     }
 }

@@ -438,6 +438,34 @@ const OPEN_FILE_CALLS: &[&str] = &["fopen", "fopen64", "_IO_new_fopen", "freopen
 /// makes a view of the maps again, as the kernel makes the text again).
 const READ_CALLS: &[&str] = &["read", "__read", "__libc_read", "__read_chk"];
 
+/// Calls that read a symbolic link or resolve a path, the path their
+/// first argument (the runtime answers the program's own
+/// `/proc/PID/exe` with the original executable there,
+/// `docs/runtime.md` section 5, "The executable's names"), a static
+/// libc's names too.
+const PATH_FIRST_CALLS: &[&str] = &[
+    "readlink",
+    "__readlink",
+    "__readlink_chk",
+    "realpath",
+    "__realpath",
+    "__realpath_chk",
+    "canonicalize_file_name",
+];
+
+/// The same, the path their second argument (after a directory's
+/// descriptor).
+const PATH_SECOND_CALLS: &[&str] = &["readlinkat", "__readlinkat", "__readlinkat_chk"];
+
+/// Which argument of a call that reads a link names the path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PathArg {
+    /// The first (rdi): `readlink`, `realpath`.
+    First = 0,
+    /// The second (rsi): `readlinkat`.
+    Second = 1,
+}
+
 /// What a call that opens a file by name returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Opened {
@@ -481,14 +509,31 @@ pub fn touches_dispositions(name: &str) -> bool {
 
 /// Whether a call to `name` opens a file by name, and what it returns.
 pub fn opens_by_name(name: &str) -> Option<Opened> {
+    class_of(
+        name,
+        &[(OPEN_FD_CALLS, Opened::Fd), (OPEN_FILE_CALLS, Opened::File)],
+    )
+}
+
+/// The class of the first list that holds `name` (without its version).
+fn class_of<T: Copy>(name: &str, classes: &[(&[&str], T)]) -> Option<T> {
     let name = base(name);
-    if OPEN_FD_CALLS.contains(&name) {
-        Some(Opened::Fd)
-    } else if OPEN_FILE_CALLS.contains(&name) {
-        Some(Opened::File)
-    } else {
-        None
-    }
+    classes
+        .iter()
+        .find(|(names, _)| names.contains(&name))
+        .map(|&(_, class)| class)
+}
+
+/// Whether a call to `name` reads a symbolic link or resolves a path
+/// (`readlink`, `realpath`, ...), and which argument names it.
+pub fn exe_path_arg(name: &str) -> Option<PathArg> {
+    class_of(
+        name,
+        &[
+            (PATH_FIRST_CALLS, PathArg::First),
+            (PATH_SECOND_CALLS, PathArg::Second),
+        ],
+    )
 }
 
 /// Whether a call to `name` reads a descriptor at its offset (`read`).
@@ -526,5 +571,10 @@ mod tests {
         assert!(!is_fork_like("forkpty"));
         assert!(runs_atfork_handlers("fork@GLIBC_2.2.5"));
         assert!(!runs_atfork_handlers("vfork"));
+        assert_eq!(exe_path_arg("readlink@GLIBC_2.2.5"), Some(PathArg::First));
+        assert_eq!(exe_path_arg("readlinkat"), Some(PathArg::Second));
+        assert_eq!(exe_path_arg("symlink"), None);
+        assert_eq!(opens_by_name("fopen64@GLIBC_2.2.5"), Some(Opened::File));
+        assert_eq!(opens_by_name("__openat_2"), Some(Opened::Fd));
     }
 }

@@ -20,6 +20,11 @@
 //! path). That private directory is still the fallback when the cache
 //! cannot hold the link.
 //!
+//! The cache's `exe/` holds, per original executable, a symlink to its
+//! canonical path ([`exe_link`]): the runtime gives it to the program's
+//! `readlink("/proc/self/exe")` in place of that path, so the kernel
+//! answers with the original's.
+//!
 //! Invariants: the name has exactly the native path's length, or there is
 //! none (a native path one byte longer than its base name, `/NAME`, has
 //! no relative twin; the loader would read the working directory before
@@ -99,6 +104,27 @@ fn kept_dir(cache: &Path, copy: &Path, base: &OsStr) -> Option<PathBuf> {
     (std::fs::read_link(&link).ok()? == copy).then_some(dir)
 }
 
+/// A symlink to `original` (canonical) in the cache at `cache`, which the
+/// program's `readlink` and `realpath` of its own `/proc/PID/exe` are
+/// given, so that the kernel answers with the original's path
+/// (`docs/runtime.md` section 5, "The executable's names"):
+/// `exe/CRC-LENGTH` of the path, made if missing, kept. None when it
+/// cannot be made or a link of that name points elsewhere.
+pub fn exe_link(cache: &Path, original: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let bytes = original.as_os_str().as_bytes();
+    let dir = cache.join("exe");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .ok()?;
+    let link = dir.join(format!("{:08x}-{}", crc32fast::hash(bytes), bytes.len()));
+    // A concurrent run may make the same link first: then it is checked.
+    let _ = std::os::unix::fs::symlink(original, &link);
+    (std::fs::read_link(&link).ok()? == original).then_some(link)
+}
+
 /// Whether the loader, which runs before `init` puts the working
 /// directory back, would search it: a relative or empty directory in a
 /// non-empty `LD_LIBRARY_PATH`, or a relative path with a slash in
@@ -173,6 +199,21 @@ mod tests {
         // Another copy of the same file name: not this link.
         assert_eq!(kept_dir(&cache, &b, base), None);
         assert_eq!(std::fs::read_link(dir.join("prog")).unwrap(), a);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn an_exe_link_names_the_original_and_is_kept() {
+        let root = std::env::temp_dir().join(format!("aetrace-exe-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let original = Path::new("/usr/bin/true");
+        let link = exe_link(&root, original).unwrap();
+        assert_eq!(std::fs::read_link(&link).unwrap(), original);
+        assert_eq!(exe_link(&root, original), Some(link.clone()));
+        // A link of that name pointing elsewhere is not used.
+        std::fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink("/usr/bin/false", &link).unwrap();
+        assert_eq!(exe_link(&root, original), None);
         std::fs::remove_dir_all(&root).unwrap();
     }
 

@@ -41,7 +41,7 @@
 //! SIGHUP; it sets PR_SET_CHILD_SUBREAPER on the process for good.
 
 use std::collections::HashMap;
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
@@ -248,6 +248,28 @@ fn exe_names(copy: &Path, original: &Path) -> Option<(Vec<u8>, Vec<u8>, Vec<u8>)
     ))
 }
 
+/// Tells the program's runtime its executable's native names: the path a
+/// native run is exec'd by, when the copy is exec'd by a name of its
+/// length (`renamed`), and a link to the `original`'s canonical path for
+/// its `readlink("/proc/self/exe")`.
+fn show_names(region: &Region, l: &Launch, renamed: bool, original: Option<&[u8]>) {
+    let execfn = l
+        .native_path
+        .as_deref()
+        .filter(|_| renamed)
+        .map_or(&[][..], |p| p.as_os_str().as_bytes());
+    let link = original
+        .and_then(|o| {
+            execname::exe_link(
+                &crate::commands::cache_dir(),
+                Path::new(OsStr::from_bytes(o)),
+            )
+        })
+        .map(|p| p.into_os_string().into_vec())
+        .unwrap_or_default();
+    region.show_names(execfn, &link);
+}
+
 /// Runs `l.program` under the recorder and writes `l.trace`; returns how
 /// the main process ended. The program's own failure (a non-zero exit, a
 /// crash) is an `Outcome`, not an error; nor is a trace that could not be
@@ -268,8 +290,9 @@ pub fn record(l: &Launch) -> Result<Recorded> {
         );
     }
     // Its view of its own maps names the original executable.
-    if let Some((copy, dev_ino, original)) = exe_names(&l.program, &l.modules[0].path) {
-        region.show_exe(&copy, &dev_ino, &original);
+    let names = exe_names(&l.program, &l.modules[0].path);
+    if let Some((copy, dev_ino, original)) = &names {
+        region.show_exe(copy, dev_ino, original);
     }
     // Before the program starts: orphans of its descendants must come to
     // us, or we could not know when the last writer is gone.
@@ -305,6 +328,7 @@ pub fn record(l: &Launch) -> Result<Recorded> {
     if name.is_some() {
         region.chdir_back();
     }
+    show_names(&region, l, name.is_some(), names.as_ref().map(|n| &n.2[..]));
     let blocked = Blocked::new()?;
     let main = spawn(l, name.as_ref(), &blocked.0).map_err(abandon)?;
     drop(name);

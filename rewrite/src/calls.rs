@@ -376,6 +376,9 @@ impl<'t> Calls<'t> {
                 .filter(|_| !c.tail && returns)
                 .and_then(imports::opens_by_name),
             reads: !c.tail && returns && name.is_some_and(imports::reads),
+            exe_path: name
+                .filter(|_| !c.tail && returns)
+                .and_then(imports::exe_path_arg),
             exec: None,
             fatal_longjmp: rw.fatal_longjmps
                 && !c.tail

@@ -169,6 +169,11 @@ pub struct CallPlan {
     pub opens: Option<imports::Opened>,
     /// A call to `read`: `call maps_read` just before it.
     pub reads: bool,
+    /// A call that reads a link or resolves a path (`readlink`,
+    /// `realpath`, ...): `call exe_path` just before it, r11 the
+    /// argument that names the path (docs/runtime.md section 5, "The
+    /// executable's names").
+    pub exe_path: Option<imports::PathArg>,
     /// A call of libc's untraced exec family: `call exec_request` just
     /// before it, r11 the kind (docs/runtime.md section 7, "exec"); on a
     /// lazily bound PLT stub's jump ([`CallPlan::lazy_record`]), before the
@@ -2736,14 +2741,13 @@ impl ProcGen<'_, '_> {
             let read = self.rt.maps_read;
             self.em.seq(|a| Ok(a.call(read)?))?;
         }
-        if let Some(kind) = cp.exec.filter(|_| self.em.counting.is_none()) {
-            // r11 is no argument of any call.
+        if let Some(arg) = cp.exe_path.filter(|_| self.em.counting.is_none()) {
             self.em.point = before;
-            let request = self.rt.exec_request;
-            self.em.seq(|a| {
-                a.mov(iced_x86::code_asm::r11d, kind as u32)?;
-                Ok(a.call(request)?)
-            })?;
+            self.call_with_r11(self.rt.exe_path, arg as u32)?;
+        }
+        if let Some(kind) = cp.exec.filter(|_| self.em.counting.is_none()) {
+            self.em.point = before;
+            self.call_with_r11(self.rt.exec_request, kind as u32)?;
         }
         if cp.count {
             // Last, so that a signal sees the count and the point
@@ -2752,6 +2756,15 @@ impl ProcGen<'_, '_> {
             self.em.transfer(before_last)?;
         }
         Ok(query)
+    }
+
+    /// `call entry` with r11 = `value` (an entry point's one parameter:
+    /// r11 is no argument of any call).
+    fn call_with_r11(&mut self, entry: u64, value: u32) -> GenResult<()> {
+        self.em.seq(|a| {
+            a.mov(iced_x86::code_asm::r11d, value)?;
+            Ok(a.call(entry)?)
+        })
     }
 
     /// At a call's return point (edge `e`): the query taken back, the

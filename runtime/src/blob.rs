@@ -1,7 +1,8 @@
 //! The generated runtime: `init`, `attach_thread`, `flush`, `fork_child`,
 //! `fork_prepare`, `fork_done`, `exec_request`, `dispositions_native`,
 //! `dispositions_ours`, `maps_opened_fd`, `maps_opened_file`, `maps_read`
-//! (the program's view of its maps, `view`), `signal_entry`, `fault`,
+//! (the program's view of its maps, `view`), `exe_path` (its executable's
+//! native names, `exe`), `signal_entry`, `fault`,
 //! emitted with iced-x86 `code_asm` as one
 //! position-independent blob (design decision 6: generated, not linked; raw
 //! syscalls only, no libc).
@@ -53,7 +54,8 @@
 //!   read or set a disposition), `maps_read` (before `read`; its
 //!   flag-free prelude, reported there too),
 //!   `maps_opened_fd` and `maps_opened_file` (at the return point of a
-//!   call that opens a file), `exec_request` (before an exec; also
+//!   call that opens a file), `exe_path` (before `readlink`,
+//!   `realpath`, ...), `exec_request` (before an exec; also
 //!   between the mask it puts back and its `execve`): as `fork_prepare`
 //!   and `fork_done`.
 //! - `fork_prepare`, `fork_done` (around a call to `fork`): reported at
@@ -109,6 +111,7 @@ use crate::Error;
 
 mod brk;
 pub mod detach;
+mod exe;
 mod exec;
 mod view;
 
@@ -313,6 +316,7 @@ struct Labels {
     d_frames: CodeLabel,
     /// The program's view of its maps.
     view: view::Labels,
+    exe: exe::Labels,
     /// The native break.
     brk: brk::Labels,
     /// A start-up library's detached additions.
@@ -557,6 +561,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         d_image: a.create_label(),
         d_frames: a.create_label(),
         view: view::Labels::new(&mut a),
+        exe: exe::Labels::new(&mut a),
         brk: brk::Labels::new(&mut a),
         detach: detach::Labels::new(&mut a),
         signal_entry: a.create_label(),
@@ -602,6 +607,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     emit_disposition_window(&mut a, &mut l, true)?;
     emit_disposition_window(&mut a, &mut l, false)?;
     view::emit_entries(&mut a, &mut l)?;
+    exe::emit_entry(&mut a, &mut l)?;
     // Entry, after pushfq, after the lea (registers saved, then signals
     // blocked), after the mask is restored, popfq, ret, after the ret.
     debug_assert_eq!(
@@ -620,6 +626,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     emit_claim(&mut a, &mut l)?;
     emit_helpers(&mut a, &mut l)?;
     view::emit_helpers(&mut a, &mut l)?;
+    exe::emit_helpers(&mut a, &mut l.exe)?;
     brk::emit(&mut a, &mut l)?;
     detach::emit(&mut a, &mut l)?;
     emit_find_region(&mut a, &mut l)?;
@@ -762,6 +769,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         ("maps_opened_fd", res.label_ip(&l.view.opened_fd)?),
         ("maps_opened_file", res.label_ip(&l.view.opened_file)?),
         ("maps_read", res.label_ip(&l.view.read)?),
+        ("exe_path", res.label_ip(&l.exe.path)?),
         ("ready", data_offset + D_READY),
         ("witness_code_start", data_offset + D_WIN_LO),
         ("witness_code_end", data_offset + D_WIN_HI),
@@ -910,6 +918,7 @@ fn emit_init(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.set_label(&mut mapped)?;
     a.mov(qword_ptr(l.d_region), r15)?;
     a.mov(qword_ptr(l.d_fd), r12)?;
+    exe::native_execfn(a)?;
     hide_env(a)?;
     a.call(l.brk.native_brk)?;
     a.call(l.detach.map_all)?;

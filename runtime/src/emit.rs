@@ -686,6 +686,10 @@ pub struct RuntimeAddrs {
     pub maps_opened_file: u64,
     /// Address of `maps_read`, called before `read`.
     pub maps_read: u64,
+    /// Address of `exe_path`, called before a call that reads a link or
+    /// resolves a path (`readlink`, `realpath`, ...; r11 = 0: the path is
+    /// in rdi, 1: in rsi).
+    pub exe_path: u64,
     /// Address of `signal_entry`: the fix-up and SIGNAL record at a signal handler's entry.
     pub signal_entry: u64,
     /// Address of the signal restorer's bytes the stubs compare a handler's return address with.
@@ -721,6 +725,7 @@ impl RuntimeAddrs {
             maps_opened_fd: at("maps_opened_fd"),
             maps_opened_file: at("maps_opened_file"),
             maps_read: at("maps_read"),
+            exe_path: at("exe_path"),
             signal_entry: at("signal_entry"),
             restorer_bytes: at("restorer_bytes"),
             sigreturn: at("sigreturn"),

@@ -91,7 +91,21 @@ pub const H_HIDE: u64 = H_MODULES + 8 * MAX_MODULES as u64;
 /// Header offset of the hidden entry's prefix bytes.
 pub const H_HIDE_BYTES: u64 = H_HIDE + 16;
 /// The longest prefix the header holds.
-pub const HIDE_MAX: u64 = H_IMAGE_LIBS - H_HIDE_BYTES;
+pub const HIDE_MAX: u64 = H_EXE - H_HIDE_BYTES;
+/// The executable's native names (`docs/runtime.md` section 5, "The
+/// executable's names"): u32 length of the path a native run is exec'd
+/// by, which the first `init` writes over `AT_EXECFN`'s string when the
+/// recorder exec'd the copy by a name of that length ([`FLAG_CHDIR`]; 0:
+/// none), u32 length of the path of a symlink to the original's canonical
+/// path, which the program's `readlink` and `realpath` of its own
+/// `/proc/PID/exe` are given instead (0: none); then the two paths, each
+/// NUL-terminated, in that order, at [`H_EXE_BYTES`] (at most
+/// [`EXE_MAX`] bytes together).
+pub const H_EXE: u64 = 3584;
+/// Header offset of the native names' bytes.
+pub const H_EXE_BYTES: u64 = H_EXE + 8;
+/// The most bytes the native names take, their NULs included.
+pub const EXE_MAX: u64 = H_IMAGE_LIBS - H_EXE_BYTES;
 /// The libraries of images other than image 0 (a program that exec'd
 /// itself): [`IMAGE_LIBS`] entries of 16 bytes, u64 key `serial << 32 |
 /// tag` (claimed by `lock cmpxchg` 0 -> key), then u64 the run-time

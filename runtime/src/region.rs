@@ -250,6 +250,30 @@ impl Region {
         true
     }
 
+    /// Tells the program's runtime its executable's native names
+    /// (`docs/runtime.md` section 5, "The executable's names"): `execfn`,
+    /// the path a native run is exec'd by, which the first `init` writes
+    /// over `AT_EXECFN`'s string when it has that length (empty: none),
+    /// and `link`, a symlink to the original's canonical path, which the
+    /// program's `readlink` and `realpath` of its own `/proc/PID/exe` are
+    /// given (empty: none). Returns whether they fit the header
+    /// ([`EXE_MAX`]); if not, neither is given.
+    pub fn show_names(&self, execfn: &[u8], link: &[u8]) -> bool {
+        let texts = [execfn, b"\0", link, b"\0"].concat();
+        let nul = |t: &[u8]| t.contains(&0);
+        if texts.len() as u64 > EXE_MAX || nul(execfn) || nul(link) {
+            return false;
+        }
+        // SAFETY: the header is ours and the program has not started.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(self.base.add(H_EXE_BYTES as usize), texts.len())
+        };
+        bytes.copy_from_slice(&texts);
+        self.put_u32(H_EXE + 4, link.len() as u32);
+        self.put_u32(H_EXE, execfn.len() as u32);
+        true
+    }
+
     /// Tells the program's first `init` to go to this process's working
     /// directory ([`FLAG_CHDIR`]): the program is exec'd from another.
     pub fn chdir_back(&self) {

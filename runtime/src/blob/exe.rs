@@ -1,0 +1,246 @@
+//! The executable's native names (`docs/runtime.md` section 5, "The
+//! executable's names"; issue 23, a process that looks like the native
+//! one): `AT_EXECFN`'s string, which the first `init` writes back, and
+//! `/proc/self/exe`, which `exe_path` answers for the program's
+//! `readlink` and `realpath` with the original's path.
+//!
+//! `AT_EXECFN`: the recorder execs the copy by a relative name of the
+//! native path's length (`record::execname`, [`FLAG_CHDIR`]); the kernel
+//! copied that name to the top of the stack, so the native path's bytes
+//! fit there exactly ([`H_EXE`]). The first `init` writes them before
+//! any of the program's own code runs.
+//!
+//! `exe_path`: called just before a call that reads a link or resolves a
+//! path by name (`readlink`, `readlinkat`, `realpath`, ...:
+//! `analysis::imports::exe_path_arg`), r11 = 0 when the path is the first
+//! argument (rdi), 1 when it is the second (rsi). When that path is
+//! `/proc/self/exe`, `/proc/thread-self/exe` or `/proc/PID/exe` of this
+//! process, and the process runs the copy the header names ([`H_VIEW`]),
+//! the argument register is pointed at the header's symlink to the
+//! original's canonical path: the kernel then answers as natively, with
+//! its own truncation, errors and `realpath`'s walk.
+//!
+//! Invariants: the program's path is read with `process_vm_readv` (a bad
+//! pointer stays the program's `EFAULT`, never a fault here); a name
+//! matches only with its NUL among the bytes read; `AT_EXECFN` is
+//! written only when its string has exactly the native path's length.
+
+use super::*;
+
+const SYS_PROCESS_VM_READV: u32 = 310;
+const AT_EXECFN: i32 = 31;
+/// Bytes of the program's path read: the longest name caught,
+/// `/proc/thread-self/exe` or `/proc/PID/exe`, with its NUL, fits.
+const NAME: i32 = 32;
+/// `exe_path`'s stack: the path read at 0 (and a byte after it), the two
+/// iovecs at `IOV`, `/proc/PID/exe` at `OWN`, the link of
+/// `/proc/self/exe` at `LINK`.
+const IOV: i32 = NAME + 16;
+const OWN: i32 = IOV + 32;
+const LINK: i32 = OWN + 32;
+const LINK_MAX: i32 = 512;
+const BYTES: i32 = LINK + LINK_MAX;
+
+/// The labels of this module's code and strings.
+pub(super) struct Labels {
+    pub path: CodeLabel,
+    equal: CodeLabel,
+    s_self: CodeLabel,
+    s_thread_self: CodeLabel,
+    s_exe: CodeLabel,
+}
+
+impl Labels {
+    pub fn new(a: &mut CodeAssembler) -> Labels {
+        Labels {
+            path: a.create_label(),
+            equal: a.create_label(),
+            s_self: a.create_label(),
+            s_thread_self: a.create_label(),
+            s_exe: a.create_label(),
+        }
+    }
+}
+
+/// Where `save_all` put register `r`.
+fn saved(r: AsmRegister64) -> i32 {
+    FRAME as i32 - 16 - 8 * SAVED.iter().position(|s| *s == r).unwrap_or(0) as i32
+}
+
+/// In `init` (r15 the region header, rsp as `save_all` left it), before
+/// `hide_env` (which may move `envp`'s NULL): while [`FLAG_CHDIR`] is
+/// still set, the native path over `AT_EXECFN`'s string when that has
+/// its length. Clobbers rax, rcx, rdx, rsi, rdi.
+pub(super) fn native_execfn(a: &mut CodeAssembler) -> Result<(), IcedError> {
+    let mut done = a.create_label();
+    let mut env = a.create_label();
+    let mut aux = a.create_label();
+    let mut found = a.create_label();
+    let mut length = a.create_label();
+    let mut copy = a.create_label();
+    a.bt(dword_ptr(r15 + H_FLAGS), FLAG_CHDIR.trailing_zeros())?;
+    a.jnc(done)?;
+    a.mov(ecx, dword_ptr(r15 + H_EXE))?;
+    a.test(ecx, ecx)?;
+    a.jz(done)?;
+    a.mov(rdi, qword_ptr(rsp + SAVED_RDX))?;
+    a.test(rdi, rdi)?;
+    a.jz(done)?;
+    // The auxiliary vector follows envp's NULL.
+    a.set_label(&mut env)?;
+    a.add(rdi, 8)?;
+    a.cmp(qword_ptr(rdi - 8), 0)?;
+    a.jne(env)?;
+    a.set_label(&mut aux)?;
+    a.mov(rax, qword_ptr(rdi))?;
+    a.test(rax, rax)?;
+    a.jz(done)?;
+    a.cmp(rax, AT_EXECFN)?;
+    a.je(found)?;
+    a.add(rdi, 16)?;
+    a.jmp(aux)?;
+    a.set_label(&mut found)?;
+    a.mov(rsi, qword_ptr(rdi + 8))?;
+    a.test(rsi, rsi)?;
+    a.jz(done)?;
+    a.xor(eax, eax)?;
+    a.set_label(&mut length)?;
+    a.cmp(byte_ptr(rsi + rax), 0)?;
+    a.je(done)?;
+    a.inc(eax)?;
+    a.cmp(eax, ecx)?;
+    a.jb(length)?;
+    a.cmp(byte_ptr(rsi + rcx), 0)?;
+    a.jne(done)?;
+    a.xor(eax, eax)?;
+    a.set_label(&mut copy)?;
+    a.movzx(edx, byte_ptr(r15 + rax + H_EXE_BYTES))?;
+    a.mov(byte_ptr(rsi + rax), dl)?;
+    a.inc(eax)?;
+    a.cmp(eax, ecx)?;
+    a.jb(copy)?;
+    a.set_label(&mut done)?;
+    Ok(())
+}
+
+/// `exe_path()`: see the module doc. An entry point as `maps_read`;
+/// nothing is done before `init` mapped the region or when the recorder
+/// gave no link.
+pub(super) fn emit_entry(a: &mut CodeAssembler, l: &mut super::Labels) -> Result<(), IcedError> {
+    let mut done = a.create_label();
+    let mut have = a.create_label();
+    let mut exe = a.create_label();
+    let mut same = a.create_label();
+    let mut second = a.create_label();
+    let mut out = a.create_label();
+    let d = enter_blocked(a, &mut l.exe.path)?;
+    let e = &l.exe;
+    a.mov(r15, qword_ptr(l.d_region))?;
+    a.test(r15, r15)?;
+    a.jz(done)?;
+    a.cmp(dword_ptr(r15 + H_EXE + 4), 0)?;
+    a.je(done)?;
+    a.cmp(dword_ptr(r15 + H_VIEW), 0)?;
+    a.je(done)?;
+    a.mov(r12, qword_ptr(rsp + saved(rdi)))?;
+    a.cmp(dword_ptr(rsp + saved(r11)), 0)?;
+    a.je(have)?;
+    a.mov(r12, qword_ptr(rsp + saved(rsi)))?;
+    a.set_label(&mut have)?;
+    a.test(r12, r12)?;
+    a.jz(done)?;
+    a.sub(rsp, BYTES)?;
+    a.mov(eax, SYS_GETPID)?;
+    a.syscall()?;
+    a.mov(r13d, eax)?;
+    // process_vm_readv(pid, {rsp, NAME}, 1, {path, NAME}, 1, 0): as many
+    // bytes as lie in mapped memory.
+    a.mov(qword_ptr(rsp + IOV), rsp)?;
+    a.mov(qword_ptr(rsp + IOV + 8), NAME)?;
+    a.mov(qword_ptr(rsp + IOV + 16), r12)?;
+    a.mov(qword_ptr(rsp + IOV + 24), NAME)?;
+    a.mov(edi, r13d)?;
+    a.lea(rsi, ptr(rsp + IOV))?;
+    a.mov(edx, 1u32)?;
+    a.lea(r10, ptr(rsp + IOV + 16))?;
+    a.mov(r8d, 1u32)?;
+    a.xor(r9d, r9d)?;
+    a.mov(eax, SYS_PROCESS_VM_READV)?;
+    a.syscall()?;
+    a.test(rax, rax)?;
+    a.jle(out)?;
+    // The byte after those read is no NUL: a name matches only with its own.
+    a.mov(byte_ptr(rsp + rax), 0xff)?;
+    a.lea(rdi, ptr(e.s_self))?;
+    a.mov(rsi, rsp)?;
+    a.call(e.equal)?;
+    a.je(exe)?;
+    a.lea(rdi, ptr(e.s_thread_self))?;
+    a.mov(rsi, rsp)?;
+    a.call(e.equal)?;
+    a.je(exe)?;
+    a.lea(rdi, ptr(rsp + OWN))?;
+    a.mov(esi, r13d)?;
+    a.lea(rdx, ptr(e.s_exe))?;
+    a.call(l.proc_path)?;
+    a.lea(rdi, ptr(rsp + OWN))?;
+    a.mov(rsi, rsp)?;
+    a.call(e.equal)?;
+    a.jne(out)?;
+    // Only while this process runs the copy the header names (an exec'd
+    // program has its own).
+    a.set_label(&mut exe)?;
+    a.lea(rdi, ptr(e.s_self))?;
+    a.lea(rsi, ptr(rsp + LINK))?;
+    a.mov(edx, LINK_MAX as u32)?;
+    a.mov(eax, SYS_READLINK)?;
+    a.syscall()?;
+    a.mov(ecx, dword_ptr(r15 + H_VIEW))?;
+    a.cmp(rax, rcx)?;
+    a.jne(out)?;
+    a.lea(rsi, ptr(rsp + LINK))?;
+    a.lea(rdi, ptr(r15 + H_VIEW_BYTES))?;
+    a.set_label(&mut same)?;
+    a.mov(al, byte_ptr(rdi))?;
+    a.cmp(al, byte_ptr(rsi))?;
+    a.jne(out)?;
+    a.inc(rdi)?;
+    a.inc(rsi)?;
+    a.dec(ecx)?;
+    a.jnz(same)?;
+    // The link follows the native exec path and its NUL.
+    a.mov(eax, dword_ptr(r15 + H_EXE))?;
+    a.lea(rax, ptr(r15 + rax + (H_EXE_BYTES + 1)))?;
+    a.add(rsp, BYTES)?;
+    a.cmp(dword_ptr(rsp + saved(r11)), 0)?;
+    a.jne(second)?;
+    a.mov(qword_ptr(rsp + saved(rdi)), rax)?;
+    a.jmp(done)?;
+    a.set_label(&mut second)?;
+    a.mov(qword_ptr(rsp + saved(rsi)), rax)?;
+    a.jmp(done)?;
+    a.set_label(&mut out)?;
+    a.add(rsp, BYTES)?;
+    a.set_label(&mut done)?;
+    leave_blocked(a, &mut l.windows, d, Caller::Placed)
+}
+
+/// The helper and strings, outside the entry point's window.
+pub(super) fn emit_helpers(a: &mut CodeAssembler, e: &mut Labels) -> Result<(), IcedError> {
+    // equal(rdi, rsi): ZF set when the NUL-terminated strings are the
+    // same. Clobbers al, rdi, rsi.
+    let mut differ = a.create_label();
+    a.set_label(&mut e.equal)?;
+    a.mov(al, byte_ptr(rdi))?;
+    a.cmp(al, byte_ptr(rsi))?;
+    a.jne(differ)?;
+    a.inc(rdi)?;
+    a.inc(rsi)?;
+    a.test(al, al)?;
+    a.jnz(e.equal)?;
+    a.set_label(&mut differ)?;
+    a.ret()?;
+    msg(a, &mut e.s_self, "/proc/self/exe")?;
+    msg(a, &mut e.s_thread_self, "/proc/thread-self/exe")?;
+    msg(a, &mut e.s_exe, "/exe")
+}
