@@ -3,7 +3,8 @@
 //! (`-informat b`, also chosen automatically when the input starts with the
 //! `bin` magic).
 //!
-//! Files are memory-mapped and parsed in place; pipes are read in 2 MiB
+//! Text files are memory-mapped and parsed in place, `bin` files read in
+//! 256 KiB pieces; pipes are read in 2 MiB (text) or 1 MiB (`bin`)
 //! blocks.  Text is parsed by a hand-written byte loop with no per-line
 //! allocation: the common extended-din line (`k hex hex\n`) takes a fast
 //! path that decodes hex eight bytes at a time, anything else the general
@@ -75,7 +76,7 @@ pub enum Input {
 /// References per batch.
 pub const BATCH: usize = 1 << 16;
 /// References per batch decoded from a binary trace file.
-const FILE_BATCH: usize = 1 << 12;
+const FILE_BATCH: usize = 1 << 13;
 /// Bytes read at once from a binary trace file: large enough that the read
 /// calls cost little, small enough to stay in the host's L2 until decoded.
 const FILE_READ: usize = 1 << 18;
@@ -243,12 +244,6 @@ impl Reader {
         }
     }
 
-    /// True for a binary trace file: reading and decoding it is then so
-    /// cheap that a second thread only adds hand-off costs.
-    pub fn is_binary_file(&self) -> bool {
-        matches!(self.inner, Inner::BinFile { .. })
-    }
-
     /// Fills `out` (cleared first) with the next references; empty at the end.
     pub fn next_batch(&mut self, out: &mut Vec<Ref>) -> Result<()> {
         out.clear();
@@ -282,8 +277,6 @@ impl Reader {
                     file.read_exact(&mut buf[..n])?;
                     (*pos, *filled, *left) = (0, n, *left - n as u64);
                 }
-                // Small batches stay in the host's L1 between decoding and
-                // simulating.
                 let take = (*filled - *pos).min(FILE_BATCH * addrtrace::RECORD_LEN);
                 out.extend(
                     buf[*pos..*pos + take]
@@ -797,7 +790,6 @@ mod tests {
         let read = |b: &[u8]| -> Result<Vec<Ref>> {
             std::fs::write(&path, b).unwrap();
             let mut rd = Reader::open(&Input::File(path.clone()), None)?;
-            assert!(rd.is_binary_file());
             let (mut all, mut batch) = (Vec::new(), Vec::new());
             loop {
                 rd.next_batch(&mut batch)?;

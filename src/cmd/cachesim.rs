@@ -3,8 +3,9 @@
 //! Dinero IV's single-dash options are parsed by hand (`-l1-isize 16k` is
 //! not clap-friendly).  The trace is read from stdin or from the one
 //! positional FILE.  How the reading is spread over threads:
-//! - a binary file is memory-mapped and decoded in small batches on the
-//!   simulating thread (decoding is cheaper than any hand-off);
+//! - a binary file is read in pieces and decoded by one thread that hands
+//!   batches to the simulating thread, as a pipe is (below): with two
+//!   CPUs the decoding runs beside the simulation;
 //! - a text file is memory-mapped, cut into pieces at line ends, and the
 //!   pieces are parsed by two threads while the main thread simulates them
 //!   in order;
@@ -244,9 +245,8 @@ impl Window {
     }
 }
 
-/// Reads the trace and sends batches to `sim`.  Text and piped input are
-/// parsed on a second thread; a binary trace file is decoded in small
-/// batches on this one.
+/// Reads the trace and sends batches to `sim`.  Text and `bin` input are
+/// parsed or decoded on other threads.
 /// `followers`: the model counts [`repeated`] markers, with this
 /// smallest I1 line ([`Batches`]; a data trace only).
 fn drive(
@@ -263,15 +263,6 @@ fn drive(
         return drive_data(path, window, followers, sim);
     }
     let mut reader = Reader::open(&cli.input, cli.informat)?;
-    if reader.is_binary_file() {
-        let mut batch = Vec::new();
-        loop {
-            reader.next_batch(&mut batch)?;
-            if batch.is_empty() || !window.feed(&batch, &mut sim)? {
-                return Ok(window.finish());
-            }
-        }
-    }
     if let Some((text, format)) = reader.mapped_text() {
         return drive_chunks(text, format, window, sim);
     }
