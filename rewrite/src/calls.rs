@@ -324,7 +324,10 @@ impl<'t> Calls<'t> {
     ) -> (CallPlan, CallDb) {
         let family = &self.traced.family;
         let name = c.name.as_deref();
-        let target_proc = c.target.and_then(|t| self.traced.traced_at(t));
+        // A traced setjmp root is entered by its springboard, as an
+        // untraced one was (`Traced::setjmp_root_call`).
+        let by_entry = self.traced.setjmp_root_call(c);
+        let target_proc = (c.target.and_then(|t| self.traced.traced_at(t))).filter(|_| !by_entry);
         let got_jump = c.kind != CallKind::Direct && c.target.is_none();
         let (target, marker) = match target_proc {
             Some(q) => (CallTarget::Proc(q.index() as u32), self.may_tail[&q]),
@@ -394,6 +397,7 @@ impl<'t> Calls<'t> {
             indirect: false,
             own_stack: None,
             task_paths: false,
+            by_entry,
         };
         let db = CallDb {
             indirect: false,

@@ -194,6 +194,10 @@ pub struct CallPlan {
     /// `setjmp` then returns only once; docs/profile.md, "Static
     /// executables").
     pub fatal_longjmp: bool,
+    /// The call enters its traced callee by the original entry, whose
+    /// springboard writes ENTER, not the copy's body: a setjmp call to a
+    /// static libc's traced setjmp family (`Traced::setjmp_root_call`).
+    pub by_entry: bool,
     /// An unresolved indirect jump: INDIRECT(target), then on through the
     /// procedure's map of original block starts to the copy
     /// ([`ProcPlan::map`]); elsewhere to the original target, counted, with
@@ -1574,9 +1578,14 @@ impl ProcGen<'_, '_> {
 
     /// Copies instruction `k` of block `b`.
     fn copy_at(&mut self, b: BlockId, k: usize, insn: Instruction) {
+        self.place_copy(b, k, self.relocated(insn));
+    }
+
+    /// Places `copy` (relocated or not) as instruction `k` of block `b`.
+    fn place_copy(&mut self, b: BlockId, k: usize, copy: Instruction) {
         self.em.point = self.at(b, k);
-        self.em.copy_len = insn.len() as u8;
-        self.copy(insn);
+        self.em.copy_len = copy.len() as u8;
+        self.em.push_copy(copy, copy.ip());
     }
 
     /// Where a branch to original address `t` goes in the copy.
@@ -1629,13 +1638,6 @@ impl ProcGen<'_, '_> {
             self.em.stop_jump(orig, true)?;
         }
         Ok(())
-    }
-
-    /// Copies `insn` ([`ProcGen::relocated`]).
-    fn copy(&mut self, insn: Instruction) {
-        let ip = insn.ip();
-        let insn = self.relocated(insn);
-        self.em.push_copy(insn, ip);
     }
 
     /// `insn` with a direct branch retargeted and references to rewritten
@@ -2616,7 +2618,10 @@ impl ProcGen<'_, '_> {
             own: (p.values.is_none() && !p.live.live_out(b).flags_live()).then(|| self.em.label()),
         });
         let query = self.before_call(end, setjmp, task)?;
-        self.copy_at(b, end.last_i, end.last);
+        match end.cp.by_entry {
+            true => self.place_copy(b, end.last_i, end.last),
+            false => self.copy_at(b, end.last_i, end.last),
+        }
         match ret {
             Some(e) => self.call_return(end, e, query, setjmp, task),
             None => Ok(()),

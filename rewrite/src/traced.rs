@@ -8,9 +8,11 @@
 //! - a traced procedure has a CFG, room for the springboard at each entry
 //!   point (a stub writing ENTER_AT at each secondary one),
 //!   and only jump tables the copy can rewrite ([`Traced::tables`]);
-//! - a libc's setjmp and longjmp families run untraced and are called
-//!   like imports (its fork family is traced: a child claims its slot at
-//!   the system call);
+//! - a libc's longjmp family runs untraced and is called like an import;
+//!   a static libc's setjmp family is traced when tracing, its calls
+//!   entering it by its springboard ([`Traced::setjmp_root_call`]), and
+//!   left alone when counting (libc.so.6's is left alone); its fork
+//!   family is traced (a child claims its slot at the system call);
 //! - a procedure of [`Traced::early`] is no root of a setjmp family and,
 //!   when [`Traced::late`], has no reason of the early code's: nothing
 //!   in its code is patched in the file (the runtime patches it at init).
@@ -49,7 +51,7 @@ pub(crate) struct Traced {
     pub by_start: HashMap<u64, ProcId>,
     /// A static libc's setjmp, longjmp and fork families.
     pub family: LibcFamily,
-    /// The procedures of the setjmp and longjmp families (left alone).
+    /// The procedures of the setjmp and longjmp families left alone.
     pub family_procs: HashSet<ProcId>,
     /// A static executable without setjmp/longjmp symbols: `family` was
     /// recognised by code (`guarded_family`).
@@ -140,7 +142,7 @@ impl Traced {
         if t.stripped {
             guarded_family(prog, &mut t.family);
         }
-        t.leave_families_alone(prog, &rw.ifuncs);
+        t.leave_families_alone(prog, &rw.ifuncs, tracing);
         if matches!(rw.how, crate::How::Trace(_)) {
             t.entry_point_scratch(prog);
             t.trace_unentered_short(prog);
@@ -174,6 +176,20 @@ impl Traced {
         !c.tail
             && (c.target.is_some_and(|t| self.family.setjmp.contains(&t))
                 || c.name.as_deref().is_some_and(imports::is_setjmp_like))
+    }
+
+    /// A setjmp call to a traced procedure of a static libc's setjmp
+    /// family: the copy calls its original entry, whose springboard
+    /// writes ENTER, so that the regenerator takes the setjmp's
+    /// instructions as callbacks of the marked call, between its SETJMP
+    /// and its RETURN, as it took `__sigjmp_save`'s when the roots were
+    /// left alone: the call site and its return point (SETJMP_RESUME after
+    /// a longjmp) are unchanged, and so is what the regenerator sees
+    /// around them.
+    pub fn setjmp_root_call(&self, c: &CallSite) -> bool {
+        self.setjmp_call(c)
+            && c.target
+                .is_some_and(|t| self.family.setjmp.contains(&t) && self.traced_at(t).is_some())
     }
 
     /// A call or jump to one of `entries` (of [`LibcFamily`]) that runs
@@ -447,14 +463,18 @@ impl Traced {
         }
     }
 
-    /// A libc's setjmp and longjmp families (static or libc.so.6) are left
-    /// alone and called like the imports: SETJMP, LONGJMP records at their
-    /// call sites, whatever alias the call names. What setjmp calls
-    /// (`__sigjmp_save`) and what longjmp calls (`_exit`, `mmap`, `munmap`
-    /// on its fortify error path) stays traced: entered from them, it is a
-    /// callback from untraced code, as from an import, and returns before
-    /// the setjmp call returns (its call is marked: RETURN after SETJMP and
-    /// the callbacks) or before the context is resumed. The IRELATIVE PLT
+    /// A libc's longjmp family (static or libc.so.6) is left alone and
+    /// called like the imports, whatever alias the call names; so is
+    /// libc.so.6's setjmp family, and a static libc's when counting. When
+    /// tracing, a static libc's setjmp family is traced, entered by its
+    /// springboard ([`Traced::setjmp_root_call`]). Either way its call
+    /// sites write SETJMP before the call and SETJMP_RESUME at the return
+    /// point. What setjmp calls (`__sigjmp_save`) and what longjmp calls
+    /// (`_exit`, `mmap`, `munmap` on its fortify error path) stays traced:
+    /// entered from them, it is a callback from untraced code, as from an
+    /// import, and returns before the setjmp call returns (its call is
+    /// marked: RETURN after SETJMP and the callbacks) or before the context
+    /// is resumed. The IRELATIVE PLT
     /// stubs they call stay traced: a stub's one `jmp [GOT]` goes to an
     /// implementation traced or not whoever calls the stub, so leaving the
     /// stub alone would keep no traced code out of the family; traced, its
@@ -471,20 +491,25 @@ impl Traced {
     /// original entries intact in the file until the runtime's init
     /// installs their springboards (ld.so's early calls run the original
     /// code, and so nothing traced); elsewhere left alone.
-    fn leave_families_alone(&mut self, prog: &Program, ifuncs: &[u64]) {
+    fn leave_families_alone(&mut self, prog: &Program, ifuncs: &[u64], tracing: bool) {
         let shared_libc = is_shared_libc(&prog.module);
         let f = &self.family;
+        let setjmp_alone = !(tracing && prog.module.is_static);
         // (entry, why): only the early code's callees join it. What a
         // setjmp or longjmp calls is traced, entered from untraced code
         // like a callback (a setjmp call is marked: the regenerator takes
         // callbacks until its RETURN).
-        let setjmp = if shared_libc {
-            SETJMP_LIBC_SO
+        let (setjmp, longjmp) = if shared_libc {
+            (SETJMP_LIBC_SO, LONGJMP_LIBC_SO)
         } else {
-            SETJMP_STATIC
+            (SETJMP_STATIC, LONGJMP_STATIC)
         };
-        let mut work: Vec<(u64, &'static str)> = (f.longjmp.iter().chain(&f.setjmp))
-            .map(|&a| (a, setjmp))
+        let setjmps = (f.setjmp.iter())
+            .filter(|_| setjmp_alone)
+            .map(|&a| (a, setjmp));
+        let mut work: Vec<(u64, &'static str)> = (f.longjmp.iter())
+            .map(|&a| (a, longjmp))
+            .chain(setjmps)
             .collect();
         // What ld.so runs before the executable's preinit (its runtime's
         // init) must not write a witness, nor may anything it calls. (A
@@ -537,9 +562,11 @@ impl Traced {
 }
 
 const SETJMP_STATIC: &str =
-    "setjmp/longjmp family of a static libc (runs untraced, called like an import)";
-const SETJMP_LIBC_SO: &str =
-    "setjmp/longjmp family of libc.so.6 (runs untraced, called like an import)";
+    "setjmp family of a static libc, when counting (runs uncounted, called like an import)";
+const LONGJMP_STATIC: &str =
+    "longjmp family of a static libc (runs untraced, called like an import)";
+const SETJMP_LIBC_SO: &str = "setjmp family of libc.so.6 (runs untraced, called like an import)";
+const LONGJMP_LIBC_SO: &str = "longjmp family of libc.so.6 (runs untraced, called like an import)";
 const EARLY: &str =
     "code ld.so runs before the runtime's init (IFUNC resolver, __libc_early_init): runs untraced";
 
