@@ -18,12 +18,19 @@
 //! program's own array, or for a script the kernel's: interpreter,
 //! optional argument, script path, the rest) and the native envp.
 //!
+//! A `posix_spawn(p)` call of an untraced libc is asked about the same
+//! way before the call: its program is resolved where the child would
+//! exec it (the file actions' `chdir`/`fchdir`, [`spawn_dir`]), and the
+//! answer goes to the slot's spawn buffer, whence the runtime gives the
+//! call the copy's path and argv. A traced libc's is not followed at
+//! the call: its child asks at its own `execve`.
+//!
 //! Invariants: every request is answered, also when nothing can be
 //! followed (answer 0: the program's own call runs, failing with its
 //! native errno or running the program untraced), so no process waits
 //! for ever; an exec that runs a program untraced leaves a note saying
 //! which process and why; the answer is written only inside the lent
-//! [`EXEC_BUF_SIZE`] bytes.
+//! bytes ([`EXEC_BUF_SIZE`], or [`SPAWN_BUF_SIZE`] for a spawn).
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -31,7 +38,7 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use aetrace_runtime::layout::{ExecKind, EXEC_BUF_SIZE};
+use aetrace_runtime::layout::{ExecKind, EXEC_BUF_SIZE, SPAWN_BUF_SIZE};
 use aetrace_runtime::{Drainer, ExecRequest};
 
 use crate::commands::{rewrite_program, Follow, Rewritten};
@@ -58,6 +65,9 @@ pub(crate) struct Follower {
     rewrites: HashMap<(u64, u64, i64, i64), Result<Rewritten, String>>,
     /// The modules of each rewritten program, by its image id.
     pub(crate) images: HashMap<u64, Vec<ModuleSpec>>,
+    /// The spawns answered with a copy whose child's stream has not
+    /// started yet: the copy's image id and the asking thread's slot.
+    spawns: Vec<(u64, u32)>,
 }
 
 /// Why an exec runs as the program called it.
@@ -80,6 +90,8 @@ struct Call {
     argv: Argv,
     /// The new program's environment (its address in the process).
     envp: u64,
+    /// Bytes lent for the answer.
+    room: u64,
 }
 
 enum Argv {
@@ -95,7 +107,16 @@ impl Follower {
             how,
             rewrites: HashMap::new(),
             images: HashMap::new(),
+            spawns: Vec::new(),
         }
+    }
+
+    /// The slot of the thread whose `posix_spawn` started a stream of a
+    /// copy with image id `image` in a process the trace has not seen
+    /// (the oldest such spawn), if one did.
+    pub(crate) fn spawner(&mut self, image: u64) -> Option<u32> {
+        let i = self.spawns.iter().position(|&(im, _)| im == image)?;
+        Some(self.spawns.remove(i).1)
     }
 
     /// Answers every waiting exec request; returns the notes on processes
@@ -104,7 +125,12 @@ impl Follower {
         let mut notes = Vec::new();
         for req in drainer.exec_requests() {
             let answer = match self.answer(&req) {
-                Ok(at) => at,
+                Ok((at, image)) => {
+                    if ExecKind::from_u32(req.kind).is_some_and(ExecKind::spawns) {
+                        self.spawns.push((image, req.slot));
+                    }
+                    at
+                }
                 Err(Native::AsCalled) => 0,
                 Err(Native::Untraced(why)) => {
                     notes.push(format!("process {} execs untraced: {why}", req.pid));
@@ -116,7 +142,8 @@ impl Follower {
         notes
     }
 
-    fn answer(&mut self, req: &ExecRequest) -> Result<u64, Native> {
+    /// The answer's address and the copy's image id.
+    fn answer(&mut self, req: &ExecRequest) -> Result<(u64, u64), Native> {
         let Some(how) = self.how.clone() else {
             return Err(Native::AsCalled);
         };
@@ -171,16 +198,17 @@ impl Follower {
             }
         };
         w.head([path, argv, call.envp]);
-        if w.bytes.len() as u64 > EXEC_BUF_SIZE {
+        if w.bytes.len() as u64 > call.room {
             return Err(Native::Untraced(format!(
-                "the exec of {} needs {} bytes of arguments, more than the {EXEC_BUF_SIZE} the runtime lends",
+                "the exec of {} needs {} bytes of arguments, more than the {} the runtime lends",
                 exe.display(),
-                w.bytes.len()
+                w.bytes.len(),
+                call.room
             )));
         }
         mem.write(req.buf, &w.bytes)
             .ok_or_else(|| Native::Untraced("its memory cannot be written".into()))?;
-        Ok(req.buf)
+        Ok((req.buf, copy.modules[0].image_id))
     }
 
     /// The rewritten copy of `exe`, a canonical path (from the run's
@@ -253,6 +281,7 @@ impl Call {
             ExecKind::Fexecve => {
                 return Err(Native::Untraced("fexecve is not followed".into()));
             }
+            ExecKind::Spawn | ExecKind::Spawnp => return Call::spawn(req, mem, kind),
         };
         Ok(Call {
             name: mem.string(name).ok_or(Native::AsCalled)?,
@@ -260,8 +289,82 @@ impl Call {
             search,
             argv,
             envp,
+            room: EXEC_BUF_SIZE,
         })
     }
+
+    /// `posix_spawn(pid, path, file_actions, attr, argv, envp)` of an
+    /// untraced libc (a traced one's child asks at its `execve`).
+    fn spawn(req: &ExecRequest, mem: &Mem, kind: ExecKind) -> Result<Call, Native> {
+        let [_, path, actions, _, argv, envp, _, _] = req.args;
+        if mem.libc_traced() {
+            return Err(Native::AsCalled);
+        }
+        Ok(Call {
+            name: mem.string(path).ok_or(Native::AsCalled)?,
+            dir: spawn_dir(req.pid, actions, mem)?,
+            search: kind == ExecKind::Spawnp,
+            argv: Argv::Array(argv),
+            envp,
+            room: SPAWN_BUF_SIZE,
+        })
+    }
+}
+
+/// glibc's file action tags (`posix/spawn_int.h`, `struct
+/// __spawn_action`: a u32 tag, the union at 8, 32 bytes each).
+const SPAWN_DO_CLOSE: u32 = 0;
+const SPAWN_DO_DUP2: u32 = 1;
+const SPAWN_DO_OPEN: u32 = 2;
+const SPAWN_DO_CHDIR: u32 = 3;
+const SPAWN_DO_FCHDIR: u32 = 4;
+const SPAWN_DO_CLOSEFROM: u32 = 5;
+const SPAWN_DO_TCSETPGRP: u32 = 6;
+const SPAWN_ACTION_SIZE: u64 = 32;
+
+/// The directory a spawn child resolves a relative name in when it
+/// execs: the parent's, changed by the file actions at `actions` (a
+/// `posix_spawn_file_actions_t`: i32 allocated, i32 used, the actions'
+/// address at 8) as the child runs them. An `fchdir` to a descriptor an
+/// earlier action made or closed is not followed (the child's
+/// descriptor is not the parent's), nor is an action glibc 2.36 does
+/// not have. (A name is resolved before the child runs its actions: an
+/// `open` that creates the program is not seen.)
+fn spawn_dir(pid: u32, actions: u64, mem: &Mem) -> Result<PathBuf, Native> {
+    let mut dir = PathBuf::from(format!("/proc/{pid}/cwd"));
+    if actions == 0 {
+        return Ok(dir);
+    }
+    let unreadable = || Native::Untraced("its spawn file actions cannot be read".into());
+    let used = mem.u64(actions).ok_or_else(unreadable)? >> 32;
+    let list = mem.u64(actions + 8).ok_or_else(unreadable)?;
+    // Descriptors an earlier action made or closed, and those from a
+    // `closefrom`'s on.
+    let (mut touched, mut from) = (Vec::new(), i32::MAX);
+    for i in 0..used {
+        let at = list + SPAWN_ACTION_SIZE * i;
+        let word = |off| mem.u64(at + off).ok_or_else(unreadable);
+        let (tag, fd) = (word(0)? as u32, word(8)? as u32 as i32);
+        match tag {
+            SPAWN_DO_CLOSE | SPAWN_DO_OPEN => touched.push(fd),
+            SPAWN_DO_CLOSEFROM => from = from.min(fd),
+            SPAWN_DO_DUP2 => touched.push((word(8)? >> 32) as i32),
+            SPAWN_DO_TCSETPGRP => {}
+            SPAWN_DO_CHDIR => {
+                let to = mem.string(word(8)?).ok_or_else(unreadable)?;
+                dir = dir.join(std::ffi::OsStr::from_bytes(&to));
+            }
+            SPAWN_DO_FCHDIR if !touched.contains(&fd) && fd < from => {
+                dir = PathBuf::from(format!("/proc/{pid}/fd/{fd}"));
+            }
+            _ => {
+                return Err(Native::Untraced(format!(
+                    "its spawn file action {i} (tag {tag}) is not followed"
+                )))
+            }
+        }
+    }
+    Ok(dir)
 }
 
 /// The file the call runs: its name as execve gets it, and the path by
@@ -436,28 +539,22 @@ impl Mem {
         })
     }
 
+    /// Whether the process's libc is a rewritten copy (`--libs`): its
+    /// code is traced, its system calls follow their execs.
+    fn libc_traced(&self) -> bool {
+        let Ok(cache) = std::fs::canonicalize(crate::commands::cache_dir()) else {
+            return false;
+        };
+        self.objects()
+            .is_some_and(|o| o.iter().any(|(exe, _, p)| !exe && p.starts_with(&cache)))
+    }
+
     /// The process's current environment (libc's `__environ`): found
     /// as the loader binds it, in the executable first (a copy
     /// relocation moves it there when the program names `environ`), then
     /// in libc, each where `/proc/PID/maps` says it is loaded.
     fn environ(&self) -> Option<u64> {
-        let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.0)).ok()?;
-        let exe = std::fs::read_link(format!("/proc/{}/exe", self.0)).ok()?;
-        let is_libc = |p: &Path| {
-            p.file_name()
-                .and_then(|f| f.to_str())
-                .is_some_and(|f| f.starts_with("libc.so") || f.starts_with("libc-"))
-        };
-        let objects = maps.lines().filter_map(|line| {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let path = Path::new(*f.get(5)?);
-            let start = u64::from_str_radix(f[0].split('-').next()?, 16).ok()?;
-            (f[2] == "00000000" && (path == exe || is_libc(path)))
-                .then(|| (path == exe, start, path.to_owned()))
-        });
-        let mut objects: Vec<_> = objects.collect();
-        objects.sort_by_key(|o| !o.0);
-        objects.dedup_by(|a, b| a.2 == b.2);
+        let objects = self.objects()?;
         let at = objects.iter().find_map(|(_, start, path)| {
             let bytes = std::fs::read(path).ok()?;
             let elf = goblin::elf::Elf::parse(&bytes).ok()?;
@@ -482,5 +579,29 @@ impl Mem {
             Some(bias + sym.st_value)
         })?;
         self.u64(at)
+    }
+
+    /// The executable and libc as `/proc/PID/maps` names them: whether it
+    /// is the executable, its first mapping's start and its path; the
+    /// executable first.
+    fn objects(&self) -> Option<Vec<(bool, u64, PathBuf)>> {
+        let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.0)).ok()?;
+        let exe = std::fs::read_link(format!("/proc/{}/exe", self.0)).ok()?;
+        let is_libc = |p: &Path| {
+            p.file_name()
+                .and_then(|f| f.to_str())
+                .is_some_and(|f| f.starts_with("libc.so") || f.starts_with("libc-"))
+        };
+        let objects = maps.lines().filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let path = Path::new(*f.get(5)?);
+            let start = u64::from_str_radix(f[0].split('-').next()?, 16).ok()?;
+            (f[2] == "00000000" && (path == exe || is_libc(path)))
+                .then(|| (path == exe, start, path.to_owned()))
+        });
+        let mut objects: Vec<_> = objects.collect();
+        objects.sort_by_key(|o| !o.0);
+        objects.dedup_by(|a, b| a.2 == b.2);
+        Some(objects)
     }
 }

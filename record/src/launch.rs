@@ -1261,7 +1261,7 @@ impl<'l> Recorder<'l> {
                             }
                             (StartReason::Exec, Some(ThreadId(prev as u32)))
                         }
-                        None => (StartReason::Main, None),
+                        None => self.spawned(b),
                     }
                 }
             }
@@ -1364,6 +1364,21 @@ impl<'l> Recorder<'l> {
             self.write_image(thread, image, tag as usize, (pid, rt))?;
         }
         Ok(())
+    }
+
+    /// How stream `b` of a process the trace has not seen starts: an
+    /// exec whose creator is the thread whose `posix_spawn` of an
+    /// untraced libc the recorder answered with its copy (the child ran
+    /// no traced code before its exec), else a main thread.
+    fn spawned(&mut self, b: &Batch<'_>) -> (StartReason, Option<ThreadId>) {
+        let spawner = (b.image != 0)
+            .then(|| self.follower.spawner(b.image))
+            .flatten()
+            .and_then(|slot| self.last.get(&slot).copied());
+        match spawner {
+            Some(t) => (StartReason::Exec, Some(t)),
+            None => (StartReason::Main, None),
+        }
     }
 
     /// Whether the stream `b` starts runs a rewritten copy the recorder

@@ -430,9 +430,12 @@ impl<'t> Calls<'t> {
         // lazily bound stub asks itself, once bound or after its LAZY
         // (the lazy-binding path ran as natively), not its callers.
         let to_lazy_stub = target_proc.is_some_and(|q| self.lazy_stubs.contains_key(&q));
+        // `posix_spawn` is asked only untraced: a traced one's child asks
+        // at its `execve`, and its code must see the program's arguments.
         plan.exec = name
             .filter(|_| plan.lazy_record || !(c.tail || to_lazy_stub))
-            .and_then(aetrace_runtime::layout::ExecKind::of_function);
+            .and_then(aetrace_runtime::layout::ExecKind::of_function)
+            .filter(|k| !k.spawns() || target_proc.is_none());
         plan.lazy_entry = db
             .lazy
             .map(|l| rw.prog.procs[ProcId::new(l as usize)].start);

@@ -16,8 +16,10 @@
 /// `b"AETRSHM1"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"AETRSHM1");
 /// Layout version in the header (2 since 2026-11-30: the header's second
-/// page holds the libraries of exec'd images, [`H_IMAGE_LIBS`]).
-pub const VERSION: u32 = 2;
+/// page holds the libraries of exec'd images, [`H_IMAGE_LIBS`]; 3 since
+/// 2026-12-01: a slot header is a page, its [`S_SPAWN_BUF`] lent for the
+/// answers to `posix_spawn` requests).
+pub const VERSION: u32 = 3;
 
 /// Size of the region header; slots start here (page aligned).
 pub const HEADER_SIZE: u64 = 8192;
@@ -142,7 +144,7 @@ pub const FLAG_RECORDER_GONE: u32 = 4;
 pub const FLAG_CHDIR: u32 = 8;
 
 /// Size of a slot header; the data halves follow it.
-pub const SLOT_HEADER_SIZE: u64 = 256;
+pub const SLOT_HEADER_SIZE: u64 = 4096;
 
 // Slot header field offsets (the %gs base points at the slot header).
 /// Absolute address of the next byte to write (writer's address space).
@@ -223,6 +225,13 @@ pub const S_EXEC_BUF: u64 = 208;
 pub const S_EXEC_ANSWER: u64 = 216;
 /// Bytes of stack `exec_request` lends the recorder for its answer.
 pub const EXEC_BUF_SIZE: u64 = 16384;
+/// SPAWN_BUF: the slot's bytes lent to the recorder for its answer to a
+/// `posix_spawn` request (EXEC_BUF then points here): the answer must
+/// outlive the request, up to the child's `execve` inside libc, and the
+/// stack below the caller's rsp is where `posix_spawn`'s frames go.
+pub const S_SPAWN_BUF: u64 = 256;
+/// Bytes of [`S_SPAWN_BUF`]: the rest of the slot header.
+pub const SPAWN_BUF_SIZE: u64 = SLOT_HEADER_SIZE - S_SPAWN_BUF;
 /// EXEC_STATE: no request.
 pub const EXEC_IDLE: u32 = 0;
 /// EXEC_STATE: a request waits for the recorder.
@@ -260,6 +269,11 @@ pub enum ExecKind {
     Execle = 7,
     /// `fexecve(fd, argv, envp)`.
     Fexecve = 8,
+    /// `posix_spawn(pid, path, file_actions, attr, argv, envp)`: the
+    /// answer replaces `path` and `argv` and the call runs.
+    Spawn = 9,
+    /// `posix_spawnp(pid, file, file_actions, attr, argv, envp)`.
+    Spawnp = 10,
 }
 
 impl ExecKind {
@@ -275,15 +289,23 @@ impl ExecKind {
             "execlp" => ExecKind::Execlp,
             "execle" => ExecKind::Execle,
             "fexecve" => ExecKind::Fexecve,
+            "posix_spawn" => ExecKind::Spawn,
+            "posix_spawnp" => ExecKind::Spawnp,
             _ => return None,
         })
+    }
+
+    /// A `posix_spawn` call: the request's answer goes to
+    /// [`S_SPAWN_BUF`] and the call runs with it, no `execve` in between.
+    pub fn spawns(self) -> bool {
+        matches!(self, ExecKind::Spawn | ExecKind::Spawnp)
     }
 
     /// The kind of an EXEC_KIND word.
     pub fn from_u32(k: u32) -> Option<ExecKind> {
         use ExecKind::*;
         [
-            Syscall, Execve, Execv, Execvp, Execvpe, Execl, Execlp, Execle, Fexecve,
+            Syscall, Execve, Execv, Execvp, Execvpe, Execl, Execlp, Execle, Fexecve, Spawn, Spawnp,
         ]
         .into_iter()
         .find(|e| *e as u32 == k)

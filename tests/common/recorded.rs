@@ -269,13 +269,24 @@ pub fn image_of(info: &serde_json::Value, t: usize) -> Option<u64> {
 }
 
 /// [`instrumented_modules`] of one process image ([`image_of`]), each
-/// with its index among all of them (its `programs` entry).
+/// with its `programs` entry: one per program database, in the order of
+/// the modules that hold one (a module of a program an earlier image ran
+/// shares that module's, `database_of`).
 pub fn image_modules(info: &serde_json::Value, image: Option<u64>) -> Vec<(usize, PathBuf)> {
     let modules = info["modules"].as_array().unwrap().iter();
-    (modules.filter(|m| m["instrumented"] == true))
-        .enumerate()
-        .filter(|(_, m)| m["image_thread"].as_u64() == image)
-        .map(|(k, m)| (k, PathBuf::from(m["path"].as_str().unwrap())))
+    let instrumented: Vec<_> = modules.filter(|m| m["instrumented"] == true).collect();
+    let id = |m: &serde_json::Value| m["id"].as_u64().unwrap();
+    let owners: Vec<u64> = (instrumented.iter())
+        .filter(|m| m["database_of"].is_null())
+        .map(|m| id(m))
+        .collect();
+    (instrumented.iter())
+        .filter(|m| m["image_thread"].as_u64() == image)
+        .map(|m| {
+            let own = m["database_of"].as_u64().unwrap_or_else(|| id(m));
+            let k = owners.iter().position(|&o| o == own).unwrap();
+            (k, PathBuf::from(m["path"].as_str().unwrap()))
+        })
         .collect()
 }
 

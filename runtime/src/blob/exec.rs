@@ -14,10 +14,20 @@
 //! the signal mask is put back (the new image inherits it) and the
 //! answer's `execve` runs; should it fail, the program's call runs.
 //!
+//! A `posix_spawn` or `posix_spawnp` call ([`ExecKind::spawns`]) runs
+//! its exec in the child, inside libc, after this returns: the answer
+//! lies in the slot's [`S_SPAWN_BUF`] (the stack below the caller's rsp
+//! is where `posix_spawn`'s frames go), and a nonzero answer replaces
+//! the caller's `path` (rsi) and `argv` (r8) with the copy's path and,
+//! for a script, the kernel's argv; then the call runs as the program
+//! made it. The buffer is the thread's until its next request: the
+//! child's `execve` reads it while its parent waits in `posix_spawn`.
+//!
 //! Invariants: signals are blocked from the request to the answer (a
 //! handler never sees a half-filled request); the recorder writes only
-//! inside the lent stack bytes, which `exec_request` touches first, top
-//! down, so the kernel has grown the stack over them.
+//! inside the lent bytes: the stack's, which `exec_request` touches
+//! first, top down, so the kernel has grown the stack over them, or the
+//! slot's spawn buffer.
 
 use super::*;
 
@@ -38,7 +48,6 @@ pub(super) fn emit(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
     a.jnz(native)?;
     a.mov(rbx, qword_ptr(S_BASE).gs())?;
     // The request: the argument registers as the caller left them.
-    let saved = |r| FRAME as i32 - 16 - 8 * SAVED.iter().position(|s| *s == r).unwrap() as i32;
     a.mov(eax, dword_ptr(rsp + saved(r11)))?;
     a.mov(dword_ptr(rbx + S_EXEC_KIND), eax)?;
     for (i, r) in [rdi, rsi, rdx, rcx, r8, r9, r10, rax]
@@ -51,6 +60,13 @@ pub(super) fn emit(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
     // The caller's rsp before its call of this entry point.
     a.lea(rax, ptr(rsp + FRAME as i32 + 8))?;
     a.mov(qword_ptr(rbx + S_EXEC_SP), rax)?;
+    let mut spawn = a.create_label();
+    a.mov(eax, dword_ptr(rbx + S_EXEC_KIND))?;
+    a.and(eax, !EXEC_ENTERED as i32)?;
+    for kind in [ExecKind::Spawn, ExecKind::Spawnp] {
+        a.cmp(eax, kind as i32)?;
+        a.je(spawn)?;
+    }
     // The answer's bytes, touched top down so the stack covers them.
     a.mov(rcx, rsp)?;
     a.sub(rsp, EXEC_BUF_SIZE as i32)?;
@@ -60,17 +76,8 @@ pub(super) fn emit(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
     a.cmp(rcx, rsp)?;
     a.ja(probe)?;
     a.mov(qword_ptr(rbx + S_EXEC_BUF), rsp)?;
-    a.mov(qword_ptr(rbx + S_EXEC_ANSWER), 0)?;
-    // x86 stores are ordered: the fields are visible before the state.
-    a.mov(dword_ptr(rbx + S_EXEC_STATE), EXEC_ASKED)?;
-    wake_recorder(a)?;
-    // A recorder that died never answers: run the program's own call.
-    wait_for_recorder(a, l, ptr(rbx + S_EXEC_STATE), EXEC_ASKED, answered)?;
-    a.mov(dword_ptr(rbx + S_EXEC_STATE), EXEC_IDLE)?;
-    a.jmp(drop)?;
+    ask(a, l, drop, answered)?;
     a.set_label(&mut answered)?;
-    a.mov(r12, qword_ptr(rbx + S_EXEC_ANSWER))?;
-    a.mov(dword_ptr(rbx + S_EXEC_STATE), EXEC_IDLE)?;
     a.test(r12, r12)?;
     a.jz(drop)?;
     // The program's mask for the new image (the answer stays below rsp,
@@ -93,8 +100,58 @@ pub(super) fn emit(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
     block_signals(a)?;
     d.mark(a, None)?;
     a.jmp(native)?;
+    a.set_label(&mut spawn)?;
+    spawn_answer(a, l, native)?;
     a.set_label(&mut drop)?;
     a.add(rsp, EXEC_BUF_SIZE as i32)?;
     a.set_label(&mut native)?;
     leave_blocked(a, &mut l.windows, d, Caller::Placed)
+}
+
+/// The request's common end (rbx = the slot, EXEC_BUF set): asks the
+/// recorder and waits. Jumps to `answered` with r12 = the answer, or to
+/// `gone` when the recorder died (it never answers: the program's own
+/// call runs).
+fn ask(
+    a: &mut CodeAssembler,
+    l: &Labels,
+    gone: CodeLabel,
+    answered: CodeLabel,
+) -> Result<(), IcedError> {
+    let mut got = a.create_label();
+    a.mov(qword_ptr(rbx + S_EXEC_ANSWER), 0)?;
+    // x86 stores are ordered: the fields are visible before the state.
+    a.mov(dword_ptr(rbx + S_EXEC_STATE), EXEC_ASKED)?;
+    wake_recorder(a)?;
+    wait_for_recorder(a, l, ptr(rbx + S_EXEC_STATE), EXEC_ASKED, got)?;
+    a.mov(dword_ptr(rbx + S_EXEC_STATE), EXEC_IDLE)?;
+    a.jmp(gone)?;
+    a.set_label(&mut got)?;
+    a.mov(r12, qword_ptr(rbx + S_EXEC_ANSWER))?;
+    a.mov(dword_ptr(rbx + S_EXEC_STATE), EXEC_IDLE)?;
+    a.jmp(answered)
+}
+
+/// A `posix_spawn` request (rbx = the slot, signals blocked, the frame
+/// of `save_all` at rsp): the answer in the slot's spawn buffer, its
+/// path and argv put in the caller's rsi and r8; then to `done`, which
+/// returns to the call.
+fn spawn_answer(a: &mut CodeAssembler, l: &Labels, done: CodeLabel) -> Result<(), IcedError> {
+    let mut answered = a.create_label();
+    a.lea(rax, ptr(rbx + S_SPAWN_BUF))?;
+    a.mov(qword_ptr(rbx + S_EXEC_BUF), rax)?;
+    ask(a, l, done, answered)?;
+    a.set_label(&mut answered)?;
+    a.test(r12, r12)?;
+    a.jz(done)?;
+    a.mov(rax, qword_ptr(r12))?;
+    a.mov(qword_ptr(rsp + saved(rsi)), rax)?;
+    a.mov(rax, qword_ptr(r12 + 8))?;
+    a.mov(qword_ptr(rsp + saved(r8)), rax)?;
+    a.jmp(done)
+}
+
+/// Where `save_all` put register `r`, from rsp in the entry's frame.
+fn saved(r: AsmRegister64) -> i32 {
+    FRAME as i32 - 16 - 8 * SAVED.iter().position(|s| *s == r).unwrap() as i32
 }
