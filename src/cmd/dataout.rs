@@ -1114,6 +1114,12 @@ struct Program1 {
     keeps_back: bool,
     /// The last block ends with `ret`.
     ret: bool,
+    /// The registers known at the first block's start.
+    known: RegSet,
+    /// A run before (`ThreadExec::prev`) after which the first block was
+    /// entered plainly: after it again, so it is (the check depends on
+    /// the two blocks alone), and only the registers are kept.
+    after: Option<(u32, BlockIx, bool, bool)>,
 }
 
 impl Segments {
@@ -1229,6 +1235,8 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
             totals: [0; 3],
             keeps_back: true,
             ret: false,
+            known: RegSet(0),
+            after: None,
         };
         for k in range.clone() {
             let Some(e) = &entries[self.segments.blocks[k].as_u32() as usize] else {
@@ -1243,6 +1251,9 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
             }
             p.keeps_back &= e.passes || e.leaf;
             p.ret = e.code.ret;
+            if k == at {
+                p.known = e.known;
+            }
         }
         if self
             .sink
@@ -1264,8 +1275,19 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
         let blocks = &self.segments.blocks;
         let first = Self::whole_run(m, module, blocks[range.start]);
         let last = Self::whole_run(m, module, blocks[range.end - 1]);
-        let from = self.enter(m, first, &mut false)?;
-        debug_assert!(from.is_none(), "a whole run, not after a handler");
+        let prev = self.state.prev;
+        // (Knowing nothing at its start, it has nothing to check.)
+        if p.known.0 == 0 || p.after.is_some() && p.after == prev {
+            self.keep(p.known)?;
+        } else {
+            let mut plain = false;
+            let from = self.enter(m, first, &mut plain)?;
+            debug_assert!(from.is_none(), "a whole run, not after a handler");
+            if plain {
+                let p = Program1 { after: prev, ..p };
+                self.segments.code[range.start] = Program::Yes(p);
+            }
+        }
         let values = &mut self.values;
         let take = &mut |what| values.take_as(what, m);
         match (self.sink).run_segment(range.start, &mut self.state.regs, take)? {
@@ -1432,15 +1454,23 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
                 }
             }
         }
-        let kept = self.state.regs.keep_exactly(known);
-        debug_assert!(kept, "a predecessor's end state covers the block's");
-        if !kept {
-            return Err("the data walk lost a register the analysis knows".into());
-        }
+        self.keep(known)?;
         match r.first {
             0 => Ok(None),
             // A run from the middle starts with nothing known.
             _ => Ok(Some(Rc::new(self.compile(m, r, known)?))),
+        }
+    }
+
+    /// The thread's state keeps the registers `known` alone, which it
+    /// must know.
+    #[inline(always)]
+    fn keep(&mut self, known: RegSet) -> Result<(), Error> {
+        let kept = self.state.regs.keep_exactly(known);
+        debug_assert!(kept, "a predecessor's end state covers the block's");
+        match kept {
+            true => Ok(()),
+            false => Err("the data walk lost a register the analysis knows".into()),
         }
     }
 
