@@ -40,7 +40,12 @@
 //! run when it keeps them ([`Sink::whole`]: `bin`, `cachesim`; no list
 //! of addresses between); a run from a block's middle, a block with
 //! a `rep` or a refused instruction, and `--check` run the compiled code
-//! on the interpreter's state made from them.
+//! on the interpreter's state made from them. A summarised segment whose
+//! blocks after the first were each entered plainly from the one before
+//! (a fact of the two blocks) runs, from its second run on, as one
+//! program ([`Sink::segment_code`]): its blocks' records and flat code
+//! chained, one way-in check (none after a run before that passed it),
+//! one copy and one pass, the same records written at the same points.
 
 // (A path the `cachesim` binary, which includes this file by its path, finds too.)
 #[path = "dataout/signals.rs"]

@@ -18,7 +18,10 @@
 //! state whose known registers are the block's compiled ones, [`FlatCode::run`]
 //! gives the same addresses, takes the same values in the same order, and
 //! leaves the same known registers with the same values; [`FlatCode::run_into`]
-//! puts each address at its places in a consumer's records instead.
+//! puts each address at its places in a consumer's records instead. The
+//! codes of blocks that follow each other chained ([`FlatCode::chain`],
+//! a summarised segment's program) run as the blocks one after the
+//! other, each entered with the registers the one before left.
 
 use super::{apply, extend_bits, BlockCode, Func, How, Src, Sum, Val, LOW32};
 use crate::addr::exec::Exec;
