@@ -1182,7 +1182,7 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
         let m = &visit.modules()[s.module as usize];
         let range = self.segments.range(m, s);
         match self.segments.code[range.start] {
-            Program::Yes(p) if !self.sig.resumed => return self.program(m, s.module, range, p),
+            Program::Yes(p) if !self.sig.resumed => self.program(m, s.module, range, p),
             Program::Untried => {
                 self.each_block(m, s.module, range.clone(), false)?;
                 self.make_program(m, s.module, range);
