@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::mpsc;
 
-use super::dataout::Whole;
+use super::dataout::{SegCode, Segmented, Whole};
 use aetrace_analysis::addr::exec::code::flat::{FlatCode, Regs};
 use aetrace_analysis::addr::exec::code::BlockCode;
 use aetrace_analysis::addr::full::Recorded;
@@ -382,6 +382,19 @@ struct Batches {
     /// Per module, per block: what a whole run of it sends, built at its
     /// first such run.
     templates: Vec<Vec<Option<Template>>>,
+    /// Per segment program number (`Sink::segment_code`).
+    segs: Vec<Option<SegTemplate>>,
+}
+
+/// What a run of a segment's program sends ([`Batches`]): its blocks'
+/// templates chained, each block's followers pending after it sent as a
+/// marker before the next block's first reference.
+struct SegTemplate {
+    code: SegCode<Ref>,
+    /// Followers counted in markers inside the run.
+    grouped: u64,
+    /// Followers after the run's last reference sent.
+    trailing: u64,
 }
 
 /// What a whole run of a block with flat code sends ([`Batches`]), its
@@ -541,11 +554,7 @@ impl Batches {
     /// The followers pending, as a marker.
     #[inline(always)]
     fn put_pending(&mut self) {
-        if self.pending != 0 {
-            let n = std::mem::take(&mut self.pending);
-            self.grouped += n - 1;
-            self.batch.push(repeated(n));
-        }
+        marker(&mut self.pending, &mut self.grouped, &mut self.batch);
     }
 
     #[cold]
@@ -620,6 +629,75 @@ impl super::dataout::Sink for Batches {
         Ok(Whole::Ran)
     }
 
+    fn segment_code(&mut self, id: usize, (m, module): (&Module, u32), blocks: &[BlockIx]) -> bool {
+        let (mut code, mut grouped, mut trailing) = (SegCode::default(), 0, 0);
+        for &b in blocks {
+            let Some(t) = &self.templates[module as usize][b.as_u32() as usize] else {
+                return false;
+            };
+            // The block before's followers, sent before the first
+            // reference of this one, as `whole` sends them.
+            let mut extra = Vec::new();
+            marker(&mut trailing, &mut grouped, &mut extra);
+            if code
+                .push(&extra, (&t.refs, &t.flat), m.blocks[b].ninsns)
+                .is_none()
+            {
+                return false;
+            }
+            grouped += t.grouped;
+            trailing = t.trailing;
+        }
+        let seg = SegTemplate {
+            code,
+            grouped,
+            trailing,
+        };
+        super::dataout::put_segment(&mut self.segs, id, seg);
+        true
+    }
+
+    /// Sends the segment's references by its template, the chained flat
+    /// code putting the addresses in the copy; not when the batch would
+    /// be sent inside it (the runs one by one would send it there).
+    #[inline]
+    fn run_segment<T: FnMut(Recorded) -> Result<u64, String>>(
+        &mut self,
+        id: usize,
+        regs: &mut Regs,
+        take: &mut T,
+    ) -> super::dataout::Result<Segmented> {
+        let Batches {
+            segs,
+            batch,
+            pending,
+            grouped,
+            ..
+        } = self;
+        let Some(Some(seg)) = segs.get(id) else {
+            return Ok(Segmented::Not);
+        };
+        if batch.len() + 1 + seg.code.recs.len() >= DATA_BATCH {
+            return Ok(Segmented::Not);
+        }
+        let before = batch.len();
+        marker(pending, grouped, batch);
+        let at = batch.len();
+        batch.extend_from_slice(&seg.code.recs);
+        let ran = (seg.code.flat).run_into(regs, take, &mut batch[at..], |r, a| r.addr |= a);
+        if let Err((k, why)) = ran {
+            let (block, k) = seg.code.insn(k);
+            batch.truncate(match block {
+                0 => before,
+                b => at + seg.code.records_of(b),
+            });
+            return Ok(Segmented::Failed { block, k, why });
+        }
+        *grouped += seg.grouped;
+        *pending = seg.trailing;
+        Ok(Segmented::Ran)
+    }
+
     #[inline(always)]
     fn insn(&mut self, k: u32, addr: u64, len: u32) -> super::dataout::Result<()> {
         if self.followers.as_mut().is_some_and(|f| f.follows(k)) {
@@ -638,6 +716,17 @@ impl super::dataout::Sink for Batches {
             self.push(AccessKind::Write, addr, size)?;
         }
         Ok(())
+    }
+}
+
+/// The followers `pending` (none after), as a marker in `batch`; the
+/// marker's count less one more are `grouped`.
+#[inline(always)]
+fn marker(pending: &mut u64, grouped: &mut u64, batch: &mut Vec<Ref>) {
+    if *pending != 0 {
+        let n = std::mem::take(pending);
+        *grouped += n - 1;
+        batch.push(repeated(n));
     }
 }
 
@@ -760,6 +849,7 @@ fn drive_data(
                 pending: 0,
                 grouped: 0,
                 templates: Vec::new(),
+                segs: Vec::new(),
             };
             let opts = aetrace_regen::Options::default();
             let r = super::dataout::walk(path, &opts, &mut b).and_then(|_| b.finish());

@@ -40,7 +40,12 @@
 //! run when it keeps them ([`Sink::whole`]: `bin`, `cachesim`; no list
 //! of addresses between); a run from a block's middle, a block with
 //! a `rep` or a refused instruction, and `--check` run the compiled code
-//! on the interpreter's state made from them.
+//! on the interpreter's state made from them. A summarised segment whose
+//! blocks after the first were each entered plainly from the one before
+//! (a fact of the two blocks) runs, from its second run on, as one
+//! program ([`Sink::segment_code`]): its blocks' records and flat code
+//! chained, one way-in check (none after a run before that passed it),
+//! one copy and one pass, the same records written at the same points.
 
 // (A path the `cachesim` binary, which includes this file by its path, finds too.)
 #[path = "dataout/signals.rs"]
@@ -126,6 +131,114 @@ pub trait Sink {
         _take: &mut T,
     ) -> Result<Whole, Error> {
         Ok(Whole::Not)
+    }
+    /// Makes program `id` of a summarised segment: the whole runs of
+    /// `blocks` (of module `m`, its index) one after the other, from the records and
+    /// placed flat code this sink keeps of each ([`Sink::whole`]) chained
+    /// into one list, so that a run of the segment is one copy and one
+    /// pass. Whether it did (the default: no, the walk runs the blocks one
+    /// by one).
+    #[cold]
+    fn segment_code(&mut self, _id: usize, _m: (&Module, u32), _blocks: &[BlockIx]) -> bool {
+        false
+    }
+    /// Runs segment program `id` (made by [`Sink::segment_code`]) on the
+    /// thread's `regs`, values from `take`, as the runs of its blocks one
+    /// by one would: the same records, written at the same points;
+    /// [`Segmented::Not`] when it cannot now (its records would cross the
+    /// sink's next write), nothing taken.
+    #[inline]
+    fn run_segment<T: FnMut(Recorded) -> Result<u64, String>>(
+        &mut self,
+        _id: usize,
+        _regs: &mut Regs,
+        _take: &mut T,
+    ) -> Result<Segmented, Error> {
+        Ok(Segmented::Not)
+    }
+}
+
+/// What [`Sink::run_segment`] did.
+pub enum Segmented {
+    /// It ran the segment's blocks and took their references.
+    Ran,
+    /// The flat code stopped at instruction `k` of the segment's `block`-th
+    /// block, and why; the records of the blocks before it taken, none of
+    /// its own.
+    Failed {
+        /// The block, by its place in the segment.
+        block: usize,
+        /// The instruction, by its index in the block.
+        k: usize,
+        /// Why.
+        why: String,
+    },
+    /// Nothing: the walk runs the blocks one by one.
+    Not,
+}
+
+/// A summarised segment's whole runs chained into one program (a sink's
+/// [`Sink::segment_code`]): the records of its blocks' runs in order,
+/// each address left 0, and their placed flat code chained, each
+/// address put in its records; where each block's instructions and
+/// records start, for an error's block and the records kept before it.
+pub struct SegCode<W> {
+    /// The records of a whole run of the segment.
+    pub recs: Vec<W>,
+    /// The blocks' flat code, one after the other.
+    pub flat: FlatCode,
+    /// Per block: its first instruction and its first record.
+    starts: Vec<(usize, usize)>,
+    /// The instructions so far.
+    insns: usize,
+}
+
+impl<W> Default for SegCode<W> {
+    fn default() -> Self {
+        SegCode {
+            recs: Vec::new(),
+            flat: FlatCode::empty(),
+            starts: Vec::new(),
+            insns: 0,
+        }
+    }
+}
+
+impl<W: Copy> SegCode<W> {
+    /// Appends a block of `ninsns` instructions: `extra` (records its run
+    /// sends before its own when it follows the block before), then its
+    /// records and its flat code placed in them; `None` if the chain is
+    /// too long for the flat code's numbers.
+    pub fn push(
+        &mut self,
+        extra: &[W],
+        (recs, flat): (&[W], &FlatCode),
+        ninsns: u32,
+    ) -> Option<()> {
+        self.starts.push((self.insns, self.recs.len()));
+        self.recs.extend_from_slice(extra);
+        let at = u32::try_from(self.recs.len()).ok()?;
+        self.flat.chain(flat, self.insns, at)?;
+        self.recs.extend_from_slice(recs);
+        self.insns += ninsns as usize;
+        Some(())
+    }
+
+    /// The block (its place in the segment) and the instruction in it of
+    /// the chain's instruction `k`.
+    pub fn insn(&self, k: usize) -> (usize, usize) {
+        let b = self.starts.partition_point(|&(i, _)| i <= k) - 1;
+        (b, k - self.starts[b].0)
+    }
+
+    /// The block whose records hold record `p` of the chain.
+    pub fn block_of(&self, p: usize) -> usize {
+        self.starts.partition_point(|&(_, r)| r <= p) - 1
+    }
+
+    /// Where block `b`'s records start (its `extra` ones first).
+    pub fn records_of(&self, b: usize) -> usize {
+        self.starts[b].1
     }
 }
 
@@ -250,6 +363,8 @@ struct Bin<'o> {
     /// or `None` if one cannot be encoded (the per-instruction path then
     /// says why).
     words: Vec<Vec<Option<Option<Words>>>>,
+    /// Per segment program number ([`Sink::segment_code`]).
+    segs: Vec<Option<SegCode<[u8; 8]>>>,
 }
 
 /// Encoded records (little-endian) written a megabyte at a time.
@@ -333,6 +448,14 @@ impl Bin<'_> {
     }
 }
 
+/// Keeps `seg` as segment program `id` of `segs`.
+pub fn put_segment<T>(segs: &mut Vec<Option<T>>, id: usize, seg: T) {
+    if segs.len() <= id {
+        segs.resize_with(id + 1, || None);
+    }
+    segs[id] = Some(seg);
+}
+
 /// Nothing yet for each block of each of `modules` (a sink's per-block
 /// records, built at a block's first whole run).
 pub fn per_block<T>(modules: &[Module]) -> Vec<Vec<Option<T>>> {
@@ -380,6 +503,69 @@ impl Sink for Bin<'_> {
         match large {
             Some(a) => Err(aetrace_format::Error::AddressTooLarge(a).into()),
             None => Ok(Whole::Ran),
+        }
+    }
+
+    fn segment_code(&mut self, id: usize, (m, module): (&Module, u32), blocks: &[BlockIx]) -> bool {
+        let mut seg = SegCode::default();
+        for &b in blocks {
+            let Some(Some(t)) = &self.words[module as usize][b.as_u32() as usize] else {
+                return false;
+            };
+            if seg
+                .push(&[], (&t.words, &t.flat), m.blocks[b].ninsns)
+                .is_none()
+            {
+                return false;
+            }
+        }
+        put_segment(&mut self.segs, id, seg);
+        true
+    }
+
+    /// The segment's records copied, its chained flat code putting the
+    /// addresses in them; not when they would not fit in the buffer (the
+    /// blocks' runs would write it). Errors as [`Sink::whole`]'s, the
+    /// records of the blocks before the failing one kept.
+    #[inline]
+    fn run_segment<T: FnMut(Recorded) -> Result<u64, String>>(
+        &mut self,
+        id: usize,
+        regs: &mut Regs,
+        take: &mut T,
+    ) -> Result<Segmented, Error> {
+        let Some(Some(seg)) = self.segs.get(id) else {
+            return Ok(Segmented::Not);
+        };
+        let (start, n) = (self.records.len, seg.recs.len());
+        if start + n > self.records.buf.len() {
+            return Ok(Segmented::Not);
+        }
+        let out = &mut self.records.buf[start..start + n];
+        out.copy_from_slice(&seg.recs);
+        let mut large = None;
+        let ran = seg.flat.go(regs, take, |[p, q], a| {
+            if a >= ADDRESS_LIMIT {
+                large.get_or_insert((p as usize, a));
+            }
+            for w in [p, q] {
+                let w = &mut out[w as usize];
+                *w = (u64::from_le_bytes(*w) | a).to_le_bytes();
+            }
+        });
+        let failed = ran.err().map(|(k, why)| (seg.insn(k), why));
+        let large = large.map(|(p, a)| (seg.block_of(p), a));
+        self.records.len = match (&failed, large) {
+            (_, Some((b, _))) => start + seg.records_of(b),
+            (Some(((b, _), _)), None) => start + seg.records_of(*b),
+            (None, None) => start + n,
+        };
+        match (failed, large) {
+            (f, Some((b, a))) if f.as_ref().map_or(true, |((fb, _), _)| b < *fb) => {
+                Err(aetrace_format::Error::AddressTooLarge(a).into())
+            }
+            (Some(((block, k), why)), _) => Ok(Segmented::Failed { block, k, why }),
+            _ => Ok(Segmented::Ran),
         }
     }
 
@@ -436,7 +622,12 @@ impl Counts {
     /// Counts a whole run of `code`, each `rep` once.
     #[inline(always)]
     fn add_block(&mut self, code: &BlockCode) {
-        let [refs, statik, recorded] = code.totals;
+        self.add(code.totals);
+    }
+
+    /// Counts references by their totals (`BlockCode::totals`).
+    #[inline(always)]
+    fn add(&mut self, [refs, statik, recorded]: [u64; 3]) {
         self.refs += refs;
         self.static_refs += statik;
         self.recorded_refs += recorded;
@@ -765,6 +956,7 @@ pub fn write(
             len: 0,
         },
         words: Vec::new(),
+        segs: Vec::new(),
     };
     let counts = walk(trace, opts, &mut bin)?;
     bin.records.flush()?;
@@ -896,6 +1088,43 @@ struct Segments {
     /// depends on the two blocks alone, so once passed it holds for
     /// every run of the segment and is not made again.
     plain: Vec<bool>,
+    /// Per listed block, at a segment's first: its program.
+    code: Vec<Program>,
+}
+
+/// A listed segment's program ([`Sink::segment_code`]), made after a run
+/// of its blocks one by one that found every block after the first
+/// entered plainly from the one before: then every run of it enters
+/// them so (the check depends on the two blocks alone), and what the
+/// runs one by one decide per block is decided once.
+#[derive(Copy, Clone, Default)]
+enum Program {
+    /// Not made yet.
+    #[default]
+    Untried,
+    /// The sink has none, or a block has no whole run or ends with a
+    /// call whose return carries the state (kept per run).
+    No,
+    /// The sink's program `id` (its segment's first listed block).
+    Yes(Program1),
+}
+
+/// What a run of a segment's program does beside the sink's records.
+#[derive(Copy, Clone)]
+struct Program1 {
+    /// The blocks' references ([`Counts::add`]).
+    totals: [u64; 3],
+    /// Every block passes through or is a leaf's: the kept call state
+    /// stays ([`Writer::keep_back`]); else it is dropped.
+    keeps_back: bool,
+    /// The last block ends with `ret`.
+    ret: bool,
+    /// The registers known at the first block's start.
+    known: RegSet,
+    /// A run before (`ThreadExec::prev`) after which the first block was
+    /// entered plainly: after it again, so it is (the check depends on
+    /// the two blocks alone), and only the registers are kept.
+    after: Option<(u32, BlockIx, bool, bool)>,
 }
 
 impl Segments {
@@ -918,6 +1147,7 @@ impl Segments {
         let at = self.blocks.len();
         self.blocks.extend(s.blocks(m));
         self.plain.resize(self.blocks.len(), false);
+        self.code.resize(self.blocks.len(), Program::Untried);
         self.of[s.module as usize][s.number as usize] = (at as u32, s.blocks);
         at..self.blocks.len()
     }
@@ -946,24 +1176,139 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
         Ok(())
     }
 
-    /// The blocks of segment `s`, each run whole.
+    /// The blocks of segment `s`, each run whole: by its program if it
+    /// has one, else one by one (and then its program made, once).
     fn segment<B: AsRef<[u8]> + Sync>(&mut self, visit: &Visit<'_, B>, s: Segment) -> Result<()> {
         let m = &visit.modules()[s.module as usize];
         let range = self.segments.range(m, s);
+        match self.segments.code[range.start] {
+            Program::Yes(p) if !self.sig.resumed => self.program(m, s.module, range, p),
+            Program::Untried => {
+                self.each_block(m, s.module, range.clone(), false)?;
+                self.make_program(m, s.module, range);
+                Ok(())
+            }
+            _ => self.each_block(m, s.module, range, false),
+        }
+    }
+
+    /// The whole run of `block` of module `module`.
+    fn whole_run(m: &Module, module: u32, block: BlockIx) -> BlockRun {
+        BlockRun {
+            module,
+            block,
+            first: 0,
+            end: m.blocks[block].ninsns,
+            faults: false,
+        }
+    }
+
+    /// The listed blocks `range` of module `module` run whole one by one;
+    /// `entered`: the first one's [`Writer::enter`] was made.
+    fn each_block(
+        &mut self,
+        m: &Module,
+        module: u32,
+        range: std::ops::Range<usize>,
+        entered: bool,
+    ) -> Result<()> {
         let first = range.start;
         for k in range {
-            let block = self.segments.blocks[k];
-            let r = BlockRun {
-                module: s.module,
-                block,
-                first: 0,
-                end: m.blocks[block].ninsns,
-                faults: false,
-            };
+            let r = Self::whole_run(m, module, self.segments.blocks[k]);
+            if k == first && entered {
+                self.run_entered(m, r, None)?;
+                continue;
+            }
             // The segment's first block follows whatever ran before it.
             let mut plain = k > first && self.segments.plain[k];
-            self.run(visit, r, &mut plain)?;
+            self.run(m, r, &mut plain)?;
             self.segments.plain[k] = k > first && plain;
+        }
+        Ok(())
+    }
+
+    /// Makes the program of the segment listed at `range` after a run of
+    /// it one by one, if every block after the first was entered plainly
+    /// (or knows nothing at its start: nothing to check) and runs whole
+    /// by flat code, and none keeps a call's state for its return.
+    #[cold]
+    fn make_program(&mut self, m: &Module, module: u32, range: std::ops::Range<usize>) {
+        let at = range.start;
+        self.segments.code[at] = Program::No;
+        let entries = &self.mods[module as usize].entries;
+        let mut p = Program1 {
+            totals: [0; 3],
+            keeps_back: true,
+            ret: false,
+            known: RegSet(0),
+            after: None,
+        };
+        for k in range.clone() {
+            let Some(e) = &entries[self.segments.blocks[k].as_u32() as usize] else {
+                return;
+            };
+            let plain = k == at || self.segments.plain[k] || e.known.0 == 0;
+            if !plain || e.flat.is_none() || e.back || !m.shown {
+                return;
+            }
+            for (t, n) in p.totals.iter_mut().zip(e.code.totals) {
+                *t += n;
+            }
+            p.keeps_back &= e.passes || e.leaf;
+            p.ret = e.code.ret;
+            if k == at {
+                p.known = e.known;
+            }
+        }
+        if self
+            .sink
+            .segment_code(at, (m, module), &self.segments.blocks[range])
+        {
+            self.segments.code[at] = Program::Yes(p);
+        }
+    }
+
+    /// Runs the segment listed at `range` by its program `p`: the first
+    /// block entered as any run, the others as the program says.
+    fn program(
+        &mut self,
+        m: &Module,
+        module: u32,
+        range: std::ops::Range<usize>,
+        p: Program1,
+    ) -> Result<()> {
+        let blocks = &self.segments.blocks;
+        let first = Self::whole_run(m, module, blocks[range.start]);
+        let last = Self::whole_run(m, module, blocks[range.end - 1]);
+        let prev = self.state.prev;
+        // (Knowing nothing at its start, it has nothing to check.)
+        if p.known.0 == 0 || p.after.is_some() && p.after == prev {
+            self.keep(p.known)?;
+        } else {
+            let mut plain = false;
+            let from = self.enter(m, first, &mut plain)?;
+            debug_assert!(from.is_none(), "a whole run, not after a handler");
+            if plain {
+                let p = Program1 { after: prev, ..p };
+                self.segments.code[range.start] = Program::Yes(p);
+            }
+        }
+        let values = &mut self.values;
+        let take = &mut |what| values.take_as(what, m);
+        match (self.sink).run_segment(range.start, &mut self.state.regs, take)? {
+            Segmented::Ran => {}
+            Segmented::Not => return self.each_block(m, module, range, true),
+            Segmented::Failed { block, k, why } => {
+                let b = self.segments.blocks[range.start + block];
+                return Err(self.failed(m, Self::whole_run(m, module, b), k, why));
+            }
+        }
+        // The sink's state after the runs one by one is its last run's.
+        self.sink.run(last);
+        self.counts.add(p.totals);
+        self.state.prev = Some((module, last.block, true, p.ret));
+        if !p.keeps_back {
+            self.state.back = None;
         }
         Ok(())
     }
@@ -983,7 +1328,7 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
                 Ok(())
             }
             Event::Run(r) if r.faults => self.faulting(visit, r),
-            Event::Run(r) => self.run(visit, r, &mut false),
+            Event::Run(r) => self.run(&visit.modules()[r.module as usize], r, &mut false),
             Event::Signal { signo, offset } => self.deliver(visit, signo, offset),
             Event::SigReturn { offset, moved } => self.sigreturn(offset, moved),
         }
@@ -1114,15 +1459,23 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
                 }
             }
         }
-        let kept = self.state.regs.keep_exactly(known);
-        debug_assert!(kept, "a predecessor's end state covers the block's");
-        if !kept {
-            return Err("the data walk lost a register the analysis knows".into());
-        }
+        self.keep(known)?;
         match r.first {
             0 => Ok(None),
             // A run from the middle starts with nothing known.
             _ => Ok(Some(Rc::new(self.compile(m, r, known)?))),
+        }
+    }
+
+    /// The thread's state keeps the registers `known` alone, which it
+    /// must know.
+    #[inline(always)]
+    fn keep(&mut self, known: RegSet) -> Result<(), Error> {
+        let kept = self.state.regs.keep_exactly(known);
+        debug_assert!(kept, "a predecessor's end state covers the block's");
+        match kept {
+            true => Ok(()),
+            false => Err("the data walk lost a register the analysis knows".into()),
         }
     }
 
@@ -1261,14 +1614,18 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
     }
 
     /// Run `r`; `plain` as [`Writer::enter`]'s.
-    fn run<B: AsRef<[u8]> + Sync>(
-        &mut self,
-        visit: &Visit<'_, B>,
-        r: BlockRun,
-        plain: &mut bool,
-    ) -> Result<(), Error> {
-        let m = &visit.modules()[r.module as usize];
+    fn run(&mut self, m: &Module, r: BlockRun, plain: &mut bool) -> Result<(), Error> {
         let from = self.enter(m, r, plain)?;
+        self.run_entered(m, r, from)
+    }
+
+    /// Run `r` after its [`Writer::enter`], which gave `from`.
+    fn run_entered(
+        &mut self,
+        m: &Module,
+        r: BlockRun,
+        from: Option<Rc<BlockCode>>,
+    ) -> Result<(), Error> {
         if m.shown {
             self.sink.run(r);
         }

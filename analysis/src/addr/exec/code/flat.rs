@@ -18,7 +18,10 @@
 //! state whose known registers are the block's compiled ones, [`FlatCode::run`]
 //! gives the same addresses, takes the same values in the same order, and
 //! leaves the same known registers with the same values; [`FlatCode::run_into`]
-//! puts each address at its places in a consumer's records instead.
+//! puts each address at its places in a consumer's records instead. The
+//! codes of blocks that follow each other chained ([`FlatCode::chain`],
+//! a summarised segment's program) run as the blocks one after the
+//! other, each entered with the registers the one before left.
 
 use super::{apply, extend_bits, BlockCode, Func, How, Src, Sum, Val, LOW32};
 use crate::addr::exec::Exec;
@@ -233,6 +236,55 @@ impl FlatCode {
         f
     }
 
+    /// Code with no ops, nothing known at its end: the start of a chain
+    /// ([`FlatCode::chain`]).
+    pub fn empty() -> FlatCode {
+        FlatCode {
+            ops: Vec::new(),
+            refs: 0,
+            exit: RegSet(0),
+        }
+    }
+
+    /// Appends `next`, the placed code of a block run right after this
+    /// code's (whose end state covers `next`'s known registers, as the
+    /// walk checked once for the pair): its instructions numbered from
+    /// `insns` (errors name the chain's instruction), its places moved by
+    /// `at`. `None` if the numbers do not fit.
+    pub fn chain(&mut self, next: &FlatCode, insns: usize, at: u32) -> Option<()> {
+        let insns = u16::try_from(insns).ok()?;
+        for &op in &next.ops {
+            self.ops.push(match op {
+                Op::Take { k, dst, what } => Op::Take {
+                    k: k.checked_add(insns)?,
+                    dst,
+                    what,
+                },
+                Op::Addr { s, at: [p, q] } => Op::Addr {
+                    s,
+                    at: [p.checked_add(at)?, q.checked_add(at)?],
+                },
+                Op::Rec {
+                    k,
+                    j,
+                    dst,
+                    s,
+                    at: [p, q],
+                } => Op::Rec {
+                    k: k.checked_add(insns)?,
+                    j,
+                    dst,
+                    s,
+                    at: [p.checked_add(at)?, q.checked_add(at)?],
+                },
+                op => op,
+            });
+        }
+        self.refs += next.refs;
+        self.exit = next.exit;
+        Some(())
+    }
+
     fn place(&mut self, at: impl Fn(usize) -> [u32; 2]) {
         let ats = self.ops.iter_mut().filter_map(|op| match op {
             Op::Addr { at, .. } | Op::Rec { at, .. } => Some(at),
@@ -338,9 +390,11 @@ impl FlatCode {
         })
     }
 
-    /// Runs the ops, each address with its places to `put`.
+    /// [`FlatCode::run`] with each address given to `put` with its places
+    /// ([`FlatCode::placed`]): a consumer that needs to know where an
+    /// address went.
     #[inline(always)]
-    fn go(
+    pub fn go(
         &self,
         regs: &mut Regs,
         take: &mut impl FnMut(Recorded) -> Result<u64, String>,

@@ -2,7 +2,8 @@
 //! itself tested against the interpreter): random blocks of every form
 //! but `rep` string instructions, entered with random known registers,
 //! stale values in the unknown slots, and values that may run out; its
-//! addresses put in place ([`FlatCode::run_into`]) as in a list.
+//! addresses put in place ([`FlatCode::run_into`]) as in a list; two
+//! blocks chained ([`FlatCode::chain`]) as the one run after the other.
 
 use iced_x86::code_asm::*;
 use iced_x86::{Instruction, InstructionInfoFactory};
@@ -158,4 +159,88 @@ fn a_rep_or_a_refused_form_has_no_flat_code() {
     let b = block();
     let code = BlockCode::compile(RegSet(0), &b, 0, false);
     assert_eq!(FlatCode::of(&code, RegSet(0), 0), None);
+}
+
+/// A random block of `pool`'s forms compiled for `known`, flat.
+fn random_flat(
+    pool: &[(Instruction, InsnProgram)],
+    rng: &mut Rng,
+    known: RegSet,
+) -> (FlatCode, usize) {
+    let n = 1 + rng.next() % 12;
+    let b: Vec<_> = (0..n)
+        .map(|_| pool[(rng.next() % pool.len() as u64) as usize].clone())
+        .collect();
+    let code = BlockCode::compile(known, &b, 0, rng.next() % 2 == 0);
+    let f = FlatCode::of(&code, known, 0x5555_0000).expect("no rep and no refused form");
+    (f, b.len())
+}
+
+/// Records 2n and 2n + 1 of each address `n` of `f` put at `at` of
+/// `out`; the values taken.
+fn placed_run(
+    f: &FlatCode,
+    regs: &mut Regs,
+    vals: &mut impl FnMut(Recorded) -> Result<u64, String>,
+    out: &mut [u64],
+) -> Result<(), (usize, String)> {
+    let placed = f.placed(|n| [2 * n as u32, 2 * n as u32 + 1]);
+    placed.run_into(regs, vals, out, |w, a| *w += a)
+}
+
+#[test]
+fn chained_flat_code_runs_as_its_blocks_one_after_the_other() {
+    let pool = pool();
+    let mut rng = Rng(0xbb67_ae85_84ca_a73b);
+    let (mut short, mut whole) = (0, 0);
+    for _ in 0..1000 {
+        let ka = RegSet(rng.next() as u16);
+        let (a, na) = random_flat(&pool, &mut rng, ka);
+        // The second block knows some of what the first leaves.
+        let kb = RegSet(a.exit.0 & rng.next() as u16);
+        let (b, _) = random_flat(&pool, &mut rng, kb);
+        let mut chain = FlatCode::empty();
+        let at = 2 * a.refs as u32;
+        let pairs = |f: &FlatCode| f.placed(|n| [2 * n as u32, 2 * n as u32 + 1]);
+        chain.chain(&pairs(&a), 0, 0).expect("fits");
+        chain.chain(&pairs(&b), na, at).expect("fits");
+        let mut start = Regs::default();
+        (0..16).for_each(|g| start.v[g] = rng.next() % 64);
+        start.known = RegSet(0xffff);
+        let seed = rng.next() | 1;
+        // A quarter of the runs run out of values somewhere.
+        let left = match rng.next() % 4 {
+            0 => rng.next() % 12,
+            _ => u64::MAX,
+        };
+        // One by one.
+        let (mut regs, mut vals) = (start.clone(), values(seed, left));
+        let mut want = vec![0u64; 2 * (a.refs + b.refs)];
+        let (ra, rb) = want.split_at_mut(2 * a.refs);
+        let one = placed_run(&a, &mut regs, &mut vals, ra).and_then(|()| {
+            assert!(
+                regs.keep_exactly(kb),
+                "the first block leaves what the second knows"
+            );
+            placed_run(&b, &mut regs, &mut vals, rb).map_err(|(k, e)| (na + k, e))
+        });
+        // Chained.
+        let (mut got_regs, mut got) = (start.clone(), vec![0u64; want.len()]);
+        let ran = chain.run_into(&mut got_regs, &mut values(seed, left), &mut got, |w, x| {
+            *w += x
+        });
+        assert_eq!(ran, one);
+        match one {
+            Ok(()) => {
+                whole += 1;
+                assert_eq!(got, want);
+                assert_eq!(got_regs.known, b.exit);
+                for g in b.exit.iter() {
+                    assert_eq!(got_regs.v[g.index()], regs.v[g.index()]);
+                }
+            }
+            Err(_) => short += 1,
+        }
+    }
+    assert!(short > 50 && whole > 500, "{short} short, {whole} whole");
 }
