@@ -665,6 +665,74 @@ fn wide_entries_return_below_their_read_point_only_to_their_frame() {
     assert_eq!(text(&count), text(&walked));
 }
 
+/// A counting chain takes a witness that an ENTER or a RETURN follows,
+/// and stops after it: main's loop head chooses a call of `f@plt`, whose
+/// import calls `cb` back every third time (ENTER right after the loop
+/// head's witness), then an indirect call of `cb` (ENTER, RETURN after
+/// `cb`'s witness). `--count` equals the walk's; it does not when the
+/// chain makes the stub's call after that step (it would pass the
+/// callback as an import that returns at once).
+#[test]
+fn counting_chains_stop_after_a_witness_an_enter_or_return_follows() {
+    let mut a = LINK_BASE + 0x1000;
+    let main = proc(
+        &mut a,
+        "main",
+        vec![
+            None,
+            Some(to_plt_stub()),
+            call(CallTarget::External, true, true, false, None),
+            None,
+            None,
+        ],
+        vec![
+            (0, 1, Taken, Some(0)),
+            (0, 4, Taken, Some(1)),
+            (1, 2, CallReturn, None),
+            (2, 3, CallReturn, None),
+            (3, 0, Taken, None),
+            (4, 5, Return, None),
+        ],
+    );
+    let [stub, plt0] = plt_stub_procs(&mut a);
+    let cb = proc(
+        &mut a,
+        "cb",
+        vec![None, None, None],
+        vec![
+            (0, 1, Taken, Some(0)),
+            (0, 2, Taken, Some(1)),
+            (1, 3, Return, None),
+            (2, 3, Return, None),
+        ],
+    );
+    let db = db_of(vec![main, stub, plt0, cb]);
+    let mut s = Vec::new();
+    thread_rec(&mut s);
+    enter(&mut s, 0);
+    for i in 0..40u32 {
+        witness(&mut s, 0);
+        if i % 3 == 0 {
+            enter(&mut s, 3);
+            witness(&mut s, i % 2);
+        }
+        enter(&mut s, 3);
+        witness(&mut s, 1);
+        ret(&mut s);
+    }
+    witness(&mut s, 1);
+    let bytes = trace_bytes(&db, &[s], 64);
+    let count_opts = Options {
+        count: true,
+        ..opts(Format::Block)
+    };
+    let (count, r) = run(&bytes, &count_opts);
+    r.unwrap();
+    let (walked, rw) = run_walked(&bytes, &count_opts);
+    rw.unwrap();
+    assert_eq!(text(&count), text(&walked));
+}
+
 #[test]
 fn exit_with_frames_active_then_an_exit_handler() {
     let mut a = LINK_BASE + 0x1000;
