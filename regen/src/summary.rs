@@ -377,8 +377,8 @@ fn witness_word(bytes: &[u8], at: usize) -> Option<u32> {
 /// walk passes those blocks before it reads the record; a SIGNAL (which
 /// needs the passed blocks to place it), a LAZY (which decides a PLT
 /// stub's jump) or any other record stops the chain before the step.
-/// liblzma calls its match finder and coders through pointers: xz's 2 MB
-/// trace has a witness before an ENTER or a RETURN about 8 M times.
+/// xz's 2 MB trace has a witness before an ENTER or a RETURN about 8 M
+/// times.
 #[inline]
 fn read_at_call(bytes: &[u8], at: usize) -> bool {
     bytes[at] == ESCAPE
@@ -732,34 +732,53 @@ impl Summaries {
                 continue;
             }
             let (v, next) = (bytes[run.witnesses], bytes[run.witnesses + 1]);
-            // With a record next, the step is the chain's last.
-            let last = !is_byte_witness(next);
-            if !is_byte_witness(v) || last && !read_at_call(bytes, run.witnesses + 1) {
+            if !is_byte_witness(v) || !is_byte_witness(next) {
+                if is_byte_witness(v) && read_at_call(bytes, run.witnesses + 1) {
+                    self.last_step(m, &mut run, slot, v);
+                }
                 break;
             }
-            let e = self.hot_entry(m, run.end, slot, v);
-            if e.blocks == 0 {
+            let Some((to, to_slot)) = self.step(m, &mut run, slot, v) else {
                 break;
-            }
-            let to = if e.end & Hot::RET != 0 {
-                let Some((to, to_slot)) = self.chain_return(m, &mut run) else {
-                    break;
-                };
-                slot = to_slot;
-                to
-            } else {
-                slot = e.slot;
-                e.end
             };
-            run.witnesses += 1;
-            run.insns += u64::from(e.insns);
-            run.blocks += u64::from(e.blocks);
-            (run.end, kind) = (to & !Hot::KINDS, to & Hot::KINDS);
-            if last {
-                break;
-            }
+            (run.end, kind, slot) = (to & !Hot::KINDS, to & Hot::KINDS, to_slot);
         }
         run
+    }
+
+    /// Takes witness byte `v` at read point `run.end` (its [`hot_slot`] is
+    /// `slot`) as one step of `count_run`'s chain, returning through a
+    /// frame when the witness chooses a `ret`: where control stops, with
+    /// [`Hot`]'s kind bits, and its `hot_slot`; `None`, `run` unchanged,
+    /// where the machine must take the witness.
+    #[inline(always)]
+    fn step(&mut self, m: &Module, run: &mut Run, slot: u16, v: u8) -> Option<(u32, u16)> {
+        let e = self.hot_entry(m, run.end, slot, v);
+        if e.blocks == 0 {
+            return None;
+        }
+        let to = if e.end & Hot::RET != 0 {
+            self.chain_return(m, run)?
+        } else {
+            (e.end, e.slot)
+        };
+        run.witnesses += 1;
+        run.insns += u64::from(e.insns);
+        run.blocks += u64::from(e.blocks);
+        Some(to)
+    }
+
+    /// The chain's last step, witness byte `v` at read point `run.end`,
+    /// before an ENTER, ENTER_AT or RETURN ([`read_at_call`]): it reads no
+    /// item and the chain makes no call after it (a PLT stub's import that
+    /// calls back would be passed as one that returns at once). Off the
+    /// loop's path: a record next is rare but in xz's liblzma, which calls
+    /// its match finder and coders through pointers.
+    #[inline(never)]
+    fn last_step(&mut self, m: &Module, run: &mut Run, slot: u16, v: u8) {
+        if let Some((to, _)) = self.step(m, run, slot, v) {
+            run.end = to & !Hot::KINDS;
+        }
     }
 
     /// Outputs the chain of steps from read point `l`, whose witness is
