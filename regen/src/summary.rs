@@ -55,6 +55,8 @@
 //! after the return, no frame). The next item is a byte witness at every
 //! such call and return, so no record (SETJMP, SIGNAL, RETURN, LAZY) can
 //! stand there.
+//! A witness that an ENTER, ENTER_AT or RETURN follows is a chain's last
+//! step ([`read_at_call`]): it reads no item and no call comes after it.
 //! Up to four steps (a read point's witness, then the calls and returns
 //! to the next read point, then that one's, and so on), with the calls
 //! after the last, are one entry of a wide memo ([`Wide`]), keyed by the
