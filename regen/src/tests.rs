@@ -653,7 +653,13 @@ fn wide_entries_return_below_their_read_point_only_to_their_frame() {
         witness(&mut s, 1);
     }
     witness(&mut s, 2);
-    let bytes = trace_bytes(&db, &[s], 64);
+    assert_count_as_walked(&db, s);
+}
+
+/// Counts `stream` against `db` with summaries and block by block
+/// ([`run_walked`]) and expects the same totals.
+fn assert_count_as_walked(db: &ProgramDb, stream: Vec<u8>) {
+    let bytes = trace_bytes(db, &[stream], 64);
     let count_opts = Options {
         count: true,
         ..opts(Format::Block)
@@ -721,16 +727,7 @@ fn counting_chains_stop_after_a_witness_an_enter_or_return_follows() {
         ret(&mut s);
     }
     witness(&mut s, 1);
-    let bytes = trace_bytes(&db, &[s], 64);
-    let count_opts = Options {
-        count: true,
-        ..opts(Format::Block)
-    };
-    let (count, r) = run(&bytes, &count_opts);
-    r.unwrap();
-    let (walked, rw) = run_walked(&bytes, &count_opts);
-    rw.unwrap();
-    assert_eq!(text(&count), text(&walked));
+    assert_count_as_walked(&db, s);
 }
 
 #[test]
