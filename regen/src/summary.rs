@@ -56,7 +56,7 @@
 //! such call and return, so no record (SETJMP, SIGNAL, RETURN, LAZY) can
 //! stand there.
 //! A witness that an ENTER, ENTER_AT or RETURN follows is a chain's last
-//! step ([`read_at_call`]): it reads no item and no call comes after it.
+//! step ([`read_at_call`]): it reads no item; the machine reads the record.
 //! Up to four steps (a read point's witness, then the calls and returns
 //! to the next read point, then that one's, and so on), with the calls
 //! after the last, are one entry of a wide memo ([`Wide`]), keyed by the
@@ -772,10 +772,10 @@ impl Summaries {
 
     /// The chain's last step, witness byte `v` at read point `run.end`,
     /// before an ENTER, ENTER_AT or RETURN ([`read_at_call`]): it reads no
-    /// item and the chain makes no call after it (a PLT stub's import that
-    /// calls back would be passed as one that returns at once). Off the
-    /// loop's path: a record next is rare but in xz's liblzma, which calls
-    /// its match finder and coders through pointers.
+    /// item, and the machine reads the record where the step ends (a call
+    /// that is not the chain's, or a `ret` through a frame that is not).
+    /// Off the loop's path: a record next is rare but in xz's liblzma,
+    /// which calls its match finder and coders through pointers.
     #[inline(never)]
     fn last_step(&mut self, m: &Module, run: &mut Run, slot: u16, v: u8) {
         if let Some((to, _)) = self.step(m, run, slot, v) {
