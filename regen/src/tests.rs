@@ -516,6 +516,21 @@ fn tail_calls_external_and_traced() {
     );
 }
 
+/// A procedure whose entry's witness (0 or 1) chooses one of two returns.
+fn two_returns(a: &mut u64, name: &str) -> ProcDb {
+    proc(
+        a,
+        name,
+        vec![None, None, None],
+        vec![
+            (0, 1, Taken, Some(0)),
+            (0, 2, Taken, Some(1)),
+            (1, 3, Return, None),
+            (2, 3, Return, None),
+        ],
+    )
+}
+
 /// Counting chains (`Summaries::count_run`) through a bound PLT stub's
 /// call and a tail jump count what the block-by-block walk does: main's
 /// loop calls `f@plt` (bound, or lazy once: LAZY) and `f`, which
@@ -549,17 +564,7 @@ fn counting_chains_pass_plt_calls_and_tail_jumps() {
         vec![call(CallTarget::Proc(4), false, true, true, None)],
         vec![(0, 1, TailCall, None)],
     );
-    let g = proc(
-        &mut a,
-        "g",
-        vec![None, None, None],
-        vec![
-            (0, 1, Taken, Some(0)),
-            (0, 2, Taken, Some(1)),
-            (1, 3, Return, None),
-            (2, 3, Return, None),
-        ],
-    );
+    let g = two_returns(&mut a, "g");
     let db = db_of(vec![main, stub, plt0, f, g]);
     for lazy_at in [None, Some(0), Some(7)] {
         let mut s = Vec::new();
@@ -698,17 +703,7 @@ fn counting_chains_stop_after_a_witness_an_enter_or_return_follows() {
             (4, 5, Return, None),
         ],
     );
-    let cb = proc(
-        &mut a,
-        "cb",
-        vec![None, None, None],
-        vec![
-            (0, 1, Taken, Some(0)),
-            (0, 2, Taken, Some(1)),
-            (1, 3, Return, None),
-            (2, 3, Return, None),
-        ],
-    );
+    let cb = two_returns(&mut a, "cb");
     let db = db_of(vec![main, cb]);
     let mut s = Vec::new();
     thread_rec(&mut s);
