@@ -516,6 +516,35 @@ fn tail_calls_external_and_traced() {
     );
 }
 
+/// `main`: a loop whose head's witness 0 goes on to blocks 1 and 2 (with
+/// the calls `first` and `second`, when given) and back, and witness 1
+/// returns.
+fn loop_main(a: &mut u64, first: Option<CallDb>, second: Option<CallDb>) -> ProcDb {
+    let on = if first.is_some() {
+        CallReturn
+    } else {
+        FallThrough
+    };
+    let back = if second.is_some() {
+        CallReturn
+    } else {
+        FallThrough
+    };
+    proc(
+        a,
+        "main",
+        vec![None, first, second, None, None],
+        vec![
+            (0, 1, Taken, Some(0)),
+            (0, 4, Taken, Some(1)),
+            (1, 2, on, None),
+            (2, 3, back, None),
+            (3, 0, Taken, None),
+            (4, 5, Return, None),
+        ],
+    )
+}
+
 /// A procedure whose entry's witness (0 or 1) chooses one of two returns.
 fn two_returns(a: &mut u64, name: &str) -> ProcDb {
     proc(
@@ -538,24 +567,10 @@ fn two_returns(a: &mut u64, name: &str) -> ProcDb {
 #[test]
 fn counting_chains_pass_plt_calls_and_tail_jumps() {
     let mut a = LINK_BASE + 0x1000;
-    let main = proc(
+    let main = loop_main(
         &mut a,
-        "main",
-        vec![
-            None,
-            Some(to_plt_stub()),
-            call(CallTarget::Proc(3), false, true, false, None),
-            None,
-            None,
-        ],
-        vec![
-            (0, 1, Taken, Some(0)),
-            (0, 4, Taken, Some(1)),
-            (1, 2, CallReturn, None),
-            (2, 3, CallReturn, None),
-            (3, 0, Taken, None),
-            (4, 5, Return, None),
-        ],
+        Some(to_plt_stub()),
+        call(CallTarget::Proc(3), false, true, false, None),
     );
     let [stub, plt0] = plt_stub_procs(&mut a);
     let f = proc(
@@ -684,24 +699,10 @@ fn assert_count_as_walked(db: &ProgramDb, stream: Vec<u8>) {
 #[test]
 fn counting_chains_stop_after_a_witness_an_enter_or_return_follows() {
     let mut a = LINK_BASE + 0x1000;
-    let main = proc(
+    let main = loop_main(
         &mut a,
-        "main",
-        vec![
-            None,
-            None,
-            call(CallTarget::External, true, true, false, None),
-            None,
-            None,
-        ],
-        vec![
-            (0, 1, Taken, Some(0)),
-            (0, 4, Taken, Some(1)),
-            (1, 2, FallThrough, None),
-            (2, 3, CallReturn, None),
-            (3, 0, Taken, None),
-            (4, 5, Return, None),
-        ],
+        None,
+        call(CallTarget::External, true, true, false, None),
     );
     let cb = two_returns(&mut a, "cb");
     let db = db_of(vec![main, cb]);
