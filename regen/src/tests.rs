@@ -516,6 +516,50 @@ fn tail_calls_external_and_traced() {
     );
 }
 
+/// `main`: a loop whose head's witness 0 goes on to blocks 1 and 2 (with
+/// the calls `first` and `second`, when given) and back, and witness 1
+/// returns.
+fn loop_main(a: &mut u64, first: Option<CallDb>, second: Option<CallDb>) -> ProcDb {
+    let on = if first.is_some() {
+        CallReturn
+    } else {
+        FallThrough
+    };
+    let back = if second.is_some() {
+        CallReturn
+    } else {
+        FallThrough
+    };
+    proc(
+        a,
+        "main",
+        vec![None, first, second, None, None],
+        vec![
+            (0, 1, Taken, Some(0)),
+            (0, 4, Taken, Some(1)),
+            (1, 2, on, None),
+            (2, 3, back, None),
+            (3, 0, Taken, None),
+            (4, 5, Return, None),
+        ],
+    )
+}
+
+/// A procedure whose entry's witness (0 or 1) chooses one of two returns.
+fn two_returns(a: &mut u64, name: &str) -> ProcDb {
+    proc(
+        a,
+        name,
+        vec![None, None, None],
+        vec![
+            (0, 1, Taken, Some(0)),
+            (0, 2, Taken, Some(1)),
+            (1, 3, Return, None),
+            (2, 3, Return, None),
+        ],
+    )
+}
+
 /// Counting chains (`Summaries::count_run`) through a bound PLT stub's
 /// call and a tail jump count what the block-by-block walk does: main's
 /// loop calls `f@plt` (bound, or lazy once: LAZY) and `f`, which
@@ -523,24 +567,10 @@ fn tail_calls_external_and_traced() {
 #[test]
 fn counting_chains_pass_plt_calls_and_tail_jumps() {
     let mut a = LINK_BASE + 0x1000;
-    let main = proc(
+    let main = loop_main(
         &mut a,
-        "main",
-        vec![
-            None,
-            Some(to_plt_stub()),
-            call(CallTarget::Proc(3), false, true, false, None),
-            None,
-            None,
-        ],
-        vec![
-            (0, 1, Taken, Some(0)),
-            (0, 4, Taken, Some(1)),
-            (1, 2, CallReturn, None),
-            (2, 3, CallReturn, None),
-            (3, 0, Taken, None),
-            (4, 5, Return, None),
-        ],
+        Some(to_plt_stub()),
+        call(CallTarget::Proc(3), false, true, false, None),
     );
     let [stub, plt0] = plt_stub_procs(&mut a);
     let f = proc(
@@ -549,17 +579,7 @@ fn counting_chains_pass_plt_calls_and_tail_jumps() {
         vec![call(CallTarget::Proc(4), false, true, true, None)],
         vec![(0, 1, TailCall, None)],
     );
-    let g = proc(
-        &mut a,
-        "g",
-        vec![None, None, None],
-        vec![
-            (0, 1, Taken, Some(0)),
-            (0, 2, Taken, Some(1)),
-            (1, 3, Return, None),
-            (2, 3, Return, None),
-        ],
-    );
+    let g = two_returns(&mut a, "g");
     let db = db_of(vec![main, stub, plt0, f, g]);
     for lazy_at in [None, Some(0), Some(7)] {
         let mut s = Vec::new();
@@ -653,7 +673,13 @@ fn wide_entries_return_below_their_read_point_only_to_their_frame() {
         witness(&mut s, 1);
     }
     witness(&mut s, 2);
-    let bytes = trace_bytes(&db, &[s], 64);
+    assert_count_as_walked(&db, s);
+}
+
+/// Counts `stream` against `db` with summaries and block by block
+/// ([`run_walked`]) and expects the same totals.
+fn assert_count_as_walked(db: &ProgramDb, stream: Vec<u8>) {
+    let bytes = trace_bytes(db, &[stream], 64);
     let count_opts = Options {
         count: true,
         ..opts(Format::Block)
@@ -663,6 +689,34 @@ fn wide_entries_return_below_their_read_point_only_to_their_frame() {
     let (walked, rw) = run_walked(&bytes, &count_opts);
     rw.unwrap();
     assert_eq!(text(&count), text(&walked));
+}
+
+/// A counting chain takes a witness that an ENTER or a RETURN follows as
+/// its last step: main's loop head chooses (ENTER next) an indirect call
+/// of `cb`, whose witness chooses one of two returns (RETURN next) or the
+/// loop's exit. `--count` equals the block-by-block walk's; it does not
+/// when that last step is miscounted.
+#[test]
+fn counting_chains_stop_after_a_witness_an_enter_or_return_follows() {
+    let mut a = LINK_BASE + 0x1000;
+    let main = loop_main(
+        &mut a,
+        None,
+        call(CallTarget::External, true, true, false, None),
+    );
+    let cb = two_returns(&mut a, "cb");
+    let db = db_of(vec![main, cb]);
+    let mut s = Vec::new();
+    thread_rec(&mut s);
+    enter(&mut s, 0);
+    for i in 0..40u32 {
+        witness(&mut s, 0);
+        enter(&mut s, 1);
+        witness(&mut s, i % 2);
+        ret(&mut s);
+    }
+    witness(&mut s, 1);
+    assert_count_as_walked(&db, s);
 }
 
 #[test]
