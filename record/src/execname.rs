@@ -104,6 +104,51 @@ fn kept_dir(cache: &Path, copy: &Path, base: &OsStr) -> Option<PathBuf> {
     (std::fs::read_link(&link).ok()? == copy).then_some(dir)
 }
 
+/// The directory a followed exec runs `copy` (canonical) from where a
+/// native run execs `native` (`docs/runtime.md` section 7, "exec"), and
+/// the relative name of `native`'s length to exec there: the cache's
+/// `names-exec/COPY-FILE-NAME/CRC32-LENGTH/d` of the native path, holding
+/// the link named as `native`'s base name to the copy, next to `e`, a
+/// link whose target is `native` itself, which the new image's `init`
+/// reads into its `AT_EXECFN` string (`../e`), and `x`, a link to
+/// `original` (canonical), which its `readlink` and `realpath` of its
+/// own `/proc/PID/exe` are given (`../x`). Made if missing, kept.
+/// None when no name fits, they cannot be made, or a link of their name
+/// points elsewhere.
+pub fn followed(
+    cache: &Path,
+    copy: &Path,
+    original: &Path,
+    native: &[u8],
+) -> Option<(PathBuf, CString)> {
+    use std::os::unix::fs::DirBuilderExt;
+    let native = Path::new(OsStr::from_bytes(native));
+    let twin = relative_twin(native)?;
+    let bytes = native.as_os_str().as_bytes();
+    let top = (cache.join("names-exec").join(copy.file_name()?)).join(format!(
+        "{:08x}-{}",
+        crc32fast::hash(bytes),
+        bytes.len()
+    ));
+    let dir = top.join("d");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .ok()?;
+    let links = [
+        (top.join("e"), native),
+        (top.join("x"), original),
+        (dir.join(native.file_name()?), copy),
+    ];
+    // A concurrent run may make the same links first: then they are checked.
+    let kept = links.iter().all(|(link, to)| {
+        let _ = std::os::unix::fs::symlink(to, link);
+        std::fs::read_link(link).is_ok_and(|t| t == *to)
+    });
+    kept.then_some((dir, twin))
+}
+
 /// A symlink to `original` (canonical) in the cache at `cache`, which the
 /// program's `readlink` and `realpath` of its own `/proc/PID/exe` are
 /// given, so that the kernel answers with the original's path
@@ -199,6 +244,27 @@ mod tests {
         // Another copy of the same file name: not this link.
         assert_eq!(kept_dir(&cache, &b, base), None);
         assert_eq!(std::fs::read_link(dir.join("prog")).unwrap(), a);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_followed_exec_directory_holds_the_native_path_and_the_copy() {
+        let root = std::env::temp_dir().join(format!("aetrace-fol-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let copy = Path::new("/usr/bin/true");
+        let (dir, twin) = followed(&root, copy, copy, b"./tools/exename").unwrap();
+        assert_eq!(twin.as_bytes(), b".//////exename");
+        assert_eq!(std::fs::read_link(dir.join("exename")).unwrap(), copy);
+        let e = std::fs::read_link(dir.join("../e")).unwrap();
+        assert_eq!(e.as_os_str().as_bytes(), b"./tools/exename");
+        assert_eq!(std::fs::read_link(dir.join("../x")).unwrap(), copy);
+        assert_eq!(
+            followed(&root, copy, copy, b"./tools/exename").unwrap().0,
+            dir
+        );
+        // Another copy of the same file name: not these links.
+        assert!(followed(&root, Path::new("/bin/true"), copy, b"./tools/exename").is_none());
+        assert!(followed(&root, copy, copy, b"/true").is_none());
         std::fs::remove_dir_all(&root).unwrap();
     }
 
