@@ -91,17 +91,31 @@ impl Drop for ExecName {
 /// or a link of that name points elsewhere (another cache's copy of the
 /// same name).
 fn kept_dir(cache: &Path, copy: &Path, base: &OsStr) -> Option<PathBuf> {
-    use std::os::unix::fs::DirBuilderExt;
     let dir = cache.join("names").join(copy.file_name()?);
+    make_dir(&dir)?;
+    keep_link(&dir.join(base), copy).then_some(dir)
+}
+
+/// `dir` and its parents made if missing, only this user may enter it.
+fn make_dir(dir: &Path) -> Option<()> {
+    use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
-        .create(&dir)
-        .ok()?;
-    let link = dir.join(base);
-    // A concurrent run may make the same link first: then it is checked.
-    let _ = std::os::unix::fs::symlink(copy, &link);
-    (std::fs::read_link(&link).ok()? == copy).then_some(dir)
+        .create(dir)
+        .ok()
+}
+
+/// Whether `link` is a symlink to `to`, made if missing (a concurrent
+/// run may make the same link first: then it is checked).
+fn keep_link(link: &Path, to: &Path) -> bool {
+    let _ = std::os::unix::fs::symlink(to, link);
+    std::fs::read_link(link).is_ok_and(|t| t == to)
+}
+
+/// `CRC32-LENGTH` of `bytes`: a file name for a path.
+fn path_name(bytes: &[u8]) -> String {
+    format!("{:08x}-{}", crc32fast::hash(bytes), bytes.len())
 }
 
 /// The directory a followed exec runs `copy` (canonical) from where a
@@ -121,31 +135,18 @@ pub fn followed(
     original: &Path,
     native: &[u8],
 ) -> Option<(PathBuf, CString)> {
-    use std::os::unix::fs::DirBuilderExt;
     let native = Path::new(OsStr::from_bytes(native));
     let twin = relative_twin(native)?;
-    let bytes = native.as_os_str().as_bytes();
-    let top = (cache.join("names-exec").join(copy.file_name()?)).join(format!(
-        "{:08x}-{}",
-        crc32fast::hash(bytes),
-        bytes.len()
-    ));
+    let top = (cache.join("names-exec").join(copy.file_name()?))
+        .join(path_name(native.as_os_str().as_bytes()));
     let dir = top.join("d");
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)
-        .ok()?;
+    make_dir(&dir)?;
     let links = [
         (top.join("e"), native),
         (top.join("x"), original),
         (dir.join(native.file_name()?), copy),
     ];
-    // A concurrent run may make the same links first: then they are checked.
-    let kept = links.iter().all(|(link, to)| {
-        let _ = std::os::unix::fs::symlink(to, link);
-        std::fs::read_link(link).is_ok_and(|t| t == *to)
-    });
+    let kept = links.iter().all(|(link, to)| keep_link(link, to));
     kept.then_some((dir, twin))
 }
 
@@ -156,18 +157,10 @@ pub fn followed(
 /// `exe/CRC-LENGTH` of the path, made if missing, kept. None when it
 /// cannot be made or a link of that name points elsewhere.
 pub fn exe_link(cache: &Path, original: &Path) -> Option<PathBuf> {
-    use std::os::unix::fs::DirBuilderExt;
-    let bytes = original.as_os_str().as_bytes();
     let dir = cache.join("exe");
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)
-        .ok()?;
-    let link = dir.join(format!("{:08x}-{}", crc32fast::hash(bytes), bytes.len()));
-    // A concurrent run may make the same link first: then it is checked.
-    let _ = std::os::unix::fs::symlink(original, &link);
-    (std::fs::read_link(&link).ok()? == original).then_some(link)
+    make_dir(&dir)?;
+    let link = dir.join(path_name(original.as_os_str().as_bytes()));
+    keep_link(&link, original).then_some(link)
 }
 
 /// Whether the loader, which runs before `init` puts the working
@@ -253,7 +246,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&root);
         let copy = Path::new("/usr/bin/true");
         let (dir, twin) = followed(&root, copy, copy, b"./tools/exename").unwrap();
-        assert_eq!(twin.as_bytes(), b".//////exename");
+        assert_eq!(twin.as_bytes(), b".///////exename");
         assert_eq!(std::fs::read_link(dir.join("exename")).unwrap(), copy);
         let e = std::fs::read_link(dir.join("../e")).unwrap();
         assert_eq!(e.as_os_str().as_bytes(), b"./tools/exename");
