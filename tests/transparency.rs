@@ -232,16 +232,19 @@ fn a_recorded_program_sees_its_native_executable_names() {
 /// `traces/exename.c`'s program by its path and `execvp` of its name on
 /// `PATH`, dynamic and static, print the native run's lines; an
 /// `execve` whose copy's exec fails (a bad argv pointer: EFAULT) leaves
-/// the process in its directory with the native errno.
+/// the process in its directory with the native errno. From a dynamic
+/// program (libc's `execve` called) and a static one (its traced
+/// `syscall`).
 #[test]
 fn a_followed_exec_sees_its_native_executable_names() {
-    let chain = build("exec_chain.c", DYNAMIC);
-    for v in [DYNAMIC, STATIC] {
+    let pairs = [DYNAMIC, STATIC].map(|c| [(c, DYNAMIC), (c, STATIC)]);
+    for (c, v) in pairs.into_iter().flatten() {
+        let chain = build("exec_chain.c", c);
         let exe = build("exename.c", v);
         let path = exe.to_str().unwrap();
         let name = exe.file_name().unwrap().to_str().unwrap();
         for (how, args) in [("e", ["-e", path]), ("p", [name, "x"]), ("b", ["-b", path])] {
-            let tag = format!("followed-exename-{}-{how}", v.tag());
+            let tag = format!("followed-exename-{}-{}-{how}", c.tag(), v.tag());
             let trace = same_as_native_on_path(&tag, &chain, &args);
             let _ = std::fs::remove_file(&trace);
         }
