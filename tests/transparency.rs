@@ -227,6 +227,44 @@ fn a_recorded_program_sees_its_native_executable_names() {
     }
 }
 
+/// A program a traced one execs sees its native `AT_EXECFN` and
+/// `/proc/self/exe` too (docs/runtime.md section 7, "exec"): `execve` of
+/// `traces/exename.c`'s program by its path and `execvp` of its name on
+/// `PATH`, dynamic and static, print the native run's lines; an
+/// `execve` whose copy's exec fails (a bad argv pointer: EFAULT) leaves
+/// the process in its directory with the native errno. From a dynamic
+/// program (libc's `execve` called) and a static one (its traced
+/// `syscall`).
+#[test]
+fn a_followed_exec_sees_its_native_executable_names() {
+    let pairs = [DYNAMIC, STATIC].map(|c| [(c, DYNAMIC), (c, STATIC)]);
+    for (c, v) in pairs.into_iter().flatten() {
+        let chain = build("exec_chain.c", c);
+        let exe = build("exename.c", v);
+        let path = exe.to_str().unwrap();
+        let name = exe.file_name().unwrap().to_str().unwrap();
+        for (how, args) in [("e", ["-e", path]), ("p", [name, "x"]), ("b", ["-b", path])] {
+            let tag = format!("followed-exename-{}-{}-{how}", c.tag(), v.tag());
+            let trace = same_as_native_on_path(&tag, &chain, &args);
+            let _ = std::fs::remove_file(&trace);
+        }
+        let text = Command::new(&chain)
+            .args(["-e", path])
+            .env_clear()
+            .envs(env_on_path())
+            .output()
+            .unwrap();
+        let text = String::from_utf8(text.stdout).unwrap();
+        let real = exe.canonicalize().unwrap();
+        for line in [
+            format!("AT_EXECFN: {path}\n"),
+            format!("/proc/self/exe: {} (", real.display()),
+        ] {
+            assert!(text.contains(&line), "{line:?} in {text}");
+        }
+    }
+}
+
 /// `ls -l`'s line of one descriptor: its number and target, digits of
 /// the target dropped (pipe inodes, pids), the date and owner columns too.
 fn fd_lines(text: &str) -> String {

@@ -91,17 +91,63 @@ impl Drop for ExecName {
 /// or a link of that name points elsewhere (another cache's copy of the
 /// same name).
 fn kept_dir(cache: &Path, copy: &Path, base: &OsStr) -> Option<PathBuf> {
-    use std::os::unix::fs::DirBuilderExt;
     let dir = cache.join("names").join(copy.file_name()?);
+    make_dir(&dir)?;
+    keep_link(&dir.join(base), copy).then_some(dir)
+}
+
+/// `dir` and its parents made if missing, only this user may enter it.
+fn make_dir(dir: &Path) -> Option<()> {
+    use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
-        .create(&dir)
-        .ok()?;
-    let link = dir.join(base);
-    // A concurrent run may make the same link first: then it is checked.
-    let _ = std::os::unix::fs::symlink(copy, &link);
-    (std::fs::read_link(&link).ok()? == copy).then_some(dir)
+        .create(dir)
+        .ok()
+}
+
+/// Whether `link` is a symlink to `to`, made if missing (a concurrent
+/// run may make the same link first: then it is checked).
+fn keep_link(link: &Path, to: &Path) -> bool {
+    let _ = std::os::unix::fs::symlink(to, link);
+    std::fs::read_link(link).is_ok_and(|t| t == to)
+}
+
+/// `CRC32-LENGTH` of `bytes`: a file name for a path.
+fn path_name(bytes: &[u8]) -> String {
+    format!("{:08x}-{}", crc32fast::hash(bytes), bytes.len())
+}
+
+/// The directory a followed exec runs `copy` (canonical) from where a
+/// native run execs `native` (`docs/runtime.md` section 7, "exec"), and
+/// the relative name of `native`'s length to exec there: the cache's
+/// `names-exec/COPY-FILE-NAME/CRC32-LENGTH/d` of the native path, holding
+/// the link named as `native`'s base name to the copy, next to `e`, a
+/// link whose target is `native` itself, which the new image's `init`
+/// reads into its `AT_EXECFN` string (`../e`), and `x`, a link to
+/// `original` (canonical), which its `readlink` and `realpath` of its
+/// own `/proc/PID/exe` are given (`../x`). Made if missing, kept.
+/// None when no name fits, they cannot be made, or a link of their name
+/// points elsewhere.
+pub fn followed(
+    cache: &Path,
+    copy: &Path,
+    original: &Path,
+    native: &[u8],
+) -> Option<(PathBuf, CString)> {
+    let native = Path::new(OsStr::from_bytes(native));
+    let twin = relative_twin(native)?;
+    let top = (cache.join("names-exec").join(copy.file_name()?))
+        .join(path_name(native.as_os_str().as_bytes()));
+    let dir = top.join("d");
+    make_dir(&dir)?;
+    let links = [
+        (top.join("e"), native),
+        (top.join("x"), original),
+        (dir.join(native.file_name()?), copy),
+    ];
+    let kept = links.iter().all(|(link, to)| keep_link(link, to));
+    kept.then_some((dir, twin))
 }
 
 /// A symlink to `original` (canonical) in the cache at `cache`, which the
@@ -111,18 +157,10 @@ fn kept_dir(cache: &Path, copy: &Path, base: &OsStr) -> Option<PathBuf> {
 /// `exe/CRC-LENGTH` of the path, made if missing, kept. None when it
 /// cannot be made or a link of that name points elsewhere.
 pub fn exe_link(cache: &Path, original: &Path) -> Option<PathBuf> {
-    use std::os::unix::fs::DirBuilderExt;
-    let bytes = original.as_os_str().as_bytes();
     let dir = cache.join("exe");
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)
-        .ok()?;
-    let link = dir.join(format!("{:08x}-{}", crc32fast::hash(bytes), bytes.len()));
-    // A concurrent run may make the same link first: then it is checked.
-    let _ = std::os::unix::fs::symlink(original, &link);
-    (std::fs::read_link(&link).ok()? == original).then_some(link)
+    make_dir(&dir)?;
+    let link = dir.join(path_name(original.as_os_str().as_bytes()));
+    keep_link(&link, original).then_some(link)
 }
 
 /// Whether the loader, which runs before `init` puts the working
@@ -199,6 +237,27 @@ mod tests {
         // Another copy of the same file name: not this link.
         assert_eq!(kept_dir(&cache, &b, base), None);
         assert_eq!(std::fs::read_link(dir.join("prog")).unwrap(), a);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_followed_exec_directory_holds_the_native_path_and_the_copy() {
+        let root = std::env::temp_dir().join(format!("aetrace-fol-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let copy = Path::new("/usr/bin/true");
+        let (dir, twin) = followed(&root, copy, copy, b"./tools/exename").unwrap();
+        assert_eq!(twin.as_bytes(), b".///////exename");
+        assert_eq!(std::fs::read_link(dir.join("exename")).unwrap(), copy);
+        let e = std::fs::read_link(dir.join("../e")).unwrap();
+        assert_eq!(e.as_os_str().as_bytes(), b"./tools/exename");
+        assert_eq!(std::fs::read_link(dir.join("../x")).unwrap(), copy);
+        assert_eq!(
+            followed(&root, copy, copy, b"./tools/exename").unwrap().0,
+            dir
+        );
+        // Another copy of the same file name: not these links.
+        assert!(followed(&root, Path::new("/bin/true"), copy, b"./tools/exename").is_none());
+        assert!(followed(&root, copy, copy, b"/true").is_none());
         std::fs::remove_dir_all(&root).unwrap();
     }
 

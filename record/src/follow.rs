@@ -38,10 +38,13 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use aetrace_runtime::layout::{ExecKind, EXEC_BUF_SIZE, SPAWN_BUF_SIZE};
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use aetrace_runtime::layout::{ExecKind, EXEC_BUF_SIZE, H_EXEC_CWD, SPAWN_BUF_SIZE};
 use aetrace_runtime::{Drainer, ExecRequest};
 
 use crate::commands::{rewrite_program, Follow, Rewritten};
+use crate::execname;
 use crate::launch::ModuleSpec;
 use crate::script::{follow_at, Invocation};
 
@@ -68,6 +71,19 @@ pub(crate) struct Follower {
     /// The spawns answered with a copy whose child's stream has not
     /// started yet: the copy's image id and the asking thread's slot.
     spawns: Vec<(u64, u32)>,
+    /// The directories of the processes that exec a copy by a name of
+    /// the native path's length, until their new image is back there:
+    /// the header entry ([`EXEC_CWDS`]), the pid, the descriptor.
+    cwds: Vec<(u32, u32, OwnedFd)>,
+}
+
+/// A followed exec run by a name of the native path's length
+/// ([`execname::followed`]).
+struct Renamed {
+    /// The directory of names.
+    dir: PathBuf,
+    /// The name to exec there.
+    twin: std::ffi::CString,
 }
 
 /// Why an exec runs as the program called it.
@@ -92,6 +108,11 @@ struct Call {
     envp: u64,
     /// Bytes lent for the answer.
     room: u64,
+    /// Whether the copy may be exec'd by a name of the native path's
+    /// length from a directory of names: an exec in the process's own
+    /// directory (not a spawn, not `execveat` from another directory,
+    /// whose native `AT_EXECFN` is `/dev/fd/N/NAME`).
+    renamable: bool,
 }
 
 enum Argv {
@@ -108,6 +129,7 @@ impl Follower {
             rewrites: HashMap::new(),
             images: HashMap::new(),
             spawns: Vec::new(),
+            cwds: Vec::new(),
         }
     }
 
@@ -123,8 +145,9 @@ impl Follower {
     /// that run a program untraced.
     pub(crate) fn serve(&mut self, drainer: &Drainer<'_>) -> Vec<String> {
         let mut notes = Vec::new();
+        self.tidy(drainer);
         for req in drainer.exec_requests() {
-            let answer = match self.answer(&req) {
+            let answer = match self.answer(&req, drainer) {
                 Ok((at, image)) => {
                     if ExecKind::from_u32(req.kind).is_some_and(ExecKind::spawns) {
                         self.spawns.push((image, req.slot));
@@ -143,7 +166,7 @@ impl Follower {
     }
 
     /// The answer's address and the copy's image id.
-    fn answer(&mut self, req: &ExecRequest) -> Result<(u64, u64), Native> {
+    fn answer(&mut self, req: &ExecRequest, drainer: &Drainer<'_>) -> Result<(u64, u64), Native> {
         let Some(how) = self.how.clone() else {
             return Err(Native::AsCalled);
         };
@@ -184,8 +207,15 @@ impl Follower {
             return Err(Native::AsCalled);
         }
         let copy = self.rewrite(&real, how)?;
+        let kept = (call.renamable)
+            .then(|| rename(&mem, &call, &name, &copy.elf, &real))
+            .flatten()
+            .and_then(|r| Some((r, self.cwd_entry(req.pid, drainer)?)));
         let mut w = Answer::new(req.buf);
-        let path = w.string(copy.elf.as_os_str().as_bytes());
+        let path = match &kept {
+            Some((r, _)) => w.string(r.twin.as_bytes()),
+            None => w.string(copy.elf.as_os_str().as_bytes()),
+        };
         let argv = match (&inv, &call.argv) {
             (None, Argv::Array(p)) => *p,
             (None, Argv::List(list)) => w.pointers(list),
@@ -197,7 +227,18 @@ impl Follower {
                 w.pointers(&list)
             }
         };
-        w.head([path, argv, call.envp]);
+        let [dir, back, entry] = match &kept {
+            Some((r, (i, fd))) => {
+                let back = format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd());
+                [
+                    w.string(r.dir.as_os_str().as_bytes()),
+                    w.string(back.as_bytes()),
+                    H_EXEC_CWD + 8 * u64::from(*i),
+                ]
+            }
+            None => [0; 3],
+        };
+        w.head([path, argv, call.envp, dir, back, entry]);
         if w.bytes.len() as u64 > call.room {
             return Err(Native::Untraced(format!(
                 "the exec of {} needs {} bytes of arguments, more than the {} the runtime lends",
@@ -208,7 +249,44 @@ impl Follower {
         }
         mem.write(req.buf, &w.bytes)
             .ok_or_else(|| Native::Untraced("its memory cannot be written".into()))?;
+        if let Some((_, (i, fd))) = kept {
+            drainer.set_exec_cwd(i, req.pid, fd.as_raw_fd() as u32);
+            // The process's earlier entry, if any, is this one: its
+            // descriptor is closed.
+            self.cwds.retain(|c| c.0 != i);
+            self.cwds.push((i, req.pid, fd));
+        }
         Ok((req.buf, copy.modules[0].image_id))
+    }
+
+    /// A free entry of the directory table for process `pid` (its own if
+    /// it has one) and a descriptor of its working directory; None when
+    /// the table is full or the directory cannot be opened.
+    fn cwd_entry(&self, pid: u32, drainer: &Drainer<'_>) -> Option<(u32, OwnedFd)> {
+        let (i, _, _) = drainer
+            .exec_cwds()
+            .into_iter()
+            .find(|&(i, p, _)| p == pid || (p == 0 && !self.cwds.iter().any(|c| c.0 == i)))?;
+        let cwd = std::fs::File::open(format!("/proc/{pid}/cwd")).ok()?;
+        Some((i, OwnedFd::from(cwd)))
+    }
+
+    /// Closes the descriptors of the directories the new images went
+    /// back to (their entry cleared) or whose process is gone (its entry
+    /// cleared here).
+    fn tidy(&mut self, drainer: &Drainer<'_>) {
+        if self.cwds.is_empty() {
+            return;
+        }
+        let table = drainer.exec_cwds();
+        self.cwds.retain(|&(i, pid, _)| {
+            let back = table[i as usize].1 != pid;
+            let gone = !Path::new(&format!("/proc/{pid}")).exists();
+            if gone && !back {
+                drainer.set_exec_cwd(i, 0, 0);
+            }
+            !(back || gone)
+        });
     }
 
     /// The rewritten copy of `exe`, a canonical path (from the run's
@@ -233,7 +311,7 @@ impl Follower {
 impl Call {
     fn decode(req: &ExecRequest, mem: &Mem) -> Result<Call, Native> {
         let [rdi, rsi, rdx, rcx, r8, r9, r10, rax] = req.args;
-        let cwd = PathBuf::from(format!("/proc/{}/cwd", req.pid));
+        let cwd = cwd_of(req.pid);
         let kind = ExecKind::from_u32(req.kind).ok_or(Native::AsCalled)?;
         let environ = || {
             mem.environ()
@@ -285,6 +363,7 @@ impl Call {
         };
         Ok(Call {
             name: mem.string(name).ok_or(Native::AsCalled)?,
+            renamable: dir == cwd_of(req.pid),
             dir,
             search,
             argv,
@@ -307,8 +386,34 @@ impl Call {
             argv: Argv::Array(argv),
             envp,
             room: SPAWN_BUF_SIZE,
+            renamable: false,
         })
     }
+}
+
+/// Process `pid`'s working directory, as the recorder opens it.
+fn cwd_of(pid: u32) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}/cwd"))
+}
+
+/// The directory of names and the name by which the exec of `name` (as
+/// execve gets it, the native `AT_EXECFN`) runs `copy` of `original`
+/// (canonical), unless the
+/// loader of the new image would read its working directory (the exec's
+/// own environment, [`execname::loader_reads_cwd`]) or no name fits.
+fn rename(mem: &Mem, call: &Call, name: &[u8], copy: &Path, original: &Path) -> Option<Renamed> {
+    let env = mem.array(call.envp)?.into_iter().map(|p| {
+        let s = mem.string(p)?;
+        let eq = s.iter().position(|&b| b == b'=').unwrap_or(s.len());
+        let (k, v) = s.split_at(eq);
+        Some((k.to_vec(), v.get(1..).unwrap_or_default().to_vec()))
+    });
+    if execname::loader_reads_cwd(&env.collect::<Option<Vec<_>>>()?) {
+        return None;
+    }
+    let copy = copy.canonicalize().ok()?;
+    let (dir, twin) = execname::followed(&crate::commands::cache_dir(), &copy, original, name)?;
+    Some(Renamed { dir, twin })
 }
 
 /// glibc's file action tags (`posix/spawn_int.h`, `struct
@@ -410,7 +515,8 @@ fn head(path: &Path) -> Vec<u8> {
     buf
 }
 
-/// The answer being built: three pointers, then strings and arrays, at
+/// The answer being built: six words (`layout::S_EXEC_ANSWER`), then
+/// strings and arrays, at
 /// their addresses in the process (`base` is where it will lie).
 struct Answer {
     base: u64,
@@ -421,11 +527,11 @@ impl Answer {
     fn new(base: u64) -> Answer {
         Answer {
             base,
-            bytes: vec![0; 24],
+            bytes: vec![0; 48],
         }
     }
 
-    fn head(&mut self, words: [u64; 3]) {
+    fn head(&mut self, words: [u64; 6]) {
         for (i, w) in words.into_iter().enumerate() {
             self.bytes[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
         }

@@ -124,6 +124,8 @@ const SYS_FSTAT: u32 = 5;
 const SYS_MMAP: u32 = 9;
 const SYS_MUNMAP: u32 = 11;
 const SYS_READLINK: u32 = 89;
+const SYS_CHDIR: u32 = 80;
+const SYS_GETCWD: u32 = 79;
 const SYS_GETPPID: u32 = 110;
 const SYS_RT_SIGPROCMASK: u32 = 14;
 const SYS_RT_SIGRETURN: u32 = 15;
@@ -248,7 +250,12 @@ const _: () = assert!(D_DISP + 32 * 65 <= D_IMAGE);
 /// (`detach::FRAMES_SIZE` bytes), after the dispositions (`D_DISP + 32 *
 /// 65`).
 const D_FRAMES: u64 = 2304;
-const _: () = assert!(D_FRAMES + detach::FRAMES_SIZE as u64 <= DATA_SIZE);
+const _: () = assert!(D_FRAMES + detach::FRAMES_SIZE as u64 <= D_EXE_LINK);
+/// A followed exec's link to its original's canonical path, which its
+/// `readlink` and `realpath` of its own `/proc/PID/exe` are given (the
+/// header's [`H_EXE`] link is the launch's), NUL-terminated, written by
+/// its `init` (`exe::followed_exec`); empty: none. To the page's end.
+const D_EXE_LINK: u64 = 3072;
 const DATA_SIZE: u64 = 4096;
 
 /// A generated runtime: bytes plus its symbol table.
@@ -314,6 +321,7 @@ struct Labels {
     d_disp: CodeLabel,
     d_image: CodeLabel,
     d_frames: CodeLabel,
+    d_exe_link: CodeLabel,
     /// The program's view of its maps.
     view: view::Labels,
     exe: exe::Labels,
@@ -560,6 +568,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         d_disp: a.create_label(),
         d_image: a.create_label(),
         d_frames: a.create_label(),
+        d_exe_link: a.create_label(),
         view: view::Labels::new(&mut a),
         exe: exe::Labels::new(&mut a),
         brk: brk::Labels::new(&mut a),
@@ -733,7 +742,9 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     a.set_label(&mut l.d_image)?;
     a.db(&[0u8; (D_FRAMES - D_IMAGE) as usize])?;
     a.set_label(&mut l.d_frames)?;
-    a.db(&vec![0u8; (DATA_SIZE - D_FRAMES) as usize])?;
+    a.db(&vec![0u8; (D_EXE_LINK - D_FRAMES) as usize])?;
+    a.set_label(&mut l.d_exe_link)?;
+    a.db(&vec![0u8; (DATA_SIZE - D_EXE_LINK) as usize])?;
     let res = a.assemble_options(0, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)?;
     let data_offset = res.label_ip(&l.d_ready)?;
     debug_assert_eq!(res.label_ip(&l.d_region)?, data_offset + D_REGION);
@@ -751,6 +762,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     debug_assert_eq!(res.label_ip(&l.d_disp)?, data_offset + D_DISP);
     debug_assert_eq!(res.label_ip(&l.d_image)?, data_offset + D_IMAGE);
     debug_assert_eq!(res.label_ip(&l.d_frames)?, data_offset + D_FRAMES);
+    debug_assert_eq!(res.label_ip(&l.d_exe_link)?, data_offset + D_EXE_LINK);
     let symbols = vec![
         ("init", res.label_ip(&l.init)?),
         ("attach_thread", res.label_ip(&l.attach)?),
@@ -919,6 +931,7 @@ fn emit_init(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     a.mov(qword_ptr(l.d_region), r15)?;
     a.mov(qword_ptr(l.d_fd), r12)?;
     exe::native_execfn(a)?;
+    exe::followed_exec(a, l)?;
     hide_env(a)?;
     a.call(l.brk.native_brk)?;
     a.call(l.detach.map_all)?;
@@ -1029,7 +1042,6 @@ fn hide_env(a: &mut CodeAssembler) -> Result<(), IcedError> {
 /// `record::execname`) goes to the recorder's, `/proc/H_PID/cwd`.
 /// Clobbers rax, rcx, rdx, rsi, rdi, r8-r11.
 fn chdir_back(a: &mut CodeAssembler, l: &Labels) -> Result<(), IcedError> {
-    const SYS_CHDIR: u32 = 80;
     let mut done = a.create_label();
     a.lock()
         .btr(dword_ptr(r15 + H_FLAGS), FLAG_CHDIR.trailing_zeros())?;

@@ -116,8 +116,17 @@ pub const EXE_MAX: u64 = H_IMAGE_LIBS - H_EXE_BYTES;
 /// use the module table ([`H_MODULES`]).
 pub const H_IMAGE_LIBS: u64 = 4096;
 /// Entries of the exec'd images' library table.
-pub const IMAGE_LIBS: u32 = 256;
-const _: () = assert!(H_IMAGE_LIBS + 16 * IMAGE_LIBS as u64 <= HEADER_SIZE);
+pub const IMAGE_LIBS: u32 = 240;
+/// The working directories of followed execs run by a name of the native
+/// path's length (`docs/runtime.md` section 7, "exec"): [`EXEC_CWDS`]
+/// entries of 8 bytes, u32 the pid whose new image goes back (0: free;
+/// stored last by the recorder, cleared by that image's `init` once it
+/// is back), u32 the recorder's descriptor of the directory the process
+/// exec'd from (`/proc/H_PID/fd/N`).
+pub const H_EXEC_CWD: u64 = H_IMAGE_LIBS + 16 * IMAGE_LIBS as u64;
+/// Entries of the followed execs' directory table.
+pub const EXEC_CWDS: u32 = 32;
+const _: () = assert!(H_EXEC_CWD + 8 * EXEC_CWDS as u64 <= HEADER_SIZE);
 /// Hide mode: the variable was absent; the entry equal to the prefix is removed.
 pub const HIDE_REMOVE: u32 = 1;
 /// Hide mode: the variable was empty; the entry equal to the prefix is cut after `NAME=`.
@@ -219,9 +228,13 @@ pub const S_EXEC_SP: u64 = 200;
 /// stack the recorder may write its answer into.
 pub const S_EXEC_BUF: u64 = 208;
 /// EXEC_ANSWER: u64, 0 (run the exec as the program called it: natively,
-/// untraced or failing as it would) or the address in EXEC_BUF of three
-/// u64, the path, argv and envp of the `execve` that runs the rewritten
-/// copy.
+/// untraced or failing as it would) or the address in EXEC_BUF of six
+/// u64: the path, argv and envp of the `execve` that runs the rewritten
+/// copy, then, for an exec by a name of the native path's length, the
+/// directory of names to exec from, the process's own directory to go
+/// back to should the `execve` fail, and the header offset of the
+/// process's [`H_EXEC_CWD`] entry, freed then (0s: none; a spawn's
+/// answer uses the first two).
 pub const S_EXEC_ANSWER: u64 = 216;
 /// Bytes of stack `exec_request` lends the recorder for its answer.
 pub const EXEC_BUF_SIZE: u64 = 16384;

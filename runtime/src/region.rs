@@ -532,6 +532,29 @@ impl Drainer<'_> {
         wake(state);
     }
 
+    /// The directory table's entries ([`H_EXEC_CWD`]): (index, pid, the
+    /// recorder's descriptor), pid 0 for a free or released one.
+    pub fn exec_cwds(&self) -> Vec<(u32, u32, u32)> {
+        let r = self.region;
+        (0..EXEC_CWDS)
+            .map(|i| {
+                let at = H_EXEC_CWD + 8 * u64::from(i);
+                let pid = r.a32(at).load(Ordering::Acquire);
+                (i, pid, r.a32(at + 4).load(Ordering::Acquire))
+            })
+            .collect()
+    }
+
+    /// Entry `i` of the directory table: the new image of process `pid`
+    /// goes to `/proc/H_PID/fd/FD` (pid 0: the entry is free).
+    pub fn set_exec_cwd(&self, i: u32, pid: u32, fd: u32) {
+        debug_assert!(i < EXEC_CWDS);
+        let at = H_EXEC_CWD + 8 * u64::from(i);
+        self.region.put_u32(at + 4, fd);
+        // The pid last: the entry is whole when the new image finds it.
+        self.region.put_u32(at, pid);
+    }
+
     /// Yields every slot's new complete bytes to `sink`. `finished` says no
     /// process can write any more (all have exited or been killed): then a
     /// `0x00` ends the slot's stream for good instead of being waited for.

@@ -48,6 +48,8 @@ pub(super) struct Labels {
     s_self: CodeLabel,
     s_thread_self: CodeLabel,
     s_exe: CodeLabel,
+    s_execfn: CodeLabel,
+    s_fd: CodeLabel,
 }
 
 impl Labels {
@@ -58,6 +60,8 @@ impl Labels {
             s_self: a.create_label(),
             s_thread_self: a.create_label(),
             s_exe: a.create_label(),
+            s_execfn: a.create_label(),
+            s_fd: a.create_label(),
         }
     }
 }
@@ -73,9 +77,6 @@ fn saved(r: AsmRegister64) -> i32 {
 /// its length. Clobbers rax, rcx, rdx, rsi, rdi.
 pub(super) fn native_execfn(a: &mut CodeAssembler) -> Result<(), IcedError> {
     let mut done = a.create_label();
-    let mut env = a.create_label();
-    let mut aux = a.create_label();
-    let mut found = a.create_label();
     let mut length = a.create_label();
     let mut copy = a.create_label();
     a.bt(dword_ptr(r15 + H_FLAGS), FLAG_CHDIR.trailing_zeros())?;
@@ -83,26 +84,7 @@ pub(super) fn native_execfn(a: &mut CodeAssembler) -> Result<(), IcedError> {
     a.mov(ecx, dword_ptr(r15 + H_EXE))?;
     a.test(ecx, ecx)?;
     a.jz(done)?;
-    a.mov(rdi, qword_ptr(rsp + SAVED_RDX))?;
-    a.test(rdi, rdi)?;
-    a.jz(done)?;
-    // The auxiliary vector follows envp's NULL.
-    a.set_label(&mut env)?;
-    a.add(rdi, 8)?;
-    a.cmp(qword_ptr(rdi - 8), 0)?;
-    a.jne(env)?;
-    a.set_label(&mut aux)?;
-    a.mov(rax, qword_ptr(rdi))?;
-    a.test(rax, rax)?;
-    a.jz(done)?;
-    a.cmp(rax, AT_EXECFN)?;
-    a.je(found)?;
-    a.add(rdi, 16)?;
-    a.jmp(aux)?;
-    a.set_label(&mut found)?;
-    a.mov(rsi, qword_ptr(rdi + 8))?;
-    a.test(rsi, rsi)?;
-    a.jz(done)?;
+    find_execfn(a, done)?;
     a.xor(eax, eax)?;
     a.set_label(&mut length)?;
     a.cmp(byte_ptr(rsi + rax), 0)?;
@@ -123,6 +105,116 @@ pub(super) fn native_execfn(a: &mut CodeAssembler) -> Result<(), IcedError> {
     Ok(())
 }
 
+/// rsi = `AT_EXECFN`'s string, found past the NULL of the `envp` `init`
+/// was given (rsp as `save_all` left it), or to `none`. Clobbers rax, rdi.
+fn find_execfn(a: &mut CodeAssembler, none: CodeLabel) -> Result<(), IcedError> {
+    let mut env = a.create_label();
+    let mut aux = a.create_label();
+    let mut found = a.create_label();
+    a.mov(rdi, qword_ptr(rsp + SAVED_RDX))?;
+    a.test(rdi, rdi)?;
+    a.jz(none)?;
+    // The auxiliary vector follows envp's NULL.
+    a.set_label(&mut env)?;
+    a.add(rdi, 8)?;
+    a.cmp(qword_ptr(rdi - 8), 0)?;
+    a.jne(env)?;
+    a.set_label(&mut aux)?;
+    a.mov(rax, qword_ptr(rdi))?;
+    a.test(rax, rax)?;
+    a.jz(none)?;
+    a.cmp(rax, AT_EXECFN)?;
+    a.je(found)?;
+    a.add(rdi, 16)?;
+    a.jmp(aux)?;
+    a.set_label(&mut found)?;
+    a.mov(rsi, qword_ptr(rdi + 8))?;
+    a.test(rsi, rsi)?;
+    a.jz(none)
+}
+
+/// In `init` (r15 the region header, rsp as `save_all` left it), before
+/// `hide_env`: a followed exec the recorder ran by a name of the native
+/// path's length from a directory of names ([`H_EXEC_CWD`] has an entry
+/// for this process) reads the native path into `AT_EXECFN`'s string
+/// from the link `../e` there (the recorder made it exactly that long),
+/// goes back to the directory the process exec'd from (the recorder's
+/// descriptor of it, `/proc/H_PID/fd/N`) and frees the entry. Clobbers
+/// rax, rcx, rdx, rsi, rdi, r8-r11, r13.
+pub(super) fn followed_exec(a: &mut CodeAssembler, l: &super::Labels) -> Result<(), IcedError> {
+    let mut done = a.create_label();
+    let mut scan = a.create_label();
+    let mut found = a.create_label();
+    let mut length = a.create_label();
+    let mut have = a.create_label();
+    let mut back = a.create_label();
+    a.mov(eax, SYS_GETPID)?;
+    a.syscall()?;
+    a.lea(r13, ptr(r15 + H_EXEC_CWD))?;
+    a.lea(r8, ptr(r13 + 8 * EXEC_CWDS as i32))?;
+    a.set_label(&mut scan)?;
+    a.cmp(dword_ptr(r13), eax)?;
+    a.je(found)?;
+    a.add(r13, 8)?;
+    a.cmp(r13, r8)?;
+    a.jb(scan)?;
+    a.jmp(done)?;
+    a.set_label(&mut found)?;
+    find_execfn(a, back)?;
+    a.xor(edx, edx)?;
+    a.set_label(&mut length)?;
+    a.cmp(byte_ptr(rsi + rdx), 0)?;
+    a.je(have)?;
+    a.inc(rdx)?;
+    a.jmp(length)?;
+    a.set_label(&mut have)?;
+    a.test(rdx, rdx)?;
+    a.jz(back)?;
+    // readlink("../e", string, its length): no NUL is written, and a
+    // link of another length is never made.
+    a.lea(rdi, ptr(l.exe.s_execfn))?;
+    a.mov(eax, SYS_READLINK)?;
+    a.syscall()?;
+    own_link(a, l, back)?;
+    a.set_label(&mut back)?;
+    a.sub(rsp, 64)?;
+    a.mov(rdi, rsp)?;
+    a.mov(esi, dword_ptr(r15 + H_PID))?;
+    a.lea(rdx, ptr(l.exe.s_fd))?;
+    a.call(l.proc_path)?;
+    a.dec(rdi)?;
+    a.mov(esi, dword_ptr(r13 + 4))?;
+    a.call(l.view.put_dec)?;
+    a.mov(byte_ptr(rdi), 0)?;
+    a.mov(rdi, rsp)?;
+    a.mov(eax, SYS_CHDIR)?;
+    a.syscall()?;
+    a.add(rsp, 64)?;
+    // Back: the recorder may close its descriptor.
+    a.mov(dword_ptr(r13), 0)?;
+    a.set_label(&mut done)?;
+    Ok(())
+}
+
+/// In `followed_exec`, the process in its directory of names: this
+/// image's link to its original (`../x` there, made by the recorder) as
+/// an absolute path at `D_EXE_LINK`, if its directory's path fits;
+/// then on to `next`. Clobbers rax, rcx, rsi, rdi, r11.
+fn own_link(a: &mut CodeAssembler, l: &super::Labels, next: CodeLabel) -> Result<(), IcedError> {
+    a.lea(rdi, ptr(l.d_exe_link))?;
+    a.mov(esi, (DATA_SIZE - D_EXE_LINK - 8) as u32)?;
+    a.mov(eax, SYS_GETCWD)?;
+    a.syscall()?;
+    a.test(rax, rax)?;
+    a.jle(next)?;
+    // rax counts the NUL: "/../x" goes over it.
+    a.lea(rdi, ptr(l.d_exe_link))?;
+    a.lea(rdi, ptr(rdi + rax - 1))?;
+    a.mov(dword_ptr(rdi), u32::from_le_bytes(*b"/../"))?;
+    a.mov(word_ptr(rdi + 4), u32::from(u16::from_le_bytes(*b"x\0")))?;
+    Ok(())
+}
+
 /// `exe_path()`: see the module doc. An entry point as `maps_read`;
 /// nothing is done before `init` mapped the region or when the recorder
 /// gave no link.
@@ -133,15 +225,21 @@ pub(super) fn emit_entry(a: &mut CodeAssembler, l: &mut super::Labels) -> Result
     let mut same = a.create_label();
     let mut second = a.create_label();
     let mut out = a.create_label();
+    let mut mine = a.create_label();
+    let mut header = a.create_label();
+    let mut given = a.create_label();
     let d = enter_blocked(a, &mut l.exe.path)?;
     let e = &l.exe;
     a.mov(r15, qword_ptr(l.d_region))?;
     a.test(r15, r15)?;
     a.jz(done)?;
+    a.cmp(byte_ptr(l.d_exe_link), 0)?;
+    a.jne(mine)?;
     a.cmp(dword_ptr(r15 + H_EXE + 4), 0)?;
     a.je(done)?;
     a.cmp(dword_ptr(r15 + H_VIEW), 0)?;
     a.je(done)?;
+    a.set_label(&mut mine)?;
     a.mov(r12, qword_ptr(rsp + saved(rdi)))?;
     a.cmp(dword_ptr(rsp + saved(r11)), 0)?;
     a.je(have)?;
@@ -190,6 +288,12 @@ pub(super) fn emit_entry(a: &mut CodeAssembler, l: &mut super::Labels) -> Result
     // Only while this process runs the copy the header names (an exec'd
     // program has its own).
     a.set_label(&mut exe)?;
+    a.lea(rax, ptr(l.d_exe_link))?;
+    a.cmp(byte_ptr(rax), 0)?;
+    a.je(header)?;
+    a.add(rsp, BYTES)?;
+    a.jmp(given)?;
+    a.set_label(&mut header)?;
     a.lea(rdi, ptr(e.s_self))?;
     a.lea(rsi, ptr(rsp + LINK))?;
     a.mov(edx, LINK_MAX as u32)?;
@@ -212,6 +316,7 @@ pub(super) fn emit_entry(a: &mut CodeAssembler, l: &mut super::Labels) -> Result
     a.mov(eax, dword_ptr(r15 + H_EXE))?;
     a.lea(rax, ptr(r15 + rax + (H_EXE_BYTES + 1)))?;
     a.add(rsp, BYTES)?;
+    a.set_label(&mut given)?;
     a.cmp(dword_ptr(rsp + saved(r11)), 0)?;
     a.jne(second)?;
     a.mov(qword_ptr(rsp + saved(rdi)), rax)?;
@@ -242,5 +347,7 @@ pub(super) fn emit_helpers(a: &mut CodeAssembler, e: &mut Labels) -> Result<(), 
     a.ret()?;
     msg(a, &mut e.s_self, "/proc/self/exe")?;
     msg(a, &mut e.s_thread_self, "/proc/thread-self/exe")?;
-    msg(a, &mut e.s_exe, "/exe")
+    msg(a, &mut e.s_exe, "/exe")?;
+    msg(a, &mut e.s_execfn, "../e")?;
+    msg(a, &mut e.s_fd, "/fd/")
 }

@@ -11,8 +11,15 @@
 //! (checking each [`RECORDER_CHECK_SECS`] that the recorder lives). An
 //! answer of 0 returns: the program's own call then runs as natively
 //! (an error with its native errno, or an untraced program). Otherwise
-//! the signal mask is put back (the new image inherits it) and the
-//! answer's `execve` runs; should it fail, the program's call runs.
+//! the answer is six words: the `execve`'s path, argv and envp, two
+//! directories and the offset of the process's entry in the header's
+//! table of them ([`H_EXEC_CWD`]; 0s: none). With signals still blocked the process
+//! goes to the first, the directory of names from which the path, as
+//! long as the native one, names the copy (`record::execname`, the new
+//! image's `init` goes back); the signal mask is put back (the new image
+//! inherits it) and the answer's `execve` runs; should it fail, the
+//! process goes to the second, its own directory (the recorder's
+//! descriptor of it), frees the entry, and the program's call runs.
 //!
 //! A `posix_spawn` or `posix_spawnp` call ([`ExecKind::spawns`]) runs
 //! its exec in the child, inside libc, after this returns: the answer
@@ -80,6 +87,9 @@ pub(super) fn emit(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
     a.set_label(&mut answered)?;
     a.test(r12, r12)?;
     a.jz(drop)?;
+    // Into the directory of names, still blocked: the copy is exec'd by
+    // a name of the native path's length from there.
+    chdir_answer(a, 24)?;
     // The program's mask for the new image (the answer stays below rsp,
     // where a handler's frame cannot overwrite it), then its execve.
     a.mov(edi, 2u32)?; // SIG_SETMASK
@@ -94,7 +104,16 @@ pub(super) fn emit(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
     a.mov(rdx, qword_ptr(r12 + 16))?;
     a.mov(eax, SYS_EXECVE)?;
     a.syscall()?;
-    // It failed (the copy vanished): the program's call, as natively.
+    // It failed (the copy vanished): back to the program's directory,
+    // then its call, as natively.
+    chdir_answer(a, 32)?;
+    let mut kept = a.create_label();
+    a.mov(rax, qword_ptr(r12 + 40))?;
+    a.test(rax, rax)?;
+    a.jz(kept)?;
+    a.mov(rcx, qword_ptr(l.d_region))?;
+    a.mov(dword_ptr(rcx + rax), 0)?;
+    a.set_label(&mut kept)?;
     a.add(rsp, EXEC_BUF_SIZE as i32)?;
     d.mark(a, Some(FRAME))?;
     block_signals(a)?;
@@ -106,6 +125,19 @@ pub(super) fn emit(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
     a.add(rsp, EXEC_BUF_SIZE as i32)?;
     a.set_label(&mut native)?;
     leave_blocked(a, &mut l.windows, d, Caller::Placed)
+}
+
+/// `chdir` to the answer's path at `r12 + at` unless it is NULL (the
+/// copy is exec'd by its own path). Clobbers rax, rcx, rdi, r11.
+fn chdir_answer(a: &mut CodeAssembler, at: i32) -> Result<(), IcedError> {
+    let mut none = a.create_label();
+    a.mov(rdi, qword_ptr(r12 + at))?;
+    a.test(rdi, rdi)?;
+    a.jz(none)?;
+    a.mov(eax, SYS_CHDIR)?;
+    a.syscall()?;
+    a.set_label(&mut none)?;
+    Ok(())
 }
 
 /// The request's common end (rbx = the slot, EXEC_BUF set): asks the
