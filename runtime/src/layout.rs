@@ -18,8 +18,10 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"AETRSHM1");
 /// Layout version in the header (2 since 2026-11-30: the header's second
 /// page holds the libraries of exec'd images, [`H_IMAGE_LIBS`]; 3 since
 /// 2026-12-01: a slot header is a page, its [`S_SPAWN_BUF`] lent for the
-/// answers to `posix_spawn` requests).
-pub const VERSION: u32 = 3;
+/// answers to `posix_spawn` requests; 4 the same day: the header's second
+/// page ends with [`H_EXEC_CWD`], the image library table 16 entries
+/// shorter).
+pub const VERSION: u32 = 4;
 
 /// Size of the region header; slots start here (page aligned).
 pub const HEADER_SIZE: u64 = 8192;
