@@ -55,7 +55,8 @@
 //!   flag-free prelude, reported there too),
 //!   `maps_opened_fd` and `maps_opened_file` (at the return point of a
 //!   call that opens a file), `exe_path` (before `readlink`,
-//!   `realpath`, ...), `exec_request` (before an exec; also
+//!   `realpath`, ...; its prelude, before it blocks signals, and the
+//!   prelude's return, reported there too), `exec_request` (before an exec; also
 //!   between the mask it puts back and its `execve`): as `fork_prepare`
 //!   and `fork_done`.
 //! - `fork_prepare`, `fork_done` (around a call to `fork`): reported at
