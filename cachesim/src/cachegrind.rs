@@ -176,7 +176,7 @@ impl Cachegrind {
     /// Simulates one reference: here, without a call, a hit on the most
     /// recent line of its first-level set (7 data references in 10 of
     /// gzip's first 50 M records, `docs/data.md`), which changes nothing.
-    #[inline]
+    #[inline(always)]
     pub fn reference(&mut self, r: Ref) -> Result<()> {
         self.index += 1;
         let read = (r.kind == AccessKind::Read).then_some((r.addr, r.size));
