@@ -56,8 +56,9 @@
 //!   `maps_opened_fd` and `maps_opened_file` (at the return point of a
 //!   call that opens a file), `exe_path` (before `readlink`,
 //!   `realpath`, ...), `exec_request` (before an exec; also
-//!   between the mask it puts back and its `execve`): as `fork_prepare`
-//!   and `fork_done`.
+//!   between the mask it puts back and its `execve`), `shell_call`
+//!   (before `system`; also while it waits for the shell): as
+//!   `fork_prepare` and `fork_done`.
 //! - `fork_prepare`, `fork_done` (around a call to `fork`): reported at
 //!   their return addresses, before the call (with the count before its
 //!   increment) and at the fork's return point, which the signal map
