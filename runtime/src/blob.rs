@@ -57,8 +57,9 @@
 //!   call that opens a file), `exe_path` (before `readlink`,
 //!   `realpath`, ...; its prelude, before it blocks signals, and the
 //!   prelude's return, reported there too), `exec_request` (before an exec; also
-//!   between the mask it puts back and its `execve`): as `fork_prepare`
-//!   and `fork_done`.
+//!   between the mask it puts back and its `execve`), `shell_call`
+//!   (before `system`; also while it waits for the shell): as
+//!   `fork_prepare` and `fork_done`.
 //! - `fork_prepare`, `fork_done` (around a call to `fork`): reported at
 //!   their return addresses, before the call (with the count before its
 //!   increment) and at the fork's return point, which the signal map
@@ -114,6 +115,7 @@ mod brk;
 pub mod detach;
 mod exe;
 mod exec;
+mod shell;
 mod view;
 
 // Linux x86-64 syscall numbers and constants.
@@ -330,6 +332,8 @@ struct Labels {
     brk: brk::Labels,
     /// A start-up library's detached additions.
     detach: detach::Labels,
+    /// `shell_call`.
+    shell: shell::Labels,
     signal_entry: CodeLabel,
     /// The handler of [`FAULT_SIGNALS`], and the restorer it returns through.
     fault: CodeLabel,
@@ -404,6 +408,11 @@ const SAVED: [AsmRegister64; 15] = [
 /// Bytes `save_all` puts on the stack: the flags, [`SAVED`] and the
 /// 16-byte signal-mask area at the bottom.
 const FRAME: u32 = 8 + 8 * SAVED.len() as u32 + 16;
+
+/// Where `save_all` put register `r`, from rsp in the entry's frame.
+fn saved(r: AsmRegister64) -> i32 {
+    FRAME as i32 - 16 - 8 * SAVED.iter().position(|s| *s == r).unwrap() as i32
+}
 
 /// Where `save_all` put rdi (index 6 of [`SAVED`]).
 const SAVED_RDI: i32 = FRAME as i32 - 16 - 8 * 6;
@@ -574,6 +583,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         exe: exe::Labels::new(&mut a),
         brk: brk::Labels::new(&mut a),
         detach: detach::Labels::new(&mut a),
+        shell: shell::Labels::new(&mut a),
         signal_entry: a.create_label(),
         fault: a.create_label(),
         fault_restorer: a.create_label(),
@@ -614,6 +624,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     emit_fork_window(&mut a, &mut l, 1)?;
     emit_fork_window(&mut a, &mut l, -1)?;
     exec::emit(&mut a, &mut l)?;
+    shell::emit(&mut a, &mut l)?;
     emit_disposition_window(&mut a, &mut l, true)?;
     emit_disposition_window(&mut a, &mut l, false)?;
     view::emit_entries(&mut a, &mut l)?;
@@ -772,6 +783,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         ("fork_prepare", res.label_ip(&l.fork_prepare)?),
         ("fork_done", res.label_ip(&l.fork_done)?),
         ("exec_request", res.label_ip(&l.exec_request)?),
+        ("shell_call", res.label_ip(&l.shell.entry)?),
         ("dispositions_native", res.label_ip(&l.disp_native)?),
         ("dispositions_ours", res.label_ip(&l.disp_ours)?),
         ("signal_entry", res.label_ip(&l.signal_entry)?),
