@@ -479,6 +479,27 @@ fn enter_blocked(a: &mut CodeAssembler, label: &mut CodeLabel) -> Result<Depths,
     Ok(d)
 }
 
+/// [`enter_blocked`], then r15 = the region, jumping to `native` when
+/// there is none or no recorder answers (standalone, recorder gone): the
+/// prelude of every entry point that asks the recorder.
+fn enter_asking(
+    a: &mut CodeAssembler,
+    label: &mut CodeLabel,
+    d_region: CodeLabel,
+    native: CodeLabel,
+) -> Result<Depths, IcedError> {
+    let d = enter_blocked(a, label)?;
+    a.mov(r15, qword_ptr(d_region))?;
+    a.test(r15, r15)?;
+    a.jz(native)?;
+    a.test(
+        dword_ptr(r15 + H_FLAGS),
+        FLAG_STANDALONE | FLAG_RECORDER_GONE,
+    )?;
+    a.jnz(native)?;
+    Ok(d)
+}
+
 /// An entry point's end: the mask restored, the registers restored and
 /// `ret`; its unblocked windows from here on (`d`) are reported at
 /// `caller`.

@@ -44,15 +44,7 @@ pub(super) fn emit(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
     let mut answered = a.create_label();
     let mut probe = a.create_label();
     let mut drop = a.create_label();
-    let mut d = enter_blocked(a, &mut l.exec_request)?;
-    a.mov(r15, qword_ptr(l.d_region))?;
-    a.test(r15, r15)?;
-    a.jz(native)?;
-    a.test(
-        dword_ptr(r15 + H_FLAGS),
-        FLAG_STANDALONE | FLAG_RECORDER_GONE,
-    )?;
-    a.jnz(native)?;
+    let mut d = enter_asking(a, &mut l.exec_request, l.d_region, native)?;
     a.mov(rbx, qword_ptr(S_BASE).gs())?;
     // The request: the argument registers as the caller left them.
     a.mov(eax, dword_ptr(rsp + saved(r11)))?;

@@ -90,15 +90,7 @@ pub(super) fn emit(a: &mut CodeAssembler, l: &mut super::Labels) -> Result<(), I
     let mut native = a.create_label();
     let mut made = a.create_label();
     let mut not_asked = a.create_label();
-    let mut d = enter_blocked(a, &mut l.shell.entry)?;
-    a.mov(r15, qword_ptr(l.d_region))?;
-    a.test(r15, r15)?;
-    a.jz(native)?;
-    a.test(
-        dword_ptr(r15 + H_FLAGS),
-        FLAG_STANDALONE | FLAG_RECORDER_GONE,
-    )?;
-    a.jnz(native)?;
+    let mut d = enter_asking(a, &mut l.shell.entry, l.d_region, native)?;
     a.movzx(eax, byte_ptr(rsp + saved(r11)))?;
     a.cmp(eax, ShellCall::System as i32)?;
     a.jne(native)?;
