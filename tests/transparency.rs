@@ -265,6 +265,73 @@ fn a_followed_exec_sees_its_native_executable_names() {
     }
 }
 
+/// A followed `posix_spawn`'s child sees its native names, working
+/// directory, descriptors and stack addresses too (docs/runtime.md
+/// section 7, "exec"): `traces/spawn_names.c` spawns `traces/exename.c`'s
+/// program with `-a`, dynamic and static, with no file actions, with a
+/// `chdir` action (and descriptors the actions make), with an `fchdir`
+/// to a descriptor of the parent's (and a `close`), and through
+/// `posix_spawnp` on `PATH`: every line of the native run, address
+/// randomisation off in both.
+#[test]
+fn a_followed_spawn_child_sees_its_native_names_directory_and_stack() {
+    let spawner = build("spawn_names.c", DYNAMIC);
+    for v in [DYNAMIC, STATIC] {
+        let exe = build("exename.c", v);
+        let path = exe.to_str().unwrap();
+        let name = exe.file_name().unwrap().to_str().unwrap();
+        let mut env = env();
+        env.retain(|(k, _)| k != "PATH");
+        let on_path = exe.parent().unwrap().display();
+        env.push(("PATH".into(), format!("{on_path}:/usr/bin:/bin")));
+        for (how, program) in [("n", path), ("c", path), ("f", path), ("p", name)] {
+            let tag = format!("spawned-exename-{}-{how}", v.tag());
+            let args = [how, program, "-a"];
+            let n = native_fixed_with(&spawner, &args, &env);
+            let (r, trace) = recorded_with(&tag, &[], &spawner, &args, &env);
+            let _ = std::fs::remove_file(&trace);
+            let text = String::from_utf8(n.stdout).unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&r.stdout),
+                text,
+                "{tag}: stdout (recorder's stderr: {})",
+                String::from_utf8_lossy(&r.stderr)
+            );
+            assert_eq!(r.status.code(), n.status.code(), "{tag}: exit status");
+            // What the comparison covers, in the native run's words.
+            let cwd = match how {
+                "c" => "/".to_string(),
+                "f" => "/usr".to_string(),
+                _ => std::env::current_dir().unwrap().display().to_string(),
+            };
+            let execfn = if how == "p" {
+                exe.display().to_string()
+            } else {
+                path.to_string()
+            };
+            for line in [
+                format!("AT_EXECFN: {execfn}\n"),
+                format!("cwd: {cwd}\n"),
+                "fd 0: /dev/null\n".to_string(),
+                "stack: local 0x7fff".to_string(),
+                "child: 0\n".to_string(),
+            ] {
+                assert!(text.contains(&line), "{tag}: {line:?} in {text}");
+            }
+            assert_eq!(
+                text.contains("fd 3: /dev/null\n"),
+                how != "f",
+                "{tag}: {text}"
+            );
+            assert_eq!(
+                text.contains("fd 6: /dev/null\n"),
+                how == "c",
+                "{tag}: {text}"
+            );
+        }
+    }
+}
+
 /// `ls -l`'s line of one descriptor: its number and target, digits of
 /// the target dropped (pipe inodes, pids), the date and owner columns too.
 fn fd_lines(text: &str) -> String {

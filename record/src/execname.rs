@@ -126,29 +126,40 @@ fn path_name(bytes: &[u8]) -> String {
 /// link whose target is `native` itself, which the new image's `init`
 /// reads into its `AT_EXECFN` string (`../e`), and `x`, a link to
 /// `original` (canonical), which its `readlink` and `realpath` of its
-/// own `/proc/PID/exe` are given (`../x`). Made if missing, kept.
+/// own `/proc/PID/exe` are given (`../x`). A spawn's child, whose file
+/// actions left descriptor `spawn_fd` open on the directory to go back
+/// to, runs from `sN` (N that number) beside `d`, which also holds
+/// [`SPAWN_FD`], a link whose target is N. Made if missing, kept.
 /// None when no name fits, they cannot be made, or a link of their name
-/// points elsewhere.
+/// points elsewhere (a base name equal to [`SPAWN_FD`] among them).
 pub fn followed(
     cache: &Path,
     copy: &Path,
     original: &Path,
     native: &[u8],
+    spawn_fd: Option<u32>,
 ) -> Option<(PathBuf, CString)> {
     let native = Path::new(OsStr::from_bytes(native));
     let twin = relative_twin(native)?;
     let top = (cache.join("names-exec").join(copy.file_name()?))
         .join(path_name(native.as_os_str().as_bytes()));
-    let dir = top.join("d");
+    let fd = spawn_fd.map(|n| n.to_string());
+    let dir = top.join(fd.as_ref().map_or("d".into(), |n| format!("s{n}")));
     make_dir(&dir)?;
-    let links = [
+    let mut links = vec![
         (top.join("e"), native),
         (top.join("x"), original),
         (dir.join(native.file_name()?), copy),
     ];
+    links.extend(fd.as_ref().map(|n| (dir.join(SPAWN_FD), Path::new(n))));
     let kept = links.iter().all(|(link, to)| keep_link(link, to));
     kept.then_some((dir, twin))
 }
+
+/// The link in a spawn's directory of names whose target is the number of
+/// the descriptor the child goes back through (the runtime's
+/// `exe::spawn_fd` reads it).
+pub const SPAWN_FD: &str = ".aetrace-fd";
 
 /// A symlink to `original` (canonical) in the cache at `cache`, which the
 /// program's `readlink` and `realpath` of its own `/proc/PID/exe` are
@@ -245,19 +256,31 @@ mod tests {
         let root = std::env::temp_dir().join(format!("aetrace-fol-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         let copy = Path::new("/usr/bin/true");
-        let (dir, twin) = followed(&root, copy, copy, b"./tools/exename").unwrap();
+        let (dir, twin) = followed(&root, copy, copy, b"./tools/exename", None).unwrap();
         assert_eq!(twin.as_bytes(), b".///////exename");
         assert_eq!(std::fs::read_link(dir.join("exename")).unwrap(), copy);
         let e = std::fs::read_link(dir.join("../e")).unwrap();
         assert_eq!(e.as_os_str().as_bytes(), b"./tools/exename");
         assert_eq!(std::fs::read_link(dir.join("../x")).unwrap(), copy);
         assert_eq!(
-            followed(&root, copy, copy, b"./tools/exename").unwrap().0,
+            followed(&root, copy, copy, b"./tools/exename", None)
+                .unwrap()
+                .0,
             dir
         );
+        // A spawn's: beside it, with the descriptor's number.
+        let (s7, twin7) = followed(&root, copy, copy, b"./tools/exename", Some(7)).unwrap();
+        assert_eq!((s7.parent(), twin7), (dir.parent(), twin));
+        assert_eq!(
+            std::fs::read_link(s7.join(SPAWN_FD)).unwrap(),
+            Path::new("7")
+        );
+        assert_eq!(std::fs::read_link(s7.join("exename")).unwrap(), copy);
+        assert!(followed(&root, copy, copy, b"./tools/.aetrace-fd", Some(7)).is_none());
         // Another copy of the same file name: not these links.
-        assert!(followed(&root, Path::new("/bin/true"), copy, b"./tools/exename").is_none());
-        assert!(followed(&root, copy, copy, b"/true").is_none());
+        let other = Path::new("/bin/true");
+        assert!(followed(&root, other, copy, b"./tools/exename", None).is_none());
+        assert!(followed(&root, copy, copy, b"/true", None).is_none());
         std::fs::remove_dir_all(&root).unwrap();
     }
 

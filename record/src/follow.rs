@@ -122,7 +122,13 @@ struct Call {
     /// For the runtime's spawn of the shell: libc's
     /// [`SHELL_FUNCTIONS`], the answer's sixth word.
     functions: Option<Vec<u64>>,
+    /// A spawn's file actions, as the child will run them (none for a
+    /// NULL `file_actions`); `None`: not a spawn.
+    actions: Option<Vec<Action>>,
 }
+
+/// A glibc file action (`struct __spawn_action`), its bytes.
+type Action = [u8; SPAWN_ACTION_SIZE as usize];
 
 enum Argv {
     /// An argv array in the process.
@@ -217,12 +223,23 @@ impl Follower {
         }
         let copy = self.rewrite(&real, how)?;
         let kept = (call.renamable)
-            .then(|| rename(&mem, &call, &name, &copy.elf, &real))
+            .then(|| rename(&mem, &call, &name, &copy.elf, &real, None))
             .flatten()
             .and_then(|r| Some((r, self.cwd_entry(req.pid, drainer)?)));
+        // Actions that leave room for the rest of the answer; a name
+        // `posix_spawnp` would not search.
+        let spawned = (call.actions.as_ref())
+            .filter(|acts| acts.len() <= RENAMED_ACTIONS)
+            .filter(|_| !call.search || name.contains(&b'/'))
+            .and_then(|acts| {
+                let fd = free_fd(req.pid, acts)?;
+                let r = rename(&mem, &call, &name, &copy.elf, &real, Some(fd))?;
+                Some((r, fd, acts))
+            });
         let mut w = Answer::new(req.buf);
-        let path = match &kept {
-            Some((r, _)) => w.string(r.twin.as_bytes()),
+        let twin = (kept.as_ref().map(|k| &k.0)).or(spawned.as_ref().map(|s| &s.0));
+        let path = match twin {
+            Some(r) => w.string(r.twin.as_bytes()),
             None => w.string(copy.elf.as_os_str().as_bytes()),
         };
         let argv = match (&inv, &call.argv) {
@@ -236,8 +253,8 @@ impl Follower {
                 w.pointers(&list)
             }
         };
-        let [dir, back, entry] = match &kept {
-            Some((r, (i, fd))) => {
+        let [dir, back, entry] = match (&kept, &spawned) {
+            (Some((r, (i, fd))), _) => {
                 let back = format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd());
                 [
                     w.string(r.dir.as_os_str().as_bytes()),
@@ -245,7 +262,8 @@ impl Follower {
                     H_EXEC_CWD + 8 * u64::from(*i),
                 ]
             }
-            None => [0; 3],
+            (None, Some((r, fd, acts))) => [w.actions(acts, *fd, &r.dir), 0, 0],
+            (None, None) => [0; 3],
         };
         let entry = call.functions.as_ref().map_or(entry, |f| w.pointers(f));
         w.head([path, argv, call.envp, dir, back, entry]);
@@ -256,6 +274,10 @@ impl Follower {
                 w.bytes.len(),
                 call.room
             )));
+        }
+        if spawned.is_some() {
+            // Before the answer: the child's `init` looks for the link.
+            drainer.spawn_names();
         }
         mem.write(req.buf, &w.bytes)
             .ok_or_else(|| Native::Untraced("its memory cannot be written".into()))?;
@@ -381,6 +403,7 @@ impl Call {
             envp,
             room: EXEC_BUF_SIZE,
             functions: None,
+            actions: None,
         })
     }
 
@@ -391,15 +414,17 @@ impl Call {
         if mem.libc_traced() {
             return Err(Native::AsCalled);
         }
+        let actions = spawn_actions(actions, mem)?;
         Ok(Call {
             name: mem.string(path).ok_or(Native::AsCalled)?,
-            dir: spawn_dir(req.pid, actions, mem)?,
+            dir: spawn_dir(req.pid, &actions, mem)?,
             search: kind == ExecKind::Spawnp,
             argv: Argv::Array(argv),
             envp,
             room: SPAWN_BUF_SIZE,
             renamable: false,
             functions: None,
+            actions: Some(actions),
         })
     }
 
@@ -425,10 +450,18 @@ fn cwd_of(pid: u32) -> PathBuf {
 
 /// The directory of names and the name by which the exec of `name` (as
 /// execve gets it, the native `AT_EXECFN`) runs `copy` of `original`
-/// (canonical), unless the
+/// (canonical), for a spawn's child going back through descriptor
+/// `spawn_fd`, unless the
 /// loader of the new image would read its working directory (the exec's
 /// own environment, [`execname::loader_reads_cwd`]) or no name fits.
-fn rename(mem: &Mem, call: &Call, name: &[u8], copy: &Path, original: &Path) -> Option<Renamed> {
+fn rename(
+    mem: &Mem,
+    call: &Call,
+    name: &[u8],
+    copy: &Path,
+    original: &Path,
+    spawn_fd: Option<u32>,
+) -> Option<Renamed> {
     let env = mem.array(call.envp)?.into_iter().map(|p| {
         let s = mem.string(p)?;
         let eq = s.iter().position(|&b| b == b'=').unwrap_or(s.len());
@@ -439,7 +472,8 @@ fn rename(mem: &Mem, call: &Call, name: &[u8], copy: &Path, original: &Path) -> 
         return None;
     }
     let copy = copy.canonicalize().ok()?;
-    let (dir, twin) = execname::followed(&crate::commands::cache_dir(), &copy, original, name)?;
+    let cache = crate::commands::cache_dir();
+    let (dir, twin) = execname::followed(&cache, &copy, original, name, spawn_fd)?;
     Some(Renamed { dir, twin })
 }
 
@@ -453,37 +487,61 @@ const SPAWN_DO_FCHDIR: u32 = 4;
 const SPAWN_DO_CLOSEFROM: u32 = 5;
 const SPAWN_DO_TCSETPGRP: u32 = 6;
 const SPAWN_ACTION_SIZE: u64 = 32;
+/// File actions read at most (more: the spawn runs untraced).
+const MAX_ACTIONS: u64 = 1 << 16;
+/// File actions of a spawn whose child runs by a name of the native
+/// path's length at most (their copy, 2 KiB, goes into the answer).
+const RENAMED_ACTIONS: usize = 64;
 
-/// The directory a spawn child resolves a relative name in when it
-/// execs: the parent's, changed by the file actions at `actions` (a
-/// `posix_spawn_file_actions_t`: i32 allocated, i32 used, the actions'
-/// address at 8) as the child runs them. An `fchdir` to a descriptor an
-/// earlier action made or closed is not followed (the child's
-/// descriptor is not the parent's), nor is an action glibc 2.36 does
-/// not have. (A name is resolved before the child runs its actions: an
-/// `open` that creates the program is not seen.)
-fn spawn_dir(pid: u32, actions: u64, mem: &Mem) -> Result<PathBuf, Native> {
-    let mut dir = PathBuf::from(format!("/proc/{pid}/cwd"));
+/// The file actions at `actions` (a `posix_spawn_file_actions_t`: i32
+/// allocated, i32 used, the actions' address at 8; NULL: none), each
+/// action's bytes.
+fn spawn_actions(actions: u64, mem: &Mem) -> Result<Vec<Action>, Native> {
     if actions == 0 {
-        return Ok(dir);
+        return Ok(Vec::new());
     }
     let unreadable = || Native::Untraced("its spawn file actions cannot be read".into());
     let used = mem.u64(actions).ok_or_else(unreadable)? >> 32;
     let list = mem.u64(actions + 8).ok_or_else(unreadable)?;
+    let len = (used <= MAX_ACTIONS).then_some(used * SPAWN_ACTION_SIZE);
+    let bytes = mem.read(list, len.ok_or_else(unreadable)? as usize);
+    let bytes = bytes.ok_or_else(unreadable)?;
+    let each = bytes.chunks_exact(SPAWN_ACTION_SIZE as usize);
+    Ok(each
+        .map(|a| a.try_into().expect("chunks of the size"))
+        .collect())
+}
+
+/// An action's tag and its union's first two i32s (a descriptor, and a
+/// `dup2`'s second).
+fn action_fields(a: &Action) -> (u32, i32, i32) {
+    let word = |at: usize| u32::from_le_bytes(a[at..at + 4].try_into().expect("four bytes"));
+    (word(0), word(8) as i32, word(12) as i32)
+}
+
+/// The directory a spawn child resolves a relative name in when it
+/// execs: the parent's, changed by the file actions `actions` as the
+/// child runs them. An `fchdir` to a descriptor an earlier action made
+/// or closed is not followed (the child's descriptor is not the
+/// parent's), nor is an action glibc 2.36 does not have. (A name is
+/// resolved before the child runs its actions: an `open` that creates
+/// the program is not seen.)
+fn spawn_dir(pid: u32, actions: &[Action], mem: &Mem) -> Result<PathBuf, Native> {
+    let mut dir = PathBuf::from(format!("/proc/{pid}/cwd"));
+    let unreadable = || Native::Untraced("its spawn file actions cannot be read".into());
     // Descriptors an earlier action made or closed, and those from a
     // `closefrom`'s on.
     let (mut touched, mut from) = (Vec::new(), i32::MAX);
-    for i in 0..used {
-        let at = list + SPAWN_ACTION_SIZE * i;
-        let word = |off| mem.u64(at + off).ok_or_else(unreadable);
-        let (tag, fd) = (word(0)? as u32, word(8)? as u32 as i32);
+    for (i, a) in actions.iter().enumerate() {
+        let (tag, fd, newfd) = action_fields(a);
         match tag {
             SPAWN_DO_CLOSE | SPAWN_DO_OPEN => touched.push(fd),
             SPAWN_DO_CLOSEFROM => from = from.min(fd),
-            SPAWN_DO_DUP2 => touched.push((word(8)? >> 32) as i32),
+            SPAWN_DO_DUP2 => touched.push(newfd),
             SPAWN_DO_TCSETPGRP => {}
             SPAWN_DO_CHDIR => {
-                let to = mem.string(word(8)?).ok_or_else(unreadable)?;
+                let at = u64::from_le_bytes(a[8..16].try_into().expect("eight bytes"));
+                let to = mem.string(at).ok_or_else(unreadable)?;
                 dir = dir.join(std::ffi::OsStr::from_bytes(&to));
             }
             SPAWN_DO_FCHDIR if !touched.contains(&fd) && fd < from => {
@@ -497,6 +555,42 @@ fn spawn_dir(pid: u32, actions: u64, mem: &Mem) -> Result<PathBuf, Native> {
         }
     }
     Ok(dir)
+}
+
+/// A descriptor number free in the child of a spawn by process `pid`
+/// with file actions `actions` once they ran, for the `open` of the
+/// directory to go back to: above every descriptor open in the process
+/// and every one an action names, below its `RLIMIT_NOFILE` (the child's
+/// `dup2` fails at or above it). None when there is none. (Another
+/// thread may open that number between this look and the spawn: the
+/// child then loses that descriptor.)
+fn free_fd(pid: u32, actions: &[Action]) -> Option<u32> {
+    let open = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    let open = open.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok());
+    let named = actions.iter().flat_map(|a| {
+        let (tag, fd, newfd) = action_fields(a);
+        match tag {
+            SPAWN_DO_DUP2 => vec![fd, newfd],
+            SPAWN_DO_CHDIR => vec![],
+            _ => vec![fd],
+        }
+    });
+    let top = open.chain(named).max().unwrap_or(-1);
+    let n = u32::try_from(top.checked_add(1)?).ok()?;
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: reads the limit into `limit`, sets nothing.
+    let got = unsafe {
+        libc::prlimit(
+            pid as libc::pid_t,
+            libc::RLIMIT_NOFILE,
+            std::ptr::null(),
+            &mut limit,
+        )
+    };
+    (got == 0 && u64::from(n) < limit.rlim_cur).then_some(n)
 }
 
 /// The file the call runs: its name as execve gets it, and the path by
@@ -569,6 +663,34 @@ impl Answer {
         let at = self.base + self.bytes.len() as u64;
         self.bytes.extend_from_slice(s);
         self.bytes.push(0);
+        at
+    }
+
+    /// A `posix_spawn_file_actions_t` running `program`'s actions, then an
+    /// `open` of `.` (`O_PATH | O_DIRECTORY`, kept across the exec) at
+    /// descriptor `fd` and a `chdir` to `dir`; its address.
+    fn actions(&mut self, program: &[Action], fd: u32, dir: &Path) -> u64 {
+        let (dot, dir) = (self.string(b"."), self.string(dir.as_os_str().as_bytes()));
+        let mut open = [0u8; SPAWN_ACTION_SIZE as usize];
+        open[..4].copy_from_slice(&SPAWN_DO_OPEN.to_le_bytes());
+        open[8..12].copy_from_slice(&fd.to_le_bytes());
+        open[16..24].copy_from_slice(&dot.to_le_bytes());
+        open[24..28].copy_from_slice(&(libc::O_PATH | libc::O_DIRECTORY).to_le_bytes());
+        let mut chdir = [0u8; SPAWN_ACTION_SIZE as usize];
+        chdir[..4].copy_from_slice(&SPAWN_DO_CHDIR.to_le_bytes());
+        chdir[8..16].copy_from_slice(&dir.to_le_bytes());
+        self.bytes.resize(self.bytes.len().next_multiple_of(8), 0);
+        let list = self.base + self.bytes.len() as u64;
+        for a in program.iter().chain([&open, &chdir]) {
+            self.bytes.extend_from_slice(a);
+        }
+        let n = (program.len() + 2) as u32;
+        let at = self.base + self.bytes.len() as u64;
+        // allocated, used, the list, then glibc's 16 i32s of padding.
+        for word in [u64::from(n) | u64::from(n) << 32, list] {
+            self.bytes.extend_from_slice(&word.to_le_bytes());
+        }
+        self.bytes.extend_from_slice(&[0; 64]);
         at
     }
 

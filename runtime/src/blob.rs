@@ -128,6 +128,7 @@ const SYS_MMAP: u32 = 9;
 const SYS_MUNMAP: u32 = 11;
 const SYS_READLINK: u32 = 89;
 const SYS_CHDIR: u32 = 80;
+const SYS_FCHDIR: u32 = 81;
 const SYS_GETCWD: u32 = 79;
 const SYS_GETPPID: u32 = 110;
 const SYS_RT_SIGPROCMASK: u32 = 14;

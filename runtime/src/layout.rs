@@ -153,6 +153,12 @@ pub const FLAG_RECORDER_GONE: u32 = 4;
 /// directory (`record::execname`); the first `init` clears it and goes to
 /// the recorder's (`/proc/H_PID/cwd`).
 pub const FLAG_CHDIR: u32 = 8;
+/// Header flag: the recorder answered a `posix_spawn` with a directory
+/// of names (`record::execname::followed`); from then on each new
+/// image's `init` that was not exec'd by a request of its own pid looks
+/// for that directory's `.aetrace-fd` link in its working directory and,
+/// when it names a descriptor, goes back there (`exe::followed_exec`).
+pub const FLAG_SPAWN_NAMES: u32 = 16;
 
 /// Size of a slot header; the data halves follow it.
 pub const SLOT_HEADER_SIZE: u64 = 4096;
@@ -235,8 +241,12 @@ pub const S_EXEC_BUF: u64 = 208;
 /// copy, then, for an exec by a name of the native path's length, the
 /// directory of names to exec from, the process's own directory to go
 /// back to should the `execve` fail, and the header offset of the
-/// process's [`H_EXEC_CWD`] entry, freed then (0s: none; a spawn's
-/// answer uses the first two).
+/// process's [`H_EXEC_CWD`] entry, freed then (0s: none). A spawn's
+/// answer uses the first three and, in place of the fourth, the file
+/// actions the child runs (0: the program's own): a copy of the
+/// program's followed by an `open` of `.` at a descriptor free in the
+/// child and a `chdir` to the directory of names (`exe::followed_exec`
+/// goes back).
 pub const S_EXEC_ANSWER: u64 = 216;
 /// Bytes of stack `exec_request` lends the recorder for its answer.
 pub const EXEC_BUF_SIZE: u64 = 16384;

@@ -545,6 +545,12 @@ impl Drainer<'_> {
             .collect()
     }
 
+    /// Tells each new image to look for a spawn's directory of names
+    /// ([`FLAG_SPAWN_NAMES`]): set before the first answer that uses one.
+    pub fn spawn_names(&self) {
+        (self.region.a32(H_FLAGS)).fetch_or(FLAG_SPAWN_NAMES, Ordering::AcqRel);
+    }
+
     /// Entry `i` of the directory table: the new image of process `pid`
     /// goes to `/proc/H_PID/fd/FD` (pid 0: the entry is free).
     pub fn set_exec_cwd(&self, i: u32, pid: u32, fd: u32) {

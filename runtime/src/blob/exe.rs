@@ -55,6 +55,7 @@ pub(super) struct Labels {
     s_exe: CodeLabel,
     s_execfn: CodeLabel,
     s_fd: CodeLabel,
+    s_spawn_fd: CodeLabel,
 }
 
 impl Labels {
@@ -68,6 +69,7 @@ impl Labels {
             s_exe: a.create_label(),
             s_execfn: a.create_label(),
             s_fd: a.create_label(),
+            s_spawn_fd: a.create_label(),
         }
     }
 }
@@ -142,11 +144,13 @@ fn find_execfn(a: &mut CodeAssembler, none: CodeLabel) -> Result<(), IcedError> 
 /// In `init` (r15 the region header, rsp as `save_all` left it), before
 /// `hide_env`: a followed exec the recorder ran by a name of the native
 /// path's length from a directory of names ([`H_EXEC_CWD`] has an entry
-/// for this process) reads the native path into `AT_EXECFN`'s string
-/// from the link `../e` there (the recorder made it exactly that long),
-/// goes back to the directory the process exec'd from (the recorder's
-/// descriptor of it, `/proc/H_PID/fd/N`) and frees the entry. Clobbers
-/// rax, rcx, rdx, rsi, rdi, r8-r11, r13.
+/// for this process), or a followed spawn's child it ran so
+/// ([`spawn_fd`]), reads the native path into `AT_EXECFN`'s string from
+/// the link `../e` there (the recorder made it exactly that long) and
+/// goes back: an exec's process to the directory it exec'd from (the
+/// recorder's descriptor of it, `/proc/H_PID/fd/N`), freeing the entry;
+/// a spawn's child to the one its file actions left, its descriptor,
+/// closed then. Clobbers rax, rcx, rdx, rsi, rdi, r8-r11, r13.
 pub(super) fn followed_exec(a: &mut CodeAssembler, l: &super::Labels) -> Result<(), IcedError> {
     let mut done = a.create_label();
     let mut scan = a.create_label();
@@ -154,6 +158,8 @@ pub(super) fn followed_exec(a: &mut CodeAssembler, l: &super::Labels) -> Result<
     let mut length = a.create_label();
     let mut have = a.create_label();
     let mut back = a.create_label();
+    let mut spawned = a.create_label();
+    a.xor(r9d, r9d)?;
     a.mov(eax, SYS_GETPID)?;
     a.syscall()?;
     a.lea(r13, ptr(r15 + H_EXEC_CWD))?;
@@ -164,7 +170,7 @@ pub(super) fn followed_exec(a: &mut CodeAssembler, l: &super::Labels) -> Result<
     a.add(r13, 8)?;
     a.cmp(r13, r8)?;
     a.jb(scan)?;
-    a.jmp(done)?;
+    spawn_fd(a, l, found, done)?;
     a.set_label(&mut found)?;
     find_execfn(a, back)?;
     a.xor(edx, edx)?;
@@ -183,6 +189,8 @@ pub(super) fn followed_exec(a: &mut CodeAssembler, l: &super::Labels) -> Result<
     a.syscall()?;
     own_link(a, l, back)?;
     a.set_label(&mut back)?;
+    a.test(r9d, r9d)?;
+    a.jnz(spawned)?;
     a.sub(rsp, 64)?;
     a.mov(rdi, rsp)?;
     a.mov(esi, dword_ptr(r15 + H_PID))?;
@@ -198,8 +206,64 @@ pub(super) fn followed_exec(a: &mut CodeAssembler, l: &super::Labels) -> Result<
     a.add(rsp, 64)?;
     // Back: the recorder may close its descriptor.
     a.mov(dword_ptr(r13), 0)?;
+    a.jmp(done)?;
+    // fchdir(N), close(N): the descriptors are the native ones again.
+    a.set_label(&mut spawned)?;
+    a.lea(edi, ptr(r9 - 1))?;
+    a.mov(eax, SYS_FCHDIR)?;
+    a.syscall()?;
+    a.lea(edi, ptr(r9 - 1))?;
+    a.mov(eax, SYS_CLOSE)?;
+    a.syscall()?;
     a.set_label(&mut done)?;
     Ok(())
+}
+
+/// In `followed_exec`, no entry for this process: once the recorder
+/// answered a spawn with a directory of names ([`FLAG_SPAWN_NAMES`]),
+/// the link `.aetrace-fd` in the working directory, if there is one
+/// whose target is 1 to 7 decimal digits, names the descriptor of the
+/// directory the child's file actions left (`record::execname::followed`
+/// made the link; the recorder appended the actions that opened the
+/// descriptor and came here). r9 = 0 on entry, that number + 1 when on
+/// to `found`; else to `none`. Clobbers rax, rcx, rdx, rsi, rdi, r11.
+fn spawn_fd(
+    a: &mut CodeAssembler,
+    l: &super::Labels,
+    found: CodeLabel,
+    none: CodeLabel,
+) -> Result<(), IcedError> {
+    let mut digit = a.create_label();
+    let mut bad = a.create_label();
+    a.bt(dword_ptr(r15 + H_FLAGS), FLAG_SPAWN_NAMES.trailing_zeros())?;
+    a.jnc(none)?;
+    a.sub(rsp, 16)?;
+    a.lea(rdi, ptr(l.exe.s_spawn_fd))?;
+    a.mov(rsi, rsp)?;
+    a.mov(edx, 16u32)?;
+    a.mov(eax, SYS_READLINK)?;
+    a.syscall()?;
+    a.cmp(rax, 1)?;
+    a.jl(bad)?;
+    a.cmp(rax, 7)?;
+    a.jg(bad)?;
+    a.xor(ecx, ecx)?;
+    a.set_label(&mut digit)?;
+    a.movzx(edx, byte_ptr(rsp + rcx))?;
+    a.sub(edx, b'0' as i32)?;
+    a.cmp(edx, 9)?;
+    a.ja(bad)?;
+    a.imul_3(r9d, r9d, 10)?;
+    a.add(r9d, edx)?;
+    a.inc(ecx)?;
+    a.cmp(ecx, eax)?;
+    a.jb(digit)?;
+    a.inc(r9d)?;
+    a.add(rsp, 16)?;
+    a.jmp(found)?;
+    a.set_label(&mut bad)?;
+    a.add(rsp, 16)?;
+    a.jmp(none)
 }
 
 /// In `followed_exec`, the process in its directory of names: this
@@ -419,5 +483,6 @@ pub(super) fn emit_helpers(a: &mut CodeAssembler, e: &mut Labels) -> Result<(), 
     msg(a, &mut e.s_thread_self, "/proc/thread-self/exe")?;
     msg(a, &mut e.s_exe, "/exe")?;
     msg(a, &mut e.s_execfn, "../e")?;
-    msg(a, &mut e.s_fd, "/fd/")
+    msg(a, &mut e.s_fd, "/fd/")?;
+    msg(a, &mut e.s_spawn_fd, ".aetrace-fd")
 }

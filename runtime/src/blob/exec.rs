@@ -26,8 +26,10 @@
 //! lies in the slot's [`S_SPAWN_BUF`] (the stack below the caller's rsp
 //! is where `posix_spawn`'s frames go), and a nonzero answer replaces
 //! the caller's `path` (rsi) and `argv` (r8) with the copy's path and,
-//! for a script, the kernel's argv; then the call runs as the program
-//! made it. The buffer is the thread's until its next request: the
+//! for a script, the kernel's argv, and, when the copy runs by a name of
+//! the native path's length, its `file_actions` (rdx) with the program's
+//! followed by the way into the directory of names and back (the
+//! answer's fourth word); then the call runs as the program made it. The buffer is the thread's until its next request: the
 //! child's `execve` reads it while its parent waits in `posix_spawn`.
 //!
 //! Invariants: signals are blocked from the request to the answer (a
@@ -158,7 +160,8 @@ fn ask(
 
 /// A `posix_spawn` request (rbx = the slot, signals blocked, the frame
 /// of `save_all` at rsp): the answer in the slot's spawn buffer, its
-/// path and argv put in the caller's rsi and r8, its address in rax (0:
+/// path and argv put in the caller's rsi and r8 and its file actions,
+/// if any, in rdx, its address in rax (0:
 /// none; dead at the call, read by `shell_call`); then to `done`, which
 /// returns to the call.
 fn spawn_answer(a: &mut CodeAssembler, l: &Labels, done: CodeLabel) -> Result<(), IcedError> {
@@ -174,5 +177,9 @@ fn spawn_answer(a: &mut CodeAssembler, l: &Labels, done: CodeLabel) -> Result<()
     a.mov(qword_ptr(rsp + saved(rsi)), rax)?;
     a.mov(rax, qword_ptr(r12 + 8))?;
     a.mov(qword_ptr(rsp + saved(r8)), rax)?;
+    a.mov(rax, qword_ptr(r12 + 24))?;
+    a.test(rax, rax)?;
+    a.jz(done)?;
+    a.mov(qword_ptr(rsp + saved(rdx)), rax)?;
     a.jmp(done)
 }

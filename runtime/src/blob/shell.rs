@@ -113,10 +113,12 @@ pub(super) fn emit(a: &mut CodeAssembler, l: &mut super::Labels) -> Result<(), I
     count_skipped(a)?;
     ignore_int_quit(a)?;
     spawn_attributes(a)?;
-    // posix_spawn(&pid, copy, NULL, &attr, argv, environ).
+    // posix_spawn(&pid, copy, actions, &attr, argv, environ): the
+    // answer's actions (NULL, or those of a run by a name of the native
+    // path's length).
     a.lea(rdi, ptr(rsp + L_PID))?;
     a.mov(rsi, qword_ptr(rbx))?;
-    a.xor(edx, edx)?;
+    a.mov(rdx, qword_ptr(rbx + 24))?;
     a.lea(rcx, ptr(rsp + L_ATTR))?;
     a.mov(r8, qword_ptr(rbx + 8))?;
     a.mov(r9, qword_ptr(rbx + 16))?;
