@@ -125,6 +125,7 @@ const SYS_READ: u32 = 0;
 const SYS_WRITE: u32 = 1;
 const SYS_OPEN: u32 = 2;
 const SYS_CLOSE: u32 = 3;
+const SYS_FCNTL: u32 = 72;
 const SYS_FSTAT: u32 = 5;
 const SYS_MMAP: u32 = 9;
 const SYS_MUNMAP: u32 = 11;

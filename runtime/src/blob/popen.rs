@@ -25,7 +25,8 @@
 //! signals blocked, so no handler on the same thread can wait for it.
 
 use super::shell::{
-    ask, call_libc, count_skipped, set_errno, wait_for, EINTR, L_PID, L_STATUS, LOCALS, SYS_WAIT4,
+    answered, call_libc, count_skipped, set_errno, wait_for, EINTR, LOCALS, L_PID, L_STATUS,
+    SYS_WAIT4,
 };
 use super::*;
 
@@ -72,7 +73,6 @@ const READ: u32 = 1;
 const WRITE: u32 = 2;
 const CLOEXEC: u32 = 4;
 
-const SYS_FCNTL: u32 = 72;
 const SYS_PIPE2: u32 = 293;
 const O_CLOEXEC: u32 = 0o2000000;
 const F_SETFD: u32 = 2;
@@ -120,13 +120,7 @@ fn popen(
     a.test(eax, eax)?;
     a.jnz(native)?;
     a.mov(r12, qword_ptr(rsp + LOCALS + saved(rdi)))?;
-    ask(a, l)?;
-    a.test(rax, rax)?;
-    a.jz(close_native)?;
-    // rbx = the answer, r14 = libc's functions.
-    a.mov(rbx, rax)?;
-    a.mov(r14, qword_ptr(rbx + 40))?;
-    count_skipped(a, Replaced::Popen)?;
+    answered(a, l, Replaced::Popen, close_native)?;
     ends(a)?;
     a.lea(rdi, ptr(rsp + L_ACTIONS))?;
     call_libc(a, SHELL_FA_INIT)?;
@@ -263,7 +257,11 @@ fn move_child_end(a: &mut CodeAssembler, failed: CodeLabel) -> Result<(), IcedEr
 
 /// An `addclose` action for each listed stream's descriptor but the one
 /// the `dup2` replaces (the lock held); to `failed` when one fails.
-fn close_others(a: &mut CodeAssembler, l: &super::Labels, failed: CodeLabel) -> Result<(), IcedError> {
+fn close_others(
+    a: &mut CodeAssembler,
+    l: &super::Labels,
+    failed: CodeLabel,
+) -> Result<(), IcedError> {
     let mut each = a.create_label();
     let mut skip = a.create_label();
     let mut done = a.create_label();

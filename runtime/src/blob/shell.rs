@@ -116,13 +116,7 @@ pub(super) fn emit(a: &mut CodeAssembler, l: &mut super::Labels) -> Result<(), I
     a.lea(r12, ptr(l.shell.s_exit0))?;
     a.mov(r13d, 1u32)?;
     a.set_label(&mut given)?;
-    ask(a, l)?;
-    a.test(rax, rax)?;
-    a.jz(not_asked)?;
-    // rbx = the answer, r14 = libc's functions.
-    a.mov(rbx, rax)?;
-    a.mov(r14, qword_ptr(rbx + 40))?;
-    count_skipped(a, Replaced::System)?;
+    answered(a, l, Replaced::System, not_asked)?;
     ignore_int_quit(a)?;
     spawn_attributes(a)?;
     // posix_spawn(&pid, copy, NULL, &attr, argv, environ).
@@ -173,7 +167,7 @@ pub(super) fn emit(a: &mut CodeAssembler, l: &mut super::Labels) -> Result<(), I
 /// The spawn's request (r12 = the command): `exec_request` as before
 /// `posix_spawn(&pid, "/bin/sh", NULL, &attr, argv, NULL)`, which
 /// leaves rax = the answer (0: none).
-pub(super) fn ask(a: &mut CodeAssembler, l: &super::Labels) -> Result<(), IcedError> {
+fn ask(a: &mut CodeAssembler, l: &super::Labels) -> Result<(), IcedError> {
     a.lea(rax, ptr(l.shell.s_name))?;
     a.mov(qword_ptr(rsp + L_ARGV), rax)?;
     a.lea(rax, ptr(l.shell.s_dash_c))?;
@@ -189,6 +183,23 @@ pub(super) fn ask(a: &mut CodeAssembler, l: &super::Labels) -> Result<(), IcedEr
     a.xor(eax, eax)?;
     a.mov(r11d, ExecKind::Shell as u32)?;
     a.call(l.exec_request)
+}
+
+/// [`ask`], to `none` without an answer; else rbx = the answer, r14 =
+/// libc's functions, and the skipped call of `kind` counted
+/// ([`count_skipped`]): the call is the runtime's from here on.
+pub(super) fn answered(
+    a: &mut CodeAssembler,
+    l: &super::Labels,
+    kind: Replaced,
+    none: CodeLabel,
+) -> Result<(), IcedError> {
+    ask(a, l)?;
+    a.test(rax, rax)?;
+    a.jz(none)?;
+    a.mov(rbx, rax)?;
+    a.mov(r14, qword_ptr(rbx + 40))?;
+    count_skipped(a, kind)
 }
 
 /// The transfers the skipped call of `kind` would have counted: the call
