@@ -1000,6 +1000,26 @@ fn system_followed_with_libc_untraced() {
     tasks_against_stepped_with(&exe, (&[], &[]), (1, &followed), Knobs::FIXED);
 }
 
+/// `traces/popen.c`, libc untraced: each `popen` is made by the
+/// runtime's `shell_call` (glibc 2.36's `popen`, `posix_spawn` of the
+/// followed shell with the pipe's end as its stdout or stdin) and each
+/// `pclose` of such a stream waits for its child there: the output
+/// (read through "r", written through "w" to `cat`, two "w" streams at
+/// once: the second child holding the first's pipe would hang the first
+/// `pclose`), the statuses (0, `exit 3`, a missing command's 127) and
+/// the invalid mode's EINVAL native (`record_checked`); the `/bin/echo`
+/// the first shell execs against `/bin/echo` stepped natively; the
+/// shells and the `cat`s (which read the pipe, which a stepped run would
+/// not give them) counted. The first `popen` and `pclose` go through
+/// their unbound PLT slots, which the runtime binds as ld.so would.
+#[test]
+fn popen_followed_with_libc_untraced() {
+    let exe = build("popen.c", O2_PIE);
+    let echo: Followed = Some(("/bin/echo", "/bin/echo", &["from", "the", "shell"]));
+    let followed = [None, echo, None, None, None, None, None, None];
+    tasks_against_stepped_with(&exe, (&[], &[]), (1, &followed), Knobs::FIXED);
+}
+
 /// `traces/spawnp.c`, libc untraced: `posix_spawnp`'s PATH search,
 /// `posix_spawn` of a relative name after a `chdir` file action, and of
 /// a `#!` script whose interpreter is `/bin/true` (the kernel's argv:

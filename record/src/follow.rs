@@ -25,7 +25,7 @@
 //! call the copy's path and argv. A traced libc's is not followed at
 //! the call: its child asks at its own `execve`. The runtime's own
 //! `posix_spawn` of the shell, in place of an untraced libc's `system`
-//! ([`ExecKind::Shell`]), is asked about the same way; its answer also
+//! or `popen` ([`ExecKind::Shell`]), is asked about the same way; its answer also
 //! gives the process's current environment and the addresses of the
 //! libc functions the runtime calls ([`Mem::functions`]).
 //!
@@ -429,8 +429,9 @@ impl Call {
     }
 
     /// The runtime's `posix_spawn(pid, "/bin/sh", NULL, attr, argv, _)`
-    /// in place of `system`: in the current environment (`environ`, as
-    /// glibc's `system` passes it), with libc's functions.
+    /// in place of `system` or `popen`: in the current environment
+    /// (`environ`, as glibc's `system` and `popen` pass it), with libc's
+    /// functions.
     fn shell(req: &ExecRequest, mem: &Mem) -> Result<Call, Native> {
         let mut call = Call::spawn(req, mem, ExecKind::Spawn)?;
         call.envp = mem

@@ -383,7 +383,7 @@ impl<'t> Calls<'t> {
                 .filter(|_| !c.tail && returns)
                 .and_then(imports::exe_path_arg),
             exec: None,
-            shell: None,
+            replace: None,
             fatal_longjmp: rw.fatal_longjmps
                 && !c.tail
                 && (to_longjmp || name.is_some_and(imports::is_longjmp_like)),
@@ -437,9 +437,10 @@ impl<'t> Calls<'t> {
         plan.exec = asked
             .and_then(aetrace_runtime::layout::ExecKind::of_function)
             .filter(|k| !k.spawns() || target_proc.is_none());
-        // `system` is replaced where `posix_spawn` is asked.
-        plan.shell = asked
-            .and_then(aetrace_runtime::layout::ShellCall::of_function)
+        // `system`, `popen` and `pclose` are replaced where `posix_spawn`
+        // is asked.
+        plan.replace = asked
+            .and_then(aetrace_runtime::layout::Replaced::of_function)
             .filter(|_| target_proc.is_none());
         plan.lazy_entry = db
             .lazy

@@ -179,12 +179,14 @@ pub struct CallPlan {
     /// lazily bound PLT stub's jump ([`CallPlan::lazy_record`]), before the
     /// jump when the slot is bound, else in its LAZY piece after LAZY.
     pub exec: Option<aetrace_runtime::layout::ExecKind>,
-    /// A call of an untraced libc's `system`: `call shell_call` where an
-    /// exec function's `exec_request` goes, r11 the kind; when it made
-    /// the call (r11 = 0), the program's call is skipped: the code goes
-    /// to the call's return point, or a PLT stub returns to its caller
-    /// (docs/runtime.md section 7, "system and popen").
-    pub shell: Option<aetrace_runtime::layout::ShellCall>,
+    /// A call of an untraced libc's function the runtime replaces
+    /// (`system`, `popen`, `pclose`: `layout::REPLACED`): `call
+    /// shell_call` where an exec function's `exec_request` goes, r11 the
+    /// kind; when it made the call (r11 = 0), the program's call is
+    /// skipped: the code goes to the call's return point, or a PLT stub
+    /// returns to its caller (docs/runtime.md section 7, "system and
+    /// popen").
+    pub replace: Option<aetrace_runtime::layout::Replaced>,
     /// A setjmp-like call (`Some(Setjmp)`: SETJMP(rsp) just before it,
     /// SETJMP_RESUME at its return point when it returns again) or a
     /// longjmp-like one (`Some(Longjmp)`: nothing written since format
@@ -1531,8 +1533,8 @@ struct Stub {
     /// An exec request after LAZY (the stub of an exec function).
     exec: Option<aetrace_runtime::layout::ExecKind>,
     /// `shell_call` after LAZY, and the GOT slot it binds (the stub of
-    /// `system`).
-    shell: Option<(aetrace_runtime::layout::ShellCall, u64)>,
+    /// a replaced function).
+    replace: Option<(aetrace_runtime::layout::Replaced, u64)>,
     target: u64,
 }
 
@@ -1799,8 +1801,8 @@ impl ProcGen<'_, '_> {
             if let Some(kind) = s.exec {
                 self.exec_request_entered(kind)?;
             }
-            if let Some((kind, got)) = s.shell {
-                self.shell_call_entered(kind, Some(got))?;
+            if let Some((kind, got)) = s.replace {
+                self.replacement_entered(kind, Some(got))?;
             }
             if s.exit_record {
                 self.exit_record(s.site)?;
@@ -2629,7 +2631,7 @@ impl ProcGen<'_, '_> {
             // (`test eax` after the system call: the flags must be dead.)
             own: (p.values.is_none() && !p.live.live_out(b).flags_live()).then(|| self.em.label()),
         });
-        let made = (end.cp.shell.is_some() && tracing).then(|| self.em.label());
+        let made = (end.cp.replace.is_some() && tracing).then(|| self.em.label());
         let query = self.before_call(end, setjmp, task, made)?;
         match end.cp.by_entry {
             true => self.place_copy(b, end.last_i, end.last),
@@ -2660,7 +2662,7 @@ impl ProcGen<'_, '_> {
         last: &Instruction,
         lazy: u64,
     ) -> GenResult<()> {
-        if cp.exec.is_none() && cp.shell.is_none() {
+        if cp.exec.is_none() && cp.replace.is_none() {
             return Ok(());
         }
         let rip = |a: u64| MemoryOperand::with_base_displ(Register::RIP, a as i64);
@@ -2675,8 +2677,8 @@ impl ProcGen<'_, '_> {
         if let Some(kind) = cp.exec {
             self.exec_request_entered(kind)?;
         }
-        if let Some(kind) = cp.shell {
-            self.shell_call_entered(kind, None)?;
+        if let Some(kind) = cp.replace {
+            self.replacement_entered(kind, None)?;
         }
         self.em.bind(unbound);
         Ok(())
@@ -2686,9 +2688,9 @@ impl ProcGen<'_, '_> {
     /// on the stack), from its LAZY piece when `got` is the slot it would
     /// bind: when it made the call, the stub returns to its caller as
     /// the function would have; else on to the jump.
-    fn shell_call_entered(
+    fn replacement_entered(
         &mut self,
-        kind: aetrace_runtime::layout::ShellCall,
+        kind: aetrace_runtime::layout::Replaced,
         got: Option<u64>,
     ) -> GenResult<()> {
         use aetrace_runtime::layout::SHELL_LAZY;
@@ -2807,9 +2809,9 @@ impl ProcGen<'_, '_> {
             self.em.point = before;
             self.call_with_r11(self.rt.exec_request, kind as u32)?;
         }
-        if let (Some(kind), Some(made)) = (cp.shell, made) {
+        if let (Some(kind), Some(made)) = (cp.replace, made) {
             self.em.point = before;
-            self.shell_call(kind, cp.count, made)?;
+            self.replacement(kind, cp.count, made)?;
         }
         if cp.count {
             // Last, so that a signal sees the count and the point
@@ -2823,9 +2825,9 @@ impl ProcGen<'_, '_> {
     /// `shell_call` at a call site: when it made the call (r11 = 0), on
     /// to `made`, the call's return point, the call's transfer counted by
     /// the runtime when `counted`.
-    fn shell_call(
+    fn replacement(
         &mut self,
-        kind: aetrace_runtime::layout::ShellCall,
+        kind: aetrace_runtime::layout::Replaced,
         counted: bool,
         made: u64,
     ) -> GenResult<()> {
@@ -3003,7 +3005,7 @@ impl ProcGen<'_, '_> {
                     exit_record: false,
                     lazy: false,
                     exec: None,
-                    shell: None,
+                    replace: None,
                     target: if to == exit {
                         dest
                     } else {
@@ -3176,7 +3178,7 @@ impl ProcGen<'_, '_> {
             exit_record: false,
             lazy: false,
             exec: None,
-            shell: None,
+            replace: None,
             target: self.retarget(target),
         });
         case_labels.insert(e, label);
@@ -3218,7 +3220,7 @@ impl ProcGen<'_, '_> {
                         exit_record: false,
                         lazy: false,
                         exec: None,
-                        shell: None,
+                        replace: None,
                         target: self.labels[to.index()],
                     });
                     case_labels.insert(e, label);
@@ -3281,7 +3283,7 @@ impl ProcGen<'_, '_> {
                         exit_record: false,
                         lazy: true,
                         exec: cp.exec,
-                        shell: cp.shell.map(|k| (k, last.ip_rel_memory_address())),
+                        replace: cp.replace.map(|k| (k, last.ip_rel_memory_address())),
                         target,
                     });
                 }
@@ -3321,7 +3323,7 @@ impl ProcGen<'_, '_> {
                     exit_record: false,
                     lazy: true,
                     exec: cp.exec,
-                    shell: cp.shell.map(|k| (k, last.ip_rel_memory_address())),
+                    replace: cp.replace.map(|k| (k, last.ip_rel_memory_address())),
                     target: self.labels[to.index()],
                 });
                 Ok(())
@@ -3374,7 +3376,7 @@ impl ProcGen<'_, '_> {
                     exit_record: cp.exit_record,
                     lazy: false,
                     exec: None,
-                    shell: None,
+                    replace: None,
                     target: self.labels[to.index()],
                 });
                 Ok(())

@@ -58,7 +58,8 @@
 //!   `realpath`, ...; its prelude, before it blocks signals, and the
 //!   prelude's return, reported there too), `exec_request` (before an exec; also
 //!   between the mask it puts back and its `execve`), `shell_call`
-//!   (before `system`; also while it waits for the shell): as
+//!   (before `system`, `popen`, `pclose`; also while `system` waits for
+//!   the shell and `pclose` for its child): as
 //!   `fork_prepare` and `fork_done`.
 //! - `fork_prepare`, `fork_done` (around a call to `fork`): reported at
 //!   their return addresses, before the call (with the count before its
@@ -115,6 +116,7 @@ mod brk;
 pub mod detach;
 mod exe;
 mod exec;
+mod popen;
 mod shell;
 mod view;
 
@@ -123,6 +125,7 @@ const SYS_READ: u32 = 0;
 const SYS_WRITE: u32 = 1;
 const SYS_OPEN: u32 = 2;
 const SYS_CLOSE: u32 = 3;
+const SYS_FCNTL: u32 = 72;
 const SYS_FSTAT: u32 = 5;
 const SYS_MMAP: u32 = 9;
 const SYS_MUNMAP: u32 = 11;
@@ -250,6 +253,11 @@ const D_DISP: u64 = 128;
 /// the dispositions (`D_DISP + 32 * 65`).
 const D_IMAGE: u64 = 2208;
 const _: () = assert!(D_DISP + 32 * 65 <= D_IMAGE);
+/// The streams the runtime's `popen` made and `pclose` has not closed
+/// (`popen`): the list's head (a pointer), then its spin lock (u32).
+const D_POPEN: u64 = 2224;
+const D_POPEN_LOCK: u64 = 2232;
+const _: () = assert!(D_IMAGE + 8 <= D_POPEN && D_POPEN_LOCK + 4 <= D_FRAMES);
 /// The `.eh_frame`s to register and their `struct object`s
 /// (`detach::FRAMES_SIZE` bytes), after the dispositions (`D_DISP + 32 *
 /// 65`).
@@ -324,6 +332,8 @@ struct Labels {
     translate_any: CodeLabel,
     d_disp: CodeLabel,
     d_image: CodeLabel,
+    d_popen: CodeLabel,
+    d_popen_lock: CodeLabel,
     d_frames: CodeLabel,
     d_exe_link: CodeLabel,
     /// The program's view of its maps.
@@ -599,6 +609,8 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         translate_any: a.create_label(),
         d_disp: a.create_label(),
         d_image: a.create_label(),
+        d_popen: a.create_label(),
+        d_popen_lock: a.create_label(),
         d_frames: a.create_label(),
         d_exe_link: a.create_label(),
         view: view::Labels::new(&mut a),
@@ -774,7 +786,11 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     a.set_label(&mut l.d_disp)?;
     a.db(&vec![0u8; (D_IMAGE - D_DISP) as usize])?;
     a.set_label(&mut l.d_image)?;
-    a.db(&[0u8; (D_FRAMES - D_IMAGE) as usize])?;
+    a.db(&[0u8; (D_POPEN - D_IMAGE) as usize])?;
+    a.set_label(&mut l.d_popen)?;
+    a.db(&[0u8; (D_POPEN_LOCK - D_POPEN) as usize])?;
+    a.set_label(&mut l.d_popen_lock)?;
+    a.db(&[0u8; (D_FRAMES - D_POPEN_LOCK) as usize])?;
     a.set_label(&mut l.d_frames)?;
     a.db(&vec![0u8; (D_EXE_LINK - D_FRAMES) as usize])?;
     a.set_label(&mut l.d_exe_link)?;
@@ -795,6 +811,8 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     debug_assert_eq!(res.label_ip(&l.d_insns)?, data_offset + D_INSNS);
     debug_assert_eq!(res.label_ip(&l.d_disp)?, data_offset + D_DISP);
     debug_assert_eq!(res.label_ip(&l.d_image)?, data_offset + D_IMAGE);
+    debug_assert_eq!(res.label_ip(&l.d_popen)?, data_offset + D_POPEN);
+    debug_assert_eq!(res.label_ip(&l.d_popen_lock)?, data_offset + D_POPEN_LOCK);
     debug_assert_eq!(res.label_ip(&l.d_frames)?, data_offset + D_FRAMES);
     debug_assert_eq!(res.label_ip(&l.d_exe_link)?, data_offset + D_EXE_LINK);
     let symbols = vec![

@@ -675,7 +675,7 @@ pub struct RuntimeAddrs {
     /// [`crate::layout::ExecKind`]).
     pub exec_request: u64,
     /// Address of `shell_call`, called before a call of an untraced
-    /// libc's `system` (r11 = the [`crate::layout::ShellCall`] and its
+    /// libc's `system`, `popen` or `pclose` (r11 = the [`crate::layout::Replaced`] and its
     /// bits); r11 = 0 when it made the call.
     pub shell_call: u64,
     /// Address of `dispositions_native`, called before a call that may

@@ -300,7 +300,7 @@ pub enum ExecKind {
     /// `posix_spawnp(pid, file, file_actions, attr, argv, envp)`.
     Spawnp = 10,
     /// The runtime's `posix_spawn` of the shell in place of an untraced
-    /// libc's `system` or `popen` (`shell_call`): asked as `Spawn`, in
+    /// libc's `system` or `popen` (`shell_call`, [`Replaced`]): asked as `Spawn`, in
     /// the process's current environment; the answer's third word is
     /// that environment, its sixth the address of the libc functions
     /// the replacement calls ([`SHELL_FUNCTIONS`]).
@@ -348,31 +348,46 @@ impl ExecKind {
 }
 
 /// A libc function whose call from traced code to an untraced libc the
-/// runtime's `shell_call` replaces, so that the shell it runs is followed
-/// (`docs/runtime.md` section 7, "system and popen"): r11's low byte.
+/// runtime replaces (`docs/runtime.md` section 7, "system and popen"):
+/// r11's low byte at the call of its runtime entry point. One plan for
+/// all of them ([`REPLACED`]): the rewriter places the call where an
+/// untraced `posix_spawn` is asked, and skips the program's call when
+/// the runtime made it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u32)]
-pub enum ShellCall {
-    /// `system(command)`.
+pub enum Replaced {
+    /// `system(command)`: the shell spawned ([`ExecKind::Shell`]).
     System = 1,
+    /// `popen(command, mode)`: the shell spawned ([`ExecKind::Shell`])
+    /// with a pipe; the stream kept in the runtime's list.
+    Popen = 2,
+    /// `pclose(stream)`: a stream of the runtime's `popen` closed and its
+    /// child waited for; any other left to libc's `pclose`.
+    Pclose = 3,
 }
 
-impl ShellCall {
+/// The replaced functions: libc's name, the replacement (each made by
+/// the runtime entry point `shell_call`, [`Replaced`] in r11), the
+/// function's index in [`SHELL_FUNCTIONS`] (what an unbound lazy PLT
+/// slot of it is bound to).
+pub const REPLACED: [(&str, Replaced, usize); 3] = [
+    ("system", Replaced::System, SHELL_SYSTEM),
+    ("popen", Replaced::Popen, SHELL_POPEN),
+    ("pclose", Replaced::Pclose, SHELL_PCLOSE),
+];
+
+impl Replaced {
     /// The libc function a call intercepts, by its name (a version
     /// after `@` ignored).
-    pub fn of_function(name: &str) -> Option<ShellCall> {
-        match name.split('@').next().unwrap_or(name) {
-            "system" => Some(ShellCall::System),
-            _ => None,
-        }
+    pub fn of_function(name: &str) -> Option<Replaced> {
+        let name = name.split('@').next().unwrap_or(name);
+        REPLACED.iter().find(|r| r.0 == name).map(|r| r.1)
     }
 
     /// Its index in [`SHELL_FUNCTIONS`] (the address an unbound lazy
     /// PLT slot is bound to).
     pub fn function(self) -> usize {
-        match self {
-            ShellCall::System => SHELL_SYSTEM,
-        }
+        REPLACED.iter().find(|r| r.1 == self).map_or(0, |r| r.2)
     }
 }
 
@@ -387,7 +402,22 @@ pub const SHELL_LAZY: u32 = 0x400;
 
 /// The libc functions (default versions) whose addresses a [`ExecKind::Shell`]
 /// answer gives, in this order.
-pub const SHELL_FUNCTIONS: [&str; 4] = ["posix_spawn", "sigaction", "__errno_location", "system"];
+pub const SHELL_FUNCTIONS: [&str; 14] = [
+    "posix_spawn",
+    "sigaction",
+    "__errno_location",
+    "system",
+    "popen",
+    "pclose",
+    "fdopen",
+    "fclose",
+    "malloc",
+    "free",
+    "posix_spawn_file_actions_init",
+    "posix_spawn_file_actions_adddup2",
+    "posix_spawn_file_actions_addclose",
+    "posix_spawn_file_actions_destroy",
+];
 /// [`SHELL_FUNCTIONS`] index of `posix_spawn`.
 pub const SHELL_SPAWN: usize = 0;
 /// [`SHELL_FUNCTIONS`] index of `sigaction`.
@@ -396,6 +426,26 @@ pub const SHELL_SIGACTION: usize = 1;
 pub const SHELL_ERRNO: usize = 2;
 /// [`SHELL_FUNCTIONS`] index of `system`.
 pub const SHELL_SYSTEM: usize = 3;
+/// [`SHELL_FUNCTIONS`] index of `popen`.
+pub const SHELL_POPEN: usize = 4;
+/// [`SHELL_FUNCTIONS`] index of `pclose`.
+pub const SHELL_PCLOSE: usize = 5;
+/// [`SHELL_FUNCTIONS`] index of `fdopen`.
+pub const SHELL_FDOPEN: usize = 6;
+/// [`SHELL_FUNCTIONS`] index of `fclose`.
+pub const SHELL_FCLOSE: usize = 7;
+/// [`SHELL_FUNCTIONS`] index of `malloc`.
+pub const SHELL_MALLOC: usize = 8;
+/// [`SHELL_FUNCTIONS`] index of `free`.
+pub const SHELL_FREE: usize = 9;
+/// [`SHELL_FUNCTIONS`] index of `posix_spawn_file_actions_init`.
+pub const SHELL_FA_INIT: usize = 10;
+/// [`SHELL_FUNCTIONS`] index of `posix_spawn_file_actions_adddup2`.
+pub const SHELL_FA_DUP2: usize = 11;
+/// [`SHELL_FUNCTIONS`] index of `posix_spawn_file_actions_addclose`.
+pub const SHELL_FA_CLOSE: usize = 12;
+/// [`SHELL_FUNCTIONS`] index of `posix_spawn_file_actions_destroy`.
+pub const SHELL_FA_DESTROY: usize = 13;
 
 /// Never claimed, or released by the recorder for any process.
 pub const SLOT_FREE: u32 = 0;

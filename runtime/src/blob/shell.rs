@@ -1,12 +1,15 @@
-//! `shell_call`: an untraced libc's `system`, redone with libc's public
-//! functions so that the shell it runs is a followed image
-//! (`docs/runtime.md` section 7, "system and popen").
+//! `shell_call`: an untraced libc's `system` (here), `popen` and
+//! `pclose` (`popen.rs`), redone with libc's public functions so that
+//! the shell they run is a followed image (`docs/runtime.md` section 7,
+//! "system and popen"). One entry for the three ([`Replaced`] in r11's
+//! low byte); without a recorder only `pclose` has work (a stream made
+//! while there was one).
 //!
 //! glibc 2.36's `system` spawns `/bin/sh` from its own read-only data
 //! through its hidden `__posix_spawn`: nothing at the program's call
 //! names the shell, and the child's exec runs inside libc. The rewriter
 //! calls this entry where it would ask about an exec (r11 = the
-//! [`ShellCall`] and [`SHELL_COUNTED`]/[`SHELL_LAZY`] bits, every other
+//! [`Replaced`] and [`SHELL_COUNTED`]/[`SHELL_LAZY`] bits, every other
 //! register the program's); it returns r11 = 0 when it made the call
 //! (rax its result; the rewriter's code then skips the program's call),
 //! else r11 = 1 with every register as it was (the program's call runs:
@@ -38,6 +41,8 @@ pub(super) struct Labels {
     s_name: CodeLabel,
     s_dash_c: CodeLabel,
     s_exit0: CodeLabel,
+    /// `popen`'s and `pclose`'s.
+    pub popen: super::popen::Labels,
 }
 
 impl Labels {
@@ -48,13 +53,14 @@ impl Labels {
             s_name: a.create_label(),
             s_dash_c: a.create_label(),
             s_exit0: a.create_label(),
+            popen: super::popen::Labels::new(a),
         }
     }
 }
 
 // The entry's locals, below `save_all`'s frame.
 /// The child's pid.
-const L_PID: i32 = 0;
+pub(super) const L_PID: i32 = 0;
 /// `{"sh", "-c", COMMAND, NULL}`.
 const L_ARGV: i32 = 8;
 /// glibc 2.36's `posix_spawnattr_t` (336 bytes): flags (i16) at 0, the
@@ -73,26 +79,32 @@ const L_QUIT: i32 = 688;
 const SIGACTION_SIZE: i32 = 152;
 /// The child's wait status, then the mask it waits with, then the
 /// mask that blocks everything again.
-const L_STATUS: i32 = 840;
+pub(super) const L_STATUS: i32 = 840;
 const L_WAIT_MASK: i32 = 848;
 const L_ALL: i32 = 856;
-const LOCALS: i32 = 864;
+pub(super) const LOCALS: i32 = 864;
 
 const SIGINT: u32 = 2;
 const SIGQUIT: u32 = 3;
 const SIGCHLD: u32 = 17;
 const SIG_IGN: u64 = 1;
-const SYS_WAIT4: u32 = 61;
-const EINTR: i32 = 4;
+pub(super) const SYS_WAIT4: u32 = 61;
+pub(super) const EINTR: i32 = 4;
 
 /// `shell_call()`: see the module doc.
 pub(super) fn emit(a: &mut CodeAssembler, l: &mut super::Labels) -> Result<(), IcedError> {
     let mut native = a.create_label();
     let mut made = a.create_label();
     let mut not_asked = a.create_label();
-    let mut d = enter_asking(a, &mut l.shell.entry, l.d_region, native)?;
+    let mut result = a.create_label();
+    let mut no_recorder = a.create_label();
+    let mut d = enter_asking(a, &mut l.shell.entry, l.d_region, no_recorder)?;
     a.movzx(eax, byte_ptr(rsp + saved(r11)))?;
-    a.cmp(eax, ShellCall::System as i32)?;
+    a.cmp(eax, Replaced::Popen as i32)?;
+    a.je(l.shell.popen.popen)?;
+    a.cmp(eax, Replaced::Pclose as i32)?;
+    a.je(l.shell.popen.pclose)?;
+    a.cmp(eax, Replaced::System as i32)?;
     a.jne(native)?;
     a.sub(rsp, LOCALS)?;
     // r12 = the command, r13 = whether it was NULL.
@@ -104,13 +116,7 @@ pub(super) fn emit(a: &mut CodeAssembler, l: &mut super::Labels) -> Result<(), I
     a.lea(r12, ptr(l.shell.s_exit0))?;
     a.mov(r13d, 1u32)?;
     a.set_label(&mut given)?;
-    ask(a, l)?;
-    a.test(rax, rax)?;
-    a.jz(not_asked)?;
-    // rbx = the answer, r14 = libc's functions.
-    a.mov(rbx, rax)?;
-    a.mov(r14, qword_ptr(rbx + 40))?;
-    count_skipped(a)?;
+    answered(a, l, Replaced::System, not_asked)?;
     ignore_int_quit(a)?;
     spawn_attributes(a)?;
     // posix_spawn(&pid, copy, actions, &attr, argv, environ): the
@@ -126,20 +132,27 @@ pub(super) fn emit(a: &mut CodeAssembler, l: &mut super::Labels) -> Result<(), I
     a.mov(r15d, eax)?;
     wait_child(a, &mut d)?;
     restore_int_quit(a)?;
-    set_errno(a)?;
+    set_errno(a, r15d)?;
     // The result: the status, or for `system(NULL)` whether it was 0.
-    let mut status = a.create_label();
     a.mov(eax, dword_ptr(rsp + L_STATUS))?;
     a.test(r13d, r13d)?;
-    a.jz(status)?;
+    a.jz(result)?;
     a.test(eax, eax)?;
     a.sete(al)?;
     a.movzx(eax, al)?;
-    a.set_label(&mut status)?;
+    a.set_label(&mut result)?;
     a.mov(qword_ptr(rsp + LOCALS + saved(rax)), rax)?;
     a.add(rsp, LOCALS)?;
     a.mov(qword_ptr(rsp + saved(r11)), 0)?;
     a.jmp(made)?;
+    super::popen::emit(a, l, &mut d, (result, not_asked))?;
+    // Without a recorder only `pclose` has something to do (a stream
+    // made while there was one).
+    a.set_label(&mut no_recorder)?;
+    a.movzx(eax, byte_ptr(rsp + saved(r11)))?;
+    a.cmp(eax, Replaced::Pclose as i32)?;
+    a.je(l.shell.popen.pclose)?;
+    a.jmp(native)?;
     a.set_label(&mut not_asked)?;
     a.add(rsp, LOCALS)?;
     a.set_label(&mut native)?;
@@ -149,7 +162,8 @@ pub(super) fn emit(a: &mut CodeAssembler, l: &mut super::Labels) -> Result<(), I
     msg(a, &mut l.shell.s_path, "/bin/sh")?;
     msg(a, &mut l.shell.s_name, "sh")?;
     msg(a, &mut l.shell.s_dash_c, "-c")?;
-    msg(a, &mut l.shell.s_exit0, "exit 0")
+    msg(a, &mut l.shell.s_exit0, "exit 0")?;
+    super::popen::strings(a, &mut l.shell.popen)
 }
 
 /// The spawn's request (r12 = the command): `exec_request` as before
@@ -173,11 +187,29 @@ fn ask(a: &mut CodeAssembler, l: &super::Labels) -> Result<(), IcedError> {
     a.call(l.exec_request)
 }
 
-/// The transfers the skipped call would have counted: the call site's
-/// ([`SHELL_COUNTED`]) and, from an unbound PLT slot ([`SHELL_LAZY`]),
-/// `<plt0>`'s jump into ld.so, after binding the slot (the caller's rax)
-/// to libc's function as ld.so would. Clobbers rax, rcx, rdx.
-fn count_skipped(a: &mut CodeAssembler) -> Result<(), IcedError> {
+/// [`ask`], to `none` without an answer; else rbx = the answer, r14 =
+/// libc's functions, and the skipped call of `kind` counted
+/// ([`count_skipped`]): the call is the runtime's from here on.
+pub(super) fn answered(
+    a: &mut CodeAssembler,
+    l: &super::Labels,
+    kind: Replaced,
+    none: CodeLabel,
+) -> Result<(), IcedError> {
+    ask(a, l)?;
+    a.test(rax, rax)?;
+    a.jz(none)?;
+    a.mov(rbx, rax)?;
+    a.mov(r14, qword_ptr(rbx + 40))?;
+    count_skipped(a, kind)
+}
+
+/// The transfers the skipped call of `kind` would have counted: the call
+/// site's ([`SHELL_COUNTED`]) and, from an unbound PLT slot
+/// ([`SHELL_LAZY`]), `<plt0>`'s jump into ld.so, after binding the slot
+/// (the caller's rax) to libc's function (r14 = [`SHELL_FUNCTIONS`]) as
+/// ld.so would. Clobbers rax, rcx, rdx.
+pub(super) fn count_skipped(a: &mut CodeAssembler, kind: Replaced) -> Result<(), IcedError> {
     let mut counted = a.create_label();
     let mut bound = a.create_label();
     a.mov(ecx, dword_ptr(rsp + LOCALS + saved(r11)))?;
@@ -188,10 +220,7 @@ fn count_skipped(a: &mut CodeAssembler) -> Result<(), IcedError> {
     a.test(ecx, SHELL_LAZY)?;
     a.jz(bound)?;
     a.inc(dword_ptr(S_XFERS).gs())?;
-    a.mov(
-        rax,
-        qword_ptr(r14 + 8 * ShellCall::System.function() as i32),
-    )?;
+    a.mov(rax, qword_ptr(r14 + 8 * kind.function() as i32))?;
     a.mov(rdx, qword_ptr(rsp + LOCALS + saved(rax)))?;
     a.mov(qword_ptr(rdx), rax)?;
     a.set_label(&mut bound)?;
@@ -242,21 +271,39 @@ fn spawn_attributes(a: &mut CodeAssembler) -> Result<(), IcedError> {
 }
 
 /// r15d = `posix_spawn`'s error: 0, or the status is 127 << 8. Else
-/// `waitpid(pid, &status, 0)` with the caller's mask and SIGCHLD
-/// blocked, again on EINTR; status -1 when it fails otherwise.
+/// [`wait_for`] the child with SIGCHLD blocked.
 fn wait_child(a: &mut CodeAssembler, d: &mut Depths) -> Result<(), IcedError> {
     let mut failed = a.create_label();
-    let mut again = a.create_label();
     let mut done = a.create_label();
-    let mut reaped = a.create_label();
     a.test(r15d, r15d)?;
     a.jnz(failed)?;
+    wait_for(a, d, true)?;
+    a.jmp(done)?;
+    a.set_label(&mut failed)?;
+    a.mov(dword_ptr(rsp + L_STATUS), 127 << 8)?;
+    a.set_label(&mut done)?;
+    Ok(())
+}
+
+/// `waitpid(pid, &status, 0)` with the caller's mask (and SIGCHLD
+/// blocked if `sigchld_blocked`), again on EINTR; status -1 when it
+/// fails otherwise; r12d = its last result (the pid or -errno); every
+/// signal blocked again.
+pub(super) fn wait_for(
+    a: &mut CodeAssembler,
+    d: &mut Depths,
+    sigchld_blocked: bool,
+) -> Result<(), IcedError> {
+    let mut again = a.create_label();
+    let mut reaped = a.create_label();
     a.mov(rax, qword_ptr(rsp + LOCALS))?;
-    a.bts(rax, SIGCHLD - 1)?;
+    if sigchld_blocked {
+        a.bts(rax, SIGCHLD - 1)?;
+    }
     a.mov(qword_ptr(rsp + L_WAIT_MASK), rax)?;
     a.mov(qword_ptr(rsp + L_ALL), -1)?;
     set_mask(a, L_WAIT_MASK)?;
-    // Signals other than SIGCHLD may come while it waits: the caller's.
+    // Signals may come while it waits: the caller's.
     d.mark(a, Some(FRAME + LOCALS as u32))?;
     a.movsxd(rdi, dword_ptr(rsp + L_PID))?;
     a.set_label(&mut again)?;
@@ -267,17 +314,13 @@ fn wait_child(a: &mut CodeAssembler, d: &mut Depths) -> Result<(), IcedError> {
     a.syscall()?;
     a.cmp(eax, -EINTR)?;
     a.je(again)?;
+    a.mov(r12d, eax)?;
     a.cmp(eax, dword_ptr(rsp + L_PID))?;
     a.je(reaped)?;
     a.mov(dword_ptr(rsp + L_STATUS), -1)?;
     a.set_label(&mut reaped)?;
     set_mask(a, L_ALL)?;
-    d.mark(a, None)?;
-    a.jmp(done)?;
-    a.set_label(&mut failed)?;
-    a.mov(dword_ptr(rsp + L_STATUS), 127 << 8)?;
-    a.set_label(&mut done)?;
-    Ok(())
+    d.mark(a, None)
 }
 
 /// `rt_sigprocmask(SIG_SETMASK, &local, NULL)`.
@@ -290,13 +333,13 @@ fn set_mask(a: &mut CodeAssembler, local: i32) -> Result<(), IcedError> {
     a.syscall()
 }
 
-/// errno = r15d unless it is 0 (the spawn's error, as glibc sets it).
-fn set_errno(a: &mut CodeAssembler) -> Result<(), IcedError> {
+/// errno = `value` unless it is 0 (the spawn's error, as glibc sets it).
+pub(super) fn set_errno(a: &mut CodeAssembler, value: AsmRegister32) -> Result<(), IcedError> {
     let mut none = a.create_label();
-    a.test(r15d, r15d)?;
+    a.test(value, value)?;
     a.jz(none)?;
     call_libc(a, SHELL_ERRNO)?;
-    a.mov(dword_ptr(rax), r15d)?;
+    a.mov(dword_ptr(rax), value)?;
     a.set_label(&mut none)?;
     Ok(())
 }
@@ -304,7 +347,7 @@ fn set_errno(a: &mut CodeAssembler) -> Result<(), IcedError> {
 /// Calls libc's function `index` of [`SHELL_FUNCTIONS`] (r14 = their
 /// addresses) on a 16-byte aligned stack. Clobbers what a call does and
 /// rbp.
-fn call_libc(a: &mut CodeAssembler, index: usize) -> Result<(), IcedError> {
+pub(super) fn call_libc(a: &mut CodeAssembler, index: usize) -> Result<(), IcedError> {
     a.mov(rbp, rsp)?;
     a.and(rsp, -16)?;
     a.call(qword_ptr(r14 + 8 * index as i32))?;

@@ -30,7 +30,6 @@
 
 use super::*;
 
-const SYS_FCNTL: u32 = 72;
 const SYS_DUP3: u32 = 292;
 const SYS_MEMFD_CREATE: u32 = 319;
 const F_GETFD: u32 = 1;
