@@ -262,7 +262,13 @@ impl Follower {
                     H_EXEC_CWD + 8 * u64::from(*i),
                 ]
             }
-            (None, Some((r, fd, acts))) => [w.actions(acts, *fd, &r.dir), 0, 0],
+            // The copy's own path too, for a caller whose own actions the
+            // request does not carry (`popen`): it runs the copy by it.
+            (None, Some((r, fd, acts))) => [
+                w.actions(acts, *fd, &r.dir),
+                w.string(copy.elf.as_os_str().as_bytes()),
+                0,
+            ],
             (None, None) => [0; 3],
         };
         let entry = call.functions.as_ref().map_or(entry, |f| w.pointers(f));

@@ -288,7 +288,11 @@ fn close_others(
 /// spawn fails.
 fn spawn(a: &mut CodeAssembler, failed: CodeLabel) -> Result<(), IcedError> {
     a.lea(rdi, ptr(r15 + N_PID))?;
-    a.mov(rsi, qword_ptr(rbx))?;
+    // The answer's name runs only after its own actions' `chdir`; the
+    // copy's own path (word 4, when the answer renames) runs with ours.
+    a.mov(rsi, qword_ptr(rbx + 32))?;
+    a.test(rsi, rsi)?;
+    a.cmovz(rsi, qword_ptr(rbx))?;
     a.lea(rdx, ptr(rsp + L_ACTIONS))?;
     a.xor(ecx, ecx)?;
     a.mov(r8, qword_ptr(rbx + 8))?;
