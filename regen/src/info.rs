@@ -78,6 +78,9 @@ pub struct Info {
     /// Why a data trace's values could not be read (a SIGNAL: not
     /// supported yet, docs/data.md).
     pub data_error: Option<String>,
+    /// A control-only trace of format 1.21 or later: its VALUE records,
+    /// each an outside entry's `rsp` (`MINOR_ENTRY_RSP`).
+    pub entry_values: Option<u64>,
 }
 
 /// Executed instructions of each thread, in the order of `trace.threads()`
@@ -162,8 +165,9 @@ pub fn info_of<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<Info> {
         .modules()
         .iter()
         .any(|m| m.flags & (module_flags::DATA_CHECK | module_flags::DATA_ABS) != 0);
+    let entry_rsp = trace.header().minor >= aetrace_format::header::MINOR_ENTRY_RSP;
     // A stream the values cannot be read from (an older format) reports why.
-    let (data_values, data_error) = match data.then(|| {
+    let (values, data_error) = match (data || entry_rsp).then(|| {
         trace
             .threads()
             .map(|t| crate::DataCursor::new(trace, t.start.thread)?.count())
@@ -172,6 +176,10 @@ pub fn info_of<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<Info> {
         Some(Ok(n)) => (Some(n), None),
         Some(Err(e)) => (None, Some(e.to_string())),
         None => (None, None),
+    };
+    let (data_values, entry_values) = match data {
+        true => (values, None),
+        false => (None, values),
     };
     let remarks = trace
         .notes()
@@ -185,6 +193,7 @@ pub fn info_of<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<Info> {
         bits_per_instruction_compressed: per(stats.compressed_bytes),
         data_values,
         data_error,
+        entry_values,
         stats,
         programs,
         instructions,
@@ -245,6 +254,12 @@ pub fn write_info(i: &Info, json: bool, out: &mut dyn Write) -> Result<()> {
         if let Some(n) = i.data_values {
             s += &format!(
                 "data values: {n} ({} bytes of witness stream, raw)\n",
+                n * 10
+            );
+        }
+        if let Some(n) = i.entry_values {
+            s += &format!(
+                "entry values (each outside entry's rsp): {n} ({} bytes of witness stream, raw)\n",
                 n * 10
             );
         }

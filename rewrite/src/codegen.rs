@@ -350,9 +350,11 @@ pub struct ProcPlan<'a> {
     /// `--data --check`: per block and instruction, the values recorded
     /// before it (`data`).
     pub values: Option<crate::data::BlockValues>,
-    /// `record --data`, when the entry starts with `rsp` known: the value
-    /// (`rsp`) every outside-entry stub of the entry records right after
-    /// its ENTER (`addr::exec::Entered::Outside`).
+    /// The value (`rsp`) every outside-entry stub of the entry records
+    /// right after its ENTER: with `record --data` when the entry starts
+    /// with `rsp` known (`addr::exec::Entered::Outside`), in the
+    /// control-only recording always (format 1.21, the debugger's frame
+    /// addresses).
     pub entry_value: Option<Value>,
     /// With an unresolved jump: where its map from original addresses to
     /// the copy goes.
@@ -1920,8 +1922,8 @@ impl ProcGen<'_, '_> {
         self.em.jmp(self.labels[p.cfg.entry.index()])
     }
 
-    /// `record --data`, after an outside-entry stub's ENTER: the entry's
-    /// `rsp` ([`ProcPlan::entry_value`]), standing before the entry's first
+    /// After an outside-entry stub's ENTER: the entry's `rsp`
+    /// ([`ProcPlan::entry_value`]), standing before the entry's first
     /// instruction. Every register and the flags are kept (the preserving
     /// stub's callers may keep values in any).
     fn entry_rsp(&mut self) -> GenResult<()> {
