@@ -130,9 +130,10 @@ impl Walk<'_> {
         }
     }
 
-    /// Whether frame `l` was made by a traced call ([`by_call`]).
+    /// Whether frame `l` was made by a traced call: its caller's pc is a
+    /// traced return address.
     fn by_call(&self, l: usize) -> bool {
-        by_call(self.frames, l)
+        self.frames.get(l + 1).is_some_and(|f| !is_untraced(f.0))
     }
 }
 
