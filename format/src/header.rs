@@ -44,8 +44,10 @@ pub const MINOR_REP_FAULT: u16 = 13;
 pub const MINOR_DATA_VALUES: u16 = 20;
 /// The first minor whose control-only traces have, like data traces,
 /// the entry's `rsp` as a VALUE right after each ENTER an outside-entry
-/// stub writes (one per entry from untraced code or by an indirect call):
-/// the debugger's frame addresses. Readers of control flow skip it.
+/// stub writes (one per entry from untraced code or by an indirect call),
+/// or an ENTER_SAME (kind 21) where it repeats the thread's last: the
+/// debugger's frame addresses. Readers of control flow skip the values
+/// and take ENTER_SAME as ENTER.
 pub const MINOR_ENTRY_RSP: u16 = 21;
 /// The first minor whose SETJMP records carry `rsp` and whose setjmp
 /// calls write SETJMP_RESUME when they return again (no LONGJMP): older

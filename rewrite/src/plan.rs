@@ -136,8 +136,12 @@ impl<'p> Plans<'p> {
                     plan.values = Some(values);
                     plan.entry_value = entry;
                 }
-                // Control only: every outside entry's `rsp` (format 1.21).
-                None => plan.entry_value = Some(data::entry_value(0)),
+                // Control only: every outside entry's `rsp` (format 1.21),
+                // ENTER_SAME where it repeats the thread's last.
+                None => {
+                    plan.entry_value = Some(data::entry_value(0));
+                    plan.entry_same = true;
+                }
             }
             let unchecked: Vec<bool> = plan.calls.iter().map(|c| c.unchecked_return).collect();
             plan.loop_header = checks::check_blocks(
@@ -245,6 +249,7 @@ impl<'p> Plans<'p> {
             counters: plan_counters,
             values: None,
             entry_value: None,
+            entry_same: false,
             map,
             unowned: &rw.prog.unowned,
             dispatches,

@@ -238,6 +238,15 @@ pub const S_EXEC_BUF: u64 = 208;
 /// process's [`H_EXEC_CWD`] entry, freed then (0s: none; a spawn's
 /// answer uses the first two).
 pub const S_EXEC_ANSWER: u64 = 216;
+/// ENTRY_RSP: u64, the `rsp` of the thread's last outside entry whose
+/// stub wrote it as a VALUE in a control-only trace (format 1.21), or 0:
+/// none. An outside-entry stub whose `rsp` equals it writes
+/// [`RecordKind::EnterSame`] and no VALUE; a stub that writes the VALUE
+/// stores its `rsp` here right after it. Starts at 0 in every slot
+/// (threads and fork children alike); `signal_entry` saves it in the
+/// handler's frame and clears it, `sigreturn` puts it back, as the
+/// readers' stack of entry `rsp`s does at SIGNAL and SIGRETURN.
+pub const S_ENTRY_RSP: u64 = 224;
 /// Bytes of stack `exec_request` lends the recorder for its answer.
 pub const EXEC_BUF_SIZE: u64 = 16384;
 /// SPAWN_BUF: the slot's bytes lent to the recorder for its answer to a
@@ -528,6 +537,13 @@ pub enum RecordKind {
     /// resumes at, mapped as SIGNAL's (format 1.11). Equal to its
     /// SIGNAL's rip unless the handler moved the rip.
     SigReturn = 20,
+    /// Outside entry into procedure `u32` (`tag << 24 | procedure`), as
+    /// ENTER, in a control-only trace whose stub found the entry's `rsp`
+    /// equal to the one of the thread's last entry that wrote it
+    /// ([`S_ENTRY_RSP`]): no VALUE follows, the readers repeat that `rsp`
+    /// (format 1.21). Where the `rsp` differs the stub writes ENTER and
+    /// the VALUE.
+    EnterSame = 21,
 }
 
 impl RecordKind {
@@ -542,6 +558,7 @@ impl RecordKind {
             RecordKind::Return => 0,
             RecordKind::Wide => 2,
             RecordKind::Enter
+            | RecordKind::EnterSame
             | RecordKind::Exit
             | RecordKind::Fork
             | RecordKind::Thread
@@ -581,6 +598,7 @@ impl RecordKind {
             18 => RecordKind::Value,
             19 => RecordKind::EnterAt,
             20 => RecordKind::SigReturn,
+            21 => RecordKind::EnterSame,
             _ => return None,
         })
     }
