@@ -2915,7 +2915,10 @@ fn ibt_plt_stubs_bind_lazily() {
 #[test]
 fn entry_rsps_of_callbacks_and_handlers_equal_the_programs() {
     use std::collections::BTreeMap;
-    let exe = build("entry_rsp_signals.c", Variant::new(Opt::O0, Link::Pie, false));
+    let exe = build(
+        "entry_rsp_signals.c",
+        Variant::new(Opt::O0, Link::Pie, false),
+    );
     let (name, trace, rec) = record_ok(&exe, &[], &[], Knobs::DEFAULT);
     let stdout = String::from_utf8_lossy(&rec.stdout);
     let mut want: BTreeMap<(String, u64), u64> = BTreeMap::new();
@@ -2966,11 +2969,19 @@ fn entry_rsps_of_callbacks_and_handlers_equal_the_programs() {
     assert!(
         got.keys().all(|k| want.contains_key(k)) && loose.values().all(|&n| n == 0),
         "{name}: entries the program did not see: {:?}, loose {loose:?}",
-        got.keys().filter(|k| !want.contains_key(k)).collect::<Vec<_>>()
+        got.keys()
+            .filter(|k| !want.contains_key(k))
+            .collect::<Vec<_>>()
     );
     let entries: u64 = want.values().sum();
-    assert!(entries > 90_000 && handled > 10, "{name}: {entries} entries, {handled} signals");
+    assert!(
+        entries > 90_000 && handled > 10,
+        "{name}: {entries} entries, {handled} signals"
+    );
     let info = info_json(&trace);
     let repeated = info["entry_values_repeated"].as_u64().unwrap();
-    assert!(repeated * 2 > entries, "{name}: {repeated} of {entries} ENTER_SAME");
+    assert!(
+        repeated * 2 > entries,
+        "{name}: {repeated} of {entries} ENTER_SAME"
+    );
 }
