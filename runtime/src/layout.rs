@@ -755,7 +755,7 @@ mod tests {
     use super::*;
 
     /// The kinds and total lengths of the table in `docs/runtime.md` section 2.
-    const TABLE: [(u8, u64); 19] = [
+    const TABLE: [(u8, u64); 20] = [
         (1, 6),
         (2, 10),
         (4, 18),
@@ -775,6 +775,7 @@ mod tests {
         (18, 10),
         (19, 10),
         (20, 10),
+        (21, 6),
     ];
 
     #[test]
@@ -785,7 +786,7 @@ mod tests {
             assert_eq!(k.encoded_len(), len, "{k:?}");
         }
         // 3: the format 1.1 SIGNAL, never written by this runtime.
-        for b in [0u8, 3, 21, 0x7F, 0x80, 0xFF] {
+        for b in [0u8, 3, 22, 0x7F, 0x80, 0xFF] {
             assert_eq!(RecordKind::from_byte(b), None, "{b:#x}");
         }
     }
