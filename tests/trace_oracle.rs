@@ -2938,6 +2938,7 @@ fn entry_rsps_of_callbacks_and_handlers_equal_the_programs() {
     let db = t.program_database(aetrace_format::ModuleId(0)).unwrap();
     let db = aetrace_format::progdb::ProgramDb::decode(&db.decompress().unwrap()).unwrap();
     let raw = |f: &str| db.procs.iter().position(|p| p.name == f).unwrap() as u32;
+    let (by_cmp, by_alarm) = (raw("cmp"), raw("on_alarm"));
     let thread = t.threads().next().unwrap().start.thread;
     let (values, _) = aetrace_regen::data_values_entered(&t, thread).unwrap();
     let mut got: BTreeMap<(String, u64), u64> = BTreeMap::new();
@@ -2945,8 +2946,8 @@ fn entry_rsps_of_callbacks_and_handlers_equal_the_programs() {
     let mut marks = values.entered.iter().peekable();
     for (i, &v) in values.values.iter().enumerate() {
         let func = match marks.next_if(|m| m.0 == i) {
-            Some(&(_, p)) if p == raw("cmp") => "cmp",
-            Some(&(_, p)) if p == raw("on_alarm") => "on_alarm",
+            Some(&(_, p)) if p == by_cmp => "cmp",
+            Some(&(_, p)) if p == by_alarm => "on_alarm",
             Some(_) => continue,
             None => {
                 *loose.entry(v).or_default() += 1;
@@ -2957,7 +2958,7 @@ fn entry_rsps_of_callbacks_and_handlers_equal_the_programs() {
     }
     for (key, &n) in &want {
         let have = got.get(key).copied().unwrap_or(0);
-        let free = loose.get_mut(&key.1).map_or(0, |l| std::mem::take(l));
+        let free = loose.get_mut(&key.1).map_or(0, std::mem::take);
         assert!(
             have <= n && have + free >= n,
             "{name}: {} at {:#x}: {n} entries, the trace gives {have} (and {free} loose)",
