@@ -2921,3 +2921,88 @@ fn ibt_plt_stubs_bind_lazily() {
     );
     check(&exe, &[]);
 }
+
+/// Each outside entry's `rsp` in the default recording (format 1.21: a
+/// VALUE after ENTER, or ENTER_SAME where it repeats the thread's last)
+/// against the program's own record of it (entry_rsp_signals.c): qsort's
+/// comparator entered about 100,000 times from a few depths, most entries
+/// ENTER_SAME, while a 20 us timer runs the traced SIGALRM handler
+/// anywhere, between a stub's compare and its record included. Per
+/// function and `rsp`, the values the regenerator's value reader gives
+/// after its ENTERs equal the program's counts; the values a signal
+/// separated from their ENTER (a handler between a stub's ENTER and its
+/// VALUE) are counted with whichever function has that `rsp`.
+#[test]
+fn entry_rsps_of_callbacks_and_handlers_equal_the_programs() {
+    use std::collections::BTreeMap;
+    let exe = build(
+        "entry_rsp_signals.c",
+        Variant::new(Opt::O0, Link::Pie, false),
+    );
+    let (name, trace, rec) = record_ok(&exe, &[], &[], Knobs::DEFAULT);
+    let stdout = String::from_utf8_lossy(&rec.stdout);
+    let mut want: BTreeMap<(String, u64), u64> = BTreeMap::new();
+    let mut handled = 0;
+    for line in stdout.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        match f[..] {
+            ["handled", n] => handled = n.parse().unwrap(),
+            [func, rsp, n] => {
+                let rsp = u64::from_str_radix(rsp.trim_start_matches("0x"), 16).unwrap();
+                want.insert((func.to_string(), rsp), n.parse().unwrap());
+            }
+            _ => panic!("{name}: unexpected line {line:?}"),
+        }
+    }
+    let t = aetrace_format::TraceFile::open(&trace).unwrap();
+    let db = t.program_database(aetrace_format::ModuleId(0)).unwrap();
+    let db = aetrace_format::progdb::ProgramDb::decode(&db.decompress().unwrap()).unwrap();
+    let raw = |f: &str| db.procs.iter().position(|p| p.name == f).unwrap() as u32;
+    let (by_cmp, by_alarm) = (raw("cmp"), raw("on_alarm"));
+    let thread = t.threads().next().unwrap().start.thread;
+    let (values, _) = aetrace_regen::data_values_entered(&t, thread).unwrap();
+    let mut got: BTreeMap<(String, u64), u64> = BTreeMap::new();
+    let mut loose: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut marks = values.entered.iter().peekable();
+    for (i, &v) in values.values.iter().enumerate() {
+        let func = match marks.next_if(|m| m.0 == i) {
+            Some(&(_, p)) if p == by_cmp => "cmp",
+            Some(&(_, p)) if p == by_alarm => "on_alarm",
+            Some(_) => continue,
+            None => {
+                *loose.entry(v).or_default() += 1;
+                continue;
+            }
+        };
+        *got.entry((func.to_string(), v)).or_default() += 1;
+    }
+    for (key, &n) in &want {
+        let have = got.get(key).copied().unwrap_or(0);
+        let free = loose.get_mut(&key.1).map_or(0, std::mem::take);
+        assert!(
+            have <= n && have + free >= n,
+            "{name}: {} at {:#x}: {n} entries, the trace gives {have} (and {free} loose)",
+            key.0,
+            key.1
+        );
+        *loose.entry(key.1).or_default() = have + free - n;
+    }
+    assert!(
+        got.keys().all(|k| want.contains_key(k)) && loose.values().all(|&n| n == 0),
+        "{name}: entries the program did not see: {:?}, loose {loose:?}",
+        got.keys()
+            .filter(|k| !want.contains_key(k))
+            .collect::<Vec<_>>()
+    );
+    let entries: u64 = want.values().sum();
+    assert!(
+        entries > 90_000 && handled > 10,
+        "{name}: {entries} entries, {handled} signals"
+    );
+    let info = info_json(&trace);
+    let repeated = info["entry_values_repeated"].as_u64().unwrap();
+    assert!(
+        repeated * 2 > entries,
+        "{name}: {repeated} of {entries} ENTER_SAME"
+    );
+}

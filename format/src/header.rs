@@ -15,7 +15,7 @@ pub const MAGIC: [u8; 8] = *b"AETRACE\0";
 /// Major version written and read: a reader refuses any other major.
 pub const VERSION_MAJOR: u16 = 1;
 /// Minor version written: readers accept any minor of their major (see docs/format.md).
-pub const VERSION_MINOR: u16 = 20;
+pub const VERSION_MINOR: u16 = 21;
 /// The first minor whose SIGNAL rips are never glibc's signal restorer
 /// (the runtime reports where the restorer returns instead).
 pub const MINOR_RESTORER_RESOLVED: u16 = 4;
@@ -42,6 +42,13 @@ pub const MINOR_REP_FAULT: u16 = 13;
 /// The regenerator's analysis decides where values are, so older data
 /// traces are refused.
 pub const MINOR_DATA_VALUES: u16 = 20;
+/// The first minor whose control-only traces have, like data traces,
+/// the entry's `rsp` as a VALUE right after each ENTER an outside-entry
+/// stub writes (one per entry from untraced code or by an indirect call),
+/// or an ENTER_SAME (kind 21) where it repeats the thread's last: the
+/// debugger's frame addresses. Readers of control flow skip the values
+/// and take ENTER_SAME as ENTER.
+pub const MINOR_ENTRY_RSP: u16 = 21;
 /// The first minor whose SETJMP records carry `rsp` and whose setjmp
 /// calls write SETJMP_RESUME when they return again (no LONGJMP): older
 /// SETJMP and LONGJMP records name jmp_bufs, which regen refuses.

@@ -78,6 +78,13 @@ pub struct Info {
     /// Why a data trace's values could not be read (a SIGNAL: not
     /// supported yet, docs/data.md).
     pub data_error: Option<String>,
+    /// A control-only trace of format 1.21 or later: each outside
+    /// entry's `rsp` (`MINOR_ENTRY_RSP`), a VALUE record or repeated by
+    /// an ENTER_SAME.
+    pub entry_values: Option<u64>,
+    /// Of [`Info::entry_values`], those ENTER_SAME records repeat (no
+    /// VALUE written).
+    pub entry_values_repeated: Option<u64>,
 }
 
 /// Executed instructions of each thread, in the order of `trace.threads()`
@@ -162,16 +169,21 @@ pub fn info_of<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<Info> {
         .modules()
         .iter()
         .any(|m| m.flags & (module_flags::DATA_CHECK | module_flags::DATA_ABS) != 0);
+    let entry_rsp = trace.header().minor >= aetrace_format::header::MINOR_ENTRY_RSP;
     // A stream the values cannot be read from (an older format) reports why.
-    let (data_values, data_error) = match data.then(|| {
+    let (values, data_error) = match (data || entry_rsp).then(|| {
         trace
             .threads()
             .map(|t| crate::DataCursor::new(trace, t.start.thread)?.count())
-            .sum::<Result<u64>>()
+            .try_fold((0, 0), |(n, r), c| c.map(|(m, s)| (n + m, r + s)))
     }) {
         Some(Ok(n)) => (Some(n), None),
         Some(Err(e)) => (None, Some(e.to_string())),
         None => (None, None),
+    };
+    let (data_values, entry_values) = match data {
+        true => (values.map(|v| v.0), None),
+        false => (None, values),
     };
     let remarks = trace
         .notes()
@@ -185,6 +197,8 @@ pub fn info_of<B: AsRef<[u8]> + Sync>(trace: &Trace<B>) -> Result<Info> {
         bits_per_instruction_compressed: per(stats.compressed_bytes),
         data_values,
         data_error,
+        entry_values: entry_values.map(|v| v.0),
+        entry_values_repeated: entry_values.map(|v| v.1),
         stats,
         programs,
         instructions,
@@ -246,6 +260,13 @@ pub fn write_info(i: &Info, json: bool, out: &mut dyn Write) -> Result<()> {
             s += &format!(
                 "data values: {n} ({} bytes of witness stream, raw)\n",
                 n * 10
+            );
+        }
+        if let (Some(n), Some(r)) = (i.entry_values, i.entry_values_repeated) {
+            s += &format!(
+                "entry values (each outside entry's rsp): {n}, {r} repeating the last \
+                 (ENTER_SAME) ({} bytes of witness stream, raw)\n",
+                (n - r) * 10
             );
         }
         if let Some(e) = &i.data_error {

@@ -255,10 +255,14 @@ impl<'t> DataCursor<'t> {
         Ok(())
     }
 
-    /// How many values are left (read to the end, across signals).
-    pub fn count(self) -> Result<u64> {
-        let mut n = 0;
-        self.rest(&mut |i| n += matches!(i, DataItem::Value(..)) as u64)?;
-        Ok(n)
+    /// How many values are left (read to the end, across signals), and
+    /// how many of them ENTER_SAME records repeat (format 1.21: no VALUE
+    /// written).
+    pub fn count(mut self) -> Result<(u64, u64)> {
+        let (mut n, before) = (0, self.stream.entries_same());
+        while let Some(item) = self.next()? {
+            n += matches!(item, DataItem::Value(..)) as u64;
+        }
+        Ok((n, self.stream.entries_same() - before))
     }
 }

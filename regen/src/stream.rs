@@ -72,6 +72,11 @@ pub mod kind {
     /// SIGRETURN: a traced handler returned; the rip the thread resumes
     /// at, mapped as SIGNAL's (format 1.11).
     pub const SIGRETURN: u8 = 20;
+    /// ENTER_SAME: ENTER in a control-only trace whose entry's `rsp` is
+    /// the thread's last recorded one, no VALUE after it (format 1.21):
+    /// [`Item::Enter`] to the control walk, and [`super::Stream::next_data`]
+    /// gives that `rsp` as the VALUE after it.
+    pub const ENTER_SAME: u8 = 21;
     /// Set in a SIGNAL's or FAULT's signal number when the interrupted
     /// `rep` string instruction's `rcx`, `rsi` and `rdi` follow as three
     /// VALUEs (format 1.16; the runtime's `layout::SIGNAL_REP_REGISTERS`).
@@ -80,7 +85,7 @@ pub mod kind {
     /// Total length of a record of `kind`, `None` for an unknown kind.
     pub fn len(kind: u8) -> Option<usize> {
         Some(match kind {
-            ENTER | EXIT | FORK | THREAD | LANDING | FORKED | LAZY => 6,
+            ENTER | ENTER_SAME | EXIT | FORK | THREAD | LANDING | FORKED | LAZY => 6,
             INDIRECT | DESYNC | SETJMP | LONGJMP | VALUE | ENTER_AT | SIGRETURN => 10,
             SIGNAL_1_1 => 14,
             SIGNAL | FAULT | SETJMP_RESUME => 18,
@@ -235,6 +240,22 @@ pub struct Stream<'t> {
     /// Chunks shared with the other pieces of `-j N` (`None`: this
     /// stream decompresses its own).
     shared: Option<&'t Chunks>,
+    /// The entries' `rsp` as [`Stream::next_data`] reads them.
+    entries: EntryRsp,
+}
+
+/// The `rsp` an ENTER_SAME repeats (format 1.21), kept as the runtime
+/// keeps its slot's `ENTRY_RSP` word: the last VALUE read; none at the
+/// start of the stream and of a handler (SIGNAL), the interrupted code's
+/// back at the handler's SIGRETURN. (A control-only trace's VALUEs are
+/// its entries' `rsp`s; a data trace has no ENTER_SAME.)
+#[derive(Clone, Debug, Default)]
+struct EntryRsp {
+    last: Option<u64>,
+    /// The interrupted code's, one per handler not returned from.
+    kept: Vec<Option<u64>>,
+    /// ENTER_SAME records read.
+    same: u64,
 }
 
 /// Decompressed chunks shared by the readers of one regeneration: the
@@ -548,6 +569,7 @@ impl<'t> Stream<'t> {
             prefetch: true,
             values: false,
             shared: None,
+            entries: EntryRsp::default(),
         }
     }
 
@@ -595,8 +617,9 @@ impl<'t> Stream<'t> {
     /// The next data item of the stream: a value ([`Item::Value`]) with,
     /// when an ENTER came right before it, that ENTER's procedure, or a
     /// SIGNAL or FAULT record (`at`: the values before it, counted by the
-    /// caller); `None` at the end. Reads chunks as it goes, so a reader
-    /// of values holds one chunk at a time.
+    /// caller); `None` at the end. An ENTER_SAME gives the `rsp` it
+    /// repeats as the value after it ([`EntryRsp`]). Reads chunks as it
+    /// goes, so a reader of values holds one chunk at a time.
     pub(crate) fn next_data(&mut self, at: usize) -> Result<Option<crate::DataItem>> {
         self.values = true;
         let mut enter = None;
@@ -604,12 +627,26 @@ impl<'t> Stream<'t> {
             while self.next_byte_witness().is_some() {
                 enter = None;
             }
-            let (item, offset) = self.next_item()?;
+            let (item, offset, len) = self.peek()?;
+            let same = matches!(item, Item::Enter(_)) && self.buf[self.pos + 1] == kind::ENTER_SAME;
+            self.advance(len);
             match item {
-                Item::Value(v) => return Ok(Some(crate::DataItem::Value(v, enter))),
+                Item::Value(v) => {
+                    self.entries.last = Some(v);
+                    return Ok(Some(crate::DataItem::Value(v, enter)));
+                }
+                Item::Enter(raw) if same => {
+                    let what = || "ENTER_SAME with no entry's rsp before it".to_string();
+                    let v = (self.entries.last).ok_or_else(|| self.bad(offset, what()))?;
+                    self.entries.same += 1;
+                    return Ok(Some(crate::DataItem::Value(v, Some(raw))));
+                }
                 Item::Enter(raw) => {
                     enter = Some(raw);
                     continue;
+                }
+                Item::SigReturn(_) => {
+                    self.entries.last = self.entries.kept.pop().flatten();
                 }
                 Item::End => return Ok(None),
                 Item::Signal {
@@ -619,6 +656,8 @@ impl<'t> Stream<'t> {
                     rep,
                     ..
                 } => {
+                    let last = self.entries.last.take();
+                    self.entries.kept.push(last);
                     return Ok(Some(crate::DataItem::Signal(crate::SignalAt {
                         at,
                         signo,
@@ -627,7 +666,7 @@ impl<'t> Stream<'t> {
                         enter,
                         rip,
                         rep,
-                    })))
+                    })));
                 }
                 _ => {}
             }
@@ -773,7 +812,7 @@ impl<'t> Stream<'t> {
         }
         let p = &self.buf[self.pos + 2..self.pos + len];
         let item = match k {
-            kind::ENTER => Item::Enter(le(p) as u32),
+            kind::ENTER | kind::ENTER_SAME => Item::Enter(le(p) as u32),
             kind::ENTER_AT => Item::EnterAt(le(&p[..4]) as u32, le(&p[4..]) as u32),
             kind::INDIRECT => Item::Indirect(le(p)),
             kind::SIGNAL_1_1 => Item::Signal {
@@ -867,7 +906,15 @@ impl<'t> Stream<'t> {
             (pos, n) = (at + VALUE_LEN, n + 1);
         }
         self.pos = pos;
+        if n > 0 {
+            self.entries.last = out.last().copied();
+        }
         n
+    }
+
+    /// The ENTER_SAME records [`Stream::next_data`] has read.
+    pub(crate) fn entries_same(&self) -> u64 {
+        self.entries.same
     }
 
     /// The next item if it is a one-byte witness already buffered (the hot

@@ -379,7 +379,7 @@ fn witness_word(bytes: &[u8], at: usize) -> Option<u32> {
 }
 
 /// Whether `bytes[at..]` starts with a record the machine reads only at
-/// a call or a return: ENTER or ENTER_AT (an indirectly called procedure
+/// a call or a return: ENTER, ENTER_SAME or ENTER_AT (an indirectly called procedure
 /// announces itself) or RETURN (a marked call came back). A step that
 /// reads no item and makes no call may go before it, as the block-by-block
 /// walk passes those blocks before it reads the record; a SIGNAL (which
@@ -392,7 +392,12 @@ fn read_at_call(bytes: &[u8], at: usize) -> bool {
     bytes[at] == ESCAPE
         && matches!(
             bytes.get(at + 1),
-            Some(&(stream::kind::ENTER | stream::kind::ENTER_AT | stream::kind::RETURN))
+            Some(
+                &(stream::kind::ENTER
+                    | stream::kind::ENTER_SAME
+                    | stream::kind::ENTER_AT
+                    | stream::kind::RETURN)
+            )
         )
 }
 

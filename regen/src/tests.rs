@@ -2722,21 +2722,35 @@ fn pieces_pause_where_the_index_did_whatever_they_read_ahead() {
     }
 }
 
-/// A random data stream of one-byte witnesses, VALUE, ENTER and SIGNAL
-/// records, cut into stored chunks at random places (records straddle
-/// them), and its raw bytes' chunk references.
+/// A random data stream of one-byte witnesses, VALUE, ENTER,
+/// ENTER_SAME (only where a VALUE since the start or the last SIGNAL
+/// gives it an `rsp`) and SIGNAL records, cut into stored chunks at
+/// random places (records straddle them), and its raw bytes' chunk
+/// references.
 fn data_stream(rng: &mut Rng) -> (Vec<Vec<u8>>, Vec<aetrace_format::ChunkRef>) {
-    let mut raw = Vec::new();
+    let (mut raw, mut last) = (Vec::new(), false);
     for _ in 0..rng.below(3000) {
-        let k = rng.below(20);
+        let k = rng.below(21);
         let v = rng.next_u64();
         match k {
             0..=9 => raw.push(1 + rng.below(0xFE) as u8),
-            10..=16 => raw.extend([&[0xFF, 18][..], &v.to_le_bytes()].concat()),
+            10..=16 => {
+                raw.extend([&[0xFF, 18][..], &v.to_le_bytes()].concat());
+                last = true;
+            }
             17..=18 => raw.extend([&[0xFF, 1][..], &(v as u32).to_le_bytes()].concat()),
-            _ => raw.extend([&[0xFF, 15][..], &[7; 16][..]].concat()),
+            19 if last => raw.extend([&[0xFF, 21][..], &(v as u32).to_le_bytes()].concat()),
+            _ => {
+                raw.extend([&[0xFF, 15][..], &[7; 16][..]].concat());
+                last = false;
+            }
         }
     }
+    cut_into_chunks(rng, &raw)
+}
+
+/// `raw` cut into stored chunks at random places, and their references.
+fn cut_into_chunks(rng: &mut Rng, raw: &[u8]) -> (Vec<Vec<u8>>, Vec<aetrace_format::ChunkRef>) {
     let (mut chunks, mut refs, mut at) = (Vec::new(), Vec::new(), 0);
     while at < raw.len() {
         let end = (at + 1 + rng.below(300)).min(raw.len());
@@ -2753,6 +2767,85 @@ fn data_stream(rng: &mut Rng) -> (Vec<Vec<u8>>, Vec<aetrace_format::ChunkRef>) {
         at = end;
     }
     (chunks, refs)
+}
+
+/// ENTER_SAME (format 1.21) reads as ENTER followed by the VALUE of the
+/// last `rsp` recorded, which a handler (SIGNAL) starts without and gives
+/// back at its SIGRETURN; a handler that never returns leaves its own.
+/// Whatever the chunks' cuts.
+#[test]
+fn enter_same_repeats_the_last_rsp_and_handlers_keep_theirs() {
+    let rec = |kind: u8, payload: &[u8]| [&[0xFF, kind][..], payload].concat();
+    let enter = |same: bool, p: u32| rec(if same { 21 } else { 1 }, &p.to_le_bytes());
+    let value = |v: u64| rec(18, &v.to_le_bytes());
+    let signal = rec(15, &[7; 16]);
+    let sigreturn = rec(20, &[0; 8]);
+    let (a, b, c, d) = (
+        0x7ff0_0000_1000,
+        0x7ff0_0000_0f00,
+        0x7ff0_0000_0800,
+        0x7ff0_0000_0700,
+    );
+    let raw = [
+        enter(false, 1),
+        value(a),
+        vec![3, 4],
+        enter(true, 1),
+        enter(false, 2),
+        value(b),
+        enter(true, 1),
+        signal.clone(),
+        enter(false, 3),
+        value(c),
+        vec![5],
+        enter(true, 3),
+        sigreturn,
+        enter(true, 1),
+        signal.clone(),
+        enter(false, 3),
+        value(d),
+        // No SIGRETURN: the handler left by `siglongjmp`.
+        enter(true, 1),
+    ]
+    .concat();
+    let want = crate::DataValues {
+        values: vec![a, a, b, b, c, c, b, d, d],
+        entered: [1, 1, 2, 1, 3, 3, 1, 3, 1]
+            .into_iter()
+            .enumerate()
+            .collect(),
+    };
+    for seed in 0..50 {
+        let (bytes, refs) = cut_into_chunks(&mut Rng::new(seed), &raw);
+        let chunks = (refs.iter().zip(&bytes))
+            .map(|(meta, data)| aetrace_format::Chunk { meta, data })
+            .collect();
+        let mut c = crate::DataCursor {
+            stream: crate::stream::Stream::new(ThreadId(0), chunks),
+            given: 0,
+            peeked: None,
+        };
+        let mut got = crate::DataValues::default();
+        while c.append(usize::MAX, &mut got).unwrap() > 0 || c.signal().unwrap().is_some() {}
+        assert_eq!(got, want, "seed {seed}");
+        assert_eq!(c.stream.entries_same(), 5, "seed {seed}");
+    }
+    // A handler's ENTER_SAME before any VALUE of its own: no `rsp` to repeat.
+    let raw = [enter(false, 1), value(a), signal, enter(true, 3)].concat();
+    let (bytes, refs) = cut_into_chunks(&mut Rng::new(1), &raw);
+    let chunks = (refs.iter().zip(&bytes))
+        .map(|(meta, data)| aetrace_format::Chunk { meta, data })
+        .collect();
+    let c = crate::DataCursor {
+        stream: crate::stream::Stream::new(ThreadId(0), chunks),
+        given: 0,
+        peeked: None,
+    };
+    let e = c.count().unwrap_err().to_string();
+    assert!(
+        e.contains("ENTER_SAME with no entry's rsp before it"),
+        "{e}"
+    );
 }
 
 /// The value cursor's windows (`DataCursor::append` with its scan of

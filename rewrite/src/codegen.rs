@@ -56,11 +56,12 @@ use aetrace_format::progdb::{SigPoint, SigRange};
 use aetrace_graph::{BlockId, EdgeId, EntityRef};
 use aetrace_runtime::layout::{RecordKind, S_OWNER};
 use aetrace_runtime::{
-    emit_buffer_check, emit_direct_entry, emit_outside_entry_at, emit_outside_entry_with,
-    emit_record, emit_rsp_record, emit_static_entry, emit_transfer, emit_value, emit_witness,
+    emit_buffer_check, emit_direct_entry, emit_entry_rsp_differs, emit_entry_rsp_kept,
+    emit_outside_entry_at, emit_outside_entry_checks, emit_outside_entry_with, emit_record,
+    emit_rsp_record, emit_static_entry, emit_transfer, emit_value, emit_witness,
     emit_witness_checked, Payload, RuntimeAddrs, Site, Value,
 };
-use iced_x86::code_asm::{eax, edi, r11, CodeAssembler};
+use iced_x86::code_asm::{eax, edi, r11, AsmRegister64, CodeAssembler};
 use iced_x86::{
     BlockEncoder, BlockEncoderOptions, Code, FlowControl, Instruction, InstructionBlock,
     MemoryOperand, Mnemonic, OpKind, Register,
@@ -358,10 +359,17 @@ pub struct ProcPlan<'a> {
     /// `--data --check`: per block and instruction, the values recorded
     /// before it (`data`).
     pub values: Option<crate::data::BlockValues>,
-    /// `record --data`, when the entry starts with `rsp` known: the value
-    /// (`rsp`) every outside-entry stub of the entry records right after
-    /// its ENTER (`addr::exec::Entered::Outside`).
+    /// The value (`rsp`) every outside-entry stub of the entry records
+    /// right after its ENTER: with `record --data` when the entry starts
+    /// with `rsp` known (`addr::exec::Entered::Outside`), in the
+    /// control-only recording always (format 1.21, the debugger's frame
+    /// addresses).
     pub entry_value: Option<Value>,
+    /// The control-only recording (format 1.21): an outside-entry stub
+    /// keeps the `rsp` it records as the thread's last
+    /// (`layout::S_ENTRY_RSP`), and the full stub writes ENTER_SAME and no
+    /// value where the entry's `rsp` repeats it.
+    pub entry_same: bool,
     /// With an unresolved jump: where its map from original addresses to
     /// the copy goes.
     pub map: Option<Map>,
@@ -1739,9 +1747,13 @@ impl ProcGen<'_, '_> {
                 // callers go to the preserving one
                 // (`Traced::retarget_direct_entries`).
                 let scratch = p.live.entry_scratch(cfg.entry).unwrap_or(r11);
-                self.em.seq_write(SigPoint::Outside, entered, |a| {
-                    emit_outside_entry_with(a, n, &rt, scratch)
-                })?
+                if p.entry_same {
+                    self.entry_same_stub(scratch, entered)?
+                } else {
+                    self.em.seq_write(SigPoint::Outside, entered, |a| {
+                        emit_outside_entry_with(a, n, &rt, scratch)
+                    })?
+                }
             }
             EntryStub::ProcessEntry => {
                 let (n, flush) = (p.number, self.rt.flush);
@@ -1934,8 +1946,36 @@ impl ProcGen<'_, '_> {
         self.em.jmp(self.labels[p.cfg.entry.index()])
     }
 
-    /// `record --data`, after an outside-entry stub's ENTER: the entry's
-    /// `rsp` ([`ProcPlan::entry_value`]), standing before the entry's first
+    /// The full outside-entry stub of the control-only recording (format
+    /// 1.21): its checks, then ENTER_SAME and on to the entry where the
+    /// entry's `rsp` is the thread's last recorded one, else ENTER, after
+    /// which [`ProcGen::entry_rsp`] writes the VALUE and keeps the `rsp`.
+    fn entry_same_stub(&mut self, scratch: AsmRegister64, entered: SigPoint) -> GenResult<()> {
+        let (n, rt, entry) = (
+            self.p.number,
+            *self.rt,
+            self.labels[self.p.cfg.entry.index()],
+        );
+        let differs = self.em.label();
+        let mut site = None;
+        self.em.point = SigPoint::Outside;
+        self.em.seq(|a| {
+            site = Some(emit_outside_entry_checks(a, &rt, scratch)?);
+            emit_entry_rsp_differs(a, differs)
+        })?;
+        let site = site.ok_or(CodegenError::Internal("an entry stub without its site"))?;
+        self.em.seq_write(SigPoint::Outside, entered, |a| {
+            emit_record(a, RecordKind::EnterSame, Payload::Imm32(n), site)
+        })?;
+        self.em.jmp(entry)?;
+        self.em.bind(differs);
+        self.em.seq_write(SigPoint::Outside, entered, |a| {
+            emit_record(a, RecordKind::Enter, Payload::Imm32(n), site)
+        })
+    }
+
+    /// After an outside-entry stub's ENTER: the entry's `rsp`
+    /// ([`ProcPlan::entry_value`]), standing before the entry's first
     /// instruction. Every register and the flags are kept (the preserving
     /// stub's callers may keep values in any).
     fn entry_rsp(&mut self) -> GenResult<()> {
@@ -1943,7 +1983,11 @@ impl ProcGen<'_, '_> {
             return Ok(());
         };
         self.em.point = self.at(self.p.cfg.entry, 0);
-        self.em.value(v, Site::CONSERVATIVE)
+        self.em.value(v, Site::CONSERVATIVE)?;
+        if self.p.entry_same {
+            self.em.seq(emit_entry_rsp_kept)?;
+        }
+        Ok(())
     }
 
     /// The labels of map `m`: each original byte's block copy, if a block

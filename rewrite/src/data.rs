@@ -62,14 +62,7 @@ pub(crate) fn values(
         .get(db.entry as usize)
         .is_some_and(|k| k.iter().any(|g| g == Gpr::RSP));
     let mut fault = std::env::var(FAULT_DATA_ENV).is_ok_and(|p| p == proc);
-    let entry = entry_rsp.then(|| {
-        Value::Addr(AddrOperand {
-            fs: false,
-            base: Some(rsp),
-            index: None,
-            disp: if std::mem::take(&mut fault) { 8 } else { 0 },
-        })
-    });
+    let entry = entry_rsp.then(|| entry_value(if std::mem::take(&mut fault) { 8 } else { 0 }));
     let values = (progs.iter().zip(known).zip(&db.blocks))
         .map(|((b, k), blk)| {
             let (plans, _) = Exec::plan_block(k, b, exec::anchors_rsp(blk));
@@ -80,6 +73,19 @@ pub(crate) fn values(
         })
         .collect::<Result<_>>()?;
     Ok((values, entry))
+}
+
+/// The value an outside-entry stub records right after its ENTER: the
+/// entry's `rsp` (plus `disp`, the checking mode's injected fault). The
+/// control-only recording writes it too (format 1.21), so that the
+/// debugger has every frame's address (`docs/debug.md`, "Frames' addresses").
+pub(crate) fn entry_value(disp: i64) -> Value {
+    Value::Addr(AddrOperand {
+        fs: false,
+        base: Some(rsp),
+        index: None,
+        disp,
+    })
 }
 
 /// The values before `insn`: its abstract plan, then with `--check` its

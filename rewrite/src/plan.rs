@@ -129,11 +129,19 @@ impl<'p> Plans<'p> {
         let returns = (rw.data != crate::DataMode::Off)
             .then(|| Returns::of_module(&self.db, &rw.prog.module));
         for (plan, pend) in self.plans.iter_mut().zip(std::mem::take(&mut self.pending)) {
-            if let Some(r) = &returns {
-                let db = &self.db.procs[pend.id];
-                let (values, entry) = data::values(rw, plan.name, db, r, &plan.insns)?;
-                plan.values = Some(values);
-                plan.entry_value = entry;
+            match &returns {
+                Some(r) => {
+                    let db = &self.db.procs[pend.id];
+                    let (values, entry) = data::values(rw, plan.name, db, r, &plan.insns)?;
+                    plan.values = Some(values);
+                    plan.entry_value = entry;
+                }
+                // Control only: every outside entry's `rsp` (format 1.21),
+                // ENTER_SAME where it repeats the thread's last.
+                None => {
+                    plan.entry_value = Some(data::entry_value(0));
+                    plan.entry_same = true;
+                }
             }
             let unchecked: Vec<bool> = plan.calls.iter().map(|c| c.unchecked_return).collect();
             plan.loop_header = checks::check_blocks(
@@ -241,6 +249,7 @@ impl<'p> Plans<'p> {
             counters: plan_counters,
             values: None,
             entry_value: None,
+            entry_same: false,
             map,
             unowned: &rw.prog.unowned,
             dispatches,

@@ -2501,6 +2501,12 @@ fn emit_signal_entry(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedEr
     a.mov(eax, dword_ptr(S_ONCE).gs())?;
     a.mov(qword_ptr(rsp + 200 + KEPT_ONCE), rax)?;
     a.mov(dword_ptr(S_ONCE).gs(), 0)?;
+    // Nor an entry's `rsp` (`S_ENTRY_RSP`: the readers start the handler
+    // with none either, and take the interrupted code's back at its
+    // SIGRETURN).
+    a.mov(rax, qword_ptr(S_ENTRY_RSP).gs())?;
+    a.mov(qword_ptr(rsp + 200 + KEPT_ENTRY_RSP), rax)?;
+    a.mov(qword_ptr(S_ENTRY_RSP).gs(), 0)?;
     // The handler returns through the executable's `sigreturn`, which
     // says where the thread resumes (the handler may move the rip); the
     // pretcode it replaces, glibc's restorer, is kept for `map_caller`.
@@ -2522,6 +2528,8 @@ const KEPT_COPY: i32 = 192;
 const KEPT_ORIG: i32 = 200;
 /// And the slot's `S_ONCE` word of the interrupted code: `__reserved1[2]`.
 const KEPT_ONCE: i32 = 208;
+/// And its `S_ENTRY_RSP` word: `__reserved1[3]`.
+const KEPT_ENTRY_RSP: i32 = 216;
 
 /// `dst` = the address of `label` in the executable's blob (the slot's
 /// `RUNTIME`): every blob is the same code. Clobbers rdx.
@@ -2578,6 +2586,8 @@ fn emit_sigreturn(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError
     // regenerator's walk restores its state at this SIGRETURN).
     a.mov(eax, dword_ptr(r13 + KEPT_ONCE))?;
     a.mov(dword_ptr(S_ONCE).gs(), eax)?;
+    a.mov(rax, qword_ptr(r13 + KEPT_ENTRY_RSP))?;
+    a.mov(qword_ptr(S_ENTRY_RSP).gs(), rax)?;
     // An original instruction's address (`signal_entry` showed the
     // handler one; the handler may have moved it to another) goes back to
     // its copy.

@@ -18,7 +18,9 @@
 use iced_x86::code_asm::*;
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
 
-use crate::layout::{RecordKind, ESCAPE, KIND_PENDING, S_LIMIT, S_ONCE, S_OWNER, S_POS, S_XFERS};
+use crate::layout::{
+    RecordKind, ESCAPE, KIND_PENDING, S_ENTRY_RSP, S_LIMIT, S_ONCE, S_OWNER, S_POS, S_XFERS,
+};
 use crate::{Blob, Error};
 
 /// How live arithmetic flags are saved around a sequence that clobbers them.
@@ -877,6 +879,23 @@ fn outside_entry(
     rt: &RuntimeAddrs,
     scratch: AsmRegister64,
 ) -> Result<(), Error> {
+    let site = emit_outside_entry_checks(a, rt, scratch)?;
+    let kind = match record {
+        Payload::Imm32Pair(..) => RecordKind::EnterAt,
+        _ => RecordKind::Enter,
+    };
+    emit_record(a, kind, record, site)
+}
+
+/// [`emit_outside_entry_with`] up to its record: the slot, the SIGNAL
+/// check and the buffer check ([`STUB_INSNS`]); the site its record is
+/// written at. The control-only recording compares the entry's `rsp`
+/// ([`emit_entry_rsp_differs`]) before it chooses ENTER or ENTER_SAME.
+pub fn emit_outside_entry_checks(
+    a: &mut CodeAssembler,
+    rt: &RuntimeAddrs,
+    scratch: AsmRegister64,
+) -> Result<Site, Error> {
     debug_assert!(ENTRY_SCRATCH.contains(&scratch));
     let s = scratch;
     let site = Site {
@@ -907,11 +926,29 @@ fn outside_entry(
     a.call(rt.signal_entry)?;
     a.set_label(&mut not_signal)?;
     emit_buffer_check(a, rt.flush, site)?;
-    let kind = match record {
-        Payload::Imm32Pair(..) => RecordKind::EnterAt,
-        _ => RecordKind::Enter,
-    };
-    emit_record(a, kind, record, site)
+    Ok(site)
+}
+
+/// The control-only recording's outside entry, before its record (format
+/// 1.21): `cmp rsp, gs:[ENTRY_RSP]; jne differs`, to `differs` (which
+/// writes ENTER and the VALUE of `rsp`) unless the entry's `rsp` is the
+/// thread's last written one (ENTER_SAME then, no VALUE). Clobbers the
+/// flags, which are dead at an entry. A signal between the compare and
+/// the record is exact: its handler starts with the word clear and gives
+/// it back as it was (`signal_entry`, `sigreturn`), and the readers do the
+/// same at SIGNAL and SIGRETURN.
+pub fn emit_entry_rsp_differs(a: &mut CodeAssembler, differs: u64) -> Result<(), Error> {
+    a.cmp(rsp, gs_q(S_ENTRY_RSP))?;
+    a.jne(differs)?;
+    Ok(())
+}
+
+/// `mov gs:[ENTRY_RSP], rsp`, right after the VALUE of the entry's `rsp`
+/// (the control-only recording, [`emit_entry_rsp_differs`]): the next entry
+/// at this `rsp` writes ENTER_SAME. Every register and flag is kept.
+pub fn emit_entry_rsp_kept(a: &mut CodeAssembler) -> Result<(), Error> {
+    a.mov(gs_q(S_ENTRY_RSP), rsp)?;
+    Ok(())
 }
 
 /// Emits the entry stub of a static executable (its new `e_entry`; there

@@ -248,6 +248,15 @@ pub const S_EXEC_BUF: u64 = 208;
 /// child and a `chdir` to the directory of names (`exe::followed_exec`
 /// goes back).
 pub const S_EXEC_ANSWER: u64 = 216;
+/// ENTRY_RSP: u64, the `rsp` of the thread's last outside entry whose
+/// stub wrote it as a VALUE in a control-only trace (format 1.21), or 0:
+/// none. An outside-entry stub whose `rsp` equals it writes
+/// [`RecordKind::EnterSame`] and no VALUE; a stub that writes the VALUE
+/// stores its `rsp` here right after it. Starts at 0 in every slot
+/// (threads and fork children alike); `signal_entry` saves it in the
+/// handler's frame and clears it, `sigreturn` puts it back, as the
+/// readers' stack of entry `rsp`s does at SIGNAL and SIGRETURN.
+pub const S_ENTRY_RSP: u64 = 224;
 /// Bytes of stack `exec_request` lends the recorder for its answer.
 pub const EXEC_BUF_SIZE: u64 = 16384;
 /// SPAWN_BUF: the slot's bytes lent to the recorder for its answer to a
@@ -588,6 +597,13 @@ pub enum RecordKind {
     /// resumes at, mapped as SIGNAL's (format 1.11). Equal to its
     /// SIGNAL's rip unless the handler moved the rip.
     SigReturn = 20,
+    /// Outside entry into procedure `u32` (`tag << 24 | procedure`), as
+    /// ENTER, in a control-only trace whose stub found the entry's `rsp`
+    /// equal to the one of the thread's last entry that wrote it
+    /// ([`S_ENTRY_RSP`]): no VALUE follows, the readers repeat that `rsp`
+    /// (format 1.21). Where the `rsp` differs the stub writes ENTER and
+    /// the VALUE.
+    EnterSame = 21,
 }
 
 impl RecordKind {
@@ -602,6 +618,7 @@ impl RecordKind {
             RecordKind::Return => 0,
             RecordKind::Wide => 2,
             RecordKind::Enter
+            | RecordKind::EnterSame
             | RecordKind::Exit
             | RecordKind::Fork
             | RecordKind::Thread
@@ -641,6 +658,7 @@ impl RecordKind {
             18 => RecordKind::Value,
             19 => RecordKind::EnterAt,
             20 => RecordKind::SigReturn,
+            21 => RecordKind::EnterSame,
             _ => return None,
         })
     }
@@ -797,7 +815,7 @@ mod tests {
     use super::*;
 
     /// The kinds and total lengths of the table in `docs/runtime.md` section 2.
-    const TABLE: [(u8, u64); 19] = [
+    const TABLE: [(u8, u64); 20] = [
         (1, 6),
         (2, 10),
         (4, 18),
@@ -817,6 +835,7 @@ mod tests {
         (18, 10),
         (19, 10),
         (20, 10),
+        (21, 6),
     ];
 
     #[test]
@@ -827,7 +846,7 @@ mod tests {
             assert_eq!(k.encoded_len(), len, "{k:?}");
         }
         // 3: the format 1.1 SIGNAL, never written by this runtime.
-        for b in [0u8, 3, 21, 0x7F, 0x80, 0xFF] {
+        for b in [0u8, 3, 22, 0x7F, 0x80, 0xFF] {
             assert_eq!(RecordKind::from_byte(b), None, "{b:#x}");
         }
     }

@@ -21,10 +21,11 @@ pub mod region;
 
 pub use blob::{generate, Blob};
 pub use emit::{
-    emit_buffer_check, emit_direct_entry, emit_outside_entry, emit_outside_entry_at,
-    emit_outside_entry_with, emit_record, emit_rsp_record, emit_static_entry, emit_transfer,
-    emit_value, emit_witness, emit_witness_checked, AddrOperand, FlagsSave, Payload, RuntimeAddrs,
-    Site, Value, ENTRY_SCRATCH,
+    emit_buffer_check, emit_direct_entry, emit_entry_rsp_differs, emit_entry_rsp_kept,
+    emit_outside_entry, emit_outside_entry_at, emit_outside_entry_checks, emit_outside_entry_with,
+    emit_record, emit_rsp_record, emit_static_entry, emit_transfer, emit_value, emit_witness,
+    emit_witness_checked, AddrOperand, FlagsSave, Payload, RuntimeAddrs, Site, Value,
+    ENTRY_SCRATCH,
 };
 pub use layout::{Geometry, RecordKind};
 pub use region::{read_standalone, Batch, Drainer, ExecRequest, Region, Stream};

@@ -720,6 +720,7 @@ impl Drainer<'_> {
             S_HALF_FILL,
             S_HALF_FILL + 8,
             S_SEQ,
+            S_ENTRY_RSP,
         ] {
             r.a64(s + off).store(0, Ordering::Relaxed);
         }
