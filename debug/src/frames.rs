@@ -14,6 +14,17 @@
 //! row there (`crate::cfi::cfa_rule`): walking back, the last one seen
 //! before the entry.
 //!
+//! A control-only trace (format 1.21) has no references but each outside
+//! entry's `rsp`, which its stub recorded ([`cfas_by_entries`]): walking
+//! back, a return is matched by the traced call or the outside entry that
+//! opened its callee, and the first unmatched one opens the frame the walk
+//! is in. A frame opened by an outside entry has its CFA 8 above the
+//! recorded `rsp`; one opened by a traced call the caller's `rsp` at the
+//! call: the caller's entry `rsp` (its CFA less 8) plus the stack deltas
+//! of its procedure to the call (`value::rsp_offsets`). Where a delta is
+//! unknown (`alloca`, `and` for alignment) or an opener is not the frame's,
+//! no frame has a CFA.
+//!
 //! Invariants: a CFA is given only where found as above, never guessed;
 //! the CFAs found grow outwards (each creator's slot above the one before).
 
@@ -142,4 +153,161 @@ fn body_cfa(image: &Image, pc: u64, refs: &[Ref]) -> Option<u64> {
         Some((g, disp)) if g == reg => Some(r.start.wrapping_sub(disp).wrapping_add(off as u64)),
         _ => None,
     })
+}
+
+/// The most instructions of a frame's own kept for following `rsp`
+/// through them ([`Data::follow_rsp`]) where its static deltas do not
+/// know it.
+const BODY: usize = 4096;
+
+/// What opened a frame ([`cfas_by_entries`]).
+#[derive(Clone, Copy, Debug)]
+enum Opener {
+    /// An outside entry whose stub recorded this `rsp`.
+    Entry(u64),
+    /// A traced call at this address.
+    Call(u64),
+}
+
+/// [`cfas`] of a control-only trace from its outside entries' `rsp`
+/// ([`Ref::entered_with`]) and the stack deltas of the callers' code.
+pub fn cfas_by_entries(
+    data: &mut Data,
+    t: &mut Timeline<'_>,
+    code: &Code<'_, '_>,
+    p: u64,
+    frames: &[(u64, u64)],
+    needed: usize,
+) -> Result<Option<Vec<u64>>, String> {
+    // A frame opened by a call needs its caller's entry too.
+    let needed_back = match needed {
+        0 => return Ok(Some(Vec::new())),
+        n if by_call(frames, n - 1) => n + 1,
+        n => n,
+    };
+    let mut walk = Openers {
+        frames,
+        opened: Vec::new(),
+        bodies: Vec::new(),
+        needed: needed_back,
+        pending: 0,
+        next: None,
+        broken: false,
+    };
+    data.scan_back(t, code, p, |q, pc, flow, refs| {
+        walk.step(q < p, pc, flow, refs);
+        walk.broken || walk.opened.len() >= walk.needed
+    })?;
+    if walk.broken || walk.opened.len() < needed_back {
+        return Ok(None);
+    }
+    let mut cfas = vec![0u64; needed_back];
+    for l in (0..needed_back).rev() {
+        cfas[l] = match walk.opened[l] {
+            Opener::Entry(rsp) => rsp.wrapping_add(8),
+            Opener::Call(call) if l + 1 < needed_back => {
+                let entry_rsp = cfas[l + 1].wrapping_sub(8);
+                let body = walk.bodies.get(l + 1).and_then(Option::as_deref);
+                match data.rsp_offset(code, call)? {
+                    Some(k) => entry_rsp.wrapping_add(k as u64),
+                    None => match data.follow_rsp(code, entry_rsp, body, frames[l + 1].1)? {
+                        Some(rsp) => rsp,
+                        None => return Ok(None),
+                    },
+                }
+            }
+            Opener::Call(_) => return Ok(None),
+        };
+    }
+    cfas.truncate(needed);
+    // Outwards, each frame's CFA above the one before, or none is real.
+    Ok(cfas.windows(2).all(|w| w[0] < w[1]).then_some(cfas))
+}
+
+/// Whether frame `l` of `frames` was made by a traced call: its caller's
+/// pc is a traced return address.
+fn by_call(frames: &[(u64, u64)], l: usize) -> bool {
+    frames.get(l + 1).is_some_and(|f| !is_untraced(f.0))
+}
+
+/// The walk back of [`cfas_by_entries`]: each frame's opener, innermost
+/// first, and the returns whose openers are further back.
+struct Openers<'f> {
+    frames: &'f [(u64, u64)],
+    opened: Vec<Opener>,
+    /// Per frame opened or being walked, the pcs of its own instructions
+    /// walked (latest first, its entry last), up to [`BODY`] of them; `None`
+    /// past that.
+    bodies: Vec<Option<Vec<u64>>>,
+    needed: usize,
+    pending: usize,
+    /// The position after the one stepped to: its pc, and whether it
+    /// is an outside entry.
+    next: Option<(u64, bool)>,
+    /// An opener that is not its frame's: a `longjmp`, a throw or a tail
+    /// jump into untraced code passed frames without their returns.
+    broken: bool,
+}
+
+impl Openers<'_> {
+    /// One position back; `ran`: its instruction ran.
+    fn step(&mut self, ran: bool, pc: u64, flow: Flow, refs: &[Ref]) {
+        let entered = refs.iter().find_map(Ref::entered_with);
+        let next = self.next.replace((pc, entered.is_some()));
+        let (level, pending) = (self.opened.len(), self.pending);
+        if let Some(rsp) = entered {
+            self.open(Opener::Entry(rsp), self.frames[level].1 == pc);
+        }
+        let (true, Flow::Call(ret)) = (ran, flow) else {
+            if ran && flow == Flow::Ret {
+                self.pending += 1;
+            } else if pending == 0 && ran {
+                self.body(level, pc);
+            }
+            return;
+        };
+        let l = self.opened.len();
+        let made = |l: usize| by_call(self.frames, l) && self.frames[l + 1].0 == ret;
+        match next {
+            // The callee came straight back, or is the outside entry
+            // after it (an indirect call: the entry pairs with its return),
+            // or untraced code that called back, whose frame (no return
+            // of it is traced) is open only if it is on the stack.
+            Some((a, entry)) if a == ret || entry => {
+                let untraced = self.frames.get(l).is_some_and(|f| is_untraced(f.0));
+                if self.pending == 0 && untraced && made(l) {
+                    self.opened.push(Opener::Call(pc));
+                }
+            }
+            // A traced callee, entered past its stub: its return pairs.
+            _ => self.open(Opener::Call(pc), made(l)),
+        }
+        if pending == 0 && self.opened.len() == l {
+            self.body(l, pc);
+        }
+    }
+
+    /// The instruction at `pc` is frame `l`'s own.
+    fn body(&mut self, l: usize, pc: u64) {
+        if self.bodies.len() <= l {
+            self.bodies.resize(l + 1, Some(Vec::new()));
+        }
+        let b = &mut self.bodies[l];
+        match b {
+            Some(pcs) if pcs.len() < BODY => pcs.push(pc),
+            _ => *b = None,
+        }
+    }
+
+    /// An opener that pairs with a return seen, or opens the frame the
+    /// walk is in if it `fits` it.
+    fn open(&mut self, o: Opener, fits: bool) {
+        if self.pending > 0 {
+            self.pending -= 1;
+        } else if fits {
+            self.opened.push(o);
+        } else {
+            self.broken = true;
+        }
+    }
 }

@@ -181,6 +181,9 @@ pub struct Stub<'m> {
     plan: materialise::Plan,
     /// The thread's data references, or why there are none.
     data: Result<Data, String>,
+    /// Without them, a control-only trace's outside entries' `rsp`, for
+    /// the frames' addresses alone ([`crate::data::entry_values`]).
+    entries: Option<Data>,
     /// Watched ranges: (start, length, kind).
     watches: Vec<(u64, u64, WatchKind)>,
     /// The instruction whose access made the last stop, with its
@@ -293,6 +296,7 @@ impl<'m> Stub<'m> {
             shadow: None,
             plan: Err("the stub was not told how the program was run".into()),
             data: Err("watchpoints need data addresses: record with --data".into()),
+            entries: None,
             watches: Vec::new(),
             hit: None,
             due: false,
@@ -305,6 +309,13 @@ impl<'m> Stub<'m> {
     pub fn with_data(mut self, values: Result<Values, String>, warn: fn(&str)) -> Self {
         self.data = values.map(Data::new);
         self.warn = warn;
+        self
+    }
+
+    /// The same stub, with a control-only trace's outside entries'
+    /// `rsp` ([`crate::data::entry_values`]).
+    pub fn with_entries(mut self, values: Values) -> Self {
+        self.entries = Some(Data::new(values));
         self
     }
 
@@ -1088,20 +1099,25 @@ impl<'m> Stub<'m> {
     }
 
     /// The real CFAs of `frames[..needed]` ([`crate::frames`]), where the
-    /// thread has data references and stands at a traced instruction
-    /// with no signal handler's frame (whose caller's CFI `aetrace.py`
-    /// makes from made-up frame addresses).
+    /// thread has data references or its outside entries' `rsp` and
+    /// stands at a traced instruction with no signal handler's frame
+    /// (whose caller's CFI `aetrace.py` makes from made-up frame
+    /// addresses).
     fn real_cfas(&mut self, frames: &[(u64, u64)], needed: usize) -> Option<Vec<u64>> {
         if self.at != At::Insn || self.at_end() || frames.iter().any(|f| f.0 == SIGRETURN) {
             return None;
         }
-        let data = self.data.as_mut().ok()?;
         let code = Code {
             image: &self.image,
             blocks: &self.blocks,
             modules: self.modules,
         };
-        let found = crate::frames::cfas(data, &mut self.timeline, &code, self.pos, frames, needed);
+        let (t, p) = (&mut self.timeline, self.pos);
+        let found = match (self.data.as_mut(), self.entries.as_mut()) {
+            (Ok(data), _) => crate::frames::cfas(data, t, &code, p, frames, needed),
+            (Err(_), Some(e)) => crate::frames::cfas_by_entries(e, t, &code, p, frames, needed),
+            (Err(_), None) => return None,
+        };
         found.ok().flatten()
     }
 
