@@ -130,10 +130,9 @@ impl Walk<'_> {
         }
     }
 
-    /// Whether frame `l` was made by a traced call: its caller's pc is a
-    /// traced return address.
+    /// Whether frame `l` was made by a traced call ([`by_call`]).
     fn by_call(&self, l: usize) -> bool {
-        self.frames.get(l + 1).is_some_and(|f| !is_untraced(f.0))
+        by_call(self.frames, l)
     }
 }
 
