@@ -424,7 +424,8 @@ fn aetrace_debug_starts_gdb_at_the_instruction_asked() {
 /// `continue` stop at the end of the replay log, "No more
 /// reverse-execution history" (the position stays), and `reverse-stepi`
 /// goes back to the last instruction; registers other than `rip` print
-/// as `<unavailable>`, never a value.
+/// as `<unavailable>`, never a value, but `rsp` at the first instruction,
+/// which its entry's stub recorded, as natively.
 #[test]
 fn edges_of_the_run_and_unavailable_registers() {
     let (exe, trace) = recorded("loops.c", &[]);
@@ -449,8 +450,32 @@ fn edges_of_the_run_and_unavailable_registers() {
     assert!(out.contains("#0  0x00007ae7ace00001 in "), "{out}");
     assert_eq!(pcs(&out), [want[0], want[last]], "{out}");
     assert!(out.contains("$1 = <unavailable>"), "{out}");
-    let rsp = out.lines().find(|l| l.starts_with("rsp "));
-    assert!(rsp.is_some_and(|l| l.contains("<unavailable>")), "{out}");
+    // `rsp` there is the process's first entry's, recorded (format
+    // 1.21): the same distance from `main`'s frame address as natively.
+    let native = native_run(
+        &exe,
+        &[],
+        &trace.with_extension("start.gdb"),
+        &format!("set pagination off\nstarti\nbreak _start\ncontinue\n{START_TO_MAIN}"),
+    );
+    let ours = gdb(&exe, &trace, START_TO_MAIN);
+    let what = format!("ours:\n{ours}\nnative:\n{native}");
+    let native = start_rsp_from_main(&native);
+    assert!(native.is_some(), "{what}");
+    assert_eq!(start_rsp_from_main(&ours), native, "{what}");
+}
+
+/// From `_start`'s first instruction: `rsp` there, then `main`'s frame.
+const START_TO_MAIN: &str = "info registers rsp\nbreak main\ncontinue\nmaint print frame-id\n";
+
+/// [`START_TO_MAIN`]'s `rsp` less `main`'s frame address (its frame
+/// id's stack address).
+fn start_rsp_from_main(out: &str) -> Option<i64> {
+    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
+    let rsp = out.lines().find(|l| l.starts_with("rsp "))?;
+    let rsp = hex(rsp.split_whitespace().nth(1)?)?;
+    let main = out.split_once("{stack=")?.1.split(',').next()?;
+    Some(rsp.wrapping_sub(hex(main)?) as i64)
 }
 
 /// The forward end is the replay log's, as the start is: `continue` from

@@ -949,7 +949,8 @@ impl Data {
 
     /// `rsp` after the instructions at `body` (latest first, the
     /// procedure's `entry` last) from `rsp` at the entry, by the abstract
-    /// execution's evaluator; `None` if `body` does not start at `entry`
+    /// execution's evaluator (a call's callee skipped to its return
+    /// point); `None` if `body` does not start at `entry`
     /// or `rsp` moved by a value not known (`alloca`).
     pub fn follow_rsp(
         &mut self,
@@ -963,9 +964,17 @@ impl Data {
         };
         let mut e = Exec::unknown(self.insn(code, entry)?.base);
         e.regs[Gpr::RSP.index()] = Some(rsp);
+        // A call whose return was not traced is in the body: the
+        // evaluator runs it as returning with `rsp` as before it, so its
+        // callee's positions (a PLT stub's) up to its return point are not.
+        let mut back_at = None;
         for &pc in pcs.iter().rev() {
+            if back_at.is_some_and(|r| r != pc) {
+                continue;
+            }
             let i = self.insn(code, pc)?;
             e.registers_only(&i.planned.insn, &i.planned.prog);
+            back_at = i.planned.prog.call.then(|| pc + i.planned.insn.len() as u64);
         }
         Ok(e.regs[Gpr::RSP.index()])
     }

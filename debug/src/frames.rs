@@ -16,9 +16,12 @@
 //!
 //! A control-only trace (format 1.21) has no references but each outside
 //! entry's `rsp`, which its stub recorded ([`cfas_by_entries`]): walking
-//! back, a return is matched by the traced call or the outside entry that
-//! opened its callee, and the first unmatched one opens the frame the walk
-//! is in. A frame opened by an outside entry has its CFA 8 above the
+//! back, a return is matched by the traced call that returns where it went
+//! or the outside entry that opened its callee (the innermost return
+//! walked), and the first unmatched one opens the frame the walk is in. A
+//! call whose return is not traced (a PLT stub's jump into untraced code)
+//! is its caller's own instruction, `rsp` as before it after it, as in the
+//! data walk. A frame opened by an outside entry has its CFA 8 above the
 //! recorded `rsp`; one opened by a traced call the caller's `rsp` at the
 //! call: the caller's entry `rsp` (its CFA less 8) plus the stack deltas
 //! of its procedure to the call (`value::rsp_offsets`). Where a delta is
@@ -189,7 +192,7 @@ pub fn cfas_by_entries(
         opened: Vec::new(),
         bodies: Vec::new(),
         needed: needed_back,
-        pending: 0,
+        pending: Vec::new(),
         next: None,
         broken: false,
     };
@@ -239,12 +242,14 @@ struct Openers<'f> {
     /// past that.
     bodies: Vec<Option<Vec<u64>>>,
     needed: usize,
-    pending: usize,
+    /// Where the traced returns walked whose openers are further back
+    /// went, innermost last.
+    pending: Vec<u64>,
     /// The position after the one stepped to: its pc, and whether it
     /// is an outside entry.
     next: Option<(u64, bool)>,
-    /// An opener that is not its frame's: a `longjmp`, a throw or a tail
-    /// jump into untraced code passed frames without their returns.
+    /// An outside entry that is not its frame's: a `longjmp`, a throw or
+    /// a tail jump into untraced code passed frames without their returns.
     broken: bool,
 }
 
@@ -253,14 +258,15 @@ impl Openers<'_> {
     fn step(&mut self, ran: bool, pc: u64, flow: Flow, refs: &[Ref]) {
         let entered = refs.iter().find_map(Ref::entered_with);
         let next = self.next.replace((pc, entered.is_some()));
-        let (level, pending) = (self.opened.len(), self.pending);
+        let (level, idle) = (self.opened.len(), self.pending.is_empty());
         if let Some(rsp) = entered {
             self.open(Opener::Entry(rsp), self.frames[level].1 == pc);
         }
         let (true, Flow::Call(ret)) = (ran, flow) else {
             if ran && flow == Flow::Ret {
-                self.pending += 1;
-            } else if pending == 0 && ran {
+                // Where it went: a traced call that returned there pairs.
+                self.pending.extend(next.map(|(a, _)| a));
+            } else if idle && ran {
                 self.body(level, pc);
             }
             return;
@@ -274,14 +280,22 @@ impl Openers<'_> {
             // of it is traced) is open only if it is on the stack.
             Some((a, entry)) if a == ret || entry => {
                 let untraced = self.frames.get(l).is_some_and(|f| is_untraced(f.0));
-                if self.pending == 0 && untraced && made(l) {
+                if self.pending.is_empty() && untraced && made(l) {
                     self.opened.push(Opener::Call(pc));
                 }
             }
-            // A traced callee, entered past its stub: its return pairs.
-            _ => self.open(Opener::Call(pc), made(l)),
+            // A traced callee that returned by a traced `ret`.
+            _ if self.pending.last() == Some(&ret) => {
+                self.pending.pop();
+            }
+            // A traced callee whose return was not traced (a PLT stub's
+            // jump through the GOT, a tail jump into untraced code) came
+            // back with `rsp` as before the call: the frame's own, as in
+            // the data walk, unless it opened the frame.
+            _ if self.pending.is_empty() && made(l) => self.opened.push(Opener::Call(pc)),
+            _ => {}
         }
-        if pending == 0 && self.opened.len() == l {
+        if idle && self.opened.len() == l {
             self.body(l, pc);
         }
     }
@@ -298,15 +312,14 @@ impl Openers<'_> {
         }
     }
 
-    /// An opener that pairs with a return seen, or opens the frame the
-    /// walk is in if it `fits` it.
+    /// An outside entry that pairs with the innermost return seen, or
+    /// opens the frame the walk is in if it `fits` it.
     fn open(&mut self, o: Opener, fits: bool) {
-        if self.pending > 0 {
-            self.pending -= 1;
-        } else if fits {
-            self.opened.push(o);
-        } else {
-            self.broken = true;
+        if self.pending.pop().is_none() {
+            match fits {
+                true => self.opened.push(o),
+                false => self.broken = true,
+            }
         }
     }
 }
