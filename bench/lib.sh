@@ -31,3 +31,12 @@ workload() {
     libs=${rest%%|*}
     read -r -a cmd <<<"${rest#*|}"
 }
+
+# Sets AETRACE, the aetrace binary to time: built here unless given (an
+# A/B against another tree's build).
+aetrace_binary() {
+    if [ -z "${AETRACE:-}" ]; then
+        cargo build --release -p aetrace --quiet
+        AETRACE=$(realpath "${CARGO_TARGET_DIR:-target}/x86_64-unknown-linux-gnu/release/aetrace")
+    fi
+}

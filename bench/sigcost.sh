@@ -10,10 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-100000}
 REPS=${REPS:-5}
-if [ -z "${AETRACE:-}" ]; then
-    cargo build --release -p aetrace --quiet
-    AETRACE=$(realpath "${CARGO_TARGET_DIR:-target}/x86_64-unknown-linux-gnu/release/aetrace")
-fi
+. bench/lib.sh
+aetrace_binary
 WORK=$(mktemp -d /tmp/aetrace-sigcost.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 gcc -O2 -no-pie -o "$WORK/sigcost" bench/sigcost.c

@@ -134,6 +134,15 @@ impl Store {
         }
     }
 
+    /// The store as flat sets, `None` for a large one.
+    #[inline]
+    pub(crate) fn small(&mut self) -> Option<&mut SmallStore> {
+        match self {
+            Store::Small(s) => Some(s),
+            Store::Large(_) => None,
+        }
+    }
+
     /// The hit of the fast path: when `block` is in `set`, moves it to the
     /// top if `lru`, marks it dirty if `write`, and returns true; otherwise
     /// changes nothing.  The same as [`Store::find`], then [`Store::touch`]
@@ -282,8 +291,9 @@ impl SmallStore {
         }
     }
 
+    /// [`Store::hit`] on flat sets.
     #[inline(always)]
-    fn hit(&mut self, set: usize, block: u64, lru: bool, write: bool) -> bool {
+    pub(crate) fn hit(&mut self, set: usize, block: u64, lru: bool, write: bool) -> bool {
         let base = set << self.assoc_shift;
         // The top line first: most hits are there, and it stays there.
         if self.tags[base] == block {

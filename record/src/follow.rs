@@ -23,7 +23,11 @@
 //! exec it (the file actions' `chdir`/`fchdir`, [`spawn_dir`]), and the
 //! answer goes to the slot's spawn buffer, whence the runtime gives the
 //! call the copy's path and argv. A traced libc's is not followed at
-//! the call: its child asks at its own `execve`.
+//! the call: its child asks at its own `execve`. The runtime's own
+//! `posix_spawn` of the shell, in place of an untraced libc's `system`
+//! ([`ExecKind::Shell`]), is asked about the same way; its answer also
+//! gives the process's current environment and the addresses of the
+//! libc functions the runtime calls ([`Mem::functions`]).
 //!
 //! Invariants: every request is answered, also when nothing can be
 //! followed (answer 0: the program's own call runs, failing with its
@@ -40,7 +44,9 @@ use std::path::{Path, PathBuf};
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use aetrace_runtime::layout::{ExecKind, EXEC_BUF_SIZE, H_EXEC_CWD, SPAWN_BUF_SIZE};
+use aetrace_runtime::layout::{
+    ExecKind, EXEC_BUF_SIZE, H_EXEC_CWD, SHELL_FUNCTIONS, SPAWN_BUF_SIZE,
+};
 use aetrace_runtime::{Drainer, ExecRequest};
 
 use crate::commands::{rewrite_program, Follow, Rewritten};
@@ -113,6 +119,9 @@ struct Call {
     /// directory (not a spawn, not `execveat` from another directory,
     /// whose native `AT_EXECFN` is `/dev/fd/N/NAME`).
     renamable: bool,
+    /// For the runtime's spawn of the shell: libc's
+    /// [`SHELL_FUNCTIONS`], the answer's sixth word.
+    functions: Option<Vec<u64>>,
 }
 
 enum Argv {
@@ -238,6 +247,7 @@ impl Follower {
             }
             None => [0; 3],
         };
+        let entry = call.functions.as_ref().map_or(entry, |f| w.pointers(f));
         w.head([path, argv, call.envp, dir, back, entry]);
         if w.bytes.len() as u64 > call.room {
             return Err(Native::Untraced(format!(
@@ -360,6 +370,7 @@ impl Call {
                 return Err(Native::Untraced("fexecve is not followed".into()));
             }
             ExecKind::Spawn | ExecKind::Spawnp => return Call::spawn(req, mem, kind),
+            ExecKind::Shell => return Call::shell(req, mem),
         };
         Ok(Call {
             name: mem.string(name).ok_or(Native::AsCalled)?,
@@ -369,6 +380,7 @@ impl Call {
             argv,
             envp,
             room: EXEC_BUF_SIZE,
+            functions: None,
         })
     }
 
@@ -387,7 +399,22 @@ impl Call {
             envp,
             room: SPAWN_BUF_SIZE,
             renamable: false,
+            functions: None,
         })
+    }
+
+    /// The runtime's `posix_spawn(pid, "/bin/sh", NULL, attr, argv, _)`
+    /// in place of `system`: in the current environment (`environ`, as
+    /// glibc's `system` passes it), with libc's functions.
+    fn shell(req: &ExecRequest, mem: &Mem) -> Result<Call, Native> {
+        let mut call = Call::spawn(req, mem, ExecKind::Spawn)?;
+        call.envp = mem
+            .environ()
+            .ok_or_else(|| Native::Untraced("its environment cannot be found".into()))?;
+        call.functions = Some(mem.functions(&SHELL_FUNCTIONS).ok_or_else(|| {
+            Native::Untraced(format!("its libc lacks one of {SHELL_FUNCTIONS:?}"))
+        })?);
+        Ok(call)
     }
 }
 
@@ -661,30 +688,19 @@ impl Mem {
     /// in libc, each where `/proc/PID/maps` says it is loaded.
     fn environ(&self) -> Option<u64> {
         let objects = self.objects()?;
-        let at = objects.iter().find_map(|(_, start, path)| {
-            let bytes = std::fs::read(path).ok()?;
-            let elf = goblin::elf::Elf::parse(&bytes).ok()?;
-            let sym = elf.dynsyms.iter().find(|s| {
-                s.st_shndx != 0
-                    && s.st_value != 0
-                    && matches!(
-                        elf.dynstrtab.get_at(s.st_name),
-                        Some("__environ" | "environ" | "_environ")
-                    )
-            })?;
-            let bias = match elf.header.e_type {
-                goblin::elf::header::ET_EXEC => 0,
-                _ => {
-                    let first = (elf.program_headers.iter())
-                        .filter(|h| h.p_type == goblin::elf::program_header::PT_LOAD)
-                        .map(|h| h.p_vaddr & !0xfff)
-                        .min()?;
-                    start - first
-                }
-            };
-            Some(bias + sym.st_value)
-        })?;
-        self.u64(at)
+        let names = ["__environ", "environ", "_environ"];
+        let at = (objects.iter()).find_map(|(_, start, path)| defined(path, *start, &[&names]))?;
+        self.u64(at[0])
+    }
+
+    /// The addresses of libc's functions `names` (each its default
+    /// version, as the loader binds a call of it), in that order.
+    fn functions(&self, names: &[&str]) -> Option<Vec<u64>> {
+        let objects = self.objects()?;
+        let (_, start, libc) = objects.iter().find(|o| !o.0)?;
+        let each: Vec<[&str; 1]> = names.iter().map(|n| [*n]).collect();
+        let each: Vec<&[&str]> = each.iter().map(|n| &n[..]).collect();
+        defined(libc, *start, &each)
     }
 
     /// The executable and libc as `/proc/PID/maps` names them: whether it
@@ -710,4 +726,36 @@ impl Mem {
         objects.dedup_by(|a, b| a.2 == b.2);
         Some(objects)
     }
+}
+
+/// For each list of names in `wanted`, the address of the first of them
+/// the ELF file at `path`, loaded at `start` (its first mapping), defines
+/// in its dynamic symbol table in its default version (not a hidden
+/// compatibility one, such as glibc's `posix_spawn@GLIBC_2.2.5`); None
+/// unless it defines one of each.
+fn defined(path: &Path, start: u64, wanted: &[&[&str]]) -> Option<Vec<u64>> {
+    let bytes = std::fs::read(path).ok()?;
+    let elf = goblin::elf::Elf::parse(&bytes).ok()?;
+    let hidden = |i: usize| {
+        (elf.versym.as_ref())
+            .and_then(|v| v.get_at(i))
+            .is_some_and(|v| v.is_hidden())
+    };
+    let find = |names: &[&str]| {
+        elf.dynsyms.iter().enumerate().find_map(|(i, s)| {
+            let named = (elf.dynstrtab.get_at(s.st_name)).is_some_and(|n| names.contains(&n));
+            (s.st_shndx != 0 && s.st_value != 0 && named && !hidden(i)).then_some(s.st_value)
+        })
+    };
+    let bias = match elf.header.e_type {
+        goblin::elf::header::ET_EXEC => 0,
+        _ => {
+            let first = (elf.program_headers.iter())
+                .filter(|h| h.p_type == goblin::elf::program_header::PT_LOAD)
+                .map(|h| h.p_vaddr & !0xfff)
+                .min()?;
+            start - first
+        }
+    };
+    wanted.iter().map(|n| Some(bias + find(n)?)).collect()
 }

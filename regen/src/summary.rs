@@ -59,15 +59,15 @@
 //! step ([`read_at_call`]): it reads no item; the machine reads the record.
 //! Up to four steps (a read point's witness, then the calls and returns
 //! to the next read point, then that one's, and so on), with the calls
-//! after the last, are one entry of a wide memo ([`Wide`]), keyed by the
-//! read point and the next four witness bytes: one dependent load for up
-//! to four witnesses and the calls among them (sort's comparisons make
-//! about one call per witness). An entry returns through frames it
-//! pushed itself and, once, through the newest frame below its read point,
-//! which it then keeps and a lookup matches beside the key (a comparison
-//! of sort ends in returns to calls made before its last read points); it
-//! keeps the callees whose entries it counts and the frames it pops and
-//! leaves pushed. Each
+//! after the last, are one entry of a wide memo ([`Wide`]),
+//! keyed by the read point and the next four witness bytes: one dependent
+//! load for up to four witnesses and the calls among them (sort's
+//! comparisons make about one call per witness). An entry returns through
+//! frames it pushed itself and through up to three frames below its read
+//! point, which it then keeps and a lookup matches beside the key (a
+//! comparison of sort ends in returns to calls made before its last read
+//! points); it keeps the callees whose entries it counts and the frames
+//! it pops and leaves pushed. Each
 //! memo entry also keeps the [`hot_slot`] of where it ends, so no hash is
 //! computed on the chain of dependent loads.
 
@@ -206,9 +206,10 @@ const WIDES: usize = 1 << 11;
 /// witness bytes of `key as u32` (the first in its low byte), with the
 /// calls and returns between them and the calls after the last (issue 24
 /// item 3): while each step has a [`Hot`] entry, every return pops a
-/// frame the entry pushed itself or, once, the newest of
-/// `Summaries::frames` when the entry has none of its own left (then
-/// [`FRAMED`] is set in the key and that frame's call block is kept in
+/// frame the entry pushed itself or, when it has none of its own left,
+/// the newest of `Summaries::frames` below its read point it has not
+/// popped yet, up to [`BELOW`] of them (their number is in the key's
+/// [`BELOW_BITS`] and their call blocks are kept in
 /// `Summaries::wide_frames`: its result depends on no other part of the
 /// stack), and what the calls leave fits [`WIDE_OPS`]. The bytes past those steps take no part in them but are
 /// in the key all the same (a lookup cannot know how many count before
@@ -235,8 +236,9 @@ struct Wide {
     /// What a hit does beside the counts: the number of callees whose
     /// entries it counts (the low byte), then the number of frames it
     /// leaves pushed (the next four bits), as `Summaries::wide_ops` lists
-    /// them in that order; [`POP_FIRST`] when it first pops the frame below
-    /// its read point. Zero for most entries of gzip and bzip2: one test.
+    /// them in that order; from [`POPS`] on, the number of frames below its
+    /// read point it first pops. Zero for most entries of gzip and bzip2:
+    /// one test.
     ops: u16,
 }
 
@@ -265,7 +267,10 @@ struct WideFill {
     blocks: u32,
     steps: u32,
     xfers: u32,
-    frame: u32,
+    /// The frames below the read point popped (newest first), `nbelow`
+    /// of them.
+    below: [u32; BELOW],
+    nbelow: u32,
     nops: u32,
     ops: [u32; WIDE_OPS],
 }
@@ -292,8 +297,8 @@ impl WideFill {
     /// The entry with key `key` (for no frame below its read point) and
     /// its ops as `Summaries::wide_ops` keeps them: the callees, then the
     /// frames pushed (in order; the callee counts commute with them and
-    /// with the pop below the read point, which comes before any push
-    /// that stays: [`Summaries::wide_return`] takes it with none of the
+    /// with the pops below the read point, which come before any push
+    /// that stays: [`Summaries::wide_return`] takes them with none of the
     /// entry's own frames left).
     fn entry(&self, key: u64) -> (Wide, [u32; WIDE_OPS]) {
         let ops = &self.ops[..self.nops as usize];
@@ -305,20 +310,16 @@ impl WideFill {
             *to = op & !PUSH;
         }
         let npushes = self.nops as u16 - ncallees;
-        let pop = if self.frame == NO_FRAME { 0 } else { POP_FIRST };
+        debug_assert!(self.nbelow as usize <= BELOW);
         let wide = Wide {
-            key: if self.frame == NO_FRAME {
-                key
-            } else {
-                key | FRAMED
-            },
+            key: key | u64::from(self.nbelow) << BELOW_SHIFT,
             end: self.end,
             insns: self.insns,
             blocks: self.blocks as u16,
             slot: self.slot as u16,
             steps: self.steps as u8,
             xfers: self.xfers as u8,
-            ops: ncallees | npushes << 8 | pop,
+            ops: ncallees | npushes << 8 | (self.nbelow as u16) << POPS,
         };
         (wide, list)
     }
@@ -333,20 +334,25 @@ const WIDE_OPS: usize = 15;
 /// without it, an op counts an entry of the callee it names.
 const PUSH: u32 = 1 << 31;
 
-/// [`Wide::ops`]' bit: a hit first pops the frame below the entry's read
-/// point (the entry's `Summaries::wide_frames`).
-const POP_FIRST: u16 = 1 << 15;
+/// Where [`Wide::ops`] keeps the number of frames below the entry's read
+/// point a hit first pops (the entry's `Summaries::wide_frames`).
+const POPS: u16 = 12;
 const _: () = assert!(WIDE_OPS < 16, "Wide::ops keeps the pushes in four bits");
 
-/// `WideFill::frame` of an entry that pops no frame below its read point
-/// (no call block's number: those fit a [`Hot`] key's 24 bits).
-const NO_FRAME: u32 = u32::MAX;
+/// Most frames below its read point one [`Wide`] entry returns through.
+/// sort's comparisons return through three procedures (`sub_14550`, which
+/// `sub_146b0` tail-jumps to, `sub_139c0`, `sub_9a00`) to the merge loop;
+/// with one, about one plain return per comparison went one by one.
+const BELOW: usize = 3;
+const _: () = assert!(BELOW < 4, "Wide::ops keeps the pops in two bits");
 
-/// A [`Wide`] key's bit: the entry pops the frame below its read point
-/// that `Summaries::wide_frames` keeps, so a lookup's key (read points
-/// fit 24 bits) matches it only through [`Summaries::framed_hit`]. The
-/// common lookup, of an entry without one, is one comparison.
-const FRAMED: u64 = 1 << 63;
+/// Where a [`Wide`] key keeps the number of frames below its read point
+/// that the entry pops (`Summaries::wide_frames` keeps them), so a
+/// lookup's key (read points fit 24 bits, their key bits end at 56)
+/// matches it only through [`Summaries::framed_hit`]. The common lookup,
+/// of an entry without one, is one comparison.
+const BELOW_SHIFT: u32 = 56;
+const BELOW_BITS: u64 = 0xFF << BELOW_SHIFT;
 
 /// Where the witness bytes `word` (little-endian) from the read point
 /// whose [`hot_slot`] is `slot` stand in the wide memo. The bytes' hash
@@ -553,11 +559,12 @@ pub struct Summaries {
     /// Beside each entry of `wides`: the callees whose entries it counts,
     /// then the frames it leaves pushed, in order ([`Wide::ops`]).
     wide_ops: Box<[[u32; WIDE_OPS]; WIDES]>,
-    /// Beside each entry of `wides` with [`FRAMED`] set: the call block of
-    /// the frame below its read point that it returns through (the newest
-    /// of `frames` at its lookup). sort's comparisons end in returns to the
-    /// frames of calls made before the entry's read point.
-    wide_frames: Box<[u32; WIDES]>,
+    /// Beside each entry of `wides` with [`BELOW_BITS`] set: the call
+    /// blocks of the frames below its read point that it returns through
+    /// (the newest of `frames` at its lookup, newest first). sort's
+    /// comparisons end in returns to the frames of calls made before the
+    /// entry's read point.
+    wide_frames: Box<[[u32; BELOW]; WIDES]>,
     /// The call blocks of the traced callers on top of the machine's
     /// stack (oldest first) while `count_run` runs: the machine moves
     /// its newest ones here before a run and back after it, so a chain
@@ -595,7 +602,7 @@ impl Summaries {
             calls: memo(CallHot::EMPTY),
             wides: memo(Wide::EMPTY),
             wide_ops: memo([0; WIDE_OPS]),
-            wide_frames: memo(NO_FRAME),
+            wide_frames: memo([0; BELOW]),
             frames: Vec::new(),
         }
     }
@@ -990,16 +997,17 @@ impl Summaries {
         self.hot[h]
     }
 
-    /// Pops the frame below wide memo entry `i`'s read point, counts its
+    /// Pops the frames below wide memo entry `i`'s read point, counts its
     /// callees' entries and pushes the frames it leaves, as its `ops`
     /// ([`Wide::ops`]) say. Callees and frames in two runs, not one op at
     /// a time: the loop tested each op's kind and stored `frames`' length
     /// at each push (sort: 36 % of `count_run`'s instructions).
     #[inline(always)]
     fn apply_ops(&mut self, i: usize, ops: u16, entries: &mut [u64]) {
-        if ops & POP_FIRST != 0 {
-            let _c = self.frames.pop();
-            debug_assert_eq!(_c, Some(self.wide_frames[i]));
+        let pops = usize::from(ops >> POPS & 3);
+        if pops != 0 {
+            debug_assert!(self.frames_below(i, pops));
+            self.frames.truncate(self.frames.len() - pops);
         }
         let (n, p) = (usize::from(ops & 0xFF), usize::from(ops >> 8 & 0xF));
         let list = &self.wide_ops[i];
@@ -1012,21 +1020,35 @@ impl Summaries {
     }
 
     /// Whether wide memo entry `i`, keyed `held`, is the one for `key`
-    /// but for [`FRAMED`] and pops the frame on top of `frames` below its
+    /// but for [`BELOW_BITS`] and pops frames on top of `frames` below its
     /// read point: a hit, off the path of the entries that pop none.
     #[inline(always)]
     fn framed_hit(&self, i: usize, held: u64, key: u64) -> bool {
-        held == key | FRAMED && self.frames.last() == Some(&self.wide_frames[i])
+        let n = (held >> BELOW_SHIFT) as usize;
+        held & !BELOW_BITS == key && n != 0 && self.frames_below(i, n)
+    }
+
+    /// Whether the newest `n` frames of `frames` are wide memo entry
+    /// `i`'s frames below its read point (`n` at most [`BELOW`]).
+    #[inline(always)]
+    fn frames_below(&self, i: usize, n: usize) -> bool {
+        let kept = &self.wide_frames[i];
+        n <= BELOW
+            && self.frames.len() >= n
+            && (0..n).all(|k| self.frames[self.frames.len() - 1 - k] == kept[k])
     }
 
     /// Fills wide memo entry `i` for read point `l` (its [`hot_slot`] is
     /// `slot`) and the witness bytes of `word`, from single steps, calls
     /// and returns as `count_run` takes them, with `frames` as they stand
-    /// (a return below the read point may pop their newest, kept in
-    /// `wide_frames`).
+    /// (returns below the read point may pop up to [`BELOW`] of their
+    /// newest, kept in `wide_frames`).
     /// After each step it also makes the calls that follow (the loop makes
     /// those without looking at `max`); a read point or a plain `ret` after
-    /// them waits for the next step (the loop pauses there).
+    /// them waits for the next step (the loop pauses there). Taking those
+    /// returns too cost gzip 3 % and bzip2 12 % more instructions: an
+    /// entry that returns below its read point matches only with those
+    /// frames, so more entries were filled.
     /// A failed step leaves `f` as it was (`wide_step`, `wide_return` and
     /// `wide_call` change nothing when they fail), so only the calls and
     /// returns before a step need undoing: the fill copies its state only
@@ -1043,7 +1065,8 @@ impl Summaries {
             blocks: 0,
             steps: 0,
             xfers: 0,
-            frame: NO_FRAME,
+            below: [0; BELOW],
+            nbelow: 0,
             nops: 0,
             ops: [0; WIDE_OPS],
         };
@@ -1058,10 +1081,10 @@ impl Summaries {
             while f.end & Hot::KINDS == Hot::CALL && self.wide_call(m, &mut f) {}
         }
         debug_assert!(f.steps != 0 || f.end == l | Hot::AGAIN);
-        debug_assert!(l < 1 << 24, "a Wide key's read point is below FRAMED");
+        debug_assert!(l < 1 << 24, "a Wide key's read point is below BELOW_BITS");
         let (wide, list) = f.entry(u64::from(l) << 32 | u64::from(word));
         self.wides[i] = wide;
-        self.wide_frames[i] = f.frame;
+        self.wide_frames[i] = f.below;
         if f.nops != 0 {
             self.wide_ops[i] = list;
         }
@@ -1134,8 +1157,9 @@ impl Summaries {
 
     /// Passes `insns` instructions in `blocks` blocks, then returns as
     /// `chain_return` does: through the newest frame `f` pushed itself,
-    /// or when it has none left, once, through the newest of `frames`
-    /// (kept in `wide_frames`, which the lookup then matches); false,
+    /// or when it has none left, through the newest of `frames` it has not
+    /// popped, up to [`BELOW`] of them (kept in `wide_frames`, which the
+    /// lookup then matches); false,
     /// `f` unchanged, when there is no such frame, the machine must take
     /// the return, or a count would overflow.
     fn wide_return(&mut self, m: &Module, f: &mut WideFill, insns: u32, blocks: u32) -> bool {
@@ -1143,11 +1167,10 @@ impl Summaries {
         let own = f.ops[..n].iter().rposition(|&op| op & PUSH != 0);
         let c = match own {
             Some(k) => f.ops[k] & !PUSH,
-            None if f.frame == NO_FRAME => match self.frames.last() {
-                Some(&c) => c,
-                None => return false,
+            None => match self.frames.len().checked_sub(1 + f.nbelow as usize) {
+                Some(j) if (f.nbelow as usize) < BELOW => self.frames[j],
+                _ => return false,
             },
-            None => return false,
         };
         let back = self.call_hot(m, c, hot_slot(c));
         let xfers = f.xfers + u32::from(m.counts_returns);
@@ -1166,7 +1189,10 @@ impl Summaries {
                 f.ops.copy_within(k + 1..n, k);
                 f.nops -= 1;
             }
-            None => f.frame = c,
+            None => {
+                f.below[f.nbelow as usize] = c;
+                f.nbelow += 1;
+            }
         }
         (f.end, f.slot) = (back.back, u32::from(back.back_slot));
         true

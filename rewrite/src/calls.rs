@@ -383,6 +383,7 @@ impl<'t> Calls<'t> {
                 .filter(|_| !c.tail && returns)
                 .and_then(imports::exe_path_arg),
             exec: None,
+            shell: None,
             fatal_longjmp: rw.fatal_longjmps
                 && !c.tail
                 && (to_longjmp || name.is_some_and(imports::is_longjmp_like)),
@@ -432,10 +433,14 @@ impl<'t> Calls<'t> {
         let to_lazy_stub = target_proc.is_some_and(|q| self.lazy_stubs.contains_key(&q));
         // `posix_spawn` is asked only untraced: a traced one's child asks
         // at its `execve`, and its code must see the program's arguments.
-        plan.exec = name
-            .filter(|_| plan.lazy_record || !(c.tail || to_lazy_stub))
+        let asked = name.filter(|_| plan.lazy_record || !(c.tail || to_lazy_stub));
+        plan.exec = asked
             .and_then(aetrace_runtime::layout::ExecKind::of_function)
             .filter(|k| !k.spawns() || target_proc.is_none());
+        // `system` is replaced where `posix_spawn` is asked.
+        plan.shell = asked
+            .and_then(aetrace_runtime::layout::ShellCall::of_function)
+            .filter(|_| target_proc.is_none());
         plan.lazy_entry = db
             .lazy
             .map(|l| rw.prog.procs[ProcId::new(l as usize)].start);

@@ -179,6 +179,12 @@ pub struct CallPlan {
     /// lazily bound PLT stub's jump ([`CallPlan::lazy_record`]), before the
     /// jump when the slot is bound, else in its LAZY piece after LAZY.
     pub exec: Option<aetrace_runtime::layout::ExecKind>,
+    /// A call of an untraced libc's `system`: `call shell_call` where an
+    /// exec function's `exec_request` goes, r11 the kind; when it made
+    /// the call (r11 = 0), the program's call is skipped: the code goes
+    /// to the call's return point, or a PLT stub returns to its caller
+    /// (docs/runtime.md section 7, "system and popen").
+    pub shell: Option<aetrace_runtime::layout::ShellCall>,
     /// A setjmp-like call (`Some(Setjmp)`: SETJMP(rsp) just before it,
     /// SETJMP_RESUME at its return point when it returns again) or a
     /// longjmp-like one (`Some(Longjmp)`: nothing written since format
@@ -1526,6 +1532,9 @@ struct Stub {
     lazy: bool,
     /// An exec request after LAZY (the stub of an exec function).
     exec: Option<aetrace_runtime::layout::ExecKind>,
+    /// `shell_call` after LAZY, and the GOT slot it binds (the stub of
+    /// `system`).
+    shell: Option<(aetrace_runtime::layout::ShellCall, u64)>,
     target: u64,
 }
 
@@ -1791,6 +1800,9 @@ impl ProcGen<'_, '_> {
             }
             if let Some(kind) = s.exec {
                 self.exec_request_entered(kind)?;
+            }
+            if let Some((kind, got)) = s.shell {
+                self.shell_call_entered(kind, Some(got))?;
             }
             if s.exit_record {
                 self.exit_record(s.site)?;
@@ -2619,10 +2631,14 @@ impl ProcGen<'_, '_> {
             // (`test eax` after the system call: the flags must be dead.)
             own: (p.values.is_none() && !p.live.live_out(b).flags_live()).then(|| self.em.label()),
         });
-        let query = self.before_call(end, setjmp, task)?;
+        let made = (end.cp.shell.is_some() && tracing).then(|| self.em.label());
+        let query = self.before_call(end, setjmp, task, made)?;
         match end.cp.by_entry {
             true => self.place_copy(b, end.last_i, end.last),
             false => self.copy_at(b, end.last_i, end.last),
+        }
+        if let Some(made) = made {
+            self.em.bind(made);
         }
         match ret {
             Some(e) => self.call_return(end, e, query, setjmp, task),
@@ -2642,13 +2658,13 @@ impl ProcGen<'_, '_> {
     /// are the stub's to clobber.
     fn bound_exec_request(
         &mut self,
-        exec: Option<aetrace_runtime::layout::ExecKind>,
+        cp: &CallPlan,
         last: &Instruction,
         lazy: u64,
     ) -> GenResult<()> {
-        let Some(kind) = exec else {
+        if cp.exec.is_none() && cp.shell.is_none() {
             return Ok(());
-        };
+        }
         let rip = |a: u64| MemoryOperand::with_base_displ(Register::RIP, a as i64);
         let unbound = self.em.label();
         let lea = Instruction::with2(Code::Lea_r64_m, Register::R11, rip(lazy))?;
@@ -2658,9 +2674,45 @@ impl ProcGen<'_, '_> {
             .push(Instruction::with2(Code::Cmp_rm64_r64, got, Register::R11)?);
         self.em
             .push(Instruction::with_branch(Code::Je_rel32_64, unbound)?);
-        self.exec_request_entered(kind)?;
+        if let Some(kind) = cp.exec {
+            self.exec_request_entered(kind)?;
+        }
+        if let Some(kind) = cp.shell {
+            self.shell_call_entered(kind, None)?;
+        }
         self.em.bind(unbound);
         Ok(())
+    }
+
+    /// `shell_call` from inside a PLT stub (its caller's return address
+    /// on the stack), from its LAZY piece when `got` is the slot it would
+    /// bind: when it made the call, the stub returns to its caller as
+    /// the function would have; else on to the jump.
+    fn shell_call_entered(
+        &mut self,
+        kind: aetrace_runtime::layout::ShellCall,
+        got: Option<u64>,
+    ) -> GenResult<()> {
+        use aetrace_runtime::layout::SHELL_LAZY;
+        use iced_x86::code_asm::r11d;
+        let entry = self.rt.shell_call;
+        let mut bits = kind as u32;
+        if let Some(got) = got {
+            let slot = MemoryOperand::with_base_displ(Register::RIP, got as i64);
+            self.em
+                .push(Instruction::with2(Code::Lea_r64_m, Register::RAX, slot)?);
+            bits |= SHELL_LAZY;
+        }
+        self.em.seq(|a| {
+            let mut go_on = a.create_label();
+            a.mov(r11d, bits)?;
+            a.call(entry)?;
+            a.test(r11d, r11d)?;
+            a.jnz(go_on)?;
+            a.ret()?;
+            a.set_label(&mut go_on)?;
+            Ok(a.zero_bytes()?)
+        })
     }
 
     /// `exec_request` from inside the callee (a PLT stub, its return
@@ -2681,6 +2733,7 @@ impl ProcGen<'_, '_> {
         end: &BlockEnd,
         setjmp: bool,
         task: Option<TaskPaths>,
+        made: Option<u64>,
     ) -> GenResult<i64> {
         let p = self.p;
         let (b, cp, before, before_last) = (end.b, end.cp, end.before, end.before_last);
@@ -2756,6 +2809,10 @@ impl ProcGen<'_, '_> {
             self.em.point = before;
             self.call_with_r11(self.rt.exec_request, kind as u32)?;
         }
+        if let (Some(kind), Some(made)) = (cp.shell, made) {
+            self.em.point = before;
+            self.shell_call(kind, cp.count, made)?;
+        }
         if cp.count {
             // Last, so that a signal sees the count and the point
             // (before the call) agree whether or not it ran.
@@ -2763,6 +2820,25 @@ impl ProcGen<'_, '_> {
             self.em.transfer(before_last)?;
         }
         Ok(query)
+    }
+
+    /// `shell_call` at a call site: when it made the call (r11 = 0), on
+    /// to `made`, the call's return point, the call's transfer counted by
+    /// the runtime when `counted`.
+    fn shell_call(
+        &mut self,
+        kind: aetrace_runtime::layout::ShellCall,
+        counted: bool,
+        made: u64,
+    ) -> GenResult<()> {
+        use aetrace_runtime::layout::SHELL_COUNTED;
+        let bits = kind as u32 | if counted { SHELL_COUNTED } else { 0 };
+        self.call_with_r11(self.rt.shell_call, bits)?;
+        let test = Instruction::with2(Code::Test_rm32_r32, Register::R11D, Register::R11D)?;
+        self.em.push(test);
+        self.em
+            .push(Instruction::with_branch(Code::Je_rel32_64, made)?);
+        Ok(())
     }
 
     /// `call entry` with r11 = `value` (an entry point's one parameter:
@@ -2929,6 +3005,7 @@ impl ProcGen<'_, '_> {
                     exit_record: false,
                     lazy: false,
                     exec: None,
+                    shell: None,
                     target: if to == exit {
                         dest
                     } else {
@@ -3101,6 +3178,7 @@ impl ProcGen<'_, '_> {
             exit_record: false,
             lazy: false,
             exec: None,
+            shell: None,
             target: self.retarget(target),
         });
         case_labels.insert(e, label);
@@ -3142,6 +3220,7 @@ impl ProcGen<'_, '_> {
                         exit_record: false,
                         lazy: false,
                         exec: None,
+                        shell: None,
                         target: self.labels[to.index()],
                     });
                     case_labels.insert(e, label);
@@ -3185,7 +3264,7 @@ impl ProcGen<'_, '_> {
                 let lazy = cp.lazy_entry.filter(|_| self.em.counting.is_none());
                 let label = self.em.label();
                 if lazy.is_some() {
-                    self.bound_exec_request(cp.exec, &last, label)?;
+                    self.bound_exec_request(&cp, &last, label)?;
                 }
                 self.copy_at(b, last_i, last);
                 if let Some(entry) = lazy {
@@ -3204,6 +3283,7 @@ impl ProcGen<'_, '_> {
                         exit_record: false,
                         lazy: true,
                         exec: cp.exec,
+                        shell: cp.shell.map(|k| (k, last.ip_rel_memory_address())),
                         target,
                     });
                 }
@@ -3230,7 +3310,7 @@ impl ProcGen<'_, '_> {
                 }
                 let to = cfg.edges[l].to;
                 let label = self.em.label();
-                self.bound_exec_request(cp.exec, &last, label)?;
+                self.bound_exec_request(&cp, &last, label)?;
                 self.copy_at(b, last_i, last);
                 self.em.lazy.push((last.ip_rel_memory_address(), label));
                 stubs.push(Stub {
@@ -3243,6 +3323,7 @@ impl ProcGen<'_, '_> {
                     exit_record: false,
                     lazy: true,
                     exec: cp.exec,
+                    shell: cp.shell.map(|k| (k, last.ip_rel_memory_address())),
                     target: self.labels[to.index()],
                 });
                 Ok(())
@@ -3295,6 +3376,7 @@ impl ProcGen<'_, '_> {
                     exit_record: cp.exit_record,
                     lazy: false,
                     exec: None,
+                    shell: None,
                     target: self.labels[to.index()],
                 });
                 Ok(())

@@ -55,9 +55,11 @@
 //!   flag-free prelude, reported there too),
 //!   `maps_opened_fd` and `maps_opened_file` (at the return point of a
 //!   call that opens a file), `exe_path` (before `readlink`,
-//!   `realpath`, ...), `exec_request` (before an exec; also
-//!   between the mask it puts back and its `execve`): as `fork_prepare`
-//!   and `fork_done`.
+//!   `realpath`, ...; its prelude, before it blocks signals, and the
+//!   prelude's return, reported there too), `exec_request` (before an exec; also
+//!   between the mask it puts back and its `execve`), `shell_call`
+//!   (before `system`; also while it waits for the shell): as
+//!   `fork_prepare` and `fork_done`.
 //! - `fork_prepare`, `fork_done` (around a call to `fork`): reported at
 //!   their return addresses, before the call (with the count before its
 //!   increment) and at the fork's return point, which the signal map
@@ -113,6 +115,7 @@ mod brk;
 pub mod detach;
 mod exe;
 mod exec;
+mod shell;
 mod view;
 
 // Linux x86-64 syscall numbers and constants.
@@ -329,6 +332,8 @@ struct Labels {
     brk: brk::Labels,
     /// A start-up library's detached additions.
     detach: detach::Labels,
+    /// `shell_call`.
+    shell: shell::Labels,
     signal_entry: CodeLabel,
     /// The handler of [`FAULT_SIGNALS`], and the restorer it returns through.
     fault: CodeLabel,
@@ -404,6 +409,11 @@ const SAVED: [AsmRegister64; 15] = [
 /// 16-byte signal-mask area at the bottom.
 const FRAME: u32 = 8 + 8 * SAVED.len() as u32 + 16;
 
+/// Where `save_all` put register `r`, from rsp in the entry's frame.
+fn saved(r: AsmRegister64) -> i32 {
+    FRAME as i32 - 16 - 8 * SAVED.iter().position(|s| *s == r).unwrap() as i32
+}
+
 /// Where `save_all` put rdi (index 6 of [`SAVED`]).
 const SAVED_RDI: i32 = FRAME as i32 - 16 - 8 * 6;
 /// Where `save_all` put rdx (index 2 of [`SAVED`]).
@@ -466,6 +476,27 @@ fn enter_blocked(a: &mut CodeAssembler, label: &mut CodeLabel) -> Result<Depths,
     save_all(a, &mut d)?;
     block_signals(a)?;
     d.mark(a, None)?;
+    Ok(d)
+}
+
+/// [`enter_blocked`], then r15 = the region, jumping to `native` when
+/// there is none or no recorder answers (standalone, recorder gone): the
+/// prelude of every entry point that asks the recorder.
+fn enter_asking(
+    a: &mut CodeAssembler,
+    label: &mut CodeLabel,
+    d_region: CodeLabel,
+    native: CodeLabel,
+) -> Result<Depths, IcedError> {
+    let d = enter_blocked(a, label)?;
+    a.mov(r15, qword_ptr(d_region))?;
+    a.test(r15, r15)?;
+    a.jz(native)?;
+    a.test(
+        dword_ptr(r15 + H_FLAGS),
+        FLAG_STANDALONE | FLAG_RECORDER_GONE,
+    )?;
+    a.jnz(native)?;
     Ok(d)
 }
 
@@ -573,6 +604,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         exe: exe::Labels::new(&mut a),
         brk: brk::Labels::new(&mut a),
         detach: detach::Labels::new(&mut a),
+        shell: shell::Labels::new(&mut a),
         signal_entry: a.create_label(),
         fault: a.create_label(),
         fault_restorer: a.create_label(),
@@ -613,6 +645,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
     emit_fork_window(&mut a, &mut l, 1)?;
     emit_fork_window(&mut a, &mut l, -1)?;
     exec::emit(&mut a, &mut l)?;
+    shell::emit(&mut a, &mut l)?;
     emit_disposition_window(&mut a, &mut l, true)?;
     emit_disposition_window(&mut a, &mut l, false)?;
     view::emit_entries(&mut a, &mut l)?;
@@ -771,6 +804,7 @@ fn assemble(pad: u64) -> Result<(Blob, u64), Error> {
         ("fork_prepare", res.label_ip(&l.fork_prepare)?),
         ("fork_done", res.label_ip(&l.fork_done)?),
         ("exec_request", res.label_ip(&l.exec_request)?),
+        ("shell_call", res.label_ip(&l.shell.entry)?),
         ("dispositions_native", res.label_ip(&l.disp_native)?),
         ("dispositions_ours", res.label_ip(&l.disp_ours)?),
         ("signal_entry", res.label_ip(&l.signal_entry)?),

@@ -674,6 +674,10 @@ pub struct RuntimeAddrs {
     /// Address of `exec_request`, called before an exec (r11 = the
     /// [`crate::layout::ExecKind`]).
     pub exec_request: u64,
+    /// Address of `shell_call`, called before a call of an untraced
+    /// libc's `system` (r11 = the [`crate::layout::ShellCall`] and its
+    /// bits); r11 = 0 when it made the call.
+    pub shell_call: u64,
     /// Address of `dispositions_native`, called before a call that may
     /// read or set a signal's disposition (`sigaction`, `signal`, ...).
     pub dispositions_native: u64,
@@ -720,6 +724,7 @@ impl RuntimeAddrs {
             fork_prepare: at("fork_prepare"),
             fork_done: at("fork_done"),
             exec_request: at("exec_request"),
+            shell_call: at("shell_call"),
             dispositions_native: at("dispositions_native"),
             dispositions_ours: at("dispositions_ours"),
             maps_opened_fd: at("maps_opened_fd"),

@@ -289,6 +289,12 @@ pub enum ExecKind {
     Spawn = 9,
     /// `posix_spawnp(pid, file, file_actions, attr, argv, envp)`.
     Spawnp = 10,
+    /// The runtime's `posix_spawn` of the shell in place of an untraced
+    /// libc's `system` or `popen` (`shell_call`): asked as `Spawn`, in
+    /// the process's current environment; the answer's third word is
+    /// that environment, its sixth the address of the libc functions
+    /// the replacement calls ([`SHELL_FUNCTIONS`]).
+    Shell = 11,
 }
 
 impl ExecKind {
@@ -313,19 +319,73 @@ impl ExecKind {
     /// A `posix_spawn` call: the request's answer goes to
     /// [`S_SPAWN_BUF`] and the call runs with it, no `execve` in between.
     pub fn spawns(self) -> bool {
-        matches!(self, ExecKind::Spawn | ExecKind::Spawnp)
+        ExecKind::SPAWNS.contains(&self)
     }
+
+    /// The kinds that [`ExecKind::spawns`].
+    pub const SPAWNS: [ExecKind; 3] = [ExecKind::Spawn, ExecKind::Spawnp, ExecKind::Shell];
 
     /// The kind of an EXEC_KIND word.
     pub fn from_u32(k: u32) -> Option<ExecKind> {
         use ExecKind::*;
         [
             Syscall, Execve, Execv, Execvp, Execvpe, Execl, Execlp, Execle, Fexecve, Spawn, Spawnp,
+            Shell,
         ]
         .into_iter()
         .find(|e| *e as u32 == k)
     }
 }
+
+/// A libc function whose call from traced code to an untraced libc the
+/// runtime's `shell_call` replaces, so that the shell it runs is followed
+/// (`docs/runtime.md` section 7, "system and popen"): r11's low byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum ShellCall {
+    /// `system(command)`.
+    System = 1,
+}
+
+impl ShellCall {
+    /// The libc function a call intercepts, by its name (a version
+    /// after `@` ignored).
+    pub fn of_function(name: &str) -> Option<ShellCall> {
+        match name.split('@').next().unwrap_or(name) {
+            "system" => Some(ShellCall::System),
+            _ => None,
+        }
+    }
+
+    /// Its index in [`SHELL_FUNCTIONS`] (the address an unbound lazy
+    /// PLT slot is bound to).
+    pub fn function(self) -> usize {
+        match self {
+            ShellCall::System => SHELL_SYSTEM,
+        }
+    }
+}
+
+/// `shell_call`'s r11 bit: the call site's counted transfer ([`S_XFERS`])
+/// comes right before the call the replacement skips; it counts it.
+pub const SHELL_COUNTED: u32 = 0x200;
+/// `shell_call`'s r11 bit: from the LAZY piece of an unbound PLT slot,
+/// rax its GOT slot. A replacement binds the slot as `_dl_fixup` would
+/// and counts the lazy path's one counted transfer (`<plt0>`'s jump into
+/// ld.so), which the regenerator walks after LAZY.
+pub const SHELL_LAZY: u32 = 0x400;
+
+/// The libc functions (default versions) whose addresses a [`ExecKind::Shell`]
+/// answer gives, in this order.
+pub const SHELL_FUNCTIONS: [&str; 4] = ["posix_spawn", "sigaction", "__errno_location", "system"];
+/// [`SHELL_FUNCTIONS`] index of `posix_spawn`.
+pub const SHELL_SPAWN: usize = 0;
+/// [`SHELL_FUNCTIONS`] index of `sigaction`.
+pub const SHELL_SIGACTION: usize = 1;
+/// [`SHELL_FUNCTIONS`] index of `__errno_location`.
+pub const SHELL_ERRNO: usize = 2;
+/// [`SHELL_FUNCTIONS`] index of `system`.
+pub const SHELL_SYSTEM: usize = 3;
 
 /// Never claimed, or released by the recorder for any process.
 pub const SLOT_FREE: u32 = 0;

@@ -403,7 +403,8 @@ struct SegTemplate {
 /// code puts its addresses in ([`FlatCode::run_into`]), rather than
 /// deciding each instruction again.
 struct Template {
-    /// The run's references, a data reference's address 0.
+    /// The run's references, a data reference's address 0 (stored
+    /// over, not or'ed in: no load of the record just copied).
     refs: Vec<Ref>,
     /// The flat code, each address placed in its references.
     flat: FlatCode,
@@ -616,7 +617,7 @@ impl super::dataout::Sink for Batches {
             self.templates[m][b].get_or_insert_with(|| Template::new(code, flat, base, follows));
         let at = self.batch.len();
         self.batch.extend_from_slice(&t.refs);
-        let ran = (t.flat).run_into(regs, take, &mut self.batch[at..], |r, a| r.addr |= a);
+        let ran = (t.flat).run_into(regs, take, &mut self.batch[at..], |r, a| r.addr = a);
         if let Err((k, why)) = ran {
             self.batch.truncate(before);
             return Ok(Whole::Failed(k, why));
@@ -684,7 +685,7 @@ impl super::dataout::Sink for Batches {
         marker(pending, grouped, batch);
         let at = batch.len();
         batch.extend_from_slice(&seg.code.recs);
-        let ran = (seg.code.flat).run_into(regs, take, &mut batch[at..], |r, a| r.addr |= a);
+        let ran = (seg.code.flat).run_into(regs, take, &mut batch[at..], |r, a| r.addr = a);
         if let Err((k, why)) = ran {
             let (block, k) = seg.code.insn(k);
             batch.truncate(match block {

@@ -19,6 +19,8 @@
 //! the argument register is pointed at the header's symlink to the
 //! original's canonical path: the kernel then answers as natively, with
 //! its own truncation, errors and `realpath`'s walk.
+//! A prelude, signals not blocked, returns at once unless the path's
+//! first bytes are `/proc/` (two system calls, [`prelude`]).
 //!
 //! Invariants: the program's path is read with `process_vm_readv` (a bad
 //! pointer stays the program's `EFAULT`, never a fault here); a name
@@ -39,12 +41,15 @@ const IOV: i32 = NAME + 16;
 const OWN: i32 = IOV + 32;
 const LINK: i32 = OWN + 32;
 const LINK_MAX: i32 = 512;
+/// What every name caught starts with: the prelude's test.
+const PREFIX: &str = "/proc/";
 const BYTES: i32 = LINK + LINK_MAX;
 
 /// The labels of this module's code and strings.
 pub(super) struct Labels {
     pub path: CodeLabel,
     equal: CodeLabel,
+    s_proc: CodeLabel,
     s_self: CodeLabel,
     s_thread_self: CodeLabel,
     s_exe: CodeLabel,
@@ -57,6 +62,7 @@ impl Labels {
         Labels {
             path: a.create_label(),
             equal: a.create_label(),
+            s_proc: a.create_label(),
             s_self: a.create_label(),
             s_thread_self: a.create_label(),
             s_exe: a.create_label(),
@@ -220,37 +226,24 @@ fn own_link(a: &mut CodeAssembler, l: &super::Labels, next: CodeLabel) -> Result
 /// gave no link.
 pub(super) fn emit_entry(a: &mut CodeAssembler, l: &mut super::Labels) -> Result<(), IcedError> {
     let mut done = a.create_label();
-    let mut have = a.create_label();
     let mut exe = a.create_label();
     let mut same = a.create_label();
     let mut second = a.create_label();
     let mut out = a.create_label();
-    let mut mine = a.create_label();
     let mut header = a.create_label();
     let mut given = a.create_label();
-    let d = enter_blocked(a, &mut l.exe.path)?;
+    let mut quick = a.create_label();
+    // As `enter_blocked`, with the prelude between the registers' save
+    // and the block.
+    let mut d = Depths::default();
+    a.set_label(&mut l.exe.path)?;
+    d.0.push((l.exe.path, Some(0)));
+    save_all(a, &mut d)?;
+    prelude(a, l, quick)?;
+    block_signals(a)?;
+    d.mark(a, None)?;
     let e = &l.exe;
-    a.mov(r15, qword_ptr(l.d_region))?;
-    a.test(r15, r15)?;
-    a.jz(done)?;
-    a.cmp(byte_ptr(l.d_exe_link), 0)?;
-    a.jne(mine)?;
-    a.cmp(dword_ptr(r15 + H_EXE + 4), 0)?;
-    a.je(done)?;
-    a.cmp(dword_ptr(r15 + H_VIEW), 0)?;
-    a.je(done)?;
-    a.set_label(&mut mine)?;
-    a.mov(r12, qword_ptr(rsp + saved(rdi)))?;
-    a.cmp(dword_ptr(rsp + saved(r11)), 0)?;
-    a.je(have)?;
-    a.mov(r12, qword_ptr(rsp + saved(rsi)))?;
-    a.set_label(&mut have)?;
-    a.test(r12, r12)?;
-    a.jz(done)?;
     a.sub(rsp, BYTES)?;
-    a.mov(eax, SYS_GETPID)?;
-    a.syscall()?;
-    a.mov(r13d, eax)?;
     // process_vm_readv(pid, {rsp, NAME}, 1, {path, NAME}, 1, 0): as many
     // bytes as lie in mapped memory.
     a.mov(qword_ptr(rsp + IOV), rsp)?;
@@ -327,7 +320,83 @@ pub(super) fn emit_entry(a: &mut CodeAssembler, l: &mut super::Labels) -> Result
     a.set_label(&mut out)?;
     a.add(rsp, BYTES)?;
     a.set_label(&mut done)?;
-    leave_blocked(a, &mut l.windows, d, Caller::Placed)
+    leave_blocked(a, &mut l.windows, d, Caller::Placed)?;
+    // The prelude's way out: signals never blocked.
+    let mut q = Depths::default();
+    a.set_label(&mut quick)?;
+    q.0.push((quick, Some(FRAME)));
+    restore_all(a, &mut q)?;
+    l.windows.push((q, Caller::Placed));
+    Ok(())
+}
+
+/// `exe_path`'s prelude, registers saved, signals not blocked (at the
+/// depth of `save_all`'s frame throughout, using its two scratch words
+/// and the red zone below it, which a signal frame skips): to `quick`
+/// when nothing is to be done: no region, no link to give, a NULL path,
+/// a path `process_vm_readv` cannot read (the program's call fails with
+/// `EFAULT` itself) or one whose first bytes are not `/proc/`. Else on
+/// to the full entry with r15 = the region header, r12 = the path, r13 =
+/// the pid. Two system calls (`getpid`, `process_vm_readv`): the
+/// caller's pointer is read only through the kernel, since `readlink`'s
+/// libc passes it to the kernel unread (a bad one is the program's
+/// `EFAULT`, not a fault).
+fn prelude(a: &mut CodeAssembler, l: &super::Labels, quick: CodeLabel) -> Result<(), IcedError> {
+    let mut mine = a.create_label();
+    let mut have = a.create_label();
+    let mut byte = a.create_label();
+    let mut full = a.create_label();
+    a.mov(r15, qword_ptr(l.d_region))?;
+    a.test(r15, r15)?;
+    a.jz(quick)?;
+    a.cmp(byte_ptr(l.d_exe_link), 0)?;
+    a.jne(mine)?;
+    a.cmp(dword_ptr(r15 + H_EXE + 4), 0)?;
+    a.je(quick)?;
+    a.cmp(dword_ptr(r15 + H_VIEW), 0)?;
+    a.je(quick)?;
+    a.set_label(&mut mine)?;
+    a.mov(r12, qword_ptr(rsp + saved(rdi)))?;
+    a.cmp(dword_ptr(rsp + saved(r11)), 0)?;
+    a.je(have)?;
+    a.mov(r12, qword_ptr(rsp + saved(rsi)))?;
+    a.set_label(&mut have)?;
+    a.test(r12, r12)?;
+    a.jz(quick)?;
+    a.mov(eax, SYS_GETPID)?;
+    a.syscall()?;
+    a.mov(r13d, eax)?;
+    // process_vm_readv(pid, {rsp, 6}, 1, {path, 6}, 1, 0), the iovecs
+    // in the red zone.
+    a.mov(qword_ptr(rsp - 32), rsp)?;
+    a.mov(qword_ptr(rsp - 24), PREFIX.len() as i32)?;
+    a.mov(qword_ptr(rsp - 16), r12)?;
+    a.mov(qword_ptr(rsp - 8), PREFIX.len() as i32)?;
+    a.mov(edi, r13d)?;
+    a.lea(rsi, ptr(rsp - 32))?;
+    a.mov(edx, 1u32)?;
+    a.lea(r10, ptr(rsp - 16))?;
+    a.mov(r8d, 1u32)?;
+    a.xor(r9d, r9d)?;
+    a.mov(eax, SYS_PROCESS_VM_READV)?;
+    a.syscall()?;
+    a.test(rax, rax)?;
+    a.jle(quick)?;
+    // The bytes read must be the prefix's first (all of them: the full
+    // entry decides what a shorter readable string is).
+    a.lea(rsi, ptr(l.exe.s_proc))?;
+    a.xor(ecx, ecx)?;
+    a.set_label(&mut byte)?;
+    a.cmp(rcx, rax)?;
+    a.jae(full)?;
+    a.mov(dl, byte_ptr(rsp + rcx))?;
+    a.cmp(dl, byte_ptr(rsi + rcx))?;
+    a.jne(quick)?;
+    a.inc(ecx)?;
+    a.cmp(ecx, PREFIX.len() as u32)?;
+    a.jb(byte)?;
+    a.set_label(&mut full)?;
+    Ok(())
 }
 
 /// The helper and strings, outside the entry point's window.
@@ -345,6 +414,7 @@ pub(super) fn emit_helpers(a: &mut CodeAssembler, e: &mut Labels) -> Result<(), 
     a.jnz(e.equal)?;
     a.set_label(&mut differ)?;
     a.ret()?;
+    msg(a, &mut e.s_proc, PREFIX)?;
     msg(a, &mut e.s_self, "/proc/self/exe")?;
     msg(a, &mut e.s_thread_self, "/proc/thread-self/exe")?;
     msg(a, &mut e.s_exe, "/exe")?;

@@ -44,15 +44,7 @@ pub(super) fn emit(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
     let mut answered = a.create_label();
     let mut probe = a.create_label();
     let mut drop = a.create_label();
-    let mut d = enter_blocked(a, &mut l.exec_request)?;
-    a.mov(r15, qword_ptr(l.d_region))?;
-    a.test(r15, r15)?;
-    a.jz(native)?;
-    a.test(
-        dword_ptr(r15 + H_FLAGS),
-        FLAG_STANDALONE | FLAG_RECORDER_GONE,
-    )?;
-    a.jnz(native)?;
+    let mut d = enter_asking(a, &mut l.exec_request, l.d_region, native)?;
     a.mov(rbx, qword_ptr(S_BASE).gs())?;
     // The request: the argument registers as the caller left them.
     a.mov(eax, dword_ptr(rsp + saved(r11)))?;
@@ -70,7 +62,7 @@ pub(super) fn emit(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedErro
     let mut spawn = a.create_label();
     a.mov(eax, dword_ptr(rbx + S_EXEC_KIND))?;
     a.and(eax, !EXEC_ENTERED as i32)?;
-    for kind in [ExecKind::Spawn, ExecKind::Spawnp] {
+    for kind in ExecKind::SPAWNS {
         a.cmp(eax, kind as i32)?;
         a.je(spawn)?;
     }
@@ -166,7 +158,8 @@ fn ask(
 
 /// A `posix_spawn` request (rbx = the slot, signals blocked, the frame
 /// of `save_all` at rsp): the answer in the slot's spawn buffer, its
-/// path and argv put in the caller's rsi and r8; then to `done`, which
+/// path and argv put in the caller's rsi and r8, its address in rax (0:
+/// none; dead at the call, read by `shell_call`); then to `done`, which
 /// returns to the call.
 fn spawn_answer(a: &mut CodeAssembler, l: &Labels, done: CodeLabel) -> Result<(), IcedError> {
     let mut answered = a.create_label();
@@ -174,6 +167,7 @@ fn spawn_answer(a: &mut CodeAssembler, l: &Labels, done: CodeLabel) -> Result<()
     a.mov(qword_ptr(rbx + S_EXEC_BUF), rax)?;
     ask(a, l, done, answered)?;
     a.set_label(&mut answered)?;
+    a.mov(qword_ptr(rsp + saved(rax)), r12)?;
     a.test(r12, r12)?;
     a.jz(done)?;
     a.mov(rax, qword_ptr(r12))?;
@@ -181,9 +175,4 @@ fn spawn_answer(a: &mut CodeAssembler, l: &Labels, done: CodeLabel) -> Result<()
     a.mov(rax, qword_ptr(r12 + 8))?;
     a.mov(qword_ptr(rsp + saved(r8)), rax)?;
     a.jmp(done)
-}
-
-/// Where `save_all` put register `r`, from rsp in the entry's frame.
-fn saved(r: AsmRegister64) -> i32 {
-    FRAME as i32 - 16 - 8 * SAVED.iter().position(|s| *s == r).unwrap() as i32
 }

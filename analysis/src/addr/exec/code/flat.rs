@@ -10,9 +10,11 @@
 //! ([`Regs::keep_exactly`]) and exit ([`FlatCode::exit`]): forgetting a
 //! register costs nothing, an unknown register's slot holds a stale value
 //! no op reads. A sum reads two slots and a scale with no branch (a
-//! missing register is the [`ZERO`] slot), the load bias is folded into
-//! the displacement, and an instruction whose updates read what another
-//! of them writes computes them into temporary slots first.
+//! missing register is the [`ZERO`] slot); a sum with no index, most
+//! of them, has op forms of its own that read one slot and multiply
+//! nothing (`AddrBase`, `RecBase`, `SetBase`). The load bias is folded
+//! into the displacement, and an instruction whose updates read what
+//! another of them writes computes them into temporary slots first.
 //!
 //! Invariant (tested against [`Exec::run_block`] in `tests.rs`): from a
 //! state whose known registers are the block's compiled ones, [`FlatCode::run`]
@@ -131,6 +133,12 @@ impl FSum {
         }
     }
 
+    /// Whether the sum has no index: `disp + v[base]` ([`Op::AddrBase`],
+    /// [`Op::SetBase`]).
+    fn no_index(&self) -> bool {
+        self.index == ZERO
+    }
+
     #[inline(always)]
     fn eval(&self, v: &[u64; SLOTS]) -> u64 {
         let b = v[self.base as usize & (SLOTS - 1)];
@@ -149,6 +157,9 @@ enum Op {
     /// The next address: a sum; `at`: where [`FlatCode::run_into`] puts
     /// it ([`FlatCode::placed`]).
     Addr { s: FSum, at: [u32; 2] },
+    /// [`Op::Addr`] of a sum with no index: `disp + v[base]` (most
+    /// addresses; one load, no multiply).
+    AddrBase { disp: u64, base: u8, at: [u32; 2] },
     /// The next address: the next value (reference `j` of its
     /// instruction), which teaches `v[dst]` = value - `s`.
     Rec {
@@ -158,8 +169,22 @@ enum Op {
         s: FSum,
         at: [u32; 2],
     },
+    /// [`Op::Rec`] with a sum of no index: `v[dst]` = value - `disp` -
+    /// `v[base]` (most; an address that teaches nothing is one, into
+    /// [`DISCARD`]).
+    RecBase {
+        k: u16,
+        j: u8,
+        dst: u8,
+        disp: u64,
+        base: u8,
+        at: [u32; 2],
+    },
     /// `v[dst]` = the sum, masked (a 32-bit `lea`).
     Set { dst: u8, s: FSum, mask: u64 },
+    /// [`Op::Set`] of a sum with no index, unmasked: `v[dst]` = `disp +
+    /// v[base]` (a constant, a move, a stack pointer's step).
+    SetBase { dst: u8, disp: u64, base: u8 },
     /// `v[dst]` = `f(v[x], v[y] + imm)`.
     Func {
         dst: u8,
@@ -177,6 +202,27 @@ enum Op {
         signed: bool,
         w32: bool,
     },
+}
+
+impl Op {
+    /// The op's instruction number, if it has one (it may fail).
+    fn insn_mut(&mut self) -> Option<&mut u16> {
+        match self {
+            Op::Take { k, .. } | Op::Rec { k, .. } | Op::RecBase { k, .. } => Some(k),
+            _ => None,
+        }
+    }
+
+    /// The op's places in a consumer's records, if it gives an address.
+    fn at_mut(&mut self) -> Option<&mut [u32; 2]> {
+        match self {
+            Op::Addr { at, .. }
+            | Op::AddrBase { at, .. }
+            | Op::Rec { at, .. }
+            | Op::RecBase { at, .. } => Some(at),
+            _ => None,
+        }
+    }
 }
 
 /// A whole block's flat code.
@@ -254,31 +300,14 @@ impl FlatCode {
     pub fn chain(&mut self, next: &FlatCode, insns: usize, at: u32) -> Option<()> {
         let insns = u16::try_from(insns).ok()?;
         for &op in &next.ops {
-            self.ops.push(match op {
-                Op::Take { k, dst, what } => Op::Take {
-                    k: k.checked_add(insns)?,
-                    dst,
-                    what,
-                },
-                Op::Addr { s, at: [p, q] } => Op::Addr {
-                    s,
-                    at: [p.checked_add(at)?, q.checked_add(at)?],
-                },
-                Op::Rec {
-                    k,
-                    j,
-                    dst,
-                    s,
-                    at: [p, q],
-                } => Op::Rec {
-                    k: k.checked_add(insns)?,
-                    j,
-                    dst,
-                    s,
-                    at: [p.checked_add(at)?, q.checked_add(at)?],
-                },
-                op => op,
-            });
+            let mut op = op;
+            if let Some(k) = op.insn_mut() {
+                *k = k.checked_add(insns)?;
+            }
+            if let Some([p, q]) = op.at_mut() {
+                (*p, *q) = (p.checked_add(at)?, q.checked_add(at)?);
+            }
+            self.ops.push(op);
         }
         self.refs += next.refs;
         self.exit = next.exit;
@@ -286,11 +315,7 @@ impl FlatCode {
     }
 
     fn place(&mut self, at: impl Fn(usize) -> [u32; 2]) {
-        let ats = self.ops.iter_mut().filter_map(|op| match op {
-            Op::Addr { at, .. } | Op::Rec { at, .. } => Some(at),
-            _ => None,
-        });
-        for (n, a) in ats.enumerate() {
+        for (n, a) in self.ops.iter_mut().filter_map(Op::at_mut).enumerate() {
             *a = at(n);
         }
     }
@@ -302,10 +327,7 @@ impl FlatCode {
 
     fn reference(&mut self, k: u16, j: usize, how: &How, bias: u64) -> Option<()> {
         let op = match *how {
-            How::Known(s) => Op::Addr {
-                s: FSum::of(&s, bias),
-                at: [0; 2],
-            },
+            How::Known(s) => addr(FSum::of(&s, bias)),
             How::Recorded { learn } => {
                 let (dst, s) = match learn {
                     Some((g, s)) => {
@@ -315,12 +337,17 @@ impl FlatCode {
                     None => (DISCARD, FSum::slot(ZERO)),
                 };
                 let j = u8::try_from(j).ok()?;
-                Op::Rec {
-                    k,
-                    j,
-                    dst,
-                    s,
-                    at: [0; 2],
+                let at = [0; 2];
+                match s.no_index() {
+                    true => Op::RecBase {
+                        k,
+                        j,
+                        dst,
+                        disp: s.disp,
+                        base: s.base,
+                        at,
+                    },
+                    false => Op::Rec { k, j, dst, s, at },
                 }
             }
         };
@@ -351,8 +378,7 @@ impl FlatCode {
             self.ops.push(op(dst, &val, bias));
         }
         for (dst, t) in moves {
-            let s = FSum::slot(t);
-            self.ops.push(Op::Set { dst, s, mask: !0 });
+            self.ops.push(set(dst, FSum::slot(t), !0));
         }
         Some(())
     }
@@ -407,12 +433,32 @@ impl FlatCode {
                     v[dst as usize & (SLOTS - 1)] = take(what).map_err(|e| (k as usize, e))?;
                 }
                 Op::Addr { s, at } => put(at, s.eval(v)),
+                Op::AddrBase { disp, base, at } => {
+                    put(at, disp.wrapping_add(v[base as usize & (SLOTS - 1)]))
+                }
                 Op::Rec { k, j, dst, s, at } => {
                     let a = take(Recorded::Addr(j as usize)).map_err(|e| (k as usize, e))?;
                     put(at, a);
                     v[dst as usize & (SLOTS - 1)] = a.wrapping_sub(s.eval(v));
                 }
+                Op::RecBase {
+                    k,
+                    j,
+                    dst,
+                    disp,
+                    base,
+                    at,
+                } => {
+                    let a = take(Recorded::Addr(j as usize)).map_err(|e| (k as usize, e))?;
+                    put(at, a);
+                    let b = v[base as usize & (SLOTS - 1)];
+                    v[dst as usize & (SLOTS - 1)] = a.wrapping_sub(disp).wrapping_sub(b);
+                }
                 Op::Set { dst, s, mask } => v[dst as usize & (SLOTS - 1)] = s.eval(v) & mask,
+                Op::SetBase { dst, disp, base } => {
+                    v[dst as usize & (SLOTS - 1)] =
+                        disp.wrapping_add(v[base as usize & (SLOTS - 1)])
+                }
                 Op::Func {
                     dst,
                     f,
@@ -441,24 +487,45 @@ impl FlatCode {
     }
 }
 
+/// The op putting address `s` in its places (none yet).
+fn addr(s: FSum) -> Op {
+    let at = [0; 2];
+    match s.no_index() {
+        true => Op::AddrBase {
+            disp: s.disp,
+            base: s.base,
+            at,
+        },
+        false => Op::Addr { s, at },
+    }
+}
+
+/// The op setting `v[dst]` to `s` masked by `mask`.
+fn set(dst: u8, s: FSum, mask: u64) -> Op {
+    match s.no_index() && mask == !0 {
+        true => Op::SetBase {
+            dst,
+            disp: s.disp,
+            base: s.base,
+        },
+        false => Op::Set { dst, s, mask },
+    }
+}
+
 /// The op computing `val` into slot `dst`.
 fn op(dst: u8, val: &Val, bias: u64) -> Op {
-    let set = |s: &Sum, mask| Op::Set {
-        dst,
-        s: FSum::of(s, bias),
-        mask,
-    };
+    let sum = |s: &Sum, mask| set(dst, FSum::of(s, bias), mask);
     match *val {
-        Val::Const(c) => Op::Set {
+        Val::Const(c) => set(
             dst,
-            s: FSum {
+            FSum {
                 disp: c,
                 ..FSum::slot(ZERO)
             },
-            mask: !0,
-        },
-        Val::Sum(s) => set(&s, !0),
-        Val::Sum32(s) => set(&s, LOW32),
+            !0,
+        ),
+        Val::Sum(s) => sum(&s, !0),
+        Val::Sum32(s) => sum(&s, LOW32),
         Val::Func { f, x, y, w32 } => {
             let (y, imm) = match y {
                 Src::Reg(g) => (g.0, 0),
