@@ -974,7 +974,11 @@ impl Data {
             }
             let i = self.insn(code, pc)?;
             e.registers_only(&i.planned.insn, &i.planned.prog);
-            back_at = i.planned.prog.call.then(|| pc + i.planned.insn.len() as u64);
+            back_at = i
+                .planned
+                .prog
+                .call
+                .then(|| pc + i.planned.insn.len() as u64);
         }
         Ok(e.regs[Gpr::RSP.index()])
     }

@@ -28,6 +28,11 @@
 //! unknown (`alloca`, `and` for alignment) or an opener is not the frame's,
 //! no frame has a CFA.
 //!
+//! In a passage through untraced code ([`Stand`]) frame 0 is the untraced
+//! code's: the walk starts at the instruction that went there, so the
+//! untraced frame has the CFA it has seen from a callback (`finish` out
+//! of the callback compares them).
+//!
 //! Invariants: a CFA is given only where found as above, never guessed;
 //! the CFAs found grow outwards (each creator's slot above the one before).
 
@@ -37,14 +42,34 @@ use crate::timeline::Timeline;
 use crate::untraced::is_untraced;
 use aetrace_analysis::addr::{Access, Gpr};
 
+/// Where the frames are asked for: before the instruction at `pos` runs,
+/// or in the passage through untraced code just before it (`passage`:
+/// frame 0 is the untraced code's, the instruction before `pos` is the
+/// last that ran, and `pos`'s is none of the frames').
+#[derive(Clone, Copy, Debug)]
+pub struct Stand {
+    /// The next traced instruction's position.
+    pub pos: u64,
+    /// In the passage before it.
+    pub passage: bool,
+}
+
+impl Stand {
+    /// The latest position the walk back looks at: `pos`, whose
+    /// instruction is frame 0's (not run), or in a passage the one
+    /// before (run).
+    fn last(self) -> Option<u64> {
+        self.pos.checked_sub(u64::from(self.passage))
+    }
+}
+
 /// The CFAs of `frames[..needed]` (pc and procedure entry, innermost
-/// first) at position `p`, whose instruction has not run: `None` if one
-/// of them is not found.
+/// first) at `at`: `None` if one of them is not found.
 pub fn cfas(
     data: &mut Data,
     t: &mut Timeline<'_>,
     code: &Code<'_, '_>,
-    p: u64,
+    at: Stand,
     frames: &[(u64, u64)],
     needed: usize,
 ) -> Result<Option<Vec<u64>>, String> {
@@ -55,9 +80,9 @@ pub fn cfas(
         pending: Vec::new(),
         last_slot: None,
     };
-    if needed > 0 {
-        data.scan_back(t, code, p, |q, pc, flow, refs| {
-            walk.step(code.image, q < p, pc, flow, refs);
+    if let (true, Some(last)) = (needed > 0, at.last()) {
+        data.scan_back(t, code, last, |q, pc, flow, refs| {
+            walk.step(code.image, q < at.pos, pc, flow, refs);
             walk.level >= needed
         })?;
     }
@@ -177,7 +202,7 @@ pub fn cfas_by_entries(
     data: &mut Data,
     t: &mut Timeline<'_>,
     code: &Code<'_, '_>,
-    p: u64,
+    at: Stand,
     frames: &[(u64, u64)],
     needed: usize,
 ) -> Result<Option<Vec<u64>>, String> {
@@ -193,11 +218,15 @@ pub fn cfas_by_entries(
         bodies: Vec::new(),
         needed: needed_back,
         pending: Vec::new(),
-        next: None,
+        // In a passage, what ran last went to the untraced code.
+        next: at.passage.then(|| (frames[0].0, false)),
         broken: false,
     };
-    data.scan_back(t, code, p, |q, pc, flow, refs| {
-        walk.step(q < p, pc, flow, refs);
+    let Some(last) = at.last() else {
+        return Ok(None);
+    };
+    data.scan_back(t, code, last, |q, pc, flow, refs| {
+        walk.step(q < at.pos, pc, flow, refs);
         walk.broken || walk.opened.len() >= walk.needed
     })?;
     if walk.broken || walk.opened.len() < needed_back {

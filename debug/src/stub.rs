@@ -1100,22 +1100,34 @@ impl<'m> Stub<'m> {
 
     /// The real CFAs of `frames[..needed]` ([`crate::frames`]), where the
     /// thread has data references or its outside entries' `rsp` and
-    /// stands at a traced instruction with no signal handler's frame
-    /// (whose caller's CFI `aetrace.py` makes from made-up frame
-    /// addresses).
+    /// stands at a traced instruction or in a passage through untraced
+    /// code (a callback's caller frame has the same id there as seen from
+    /// the callback: `finish` out of it stops there), with no signal
+    /// handler's frame (whose caller's CFI `aetrace.py` makes from made-up
+    /// frame addresses).
     fn real_cfas(&mut self, frames: &[(u64, u64)], needed: usize) -> Option<Vec<u64>> {
-        if self.at != At::Insn || self.at_end() || frames.iter().any(|f| f.0 == SIGRETURN) {
+        let end = self.at_end();
+        let passage = match self.at {
+            At::Insn if !end => false,
+            At::Passage(_) => true,
+            _ => return None,
+        };
+        if frames.iter().any(|f| f.0 == SIGRETURN) {
             return None;
         }
+        let at = crate::frames::Stand {
+            pos: self.pos,
+            passage,
+        };
         let code = Code {
             image: &self.image,
             blocks: &self.blocks,
             modules: self.modules,
         };
-        let (t, p) = (&mut self.timeline, self.pos);
+        let t = &mut self.timeline;
         let found = match (self.data.as_mut(), self.entries.as_mut()) {
-            (Ok(data), _) => crate::frames::cfas(data, t, &code, p, frames, needed),
-            (Err(_), Some(e)) => crate::frames::cfas_by_entries(e, t, &code, p, frames, needed),
+            (Ok(data), _) => crate::frames::cfas(data, t, &code, at, frames, needed),
+            (Err(_), Some(e)) => crate::frames::cfas_by_entries(e, t, &code, at, frames, needed),
             (Err(_), None) => return None,
         };
         found.ok().flatten()
