@@ -714,6 +714,16 @@ const LINE_STEPS: &[LineSteps] = &[
         script: "tbreak 29; continue; tbreak by_value; continue; reverse-finish*2; reverse-next; \
                  reverse-step",
     },
+    // `next` over calls and `finish` out of callees of a caller that moved
+    // `rsp` by `alloca`: on a control-only trace the callees' frames have
+    // no address, the caller's has (before 2026-12-01 `next` over its
+    // memset stopped in the PLT: the caller's frame id changed).
+    LineSteps {
+        source: "alloca_calls.c",
+        args: &[],
+        record: false,
+        script: "step; next*3; step; finish; next; step; next; finish; next*3",
+    },
     // The same off the end of a signal handler run inside raise() (natively
     // in the signal trampoline or raise), and `step` over raise().
     LineSteps {
@@ -2497,6 +2507,18 @@ fn frame_addresses_of_a_callback_on_a_control_only_trace_agree_with_native_gdb()
         2 * 8 + 3,
     );
     stack_addresses_agree_with_native_gdb(program, &[], "frames-cb.aet");
+}
+
+/// On a control-only trace, at `alloca_calls.c`'s first stop in `weigh`,
+/// called by `fill` after its `alloca`: `p &r` and `$fp` in `fill`, `info
+/// frame` and `p &r` in `main` as native gdb's relative to `main`'s frame
+/// address: `weigh`'s frame has no address (`fill` moved `rsp` by a
+/// register before the call), and its callers' stay real.
+#[test]
+fn callers_of_a_frame_after_alloca_keep_their_addresses_as_native_gdb() {
+    let frames = "up\np &r\np $fp\nup\ninfo frame\np &r\n";
+    let program = ("alloca_calls.c", "break weigh\n", frames, 8);
+    stack_addresses_agree_with_native_gdb(program, &[], "frames-alloca.aet");
 }
 
 /// The stack addresses `commands` show at the first stop of `stop` in

@@ -25,8 +25,10 @@
 //! recorded `rsp`; one opened by a traced call the caller's `rsp` at the
 //! call: the caller's entry `rsp` (its CFA less 8) plus the stack deltas
 //! of its procedure to the call (`value::rsp_offsets`). Where a delta is
-//! unknown (`alloca`, `and` for alignment) or an opener is not the frame's,
-//! no frame has a CFA.
+//! unknown (`alloca`, `and` for alignment) the frame opened by that call
+//! has no CFA, nor the frames calls inside it opened (the stub makes up
+//! every frame inside it); where an opener is not the frame's, no frame
+//! has one.
 //!
 //! In a passage through untraced code ([`Stand`]) frame 0 is the untraced
 //! code's: the walk starts at the instruction that went there, so the
@@ -64,7 +66,7 @@ impl Stand {
 }
 
 /// The CFAs of `frames[..needed]` (pc and procedure entry, innermost
-/// first) at `at`: `None` if one of them is not found.
+/// first) at `at`, each `None` where not found.
 pub fn cfas(
     data: &mut Data,
     t: &mut Timeline<'_>,
@@ -72,7 +74,7 @@ pub fn cfas(
     at: Stand,
     frames: &[(u64, u64)],
     needed: usize,
-) -> Result<Option<Vec<u64>>, String> {
+) -> Result<Vec<Option<u64>>, String> {
     let mut walk = Walk {
         frames,
         found: vec![None; needed],
@@ -86,14 +88,8 @@ pub fn cfas(
             walk.level >= needed
         })?;
     }
-    debug_assert!(walk
-        .found
-        .iter()
-        .flatten()
-        .collect::<Vec<_>>()
-        .windows(2)
-        .all(|w| w[0] < w[1]));
-    Ok(walk.found.into_iter().collect())
+    debug_assert!(grows(&walk.found));
+    Ok(walk.found)
 }
 
 /// The walk back ([`cfas`]): the frame whose body it is in and the slots
@@ -205,10 +201,10 @@ pub fn cfas_by_entries(
     at: Stand,
     frames: &[(u64, u64)],
     needed: usize,
-) -> Result<Option<Vec<u64>>, String> {
+) -> Result<Vec<Option<u64>>, String> {
     // A frame opened by a call needs its caller's entry too.
     let needed_back = match needed {
-        0 => return Ok(Some(Vec::new())),
+        0 => return Ok(Vec::new()),
         n if by_call(frames, n - 1) => n + 1,
         n => n,
     };
@@ -222,37 +218,67 @@ pub fn cfas_by_entries(
         next: at.passage.then(|| (frames[0].0, false)),
         broken: false,
     };
+    let none = vec![None; needed];
     let Some(last) = at.last() else {
-        return Ok(None);
+        return Ok(none);
     };
     data.scan_back(t, code, last, |q, pc, flow, refs| {
         walk.step(q < at.pos, pc, flow, refs);
         walk.broken || walk.opened.len() >= walk.needed
     })?;
     if walk.broken || walk.opened.len() < needed_back {
-        return Ok(None);
+        return Ok(none);
     }
-    let mut cfas = vec![0u64; needed_back];
+    let mut cfas = vec![None; needed_back];
     for l in (0..needed_back).rev() {
         cfas[l] = match walk.opened[l] {
-            Opener::Entry(rsp) => rsp.wrapping_add(8),
-            Opener::Call(call) if l + 1 < needed_back => {
-                let entry_rsp = cfas[l + 1].wrapping_sub(8);
-                let body = walk.bodies.get(l + 1).and_then(Option::as_deref);
-                match data.rsp_offset(code, call)? {
-                    Some(k) => entry_rsp.wrapping_add(k as u64),
-                    None => match data.follow_rsp(code, entry_rsp, body, frames[l + 1].1)? {
-                        Some(rsp) => rsp,
-                        None => return Ok(None),
-                    },
+            Opener::Entry(rsp) => Some(rsp.wrapping_add(8)),
+            Opener::Call(call) => match cfas.get(l + 1).copied().flatten() {
+                Some(caller) => {
+                    let body = walk.bodies.get(l + 1).and_then(Option::as_deref);
+                    rsp_at_call(
+                        data,
+                        code,
+                        caller.wrapping_sub(8),
+                        body,
+                        frames[l + 1].1,
+                        call,
+                    )?
                 }
-            }
-            Opener::Call(_) => return Ok(None),
+                None => None,
+            },
         };
     }
     cfas.truncate(needed);
     // Outwards, each frame's CFA above the one before, or none is real.
-    Ok(cfas.windows(2).all(|w| w[0] < w[1]).then_some(cfas))
+    Ok(match grows(&cfas) {
+        true => cfas,
+        false => none,
+    })
+}
+
+/// `rsp` at the call at `call` of a procedure entered at `entry` with
+/// `entry_rsp`, its own instructions walked being `body`: by its static
+/// stack deltas, else by following them (`None` where `rsp` moved by a
+/// value not known).
+fn rsp_at_call(
+    data: &mut Data,
+    code: &Code<'_, '_>,
+    entry_rsp: u64,
+    body: Option<&[u64]>,
+    entry: u64,
+    call: u64,
+) -> Result<Option<u64>, String> {
+    match data.rsp_offset(code, call)? {
+        Some(k) => Ok(Some(entry_rsp.wrapping_add(k as u64))),
+        None => data.follow_rsp(code, entry_rsp, body, entry),
+    }
+}
+
+/// Whether the CFAs found grow outwards.
+fn grows(cfas: &[Option<u64>]) -> bool {
+    let found: Vec<u64> = cfas.iter().flatten().copied().collect();
+    found.windows(2).all(|w| w[0] < w[1])
 }
 
 /// Whether frame `l` of `frames` was made by a traced call: its caller's

@@ -252,6 +252,23 @@ fn frame_address(depth: u64) -> u64 {
     0x7ff0_0000_0000 - 0x100 * depth
 }
 
+/// The first of the frames whose CFAs `found` (innermost first, of the
+/// frames the unwinder builds) are real: those from the outermost not
+/// found outwards, if the made-up ones inside them (`made_up` by level)
+/// are below them, as gdb has inner frames; else `None` (all made up).
+/// So a frame's id is the same seen from inside it as at its own
+/// instructions (`finish` and `next` compare them): a frame not found (a
+/// callee of a caller that moved `rsp` by a register) does not take its
+/// callers' real ids with it.
+fn real_from(found: &[Option<u64>], made_up: impl Fn(usize) -> u64) -> Option<usize> {
+    let first = found.iter().rposition(Option::is_none).map_or(0, |l| l + 1);
+    match (first, found.get(first)) {
+        (0, _) => Some(0),
+        (_, Some(&Some(c))) if made_up(first - 1) < c => Some(first),
+        _ => None,
+    }
+}
+
 /// `words` as little-endian bytes.
 fn words(words: impl IntoIterator<Item = u64>) -> Vec<u8> {
     words.into_iter().flat_map(u64::to_le_bytes).collect()
@@ -1080,21 +1097,32 @@ impl<'m> Stub<'m> {
             .find(|&l| outermost[l])
             .unwrap_or(n - usize::from(last_untraced));
         let made_up = |l: usize| frame_address((n - l) as u64);
-        let Some(mut ids) = self.real_cfas(frames, needed) else {
-            let ids: Vec<u64> = (0..n).map(made_up).collect();
-            let rbps = (0..n)
-                .map(|l| (l + 1 == n || based[l + 1]).then(|| made_up(l + 1) - 16))
-                .collect();
-            return (ids, rbps, (None, None));
-        };
-        ids.extend((ids.len()..n).map(made_up));
+        let found = self.real_cfas(frames, needed);
+        let real = found.as_deref().and_then(|f| real_from(f, made_up));
+        let real = real.unwrap_or(n);
+        // Made up: the frames inside the real ones, or all.
+        let made = |l: usize| l < real || real == n;
+        let ids: Vec<u64> = (0..n)
+            .map(|l| match found.as_deref().and_then(|f| f.get(l)) {
+                Some(&Some(c)) if !made(l) => c,
+                _ => made_up(l),
+            })
+            .collect();
         let rule = |l: usize| crate::cfi::cfa_rule(&self.image, cfi_pc(frames, l));
         let below = |l: usize, reg: Gpr| match rule(l) {
             Some((r, off)) if r == reg && l < needed => Some(ids[l].wrapping_sub(off as u64)),
             _ => None,
         };
-        let rbps = (0..n).map(|l| below(l + 1, Gpr::RBP)).collect();
-        let frame0 = (below(0, Gpr::RSP), below(0, Gpr::RBP));
+        // A made-up caller's made-up `rbp`, 16 below its id.
+        let rbp = |l: usize| match made(l) {
+            true => (l == n || based[l]).then(|| made_up(l) - 16),
+            false => below(l, Gpr::RBP),
+        };
+        let rbps = (0..n).map(|l| rbp(l + 1)).collect();
+        let frame0 = match made(0) {
+            false => (below(0, Gpr::RSP), below(0, Gpr::RBP)),
+            true => (None, None),
+        };
         (ids, rbps, frame0)
     }
 
@@ -1105,7 +1133,7 @@ impl<'m> Stub<'m> {
     /// the callback: `finish` out of it stops there), with no signal
     /// handler's frame (whose caller's CFI `aetrace.py` makes from made-up
     /// frame addresses).
-    fn real_cfas(&mut self, frames: &[(u64, u64)], needed: usize) -> Option<Vec<u64>> {
+    fn real_cfas(&mut self, frames: &[(u64, u64)], needed: usize) -> Option<Vec<Option<u64>>> {
         let end = self.at_end();
         let passage = match self.at {
             At::Insn if !end => false,
@@ -1130,7 +1158,7 @@ impl<'m> Stub<'m> {
             (Err(_), Some(e)) => crate::frames::cfas_by_entries(e, t, &code, at, frames, needed),
             (Err(_), None) => return None,
         };
-        found.ok().flatten()
+        found.ok()
     }
 
     /// Answers `monitor CMD`: one or more lines of text.
