@@ -424,7 +424,8 @@ fn aetrace_debug_starts_gdb_at_the_instruction_asked() {
 /// `continue` stop at the end of the replay log, "No more
 /// reverse-execution history" (the position stays), and `reverse-stepi`
 /// goes back to the last instruction; registers other than `rip` print
-/// as `<unavailable>`, never a value.
+/// as `<unavailable>`, never a value, but `rsp` at the first instruction,
+/// which its entry's stub recorded, as natively.
 #[test]
 fn edges_of_the_run_and_unavailable_registers() {
     let (exe, trace) = recorded("loops.c", &[]);
@@ -449,8 +450,32 @@ fn edges_of_the_run_and_unavailable_registers() {
     assert!(out.contains("#0  0x00007ae7ace00001 in "), "{out}");
     assert_eq!(pcs(&out), [want[0], want[last]], "{out}");
     assert!(out.contains("$1 = <unavailable>"), "{out}");
-    let rsp = out.lines().find(|l| l.starts_with("rsp "));
-    assert!(rsp.is_some_and(|l| l.contains("<unavailable>")), "{out}");
+    // `rsp` there is the process's first entry's, recorded (format
+    // 1.21): the same distance from `main`'s frame address as natively.
+    let native = native_run(
+        &exe,
+        &[],
+        &trace.with_extension("start.gdb"),
+        &format!("set pagination off\nstarti\nbreak _start\ncontinue\n{START_TO_MAIN}"),
+    );
+    let ours = gdb(&exe, &trace, START_TO_MAIN);
+    let what = format!("ours:\n{ours}\nnative:\n{native}");
+    let native = start_rsp_from_main(&native);
+    assert!(native.is_some(), "{what}");
+    assert_eq!(start_rsp_from_main(&ours), native, "{what}");
+}
+
+/// From `_start`'s first instruction: `rsp` there, then `main`'s frame.
+const START_TO_MAIN: &str = "info registers rsp\nbreak main\ncontinue\nmaint print frame-id\n";
+
+/// [`START_TO_MAIN`]'s `rsp` less `main`'s frame address (its frame
+/// id's stack address).
+fn start_rsp_from_main(out: &str) -> Option<i64> {
+    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
+    let rsp = out.lines().find(|l| l.starts_with("rsp "))?;
+    let rsp = hex(rsp.split_whitespace().nth(1)?)?;
+    let main = out.split_once("{stack=")?.1.split(',').next()?;
+    Some(rsp.wrapping_sub(hex(main)?) as i64)
 }
 
 /// The forward end is the replay log's, as the start is: `continue` from
@@ -688,6 +713,16 @@ const LINE_STEPS: &[LineSteps] = &[
         record: true,
         script: "tbreak 29; continue; tbreak by_value; continue; reverse-finish*2; reverse-next; \
                  reverse-step",
+    },
+    // `next` over calls and `finish` out of callees of a caller that moved
+    // `rsp` by `alloca`: on a control-only trace the callees' frames have
+    // no address, the caller's has (before 2026-12-01 `next` over its
+    // memset stopped in the PLT: the caller's frame id changed).
+    LineSteps {
+        source: "alloca_calls.c",
+        args: &[],
+        record: false,
+        script: "step; next*3; step; finish; next; step; next; finish; next*3",
     },
     // The same off the end of a signal handler run inside raise() (natively
     // in the signal trampoline or raise), and `step` over raise().
@@ -2324,12 +2359,25 @@ fn at_fifth_msort_both_ways(
     args: &[&str],
     commands: &str,
 ) -> (String, String) {
+    at_stop_both_ways(exe, trace, args, "break msort\nignore 1 4\n", commands)
+}
+
+/// `commands` run where the breakpoints `stop` sets first stop, by gdb on
+/// `trace` (our stub, the shipped unwinder) and by native gdb on `exe`
+/// run with `args`: (ours, native).
+fn at_stop_both_ways(
+    exe: &Path,
+    trace: &Path,
+    args: &[&str],
+    stop: &str,
+    commands: &str,
+) -> (String, String) {
     let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
     let ours = gdb(
         exe,
         trace,
         &format!(
-            "source {}\nbreak msort\nignore 1 4\ncontinue\n{commands}",
+            "source {}\n{stop}continue\n{commands}",
             aetrace_py.display()
         ),
     );
@@ -2338,7 +2386,7 @@ fn at_fifth_msort_both_ways(
         exe,
         args,
         &script,
-        &format!("set pagination off\nbreak msort\nignore 1 4\nrun\n{commands}"),
+        &format!("set pagination off\n{stop}run\n{commands}"),
     );
     (ours, native)
 }
@@ -2418,22 +2466,87 @@ fn frame_addresses_on_an_abstract_data_trace_agree_with_native_gdb() {
 /// The stack addresses at `recursion.c`'s fifth `msort` and its callers
 /// against native gdb's, on a trace recorded with `flags` (to `name`).
 fn frame_addresses_agree_with_native_gdb(flags: &[&str], name: &str) {
-    let exe = o0_g("recursion.c");
-    let trace = exe.with_extension(name);
-    common::recorded::record_with(&exe, &trace, flags);
     let show = |var: &str| format!("info frame\np &{var}\np $sp\np $fp\n");
     let frames = (show("mid") + "up\n").repeat(5) + &show("n");
-    let (ours, native) = at_fifth_msort_both_ways(&exe, &trace, &[], &frames);
+    let stop = "break msort\nignore 1 4\n";
+    let program = ("recursion.c", stop, frames.as_str(), 6 * 9 - 2);
+    stack_addresses_agree_with_native_gdb(program, flags, name);
+}
+
+/// On a control-only trace (format 1.21: each outside entry's `rsp`),
+/// the addresses of [`frame_addresses_on_a_data_trace_agree_with_native_gdb`]:
+/// `msort`'s frames opened by traced calls, `main`'s by libc's start
+/// code (`debug/src/frames.rs`, `cfas_by_entries`); before 2026-12-01
+/// made up from the frames' depths.
+#[test]
+fn frame_addresses_on_a_control_only_trace_agree_with_native_gdb() {
+    frame_addresses_agree_with_native_gdb(&[], "frames-ctl.aet");
+}
+
+/// On a control-only trace, the stack addresses at `qsort_callback.c`'s
+/// first stop in `by_value`, called by `by_last_digit`, a comparator
+/// `qsort` called back (an outside entry), and in `main`, whose call of
+/// `qsort` makes the `<untraced>` frame below it: `info frame` and `p
+/// &x` in `by_value`, `p &x`, `$sp` and `$fp` in `by_last_digit`,
+/// `info frame` and `p &v` in `main`, as native gdb's relative to
+/// `main`'s frame address. (Natively `by_last_digit`'s caller is libc's
+/// `msort_with_tmp`, so its `info frame` is left out.)
+#[test]
+fn frame_addresses_of_a_callback_on_a_control_only_trace_agree_with_native_gdb() {
+    let vars = |var: &str| format!("p &{var}\np $sp\np $fp\n");
+    let frames = format!(
+        "info frame\n{}up\n{}frame function main\ninfo frame\n{}",
+        vars("x"),
+        vars("x"),
+        vars("v")
+    );
+    let program = (
+        "qsort_callback.c",
+        "break by_value\n",
+        frames.as_str(),
+        2 * 8 + 3,
+    );
+    stack_addresses_agree_with_native_gdb(program, &[], "frames-cb.aet");
+}
+
+/// On a control-only trace, at `alloca_calls.c`'s first stop in `weigh`,
+/// called by `fill` after its `alloca`: `p &r` and `$fp` in `fill`, `info
+/// frame` and `p &r` in `main` as native gdb's relative to `main`'s frame
+/// address: `weigh`'s frame has no address (`fill` moved `rsp` by a
+/// register before the call), and its callers' stay real.
+#[test]
+fn callers_of_a_frame_after_alloca_keep_their_addresses_as_native_gdb() {
+    let frames = "up\np &r\np $fp\nup\ninfo frame\np &r\n";
+    let program = ("alloca_calls.c", "break weigh\n", frames, 8);
+    stack_addresses_agree_with_native_gdb(program, &[], "frames-alloca.aet");
+}
+
+/// The stack addresses `commands` show at the first stop of `stop` in
+/// `source` (`-O0 -g`, no arguments) against native gdb's (`count` of
+/// them), on a trace recorded with `flags` (to `name`): equal, but for
+/// frame 0's `$sp`, which may be `<unavailable>` (its CFA is `rbp`-based
+/// at -O0), never another number.
+fn stack_addresses_agree_with_native_gdb(
+    (source, stop, commands, count): (&str, &str, &str, usize),
+    flags: &[&str],
+    name: &str,
+) {
+    let exe = o0_g(source);
+    let trace = exe.with_extension(name);
+    common::recorded::record_with(&exe, &trace, flags);
+    let (ours, native) = at_stop_both_ways(&exe, &trace, &[], stop, commands);
     let (ours_a, native_a) = (stack_addresses(&ours), stack_addresses(&native));
-    assert_eq!(native_a.len(), 6 * 9 - 2, "{native}");
+    assert_eq!(native_a.len(), count, "{native}");
     assert_eq!(
         ours_a.len(),
         native_a.len(),
         "ours:\n{ours}\nnative:\n{native}"
     );
+    // Frame 0's $sp (the second value printed) alone may be unavailable.
+    let printed = native_a.iter().enumerate().filter(|(_, a)| a.0 == "$");
+    let sp0 = printed.map(|(i, _)| i).nth(1);
     for (i, (o, n)) in ours_a.iter().zip(&native_a).enumerate() {
-        // Frame 0's $sp (the 7th address shown) alone is unavailable.
-        let unknown = i == 6 && o.1.is_none();
+        let unknown = Some(i) == sp0 && o.1.is_none();
         assert!(
             o == n || unknown,
             "address {i}: {o:?}, natively {n:?}\nours:\n{ours}\nnative:\n{native}"
@@ -3654,20 +3767,44 @@ fn the_first_instruction_in_start_is_the_outermost_frame_as_natively() {
 
 /// Registers the stub cannot know print `<unavailable>` (frame 0) or
 /// `<not saved>` (callers), never a number: `info registers` at
-/// `recursion.c`'s second stop in `msort` and in its caller (`up`). The
-/// exceptions, made up by the unwinder (docs/debug.md, "Status against
-/// issue 22"): `rip` everywhere, and a caller's `rsp` and `rbp` (its
-/// CFA is `rbp`-based at -O0), the frame addresses of the frame ids.
+/// `recursion.c`'s second stop in `msort` and in its caller (`up`), on a
+/// control-only trace. The exceptions: `rip` everywhere, frame 0's `rbp`
+/// and a caller's `rsp` and `rbp` (their CFAs are `rbp`-based at -O0),
+/// the recorded run's from the outside entries' `rsp` (format 1.21,
+/// [`frame_addresses_on_a_control_only_trace_agree_with_native_gdb`]).
+/// In a handler of `signal.c` (a thread that handled signals: the stub
+/// gives up on every frame's address, `docs/debug.md`, "Frames'
+/// addresses") frame 0's `rbp` is `<unavailable>` too.
 /// 1.5 s (0.2 s CPU, alone; measured 2026-12-01 at load 14).
 #[test]
 fn registers_the_stub_cannot_know_are_never_numbers() {
     let (exe, trace) = o0_g_recorded("recursion.c", &["5"]);
+    let (r0, r1, out) = registers_in_two_frames(&exe, &trace, "break msort\ncontinue\ncontinue\n");
+    for (r, v) in &r0 {
+        let real = ["rip", "rbp"].contains(&r.as_str()) && v.starts_with("0x");
+        assert!(real || v == "<unavailable>", "frame 0 {r} {v}\n{out}");
+    }
+    for (r, v) in &r1 {
+        let real = ["rip", "rsp", "rbp"].contains(&r.as_str());
+        assert!(real || v == "<not saved>", "frame 1 {r} {v}\n{out}");
+    }
+    let (exe, trace) = o0_g_recorded("signal.c", &[]);
+    let (r0, _, out) = registers_in_two_frames(&exe, &trace, "break on_usr1\ncontinue\n");
+    for (r, v) in &r0 {
+        assert!(r == "rip" || v == "<unavailable>", "frame 0 {r} {v}\n{out}");
+    }
+}
+
+/// `info registers` after `stop` in frame 0 and in its caller (`up`):
+/// (register, value) each, and gdb's output.
+type Registers = Vec<(String, String)>;
+fn registers_in_two_frames(exe: &Path, trace: &Path, stop: &str) -> (Registers, Registers, String) {
     let aetrace_py = common::repo_root().join("debug/gdb/aetrace.py");
     let out = gdb(
-        &exe,
-        &trace,
+        exe,
+        trace,
         &format!(
-            "source {}\nbreak msort\ncontinue\ncontinue\necho frame 0\\n\ninfo registers\n\
+            "source {}\n{stop}echo frame 0\\n\ninfo registers\n\
              up\necho frame 1\\n\ninfo registers\n",
             aetrace_py.display()
         ),
@@ -3676,7 +3813,7 @@ fn registers_the_stub_cannot_know_are_never_numbers() {
         .split_once("frame 0\n")
         .and_then(|(_, o)| o.split_once("frame 1\n"))
         .expect(&out);
-    let registers = |part: &str| -> Vec<(String, String)> {
+    let registers = |part: &str| -> Registers {
         part.lines()
             .filter_map(|l| l.split_once(char::is_whitespace))
             .filter(|(r, _)| {
@@ -3688,13 +3825,7 @@ fn registers_the_stub_cannot_know_are_never_numbers() {
     };
     let (r0, r1) = (registers(inner), registers(caller));
     assert!(r0.len() >= 24 && r1.len() >= 24, "{out}");
-    for (r, v) in &r0 {
-        assert!(r == "rip" || v == "<unavailable>", "frame 0 {r} {v}\n{out}");
-    }
-    for (r, v) in &r1 {
-        let made_up = ["rip", "rsp", "rbp"].contains(&r.as_str());
-        assert!(made_up || v == "<not saved>", "frame 1 {r} {v}\n{out}");
-    }
+    (r0, r1, out)
 }
 
 /// `reverse-finish` out of libc's `write` (its first instruction) on gzip

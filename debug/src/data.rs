@@ -42,7 +42,9 @@ use crate::timeline::Timeline;
 use aetrace_analysis::addr::exec::{self, Entered, Exec, WayIn};
 use aetrace_analysis::addr::full::{self, Planned, Recorded, DF};
 use aetrace_analysis::addr::returns::Returns;
-use aetrace_analysis::addr::{forms, Access, AddrExpr, Gpr, InsnProgram, Repeat, Seg};
+use aetrace_analysis::addr::{
+    forms, value, Access, AddrExpr, Gpr, InsnProgram, ProcProgram, Repeat, Seg,
+};
 use aetrace_format::progdb::{CallDb, ProgramDb};
 use aetrace_format::section::module_flags;
 use aetrace_format::{ModuleId, ThreadId, Trace};
@@ -68,6 +70,24 @@ pub struct Ref {
     /// register's value before the instruction is `start - disp`
     /// (`crate::frames`).
     pub from: Option<(Gpr, u64)>,
+}
+
+impl Ref {
+    /// An outside entry's `rsp` recorded by its stub, in a control-only
+    /// trace ([`entry_values`]): a reference of no bytes at it.
+    fn entry_rsp(rsp: u64) -> Ref {
+        Ref {
+            start: rsp,
+            end: rsp,
+            access: Access::Load,
+            from: Some((Gpr::RSP, 0)),
+        }
+    }
+
+    /// The `rsp` an outside entry's stub recorded, if this is it.
+    pub fn entered_with(&self) -> Option<u64> {
+        (self.start == self.end && self.from == Some((Gpr::RSP, 0))).then_some(self.start)
+    }
 }
 
 impl Ref {
@@ -122,6 +142,8 @@ pub struct Values {
     rep_faults: bool,
     /// Every reference, rebuilt by the data walk (no values then).
     rebuilt: Option<Rebuilt>,
+    /// A control-only trace's values: each outside entry's `rsp` alone.
+    entry_only: bool,
 }
 
 /// What happens to the reading order before the instruction at a
@@ -383,22 +405,10 @@ pub fn values<B: AsRef<[u8]> + Sync>(
             registers: false,
             rep_faults: false,
             rebuilt: Some(rebuild(thread)?),
+            entry_only: false,
         });
     }
-    let mut dbs = Vec::new();
-    for m in modules {
-        let flags = flags(m);
-        let db = match flags & module_flags::DATA_ABS {
-            0 => None,
-            _ => {
-                let db = program_db(trace, m.id).map_err(|e| format!("module {}: {e}", m.name))?;
-                let image = module_image(trace, m)?;
-                let returns = Returns::of_module(&db, &image);
-                Some((db, returns))
-            }
-        };
-        dbs.push(db);
-    }
+    let dbs = module_dbs(trace, modules, |m| flags(m) & module_flags::DATA_ABS != 0)?;
     let (v, signals) =
         aetrace_regen::data_values_entered(trace, ThreadId(thread)).map_err(|e| e.to_string())?;
     let marks = match signals.is_empty() {
@@ -412,6 +422,54 @@ pub fn values<B: AsRef<[u8]> + Sync>(
         registers: trace.header().minor >= aetrace_format::header::MINOR_SIGRETURN,
         rep_faults: trace.header().minor >= aetrace_format::header::MINOR_REP_FAULT,
         rebuilt: None,
+        entry_only: false,
+    })
+}
+
+/// The program database and the `returns` of each module that `with`
+/// says, in the regenerator's order.
+fn module_dbs<B: AsRef<[u8]>>(
+    trace: &Trace<B>,
+    modules: &[&Compiled],
+    with: impl Fn(&Compiled) -> bool,
+) -> Result<Vec<Option<(ProgramDb, Returns)>>, String> {
+    let db = |m: &Compiled| {
+        let db = program_db(trace, m.id).map_err(|e| format!("module {}: {e}", m.name))?;
+        let returns = Returns::of_module(&db, &module_image(trace, m)?);
+        Ok::<_, String>((db, returns))
+    };
+    modules
+        .iter()
+        .map(|m| with(m).then(|| db(m)).transpose())
+        .collect()
+}
+
+/// A control-only trace's values of `thread` (format 1.21,
+/// `MINOR_ENTRY_RSP`): each outside entry's `rsp`, for the frames'
+/// addresses alone ([`crate::frames::cfas_by_entries`]), not
+/// watchpoints. Refused for a thread that handled signals (a handler's
+/// return would have to be placed among them) and for older traces.
+pub fn entry_values<B: AsRef<[u8]> + Sync>(
+    trace: &Trace<B>,
+    thread: u32,
+    modules: &[&Compiled],
+) -> Result<Values, String> {
+    if trace.header().minor < aetrace_format::header::MINOR_ENTRY_RSP {
+        return Err("the trace is older than format 1.21: no entry's rsp".into());
+    }
+    let (v, signals) =
+        aetrace_regen::data_values_entered(trace, ThreadId(thread)).map_err(|e| e.to_string())?;
+    if !signals.is_empty() {
+        return Err(format!("thread {thread} handled signals"));
+    }
+    Ok(Values {
+        values: v.values,
+        dbs: module_dbs(trace, modules, |_| true)?,
+        marks: Vec::new(),
+        registers: false,
+        rep_faults: false,
+        rebuilt: None,
+        entry_only: true,
     })
 }
 
@@ -480,6 +538,12 @@ pub struct Data {
     /// Every reference, when the data walk rebuilt them ([`Rebuilt`]):
     /// the values, the marks and the reading order are not used then.
     rebuilt: Option<Rebuilt>,
+    /// The values are each outside entry's `rsp` alone ([`entry_values`]).
+    entry_only: bool,
+    /// `rsp` less the entry's before each instruction, by run-time
+    /// address, where the stack deltas know it (`value::rsp_offsets`):
+    /// the procedures seen so far, with [`Data::entry_only`].
+    rsp: PcMap<u64, Option<i64>>,
 }
 
 impl Data {
@@ -502,6 +566,8 @@ impl Data {
             ranges: Vec::new(),
             split: Vec::new(),
             rebuilt: v.rebuilt,
+            entry_only: v.entry_only,
+            rsp: PcMap::default(),
         }
     }
 
@@ -621,6 +687,14 @@ impl Data {
                 self.rebuilt_refs(code, p, pc, &mut refs)?;
             } else if c.apply(&self.marks, p)? {
                 self.fault(code, pc, &mut c)?;
+            } else if self.entry_only {
+                self.insn(code, pc)?;
+                if self.stub(c.prev, pc) == 1 {
+                    let mut at = 0;
+                    c.advance(1, |r| at = r.start);
+                    refs.push(Ref::entry_rsp(self.value(at, pc)?));
+                }
+                c.prev = Some(pc);
             } else {
                 let insn = self.insn(code, pc)?;
                 let before = self.stub(c.prev, pc) + c.abstract_values(insn.skip);
@@ -689,7 +763,12 @@ impl Data {
                     continue;
                 }
                 let i = self.insn(code, pc)?;
-                let n = self.stub(c.prev, pc) + c.abstract_values(i.skip) + i.planned.plan.len();
+                let full = if self.entry_only {
+                    0
+                } else {
+                    i.planned.plan.len()
+                };
+                let n = self.stub(c.prev, pc) + c.abstract_values(i.skip) + full;
                 c.advance(n, |_| {});
                 c.prev = Some(pc);
             }
@@ -751,7 +830,15 @@ impl Data {
         if insn.is_invalid() {
             return Err(format!("no instruction can be read at {pc:#x}"));
         }
-        let planned = Planned::new(insn, &mut self.info)?;
+        let planned = match self.entry_only {
+            // No full values: its references are not read.
+            true => Planned {
+                prog: forms::program(&insn, &mut self.info),
+                insn,
+                plan: Vec::new(),
+            },
+            false => Planned::new(insn, &mut self.info)?,
+        };
         let skip = self.skip(code, b.module, pc)?;
         let i = Rc::new(Insn {
             module: b.module,
@@ -801,11 +888,24 @@ impl Data {
         let ways = exec::ways_in(p, returns, &progs);
         let proc = pi.as_u32();
         let at = |i: &Instruction| m.load_base.wrapping_add(i.ip());
+        if self.entry_only {
+            let offsets = value::rsp_offsets(&ProcProgram::of_db(p, &progs));
+            for (insns, ks) in progs.iter().zip(offsets) {
+                for ((i, _), k) in insns.iter().zip(ks) {
+                    self.rsp.insert(at(i), k);
+                }
+            }
+        }
         for (b, ((insns, k), blk)) in progs.iter().zip(known).zip(&p.blocks).enumerate() {
             let (plans, _) = Exec::plan_block(k, insns, exec::anchors_rsp(blk));
             for ((i, _), plan) in insns.iter().zip(plans) {
-                self.skips
-                    .insert(at(i), skip_of(plan.as_deref().unwrap_or(&[])));
+                let plan = plan.as_deref().unwrap_or(&[]);
+                let skip = if self.entry_only {
+                    (0, None)
+                } else {
+                    skip_of(plan)
+                };
+                self.skips.insert(at(i), skip);
             }
             if let Some((last, _)) = insns.last() {
                 let (block, call) = (b as u32, blk.call);
@@ -817,8 +917,9 @@ impl Data {
                 };
                 self.ends.insert(at(last), end);
             }
-            // Only an entry that starts with `rsp` known has a stub's value.
-            if let (Some((first, _)), true) = (insns.first(), k.0 != 0) {
+            // Only an entry that starts with `rsp` known has a stub's value
+            // (in a control-only trace every entry).
+            if let (Some((first, _)), true) = (insns.first(), k.0 != 0 || self.entry_only) {
                 if let Some(plain) = entry_plain(&ways[b]) {
                     let facts = EntryFacts {
                         module,
@@ -831,6 +932,57 @@ impl Data {
         }
         Ok(())
     }
+    /// Value `at` (an outside entry's at `pc`, [`Data::entry_only`]).
+    fn value(&self, at: usize, pc: u64) -> Result<u64, String> {
+        let n = self.values.len();
+        (self.values.get(at).copied())
+            .ok_or_else(|| format!("the thread's {n} entry values end before the entry at {pc:#x}"))
+    }
+
+    /// `rsp` less its value at its procedure's entry before the
+    /// instruction at `pc`, where the stack deltas know it
+    /// ([`Data::entry_only`]).
+    pub fn rsp_offset(&mut self, code: &Code<'_, '_>, pc: u64) -> Result<Option<i64>, String> {
+        self.insn(code, pc)?;
+        Ok(self.rsp.get(&pc).copied().flatten())
+    }
+
+    /// `rsp` after the instructions at `body` (latest first, the
+    /// procedure's `entry` last) from `rsp` at the entry, by the abstract
+    /// execution's evaluator (a call's callee skipped to its return
+    /// point); `None` if `body` does not start at `entry`
+    /// or `rsp` moved by a value not known (`alloca`).
+    pub fn follow_rsp(
+        &mut self,
+        code: &Code<'_, '_>,
+        rsp: u64,
+        body: Option<&[u64]>,
+        entry: u64,
+    ) -> Result<Option<u64>, String> {
+        let Some(pcs) = body.filter(|b| b.last() == Some(&entry)) else {
+            return Ok(None);
+        };
+        let mut e = Exec::unknown(self.insn(code, entry)?.base);
+        e.regs[Gpr::RSP.index()] = Some(rsp);
+        // A call whose return was not traced is in the body: the
+        // evaluator runs it as returning with `rsp` as before it, so its
+        // callee's positions (a PLT stub's) up to its return point are not.
+        let mut back_at = None;
+        for &pc in pcs.iter().rev() {
+            if back_at.is_some_and(|r| r != pc) {
+                continue;
+            }
+            let i = self.insn(code, pc)?;
+            e.registers_only(&i.planned.insn, &i.planned.prog);
+            back_at = i
+                .planned
+                .prog
+                .call
+                .then(|| pc + i.planned.insn.len() as u64);
+        }
+        Ok(e.regs[Gpr::RSP.index()])
+    }
+
     /// The values at `ranges`, in order (for the instruction at `pc`).
     fn gather(&mut self, pc: u64) -> Result<&[u64], String> {
         let n = self.values.len();

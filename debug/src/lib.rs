@@ -329,7 +329,13 @@ fn thread_stub<'m, B: AsRef<[u8]> + Sync>(
     }
     let plan = materialise::plan(trace, thread);
     let values = data::values(trace, thread, modules, opts.rebuild);
-    let stub = stub::Stub::new(timeline, image, modules, at).with_plan(plan);
+    let mut stub = stub::Stub::new(timeline, image, modules, at).with_plan(plan);
+    // Without data, a control-only trace's entries give frames' addresses.
+    if values.is_err() {
+        if let Ok(entries) = data::entry_values(trace, thread, modules) {
+            stub = stub.with_entries(entries);
+        }
+    }
     Ok(stub.with_data(values, opts.warn.unwrap_or(|_| {})))
 }
 

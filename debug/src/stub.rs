@@ -181,6 +181,9 @@ pub struct Stub<'m> {
     plan: materialise::Plan,
     /// The thread's data references, or why there are none.
     data: Result<Data, String>,
+    /// Without them, a control-only trace's outside entries' `rsp`, for
+    /// the frames' addresses alone ([`crate::data::entry_values`]).
+    entries: Option<Data>,
     /// Watched ranges: (start, length, kind).
     watches: Vec<(u64, u64, WatchKind)>,
     /// The instruction whose access made the last stop, with its
@@ -249,6 +252,23 @@ fn frame_address(depth: u64) -> u64 {
     0x7ff0_0000_0000 - 0x100 * depth
 }
 
+/// The first of the frames whose CFAs `found` (innermost first, of the
+/// frames the unwinder builds) are real: those from the outermost not
+/// found outwards, if the made-up ones inside them (`made_up` by level)
+/// are below them, as gdb has inner frames; else `None` (all made up).
+/// So a frame's id is the same seen from inside it as at its own
+/// instructions (`finish` and `next` compare them): a frame not found (a
+/// callee of a caller that moved `rsp` by a register) does not take its
+/// callers' real ids with it.
+fn real_from(found: &[Option<u64>], made_up: impl Fn(usize) -> u64) -> Option<usize> {
+    let first = found.iter().rposition(Option::is_none).map_or(0, |l| l + 1);
+    match (first, found.get(first)) {
+        (0, _) => Some(0),
+        (_, Some(&Some(c))) if made_up(first - 1) < c => Some(first),
+        _ => None,
+    }
+}
+
 /// `words` as little-endian bytes.
 fn words(words: impl IntoIterator<Item = u64>) -> Vec<u8> {
     words.into_iter().flat_map(u64::to_le_bytes).collect()
@@ -293,6 +313,7 @@ impl<'m> Stub<'m> {
             shadow: None,
             plan: Err("the stub was not told how the program was run".into()),
             data: Err("watchpoints need data addresses: record with --data".into()),
+            entries: None,
             watches: Vec::new(),
             hit: None,
             due: false,
@@ -305,6 +326,13 @@ impl<'m> Stub<'m> {
     pub fn with_data(mut self, values: Result<Values, String>, warn: fn(&str)) -> Self {
         self.data = values.map(Data::new);
         self.warn = warn;
+        self
+    }
+
+    /// The same stub, with a control-only trace's outside entries'
+    /// `rsp` ([`crate::data::entry_values`]).
+    pub fn with_entries(mut self, values: Values) -> Self {
+        self.entries = Some(Data::new(values));
         self
     }
 
@@ -1069,40 +1097,68 @@ impl<'m> Stub<'m> {
             .find(|&l| outermost[l])
             .unwrap_or(n - usize::from(last_untraced));
         let made_up = |l: usize| frame_address((n - l) as u64);
-        let Some(mut ids) = self.real_cfas(frames, needed) else {
-            let ids: Vec<u64> = (0..n).map(made_up).collect();
-            let rbps = (0..n)
-                .map(|l| (l + 1 == n || based[l + 1]).then(|| made_up(l + 1) - 16))
-                .collect();
-            return (ids, rbps, (None, None));
-        };
-        ids.extend((ids.len()..n).map(made_up));
+        let found = self.real_cfas(frames, needed);
+        let real = found.as_deref().and_then(|f| real_from(f, made_up));
+        let real = real.unwrap_or(n);
+        // Made up: the frames inside the real ones, or all.
+        let made = |l: usize| l < real || real == n;
+        let ids: Vec<u64> = (0..n)
+            .map(|l| match found.as_deref().and_then(|f| f.get(l)) {
+                Some(&Some(c)) if !made(l) => c,
+                _ => made_up(l),
+            })
+            .collect();
         let rule = |l: usize| crate::cfi::cfa_rule(&self.image, cfi_pc(frames, l));
         let below = |l: usize, reg: Gpr| match rule(l) {
             Some((r, off)) if r == reg && l < needed => Some(ids[l].wrapping_sub(off as u64)),
             _ => None,
         };
-        let rbps = (0..n).map(|l| below(l + 1, Gpr::RBP)).collect();
-        let frame0 = (below(0, Gpr::RSP), below(0, Gpr::RBP));
+        // A made-up caller's made-up `rbp`, 16 below its id.
+        let rbp = |l: usize| match made(l) {
+            true => (l == n || based[l]).then(|| made_up(l) - 16),
+            false => below(l, Gpr::RBP),
+        };
+        let rbps = (0..n).map(|l| rbp(l + 1)).collect();
+        let frame0 = match made(0) {
+            false => (below(0, Gpr::RSP), below(0, Gpr::RBP)),
+            true => (None, None),
+        };
         (ids, rbps, frame0)
     }
 
     /// The real CFAs of `frames[..needed]` ([`crate::frames`]), where the
-    /// thread has data references and stands at a traced instruction
-    /// with no signal handler's frame (whose caller's CFI `aetrace.py`
-    /// makes from made-up frame addresses).
-    fn real_cfas(&mut self, frames: &[(u64, u64)], needed: usize) -> Option<Vec<u64>> {
-        if self.at != At::Insn || self.at_end() || frames.iter().any(|f| f.0 == SIGRETURN) {
+    /// thread has data references or its outside entries' `rsp` and
+    /// stands at a traced instruction or in a passage through untraced
+    /// code (a callback's caller frame has the same id there as seen from
+    /// the callback: `finish` out of it stops there), with no signal
+    /// handler's frame (whose caller's CFI `aetrace.py` makes from made-up
+    /// frame addresses).
+    fn real_cfas(&mut self, frames: &[(u64, u64)], needed: usize) -> Option<Vec<Option<u64>>> {
+        let end = self.at_end();
+        let passage = match self.at {
+            At::Insn if !end => false,
+            At::Passage(_) => true,
+            _ => return None,
+        };
+        if frames.iter().any(|f| f.0 == SIGRETURN) {
             return None;
         }
-        let data = self.data.as_mut().ok()?;
+        let at = crate::frames::Stand {
+            pos: self.pos,
+            passage,
+        };
         let code = Code {
             image: &self.image,
             blocks: &self.blocks,
             modules: self.modules,
         };
-        let found = crate::frames::cfas(data, &mut self.timeline, &code, self.pos, frames, needed);
-        found.ok().flatten()
+        let t = &mut self.timeline;
+        let found = match (self.data.as_mut(), self.entries.as_mut()) {
+            (Ok(data), _) => crate::frames::cfas(data, t, &code, at, frames, needed),
+            (Err(_), Some(e)) => crate::frames::cfas_by_entries(e, t, &code, at, frames, needed),
+            (Err(_), None) => return None,
+        };
+        found.ok()
     }
 
     /// Answers `monitor CMD`: one or more lines of text.

@@ -211,6 +211,14 @@ impl Exec {
         Ok(())
     }
 
+    /// Runs `insn`'s register updates alone, its references left out (no
+    /// value is taken): the debugger follows `rsp` from an entry's
+    /// recorded value through a caller's instructions where the static
+    /// deltas do not know it (`and rsp, -16`).
+    pub fn registers_only(&mut self, insn: &Instruction, prog: &InsnProgram) {
+        self.update(insn, prog);
+    }
+
     /// Applies the instruction's register updates, all read before it (a
     /// copy of the registers when there are several: no allocation on the
     /// regenerator's hot path).

@@ -44,6 +44,7 @@ pub mod why;
 #[cfg(test)]
 mod tests;
 
+use aetrace_format::progdb::ProcDb;
 use aetrace_graph::{BlockId, EntityRef};
 use iced_x86::{Decoder, DecoderOptions, Instruction, InstructionInfoFactory, Mnemonic, Register};
 
@@ -302,6 +303,29 @@ pub struct ProcProgram {
 }
 
 impl ProcProgram {
+    /// The program of a procedure of a program database whose blocks,
+    /// decoded, are `blocks` (no landing pad is seeded: nothing is known
+    /// there).
+    pub fn of_db(p: &ProcDb, blocks: &[Vec<(Instruction, InsnProgram)>]) -> Self {
+        let n = blocks.len();
+        let mut succs = vec![Vec::new(); n];
+        for e in p.edges.iter().filter(|e| (e.to as usize) < n) {
+            if let Some(s) = succs.get_mut(e.from as usize) {
+                s.push(BlockId::new(e.to as usize));
+            }
+        }
+        ProcProgram {
+            blocks: (blocks.iter())
+                .map(|b| BlockProgram {
+                    insns: b.iter().map(|(_, prog)| prog.clone()).collect(),
+                })
+                .collect(),
+            succs,
+            entries: vec![BlockId::new(p.entry as usize)],
+            pads: Vec::new(),
+        }
+    }
+
     /// The program of a CFG whose blocks' instructions are `insns`.
     pub fn new(cfg: &Cfg, insns: &[Vec<Instruction>], entries: &[u64], pads: &[u64]) -> Self {
         let mut info = InstructionInfoFactory::new();

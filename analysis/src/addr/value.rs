@@ -240,6 +240,39 @@ impl Shapes<'_> {
     }
 }
 
+/// `rsp` less its value at the procedure's entry, before each instruction
+/// of each block, where [`Shapes`] knows it (pushes, pops, calls that
+/// return, `sub`/`add` with an immediate, `leave` with `rbp` set from
+/// `rsp`): `None` where it moved by a value not known before the run
+/// (`alloca`, `and` for alignment) or ways in disagree. The debugger's
+/// frame addresses from an entry's recorded `rsp` (`docs/debug.md`).
+pub fn rsp_offsets(prog: &ProcProgram) -> Vec<Vec<Option<i64>>> {
+    let shapes = Shapes {
+        prog,
+        follow: false,
+    };
+    let ins = super::flow::solve(&shapes, &prog.succs);
+    let offset = |s: &ShapeState| match s.regs[Gpr::RSP.index()] {
+        Shape::Stack(k) => Some(k),
+        _ => None,
+    };
+    (prog.blocks.iter().zip(ins))
+        .map(|(b, input)| {
+            let Some(mut s) = input else {
+                return vec![None; b.insns.len()];
+            };
+            b.insns
+                .iter()
+                .map(|insn| {
+                    let k = offset(&s);
+                    s = shapes.step(&s, insn);
+                    k
+                })
+                .collect()
+        })
+        .collect()
+}
+
 impl Domain for Shapes<'_> {
     type State = ShapeState;
 
