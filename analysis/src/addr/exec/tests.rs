@@ -834,14 +834,16 @@ fn a_return_from_a_thread_constant_takes_rax_once() {
 
 /// Procedure 0 calls procedure 1 (at 0x2000) from block 2, block 1
 /// being `set_rdi`; procedure 1's entry block reads `[rdx+rdi]` and
-/// returns. The module's `Returns`, its argument registers named with
-/// the module's file `file`.
+/// returns; `call` changes the call's database entry. The module's
+/// `Returns`, its argument registers named with the module's file `file`.
 fn args_module(
     set_rdi: &[Instruction],
     file: &[u8],
+    call: fn(&mut CallDb),
 ) -> (ProgramDb, Returns, Vec<Vec<(Instruction, InsnProgram)>>) {
-    let (p, mut blocks) = caller(CallTarget::Proc(1));
+    let (mut p, mut blocks) = caller(CallTarget::Proc(1));
     blocks[1] = progs(set_rdi);
+    call(p.blocks[2].call.as_mut().unwrap());
     let mut q = returning();
     q.blocks[0].start = 0x2000;
     let db = ProgramDb {
@@ -870,7 +872,7 @@ const RDX_RDI: RegSet = RegSet(1 << 2 | 1 << 7);
 #[test]
 fn a_direct_call_passes_its_arguments_to_the_entry() {
     let knows_rdi = asm(|a| a.lea(rdi, qword_ptr(rsp + 8)));
-    let (db, returns, mut blocks) = args_module(&knows_rdi, &[]);
+    let (db, returns, mut blocks) = args_module(&knows_rdi, &[], |_| {});
     assert_eq!(returns.args(1), RDX_RDI);
     assert_eq!(returns.args(0), RegSet(0), "its entry block uses none");
     assert_eq!(returns.entry_args(&db.procs[1]), RDX_RDI);
@@ -912,7 +914,7 @@ fn a_direct_call_passes_its_arguments_to_the_entry() {
 #[test]
 fn a_caller_that_does_not_know_an_argument_records_it() {
     let loads_rdi = asm(|a| a.mov(rdi, qword_ptr(rsp + 8)));
-    let (db, returns, mut blocks) = args_module(&loads_rdi, &[]);
+    let (db, returns, mut blocks) = args_module(&loads_rdi, &[], |_| {});
     let known = entry_knowledge(&db.procs[0], &returns, &mut blocks);
     let (plans, _) = Exec::plan_block(known[2], &blocks[2], false);
     let want = vec![Recorded::Reg(Gpr(2)), Recorded::Reg(Gpr(7))];
@@ -926,24 +928,10 @@ fn a_caller_that_does_not_know_an_argument_records_it() {
 fn a_procedure_entered_otherwise_takes_no_arguments() {
     let knows_rdi = asm(|a| a.lea(rdi, qword_ptr(rsp + 8)));
     let pointer = [0u8, 0, 0, 0x20, 0, 0, 0, 0, 0];
-    let (_, returns, _) = args_module(&knows_rdi, &pointer);
+    let (_, returns, _) = args_module(&knows_rdi, &pointer, |_| {});
     assert_eq!(returns.args(1), RegSet(0), "its address in the file");
-    let (db, _, blocks) = args_module(&knows_rdi, &[]);
-    let code = |b: &BlockDb| {
-        let callee = asm(|a| {
-            a.movzx(eax, byte_ptr(rdx + rdi))?;
-            a.ret()
-        });
-        match b.start {
-            0x2000 => Some(callee),
-            s => (blocks.get((s - 0x1000) as usize)).map(|b| b.iter().map(|(i, _)| *i).collect()),
-        }
-    };
     let ways: [fn(&mut CallDb); 2] = [|c| c.tail = true, |c| c.indirect = true];
     for way in ways {
-        let mut other = db.clone();
-        way(other.procs[0].blocks[2].call.as_mut().unwrap());
-        let returns = Returns::of(&other).with_args(&other, code, &[]);
-        assert_eq!(returns.args(1), RegSet(0));
+        assert_eq!(args_module(&knows_rdi, &[], way).1.args(1), RegSet(0));
     }
 }
