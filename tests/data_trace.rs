@@ -460,13 +460,13 @@ fn check_timer_signals(source: &str) {
     assert!(handled > 10, "{source}: {handled} signals handled");
 }
 
-/// A data trace whose header says format 1.19 (values at other places:
-/// every return from `__errno_location` recorded its result) is refused
-/// in one line, not misread.
+/// A data trace whose header says format 1.20 (values at other places:
+/// every procedure's entry learned its argument registers itself) is
+/// refused in one line, not misread.
 #[test]
 fn data_values_of_an_older_format_are_refused() {
     let exe = build("loops.c", Variant::new(Opt::O2, Link::NoPie, false));
-    let trace = common::scratch("data_trace").join("minor19.aet");
+    let trace = common::scratch("data_trace").join("minor20.aet");
     run_checked(
         Command::new(common::aetrace())
             .args(["record", "--data", "-o"])
@@ -477,7 +477,7 @@ fn data_values_of_an_older_format_are_refused() {
         "aetrace record --data",
     );
     let mut bytes = std::fs::read(&trace).unwrap();
-    bytes[10..12].copy_from_slice(&19u16.to_le_bytes());
+    bytes[10..12].copy_from_slice(&20u16.to_le_bytes());
     let crc = crc32fast::hash(&bytes[..60]);
     bytes[60..64].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(&trace, bytes).unwrap();
@@ -486,7 +486,7 @@ fn data_values_of_an_older_format_are_refused() {
     assert!(!out.status.success() && out.stdout.is_empty(), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
-        err.contains("format 1.19") && err.contains("record the trace again"),
+        err.contains("format 1.20") && err.contains("record the trace again"),
         "{err}"
     );
 }

@@ -15,7 +15,7 @@ pub const MAGIC: [u8; 8] = *b"AETRACE\0";
 /// Major version written and read: a reader refuses any other major.
 pub const VERSION_MAJOR: u16 = 1;
 /// Minor version written: readers accept any minor of their major (see docs/format.md).
-pub const VERSION_MINOR: u16 = 21;
+pub const VERSION_MINOR: u16 = 22;
 /// The first minor whose SIGNAL rips are never glibc's signal restorer
 /// (the runtime reports where the restorer returns instead).
 pub const MINOR_RESTORER_RESOLVED: u16 = 4;
@@ -38,10 +38,12 @@ pub const MINOR_REP_FAULT: u16 = 13;
 /// return point of a call whose callee never runs traced code with the
 /// registers the ABI preserves known; 1.19 does so after a call to a
 /// traced leaf too; 1.20 records the result of a call to a thread
-/// constant's import (`__errno_location`) once per thread and handler.
-/// The regenerator's analysis decides where values are, so older data
+/// constant's import (`__errno_location`) once per thread and handler;
+/// 1.22 starts a procedure entered only by direct calls with the argument
+/// registers its entry block uses, recorded at a call that does not know
+/// them. The regenerator's analysis decides where values are, so older data
 /// traces are refused.
-pub const MINOR_DATA_VALUES: u16 = 20;
+pub const MINOR_DATA_VALUES: u16 = 22;
 /// The first minor whose control-only traces have, like data traces,
 /// the entry's `rsp` as a VALUE right after each ENTER an outside-entry
 /// stub writes (one per entry from untraced code or by an indirect call),

@@ -685,10 +685,11 @@ struct ProcFacts {
     /// (`exec::anchors_rsp`).
     anchors: Vec<bool>,
     /// Per block, per instruction: the registers recorded before it when
-    /// unknown (`exec::mark_definitions`) and the thread constant `rax`
-    /// holds there (`exec::mark_once`; the decoded programs leave both
-    /// empty, so `compile` sets them).
-    before: Vec<Vec<(RegSet, Option<u8>)>>,
+    /// unknown (`exec::mark_definitions`), the thread constant `rax`
+    /// holds there (`exec::mark_once`) and a call's argument registers
+    /// (`exec::mark_calls`; the decoded programs leave all three empty,
+    /// so `compile` sets them).
+    before: Vec<Vec<(RegSet, Option<u8>, RegSet)>>,
 }
 
 /// A thread's abstract execution state.
@@ -1398,7 +1399,7 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
             known: exec::entry_knowledge(p, &md.returns, &mut blocks),
             anchors: p.blocks.iter().map(exec::anchors_rsp).collect(),
             before: (blocks.iter())
-                .map(|b| b.iter().map(|(_, prog)| (prog.before, prog.once)).collect())
+                .map(|b| (b.iter().map(|(_, p)| (p.before, p.once, p.args))).collect())
                 .collect(),
         });
         self.mods[module as usize].procs[pi.as_u32() as usize] = Some(facts.clone());
@@ -1516,16 +1517,19 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
         let local = r.block.as_u32() - m.procs[m.blocks[r.block].proc].blocks.start;
         let insns = self.decoded(m, r.module, r.block)?;
         let mut progs: Vec<_> = (insns.iter()).map(|i| (i.insn, i.prog.clone())).collect();
-        for ((_, prog), &(b, once)) in progs.iter_mut().zip(&facts.before[local as usize]) {
-            (prog.before, prog.once) = (b, once);
+        for ((_, prog), &(b, once, args)) in progs.iter_mut().zip(&facts.before[local as usize]) {
+            (prog.before, prog.once, prog.args) = (b, once, args);
         }
         let anchor = facts.anchors[local as usize];
         Ok(BlockCode::compile(known, &progs, r.first as usize, anchor))
     }
 
     /// At a procedure's entry not reached along a plain edge: the thread's
-    /// state becomes the entry's `rsp` alone, from the call or jump the run
-    /// before ended with, or the outside-entry stub's VALUE (`Entered`).
+    /// state becomes the entry's `rsp`, from the call or jump the run
+    /// before ended with, or the outside-entry stub's VALUE (`Entered`),
+    /// and the argument registers the entry takes from a direct call,
+    /// which the call kept (`Returns::args`; only a direct call enters a
+    /// procedure that takes them, else an error).
     fn entry_rsp(&mut self, m: &Module, r: BlockRun) -> Result<(), Error> {
         let pi = m.blocks[r.block].proc;
         let prev = match self.state.prev {
@@ -1544,7 +1548,16 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
             )
         };
         let carried = self.state.regs.get(Gpr::RSP);
-        let rsp = match Entered::by(prev.as_ref(), pi.as_u32()) {
+        let args = self.mods[r.module as usize].returns.args(pi.as_u32());
+        let entered = Entered::by(prev.as_ref(), pi.as_u32());
+        if args.0 != 0 && entered != Entered::Call {
+            return Err(format!(
+                "{}: entered by a way other than a direct call, but its entry takes its callers' argument registers",
+                here()
+            )
+            .into());
+        }
+        let rsp = match entered {
             Entered::Call => carried.map(|v| v.wrapping_sub(8)),
             Entered::Jump => carried,
             Entered::Outside => Some(self.stub_rsp(m, pi.as_u32(), &here)?),
@@ -1556,7 +1569,9 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
             )
         })?;
         let st = &mut self.state.regs;
-        st.keep_exactly(RegSet(0));
+        if !st.keep_exactly(args) {
+            return Err(format!("{}: the call did not keep its arguments", here()).into());
+        }
         st.set(Gpr::RSP, rsp);
         Ok(())
     }

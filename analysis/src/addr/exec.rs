@@ -186,7 +186,7 @@ impl Exec {
                 *rax = Some(take(Recorded::Once(k))?);
             }
         }
-        for g in prog.before.iter() {
+        for g in RegSet(prog.before.0 | prog.args.0).iter() {
             if self.regs[g.index()].is_none() {
                 self.regs[g.index()] = Some(take(Recorded::Reg(g))?);
             }
@@ -221,14 +221,16 @@ impl Exec {
 
     /// Applies the instruction's register updates, all read before it (a
     /// copy of the registers when there are several: no allocation on the
-    /// regenerator's hot path).
+    /// regenerator's hot path); a call keeps its callee's argument
+    /// registers ([`InsnProgram::args`]).
     fn update(&mut self, insn: &Instruction, prog: &InsnProgram) {
         match prog.updates.as_slice() {
             [] => {}
-            [u] => self.set(u.dst, self.eval(insn, u.dst, &u.op)),
+            [u] if !passed(prog, u.dst) => self.set(u.dst, self.eval(insn, u.dst, &u.op)),
+            [_] => {}
             us => {
                 let before = self.clone();
-                for u in us {
+                for u in us.iter().filter(|u| !passed(prog, u.dst)) {
                     self.set(u.dst, before.eval(insn, u.dst, &u.op));
                 }
             }
@@ -296,6 +298,12 @@ impl Exec {
             .collect();
         (plans, e.known())
     }
+}
+
+/// Whether `dst` is one of a call's argument registers, which the call
+/// keeps known for its callee's entry ([`InsnProgram::args`]).
+fn passed(prog: &InsnProgram, dst: Dst) -> bool {
+    matches!(dst, Dst::Full(g) if prog.args.0 & (1 << g.0) != 0)
 }
 
 /// A flat 64-bit address of general-purpose registers (not `fs:`, no
@@ -518,6 +526,7 @@ pub fn entry_knowledge(
     blocks: &mut [Vec<(Instruction, InsnProgram)>],
 ) -> Vec<RegSet> {
     mark_once(p, returns, blocks);
+    mark_calls(p, returns, blocks);
     mark_definitions(p, returns, blocks);
     knowledge(p, returns, blocks)
 }
@@ -547,6 +556,25 @@ pub fn mark_once(p: &ProcDb, returns: &Returns, blocks: &mut [Vec<(Instruction, 
     }
 }
 
+/// Sets [`InsnProgram::args`] on the call of each block that calls a
+/// procedure of the module directly (not a tail jump): the registers its
+/// entry takes from its callers ([`Returns::args`]). The call records
+/// those it does not know and keeps them known, so that the callee's
+/// entry knows them ([`WayIn::Entry`]; the regenerator carries them
+/// across the call, `Entered::Call`).
+pub fn mark_calls(p: &ProcDb, returns: &Returns, blocks: &mut [Vec<(Instruction, InsnProgram)>]) {
+    for (b, insns) in p.blocks.iter().zip(blocks.iter_mut()) {
+        let Some(c) = b.call.filter(|c| !c.tail && !c.indirect) else {
+            continue;
+        };
+        if let (CallTarget::Proc(q), Some((insn, prog))) = (c.target, insns.last_mut()) {
+            if insn.is_call_near() {
+                prog.args = returns.args(q);
+            }
+        }
+    }
+}
+
 /// [`entry_knowledge`] of blocks as they are marked.
 fn knowledge(
     p: &ProcDb,
@@ -558,7 +586,8 @@ fn knowledge(
         RegSet(ws.iter().fold(ALL.0, |s, w| match *w {
             WayIn::Plain(q) => s & out[q as usize].0,
             WayIn::Back(q) => s & out[q as usize].0 & PRESERVED.0,
-            WayIn::Return(_) | WayIn::Entry => s & rsp_only().0,
+            WayIn::Return(_) => s & rsp_only().0,
+            WayIn::Entry => s & (rsp_only().0 | returns.entry_args(p).0),
         }))
     };
     let mut known: Vec<RegSet> = ways
@@ -788,7 +817,7 @@ fn known_before(blocks: &[Vec<(Instruction, InsnProgram)>], known: &[RegSet]) ->
             k.iter().for_each(|g| e.regs[g.index()] = Some(0));
             (insns.iter())
                 .map(|(insn, prog)| {
-                    let k = RegSet(e.known().0 | prog.before.0);
+                    let k = RegSet(e.known().0 | prog.before.0 | prog.args.0);
                     if e.insn(insn, prog, &mut |_| Ok(0)).is_err() {
                         e.update(insn, prog);
                     }

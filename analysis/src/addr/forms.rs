@@ -74,6 +74,7 @@ pub fn program(insn: &Instruction, info: &mut InstructionInfoFactory) -> InsnPro
         call,
         before: RegSet::default(),
         once: None,
+        args: RegSet::default(),
     }
 }
 

@@ -279,6 +279,14 @@ pub struct InsnProgram {
     /// whose every way in is the return of a call to that constant's
     /// import (`exec::mark_once`; `None` as `forms` decodes it).
     pub once: Option<u8>,
+    /// For a direct call to a procedure whose entry takes argument
+    /// registers from its callers (`returns::Returns::args`): those
+    /// registers, recorded right before the call when unknown (as
+    /// `before`'s) and kept known across it, so that the callee's entry
+    /// starts with them (`exec::mark_calls`; empty as `forms` decodes it).
+    /// The call's return point never keeps them (its ways carry only
+    /// `rsp` or the registers the ABI preserves).
+    pub args: RegSet,
 }
 
 /// The address program of one block.

@@ -32,13 +32,34 @@
 //! slot starts afresh anyway), so a data trace records it once per thread
 //! (`exec::mark_once`).
 //!
+//! And the argument registers each procedure's entry takes from its
+//! callers ([`Returns::args`]; issue 21, the census's `entry` class): a
+//! procedure entered only by direct calls from traced code of its module
+//! starts with the argument registers its entry block would otherwise pay
+//! for; each such call records the ones it does not know and keeps them
+//! across the call instruction (`exec::mark_calls`), and the regenerator
+//! passes the caller's values into the entry (`Entered::Call`). Proof that
+//! no other way in exists, from the module alone: no tail jump, indirect
+//! call, lazy PLT outcome or other direct branch reaches the entry, no
+//! instruction of the module's traced code computes its address
+//! (rip-relative), and no 4 bytes of the file hold its address (a
+//! relocation's addend, a pointer in data, an exported symbol's value,
+//! the ELF entry point, an immediate operand). A way in the proof misses
+//! (code the analysis did not recover) passes an outside-entry stub and is
+//! refused by the regenerator: an error, never a wrong address.
+//!
 //! Invariant: [`Returns::of`] is the greatest set closed under that rule;
 //! equivalently, `f` returns by `ret` iff every procedure `f` reaches by
 //! tail calls (itself included) leaves only in those ways (the naive twin
 //! of the tests).
 
+use std::collections::HashMap;
+
 use aetrace_format::progdb::{BlockDb, CallTarget, EdgeKindDb, ProcDb, ProgramDb};
-use iced_x86::{Decoder, DecoderOptions, Mnemonic};
+use iced_x86::{Decoder, DecoderOptions, Instruction, InstructionInfoFactory, Mnemonic};
+
+use super::exec::Exec;
+use super::{forms, Gpr, InsnProgram, RegSet};
 
 /// Per procedure of a module: whether it returns by `ret` (module doc), and
 /// the procedures it reaches by direct tail calls (computed once: the
@@ -56,7 +77,17 @@ pub struct Returns {
     /// Per procedure: the thread constant a PLT stub's import returns
     /// ([`Returns::thread_constant`]).
     consts: Vec<Option<u8>>,
+    /// Per procedure: the argument registers its entry takes from its
+    /// callers ([`Returns::args`]); none until [`Returns::with_args`].
+    args: Vec<RegSet>,
+    /// The entry addresses of the procedures with arguments, sorted, with
+    /// them ([`Returns::entry_args`]).
+    entry_args: Vec<(u64, RegSet)>,
 }
+
+/// The registers SysV x86-64 passes integer arguments in: `rdi`, `rsi`,
+/// `rdx`, `rcx`, `r8`, `r9`.
+pub const ARGS: RegSet = RegSet(1 << 7 | 1 << 6 | 1 << 2 | 1 << 1 | 1 << 8 | 1 << 9);
 
 /// Imports whose result is the same at every call of one thread (glibc:
 /// the addresses of the thread's `errno` and locale tables, the thread's
@@ -104,6 +135,8 @@ impl Returns {
             consts: (db.procs.iter())
                 .map(|p| constant_of(&p.name).filter(|_| is_stub(p)))
                 .collect(),
+            args: Vec::new(),
+            entry_args: Vec::new(),
         }
     }
 
@@ -111,7 +144,69 @@ impl Returns {
     /// the rewriter, the regenerator, the census and the debugger use, so
     /// that they agree on every way in.
     pub fn of_module(db: &ProgramDb, image: &crate::elf::Module) -> Self {
-        Self::of(db).with_leaves(db, |b| enters_kernel(b, block_bytes(image, b)))
+        Self::of(db)
+            .with_leaves(db, |b| enters_kernel(b, block_bytes(image, b)))
+            .with_args(db, |b| decode(b, block_bytes(image, b)), image.bytes())
+    }
+
+    /// With the argument registers each procedure's entry takes from its
+    /// callers named ([`Returns::args`]): those its entry block pays a
+    /// value for when it alone is unknown, of a procedure whose every way
+    /// in is a direct call from the module's traced code (module doc).
+    /// `code` decodes a block's instructions (`None`: not readable);
+    /// `file` is the module's file.
+    pub fn with_args(
+        mut self,
+        db: &ProgramDb,
+        code: impl Fn(&BlockDb) -> Option<Vec<Instruction>>,
+        file: &[u8],
+    ) -> Self {
+        let mut info = InstructionInfoFactory::new();
+        let mut programs = |is: Vec<Instruction>| -> Vec<(Instruction, InsnProgram)> {
+            (is.into_iter())
+                .map(|i| (i, forms::program(&i, &mut info)))
+                .collect()
+        };
+        self.args = (db.procs.iter().enumerate())
+            .map(|(q, p)| match p.is_traced() && !self.stub(q as u32) {
+                true => (p.blocks.get(p.entry as usize))
+                    .and_then(&code)
+                    .map_or(RegSet(0), |is| needs(&programs(is))),
+                false => RegSet(0),
+            })
+            .collect();
+        let entry = |p: &ProcDb| p.blocks.get(p.entry as usize).map(|b| b.start);
+        let mut at: HashMap<u64, u32> = (db.procs.iter().enumerate())
+            .filter(|&(q, _)| self.args[q].0 != 0)
+            .filter_map(|(q, p)| Some((entry(p)?, q as u32)))
+            .collect();
+        for q in other_ways_in(db, &code, file, &at) {
+            self.args[q as usize] = RegSet(0);
+        }
+        at.retain(|_, q| self.args[*q as usize].0 != 0);
+        self.entry_args = at
+            .iter()
+            .map(|(&a, &q)| (a, self.args[q as usize]))
+            .collect();
+        self.entry_args.sort_unstable_by_key(|&(a, _)| a);
+        self
+    }
+
+    /// The argument registers procedure `q`'s entry takes from its direct
+    /// callers: each call to it records those it does not know.
+    pub fn args(&self, q: u32) -> RegSet {
+        self.args.get(q as usize).copied().unwrap_or_default()
+    }
+
+    /// [`Returns::args`] of procedure `p` (by its entry's address).
+    pub fn entry_args(&self, p: &ProcDb) -> RegSet {
+        let Some(a) = p.blocks.get(p.entry as usize).map(|b| b.start) else {
+            return RegSet(0);
+        };
+        match self.entry_args.binary_search_by_key(&a, |&(a, _)| a) {
+            Ok(k) => self.entry_args[k].1,
+            Err(_) => RegSet(0),
+        }
     }
 
     /// With the module's leaves ([`Returns::leaf`]) named: `kernel` says
@@ -172,6 +267,80 @@ fn enters_kernel(b: &BlockDb, code: Option<&[u8]>) -> bool {
                 Mnemonic::Syscall | Mnemonic::Sysenter | Mnemonic::Int
             )
     })
+}
+
+/// The argument registers whose being unknown alone makes an entry block
+/// (`insns`) pay at least one value more: a call that does not know one
+/// pays one value for it, so the callee's entry saves at least as many.
+fn needs(insns: &[(Instruction, InsnProgram)]) -> RegSet {
+    let values = |known: RegSet| -> usize {
+        let (plans, _) = Exec::plan_block(known, insns, false);
+        plans.iter().map(|p| p.as_ref().map_or(0, Vec::len)).sum()
+    };
+    let all = RegSet(ARGS.0 | 1 << Gpr::RSP.0);
+    let base = values(all);
+    let mut out = RegSet(0);
+    for g in ARGS.iter() {
+        if values(RegSet(all.0 & !(1 << g.0))) > base {
+            out.insert(g);
+        }
+    }
+    out
+}
+
+/// Of the procedures whose entries are in `at` (address to procedure),
+/// those with a way in other than a direct call from the module's traced
+/// code (module doc): a tail jump, an indirect call or jump to it, a lazy
+/// PLT outcome; a branch that is no such call, or a rip-relative operand,
+/// to its entry; its address in 4 bytes of the file.
+fn other_ways_in(
+    db: &ProgramDb,
+    code: impl Fn(&BlockDb) -> Option<Vec<Instruction>>,
+    file: &[u8],
+    at: &HashMap<u64, u32>,
+) -> Vec<u32> {
+    let mut out = Vec::new();
+    for (f, p) in (db.procs.iter().enumerate()).filter(|(_, p)| p.is_traced()) {
+        for b in &p.blocks {
+            let call = b.call.filter(|c| !c.tail && !c.indirect);
+            if let Some(c) = b.call {
+                if let (CallTarget::Proc(q), true) = (c.target, c.tail || c.indirect) {
+                    out.push(q);
+                }
+                out.extend(c.lazy);
+            }
+            for i in code(b).unwrap_or_default() {
+                if i.is_ip_rel_memory_operand() {
+                    out.extend(at.get(&i.ip_rel_memory_address()));
+                }
+                let Some(&q) = at.get(&i.near_branch_target()) else {
+                    continue;
+                };
+                let called =
+                    i.is_call_near() && call.is_some_and(|c| c.target == CallTarget::Proc(q));
+                if !called && (f as u32 != q || i.is_call_near()) {
+                    out.push(q);
+                }
+            }
+        }
+    }
+    let low: HashMap<u32, u32> = at.iter().map(|(&a, &q)| (a as u32, q)).collect();
+    for w in file.windows(4) {
+        out.extend(low.get(&u32::from_le_bytes([w[0], w[1], w[2], w[3]])));
+    }
+    out
+}
+
+/// Block `b`'s instructions, decoded from `code` (`None`: not readable, or
+/// not its instructions).
+fn decode(b: &BlockDb, code: Option<&[u8]>) -> Option<Vec<Instruction>> {
+    let mut d = Decoder::with_ip(64, code?, b.start, DecoderOptions::NONE);
+    (b.insn_lens.iter())
+        .map(|&len| {
+            let i = d.decode();
+            (!i.is_invalid() && i.len() == usize::from(len)).then_some(i)
+        })
+        .collect()
 }
 
 /// The bytes of block `b` in `image`.

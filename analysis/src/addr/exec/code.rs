@@ -327,7 +327,7 @@ impl BlockCode {
             if once.is_some() {
                 k.insert(RAX);
             }
-            let before = RegSet(prog.before.0 & !k.0);
+            let before = RegSet((prog.before.0 | prog.args.0) & !k.0);
             k.0 |= before.0;
             let c = code.insn(insn, prog, &mut k, (anchor, once), before);
             let n = (c.refs.1 - c.refs.0) as u64;
@@ -408,7 +408,7 @@ impl BlockCode {
     fn updates(&mut self, insn: &Instruction, prog: &InsnProgram, k: &mut RegSet) -> bool {
         let before = *k;
         let (mut written, mut snapshot) = (RegSet::default(), false);
-        for u in &prog.updates {
+        for u in prog.updates.iter().filter(|u| !super::passed(prog, u.dst)) {
             let (dst, val) = match u.dst {
                 Dst::Full(g) => (g, eval(insn, u.dst, &u.op, before)),
                 Dst::Partial(g) => (g, None),

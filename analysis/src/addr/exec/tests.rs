@@ -831,3 +831,107 @@ fn a_return_from_a_thread_constant_takes_rax_once() {
     });
     assert_eq!(plan(&joined)[0], vec![Recorded::Addr(0)]);
 }
+
+/// Procedure 0 calls procedure 1 (at 0x2000) from block 2, block 1
+/// being `set_rdi`; procedure 1's entry block reads `[rdx+rdi]` and
+/// returns; `call` changes the call's database entry. The module's
+/// `Returns`, its argument registers named with the module's file `file`.
+fn args_module(
+    set_rdi: &[Instruction],
+    file: &[u8],
+    call: fn(&mut CallDb),
+) -> (ProgramDb, Returns, Vec<Vec<(Instruction, InsnProgram)>>) {
+    let (mut p, mut blocks) = caller(CallTarget::Proc(1));
+    blocks[1] = progs(set_rdi);
+    call(p.blocks[2].call.as_mut().unwrap());
+    let mut q = returning();
+    q.blocks[0].start = 0x2000;
+    let db = ProgramDb {
+        procs: vec![p, q],
+        ..ProgramDb::default()
+    };
+    let callee = asm(|a| {
+        a.movzx(eax, byte_ptr(rdx + rdi))?;
+        a.ret()
+    });
+    let code = |b: &BlockDb| match b.start {
+        0x2000 => Some(callee.clone()),
+        s => (blocks.get((s - 0x1000) as usize)).map(|b| b.iter().map(|(i, _)| *i).collect()),
+    };
+    let returns = Returns::of(&db).with_args(&db, code, file);
+    (db, returns, blocks)
+}
+
+/// `rdx` and `rdi` (`Returns::args` of the tests' callee).
+const RDX_RDI: RegSet = RegSet(1 << 2 | 1 << 7);
+
+/// A procedure entered only by a direct call starts with the argument
+/// registers its entry block uses; the call records the one its caller
+/// does not know (`rdx`), not the one it knows (`rdi`), and keeps both
+/// across the call for the callee's entry.
+#[test]
+fn a_direct_call_passes_its_arguments_to_the_entry() {
+    let knows_rdi = asm(|a| a.lea(rdi, qword_ptr(rsp + 8)));
+    let (db, returns, mut blocks) = args_module(&knows_rdi, &[], |_| {});
+    assert_eq!(returns.args(1), RDX_RDI);
+    assert_eq!(returns.args(0), RegSet(0), "its entry block uses none");
+    assert_eq!(returns.entry_args(&db.procs[1]), RDX_RDI);
+    let known = entry_knowledge(&db.procs[0], &returns, &mut blocks);
+    assert_eq!(blocks[2][0].1.args, RDX_RDI);
+    let (plans, _) = Exec::plan_block(known[2], &blocks[2], false);
+    assert_eq!(plans[0].as_ref().unwrap(), &vec![Recorded::Reg(Gpr(2))]);
+    // The call keeps the arguments (their values before it) and forgets
+    // the other caller-saved registers.
+    let mut e = Exec::unknown(0);
+    e.regs[4] = Some(0x7000);
+    e.regs[7] = Some(0x7008);
+    e.regs[0] = Some(5);
+    let (call, prog) = &blocks[2][0];
+    e.insn(call, prog, &mut |r| match r {
+        Recorded::Reg(Gpr(2)) => Ok(0x5000),
+        _ => Err("only rdx".into()),
+    })
+    .unwrap();
+    assert_eq!(
+        (e.regs[2], e.regs[7], e.regs[0]),
+        (Some(0x5000), Some(0x7008), None)
+    );
+    // The return point keeps neither (it knows `rsp` alone).
+    assert_eq!(known[3], RegSet(1 << 4));
+    // The callee's entry knows them: its reference is derived.
+    let mut callee = vec![progs(&asm(|a| {
+        a.movzx(eax, byte_ptr(rdx + rdi))?;
+        a.ret()
+    }))];
+    let entry = entry_knowledge(&db.procs[1], &returns, &mut callee)[0];
+    assert_eq!(entry, RegSet(RDX_RDI.0 | 1 << 4));
+    let (plans, _) = Exec::plan_block(entry, &callee[0], false);
+    assert!(plans.iter().all(|p| p.as_ref().unwrap().is_empty()));
+}
+
+/// A caller that knows none of the arguments records each before the
+/// call (one value per register, lowest first).
+#[test]
+fn a_caller_that_does_not_know_an_argument_records_it() {
+    let loads_rdi = asm(|a| a.mov(rdi, qword_ptr(rsp + 8)));
+    let (db, returns, mut blocks) = args_module(&loads_rdi, &[], |_| {});
+    let known = entry_knowledge(&db.procs[0], &returns, &mut blocks);
+    let (plans, _) = Exec::plan_block(known[2], &blocks[2], false);
+    let want = vec![Recorded::Reg(Gpr(2)), Recorded::Reg(Gpr(7))];
+    assert_eq!(plans[0].as_ref().unwrap(), &want);
+}
+
+/// No arguments for a procedure another way may enter: its address in
+/// the file (a pointer, a relocation, an exported symbol), a tail jump,
+/// an indirect call.
+#[test]
+fn a_procedure_entered_otherwise_takes_no_arguments() {
+    let knows_rdi = asm(|a| a.lea(rdi, qword_ptr(rsp + 8)));
+    let pointer = [0u8, 0, 0, 0x20, 0, 0, 0, 0, 0];
+    let (_, returns, _) = args_module(&knows_rdi, &pointer, |_| {});
+    assert_eq!(returns.args(1), RegSet(0), "its address in the file");
+    let ways: [fn(&mut CallDb); 2] = [|c| c.tail = true, |c| c.indirect = true];
+    for way in ways {
+        assert_eq!(args_module(&knows_rdi, &[], way).1.args(1), RegSet(0));
+    }
+}
