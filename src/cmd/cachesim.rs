@@ -388,7 +388,11 @@ struct Batches {
 
 /// What a run of a segment's program sends ([`Batches`]): its blocks'
 /// templates chained, each block's followers pending after it sent as a
-/// marker before the next block's first reference.
+/// marker before the next block's first reference. A block's first
+/// fetch in the I1 line the block before it ended in is a follower too
+/// (that line is the most recent of its set: a hit that changes
+/// nothing), folded into that marker with the marker after it, if any;
+/// not the first block's, whose run before is not fixed.
 struct SegTemplate {
     code: SegCode<Ref>,
     /// Followers counted in markers inside the run.
@@ -459,6 +463,16 @@ impl Template {
         );
         t.flat = flat.placed(|n| at[n]);
         t
+    }
+
+    /// The references at the template's start that a run whose first
+    /// fetch is a follower does not send (that fetch, and the marker
+    /// after it if any), and the followers that marker counts.
+    fn lead_followers(&self) -> (usize, u64) {
+        match self.refs.get(1) {
+            Some(r) if r.size == 0 && r.kind == AccessKind::Instr => (2, r.addr),
+            _ => (1, 0),
+        }
     }
 
     /// Appends a reference after the followers pending.
@@ -631,23 +645,36 @@ impl super::dataout::Sink for Batches {
     }
 
     fn segment_code(&mut self, id: usize, (m, module): (&Module, u32), blocks: &[BlockIx]) -> bool {
+        let line = self.followers.as_ref().map(|f| f.line);
         let (mut code, mut grouped, mut trailing) = (SegCode::default(), 0, 0);
+        // The I1 line the block before ended in.
+        let mut ended = None;
         for &b in blocks {
             let Some(t) = &self.templates[module as usize][b.as_u32() as usize] else {
                 return false;
             };
-            // The block before's followers, sent before the first
-            // reference of this one, as `whole` sends them.
+            let lines = line.map(|l| block_lines(m, b, l));
+            let (mut skip, mut folded) = (0, 0);
+            if lines.is_some_and(|(first, _)| ended.is_some_and(|e| first == [e, e])) {
+                (skip, folded) = t.lead_followers();
+                trailing += 1 + folded;
+            }
+            // The followers pending, sent before the first reference of
+            // this block, as `whole` sends them.
             let mut extra = Vec::new();
-            marker(&mut trailing, &mut grouped, &mut extra);
+            if skip < t.refs.len() {
+                marker(&mut trailing, &mut grouped, &mut extra);
+            }
             if code
-                .push(&extra, (&t.refs, &t.flat), m.blocks[b].ninsns)
+                .push(&extra, (&t.refs, &t.flat), skip, m.blocks[b].ninsns)
                 .is_none()
             {
                 return false;
             }
-            grouped += t.grouped;
-            trailing = t.trailing;
+            // The folded marker counts in the one it joined.
+            grouped += t.grouped - folded.saturating_sub(1);
+            trailing += t.trailing;
+            ended = lines.map(|(_, end)| end);
         }
         let seg = SegTemplate {
             code,
@@ -718,6 +745,22 @@ impl super::dataout::Sink for Batches {
         }
         Ok(())
     }
+}
+
+/// The I1 lines (of `line` bytes) of block `b`'s first instruction's
+/// first and last byte, and of the block's last byte.
+fn block_lines(m: &Module, b: BlockIx, line: u64) -> ([u64; 2], u64) {
+    let block = &m.blocks[b];
+    let lens = m.insn_lens(b);
+    debug_assert_eq!(
+        lens.iter().map(|&l| u32::from(l)).sum::<u32>(),
+        block.size,
+        "a block is its instructions"
+    );
+    let start = m.load_base.wrapping_add(block.start);
+    let first = start.wrapping_add(u64::from(lens[0]) - 1);
+    let last = start.wrapping_add(u64::from(block.size) - 1);
+    ([start / line, first / line], last / line)
 }
 
 /// The followers `pending` (none after), as a marker in `batch`; the

@@ -207,19 +207,21 @@ impl<W> Default for SegCode<W> {
 impl<W: Copy> SegCode<W> {
     /// Appends a block of `ninsns` instructions: `extra` (records its run
     /// sends before its own when it follows the block before), then its
-    /// records and its flat code placed in them; `None` if the chain is
-    /// too long for the flat code's numbers.
+    /// records from `from` on (the sink folded those before into `extra`;
+    /// none has an address) and its flat code placed in them; `None` if
+    /// the chain is too long for the flat code's numbers.
     pub fn push(
         &mut self,
         extra: &[W],
         (recs, flat): (&[W], &FlatCode),
+        from: usize,
         ninsns: u32,
     ) -> Option<()> {
         self.starts.push((self.insns, self.recs.len()));
         self.recs.extend_from_slice(extra);
-        let at = u32::try_from(self.recs.len()).ok()?;
+        let at = u32::try_from(self.recs.len().checked_sub(from)?).ok()?;
         self.flat.chain(flat, self.insns, at)?;
-        self.recs.extend_from_slice(recs);
+        self.recs.extend_from_slice(&recs[from..]);
         self.insns += ninsns as usize;
         Some(())
     }
@@ -513,7 +515,7 @@ impl Sink for Bin<'_> {
                 return false;
             };
             if seg
-                .push(&[], (&t.words, &t.flat), m.blocks[b].ninsns)
+                .push(&[], (&t.words, &t.flat), 0, m.blocks[b].ninsns)
                 .is_none()
             {
                 return false;

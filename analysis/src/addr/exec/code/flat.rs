@@ -10,11 +10,9 @@
 //! ([`Regs::keep_exactly`]) and exit ([`FlatCode::exit`]): forgetting a
 //! register costs nothing, an unknown register's slot holds a stale value
 //! no op reads. A sum reads two slots and a scale with no branch (a
-//! missing register is the [`ZERO`] slot); a sum with no index, most
-//! of them, has op forms of its own that read one slot and multiply
-//! nothing (`AddrBase`, `RecBase`, `SetBase`). The load bias is folded
-//! into the displacement, and an instruction whose updates read what
-//! another of them writes computes them into temporary slots first.
+//! missing register is the [`ZERO`] slot), the load bias is folded into
+//! the displacement, and an instruction whose updates read what another
+//! of them writes computes them into temporary slots first.
 //!
 //! Invariant (tested against [`Exec::run_block`] in `tests.rs`): from a
 //! state whose known registers are the block's compiled ones, [`FlatCode::run`]
@@ -133,12 +131,6 @@ impl FSum {
         }
     }
 
-    /// Whether the sum has no index: `disp + v[base]` ([`Op::AddrBase`],
-    /// [`Op::SetBase`]).
-    fn no_index(&self) -> bool {
-        self.index == ZERO
-    }
-
     #[inline(always)]
     fn eval(&self, v: &[u64; SLOTS]) -> u64 {
         let b = v[self.base as usize & (SLOTS - 1)];
@@ -157,9 +149,6 @@ enum Op {
     /// The next address: a sum; `at`: where [`FlatCode::run_into`] puts
     /// it ([`FlatCode::placed`]).
     Addr { s: FSum, at: [u32; 2] },
-    /// [`Op::Addr`] of a sum with no index: `disp + v[base]` (most
-    /// addresses; one load, no multiply).
-    AddrBase { disp: u64, base: u8, at: [u32; 2] },
     /// The next address: the next value (reference `j` of its
     /// instruction), which teaches `v[dst]` = value - `s`.
     Rec {
@@ -169,22 +158,8 @@ enum Op {
         s: FSum,
         at: [u32; 2],
     },
-    /// [`Op::Rec`] with a sum of no index: `v[dst]` = value - `disp` -
-    /// `v[base]` (most; an address that teaches nothing is one, into
-    /// [`DISCARD`]).
-    RecBase {
-        k: u16,
-        j: u8,
-        dst: u8,
-        disp: u64,
-        base: u8,
-        at: [u32; 2],
-    },
     /// `v[dst]` = the sum, masked (a 32-bit `lea`).
     Set { dst: u8, s: FSum, mask: u64 },
-    /// [`Op::Set`] of a sum with no index, unmasked: `v[dst]` = `disp +
-    /// v[base]` (a constant, a move, a stack pointer's step).
-    SetBase { dst: u8, disp: u64, base: u8 },
     /// `v[dst]` = `f(v[x], v[y] + imm)`.
     Func {
         dst: u8,
@@ -208,7 +183,7 @@ impl Op {
     /// The op's instruction number, if it has one (it may fail).
     fn insn_mut(&mut self) -> Option<&mut u16> {
         match self {
-            Op::Take { k, .. } | Op::Rec { k, .. } | Op::RecBase { k, .. } => Some(k),
+            Op::Take { k, .. } | Op::Rec { k, .. } => Some(k),
             _ => None,
         }
     }
@@ -216,10 +191,7 @@ impl Op {
     /// The op's places in a consumer's records, if it gives an address.
     fn at_mut(&mut self) -> Option<&mut [u32; 2]> {
         match self {
-            Op::Addr { at, .. }
-            | Op::AddrBase { at, .. }
-            | Op::Rec { at, .. }
-            | Op::RecBase { at, .. } => Some(at),
+            Op::Addr { at, .. } | Op::Rec { at, .. } => Some(at),
             _ => None,
         }
     }
@@ -327,7 +299,10 @@ impl FlatCode {
 
     fn reference(&mut self, k: u16, j: usize, how: &How, bias: u64) -> Option<()> {
         let op = match *how {
-            How::Known(s) => addr(FSum::of(&s, bias)),
+            How::Known(s) => Op::Addr {
+                s: FSum::of(&s, bias),
+                at: [0; 2],
+            },
             How::Recorded { learn } => {
                 let (dst, s) = match learn {
                     Some((g, s)) => {
@@ -337,17 +312,12 @@ impl FlatCode {
                     None => (DISCARD, FSum::slot(ZERO)),
                 };
                 let j = u8::try_from(j).ok()?;
-                let at = [0; 2];
-                match s.no_index() {
-                    true => Op::RecBase {
-                        k,
-                        j,
-                        dst,
-                        disp: s.disp,
-                        base: s.base,
-                        at,
-                    },
-                    false => Op::Rec { k, j, dst, s, at },
+                Op::Rec {
+                    k,
+                    j,
+                    dst,
+                    s,
+                    at: [0; 2],
                 }
             }
         };
@@ -378,7 +348,8 @@ impl FlatCode {
             self.ops.push(op(dst, &val, bias));
         }
         for (dst, t) in moves {
-            self.ops.push(set(dst, FSum::slot(t), !0));
+            let s = FSum::slot(t);
+            self.ops.push(Op::Set { dst, s, mask: !0 });
         }
         Some(())
     }
@@ -433,32 +404,12 @@ impl FlatCode {
                     v[dst as usize & (SLOTS - 1)] = take(what).map_err(|e| (k as usize, e))?;
                 }
                 Op::Addr { s, at } => put(at, s.eval(v)),
-                Op::AddrBase { disp, base, at } => {
-                    put(at, disp.wrapping_add(v[base as usize & (SLOTS - 1)]))
-                }
                 Op::Rec { k, j, dst, s, at } => {
                     let a = take(Recorded::Addr(j as usize)).map_err(|e| (k as usize, e))?;
                     put(at, a);
                     v[dst as usize & (SLOTS - 1)] = a.wrapping_sub(s.eval(v));
                 }
-                Op::RecBase {
-                    k,
-                    j,
-                    dst,
-                    disp,
-                    base,
-                    at,
-                } => {
-                    let a = take(Recorded::Addr(j as usize)).map_err(|e| (k as usize, e))?;
-                    put(at, a);
-                    let b = v[base as usize & (SLOTS - 1)];
-                    v[dst as usize & (SLOTS - 1)] = a.wrapping_sub(disp).wrapping_sub(b);
-                }
                 Op::Set { dst, s, mask } => v[dst as usize & (SLOTS - 1)] = s.eval(v) & mask,
-                Op::SetBase { dst, disp, base } => {
-                    v[dst as usize & (SLOTS - 1)] =
-                        disp.wrapping_add(v[base as usize & (SLOTS - 1)])
-                }
                 Op::Func {
                     dst,
                     f,
@@ -487,45 +438,24 @@ impl FlatCode {
     }
 }
 
-/// The op putting address `s` in its places (none yet).
-fn addr(s: FSum) -> Op {
-    let at = [0; 2];
-    match s.no_index() {
-        true => Op::AddrBase {
-            disp: s.disp,
-            base: s.base,
-            at,
-        },
-        false => Op::Addr { s, at },
-    }
-}
-
-/// The op setting `v[dst]` to `s` masked by `mask`.
-fn set(dst: u8, s: FSum, mask: u64) -> Op {
-    match s.no_index() && mask == !0 {
-        true => Op::SetBase {
-            dst,
-            disp: s.disp,
-            base: s.base,
-        },
-        false => Op::Set { dst, s, mask },
-    }
-}
-
 /// The op computing `val` into slot `dst`.
 fn op(dst: u8, val: &Val, bias: u64) -> Op {
-    let sum = |s: &Sum, mask| set(dst, FSum::of(s, bias), mask);
+    let set = |s: &Sum, mask| Op::Set {
+        dst,
+        s: FSum::of(s, bias),
+        mask,
+    };
     match *val {
-        Val::Const(c) => set(
+        Val::Const(c) => Op::Set {
             dst,
-            FSum {
+            s: FSum {
                 disp: c,
                 ..FSum::slot(ZERO)
             },
-            !0,
-        ),
-        Val::Sum(s) => sum(&s, !0),
-        Val::Sum32(s) => sum(&s, LOW32),
+            mask: !0,
+        },
+        Val::Sum(s) => set(&s, !0),
+        Val::Sum32(s) => set(&s, LOW32),
         Val::Func { f, x, y, w32 } => {
             let (y, imm) = match y {
                 Src::Reg(g) => (g.0, 0),
