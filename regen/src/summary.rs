@@ -56,7 +56,8 @@
 //! such call and return, so no record (SETJMP, SIGNAL, RETURN, LAZY) can
 //! stand there.
 //! A witness that an ENTER, ENTER_AT or RETURN follows is a chain's last
-//! step ([`read_at_call`]): it reads no item; the machine reads the record.
+//! step ([`read_at_call`]): after it the chain makes only the direct calls
+//! and plain returns that read no item; the machine reads the record.
 //! Up to four steps (a read point's witness, then the calls and returns
 //! to the next read point, then that one's, and so on), with the calls
 //! after the last, are one entry of a wide memo ([`Wide`]),
