@@ -56,7 +56,8 @@
 //! such call and return, so no record (SETJMP, SIGNAL, RETURN, LAZY) can
 //! stand there.
 //! A witness that an ENTER, ENTER_AT or RETURN follows is a chain's last
-//! step ([`read_at_call`]): it reads no item; the machine reads the record.
+//! step ([`read_at_call`]): after it the chain makes only the direct calls
+//! and plain returns that read no item; the machine reads the record.
 //! Up to four steps (a read point's witness, then the calls and returns
 //! to the next read point, then that one's, and so on), with the calls
 //! after the last, are one entry of a wide memo ([`Wide`]),
@@ -717,17 +718,8 @@ impl Summaries {
             }
             if kind == Hot::CALL {
                 let c = self.call_hot(m, run.end, slot);
-                if c.through {
-                    run.insns += u64::from(c.back_insns);
-                    run.blocks += u64::from(c.back_blocks);
-                } else {
-                    self.frames.push(run.end);
-                }
-                entries[c.callee as usize] += 1;
-                run.xfers = run.xfers.wrapping_add(u32::from(c.xfers));
-                run.insns += u64::from(c.insns);
-                run.blocks += u64::from(c.blocks);
-                (run.end, kind, slot) = (c.land & !Hot::KINDS, c.land & Hot::KINDS, c.land_slot);
+                let (to, to_slot) = self.make_call(&mut run, &c, entries);
+                (run.end, kind, slot) = (to & !Hot::KINDS, to & Hot::KINDS, to_slot);
                 continue;
             }
             // The machine's read points (where it pauses for `max`).
@@ -735,20 +727,16 @@ impl Summaries {
                 break;
             }
             if kind == Hot::RET0 {
-                // A `ret` no witness chose: the block, then the caller's.
-                let ninsns = m.blocks[BlockIx::new(run.end as usize)].ninsns;
-                let Some((to, to_slot)) = self.chain_return(m, &mut run) else {
+                let Some((to, to_slot)) = self.plain_return(m, &mut run) else {
                     break;
                 };
-                run.insns += u64::from(ninsns);
-                run.blocks += 1;
                 (run.end, kind, slot) = (to & !Hot::KINDS, to & Hot::KINDS, to_slot);
                 continue;
             }
             let (v, next) = (bytes[run.witnesses], bytes[run.witnesses + 1]);
             if !is_byte_witness(v) || !is_byte_witness(next) {
                 if is_byte_witness(v) && read_at_call(bytes, run.witnesses + 1) {
-                    self.last_step(m, &mut run, slot, v);
+                    self.last_step(m, &mut run, (slot, v), entries);
                 }
                 break;
             }
@@ -786,13 +774,67 @@ impl Summaries {
     /// before an ENTER, ENTER_AT or RETURN ([`read_at_call`]): it reads no
     /// item, and the machine reads the record where the step ends (a call
     /// that is not the chain's, or a `ret` through a frame that is not).
+    /// Then the direct calls that push a frame and the plain returns
+    /// through the chain's frames up to the block where the machine reads
+    /// the record: moves that read no item, as the machine's `call` and
+    /// `step_from` make them with a record next. Not a call through a PLT
+    /// stub or a tail jump (`CallHot::through`): a stub's lazy-binding
+    /// rule reads an ENTER.
     /// Off the loop's path: a record next is rare but in xz's liblzma,
-    /// which calls its match finder and coders through pointers.
+    /// which calls its match finder and coders through pointers; most of
+    /// those steps end at a direct call or a plain return.
     #[inline(never)]
-    fn last_step(&mut self, m: &Module, run: &mut Run, slot: u16, v: u8) {
-        if let Some((to, _)) = self.step(m, run, slot, v) {
+    fn last_step(&mut self, m: &Module, run: &mut Run, (slot, v): (u16, u8), entries: &mut [u64]) {
+        let Some((mut to, _)) = self.step(m, run, slot, v) else {
+            return;
+        };
+        loop {
             run.end = to & !Hot::KINDS;
+            to = match to & Hot::KINDS {
+                Hot::CALL => {
+                    let c = self.call_hot(m, run.end, hot_slot(run.end));
+                    if c.through {
+                        return;
+                    }
+                    self.make_call(run, &c, entries).0
+                }
+                Hot::RET0 => match self.plain_return(m, run) {
+                    Some((to, _)) => to,
+                    None => return,
+                },
+                _ => return,
+            };
         }
+    }
+
+    /// Makes call `c` of block `run.end` as a step of the chain (see
+    /// [`CallHot`]): where control stops then, with [`Hot`]'s kind bits,
+    /// and its `hot_slot`.
+    #[inline(always)]
+    fn make_call(&mut self, run: &mut Run, c: &CallHot, entries: &mut [u64]) -> (u32, u16) {
+        if c.through {
+            run.insns += u64::from(c.back_insns);
+            run.blocks += u64::from(c.back_blocks);
+        } else {
+            self.frames.push(run.end);
+        }
+        entries[c.callee as usize] += 1;
+        run.xfers = run.xfers.wrapping_add(u32::from(c.xfers));
+        run.insns += u64::from(c.insns);
+        run.blocks += u64::from(c.blocks);
+        (c.land, c.land_slot)
+    }
+
+    /// A `ret` no witness chose, at block `run.end`: the block, then the
+    /// caller's fall-throughs ([`Summaries::chain_return`]); `None`, `run`
+    /// unchanged, when the machine must return.
+    #[inline(always)]
+    fn plain_return(&mut self, m: &Module, run: &mut Run) -> Option<(u32, u16)> {
+        let ninsns = m.blocks[BlockIx::new(run.end as usize)].ninsns;
+        let to = self.chain_return(m, run)?;
+        run.insns += u64::from(ninsns);
+        run.blocks += 1;
+        Some(to)
     }
 
     /// Outputs the chain of steps from read point `l`, whose witness is

@@ -719,6 +719,50 @@ fn counting_chains_stop_after_a_witness_an_enter_or_return_follows() {
     assert_count_as_walked(&db, s);
 }
 
+/// A chain's last step, before an ENTER, goes on through the direct
+/// calls and plain returns that read no item (`Summaries::last_step`):
+/// main's loop head chooses a direct call of `f`, which makes a marked
+/// call of `cb` at once (ENTER next); or main calls `f`, whose witness
+/// chooses one of two plain returns, then makes the marked call. `cb`'s
+/// witness chooses one of two returns (RETURN next). `--count` equals the
+/// block-by-block walk's.
+#[test]
+fn counting_chains_call_and_return_up_to_an_enter() {
+    let marked = || call(CallTarget::External, true, true, false, None);
+    let direct = || call(CallTarget::Proc(1), false, true, false, None);
+    let mut a = LINK_BASE + 0x1000;
+    let main = loop_main(&mut a, None, direct());
+    let f = proc(
+        &mut a,
+        "f",
+        vec![marked(), None],
+        vec![(0, 1, CallReturn, None), (1, 2, Return, None)],
+    );
+    let cb = two_returns(&mut a, "cb");
+    let calls_first = db_of(vec![main, f, cb]);
+    let mut a = LINK_BASE + 0x1000;
+    let main = loop_main(&mut a, direct(), marked());
+    let f = two_returns(&mut a, "f");
+    let cb = two_returns(&mut a, "cb");
+    let returns_first = db_of(vec![main, f, cb]);
+    for (db, f_chooses) in [(calls_first, false), (returns_first, true)] {
+        let mut s = Vec::new();
+        thread_rec(&mut s);
+        enter(&mut s, 0);
+        for i in 0..40u32 {
+            witness(&mut s, 0);
+            if f_chooses {
+                witness(&mut s, i % 2);
+            }
+            enter(&mut s, 2);
+            witness(&mut s, i / 2 % 2);
+            ret(&mut s);
+        }
+        witness(&mut s, 1);
+        assert_count_as_walked(&db, s);
+    }
+}
+
 #[test]
 fn exit_with_frames_active_then_an_exit_handler() {
     let mut a = LINK_BASE + 0x1000;
