@@ -45,7 +45,7 @@ use std::path::{Path, PathBuf};
 use std::os::fd::{AsRawFd, OwnedFd};
 
 use aetrace_runtime::layout::{
-    ExecKind, EXEC_BUF_SIZE, H_EXEC_CWD, SHELL_FUNCTIONS, SPAWN_BUF_SIZE,
+    ExecKind, EXEC_BUF_SIZE, H_EXEC_CWD, SHELL_FUNCTIONS, SPAWN_BACK_FLAGS, SPAWN_BUF_SIZE,
 };
 use aetrace_runtime::{Drainer, ExecRequest};
 
@@ -253,26 +253,26 @@ impl Follower {
                 w.pointers(&list)
             }
         };
-        let [dir, back, entry] = match (&kept, &spawned) {
+        let [dir, back, entry, fd] = match (&kept, &spawned) {
             (Some((r, (i, fd))), _) => {
                 let back = format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd());
                 [
                     w.string(r.dir.as_os_str().as_bytes()),
                     w.string(back.as_bytes()),
                     H_EXEC_CWD + 8 * u64::from(*i),
+                    0,
                 ]
             }
-            // The copy's own path too, for a caller whose own actions the
-            // request does not carry (`popen`): it runs the copy by it.
-            (None, Some((r, fd, acts))) => [
-                w.actions(acts, *fd, &r.dir),
-                w.string(copy.elf.as_os_str().as_bytes()),
-                0,
-            ],
-            (None, None) => [0; 3],
+            // The directory and N too, for a caller whose own actions the
+            // request does not carry (`popen`): it adds the way back.
+            (None, Some((r, fd, acts))) => {
+                let dir = w.string(r.dir.as_os_str().as_bytes());
+                [w.actions(acts, *fd, dir), dir, 0, u64::from(*fd)]
+            }
+            (None, None) => [0; 4],
         };
         let entry = call.functions.as_ref().map_or(entry, |f| w.pointers(f));
-        w.head([path, argv, call.envp, dir, back, entry]);
+        w.head([path, argv, call.envp, dir, back, entry, fd]);
         if w.bytes.len() as u64 > call.room {
             return Err(Native::Untraced(format!(
                 "the exec of {} needs {} bytes of arguments, more than the {} the runtime lends",
@@ -643,9 +643,12 @@ fn head(path: &Path) -> Vec<u8> {
     buf
 }
 
-/// The answer being built: six words (`layout::S_EXEC_ANSWER`), then
-/// strings and arrays, at
-/// their addresses in the process (`base` is where it will lie).
+/// The words before an answer's strings and arrays.
+const ANSWER_WORDS: usize = 7;
+
+/// The answer being built: seven words (`layout::S_EXEC_ANSWER`), then
+/// strings and arrays, at their addresses in the process (`base` is
+/// where it will lie).
 struct Answer {
     base: u64,
     bytes: Vec<u8>,
@@ -655,11 +658,11 @@ impl Answer {
     fn new(base: u64) -> Answer {
         Answer {
             base,
-            bytes: vec![0; 48],
+            bytes: vec![0; 8 * ANSWER_WORDS],
         }
     }
 
-    fn head(&mut self, words: [u64; 6]) {
+    fn head(&mut self, words: [u64; ANSWER_WORDS]) {
         for (i, w) in words.into_iter().enumerate() {
             self.bytes[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
         }
@@ -674,15 +677,15 @@ impl Answer {
     }
 
     /// A `posix_spawn_file_actions_t` running `program`'s actions, then an
-    /// `open` of `.` (`O_PATH | O_DIRECTORY`, kept across the exec) at
-    /// descriptor `fd` and a `chdir` to `dir`; its address.
-    fn actions(&mut self, program: &[Action], fd: u32, dir: &Path) -> u64 {
-        let (dot, dir) = (self.string(b"."), self.string(dir.as_os_str().as_bytes()));
+    /// `open` of `.` ([`SPAWN_BACK_FLAGS`]) at descriptor `fd` and a
+    /// `chdir` to the string at `dir`; its address.
+    fn actions(&mut self, program: &[Action], fd: u32, dir: u64) -> u64 {
+        let dot = self.string(b".");
         let mut open = [0u8; SPAWN_ACTION_SIZE as usize];
         open[..4].copy_from_slice(&SPAWN_DO_OPEN.to_le_bytes());
         open[8..12].copy_from_slice(&fd.to_le_bytes());
         open[16..24].copy_from_slice(&dot.to_le_bytes());
-        open[24..28].copy_from_slice(&(libc::O_PATH | libc::O_DIRECTORY).to_le_bytes());
+        open[24..28].copy_from_slice(&SPAWN_BACK_FLAGS.to_le_bytes());
         let mut chdir = [0u8; SPAWN_ACTION_SIZE as usize];
         chdir[..4].copy_from_slice(&SPAWN_DO_CHDIR.to_le_bytes());
         chdir[8..16].copy_from_slice(&dir.to_le_bytes());

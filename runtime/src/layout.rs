@@ -241,13 +241,18 @@ pub const S_EXEC_BUF: u64 = 208;
 /// copy, then, for an exec by a name of the native path's length, the
 /// directory of names to exec from, the process's own directory to go
 /// back to should the `execve` fail, and the header offset of the
-/// process's [`H_EXEC_CWD`] entry, freed then (0s: none). A spawn's
-/// answer uses the first three and, in place of the fourth, the file
-/// actions the child runs (0: the program's own): a copy of the
-/// program's followed by an `open` of `.` at a descriptor free in the
-/// child and a `chdir` to the directory of names (`exe::followed_exec`
-/// goes back).
+/// process's [`H_EXEC_CWD`] entry, freed then (0s: none), then a seventh
+/// u64 a spawn's answer uses. A spawn's answer uses the first three and,
+/// in place of the fourth, the file actions the child runs (0: the
+/// program's own): a copy of the program's followed by an `open` of `.`
+/// ([`SPAWN_BACK_FLAGS`]) at a descriptor N free in the child and a
+/// `chdir` to the directory of names (`exe::followed_exec` goes back);
+/// then that directory (0: none), [`ExecKind::Shell`]'s functions and N,
+/// for a caller that makes its own actions (`popen`).
 pub const S_EXEC_ANSWER: u64 = 216;
+/// The flags of a followed spawn child's `open` of `.`, the directory its
+/// new image goes back to (not close-on-exec: it outlives the exec).
+pub const SPAWN_BACK_FLAGS: i32 = libc::O_PATH | libc::O_DIRECTORY;
 /// ENTRY_RSP: u64, the `rsp` of the thread's last outside entry whose
 /// stub wrote it as a VALUE in a control-only trace (format 1.21), or 0:
 /// none. An outside-entry stub whose `rsp` equals it writes
@@ -411,7 +416,7 @@ pub const SHELL_LAZY: u32 = 0x400;
 
 /// The libc functions (default versions) whose addresses a [`ExecKind::Shell`]
 /// answer gives, in this order.
-pub const SHELL_FUNCTIONS: [&str; 14] = [
+pub const SHELL_FUNCTIONS: [&str; 16] = [
     "posix_spawn",
     "sigaction",
     "__errno_location",
@@ -426,6 +431,8 @@ pub const SHELL_FUNCTIONS: [&str; 14] = [
     "posix_spawn_file_actions_adddup2",
     "posix_spawn_file_actions_addclose",
     "posix_spawn_file_actions_destroy",
+    "posix_spawn_file_actions_addopen",
+    "posix_spawn_file_actions_addchdir_np",
 ];
 /// [`SHELL_FUNCTIONS`] index of `posix_spawn`.
 pub const SHELL_SPAWN: usize = 0;
@@ -455,6 +462,10 @@ pub const SHELL_FA_DUP2: usize = 11;
 pub const SHELL_FA_CLOSE: usize = 12;
 /// [`SHELL_FUNCTIONS`] index of `posix_spawn_file_actions_destroy`.
 pub const SHELL_FA_DESTROY: usize = 13;
+/// [`SHELL_FUNCTIONS`] index of `posix_spawn_file_actions_addopen`.
+pub const SHELL_FA_OPEN: usize = 14;
+/// [`SHELL_FUNCTIONS`] index of `posix_spawn_file_actions_addchdir_np`.
+pub const SHELL_FA_CHDIR: usize = 15;
 
 /// Never claimed, or released by the recorder for any process.
 pub const SLOT_FREE: u32 = 0;

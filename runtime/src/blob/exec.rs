@@ -11,9 +11,9 @@
 //! (checking each [`RECORDER_CHECK_SECS`] that the recorder lives). An
 //! answer of 0 returns: the program's own call then runs as natively
 //! (an error with its native errno, or an untraced program). Otherwise
-//! the answer is six words: the `execve`'s path, argv and envp, two
-//! directories and the offset of the process's entry in the header's
-//! table of them ([`H_EXEC_CWD`]; 0s: none). With signals still blocked the process
+//! the answer's first six words are the `execve`'s path, argv and envp,
+//! two directories and the offset of the process's entry in the header's
+//! table of them ([`H_EXEC_CWD`]; 0s: none; [`S_EXEC_ANSWER`]). With signals still blocked the process
 //! goes to the first, the directory of names from which the path, as
 //! long as the native one, names the copy (`record::execname`, the new
 //! image's `init` goes back); the signal mask is put back (the new image

@@ -8,8 +8,13 @@
 //! libc's `popen`, which fails with EINVAL), `pipe2(O_CLOEXEC)`, the
 //! child's end moved off the descriptor it is to become, spawn file
 //! actions that `dup2` it to 0 or 1 and close the descriptors of the
-//! other streams still open, `posix_spawn` of the followed shell
-//! (asked as `system`'s is, [`ExecKind::Shell`]), the child's end
+//! other streams still open, then, when the answer runs the shell by a
+//! name of the native path's length, the answer's way into its directory
+//! of names and back (an `open` of `.` at its descriptor N, a `chdir`
+//! there: the shell's `init` goes back, as a followed spawn child's),
+//! `posix_spawn` of the followed shell (asked as `system`'s is,
+//! [`ExecKind::Shell`]; its file actions are not known when it asks,
+//! nor libc's functions to make them before the answer), the child's end
 //! closed, the parent's end without FD_CLOEXEC unless "e", and a `FILE`
 //! from `fdopen`. glibc's `pclose` finds its streams in its private
 //! `proc_file_chain`, which a `FILE` from `fdopen` is not in, so the
@@ -36,6 +41,7 @@ pub(super) struct Labels {
     pub pclose: CodeLabel,
     s_read: CodeLabel,
     s_write: CodeLabel,
+    s_dot: CodeLabel,
 }
 
 impl Labels {
@@ -45,6 +51,7 @@ impl Labels {
             pclose: a.create_label(),
             s_read: a.create_label(),
             s_write: a.create_label(),
+            s_dot: a.create_label(),
         }
     }
 }
@@ -92,10 +99,11 @@ pub(super) fn emit(
     pclose(a, l, d, result, native)
 }
 
-/// The modes `fdopen` is given.
+/// The modes `fdopen` is given, the directory the way back opens.
 pub(super) fn strings(a: &mut CodeAssembler, l: &mut Labels) -> Result<(), IcedError> {
     msg(a, &mut l.s_read, "r")?;
-    msg(a, &mut l.s_write, "w")
+    msg(a, &mut l.s_write, "w")?;
+    msg(a, &mut l.s_dot, ".")
 }
 
 /// `popen(command, mode)`, as the module doc says; the phases of
@@ -137,6 +145,7 @@ fn popen(
     a.jnz(failed)?;
     lock(a, l)?;
     close_others(a, l, failed_locked)?;
+    way_back(a, l, failed_locked)?;
     spawn(a, failed_locked)?;
     parent_end(a, l)?;
     a.mov(qword_ptr(r15 + N_FILE), rax)?;
@@ -283,16 +292,40 @@ fn close_others(
     Ok(())
 }
 
-/// `posix_spawn(&node.pid, copy, &actions, NULL, argv, environ)` from
-/// the answer (rbx); then the child's end closed. To `failed` when the
-/// spawn fails.
+/// When the answer (rbx) names a directory of names (its fifth word),
+/// the actions its own end with: `addopen(&actions, N, ".",
+/// SPAWN_BACK_FLAGS, 0)` (N its seventh word), `addchdir_np(&actions,
+/// dir)`; last, as there: N was free at the request, and a child's end
+/// moved there since is read by its `dup2` before the `open` replaces
+/// it. To `failed` when one fails.
+fn way_back(a: &mut CodeAssembler, l: &super::Labels, failed: CodeLabel) -> Result<(), IcedError> {
+    let mut none = a.create_label();
+    a.cmp(qword_ptr(rbx + 32), 0)?;
+    a.je(none)?;
+    a.lea(rdi, ptr(rsp + L_ACTIONS))?;
+    a.mov(esi, dword_ptr(rbx + 48))?;
+    a.lea(rdx, ptr(l.shell.popen.s_dot))?;
+    a.mov(ecx, SPAWN_BACK_FLAGS as u32)?;
+    a.xor(r8d, r8d)?;
+    call_libc(a, SHELL_FA_OPEN)?;
+    a.test(eax, eax)?;
+    a.jnz(failed)?;
+    a.lea(rdi, ptr(rsp + L_ACTIONS))?;
+    a.mov(rsi, qword_ptr(rbx + 32))?;
+    call_libc(a, SHELL_FA_CHDIR)?;
+    a.test(eax, eax)?;
+    a.jnz(failed)?;
+    a.set_label(&mut none)?;
+    Ok(())
+}
+
+/// `posix_spawn(&node.pid, path, &actions, NULL, argv, environ)` from
+/// the answer (rbx: the copy's path, or its name of the native path's
+/// length, which [`way_back`]'s `chdir` makes good); then the child's end
+/// closed. To `failed` when the spawn fails.
 fn spawn(a: &mut CodeAssembler, failed: CodeLabel) -> Result<(), IcedError> {
     a.lea(rdi, ptr(r15 + N_PID))?;
-    // The answer's name runs only after its own actions' `chdir`; the
-    // copy's own path (word 4, when the answer renames) runs with ours.
-    a.mov(rsi, qword_ptr(rbx + 32))?;
-    a.test(rsi, rsi)?;
-    a.cmovz(rsi, qword_ptr(rbx))?;
+    a.mov(rsi, qword_ptr(rbx))?;
     a.lea(rdx, ptr(rsp + L_ACTIONS))?;
     a.xor(ecx, ecx)?;
     a.mov(r8, qword_ptr(rbx + 8))?;
