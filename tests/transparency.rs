@@ -286,18 +286,7 @@ fn a_followed_spawn_child_sees_its_native_names_directory_and_stack() {
         env.push(("PATH".into(), format!("{on_path}:/usr/bin:/bin")));
         for (how, program) in [("n", path), ("c", path), ("f", path), ("p", name)] {
             let tag = format!("spawned-exename-{}-{how}", v.tag());
-            let args = [how, program, "-a"];
-            let n = native_fixed_with(&spawner, &args, &env);
-            let (r, trace) = recorded_with(&tag, &[], &spawner, &args, &env);
-            let _ = std::fs::remove_file(&trace);
-            let text = String::from_utf8(n.stdout).unwrap();
-            assert_eq!(
-                String::from_utf8_lossy(&r.stdout),
-                text,
-                "{tag}: stdout (recorder's stderr: {})",
-                String::from_utf8_lossy(&r.stderr)
-            );
-            assert_eq!(r.status.code(), n.status.code(), "{tag}: exit status");
+            let text = fixed_as_native(&tag, &spawner, &[how, program, "-a"], &env);
             // What the comparison covers, in the native run's words.
             let cwd = match how {
                 "c" => "/".to_string(),
@@ -326,6 +315,74 @@ fn a_followed_spawn_child_sees_its_native_names_directory_and_stack() {
             assert_eq!(
                 text.contains("fd 6: /dev/null\n"),
                 how == "c",
+                "{tag}: {text}"
+            );
+        }
+    }
+}
+
+/// `program args` recorded and run natively with the environment `env`,
+/// address randomisation off in both: the same output and exit status;
+/// the native output.
+fn fixed_as_native(tag: &str, program: &Path, args: &[&str], env: &[(String, String)]) -> String {
+    let n = native_fixed_with(program, args, env);
+    let (r, trace) = recorded_with(tag, &[], program, args, env);
+    let _ = std::fs::remove_file(&trace);
+    let text = String::from_utf8(n.stdout).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&r.stdout),
+        text,
+        "{tag}: stdout (recorder's stderr: {})",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    assert_eq!(r.status.code(), n.status.code(), "{tag}: exit status");
+    text
+}
+
+/// A child of the shell a followed `system` or `popen` runs sees its
+/// native names, working directory, descriptors and stack, and the
+/// shell's native name (docs/runtime.md section 7, "system and popen"):
+/// `traces/shell_names.c` runs `traces/exename.c`'s program with `-a`,
+/// dynamic and static, through `system`, `popen(..., "r")` (its output
+/// read) and `posix_spawn`; every line of the native run, address
+/// randomisation off in both. The shell forks the program, whose parent
+/// is then the shell: its name (comm, the base name it was exec'd by) is
+/// `sh` natively, the copy's file name when the shell runs by the copy's
+/// path (`popen`'s shell until 2026-12-02).
+#[test]
+fn a_followed_shell_and_its_child_see_their_native_names() {
+    let runner = build("shell_names.c", DYNAMIC);
+    for v in [DYNAMIC, STATIC] {
+        let exe = build("exename.c", v);
+        let path = exe.to_str().unwrap();
+        let tag = format!("shell-exename-{}", v.tag());
+        let text = fixed_as_native(&tag, &runner, &[path], &env());
+        // What the comparison covers, in the native run's words.
+        let cwd = std::env::current_dir().unwrap();
+        for (how, prefix, parent) in [
+            ("system", "", "sh\n"),
+            ("popen", "read: ", "sh\n"),
+            ("posix_spawn", "", "shell_names-"),
+        ] {
+            let start = text.find(&format!("{how}:\n")).unwrap();
+            let end = text.find(&format!("{how}: status")).unwrap();
+            let out = &text[start..end];
+            for line in [
+                format!("AT_EXECFN: {path}\n"),
+                format!(
+                    "/proc/self/exe: {} (",
+                    exe.canonicalize().unwrap().display()
+                ),
+                format!("cwd: {}\n", cwd.display()),
+                "open: 3\n".to_string(),
+                format!("parent: {parent}"),
+                "stack: local 0x7fff".to_string(),
+            ] {
+                let line = format!("{prefix}{line}");
+                assert!(out.contains(&line), "{tag} {how}: {line:?} in {text}");
+            }
+            assert!(
+                text[end..].starts_with(&format!("{how}: status 0\n")),
                 "{tag}: {text}"
             );
         }

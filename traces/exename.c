@@ -4,9 +4,11 @@
  * /proc/PID/exe and (readlinkat) /proc/thread-self/exe, one cut to 4
  * bytes, one of a bad pointer (EFAULT), and realpath of /proc/self/exe.
  * With -a also its working directory, its descriptors (number and
- * target, a pipe's or socket's as its kind; not the one listing them) and the addresses of a
- * local, argv[0] and AT_EXECFN's string (equal to the native run's with
- * address randomisation off). */
+ * target, a pipe's or socket's as its kind; not the one listing them),
+ * the descriptor open returns, its parent's name (comm: a shell's is the
+ * base name it was exec'd by) and the addresses of a local, argv[0] and
+ * AT_EXECFN's string (equal to the native run's with address
+ * randomisation off). */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -49,6 +51,16 @@ __attribute__((noinline)) static void show_process(char **argv) {
     }
     if (d)
         closedir(d);
+    int fd = open("/dev/null", O_RDONLY);
+    printf("open: %d\n", fd);
+    close(fd);
+    snprintf(buf, sizeof buf, "/proc/%d/comm", (int)getppid());
+    FILE *comm = fopen(buf, "r");
+    if (!comm || !fgets(buf, sizeof buf, comm))
+        strcpy(buf, "?\n");
+    if (comm)
+        fclose(comm);
+    printf("parent: %s", buf);
     int local = 0;
     printf("stack: local %p argv[0] %p AT_EXECFN %p\n", (void *)&local, (void *)argv[0],
            (void *)getauxval(AT_EXECFN));
