@@ -328,15 +328,19 @@ fn fixed_as_native(tag: &str, program: &Path, args: &[&str], env: &[(String, Str
     let n = native_fixed_with(program, args, env);
     let (r, trace) = recorded_with(tag, &[], program, args, env);
     let _ = std::fs::remove_file(&trace);
-    let text = String::from_utf8(n.stdout).unwrap();
+    same_output(tag, &r, &n);
+    String::from_utf8(n.stdout).unwrap()
+}
+
+/// The recorded run `r` printed and ended as the native run `n`.
+fn same_output(tag: &str, r: &Output, n: &Output) {
     assert_eq!(
         String::from_utf8_lossy(&r.stdout),
-        text,
+        String::from_utf8_lossy(&n.stdout),
         "{tag}: stdout (recorder's stderr: {})",
         String::from_utf8_lossy(&r.stderr)
     );
     assert_eq!(r.status.code(), n.status.code(), "{tag}: exit status");
-    text
 }
 
 /// A child of the shell a followed `system` or `popen` runs sees its
@@ -817,13 +821,7 @@ fn same_as_native_on_path(tag: &str, program: &Path, args: &[&str]) -> PathBuf {
         .output()
         .unwrap();
     let (r, trace) = recorded_with(tag, &[], program, args, &env);
-    assert_eq!(
-        String::from_utf8_lossy(&r.stdout),
-        String::from_utf8_lossy(&n.stdout),
-        "{tag}: stdout (recorder's stderr: {})",
-        String::from_utf8_lossy(&r.stderr)
-    );
-    assert_eq!(r.status.code(), n.status.code(), "{tag}: exit status");
+    same_output(tag, &r, &n);
     trace
 }
 
