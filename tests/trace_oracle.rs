@@ -900,6 +900,24 @@ fn libc_so_traced_sort() {
     libc_so_against_stepped(Path::new("/usr/bin/sort"), &[input.to_str().unwrap()]);
 }
 
+/// The single-stepped oracle gives the program its environment in the
+/// order given, the order a recorded run inherits (before, std's
+/// `Command` sorted it by name: `libc_so_traced_sort` run from a shell
+/// differed in libc's `getenv`, which scans the array in order).
+#[test]
+fn stepped_environment_in_its_order() {
+    let env = [("ZZ_FIRST", "1"), ("AA_SECOND", "2"), ("MM_THIRD", "3")];
+    let env: Vec<(String, String)> = (env.iter())
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let run = common::singlestep::run(Path::new("/usr/bin/env"), None, &[], &env);
+    assert_eq!(run.status, 0);
+    assert_eq!(
+        String::from_utf8_lossy(&run.stdout),
+        "ZZ_FIRST=1\nAA_SECOND=2\nMM_THIRD=3\n"
+    );
+}
+
 /// `exe args` recorded with `--libs libc.so.6` (its output and status the
 /// native ones), libc's fork family and the code ld.so runs before the
 /// runtime's init (`__libc_early_init` with what it calls, the IFUNC

@@ -37,8 +37,8 @@ pub struct Stepped {
     pub status: i32,
 }
 
-/// Runs `exe args` (`argv[0]`: `argv0`, else `exe`) with exactly `env`
-/// (stdin /dev/null, stdout and stderr pipes, address space randomisation
+/// Runs `exe args` (`argv[0]`: `argv0`, else `exe`) with exactly `env`,
+/// in its order ([`Environ`]) (stdin /dev/null, stdout and stderr pipes, address space randomisation
 /// off) and steps it from its first instruction to its exit.
 pub fn run(exe: &Path, argv0: Option<&Path>, args: &[&str], env: &[(String, String)]) -> Stepped {
     step(exe, argv0, args, env, false, None).0
@@ -107,19 +107,19 @@ fn step(
         cmd.arg0(a);
     }
     cmd.args(args)
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    let environ = Environ::new(env);
     // SAFETY: async-signal-safe calls only, between fork and exec.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             if libc::personality(libc::ADDR_NO_RANDOMIZE as libc::c_ulong) == -1
                 || libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0) == -1
             {
                 return Err(std::io::Error::last_os_error());
             }
+            environ.install();
             Ok(())
         });
     }
@@ -311,6 +311,44 @@ fn step(
         },
         streams.collect(),
     )
+}
+
+/// An environment as the stepped program gets it: its `KEY=VALUE`
+/// strings in the order given. std's `Command` sorts by name an
+/// environment it is given (`env_clear` and `envs`), and the order is
+/// the program's to see: `getenv` scans the array from its start, so a
+/// variable's place decides how many entries it compares (sort's
+/// `setlocale` finding `LANG` 10th in a shell's environment and 12th in
+/// it sorted made `libc_so_traced_sort`, its test binary run from a
+/// shell, differ in libc's `getenv`; cargo gives the tests a sorted
+/// environment, where the two orders agree).
+struct Environ {
+    strings: Vec<std::ffi::CString>,
+    /// The strings' addresses, then a null: `environ`'s array.
+    array: Vec<usize>,
+}
+
+impl Environ {
+    /// Built before the fork: the child allocates nothing.
+    fn new(env: &[(String, String)]) -> Environ {
+        let strings: Vec<std::ffi::CString> = (env.iter())
+            .map(|(k, v)| std::ffi::CString::new(format!("{k}={v}")).expect("a NUL in env"))
+            .collect();
+        let array = (strings.iter().map(|s| s.as_ptr() as usize))
+            .chain([0])
+            .collect();
+        Environ { strings, array }
+    }
+
+    /// Makes it the process's environment, which the `execvp` of an
+    /// unchanged `Command` passes on (between fork and exec: a pointer
+    /// written, nothing allocated).
+    fn install(&self) {
+        debug_assert_eq!(self.array.len(), self.strings.len() + 1);
+        // SAFETY: the array is null-terminated and it and the strings
+        // live in the closure that holds `self` until the exec.
+        unsafe { libc::environ = self.array.as_ptr() as *mut *mut libc::c_char };
+    }
 }
 
 /// Bit of SIGTRAP in a kernel signal mask.

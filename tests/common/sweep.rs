@@ -420,6 +420,9 @@ fn compare(prog: &Program, trace: &Path, cache: &Path, out: &mut Outcome) -> Res
         ("PATH".to_string(), "/usr/bin:/bin".to_string()),
     ];
     env.extend(prog.env.iter().cloned());
+    // In the order the recorded program gets it: std's `Command` sorts an
+    // environment it sets, and the stepper keeps the order it is given.
+    env.sort();
     let fixed = (prog.oracle == Oracle::Stepped).then_some(&env[..]);
     // Lackey's run writes the program's stdout and stderr into files: so
     // do the native and recorded runs compared with it (tclsh seeks on
