@@ -393,6 +393,10 @@ struct Filter {
     settled: Vec<u64>,
 }
 
+/// A number of sets and the simulators whose first instruction caches
+/// have it: one [`Level`].
+type Members = (u64, Vec<usize>);
+
 /// One level of a [`Filter`] and the simulators behind it.
 struct Level {
     mask: u64,
@@ -413,8 +417,8 @@ impl<S: InsnFetch> Stripped<S> {
         lines.sort_unstable();
         lines.dedup();
         let at = |line: u64| lines.iter().position(|&l| l == line).expect("a line size");
-        // Per line size: its members' sets, each with its members.
-        let mut groups: Vec<(u32, Vec<(u64, Vec<usize>)>)> = Vec::new();
+        // Per line size (as a shift): its levels.
+        let mut groups: Vec<(u32, Vec<Members>)> = Vec::new();
         let mut direct = Vec::new();
         for (k, s) in sims.iter().enumerate() {
             let Some((line, sets)) = s.strippable() else {
@@ -568,7 +572,7 @@ impl Filter {
 }
 
 impl Level {
-    fn new((sets, sims): (u64, Vec<usize>)) -> Self {
+    fn new((sets, sims): Members) -> Self {
         debug_assert!(sets.is_power_of_two());
         Level {
             mask: sets - 1,
