@@ -353,8 +353,20 @@ pub trait InsnFetch {
 /// entry): its lines are still the last accessed in their sets, so every
 /// leader would be a filter hit. In a loop whose code maps to distinct
 /// sets that is every entry, so a lone strippable cache gets a filter
-/// too. Invariant: a filter's `pending` fetches and `straddles` are
-/// counted in no simulator yet; [`Stripped::finish`] adds them.
+/// too.
+///
+/// A filter is a chain of *levels*, one per number of sets among its
+/// caches, fewest first; each cache stands behind the level of its own
+/// sets, and a level sees only the leaders the level before it missed.
+/// That is exact: a hit at a level of `C` sets is a line accessed last
+/// in its set modulo `C`, so also modulo any multiple of `C`: a hit in
+/// every cache behind the later levels too, and one that changes none of
+/// their tables. So each level's table is still the line accessed last
+/// in each of its sets, and a cache of 256 sets is no longer fed the
+/// conflicts of a filter of 32. Invariant: a level's `pending` fetches
+/// and `straddles` are counted in no simulator behind it or behind a
+/// later level yet; a miss moves them on, [`Stripped::finish`] adds
+/// them.
 pub struct Stripped<S> {
     sims: Vec<S>,
     filters: Vec<Filter>,
@@ -366,26 +378,36 @@ pub struct Stripped<S> {
     lines: Vec<u64>,
 }
 
-/// One filter and the simulators behind it.
+/// One filter: its levels, and the entries that settled through it.
 struct Filter {
     shift: u32,
     /// Its line size's index in [`Stripped::lines`].
     at: usize,
-    mask: u64,
-    /// Per filter set: the line accessed last there (`u64::MAX`: none).
-    last: Vec<u64>,
-    sims: Vec<usize>,
-    /// Fetches within one line found in the filter and not yet counted
-    /// in `sims`.
-    pending: u64,
-    /// Straddling fetches found in the filter, not yet counted.
-    straddles: u64,
-    /// Changes of `last` so far (a leader through the filter counts as
-    /// one).
+    /// Fewest sets first, each a multiple of the one before.
+    levels: Vec<Level>,
+    /// Changes of the first level's table so far (a leader through the
+    /// filter counts as one).
     version: u64,
     /// Per entry (by number): `version` when it last went through and
     /// settled ([`Entry::settled`]); 0, never.
     settled: Vec<u64>,
+}
+
+/// A number of sets and the simulators whose first instruction caches
+/// have it: one [`Level`].
+type Members = (u64, Vec<usize>);
+
+/// One level of a [`Filter`] and the simulators behind it.
+struct Level {
+    mask: u64,
+    /// Per set: the line accessed last there (`u64::MAX`: none).
+    last: Vec<u64>,
+    sims: Vec<usize>,
+    /// Fetches within one line found at this level or before and not yet
+    /// counted in `sims` (nor in a later level's).
+    pending: u64,
+    /// Straddling fetches found likewise, not yet counted.
+    straddles: u64,
 }
 
 impl<S: InsnFetch> Stripped<S> {
@@ -395,37 +417,39 @@ impl<S: InsnFetch> Stripped<S> {
         lines.sort_unstable();
         lines.dedup();
         let at = |line: u64| lines.iter().position(|&l| l == line).expect("a line size");
-        let mut groups: Vec<(u32, u64, Vec<usize>)> = Vec::new();
+        // Per line size (as a shift): its levels.
+        let mut groups: Vec<(u32, Vec<Members>)> = Vec::new();
         let mut direct = Vec::new();
         for (k, s) in sims.iter().enumerate() {
-            match s.strippable() {
-                Some((line, sets)) => {
-                    match groups.iter_mut().find(|g| g.0 == line.trailing_zeros()) {
-                        Some(g) => {
-                            g.1 = g.1.min(sets);
-                            g.2.push(k);
-                        }
-                        None => groups.push((line.trailing_zeros(), sets, vec![k])),
-                    }
+            let Some((line, sets)) = s.strippable() else {
+                direct.push((k, at(s.fetch_line())));
+                continue;
+            };
+            let shift = line.trailing_zeros();
+            let g = match groups.iter().position(|g| g.0 == shift) {
+                Some(g) => g,
+                None => {
+                    groups.push((shift, Vec::new()));
+                    groups.len() - 1
                 }
-                None => direct.push((k, at(s.fetch_line()))),
+            };
+            match groups[g].1.iter_mut().find(|l| l.0 == sets) {
+                Some(l) => l.1.push(k),
+                None => groups[g].1.push((sets, vec![k])),
             }
         }
-        let mut filters = Vec::new();
-        for (shift, sets, members) in groups {
-            debug_assert!(sets.is_power_of_two());
-            filters.push(Filter {
-                shift,
-                at: at(1 << shift),
-                mask: sets - 1,
-                last: vec![u64::MAX; sets as usize],
-                sims: members,
-                pending: 0,
-                straddles: 0,
-                version: 1,
-                settled: Vec::new(),
-            });
-        }
+        let filters = (groups.into_iter())
+            .map(|(shift, mut levels)| {
+                levels.sort_unstable_by_key(|l| l.0);
+                Filter {
+                    shift,
+                    at: at(1 << shift),
+                    levels: levels.into_iter().map(Level::new).collect(),
+                    version: 1,
+                    settled: Vec::new(),
+                }
+            })
+            .collect();
         Stripped {
             sims,
             filters,
@@ -444,24 +468,39 @@ impl<S: InsnFetch> Stripped<S> {
     /// The simulators, every fetch counted.
     pub fn finish(mut self) -> Vec<S> {
         for f in &mut self.filters {
-            f.flush(&mut self.sims);
+            f.finish(&mut self.sims);
         }
         self.sims
     }
 }
 
 impl Filter {
+    /// Its first level's sets: the fewest.
+    fn sets(&self) -> u64 {
+        self.levels[0].mask + 1
+    }
+
+    /// Counts `n` fetches that hit the first level.
+    fn repeat(&mut self, n: u64) {
+        self.levels[0].pending += n;
+    }
+
+    /// Counts `n` straddling fetches that hit the first level.
+    fn repeat_straddles(&mut self, n: u64) {
+        self.levels[0].straddles += n;
+    }
+
     /// Entry `e` through the filter. One that settled when it last went
-    /// through, with `last` unchanged since, is all filter hits: counted
-    /// at once (the lines of its leaders are still the last accessed in
-    /// their sets, [`Entry::settled`]).
+    /// through, with the first level unchanged since, is all filter hits:
+    /// counted at once (the lines of its leaders are still the last
+    /// accessed in their sets, [`Entry::settled`]).
     #[inline(always)]
     fn entry<S: InsnFetch>(&mut self, e: Entry<'_>, sims: &mut [S]) -> Result<()> {
         let settles = e.settled(self.at);
         if let Some(straddles) = settles {
             if self.settled.get(e.id) == Some(&self.version) {
-                self.straddles += u64::from(straddles);
-                self.pending += u64::from(e.ninsns - straddles);
+                self.repeat_straddles(u64::from(straddles));
+                self.repeat(u64::from(e.ninsns - straddles));
                 return Ok(());
             }
         }
@@ -475,48 +514,113 @@ impl Filter {
         Ok(())
     }
 
-    /// Leader `l` through the filter: counted if it holds the line,
-    /// otherwise simulated in the filter's simulators.
+    /// Leader `l` through the filter: counted at the first level that
+    /// holds its line, simulated in the simulators behind every level
+    /// before.
     #[inline]
     fn leader<S: InsnFetch>(&mut self, l: Leader, sims: &mut [S]) -> Result<()> {
         let first = l.addr >> self.shift;
         let last = (l.addr + u64::from(l.size).max(1) - 1) >> self.shift;
-        if self.last[(first & self.mask) as usize] == first {
-            if first == last {
-                self.pending += 1 + u64::from(l.follow);
-                return Ok(());
-            }
-            if last == first + 1 && self.last[(last & self.mask) as usize] == last {
-                self.straddles += 1;
-                self.pending += u64::from(l.follow);
-                return Ok(());
-            }
+        if self.levels[0].hit(first, last, l.follow) {
+            return Ok(());
         }
-        self.flush(sims);
         self.version += 1;
-        for &k in &self.sims {
-            sims[k].block(std::slice::from_ref(&l))?;
+        self.miss(0, l, (first, last), sims)?;
+        for j in 1..self.levels.len() {
+            if self.levels[j].hit(first, last, l.follow) {
+                break;
+            }
+            self.miss(j, l, (first, last), sims)?;
         }
-        self.last[(first & self.mask) as usize] = first;
-        self.last[(last & self.mask) as usize] = last;
         Ok(())
     }
 
-    /// Counts the pending fetches in the filter's simulators (before one
-    /// goes through, so their reference numbers stay right).
-    fn flush<S: InsnFetch>(&mut self, sims: &mut [S]) {
-        if self.pending > 0 {
+    /// Leader `l`, spanning `lines`, missed level `j`: its pending counts
+    /// go to its simulators and on to the next level, then `l` to its
+    /// simulators.
+    #[inline(never)]
+    fn miss<S: InsnFetch>(
+        &mut self,
+        j: usize,
+        l: Leader,
+        (first, last): (u64, u64),
+        sims: &mut [S],
+    ) -> Result<()> {
+        let (pending, straddles) = self.levels[j].flush(sims);
+        if let Some(next) = self.levels.get_mut(j + 1) {
+            next.pending += pending;
+            next.straddles += straddles;
+        }
+        let level = &mut self.levels[j];
+        for &k in &level.sims {
+            sims[k].block(std::slice::from_ref(&l))?;
+        }
+        level.last[(first & level.mask) as usize] = first;
+        level.last[(last & level.mask) as usize] = last;
+        Ok(())
+    }
+
+    /// Counts every pending fetch in the simulators, level after level.
+    fn finish<S: InsnFetch>(&mut self, sims: &mut [S]) {
+        let (mut pending, mut straddles) = (0, 0);
+        for level in &mut self.levels {
+            level.pending += pending;
+            level.straddles += straddles;
+            (pending, straddles) = level.flush(sims);
+        }
+    }
+}
+
+impl Level {
+    fn new((sets, sims): Members) -> Self {
+        debug_assert!(sets.is_power_of_two());
+        Level {
+            mask: sets - 1,
+            last: vec![u64::MAX; sets as usize],
+            sims,
+            pending: 0,
+            straddles: 0,
+        }
+    }
+
+    /// Whether a leader on lines `first..=last`, with `follow`
+    /// instructions after it, is a hit here (then counted): its line
+    /// accessed last in its set, or both of its two lines in theirs.
+    #[inline(always)]
+    fn hit(&mut self, first: u64, last: u64, follow: u32) -> bool {
+        if self.last[(first & self.mask) as usize] != first {
+            return false;
+        }
+        if first == last {
+            self.pending += 1 + u64::from(follow);
+            return true;
+        }
+        if last == first + 1 && self.last[(last & self.mask) as usize] == last {
+            self.straddles += 1;
+            self.pending += u64::from(follow);
+            return true;
+        }
+        false
+    }
+
+    /// Counts the pending fetches in the level's simulators (before one
+    /// goes through, so their reference numbers stay right); returns
+    /// them, for the next level.
+    fn flush<S: InsnFetch>(&mut self, sims: &mut [S]) -> (u64, u64) {
+        let (pending, straddles) = (self.pending, self.straddles);
+        if pending > 0 {
             for &k in &self.sims {
-                sims[k].repeat(self.pending);
+                sims[k].repeat(pending);
             }
             self.pending = 0;
         }
-        if self.straddles > 0 {
+        if straddles > 0 {
             for &k in &self.sims {
-                sims[k].repeat_straddles(self.straddles);
+                sims[k].repeat_straddles(straddles);
             }
             self.straddles = 0;
         }
+        (pending, straddles)
     }
 }
 
@@ -532,7 +636,7 @@ impl<S: InsnFetch> InsnFetch for Stripped<S> {
     fn strip_sets(&self, line: u64) -> u64 {
         let filters = (self.filters.iter())
             .filter(|f| 1 << f.shift == line)
-            .map(|f| f.mask + 1);
+            .map(Filter::sets);
         let direct = (self.direct.iter())
             .filter(|&&(_, at)| self.lines[at] == line)
             .map(|&(k, _)| self.sims[k].strip_sets(line));
@@ -551,7 +655,7 @@ impl<S: InsnFetch> InsnFetch for Stripped<S> {
     }
     fn repeat(&mut self, n: u64) {
         for f in &mut self.filters {
-            f.pending += n;
+            f.repeat(n);
         }
         for &(k, _) in &self.direct {
             self.sims[k].repeat(n);
@@ -559,7 +663,7 @@ impl<S: InsnFetch> InsnFetch for Stripped<S> {
     }
     fn repeat_straddles(&mut self, n: u64) {
         for f in &mut self.filters {
-            f.straddles += n;
+            f.repeat_straddles(n);
         }
         for &(k, _) in &self.direct {
             self.sims[k].repeat_straddles(n);
