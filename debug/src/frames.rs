@@ -369,7 +369,8 @@ impl Walk {
             })
             .collect();
         let mut pending = self.pending.clone();
-        (slots.sort_unstable(), pending.sort_unstable());
+        slots.sort_unstable();
+        pending.sort_unstable();
         if slots != pending || inner.iter().any(|v| v.dropped) {
             return false;
         }
