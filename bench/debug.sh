@@ -6,13 +6,15 @@
 # gdb session minus the same session without that command (best of REPS),
 # and reported in executed instructions per second (target: 100 M/s) and
 # against `aetrace regen --format bin` of the same trace to /dev/null,
-# timed in the same run.
+# timed in the same run. Then the cost of a stop against the history
+# before it (below). AETRACE=PATH measures that binary (an older build,
+# for a before and after) instead of this tree's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
 REPS=${REPS:-5}
 cargo build --release -p aetrace --quiet
-A=$(realpath "${CARGO_TARGET_DIR:-target}/x86_64-unknown-linux-gnu/release/aetrace")
+A=${AETRACE:-$(realpath "${CARGO_TARGET_DIR:-target}/x86_64-unknown-linux-gnu/release/aetrace")}
 WORK=$(mktemp -d /tmp/aetrace-bench.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 
@@ -74,3 +76,50 @@ figures() { # the timer (best or best_cpu), its name
 echo "gzip -c 20 kB: $N instructions"
 figures best "wall time"
 if command -v perf >/dev/null; then figures best_cpu "CPU time"; fi
+
+# A stop's cost against the history before it (issue 22): gdb with
+# aetrace.py (its unwinder reads the frames and their addresses) on
+# `aetrace debug --server --at P` at the start, the middle and the end of
+# a control-only trace: `bt`, `stepi`, `bt` after connecting (the stop),
+# and the same with k more `stepi` and `bt`, whose CPU time less the
+# first's, over k, is one further stop's (k large on the large trace, whose
+# connection's cost varies by seconds). Connecting regenerates the
+# trace to P (the timeline and the procedure stack go forwards); a
+# further stop's cost is what must not grow with P.
+stop_costs() { # trace, its length, name, repetitions, k
+    local where p s one more i k=$5
+    for where in start middle end; do
+        case $where in
+            start) p=1000 ;;
+            middle) p=$(($2 / 2)) ;;
+            end) p=$(($2 - 1000)) ;;
+        esac
+        s="set pagination off
+set remotetimeout 600
+target remote | $(printf '%q' "$A") debug --server --at $p $(printf '%q' "$1")
+bt
+stepi
+bt"
+        printf '%s\n' "$s" >"$WORK/stop1.gdb"
+        {
+            printf '%s\n' "$s"
+            for ((i = 0; i < k; i++)); do printf 'stepi\nbt\n'; done
+        } >"$WORK/stopk.gdb"
+        one=$(REPS=$4 best_cpu gdb -batch -nx -x debug/gdb/aetrace.py -x "$WORK/stop1.gdb" /usr/bin/gzip)
+        more=$(REPS=$4 best_cpu gdb -batch -nx -x debug/gdb/aetrace.py -x "$WORK/stopk.gdb" /usr/bin/gzip)
+        awk -v n="$3" -v w="$where" -v p="$p" -v one="$one" -v more="$more" -v k="$k" 'BEGIN {
+            printf "  %s, %-6s (--at %11d): connect + bt + stepi + bt %7.3f s CPU; a further stepi + bt %7.4f s\n", n, w, p, one, (more - one) / k
+        }'
+    done
+}
+if command -v perf >/dev/null; then
+    echo "stop costs (CPU time, best of 3; the large trace once):"
+    stop_costs "$WORK/t.aet" "$N" "gzip 20 kB" 3 10
+    { cat /usr/share/common-licenses/* /etc/services 2>/dev/null; cat /usr/bin/gzip; } >"$WORK/seed"
+    while [ "$(stat -c %s "$WORK/seed")" -lt 2000000 ]; do cat "$WORK/seed" "$WORK/seed" >"$WORK/seed2"; mv "$WORK/seed2" "$WORK/seed"; done
+    head -c 2000000 "$WORK/seed" >"$WORK/big"
+    "$A" record -o "$WORK/big.aet" -- gzip -c "$WORK/big" >/dev/null </dev/null
+    NB=$("$A" regen --count --thread 0 "$WORK/big.aet" | awk '/^total:/ {print $2}')
+    echo "gzip -c 2 MB: $NB instructions"
+    stop_costs "$WORK/big.aet" "$NB" "gzip 2 MB" 1 200
+fi

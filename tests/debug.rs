@@ -3874,3 +3874,166 @@ fn reverse_finish_out_of_write_into_stripped_gzip_runs_back_as_natively() {
     let at = numbers(&native, "at ");
     assert_eq!(at, [(NATIVE_BASE + before) as i64], "{what}");
 }
+
+/// The frames' addresses of walks that end at a snapshot, joining the
+/// walk back from its interval's start (`debug/src/frames.rs`, "Joins"),
+/// are the walks' to their end: at 60 stops of each thread of programs
+/// with recursion (`recursion.c`: deep, mutual), callbacks from `qsort`,
+/// `longjmp`, `alloca`, signal handlers (`signal_stops.c`) and threads,
+/// recorded control-only and with `--data --check`, the stub with 64
+/// instructions per interval (a walk reaches a snapshot within 64) serves
+/// the frame ids (`FRAME_IDS`) and the callers' `rbp` (`CALLER_RBP`) it
+/// serves with one interval (no snapshot to join); they are real at some
+/// stops of each (but of a control-only thread that handled signals,
+/// which has none). About 20 s at load 20.
+#[test]
+fn frames_from_snapshots_are_the_walks_from_the_start() {
+    let programs: [(&str, &[&str], bool); 6] = [
+        ("recursion.c", &["11"], true),
+        ("qsort_callback.c", &[], true),
+        ("setjmp.c", &[], true),
+        ("alloca_calls.c", &[], true),
+        ("signal_stops.c", &[], false),
+        ("threads.c", &[], true),
+    ];
+    for (source, args, control_real) in programs {
+        let exe = o0_g(source);
+        let flavours = [
+            (&[][..], "joins-ctl.aet"),
+            (&["--data", "--check"][..], "joins-data.aet"),
+        ];
+        for (flags, name) in flavours {
+            let trace = exe.with_extension(name);
+            run_checked(
+                Command::new(common::aetrace())
+                    .arg("record")
+                    .args(flags)
+                    .arg("-o")
+                    .arg(&trace)
+                    .arg("--")
+                    .arg(&exe)
+                    .args(args),
+                &format!("aetrace record {flags:?} {source}"),
+            );
+            let bytes = std::fs::read(&trace).unwrap();
+            let t = aetrace_format::Trace::parse(&bytes[..]).unwrap();
+            let threads: Vec<u32> = t.threads().map(|s| s.start.thread.0).collect();
+            let mut real = 0;
+            for thread in threads {
+                let n = insns_of(&trace, thread);
+                let stops: Vec<u64> = (0..60).map(|i| i * n / 60).collect();
+                let joined = frames_served(&t, thread, 64, &stops);
+                let whole = frames_served(&t, thread, n as usize + 1, &stops);
+                for (k, (a, b)) in joined.iter().zip(&whole).enumerate() {
+                    assert_eq!(a, b, "{source} {flags:?} thread {thread}, at {}", stops[k]);
+                }
+                real += whole
+                    .iter()
+                    .filter(|w| w.0.iter().any(|&c| is_real(c)))
+                    .count();
+            }
+            let expected = control_real || !flags.is_empty();
+            assert_eq!(
+                real > 0,
+                expected,
+                "{source} {flags:?}: {real} stops with real frame addresses"
+            );
+        }
+    }
+}
+
+/// Whether frame id `c` is a stack address, not made up
+/// (`frame_address` in `debug/src/stub.rs`: 0x100 apart below
+/// 0x7ff0_0000_0000).
+fn is_real(c: u64) -> bool {
+    !(0x7fe0_0000_0000..=0x7ff0_0000_0000).contains(&c)
+}
+
+/// The number of traced instructions thread `thread` of `trace` ran.
+fn insns_of(trace: &Path, thread: u32) -> u64 {
+    let out = Command::new(common::aetrace())
+        .args(["regen", "--count", "--thread", &thread.to_string()])
+        .arg(trace)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let total = text.lines().find_map(|l| l.strip_prefix("total:"));
+    total
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// At each of `stops` of thread `thread` (`monitor seek`), the frame ids
+/// and the callers' `rbp` (as u64s) that the stub serves with `interval`
+/// instructions per interval, over the protocol.
+fn frames_served(
+    t: &aetrace_format::Trace<&[u8]>,
+    thread: u32,
+    interval: usize,
+    stops: &[u64],
+) -> Vec<(Vec<u64>, Vec<u64>)> {
+    let packet = |body: &str| {
+        let sum = body.bytes().fold(0u8, |a, b| a.wrapping_add(b));
+        format!("+${body}#{sum:02x}")
+    };
+    let hex = |s: &str| s.bytes().map(|b| format!("{b:02x}")).collect::<String>();
+    let mut input = packet("qSupported:swbreak+;hwbreak+");
+    for p in stops {
+        input += &packet(&format!("qRcmd,{}", hex(&format!("seek {p}"))));
+        input += &packet(&format!("m{:x},200", aetrace_debug::stub::FRAME_IDS));
+        input += &packet(&format!("m{:x},400", aetrace_debug::stub::CALLER_RBP));
+    }
+    input.push('+');
+    let opts = aetrace_debug::Options {
+        thread: Some(thread),
+        interval,
+        ..Default::default()
+    };
+    let mut out = Vec::new();
+    aetrace_debug::serve(
+        t,
+        opts,
+        aetrace_debug::Pipe::new(input.as_bytes(), &mut out),
+    )
+    .unwrap();
+    let text = String::from_utf8(out).unwrap();
+    // Each seek's reply ends with `OK`; the reads' follow it.
+    let replies: Vec<&str> = text
+        .split('$')
+        .skip(1)
+        .map(|p| &p[..p.rfind('#').unwrap()])
+        .filter(|b| !(b.starts_with('O') && b.len() > 1 && *b != "OK"))
+        .collect();
+    let words = |r: &str| -> Vec<u64> {
+        let r = unrle(r).into_bytes();
+        let byte =
+            |i: usize| u8::from_str_radix(std::str::from_utf8(&r[2 * i..][..2]).unwrap(), 16);
+        let bytes: Vec<u8> = (0..r.len() / 2).map(|i| byte(i).unwrap()).collect();
+        let word = |c: &[u8]| u64::from_le_bytes(c.try_into().unwrap());
+        bytes.chunks_exact(8).map(word).collect()
+    };
+    let per_stop = replies[1..].chunks(3);
+    per_stop.map(|r| (words(r[1]), words(r[2]))).collect()
+}
+
+/// `s` with the protocol's run-length encoding expanded (`c*N`: `N - 29`
+/// more `c`).
+fn unrle(s: &str) -> String {
+    let mut out = String::new();
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '*' => {
+                let last = out.chars().last().unwrap();
+                let n = chars.next().unwrap() as usize - 29;
+                out.extend(std::iter::repeat(last).take(n));
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}

@@ -35,14 +35,37 @@
 //! untraced frame has the CFA it has seen from a callback (`finish` out
 //! of the callback compares them).
 //!
+//! Joins (issue 22: a stop's cost must not grow with the history before
+//! it): [`Joins`] keeps, for each interval of the timeline (its
+//! snapshots), what the walk back from the interval's start found of the
+//! frames there. A walk that reaches an interval's start, its instruction
+//! walked, in a state that walks the rest of the way as the start's own
+//! walk, shifted by some levels, ends there with what that one found
+//! ([`Back::join`]): its frames outside the ones it is in are the same
+//! (the same return addresses and entries), the returns it has not yet
+//! paired are those of the start's innermost frames, which that walk
+//! found opened (by traced calls, or outside entries), and nothing that
+//! walk met on its way back would have been taken differently with the
+//! other walk's bounds (the slots a creator must be above, the returns
+//! still pending). Where any of this is not certain, the walk goes on to
+//! the interval before: a join never changes a result, only where the
+//! walk ends. The starts' walks are built in order, each joining the ones
+//! before: a session's first stop at position `n` costs a walk over the
+//! `n` positions (as the procedure stack's), later ones about an interval.
+//!
 //! Invariants: a CFA is given only where found as above, never guessed;
-//! the CFAs found grow outwards (each creator's slot above the one before).
+//! the CFAs found grow outwards (each creator's slot above the one before);
+//! the result of a walk that joins is the result of the same walk
+//! walked to its end (`tests/debug.rs`, `frames_from_snapshots_are_the_walks_from_the_start`).
 
 use crate::data::{Code, Data, Flow, Ref};
-use crate::image::Image;
 use crate::timeline::Timeline;
 use crate::untraced::is_untraced;
 use aetrace_analysis::addr::{Access, Gpr};
+
+/// A frame: its pc (a caller's: its return address) and its procedure's
+/// entry.
+pub type Frame = (u64, u64);
 
 /// Where the frames are asked for: before the instruction at `pos` runs,
 /// or in the passage through untraced code just before it (`passage`:
@@ -65,48 +88,343 @@ impl Stand {
     }
 }
 
+/// The frames at a position, before its instruction runs (the stub's
+/// procedure stack): what [`Joins`] keeps the walks of.
+pub type FramesAt<'a> = &'a mut dyn for<'t, 'm> FnMut(&'t mut Timeline<'m>, u64) -> Vec<Frame>;
+
+/// What the walks back from the intervals' starts found ([`Back::join`]):
+/// interval `k`'s (`k` >= 1) at index `k - 1`, with its start. Per
+/// snapshot 72 bytes, and per frame there 16 and a [`Level`] (72 bytes)
+/// or an [`EntryLevel`] (48 bytes, and its own instructions walked, 8
+/// bytes each, kept only where they reach its entry: at most [`BODY`]).
+#[derive(Default)]
+pub struct Joins {
+    data: Vec<(u64, Snap<Level>)>,
+    entries: Vec<(u64, Snap<EntryLevel>)>,
+    /// A start's walk failed: no later one is built.
+    failed: bool,
+}
+
+impl Joins {
+    /// Builds the walks of the starts of intervals `1..=k`, in order.
+    fn reach<W: Back>(
+        &mut self,
+        data: &mut Data,
+        t: &mut Timeline<'_>,
+        code: &Code<'_, '_>,
+        k: usize,
+        frames_at: FramesAt<'_>,
+    ) {
+        while !self.failed && W::snaps(self).len() < k {
+            let start = t.start(W::snaps(self).len() + 1);
+            let frames = frames_at(t, start);
+            let mut w = W::fresh(frames);
+            match walk_back(data, t, code, start, start, true, &mut w, W::snaps(self)) {
+                Ok(()) => {
+                    let s = w.snap();
+                    W::snaps_mut(self).push((start, s));
+                }
+                Err(_) => self.failed = true,
+            }
+        }
+    }
+}
+
+/// What the walk back from an interval's start found: the frames there
+/// (innermost first), per frame what the walk learnt, and for the walk
+/// of [`cfas_by_entries`] the level an outside entry broke it at.
+#[derive(Clone, Debug)]
+struct Snap<L> {
+    frames: Vec<Frame>,
+    levels: Vec<L>,
+    broken: Option<usize>,
+}
+
+/// A walk back that can end at an interval's start (the module comment,
+/// "Joins").
+trait Back: Sized {
+    /// What it learns per frame.
+    type Level;
+    /// The walk of an interval's start, whose frames are `frames`.
+    fn fresh(frames: Vec<Frame>) -> Self;
+    /// The start's instruction, which did not run: what comes after the
+    /// first position walked.
+    fn prime(&mut self, pc: u64, refs: &[Ref]);
+    /// One position back; `ran`: its instruction ran.
+    fn step(&mut self, code: &Code<'_, '_>, ran: bool, pc: u64, flow: Flow, refs: &[Ref]);
+    /// Whether it has found what it looks for.
+    fn done(&self) -> bool;
+    /// At the start of `s`'s interval, its instruction walked: ends the
+    /// walk with what `s` found, if the rest of the way would be `s`'s
+    /// walk's (then `true`).
+    fn join(&mut self, s: &Snap<Self::Level>) -> bool;
+    /// What it found.
+    fn snap(self) -> Snap<Self::Level>;
+    fn snaps(j: &Joins) -> &[(u64, Snap<Self::Level>)];
+    fn snaps_mut(j: &mut Joins) -> &mut Vec<(u64, Snap<Self::Level>)>;
+}
+
+/// Walks `w` back from position `from` (the positions before `ran` ran;
+/// `from` only primes it if `prime`), ending where it is done or joins
+/// the walk of an interval's start in `snaps`.
+#[allow(clippy::too_many_arguments)]
+fn walk_back<W: Back>(
+    data: &mut Data,
+    t: &mut Timeline<'_>,
+    code: &Code<'_, '_>,
+    from: u64,
+    ran: u64,
+    prime: bool,
+    w: &mut W,
+    snaps: &[(u64, Snap<W::Level>)],
+) -> Result<(), String> {
+    data.scan_back(t, code, from, |q, pc, flow, refs| {
+        if prime && q == from {
+            w.prime(pc, refs);
+            return false;
+        }
+        w.step(code, q < ran, pc, flow, refs);
+        w.done() || (q < ran && join_at(w, snaps, q))
+    })
+}
+
+/// Whether `w` joins the walk of an interval that starts at `q`.
+fn join_at<W: Back>(w: &mut W, snaps: &[(u64, Snap<W::Level>)], q: u64) -> bool {
+    match snaps.binary_search_by_key(&q, |s| s.0) {
+        Ok(i) => w.join(&snaps[i].1),
+        Err(_) => false,
+    }
+}
+
+/// Walks `w` back from `at`: its interval first, then, if not done, the
+/// intervals before, joining their starts' walks.
+fn run<W: Back>(
+    data: &mut Data,
+    t: &mut Timeline<'_>,
+    code: &Code<'_, '_>,
+    joins: &mut Joins,
+    frames_at: FramesAt<'_>,
+    at: Stand,
+    w: &mut W,
+) -> Result<(), String> {
+    let Some(last) = at.last() else {
+        return Ok(());
+    };
+    let Some(k) = t.interval_of(last) else {
+        return Ok(());
+    };
+    let start = t.start(k);
+    // Most stops find their frames in their interval: no start's walk is
+    // built for them.
+    let mut paused = false;
+    data.scan_back(t, code, last, |q, pc, flow, refs| {
+        w.step(code, q < at.pos, pc, flow, refs);
+        paused = q == start && !w.done();
+        w.done() || paused
+    })?;
+    if !paused || start == 0 {
+        return Ok(());
+    }
+    joins.reach::<W>(data, t, code, k, frames_at);
+    let snaps = W::snaps(joins);
+    if start < at.pos && join_at(w, snaps, start) {
+        return Ok(());
+    }
+    walk_back(data, t, code, start - 1, at.pos, false, w, snaps)
+}
+
 /// The CFAs of `frames[..needed]` (pc and procedure entry, innermost
 /// first) at `at`, each `None` where not found.
+#[allow(clippy::too_many_arguments)]
 pub fn cfas(
     data: &mut Data,
     t: &mut Timeline<'_>,
     code: &Code<'_, '_>,
+    joins: &mut Joins,
+    frames_at: FramesAt<'_>,
     at: Stand,
-    frames: &[(u64, u64)],
+    frames: &[Frame],
     needed: usize,
 ) -> Result<Vec<Option<u64>>, String> {
-    let mut walk = Walk {
-        frames,
-        found: vec![None; needed],
-        level: 0,
-        pending: Vec::new(),
-        last_slot: None,
-    };
-    if let (true, Some(last)) = (needed > 0, at.last()) {
-        data.scan_back(t, code, last, |q, pc, flow, refs| {
-            walk.step(code.image, q < at.pos, pc, flow, refs);
-            walk.level >= needed
-        })?;
+    let mut walk = Walk::new(frames.to_vec(), needed);
+    if needed > 0 {
+        run(data, t, code, joins, frames_at, at, &mut walk)?;
     }
-    debug_assert!(grows(&walk.found));
-    Ok(walk.found)
+    let found: Vec<Option<u64>> = walk.levels.iter().map(|l| l.found).collect();
+    debug_assert!(grows(&found));
+    Ok(found)
+}
+
+/// How the walk back of [`cfas`] left a frame.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum End {
+    /// Not yet (the walk is in it, or ended in it).
+    #[default]
+    Open,
+    /// At its creator, the call that pushed its return address to this
+    /// slot.
+    Creator(u64),
+    /// At its entry.
+    Entry,
+}
+
+/// What the walk back of [`cfas`] learnt of a frame: its CFA, and what a
+/// join needs to know of the way ([`Walk::join`]).
+#[derive(Clone, Debug, Default)]
+struct Level {
+    found: Option<u64>,
+    end: End,
+    /// The highest slot of a creator (by its return address) that the
+    /// bound (the slot of the frame below) refused.
+    refused: Option<u64>,
+    /// The highest slot of the calls walked in it that neither paired
+    /// with a return nor created it.
+    others: Option<u64>,
+    /// The creator's call dropped returns still pending (below its slot).
+    dropped: bool,
 }
 
 /// The walk back ([`cfas`]): the frame whose body it is in and the slots
 /// of returns whose calls are further back.
-struct Walk<'f> {
-    frames: &'f [(u64, u64)],
-    found: Vec<Option<u64>>,
+struct Walk {
+    frames: Vec<Frame>,
+    levels: Vec<Level>,
     level: usize,
     pending: Vec<u64>,
     /// The slot the frame below the current one was found at.
     last_slot: Option<u64>,
+    joined: bool,
 }
 
-impl Walk<'_> {
-    /// One position back; `ran`: its instruction ran (it is before the
-    /// position the frames are of).
-    fn step(&mut self, image: &Image, ran: bool, pc: u64, flow: Flow, refs: &[Ref]) {
+impl Walk {
+    fn new(frames: Vec<Frame>, needed: usize) -> Walk {
+        Walk {
+            frames,
+            levels: vec![Level::default(); needed],
+            level: 0,
+            pending: Vec::new(),
+            last_slot: None,
+            joined: false,
+        }
+    }
+
+    /// A call that pushed its return address `ret` to slot `s`.
+    fn call(&mut self, s: u64, ret: u64) {
+        if let Some(i) = self.pending.iter().position(|&x| x == s) {
+            self.pending.swap_remove(i);
+            return;
+        }
+        // Returns below its slot were in what it called (untraced code
+        // calling back, signal handlers).
+        let before = self.pending.len();
+        self.pending.retain(|&x| x > s);
+        let l = self.level;
+        if l >= self.levels.len() {
+            return;
+        }
+        let candidate = self.by_call(l) && self.frames[l + 1].0 == ret;
+        let above = self.last_slot.map_or(true, |below| s > below);
+        let v = &mut self.levels[l];
+        if candidate && above {
+            v.found = Some(s + 8);
+            v.end = End::Creator(s);
+            v.dropped = self.pending.len() < before;
+            self.last_slot = Some(s);
+            self.level += 1;
+            return;
+        }
+        if candidate {
+            v.refused = v.refused.max(Some(s));
+        }
+        v.others = v.others.max(Some(s));
+    }
+
+    /// Whether frame `l` was made by a traced call ([`by_call`]).
+    fn by_call(&self, l: usize) -> bool {
+        by_call(&self.frames, l)
+    }
+
+    /// Whether the rest of the walk from the start of `s`'s interval
+    /// would be `s`'s walk shifted by levels (`j` of its frames' returns
+    /// pending here): the frames outside the current one the same, the
+    /// pending returns those of `s`'s innermost `j` frames, each found at
+    /// its creator, and no call `s` walked taken otherwise here (a
+    /// creator refused or taken by the other bound, a pending return
+    /// dropped).
+    fn joins(&self, s: &Snap<Level>) -> bool {
+        let (l0, j) = (self.level, self.pending.len());
+        let n = self.frames.len();
+        if s.frames.len() <= j || n - l0 != s.frames.len() - j {
+            return false;
+        }
+        if self.frames[l0].1 != s.frames[j].1 || self.frames[l0 + 1..] != s.frames[j + 1..] {
+            return false;
+        }
+        let inner = &s.levels[..j];
+        let mut slots: Vec<u64> = inner
+            .iter()
+            .filter_map(|v| match v.end {
+                End::Creator(c) => Some(c),
+                _ => None,
+            })
+            .collect();
+        let mut pending = self.pending.clone();
+        slots.sort_unstable();
+        pending.sort_unstable();
+        if slots != pending || inner.iter().any(|v| v.dropped) {
+            return false;
+        }
+        // A call between the start and the creators, pairing with no
+        // return: it drops no pending return here (all above it) ...
+        let mut lowest = u64::MAX;
+        for v in inner.iter().rev() {
+            if let End::Creator(c) = v.end {
+                lowest = lowest.min(c);
+            }
+            if v.others.is_some_and(|m| m >= lowest) {
+                return false;
+            }
+        }
+        // ... nor creates the current frame here (below the bound).
+        let others = inner.iter().filter_map(|v| v.others).max();
+        if self.by_call(l0) && others.is_some_and(|m| self.last_slot.map_or(true, |b| m > b)) {
+            return false;
+        }
+        self.same_bounds(s, j)
+    }
+
+    /// Whether the creators of `s`'s frames `j` and `j + 1` are taken
+    /// and refused here as there, where the bound differs: frame `j`'s is
+    /// the slot of the frame below the current one here; frame `j + 1`'s
+    /// differs where frame `j` ended at its entry with no CFA there but
+    /// one here.
+    fn same_bounds(&self, s: &Snap<Level>, j: usize) -> bool {
+        let b = self.last_slot;
+        let v = &s.levels[j];
+        if v.refused.is_some_and(|r| b.map_or(true, |b| r > b)) {
+            return false;
+        }
+        if matches!(v.end, End::Creator(a) if b.is_some_and(|b| a <= b)) {
+            return false;
+        }
+        let mine = self.levels[self.level].found;
+        let next = s.levels.get(j + 1).map(|w| w.end);
+        !matches!((v.end, v.found, mine, next),
+            (End::Entry, None, Some(c), Some(End::Creator(a))) if a <= c.wrapping_sub(8))
+    }
+}
+
+impl Back for Walk {
+    type Level = Level;
+
+    fn fresh(frames: Vec<Frame>) -> Self {
+        let n = frames.len();
+        Walk::new(frames, n)
+    }
+
+    fn prime(&mut self, _: u64, _: &[Ref]) {}
+
+    fn step(&mut self, code: &Code<'_, '_>, ran: bool, pc: u64, flow: Flow, refs: &[Ref]) {
         match (ran, flow) {
             (true, Flow::Ret) => {
                 // Its references are the callee's.
@@ -120,43 +438,63 @@ impl Walk<'_> {
             }
             _ => {}
         }
-        if self.level >= self.found.len() || !self.pending.is_empty() || self.by_call(self.level) {
-            return;
-        }
-        if let Some(c) = body_cfa(image, pc, refs) {
-            self.found[self.level] = Some(c);
-        }
-        if pc == self.frames[self.level].1 {
-            // The frame's entry: the walk is in its caller's body now.
-            self.last_slot = self.found[self.level].map(|c| c - 8);
-            self.level += 1;
-        }
-    }
-
-    /// A call that pushed its return address `ret` to slot `s`.
-    fn call(&mut self, s: u64, ret: u64) {
-        if let Some(i) = self.pending.iter().position(|&x| x == s) {
-            self.pending.swap_remove(i);
-            return;
-        }
-        // Returns below its slot were in what it called (untraced code
-        // calling back, signal handlers).
-        self.pending.retain(|&x| x > s);
         let l = self.level;
-        let creator = l < self.found.len()
-            && self.by_call(l)
-            && self.frames[l + 1].0 == ret
-            && self.last_slot.map_or(true, |below| s > below);
-        if creator {
-            self.found[l] = Some(s + 8);
-            self.last_slot = Some(s);
+        if l >= self.levels.len() || !self.pending.is_empty() || self.by_call(l) {
+            return;
+        }
+        if let Some(c) = body_cfa(code.image, pc, refs) {
+            self.levels[l].found = Some(c);
+        }
+        if pc == self.frames[l].1 {
+            // The frame's entry: the walk is in its caller's body now.
+            self.levels[l].end = End::Entry;
+            self.last_slot = self.levels[l].found.map(|c| c - 8);
             self.level += 1;
         }
     }
 
-    /// Whether frame `l` was made by a traced call ([`by_call`]).
-    fn by_call(&self, l: usize) -> bool {
-        by_call(self.frames, l)
+    fn done(&self) -> bool {
+        self.joined || self.level >= self.levels.len()
+    }
+
+    fn join(&mut self, s: &Snap<Level>) -> bool {
+        if !self.joins(s) {
+            return false;
+        }
+        let (l0, j) = (self.level, self.pending.len());
+        let mine = &self.levels[l0];
+        // The calls between the start and the creators are the current
+        // frame's here.
+        let passed = s.levels[..j].iter().filter_map(|v| v.others).max();
+        let v = &s.levels[j];
+        let merged = Level {
+            found: v.found.or(mine.found),
+            end: v.end,
+            refused: mine.refused.max(passed).max(v.refused),
+            others: mine.others.max(passed).max(v.others),
+            dropped: mine.dropped || v.dropped,
+        };
+        self.levels[l0] = merged;
+        let rest = self.levels.len() - l0 - 1;
+        self.levels[l0 + 1..].clone_from_slice(&s.levels[j + 1..j + 1 + rest]);
+        self.joined = true;
+        true
+    }
+
+    fn snap(self) -> Snap<Level> {
+        Snap {
+            frames: self.frames,
+            levels: self.levels,
+            broken: None,
+        }
+    }
+
+    fn snaps(j: &Joins) -> &[(u64, Snap<Level>)] {
+        &j.data
+    }
+
+    fn snaps_mut(j: &mut Joins) -> &mut Vec<(u64, Snap<Level>)> {
+        &mut j.data
     }
 }
 
@@ -170,7 +508,7 @@ fn slot(refs: &[Ref], access: Access, disp: u64) -> Option<u64> {
 
 /// The CFA at `pc` from a reference through the register its CFI row
 /// computes the CFA from.
-fn body_cfa(image: &Image, pc: u64, refs: &[Ref]) -> Option<u64> {
+fn body_cfa(image: &crate::image::Image, pc: u64, refs: &[Ref]) -> Option<u64> {
     let (reg, off) = crate::cfi::cfa_rule(image, pc)?;
     refs.iter().find_map(|r| match r.from {
         Some((g, disp)) if g == reg => Some(r.start.wrapping_sub(disp).wrapping_add(off as u64)),
@@ -190,16 +528,23 @@ enum Opener {
     Entry(u64),
     /// A traced call at this address.
     Call(u64),
+    /// A traced call at this address into untraced code that called
+    /// back (the untraced frame's opener, found with its callee's
+    /// outside entry after it).
+    Passed(u64),
 }
 
 /// [`cfas`] of a control-only trace from its outside entries' `rsp`
 /// ([`Ref::entered_with`]) and the stack deltas of the callers' code.
+#[allow(clippy::too_many_arguments)]
 pub fn cfas_by_entries(
     data: &mut Data,
     t: &mut Timeline<'_>,
     code: &Code<'_, '_>,
+    joins: &mut Joins,
+    frames_at: FramesAt<'_>,
     at: Stand,
-    frames: &[(u64, u64)],
+    frames: &[Frame],
     needed: usize,
 ) -> Result<Vec<Option<u64>>, String> {
     // A frame opened by a call needs its caller's entry too.
@@ -208,34 +553,24 @@ pub fn cfas_by_entries(
         n if by_call(frames, n - 1) => n + 1,
         n => n,
     };
-    let mut walk = Openers {
-        frames,
-        opened: Vec::new(),
-        bodies: Vec::new(),
-        needed: needed_back,
-        pending: Vec::new(),
-        // In a passage, what ran last went to the untraced code.
-        next: at.passage.then(|| (frames[0].0, false)),
-        broken: false,
-    };
+    let mut walk = Openers::new(frames.to_vec(), needed_back);
+    // In a passage, what ran last went to the untraced code.
+    walk.next = at.passage.then(|| (frames[0].0, false));
     let none = vec![None; needed];
-    let Some(last) = at.last() else {
+    if at.last().is_none() {
         return Ok(none);
-    };
-    data.scan_back(t, code, last, |q, pc, flow, refs| {
-        walk.step(q < at.pos, pc, flow, refs);
-        walk.broken || walk.opened.len() >= walk.needed
-    })?;
-    if walk.broken || walk.opened.len() < needed_back {
+    }
+    run(data, t, code, joins, frames_at, at, &mut walk)?;
+    if walk.broken.is_some() || walk.opened < needed_back {
         return Ok(none);
     }
     let mut cfas = vec![None; needed_back];
     for l in (0..needed_back).rev() {
-        cfas[l] = match walk.opened[l] {
+        cfas[l] = match walk.levels[l].opener.expect("opened") {
             Opener::Entry(rsp) => Some(rsp.wrapping_add(8)),
-            Opener::Call(call) => match cfas.get(l + 1).copied().flatten() {
+            Opener::Call(call) | Opener::Passed(call) => match cfas.get(l + 1).copied().flatten() {
                 Some(caller) => {
-                    let body = walk.bodies.get(l + 1).and_then(Option::as_deref);
+                    let body = walk.levels.get(l + 1).and_then(|v| v.body.as_deref());
                     rsp_at_call(
                         data,
                         code,
@@ -283,19 +618,46 @@ fn grows(cfas: &[Option<u64>]) -> bool {
 
 /// Whether frame `l` of `frames` was made by a traced call: its caller's
 /// pc is a traced return address.
-fn by_call(frames: &[(u64, u64)], l: usize) -> bool {
+fn by_call(frames: &[Frame], l: usize) -> bool {
     frames.get(l + 1).is_some_and(|f| !is_untraced(f.0))
+}
+
+/// What the walk back of [`cfas_by_entries`] learnt of a frame.
+#[derive(Clone, Debug)]
+struct EntryLevel {
+    /// What opened it, once found.
+    opener: Option<Opener>,
+    /// The pcs of its own instructions walked (latest first, its entry
+    /// last), up to [`BODY`] of them; `None` past that.
+    body: Option<Vec<u64>>,
+    /// A bit per return address (hashed, [`ret_bit`]) of the calls
+    /// walked in it.
+    rets: u64,
+}
+
+impl Default for EntryLevel {
+    fn default() -> Self {
+        EntryLevel {
+            opener: None,
+            body: Some(Vec::new()),
+            rets: 0,
+        }
+    }
+}
+
+/// The bit of [`EntryLevel::rets`] for return address `a`.
+fn ret_bit(a: u64) -> u64 {
+    1 << (a.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58)
 }
 
 /// The walk back of [`cfas_by_entries`]: each frame's opener, innermost
 /// first, and the returns whose openers are further back.
-struct Openers<'f> {
-    frames: &'f [(u64, u64)],
-    opened: Vec<Opener>,
-    /// Per frame opened or being walked, the pcs of its own instructions
-    /// walked (latest first, its entry last), up to [`BODY`] of them; `None`
-    /// past that.
-    bodies: Vec<Option<Vec<u64>>>,
+struct Openers {
+    frames: Vec<Frame>,
+    /// Per frame opened or being walked.
+    levels: Vec<EntryLevel>,
+    /// How many are opened.
+    opened: usize,
     needed: usize,
     /// Where the traced returns walked whose openers are further back
     /// went, innermost last.
@@ -303,64 +665,45 @@ struct Openers<'f> {
     /// The position after the one stepped to: its pc, and whether it
     /// is an outside entry.
     next: Option<(u64, bool)>,
-    /// An outside entry that is not its frame's: a `longjmp`, a throw or
-    /// a tail jump into untraced code passed frames without their returns.
-    broken: bool,
+    /// The level at which an outside entry was found that is not its
+    /// frame's: a `longjmp`, a throw or a tail jump into untraced code
+    /// passed frames without their returns.
+    broken: Option<usize>,
+    joined: bool,
 }
 
-impl Openers<'_> {
-    /// One position back; `ran`: its instruction ran.
-    fn step(&mut self, ran: bool, pc: u64, flow: Flow, refs: &[Ref]) {
-        let entered = refs.iter().find_map(Ref::entered_with);
-        let next = self.next.replace((pc, entered.is_some()));
-        let (level, idle) = (self.opened.len(), self.pending.is_empty());
-        if let Some(rsp) = entered {
-            self.open(Opener::Entry(rsp), self.frames[level].1 == pc);
+impl Openers {
+    fn new(frames: Vec<Frame>, needed: usize) -> Openers {
+        Openers {
+            frames,
+            levels: Vec::new(),
+            opened: 0,
+            needed,
+            pending: Vec::new(),
+            next: None,
+            broken: None,
+            joined: false,
         }
-        let (true, Flow::Call(ret)) = (ran, flow) else {
-            if ran && flow == Flow::Ret {
-                // Where it went: a traced call that returned there pairs.
-                self.pending.extend(next.map(|(a, _)| a));
-            } else if idle && ran {
-                self.body(level, pc);
-            }
-            return;
-        };
-        let l = self.opened.len();
-        let made = |l: usize| by_call(self.frames, l) && self.frames[l + 1].0 == ret;
-        match next {
-            // The callee came straight back, or is the outside entry
-            // after it (an indirect call: the entry pairs with its return),
-            // or untraced code that called back, whose frame (no return
-            // of it is traced) is open only if it is on the stack.
-            Some((a, entry)) if a == ret || entry => {
-                let untraced = self.frames.get(l).is_some_and(|f| is_untraced(f.0));
-                if self.pending.is_empty() && untraced && made(l) {
-                    self.opened.push(Opener::Call(pc));
-                }
-            }
-            // A traced callee that returned by a traced `ret`.
-            _ if self.pending.last() == Some(&ret) => {
-                self.pending.pop();
-            }
-            // A traced callee whose return was not traced (a PLT stub's
-            // jump through the GOT, a tail jump into untraced code) came
-            // back with `rsp` as before the call: the frame's own, as in
-            // the data walk, unless it opened the frame.
-            _ if self.pending.is_empty() && made(l) => self.opened.push(Opener::Call(pc)),
-            _ => {}
+    }
+
+    /// Frame `l`'s level, made if not yet.
+    fn level(&mut self, l: usize) -> &mut EntryLevel {
+        if self.levels.len() <= l {
+            self.levels.resize(l + 1, EntryLevel::default());
         }
-        if idle && self.opened.len() == l {
-            self.body(l, pc);
-        }
+        &mut self.levels[l]
+    }
+
+    /// Opens the frame the walk is in.
+    fn push(&mut self, o: Opener) {
+        let l = self.opened;
+        self.level(l).opener = Some(o);
+        self.opened += 1;
     }
 
     /// The instruction at `pc` is frame `l`'s own.
     fn body(&mut self, l: usize, pc: u64) {
-        if self.bodies.len() <= l {
-            self.bodies.resize(l + 1, Some(Vec::new()));
-        }
-        let b = &mut self.bodies[l];
+        let b = &mut self.level(l).body;
         match b {
             Some(pcs) if pcs.len() < BODY => pcs.push(pc),
             _ => *b = None,
@@ -372,9 +715,163 @@ impl Openers<'_> {
     fn open(&mut self, o: Opener, fits: bool) {
         if self.pending.pop().is_none() {
             match fits {
-                true => self.opened.push(o),
-                false => self.broken = true,
+                true => self.push(o),
+                false => self.broken = Some(self.opened),
             }
         }
+    }
+
+    /// Whether the rest of the walk from the start of `s`'s interval
+    /// would be `s`'s walk shifted by levels (`j` of its frames' returns
+    /// pending here): the frames outside the current one the same, and
+    /// `s`'s innermost `j` frames opened by traced calls that return
+    /// where the pending returns went, or by outside entries (which pair
+    /// with any) where no call walked in them returns where their
+    /// pending return went (the bits of [`EntryLevel::rets`]).
+    fn joins(&self, s: &Snap<EntryLevel>) -> bool {
+        let (l0, j) = (self.opened, self.pending.len());
+        let n = self.frames.len();
+        if s.frames.len() <= j || n - l0 != s.frames.len() - j {
+            return false;
+        }
+        let (f, g) = (self.frames[l0], s.frames[j]);
+        if f.1 != g.1 || is_untraced(f.0) != is_untraced(g.0) {
+            return false;
+        }
+        if self.frames[l0 + 1..] != s.frames[j + 1..] || s.broken.is_some_and(|b| b < j) {
+            return false;
+        }
+        (0..j).all(|l| {
+            let went = self.pending[j - 1 - l];
+            match s.levels.get(l).and_then(|v| v.opener) {
+                Some(Opener::Call(_)) => went == s.frames[l + 1].0,
+                Some(Opener::Entry(_)) => s.levels[l].rets & ret_bit(went) == 0,
+                _ => false,
+            }
+        })
+    }
+}
+
+impl Back for Openers {
+    type Level = EntryLevel;
+
+    fn fresh(frames: Vec<Frame>) -> Self {
+        let n = frames.len();
+        Openers::new(frames, n)
+    }
+
+    fn prime(&mut self, pc: u64, refs: &[Ref]) {
+        self.next = Some((pc, refs.iter().any(|r| r.entered_with().is_some())));
+    }
+
+    fn step(&mut self, _: &Code<'_, '_>, ran: bool, pc: u64, flow: Flow, refs: &[Ref]) {
+        let entered = refs.iter().find_map(Ref::entered_with);
+        let next = self.next.replace((pc, entered.is_some()));
+        let (level, idle) = (self.opened, self.pending.is_empty());
+        if let Some(rsp) = entered {
+            let fits = self.frames[level].1 == pc;
+            self.open(Opener::Entry(rsp), fits);
+        }
+        let (true, Flow::Call(ret)) = (ran, flow) else {
+            if ran && flow == Flow::Ret {
+                // Where it went: a traced call that returned there pairs.
+                self.pending.extend(next.map(|(a, _)| a));
+            } else if idle && ran {
+                self.body(level, pc);
+            }
+            return;
+        };
+        let l = self.opened;
+        self.level(l).rets |= ret_bit(ret);
+        let made = |l: usize| by_call(&self.frames, l) && self.frames[l + 1].0 == ret;
+        match next {
+            // The callee came straight back, or is the outside entry
+            // after it (an indirect call: the entry pairs with its return),
+            // or untraced code that called back, whose frame (no return
+            // of it is traced) is open only if it is on the stack.
+            Some((a, entry)) if a == ret || entry => {
+                let untraced = self.frames.get(l).is_some_and(|f| is_untraced(f.0));
+                if self.pending.is_empty() && untraced && made(l) {
+                    self.push(Opener::Passed(pc));
+                }
+            }
+            // A traced callee that returned by a traced `ret`.
+            _ if self.pending.last() == Some(&ret) => {
+                self.pending.pop();
+            }
+            // A traced callee whose return was not traced (a PLT stub's
+            // jump through the GOT, a tail jump into untraced code) came
+            // back with `rsp` as before the call: the frame's own, as in
+            // the data walk, unless it opened the frame.
+            _ if self.pending.is_empty() && made(l) => self.push(Opener::Call(pc)),
+            _ => {}
+        }
+        if idle && self.opened == l {
+            self.body(l, pc);
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.joined || self.broken.is_some() || self.opened >= self.needed
+    }
+
+    fn join(&mut self, s: &Snap<EntryLevel>) -> bool {
+        if !self.joins(s) {
+            return false;
+        }
+        let (l0, j) = (self.opened, self.pending.len());
+        let mine = std::mem::take(self.level(l0));
+        let theirs = s.levels.get(j).cloned().unwrap_or_default();
+        // No pcs of the current frame's between the start and the
+        // openers of `s`'s innermost frames (returns were pending).
+        let passed = s.levels[..j].iter().fold(0, |r, v| r | v.rets);
+        let body = match (mine.body, &theirs.body) {
+            (Some(a), Some(b)) if a.len() + b.len() <= BODY => Some([a, b.clone()].concat()),
+            _ => None,
+        };
+        self.levels[l0] = EntryLevel {
+            opener: theirs.opener,
+            body,
+            rets: mine.rets | passed | theirs.rets,
+        };
+        self.levels.extend(s.levels.iter().skip(j + 1).cloned());
+        let opened = s.levels.iter().take_while(|v| v.opener.is_some()).count();
+        self.opened = l0 + opened.saturating_sub(j);
+        self.broken = s.broken.map(|b| l0 + b - j);
+        // The walk stops at the frames it needs: its result has no more.
+        if self.opened >= self.needed {
+            self.opened = self.needed;
+            self.broken = self.broken.filter(|&b| b < self.needed);
+        }
+        self.levels.truncate(self.needed);
+        self.joined = true;
+        true
+    }
+
+    fn snap(self) -> Snap<EntryLevel> {
+        let frames = self.frames;
+        let levels = (self.levels.into_iter().enumerate())
+            .map(|(l, mut v)| {
+                // Only a body that reaches its frame's entry is followed
+                // (`Data::follow_rsp`); appended to, it still ends there.
+                let entry = frames.get(l).map(|f| f.1);
+                let reaches = |b: &Vec<u64>| b.is_empty() || b.last().copied() == entry;
+                v.body = v.body.filter(reaches);
+                v
+            })
+            .collect();
+        Snap {
+            frames,
+            levels,
+            broken: self.broken,
+        }
+    }
+
+    fn snaps(j: &Joins) -> &[(u64, Snap<EntryLevel>)] {
+        &j.entries
+    }
+
+    fn snaps_mut(j: &mut Joins) -> &mut Vec<(u64, Snap<EntryLevel>)> {
+        &mut j.entries
     }
 }

@@ -184,6 +184,8 @@ pub struct Stub<'m> {
     /// Without them, a control-only trace's outside entries' `rsp`, for
     /// the frames' addresses alone ([`crate::data::entry_values`]).
     entries: Option<Data>,
+    /// What the frames' walks back from the intervals' starts found.
+    joins: crate::frames::Joins,
     /// Watched ranges: (start, length, kind).
     watches: Vec<(u64, u64, WatchKind)>,
     /// The instruction whose access made the last stop, with its
@@ -269,6 +271,19 @@ fn real_from(found: &[Option<u64>], made_up: impl Fn(usize) -> u64) -> Option<us
     }
 }
 
+/// The frames whose pcs are `pc` and the return addresses `rets`
+/// (innermost first), each with its procedure's entry.
+fn with_entries(blocks: &Blocks<'_>, pc: u64, rets: &[u64]) -> Vec<(u64, u64)> {
+    let entry = |a: u64| match is_untraced(a) {
+        true => UNTRACED,
+        false => blocks.at(a).map_or(0, |b| b.entry),
+    };
+    let mut frames = vec![(pc, entry(pc))];
+    // A return address's procedure is its call instruction's.
+    frames.extend(rets.iter().map(|&r| (r, entry(r - 1))));
+    frames
+}
+
 /// `words` as little-endian bytes.
 fn words(words: impl IntoIterator<Item = u64>) -> Vec<u8> {
     words.into_iter().flat_map(u64::to_le_bytes).collect()
@@ -314,6 +329,7 @@ impl<'m> Stub<'m> {
             plan: Err("the stub was not told how the program was run".into()),
             data: Err("watchpoints need data addresses: record with --data".into()),
             entries: None,
+            joins: crate::frames::Joins::default(),
             watches: Vec::new(),
             hit: None,
             due: false,
@@ -981,14 +997,7 @@ impl<'m> Stub<'m> {
             At::Passage(i) => self.stacks.at(&mut self.timeline, self.pos, Some(i)),
             At::Insn => self.stacks.at(&mut self.timeline, self.pos, None),
         };
-        let entry = |a: u64| match is_untraced(a) {
-            true => UNTRACED,
-            false => self.block_at(a).map_or(0, |b| b.entry),
-        };
-        let mut frames = vec![(pc, entry(pc))];
-        // A return address's procedure is its call instruction's.
-        frames.extend(rets.iter().map(|&r| (r, entry(r - 1))));
-        frames
+        with_entries(&self.blocks, pc, &rets)
     }
 
     /// The return addresses at the `k`th signal's delivery before the
@@ -1153,9 +1162,26 @@ impl<'m> Stub<'m> {
             modules: self.modules,
         };
         let t = &mut self.timeline;
+        let (stacks, blocks, joins) = (&mut self.stacks, &self.blocks, &mut self.joins);
+        // The frames at an interval's start, for its walk back.
+        let mut frames_at = |t: &mut Timeline<'_>, pos: u64| {
+            let pc = t.address(pos).unwrap_or(0);
+            with_entries(blocks, pc, &stacks.at(t, pos, None))
+        };
         let found = match (self.data.as_mut(), self.entries.as_mut()) {
-            (Ok(data), _) => crate::frames::cfas(data, t, &code, at, frames, needed),
-            (Err(_), Some(e)) => crate::frames::cfas_by_entries(e, t, &code, at, frames, needed),
+            (Ok(data), _) => {
+                crate::frames::cfas(data, t, &code, joins, &mut frames_at, at, frames, needed)
+            }
+            (Err(_), Some(e)) => crate::frames::cfas_by_entries(
+                e,
+                t,
+                &code,
+                joins,
+                &mut frames_at,
+                at,
+                frames,
+                needed,
+            ),
             (Err(_), None) => return None,
         };
         found.ok()

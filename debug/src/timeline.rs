@@ -330,6 +330,12 @@ impl<'m> Timeline<'m> {
         (self.snaps[k].pos, &self.window)
     }
 
+    /// The first position of interval `k`, one at or before the interval
+    /// of a position already reached.
+    pub fn start(&self, k: usize) -> u64 {
+        self.snaps[k].pos
+    }
+
     /// The interval holding position `n`, regenerating forwards to it;
     /// `None` when the stream ends before it.
     pub fn interval_of(&mut self, n: u64) -> Option<usize> {
