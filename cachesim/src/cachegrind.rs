@@ -194,8 +194,18 @@ impl Cachegrind {
     /// instructions of 96 on `bench/cachesim.sh`'s stream).
     #[inline(always)]
     pub fn reference(&mut self, r: Ref) -> Result<()> {
-        self.index += 1;
-        let same = self.last_read == (r.addr, r.size);
+        self.reference_after(0, r)
+    }
+
+    /// [`Cachegrind::count_i1_hits`] of `followers` (none when 0), then
+    /// [`Cachegrind::reference`] of `r`, without a branch on the count:
+    /// for a stream whose references each carry the I1 hits before them.
+    #[inline(always)]
+    pub fn reference_after(&mut self, followers: u64, r: Ref) -> Result<()> {
+        self.index += followers + 1;
+        self.stats.i_refs += followers;
+        // A fetch between a read and a write: no read-modify-write.
+        let same = followers == 0 && self.last_read == (r.addr, r.size);
         self.last_read = if r.kind == AccessKind::Read {
             (r.addr, r.size)
         } else {
