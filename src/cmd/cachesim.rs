@@ -225,8 +225,17 @@ struct Window {
 }
 
 impl Window {
+    /// `-skipcount` and `-maxcount` of `cli`.
+    fn new(cli: &Cli) -> Self {
+        Window {
+            skip: cli.skipcount,
+            left: cli.maxcount.unwrap_or(u64::MAX),
+            simulated: 0,
+        }
+    }
+
     /// Simulates the part of `batch` inside the window; false when done.
-    fn feed(&mut self, batch: &[Ref], sim: &mut impl FnMut(&[Ref]) -> Result<()>) -> Result<bool> {
+    fn feed<T>(&mut self, batch: &[T], sim: &mut impl FnMut(&[T]) -> Result<()>) -> Result<bool> {
         let s = (self.skip as usize).min(batch.len());
         self.skip -= s as u64;
         let refs = &batch[s..];
@@ -247,20 +256,10 @@ impl Window {
 
 /// Reads the trace and sends batches to `sim`.  Text and `bin` input are
 /// parsed or decoded on other threads.
-/// `followers`: the model counts [`repeated`] markers, with this
-/// smallest I1 line ([`Batches`]; a data trace only).
-fn drive(
-    cli: &Cli,
-    followers: Option<u64>,
-    mut sim: impl FnMut(&[Ref]) -> Result<()>,
-) -> Result<u64> {
-    let mut window = Window {
-        skip: cli.skipcount,
-        left: cli.maxcount.unwrap_or(u64::MAX),
-        simulated: 0,
-    };
+fn drive(cli: &Cli, mut sim: impl FnMut(&[Ref]) -> Result<()>) -> Result<u64> {
+    let mut window = Window::new(cli);
     if let Some(path) = is_trace(cli) {
-        return drive_data(path, window, followers, sim);
+        return drive_data(path, window, None, sim);
     }
     let mut reader = Reader::open(&cli.input, cli.informat)?;
     if let Some((text, format)) = reader.mapped_text() {
@@ -354,8 +353,127 @@ fn drive_chunks(
 }
 
 /// References per batch of a data trace's walk (gzip 2 MB, loaded machine:
-/// 27.4 CPU s and 95k context switches against 30.5 s and 362k at 4096).
+/// 27.4 CPU s and 95k context switches against 30.5 s and 362k at 4096),
+/// counted by [`Sent::weight`].
 const DATA_BATCH: usize = 16384;
+
+/// What [`Batches`] sends for a reference: a [`Ref`], or a [`Rec`], which
+/// also counts the followers before it.
+trait Sent: Copy + Send + 'static {
+    fn new(kind: AccessKind, addr: u64, size: u32) -> Self;
+    /// The reference.
+    fn plain(&self) -> Ref;
+    /// Counts `n` more followers before the reference; false (nothing
+    /// changed) if it cannot carry them.
+    fn fold(&mut self, n: u64) -> bool;
+    /// The followers counted in it.
+    fn before(&self) -> u64;
+    fn set_addr(&mut self, addr: u64);
+    /// The references it stands for as the walk sent them with every
+    /// group of followers a marker of its own: where the batches are
+    /// cut does not depend on how the followers go.
+    #[inline(always)]
+    fn weight(&self) -> usize {
+        1 + usize::from(self.before() != 0)
+    }
+    /// A marker of `n` instruction fetches that hit I1's line fetched
+    /// last (a real fetch is never 0 bytes long).
+    fn marker(n: u64) -> Self {
+        Self::new(AccessKind::Instr, n, 0)
+    }
+}
+
+impl Sent for Ref {
+    #[inline(always)]
+    fn new(kind: AccessKind, addr: u64, size: u32) -> Self {
+        Ref { kind, addr, size }
+    }
+    #[inline(always)]
+    fn plain(&self) -> Ref {
+        *self
+    }
+    fn fold(&mut self, n: u64) -> bool {
+        n == 0
+    }
+    #[inline(always)]
+    fn before(&self) -> u64 {
+        0
+    }
+    #[inline(always)]
+    fn set_addr(&mut self, addr: u64) {
+        self.addr = addr;
+    }
+}
+
+/// A reference and the followers before it (the cachegrind model's
+/// batches of a data trace): a group of followers rides in the
+/// reference after it instead of a marker of its own, which was 45 % of
+/// the references sent on gzip, each a pass of the simulating loop.
+#[derive(Clone, Copy, Debug)]
+struct Rec {
+    addr: u64,
+    size: u32,
+    /// The followers before it.
+    before: u16,
+    kind: AccessKind,
+}
+
+impl Sent for Rec {
+    #[inline(always)]
+    fn new(kind: AccessKind, addr: u64, size: u32) -> Self {
+        Rec {
+            addr,
+            size,
+            before: 0,
+            kind,
+        }
+    }
+    #[inline(always)]
+    fn plain(&self) -> Ref {
+        Ref {
+            kind: self.kind,
+            addr: self.addr,
+            size: self.size,
+        }
+    }
+    #[inline(always)]
+    fn fold(&mut self, n: u64) -> bool {
+        // A marker counts its fetches in its address.
+        match u16::try_from(n + u64::from(self.before)) {
+            Ok(b) if self.size != 0 => {
+                self.before = b;
+                true
+            }
+            _ => false,
+        }
+    }
+    #[inline(always)]
+    fn before(&self) -> u64 {
+        u64::from(self.before)
+    }
+    #[inline(always)]
+    fn set_addr(&mut self, addr: u64) {
+        self.addr = addr;
+    }
+}
+
+/// `r` with the followers `pending` (none after) counted in it, or, if
+/// it cannot carry them, in a marker pushed to `out`; `grouped` gains
+/// the followers counted beyond one reference sent each.
+#[inline(always)]
+fn lead<W: Sent>(pending: &mut u64, grouped: &mut u64, out: &mut Vec<W>, mut r: W) -> W {
+    if *pending != 0 {
+        let n = std::mem::take(pending);
+        match r.fold(n) {
+            true => *grouped += n,
+            false => {
+                *grouped += n - 1;
+                out.push(W::marker(n));
+            }
+        }
+    }
+    r
+}
 
 /// A data trace's walk as batches of references sent to the simulating
 /// thread (a modify is a read then a write, as in extended din).
@@ -364,38 +482,46 @@ const DATA_BATCH: usize = 16384;
 /// instruction fetch in the line its block's instruction before it ended
 /// in (not a *leader*, `aetrace_cachesim::fetch`) is not sent: it hits I1
 /// and changes no state, since data references never touch I1. The
-/// followers between two references sent are counted and sent as one
-/// [`repeated`] marker before the next, so that the model still
-/// sees an instruction between a read and a write (no read-modify-write
-/// merged across it).
-struct Batches {
-    tx: mpsc::SyncSender<Vec<Ref>>,
-    back: mpsc::Receiver<Vec<Ref>>,
-    batch: Vec<Ref>,
+/// followers between two references sent are counted in the next
+/// ([`Rec`]), so that the model still sees an instruction between a read
+/// and a write (no read-modify-write merged across it).
+struct Batches<W> {
+    tx: mpsc::SyncSender<Vec<W>>,
+    back: mpsc::Receiver<Vec<W>>,
+    out: Out<W>,
     /// The simulating thread wants no more.
     stopped: bool,
     followers: Option<Followers>,
-    /// Followers not sent since the last reference sent.
-    pending: u64,
-    /// Followers counted in markers (references simulated, not sent).
-    grouped: u64,
     /// Per module, per block: what a whole run of it sends, built at its
     /// first such run.
-    templates: Vec<Vec<Option<Template>>>,
+    templates: Vec<Vec<Option<Template<W>>>>,
     /// Per segment program number (`Sink::segment_code`).
-    segs: Vec<Option<SegTemplate>>,
+    segs: Vec<Option<SegTemplate<W>>>,
+}
+
+/// The batch [`Batches`] fills, and the followers not in it yet.
+struct Out<W> {
+    batch: Vec<W>,
+    /// The batch's [`Sent::weight`].
+    weight: usize,
+    /// Followers not sent since the last reference sent.
+    pending: u64,
+    /// Followers counted in references sent beyond one each.
+    grouped: u64,
 }
 
 /// What a run of a segment's program sends ([`Batches`]): its blocks'
-/// templates chained, each block's followers pending after it sent as a
-/// marker before the next block's first reference. A block's first
-/// fetch in the I1 line the block before it ended in is a follower too
-/// (that line is the most recent of its set: a hit that changes
-/// nothing), folded into that marker with the marker after it, if any;
-/// not the first block's, whose run before is not fixed.
-struct SegTemplate {
-    code: SegCode<Ref>,
-    /// Followers counted in markers inside the run.
+/// templates chained, the followers pending after each block counted in
+/// the next block's first reference. A block's first fetch in the I1
+/// line the block before it ended in is a follower too (that line is the
+/// most recent of its set: a hit that changes nothing), counted there
+/// with the followers after it; not the first block's, whose run before
+/// is not fixed.
+struct SegTemplate<W> {
+    code: SegCode<W>,
+    /// Its references' [`Sent::weight`].
+    weight: usize,
+    /// Followers counted in references inside the run beyond one each.
     grouped: u64,
     /// Followers after the run's last reference sent.
     trailing: u64,
@@ -405,27 +531,31 @@ struct SegTemplate {
 /// data addresses left to fill: the references are fixed by the block's
 /// code and its followers, so a run copies them and the block's flat
 /// code puts its addresses in ([`FlatCode::run_into`]), rather than
-/// deciding each instruction again.
-struct Template {
+/// deciding each instruction again. Its first reference is the block's
+/// first fetch, with no followers before it.
+struct Template<W> {
     /// The run's references, a data reference's address 0 (stored
     /// over, not or'ed in: no load of the record just copied).
-    refs: Vec<Ref>,
+    refs: Vec<W>,
+    /// Their [`Sent::weight`].
+    weight: usize,
     /// The flat code, each address placed in its references.
     flat: FlatCode,
-    /// Followers counted in markers inside the run.
+    /// Followers counted in references inside the run beyond one each.
     grouped: u64,
     /// Followers after the run's last reference sent (pending after it).
     trailing: u64,
 }
 
-impl Template {
+impl<W: Sent> Template<W> {
     /// The references of a whole run of `code` (module load bias
     /// `base`, flat code `flat`), with `follows` its instructions'
     /// follower flags if followers are counted, as [`Batches`]'s
     /// per-instruction path sends them with nothing pending before.
-    fn new(code: &BlockCode, flat: &FlatCode, base: u64, follows: Option<&[bool]>) -> Template {
+    fn new(code: &BlockCode, flat: &FlatCode, base: u64, follows: Option<&[bool]>) -> Self {
         let mut t = Template {
             refs: Vec::new(),
+            weight: 0,
             flat: flat.clone(),
             grouped: 0,
             trailing: 0,
@@ -462,27 +592,19 @@ impl Template {
             "the flat code's addresses are the block's"
         );
         t.flat = flat.placed(|n| at[n]);
+        t.weight = t.refs.iter().map(W::weight).sum();
         t
-    }
-
-    /// The references at the template's start that a run whose first
-    /// fetch is a follower does not send (that fetch, and the marker
-    /// after it if any), and the followers that marker counts.
-    fn lead_followers(&self) -> (usize, u64) {
-        match self.refs.get(1) {
-            Some(r) if r.size == 0 && r.kind == AccessKind::Instr => (2, r.addr),
-            _ => (1, 0),
-        }
     }
 
     /// Appends a reference after the followers pending.
     fn push(&mut self, kind: AccessKind, addr: u64, size: u32) {
-        if self.trailing != 0 {
-            self.grouped += self.trailing - 1;
-            let n = std::mem::take(&mut self.trailing);
-            self.refs.push(repeated(n));
-        }
-        self.refs.push(Ref { kind, addr, size });
+        let r = lead(
+            &mut self.trailing,
+            &mut self.grouped,
+            &mut self.refs,
+            W::new(kind, addr, size),
+        );
+        self.refs.push(r);
     }
 }
 
@@ -544,17 +666,42 @@ impl Followers {
     }
 }
 
-impl Batches {
+impl<W: Sent> Out<W> {
+    /// Appends `refs` (a template's: the first a fetch with no
+    /// followers before it) after the followers pending, of
+    /// [`Sent::weight`] `weight`; where they start.
     #[inline(always)]
-    fn push(&mut self, kind: AccessKind, addr: u64, size: u32) -> super::dataout::Result<()> {
-        self.put_pending();
-        self.put(Ref { kind, addr, size })
+    fn append(&mut self, refs: &[W], weight: usize) -> usize {
+        debug_assert_eq!(refs[0].before(), 0, "no followers in the first reference");
+        let mut at = self.batch.len();
+        self.batch.extend_from_slice(refs);
+        self.weight += weight;
+        if self.pending != 0 {
+            let n = std::mem::take(&mut self.pending);
+            self.weight += 1;
+            match self.batch[at].fold(n) {
+                true => self.grouped += n,
+                false => at = self.insert_marker(at, n),
+            }
+        }
+        at
     }
 
+    /// A marker of `n` followers put at `at`, before the references
+    /// there; where they start now.
+    #[cold]
+    fn insert_marker(&mut self, at: usize, n: u64) -> usize {
+        self.grouped += n - 1;
+        self.batch.insert(at, W::marker(n));
+        at + 1
+    }
+}
+
+impl<W: Sent> Batches<W> {
     #[inline(always)]
-    fn put(&mut self, r: Ref) -> super::dataout::Result<()> {
-        self.batch.push(r);
-        if self.batch.len() < DATA_BATCH {
+    fn push(&mut self, kind: AccessKind, addr: u64, size: u32) -> super::dataout::Result<()> {
+        self.out.append(&[W::new(kind, addr, size)], 1);
+        if self.out.weight < DATA_BATCH {
             return Ok(());
         }
         self.flush()
@@ -562,33 +709,32 @@ impl Batches {
 
     /// Sends the batch (and, at the end, the followers still pending).
     fn finish(&mut self) -> super::dataout::Result<()> {
-        self.put_pending();
+        let o = &mut self.out;
+        if o.pending != 0 {
+            let n = std::mem::take(&mut o.pending);
+            o.grouped += n - 1;
+            o.batch.push(W::marker(n));
+        }
         self.flush()
-    }
-
-    /// The followers pending, as a marker.
-    #[inline(always)]
-    fn put_pending(&mut self) {
-        marker(&mut self.pending, &mut self.grouped, &mut self.batch);
     }
 
     #[cold]
     fn flush(&mut self) -> super::dataout::Result<()> {
         let next = self.back.try_recv().unwrap_or_default();
-        if self
-            .tx
-            .send(std::mem::replace(&mut self.batch, next))
+        if (self.tx)
+            .send(std::mem::replace(&mut self.out.batch, next))
             .is_err()
         {
             self.stopped = true;
             return Err("the simulation stopped".into());
         }
-        self.batch.clear();
+        self.out.batch.clear();
+        self.out.weight = 0;
         Ok(())
     }
 }
 
-impl super::dataout::Sink for Batches {
+impl<W: Sent> super::dataout::Sink for Batches<W> {
     fn modules(&mut self, modules: &[Module]) {
         if let Some(f) = &mut self.followers {
             *f = Followers::new(modules, f.line);
@@ -619,9 +765,6 @@ impl super::dataout::Sink for Batches {
         if n == 0 {
             return Ok(Whole::Not);
         }
-        // The block's first instruction is sent: it takes what is pending.
-        let before = self.batch.len();
-        self.put_pending();
         let (m, b) = (r.module as usize, r.block.as_u32() as usize);
         let follows = (self.followers.as_ref()).map(|f| {
             let at = f.starts[m][b];
@@ -629,16 +772,18 @@ impl super::dataout::Sink for Batches {
         });
         let t =
             self.templates[m][b].get_or_insert_with(|| Template::new(code, flat, base, follows));
-        let at = self.batch.len();
-        self.batch.extend_from_slice(&t.refs);
-        let ran = (t.flat).run_into(regs, take, &mut self.batch[at..], |r, a| r.addr = a);
+        let o = &mut self.out;
+        let before = o.batch.len();
+        // The block's first instruction is sent: it takes what is pending.
+        let at = o.append(&t.refs, t.weight);
+        let ran = (t.flat).run_into(regs, take, &mut o.batch[at..], |r, a| r.set_addr(a));
         if let Err((k, why)) = ran {
-            self.batch.truncate(before);
+            o.batch.truncate(before);
             return Ok(Whole::Failed(k, why));
         }
-        self.grouped += t.grouped;
-        self.pending = t.trailing;
-        if self.batch.len() >= DATA_BATCH {
+        o.grouped += t.grouped;
+        o.pending = t.trailing;
+        if o.weight >= DATA_BATCH {
             self.flush()?;
         }
         Ok(Whole::Ran)
@@ -654,29 +799,32 @@ impl super::dataout::Sink for Batches {
                 return false;
             };
             let lines = line.map(|l| block_lines(m, b, l));
-            let (mut skip, mut folded) = (0, 0);
-            if lines.is_some_and(|(first, _)| ended.is_some_and(|e| first == [e, e])) {
-                (skip, folded) = t.lead_followers();
-                trailing += 1 + folded;
-            }
-            // The followers pending, sent before the first reference of
-            // this block, as `whole` sends them.
+            // The block's first fetch, a follower here: its reference
+            // is not sent, and the followers after it wait for the next.
+            let skip =
+                usize::from(lines.is_some_and(|(first, _)| ended.is_some_and(|e| first == [e, e])));
+            trailing += skip as u64;
+            // The followers pending go in the block's first reference
+            // sent, as `whole` sends them (or a marker before it).
             let mut extra = Vec::new();
-            if skip < t.refs.len() {
-                marker(&mut trailing, &mut grouped, &mut extra);
-            }
+            let first =
+                (t.refs.get(skip)).map(|&r| lead(&mut trailing, &mut grouped, &mut extra, r));
+            let at = code.recs.len() + extra.len();
             if code
                 .push(&extra, (&t.refs, &t.flat), skip, m.blocks[b].ninsns)
                 .is_none()
             {
                 return false;
             }
-            // The folded marker counts in the one it joined.
-            grouped += t.grouped - folded.saturating_sub(1);
+            if let Some(r) = first {
+                code.recs[at] = r;
+            }
+            grouped += t.grouped;
             trailing += t.trailing;
             ended = lines.map(|(_, end)| end);
         }
         let seg = SegTemplate {
+            weight: code.recs.iter().map(W::weight).sum(),
             code,
             grouped,
             trailing,
@@ -695,41 +843,33 @@ impl super::dataout::Sink for Batches {
         regs: &mut Regs,
         take: &mut T,
     ) -> super::dataout::Result<Segmented> {
-        let Batches {
-            segs,
-            batch,
-            pending,
-            grouped,
-            ..
-        } = self;
+        let Batches { segs, out: o, .. } = self;
         let Some(Some(seg)) = segs.get(id) else {
             return Ok(Segmented::Not);
         };
-        if batch.len() + 1 + seg.code.recs.len() >= DATA_BATCH {
+        if o.weight + 1 + seg.weight >= DATA_BATCH {
             return Ok(Segmented::Not);
         }
-        let before = batch.len();
-        marker(pending, grouped, batch);
-        let at = batch.len();
-        batch.extend_from_slice(&seg.code.recs);
-        let ran = (seg.code.flat).run_into(regs, take, &mut batch[at..], |r, a| r.addr = a);
+        let before = o.batch.len();
+        let at = o.append(&seg.code.recs, seg.weight);
+        let ran = (seg.code.flat).run_into(regs, take, &mut o.batch[at..], |r, a| r.set_addr(a));
         if let Err((k, why)) = ran {
             let (block, k) = seg.code.insn(k);
-            batch.truncate(match block {
+            o.batch.truncate(match block {
                 0 => before,
                 b => at + seg.code.records_of(b),
             });
             return Ok(Segmented::Failed { block, k, why });
         }
-        *grouped += seg.grouped;
-        *pending = seg.trailing;
+        o.grouped += seg.grouped;
+        o.pending = seg.trailing;
         Ok(Segmented::Ran)
     }
 
     #[inline(always)]
     fn insn(&mut self, k: u32, addr: u64, len: u32) -> super::dataout::Result<()> {
         if self.followers.as_mut().is_some_and(|f| f.follows(k)) {
-            self.pending += 1;
+            self.out.pending += 1;
             return Ok(());
         }
         self.push(AccessKind::Instr, addr, len)
@@ -761,27 +901,6 @@ fn block_lines(m: &Module, b: BlockIx, line: u64) -> ([u64; 2], u64) {
     let first = start.wrapping_add(u64::from(lens[0]) - 1);
     let last = start.wrapping_add(u64::from(block.size) - 1);
     ([start / line, first / line], last / line)
-}
-
-/// The followers `pending` (none after), as a marker in `batch`; the
-/// marker's count less one more are `grouped`.
-#[inline(always)]
-fn marker(pending: &mut u64, grouped: &mut u64, batch: &mut Vec<Ref>) {
-    if *pending != 0 {
-        let n = std::mem::take(pending);
-        *grouped += n - 1;
-        batch.push(repeated(n));
-    }
-}
-
-/// A marker of `n` instruction fetches that hit I1's line fetched last
-/// ([`Batches`]; a real fetch is never 0 bytes long).
-fn repeated(n: u64) -> Ref {
-    Ref {
-        kind: AccessKind::Instr,
-        addr: n,
-        size: 0,
-    }
 }
 
 /// The smallest I1 line of `cgs` when the input is a trace whose
@@ -871,15 +990,16 @@ fn ungroup<S: InsnFetch>(groups: Vec<Stripped<S>>, order: &[usize]) -> Vec<S> {
 
 /// Walks the data trace at `path` on a second thread and simulates its
 /// references on this one, within `window`; with `line`, followers for
-/// I1 lines of that size are sent as markers ([`Batches`]).
-fn drive_data(
+/// I1 lines of that size are counted in the references after them
+/// ([`Batches`]).
+fn drive_data<W: Sent>(
     path: &Path,
     mut window: Window,
     line: Option<u64>,
-    mut sim: impl FnMut(&[Ref]) -> Result<()>,
+    mut sim: impl FnMut(&[W]) -> Result<()>,
 ) -> Result<u64> {
-    let (tx, rx) = mpsc::sync_channel::<Vec<Ref>>(4);
-    let (back_tx, back) = mpsc::channel::<Vec<Ref>>();
+    let (tx, rx) = mpsc::sync_channel::<Vec<W>>(4);
+    let (back_tx, back) = mpsc::channel::<Vec<W>>();
     // `move`: an early return drops `rx`, which stops the walk at its next
     // batch before the scope joins it.
     std::thread::scope(move |scope| {
@@ -887,19 +1007,22 @@ fn drive_data(
             let mut b = Batches {
                 tx,
                 back,
-                batch: Vec::with_capacity(DATA_BATCH),
+                out: Out {
+                    batch: Vec::with_capacity(DATA_BATCH),
+                    weight: 0,
+                    pending: 0,
+                    grouped: 0,
+                },
                 stopped: false,
                 followers: line.map(|line| Followers::new(&[], line)),
-                pending: 0,
-                grouped: 0,
                 templates: Vec::new(),
                 segs: Vec::new(),
             };
             let opts = aetrace_regen::Options::default();
             let r = super::dataout::walk(path, &opts, &mut b).and_then(|_| b.finish());
             match r {
-                Err(_) if b.stopped => Ok(b.grouped),
-                r => r.map(|()| b.grouped).map_err(|e| e.to_string()),
+                Err(_) if b.stopped => Ok(b.out.grouped),
+                r => r.map(|()| b.out.grouped).map_err(|e| e.to_string()),
             }
         });
         for batch in rx.iter() {
@@ -1368,7 +1491,7 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
         let mut sw = Sweep::new(spec);
         // No segments: one-byte lines, every instruction a leader.
         let s = simulate(&cli, &mut [SweepFetch(&mut sw)], false, |f| {
-            drive(&cli, None, |refs| {
+            drive(&cli, |refs| {
                 f.iter_mut().for_each(|f| f.0.run(refs));
                 Ok(())
             })
@@ -1398,7 +1521,7 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
                 .collect();
             let (mut groups, order) = groups(&cli, hs);
             let s = simulate(&cli, &mut groups, true, |groups| {
-                drive(&cli, None, |refs| {
+                drive(&cli, |refs| {
                     (groups.iter_mut().flat_map(Stripped::sims_mut)).for_each(|h| h.run(refs));
                     Ok(())
                 })
@@ -1430,17 +1553,12 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
             };
             let s = simulate(&cli, &mut groups, true, |groups| {
                 let line = followers(&cli, groups);
-                drive(&cli, line, |refs| {
-                    (groups.iter_mut().flat_map(Stripped::sims_mut)).try_for_each(|cg| {
-                        refs.iter().try_for_each(|&r| match r.size {
-                            0 if line.is_some() && r.kind == AccessKind::Instr => {
-                                cg.count_i1_hits(r.addr);
-                                Ok(())
-                            }
-                            _ => cg.reference(r),
-                        })
-                    })
-                })
+                match is_trace(&cli) {
+                    Some(path) => drive_data(path, Window::new(&cli), line, |recs: &[Rec]| {
+                        simulate_sent(groups, recs, line.is_some())
+                    }),
+                    None => drive(&cli, |refs| simulate_sent(groups, refs, false)),
+                }
             })
             .map_err(from_start)?;
             let cgs = ungroup(groups, &order);
@@ -1455,6 +1573,30 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
             )
         }
     }
+}
+
+/// Simulates `refs` in every simulator of `groups`; `markers`: a
+/// reference of an instruction fetch 0 bytes long is a marker of that
+/// many I1 hits ([`Batches`]).
+#[inline(always)]
+fn simulate_sent<W: Sent>(
+    groups: &mut [Stripped<Cachegrind>],
+    refs: &[W],
+    markers: bool,
+) -> Result<()> {
+    let cgs = groups.iter_mut().flat_map(Stripped::sims_mut);
+    cgs.into_iter().try_for_each(|cg| {
+        refs.iter().try_for_each(|r| {
+            let p = r.plain();
+            match p.size {
+                0 if markers && p.kind == AccessKind::Instr => {
+                    cg.count_i1_hits(p.addr);
+                    Ok(())
+                }
+                _ => cg.reference_after(r.before(), p),
+            }
+        })
+    })
 }
 
 /// Entry point of `cachesim ARGS` and `aetrace cachesim ARGS` (arguments
