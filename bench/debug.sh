@@ -38,6 +38,11 @@ session once 'continue'
 session forward "$(again 'monitor seek 0' "$flush" continue)"
 session backward "continue
 $(again "monitor seek $((N - 1))" "$flush" reverse-continue)"
+# The same seeks without the crossings: a stop's own cost (the registers
+# gdb reads there, the frames' walk at the end) is not the crossing's.
+session seeks0 "$(again 'monitor seek 0' "$flush")"
+session seeksN "continue
+$(again "monitor seek $((N - 1))" "$flush")"
 run() { gdb -batch -nx -x "$WORK/$1.gdb" /usr/bin/gzip 2>/dev/null; }
 
 # CPU time (user and system, gdb and the stub: perf's task-clock counts
@@ -56,15 +61,18 @@ best_cpu() {
 }
 
 figures() { # the timer (best or best_cpu), its name
-    local c o f b r
+    local c o f b s0 sn r
     c=$($1 run connect)
     o=$($1 run once)
     f=$($1 run forward)
     b=$($1 run backward)
+    s0=$($1 run seeks0)
+    sn=$($1 run seeksN)
     r=$($1 "$A" regen --format bin --thread 0 "$WORK/t.aet")
-    awk -v n="$N" -v k="$K" -v c="$c" -v o="$o" -v f="$f" -v b="$b" -v r="$r" -v what="$2" 'BEGIN {
-        fc = (f - c) / k; rc = (b - o) / k; first = o - c
+    awk -v n="$N" -v k="$K" -v c="$c" -v o="$o" -v f="$f" -v b="$b" -v s0="$s0" -v sn="$sn" -v r="$r" -v what="$2" 'BEGIN {
+        fc = (f - s0) / k; rc = (b - sn) / k; first = o - c
         printf "%s: gdb session alone %.3f s\n", what, c
+        printf "  a seek and its stop, at the start: %.4f s; at the end: %.4f s (not in the crossings below)\n", (s0 - c) / k, (sn - o) / k
         printf "  continue, first to last:         %.4f s  %7.1f M instructions/s\n", fc, n / fc / 1e6
         printf "  reverse-continue, last to first: %.4f s  %7.1f M instructions/s\n", rc, n / rc / 1e6
         printf "  a session'"'"'s first continue:       %.4f s  %7.1f M instructions/s (builds the snapshots)\n", first, n / first / 1e6
