@@ -236,19 +236,20 @@ pub const S_EXEC_SP: u64 = 200;
 /// stack the recorder may write its answer into.
 pub const S_EXEC_BUF: u64 = 208;
 /// EXEC_ANSWER: u64, 0 (run the exec as the program called it: natively,
-/// untraced or failing as it would) or the address in EXEC_BUF of six
-/// u64: the path, argv and envp of the `execve` that runs the rewritten
-/// copy, then, for an exec by a name of the native path's length, the
-/// directory of names to exec from, the process's own directory to go
-/// back to should the `execve` fail, and the header offset of the
-/// process's [`H_EXEC_CWD`] entry, freed then (0s: none), then a seventh
-/// u64 a spawn's answer uses. A spawn's answer uses the first three and,
-/// in place of the fourth, the file actions the child runs (0: the
+/// untraced or failing as it would) or the address in EXEC_BUF of seven
+/// u64 words. An exec's answer: the path, argv and envp of the `execve`
+/// that runs the rewritten copy; then, for an exec by a name of the
+/// native path's length, the directory of names to exec from, the
+/// process's own directory to go back to should the `execve` fail, and
+/// the header offset of the process's [`H_EXEC_CWD`] entry, freed then
+/// (0s: none); the seventh 0. A spawn's answer: the first
+/// three as an exec's; fourth, the file actions the child runs (0: the
 /// program's own): a copy of the program's followed by an `open` of `.`
 /// ([`SPAWN_BACK_FLAGS`]) at a descriptor N free in the child and a
 /// `chdir` to the directory of names (`exe::followed_exec` goes back);
-/// then that directory (0: none), [`ExecKind::Shell`]'s functions and N,
-/// for a caller that makes its own actions (`popen`).
+/// fifth, that directory (0: none); sixth, [`ExecKind::Shell`]'s
+/// functions; seventh, N, for a caller that makes its own actions
+/// (`popen`).
 pub const S_EXEC_ANSWER: u64 = 216;
 /// The flags of a followed spawn child's `open` of `.`, the directory its
 /// new image goes back to (not close-on-exec: it outlives the exec).
