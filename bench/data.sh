@@ -177,20 +177,20 @@ for r in rows:
     print(f"{name:14} {refs:11d} {pct(static):>7} {pct(derived):>8} {pct(recorded):>9} {values:10d} "
           f"{vbytes:12d} {raw:11d} {stored:10d} {cstored:10d} {b:8.2f} {(stored - cstored) * 8 / refs if refs else float('nan'):10.2f}")
 print(f"bits per data reference, whole stored stream: max {max(bits):.2f} (target <= 2)")
-print()
-print("Regeneration of the --data trace, regen --format bin --data -o /dev/null: references = its bin records")
-print("(fetches, reads, writes; -j 2's bytes checked equal to -j 1's), M references per wall second and per CPU second")
-print(f"{'workload':14} {'references':>11} {'j1 wall':>8} {'j1 CPU':>7} {'M/s':>6} {'M/CPU s':>8} "
-      f"{'j2 wall':>8} {'j2 CPU':>7} {'M/s':>6} {'M/CPU s':>8}")
+print("\nRegeneration of the --data trace, regen --format bin --data -o /dev/null: references = its bin records\n"
+      "(fetches, reads, writes; -j 2's bytes checked equal to -j 1's), M references per wall second and per CPU second")
+# Per -j: wall, CPU, M references per wall second and per CPU second.
+per_j = lambda j: [f"{f'j{j} wall':>8}", f"{f'j{j} CPU':>7}", f"{'M/s':>6}", f"{'M/CPU s':>8}"]
+print(" ".join([f"{'workload':14}", f"{'references':>11}"] + per_j(1) + per_j(2)))
 speeds = []
-for r in rows:
-    records, w1, c1, w2, c2 = map(float, r[18:23])
-    if records != records:
-        continue
-    m = lambda s: records / s / 1e6
-    speeds.append(max(m(w1), m(w2)))
-    print(f"{r[0]:14} {int(records):11d} {w1:8.2f} {c1:7.2f} {m(w1):6.0f} {m(c1):8.0f} "
-          f"{w2:8.2f} {c2:7.2f} {m(w2):6.0f} {m(c2):8.0f}")
+for r in (r for r in rows if r[18] != "nan"):
+    records = int(r[18])
+    cols = [f"{r[0]:14}", f"{records:11d}"]
+    for wall, cpu in ((float(r[19]), float(r[20])), (float(r[21]), float(r[22]))):
+        cols += [f"{wall:8.2f}", f"{cpu:7.2f}", f"{records / wall / 1e6:6.0f}", f"{records / cpu / 1e6:8.0f}"]
+        speeds.append((r[0], records / wall / 1e6))
+    print(" ".join(cols))
+speeds = [max(s for n, s in speeds if n == w) for w in dict(speeds)]
 if speeds:
     print(f"regeneration with data, the slowest workload at its faster -j: {min(speeds):.0f} M references "
           f"per second (target: at least 200 M per second to /dev/null)")
