@@ -12,12 +12,26 @@
 # (recomputed from recorded ones) and static, the raw value bytes, the
 # stored witness stream of the data trace and of the control trace, and
 # bits per data reference of the whole stored stream (target: 2) and of
-# its data part (data trace stored - control trace stored).
+# its data part (data trace stored - control trace stored). Then the
+# regeneration of the data trace, `aetrace regen --format bin --data -o
+# /dev/null` at -j 1 and -j 2 (wall and CPU of the best of REGEN_REPS runs):
+# its references (the `bin` records: one per instruction fetch, read and
+# write, a read-modify-write two) per wall second and per CPU second,
+# against issue 21's target of 200 M per second. The references are
+# counted from the bytes of `-o -` (less the 24-byte header, over 8), in a
+# run that also compares -j 2's output with -j 1's, byte for byte. With
+# data, -j 2 cuts the control walk's stream by the summarised fast pass (no
+# state index: `regen --data` reads none) while the data walk stays one
+# thread: on 2 cores it costs about twice the control walk's CPU for no
+# less wall time, and is printed to show that.
 #   REPS=N        best of N wall times for native and control runs (default 3)
 #   DATA_REPS=N   best of N for the --data runs (default 1: xz takes ~30 s)
 #   LACKEY=1      also time valgrind lackey once per workload (minutes each)
 #   ONLY=REGEX    only the workloads whose name matches
 #   AETRACE=PATH  this aetrace binary instead of building the worktree's (before/after pairs)
+#   REGEN=0       skip the regeneration part (its check reads two
+#                 regenerations' output side by side: xz's is the largest)
+#   REGEN_REPS=N  best of N wall times for each regeneration (default 1)
 # CPU time (user + sys of the run and its children) of the best run is
 # printed beside each wall time: on a loaded machine the recorder's work
 # shows there, not in wall time. Slow part: `aetrace info` of xz's data
@@ -28,6 +42,8 @@ cd "$(dirname "$0")/.."
 . bench/lib.sh
 REPS=${REPS:-3}
 DATA_REPS=${DATA_REPS:-1}
+REGEN=${REGEN:-1}
+REGEN_REPS=${REGEN_REPS:-1}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}
 [ -n "${AETRACE:-}" ] || cargo build --release -q -p aetrace --bin aetrace
 AETRACE=${AETRACE:-$(realpath "$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release/aetrace")}
@@ -47,6 +63,30 @@ WORKLOADS=(
     "xz+liblzma|liblzma.so.5|/usr/bin/xz -c libc-2m"
     "sort 100k|none|/usr/bin/sort lines-100k"
 )
+
+# The `bin` records `"$AETRACE" regen --format bin --data -o - $1` writes
+# (its bytes less the 24-byte header, over 8), after checking that its -j 2
+# writes the same bytes (both read side by side; a difference, or a failed
+# run, stops the bench).
+same_records() {
+    python3 - "$AETRACE" "$1" <<'EOF'
+import subprocess, sys
+aetrace, trace = sys.argv[1:]
+runs = [subprocess.Popen([aetrace, "regen", "-j", j, "--format", "bin", "--data", "-o", "-", trace],
+                         stdout=subprocess.PIPE) for j in ("1", "2")]
+n = 0
+while True:
+    a, b = (r.stdout.read(1 << 20) for r in runs)
+    if a != b:
+        sys.exit(f"bench/data.sh: regen --data of {trace}: -j 2's output differs from -j 1's after byte {n}")
+    if not a:
+        break
+    n += len(a)
+if any(r.wait() for r in runs) or n < 24 or (n - 24) % 8:
+    sys.exit(f"bench/data.sh: regen --data of {trace}: failed or wrote {n} bytes")
+print((n - 24) // 8)
+EOF
+}
 
 # "wall cpu" in seconds of the run with the least wall time of N runs of
 # "$@" (stdout discarded); cpu is user + sys of the run and its children.
@@ -78,11 +118,18 @@ for w in "${WORKLOADS[@]}"; do
         lackey=$(timed 1 valgrind -q --tool=lackey --trace-mem=yes --vex-guest-chase=no \
             --log-file=/dev/null "${cmd[@]}")
     fi
+    regen="nan nan nan nan nan"
+    if [ "$REGEN" = 1 ]; then
+        regen="$(same_records data.aet) \
+$(timed "$REGEN_REPS" "$AETRACE" regen -j 1 --format bin --data -o /dev/null data.aet) \
+$(timed "$REGEN_REPS" "$AETRACE" regen -j 2 --format bin --data -o /dev/null data.aet)"
+    fi
     "$AETRACE" info control.aet >control.info
     "$AETRACE" info data.aet >data.info
-    python3 - "$name" $native $control $data $lackey <<'EOF' >>results
+    python3 - "$name" $native $control $data $lackey $regen <<'EOF' >>results
 import re, sys
 name, *t = sys.argv[1:]
+t, regen = t[:8], t[8:]
 def grab(f, pat):
     m = re.search(pat, open(f).read())
     if not m:
@@ -95,7 +142,7 @@ values, value_bytes = grab("data.info", r"data values: (\d+) \((\d+) bytes")
 refs, static, derived, recorded = grab(
     "data.info", r"data references: (\d+) \((\d+) static [\d.]+%, (\d+) derived [\d.]+%, (\d+) recorded")
 print("\t".join([name, *t] + [str(x) for x in
-      (refs, static, derived, recorded, values, value_bytes, raw, stored, c_stored)]))
+      (refs, static, derived, recorded, values, value_bytes, raw, stored, c_stored)] + regen))
 EOF
 done
 
@@ -130,4 +177,21 @@ for r in rows:
     print(f"{name:14} {refs:11d} {pct(static):>7} {pct(derived):>8} {pct(recorded):>9} {values:10d} "
           f"{vbytes:12d} {raw:11d} {stored:10d} {cstored:10d} {b:8.2f} {(stored - cstored) * 8 / refs if refs else float('nan'):10.2f}")
 print(f"bits per data reference, whole stored stream: max {max(bits):.2f} (target <= 2)")
+print("\nRegeneration of the --data trace, regen --format bin --data -o /dev/null: references = its bin records\n"
+      "(fetches, reads, writes; -j 2's bytes checked equal to -j 1's), M references per wall second and per CPU second")
+# Per -j: wall, CPU, M references per wall second and per CPU second.
+per_j = lambda j: [f"{f'j{j} wall':>8}", f"{f'j{j} CPU':>7}", f"{'M/s':>6}", f"{'M/CPU s':>8}"]
+print(" ".join([f"{'workload':14}", f"{'references':>11}"] + per_j(1) + per_j(2)))
+speeds = []
+for r in (r for r in rows if r[18] != "nan"):
+    records = int(r[18])
+    cols = [f"{r[0]:14}", f"{records:11d}"]
+    for wall, cpu in ((float(r[19]), float(r[20])), (float(r[21]), float(r[22]))):
+        cols += [f"{wall:8.2f}", f"{cpu:7.2f}", f"{records / wall / 1e6:6.0f}", f"{records / cpu / 1e6:8.0f}"]
+        speeds.append((r[0], records / wall / 1e6))
+    print(" ".join(cols))
+speeds = [max(s for n, s in speeds if n == w) for w in dict(speeds)]
+if speeds:
+    print(f"regeneration with data, the slowest workload at its faster -j: {min(speeds):.0f} M references "
+          f"per second (target: at least 200 M per second to /dev/null)")
 EOF

@@ -30,6 +30,9 @@
 //! between), or at a procedure entry with `rsp` from the direct call or jump
 //! before it, or from the outside-entry stub's VALUE right after its
 //! ENTER, `exec::Entered`), else an error naming procedure and block.
+//! Whether the run before is a plain way in is a fact of that run and the
+//! block: each block keeps the last run before that passed
+//! (`Entry::plain_after`), and a run after it again is not checked.
 //! A signal handler's values sit among the interrupted instruction's
 //! (`signals`). The control walk (`Visit::run`, with summarised segments:
 //! one step per witness) runs on its own thread, a few batches ahead; the
@@ -51,6 +54,7 @@
 #[path = "dataout/signals.rs"]
 mod signals;
 
+use std::cell::Cell;
 use std::io::Write;
 use std::path::Path;
 use std::rc::Rc;
@@ -450,6 +454,30 @@ impl Bin<'_> {
     }
 }
 
+/// Puts address `a` into `bin` records `p` and `q` of a run's copied
+/// records ([`FlatCode::go`]'s places): one record but for a
+/// read-modify-write's read and write (rare: the second `or` is skipped
+/// by a branch that is nearly always the same way).
+#[inline(always)]
+fn put_address(out: &mut [[u8; 8]], [p, q]: [u32; 2], a: u64) {
+    let mut or = |w: u32| {
+        let w = &mut out[w as usize];
+        *w = (u64::from_le_bytes(*w) | a).to_le_bytes();
+    };
+    or(p);
+    if q != p {
+        or(q);
+    }
+}
+
+/// Keeps `x` in `kept` unless it holds one: the first address too large
+/// for a record, out of the runs' loop (never there in a valid trace).
+#[cold]
+#[inline(never)]
+fn first<T>(kept: &mut Option<T>, x: T) {
+    kept.get_or_insert(x);
+}
+
 /// Keeps `seg` as segment program `id` of `segs`.
 pub fn put_segment<T>(segs: &mut Vec<Option<T>>, id: usize, seg: T) {
     if segs.len() <= id {
@@ -490,11 +518,11 @@ impl Sink for Bin<'_> {
         let out = self.records.room(n)?;
         out.copy_from_slice(&t.words);
         let mut large = None;
-        let ran = t.flat.run_into(regs, take, out, |w, a| {
+        let ran = t.flat.go(regs, take, |at, a| {
             if a >= ADDRESS_LIMIT {
-                large.get_or_insert(a);
+                first(&mut large, a);
             }
-            *w = (u64::from_le_bytes(*w) | a).to_le_bytes();
+            put_address(out, at, a);
         });
         if ran.is_err() || large.is_some() {
             self.records.len -= n;
@@ -546,14 +574,11 @@ impl Sink for Bin<'_> {
         let out = &mut self.records.buf[start..start + n];
         out.copy_from_slice(&seg.recs);
         let mut large = None;
-        let ran = seg.flat.go(regs, take, |[p, q], a| {
+        let ran = seg.flat.go(regs, take, |at, a| {
             if a >= ADDRESS_LIMIT {
-                large.get_or_insert((p as usize, a));
+                first(&mut large, (at[0] as usize, a));
             }
-            for w in [p, q] {
-                let w = &mut out[w as usize];
-                *w = (u64::from_le_bytes(*w) | a).to_le_bytes();
-            }
+            put_address(out, at, a);
         });
         let failed = ran.err().map(|(k, why)| (seg.insn(k), why));
         let large = large.map(|(p, a)| (seg.block_of(p), a));
@@ -676,6 +701,11 @@ struct Entry {
     /// It is a block of a leaf (`Returns::leaf`): it may run between a
     /// call to its procedure and the return, and its `ret` returns there.
     leaf: bool,
+    /// The run before (`ThreadExec::prev`) that [`Writer::came_by`] last
+    /// found a plain way in: the check depends on that run and this block
+    /// alone, so after the same run again it is not made (nor the
+    /// procedure's facts read).
+    plain_after: Cell<Option<(u32, BlockIx, bool, bool)>>,
 }
 
 /// A traced procedure's cross-block facts (`exec::entry_knowledge`), per
@@ -1122,6 +1152,9 @@ struct Program1 {
     keeps_back: bool,
     /// The last block ends with `ret`.
     ret: bool,
+    /// The whole run of the last block (the sink's and the thread's run
+    /// before once the program ran).
+    last: BlockRun,
     /// The registers known at the first block's start.
     known: RegSet,
     /// A run before (`ThreadExec::prev`) after which the first block was
@@ -1243,6 +1276,7 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
             totals: [0; 3],
             keeps_back: true,
             ret: false,
+            last: Self::whole_run(m, module, self.segments.blocks[range.end - 1]),
             known: RegSet(0),
             after: None,
         };
@@ -1280,14 +1314,12 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
         range: std::ops::Range<usize>,
         p: Program1,
     ) -> Result<()> {
-        let blocks = &self.segments.blocks;
-        let first = Self::whole_run(m, module, blocks[range.start]);
-        let last = Self::whole_run(m, module, blocks[range.end - 1]);
         let prev = self.state.prev;
         // (Knowing nothing at its start, it has nothing to check.)
         if p.known.0 == 0 || p.after.is_some() && p.after == prev {
             self.keep(p.known)?;
         } else {
+            let first = Self::whole_run(m, module, self.segments.blocks[range.start]);
             let mut plain = false;
             let from = self.enter(m, first, &mut plain)?;
             debug_assert!(from.is_none(), "a whole run, not after a handler");
@@ -1307,9 +1339,9 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
             }
         }
         // The sink's state after the runs one by one is its last run's.
-        self.sink.run(last);
+        self.sink.run(p.last);
         self.counts.add(p.totals);
-        self.state.prev = Some((module, last.block, true, p.ret));
+        self.state.prev = Some((module, p.last.block, true, p.ret));
         if !p.keeps_back {
             self.state.back = None;
         }
@@ -1441,8 +1473,15 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
         }
         let mut came = Came::No;
         if known.0 != 0 && !*plain {
-            came = self.came_by(r.module, e);
-            *plain = came == Came::Plain;
+            let prev = self.state.prev;
+            *plain = prev.is_some() && e.plain_after.get() == prev;
+            if !*plain {
+                came = self.came_by(r.module, e);
+                *plain = came == Came::Plain;
+                if *plain {
+                    e.plain_after.set(prev);
+                }
+            }
         }
         if came == Came::Back {
             // (Not cached as plain: the stub's run says nothing of the
@@ -1509,6 +1548,7 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
             back,
             passes,
             leaf: md.returns.leaf(proc.as_u32()),
+            plain_after: Cell::new(None),
         });
         Ok(())
     }
