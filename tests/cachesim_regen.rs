@@ -190,8 +190,9 @@ fn piped(regen: &[&str], args: &[&str], trace: &Path) -> String {
 /// Issue 24: `aetrace cachesim TRACE` (regenerated in the process, block by
 /// block) prints exactly what the pipe from `aetrace regen --format bin`
 /// gives, for every replacement policy, `-ccc`, split and unified first
-/// levels, small lines (instructions straddling two lines), windows, the
-/// cachegrind model and the sweep, on threads, signals, a fork and gzip;
+/// levels, small lines (instructions straddling two lines, or three of 4
+/// bytes), windows, the cachegrind model and the sweep, on threads,
+/// signals, a fork and gzip;
 /// `--modules` counts what `regen --module M` pipes for each module.
 #[test]
 fn in_process_simulation_equals_the_pipe() {
@@ -202,6 +203,7 @@ fn in_process_simulation_equals_the_pipe() {
         format!("{l1} -l1-irepl f -l1-iccc -l2-usize 16k -l2-ubsize 128 -l2-urepl r"),
         "-l1-usize 2k -l1-ubsize 16 -l1-uassoc 4 -l1-urepl r --seed 7 -l1-uccc".into(),
         "-l1-isize 1k -l1-ibsize 8 -l1-iassoc 1 -skipcount 1003 -maxcount 54321".into(),
+        "-l1-isize 64 -l1-ibsize 4 -l1-iassoc 1 -l1-dsize 1k -l1-dbsize 16 -l1-dassoc 1".into(),
         format!("{l1} --model cachegrind --json -l2-usize 64k -l2-ubsize 64 -l2-uassoc 8"),
         "--sweep 1k..64k --assoc 1,4,full --bsize 32".into(),
     ];

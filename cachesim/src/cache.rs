@@ -104,14 +104,17 @@ impl Store {
         debug_assert!(sets.is_power_of_two() && assoc >= 1);
         debug_assert!(assoc > SMALL_ASSOC_MAX || assoc.is_power_of_two());
         if assoc <= SMALL_ASSOC_MAX {
-            Store::Small(SmallStore {
-                assoc,
-                assoc_shift: assoc.trailing_zeros(),
-                tags: vec![INVALID; sets * assoc],
-                dirty: vec![0; sets],
-            })
+            Store::Small(SmallStore::new(sets, assoc))
         } else {
             Store::Large(LargeStore::new(sets, assoc))
+        }
+    }
+
+    /// Lines per set.
+    pub(crate) fn ways(&self) -> usize {
+        match self {
+            Store::Small(s) => s.assoc,
+            Store::Large(l) => l.assoc,
         }
     }
 
@@ -129,7 +132,7 @@ impl Store {
     #[inline(always)]
     pub fn top(&self, set: usize) -> u64 {
         match self {
-            Store::Small(s) => s.tags[set << s.assoc_shift],
+            Store::Small(s) => s.top(set),
             Store::Large(_) => INVALID,
         }
     }
@@ -268,6 +271,41 @@ fn shift_down(lines: &mut [u64], p: usize) {
 }
 
 impl SmallStore {
+    /// `sets` empty sets of `assoc` lines (powers of two, `assoc` at most
+    /// [`SMALL_ASSOC_MAX`]).
+    pub(crate) fn new(sets: usize, assoc: usize) -> Self {
+        debug_assert!(sets.is_power_of_two() && assoc.is_power_of_two());
+        debug_assert!(assoc <= SMALL_ASSOC_MAX);
+        SmallStore {
+            assoc,
+            assoc_shift: assoc.trailing_zeros(),
+            tags: vec![INVALID; sets * assoc],
+            dirty: vec![0; sets],
+        }
+    }
+
+    /// The block on top of `set`.
+    #[inline(always)]
+    pub(crate) fn top(&self, set: usize) -> u64 {
+        self.tags[set << self.assoc_shift]
+    }
+
+    /// An LRU access to `block` in `set`, no line dirty: returns how deep
+    /// it was (0 on top, `assoc` when absent) and leaves it on top, the
+    /// bottom line evicted when it was absent. Of LRU caches with these
+    /// sets, one of `w` ways holds the `w` lines on top of each set (it
+    /// saw the same accesses per set), so the access hits there exactly
+    /// when that depth is below `w` (Mattson et al., 1970).
+    #[inline]
+    pub(crate) fn lru_depth(&mut self, set: usize, block: u64) -> usize {
+        let base = set << self.assoc_shift;
+        let lines = &mut self.tags[base..base + self.assoc];
+        let depth = lines.iter().position(|&t| t == block).unwrap_or(self.assoc);
+        shift_down(lines, depth.min(self.assoc - 1));
+        lines[0] = block;
+        depth
+    }
+
     #[inline(always)]
     fn find(&self, set: usize, block: u64) -> Option<Slot> {
         let base = set << self.assoc_shift;

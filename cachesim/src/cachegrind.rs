@@ -76,17 +76,24 @@ impl Level {
     /// its set: a hit that changes nothing (LRU).
     #[inline(always)]
     fn top_hit(&self, addr: u64, size: u32) -> bool {
-        let b1 = addr >> self.bshift;
-        let b2 = (addr + u64::from(size) - 1) >> self.bshift;
+        let (b1, b2) = self.lines(addr, size);
         b1 == b2 && self.store.top((b1 & self.set_mask) as usize) == b1
+    }
+
+    /// The first and last line of `size` bytes at `addr` (`size` > 0).
+    #[inline(always)]
+    fn lines(&self, addr: u64, size: u32) -> (u64, u64) {
+        (
+            addr >> self.bshift,
+            (addr + u64::from(size) - 1) >> self.bshift,
+        )
     }
 
     /// cachegrind's `cachesim_ref_is_miss`; `None` if the access straddles
     /// more than two lines.
     #[inline]
     fn is_miss(&mut self, addr: u64, size: u32, rng: &mut Rng) -> Option<bool> {
-        let b1 = addr >> self.bshift;
-        let b2 = (addr + u64::from(size) - 1) >> self.bshift;
+        let (b1, b2) = self.lines(addr, size);
         if b1 == b2 {
             Some(self.block_is_miss(b1, rng))
         } else if b1 + 1 == b2 {
@@ -224,27 +231,58 @@ impl Cachegrind {
     /// [`Cachegrind::reference`] past the modify and the top line's hit.
     #[inline(never)]
     fn look_up(&mut self, r: Ref) -> Result<()> {
-        let straddle = |index| {
-            Error::Reference {
-            index,
+        let m1 = self.l1[side(r.kind)]
+            .is_miss(r.addr, r.size, &mut self.rng)
+            .ok_or_else(|| self.straddle(r))?;
+        let mll = m1 && self.ll_is_miss(r)?;
+        self.count(r.kind, m1, mll);
+        Ok(())
+    }
+
+    /// Whether `r`, which missed its first-level cache, misses LL.
+    #[inline]
+    fn ll_is_miss(&mut self, r: Ref) -> Result<bool> {
+        let Some(ll) = &mut self.ll else {
+            return Ok(false);
+        };
+        ll.is_miss(r.addr, r.size, &mut self.rng)
+            .ok_or_else(|| self.straddle(r))
+    }
+
+    /// The error of reference `r` (the current one), which straddles more
+    /// than two lines.
+    #[cold]
+    fn straddle(&self, r: Ref) -> Error {
+        Error::Reference {
+            index: self.index,
             message: format!(
                 "{:?} at {:#x} size {} straddles more than two cache lines (cachegrind refuses it too)",
                 r.kind, r.addr, r.size
             ),
         }
+    }
+
+    /// The fetch of leader `l`, then of its followers, where a stack of
+    /// lines shared with other I1s of the same sets decided whether it
+    /// misses I1 (`miss`; [`crate::fetch::Stripped`]): as
+    /// [`Cachegrind::reference`] would count it, LL looked up on a miss,
+    /// but I1 itself neither looked at nor changed.
+    #[inline]
+    pub fn fetch_decided(&mut self, l: crate::fetch::Leader, miss: bool) -> Result<()> {
+        let r = Ref {
+            kind: AccessKind::Instr,
+            addr: l.addr,
+            size: l.size,
         };
-        let m1 = self.l1[side(r.kind)]
-            .is_miss(r.addr, r.size, &mut self.rng)
-            .ok_or_else(|| straddle(self.index))?;
-        let mut mll = false;
-        if m1 {
-            if let Some(ll) = &mut self.ll {
-                mll = ll
-                    .is_miss(r.addr, r.size, &mut self.rng)
-                    .ok_or_else(|| straddle(self.index))?;
-            }
+        self.index += 1;
+        self.last_read = NO_READ;
+        let (b1, b2) = self.l1[I1].lines(r.addr, r.size);
+        if b2 > b1 + 1 {
+            return Err(self.straddle(r));
         }
-        self.count(r.kind, m1, mll);
+        let mll = miss && self.ll_is_miss(r)?;
+        self.count(AccessKind::Instr, miss, mll);
+        self.count_i1_hits(u64::from(l.follow));
         Ok(())
     }
 
@@ -309,6 +347,11 @@ impl Cachegrind {
     /// I1's number of sets.
     pub fn i1_sets(&self) -> u64 {
         self.l1[I1].set_mask + 1
+    }
+
+    /// I1's ways.
+    pub fn i1_ways(&self) -> u64 {
+        self.l1[I1].store.ways() as u64
     }
 
     /// Counts `n` instruction fetches that hit I1's line fetched last
