@@ -1010,6 +1010,10 @@ struct Kept {
     batches: Vec<Vec<u8>>,
 }
 
+/// What the pieces counted so far left for the next ones (their
+/// summaries: [`Sink::counting_with`]): one per piece counted at once.
+type KeptCounting = std::sync::Mutex<Vec<Kept>>;
+
 /// Puts piece machine `m` at index entry `from` (none: it starts where it
 /// is).
 fn restore(m: &mut Machine<'_>, from: Option<&Entry>) -> Result<()> {
@@ -1801,30 +1805,61 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
 
     /// Counts one piece: per module of its group (instructions, blocks);
     /// procedure entries; (signals, of them interrupting instrumentation).
-    fn count_piece(&self, piece: Piece<'_>, group: usize) -> Result<Counts> {
+    /// It takes what a piece counted before left in `kept` (its group's
+    /// summaries first), and leaves its own there.
+    fn count_piece(&self, piece: Piece<'_>, group: usize, kept: &KeptCounting) -> Result<Counts> {
+        let mut keep = kept
+            .lock()
+            .ok()
+            .and_then(|mut k| {
+                let same = k
+                    .iter()
+                    .position(|e| matches!(e.summaries, Some((g, _)) if g == group));
+                let i = same.or_else(|| k.len().checked_sub(1))?;
+                Some(k.swap_remove(i))
+            })
+            .unwrap_or_default();
         let mut m = piece.machine;
-        restore(&mut m, piece.from)?;
-        let mut sink = Sink::counting(&self.groups[group]);
+        m.stream_mut().reusing(std::mem::take(&mut keep.stream));
+        let mut sink = match keep.summaries.take().filter(|(g, _)| *g == group) {
+            Some((_, segs)) => Sink::counting_with(segs),
+            None => Sink::counting(&self.groups[group]),
+        };
         sink.pause_at = piece.pause_at;
-        loop {
-            match m.run(&mut sink)? {
-                Progress::More => {}
-                Progress::Paused => {
-                    check_pause(&m, piece.expect)?;
-                    break;
-                }
-                Progress::Done => {
-                    check_end(&m, piece.expect)?;
-                    self.note_ending(&m);
-                    break;
-                }
-            }
+        let r = restore(&mut m, piece.from)
+            .and_then(|()| self.count_to_pause(&mut m, &mut sink, piece.expect));
+        keep.summaries = Some((group, sink.take_summaries()));
+        keep.stream = m.stream_mut().take_buffers();
+        if let Ok(mut k) = kept.lock() {
+            k.push(keep);
         }
+        r?;
         Ok((
             sink.counts.map(|c| c.totals).unwrap_or_default(),
             m.entries,
             m.signals,
         ))
+    }
+
+    /// Runs counting machine `m` to its sink's pause point or the end of
+    /// its stream.
+    fn count_to_pause(
+        &self,
+        m: &mut Machine<'_>,
+        sink: &mut Sink,
+        expect: Option<&Entry>,
+    ) -> Result<()> {
+        loop {
+            match m.run(sink)? {
+                Progress::More => {}
+                Progress::Paused => return check_pause(m, expect),
+                Progress::Done => {
+                    check_end(m, expect)?;
+                    self.note_ending(m);
+                    return Ok(());
+                }
+            }
+        }
     }
 
     /// Each job's counts, in job order. With a state index, the pieces of
@@ -1843,9 +1878,10 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                 spans.into_iter().map(move |s| (j, s))
             })
             .collect();
+        let kept = KeptCounting::default();
         let run = |&(j, span): &(usize, Span<'_>)| {
             let job = &self.jobs[j];
-            self.count_piece(self.piece(job, span), job.group)
+            self.count_piece(self.piece(job, span), job.group, &kept)
         };
         let workers = self.workers().min(spans.len()).max(1);
         let counted: Vec<Result<Counts>> = if workers <= 1 {
