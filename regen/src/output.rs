@@ -999,9 +999,11 @@ pub(crate) struct States {
 }
 
 /// What a worker's last piece leaves for its next one: the summaries of
-/// its group (with their output arena) and its stream's chunk buffers,
-/// all paged in already (fresh ones per piece cost more page faults than
-/// the output: docs/regen.md section 4, "Writing").
+/// its group (with their output arena, or counting), its stream's chunk
+/// buffers and its written batches, all paged in already and in this
+/// worker's CPU cache (fresh ones per piece cost more page faults than
+/// the output: docs/regen.md section 4, "Writing"; batches shared by the
+/// workers moved between the CPUs' caches: section 5).
 #[derive(Default)]
 struct Kept {
     summaries: Option<(usize, Vec<Summaries>)>,
