@@ -999,14 +999,22 @@ pub(crate) struct States {
 }
 
 /// What a worker's last piece leaves for its next one: the summaries of
-/// its group (with their output arena) and its stream's chunk buffers,
-/// all paged in already (fresh ones per piece cost more page faults than
-/// the output: docs/regen.md section 4, "Writing").
+/// its group (with their output arena, or counting), its stream's chunk
+/// buffers and its written batches, all paged in already and in this
+/// worker's CPU cache (fresh ones per piece cost more page faults than
+/// the output: docs/regen.md section 4, "Writing"; batches shared by the
+/// workers moved between the CPUs' caches: section 5).
 #[derive(Default)]
 struct Kept {
     summaries: Option<(usize, Vec<Summaries>)>,
     stream: (Vec<u8>, Vec<u8>),
+    /// Its written batches ([`Ctx::own_batch`]).
+    batches: Vec<Vec<u8>>,
 }
+
+/// What the pieces counted so far left for the next ones (their
+/// summaries: [`Sink::counting_with`]): one per piece counted at once.
+type KeptCounting = std::sync::Mutex<Vec<Kept>>;
 
 /// Puts piece machine `m` at index entry `from` (none: it starts where it
 /// is).
@@ -1354,12 +1362,14 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         }
     }
 
-    /// Regenerates one piece, handing batches to `emit` (false: stop).
-    /// `keep` holds what the worker's last piece leaves for the next.
+    /// Regenerates one piece, handing batches to `emit` (false: stop),
+    /// which may take them; those it leaves are filled again by this
+    /// worker. `keep` holds what the worker's last piece leaves for the
+    /// next.
     fn produce(
         &self,
         piece: Piece<'_>,
-        emit: &mut dyn FnMut(Vec<u8>) -> bool,
+        emit: &mut dyn FnMut(&mut Vec<u8>) -> bool,
         keep: &mut Kept,
     ) -> Result<()> {
         let Piece {
@@ -1379,7 +1389,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         }
         // A recycled batch: one grown from the header would page in fresh
         // memory at every piece.
-        let mut out = self.batch();
+        let mut out = self.own_batch(&mut keep.batches);
         out.extend_from_slice(&header);
         let mut sink = match keep.summaries.take().filter(|(g, _)| *g == group) {
             Some((_, segs)) => Sink::output_with(segs, out, BATCH),
@@ -1390,14 +1400,21 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             sink.pause_at = s.interval;
             (s, Vec::new())
         });
-        let r = self.expand(&mut m, &mut sink, expect, emit, states.as_mut());
+        let r = self.expand(
+            &mut m,
+            &mut sink,
+            expect,
+            emit,
+            states.as_mut(),
+            &mut keep.batches,
+        );
         if let Some((s, entries)) = states {
             if let Ok(mut t) = s.threads.lock() {
                 t.insert(m.thread().0, entries);
             }
         }
         // The batch the last run left unused.
-        self.recycle(std::mem::take(&mut sink.out));
+        self.keep_batch(&mut keep.batches, std::mem::take(&mut sink.out));
         keep.summaries = Some((group, sink.take_summaries()));
         keep.stream = m.stream_mut().take_buffers();
         r
@@ -1413,8 +1430,9 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         m: &mut Machine<'_>,
         sink: &mut Sink,
         expect: Option<&Entry>,
-        emit: &mut dyn FnMut(Vec<u8>) -> bool,
+        emit: &mut dyn FnMut(&mut Vec<u8>) -> bool,
         mut states: Option<&mut (&States, Vec<Entry>)>,
+        own: &mut Vec<Vec<u8>>,
     ) -> Result<()> {
         // Output bytes so far: a whole thread's `bin` counts its
         // instructions, its `block` itself (other formats' are not counted
@@ -1424,15 +1442,16 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             let r = m.run(sink);
             // Only what certainly ran is output (see `Sink::certain`); after a
             // pause the uncertain tail waits for the next batch.
-            let mut next = self.batch();
+            let mut next = self.own_batch(own);
             next.extend_from_slice(&sink.out[sink.certain.min(sink.out.len())..]);
             sink.out.truncate(sink.certain);
-            let bytes = std::mem::replace(&mut sink.out, next);
+            let mut bytes = std::mem::replace(&mut sink.out, next);
             sink.certain = 0;
             emitted += bytes.len() as u64;
-            if !bytes.is_empty() && !emit(bytes) {
+            if !bytes.is_empty() && !emit(&mut bytes) {
                 return Ok(());
             }
+            self.keep_batch(own, bytes);
             match r? {
                 Progress::More => {}
                 Progress::Paused => match states.as_deref_mut() {
@@ -1507,6 +1526,25 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     fn batch(&self) -> Vec<u8> {
         let spare = self.spare.lock().ok().and_then(|mut s| s.pop());
         spare.unwrap_or_else(|| Vec::with_capacity(BATCH + BATCH / 4))
+    }
+
+    /// An empty batch for a worker: one of its own written ones (`own`)
+    /// if it has one, else [`Ctx::batch`].
+    fn own_batch(&self, own: &mut Vec<Vec<u8>>) -> Vec<u8> {
+        own.pop().unwrap_or_else(|| self.batch())
+    }
+
+    /// Keeps written batch `b` for its worker's [`Ctx::own_batch`] (two at
+    /// most: the one being filled and the one written), the others for
+    /// [`Ctx::batch`]. A batch taken from the shared ones was often last
+    /// written on the other CPU, its lines in that CPU's cache.
+    fn keep_batch(&self, own: &mut Vec<Vec<u8>>, mut b: Vec<u8>) {
+        if own.len() < 2 && b.capacity() >= BATCH {
+            b.clear();
+            own.push(b);
+        } else {
+            self.recycle(b);
+        }
     }
 
     /// Keeps a written batch for `batch` (a few: the rest are in flight).
@@ -1598,11 +1636,8 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         let mut keep = Kept::default();
         for job in self.jobs {
             let mut werr = None;
-            let mut emit = |mut b| match give(&mut b) {
-                Ok(()) => {
-                    self.recycle(b);
-                    true
-                }
+            let mut emit = |b: &mut Vec<u8>| match give(b) {
+                Ok(()) => true,
                 Err(e) => {
                     werr = Some(e);
                     false
@@ -1687,8 +1722,10 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                         }
                         let (r, written) = match (at, piece.at) {
                             (None, _) => {
-                                let mut emit =
-                                    |b| budget.take(number) && tx.send(Msg::Bytes(b)).is_ok();
+                                let mut emit = |b: &mut Vec<u8>| {
+                                    budget.take(number)
+                                        && tx.send(Msg::Bytes(std::mem::take(b))).is_ok()
+                                };
                                 (self.produce(piece, &mut emit, &mut keep), 0)
                             }
                             (Some((file, body)), Some(start)) => {
@@ -1754,10 +1791,9 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     ) -> (Result<()>, u64) {
         let mut written = 0;
         let mut werr = None;
-        let mut emit = |b: Vec<u8>| match file.write_all_at(&b, from + written) {
+        let mut emit = |b: &mut Vec<u8>| match file.write_all_at(b, from + written) {
             Ok(()) => {
                 written += b.len() as u64;
-                self.recycle(b);
                 !stop.load(Ordering::SeqCst)
             }
             Err(e) => {
@@ -1771,30 +1807,61 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
 
     /// Counts one piece: per module of its group (instructions, blocks);
     /// procedure entries; (signals, of them interrupting instrumentation).
-    fn count_piece(&self, piece: Piece<'_>, group: usize) -> Result<Counts> {
+    /// It takes what a piece counted before left in `kept` (its group's
+    /// summaries first), and leaves its own there.
+    fn count_piece(&self, piece: Piece<'_>, group: usize, kept: &KeptCounting) -> Result<Counts> {
+        let mut keep = kept
+            .lock()
+            .ok()
+            .and_then(|mut k| {
+                let same = k
+                    .iter()
+                    .position(|e| matches!(e.summaries, Some((g, _)) if g == group));
+                let i = same.or_else(|| k.len().checked_sub(1))?;
+                Some(k.swap_remove(i))
+            })
+            .unwrap_or_default();
         let mut m = piece.machine;
-        restore(&mut m, piece.from)?;
-        let mut sink = Sink::counting(&self.groups[group]);
+        m.stream_mut().reusing(std::mem::take(&mut keep.stream));
+        let mut sink = match keep.summaries.take().filter(|(g, _)| *g == group) {
+            Some((_, segs)) => Sink::counting_with(segs),
+            None => Sink::counting(&self.groups[group]),
+        };
         sink.pause_at = piece.pause_at;
-        loop {
-            match m.run(&mut sink)? {
-                Progress::More => {}
-                Progress::Paused => {
-                    check_pause(&m, piece.expect)?;
-                    break;
-                }
-                Progress::Done => {
-                    check_end(&m, piece.expect)?;
-                    self.note_ending(&m);
-                    break;
-                }
-            }
+        let r = restore(&mut m, piece.from)
+            .and_then(|()| self.count_to_pause(&mut m, &mut sink, piece.expect));
+        keep.summaries = Some((group, sink.take_summaries()));
+        keep.stream = m.stream_mut().take_buffers();
+        if let Ok(mut k) = kept.lock() {
+            k.push(keep);
         }
+        r?;
         Ok((
             sink.counts.map(|c| c.totals).unwrap_or_default(),
             m.entries,
             m.signals,
         ))
+    }
+
+    /// Runs counting machine `m` to its sink's pause point or the end of
+    /// its stream.
+    fn count_to_pause(
+        &self,
+        m: &mut Machine<'_>,
+        sink: &mut Sink,
+        expect: Option<&Entry>,
+    ) -> Result<()> {
+        loop {
+            match m.run(sink)? {
+                Progress::More => {}
+                Progress::Paused => return check_pause(m, expect),
+                Progress::Done => {
+                    check_end(m, expect)?;
+                    self.note_ending(m);
+                    return Ok(());
+                }
+            }
+        }
     }
 
     /// Each job's counts, in job order. With a state index, the pieces of
@@ -1813,9 +1880,10 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                 spans.into_iter().map(move |s| (j, s))
             })
             .collect();
+        let kept = KeptCounting::default();
         let run = |&(j, span): &(usize, Span<'_>)| {
             let job = &self.jobs[j];
-            self.count_piece(self.piece(job, span), job.group)
+            self.count_piece(self.piece(job, span), job.group, &kept)
         };
         let workers = self.workers().min(spans.len()).max(1);
         let counted: Vec<Result<Counts>> = if workers <= 1 {

@@ -150,23 +150,33 @@ impl Sink {
         }
     }
 
-    /// Its summaries, for [`Sink::output_with`].
+    /// Its summaries, for [`Sink::output_with`] or [`Sink::counting_with`].
     pub(crate) fn take_summaries(&mut self) -> Vec<Summaries> {
         std::mem::take(&mut self.segs)
     }
 
     /// A sink that counts, for a machine over `modules`.
     pub fn counting(modules: &[&Module]) -> Sink {
+        Sink::counting_with(modules.iter().map(|m| Summaries::new(m)).collect())
+    }
+
+    /// [`Sink::counting`] with `segs`, taken from a counting sink over the
+    /// same modules (the next piece a worker counts, as
+    /// [`Sink::output_with`]; fresh tables per piece cost a page fault per
+    /// 4 KiB of them).
+    pub(crate) fn counting_with(mut segs: Vec<Summaries>) -> Sink {
+        // A run that failed may have left frames lent to its chain.
+        segs.iter_mut().for_each(|s| s.frames.clear());
         Sink {
             out: Vec::new(),
             certain: 0,
             limit: usize::MAX,
             pause_at: u64::MAX,
             counts: Some(Counts {
-                totals: vec![(0, 0); modules.len()],
+                totals: vec![(0, 0); segs.len()],
             }),
             deliveries: None,
-            segs: modules.iter().map(|m| Summaries::new(m)).collect(),
+            segs,
         }
     }
 }
