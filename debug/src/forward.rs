@@ -13,8 +13,8 @@
 //! one after it (the walk back meets those while the return is pending,
 //! which takes none of them), or, pairing with none, all of them (the walk
 //! back never has no return pending again). A stop then takes them newest
-//! first as the walk back does ([`Forward::openers`]), with the frames the
-//! procedure stack gives there.
+//! first as the walk back does ([`take`]), with the frames the procedure
+//! stack gives there.
 //!
 //! A call whose callee came back to its return address without a traced
 //! return (a PLT stub's jump into untraced code) is kept by the walk back
@@ -23,12 +23,14 @@
 //! opener kept returns there too (recursion through the call). The openers
 //! kept are then those of the frames open, and the calls whose callees
 //! have not come back: the state per interval start is bounded by the
-//! stack's depth (24 bytes per opener).
+//! stack's depth (40 bytes per opener, and 48 more).
 //!
 //! Where a frame's CFA needs a call's stack delta that the static deltas
-//! do not know (`alloca`, `and` for alignment), the instructions of its
-//! caller's own are needed: the stop walks back instead (`None` from
-//! [`Forward::cfas`]).
+//! do not know (`alloca`, `and` for alignment), the caller's own
+//! instructions from its entry to the call are followed, as the walk back
+//! collects them: the stop walks that stretch forwards again, keeping the
+//! instructions of each opener until a return pairs with it
+//! ([`Forward::body`]).
 //!
 //! Invariants: the openers at position `n` are the same for any order of
 //! visits (kept per interval start, computed front to back); the CFAs
@@ -36,8 +38,9 @@
 //! (`tests/debug.rs`, `frames_from_snapshots_are_the_walks_from_the_start`).
 
 use crate::data::{Code, Data, Flow};
-use crate::frames::{by_call, cfas_of, Frame, Opener, Stand};
+use crate::frames::{by_call, cfas_of, Frame, Opener, Stand, Walking, BODY};
 use crate::pcmap::PcFlags;
+use crate::timeline::Timeline;
 use crate::untraced::is_untraced;
 use iced_x86::{Decoder, DecoderOptions, FlowControl};
 
@@ -51,7 +54,9 @@ const ENTRY: u8 = 2;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Opening {
     kind: Kind,
-    /// The call's or the entry's address.
+    /// The call's or the entry's position.
+    pos: u64,
+    /// Its address.
     pc: u64,
     /// A call's return address.
     ret: u64,
@@ -79,6 +84,10 @@ struct State {
     values: usize,
 }
 
+/// Per opener of a [`State`], its own instructions in order (`None`:
+/// more than [`BODY`]), where they are kept ([`Forward::body`]).
+type Bodies = Vec<Option<Vec<u64>>>;
+
 /// The openers at each interval's start (see the module comment).
 pub struct Forward {
     marks: PcFlags,
@@ -87,7 +96,7 @@ pub struct Forward {
 }
 
 impl Forward {
-    /// The pass over `modules`' code (read from `code.image`).
+    /// The pass over `code`'s traced blocks.
     pub fn new(code: &Code<'_, '_>) -> Forward {
         Forward {
             marks: marks(code),
@@ -96,107 +105,216 @@ impl Forward {
     }
 
     /// The CFAs of `frames[..needed]` (innermost first) at `at`, as
-    /// [`crate::frames::cfas_by_entries`] finds them; `None` where that
-    /// needs a caller's instructions walked (an unknown stack delta).
+    /// [`crate::frames::cfas_by_entries`] finds them.
     pub fn cfas(
         &mut self,
-        cx: &mut crate::frames::Walking<'_, '_, '_>,
+        cx: &mut Walking<'_, '_, '_>,
         at: Stand,
         frames: &[Frame],
         needed: usize,
-    ) -> Result<Option<Vec<Option<u64>>>, String> {
+    ) -> Result<Vec<Option<u64>>, String> {
         let needed_back = crate::frames::needed_back(frames, needed);
         let none = vec![None; needed];
         let Some(last) = at.last().filter(|_| needed_back > 0) else {
-            return Ok(Some(none));
+            return Ok(none);
         };
         let mut s = self.state_at(cx, last)?;
         if at.passage {
             // What ran last went to the untraced code.
             let next = (frames[0].0, false);
-            apply(&mut s, next, |_, _| false);
+            apply(&mut s, at.pos, next, |_, _| false, None);
         }
-        let Some(openers) = take(&s.open, frames, needed_back) else {
-            return Ok(Some(none));
+        let Some(taken) = take(&s.open, frames, needed_back) else {
+            return Ok(none);
         };
-        cfas_of(cx.data, cx.code, frames, &openers, None, needed)
+        let openers: Vec<Opener> = taken.iter().map(|t| t.0).collect();
+        let t = &mut *cx.t;
+        let code = cx.code;
+        let this = &*self;
+        let mut body = |data: &mut Data, l: usize| {
+            // Frame `l`'s, to the call that opened frame `l - 1`.
+            this.body(data, t, code, taken[l].1, taken[l - 1].1.pos)
+        };
+        cfas_of(cx.data, code, frames, &openers, &mut body, needed)
     }
 
     /// The state at position `n` (before it runs, its outside entry
     /// opened), from its interval's start.
-    fn state_at(
-        &mut self,
-        cx: &mut crate::frames::Walking<'_, '_, '_>,
-        n: u64,
-    ) -> Result<State, String> {
+    fn state_at(&mut self, cx: &mut Walking<'_, '_, '_>, n: u64) -> Result<State, String> {
         let Some(k) = cx.t.interval_of(n) else {
             return Ok(State::default());
         };
         self.reach(cx, k)?;
         let mut s = self.states[k].clone();
         let (start, addrs) = cx.t.interval(k);
-        let upto = &addrs[..=(n - start) as usize];
-        self.walk(cx.data, cx.code, &mut s, upto)?;
+        for (p, &pc) in (start..=n).zip(addrs) {
+            self.step(cx.data, cx.code, &mut s, p, pc, None)?;
+        }
         Ok(s)
     }
 
     /// Computes the states at the starts of intervals up to `k`.
-    fn reach(
-        &mut self,
-        cx: &mut crate::frames::Walking<'_, '_, '_>,
-        k: usize,
-    ) -> Result<(), String> {
+    fn reach(&mut self, cx: &mut Walking<'_, '_, '_>, k: usize) -> Result<(), String> {
         while self.states.len() <= k {
             let j = self.states.len() - 1;
             let mut s = self.states[j].clone();
-            let (_, addrs) = cx.t.interval(j);
-            self.walk(cx.data, cx.code, &mut s, addrs)?;
+            let (start, addrs) = cx.t.interval(j);
+            for (p, &pc) in (start..).zip(addrs) {
+                self.step(cx.data, cx.code, &mut s, p, pc, None)?;
+            }
             self.states.push(s);
         }
         Ok(())
     }
 
-    /// Steps `s` through the instructions at `addrs`.
-    fn walk(
+    /// Steps `s` over position `p`, whose instruction is at `pc`, keeping
+    /// its openers' own instructions in `bodies` if given (the entries'
+    /// values are not read then).
+    #[inline(always)]
+    fn step(
         &self,
         data: &mut Data,
         code: &Code<'_, '_>,
         s: &mut State,
-        addrs: &[u64],
+        p: u64,
+        pc: u64,
+        mut bodies: Option<&mut Bodies>,
     ) -> Result<(), String> {
-        for &pc in addrs {
-            let m = self.marks.get(pc);
-            let entered = match m & ENTRY != 0 {
-                true => data.outside_entry(code, s.prev.map(|p| p.0), pc)?,
-                false => false,
-            };
-            apply(s, (pc, entered), |a, b| same_proc(code, a, b));
-            if entered {
-                let rsp = data.entry_value(s.values, pc)?;
-                s.values += 1;
-                s.open.push(Opening {
-                    kind: Kind::Entry(rsp),
-                    pc,
-                    ret: 0,
-                });
-            }
-            let flow = match m & MOVES != 0 {
-                true => data.flow(code, pc)?,
-                false => Flow::Other,
-            };
-            s.prev = Some((pc, flow));
+        let m = self.marks.get(pc);
+        let entered = match m & ENTRY != 0 {
+            true => data.outside_entry(code, s.prev.map(|p| p.0), pc)?,
+            false => false,
+        };
+        // Most steps change nothing: no call or return before, no
+        // callee's return address reached.
+        let plain =
+            matches!(s.prev, Some((_, Flow::Other))) && s.open.last().map_or(true, |o| o.ret != pc);
+        if plain {
+            s.prev = None;
+        } else {
+            let same = |a, b| same_proc(code, a, b);
+            apply(s, p, (pc, entered), same, bodies.as_deref_mut());
         }
+        if entered {
+            let rsp = match bodies.as_deref_mut() {
+                Some(b) => {
+                    b.push(Some(Vec::new()));
+                    0
+                }
+                None => {
+                    s.values += 1;
+                    data.entry_value(s.values - 1, pc)?
+                }
+            };
+            let kind = Kind::Entry(rsp);
+            s.open.push(Opening {
+                kind,
+                pos: p,
+                pc,
+                ret: 0,
+            });
+        }
+        let flow = match m & MOVES != 0 {
+            true => data.flow(code, pc)?,
+            false => Flow::Other,
+        };
+        // A return is no frame's own instruction.
+        if let (Some(b), false) = (bodies, flow == Flow::Ret) {
+            own(b, pc);
+        }
+        s.prev = Some((pc, flow));
         Ok(())
+    }
+
+    /// The own instructions (latest first, its entry last) of the frame
+    /// `o` opened, from its first position to position `to` (the call
+    /// that opened the frame inside it), as the walk back from `to`
+    /// collects them: the stretch walked forwards again from `o` alone,
+    /// each opener's instructions kept until a return pairs with it (a
+    /// callee's that came back without one are its caller's).
+    fn body(
+        &self,
+        data: &mut Data,
+        t: &mut Timeline<'_>,
+        code: &Code<'_, '_>,
+        o: Opening,
+        to: u64,
+    ) -> Result<Option<Vec<u64>>, String> {
+        let from = match o.kind {
+            Kind::Entry(_) => o.pos,
+            _ => o.pos + 1,
+        };
+        let mut s = State {
+            open: vec![o],
+            prev: None,
+            values: 0,
+        };
+        let mut bodies: Bodies = vec![Some(Vec::new())];
+        let mut p = from;
+        while p <= to {
+            let Some(k) = t.interval_of(p) else { break };
+            let (start, addrs) = t.interval(k);
+            for (q, &pc) in (p..=to).zip(&addrs[(p - start) as usize..]) {
+                if q == from {
+                    // Its entry, opened already.
+                    own(&mut bodies, pc);
+                    s.prev = Some((pc, data.flow(code, pc)?));
+                } else if q == to {
+                    // The call that opened the frame inside: not its own.
+                    let m = self.marks.get(pc) & ENTRY != 0;
+                    let entered = m && data.outside_entry(code, s.prev.map(|p| p.0), pc)?;
+                    let same = |a, b| same_proc(code, a, b);
+                    apply(&mut s, q, (pc, entered), same, Some(&mut bodies));
+                } else {
+                    self.step(data, code, &mut s, q, pc, Some(&mut bodies))?;
+                }
+                p = q + 1;
+            }
+        }
+        if s.open.first() != Some(&o) {
+            return Ok(None);
+        }
+        // Those of the openers after it are its own too (calls whose
+        // callees have not come back).
+        let mut all = Vec::new();
+        for b in bodies {
+            match b {
+                Some(b) if all.len() + b.len() <= BODY => all.extend(b),
+                _ => return Ok(None),
+            }
+        }
+        all.reverse();
+        Ok(Some(all))
     }
 }
 
-/// Applies the previous position's flow to `s`, the position after it
+/// Keeps `pc` as the newest opener's own instruction.
+fn own(bodies: &mut Bodies, pc: u64) {
+    if let Some(slot) = bodies.last_mut() {
+        match slot {
+            Some(b) if b.len() < BODY => b.push(pc),
+            _ => *slot = None,
+        }
+    }
+}
+
+/// Applies the previous position's flow to `s`, position `p` after it
 /// being `next` (its pc, and whether it is an outside entry);
-/// `same_proc(a, b)`: whether `a` and `b` are in one procedure.
-fn apply(s: &mut State, next: (u64, bool), same_proc: impl Fn(u64, u64) -> bool) {
+/// `same_proc(a, b)`: whether `a` and `b` are in one procedure; the
+/// openers' own instructions in `bodies`, if kept.
+fn apply(
+    s: &mut State,
+    p: u64,
+    next: (u64, bool),
+    same_proc: impl Fn(u64, u64) -> bool,
+    bodies: Option<&mut Bodies>,
+) {
     let Some((pc, flow)) = s.prev.take() else {
         return;
     };
+    let keep = bodies.is_some();
+    let mut none = Vec::new();
+    let bodies = bodies.unwrap_or(&mut none);
     let (to, entry) = next;
     let mut from_callback = false;
     match flow {
@@ -207,14 +325,30 @@ fn apply(s: &mut State, next: (u64, bool), same_proc: impl Fn(u64, u64) -> bool)
             };
             let i = s.open.iter().rposition(pairs);
             from_callback = i.is_some_and(|i| matches!(s.open[i].kind, Kind::Entry(_)));
-            s.open.truncate(i.unwrap_or(0));
+            if let (Some(i), true) = (i, keep) {
+                bodies.truncate(i);
+                // A call whose callee returned is not its caller's own.
+                let call = s.open[i];
+                if let (Kind::Call, Some(Some(b))) = (call.kind, bodies.last_mut()) {
+                    if b.last() == Some(&call.pc) {
+                        b.pop();
+                    }
+                }
+            }
+            let i = i.unwrap_or(0);
+            s.open.truncate(i);
+            bodies.truncate(i);
         }
         Flow::Call(ret) => {
             let kind = match to == ret || entry {
                 true => Kind::Passed,
                 false => Kind::Call,
             };
-            s.open.push(Opening { kind, pc, ret });
+            let pos = p - 1;
+            s.open.push(Opening { kind, pos, pc, ret });
+            if keep {
+                bodies.push(Some(Vec::new()));
+            }
         }
         Flow::Other => {}
     }
@@ -234,6 +368,14 @@ fn apply(s: &mut State, next: (u64, bool), same_proc: impl Fn(u64, u64) -> bool)
     };
     if call(top) && back() && !below.iter().any(call) {
         s.open.pop();
+        // Its callee's instructions were its caller's own.
+        if let (Some(b), true) = (bodies.pop(), keep) {
+            match (bodies.last_mut(), b) {
+                (Some(Some(a)), Some(b)) if a.len() + b.len() <= BODY => a.extend(b),
+                (Some(a), _) => *a = None,
+                (None, _) => {}
+            }
+        }
     }
 }
 
@@ -244,21 +386,23 @@ fn same_proc(code: &Code<'_, '_>, a: u64, b: u64) -> bool {
 }
 
 /// The openers of `frames[..needed]` (innermost first), taking `open`
-/// newest first as the walk back does; `None` where it finds fewer, or an
-/// outside entry that is not its frame's.
-fn take(open: &[Opening], frames: &[Frame], needed: usize) -> Option<Vec<Opener>> {
+/// newest first as the walk back does, each with what it is; `None` where
+/// it finds fewer, or an outside entry that is not its frame's.
+fn take(open: &[Opening], frames: &[Frame], needed: usize) -> Option<Vec<(Opener, Opening)>> {
     let mut openers = Vec::with_capacity(needed);
-    for o in open.iter().rev() {
+    for &o in open.iter().rev() {
         let l = openers.len();
         if l >= needed {
             break;
         }
         let made = by_call(frames, l) && frames[l + 1].0 == o.ret;
         match o.kind {
-            Kind::Entry(rsp) if frames[l].1 == o.pc => openers.push(Opener::Entry(rsp)),
+            Kind::Entry(rsp) if frames[l].1 == o.pc => openers.push((Opener::Entry(rsp), o)),
             Kind::Entry(_) => return None,
-            Kind::Call if made => openers.push(Opener::Call(o.pc)),
-            Kind::Passed if made && is_untraced(frames[l].0) => openers.push(Opener::Passed(o.pc)),
+            Kind::Call if made => openers.push((Opener::Call(o.pc), o)),
+            Kind::Passed if made && is_untraced(frames[l].0) => {
+                openers.push((Opener::Passed(o.pc), o))
+            }
             _ => {}
         }
     }

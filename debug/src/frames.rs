@@ -494,7 +494,7 @@ fn body_cfa(image: &crate::image::Image, pc: u64, refs: &[Ref]) -> Option<u64> {
 /// The most instructions of a frame's own kept for following `rsp`
 /// through them ([`Data::follow_rsp`]) where its static deltas do not
 /// know it.
-const BODY: usize = 4096;
+pub(crate) const BODY: usize = 4096;
 
 /// What opened a frame ([`cfas_by_entries`], [`crate::forward`]).
 #[derive(Clone, Copy, Debug)]
@@ -521,8 +521,8 @@ pub(crate) fn needed_back(frames: &[Frame], needed: usize) -> usize {
 
 /// [`cfas`] of a control-only trace from its outside entries' `rsp`
 /// ([`Ref::entered_with`]) and the stack deltas of the callers' code,
-/// walking back from `at` (the reference [`crate::forward`] equals, and
-/// what it needs where a stack delta is not known statically).
+/// walking back from `at` (the reference [`crate::forward`] is compared
+/// with).
 pub fn cfas_by_entries(
     cx: &mut Walking<'_, '_, '_>,
     at: Stand,
@@ -544,30 +544,29 @@ pub fn cfas_by_entries(
     let openers: Vec<Opener> = (walk.levels.iter().take(needed_back))
         .map(|v| v.opener.expect("opened"))
         .collect();
-    let found = cfas_of(
-        cx.data,
-        cx.code,
-        frames,
-        &openers,
-        Some(&walk.levels),
-        needed,
-    )?;
-    Ok(found.expect("the bodies walked"))
+    let levels = &walk.levels;
+    let mut body = |_: &mut Data, l: usize| Ok(levels.get(l).and_then(|v| v.body.clone()));
+    cfas_of(cx.data, cx.code, frames, &openers, &mut body, needed)
 }
+
+/// Frame `l`'s own instructions walked back from the call that opened
+/// frame `l - 1` (latest first, its entry last; [`BODY`] at most), or
+/// `None` where there are more.
+pub(crate) type Body<'a> = &'a mut dyn FnMut(&mut Data, usize) -> Result<Option<Vec<u64>>, String>;
 
 /// The CFAs of `frames[..needed]` from their openers (innermost first),
 /// or none where they do not grow outwards. A frame opened by a call has
 /// its caller's `rsp` at the call: by the caller's static stack deltas,
-/// else by following them through its own instructions walked
-/// (`bodies`); `None` where those are needed and not given.
+/// else by following them through the caller's own instructions
+/// (`body`).
 pub(crate) fn cfas_of(
     data: &mut Data,
     code: &Code<'_, '_>,
     frames: &[Frame],
     openers: &[Opener],
-    bodies: Option<&[EntryLevel]>,
+    body: Body<'_>,
     needed: usize,
-) -> Result<Option<Vec<Option<u64>>>, String> {
+) -> Result<Vec<Option<u64>>, String> {
     let n = openers.len();
     let mut cfas = vec![None; n];
     for l in (0..n).rev() {
@@ -576,12 +575,11 @@ pub(crate) fn cfas_of(
             Opener::Call(call) | Opener::Passed(call) => match cfas.get(l + 1).copied().flatten() {
                 Some(caller) => {
                     let entry_rsp = caller.wrapping_sub(8);
-                    match (data.rsp_offset(code, call)?, bodies) {
-                        (Some(k), _) => Some(entry_rsp.wrapping_add(k as u64)),
-                        (None, None) => return Ok(None),
-                        (None, Some(levels)) => {
-                            let body = levels.get(l + 1).and_then(|v| v.body.as_deref());
-                            data.follow_rsp(code, entry_rsp, body, frames[l + 1].1)?
+                    match data.rsp_offset(code, call)? {
+                        Some(k) => Some(entry_rsp.wrapping_add(k as u64)),
+                        None => {
+                            let own = body(data, l + 1)?;
+                            data.follow_rsp(code, entry_rsp, own.as_deref(), frames[l + 1].1)?
                         }
                     }
                 }
@@ -591,10 +589,10 @@ pub(crate) fn cfas_of(
     }
     cfas.truncate(needed);
     // Outwards, each frame's CFA above the one before, or none is real.
-    Ok(Some(match grows(&cfas) {
+    Ok(match grows(&cfas) {
         true => cfas,
         false => vec![None; needed],
-    }))
+    })
 }
 
 /// Whether the CFAs found grow outwards.
@@ -611,7 +609,7 @@ pub(crate) fn by_call(frames: &[Frame], l: usize) -> bool {
 
 /// What the walk back of [`cfas_by_entries`] learnt of a frame.
 #[derive(Clone, Debug)]
-pub(crate) struct EntryLevel {
+struct EntryLevel {
     /// What opened it, once found.
     opener: Option<Opener>,
     /// The pcs of its own instructions walked (latest first, its entry

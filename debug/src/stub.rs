@@ -1196,13 +1196,9 @@ impl<'m> Stub<'m> {
                 let forward =
                     (self.forward).get_or_insert_with(|| crate::forward::Forward::new(&code));
                 match self.walk_back {
-                    true => Ok(None),
+                    true => crate::frames::cfas_by_entries(cx, at, frames, needed),
                     false => forward.cfas(cx, at, frames, needed),
                 }
-                .and_then(|found| match found {
-                    Some(f) => Ok(f),
-                    None => crate::frames::cfas_by_entries(cx, at, frames, needed),
-                })
             }
             (Err(_), None) => return None,
         };
