@@ -21,9 +21,10 @@
 //! for ever; it opens a frame there only if that frame's caller's pc is
 //! its return address, so it is dropped once reached unless another
 //! opener kept returns there too (recursion through the call). The openers
-//! kept are then those of the frames open, and the calls whose callees
-//! have not come back: the state per interval start is bounded by the
-//! stack's depth (40 bytes per opener, and 48 more).
+//! kept are then those of the frames open, the calls whose callees have
+//! not come back, and such calls under recursion through them: the state
+//! per interval start is 56 bytes and 40 per opener, about the stack's
+//! depth.
 //!
 //! Where a frame's CFA needs a call's stack delta that the static deltas
 //! do not know (`alloca`, `and` for alignment), the caller's own
@@ -345,9 +346,17 @@ fn apply(
                 false => Kind::Call,
             };
             let pos = p - 1;
-            s.open.push(Opening { kind, pos, pc, ret });
+            // A call that is an outside entry's first instruction: the
+            // walk back meets its entry first (a position's entry, then
+            // its flow), so the call is the older opener.
+            let n = s.open.len();
+            let at = match s.open.last() {
+                Some(o) if matches!(o.kind, Kind::Entry(_)) && o.pos == pos => n - 1,
+                _ => n,
+            };
+            s.open.insert(at, Opening { kind, pos, pc, ret });
             if keep {
-                bodies.push(Some(Vec::new()));
+                bodies.insert(at.min(bodies.len()), Some(Vec::new()));
             }
         }
         Flow::Other => {}
