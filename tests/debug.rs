@@ -3877,8 +3877,9 @@ fn reverse_finish_out_of_write_into_stripped_gzip_runs_back_as_natively() {
 
 /// The frames' addresses served from snapshots are those of the walk back
 /// from the stop to its end: at many stops of each thread of programs
-/// with recursion (`recursion.c`: deep, mutual), callbacks from `qsort`,
-/// `longjmp`, `alloca`, signal handlers (`signal_stops.c`) and threads,
+/// with recursion (`recursion.c`: deep, mutual), callbacks from `qsort`
+/// (`callback_first_call.c`: one whose first instruction is a call, under
+/// recursion through `qsort`), `longjmp`, `alloca`, signal handlers (`signal_stops.c`) and threads,
 /// the stub with 64 instructions per interval serves the frame ids
 /// (`FRAME_IDS`) and the callers' `rbp` (`CALLER_RBP`) it serves with
 /// one interval walking back from each stop: control-only, where the
@@ -3890,9 +3891,10 @@ fn reverse_finish_out_of_write_into_stripped_gzip_runs_back_as_natively() {
 /// none). About 20 s at load 20.
 #[test]
 fn frames_from_snapshots_are_the_walks_from_the_start() {
-    let programs: [(&str, &[&str], bool); 6] = [
+    let programs: [(&str, &[&str], bool); 7] = [
         ("recursion.c", &["11"], true),
         ("qsort_callback.c", &[], true),
+        ("callback_first_call.c", &[], true),
         ("setjmp.c", &[], true),
         ("alloca_calls.c", &[], true),
         ("signal_stops.c", &[], false),
