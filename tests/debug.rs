@@ -3875,22 +3875,26 @@ fn reverse_finish_out_of_write_into_stripped_gzip_runs_back_as_natively() {
     assert_eq!(at, [(NATIVE_BASE + before) as i64], "{what}");
 }
 
-/// The frames' addresses of walks that end at a snapshot, joining the
-/// walk back from its interval's start (`debug/src/frames.rs`, "Joins"),
-/// are the walks' to their end: at 60 stops of each thread of programs
-/// with recursion (`recursion.c`: deep, mutual), callbacks from `qsort`,
-/// `longjmp`, `alloca`, signal handlers (`signal_stops.c`) and threads,
-/// recorded control-only and with `--data --check`, the stub with 64
-/// instructions per interval (a walk reaches a snapshot within 64) serves
-/// the frame ids (`FRAME_IDS`) and the callers' `rbp` (`CALLER_RBP`) it
-/// serves with one interval (no snapshot to join); they are real at some
-/// stops of each (but of a control-only thread that handled signals,
-/// which has none). About 20 s at load 20.
+/// The frames' addresses served from snapshots are those of the walk back
+/// from the stop to its end: at many stops of each thread of programs
+/// with recursion (`recursion.c`: deep, mutual), callbacks from `qsort`
+/// (`callback_first_call.c`: one whose first instruction is a call, under
+/// recursion through `qsort`), `longjmp`, `alloca`, signal handlers (`signal_stops.c`) and threads,
+/// the stub with 64 instructions per interval serves the frame ids
+/// (`FRAME_IDS`) and the callers' `rbp` (`CALLER_RBP`) it serves with
+/// one interval walking back from each stop: control-only, where the
+/// openers are kept forwards (`debug/src/forward.rs`; 150 stops a
+/// thread), and with `--data --check`, where a walk back that reaches a
+/// snapshot joins the walk from its interval's start
+/// (`debug/src/frames.rs`, "Joins"; 60 stops). They are real at some stops
+/// of each (but of a control-only thread that handled signals, which has
+/// none). About 20 s at load 20.
 #[test]
 fn frames_from_snapshots_are_the_walks_from_the_start() {
-    let programs: [(&str, &[&str], bool); 6] = [
+    let programs: [(&str, &[&str], bool); 7] = [
         ("recursion.c", &["11"], true),
         ("qsort_callback.c", &[], true),
+        ("callback_first_call.c", &[], true),
         ("setjmp.c", &[], true),
         ("alloca_calls.c", &[], true),
         ("signal_stops.c", &[], false),
@@ -3899,10 +3903,10 @@ fn frames_from_snapshots_are_the_walks_from_the_start() {
     for (source, args, control_real) in programs {
         let exe = o0_g(source);
         let flavours = [
-            (&[][..], "joins-ctl.aet"),
-            (&["--data", "--check"][..], "joins-data.aet"),
+            (&[][..], "joins-ctl.aet", 150),
+            (&["--data", "--check"][..], "joins-data.aet", 60),
         ];
-        for (flags, name) in flavours {
+        for (flags, name, count) in flavours {
             let trace = exe.with_extension(name);
             run_checked(
                 Command::new(common::aetrace())
@@ -3921,9 +3925,9 @@ fn frames_from_snapshots_are_the_walks_from_the_start() {
             let mut real = 0;
             for thread in threads {
                 let n = insns_of(&trace, thread);
-                let stops: Vec<u64> = (0..60).map(|i| i * n / 60).collect();
-                let joined = frames_served(&t, thread, 64, &stops);
-                let whole = frames_served(&t, thread, n as usize + 1, &stops);
+                let stops: Vec<u64> = (0..count).map(|i| i * n / count).collect();
+                let joined = frames_served(&t, thread, 64, false, &stops);
+                let whole = frames_served(&t, thread, n as usize + 1, true, &stops);
                 for (k, (a, b)) in joined.iter().zip(&whole).enumerate() {
                     assert_eq!(a, b, "{source} {flags:?} thread {thread}, at {}", stops[k]);
                 }
@@ -3969,11 +3973,13 @@ fn insns_of(trace: &Path, thread: u32) -> u64 {
 
 /// At each of `stops` of thread `thread` (`monitor seek`), the frame ids
 /// and the callers' `rbp` (as u64s) that the stub serves with `interval`
-/// instructions per interval, over the protocol.
+/// instructions per interval, over the protocol; `walk_back`: a
+/// control-only trace's by the walk back from each stop.
 fn frames_served(
     t: &aetrace_format::Trace<&[u8]>,
     thread: u32,
     interval: usize,
+    walk_back: bool,
     stops: &[u64],
 ) -> Vec<(Vec<u64>, Vec<u64>)> {
     let packet = |body: &str| {
@@ -3991,6 +3997,7 @@ fn frames_served(
     let opts = aetrace_debug::Options {
         thread: Some(thread),
         interval,
+        walk_back,
         ..Default::default()
     };
     let mut out = Vec::new();

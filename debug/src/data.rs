@@ -654,7 +654,7 @@ impl Data {
     }
 
     /// The [`Flow`] of the instruction at `pc`.
-    fn flow(&mut self, code: &Code<'_, '_>, pc: u64) -> Result<Flow, String> {
+    pub(crate) fn flow(&mut self, code: &Code<'_, '_>, pc: u64) -> Result<Flow, String> {
         let i = self.insn(code, pc)?;
         let insn = &i.planned.insn;
         Ok(match (i.planned.prog.call, insn.mnemonic()) {
@@ -692,7 +692,7 @@ impl Data {
                 if self.stub(c.prev, pc) == 1 {
                     let mut at = 0;
                     c.advance(1, |r| at = r.start);
-                    refs.push(Ref::entry_rsp(self.value(at, pc)?));
+                    refs.push(Ref::entry_rsp(self.entry_value(at, pc)?));
                 }
                 c.prev = Some(pc);
             } else {
@@ -932,8 +932,24 @@ impl Data {
         }
         Ok(())
     }
+    /// Whether the instruction at `pc`, the one before it being at `prev`,
+    /// is an outside entry whose stub wrote a value ([`Data::stub`]).
+    pub(crate) fn outside_entry(
+        &mut self,
+        code: &Code<'_, '_>,
+        prev: Option<u64>,
+        pc: u64,
+    ) -> Result<bool, String> {
+        // Both procedures learnt (the stub's facts are learnt per procedure).
+        if let Some(a) = prev {
+            self.insn(code, a)?;
+        }
+        self.insn(code, pc)?;
+        Ok(self.stub(prev, pc) == 1)
+    }
+
     /// Value `at` (an outside entry's at `pc`, [`Data::entry_only`]).
-    fn value(&self, at: usize, pc: u64) -> Result<u64, String> {
+    pub(crate) fn entry_value(&self, at: usize, pc: u64) -> Result<u64, String> {
         let n = self.values.len();
         (self.values.get(at).copied())
             .ok_or_else(|| format!("the thread's {n} entry values end before the entry at {pc:#x}"))

@@ -36,22 +36,23 @@
 //! of the callback compares them).
 //!
 //! Joins (issue 22: a stop's cost must not grow with the history before
-//! it): [`Joins`] keeps, for each interval of the timeline (its
-//! snapshots), what the walk back from the interval's start found of the
-//! frames there. A walk that reaches an interval's start, its instruction
-//! walked, in a state that walks the rest of the way as the start's own
-//! walk, shifted by some levels, ends there with what that one found
-//! ([`Back::join`]): its frames outside the ones it is in are the same
-//! (the same return addresses and entries), the returns it has not yet
-//! paired are those of the start's innermost frames, which that walk
-//! found opened (by traced calls, or outside entries), and nothing that
-//! walk met on its way back would have been taken differently with the
-//! other walk's bounds (the slots a creator must be above, the returns
-//! still pending). Where any of this is not certain, the walk goes on to
-//! the interval before: a join never changes a result, only where the
-//! walk ends. The starts' walks are built in order, each joining the ones
-//! before: a session's first stop at position `n` costs a walk over the
-//! `n` positions (as the procedure stack's), later ones about an interval.
+//! it), for the data walk: [`Joins`] keeps, for each interval of the
+//! timeline (its snapshots), what the walk back from the interval's start
+//! found of the frames there. A walk that reaches an interval's start, its
+//! instruction walked, in a state that walks the rest of the way as the
+//! start's own walk, shifted by some levels, ends there with what that one
+//! found ([`Walk::join`]): its frames outside the ones it is in are the
+//! same (the same return addresses and entries), the returns it has not
+//! yet paired are those of the start's innermost frames, which that walk
+//! found opened by traced calls, and nothing that walk met on its way back
+//! would have been taken differently with the other walk's bounds (the
+//! slots a creator must be above, the returns still pending). Where any of
+//! this is not certain, the walk goes on to the interval before: a join
+//! never changes a result, only where the walk ends. The starts' walks are
+//! built in order, each joining the ones before. A control-only trace's
+//! openers are kept forwards instead ([`crate::forward`]); the walk back
+//! of [`cfas_by_entries`] is what that pass must equal, and what a stop
+//! walks where it needs a caller's own instructions.
 //!
 //! Invariants: a CFA is given only where found as above, never guessed;
 //! the CFAs found grow outwards (each creator's slot above the one before);
@@ -83,7 +84,7 @@ impl Stand {
     /// The latest position the walk back looks at: `pos`, whose
     /// instruction is frame 0's (not run), or in a passage the one
     /// before (run).
-    fn last(self) -> Option<u64> {
+    pub(crate) fn last(self) -> Option<u64> {
         self.pos.checked_sub(u64::from(self.passage))
     }
 }
@@ -92,38 +93,38 @@ impl Stand {
 /// procedure stack): what [`Joins`] keeps the walks of.
 pub type FramesAt<'a> = &'a mut dyn for<'t, 'm> FnMut(&'t mut Timeline<'m>, u64) -> Vec<Frame>;
 
-/// What the walks back from the intervals' starts found ([`Back::join`]):
-/// interval `k`'s (`k` >= 1) at index `k - 1`, with its start. Per
-/// snapshot 72 bytes, and per frame there 16 and a [`Level`] (72 bytes)
-/// or an [`EntryLevel`] (48 bytes, and its own instructions walked, 8
-/// bytes each, kept only where they reach its entry: at most [`BODY`]).
+/// What a walk over a thread's positions reads: its references and its
+/// timeline, and the code.
+pub struct Walking<'x, 'm, 'c> {
+    /// The thread's references (or its outside entries' `rsp`).
+    pub data: &'x mut Data,
+    /// The thread's timeline.
+    pub t: &'x mut Timeline<'m>,
+    /// Where the code is.
+    pub code: &'x Code<'x, 'c>,
+}
+
+/// What the walks back of [`cfas`] from the intervals' starts found
+/// ([`Walk::join`]): interval `k`'s (`k` >= 1) at index `k - 1`, with its
+/// start. Per snapshot 56 bytes, and per frame there 16 and a [`Level`]
+/// (72 bytes).
 #[derive(Default)]
 pub struct Joins {
-    data: Vec<(u64, Snap<Level>)>,
-    entries: Vec<(u64, Snap<EntryLevel>)>,
+    snaps: Vec<(u64, Snap)>,
     /// A start's walk failed: no later one is built.
     failed: bool,
 }
 
 impl Joins {
     /// Builds the walks of the starts of intervals `1..=k`, in order.
-    fn reach<W: Back>(
-        &mut self,
-        data: &mut Data,
-        t: &mut Timeline<'_>,
-        code: &Code<'_, '_>,
-        k: usize,
-        frames_at: FramesAt<'_>,
-    ) {
-        while !self.failed && W::snaps(self).len() < k {
-            let start = t.start(W::snaps(self).len() + 1);
-            let frames = frames_at(t, start);
-            let mut w = W::fresh(frames);
-            match walk_back(data, t, code, start, start, true, &mut w, W::snaps(self)) {
-                Ok(()) => {
-                    let s = w.snap();
-                    W::snaps_mut(self).push((start, s));
-                }
+    fn reach(&mut self, cx: &mut Walking<'_, '_, '_>, k: usize, frames_at: FramesAt<'_>) {
+        while !self.failed && self.snaps.len() < k {
+            let start = cx.t.start(self.snaps.len() + 1);
+            let frames = frames_at(cx.t, start);
+            let n = frames.len();
+            let mut w = Walk::new(frames, n);
+            match walk_back(cx, start, start, &mut w, &self.snaps) {
+                Ok(()) => self.snaps.push((start, w.snap())),
                 Err(_) => self.failed = true,
             }
         }
@@ -131,56 +132,37 @@ impl Joins {
 }
 
 /// What the walk back from an interval's start found: the frames there
-/// (innermost first), per frame what the walk learnt, and for the walk
-/// of [`cfas_by_entries`] the level an outside entry broke it at.
+/// (innermost first) and per frame what the walk learnt.
 #[derive(Clone, Debug)]
-struct Snap<L> {
+struct Snap {
     frames: Vec<Frame>,
-    levels: Vec<L>,
-    broken: Option<usize>,
+    levels: Vec<Level>,
 }
 
-/// A walk back that can end at an interval's start (the module comment,
-/// "Joins").
-trait Back: Sized {
-    /// What it learns per frame.
-    type Level;
-    /// The walk of an interval's start, whose frames are `frames`.
-    fn fresh(frames: Vec<Frame>) -> Self;
-    /// The start's instruction, which did not run: what comes after the
-    /// first position walked.
-    fn prime(&mut self, pc: u64, refs: &[Ref]);
+/// A walk back, a position at a time.
+trait Back {
     /// One position back; `ran`: its instruction ran.
     fn step(&mut self, code: &Code<'_, '_>, ran: bool, pc: u64, flow: Flow, refs: &[Ref]);
     /// Whether it has found what it looks for.
     fn done(&self) -> bool;
-    /// At the start of `s`'s interval, its instruction walked: ends the
-    /// walk with what `s` found, if the rest of the way would be `s`'s
-    /// walk's (then `true`).
-    fn join(&mut self, s: &Snap<Self::Level>) -> bool;
-    /// What it found.
-    fn snap(self) -> Snap<Self::Level>;
-    fn snaps(j: &Joins) -> &[(u64, Snap<Self::Level>)];
-    fn snaps_mut(j: &mut Joins) -> &mut Vec<(u64, Snap<Self::Level>)>;
 }
 
 /// Walks `w` back from position `from` (the positions before `ran` ran;
-/// `from` only primes it if `prime`), ending where it is done or joins
-/// the walk of an interval's start in `snaps`.
-#[allow(clippy::too_many_arguments)]
-fn walk_back<W: Back>(
-    data: &mut Data,
-    t: &mut Timeline<'_>,
-    code: &Code<'_, '_>,
+/// an interval's start, `from == ran`, did not and only ends the walk
+/// there), ending where it is done or joins the walk of an interval's
+/// start in `snaps`.
+fn walk_back(
+    cx: &mut Walking<'_, '_, '_>,
     from: u64,
     ran: u64,
-    prime: bool,
-    w: &mut W,
-    snaps: &[(u64, Snap<W::Level>)],
+    w: &mut Walk,
+    snaps: &[(u64, Snap)],
 ) -> Result<(), String> {
-    data.scan_back(t, code, from, |q, pc, flow, refs| {
-        if prime && q == from {
-            w.prime(pc, refs);
+    let code = cx.code;
+    cx.data.scan_back(cx.t, code, from, |q, pc, flow, refs| {
+        // The start's own instruction, which did not run, is frame 0's
+        // (the data walk learns nothing from it).
+        if q == ran {
             return false;
         }
         w.step(code, q < ran, pc, flow, refs);
@@ -189,35 +171,46 @@ fn walk_back<W: Back>(
 }
 
 /// Whether `w` joins the walk of an interval that starts at `q`.
-fn join_at<W: Back>(w: &mut W, snaps: &[(u64, Snap<W::Level>)], q: u64) -> bool {
+fn join_at(w: &mut Walk, snaps: &[(u64, Snap)], q: u64) -> bool {
     match snaps.binary_search_by_key(&q, |s| s.0) {
         Ok(i) => w.join(&snaps[i].1),
         Err(_) => false,
     }
 }
 
+/// Walks `w` back from `at` to where it is done (or the first position).
+fn walk_from<W: Back>(cx: &mut Walking<'_, '_, '_>, at: Stand, w: &mut W) -> Result<(), String> {
+    let Some(last) = at.last() else {
+        return Ok(());
+    };
+    let code = cx.code;
+    cx.data.scan_back(cx.t, code, last, |q, pc, flow, refs| {
+        w.step(code, q < at.pos, pc, flow, refs);
+        w.done()
+    })
+}
+
 /// Walks `w` back from `at`: its interval first, then, if not done, the
 /// intervals before, joining their starts' walks.
-fn run<W: Back>(
-    data: &mut Data,
-    t: &mut Timeline<'_>,
-    code: &Code<'_, '_>,
+fn run(
+    cx: &mut Walking<'_, '_, '_>,
     joins: &mut Joins,
     frames_at: FramesAt<'_>,
     at: Stand,
-    w: &mut W,
+    w: &mut Walk,
 ) -> Result<(), String> {
     let Some(last) = at.last() else {
         return Ok(());
     };
-    let Some(k) = t.interval_of(last) else {
+    let Some(k) = cx.t.interval_of(last) else {
         return Ok(());
     };
-    let start = t.start(k);
+    let start = cx.t.start(k);
     // Most stops find their frames in their interval: no start's walk is
     // built for them.
     let mut paused = false;
-    data.scan_back(t, code, last, |q, pc, flow, refs| {
+    let code = cx.code;
+    cx.data.scan_back(cx.t, code, last, |q, pc, flow, refs| {
         w.step(code, q < at.pos, pc, flow, refs);
         paused = q == start && !w.done();
         w.done() || paused
@@ -225,21 +218,17 @@ fn run<W: Back>(
     if !paused || start == 0 {
         return Ok(());
     }
-    joins.reach::<W>(data, t, code, k, frames_at);
-    let snaps = W::snaps(joins);
-    if start < at.pos && join_at(w, snaps, start) {
+    joins.reach(cx, k, frames_at);
+    if start < at.pos && join_at(w, &joins.snaps, start) {
         return Ok(());
     }
-    walk_back(data, t, code, start - 1, at.pos, false, w, snaps)
+    walk_back(cx, start - 1, at.pos, w, &joins.snaps)
 }
 
 /// The CFAs of `frames[..needed]` (pc and procedure entry, innermost
 /// first) at `at`, each `None` where not found.
-#[allow(clippy::too_many_arguments)]
 pub fn cfas(
-    data: &mut Data,
-    t: &mut Timeline<'_>,
-    code: &Code<'_, '_>,
+    cx: &mut Walking<'_, '_, '_>,
     joins: &mut Joins,
     frames_at: FramesAt<'_>,
     at: Stand,
@@ -248,7 +237,7 @@ pub fn cfas(
 ) -> Result<Vec<Option<u64>>, String> {
     let mut walk = Walk::new(frames.to_vec(), needed);
     if needed > 0 {
-        run(data, t, code, joins, frames_at, at, &mut walk)?;
+        run(cx, joins, frames_at, at, &mut walk)?;
     }
     let found: Vec<Option<u64>> = walk.levels.iter().map(|l| l.found).collect();
     debug_assert!(grows(&found));
@@ -351,7 +340,7 @@ impl Walk {
     /// its creator, and no call `s` walked taken otherwise here (a
     /// creator refused or taken by the other bound, a pending return
     /// dropped).
-    fn joins(&self, s: &Snap<Level>) -> bool {
+    fn joins(&self, s: &Snap) -> bool {
         let (l0, j) = (self.level, self.pending.len());
         let n = self.frames.len();
         if s.frames.len() <= j || n - l0 != s.frames.len() - j {
@@ -398,7 +387,7 @@ impl Walk {
     /// the slot of the frame below the current one here; frame `j + 1`'s
     /// differs where frame `j` ended at its entry with no CFA there but
     /// one here.
-    fn same_bounds(&self, s: &Snap<Level>, j: usize) -> bool {
+    fn same_bounds(&self, s: &Snap, j: usize) -> bool {
         let b = self.last_slot;
         let v = &s.levels[j];
         if v.refused.is_some_and(|r| b.map_or(true, |b| r > b)) {
@@ -412,18 +401,44 @@ impl Walk {
         !matches!((v.end, v.found, mine, next),
             (End::Entry, None, Some(c), Some(End::Creator(a))) if a <= c.wrapping_sub(8))
     }
+
+    /// At the start of `s`'s interval, its instruction walked: ends the
+    /// walk with what `s` found, if the rest of the way would be `s`'s
+    /// walk's (then `true`).
+    fn join(&mut self, s: &Snap) -> bool {
+        if !self.joins(s) {
+            return false;
+        }
+        let (l0, j) = (self.level, self.pending.len());
+        let mine = &self.levels[l0];
+        // The calls between the start and the creators are the current
+        // frame's here.
+        let passed = s.levels[..j].iter().filter_map(|v| v.others).max();
+        let v = &s.levels[j];
+        let merged = Level {
+            found: v.found.or(mine.found),
+            end: v.end,
+            refused: mine.refused.max(passed).max(v.refused),
+            others: mine.others.max(passed).max(v.others),
+            dropped: mine.dropped || v.dropped,
+        };
+        self.levels[l0] = merged;
+        let rest = self.levels.len() - l0 - 1;
+        self.levels[l0 + 1..].clone_from_slice(&s.levels[j + 1..j + 1 + rest]);
+        self.joined = true;
+        true
+    }
+
+    /// What it found.
+    fn snap(self) -> Snap {
+        Snap {
+            frames: self.frames,
+            levels: self.levels,
+        }
+    }
 }
 
 impl Back for Walk {
-    type Level = Level;
-
-    fn fresh(frames: Vec<Frame>) -> Self {
-        let n = frames.len();
-        Walk::new(frames, n)
-    }
-
-    fn prime(&mut self, _: u64, _: &[Ref]) {}
-
     fn step(&mut self, code: &Code<'_, '_>, ran: bool, pc: u64, flow: Flow, refs: &[Ref]) {
         match (ran, flow) {
             (true, Flow::Ret) => {
@@ -456,46 +471,6 @@ impl Back for Walk {
     fn done(&self) -> bool {
         self.joined || self.level >= self.levels.len()
     }
-
-    fn join(&mut self, s: &Snap<Level>) -> bool {
-        if !self.joins(s) {
-            return false;
-        }
-        let (l0, j) = (self.level, self.pending.len());
-        let mine = &self.levels[l0];
-        // The calls between the start and the creators are the current
-        // frame's here.
-        let passed = s.levels[..j].iter().filter_map(|v| v.others).max();
-        let v = &s.levels[j];
-        let merged = Level {
-            found: v.found.or(mine.found),
-            end: v.end,
-            refused: mine.refused.max(passed).max(v.refused),
-            others: mine.others.max(passed).max(v.others),
-            dropped: mine.dropped || v.dropped,
-        };
-        self.levels[l0] = merged;
-        let rest = self.levels.len() - l0 - 1;
-        self.levels[l0 + 1..].clone_from_slice(&s.levels[j + 1..j + 1 + rest]);
-        self.joined = true;
-        true
-    }
-
-    fn snap(self) -> Snap<Level> {
-        Snap {
-            frames: self.frames,
-            levels: self.levels,
-            broken: None,
-        }
-    }
-
-    fn snaps(j: &Joins) -> &[(u64, Snap<Level>)] {
-        &j.data
-    }
-
-    fn snaps_mut(j: &mut Joins) -> &mut Vec<(u64, Snap<Level>)> {
-        &mut j.data
-    }
 }
 
 /// The slot a call pushed to (`disp` -8, a store) or a return popped
@@ -519,11 +494,11 @@ fn body_cfa(image: &crate::image::Image, pc: u64, refs: &[Ref]) -> Option<u64> {
 /// The most instructions of a frame's own kept for following `rsp`
 /// through them ([`Data::follow_rsp`]) where its static deltas do not
 /// know it.
-const BODY: usize = 4096;
+pub(crate) const BODY: usize = 4096;
 
-/// What opened a frame ([`cfas_by_entries`]).
+/// What opened a frame ([`cfas_by_entries`], [`crate::forward`]).
 #[derive(Clone, Copy, Debug)]
-enum Opener {
+pub(crate) enum Opener {
     /// An outside entry whose stub recorded this `rsp`.
     Entry(u64),
     /// A traced call at this address.
@@ -534,51 +509,79 @@ enum Opener {
     Passed(u64),
 }
 
+/// The frames whose openers the CFAs of `frames[..needed]` need: a frame
+/// opened by a call needs its caller's entry too.
+pub(crate) fn needed_back(frames: &[Frame], needed: usize) -> usize {
+    match needed {
+        0 => 0,
+        n if by_call(frames, n - 1) => n + 1,
+        n => n,
+    }
+}
+
 /// [`cfas`] of a control-only trace from its outside entries' `rsp`
-/// ([`Ref::entered_with`]) and the stack deltas of the callers' code.
-#[allow(clippy::too_many_arguments)]
+/// ([`Ref::entered_with`]) and the stack deltas of the callers' code,
+/// walking back from `at` (the reference [`crate::forward`] is compared
+/// with).
 pub fn cfas_by_entries(
-    data: &mut Data,
-    t: &mut Timeline<'_>,
-    code: &Code<'_, '_>,
-    joins: &mut Joins,
-    frames_at: FramesAt<'_>,
+    cx: &mut Walking<'_, '_, '_>,
     at: Stand,
     frames: &[Frame],
     needed: usize,
 ) -> Result<Vec<Option<u64>>, String> {
-    // A frame opened by a call needs its caller's entry too.
-    let needed_back = match needed {
-        0 => return Ok(Vec::new()),
-        n if by_call(frames, n - 1) => n + 1,
-        n => n,
-    };
+    let needed_back = needed_back(frames, needed);
     let mut walk = Openers::new(frames.to_vec(), needed_back);
     // In a passage, what ran last went to the untraced code.
     walk.next = at.passage.then(|| (frames[0].0, false));
     let none = vec![None; needed];
-    if at.last().is_none() {
+    if needed_back == 0 || at.last().is_none() {
         return Ok(none);
     }
-    run(data, t, code, joins, frames_at, at, &mut walk)?;
+    walk_from(cx, at, &mut walk)?;
     if walk.broken.is_some() || walk.opened < needed_back {
         return Ok(none);
     }
-    let mut cfas = vec![None; needed_back];
-    for l in (0..needed_back).rev() {
-        cfas[l] = match walk.levels[l].opener.expect("opened") {
+    let openers: Vec<Opener> = (walk.levels.iter().take(needed_back))
+        .map(|v| v.opener.expect("opened"))
+        .collect();
+    let levels = &walk.levels;
+    let mut body = |_: &mut Data, l: usize| Ok(levels.get(l).and_then(|v| v.body.clone()));
+    cfas_of(cx.data, cx.code, frames, &openers, &mut body, needed)
+}
+
+/// Frame `l`'s own instructions walked back from the call that opened
+/// frame `l - 1` (latest first, its entry last; [`BODY`] at most), or
+/// `None` where there are more.
+pub(crate) type Body<'a> = &'a mut dyn FnMut(&mut Data, usize) -> Result<Option<Vec<u64>>, String>;
+
+/// The CFAs of `frames[..needed]` from their openers (innermost first),
+/// or none where they do not grow outwards. A frame opened by a call has
+/// its caller's `rsp` at the call: by the caller's static stack deltas,
+/// else by following them through the caller's own instructions
+/// (`body`).
+pub(crate) fn cfas_of(
+    data: &mut Data,
+    code: &Code<'_, '_>,
+    frames: &[Frame],
+    openers: &[Opener],
+    body: Body<'_>,
+    needed: usize,
+) -> Result<Vec<Option<u64>>, String> {
+    let n = openers.len();
+    let mut cfas = vec![None; n];
+    for l in (0..n).rev() {
+        cfas[l] = match openers[l] {
             Opener::Entry(rsp) => Some(rsp.wrapping_add(8)),
             Opener::Call(call) | Opener::Passed(call) => match cfas.get(l + 1).copied().flatten() {
                 Some(caller) => {
-                    let body = walk.levels.get(l + 1).and_then(|v| v.body.as_deref());
-                    rsp_at_call(
-                        data,
-                        code,
-                        caller.wrapping_sub(8),
-                        body,
-                        frames[l + 1].1,
-                        call,
-                    )?
+                    let entry_rsp = caller.wrapping_sub(8);
+                    match data.rsp_offset(code, call)? {
+                        Some(k) => Some(entry_rsp.wrapping_add(k as u64)),
+                        None => {
+                            let own = body(data, l + 1)?;
+                            data.follow_rsp(code, entry_rsp, own.as_deref(), frames[l + 1].1)?
+                        }
+                    }
                 }
                 None => None,
             },
@@ -588,26 +591,8 @@ pub fn cfas_by_entries(
     // Outwards, each frame's CFA above the one before, or none is real.
     Ok(match grows(&cfas) {
         true => cfas,
-        false => none,
+        false => vec![None; needed],
     })
-}
-
-/// `rsp` at the call at `call` of a procedure entered at `entry` with
-/// `entry_rsp`, its own instructions walked being `body`: by its static
-/// stack deltas, else by following them (`None` where `rsp` moved by a
-/// value not known).
-fn rsp_at_call(
-    data: &mut Data,
-    code: &Code<'_, '_>,
-    entry_rsp: u64,
-    body: Option<&[u64]>,
-    entry: u64,
-    call: u64,
-) -> Result<Option<u64>, String> {
-    match data.rsp_offset(code, call)? {
-        Some(k) => Ok(Some(entry_rsp.wrapping_add(k as u64))),
-        None => data.follow_rsp(code, entry_rsp, body, entry),
-    }
 }
 
 /// Whether the CFAs found grow outwards.
@@ -618,7 +603,7 @@ fn grows(cfas: &[Option<u64>]) -> bool {
 
 /// Whether frame `l` of `frames` was made by a traced call: its caller's
 /// pc is a traced return address.
-fn by_call(frames: &[Frame], l: usize) -> bool {
+pub(crate) fn by_call(frames: &[Frame], l: usize) -> bool {
     frames.get(l + 1).is_some_and(|f| !is_untraced(f.0))
 }
 
@@ -630,9 +615,6 @@ struct EntryLevel {
     /// The pcs of its own instructions walked (latest first, its entry
     /// last), up to [`BODY`] of them; `None` past that.
     body: Option<Vec<u64>>,
-    /// A bit per return address (hashed, [`ret_bit`]) of the calls
-    /// walked in it.
-    rets: u64,
 }
 
 impl Default for EntryLevel {
@@ -640,14 +622,8 @@ impl Default for EntryLevel {
         EntryLevel {
             opener: None,
             body: Some(Vec::new()),
-            rets: 0,
         }
     }
-}
-
-/// The bit of [`EntryLevel::rets`] for return address `a`.
-fn ret_bit(a: u64) -> u64 {
-    1 << (a.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58)
 }
 
 /// The walk back of [`cfas_by_entries`]: each frame's opener, innermost
@@ -669,7 +645,6 @@ struct Openers {
     /// frame's: a `longjmp`, a throw or a tail jump into untraced code
     /// passed frames without their returns.
     broken: Option<usize>,
-    joined: bool,
 }
 
 impl Openers {
@@ -682,7 +657,6 @@ impl Openers {
             pending: Vec::new(),
             next: None,
             broken: None,
-            joined: false,
         }
     }
 
@@ -720,50 +694,9 @@ impl Openers {
             }
         }
     }
-
-    /// Whether the rest of the walk from the start of `s`'s interval
-    /// would be `s`'s walk shifted by levels (`j` of its frames' returns
-    /// pending here): the frames outside the current one the same, and
-    /// `s`'s innermost `j` frames opened by traced calls that return
-    /// where the pending returns went, or by outside entries (which pair
-    /// with any) where no call walked in them returns where their
-    /// pending return went (the bits of [`EntryLevel::rets`]).
-    fn joins(&self, s: &Snap<EntryLevel>) -> bool {
-        let (l0, j) = (self.opened, self.pending.len());
-        let n = self.frames.len();
-        if s.frames.len() <= j || n - l0 != s.frames.len() - j {
-            return false;
-        }
-        let (f, g) = (self.frames[l0], s.frames[j]);
-        if f.1 != g.1 || is_untraced(f.0) != is_untraced(g.0) {
-            return false;
-        }
-        if self.frames[l0 + 1..] != s.frames[j + 1..] || s.broken.is_some_and(|b| b < j) {
-            return false;
-        }
-        (0..j).all(|l| {
-            let went = self.pending[j - 1 - l];
-            match s.levels.get(l).and_then(|v| v.opener) {
-                Some(Opener::Call(_)) => went == s.frames[l + 1].0,
-                Some(Opener::Entry(_)) => s.levels[l].rets & ret_bit(went) == 0,
-                _ => false,
-            }
-        })
-    }
 }
 
 impl Back for Openers {
-    type Level = EntryLevel;
-
-    fn fresh(frames: Vec<Frame>) -> Self {
-        let n = frames.len();
-        Openers::new(frames, n)
-    }
-
-    fn prime(&mut self, pc: u64, refs: &[Ref]) {
-        self.next = Some((pc, refs.iter().any(|r| r.entered_with().is_some())));
-    }
-
     fn step(&mut self, _: &Code<'_, '_>, ran: bool, pc: u64, flow: Flow, refs: &[Ref]) {
         let entered = refs.iter().find_map(Ref::entered_with);
         let next = self.next.replace((pc, entered.is_some()));
@@ -782,7 +715,6 @@ impl Back for Openers {
             return;
         };
         let l = self.opened;
-        self.level(l).rets |= ret_bit(ret);
         let made = |l: usize| by_call(&self.frames, l) && self.frames[l + 1].0 == ret;
         match next {
             // The callee came straight back, or is the outside entry
@@ -812,66 +744,6 @@ impl Back for Openers {
     }
 
     fn done(&self) -> bool {
-        self.joined || self.broken.is_some() || self.opened >= self.needed
-    }
-
-    fn join(&mut self, s: &Snap<EntryLevel>) -> bool {
-        if !self.joins(s) {
-            return false;
-        }
-        let (l0, j) = (self.opened, self.pending.len());
-        let mine = std::mem::take(self.level(l0));
-        let theirs = s.levels.get(j).cloned().unwrap_or_default();
-        // No pcs of the current frame's between the start and the
-        // openers of `s`'s innermost frames (returns were pending).
-        let passed = s.levels[..j].iter().fold(0, |r, v| r | v.rets);
-        let body = match (mine.body, &theirs.body) {
-            (Some(a), Some(b)) if a.len() + b.len() <= BODY => Some([a, b.clone()].concat()),
-            _ => None,
-        };
-        self.levels[l0] = EntryLevel {
-            opener: theirs.opener,
-            body,
-            rets: mine.rets | passed | theirs.rets,
-        };
-        self.levels.extend(s.levels.iter().skip(j + 1).cloned());
-        let opened = s.levels.iter().take_while(|v| v.opener.is_some()).count();
-        self.opened = l0 + opened.saturating_sub(j);
-        self.broken = s.broken.map(|b| l0 + b - j);
-        // The walk stops at the frames it needs: its result has no more.
-        if self.opened >= self.needed {
-            self.opened = self.needed;
-            self.broken = self.broken.filter(|&b| b < self.needed);
-        }
-        self.levels.truncate(self.needed);
-        self.joined = true;
-        true
-    }
-
-    fn snap(self) -> Snap<EntryLevel> {
-        let frames = self.frames;
-        let levels = (self.levels.into_iter().enumerate())
-            .map(|(l, mut v)| {
-                // Only a body that reaches its frame's entry is followed
-                // (`Data::follow_rsp`); appended to, it still ends there.
-                let entry = frames.get(l).map(|f| f.1);
-                let reaches = |b: &Vec<u64>| b.is_empty() || b.last().copied() == entry;
-                v.body = v.body.filter(reaches);
-                v
-            })
-            .collect();
-        Snap {
-            frames,
-            levels,
-            broken: self.broken,
-        }
-    }
-
-    fn snaps(j: &Joins) -> &[(u64, Snap<EntryLevel>)] {
-        &j.entries
-    }
-
-    fn snaps_mut(j: &mut Joins) -> &mut Vec<(u64, Snap<EntryLevel>)> {
-        &mut j.entries
+        self.broken.is_some() || self.opened >= self.needed
     }
 }

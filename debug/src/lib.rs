@@ -21,6 +21,8 @@
 //! - [`blocks`]: which procedure an address is in;
 //! - [`data`]: each instruction's data references (watchpoints, frames'
 //!   addresses); [`rebuilt`]: those the abstract data walk rebuilt;
+//! - [`frames`]: the frames' real addresses, walking back from a stop;
+//!   [`forward`]: those of a control-only trace, kept forwards;
 //! - [`calltree`]: the whole run's call tree as Chrome/Perfetto trace JSON
 //!   (`aetrace timeline`);
 //! - [`pcmap`]: hash maps keyed by addresses, with a cheap hasher;
@@ -37,6 +39,7 @@ pub mod blocks;
 pub mod calltree;
 pub mod cfi;
 pub mod data;
+pub mod forward;
 pub mod frames;
 pub mod hc;
 pub mod image;
@@ -118,6 +121,11 @@ pub struct Options<'a> {
     /// them abstract only (`--data` without `--check`); without it such
     /// a trace has none (no watchpoints, frames' addresses made up).
     pub rebuild: Option<Rebuild<'a>>,
+    /// A control-only trace's frames' addresses found by walking back
+    /// from each stop ([`frames::cfas_by_entries`]) rather than by the
+    /// pass forwards ([`forward`]): the reference the tests compare that
+    /// pass with.
+    pub walk_back: bool,
 }
 
 /// A connection over a byte reader and writer (stdin and stdout for `target
@@ -330,6 +338,7 @@ fn thread_stub<'m, B: AsRef<[u8]> + Sync>(
     let plan = materialise::plan(trace, thread);
     let values = data::values(trace, thread, modules, opts.rebuild);
     let mut stub = stub::Stub::new(timeline, image, modules, at).with_plan(plan);
+    stub.walk_back = opts.walk_back;
     // Without data, a control-only trace's entries give frames' addresses.
     if values.is_err() {
         if let Ok(entries) = data::entry_values(trace, thread, modules) {

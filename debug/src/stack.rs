@@ -398,7 +398,7 @@ fn mark(marks: &mut PcFlags, a: u64, flag: u8) {
 }
 
 /// Per module, the run-time addresses its blocks span: (start, end).
-fn code_spans(modules: &[&Compiled]) -> Vec<(u64, u64)> {
+pub(crate) fn code_spans(modules: &[&Compiled]) -> Vec<(u64, u64)> {
     let span = |m: &Compiled| {
         let blocks = m
             .blocks

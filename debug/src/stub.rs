@@ -35,6 +35,7 @@
 
 use crate::blocks::{BlockAt, BlockIndex, Blocks};
 use crate::data::{Code, Data, Ref, Values};
+use crate::frames::Walking;
 use crate::image::Image;
 use crate::materialise;
 use crate::stack::Stacks;
@@ -184,8 +185,15 @@ pub struct Stub<'m> {
     /// Without them, a control-only trace's outside entries' `rsp`, for
     /// the frames' addresses alone ([`crate::data::entry_values`]).
     entries: Option<Data>,
-    /// What the frames' walks back from the intervals' starts found.
+    /// What the frames' walks back from the intervals' starts found (data
+    /// references).
     joins: crate::frames::Joins,
+    /// The frames' openers kept forwards (outside entries' `rsp`), made
+    /// at the first stop that needs them.
+    forward: Option<crate::forward::Forward>,
+    /// The frames' addresses of a control-only trace by the walk back
+    /// from each stop ([`crate::Options::walk_back`]).
+    pub walk_back: bool,
     /// Watched ranges: (start, length, kind).
     watches: Vec<(u64, u64, WatchKind)>,
     /// The instruction whose access made the last stop, with its
@@ -330,6 +338,8 @@ impl<'m> Stub<'m> {
             data: Err("watchpoints need data addresses: record with --data".into()),
             entries: None,
             joins: crate::frames::Joins::default(),
+            forward: None,
+            walk_back: false,
             watches: Vec::new(),
             hit: None,
             due: false,
@@ -1163,25 +1173,33 @@ impl<'m> Stub<'m> {
         };
         let t = &mut self.timeline;
         let (stacks, blocks, joins) = (&mut self.stacks, &self.blocks, &mut self.joins);
-        // The frames at an interval's start, for its walk back.
-        let mut frames_at = |t: &mut Timeline<'_>, pos: u64| {
-            let pc = t.address(pos).unwrap_or(0);
-            with_entries(blocks, pc, &stacks.at(t, pos, None))
-        };
         let found = match (self.data.as_mut(), self.entries.as_mut()) {
             (Ok(data), _) => {
-                crate::frames::cfas(data, t, &code, joins, &mut frames_at, at, frames, needed)
+                // The frames at an interval's start, for its walk back.
+                let mut frames_at = |t: &mut Timeline<'_>, pos: u64| {
+                    let pc = t.address(pos).unwrap_or(0);
+                    with_entries(blocks, pc, &stacks.at(t, pos, None))
+                };
+                let cx = &mut Walking {
+                    data,
+                    t,
+                    code: &code,
+                };
+                crate::frames::cfas(cx, joins, &mut frames_at, at, frames, needed)
             }
-            (Err(_), Some(e)) => crate::frames::cfas_by_entries(
-                e,
-                t,
-                &code,
-                joins,
-                &mut frames_at,
-                at,
-                frames,
-                needed,
-            ),
+            (Err(_), Some(data)) => {
+                let cx = &mut Walking {
+                    data,
+                    t,
+                    code: &code,
+                };
+                let forward =
+                    (self.forward).get_or_insert_with(|| crate::forward::Forward::new(&code));
+                match self.walk_back {
+                    true => crate::frames::cfas_by_entries(cx, at, frames, needed),
+                    false => forward.cfas(cx, at, frames, needed),
+                }
+            }
             (Err(_), None) => return None,
         };
         found.ok()

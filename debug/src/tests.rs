@@ -69,6 +69,7 @@ fn session_with(trace: &[u8], at: u64, interval: usize, packets: &[String]) -> V
         interval,
         warn: None,
         rebuild: None,
+        walk_back: false,
     };
     let t = Trace::parse(trace).unwrap();
     let mut input = packet("qSupported:swbreak+;hwbreak+");

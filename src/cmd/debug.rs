@@ -44,6 +44,7 @@ pub fn run(a: Args) -> super::Result {
         // The server's stderr is gdb's terminal.
         warn: Some(|why| eprintln!("aetrace: {why}")),
         rebuild: Some(&rebuild),
+        walk_back: false,
     };
     if a.server {
         clean_up_when_signalled()?;
