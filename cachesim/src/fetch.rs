@@ -1093,10 +1093,11 @@ mod tests {
         }
 
         /// `--configs`: Dinero hierarchies of lines of 4 to 64 bytes (an
-        /// instruction may span three lines of 4 or 8), every policy, with and without `-ccc`, split or unified, one or
-        /// two levels, behind shared filters (entry by entry, each with
-        /// leaders for every line size), each give what it gives alone,
-        /// fetch by fetch.
+        /// instruction may span three lines of 4 or 8), every policy,
+        /// with and without `-ccc`, split or unified, one or two levels,
+        /// behind shared filters (entry by entry, each with leaders for
+        /// every line size), each give what it gives alone, fetch by
+        /// fetch.
         #[test]
         fn stripped_dinero_equals_each_alone(
             seed in any::<u64>(),
