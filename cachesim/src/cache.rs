@@ -307,7 +307,7 @@ impl SmallStore {
     }
 
     #[inline(always)]
-    fn find(&self, set: usize, block: u64) -> Option<Slot> {
+    pub(crate) fn find(&self, set: usize, block: u64) -> Option<Slot> {
         let base = set << self.assoc_shift;
         // The top line first: most hits are there (one bounds check, no
         // slice arithmetic on the hot path).
@@ -373,7 +373,7 @@ impl SmallStore {
     }
 
     #[inline]
-    fn insert(
+    pub(crate) fn insert(
         &mut self,
         set: usize,
         block: u64,
@@ -404,7 +404,7 @@ impl SmallStore {
     }
 
     #[inline]
-    fn set_dirty(&mut self, slot: Slot, dirty: bool) {
+    pub(crate) fn set_dirty(&mut self, slot: Slot, dirty: bool) {
         let set = slot >> self.assoc_shift;
         self.dirty[set] |= u64::from(dirty) << (slot - (set << self.assoc_shift));
     }

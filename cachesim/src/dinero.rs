@@ -199,29 +199,127 @@ pub struct Hierarchy {
     /// Per access kind, the index of its first cache in `fronts`, or
     /// [`NONE`] when it takes no fast path there.
     slot: [usize; 4],
+    /// What [`Hierarchy::hits`]' misses send to the next level, in order,
+    /// until the run ends (empty between runs; kept for its capacity).
+    pending: Vec<Sent>,
     rng: Rng,
 }
 
 /// [`Hierarchy::hits`]' index of no cache.
 const NONE: usize = 2;
 
+/// Per access kind number, whether it is a write.
+const IS_WRITE: [bool; 4] = [false, true, false, false];
+
+/// A reference a first cache's miss sends to cache `to`.
+#[derive(Clone, Copy, Debug)]
+struct Sent {
+    to: usize,
+    kind: AccessKind,
+    addr: u64,
+    size: u64,
+}
+
 /// [`Hierarchy::hits`]' view of a first cache of the fast path.
 struct Front<'a> {
     store: &'a mut SmallStore,
     bshift: u32,
     set_mask: u64,
+    bsize: u64,
+    repl: Repl,
     lru: bool,
+    /// A miss is taken in the loop: the store replaces without drawing a
+    /// random number (LRU, FIFO), so what the miss sends to the next level
+    /// can wait for the end of the run: the levels below see the same
+    /// references in the same order and draw the same numbers.
+    fills: bool,
+    /// A write miss is taken in the loop too: writes allocate
+    /// (`-lN-dwalloc a`; the other policies take the plain path).
+    fills_writes: bool,
+    next: Option<usize>,
+    /// The cache's counters, for what [`Front::straddle`] and
+    /// [`Front::fill`] count besides fetches and misses.
+    stats: &'a mut Stats,
 }
 
 impl<'a> Front<'a> {
     /// The view of `c`, a cache with a small store.
     fn of(c: &'a mut Cache) -> Option<Self> {
+        let repl = c.config.repl;
         Some(Front {
             bshift: c.bshift,
             set_mask: c.set_mask,
-            lru: c.config.repl == Repl::Lru,
+            bsize: c.config.bsize,
+            repl,
+            lru: repl == Repl::Lru,
+            fills: repl != Repl::Random,
+            fills_writes: c.config.walloc == WriteAlloc::Always,
+            next: c.next,
+            stats: &mut c.stats,
             store: c.store.small()?,
         })
+    }
+
+    /// The set of `block`.
+    #[inline(always)]
+    fn set(&self, block: u64) -> usize {
+        (block & self.set_mask) as usize
+    }
+
+    /// A reference across `block` and the next block whose two pieces both
+    /// hit: takes them, in order, as [`Hierarchy::at`] does (two fetches,
+    /// one multi-block ref) and returns true; otherwise changes nothing.
+    #[inline(never)]
+    fn straddle(&mut self, block: u64, write: bool) -> bool {
+        let second = block + 1;
+        // Whether the second piece hits first: taking the first piece
+        // reorders its set but leaves every set's blocks as they were.
+        if self.store.find(self.set(second), second).is_none()
+            || !self.store.hit(self.set(block), block, self.lru, write)
+        {
+            return false;
+        }
+        let hit = self.store.hit(self.set(second), second, self.lru, write);
+        debug_assert!(hit);
+        self.stats.multiblock += 1;
+        true
+    }
+
+    /// A miss of `r`, within `block`, taken as `Cache::piece` takes it
+    /// (the line inserted, dirty for a write; a write's fetch is a read,
+    /// none for a write of the whole block; a dirty victim written back),
+    /// what it sends to the next level queued on `pending`. Returns false,
+    /// changing nothing, where the plain path must take it.
+    #[inline(never)]
+    fn fill(&mut self, block: u64, r: &Ref, pending: &mut Vec<Sent>, rng: &mut Rng) -> bool {
+        let write = r.kind == AccessKind::Write;
+        if !self.fills || (write && !self.fills_writes) {
+            return false;
+        }
+        let (slot, victim) = self.store.insert(self.set(block), block, self.repl, rng);
+        self.store.set_dirty(slot, write);
+        if !write || u64::from(r.size) != self.bsize {
+            self.stats.bytes_from_memory += self.bsize;
+            let kind = if write { AccessKind::Read } else { r.kind };
+            self.send(pending, kind, block << self.bshift);
+        }
+        if let Some(v) = victim.filter(|v| v.dirty) {
+            self.stats.bytes_to_memory += self.bsize;
+            self.send(pending, AccessKind::Write, v.block << self.bshift);
+        }
+        true
+    }
+
+    /// Queues a whole-block reference for the next level, if any.
+    fn send(&self, pending: &mut Vec<Sent>, kind: AccessKind, addr: u64) {
+        if let Some(to) = self.next {
+            pending.push(Sent {
+                to,
+                kind,
+                addr,
+                size: self.bsize,
+            });
+        }
     }
 }
 
@@ -294,6 +392,9 @@ impl Hierarchy {
                 set_mask: c.set_mask,
             }
         });
+        debug_assert!(AccessKind::ALL
+            .iter()
+            .all(|&k| IS_WRITE[k as usize] == (k == AccessKind::Write)));
         let mut fronts = [None; 2];
         let mut slot = [NONE; 4];
         let mut n = 0;
@@ -312,6 +413,7 @@ impl Hierarchy {
             fronts,
             slot,
             caches,
+            pending: Vec::new(),
             rng: Rng::new(seed),
         }
     }
@@ -443,57 +545,88 @@ impl Hierarchy {
         self.reference(r);
     }
 
-    /// Simulates the references at the start of `refs` that hit, within
-    /// one block, a first cache of the fast path ([`Hot::fast`]) with a
-    /// small store: 97 % of `bench/cachesim.sh`'s stream, most on
-    /// the top line of their set. What such a hit does is
-    /// [`Hierarchy::reference`]'s fast path: the line moves to the top
-    /// (LRU), a write sets its dirty bit, the fetch is counted. Returns
-    /// how many it took; the first reference it did not take changed
-    /// nothing.
+    /// Simulates the references at the start of `refs` that a first cache
+    /// of the fast path ([`Hot::fast`]) with a small store takes without
+    /// the plain path: all of `bench/cachesim.sh`'s stream but for a few
+    /// references across two blocks. A hit within one block (93 % of that
+    /// stream on the top line of its set) is [`Hierarchy::reference`]'s
+    /// fast path: the line moves to the top (LRU), a write sets its dirty
+    /// bit, the fetch is counted. A hit of both pieces of a reference
+    /// across two blocks is [`Front::straddle`], a miss within one block
+    /// [`Front::fill`], which queues what it sends to the next level; the
+    /// queue is simulated, in order, before this returns. Returns how many
+    /// references it took; the first one it did not take changed nothing.
     ///
-    /// Why a loop of its own: each first cache is found once per run of
-    /// hits rather than through the hierarchy per reference, and the loop
-    /// holds nothing else, so its values stay in registers.
+    /// Why a loop of its own: each first cache is found once per run
+    /// rather than through the hierarchy per reference, and the loop holds
+    /// nothing else, so its values stay in registers.
     fn hits(&mut self, refs: &[Ref]) -> usize {
-        // Four entries, so that `slot & 3` needs no bounds check.
-        let mut fronts: [Option<Front<'_>>; 4] = Default::default();
-        match self.fronts {
+        let (mut pair, mut single);
+        let lanes: &mut [Front<'_>] = match self.fronts {
             [Some(a), Some(b)] => {
                 debug_assert!(a < b);
                 let (x, y) = self.caches.split_at_mut(b);
-                fronts[0] = Front::of(&mut x[a]);
-                fronts[1] = Front::of(&mut y[0]);
+                let (Some(x), Some(y)) = (Front::of(&mut x[a]), Front::of(&mut y[0])) else {
+                    return 0;
+                };
+                pair = [x, y];
+                &mut pair
             }
-            [Some(a), None] => fronts[0] = Front::of(&mut self.caches[a]),
+            [Some(a), None] => {
+                let Some(x) = Front::of(&mut self.caches[a]) else {
+                    return 0;
+                };
+                single = [x];
+                &mut single
+            }
             _ => return 0,
-        }
+        };
         let slot = self.slot;
-        let mut hits = [0u64; 4];
-        let mut taken = refs.len();
-        for (i, r) in refs.iter().enumerate() {
+        let pending = &mut self.pending;
+        let rng = &mut self.rng;
+        let mut fetches = [0u64; 4];
+        let mut misses = [0u64; 4];
+        // The loop keeps no index: `rest` starts at the reference it stopped at.
+        let mut rest = refs;
+        while let [r, tail @ ..] = rest {
             let k = r.kind as usize;
-            let Some(f) = &mut fronts[slot[k] & 3] else {
-                taken = i;
+            // A kind without a front takes the plain path.
+            let Some(f) = lanes.get_mut(slot[k]) else {
                 break;
             };
             let block = r.addr >> f.bshift;
             // No overflow: references never wrap the address space.
             let last = (r.addr + u64::from(r.size) - 1) >> f.bshift;
-            let set = (block & f.set_mask) as usize;
-            let write = r.kind == AccessKind::Write;
-            if last != block || !f.store.hit(set, block, f.lru, write) {
-                taken = i;
+            // A load rather than a comparison with its flag set.
+            let write = IS_WRITE[k];
+            if last == block {
+                if !f.store.hit(f.set(block), block, f.lru, write) {
+                    if !f.fill(block, r, pending, rng) {
+                        break;
+                    }
+                    misses[k] += 1;
+                }
+            } else if last == block + 1 && f.straddle(block, write) {
+                fetches[k] += 1;
+            } else {
                 break;
             }
-            hits[k] += 1;
+            fetches[k] += 1;
+            rest = tail;
         }
         // Without a branch per kind (which runs end unpredictably): a kind
-        // without a front has no hits, and its `cache` is 0, a cache.
-        for (k, &h) in hits.iter().enumerate() {
-            self.caches[self.hot[k].cache].stats.fetch[k] += h;
+        // without a front has no fetches, and its `cache` is 0, a cache.
+        for k in 0..4 {
+            let s = &mut self.caches[self.hot[k].cache].stats;
+            s.fetch[k] += fetches[k];
+            s.miss[k] += misses[k];
         }
-        taken
+        let mut queue = std::mem::take(&mut self.pending);
+        for s in queue.drain(..) {
+            self.at(s.to, s.kind, s.addr, s.size);
+        }
+        self.pending = queue;
+        refs.len() - rest.len()
     }
 
     /// [`Hierarchy::run`] without the fast path: every reference goes
@@ -813,6 +946,38 @@ mod tests {
         assert_eq!(d.bytes_to_memory, 16);
         // L2 holds 0x120 dirty (the write-back) and copies it back at the end.
         assert_eq!(u.bytes_to_memory, 16);
+    }
+
+    /// Misses taken in the hit loop (LRU and FIFO first caches) queue what
+    /// they send to a random-replacement L2 while the other side's misses
+    /// (random, so the plain path's) reach it at once: the L2 must still
+    /// see, and draw for, every reference in the stream's order.
+    #[test]
+    fn queued_misses_keep_the_next_level_in_order() {
+        for (i_repl, d_repl) in [(Repl::Lru, Repl::Random), (Repl::Fifo, Repl::Lru)] {
+            let mut l1i = CacheConfig::new(1, Side::Instr, 64, 16, 2).unwrap();
+            let mut l1d = CacheConfig::new(1, Side::Data, 64, 16, 2).unwrap();
+            let mut l2 = CacheConfig::new(2, Side::Unified, 256, 16, 4).unwrap();
+            (l1i.repl, l1d.repl, l2.repl) = (i_repl, d_repl, Repl::Random);
+            let configs = vec![l1i, l1d, l2];
+            let mut rng = Rng::new(11);
+            let refs: Vec<Ref> = (0..20_000)
+                .map(|_| {
+                    let kind = AccessKind::ALL[rng.below(4)];
+                    rf(kind, rng.below(1024) as u64 & !3, 4)
+                })
+                .collect();
+            let mut fast = Hierarchy::new(configs.clone(), 3);
+            fast.run(&refs);
+            fast.finish();
+            let mut plain = Hierarchy::new(configs, 3);
+            plain.run_plain(&refs);
+            plain.finish();
+            for (f, p) in fast.caches.iter().zip(&plain.caches) {
+                assert_eq!(f.stats, p.stats, "{:?}", f.config);
+            }
+            assert!(fast.caches[2].stats.miss.iter().sum::<u64>() > 1000);
+        }
     }
 
     /// A random cache for level `level` on `side`: 64..4096 bytes, blocks
