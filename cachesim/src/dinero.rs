@@ -199,6 +199,14 @@ pub struct Hierarchy {
     /// Per access kind, the index of its first cache in `fronts`, or
     /// [`NONE`] when it takes no fast path there.
     slot: [usize; 4],
+    /// Per front, whether [`Hierarchy::hits`] takes its misses: what a
+    /// miss sends to the next level then waits for the end of the run, so
+    /// no front may be below it (an instruction-only or data-only first
+    /// level above a unified one, which takes the other kind first), and
+    /// it replaces without drawing a random number (LRU, FIFO): the levels
+    /// below see the same references in the same order and draw the same
+    /// numbers.
+    fills: [bool; 2],
     /// What [`Hierarchy::hits`]' misses send to the next level, in order,
     /// until the run ends (empty between runs; kept for its capacity).
     pending: Vec<Sent>,
@@ -228,10 +236,7 @@ struct Front<'a> {
     bsize: u64,
     repl: Repl,
     lru: bool,
-    /// A miss is taken in the loop: the store replaces without drawing a
-    /// random number (LRU, FIFO), so what the miss sends to the next level
-    /// can wait for the end of the run: the levels below see the same
-    /// references in the same order and draw the same numbers.
+    /// A miss is taken in the loop ([`Hierarchy::fills`]).
     fills: bool,
     /// A write miss is taken in the loop too: writes allocate
     /// (`-lN-dwalloc a`; the other policies take the plain path).
@@ -243,8 +248,9 @@ struct Front<'a> {
 }
 
 impl<'a> Front<'a> {
-    /// The view of `c`, a cache with a small store.
-    fn of(c: &'a mut Cache) -> Option<Self> {
+    /// The view of `c`, a cache with a small store; `fills` as
+    /// [`Hierarchy::fills`] has it.
+    fn of(c: &'a mut Cache, fills: bool) -> Option<Self> {
         let repl = c.config.repl;
         Some(Front {
             bshift: c.bshift,
@@ -252,7 +258,7 @@ impl<'a> Front<'a> {
             bsize: c.config.bsize,
             repl,
             lru: repl == Repl::Lru,
-            fills: repl != Repl::Random,
+            fills,
             fills_writes: c.config.walloc == WriteAlloc::Always,
             next: c.next,
             stats: &mut c.stats,
@@ -407,11 +413,18 @@ impl Hierarchy {
                 n += 1;
             }
         }
+        let fills = fronts.map(|f| {
+            f.is_some_and(|idx| {
+                let mut below = std::iter::successors(caches[idx].next, |&n| caches[n].next);
+                caches[idx].config.repl != Repl::Random && !below.any(|n| fronts.contains(&Some(n)))
+            })
+        });
         Hierarchy {
             first,
             hot,
             fronts,
             slot,
+            fills,
             caches,
             pending: Vec::new(),
             rng: Rng::new(seed),
@@ -566,14 +579,17 @@ impl Hierarchy {
             [Some(a), Some(b)] => {
                 debug_assert!(a < b);
                 let (x, y) = self.caches.split_at_mut(b);
-                let (Some(x), Some(y)) = (Front::of(&mut x[a]), Front::of(&mut y[0])) else {
+                let (Some(x), Some(y)) = (
+                    Front::of(&mut x[a], self.fills[0]),
+                    Front::of(&mut y[0], self.fills[1]),
+                ) else {
                     return 0;
                 };
                 pair = [x, y];
                 &mut pair
             }
             [Some(a), None] => {
-                let Some(x) = Front::of(&mut self.caches[a]) else {
+                let Some(x) = Front::of(&mut self.caches[a], self.fills[0]) else {
                     return 0;
                 };
                 single = [x];
@@ -1007,27 +1023,31 @@ mod tests {
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
 
-        /// The fast path of `Hierarchy::reference` (a first-level hit)
-        /// gives exactly the statistics of the plain path, on random
-        /// hierarchies (split or unified L1, optional L2, every policy,
-        /// `-ccc`) and random streams with the locality that makes it fire
-        /// (hits at the top and below it, block-crossing references).
+        /// The fast path of `Hierarchy::reference` (a first-level hit) and
+        /// the hit loop of `Hierarchy::run` (hits, references across two
+        /// blocks, misses whose next-level references wait for the end of
+        /// the run) give exactly the statistics of the plain path, on random
+        /// hierarchies (a unified, split, data-only or instruction-only L1,
+        /// up to two unified levels below, every policy, `-ccc`) and random
+        /// streams with the locality that makes them fire (hits at the top
+        /// and below it, block-crossing references).
         #[test]
         fn fast_path_equals_the_plain_path(
-            gens in proptest::collection::vec(proptest::prelude::any::<[u64; 7]>(), 3),
-            split in proptest::prelude::any::<bool>(),
-            l2 in proptest::prelude::any::<bool>(),
+            gens in proptest::collection::vec(proptest::prelude::any::<[u64; 7]>(), 4),
+            shape in 0usize..4,
+            below in 0usize..3,
             seed in 0u64..1000,
             steps in proptest::collection::vec((0usize..4, 0u64..8, 0u64..2048, 1u32..24), 1..600),
         ) {
-            let mut configs = if split {
-                vec![random_cache(1, Side::Instr, gens[0]), random_cache(1, Side::Data, gens[1])]
-            } else {
-                vec![random_cache(1, Side::Unified, gens[0])]
+            let mut configs = match shape {
+                0 => vec![random_cache(1, Side::Unified, gens[0])],
+                1 => vec![random_cache(1, Side::Instr, gens[0]), random_cache(1, Side::Data, gens[1])],
+                2 => vec![random_cache(1, Side::Data, gens[1])],
+                _ => vec![random_cache(1, Side::Instr, gens[0])],
             };
-            if l2 {
-                let mut c = random_cache(2, Side::Unified, gens[2]);
-                c.size = c.size.max(configs[0].size);
+            for level in 2..2 + below {
+                let mut c = random_cache(level, Side::Unified, gens[level]);
+                c.size = c.size.max(configs.last().unwrap().size);
                 c.assoc = c.assoc.min(c.size / c.bsize);
                 configs.push(c);
             }
