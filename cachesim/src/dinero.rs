@@ -1045,8 +1045,8 @@ mod tests {
                 2 => vec![random_cache(1, Side::Data, gens[1])],
                 _ => vec![random_cache(1, Side::Instr, gens[0])],
             };
-            for level in 2..2 + below {
-                let mut c = random_cache(level, Side::Unified, gens[level]);
+            for (level, &g) in gens.iter().enumerate().skip(2).take(below) {
+                let mut c = random_cache(level, Side::Unified, g);
                 c.size = c.size.max(configs.last().unwrap().size);
                 c.assoc = c.assoc.min(c.size / c.bsize);
                 configs.push(c);
