@@ -94,6 +94,9 @@ pub struct Forward {
     marks: PcFlags,
     /// Interval `k`'s start's at index `k`.
     states: Vec<State>,
+    /// What stopped the pass (given again to every stop after it, which
+    /// would otherwise walk the intervals before it again).
+    broken: Option<String>,
 }
 
 impl Forward {
@@ -102,7 +105,13 @@ impl Forward {
         Forward {
             marks: marks(code),
             states: vec![State::default()],
+            broken: None,
         }
+    }
+
+    /// The intervals whose starts' states are known: `0..=reached()`.
+    pub fn reached(&self) -> usize {
+        self.states.len() - 1
     }
 
     /// The CFAs of `frames[..needed]` (innermost first) at `at`, as
@@ -154,8 +163,21 @@ impl Forward {
         Ok(s)
     }
 
-    /// Computes the states at the starts of intervals up to `k`.
-    fn reach(&mut self, cx: &mut Walking<'_, '_, '_>, k: usize) -> Result<(), String> {
+    /// Computes the states at the starts of intervals up to `k`; walking
+    /// interval `k - 1` while it is the timeline's window regenerates
+    /// nothing (the stub's first pass over the history walks each
+    /// interval so, along with the procedure stack's).
+    pub fn reach(&mut self, cx: &mut Walking<'_, '_, '_>, k: usize) -> Result<(), String> {
+        if let Some(e) = &self.broken {
+            return Err(e.clone());
+        }
+        let r = self.walk_to(cx, k);
+        self.broken = r.clone().err();
+        r
+    }
+
+    /// [`Forward::reach`] unless broken.
+    fn walk_to(&mut self, cx: &mut Walking<'_, '_, '_>, k: usize) -> Result<(), String> {
         while self.states.len() <= k {
             let j = self.states.len() - 1;
             let mut s = self.states[j].clone();

@@ -278,6 +278,11 @@ impl Stacks {
         }
     }
 
+    /// The intervals whose starts' states are known: `0..=reached()`.
+    pub fn reached(&self) -> usize {
+        self.states.len() - 1
+    }
+
     /// Computes the states at the starts of intervals up to `k` (one
     /// past the last interval: the state after it); walking interval
     /// `k - 1` while it is the timeline's window regenerates nothing.
