@@ -50,6 +50,8 @@ const MOVES: u8 = 1;
 /// [`Forward::marks`]: a procedure's entry (an outside entry's stub may
 /// have recorded `rsp` before it).
 const ENTRY: u8 = 2;
+/// [`Forward::marks`]: a call's return address (a kept call's `ret`).
+const RETURN: u8 = 4;
 
 /// An opener no return has paired with yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,6 +96,9 @@ pub struct Forward {
     marks: PcFlags,
     /// Interval `k`'s start's at index `k`.
     states: Vec<State>,
+    /// What stopped the pass (given again to every stop after it, which
+    /// would otherwise walk the intervals before it again).
+    broken: Option<String>,
 }
 
 impl Forward {
@@ -102,7 +107,13 @@ impl Forward {
         Forward {
             marks: marks(code),
             states: vec![State::default()],
+            broken: None,
         }
+    }
+
+    /// The intervals whose starts' states are known: `0..=reached()`.
+    pub fn reached(&self) -> usize {
+        self.states.len() - 1
     }
 
     /// The CFAs of `frames[..needed]` (innermost first) at `at`, as
@@ -148,22 +159,60 @@ impl Forward {
         self.reach(cx, k)?;
         let mut s = self.states[k].clone();
         let (start, addrs) = cx.t.interval(k);
-        for (p, &pc) in (start..=n).zip(addrs) {
-            self.step(cx.data, cx.code, &mut s, p, pc, None)?;
-        }
+        let upto = addrs.len().min((n - start + 1) as usize);
+        self.steps(cx.data, cx.code, &mut s, start, &addrs[..upto])?;
         Ok(s)
     }
 
-    /// Computes the states at the starts of intervals up to `k`.
-    fn reach(&mut self, cx: &mut Walking<'_, '_, '_>, k: usize) -> Result<(), String> {
+    /// Computes the states at the starts of intervals up to `k`; walking
+    /// interval `k - 1` while it is the timeline's window regenerates
+    /// nothing (the stub's first pass over the history walks each
+    /// interval so, along with the procedure stack's).
+    pub fn reach(&mut self, cx: &mut Walking<'_, '_, '_>, k: usize) -> Result<(), String> {
+        if let Some(e) = &self.broken {
+            return Err(e.clone());
+        }
+        let r = self.walk_to(cx, k);
+        self.broken = r.clone().err();
+        r
+    }
+
+    /// [`Forward::reach`] unless broken.
+    fn walk_to(&mut self, cx: &mut Walking<'_, '_, '_>, k: usize) -> Result<(), String> {
         while self.states.len() <= k {
             let j = self.states.len() - 1;
             let mut s = self.states[j].clone();
             let (start, addrs) = cx.t.interval(j);
-            for (p, &pc) in (start..).zip(addrs) {
-                self.step(cx.data, cx.code, &mut s, p, pc, None)?;
-            }
+            self.steps(cx.data, cx.code, &mut s, start, addrs)?;
             self.states.push(s);
+        }
+        Ok(())
+    }
+
+    /// Steps `s` over the positions from `start` whose pcs are `addrs`;
+    /// those that change nothing but `prev` (after an instruction that
+    /// neither calls nor returns, to one that is no entry and no call's
+    /// return address: [`Forward::step`]'s plain steps) at once.
+    fn steps(
+        &self,
+        data: &mut Data,
+        code: &Code<'_, '_>,
+        s: &mut State,
+        start: u64,
+        addrs: &[u64],
+    ) -> Result<(), String> {
+        let mut i = 0;
+        while i < addrs.len() {
+            if matches!(s.prev, Some((_, Flow::Other))) {
+                let n = self.marks.quiet(&addrs[i..], MOVES | ENTRY | RETURN);
+                if n > 0 {
+                    s.prev = Some((addrs[i + n - 1], Flow::Other));
+                    i += n;
+                    continue;
+                }
+            }
+            self.step(data, code, s, start + i as u64, addrs[i], None)?;
+            i += 1;
         }
         Ok(())
     }
@@ -419,7 +468,7 @@ fn take(open: &[Opening], frames: &[Frame], needed: usize) -> Option<Vec<(Opener
 }
 
 /// [`MOVES`] on every call and return of `modules`' traced blocks,
-/// [`ENTRY`] on every procedure's entry.
+/// [`RETURN`] after every call, [`ENTRY`] on every procedure's entry.
 fn marks(code: &Code<'_, '_>) -> PcFlags {
     let mut marks = PcFlags::over(crate::stack::code_spans(code.modules));
     for m in code.modules {
@@ -436,6 +485,13 @@ fn marks(code: &Code<'_, '_>) -> PcFlags {
                 );
                 if moves || i.is_invalid() {
                     marks.set(i.ip(), MOVES);
+                }
+                if matches!(
+                    i.flow_control(),
+                    FlowControl::Call | FlowControl::IndirectCall
+                ) {
+                    // (Past the module's code it is no traced pc.)
+                    marks.set(i.next_ip(), RETURN);
                 }
             }
         }

@@ -332,12 +332,9 @@ fn thread_stub<'m, B: AsRef<[u8]> + Sync>(
             None => Error::Empty(thread),
         });
     }
-    if !timeline.has(at) {
-        return Err(Error::At { thread, at });
-    }
     let plan = materialise::plan(trace, thread);
     let values = data::values(trace, thread, modules, opts.rebuild);
-    let mut stub = stub::Stub::new(timeline, image, modules, at).with_plan(plan);
+    let mut stub = stub::Stub::new(timeline, image, modules, 0).with_plan(plan);
     stub.walk_back = opts.walk_back;
     // Without data, a control-only trace's entries give frames' addresses.
     if values.is_err() {
@@ -345,7 +342,12 @@ fn thread_stub<'m, B: AsRef<[u8]> + Sync>(
             stub = stub.with_entries(entries);
         }
     }
-    Ok(stub.with_data(values, opts.warn.unwrap_or(|_| {})))
+    let mut stub = stub.with_data(values, opts.warn.unwrap_or(|_| {}));
+    // The walks kept per interval ride along the regeneration to `at`.
+    if !stub.seek(at) {
+        return Err(Error::At { thread, at });
+    }
+    Ok(stub)
 }
 
 /// Runs the protocol over `conn` until gdb disconnects.

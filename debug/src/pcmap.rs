@@ -80,4 +80,12 @@ impl PcFlags {
         }
         0
     }
+
+    /// How many of `addrs`, from the first, have none of `mask`'s flags:
+    /// the walks skip those at once.
+    #[inline]
+    pub fn quiet(&self, addrs: &[u64], mask: u8) -> usize {
+        let loud = |&a: &u64| self.get(a) & mask != 0;
+        addrs.iter().position(loud).unwrap_or(addrs.len())
+    }
 }

@@ -64,6 +64,9 @@ struct State {
     prev: Option<u64>,
     /// Whether `prev` has [`FROM`] (looked up as the step's target).
     from: bool,
+    /// Whether `stack` may hold an address without [`RET`] (a signal's
+    /// interrupted instruction), which any step may pop to.
+    odd: bool,
 }
 
 /// [`Stacks::marks`]: a step from this instruction may change the stack
@@ -72,6 +75,10 @@ struct State {
 const FROM: u8 = 1;
 /// [`Stacks::marks`]: a landing pad.
 const PAD: u8 = 2;
+/// [`Stacks::marks`]: a return address a call pushes (the stack holds
+/// only those, [`RETURNED`], [`SIGRETURN`] and, while [`State::odd`],
+/// signals' interrupted instructions).
+const RET: u8 = 4;
 
 /// Shadow stacks of one timeline.
 pub struct Stacks {
@@ -89,10 +96,11 @@ pub struct Stacks {
     landing_calls: PcMap<u64, (usize, u64)>,
     /// CFG edges within a procedure that reach a landing pad (no unwinding).
     jumps_to_pads: PcSet<(u64, u64)>,
-    /// [`FROM`] and [`PAD`]: a step from an instruction without
+    /// [`FROM`], [`PAD`] and [`RET`]: a step from an instruction without
     /// [`FROM`] to one without [`PAD`] changes the stack only by popping
-    /// to its target, when that is on the stack ([`Stacks::step`]'s fast
-    /// path: one look-up per instruction, no hashing).
+    /// to its target, when that is on the stack, which needs [`RET`]
+    /// unless [`State::odd`] ([`Stacks::step`]'s fast path: one look-up
+    /// per instruction, no hashing, no search of the stack).
     marks: PcFlags,
     /// States at the starts of intervals `0..states.len()` (the last one
     /// may be the state after the last interval).
@@ -123,6 +131,9 @@ impl Stacks {
             .chain(sources)
             .for_each(|a| mark(&mut marks, a, FROM));
         pads.keys().for_each(|&a| mark(&mut marks, a, PAD));
+        // (A return address past a module's code is no traced
+        // instruction's: the walk never looks it up.)
+        calls.values().for_each(|&r| _ = marks.set(r, RET));
         Stacks {
             calls,
             jumps_to_returns,
@@ -140,6 +151,11 @@ impl Stacks {
     pub fn with_passages(mut self, modules: &[&Compiled], image: &Image) -> Stacks {
         let p = Passages::new(modules, image);
         p.sites.keys().for_each(|&a| mark(&mut self.marks, a, FROM));
+        for site in p.sites.values() {
+            if let Exit::Call { ret, .. } = site.exit {
+                _ = self.marks.set(ret, RET);
+            }
+        }
         self.passages = Some(p);
         self
     }
@@ -226,7 +242,7 @@ impl Stacks {
         let (start, sigs) = self.signals(t, k);
         let (_, addrs) = t.interval(k);
         let upto = &addrs[..=(n - start) as usize];
-        self.walk(&mut s, start, upto, &sigs, |_, _| {});
+        self.walk(&mut s, start, upto, &sigs, |_, _| ());
         s
     }
 
@@ -245,7 +261,7 @@ impl Stacks {
     }
 
     /// Steps `s` through `addrs`, the instructions from position `start`
-    /// on, calling `f` with each position and the passage before it. A
+    /// on, calling `f` with each passage and the position after it. A
     /// signal that interrupted traced code at `x` ([`Signal::pc`]) first
     /// steps to `x`, then calls its handler from there: the handler's
     /// caller is the restorer (untraced code, [`SIGRETURN`]), whose caller
@@ -258,11 +274,28 @@ impl Stacks {
         start: u64,
         addrs: &[u64],
         sigs: &[Signal],
-        mut f: impl FnMut(u64, Option<Passage>),
+        mut f: impl FnMut(u64, Passage),
     ) {
         let mut sigs = sigs.iter().peekable();
-        for (i, &b) in addrs.iter().enumerate() {
+        let mut i = 0;
+        while i < addrs.len() {
             let q = start + i as u64;
+            // The steps [`Stacks::step`] makes nothing of (no [`FROM`]
+            // before, no [`PAD`] or [`RET`] target, no signal) at once.
+            let sig = sigs.peek().map_or(u64::MAX, |g| g.pos);
+            if !s.from && !s.odd && s.prev.is_some() && q < sig {
+                let upto = addrs
+                    .len()
+                    .min((sig - start).try_into().unwrap_or(usize::MAX));
+                let n = self.marks.quiet(&addrs[i..upto], FROM | PAD | RET);
+                if n > 0 {
+                    s.prev = Some(addrs[i + n - 1]);
+                    i += n;
+                    continue;
+                }
+            }
+            let b = addrs[i];
+            i += 1;
             let (mut before, mut untraced) = (None, false);
             while let Some(g) = sigs.next_if(|g| g.pos <= q) {
                 let Some(x) = g.pc else {
@@ -271,11 +304,18 @@ impl Stacks {
                 };
                 before = before.or(self.step(s, x, false));
                 s.stack.extend([x, SIGRETURN]);
+                s.odd = true;
                 s.prev = None;
             }
-            let p = self.step(s, b, untraced);
-            f(q, before.or(p));
+            if let Some(p) = before.or(self.step(s, b, untraced)) {
+                f(q, p);
+            }
         }
+    }
+
+    /// The intervals whose starts' states are known: `0..=reached()`.
+    pub fn reached(&self) -> usize {
+        self.states.len() - 1
     }
 
     /// Computes the states at the starts of intervals up to `k` (one
@@ -287,7 +327,7 @@ impl Stacks {
             let mut s = self.states[j].clone();
             let (start, sigs) = self.signals(t, j);
             let (_, addrs) = t.interval(j);
-            self.walk(&mut s, start, addrs, &sigs, |_, _| {});
+            self.walk(&mut s, start, addrs, &sigs, |_, _| ());
             self.states.push(s);
         }
     }
@@ -302,9 +342,7 @@ impl Stacks {
             let (start, sigs) = self.signals(t, k);
             let (_, addrs) = t.interval(k);
             let mut found = Vec::new();
-            self.walk(&mut s, start, addrs, &sigs, |q, p| {
-                found.extend(p.map(|p| (q, p)));
-            });
+            self.walk(&mut s, start, addrs, &sigs, |q, p| found.push((q, p)));
             let p = self.passages.as_mut().expect("looked for");
             p.found.insert(k, found);
         }
@@ -323,7 +361,9 @@ impl Stacks {
         let from = std::mem::replace(&mut s.from, marks & FROM != 0);
         let a = s.prev.replace(b)?;
         debug_assert_eq!(from, self.marks.get(a) & FROM != 0);
-        if !from && marks & PAD == 0 && !s.stack.contains(&b) {
+        let kept = (marks & RET != 0 || s.odd) && s.stack.contains(&b);
+        debug_assert!(kept || !s.stack.contains(&b), "{b:#x} on the stack");
+        if !from && marks & PAD == 0 && !kept {
             // No site, call, jump onto a return address or pad, no pop.
             debug_assert_eq!(self.change(a, b, &s.stack), Change::None);
             return None;
@@ -334,6 +374,16 @@ impl Stacks {
     /// [`Stacks::step`] from `a` where the step may change the stack.
     #[inline(never)]
     fn step_from(&self, s: &mut State, a: u64, b: u64, signal: bool) -> Option<Passage> {
+        let p = self.change_state(s, a, b, signal);
+        if s.odd {
+            let odd = |&r: &u64| self.marks.get(r) & RET == 0 && r != RETURNED && r != SIGRETURN;
+            s.odd = s.stack.iter().any(odd);
+        }
+        p
+    }
+
+    /// [`Stacks::step_from`] but for [`State::odd`].
+    fn change_state(&self, s: &mut State, a: u64, b: u64, signal: bool) -> Option<Passage> {
         if let Some(passage) = self
             .passages
             .as_ref()

@@ -188,8 +188,8 @@ pub struct Stub<'m> {
     /// What the frames' walks back from the intervals' starts found (data
     /// references).
     joins: crate::frames::Joins,
-    /// The frames' openers kept forwards (outside entries' `rsp`), made
-    /// at the first stop that needs them.
+    /// The frames' openers kept forwards (outside entries' `rsp`), with
+    /// the entries.
     forward: Option<crate::forward::Forward>,
     /// The frames' addresses of a control-only trace by the walk back
     /// from each stop ([`crate::Options::walk_back`]).
@@ -359,7 +359,33 @@ impl<'m> Stub<'m> {
     /// `rsp` ([`crate::data::entry_values`]).
     pub fn with_entries(mut self, values: Values) -> Self {
         self.entries = Some(Data::new(values));
+        let code = Code {
+            image: &self.image,
+            blocks: &self.blocks,
+            modules: self.modules,
+        };
+        self.forward = Some(crate::forward::Forward::new(&code));
         self
+    }
+
+    /// The timeline and the walks that ride along its first pass over
+    /// the history.
+    fn riders(&mut self) -> (Riders<'_, 'm>, &mut Timeline<'m>) {
+        let forward = match (self.forward.as_mut(), self.entries.as_mut()) {
+            (Some(f), Some(d)) => Some((f, d)),
+            _ => None,
+        };
+        let code = Code {
+            image: &self.image,
+            blocks: &self.blocks,
+            modules: self.modules,
+        };
+        let riders = Riders {
+            stacks: &mut self.stacks,
+            forward,
+            code,
+        };
+        (riders, &mut self.timeline)
     }
 
     /// The same stub, re-running the program by `plan` to materialise.
@@ -472,7 +498,9 @@ impl<'m> Stub<'m> {
 
     /// Moves to position `n` if the thread executed that many instructions.
     pub fn seek(&mut self, n: u64) -> bool {
-        let ok = self.timeline.has(n);
+        let (mut riders, t) = self.riders();
+        let from = riders.reached();
+        let ok = t.has_visiting(n, from, |t, k| riders.reach(t, k + 1));
         if ok {
             self.pos = n;
             self.at = At::Insn;
@@ -675,12 +703,9 @@ impl<'m> Stub<'m> {
             // From a passage or a delivery, its instruction is the next one;
             // the stack at the stop (gdb reads it) is walked along.
             true => {
-                let stacks = &mut self.stacks;
-                self.timeline.find_forward_visiting(
-                    self.pos - u64::from(self.at != At::Insn),
-                    stops,
-                    |t, k| stacks.reach(t, k + 1),
-                )
+                let from = self.pos - u64::from(self.at != At::Insn);
+                let (mut riders, t) = self.riders();
+                t.find_forward_visiting(from, stops, |t, k| riders.reach(t, k + 1))
             }
             false => self.timeline.find_backward(self.pos, stops),
         };
@@ -1193,11 +1218,9 @@ impl<'m> Stub<'m> {
                     t,
                     code: &code,
                 };
-                let forward =
-                    (self.forward).get_or_insert_with(|| crate::forward::Forward::new(&code));
-                match self.walk_back {
-                    true => crate::frames::cfas_by_entries(cx, at, frames, needed),
-                    false => forward.cfas(cx, at, frames, needed),
+                match (self.walk_back, self.forward.as_mut()) {
+                    (false, Some(forward)) => forward.cfas(cx, at, frames, needed),
+                    _ => crate::frames::cfas_by_entries(cx, at, frames, needed),
                 }
             }
             (Err(_), None) => return None,
@@ -1442,5 +1465,39 @@ impl<'m> Stub<'m> {
         let before = self.watches.len();
         self.watches.retain(|&w| w != (addr, len, kind));
         self.watches.len() < before
+    }
+}
+
+/// The walks kept per interval that ride along the timeline's first pass
+/// over the history (issue 22: a session's first stop and `continue`
+/// regenerate it once): the procedure stack's and, without data, the
+/// frames' openers'.
+struct Riders<'s, 'm> {
+    stacks: &'s mut Stacks,
+    forward: Option<(&'s mut crate::forward::Forward, &'s mut Data)>,
+    code: Code<'s, 'm>,
+}
+
+impl Riders<'_, '_> {
+    /// The intervals whose starts' states all riders know:
+    /// `0..=reached()`.
+    fn reached(&self) -> usize {
+        let f = self.forward.as_ref().map_or(usize::MAX, |f| f.0.reached());
+        self.stacks.reached().min(f)
+    }
+
+    /// Each rider's states up to interval `k`'s start.
+    fn reach(&mut self, t: &mut Timeline<'_>, k: usize) {
+        self.stacks.reach(t, k);
+        if let Some((forward, data)) = self.forward.as_mut() {
+            let cx = &mut Walking {
+                data,
+                t,
+                code: &self.code,
+            };
+            // An error stops the openers' pass: the stop that needs them
+            // is given it.
+            let _ = forward.reach(cx, k);
+        }
     }
 }

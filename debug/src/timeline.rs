@@ -275,6 +275,28 @@ impl<'m> Timeline<'m> {
         }
     }
 
+    /// Whether position `n` exists, regenerating forwards to it; `visit`
+    /// is called with each interval from `k` to the one before `n`'s
+    /// while it is the window, as [`Timeline::find_forward_visiting`]
+    /// does (the stub's walks riding along regenerate none again).
+    pub fn has_visiting(
+        &mut self,
+        n: u64,
+        mut k: usize,
+        mut visit: impl FnMut(&mut Self, usize),
+    ) -> bool {
+        // Intervals reached already, or from a position past the end.
+        while k < self.snaps.len() {
+            self.load(k);
+            if n < self.snaps[k].pos + self.window.len() as u64 {
+                return true;
+            }
+            visit(self, k);
+            k += 1;
+        }
+        self.has(n)
+    }
+
     /// The last position before `from` (exclusive) whose address satisfies
     /// `hit`, or position 0 when none does (`End`).
     pub fn find_backward(&mut self, from: u64, hit: impl Hit) -> Found {

@@ -12,6 +12,7 @@
 
 use crate::error::{Error, Result};
 use aetrace_format::{Chunk, ThreadId};
+use std::sync::Arc;
 
 /// Byte that starts an escape record.
 pub const ESCAPE: u8 = 0xFF;
@@ -223,8 +224,11 @@ pub struct Stream<'t> {
     /// finish writing may end the stream (see [`Stream::torn_tail`]).
     pub(crate) killed: bool,
     chunks: std::vec::IntoIter<Chunk<'t>>,
-    /// Bytes not consumed yet start at `buf[pos]`.
-    buf: Vec<u8>,
+    /// Bytes not consumed yet start at `buf[pos]`. Shared with the
+    /// stream's clones until one changes it: a clone is a machine's
+    /// snapshot, and the debugger's timeline keeps one per 131,072
+    /// instructions (a copy of the chunk each cost a page-faulted MiB).
+    buf: Arc<Vec<u8>>,
     pos: usize,
     /// Stream offset of `buf[0]`.
     base: u64,
@@ -607,7 +611,7 @@ impl<'t> Stream<'t> {
             thread,
             killed: false,
             chunks: chunks.into_iter(),
-            buf: Vec::new(),
+            buf: Arc::default(),
             pos: 0,
             base: 0,
             spare: Vec::new(),
@@ -629,10 +633,8 @@ impl<'t> Stream<'t> {
     /// Its two chunk buffers, emptied, for the next stream of the same
     /// reader ([`Stream::reusing`]).
     pub(crate) fn take_buffers(&mut self) -> (Vec<u8>, Vec<u8>) {
-        let (mut buf, mut spare) = (
-            std::mem::take(&mut self.buf),
-            std::mem::take(&mut self.spare),
-        );
+        let buf = Arc::try_unwrap(std::mem::take(&mut self.buf));
+        let (mut buf, mut spare) = (buf.unwrap_or_default(), std::mem::take(&mut self.spare));
         self.pos = 0;
         buf.clear();
         spare.clear();
@@ -650,7 +652,7 @@ impl<'t> Stream<'t> {
             && self.offset() == 0
             && self.ahead.is_none()
         {
-            (self.buf, self.spare) = (buf, spare);
+            (self.buf, self.spare) = (Arc::new(buf), spare);
         }
     }
 
@@ -741,7 +743,7 @@ impl<'t> Stream<'t> {
             return Ok(false);
         };
         debug_assert!(self.buf.is_empty() && self.pos == 0);
-        read_chunk(self.shared(), chunk, &mut self.buf)?;
+        read_chunk(self.shared(), chunk, Arc::make_mut(&mut self.buf))?;
         self.pos = match usize::try_from(offset - self.base) {
             Ok(p) if p < self.buf.len() => p,
             _ => return Ok(false),
@@ -762,11 +764,15 @@ impl<'t> Stream<'t> {
             }
             if self.pos == self.buf.len() {
                 self.base += self.buf.len() as u64;
-                std::mem::swap(&mut self.buf, &mut self.spare);
+                let next = Arc::new(std::mem::take(&mut self.spare));
+                // The old buffer is the next spare unless a clone holds it.
+                let old = std::mem::replace(&mut self.buf, next);
+                self.spare = Arc::try_unwrap(old).unwrap_or_default();
             } else {
-                self.buf.drain(..self.pos);
+                let buf = Arc::make_mut(&mut self.buf);
+                buf.drain(..self.pos);
                 self.base += self.pos as u64;
-                self.buf.extend_from_slice(&self.spare);
+                buf.extend_from_slice(&self.spare);
             }
             self.pos = 0;
             if self.prefetch {
