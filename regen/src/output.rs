@@ -1310,11 +1310,11 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         }
     }
 
-    /// Stream bytes per piece of `job`'s stream: `--piece`; for a format
-    /// with a record per instruction, or `block`, from a state index
-    /// [`OUTPUT_PIECE_BYTES`] (`block`'s pieces are written at their
-    /// offsets, and short ones keep both workers busy to the end); else a
-    /// quarter of each worker's share.
+    /// Stream bytes per piece of `job`'s stream in order for the writer:
+    /// `--piece`; for a format with a record per instruction, or `block`,
+    /// from a state index [`OUTPUT_PIECE_BYTES`] (short pieces keep both
+    /// workers busy to the end); else a quarter of each worker's share.
+    /// (Pieces written at their offsets: [`Ctx::region_spans`].)
     fn piece_bytes(&self, job: &Job<'_>) -> u64 {
         match self.opts.piece_bytes {
             0 if self.opts.index.is_some()
