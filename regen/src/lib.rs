@@ -40,6 +40,7 @@ pub mod index;
 pub mod info;
 pub mod machine;
 pub mod output;
+mod regions;
 pub mod stream;
 pub mod summary;
 pub mod visit;

@@ -21,14 +21,17 @@
 //! ends exactly where the next one's snapshot was taken (the same read
 //! point, checked by the equality tests against `-j 1`). Into a file, when
 //! the state index counted the output before each piece, the workers write
-//! their pieces at their offsets and nothing waits for the writer; it
-//! checks that each piece starts where the one before it ended.
+//! their pieces at their offsets and nothing waits for the writer; each
+//! walks a region of consecutive pieces as one walk and then steals from
+//! the largest region left ([`crate::regions`]), and the writer checks
+//! that each piece starts where the one before it ended.
 
 use crate::compile::{Addressing, Module};
 use crate::ending::Ending;
 use crate::error::{Error, Result};
 use crate::index::{Entry, StateIndex};
 use crate::machine::{ForkState, Machine, Progress, Sink};
+use crate::regions::Regions;
 use crate::stream::Stream;
 use crate::summary::Summaries;
 use aetrace_format::{
@@ -895,22 +898,43 @@ fn add_counts(sum: &mut Counts, c: &Counts) {
     sum.2 .1 += c.2 .1;
 }
 
-/// A batch of one piece's output, or how the piece ended (with the bytes
-/// its worker wrote itself at the piece's offset).
+/// A batch of one piece's output, or how the piece ended.
 enum Msg {
     Bytes(Vec<u8>),
-    End(Result<()>, u64),
+    End(Result<()>),
 }
 
-/// Where the parallel workers' output goes.
-enum Target<'g> {
-    /// In batches to the writer, which hands them in order to the function.
-    Writer(&'g mut dyn FnMut(&mut Vec<u8>) -> std::io::Result<()>),
-    /// Into the file, each worker at its piece's offset from the byte
-    /// given (from a state index that counted the output before its
-    /// entries: nothing waits in memory for the piece before it,
-    /// docs/regen.md section 4).
-    At(&'g File, u64),
+/// Where the workers write their pieces ([`Ctx::write_regions`]): the
+/// file, the offset of the thread's output in it, and the flag that
+/// stops them (the writer found an error).
+#[derive(Clone, Copy)]
+struct At<'f> {
+    file: &'f File,
+    body: u64,
+    stop: &'f AtomicBool,
+}
+
+/// A piece's end: its result and the bytes its worker wrote.
+type PieceEnd = (Result<()>, u64);
+
+/// Dropped by each worker of [`Ctx::write_regions`] as it returns (or
+/// unwinds): the last one drops the channels of the pieces nobody took,
+/// so the writer waiting for one learns that no worker is left.
+struct Closing<'a> {
+    running: &'a std::sync::atomic::AtomicUsize,
+    ends: &'a [std::sync::Mutex<Option<mpsc::Sender<PieceEnd>>>],
+}
+
+impl Drop for Closing<'_> {
+    fn drop(&mut self) {
+        if self.running.fetch_sub(1, Ordering::SeqCst) == 1 {
+            for e in self.ends {
+                if let Ok(mut e) = e.lock() {
+                    e.take();
+                }
+            }
+        }
+    }
 }
 
 /// The batches the parallel workers hold ahead of the writer, counted over
@@ -1012,6 +1036,15 @@ struct Kept {
     batches: Vec<Vec<u8>>,
 }
 
+/// A piece being expanded: its machine, its sink, and the index entry
+/// where it pauses (`None`: at the end of its stream).
+struct Walk<'m> {
+    machine: Machine<'m>,
+    sink: Sink,
+    group: usize,
+    expect: Option<&'m Entry>,
+}
+
 /// What the pieces counted so far left for the next ones (their
 /// summaries: [`Sink::counting_with`]): one per piece counted at once.
 type KeptCounting = std::sync::Mutex<Vec<Kept>>;
@@ -1104,6 +1137,32 @@ fn check_end(m: &Machine<'_>, expect: Option<&Entry>) -> Result<()> {
     }
 }
 
+/// The workers `opts` asks for: `-j N`, 0 meaning one per CPU.
+fn workers(opts: &Options) -> usize {
+    if opts.jobs == 0 {
+        rayon::current_num_threads()
+    } else {
+        opts.jobs
+    }
+    .max(1)
+}
+
+/// Decompressed bytes the pieces of `-j N` share ([`crate::stream::Chunks`]):
+/// the chunks the pieces in flight read, one per worker and the one a
+/// piece starts in, which the piece before it read, as many again for
+/// the pieces in flight in order. Past it the oldest chunk's buffer is
+/// filled again: each chunk up to a larger budget was a fresh buffer, a
+/// page fault per 4 KiB (16 MiB: 3.9 k of the 7.7 k page faults of
+/// gzip's `bin -j 2`, docs/regen.md section 5).
+fn shared_budget<B: AsRef<[u8]>>(trace: &Trace<B>, opts: &Options) -> usize {
+    let chunk = (trace.threads())
+        .flat_map(|t| trace.chunks(t.start.thread))
+        .map(|c| usize::try_from(c.meta.raw_len).unwrap_or(usize::MAX))
+        .max()
+        .unwrap_or(0);
+    chunk.saturating_mul(2 * workers(opts) + 2)
+}
+
 impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     /// The regeneration of `prepared` (from [`prepare`] with `opts`).
     pub(crate) fn new(
@@ -1129,7 +1188,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             spare: Default::default(),
             endings: Default::default(),
             states: None,
-            chunks: Default::default(),
+            chunks: std::sync::Arc::new(crate::stream::Chunks::keeping(shared_budget(trace, opts))),
         })
     }
 
@@ -1138,12 +1197,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     }
 
     fn workers(&self) -> usize {
-        if self.opts.jobs == 0 {
-            rayon::current_num_threads()
-        } else {
-            self.opts.jobs
-        }
-        .max(1)
+        workers(self.opts)
     }
 
     fn machine<'m>(&'m self, job: &Job<'m>) -> Machine<'m> {
@@ -1215,8 +1269,12 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
 
     /// The piece of `job` between two index entries.
     fn piece<'m>(&'m self, job: &Job<'m>, (from, to): Span<'m>) -> Piece<'m> {
+        let mut machine = self.machine(job);
+        if to.is_some() {
+            machine.stream_mut().on_demand();
+        }
         Piece {
-            machine: self.machine(job),
+            machine,
             from,
             group: job.group,
             pause_at: to.map_or(u64::MAX, |e| e.offset),
@@ -1252,11 +1310,11 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         }
     }
 
-    /// Stream bytes per piece of `job`'s stream: `--piece`; for a format
-    /// with a record per instruction, or `block`, from a state index
-    /// [`OUTPUT_PIECE_BYTES`] (`block`'s pieces are written at their
-    /// offsets, and short ones keep both workers busy to the end); else a
-    /// quarter of each worker's share.
+    /// Stream bytes per piece of `job`'s stream in order for the writer:
+    /// `--piece`; for a format with a record per instruction, or `block`,
+    /// from a state index [`OUTPUT_PIECE_BYTES`] (short pieces keep both
+    /// workers busy to the end); else a quarter of each worker's share.
+    /// (Pieces written at their offsets: [`Ctx::region_spans`].)
     fn piece_bytes(&self, job: &Job<'_>) -> u64 {
         match self.opts.piece_bytes {
             0 if self.opts.index.is_some()
@@ -1277,10 +1335,24 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     /// `job`'s stream cut at index entries into pieces of about
     /// [`Ctx::piece_bytes`] (one piece without an index or entries).
     fn spans<'m>(&'m self, job: &Job<'m>) -> Vec<Span<'m>> {
+        self.spans_by(job, self.piece_bytes(job))
+    }
+
+    /// `job`'s stream cut at index entries for workers that write at
+    /// their offsets ([`Ctx::write_regions`]): at every entry unless
+    /// `--piece` says otherwise, since a worker's next piece then costs
+    /// a pause and a state check, not a restore, and short last pieces
+    /// leave no worker idle long.
+    fn region_spans<'m>(&'m self, job: &Job<'m>) -> Vec<Span<'m>> {
+        self.spans_by(job, self.opts.piece_bytes.max(1))
+    }
+
+    /// `job`'s stream cut at the index entries about `piece` stream bytes
+    /// apart.
+    fn spans_by<'m>(&'m self, job: &Job<'m>, piece: u64) -> Vec<Span<'m>> {
         let Some(index) = &self.opts.index else {
             return vec![(None, None)];
         };
-        let piece = self.piece_bytes(job);
         let mut cuts = Vec::new();
         let mut next = piece;
         for e in index.entries(job.info.start.thread.0) {
@@ -1372,6 +1444,34 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         emit: &mut dyn FnMut(&mut Vec<u8>) -> bool,
         keep: &mut Kept,
     ) -> Result<()> {
+        let whole = piece.whole;
+        let mut w = self.begin(piece, keep)?;
+        let mut states = self.states.as_ref().filter(|_| whole).map(|s| {
+            w.sink.pause_at = s.interval;
+            (s, Vec::new())
+        });
+        let r = self.expand(
+            &mut w.machine,
+            &mut w.sink,
+            w.expect,
+            emit,
+            states.as_mut(),
+            &mut keep.batches,
+        );
+        if let Some((s, entries)) = states {
+            if let Ok(mut t) = s.threads.lock() {
+                t.insert(w.machine.thread().0, entries);
+            }
+        }
+        self.end(w, keep);
+        r
+    }
+
+    /// Piece `piece`'s machine at its start (restored from its index
+    /// entry into the buffers `keep` holds) with a sink pausing where the
+    /// piece ends, its output begun with its header; an error of the
+    /// restore leaves the buffers in `keep`.
+    fn begin<'m>(&self, piece: Piece<'m>, keep: &mut Kept) -> Result<Walk<'m>> {
         let Piece {
             machine: mut m,
             from,
@@ -1379,7 +1479,6 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             pause_at,
             header,
             expect,
-            whole,
             ..
         } = piece;
         m.stream_mut().reusing(std::mem::take(&mut keep.stream));
@@ -1396,28 +1495,20 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             None => Sink::output(m.modules(), out, BATCH),
         };
         sink.pause_at = pause_at;
-        let mut states = self.states.as_ref().filter(|_| whole).map(|s| {
-            sink.pause_at = s.interval;
-            (s, Vec::new())
-        });
-        let r = self.expand(
-            &mut m,
-            &mut sink,
+        Ok(Walk {
+            machine: m,
+            sink,
+            group,
             expect,
-            emit,
-            states.as_mut(),
-            &mut keep.batches,
-        );
-        if let Some((s, entries)) = states {
-            if let Ok(mut t) = s.threads.lock() {
-                t.insert(m.thread().0, entries);
-            }
-        }
+        })
+    }
+
+    /// Keeps what walk `w` leaves for the worker's next piece in `keep`.
+    fn end(&self, mut w: Walk<'_>, keep: &mut Kept) {
         // The batch the last run left unused.
-        self.keep_batch(&mut keep.batches, std::mem::take(&mut sink.out));
-        keep.summaries = Some((group, sink.take_summaries()));
-        keep.stream = m.stream_mut().take_buffers();
-        r
+        self.keep_batch(&mut keep.batches, std::mem::take(&mut w.sink.out));
+        keep.summaries = Some((w.group, w.sink.take_summaries()));
+        keep.stream = w.machine.stream_mut().take_buffers();
     }
 
     /// Runs machine `m` into `sink`, handing batches to `emit` (false:
@@ -1593,7 +1684,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             && self.workers() > 1
             && self.cuts()
             && self
-                .spans(job)
+                .region_spans(job)
                 .iter()
                 .all(|(from, _)| from.map_or(true, |e| self.offset_of(e).is_some()))
     }
@@ -1613,7 +1704,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         }
         file.write_all_at(&header, base).map_err(Error::Output)?;
         let body = base + header.len() as u64;
-        let (r, len) = self.write_parallel(self.workers(), Target::At(file, body));
+        let (r, len) = self.write_regions(file, body);
         if r.is_err() && file.metadata().is_ok_and(|m| m.is_file()) {
             file.set_len(body + len).map_err(Error::Output)?;
         }
@@ -1631,7 +1722,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
     ) -> Result<()> {
         let workers = self.workers();
         if workers > 1 && (self.jobs.len() > 1 || self.cuts()) {
-            return self.write_parallel(workers, Target::Writer(give)).0;
+            return self.write_parallel(workers, give);
         }
         let mut keep = Kept::default();
         for job in self.jobs {
@@ -1652,31 +1743,183 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         Ok(())
     }
 
-    /// One thread cuts the streams into pieces, thread after thread; the
-    /// workers expand pieces in the order they were cut; the writer drains
-    /// piece after piece. A worker blocks when the pieces in flight hold a
-    /// worker's share of `AHEAD_BYTES` ahead of the writer ([`Budget`];
-    /// never the worker of the piece being written), and the cutter when `2 * workers`
-    /// pieces wait; pieces are taken in order, so the piece the writer waits
-    /// for always has a worker: no deadlock. With [`Target::At`] the
-    /// workers write their own output and the writer checks, piece after
-    /// piece, that each starts where the one before it ended. Also returns
-    /// the bytes written at offsets in order before any error.
-    fn write_parallel(&self, workers: usize, target: Target<'_>) -> (Result<()>, u64) {
-        let pool = match rayon::ThreadPoolBuilder::new()
-            .num_threads(workers + 1)
-            .build()
-        {
+    /// Output written by the workers at their pieces' offsets in `file`
+    /// from byte `body` on (one thread cut at index entries:
+    /// [`Ctx::writes_at_offsets`]). Each worker walks a region of
+    /// consecutive pieces as one walk and then steals the back half of
+    /// the largest region left ([`Regions`]): no piece waits for a
+    /// thread that cuts, and no worker for the other's chunk but where a
+    /// region starts. This thread checks, piece after piece, that each
+    /// starts where the one before it ended; also returns the bytes
+    /// written in order before any error.
+    fn write_regions(&self, file: &File, body: u64) -> (Result<()>, u64) {
+        let Some(job) = self.jobs.first() else {
+            return (Ok(()), 0);
+        };
+        let spans = self.region_spans(job);
+        let workers = self.workers().min(spans.len()).max(1);
+        let pool = match rayon::ThreadPoolBuilder::new().num_threads(workers).build() {
             Ok(p) => p,
             Err(e) => {
                 let e = format!("cannot start {workers} worker threads: {e}");
                 return (Err(Error::Usage(e)), 0);
             }
         };
-        let (mut give, at) = match target {
-            Target::Writer(give) => (Some(give), None),
-            Target::At(file, body) => (None, Some((file, body))),
+        let regions = Regions::new(spans.len(), workers);
+        let (ends, rxs): (Vec<_>, Vec<_>) = (spans.iter())
+            .map(|_| {
+                let (tx, rx) = mpsc::channel::<PieceEnd>();
+                (std::sync::Mutex::new(Some(tx)), rx)
+            })
+            .unzip();
+        let stop = AtomicBool::new(false);
+        let running = std::sync::atomic::AtomicUsize::new(workers);
+        let at = At {
+            file,
+            body,
+            stop: &stop,
         };
+        pool.in_place_scope(|s| {
+            for w in 0..workers {
+                let (spans, regions, ends, running) = (&spans, &regions, &ends, &running);
+                s.spawn(move |_| {
+                    let _last = Closing { running, ends };
+                    self.walk_regions(job, spans, (regions, w), at, ends);
+                });
+            }
+            let mut pos = 0;
+            let r = (|| {
+                for (k, rx) in rxs.iter().enumerate() {
+                    let (r, written) = rx
+                        .recv()
+                        .map_err(|_| Error::Usage("a regeneration worker died".into()))?;
+                    let start = spans[k].0.map_or(Some(0), |e| self.offset_of(e));
+                    if start != Some(pos) {
+                        return Err(misplaced(start, pos));
+                    }
+                    pos += written;
+                    r?;
+                }
+                Ok(())
+            })();
+            if r.is_err() {
+                stop.store(true, Ordering::SeqCst);
+            }
+            (r, pos)
+        })
+    }
+
+    /// Worker `w`'s walks of `job`'s pieces (`spans`): its region, then
+    /// what it steals, each run of consecutive pieces as one walk, each
+    /// piece's end (its result and the bytes it wrote) sent on its
+    /// channel in `ends`.
+    fn walk_regions<'m>(
+        &'m self,
+        job: &Job<'m>,
+        spans: &[Span<'m>],
+        (regions, w): (&Regions, usize),
+        at: At<'_>,
+        ends: &[std::sync::Mutex<Option<mpsc::Sender<PieceEnd>>>],
+    ) {
+        let mut keep = Kept::default();
+        let mut next = || regions.next(w);
+        while let Some(first) = next().or_else(|| regions.steal(w)) {
+            if at.stop.load(Ordering::SeqCst) {
+                return;
+            }
+            let mut end = |k: usize, r: Result<()>, written: u64| {
+                let tx = ends.get(k).and_then(|e| e.lock().ok()?.take());
+                tx.is_some_and(|tx| tx.send((r, written)).is_ok())
+            };
+            if !self.walk_run((job, spans), first, &mut next, at, &mut end, &mut keep) {
+                return;
+            }
+        }
+    }
+
+    /// Expands piece `first` of `spans` into `at`'s file at its offset,
+    /// and goes on, in the same walk, with each piece `next` gives (the
+    /// one after the last, while there is one), reporting each piece's
+    /// result and bytes to `end`; false when a piece failed, the writer
+    /// stopped or `end` could not report.
+    fn walk_run<'m>(
+        &'m self,
+        (job, spans): (&Job<'m>, &[Span<'m>]),
+        first: usize,
+        next: &mut dyn FnMut() -> Option<usize>,
+        at: At<'_>,
+        end: &mut dyn FnMut(usize, Result<()>, u64) -> bool,
+        keep: &mut Kept,
+    ) -> bool {
+        let piece = self.piece(job, spans[first]);
+        let Some(start) = piece.at else {
+            return end(first, Err(Error::Index(UNCOUNTED.into())), 0);
+        };
+        let mut w = match self.begin(piece, keep) {
+            Ok(w) => w,
+            Err(e) => return end(first, Err(e), 0),
+        };
+        let (mut k, mut written, mut werr) = (first, 0u64, None);
+        let go = loop {
+            let before = written;
+            let mut emit =
+                |b: &mut Vec<u8>| match at.file.write_all_at(b, at.body + start + written) {
+                    Ok(()) => {
+                        written += b.len() as u64;
+                        !at.stop.load(Ordering::SeqCst)
+                    }
+                    Err(e) => {
+                        werr = Some(e);
+                        false
+                    }
+                };
+            let r = self.expand(
+                &mut w.machine,
+                &mut w.sink,
+                w.expect,
+                &mut emit,
+                None,
+                &mut keep.batches,
+            );
+            let r = werr.take().map_or(r, |e| Err(Error::Output(e)));
+            let (ok, paused) = (r.is_ok(), w.expect.is_some());
+            if !end(k, r, written - before) || !ok || at.stop.load(Ordering::SeqCst) {
+                break false;
+            }
+            // A piece after this one's end goes on from here: the walk
+            // paused in the state its index entry keeps (checked).
+            match if paused { next() } else { None } {
+                Some(n) => {
+                    debug_assert_eq!(n, k + 1, "a region's pieces are consecutive");
+                    let (_, to) = spans[n];
+                    w.sink.pause_at = to.map_or(u64::MAX, |e| e.offset);
+                    w.expect = to;
+                    k = n;
+                }
+                None => break true,
+            }
+        };
+        self.end(w, keep);
+        go
+    }
+
+    /// One thread cuts the streams into pieces, thread after thread; the
+    /// workers expand pieces in the order they were cut; the writer drains
+    /// piece after piece, handing the batches to `give`. A worker blocks
+    /// when the pieces in flight hold a worker's share of `AHEAD_BYTES`
+    /// ahead of the writer ([`Budget`]; never the worker of the piece
+    /// being written), and the cutter when `2 * workers` pieces wait;
+    /// pieces are taken in order, so the piece the writer waits for always
+    /// has a worker: no deadlock.
+    fn write_parallel(
+        &self,
+        workers: usize,
+        give: &mut dyn FnMut(&mut Vec<u8>) -> std::io::Result<()>,
+    ) -> Result<()> {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(workers + 1)
+            .build()
+            .map_err(|e| Error::Usage(format!("cannot start {workers} worker threads: {e}")))?;
         // Batches ahead of the writer, all pieces together: a worker's
         // share of AHEAD_BYTES, what one piece's channel held before (the
         // whole of it, with pieces a quarter as long, made 84-90 k page
@@ -1684,13 +1927,12 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         // less CPU time).
         let ahead = (self.ahead_bytes.min(self.pieces_ahead()) / BATCH / workers).max(4);
         let budget = Budget::new(ahead);
-        let (order_tx, order_rx) = mpsc::channel::<(mpsc::Receiver<Msg>, Option<u64>)>();
+        let (order_tx, order_rx) = mpsc::channel::<mpsc::Receiver<Msg>>();
         let (work_tx, work_rx) =
             mpsc::sync_channel::<(Piece<'_>, mpsc::SyncSender<Msg>, u64)>(2 * workers);
         let work_rx = std::sync::Mutex::new(work_rx);
         let stop = AtomicBool::new(false);
-        let mut pos = 0;
-        let result = pool.in_place_scope(|s| {
+        pool.in_place_scope(|s| {
             s.spawn(|_| {
                 let (order_tx, work_tx) = (order_tx, work_tx);
                 let mut number = 0;
@@ -1699,7 +1941,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                     self.cut(job, &mut |p| {
                         let (tx, rx) = mpsc::sync_channel::<Msg>(ahead);
                         go = !stop.load(Ordering::SeqCst)
-                            && order_tx.send((rx, p.at)).is_ok()
+                            && order_tx.send(rx).is_ok()
                             && work_tx.send((p, tx, number)).is_ok();
                         number += 1;
                         go
@@ -1720,39 +1962,24 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                         if stop.load(Ordering::SeqCst) {
                             return;
                         }
-                        let (r, written) = match (at, piece.at) {
-                            (None, _) => {
-                                let mut emit = |b: &mut Vec<u8>| {
-                                    budget.take(number)
-                                        && tx.send(Msg::Bytes(std::mem::take(b))).is_ok()
-                                };
-                                (self.produce(piece, &mut emit, &mut keep), 0)
-                            }
-                            (Some((file, body)), Some(start)) => {
-                                self.produce_at(piece, file, body + start, &stop, &mut keep)
-                            }
-                            (Some(_), None) => (Err(Error::Index(UNCOUNTED.into())), 0),
+                        let mut emit = |b: &mut Vec<u8>| {
+                            budget.take(number) && tx.send(Msg::Bytes(std::mem::take(b))).is_ok()
                         };
-                        let _ = tx.send(Msg::End(r, written));
+                        let r = self.produce(piece, &mut emit, &mut keep);
+                        let _ = tx.send(Msg::End(r));
                     }
                 });
             }
             let result = (|| {
-                for (rx, start) in &order_rx {
+                for rx in &order_rx {
                     loop {
                         match rx.recv() {
                             Ok(Msg::Bytes(mut b)) => {
-                                if let Some(give) = give.as_mut() {
-                                    give(&mut b).map_err(Error::Output)?;
-                                }
+                                give(&mut b).map_err(Error::Output)?;
                                 self.recycle(b);
                                 budget.update(|h| h.batches = h.batches.saturating_sub(1));
                             }
-                            Ok(Msg::End(r, written)) => {
-                                if at.is_some() && start != Some(pos) {
-                                    return Err(misplaced(start, pos));
-                                }
-                                pos += written;
+                            Ok(Msg::End(r)) => {
                                 r?;
                                 budget.update(|h| h.head += 1);
                                 break;
@@ -1775,34 +2002,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                 }
             }
             result
-        });
-        (result, pos)
-    }
-
-    /// Regenerates one piece into `file` from byte `from` on, batch after
-    /// batch (until `stop`); the bytes written.
-    fn produce_at(
-        &self,
-        piece: Piece<'_>,
-        file: &File,
-        from: u64,
-        stop: &AtomicBool,
-        keep: &mut Kept,
-    ) -> (Result<()>, u64) {
-        let mut written = 0;
-        let mut werr = None;
-        let mut emit = |b: &mut Vec<u8>| match file.write_all_at(b, from + written) {
-            Ok(()) => {
-                written += b.len() as u64;
-                !stop.load(Ordering::SeqCst)
-            }
-            Err(e) => {
-                werr = Some(e);
-                false
-            }
-        };
-        let r = self.produce(piece, &mut emit, keep);
-        (werr.map_or(r, |e| Err(Error::Output(e))), written)
+        })
     }
 
     /// Counts one piece: per module of its group (instructions, blocks);

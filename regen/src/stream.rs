@@ -630,6 +630,16 @@ impl<'t> Stream<'t> {
         self
     }
 
+    /// Decompresses each chunk when the walk needs it (through the shared
+    /// chunks, if any), never ahead on a helper thread: for a piece of
+    /// `-j N` from the stream's start, whose workers take the CPUs
+    /// already (a helper would be a third runnable thread beside two
+    /// workers) and whose next piece reads its last chunk too.
+    pub(crate) fn on_demand(&mut self) {
+        debug_assert!(self.ahead.is_none(), "set before the stream is read");
+        self.prefetch = false;
+    }
+
     /// Its two chunk buffers, emptied, for the next stream of the same
     /// reader ([`Stream::reusing`]).
     pub(crate) fn take_buffers(&mut self) -> (Vec<u8>, Vec<u8>) {
