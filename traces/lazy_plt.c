@@ -6,10 +6,11 @@
  *         `labs` and `qsort`, whose comparator binds `strcmp`), then two
  *         threads that both find one slot unbound and bind it, then each
  *         import called again, bound;
- *   timer N: a 20 us interval timer interrupts a loop of two calls in a
+ *   timer N: a 100 us interval timer interrupts a loop of two calls in a
  *         row through bound stubs (`lib_mix`, `getppid`), mostly inside
  *         the library or libc right after a stub's jump, until the
- *         handler ran N times; prints handler runs and iterations. */
+ *         handler ran N times and the loop ran at least 20,000 times;
+ *         prints handler runs and iterations. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -81,10 +82,13 @@ int main(int argc, char **argv) {
     sa.sa_flags = SA_RESTART;
     sigaction(SIGALRM, &sa, NULL);
     unsigned long x = step(1, 0);
-    struct itimerval it = {{0, 20}, {0, 20}};
+    /* 100 us, and a floor on the iterations: on a kernel 6.18 VM a 20 us
+     * timer fell behind and its expiries came back to back, so the loop
+     * ran twice while the handler ran 100 times. */
+    struct itimerval it = {{0, 100}, {0, 100}};
     setitimer(ITIMER_REAL, &it, NULL);
     long i = 0;
-    while (handled < n)
+    while (handled < n || i < 20000)
         x = step(x, ++i);
     struct itimerval off = {{0, 0}, {0, 0}};
     setitimer(ITIMER_REAL, &off, NULL);
