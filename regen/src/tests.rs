@@ -664,10 +664,10 @@ fn wide_entries_return_below_their_read_point_only_to_their_frame() {
     enter(&mut s, 0);
     let mut x = 7u32;
     for _ in 0..300 {
-        x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
-        let site_b = x >> 16 & 1;
+        let r = lcg(&mut x);
+        let site_b = r >> 16 & 1;
         witness(&mut s, site_b);
-        for _ in 0..x >> 20 & 3 {
+        for _ in 0..r >> 20 & 3 {
             witness(&mut s, 0);
         }
         witness(&mut s, 1);
@@ -676,9 +676,80 @@ fn wide_entries_return_below_their_read_point_only_to_their_frame() {
     assert_count_as_walked(&db, s);
 }
 
+/// A wide counting entry's callee entries are counted when the machine's
+/// run ends, not at each hit: `main`'s loop calls `g` at each of 200
+/// witnesses (four calls a wide hit). `--count` equals the walk's and
+/// names 200 entries of `g`; it does not when the run's end leaves the
+/// hits uncounted (`Summaries::settle_entries`).
+#[test]
+fn wide_hits_count_their_callees_when_the_run_ends() {
+    let mut a = LINK_BASE + 0x1000;
+    let main = loop_main(
+        &mut a,
+        call(CallTarget::Proc(1), false, true, false, None),
+        None,
+    );
+    let g = proc(&mut a, "g", vec![None], vec![(0, 1, Return, None)]);
+    let db = db_of(vec![main, g]);
+    let mut s = Vec::new();
+    thread_rec(&mut s);
+    enter(&mut s, 0);
+    for _ in 0..200 {
+        witness(&mut s, 0);
+    }
+    witness(&mut s, 1);
+    let counted = assert_count_as_walked(&db, s);
+    assert!(counted.contains(" 200 g\n"), "{counted}");
+}
+
+/// A wide counting entry filled again counts its earlier hits' callee
+/// entries first: `main`'s loop head chooses one of four calls (of `g` or
+/// `h`) by each of 20,000 pseudo-random witnesses, so the wide memo's
+/// entries, keyed by four of them, collide and are filled again after
+/// hits. `--count` equals the walk's; it does not when a fill drops the
+/// hits of the entry it replaces.
+#[test]
+fn wide_entries_filled_again_count_their_hits_first() {
+    const WAYS: u32 = 4;
+    let mut a = LINK_BASE + 0x1000;
+    // Block 0 chooses call block 1 + k; its return point 1 + WAYS + k
+    // goes back to 0; witness WAYS leaves by the last block's return.
+    let mut calls = vec![None];
+    let mut edges = Vec::new();
+    for k in 0..WAYS {
+        calls.push(call(CallTarget::Proc(1 + k % 2), false, true, false, None));
+        edges.push((0, 1 + k, Taken, Some(k as u16)));
+        edges.push((1 + k, 1 + WAYS + k, CallReturn, None));
+        edges.push((1 + WAYS + k, 0, Taken, None));
+    }
+    calls.extend((0..=WAYS).map(|_| None));
+    edges.push((0, 1 + 2 * WAYS, Taken, Some(WAYS as u16)));
+    edges.push((1 + 2 * WAYS, 2 + 2 * WAYS, Return, None));
+    let main = proc(&mut a, "main", calls, edges);
+    let g = proc(&mut a, "g", vec![None], vec![(0, 1, Return, None)]);
+    let h = proc(&mut a, "h", vec![None], vec![(0, 1, Return, None)]);
+    let db = db_of(vec![main, g, h]);
+    let mut s = Vec::new();
+    thread_rec(&mut s);
+    enter(&mut s, 0);
+    let mut x = 11u32;
+    for _ in 0..20_000 {
+        witness(&mut s, lcg(&mut x) >> 16 & (WAYS - 1));
+    }
+    witness(&mut s, WAYS);
+    assert_count_as_walked(&db, s);
+}
+
+/// The next state of a linear congruential generator: the hand-made
+/// tests' pseudo-random witnesses (its high bits).
+fn lcg(x: &mut u32) -> u32 {
+    *x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+    *x
+}
+
 /// Counts `stream` against `db` with summaries and block by block
-/// ([`run_walked`]) and expects the same totals.
-fn assert_count_as_walked(db: &ProgramDb, stream: Vec<u8>) {
+/// ([`run_walked`]), expects the same totals and returns them.
+fn assert_count_as_walked(db: &ProgramDb, stream: Vec<u8>) -> String {
     let bytes = trace_bytes(db, &[stream], 64);
     let count_opts = Options {
         count: true,
@@ -689,6 +760,7 @@ fn assert_count_as_walked(db: &ProgramDb, stream: Vec<u8>) {
     let (walked, rw) = run_walked(&bytes, &count_opts);
     rw.unwrap();
     assert_eq!(text(&count), text(&walked));
+    text(&count).to_owned()
 }
 
 /// A counting chain takes a witness that an ENTER or a RETURN follows as

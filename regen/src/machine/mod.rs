@@ -167,6 +167,10 @@ impl Sink {
     pub(crate) fn counting_with(mut segs: Vec<Summaries>) -> Sink {
         // A run that failed may have left frames lent to its chain.
         segs.iter_mut().for_each(|s| s.frames.clear());
+        debug_assert!(
+            segs.iter().all(Summaries::settled),
+            "a run settles its entries"
+        );
         Sink {
             out: Vec::new(),
             certain: 0,
@@ -663,15 +667,22 @@ impl<'a> Machine<'a> {
     /// On error, everything regenerated before it is in `sink`. A killed
     /// thread's stream that ends where the next item is needed ends its
     /// trace ([`Machine::stopped`]): what certainly ran is in `sink`.
+    /// Counting, `entries` are whole when it returns.
     pub fn run(&mut self, sink: &mut Sink) -> Result<Progress> {
-        match self.walk(sink) {
+        let r = match self.walk(sink) {
             Err(Error::Truncated { at, .. }) if self.killed && self.stream.at_end() => {
                 let at = at.trim_end_matches(diag::MUST_WRITE_MORE);
                 self.stopped = Some(End::Stopped(at.to_owned()));
                 Ok(Progress::Done)
             }
             r => r,
+        };
+        if sink.counts.is_some() {
+            for (s, e) in sink.segs.iter_mut().zip(&mut self.entries) {
+                s.settle_entries(e);
+            }
         }
+        r
     }
 
     fn walk(&mut self, sink: &mut Sink) -> Result<Progress> {
