@@ -46,9 +46,11 @@ pub type PcSet<K> = HashSet<K, BuildHasherDefault<PcHasher>>;
 /// Invariant: an address outside every span has no flags.
 #[derive(Clone, Debug, Default)]
 pub struct PcFlags {
-    /// (first address, flags from it on).
-    spans: Vec<(u64, Vec<u8>)>,
+    spans: Vec<Span>,
 }
+
+/// A span of [`PcFlags`]: its first address, the flags from it on.
+type Span = (u64, Vec<u8>);
 
 impl PcFlags {
     /// No flags, over `spans` (start, end).
@@ -85,8 +87,7 @@ impl PcFlags {
     /// procedure stack's and the openers' flags, disjoint bits, for one
     /// scan of the addresses that both walks read: [`PcFlags::flagged`]).
     pub fn union(&self, other: &PcFlags) -> PcFlags {
-        let same =
-            |(a, b): (&(u64, Vec<u8>), &(u64, Vec<u8>))| a.0 == b.0 && a.1.len() == b.1.len();
+        let same = |(a, b): (&Span, &Span)| a.0 == b.0 && a.1.len() == b.1.len();
         debug_assert!(self.spans.len() == other.spans.len());
         debug_assert!(self.spans.iter().zip(&other.spans).all(same));
         let spans = (self.spans.iter().zip(&other.spans))
