@@ -884,7 +884,14 @@ impl Data {
             .procs
             .get(pi.as_u32() as usize)
             .ok_or_else(|| format!("procedure {pi:?} of {} is not in its database", m.name))?;
-        let known = exec::entry_knowledge(p, returns, &mut progs);
+        // A control-only trace recorded no abstract values: its
+        // instructions plan none, and every entry has a stub's value, so
+        // the recorder's marks and knowledge (most of a procedure's
+        // learning, 2026-12-02) are not needed.
+        let known = match self.entry_only {
+            true => None,
+            false => Some(exec::entry_knowledge(p, returns, &mut progs)),
+        };
         let ways = exec::ways_in(p, returns, &progs);
         let proc = pi.as_u32();
         let at = |i: &Instruction| m.load_base.wrapping_add(i.ip());
@@ -896,16 +903,21 @@ impl Data {
                 }
             }
         }
-        for (b, ((insns, k), blk)) in progs.iter().zip(known).zip(&p.blocks).enumerate() {
-            let (plans, _) = Exec::plan_block(k, insns, exec::anchors_rsp(blk));
-            for ((i, _), plan) in insns.iter().zip(plans) {
-                let plan = plan.as_deref().unwrap_or(&[]);
-                let skip = if self.entry_only {
-                    (0, None)
-                } else {
-                    skip_of(plan)
+        for (b, (insns, blk)) in progs.iter().zip(&p.blocks).enumerate() {
+            let k = match known.as_ref().map(|known| known.get(b)) {
+                Some(None) => break,
+                k => k.flatten().copied(),
+            };
+            let plans = match k {
+                Some(k) => Exec::plan_block(k, insns, exec::anchors_rsp(blk)).0,
+                None => Vec::new(),
+            };
+            for (j, (i, _)) in insns.iter().enumerate() {
+                let plan = match plans.get(j) {
+                    Some(Ok(plan)) => &plan[..],
+                    _ => &[],
                 };
-                self.skips.insert(at(i), skip);
+                self.skips.insert(at(i), skip_of(plan));
             }
             if let Some((last, _)) = insns.last() {
                 let (block, call) = (b as u32, blk.call);
@@ -919,7 +931,7 @@ impl Data {
             }
             // Only an entry that starts with `rsp` known has a stub's value
             // (in a control-only trace every entry).
-            if let (Some((first, _)), true) = (insns.first(), k.0 != 0 || self.entry_only) {
+            if let (Some((first, _)), true) = (insns.first(), k.map_or(true, |k| k.0 != 0)) {
                 if let Some(plain) = entry_plain(&ways[b]) {
                     let facts = EntryFacts {
                         module,
@@ -932,6 +944,7 @@ impl Data {
         }
         Ok(())
     }
+
     /// Whether the instruction at `pc`, the one before it being at `prev`,
     /// is an outside entry whose stub wrote a value ([`Data::stub`]).
     pub(crate) fn outside_entry(

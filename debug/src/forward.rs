@@ -40,18 +40,20 @@
 
 use crate::data::{Code, Data, Flow};
 use crate::frames::{by_call, cfas_of, Frame, Opener, Stand, Walking, BODY};
-use crate::pcmap::PcFlags;
+use crate::pcmap::{Flagged, PcFlags};
 use crate::timeline::Timeline;
 use crate::untraced::is_untraced;
 use iced_x86::{Decoder, DecoderOptions, FlowControl};
 
-/// [`Forward::marks`]: a call or a return.
-const MOVES: u8 = 1;
+/// [`Forward::marks`]: a call or a return. (Bits other than the procedure
+/// stack's flags, `crate::stack`: the stub scans an interval once for both
+/// walks, [`PcFlags::union`].)
+const MOVES: u8 = 8;
 /// [`Forward::marks`]: a procedure's entry (an outside entry's stub may
 /// have recorded `rsp` before it).
-const ENTRY: u8 = 2;
+const ENTRY: u8 = 16;
 /// [`Forward::marks`]: a call's return address (a kept call's `ret`).
-const RETURN: u8 = 4;
+const RETURN: u8 = 32;
 
 /// An opener no return has paired with yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -159,16 +161,18 @@ impl Forward {
         self.reach(cx, k)?;
         let mut s = self.states[k].clone();
         let (start, addrs) = cx.t.interval(k);
-        let upto = addrs.len().min((n - start + 1) as usize);
-        self.steps(cx.data, cx.code, &mut s, start, &addrs[..upto])?;
+        let upto = &addrs[..addrs.len().min((n - start + 1) as usize)];
+        let mut flagged = Vec::new();
+        self.marks.flagged(upto, &mut flagged);
+        self.steps(cx.data, cx.code, &mut s, start, upto, &flagged)?;
         Ok(s)
     }
 
-    /// Computes the states at the starts of intervals up to `k`; walking
-    /// interval `k - 1` while it is the timeline's window regenerates
-    /// nothing (the stub's first pass over the history walks each
-    /// interval so, along with the procedure stack's).
-    pub fn reach(&mut self, cx: &mut Walking<'_, '_, '_>, k: usize) -> Result<(), String> {
+    /// Computes the states at the starts of intervals up to `k` (the
+    /// stub's first pass over the history walks each interval while it is
+    /// the timeline's window instead, along with the procedure stack's:
+    /// [`Forward::reach_next`]).
+    fn reach(&mut self, cx: &mut Walking<'_, '_, '_>, k: usize) -> Result<(), String> {
         if let Some(e) = &self.broken {
             return Err(e.clone());
         }
@@ -179,20 +183,55 @@ impl Forward {
 
     /// [`Forward::reach`] unless broken.
     fn walk_to(&mut self, cx: &mut Walking<'_, '_, '_>, k: usize) -> Result<(), String> {
+        let mut flagged = Vec::new();
         while self.states.len() <= k {
-            let j = self.states.len() - 1;
-            let mut s = self.states[j].clone();
-            let (start, addrs) = cx.t.interval(j);
-            self.steps(cx.data, cx.code, &mut s, start, addrs)?;
-            self.states.push(s);
+            let (_, addrs) = cx.t.interval(self.reached());
+            self.marks.flagged(addrs, &mut flagged);
+            self.walk_next(cx, &flagged)?;
         }
         Ok(())
     }
 
-    /// Steps `s` over the positions from `start` whose pcs are `addrs`;
-    /// those that change nothing but `prev` (after an instruction that
-    /// neither calls nor returns, to one that is no entry and no call's
-    /// return address: [`Forward::step`]'s plain steps) at once.
+    /// Walks interval `reached()`, whose flagged positions (the openers'
+    /// flags at least) `flagged` lists, keeping the state after it, unless
+    /// broken: the stub's riders scan the interval once for this walk
+    /// and the procedure stack's.
+    pub fn reach_next(&mut self, cx: &mut Walking<'_, '_, '_>, flagged: &[(u32, u8)]) {
+        if self.broken.is_none() {
+            self.broken = self.walk_next(cx, flagged).err();
+        }
+    }
+
+    /// [`Forward::reach_next`], its error.
+    fn walk_next(
+        &mut self,
+        cx: &mut Walking<'_, '_, '_>,
+        flagged: &[(u32, u8)],
+    ) -> Result<(), String> {
+        let j = self.reached();
+        let mut s = self.states[j].clone();
+        let (start, addrs) = cx.t.interval(j);
+        self.steps(cx.data, cx.code, &mut s, start, addrs, flagged)?;
+        self.states.push(s);
+        Ok(())
+    }
+
+    /// Whether the pass stopped (an error: every stop is given it).
+    pub fn broken(&self) -> bool {
+        self.broken.is_some()
+    }
+
+    /// The flags the pass stops at.
+    pub fn marks(&self) -> &PcFlags {
+        &self.marks
+    }
+
+    /// Steps `s` over the positions from `start` whose pcs are `addrs`
+    /// and whose flagged positions (the openers' flags at least) `flagged`
+    /// lists ([`PcFlags::flagged`]); those that change nothing but `prev`
+    /// (after an instruction that neither calls nor returns, to one that
+    /// is no entry and no call's return address: [`Forward::step`]'s plain
+    /// steps) at once.
     fn steps(
         &self,
         data: &mut Data,
@@ -200,11 +239,13 @@ impl Forward {
         s: &mut State,
         start: u64,
         addrs: &[u64],
+        flagged: &[(u32, u8)],
     ) -> Result<(), String> {
+        let mut loud = Flagged::new(flagged);
         let mut i = 0;
         while i < addrs.len() {
             if matches!(s.prev, Some((_, Flow::Other))) {
-                let n = self.marks.quiet(&addrs[i..], MOVES | ENTRY | RETURN);
+                let n = loud.quiet(i, addrs.len(), MOVES | ENTRY | RETURN);
                 if n > 0 {
                     s.prev = Some((addrs[i + n - 1], Flow::Other));
                     i += n;

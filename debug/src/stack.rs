@@ -51,7 +51,7 @@
 //! interval, and kept per interval), and so are the passages.
 
 use crate::image::Image;
-use crate::pcmap::{PcFlags, PcMap, PcSet};
+use crate::pcmap::{Flagged, PcFlags, PcMap, PcSet};
 use crate::timeline::{Signal, Timeline};
 use crate::untraced::{decode, Exit, Passage, To, RETURNED, SIGRETURN, UNTRACED};
 use aetrace_format::progdb::EdgeKindDb;
@@ -242,7 +242,9 @@ impl Stacks {
         let (start, sigs) = self.signals(t, k);
         let (_, addrs) = t.interval(k);
         let upto = &addrs[..=(n - start) as usize];
-        self.walk(&mut s, start, upto, &sigs, |_, _| ());
+        let mut flagged = Vec::new();
+        self.marks.flagged(upto, &mut flagged);
+        self.walk(&mut s, start, upto, &flagged, &sigs, |_, _| ());
         s
     }
 
@@ -261,7 +263,9 @@ impl Stacks {
     }
 
     /// Steps `s` through `addrs`, the instructions from position `start`
-    /// on, calling `f` with each passage and the position after it. A
+    /// on, whose flagged positions (the stack's flags at least) `flagged`
+    /// lists ([`PcFlags::flagged`]), calling `f` with each passage and
+    /// the position after it. A
     /// signal that interrupted traced code at `x` ([`Signal::pc`]) first
     /// steps to `x`, then calls its handler from there: the handler's
     /// caller is the restorer (untraced code, [`SIGRETURN`]), whose caller
@@ -273,10 +277,12 @@ impl Stacks {
         s: &mut State,
         start: u64,
         addrs: &[u64],
+        flagged: &[(u32, u8)],
         sigs: &[Signal],
         mut f: impl FnMut(u64, Passage),
     ) {
         let mut sigs = sigs.iter().peekable();
+        let mut loud = Flagged::new(flagged);
         let mut i = 0;
         while i < addrs.len() {
             let q = start + i as u64;
@@ -287,7 +293,7 @@ impl Stacks {
                 let upto = addrs
                     .len()
                     .min((sig - start).try_into().unwrap_or(usize::MAX));
-                let n = self.marks.quiet(&addrs[i..upto], FROM | PAD | RET);
+                let n = loud.quiet(i, upto, FROM | PAD | RET);
                 if n > 0 {
                     s.prev = Some(addrs[i + n - 1]);
                     i += n;
@@ -322,14 +328,30 @@ impl Stacks {
     /// past the last interval: the state after it); walking interval
     /// `k - 1` while it is the timeline's window regenerates nothing.
     pub fn reach(&mut self, t: &mut Timeline<'_>, k: usize) {
+        let mut flagged = Vec::new();
         while self.states.len() <= k {
-            let j = self.states.len() - 1;
-            let mut s = self.states[j].clone();
-            let (start, sigs) = self.signals(t, j);
-            let (_, addrs) = t.interval(j);
-            self.walk(&mut s, start, addrs, &sigs, |_, _| ());
-            self.states.push(s);
+            let (_, addrs) = t.interval(self.reached());
+            self.marks.flagged(addrs, &mut flagged);
+            self.reach_next(t, &flagged);
         }
+    }
+
+    /// Walks interval `reached()`, whose flagged positions (the stack's
+    /// flags at least) `flagged` lists, keeping the state after it: the
+    /// stub's riders scan the interval once for this walk and the
+    /// openers'.
+    pub fn reach_next(&mut self, t: &mut Timeline<'_>, flagged: &[(u32, u8)]) {
+        let j = self.reached();
+        let mut s = self.states[j].clone();
+        let (start, sigs) = self.signals(t, j);
+        let (_, addrs) = t.interval(j);
+        self.walk(&mut s, start, addrs, flagged, &sigs, |_, _| ());
+        self.states.push(s);
+    }
+
+    /// The flags the walk stops at.
+    pub fn marks(&self) -> &PcFlags {
+        &self.marks
     }
 
     /// The passages through untraced code before positions of interval
@@ -342,7 +364,11 @@ impl Stacks {
             let (start, sigs) = self.signals(t, k);
             let (_, addrs) = t.interval(k);
             let mut found = Vec::new();
-            self.walk(&mut s, start, addrs, &sigs, |q, p| found.push((q, p)));
+            let mut flagged = Vec::new();
+            self.marks.flagged(addrs, &mut flagged);
+            self.walk(&mut s, start, addrs, &flagged, &sigs, |q, p| {
+                found.push((q, p))
+            });
             let p = self.passages.as_mut().expect("looked for");
             p.found.insert(k, found);
         }

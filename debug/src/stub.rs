@@ -38,6 +38,7 @@ use crate::data::{Code, Data, Ref, Values};
 use crate::frames::Walking;
 use crate::image::Image;
 use crate::materialise;
+use crate::pcmap::PcFlags;
 use crate::stack::Stacks;
 use crate::timeline::{Found, Hit, Signal, Timeline};
 use crate::untraced::{is_untraced, Passage, RETURNED, SIGRETURN, UNTRACED};
@@ -176,6 +177,10 @@ pub struct Stub<'m> {
     block_index: BlockIndex,
     modules: &'m [&'m Compiled],
     stacks: Stacks,
+    /// The flags the walks riding along the timeline stop at: the
+    /// procedure stack's, and the openers' where they are kept forwards
+    /// ([`Riders`]).
+    marks: PcFlags,
     /// The shadow regions' bytes at a position.
     shadow: Option<Shadow>,
     /// How to re-run the program (`monitor materialise`).
@@ -320,6 +325,7 @@ impl<'m> Stub<'m> {
     ) -> Stub<'m> {
         let blocks = Blocks::new(modules);
         let block_index = BlockIndex::new(&blocks);
+        let stacks = Stacks::new(modules).with_passages(modules, &image);
         Stub {
             block_index,
             timeline,
@@ -327,7 +333,8 @@ impl<'m> Stub<'m> {
             at: At::Insn,
             end: None,
             last: Stop::Step,
-            stacks: Stacks::new(modules).with_passages(modules, &image),
+            marks: stacks.marks().clone(),
+            stacks,
             image,
             breaks: Vec::new(),
             action: Action::Continue,
@@ -364,7 +371,9 @@ impl<'m> Stub<'m> {
             blocks: &self.blocks,
             modules: self.modules,
         };
-        self.forward = Some(crate::forward::Forward::new(&code));
+        let forward = crate::forward::Forward::new(&code);
+        self.marks = self.stacks.marks().union(forward.marks());
+        self.forward = Some(forward);
         self
     }
 
@@ -384,6 +393,7 @@ impl<'m> Stub<'m> {
             stacks: &mut self.stacks,
             forward,
             code,
+            marks: &self.marks,
         };
         (riders, &mut self.timeline)
     }
@@ -1476,6 +1486,8 @@ struct Riders<'s, 'm> {
     stacks: &'s mut Stacks,
     forward: Option<(&'s mut crate::forward::Forward, &'s mut Data)>,
     code: Code<'s, 'm>,
+    /// Both walks' flags ([`Stub::marks`]).
+    marks: &'s PcFlags,
 }
 
 impl Riders<'_, '_> {
@@ -1486,18 +1498,32 @@ impl Riders<'_, '_> {
         self.stacks.reached().min(f)
     }
 
-    /// Each rider's states up to interval `k`'s start.
+    /// Each rider's states up to interval `k`'s start: each interval is
+    /// scanned once for the positions either walk may stop at (the scan
+    /// was most of both walks' time, 2026-12-02).
     fn reach(&mut self, t: &mut Timeline<'_>, k: usize) {
-        self.stacks.reach(t, k);
-        if let Some((forward, data)) = self.forward.as_mut() {
-            let cx = &mut Walking {
-                data,
-                t,
-                code: &self.code,
-            };
+        let mut flagged = Vec::new();
+        for j in self.reached()..k {
+            let stacks = self.stacks.reached() == j;
             // An error stops the openers' pass: the stop that needs them
             // is given it.
-            let _ = forward.reach(cx, k);
+            let forward = (self.forward.as_mut()).filter(|f| f.0.reached() == j && !f.0.broken());
+            if !stacks && forward.is_none() {
+                continue;
+            }
+            let (_, addrs) = t.interval(j);
+            self.marks.flagged(addrs, &mut flagged);
+            if let Some((forward, data)) = forward {
+                let cx = &mut Walking {
+                    data,
+                    t,
+                    code: &self.code,
+                };
+                forward.reach_next(cx, &flagged);
+            }
+            if stacks {
+                self.stacks.reach_next(t, &flagged);
+            }
         }
     }
 }
