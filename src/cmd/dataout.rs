@@ -49,6 +49,11 @@
 //! program ([`Sink::segment_code`]): its blocks' records and flat code
 //! chained, one way-in check (none after a run before that passed it),
 //! one copy and one pass, the same records written at the same points.
+//! The runs the control walk gives one by one right after a segment (the
+//! calls, PLT stubs and returns a witness passes) join its program when
+//! the same runs, entered the same ways, followed it twice in a row
+//! ([`Chain`]); a run of the segment takes that program when the batch's
+//! next records are those runs'.
 
 // (A path the `cachesim` binary, which includes this file by its path, finds too.)
 #[path = "dataout/signals.rs"]
