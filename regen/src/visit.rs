@@ -174,8 +174,9 @@ pub(crate) fn sigreturn_record(offset: u64, moved: bool, out: &mut Vec<u8>) {
 
 /// Inlined, so that a consumer's match on the step is fused with it (no
 /// step built and read back per record: 8 % of `aetrace cachesim`'s
-/// samples on bzip2's trace when it was a call).
-#[inline]
+/// samples on bzip2's trace when it was a call; always, since the data
+/// walk's look ahead over a segment's chain left it a call).
+#[inline(always)]
 fn decode(r: &[u8]) -> Step {
     let w = |k: usize| u32::from_le_bytes(r[4 * k..4 * k + 4].try_into().expect("4 bytes"));
     match w(0) {
@@ -327,7 +328,41 @@ impl Runs {
 
     /// The events and segments, in order.
     #[inline]
-    pub fn steps(&self) -> impl Iterator<Item = Step> + '_ {
-        self.bytes.chunks_exact(RECORD).map(decode)
+    pub fn steps(&self) -> Steps<'_> {
+        Steps { rest: &self.bytes }
+    }
+}
+
+/// The steps of a batch ([`Runs::steps`]), and its records not read yet,
+/// for a consumer that looks ahead: equal records are equal steps, so
+/// steps seen before are found again by comparing bytes.
+#[derive(Clone, Debug)]
+pub struct Steps<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Steps<'a> {
+    /// The records not read yet.
+    #[inline]
+    pub fn ahead(&self) -> &'a [u8] {
+        self.rest
+    }
+
+    /// Passes the first `n` bytes of [`Steps::ahead`], whole records.
+    #[inline]
+    pub fn pass(&mut self, n: usize) {
+        debug_assert_eq!(n % RECORD, 0, "whole records");
+        self.rest = &self.rest[n..];
+    }
+}
+
+impl Iterator for Steps<'_> {
+    type Item = Step;
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<Step> {
+        let (r, rest) = self.rest.split_first_chunk::<RECORD>()?;
+        self.rest = rest;
+        Some(decode(r))
     }
 }

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::mpsc;
 
-use super::dataout::{SegCode, Segmented, Whole};
+use super::dataout::{Link, SegCode, Segmented, Whole};
 use aetrace_analysis::addr::exec::code::flat::{FlatCode, Regs};
 use aetrace_analysis::addr::exec::code::BlockCode;
 use aetrace_analysis::addr::full::Recorded;
@@ -789,12 +789,13 @@ impl<W: Sent> super::dataout::Sink for Batches<W> {
         Ok(Whole::Ran)
     }
 
-    fn segment_code(&mut self, id: usize, (m, module): (&Module, u32), blocks: &[BlockIx]) -> bool {
+    fn segment_code(&mut self, id: usize, (m, module): (&Module, u32), links: &[Link]) -> bool {
         let line = self.followers.as_ref().map(|f| f.line);
         let (mut code, mut grouped, mut trailing) = (SegCode::default(), 0, 0);
         // The I1 line the block before ended in.
         let mut ended = None;
-        for &b in blocks {
+        for &link in links {
+            let b = link.block;
             let Some(t) = &self.templates[module as usize][b.as_u32() as usize] else {
                 return false;
             };
@@ -811,7 +812,7 @@ impl<W: Sent> super::dataout::Sink for Batches<W> {
                 (t.refs.get(skip)).map(|&r| lead(&mut trailing, &mut grouped, &mut extra, r));
             let at = code.recs.len() + extra.len();
             if code
-                .push(&extra, (&t.refs, &t.flat), skip, m.blocks[b].ninsns)
+                .push(&extra, (&t.refs, &t.flat), (skip, link), m.blocks[b].ninsns)
                 .is_none()
             {
                 return false;

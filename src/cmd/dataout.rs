@@ -49,6 +49,11 @@
 //! program ([`Sink::segment_code`]): its blocks' records and flat code
 //! chained, one way-in check (none after a run before that passed it),
 //! one copy and one pass, the same records written at the same points.
+//! The runs the control walk gives one by one right after a segment (the
+//! calls, PLT stubs and returns a witness passes) join its program when
+//! the same runs, entered the same ways, followed it twice in a row
+//! ([`Chain`]); a run of the segment takes that program when the batch's
+//! next records are those runs'.
 
 // (A path the `cachesim` binary, which includes this file by its path, finds too.)
 #[path = "dataout/signals.rs"]
@@ -71,7 +76,7 @@ use aetrace_format::progdb::ProgramDb;
 use aetrace_format::section::module_flags;
 use aetrace_format::{ModuleId, ThreadId, Trace};
 use aetrace_regen::compile::{BlockIx, Module};
-use aetrace_regen::visit::{BlockRun, Event, Runs, Segment, Step, Visit};
+use aetrace_regen::visit::{BlockRun, Event, Runs, Segment, Step, Steps, Visit};
 use aetrace_regen::DataItem;
 use iced_x86::{Decoder, DecoderOptions, Instruction, InstructionInfoFactory};
 
@@ -137,13 +142,14 @@ pub trait Sink {
         Ok(Whole::Not)
     }
     /// Makes program `id` of a summarised segment: the whole runs of
-    /// `blocks` (of module `m`, its index) one after the other, from the records and
-    /// placed flat code this sink keeps of each ([`Sink::whole`]) chained
-    /// into one list, so that a run of the segment is one copy and one
-    /// pass. Whether it did (the default: no, the walk runs the blocks one
-    /// by one).
+    /// `links`' blocks (of module `m`, its index) one after the other,
+    /// from the records and placed flat code this sink keeps of each
+    /// ([`Sink::whole`]) chained into one list, each block's code after
+    /// its link's move of `rsp` ([`Link`]), so that a run of the segment
+    /// is one copy and one pass. Whether it did (the default: no, the walk
+    /// runs the blocks one by one).
     #[cold]
-    fn segment_code(&mut self, _id: usize, _m: (&Module, u32), _blocks: &[BlockIx]) -> bool {
+    fn segment_code(&mut self, _id: usize, _m: (&Module, u32), _links: &[Link]) -> bool {
         false
     }
     /// Runs segment program `id` (made by [`Sink::segment_code`]) on the
@@ -160,6 +166,18 @@ pub trait Sink {
     ) -> Result<Segmented, Error> {
         Ok(Segmented::Not)
     }
+}
+
+/// A block of a segment program ([`Sink::segment_code`]) and what the
+/// way into it does to `rsp` beside the blocks' code (added, wrapping:
+/// [`Edge::Call`]'s -8, the +8 of an [`Edge::Back`] past a PLT stub, else
+/// 0).
+#[derive(Copy, Clone, Debug)]
+pub struct Link {
+    /// The block.
+    pub block: BlockIx,
+    /// Added to `rsp` before it runs.
+    pub rsp: u64,
 }
 
 /// What [`Sink::run_segment`] did.
@@ -209,19 +227,23 @@ impl<W> Default for SegCode<W> {
 }
 
 impl<W: Copy> SegCode<W> {
-    /// Appends a block of `ninsns` instructions: `extra` (records its run
-    /// sends before its own when it follows the block before), then its
-    /// records from `from` on (the sink folded those before into `extra`;
-    /// none has an address) and its flat code placed in them; `None` if
-    /// the chain is too long for the flat code's numbers.
+    /// Appends `link`'s block of `ninsns` instructions: `extra` (records
+    /// its run sends before its own when it follows the block before),
+    /// then its records from `from` on (the sink folded those before into
+    /// `extra`; none has an address) and its flat code placed in them,
+    /// after the link's move of `rsp`; `None` if the chain is too long for
+    /// the flat code's numbers.
     pub fn push(
         &mut self,
         extra: &[W],
         (recs, flat): (&[W], &FlatCode),
-        from: usize,
+        (from, link): (usize, Link),
         ninsns: u32,
     ) -> Option<()> {
         self.starts.push((self.insns, self.recs.len()));
+        if link.rsp != 0 {
+            self.flat.move_rsp(link.rsp);
+        }
         self.recs.extend_from_slice(extra);
         let at = u32::try_from(self.recs.len().checked_sub(from)?).ok()?;
         self.flat.chain(flat, self.insns, at)?;
@@ -536,14 +558,15 @@ impl Sink for Bin<'_> {
         }
     }
 
-    fn segment_code(&mut self, id: usize, (m, module): (&Module, u32), blocks: &[BlockIx]) -> bool {
+    fn segment_code(&mut self, id: usize, (m, module): (&Module, u32), links: &[Link]) -> bool {
         let mut seg = SegCode::default();
-        for &b in blocks {
+        for &link in links {
+            let b = link.block;
             let Some(Some(t)) = &self.words[module as usize][b.as_u32() as usize] else {
                 return false;
             };
             if seg
-                .push(&[], (&t.words, &t.flat), 0, m.blocks[b].ninsns)
+                .push(&[], (&t.words, &t.flat), (0, link), m.blocks[b].ninsns)
                 .is_none()
             {
                 return false;
@@ -737,6 +760,27 @@ struct ThreadExec {
     /// call whose return carries the preserved registers (`exec::WayIn::
     /// Back`), while only blocks that pass through it ran since.
     back: Option<Back>,
+    /// How the last run was entered ([`Writer::enter`]).
+    edge: Edge,
+}
+
+/// How [`Writer::enter`] entered a run: what a chain of runs after a
+/// segment ([`Chain`]) does at that block beside the blocks' code.
+#[derive(Copy, Clone, Default, Debug, PartialEq, Eq)]
+enum Edge {
+    /// With the state the run before left (or nothing known).
+    Plain,
+    /// At a procedure entry, by the call the run before ended with:
+    /// `rsp` less the return address's 8 bytes.
+    Call,
+    /// At a procedure entry, by a jump: `rsp` as the jumper left it.
+    Jump,
+    /// At a call's return point, with the kept call state
+    /// ([`ThreadExec::back`]).
+    Back,
+    /// Any other way (an outside entry, a signal handler's return).
+    #[default]
+    Other,
 }
 
 /// The state a call block left, for its return point ([`ThreadExec::back`]):
@@ -1155,6 +1199,68 @@ struct Segments {
     plain: Vec<bool>,
     /// Per listed block, at a segment's first: its program.
     code: Vec<Program>,
+    /// Per listed block, at a segment's first: the runs that follow it.
+    chain: Vec<Chain>,
+    /// The records of the chains' runs ([`Chain::Yes`]).
+    records: Vec<u8>,
+}
+
+/// The whole runs the control walk gives one by one right after a listed
+/// segment, up to its next step of another kind: the calls and returns a
+/// witness passes on the counting chain (`summary::Summaries::output_run`:
+/// a call block, a PLT stub's block, the return point's blocks, ...),
+/// which sort makes about once per witness. When the same runs, entered
+/// the same ways, followed the segment twice in a row, the segment and
+/// they are listed as one more segment whose program runs them whole, its
+/// ways in as [`Link`]s; a later run of the segment takes it when the
+/// steps after it are those runs (a look ahead in the batch), else runs
+/// as before.
+#[derive(Clone, Default)]
+enum Chain {
+    /// Not seen yet.
+    #[default]
+    Untried,
+    /// The runs seen after the segment last time, how each was entered,
+    /// and how many times a chain was seen.
+    Seen {
+        blocks: Vec<BlockIx>,
+        edges: Vec<Edge>,
+        tries: u8,
+    },
+    /// The segment and its runs listed at `at` (`n` blocks), with their
+    /// program; the runs' records are `Segments::records[recs.0..recs.1]`.
+    Yes { at: u32, n: u32, recs: (u32, u32) },
+    /// None made.
+    No,
+}
+
+/// Times a segment's runs after it are looked at before giving up on a
+/// chain.
+const CHAIN_TRIES: u8 = 8;
+
+/// Most runs in a chain.
+const CHAIN_RUNS: usize = 256;
+
+/// What the kept call state ([`ThreadExec::back`]) is after a list of runs.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Kept {
+    /// The one before the list (each run passes through or is a leaf's).
+    Before,
+    /// None.
+    Dropped,
+    /// The last call block's in the list.
+    Call,
+}
+
+impl Kept {
+    /// After `e`'s whole run too ([`Writer::keep_back`]).
+    fn then(self, e: &Entry) -> Kept {
+        match (e.back, e.passes || e.leaf) {
+            (true, _) => Kept::Call,
+            (false, true) => self,
+            (false, false) => Kept::Dropped,
+        }
+    }
 }
 
 /// A listed segment's program ([`Sink::segment_code`]), made after a run
@@ -1212,11 +1318,18 @@ impl Segments {
 
     #[cold]
     fn list(&mut self, m: &Module, s: Segment) -> std::ops::Range<usize> {
+        let at = self.add(s.blocks(m));
+        self.of[s.module as usize][s.number as usize] = (at.start as u32, s.blocks);
+        at
+    }
+
+    /// Lists `blocks`: where they are.
+    fn add(&mut self, blocks: impl IntoIterator<Item = BlockIx>) -> std::ops::Range<usize> {
         let at = self.blocks.len();
-        self.blocks.extend(s.blocks(m));
+        self.blocks.extend(blocks);
         self.plain.resize(self.blocks.len(), false);
         self.code.resize(self.blocks.len(), Program::Untried);
-        self.of[s.module as usize][s.number as usize] = (at as u32, s.blocks);
+        self.chain.resize(self.blocks.len(), Chain::Untried);
         at..self.blocks.len()
     }
 }
@@ -1233,10 +1346,13 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
         back: mpsc::Sender<Runs>,
     ) -> Result<(), Error> {
         for runs in rx {
-            for step in runs.steps() {
-                match step {
-                    Step::Event(e) => self.event(trace, visit, e)?,
-                    Step::Segment(s) => self.segment(visit, s)?,
+            {
+                let mut steps = runs.steps();
+                while let Some(step) = steps.next() {
+                    match step {
+                        Step::Event(e) => self.event(trace, visit, e)?,
+                        Step::Segment(s) => self.segment(visit, s, &mut steps)?,
+                    }
                 }
             }
             let _ = back.send(runs);
@@ -1244,19 +1360,158 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
         Ok(())
     }
 
-    /// The blocks of segment `s`, each run whole: by its program if it
-    /// has one, else one by one (and then its program made, once).
-    fn segment<B: AsRef<[u8]> + Sync>(&mut self, visit: &Visit<'_, B>, s: Segment) -> Result<()> {
+    /// The blocks of segment `s`, each run whole: with the runs `steps`
+    /// gives next by its chain's program if they are its chain's
+    /// ([`Chain`]), else by its program if it has one, else one by one
+    /// (and then its program made, once); its chain looked for after its
+    /// program.
+    fn segment<B: AsRef<[u8]> + Sync>(
+        &mut self,
+        visit: &Visit<'_, B>,
+        s: Segment,
+        steps: &mut Steps,
+    ) -> Result<()> {
         let m = &visit.modules()[s.module as usize];
         let range = self.segments.range(m, s);
+        if let Chain::Yes { at, n, recs } = self.segments.chain[range.start] {
+            let (at, n) = (at as usize, n as usize);
+            let want = &self.segments.records[recs.0 as usize..recs.1 as usize];
+            if let (Program::Yes(p), false) = (self.segments.code[at], self.sig.resumed) {
+                if steps.ahead().starts_with(want) {
+                    steps.pass(want.len());
+                    return self.program(m, s.module, at..at + n, p);
+                }
+            }
+        }
         match self.segments.code[range.start] {
-            Program::Yes(p) if !self.sig.resumed => self.program(m, s.module, range, p),
+            Program::Yes(p) if !self.sig.resumed => self.program(m, s.module, range.clone(), p)?,
             Program::Untried => {
                 self.each_block(m, s.module, range.clone(), false)?;
                 self.make_program(m, s.module, range);
-                Ok(())
+                return Ok(());
             }
-            _ => self.each_block(m, s.module, range, false),
+            _ => return self.each_block(m, s.module, range, false),
+        }
+        match self.segments.chain[range.start] {
+            Chain::Untried | Chain::Seen { .. } if !self.sig.resumed => {
+                self.learn(m, s.module, range, steps)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Runs the whole runs `steps` gives next after the segment listed at
+    /// `range`, which ran by its program, as the event loop would, and
+    /// makes its chain's program when they and their ways in are those
+    /// seen the time before ([`Chain`]).
+    fn learn(
+        &mut self,
+        m: &Module,
+        module: u32,
+        range: std::ops::Range<usize>,
+        steps: &mut Steps,
+    ) -> Result<()> {
+        let (mut blocks, mut edges, from) = (Vec::new(), Vec::new(), steps.ahead());
+        while blocks.len() < CHAIN_RUNS {
+            let mut ahead = steps.clone();
+            let Some(Step::Event(Event::Run(r))) = ahead.next() else {
+                break;
+            };
+            if r != Self::whole_run(m, module, r.block) {
+                break;
+            }
+            *steps = ahead;
+            self.run(m, r, &mut false)?;
+            blocks.push(r.block);
+            edges.push(self.state.edge);
+        }
+        let at = range.start;
+        self.segments.chain[at] = match std::mem::take(&mut self.segments.chain[at]) {
+            Chain::Seen {
+                blocks: b,
+                edges: e,
+                ..
+            } if !blocks.is_empty() && b == blocks && e == edges => {
+                let recs = &from[..from.len() - steps.ahead().len()];
+                self.make_chain(m, module, range, (&blocks, &edges), recs)
+            }
+            Chain::Seen { tries, .. } if tries >= CHAIN_TRIES => Chain::No,
+            c => Chain::Seen {
+                blocks,
+                edges,
+                tries: match c {
+                    Chain::Seen { tries, .. } => tries + 1,
+                    _ => 1,
+                },
+            },
+        };
+        Ok(())
+    }
+
+    /// The chain of the segment listed at `range` (which has a program):
+    /// it and the runs of `blocks` after it, entered by `edges` (the steps'
+    /// records `recs`), listed as one program, if each block runs whole by flat code, each way in is
+    /// one a [`Link`] makes, and the kept call state after them is not a
+    /// call's among them (that state would have to be made).
+    #[cold]
+    fn make_chain(
+        &mut self,
+        m: &Module,
+        module: u32,
+        range: std::ops::Range<usize>,
+        (blocks, edges): (&[BlockIx], &[Edge]),
+        recs: &[u8],
+    ) -> Chain {
+        let Program::Yes(mut p) = self.segments.code[range.start] else {
+            return Chain::No;
+        };
+        let entries = &self.mods[module as usize].entries;
+        let entry = |b: BlockIx| entries[b.as_u32() as usize].as_ref();
+        let mut links: Vec<Link> = (self.segments.blocks[range.clone()].iter())
+            .map(|&block| Link { block, rsp: 0 })
+            .collect();
+        let mut ways = vec![Edge::Plain; links.len()];
+        let mut kept = if p.keeps_back {
+            Kept::Before
+        } else {
+            Kept::Dropped
+        };
+        for (&block, &edge) in blocks.iter().zip(edges) {
+            let Some(e) = entry(block).filter(|e| e.flat.is_some()) else {
+                return Chain::No;
+            };
+            let rsp = match edge {
+                Edge::Plain | Edge::Jump => 0,
+                Edge::Call => 8u64.wrapping_neg(),
+                Edge::Back if back_past_stub(&links, &ways, entry) => 8,
+                Edge::Back | Edge::Other => return Chain::No,
+            };
+            for (t, n) in p.totals.iter_mut().zip(e.code.totals) {
+                *t += n;
+            }
+            kept = kept.then(e);
+            p.ret = e.code.ret;
+            links.push(Link { block, rsp });
+            ways.push(edge);
+        }
+        if kept == Kept::Call {
+            return Chain::No;
+        }
+        p.keeps_back = kept == Kept::Before;
+        p.last = Self::whole_run(m, module, *blocks.last().unwrap_or(&p.last.block));
+        p.after = None;
+        let n = links.len() as u32;
+        let at = self.segments.add(links.iter().map(|l| l.block)).start;
+        if !self.sink.segment_code(at, (m, module), &links) {
+            return Chain::No;
+        }
+        self.segments.code[at] = Program::Yes(p);
+        let lo = self.segments.records.len() as u32;
+        self.segments.records.extend_from_slice(recs);
+        Chain::Yes {
+            at: at as u32,
+            n,
+            recs: (lo, self.segments.records.len() as u32),
         }
     }
 
@@ -1329,10 +1584,10 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
                 p.known = e.known;
             }
         }
-        if self
-            .sink
-            .segment_code(at, (m, module), &self.segments.blocks[range])
-        {
+        let links: Vec<Link> = (self.segments.blocks[range].iter())
+            .map(|&block| Link { block, rsp: 0 })
+            .collect();
+        if self.sink.segment_code(at, (m, module), &links) {
             self.segments.code[at] = Program::Yes(p);
         }
     }
@@ -1487,6 +1742,7 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
         plain: &mut bool,
     ) -> Result<Option<Rc<BlockCode>>, Error> {
         if self.sig.resumed {
+            self.state.edge = Edge::Other;
             if let Some(code) = self.resumed_run(m, r)? {
                 return Ok(Some(code));
             }
@@ -1515,15 +1771,23 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
                 }
             }
         }
+        self.state.edge = Edge::Plain;
         if came == Came::Back {
             // (Not cached as plain: the stub's run says nothing of the
             // state without the call's before it.)
             if let Some(b) = &self.state.back {
                 b.restore(&mut self.state.regs);
+                self.state.edge = Edge::Back;
             }
         } else if known.0 != 0 && !*plain {
             match e.facts.ways[e.local as usize].contains(&WayIn::Entry) {
-                true => self.entry_rsp(m, r)?,
+                true => {
+                    self.state.edge = match self.entry_rsp(m, r)? {
+                        Entered::Call => Edge::Call,
+                        Entered::Jump => Edge::Jump,
+                        Entered::Outside => Edge::Other,
+                    }
+                }
                 false => {
                     return Err(format!(
                         "block {:#x} of {} entered from a block the data analysis did not assume",
@@ -1603,8 +1867,8 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
     /// before ended with, or the outside-entry stub's VALUE (`Entered`),
     /// and the argument registers the entry takes from a direct call,
     /// which the call kept (`Returns::args`; only a direct call enters a
-    /// procedure that takes them, else an error).
-    fn entry_rsp(&mut self, m: &Module, r: BlockRun) -> Result<(), Error> {
+    /// procedure that takes them, else an error). How it was entered.
+    fn entry_rsp(&mut self, m: &Module, r: BlockRun) -> Result<Entered, Error> {
         let pi = m.blocks[r.block].proc;
         let prev = match self.state.prev {
             Some((pm, pb, true, _)) if pm == r.module => {
@@ -1647,7 +1911,7 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
             return Err(format!("{}: the call did not keep its arguments", here()).into());
         }
         st.set(Gpr::RSP, rsp);
-        Ok(())
+        Ok(entered)
     }
 
     /// The VALUE the outside-entry stub of procedure `q` wrote right after
@@ -1952,6 +2216,24 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
         n.static_refs = (n.static_refs).wrapping_add(times.wrapping_mul(u64::from(c.statik)));
         n.recorded_refs = (n.recorded_refs).wrapping_add(times.wrapping_mul(u64::from(c.recorded)));
     }
+}
+
+/// Whether a return point entered with the kept call state after the
+/// blocks of `links` (entered by `ways`) gets the state the blocks' code
+/// leaves there but for `rsp`'s 8: the last block is a PLT stub's (it
+/// passes through) that writes no register's slot, entered by a call
+/// from the block before it, a call block whose state is the one kept.
+fn back_past_stub<'e>(
+    links: &[Link],
+    ways: &[Edge],
+    entry: impl Fn(BlockIx) -> Option<&'e Entry>,
+) -> bool {
+    let [.., call, stub] = links else {
+        return false;
+    };
+    let stub_ok = entry(stub.block)
+        .is_some_and(|e| e.passes && e.flat.as_ref().is_some_and(FlatCode::writes_no_slot));
+    ways.last() == Some(&Edge::Call) && stub_ok && entry(call.block).is_some_and(|e| e.back)
 }
 
 /// The error of `insn`, an instruction of run `r`, that the data walk

@@ -286,6 +286,35 @@ impl FlatCode {
         Some(())
     }
 
+    /// Appends `rsp += by` (wrapping): what the data walk's way into
+    /// the next block chained does to the state beside the blocks' code
+    /// (a call's push, -8, at a procedure entered by it; +8 at the return
+    /// point after a PLT stub, whose kept call state differs from the
+    /// stub's by that push alone, [`FlatCode::writes_no_slot`]).
+    pub fn move_rsp(&mut self, by: u64) {
+        let rsp = Gpr::RSP.0;
+        let s = FSum {
+            disp: by,
+            ..FSum::slot(rsp)
+        };
+        self.ops.push(Op::Set {
+            dst: rsp,
+            s,
+            mask: !0,
+        });
+    }
+
+    /// Whether the code leaves every register's slot as it found it (a
+    /// PLT stub's `jmp [GOT]`: its one reference static or recorded); it
+    /// may still forget registers ([`FlatCode::exit`]).
+    pub fn writes_no_slot(&self) -> bool {
+        self.ops.iter().all(|op| match *op {
+            Op::Addr { .. } => true,
+            Op::Rec { dst, .. } => dst == DISCARD,
+            Op::Take { .. } | Op::Set { .. } | Op::Func { .. } | Op::Ext { .. } => false,
+        })
+    }
+
     fn place(&mut self, at: impl Fn(usize) -> [u32; 2]) {
         for (n, a) in self.ops.iter_mut().filter_map(Op::at_mut).enumerate() {
             *a = at(n);

@@ -3,7 +3,8 @@
 //! but `rep` string instructions, entered with random known registers,
 //! stale values in the unknown slots, and values that may run out; its
 //! addresses put in place ([`FlatCode::run_into`]) as in a list; two
-//! blocks chained ([`FlatCode::chain`]) as the one run after the other.
+//! blocks chained ([`FlatCode::chain`]) as the one run after the other,
+//! with `rsp` moved between them ([`FlatCode::move_rsp`]) or not.
 
 use iced_x86::code_asm::*;
 use iced_x86::{Instruction, InstructionInfoFactory};
@@ -14,7 +15,7 @@ use crate::addr::exec::code::{BlockAddrs, BlockCode};
 use crate::addr::exec::Exec;
 use crate::addr::full::Recorded;
 use crate::addr::tests::asm;
-use crate::addr::{forms, InsnProgram, RegSet};
+use crate::addr::{forms, Gpr, InsnProgram, RegSet};
 
 /// The compiled code's test block without its `rep`s, and the register
 /// functions it lacks.
@@ -161,13 +162,15 @@ fn a_rep_or_a_refused_form_has_no_flat_code() {
     assert_eq!(FlatCode::of(&code, RegSet(0), 0), None);
 }
 
-/// A random block of `pool`'s forms compiled for `known`, flat.
+/// A random block of 1 to `most` of `pool`'s forms compiled for `known`,
+/// flat.
 fn random_flat(
     pool: &[(Instruction, InsnProgram)],
     rng: &mut Rng,
     known: RegSet,
+    most: u64,
 ) -> (FlatCode, usize) {
-    let n = 1 + rng.next() % 12;
+    let n = 1 + rng.next() % most;
     let b: Vec<_> = (0..n)
         .map(|_| pool[(rng.next() % pool.len() as u64) as usize].clone())
         .collect();
@@ -195,14 +198,19 @@ fn chained_flat_code_runs_as_its_blocks_one_after_the_other() {
     let (mut short, mut whole) = (0, 0);
     for _ in 0..1000 {
         let ka = RegSet(rng.next() as u16);
-        let (a, na) = random_flat(&pool, &mut rng, ka);
+        let (a, na) = random_flat(&pool, &mut rng, ka, 12);
         // The second block knows some of what the first leaves.
         let kb = RegSet(a.exit.0 & rng.next() as u16);
-        let (b, _) = random_flat(&pool, &mut rng, kb);
+        let (b, _) = random_flat(&pool, &mut rng, kb, 12);
         let mut chain = FlatCode::empty();
         let at = 2 * a.refs as u32;
         let pairs = |f: &FlatCode| f.placed(|n| [2 * n as u32, 2 * n as u32 + 1]);
         chain.chain(&pairs(&a), 0, 0).expect("fits");
+        // A call's push, a return past a PLT stub, or a plain edge.
+        let by = [0, 8u64.wrapping_neg(), 8][(rng.next() % 3) as usize];
+        if by != 0 {
+            chain.move_rsp(by);
+        }
         chain.chain(&pairs(&b), na, at).expect("fits");
         let mut start = Regs::default();
         (0..16).for_each(|g| start.v[g] = rng.next() % 64);
@@ -222,6 +230,8 @@ fn chained_flat_code_runs_as_its_blocks_one_after_the_other() {
                 regs.keep_exactly(kb),
                 "the first block leaves what the second knows"
             );
+            let top = Gpr::RSP.index();
+            regs.v[top] = regs.v[top].wrapping_add(by);
             placed_run(&b, &mut regs, &mut vals, rb).map_err(|(k, e)| (na + k, e))
         });
         // Chained.
@@ -243,4 +253,32 @@ fn chained_flat_code_runs_as_its_blocks_one_after_the_other() {
         }
     }
     assert!(short > 50 && whole > 500, "{short} short, {whole} whole");
+}
+
+#[test]
+fn code_that_writes_no_slot_leaves_the_registers_as_they_were() {
+    let (pool, mut rng) = (pool(), Rng(0x3c6e_f372_fe94_f82b));
+    // Per outcome of `writes_no_slot`: how many blocks.
+    let mut blocks = [0u32; 2];
+    for _ in 0..2000 {
+        // Short blocks, so that some write nothing.
+        let known = RegSet(rng.next() as u16);
+        let (f, _) = random_flat(&pool, &mut rng, known, 2);
+        let mut regs = Regs::default();
+        (0..16).for_each(|g| regs.v[g] = rng.next());
+        regs.known = RegSet(0xffff);
+        let before = regs.v;
+        let ran = f.run(
+            &mut regs,
+            &mut values(rng.next() | 1, u64::MAX),
+            &mut Vec::new(),
+        );
+        assert!(ran.is_ok());
+        let none = f.writes_no_slot();
+        if none {
+            assert_eq!(regs.v[..16], before[..16]);
+        }
+        blocks[usize::from(none)] += 1;
+    }
+    assert!(blocks[1] > 20 && blocks[0] > 1000, "{blocks:?}");
 }
