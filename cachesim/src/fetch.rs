@@ -85,9 +85,11 @@ pub struct BlockLines {
     /// Per line size, `C - 1`.
     strip_masks: Vec<u64>,
     leaders: Vec<Leader>,
-    /// Per entry, `shifts.len() + 2` words: its instruction count, then
-    /// where its leaders for each line size start in `leaders`, then
-    /// where the last ones end (one entry: one cache line looked up).
+    /// Per entry, its instruction count: apart, so that an entry counted
+    /// at once ([`Stripped`]'s settled entries) reads one word.
+    ninsns: Vec<u32>,
+    /// Per entry, `shifts.len() + 1` words: where its leaders for each
+    /// line size start in `leaders`, then where the last ones end.
     spans: Vec<u32>,
     /// Per entry, per line size, its [`Entry::settled`] shape: the number
     /// of its leaders that straddle two lines, with [`SETTLES`] when each
@@ -173,6 +175,7 @@ impl BlockLines {
             shifts,
             strip_masks,
             leaders: Vec::new(),
+            ninsns: Vec::new(),
             spans: Vec::new(),
             shapes: Vec::new(),
         }
@@ -185,15 +188,19 @@ impl BlockLines {
     /// always run together), nor one stripped (the type's comment).
     pub fn push<'a>(&mut self, blocks: impl IntoIterator<Item = CodeBlock<'a>>) -> usize {
         let blocks: Vec<CodeBlock<'a>> = blocks.into_iter().collect();
-        let ninsns = blocks.iter().map(|b| b.lens.len() as u32).sum();
-        self.spans.push(ninsns);
+        self.ninsns
+            .push(blocks.iter().map(|b| b.lens.len() as u32).sum());
         for k in 0..self.shifts.len() {
             self.spans.push(self.leaders.len() as u32);
             let shape = self.push_leaders(&blocks, self.shifts[k], self.strip_masks[k]);
             self.shapes.push(shape);
         }
         self.spans.push(self.leaders.len() as u32);
-        self.spans.len() / (self.shifts.len() + 2) - 1
+        debug_assert_eq!(
+            self.spans.len(),
+            self.ninsns.len() * (self.shifts.len() + 1)
+        );
+        self.ninsns.len() - 1
     }
 
     /// Pushes the leaders of `blocks` for one line size; returns the
@@ -241,16 +248,20 @@ impl BlockLines {
     /// Entry `id`.
     #[inline]
     pub fn entry(&self, id: usize) -> Entry<'_> {
-        let n = self.shifts.len() + 2;
-        let words = &self.spans[id * n..id * n + n];
         let k = self.shifts.len();
         Entry {
             leaders: &self.leaders,
-            bounds: &words[1..],
+            bounds: &self.spans[id * (k + 1)..(id + 1) * (k + 1)],
             shapes: &self.shapes[id * k..id * k + k],
             id,
-            ninsns: words[0],
+            ninsns: self.ninsns[id],
         }
+    }
+
+    /// The instructions entry `id` stands for.
+    #[inline]
+    pub fn ninsns(&self, id: usize) -> u32 {
+        self.ninsns[id]
     }
 
     /// The leaders of entry `id` for the first line size, and its
@@ -320,11 +331,13 @@ pub trait InsnFetch {
         }
     }
 
-    /// Simulates a whole entry of a [`BlockLines`] made for
-    /// [`InsnFetch::fetch_lines`].
+    /// Simulates entry `id` of `lines`, a [`BlockLines`] made for
+    /// [`InsnFetch::fetch_lines`], whole. Given by number, so that an
+    /// entry decided at once ([`Stripped`]'s settled entries) is not
+    /// looked at.
     #[inline]
-    fn entry(&mut self, e: Entry<'_>) -> Result<()> {
-        self.block(e.at(0))
+    fn entry(&mut self, lines: &BlockLines, id: usize) -> Result<()> {
+        self.block(lines.entry(id).at(0))
     }
 
     /// Simulates a whole block from its leaders.
@@ -407,6 +420,18 @@ pub struct Stripped<S> {
     lines: Vec<u64>,
 }
 
+/// What a [`Filter`] keeps of an entry that settled through it: enough
+/// to count it at once, without its leaders.
+#[derive(Clone, Copy, Debug, Default)]
+struct Settled {
+    /// The filter's `version` when the entry last went through; 0, never.
+    version: u64,
+    /// [`Entry::ninsns`].
+    ninsns: u32,
+    /// Its leaders that straddle two lines ([`Entry::settled`]).
+    straddles: u32,
+}
+
 /// One filter: its levels, and the entries that settled through it.
 struct Filter {
     shift: u32,
@@ -417,9 +442,9 @@ struct Filter {
     /// Changes of the first level's table so far (a leader through the
     /// filter counts as one).
     version: u64,
-    /// Per entry (by number): `version` when it last went through and
-    /// settled ([`Entry::settled`]); 0, never.
-    settled: Vec<u64>,
+    /// Per entry (by number): when it last went through and settled
+    /// ([`Entry::settled`]).
+    settled: Vec<Settled>,
 }
 
 /// A number of sets and the simulators whose first instruction caches
@@ -507,6 +532,17 @@ impl<S: InsnFetch> Stripped<S> {
         }
         self.sims
     }
+
+    /// Entry `id` of `lines` to the simulators fed without a filter. Out
+    /// of line, as [`Filter::walk`].
+    #[inline(never)]
+    fn direct_entry(&mut self, lines: &BlockLines, id: usize) -> Result<()> {
+        let e = lines.entry(id);
+        for &(k, at) in &self.direct {
+            self.sims[k].block(e.at(at))?;
+        }
+        Ok(())
+    }
 }
 
 impl Filter {
@@ -530,29 +566,43 @@ impl Filter {
     /// counted at once (the lines of its leaders are still the last
     /// accessed in their sets, [`Entry::settled`]).
     #[inline(always)]
-    fn entry<S: InsnFetch>(&mut self, e: Entry<'_>, sims: &mut [S]) -> Result<()> {
-        let settles = e.settled(self.at);
-        if let Some(straddles) = settles {
-            if self.settled.get(e.id) == Some(&self.version) {
-                self.repeat_straddles(u64::from(straddles));
-                self.repeat(u64::from(e.ninsns - straddles));
+    fn entry<S: InsnFetch>(&mut self, lines: &BlockLines, id: usize, sims: &mut [S]) -> Result<()> {
+        if let Some(s) = self.settled.get(id) {
+            if s.version == self.version {
+                let first = &mut self.levels[0];
+                first.straddles += u64::from(s.straddles);
+                first.pending += u64::from(s.ninsns - s.straddles);
                 return Ok(());
             }
         }
+        self.walk(lines, id, sims)
+    }
+
+    /// Entry `id` of `lines` through the filter leader by leader, stamped
+    /// if it settles. Out of line, the entry looked at only here: the
+    /// entries counted at once keep the caller's loop small.
+    #[inline(never)]
+    fn walk<S: InsnFetch>(&mut self, lines: &BlockLines, id: usize, sims: &mut [S]) -> Result<()> {
+        let e = lines.entry(id);
         (e.at(self.at).iter()).try_for_each(|&l| self.leader(l, sims))?;
-        if settles.is_some() {
+        if let Some(straddles) = e.settled(self.at) {
             if self.settled.len() <= e.id {
-                self.settled.resize(e.id + 1, 0);
+                self.settled.resize(e.id + 1, Settled::default());
             }
-            self.settled[e.id] = self.version;
+            self.settled[e.id] = Settled {
+                version: self.version,
+                ninsns: e.ninsns,
+                straddles,
+            };
         }
         Ok(())
     }
 
     /// Leader `l` through the filter: counted at the first level that
     /// holds its line, simulated in the simulators behind every level
-    /// before.
-    #[inline]
+    /// before. Inlined into [`Filter::walk`]'s loop: a call per leader
+    /// cost a third of the walk.
+    #[inline(always)]
     fn leader<S: InsnFetch>(&mut self, l: Leader, sims: &mut [S]) -> Result<()> {
         let first = l.addr >> self.shift;
         let last = (l.addr + u64::from(l.size).max(1) - 1) >> self.shift;
@@ -740,14 +790,15 @@ impl<S: InsnFetch> InsnFetch for Stripped<S> {
         }
     }
     #[inline(always)]
-    fn entry(&mut self, e: Entry<'_>) -> Result<()> {
-        for &(k, at) in &self.direct {
-            self.sims[k].block(e.at(at))?;
+    fn entry(&mut self, lines: &BlockLines, id: usize) -> Result<()> {
+        if !self.direct.is_empty() {
+            self.direct_entry(lines, id)?;
         }
-        for f in &mut self.filters {
-            f.entry(e, &mut self.sims)?;
+        // One filter (a geometry alone, or of one line size): no loop.
+        match &mut self.filters[..] {
+            [f] => f.entry(lines, id, &mut self.sims),
+            filters => (filters.iter_mut()).try_for_each(|f| f.entry(lines, id, &mut self.sims)),
         }
-        Ok(())
     }
 }
 
@@ -973,7 +1024,7 @@ mod tests {
             let n = cut.get(k).map_or(1, |&n| n.clamp(1, walk.len() - at));
             let seq = &walk[at..at + n];
             let id = *(ids.entry(seq)).or_insert_with(|| t.push(seq.iter().map(|&b| code(b))));
-            sim.entry(t.entry(id))?;
+            sim.entry(&t, id)?;
             (at, k) = (at + n, k + 1);
         }
         Ok(())

@@ -1107,8 +1107,9 @@ impl<'m> Blocks<'m> {
     }
 
     /// Simulates segment `s` by its leaders, computed on first sight
-    /// (segments come only without a window).
-    #[inline]
+    /// (segments come only without a window). Inlined into the loop over
+    /// records: out of line, its prologue was a fifth of its cost.
+    #[inline(always)]
     fn segment(&mut self, s: Segment, sim: &mut impl InsnFetch) -> Result<()> {
         let mi = s.module as usize;
         let at = self.seg_base[mi] + s.number as usize;
@@ -1116,9 +1117,9 @@ impl<'m> Blocks<'m> {
         if id == Blocks::NEW {
             id = self.add_segment(s, at);
         }
-        let e = self.lines.entry(id as usize);
-        self.fetched[mi] += u64::from(e.ninsns);
-        sim.entry(e)
+        let id = id as usize;
+        self.fetched[mi] += u64::from(self.lines.ninsns(id));
+        sim.entry(&self.lines, id)
     }
 
     #[inline(never)]
@@ -1132,18 +1133,32 @@ impl<'m> Blocks<'m> {
 
     /// Simulates run `r`, or its part inside the window; false once the
     /// window is full. A whole block inside the window goes by its leaders.
+    /// `WINDOW`: `-skipcount` or `-maxcount` given (without, nothing is
+    /// checked against the window, nor `left` changed).
     #[inline]
-    fn run(&mut self, r: BlockRun, sim: &mut impl InsnFetch) -> Result<bool> {
+    fn run<const WINDOW: bool>(&mut self, r: BlockRun, sim: &mut impl InsnFetch) -> Result<bool> {
         let mi = r.module as usize;
         let id = self.base[mi] + r.block.as_u32() as usize;
         let n = u64::from(r.end - r.first);
-        let e = self.lines.entry(id);
-        if self.skip == 0 && self.left > n && r.first == 0 && r.end == e.ninsns {
-            self.left -= n;
+        let inside = !WINDOW || (self.skip == 0 && self.left > n);
+        if inside && r.first == 0 && r.end == self.lines.ninsns(id) {
+            if WINDOW {
+                self.left -= n;
+            }
             self.fetched[mi] += n;
-            sim.entry(e)?;
+            sim.entry(&self.lines, id)?;
             return Ok(true);
         }
+        self.part(r, sim)
+    }
+
+    /// [`Blocks::run`] of a part of a block, or of a block the window
+    /// cuts: instruction by instruction. Out of line, so that the loop
+    /// over whole blocks and segments keeps its state in registers.
+    #[inline(never)]
+    fn part(&mut self, r: BlockRun, sim: &mut impl InsnFetch) -> Result<bool> {
+        let mi = r.module as usize;
+        let n = u64::from(r.end - r.first);
         let skipped = self.skip.min(n);
         self.skip -= skipped;
         let take = self.left.min(n - skipped);
@@ -1245,8 +1260,14 @@ fn shared_batches<'m, S: InsnFetch + Send, B: AsRef<[u8]> + Sync>(
                 let back = back_tx.clone();
                 scope.spawn(move || -> Result<Blocks<'m>> {
                     let mut blocks = Blocks::new(visit.modules(), BlockLines::for_sim(sim), cli);
+                    let window = cli.skipcount > 0 || cli.maxcount.is_some();
                     for batch in rx.iter() {
-                        if !feed(&mut blocks, &batch, sim)? {
+                        let go = if window {
+                            feed::<true>(&mut blocks, &batch, sim)?
+                        } else {
+                            feed::<false>(&mut blocks, &batch, sim)?
+                        };
+                        if !go {
                             break;
                         }
                         let _ = back.send(batch);
@@ -1267,14 +1288,19 @@ fn shared_batches<'m, S: InsnFetch + Send, B: AsRef<[u8]> + Sync>(
     })
 }
 
-/// Simulates `batch`'s blocks with `sim`; false once the window is full.
+/// Simulates `batch`'s blocks with `sim`; false once the window is full
+/// (`WINDOW`: there is one, [`Blocks::run`]).
 #[inline]
-fn feed(blocks: &mut Blocks<'_>, batch: &Runs, sim: &mut impl InsnFetch) -> Result<bool> {
+fn feed<const WINDOW: bool>(
+    blocks: &mut Blocks<'_>,
+    batch: &Runs,
+    sim: &mut impl InsnFetch,
+) -> Result<bool> {
     for step in batch.steps() {
         match step {
             Step::Segment(s) => blocks.segment(s, sim)?,
             Step::Event(Event::Run(r)) => {
-                if !blocks.run(r, sim)? {
+                if !blocks.run::<WINDOW>(r, sim)? {
                     return Ok(false);
                 }
             }
