@@ -598,7 +598,7 @@ impl Data {
                 false => (0, from),
             };
             let mut found = None;
-            let end = self.walk(t, code, k, |p, pc, refs| {
+            let end = self.walk(t, code, k, |p, pc, _, refs| {
                 if (lo..hi).contains(&p) {
                     if let Some(x) = f(p, pc, refs) {
                         found = Some((p, x));
@@ -635,16 +635,24 @@ impl Data {
         let Some(mut k) = t.interval_of(to) else {
             return Ok(());
         };
+        // One buffer of every position's references, reused per interval
+        // (a vector per position was a fifth of a data trace's first stop,
+        // 2026-12-02).
+        let (mut seen, mut all) = (Vec::new(), Vec::new());
         loop {
-            let mut seen = Vec::new();
-            self.walk(t, code, k, |p, pc, refs| {
-                seen.push((p, pc, refs.to_vec()));
+            seen.clear();
+            all.clear();
+            self.walk(t, code, k, |p, pc, flow, refs| {
+                seen.push((p, pc, flow, all.len()));
+                all.extend_from_slice(refs);
                 p >= to
             })?;
-            for (p, pc, refs) in seen.iter().rev() {
-                if f(*p, *pc, self.flow(code, *pc)?, refs) {
+            let mut end = all.len();
+            for &(p, pc, flow, from) in seen.iter().rev() {
+                if f(p, pc, flow, &all[from..end]) {
                     return Ok(());
                 }
+                end = from;
             }
             k = match k.checked_sub(1) {
                 Some(j) => j,
@@ -656,22 +664,18 @@ impl Data {
     /// The [`Flow`] of the instruction at `pc`.
     pub(crate) fn flow(&mut self, code: &Code<'_, '_>, pc: u64) -> Result<Flow, String> {
         let i = self.insn(code, pc)?;
-        let insn = &i.planned.insn;
-        Ok(match (i.planned.prog.call, insn.mnemonic()) {
-            (true, _) => Flow::Call(i.base.wrapping_add(insn.next_ip())),
-            (false, Mnemonic::Ret) => Flow::Ret,
-            _ => Flow::Other,
-        })
+        Ok(flow_of(&i))
     }
 
-    /// Calls `f` on each position of interval `k` in order until it says
-    /// stop; the position after the interval (or the one it stopped at).
+    /// Calls `f` on each position of interval `k` in order (its pc,
+    /// [`Flow`] and references) until it says stop; the position after
+    /// the interval (or the one it stopped at).
     fn walk(
         &mut self,
         t: &mut Timeline<'_>,
         code: &Code<'_, '_>,
         k: usize,
-        mut f: impl FnMut(u64, u64, &[Ref]) -> bool,
+        mut f: impl FnMut(u64, u64, Flow, &[Ref]) -> bool,
     ) -> Result<u64, String> {
         // Rebuilt references need no reading order.
         let mut c = match self.rebuilt {
@@ -683,25 +687,32 @@ impl Data {
         for (i, &pc) in pcs.iter().enumerate() {
             let p = base + i as u64;
             refs.clear();
-            if self.rebuilt.is_some() {
-                self.rebuilt_refs(code, p, pc, &mut refs)?;
+            // Each position's instruction looked up once (twice was a
+            // tenth of a data trace's first stop, 2026-12-02).
+            let flow = if self.rebuilt.is_some() {
+                let insn = self.insn(code, pc)?;
+                self.rebuilt_refs(&insn, p, pc, &mut refs)?;
+                flow_of(&insn)
             } else if c.apply(&self.marks, p)? {
                 self.fault(code, pc, &mut c)?;
+                self.flow(code, pc)?
             } else if self.entry_only {
-                self.insn(code, pc)?;
+                let insn = self.insn(code, pc)?;
                 if self.stub(c.prev, pc) == 1 {
                     let mut at = 0;
                     c.advance(1, |r| at = r.start);
                     refs.push(Ref::entry_rsp(self.entry_value(at, pc)?));
                 }
                 c.prev = Some(pc);
+                flow_of(&insn)
             } else {
                 let insn = self.insn(code, pc)?;
                 let before = self.stub(c.prev, pc) + c.abstract_values(insn.skip);
                 self.refs(code, &insn, pc, &mut c, before, &mut refs)?;
                 c.prev = Some(pc);
-            }
-            if f(p, pc, &refs) {
+                flow_of(&insn)
+            };
+            if f(p, pc, flow, &refs) {
                 return Ok(p);
             }
         }
@@ -715,14 +726,7 @@ impl Data {
     /// Fills `out` with the references the data walk rebuilt for position
     /// `p` (at `pc`), each with the register its address is computed from
     /// as the decoded instruction has it (a `rep`'s none).
-    fn rebuilt_refs(
-        &mut self,
-        code: &Code<'_, '_>,
-        p: u64,
-        pc: u64,
-        out: &mut Vec<Ref>,
-    ) -> Result<(), String> {
-        let insn = self.insn(code, pc)?;
+    fn rebuilt_refs(&self, insn: &Insn, p: u64, pc: u64, out: &mut Vec<Ref>) -> Result<(), String> {
         let got = self.rebuilt.as_ref().map_or(&[][..], |r| r.of(p));
         let prog = &insn.planned.prog;
         let rep = prog.refs.iter().any(|r| r.repeat != Repeat::Once);
@@ -1082,6 +1086,16 @@ impl Data {
             });
         }
         Ok(())
+    }
+}
+
+/// The [`Flow`] of a decoded instruction.
+fn flow_of(i: &Insn) -> Flow {
+    let insn = &i.planned.insn;
+    match (i.planned.prog.call, insn.mnemonic()) {
+        (true, _) => Flow::Call(i.base.wrapping_add(insn.next_ip())),
+        (false, Mnemonic::Ret) => Flow::Ret,
+        _ => Flow::Other,
     }
 }
 
