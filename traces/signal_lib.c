@@ -14,7 +14,7 @@
 #include <sys/time.h>
 
 unsigned long lib_kill_loop(int n, int sig_sys, int sig_raise);
-long lib_spin(volatile long *stop, long target, unsigned long *out);
+long lib_spin(volatile long *stop, long target, long least, unsigned long *out);
 int lib_install(int sig);
 long lib_handled_count(void);
 volatile long *lib_handled_counter(void);
@@ -58,8 +58,10 @@ int main(int argc, char **argv) {
     struct itimerval it = {{0, 20}, {0, 20}};
     setitimer(ITIMER_REAL, &it, NULL);
     unsigned long x = 0;
-    /* The loop polls the counter of the handler that runs. */
-    long iters = lib_spin(in_lib ? lib_handled_counter() : &handled, n, &x);
+    /* The loop polls the counter of the handler that runs. At least
+     * 20,000 iterations: at load this kernel delivered all the wanted
+     * signals, back to back, before the loop's first iteration. */
+    long iters = lib_spin(in_lib ? lib_handled_counter() : &handled, n, 20000, &x);
     struct itimerval off = {{0, 0}, {0, 0}};
     setitimer(ITIMER_REAL, &off, NULL);
     printf("handled=%ld iterations=%ld x=%lu\n", in_lib ? lib_handled_count() : handled, iters, x);

@@ -62,11 +62,12 @@ unsigned long lib_kill_loop(int n, int sig_sys, int sig_raise) {
     return x;
 }
 
-/* Iterates until `*stop` reaches `target`; the iteration count. */
-long lib_spin(volatile long *stop, long target, unsigned long *out) {
+/* Iterates until `*stop` reaches `target` and at least `least` times;
+ * the iteration count. */
+long lib_spin(volatile long *stop, long target, long least, unsigned long *out) {
     unsigned long x = 27;
     long iters = 0;
-    while (*stop < target) {
+    while (*stop < target || iters < least) {
         x = lib_step(x, iters);
         iters++;
     }
