@@ -3903,11 +3903,13 @@ fn reverse_finish_out_of_write_into_stripped_gzip_runs_back_as_natively() {
 /// recursion through `qsort`), `longjmp`, `alloca`, signal handlers (`signal_stops.c`) and threads,
 /// the stub with 64 instructions per interval serves the frame ids
 /// (`FRAME_IDS`) and the callers' `rbp` (`CALLER_RBP`) it serves with
-/// one interval walking back from each stop: control-only, where the
-/// openers are kept forwards (`debug/src/forward.rs`; 150 stops a
-/// thread), and with `--data --check`, where a walk back that reaches a
-/// snapshot joins the walk from its interval's start
-/// (`debug/src/frames.rs`, "Joins"; 60 stops). They are real at some stops
+/// one interval walking back from each stop (`aetrace debug --server
+/// --interval N --walk-back`): the openers are kept forwards
+/// (`debug/src/forward.rs`), control-only (150 stops a thread) and with
+/// `--data --check` and `--data` (60 stops; the frames' addresses from
+/// the references at the openers, or where those do not tell a walk back
+/// that joins the walks from the snapshots' starts, `debug/src/frames.rs`,
+/// "Joins"). They are real at some stops
 /// of each (but of a control-only thread that handled signals, which has
 /// none). About 20 s at load 20.
 #[test]
@@ -3926,6 +3928,7 @@ fn frames_from_snapshots_are_the_walks_from_the_start() {
         let flavours = [
             (&[][..], "joins-ctl.aet", 150),
             (&["--data", "--check"][..], "joins-data.aet", 60),
+            (&["--data"][..], "joins-abs.aet", 60),
         ];
         for (flags, name, count) in flavours {
             let trace = exe.with_extension(name);
@@ -3947,8 +3950,8 @@ fn frames_from_snapshots_are_the_walks_from_the_start() {
             for thread in threads {
                 let n = insns_of(&trace, thread);
                 let stops: Vec<u64> = (0..count).map(|i| i * n / count).collect();
-                let joined = frames_served(&t, thread, 64, false, &stops);
-                let whole = frames_served(&t, thread, n as usize + 1, true, &stops);
+                let joined = frames_served(&trace, thread, 64, false, &stops);
+                let whole = frames_served(&trace, thread, n as usize + 1, true, &stops);
                 for (k, (a, b)) in joined.iter().zip(&whole).enumerate() {
                     assert_eq!(a, b, "{source} {flags:?} thread {thread}, at {}", stops[k]);
                 }
@@ -3993,11 +3996,12 @@ fn insns_of(trace: &Path, thread: u32) -> u64 {
 }
 
 /// At each of `stops` of thread `thread` (`monitor seek`), the frame ids
-/// and the callers' `rbp` (as u64s) that the stub serves with `interval`
-/// instructions per interval, over the protocol; `walk_back`: a
-/// control-only trace's by the walk back from each stop.
+/// and the callers' `rbp` (as u64s) that the stub (`aetrace debug
+/// --server`, which rebuilds a `--data` trace's references) serves with
+/// `interval` instructions per interval, over the protocol; `walk_back`:
+/// by the walk back from each stop rather than the openers kept forwards.
 fn frames_served(
-    t: &aetrace_format::Trace<&[u8]>,
+    trace: &Path,
     thread: u32,
     interval: usize,
     walk_back: bool,
@@ -4015,20 +4019,23 @@ fn frames_served(
         input += &packet(&format!("m{:x},400", aetrace_debug::stub::CALLER_RBP));
     }
     input.push('+');
-    let opts = aetrace_debug::Options {
-        thread: Some(thread),
-        interval,
-        walk_back,
-        ..Default::default()
-    };
-    let mut out = Vec::new();
-    aetrace_debug::serve(
-        t,
-        opts,
-        aetrace_debug::Pipe::new(input.as_bytes(), &mut out),
-    )
-    .unwrap();
-    let text = String::from_utf8(out).unwrap();
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut cmd = Command::new(common::aetrace());
+    cmd.args(["debug", "--server", "--thread", &thread.to_string()])
+        .args(["--interval", &interval.to_string()])
+        .args(walk_back.then_some("--walk-back"))
+        .arg(trace)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    // Written alongside the replies read (neither pipe fills up).
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    assert!(out.status.success(), "{cmd:?}: {}", out.status);
+    let text = String::from_utf8(out.stdout).unwrap();
     // Each seek's reply ends with `OK`; the reads' follow it.
     let replies: Vec<&str> = text
         .split('$')

@@ -400,7 +400,8 @@ pub fn values<B: AsRef<[u8]> + Sync>(
         let rebuild = rebuild.ok_or("the trace's data addresses are not rebuilt here")?;
         return Ok(Values {
             values: Vec::new(),
-            dbs: Vec::new(),
+            // Its entries, for the frames' openers ([`Data::outside_entry`]).
+            dbs: module_dbs(trace, modules, |_| true)?,
             marks: Vec::new(),
             registers: false,
             rep_faults: false,
@@ -489,12 +490,14 @@ struct BlockEnd {
     call: Option<CallDb>,
 }
 
-/// A procedure entry that starts with `rsp` known: where it is and its
-/// plain predecessors (blocks of the procedure).
+/// A procedure entry: where it is, its plain predecessors (blocks of the
+/// procedure), and whether it starts with `rsp` known (then an outside
+/// entry's stub wrote a value).
 struct EntryFacts {
     module: usize,
     proc: u32,
     plain: Vec<u32>,
+    stubbed: bool,
 }
 
 /// A decoded instruction, its module's load bias, and how many abstract
@@ -582,6 +585,18 @@ impl Data {
         forward: bool,
         mut f: impl FnMut(u64, u64, &[Ref]) -> Option<T>,
     ) -> Result<Option<(u64, T)>, String> {
+        self.scan_flow(t, code, from, forward, |p, pc, _, refs| f(p, pc, refs))
+    }
+
+    /// [`Data::scan`], `f` given each position's [`Flow`] too.
+    pub(crate) fn scan_flow<T>(
+        &mut self,
+        t: &mut Timeline<'_>,
+        code: &Code<'_, '_>,
+        from: u64,
+        forward: bool,
+        mut f: impl FnMut(u64, u64, Flow, &[Ref]) -> Option<T>,
+    ) -> Result<Option<(u64, T)>, String> {
         let first = match forward {
             true => from,
             false => match from.checked_sub(1) {
@@ -598,9 +613,9 @@ impl Data {
                 false => (0, from),
             };
             let mut found = None;
-            let end = self.walk(t, code, k, |p, pc, _, refs| {
+            let end = self.walk(t, code, k, |p, pc, flow, refs| {
                 if (lo..hi).contains(&p) {
-                    if let Some(x) = f(p, pc, refs) {
+                    if let Some(x) = f(p, pc, flow, refs) {
                         found = Some((p, x));
                         return forward;
                     }
@@ -802,6 +817,17 @@ impl Data {
     /// `entry_rsp`): what the two share is `Entered::by`; the rest is how
     /// each finds the run before (here by the previous pc).
     fn stub(&self, prev: Option<u64>, pc: u64) -> usize {
+        match self.entries.get(&pc) {
+            Some(e) if e.stubbed => self.entered(prev, pc),
+            _ => 0,
+        }
+    }
+
+    /// 1 if the instruction at `pc` is an outside entry (not reached
+    /// along a plain edge of its procedure nor by a direct call or jump)
+    /// when the one before was at `prev`, whether its stub wrote a value
+    /// or not; else 0. Both were decoded before.
+    fn entered(&self, prev: Option<u64>, pc: u64) -> usize {
         let Some(e) = self.entries.get(&pc) else {
             return 0;
         };
@@ -892,7 +918,8 @@ impl Data {
         // instructions plan none, and every entry has a stub's value, so
         // the recorder's marks and knowledge (most of a procedure's
         // learning, 2026-12-02) are not needed.
-        let known = match self.entry_only {
+        // Nor one whose references were rebuilt: its values are not read.
+        let known = match self.entry_only || self.rebuilt.is_some() {
             true => None,
             false => Some(exec::entry_knowledge(p, returns, &mut progs)),
         };
@@ -933,14 +960,16 @@ impl Data {
                 };
                 self.ends.insert(at(last), end);
             }
-            // Only an entry that starts with `rsp` known has a stub's value
-            // (in a control-only trace every entry).
-            if let (Some((first, _)), true) = (insns.first(), k.map_or(true, |k| k.0 != 0)) {
+            if let Some((first, _)) = insns.first() {
                 if let Some(plain) = entry_plain(&ways[b]) {
+                    // Only an entry that starts with `rsp` known has a
+                    // stub's value (in a control-only trace every entry).
+                    let stubbed = k.map_or(true, |k| k.0 != 0);
                     let facts = EntryFacts {
                         module,
                         proc,
                         plain,
+                        stubbed,
                     };
                     self.entries.insert(at(first), facts);
                 }
@@ -950,7 +979,8 @@ impl Data {
     }
 
     /// Whether the instruction at `pc`, the one before it being at `prev`,
-    /// is an outside entry whose stub wrote a value ([`Data::stub`]).
+    /// is an outside entry ([`Data::entered`]; in a control-only trace its
+    /// stub wrote a value).
     pub(crate) fn outside_entry(
         &mut self,
         code: &Code<'_, '_>,
@@ -962,7 +992,7 @@ impl Data {
             self.insn(code, a)?;
         }
         self.insn(code, pc)?;
-        Ok(self.stub(prev, pc) == 1)
+        Ok(self.entered(prev, pc) == 1)
     }
 
     /// Value `at` (an outside entry's at `pc`, [`Data::entry_only`]).

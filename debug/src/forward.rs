@@ -39,10 +39,11 @@
 //! (`tests/debug.rs`, `frames_from_snapshots_are_the_walks_from_the_start`).
 
 use crate::data::{Code, Data, Flow};
-use crate::frames::{by_call, cfas_of, Frame, Opener, Stand, Walking, BODY};
+use crate::frames::{body_cfa, by_call, cfas_of, slot, Frame, Opener, Stand, Walking, BODY};
 use crate::pcmap::{Flagged, PcFlags};
 use crate::timeline::Timeline;
 use crate::untraced::is_untraced;
+use aetrace_analysis::addr::Access;
 use iced_x86::{Decoder, DecoderOptions, FlowControl};
 
 /// [`Forward::marks`]: a call or a return. (Bits other than the procedure
@@ -65,6 +66,10 @@ struct Opening {
     pc: u64,
     /// A call's return address.
     ret: u64,
+    /// An outside entry's pc was reached again while it was the newest
+    /// opener (a jump back to the entry): where a data trace's walk back
+    /// ends the frame ([`Forward::data_cfas`]).
+    again: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,6 +101,10 @@ type Bodies = Vec<Option<Vec<u64>>>;
 /// The openers at each interval's start (see the module comment).
 pub struct Forward {
     marks: PcFlags,
+    /// The outside entries' `rsp` are read (a control-only trace's
+    /// values); a data trace's frames take their addresses from its
+    /// references instead ([`Forward::data_cfas`]).
+    entry_rsp: bool,
     /// Interval `k`'s start's at index `k`.
     states: Vec<State>,
     /// What stopped the pass (given again to every stop after it, which
@@ -104,10 +113,12 @@ pub struct Forward {
 }
 
 impl Forward {
-    /// The pass over `code`'s traced blocks.
-    pub fn new(code: &Code<'_, '_>) -> Forward {
+    /// The pass over `code`'s traced blocks, reading the outside entries'
+    /// `rsp` if `entry_rsp`.
+    pub fn new(code: &Code<'_, '_>, entry_rsp: bool) -> Forward {
         Forward {
             marks: marks(code),
+            entry_rsp,
             states: vec![State::default()],
             broken: None,
         }
@@ -129,16 +140,10 @@ impl Forward {
     ) -> Result<Vec<Option<u64>>, String> {
         let needed_back = crate::frames::needed_back(frames, needed);
         let none = vec![None; needed];
-        let Some(last) = at.last().filter(|_| needed_back > 0) else {
+        if needed_back == 0 {
             return Ok(none);
-        };
-        let mut s = self.state_at(cx, last)?;
-        if at.passage {
-            // What ran last went to the untraced code.
-            let next = (frames[0].0, false);
-            apply(&mut s, at.pos, next, |_, _| false, None);
         }
-        let Some(taken) = take(&s.open, frames, needed_back) else {
+        let Some(taken) = self.openers_at(cx, at, frames, needed_back)? else {
             return Ok(none);
         };
         let openers: Vec<Opener> = taken.iter().map(|t| t.0).collect();
@@ -150,6 +155,81 @@ impl Forward {
             this.body(data, t, code, taken[l].1, taken[l - 1].1.pos)
         };
         cfas_of(cx.data, code, frames, &openers, &mut body, needed)
+    }
+
+    /// The CFAs of `frames[..needed]` (innermost first) at `at` on a data
+    /// trace, as [`crate::frames::cfas`]'s walk back finds them, from the
+    /// references at the openers kept: a frame opened by a call 8 above
+    /// the slot it stored its return address to, one opened by an outside
+    /// entry from its first reference through its CFA's register after
+    /// the entry ([`entry_cfa`]). `None` where the openers do not tell
+    /// what that walk would find (then the stub walks back): fewer than
+    /// needed or an outside entry not its frame's, a call with no store
+    /// to its slot or one not above the frame below's, an entry reached
+    /// again by a jump, its frame's first move before such a reference.
+    pub fn data_cfas(
+        &mut self,
+        cx: &mut Walking<'_, '_, '_>,
+        at: Stand,
+        frames: &[Frame],
+        needed: usize,
+    ) -> Result<Option<Vec<Option<u64>>>, String> {
+        let Some(last) = at.last().filter(|_| needed > 0) else {
+            return Ok(Some(vec![None; needed]));
+        };
+        let Some(taken) = self.openers_at(cx, at, frames, needed)? else {
+            return Ok(None);
+        };
+        // The slot the frame below's creator stored to, or its CFA less 8
+        // (the walk back's bound on the next creator's slot).
+        let mut below: Option<u64> = None;
+        let mut cfas = Vec::with_capacity(needed);
+        for (l, &(opener, o)) in taken.iter().enumerate() {
+            let cfa = match opener {
+                Opener::Entry(_) if o.again => return Ok(None),
+                Opener::Entry(_) => {
+                    let end = match l {
+                        0 => last,
+                        _ => taken[l - 1].1.pos,
+                    };
+                    let Some(found) = entry_cfa(cx, at, frames[l].1, o.pos, end)? else {
+                        return Ok(None);
+                    };
+                    below = found.map(|c| c.wrapping_sub(8));
+                    found
+                }
+                Opener::Call(_) | Opener::Passed(_) => {
+                    let slot = call_slot(cx, o.pos)?;
+                    match slot.filter(|&a| below.map_or(true, |b| a > b)) {
+                        Some(a) => below = Some(a),
+                        None => return Ok(None),
+                    }
+                    slot.map(|a| a.wrapping_add(8))
+                }
+            };
+            cfas.push(cfa);
+        }
+        Ok(crate::frames::grows(&cfas).then_some(cfas))
+    }
+
+    /// The openers of `frames[..needed]` at `at` ([`take`]).
+    fn openers_at(
+        &mut self,
+        cx: &mut Walking<'_, '_, '_>,
+        at: Stand,
+        frames: &[Frame],
+        needed: usize,
+    ) -> Result<Option<Vec<(Opener, Opening)>>, String> {
+        let Some(last) = at.last() else {
+            return Ok(None);
+        };
+        let mut s = self.state_at(cx, last)?;
+        if at.passage {
+            // What ran last went to the untraced code.
+            let next = (frames[0].0, false);
+            apply(&mut s, at.pos, next, |_, _| false, None);
+        }
+        Ok(take(&s.open, frames, needed))
     }
 
     /// The state at position `n` (before it runs, its outside entry
@@ -282,6 +362,12 @@ impl Forward {
             matches!(s.prev, Some((_, Flow::Other))) && s.open.last().map_or(true, |o| o.ret != pc);
         if plain {
             s.prev = None;
+            // A jump back to the newest opener's entry (the walk back
+            // ends its frame there); not kept in a body's stretch.
+            let again = m & ENTRY != 0 && !entered;
+            if let (Some(o), true, None) = (s.open.last_mut(), again, &bodies) {
+                o.again |= matches!(o.kind, Kind::Entry(_)) && o.pc == pc;
+            }
         } else {
             let same = |a, b| same_proc(code, a, b);
             apply(s, p, (pc, entered), same, bodies.as_deref_mut());
@@ -292,10 +378,11 @@ impl Forward {
                     b.push(Some(Vec::new()));
                     0
                 }
-                None => {
+                None if self.entry_rsp => {
                     s.values += 1;
                     data.entry_value(s.values - 1, pc)?
                 }
+                None => 0,
             };
             let kind = Kind::Entry(rsp);
             s.open.push(Opening {
@@ -303,6 +390,7 @@ impl Forward {
                 pos: p,
                 pc,
                 ret: 0,
+                again: false,
             });
         }
         let flow = match m & MOVES != 0 {
@@ -379,6 +467,49 @@ impl Forward {
     }
 }
 
+/// The slot the call at position `pos` stored its return address to.
+fn call_slot(cx: &mut Walking<'_, '_, '_>, pos: u64) -> Result<Option<u64>, String> {
+    let found = cx
+        .data
+        .scan_flow(cx.t, cx.code, pos, true, |_, _, _, refs| {
+            Some(slot(refs, Access::Store, 8u64.wrapping_neg()))
+        })?;
+    Ok(found.and_then(|f| f.1))
+}
+
+/// The CFA of the frame an outside entry into `entry` at position `from`
+/// opened, as the data walk back from `end` (the stop's last position, or
+/// the call that opened the frame inside) finds it: by the frame's first
+/// reference through its CFA's register ([`body_cfa`]) from `from` to
+/// `end`, `Some(None)` if there is none; `None` where the frame moved
+/// (a call or a return ran) before one, so its own instructions after
+/// are not known here.
+fn entry_cfa(
+    cx: &mut Walking<'_, '_, '_>,
+    at: Stand,
+    entry: u64,
+    from: u64,
+    end: u64,
+) -> Result<Option<Option<u64>>, String> {
+    let image = cx.code.image;
+    let found = cx
+        .data
+        .scan_flow(cx.t, cx.code, from, true, |q, pc, flow, refs| {
+            let ran = q < at.pos;
+            match body_cfa(image, pc, refs) {
+                // The walk back would end the frame at an entry after `from`.
+                _ if q > from && pc == entry => Some(None),
+                // A return is its callee's.
+                _ if ran && flow == Flow::Ret => Some(None),
+                Some(c) => Some(Some(Some(c))),
+                None if q >= end => Some(Some(None)),
+                None if ran && flow != Flow::Other => Some(None),
+                None => None,
+            }
+        })?;
+    Ok(found.and_then(|f| f.1))
+}
+
 /// Keeps `pc` as the newest opener's own instruction.
 fn own(bodies: &mut Bodies, pc: u64) {
     if let Some(slot) = bodies.last_mut() {
@@ -444,7 +575,17 @@ fn apply(
                 Some(o) if matches!(o.kind, Kind::Entry(_)) && o.pos == pos => n - 1,
                 _ => n,
             };
-            s.open.insert(at, Opening { kind, pos, pc, ret });
+            let again = false;
+            s.open.insert(
+                at,
+                Opening {
+                    kind,
+                    pos,
+                    pc,
+                    ret,
+                    again,
+                },
+            );
             if keep {
                 bodies.insert(at.min(bodies.len()), Some(Vec::new()));
             }

@@ -486,7 +486,7 @@ impl Back for Walk {
 
 /// The slot a call pushed to (`disp` -8, a store) or a return popped
 /// (`disp` 0, a load): 8 bytes at `rsp` + `disp`.
-fn slot(refs: &[Ref], access: Access, disp: u64) -> Option<u64> {
+pub(crate) fn slot(refs: &[Ref], access: Access, disp: u64) -> Option<u64> {
     refs.iter()
         .find(|r| r.access == access && r.end - r.start == 8 && r.from == Some((Gpr::RSP, disp)))
         .map(|r| r.start)
@@ -494,7 +494,7 @@ fn slot(refs: &[Ref], access: Access, disp: u64) -> Option<u64> {
 
 /// The CFA at `pc` from a reference through the register its CFI row
 /// computes the CFA from.
-fn body_cfa(image: &crate::image::Image, pc: u64, refs: &[Ref]) -> Option<u64> {
+pub(crate) fn body_cfa(image: &crate::image::Image, pc: u64, refs: &[Ref]) -> Option<u64> {
     let (reg, off) = crate::cfi::cfa_rule(image, pc)?;
     refs.iter().find_map(|r| match r.from {
         Some((g, disp)) if g == reg => Some(r.start.wrapping_sub(disp).wrapping_add(off as u64)),
@@ -607,7 +607,7 @@ pub(crate) fn cfas_of(
 }
 
 /// Whether the CFAs found grow outwards.
-fn grows(cfas: &[Option<u64>]) -> bool {
+pub(crate) fn grows(cfas: &[Option<u64>]) -> bool {
     let found: Vec<u64> = cfas.iter().flatten().copied().collect();
     found.windows(2).all(|w| w[0] < w[1])
 }

@@ -359,6 +359,11 @@ impl<'m> Stub<'m> {
     pub fn with_data(mut self, values: Result<Values, String>, warn: fn(&str)) -> Self {
         self.data = values.map(Data::new);
         self.warn = warn;
+        if self.data.is_ok() {
+            // Its frames' openers are kept forwards too, their addresses
+            // from its references.
+            self.keep_forwards(false);
+        }
         self
     }
 
@@ -366,24 +371,31 @@ impl<'m> Stub<'m> {
     /// `rsp` ([`crate::data::entry_values`]).
     pub fn with_entries(mut self, values: Values) -> Self {
         self.entries = Some(Data::new(values));
+        self.keep_forwards(true);
+        self
+    }
+
+    /// Keeps the frames' openers forwards ([`crate::forward`]), reading
+    /// the outside entries' `rsp` if `entry_rsp`.
+    fn keep_forwards(&mut self, entry_rsp: bool) {
         let code = Code {
             image: &self.image,
             blocks: &self.blocks,
             modules: self.modules,
         };
-        let forward = crate::forward::Forward::new(&code);
+        let forward = crate::forward::Forward::new(&code, entry_rsp);
         self.marks = self.stacks.marks().union(forward.marks());
         self.forward = Some(forward);
-        self
     }
 
     /// The timeline and the walks that ride along its first pass over
     /// the history.
     fn riders(&mut self) -> (Riders<'_, 'm>, &mut Timeline<'m>) {
-        let forward = match (self.forward.as_mut(), self.entries.as_mut()) {
-            (Some(f), Some(d)) => Some((f, d)),
+        let data = match (self.data.as_mut(), self.entries.as_mut()) {
+            (Ok(d), _) | (Err(_), Some(d)) => Some(d),
             _ => None,
         };
+        let forward = self.forward.as_mut().zip(data);
         let code = Code {
             image: &self.image,
             blocks: &self.blocks,
@@ -1220,7 +1232,16 @@ impl<'m> Stub<'m> {
                     t,
                     code: &code,
                 };
-                crate::frames::cfas(cx, joins, &mut frames_at, at, frames, needed)
+                // The openers kept forwards, where they tell; else (and
+                // as their reference twin) the walk back.
+                let forward = match (self.walk_back, self.forward.as_mut()) {
+                    (false, Some(f)) => f.data_cfas(cx, at, frames, needed).ok().flatten(),
+                    _ => None,
+                };
+                match forward {
+                    Some(cfas) => Ok(cfas),
+                    None => crate::frames::cfas(cx, joins, &mut frames_at, at, frames, needed),
+                }
             }
             (Err(_), Some(data)) => {
                 let cx = &mut Walking {

@@ -32,6 +32,14 @@ pub struct Args {
     /// The gdb to run.
     #[arg(long, default_value = "gdb")]
     gdb: OsString,
+    /// Instructions between the timeline's snapshots (0: the default); for
+    /// tests (tests/debug.rs, `frames_from_snapshots_are_the_walks_from_the_start`).
+    #[arg(long, default_value_t = 0, hide = true)]
+    interval: usize,
+    /// The frames' addresses by the walk back from each stop, the
+    /// reference of the pass forwards; for tests.
+    #[arg(long, hide = true)]
+    walk_back: bool,
 }
 
 pub fn run(a: Args) -> super::Result {
@@ -40,11 +48,11 @@ pub fn run(a: Args) -> super::Result {
     let opts = aetrace_debug::Options {
         thread: a.thread,
         at: a.at,
-        interval: 0,
+        interval: a.interval,
         // The server's stderr is gdb's terminal.
         warn: Some(|why| eprintln!("aetrace: {why}")),
         rebuild: Some(&rebuild),
-        walk_back: false,
+        walk_back: a.walk_back,
     };
     if a.server {
         clean_up_when_signalled()?;
