@@ -300,20 +300,9 @@ impl SmallStore {
     pub(crate) fn lru_depth(&mut self, set: usize, block: u64) -> usize {
         let base = set << self.assoc_shift;
         let lines = &mut self.tags[base..base + self.assoc];
-        // A block is in a set at most once: no data-dependent branch per
-        // way, as in `find`.
-        let mut depth = self.assoc;
-        for (i, &t) in lines.iter().enumerate() {
-            if t == block {
-                depth = i;
-            }
-        }
-        // The lines above it move down one, `block` on top: a short
-        // rotation in place, not a call to copy them.
-        let mut carry = block;
-        for line in &mut lines[..=depth.min(self.assoc - 1)] {
-            std::mem::swap(line, &mut carry);
-        }
+        let depth = lines.iter().position(|&t| t == block).unwrap_or(self.assoc);
+        shift_down(lines, depth.min(self.assoc - 1));
+        lines[0] = block;
         depth
     }
 
