@@ -49,12 +49,22 @@ impl Level {
 
     #[inline]
     fn block_is_miss(&mut self, block: u64, rng: &mut Rng) -> bool {
-        if self.hit(block) {
+        if self.last == Some(block) {
             return false;
         }
-        let set = (block & self.set_mask) as usize;
-        self.store.insert(set, block, Repl::Lru, rng);
         self.last = Some(block);
+        let set = (block & self.set_mask) as usize;
+        let ways = self.store.ways();
+        // LRU with no dirty state: one pass that finds the line and moves
+        // it (or the new one) to the top, instead of a search, then a move
+        // or an insertion, each keeping dirty bits.
+        if let Some(s) = self.store.small() {
+            return s.lru_depth(set, block) == ways;
+        }
+        if (self.store).hit(set, block, true, false) {
+            return false;
+        }
+        self.store.insert(set, block, Repl::Lru, rng);
         true
     }
 

@@ -259,7 +259,7 @@ impl Window {
 fn drive(cli: &Cli, mut sim: impl FnMut(&[Ref]) -> Result<()>) -> Result<u64> {
     let mut window = Window::new(cli);
     if let Some(path) = is_trace(cli) {
-        return drive_data(path, window, None, sim);
+        return drive_data(path, window, (None, None), sim);
     }
     let mut reader = Reader::open(&cli.input, cli.informat)?;
     if let Some((text, format)) = reader.mapped_text() {
@@ -497,6 +497,9 @@ struct Batches<W> {
     templates: Vec<Vec<Option<Template<W>>>>,
     /// Per segment program number (`Sink::segment_code`).
     segs: Vec<Option<SegTemplate<W>>>,
+    /// With one configuration: its I1's top lines, so that the fetches
+    /// that change nothing go as followers.
+    tops: Option<Tops>,
 }
 
 /// The batch [`Batches`] fills, and the followers not in it yet.
@@ -508,6 +511,10 @@ struct Out<W> {
     pending: u64,
     /// Followers counted in references sent beyond one each.
     grouped: u64,
+    /// Whether followers would be pending had no fetch been folded
+    /// ([`Tops`]): the batch's weight is that stream's, so batches are
+    /// cut where they were.
+    shadow: bool,
 }
 
 /// What a run of a segment's program sends ([`Batches`]): its blocks'
@@ -525,6 +532,8 @@ struct SegTemplate<W> {
     grouped: u64,
     /// Followers after the run's last reference sent.
     trailing: u64,
+    /// The run without its fetches, with [`Tops`].
+    lean: Option<Lean<W>>,
 }
 
 /// What a whole run of a block with flat code sends ([`Batches`]), its
@@ -545,6 +554,162 @@ struct Template<W> {
     grouped: u64,
     /// Followers after the run's last reference sent (pending after it).
     trailing: u64,
+    /// The run without its fetches, with [`Tops`].
+    lean: Option<Lean<W>>,
+}
+
+/// The line on top of each set of the one I1 simulated (the cachegrind
+/// model with one configuration), as the simulating thread has it when
+/// it comes to the fetch the walk sends next. A fetch whose lines are on
+/// top of their sets hits and changes nothing (LRU), as a follower does,
+/// so it goes as one: counted in the reference sent after it. Data
+/// references never touch I1, and every fetch leaves its lines on top of
+/// their sets, hit or miss, so the fetches sent decide the tops.
+struct Tops {
+    shift: u32,
+    mask: u64,
+    top: Vec<u64>,
+    /// How many times a top changed (a fetch sent): a [`Lean`] stamped
+    /// with this number finds its lines still on top without looking.
+    changes: u64,
+}
+
+impl Tops {
+    /// An empty I1 of `sets` sets of `line`-byte lines.
+    fn new((line, sets): (u64, u64)) -> Self {
+        debug_assert!(line.is_power_of_two() && sets.is_power_of_two());
+        Tops {
+            shift: line.trailing_zeros(),
+            mask: sets - 1,
+            // No line: addresses are below 2^64 - 1.
+            top: vec![u64::MAX; sets as usize],
+            changes: 0,
+        }
+    }
+
+    /// The first and last line of a fetch of `size` > 0 bytes at `addr`.
+    #[inline(always)]
+    fn lines(&self, addr: u64, size: u32) -> (u64, u64) {
+        let end = addr.wrapping_add(u64::from(size) - 1);
+        (addr >> self.shift, end >> self.shift)
+    }
+
+    #[inline(always)]
+    fn on_top(&self, line: u64) -> bool {
+        self.top[(line & self.mask) as usize] == line
+    }
+
+    /// Whether a fetch of `size` bytes at `addr` changes nothing: its one
+    /// or two lines on top of their sets (a straddling fetch whose two
+    /// lines hit is counted as one hit, `look_up`'s way).
+    #[inline(always)]
+    fn hits(&self, addr: u64, size: u32) -> bool {
+        let (b, e) = self.lines(addr, size);
+        self.on_top(b) && (e == b || (e == b + 1 && self.on_top(e)))
+    }
+
+    /// The fetch of `size` bytes at `addr` is sent: its lines go on top.
+    /// One over more than two lines is refused by the simulator, which
+    /// then stops: nothing after it is simulated.
+    #[inline(always)]
+    fn fetched(&mut self, addr: u64, size: u32) {
+        let (b, e) = self.lines(addr, size);
+        self.put(&[b, e.min(b + 1)]);
+    }
+
+    /// Each of `lines` goes on top of its set, in turn.
+    #[inline(always)]
+    fn put(&mut self, lines: &[u64]) {
+        for &l in lines {
+            self.top[(l & self.mask) as usize] = l;
+        }
+        self.changes += 1;
+    }
+
+    /// Whether every line of `l`'s run is on top of its set, so that the
+    /// run's fetches change nothing; if not, they are sent, and each goes
+    /// on top in turn. A run whose lines are in distinct sets then leaves
+    /// them all on top: stamped, the next run finds them there at once
+    /// if no top changed since.
+    #[inline(always)]
+    fn settle<W>(&mut self, l: &Lean<W>) -> bool {
+        if l.stamp.get() == self.changes {
+            return true;
+        }
+        if l.lines.iter().all(|&b| self.on_top(b)) {
+            l.stamp.set(self.changes);
+            return true;
+        }
+        self.put(&l.lines);
+        if l.distinct {
+            l.stamp.set(self.changes);
+        }
+        false
+    }
+}
+
+/// A template's references without its fetches ([`Tops`]), for a run
+/// whose fetches all hit on top of their I1 sets: each goes as a follower
+/// in the reference after it, and the flat code puts the addresses in the
+/// records left.
+struct Lean<W> {
+    /// The I1 lines the run fetches, in order (both of a straddling fetch).
+    lines: Vec<u64>,
+    /// No two of `lines` share a set unless equal.
+    distinct: bool,
+    /// [`Tops::changes`] when its lines were last all on top, if known.
+    stamp: std::cell::Cell<u64>,
+    refs: Vec<W>,
+    flat: FlatCode,
+    /// Followers counted in `refs` beyond one each (the first's too).
+    grouped: u64,
+    /// Followers after the last of `refs`.
+    trailing: u64,
+}
+
+impl<W: Sent> Lean<W> {
+    /// The lean form of a template (`refs`, their placed `flat` code,
+    /// `trailing` followers after them); `None` if a fetch spans more than
+    /// two lines (the simulator refuses it).
+    fn new(refs: &[W], flat: &FlatCode, trailing: u64, tops: &Tops) -> Option<Self> {
+        let (mut lines, mut kept, mut grouped, mut pending) = (Vec::new(), Vec::new(), 0, 0);
+        // Where each of `refs` went, for the data references' addresses.
+        let mut to = Vec::with_capacity(refs.len());
+        for r in refs {
+            let p = r.plain();
+            pending += r.before();
+            to.push(u32::MAX);
+            match (p.kind, p.size) {
+                // A marker.
+                (AccessKind::Instr, 0) => pending += p.addr,
+                (AccessKind::Instr, size) => {
+                    let (b, e) = tops.lines(p.addr, size);
+                    if e > b + 1 {
+                        return None;
+                    }
+                    lines.push(b);
+                    lines.extend((e != b).then_some(e));
+                    pending += 1;
+                }
+                (kind, size) => {
+                    let r = lead(&mut pending, &mut grouped, &mut kept, W::new(kind, 0, size));
+                    *to.last_mut().expect("pushed") = u32::try_from(kept.len()).ok()?;
+                    kept.push(r);
+                }
+            }
+        }
+        let set = |b: u64| b & tops.mask;
+        let distinct = (lines.iter()).all(|&a| lines.iter().all(|&b| a == b || set(a) != set(b)));
+        Some(Lean {
+            lines,
+            distinct,
+            stamp: std::cell::Cell::new(u64::MAX),
+            refs: kept,
+            flat: flat.moved(|p| to[p as usize]),
+            grouped,
+            trailing: pending + trailing,
+        })
+    }
 }
 
 impl<W: Sent> Template<W> {
@@ -552,13 +717,20 @@ impl<W: Sent> Template<W> {
     /// `base`, flat code `flat`), with `follows` its instructions'
     /// follower flags if followers are counted, as [`Batches`]'s
     /// per-instruction path sends them with nothing pending before.
-    fn new(code: &BlockCode, flat: &FlatCode, base: u64, follows: Option<&[bool]>) -> Self {
+    fn new(
+        code: &BlockCode,
+        flat: &FlatCode,
+        base: u64,
+        follows: Option<&[bool]>,
+        tops: Option<&Tops>,
+    ) -> Self {
         let mut t = Template {
             refs: Vec::new(),
             weight: 0,
             flat: flat.clone(),
             grouped: 0,
             trailing: 0,
+            lean: None,
         };
         let mut at = Vec::new();
         for (k, c) in code.insns.iter().enumerate() {
@@ -593,6 +765,7 @@ impl<W: Sent> Template<W> {
         );
         t.flat = flat.placed(|n| at[n]);
         t.weight = t.refs.iter().map(W::weight).sum();
+        t.lean = tops.and_then(|tops| Lean::new(&t.refs, &t.flat, t.trailing, tops));
         t
     }
 
@@ -670,21 +843,47 @@ impl<W: Sent> Out<W> {
     /// Appends `refs` (a template's: the first a fetch with no
     /// followers before it) after the followers pending, of
     /// [`Sent::weight`] `weight`; where they start.
+    /// A [`Lean`] template's may be none (the followers stay pending),
+    /// and its first may carry followers; `weight` is then the full
+    /// template's.
     #[inline(always)]
     fn append(&mut self, refs: &[W], weight: usize) -> usize {
-        debug_assert_eq!(refs[0].before(), 0, "no followers in the first reference");
         let mut at = self.batch.len();
         self.batch.extend_from_slice(refs);
-        self.weight += weight;
-        if self.pending != 0 {
+        self.weight += weight + usize::from(std::mem::take(&mut self.shadow));
+        if self.pending != 0 && !refs.is_empty() {
             let n = std::mem::take(&mut self.pending);
-            self.weight += 1;
             match self.batch[at].fold(n) {
                 true => self.grouped += n,
                 false => at = self.insert_marker(at, n),
             }
         }
         at
+    }
+
+    /// A follower: an instruction whose fetch is not sent.
+    #[inline(always)]
+    fn follower(&mut self) {
+        self.pending += 1;
+        self.shadow = true;
+    }
+
+    /// A fetch that hits on top of its I1 set ([`Tops`]) goes as a
+    /// follower; it weighs what it would have as a reference.
+    #[inline(always)]
+    fn folded(&mut self) {
+        self.pending += 1;
+        self.weight += 1 + usize::from(std::mem::take(&mut self.shadow));
+    }
+
+    /// After a template's run: `grouped` followers counted in its
+    /// references beyond one each, `trailing` after them (`full`: the
+    /// full template's).
+    #[inline(always)]
+    fn ran(&mut self, grouped: u64, trailing: u64, full: u64) {
+        self.grouped += grouped;
+        self.pending += trailing;
+        self.shadow = full != 0;
     }
 
     /// A marker of `n` followers put at `at`, before the references
@@ -770,19 +969,23 @@ impl<W: Sent> super::dataout::Sink for Batches<W> {
             let at = f.starts[m][b];
             &f.follows[at..at + n]
         });
-        let t =
-            self.templates[m][b].get_or_insert_with(|| Template::new(code, flat, base, follows));
+        let tops = &mut self.tops;
+        let t = self.templates[m][b]
+            .get_or_insert_with(|| Template::new(code, flat, base, follows, tops.as_ref()));
         let o = &mut self.out;
         let before = o.batch.len();
-        // The block's first instruction is sent: it takes what is pending.
-        let at = o.append(&t.refs, t.weight);
-        let ran = (t.flat).run_into(regs, take, &mut o.batch[at..], |r, a| r.set_addr(a));
+        let (refs, flat, grouped, trailing) = match lean(tops, &t.lean) {
+            Some(l) => (&l.refs, &l.flat, l.grouped, l.trailing),
+            // The block's first instruction is sent: it takes what is pending.
+            None => (&t.refs, &t.flat, t.grouped, t.trailing),
+        };
+        let at = o.append(refs, t.weight);
+        let ran = flat.run_into(regs, take, &mut o.batch[at..], |r, a| r.set_addr(a));
         if let Err((k, why)) = ran {
             o.batch.truncate(before);
             return Ok(Whole::Failed(k, why));
         }
-        o.grouped += t.grouped;
-        o.pending = t.trailing;
+        o.ran(grouped, trailing, t.trailing);
         if o.weight >= DATA_BATCH {
             self.flush()?;
         }
@@ -824,11 +1027,14 @@ impl<W: Sent> super::dataout::Sink for Batches<W> {
             trailing += t.trailing;
             ended = lines.map(|(_, end)| end);
         }
+        let lean =
+            (self.tops.as_ref()).and_then(|tops| Lean::new(&code.recs, &code.flat, trailing, tops));
         let seg = SegTemplate {
             weight: code.recs.iter().map(W::weight).sum(),
             code,
             grouped,
             trailing,
+            lean,
         };
         super::dataout::put_segment(&mut self.segs, id, seg);
         true
@@ -844,7 +1050,9 @@ impl<W: Sent> super::dataout::Sink for Batches<W> {
         regs: &mut Regs,
         take: &mut T,
     ) -> super::dataout::Result<Segmented> {
-        let Batches { segs, out: o, .. } = self;
+        let Batches {
+            segs, out: o, tops, ..
+        } = self;
         let Some(Some(seg)) = segs.get(id) else {
             return Ok(Segmented::Not);
         };
@@ -852,26 +1060,43 @@ impl<W: Sent> super::dataout::Sink for Batches<W> {
             return Ok(Segmented::Not);
         }
         let before = o.batch.len();
-        let at = o.append(&seg.code.recs, seg.weight);
-        let ran = (seg.code.flat).run_into(regs, take, &mut o.batch[at..], |r, a| r.set_addr(a));
+        let lean = lean(tops, &seg.lean);
+        let (refs, flat, grouped, trailing) = match lean {
+            Some(l) => (&l.refs, &l.flat, l.grouped, l.trailing),
+            None => (&seg.code.recs, &seg.code.flat, seg.grouped, seg.trailing),
+        };
+        let at = o.append(refs, seg.weight);
+        let ran = flat.run_into(regs, take, &mut o.batch[at..], |r, a| r.set_addr(a));
         if let Err((k, why)) = ran {
             let (block, k) = seg.code.insn(k);
+            // The blocks before it keep their records; a lean run's
+            // places are not the blocks' (a failed walk never sends the
+            // batch, `drive_data`).
             o.batch.truncate(match block {
-                0 => before,
+                b if b == 0 || lean.is_some() => before,
                 b => at + seg.code.records_of(b),
             });
             return Ok(Segmented::Failed { block, k, why });
         }
-        o.grouped += seg.grouped;
-        o.pending = seg.trailing;
+        o.ran(grouped, trailing, seg.trailing);
         Ok(Segmented::Ran)
     }
 
     #[inline(always)]
     fn insn(&mut self, k: u32, addr: u64, len: u32) -> super::dataout::Result<()> {
         if self.followers.as_mut().is_some_and(|f| f.follows(k)) {
-            self.out.pending += 1;
+            self.out.follower();
             return Ok(());
+        }
+        if let Some(tops) = &mut self.tops {
+            if tops.hits(addr, len) {
+                self.out.folded();
+                return match self.out.weight < DATA_BATCH {
+                    true => Ok(()),
+                    false => self.flush(),
+                };
+            }
+            tops.fetched(addr, len);
         }
         self.push(AccessKind::Instr, addr, len)
     }
@@ -904,6 +1129,18 @@ fn block_lines(m: &Module, b: BlockIx, line: u64) -> ([u64; 2], u64) {
     ([start / line, first / line], last / line)
 }
 
+/// `lean` if every fetch of its run hits on top of its I1 set (`tops`);
+/// else the run's fetches are sent, and `tops` follows them.
+#[inline(always)]
+fn lean<'l, W>(tops: &mut Option<Tops>, lean: &'l Option<Lean<W>>) -> Option<&'l Lean<W>> {
+    match (tops, lean) {
+        (Some(tops), Some(l)) => tops.settle(l).then_some(l),
+        // No tops, or a fetch over more than two lines, which stops the
+        // simulation.
+        _ => None,
+    }
+}
+
 /// The smallest I1 line of `cgs` when the input is a trace whose
 /// followers may go as markers: not with -skipcount or -maxcount, whose
 /// window counts each reference.
@@ -911,6 +1148,18 @@ fn followers(cli: &Cli, groups: &mut [Stripped<Cachegrind>]) -> Option<u64> {
     let plain = cli.skipcount == 0 && cli.maxcount.is_none() && is_trace(cli).is_some();
     let cgs = groups.iter_mut().flat_map(Stripped::sims_mut);
     plain.then(|| cgs.map(|cg| cg.i1_line()).min())?
+}
+
+/// The I1 line and sets of the one simulator of `groups`, if one: the
+/// walk then keeps its top lines ([`Tops`]).
+fn i1_tops(groups: &mut [Stripped<Cachegrind>]) -> Option<(u64, u64)> {
+    match groups {
+        [g] => match g.sims_mut() {
+            [cg] => Some((cg.i1_line(), cg.i1_sets())),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// `sims` (one per configuration) as groups that each simulate a trace's
@@ -996,7 +1245,7 @@ fn ungroup<S: InsnFetch>(groups: Vec<Stripped<S>>, order: &[usize]) -> Vec<S> {
 fn drive_data<W: Sent>(
     path: &Path,
     mut window: Window,
-    line: Option<u64>,
+    (line, tops): (Option<u64>, Option<(u64, u64)>),
     mut sim: impl FnMut(&[W]) -> Result<()>,
 ) -> Result<u64> {
     let (tx, rx) = mpsc::sync_channel::<Vec<W>>(4);
@@ -1013,11 +1262,13 @@ fn drive_data<W: Sent>(
                     weight: 0,
                     pending: 0,
                     grouped: 0,
+                    shadow: false,
                 },
                 stopped: false,
                 followers: line.map(|line| Followers::new(&[], line)),
                 templates: Vec::new(),
                 segs: Vec::new(),
+                tops: tops.map(Tops::new),
             };
             let opts = aetrace_regen::Options::default();
             let r = super::dataout::walk(path, &opts, &mut b).and_then(|_| b.finish());
@@ -1580,10 +1831,13 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
             };
             let s = simulate(&cli, &mut groups, true, |groups| {
                 let line = followers(&cli, groups);
+                let tops = line.and_then(|_| i1_tops(groups));
                 match is_trace(&cli) {
-                    Some(path) => drive_data(path, Window::new(&cli), line, |recs: &[Rec]| {
-                        simulate_sent(groups, recs, line.is_some())
-                    }),
+                    Some(path) => {
+                        drive_data(path, Window::new(&cli), (line, tops), |recs: &[Rec]| {
+                            simulate_sent(groups, recs, line.is_some())
+                        })
+                    }
                     None => drive(&cli, |refs| simulate_sent(groups, refs, false)),
                 }
             })

@@ -254,6 +254,18 @@ impl FlatCode {
         f
     }
 
+    /// The same placed code, each place `p` moved to `to(p)`: a
+    /// consumer that drops records of a run which hold no address (the
+    /// `cachesim` sink's fetches that change nothing) keeps each address
+    /// in its records.
+    pub fn moved(&self, to: impl Fn(u32) -> u32) -> FlatCode {
+        let mut f = self.clone();
+        for [p, q] in f.ops.iter_mut().filter_map(Op::at_mut) {
+            (*p, *q) = (to(*p), to(*q));
+        }
+        f
+    }
+
     /// Code with no ops, nothing known at its end: the start of a chain
     /// ([`FlatCode::chain`]).
     pub fn empty() -> FlatCode {

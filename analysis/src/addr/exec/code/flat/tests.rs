@@ -282,3 +282,19 @@ fn code_that_writes_no_slot_leaves_the_registers_as_they_were() {
     }
     assert!(blocks[1] > 20 && blocks[0] > 1000, "{blocks:?}");
 }
+
+#[test]
+fn moved_code_puts_each_address_where_its_records_went() {
+    let (pool, mut rng) = (pool(), Rng(0x3c6e_f372_fe94_f82b));
+    let codes = (0..40).map(|_| {
+        let known = RegSet(rng.next() as u16);
+        random_flat(&pool, &mut rng, known, 12).0
+    });
+    for (f, gap) in codes.collect::<Vec<_>>().iter().zip((0..5u32).cycle()) {
+        let pairs = f.placed(|n| [2 * n as u32, 2 * n as u32 + 1]);
+        let spread = f.placed(|n| [(2 + gap) * n as u32, (2 + gap) * n as u32 + 1]);
+        // Record p of pair n is 2n or 2n + 1: gap records more per pair.
+        assert_eq!(pairs.moved(|p| p / 2 * (2 + gap) + p % 2), spread);
+        assert_eq!(pairs.moved(|p| p), pairs, "moved nowhere, the same code");
+    }
+}
