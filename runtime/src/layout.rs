@@ -933,6 +933,82 @@ mod tests {
         }
     }
 
+    /// [`valid_prefix_with`]'s naive twin: byte by byte, each record's
+    /// length from the kind table.
+    type Scan = Result<(usize, u64, Vec<(usize, RecordKind)>), (usize, u8)>;
+    fn naive_prefix(data: &[u8]) -> Scan {
+        let (mut i, mut witnesses, mut records) = (0, 0, Vec::new());
+        while let Some(&b) = data.get(i) {
+            if b == UNWRITTEN {
+                break;
+            }
+            if b != ESCAPE {
+                witnesses += 1;
+                i += 1;
+                continue;
+            }
+            let Some(&k) = data.get(i + 1) else { break };
+            if k == UNWRITTEN || k & KIND_PENDING != 0 {
+                break;
+            }
+            let kind = RecordKind::from_byte(k).ok_or((i + 1, k))?;
+            if i + kind.encoded_len() as usize > data.len() {
+                break;
+            }
+            records.push((i, kind));
+            i += kind.encoded_len() as usize;
+        }
+        Ok((i, witnesses, records))
+    }
+
+    /// Random streams of witnesses and records (payloads rich in `0x00` and
+    /// `0xFF`, runs of VALUE records, long runs of witnesses that the
+    /// eight-byte scan crosses, a hole, a pending or unknown kind now and
+    /// then), cut at many lengths (every one in one round of eight, those
+    /// near a multiple of 64 in the others): the scan finds the same
+    /// prefix, witnesses and records as its naive twin, or the same error.
+    #[test]
+    fn valid_prefix_agrees_with_its_naive_twin() {
+        let kinds: Vec<RecordKind> = (1..0x80).filter_map(RecordKind::from_byte).collect();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rand = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for round in 0..400 {
+            let mut s = Vec::new();
+            while s.len() < 300 {
+                match rand(100) {
+                    0..=39 => s.push(1 + rand(0xFE) as u8),
+                    40..=79 => {
+                        let kind = match rand(3) {
+                            0 => kinds[rand(kinds.len() as u64) as usize],
+                            _ => RecordKind::Value,
+                        };
+                        s.extend([ESCAPE, kind as u8]);
+                        for _ in 2..kind.encoded_len() {
+                            s.push([0x00, 0xFF, rand(256) as u8][rand(3) as usize]);
+                        }
+                    }
+                    80..=97 => s.extend(std::iter::repeat(0x11).take(rand(80) as usize)),
+                    _ => s.extend(
+                        [[UNWRITTEN, 1], [ESCAPE, KIND_PENDING | 18], [ESCAPE, 0x42]]
+                            [rand(3) as usize],
+                    ),
+                }
+            }
+            for end in (0..=s.len()).filter(|e| round % 8 == 0 || e % 64 < 12 || e % 64 > 52) {
+                let mut seen = Vec::new();
+                let got = valid_prefix_with(&s[..end], |i, k| seen.push((i, k)))
+                    .map(|(n, w)| (n, w, std::mem::take(&mut seen)));
+                let want = naive_prefix(&s[..end]);
+                assert_eq!(got, want, "round {round}, prefix of {end} bytes");
+            }
+        }
+    }
+
     #[test]
     fn value_runs_are_taken_whole_or_not_at_all() {
         // w [VALUE] [VALUE] w [VALUE], the payloads full of 0x00 and 0xFF
