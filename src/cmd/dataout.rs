@@ -647,7 +647,7 @@ pub fn has_data(trace: &Path) -> Result<bool, Error> {
     Ok(trace.modules().iter().any(has_data_flag))
 }
 
-fn has_data_flag(m: &aetrace_format::section::Module) -> bool {
+pub(crate) fn has_data_flag(m: &aetrace_format::section::Module) -> bool {
     m.flags & module_flags::DATA_ABS != 0
 }
 
@@ -1172,6 +1172,34 @@ pub fn walk_indexing<B: AsRef<[u8]> + Sync>(
         let index = index.map(|i| with_data_states(i, &w.paused));
         Ok((w.counts, index))
     })
+}
+
+/// Gives the entries of `index` (of `trace`, a data trace) the data
+/// walk's states there: a whole data walk (to nowhere) keeps them at the
+/// same pause points, since it pauses as the index's walk did (same
+/// interval, from the stream's start).
+pub fn add_data_states<B: AsRef<[u8]> + Sync>(
+    trace: &Trace<B>,
+    index: &mut StateIndex,
+) -> Result<(), Error> {
+    let opts = aetrace_regen::Options::default();
+    let sink = &mut std::io::sink();
+    let (_, walked) = write_indexing(trace, &opts, DataFormat::Bin, sink, index.interval)?;
+    let Some(walked) = walked else {
+        return Ok(());
+    };
+    for (t, entries) in &mut index.threads {
+        let Some(w) = walked.threads.get(t) else {
+            continue;
+        };
+        for e in entries.iter_mut() {
+            if let Ok(k) = w.binary_search_by_key(&e.offset, |w| w.offset) {
+                debug_assert_eq!(w[k].state, e.state, "the same pause point");
+                e.data.clone_from(&w[k].data);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Index `index` with the data walk's states kept at its pauses
