@@ -117,19 +117,7 @@ fn a_damaged_or_stale_index_is_ignored_with_one_line() {
         &trace,
     )
     .stdout;
-    aet(&["index", "--interval", "4096"], &trace);
-    let sidecar = PathBuf::from(format!("{}.idx", trace.display()));
-    let mut bytes = std::fs::read(&sidecar).unwrap();
-    let mid = bytes.len() / 2;
-    bytes[mid] ^= 0x40;
-    std::fs::write(&sidecar, &bytes).unwrap();
-    let alarm = record_ok(&build("signal_alarm.c", O2_PIE), &[], &[], Knobs::DEFAULT).1;
-    let other = PathBuf::from(format!("{}.idx", alarm.display()));
-    aet(&["index"], &alarm);
-    for (file, why) in [
-        (&sidecar, "bad checksum"),
-        (&other, "built for another trace"),
-    ] {
+    for (file, why) in bad_indexes(&trace, Knobs::DEFAULT, |n| n / 2) {
         let out = aet(
             &[
                 "regen",
@@ -149,6 +137,25 @@ fn a_damaged_or_stale_index_is_ignored_with_one_line() {
         );
         assert!(out.stdout == want, "output with an ignored index differs");
     }
+}
+
+/// `trace`'s index with the byte at `at(file length)` changed, and
+/// another trace's (`signal_alarm.c` recorded with `knobs`), with what the
+/// warning about each says.
+fn bad_indexes(trace: &Path, knobs: Knobs, at: fn(usize) -> usize) -> [(PathBuf, &'static str); 2] {
+    aet(&["index", "--interval", "4096"], trace);
+    let sidecar = PathBuf::from(format!("{}.idx", trace.display()));
+    let mut bytes = std::fs::read(&sidecar).unwrap();
+    let k = at(bytes.len());
+    bytes[k] ^= 0x40;
+    std::fs::write(&sidecar, &bytes).unwrap();
+    let alarm = record_ok(&build("signal_alarm.c", O2_PIE), &[], &[], knobs).1;
+    aet(&["index"], &alarm);
+    let other = PathBuf::from(format!("{}.idx", alarm.display()));
+    [
+        (sidecar, "bad checksum"),
+        (other, "built for another trace"),
+    ]
 }
 
 /// Recording again to the same name removes the earlier trace's index,
@@ -213,7 +220,7 @@ fn check_data_identical(trace: &Path, module: &str) {
             aet(build, trace);
             assert!(sidecar.exists(), "{build:?} wrote no index");
             for jobs in ["1", "2", "3", "4"] {
-                let args = [&["regen", "-j", jobs][..], format].concat();
+                let args = [&["regen", "-j", jobs, "--piece", "4096"][..], format].concat();
                 let out = aet(&args, trace);
                 assert!(
                     out.stdout == want,
@@ -262,19 +269,8 @@ fn a_damaged_or_stale_data_index_is_ignored_with_one_line() {
         &trace,
     )
     .stdout;
-    aet(&["index", "--interval", "4096"], &trace);
-    let sidecar = PathBuf::from(format!("{}.idx", trace.display()));
-    let mut bytes = std::fs::read(&sidecar).unwrap();
-    let end = bytes.len() - 40;
-    bytes[end] ^= 0x40;
-    std::fs::write(&sidecar, &bytes).unwrap();
-    let alarm = record_ok(&build("signal_alarm.c", O2_PIE), &[], &[], Knobs::DATA).1;
-    let other = PathBuf::from(format!("{}.idx", alarm.display()));
-    aet(&["index"], &alarm);
-    for (file, why) in [
-        (&sidecar, "bad checksum"),
-        (&other, "built for another trace"),
-    ] {
+    // A byte of the last entry's data state changed.
+    for (file, why) in bad_indexes(&trace, Knobs::DATA, |n| n - 40) {
         let index = ["regen", "--index", file.to_str().unwrap(), "-j", "2"];
         let out = aet(&[&index[..], &format].concat(), &trace);
         let err = String::from_utf8_lossy(&out.stderr);

@@ -124,8 +124,8 @@ pub fn run(a: Args) -> super::Result {
 /// `-j N` from a state index that keeps the data walk's states, else one
 /// walk, which (the whole trace, no index) writes that index.
 fn run_data(a: Args, format: super::dataout::DataFormat) -> super::Result {
-    if a.relative || a.count || a.piece != 0 {
-        return Err("--relative, --count and --piece do not apply to data traces yet".into());
+    if a.relative || a.count {
+        return Err("--relative and --count do not apply to data traces yet".into());
     }
     let trace = aetrace_format::TraceFile::open(&a.trace)?;
     let index = (!a.no_index)
@@ -143,7 +143,7 @@ fn run_data(a: Args, format: super::dataout::DataFormat) -> super::Result {
         thread: a.thread,
         jobs: a.jobs,
         count: false,
-        piece_bytes: 0,
+        piece_bytes: a.piece,
         index,
     };
     let mut out: Box<dyn std::io::Write> = match a.output.as_ref().and_then(Dest::file) {
