@@ -117,19 +117,7 @@ fn a_damaged_or_stale_index_is_ignored_with_one_line() {
         &trace,
     )
     .stdout;
-    aet(&["index", "--interval", "4096"], &trace);
-    let sidecar = PathBuf::from(format!("{}.idx", trace.display()));
-    let mut bytes = std::fs::read(&sidecar).unwrap();
-    let mid = bytes.len() / 2;
-    bytes[mid] ^= 0x40;
-    std::fs::write(&sidecar, &bytes).unwrap();
-    let alarm = record_ok(&build("signal_alarm.c", O2_PIE), &[], &[], Knobs::DEFAULT).1;
-    let other = PathBuf::from(format!("{}.idx", alarm.display()));
-    aet(&["index"], &alarm);
-    for (file, why) in [
-        (&sidecar, "bad checksum"),
-        (&other, "built for another trace"),
-    ] {
+    for (file, why) in bad_indexes(&trace, Knobs::DEFAULT, |n| n / 2) {
         let out = aet(
             &[
                 "regen",
@@ -149,6 +137,25 @@ fn a_damaged_or_stale_index_is_ignored_with_one_line() {
         );
         assert!(out.stdout == want, "output with an ignored index differs");
     }
+}
+
+/// `trace`'s index with the byte at `at(file length)` changed, and
+/// another trace's (`signal_alarm.c` recorded with `knobs`), with what the
+/// warning about each says.
+fn bad_indexes(trace: &Path, knobs: Knobs, at: fn(usize) -> usize) -> [(PathBuf, &'static str); 2] {
+    aet(&["index", "--interval", "4096"], trace);
+    let sidecar = PathBuf::from(format!("{}.idx", trace.display()));
+    let mut bytes = std::fs::read(&sidecar).unwrap();
+    let k = at(bytes.len());
+    bytes[k] ^= 0x40;
+    std::fs::write(&sidecar, &bytes).unwrap();
+    let alarm = record_ok(&build("signal_alarm.c", O2_PIE), &[], &[], knobs).1;
+    aet(&["index"], &alarm);
+    let other = PathBuf::from(format!("{}.idx", alarm.display()));
+    [
+        (sidecar, "bad checksum"),
+        (other, "built for another trace"),
+    ]
 }
 
 /// Recording again to the same name removes the earlier trace's index,
@@ -186,4 +193,91 @@ fn recording_again_removes_the_earlier_index() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Each data format (`bin`, `xdin`, `lackey`), also for one thread and one
+/// module, at `-j 1` to `-j 4` from an index with the data walk's states
+/// (`aetrace index`, and the one the first whole `regen --data` writes)
+/// against `-j 1` without an index.
+fn check_data_identical(trace: &Path, module: &str) {
+    let sidecar = PathBuf::from(format!("{}.idx", trace.display()));
+    let formats: [&[&str]; 5] = [
+        &["--format", "bin", "--data"],
+        &["--format", "xdin", "--data"],
+        &["--format", "lackey"],
+        &["--format", "lackey", "--thread", "0"],
+        &["--format", "lackey", "--module", module],
+    ];
+    for format in formats {
+        let plain = [&["regen", "--no-index", "-j", "1"][..], format].concat();
+        let want = aet(&plain, trace).stdout;
+        let builds: [&[&str]; 2] = [
+            &["index", "--interval", "4096"],
+            &["regen", "--format", "bin", "--data"],
+        ];
+        for build in builds {
+            let _ = std::fs::remove_file(&sidecar);
+            aet(build, trace);
+            assert!(sidecar.exists(), "{build:?} wrote no index");
+            for jobs in ["1", "2", "3", "4"] {
+                let args = [&["regen", "-j", jobs, "--piece", "4096"][..], format].concat();
+                let out = aet(&args, trace);
+                assert!(
+                    out.stdout == want,
+                    "{} {args:?} (index by {build:?}): output differs",
+                    trace.display()
+                );
+                assert!(
+                    out.stderr.is_empty(),
+                    "{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn indexed_data_pieces_equal_the_whole_walk() {
+    let gzip = Path::new("/usr/bin/gzip");
+    let input = scratch("state-index-data").join("gzip-input");
+    std::fs::write(&input, crate::common::text_input(50_000)).unwrap();
+    let args = ["-c", input.to_str().unwrap()];
+    check_data_identical(&record_ok(gzip, &args, &[], Knobs::DATA).1, "gzip");
+    for (source, args) in [
+        ("signal_alarm.c", &[][..]),
+        ("signal_threads.c", &["150"][..]),
+        ("fork.c", &[][..]),
+    ] {
+        let exe = build(source, O2_PIE);
+        let name = exe.file_name().unwrap().to_str().unwrap().to_owned();
+        check_data_identical(&record_ok(&exe, args, &[], Knobs::DATA).1, &name);
+    }
+}
+
+/// A data index damaged, or another trace's, is ignored with one line;
+/// the output is the trace's.
+#[test]
+fn a_damaged_or_stale_data_index_is_ignored_with_one_line() {
+    let gzip = Path::new("/usr/bin/gzip");
+    let input = scratch("state-index-data-bad").join("gzip-input");
+    std::fs::write(&input, crate::common::text_input(50_000)).unwrap();
+    let trace = record_ok(gzip, &["-c", input.to_str().unwrap()], &[], Knobs::DATA).1;
+    let format = ["--format", "bin", "--data"];
+    let want = aet(
+        &[&["regen", "--no-index", "-j", "1"][..], &format].concat(),
+        &trace,
+    )
+    .stdout;
+    // A byte of the last entry's data state changed.
+    for (file, why) in bad_indexes(&trace, Knobs::DATA, |n| n - 40) {
+        let index = ["regen", "--index", file.to_str().unwrap(), "-j", "2"];
+        let out = aet(&[&index[..], &format].concat(), &trace);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.lines().count() == 1 && err.contains("warning: ignoring") && err.contains(why),
+            "{err}"
+        );
+        assert!(out.stdout == want, "output with an ignored index differs");
+    }
 }

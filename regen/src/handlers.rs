@@ -30,6 +30,11 @@ impl<T> Handlers<T> {
         self.0.push((offset, saved));
     }
 
+    /// No handler entered and not returned.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// The handler of the SIGNAL record at `offset` returned: its save
     /// (the latest entry of that SIGNAL), the saves after it dropped; none
     /// if no handler of it was entered.

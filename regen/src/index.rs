@@ -34,8 +34,9 @@ pub const MAGIC: [u8; 8] = *b"AETRIDX\0";
 /// either makes older files stale (2: states no longer hold how many
 /// chunks were read; 3: setjmp bindings by call block and `rsp`, no
 /// longjmp in progress; 4: each entry's instruction count and `block`
-/// output bytes, so pieces are written at their offsets).
-pub const VERSION: u16 = 4;
+/// output bytes, so pieces are written at their offsets; 5: each entry's
+/// data walk state, for `regen --data -j N`).
+pub const VERSION: u16 = 5;
 /// Stream bytes between entries unless asked otherwise: small enough that
 /// pieces of any size `-j` chooses start close to where it wants them.
 pub const DEFAULT_INTERVAL: u64 = 256 << 10;
@@ -60,6 +61,10 @@ pub struct Entry {
     pub block_bytes: Option<u64>,
     /// The encoded state (`Machine::snapshot`).
     pub state: Vec<u8>,
+    /// The data walk's state there (`aetrace regen --data`), opaque to
+    /// the regenerator; empty when not kept (a control-only trace, or a
+    /// point where the data walk keeps none).
+    pub data: Vec<u8>,
 }
 
 /// The states of every thread of one trace.
@@ -158,6 +163,8 @@ impl StateIndex {
                 }
                 out.extend_from_slice(&(e.state.len() as u32).to_le_bytes());
                 out.extend_from_slice(&e.state);
+                out.extend_from_slice(&(e.data.len() as u32).to_le_bytes());
+                out.extend_from_slice(&e.data);
             }
         }
         let crc = crc32fast::hash(&out);
@@ -210,6 +217,8 @@ impl StateIndex {
                 let block_bytes = Some(r.u64()?).filter(|&n| n != UNCOUNTED);
                 let len = r.u32()? as usize;
                 let state = r.bytes(len)?.to_vec();
+                let len = r.u32()? as usize;
+                let data = r.bytes(len)?.to_vec();
                 let offset = u64::from_le_bytes(state.get(..8)?.try_into().ok()?);
                 // Strictly increasing: each entry is a later pause point.
                 if entries.last().is_some_and(|p| p.offset >= offset) {
@@ -220,6 +229,7 @@ impl StateIndex {
                     instructions,
                     block_bytes,
                     state,
+                    data,
                 });
             }
             if threads.insert(t, entries).is_some() {

@@ -104,6 +104,70 @@ pub struct SignalAt {
     pub rep: bool,
 }
 
+/// Where a [`DataCursor`] stands ([`DataCursor::mark`]): its stream
+/// offset, the values it gave, the `rsp` an ENTER_SAME would repeat and
+/// those kept for handlers, and a value read and put back. A cursor
+/// started there gives the same items as the one marked.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ValueMark {
+    offset: u64,
+    given: u64,
+    last: Option<u64>,
+    kept: Vec<Option<u64>>,
+    peeked: Option<(u64, Option<u32>)>,
+}
+
+impl ValueMark {
+    /// Appends its bytes to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let opt = |out: &mut Vec<u8>, v: Option<u64>| {
+            out.push(v.is_some().into());
+            out.extend_from_slice(&v.unwrap_or(0).to_le_bytes());
+        };
+        out.extend_from_slice(&self.offset.to_le_bytes());
+        out.extend_from_slice(&self.given.to_le_bytes());
+        opt(out, self.last);
+        out.extend_from_slice(&(self.kept.len() as u32).to_le_bytes());
+        for &k in &self.kept {
+            opt(out, k);
+        }
+        opt(out, self.peeked.map(|p| p.0));
+        opt(out, self.peeked.and_then(|p| p.1).map(u64::from));
+    }
+
+    /// Reads one from the front of `bytes` (`None`: malformed).
+    pub fn decode(bytes: &mut &[u8]) -> Option<ValueMark> {
+        let mut r = index::Fields(bytes);
+        let opt = |r: &mut index::Fields<'_>| -> Option<Option<u64>> {
+            let some = r.u8()?;
+            let v = r.u64()?;
+            match some {
+                0 => Some(None),
+                1 => Some(Some(v)),
+                _ => None,
+            }
+        };
+        let (offset, given, last) = (r.u64()?, r.u64()?, opt(&mut r)?);
+        let n = r.u32()? as usize;
+        let kept = (0..n).map(|_| opt(&mut r)).collect::<Option<Vec<_>>>()?;
+        let (v, enter) = (opt(&mut r)?, opt(&mut r)?);
+        let enter = enter.map(u32::try_from).transpose().ok()?;
+        let peeked = match (v, enter) {
+            (Some(v), e) => Some((v, e)),
+            (None, None) => None,
+            (None, Some(_)) => return None,
+        };
+        *bytes = r.0;
+        Some(ValueMark {
+            offset,
+            given,
+            last,
+            kept,
+            peeked,
+        })
+    }
+}
+
 /// One item of a thread's data, in stream order ([`DataCursor`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DataItem {
@@ -246,6 +310,43 @@ impl<'t> DataCursor<'t> {
         let item = self.stream.next_data(self.given)?;
         self.given += matches!(item, Some(DataItem::Value(..))) as usize;
         Ok(item)
+    }
+
+    /// Where it stands, for [`Visit::values_at`] to start another cursor
+    /// there; `None` right before a SIGNAL or FAULT record it stopped at.
+    ///
+    /// [`Visit::values_at`]: crate::visit::Visit::values_at
+    pub fn mark(&self) -> Option<ValueMark> {
+        let peeked = match self.peeked {
+            None => None,
+            Some(DataItem::Value(v, enter)) => Some((v, enter)),
+            Some(DataItem::Signal(_)) => return None,
+        };
+        let e = self.stream.entry_rsp();
+        Some(ValueMark {
+            offset: self.stream.offset(),
+            given: self.given as u64,
+            last: e.0,
+            kept: e.1.to_vec(),
+            peeked,
+        })
+    }
+
+    /// A cursor of the same thread at `mark` (its stream positioned by
+    /// `stream`, fresh).
+    pub(crate) fn at_mark(mut stream: stream::Stream<'t>, mark: &ValueMark) -> Result<Self> {
+        if !stream.seek(mark.offset)? && stream.offset() != mark.offset {
+            return Err(Error::Index(format!(
+                "a data state's value cursor at stream offset {}, past the stream's end",
+                mark.offset
+            )));
+        }
+        stream.set_entry_rsp(mark.last, mark.kept.clone());
+        Ok(DataCursor {
+            stream,
+            given: mark.given as usize,
+            peeked: mark.peeked.map(|(v, e)| DataItem::Value(v, e)),
+        })
     }
 
     /// The items left (read to the end), in order, to `f`.

@@ -1036,6 +1036,11 @@ struct Kept {
     batches: Vec<Vec<u8>>,
 }
 
+/// What a worker of [`crate::visit::Pieces`] keeps from one piece to the
+/// next (its summaries, chunk buffers and batches).
+#[derive(Default)]
+pub struct PieceKeep(Kept);
+
 /// A piece being expanded: its machine, its sink, and the index entry
 /// where it pauses (`None`: at the end of its stream).
 struct Walk<'m> {
@@ -1099,6 +1104,7 @@ fn keep_state(
             instructions,
             block_bytes,
             state,
+            data: Vec::new(),
         });
     }
     offset.saturating_add(interval)
@@ -1190,6 +1196,11 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             states: None,
             chunks: std::sync::Arc::new(crate::stream::Chunks::keeping(shared_budget(trace, opts))),
         })
+    }
+
+    /// Each job's thread.
+    pub(crate) fn job_threads(&self) -> Vec<ThreadId> {
+        self.jobs.iter().map(|j| j.info.start.thread).collect()
     }
 
     fn groups_idx(&self, job: &Job<'_>) -> &[usize] {
@@ -1548,7 +1559,14 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
                 Progress::Paused => match states.as_deref_mut() {
                     Some((s, entries)) => {
                         let counts = self.counts_of(emitted);
+                        let kept = entries.len();
                         sink.pause_at = keep_state(m, s.interval, counts, entries);
+                        // A consumer of runs (the data walk) keeps its own
+                        // state there too: nothing uncertain is left at a
+                        // pause point, so the record stands where the walk is.
+                        if self.opts.format.runs() && entries.len() > kept && sink.out.is_empty() {
+                            crate::visit::pause_record(m.stream_offset(), &mut sink.out);
+                        }
                     }
                     None => return check_pause(m, expect),
                 },
@@ -1590,9 +1608,53 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         }
     }
 
+    /// Keeps states every `interval` stream bytes as whole threads go
+    /// (0: none), for [`Ctx::take_index`].
+    pub(crate) fn keep_states(&mut self, interval: u64) {
+        self.states = (interval > 0).then(|| States {
+            interval,
+            threads: Default::default(),
+        });
+    }
+
+    /// The pieces of `job` (an index into the jobs) cut at the index
+    /// entries `cut` accepts, as entry numbers of its thread: from (none:
+    /// the stream's start) and to (none: its end).
+    pub(crate) fn piece_spans(
+        &self,
+        cut: &dyn Fn(&Entry) -> bool,
+    ) -> Vec<(usize, Option<usize>, Option<usize>)> {
+        let mut spans = Vec::new();
+        for (j, job) in self.jobs.iter().enumerate() {
+            let entries =
+                (self.opts.index.as_ref()).map_or(&[][..], |i| i.entries(job.info.start.thread.0));
+            let cuts: Vec<usize> = (0..entries.len()).filter(|&k| cut(&entries[k])).collect();
+            let starts = std::iter::once(None).chain(cuts.iter().copied().map(Some));
+            let ends = cuts.iter().copied().map(Some).chain(std::iter::once(None));
+            spans.extend(starts.zip(ends).map(|(a, b)| (j, a, b)));
+        }
+        spans
+    }
+
+    /// Regenerates the piece of job `j` between its thread's index entries
+    /// `from` and `to` ([`Ctx::piece_spans`]) to `give`, with what the
+    /// worker's last piece left in `keep`.
+    pub(crate) fn produce_span(
+        &self,
+        (j, from, to): (usize, Option<usize>, Option<usize>),
+        give: &mut dyn FnMut(&mut Vec<u8>) -> std::io::Result<()>,
+        keep: &mut PieceKeep,
+    ) -> Result<()> {
+        let job = &self.jobs[j];
+        let entries =
+            (self.opts.index.as_ref()).map_or(&[][..], |i| i.entries(job.info.start.thread.0));
+        let piece = self.piece(job, (from.map(|k| &entries[k]), to.map(|k| &entries[k])));
+        self.produce_to(piece, give, &mut keep.0)
+    }
+
     /// The state index the whole threads kept, if every thread kept its
     /// states ([`regen_trace_indexing`]).
-    fn take_index(&mut self) -> Option<StateIndex> {
+    pub(crate) fn take_index(&mut self) -> Option<StateIndex> {
         let States { interval, threads } = self.states.take()?;
         let threads = threads.into_inner().ok()?;
         (threads.len() == self.jobs.len()).then(|| StateIndex {
@@ -1726,21 +1788,32 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         }
         let mut keep = Kept::default();
         for job in self.jobs {
-            let mut werr = None;
-            let mut emit = |b: &mut Vec<u8>| match give(b) {
-                Ok(()) => true,
-                Err(e) => {
-                    werr = Some(e);
-                    false
-                }
-            };
-            let r = self.produce(self.whole(job), &mut emit, &mut keep);
-            if let Some(e) = werr {
-                return Err(Error::Output(e));
-            }
-            r?;
+            self.produce_to(self.whole(job), give, &mut keep)?;
         }
         Ok(())
+    }
+
+    /// [`Ctx::produce`] handing batches to `give`, whose error stops it
+    /// and is the result.
+    fn produce_to(
+        &self,
+        piece: Piece<'_>,
+        give: &mut dyn FnMut(&mut Vec<u8>) -> std::io::Result<()>,
+        keep: &mut Kept,
+    ) -> Result<()> {
+        let mut werr = None;
+        let mut emit = |b: &mut Vec<u8>| match give(b) {
+            Ok(()) => true,
+            Err(e) => {
+                werr = Some(e);
+                false
+            }
+        };
+        let r = self.produce(piece, &mut emit, keep);
+        match werr {
+            Some(e) => Err(Error::Output(e)),
+            None => r,
+        }
     }
 
     /// Output written by the workers at their pieces' offsets in `file`

@@ -958,6 +958,17 @@ impl<'t> Stream<'t> {
         n
     }
 
+    /// The `rsp` an ENTER_SAME would repeat, and those kept for the
+    /// handlers running ([`crate::ValueMark`]).
+    pub(crate) fn entry_rsp(&self) -> (Option<u64>, &[Option<u64>]) {
+        (self.entries.last, &self.entries.kept)
+    }
+
+    /// Sets what [`Stream::entry_rsp`] gives, for a stream started mid-way.
+    pub(crate) fn set_entry_rsp(&mut self, last: Option<u64>, kept: Vec<Option<u64>>) {
+        (self.entries.last, self.entries.kept) = (last, kept);
+    }
+
     /// The ENTER_SAME records [`Stream::next_data`] has read.
     pub(crate) fn entries_same(&self) -> u64 {
         self.entries.same

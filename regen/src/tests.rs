@@ -92,7 +92,9 @@ fn visited_as(bytes: &[u8], opts: &Options, segments: bool) -> (String, Result<(
                         insns(&mut out, s.module, b, 0, m.blocks[b].ninsns);
                     }
                 }
-                Step::Event(Event::Signal { .. } | Event::SigReturn { .. }) => {}
+                Step::Event(
+                    Event::Signal { .. } | Event::SigReturn { .. } | Event::Pause { .. },
+                ) => {}
             }
         }
         true

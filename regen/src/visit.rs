@@ -42,6 +42,8 @@
 
 use crate::compile::{BlockIx, Module};
 use crate::error::{Error, Result};
+use crate::index::{Entry, StateIndex};
+pub use crate::output::PieceKeep;
 use crate::output::{prepare, Ctx, Format, Options, Prepared, AHEAD_BYTES};
 use crate::stream::Chunks;
 use crate::DataCursor;
@@ -59,6 +61,9 @@ pub(crate) const FAULTS: u32 = 1 << 30;
 const SIGNAL: u32 = u32::MAX - 1;
 /// Handler-return records carry this module number.
 const SIGRETURN: u32 = u32::MAX - 2;
+/// Records of a pause where a state index keeps a state carry this
+/// module number ([`Visit::run_indexing`]).
+const PAUSE: u32 = u32::MAX - 3;
 /// Bytes per record.
 pub(crate) const RECORD: usize = 16;
 
@@ -104,6 +109,12 @@ pub enum Event {
         /// The handler moved the rip (SIGRETURN's differs from SIGNAL's):
         /// the interrupted instruction does not run again.
         moved: bool,
+    },
+    /// The walk kept the thread's state for a state index here, the
+    /// entry of stream offset `offset` ([`Visit::run_indexing`] only).
+    Pause {
+        /// The entry's stream offset.
+        offset: u64,
     },
 }
 
@@ -172,6 +183,13 @@ pub(crate) fn sigreturn_record(offset: u64, moved: bool, out: &mut Vec<u8>) {
     }
 }
 
+/// The record of a pause kept for a state index ([`Event::Pause`]).
+pub(crate) fn pause_record(offset: u64, out: &mut Vec<u8>) {
+    for v in [PAUSE, offset as u32, (offset >> 32) as u32, 0] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
 /// Inlined, so that a consumer's match on the step is fused with it (no
 /// step built and read back per record: 8 % of `aetrace cachesim`'s
 /// samples on bzip2's trace when it was a call; always, since the data
@@ -184,6 +202,9 @@ fn decode(r: &[u8]) -> Step {
         SIGNAL => Step::Event(Event::Signal {
             signo: w(1),
             offset: u64::from(w(2)) | u64::from(w(3)) << 32,
+        }),
+        PAUSE => Step::Event(Event::Pause {
+            offset: u64::from(w(1)) | u64::from(w(2)) << 32,
         }),
         SIGRETURN => Step::Event(Event::SigReturn {
             offset: u64::from(w(1)) | u64::from(w(2)) << 32,
@@ -274,40 +295,137 @@ impl<'t, B: AsRef<[u8]> + Sync> Visit<'t, B> {
         &self.prepared.0
     }
 
+    /// A cursor of `thread`'s data values where `mark` says
+    /// ([`DataCursor::mark`]), reading through the walk's chunks.
+    pub fn values_at(
+        &self,
+        thread: aetrace_format::ThreadId,
+        mark: &crate::ValueMark,
+    ) -> Result<DataCursor<'_>> {
+        let chunks = self.trace.chunks(thread).collect();
+        let stream = crate::stream::Stream::new(thread, chunks).sharing(&self.chunks);
+        DataCursor::at_mark(stream, mark)
+    }
+
     /// Regenerates, handing the events to `give` in batches (it may take
     /// the batch, leaving another [`Runs`] to fill in its place);
     /// `give` returning false stops the walk early with `Ok`. On a
     /// regeneration error, everything before it was given.
     pub fn run(&self, give: &mut dyn FnMut(&mut Runs) -> bool) -> Result<()> {
+        self.run_indexing(0, give).map(|_| ())
+    }
+
+    /// [`Visit::run`], keeping (`interval` > 0) the states of a state
+    /// index every `interval` stream bytes, each marked by an
+    /// [`Event::Pause`] where it was kept: the index, when every thread
+    /// was walked whole (as [`crate::regen_trace_indexing`]).
+    pub fn run_indexing(
+        &self,
+        interval: u64,
+        give: &mut dyn FnMut(&mut Runs) -> bool,
+    ) -> Result<Option<StateIndex>> {
         let mut ctx = Ctx::new(self.trace, &self.prepared, &self.opts, AHEAD_BYTES)?;
         ctx.chunks = self.chunks.clone();
-        // A record cut between two batches (not expected: batches end at
-        // block boundaries, but the stream is a concatenation either way).
-        let mut carry: Vec<u8> = Vec::new();
-        let r = ctx.deliver(&mut |b| {
-            if !carry.is_empty() {
-                b.splice(0..0, carry.drain(..));
-            }
-            let whole = b.len() / RECORD * RECORD;
-            carry.extend_from_slice(&b[whole..]);
-            b.truncate(whole);
-            let mut runs = Runs {
-                bytes: std::mem::take(b),
-            };
-            let go = give(&mut runs);
-            // What `give` left: the batch, or a buffer for the next one.
-            *b = runs.bytes;
-            b.clear();
-            if go {
-                Ok(())
-            } else {
-                Err(std::io::Error::other(Stopped))
-            }
-        });
-        match r {
-            Err(Error::Output(e)) if e.get_ref().is_some_and(|i| i.is::<Stopped>()) => Ok(()),
-            r => r,
+        ctx.keep_states(interval);
+        let mut deliver = whole_records(give);
+        stopped_ok(ctx.deliver(&mut |b| deliver(b)))?;
+        Ok(ctx.take_index())
+    }
+
+    /// The trace's pieces between the entries of the state index of its
+    /// options, to be regenerated in any order ([`Pieces::run`]).
+    pub fn pieces(&self) -> Result<Pieces<'_, B>> {
+        let mut ctx = Ctx::new(self.trace, &self.prepared, &self.opts, AHEAD_BYTES)?;
+        ctx.chunks = self.chunks.clone();
+        Ok(Pieces { ctx })
+    }
+}
+
+/// A stop asked by the consumer is no error.
+fn stopped_ok(r: Result<()>) -> Result<()> {
+    match r {
+        Err(Error::Output(e)) if e.get_ref().is_some_and(|i| i.is::<Stopped>()) => Ok(()),
+        r => r,
+    }
+}
+
+/// The batches of a walk as whole records for `give`.
+fn whole_records<'g>(
+    give: &'g mut dyn FnMut(&mut Runs) -> bool,
+) -> impl FnMut(&mut Vec<u8>) -> std::io::Result<()> + 'g {
+    // A record cut between two batches (not expected: batches end at
+    // block boundaries, but the stream is a concatenation either way).
+    let mut carry: Vec<u8> = Vec::new();
+    move |b| {
+        if !carry.is_empty() {
+            b.splice(0..0, carry.drain(..));
         }
+        let whole = b.len() / RECORD * RECORD;
+        carry.extend_from_slice(&b[whole..]);
+        b.truncate(whole);
+        let mut runs = Runs {
+            bytes: std::mem::take(b),
+        };
+        let go = give(&mut runs);
+        // What `give` left: the batch, or a buffer for the next one.
+        *b = runs.bytes;
+        b.clear();
+        if go {
+            Ok(())
+        } else {
+            Err(std::io::Error::other(Stopped))
+        }
+    }
+}
+
+/// One piece of a thread's stream between two entries of a state index
+/// ([`Visit::pieces`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    /// Its thread.
+    pub thread: ThreadId,
+    /// Its first entry (`None`: the stream's start, with a
+    /// [`Event::Thread`] first).
+    pub from: Option<usize>,
+    /// The entry where it pauses (`None`: the stream's end).
+    pub to: Option<usize>,
+    job: usize,
+}
+
+/// A trace's pieces between state index entries, for workers that
+/// regenerate them in any order (`regen --data -j N`): a piece started
+/// from an entry gives the events after that entry's pause up to the next
+/// one's, and checks that the machine pauses there in the entry's state.
+pub struct Pieces<'v, B> {
+    ctx: Ctx<'v, B>,
+}
+
+impl<B: AsRef<[u8]> + Sync> Pieces<'_, B> {
+    /// The pieces, per thread in order, cut at the index entries `cut`
+    /// accepts.
+    pub fn spans(&self, cut: &dyn Fn(&Entry) -> bool) -> Vec<Span> {
+        let threads = self.ctx.job_threads();
+        (self.ctx.piece_spans(cut).into_iter())
+            .map(|(job, from, to)| Span {
+                thread: threads[job],
+                from,
+                to,
+                job,
+            })
+            .collect()
+    }
+
+    /// Regenerates piece `span`, handing its events to `give` in batches
+    /// as [`Visit::run`] does; `keep` carries a worker's buffers from
+    /// one piece to its next.
+    pub fn run(
+        &self,
+        span: Span,
+        keep: &mut PieceKeep,
+        give: &mut dyn FnMut(&mut Runs) -> bool,
+    ) -> Result<()> {
+        let mut deliver = whole_records(give);
+        stopped_ok((self.ctx).produce_span((span.job, span.from, span.to), &mut deliver, keep))
     }
 }
 

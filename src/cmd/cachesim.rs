@@ -1556,7 +1556,12 @@ fn feed<const WINDOW: bool>(
                 }
             }
             // Instructions only: a handler's blocks are blocks.
-            Step::Event(Event::Thread(_) | Event::Signal { .. } | Event::SigReturn { .. }) => {}
+            Step::Event(
+                Event::Thread(_)
+                | Event::Signal { .. }
+                | Event::SigReturn { .. }
+                | Event::Pause { .. },
+            ) => {}
         }
     }
     Ok(true)

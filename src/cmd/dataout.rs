@@ -56,8 +56,12 @@
 //! next records are those runs'.
 
 // (A path the `cachesim` binary, which includes this file by its path, finds too.)
+#[path = "dataout/pieces.rs"]
+mod pieces;
 #[path = "dataout/signals.rs"]
 mod signals;
+#[path = "dataout/state.rs"]
+mod state;
 
 use std::cell::Cell;
 use std::io::Write;
@@ -76,6 +80,7 @@ use aetrace_format::progdb::ProgramDb;
 use aetrace_format::section::module_flags;
 use aetrace_format::{ModuleId, ThreadId, Trace};
 use aetrace_regen::compile::{BlockIx, Module};
+use aetrace_regen::index::StateIndex;
 use aetrace_regen::visit::{BlockRun, Event, Runs, Segment, Step, Steps, Visit};
 use aetrace_regen::DataItem;
 use iced_x86::{Decoder, DecoderOptions, Instruction, InstructionInfoFactory};
@@ -642,7 +647,7 @@ pub fn has_data(trace: &Path) -> Result<bool, Error> {
     Ok(trace.modules().iter().any(has_data_flag))
 }
 
-fn has_data_flag(m: &aetrace_format::section::Module) -> bool {
+pub(crate) fn has_data_flag(m: &aetrace_format::section::Module) -> bool {
     m.flags & module_flags::DATA_ABS != 0
 }
 
@@ -887,6 +892,15 @@ struct Values<'t> {
     rep_faults: bool,
     /// The thread constants taken so far (`Recorded::Once`), by number.
     once: Once,
+    /// Where the window's values from the stream were read from (the
+    /// cursor's mark before), at window index `mark_at`; the values
+    /// before index `spliced` were put back from elsewhere (a handler's
+    /// interrupted instruction's): the data walk's state (`state`).
+    mark: Option<aetrace_regen::ValueMark>,
+    mark_at: i64,
+    spliced: usize,
+    /// The ENTER [`Values::carry`] put before this window's first value.
+    carried: Option<u32>,
 }
 
 /// The thread constants a thread (or a handler) has taken, by number
@@ -958,14 +972,19 @@ impl<'t> Values<'t> {
     fn refill(&mut self) -> Result<(), String> {
         self.before += self.win.values.len() as u64;
         (self.next, self.entered) = (0, 0);
+        (self.mark_at, self.spliced) = (0, 0);
         let n = match &mut self.cursor {
-            Some(c) => c.read(WINDOW, &mut self.win).map_err(|e| e.to_string())?,
+            Some(c) => {
+                self.mark = c.mark();
+                c.read(WINDOW, &mut self.win).map_err(|e| e.to_string())?
+            }
             None => 0,
         };
         if n == 0 {
             return Err(self.short());
         }
-        if let Some(raw) = self.carry.take() {
+        self.carried = self.carry.take();
+        if let Some(raw) = self.carried {
             self.win.entered.insert(0, (0, raw));
         }
         Ok(())
@@ -1052,9 +1071,38 @@ pub fn write(
     format: DataFormat,
     out: &mut dyn Write,
 ) -> Result<Counts, Error> {
+    write_indexing(&Trace::open(trace)?, opts, format, out, 0).map(|r| r.0)
+}
+
+/// [`write`] of a trace open: with `-j N` (N > 1) from the state index
+/// of `opts` when its entries keep data states (`pieces`), else one walk
+/// keeping (`interval` > 0) a state index's states, the data walk's
+/// among them ([`walk_indexing`]).
+pub fn write_indexing<B: AsRef<[u8]> + Sync>(
+    trace: &Trace<B>,
+    opts: &aetrace_regen::Options,
+    format: DataFormat,
+    out: &mut dyn Write,
+    interval: u64,
+) -> Result<(Counts, Option<StateIndex>), Error> {
+    let workers = match opts.jobs {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let with_data = (opts.index.as_deref())
+        .is_some_and(|i| (i.threads.values().flatten()).any(|e| !e.data.is_empty()));
+    if workers > 1 && with_data {
+        return pieces::write(trace, opts, format, out, workers).map(|c| (c, None));
+    }
+    // One walk: the control walk runs on its own thread beside it.
+    let opts = &aetrace_regen::Options {
+        index: None,
+        jobs: 1,
+        ..opts.clone()
+    };
     if format != DataFormat::Bin {
         let lackey = format == DataFormat::Lackey;
-        return walk(trace, opts, &mut Text { lackey, out });
+        return walk_indexing(trace, opts, &mut Text { lackey, out }, interval);
     }
     let header = aetrace_format::addrtrace::Header { count: None };
     out.write_all(&header.to_bytes())?;
@@ -1067,9 +1115,9 @@ pub fn write(
         words: Vec::new(),
         segs: Vec::new(),
     };
-    let counts = walk(trace, opts, &mut bin)?;
+    let r = walk_indexing(trace, opts, &mut bin, interval)?;
     bin.records.flush()?;
-    Ok(counts)
+    Ok(r)
 }
 
 /// Gives every instruction and data reference of `trace` to `sink`.
@@ -1082,23 +1130,23 @@ pub fn walk(
     if !trace.modules().iter().any(has_data_flag) {
         return Err("the trace has no data addresses: record it with --data".into());
     }
-    let visit = Visit::with_segments(&trace, opts)?.sharing_values();
-    let mut w = Writer {
-        sink,
-        mods: Vec::new(),
-        values: Values::default(),
-        state: ThreadExec::default(),
-        sig: signals::Signals::default(),
-        info: InstructionInfoFactory::new(),
-        addrs: InsnAddrs::default(),
-        block: BlockAddrs::default(),
-        counts: Counts::default(),
-        segments: Segments::default(),
-    };
-    for m in visit.modules() {
-        w.mods.push(mod_data(&trace, m)?);
-        w.segments.of.push(vec![Segments::NEW; Segment::numbers(m)]);
+    walk_indexing(&trace, opts, sink, 0).map(|r| r.0)
+}
+
+/// [`walk`] of a trace open, keeping (`interval` > 0) the states of a
+/// state index every `interval` stream bytes, the data walk's with the
+/// control walk's: the index, when every thread was walked whole.
+pub fn walk_indexing<B: AsRef<[u8]> + Sync>(
+    trace: &Trace<B>,
+    opts: &aetrace_regen::Options,
+    sink: &mut impl Sink,
+    interval: u64,
+) -> Result<(Counts, Option<StateIndex>), Error> {
+    if !trace.modules().iter().any(has_data_flag) {
+        return Err("the trace has no data addresses: record it with --data".into());
     }
+    let visit = Visit::with_segments(trace, opts)?.sharing_values();
+    let mut w = Writer::new(sink, Caches::of(trace, visit.modules())?);
     w.sink.modules(visit.modules());
     std::thread::scope(|s| {
         let (tx, rx) = mpsc::sync_channel::<Runs>(RUNS_AHEAD);
@@ -1107,22 +1155,93 @@ pub fn walk(
         let control = std::thread::Builder::new()
             .name("aetrace-control".into())
             .spawn_scoped(s, move || {
-                v.run(&mut |runs| {
+                v.run_indexing(interval, &mut |runs| {
                     let spare = back_rx.try_recv().unwrap_or_default();
                     tx.send(std::mem::replace(runs, spare)).is_ok()
                 })
             })?;
         // Its error first: the control walk stops at its next batch
         // (`rx` dropped), and had given the events before it.
-        let walked = w.events(&trace, &visit, rx, back_tx);
+        let walked = w.events(trace, &visit, rx, back_tx);
         let controlled = control
             .join()
             .unwrap_or_else(|p| std::panic::resume_unwind(p));
         walked?;
-        controlled?;
+        let index = controlled?;
         w.end_thread(&visit)?;
-        Ok(w.counts)
+        let index = index.map(|i| with_data_states(i, &w.paused));
+        Ok((w.counts, index))
     })
+}
+
+/// Gives the entries of `index` (of `trace`, a data trace) the data
+/// walk's states there: a whole data walk (to nowhere) keeps them at the
+/// same pause points, since it pauses as the index's walk did (same
+/// interval, from the stream's start).
+pub fn add_data_states<B: AsRef<[u8]> + Sync>(
+    trace: &Trace<B>,
+    index: &mut StateIndex,
+) -> Result<(), Error> {
+    let opts = aetrace_regen::Options::default();
+    let sink = &mut std::io::sink();
+    let (_, walked) = write_indexing(trace, &opts, DataFormat::Bin, sink, index.interval)?;
+    let Some(walked) = walked else {
+        return Ok(());
+    };
+    for (t, entries) in &mut index.threads {
+        let Some(w) = walked.threads.get(t) else {
+            continue;
+        };
+        for e in entries.iter_mut() {
+            if let Ok(k) = w.binary_search_by_key(&e.offset, |w| w.offset) {
+                debug_assert_eq!(w[k].state, e.state, "the same pause point");
+                e.data.clone_from(&w[k].data);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Index `index` with the data walk's states kept at its pauses
+/// (`paused`), each in the entry of the same thread and offset.
+fn with_data_states(mut index: StateIndex, paused: &[(ThreadId, u64, Vec<u8>)]) -> StateIndex {
+    for (t, offset, data) in paused {
+        let entries = index
+            .threads
+            .get_mut(&t.0)
+            .map_or(&mut [][..], |e| &mut e[..]);
+        if let Ok(k) = entries.binary_search_by_key(offset, |e| e.offset) {
+            entries[k].data.clone_from(data);
+        }
+    }
+    index
+}
+
+impl<'o, S: Sink> Writer<'o, '_, S> {
+    /// A walk into `sink` knowing `caches`, at no thread yet.
+    fn new(sink: &'o mut S, caches: Caches) -> Self {
+        Writer {
+            sink,
+            mods: caches.mods,
+            values: Values::default(),
+            state: ThreadExec::default(),
+            sig: signals::Signals::default(),
+            info: InstructionInfoFactory::new(),
+            addrs: InsnAddrs::default(),
+            block: BlockAddrs::default(),
+            counts: Counts::default(),
+            segments: caches.segments,
+            paused: Vec::new(),
+        }
+    }
+
+    /// What it learned of the code, for the next walk.
+    fn caches(self) -> Caches {
+        Caches {
+            mods: self.mods,
+            segments: self.segments,
+        }
+    }
 }
 
 /// Batches of runs (`regen::output::BATCH` bytes each) the control walk,
@@ -1179,7 +1298,35 @@ struct Writer<'o, 't, S> {
     block: BlockAddrs,
     counts: Counts,
     segments: Segments,
+    /// The states kept at the walk's [`Event::Pause`]s: thread, stream
+    /// offset, the encoded state (`state`).
+    paused: Vec<(ThreadId, u64, Vec<u8>)>,
 }
+
+/// What a walk learns of a trace's code, carried from one piece to the
+/// next of the same worker.
+struct Caches {
+    mods: Vec<ModData>,
+    segments: Segments,
+}
+
+impl Caches {
+    fn of<B: AsRef<[u8]>>(trace: &Trace<B>, modules: &[Module]) -> Result<Caches> {
+        let mut c = Caches {
+            mods: Vec::new(),
+            segments: Segments::default(),
+        };
+        for m in modules {
+            c.mods.push(mod_data(trace, m)?);
+            c.segments.of.push(vec![Segments::NEW; Segment::numbers(m)]);
+        }
+        Ok(c)
+    }
+}
+
+/// Why a piece cannot go on: the index's data states do not describe
+/// the trace.
+const INDEX_STALE: &str = "a data state of the index does not describe this trace (delete TRACE.idx; `aetrace index` rebuilds it)";
 
 /// The blocks of each summarised segment the control walk gave
 /// ([`Step::Segment`]), listed at its first sight: the control walk
@@ -1346,16 +1493,25 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
         back: mpsc::Sender<Runs>,
     ) -> Result<(), Error> {
         for runs in rx {
-            {
-                let mut steps = runs.steps();
-                while let Some(step) = steps.next() {
-                    match step {
-                        Step::Event(e) => self.event(trace, visit, e)?,
-                        Step::Segment(s) => self.segment(visit, s, &mut steps)?,
-                    }
-                }
-            }
+            self.batch(trace, visit, &runs)?;
             let _ = back.send(runs);
+        }
+        Ok(())
+    }
+
+    /// Walks the events of one batch.
+    fn batch<B: AsRef<[u8]> + Sync>(
+        &mut self,
+        trace: &Trace<B>,
+        visit: &'t Visit<'_, B>,
+        runs: &Runs,
+    ) -> Result<(), Error> {
+        let mut steps = runs.steps();
+        while let Some(step) = steps.next() {
+            match step {
+                Step::Event(e) => self.event(trace, visit, e)?,
+                Step::Segment(s) => self.segment(visit, s, &mut steps)?,
+            }
         }
         Ok(())
     }
@@ -1653,6 +1809,12 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
             Event::Run(r) => self.run(&visit.modules()[r.module as usize], r, &mut false),
             Event::Signal { signo, offset } => self.deliver(visit, signo, offset),
             Event::SigReturn { offset, moved } => self.sigreturn(offset, moved),
+            Event::Pause { offset } => {
+                if let (Some(t), Some(d)) = (self.values.thread, self.data_state()) {
+                    self.paused.push((t, offset, d));
+                }
+                Ok(())
+            }
         }
     }
 

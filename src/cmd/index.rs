@@ -1,6 +1,8 @@
 //! `aetrace index`: writes the regenerator's state index beside a trace
 //! (`TRACE.idx`, `docs/regen.md` section 4), from which `regen -j N`
-//! expands pieces of one stream in parallel without a serial pass first.
+//! expands pieces of one stream in parallel without a serial pass first;
+//! for a `record --data` trace with the data walk's states too
+//! (`regen --data -j N`, `docs/data.md`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -21,7 +23,10 @@ pub struct Args {
 
 pub fn run(a: Args) -> super::Result {
     let trace = aetrace_format::TraceFile::open(&a.trace)?;
-    let index = StateIndex::build(&trace, a.interval)?;
+    let mut index = StateIndex::build(&trace, a.interval)?;
+    if trace.modules().iter().any(super::dataout::has_data_flag) {
+        super::dataout::add_data_states(&trace, &mut index)?;
+    }
     let path = a.output.unwrap_or_else(|| StateIndex::sidecar(&a.trace));
     index.save(&path)?;
     let entries: usize = index.threads.values().map(Vec::len).sum();

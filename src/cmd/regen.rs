@@ -120,11 +120,22 @@ pub fn run(a: Args) -> super::Result {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The data trace (`--format lackey`, `--format xdin|bin --data`).
+/// The data trace (`--format lackey`, `--format xdin|bin --data`): with
+/// `-j N` from a state index that keeps the data walk's states, else one
+/// walk, which (the whole trace, no index) writes that index.
 fn run_data(a: Args, format: super::dataout::DataFormat) -> super::Result {
-    if a.relative || a.count || a.piece != 0 {
-        return Err("--relative, --count and --piece do not apply to data traces yet".into());
+    if a.relative || a.count {
+        return Err("--relative and --count do not apply to data traces yet".into());
     }
+    let trace = aetrace_format::TraceFile::open(&a.trace)?;
+    let index = (!a.no_index)
+        .then(|| super::index::load(&a.trace, a.index.as_deref(), &trace))
+        .flatten();
+    let indexing = index.as_ref().map_or(true, |i| no_data_states(i))
+        && !a.no_index
+        && a.index.is_none()
+        && a.thread.is_none()
+        && a.module.is_none();
     let opts = aetrace_regen::Options {
         format: aetrace_regen::Format::Xdin,
         module: a.module,
@@ -132,17 +143,32 @@ fn run_data(a: Args, format: super::dataout::DataFormat) -> super::Result {
         thread: a.thread,
         jobs: a.jobs,
         count: false,
-        piece_bytes: 0,
-        index: None,
+        piece_bytes: a.piece,
+        index,
     };
     let mut out: Box<dyn std::io::Write> = match a.output.as_ref().and_then(Dest::file) {
         Some(p) => Box::new(std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?),
         None => Box::new(std::io::stdout().lock()),
     };
     let mut out = std::io::BufWriter::with_capacity(1 << 16, &mut out);
-    super::dataout::write(&a.trace, &opts, format, &mut out)?;
+    let interval = if indexing {
+        aetrace_regen::index::DEFAULT_INTERVAL
+    } else {
+        0
+    };
+    let (_, index) = super::dataout::write_indexing(&trace, &opts, format, &mut out, interval)?;
     std::io::Write::flush(&mut out)?;
+    if let Some(index) = index {
+        // As for a control trace (`run`): no index is no error.
+        let _ = index.save(&aetrace_regen::index::StateIndex::sidecar(&a.trace));
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// An index kept by a control walk alone (`regen` without `--data`, or
+/// an older `aetrace index`): the data walk writes one with its states.
+fn no_data_states(i: &aetrace_regen::index::StateIndex) -> bool {
+    i.threads.values().flatten().all(|e| e.data.is_empty())
 }
 
 /// Where `-o` writes: a file, or stdout for `-` (as the other tools read

@@ -90,6 +90,14 @@ struct Saved {
     once: super::Once,
 }
 
+impl Signals {
+    /// No handler's state saved and no `rep` fault pending: the data
+    /// walk may keep its state here (`state`).
+    pub(super) fn quiet(&self) -> bool {
+        self.saved.is_empty() && self.rep.is_none()
+    }
+}
+
 impl Values<'_> {
     /// Takes the values up to the thread's next SIGNAL record, which must
     /// be the one of `signo` at stream `offset` (`want`; `None`: the
@@ -109,6 +117,7 @@ impl Values<'_> {
         self.win.values.clear();
         self.win.entered.clear();
         (self.next, self.entered) = (0, 0);
+        self.mark = None;
         let carried = self.carry.take();
         let at = early.values.len();
         if let Some(raw) = carried {
@@ -147,6 +156,9 @@ impl Values<'_> {
             .extend(marks.map(|&(n, raw)| (n - rest + shift, raw)));
         early.values.extend_from_slice(&self.win.values[rest..]);
         self.before += rest as u64;
+        // The window's values from the stream move with it (`state`).
+        self.spliced = shift + self.spliced.saturating_sub(rest);
+        self.mark_at += shift as i64 - rest as i64;
         self.win = early;
         (self.next, self.entered) = (0, 0);
     }
