@@ -436,8 +436,7 @@ fn module_dbs<B: AsRef<[u8]>>(
 ) -> Result<Vec<Option<(ProgramDb, Returns)>>, String> {
     let db = |m: &Compiled| {
         let db = program_db(trace, m.id).map_err(|e| format!("module {}: {e}", m.name))?;
-        let returns =
-            Returns::of_module(&db, &module_image(trace, m)?).for_minor(trace.header().minor);
+        let returns = Returns::of_module(&db, &module_image(trace, m)?);
         Ok::<_, String>((db, returns))
     };
     modules

@@ -15,7 +15,7 @@ pub const MAGIC: [u8; 8] = *b"AETRACE\0";
 /// Major version written and read: a reader refuses any other major.
 pub const VERSION_MAJOR: u16 = 1;
 /// Minor version written: readers accept any minor of their major (see docs/format.md).
-pub const VERSION_MINOR: u16 = 23;
+pub const VERSION_MINOR: u16 = 22;
 /// The first minor whose SIGNAL rips are never glibc's signal restorer
 /// (the runtime reports where the restorer returns instead).
 pub const MINOR_RESTORER_RESOLVED: u16 = 4;
@@ -42,15 +42,8 @@ pub const MINOR_REP_FAULT: u16 = 13;
 /// 1.22 starts a procedure entered only by direct calls with the argument
 /// registers its entry block uses, recorded at a call that does not know
 /// them. The regenerator's analysis decides where values are, so older data
-/// traces are refused; 1.22 ones are read with their rule
-/// ([`MINOR_FRAMES`]).
+/// traces are refused.
 pub const MINOR_DATA_VALUES: u16 = 22;
-/// The first minor whose data traces start the return point of a direct
-/// call to a closed traced procedure that is not a leaf with the
-/// registers the ABI preserves known (fewer data values; the regenerator
-/// keeps the callers' states on a stack of frames). A 1.22 data trace is
-/// read with the rule it was recorded with (`returns::Returns::for_minor`).
-pub const MINOR_FRAMES: u16 = 23;
 /// The first minor whose control-only traces have, like data traces,
 /// the entry's `rsp` as a VALUE right after each ENTER an outside-entry
 /// stub writes (one per entry from untraced code or by an indirect call),

@@ -35,9 +35,8 @@ pub const MAGIC: [u8; 8] = *b"AETRIDX\0";
 /// chunks were read; 3: setjmp bindings by call block and `rsp`, no
 /// longjmp in progress; 4: each entry's instruction count and `block`
 /// output bytes, so pieces are written at their offsets; 5: each entry's
-/// data walk state, for `regen --data -j N`; 6: that state's frames of
-/// calls to closed procedures).
-pub const VERSION: u16 = 6;
+/// data walk state, for `regen --data -j N`).
+pub const VERSION: u16 = 5;
 /// Stream bytes between entries unless asked otherwise: small enough that
 /// pieces of any size `-j` chooses start close to where it wants them.
 pub const DEFAULT_INTERVAL: u64 = 256 << 10;

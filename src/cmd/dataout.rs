@@ -76,7 +76,7 @@ use aetrace_analysis::addr::full::{self, Recorded, DF};
 use aetrace_analysis::addr::returns::Returns;
 use aetrace_analysis::addr::{forms, Access, Gpr, InsnProgram, RegSet};
 use aetrace_format::addrtrace::{AccessKind, AddrRecord, ADDRESS_LIMIT};
-use aetrace_format::progdb::{CallTarget, ProgramDb};
+use aetrace_format::progdb::ProgramDb;
 use aetrace_format::section::module_flags;
 use aetrace_format::{ModuleId, ThreadId, Trace};
 use aetrace_regen::compile::{BlockIx, Module};
@@ -721,13 +721,8 @@ struct Entry {
     /// a block with a `rep` or a refused instruction).
     flat: Option<FlatCode>,
     /// It ends with a call whose return carries the registers the ABI
-    /// preserves (`exec::back_call`), not to a closed procedure that calls
-    /// (`exec::frame_call`): the state at its end is kept.
+    /// preserves (`exec::back_call`): the state at its end is kept.
     back: bool,
-    /// It ends with a call to a closed procedure that calls
-    /// (`exec::frame_call`): the state at its end is pushed on
-    /// [`ThreadExec::frames`].
-    frame: bool,
     /// It may run between such a call and its return
     /// (`exec::passes_through`).
     passes: bool,
@@ -770,13 +765,6 @@ struct ThreadExec {
     /// call whose return carries the preserved registers (`exec::WayIn::
     /// Back`), while only blocks that pass through it ran since.
     back: Option<Back>,
-    /// The states at the ends of the runs of blocks that end with a call
-    /// to a closed procedure that calls (`exec::frame_call`), oldest
-    /// first, each taken back at the return with its `rsp`
-    /// ([`Writer::frame_of`]); the ones left above it by a non-local
-    /// exit (a handler's `siglongjmp`) have a lower `rsp` and are dropped
-    /// there, never used.
-    frames: Vec<Back>,
     /// How the last run was entered ([`Writer::enter`]).
     edge: Edge,
 }
@@ -795,9 +783,6 @@ enum Edge {
     /// At a call's return point, with the kept call state
     /// ([`ThreadExec::back`]).
     Back,
-    /// At a call's return point, with a state of
-    /// [`ThreadExec::frames`].
-    Frame,
     /// Any other way (an outside entry, a signal handler's return).
     #[default]
     Other,
@@ -866,17 +851,6 @@ impl Back {
             });
         rsp && kept
     }
-
-    /// Whether a handler that returned to `regs` (as [`Back::unmoved`])
-    /// left `frames` the states their calls' returns get: `rsp` and each
-    /// preserved register some frame keeps as the interrupted code had
-    /// them. A frame's callee, or one it called, may not have saved a
-    /// register yet, so a value the handler set (or one the walk cannot
-    /// compare) voids every frame: their returns then refuse the walk.
-    fn unchanged(frames: &[Back], at: &Regs, regs: &[u64]) -> bool {
-        let kept = RegSet(frames.iter().fold(0, |s, f| s | f.known.0) & exec::PRESERVED.0);
-        frames.is_empty() || kept.iter().all(|g| at.get(g) == Some(regs[g.index()]))
-    }
 }
 
 /// How the run before a block's run is one of the ways in the analysis
@@ -889,8 +863,6 @@ enum Came {
     Plain,
     /// A call's return whose state is [`ThreadExec::back`]'s.
     Back,
-    /// A call's return whose state is this one of [`ThreadExec::frames`].
-    Frame(usize),
 }
 
 /// Values per window of a thread's [`Values`] (512 kB).
@@ -1300,7 +1272,7 @@ fn mod_data<B: AsRef<[u8]>>(trace: &Trace<B>, m: &Module) -> Result<ModData, Err
     let db = ProgramDb::decode(&db.decompress()?)?;
     Ok(ModData {
         check: rec.flags & module_flags::DATA_CHECK != 0,
-        returns: Returns::of_module(&db, &image).for_minor(trace.header().minor),
+        returns: Returns::of_module(&db, &image),
         image,
         db,
         blocks: vec![None; m.blocks.len()],
@@ -1661,14 +1633,14 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
             Kept::Dropped
         };
         for (&block, &edge) in blocks.iter().zip(edges) {
-            let Some(e) = entry(block).filter(|e| e.flat.is_some() && !e.frame) else {
+            let Some(e) = entry(block).filter(|e| e.flat.is_some()) else {
                 return Chain::No;
             };
             let rsp = match edge {
                 Edge::Plain | Edge::Jump => 0,
                 Edge::Call => 8u64.wrapping_neg(),
                 Edge::Back if back_past_stub(&links, &ways, entry) => 8,
-                Edge::Back | Edge::Frame | Edge::Other => return Chain::No,
+                Edge::Back | Edge::Other => return Chain::No,
             };
             for (t, n) in p.totals.iter_mut().zip(e.code.totals) {
                 *t += n;
@@ -1756,7 +1728,7 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
                 return;
             };
             let plain = k == at || self.segments.plain[k] || e.known.0 == 0;
-            if !plain || e.flat.is_none() || e.back || e.frame || !m.shown {
+            if !plain || e.flat.is_none() || e.back || !m.shown {
                 return;
             }
             for (t, n) in p.totals.iter_mut().zip(e.code.totals) {
@@ -1969,13 +1941,6 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
                 b.restore(&mut self.state.regs);
                 self.state.edge = Edge::Back;
             }
-        } else if let Came::Frame(k) = came {
-            // The frames above it were left by a non-local exit.
-            self.state.frames.truncate(k + 1);
-            if let Some(f) = self.state.frames.pop() {
-                f.restore(&mut self.state.regs);
-                self.state.edge = Edge::Frame;
-            }
         } else if known.0 != 0 && !*plain {
             match e.facts.ways[e.local as usize].contains(&WayIn::Entry) {
                 true => {
@@ -2028,8 +1993,7 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
             false => FlatCode::of(&code, known, m.load_base),
         };
         let blk = &md.db.procs[proc.as_u32() as usize].blocks[local as usize];
-        let frame = blk.call.is_some_and(|c| exec::frame_call(&c, &md.returns));
-        let back = !frame && blk.call.is_some_and(|c| exec::back_call(&c, &md.returns));
+        let back = blk.call.is_some_and(|c| exec::back_call(&c, &md.returns));
         let passes = (md.blocks[r.block.as_u32() as usize].as_ref())
             .is_some_and(|i| exec::passes_through(blk, i.iter().map(|i| &i.prog)));
         md.entries[r.block.as_u32() as usize] = Some(Entry {
@@ -2040,7 +2004,6 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
             known,
             flat,
             back,
-            frame,
             passes,
             leaf: md.returns.leaf(proc.as_u32()),
             plain_after: Cell::new(None),
@@ -2159,52 +2122,10 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
                 }
                 WayIn::Back(b) if p.proc == e.proc && p.local == b => return Came::Plain,
                 WayIn::Back(b) if (p.passes || p.leaf && by_ret) && call(b) => came = Came::Back,
-                WayIn::Back(b) if by_ret => {
-                    if let Some(k) = self.frame_of((module, md), e, b, p.proc) {
-                        came = Came::Frame(k);
-                    }
-                }
                 _ => {}
             }
         }
         came
-    }
-
-    /// The frame ([`ThreadExec::frames`]) a return to the point after
-    /// call block `b` of `e`'s procedure (of module `module`, `md`) takes, right after a `ret` of
-    /// procedure `from`: `b` calls a closed procedure that calls
-    /// (`exec::frame_call`), `from` is it or one it reaches by tail calls,
-    /// and the last frame whose `rsp` is not below the thread's has that
-    /// `rsp` and is `b`'s (the frames above it, lower, were left by a
-    /// non-local exit). Else none: the walk stops there.
-    fn frame_of(
-        &self,
-        (module, md): (u32, &ModData),
-        e: &Entry,
-        b: u32,
-        from: u32,
-    ) -> Option<usize> {
-        let c = md
-            .db
-            .procs
-            .get(e.proc as usize)?
-            .blocks
-            .get(b as usize)?
-            .call?;
-        let CallTarget::Proc(q) = c.target else {
-            return None;
-        };
-        if !exec::frame_call(&c, &md.returns) || !md.returns.tail_reaches(q, from) {
-            return None;
-        }
-        let rsp = self.state.regs.get(Gpr::RSP)?;
-        let frames = &self.state.frames;
-        let k = frames
-            .iter()
-            .rposition(|f| f.get(Gpr::RSP).map_or(true, |r| r >= rsp))?;
-        let f = &frames[k];
-        let ours = f.module == module && f.proc == e.proc && f.local == b;
-        (ours && f.get(Gpr::RSP) == Some(rsp)).then_some(k)
     }
 
     /// Run `r`; `plain` as [`Writer::enter`]'s. Inlined with `enter` and
@@ -2242,21 +2163,14 @@ impl<'t, S: Sink> Writer<'_, 't, S> {
     }
 
     /// After run `r`: the state at the end of a call block whose return
-    /// carries the preserved registers is kept (pushed on the frames for
-    /// a call to a closed procedure that calls); any other run but one
-    /// that passes through or of a leaf drops [`ThreadExec::back`].
+    /// carries the preserved registers is kept; any other run but one
+    /// that passes through or of a leaf drops it.
     #[inline]
     fn keep_back(&mut self, r: BlockRun, to_end: bool) {
         let e = self.mods[r.module as usize].entries[r.block.as_u32() as usize].as_ref();
         match e {
             Some(e) if e.back && to_end => {
                 self.state.back = Some(Back::of(r.module, e, &self.state.regs))
-            }
-            Some(e) if e.frame && to_end => {
-                let f = Back::of(r.module, e, &self.state.regs);
-                debug_assert!(f.get(Gpr::RSP).is_some(), "a call's [rsp-8] teaches rsp");
-                self.state.frames.push(f);
-                self.state.back = None;
             }
             // A leaf's or pass-through block's run that stops early (a
             // fault, a signal: the rest of it runs when the handler

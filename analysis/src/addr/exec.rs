@@ -27,11 +27,8 @@
 //! that is not a call, or by the return of a direct call to a procedure
 //! that returns by `ret` ([`super::returns`]), which carries `rsp` alone,
 //! or by the return of a call whose callee never runs traced code or is a
-//! leaf or closed ([`back_call`]), which carries the registers SysV x86-64
-//! has a callee preserve ([`PRESERVED`]) as the call block left them (the
-//! regenerator keeps a closed callee's caller's state on a stack of
-//! frames, [`frame_call`], taken back only at the return with the call's
-//! `rsp`).
+//! leaf ([`back_call`]), which carries the registers SysV x86-64 has a
+//! callee preserve ([`PRESERVED`]) as the call block left them.
 //! A procedure's entry starts with `rsp` known ([`WayIn::Entry`]): a
 //! direct call or tail jump from traced code carries the caller's (every
 //! call's own `[rsp-8]` leaves it known; a block that may jump into an
@@ -378,15 +375,12 @@ pub enum WayIn {
     /// The procedure's entry ([`Entered`]): `rsp`.
     Entry,
     /// The return of the call block `b` of this procedure ends with, whose
-    /// callee never runs traced code or is a leaf or closed
-    /// ([`back_call`]): the registers the ABI preserves ([`PRESERVED`])
-    /// known at `b`'s end. The regenerator keeps them across the call:
-    /// the run before is `b`, a PLT stub's block that writes no register
-    /// but `rsp` ([`passes_through`]) run since `b`, or a `ret` of a leaf
-    /// ([`Returns::leaf`]) whose blocks alone ran since `b`; for a call to
-    /// a closed procedure that is not a leaf ([`frame_call`]), a `ret` of
-    /// the callee (or of a procedure it tail-calls) with `rsp` equal to
-    /// the one `b` left, whose state the regenerator keeps on a stack.
+    /// callee never runs traced code ([`back_call`]): the registers the
+    /// ABI preserves ([`PRESERVED`]) known at `b`'s end. The regenerator
+    /// keeps them across the call: the run before is `b`, a PLT stub's
+    /// block that writes no register but `rsp` ([`passes_through`]) run
+    /// since `b`, or a `ret` of a leaf ([`Returns::leaf`]) whose blocks
+    /// alone ran since `b`.
     Back(u32),
 }
 
@@ -394,33 +388,17 @@ pub enum WayIn {
 /// ([`WayIn::Back`]): a call that returns, not `setjmp`-like, unmarked (its
 /// callee never runs traced code: `CallDb::marker`), to untraced code
 /// directly or through a PLT stub of the module ([`Returns::stub`]), or
-/// directly to a traced leaf ([`Returns::leaf`]: only its own blocks run
-/// before it returns) or closed procedure ([`Returns::closed`]: only
-/// closed procedures and untraced code that runs no traced code run
-/// before it returns, and no thread starts there). Assumed: untraced
-/// code, the linker's PLT and lazy-binding path and the module's traced
-/// procedures keep `rsp`, `rbx`, `rbp` and `r12`-`r15` (SysV x86-64).
+/// to a traced leaf ([`Returns::leaf`]: only its own blocks run before it
+/// returns). Assumed: untraced code, the linker's PLT and lazy-binding
+/// path and the module's leaves keep `rsp`, `rbx`, `rbp` and `r12`-`r15`
+/// (SysV x86-64).
 pub fn back_call(c: &CallDb, returns: &Returns) -> bool {
     let to = match c.target {
         CallTarget::External => !c.indirect,
-        CallTarget::Proc(q) => {
-            returns.stub(q) || (returns.leaf(q) || returns.closed(q)) && !c.indirect
-        }
+        CallTarget::Proc(q) => returns.stub(q) || returns.leaf(q) && !c.indirect,
         CallTarget::Exit => false,
     };
     to && !c.tail && !c.jmpbuf && c.returns && !c.marker
-}
-
-/// Whether call `c` is a [`back_call`] to a closed procedure that is not a
-/// leaf: other calls run between it and its return, so the regenerator
-/// keeps its state on a stack of frames, taken back at the return whose
-/// `rsp` is the one the call left.
-pub fn frame_call(c: &CallDb, returns: &Returns) -> bool {
-    let q = match c.target {
-        CallTarget::Proc(q) => q,
-        _ => return false,
-    };
-    back_call(c, returns) && !returns.leaf(q) && !returns.stub(q)
 }
 
 /// Whether a block may run between a [`back_call`] and its return point

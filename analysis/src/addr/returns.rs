@@ -23,14 +23,7 @@
 //! aside, which the regenerator saves the state around) and the return
 //! point keeps the caller's preserved registers too (`exec::WayIn::Back`).
 //! No thread starts inside a leaf: a fork or clone child starts after a
-//! system call. Its *closed* procedures ([`Returns::closed`]) widen the
-//! leaves: they return by `ret`, enter no kernel, and call only closed
-//! procedures directly and untraced code that never runs traced code
-//! (unmarked, not `setjmp`-like), so between a call to one and its return
-//! no fork or clone child, thread or `longjmp` starts (all of those are
-//! marked calls or system calls) and the caller's preserved registers
-//! come back by the ABI's promise; the regenerator keeps them on a stack
-//! of frames checked by `rsp` (`exec::frame_call`).
+//! system call.
 //!
 //! And the stubs of imports whose result is a thread constant
 //! ([`THREAD_CONSTANTS`], [`Returns::thread_constant`]): glibc's
@@ -55,16 +48,14 @@
 //! (code the analysis did not recover) passes an outside-entry stub and is
 //! refused by the regenerator: an error, never a wrong address.
 //!
-//! Invariant: [`Returns::of`] is the greatest set closed under that rule
-//! (and [`Returns::closed`] the greatest set of such procedures closed
-//! under its own, the tests' naive twin iterating it to a fixpoint);
+//! Invariant: [`Returns::of`] is the greatest set closed under that rule;
 //! equivalently, `f` returns by `ret` iff every procedure `f` reaches by
 //! tail calls (itself included) leaves only in those ways (the naive twin
 //! of the tests).
 
 use std::collections::HashMap;
 
-use aetrace_format::progdb::{BlockDb, CallDb, CallTarget, EdgeKindDb, ProcDb, ProgramDb};
+use aetrace_format::progdb::{BlockDb, CallTarget, EdgeKindDb, ProcDb, ProgramDb};
 use iced_x86::{Decoder, DecoderOptions, Instruction, InstructionInfoFactory, Mnemonic};
 
 use super::exec::Exec;
@@ -83,10 +74,6 @@ pub struct Returns {
     /// Per procedure: a leaf ([`Returns::leaf`]); none until
     /// [`Returns::with_leaves`].
     leaves: Vec<bool>,
-    /// Per procedure: closed ([`Returns::closed`]); none until
-    /// [`Returns::with_leaves`] (nor in a reading of a data trace older
-    /// than [`crate::addr::exec`]'s frames, [`Returns::for_minor`]).
-    closed: Vec<bool>,
     /// Per procedure: the thread constant a PLT stub's import returns
     /// ([`Returns::thread_constant`]).
     consts: Vec<Option<u8>>,
@@ -145,7 +132,6 @@ impl Returns {
             reach: (0..n as u32).map(|f| reach_of(db, f)).collect(),
             stubs: db.procs.iter().map(is_stub).collect(),
             leaves: Vec::new(),
-            closed: Vec::new(),
             consts: (db.procs.iter())
                 .map(|p| constant_of(&p.name).filter(|_| is_stub(p)))
                 .collect(),
@@ -223,42 +209,13 @@ impl Returns {
         }
     }
 
-    /// With the module's leaves ([`Returns::leaf`]) and closed procedures
-    /// ([`Returns::closed`]) named: `kernel` says whether a block may
-    /// enter the kernel ([`enters_kernel`]).
+    /// With the module's leaves ([`Returns::leaf`]) named: `kernel` says
+    /// whether a block may enter the kernel ([`enters_kernel`]).
     pub fn with_leaves(mut self, db: &ProgramDb, kernel: impl Fn(&BlockDb) -> bool) -> Self {
-        let quiet: Vec<bool> = (db.procs.iter().enumerate())
-            .map(|(f, p)| self.by_ret[f] && !p.blocks.iter().any(&kernel))
+        self.leaves = (db.procs.iter().enumerate())
+            .map(|(f, p)| self.by_ret[f] && p.blocks.iter().all(|b| b.call.is_none() && !kernel(b)))
             .collect();
-        self.leaves = (db.procs.iter().zip(&quiet))
-            .map(|(p, &q)| q && p.blocks.iter().all(|b| b.call.is_none()))
-            .collect();
-        self.closed = closed_of(db, quiet, |q| self.stub(q));
         self
-    }
-
-    /// As read from a data trace of format minor `minor`: one older than
-    /// [`MINOR_FRAMES`] was recorded with no closed procedure.
-    ///
-    /// [`MINOR_FRAMES`]: aetrace_format::header::MINOR_FRAMES
-    pub fn for_minor(mut self, minor: u16) -> Self {
-        if minor < aetrace_format::header::MINOR_FRAMES {
-            self.closed.clear();
-        }
-        self
-    }
-
-    /// Whether procedure `q` is closed: it returns by `ret`, enters no
-    /// kernel, and each of its calls is an unmarked, not `setjmp`-like,
-    /// direct call to untraced code or to a PLT stub (whose import never
-    /// runs traced code), or a direct call or tail call, not `setjmp`-like,
-    /// to a closed procedure. Between a call to it and the return only
-    /// closed procedures' blocks and untraced code that runs no traced
-    /// code run in the thread (signal handlers aside), and no thread or
-    /// fork child starts: `fork`, `clone`, `longjmp` and `__cxa_throw` are
-    /// marked or enter the kernel (`exec::WayIn::Back`).
-    pub fn closed(&self, q: u32) -> bool {
-        self.closed.get(q as usize).copied().unwrap_or(false)
     }
 
     /// Whether procedure `q` is a leaf: it returns by `ret`, and no block
@@ -292,50 +249,6 @@ impl Returns {
                 .reach
                 .get(f as usize)
                 .is_some_and(|r| r.binary_search(&q).is_ok())
-    }
-}
-
-/// The closed procedures ([`Returns::closed`]): the greatest set of
-/// procedures `quiet` allows (they return by `ret` and enter no kernel)
-/// whose calls all stay in it ([`closed_call`]): start from the
-/// procedures whose calls qualify but for the set, then drop every one
-/// that calls a dropped one. `stub` names the PLT stubs.
-fn closed_of(db: &ProgramDb, mut ok: Vec<bool>, stub: impl Fn(u32) -> bool) -> Vec<bool> {
-    let n = db.procs.len();
-    let mut callers: Vec<Vec<u32>> = vec![Vec::new(); n];
-    for (f, p) in db.procs.iter().enumerate() {
-        for c in p.blocks.iter().filter_map(|b| b.call) {
-            match closed_call(&c, &stub) {
-                Some(Some(q)) if (q as usize) < n => callers[q as usize].push(f as u32),
-                Some(None) => {}
-                _ => ok[f] = false,
-            }
-        }
-    }
-    let mut drop: Vec<u32> = (0..n as u32).filter(|&f| !ok[f as usize]).collect();
-    while let Some(q) = drop.pop() {
-        for &f in &callers[q as usize] {
-            if std::mem::take(&mut ok[f as usize]) {
-                drop.push(f);
-            }
-        }
-    }
-    ok
-}
-
-/// Whether call `c` may be in a closed procedure ([`Returns::closed`]):
-/// `None`, no; `Some(None)`, yes (an unmarked direct call to untraced
-/// code or to a PLT stub); `Some(Some(q))`, if `q` is closed (a direct
-/// call or tail call to `q`).
-fn closed_call(c: &CallDb, stub: impl Fn(u32) -> bool) -> Option<Option<u32>> {
-    if c.indirect || c.jmpbuf || c.marker {
-        return None;
-    }
-    match c.target {
-        CallTarget::External if !c.tail => Some(None),
-        CallTarget::Proc(q) if !c.tail && stub(q) => Some(None),
-        CallTarget::Proc(q) if !stub(q) => Some(Some(q)),
-        _ => None,
     }
 }
 

@@ -16,9 +16,7 @@
 //! At the delivery the thread's state (abstract registers and the run
 //! before) is saved with K's early values (the values before the SIGNAL
 //! the walk has not read), and the handler starts with nothing known (its
-//! outside-entry stub gives `rsp`; it keeps a copy of the frames of the
-//! calls to closed procedures, `ThreadExec::frames`, for a `siglongjmp`
-//! out of it). At the return the state comes back
+//! outside-entry stub gives `rsp`). At the return the state comes back
 //! whole (`rt_sigreturn` restores every register) and K's early values
 //! are put back before the values after the handler, so K reads them
 //! first; the resumed run may start in the middle of its block, with the
@@ -49,7 +47,7 @@
 //! [`Event::Signal`]: aetrace_regen::visit::Event::Signal
 //! [`Event::SigReturn`]: aetrace_regen::visit::Event::SigReturn
 
-use super::{feed, iterations, Back, Error, Sink, ThreadExec, Values, Writer, WINDOW};
+use super::{feed, iterations, Error, Sink, ThreadExec, Values, Writer, WINDOW};
 use aetrace_analysis::addr::exec::code::BlockCode;
 use aetrace_analysis::addr::exec::InsnAddrs;
 use aetrace_analysis::addr::full::{self, Recorded};
@@ -187,10 +185,6 @@ impl<S: Sink> Writer<'_, '_, S> {
             self.rep_signal(visit, sig.rip, &mut early)?;
         }
         let state = std::mem::take(&mut self.state);
-        // A handler that never returns (`siglongjmp`) goes on with the
-        // interrupted code's frames (those it left above are dropped by
-        // their `rsp` at a return); one that returns gets its own back.
-        self.state.frames.clone_from(&state.frames);
         let once = std::mem::take(&mut self.values.once);
         self.sig.saved.enter(
             offset,
@@ -223,9 +217,6 @@ impl<S: Sink> Writer<'_, '_, S> {
             // analysis's, so the values read after are the ones placed).
             let regs = self.take(16)?;
             s.state.back = s.state.back.filter(|b| b.unmoved(&s.state.regs, &regs));
-            if !Back::unchanged(&s.state.frames, &s.state.regs, &regs) {
-                s.state.frames.clear();
-            }
             for g in s.state.regs.known.iter() {
                 s.state.regs.set(g, regs[g.index()]);
             }

@@ -7,8 +7,7 @@
 //! whatever their history: the values used so far, the values put back
 //! before the next ones (a handler's interrupted instruction's), the
 //! thread constants, the abstract registers known (unknown ones are not
-//! state), the run before, the kept call state and the frames of calls
-//! to closed procedures, how the last run was
+//! state), the run before, the kept call state, how the last run was
 //! entered and whether a handler just returned. A piece that reaches the
 //! next entry checks its own first part against the entry's. The second
 //! is where the value cursor starts: a mark of the stream ([`ValueMark`])
@@ -197,33 +196,12 @@ fn encode_exec(e: &ThreadExec, out: &mut Vec<u8>) {
         None => out.push(0),
         Some(b) => {
             out.push(1);
-            put_back(out, b);
+            for x in [b.module, b.proc, b.local] {
+                put(out, x.into());
+            }
+            put_regs(out, b.known, &b.v);
         }
     }
-    put(out, e.frames.len() as u64);
-    e.frames.iter().for_each(|f| put_back(out, f));
-}
-
-fn put_back(out: &mut Vec<u8>, b: &Back) {
-    for x in [b.module, b.proc, b.local] {
-        put(out, x.into());
-    }
-    put_regs(out, b.known, &b.v);
-}
-
-fn get_back(r: &mut &[u8]) -> Option<Back> {
-    let mut x = [0u32; 3];
-    for y in &mut x {
-        *y = u32::try_from(get(r)?).ok()?;
-    }
-    let (known, v) = get_regs(r)?;
-    Some(Back {
-        module: x[0],
-        proc: x[1],
-        local: x[2],
-        v,
-        known,
-    })
 }
 
 fn decode_exec(r: &mut &[u8]) -> Option<ThreadExec> {
@@ -243,15 +221,22 @@ fn decode_exec(r: &mut &[u8]) -> Option<ThreadExec> {
     };
     e.back = match take(r, 1)?[0] {
         0 => None,
-        1 => Some(get_back(r)?),
+        1 => {
+            let mut x = [0u32; 3];
+            for y in &mut x {
+                *y = u32::try_from(get(r)?).ok()?;
+            }
+            let (known, v) = get_regs(r)?;
+            Some(Back {
+                module: x[0],
+                proc: x[1],
+                local: x[2],
+                v,
+                known,
+            })
+        }
         _ => return None,
     };
-    // (Each frame takes at least 5 bytes: a count past that is malformed.)
-    let n = usize::try_from(get(r)?).ok()?;
-    if n > r.len() / 5 {
-        return None;
-    }
-    e.frames = (0..n).map(|_| get_back(r)).collect::<Option<_>>()?;
     Some(e)
 }
 

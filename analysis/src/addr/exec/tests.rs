@@ -9,8 +9,7 @@ use iced_x86::code_asm::*;
 use iced_x86::{Instruction, InstructionInfoFactory};
 
 use super::{
-    anchors_rsp, back_call, entry_knowledge, frame_call, padding, passes_through, ways_in, Entered,
-    Exec, RegSet, WayIn,
+    anchors_rsp, entry_knowledge, padding, passes_through, ways_in, Entered, Exec, RegSet, WayIn,
 };
 use crate::addr::full::Recorded;
 use crate::addr::returns::Returns;
@@ -343,48 +342,6 @@ fn a_call_to_a_leaf_keeps_the_preserved_registers() {
     assert_eq!(entry_knowledge(&p, &kernel, &mut blocks)[3], RegSet(1 << 4));
     // Without leaves named (`Returns::of` alone) no procedure is one.
     assert!(!Returns::of(&db).leaf(1));
-}
-
-/// A direct call to a closed procedure that calls (only closed procedures
-/// and untraced code that runs no traced code run before it returns)
-/// returns with the registers the ABI preserves, kept on the
-/// regenerator's frames ([`frame_call`]); one whose callee makes a marked
-/// call (a callback may run: a fork child, a thread, a `longjmp` may start
-/// there) returns with `rsp` alone.
-#[test]
-fn a_call_to_a_closed_procedure_keeps_the_preserved_registers_on_a_frame() {
-    let (mut p, mut blocks) = caller(CallTarget::Proc(1));
-    p.blocks[2].call.as_mut().unwrap().marker = false;
-    blocks[0] = progs(&asm(|a| a.lea(rbx, qword_ptr(rsp + 16))));
-    let (mut callee, _) = caller(CallTarget::Proc(2));
-    callee.blocks[2].call.as_mut().unwrap().marker = false;
-    let mut db = ProgramDb {
-        procs: vec![p.clone(), callee, returning()],
-        ..ProgramDb::default()
-    };
-    let returns = Returns::of(&db).with_leaves(&db, |_| false);
-    assert!(returns.closed(1) && !returns.leaf(1) && returns.leaf(2));
-    let call = p.blocks[2].call.unwrap();
-    assert!(frame_call(&call, &returns) && back_call(&call, &returns));
-    assert_eq!(ways_in(&p, &returns, &blocks)[3], vec![WayIn::Back(2)]);
-    assert_eq!(
-        entry_knowledge(&p, &returns, &mut blocks)[3],
-        RegSet(1 << 3 | 1 << 4)
-    );
-    // Read as a 1.22 trace: `rsp` alone.
-    let old = returns.for_minor(aetrace_format::header::MINOR_FRAMES - 1);
-    assert!(!frame_call(&call, &old));
-    assert_eq!(ways_in(&p, &old, &blocks)[3], vec![WayIn::Return(1)]);
-    // The callee's call to untraced code is marked.
-    db.procs[1].blocks[2].call = Some(CallDb {
-        target: CallTarget::External,
-        marker: true,
-        ..call
-    });
-    let marked = Returns::of(&db).with_leaves(&db, |_| false);
-    assert!(!marked.closed(1) && !frame_call(&call, &marked));
-    assert_eq!(ways_in(&p, &marked, &blocks)[3], vec![WayIn::Return(1)]);
-    assert_eq!(entry_knowledge(&p, &marked, &mut blocks)[3], RegSet(1 << 4));
 }
 
 /// A `ret` always leaves `rsp` known, recorded or derived: what a return

@@ -24,13 +24,6 @@ enum Exit {
     TailExternal,
     /// A call that returns to the next block (not an exit).
     Call(u32),
-    /// A call to untraced code, marked or not, that returns to the next
-    /// block.
-    CallExternal(bool),
-    /// A `ret` after a system call (a block that enters the kernel).
-    KernelRet,
-    /// A PLT stub's jump through its GOT slot.
-    TailPlt,
 }
 
 fn call(target: CallTarget, tail: bool, indirect: bool) -> CallDb {
@@ -55,7 +48,7 @@ fn proc_of(traced: bool, exits: &[Exit]) -> ProcDb {
     for (b, x) in exits.iter().enumerate() {
         let b = b as u32;
         let (kind, to, c) = match *x {
-            Exit::Ret | Exit::KernelRet => (EdgeKindDb::Return, n, None),
+            Exit::Ret => (EdgeKindDb::Return, n, None),
             Exit::NoReturn => (EdgeKindDb::NoReturn, n, None),
             Exit::Halt => (EdgeKindDb::Halt, n, None),
             Exit::Tail(q, ind) => (
@@ -73,28 +66,10 @@ fn proc_of(traced: bool, exits: &[Exit]) -> ProcDb {
                 (b + 1).min(n - 1),
                 Some(call(CallTarget::Proc(q), false, false)),
             ),
-            Exit::CallExternal(marker) => (
-                EdgeKindDb::CallReturn,
-                (b + 1).min(n - 1),
-                Some(CallDb {
-                    marker,
-                    ..call(CallTarget::External, false, false)
-                }),
-            ),
-            Exit::TailPlt => (
-                EdgeKindDb::TailCall,
-                n,
-                Some(CallDb {
-                    plt: true,
-                    ..call(CallTarget::External, true, false)
-                }),
-            ),
         };
-        // (A block of one 2-byte instruction enters the kernel, `KERNEL`.)
-        let len = if matches!(x, Exit::KernelRet) { 2 } else { 1 };
         blocks.push(BlockDb {
             start: 0x1000 + u64::from(b),
-            insn_lens: vec![len],
+            insn_lens: vec![1],
             call: c,
         });
         edges.push(EdgeDb {
@@ -126,15 +101,7 @@ fn exit(n: u32) -> impl Strategy<Value = Exit> {
         3 => (0..n + 1, prop::bool::weighted(0.1)).prop_map(|(q, i)| Exit::Tail(q, i)),
         1 => Just(Exit::TailExternal),
         1 => (0..n).prop_map(Exit::Call),
-        1 => prop::bool::ANY.prop_map(Exit::CallExternal),
-        1 => Just(Exit::KernelRet),
-        1 => Just(Exit::TailPlt),
     ]
-}
-
-/// Whether block `b` enters the kernel in these modules.
-fn kernel(b: &BlockDb) -> bool {
-    b.insn_lens == [2]
 }
 
 fn module() -> impl Strategy<Value = ProgramDb> {
@@ -211,79 +178,6 @@ proptest! {
         }
         prop_assert!(!r.by_ret(n as u32), "past the module's end");
     }
-}
-
-/// The closed procedures read literally: start from every procedure that
-/// returns by `ret` and enters no kernel, and keep only those whose every
-/// call stays among the ones kept, until nothing changes.
-fn naive_closed(db: &ProgramDb, r: &Returns) -> Vec<bool> {
-    let n = db.procs.len();
-    let quiet = |f: usize| r.by_ret(f as u32) && !db.procs[f].blocks.iter().any(kernel);
-    let mut set: Vec<bool> = (0..n).map(quiet).collect();
-    loop {
-        let stays = |c: &CallDb| {
-            let plain = !c.indirect && !c.jmpbuf && !c.marker;
-            plain
-                && match c.target {
-                    CallTarget::Proc(q) if r.stub(q) => !c.tail,
-                    CallTarget::Proc(q) => set.get(q as usize) == Some(&true),
-                    CallTarget::External => !c.tail,
-                    CallTarget::Exit => false,
-                }
-        };
-        let next: Vec<bool> = (0..n)
-            .map(|f| {
-                set[f]
-                    && db.procs[f]
-                        .blocks
-                        .iter()
-                        .filter_map(|b| b.call)
-                        .all(|c| stays(&c))
-            })
-            .collect();
-        if next == set {
-            return set;
-        }
-        set = next;
-    }
-}
-
-proptest! {
-    #[test]
-    fn closed_procedures_equal_the_naive_definition(db in module()) {
-        let r = Returns::of(&db).with_leaves(&db, kernel);
-        let naive = naive_closed(&db, &r);
-        for (f, &c) in naive.iter().enumerate() {
-            prop_assert_eq!(r.closed(f as u32), c, "procedure {}", f);
-            prop_assert!(!r.leaf(f as u32) || c, "a leaf is closed: {}", f);
-        }
-        let old = r.clone().for_minor(aetrace_format::header::MINOR_FRAMES - 1);
-        prop_assert!((0..db.procs.len() as u32).all(|f| !old.closed(f) && old.leaf(f) == r.leaf(f)));
-    }
-}
-
-#[test]
-fn a_call_that_may_run_traced_code_or_enter_the_kernel_opens_its_callers() {
-    // 0 calls 1 and `memcpy` (unmarked); 1 calls 2, which returns; 3 calls
-    // 4, which makes a system call; 5 makes a marked call (a callback may
-    // run); 6 calls 0 and itself; 7 calls 5.
-    let db = ProgramDb {
-        procs: vec![
-            proc_of(true, &[Exit::Call(1), Exit::CallExternal(false), Exit::Ret]),
-            proc_of(true, &[Exit::Call(2), Exit::Ret]),
-            proc_of(true, &[Exit::Ret]),
-            proc_of(true, &[Exit::Call(4), Exit::Ret]),
-            proc_of(true, &[Exit::KernelRet]),
-            proc_of(true, &[Exit::CallExternal(true), Exit::Ret]),
-            proc_of(true, &[Exit::Call(0), Exit::Call(6), Exit::Ret]),
-            proc_of(true, &[Exit::Call(5), Exit::Ret]),
-        ],
-        ..ProgramDb::default()
-    };
-    let r = Returns::of(&db).with_leaves(&db, kernel);
-    let got: Vec<bool> = (0..8).map(|f| r.closed(f)).collect();
-    assert_eq!(got, [true, true, true, false, false, false, true, false]);
-    assert!(r.leaf(2) && !r.leaf(0) && !r.leaf(4));
 }
 
 #[test]
