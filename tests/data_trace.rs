@@ -650,47 +650,8 @@ fn cachegrind_equals_cachesim_on_data_traces() {
                 rw("LLd misses:")
             );
         }
-        dinero_equals_the_pipe(name, &trace, &bin);
     }
     std::fs::remove_dir_all(&dir).unwrap();
-}
-
-/// Dinero's statistics of data trace `trace` in the process equal those
-/// of its `bin` stream, for first instruction caches whose followers and
-/// fetches on top of their sets go as counts (every policy; lines of 4
-/// bytes, so fetches over three lines; one set) and for those that take
-/// every fetch (`-ccc`, a unified first level, a window).
-fn dinero_equals_the_pipe(name: &str, trace: &Path, bin: &Path) {
-    let d = "-l1-dsize 4k -l1-dbsize 32 -l1-dassoc 2 -l1-drepl f -l2-usize 64k -l2-ubsize 64 -l2-uassoc 4";
-    let sets = [
-        format!("-l1-isize 1k -l1-ibsize 32 -l1-iassoc 2 {d}"),
-        format!("-l1-isize 2k -l1-ibsize 64 -l1-iassoc 4 -l1-irepl f {d}"),
-        format!("-l1-isize 512 -l1-ibsize 16 -l1-iassoc 2 -l1-irepl r --seed 3 {d}"),
-        format!("-l1-isize 256 -l1-ibsize 4 -l1-iassoc 1 {d}"),
-        format!("-l1-isize 1k -l1-ibsize 32 -l1-iassoc 32 {d}"),
-        format!("-l1-isize 1k -l1-ibsize 32 -l1-iassoc 2 -l1-iccc {d}"),
-        format!("-l1-isize 1k -l1-ibsize 32 -l1-iassoc 2 -maxcount 100000 {d}"),
-        "-l1-usize 8k -l1-ubsize 32 -l1-uassoc 4 -l2-usize 64k -l2-ubsize 64 -l2-uassoc 4".into(),
-    ];
-    for options in sets {
-        let stats = |input: &Path| {
-            let out = run_checked(
-                Command::new(common::aetrace())
-                    .arg("cachesim")
-                    .args(options.split_whitespace())
-                    .arg("--json")
-                    .arg(input),
-                "aetrace cachesim (Dinero)",
-            );
-            serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
-        };
-        let ours = stats(trace);
-        assert_eq!(
-            ours,
-            stats(bin),
-            "{name}: {options}: in the process against bin"
-        );
-    }
 }
 
 /// Cachegrind's summary (stderr) of `exe` with these caches.

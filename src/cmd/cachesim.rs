@@ -478,15 +478,13 @@ fn lead<W: Sent>(pending: &mut u64, grouped: &mut u64, out: &mut Vec<W>, mut r: 
 /// A data trace's walk as batches of references sent to the simulating
 /// thread (a modify is a read then a write, as in extended din).
 ///
-/// With `followers` (no `-skipcount` or `-maxcount`, and a first
-/// instruction cache that sees fetches only, in either model), an
+/// With `followers` (the cachegrind model, no `-skipcount`), an
 /// instruction fetch in the line its block's instruction before it ended
-/// in (not a *leader*, `aetrace_cachesim::fetch`) is not sent: it hits
-/// that cache and changes no state under any policy, since data
-/// references never touch it. The followers between two references sent
-/// are counted in the next ([`Rec`]), so that the cachegrind model still
-/// sees an instruction between a read and a write (no read-modify-write
-/// merged across it).
+/// in (not a *leader*, `aetrace_cachesim::fetch`) is not sent: it hits I1
+/// and changes no state, since data references never touch I1. The
+/// followers between two references sent are counted in the next
+/// ([`Rec`]), so that the model still sees an instruction between a read
+/// and a write (no read-modify-write merged across it).
 struct Batches<W> {
     tx: mpsc::SyncSender<Vec<W>>,
     back: mpsc::Receiver<Vec<W>>,
@@ -560,23 +558,16 @@ struct Template<W> {
     lean: Option<Lean<W>>,
 }
 
-/// The line accessed last in each set of the first instruction cache of
-/// the one configuration simulated, when that cache sees instruction
-/// fetches only ([`InsnFetch::strippable`]: split, no `-ccc`), as the
-/// simulating thread has it when it comes to the fetch the walk sends
-/// next. A fetch of such a line hits and changes nothing under every
-/// policy (LRU finds it on top of its set; FIFO and random change
-/// nothing on a hit; a fetch is a read), as a follower does, so it goes
-/// as one: counted in the reference sent after it. Data references
-/// never touch that cache, and every fetch accesses its lines, hit or
-/// miss, so the fetches sent decide the tops.
+/// The line on top of each set of the one I1 simulated (the cachegrind
+/// model with one configuration), as the simulating thread has it when
+/// it comes to the fetch the walk sends next. A fetch whose lines are on
+/// top of their sets hits and changes nothing (LRU), as a follower does,
+/// so it goes as one: counted in the reference sent after it. Data
+/// references never touch I1, and every fetch leaves its lines on top of
+/// their sets, hit or miss, so the fetches sent decide the tops.
 struct Tops {
     shift: u32,
     mask: u64,
-    /// A straddling fetch whose two lines are on top may go as a
-    /// follower: the model counts it as one fetch (cachegrind's, not
-    /// Dinero's two pieces and a multi-block ref, so there it is sent).
-    straddles: bool,
     top: Vec<u64>,
     /// How many times a top changed (a fetch sent): a [`Lean`] stamped
     /// with this number finds its lines still on top without looking.
@@ -584,13 +575,12 @@ struct Tops {
 }
 
 impl Tops {
-    /// An empty I1 of `sets` sets of `line`-byte lines ([`Tops::straddles`]).
-    fn new((line, sets, straddles): (u64, u64, bool)) -> Self {
+    /// An empty I1 of `sets` sets of `line`-byte lines.
+    fn new((line, sets): (u64, u64)) -> Self {
         debug_assert!(line.is_power_of_two() && sets.is_power_of_two());
         Tops {
             shift: line.trailing_zeros(),
             mask: sets - 1,
-            straddles,
             // No line: addresses are below 2^64 - 1.
             top: vec![u64::MAX; sets as usize],
             changes: 0,
@@ -609,26 +599,22 @@ impl Tops {
         self.top[(line & self.mask) as usize] == line
     }
 
-    /// Whether a fetch of `size` bytes at `addr` changes nothing and may
-    /// go as a follower: its line on top of its set, or, with
-    /// [`Tops::straddles`], its two lines.
+    /// Whether a fetch of `size` bytes at `addr` changes nothing: its one
+    /// or two lines on top of their sets (a straddling fetch whose two
+    /// lines hit is counted as one hit, `look_up`'s way).
     #[inline(always)]
     fn hits(&self, addr: u64, size: u32) -> bool {
         let (b, e) = self.lines(addr, size);
-        self.on_top(b) && (e == b || (self.straddles && e == b + 1 && self.on_top(e)))
+        self.on_top(b) && (e == b || (e == b + 1 && self.on_top(e)))
     }
 
-    /// The fetch of `size` bytes at `addr` is sent: each of its lines
-    /// goes on top in turn, as the pieces Dinero cuts it into do (the
-    /// cachegrind model refuses more than two and stops: nothing after
-    /// it is simulated).
+    /// The fetch of `size` bytes at `addr` is sent: its lines go on top.
+    /// One over more than two lines is refused by the simulator, which
+    /// then stops: nothing after it is simulated.
     #[inline(always)]
     fn fetched(&mut self, addr: u64, size: u32) {
         let (b, e) = self.lines(addr, size);
-        for l in b..=e {
-            self.top[(l & self.mask) as usize] = l;
-        }
-        self.changes += 1;
+        self.put(&[b, e.min(b + 1)]);
     }
 
     /// Each of `lines` goes on top of its set, in turn.
@@ -640,22 +626,22 @@ impl Tops {
         self.changes += 1;
     }
 
-    /// Whether `l`'s run may go lean, every line of it on top of its set,
-    /// so that the run's fetches change nothing; if not, they are sent,
-    /// and each goes on top in turn. A run whose lines are in distinct
-    /// sets then leaves them all on top: stamped, the next run finds them
-    /// there at once if no top changed since.
+    /// Whether every line of `l`'s run is on top of its set, so that the
+    /// run's fetches change nothing; if not, they are sent, and each goes
+    /// on top in turn. A run whose lines are in distinct sets then leaves
+    /// them all on top: stamped, the next run finds them there at once
+    /// if no top changed since.
     #[inline(always)]
     fn settle<W>(&mut self, l: &Lean<W>) -> bool {
         if l.stamp.get() == self.changes {
             return true;
         }
-        if l.folds && l.lines.iter().all(|&b| self.on_top(b)) {
+        if l.lines.iter().all(|&b| self.on_top(b)) {
             l.stamp.set(self.changes);
             return true;
         }
         self.put(&l.lines);
-        if l.distinct && l.folds {
+        if l.distinct {
             l.stamp.set(self.changes);
         }
         false
@@ -667,12 +653,8 @@ impl Tops {
 /// in the reference after it, and the flat code puts the addresses in the
 /// records left.
 struct Lean<W> {
-    /// The I1 lines the run fetches, in order (each of a straddling fetch).
+    /// The I1 lines the run fetches, in order (both of a straddling fetch).
     lines: Vec<u64>,
-    /// Whether every fetch may go as a follower when its lines are on top
-    /// ([`Tops::hits`]); if not, the run is never lean and `lines` only
-    /// keep the tops.
-    folds: bool,
     /// No two of `lines` share a set unless equal.
     distinct: bool,
     /// [`Tops::changes`] when its lines were last all on top, if known.
@@ -687,12 +669,10 @@ struct Lean<W> {
 
 impl<W: Sent> Lean<W> {
     /// The lean form of a template (`refs`, their placed `flat` code,
-    /// `trailing` followers after them); one that never [`Lean::folds`]
-    /// if a fetch spans more than two lines (the cachegrind model refuses
-    /// it), or two without [`Tops::straddles`].
-    fn new(refs: &[W], flat: &FlatCode, trailing: u64, tops: &Tops) -> Self {
+    /// `trailing` followers after them); `None` if a fetch spans more than
+    /// two lines (the simulator refuses it).
+    fn new(refs: &[W], flat: &FlatCode, trailing: u64, tops: &Tops) -> Option<Self> {
         let (mut lines, mut kept, mut grouped, mut pending) = (Vec::new(), Vec::new(), 0, 0);
-        let mut folds = true;
         // Where each of `refs` went, for the data references' addresses.
         let mut to = Vec::with_capacity(refs.len());
         for r in refs {
@@ -704,31 +684,31 @@ impl<W: Sent> Lean<W> {
                 (AccessKind::Instr, 0) => pending += p.addr,
                 (AccessKind::Instr, size) => {
                     let (b, e) = tops.lines(p.addr, size);
-                    folds &= e == b || (e == b + 1 && tops.straddles);
-                    lines.extend(b..=e);
+                    if e > b + 1 {
+                        return None;
+                    }
+                    lines.push(b);
+                    lines.extend((e != b).then_some(e));
                     pending += 1;
                 }
                 (kind, size) => {
                     let r = lead(&mut pending, &mut grouped, &mut kept, W::new(kind, 0, size));
-                    let at = u32::try_from(kept.len());
-                    folds &= at.is_ok();
-                    *to.last_mut().expect("pushed") = at.unwrap_or(u32::MAX);
+                    *to.last_mut().expect("pushed") = u32::try_from(kept.len()).ok()?;
                     kept.push(r);
                 }
             }
         }
         let set = |b: u64| b & tops.mask;
         let distinct = (lines.iter()).all(|&a| lines.iter().all(|&b| a == b || set(a) != set(b)));
-        Lean {
+        Some(Lean {
             lines,
-            folds,
             distinct,
             stamp: std::cell::Cell::new(u64::MAX),
             refs: kept,
             flat: flat.moved(|p| to[p as usize]),
             grouped,
             trailing: pending + trailing,
-        }
+        })
     }
 }
 
@@ -785,7 +765,7 @@ impl<W: Sent> Template<W> {
         );
         t.flat = flat.placed(|n| at[n]);
         t.weight = t.refs.iter().map(W::weight).sum();
-        t.lean = tops.map(|tops| Lean::new(&t.refs, &t.flat, t.trailing, tops));
+        t.lean = tops.and_then(|tops| Lean::new(&t.refs, &t.flat, t.trailing, tops));
         t
     }
 
@@ -1048,7 +1028,7 @@ impl<W: Sent> super::dataout::Sink for Batches<W> {
             ended = lines.map(|(_, end)| end);
         }
         let lean =
-            (self.tops.as_ref()).map(|tops| Lean::new(&code.recs, &code.flat, trailing, tops));
+            (self.tops.as_ref()).and_then(|tops| Lean::new(&code.recs, &code.flat, trailing, tops));
         let seg = SegTemplate {
             weight: code.recs.iter().map(W::weight).sum(),
             code,
@@ -1155,34 +1135,27 @@ fn block_lines(m: &Module, b: BlockIx, line: u64) -> ([u64; 2], u64) {
 fn lean<'l, W>(tops: &mut Option<Tops>, lean: &'l Option<Lean<W>>) -> Option<&'l Lean<W>> {
     match (tops, lean) {
         (Some(tops), Some(l)) => tops.settle(l).then_some(l),
-        // No tops (a template has a lean form when there are).
+        // No tops, or a fetch over more than two lines, which stops the
+        // simulation.
         _ => None,
     }
 }
 
-/// The smallest first instruction cache line of the simulators of
-/// `groups` when the input is a trace whose followers may go as markers:
-/// not with -skipcount or -maxcount, whose window counts each reference,
-/// and only if in each simulator that cache sees instruction fetches and
-/// nothing else ([`InsnFetch::strippable`]; a unified first level sees
-/// the data references between them).
-fn followers<S: InsnFetch>(cli: &Cli, groups: &mut [Stripped<S>]) -> Option<u64> {
+/// The smallest I1 line of `cgs` when the input is a trace whose
+/// followers may go as markers: not with -skipcount or -maxcount, whose
+/// window counts each reference.
+fn followers(cli: &Cli, groups: &mut [Stripped<Cachegrind>]) -> Option<u64> {
     let plain = cli.skipcount == 0 && cli.maxcount.is_none() && is_trace(cli).is_some();
-    let sims = groups.iter_mut().flat_map(Stripped::sims_mut);
-    let lines = sims.map(|s| s.strippable().map(|(line, _)| line));
-    plain
-        .then(|| lines.collect::<Option<Vec<u64>>>())??
-        .into_iter()
-        .min()
+    let cgs = groups.iter_mut().flat_map(Stripped::sims_mut);
+    plain.then(|| cgs.map(|cg| cg.i1_line()).min())?
 }
 
-/// The first instruction cache's line and sets of the one simulator of
-/// `groups`, if one and that cache sees instruction fetches only: the
-/// walk then keeps its top lines ([`Tops`]), with `straddles`.
-fn i1_tops<S: InsnFetch>(groups: &mut [Stripped<S>], straddles: bool) -> Option<(u64, u64, bool)> {
+/// The I1 line and sets of the one simulator of `groups`, if one: the
+/// walk then keeps its top lines ([`Tops`]).
+fn i1_tops(groups: &mut [Stripped<Cachegrind>]) -> Option<(u64, u64)> {
     match groups {
         [g] => match g.sims_mut() {
-            [s] => s.strippable().map(|(line, sets)| (line, sets, straddles)),
+            [cg] => Some((cg.i1_line(), cg.i1_sets())),
             _ => None,
         },
         _ => None,
@@ -1272,7 +1245,7 @@ fn ungroup<S: InsnFetch>(groups: Vec<Stripped<S>>, order: &[usize]) -> Vec<S> {
 fn drive_data<W: Sent>(
     path: &Path,
     mut window: Window,
-    (line, tops): (Option<u64>, Option<(u64, u64, bool)>),
+    (line, tops): (Option<u64>, Option<(u64, u64)>),
     mut sim: impl FnMut(&[W]) -> Result<()>,
 ) -> Result<u64> {
     let (tx, rx) = mpsc::sync_channel::<Vec<W>>(4);
@@ -1831,14 +1804,8 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
                 .collect();
             let (mut groups, order) = groups(&cli, hs);
             let s = simulate(&cli, &mut groups, true, |groups| {
-                // Dinero counts a straddling fetch as two pieces: sent.
-                let one = |h: &mut Hierarchy, followers, r| {
-                    h.repeat(followers);
-                    h.reference(r);
-                    Ok(())
-                };
-                drive_sims(&cli, groups, false, one, |h, refs| {
-                    h.run(refs);
+                drive(&cli, |refs| {
+                    (groups.iter_mut().flat_map(Stripped::sims_mut)).for_each(|h| h.run(refs));
                     Ok(())
                 })
             })?;
@@ -1868,10 +1835,16 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
                 e => e,
             };
             let s = simulate(&cli, &mut groups, true, |groups| {
-                let one = |cg: &mut Cachegrind, followers, r| cg.reference_after(followers, r);
-                drive_sims(&cli, groups, true, one, |cg, refs| {
-                    refs.iter().try_for_each(|&r| cg.reference(r))
-                })
+                let line = followers(&cli, groups);
+                let tops = line.and_then(|_| i1_tops(groups));
+                match is_trace(&cli) {
+                    Some(path) => {
+                        drive_data(path, Window::new(&cli), (line, tops), |recs: &[Rec]| {
+                            simulate_sent(groups, recs, line.is_some())
+                        })
+                    }
+                    None => drive(&cli, |refs| simulate_sent(groups, refs, false)),
+                }
             })
             .map_err(from_start)?;
             let cgs = ungroup(groups, &order);
@@ -1888,53 +1861,25 @@ fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
     }
 }
 
-/// The references of the input (not a trace without data) simulated by
-/// `groups`: a data trace walked into [`Rec`]s, its followers and the
-/// fetches on top of the first instruction cache counted where the
-/// simulators allow ([`Batches`]; `straddles`: [`Tops::straddles`]), each
-/// record given to `one` with the followers before it; anything else read
-/// by [`drive`], each batch given to `batch` per simulator.
-fn drive_sims<S: InsnFetch>(
-    cli: &Cli,
-    groups: &mut [Stripped<S>],
-    straddles: bool,
-    one: impl Fn(&mut S, u64, Ref) -> Result<()>,
-    batch: impl Fn(&mut S, &[Ref]) -> Result<()>,
-) -> Result<u64> {
-    let Some(path) = is_trace(cli) else {
-        return drive(cli, |refs| {
-            let mut sims = groups.iter_mut().flat_map(Stripped::sims_mut);
-            sims.try_for_each(|s| batch(s, refs))
-        });
-    };
-    let line = followers(cli, groups);
-    let tops = line.and_then(|_| i1_tops(groups, straddles));
-    drive_data(path, Window::new(cli), (line, tops), |recs: &[Rec]| {
-        simulate_sent(groups, recs, line.is_some(), &one)
-    })
-}
-
-/// Simulates `refs` in every simulator of `groups`, each by `one` with
-/// the followers it carries; `markers`: a reference of an instruction
-/// fetch 0 bytes long is a marker of that many hits that change nothing
-/// ([`Batches`]).
+/// Simulates `refs` in every simulator of `groups`; `markers`: a
+/// reference of an instruction fetch 0 bytes long is a marker of that
+/// many I1 hits ([`Batches`]).
 #[inline(always)]
-fn simulate_sent<S: InsnFetch, W: Sent>(
-    groups: &mut [Stripped<S>],
+fn simulate_sent<W: Sent>(
+    groups: &mut [Stripped<Cachegrind>],
     refs: &[W],
     markers: bool,
-    one: &impl Fn(&mut S, u64, Ref) -> Result<()>,
 ) -> Result<()> {
-    let sims = groups.iter_mut().flat_map(Stripped::sims_mut);
-    sims.into_iter().try_for_each(|s| {
+    let cgs = groups.iter_mut().flat_map(Stripped::sims_mut);
+    cgs.into_iter().try_for_each(|cg| {
         refs.iter().try_for_each(|r| {
             let p = r.plain();
             match p.size {
                 0 if markers && p.kind == AccessKind::Instr => {
-                    s.repeat(p.addr);
+                    cg.count_i1_hits(p.addr);
                     Ok(())
                 }
-                _ => one(s, r.before(), p),
+                _ => cg.reference_after(r.before(), p),
             }
         })
     })
