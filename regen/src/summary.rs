@@ -60,7 +60,8 @@
 //! and plain returns that read no item; the machine reads the record.
 //! Up to four steps (a read point's witness, then the calls and returns
 //! to the next read point, then that one's, and so on), with the calls
-//! after the last, are one entry of a wide memo ([`Wide`]),
+//! after the last and the plain returns through frames the entry pushed
+//! itself, are one entry of a wide memo ([`Wide`]),
 //! keyed by the read point and the next four witness bytes: one dependent
 //! load for up to four witnesses and the calls among them (sort's
 //! comparisons make about one call per witness). An entry returns through
@@ -705,9 +706,10 @@ impl Summaries {
         }
         let max = max.min(bytes.len().saturating_sub(1));
         // The wide memo's lookups stop before `at`: taking four steps at
-        // `at` needs `at + WIDE_STEPS <= max` and the eight bytes
-        // `witness_word` loads.
-        let wide_end = (max + 1)
+        // `at` needs `at + WIDE_STEPS < max` (an entry's trailing plain
+        // returns pass blocks where the loop pauses at `max`) and the
+        // eight bytes `witness_word` loads.
+        let wide_end = max
             .saturating_sub(WIDE_STEPS)
             .min((bytes.len() + 1).saturating_sub(8));
         let mut slot = hot_slot(run.end);
@@ -1166,11 +1168,12 @@ impl Summaries {
     /// (returns below the read point may pop up to [`BELOW`] of their
     /// newest, kept in `wide_frames`).
     /// After each step it also makes the calls that follow (the loop makes
-    /// those without looking at `max`); a read point or a plain `ret` after
-    /// them waits for the next step (the loop pauses there). Taking those
-    /// returns too cost gzip 3 % and bzip2 12 % more instructions: an
-    /// entry that returns below its read point matches only with those
-    /// frames, so more entries were filled.
+    /// those without looking at `max`); after the last, the plain returns
+    /// through frames it pushed itself too ([`Summaries::trailing_returns`];
+    /// the lookup's bound keeps them before `max`, where the loop pauses).
+    /// Taking the returns below its read point too cost gzip 3 % and bzip2
+    /// 12 % more instructions: an entry that returns below its read point
+    /// matches only with those frames, so more entries were filled.
     /// A failed step leaves `f` as it was (`wide_step`, `wide_return` and
     /// `wide_call` change nothing when they fail), so only the calls and
     /// returns before a step need undoing: the fill copies its state only
@@ -1202,6 +1205,9 @@ impl Summaries {
             }
             while f.end & Hot::KINDS == Hot::CALL && self.wide_call(m, &mut f) {}
         }
+        if f.steps != 0 {
+            self.trailing_returns(m, &mut f);
+        }
         debug_assert!(f.steps != 0 || f.end == l | Hot::AGAIN);
         debug_assert!(l < 1 << 24, "a Wide key's read point is below BELOW_BITS");
         if self.wides[i].ops & 0xFF != 0 && self.wide_ops[i].hits != 0 {
@@ -1212,6 +1218,21 @@ impl Summaries {
         self.wide_frames[i] = f.below;
         if f.nops != 0 {
             self.wide_ops[i] = ops;
+        }
+    }
+
+    /// After an entry's last step: the plain returns through frames the
+    /// entry pushed itself, and the calls after them (moves that read no
+    /// item). Not through frames below its read point: an entry that pops
+    /// one matches only with it on top, so more entries would be filled.
+    fn trailing_returns(&mut self, m: &Module, f: &mut WideFill) {
+        let own = |f: &WideFill| f.ops[..f.nops as usize].iter().any(|&op| op & PUSH != 0);
+        while f.end & Hot::KINDS == Hot::RET0 && own(f) {
+            let b = &m.blocks[BlockIx::new((f.end & !Hot::KINDS) as usize)];
+            if !self.wide_return(m, f, b.ninsns, 1) {
+                return;
+            }
+            while f.end & Hot::KINDS == Hot::CALL && self.wide_call(m, f) {}
         }
     }
 
