@@ -37,7 +37,7 @@
 use crate::blocks::Blocks;
 use crate::image::Image;
 use crate::pcmap::PcMap;
-use crate::rebuilt::Rebuilt;
+use crate::rebuilt::Lazy;
 use crate::timeline::Timeline;
 use aetrace_analysis::addr::exec::{self, Entered, Exec, WayIn};
 use aetrace_analysis::addr::full::{self, Planned, Recorded, DF};
@@ -132,7 +132,7 @@ pub struct Code<'a, 'm> {
 /// A thread's recorded values, per module (in the regenerator's order)
 /// its program database when it was recorded by abstract execution, and
 /// where signals change the order the values are read in.
-pub struct Values {
+pub struct Values<'a> {
     values: Vec<u64>,
     dbs: Vec<Option<(ProgramDb, Returns)>>,
     marks: Marks,
@@ -140,8 +140,9 @@ pub struct Values {
     registers: bool,
     /// `rep` faults have their registers after their SIGNAL (format 1.13).
     rep_faults: bool,
-    /// Every reference, rebuilt by the data walk (no values then).
-    rebuilt: Option<Rebuilt>,
+    /// Every reference, rebuilt by the data walk as asked (no values
+    /// then).
+    rebuilt: Option<Lazy<'a>>,
     /// A control-only trace's values: each outside entry's `rsp` alone.
     entry_only: bool,
 }
@@ -375,14 +376,14 @@ fn module_image<B: AsRef<[u8]>>(
 /// addresses). A module recorded with every address in full (`--data
 /// --check`) is read here; one recorded with `--data` alone makes the
 /// thread's references `rebuild`'s, the abstract data walk's
-/// ([`Rebuilt`]). A thread that handled signals costs a regeneration of
+/// ([`crate::rebuilt`], rebuilt as asked). A thread that handled signals costs a regeneration of
 /// its stream here ([`marks`]).
-pub fn values<B: AsRef<[u8]> + Sync>(
+pub fn values<'a, B: AsRef<[u8]> + Sync>(
     trace: &Trace<B>,
     thread: u32,
     modules: &[&Compiled],
-    rebuild: Option<crate::Rebuild<'_>>,
-) -> Result<Values, String> {
+    rebuild: Option<crate::Rebuild<'a>>,
+) -> Result<Values<'a>, String> {
     let flags = |m: &Compiled| trace.module(ModuleId(m.id)).map_or(0, |r| r.flags);
     if let Some(m) = modules
         .iter()
@@ -405,7 +406,7 @@ pub fn values<B: AsRef<[u8]> + Sync>(
             marks: Vec::new(),
             registers: false,
             rep_faults: false,
-            rebuilt: Some(rebuild(thread)?),
+            rebuilt: Some(Lazy::new(rebuild(thread)?)),
             entry_only: false,
         });
     }
@@ -454,7 +455,7 @@ pub fn entry_values<B: AsRef<[u8]> + Sync>(
     trace: &Trace<B>,
     thread: u32,
     modules: &[&Compiled],
-) -> Result<Values, String> {
+) -> Result<Values<'static>, String> {
     if trace.header().minor < aetrace_format::header::MINOR_ENTRY_RSP {
         return Err("the trace is older than format 1.21: no entry's rsp".into());
     }
@@ -518,7 +519,7 @@ struct Insn {
 type Skip = (usize, Option<u8>);
 
 /// A thread's data references (see the module comment).
-pub struct Data {
+pub struct Data<'a> {
     values: Vec<u64>,
     dbs: Vec<Option<(ProgramDb, Returns)>>,
     marks: Marks,
@@ -538,9 +539,10 @@ pub struct Data {
     /// them, the values together.
     ranges: Vec<Range<usize>>,
     split: Vec<u64>,
-    /// Every reference, when the data walk rebuilt them ([`Rebuilt`]):
-    /// the values, the marks and the reading order are not used then.
-    rebuilt: Option<Rebuilt>,
+    /// Every reference, when the data walk rebuilds them
+    /// ([`crate::rebuilt`]): the values, the marks and the reading order
+    /// are not used then.
+    rebuilt: Option<Lazy<'a>>,
     /// The values are each outside entry's `rsp` alone ([`entry_values`]).
     entry_only: bool,
     /// `rsp` less the entry's before each instruction, by run-time
@@ -549,9 +551,9 @@ pub struct Data {
     rsp: PcMap<u64, Option<i64>>,
 }
 
-impl Data {
+impl<'a> Data<'a> {
     /// The references of a thread whose recorded values are `values`.
-    pub fn new(v: Values) -> Data {
+    pub fn new(v: Values<'a>) -> Data<'a> {
         Data {
             values: v.values,
             dbs: v.dbs,
@@ -741,8 +743,17 @@ impl Data {
     /// Fills `out` with the references the data walk rebuilt for position
     /// `p` (at `pc`), each with the register its address is computed from
     /// as the decoded instruction has it (a `rep`'s none).
-    fn rebuilt_refs(&self, insn: &Insn, p: u64, pc: u64, out: &mut Vec<Ref>) -> Result<(), String> {
-        let got = self.rebuilt.as_ref().map_or(&[][..], |r| r.of(p));
+    fn rebuilt_refs(
+        &mut self,
+        insn: &Insn,
+        p: u64,
+        pc: u64,
+        out: &mut Vec<Ref>,
+    ) -> Result<(), String> {
+        let got = match self.rebuilt.as_mut() {
+            Some(r) => r.of(p)?,
+            None => &[],
+        };
         let prog = &insn.planned.prog;
         let rep = prog.refs.iter().any(|r| r.repeat != Repeat::Once);
         // A faulting instruction made none.

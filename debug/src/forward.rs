@@ -133,7 +133,7 @@ impl Forward {
     /// [`crate::frames::cfas_by_entries`] finds them.
     pub fn cfas(
         &mut self,
-        cx: &mut Walking<'_, '_, '_>,
+        cx: &mut Walking<'_, '_, '_, '_>,
         at: Stand,
         frames: &[Frame],
         needed: usize,
@@ -169,7 +169,7 @@ impl Forward {
     /// again by a jump, its frame's first move before such a reference.
     pub fn data_cfas(
         &mut self,
-        cx: &mut Walking<'_, '_, '_>,
+        cx: &mut Walking<'_, '_, '_, '_>,
         at: Stand,
         frames: &[Frame],
         needed: usize,
@@ -215,7 +215,7 @@ impl Forward {
     /// The openers of `frames[..needed]` at `at` ([`take`]).
     fn openers_at(
         &mut self,
-        cx: &mut Walking<'_, '_, '_>,
+        cx: &mut Walking<'_, '_, '_, '_>,
         at: Stand,
         frames: &[Frame],
         needed: usize,
@@ -234,7 +234,7 @@ impl Forward {
 
     /// The state at position `n` (before it runs, its outside entry
     /// opened), from its interval's start.
-    fn state_at(&mut self, cx: &mut Walking<'_, '_, '_>, n: u64) -> Result<State, String> {
+    fn state_at(&mut self, cx: &mut Walking<'_, '_, '_, '_>, n: u64) -> Result<State, String> {
         let Some(k) = cx.t.interval_of(n) else {
             return Ok(State::default());
         };
@@ -252,7 +252,7 @@ impl Forward {
     /// stub's first pass over the history walks each interval while it is
     /// the timeline's window instead, along with the procedure stack's:
     /// [`Forward::reach_next`]).
-    fn reach(&mut self, cx: &mut Walking<'_, '_, '_>, k: usize) -> Result<(), String> {
+    fn reach(&mut self, cx: &mut Walking<'_, '_, '_, '_>, k: usize) -> Result<(), String> {
         if let Some(e) = &self.broken {
             return Err(e.clone());
         }
@@ -262,7 +262,7 @@ impl Forward {
     }
 
     /// [`Forward::reach`] unless broken.
-    fn walk_to(&mut self, cx: &mut Walking<'_, '_, '_>, k: usize) -> Result<(), String> {
+    fn walk_to(&mut self, cx: &mut Walking<'_, '_, '_, '_>, k: usize) -> Result<(), String> {
         let mut flagged = Vec::new();
         while self.states.len() <= k {
             let (_, addrs) = cx.t.interval(self.reached());
@@ -276,7 +276,7 @@ impl Forward {
     /// flags at least) `flagged` lists, keeping the state after it, unless
     /// broken: the stub's riders scan the interval once for this walk
     /// and the procedure stack's.
-    pub fn reach_next(&mut self, cx: &mut Walking<'_, '_, '_>, flagged: &[(u32, u8)]) {
+    pub fn reach_next(&mut self, cx: &mut Walking<'_, '_, '_, '_>, flagged: &[(u32, u8)]) {
         if self.broken.is_none() {
             self.broken = self.walk_next(cx, flagged).err();
         }
@@ -285,7 +285,7 @@ impl Forward {
     /// [`Forward::reach_next`], its error.
     fn walk_next(
         &mut self,
-        cx: &mut Walking<'_, '_, '_>,
+        cx: &mut Walking<'_, '_, '_, '_>,
         flagged: &[(u32, u8)],
     ) -> Result<(), String> {
         let j = self.reached();
@@ -468,7 +468,7 @@ impl Forward {
 }
 
 /// The slot the call at position `pos` stored its return address to.
-fn call_slot(cx: &mut Walking<'_, '_, '_>, pos: u64) -> Result<Option<u64>, String> {
+fn call_slot(cx: &mut Walking<'_, '_, '_, '_>, pos: u64) -> Result<Option<u64>, String> {
     let found = cx
         .data
         .scan_flow(cx.t, cx.code, pos, true, |_, _, _, refs| {
@@ -485,7 +485,7 @@ fn call_slot(cx: &mut Walking<'_, '_, '_>, pos: u64) -> Result<Option<u64>, Stri
 /// (a call or a return ran) before one, so its own instructions after
 /// are not known here.
 fn entry_cfa(
-    cx: &mut Walking<'_, '_, '_>,
+    cx: &mut Walking<'_, '_, '_, '_>,
     at: Stand,
     entry: u64,
     from: u64,

@@ -95,9 +95,9 @@ pub type FramesAt<'a> = &'a mut dyn for<'t, 'm> FnMut(&'t mut Timeline<'m>, u64)
 
 /// What a walk over a thread's positions reads: its references and its
 /// timeline, and the code.
-pub struct Walking<'x, 'm, 'c> {
+pub struct Walking<'x, 'm, 'c, 'd> {
     /// The thread's references (or its outside entries' `rsp`).
-    pub data: &'x mut Data,
+    pub data: &'x mut Data<'d>,
     /// The thread's timeline.
     pub t: &'x mut Timeline<'m>,
     /// Where the code is.
@@ -117,7 +117,7 @@ pub struct Joins {
 
 impl Joins {
     /// Builds the walks of the starts of intervals `1..=k`, in order.
-    fn reach(&mut self, cx: &mut Walking<'_, '_, '_>, k: usize, frames_at: FramesAt<'_>) {
+    fn reach(&mut self, cx: &mut Walking<'_, '_, '_, '_>, k: usize, frames_at: FramesAt<'_>) {
         while !self.failed && self.snaps.len() < k {
             let start = cx.t.start(self.snaps.len() + 1);
             let frames = frames_at(cx.t, start);
@@ -152,7 +152,7 @@ trait Back {
 /// there), ending where it is done or joins the walk of an interval's
 /// start in `snaps`.
 fn walk_back(
-    cx: &mut Walking<'_, '_, '_>,
+    cx: &mut Walking<'_, '_, '_, '_>,
     from: u64,
     ran: u64,
     w: &mut Walk,
@@ -190,7 +190,11 @@ fn join_at(w: &mut Walk, snaps: &[(u64, Snap)], q: u64) -> bool {
 }
 
 /// Walks `w` back from `at` to where it is done (or the first position).
-fn walk_from<W: Back>(cx: &mut Walking<'_, '_, '_>, at: Stand, w: &mut W) -> Result<(), String> {
+fn walk_from<W: Back>(
+    cx: &mut Walking<'_, '_, '_, '_>,
+    at: Stand,
+    w: &mut W,
+) -> Result<(), String> {
     let Some(last) = at.last() else {
         return Ok(());
     };
@@ -204,7 +208,7 @@ fn walk_from<W: Back>(cx: &mut Walking<'_, '_, '_>, at: Stand, w: &mut W) -> Res
 /// Walks `w` back from `at`: its interval first, then, if not done, the
 /// intervals before, joining their starts' walks.
 fn run(
-    cx: &mut Walking<'_, '_, '_>,
+    cx: &mut Walking<'_, '_, '_, '_>,
     joins: &mut Joins,
     frames_at: FramesAt<'_>,
     at: Stand,
@@ -239,7 +243,7 @@ fn run(
 /// The CFAs of `frames[..needed]` (pc and procedure entry, innermost
 /// first) at `at`, each `None` where not found.
 pub fn cfas(
-    cx: &mut Walking<'_, '_, '_>,
+    cx: &mut Walking<'_, '_, '_, '_>,
     joins: &mut Joins,
     frames_at: FramesAt<'_>,
     at: Stand,
@@ -535,7 +539,7 @@ pub(crate) fn needed_back(frames: &[Frame], needed: usize) -> usize {
 /// walking back from `at` (the reference [`crate::forward`] is compared
 /// with).
 pub fn cfas_by_entries(
-    cx: &mut Walking<'_, '_, '_>,
+    cx: &mut Walking<'_, '_, '_, '_>,
     at: Stand,
     frames: &[Frame],
     needed: usize,

@@ -101,9 +101,9 @@ pub enum Error {
 }
 
 /// The data references of a thread (by id) of a trace recorded with
-/// `--data` but not `--check`, rebuilt by the abstract data walk, which
-/// lives in the binary ([`rebuilt`]).
-pub type Rebuild<'a> = &'a dyn Fn(u32) -> Result<rebuilt::Rebuilt, String>;
+/// `--data` but not `--check`, rebuilt piece by piece as a session asks by
+/// the abstract data walk, which lives in the binary ([`rebuilt`]).
+pub type Rebuild<'a> = &'a dyn Fn(u32) -> Result<Box<dyn rebuilt::Source + 'a>, String>;
 
 /// Which thread, and where to start.
 #[derive(Clone, Copy, Default)]
@@ -311,12 +311,12 @@ where
 }
 
 /// The stub of thread `thread` at position `at` over `machine`.
-fn thread_stub<'m, B: AsRef<[u8]> + Sync>(
+fn thread_stub<'m, 'a: 'm, B: AsRef<[u8]> + Sync>(
     trace: &Trace<B>,
     thread: u32,
     machine: aetrace_regen::machine::Machine<'m>,
     at: u64,
-    opts: &Options<'_>,
+    opts: &Options<'a>,
 ) -> Result<stub::Stub<'m>, Error> {
     let interval = match opts.interval {
         0 => timeline::INTERVAL,

@@ -3,26 +3,34 @@
 //! addresses, watchpoints; `docs/debug.md`, "Frames' addresses"). Such a
 //! trace has no full addresses to read per instruction (`crate::data`):
 //! the data walk of `aetrace regen --format lackey` (`src/cmd/dataout.rs`,
-//! in the binary) runs the thread once when the session starts and fills
-//! a [`Rebuilt`] through its sink's calls, position by position.
+//! in the binary) rebuilds them piece by piece, on demand ([`Lazy`]): a
+//! [`Source`] walks the piece of the thread's stream that holds a position
+//! asked for, from the data walk's state the trace's state index keeps at
+//! the piece's start, and fills a [`Rebuilt`] through its sink's calls,
+//! position by position. A session reads the pieces its stops and searches
+//! reach, not the whole run.
 //!
 //! Invariants: positions are counted by the walk's block runs, as the
 //! regenerator's walk counts them (`crate::data`'s marks, the
-//! timeline), so position `n`'s references are the `n`th instruction's;
-//! a position is given once, in order (a later call for an earlier one is
-//! an error); a `rep` string instruction is one position whose reference
-//! spans every iteration's bytes, as `crate::data` gives it.
+//! timeline), from the piece's first position on, so position `n`'s
+//! references are the `n`th instruction's; a position is given once, in
+//! order (a later call for an earlier one is an error); a `rep` string
+//! instruction is one position whose reference spans every iteration's
+//! bytes, as `crate::data` gives it; a piece holds the positions
+//! `first..end` and nothing else.
 
 use aetrace_analysis::addr::Access;
 
-/// The references of every position of a thread (see the module comment).
+/// A piece's references (see the module comment).
 #[derive(Clone, Debug, Default)]
 pub struct Rebuilt {
-    /// Position `p`'s references are `refs[at[p]..at[p + 1]]` (the last
-    /// position's run to the end of `refs`).
+    /// Its first position.
+    first: u64,
+    /// Position `first + p`'s references are `refs[at[p]..at[p + 1]]` (the
+    /// last position's run to the end of `refs`).
     at: Vec<usize>,
     refs: Vec<(u64, u64, Access)>,
-    /// The positions counted by the runs so far.
+    /// The positions counted by the runs so far (absolute).
     next: u64,
     /// The current run: its first position and its block's first
     /// instruction run.
@@ -34,6 +42,20 @@ pub struct Rebuilt {
 }
 
 impl Rebuilt {
+    /// A piece whose first position is `first`.
+    pub fn starting_at(first: u64) -> Rebuilt {
+        Rebuilt {
+            first,
+            next: first,
+            ..Rebuilt::default()
+        }
+    }
+
+    /// The positions it holds.
+    pub fn positions(&self) -> std::ops::Range<u64> {
+        self.first..self.next
+    }
+
     /// A run of a block starts at instruction `first`, up to `end`.
     pub fn run(&mut self, first: u32, end: u32) {
         debug_assert!(first < end);
@@ -51,7 +73,7 @@ impl Rebuilt {
                 self.next
             ));
         }
-        while (self.at.len() as u64) <= p {
+        while (self.at.len() as u64) <= p - self.first {
             self.at.push(self.refs.len());
         }
         (self.last, self.nth) = (Some(p), 0);
@@ -64,7 +86,7 @@ impl Rebuilt {
             return Err("the data walk gave a reference before any instruction".into());
         };
         let (start, end) = (addr, addr.wrapping_add(u64::from(size)));
-        let i = self.at[p as usize] + self.nth;
+        let i = self.at[(p - self.first) as usize] + self.nth;
         self.nth += 1;
         match self.refs.get_mut(i) {
             // A later iteration of a `rep`: the reference spans both.
@@ -74,17 +96,78 @@ impl Rebuilt {
         Ok(())
     }
 
-    /// Position `p`'s references (start, end, access): none past the
+    /// Position `p`'s references (start, end, access): none outside the
     /// positions given.
     pub fn of(&self, p: u64) -> &[(u64, u64, Access)] {
-        let Some(&from) = self.at.get(p as usize) else {
+        let Some(k) = p.checked_sub(self.first) else {
             return &[];
         };
-        let to = self.at.get(p as usize + 1).copied();
+        let Some(&from) = self.at.get(k as usize) else {
+            return &[];
+        };
+        let to = self.at.get(k as usize + 1).copied();
         &self.refs[from..to.unwrap_or(self.refs.len())]
     }
 }
 
+/// Rebuilds a thread's references piece by piece (the binary's data walk
+/// from the state index's data states).
+pub trait Source {
+    /// The piece that holds position `p` (`None` past the thread's last).
+    fn piece(&mut self, p: u64) -> Result<Option<Rebuilt>, String>;
+}
+
+/// Pieces kept at most: the stops' openers and a search's window
+/// (a piece of gzip's 2 MB `--data` trace is about 330,000 positions and
+/// 5 MB rebuilt; the whole run's, at once, cost 17.6 s CPU per session).
+const KEPT: usize = 32;
+
+/// A thread's references, rebuilt as they are asked for.
+pub struct Lazy<'a> {
+    source: Box<dyn Source + 'a>,
+    /// The pieces rebuilt, the one used last at the end.
+    kept: Vec<Rebuilt>,
+}
+
+impl<'a> Lazy<'a> {
+    /// References rebuilt by `source`.
+    pub fn new(source: Box<dyn Source + 'a>) -> Self {
+        Lazy {
+            source,
+            kept: Vec::new(),
+        }
+    }
+
+    /// Position `p`'s references (start, end, access): none past the
+    /// thread's end.
+    pub fn of(&mut self, p: u64) -> Result<&[(u64, u64, Access)], String> {
+        let held = |r: &Rebuilt| r.positions().contains(&p);
+        if !self.kept.last().is_some_and(held) {
+            match self.kept.iter().position(held) {
+                Some(i) => {
+                    let r = self.kept.remove(i);
+                    self.kept.push(r);
+                }
+                None => {
+                    let Some(r) = self.source.piece(p)? else {
+                        return Ok(&[]);
+                    };
+                    if !held(&r) {
+                        return Err(format!(
+                            "the data walk's piece for position {p} holds {:?}",
+                            r.positions()
+                        ));
+                    }
+                    if self.kept.len() == KEPT {
+                        self.kept.remove(0);
+                    }
+                    self.kept.push(r);
+                }
+            }
+        }
+        Ok(self.kept.last().map_or(&[][..], |r| r.of(p)))
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,5 +193,43 @@ mod tests {
         assert_eq!(r.of(2), rep);
         assert_eq!(r.of(3), []);
         assert!(r.insn(5).is_err(), "past the run");
+    }
+
+    /// Pieces of 10 positions, position `p` with one store at `p`; the
+    /// pieces walked counted.
+    struct Tens(std::rc::Rc<std::cell::RefCell<Vec<u64>>>);
+
+    impl Source for Tens {
+        fn piece(&mut self, p: u64) -> Result<Option<Rebuilt>, String> {
+            if p >= 100 {
+                return Ok(None);
+            }
+            let first = p / 10 * 10;
+            self.0.borrow_mut().push(first);
+            let mut r = Rebuilt::starting_at(first);
+            r.run(0, 10);
+            for k in 0..10 {
+                r.insn(k)?;
+                r.data(Access::Store, first + u64::from(k), 1)?;
+            }
+            Ok(Some(r))
+        }
+    }
+
+    #[test]
+    fn pieces_are_rebuilt_once_while_kept() {
+        let walked = std::rc::Rc::default();
+        let mut lazy = Lazy::new(Box::new(Tens(std::rc::Rc::clone(&walked))));
+        // Forwards, backwards, and back to the first piece.
+        let order: Vec<u64> = (0..100).chain((0..100).rev()).chain([5]).collect();
+        for p in order {
+            assert_eq!(lazy.of(p).unwrap(), [(p, p + 1, Access::Store)]);
+        }
+        assert_eq!(lazy.of(100).unwrap(), []);
+        // Ten pieces fit: none walked twice.
+        assert_eq!(
+            *walked.borrow(),
+            (0..10).map(|k| k * 10).collect::<Vec<_>>()
+        );
     }
 }

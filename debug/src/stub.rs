@@ -186,10 +186,10 @@ pub struct Stub<'m> {
     /// How to re-run the program (`monitor materialise`).
     plan: materialise::Plan,
     /// The thread's data references, or why there are none.
-    data: Result<Data, String>,
+    data: Result<Data<'m>, String>,
     /// Without them, a control-only trace's outside entries' `rsp`, for
     /// the frames' addresses alone ([`crate::data::entry_values`]).
-    entries: Option<Data>,
+    entries: Option<Data<'m>>,
     /// What the frames' walks back from the intervals' starts found (data
     /// references).
     joins: crate::frames::Joins,
@@ -356,7 +356,7 @@ impl<'m> Stub<'m> {
 
     /// The same stub, with the thread's recorded data values (or why it
     /// has none) and where to say why a watchpoint is refused.
-    pub fn with_data(mut self, values: Result<Values, String>, warn: fn(&str)) -> Self {
+    pub fn with_data(mut self, values: Result<Values<'m>, String>, warn: fn(&str)) -> Self {
         self.data = values.map(Data::new);
         self.warn = warn;
         if self.data.is_ok() {
@@ -369,7 +369,7 @@ impl<'m> Stub<'m> {
 
     /// The same stub, with a control-only trace's outside entries'
     /// `rsp` ([`crate::data::entry_values`]).
-    pub fn with_entries(mut self, values: Values) -> Self {
+    pub fn with_entries(mut self, values: Values<'m>) -> Self {
         self.entries = Some(Data::new(values));
         self.keep_forwards(true);
         self
@@ -1505,7 +1505,7 @@ impl<'m> Stub<'m> {
 /// frames' openers'.
 struct Riders<'s, 'm> {
     stacks: &'s mut Stacks,
-    forward: Option<(&'s mut crate::forward::Forward, &'s mut Data)>,
+    forward: Option<(&'s mut crate::forward::Forward, &'s mut Data<'m>)>,
     code: Code<'s, 'm>,
     /// Both walks' flags ([`Stub::marks`]).
     marks: &'s PcFlags,

@@ -57,7 +57,7 @@
 
 // (A path the `cachesim` binary, which includes this file by its path, finds too.)
 #[path = "dataout/pieces.rs"]
-mod pieces;
+pub mod pieces;
 #[path = "dataout/signals.rs"]
 mod signals;
 #[path = "dataout/state.rs"]

@@ -7,15 +7,20 @@
 //! (gdb sends one to a pipe target's command when it closes the
 //! connection: `quit`, `kill`, `detach`, the end of a batch script).
 
+use super::dataout::pieces::Walker;
 use super::dataout::Sink;
 use aetrace_analysis::addr::Access;
-use aetrace_debug::rebuilt::Rebuilt;
-use aetrace_regen::visit::BlockRun;
+use aetrace_debug::rebuilt::{Rebuilt, Source};
+use aetrace_format::Trace;
+use aetrace_regen::index::StateIndex;
+use aetrace_regen::visit::{BlockRun, Pieces, Span, Visit};
+use std::cell::OnceCell;
 use std::ffi::OsString;
 use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
+use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -44,7 +49,23 @@ pub struct Args {
 
 pub fn run(a: Args) -> super::Result {
     let trace = aetrace_format::TraceFile::open(&a.trace)?;
-    let rebuild = |thread| rebuilt(&a.trace, thread);
+    // What the threads' pieces share, made when a piece is first asked.
+    let (index, visit, pieces) = (OnceCell::new(), OnceCell::new(), OnceCell::new());
+    let shared = Shared {
+        trace: &trace,
+        path: &a.trace,
+        index: &index,
+        visit: &visit,
+        pieces: &pieces,
+    };
+    let rebuild = |thread| -> Result<Box<dyn Source + '_>, String> {
+        Ok(Box::new(ThreadPieces {
+            thread,
+            shared,
+            walker: None,
+            spans: Vec::new(),
+        }))
+    };
     let opts = aetrace_debug::Options {
         thread: a.thread,
         at: a.at,
@@ -75,18 +96,143 @@ pub fn run(a: Args) -> super::Result {
     .into())
 }
 
-/// The data references of thread `thread` of a trace recorded with
-/// `--data` alone, as `regen --format lackey` has them (the data walk,
-/// [`super::dataout::walk`]), by position.
-fn rebuilt(trace: &Path, thread: u32) -> Result<Rebuilt, String> {
-    let opts = aetrace_regen::Options {
-        thread: Some(thread),
-        ..aetrace_regen::Options::default()
+/// What the pieces of every thread of a `--data` trace share: the state
+/// index with the data walk's states (`TRACE.idx` when it has them and
+/// counts the instructions before each entry; else built, as `aetrace
+/// index` builds it, and written there for the next session), the walk
+/// of the trace from it and its pieces.
+struct Shared<'s, 't, B> {
+    trace: &'t Trace<B>,
+    path: &'t Path,
+    index: &'s OnceCell<Arc<StateIndex>>,
+    visit: &'s OnceCell<Visit<'t, B>>,
+    pieces: &'s OnceCell<Pieces<'s, B>>,
+}
+
+// References only, whatever `B` is.
+impl<B> Clone for Shared<'_, '_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B> Copy for Shared<'_, '_, B> {}
+
+/// The state index, the walk of the trace from it, and its pieces.
+type Walks<'s, 't, B> = (&'s Arc<StateIndex>, &'s Visit<'t, B>, &'s Pieces<'s, B>);
+
+impl<'s, 't, B: AsRef<[u8]> + Sync> Shared<'s, 't, B> {
+    /// The walk of the trace from its index, and its pieces.
+    fn pieces(self) -> Result<Walks<'s, 't, B>, String> {
+        if self.index.get().is_none() {
+            let _ = self.index.set(data_index(self.trace, self.path)?);
+        }
+        let index = self.index.get().ok_or("no state index")?;
+        if self.visit.get().is_none() {
+            let opts = aetrace_regen::Options {
+                index: Some(index.clone()),
+                ..aetrace_regen::Options::default()
+            };
+            let v = Visit::with_segments(self.trace, &opts).map_err(|e| e.to_string())?;
+            let _ = self.visit.set(v.sharing_values());
+        }
+        let visit = self.visit.get().ok_or("no walk")?;
+        if self.pieces.get().is_none() {
+            let _ = self.pieces.set(visit.pieces().map_err(|e| e.to_string())?);
+        }
+        Ok((index, visit, self.pieces.get().ok_or("no pieces")?))
+    }
+}
+
+/// The state index of the trace at `path` with the data walk's states and
+/// the instructions before each entry counted (see [`Shared`]).
+fn data_index<B: AsRef<[u8]> + Sync>(
+    trace: &Trace<B>,
+    path: &Path,
+) -> Result<Arc<StateIndex>, String> {
+    let counted = |i: &StateIndex| {
+        let mut entries = i.threads.values().flatten();
+        entries.clone().any(|e| !e.data.is_empty())
+            && entries.all(|e| e.data.is_empty() || e.instructions.is_some())
     };
-    let mut sink = Rebuilding(Rebuilt::default());
-    super::dataout::walk(trace, &opts, &mut sink)
-        .map_err(|e| format!("thread {thread}: the data addresses cannot be rebuilt: {e}"))?;
-    Ok(sink.0)
+    if let Some(i) = super::index::load(path, None, trace).filter(|i| counted(i)) {
+        return Ok(i);
+    }
+    let i = super::index::build(trace, aetrace_regen::index::DEFAULT_INTERVAL)
+        .map_err(|e| format!("the trace's state index cannot be built: {e}"))?;
+    // As `regen` does: no index written only means the next session
+    // builds it again.
+    let _ = i.save(&StateIndex::sidecar(path));
+    Ok(Arc::new(i))
+}
+
+/// A thread's pieces, rebuilt as its session reads them
+/// (`aetrace_debug::rebuilt::Lazy`).
+struct ThreadPieces<'s, 't, B> {
+    thread: u32,
+    shared: Shared<'s, 't, B>,
+    walker: Option<Walker<'s, 't, B>>,
+    /// The thread's pieces with their first positions, in order (known
+    /// once a piece is asked).
+    spans: Vec<(u64, Span)>,
+}
+
+impl<B: AsRef<[u8]> + Sync> Source for ThreadPieces<'_, '_, B> {
+    fn piece(&mut self, p: u64) -> Result<Option<Rebuilt>, String> {
+        let why = |e: Box<dyn std::error::Error>| {
+            format!(
+                "thread {}: the data addresses cannot be rebuilt: {e}",
+                self.thread
+            )
+        };
+        if self.walker.is_none() {
+            let (index, visit, pieces) = self.shared.pieces()?;
+            self.spans = thread_spans(index, pieces, self.thread)?;
+            let w = Walker::new(self.shared.trace, visit, pieces, index);
+            self.walker = Some(w.map_err(why)?);
+        }
+        let k = self.spans.partition_point(|&(first, _)| first <= p);
+        let Some(&(first, span)) = k.checked_sub(1).and_then(|k| self.spans.get(k)) else {
+            return Ok(None);
+        };
+        let walker = self.walker.as_mut().ok_or("no walker")?;
+        let mut sink = Rebuilding(Rebuilt::starting_at(first));
+        walker.piece(&mut sink, span).map_err(why)?;
+        // The next piece starts where this one ends, by the entries' counts.
+        let end = self.spans.get(k).map(|&(next, _)| next);
+        if end.is_some_and(|e| e != sink.0.positions().end) {
+            return Err(format!(
+                "thread {}: the state index counts {end:?} instructions where the data walk's piece from {first} ends at {}",
+                self.thread,
+                sink.0.positions().end
+            ));
+        }
+        Ok(Some(sink.0))
+    }
+}
+
+/// Thread `thread`'s pieces of `pieces`, cut at the entries of `index`
+/// with data states, each with its first position (the instructions its
+/// entry counted).
+fn thread_spans<B: AsRef<[u8]> + Sync>(
+    index: &StateIndex,
+    pieces: &Pieces<'_, B>,
+    thread: u32,
+) -> Result<Vec<(u64, Span)>, String> {
+    let entries = index.entries(thread);
+    let spans = pieces.spans(&|e| !e.data.is_empty());
+    let first = |s: &Span| match s.from {
+        None => Some(0),
+        Some(k) => entries.get(k).and_then(|e| e.instructions),
+    };
+    (spans.into_iter().filter(|s| s.thread.0 == thread))
+        .map(|s| {
+            Ok((
+                first(&s).ok_or("an index entry without its instructions")?,
+                s,
+            ))
+        })
+        .collect()
 }
 
 /// The data walk's sink that fills a [`Rebuilt`].

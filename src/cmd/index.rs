@@ -23,10 +23,7 @@ pub struct Args {
 
 pub fn run(a: Args) -> super::Result {
     let trace = aetrace_format::TraceFile::open(&a.trace)?;
-    let mut index = StateIndex::build(&trace, a.interval)?;
-    if trace.modules().iter().any(super::dataout::has_data_flag) {
-        super::dataout::add_data_states(&trace, &mut index)?;
-    }
+    let index = build(&trace, a.interval)?;
     let path = a.output.unwrap_or_else(|| StateIndex::sidecar(&a.trace));
     index.save(&path)?;
     let entries: usize = index.threads.values().map(Vec::len).sum();
@@ -37,6 +34,19 @@ pub fn run(a: Args) -> super::Result {
         a.interval
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The state index of `trace`, an entry every `interval` stream bytes,
+/// with the data walk's states where the trace has data addresses.
+pub fn build<B: AsRef<[u8]> + Sync>(
+    trace: &aetrace_format::Trace<B>,
+    interval: u64,
+) -> Result<StateIndex, Box<dyn std::error::Error>> {
+    let mut index = StateIndex::build(trace, interval)?;
+    if trace.modules().iter().any(super::dataout::has_data_flag) {
+        super::dataout::add_data_states(trace, &mut index)?;
+    }
+    Ok(index)
 }
 
 /// The state index for the trace at `path` (`TRACE.idx`, or `explicit`),

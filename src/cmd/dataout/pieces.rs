@@ -172,8 +172,8 @@ impl Write for Shared {
 }
 
 impl<'j, B: AsRef<[u8]> + Sync> Job<'j, '_, B> {
-    /// A worker: its sink kept from piece to piece (its records of each
-    /// block are built once).
+    /// A worker: its sink and its walker kept from piece to piece (its
+    /// records of each block are built once).
     fn work(
         &self,
         format: DataFormat,
@@ -182,15 +182,14 @@ impl<'j, B: AsRef<[u8]> + Sync> Job<'j, '_, B> {
     ) {
         let buf = Rc::new(RefCell::new(Vec::new()));
         let mut shared = Shared(buf.clone());
-        let caches = Caches::of(self.trace, self.visit.modules());
-        let Ok(caches) = caches.map_err(|e| {
+        let walker = Walker::new(self.trace, self.visit, self.pieces, self.index);
+        let Ok(mut walker) = walker.map_err(|e| {
             if let Some(i) = take() {
                 put(i, (Vec::new(), Counts::default(), Some(e.to_string())));
             }
         }) else {
             return;
         };
-        let mut caches = Some(caches);
         let mut go = |sink: &mut dyn FnMut(usize) -> (Counts, Option<String>)| {
             while let Some(i) = take() {
                 let (counts, err) = sink(i);
@@ -198,7 +197,6 @@ impl<'j, B: AsRef<[u8]> + Sync> Job<'j, '_, B> {
                 *buf.borrow_mut() = put(i, (bytes, counts, err));
             }
         };
-        let mut keep = PieceKeep::default();
         match format {
             DataFormat::Bin => {
                 let records = Records {
@@ -213,7 +211,7 @@ impl<'j, B: AsRef<[u8]> + Sync> Job<'j, '_, B> {
                 };
                 bin.modules(self.visit.modules());
                 go(&mut |i| {
-                    let r = self.piece(&mut bin, &mut caches, &mut keep, i);
+                    let r = walker.piece(&mut bin, self.spans[i]);
                     let flushed = bin.records.flush();
                     finish(r.and_then(|c| flushed.map(|()| c)))
                 });
@@ -224,39 +222,62 @@ impl<'j, B: AsRef<[u8]> + Sync> Job<'j, '_, B> {
                     lackey,
                     out: &mut shared,
                 };
-                go(&mut |i| finish(self.piece(&mut text, &mut caches, &mut keep, i)));
+                go(&mut |i| finish(walker.piece(&mut text, self.spans[i])));
             }
         }
     }
+}
 
-    /// Walks piece `i` into `sink` with the worker's `caches`.
-    fn piece<S: Sink>(
-        &self,
-        sink: &mut S,
-        caches: &mut Option<Caches>,
-        keep: &mut PieceKeep,
-        i: usize,
-    ) -> Result<Counts> {
-        let c = caches.take().ok_or("a piece's walk failed before")?;
+/// Walks the pieces of a trace one at a time, each from the data state
+/// its first entry keeps (`regen --data -j N`'s workers; `aetrace debug`,
+/// which rebuilds the pieces a session reads, `src/cmd/debug.rs`), with
+/// what it learns of the code carried from piece to piece.
+pub struct Walker<'j, 'v, B> {
+    trace: &'j Trace<B>,
+    visit: &'j Visit<'v, B>,
+    pieces: &'j Pieces<'j, B>,
+    index: &'j StateIndex,
+    caches: Option<Caches>,
+    keep: PieceKeep,
+}
+
+impl<'j, 'v, B: AsRef<[u8]> + Sync> Walker<'j, 'v, B> {
+    /// A walker of `visit`'s `pieces`, from the data states of `index`
+    /// (the index `visit`'s options hold).
+    pub fn new(
+        trace: &'j Trace<B>,
+        visit: &'j Visit<'v, B>,
+        pieces: &'j Pieces<'j, B>,
+        index: &'j StateIndex,
+    ) -> Result<Self> {
+        Ok(Walker {
+            trace,
+            visit,
+            pieces,
+            index,
+            caches: Some(Caches::of(trace, visit.modules())?),
+            keep: PieceKeep::default(),
+        })
+    }
+
+    /// Walks piece `span` into `sink`: from its first entry's data state,
+    /// checked at its end against the next entry's (or the thread's end).
+    pub fn piece<S: Sink>(&mut self, sink: &mut S, span: Span) -> Result<Counts> {
+        let c = self.caches.take().ok_or("a piece's walk failed before")?;
         let mut w = Writer::new(sink, c);
-        let r = self.walk(&mut w, keep, self.spans[i]);
-        *caches = Some(w.caches());
+        let r = self.walk(&mut w, span);
+        self.caches = Some(w.caches());
         r
     }
 
-    fn walk<S: Sink>(
-        &self,
-        w: &mut Writer<'_, 'j, S>,
-        keep: &mut PieceKeep,
-        span: Span,
-    ) -> Result<Counts> {
+    fn walk<S: Sink>(&mut self, w: &mut Writer<'_, 'j, S>, span: Span) -> Result<Counts> {
         let entries = self.index.entries(span.thread.0);
         if let Some(k) = span.from {
             let s = state::decode(&entries[k].data).ok_or(INDEX_STALE)?;
             w.restore_data(self.trace, self.visit, span.thread, s)?;
         }
         let mut err: Option<Error> = None;
-        let ran = self.pieces.run(span, keep, &mut |runs| match w
+        let ran = self.pieces.run(span, &mut self.keep, &mut |runs| match w
             .batch(self.trace, self.visit, runs)
         {
             Ok(()) => true,
