@@ -128,7 +128,7 @@ impl<'j, B: AsRef<[u8]> + Sync> Job<'j, '_, B> {
                 return;
             }
         };
-        let mut go = |walk: &mut PieceWalk<'_>| {
+        let go = |walk: &mut PieceWalk<'_>| {
             while let Some((span, task)) = tasks.next() {
                 let r = walk(span, &mut || send(&buf, &task, BATCH));
                 send(&buf, &task, 0);
