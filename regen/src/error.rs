@@ -27,6 +27,11 @@ pub enum Error {
     #[error("{0}")]
     Usage(String),
 
+    /// An in-process consumer of pieces (the data walk of `regen --data
+    /// -j N`, `visit::Pieces::write_in_order`) stopped with this error.
+    #[error("{0}")]
+    Consumer(String),
+
     /// A state index (`index`) that does not fit its trace: unreadable,
     /// built for other bytes, or a state the regeneration does not reach.
     #[error("state index: {0}")]

@@ -39,6 +39,7 @@ pub mod handlers;
 pub mod index;
 pub mod info;
 pub mod machine;
+mod ordered;
 pub mod output;
 mod regions;
 pub mod stream;

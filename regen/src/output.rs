@@ -17,7 +17,8 @@
 //! with `jobs > 1` at most `jobs` pieces expand at once, the pieces not
 //! being written together at most a worker's share of [`AHEAD_BYTES`]
 //! ahead of the writer (the one being written as much again), and at most `2 * jobs` cut pieces
-//! wait, so memory stays bounded however long the streams are; a piece
+//! wait (`ordered`, the one writer of output in order, which the
+//! data walk's pieces use too), so memory stays bounded however long the streams are; a piece
 //! ends exactly where the next one's snapshot was taken (the same read
 //! point, checked by the equality tests against `-j 1`). Into a file, when
 //! the state index counted the output before each piece, the workers write
@@ -31,6 +32,7 @@ use crate::ending::Ending;
 use crate::error::{Error, Result};
 use crate::index::{Entry, StateIndex};
 use crate::machine::{ForkState, Machine, Progress, Sink};
+use crate::ordered::{in_order, Spare, Tasks};
 use crate::regions::Regions;
 use crate::stream::Stream;
 use crate::summary::Summaries;
@@ -820,10 +822,8 @@ pub(crate) struct Ctx<'a, B> {
     note: String,
     opts: &'a Options,
     ahead_bytes: usize,
-    /// Written batches, for the workers to fill again: a batch allocated
-    /// by one thread and freed by another goes back to the system and
-    /// comes back as fresh pages, one page fault per 4 KiB of output.
-    spare: std::sync::Mutex<Vec<Vec<u8>>>,
+    /// Written batches, for the workers to fill again.
+    pub(crate) spare: Spare,
     /// Killed threads' ends, as their last pieces reach them.
     endings: std::sync::Mutex<Vec<Ending>>,
     /// The states kept for a state index as whole threads go, if asked.
@@ -898,12 +898,6 @@ fn add_counts(sum: &mut Counts, c: &Counts) {
     sum.2 .1 += c.2 .1;
 }
 
-/// A batch of one piece's output, or how the piece ended.
-enum Msg {
-    Bytes(Vec<u8>),
-    End(Result<()>),
-}
-
 /// Where the workers write their pieces ([`Ctx::write_regions`]): the
 /// file, the offset of the thread's output in it, and the flag that
 /// stops them (the writer found an error).
@@ -934,64 +928,6 @@ impl Drop for Closing<'_> {
                 }
             }
         }
-    }
-}
-
-/// The batches the parallel workers hold ahead of the writer, counted over
-/// all pieces in flight. Each piece's channel bounded only its own piece,
-/// so a worker whose pieces fit their channels ran any number of pieces
-/// ahead (gzip's `bin` with 1 MiB pieces: 83-110 k page faults of fresh
-/// batches, against 42-45 k with the default 4 MiB ones). Pieces are
-/// numbered in cut order; the one being written (`head`) never waits, its
-/// worker is the one the writer waits for, so there is no deadlock.
-struct Budget {
-    state: std::sync::Mutex<Held>,
-    freed: std::sync::Condvar,
-    max: usize,
-}
-
-/// [`Budget`]'s counts.
-#[derive(Default)]
-struct Held {
-    /// The piece being written.
-    head: u64,
-    /// Batches sent and not written yet.
-    batches: usize,
-    /// The writer stopped: nobody waits any more.
-    stop: bool,
-}
-
-impl Budget {
-    fn new(max: usize) -> Self {
-        Budget {
-            state: Default::default(),
-            freed: Default::default(),
-            max,
-        }
-    }
-
-    /// Counts a batch of piece `piece`, first waiting for room unless it
-    /// is the piece being written; false once the writer stopped.
-    fn take(&self, piece: u64) -> bool {
-        let Ok(mut h) = self.state.lock() else {
-            return false;
-        };
-        while !h.stop && piece != h.head && h.batches >= self.max {
-            h = match self.freed.wait(h) {
-                Ok(h) => h,
-                Err(_) => return false,
-            };
-        }
-        h.batches += 1;
-        !h.stop
-    }
-
-    /// Applies `f` to the counts and wakes the waiting workers.
-    fn update(&self, f: impl FnOnce(&mut Held)) {
-        if let Ok(mut h) = self.state.lock() {
-            f(&mut h);
-        }
-        self.freed.notify_all();
     }
 }
 
@@ -1191,7 +1127,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             note: note.clone(),
             opts,
             ahead_bytes,
-            spare: Default::default(),
+            spare: Spare::new((ahead_bytes / BATCH).max(16)),
             endings: Default::default(),
             states: None,
             chunks: std::sync::Arc::new(crate::stream::Chunks::keeping(shared_budget(trace, opts))),
@@ -1677,8 +1613,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
 
     /// An empty batch buffer.
     fn batch(&self) -> Vec<u8> {
-        let spare = self.spare.lock().ok().and_then(|mut s| s.pop());
-        spare.unwrap_or_else(|| Vec::with_capacity(BATCH + BATCH / 4))
+        (self.spare.take()).unwrap_or_else(|| Vec::with_capacity(BATCH + BATCH / 4))
     }
 
     /// An empty batch for a worker: one of its own written ones (`own`)
@@ -1696,22 +1631,7 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
             b.clear();
             own.push(b);
         } else {
-            self.recycle(b);
-        }
-    }
-
-    /// Keeps a written batch for `batch` (a few: the rest are in flight).
-    fn recycle(&self, mut b: Vec<u8>) {
-        if let Ok(mut s) = self.spare.lock() {
-            // As many as may be in flight: a batch freed comes back from
-            // the system as fresh pages (pieces expanded in parallel
-            // from a state index made 110k page faults on gzip's `bin`
-            // with 16 kept), and keeping them never holds more than the
-            // lookahead already allowed.
-            if s.len() < (self.ahead_bytes / BATCH).max(16) && b.capacity() >= BATCH {
-                b.clear();
-                s.push(b);
-            }
+            self.spare.put(b);
         }
     }
 
@@ -1924,7 +1844,9 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
         end: &mut dyn FnMut(usize, Result<()>, u64) -> bool,
         keep: &mut Kept,
     ) -> bool {
-        let piece = self.piece(job, spans[first]);
+        let mut piece = self.piece(job, spans[first]);
+        // A region reads its chunks one after another, once each.
+        piece.machine.stream_mut().own_chunks();
         let Some(start) = piece.at else {
             return end(first, Err(Error::Index(UNCOUNTED.into())), 0);
         };
@@ -1978,104 +1900,43 @@ impl<'a, B: AsRef<[u8]> + Sync> Ctx<'a, B> {
 
     /// One thread cuts the streams into pieces, thread after thread; the
     /// workers expand pieces in the order they were cut; the writer drains
-    /// piece after piece, handing the batches to `give`. A worker blocks
-    /// when the pieces in flight hold a worker's share of `AHEAD_BYTES`
-    /// ahead of the writer ([`Budget`]; never the worker of the piece
-    /// being written), and the cutter when `2 * workers` pieces wait;
-    /// pieces are taken in order, so the piece the writer waits for always
-    /// has a worker: no deadlock.
+    /// piece after piece, handing the batches to `give`
+    /// ([`crate::ordered`]).
     fn write_parallel(
         &self,
         workers: usize,
         give: &mut dyn FnMut(&mut Vec<u8>) -> std::io::Result<()>,
     ) -> Result<()> {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(workers + 1)
-            .build()
-            .map_err(|e| Error::Usage(format!("cannot start {workers} worker threads: {e}")))?;
-        // Batches ahead of the writer, all pieces together: a worker's
-        // share of AHEAD_BYTES, what one piece's channel held before (the
-        // whole of it, with pieces a quarter as long, made 84-90 k page
-        // faults of fresh batches on bzip2's `bin` against 45 k, and no
-        // less CPU time).
-        let ahead = (self.ahead_bytes.min(self.pieces_ahead()) / BATCH / workers).max(4);
-        let budget = Budget::new(ahead);
-        let (order_tx, order_rx) = mpsc::channel::<mpsc::Receiver<Msg>>();
-        let (work_tx, work_rx) =
-            mpsc::sync_channel::<(Piece<'_>, mpsc::SyncSender<Msg>, u64)>(2 * workers);
-        let work_rx = std::sync::Mutex::new(work_rx);
-        let stop = AtomicBool::new(false);
-        pool.in_place_scope(|s| {
-            s.spawn(|_| {
-                let (order_tx, work_tx) = (order_tx, work_tx);
-                let mut number = 0;
-                for job in self.jobs {
-                    let mut go = true;
-                    self.cut(job, &mut |p| {
-                        let (tx, rx) = mpsc::sync_channel::<Msg>(ahead);
-                        go = !stop.load(Ordering::SeqCst)
-                            && order_tx.send(rx).is_ok()
-                            && work_tx.send((p, tx, number)).is_ok();
-                        number += 1;
-                        go
-                    });
-                    if !go {
-                        return;
-                    }
-                }
-            });
-            for _ in 0..workers {
-                s.spawn(|_| {
-                    let mut keep = Kept::default();
-                    loop {
-                        let next = work_rx.lock().map(|rx| rx.recv());
-                        let Ok(Ok((piece, tx, number))) = next else {
-                            return;
-                        };
-                        if stop.load(Ordering::SeqCst) {
-                            return;
-                        }
-                        let mut emit = |b: &mut Vec<u8>| {
-                            budget.take(number) && tx.send(Msg::Bytes(std::mem::take(b))).is_ok()
-                        };
-                        let r = self.produce(piece, &mut emit, &mut keep);
-                        let _ = tx.send(Msg::End(r));
-                    }
+        let cut = |put: &mut dyn FnMut(_) -> bool| {
+            for job in self.jobs {
+                let mut go = true;
+                self.cut(job, &mut |p| {
+                    go = put(p);
+                    go
                 });
-            }
-            let result = (|| {
-                for rx in &order_rx {
-                    loop {
-                        match rx.recv() {
-                            Ok(Msg::Bytes(mut b)) => {
-                                give(&mut b).map_err(Error::Output)?;
-                                self.recycle(b);
-                                budget.update(|h| h.batches = h.batches.saturating_sub(1));
-                            }
-                            Ok(Msg::End(r)) => {
-                                r?;
-                                budget.update(|h| h.head += 1);
-                                break;
-                            }
-                            Err(_) => {
-                                return Err(Error::Usage("a regeneration worker died".into()))
-                            }
-                        }
-                    }
-                }
-                Ok(())
-            })();
-            if result.is_err() {
-                // Stop the cutter and the workers: their sends now fail.
-                stop.store(true, Ordering::SeqCst);
-                budget.update(|h| h.stop = true);
-                drop(order_rx);
-                if let Ok(rx) = work_rx.lock() {
-                    while rx.try_recv().is_ok() {}
+                if !go {
+                    return;
                 }
             }
-            result
-        })
+        };
+        let work = |tasks: &Tasks<'_, _>| {
+            let mut keep = Kept::default();
+            while let Some((piece, task)) = tasks.next() {
+                let r = self.produce(piece, &mut |b| task.emit(b), &mut keep);
+                task.end(r);
+            }
+        };
+        let ahead = self.ahead_batches(workers);
+        in_order(workers, ahead, &self.spare, cut, work, give)
+    }
+
+    /// Batches the pieces in flight may hold ahead of the writer, all
+    /// together: a worker's share of the lookahead, what one piece's
+    /// channel held before (the whole of it, with pieces a quarter as
+    /// long, made 84-90 k page faults of fresh batches on bzip2's `bin`
+    /// against 45 k, and no less CPU time).
+    pub(crate) fn ahead_batches(&self, workers: usize) -> usize {
+        (self.ahead_bytes.min(self.pieces_ahead()) / BATCH / workers.max(1)).max(4)
     }
 
     /// Counts one piece: per module of its group (instructions, blocks);

@@ -640,6 +640,21 @@ impl<'t> Stream<'t> {
         self.prefetch = false;
     }
 
+    /// Decompresses its chunks itself, into its own buffers, never
+    /// through the shared chunks: for a `-j N` worker walking a region of
+    /// consecutive pieces ([`crate::regions`]), which reads each chunk of
+    /// its region once (only a chunk where two regions meet is
+    /// decompressed by both), while a shared chunk costs a copy out of its
+    /// slot and fresh pages for the slots (docs/regen.md section 5,
+    /// "Fresh pages of `-j 2`").
+    pub(crate) fn own_chunks(&mut self) {
+        debug_assert!(
+            self.buf.is_empty() && self.ahead.is_none(),
+            "set before the stream is read"
+        );
+        self.shared = None;
+    }
+
     /// Its two chunk buffers, emptied, for the next stream of the same
     /// reader ([`Stream::reusing`]).
     pub(crate) fn take_buffers(&mut self) -> (Vec<u8>, Vec<u8>) {

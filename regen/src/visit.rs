@@ -43,6 +43,7 @@
 use crate::compile::{BlockIx, Module};
 use crate::error::{Error, Result};
 use crate::index::{Entry, StateIndex};
+pub use crate::ordered::{Task, Tasks};
 pub use crate::output::PieceKeep;
 use crate::output::{prepare, Ctx, Format, Options, Prepared, AHEAD_BYTES};
 use crate::stream::Chunks;
@@ -393,9 +394,10 @@ pub struct Span {
 }
 
 /// A trace's pieces between state index entries, for workers that
-/// regenerate them in any order (`regen --data -j N`): a piece started
-/// from an entry gives the events after that entry's pause up to the next
-/// one's, and checks that the machine pauses there in the entry's state.
+/// regenerate them (`regen --data -j N`: [`Pieces::write_in_order`]): a
+/// piece started from an entry gives the events after that entry's pause
+/// up to the next one's, and checks that the machine pauses there in the
+/// entry's state.
 pub struct Pieces<'v, B> {
     ctx: Ctx<'v, B>,
 }
@@ -426,6 +428,32 @@ impl<B: AsRef<[u8]> + Sync> Pieces<'_, B> {
     ) -> Result<()> {
         let mut deliver = whole_records(give);
         stopped_ok((self.ctx).produce_span((span.job, span.from, span.to), &mut deliver, keep))
+    }
+
+    /// Runs `workers` workers, each `work`: it takes piece after piece of
+    /// `spans` ([`Tasks::next`]), regenerates it ([`Pieces::run`]) into
+    /// output batches it gives its [`Task`], and ends the task with the
+    /// piece's result. The output goes to `give` in the order of `spans`,
+    /// through the writer of `regen -j N` into a pipe (one writer,
+    /// bounded lookahead; `docs/regen.md` section 4, "Writing"); the
+    /// first piece's error, or `give`'s, is the result, with nothing of a
+    /// later piece given.
+    pub fn write_in_order(
+        &self,
+        spans: &[Span],
+        workers: usize,
+        work: impl Fn(&Tasks<'_, Span>) + Sync,
+        give: &mut dyn FnMut(&mut Vec<u8>) -> std::io::Result<()>,
+    ) -> Result<()> {
+        let cut = |put: &mut dyn FnMut(Span) -> bool| {
+            for &s in spans {
+                if !put(s) {
+                    return;
+                }
+            }
+        };
+        let ahead = self.ctx.ahead_batches(workers);
+        crate::ordered::in_order(workers, ahead, &self.ctx.spare, cut, work, give)
     }
 }
 

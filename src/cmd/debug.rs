@@ -197,7 +197,7 @@ impl<B: AsRef<[u8]> + Sync> Source for ThreadPieces<'_, '_, B> {
         };
         let walker = self.walker.as_mut().ok_or("no walker")?;
         let mut sink = Rebuilding(Rebuilt::starting_at(first));
-        walker.piece(&mut sink, span).map_err(why)?;
+        walker.piece(&mut sink, span, &mut || true).map_err(why)?;
         // The next piece starts where this one ends, by the entries' counts.
         let end = self.spans.get(k).map(|&(next, _)| next);
         if end.is_some_and(|e| e != sink.0.positions().end) {

@@ -1,49 +1,33 @@
 //! `regen --data -j N` from a state index whose entries keep the data
-//! walk's state (`state`; `docs/data.md`, "`-j N` from the state index"):
+//! walk's states (`state`; `docs/data.md`, "`-j N` from the state index"):
 //! the workers take the pieces between those entries in order, each
 //! walking its piece's control events (`aetrace_regen::visit::Pieces`)
-//! and data from the entry's states into its own buffer, and this thread
-//! writes the buffers in piece order.
+//! and data from the entry's states, and hand its output in batches to
+//! the writer `regen -j N` writes a pipe with (`Pieces::write_in_order`),
+//! which writes them in piece order.
 //!
 //! Invariants: the output is the bytes `-j 1` writes (a piece's data walk
 //! starts in the state the whole walk had there, and checks at its end
-//! that it reached the next entry's); at most `2N` finished pieces wait
-//! for the writer; after a piece's error nothing of a later piece is
-//! written.
+//! that it reached the next entry's); the writer's lookahead bounds the
+//! output waiting in memory; after a piece's error nothing of a later
+//! piece is written.
 
 use super::{state, Bin, Caches, Counts, DataFormat, Records, Sink, Text, Writer, BIN_BUFFER};
 use super::{Error, Result, INDEX_STALE};
 use aetrace_format::Trace;
 use aetrace_regen::index::StateIndex;
-use aetrace_regen::visit::{PieceKeep, Pieces, Span, Visit};
+use aetrace_regen::output::BATCH;
+use aetrace_regen::visit::{PieceKeep, Pieces, Span, Task, Tasks, Visit};
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::Mutex;
 
 /// Stream bytes per piece at least: each piece's start passes up to a
-/// window of values again and restarts its control walk, and its output
-/// waits whole for the writer (gzip's 2 MB trace: 360 MB of stream, 4.6
-/// GB of `bin`; pieces at every 256 KiB entry cost `-j 2` 1.46x the CPU
-/// of `-j 1`).
+/// window of values again and restarts its control walk (gzip's 2 MB
+/// trace: 360 MB of stream, 4.6 GB of `bin`; pieces at every 256 KiB
+/// entry cost `-j 2` 1.46x the CPU of `-j 1`).
 const PIECE_BYTES: u64 = 2 << 20;
-
-/// A piece's output: its bytes, or its error as text (a worker's errors
-/// are not `Send`) after those bytes.
-type Done = (Vec<u8>, Counts, Option<String>);
-
-/// The finished pieces waiting for the writer, and how many were written.
-#[derive(Default)]
-struct Board {
-    done: BTreeMap<usize, Done>,
-    written: usize,
-    /// Written buffers, for the workers to fill again: a buffer freed
-    /// comes back from the system as fresh pages (2.3-4.4 s of system
-    /// time on `-j 2` of gzip's and bzip2's 2 MB traces).
-    spare: Vec<Vec<u8>>,
-}
 
 /// Writes the data trace of `trace` (its options' index holding data
 /// states) with `workers` workers.
@@ -77,75 +61,21 @@ pub(super) fn write<B: AsRef<[u8]> + Sync>(
         let header = aetrace_format::addrtrace::Header { count: None };
         out.write_all(&header.to_bytes())?;
     }
-    let (board, moved) = (Mutex::new(Board::default()), Condvar::new());
-    let (next, stop) = (AtomicUsize::new(0), AtomicBool::new(false));
-    let ahead = 2 * workers;
+    let total = Mutex::new(Counts::default());
     let job = Job {
         trace,
         visit: &visit,
         pieces: &pieces,
-        spans: &spans,
         index,
+        total: &total,
     };
-    std::thread::scope(|s| {
-        for _ in 0..workers {
-            s.spawn(|| {
-                let mut take = || {
-                    let i = next.fetch_add(1, Ordering::SeqCst);
-                    let mut b = board.lock().ok()?;
-                    while i >= b.written + ahead && !stop.load(Ordering::SeqCst) {
-                        b = moved.wait(b).ok()?;
-                    }
-                    (i < spans.len() && !stop.load(Ordering::SeqCst)).then_some(i)
-                };
-                let mut put = |i: usize, d: Done| -> Vec<u8> {
-                    let mut spare = Vec::new();
-                    if let Ok(mut b) = board.lock() {
-                        b.done.insert(i, d);
-                        spare = b.spare.pop().unwrap_or_default();
-                    }
-                    moved.notify_all();
-                    spare.clear();
-                    spare
-                };
-                job.work(format, &mut take, &mut put);
-            });
-        }
-        let r = drain(&board, &moved, spans.len(), out);
-        stop.store(true, Ordering::SeqCst);
-        moved.notify_all();
-        r
-    })
-}
-
-/// Writes the pieces in order as they finish; their counts summed, or
-/// the first error.
-fn drain(board: &Mutex<Board>, moved: &Condvar, n: usize, out: &mut dyn Write) -> Result<Counts> {
-    let mut total = Counts::default();
-    for i in 0..n {
-        let mut b = board.lock().map_err(|_| "a worker failed")?;
-        let (bytes, counts, err) = loop {
-            match b.done.remove(&i) {
-                Some(d) => break d,
-                None => b = moved.wait(b).map_err(|_| "a worker failed")?,
-            }
-        };
-        b.written = i + 1;
-        drop(b);
-        moved.notify_all();
-        out.write_all(&bytes)?;
-        if let Ok(mut b) = board.lock() {
-            b.spare.push(bytes);
-        }
-        if let Some(e) = err {
-            return Err(e.into());
-        }
-        total.refs += counts.refs;
-        total.static_refs += counts.static_refs;
-        total.recorded_refs += counts.recorded_refs;
-        total.checked_refs += counts.checked_refs;
+    let work = |tasks: &Tasks<'_, Span>| job.work(format, tasks);
+    match pieces.write_in_order(&spans, workers, work, &mut |b| out.write_all(b)) {
+        // As `-j 1` reports a failed write.
+        Err(aetrace_regen::Error::Output(e)) => return Err(e.into()),
+        r => r?,
     }
-    Ok(total)
+    Ok(total.into_inner().unwrap_or_default())
 }
 
 /// What every worker shares.
@@ -153,8 +83,9 @@ struct Job<'j, 'v, B> {
     trace: &'j Trace<B>,
     visit: &'j Visit<'v, B>,
     pieces: &'j Pieces<'j, B>,
-    spans: &'j [Span],
     index: &'j StateIndex,
+    /// The pieces' counts summed (the total when none failed).
+    total: &'j Mutex<Counts>,
 }
 
 /// A worker's output buffer, shared with its sink.
@@ -171,30 +102,38 @@ impl Write for Shared {
     }
 }
 
+/// Hands `buf` to `task`'s writer once it holds `least` bytes (at least
+/// one); false once the writer stopped.
+fn send(buf: &RefCell<Vec<u8>>, task: &Task<'_>, least: usize) -> bool {
+    let mut b = buf.borrow_mut();
+    b.len() < least.max(1) || task.emit(&mut b)
+}
+
+/// A piece's walk: into the worker's sink, calling its argument after
+/// each batch of control events (false: the writer stopped).
+type PieceWalk<'a> = dyn FnMut(Span, &mut dyn FnMut() -> bool) -> Result<Counts> + 'a;
+
 impl<'j, B: AsRef<[u8]> + Sync> Job<'j, '_, B> {
     /// A worker: its sink and its walker kept from piece to piece (its
-    /// records of each block are built once).
-    fn work(
-        &self,
-        format: DataFormat,
-        take: &mut dyn FnMut() -> Option<usize>,
-        put: &mut dyn FnMut(usize, Done) -> Vec<u8>,
-    ) {
+    /// records of each block are built once), its output handed on a
+    /// batch at a time.
+    fn work(&self, format: DataFormat, tasks: &Tasks<'_, Span>) {
         let buf = Rc::new(RefCell::new(Vec::new()));
         let mut shared = Shared(buf.clone());
-        let walker = Walker::new(self.trace, self.visit, self.pieces, self.index);
-        let Ok(mut walker) = walker.map_err(|e| {
-            if let Some(i) = take() {
-                put(i, (Vec::new(), Counts::default(), Some(e.to_string())));
+        let mut walker = match Walker::new(self.trace, self.visit, self.pieces, self.index) {
+            Ok(w) => w,
+            Err(e) => {
+                if let Some((_, task)) = tasks.next() {
+                    task.end(Err(consumer(&e)));
+                }
+                return;
             }
-        }) else {
-            return;
         };
-        let mut go = |sink: &mut dyn FnMut(usize) -> (Counts, Option<String>)| {
-            while let Some(i) = take() {
-                let (counts, err) = sink(i);
-                let bytes = std::mem::take(&mut *buf.borrow_mut());
-                *buf.borrow_mut() = put(i, (bytes, counts, err));
+        let go = |walk: &mut PieceWalk<'_>| {
+            while let Some((span, task)) = tasks.next() {
+                let r = walk(span, &mut || send(&buf, &task, BATCH));
+                send(&buf, &task, 0);
+                task.end(r.map(|c| self.add(c)).map_err(|e| consumer(&e)));
             }
         };
         match format {
@@ -210,10 +149,10 @@ impl<'j, B: AsRef<[u8]> + Sync> Job<'j, '_, B> {
                     segs: Vec::new(),
                 };
                 bin.modules(self.visit.modules());
-                go(&mut |i| {
-                    let r = walker.piece(&mut bin, self.spans[i]);
+                go(&mut |span, emit| {
+                    let r = walker.piece(&mut bin, span, emit);
                     let flushed = bin.records.flush();
-                    finish(r.and_then(|c| flushed.map(|()| c)))
+                    r.and_then(|c| flushed.map(|()| c))
                 });
             }
             f => {
@@ -222,8 +161,18 @@ impl<'j, B: AsRef<[u8]> + Sync> Job<'j, '_, B> {
                     lackey,
                     out: &mut shared,
                 };
-                go(&mut |i| finish(walker.piece(&mut text, self.spans[i])));
+                go(&mut |span, emit| walker.piece(&mut text, span, emit));
             }
+        }
+    }
+
+    /// Adds a piece's counts to the total.
+    fn add(&self, c: Counts) {
+        if let Ok(mut t) = self.total.lock() {
+            t.refs += c.refs;
+            t.static_refs += c.static_refs;
+            t.recorded_refs += c.recorded_refs;
+            t.checked_refs += c.checked_refs;
         }
     }
 }
@@ -261,16 +210,27 @@ impl<'j, 'v, B: AsRef<[u8]> + Sync> Walker<'j, 'v, B> {
     }
 
     /// Walks piece `span` into `sink`: from its first entry's data state,
-    /// checked at its end against the next entry's (or the thread's end).
-    pub fn piece<S: Sink>(&mut self, sink: &mut S, span: Span) -> Result<Counts> {
+    /// checked at its end against the next entry's (or the thread's end),
+    /// calling `emit` after each batch of control events (false: stop).
+    pub fn piece<S: Sink>(
+        &mut self,
+        sink: &mut S,
+        span: Span,
+        emit: &mut dyn FnMut() -> bool,
+    ) -> Result<Counts> {
         let c = self.caches.take().ok_or("a piece's walk failed before")?;
         let mut w = Writer::new(sink, c);
-        let r = self.walk(&mut w, span);
+        let r = self.walk(&mut w, span, emit);
         self.caches = Some(w.caches());
         r
     }
 
-    fn walk<S: Sink>(&mut self, w: &mut Writer<'_, 'j, S>, span: Span) -> Result<Counts> {
+    fn walk<S: Sink>(
+        &mut self,
+        w: &mut Writer<'_, 'j, S>,
+        span: Span,
+        emit: &mut dyn FnMut() -> bool,
+    ) -> Result<Counts> {
         let entries = self.index.entries(span.thread.0);
         if let Some(k) = span.from {
             let s = state::decode(&entries[k].data).ok_or(INDEX_STALE)?;
@@ -280,7 +240,7 @@ impl<'j, 'v, B: AsRef<[u8]> + Sync> Walker<'j, 'v, B> {
         let ran = self.pieces.run(span, &mut self.keep, &mut |runs| match w
             .batch(self.trace, self.visit, runs)
         {
-            Ok(()) => true,
+            Ok(()) => emit(),
             Err(e) => {
                 err = Some(e);
                 false
@@ -304,10 +264,7 @@ impl<'j, 'v, B: AsRef<[u8]> + Sync> Walker<'j, 'v, B> {
     }
 }
 
-/// A piece's counts and error as [`Done`] keeps them.
-fn finish(r: Result<Counts>) -> (Counts, Option<String>) {
-    match r {
-        Ok(c) => (c, None),
-        Err(e) => (Counts::default(), Some(e.to_string())),
-    }
+/// A worker's error (not `Send`) as the writer's.
+fn consumer(e: &Error) -> aetrace_regen::Error {
+    aetrace_regen::Error::Consumer(e.to_string())
 }
