@@ -4,7 +4,9 @@
 //! walking its piece's control events (`aetrace_regen::visit::Pieces`)
 //! and data from the entry's states, and hand its output in batches to
 //! the writer `regen -j N` writes a pipe with (`Pieces::write_in_order`),
-//! which writes them in piece order.
+//! which writes them in piece order. The piece walk itself ([`Walker`])
+//! also serves `aetrace debug`, which rebuilds only the pieces a session
+//! reads.
 //!
 //! Invariants: the output is the bytes `-j 1` writes (a piece's data walk
 //! starts in the state the whole walk had there, and checks at its end
