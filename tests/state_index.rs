@@ -24,24 +24,28 @@ fn aet(args: &[&str], trace: &Path) -> Output {
 }
 
 /// Each format and `--count` with the index at several intervals and
-/// piece sizes against `-j 1` without it.
+/// piece sizes against `-j 1` without it. Each index is built once and
+/// serves every format (an entry per stream byte takes seconds to build).
 fn check_identical(trace: &Path) {
-    for format in ["bin", "block"] {
-        let want = aet(
+    let formats = ["bin", "block"];
+    let wants = formats.map(|format| {
+        aet(
             &["regen", "--no-index", "-j", "1", "--format", format],
             trace,
         )
-        .stdout;
-        for (interval, piece, jobs) in [
-            ("4096", "8192", "2"),
-            ("65536", "0", "3"),
-            ("1", "1000", "2"),
-        ] {
-            aet(&["index", "--interval", interval], trace);
+        .stdout
+    });
+    for (interval, piece, jobs) in [
+        ("4096", "8192", "2"),
+        ("65536", "0", "3"),
+        ("1", "1000", "2"),
+    ] {
+        aet(&["index", "--interval", interval], trace);
+        for (format, want) in formats.iter().zip(&wants) {
             let args = ["regen", "-j", jobs, "--piece", piece, "--format", format];
             let got = aet(&args, trace).stdout;
             assert!(
-                got == want,
+                &got == want,
                 "{} {args:?} interval {interval}: output differs",
                 trace.display()
             );
@@ -54,7 +58,7 @@ fn check_identical(trace: &Path) {
             };
             for (how, got) in files {
                 assert!(
-                    got == want,
+                    &got == want,
                     "{} {args:?} {how}, interval {interval}: output differs",
                     trace.display()
                 );
@@ -195,12 +199,20 @@ fn recording_again_removes_the_earlier_index() {
     );
 }
 
+/// The `-j` runs of each format in `check_data_identical`, for the index
+/// `aetrace index` wrote and the one `regen` wrote: every format from the
+/// first with three workers, `bin` with two from both, `lackey` from the
+/// second. (Every format with 2 and 3 jobs from both indexes took 68 s of
+/// the suite's 530, 2026-12-02: a run of a text format costs a second.)
+const JOBS_BY_BUILD: [[&[&str]; 5]; 2] = [
+    [&["2", "3"], &["3"], &["3"], &["3"], &["3"]],
+    [&["2"], &[], &["2"], &[], &[]],
+];
+
 /// Each data format (`bin`, `xdin`, `lackey`), also for one thread and one
-/// module, at `-j 2` and `-j 3` from an index with the data walk's states
-/// (`aetrace index`, and the one the first whole `regen --data` writes)
-/// against `-j 1` without an index. Each index is built once, and 2 and 3
-/// jobs only: with 1 to 4 jobs and an index per format the test took 3
-/// minutes of CI's 20 (quiet, 2026-12-02), against 69 s.
+/// module, from an index with the data walk's states (`aetrace index`,
+/// and the one the first whole `regen --data` writes) against `-j 1`
+/// without an index, at the jobs of `JOBS_BY_BUILD`.
 fn check_data_identical(trace: &Path, module: &str) {
     let sidecar = PathBuf::from(format!("{}.idx", trace.display()));
     let formats: [&[&str]; 5] = [
@@ -224,12 +236,12 @@ fn check_data_identical(trace: &Path, module: &str) {
         &["index", "--interval", "4096"],
         &["regen", "--format", "bin", "--data"],
     ];
-    for build in builds {
+    for (build, jobs_of) in builds.into_iter().zip(JOBS_BY_BUILD) {
         let _ = std::fs::remove_file(&sidecar);
         aet(build, trace);
         assert!(sidecar.exists(), "{build:?} wrote no index");
-        for (format, want) in formats.iter().zip(&wants) {
-            for jobs in ["2", "3"] {
+        for ((format, want), jobs) in formats.iter().zip(&wants).zip(jobs_of) {
+            for &jobs in jobs {
                 let args = [&["regen", "-j", jobs, "--piece", "4096"][..], format].concat();
                 let out = aet(&args, trace);
                 assert!(

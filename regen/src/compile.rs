@@ -229,7 +229,14 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// Appends `v` in lowercase hex without leading zeros.
 pub fn push_hex(out: &mut Vec<u8>, v: u64) {
-    let digits = (16 - (v | 1).leading_zeros() as usize / 4).max(1);
+    push_hex_min(out, v, 1);
+}
+
+/// Appends `v` in lowercase hex, zero-padded to at least `min` digits
+/// (`{v:0min$x}`).
+pub fn push_hex_min(out: &mut Vec<u8>, v: u64, min: usize) {
+    debug_assert!(min <= 16, "a u64 has 16 hex digits");
+    let digits = (16 - (v | 1).leading_zeros() as usize / 4).max(min);
     for i in (0..digits).rev() {
         out.push(HEX[((v >> (i * 4)) & 15) as usize]);
     }
@@ -779,6 +786,9 @@ mod tests {
             let mut out = Vec::new();
             push_hex(&mut out, v);
             assert_eq!(out, h.as_bytes());
+            let mut out = Vec::new();
+            push_hex_min(&mut out, v, 8);
+            assert_eq!(out, format!("{v:08x}").as_bytes());
         }
         for v in [0u64, 9, 10, 12345, u64::MAX] {
             let mut out = Vec::new();

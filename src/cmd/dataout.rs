@@ -79,7 +79,7 @@ use aetrace_format::addrtrace::{AccessKind, AddrRecord, ADDRESS_LIMIT};
 use aetrace_format::progdb::ProgramDb;
 use aetrace_format::section::module_flags;
 use aetrace_format::{ModuleId, ThreadId, Trace};
-use aetrace_regen::compile::{BlockIx, Module};
+use aetrace_regen::compile::{push_dec, push_hex, push_hex_min, BlockIx, Module};
 use aetrace_regen::index::StateIndex;
 use aetrace_regen::visit::{BlockRun, Event, Runs, Segment, Step, Steps, Visit};
 use aetrace_regen::DataItem;
@@ -359,30 +359,86 @@ fn iterations<S: Sink + ?Sized>(
     Ok(())
 }
 
-/// The two text formats as a sink.
+/// The two text formats as a sink: lines formatted into `buf` by hand
+/// and written to `out` in blocks ([`Text::flush`] at the end of a walk
+/// or piece). A `writeln!` per line was about half of `regen --format
+/// lackey`'s CPU time (perf, 2026-12-02).
 struct Text<'o> {
     /// Lackey's text, else extended din.
     lackey: bool,
+    buf: Vec<u8>,
     out: &'o mut dyn Write,
+}
+
+/// Bytes [`Text`] gathers before it writes them.
+const TEXT_BUFFER: usize = 1 << 16;
+
+impl<'o> Text<'o> {
+    fn new(lackey: bool, out: &'o mut dyn Write) -> Self {
+        let buf = Vec::with_capacity(TEXT_BUFFER + 128);
+        Text { lackey, buf, out }
+    }
+
+    /// Writes the lines gathered so far.
+    fn flush(&mut self) -> Result<(), Error> {
+        self.out.write_all(&self.buf)?;
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// Room for the next line: the buffer written out when full.
+    #[inline]
+    fn room(&mut self) -> Result<&mut Vec<u8>, Error> {
+        if self.buf.len() >= TEXT_BUFFER {
+            self.flush()?;
+        }
+        Ok(&mut self.buf)
+    }
+}
+
+/// Appends `letter ADDR SIZE\n` in extended din (both in hex).
+fn din_line(b: &mut Vec<u8>, letter: &[u8], addr: u64, size: u64) {
+    b.extend_from_slice(letter);
+    push_hex(b, addr);
+    b.push(b' ');
+    push_hex(b, size);
+    b.push(b'\n');
+}
+
+/// Appends `prefix ADDR,SIZE\n` as lackey prints it (`%08lx,%lu`).
+fn lackey_line(b: &mut Vec<u8>, prefix: &[u8], addr: u64, size: u64) {
+    b.extend_from_slice(prefix);
+    push_hex_min(b, addr, 8);
+    b.push(b',');
+    push_dec(b, size);
+    b.push(b'\n');
 }
 
 impl Sink for Text<'_> {
     fn insn(&mut self, _: u32, ip: u64, len: u32) -> Result<(), Error> {
-        Ok(match self.lackey {
-            true => writeln!(self.out, "I  {ip:08x},{len}"),
-            false => writeln!(self.out, "i {ip:x} {len:x}"),
-        }?)
+        let lackey = self.lackey;
+        let b = self.room()?;
+        match lackey {
+            true => lackey_line(b, b"I  ", ip, len.into()),
+            false => din_line(b, b"i ", ip, len.into()),
+        }
+        Ok(())
     }
 
     fn data(&mut self, access: Access, a: u64, s: u32) -> Result<(), Error> {
-        Ok(match (self.lackey, access) {
-            (true, acc) => writeln!(self.out, " {} {a:08x},{s}", acc.letter()),
-            (false, Access::Load) => writeln!(self.out, "r {a:x} {s:x}"),
-            (false, Access::Store) => writeln!(self.out, "w {a:x} {s:x}"),
+        let lackey = self.lackey;
+        let b = self.room()?;
+        let s = u64::from(s);
+        match (lackey, access) {
+            (true, acc) => lackey_line(b, &[b' ', acc.letter() as u8, b' '], a, s),
+            (false, Access::Load) => din_line(b, b"r ", a, s),
+            (false, Access::Store) => din_line(b, b"w ", a, s),
             (false, Access::Modify) => {
-                writeln!(self.out, "r {a:x} {s:x}\nw {a:x} {s:x}")
+                din_line(b, b"r ", a, s);
+                din_line(b, b"w ", a, s);
             }
-        }?)
+        }
+        Ok(())
     }
 }
 
@@ -1102,7 +1158,10 @@ pub fn write_indexing<B: AsRef<[u8]> + Sync>(
     };
     if format != DataFormat::Bin {
         let lackey = format == DataFormat::Lackey;
-        return walk_indexing(trace, opts, &mut Text { lackey, out }, interval);
+        let mut text = Text::new(lackey, out);
+        let r = walk_indexing(trace, opts, &mut text, interval)?;
+        text.flush()?;
+        return Ok(r);
     }
     let header = aetrace_format::addrtrace::Header { count: None };
     out.write_all(&header.to_bytes())?;

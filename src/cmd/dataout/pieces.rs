@@ -159,11 +159,12 @@ impl<'j, B: AsRef<[u8]> + Sync> Job<'j, '_, B> {
             }
             f => {
                 let lackey = f == DataFormat::Lackey;
-                let mut text = Text {
-                    lackey,
-                    out: &mut shared,
-                };
-                go(&mut |span, emit| walker.piece(&mut text, span, emit));
+                let mut text = Text::new(lackey, &mut shared);
+                go(&mut |span, emit| {
+                    let r = walker.piece(&mut text, span, emit);
+                    let flushed = text.flush();
+                    r.and_then(|c| flushed.map(|()| c))
+                });
             }
         }
     }
