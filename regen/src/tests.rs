@@ -705,14 +705,14 @@ fn wide_hits_count_their_callees_when_the_run_ends() {
 }
 
 /// A wide counting entry filled again counts its earlier hits' callee
-/// entries first: `main`'s loop head chooses one of four calls (of `g` or
-/// `h`) by each of 20,000 pseudo-random witnesses, so the wide memo's
-/// entries, keyed by four of them, collide and are filled again after
-/// hits. `--count` equals the walk's; it does not when a fill drops the
+/// entries first: `main`'s loop head chooses one of sixteen calls (of `g`
+/// or `h`) by each of 20,000 pseudo-random witnesses, so the wide memo's
+/// entries, keyed by four of them (65,536 keys, against 8,192 entries),
+/// collide and are filled again after hits. `--count` equals the walk's; it does not when a fill drops the
 /// hits of the entry it replaces.
 #[test]
 fn wide_entries_filled_again_count_their_hits_first() {
-    const WAYS: u32 = 4;
+    const WAYS: u32 = 16;
     let mut a = LINK_BASE + 0x1000;
     // Block 0 chooses call block 1 + k; its return point 1 + WAYS + k
     // goes back to 0; witness WAYS leaves by the last block's return.
