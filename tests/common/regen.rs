@@ -9,15 +9,7 @@ use super::build::run_checked;
 /// The address of each line of `aetrace regen ARGS TRACE` (the first word,
 /// in hex; `#` lines skipped): an instruction or block trace.
 pub fn addresses(trace: &Path, args: &[&str]) -> Vec<u64> {
-    let out = run_checked(
-        Command::new(super::aetrace())
-            .arg("regen")
-            .args(args)
-            .arg(trace),
-        "aetrace regen",
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
+    text(trace, args)
         .lines()
         .filter(|l| !l.starts_with('#'))
         .map(|l| {
@@ -27,13 +19,19 @@ pub fn addresses(trace: &Path, args: &[&str]) -> Vec<u64> {
         .collect()
 }
 
-/// The text of `aetrace regen --count TRACE`, which must succeed.
-pub fn count(trace: &Path) -> String {
+/// The output of `aetrace regen ARGS TRACE`, which must succeed.
+pub fn text(trace: &Path, args: &[&str]) -> String {
     let out = run_checked(
         Command::new(super::aetrace())
-            .args(["regen", "--count"])
+            .arg("regen")
+            .args(args)
             .arg(trace),
-        "aetrace regen --count",
+        "aetrace regen",
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// The text of `aetrace regen --count TRACE`, which must succeed.
+pub fn count(trace: &Path) -> String {
+    text(trace, &["--count"])
 }
