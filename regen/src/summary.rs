@@ -1232,8 +1232,7 @@ impl Summaries {
     fn trailing_returns(&mut self, m: &Module, f: &mut WideFill) {
         let own = |f: &WideFill| f.ops[..f.nops as usize].iter().any(|&op| op & PUSH != 0);
         while f.end & Hot::KINDS == Hot::RET0 && own(f) {
-            let b = &m.blocks[BlockIx::new((f.end & !Hot::KINDS) as usize)];
-            if !self.wide_return(m, f, b.ninsns, 1) {
+            if !self.wide_plain_return(m, f) {
                 return;
             }
             while f.end & Hot::KINDS == Hot::CALL && self.wide_call(m, f) {}
@@ -1247,16 +1246,21 @@ impl Summaries {
             let ok = match f.end & Hot::KINDS {
                 Hot::AGAIN => return true,
                 Hot::CALL => self.wide_call(m, f),
-                Hot::RET0 => {
-                    let b = &m.blocks[BlockIx::new((f.end & !Hot::KINDS) as usize)];
-                    self.wide_return(m, f, b.ninsns, 1)
-                }
+                Hot::RET0 => self.wide_plain_return(m, f),
                 _ => false,
             };
             if !ok {
                 return false;
             }
         }
+    }
+
+    /// The `ret` no witness chose at `f`'s end (its block, then the
+    /// caller's fall-throughs), as `count_run`'s `plain_return` takes it;
+    /// false, `f` unchanged, where the entry cannot follow.
+    fn wide_plain_return(&mut self, m: &Module, f: &mut WideFill) -> bool {
+        let b = &m.blocks[BlockIx::new((f.end & !Hot::KINDS) as usize)];
+        self.wide_return(m, f, b.ninsns, 1)
     }
 
     /// Takes witness byte `v` at `f`'s read point; false, `f` unchanged,
