@@ -250,6 +250,16 @@ pub(crate) fn synth(prog: Program, rng: &mut Rng) -> Synth {
 impl Synth {
     /// The stream the rewritten program writes for `exec`.
     pub fn stream(&self, exec: &Execution) -> Vec<u8> {
+        self.stream_with(exec, |_| {})
+    }
+
+    /// [`Synth::stream`], with `before_witness` writing what goes before
+    /// each one-byte witness (a data trace's VALUE records).
+    pub fn stream_with(
+        &self,
+        exec: &Execution,
+        mut before_witness: impl FnMut(&mut Vec<u8>),
+    ) -> Vec<u8> {
         let mut out = Vec::new();
         thread_rec(&mut out);
         let prog = &self.prog;
@@ -262,6 +272,9 @@ impl Synth {
                     ret(&mut out);
                 }
                 if let Some(w) = self.placements[proc].witness(edge) {
+                    if w < 254 {
+                        before_witness(&mut out);
+                    }
                     witness(&mut out, w);
                 }
             }

@@ -723,6 +723,13 @@ impl<'a> Machine<'a> {
                 sink.certain = sink.out.len();
                 return Ok(Progress::Paused);
             }
+            // In a data trace, the VALUE records before the witness are
+            // passed over (a SIGNAL or ENTER among them still stops it),
+            // after the pause: pieces are cut where a witness is next.
+            let read = match read {
+                None if candidate => self.stream.skip_values_to_witness(),
+                r => r,
+            };
             let counting = match &mut sink.counts {
                 Some(c) => {
                     if read.is_some() && self.count_run(l, c, &mut sink.segs, sink.pause_at) {
@@ -733,7 +740,7 @@ impl<'a> Machine<'a> {
                     t.1 += 1;
                     // A summary only when the item after `w` is a witness
                     // too: a SIGNAL there would need the skipped blocks.
-                    if let Some(w) = read.filter(|_| self.stream.peek_second_is_witness()) {
+                    if let Some(w) = read.filter(|_| second_is_witness(&self.stream)) {
                         let seg = sink.segs[l.module.index()].get(m, l.block, w);
                         if seg.is_some() {
                             t.0 += u64::from(seg.insns);
@@ -746,13 +753,7 @@ impl<'a> Machine<'a> {
                 }
                 None => {
                     // As counting does; the segment's output starts with
-                    // this block's. In a data trace, the VALUE records
-                    // before the witness and after it are passed over
-                    // (a SIGNAL or ENTER among them still stops it).
-                    let read = match read {
-                        None if candidate => self.stream.skip_values_to_witness(),
-                        r => r,
-                    };
+                    // this block's.
                     if read.is_some() && self.output_run(l, sink) {
                         self.settle_certain(sink);
                         if sink.certain >= sink.limit {
@@ -760,10 +761,7 @@ impl<'a> Machine<'a> {
                         }
                         continue;
                     }
-                    let second = |s: &Stream| {
-                        s.peek_second_is_witness() || s.second_is_witness_past_values()
-                    };
-                    if let Some(w) = read.filter(|_| second(&self.stream)) {
+                    if let Some(w) = read.filter(|_| second_is_witness(&self.stream)) {
                         let segs = &mut sink.segs[l.module.index()];
                         let seg = segs.get(m, l.block, w);
                         if seg.is_some() {
@@ -966,4 +964,12 @@ impl<'a> Machine<'a> {
             _ => self.step_from(l),
         }
     }
+}
+
+/// Whether the item after the next one (a witness) is a one-byte witness
+/// too, past VALUE records where the stream skips them: a summarised
+/// segment is taken only then (a SIGNAL there would need its blocks).
+#[inline]
+fn second_is_witness(s: &Stream) -> bool {
+    s.peek_second_is_witness() || s.second_is_witness_past_values()
 }
