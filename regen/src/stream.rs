@@ -208,6 +208,22 @@ impl Item {
     }
 }
 
+/// The bytes of the whole VALUE records of `buf` from `from`, all more
+/// than [`TORN_TAIL`] bytes before its end, when a one-byte witness
+/// follows them there (none: `Some(0)` when the witness is at `from`).
+#[inline]
+pub fn values_before_witness(buf: &[u8], from: usize) -> Option<usize> {
+    let end = buf.len().saturating_sub(TORN_TAIL);
+    let mut at = from;
+    while at < end && buf[at] == ESCAPE {
+        if buf[at + 1] != kind::VALUE || at + VALUE_LEN >= end {
+            return None;
+        }
+        at += VALUE_LEN;
+    }
+    (at < end && is_byte_witness(buf[at])).then_some(at - from)
+}
+
 /// How many bytes a killed thread may leave reserved and unwritten at
 /// its stream's end: its last reservation, and one of a handler nested
 /// in it (records are at most 18 bytes).
@@ -1057,20 +1073,15 @@ impl<'t> Stream<'t> {
         !self.values && self.values_before_witness(self.pos + 1).is_some()
     }
 
-    /// The bytes of the whole VALUE records from `from`, all more than
-    /// [`TORN_TAIL`] bytes before the buffer's end, when a one-byte
-    /// witness follows them there.
+    /// [`values_before_witness`] in the buffer.
     #[inline]
     fn values_before_witness(&self, from: usize) -> Option<usize> {
-        let end = self.buf.len().saturating_sub(TORN_TAIL);
-        let mut at = from;
-        while at < end && self.buf[at] == ESCAPE {
-            if self.buf[at + 1] != kind::VALUE || at + VALUE_LEN >= end {
-                return None;
-            }
-            at += VALUE_LEN;
-        }
-        (at < end && is_byte_witness(self.buf[at])).then_some(at - from)
+        values_before_witness(&self.buf, from)
+    }
+
+    /// Whether VALUE records are skipped (not read as items).
+    pub fn skips_values(&self) -> bool {
+        !self.values
     }
 
     /// Whether the item after the next one is a one-byte witness already

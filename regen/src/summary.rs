@@ -691,6 +691,9 @@ impl Summaries {
     /// stops at a block that is neither a read point nor such a call, or
     /// before a read point with no segment ending with nothing pending
     /// (the machine takes it from there).
+    /// With `skip_values` (a data trace whose values are not read), a
+    /// single step also passes the VALUE records before its witness and
+    /// takes one after which, past VALUE records, a witness comes.
     /// Out of line: the loop keeps its state in registers.
     #[inline(never)]
     pub fn count_run(
@@ -699,6 +702,7 @@ impl Summaries {
         l: BlockIx,
         bytes: &[u8],
         max: usize,
+        skip_values: bool,
         entries: &mut [u64],
     ) -> Run {
         let mut run = Run {
@@ -768,14 +772,27 @@ impl Summaries {
                 (run.end, kind, slot) = (to & !Hot::KINDS, to & Hot::KINDS, to_slot);
                 continue;
             }
+            // A data trace's values before the witness, passed over where
+            // the machine would pass them (after the pause check above);
+            // given back when no step follows, so the machine pauses
+            // where it would have.
+            let at = run.witnesses;
+            if skip_values {
+                run.witnesses += stream::values_before_witness(bytes, at).unwrap_or(0);
+            }
             let (v, next) = (bytes[run.witnesses], bytes[run.witnesses + 1]);
-            if !is_byte_witness(v) || !is_byte_witness(next) {
-                if is_byte_witness(v) && read_at_call(bytes, run.witnesses + 1) {
+            let next_ok = is_byte_witness(next)
+                || skip_values && stream::values_before_witness(bytes, run.witnesses + 1).is_some();
+            if !is_byte_witness(v) || !next_ok {
+                if run.witnesses == at && is_byte_witness(v) && read_at_call(bytes, at + 1) {
                     self.last_step(m, &mut run, (slot, v), entries);
+                } else {
+                    run.witnesses = at;
                 }
                 break;
             }
             let Some((to, to_slot)) = self.step(m, &mut run, slot, v) else {
+                run.witnesses = at;
                 break;
             };
             (run.end, kind, slot) = (to & !Hot::KINDS, to & Hot::KINDS, to_slot);

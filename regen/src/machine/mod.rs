@@ -927,7 +927,8 @@ impl<'a> Machine<'a> {
         let s = &mut segs[l.module.index()];
         self.lend_frames(l.module, s);
         let entries = &mut self.entries[l.module.index()];
-        let run = s.count_run(m, l.block, self.stream.buffered(), max, entries);
+        let skip = self.stream.skips_values();
+        let run = s.count_run(m, l.block, self.stream.buffered(), max, skip, entries);
         self.take_frames(l.module, s);
         if run.blocks == 0 {
             return false;
